@@ -1,0 +1,1 @@
+"""Pure functions from the normalized trace model to breakdowns, findings and verdicts."""

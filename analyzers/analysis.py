@@ -1,0 +1,86 @@
+"""The analysis pipeline: one trace in, one :class:`Analysis` out (pure, no I/O)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainscope.analyzers.breakdown import Breakdown, primary_device, step_breakdown
+from trainscope.analyzers.devices import DeviceSpec, lookup
+from trainscope.analyzers.kernels import KernelSummary, kernel_summary
+from trainscope.analyzers.memory import DeviceMemory, device_memory
+from trainscope.analyzers.mfu import MFU, model_flops_utilization
+from trainscope.analyzers.recommendations import Recommendation, recommend
+from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
+from trainscope.analyzers.verdict import DiagnosisInput, Finding, Verdict, classify, findings
+from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace, TraceSet
+
+import re
+
+_SINGLE_PROCESS_LOADER = re.compile(r"_SingleProcessDataLoaderIter")
+
+
+@dataclass
+class Analysis:
+    source: str
+    rank: int | None
+    device: int | None
+    device_name: str | None
+    device_spec: DeviceSpec | None
+    segmentation: StepSegmentation
+    breakdown: Breakdown
+    kernels: KernelSummary
+    memory: list[DeviceMemory]
+    mfu: MFU
+    findings: list[Finding]
+    verdict: Verdict
+    recommendations: list[Recommendation]
+    warnings: list[str] = field(default_factory=list)
+
+
+def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float | None = None) -> Analysis:
+    rules = rules or Rules()
+    seg = segment_steps(trace)
+    device = primary_device(trace)
+    bd = step_breakdown(trace, seg, device)
+    k = trace.kernels
+    in_steps = np.zeros(len(k), bool)
+    for s, e in zip(seg.starts, seg.ends):
+        in_steps |= (k.ts >= s) & (k.ts < e)
+    ks = kernel_summary(trace, in_steps, device)
+    mem = device_memory(trace)
+    mfu = model_flops_utilization(trace, seg, device, peak_tflops)
+    dev = trace.device(device) if device is not None else None
+    spec = lookup(dev.name if dev else None)
+
+    c = trace.copies
+    pageable = int(((c.kind == COPY_KINDS.index("HtoD")) & (c.src == MEMORY_KINDS.index("pageable"))).sum())
+    names_single = name_mask(trace, _SINGLE_PROCESS_LOADER)
+    single = bool(names_single[trace.cpu_ops.name].any() or names_single[trace.annotations.name].any())
+    inp = DiagnosisInput(
+        has_gpu=trace.has_gpu_activity, segmentation=seg, breakdown=bd, kernels=ks, memory=mem,
+        single_process_loader=single, pageable_htod_copies=pageable,
+        kernels_per_step=ks.count / max(1, len(seg.steps)),
+    )
+    found = findings(inp, rules)
+    verdict = classify(inp, found, rules)
+    recs = recommend(found, bd, spec, dev.name if dev else None) if trace.has_gpu_activity else []
+    warnings = list(trace.warnings)
+    if trace.has_gpu_activity and seg.method == "whole_trace":
+        warnings.append(seg.note)
+    return Analysis(
+        source=trace.source, rank=trace.rank, device=device, device_name=dev.name if dev else None,
+        device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
+        findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
+    )
+
+
+def analyze_set(traces: TraceSet, rules: Rules | None = None, peak_tflops: float | None = None) -> list[Analysis]:
+    """One analysis per rank, in rank order."""
+    return [analyze_trace(t, rules, peak_tflops) for t in traces.traces]
+
+
+def slowest(analyses: list[Analysis]) -> Analysis:
+    """The rank whose median step is longest: in synchronous training it sets everyone's pace."""
+    return max(analyses, key=lambda a: a.breakdown.step_ms.p50)

@@ -1,0 +1,112 @@
+"""Vectorized interval arithmetic over half-open [start, end) int64 intervals.
+
+An *interval set* is a pair of sorted, disjoint, non-empty start/end arrays, as :func:`union`
+returns. Everything here is numpy: no Python loop over events.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+IntervalSet = tuple[np.ndarray, np.ndarray]
+
+EMPTY: IntervalSet = (np.empty(0, np.int64), np.empty(0, np.int64))
+
+
+def union(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
+    """Merge possibly overlapping intervals into a sorted disjoint set."""
+    starts = np.asarray(starts, np.int64)
+    ends = np.asarray(ends, np.int64)
+    keep = ends > starts
+    starts, ends = starts[keep], ends[keep]
+    if len(starts) == 0:
+        return EMPTY
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    # A new merged interval begins where a start lies beyond everything that came before.
+    new = np.empty(len(s), bool)
+    new[0] = True
+    new[1:] = s[1:] > reach[:-1]
+    idx = np.flatnonzero(new)
+    out_s = s[idx]
+    out_e = reach[np.append(idx[1:] - 1, len(s) - 1)]
+    return out_s, out_e
+
+
+def total(iv: IntervalSet) -> int:
+    return int((iv[1] - iv[0]).sum())
+
+
+def contains(iv: IntervalSet, points: np.ndarray) -> np.ndarray:
+    """For each point, whether it lies inside the interval set."""
+    s, e = iv
+    if len(s) == 0:
+        return np.zeros(len(points), bool)
+    i = np.searchsorted(s, points, side="right") - 1
+    ok = i >= 0
+    out = np.zeros(len(points), bool)
+    out[ok] = points[ok] < e[i[ok]]
+    return out
+
+
+def clip(iv: IntervalSet, lo: int, hi: int) -> IntervalSet:
+    s, e = iv
+    s2, e2 = np.maximum(s, lo), np.minimum(e, hi)
+    keep = e2 > s2
+    return s2[keep], e2[keep]
+
+
+def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
+    pts = np.union1d(np.concatenate([a[0], a[1]]), np.concatenate([b[0], b[1]]))
+    if len(pts) < 2:
+        return EMPTY
+    seg_s, seg_e = pts[:-1], pts[1:]
+    keep = contains(a, seg_s) & contains(b, seg_s)
+    return union(seg_s[keep], seg_e[keep])
+
+
+def overlap_per_window(iv: IntervalSet, win_s: np.ndarray, win_e: np.ndarray) -> np.ndarray:
+    """Length of the interval set inside each window (windows may overlap each other)."""
+    s, e = iv
+    if len(s) == 0 or len(win_s) == 0:
+        return np.zeros(len(win_s), np.int64)
+    # Prefix sums of covered length let each window be answered with two lookups.
+    cum = np.concatenate([[0], np.cumsum(e - s)])
+
+    def covered_before(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(s, t, side="right")  # intervals starting at or before t
+        full = cum[np.maximum(i - 1, 0)]
+        last_s = s[np.maximum(i - 1, 0)]
+        last_e = e[np.maximum(i - 1, 0)]
+        partial = np.clip(np.minimum(last_e, t) - last_s, 0, None)
+        return np.where(i > 0, full + partial, 0)
+
+    return covered_before(np.asarray(win_e, np.int64)) - covered_before(np.asarray(win_s, np.int64))
+
+
+def exclusive_layers(layers: list[IntervalSet], win_s: np.ndarray, win_e: np.ndarray) -> np.ndarray:
+    """Attribute every instant of each window to the first layer that covers it.
+
+    Returns an array ``[n_windows, len(layers) + 1]`` of nanoseconds; the last column is the time
+    no layer covers. Rows sum to the window lengths exactly.
+    """
+    win_s = np.asarray(win_s, np.int64)
+    win_e = np.asarray(win_e, np.int64)
+    n_layers = len(layers)
+    pts = [win_s, win_e] + [x for iv in layers for x in iv]
+    bounds = np.unique(np.concatenate(pts)) if pts else np.empty(0, np.int64)
+    out = np.zeros((len(win_s), n_layers + 1), np.int64)
+    if len(bounds) < 2:
+        return out
+    seg_s, seg_e = bounds[:-1], bounds[1:]
+    length = seg_e - seg_s
+    owner = np.full(len(seg_s), n_layers, np.int64)
+    for k in range(n_layers - 1, -1, -1):  # lowest index wins: apply it last
+        owner[contains(layers[k], seg_s)] = k
+    # Segments are elementary, so each lies entirely inside or outside every window. Windows
+    # may overlap (rare, malformed step markers); each window is summed independently.
+    for w, (ws, we) in enumerate(zip(win_s, win_e)):
+        lo, hi = np.searchsorted(seg_s, ws, "left"), np.searchsorted(seg_s, we, "left")
+        if hi > lo:
+            out[w] = np.bincount(owner[lo:hi], weights=length[lo:hi], minlength=n_layers + 1).astype(np.int64)
+    return out

@@ -1,0 +1,76 @@
+"""Every threshold a verdict uses: one table, each with its default, unit and source.
+
+The values come from ``shared/design/DIAGNOSIS.md`` §3 (evidence grades from XProf, the
+TensorBoard profiler plugin, SageMaker Debugger and HTA) and the textbook (seed 000). Where no
+published number exists, the entry says it is trainscope's own default. Users override any of
+them with ``--threshold NAME=VALUE``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Threshold:
+    name: str
+    value: float
+    unit: str
+    meaning: str
+    source: str
+
+
+_TABLE: tuple[Threshold, ...] = (
+    Threshold("data_wait.moderate", 5.0, "% of step time", "host waits on the DataLoader",
+              "XProf input-pipeline analysis; TensorBoard profiler plugin recommends at > 5 %"),
+    Threshold("data_wait.high", 20.0, "% of step time", "host waits on the DataLoader", "XProf input-pipeline analysis"),
+    Threshold("host_overhead.moderate", 3.0, "% of step time", "GPU idle while the host launches/computes", "XProf"),
+    Threshold("host_overhead.high", 15.0, "% of step time", "GPU idle while the host launches/computes", "XProf"),
+    Threshold("sync.moderate", 3.0, "% of step time", "GPU idle while the host synchronizes",
+              "XProf host-overhead grades, applied to synchronization"),
+    Threshold("sync.high", 15.0, "% of step time", "GPU idle while the host synchronizes",
+              "XProf host-overhead grades, applied to synchronization"),
+    Threshold("comm.moderate", 3.0, "% of step time", "communication not overlapped with compute", "XProf"),
+    Threshold("comm.high", 15.0, "% of step time", "communication not overlapped with compute",
+              "XProf (TensorBoard profiler plugin: > 10 %)"),
+    Threshold("copy.moderate", 5.0, "% of step time", "GPU busy only with memory copies",
+              "trainscope default (same grade as data wait: copies are input movement)"),
+    Threshold("gpu_busy.low", 50.0, "% of step time", "GPU busy below this is low utilization",
+              "TensorBoard profiler plugin"),
+    Threshold("gpu_busy.saturated", 70.0, "% of step time", "at or above this the GPU is not starved",
+              "textbook decision flowchart: utilization ≥ 70 % is not data-bound (seed 000 lines 2078–2154)"),
+    Threshold("kernel_mix.dominant", 60.0, "% of kernel time",
+              "a kernel-intensity group (GEMM/conv/attention vs elementwise/norm/softmax/reduction) dominates",
+              "trainscope default; DIAGNOSIS.md §2.3 names the kernel mix as the evidence but no number"),
+    Threshold("memory.capacity", 90.0, "% of device memory", "peak memory near capacity",
+              "TensorBoard profiler plugin; textbook flowchart (memory > 90 %)"),
+    Threshold("tensor_core.low", 50.0, "% of GEMM/conv/attention time", "matmul time on tensor cores",
+              "trainscope default: below half, mixed precision is the first compute fix (seed 000 §2059 on)"),
+    Threshold("step.outlier_ratio", 1.5, "× median step", "a step this much longer than the median is an outlier",
+              "trainscope default"),
+    Threshold("launch.tiny_kernel_us", 10.0, "µs", "median kernel shorter than this is launch-latency scale",
+              "trainscope default: a CUDA launch costs ~5–10 µs of host time (HTA launch statistics)"),
+)
+
+
+class Rules:
+    """The threshold table, with user overrides applied."""
+
+    def __init__(self, overrides: dict[str, float] | None = None) -> None:
+        self._t = {t.name: t for t in _TABLE}
+        for name, value in (overrides or {}).items():
+            if name not in self._t:
+                raise KeyError(name)
+            self._t[name] = replace(self._t[name], value=float(value), source=f"user override (default {self._t[name].value:g})")
+
+    def __getitem__(self, name: str) -> Threshold:
+        return self._t[name]
+
+    def value(self, name: str) -> float:
+        return self._t[name].value
+
+    def all(self) -> list[Threshold]:
+        return list(self._t.values())
+
+    @staticmethod
+    def names() -> list[str]:
+        return [t.name for t in _TABLE]

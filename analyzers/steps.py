@@ -1,0 +1,131 @@
+"""Step segmentation: where each training step starts and ends.
+
+In order of preference: ``ProfilerStep#N`` ranges (host lane, else GPU lane); repeating
+iteration markers (DataLoader ``__next__``, ``Optimizer.zero_grad``, ``Optimizer.step``), as in
+traces recorded without ``profiler.step()``; otherwise the whole trace as one window, said plainly.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainscope.traces.model import Trace
+
+PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+DATA_WAIT = re.compile(r"DataLoader.*__next__|enumerate\(DataLoader\)")
+ZERO_GRAD = re.compile(r"^Optimizer\.zero_grad#")
+OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
+
+
+@dataclass(frozen=True)
+class Step:
+    label: str
+    start_ns: int
+    end_ns: int
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True)
+class StepSegmentation:
+    method: str  # "profiler_step" | "iteration_markers" | "whole_trace"
+    steps: list[Step]
+    note: str
+
+    @property
+    def starts(self) -> np.ndarray:
+        return np.array([s.start_ns for s in self.steps], np.int64)
+
+    @property
+    def ends(self) -> np.ndarray:
+        return np.array([s.end_ns for s in self.steps], np.int64)
+
+
+def _matching(trace: Trace, pattern: re.Pattern, table: str, lane: str = "host") -> tuple[np.ndarray, np.ndarray, list[str]]:
+    t = getattr(trace, table)
+    if not len(t):
+        return np.empty(0, np.int64), np.empty(0, np.int64), []
+    sel = name_mask(trace, pattern)[t.name]
+    if table == "annotations":
+        sel &= (t.device < 0) if lane == "host" else (t.device >= 0)
+    order = np.argsort(t.ts[sel], kind="stable")
+    names = [trace.strings[i] for i in t.name[sel][order]]
+    return t.ts[sel][order], t.end[sel][order], names
+
+
+def name_mask(trace: Trace, pattern: re.Pattern) -> np.ndarray:
+    """Per string-table entry: does the name match ``pattern``."""
+    return np.array([bool(pattern.search(s)) for s in trace.strings], bool)
+
+
+def segment_steps(trace: Trace) -> StepSegmentation:
+    for lane in ("host", "GPU"):
+        starts, ends, names = _matching(trace, PROFILER_STEP, "annotations", lane=lane.lower())
+        if len(starts):
+            steps = _profiler_steps(starts, ends, names)
+            return StepSegmentation("profiler_step", steps,
+                                    f"{len(steps)} steps from ProfilerStep#N markers on the {lane} lane")
+
+    anchors = _iteration_anchors(trace)
+    if anchors is not None:
+        starts, what, stop = anchors
+        steps = []
+        for i, s in enumerate(starts):
+            if i + 1 < len(starts):
+                e = int(starts[i + 1])
+            else:
+                later = stop[stop > s]
+                e = int(later.max()) if len(later) else int(s + np.median(np.diff(starts)))
+            steps.append(Step(f"iteration {i + 1}", int(s), e))
+        return StepSegmentation(
+            "iteration_markers", steps,
+            f"no ProfilerStep markers: {len(steps)} iterations delimited by repeating {what} annotations",
+        )
+
+    lo, hi = trace.span_ns
+    return StepSegmentation(
+        "whole_trace", [Step("whole trace", lo, hi)],
+        "no step markers (ProfilerStep#N, optimizer or DataLoader annotations): the whole trace is analyzed as one window",
+    )
+
+
+def _profiler_steps(starts: np.ndarray, ends: np.ndarray, names: list[str]) -> list[Step]:
+    seen: set[str] = set()
+    steps: list[Step] = []
+    for s, e, n in zip(starts, ends, names):
+        if n in seen:  # the same step recorded on two threads: keep the first
+            continue
+        seen.add(n)
+        steps.append(Step(n, int(s), int(e)))
+    # Steps must not overlap: clip each at the next one's start.
+    return [Step(st.label, st.start_ns, min(st.end_ns, steps[i + 1].start_ns) if i + 1 < len(steps) else st.end_ns)
+            for i, st in enumerate(steps) if st.end_ns > st.start_ns]
+
+
+def _iteration_anchors(trace: Trace) -> tuple[np.ndarray, str, np.ndarray] | None:
+    """Start times of repeating per-iteration markers, what they are, and optimizer-step ends."""
+    opt_s, opt_e, _ = _matching(trace, OPTIMIZER_STEP, "annotations")
+    candidates = []
+    for pattern, what in ((DATA_WAIT, "DataLoader __next__"), (ZERO_GRAD, "Optimizer.zero_grad"), (OPTIMIZER_STEP, "Optimizer.step")):
+        s1, e1, _ = _matching(trace, pattern, "annotations")
+        s2, e2, _ = _matching(trace, pattern, "cpu_ops")
+        s, e = np.concatenate([s1, s2]), np.concatenate([e1, e2])
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        # Drop markers nested inside the previous one (an op and its annotation of one call).
+        keep, reach = [], -1
+        for a, b in zip(s, e):
+            if a >= reach:
+                keep.append(a)
+                reach = b
+        if len(keep) >= 2:
+            candidates.append((np.array(keep, np.int64), what))
+    if not candidates:
+        return None
+    starts, what = candidates[0]
+    stop = np.concatenate([opt_e, [int(starts[-1])]])
+    return starts, what, stop

@@ -1,0 +1,310 @@
+"""PyTorch profiler (Kineto) chrome-trace JSON → the normalized model.
+
+Every format era in the shared corpus loads: bare JSON arrays (oldest), ``computeProperties``
+instead of ``deviceProperties``, 2021 capitalized categories (``Kernel``, ``Runtime``,
+``Operator``), 2023+ lower-case ones (``kernel``, ``cuda_runtime``, ``cpu_op``), 2024+ float
+microsecond timestamps relative to ``baseTimeNanoseconds``, extra top-level keys, and ROCm traces
+(hip* runtime calls). Unknown categories are counted and ignored, never fatal.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from trainscope.collectors.errors import TraceError
+from trainscope.collectors.readers import Progress, parse_json_events, read_maybe_gzip
+from trainscope.traces.builder import StringTable, TableBuilder
+from trainscope.traces.model import (
+    COPY_KINDS, MEMORY_KINDS, Annotations, Copies, Counters, CpuOps, Device, Kernels,
+    MemoryEvents, Memsets, RuntimeCalls, Thread, Trace,
+)
+
+# Category (lower-cased) → table. Older traces capitalize; newer ones use snake case.
+_KERNEL = {"kernel"}
+_MEMCPY = {"gpu_memcpy", "memcpy"}
+_MEMSET = {"gpu_memset", "memset"}
+_RUNTIME = {"cuda_runtime", "runtime", "cuda_driver", "driver", "hip_runtime", "privateuse1_runtime"}
+_CPU_OP = {"cpu_op", "operator"}
+_ANNOTATION = {"user_annotation", "gpu_user_annotation"}
+# Categories we know and deliberately do not keep (flows, python stacks, trace markers).
+_KNOWN_IGNORED = {
+    "ac2g", "async", "async_cpu_to_gpu", "fwdbwd", "trace", "overhead", "python_function",
+    "cpu_instant_event", "python", "flow", "kineto", "cuda_sync", "cuda_profiler_range",
+    "mtia_runtime", "gpu_user_annotation_flow",
+}
+
+_COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*(?:\((\w+)\s*->\s*(\w+)\))?", re.I)
+_STREAM_TID = re.compile(r"(\d+)")
+_KIND_CODE = {k.lower(): i for i, k in enumerate(COPY_KINDS)}
+_MEM_CODE = {k: i for i, k in enumerate(MEMORY_KINDS)}
+# Kineto prints memory kinds capitalized ("Pageable", "Pinned", "Device", "Managed", "Host").
+_MEM_ALIASES = {"pageable": "pageable", "pinned": "pinned", "device": "device", "managed": "managed", "host": "host"}
+# c10::DeviceType codes that are GPUs: CUDA=1, HIP=6 (ROCm builds usually report CUDA).
+_GPU_DEVICE_TYPES = {1, 6}
+
+
+def load_kineto(path: str, progress: Progress | None = None) -> Trace:
+    """Read one Kineto trace file (.json or .json.gz) into a :class:`Trace`."""
+    data, warnings = read_maybe_gzip(path, progress)
+    if progress:
+        progress("parsing JSON", None)
+    doc, more = parse_json_events(path, data)
+    del data
+    warnings += more
+    return trace_from_document(doc, path, warnings, progress)
+
+
+def trace_from_document(doc: Any, path: str, warnings: list[str] | None = None,
+                        progress: Progress | None = None) -> Trace:
+    warnings = list(warnings or [])
+    if isinstance(doc, list):
+        events, top = doc, {}
+    elif isinstance(doc, dict):
+        if "traceEvents" not in doc:
+            raise TraceError(path, "JSON is not a PyTorch profiler trace (no \"traceEvents\" array)")
+        events, top = doc["traceEvents"], doc
+    else:
+        raise TraceError(path, "JSON is not a PyTorch profiler trace (expected an object or an array of events)")
+    if not isinstance(events, list):
+        raise TraceError(path, "\"traceEvents\" is not an array")
+    if not events:
+        raise TraceError(path, "trace has no events")
+    if not any(isinstance(e, dict) and "ph" in e for e in events[:1000]):
+        raise TraceError(path, "JSON array holds no chrome-trace events (no \"ph\" fields)")
+    return _Parser(path, top, progress).parse(events, warnings)
+
+
+class _Parser:
+    def __init__(self, path: str, top: dict, progress: Progress | None) -> None:
+        self.path = path
+        self.top = top
+        self.progress = progress
+        self.strings = StringTable()
+        self.threads: dict[tuple[str, str], int] = {}
+        self.thread_names: dict[tuple[str, str], str] = {}
+        self.kernels = TableBuilder(Kernels)
+        self.copies = TableBuilder(Copies)
+        self.memsets = TableBuilder(Memsets)
+        self.runtime = TableBuilder(RuntimeCalls)
+        self.cpu_ops = TableBuilder(CpuOps)
+        self.annotations = TableBuilder(Annotations)
+        self.memory = TableBuilder(MemoryEvents)
+        self.unknown_categories: Counter[str] = Counter()
+        self.malformed = 0
+        self.negative = 0
+        self.nonfinite = 0
+        self.gpu_ids: set[int] = set()
+        self.hip = False
+
+    # -- helpers -------------------------------------------------------------------------
+    def thread(self, pid: Any, tid: Any) -> int:
+        key = (str(pid), str(tid))
+        i = self.threads.get(key)
+        if i is None:
+            i = self.threads[key] = len(self.threads)
+        return i
+
+    @staticmethod
+    def ns(v: Any) -> int:
+        # ints are exact µs; floats carry ns in their fraction (Kineto ≥ 2.4)
+        if type(v) is int:
+            return v * 1000
+        return int(round(float(v) * 1000.0))
+
+    # -- main loop -----------------------------------------------------------------------
+    def parse(self, events: list, warnings: list[str]) -> Trace:
+        n = len(events)
+        step = max(1, n // 50)
+        intern = self.strings.intern
+        for i, e in enumerate(events):
+            if self.progress and i % step == 0:
+                self.progress("parsing events", i / n)
+            if type(e) is not dict:
+                self.malformed += 1
+                continue
+            ph = e.get("ph")
+            try:
+                if ph == "X":
+                    self._complete(e, intern)
+                elif ph == "i" or ph == "I":
+                    if e.get("name") == "[memory]":
+                        self._memory(e)
+                elif ph == "M":
+                    self._metadata(e)
+            except (KeyError, TypeError, ValueError, OverflowError, AttributeError):
+                self.malformed += 1
+        return self._finish(warnings)
+
+    def _complete(self, e: dict, intern) -> None:
+        cat = e.get("cat")
+        c = cat.lower() if type(cat) is str else ""
+        name = e.get("name")
+        if type(name) is not str:
+            name = str(name)
+        ts_raw, dur_raw = e["ts"], e["dur"]
+        if isinstance(ts_raw, str) or isinstance(dur_raw, str):
+            ts_raw, dur_raw = float(ts_raw), float(dur_raw)
+        if isinstance(ts_raw, float) and not math.isfinite(ts_raw) or isinstance(dur_raw, float) and not math.isfinite(dur_raw):
+            self.nonfinite += 1
+            return
+        ts, dur = self.ns(ts_raw), self.ns(dur_raw)
+        if dur < 0:
+            self.negative += 1
+            return
+        args = e.get("args") or {}
+        if type(args) is not dict:
+            args = {}
+        if c in _KERNEL:
+            dev = _int(args.get("device", e.get("pid")), -1)
+            self.gpu_ids.add(dev)
+            self.kernels.add(ts, dur, dev, _stream(args, e), intern(name), _int(args.get("correlation"), -1))
+        elif c in _RUNTIME:
+            if name.startswith("hip"):
+                self.hip = True
+            self.runtime.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name),
+                             _int(args.get("correlation"), -1))
+        elif c in _CPU_OP:
+            if name.startswith("ProfilerStep#"):  # 2021 traces record steps as operators
+                self.annotations.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name), -1)
+            else:
+                flops = args.get("flops")
+                self.cpu_ops.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name),
+                                 float(flops) if isinstance(flops, (int, float)) else math.nan)
+        elif c in _MEMCPY:
+            dev = _int(args.get("device", e.get("pid")), -1)
+            self.gpu_ids.add(dev)
+            kind, src, dst = _copy_kind(name, args)
+            self.copies.add(ts, dur, dev, _stream(args, e), kind, src, dst, _int(args.get("bytes"), 0),
+                            _int(args.get("correlation"), -1))
+        elif c in _MEMSET:
+            dev = _int(args.get("device", e.get("pid")), -1)
+            self.gpu_ids.add(dev)
+            self.memsets.add(ts, dur, dev, _stream(args, e), _int(args.get("bytes"), 0))
+        elif c in _ANNOTATION:
+            on_gpu = c == "gpu_user_annotation"
+            dev = _int(args.get("device", e.get("pid")), -1) if on_gpu else -1
+            self.annotations.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name), dev)
+        elif c not in _KNOWN_IGNORED:
+            self.unknown_categories[str(cat)] += 1
+
+    def _memory(self, e: dict) -> None:
+        args = e.get("args") or {}
+        ts = e["ts"]
+        if isinstance(ts, float) and not math.isfinite(ts):
+            self.nonfinite += 1
+            return
+        dtype = _int(args.get("Device Type"), 0)
+        self.memory.add(
+            self.ns(ts), 1 if dtype in _GPU_DEVICE_TYPES else 0, _int(args.get("Device Id"), -1),
+            _int(args.get("Bytes"), 0), _int(args.get("Total Allocated"), -1), _int(args.get("Total Reserved"), -1),
+        )
+
+    def _metadata(self, e: dict) -> None:
+        if e.get("name") == "thread_name":
+            self.thread_names[(str(e.get("pid")), str(e.get("tid")))] = str((e.get("args") or {}).get("name", ""))
+
+    # -- assembly ------------------------------------------------------------------------
+    def _finish(self, warnings: list[str]) -> Trace:
+        tables = {
+            "kernels": self.kernels.build(), "copies": self.copies.build(), "memsets": self.memsets.build(),
+            "runtime": self.runtime.build(), "cpu_ops": self.cpu_ops.build(),
+            "annotations": self.annotations.build(), "memory": self.memory.build(),
+        }
+        starts = [int(t.ts.min()) for t in tables.values() if len(t)]
+        if not starts:
+            raise TraceError(self.path, "trace has no timed events trainscope can use (no kernels, operators or annotations)")
+        origin = min(starts)
+        for t in tables.values():
+            t.ts -= origin
+        base = self.top.get("baseTimeNanoseconds")
+        origin_ns = origin + (int(base) if isinstance(base, (int, float)) and math.isfinite(base) else 0)
+
+        if self.malformed:
+            warnings.append(f"{self.malformed:,} malformed events skipped (missing or invalid ts/dur/fields)")
+        if self.negative:
+            warnings.append(f"{self.negative:,} events with negative duration skipped")
+        if self.nonfinite:
+            warnings.append(f"{self.nonfinite:,} events with NaN or infinite timestamps skipped")
+        if self.unknown_categories:
+            cats = ", ".join(f"{c!r} ({n:,})" for c, n in self.unknown_categories.most_common(5))
+            warnings.append(f"events of unknown categories ignored: {cats}")
+
+        threads = [Thread(pid, tid, self.thread_names.get((pid, tid), "")) for (pid, tid) in self.threads]
+        dist = self.top.get("distributedInfo") if isinstance(self.top.get("distributedInfo"), dict) else {}
+        meta = {k: v for k, v in self.top.items() if k != "traceEvents" and isinstance(v, (str, int, float, bool))}
+        return Trace(
+            source=self.path, format="kineto", origin_ns=origin_ns, strings=self.strings.strings,
+            devices=self._devices(), threads=threads, counters=Counters.empty(), metadata=meta,
+            rank=_int(dist.get("rank"), None), world_size=_int(dist.get("world_size"), None),
+            warnings=warnings, **tables,
+        )
+
+    def _devices(self) -> list[Device]:
+        props = self.top.get("deviceProperties")
+        if not isinstance(props, list):
+            props = self.top.get("computeProperties")  # oldest Kineto versions
+        devices: dict[int, Device] = {}
+        for p in props if isinstance(props, list) else []:
+            if not isinstance(p, dict):
+                continue
+            did = _int(p.get("id"), None)
+            if did is None:
+                continue
+            name = str(p.get("name", f"GPU {did}"))
+            major, minor = p.get("computeMajor"), p.get("computeMinor")
+            vendor = _vendor(name, p, self.hip)
+            devices[did] = Device(
+                id=did, name=name, vendor=vendor,
+                total_memory=_int(p.get("totalGlobalMem"), None), sm_count=_int(p.get("numSms"), None),
+                compute_capability=f"{major}.{minor}" if vendor == "nvidia" and major is not None else None,
+            )
+        for did in sorted(self.gpu_ids - set(devices)):
+            if did >= 0:
+                devices[did] = Device(id=did, name=f"GPU {did}", vendor="amd" if self.hip else "unknown")
+        return [devices[k] for k in sorted(devices)]
+
+
+def _int(v: Any, default):
+    if v is None or isinstance(v, bool):
+        return default
+    if isinstance(v, int):
+        return v
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return default
+    return int(f) if math.isfinite(f) else default
+
+
+def _stream(args: dict, e: dict) -> int:
+    s = args.get("stream")
+    if isinstance(s, int):
+        return s
+    m = _STREAM_TID.search(str(s if s is not None else e.get("tid", "")))
+    return int(m.group(1)) if m else -1
+
+
+def _copy_kind(name: str, args: dict) -> tuple[int, int, int]:
+    m = _COPY_NAME.search(name)
+    kind = src = dst = 0
+    if m:
+        kind = _KIND_CODE.get(m.group(1).lower(), 0)
+        if m.group(2):
+            src = _MEM_CODE.get(_MEM_ALIASES.get(m.group(2).lower(), "unknown"), 0)
+            dst = _MEM_CODE.get(_MEM_ALIASES.get(m.group(3).lower(), "unknown"), 0)
+    elif isinstance(args.get("kind"), str):
+        kind = _KIND_CODE.get(args["kind"].lower(), 0)
+    return kind, src, dst
+
+
+def _vendor(name: str, props: dict, hip: bool) -> str:
+    n = name.lower()
+    if hip or "amd" in n or "radeon" in n or "instinct" in n or props.get("warpSize") == 64:
+        return "amd"
+    if any(k in n for k in ("nvidia", "tesla", "geforce", "quadro", "rtx", "a100", "h100", "v100")):
+        return "nvidia"
+    return "nvidia" if "computeMajor" in props else "unknown"

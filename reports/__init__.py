@@ -1,0 +1,1 @@
+"""Renderings of an analysis: terminal summary, JSON, Markdown."""

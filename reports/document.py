@@ -1,0 +1,118 @@
+"""The analysis as a plain, versioned document: the JSON output, and the single source every
+other rendering (terminal, Markdown) reads, so they cannot disagree."""
+from __future__ import annotations
+
+from typing import Any
+
+from trainscope import __version__
+from trainscope.analyzers.analysis import Analysis, slowest
+from trainscope.analyzers.breakdown import CATEGORIES, CATEGORY_LABELS
+from trainscope.analyzers.kernels import ALL_CLASSES
+from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.verdict import Evidence
+
+SCHEMA = "trainscope.analysis/1"
+
+HEADLINES = {
+    "data/input-wait": "DATA-BOUND",
+    "data/copies": "COPY-BOUND",
+    "host/launch-overhead": "HOST-BOUND (launch/CPU overhead)",
+    "host/sync": "SYNC-BOUND",
+    "comm/unoverlapped": "COMMUNICATION-BOUND",
+    "algorithm/compute-bound": "COMPUTE-BOUND",
+    "machine/bandwidth": "MEMORY-BANDWIDTH-BOUND",
+    "machine/capacity": "MEMORY-CAPACITY-BOUND",
+}
+AXIS_NAMES = {"data": "Data", "algorithm": "Algorithm", "machine": "Machine",
+              "balanced": "balanced", "insufficient_evidence": "insufficient evidence"}
+
+
+def headline(doc: dict) -> str:
+    v = doc["verdict"]
+    if v["axis"] == "insufficient_evidence":
+        return "INSUFFICIENT EVIDENCE"
+    if v["axis"] == "balanced":
+        return "BALANCED"
+    return f"{HEADLINES.get(v['bottleneck'], v['axis'].upper())} · D·A·M axis: {AXIS_NAMES[v['axis']]}"
+
+
+def _evidence(e: Evidence) -> dict:
+    return {"metric": e.metric, "value": e.value, "unit": e.unit, "threshold": e.threshold,
+            "source": e.source, "meets": e.meets}
+
+
+def _r(x: float | None, nd: int = 2) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
+    b = a.breakdown
+    outlier = rules.value("step.outlier_ratio")
+    median = b.step_ms.p50
+    spec = a.device_spec
+    return {
+        "source": a.source,
+        "rank": a.rank,
+        "device": {"id": a.device, "name": a.device_name, "spec": spec.key if spec else None,
+                   "peak_tensor_tflops": spec.tensor_tflops if spec else None,
+                   "spec_source": spec.source if spec else None},
+        "steps_method": a.segmentation.method,
+        "steps_note": a.segmentation.note,
+        "verdict": {"axis": a.verdict.axis, "confidence": a.verdict.confidence, "bottleneck": a.verdict.bottleneck,
+                    "summary": a.verdict.summary, "evidence": [_evidence(e) for e in a.verdict.evidence]},
+        "findings": [{"id": f.id, "axis": f.axis, "severity": f.severity, "title": f.title,
+                      "stake_pct": _r(f.stake_pct), "detail": f.detail, "evidence": [_evidence(e) for e in f.evidence]}
+                     for f in a.findings],
+        "breakdown": {
+            "basis": "exclusive shares of summed step time; GPU busy = compute + communication + copy + memset",
+            "total_ms": _r(b.total_ns / 1e6, 3),
+            "gpu_busy_pct": _r(b.gpu_busy_pct),
+            "data_wait_pct": _r(b.data_wait_pct),
+            "step_time_ms": {"p50": _r(b.step_ms.p50, 3), "p95": _r(b.step_ms.p95, 3), "mean": _r(b.step_ms.mean, 3)},
+            "categories": {c: {"label": CATEGORY_LABELS[c], "pct": _r(b.share_pct(c)), "ms": _r(b.ns[c] / 1e6, 3),
+                               "p50_ms": _r(b.category_ms[c].p50, 3), "p95_ms": _r(b.category_ms[c].p95, 3)}
+                           for c in CATEGORIES},
+        },
+        "steps": [{"label": s.label, "start_ms": _r(s.start_ns / 1e6, 3), "duration_ms": _r(s.duration_ns / 1e6, 3),
+                   "gpu_busy_pct": _r(100.0 * s.gpu_busy_ns / s.duration_ns if s.duration_ns else 0.0),
+                   "data_wait_pct": _r(100.0 * s.host_data_wait_ns / s.duration_ns if s.duration_ns else 0.0),
+                   "outlier": bool(median and s.duration_ns / 1e6 > outlier * median),
+                   "ms": {c: _r(s.ns[c] / 1e6, 3) for c in CATEGORIES}}
+                  for s in b.steps],
+        "kernels": {
+            "count": a.kernels.count, "total_ms": _r(a.kernels.total_ns / 1e6, 3),
+            "median_us": _r(a.kernels.median_kernel_ns / 1e3, 3),
+            "class_pct": {c: _r(a.kernels.class_share_pct(c)) for c in ALL_CLASSES},
+            "tensor_core_pct_of_matmul": _r(a.kernels.tensor_core_pct_of_matmul),
+            "top": [{"name": k.name, "class": k.kernel_class, "tensor_core": k.tensor_core, "count": k.count,
+                     "total_ms": _r(k.total_ns / 1e6, 3), "mean_us": _r(k.mean_ns / 1e3, 3), "share_pct": _r(k.share_pct)}
+                    for k in a.kernels.top],
+        },
+        "memory": [{"device": m.device, "peak_allocated_bytes": m.peak_allocated, "peak_reserved_bytes": m.peak_reserved,
+                    "capacity_bytes": m.capacity, "peak_pct_of_capacity": _r(m.peak_pct), "basis": m.basis}
+                   for m in a.memory],
+        "mfu": {"value_pct": _r(a.mfu.value_pct), "reason": a.mfu.reason, "flops_per_step": a.mfu.flops_per_step,
+                "peak_tflops": a.mfu.peak_tflops, "peak_source": a.mfu.peak_source},
+        "recommendations": [{"rank": i + 1, "id": r.id, "finding": r.finding, "title": r.title, "change": r.change,
+                             "projected_speedup": r.projected_speedup, "projected_step_ms": r.projected_step_ms,
+                             "bound": "upper", "basis": r.basis}
+                            for i, r in enumerate(a.recommendations)],
+        "warnings": a.warnings,
+    }
+
+
+def build_document(path: str, analyses: list[Analysis], rules: Rules, input_warnings: list[str] | None = None) -> dict:
+    """The top-level document. For several ranks the body is the slowest rank (it sets the pace
+    of synchronous training) and ``ranks`` compares them all."""
+    main = slowest(analyses) if len(analyses) > 1 else analyses[0]
+    doc = {"schema": SCHEMA, "tool": {"name": "trainscope", "version": __version__},
+           "input": {"path": path, "format": "kineto", "traces": len(analyses)}}
+    doc.update(analysis_dict(main, rules))
+    doc["warnings"] = list(input_warnings or []) + doc["warnings"]
+    if len(analyses) > 1:
+        doc["ranks"] = [{"rank": a.rank, "source": a.source, "axis": a.verdict.axis, "bottleneck": a.verdict.bottleneck,
+                         "confidence": a.verdict.confidence, "step_p50_ms": _r(a.breakdown.step_ms.p50, 3),
+                         "step_p95_ms": _r(a.breakdown.step_ms.p95, 3), "gpu_busy_pct": _r(a.breakdown.gpu_busy_pct),
+                         "data_wait_pct": _r(a.breakdown.data_wait_pct)} for a in analyses]
+    doc["thresholds"] = [{"name": t.name, "value": t.value, "unit": t.unit, "source": t.source} for t in rules.all()]
+    return doc

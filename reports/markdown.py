@@ -1,0 +1,125 @@
+"""The Markdown report: the terminal summary's content, shaped for a pull request."""
+from __future__ import annotations
+
+import os
+import re
+
+from trainscope.reports.document import AXIS_NAMES, headline
+
+_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
+
+
+def md_escape(text: object, limit: int | None = None) -> str:
+    """Text safe inside Markdown prose and table cells: kernel and file names contain ``<``,
+    ``*``, ``_`` and ``|``, which would otherwise turn into HTML, emphasis or new columns."""
+    s = str(text)
+    if limit and len(s) > limit:
+        s = s[: limit - 1] + "…"
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = _SPECIAL.sub(r"\\\1", s)
+    return s.replace("\r", " ").replace("\n", " ")
+
+
+def _fence(code: str) -> str:
+    fence = "```"
+    while fence in code:
+        fence += "`"
+    return f"{fence}python\n{code}\n{fence}"
+
+
+def render_markdown(doc: dict) -> str:
+    b, v = doc["breakdown"], doc["verdict"]
+    out: list[str] = []
+    w = out.append
+    w(f"# trainscope report: {md_escape(os.path.basename(doc['input']['path'].rstrip('/')))}")
+    w("")
+    dev = doc["device"]
+    if dev["name"]:
+        w(f"- **Device:** {md_escape(dev['name'])} (GPU {dev['id']})" + (f", rank {doc['rank']}" if doc.get("rank") is not None else ""))
+    w(f"- **Steps:** {len(doc['steps'])} ({md_escape(doc['steps_note'])})")
+    if doc["steps"]:
+        st = b["step_time_ms"]
+        w(f"- **Step time:** p50 {st['p50']:.1f} ms, p95 {st['p95']:.1f} ms; GPU busy {b['gpu_busy_pct']:.1f} %, "
+          f"data wait {b['data_wait_pct']:.1f} %")
+    w("")
+    w(f"## Verdict: {md_escape(headline(doc))} (confidence {v['confidence']:.2f})")
+    w("")
+    w(md_escape(v["summary"]))
+    w("")
+    if v["evidence"]:
+        w("| evidence | value | threshold | source |")
+        w("|---|---:|---|---|")
+        for e in v["evidence"]:
+            val = "—" if e["value"] is None else f"{e['value']:g} {e['unit']}".strip()
+            thr = f"{e['threshold']} {e['unit']}".strip() if e["threshold"] else ""
+            w(f"| {md_escape(e['metric'])} | {md_escape(val)} | {md_escape(thr)} | {md_escape(e['source'])} |")
+        w("")
+    if doc["recommendations"]:
+        w("## Fixes, ranked by projected gain")
+        w("")
+        w("Projections are upper bounds computed from the measured breakdown.")
+        w("")
+        for r in doc["recommendations"]:
+            proj = f"up to {r['projected_speedup']:.2f}× faster" if r["projected_speedup"] is not None else "no projection"
+            w(f"{r['rank']}. **{md_escape(r['title'])}** — {proj}")
+            w("")
+            w(_fence(r["change"]))
+            w("")
+            w(f"   Basis: {md_escape(r['basis'])}")
+            w("")
+    if doc["steps"] and dev["id"] is not None:
+        w("## Where step time goes")
+        w("")
+        w("| category | share | p50 ms | p95 ms |")
+        w("|---|---:|---:|---:|")
+        for c, d in b["categories"].items():
+            w(f"| {md_escape(d['label'])} | {d['pct']:.1f} % | {d['p50_ms']:.2f} | {d['p95_ms']:.2f} |")
+        w("")
+        w("| step | duration ms | GPU busy | data wait | outlier |")
+        w("|---|---:|---:|---:|---|")
+        for s in doc["steps"][:200]:
+            w(f"| {md_escape(s['label'])} | {s['duration_ms']:.1f} | {s['gpu_busy_pct']:.1f} % | {s['data_wait_pct']:.1f} % | "
+              f"{'yes' if s['outlier'] else ''} |")
+        w("")
+    k = doc["kernels"]
+    if k["count"]:
+        w("## Top kernels")
+        w("")
+        w("| share | total ms | count | class | tensor cores | kernel |")
+        w("|---:|---:|---:|---|---|---|")
+        for kk in k["top"][:15]:
+            w(f"| {kk['share_pct']:.1f} % | {kk['total_ms']:.2f} | {kk['count']} | {kk['class']} | "
+              f"{'yes' if kk['tensor_core'] else 'no'} | {md_escape(kk['name'], 120)} |")
+        w("")
+    if doc["findings"]:
+        w("## Findings")
+        w("")
+        for f in doc["findings"]:
+            w(f"- **{md_escape(f['id'])}** ({f['severity']}, {f['stake_pct']:.1f} % of step time): "
+              f"{md_escape(f['title'])}; {md_escape(f['detail'])}")
+        w("")
+    w("## Memory and MFU")
+    w("")
+    for m in doc["memory"]:
+        cap = f" of {m['capacity_bytes'] / 2**30:.1f} GiB" if m["capacity_bytes"] else ""
+        w(f"- GPU {m['device']}: peak allocated {m['peak_allocated_bytes'] / 2**30:.2f} GiB{cap} ({m['basis']})")
+    mfu = doc["mfu"]
+    w(f"- MFU: {mfu['value_pct']:.1f} % ({md_escape(mfu['reason'])})" if mfu["value_pct"] is not None
+      else f"- MFU: {md_escape(mfu['reason'])}")
+    w("")
+    if doc.get("ranks"):
+        w("## Ranks")
+        w("")
+        w("| rank | step p50 ms | GPU busy | verdict |")
+        w("|---:|---:|---:|---|")
+        for r in doc["ranks"]:
+            w(f"| {r['rank']} | {r['step_p50_ms']:.1f} | {r['gpu_busy_pct']:.1f} % | {AXIS_NAMES[r['axis']]} {md_escape(r['bottleneck'] or '')} |")
+        w("")
+    if doc["warnings"]:
+        w("## Notes")
+        w("")
+        for line in doc["warnings"]:
+            w(f"- {md_escape(line)}")
+        w("")
+    w(f"<sub>trainscope {doc['tool']['version']} · schema {doc['schema']}</sub>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,118 @@
+"""The terminal summary: verdict, evidence, breakdown, top kernels, fixes."""
+from __future__ import annotations
+
+import os
+import textwrap
+
+from trainscope.reports.document import AXIS_NAMES, headline
+
+_BAR = 24
+
+
+def _bar(pct: float) -> str:
+    n = int(round(max(0.0, min(100.0, pct)) / 100 * _BAR))
+    return "█" * n + "·" * (_BAR - n)
+
+
+def _fmt(v, unit: str) -> str:
+    if v is None:
+        return "—"
+    if unit.startswith("%"):
+        return f"{v:.1f} %"
+    return f"{v:g} {unit}".strip()
+
+
+def _short(name: str, width: int) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def render_text(doc: dict, color: bool = False) -> str:
+    b = doc["breakdown"]
+    v = doc["verdict"]
+    bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
+    out: list[str] = []
+    w = out.append
+    w(bold(f"trainscope — {os.path.basename(doc['input']['path'].rstrip('/'))}"))
+    dev = doc["device"]
+    if dev["name"]:
+        w(f"  device   {dev['name']} (GPU {dev['id']})" + (f", rank {doc['rank']}" if doc.get("rank") is not None else ""))
+    w(f"  steps    {len(doc['steps'])} — {doc['steps_note']}")
+    if doc["steps"]:
+        st = b["step_time_ms"]
+        w(f"  step     p50 {st['p50']:.1f} ms   p95 {st['p95']:.1f} ms   "
+          f"GPU busy {b['gpu_busy_pct']:.1f} %   data wait {b['data_wait_pct']:.1f} %")
+    w("")
+    w(bold(f"VERDICT  {headline(doc)}") + f"   confidence {v['confidence']:.2f}")
+    for line in textwrap.wrap(v["summary"], 92):
+        w(f"  {line}")
+    w("")
+    if v["evidence"]:
+        w(bold("Evidence"))
+        for e in v["evidence"]:
+            mark = {True: "✔", False: "✘", None: " "}[e["meets"]]
+            thr = f"{e['threshold']} {e['unit']}".strip() if e["threshold"] else ""
+            w(f"  {mark} {_short(e['metric'], 52):52s} {_fmt(e['value'], e['unit']):>12s}  {thr:<22s} {e['source']}")
+        w("")
+
+    if doc["steps"] and dev["id"] is not None:
+        w(bold("Where step time goes") + "  (exclusive share of summed step time; per-step p50 / p95)")
+        for c, d in b["categories"].items():
+            if d["pct"] == 0 and c not in ("compute", "idle_data_wait"):
+                continue
+            w(f"  {d['label']:34s} {d['pct']:5.1f} % {_bar(d['pct'])}  {d['p50_ms']:8.2f} / {d['p95_ms']:8.2f} ms")
+        outliers = [s for s in doc["steps"] if s["outlier"]]
+        if outliers:
+            labels = ", ".join(f"{s['label']} ({s['duration_ms']:.0f} ms)" for s in outliers[:6])
+            w(f"  outlier steps: {labels}{' …' if len(outliers) > 6 else ''}")
+        w("")
+
+    k = doc["kernels"]
+    if k["count"]:
+        cls = ", ".join(f"{c} {p:.0f} %" for c, p in sorted(k["class_pct"].items(), key=lambda x: -x[1]) if p >= 1)
+        tc = k["tensor_core_pct_of_matmul"]
+        w(bold("Kernels") + f"  {k['count']:,} in the steps, {k['total_ms']:.1f} ms; median {k['median_us']:.1f} µs; "
+          f"tensor cores {'—' if tc is None else f'{tc:.0f} %'} of GEMM/conv/attention time")
+        w(f"  by class: {cls}")
+        for kk in k["top"][:8]:
+            w(f"  {kk['share_pct']:5.1f} %  {kk['total_ms']:8.2f} ms  ×{kk['count']:<6d} {kk['class']:13s} "
+              f"{'TC ' if kk['tensor_core'] else '   '}{_short(kk['name'], 70)}")
+        w("")
+
+    recs = doc["recommendations"]
+    if recs:
+        w(bold("Fixes, ranked by projected gain") + "  (projections are upper bounds)")
+        for r in recs:
+            proj = (f"up to {r['projected_speedup']:.2f}× faster" if r["projected_speedup"] is not None else "no projection")
+            w(f"  {r['rank']}. {r['title']}  [{proj}]")
+            for line in r["change"].splitlines():
+                w(f"       {line}")
+            for line in textwrap.wrap("basis: " + r["basis"], 88):
+                w(f"     {line}")
+        w("")
+
+    others = [f for f in doc["findings"] if f["id"] != v["bottleneck"]]
+    if others:
+        w(bold("Other findings"))
+        for f in others:
+            w(f"  [{f['severity']}] {f['id']}: {f['title']} ({f['stake_pct']:.1f} % of step time)")
+        w("")
+
+    for m in doc["memory"]:
+        cap = f" of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['peak_pct_of_capacity']:.0f} %)" if m["capacity_bytes"] else ""
+        res = f", reserved {m['peak_reserved_bytes'] / 2**30:.2f} GiB" if m["peak_reserved_bytes"] is not None else ""
+        basis = " (growth since profiling started)" if m["basis"] == "relative" else ""
+        w(f"Memory   GPU {m['device']}: peak allocated {m['peak_allocated_bytes'] / 2**30:.2f} GiB{basis}{res}{cap}")
+    mfu = doc["mfu"]
+    w(f"MFU      {mfu['value_pct']:.1f} % — {mfu['reason']}" if mfu["value_pct"] is not None else f"MFU      {mfu['reason']}")
+
+    if doc.get("ranks"):
+        w("")
+        w(bold("Ranks") + "  (the summary above is the slowest rank)")
+        for r in doc["ranks"]:
+            w(f"  rank {r['rank'] if r['rank'] is not None else '?':>3}  step p50 {r['step_p50_ms']:8.1f} ms  "
+              f"busy {r['gpu_busy_pct']:5.1f} %  {AXIS_NAMES[r['axis']]}{' · ' + r['bottleneck'] if r['bottleneck'] else ''}")
+    if doc["warnings"]:
+        w("")
+        for line in doc["warnings"]:
+            w(f"note: {line}")
+    return "\n".join(out) + "\n"

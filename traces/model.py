@@ -1,0 +1,191 @@
+"""The normalized trace model every collector produces.
+
+The model is columnar: each table holds one numpy array per field, not one Python object per
+event, so a trace with millions of events costs a few arrays rather than millions of dicts.
+Names are interned in one string table per trace and referenced by index.
+
+Times are int64 nanoseconds relative to ``Trace.origin_ns`` (an absolute timestamp in ns), so
+float microsecond timestamps from newer Kineto versions keep their nanosecond precision and
+ranks of one job can be aligned by origin.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import numpy as np
+
+# Copy kinds and memory kinds are small enums stored as int8 codes.
+COPY_KINDS: tuple[str, ...] = ("unknown", "HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
+MEMORY_KINDS: tuple[str, ...] = ("unknown", "pageable", "pinned", "device", "managed", "host")
+MEMORY_DEVICE_TYPES: tuple[str, ...] = ("cpu", "gpu")
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator as the trace describes it."""
+
+    id: int
+    name: str
+    vendor: str = "unknown"  # "nvidia", "amd" or "unknown"
+    total_memory: int | None = None  # bytes
+    sm_count: int | None = None
+    compute_capability: str | None = None
+
+
+@dataclass(frozen=True)
+class Thread:
+    """A host lane (process, thread) as the trace names it."""
+
+    pid: str
+    tid: str
+    name: str = ""
+
+
+class Table:
+    """A set of equal-length numpy columns; subclasses declare ``FIELDS``."""
+
+    FIELDS: Mapping[str, np.dtype] = {}
+
+    def __init__(self, **columns: np.ndarray) -> None:
+        missing = set(self.FIELDS) - set(columns)
+        if missing:
+            raise ValueError(f"{type(self).__name__}: missing columns {sorted(missing)}")
+        n = None
+        for name, dtype in self.FIELDS.items():
+            col = np.asarray(columns[name], dtype=dtype)
+            if n is None:
+                n = len(col)
+            elif len(col) != n:
+                raise ValueError(f"{type(self).__name__}: column {name} has {len(col)} rows, expected {n}")
+            setattr(self, name, col)
+        self._n = n or 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    @classmethod
+    def empty(cls) -> "Table":
+        return cls(**{k: np.empty(0, dtype=v) for k, v in cls.FIELDS.items()})
+
+    def select(self, mask: np.ndarray) -> "Table":
+        """Rows where ``mask`` is true (or at the given indices), as a new table."""
+        return type(self)(**{k: getattr(self, k)[mask] for k in self.FIELDS})
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.ts + self.dur  # type: ignore[attr-defined]
+
+
+_I8, _I16, _I32, _I64, _F64, _B = (np.dtype(t) for t in ("int8", "int16", "int32", "int64", "float64", "bool"))
+
+
+class Kernels(Table):
+    FIELDS = {"ts": _I64, "dur": _I64, "device": _I16, "stream": _I32, "name": _I32, "correlation": _I64}
+
+
+class Copies(Table):
+    FIELDS = {
+        "ts": _I64, "dur": _I64, "device": _I16, "stream": _I32, "kind": _I8,
+        "src": _I8, "dst": _I8, "bytes": _I64, "correlation": _I64,
+    }
+
+
+class Memsets(Table):
+    FIELDS = {"ts": _I64, "dur": _I64, "device": _I16, "stream": _I32, "bytes": _I64}
+
+
+class RuntimeCalls(Table):
+    """CUDA/HIP runtime and driver API calls on host threads."""
+
+    FIELDS = {"ts": _I64, "dur": _I64, "thread": _I32, "name": _I32, "correlation": _I64}
+
+
+class CpuOps(Table):
+    """Framework operators on host threads; ``flops`` is NaN where the trace has no count."""
+
+    FIELDS = {"ts": _I64, "dur": _I64, "thread": _I32, "name": _I32, "flops": _F64}
+
+
+class Annotations(Table):
+    """User and framework ranges (record_function, ProfilerStep#N, NVTX); ``device`` is -1 on the host."""
+
+    FIELDS = {"ts": _I64, "dur": _I64, "thread": _I32, "name": _I32, "device": _I16}
+
+
+class MemoryEvents(Table):
+    """Allocator events: ``bytes`` is the signed change; totals are -1 where the trace lacks them."""
+
+    FIELDS = {
+        "ts": _I64, "device_type": _I8, "device": _I16, "bytes": _I64,
+        "allocated": _I64, "reserved": _I64,
+    }
+
+
+class Counters(Table):
+    """Sampled counters (live monitors, hardware metrics); ``name`` indexes the string table."""
+
+    FIELDS = {"ts": _I64, "device": _I16, "name": _I32, "value": _F64}
+
+
+@dataclass
+class Trace:
+    """One rank's (one process's) normalized trace."""
+
+    source: str
+    format: str
+    origin_ns: int
+    strings: list[str]
+    devices: list[Device]
+    threads: list[Thread]
+    kernels: Kernels
+    copies: Copies
+    memsets: Memsets
+    runtime: RuntimeCalls
+    cpu_ops: CpuOps
+    annotations: Annotations
+    memory: MemoryEvents
+    counters: Counters
+    rank: int | None = None
+    world_size: int | None = None
+    metadata: dict[str, object] = field(default_factory=dict)
+    # What the collector skipped or repaired, as human-readable lines ("1,203 events with
+    # negative duration skipped"). Reports show them so nothing is dropped silently.
+    warnings: list[str] = field(default_factory=list)
+
+    def name_of(self, index: int) -> str:
+        return self.strings[index]
+
+    def names(self, indices: Iterable[int]) -> list[str]:
+        return [self.strings[i] for i in indices]
+
+    def device(self, device_id: int) -> Device | None:
+        for d in self.devices:
+            if d.id == device_id:
+                return d
+        return None
+
+    @property
+    def has_gpu_activity(self) -> bool:
+        return len(self.kernels) + len(self.copies) + len(self.memsets) > 0
+
+    @property
+    def span_ns(self) -> tuple[int, int]:
+        """First start and last end over every timed table (0, 0 when empty)."""
+        starts, ends = [], []
+        for t in (self.kernels, self.copies, self.memsets, self.runtime, self.cpu_ops, self.annotations):
+            if len(t):
+                starts.append(int(t.ts.min()))
+                ends.append(int(t.end.max()))
+        if not starts:
+            return (0, 0)
+        return (min(starts), max(ends))
+
+
+@dataclass
+class TraceSet:
+    """What one input path holds: a single trace, or one trace per rank from a directory."""
+
+    path: str
+    traces: list[Trace]
+    warnings: list[str] = field(default_factory=list)

@@ -1,0 +1,5 @@
+import sys
+
+from trainscope.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""The Textual terminal app (timelines, breakdowns, fixes). Views only: analysis lives in trainscope.analyzers."""
