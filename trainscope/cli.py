@@ -18,9 +18,8 @@ EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # usage errors exit 2 with one line, as argparse does
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_BAD_INPUT, f"trainscope: error: {message}\n")
+    def error(self, message: str) -> None:  # usage errors: exit 2 with one line
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 class Progress:

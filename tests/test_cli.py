@@ -1,0 +1,187 @@
+"""The command line as a user meets it: exit codes, one-line errors, JSON schema, reports."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ALL_KINETO, CPU_ONLY, KINETO
+
+RESNET = str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz")
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "trainscope", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def assert_one_line_error(p, *needles):
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_json_schema_fields():
+    p = run("analyze", RESNET, "--format", "json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["schema"] == "trainscope.analysis/1"
+    v = doc["verdict"]
+    assert v["axis"] == "data" and 0.8 <= v["confidence"] <= 1
+    assert v["evidence"] and all({"metric", "value", "threshold", "source"} <= set(e) for e in v["evidence"])
+    assert all("id" in f for f in doc["findings"])
+    assert 53 <= doc["breakdown"]["gpu_busy_pct"] <= 59 and 37 <= doc["breakdown"]["data_wait_pct"] <= 43
+    assert len(doc["steps"]) == 6
+    r = doc["recommendations"][0]
+    assert r["id"] == "dataloader-workers" and r["projected_speedup"] > 1.5 and r["bound"] == "upper"
+
+
+@pytest.mark.parametrize("name", ALL_KINETO)
+def test_every_shared_trace_analyzes(name):
+    p = run("analyze", str(KINETO / name), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["verdict"]["axis"] in ("data", "algorithm", "machine", "balanced", "insufficient_evidence")
+    if name in CPU_ONLY:
+        assert doc["verdict"]["axis"] == "insufficient_evidence"
+    else:
+        assert doc["breakdown"]["gpu_busy_pct"] > 0 and doc["steps"]
+
+
+def test_text_summary_and_markdown_report(tmp_path):
+    report = tmp_path / "r.md"
+    p = run("analyze", RESNET, "--report", str(report))
+    assert p.returncode == 0, p.stderr
+    assert "VERDICT  DATA-BOUND" in p.stdout and "Fixes, ranked by projected gain" in p.stdout
+    md = report.read_text()
+    assert "## Verdict: DATA" in md
+    # kernel names are escaped: no raw '<' (HTML) and no unescaped '|' breaking table rows
+    row = next(line for line in md.splitlines() if "dgrad" in line and line.startswith("|"))
+    assert "&lt;float" in row and "<float" not in row
+    assert row.count("|") - row.count("\\|") == 7
+
+
+def test_markdown_escape():
+    from trainscope.reports.markdown import md_escape
+
+    assert md_escape("a|b*c_<d>") == "a\\|b\\*c\\_&lt;d&gt;"
+    assert md_escape("[x](javascript:alert(1))") == "\\[x\\]\\(javascript:alert\\(1\\)\\)"
+
+
+def test_rank_directory_reports_every_rank(tmp_path):
+    for i, name in enumerate(("resnet50_v100_num_workers_0.pt.trace.json.gz", "hta_v100_rank0.pt.trace.json.gz")):
+        (tmp_path / f"worker_rank{i}.pt.trace.json.gz").write_bytes((KINETO / name).read_bytes())
+    doc = json.loads(run("analyze", str(tmp_path), "--format", "json").stdout)
+    assert [r["rank"] for r in doc["ranks"]] == [0, 0] or len(doc["ranks"]) == 2
+    axes = sorted(r["axis"] for r in doc["ranks"])
+    assert axes == ["algorithm", "data"]
+    # the body is the slowest rank: resnet50's 176 ms steps beat the other's 96 ms
+    assert doc["verdict"]["axis"] == "data"
+
+
+def test_thresholds_command_and_override():
+    p = run("thresholds")
+    assert p.returncode == 0 and "data_wait.high" in p.stdout and "XProf" in p.stdout
+    p = run("analyze", RESNET, "--format", "json", "--threshold", "data_wait.moderate=45", "--threshold", "data_wait.high=60")
+    assert json.loads(p.stdout)["verdict"]["axis"] != "data"
+    assert_one_line_error(run("analyze", RESNET, "--threshold", "nope=1"), "unknown threshold")
+
+
+# -- bad input: one line naming the file and the problem, exit 2 -----------------------------
+
+def test_missing_path():
+    assert_one_line_error(run("analyze", "/no/such/trace.json"), "/no/such/trace.json", "no such file")
+
+
+def test_empty_file(tmp_path):
+    f = tmp_path / "empty.json"
+    f.write_bytes(b"")
+    assert_one_line_error(run("analyze", str(f)), "empty.json", "empty")
+
+
+def test_corrupt_gzip(tmp_path):
+    f = tmp_path / "bad.json.gz"
+    f.write_bytes(b"\x1f\x8b\x08\x00" + os.urandom(200))
+    assert_one_line_error(run("analyze", str(f)), "bad.json.gz", "gzip")
+
+
+def test_truncated_gzip_is_salvaged(tmp_path):
+    data = (KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz").read_bytes()
+    f = tmp_path / "cut.json.gz"
+    f.write_bytes(data[: len(data) * 3 // 4])
+    p = run("analyze", str(f), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    notes = " ".join(doc["warnings"])
+    assert "truncated" in notes and "complete events" in notes
+    assert doc["verdict"]["axis"] == "data"  # the steps that survived still tell the story
+
+
+def test_truncated_json_is_salvaged(tmp_path):
+    raw = gzip.decompress((KINETO / "param_linear_2080ti.json.gz").read_bytes())
+    f = tmp_path / "cut.json"
+    f.write_bytes(raw[: len(raw) // 2])
+    p = run("analyze", str(f), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    assert any("truncated" in w for w in json.loads(p.stdout)["warnings"])
+
+
+def test_truncated_before_any_event(tmp_path):
+    f = tmp_path / "head.json"
+    f.write_text('{"schemaVersion": 1, "traceEvents": [{"ph": "X", "na')
+    assert_one_line_error(run("analyze", str(f)), "head.json", "not valid JSON")
+
+
+@pytest.mark.parametrize("content,needle", [
+    ('{"hello": "world"}', "not a PyTorch profiler trace"),
+    ('[1, 2, 3]', "no chrome-trace events"),
+    ('{"traceEvents": []}', "no events"),
+    ('"just a string"', "not a PyTorch profiler trace"),
+    ('{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1}]}', "no timed events"),
+])
+def test_json_that_is_not_a_trace(tmp_path, content, needle):
+    f = tmp_path / "x.json"
+    f.write_text(content)
+    assert_one_line_error(run("analyze", str(f)), "x.json", needle)
+
+
+def test_binary_garbage(tmp_path):
+    f = tmp_path / "x.bin"
+    f.write_bytes(os.urandom(1000).replace(b"{", b"").replace(b"[", b"").replace(b"\x1f", b""))
+    assert_one_line_error(run("analyze", str(f)), "x.bin", "unrecognized format")
+
+
+def test_nsys_rep_says_how_to_export(tmp_path):
+    f = tmp_path / "profile.nsys-rep"
+    f.write_bytes(b"\x00" * 64)
+    assert_one_line_error(run("analyze", str(f)), "profile.nsys-rep", "nsys export --type sqlite")
+
+
+def test_directory_without_traces(tmp_path):
+    (tmp_path / "notes.txt").write_text("hi")
+    assert_one_line_error(run("analyze", str(tmp_path)), str(tmp_path), "no trace files")
+
+
+def test_negative_and_nan_durations_are_skipped(tmp_path):
+    doc = json.loads(gzip.decompress((KINETO / "hta_mi250_minitoy_train.json.gz").read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cuda_runtime":
+            e["dur"] = -1.0
+    f = tmp_path / "neg.json"
+    f.write_text(json.dumps(doc).replace('"dur": -1.0', '"dur": NaN', 3))
+    p = run("analyze", str(f), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    notes = " ".join(json.loads(p.stdout)["warnings"])
+    assert "negative duration" in notes and "NaN" in notes
+
+
+def test_usage_errors_exit_2():
+    assert run().returncode == 2
+    assert run("analyze").returncode == 2
+    assert run("analyze", RESNET, "--peak-tflops", "-3").returncode == 2
