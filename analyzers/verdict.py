@@ -189,8 +189,9 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
                        "trainscope diagnoses where GPU training time goes",
                        [_ctx("GPU kernels in trace", 0, "kernels", "trace")])
     busy = b.gpu_busy_pct
-    busy_ev = _ev(rules, "gpu_busy.saturated", "GPU busy (kernels, copies, memsets)", busy)
     saturated = busy >= rules.value("gpu_busy.saturated")
+    # Phrased in the direction that supports the branch taken: starved (<) or saturated (≥).
+    busy_ev = _ev(rules, "gpu_busy.saturated", "GPU busy (kernels, copies, memsets)", busy, "≥" if saturated else "<")
     causes = sorted((f for f in found if f.id in _IDLE_CAUSES), key=lambda f: -f.stake_pct)
     mix = [f for f in found if f.id in _MIX]
 
@@ -224,7 +225,7 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     elif len(inp.segmentation.steps) < 3:
         conf -= 0.1
     conf = round(min(0.97, max(0.05, conf)), 2)
-    summary = f"{primary.title.lower()} — {primary.detail}" if primary.detail else primary.title
+    summary = f"{primary.title} — {primary.detail}" if primary.detail else primary.title
     evidence = list(primary.evidence)
     if not any(e.metric.startswith("GPU busy") for e in evidence):
         evidence.append(busy_ev)
