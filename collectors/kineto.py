@@ -8,6 +8,7 @@ microsecond timestamps relative to ``baseTimeNanoseconds``, extra top-level keys
 """
 from __future__ import annotations
 
+import gc
 import math
 import re
 from collections import Counter
@@ -52,10 +53,18 @@ def load_kineto(path: str, progress: Progress | None = None) -> Trace:
     data, warnings = read_maybe_gzip(path, progress)
     if progress:
         progress("parsing JSON", None)
-    doc, more = parse_json_events(path, data)
-    del data
-    warnings += more
-    return trace_from_document(doc, path, warnings, progress)
+    # JSON decoding allocates one dict per event and creates no reference cycles; the cyclic
+    # collector would otherwise rescan the growing heap again and again (3× slower on 35 MB).
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        doc, more = parse_json_events(path, data)
+        del data
+        warnings += more
+        return trace_from_document(doc, path, warnings, progress)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 def trace_from_document(doc: Any, path: str, warnings: list[str] | None = None,
