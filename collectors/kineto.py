@@ -192,7 +192,7 @@ class _Parser:
         elif c in _MEMSET:
             dev = _int(args.get("device", e.get("pid")), -1)
             self.gpu_ids.add(dev)
-            self.memsets.add(ts, dur, dev, _stream(args, e), _int(args.get("bytes"), 0))
+            self.memsets.add(ts, dur, dev, _stream(args, e), _int(args.get("bytes"), 0), _int(args.get("correlation"), -1))
         elif c in _ANNOTATION:
             on_gpu = c == "gpu_user_annotation"
             dev = _int(args.get("device", e.get("pid")), -1) if on_gpu else -1

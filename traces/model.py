@@ -92,7 +92,7 @@ class Copies(Table):
 
 
 class Memsets(Table):
-    FIELDS = {"ts": _I64, "dur": _I64, "device": _I16, "stream": _I32, "bytes": _I64}
+    FIELDS = {"ts": _I64, "dur": _I64, "device": _I16, "stream": _I32, "bytes": _I64, "correlation": _I64}
 
 
 class RuntimeCalls(Table):
