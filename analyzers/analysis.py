@@ -1,10 +1,10 @@
 """The analysis pipeline: one trace in, one :class:`Analysis` out (pure, no I/O)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.breakdown import Breakdown, primary_device, step_breakdown
 from trainscope.analyzers.devices import DeviceSpec, lookup
 from trainscope.analyzers.kernels import KernelSummary, kernel_summary
@@ -15,8 +15,6 @@ from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
 from trainscope.analyzers.verdict import DiagnosisInput, Finding, Verdict, classify, findings
 from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace, TraceSet
-
-import re
 
 _SINGLE_PROCESS_LOADER = re.compile(r"_SingleProcessDataLoaderIter")
 
@@ -44,11 +42,8 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     seg = segment_steps(trace)
     device = primary_device(trace)
     bd = step_breakdown(trace, seg, device)
-    k = trace.kernels
-    in_steps = np.zeros(len(k), bool)
-    for s, e in zip(seg.starts, seg.ends):
-        in_steps |= (k.ts >= s) & (k.ts < e)
-    ks = kernel_summary(trace, in_steps, device)
+    # Steps are sorted and disjoint: one binary search per kernel says whether it starts in one.
+    ks = kernel_summary(trace, iv.contains((seg.starts, seg.ends), trace.kernels.ts), device)
     mem = device_memory(trace)
     mfu = model_flops_utilization(trace, seg, device, peak_tflops)
     dev = trace.device(device) if device is not None else None

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers.devices import lookup
+from trainscope.analyzers.intervals import contains
 from trainscope.analyzers.steps import StepSegmentation
 from trainscope.traces.model import Trace
 
@@ -31,9 +32,7 @@ def model_flops_utilization(trace: Trace, segmentation: StepSegmentation, device
     if not has.any():
         return MFU(None, "unknown: the trace has no FLOP counts (record with torch.profiler.profile(with_flops=True))")
     ws, we = segmentation.starts, segmentation.ends
-    inside = np.zeros(len(ops), bool)
-    for s, e in zip(ws, we):
-        inside |= (ops.ts >= s) & (ops.ts < e)
+    inside = contains((ws, we), ops.ts)  # steps are sorted and disjoint
     flops = float(ops.flops[has & inside].sum())
     total_s = float((we - ws).sum()) / 1e9
     if flops <= 0 or total_s <= 0:

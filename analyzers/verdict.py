@@ -175,8 +175,8 @@ def findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
     return out
 
 
-# Findings that explain GPU idle time or serialize work, and so compete while the GPU is starved.
-_IDLE_CAUSES = ("data/input-wait", "data/copies", "host/launch-overhead", "host/sync", "comm/unoverlapped")
+# Causes that cost step time outright (idle GPU, or serialized copies/communication).
+_CAUSES = ("data/input-wait", "data/copies", "host/launch-overhead", "host/sync", "comm/unoverlapped")
 _MIX = ("algorithm/compute-bound", "machine/bandwidth")
 
 
@@ -192,7 +192,7 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     saturated = busy >= rules.value("gpu_busy.saturated")
     # Phrased in the direction that supports the branch taken: starved (<) or saturated (≥).
     busy_ev = _ev(rules, "gpu_busy.saturated", "GPU busy (kernels, copies, memsets)", busy, "≥" if saturated else "<")
-    causes = sorted((f for f in found if f.id in _IDLE_CAUSES), key=lambda f: -f.stake_pct)
+    causes = sorted((f for f in found if f.id in _CAUSES), key=lambda f: -f.stake_pct)
     mix = [f for f in found if f.id in _MIX]
 
     if not saturated:

@@ -185,3 +185,21 @@ def test_usage_errors_exit_2():
     assert run().returncode == 2
     assert run("analyze").returncode == 2
     assert run("analyze", RESNET, "--peak-tflops", "-3").returncode == 2
+
+
+def test_progress_indicator_draws_on_a_terminal_and_clears(monkeypatch, capsys):
+    from trainscope import cli
+
+    clock = iter([0.0, 0.5, 0.7, 0.75, 1.0])
+    monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))
+    p = cli.Progress(enabled=True)  # t0 = 0.0
+    p("parsing events", 0.42)       # 0.5 s in: shown
+    p("parsing events", 0.50)       # 0.2 s later: shown
+    p("parsing events", 0.55)       # 0.05 s later: throttled
+    p.done()
+    err = capsys.readouterr().err
+    assert "parsing events…  42 %" in err and " 50 %" in err and " 55 %" not in err
+    assert err.endswith("\r\033[K")
+    quiet = cli.Progress(enabled=False)
+    quiet("reading", 0.1)
+    assert capsys.readouterr().err == ""
