@@ -56,15 +56,6 @@ def clip(iv: IntervalSet, lo: int, hi: int) -> IntervalSet:
     return s2[keep], e2[keep]
 
 
-def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
-    pts = np.union1d(np.concatenate([a[0], a[1]]), np.concatenate([b[0], b[1]]))
-    if len(pts) < 2:
-        return EMPTY
-    seg_s, seg_e = pts[:-1], pts[1:]
-    keep = contains(a, seg_s) & contains(b, seg_s)
-    return union(seg_s[keep], seg_e[keep])
-
-
 def overlap_per_window(iv: IntervalSet, win_s: np.ndarray, win_e: np.ndarray) -> np.ndarray:
     """Length of the interval set inside each window (windows may overlap each other)."""
     s, e = iv

@@ -1,0 +1,29 @@
+"""Interval arithmetic behind every share, checked against hand-computed cases."""
+import numpy as np
+
+from trainscope.analyzers import intervals as iv
+
+A = np.array
+
+
+def test_union_merges_overlaps_and_touching_and_drops_empty():
+    s, e = iv.union(A([5, 0, 2, 10, 12, 20]), A([7, 3, 4, 12, 15, 20]))
+    assert s.tolist() == [0, 5, 10] and e.tolist() == [4, 7, 15]  # [10,12)+[12,15) touch; [20,20) empty
+    assert iv.total((s, e)) == 4 + 2 + 5
+
+
+def test_overlap_per_window():
+    u = iv.union(A([0, 10, 30]), A([5, 20, 40]))
+    got = iv.overlap_per_window(u, A([0, 3, 15, 25, 45]), A([50, 12, 35, 28, 60]))
+    assert got.tolist() == [25, 4, 10, 0, 0]
+
+
+def test_exclusive_layers_priority_and_remainder():
+    compute = iv.union(A([0]), A([10]))
+    copy = iv.union(A([5]), A([15]))      # overlapped by compute for 5..10
+    data = iv.union(A([12]), A([30]))     # host waits 12..30; GPU busy with copy until 15
+    out = iv.exclusive_layers([compute, copy, data], A([0, 20]), A([20, 40]))
+    # window 0..20: compute 10, copy 10..15 = 5, data 15..20 = 5, nothing 0
+    # window 20..40: data 20..30 = 10, nothing 10
+    assert out.tolist() == [[10, 5, 5, 0], [0, 0, 10, 10]]
+    assert out.sum(axis=1).tolist() == [20, 20]
