@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.breakdown import Breakdown, primary_device, step_breakdown
 from trainscope.analyzers.devices import DeviceSpec, lookup
-from trainscope.analyzers.kernels import KernelSummary, kernel_summary
+from trainscope.analyzers.kernels import KernelSummary, kernel_classes, kernel_summary
 from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
 from trainscope.analyzers.recommendations import Recommendation, recommend
@@ -41,9 +41,10 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     rules = rules or Rules()
     seg = segment_steps(trace)
     device = primary_device(trace)
-    bd = step_breakdown(trace, seg, device)
+    classes = kernel_classes(trace)  # regexes over long kernel names: classify once, use twice
+    bd = step_breakdown(trace, seg, device, classes[0])
     # Steps are sorted and disjoint: one binary search per kernel says whether it starts in one.
-    ks = kernel_summary(trace, iv.contains((seg.starts, seg.ends), trace.kernels.ts), device)
+    ks = kernel_summary(trace, iv.contains((seg.starts, seg.ends), trace.kernels.ts), device, classes=classes)
     mem = device_memory(trace)
     mfu = model_flops_utilization(trace, seg, device, peak_tflops)
     dev = trace.device(device) if device is not None else None

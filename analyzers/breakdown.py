@@ -97,11 +97,12 @@ def primary_device(trace: Trace) -> int | None:
     return max(tot, key=tot.get) if tot else None
 
 
-def gpu_layers(trace: Trace, device: int | None) -> dict[str, iv.IntervalSet]:
-    """Busy intervals of one GPU by kind: compute kernels, communication kernels, copies, memsets."""
+def gpu_layers(trace: Trace, device: int | None, classes: np.ndarray | None = None) -> dict[str, iv.IntervalSet]:
+    """Busy intervals of one GPU by kind: compute kernels, communication kernels, copies, memsets.
+    ``classes`` is the class column of :func:`kernel_classes`, when the caller already has it."""
     k = trace.kernels
     on = (k.device == device) if device is not None else np.ones(len(k), bool)
-    cls_of, _ = kernel_classes(trace)
+    cls_of = classes if classes is not None else kernel_classes(trace)[0]
     comm = cls_of[k.name] == ALL_CLASSES.index("communication") if len(k) else np.zeros(0, bool)
     c, m = trace.copies, trace.memsets
     c_on = (c.device == device) if device is not None else np.ones(len(c), bool)
@@ -136,11 +137,12 @@ def _pct(values: np.ndarray) -> Percentiles:
     return Percentiles(float(np.percentile(values, 50)), float(np.percentile(values, 95)), float(values.mean()))
 
 
-def step_breakdown(trace: Trace, segmentation: StepSegmentation, device: int | None = None) -> Breakdown:
+def step_breakdown(trace: Trace, segmentation: StepSegmentation, device: int | None = None,
+                   classes: np.ndarray | None = None) -> Breakdown:
     """The exclusive breakdown of every step of ``segmentation`` on ``device`` (default: primary)."""
     if device is None:
         device = primary_device(trace)
-    gpu = gpu_layers(trace, device)
+    gpu = gpu_layers(trace, device, classes)
     host = host_layers(trace)
     layers = [gpu[c] for c in BUSY] + [host[c] for c in IDLE[:-1]]
     ws, we = segmentation.starts, segmentation.ends

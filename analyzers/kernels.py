@@ -103,14 +103,16 @@ def kernel_classes(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return cls, tc
 
 
-def kernel_summary(trace: Trace, mask: np.ndarray | None = None, device: int | None = None, top_n: int = 15) -> KernelSummary:
-    """Kernel time by class and the top kernels, over the kernels selected by ``mask``/``device``."""
+def kernel_summary(trace: Trace, mask: np.ndarray | None = None, device: int | None = None, top_n: int = 15,
+                   classes: tuple[np.ndarray, np.ndarray] | None = None) -> KernelSummary:
+    """Kernel time by class and the top kernels, over the kernels selected by ``mask``/``device``.
+    ``classes`` is :func:`kernel_classes` of the trace, when the caller already has it."""
     k = trace.kernels
     sel = np.ones(len(k), bool) if mask is None else mask.copy()
     if device is not None:
         sel &= k.device == device
     names, durs = k.name[sel], k.dur[sel]
-    cls_of, tc_of = kernel_classes(trace)
+    cls_of, tc_of = classes if classes is not None else kernel_classes(trace)
     total = int(durs.sum())
     per_name = np.bincount(names, weights=durs, minlength=len(trace.strings)) if len(names) else np.zeros(0)
     counts = np.bincount(names, minlength=len(trace.strings)) if len(names) else np.zeros(0, np.int64)

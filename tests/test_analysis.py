@@ -169,3 +169,33 @@ def test_threshold_override_changes_the_verdict():
     t = load("resnet50_v100_num_workers_0.pt.trace.json.gz")
     strict = analyze_trace(t, Rules({"data_wait.moderate": 45, "data_wait.high": 60}))
     assert strict.verdict.axis != "data"
+
+
+def test_printed_percentiles_and_kernel_figures_match_the_raw_events():
+    name = "resnet50_v100_num_workers_0.pt.trace.json.gz"
+    a = analysis(name)
+    ev = raw_document(name)["traceEvents"]
+    steps = sorted((e["ts"], e["dur"]) for e in ev if str(e.get("name", "")).startswith("ProfilerStep#"))
+    durs_ms = np.array([d for _, d in steps]) / 1e3
+    assert a.breakdown.step_ms.p50 == pytest.approx(np.percentile(durs_ms, 50), abs=1e-6)
+    assert a.breakdown.step_ms.p95 == pytest.approx(np.percentile(durs_ms, 95), abs=1e-6)
+    # per-category percentiles are over the per-step values the steps table shows
+    per_step = np.array([s.ns["idle_data_wait"] for s in a.breakdown.steps]) / 1e6
+    assert a.breakdown.category_ms["idle_data_wait"].p95 == pytest.approx(np.percentile(per_step, 95))
+    # kernel figures over the kernels that start inside the steps, straight from the JSON
+    k = [e["dur"] for e in ev if e.get("cat") == "Kernel"
+         and any(s <= e["ts"] < s + d for s, d in steps)]
+    assert a.kernels.count == len(k)
+    assert a.kernels.median_kernel_ns == pytest.approx(np.median(k) * 1e3)
+    assert a.kernels.total_ns == sum(k) * 1000
+
+
+def test_outlier_flags_in_the_json_document():
+    from trainscope.analyzers.rules import Rules
+    from trainscope.reports.document import analysis_dict
+
+    doc = analysis_dict(analysis("param_resnet_2080ti.json.gz"), Rules())
+    durs = np.array([s["duration_ms"] for s in doc["steps"]])
+    expected = durs > 1.5 * np.median(durs)
+    assert [s["outlier"] for s in doc["steps"]] == expected.tolist()
+    assert doc["steps"][0]["outlier"] and expected.sum() >= 3

@@ -11,7 +11,7 @@ ranks of one job can be aligned by origin.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Mapping
 
 import numpy as np
 
@@ -152,12 +152,6 @@ class Trace:
     # What the collector skipped or repaired, as human-readable lines ("1,203 events with
     # negative duration skipped"). Reports show them so nothing is dropped silently.
     warnings: list[str] = field(default_factory=list)
-
-    def name_of(self, index: int) -> str:
-        return self.strings[index]
-
-    def names(self, indices: Iterable[int]) -> list[str]:
-        return [self.strings[i] for i in indices]
 
     def device(self, device_id: int) -> Device | None:
         for d in self.devices:
