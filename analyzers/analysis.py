@@ -61,7 +61,8 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     )
     found = findings(inp, rules)
     verdict = classify(inp, found, rules)
-    recs = recommend(found, bd, spec, dev.name if dev else None) if trace.has_gpu_activity else []
+    # No projected gains from evidence too thin for a verdict.
+    recs = [] if verdict.axis == "insufficient_evidence" else recommend(found, bd, spec, dev.name if dev else None)
     warnings = list(trace.warnings)
     if trace.has_gpu_activity and seg.method == "whole_trace":
         warnings.append(seg.note)

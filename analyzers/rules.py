@@ -45,6 +45,8 @@ _TABLE: tuple[Threshold, ...] = (
               "TensorBoard profiler plugin; textbook flowchart (memory > 90 %)"),
     Threshold("tensor_core.low", 50.0, "% of GEMM/conv/attention time", "matmul time on tensor cores",
               "trainscope default: below half, mixed precision is the first compute fix (seed 000 §2059 on)"),
+    Threshold("evidence.min_kernels", 10.0, "kernels", "fewer kernels than this in the analyzed steps is too little to diagnose",
+              "trainscope default: a verdict needs more than a handful of GPU events (DIAGNOSIS.md: never guess)"),
     Threshold("step.outlier_ratio", 1.5, "× median step", "a step this much longer than the median is an outlier",
               "trainscope default"),
     Threshold("launch.tiny_kernel_us", 10.0, "µs", "median kernel shorter than this is launch-latency scale",

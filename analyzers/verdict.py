@@ -188,6 +188,12 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
                        "the trace has no GPU activity (no kernels, copies or memsets): it is a CPU-only trace, and "
                        "trainscope diagnoses where GPU training time goes",
                        [_ctx("GPU kernels in trace", 0, "kernels", "trace")])
+    min_k = rules.value("evidence.min_kernels")
+    if inp.kernels.count < min_k:
+        return Verdict("insufficient_evidence", 0.0, None,
+                       f"only {inp.kernels.count} GPU kernels ran inside the analyzed steps: too little to tell where "
+                       "the time goes (profile more steps)",
+                       [_ev(rules, "evidence.min_kernels", "GPU kernels in the analyzed steps", inp.kernels.count, "<")])
     busy = b.gpu_busy_pct
     saturated = busy >= rules.value("gpu_busy.saturated")
     # Phrased in the direction that supports the branch taken: starved (<) or saturated (≥).

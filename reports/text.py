@@ -35,7 +35,7 @@ def render_text(doc: dict, color: bool = False) -> str:
     w(bold(f"trainscope — {os.path.basename(doc['input']['path'].rstrip('/'))}"))
     dev = doc["device"]
     if dev["name"]:
-        w(f"  device   {dev['name']} (GPU {dev['id']})" + (f", rank {doc['rank']}" if doc.get("rank") is not None else ""))
+        w(f"  device   {dev['name']} (GPU {dev['id']})" * (dev['name'] != f"GPU {dev['id']}") + (f", rank {doc['rank']}" if doc.get("rank") is not None else ""))
     w(f"  steps    {len(doc['steps'])} — {doc['steps_note']}")
     if doc["steps"]:
         st = b["step_time_ms"]

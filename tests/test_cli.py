@@ -203,3 +203,16 @@ def test_progress_indicator_draws_on_a_terminal_and_clears(monkeypatch, capsys):
     quiet = cli.Progress(enabled=False)
     quiet("reading", 0.1)
     assert capsys.readouterr().err == ""
+
+
+def test_too_few_gpu_events_is_insufficient_evidence_not_a_guess(tmp_path):
+    f = tmp_path / "tiny.json"
+    f.write_text('{"traceEvents": [{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":5,"pid":0,"tid":7,'
+                 '"args":{"device":0,"stream":7}}]}')
+    p = run("analyze", str(f), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    v = json.loads(p.stdout)["verdict"]
+    assert v["axis"] == "insufficient_evidence" and "only 1 GPU kernels" in v["summary"]
+    assert json.loads(p.stdout)["recommendations"] == []
+    text = run("analyze", str(f)).stdout
+    assert "GPU 0 (GPU 0)" not in text and "INSUFFICIENT EVIDENCE" in text
