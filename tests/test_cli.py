@@ -188,7 +188,7 @@ def test_usage_errors_exit_2():
 
 
 def test_progress_indicator_draws_on_a_terminal_and_clears(monkeypatch, capsys):
-    from trainscope import cli
+    from trainscope import common as cli
 
     clock = iter([0.0, 0.5, 0.7, 0.75, 1.0])
     monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))

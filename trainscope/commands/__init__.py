@@ -1,0 +1,1 @@
+"""One module per subcommand. Each has ``register(subparsers)`` and ``run(args) -> int``."""
