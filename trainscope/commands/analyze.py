@@ -18,12 +18,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  trainscope analyze run.pt.trace.json.gz\n"
                "  trainscope analyze traces/ --format json > verdict.json\n"
                "  trainscope analyze run.json.gz --report report.md --threshold data_wait.high=25\n\n"
+               "In a terminal, analyze opens an interactive app (press ? in it for every key); --no-tui, --format,\n"
+               "or a stdout that is not a terminal prints instead.\n\n"
                "exit codes: 0 analyzed, 2 bad input or usage, 1 internal error",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     a.add_argument("trace", metavar="TRACE", help="trace file (.json, .json.gz) or directory of rank traces")
-    a.add_argument("--format", choices=("text", "json", "markdown"), default="text",
-                   help="what to print on stdout (default: text summary)")
+    a.add_argument("--format", choices=("text", "json", "markdown"), default=None,
+                   help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
+                        "otherwise: text)")
+    a.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
     a.add_argument("--report", metavar="FILE.md", help="also write the Markdown report to FILE.md")
     a.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     a.add_argument("--peak-tflops", type=positive_float, metavar="TFLOPS",
@@ -44,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from trainscope.reports.text import render_text
 
     rules = Rules(dict(args.threshold))
+    if use_tui(args):
+        return _run_app(args, rules)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
         traces = open_traces(args.trace, progress)
@@ -76,3 +82,23 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_text(doc, color=color))
     sys.stdout.flush()
     return EXIT_OK
+
+
+def use_tui(args: argparse.Namespace) -> bool:
+    """The app opens only for a person at a terminal who asked for nothing else."""
+    return (args.format is None and not args.no_tui and sys.stdout.isatty() and sys.stdin.isatty()
+            and os.environ.get("TERM") != "dumb")
+
+
+def _run_app(args: argparse.Namespace, rules) -> int:
+    from trainscope.tui.app import AnalyzeApp
+
+    app = AnalyzeApp(args.trace, report_path=args.report, rules=rules, peak_tflops=args.peak_tflops)
+    code = app.run()
+    if args.json_out and app.session is not None:
+        try:
+            write_atomic(args.json_out, to_json(app.session.document()))
+        except OSError as e:
+            sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
+            return EXIT_BAD_INPUT
+    return app.return_code if app.return_code is not None else (code or EXIT_OK)

@@ -1,0 +1,83 @@
+"""What-if projections: the step time if one or more fixes worked as well as they possibly could.
+
+Each fix is a *lever*: it removes GPU-idle time (the GPU waited on the host: data, syncs,
+launches) or GPU-busy time (copies or communication hidden behind compute, GEMMs sped up by
+tensor cores, kernels fused away). With ``T`` the step, ``B`` the GPU's busy time and the removed
+totals ``I`` (idle) and ``U`` (busy), the projected step is
+
+    T' = max(T − I − U,  B − U)
+
+The second term is the floor: removing idle time cannot make the step shorter than the GPU's own
+work. For one lever this is exactly the formula behind that fix's projection in
+:mod:`recommendations` (a test holds them equal); for several, their removals add up. Every
+projection is an upper bound on the gain.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainscope.analyzers.analysis import Analysis
+
+
+@dataclass(frozen=True)
+class Lever:
+    recommendation: str  # recommendation id
+    label: str  # what is assumed, for a toggle
+    idle_pct: float = 0.0  # GPU-idle time removed, % of step time
+    busy_pct: float = 0.0  # GPU-busy time removed, % of step time
+
+
+@dataclass(frozen=True)
+class Projection:
+    step_ms: float  # mean step, measured
+    projected_step_ms: float
+    speedup: float
+    levers: tuple[str, ...]
+    basis: str
+
+
+def levers(a: Analysis) -> dict[str, Lever]:
+    """The lever of every recommendation of ``a`` that has a projection, by recommendation id."""
+    b = a.breakdown
+    stake = {f.id: f.stake_pct for f in a.findings}
+    out: dict[str, Lever] = {}
+    for r in a.recommendations:
+        if r.projected_speedup is None:
+            continue
+        if r.id == "dataloader-workers":
+            lever = Lever(r.id, "data loading fully overlapped with compute", idle_pct=b.data_wait_pct)
+        elif r.id == "overlap-copies":
+            lever = Lever(r.id, "host-to-device copies hidden behind compute", busy_pct=stake.get("data/copies", 0.0))
+        elif r.id == "reduce-launch-overhead":
+            lever = Lever(r.id, "no GPU idle during launches/CPU work", idle_pct=stake.get("host/launch-overhead", 0.0))
+        elif r.id == "remove-syncs":
+            lever = Lever(r.id, "no host-device synchronizations", idle_pct=stake.get("host/sync", 0.0))
+        elif r.id == "overlap-communication":
+            lever = Lever(r.id, "communication fully overlapped", busy_pct=stake.get("comm/unoverlapped", 0.0))
+        elif r.id == "mixed-precision" and a.device_spec is not None:
+            g = stake.get("algorithm/no-tensor-cores", 0.0)
+            s = a.device_spec.tensor_tflops / a.device_spec.fp32_tflops
+            lever = Lever(r.id, f"mixed precision on the GEMM share ({s:.1f}× on tensor cores)",
+                          busy_pct=g * (1.0 - 1.0 / s))
+        elif r.id == "fuse-memory-bound":
+            lever = Lever(r.id, "memory-bound kernels fused away", busy_pct=stake.get("machine/bandwidth", 0.0))
+        else:
+            continue  # a fix whose gain this model cannot express: no toggle rather than a wrong one
+        out[r.id] = lever
+    return out
+
+
+def project(a: Analysis, chosen: list[str] | tuple[str, ...]) -> Projection:
+    """The projected mean step time with the levers ``chosen`` (recommendation ids) all applied."""
+    table = levers(a)
+    use = [table[c] for c in chosen if c in table]
+    b = a.breakdown
+    busy = b.gpu_busy_pct
+    idle = sum(lv.idle_pct for lv in use)
+    removed_busy = sum(lv.busy_pct for lv in use)
+    left_pct = max(100.0 - idle - removed_busy, busy - removed_busy, 1e-6)
+    step = b.step_ms.mean
+    speedup = 100.0 / left_pct
+    basis = (f"T' = max(T − idle {idle:.1f} % − busy {removed_busy:.1f} %, GPU busy {busy:.1f} % − {removed_busy:.1f} %)"
+             f" = {left_pct:.1f} % of T")
+    return Projection(step, step * left_pct / 100.0, speedup, tuple(lv.recommendation for lv in use), basis)

@@ -1,0 +1,317 @@
+"""``trainscope analyze`` in a terminal: the Textual app.
+
+Parsing and analysis run in a worker thread that never touches widgets; it hands the finished
+:class:`Session` to the UI thread, and every screen is a thin view over it and the chosen rank.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.reactive import reactive
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Header, Input, ProgressBar, Static, TabbedContent, TabPane
+
+from trainscope.analyzers.rules import Rules
+from trainscope.tui.fixes import FixesPane
+from trainscope.tui.memory import MemoryPane
+from trainscope.tui.overview import Overview
+from trainscope.tui.state import Session, build_session
+from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
+from trainscope.tui.timeline import TimelinePane, legend
+
+TABS = ("overview", "timeline", "steps", "kernels", "fixes", "memory", "ranks")
+
+# Every key, for the help screen (and the README). Kept beside the bindings it documents.
+KEYS: list[tuple[str, list[tuple[str, str]]]] = [
+    ("anywhere", [
+        ("1 … 7", "overview · timeline · steps · kernels · fixes · memory · ranks"),
+        ("tab / shift+tab", "move focus"),
+        ("e", "export the Markdown report (same as --report)"),
+        ("d", "toggle dark / light theme"),
+        ("?", "this help (Esc closes)"),
+        ("q / ctrl+c", "quit"),
+    ]),
+    ("timeline", [
+        ("← / →", "move the cursor (shift: 8 columns); what is under it shows below"),
+        ("+ / −  (i / o, mouse wheel)", "zoom in / out around the cursor"),
+        ("h / l", "pan left / right by a quarter window"),
+        ("n / p  (] / [)", "next / previous step"),
+        ("0 or f / a", "fit the current step / the whole trace"),
+        ("click", "put the cursor there"),
+    ]),
+    ("steps · ranks", [
+        ("↑ / ↓, Enter", "choose a row; Enter opens that step on the timeline / shows that rank everywhere"),
+    ]),
+    ("kernels", [
+        ("/", "filter by name or class (Enter or Esc returns to the table)"),
+        ("s / click a header", "sort by the next column / by that column (again: reverse)"),
+        ("r", "reverse the sort"),
+    ]),
+    ("fixes", [
+        ("↑ / ↓", "choose a fix: its evidence, change and projection show below"),
+        ("space / Enter", "assume the fix in the what-if projection (toggle)"),
+        ("c", "clear the what-ifs"),
+    ]),
+]
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 90%; max-width: 110; height: 90%; border: round $accent;
+                                  background: $surface; padding: 0 1; }
+    """
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(help_text(), id="help-keys")
+            yield Static(legend(), id="help-legend")
+
+
+def help_text() -> Text:
+    out = Text()
+    out.append("trainscope — keys", style="bold")
+    out.append("   (Esc closes; ↑/↓ scroll)\n")
+    for where, keys in KEYS:
+        out.append(f"\n{where}\n", style="bold underline")
+        for key, does in keys:
+            out.append(f"  {key:<28}", style="bold")
+            out.append(f"{does}\n")
+    out.append("\ntimeline colours\n", style="bold underline")
+    return out
+
+
+class Loading(Vertical):
+    DEFAULT_CSS = """
+    Loading { align: center middle; height: 1fr; }
+    Loading Static { width: auto; margin: 1; }
+    Loading ProgressBar { width: auto; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static("reading the trace…", id="loading-stage")
+        yield ProgressBar(total=100, show_eta=False, id="loading-bar")
+
+
+Loader = Callable[[Callable[[str, "float | None"], None]], Session]
+
+
+class AnalyzeApp(App[int]):
+    TITLE = "trainscope"
+    CSS = """
+    TabbedContent { height: 1fr; }
+    TabPane { padding: 0; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
+        Binding("question_mark", "help", "help"),
+        Binding("e", "export", "export report"),
+        Binding("d", "toggle_dark", "theme", show=False),
+        *[Binding(str(i + 1), f"show_tab('{t}')", t, show=False) for i, t in enumerate(TABS)],
+    ]
+
+    rank_index: reactive[int] = reactive(0, init=False)
+
+    def __init__(self, path: str, *, session: Session | None = None, loader: Loader | None = None,
+                 report_path: str | None = None, rules: Rules | None = None, peak_tflops: float | None = None) -> None:
+        super().__init__()
+        self.path = path
+        self.session = session
+        self.loader = loader
+        self.report_path = report_path
+        self.rules = rules or Rules()
+        self.peak_tflops = peak_tflops
+        self.sub_title = os.path.basename(path.rstrip("/"))
+        self.exported: list[str] = []
+        self._last_progress = 0.0
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="◆")
+        yield Loading(id="loading")
+        with TabbedContent(id="tabs"):
+            with TabPane("1 Overview", id="overview"):
+                yield Overview()
+            with TabPane("2 Timeline", id="timeline"):
+                yield TimelinePane()
+            with TabPane("3 Steps", id="steps"):
+                yield StepsPane()
+            with TabPane("4 Kernels", id="kernels"):
+                yield KernelsPane()
+            with TabPane("5 Fixes", id="fixes"):
+                yield FixesPane()
+            with TabPane("6 Memory", id="memory"):
+                yield MemoryPane()
+            with TabPane("7 Ranks", id="ranks"):
+                yield RanksPane()
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#tabs").display = False
+        if self.session is not None:
+            self.show_session(self.session)
+        else:
+            self.load()
+
+    # -- loading (worker thread: never touches widgets) ---------------------------------------------
+
+    @work(thread=True, exclusive=True)
+    def load(self) -> None:
+        from trainscope.collectors import TraceError, open_traces
+
+        def progress(stage: str, fraction: float | None) -> None:
+            now = time.monotonic()
+            if now - self._last_progress > 0.05:
+                self._last_progress = now
+                self.call_from_thread(self._progress, stage, fraction)
+
+        try:
+            if self.loader is not None:
+                session = self.loader(progress)
+            else:
+                traces = open_traces(self.path, progress)
+                session = build_session(self.path, traces, self.rules, self.peak_tflops, progress)
+        except TraceError as e:
+            self.call_from_thread(self.exit, 2, 2, f"trainscope: {e}")
+            return
+        except (OSError, RecursionError) as e:
+            self.call_from_thread(self.exit, 2, 2,
+                                  f"trainscope: {self.path}: cannot read: {getattr(e, 'strerror', None) or e}")
+            return
+        self.call_from_thread(self.show_session, session)
+
+    def _progress(self, stage: str, fraction: float | None) -> None:
+        self.query_one("#loading-stage", Static).update(f"{stage}…")
+        bar = self.query_one("#loading-bar", ProgressBar)
+        if fraction is None:
+            bar.update(total=None)
+        else:
+            bar.update(total=100, progress=100 * fraction)
+
+    # -- showing ------------------------------------------------------------------------------------
+
+    def show_session(self, session: Session) -> None:
+        self.session = session
+        self.query_one("#loading").display = False
+        tabs = self.query_one("#tabs", TabbedContent)
+        tabs.display = True
+        if len(session.ranks) < 2:
+            tabs.hide_tab("ranks")
+        if self.report_path:
+            self._write_report(self.report_path)
+        self.set_reactive(AnalyzeApp.rank_index, session.main_rank)
+        self._show_rank()
+
+    @property
+    def rank(self):
+        return self.session.ranks[self.rank_index] if self.session else None
+
+    def watch_rank_index(self) -> None:
+        if self.session is not None:
+            self._prepare_rank()
+
+    @work(thread=True, exclusive=True, group="rank")
+    def _prepare_rank(self) -> None:
+        rank = self.rank
+        _ = rank.timeline, rank.all_kernels, rank.memory  # the expensive parts, off the UI thread
+        self.call_from_thread(self._show_rank)
+
+    def _show_rank(self) -> None:
+        rank = self.rank
+        s = self.session
+        doc = rank.doc
+        self.query_one(Overview).show(doc)
+        median = _median_step(rank)
+        self.query_one(TimelinePane).set_model(rank.timeline, median)
+        self.query_one(StepsPane).show(doc, self.rules.value("step.outlier_ratio"))
+        self.query_one(KernelsPane).show(rank.all_kernels)
+        self.query_one(FixesPane).show(rank.analysis, doc)
+        tabs = self.query_one("#tabs", TabbedContent)
+        if rank.memory:
+            tabs.show_tab("memory")
+            self.query_one(MemoryPane).show(rank.memory, rank.timeline.span)
+        else:
+            tabs.hide_tab("memory")
+        if len(s.ranks) > 1:
+            rows = s.document()["ranks"]
+            self.query_one(RanksPane).show(rows, self.rank_index, s.main_rank)
+        label = rank.label if len(s.ranks) > 1 else ""
+        self.sub_title = os.path.basename(self.path.rstrip("/")) + (f" · {label} of {len(s.ranks)}" if label else "")
+
+    # -- actions ------------------------------------------------------------------------------------
+
+    def action_show_tab(self, tab: str) -> None:
+        tabs = self.query_one("#tabs", TabbedContent)
+        if not tabs.display:
+            return
+        pane = tabs.get_tab(tab)
+        if pane.display is False:
+            self.notify(f"No {tab} tab for this trace.", severity="warning", timeout=3)
+            return
+        tabs.active = tab
+        self._focus_tab(tab)
+
+    def _focus_tab(self, tab: str) -> None:
+        target = {"timeline": "TimelineView", "steps": "#steps-table", "kernels": "#kernels-table",
+                  "fixes": "#fixes-table", "ranks": "#ranks-table"}.get(tab)
+        if target:
+            self.query_one(target).focus()
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self._focus_tab(event.pane.id)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_toggle_dark(self) -> None:
+        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+
+    def action_export(self) -> None:
+        if self.session is None:
+            return
+        stem = os.path.basename(self.path.rstrip("/"))
+        for ext in (".gz", ".json", ".trace", ".pt"):
+            stem = stem[: -len(ext)] if stem.endswith(ext) else stem
+        self._write_report(self.report_path or f"{stem}.trainscope.md")
+
+    def _write_report(self, path: str) -> None:
+        from trainscope.common import write_atomic
+        from trainscope.reports.markdown import render_markdown
+
+        try:
+            write_atomic(path, render_markdown(self.session.document()))
+        except OSError as e:
+            self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
+            return
+        self.exported.append(path)
+        self.notify(f"Report written to {path}", timeout=4)
+
+    def on_steps_pane_open(self, message: StepsPane.Open) -> None:
+        self.query_one("#tabs", TabbedContent).active = "timeline"
+        self.query_one(TimelinePane).view.show_step(message.index)
+        self.query_one("TimelineView").focus()
+
+    def on_ranks_pane_choose(self, message: RanksPane.Choose) -> None:
+        self.rank_index = message.index
+
+    def on_key(self, event) -> None:
+        # Esc in the kernel filter returns to the table rather than doing nothing.
+        if event.key == "escape" and isinstance(self.focused, Input):
+            self.query_one("#kernels-table", DataTable).focus()
+
+
+def _median_step(rank) -> int:
+    steps = rank.analysis.breakdown.steps
+    if not steps:
+        return 0
+    order = sorted(range(len(steps)), key=lambda i: steps[i].duration_ns)
+    return order[len(order) // 2]

@@ -1,0 +1,140 @@
+"""Fixes: each recommendation with its evidence, the concrete change and its projected effect;
+what-if toggles recompute the projected step time with the chosen fixes assumed."""
+from __future__ import annotations
+
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.reactive import reactive
+from textual.widgets import DataTable, Static
+
+from trainscope.analyzers.analysis import Analysis
+from trainscope.analyzers.whatif import Projection, levers, project
+from trainscope.tui.overview import fmt_value
+
+
+class FixesPane(Vertical):
+    DEFAULT_CSS = """
+    FixesPane #whatif { height: auto; padding: 0 1; border: round $warning 60%; }
+    FixesPane DataTable { height: auto; max-height: 8; }
+    FixesPane #fix-detail { height: 1fr; padding: 0 1; }
+    """
+    BINDINGS = [
+        Binding("space", "toggle", "toggle what-if"),
+        Binding("c", "clear", "clear what-ifs"),
+    ]
+
+    assumed: reactive[frozenset[str]] = reactive(frozenset())
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.analysis: Analysis | None = None
+        self.doc: dict | None = None
+        self.projection: Projection | None = None
+
+    def compose(self):
+        yield Static("", id="whatif")
+        yield DataTable(id="fixes-table", cursor_type="row")
+        with VerticalScroll(id="fix-detail"):
+            yield Static("", id="fix-text")
+
+    def show(self, analysis: Analysis, doc: dict) -> None:
+        self.analysis, self.doc = analysis, doc
+        self.set_reactive(FixesPane.assumed, frozenset())
+        self._fill_table()
+        self._update_projection()
+        self._show_detail(0)
+
+    # -- table and details ----------------------------------------------------------------------
+
+    def _fill_table(self) -> None:
+        table = self.query_one(DataTable)
+        row = table.cursor_row
+        table.clear(columns=True)
+        table.add_columns("what-if", "#", "fix", "projected (upper bound)")
+        lv = levers(self.analysis) if self.analysis else {}
+        for r in self.doc["recommendations"] if self.doc else []:
+            box = Text(("[x]" if r["id"] in self.assumed else "[ ]") if r["id"] in lv else " — ")
+            gain = f"≤ {r['projected_speedup']:.2f}×" if r["projected_speedup"] else "no projection"
+            table.add_row(box, str(r["rank"]), r["title"], gain, key=r["id"])
+        if table.row_count:
+            table.move_cursor(row=min(row, table.row_count - 1))
+
+    def _show_detail(self, index: int) -> None:
+        recs = self.doc["recommendations"] if self.doc else []
+        holder = self.query_one("#fix-text", Static)
+        if not recs:
+            axis = self.doc["verdict"]["axis"] if self.doc else ""
+            holder.update("No fixes: " + ("the evidence is too thin for a verdict." if axis == "insufficient_evidence"
+                                         else "no finding crosses its threshold."))
+            return
+        r = recs[max(0, min(index, len(recs) - 1))]
+        finding = next((f for f in self.doc["findings"] if f["id"] == r["finding"]), None)
+        parts: list = [Text(f"{r['rank']}. {r['title']}\n", style="bold")]
+        if finding:
+            parts.append(Text(f"because {finding['title']} ({finding['severity']}, {finding['stake_pct']:.1f} % of step time)\n"))
+            for e in finding["evidence"]:
+                mark = {True: "✔", False: "✘", None: "·"}[e["meets"]]
+                thr = f" (threshold {e['threshold']} {e['unit']})".rstrip() if e["threshold"] else ""
+                parts.append(Text(f"  {mark} {e['metric']}: {fmt_value(e['value'], e['unit'])}{thr} — {e['source']}\n",
+                                  style="dim" if e["meets"] is None else ""))
+        parts.append(Text("\nchange:\n", style="bold"))
+        parts.append(Syntax(r["change"], "python", theme="ansi_dark", background_color="default", word_wrap=True))
+        proj = (f"up to {r['projected_speedup']:.2f}× faster: step ≥ {r['projected_step_ms']:.1f} ms"
+                if r["projected_speedup"] else "no projection")
+        parts.append(Text(f"\nprojected: {proj}\n", style="bold"))
+        parts.append(Text(f"basis: {r['basis']}\n", style="dim"))
+        from rich.console import Group
+
+        holder.update(Group(*parts))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self._show_detail(event.cursor_row)
+
+    # -- what-if ---------------------------------------------------------------------------------
+
+    def _update_projection(self) -> None:
+        box = self.query_one("#whatif", Static)
+        if self.analysis is None or not self.doc or not self.doc["recommendations"]:
+            box.update("What-if: no fixes to assume.")
+            return
+        if not levers(self.analysis):
+            box.update("What-if: none of these fixes has a projection to combine.")
+            return
+        p = project(self.analysis, sorted(self.assumed))
+        self.projection = p
+        if not p.levers:
+            box.update(Text.assemble(("What-if (projection): ", "bold"),
+                                     f"measured mean step {p.step_ms:.1f} ms · Space toggles a fix in the table "
+                                     "to assume it works as well as it possibly could"))
+            return
+        lv = levers(self.analysis)
+        assumed = "; ".join(lv[i].label for i in p.levers)
+        box.update(Text.assemble(
+            ("What-if (projection, upper bound): ", "bold"),
+            (f"step {p.step_ms:.1f} → {p.projected_step_ms:.1f} ms ({p.speedup:.2f}× faster)", "bold"),
+            f"\nassuming {assumed}\n", (p.basis, "dim")))
+
+    def watch_assumed(self) -> None:
+        if self.doc is not None:
+            self._fill_table()
+            self._update_projection()
+
+    def action_toggle(self) -> None:
+        table = self.query_one(DataTable)
+        if not table.row_count or self.analysis is None:
+            return
+        rid = self.doc["recommendations"][table.cursor_row]["id"]
+        if rid not in levers(self.analysis):
+            self.notify("This fix has no projection to assume.", severity="warning")
+            return
+        self.assumed = self.assumed ^ {rid}
+
+    def action_clear(self) -> None:
+        self.assumed = frozenset()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_toggle()

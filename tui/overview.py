@@ -1,0 +1,106 @@
+"""The overview: the verdict badge, the key figures, the evidence behind the verdict, top fixes."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from trainscope.reports.document import headline
+from trainscope.tui.palette import AXIS_CLASS
+
+
+def _gb(b: int | None) -> str:
+    return "—" if b is None else f"{b / 2**30:.1f} GB"
+
+
+def key_figures(doc: dict) -> list[tuple[str, str]]:
+    """(label, value) rows of the figures a user looks at first."""
+    b = doc["breakdown"]
+    st = b["step_time_ms"]
+    rows = [("device", doc["device"]["name"] or "no GPU in trace")]
+    if doc["steps"]:
+        rows.append(("steps", f"{len(doc['steps'])} ({doc['steps_method'].replace('_', ' ')})"))
+        rows.append(("step time", f"p50 {st['p50']:.1f} ms · p95 {st['p95']:.1f} ms"))
+        rows.append(("GPU busy", f"{b['gpu_busy_pct']:.1f} % of step time"))
+        rows.append(("data wait", f"{b['data_wait_pct']:.1f} % of step time"))
+    mfu = doc["mfu"]
+    rows.append(("MFU", f"{mfu['value_pct']:.1f} %" if mfu["value_pct"] is not None else mfu["reason"] or "unknown"))
+    for m in doc["memory"]:
+        cap = m["capacity_bytes"]
+        used = max(m["peak_allocated_bytes"] or 0, m["peak_reserved_bytes"] or 0)
+        pct = f" ({m['peak_pct_of_capacity']:.0f} %)" if m["peak_pct_of_capacity"] is not None else ""
+        basis = " since profiling began" if m["basis"] == "relative" else ""
+        rows.append((f"peak memory GPU {m['device']}", f"{_gb(used)} of {_gb(cap)}{pct}{basis}"))
+    if not doc["memory"]:
+        rows.append(("peak memory", "unknown — trace recorded without profile_memory"))
+    return rows
+
+
+def fmt_value(v, unit: str) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.1f} %" if unit.startswith("%") else f"{v:g} {unit}".strip()
+
+
+class Overview(VerticalScroll):
+    DEFAULT_CSS = """
+    Overview { padding: 0 1; }
+    Overview #badge { width: 100%; padding: 0 1; text-style: bold; content-align: center middle; height: 3; }
+    Overview .axis-data { background: #b3261e; color: white; }
+    Overview .axis-algorithm { background: #1f5fbf; color: white; }
+    Overview .axis-machine { background: #7b3fa0; color: white; }
+    Overview .axis-balanced { background: #2e7d32; color: white; }
+    Overview .axis-none { background: #5f5f5f; color: white; }
+    Overview #summary { margin: 1 0 0 0; }
+    Overview .heading { text-style: bold; margin: 1 0 0 0; }
+    """
+
+    def compose(self):
+        yield Static("", id="badge")
+        yield Static("", id="summary")
+        yield Static("Key figures", classes="heading")
+        yield Static("", id="figures")
+        yield Static("Evidence", classes="heading")
+        yield Static("", id="evidence")
+        yield Static("Top fixes (projections are upper bounds; details on the Fixes tab)", classes="heading")
+        yield Static("", id="top-fixes")
+        yield Static("", id="warnings")
+
+    def show(self, doc: dict) -> None:
+        v = doc["verdict"]
+        badge = self.query_one("#badge", Static)
+        for cls in AXIS_CLASS.values():
+            badge.remove_class(cls)
+        badge.add_class(AXIS_CLASS.get(v["axis"], "axis-none"))
+        badge.update(f"{headline(doc)}   ·   confidence {v['confidence']:.2f}")
+        self.query_one("#summary", Static).update(v["summary"])
+        fig = Text()
+        for label, value in key_figures(doc):
+            fig.append(f"{label:<18}  ", style="bold")
+            fig.append(value + "\n")
+        self.query_one("#figures", Static).update(fig)
+        ev = Text()
+        for e in v["evidence"]:
+            mark, style = {True: ("✔", "bold"), False: ("✘", ""), None: ("·", "dim")}[e["meets"]]
+            thr = f"  (threshold {e['threshold']} {e['unit']})" if e["threshold"] else ""
+            ev.append(f"{mark} {e['metric']}: ", style=style)
+            ev.append(fmt_value(e["value"], e["unit"]), style="bold")
+            ev.append(f"{thr}  — {e['source']}\n", style="dim")
+        if not v["evidence"]:
+            ev.append("no evidence recorded", style="dim")
+        self.query_one("#evidence", Static).update(ev)
+        fixes = Text()
+        for r in doc["recommendations"][:3]:
+            gain = (f"up to {r['projected_speedup']:.2f}× (step ≥ {r['projected_step_ms']:.1f} ms)"
+                    if r["projected_speedup"] else "no projection")
+            fixes.append(f"{r['rank']}. ", style="bold")
+            fixes.append(r["title"])
+            fixes.append(f" — {gain}\n", style="bold")
+        if not doc["recommendations"]:
+            fixes.append("none: " + ("too little evidence for a verdict" if v["axis"] == "insufficient_evidence"
+                                     else "no finding crosses its threshold"))
+        self.query_one("#top-fixes", Static).update(fixes)
+        warn = Text()
+        for w in doc["warnings"]:
+            warn.append(f"⚠ {w}\n", style="yellow")
+        self.query_one("#warnings", Static).update(warn)
