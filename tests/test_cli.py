@@ -216,3 +216,37 @@ def test_too_few_gpu_events_is_insufficient_evidence_not_a_guess(tmp_path):
     assert json.loads(p.stdout)["recommendations"] == []
     text = run("analyze", str(f)).stdout
     assert "GPU 0 (GPU 0)" not in text and "INSUFFICIENT EVIDENCE" in text
+
+
+def test_app_opens_only_for_a_person_at_a_terminal(monkeypatch):
+    """A terminal on both ends and no --format/--no-tui: the app; anything else: printed output."""
+    import argparse
+
+    from trainscope.commands.analyze import use_tui
+
+    class Tty:
+        def __init__(self, tty: bool) -> None:
+            self.tty = tty
+
+        def isatty(self) -> bool:
+            return self.tty
+
+    def decide(stdout_tty=True, stdin_tty=True, fmt=None, no_tui=False, term="xterm-256color"):
+        monkeypatch.setattr(sys, "stdout", Tty(stdout_tty))
+        monkeypatch.setattr(sys, "stdin", Tty(stdin_tty))
+        monkeypatch.setenv("TERM", term)
+        return use_tui(argparse.Namespace(format=fmt, no_tui=no_tui))
+
+    assert decide() is True
+    assert decide(stdout_tty=False) is False  # piped: `trainscope analyze t.json | less`
+    assert decide(stdin_tty=False) is False
+    assert decide(fmt="text") is False and decide(fmt="json") is False
+    assert decide(no_tui=True) is False
+    assert decide(term="dumb") is False
+
+
+def test_piped_output_is_the_text_summary_not_the_app():
+    p = run("analyze", RESNET)  # stdout is a pipe here
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("trainscope — ") and "VERDICT  DATA-BOUND" in p.stdout
+    assert "\x1b[?1049h" not in p.stdout  # no alternate screen: the app never started

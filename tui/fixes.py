@@ -32,6 +32,7 @@ class FixesPane(Vertical):
         self.analysis: Analysis | None = None
         self.doc: dict | None = None
         self.projection: Projection | None = None
+        self.detail_plain = ""  # the details shown, as plain text
 
     def compose(self):
         yield Static("", id="whatif")
@@ -87,6 +88,7 @@ class FixesPane(Vertical):
         parts.append(Text(f"basis: {r['basis']}\n", style="dim"))
         from rich.console import Group
 
+        self.detail_plain = "".join(p.plain if isinstance(p, Text) else r["change"] for p in parts)
         holder.update(Group(*parts))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:

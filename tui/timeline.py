@@ -176,12 +176,25 @@ class TimelineView(Widget, can_focus=True):
                                    ("host", host, HOST_STYLE)):
             out.append("\n")
             out.append(f"{label:<{GUTTER}}", style="bold")
-            for c, k in enumerate(view.dominant):
-                glyph, color = style[view.categories[int(k)]]
-                out.append(glyph, style=f"{color} reverse" if c == self.cursor else color)
+            self._append_runs(out, view, style)
         out.append("\n")
         out.append(" " * (GUTTER + self.cursor) + "▲", style="bold")
         return out
+
+    def _append_runs(self, out: Text, view, style: dict[str, tuple[str, str]]) -> None:
+        """One styled span per run of equal cells (not per cell): rendering stays cheap at any width."""
+        dominant = view.dominant.tolist()
+        c = 0
+        while c < len(dominant):
+            k = dominant[c]
+            end = c + 1
+            while end < len(dominant) and dominant[end] == k and end != self.cursor:
+                end += 1
+            if c == self.cursor:
+                end = c + 1
+            glyph, color = style[view.categories[k]]
+            out.append(glyph * (end - c), style=f"{color} reverse" if c == self.cursor else color)
+            c = end
 
     def _ticks(self, cols: int) -> Text:
         """Step boundaries (┃) and a tick every 16 columns (│)."""

@@ -1,0 +1,368 @@
+"""The analyze app, driven with Textual's Pilot on real traces; every assertion is on state that
+could be wrong, re-derived from the trace or the analysis where possible."""
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.conftest import KINETO, load
+
+textual = pytest.importorskip("textual")
+
+from trainscope.analyzers.rules import Rules  # noqa: E402
+from trainscope.collectors import open_traces  # noqa: E402
+from trainscope.tui.app import AnalyzeApp, HelpScreen  # noqa: E402
+from trainscope.tui.fixes import FixesPane  # noqa: E402
+from trainscope.tui.memory import MemoryPane  # noqa: E402
+from trainscope.tui.overview import Overview  # noqa: E402
+from trainscope.tui.state import Session, build_session  # noqa: E402
+from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane  # noqa: E402
+from trainscope.tui.timeline import TimelinePane, TimelineView  # noqa: E402
+
+RESNET = "resnet50_v100_num_workers_0.pt.trace.json.gz"
+PARAM_RESNET = "param_resnet_2080ti.json.gz"
+A100 = "hta_a100_control.json.gz"
+
+
+@functools.lru_cache(maxsize=None)
+def session(name: str) -> Session:
+    path = str(KINETO / name)
+    return build_session(path, open_traces(path), Rules())
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def static_text(app, selector: str) -> str:
+    return str(app.query_one(selector).render())
+
+
+async def _ready(app, pilot) -> None:
+    for _ in range(300):
+        await pilot.pause(0.05)
+        if app.session is not None and app.query_one("#tabs").display:
+            break
+    await pilot.pause()
+
+
+def test_overview_shows_the_data_bound_verdict_and_the_dataloader_fix_first():
+    async def go():
+        app = AnalyzeApp(str(KINETO / RESNET), session=session(RESNET))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _ready(app, pilot)
+            badge = static_text(app, "#badge")
+            assert "DATA-BOUND" in badge and "confidence 0.90" in badge
+            assert app.query_one("#badge").has_class("axis-data")
+            figures = static_text(app, "#figures")
+            b = session(RESNET).analyses[0].breakdown
+            assert f"GPU busy            {b.gpu_busy_pct:.1f} %" in figures.replace("  ", "  ")
+            assert f"{b.data_wait_pct:.1f} %" in figures and "p50 " in figures
+            assert "2.6 GB of 31.7 GB" in figures  # peak memory vs the V100's capacity
+            fixes = static_text(app, "#top-fixes")
+            first = fixes.splitlines()[0]
+            assert first.startswith("1. Load batches in parallel worker processes") and "1.66×" in first
+            evidence = static_text(app, "#evidence")
+            assert "host waiting on DataLoader __next__: 39.6 %" in evidence and "XProf" in evidence
+    run(go())
+
+
+def _lanes_in_view(view: TimelineView):
+    model = view.model
+    return (model.lane("gpu", view.start_ns, view.end_ns, view.columns),
+            model.lane("host", view.start_ns, view.end_ns, view.columns))
+
+
+def test_timeline_lines_up_gpu_idle_with_host_data_wait_and_navigates():
+    async def go():
+        s = session(RESNET)
+        app = AnalyzeApp(str(KINETO / RESNET), session=s)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("2")
+            await pilot.pause()
+            view = app.query_one(TimelineView)
+            assert app.focused is view
+            steps = s.analyses[0].segmentation.steps
+            durs = [st.duration_ns for st in steps]
+            median = sorted(range(len(steps)), key=lambda i: durs[i])[len(steps) // 2]
+            assert view.step_index == median
+            assert (view.start_ns, view.end_ns) == (steps[median].start_ns, steps[median].end_ns)
+
+            gpu, host = _lanes_in_view(view)
+            waiting = gpu.dominant == gpu.categories.index("idle_data_wait")
+            # A third of the step: GPU idle columns, and the host is in the DataLoader on (nearly) all of them.
+            assert waiting.sum() > 0.25 * view.columns
+            host_wait = host.dominant == host.categories.index("data_wait")
+            assert (host_wait[waiting]).mean() > 0.95
+
+            # Step navigation.
+            await pilot.press("p")
+            assert view.step_index == median - 1
+            assert view.start_ns == steps[median - 1].start_ns
+            await pilot.press("n", "n")
+            assert view.step_index == median + 1
+
+            # Zoom in around the cursor halves the window and keeps the cursor's instant in view.
+            await pilot.press("right", "right", "right")
+            before = view.end_ns - view.start_ns
+            t_cursor = view.column_window(view.cursor)[0]
+            await pilot.press("plus")
+            assert abs((view.end_ns - view.start_ns) - before / 2) <= 2
+            a, b = view.column_window(view.cursor)
+            assert abs(a - t_cursor) <= before / view.columns
+            await pilot.press("l")
+            assert view.start_ns > a - (view.end_ns - view.start_ns)  # panned right
+            await pilot.press("minus", "minus")
+            await pilot.press("a")
+            lo, hi = view.model.span
+            assert view.start_ns <= lo + 1 and view.end_ns >= hi - 1
+            await pilot.press("f")
+            assert view.start_ns == steps[median + 1].start_ns
+    run(go())
+
+
+def test_timeline_cursor_says_which_kernel_and_host_op_are_under_it():
+    async def go():
+        s = session(RESNET)
+        trace = s.ranks[0].trace
+        app = AnalyzeApp(str(KINETO / RESNET), session=s)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("2")
+            view = app.query_one(TimelineView)
+            gpu, _ = _lanes_in_view(view)
+            # Move the cursor onto the first column where the GPU computes.
+            col = int(np.flatnonzero(gpu.dominant == gpu.categories.index("compute"))[-1])
+            view.cursor = 0
+            await pilot.press(*["right"] * col)
+            await pilot.pause()
+            a, b = view.column_window(view.cursor)
+            k = trace.kernels
+            overlap = np.minimum(k.end, b) - np.maximum(k.ts, a)
+            expected = trace.strings[int(k.name[int(np.argmax(overlap))])]
+            detail = static_text(app, "#tl-detail")
+            from trainscope.tui.timeline import short_name
+            assert short_name(expected) in detail.replace("\n", "")
+            assert "host " in detail and "% of ProfilerStep#" in detail
+    run(go())
+
+
+def test_steps_table_marks_the_periodic_dataloader_stalls_and_opens_a_step():
+    async def go():
+        s = session(PARAM_RESNET)
+        app = AnalyzeApp(str(KINETO / PARAM_RESNET), session=s)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("3")
+            table = app.query_one("#steps-table")
+            durs = np.array([st.duration_ns for st in s.analyses[0].segmentation.steps], float)
+            expected = np.flatnonzero(durs > 1.5 * np.median(durs))
+            flagged = [i for i in range(table.row_count) if "outlier" in str(table.get_row_at(i)[-1])]
+            assert flagged == list(expected) and len(flagged) >= 3  # first wait + periodic stalls
+            # Enter on the second outlier opens it on the timeline.
+            table.move_cursor(row=int(expected[1]))
+            await pilot.press("enter")
+            await pilot.pause()
+            assert app.query_one("#tabs").active == "timeline"
+            assert app.query_one(TimelineView).step_index == int(expected[1])
+    run(go())
+
+
+def test_kernels_sort_and_filter():
+    async def go():
+        s = session(RESNET)
+        app = AnalyzeApp(str(KINETO / RESNET), session=s)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("4")
+            pane = app.query_one(KernelsPane)
+            totals = [k.total_ns for k in pane.shown]
+            assert totals == sorted(totals, reverse=True) and pane.sort_column == "total"
+            # Independently: distinct kernel names inside the steps.
+            trace = s.ranks[0].trace
+            seg = s.analyses[0].segmentation
+            k = trace.kernels
+            inside = np.zeros(len(k), bool)
+            for st in seg.steps:
+                inside |= (k.ts >= st.start_ns) & (k.ts < st.end_ns)
+            assert len(pane.shown) == len(np.unique(k.name[inside]))
+            assert sum(x.count for x in pane.shown) == int(inside.sum())
+            await pilot.press("s")  # next column: mean
+            means = [x.mean_ns for x in pane.shown]
+            assert pane.sort_column == "mean" and means == sorted(means, reverse=True)
+            await pilot.press("r")
+            assert [x.mean_ns for x in pane.shown] == sorted(means)
+            await pilot.press("slash", *"sgemm")
+            names = {trace.strings[i] for i in np.unique(k.name[inside])}
+            assert pane.filter_text == "sgemm"
+            assert {x.name for x in pane.shown} == {n for n in names if "sgemm" in n.lower()}
+            await pilot.press("escape")
+            assert app.focused is app.query_one("#kernels-table")
+    run(go())
+
+
+def test_fixes_what_if_toggles_recompute_the_projection():
+    async def go():
+        s = session(RESNET)
+        a = s.analyses[0]
+        app = AnalyzeApp(str(KINETO / RESNET), session=s)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("5")
+            pane = app.query_one(FixesPane)
+            assert a.recommendations[0].id == "dataloader-workers"
+            await pilot.press("space")
+            assert pane.assumed == {"dataloader-workers"}
+            assert pane.projection.speedup == pytest.approx(a.recommendations[0].projected_speedup, abs=1e-3)
+            text = static_text(app, "#whatif")
+            assert "projection" in text and f"{a.breakdown.step_ms.mean:.1f} → {pane.projection.projected_step_ms:.1f} ms" in text
+            await pilot.press("down", "space")  # add mixed precision: both removals combine
+            assert pane.assumed == {"dataloader-workers", "mixed-precision"}
+            both = pane.projection.speedup
+            assert both > a.recommendations[0].projected_speedup and both > a.recommendations[1].projected_speedup
+            # T' = max(T − I − U, B − U) re-derived from the breakdown.
+            b = a.breakdown
+            g = next(f.stake_pct for f in a.findings if f.id == "algorithm/no-tensor-cores")
+            ratio = a.device_spec.tensor_tflops / a.device_spec.fp32_tflops
+            u = g * (1 - 1 / ratio)
+            assert both == pytest.approx(100 / max(100 - b.data_wait_pct - u, b.gpu_busy_pct - u), rel=1e-6)
+            detail = pane.detail_plain
+            assert "autocast" in detail and "basis:" in detail
+            await pilot.press("c")
+            assert pane.assumed == frozenset() and pane.projection.speedup == pytest.approx(1.0)
+    run(go())
+
+
+def test_export_writes_the_same_report_as_the_report_flag(tmp_path, monkeypatch):
+    from trainscope.reports.markdown import render_markdown
+
+    monkeypatch.chdir(tmp_path)
+
+    async def go():
+        s = session(RESNET)
+        app = AnalyzeApp(str(KINETO / RESNET), session=s)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("e")
+            await pilot.pause()
+            return app.exported
+
+    exported = run(go())
+    out = tmp_path / "resnet50_v100_num_workers_0.trainscope.md"
+    assert exported == [out.name]
+    assert out.read_text() == render_markdown(session(RESNET).document())
+    assert "DATA\\-BOUND" in out.read_text() and "Load batches in parallel worker processes" in out.read_text()
+
+
+def test_memory_tab_plots_usage_against_capacity_and_is_hidden_without_memory_events():
+    async def go(name):
+        s = session(name)
+        app = AnalyzeApp(str(KINETO / name), session=s)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("6")
+            tabs = app.query_one("#tabs")
+            return tabs.active, static_text(app, "#mem-note")
+
+    active, note = run(go(RESNET))
+    assert active == "memory"
+    peak = session(RESNET).analyses[0].memory[0].peak_allocated
+    assert f"peak {peak / 2**30:.2f} GB of 31.74 GB" in note
+    active, _ = run(go(A100))
+    assert active != "memory"  # no memory events: no tab, the key says so
+
+
+def test_rank_selector_switches_every_screen(tmp_path):
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    shutil.copy(KINETO / "hta_a100_80gb_rank0.json.gz", ranks / "a.json.gz")
+    shutil.copy(KINETO / RESNET, ranks / "b.json.gz")
+
+    async def go():
+        app = AnalyzeApp(str(ranks))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _ready(app, pilot)
+            s = app.session
+            assert len(s.ranks) == 2
+            start = app.rank_index
+            assert start == s.main_rank
+            slow = max(range(2), key=lambda i: s.analyses[i].breakdown.step_ms.p50)
+            assert start == slow
+            await pilot.press("7")
+            table = app.query_one("#ranks-table")
+            other = 1 - start
+            table.move_cursor(row=other)
+            await pilot.press("enter")
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if app.rank_index == other and static_text(app, "#badge") != "":
+                    break
+            await pilot.pause(0.2)
+            assert app.rank_index == other
+            expect = "DATA-BOUND" if s.analyses[other].verdict.axis == "data" else "HOST-BOUND"
+            assert expect in static_text(app, "#badge")
+            assert app.query_one(TimelineView).model is s.ranks[other].timeline
+
+    run(go())
+
+
+def test_help_lists_keys_and_closes():
+    async def go():
+        app = AnalyzeApp(str(KINETO / RESNET), session=session(RESNET))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            text = static_text(app.screen, "#help-keys")
+            for key in ("zoom in", "next / previous step", "export the Markdown report", "what-if", "quit"):
+                assert key in text
+            await pilot.press("escape")
+            assert not isinstance(app.screen, HelpScreen)
+            await pilot.press("d")
+            assert not app.current_theme.dark
+            await pilot.press("q")
+        return app.return_code
+
+    assert run(go()) in (0, None)
+
+
+def test_loading_runs_in_a_worker_and_bad_input_exits_2(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+
+    async def go(path):
+        app = AnalyzeApp(str(path))
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(200):
+                await pilot.pause(0.05)
+                if app.session is not None or app.return_code is not None:
+                    break
+        return app
+
+    app = run(go(KINETO / RESNET))
+    assert app.session is not None and app.session.analyses[0].verdict.axis == "data"
+    app = run(go(bad))
+    assert app.return_code == 2 and app.session is None
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 60)])
+def test_every_tab_renders_at_small_and_large_sizes(size):
+    async def go():
+        s = session(A100)
+        app = AnalyzeApp(str(KINETO / A100), session=s)
+        async with app.run_test(size=size) as pilot:
+            await _ready(app, pilot)
+            for key in "1234567":
+                await pilot.press(key)
+                await pilot.pause()
+            await pilot.press("2", "plus", "plus", "h", "n", "a")
+            view = app.query_one(TimelineView)
+            assert view.columns == size[0] - 7
+            assert app.query_one(TimelinePane).query_one("#tl-title").render()
+    run(go())

@@ -1,0 +1,68 @@
+"""The real app in a real terminal: tmux runs `trainscope analyze` on a pseudo-terminal, the test
+reads the screen, presses keys, exports the report and quits."""
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import KINETO
+
+TRACE = KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz"
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
+                                reason="tmux is not installed (.ci/run installs it; apt-get install tmux)")
+
+
+class Tmux:
+    def __init__(self, socket: str) -> None:
+        self.socket = socket
+
+    def __call__(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True).stdout
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "t")
+
+    def wait_for(self, text: str, timeout: float = 90.0) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} never appeared; screen:\n{self.screen()}")
+
+
+def test_analyze_app_in_tmux_navigates_exports_and_quits(tmp_path):
+    tmux = Tmux(f"trainscope-test-{tmp_path.name}")
+    exit_file = tmp_path / "exit.txt"
+    cmd = (f"cd {shlex.quote(str(tmp_path))} && {shlex.quote(sys.executable)} -m trainscope analyze "
+           f"{shlex.quote(str(TRACE))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30")
+    tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", cmd)
+    try:
+        screen = tmux.wait_for("DATA-BOUND")
+        assert "confidence 0.90" in screen and "1 Overview" in screen
+        tmux("send-keys", "-t", "t", "2")
+        screen = tmux.wait_for("ProfilerStep#9 (5/6")
+        assert "GPU" in screen and "host" in screen and "waiting for data" in screen
+        tmux("send-keys", "-t", "t", "n")
+        tmux.wait_for("ProfilerStep#10 (6/6")
+        tmux("send-keys", "-t", "t", "e")
+        report = tmp_path / "resnet50_v100_num_workers_0.trainscope.md"
+        end = time.monotonic() + 30
+        while not report.exists() and time.monotonic() < end:
+            time.sleep(0.2)
+        assert report.exists() and "Load batches in parallel worker processes" in report.read_text()
+        tmux("send-keys", "-t", "t", "q")
+        end = time.monotonic() + 30
+        while not exit_file.exists() and time.monotonic() < end:
+            time.sleep(0.2)
+        assert exit_file.read_text().strip() == "0"
+        # The terminal is given back: no alternate screen left behind, the shell's output is visible.
+        assert "DATA-BOUND" not in tmux.screen()
+    finally:
+        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
