@@ -22,7 +22,7 @@ class FixesPane(Vertical):
     """
     BINDINGS = [
         Binding("space", "toggle", "toggle what-if"),
-        Binding("c", "clear", "clear what-ifs"),
+        Binding("c", "clear", "clear what-ifs", show=False),
     ]
 
     assumed: reactive[frozenset[str]] = reactive(frozenset())

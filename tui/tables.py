@@ -102,7 +102,7 @@ class KernelsPane(Vertical):
     """
     BINDINGS = [
         Binding("s", "sort_next", "sort by next column"),
-        Binding("r", "reverse", "reverse sort"),
+        Binding("r", "reverse", "reverse sort", show=False),
         Binding("slash", "focus_filter", "filter"),
     ]
     MAX_ROWS = 2000  # a DataTable of more rows is sluggish; the filter narrows the rest
