@@ -151,7 +151,10 @@ def ledger_vs_measured(lg: Ledger, measured_peak: int | None, capacity: int | No
     d["measured_peak_bytes"] = measured_peak
     d["measured_basis"] = basis
     d["capacity_bytes"] = capacity
-    d["unexplained_bytes"] = None if measured_peak is None else measured_peak - round(lg.total_bytes)
+    # A relative peak (2021 traces: growth since profiling started) leaves out whatever was
+    # allocated before — the weights and optimizer state above all — so no difference is taken.
+    d["unexplained_bytes"] = (None if measured_peak is None or basis != "absolute"
+                              else measured_peak - round(lg.total_bytes))
     return d
 
 
@@ -163,8 +166,11 @@ def ledger_text_lines(d: dict) -> list[str]:
     if d["measured_peak_bytes"] is not None:
         rel = " (growth since profiling started)" if d["measured_basis"] == "relative" else ""
         out.append(f"  {'measured peak allocated' + rel:56s} {d['measured_peak_bytes'] / 1e9:8.2f} GB")
-        label = "not in the ledger (activations, workspace)" if not d["complete"] else "measured − ledger"
-        out.append(f"  {label:56s} {d['unexplained_bytes'] / 1e9:8.2f} GB")
+        if d["unexplained_bytes"] is None:
+            out.append("  (not comparable: the trace counts only memory allocated after profiling started)")
+        else:
+            label = "not in the ledger (activations, workspace)" if not d["complete"] else "measured − ledger"
+            out.append(f"  {label:56s} {d['unexplained_bytes'] / 1e9:8.2f} GB")
     else:
         out.append("  measured peak: unknown (record with profile_memory=True)")
     return out
@@ -177,6 +183,7 @@ def ledger_markdown_lines(d: dict) -> list[str]:
     out.append(f"| ledger total | {d['total_gb']:.2f} |")
     if d["measured_peak_bytes"] is not None:
         out.append(f"| measured peak allocated ({md_escape(d['measured_basis'])}) | {d['measured_peak_bytes'] / 1e9:.2f} |")
-        out.append(f"| measured − ledger | {d['unexplained_bytes'] / 1e9:.2f} |")
+        if d["unexplained_bytes"] is not None:
+            out.append(f"| measured − ledger | {d['unexplained_bytes'] / 1e9:.2f} |")
     out.append("")
     return out

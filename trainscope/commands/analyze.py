@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="peak FLOP/s of the device for MFU, overriding the built-in device table")
     a.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
                    help="override a diagnostic threshold (repeatable; list them with `trainscope thresholds`)")
+    a.add_argument("--model", metavar="SPEC",
+                   help="the trained model and setup, to show the memory ledger next to the measured peak: the "
+                        "`trainscope plan` flags as KEY=VALUE, e.g. \"params=25.6M,optimizer=momentum,precision=fp32\"")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
     a.set_defaults(run=run)
@@ -44,6 +47,18 @@ def run(args: argparse.Namespace) -> int:
     from trainscope.reports.text import render_text
 
     rules = Rules(dict(args.threshold))
+    model = None
+    if args.model:
+        from trainscope.commands.plan import parse_model_spec
+
+        try:
+            model = parse_model_spec(args.model)
+            from trainscope.analyzers.ledger import ledger
+
+            model_ledger = ledger(model)
+        except ValueError as e:
+            sys.stderr.write(f"trainscope: {e}\n")
+            return EXIT_BAD_INPUT
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
         traces = open_traces(args.trace, progress)
@@ -59,6 +74,12 @@ def run(args: argparse.Namespace) -> int:
     analyses = analyze_set(traces, rules, args.peak_tflops)
     progress.done()
     doc = build_document(args.trace, analyses, rules, traces.warnings)
+    if model is not None:
+        from trainscope.reports.plan import ledger_vs_measured
+
+        mem = next((m for m in doc["memory"] if m["device"] == doc["device"]["id"]), doc["memory"][0] if doc["memory"] else None)
+        doc["ledger"] = ledger_vs_measured(model_ledger, mem["peak_allocated_bytes"] if mem else None,
+                                           mem["capacity_bytes"] if mem else None, mem["basis"] if mem else None)
 
     for path, render in ((args.report, render_markdown), (args.json_out, to_json)):
         if path:
