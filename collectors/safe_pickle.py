@@ -70,31 +70,49 @@ def loads_plain(data: bytes):
 def check_plain(obj, max_depth: int = MAX_DEPTH) -> None:
     """Iteratively check that ``obj`` is a tree of plain data: no other types (sets, bytearrays),
     no cycles, no deeper nesting than ``max_depth``. Shared references are fine (pickle memoizes
-    repeated strings and frames): each container is checked once, which also defeats a
-    "billion laughs" graph of lists that reference the level below many times."""
+    repeated strings and frames): a container is re-checked only when reached deeper than
+    before, at most ``max_depth`` times, which also defeats a "billion laughs" graph of lists
+    that reference the level below many times."""
     stack: list[tuple[object, int, bool]] = [(obj, 0, False)]
     on_path: set[int] = set()
     done: dict[int, int] = {}  # container id → the deepest depth it was checked at
+    if type(obj) not in _PLAIN_TYPES:
+        raise UnsafePickleError(f"holds a {type(obj).__name__}, which a memory snapshot never contains")
     while stack:
         o, depth, leaving = stack.pop()
         if leaving:
             on_path.discard(id(o))
             continue
-        if done.get(id(o), -1) >= depth and id(o) not in on_path:
-            continue  # already checked at this depth or deeper: its subtree fits (≤ max_depth revisits)
-        if not isinstance(o, _PLAIN):
-            raise UnsafePickleError(f"holds a {type(o).__name__}, which a memory snapshot never contains")
-        if isinstance(o, (dict, list, tuple)):
-            if depth >= max_depth:
-                raise UnsafePickleError(f"nests deeper than {max_depth} levels")
-            if id(o) in on_path:
-                raise UnsafePickleError("contains a reference cycle")
-            on_path.add(id(o))
-            done[id(o)] = depth
-            stack.append((o, depth, True))
-            children = (x for kv in o.items() for x in kv) if isinstance(o, dict) else o
-            for c in children:
-                if isinstance(c, (dict, list, tuple)):
-                    stack.append((c, depth + 1, False))
-                elif not isinstance(c, _PLAIN):
-                    raise UnsafePickleError(f"holds a {type(c).__name__}, which a memory snapshot never contains")
+        if type(o) not in _CONTAINERS:
+            continue
+        if id(o) in on_path:
+            raise UnsafePickleError("contains a reference cycle")
+        if done.get(id(o), -1) >= depth:
+            continue  # already checked at this depth or deeper: its subtree fits
+        if depth >= max_depth:
+            raise UnsafePickleError(f"nests deeper than {max_depth} levels")
+        done[id(o)] = depth
+        on_path.add(id(o))
+        stack.append((o, depth, True))
+        if type(o) is dict:
+            if not set(map(type, o)) <= _KEY_TYPES:
+                raise UnsafePickleError("has a dict key that is not a string, number or tuple")
+            children = o.values()
+            tuple_keys = [k for k in o if type(k) is tuple]
+        else:
+            children = o
+            tuple_keys = []
+        kinds = set(map(type, children))
+        if not kinds <= _PLAIN_TYPES:
+            bad = next(iter(kinds - _PLAIN_TYPES))
+            raise UnsafePickleError(f"holds a {bad.__name__}, which a memory snapshot never contains")
+        if kinds & _CONTAINERS or tuple_keys:
+            d1 = depth + 1
+            for c in (*children, *tuple_keys) if tuple_keys else children:
+                if type(c) in _CONTAINERS and done.get(id(c), -1) < d1:
+                    stack.append((c, d1, False))
+
+
+_PLAIN_TYPES = frozenset(_PLAIN)
+_CONTAINERS = frozenset((dict, list, tuple))
+_KEY_TYPES = frozenset((str, int, float, bool, type(None), bytes, tuple))
