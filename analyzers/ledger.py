@@ -83,7 +83,6 @@ SGD_STEPS_FACTOR = 3.0
 SGD_STEPS_SOURCE = "seed 000 (GPT-2 converges in ~50K steps with Adam vs ~150K+ with SGD+momentum)"
 ZERO_SOURCE = ("seed 003 (ZeRO-1 shards optimizer state, ZeRO-2 adds gradients, ZeRO-3/FSDP adds parameters, "
                "each to 1/N); the FP32 master copy is part of the optimizer state (seed 002: 12Ψ)")
-ZERO3_COMM = "ZeRO-3 all-gathers parameters in forward and backward: 1.5× the communication of plain data parallelism (ZeRO paper, Rajbhandari et al. 2020)"
 
 ACTIVATION_FORMULA = (
     "per layer s·b·h·(16e + 2d) + a·s²·b·(e + d·(e + 1)) bytes [+ the s²-term only for eager attention], "
