@@ -70,18 +70,12 @@ def test_memory_command_on_the_real_snapshot():
     assert "10.3 % (fragmentation)" in t.stdout
 
 
-def test_analyze_points_a_snapshot_to_memory():
-    one_line_error(run("analyze", _plain_snapshot()), "trainscope memory")
-
-
-def _plain_snapshot() -> str:
+def test_analyze_points_a_snapshot_to_memory(tmp_path):
     import gzip
-    import tempfile
 
-    f = tempfile.NamedTemporaryFile(suffix=".pickle", delete=False)
-    f.write(gzip.open(SNAPSHOT).read(2048))
-    f.close()
-    return f.name
+    f = tmp_path / "snapshot.pickle"
+    f.write_bytes(gzip.open(SNAPSHOT).read(2048))
+    one_line_error(run("analyze", str(f)), "trainscope memory")
 
 
 def test_analyze_model_adds_the_ledger_next_to_the_measured_peak():
