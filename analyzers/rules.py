@@ -43,6 +43,8 @@ _TABLE: tuple[Threshold, ...] = (
               "trainscope default; DIAGNOSIS.md §2.3 names the kernel mix as the evidence but no number"),
     Threshold("memory.capacity", 90.0, "% of device memory", "peak memory near capacity",
               "TensorBoard profiler plugin; textbook flowchart (memory > 90 %)"),
+    Threshold("memory.fragmentation", 30.0, "% of reserved memory", "reserved by the allocator but holding no tensor at the reserved peak",
+              "seed 002: in some cases over 30 % of memory is unusable through fragmentation"),
     Threshold("tensor_core.low", 50.0, "% of GEMM/conv/attention time", "matmul time on tensor cores",
               "trainscope default: below half, mixed precision is the first compute fix (seed 000 §2059 on)"),
     Threshold("evidence.min_kernels", 10.0, "kernels", "fewer kernels than this in the analyzed steps is too little to diagnose",

@@ -36,6 +36,9 @@ def open_file(path: str, progress: Progress | None = None) -> Trace:
     if os.path.getsize(path) == 0:
         raise TraceError(path, "file is empty")
     head = sniff(path)
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        raise TraceError(path, "is a pickle (a CUDA memory snapshot?): analyze it with `trainscope memory "
+                               f"{path}`; analyze reads profiler traces")
     if head.startswith(SQLITE_MAGIC):
         raise TraceError(path, "is an SQLite file (an Nsight Systems export?); Nsight input is not supported yet")
     if head[:2] == GZIP_MAGIC or head.lstrip()[:1] in (b"{", b"[") or lower.endswith(_KINETO_SUFFIXES):

@@ -107,6 +107,10 @@ def render_markdown(doc: dict) -> str:
     w(f"- MFU: {mfu['value_pct']:.1f} % ({md_escape(mfu['reason'])})" if mfu["value_pct"] is not None
       else f"- MFU: {md_escape(mfu['reason'])}")
     w("")
+    if doc.get("ledger"):
+        from trainscope.reports.plan import ledger_markdown_lines
+
+        out.extend(ledger_markdown_lines(doc["ledger"]))
     if doc.get("ranks"):
         w("## Ranks")
         w("")

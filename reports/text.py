@@ -105,6 +105,10 @@ def render_text(doc: dict, color: bool = False) -> str:
     mfu = doc["mfu"]
     w(f"MFU      {mfu['value_pct']:.1f} % — {mfu['reason']}" if mfu["value_pct"] is not None else f"MFU      {mfu['reason']}")
 
+    if doc.get("ledger"):
+        from trainscope.reports.plan import ledger_text_lines
+
+        out.extend(ledger_text_lines(doc["ledger"]))
     if doc.get("ranks"):
         w("")
         w(bold("Ranks") + "  (the summary above is the slowest rank)")

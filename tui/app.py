@@ -122,7 +122,8 @@ class AnalyzeApp(App[int]):
     rank_index: reactive[int] = reactive(0, init=False)
 
     def __init__(self, path: str, *, session: Session | None = None, loader: Loader | None = None,
-                 report_path: str | None = None, rules: Rules | None = None, peak_tflops: float | None = None) -> None:
+                 report_path: str | None = None, rules: Rules | None = None, peak_tflops: float | None = None,
+                 decorate: Callable[[dict], dict] | None = None) -> None:
         super().__init__()
         self.path = path
         self.session = session
@@ -130,6 +131,7 @@ class AnalyzeApp(App[int]):
         self.report_path = report_path
         self.rules = rules or Rules()
         self.peak_tflops = peak_tflops
+        self.decorate = decorate  # adds optional sections (e.g. the --model ledger) to the report
         self.sub_title = os.path.basename(path.rstrip("/"))
         self.exported: list[str] = []
         self._last_progress = 0.0
@@ -199,6 +201,8 @@ class AnalyzeApp(App[int]):
     # -- showing ------------------------------------------------------------------------------------
 
     def show_session(self, session: Session) -> None:
+        if self.decorate is not None:
+            session.decorate = self.decorate
         self.session = session
         self.query_one("#loading").display = False
         tabs = self.query_one("#tabs", TabbedContent)

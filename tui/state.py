@@ -66,10 +66,12 @@ class Session:
     analyses: list[Analysis]
     ranks: list[RankView] = field(default_factory=list)
     main_rank: int = 0  # index of the rank the report leads with (the slowest)
+    decorate: Callable[[dict], dict] | None = None  # optional sections the CLI adds (e.g. the --model ledger)
 
     def document(self) -> dict:
         """The same document ``--report``/``--format json`` produce."""
-        return build_document(self.path, self.analyses, self.rules, self.traces.warnings)
+        doc = build_document(self.path, self.analyses, self.rules, self.traces.warnings)
+        return self.decorate(doc) if self.decorate else doc
 
 
 def build_session(path: str, traces: TraceSet, rules: Rules, peak_tflops: float | None = None,

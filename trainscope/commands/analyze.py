@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="peak FLOP/s of the device for MFU, overriding the built-in device table")
     a.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
                    help="override a diagnostic threshold (repeatable; list them with `trainscope thresholds`)")
+    a.add_argument("--model", metavar="SPEC",
+                   help="the trained model and setup, to show the memory ledger next to the measured peak: the "
+                        "`trainscope plan` flags as KEY=VALUE, e.g. \"params=25.6M,optimizer=momentum,precision=fp32\"")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
     a.set_defaults(run=run)
@@ -48,8 +51,13 @@ def run(args: argparse.Namespace) -> int:
     from trainscope.reports.text import render_text
 
     rules = Rules(dict(args.threshold))
+    try:
+        decorate = _ledger_hook(args.model)
+    except ValueError as e:
+        sys.stderr.write(f"trainscope: {e}\n")
+        return EXIT_BAD_INPUT
     if use_tui(args):
-        return _run_app(args, rules)
+        return _run_app(args, rules, decorate)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
         traces = open_traces(args.trace, progress)
@@ -65,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     analyses = analyze_set(traces, rules, args.peak_tflops)
     progress.done()
     doc = build_document(args.trace, analyses, rules, traces.warnings)
+    doc = decorate(doc)
 
     for path, render in ((args.report, render_markdown), (args.json_out, to_json)):
         if path:
@@ -90,10 +99,31 @@ def use_tui(args: argparse.Namespace) -> bool:
             and os.environ.get("TERM") != "dumb")
 
 
-def _run_app(args: argparse.Namespace, rules) -> int:
+def _ledger_hook(spec: str | None):
+    """``--model``: a function that adds the planned ledger next to the measured peak to a document."""
+    if not spec:
+        return lambda doc: doc
+    from trainscope.analyzers.ledger import ledger
+    from trainscope.commands.plan import parse_model_spec
+    from trainscope.reports.plan import ledger_vs_measured
+
+    model_ledger = ledger(parse_model_spec(spec))  # ValueError: a bad spec, said in one line
+
+    def decorate(doc: dict) -> dict:
+        mem = next((m for m in doc["memory"] if m["device"] == doc["device"]["id"]),
+                   doc["memory"][0] if doc["memory"] else None)
+        doc["ledger"] = ledger_vs_measured(model_ledger, mem["peak_allocated_bytes"] if mem else None,
+                                           mem["capacity_bytes"] if mem else None, mem["basis"] if mem else None)
+        return doc
+
+    return decorate
+
+
+def _run_app(args: argparse.Namespace, rules, decorate) -> int:
     from trainscope.tui.app import AnalyzeApp
 
-    app = AnalyzeApp(args.trace, report_path=args.report, rules=rules, peak_tflops=args.peak_tflops)
+    app = AnalyzeApp(args.trace, report_path=args.report, rules=rules, peak_tflops=args.peak_tflops,
+                     decorate=decorate)
     code = app.run()
     if args.json_out and app.session is not None:
         try:

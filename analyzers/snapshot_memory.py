@@ -1,0 +1,256 @@
+"""Peak memory, fragmentation and the largest live allocations from a CUDA memory snapshot.
+
+The snapshot's ``segments`` are the allocator's state when it was dumped; its trace is a ring
+buffer of the most recent events, which may not reach back to the start of the program. So the
+timeline is rebuilt *backwards* from the final state: allocated bytes (what tensors requested:
+the trace records requested sizes, so the final blocks' ``requested_size`` is the starting
+point) before an ``alloc`` are the bytes after it minus its size, before a ``free_requested`` plus its size (allocated bytes drop
+when the user frees a tensor, as ``torch.cuda.memory_allocated`` does); reserved bytes move with
+``segment_alloc`` / ``segment_free`` (and ``segment_map`` / ``segment_unmap`` for expandable
+segments). That needs nothing from before the trace began.
+
+Fragmentation is memory the allocator holds (reserved) but no tensor uses (allocated): at the
+moment reserved memory peaks, ``(reserved − allocated) / reserved``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.verdict import Evidence, Finding
+from trainscope.collectors.snapshot import ACTIONS, DeviceTrace, Snapshot
+
+A = {a: i for i, a in enumerate(ACTIONS)}
+_PY_SKIP = ("torch/nn/modules/module.py", "torch/utils/", "torch/autograd/", "torch/_", "torch/optim/optimizer.py")
+
+
+@dataclass(frozen=True)
+class LiveAllocation:
+    size: int
+    address: int
+    time_us: int | None  # None: allocated before the trace begins
+    site: str  # the innermost Python frame of the allocating stack: "file.py:123 (function)"
+
+
+@dataclass(frozen=True)
+class Site:
+    site: str
+    bytes: int
+    count: int
+
+
+@dataclass
+class DeviceSnapshotMemory:
+    device: int
+    events: int
+    end_allocated: int
+    end_reserved: int
+    peak_allocated: int
+    peak_reserved: int
+    peak_allocated_time_us: int | None
+    reserved_at_peak_allocated: int
+    allocated_at_peak_reserved: int
+    peak_phase: str | None  # profiler annotation open at the peak, e.g. "Optimizer.step#AdamW.step"
+    inactive_end_bytes: int  # cached but free at the dump
+    largest_inactive_block: int
+    oom_events: int
+    top_allocations: list[LiveAllocation]
+    sites: list[Site]
+    series_time_us: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+    series_allocated: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+    series_reserved: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fragmentation_pct(self) -> float:
+        """Reserved but unallocated, as a share of reserved, when reserved memory peaks."""
+        if not self.peak_reserved:
+            return 0.0
+        return 100.0 * (self.peak_reserved - self.allocated_at_peak_reserved) / self.peak_reserved
+
+
+_BACKWARD_NODE = re.compile(r"autograd::generated::(\w+)::apply")
+_ATEN_OP = re.compile(r"at::_ops::(\w+)::call")
+
+
+def site_of(frames: list) -> str:
+    """The innermost frame in user Python code (skipping C++ frames and torch internals); for
+    stacks with no Python frame (the autograd engine's backward threads), the backward node or
+    ATen operator that allocated."""
+    if not frames:
+        return "no stack recorded (allocated before recording began)"
+    for f in frames or []:
+        if not isinstance(f, dict):
+            continue
+        fn = f.get("filename")
+        if isinstance(fn, str) and fn.endswith(".py") and not any(s in fn for s in _PY_SKIP):
+            return f"{fn.rsplit('/', 1)[-1]}:{f.get('line', '?')} ({f.get('name', '?')})"
+    for f in frames or []:
+        if isinstance(f, dict) and isinstance(f.get("filename"), str) and f["filename"].endswith(".py"):
+            return f"{f['filename'].rsplit('/', 1)[-1]}:{f.get('line', '?')} ({f.get('name', '?')})"
+    names = [f.get("name") for f in frames if isinstance(f, dict) and isinstance(f.get("name"), str)]
+    for pattern, fmt in ((_BACKWARD_NODE, "{} (backward, no Python frame)"), (_ATEN_OP, "aten::{} (no Python frame)")):
+        for nm in names:
+            m = pattern.search(nm)
+            if m:
+                return fmt.format(m.group(1))
+    return "unknown (no Python frame recorded)"
+
+
+def snapshot_memory(snap: Snapshot, top: int = 10) -> list[DeviceSnapshotMemory]:
+    out = []
+    for dev in snap.devices:
+        trace = next((t for t in snap.traces if t.device == dev), None)
+        out.append(_device(snap, dev, trace, top))
+    return out
+
+
+def _device(snap: Snapshot, dev: int, tr: DeviceTrace | None, top: int) -> DeviceSnapshotMemory:
+    segs = [s for s in snap.segments if s.device == dev]
+    live_end = {b.address: b for s in segs for b in s.blocks if b.state == "active_allocated"}
+    # The trace records the bytes each tensor requested (not the allocator's rounded block), so
+    # the final state is counted the same way for the replay to add up.
+    end_alloc = sum(b.requested_size for b in live_end.values())
+    end_res = sum(s.total_size for s in segs)
+    inactive = [b.size for s in segs for b in s.blocks if b.state == "inactive"]
+    notes: list[str] = []
+    n = len(tr) if tr is not None else 0
+    if n == 0:
+        notes.append("no allocator events recorded: peaks are the state at the dump (record them with "
+                     "torch.cuda.memory._record_memory_history() before the step)")
+        tops = sorted(live_end.values(), key=lambda b: -b.requested_size)[:top]
+        allocs = [LiveAllocation(b.requested_size, b.address, None, site_of(b.frames)) for b in tops]
+        return DeviceSnapshotMemory(dev, 0, end_alloc, end_res, end_alloc, end_res, None, end_res, end_alloc, None,
+                                    sum(inactive), max(inactive, default=0), 0, allocs,
+                                    _sites([LiveAllocation(b.requested_size, b.address, None, site_of(b.frames))
+                                            for b in live_end.values()]), notes=notes)
+
+    act, size = tr.action, tr.size
+    free_code = A["free_requested"]
+    if not (act == free_code).any() and (act == A["free_completed"]).any():
+        free_code = A["free_completed"]  # traces that record only completed frees
+    d_alloc = np.where(act == A["alloc"], size, 0) - np.where(act == free_code, size, 0)
+    d_res = (np.where((act == A["segment_alloc"]) | (act == A["segment_map"]), size, 0)
+             - np.where((act == A["segment_free"]) | (act == A["segment_unmap"]), size, 0))
+    # After event i: end − (sum of deltas after i).
+    after_alloc = end_alloc - (np.cumsum(d_alloc[::-1])[::-1] - d_alloc)
+    after_res = end_res - (np.cumsum(d_res[::-1])[::-1] - d_res)
+    start_alloc = int(after_alloc[0] - d_alloc[0])
+    start_res = int(after_res[0] - d_res[0])
+    if start_alloc < 0 or start_res < 0 or after_alloc.min() < 0:
+        notes.append("the recorded events do not add up to the final allocator state (the trace may have been "
+                     "cut mid-way); peaks are approximate")
+    i_peak = int(np.argmax(after_alloc))
+    peak_alloc = max(int(after_alloc[i_peak]), start_alloc)
+    if start_alloc > int(after_alloc[i_peak]):
+        i_peak = -1  # the peak was before the trace began
+    j = int(np.argmax(after_res))
+    peak_res = max(int(after_res[j]), start_res)
+    alloc_at_res_peak = int(after_alloc[j]) if peak_res == int(after_res[j]) else start_alloc
+    # The reserved peak can span many events (reserved only moves with segments): take the
+    # largest allocation inside it, so fragmentation is the best case for that plateau.
+    plateau = after_res == after_res[j]
+    if peak_res == int(after_res[j]) and plateau.any():
+        alloc_at_res_peak = int(after_alloc[plateau].max())
+    res_at_alloc_peak = int(after_res[i_peak]) if i_peak >= 0 else start_res
+
+    live = _live_at(tr, live_end, i_peak, free_code)
+    live.sort(key=lambda x: -x.size)
+    peak_t = int(tr.time_us[i_peak]) if i_peak >= 0 else None
+    if peak_t is not None:
+        notes.append(f"the trace covers {n:,} events over {(tr.time_us[-1] - tr.time_us[0]) / 1e3:,.1f} ms")
+    return DeviceSnapshotMemory(
+        device=dev, events=n, end_allocated=end_alloc, end_reserved=end_res, peak_allocated=peak_alloc,
+        peak_reserved=peak_res, peak_allocated_time_us=peak_t, reserved_at_peak_allocated=res_at_alloc_peak,
+        allocated_at_peak_reserved=alloc_at_res_peak, peak_phase=_phase(snap, dev, peak_t),
+        inactive_end_bytes=sum(inactive), largest_inactive_block=max(inactive, default=0),
+        oom_events=int((act == A["oom"]).sum()), top_allocations=live[:top], sites=_sites(live),
+        series_time_us=tr.time_us, series_allocated=after_alloc, series_reserved=after_res, notes=notes)
+
+
+def _live_at(tr: DeviceTrace, live_end: dict, i_peak: int, free_code: int) -> list[LiveAllocation]:
+    """Allocations live just after event ``i_peak`` (-1: before the first event): those allocated
+    in the trace up to it and not yet freed, plus those from before the trace that were still
+    live then (freed later in the trace, or still live at the dump)."""
+    act, addr, size, t = tr.action, tr.addr, tr.size, tr.time_us
+    alloc_code = A["alloc"]
+    live: dict[int, int] = {}  # address → index of its alloc event
+    at_peak: dict[int, int] | None = {} if i_peak < 0 else None
+    pre_freed_later: list[LiveAllocation] = []
+    allocated_in_trace: set[int] = set()
+    for i in np.flatnonzero((act == alloc_code) | (act == free_code)).tolist():
+        if at_peak is None and i > i_peak:
+            at_peak = dict(live)
+        k = int(addr[i])
+        if act[i] == alloc_code:
+            live[k] = i
+            allocated_in_trace.add(k)
+        elif k in live:
+            del live[k]
+        elif i > i_peak:  # allocated before the trace began and freed after the peak: only the free's stack is known
+            pre_freed_later.append(LiveAllocation(int(size[i]), k, None, site_of(tr.frames[i]) + " [where freed]"))
+    if at_peak is None:
+        at_peak = live
+    out = [LiveAllocation(int(size[i]), k, int(t[i]), site_of(tr.frames[i])) for k, i in at_peak.items()]
+    out += pre_freed_later
+    # Live at the dump and never allocated in the trace: live throughout, with the block's stack.
+    out += [LiveAllocation(b.requested_size, b.address, None, site_of(b.frames)) for a_, b in live_end.items()
+            if a_ not in allocated_in_trace]
+    return out
+
+
+def _sites(live: list[LiveAllocation]) -> list[Site]:
+    agg: dict[str, list[int]] = {}
+    for la in live:
+        s = agg.setdefault(la.site, [0, 0])
+        s[0] += la.size
+        s[1] += 1
+    return sorted((Site(k, v[0], v[1]) for k, v in agg.items()), key=lambda s: -s.bytes)
+
+
+def _phase(snap: Snapshot, dev: int, t_us: int | None) -> str | None:
+    if t_us is None:
+        return None
+    open_at: dict[str, int] = {}
+    found = None
+    for a in sorted((a for a in snap.annotations if a.device == dev), key=lambda a: a.time_us):
+        if a.time_us > t_us:
+            break
+        if a.stage == "START":
+            open_at[a.name] = a.time_us
+        elif a.stage == "END":
+            open_at.pop(a.name, None)
+    if open_at:
+        found = max(open_at, key=open_at.get)  # the innermost (latest opened) range
+    return found
+
+
+def snapshot_findings(mem: list[DeviceSnapshotMemory], capacity_bytes: float | None, rules: Rules) -> list[Finding]:
+    """``machine/capacity`` (peak near or over the device's memory, or an OOM recorded) and
+    ``machine/fragmentation`` (a large share of reserved memory holds no tensor)."""
+    out: list[Finding] = []
+    cap_t, frag_t = rules["memory.capacity"], rules["memory.fragmentation"]
+    for m in mem:
+        frag_ev = Evidence("reserved but unallocated at the reserved peak", round(m.fragmentation_pct, 2),
+                           frag_t.unit, f"≥ {frag_t.value:g}", frag_t.source, m.fragmentation_pct >= frag_t.value)
+        if m.oom_events:
+            out.append(Finding("machine/capacity", "machine", "high", f"GPU {m.device} ran out of memory", 0.0,
+                               [Evidence("out-of-memory events in the trace", m.oom_events, "events", "OOM seen",
+                                         "DIAGNOSIS.md §3 (OOM seen: high)", True), frag_ev],
+                               "the allocator could not satisfy a request"))
+        elif capacity_bytes:
+            pct = 100.0 * m.peak_reserved / capacity_bytes
+            if pct >= cap_t.value:
+                out.append(Finding("machine/capacity", "machine", "high", f"GPU {m.device} memory near capacity", 0.0,
+                                   [Evidence("peak reserved / device memory", round(pct, 2), cap_t.unit,
+                                             f"≥ {cap_t.value:g}", cap_t.source, True), frag_ev],
+                                   "little headroom: larger batches or models will not fit"))
+        if m.fragmentation_pct >= frag_t.value:
+            out.append(Finding("machine/fragmentation", "machine", "moderate",
+                               f"GPU {m.device}: reserved memory the allocator cannot use for tensors", 0.0, [frag_ev],
+                               "the caching allocator holds free blocks it cannot fit requests into; "
+                               "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow instead"))
+    return out

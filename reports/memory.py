@@ -1,0 +1,131 @@
+"""A CUDA memory snapshot or memory timeline as a document ("trainscope.memory/1"), text and Markdown."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from trainscope import __version__
+from trainscope.analyzers.snapshot_memory import DeviceSnapshotMemory
+from trainscope.analyzers.timeline_memory import TimelinePeak
+from trainscope.analyzers.verdict import Finding
+from trainscope.reports.markdown import md_escape
+
+SCHEMA = "trainscope.memory/1"
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    return {"id": f.id, "axis": f.axis, "severity": f.severity, "title": f.title, "detail": f.detail,
+            "evidence": [{"metric": e.metric, "value": e.value, "unit": e.unit, "threshold": e.threshold,
+                          "source": e.source, "meets": e.meets} for e in f.evidence]}
+
+
+def build_memory_document(path: str, kind: str, devices: list[DeviceSnapshotMemory] | None,
+                          timeline: TimelinePeak | None, findings: list[Finding], capacity: dict | None,
+                          warnings: list[str]) -> dict[str, Any]:
+    doc: dict[str, Any] = {"schema": SCHEMA, "tool": {"name": "trainscope", "version": __version__},
+                           "input": {"path": path, "format": kind}, "capacity": capacity,
+                           "findings": [_finding(f) for f in findings], "warnings": warnings}
+    if devices is not None:
+        doc["devices"] = [{
+            "device": m.device, "events": m.events,
+            "peak_allocated_bytes": m.peak_allocated, "peak_reserved_bytes": m.peak_reserved,
+            "peak_allocated_time_us": m.peak_allocated_time_us, "peak_phase": m.peak_phase,
+            "reserved_at_peak_allocated_bytes": m.reserved_at_peak_allocated,
+            "allocated_at_peak_reserved_bytes": m.allocated_at_peak_reserved,
+            "fragmentation_pct": round(m.fragmentation_pct, 2),
+            "end_allocated_bytes": m.end_allocated, "end_reserved_bytes": m.end_reserved,
+            "end_inactive_bytes": m.inactive_end_bytes, "largest_inactive_block_bytes": m.largest_inactive_block,
+            "oom_events": m.oom_events,
+            "top_allocations": [{"bytes": a.size, "site": a.site, "time_us": a.time_us} for a in m.top_allocations],
+            "sites": [{"site": s.site, "bytes": s.bytes, "count": s.count} for s in m.sites[:15]],
+            "notes": m.notes,
+        } for m in devices]
+    if timeline is not None:
+        doc["timeline"] = {"peak_bytes": timeline.peak_bytes, "peak_time_us": timeline.peak_time_us,
+                           "duration_us": timeline.duration_us, "at_peak_bytes": timeline.at_peak,
+                           "category_peak_bytes": timeline.category_peaks}
+    return doc
+
+
+def _g(b: int | float) -> str:
+    return f"{b / 1e9:.2f} GB"
+
+
+def render_memory_text(doc: dict) -> str:
+    out: list[str] = []
+    w = out.append
+    w(f"trainscope memory — {os.path.basename(doc['input']['path'])} ({doc['input']['format']})")
+    cap = doc["capacity"]
+    if cap:
+        w(f"  device  {cap['name']}: {cap['capacity_bytes'] / 1e9:.1f} GB")
+    w("")
+    for m in doc.get("devices", []):
+        w(f"GPU {m['device']}  ({m['events']:,} allocator events recorded)")
+        phase = f", during {m['peak_phase']}" if m["peak_phase"] else ""
+        w(f"  peak allocated   {_g(m['peak_allocated_bytes']):>10s}{phase}")
+        w(f"  peak reserved    {_g(m['peak_reserved_bytes']):>10s}   reserved but unallocated at that peak "
+          f"{m['fragmentation_pct']:.1f} % (fragmentation)")
+        if cap:
+            w(f"  of capacity      {100 * m['peak_reserved_bytes'] / cap['capacity_bytes']:9.1f} %")
+        w(f"  at the dump      {_g(m['end_allocated_bytes'])} allocated, {_g(m['end_reserved_bytes'])} reserved, "
+          f"{_g(m['end_inactive_bytes'])} cached free (largest block {m['largest_inactive_block_bytes'] / 2**20:.0f} MiB)")
+        if m["oom_events"]:
+            w(f"  out-of-memory events: {m['oom_events']}")
+        if m["sites"]:
+            w("  live at the peak, by allocation site:")
+            for s in m["sites"][:8]:
+                w(f"    {_g(s['bytes']):>10s}  ×{s['count']:<5d} {s['site'][:90]}")
+        if m["top_allocations"]:
+            w("  largest live allocations at the peak:")
+            for a in m["top_allocations"][:5]:
+                w(f"    {a['bytes'] / 2**20:10.1f} MiB  {a['site'][:90]}")
+        for n in m["notes"]:
+            w(f"  note: {n}")
+        w("")
+    t = doc.get("timeline")
+    if t:
+        w(f"Peak {_g(t['peak_bytes'])} over {t['duration_us'] / 1e3:,.1f} ms; by category at the peak:")
+        for c, b in sorted(t["at_peak_bytes"].items(), key=lambda x: -x[1]):
+            if b:
+                w(f"  {c:16s} {_g(b):>10s}   (own peak {_g(t['category_peak_bytes'][c])})")
+        w("")
+    for f in doc["findings"]:
+        w(f"[{f['severity']}] {f['id']}: {f['title']} — {f['detail']}")
+        for e in f["evidence"]:
+            w(f"    {e['metric']}: {e['value']} {e['unit']} (threshold {e['threshold']}; {e['source']})")
+    for line in doc["warnings"]:
+        w(f"note: {line}")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def render_memory_markdown(doc: dict) -> str:
+    out = [f"# trainscope memory report: {md_escape(os.path.basename(doc['input']['path']))}", ""]
+    w = out.append
+    for m in doc.get("devices", []):
+        w(f"## GPU {m['device']}")
+        w("")
+        w(f"- **Peak allocated:** {_g(m['peak_allocated_bytes'])}" + (f" during {md_escape(m['peak_phase'])}" if m["peak_phase"] else ""))
+        w(f"- **Peak reserved:** {_g(m['peak_reserved_bytes'])}; fragmentation {m['fragmentation_pct']:.1f} %")
+        w("")
+        w("| bytes live at the peak | allocations | site |")
+        w("|---:|---:|---|")
+        for s in m["sites"][:10]:
+            w(f"| {_g(s['bytes'])} | {s['count']} | {md_escape(s['site'], 120)} |")
+        w("")
+    t = doc.get("timeline")
+    if t:
+        w(f"## Peak {_g(t['peak_bytes'])} by category")
+        w("")
+        w("| category | at the peak | own peak |")
+        w("|---|---:|---:|")
+        for c, b in t["at_peak_bytes"].items():
+            w(f"| {c} | {_g(b)} | {_g(t['category_peak_bytes'][c])} |")
+        w("")
+    if doc["findings"]:
+        w("## Findings")
+        w("")
+        for f in doc["findings"]:
+            w(f"- **{md_escape(f['id'])}** ({f['severity']}): {md_escape(f['title'])}; {md_escape(f['detail'])}")
+        w("")
+    w(f"<sub>trainscope {doc['tool']['version']} · schema {doc['schema']}</sub>")
+    return "\n".join(out) + "\n"
