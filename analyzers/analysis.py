@@ -5,15 +5,19 @@ import re
 from dataclasses import dataclass, field
 
 from trainscope.analyzers import intervals as iv
+from trainscope.analyzers.attention import attention_evidence, unfused_attention_finding
 from trainscope.analyzers.breakdown import Breakdown, primary_device, step_breakdown
 from trainscope.analyzers.devices import DeviceSpec, lookup
+from trainscope.analyzers.gpu_metrics import CounterSummary, counter_summary, with_counter_evidence
+from trainscope.analyzers.host_device import blocking_syncs, host_device_findings, pageable_copies
 from trainscope.analyzers.kernels import KernelSummary, kernel_classes, kernel_summary
 from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
+from trainscope.analyzers.phases import PhaseBreakdown, phase_breakdown
 from trainscope.analyzers.recommendations import Recommendation, recommend
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
-from trainscope.analyzers.verdict import DiagnosisInput, Finding, Verdict, classify, findings
+from trainscope.analyzers.verdict import DiagnosisInput, Finding, Verdict, classify, finding_order, findings
 from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace, TraceSet
 
 _SINGLE_PROCESS_LOADER = re.compile(r"_SingleProcessDataLoaderIter")
@@ -35,11 +39,17 @@ class Analysis:
     verdict: Verdict
     recommendations: list[Recommendation]
     warnings: list[str] = field(default_factory=list)
+    phases: PhaseBreakdown | None = None  # forward/backward/optimizer, where ranges name them
+    counters: CounterSummary | None = None  # hardware counters (Nsight GPU_METRICS), where sampled
+    source_format: str = "kineto"  # Trace.format: "kineto" or "nsys-sqlite"
 
 
-def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float | None = None) -> Analysis:
+def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float | None = None,
+                  step_range: str | None = None) -> Analysis:
+    """``step_range`` names the annotation range that marks a step (raises StepRangeError when
+    the trace has none)."""
     rules = rules or Rules()
-    seg = segment_steps(trace)
+    seg = segment_steps(trace, step_range)
     device = primary_device(trace)
     classes = kernel_classes(trace)  # regexes over long kernel names: classify once, use twice
     bd = step_breakdown(trace, seg, device, classes[0])
@@ -60,6 +70,15 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         kernels_per_step=ks.count / max(1, len(seg.steps)),
     )
     found = findings(inp, rules)
+    # Findings of their own modules: host-device traffic, attention, hardware counters.
+    if trace.has_gpu_activity:
+        found += host_device_findings(pageable_copies(trace, seg, device), blocking_syncs(trace, seg, device), rules)
+        unfused = unfused_attention_finding(attention_evidence(trace, seg, device, classes[0]),
+                                            bd.share_pct("compute"), bd.gpu_busy_pct, rules)
+        found += [unfused] if unfused else []
+    counters = counter_summary(trace, seg, device)
+    found = with_counter_evidence(found, counters, bd.gpu_busy_pct, bd.share_pct("compute"), rules)
+    found.sort(key=finding_order)
     verdict = classify(inp, found, rules)
     # No projected gains from evidence too thin for a verdict.
     recs = [] if verdict.axis == "insufficient_evidence" else recommend(found, bd, spec, dev.name if dev else None)
@@ -70,12 +89,14 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         source=trace.source, rank=trace.rank, device=device, device_name=dev.name if dev else None,
         device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
         findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
+        phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
     )
 
 
-def analyze_set(traces: TraceSet, rules: Rules | None = None, peak_tflops: float | None = None) -> list[Analysis]:
+def analyze_set(traces: TraceSet, rules: Rules | None = None, peak_tflops: float | None = None,
+                step_range: str | None = None) -> list[Analysis]:
     """One analysis per rank, in rank order."""
-    return [analyze_trace(t, rules, peak_tflops) for t in traces.traces]
+    return [analyze_trace(t, rules, peak_tflops, step_range) for t in traces.traces]
 
 
 def slowest(analyses: list[Analysis]) -> Analysis:

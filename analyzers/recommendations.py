@@ -65,6 +65,27 @@ def recommend(found: list[Finding], b: Breakdown, spec: DeviceSpec | None, devic
         add("overlap-copies", f.id, "Overlap host-to-device copies with compute (pinned memory, non_blocking)",
             "DataLoader(..., pin_memory=True)\nx = x.to(device, non_blocking=True)", s,
             f"hiding the {f.stake_pct:.1f} % copy-only time: {basis}")
+    if f := by_id.get("data/pageable-copies"):
+        s, basis = _remove(b, f.stake_pct / 100, busy_time=True)
+        add("pin-memory", f.id, "Copy from pinned memory, asynchronously",
+            "DataLoader(..., pin_memory=True)             # batches land in page-locked memory\n"
+            "x = x.to(device, non_blocking=True)          # copy overlaps compute\n"
+            "# tensors built on the host each step: t.pin_memory() once, reuse the buffer",
+            s, f"if the {f.stake_pct:.1f} % pageable-copy time were hidden behind compute: {basis}")
+    if f := by_id.get("host/blocking-sync"):
+        s, basis = _remove(b, f.stake_pct / 100)
+        add("remove-blocking-syncs", f.id, "Take synchronizations out of the step",
+            "running_loss += loss.detach()              # not loss.item() every step\n"
+            "if step % 100 == 0: print(running_loss.item() / 100)  # sync rarely\n"
+            "# drop torch.cuda.synchronize() and .cpu() from the training loop",
+            s, f"removing the {f.stake_pct:.1f} % GPU idle after syncs: {basis}")
+    if f := by_id.get("machine/unfused-attention"):
+        s, basis = _remove(b, f.stake_pct / 100, busy_time=True)
+        add("fused-attention", f.id, "Use fused attention (SDPA / FlashAttention)",
+            "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+            "# replaces scores = q @ k.transpose(-2, -1) / sqrt(d); mask; softmax; @ v",
+            s, f"if the {f.stake_pct:.1f} % memory-bound attention time vanished (fused kernels still do the "
+               f"matmuls, so real gains are smaller): {basis}")
     if f := by_id.get("host/launch-overhead"):
         s, basis = _remove(b, f.stake_pct / 100)
         add("reduce-launch-overhead", f.id, "Launch fewer, larger kernels (CUDA graphs / torch.compile, bigger batches)",

@@ -1,8 +1,11 @@
 """Step segmentation: where each training step starts and ends.
 
-In order of preference: ``ProfilerStep#N`` ranges (host lane, else GPU lane); repeating
-iteration markers (DataLoader ``__next__``, ``Optimizer.zero_grad``, ``Optimizer.step``), as in
-traces recorded without ``profiler.step()``; otherwise the whole trace as one window, said plainly.
+In order of preference: the range named by ``--step-range``; ``ProfilerStep#N`` ranges (host
+lane, else GPU lane); top-level ranges named like a step (``step 3``, ``train_step``; NVTX or
+``record_function``); repeating iteration markers (DataLoader ``__next__``,
+``Optimizer.zero_grad``, ``Optimizer.step``), as in traces recorded without ``profiler.step()``;
+iterations from forward/backward/optimizer ranges; otherwise the whole trace (for Nsight, the span
+of GPU activity) as one window, said plainly. Range-based rules live in ``range_steps``.
 """
 from __future__ import annotations
 
@@ -62,13 +65,22 @@ def name_mask(trace: Trace, pattern: re.Pattern) -> np.ndarray:
     return np.array([bool(pattern.search(s)) for s in trace.strings], bool)
 
 
-def segment_steps(trace: Trace) -> StepSegmentation:
+def segment_steps(trace: Trace, step_range: str | None = None) -> StepSegmentation:
+    """Steps of ``trace``; ``step_range`` names the annotation range that marks one step."""
+    from trainscope.analyzers import range_steps  # it builds on this module's types
+
+    if step_range:
+        return range_steps.named_range_steps(trace, step_range)
     for lane in ("host", "GPU"):
         starts, ends, names = _matching(trace, PROFILER_STEP, "annotations", lane=lane.lower())
         if len(starts):
             steps = _profiler_steps(starts, ends, names)
             return StepSegmentation("profiler_step", steps,
                                     f"{len(steps)} steps from ProfilerStep#N markers on the {lane} lane")
+
+    named = range_steps.repeating_range_steps(trace)
+    if named is not None:
+        return named
 
     anchors = _iteration_anchors(trace)
     if anchors is not None:
@@ -86,10 +98,15 @@ def segment_steps(trace: Trace) -> StepSegmentation:
             f"no ProfilerStep markers: {len(steps)} iterations delimited by repeating {what} annotations",
         )
 
-    lo, hi = trace.span_ns
+    by_phase = range_steps.phase_steps(trace)
+    if by_phase is not None:
+        return by_phase
+
+    lo, hi, what = range_steps.whole_window(trace)
     return StepSegmentation(
         "whole_trace", [Step("whole trace", lo, hi)],
-        "no step markers (ProfilerStep#N, optimizer or DataLoader annotations): the whole trace is analyzed as one window",
+        f"no step markers (ProfilerStep#N, step-like ranges, optimizer or DataLoader annotations): {what} is "
+        "analyzed as one window",
     )
 
 

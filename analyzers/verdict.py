@@ -177,7 +177,13 @@ def findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
 
 # Causes that cost step time outright (idle GPU, or serialized copies/communication).
 _CAUSES = ("data/input-wait", "data/copies", "host/launch-overhead", "host/sync", "comm/unoverlapped")
-_MIX = ("algorithm/compute-bound", "machine/bandwidth")
+_MIX = ("algorithm/compute-bound", "machine/bandwidth", "machine/unfused-attention")
+_GRADE = {"high": 0, "moderate": 1, "info": 2}
+
+
+def finding_order(f: Finding) -> tuple[int, float]:
+    """Findings sort by severity, then by the share of step time at stake."""
+    return (_GRADE[f.severity], -f.stake_pct)
 
 
 def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict:

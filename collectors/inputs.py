@@ -6,72 +6,87 @@ import re
 
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.kineto import load_kineto
+from trainscope.collectors.nsys import load_nsys
+from trainscope.collectors.nsys_report import export_report
 from trainscope.collectors.readers import GZIP_MAGIC, SQLITE_MAGIC, Progress, sniff
 from trainscope.traces.model import Trace, TraceSet
 
 _KINETO_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+_NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
 
 
 def open_traces(path: str, progress: Progress | None = None) -> TraceSet:
-    """Load ``path``: a Kineto ``.json``/``.json.gz`` file, or a directory of per-rank traces."""
+    """Load ``path``: a Kineto ``.json``/``.json.gz`` file, an Nsight Systems export (``.sqlite``,
+    or ``.nsys-rep``/``.qdrep`` through ``nsys export``), or a directory of per-rank traces."""
     if not os.path.exists(path):
         raise TraceError(path, "no such file or directory")
     if os.path.isdir(path):
         return _open_directory(path, progress)
-    return TraceSet(path=path, traces=[open_file(path, progress)])
+    return TraceSet(path=path, traces=open_any(path, progress))
+
+
+def open_any(path: str, progress: Progress | None = None) -> list[Trace]:
+    """The traces one file holds: one for Kineto, one per GPU process for an Nsight export."""
+    if not os.access(path, os.R_OK):
+        raise TraceError(path, "permission denied")
+    lower = path.lower()
+    if lower.endswith((".nsys-rep", ".qdrep")):
+        return load_nsys(export_report(path, progress), progress)
+    if os.path.getsize(path) == 0:
+        raise TraceError(path, "file is empty")
+    head = sniff(path)
+    if head.startswith(SQLITE_MAGIC):
+        return load_nsys(path, progress)
+    if lower.endswith(".sqlite"):
+        raise TraceError(path, "not an SQLite database (an Nsight Systems export is written by "
+                               "`nsys export --type sqlite`)")
+    return [open_file(path, progress)]
 
 
 def open_file(path: str, progress: Progress | None = None) -> Trace:
     if not os.access(path, os.R_OK):
         raise TraceError(path, "permission denied")
     lower = path.lower()
-    if lower.endswith((".nsys-rep", ".qdrep")):
-        raise TraceError(
-            path,
-            "Nsight Systems reports are not supported yet; export one with "
-            f"`nsys export --type sqlite --output {_stem(path)}.sqlite {path}` "
-            "(SQLite exports are the planned input) or record the run with torch.profiler",
-        )
     if os.path.getsize(path) == 0:
         raise TraceError(path, "file is empty")
     head = sniff(path)
     if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
         raise TraceError(path, "is a pickle (a CUDA memory snapshot?): analyze it with `trainscope memory "
                                f"{path}`; analyze reads profiler traces")
-    if head.startswith(SQLITE_MAGIC):
-        raise TraceError(path, "is an SQLite file (an Nsight Systems export?); Nsight input is not supported yet")
+    if head.startswith(SQLITE_MAGIC) or lower.endswith(_NSYS_SUFFIXES):
+        traces = open_any(path)
+        if len(traces) != 1:
+            raise TraceError(path, f"holds {len(traces)} GPU processes; open it with open_traces")
+        return traces[0]
     if head[:2] == GZIP_MAGIC or head.lstrip()[:1] in (b"{", b"[") or lower.endswith(_KINETO_SUFFIXES):
         return load_kineto(path, progress)
-    raise TraceError(path, "unrecognized format: expected a PyTorch profiler trace (.json or .json.gz)")
+    raise TraceError(path, "unrecognized format: expected a PyTorch profiler trace (.json, .json.gz) "
+                           "or an Nsight Systems export (.sqlite, .nsys-rep)")
 
 
 def _open_directory(path: str, progress: Progress | None) -> TraceSet:
     files = sorted(
         os.path.join(path, f) for f in os.listdir(path)
-        if f.lower().endswith(_KINETO_SUFFIXES) and os.path.isfile(os.path.join(path, f))
+        if f.lower().endswith(_KINETO_SUFFIXES + (".sqlite",)) and os.path.isfile(os.path.join(path, f))
     )
     if not files:
-        raise TraceError(path, "directory holds no trace files (*.json, *.json.gz)")
+        raise TraceError(path, "directory holds no trace files (*.json, *.json.gz, *.sqlite)")
     traces: list[Trace] = []
     warnings: list[str] = []
     for f in files:
         try:
-            t = open_file(f, progress)
+            loaded = open_any(f, progress)
         except TraceError as e:
             warnings.append(f"skipped {os.path.basename(f)}: {e.problem}")
             continue
-        if t.rank is None:
-            m = _RANK_IN_NAME.search(os.path.basename(f))
-            t.rank = int(m.group(1)) if m else None
-        traces.append(t)
+        for t in loaded:
+            if t.rank is None:
+                m = _RANK_IN_NAME.search(os.path.basename(f))
+                t.rank = int(m.group(1)) if m else None
+            traces.append(t)
     if not traces:
         raise TraceError(path, "no trace in the directory could be loaded (" + "; ".join(warnings[:3]) + ")")
     # Ranks in rank order; files without a rank keep file order after them.
     traces.sort(key=lambda t: (t.rank is None, t.rank if t.rank is not None else 0))
     return TraceSet(path=path, traces=traces, warnings=warnings)
-
-
-def _stem(path: str) -> str:
-    base = os.path.basename(path)
-    return base.rsplit(".", 1)[0]

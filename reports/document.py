@@ -22,6 +22,9 @@ HEADLINES = {
     "algorithm/compute-bound": "COMPUTE-BOUND",
     "machine/bandwidth": "MEMORY-BANDWIDTH-BOUND",
     "machine/capacity": "MEMORY-CAPACITY-BOUND",
+    "machine/unfused-attention": "MEMORY-BANDWIDTH-BOUND (unfused attention)",
+    "data/pageable-copies": "COPY-BOUND (pageable memory)",
+    "host/blocking-sync": "SYNC-BOUND",
 }
 AXIS_NAMES = {"data": "Data", "algorithm": "Algorithm", "machine": "Machine",
               "balanced": "balanced", "insufficient_evidence": "insufficient evidence"}
@@ -97,16 +100,45 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
                              "projected_speedup": r.projected_speedup, "projected_step_ms": r.projected_step_ms,
                              "bound": "upper", "basis": r.basis}
                             for i, r in enumerate(a.recommendations)],
+        "phases": _phases(a),
+        "gpu_metrics": _counters(a),
         "warnings": a.warnings,
     }
+
+
+def _phases(a: Analysis) -> dict[str, Any] | None:
+    """Forward/backward/optimizer from the trace's ranges; None when it has none."""
+    p = a.phases
+    if p is None:
+        return None
+    return {
+        "basis": "host time: exclusive union of the phase's ranges in the steps; GPU time: kernels launched while "
+                 "the phase's range was open (by correlation id)",
+        "unassigned_ms": _r(p.unassigned_ns / 1e6, 3),
+        "phases": [{"name": s.name, "ranges": s.ranges, "host_ms": _r(s.host_ns / 1e6, 3),
+                    "host_pct": _r(s.share_pct(p.step_ns)), "kernels": s.kernels, "kernel_ms": _r(s.kernel_ns / 1e6, 3),
+                    "gpu_busy_ms": _r(s.gpu_busy_ns / 1e6, 3),
+                    "kernel_class_ms": {c: _r(v / 1e6, 3) for c, v in s.class_ns.items()}}
+                   for s in p.phases],
+    }
+
+
+def _counters(a: Analysis) -> dict[str, Any] | None:
+    c = a.counters
+    if c is None:
+        return None
+    return {"device": c.device, "samples": c.samples, "sm_active_pct": _r(c.sm_active_pct),
+            "tensor_active_pct": _r(c.tensor_active_pct), "dram_bandwidth_pct": _r(c.dram_bandwidth_pct)}
 
 
 def build_document(path: str, analyses: list[Analysis], rules: Rules, input_warnings: list[str] | None = None) -> dict:
     """The top-level document. For several ranks the body is the slowest rank (it sets the pace
     of synchronous training) and ``ranks`` compares them all."""
     main = slowest(analyses) if len(analyses) > 1 else analyses[0]
+    formats = [a.source_format for a in analyses]
     doc = {"schema": SCHEMA, "tool": {"name": "trainscope", "version": __version__},
-           "input": {"path": path, "format": "kineto", "traces": len(analyses)}}
+           "input": {"path": path, "format": formats[0] if len(set(formats)) == 1 else "mixed",
+                     "traces": len(analyses)}}
     doc.update(analysis_dict(main, rules))
     doc["warnings"] = list(input_warnings or []) + doc["warnings"]
     if len(analyses) > 1:

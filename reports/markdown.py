@@ -67,6 +67,21 @@ def render_markdown(doc: dict) -> str:
             w("")
             w(f"   Basis: {md_escape(r['basis'])}")
             w("")
+    ph = doc.get("phases")
+    if ph and ph["phases"]:
+        w("## Phases")
+        w("")
+        w("| phase | host ms | share of step time | GPU kernel ms | kernels |")
+        w("|---|---:|---:|---:|---:|")
+        for p in ph["phases"]:
+            w(f"| {md_escape(p['name'])} | {p['host_ms']:.2f} | {p['host_pct']:.1f} % | {p['kernel_ms']:.2f} | {p['kernels']} |")
+        w("")
+    gm = doc.get("gpu_metrics")
+    if gm:
+        vals = [f"{label} {gm[key]:.1f} %" for key, label in (("sm_active_pct", "SM active"), ("tensor_active_pct", "tensor active"),
+                                                               ("dram_bandwidth_pct", "DRAM bandwidth")) if gm[key] is not None]
+        w(f"**GPU metrics** (Nsight GPU_METRICS, {gm['samples']} samples in the steps): {', '.join(vals)}")
+        w("")
     if doc["steps"] and dev["id"] is not None:
         w("## Where step time goes")
         w("")

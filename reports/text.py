@@ -66,6 +66,20 @@ def render_text(doc: dict, color: bool = False) -> str:
             w(f"  outlier steps: {labels}{' …' if len(outliers) > 6 else ''}")
         w("")
 
+    ph = doc.get("phases")
+    if ph and ph["phases"]:
+        w(bold("Phases") + "  (host time of the phase ranges; GPU time of the kernels they launched)")
+        for p in ph["phases"]:
+            w(f"  {p['name']:10s} {p['host_ms']:9.2f} ms  {p['host_pct']:5.1f} % {_bar(p['host_pct'])}  "
+              f"GPU {p['kernel_ms']:8.2f} ms in {p['kernels']:,} kernels")
+        w("")
+    gm = doc.get("gpu_metrics")
+    if gm:
+        parts = [f"{label} {gm[key]:.1f} %" for key, label in (("sm_active_pct", "SM active"), ("tensor_active_pct", "tensor active"),
+                                                                ("dram_bandwidth_pct", "DRAM bandwidth")) if gm[key] is not None]
+        w(bold("GPU metrics") + f"  {', '.join(parts)}  ({gm['samples']:,} samples in the steps)")
+        w("")
+
     k = doc["kernels"]
     if k["count"]:
         cls = ", ".join(f"{c} {p:.0f} %" for c, p in sorted(k["class_pct"].items(), key=lambda x: -x[1]) if p >= 1)

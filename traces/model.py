@@ -152,6 +152,9 @@ class Trace:
     # What the collector skipped or repaired, as human-readable lines ("1,203 events with
     # negative duration skipped"). Reports show them so nothing is dropped silently.
     warnings: list[str] = field(default_factory=list)
+    # OS runtime calls (Nsight ``OSRT_API``: poll, read, pthread waits...). Kept apart from
+    # ``runtime``: a thread blocked in poll() is waiting, not issuing GPU work.
+    os_runtime: RuntimeCalls = field(default_factory=RuntimeCalls.empty)
 
     def device(self, device_id: int) -> Device | None:
         for d in self.devices:

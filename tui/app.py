@@ -123,7 +123,7 @@ class AnalyzeApp(App[int]):
 
     def __init__(self, path: str, *, session: Session | None = None, loader: Loader | None = None,
                  report_path: str | None = None, rules: Rules | None = None, peak_tflops: float | None = None,
-                 decorate: Callable[[dict], dict] | None = None) -> None:
+                 decorate: Callable[[dict], dict] | None = None, step_range: str | None = None) -> None:
         super().__init__()
         self.path = path
         self.session = session
@@ -131,6 +131,7 @@ class AnalyzeApp(App[int]):
         self.report_path = report_path
         self.rules = rules or Rules()
         self.peak_tflops = peak_tflops
+        self.step_range = step_range
         self.decorate = decorate  # adds optional sections (e.g. the --model ledger) to the report
         self.sub_title = os.path.basename(path.rstrip("/"))
         self.exported: list[str] = []
@@ -167,6 +168,7 @@ class AnalyzeApp(App[int]):
 
     @work(thread=True, exclusive=True)
     def load(self) -> None:
+        from trainscope.analyzers.range_steps import StepRangeError
         from trainscope.collectors import TraceError, open_traces
 
         def progress(stage: str, fraction: float | None) -> None:
@@ -180,7 +182,10 @@ class AnalyzeApp(App[int]):
                 session = self.loader(progress)
             else:
                 traces = open_traces(self.path, progress)
-                session = build_session(self.path, traces, self.rules, self.peak_tflops, progress)
+                session = build_session(self.path, traces, self.rules, self.peak_tflops, progress, self.step_range)
+        except StepRangeError as e:
+            self.call_from_thread(self.exit, 2, 2, f"trainscope: {self.path}: --step-range: {e}")
+            return
         except TraceError as e:
             self.call_from_thread(self.exit, 2, 2, f"trainscope: {e}")
             return

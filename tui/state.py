@@ -75,10 +75,11 @@ class Session:
 
 
 def build_session(path: str, traces: TraceSet, rules: Rules, peak_tflops: float | None = None,
-                  progress: Progress | None = None) -> Session:
+                  progress: Progress | None = None, step_range: str | None = None) -> Session:
+    """Raises StepRangeError when ``step_range`` names no range in the trace."""
     if progress:
         progress("analyzing", None)
-    analyses = analyze_set(traces, rules, peak_tflops)
+    analyses = analyze_set(traces, rules, peak_tflops, step_range)
     ranks = [RankView(t, a, rules) for t, a in zip(traces.traces, analyses)]
     main = analyses.index(slowest(analyses)) if len(analyses) > 1 else 0
     session = Session(path, rules, traces, analyses, ranks, main)

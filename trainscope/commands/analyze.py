@@ -13,17 +13,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser(
         "analyze", help="diagnose a recorded profiler trace",
         description="Read a PyTorch profiler (Kineto) trace — a .json or .json.gz file, or a directory of "
-                    "per-rank traces — and report the D·A·M verdict with its evidence, where each step's time "
+                    "per-rank traces — or an Nsight Systems export (.sqlite from `nsys export --type sqlite`; "
+                    ".nsys-rep when nsys is on PATH) and report the D·A·M verdict with its evidence, where each step's time "
                     "goes, the top kernels, and fixes ranked by projected gain (upper bounds).",
         epilog="examples:\n  trainscope analyze run.pt.trace.json.gz\n"
                "  trainscope analyze traces/ --format json > verdict.json\n"
-               "  trainscope analyze run.json.gz --report report.md --threshold data_wait.high=25\n\n"
+               "  trainscope analyze run.json.gz --report report.md --threshold data_wait.high=25\n"
+               "  trainscope analyze report.sqlite --step-range train_step   # NVTX ranges mark the steps\n\n"
                "In a terminal, analyze opens an interactive app (press ? in it for every key); --no-tui, --format,\n"
                "or a stdout that is not a terminal prints instead.\n\n"
                "exit codes: 0 analyzed, 2 bad input or usage, 1 internal error",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    a.add_argument("trace", metavar="TRACE", help="trace file (.json, .json.gz) or directory of rank traces")
+    a.add_argument("trace", metavar="TRACE",
+                   help="trace file (.json, .json.gz, Nsight .sqlite/.nsys-rep) or directory of rank traces")
+    a.add_argument("--step-range", metavar="NAME",
+                   help="the annotation (NVTX / record_function) range that marks one step, e.g. train_step "
+                        "(default: ProfilerStep#N, then ranges named like steps)")
     a.add_argument("--format", choices=("text", "json", "markdown"), default=None,
                    help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
                         "otherwise: text)")
@@ -44,6 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from trainscope.analyzers.analysis import analyze_set
+    from trainscope.analyzers.range_steps import StepRangeError
     from trainscope.analyzers.rules import Rules
     from trainscope.collectors import TraceError, open_traces
     from trainscope.reports.document import build_document
@@ -70,7 +77,12 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"trainscope: {args.trace}: cannot read: {getattr(e, 'strerror', None) or e}\n")
         return EXIT_BAD_INPUT
     progress("analyzing", None)
-    analyses = analyze_set(traces, rules, args.peak_tflops)
+    try:
+        analyses = analyze_set(traces, rules, args.peak_tflops, args.step_range)
+    except StepRangeError as e:
+        progress.done()
+        sys.stderr.write(f"trainscope: {args.trace}: --step-range: {e}\n")
+        return EXIT_BAD_INPUT
     progress.done()
     doc = build_document(args.trace, analyses, rules, traces.warnings)
     doc = decorate(doc)
@@ -123,7 +135,7 @@ def _run_app(args: argparse.Namespace, rules, decorate) -> int:
     from trainscope.tui.app import AnalyzeApp
 
     app = AnalyzeApp(args.trace, report_path=args.report, rules=rules, peak_tflops=args.peak_tflops,
-                     decorate=decorate)
+                     decorate=decorate, step_range=args.step_range)
     code = app.run()
     if args.json_out and app.session is not None:
         try:

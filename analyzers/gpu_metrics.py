@@ -1,0 +1,106 @@
+"""Hardware counters as compute- versus memory-bound evidence (DIAGNOSIS.md §2.3).
+
+Nsight Systems samples them with ``nsys profile --gpu-metrics-devices=all`` (table
+``GPU_METRICS``): "SMs Active", "Tensor Active" and "DRAM Read/Write Bandwidth", each a
+throughput percentage of the GPU's peak. Means are taken over the samples inside the steps.
+Compute-bound: SM (or tensor) activity high while DRAM bandwidth is low; memory-bound: DRAM
+bandwidth high while SM/tensor activity is low. Where counters decide, they replace the
+kernel-mix finding of the same direction, whose numbers stay as context.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from trainscope.analyzers import intervals as iv
+from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.steps import StepSegmentation
+from trainscope.analyzers.verdict import Evidence, Finding
+from trainscope.traces.model import Trace
+
+SM_ACTIVE = re.compile(r"^SMs? Active", re.I)
+TENSOR_ACTIVE = re.compile(r"^Tensor (Active|Pipe)", re.I)
+DRAM_BANDWIDTH = re.compile(r"^DRAM (Read|Write) Bandwidth", re.I)
+_SOURCE = "Nsight Systems GPU_METRICS (--gpu-metrics-devices)"
+
+
+@dataclass(frozen=True)
+class CounterSummary:
+    device: int | None
+    samples: int  # SM-active samples inside the steps
+    sm_active_pct: float | None
+    tensor_active_pct: float | None
+    dram_bandwidth_pct: float | None  # read + write, capped at 100
+
+    @property
+    def compute_activity_pct(self) -> float | None:
+        vals = [v for v in (self.sm_active_pct, self.tensor_active_pct) if v is not None]
+        return max(vals) if vals else None
+
+
+def _mean(trace: Trace, sel: np.ndarray, rx: re.Pattern) -> tuple[float | None, int, dict[str, float]]:
+    c = trace.counters
+    per_name: dict[str, float] = {}
+    n = 0
+    for i in np.unique(c.name[sel]):
+        name = trace.strings[int(i)]
+        if rx.search(name):
+            vals = c.value[sel & (c.name == i)]
+            per_name[name] = float(vals.mean())
+            n = max(n, len(vals))
+    if not per_name:
+        return None, 0, per_name
+    return sum(per_name.values()) / len(per_name), n, per_name
+
+
+def counter_summary(trace: Trace, segmentation: StepSegmentation, device: int | None) -> CounterSummary | None:
+    c = trace.counters
+    if not len(c):
+        return None
+    sel = iv.contains((segmentation.starts, segmentation.ends), c.ts)
+    if device is not None:
+        sel &= c.device == device
+    sm, n, _ = _mean(trace, sel, SM_ACTIVE)
+    tensor, _, _ = _mean(trace, sel, TENSOR_ACTIVE)
+    _, _, dram_parts = _mean(trace, sel, DRAM_BANDWIDTH)
+    dram = min(100.0, sum(dram_parts.values())) if dram_parts else None
+    if sm is None and tensor is None and dram is None:
+        return None
+    return CounterSummary(device, n, sm, tensor, dram)
+
+
+def with_counter_evidence(found: list[Finding], s: CounterSummary | None, busy_pct: float, compute_pct: float,
+                          rules: Rules) -> list[Finding]:
+    """``found`` with the counters' verdict on compute- versus memory-bound applied."""
+    if s is None or s.compute_activity_pct is None or s.dram_bandwidth_pct is None:
+        return found
+    act, dram = s.compute_activity_pct, s.dram_bandwidth_pct
+    t = {n: rules[f"gpu_metrics.{n}"] for n in ("compute_active", "compute_dram_max", "memory_dram", "memory_active_max")}
+    ev_act = lambda thr, op: Evidence("SM / tensor activity (GPU_METRICS mean in the steps)", round(act, 2), "%",
+                                      f"{op} {thr.value:g}", thr.source, act >= thr.value if op == "≥" else act < thr.value)
+    ev_dram = lambda thr, op: Evidence("DRAM bandwidth, read + write (GPU_METRICS mean in the steps)", round(dram, 2), "%",
+                                       f"{op} {thr.value:g}", thr.source, dram >= thr.value if op == "≥" else dram < thr.value)
+    samples = Evidence("counter samples in the steps", s.samples, "samples", "", _SOURCE)
+    saturated = busy_pct >= rules.value("gpu_busy.saturated")
+    if act >= t["compute_active"].value and dram < t["compute_dram_max"].value:
+        fid, axis, title, detail = ("algorithm/compute-bound", "algorithm", "Hardware counters: compute-bound",
+                                    "SMs/tensor cores are busy while DRAM bandwidth is to spare")
+        ev = [ev_act(t["compute_active"], "≥"), ev_dram(t["compute_dram_max"], "<"), samples]
+    elif dram >= t["memory_dram"].value and act < t["memory_active_max"].value:
+        fid, axis, title, detail = ("machine/bandwidth", "machine", "Hardware counters: memory-bandwidth-bound",
+                                    "DRAM bandwidth is near its peak while SMs wait on memory")
+        ev = [ev_dram(t["memory_dram"], "≥"), ev_act(t["memory_active_max"], "<"), samples]
+    else:
+        # No clear counter verdict: keep the kernel-mix findings, with the counters as context.
+        ctx = [Evidence("SM / tensor activity (GPU_METRICS)", round(act, 2), "%", "", _SOURCE),
+               Evidence("DRAM bandwidth (GPU_METRICS)", round(dram, 2), "%", "", _SOURCE)]
+        return [replace(f, evidence=f.evidence + ctx) if f.id in ("algorithm/compute-bound", "machine/bandwidth") else f
+                for f in found]
+    old = next((f for f in found if f.id == fid), None)
+    mix_ctx = [replace(e, threshold="", meets=None, metric="kernel mix: " + e.metric) for e in (old.evidence if old else [])
+               if not e.metric.startswith("GPU busy")]
+    rest = [f for f in found if f.id not in ("algorithm/compute-bound", "machine/bandwidth")]
+    new = Finding(fid, axis, "high" if saturated else "info", title, compute_pct, ev + mix_ctx, detail)
+    return rest + [new]

@@ -1,0 +1,516 @@
+"""NVIDIA Nsight Systems SQLite exports (``nsys export --type sqlite``) → the normalized model.
+
+One export can hold several processes (e.g. the ranks of a single-node DDP job, profiled
+together): every process that ran GPU work becomes one :class:`Trace`. Read:
+
+- kernels (``CUPTI_ACTIVITY_KIND_KERNEL``, demangled names), copies with copy kind and
+  source/destination memory kind (``..._MEMCPY``; pageable host memory is kept), memsets;
+- CUDA runtime and driver calls (``..._RUNTIME``; backtrace duplicates of old exports dropped,
+  ``_v3020``-style version suffixes removed so ``cudaStreamSynchronize_v3020`` reads as the API);
+- NVTX ranges: ``torch.autograd.profiler.emit_nvtx`` operator ranges become CPU operators,
+  every other range an annotation (steps, phases, user ranges);
+- OS runtime calls (``OSRT_API``), GPU hardware counters (``GPU_METRICS``);
+- devices from ``TARGET_INFO_GPU`` (name, memory, SMs), mapped from the CUDA device ids that
+  activity records use through ``TARGET_INFO_CUDA_DEVICE`` where present.
+
+Schemas from 2.9 (nsys 2022) to 3.27 (nsys 2026) and later load: columns are looked up by name,
+optional ones default, and any table may be absent (Nsight creates only tables that hold rows).
+The file is opened read-only (``mode=ro`` URI); nothing is written next to it.
+"""
+from __future__ import annotations
+
+import pathlib
+import re
+import sqlite3
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainscope.collectors.errors import TraceError
+from trainscope.collectors.readers import Progress
+from trainscope.traces.builder import StringTable
+from trainscope.traces.model import (
+    COPY_KINDS, MEMORY_KINDS, Annotations, Copies, Counters, CpuOps, Device, Kernels, MemoryEvents,
+    Memsets, RuntimeCalls, Thread, Trace,
+)
+
+# CUPTI copy kinds (ENUM_CUDA_MEMCPY_OPER names, or raw codes where old exports lack the enum).
+_COPY_BY_NAME = {
+    "HTOD": "HtoD", "DTOH": "DtoH", "HTOA": "HtoD", "ATOH": "DtoH", "ATOA": "DtoD", "ATOD": "DtoD",
+    "DTOA": "DtoD", "DTOD": "DtoD", "HTOH": "HtoH", "PTOP": "PtoP", "UVM_HTOD": "HtoD", "UVM_DTOH": "DtoH",
+    "UVM_DTOD": "DtoD",
+}
+_COPY_RAW = ("UNKNOWN", "HTOD", "DTOH", "HTOA", "ATOH", "ATOA", "ATOD", "DTOA", "DTOD", "HTOH", "PTOP",
+             "UVM_HTOD", "UVM_DTOH", "UVM_DTOD")
+# Nsight's memory kinds (ENUM_CUDA_MEM_KIND; the same codes in 2022 exports that lack the enum).
+_MEM_BY_NAME = {
+    "PAGEABLE": "pageable", "PINNED": "pinned", "DEVICE": "device", "ARRAY": "device", "MANAGED": "managed",
+    "DEVICE_STATIC": "device", "MANAGED_STATIC": "managed", "UNKNOWN": "unknown",
+}
+_MEM_RAW = ("PAGEABLE", "PINNED", "DEVICE", "ARRAY", "MANAGED", "DEVICE_STATIC", "MANAGED_STATIC", "UNKNOWN")
+# NVTX event types that are ranges (push/pop and start/end, of NVTX and NVTX-for-tools).
+_NVTX_RANGE_TYPES = (59, 60, 70, 71)
+# eventClass of CUDA call backtraces: 2022 exports store each API call twice, once as this.
+_BACKTRACE_CLASS = 67
+_API_VERSION = re.compile(r"^(cu\w+?)_v\d{4,5}$")
+# emit_nvtx decorates operator ranges: "aten::mm, seq = 12, op_id = 34, sizes = [[...]], ...".
+_EMIT_NVTX_KEYS = ("seq = ", "op_id = ", "sizes = ", "input_op_ids = ")
+_ANNOTATION_OPS = re.compile(r"^(ProfilerStep#|Optimizer\.|## )")
+_GPU_METRIC_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
+
+_META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One table's columns as numpy arrays (ints) or lists (text), by column name."""
+
+    cols: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(next(iter(self.cols.values()))) if self.cols else 0
+
+    def __getitem__(self, k: str) -> np.ndarray:
+        return self.cols[k]
+
+
+def connect_readonly(path: str) -> sqlite3.Connection:
+    """Open ``path`` read-only: a ``mode=ro`` URI can neither create nor modify the file."""
+    uri = pathlib.Path(path).absolute().as_uri() + "?mode=ro"
+    try:
+        con = sqlite3.connect(uri, uri=True, timeout=2.0, check_same_thread=False)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as e:
+        raise TraceError(path, f"cannot read the SQLite database ({_sqlite_problem(e)})") from None
+    return con
+
+
+def _sqlite_problem(e: Exception) -> str:
+    msg = str(e)
+    if "locked" in msg:
+        return "it is locked by another process; wait for `nsys export` to finish"
+    if "not a database" in msg or "malformed" in msg:
+        return f"{msg}: the file is corrupt or truncated"
+    return msg
+
+
+def load_nsys(path: str, progress: Progress | None = None) -> list[Trace]:
+    """Read an Nsight Systems SQLite export: one :class:`Trace` per process that used the GPU."""
+    con = connect_readonly(path)
+    try:
+        return _Reader(path, con, progress).read()
+    except sqlite3.DatabaseError as e:
+        raise TraceError(path, f"cannot read the Nsight export ({_sqlite_problem(e)})") from None
+    finally:
+        con.close()
+
+
+class _Reader:
+    def __init__(self, path: str, con: sqlite3.Connection, progress: Progress | None) -> None:
+        self.path = path
+        self.con = con
+        self.progress = progress
+        self.tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        self.warnings: list[str] = []
+
+    # -- schema helpers ------------------------------------------------------------------
+    def columns(self, table: str) -> set[str]:
+        return {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')}
+
+    def rows(self, table: str, wanted: dict[str, str | None], where: str = "", text: tuple[str, ...] = (),
+             real: tuple[str, ...] = ()) -> _Rows:
+        """Select ``wanted`` (column → SQL default when the column is absent, or None when it is
+        required) from ``table``; integer columns come back as int64 arrays, ``real`` ones as
+        float64, ``text`` ones as lists."""
+        have = self.columns(table)
+        exprs = []
+        for col, default in wanted.items():
+            if col in have:
+                exprs.append(f'"{col}"' if col in text else f'COALESCE("{col}", {default if default is not None else 0})')
+            elif default is None:
+                raise TraceError(self.path, f"Nsight export table {table} lacks column {col!r} (unknown schema)")
+            else:
+                exprs.append(default)
+        if not exprs:
+            return _Rows({})
+        data = self.con.execute(f'SELECT {", ".join(exprs)} FROM "{table}" {where}').fetchall()
+        out: dict[str, np.ndarray] = {}
+        numeric = [j for j, col in enumerate(wanted) if col not in text and col not in real]
+        if len(numeric) == len(wanted):  # one conversion for the whole table: much faster than per column
+            arr = np.array(data, dtype=np.int64).reshape(len(data), len(wanted))
+            return _Rows({col: arr[:, j] for j, col in enumerate(wanted)})
+        for j, col in enumerate(wanted):
+            if col in text:
+                out[col] = [r[j] for r in data]  # type: ignore[assignment]
+            elif col in real:
+                out[col] = np.fromiter((r[j] for r in data), dtype=np.float64, count=len(data))
+            else:
+                out[col] = np.fromiter((r[j] for r in data), dtype=np.int64, count=len(data))
+        return _Rows(out)
+
+    def enum_names(self, table: str, prefix: str) -> dict[int, str] | None:
+        if table not in self.tables:
+            return None
+        return {int(i): str(n).removeprefix(prefix) for i, n in self.con.execute(f'SELECT id, name FROM "{table}"') if n}
+
+    def metadata(self) -> dict[str, str]:
+        for t in _META_TABLES:
+            if t in self.tables and {"name", "value"} <= self.columns(t):
+                return {str(n): str(v) for n, v in self.con.execute(f'SELECT name, value FROM "{t}"')}
+        return {}
+
+    # -- main ----------------------------------------------------------------------------
+    def read(self) -> list[Trace]:
+        meta = self.metadata()
+        nsight = bool(meta) or "StringIds" in self.tables or any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in self.tables)
+        if not nsight:
+            raise TraceError(self.path, "SQLite database is not an Nsight Systems export "
+                                        "(no StringIds, CUPTI_ACTIVITY_KIND_* or export metadata tables)")
+        if "StringIds" not in self.tables:
+            raise TraceError(self.path, "Nsight Systems export has no StringIds table: names cannot be resolved")
+        kernel_table = "CUPTI_ACTIVITY_KIND_KERNEL"
+        if kernel_table not in self.tables:
+            raise TraceError(self.path, "Nsight Systems export holds no CUDA kernels (no CUPTI_ACTIVITY_KIND_KERNEL "
+                                        "table): profile with `nsys profile --trace=cuda,nvtx ...`")
+        self._progress("reading Nsight export", 0.0)
+        self.strings_raw = dict(self.con.execute("SELECT id, value FROM StringIds"))
+        kernels = self._kernels(kernel_table)
+        if len(kernels) == 0:
+            raise TraceError(self.path, "Nsight Systems export holds no CUDA kernels (CUPTI_ACTIVITY_KIND_KERNEL is empty)")
+        self._progress("reading Nsight export", 0.3)
+        copies = self._copies()
+        memsets = self._memsets()
+        runtime = self._runtime()
+        self._progress("reading Nsight export", 0.6)
+        nvtx = self._nvtx()
+        osrt = self._osrt()
+        metrics = self._gpu_metrics()
+        self._progress("reading Nsight export", 0.9)
+        thread_names = self._thread_names()
+        gpus, cuda_map = self._devices()
+        session_ns = self._session_start()
+
+        procs = sorted(set(kernels["proc"].tolist()))
+        # A rank per process only when there are several; DDP convention: rank i uses GPU i.
+        first_dev = {p: int(kernels["deviceId"][kernels["proc"] == p].min()) for p in procs}
+        order = sorted(procs, key=lambda p: (first_dev[p], p))
+        traces = []
+        for rank, proc in enumerate(order):
+            traces.append(self._build(
+                proc, rank if len(procs) > 1 else None, len(procs) if len(procs) > 1 else None, kernels, copies,
+                memsets, runtime, nvtx, osrt, metrics, thread_names, gpus, cuda_map, session_ns, meta,
+            ))
+        if len(procs) > 1:
+            pids = ", ".join(f"pid {p & 0xFFFFFF} → rank {i} (GPU {first_dev[p]})" for i, p in enumerate(order))
+            for t in traces:
+                t.warnings.append(f"{len(procs)} processes used the GPU; ranks assigned by GPU order: {pids}")
+        self._progress("reading Nsight export", 1.0)
+        return traces
+
+    def _progress(self, stage: str, frac: float | None) -> None:
+        if self.progress:
+            self.progress(stage, frac)
+
+    # -- tables --------------------------------------------------------------------------
+    def _kernels(self, table: str) -> _Rows:
+        have = self.columns(table)
+        name_col = next((c for c in ("demangledName", "shortName", "mangledName") if c in have), None)
+        if name_col is None:
+            raise TraceError(self.path, f"Nsight export table {table} has no kernel name column (unknown schema)")
+        r = self.rows(table, {"start": None, "end": None, "deviceId": None, "streamId": "-1",
+                              "correlationId": "-1", "globalPid": "0", name_col: None})
+        return self._with_proc(r, "globalPid", {"name": name_col})
+
+    def _copies(self) -> _Rows | None:
+        t = "CUPTI_ACTIVITY_KIND_MEMCPY"
+        if t not in self.tables:
+            return None
+        r = self.rows(t, {"start": None, "end": None, "deviceId": None, "streamId": "-1", "copyKind": "0",
+                          "srcKind": "7", "dstKind": "7", "bytes": "0", "correlationId": "-1", "globalPid": "0"})
+        kinds = self.enum_names("ENUM_CUDA_MEMCPY_OPER", "CUDA_MEMCPY_KIND_") or dict(enumerate(_COPY_RAW))
+        mems = self.enum_names("ENUM_CUDA_MEM_KIND", "CUDA_MEMOPR_MEMORY_KIND_") or dict(enumerate(_MEM_RAW))
+        kind_code = {k: COPY_KINDS.index(_COPY_BY_NAME.get(v, "unknown")) for k, v in kinds.items()}
+        mem_code = {k: MEMORY_KINDS.index(_MEM_BY_NAME.get(v, "unknown")) for k, v in mems.items()}
+        r.cols["kind"] = _map_codes(r["copyKind"], kind_code)
+        r.cols["src"] = _map_codes(r["srcKind"], mem_code)
+        r.cols["dst"] = _map_codes(r["dstKind"], mem_code)
+        return self._with_proc(r, "globalPid")
+
+    def _memsets(self) -> _Rows | None:
+        t = "CUPTI_ACTIVITY_KIND_MEMSET"
+        if t not in self.tables:
+            return None
+        r = self.rows(t, {"start": None, "end": None, "deviceId": None, "streamId": "-1", "bytes": "0",
+                          "correlationId": "-1", "globalPid": "0"})
+        return self._with_proc(r, "globalPid")
+
+    def _runtime(self) -> _Rows | None:
+        t = "CUPTI_ACTIVITY_KIND_RUNTIME"
+        if t not in self.tables:
+            return None
+        r = self.rows(t, {"start": None, "end": None, "globalTid": "0", "nameId": None, "correlationId": "-1",
+                          "eventClass": "0"})
+        keep = r["eventClass"] != _BACKTRACE_CLASS
+        r = _Rows({k: v[keep] for k, v in r.cols.items()})
+        return self._with_proc(r, "globalTid", {"name": "nameId"}, normalize=_api_name)
+
+    def _nvtx(self) -> _Rows | None:
+        t = "NVTX_EVENTS"
+        if t not in self.tables:
+            return None
+        have = self.columns(t)
+        types = ", ".join(str(x) for x in _NVTX_RANGE_TYPES)
+        r = self.rows(t, {"start": None, "end": None, "eventType": None, "globalTid": "0",
+                          "endGlobalTid": "0", "textId": "-1", "text": "NULL"},
+                      where=f"WHERE end IS NOT NULL AND eventType IN ({types})", text=("text",))
+        if "text" not in have and "textId" not in have:
+            return None
+        tid = np.where(r["globalTid"] != 0, r["globalTid"], r["endGlobalTid"])
+        r.cols["globalTid"] = tid
+        names = [txt if txt is not None else self.strings_raw.get(int(i), "") for txt, i in zip(r["text"], r["textId"])]
+        r.cols["text"] = names  # type: ignore[assignment]
+        r.cols["proc"] = tid >> 24
+        return r
+
+    def _osrt(self) -> _Rows | None:
+        t = "OSRT_API"
+        if t not in self.tables:
+            return None
+        r = self.rows(t, {"start": None, "end": None, "globalTid": "0", "nameId": None})
+        return self._with_proc(r, "globalTid", {"name": "nameId"})
+
+    def _gpu_metrics(self) -> tuple[_Rows, dict[tuple[int, int], str]] | None:
+        if "GPU_METRICS" not in self.tables or "TARGET_INFO_GPU_METRICS" not in self.tables:
+            return None
+        info = self.columns("TARGET_INFO_GPU_METRICS")
+        if not {"metricId", "metricName"} <= info:
+            self.warnings.append("GPU_METRICS present but TARGET_INFO_GPU_METRICS has no metric names: counters ignored")
+            return None
+        type_col = "typeId" if "typeId" in info else "NULL"
+        names = {(int(t) if t is not None else -1, int(m)): str(n) for t, m, n in self.con.execute(
+            f"SELECT DISTINCT {type_col}, metricId, metricName FROM TARGET_INFO_GPU_METRICS")}
+        r = self.rows("GPU_METRICS", {"timestamp": None, "typeId": "0", "metricId": None, "value": "0"}, real=("value",))
+        return r, names
+
+    def _thread_names(self) -> dict[int, str]:
+        if "ThreadNames" not in self.tables:
+            return {}
+        return {int(g): self.strings_raw.get(int(n), "") for n, g in self.con.execute(
+            "SELECT nameId, globalTid FROM ThreadNames WHERE globalTid IS NOT NULL")}
+
+    def _devices(self) -> tuple[dict[int, dict], dict[tuple[int, int], int]]:
+        """Physical GPUs by TARGET_INFO_GPU id, and (pid, CUDA device id) → physical id."""
+        gpus: dict[int, dict] = {}
+        if "TARGET_INFO_GPU" in self.tables:
+            have = self.columns("TARGET_INFO_GPU")
+            cols = [c for c in ("id", "name", "totalMemory", "smCount", "computeMajor", "computeMinor", "cuDevice") if c in have]
+            if "id" in cols:
+                for row in self.con.execute(f"SELECT {', '.join(cols)} FROM TARGET_INFO_GPU"):
+                    d = dict(zip(cols, row))
+                    gpus[int(d["id"])] = d
+        cuda_map: dict[tuple[int, int], int] = {}
+        if "TARGET_INFO_CUDA_DEVICE" in self.tables and {"gpuId", "cudaId", "pid"} <= self.columns("TARGET_INFO_CUDA_DEVICE"):
+            for gpu, cuda, pid in self.con.execute("SELECT gpuId, cudaId, pid FROM TARGET_INFO_CUDA_DEVICE"):
+                if gpu is not None and cuda is not None:
+                    cuda_map[(int(pid), int(cuda))] = int(gpu)
+                    # numMultiprocessors would also be here; TARGET_INFO_GPU has the SM count too
+        return gpus, cuda_map
+
+    def _session_start(self) -> int:
+        t = "TARGET_INFO_SESSION_START_TIME"
+        if t in self.tables and "utcEpochNs" in self.columns(t):
+            row = self.con.execute(f"SELECT utcEpochNs FROM {t}").fetchone()
+            if row and isinstance(row[0], int):
+                return row[0]
+        return 0
+
+    def _with_proc(self, r: _Rows, gid: str, named: dict[str, str] | None = None, normalize=None) -> _Rows:
+        r.cols["proc"] = r[gid] >> 24
+        for out, col in (named or {}).items():
+            ids = r[col]
+            uniq, inv = np.unique(ids, return_inverse=True)
+            texts = [self.strings_raw.get(int(i), f"<string {int(i)}>") for i in uniq]
+            if normalize:
+                texts = [normalize(s) for s in texts]
+            r.cols[out + "_uniq"] = texts  # type: ignore[assignment]
+            r.cols[out + "_inv"] = inv.astype(np.int64)
+        return r
+
+    # -- one process → one Trace -----------------------------------------------------------
+    def _build(self, proc, rank, world, kernels, copies, memsets, runtime, nvtx, osrt, metrics,
+               thread_names, gpus, cuda_map, session_ns, meta) -> Trace:
+        strings = StringTable()
+        threads: dict[int, int] = {}
+
+        def intern_column(r: _Rows, sel: np.ndarray, field: str) -> np.ndarray:
+            lut = np.array([strings.intern(s) for s in r[field + "_uniq"]], np.int32) if len(r[field + "_uniq"]) else np.zeros(0, np.int32)
+            return lut[r[field + "_inv"][sel]] if sel.any() else np.empty(0, np.int32)
+
+        def thread_column(gtids: np.ndarray) -> np.ndarray:
+            uniq, inv = np.unique(gtids, return_inverse=True)
+            lut = np.array([threads.setdefault(int(g), len(threads)) for g in uniq.tolist()], np.int32)
+            return lut[inv] if len(gtids) else np.empty(0, np.int32)
+
+        def select(r: _Rows | None) -> np.ndarray | None:
+            return None if r is None else (r["proc"] == proc)
+
+        pid = int(proc) & 0xFFFFFF
+        ks = select(kernels)
+        k = Kernels(ts=kernels["start"][ks], dur=kernels["end"][ks] - kernels["start"][ks], device=kernels["deviceId"][ks],
+                    stream=kernels["streamId"][ks], name=intern_column(kernels, ks, "name"),
+                    correlation=kernels["correlationId"][ks])
+        if copies is not None:
+            cs = select(copies)
+            c = Copies(ts=copies["start"][cs], dur=copies["end"][cs] - copies["start"][cs], device=copies["deviceId"][cs],
+                       stream=copies["streamId"][cs], kind=copies["kind"][cs], src=copies["src"][cs], dst=copies["dst"][cs],
+                       bytes=copies["bytes"][cs], correlation=copies["correlationId"][cs])
+        else:
+            c = Copies.empty()
+        if memsets is not None:
+            ms = select(memsets)
+            m = Memsets(ts=memsets["start"][ms], dur=memsets["end"][ms] - memsets["start"][ms], device=memsets["deviceId"][ms],
+                        stream=memsets["streamId"][ms], bytes=memsets["bytes"][ms], correlation=memsets["correlationId"][ms])
+        else:
+            m = Memsets.empty()
+        if runtime is not None:
+            rs = select(runtime)
+            rt = RuntimeCalls(ts=runtime["start"][rs], dur=runtime["end"][rs] - runtime["start"][rs],
+                              thread=thread_column(runtime["globalTid"][rs]), name=intern_column(runtime, rs, "name"),
+                              correlation=runtime["correlationId"][rs])
+        else:
+            rt = RuntimeCalls.empty()
+        ann, ops = self._ranges(nvtx, proc, strings, thread_column)
+        if osrt is not None:
+            os_ = select(osrt)
+            os_calls = RuntimeCalls(ts=osrt["start"][os_], dur=osrt["end"][os_] - osrt["start"][os_],
+                                    thread=thread_column(osrt["globalTid"][os_]), name=intern_column(osrt, os_, "name"),
+                                    correlation=np.full(int(os_.sum()), -1, np.int64))
+        else:
+            os_calls = RuntimeCalls.empty()
+
+        devices = self._trace_devices(pid, np.unique(np.concatenate([k.device, c.device, m.device])), gpus, cuda_map)
+        counters = self._counters(metrics, devices, pid, gpus, cuda_map, strings)
+
+        # Times relative to the first event of this process (as for Kineto), origin in UTC ns.
+        tables = (k, c, m, rt, ops, ann)
+        origin = min(int(t.ts.min()) for t in tables if len(t))
+        for t in (*tables, os_calls, counters):
+            t.ts -= origin
+        negative = sum(int((t.dur < 0).sum()) for t in (*tables, os_calls))
+        warnings = list(self.warnings)
+        if negative:
+            k, c, m, rt, ops, ann, os_calls = (t.select(t.dur >= 0) for t in (k, c, m, rt, ops, ann, os_calls))
+            warnings.append(f"{negative:,} events with negative duration skipped")
+
+        names = {g: thread_names.get(g, "") for g in threads}
+        thread_list = [Thread(pid=str((g >> 24) & 0xFFFFFF), tid=str(g & 0xFFFFFF), name=names[g])
+                       for g, _ in sorted(threads.items(), key=lambda x: x[1])]
+        metadata: dict[str, object] = {
+            "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "export_schema": meta.get("EXPORT_SCHEMA_VERSION"),
+            "pid": pid, "os_runtime_calls": len(os_calls),
+        }
+        t = Trace(
+            source=self.path, format="nsys-sqlite", origin_ns=session_ns + origin, strings=strings.strings,
+            devices=devices, threads=thread_list, kernels=k, copies=c, memsets=m, runtime=rt, cpu_ops=ops,
+            annotations=ann, memory=MemoryEvents.empty(), counters=counters, rank=rank, world_size=world,
+            metadata=metadata, warnings=warnings, os_runtime=os_calls,
+        )
+        return t
+
+    def _ranges(self, nvtx: _Rows | None, proc: int, strings: StringTable, thread_column) -> tuple[Annotations, CpuOps]:
+        if nvtx is None:
+            return Annotations.empty(), CpuOps.empty()
+        sel = nvtx["proc"] == proc
+        idx = np.flatnonzero(sel)
+        texts = nvtx["text"]
+        cache: dict[str, tuple[bool, int]] = {}
+
+        def classify(text: str | None) -> tuple[bool, int]:
+            s = text or ""
+            hit = cache.get(s)
+            if hit is None:
+                # emit_nvtx decoration: "aten::mm, seq = 1, op_id = 2, sizes = ..." (cheap test first)
+                base, sep, rest = s.partition(", ")
+                decorated = bool(sep) and rest.startswith(_EMIT_NVTX_KEYS)
+                is_op = decorated and not _ANNOTATION_OPS.match(base)
+                hit = cache[s] = (is_op, strings.intern(base if decorated else s))
+            return hit
+
+        kinds = [classify(texts[i]) for i in idx.tolist()]
+        is_op = np.fromiter((k[0] for k in kinds), bool, count=len(kinds))
+        name_ids = np.fromiter((k[1] for k in kinds), np.int32, count=len(kinds))
+        ann_rows, op_rows = idx[~is_op], idx[is_op]
+        ann_names, op_names = name_ids[~is_op], name_ids[is_op]
+        a_i, o_i = ann_rows.astype(np.int64), op_rows.astype(np.int64)
+        st, en, g = nvtx["start"], nvtx["end"], nvtx["globalTid"]
+        ann = Annotations(ts=st[a_i], dur=en[a_i] - st[a_i], thread=thread_column(g[a_i]), name=ann_names,
+                          device=np.full(len(a_i), -1, np.int16))
+        ops = CpuOps(ts=st[o_i], dur=en[o_i] - st[o_i], thread=thread_column(g[o_i]), name=op_names,
+                     flops=np.full(len(o_i), np.nan))
+        return ann, ops
+
+    def _trace_devices(self, pid: int, used: np.ndarray, gpus: dict[int, dict], cuda_map: dict) -> list[Device]:
+        devices = []
+        for dev in used.tolist():
+            phys = cuda_map.get((pid, dev))
+            if phys is None:  # no mapping table: CUDA ordinal as recorded, else the same id
+                phys = next((i for i, g in gpus.items() if g.get("cuDevice") == dev), dev)
+            g = gpus.get(phys)
+            if g is None:
+                devices.append(Device(id=int(dev), name=f"GPU {dev}", vendor="nvidia"))
+                continue
+            major, minor = g.get("computeMajor"), g.get("computeMinor")
+            devices.append(Device(
+                id=int(dev), name=str(g.get("name") or f"GPU {dev}"), vendor="nvidia",
+                total_memory=int(g["totalMemory"]) if g.get("totalMemory") else None,
+                sm_count=int(g["smCount"]) if g.get("smCount") else None,
+                compute_capability=f"{major}.{minor}" if major is not None and minor is not None else None,
+            ))
+        return devices
+
+    def _counters(self, metrics, devices: list[Device], pid: int, gpus, cuda_map, strings: StringTable) -> Counters:
+        if metrics is None:
+            return Counters.empty()
+        r, names = metrics
+        # typeId's low byte is the physical GPU (TARGET_INFO_GPU.id); report on the CUDA id this
+        # process used for it, and keep only GPUs this process used.
+        phys_to_dev: dict[int, int] = {}
+        for d in devices:
+            phys = cuda_map.get((pid, d.id))
+            if phys is None:
+                phys = next((i for i, g in gpus.items() if g.get("cuDevice") == d.id), d.id)
+            phys_to_dev[phys] = d.id
+        gpu = r["typeId"] & 0xFF
+        keep = np.isin(gpu, list(phys_to_dev))
+        lut_dev = np.array([phys_to_dev.get(int(x), -1) for x in range(256)], np.int16)
+        name_idx = np.empty(len(r), np.int32)
+        cache: dict[tuple[int, int], int] = {}
+        missing: Counter = Counter()
+        for i, (t, mid) in enumerate(zip(r["typeId"].tolist(), r["metricId"].tolist())):
+            key = (t, mid)
+            j = cache.get(key)
+            if j is None:
+                n = names.get(key) or names.get((-1, mid))
+                if n is None:
+                    missing[mid] += 1
+                    n = f"metric {mid}"
+                j = cache[key] = strings.intern(n)
+            name_idx[i] = j
+        return Counters(ts=r["timestamp"][keep], device=lut_dev[gpu[keep]], name=name_idx[keep], value=r["value"][keep])
+
+
+def _map_codes(codes: np.ndarray, table: dict[int, int]) -> np.ndarray:
+    lut = np.zeros(max([*table.keys(), int(codes.max()) if len(codes) else 0, 0]) + 1, np.int8)
+    for k, v in table.items():
+        if k >= 0:
+            lut[k] = v
+    safe = np.clip(codes, 0, len(lut) - 1)
+    out = lut[safe]
+    out[(codes < 0) | (codes >= len(lut))] = 0
+    return out
+
+
+def _api_name(name: str) -> str:
+    m = _API_VERSION.match(name)
+    return m.group(1) if m else name
