@@ -59,6 +59,13 @@ def levers(a: Analysis) -> dict[str, Lever]:
             s = a.device_spec.tensor_tflops / a.device_spec.fp32_tflops
             lever = Lever(r.id, f"mixed precision on the GEMM share ({s:.1f}× on tensor cores)",
                           busy_pct=g * (1.0 - 1.0 / s))
+        elif r.id == "pin-memory":
+            lever = Lever(r.id, "pageable copies hidden behind compute", busy_pct=stake.get("data/pageable-copies", 0.0))
+        elif r.id == "remove-blocking-syncs":
+            lever = Lever(r.id, "no blocking synchronizations in the step", idle_pct=stake.get("host/blocking-sync", 0.0))
+        elif r.id == "fused-attention":
+            lever = Lever(r.id, "unfused attention's memory-bound kernels gone",
+                          busy_pct=stake.get("machine/unfused-attention", 0.0))
         elif r.id == "fuse-memory-bound":
             lever = Lever(r.id, "memory-bound kernels fused away", busy_pct=stake.get("machine/bandwidth", 0.0))
         else:

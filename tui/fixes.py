@@ -72,24 +72,26 @@ class FixesPane(Vertical):
             return
         r = recs[max(0, min(index, len(recs) - 1))]
         finding = next((f for f in self.doc["findings"] if f["id"] == r["finding"]), None)
-        parts: list = [Text(f"{r['rank']}. {r['title']}\n", style="bold")]
+        head = Text()
+        head.append(f"{r['rank']}. {r['title']}\n", style="bold")
         if finding:
-            parts.append(Text(f"because {finding['title']} ({finding['severity']}, {finding['stake_pct']:.1f} % of step time)\n"))
+            head.append(f"because {finding['title']} ({finding['severity']}, {finding['stake_pct']:.1f} % of step time)\n")
             for e in finding["evidence"]:
                 mark = {True: "✔", False: "✘", None: "·"}[e["meets"]]
                 thr = f" (threshold {e['threshold']} {e['unit']})".rstrip() if e["threshold"] else ""
-                parts.append(Text(f"  {mark} {e['metric']}: {fmt_value(e['value'], e['unit'])}{thr} — {e['source']}\n",
-                                  style="dim" if e["meets"] is None else ""))
-        parts.append(Text("\nchange:\n", style="bold"))
-        parts.append(Syntax(r["change"], "python", theme="ansi_dark", background_color="default", word_wrap=True))
+                head.append(f"  {mark} {e['metric']}: {fmt_value(e['value'], e['unit'])}{thr} — {e['source']}\n",
+                            style="dim" if e["meets"] is None else "")
+        head.append("change:", style="bold")
         proj = (f"up to {r['projected_speedup']:.2f}× faster: step ≥ {r['projected_step_ms']:.1f} ms"
                 if r["projected_speedup"] else "no projection")
-        parts.append(Text(f"\nprojected: {proj}\n", style="bold"))
-        parts.append(Text(f"basis: {r['basis']}\n", style="dim"))
+        tail = Text()
+        tail.append(f"projected: {proj}\n", style="bold")
+        tail.append(f"basis: {r['basis']}", style="dim")
         from rich.console import Group
 
-        self.detail_plain = "".join(p.plain if isinstance(p, Text) else r["change"] for p in parts)
-        holder.update(Group(*parts))
+        self.detail_plain = f"{head.plain}\n{r['change']}\n{tail.plain}"
+        holder.update(Group(head, Syntax(r["change"], "python", theme="ansi_dark", background_color="default",
+                                         word_wrap=True), tail))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
