@@ -115,10 +115,11 @@ def summarize_path(edges: Any, step: str, step_ms: float, span_us: float, has_cu
 
 
 def reconcile(cp: CriticalPath, bottleneck: str | None, step_breakdown_pct: dict[str, float],
-              mean_queue: float | None = None) -> Reconciliation:
+              host_ahead_queue: float | None = None) -> Reconciliation:
     """Does the critical path point at the verdict's cause? ``step_breakdown_pct`` is the
     verdict's exclusive breakdown of step time (category -> %), used to explain a disagreement;
-    ``mean_queue`` the busiest stream's mean CUDA-queue length (HTA), when known."""
+    ``host_ahead_queue`` the busiest stream's mean CUDA-queue length (HTA) when it shows the host
+    running ahead of the GPU (at or above ``launch.queue_starved``), else None."""
     path_family = cp.dominant_family
     lead = f"{cp.family_pct(path_family):.0f} % of the critical path is {FAMILY_LABELS[path_family]}"
     fam = FINDING_FAMILY.get(bottleneck or "")
@@ -148,9 +149,10 @@ def reconcile(cp: CriticalPath, bottleneck: str | None, step_breakdown_pct: dict
     coverage = 100.0 * cp.span_ms / cp.step_ms if cp.step_ms else 0.0
     if coverage < 80.0:
         reasons.append(f"the path spans {cp.span_ms:.1f} ms of the {cp.step_ms:.1f} ms step ({coverage:.0f} %): "
-                       "the rest of the step has no recorded dependency chain, and the shares cover all of it")
-    if path_family == "host" and mean_queue is not None and mean_queue >= 2.0:
-        reasons.append(f"HTA's own queue lengths show the host ahead of the GPU (busiest stream holds {mean_queue:.1f} "
+                       "HTA's path is the heaviest chain of dependent work it can see, not a cover of the step, while the "
+                       "shares cover all of it")
+    if path_family == "host" and host_ahead_queue is not None:
+        reasons.append(f"HTA's own queue lengths show the host ahead of the GPU (busiest stream holds {host_ahead_queue:.1f} "
                        "operations on average): the GPU did not wait for that host chain, which again points at "
                        "missing GPU-to-host dependencies rather than a host-bound step")
     cpu_events = [e for e in cp.top_events if CATEGORY_FAMILY[e.category] == "host"][:3]

@@ -166,7 +166,9 @@ def deep_analysis(trace: Trace, analysis: Analysis, rules: Rules | None = None, 
 
     if cp is not None:
         pct = {c: analysis.breakdown.share_pct(c) for c in CATEGORIES}
-        rec = reconcile(cp, analysis.verdict.bottleneck, pct, launch.queues[0].mean if launch and launch.queues else None)
+        q = launch.queues[0].mean if launch and launch.queues else None
+        ahead = q if q is not None and q >= rules.value("launch.queue_starved") else None
+        rec = reconcile(cp, analysis.verdict.bottleneck, pct, ahead)
     errors = [x for x in (cp_error, launch_error) if x]
     status = "ok" if not errors else ("partial" if cp or launch else "skipped")
     return _finish(watch, DeepAnalysis(status, "; ".join(errors) or None, step=chosen.label if chosen else None,

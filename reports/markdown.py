@@ -107,6 +107,14 @@ def render_markdown(doc: dict) -> str:
     w(f"- MFU: {mfu['value_pct']:.1f} % ({md_escape(mfu['reason'])})" if mfu["value_pct"] is not None
       else f"- MFU: {md_escape(mfu['reason'])}")
     w("")
+    if doc.get("deep"):
+        from trainscope.reports.deep import deep_markdown_lines
+
+        out.extend(deep_markdown_lines(doc["deep"], md_escape))
+    if doc.get("stragglers"):
+        from trainscope.reports.deep import stragglers_markdown_lines
+
+        out.extend(stragglers_markdown_lines(doc["stragglers"], md_escape))
     if doc.get("ranks"):
         w("## Ranks")
         w("")

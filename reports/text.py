@@ -105,6 +105,16 @@ def render_text(doc: dict, color: bool = False) -> str:
     mfu = doc["mfu"]
     w(f"MFU      {mfu['value_pct']:.1f} % — {mfu['reason']}" if mfu["value_pct"] is not None else f"MFU      {mfu['reason']}")
 
+    if doc.get("deep"):
+        from trainscope.reports.deep import deep_text_lines
+
+        w("")
+        out.extend(deep_text_lines(doc["deep"], bold))
+    if doc.get("stragglers"):
+        from trainscope.reports.deep import stragglers_text_lines
+
+        w("")
+        out.extend(stragglers_text_lines(doc["stragglers"], bold))
     if doc.get("ranks"):
         w("")
         w(bold("Ranks") + "  (the summary above is the slowest rank)")
