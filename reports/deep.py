@@ -83,7 +83,8 @@ def deep_text_lines(d: dict, bold) -> list[str]:
             bar = "█" * int(round(pct / 100 * 24)) + "·" * (24 - int(round(pct / 100 * 24)))
             out.append(f"  {CP_LABELS[c]:34s} {pct:5.1f} % {bar}")
         if cp["top_events"]:
-            out.append("  on the path: " + ", ".join(f"{e['name'][:48]} {e['ms']:.1f} ms" for e in cp["top_events"][:5]))
+            line = "on the path: " + ", ".join(f"{e['name'][:48]} {e['ms']:.1f} ms" for e in cp["top_events"][:5])
+            out.extend(("  " if i == 0 else "    ") + x for i, x in enumerate(textwrap.wrap(line, 92)))
     else:
         out.append(f"  critical path: skipped — {d['critical_path_error']}")
     rec = d["reconciliation"]
@@ -98,8 +99,9 @@ def deep_text_lines(d: dict, bold) -> list[str]:
     ls = d["launch"]
     if ls:
         out.append("")
-        out.append(f"  launches: {ls['launches']:,} with their kernels; {ls['short_kernel_pct']:.0f} % of kernels shorter "
-                   f"than their launch; launch-delay outliers {ls['delay_outliers']:,}; median delay {ls['median_delay_us']:.0f} µs")
+        line = (f"launches: {ls['launches']:,} with their kernels; {ls['short_kernel_pct']:.0f} % of kernels shorter "
+                f"than their launch; launch-delay outliers {ls['delay_outliers']:,}; median delay {ls['median_delay_us']:.0f} µs")
+        out.extend(("  " if i == 0 else "    ") + x for i, x in enumerate(textwrap.wrap(line, 92)))
         if ls["queues"]:
             out.append("  CUDA queue: " + ", ".join(f"stream {q['stream']} mean {q['mean']:.1f} max {q['max']:.0f}"
                                                    for q in ls["queues"][:4]))
