@@ -69,6 +69,23 @@ _TABLE: tuple[Threshold, ...] = (
               "DIAGNOSIS.md §2.3"),
     Threshold("launch.tiny_kernel_us", 10.0, "µs", "median kernel shorter than this is launch-latency scale",
               "trainscope default: a CUDA launch costs ~5–10 µs of host time (HTA launch statistics)"),
+    # --deep: launch statistics (HTA get_cuda_kernel_launch_stats) and rank stragglers.
+    Threshold("launch.runtime_outlier_us", 50.0, "µs", "a launch call on the host longer than this is an outlier",
+              "HTA get_cuda_kernel_launch_stats default runtime_cutoff"),
+    Threshold("launch.delay_outlier_us", 100.0, "µs", "a kernel starting this long after its launch returned is a delay outlier",
+              "HTA get_cuda_kernel_launch_stats default launch_delay_cutoff"),
+    Threshold("launch.short_kernel_pct", 50.0, "% of launches",
+              "share of kernels whose GPU time is shorter than their launch call's host time",
+              "trainscope default: launch-bound when most kernels cost less GPU time than host time (HTA launch statistics)"),
+    Threshold("launch.queue_starved", 1.0, "operations",
+              "mean CUDA-queue length of the busiest stream below this: the GPU drains work as fast as the host issues it",
+              "trainscope default, read from HTA queue-length analysis (a queue that stays near empty starves the GPU)"),
+    Threshold("straggler.step_pct", 10.0, "% over the ranks' median",
+              "a rank whose median step is this much longer than the ranks' median is slow",
+              "trainscope default"),
+    Threshold("straggler.late_pct", 5.0, "% of median step",
+              "a rank entering collectives this much later than the first rank, on average, is late",
+              "trainscope default; HTA's straggler analysis ranks by the same late-start signal"),
 )
 
 

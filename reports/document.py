@@ -131,9 +131,11 @@ def _counters(a: Analysis) -> dict[str, Any] | None:
             "tensor_active_pct": _r(c.tensor_active_pct), "dram_bandwidth_pct": _r(c.dram_bandwidth_pct)}
 
 
-def build_document(path: str, analyses: list[Analysis], rules: Rules, input_warnings: list[str] | None = None) -> dict:
+def build_document(path: str, analyses: list[Analysis], rules: Rules, input_warnings: list[str] | None = None,
+                   deep: dict | None = None, stragglers: dict | None = None) -> dict:
     """The top-level document. For several ranks the body is the slowest rank (it sets the pace
-    of synchronous training) and ``ranks`` compares them all."""
+    of synchronous training) and ``ranks`` compares them all. ``deep`` and ``stragglers`` are the
+    already-built parts of reports/deep.py (``analyze --deep``; a rank directory)."""
     main = slowest(analyses) if len(analyses) > 1 else analyses[0]
     formats = [a.source_format for a in analyses]
     doc = {"schema": SCHEMA, "tool": {"name": "trainscope", "version": __version__},
@@ -146,5 +148,9 @@ def build_document(path: str, analyses: list[Analysis], rules: Rules, input_warn
                          "confidence": a.verdict.confidence, "step_p50_ms": _r(a.breakdown.step_ms.p50, 3),
                          "step_p95_ms": _r(a.breakdown.step_ms.p95, 3), "gpu_busy_pct": _r(a.breakdown.gpu_busy_pct),
                          "data_wait_pct": _r(a.breakdown.data_wait_pct)} for a in analyses]
+    if stragglers is not None:
+        doc["stragglers"] = stragglers
+    if deep is not None:
+        doc["deep"] = deep
     doc["thresholds"] = [{"name": t.name, "value": t.value, "unit": t.unit, "source": t.source} for t in rules.all()]
     return doc

@@ -126,6 +126,14 @@ def render_markdown(doc: dict) -> str:
         from trainscope.reports.plan import ledger_markdown_lines
 
         out.extend(ledger_markdown_lines(doc["ledger"]))
+    if doc.get("deep"):
+        from trainscope.reports.deep import deep_markdown_lines
+
+        out.extend(deep_markdown_lines(doc["deep"], md_escape))
+    if doc.get("stragglers"):
+        from trainscope.reports.deep import stragglers_markdown_lines
+
+        out.extend(stragglers_markdown_lines(doc["stragglers"], md_escape))
     if doc.get("ranks"):
         w("## Ranks")
         w("")

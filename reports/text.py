@@ -123,6 +123,16 @@ def render_text(doc: dict, color: bool = False) -> str:
         from trainscope.reports.plan import ledger_text_lines
 
         out.extend(ledger_text_lines(doc["ledger"]))
+    if doc.get("deep"):
+        from trainscope.reports.deep import deep_text_lines
+
+        w("")
+        out.extend(deep_text_lines(doc["deep"], bold))
+    if doc.get("stragglers"):
+        from trainscope.reports.deep import stragglers_text_lines
+
+        w("")
+        out.extend(stragglers_text_lines(doc["stragglers"], bold))
     if doc.get("ranks"):
         w("")
         w(bold("Ranks") + "  (the summary above is the slowest rank)")

@@ -19,7 +19,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  trainscope analyze run.pt.trace.json.gz\n"
                "  trainscope analyze traces/ --format json > verdict.json\n"
                "  trainscope analyze run.json.gz --report report.md --threshold data_wait.high=25\n"
-               "  trainscope analyze report.sqlite --step-range train_step   # NVTX ranges mark the steps\n\n"
+               "  trainscope analyze report.sqlite --step-range train_step   # NVTX ranges mark the steps\n"
+               "  trainscope analyze run.json.gz --deep                  # + HTA critical path of the median step\n"
+               "  trainscope analyze run.json.gz --deep --deep-step 1010 # … of ProfilerStep#1010\n\n"
+               "--deep needs Holistic Trace Analysis: pip install 'trainscope[hta]'. It runs HTA on the\n"
+               "trace (the slowest rank of a directory): seconds to minutes, interruptible with Ctrl-C.\n"
+               "Where HTA cannot load the trace or its critical path fails, the deep part is skipped with\n"
+               "a one-line reason and the rest of the report stands.\n\n"
                "In a terminal, analyze opens an interactive app (press ? in it for every key); --no-tui, --format,\n"
                "or a stdout that is not a terminal prints instead.\n\n"
                "exit codes: 0 analyzed, 2 bad input or usage, 1 internal error",
@@ -43,6 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--model", metavar="SPEC",
                    help="the trained model and setup, to show the memory ledger next to the measured peak: the "
                         "`trainscope plan` flags as KEY=VALUE, e.g. \"params=25.6M,optimizer=momentum,precision=fp32\"")
+    a.add_argument("--deep", action="store_true",
+                   help="add Holistic Trace Analysis's critical path, launch statistics and queue lengths "
+                        "(needs the hta extra; exits 2 with the install line when it is missing)")
+    a.add_argument("--deep-step", metavar="STEP",
+                   help="step for --deep: ProfilerStep number (1010), label (ProfilerStep#1010) or position (@1); "
+                        "default: the median step")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
     a.set_defaults(run=run)
@@ -58,6 +70,17 @@ def run(args: argparse.Namespace) -> int:
     from trainscope.reports.text import render_text
 
     rules = Rules(dict(args.threshold))
+    if args.deep_step is not None and not args.deep:
+        sys.stderr.write("trainscope: --deep-step needs --deep\n")
+        return EXIT_BAD_INPUT
+    if args.deep:
+        from trainscope.analyzers.deep import HTAUnavailable, hta_versions
+
+        try:
+            hta_versions()  # before the slow part: say at once that --deep cannot run
+        except HTAUnavailable as e:
+            sys.stderr.write(f"trainscope: {e}\n")
+            return EXIT_BAD_INPUT
     try:
         decorate = _ledger_hook(args.model)
     except ValueError as e:
@@ -83,8 +106,21 @@ def run(args: argparse.Namespace) -> int:
         progress.done()
         sys.stderr.write(f"trainscope: {args.trace}: --step-range: {e}\n")
         return EXIT_BAD_INPUT
+    stragglers = deep = None
+    if len(analyses) > 1:
+        from trainscope.analyzers.stragglers import detect_stragglers
+        from trainscope.reports.deep import stragglers_dict
+
+        stragglers = stragglers_dict(detect_stragglers(traces.traces, analyses, rules))
+    if args.deep:
+        from trainscope.analyzers.analysis import slowest
+        from trainscope.analyzers.deep import deep_analysis
+        from trainscope.reports.deep import deep_dict
+
+        main = slowest(analyses) if len(analyses) > 1 else analyses[0]
+        deep = deep_dict(deep_analysis(traces.traces[analyses.index(main)], main, rules, args.deep_step, progress))
     progress.done()
-    doc = build_document(args.trace, analyses, rules, traces.warnings)
+    doc = build_document(args.trace, analyses, rules, traces.warnings, deep=deep, stragglers=stragglers)
     doc = decorate(doc)
 
     for path, render in ((args.report, render_markdown), (args.json_out, to_json)):
