@@ -49,6 +49,9 @@ _TABLE: tuple[Threshold, ...] = (
               "trainscope default: a verdict needs more than a handful of GPU events (DIAGNOSIS.md: never guess)"),
     Threshold("step.outlier_ratio", 1.5, "× median step", "a step this much longer than the median is an outlier",
               "trainscope default"),
+    Threshold("diff.noise_pts", 1.0, "percentage points",
+              "in `trainscope diff`, a finding's metric must move more than this to count as improved or worse",
+              "trainscope default (no published number): a move under one point of step time is not called an effect"),
     Threshold("launch.tiny_kernel_us", 10.0, "µs", "median kernel shorter than this is launch-latency scale",
               "trainscope default: a CUDA launch costs ~5–10 µs of host time (HTA launch statistics)"),
 )

@@ -152,6 +152,9 @@ class Trace:
     # What the collector skipped or repaired, as human-readable lines ("1,203 events with
     # negative duration skipped"). Reports show them so nothing is dropped silently.
     warnings: list[str] = field(default_factory=list)
+    # Input shapes of CPU operators where the profiler recorded them (record_shapes=True):
+    # operator name → {repr of its "Input Dims" → calls}. Empty when the trace has none.
+    input_dims: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def device(self, device_id: int) -> Device | None:
         for d in self.devices:
