@@ -54,7 +54,8 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
         w(bold("NOT COMPARABLE") + " — the runs differ in more than the change under test:")
     same = [c for c in doc["comparability"] if c["status"] == "same"]
     if same and not differ:
-        w("  comparable: " + "; ".join(c["note"] for c in same))
+        lines = textwrap.wrap("comparable: " + "; ".join(c["note"] for c in same), 92)
+        w("  " + "\n    ".join(lines))
     for c in differ + unknown:
         w(f"  {'!' if c['status'] == 'differ' else '?'} {c['check']}: {c['before']} → {c['after']}")
         for line in textwrap.wrap(c["note"], 88):
