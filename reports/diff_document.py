@@ -29,7 +29,8 @@ def _side(r: Run) -> dict[str, Any]:
     a = r.analysis
     return {"path": r.path, "source": a.source, "rank": a.rank, "traces": r.ranks,
             "device": a.device_name, "has_gpu": r.has_gpu, "steps": r.steps, "steps_method": a.segmentation.method,
-            "batch_leading_dim": r.shapes.batch_dim, "shapes_recorded": r.shapes.recorded, "warnings": r.warnings}
+            "batch_leading_dim": r.shapes.batch_dim, "shapes_recorded": r.shapes.recorded,
+            "memory_recorded": bool(a.memory), "warnings": r.warnings}
 
 
 def _share(s: ShareChange) -> dict[str, Any]:

@@ -29,7 +29,7 @@ def render_diff_markdown(doc: dict) -> str:
     w("")
     differ = [c for c in doc["comparability"] if c["status"] != "same"]
     if differ:
-        w("> **Comparability:** " + ("the runs are **not comparable** on every count:" if not doc["comparable"]
+        w("> **Comparability:** " + ("the runs are **not comparable**:" if not doc["comparable"]
                                       else "some properties could not be checked:"))
         for c in differ:
             w(f"> - **{md_escape(c['check'])}** ({c['status']}): {md_escape(c['before'])} → {md_escape(c['after'])}. "

@@ -21,7 +21,7 @@ def _side_line(s: dict) -> str:
     dev = s["device"] or "no GPU activity"
     rank = f", rank {s['rank']}" if s["rank"] is not None else ""
     ranks = f" (slowest of {s['traces']} ranks)" if s["traces"] > 1 else ""
-    return f"{dev}{rank}{ranks}, {s['steps']} steps"
+    return f"{dev}{rank}{ranks}, {s['steps']} step{'' if s['steps'] == 1 else 's'}"
 
 
 def _pts(x: float) -> str:
@@ -120,6 +120,11 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
         w(bold("Memory") + f"  peak allocated {_mib(m['before_peak_bytes'])} → {_mib(m['after_peak_bytes'])}{ch}{rel}")
         if m["before_basis"] != m["after_basis"]:
             w("  note: one trace has allocator totals and the other only deltas: the peaks are not measured alike")
+        w("")
+
+    elif b["memory_recorded"] != a["memory_recorded"]:
+        missing = "AFTER" if b["memory_recorded"] else "BEFORE"
+        w(bold("Memory") + f"  not compared: {missing} recorded no allocator events (profile_memory=True)")
         w("")
 
     recs = doc["recommendations"]

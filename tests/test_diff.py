@@ -184,6 +184,25 @@ def test_verdict_change_and_what_became_of_the_earlier_fixes(gpu_diff):
     assert comm.status == "improved" and "slower overall" in comm.note
 
 
+def test_a_fix_that_removed_its_finding_is_resolved():
+    """Two real V100 runs: the data-bound ResNet-50 (num_workers=0) and a training run that is
+    compute-bound. Not the same workload (the diff says so), but the outcome logic is exercised on
+    real analyses: the data-wait fix's metric falls to zero and its finding is gone."""
+    name = "resnet50_v100_num_workers_0.pt.trace.json.gz"
+    d = diff_runs(_run(name), _run("hta_v100_rank0.pt.trace.json.gz"))
+    data = next(o for o in d.recommendations if o.finding == "data/input-wait")
+    ev = _events(name)
+    steps = _raw_steps(ev)
+    waits = [e for e in ev if e.get("ph") == "X" and "DataLoader" in str(e.get("name")) and "__next__" in e["name"]
+             and any(s <= e["ts"] < t for s, t in steps)]
+    assert data.before == pytest.approx(sum(e["dur"] for e in waits) / 1e3 / len(steps), rel=0.01)
+    assert data.status == "resolved" and data.addressed and data.after == 0.0
+    assert "projected bound: 1.66×" in data.note
+    tc = next(o for o in d.recommendations if o.finding == "algorithm/no-tensor-cores")
+    assert tc.status == "unchanged" and not tc.addressed  # fp32 convolutions on both
+    assert {c.check for c in d.comparability if c.status == "differ"} == {"gpu", "steps"}
+
+
 def test_batch_shapes_are_compared_from_input_dims(gpu_diff):
     shapes = next(c for c in gpu_diff.comparability if c.check == "batch_shapes")
     assert shapes.status == "differ"
