@@ -67,6 +67,9 @@ _TABLE: tuple[Threshold, ...] = (
               "DIAGNOSIS.md §2.3 (memory-bound: DRAM > 70 % and SM/tensor < 50 %)"),
     Threshold("gpu_metrics.memory_active_max", 50.0, "% SM/tensor activity", "memory-bound: SM/tensor activity below",
               "DIAGNOSIS.md §2.3"),
+    Threshold("diff.noise_pts", 1.0, "percentage points",
+              "in `trainscope diff`, a finding's metric must move more than this to count as improved or worse",
+              "trainscope default (no published number): a move under one point of step time is not called an effect"),
     Threshold("launch.tiny_kernel_us", 10.0, "µs", "median kernel shorter than this is launch-latency scale",
               "trainscope default: a CUDA launch costs ~5–10 µs of host time (HTA launch statistics)"),
     # --deep: launch statistics (HTA get_cuda_kernel_launch_stats) and rank stragglers.

@@ -108,6 +108,7 @@ class _Parser:
         self.nonfinite = 0
         self.gpu_ids: set[int] = set()
         self.hip = False
+        self.input_dims: dict[str, dict[str, int]] = {}
 
     # -- helpers -------------------------------------------------------------------------
     def thread(self, pid: Any, tid: Any) -> int:
@@ -183,6 +184,11 @@ class _Parser:
                 flops = args.get("flops")
                 self.cpu_ops.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name),
                                  float(flops) if isinstance(flops, (int, float)) else math.nan)
+                dims = args.get("Input Dims")
+                if type(dims) is list:  # record_shapes=True: kept for comparing runs' batch shapes
+                    per_op = self.input_dims.setdefault(name, {})
+                    key = repr(dims)
+                    per_op[key] = per_op.get(key, 0) + 1
         elif c in _MEMCPY:
             dev = _int(args.get("device", e.get("pid")), -1)
             self.gpu_ids.add(dev)
@@ -249,7 +255,7 @@ class _Parser:
             source=self.path, format="kineto", origin_ns=origin_ns, strings=self.strings.strings,
             devices=self._devices(), threads=threads, counters=Counters.empty(), metadata=meta,
             rank=_int(dist.get("rank"), None), world_size=_int(dist.get("world_size"), None),
-            warnings=warnings, **tables,
+            warnings=warnings, input_dims=self.input_dims, **tables,
         )
 
     def _devices(self) -> list[Device]:

@@ -155,6 +155,9 @@ class Trace:
     # OS runtime calls (Nsight ``OSRT_API``: poll, read, pthread waits...). Kept apart from
     # ``runtime``: a thread blocked in poll() is waiting, not issuing GPU work.
     os_runtime: RuntimeCalls = field(default_factory=RuntimeCalls.empty)
+    # Input shapes of CPU operators where the profiler recorded them (record_shapes=True):
+    # operator name → {repr of its "Input Dims" → calls}. Empty when the trace has none.
+    input_dims: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def device(self, device_id: int) -> Device | None:
         for d in self.devices:

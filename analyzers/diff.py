@@ -1,0 +1,425 @@
+"""Before and after: what a change did to a training run (the textbook's profile → fix →
+re-profile loop, seed 000 lines 2072–2155). Pure functions from two analyzed inputs to dataclasses.
+
+Each side is the pace-setting rank of its input (the slowest median step, as in ``analyze``).
+Kernel times are compared per step, so runs that profiled different numbers of steps still
+compare; comparability problems (another GPU, other step counts, other batch shapes) are
+reported as checks, never hidden.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from trainscope.analyzers import intervals as iv
+from trainscope.analyzers.analysis import Analysis, slowest
+from trainscope.analyzers.breakdown import CATEGORIES, CATEGORY_LABELS
+from trainscope.analyzers.kernel_match import KernelChange, KernelTime, match_kernels
+from trainscope.analyzers.kernels import ALL_CLASSES, kernel_classes, kernel_summary
+from trainscope.analyzers.recommendations import Recommendation
+from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.shapes import ShapeSignature, compare_shapes, shape_signature
+from trainscope.traces.model import Trace, TraceSet
+
+
+# -- one side ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Run:
+    """One input of a diff: the analysis of its pace-setting rank and what a diff needs beyond it."""
+
+    path: str
+    analysis: Analysis
+    ranks: int
+    kernels: list[KernelTime]  # every kernel name in the analyzed steps on the analyzed GPU
+    shapes: ShapeSignature
+    device_names: tuple[str, ...]  # the analyzed GPU of every rank ("" where a rank has none)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        return len(self.analysis.segmentation.steps)
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.analysis.device is not None
+
+
+def kernel_times(trace: Trace, analysis: Analysis) -> list[KernelTime]:
+    """Per kernel name, the calls and time of kernels that start inside the analyzed steps on the
+    analyzed GPU: the same selection as the analysis's kernel summary, but every name."""
+    seg = analysis.segmentation
+    inside = iv.contains((seg.starts, seg.ends), trace.kernels.ts)
+    ks = kernel_summary(trace, inside, analysis.device, top_n=len(trace.strings), classes=kernel_classes(trace))
+    return [KernelTime(k.name, k.kernel_class, k.count, k.total_ns) for k in ks.top]
+
+
+def summarize_run(path: str, traces: TraceSet, analyses: list[Analysis]) -> Run:
+    """``analyses`` is ``analyze_set(traces)``: one per trace, in the same order."""
+    main = slowest(analyses) if len(analyses) > 1 else analyses[0]
+    trace = traces.traces[next(i for i, a in enumerate(analyses) if a is main)]
+    return Run(path=path, analysis=main, ranks=len(analyses), kernels=kernel_times(trace, main),
+               shapes=shape_signature(trace), device_names=tuple(a.device_name or "" for a in analyses),
+               warnings=list(traces.warnings) + list(main.warnings))
+
+
+# -- what changed --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StepTimeChange:
+    statistic: str  # "p50" | "p95" | "mean"
+    before_ms: float
+    after_ms: float
+
+    @property
+    def speedup(self) -> float | None:
+        """Before ÷ after: above 1 the change made steps faster."""
+        return self.before_ms / self.after_ms if self.after_ms > 0 else None
+
+    @property
+    def change_pct(self) -> float | None:
+        return 100.0 * (self.after_ms - self.before_ms) / self.before_ms if self.before_ms > 0 else None
+
+
+@dataclass(frozen=True)
+class ShareChange:
+    """One breakdown category (or a headline share) before and after, in % of step time."""
+
+    name: str
+    label: str
+    before_pct: float
+    after_pct: float
+    before_ms_per_step: float | None = None
+    after_ms_per_step: float | None = None
+
+    @property
+    def change_pts(self) -> float:
+        return self.after_pct - self.before_pct
+
+
+@dataclass(frozen=True)
+class VerdictChange:
+    before_axis: str
+    after_axis: str
+    before_bottleneck: str | None
+    after_bottleneck: str | None
+    before_confidence: float
+    after_confidence: float
+    before_summary: str
+    after_summary: str
+
+    @property
+    def changed(self) -> bool:
+        return (self.before_axis, self.before_bottleneck) != (self.after_axis, self.after_bottleneck)
+
+
+@dataclass(frozen=True)
+class MemoryChange:
+    before_bytes: int
+    after_bytes: int
+    before_basis: str
+    after_basis: str
+    capacity_before: int | None
+    capacity_after: int | None
+
+    @property
+    def change_bytes(self) -> int:
+        return self.after_bytes - self.before_bytes
+
+    @property
+    def change_pct(self) -> float | None:
+        return 100.0 * self.change_bytes / self.before_bytes if self.before_bytes else None
+
+
+@dataclass(frozen=True)
+class RecommendationOutcome:
+    """Did the change address a fix the BEFORE analysis recommended?"""
+
+    recommendation: str
+    finding: str
+    title: str
+    projected_speedup: float | None  # upper bound from the BEFORE analysis
+    status: str  # "resolved" | "improved" | "unchanged" | "worse" | "unknown"
+    metric: str
+    unit: str
+    before: float | None
+    after: float | None
+    note: str
+
+    @property
+    def addressed(self) -> bool:
+        return self.status in ("resolved", "improved")
+
+
+@dataclass(frozen=True)
+class ComparabilityCheck:
+    check: str  # "gpu" | "gpu_activity" | "ranks" | "steps" | "step_method" | "batch_shapes"
+    status: str  # "same" | "differ" | "unknown"
+    before: str
+    after: str
+    note: str
+
+
+@dataclass(frozen=True)
+class RunDiff:
+    before: Run
+    after: Run
+    verdict: VerdictChange
+    step_time: list[StepTimeChange]
+    gpu_busy: ShareChange
+    data_wait: ShareChange
+    categories: list[ShareChange]
+    kernel_classes: list[ShareChange]  # % of kernel time and ms per step, by kernel class
+    kernels: list[KernelChange]
+    memory: MemoryChange | None
+    recommendations: list[RecommendationOutcome]
+    comparability: list[ComparabilityCheck]
+
+    @property
+    def comparable(self) -> bool:
+        return not any(c.status == "differ" for c in self.comparability)
+
+    @property
+    def p50(self) -> StepTimeChange:
+        return self.step_time[0]
+
+    def kernels_by(self, kind: str, n: int | None = None) -> list[KernelChange]:
+        """``grew``/``shrank`` (matched kernels, largest change per step first), ``appeared``,
+        ``disappeared`` (largest time first)."""
+        if kind == "grew":
+            out = [k for k in self.kernels if k.match in ("exact", "arch", "family") and k.delta_ms_per_step > 0]
+        elif kind == "shrank":
+            out = [k for k in self.kernels if k.match in ("exact", "arch", "family") and k.delta_ms_per_step < 0]
+        else:
+            out = [k for k in self.kernels if k.match == kind]
+        return out[:n] if n is not None else out
+
+    def match_counts(self) -> dict[str, int]:
+        """How many kernel names of BEFORE were matched by each pass (appeared: names of AFTER)."""
+        counts = {k: 0 for k in ("exact", "arch", "family", "appeared", "disappeared")}
+        for k in self.kernels:
+            counts[k.match] += len(k.after_names) if k.match == "appeared" else len(k.before_names)
+        return counts
+
+
+# What each finding's fix should move, so "addressed" is measured, not assumed. Time lost to a
+# cause is compared in ms per step, not as a share: a share also falls when everything else grows.
+@dataclass(frozen=True)
+class _FindingMetric:
+    label: str
+    unit: str
+    value: Callable[[Analysis], float | None]
+    lower_is_better: bool = True
+
+    @property
+    def per_step(self) -> bool:
+        return self.unit == "ms per step"
+
+
+def _peak_pct(a: Analysis) -> float | None:
+    pcts = [m.peak_pct for m in a.memory if m.peak_pct is not None]
+    return max(pcts) if pcts else None
+
+
+def _ms_per_step(category: str) -> Callable[[Analysis], float | None]:
+    return lambda a: a.breakdown.ns[category] / 1e6 / max(1, len(a.breakdown.steps))
+
+
+FINDING_METRICS: dict[str, _FindingMetric] = {
+    "data/input-wait": _FindingMetric("host waiting on DataLoader __next__", "ms per step",
+                                      lambda a: a.breakdown.host_data_wait_ns / 1e6 / max(1, len(a.breakdown.steps))),
+    "data/copies": _FindingMetric("GPU busy only with memory copies", "ms per step", _ms_per_step("copy")),
+    "host/launch-overhead": _FindingMetric("GPU idle while the host launches/computes", "ms per step",
+                                           _ms_per_step("idle_host_overhead")),
+    "host/sync": _FindingMetric("GPU idle while the host synchronizes", "ms per step", _ms_per_step("idle_sync")),
+    "comm/unoverlapped": _FindingMetric("communication with no compute running", "ms per step", _ms_per_step("communication")),
+    "algorithm/no-tensor-cores": _FindingMetric("tensor-core share of GEMM/conv/attention time", "%",
+                                                lambda a: a.kernels.tensor_core_pct_of_matmul, lower_is_better=False),
+    "machine/bandwidth": _FindingMetric("memory-bound kernels, share of kernel time", "%", lambda a: a.kernels.low_intensity_pct),
+    "algorithm/compute-bound": _FindingMetric("GEMM/conv/attention kernel time", "ms per step",
+                                              lambda a: a.kernels.matmul_ns / 1e6 / max(1, len(a.breakdown.steps))),
+    "machine/capacity": _FindingMetric("peak memory / device memory", "%", _peak_pct),
+}
+
+
+def _outcome(rec: Recommendation, before: Analysis, after: Analysis, noise_pts: float,
+             speedup: float | None) -> RecommendationOutcome:
+    fm = FINDING_METRICS.get(rec.finding)
+    b = fm.value(before) if fm else None
+    a = fm.value(after) if fm else None
+    still = any(f.id == rec.finding for f in after.findings)
+    if after.verdict.axis == "insufficient_evidence" and after.device is None:
+        status, note = "unknown", "AFTER has no GPU activity to judge by"
+    elif not still:
+        status, note = "resolved", "the finding is no longer raised"
+    elif b is None or a is None:
+        status, note = "unknown", "still raised; the metric is not measurable in both runs"
+    else:
+        # The noise floor is in points of step time: for times, that share of BEFORE's mean step.
+        noise = noise_pts / 100 * before.breakdown.step_ms.mean if fm.per_step else noise_pts
+        gain = (b - a) if fm.lower_is_better else (a - b)
+        status = "improved" if gain > noise else "worse" if gain < -noise else "unchanged"
+        note = "still raised"
+    if status in ("resolved", "improved") and rec.projected_speedup and speedup:
+        note += (f"; step p50 {speedup:.2f}× faster (this fix's projected bound: {rec.projected_speedup:.2f}×)"
+                 if speedup >= 1 else f"; but step p50 is {1 / speedup:.2f}× slower overall")
+    return RecommendationOutcome(rec.id, rec.finding, rec.title, rec.projected_speedup, status,
+                                 fm.label if fm else "", fm.unit if fm else "", b, a, note)
+
+
+def _memory(before: Analysis, after: Analysis) -> MemoryChange | None:
+    def main(a: Analysis):
+        if not a.memory:
+            return None
+        on = [m for m in a.memory if m.device == a.device]
+        return on[0] if on else max(a.memory, key=lambda m: m.peak_allocated)
+
+    mb, ma = main(before), main(after)
+    if mb is None or ma is None:
+        return None
+    return MemoryChange(mb.peak_allocated, ma.peak_allocated, mb.basis, ma.basis, mb.capacity, ma.capacity)
+
+
+def _classes(before: Analysis, after: Analysis) -> list[ShareChange]:
+    """Kernel time by class: what survives renaming across GPUs (a GEMM is a GEMM on any of them)."""
+    kb, ka = before.kernels, after.kernels
+    nb, na = max(1, len(before.segmentation.steps)), max(1, len(after.segmentation.steps))
+    out = [ShareChange(c, c, kb.class_share_pct(c), ka.class_share_pct(c),
+                       kb.by_class_ns.get(c, 0) / 1e6 / nb, ka.by_class_ns.get(c, 0) / 1e6 / na)
+           for c in ALL_CLASSES if kb.by_class_ns.get(c, 0) or ka.by_class_ns.get(c, 0)]
+    out.sort(key=lambda x: -abs((x.after_ms_per_step or 0) - (x.before_ms_per_step or 0)))
+    return out
+
+
+def comparability(before: Run, after: Run) -> list[ComparabilityCheck]:
+    checks: list[ComparabilityCheck] = []
+    gb, ga = before.analysis.device_name, after.analysis.device_name
+    if before.has_gpu != after.has_gpu:
+        checks.append(ComparabilityCheck("gpu_activity", "differ", "GPU" if before.has_gpu else "no GPU activity",
+                                         "GPU" if after.has_gpu else "no GPU activity",
+                                         "one run used a GPU and the other did not"))
+    elif gb and ga:
+        same = gb == ga and sorted(before.device_names) == sorted(after.device_names)
+        checks.append(ComparabilityCheck(
+            "gpu", "same" if same else "differ", gb, ga,
+            "the same GPU model" if same else
+            "different GPUs: the change measured includes the hardware, not only the code"))
+    else:
+        checks.append(ComparabilityCheck("gpu", "unknown", gb or "—", ga or "—",
+                                         "no GPU activity in either run" if not before.has_gpu else "a GPU is unnamed"))
+    if before.ranks != after.ranks:
+        checks.append(ComparabilityCheck("ranks", "differ", str(before.ranks), str(after.ranks),
+                                         "different numbers of rank traces: the job may be scaled differently"))
+    sb, sa = before.steps, after.steps
+    checks.append(ComparabilityCheck(
+        "steps", "same" if sb == sa else "differ", str(sb), str(sa),
+        f"{sb} steps in both" if sb == sa else
+        "different numbers of profiled steps: percentiles rest on different samples (kernel times are compared per step)"))
+    mb, ma = before.analysis.segmentation.method, after.analysis.segmentation.method
+    if mb != ma:
+        checks.append(ComparabilityCheck("step_method", "differ", mb, ma,
+                                         "steps were found differently, so a 'step' may not mean the same span"))
+    sc = compare_shapes(before.shapes, after.shapes)
+    show = lambda d: "unknown" if d is None else f"leading dim {d}"  # noqa: E731
+    note = sc.note + (f"; {sc.example}" if sc.example else "")
+    checks.append(ComparabilityCheck("batch_shapes", sc.status, show(sc.before_batch), show(sc.after_batch), note))
+    return checks
+
+
+def diff_runs(before: Run, after: Run, rules: Rules | None = None) -> RunDiff:
+    rules = rules or Rules()
+    b, a = before.analysis, after.analysis
+    bb, ab = b.breakdown, a.breakdown
+    step_time = [StepTimeChange(s, getattr(bb.step_ms, s), getattr(ab.step_ms, s)) for s in ("p50", "p95", "mean")]
+    per_step = lambda bd, c: bd.ns[c] / 1e6 / max(1, len(bd.steps))  # noqa: E731
+    cats = [ShareChange(c, CATEGORY_LABELS[c], bb.share_pct(c), ab.share_pct(c), per_step(bb, c), per_step(ab, c))
+            for c in CATEGORIES]
+    verdict = VerdictChange(b.verdict.axis, a.verdict.axis, b.verdict.bottleneck, a.verdict.bottleneck,
+                            b.verdict.confidence, a.verdict.confidence, b.verdict.summary, a.verdict.summary)
+    noise = rules.value("diff.noise_pts")
+    recs = [_outcome(r, b, a, noise, step_time[0].speedup) for r in b.recommendations]
+    return RunDiff(
+        before=before, after=after, verdict=verdict, step_time=step_time,
+        gpu_busy=ShareChange("gpu_busy", "GPU busy (kernels, copies, memsets)", bb.gpu_busy_pct, ab.gpu_busy_pct),
+        data_wait=ShareChange("data_wait", "host waiting on DataLoader __next__", bb.data_wait_pct, ab.data_wait_pct),
+        categories=cats, kernel_classes=_classes(b, a),
+        kernels=match_kernels(before.kernels, after.kernels, before.steps, after.steps),
+        memory=_memory(b, a), recommendations=recs, comparability=comparability(before, after),
+    )
+
+
+# -- the CI gate ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GateMetric:
+    name: str
+    label: str
+    unit: str  # unit of the value itself
+    relative: bool  # threshold in % of the BEFORE value (times) or in percentage points (shares)
+    higher_is_worse: bool
+    value: Callable[[Run], float | None]
+
+
+def _busy(r: Run) -> float | None:
+    return r.analysis.breakdown.gpu_busy_pct if r.has_gpu else None
+
+
+def _mem(r: Run) -> float | None:
+    m = [x.peak_allocated for x in r.analysis.memory if x.device == r.analysis.device]
+    return m[0] / 2**20 if m else None
+
+
+GATE_METRICS: dict[str, GateMetric] = {m.name: m for m in (
+    GateMetric("step_p50", "step time p50", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.p50),
+    GateMetric("step_p95", "step time p95", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.p95),
+    GateMetric("step_mean", "mean step time", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.mean),
+    GateMetric("gpu_busy", "GPU busy", "%", False, False, _busy),
+    GateMetric("data_wait", "data-wait share", "%", False, True, lambda r: r.analysis.breakdown.data_wait_pct),
+    GateMetric("host_overhead", "GPU idle on launch/CPU overhead", "%", False, True,
+               lambda r: r.analysis.breakdown.share_pct("idle_host_overhead") if r.has_gpu else None),
+    GateMetric("memory_peak", "peak GPU memory allocated", "MiB", True, True, _mem),
+)}
+
+
+@dataclass(frozen=True)
+class GateResult:
+    metric: str
+    threshold: float
+    threshold_unit: str  # "%" (relative) or "points"
+    before: float | None
+    after: float | None
+    change: float | None  # in threshold_unit, positive = worse
+    regressed: bool
+    reason: str  # one line
+
+
+class GateUnavailable(ValueError):
+    """The chosen metric cannot be measured on one of the runs."""
+
+
+def check_gate(diff: RunDiff, metric: str, threshold: float) -> GateResult:
+    """Regression when the metric got worse by more than ``threshold`` (relative % for times and
+    memory, percentage points for shares)."""
+    m = GATE_METRICS[metric]
+    b, a = m.value(diff.before), m.value(diff.after)
+    missing = [n for n, v in (("BEFORE", b), ("AFTER", a)) if v is None]
+    if missing:
+        raise GateUnavailable(f"cannot gate on {metric}: {m.label} is not measured in {' and '.join(missing)}")
+    unit = "%" if m.relative else "points"
+    if m.relative:
+        if b <= 0:
+            raise GateUnavailable(f"cannot gate on {metric}: {m.label} is 0 in BEFORE")
+        change = 100.0 * (a - b) / b
+    else:
+        change = a - b
+    worse = change if m.higher_is_worse else -change
+    regressed = worse > threshold
+    direction = ("rose" if change > 0 else "fell") if change != 0 else "did not change"
+    amount = f" {abs(change):.1f} {'%' if m.relative else 'points'}" if change != 0 else ""
+    values = f"({b:.1f} → {a:.1f} {m.unit})"
+    allowed = f"{threshold:g} {'%' if m.relative else 'points'}"
+    if regressed:
+        reason = f"regression: {m.label} {direction}{amount} {values}, more than the {allowed} allowed"
+    else:
+        reason = f"gate passed: {m.label} {direction}{amount} {values}, within the {allowed} allowed"
+    return GateResult(metric, threshold, unit, b, a, worse, regressed, reason)

@@ -1,0 +1,104 @@
+"""The diff as a plain, versioned document ("trainscope.diff/1"): the JSON output, and the single
+source the terminal and Markdown renderings read."""
+from __future__ import annotations
+
+from typing import Any
+
+from trainscope import __version__
+from trainscope.analyzers.diff import GateResult, Run, RunDiff, ShareChange
+from trainscope.analyzers.kernel_match import KernelChange
+from trainscope.reports.document import AXIS_NAMES, HEADLINES
+
+SCHEMA = "trainscope.diff/1"
+KERNEL_ROWS = 20  # per group (grew, shrank, appeared, disappeared); match_counts has the totals
+
+
+def _r(x: float | None, nd: int = 2) -> float | None:
+    return None if x is None else round(float(x), nd)
+
+
+def verdict_headline(axis: str, bottleneck: str | None) -> str:
+    if axis == "insufficient_evidence":
+        return "INSUFFICIENT EVIDENCE"
+    if axis == "balanced":
+        return "BALANCED"
+    return f"{HEADLINES.get(bottleneck or '', axis.upper())} · D·A·M axis: {AXIS_NAMES[axis]}"
+
+
+def _side(r: Run) -> dict[str, Any]:
+    a = r.analysis
+    return {"path": r.path, "source": a.source, "rank": a.rank, "traces": r.ranks,
+            "device": a.device_name, "has_gpu": r.has_gpu, "steps": r.steps, "steps_method": a.segmentation.method,
+            "batch_leading_dim": r.shapes.batch_dim, "shapes_recorded": r.shapes.recorded,
+            "memory_recorded": bool(a.memory), "warnings": r.warnings}
+
+
+def _share(s: ShareChange) -> dict[str, Any]:
+    d = {"label": s.label, "before_pct": _r(s.before_pct), "after_pct": _r(s.after_pct), "change_pts": _r(s.change_pts)}
+    if s.before_ms_per_step is not None:
+        d["before_ms_per_step"] = _r(s.before_ms_per_step, 3)
+        d["after_ms_per_step"] = _r(s.after_ms_per_step, 3)
+    return d
+
+
+def _kernel(k: KernelChange) -> dict[str, Any]:
+    return {"label": k.label, "match": k.match, "key": k.key, "class": k.kernel_class,
+            "before_names": list(k.before_names), "after_names": list(k.after_names),
+            "before_count": k.before_count, "after_count": k.after_count,
+            "before_ms_per_step": _r(k.before_ms_per_step, 3), "after_ms_per_step": _r(k.after_ms_per_step, 3),
+            "change_ms_per_step": _r(k.delta_ms_per_step, 3), "change_pct": _r(k.change_pct, 1)}
+
+
+def gate_dict(g: GateResult | None) -> dict[str, Any] | None:
+    if g is None:
+        return None
+    return {"metric": g.metric, "threshold": g.threshold, "threshold_unit": g.threshold_unit,
+            "before": _r(g.before, 3), "after": _r(g.after, 3), "worse_by": _r(g.change, 2),
+            "regressed": g.regressed, "reason": g.reason}
+
+
+def build_diff_document(d: RunDiff, gate: GateResult | None = None) -> dict[str, Any]:
+    v = d.verdict
+    mem = d.memory
+    return {
+        "schema": SCHEMA,
+        "tool": {"name": "trainscope", "version": __version__},
+        "before": _side(d.before),
+        "after": _side(d.after),
+        "comparable": d.comparable,
+        "comparability": [{"check": c.check, "status": c.status, "before": c.before, "after": c.after, "note": c.note}
+                          for c in d.comparability],
+        "verdict": {
+            "changed": v.changed,
+            "before": {"axis": v.before_axis, "bottleneck": v.before_bottleneck, "confidence": v.before_confidence,
+                       "headline": verdict_headline(v.before_axis, v.before_bottleneck), "summary": v.before_summary},
+            "after": {"axis": v.after_axis, "bottleneck": v.after_bottleneck, "confidence": v.after_confidence,
+                      "headline": verdict_headline(v.after_axis, v.after_bottleneck), "summary": v.after_summary},
+        },
+        "step_time_ms": {s.statistic: {"before": _r(s.before_ms, 3), "after": _r(s.after_ms, 3),
+                                       "change_pct": _r(s.change_pct), "speedup": _r(s.speedup, 3)}
+                         for s in d.step_time},
+        "gpu_busy": _share(d.gpu_busy),
+        "data_wait": _share(d.data_wait),
+        "categories": {c.name: _share(c) for c in d.categories},
+        "kernel_classes": {c.name: _share(c) for c in d.kernel_classes},
+        "kernels": {
+            "basis": "kernels starting inside the analyzed steps on the analyzed GPU; times per step",
+            "match_counts": d.match_counts(),
+            "grew": [_kernel(k) for k in d.kernels_by("grew", KERNEL_ROWS)],
+            "shrank": [_kernel(k) for k in d.kernels_by("shrank", KERNEL_ROWS)],
+            "appeared": [_kernel(k) for k in d.kernels_by("appeared", KERNEL_ROWS)],
+            "disappeared": [_kernel(k) for k in d.kernels_by("disappeared", KERNEL_ROWS)],
+        },
+        "memory": None if mem is None else {
+            "before_peak_bytes": mem.before_bytes, "after_peak_bytes": mem.after_bytes,
+            "change_bytes": mem.change_bytes, "change_pct": _r(mem.change_pct),
+            "before_basis": mem.before_basis, "after_basis": mem.after_basis,
+            "before_capacity_bytes": mem.capacity_before, "after_capacity_bytes": mem.capacity_after,
+        },
+        "recommendations": [{"id": o.recommendation, "finding": o.finding, "title": o.title,
+                             "projected_speedup": o.projected_speedup, "status": o.status, "addressed": o.addressed,
+                             "metric": o.metric, "unit": o.unit, "before": _r(o.before), "after": _r(o.after),
+                             "note": o.note} for o in d.recommendations],
+        "gate": gate_dict(gate),
+    }

@@ -1,0 +1,115 @@
+"""The Markdown rendering of a diff document, for a pull request ("what did this change do?")."""
+from __future__ import annotations
+
+import os
+
+from trainscope.reports.markdown import md_escape
+
+KERNEL_ROWS = 10
+
+
+def _cell(x: float | None, fmt: str = "{:.2f}") -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+def render_diff_markdown(doc: dict) -> str:
+    b, a, v = doc["before"], doc["after"], doc["verdict"]
+    out: list[str] = []
+    w = out.append
+    name = lambda s: md_escape(os.path.basename(s["path"].rstrip("/")) or s["path"])  # noqa: E731
+    w(f"# trainscope diff: {name(b)} → {name(a)}")
+    w("")
+    w("| | before | after |")
+    w("|---|---|---|")
+    w(f"| input | {name(b)} | {name(a)} |")
+    w(f"| device | {md_escape(b['device'] or 'no GPU activity')} | {md_escape(a['device'] or 'no GPU activity')} |")
+    w(f"| steps | {b['steps']} | {a['steps']} |")
+    w(f"| verdict | {md_escape(v['before']['headline'])} ({v['before']['confidence']:.2f}) | "
+      f"{md_escape(v['after']['headline'])} ({v['after']['confidence']:.2f}) |")
+    w("")
+    differ = [c for c in doc["comparability"] if c["status"] != "same"]
+    if differ:
+        w("> **Comparability:** " + ("the runs are **not comparable**:" if not doc["comparable"]
+                                      else "some properties could not be checked:"))
+        for c in differ:
+            w(f"> - **{md_escape(c['check'])}** ({c['status']}): {md_escape(c['before'])} → {md_escape(c['after'])}. "
+              f"{md_escape(c['note'])}")
+        w("")
+    w(f"**Verdict {'changed' if v['changed'] else 'unchanged'}.** After: {md_escape(v['after']['summary'])}")
+    w("")
+    w("## Step time")
+    w("")
+    w("| statistic | before ms | after ms | change | speedup |")
+    w("|---|---:|---:|---:|---:|")
+    for stat, st in doc["step_time_ms"].items():
+        w(f"| {stat} | {st['before']:.2f} | {st['after']:.2f} | {_cell(st['change_pct'], '{:+.1f} %')} | "
+          f"{_cell(st['speedup'], '{:.2f}×')} |")
+    w("")
+    w("## Where step time goes")
+    w("")
+    w("| share of step time | before | after | change |")
+    w("|---|---:|---:|---:|")
+    for s in [doc["gpu_busy"], doc["data_wait"]] + list(doc["categories"].values()):
+        w(f"| {md_escape(s['label'])} | {s['before_pct']:.1f} % | {s['after_pct']:.1f} % | {s['change_pts']:+.1f} pts |")
+    w("")
+    if doc["kernel_classes"]:
+        w("| kernel class | before ms/step | after ms/step | change |")
+        w("|---|---:|---:|---:|")
+        for cname, c in doc["kernel_classes"].items():
+            w(f"| {md_escape(cname)} | {c['before_ms_per_step']:.2f} | {c['after_ms_per_step']:.2f} | "
+              f"{c['after_ms_per_step'] - c['before_ms_per_step']:+.2f} |")
+        w("")
+    k = doc["kernels"]
+    mc = k["match_counts"]
+    if any(mc.values()):
+        w("## Kernels")
+        w("")
+        w(f"Per step. Matched {mc['exact']} by exact name, {mc['arch']} across GPU architectures (`arch`), "
+          f"{mc['family']} by family (`family`: same kernel, other tile/template numbers); "
+          f"{mc['appeared']} appeared, {mc['disappeared']} disappeared.")
+        w("")
+        for group, title in (("grew", "Grew the most"), ("shrank", "Shrank the most"),
+                             ("appeared", "Appeared"), ("disappeared", "Disappeared")):
+            if not k[group]:
+                continue
+            w(f"### {title}")
+            w("")
+            w("| change ms/step | before | after | match | class | kernel |")
+            w("|---:|---:|---:|---|---|---|")
+            for r in k[group][:KERNEL_ROWS]:
+                w(f"| {r['change_ms_per_step']:+.3f} | {r['before_ms_per_step']:.3f} | {r['after_ms_per_step']:.3f} | "
+                  f"{r['match']} | {r['class']} | {md_escape(r['label'], 140)} |")
+            w("")
+    m = doc["memory"]
+    if m:
+        w("## Memory")
+        w("")
+        ch = "" if m["change_pct"] is None else f" ({m['change_pct']:+.1f} %)"
+        w(f"Peak allocated {m['before_peak_bytes'] / 2**30:.2f} GiB → {m['after_peak_bytes'] / 2**30:.2f} GiB{ch} "
+          f"(basis: {m['before_basis']} → {m['after_basis']}).")
+        w("")
+    w("## Earlier recommendations")
+    w("")
+    if not doc["recommendations"]:
+        w(f"None: the BEFORE verdict was {md_escape(v['before']['headline'].lower())}, with no ranked fixes.")
+        w("")
+    else:
+        w("| fix | status | metric | before | after | note |")
+        w("|---|---|---|---:|---:|---|")
+        for r in doc["recommendations"]:
+            w(f"| {md_escape(r['title'])} | **{r['status']}** | {md_escape(r['metric'])} ({md_escape(r['unit'])}) | "
+              f"{_cell(r['before'], '{:.1f}')} | {_cell(r['after'], '{:.1f}')} | {md_escape(r['note'])} |")
+        w("")
+    g = doc.get("gate")
+    if g:
+        w(f"**Gate ({md_escape(g['metric'])}):** {md_escape(g['reason'])}")
+        w("")
+    notes = [f"before: {x}" for x in b["warnings"]] + [f"after: {x}" for x in a["warnings"]]
+    if notes:
+        w("## Notes")
+        w("")
+        for line in notes:
+            w(f"- {md_escape(line)}")
+        w("")
+    w(f"<sub>trainscope {doc['tool']['version']} · schema {doc['schema']}</sub>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,149 @@
+"""The terminal rendering of a diff document: verdict before → after, step time and speedup,
+shares side by side, kernel changes, memory, and what became of the earlier recommendations."""
+from __future__ import annotations
+
+import os
+import textwrap
+
+KERNEL_LINES = 6
+_STATUS_MARK = {"resolved": "✔", "improved": "✔", "unchanged": "·", "worse": "✘", "unknown": "?"}
+
+
+def _short(name: str, width: int) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _base(path: str) -> str:
+    return os.path.basename(path.rstrip("/")) or path
+
+
+def _side_line(s: dict) -> str:
+    dev = s["device"] or "no GPU activity"
+    rank = f", rank {s['rank']}" if s["rank"] is not None else ""
+    ranks = f" (slowest of {s['traces']} ranks)" if s["traces"] > 1 else ""
+    return f"{dev}{rank}{ranks}, {s['steps']} step{'' if s['steps'] == 1 else 's'}"
+
+
+def _pts(x: float) -> str:
+    return f"{x:+.1f} pts" if abs(x) >= 0.05 else "  0.0 pts"
+
+
+def _speed(st: dict) -> str:
+    sp = st["speedup"]
+    if sp is None:
+        return ""
+    return f"{sp:.2f}× faster" if sp >= 1 else f"{1 / sp:.2f}× slower"
+
+
+def _mib(b: int) -> str:
+    return f"{b / 2**30:.2f} GiB" if abs(b) >= 2**30 else f"{b / 2**20:.1f} MiB"
+
+
+def render_diff_text(doc: dict, color: bool = False) -> str:
+    bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
+    out: list[str] = []
+    w = out.append
+    b, a = doc["before"], doc["after"]
+    w(bold(f"trainscope diff — {_base(b['path'])} → {_base(a['path'])}"))
+    w(f"  before  {_side_line(b)}")
+    w(f"  after   {_side_line(a)}")
+    differ = [c for c in doc["comparability"] if c["status"] == "differ"]
+    unknown = [c for c in doc["comparability"] if c["status"] == "unknown" and c["check"] == "batch_shapes"]
+    if differ:
+        w("")
+        w(bold("NOT COMPARABLE") + " — the runs differ in more than the change under test:")
+    same = [c for c in doc["comparability"] if c["status"] == "same"]
+    if same and not differ:
+        lines = textwrap.wrap("comparable: " + "; ".join(c["note"] for c in same), 92)
+        w("  " + "\n    ".join(lines))
+    for c in differ + unknown:
+        w(f"  {'!' if c['status'] == 'differ' else '?'} {c['check']}: {c['before']} → {c['after']}")
+        for line in textwrap.wrap(c["note"], 88):
+            w(f"      {line}")
+    w("")
+
+    v = doc["verdict"]
+    arrow = "→" if v["changed"] else "→ (unchanged)"
+    w(bold("VERDICT") + f"  {v['before']['headline']} ({v['before']['confidence']:.2f})  {arrow}  "
+      f"{v['after']['headline']} ({v['after']['confidence']:.2f})")
+    if v["changed"]:
+        for line in textwrap.wrap(f"after: {v['after']['summary']}", 92):
+            w(f"  {line}")
+    w("")
+
+    w(bold("Step time") + "           before       after     change")
+    for stat, st in doc["step_time_ms"].items():
+        ch = "" if st["change_pct"] is None else f"{st['change_pct']:+.1f} %"
+        w(f"  {stat:<14s} {st['before']:9.2f} ms {st['after']:9.2f} ms {ch:>9s}   {_speed(st)}")
+    w("")
+
+    w(bold("Where step time goes") + "  (% of summed step time)      before    after    change")
+    rows = [doc["gpu_busy"], doc["data_wait"]] + [c for k, c in doc["categories"].items()
+                                                   if c["before_pct"] or c["after_pct"]]
+    for i, s in enumerate(rows):
+        if i == 2:
+            w("  " + "·" * 76)
+        w(f"  {_short(s['label'], 44):44s} {s['before_pct']:6.1f} % {s['after_pct']:6.1f} %  {_pts(s['change_pts'])}")
+    if not (b["has_gpu"] or a["has_gpu"]):
+        w("  (no GPU in either run: the 'GPU idle' rows are host time — data wait, framework ops, other)")
+    w("")
+
+    kc = doc["kernel_classes"]
+    if kc:
+        w(bold("Kernel time by class") + "  (ms per step)          before     after    change")
+        for name, c in kc.items():
+            w(f"  {name:40s} {c['before_ms_per_step']:9.2f} {c['after_ms_per_step']:9.2f} "
+              f"{c['after_ms_per_step'] - c['before_ms_per_step']:+9.2f}")
+        w("")
+
+    k = doc["kernels"]
+    mc = k["match_counts"]
+    if any(mc.values()):
+        w(bold("Kernels") + f"  (per step; matched {mc['exact']} by name, {mc['arch']} across GPU architectures, "
+          f"{mc['family']} by family; {mc['appeared']} appeared, {mc['disappeared']} disappeared)")
+        for group, title in (("grew", "grew the most"), ("shrank", "shrank the most"),
+                             ("appeared", "appeared"), ("disappeared", "disappeared")):
+            rows = k[group][:KERNEL_LINES]
+            if not rows:
+                continue
+            w(f"  {title}")
+            for r in rows:
+                how = "" if r["match"] in ("exact", "appeared", "disappeared") else f"[{r['match']}] "
+                w(f"    {r['change_ms_per_step']:+8.2f} ms  {r['before_ms_per_step']:7.2f} → {r['after_ms_per_step']:7.2f}  "
+                  f"{r['class']:13s} {how}{_short(r['label'], 64 - len(how))}")
+        w("")
+
+    m = doc["memory"]
+    if m:
+        rel = " (growth since profiling started)" if "relative" in (m["before_basis"], m["after_basis"]) else ""
+        ch = "" if m["change_pct"] is None else f" ({m['change_pct']:+.1f} %)"
+        w(bold("Memory") + f"  peak allocated {_mib(m['before_peak_bytes'])} → {_mib(m['after_peak_bytes'])}{ch}{rel}")
+        if m["before_basis"] != m["after_basis"]:
+            w("  note: one trace has allocator totals and the other only deltas: the peaks are not measured alike")
+        w("")
+
+    elif b["memory_recorded"] != a["memory_recorded"]:
+        missing = "AFTER" if b["memory_recorded"] else "BEFORE"
+        w(bold("Memory") + f"  not compared: {missing} recorded no allocator events (profile_memory=True)")
+        w("")
+
+    recs = doc["recommendations"]
+    w(bold("Earlier recommendations"))
+    if not recs:
+        w(f"  none: BEFORE's verdict was {v['before']['headline'].lower()}, with no ranked fixes")
+    for r in recs:
+        w(f"  {_STATUS_MARK[r['status']]} {r['status']:<9s} {r['title']}")
+        vals = ("" if r["before"] is None or r["after"] is None
+                else f"{r['metric']}: {r['before']:.2f} → {r['after']:.2f} {r['unit']}; ")
+        for line in textwrap.wrap(vals + r["note"], 84):
+            w(f"              {line}")
+    g = doc.get("gate")
+    if g:
+        w("")
+        w(bold("Gate") + f"  {g['reason']}")
+    notes = [f"before: {x}" for x in b["warnings"]] + [f"after: {x}" for x in a["warnings"]]
+    if notes:
+        w("")
+        for line in notes:
+            w(f"note: {line}")
+    return "\n".join(out) + "\n"

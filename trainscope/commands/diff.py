@@ -1,0 +1,138 @@
+"""``trainscope diff BEFORE AFTER``: what a change did, and a CI gate on regressions."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, threshold_arg, to_json, write_atomic)
+
+# A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
+# tell "this change made training slower" from "the diff could not run".
+EXIT_REGRESSION = 3
+
+_METRIC_HELP = ("step_p50 (default), step_p95, step_mean, memory_peak: relative %% of BEFORE; "
+                "gpu_busy (fails when it falls), data_wait, host_overhead: percentage points")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    d = sub.add_parser(
+        "diff", help="compare two runs: what a change did, and a CI gate on regressions",
+        description="Analyze BEFORE and AFTER (anything `trainscope analyze` reads) and show what changed: the "
+                    "verdict, step time p50/p95 and the speedup, every breakdown share side by side, the kernels "
+                    "that appeared, disappeared, grew or shrank (matched across GPU architectures), peak memory, "
+                    "and which of BEFORE's recommended fixes the change addressed. Warns when the runs are not "
+                    "comparable (another GPU, other step counts or batch shapes).",
+        epilog="examples:\n"
+               "  trainscope diff before.pt.trace.json.gz after.pt.trace.json.gz\n"
+               "  trainscope diff main.json.gz pr.json.gz --report diff.md --format json > diff.json\n"
+               "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 5            # CI: p50 may grow ≤ 5 %\n"
+               "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 3 --metric data_wait   # ≤ 3 points\n\n"
+               "exit codes:\n"
+               "  0  compared (and, with --fail-if-slower, no regression)\n"
+               "  3  regression: the gate's metric got worse by more than allowed (one line on stderr says how much)\n"
+               "  2  bad input or usage (unreadable trace, metric not measurable in one run)\n"
+               "  1  internal error\n"
+               "  130 interrupted",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    d.add_argument("before", metavar="BEFORE", help="the run before the change: trace file or directory of rank traces")
+    d.add_argument("after", metavar="AFTER", help="the run after the change")
+    d.add_argument("--format", choices=("text", "json", "markdown"), default="text",
+                   help="what to print on stdout (default: text)")
+    d.add_argument("--report", metavar="FILE.md", help="also write the Markdown report to FILE.md")
+    d.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
+    d.add_argument("--fail-if-slower", type=_non_negative, metavar="PCT",
+                   help="exit 3 when --metric got worse by more than PCT (relative %% for times and memory, "
+                        "percentage points for shares)")
+    d.add_argument("--metric", choices=_metric_names(), default="step_p50",
+                   help=f"what --fail-if-slower watches: {_METRIC_HELP}")
+    d.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
+                   help="override a diagnostic threshold for both analyses (see `trainscope thresholds`)")
+    d.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
+    d.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
+    d.set_defaults(run=run)
+
+
+def _metric_names() -> list[str]:
+    from trainscope.analyzers.diff import GATE_METRICS
+
+    return list(GATE_METRICS)
+
+
+def _non_negative(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError("must be a finite number ≥ 0")
+    return v
+
+
+def _load(path: str, rules, progress: Progress):
+    """The analyzed run at ``path``, or a one-line error message."""
+    from trainscope.analyzers.analysis import analyze_set
+    from trainscope.analyzers.diff import summarize_run
+    from trainscope.collectors import TraceError, open_traces
+
+    try:
+        traces = open_traces(path, progress)
+    except TraceError as e:
+        return None, str(e)
+    except (OSError, RecursionError) as e:
+        return None, f"{path}: cannot read: {getattr(e, 'strerror', None) or e}"
+    progress("analyzing", None)
+    return summarize_run(path, traces, analyze_set(traces, rules)), None
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainscope.analyzers.diff import GateUnavailable, check_gate, diff_runs
+    from trainscope.analyzers.rules import Rules
+    from trainscope.reports.diff_document import build_diff_document
+    from trainscope.reports.diff_markdown import render_diff_markdown
+    from trainscope.reports.diff_text import render_diff_text
+
+    rules = Rules(dict(args.threshold))
+    progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
+    runs = []
+    for label, path in (("BEFORE", args.before), ("AFTER", args.after)):
+        r, err = _load(path, rules, progress)
+        if err:
+            progress.done()
+            sys.stderr.write(f"trainscope: {label}: {err}\n")
+            return EXIT_BAD_INPUT
+        runs.append(r)
+    progress.done()
+    diff = diff_runs(runs[0], runs[1], rules)
+    gate = None
+    if args.fail_if_slower is not None:
+        try:
+            gate = check_gate(diff, args.metric, args.fail_if_slower)
+        except GateUnavailable as e:
+            sys.stderr.write(f"trainscope: {e}\n")
+            return EXIT_BAD_INPUT
+    doc = build_diff_document(diff, gate)
+
+    for path, render in ((args.report, render_diff_markdown), (args.json_out, to_json)):
+        if path:
+            try:
+                write_atomic(path, render(doc))
+            except OSError as e:
+                sys.stderr.write(f"trainscope: cannot write {path}: {e.strerror or e}\n")
+                return EXIT_BAD_INPUT
+    if args.format == "json":
+        sys.stdout.write(to_json(doc))
+    elif args.format == "markdown":
+        sys.stdout.write(render_diff_markdown(doc))
+    else:
+        color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+        sys.stdout.write(render_diff_text(doc, color=color))
+    sys.stdout.flush()
+    if gate is not None:
+        caveat = ""
+        if not diff.comparable:  # still one line: CI logs show the verdict and its caveat together
+            caveat = " [runs not comparable: " + ", ".join(c.check for c in diff.comparability if c.status == "differ") + "]"
+        sys.stderr.write(f"trainscope: {gate.reason}{caveat}\n")
+        return EXIT_REGRESSION if gate.regressed else EXIT_OK
+    return EXIT_OK
