@@ -6,6 +6,7 @@ import re
 
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.kineto import load_kineto
+from trainscope.collectors.live_trace import live_format, load_live_trace
 from trainscope.collectors.readers import GZIP_MAGIC, SQLITE_MAGIC, Progress, sniff
 from trainscope.traces.model import Trace, TraceSet
 
@@ -36,6 +37,9 @@ def open_file(path: str, progress: Progress | None = None) -> Trace:
     if os.path.getsize(path) == 0:
         raise TraceError(path, "file is empty")
     head = sniff(path)
+    live = live_format(path)  # watch --record recordings, nvidia-smi CSV logs: sampled counters
+    if live:
+        return load_live_trace(path, live)
     if head.startswith(SQLITE_MAGIC):
         raise TraceError(path, "is an SQLite file (an Nsight Systems export?); Nsight input is not supported yet")
     if head[:2] == GZIP_MAGIC or head.lstrip()[:1] in (b"{", b"[") or lower.endswith(_KINETO_SUFFIXES):
