@@ -44,8 +44,14 @@ def main() -> None:
     w = torch.randn(256, 256)
     end = time.monotonic() + a.seconds
     steps = 0
-    for x, y in loader:
+    data_s = total_s = 0.0  # the job's own data-time log, like timm's "data_time"
+    it = iter(loader)
+    t_prev = time.monotonic()
+    while True:
+        x, y = next(it)
         t0 = time.monotonic()
+        if steps:  # the first batch includes start-up (workers spawning); timm skips it too
+            data_s += t0 - t_prev
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -55,9 +61,13 @@ def main() -> None:
         while time.monotonic() - t0 < a.compute_ms / 1000:
             z = torch.tanh(z @ w)
         steps += 1
-        if time.monotonic() >= end:
+        t_next = time.monotonic()
+        if steps > 1:
+            total_s += t_next - t_prev
+        t_prev = t_next
+        if t_next >= end:
             break
-    print(f"job: {steps} steps", flush=True)
+    print(f"job: steps={steps} data_wait_pct={100 * data_s / total_s if total_s else 0:.2f}", flush=True)
 
 
 if __name__ == "__main__":
