@@ -78,6 +78,9 @@ class HostSampler:
 
     def _process(self, pid: int) -> psutil.Process | None:
         p = self._procs.get(pid)
+        if p is not None and not p.is_running():  # exited (or the pid was reused)
+            del self._procs[pid]
+            p = None
         if p is None:
             try:
                 p = psutil.Process(pid)
