@@ -174,7 +174,9 @@ def window_stats(snaps: Sequence[Snapshot], rules: Rules) -> WindowStats:
 def _ev(rules: Rules, name: str, metric: str, value: float, op: str = "≥") -> Evidence:
     t = rules[name]
     meets = value >= t.value if op == "≥" else value < t.value
-    return Evidence(metric, round(value, 2), t.unit, f"{op} {t.value:g}", t.source, meets)
+    # gpu_busy.* is graded in "% of step time" in traces; live it is NVML's share of wall time.
+    unit = "% of time" if name.startswith("gpu_busy.") else t.unit
+    return Evidence(metric, round(value, 2), unit, f"{op} {t.value:g}", t.source, meets)
 
 
 def _ctx(metric: str, value: float | None, unit: str, source: str = "measured") -> Evidence:
@@ -332,10 +334,11 @@ def live_verdict(s: WindowStats, found: list[Finding], rules: Rules) -> Verdict:
                        "(launch the job with `trainscope watch -- python …` for step-exact timing)", [])
 
     saturated = rules.value("gpu_busy.saturated")
-    busy_ev = _ev(rules, "gpu_busy.saturated", "GPU utilization (time-weighted)", s.gpu_util, "≥" if s.gpu_util >= saturated else "<")
+    busy_ev = _ev(rules, "gpu_busy.saturated", "GPU utilization (time-weighted)", s.gpu_util,
+                  "≥" if s.gpu_util >= saturated else "<")
     if s.gpu_util < saturated:
-        if data:
-            return verdict(max(data, key=lambda f: (f.severity == "high", f.stake_pct)), extra=[busy_ev])
+        if data:  # measured (step-exact) before inferred (counter patterns), high before moderate
+            return verdict(sorted(data, key=lambda f: f.severity != "high")[0], extra=[busy_ev])
         return Verdict("insufficient_evidence", 0.0, None,
                        f"the GPU is busy {s.gpu_util:.0f} % of the time, but the counters show no input-pipeline "
                        "saturation; launch overhead, synchronization or communication can idle a GPU too — record a "
@@ -378,6 +381,8 @@ def live_fixes(s: WindowStats, found: list[Finding]) -> list[Fix]:
         if f.id not in _FIXES:
             continue
         title, change = _FIXES[f.id]
+        if f.id == "data/input-wait" and s.workers:
+            title = "Prefetch more batches and add DataLoader workers"
         speed, basis = None, "no projection from sampled counters"
         if f.id == "data/input-wait" and s.data_wait_pct is not None and s.data_wait_pct < 100:
             w = s.data_wait_pct / 100
