@@ -154,7 +154,8 @@ def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
             ("CPU per worker", s.worker_cpu_pct, "% of a core"), ("data wait (step-exact)", s.data_wait_pct, "% of step time"),
             ("mean step", s.step_ms, "ms")]
     for name, v, unit in rows:
-        out.append(f"| {name} | {'n/a' if v is None else f'{v:.1f} {unit}'.strip()} |")
+        shown = "n/a" if v is None else (str(v) if isinstance(v, int) else f"{v:.1f} {unit}".strip())
+        out.append(f"| {name} | {shown} |")
     out.append("")
     if st.findings:
         out += ["## Findings", ""] + [f"- **{e(f.id)}** ({f.severity}): {e(f.title)} — {e(f.detail)}" for f in st.findings]
