@@ -339,7 +339,7 @@ def _live(args, cmd: list[str], analyzer) -> int:
                 app.call_from_thread(app.exit)
             threading.Thread(target=waiter, daemon=True).start()
             app.run()
-            interrupted = app.return_code == 130
+            interrupted = app.quit_code == 130
     except (KeyboardInterrupt, _Stop) as e:
         interrupted = True
         if child is not None and child.poll() is None:
