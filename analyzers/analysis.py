@@ -83,6 +83,12 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     # No projected gains from evidence too thin for a verdict.
     recs = [] if verdict.axis == "insufficient_evidence" else recommend(found, bd, spec, dev.name if dev else None)
     warnings = list(trace.warnings)
+    if not trace.has_gpu_activity and len(trace.counters):
+        # Sampled counters only (a `watch --record` recording, an nvidia-smi CSV): the live rules decide.
+        from trainscope.analyzers.live import counters_diagnosis
+
+        found, verdict, recs, note = counters_diagnosis(trace, rules)
+        warnings.append(note)
     if trace.has_gpu_activity and seg.method == "whole_trace":
         warnings.append(seg.note)
     return Analysis(

@@ -91,6 +91,35 @@ _TABLE: tuple[Threshold, ...] = (
               "trainscope default; HTA's straggler analysis ranks by the same late-start signal"),
 )
 
+# Live monitoring (`trainscope watch`): windowed rules over sampled counters (DIAGNOSIS.md §3, "live").
+_LIVE_TABLE: tuple[Threshold, ...] = (
+    Threshold("live.gpu_idle", 10.0, "% utilization", "GPU utilization below this counts as near idle",
+              "SageMaker Debugger CPUBottleneck / IOBottleneck (GPU < 10 %)"),
+    Threshold("live.cpu_saturated", 90.0, "% CPU", "host CPU, or the loader processes per core, at or above this is saturated",
+              "SageMaker Debugger CPUBottleneck (CPU > 90 %)"),
+    Threshold("live.iowait_saturated", 50.0, "% CPU time", "I/O wait at or above this starves the input pipeline",
+              "SageMaker Debugger IOBottleneck (I/O wait > 50 %)"),
+    Threshold("live.starved_share", 50.0, "% of samples", "share of the window's samples that must show the starved pattern",
+              "SageMaker Debugger CPUBottleneck / IOBottleneck (> 50 % of datapoints)"),
+    Threshold("live.p95_util_low", 70.0, "% utilization", "p95 GPU utilization below this is underutilized",
+              "SageMaker Debugger LowGPUUtilization"),
+    Threshold("live.p5_util_fluctuating", 10.0, "% utilization", "p95 above live.p95_util_low and p5 below this: fluctuating",
+              "SageMaker Debugger LowGPUUtilization"),
+    Threshold("live.gpm_active", 70.0, "%", "SM/tensor (compute-bound) or DRAM (memory-bound) activity at or above this",
+              "DIAGNOSIS.md §2.3 (NVML GPM / Nsight GPU metrics)"),
+    Threshold("live.gpm_quiet", 50.0, "%", "the other side of the GPM comparison must stay below this",
+              "DIAGNOSIS.md §2.3 (NVML GPM / Nsight GPU metrics)"),
+    Threshold("live.mem_ctrl_busy", 60.0, "% of time", "without GPM: memory-controller busy at or above this reads as memory-bound",
+              "trainscope default (NVML utilization.memory is a time share, weaker evidence than GPM DRAM bandwidth)"),
+    Threshold("live.throttle_share", 50.0, "% of samples", "power/thermal clock slowdown in more than this share of samples",
+              "trainscope default"),
+    Threshold("live.min_samples", 4.0, "samples", "fewer samples than this in the window: warming up",
+              "trainscope default (one second at the fastest sampling rate)"),
+    Threshold("live.min_steps", 3.0, "steps", "step mode: fewer completed steps than this in the window is warming up",
+              "trainscope default"),
+)
+_TABLE = _TABLE + _LIVE_TABLE
+
 
 class Rules:
     """The threshold table, with user overrides applied."""

@@ -8,6 +8,7 @@ from trainscope.collectors.errors import TraceError
 from trainscope.collectors.kineto import load_kineto
 from trainscope.collectors.nsys import load_nsys
 from trainscope.collectors.nsys_report import export_report
+from trainscope.collectors.live_trace import live_format, load_live_trace
 from trainscope.collectors.readers import GZIP_MAGIC, SQLITE_MAGIC, Progress, sniff
 from trainscope.traces.model import Trace, TraceSet
 
@@ -54,6 +55,9 @@ def open_file(path: str, progress: Progress | None = None) -> Trace:
     if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
         raise TraceError(path, "is a pickle (a CUDA memory snapshot?): analyze it with `trainscope memory "
                                f"{path}`; analyze reads profiler traces")
+    live = live_format(path)  # watch --record recordings, nvidia-smi CSV logs: sampled counters
+    if live:
+        return load_live_trace(path, live)
     if head.startswith(SQLITE_MAGIC) or lower.endswith(_NSYS_SUFFIXES):
         traces = open_any(path)
         if len(traces) != 1:

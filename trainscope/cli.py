@@ -14,12 +14,13 @@ import sys
 from typing import Sequence
 
 from trainscope import __version__
-from trainscope.commands import analyze, diff, memory, plan, thresholds
+from trainscope.commands import analyze, diff, memory, plan, thresholds, watch
 from trainscope.common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Progress  # noqa: F401  (re-exported)
 
 # Order is the order in `trainscope --help`.
 COMMANDS = [
     analyze,
+    watch,
     diff,
     plan,
     memory,

@@ -1,0 +1,101 @@
+"""Recordings (``watch --record``) and nvidia-smi CSV logs as inputs: detection, loading as
+snapshots (for replay), and conversion to the normalized :class:`Trace` (Counters table) that
+``trainscope analyze`` reads."""
+from __future__ import annotations
+
+import os
+
+from trainscope.collectors.errors import TraceError
+from trainscope.collectors.nvidia_smi_csv import looks_like_nvidia_smi_csv, read_nvidia_smi_csv
+from trainscope.collectors.recording import Recording, is_recording, read_recording
+from trainscope.collectors.samples import counter_rows
+from trainscope.traces.builder import StringTable, TableBuilder
+from trainscope.traces.model import (Annotations, Copies, Counters, CpuOps, Device, Kernels, MemoryEvents, Memsets,
+                                     RuntimeCalls, Trace)
+
+RECORDING_FORMAT, CSV_FORMAT = "trainscope.recording", "nvidia-smi-csv"
+
+
+def live_format(path: str) -> str | None:
+    """Which live-counter format ``path`` holds, or None."""
+    if is_recording(path):
+        return RECORDING_FORMAT
+    if path.lower().endswith((".csv", ".csv.txt")) or looks_like_nvidia_smi_csv(path):
+        if looks_like_nvidia_smi_csv(path):
+            return CSV_FORMAT
+    return None
+
+
+def open_recording(path: str) -> Recording:
+    """A recording or nvidia-smi CSV as snapshots (``watch --replay``)."""
+    if not os.path.exists(path):
+        raise TraceError(path, "no such file or directory")
+    if os.path.isdir(path):
+        raise TraceError(path, "is a directory; expected a recording (.jsonl) or an nvidia-smi CSV")
+    kind = live_format(path)
+    if kind == RECORDING_FORMAT:
+        rec = read_recording(path)
+    elif kind == CSV_FORMAT:
+        rec = read_nvidia_smi_csv(path)
+    else:
+        raise TraceError(path, "not a trainscope recording or an nvidia-smi CSV log")
+    if not rec.snapshots:
+        raise TraceError(path, "the recording holds no complete sample")
+    return rec
+
+
+def recording_to_trace(rec: Recording, fmt: str) -> Trace:
+    """Every snapshot's metrics as rows of the Counters table (ts relative to the first sample)."""
+    strings = StringTable()
+    rows = TableBuilder(Counters)
+    origin = rec.snapshots[0].wall or float(rec.header.get("started") or 0.0)
+    origin_ns = int(origin * 1e9)
+    names: dict[int, str] = {}
+    totals: dict[int, int] = {}
+    for s in rec.snapshots:
+        ts = int(round(s.t * 1e9))
+        for g in s.gpus:
+            if g.name:
+                names.setdefault(g.index, g.name)
+            if g.mem_total:
+                totals.setdefault(g.index, g.mem_total)
+        for device, name, value in counter_rows(s):
+            rows.add(ts, device, strings.intern(name), value)
+    empty = {cls: cls.empty() for cls in (Kernels, Copies, Memsets, RuntimeCalls, CpuOps, Annotations, MemoryEvents)}
+    devices = [Device(i, names.get(i, f"GPU {i}"), "nvidia", totals.get(i)) for i in sorted(set(names) | set(totals)
+               | {g.index for s in rec.snapshots for g in s.gpus})]
+    return Trace(
+        source=rec.path, format=fmt, origin_ns=origin_ns, strings=strings.strings, devices=devices, threads=[],
+        kernels=empty[Kernels], copies=empty[Copies], memsets=empty[Memsets], runtime=empty[RuntimeCalls],
+        cpu_ops=empty[CpuOps], annotations=empty[Annotations], memory=empty[MemoryEvents], counters=rows.build(),
+        metadata={"recording_header": rec.header, "samples": len(rec.snapshots)},
+        warnings=list(rec.warnings),
+    )
+
+
+def load_live_trace(path: str, fmt: str) -> Trace:
+    rec = read_recording(path) if fmt == RECORDING_FORMAT else read_nvidia_smi_csv(path)
+    if not rec.snapshots:
+        raise TraceError(path, "the recording holds no complete sample")
+    return recording_to_trace(rec, fmt)
+
+
+def trace_snapshots(trace: Trace) -> list:
+    """Rebuild one snapshot per sample time from a trace's Counters table (the inverse of
+    :func:`recording_to_trace` for every field the live analyzer reads)."""
+    import numpy as np
+
+    from trainscope.collectors.samples import snapshot_from_counters
+
+    c = trace.counters
+    if not len(c):
+        return []
+    names = {d.id: d.name for d in trace.devices}
+    order = np.argsort(c.ts, kind="stable")
+    ts, dev, name, val = c.ts[order], c.device[order], c.name[order], c.value[order]
+    bounds = np.flatnonzero(np.diff(ts)) + 1
+    out = []
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(ts)]):
+        rows = ((int(dev[i]), trace.strings[int(name[i])], float(val[i])) for i in range(lo, hi))
+        out.append(snapshot_from_counters(float(ts[lo]) / 1e9, rows, names))
+    return out

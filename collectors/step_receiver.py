@@ -1,0 +1,135 @@
+"""The watcher's side of step-exact mode: the socket the job's hook reports to, and the helper that
+prepares a child process's environment (the injected ``sitecustomize`` directory).
+
+Messages are small JSON datagrams (see :mod:`trainscope.collectors.step_hook`); anything that does
+not parse is ignored, so a stray or hostile sender cannot stop the watch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+from dataclasses import dataclass
+
+from trainscope.collectors import step_hook
+from trainscope.collectors.samples import StepSample
+
+_SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_site")
+HOOK_MODULE = "trainscope_step_hook"
+
+
+@dataclass(frozen=True)
+class HookStatus:
+    mode: str  # "on" (DataLoader wrapped), "waiting" (hook in, no DataLoader yet), "off"
+    detail: str
+    pids: tuple[int, ...] = ()
+
+
+class StepReceiver:
+    """Binds ``path`` and totals what the job's hooks send, until :meth:`drain` takes it."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self._own_dir = None
+        if path is None:
+            self._own_dir = tempfile.mkdtemp(prefix="trainscope-")
+            path = os.path.join(self._own_dir, "steps.sock")
+        self.path = path
+        self._lock = threading.Lock()
+        self._n = self._wait = self._step = self._max = 0
+        self._hello: set[int] = set()
+        self._patched: set[int] = set()
+        self._errors: list[str] = []
+        self._stop = threading.Event()
+        if os.path.exists(path):  # a stale socket from a killed watcher
+            os.unlink(path)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.bind(path)
+        os.chmod(path, 0o600)
+        self._sock.settimeout(0.2)
+        self._thread = threading.Thread(target=self._serve, name="trainscope-steps", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self._sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            self.handle(data)
+
+    def handle(self, data: bytes) -> None:
+        try:
+            msg = json.loads(data)
+            kind, pid = msg["type"], int(msg["pid"])
+        except (ValueError, KeyError, TypeError):
+            return
+        with self._lock:
+            if kind == "hello":
+                self._hello.add(pid)
+            elif kind == "patched":
+                self._hello.add(pid)
+                self._patched.add(pid)
+            elif kind == "error" and len(self._errors) < 20:
+                self._errors.append(str(msg.get("error", "?"))[:200])
+            elif kind == "steps":
+                try:
+                    n, w, s, m = (int(msg[k]) for k in ("n", "wait_ns", "step_ns", "max_wait_ns"))
+                except (KeyError, TypeError, ValueError):
+                    return
+                if n < 0 or w < 0 or s < 0 or w > s:
+                    return
+                self._patched.add(pid)
+                self._n += n
+                self._wait += w
+                self._step += s
+                self._max = max(self._max, m)
+
+    def drain(self) -> StepSample | None:
+        """Totals received since the last call (None when no step completed)."""
+        with self._lock:
+            if not self._n:
+                return None
+            out = StepSample(self._n, self._wait, self._step, self._max)
+            self._n = self._wait = self._step = self._max = 0
+            return out
+
+    def status(self) -> HookStatus:
+        with self._lock:
+            if self._patched:
+                return HookStatus("on", "DataLoader __next__ timed in the job", tuple(sorted(self._patched)))
+            if self._errors:
+                return HookStatus("off", f"hook failed: {self._errors[0]}", tuple(sorted(self._hello)))
+            if self._hello:
+                return HookStatus("waiting", "hook installed; no DataLoader iterated yet", tuple(sorted(self._hello)))
+            return HookStatus("off", "no step hook reported in (not a Python job, or it could not install)")
+
+    def close(self) -> None:
+        self._stop.set()
+        try:
+            self._sock.close()
+        finally:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+            if self._own_dir:
+                shutil.rmtree(self._own_dir, ignore_errors=True)
+
+
+def child_environment(socket_path: str, base: dict[str, str] | None = None) -> tuple[dict[str, str], str]:
+    """The environment for ``watch -- COMMAND`` and the temporary site directory it names.
+
+    The directory holds the injected ``sitecustomize.py`` and a copy of the hook module, so the
+    child needs no trainscope installation of its own (it may run another Python)."""
+    env = dict(os.environ if base is None else base)
+    site = tempfile.mkdtemp(prefix="trainscope-site-")
+    shutil.copy(os.path.join(_SITE_DIR, "sitecustomize.py"), os.path.join(site, "sitecustomize.py"))
+    shutil.copy(step_hook.__file__, os.path.join(site, f"{HOOK_MODULE}.py"))
+    env["PYTHONPATH"] = site + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env[step_hook.ENV_SOCKET] = socket_path
+    return env, site

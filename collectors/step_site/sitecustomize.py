@@ -1,0 +1,36 @@
+"""Injected by ``trainscope watch -- COMMAND`` through PYTHONPATH: installs the step-timing hook,
+then runs the ``sitecustomize`` this one shadows (the next one on sys.path), as Python would have.
+
+Standard library only, and nothing here may stop the job: every failure is swallowed (the
+watcher notices that no hook reported in and says step mode is off).
+"""
+
+
+def _trainscope_bootstrap() -> None:
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        import trainscope_step_hook  # copied beside this file by the watcher
+
+        trainscope_step_hook.install()
+    except Exception:
+        pass
+    # Chain: find and execute the next sitecustomize on sys.path, skipping this directory.
+    try:
+        import importlib.machinery
+        import importlib.util
+
+        rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+        if spec is not None and spec.loader is not None:
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["sitecustomize"] = module
+            spec.loader.exec_module(module)
+    except Exception as e:  # what site.py itself does with a failing sitecustomize
+        sys.stderr.write(f"Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{type(e).__name__}: {e}\n")
+
+
+_trainscope_bootstrap()
+del _trainscope_bootstrap

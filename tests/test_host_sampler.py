@@ -1,0 +1,49 @@
+"""The host sampler on a real process tree: the training process and its DataLoader workers."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+from trainscope.collectors.host import HostSampler
+
+TREE = textwrap.dedent("""
+    import multiprocessing as mp, time, subprocess, sys
+    def burn():
+        end = time.monotonic() + 6
+        while time.monotonic() < end: pass
+    if __name__ == "__main__":
+        ps = [mp.get_context("fork").Process(target=burn) for _ in range(2)]
+        for p in ps: p.start()
+        other = subprocess.Popen(["sleep", "6"])
+        print("ready", flush=True)
+        time.sleep(6)
+""")
+
+
+def test_process_tree_split_into_main_workers_and_other():
+    job = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "ready"
+        h = HostSampler([job.pid])
+        h.start()
+        time.sleep(1.0)
+        s = h.sample()
+        main, workers, other = s.group("main"), s.group("workers"), s.group("other")
+        assert main.pids == (job.pid,)
+        assert workers.count == 2 and len(set(workers.pids)) == 2
+        assert other.count == 1  # `sleep` is a child but not a Python worker
+        # Two busy-looping workers: clearly more than idle (shared 2-core machine: not a full core each).
+        assert workers.cpu_pct > 30
+        assert main.cpu_pct < 30 and main.rss > 1_000_000
+        assert 0 <= s.cpu_pct <= 100 and len(s.per_core) >= 1 and s.mem_total > s.mem_used > 0
+    finally:
+        import psutil
+
+        for p in psutil.Process(job.pid).children(recursive=True):  # end the workers we started
+            p.kill()
+        job.kill()
+        job.wait()
+    gone = h.sample()
+    assert gone.group("workers").count == 0 and gone.group("main") is None  # tree gone: no crash

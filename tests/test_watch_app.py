@@ -1,0 +1,123 @@
+"""The watch dashboard with injected samples and a fake clock: Pilot interaction and SVG snapshots."""
+from __future__ import annotations
+
+import asyncio
+
+from trainscope.analyzers.live import LiveAnalyzer
+from trainscope.collectors.samples import GpuProcess, GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
+from trainscope.tui.watch_app import SampleMessage, WatchApp
+
+GIB = 2**30
+
+
+def data_bound_samples(n: int = 12) -> list[Snapshot]:
+    out = []
+    for i in range(n):
+        util = 4.0 + (i % 3)
+        out.append(Snapshot(
+            t=float(i), dt=1.0, wall=1_700_000_000.0 + i,
+            gpus=(GpuSample(0, "NVIDIA H100 80GB HBM3", util, 2.0, 21 * GIB, 80 * GIB, 118.0, 700.0, 1980.0, 41.0,
+                            ("gpu_idle",), 1.2e8, 3.4e9, (GpuProcess(4242, 20 * GIB),), 3.5, 0.4, 1.8),),
+            host=HostSample(96.0, (97.0, 95.0, 96.0, 96.0), 0.4, 40 * GIB, 64 * GIB, 2.5e8,
+                            (ProcessGroup("main", 1, 35.0, 3 * GIB, (4242,)),
+                             ProcessGroup("workers", 4, 388.0, 6 * GIB, (4250, 4251, 4252, 4253)))),
+            step=StepSample(5, 640_000_000, 1_000_000_000, 150_000_000), step_mode="on"))
+    return out
+
+
+def statuses(snaps):
+    a = LiveAnalyzer()
+    return [(a.add(s), s) for s in snaps]
+
+
+def make_app() -> WatchApp:
+    return WatchApp(title="python train.py", interval=1.0, clock=lambda: 100.0)
+
+
+async def inject(app: WatchApp, pilot, items) -> None:
+    for st, s in items:
+        app.post_message(SampleMessage(st, s))
+    await pilot.pause()
+    await pilot.pause()
+
+
+def test_samples_drive_the_views_and_pause_freezes_them():
+    asyncio.run(_test_samples_drive_the_views_and_pause_freezes_them())
+
+
+async def _test_samples_drive_the_views_and_pause_freezes_them():
+    items = statuses(data_bound_samples())
+    app = make_app()
+    async with app.run_test(size=(140, 44)) as pilot:
+        await inject(app, pilot, items[:2])
+        banner = str(app.query_one("#banner").render())
+        assert "WARMING UP" in banner
+        await inject(app, pilot, items[2:10])
+        banner = str(app.query_one("#banner").render())
+        assert "DATA-BOUND" in banner and "confidence 0.90" in banner
+        gpu_text = str(app.query_one("#gpu-0 #gpu-text").render())
+        assert "NVIDIA H100 80GB HBM3" in gpu_text and "21.0 GiB / 80.0 GiB" in gpu_text and "SM 4 %" in gpu_text
+        procs = str(app.query_one("#procs .panel-text").render())
+        assert "DataLoader workers  ×4" in procs and "(97 % each)" in procs and "waiting on data 64.0 %" in procs
+
+        await pilot.press("p")
+        assert app.paused
+        before = str(app.query_one("#status").render())
+        await inject(app, pilot, items[10:])
+        assert "PAUSED" in str(app.query_one("#status").render())
+        assert "samples 10" in before and str(app.query_one("#status").render()).count("samples 10") == 1
+        await pilot.press("p")
+        assert "samples 12" in str(app.query_one("#status").render())
+
+        assert app.window_s == 60.0
+        await pilot.press("w")
+        assert app.window_s == 300.0 and "last 300 s" in str(app.query_one("#status").render())
+
+
+def test_plots_show_only_the_chosen_window():
+    asyncio.run(_test_plots_show_only_the_chosen_window())
+
+
+async def _test_plots_show_only_the_chosen_window():
+    snaps = [Snapshot(t=float(i), dt=1.0, gpus=(GpuSample(0, "G", float(i % 100)),)) for i in range(200)]
+    app = make_app()
+    async with app.run_test(size=(140, 44)) as pilot:
+        await inject(app, pilot, statuses(snaps))
+        assert len(app.visible()) == 61  # t from 139 to 199
+        spark = app.query_one("#gpu-0 #gpu-history")
+        assert len(spark.data) == 61
+        await pilot.press("w")
+        assert len(app.visible()) == 200
+
+
+def test_no_gpu_shows_the_reason_not_a_crash():
+    asyncio.run(_test_no_gpu_shows_the_reason_not_a_crash())
+
+
+async def _test_no_gpu_shows_the_reason_not_a_crash():
+    s = [Snapshot(t=float(i), dt=1.0, host=HostSample(50.0), notes=("NVML is not available (x): no NVIDIA driver or GPU",) if i == 0 else ())
+         for i in range(5)]
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await inject(app, pilot, statuses(s))
+        assert "NVML is not available" in str(app.query_one("#no-gpu").render())
+        assert "INSUFFICIENT EVIDENCE" in str(app.query_one("#banner").render())
+
+
+def test_dashboard_snapshot_data_bound(snap_compare):
+    items = statuses(data_bound_samples())
+
+    async def run_before(pilot) -> None:
+        await inject(pilot.app, pilot, items)
+
+    assert snap_compare(make_app(), terminal_size=(150, 46), run_before=run_before)
+
+
+def test_dashboard_snapshot_paused_warming_up(snap_compare):
+    items = statuses(data_bound_samples(2))
+
+    async def run_before(pilot) -> None:
+        await inject(pilot.app, pilot, items)
+        await pilot.press("p")
+
+    assert snap_compare(make_app(), terminal_size=(150, 46), run_before=run_before)

@@ -1,0 +1,85 @@
+"""`trainscope watch` usage errors, bare/pid modes, the report and the Prometheus endpoint."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from trainscope.analyzers.live import LiveAnalyzer
+from trainscope.collectors.samples import GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
+from trainscope.reports.prometheus import render_prometheus
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainscope", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--interval", "0.1", "--", "true"], "must be ≥ 0.25"),
+    (["--pid", "999999999"], "no process with pid"),
+    (["--pid", "1", "--", "true"], "choose one of"),
+    (["--replay", "/nonexistent.jsonl"], "no such file"),
+    (["--", "/nonexistent/binary"], "cannot start"),
+])
+def test_usage_errors_are_one_line_exit_2(args, message):
+    p = cli("watch", *args)
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_help_has_examples():
+    p = cli("watch", "--help")
+    assert p.returncode == 0 and "examples:" in p.stdout and "--replay" in p.stdout
+
+
+def test_job_exit_code_and_report(tmp_path):
+    report = tmp_path / "r.md"
+    p = cli("watch", "--headless", "--interval", "0.25", "--report", str(report), "--",
+            sys.executable, "-c", "import time, sys; time.sleep(1.5); sys.exit(3)")
+    assert p.returncode == 3, p.stderr
+    text = report.read_text()
+    assert text.startswith("# trainscope watch") and "job exit code 3" in text
+    assert "step mode was off" in text  # no DataLoader in this job
+
+
+def test_pid_attach_with_duration(tmp_path):
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"])
+    try:
+        p = cli("watch", "--pid", str(job.pid), "--headless", "--format", "json", "--interval", "0.25", "--duration", "1.5")
+    finally:
+        job.kill()
+        job.wait()
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    assert lines[-1]["type"] == "summary" and len(lines) >= 5
+    assert job.pid in lines[-2]["sample"]["host"]["groups"][0]["pids"]
+
+
+def test_prometheus_exposition_and_server():
+    from trainscope.commands.watch import WatchSession, _serve_prometheus
+
+    a = LiveAnalyzer()
+    snaps = [Snapshot(t=float(i), dt=1.0, gpus=(GpuSample(0, 'H100 "SXM"', 5.0, 1.0, 10, 100, power_w=None),),
+                      host=HostSample(95.0, (), 0.0, 1, 2, None, (ProcessGroup("workers", 2, 190.0, 5),)),
+                      step=StepSample(3, 6, 10)) for i in range(6)]
+    session = WatchSession(a)
+    for s in snaps:
+        session.ingest(s)
+    text = render_prometheus(*session.last)
+    assert 'trainscope_gpu_utilization_percent{gpu="0",name="H100 \\"SXM\\""} 5' in text
+    assert "trainscope_gpu_power_watts" not in text  # n/a is absent, not 0
+    assert 'trainscope_verdict{axis="data",bottleneck="data/input-wait"} 1' in text
+    assert 'trainscope_verdict{axis="algorithm",bottleneck=""} 0' in text
+    assert "trainscope_data_wait_percent 60" in text
+    server = _serve_prometheus("127.0.0.1", 0, session)
+    try:
+        port = server.server_address[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            body = r.read().decode()
+            assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        assert body == text
+    finally:
+        server.shutdown()
