@@ -16,7 +16,7 @@ from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Footer, Header, Input, ProgressBar, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Header, Input, ProgressBar, Static, TabbedContent, TabPane
 
 from trainscope.analyzers.rules import Rules
 from trainscope.tui.fixes import FixesPane
@@ -89,6 +89,24 @@ def help_text() -> Text:
     return out
 
 
+# The bottom line: the keys that matter on the current tab. A plain Static, not Textual's Footer:
+# the Footer rebuilds its widgets on every focus change, which cost ~45 ms per tab switch.
+HINTS = {
+    "overview": "1–7 tabs · e export report · d theme · ? every key · q quit",
+    "timeline": "←/→ cursor · +/− zoom · h/l pan · n/p step · f fit step · a whole trace · ? keys · q quit",
+    "steps": "↑/↓ choose · Enter show on timeline · 1–7 tabs · ? keys · q quit",
+    "kernels": "/ filter · s sort by next column · r reverse · click a header to sort · ? keys · q quit",
+    "fixes": "↑/↓ choose · space assume in the what-if · c clear · e export · ? keys · q quit",
+    "memory": "1–7 tabs · e export report · ? keys · q quit",
+    "ranks": "↑/↓ choose · Enter show this rank everywhere · ? keys · q quit",
+    "loading": "q quit",
+}
+
+
+class KeyBar(Static):
+    DEFAULT_CSS = "KeyBar { height: 1; background: $panel; color: $text-muted; padding: 0 1; }"
+
+
 class Loading(Vertical):
     DEFAULT_CSS = """
     Loading { align: center middle; height: 1fr; }
@@ -155,7 +173,7 @@ class AnalyzeApp(App[int]):
                 yield MemoryPane()
             with TabPane("7 Ranks", id="ranks"):
                 yield RanksPane()
-        yield Footer()
+        yield KeyBar(HINTS["loading"], id="keybar")
 
     def on_mount(self) -> None:
         self.query_one("#tabs").display = False
@@ -218,6 +236,7 @@ class AnalyzeApp(App[int]):
             self._write_report(self.report_path)
         self.set_reactive(AnalyzeApp.rank_index, session.main_rank)
         self._show_rank()
+        self.query_one("#keybar", KeyBar).update(HINTS["overview"])
 
     @property
     def rank(self):
@@ -276,6 +295,7 @@ class AnalyzeApp(App[int]):
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self._focus_tab(event.pane.id)
+        self.query_one("#keybar", KeyBar).update(HINTS.get(event.pane.id, ""))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -90,8 +90,10 @@ class FixesPane(Vertical):
         from rich.console import Group
 
         self.detail_plain = f"{head.plain}\n{r['change']}\n{tail.plain}"
-        holder.update(Group(head, Syntax(r["change"], "python", theme="ansi_dark", background_color="default",
-                                         word_wrap=True), tail))
+        # Highlight once into Text: a Syntax object would re-run the lexer on every repaint.
+        code = Syntax(r["change"], "python", theme="ansi_dark", background_color="default").highlight(r["change"])
+        code.rstrip()
+        holder.update(Group(head, code, tail))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
