@@ -30,6 +30,15 @@ AXIS_NAMES = {"data": "Data", "algorithm": "Algorithm", "machine": "Machine",
               "balanced": "balanced", "insufficient_evidence": "insufficient evidence"}
 
 
+# Inputs that hold sampled counters only (no events): `watch --record` recordings, nvidia-smi CSV logs.
+COUNTER_FORMATS = ("trainscope.recording", "nvidia-smi-csv")
+
+
+def counters_only(doc: dict) -> bool:
+    """True when the verdict comes from sampled counters: there are no steps or kernels to show."""
+    return doc.get("input", {}).get("format") in COUNTER_FORMATS
+
+
 def headline(doc: dict) -> str:
     v = doc["verdict"]
     if v["axis"] == "insufficient_evidence":

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import textwrap
 
-from trainscope.reports.document import AXIS_NAMES, headline
+from trainscope.reports.document import AXIS_NAMES, counters_only, headline
 
 _BAR = 24
 
@@ -36,8 +36,11 @@ def render_text(doc: dict, color: bool = False) -> str:
     dev = doc["device"]
     if dev["name"]:
         w(f"  device   {dev['name']} (GPU {dev['id']})" * (dev['name'] != f"GPU {dev['id']}") + (f", rank {doc['rank']}" if doc.get("rank") is not None else ""))
-    w(f"  steps    {len(doc['steps'])} — {doc['steps_note']}")
-    if doc["steps"]:
+    if counters_only(doc):
+        w(f"  source   sampled counters ({doc['input']['format']}): no steps, kernels or timeline to break down")
+    else:
+        w(f"  steps    {len(doc['steps'])} — {doc['steps_note']}")
+    if doc["steps"] and not counters_only(doc):
         st = b["step_time_ms"]
         w(f"  step     p50 {st['p50']:.1f} ms   p95 {st['p95']:.1f} ms   "
           f"GPU busy {b['gpu_busy_pct']:.1f} %   data wait {b['data_wait_pct']:.1f} %")

@@ -366,3 +366,47 @@ def test_every_tab_renders_at_small_and_large_sizes(size):
             assert view.columns == size[0] - 7
             assert app.query_one(TimelinePane).query_one("#tl-title").render()
     run(go())
+
+
+DATA = KINETO.parent
+
+
+@pytest.mark.parametrize("path, badge, hidden, ranks", [
+    ("nsys/cs336_small_train_step_a100.sqlite", "BOUND", {"memory", "ranks"}, 1),
+    ("nsys/cs336_ddp_2x3090.sqlite", "", {"memory"}, 2),
+    ("nsys/pipit_saxpy_a100_nsys2022.sqlite", "", {"memory", "ranks"}, 1),
+    ("nvml/nanogpt_8gpu_gpu_metrics.csv", "BALANCED", {"timeline", "steps", "kernels", "memory", "ranks"}, 1),
+    ("kineto/hta_cpu_only.pt.trace.json.gz", "INSUFFICIENT EVIDENCE", {"memory", "ranks"}, 1),
+])
+def test_app_opens_every_input_kind(path, badge, hidden, ranks):
+    """Nsight exports, counter logs and CPU-only traces: the right tabs, and every visible one renders."""
+    async def go():
+        app = AnalyzeApp(str(DATA / path))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _ready(app, pilot)
+            assert len(app.session.ranks) == ranks
+            assert badge in static_text(app, "#badge")
+            tabs = app.query_one("#tabs")
+            shown = {t for t in ("overview", "timeline", "steps", "kernels", "fixes", "memory", "ranks")
+                     if tabs.get_tab(t).display}
+            assert shown == {"overview", "timeline", "steps", "kernels", "fixes", "memory", "ranks"} - hidden
+            for i, t in enumerate(("overview", "timeline", "steps", "kernels", "fixes", "memory", "ranks")):
+                await pilot.press(str(i + 1))
+                await pilot.pause()
+                assert (tabs.active == t) == (t in shown)
+    run(go())
+
+
+def test_nsight_timeline_shows_the_backward_and_optimizer_phases_on_the_host_lane():
+    async def go():
+        app = AnalyzeApp(str(DATA / "nsys/cs336_small_train_step_a100.sqlite"))
+        async with app.run_test(size=(120, 34)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("2")
+            view = app.query_one(TimelineView)
+            _, host = _lanes_in_view(view)
+            share = {c: float((host.dominant == i).mean()) for i, c in enumerate(host.categories)}
+            # NVTX: forward ≈ 63 ms, backward ≈ 112 ms, optimizer ≈ 59 ms of a ≈ 235 ms iteration.
+            assert share["backward"] == pytest.approx(112 / 235, abs=0.06)
+            assert share["optimizer"] == pytest.approx(59 / 235, abs=0.06)
+    run(go())

@@ -19,6 +19,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Header, Input, ProgressBar, Static, TabbedContent, TabPane
 
 from trainscope.analyzers.rules import Rules
+from trainscope.reports.document import counters_only
 from trainscope.tui.fixes import FixesPane
 from trainscope.tui.memory import MemoryPane
 from trainscope.tui.overview import Overview
@@ -263,6 +264,8 @@ class AnalyzeApp(App[int]):
         self.query_one(KernelsPane).show(rank.all_kernels)
         self.query_one(FixesPane).show(rank.analysis, doc)
         tabs = self.query_one("#tabs", TabbedContent)
+        for tab in ("timeline", "steps", "kernels"):  # sampled counters have no events to draw
+            (tabs.hide_tab if counters_only(doc) else tabs.show_tab)(tab)
         if rank.memory:
             tabs.show_tab("memory")
             self.query_one(MemoryPane).show(rank.memory, rank.timeline.span)

@@ -5,7 +5,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from trainscope.reports.document import headline
+from trainscope.reports.document import counters_only, headline
 from trainscope.tui.palette import AXIS_CLASS
 
 
@@ -17,6 +17,9 @@ def key_figures(doc: dict) -> list[tuple[str, str]]:
     """(label, value) rows of the figures a user looks at first."""
     b = doc["breakdown"]
     st = b["step_time_ms"]
+    if counters_only(doc):
+        return [("source", f"sampled counters ({doc['input']['format']}): no steps or kernels to break down"),
+                ("verdict from", "the live rules over the whole recording (`trainscope thresholds`, live.*)")]
     rows = [("device", doc["device"]["name"] or "no GPU in trace")]
     if doc["steps"]:
         rows.append(("steps", f"{len(doc['steps'])} ({doc['steps_method'].replace('_', ' ')})"))

@@ -29,7 +29,9 @@ class RankView:
 
     @functools.cached_property
     def doc(self) -> dict:
-        return analysis_dict(self.analysis, self.rules)
+        doc = analysis_dict(self.analysis, self.rules)
+        doc["input"] = {"path": self.analysis.source, "format": self.analysis.source_format, "traces": 1}
+        return doc
 
     @functools.cached_property
     def classes(self):
