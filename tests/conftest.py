@@ -36,3 +36,21 @@ def raw_document(name: str):
 @pytest.fixture
 def kineto_dir() -> pathlib.Path:
     return KINETO
+
+
+GLOO_DELAY_MS = 30.0  # rank 1 of the recorded gloo job sleeps this long at the start of every step
+
+
+@pytest.fixture(scope="session")
+def gloo_dir(tmp_path_factory):
+    """A real two-rank job recorded here (tests/gloo_job.py): DDP over gloo on the CPU, rank 1 slow."""
+    pytest.importorskip("torch.distributed", reason="torch (the [test] extra) records the job")
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("this torch build has no gloo backend")
+    from tests.gloo_job import record
+
+    out = tmp_path_factory.mktemp("gloo")
+    record(str(out), steps=5, slow_rank=1, delay_ms=GLOO_DELAY_MS)
+    return out

@@ -17,20 +17,7 @@ from trainscope.analyzers.stragglers import detect_stragglers  # noqa: E402
 from trainscope.cli import main  # noqa: E402
 from trainscope.collectors import open_traces  # noqa: E402
 
-DELAY_MS = 30.0
-
-
-@pytest.fixture(scope="session")
-def gloo_dir(tmp_path_factory):
-    import torch.distributed as dist
-
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("this torch build has no gloo backend")
-    from tests.gloo_job import record
-
-    out = tmp_path_factory.mktemp("gloo")
-    record(str(out), steps=5, slow_rank=1, delay_ms=DELAY_MS)
-    return out
+from tests.conftest import GLOO_DELAY_MS as DELAY_MS  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -77,7 +64,9 @@ def test_the_sleeping_rank_is_the_straggler(gloo_dir, gloo_set):
     assert r0.mean_late_ms < 0.2 * r1.mean_late_ms
     # Every gradient all_reduce of the slow rank starts at least the sleep later (minus jitter).
     allreduce = [c for c in rep.slow_collectives if c.name == "gloo:all_reduce"]
-    assert allreduce and all(c.last_rank == 1 and c.spread_ms > 0.8 * DELAY_MS for c in allreduce)
+    # (Median, not every one: on a loaded 2-core machine rank 0 itself can be descheduled for a few ms.)
+    assert allreduce and all(c.last_rank == 1 and c.spread_ms > 0.5 * DELAY_MS for c in allreduce)
+    assert np.median([c.spread_ms for c in allreduce]) > 0.8 * DELAY_MS
     # The punctual rank spends its wait inside the collective; the straggler hardly waits.
     assert r0.collective_pct > 3 * r1.collective_pct
     # In synchronous training the step times match: a step-time comparison alone would miss it.

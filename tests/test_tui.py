@@ -410,3 +410,43 @@ def test_nsight_timeline_shows_the_backward_and_optimizer_phases_on_the_host_lan
             assert share["backward"] == pytest.approx(112 / 235, abs=0.06)
             assert share["optimizer"] == pytest.approx(59 / 235, abs=0.06)
     run(go())
+
+
+def test_deep_tab_shows_htas_critical_path_beside_the_verdict(tmp_path):
+    pytest.importorskip("hta", reason="--deep needs Holistic Trace Analysis (the [test] extra installs it)")
+    report = tmp_path / "r.md"
+
+    async def go():
+        app = AnalyzeApp(str(KINETO / A100), session=session(A100), deep=True, deep_step="1010",
+                         report_path=str(report))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("8")
+            assert app.query_one("#tabs").active == "deep"
+            from trainscope.tui.deep import DeepPane
+            pane = app.query_one(DeepPane)
+            for _ in range(1200):  # HTA takes ~10 s here; the app stays usable meanwhile
+                if pane.result is not None:
+                    break
+                await pilot.pause(0.1)
+            return pane.result, str(app.query_one("#deep-body").render()), app.session.document()
+
+    result, text, doc = run(go())
+    shares = result["critical_path"]["shares_pct"]
+    assert shares["cpu"] == pytest.approx(71.8, abs=1.0) and shares["gpu_compute"] == pytest.approx(26.8, abs=1.0)
+    assert "critical path of ProfilerStep#1010" in text and "vs verdict: disagrees" in text
+    assert doc["deep"]["critical_path"]["step"] == "ProfilerStep#1010"
+    assert "Deep analysis" in report.read_text()  # --report waits for HTA, then includes it
+
+
+def test_ranks_tab_shows_the_straggler(gloo_dir):
+    async def go():
+        app = AnalyzeApp(str(gloo_dir))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("7")
+            return app.session.stragglers, str(app.query_one("#stragglers").render())
+
+    stragglers, text = run(go())
+    assert stragglers["stragglers"] == [1]
+    assert "rank 1: enters collectives" in text and "◀ straggler" in text

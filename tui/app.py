@@ -6,6 +6,7 @@ Parsing and analysis run in a worker thread that never touches widgets; it hands
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Callable
 
@@ -20,6 +21,7 @@ from textual.widgets import DataTable, Header, Input, ProgressBar, Static, Tabbe
 
 from trainscope.analyzers.rules import Rules
 from trainscope.reports.document import counters_only
+from trainscope.tui.deep import DeepPane
 from trainscope.tui.fixes import FixesPane
 from trainscope.tui.memory import MemoryPane
 from trainscope.tui.overview import Overview
@@ -27,12 +29,12 @@ from trainscope.tui.state import Session, build_session
 from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
 from trainscope.tui.timeline import TimelinePane, legend
 
-TABS = ("overview", "timeline", "steps", "kernels", "fixes", "memory", "ranks")
+TABS = ("overview", "timeline", "steps", "kernels", "fixes", "memory", "ranks", "deep")
 
 # Every key, for the help screen (and the README). Kept beside the bindings it documents.
 KEYS: list[tuple[str, list[tuple[str, str]]]] = [
     ("anywhere", [
-        ("1 … 7", "overview · timeline · steps · kernels · fixes · memory · ranks"),
+        ("1 … 8", "overview · timeline · steps · kernels · fixes · memory · ranks · deep (with --deep)"),
         ("tab / shift+tab", "move focus"),
         ("e", "export the Markdown report (same as --report)"),
         ("d", "toggle dark / light theme"),
@@ -100,6 +102,7 @@ HINTS = {
     "fixes": "↑/↓ choose · space assume in the what-if · c clear · e export · ? keys · q quit",
     "memory": "1–7 tabs · e export report · ? keys · q quit",
     "ranks": "↑/↓ choose · Enter show this rank everywhere · ? keys · q quit",
+    "deep": "Holistic Trace Analysis: critical path, launch statistics · e export · ? keys · q quit",
     "loading": "q quit",
 }
 
@@ -142,7 +145,8 @@ class AnalyzeApp(App[int]):
 
     def __init__(self, path: str, *, session: Session | None = None, loader: Loader | None = None,
                  report_path: str | None = None, rules: Rules | None = None, peak_tflops: float | None = None,
-                 decorate: Callable[[dict], dict] | None = None, step_range: str | None = None) -> None:
+                 decorate: Callable[[dict], dict] | None = None, step_range: str | None = None,
+                 deep: bool = False, deep_step: str | None = None) -> None:
         super().__init__()
         self.path = path
         self.session = session
@@ -151,6 +155,8 @@ class AnalyzeApp(App[int]):
         self.rules = rules or Rules()
         self.peak_tflops = peak_tflops
         self.step_range = step_range
+        self.deep = deep  # run HTA's critical path (--deep) once the analysis is shown
+        self.deep_step = deep_step
         self.decorate = decorate  # adds optional sections (e.g. the --model ledger) to the report
         self.sub_title = os.path.basename(path.rstrip("/"))
         self.exported: list[str] = []
@@ -174,6 +180,8 @@ class AnalyzeApp(App[int]):
                 yield MemoryPane()
             with TabPane("7 Ranks", id="ranks"):
                 yield RanksPane()
+            with TabPane("8 Deep", id="deep"):
+                yield DeepPane()
         yield KeyBar(HINTS["loading"], id="keybar")
 
     def on_mount(self) -> None:
@@ -181,11 +189,22 @@ class AnalyzeApp(App[int]):
         if self.session is not None:
             self.show_session(self.session)
         else:
-            self.load()
+            self._start_daemon(self.load)
 
     # -- loading (worker thread: never touches widgets) ---------------------------------------------
 
-    @work(thread=True, exclusive=True)
+    def _start_daemon(self, target: Callable[[], None]) -> None:
+        """Long work (parsing, HTA) runs in a daemon thread, not a Textual worker: those live in the
+        default executor, which Python joins at exit, so quitting mid-parse would hang until done."""
+        threading.Thread(target=target, daemon=True, name=f"trainscope-{target.__name__}").start()
+
+    def _post(self, fn: Callable, *args) -> None:
+        """call_from_thread that tolerates an app that has already exited."""
+        try:
+            self.call_from_thread(fn, *args)
+        except RuntimeError:
+            pass
+
     def load(self) -> None:
         from trainscope.analyzers.range_steps import StepRangeError
         from trainscope.collectors import TraceError, open_traces
@@ -194,7 +213,7 @@ class AnalyzeApp(App[int]):
             now = time.monotonic()
             if now - self._last_progress > 0.05:
                 self._last_progress = now
-                self.call_from_thread(self._progress, stage, fraction)
+                self._post(self._progress, stage, fraction)
 
         try:
             if self.loader is not None:
@@ -203,16 +222,46 @@ class AnalyzeApp(App[int]):
                 traces = open_traces(self.path, progress)
                 session = build_session(self.path, traces, self.rules, self.peak_tflops, progress, self.step_range)
         except StepRangeError as e:
-            self.call_from_thread(self.exit, 2, 2, f"trainscope: {self.path}: --step-range: {e}")
+            self._post(self.exit, 2, 2, f"trainscope: {self.path}: --step-range: {e}")
             return
         except TraceError as e:
-            self.call_from_thread(self.exit, 2, 2, f"trainscope: {e}")
+            self._post(self.exit, 2, 2, f"trainscope: {e}")
             return
         except (OSError, RecursionError) as e:
-            self.call_from_thread(self.exit, 2, 2,
-                                  f"trainscope: {self.path}: cannot read: {getattr(e, 'strerror', None) or e}")
+            self._post(self.exit, 2, 2, f"trainscope: {self.path}: cannot read: {getattr(e, 'strerror', None) or e}")
             return
-        self.call_from_thread(self.show_session, session)
+        except MemoryError:
+            self._post(self.exit, 1, 1, "trainscope: out of memory while reading the trace")
+            return
+        except Exception as e:  # a bug: one line, as the plain CLI does
+            self._post(self.exit, 1, 1, f"trainscope: internal error: {type(e).__name__}: {e} (please report it)")
+            return
+        self._post(self.show_session, session)
+
+    def run_deep(self) -> None:
+        """HTA on the report's main rank, in a daemon thread; the result goes to the Deep tab and the report."""
+        from trainscope.analyzers.deep import HTAUnavailable, deep_analysis
+        from trainscope.reports.deep import deep_dict
+
+        s = self.session
+        rank = s.ranks[s.main_rank]
+
+        def progress(stage: str, fraction: float | None) -> None:
+            self._post(self.query_one(DeepPane).running, stage)
+
+        try:
+            result = deep_dict(deep_analysis(rank.trace, rank.analysis, self.rules, self.deep_step, progress))
+        except HTAUnavailable as e:
+            result = {"status": "skipped", "reason": str(e), "unavailable": True}
+        except Exception as e:  # HTA is a second opinion: its failure never takes the app down
+            result = {"status": "skipped", "reason": f"{type(e).__name__}: {e}", "unavailable": True}
+        self._post(self._show_deep, result)
+
+    def _show_deep(self, result: dict) -> None:
+        self.session.deep = None if result.get("unavailable") else result
+        self.query_one(DeepPane).show(result)
+        if self.report_path:
+            self._write_report(self.report_path)
 
     def _progress(self, stage: str, fraction: float | None) -> None:
         self.query_one("#loading-stage", Static).update(f"{stage}…")
@@ -233,7 +282,12 @@ class AnalyzeApp(App[int]):
         tabs.display = True
         if len(session.ranks) < 2:
             tabs.hide_tab("ranks")
-        if self.report_path:
+        if self.deep:
+            self.query_one(DeepPane).running("starting Holistic Trace Analysis")
+            self._start_daemon(self.run_deep)
+        else:
+            tabs.hide_tab("deep")
+        if self.report_path and not self.deep:  # with --deep, written when HTA is done
             self._write_report(self.report_path)
         self.set_reactive(AnalyzeApp.rank_index, session.main_rank)
         self._show_rank()
@@ -273,7 +327,7 @@ class AnalyzeApp(App[int]):
             tabs.hide_tab("memory")
         if len(s.ranks) > 1:
             rows = s.document()["ranks"]
-            self.query_one(RanksPane).show(rows, self.rank_index, s.main_rank)
+            self.query_one(RanksPane).show(rows, self.rank_index, s.main_rank, s.stragglers)
         label = rank.label if len(s.ranks) > 1 else ""
         self.sub_title = os.path.basename(self.path.rstrip("/")) + (f" · {label} of {len(s.ranks)}" if label else "")
 

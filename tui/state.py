@@ -69,10 +69,13 @@ class Session:
     ranks: list[RankView] = field(default_factory=list)
     main_rank: int = 0  # index of the rank the report leads with (the slowest)
     decorate: Callable[[dict], dict] | None = None  # optional sections the CLI adds (e.g. the --model ledger)
+    stragglers: dict | None = None  # rank directories: the straggler section of the report
+    deep: dict | None = None  # with --deep, once HTA has run: the deep section of the report
 
     def document(self) -> dict:
         """The same document ``--report``/``--format json`` produce."""
-        doc = build_document(self.path, self.analyses, self.rules, self.traces.warnings)
+        doc = build_document(self.path, self.analyses, self.rules, self.traces.warnings, deep=self.deep,
+                             stragglers=self.stragglers)
         return self.decorate(doc) if self.decorate else doc
 
 
@@ -85,6 +88,11 @@ def build_session(path: str, traces: TraceSet, rules: Rules, peak_tflops: float 
     ranks = [RankView(t, a, rules) for t, a in zip(traces.traces, analyses)]
     main = analyses.index(slowest(analyses)) if len(analyses) > 1 else 0
     session = Session(path, rules, traces, analyses, ranks, main)
+    if len(analyses) > 1:
+        from trainscope.analyzers.stragglers import detect_stragglers
+        from trainscope.reports.deep import stragglers_dict
+
+        session.stragglers = stragglers_dict(detect_stragglers(traces.traces, analyses, rules))
     if progress:
         progress("building the timeline", None)
     _ = ranks[main].timeline  # the first screens need it: build it here, off the UI thread

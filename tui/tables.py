@@ -190,7 +190,8 @@ class RanksPane(Vertical):
 
     DEFAULT_CSS = """
     RanksPane #ranks-note { height: auto; color: $text-muted; }
-    RanksPane DataTable { height: 1fr; }
+    RanksPane DataTable { height: auto; max-height: 60%; }
+    RanksPane #stragglers { height: auto; margin: 1 0 0 0; }
     """
 
     class Choose(Message):
@@ -201,8 +202,9 @@ class RanksPane(Vertical):
     def compose(self):
         yield Static("", id="ranks-note")
         yield DataTable(id="ranks-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="stragglers")
 
-    def show(self, rows: list[dict], current: int, slowest: int) -> None:
+    def show(self, rows: list[dict], current: int, slowest: int, stragglers: dict | None = None) -> None:
         table = self.query_one(DataTable)
         table.clear(columns=True)
         table.add_columns("", "rank", "step p50 ms", "step p95 ms", "verdict", "bottleneck", "conf.", "GPU busy",
@@ -216,6 +218,11 @@ class RanksPane(Vertical):
             f"{len(rows)} ranks · slowest median step: rank {rows[slowest]['rank']} (it sets the pace of synchronous "
             "training; the report leads with it) · Enter: show this rank on every tab")
         table.move_cursor(row=current)
+        if stragglers:
+            from trainscope.reports.deep import stragglers_text_lines
+
+            self.query_one("#stragglers", Static).update(
+                Text("\n".join(stragglers_text_lines(stragglers, lambda x: x))))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()

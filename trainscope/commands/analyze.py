@@ -171,7 +171,7 @@ def _run_app(args: argparse.Namespace, rules, decorate) -> int:
     from trainscope.tui.app import AnalyzeApp
 
     app = AnalyzeApp(args.trace, report_path=args.report, rules=rules, peak_tflops=args.peak_tflops,
-                     decorate=decorate, step_range=args.step_range)
+                     decorate=decorate, step_range=args.step_range, deep=args.deep, deep_step=args.deep_step)
     code = app.run()
     if args.json_out and app.session is not None:
         try:

@@ -1,0 +1,36 @@
+"""The Deep tab (``--deep``): Holistic Trace Analysis's critical path beside the verdict, launch
+statistics and queue lengths — the same lines as the report's deep section, shown as they arrive."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+
+class DeepPane(VerticalScroll):
+    DEFAULT_CSS = """
+    DeepPane { padding: 0 1; }
+    DeepPane #deep-status { height: auto; color: $warning; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.result: dict | None = None
+
+    def compose(self):
+        yield Static("", id="deep-status")
+        yield Static("", id="deep-body")
+
+    def running(self, stage: str) -> None:
+        self.query_one("#deep-status", Static).update(f"running: {stage}… (the rest of the app is ready; HTA runs in the "
+                                                      "background and can take a minute on large traces)")
+
+    def show(self, result: dict) -> None:
+        self.result = result
+        self.query_one("#deep-status", Static).update("")
+        if result.get("unavailable"):
+            self.query_one("#deep-body", Static).update(Text(f"Deep analysis unavailable: {result['reason']}"))
+            return
+        from trainscope.reports.deep import deep_text_lines
+
+        self.query_one("#deep-body", Static).update(Text("\n".join(deep_text_lines(result, lambda x: x))))
