@@ -248,7 +248,7 @@ def _outcome(rec: Recommendation, before: Analysis, after: Analysis, noise_pts: 
     b = fm.value(before) if fm else None
     a = fm.value(after) if fm else None
     still = any(f.id == rec.finding for f in after.findings)
-    if after.verdict.axis == "insufficient_evidence" and after.device is None:
+    if after.verdict.axis == "insufficient_evidence" and after.device is None and before.device is not None:
         status, note = "unknown", "AFTER has no GPU activity to judge by"
     elif not still:
         status, note = "resolved", "the finding is no longer raised"

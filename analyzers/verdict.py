@@ -86,7 +86,7 @@ def _graded(rules: Rules, key: str, value: float) -> str | None:
 def findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
     """All findings the evidence supports, largest stake first."""
     if not inp.has_gpu:
-        return []
+        return _cpu_training_findings(inp, rules)
     b, k = inp.breakdown, inp.kernels
     out: list[Finding] = []
     busy = b.gpu_busy_pct
@@ -181,6 +181,26 @@ _MIX = ("algorithm/compute-bound", "machine/bandwidth", "machine/unfused-attenti
 _GRADE = {"high": 0, "moderate": 1, "info": 2}
 
 
+def _cpu_training_findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
+    """No GPU in the trace (training on the CPU, or a CPU-side rank): only input waits can be
+    diagnosed. Time the training loop spends inside DataLoader ``__next__`` is positive evidence
+    by itself — with no accelerator to overlap it, it lengthens every step one for one."""
+    b = inp.breakdown
+    if inp.segmentation.method == "whole_trace" or not b.total_ns:
+        return []  # without step boundaries there is no step time to take a share of
+    sev = _graded(rules, "data_wait", b.data_wait_pct)
+    if not sev:
+        return []
+    ev = [_ev(rules, "data_wait.high" if sev == "high" else "data_wait.moderate", "host waiting on DataLoader __next__",
+              b.data_wait_pct),
+          _ctx("GPU kernels in trace", 0, "kernels", "trace: no GPU activity (CPU training)")]
+    detail = "training runs on the CPU here, so every millisecond spent loading a batch adds to the step"
+    if inp.single_process_loader:
+        ev.append(_ctx("DataLoader runs in the training process (num_workers=0)", None, "", "trace: _SingleProcessDataLoaderIter"))
+        detail += "; batches are loaded in the training process itself (num_workers=0)"
+    return [Finding("data/input-wait", "data", sev, "Training waits on the input pipeline", b.data_wait_pct, ev, detail)]
+
+
 def finding_order(f: Finding) -> tuple[int, float]:
     """Findings sort by severity, then by the share of step time at stake."""
     return (_GRADE[f.severity], -f.stake_pct)
@@ -190,9 +210,15 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     """The primary D·A·M axis, a confidence in [0, 1], and the evidence behind it."""
     b = inp.breakdown
     if not inp.has_gpu:
+        data = next((f for f in found if f.id == "data/input-wait"), None)
+        if data is not None and data.severity == "high":
+            # One kind of evidence and no device to cross-check it with: a lower ceiling than on a GPU.
+            conf = 0.75 - (0.1 if len(inp.segmentation.steps) < 3 else 0.0)
+            return Verdict("data", round(conf, 2), data.id, f"{data.title} — {data.detail}", data.evidence)
         return Verdict("insufficient_evidence", 0.0, None,
-                       "the trace has no GPU activity (no kernels, copies or memsets): it is a CPU-only trace, and "
-                       "trainscope diagnoses where GPU training time goes",
+                       "the trace has no GPU activity (no kernels, copies or memsets): on a CPU-only trace trainscope "
+                       "diagnoses only input waits (DataLoader time within the steps), and none crosses "
+                       f"data_wait.high ({rules.value('data_wait.high'):g} %)",
                        [_ctx("GPU kernels in trace", 0, "kernels", "trace")])
     min_k = rules.value("evidence.min_kernels")
     if inp.kernels.count < min_k:

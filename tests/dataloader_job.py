@@ -21,7 +21,7 @@ SLEEP_S = 0.004
 class Samples(Dataset):
     def __init__(self, slow: bool, n: int = 96) -> None:
         g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(n, 32, generator=g)
+        self.x = torch.randn(n, 512, generator=g)
         self.y = torch.randint(0, 4, (n,), generator=g)
         self.slow = slow
 
@@ -39,7 +39,8 @@ def main(out: str, mode: str, batch: int = 8) -> None:
     # in every parallel region (≈ 8 ms per tiny op here), drowning the effect under test.
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    # Enough compute (≈ 50 MFLOP per step) that a fast loader's own overhead is a small share of the step.
+    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = torch.profiler.schedule(wait=1, warmup=1, active=4, repeat=1)
     loader = DataLoader(Samples(slow=mode == "slow"), batch_size=batch, num_workers=0)

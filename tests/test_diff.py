@@ -278,9 +278,9 @@ def test_faster_dataloader_drops_the_data_wait(cpu_runs):
     slow, fast = _raw_data_wait_pct(cpu_runs["slow"]), _raw_data_wait_pct(cpu_runs["fast"])
     assert d.data_wait.before_pct == pytest.approx(slow, abs=0.5)
     assert d.data_wait.after_pct == pytest.approx(fast, abs=0.5)
-    assert slow > 80 and d.data_wait.change_pts < -40
+    assert slow > 60 and fast < 15 and d.data_wait.change_pts < -40
     # 8 samples × 4 ms of sleep per step before; none after.
-    assert d.p50.before_ms >= 32 and d.p50.speedup > 5
+    assert d.p50.before_ms >= 32 and d.p50.speedup > 2.5
     # Data wait in ms per step fell by at least the sleep it removed.
     b, a = (r.analysis.breakdown for r in (d.before, d.after))
     assert b.host_data_wait_ns / 4 / 1e6 - a.host_data_wait_ns / 4 / 1e6 >= 30
@@ -288,15 +288,17 @@ def test_faster_dataloader_drops_the_data_wait(cpu_runs):
     assert next(c for c in d.comparability if c.check == "batch_shapes").status == "same"
 
 
-def test_cpu_only_verdict_cannot_change_and_the_diff_says_so(cpu_runs):
-    """No GPU activity: the analyzer's verdict is insufficient_evidence on both sides (it
-    diagnoses GPU training), so the diff reports the verdict unchanged and no earlier fixes —
-    the measurable effect is the data-wait drop and the speedup above."""
+def test_cpu_training_verdict_changes_from_data_bound(cpu_runs):
+    """No GPU: the slow loader's input wait is positive evidence by itself (data-bound); with the
+    fast loader nothing crosses a threshold, and the diff reports the change and the fix resolved."""
     d = diff_runs(_cpu_run(cpu_runs["slow"]), _cpu_run(cpu_runs["fast"]))
-    assert d.verdict.before_axis == d.verdict.after_axis == "insufficient_evidence"
-    assert not d.verdict.changed and d.recommendations == []
+    assert d.verdict.before_axis == "data" and d.verdict.before_bottleneck == "data/input-wait"
+    assert d.verdict.after_axis == "insufficient_evidence" and d.verdict.changed
+    (rec,) = d.recommendations
+    # The fast loader's own overhead may still be a moderate finding (≥ 5 %): improved or resolved.
+    assert rec.recommendation == "dataloader-workers" and rec.status in ("resolved", "improved") and rec.addressed
     text = render_diff_text(build_diff_document(d))
-    assert "(unchanged)" in text and "no GPU in either run" in text
+    assert "DATA-BOUND" in text and "no GPU in either run" in text
     with pytest.raises(GateUnavailable, match="GPU busy is not measured in BEFORE and AFTER"):
         check_gate(d, "gpu_busy", 1)
 
