@@ -23,7 +23,7 @@ from textual.worker import get_current_worker
 from trainscope.analyzers.ledger import (GB, PRECISIONS, Fit, FitOption, Ledger, PlanConfig, fit, fit_options,
                                          ledger, normalize)
 from trainscope.analyzers.memory_devices import GPU_MEMORY, GpuMemory
-from trainscope.tui.plan_view import activation_note, banner_text, ledger_bar, toggles_text, verdict_class
+from trainscope.tui.plan_view import activation_note, banner_text, gb2, ledger_bar, toggles_text, verdict_class
 
 OPTIMIZER_CYCLE = ("adam", "adam8bit", "momentum", "sgd")
 PRECISION_CYCLE = ("fp32", "mixed", "mixed-fp32-grads")
@@ -233,10 +233,10 @@ class PlanApp(App[int]):
         table = self.query_one("#items", DataTable)
         table.clear()
         for it in lg.items:
-            table.add_row(Text(it.label), Text("—" if it.bytes is None else f"{it.bytes / GB:.2f}", justify="right"),
+            table.add_row(Text(it.label), Text("—" if it.bytes is None else f"{gb2(it.bytes)}", justify="right"),
                           Text(it.formula), Text(it.source, style="dim"))
-        table.add_row(Text("total", style="bold"), Text(f"{lg.total_bytes / GB:.2f}", style="bold", justify="right"),
-                      Text(f"static {lg.static_bytes / GB:.2f} GB" + ("" if lg.complete else "; activations unknown"),
+        table.add_row(Text("total", style="bold"), Text(f"{gb2(lg.total_bytes)}", style="bold", justify="right"),
+                      Text(f"static {gb2(lg.static_bytes)} GB" + ("" if lg.complete else "; activations unknown"),
                            style="dim"),
                       Text(f"{lg.params / 1e9:.3g} B parameters ({lg.params_source})", style="dim"))
         self.query_one("#note", Static).update(activation_note(lg))
@@ -267,7 +267,7 @@ class PlanApp(App[int]):
             pct = f"{o.fit.pct:.0f}" + (" tight" if o.fit.tight else "")
             what = Text(" + ".join(c.description for c in o.changes))
             what.append(f"\ncost: {o.cost.summary}", style="dim")
-            table.add_row(Text(str(k)), Text(f"{o.ledger.total_bytes / GB:.2f}", justify="right"), Text(pct), what,
+            table.add_row(Text(str(k)), Text(f"{gb2(o.ledger.total_bytes)}", justify="right"), Text(pct), what,
                           key=str(k - 1), height=2)
         if table.row_count:
             table.move_cursor(row=min(max(row, 0), table.row_count - 1))

@@ -22,6 +22,11 @@ ITEM_SHORT = {"weights": "weights", "gradients": "gradients", "master": "master"
 ITEM_TINY = {"weights": "wts", "gradients": "grads", "master": "master", "optimizer": "optim", "activations": "act"}
 
 
+def gb2(nbytes: float) -> str:
+    """GB with two decimals, rounded as the plan reports round them (to 3 decimals first)."""
+    return f"{round(nbytes / GB, 3):.2f}"
+
+
 def verdict_word(f: Fit) -> str:
     return "DOES NOT FIT" if not f.fits else "TIGHT" if f.tight else "FITS"
 
@@ -32,7 +37,7 @@ def verdict_class(f: Fit) -> str:
 
 def banner_text(lg: Ledger, f: Fit, device_name: str) -> str:
     scope = " · static floor only: activations not estimated" if f.static_only else ""
-    return (f"{verdict_word(f)} · {lg.total_bytes / GB:.2f} GB = {f.pct:.0f} % of {device_name} "
+    return (f"{verdict_word(f)} · {gb2(lg.total_bytes)} GB = {f.pct:.0f} % of {device_name} "
             f"({f.capacity_bytes / GB:.1f} GB){scope}")
 
 
