@@ -77,6 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                "  trainscope plan --layers 48 --hidden 1600 --heads 25 --vocab 50257 --seq 1024 --batch 8 --gpu a100-80\n"
                "  trainscope plan --params 7B --gpus 8 --zero 3 --format json\n\n"
                f"GPUs (--gpu): {', '.join(_gpu_keys())}\n\n"
+               "In a terminal, plan opens an app with live toggles (o optimizer, p precision, c checkpointing,\n"
+               "b/B batch, a/A accumulation, g/G GPUs, z ZeRO, d device, Enter applies an option; ? every key).\n\n"
                "exit codes: 0 planned (fits or not), 2 bad input or usage",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -86,7 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", default="h100-80", help="device to fit (default h100-80; see the list below)")
     p.add_argument("--gpu-memory", metavar="SIZE", help="a device by size instead: 24GiB, 24GB (a bare number is GiB)")
     p.add_argument("--options", type=int, default=6, metavar="N", help="how many what-if options to list (default 6)")
-    p.add_argument("--format", choices=("text", "json", "markdown"), default="text", help="output (default text)")
+    p.add_argument("--format", choices=("text", "json", "markdown"), default=None,
+                   help="print this instead of opening the terminal app (default in a terminal: the app; otherwise: text)")
+    p.add_argument("--no-tui", action="store_true", help="print the text plan instead of opening the terminal app")
     p.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     p.set_defaults(run=run)
 
@@ -139,6 +143,7 @@ def resolve_gpu(gpu: str | None, gpu_memory: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainscope.commands.analyze import use_tui  # the same rule: a person at a terminal who asked for nothing else
     from trainscope.analyzers.ledger import fit, fit_options, ledger
     from trainscope.analyzers.rules import Rules
     from trainscope.reports.plan import build_plan_document, render_plan_markdown, render_plan_text
@@ -160,6 +165,11 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
+    if use_tui(args):
+        from trainscope.tui.plan_app import PlanApp
+
+        PlanApp(cfg, dev, threshold_pct=threshold, limit=max(0, args.options)).run()
+        return EXIT_OK
     if args.format == "json":
         sys.stdout.write(to_json(doc))
     elif args.format == "markdown":
