@@ -450,3 +450,20 @@ def test_ranks_tab_shows_the_straggler(gloo_dir):
     stragglers, text = run(go())
     assert stragglers["stragglers"] == [1]
     assert "rank 1: enters collectives" in text and "◀ straggler" in text
+
+
+def test_model_ledger_shows_next_to_the_measured_peak():
+    from trainscope.commands.analyze import _ledger_hook
+
+    qwen = "tracelens_h100_qwen_inference.json.gz"
+
+    async def go():
+        app = AnalyzeApp(str(KINETO / qwen), decorate=_ledger_hook("params=0.5B,optimizer=adam,precision=mixed"))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("6")
+            return app.session.document()["ledger"], str(app.query_one("#mem-ledger").render())
+
+    ledger, text = run(go())
+    assert ledger["total_gb"] == pytest.approx(0.5 * 16, rel=0.01)  # mixed-precision Adam: 16 bytes per parameter
+    assert "Ledger vs measured" in text and "measured peak allocated" in text and f"{ledger['total_gb']:8.2f} GB" in text

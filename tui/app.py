@@ -320,9 +320,10 @@ class AnalyzeApp(App[int]):
         tabs = self.query_one("#tabs", TabbedContent)
         for tab in ("timeline", "steps", "kernels"):  # sampled counters have no events to draw
             (tabs.hide_tab if counters_only(doc) else tabs.show_tab)(tab)
-        if rank.memory:
+        ledger = s.document().get("ledger") if s.decorate else None
+        if rank.memory or ledger:
             tabs.show_tab("memory")
-            self.query_one(MemoryPane).show(rank.memory, rank.timeline.span)
+            self.query_one(MemoryPane).show(rank.memory, rank.timeline.span, ledger)
         else:
             tabs.hide_tab("memory")
         if len(s.ranks) > 1:

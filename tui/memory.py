@@ -55,15 +55,23 @@ class MemoryChart(Widget):
 
 
 class MemoryPane(Vertical):
-    DEFAULT_CSS = "MemoryPane #mem-note { height: auto; padding: 0 1; }"
+    DEFAULT_CSS = """
+    MemoryPane #mem-note { height: auto; padding: 0 1; }
+    MemoryPane #mem-ledger { height: auto; padding: 0 1; }
+    """
 
     def compose(self):
         yield Static("", id="mem-note")
         yield MemoryChart(id="mem-chart")
+        yield Static("", id="mem-ledger")
 
-    def show(self, curves: list[MemoryCurve], span: tuple[int, int]) -> None:
+    def show(self, curves: list[MemoryCurve], span: tuple[int, int], ledger: dict | None = None) -> None:
         note = self.query_one("#mem-note", Static)
         chart = self.query_one(MemoryChart)
+        if ledger:  # analyze --model: the planned ledger next to the measured peak
+            from trainscope.reports.plan import ledger_text_lines
+
+            self.query_one("#mem-ledger", Static).update(Text("\n".join(ledger_text_lines(ledger)).strip("\n")))
         if not curves:
             note.update("No memory events in this trace: record with torch.profiler.profile(profile_memory=True) "
                         "to see memory over time.")
