@@ -132,6 +132,7 @@ class DiffApp(App[int]):
         self.report_path = report_path
         self.sub_title = f"{base_name(before)} → {base_name(after)}"
         self.exported: list[str] = []
+        self.error: str | None = None  # bad input: the one line `trainscope diff` prints without the app
         self._last_progress = 0.0
 
     @property
@@ -182,8 +183,10 @@ class DiffApp(App[int]):
             else:
                 diff, gate = load_diff(self.before_path, self.after_path, self.rules, progress, self.metric,
                                        self.fail_if_slower)
-        except DiffInputError as e:  # the same line as without the app
-            self.call_from_thread(self.exit, 2, 2, f"trainscope: {e}")
+        except DiffInputError as e:
+            # The caller prints it after the app closes: Textual's exit message would be wrapped at 80 columns.
+            self.error = f"trainscope: {e}"
+            self.call_from_thread(self.exit, 2, 2)
             return
         self.call_from_thread(self.show_diff, diff, gate)
 

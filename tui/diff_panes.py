@@ -330,9 +330,8 @@ MATCH_TAG = {"exact": ("exact", "dim"), "arch": ("arch", "bold cyan"), "family":
              "appeared": ("new", f"bold {BAD}"), "disappeared": ("gone", f"bold {GOOD}")}
 MATCH_MEANS = {
     "exact": "the same kernel name in both runs",
-    "arch": "the same name once GPU-architecture tokens are removed: this configuration built for another GPU",
-    "family": "the same name once architecture tokens and numbers are removed: the same kernel code, other "
-              "tile/template parameters",
+    "arch": "the same name without GPU-architecture tokens (built for another GPU)",
+    "family": "the same name without architecture tokens and numbers (other tile sizes)",
     "appeared": "only in AFTER",
     "disappeared": "only in BEFORE",
 }
@@ -450,20 +449,23 @@ class KernelDiffPane(Vertical):
             return out
         tag, style = MATCH_TAG[k.match]
         out.append(f"{tag}", style=style)
-        out.append(f" — {MATCH_MEANS[k.match]} · {k.kernel_class}\n", style="dim")
-        width = max(40, self.size.width - 4)
+        out.append(f" · {k.kernel_class} · {MATCH_MEANS[k.match]}\n", style="dim")
+        width = max(40, self.size.width - 2)
         for side, names, count, ms in (("before", k.before_names, k.before_count, k.before_ms_per_step),
                                        ("after", k.after_names, k.after_count, k.after_ms_per_step)):
+            head = f"{side:<7}{count} calls, {ms:.3f} ms/step"
             out.append(f"{side:<7}", style="bold")
-            out.append(f"{count} calls, {ms:.3f} ms/step", style="dim")
+            out.append(head[7:], style="dim")
             if not names:
                 out.append("  (none)\n", style="dim")
-                continue
-            out.append("\n")
-            for name in names[:3]:
-                out.append("  " + short_name(name, width) + "\n")
-            if len(names) > 3:
-                out.append(f"  … and {len(names) - 3} more\n", style="dim")
+            elif len(names) == 1 and width - len(head) - 2 >= 30:  # one name: on the same line
+                out.append("  " + short_name(names[0], width - len(head) - 2) + "\n")
+            else:
+                out.append("\n")
+                for name in names[:2]:
+                    out.append("  " + short_name(name, width - 2) + "\n")
+                if len(names) > 2:
+                    out.append(f"  … and {len(names) - 2} more\n", style="dim")
         out.rstrip()
         return out
 

@@ -179,7 +179,9 @@ def _run_app(args: argparse.Namespace, rules) -> int:
                   report_path=args.report)
     app.run()
     code = app.return_code if app.return_code is not None else EXIT_OK
-    if app.diff is None:  # bad input (the app printed why) or quit while loading
+    if app.error:  # bad input: the same line as without the app
+        sys.stderr.write(app.error + "\n")
+    if app.diff is None:  # bad input, or quit while loading
         return code
     if args.json_out:
         try:
