@@ -411,7 +411,8 @@ class KernelDiffPane(Vertical):
         self.shown = rows
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        name_w = max(30, min(110, self.size.width - 45))
+        name_w = self._name_width()
+        self._shown_name_w = name_w
         for c in DIFF_COLUMNS:
             mark = (" ▼" if self.descending else " ▲") if c.key == self.sort_column else ""
             table.add_column(c.label + mark, key=c.key, width=name_w if c.key == "kernel" else None)
@@ -436,6 +437,15 @@ class KernelDiffPane(Vertical):
             f"per step · sorted by {col.label}{' ▼' if self.descending else ' ▲'} · BEFORE names matched: "
             f"{mc['exact']} exact, {mc['arch']} arch, {mc['family']} family · o: sort · r: reverse")
         self._select(0 if rows else None)
+
+    def _name_width(self) -> int:
+        """The kernel column takes what the other columns leave (they stay in view from ~100 columns)."""
+        return max(30, min(110, self.size.width - 70))
+
+    def on_resize(self) -> None:
+        # The pane is sized only once its tab is shown (and on every terminal resize).
+        if self.diff is not None and self._name_width() != getattr(self, "_shown_name_w", None):
+            self._refill()
 
     def _select(self, index: int | None) -> None:
         self.selected = self.shown[index] if index is not None and index < len(self.shown) else None
