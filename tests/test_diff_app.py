@@ -6,6 +6,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import shlex
+import shutil
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -334,3 +339,30 @@ def test_every_tab_renders_at_small_and_large_sizes(size):
             bars = text_of(app, "#bd-categories").splitlines()
             assert len(bars) == 1 + len(pair().categories) and max(len(line) for line in bars) <= size[0] - 2
     run(go())
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it; apt-get install tmux)")
+def test_in_a_real_terminal_the_app_opens_and_quitting_gives_the_gates_exit_code(tmp_path):
+    from tests.test_tui_tmux import Tmux
+
+    tmux = Tmux(f"trainscope-diff-{tmp_path.name}")
+    exit_file = tmp_path / "exit.txt"
+    # stderr stays on the terminal: Textual draws there.
+    cmd = (f"cd {shlex.quote(str(tmp_path))} && {shlex.quote(sys.executable)} -m trainscope diff "
+           f"{shlex.quote(BEFORE)} {shlex.quote(AFTER)} --fail-if-slower 20; "
+           f"echo $? > {shlex.quote(str(exit_file))}; sleep 30")
+    tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", cmd)
+    try:
+        screen = tmux.wait_for("GATE FAILED")
+        assert "1.49× slower" in screen and "NOT COMPARABLE" in screen
+        tmux("send-keys", "-t", "t", "3")
+        tmux.wait_for("ncclKernel_AllReduce_RING_LL_Sum_float")
+        tmux("send-keys", "-t", "t", "q")
+        end = time.monotonic() + 30
+        while not exit_file.exists() and time.monotonic() < end:
+            time.sleep(0.2)
+        assert exit_file.read_text().strip() == "3"
+        screen = tmux.wait_for("trainscope: regression: step time p50 rose 49.3 %")  # the gate's line, after the app
+        assert "GATE FAILED" not in screen  # the terminal is given back
+    finally:
+        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
