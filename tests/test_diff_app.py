@@ -244,6 +244,7 @@ def _through_the_app(monkeypatch, keys: tuple[str, ...] = ("e", "q")):
 
 
 def test_cli_opens_the_app_and_the_gate_exit_code_survives_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # `e` without --report writes in the current directory
     _through_the_app(monkeypatch)
     report, js = tmp_path / "diff.md", tmp_path / "diff.json"
     code = diff_command.run(_args(BEFORE, AFTER, "--fail-if-slower", "20", "--report", str(report),
@@ -260,6 +261,7 @@ def test_cli_opens_the_app_and_the_gate_exit_code_survives_it(tmp_path, monkeypa
 
     # The same pair within a 60 % allowance passes: exit 0 after the app.
     code = diff_command.run(_args(BEFORE, AFTER, "--fail-if-slower", "60"))
+    assert (tmp_path / report_name(BEFORE, AFTER)).exists()
     assert code == 0 and capsys.readouterr().err.splitlines()[-1].startswith("trainscope: gate passed: step time p50 rose 49.3 %")
 
 
