@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Callable
 
 from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, threshold_arg, to_json, write_atomic)
 
@@ -28,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                "  trainscope diff main.json.gz pr.json.gz --report diff.md --format json > diff.json\n"
                "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 5            # CI: p50 may grow ≤ 5 %\n"
                "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 3 --metric data_wait   # ≤ 3 points\n\n"
+               "In a terminal, diff opens a side-by-side app (press ? in it for every key); --no-tui, --format,\n"
+               "or a stdout that is not a terminal prints instead. With --fail-if-slower the exit code after\n"
+               "quitting the app is the gate's.\n\n"
                "exit codes:\n"
                "  0  compared (and, with --fail-if-slower, no regression)\n"
                "  3  regression: the gate's metric got worse by more than allowed (one line on stderr says how much)\n"
@@ -38,8 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     d.add_argument("before", metavar="BEFORE", help="the run before the change: trace file or directory of rank traces")
     d.add_argument("after", metavar="AFTER", help="the run after the change")
-    d.add_argument("--format", choices=("text", "json", "markdown"), default="text",
-                   help="what to print on stdout (default: text)")
+    d.add_argument("--format", choices=("text", "json", "markdown"), default=None,
+                   help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
+                        "otherwise: text)")
+    d.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
     d.add_argument("--report", metavar="FILE.md", help="also write the Markdown report to FILE.md")
     d.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     d.add_argument("--fail-if-slower", type=_non_negative, metavar="PCT",
@@ -70,7 +76,7 @@ def _non_negative(text: str) -> float:
     return v
 
 
-def _load(path: str, rules, progress: Progress):
+def _load(path: str, rules, progress: Callable[[str, "float | None"], None]):
     """The analyzed run at ``path``, or a one-line error message."""
     from trainscope.analyzers.analysis import analyze_set
     from trainscope.analyzers.diff import summarize_run
@@ -86,32 +92,61 @@ def _load(path: str, rules, progress: Progress):
     return summarize_run(path, traces, analyze_set(traces, rules)), None
 
 
-def run(args: argparse.Namespace) -> int:
+class DiffInputError(ValueError):
+    """An input could not be read or the gate cannot be measured: one line (after ``trainscope: ``), exit 2."""
+
+
+def load_diff(before: str, after: str, rules, progress: Callable[[str, "float | None"], None],
+              metric: str = "step_p50", fail_if_slower: float | None = None):
+    """Read and analyze both inputs, compare them and check the gate: ``(RunDiff, GateResult | None)``.
+    ``progress`` gets stages prefixed with the side and fractions of the whole job (both sides)."""
     from trainscope.analyzers.diff import GateUnavailable, check_gate, diff_runs
+
+    runs = []
+    for i, (label, path) in enumerate((("BEFORE", before), ("AFTER", after))):
+        def side(stage: str, fraction: float | None, i: int = i, label: str = label) -> None:
+            progress(f"{label.lower()}: {stage}", None if fraction is None else (i + fraction) / 2)
+
+        r, err = _load(path, rules, side)
+        if err:
+            raise DiffInputError(f"{label}: {err}")
+        runs.append(r)
+    diff = diff_runs(runs[0], runs[1], rules)
+    gate = None
+    if fail_if_slower is not None:
+        try:
+            gate = check_gate(diff, metric, fail_if_slower)
+        except GateUnavailable as e:
+            raise DiffInputError(str(e)) from None
+    return diff, gate
+
+
+def gate_line(diff, gate) -> str:
+    """The gate's one line for stderr, with the comparability caveat (CI logs show both together)."""
+    caveat = ""
+    if not diff.comparable:
+        caveat = " [runs not comparable: " + ", ".join(c.check for c in diff.comparability if c.status == "differ") + "]"
+    return f"trainscope: {gate.reason}{caveat}\n"
+
+
+def run(args: argparse.Namespace) -> int:
     from trainscope.analyzers.rules import Rules
+    from trainscope.commands.analyze import use_tui
     from trainscope.reports.diff_document import build_diff_document
     from trainscope.reports.diff_markdown import render_diff_markdown
     from trainscope.reports.diff_text import render_diff_text
 
     rules = Rules(dict(args.threshold))
+    if use_tui(args):
+        return _run_app(args, rules)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
-    runs = []
-    for label, path in (("BEFORE", args.before), ("AFTER", args.after)):
-        r, err = _load(path, rules, progress)
-        if err:
-            progress.done()
-            sys.stderr.write(f"trainscope: {label}: {err}\n")
-            return EXIT_BAD_INPUT
-        runs.append(r)
+    try:
+        diff, gate = load_diff(args.before, args.after, rules, progress, args.metric, args.fail_if_slower)
+    except DiffInputError as e:
+        progress.done()
+        sys.stderr.write(f"trainscope: {e}\n")
+        return EXIT_BAD_INPUT
     progress.done()
-    diff = diff_runs(runs[0], runs[1], rules)
-    gate = None
-    if args.fail_if_slower is not None:
-        try:
-            gate = check_gate(diff, args.metric, args.fail_if_slower)
-        except GateUnavailable as e:
-            sys.stderr.write(f"trainscope: {e}\n")
-            return EXIT_BAD_INPUT
     doc = build_diff_document(diff, gate)
 
     for path, render in ((args.report, render_diff_markdown), (args.json_out, to_json)):
@@ -130,9 +165,30 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(render_diff_text(doc, color=color))
     sys.stdout.flush()
     if gate is not None:
-        caveat = ""
-        if not diff.comparable:  # still one line: CI logs show the verdict and its caveat together
-            caveat = " [runs not comparable: " + ", ".join(c.check for c in diff.comparability if c.status == "differ") + "]"
-        sys.stderr.write(f"trainscope: {gate.reason}{caveat}\n")
+        sys.stderr.write(gate_line(diff, gate))
         return EXIT_REGRESSION if gate.regressed else EXIT_OK
     return EXIT_OK
+
+
+def _run_app(args: argparse.Namespace, rules) -> int:
+    """The side-by-side app; after it closes, the same gate line and exit code as without it."""
+    from trainscope.reports.diff_document import build_diff_document
+    from trainscope.tui.diff_app import DiffApp
+
+    app = DiffApp(args.before, args.after, rules=rules, metric=args.metric, fail_if_slower=args.fail_if_slower,
+                  report_path=args.report)
+    app.run()
+    code = app.return_code if app.return_code is not None else EXIT_OK
+    if app.error:  # bad input: the same line as without the app
+        sys.stderr.write(app.error + "\n")
+    if app.diff is None:  # bad input, or quit while loading
+        return code
+    if args.json_out:
+        try:
+            write_atomic(args.json_out, to_json(build_diff_document(app.diff, app.gate)))
+        except OSError as e:
+            sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
+            return EXIT_BAD_INPUT
+    if app.gate is not None:
+        sys.stderr.write(gate_line(app.diff, app.gate))
+    return code

@@ -1,0 +1,269 @@
+"""``trainscope diff BEFORE AFTER`` in a terminal: the two runs side by side.
+
+Reading and analyzing both inputs runs in a worker thread that never touches widgets; it hands
+the finished :class:`RunDiff` (and the gate's result) to the UI thread, and every tab is a thin
+view over them (:mod:`trainscope.tui.diff_panes`). With ``--fail-if-slower`` the app's exit code
+is the gate's, so a person can look at a regression and CI semantics stay the same.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Header, ProgressBar, Static, TabbedContent, TabPane
+
+from trainscope.analyzers.diff import GateResult, RunDiff
+from trainscope.analyzers.rules import Rules
+from trainscope.tui.app import KeyBar, Loading
+from trainscope.tui.diff_panes import DiffBreakdown, DiffSummary, FixOutcomes, KernelDiffPane, base_name
+
+TABS = ("summary", "breakdown", "kernels", "fixes")
+EXIT_REGRESSION = 3  # as `trainscope diff` without the app
+EXIT_INTERRUPTED = 130  # quit before a requested gate could be checked: never a silent pass
+
+KEYS: list[tuple[str, list[tuple[str, str]]]] = [
+    ("anywhere", [
+        ("1 … 4", "summary · breakdown · kernels · earlier fixes"),
+        ("tab / shift+tab", "move focus"),
+        ("e", "export the Markdown diff report (same as --report)"),
+        ("d", "toggle dark / light theme"),
+        ("?", "this help (Esc closes)"),
+        ("q / ctrl+c", "quit (with --fail-if-slower: exit code 3 on a regression, else 0)"),
+    ]),
+    ("kernels", [
+        ("a / g / s / n / x", "show all · grew · shrank · new (appeared) · gone (disappeared)"),
+        ("f", "next filter"),
+        ("o / click a header", "sort by the next column / by that column (again: reverse)"),
+        ("r", "reverse the sort"),
+        ("↑ / ↓", "choose a row: its kernel names before and after show below"),
+    ]),
+    ("summary · breakdown · fixes", [
+        ("↑ / ↓, page up / down", "scroll"),
+    ]),
+]
+
+HINTS = {
+    "summary": "1–4 tabs · e export report · d theme · ? every key · q quit",
+    "breakdown": "1–4 tabs · ↑/↓ scroll · e export · ? keys · q quit",
+    "kernels": "a/g/s/n/x all/grew/shrank/new/gone · o sort · r reverse · ? keys · q quit",
+    "fixes": "1–4 tabs · ↑/↓ scroll · e export · ? keys · q quit",
+    "loading": "q quit",
+}
+
+
+def help_text() -> Text:
+    out = Text()
+    out.append("trainscope diff — keys", style="bold")
+    out.append("   (Esc closes; ↑/↓ scroll)\n")
+    for where, keys in KEYS:
+        out.append(f"\n{where}\n", style="bold underline")
+        for key, does in keys:
+            out.append(f"  {key:<24}", style="bold")
+            out.append(f"{does}\n")
+    out.append("\nmatch kinds\n", style="bold underline")
+    out.append("  exact   the same kernel name\n"
+               "  arch    the same name without GPU-architecture tokens (volta_ → ampere_, sm80, cutlass_80_)\n"
+               "  family  the same name once numbers (tile sizes, template parameters) are also ignored\n"
+               "  new     only in AFTER · gone: only in BEFORE\n")
+    return out
+
+
+class DiffHelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    DiffHelpScreen { align: center middle; }
+    DiffHelpScreen > VerticalScroll { width: 90%; max-width: 110; height: 90%; border: round $accent;
+                                      background: $surface; padding: 0 1; }
+    """
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(help_text(), id="help-keys")
+
+
+Progress = Callable[[str, "float | None"], None]
+DiffLoader = Callable[[Progress], "tuple[RunDiff, GateResult | None]"]
+
+
+def report_name(before: str, after: str) -> str:
+    """Where ``e`` writes when no --report was given: both inputs in the name, in the current directory."""
+    def stem(path: str) -> str:
+        s = base_name(path)
+        for ext in (".gz", ".json", ".trace", ".pt", ".sqlite"):
+            s = s[: -len(ext)] if s.endswith(ext) else s
+        return s
+
+    return f"{stem(before)}-vs-{stem(after)}.trainscope-diff.md"
+
+
+class DiffApp(App[int]):
+    TITLE = "trainscope diff"
+    CSS = """
+    TabbedContent { height: 1fr; }
+    TabPane { padding: 0; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
+        Binding("question_mark", "help", "help"),
+        Binding("e", "export", "export report"),
+        Binding("d", "toggle_dark", "theme", show=False),
+        *[Binding(str(i + 1), f"show_tab('{t}')", t, show=False) for i, t in enumerate(TABS)],
+    ]
+
+    def __init__(self, before: str, after: str, *, diff: RunDiff | None = None, gate: GateResult | None = None,
+                 loader: DiffLoader | None = None, rules: Rules | None = None, metric: str = "step_p50",
+                 fail_if_slower: float | None = None, report_path: str | None = None) -> None:
+        super().__init__()
+        self.before_path, self.after_path = before, after
+        self.diff = diff
+        self.gate = gate
+        self.loader = loader
+        self.rules = rules or Rules()
+        self.metric = metric
+        self.fail_if_slower = fail_if_slower
+        self.report_path = report_path
+        self.sub_title = f"{base_name(before)} → {base_name(after)}"
+        self.exported: list[str] = []
+        self.error: str | None = None  # bad input: the one line `trainscope diff` prints without the app
+        self._last_progress = 0.0
+
+    @property
+    def gate_requested(self) -> bool:
+        return self.fail_if_slower is not None or self.gate is not None
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False, icon="◆")
+        yield Loading(id="loading")
+        with TabbedContent(id="tabs"):
+            with TabPane("1 Summary", id="summary"):
+                yield DiffSummary()
+            with TabPane("2 Breakdown", id="breakdown"):
+                yield DiffBreakdown()
+            with TabPane("3 Kernels", id="kernels"):
+                yield KernelDiffPane()
+            with TabPane("4 Earlier fixes", id="fixes"):
+                yield FixOutcomes()
+        yield KeyBar(HINTS["loading"], id="keybar")
+
+    def on_mount(self) -> None:
+        self.query_one("#tabs").display = False
+        if self.diff is not None:
+            if self.gate is None and self.fail_if_slower is not None:
+                from trainscope.analyzers.diff import check_gate
+
+                self.gate = check_gate(self.diff, self.metric, self.fail_if_slower)
+            self.show_diff(self.diff, self.gate)
+        else:
+            self.query_one("#loading-stage", Static).update("reading BEFORE…")
+            self.load()
+
+    # -- loading (worker thread: never touches widgets) ---------------------------------------------
+
+    @work(thread=True, exclusive=True)
+    def load(self) -> None:
+        from trainscope.commands.diff import DiffInputError, load_diff
+
+        def progress(stage: str, fraction: float | None) -> None:
+            now = time.monotonic()
+            if now - self._last_progress > 0.05:
+                self._last_progress = now
+                self.call_from_thread(self._progress, stage, fraction)
+
+        try:
+            if self.loader is not None:
+                diff, gate = self.loader(progress)
+            else:
+                diff, gate = load_diff(self.before_path, self.after_path, self.rules, progress, self.metric,
+                                       self.fail_if_slower)
+        except DiffInputError as e:
+            # The caller prints it after the app closes: Textual's exit message would be wrapped at 80 columns.
+            self.error = f"trainscope: {e}"
+            self.call_from_thread(self.exit, 2, 2)
+            return
+        self.call_from_thread(self.show_diff, diff, gate)
+
+    def _progress(self, stage: str, fraction: float | None) -> None:
+        self.query_one("#loading-stage", Static).update(f"{stage}…")
+        bar = self.query_one("#loading-bar", ProgressBar)
+        if fraction is None:
+            bar.update(total=None)
+        else:
+            bar.update(total=100, progress=100 * fraction)
+
+    # -- showing ------------------------------------------------------------------------------------
+
+    def show_diff(self, diff: RunDiff, gate: GateResult | None) -> None:
+        self.diff, self.gate = diff, gate
+        self.query_one("#loading").display = False
+        self.query_one("#tabs").display = True
+        self.query_one(DiffSummary).show(diff, gate, self.gate_requested)
+        self.query_one(DiffBreakdown).show(diff)
+        self.query_one(KernelDiffPane).show(diff)
+        self.query_one(FixOutcomes).show(diff)
+        if self.report_path:
+            self._write_report(self.report_path)
+        self.query_one("#keybar", KeyBar).update(HINTS["summary"])
+
+    def document(self) -> dict:
+        from trainscope.reports.diff_document import build_diff_document
+
+        return build_diff_document(self.diff, self.gate)
+
+    # -- actions ------------------------------------------------------------------------------------
+
+    def exit_code(self) -> int:
+        """The gate's code once it ran; interrupted when a requested gate never ran; else 0."""
+        if self.gate is not None:
+            return EXIT_REGRESSION if self.gate.regressed else 0
+        return EXIT_INTERRUPTED if self.fail_if_slower is not None else 0
+
+    async def action_quit(self) -> None:
+        code = self.exit_code()
+        self.exit(code, code)
+
+    def action_show_tab(self, tab: str) -> None:
+        tabs = self.query_one("#tabs", TabbedContent)
+        if not tabs.display:
+            return
+        tabs.active = tab
+        self._focus_tab(tab)
+
+    def _focus_tab(self, tab: str) -> None:
+        target = {"summary": DiffSummary, "breakdown": DiffBreakdown, "kernels": "#kd-table", "fixes": FixOutcomes}[tab]
+        self.query_one(target).focus()
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self._focus_tab(event.pane.id)
+        self.query_one("#keybar", KeyBar).update(HINTS.get(event.pane.id, ""))
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, DiffHelpScreen):
+            self.push_screen(DiffHelpScreen())
+
+    def action_toggle_dark(self) -> None:
+        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+
+    def action_export(self) -> None:
+        if self.diff is None:
+            return
+        self._write_report(self.report_path or report_name(self.before_path, self.after_path))
+
+    def _write_report(self, path: str) -> None:
+        from trainscope.common import write_atomic
+        from trainscope.reports.diff_markdown import render_diff_markdown
+
+        try:
+            write_atomic(path, render_diff_markdown(self.document()))
+        except OSError as e:
+            self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
+            return
+        self.exported.append(path)
+        self.notify(f"Diff report written to {path}", timeout=4)
