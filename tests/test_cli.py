@@ -231,15 +231,17 @@ def test_app_opens_only_for_a_person_at_a_terminal(monkeypatch):
         def isatty(self) -> bool:
             return self.tty
 
-    def decide(stdout_tty=True, stdin_tty=True, fmt=None, no_tui=False, term="xterm-256color"):
+    def decide(stdout_tty=True, stdin_tty=True, fmt=None, no_tui=False, term="xterm-256color", stderr_tty=True):
         monkeypatch.setattr(sys, "stdout", Tty(stdout_tty))
         monkeypatch.setattr(sys, "stdin", Tty(stdin_tty))
+        monkeypatch.setattr(sys, "stderr", Tty(stderr_tty))
         monkeypatch.setenv("TERM", term)
         return use_tui(argparse.Namespace(format=fmt, no_tui=no_tui))
 
     assert decide() is True
     assert decide(stdout_tty=False) is False  # piped: `trainscope analyze t.json | less`
     assert decide(stdin_tty=False) is False
+    assert decide(stderr_tty=False) is False  # `2> log`: Textual draws on stderr
     assert decide(fmt="text") is False and decide(fmt="json") is False
     assert decide(no_tui=True) is False
     assert decide(term="dumb") is False

@@ -142,9 +142,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def use_tui(args: argparse.Namespace) -> bool:
-    """The app opens only for a person at a terminal who asked for nothing else."""
+    """The app opens only for a person at a terminal (stdin, stdout and stderr) who asked for nothing else."""
+    # Textual draws on stderr: `… 2> log` at a terminal would send the app into the file.
     return (args.format is None and not args.no_tui and sys.stdout.isatty() and sys.stdin.isatty()
-            and os.environ.get("TERM") != "dumb")
+            and sys.stderr.isatty() and os.environ.get("TERM") != "dumb")
 
 
 def _ledger_hook(spec: str | None):
