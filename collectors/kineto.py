@@ -14,8 +14,6 @@ import re
 from collections import Counter
 from typing import Any
 
-import numpy as np
-
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.readers import Progress, parse_json_events, read_maybe_gzip
 from trainscope.traces.builder import StringTable, TableBuilder

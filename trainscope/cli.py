@@ -15,7 +15,7 @@ from typing import Sequence
 
 from trainscope import __version__
 from trainscope.commands import analyze, diff, memory, plan, thresholds, watch
-from trainscope.common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, Progress  # noqa: F401  (re-exported)
+from trainscope.common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK
 
 # Order is the order in `trainscope --help`.
 COMMANDS = [

@@ -78,3 +78,23 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
     """Print one line on stderr and return the exit code."""
     sys.stderr.write(f"trainscope: {message}\n")
     return code
+
+
+def emit_document(doc: dict, args, render_text, render_markdown) -> int:
+    """What every report command does with its document: write ``--report`` (Markdown) and
+    ``--json`` atomically, then print ``--format`` (text by default) on stdout."""
+    for path, render in ((getattr(args, "report", None), render_markdown), (getattr(args, "json_out", None), to_json)):
+        if path:
+            try:
+                write_atomic(path, render(doc))
+            except OSError as e:
+                return fail(f"cannot write {path}: {e.strerror or e}")
+    if args.format == "json":
+        sys.stdout.write(to_json(doc))
+    elif args.format == "markdown":
+        sys.stdout.write(render_markdown(doc))
+    else:
+        color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+        sys.stdout.write(render_text(doc, color=color))
+    sys.stdout.flush()
+    return EXIT_OK

@@ -7,7 +7,6 @@ is the gate's, so a person can look at a regression and CI semantics stay the sa
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable
 

@@ -20,7 +20,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
 
-from trainscope.analyzers.ledger import (GB, PRECISIONS, Fit, FitOption, Ledger, PlanConfig, fit, fit_options,
+from trainscope.analyzers.ledger import (PRECISIONS, Fit, FitOption, Ledger, PlanConfig, fit, fit_options,
                                          ledger, normalize)
 from trainscope.analyzers.memory_devices import GPU_MEMORY, GpuMemory
 from trainscope.tui.plan_view import activation_note, banner_text, gb2, ledger_bar, toggles_text, verdict_class

@@ -5,8 +5,8 @@ import argparse
 import os
 import sys
 
-from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, positive_float, threshold_arg, to_json,
-                               write_atomic)
+from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, emit_document, positive_float, threshold_arg,
+                               to_json, write_atomic)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -123,22 +123,7 @@ def run(args: argparse.Namespace) -> int:
     doc = build_document(args.trace, analyses, rules, traces.warnings, deep=deep, stragglers=stragglers)
     doc = decorate(doc)
 
-    for path, render in ((args.report, render_markdown), (args.json_out, to_json)):
-        if path:
-            try:
-                write_atomic(path, render(doc))
-            except OSError as e:
-                sys.stderr.write(f"trainscope: cannot write {path}: {e.strerror or e}\n")
-                return EXIT_BAD_INPUT
-    if args.format == "json":
-        sys.stdout.write(to_json(doc))
-    elif args.format == "markdown":
-        sys.stdout.write(render_markdown(doc))
-    else:
-        color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
-        sys.stdout.write(render_text(doc, color=color))
-    sys.stdout.flush()
-    return EXIT_OK
+    return emit_document(doc, args, render_text, render_markdown)
 
 
 def use_tui(args: argparse.Namespace) -> bool:

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Callable
 
-from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, threshold_arg, to_json, write_atomic)
+from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, emit_document, threshold_arg, to_json,
+                               write_atomic)
 
 # A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
 # tell "this change made training slower" from "the diff could not run".
@@ -149,21 +149,9 @@ def run(args: argparse.Namespace) -> int:
     progress.done()
     doc = build_diff_document(diff, gate)
 
-    for path, render in ((args.report, render_diff_markdown), (args.json_out, to_json)):
-        if path:
-            try:
-                write_atomic(path, render(doc))
-            except OSError as e:
-                sys.stderr.write(f"trainscope: cannot write {path}: {e.strerror or e}\n")
-                return EXIT_BAD_INPUT
-    if args.format == "json":
-        sys.stdout.write(to_json(doc))
-    elif args.format == "markdown":
-        sys.stdout.write(render_diff_markdown(doc))
-    else:
-        color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
-        sys.stdout.write(render_diff_text(doc, color=color))
-    sys.stdout.flush()
+    code = emit_document(doc, args, render_diff_text, render_diff_markdown)
+    if code:
+        return code
     if gate is not None:
         sys.stderr.write(gate_line(diff, gate))
         return EXIT_REGRESSION if gate.regressed else EXIT_OK
