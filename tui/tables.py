@@ -133,10 +133,15 @@ class KernelsPane(Vertical):
         rows.sort(key=col.sort_key, reverse=self.descending)
         self.shown = rows[: self.MAX_ROWS]
         table = self.query_one(DataTable)
-        table.clear(columns=True)
+        # Keep the columns (re-creating them re-measures every cell); only their labels change.
+        if not table.columns:
+            for c in KERNEL_COLUMNS:
+                # Measured with the sort marker, so it fits whichever column is sorted.
+                table.add_column(c.label + " ▼", key=c.key, width=48 if c.key == "name" else None)
         for c in KERNEL_COLUMNS:
             mark = (" ▼" if self.descending else " ▲") if c.key == self.sort_column else ""
-            table.add_column(c.label + mark, key=c.key, width=48 if c.key == "name" else None)
+            table.columns[c.key].label = Text(c.label + mark)
+        table.clear()
         for i, k in enumerate(self.shown):
             table.add_row(short_name(k.name, 200), k.kernel_class, "✔" if k.tensor_core else "", f"{k.count}",
                           Text(f"{k.total_ns / 1e6:.2f}", justify="right"), Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
