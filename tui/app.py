@@ -95,12 +95,12 @@ def help_text() -> Text:
 # The bottom line: the keys that matter on the current tab. A plain Static, not Textual's Footer:
 # the Footer rebuilds its widgets on every focus change, which cost ~45 ms per tab switch.
 HINTS = {
-    "overview": "1–7 tabs · e export report · d theme · ? every key · q quit",
+    "overview": "number keys: tabs · e export report · d theme · ? every key · q quit",
     "timeline": "←/→ cursor · +/− zoom · h/l pan · n/p step · f fit step · a whole trace · ? keys · q quit",
-    "steps": "↑/↓ choose · Enter show on timeline · 1–7 tabs · ? keys · q quit",
+    "steps": "↑/↓ choose · Enter show on timeline · number keys: tabs · ? keys · q quit",
     "kernels": "/ filter · s sort by next column · r reverse · click a header to sort · ? keys · q quit",
     "fixes": "↑/↓ choose · space assume in the what-if · c clear · e export · ? keys · q quit",
-    "memory": "1–7 tabs · e export report · ? keys · q quit",
+    "memory": "number keys: tabs · e export report · ? keys · q quit",
     "ranks": "↑/↓ choose · Enter show this rank everywhere · ? keys · q quit",
     "deep": "Holistic Trace Analysis: critical path, launch statistics · e export · ? keys · q quit",
     "loading": "q quit",
