@@ -271,6 +271,7 @@ def test_plan_opens_the_app_only_for_a_terminal_without_format(monkeypatch):
     monkeypatch.setattr(plan_app.PlanApp, "run", lambda self: opened.append((self.config, self.device.key)))
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     monkeypatch.setenv("TERM", "xterm-256color")
     parser = build_parser()
     for extra, opens in (([], True), (["--no-tui"], False), (["--format", "json"], False)):

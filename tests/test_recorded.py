@@ -1,8 +1,9 @@
 """A trace recorded here, now, by the installed PyTorch: the collector must read the current format.
 
 The machine has no GPU, so the recorded job is a CPU training loop with a deliberately slow
-dataset and num_workers=0. trainscope must find the DataLoader waits (host side) and still say
-that a CPU-only trace is insufficient evidence for a GPU diagnosis.
+dataset and num_workers=0. trainscope must find the DataLoader waits (host side) and, with no GPU
+in the trace, call the run data-bound from those waits alone (CPU training), at the lower
+confidence that one kind of evidence allows.
 """
 from __future__ import annotations
 
@@ -49,4 +50,6 @@ def test_trace_recorded_by_installed_torch(tmp_path):
     assert doc["breakdown"]["data_wait_pct"] == pytest.approx(expected, abs=0.5)
     # 8 samples × 4 ms of sleep = 32 ms of waiting in every step, at the least
     assert all(s["data_wait_pct"] * s["duration_ms"] / 100 >= 32 for s in doc["steps"])
-    assert doc["verdict"]["axis"] == "insufficient_evidence"
+    assert doc["verdict"]["axis"] == "data" and doc["verdict"]["bottleneck"] == "data/input-wait"
+    assert doc["verdict"]["confidence"] == 0.75
+    assert doc["recommendations"][0]["id"] == "dataloader-workers"
