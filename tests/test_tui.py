@@ -467,3 +467,21 @@ def test_model_ledger_shows_next_to_the_measured_peak():
     ledger, text = run(go())
     assert ledger["total_gb"] == pytest.approx(0.5 * 16, rel=0.01)  # mixed-precision Adam: 16 bytes per parameter
     assert "Ledger vs measured" in text and "measured peak allocated" in text and f"{ledger['total_gb']:8.2f} GB" in text
+
+
+def test_loader_errors_after_quit_do_not_change_the_exit_code():
+    """Quitting mid-load removes the widgets the loader thread reports to; what it raises then
+    is not an internal error. Before the user quits, the same failure is one (exit 1)."""
+    def broken(progress):
+        raise ValueError("widgets gone")
+
+    app = AnalyzeApp("trace.json", loader=broken)
+    posted = []
+    app._post = lambda fn, *args: posted.append((fn.__name__, args))
+    app._exit = True  # what App.exit sets when q is pressed
+    app.load()
+    assert posted == []
+    app._exit = False
+    app.load()
+    assert posted and posted[0][0] == "exit" and posted[0][1][:2] == (1, 1)
+    assert "internal error: ValueError: widgets gone" in posted[0][1][2]

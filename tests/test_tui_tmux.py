@@ -66,3 +66,23 @@ def test_analyze_app_in_tmux_navigates_exports_and_quits(tmp_path):
         assert "DATA-BOUND" not in tmux.screen()
     finally:
         subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
+
+
+def test_quitting_while_the_trace_loads_exits_0(tmp_path):
+    """q during parsing: the app leaves at once with exit 0; the loader thread, still running,
+    must not turn the widgets it can no longer reach into an 'internal error' exit code."""
+    big = KINETO / "hta_a100_control.json.gz"  # ~1–2 s to load here: long enough to quit mid-way
+    tmux = Tmux(f"trainscope-quit-{tmp_path.name}")
+    exit_file = tmp_path / "exit.txt"
+    cmd = (f"{shlex.quote(sys.executable)} -m trainscope analyze {shlex.quote(str(big))}; "
+           f"echo $? > {shlex.quote(str(exit_file))}; sleep 30")
+    tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", cmd)
+    try:
+        tmux.wait_for("q quit")  # the loading screen's key line: the app is up and reading
+        tmux("send-keys", "-t", "t", "q")
+        end = time.monotonic() + 30
+        while not exit_file.exists() and time.monotonic() < end:
+            time.sleep(0.1)
+        assert exit_file.read_text().strip() == "0"
+    finally:
+        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)

@@ -198,6 +198,11 @@ class AnalyzeApp(App[int]):
         default executor, which Python joins at exit, so quitting mid-parse would hang until done."""
         threading.Thread(target=target, daemon=True, name=f"trainscope-{target.__name__}").start()
 
+    @property
+    def _leaving(self) -> bool:
+        """The app has been asked to exit (Textual sets ``_exit`` in ``App.exit``)."""
+        return bool(getattr(self, "_exit", False))
+
     def _post(self, fn: Callable, *args) -> None:
         """call_from_thread that tolerates an app that has already exited."""
         try:
@@ -234,7 +239,8 @@ class AnalyzeApp(App[int]):
             self._post(self.exit, 1, 1, "trainscope: out of memory while reading the trace")
             return
         except Exception as e:  # a bug: one line, as the plain CLI does
-            self._post(self.exit, 1, 1, f"trainscope: internal error: {type(e).__name__}: {e} (please report it)")
+            if not self._leaving:  # not an error of ours when widgets vanish because the user quit
+                self._post(self.exit, 1, 1, f"trainscope: internal error: {type(e).__name__}: {e} (please report it)")
             return
         self._post(self.show_session, session)
 
@@ -352,6 +358,8 @@ class AnalyzeApp(App[int]):
             self.query_one(target).focus()
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if self.session is None:  # TabbedContent activates its first tab at mount, while loading
+            return
         self._focus_tab(event.pane.id)
         self.query_one("#keybar", KeyBar).update(HINTS.get(event.pane.id, ""))
 
