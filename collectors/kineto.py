@@ -81,6 +81,9 @@ def trace_from_document(doc: Any, path: str, warnings: list[str] | None = None,
     if not events:
         raise TraceError(path, "trace has no events")
     if not any(isinstance(e, dict) and "ph" in e for e in events[:1000]):
+        if all(isinstance(e, list) for e in events[:1000]):  # export_memory_timeline writes arrays of arrays
+            raise TraceError(path, "is a memory timeline (export_memory_timeline), not a profiler trace: "
+                                   f"read it with `trainscope memory {path}`")
         raise TraceError(path, "JSON array holds no chrome-trace events (no \"ph\" fields)")
     return _Parser(path, top, progress).parse(events, warnings)
 

@@ -141,6 +141,7 @@ def test_truncated_before_any_event(tmp_path):
 @pytest.mark.parametrize("content,needle", [
     ('{"hello": "world"}', "not a PyTorch profiler trace"),
     ('[1, 2, 3]', "no chrome-trace events"),
+    ('[[0, 1, 4096, 2], [5, 2, -4096, 2]]', "memory timeline (export_memory_timeline), not a profiler trace: read it with `trainscope memory"),
     ('{"traceEvents": []}', "no events"),
     ('"just a string"', "not a PyTorch profiler trace"),
     ('{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1}]}', "no timed events"),
