@@ -25,7 +25,8 @@ from trainscope.analyzers.diff import RunDiff, check_gate, diff_runs  # noqa: E4
 from trainscope.commands import diff as diff_command  # noqa: E402
 from trainscope.reports.diff_document import build_diff_document  # noqa: E402
 from trainscope.reports.diff_markdown import render_diff_markdown  # noqa: E402
-from trainscope.tui.diff_app import DiffApp, DiffHelpScreen, report_name  # noqa: E402
+from trainscope.tui.chrome import HelpScreen as DiffHelpScreen  # noqa: E402
+from trainscope.tui.diff_app import DiffApp, report_name  # noqa: E402
 from trainscope.tui.diff_panes import (DiffBreakdown, DiffSummary, FixOutcomes, KernelDiffPane,  # noqa: E402
                                        SHORT_LABELS, BarPairs)
 

@@ -6,21 +6,17 @@ Parsing and analysis run in a worker thread that never touches widgets; it hands
 from __future__ import annotations
 
 import os
-import threading
-import time
 from typing import Callable
 
-from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
 from textual.reactive import reactive
-from textual.screen import ModalScreen
-from textual.widgets import DataTable, Header, Input, ProgressBar, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Header, Input, TabbedContent, TabPane
 
 from trainscope.analyzers.rules import Rules
 from trainscope.reports.document import counters_only
+from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, keys_text
 from trainscope.tui.deep import DeepPane
 from trainscope.tui.fixes import FixesPane
 from trainscope.tui.memory import MemoryPane
@@ -65,35 +61,13 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
 ]
 
 
-class HelpScreen(ModalScreen[None]):
-    DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 90%; max-width: 110; height: 90%; border: round $accent;
-                                  background: $surface; padding: 0 1; }
-    """
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Static(help_text(), id="help-keys")
-            yield Static(legend(), id="help-legend")
+def help_screen() -> HelpScreen:
+    text = keys_text("trainscope", KEYS)
+    text.append("\ntimeline colours\n", style="bold underline")
+    return HelpScreen(text, legend())
 
 
-def help_text() -> Text:
-    out = Text()
-    out.append("trainscope — keys", style="bold")
-    out.append("   (Esc closes; ↑/↓ scroll)\n")
-    for where, keys in KEYS:
-        out.append(f"\n{where}\n", style="bold underline")
-        for key, does in keys:
-            out.append(f"  {key:<28}", style="bold")
-            out.append(f"{does}\n")
-    out.append("\ntimeline colours\n", style="bold underline")
-    return out
-
-
-# The bottom line: the keys that matter on the current tab. A plain Static, not Textual's Footer:
-# the Footer rebuilds its widgets on every focus change, which cost ~45 ms per tab switch.
+# The key line (KeyBar) per tab.
 HINTS = {
     "overview": "number keys: tabs · e export report · d theme · ? every key · q quit",
     "timeline": "←/→ cursor · +/− zoom · h/l pan · n/p step · f fit step · a whole trace · ? keys · q quit",
@@ -107,26 +81,10 @@ HINTS = {
 }
 
 
-class KeyBar(Static):
-    DEFAULT_CSS = "KeyBar { height: 1; background: $panel; color: $text-muted; padding: 0 1; }"
-
-
-class Loading(Vertical):
-    DEFAULT_CSS = """
-    Loading { align: center middle; height: 1fr; }
-    Loading Static { width: auto; margin: 1; }
-    Loading ProgressBar { width: auto; }
-    """
-
-    def compose(self) -> ComposeResult:
-        yield Static("reading the trace…", id="loading-stage")
-        yield ProgressBar(total=100, show_eta=False, id="loading-bar")
-
-
 Loader = Callable[[Callable[[str, "float | None"], None]], Session]
 
 
-class AnalyzeApp(App[int]):
+class AnalyzeApp(BackgroundLoading, App[int]):
     TITLE = "trainscope"
     CSS = """
     TabbedContent { height: 1fr; }
@@ -160,7 +118,6 @@ class AnalyzeApp(App[int]):
         self.decorate = decorate  # adds optional sections (e.g. the --model ledger) to the report
         self.sub_title = os.path.basename(path.rstrip("/"))
         self.exported: list[str] = []
-        self._last_progress = 0.0
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="◆")
@@ -193,33 +150,11 @@ class AnalyzeApp(App[int]):
 
     # -- loading (worker thread: never touches widgets) ---------------------------------------------
 
-    def _start_daemon(self, target: Callable[[], None]) -> None:
-        """Long work (parsing, HTA) runs in a daemon thread, not a Textual worker: those live in the
-        default executor, which Python joins at exit, so quitting mid-parse would hang until done."""
-        threading.Thread(target=target, daemon=True, name=f"trainscope-{target.__name__}").start()
-
-    @property
-    def _leaving(self) -> bool:
-        """The app has been asked to exit (Textual sets ``_exit`` in ``App.exit``)."""
-        return bool(getattr(self, "_exit", False))
-
-    def _post(self, fn: Callable, *args) -> None:
-        """call_from_thread that tolerates an app that has already exited."""
-        try:
-            self.call_from_thread(fn, *args)
-        except RuntimeError:
-            pass
-
     def load(self) -> None:
         from trainscope.analyzers.range_steps import StepRangeError
         from trainscope.collectors import TraceError, open_traces
 
-        def progress(stage: str, fraction: float | None) -> None:
-            now = time.monotonic()
-            if now - self._last_progress > 0.05:
-                self._last_progress = now
-                self._post(self._progress, stage, fraction)
-
+        progress = self._throttled_progress
         try:
             if self.loader is not None:
                 session = self.loader(progress)
@@ -252,8 +187,8 @@ class AnalyzeApp(App[int]):
         s = self.session
         rank = s.ranks[s.main_rank]
 
-        def progress(stage: str, fraction: float | None) -> None:
-            self._post(self.query_one(DeepPane).running, stage)
+        def progress(stage: str, fraction: float | None) -> None:  # the DOM is read on the UI thread
+            self._post(lambda: self.query_one(DeepPane).running(stage))
 
         try:
             result = deep_dict(deep_analysis(rank.trace, rank.analysis, self.rules, self.deep_step, progress))
@@ -268,14 +203,6 @@ class AnalyzeApp(App[int]):
         self.query_one(DeepPane).show(result)
         if self.report_path:
             self._write_report(self.report_path)
-
-    def _progress(self, stage: str, fraction: float | None) -> None:
-        self.query_one("#loading-stage", Static).update(f"{stage}…")
-        bar = self.query_one("#loading-bar", ProgressBar)
-        if fraction is None:
-            bar.update(total=None)
-        else:
-            bar.update(total=100, progress=100 * fraction)
 
     # -- showing ------------------------------------------------------------------------------------
 
@@ -365,10 +292,7 @@ class AnalyzeApp(App[int]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
-
-    def action_toggle_dark(self) -> None:
-        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+            self.push_screen(help_screen())
 
     def action_export(self) -> None:
         if self.session is None:

@@ -7,20 +7,15 @@ is the gate's, so a person can look at a regression and CI semantics stay the sa
 """
 from __future__ import annotations
 
-import time
 from typing import Callable
 
-from rich.text import Text
-from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
-from textual.widgets import Header, ProgressBar, Static, TabbedContent, TabPane
+from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from trainscope.analyzers.diff import GateResult, RunDiff
 from trainscope.analyzers.rules import Rules
-from trainscope.tui.app import KeyBar, Loading
+from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, keys_text
 from trainscope.tui.diff_panes import DiffBreakdown, DiffSummary, FixOutcomes, KernelDiffPane, base_name
 
 TABS = ("summary", "breakdown", "kernels", "fixes")
@@ -57,34 +52,17 @@ HINTS = {
 }
 
 
-def help_text() -> Text:
-    out = Text()
-    out.append("trainscope diff — keys", style="bold")
-    out.append("   (Esc closes; ↑/↓ scroll)\n")
-    for where, keys in KEYS:
-        out.append(f"\n{where}\n", style="bold underline")
-        for key, does in keys:
-            out.append(f"  {key:<24}", style="bold")
-            out.append(f"{does}\n")
-    out.append("\nmatch kinds\n", style="bold underline")
-    out.append("  exact   the same kernel name\n"
+MATCH_KINDS = ("  exact   the same kernel name\n"
                "  arch    the same name without GPU-architecture tokens (volta_ → ampere_, sm80, cutlass_80_)\n"
                "  family  the same name once numbers (tile sizes, template parameters) are also ignored\n"
                "  new     only in AFTER · gone: only in BEFORE\n")
-    return out
 
 
-class DiffHelpScreen(ModalScreen[None]):
-    DEFAULT_CSS = """
-    DiffHelpScreen { align: center middle; }
-    DiffHelpScreen > VerticalScroll { width: 90%; max-width: 110; height: 90%; border: round $accent;
-                                      background: $surface; padding: 0 1; }
-    """
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
-
-    def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Static(help_text(), id="help-keys")
+def help_screen() -> HelpScreen:
+    text = keys_text("trainscope diff", KEYS, key_width=24)
+    text.append("\nmatch kinds\n", style="bold underline")
+    text.append(MATCH_KINDS)
+    return HelpScreen(text)
 
 
 Progress = Callable[[str, "float | None"], None]
@@ -102,7 +80,7 @@ def report_name(before: str, after: str) -> str:
     return f"{stem(before)}-vs-{stem(after)}.trainscope-diff.md"
 
 
-class DiffApp(App[int]):
+class DiffApp(BackgroundLoading, App[int]):
     TITLE = "trainscope diff"
     CSS = """
     TabbedContent { height: 1fr; }
@@ -132,7 +110,6 @@ class DiffApp(App[int]):
         self.sub_title = f"{base_name(before)} → {base_name(after)}"
         self.exported: list[str] = []
         self.error: str | None = None  # bad input: the one line `trainscope diff` prints without the app
-        self._last_progress = 0.0
 
     @property
     def gate_requested(self) -> bool:
@@ -162,20 +139,14 @@ class DiffApp(App[int]):
             self.show_diff(self.diff, self.gate)
         else:
             self.query_one("#loading-stage", Static).update("reading BEFORE…")
-            self.load()
+            self._start_daemon(self.load)
 
-    # -- loading (worker thread: never touches widgets) ---------------------------------------------
+    # -- loading (daemon thread: never touches widgets) ---------------------------------------------
 
-    @work(thread=True, exclusive=True)
     def load(self) -> None:
         from trainscope.commands.diff import DiffInputError, load_diff
 
-        def progress(stage: str, fraction: float | None) -> None:
-            now = time.monotonic()
-            if now - self._last_progress > 0.05:
-                self._last_progress = now
-                self.call_from_thread(self._progress, stage, fraction)
-
+        progress = self._throttled_progress
         try:
             if self.loader is not None:
                 diff, gate = self.loader(progress)
@@ -185,17 +156,18 @@ class DiffApp(App[int]):
         except DiffInputError as e:
             # The caller prints it after the app closes: Textual's exit message would be wrapped at 80 columns.
             self.error = f"trainscope: {e}"
-            self.call_from_thread(self.exit, 2, 2)
+            self._post(self.exit, 2, 2)
             return
-        self.call_from_thread(self.show_diff, diff, gate)
-
-    def _progress(self, stage: str, fraction: float | None) -> None:
-        self.query_one("#loading-stage", Static).update(f"{stage}…")
-        bar = self.query_one("#loading-bar", ProgressBar)
-        if fraction is None:
-            bar.update(total=None)
-        else:
-            bar.update(total=100, progress=100 * fraction)
+        except MemoryError:
+            self.error = "trainscope: out of memory while reading the runs"
+            self._post(self.exit, 1, 1)
+            return
+        except Exception as e:  # a bug: one line, as the plain CLI does (unless the user already left)
+            if not self._leaving:
+                self.error = f"trainscope: internal error: {type(e).__name__}: {e} (please report it)"
+                self._post(self.exit, 1, 1)
+            return
+        self._post(self.show_diff, diff, gate)
 
     # -- showing ------------------------------------------------------------------------------------
 
@@ -240,15 +212,14 @@ class DiffApp(App[int]):
         self.query_one(target).focus()
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if self.diff is None:  # TabbedContent activates its first tab at mount, while loading
+            return
         self._focus_tab(event.pane.id)
         self.query_one("#keybar", KeyBar).update(HINTS.get(event.pane.id, ""))
 
     def action_help(self) -> None:
-        if not isinstance(self.screen, DiffHelpScreen):
-            self.push_screen(DiffHelpScreen())
-
-    def action_toggle_dark(self) -> None:
-        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(help_screen())
 
     def action_export(self) -> None:
         if self.diff is None:

@@ -15,7 +15,6 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.reactive import reactive
-from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
@@ -23,6 +22,7 @@ from textual.worker import get_current_worker
 from trainscope.analyzers.ledger import (PRECISIONS, Fit, FitOption, Ledger, PlanConfig, fit, fit_options,
                                          ledger, normalize)
 from trainscope.analyzers.memory_devices import GPU_MEMORY, GpuMemory
+from trainscope.tui.chrome import HelpScreen, KeyBar, keys_text
 from trainscope.tui.plan_view import activation_note, banner_text, gb2, ledger_bar, toggles_text, verdict_class
 
 OPTIMIZER_CYCLE = ("adam", "adam8bit", "momentum", "sgd")
@@ -76,30 +76,14 @@ def _next(seq: tuple[str, ...] | list, current, step: int = 1):
     return seq[(seq.index(current) + step) % len(seq)] if current in seq else seq[0]
 
 
-class HelpScreen(ModalScreen[None]):
-    DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 90%; max-width: 110; height: auto; max-height: 90%;
-                                  border: round $accent; background: $surface; padding: 0 1; }
-    """
-    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
-
-    def compose(self) -> ComposeResult:
-        out = Text()
-        out.append("trainscope plan — keys", style="bold")
-        out.append("   (Esc closes)\n\n")
-        for key, does in KEYS:
-            out.append(f"  {key:<16}", style="bold")
-            out.append(f"{does}\n")
-        out.append("\nEvery toggle recomputes the ledger at once; the options follow a moment later. Values that "
-                   "differ from the command line are shown in bold. GB are 10⁹ bytes; device capacities are GiB "
-                   "as sold.", style="dim")
-        with VerticalScroll():
-            yield Static(out, id="help-keys")
+HELP_NOTE = ("\nEvery toggle recomputes the ledger at once; the options follow a moment later. Values that "
+             "differ from the command line are shown in bold. GB are 10⁹ bytes; device capacities are GiB as sold.")
 
 
-class KeyBar(Static):
-    DEFAULT_CSS = "KeyBar { height: 1; background: $panel; color: $text-muted; padding: 0 1; }"
+def help_screen() -> HelpScreen:
+    text = keys_text("trainscope plan", [("", KEYS)], key_width=16)
+    text.append(HELP_NOTE, style="dim")
+    return HelpScreen(text)
 
 
 class LedgerBar(Static):
@@ -364,7 +348,7 @@ class PlanApp(App[int]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            self.push_screen(help_screen())
 
     def action_export(self) -> None:
         from trainscope.common import write_atomic
