@@ -102,6 +102,8 @@ def load_nsys(path: str, progress: Progress | None = None) -> list[Trace]:
         return _Reader(path, con, progress).read()
     except sqlite3.DatabaseError as e:
         raise TraceError(path, f"cannot read the Nsight export ({_sqlite_problem(e)})") from None
+    except (ValueError, TypeError, OverflowError) as e:  # SQLite columns can hold any type
+        raise TraceError(path, f"unexpected value in the Nsight export ({type(e).__name__}: {str(e)[:120]})") from None
     finally:
         con.close()
 
@@ -501,7 +503,8 @@ class _Reader:
 
 
 def _map_codes(codes: np.ndarray, table: dict[int, int]) -> np.ndarray:
-    lut = np.zeros(max([*table.keys(), int(codes.max()) if len(codes) else 0, 0]) + 1, np.int8)
+    # Sized by the table, not the data: one hostile code (2**62) must not allocate exabytes.
+    lut = np.zeros(max([*table.keys(), 0]) + 1, np.int8)
     for k, v in table.items():
         if k >= 0:
             lut[k] = v

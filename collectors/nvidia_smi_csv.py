@@ -71,7 +71,10 @@ def _time(text: str) -> float:
             raise ValueError(f"unrecognized timestamp {text!r}")
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)  # nvidia-smi writes local time without a zone: treat as UTC
-    return dt.timestamp()
+    t = dt.timestamp()
+    if not 0 <= t < 7.3e9:  # 1970–2200: anything else is damage, and would overflow int64 nanoseconds
+        raise ValueError(f"timestamp out of range {text!r}")
+    return t
 
 
 def _number(text: str) -> float | None:
@@ -81,6 +84,15 @@ def _number(text: str) -> float | None:
             return None
         raise ValueError(f"not a number: {text.strip()!r}")
     return float(m.group(1))
+
+
+def _until_damaged(rows, damage: list[str]):
+    """The CSV reader's rows, stopping (with the reason in ``damage``) where the reader itself
+    fails, e.g. on a field past the csv module's size limit."""
+    try:
+        yield from rows
+    except csv.Error as e:
+        damage.append(str(e))
 
 
 def read_nvidia_smi_csv(path: str, max_bytes: int = 1 << 30) -> Recording:
@@ -103,7 +115,8 @@ def read_nvidia_smi_csv(path: str, max_bytes: int = 1 << 30) -> Recording:
     by_time: dict[float, list[GpuSample]] = {}
     bad = 0
     first_bad = ""
-    for lineno, row in enumerate(rows, start=2):
+    damage: list[str] = []
+    for lineno, row in enumerate(_until_damaged(rows, damage), start=2):
         if not row or all(not c.strip() for c in row):
             continue
         try:
@@ -122,9 +135,12 @@ def read_nvidia_smi_csv(path: str, max_bytes: int = 1 << 30) -> Recording:
                     v = _number(rec[k])
                     kw[k] = None if v is None else int(v * _MIB)
             by_time.setdefault(ts, []).append(GpuSample(**kw))
-        except (ValueError, csv.Error) as e:
+        except (ValueError, OverflowError, csv.Error) as e:
             bad += 1
             first_bad = first_bad or f"line {lineno}: {e}"
+    if damage:
+        bad += 1
+        first_bad = first_bad or f"stopped reading: {damage[0]}"
     if not by_time:
         raise TraceError(path, f"no readable rows in the CSV ({first_bad or 'no data rows'})")
     times = sorted(by_time)

@@ -10,12 +10,13 @@ or damaged last line (and says so), and stops at the first damaged line before i
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.samples import Snapshot
+from trainscope.collectors.samples import Snapshot, counter_rows
 
 SCHEMA = "trainscope.recording/1"
 _MAX_LINE = 16 << 20  # a sample line is a few KB; anything this long is not ours
@@ -75,6 +76,20 @@ def is_recording(path: str) -> bool:
     return isinstance(head, dict) and str(head.get("schema", "")).startswith("trainscope.recording/")
 
 
+def _checked(snap: Snapshot) -> Snapshot:
+    """A sample every consumer can use: finite times, an integer GPU index, numeric metrics.
+    Raises ValueError (a damaged line) otherwise, here rather than deep inside the analysis."""
+    if not (math.isfinite(snap.t) and math.isfinite(snap.dt) and math.isfinite(snap.wall)):
+        raise ValueError("non-finite time")
+    for g in snap.gpus:
+        if not isinstance(g.index, int) or isinstance(g.index, bool) or not 0 <= g.index < 1 << 15:
+            raise ValueError(f"GPU index {g.index!r}")
+    for _, _, v in counter_rows(snap):  # float() of every metric: strings and huge ints fail here
+        if not math.isfinite(v):
+            raise ValueError("non-finite metric")
+    return snap
+
+
 def read_recording(path: str) -> Recording:
     """Read a recording; damage after the header yields the samples before it, with a warning."""
     warnings: list[str] = []
@@ -105,11 +120,11 @@ def read_recording(path: str) -> Recording:
                 obj = json.loads(line)
                 kind = obj.get("type")
                 if kind == "sample":
-                    snaps.append(Snapshot.from_dict(obj))
+                    snaps.append(_checked(Snapshot.from_dict(obj)))
                 elif kind == "end":
                     end = obj
                 # other types: from a newer writer; skipped
-            except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError) as e:
+            except (ValueError, TypeError, KeyError, AttributeError, OverflowError, UnicodeDecodeError) as e:
                 rest = f.read(1)
                 if last or not rest:
                     warnings.append(f"line {lineno} is truncated (the recorder was stopped mid-write): "

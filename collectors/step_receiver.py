@@ -66,7 +66,7 @@ class StepReceiver:
         try:
             msg = json.loads(data)
             kind, pid = msg["type"], int(msg["pid"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             return
         with self._lock:
             if kind == "hello":
@@ -79,7 +79,7 @@ class StepReceiver:
             elif kind == "steps":
                 try:
                     n, w, s, m = (int(msg[k]) for k in ("n", "wait_ns", "step_ns", "max_wait_ns"))
-                except (KeyError, TypeError, ValueError):
+                except (KeyError, TypeError, ValueError, OverflowError):
                     return
                 if n < 0 or w < 0 or s < 0 or w > s:
                     return
