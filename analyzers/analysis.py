@@ -18,7 +18,7 @@ from trainscope.analyzers.recommendations import Recommendation, recommend
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
 from trainscope.analyzers.verdict import DiagnosisInput, Finding, Verdict, classify, finding_order, findings
-from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace, TraceSet
+from trainscope.traces.model import Trace, TraceSet
 
 _SINGLE_PROCESS_LOADER = re.compile(r"_SingleProcessDataLoaderIter")
 
@@ -60,19 +60,19 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     dev = trace.device(device) if device is not None else None
     spec = lookup(dev.name if dev else None)
 
-    c = trace.copies
-    pageable = int(((c.kind == COPY_KINDS.index("HtoD")) & (c.src == MEMORY_KINDS.index("pageable"))).sum())
+    # Counted once, in the steps and on this GPU, for both findings that cite it.
+    pageable = pageable_copies(trace, seg, device)
     names_single = name_mask(trace, _SINGLE_PROCESS_LOADER)
     single = bool(names_single[trace.cpu_ops.name].any() or names_single[trace.annotations.name].any())
     inp = DiagnosisInput(
         has_gpu=trace.has_gpu_activity, segmentation=seg, breakdown=bd, kernels=ks, memory=mem,
-        single_process_loader=single, pageable_htod_copies=pageable,
+        single_process_loader=single, pageable_htod_copies=pageable.count,
         kernels_per_step=ks.count / max(1, len(seg.steps)),
     )
     found = findings(inp, rules)
     # Findings of their own modules: host-device traffic, attention, hardware counters.
     if trace.has_gpu_activity:
-        found += host_device_findings(pageable_copies(trace, seg, device), blocking_syncs(trace, seg, device), rules)
+        found += host_device_findings(pageable, blocking_syncs(trace, seg, device), rules)
         unfused = unfused_attention_finding(attention_evidence(trace, seg, device, classes[0]),
                                             bd.share_pct("compute"), bd.gpu_busy_pct, rules)
         found += [unfused] if unfused else []

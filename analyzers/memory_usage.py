@@ -30,17 +30,6 @@ class MemoryCurve:
             inside = self.allocated[first[c] + 1:last[c]]
             out[c] = max(at_start, int(inside.max())) if len(inside) else at_start
         return out
-        # The level at a window's start is the last event before it; the peak inside adds the events within.
-        first = np.searchsorted(self.ts, edges[:-1], side="right") - 1
-        last = np.searchsorted(self.ts, edges[1:], side="left")
-        for c in range(columns):
-            lo = max(int(first[c]), 0)
-            hi = max(int(last[c]), lo + 1)
-            level = self.allocated[lo:hi]
-            out[c] = int(level.max()) if first[c] >= 0 or hi > lo else 0
-            if first[c] < 0 and last[c] == 0:
-                out[c] = 0
-        return out
 
 
 def memory_curves(trace: Trace) -> list[MemoryCurve]:

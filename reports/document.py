@@ -39,6 +39,13 @@ def counters_only(doc: dict) -> bool:
     return doc.get("input", {}).get("format") in COUNTER_FORMATS
 
 
+def device_label(doc: dict) -> str:
+    """'Tesla V100 (GPU 0), rank 3'; a device the trace does not name is just 'GPU 0'."""
+    dev = doc["device"]
+    name = dev["name"] if dev["name"] == f"GPU {dev['id']}" else f"{dev['name']} (GPU {dev['id']})"
+    return name + (f", rank {doc['rank']}" if doc.get("rank") is not None else "")
+
+
 def headline(doc: dict) -> str:
     v = doc["verdict"]
     if v["axis"] == "insufficient_evidence":

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import re
 
-from trainscope.reports.document import AXIS_NAMES, headline
+from trainscope.reports.document import AXIS_NAMES, device_label, headline
 
 _SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
 
@@ -35,7 +35,7 @@ def render_markdown(doc: dict) -> str:
     w("")
     dev = doc["device"]
     if dev["name"]:
-        w(f"- **Device:** {md_escape(dev['name'])} (GPU {dev['id']})" * (dev['name'] != f"GPU {dev['id']}") + (f", rank {doc['rank']}" if doc.get("rank") is not None else ""))
+        w(f"- **Device:** {md_escape(device_label(doc))}")
     w(f"- **Steps:** {len(doc['steps'])} ({md_escape(doc['steps_note'])})")
     if doc["steps"]:
         st = b["step_time_ms"]

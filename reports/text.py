@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import textwrap
 
-from trainscope.reports.document import AXIS_NAMES, counters_only, headline
+from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, headline
 
 _BAR = 24
 
@@ -35,7 +35,7 @@ def render_text(doc: dict, color: bool = False) -> str:
     w(bold(f"trainscope — {os.path.basename(doc['input']['path'].rstrip('/'))}"))
     dev = doc["device"]
     if dev["name"]:
-        w(f"  device   {dev['name']} (GPU {dev['id']})" * (dev['name'] != f"GPU {dev['id']}") + (f", rank {doc['rank']}" if doc.get("rank") is not None else ""))
+        w(f"  device   {device_label(doc)}")
     if counters_only(doc):
         w(f"  source   sampled counters ({doc['input']['format']}): no steps, kernels or timeline to break down")
     else:

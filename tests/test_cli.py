@@ -253,3 +253,10 @@ def test_piped_output_is_the_text_summary_not_the_app():
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("trainscope — ") and "VERDICT  DATA-BOUND" in p.stdout
     assert "\x1b[?1049h" not in p.stdout  # no alternate screen: the app never started
+
+
+def test_device_line_for_a_device_the_trace_does_not_name():
+    from trainscope.reports.document import device_label
+
+    assert device_label({"device": {"name": "GPU 1", "id": 1}, "rank": 1}) == "GPU 1, rank 1"
+    assert device_label({"device": {"name": "Tesla V100", "id": 0}, "rank": None}) == "Tesla V100 (GPU 0)"
