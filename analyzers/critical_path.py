@@ -44,6 +44,8 @@ FINDING_FAMILY = {
     "comm/unoverlapped": "communication",
     "algorithm/compute-bound": "gpu-compute", "machine/bandwidth": "gpu-compute",
     "algorithm/no-tensor-cores": "gpu-compute",
+    # Nsight-specific findings (analyzers/host_device.py, analyzers/attention.py).
+    "data/pageable-copies": "data", "host/blocking-sync": "host", "machine/unfused-attention": "gpu-compute",
 }
 FAMILY_LABELS = {
     "data": "data loading", "host": "host (CPU work and kernel launches)", "gpu-compute": "GPU compute",
@@ -170,6 +172,7 @@ def _verdict_stake(bottleneck: str | None, pct: dict[str, float]) -> float | Non
         "host/launch-overhead": ("idle_host_overhead",), "host/sync": ("idle_sync",),
         "comm/unoverlapped": ("communication",),
         "algorithm/compute-bound": ("compute",), "machine/bandwidth": ("compute",),
-        "algorithm/no-tensor-cores": ("compute",),
+        "algorithm/no-tensor-cores": ("compute",), "machine/unfused-attention": ("compute",),
+        "data/pageable-copies": ("copy",), "host/blocking-sync": ("idle_sync", "idle_host_overhead", "idle_other"),
     }.get(bottleneck or "")
     return None if cats is None else sum(pct.get(c, 0.0) for c in cats)

@@ -225,6 +225,14 @@ def _ms_per_step(category: str) -> Callable[[Analysis], float | None]:
     return lambda a: a.breakdown.ns[category] / 1e6 / max(1, len(a.breakdown.steps))
 
 
+def _stake_ms(finding: str) -> Callable[[Analysis], float | None]:
+    """The time a finding says its cause costs, in ms per step (0 when it is not raised)."""
+    def value(a: Analysis) -> float | None:
+        stake = next((f.stake_pct for f in a.findings if f.id == finding), 0.0)
+        return stake / 100 * a.breakdown.step_ms.mean
+    return value
+
+
 FINDING_METRICS: dict[str, _FindingMetric] = {
     "data/input-wait": _FindingMetric("host waiting on DataLoader __next__", "ms per step",
                                       lambda a: a.breakdown.host_data_wait_ns / 1e6 / max(1, len(a.breakdown.steps))),
@@ -239,6 +247,12 @@ FINDING_METRICS: dict[str, _FindingMetric] = {
     "algorithm/compute-bound": _FindingMetric("GEMM/conv/attention kernel time", "ms per step",
                                               lambda a: a.kernels.matmul_ns / 1e6 / max(1, len(a.breakdown.steps))),
     "machine/capacity": _FindingMetric("peak memory / device memory", "%", _peak_pct),
+    "data/pageable-copies": _FindingMetric("GPU time in pageable host-to-device copies", "ms per step",
+                                           _stake_ms("data/pageable-copies")),
+    "host/blocking-sync": _FindingMetric("GPU idle after blocking synchronizations", "ms per step",
+                                         _stake_ms("host/blocking-sync")),
+    "machine/unfused-attention": _FindingMetric("memory-bound attention kernel time", "ms per step",
+                                                _stake_ms("machine/unfused-attention")),
 }
 
 

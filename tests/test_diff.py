@@ -396,3 +396,35 @@ def test_json_markdown_and_text_renderings(gpu_diff, gpu_cli):
     text = render_diff_text(doc)
     assert "NOT COMPARABLE" in text and "[arch] ampere_sgemm_128x32_nn → volta_sgemm_128x32_nn" in text
     assert "1.49× slower" in text
+
+
+def test_every_finding_the_analyzers_raise_has_a_diff_metric_and_a_critical_path_family():
+    """The tables keyed by finding id must know every id the analyzers emit (on every bundled
+    trace), or `diff` says 'unknown' and `--deep` 'names no single cause' for it."""
+    from trainscope.analyzers.analysis import analyze_set
+    from trainscope.analyzers.critical_path import FINDING_FAMILY
+    from trainscope.analyzers.diff import FINDING_METRICS
+    from trainscope.collectors import open_traces
+    from tests.conftest import DATA
+
+    seen = set()
+    for path in sorted(DATA.glob("kineto/*.json.gz")) + sorted(DATA.glob("nsys/*.sqlite")):
+        for a in analyze_set(open_traces(str(path))):
+            seen |= {f.id for f in a.findings}
+    assert {"data/pageable-copies", "host/blocking-sync", "machine/unfused-attention"} <= seen
+    assert seen - set(FINDING_METRICS) == set() and seen - set(FINDING_FAMILY) == set()
+
+
+def test_fused_attention_outcome_is_measured_on_the_nsight_pair():
+    from trainscope.analyzers.analysis import analyze_set
+    from trainscope.collectors import open_traces
+    from tests.conftest import DATA
+
+    runs = [str(DATA / "nsys" / n) for n in ("cs336_small_fwd_ctx4096_a100.sqlite", "cs336_small_train_step_a100.sqlite")]
+    sides = [summarize_run(p, ts, analyze_set(ts)) for p in runs for ts in [open_traces(p)]]
+    d = diff_runs(*sides)
+    fused = next(r for r in d.recommendations if r.recommendation == "fused-attention")
+    a = sides[0].analysis
+    stake = next(f.stake_pct for f in a.findings if f.id == "machine/unfused-attention")
+    assert fused.status == "resolved" and fused.before == pytest.approx(stake / 100 * a.breakdown.step_ms.mean)
+    assert fused.after == 0.0
