@@ -9,7 +9,8 @@ totals ``I`` (idle) and ``U`` (busy), the projected step is
 
 The second term is the floor: removing idle time cannot make the step shorter than the GPU's own
 work. For one lever this is exactly the formula behind that fix's projection in
-:mod:`recommendations` (a test holds them equal); for several, their removals add up. Every
+:mod:`recommendations` (a test holds them equal); for several, their removals add up, except that
+levers drawing on the same time (:data:`POOLS`) together remove no more than it holds. Every
 projection is an upper bound on the gain.
 """
 from __future__ import annotations
@@ -25,6 +26,31 @@ class Lever:
     label: str  # what is assumed, for a toggle
     idle_pct: float = 0.0  # GPU-idle time removed, % of step time
     busy_pct: float = 0.0  # GPU-busy time removed, % of step time
+
+
+# Fixes whose removals overlap draw from one pool: together they cannot remove more than the pool
+# holds. Pageable copies are a subset of all copies; GPU idle after a blocking sync is filed by the
+# breakdown under sync, launch/CPU overhead or "other" idle, where the other two levers also draw.
+POOLS: dict[str, tuple[str, ...]] = {
+    "copies": ("overlap-copies", "pin-memory"),
+    "host-idle": ("reduce-launch-overhead", "remove-syncs", "remove-blocking-syncs"),
+}
+POOL_CATEGORIES: dict[str, tuple[str, ...]] = {
+    "copies": ("copy",),
+    "host-idle": ("idle_sync", "idle_host_overhead", "idle_other"),
+}
+
+
+def _pooled(a: Analysis, use: list[Lever], attr: str) -> float:
+    """Sum of ``attr`` over ``use``, with each pool's levers capped at what the pool holds."""
+    total = 0.0
+    pooled = {r for ids in POOLS.values() for r in ids}
+    for name, ids in POOLS.items():
+        members = [getattr(lv, attr) for lv in use if lv.recommendation in ids]
+        if members:
+            cap = sum(a.breakdown.share_pct(c) for c in POOL_CATEGORIES[name])
+            total += min(sum(members), max(cap, max(members)))  # one lever alone keeps its own projection
+    return total + sum(getattr(lv, attr) for lv in use if lv.recommendation not in pooled)
 
 
 @dataclass(frozen=True)
@@ -80,8 +106,8 @@ def project(a: Analysis, chosen: list[str] | tuple[str, ...]) -> Projection:
     use = [table[c] for c in chosen if c in table]
     b = a.breakdown
     busy = b.gpu_busy_pct
-    idle = sum(lv.idle_pct for lv in use)
-    removed_busy = sum(lv.busy_pct for lv in use)
+    idle = _pooled(a, use, "idle_pct")
+    removed_busy = _pooled(a, use, "busy_pct")
     left_pct = max(100.0 - idle - removed_busy, busy - removed_busy, 1e-6)
     step = b.step_ms.mean
     speedup = 100.0 / left_pct

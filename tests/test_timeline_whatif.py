@@ -71,3 +71,18 @@ def test_memory_curve_peaks_match_the_reported_peak(name):
     lo, hi = trace.span_ns
     assert int(curve.binned_peak(lo, hi, 50).max()) == a.memory[0].peak_allocated
     assert int(curve.binned_peak(lo, hi, 7).max()) == a.memory[0].peak_allocated
+
+
+def test_levers_drawing_on_the_same_time_remove_no_more_than_it_holds():
+    """GPU idle after a blocking sync is filed under sync / launch / other idle, where the launch
+    and sync levers also draw: together they are capped by that pool (qwen H100: 8.22 % of step)."""
+    from trainscope.analyzers.whatif import POOL_CATEGORIES, Lever, _pooled
+
+    a = analysis("tracelens_h100_qwen_inference.json.gz")
+    pool = sum(a.breakdown.share_pct(c) for c in POOL_CATEGORIES["host-idle"])
+    launch = Lever("reduce-launch-overhead", "", idle_pct=0.8 * pool)
+    sync = Lever("remove-blocking-syncs", "", idle_pct=0.7 * pool)
+    data = Lever("dataloader-workers", "", idle_pct=3.0)  # outside every pool: adds as before
+    assert _pooled(a, [launch], "idle_pct") == pytest.approx(0.8 * pool)
+    assert _pooled(a, [launch, sync], "idle_pct") == pytest.approx(pool)
+    assert _pooled(a, [launch, sync, data], "idle_pct") == pytest.approx(pool + 3.0)
