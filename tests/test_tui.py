@@ -63,7 +63,7 @@ def test_overview_shows_the_data_bound_verdict_and_the_dataloader_fix_first():
             b = session(RESNET).analyses[0].breakdown
             assert f"GPU busy            {b.gpu_busy_pct:.1f} %" in figures.replace("  ", "  ")
             assert f"{b.data_wait_pct:.1f} %" in figures and "p50 " in figures
-            assert "2.6 GB of 31.7 GB" in figures  # peak memory vs the V100's capacity
+            assert "2.6 GiB of 31.7 GiB" in figures  # peak memory vs the V100's capacity
             fixes = static_text(app, "#top-fixes")
             first = fixes.splitlines()[0]
             assert first.startswith("1. Load batches in parallel worker processes") and "1.66×" in first
@@ -273,7 +273,7 @@ def test_memory_tab_plots_usage_against_capacity_and_is_hidden_without_memory_ev
     active, note = run(go(RESNET))
     assert active == "memory"
     peak = session(RESNET).analyses[0].memory[0].peak_allocated
-    assert f"peak {peak / 2**30:.2f} GB of 31.74 GB" in note
+    assert f"peak {peak / 2**30:.2f} GiB of 31.74 GiB" in note
     active, _ = run(go(A100))
     assert active != "memory"  # no memory events: no tab, the key says so
 

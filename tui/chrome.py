@@ -13,6 +13,11 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import ProgressBar, Static
 
+def gib(b: float | None, digits: int = 1, missing: str = "n/a") -> str:
+    """Bytes in GiB (2**30), labelled as such: the apps show device memory, sold in GiB."""
+    return missing if b is None else f"{b / 2**30:.{digits}f} GiB"
+
+
 Progress = Callable[[str, "float | None"], None]
 KeySection = tuple[str, Iterable[tuple[str, str]]]
 

@@ -7,12 +7,9 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from trainscope.analyzers.memory_usage import MemoryCurve
+from trainscope.tui.chrome import gib
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
-
-
-def _gb(b: float) -> str:
-    return f"{b / 2**30:.2f} GB"
 
 
 class MemoryChart(Widget):
@@ -41,7 +38,7 @@ class MemoryChart(Widget):
         levels = peaks / top * rows  # in rows
         out = Text(no_wrap=True, overflow="crop")
         for r in range(rows, 0, -1):
-            label = _gb(top) if r == rows else (_gb(top / 2) if r == (rows + 1) // 2 else "")
+            label = gib(top, 2) if r == rows else (gib(top / 2, 2) if r == (rows + 1) // 2 else "")
             out.append(f"{label:>{gutter - 1}} ", style="dim")
             for lv in levels:
                 fill = lv - (r - 1)
@@ -79,11 +76,11 @@ class MemoryPane(Vertical):
             return
         c = max(curves, key=lambda x: int(x.allocated.max()) if len(x.allocated) else 0)
         peak = int(c.allocated.max()) if len(c.allocated) else 0
-        cap = f" of {_gb(c.capacity)} ({100 * peak / c.capacity:.0f} %)" if c.capacity else " (capacity unknown)"
+        cap = f" of {gib(c.capacity, 2)} ({100 * peak / c.capacity:.0f} %)" if c.capacity else " (capacity unknown)"
         basis = ("allocator totals" if c.basis == "absolute" else
                  "running sum of allocations since profiling began (this trace has no allocator totals)")
         note.update(Text.assemble(("Memory in use on GPU ", "bold"), (f"{c.device}", "bold"),
-                                  f" · peak {_gb(peak)}{cap} · {len(c.ts)} allocator events · basis: {basis}\n",
+                                  f" · peak {gib(peak, 2)}{cap} · {len(c.ts)} allocator events · basis: {basis}\n",
                                   ("chart scale: top = device capacity" if c.capacity else "chart scale: top = peak",
                                    "dim")))
         chart.set_curve(c, span)

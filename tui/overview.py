@@ -6,11 +6,8 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from trainscope.reports.document import counters_only, headline
+from trainscope.tui.chrome import gib
 from trainscope.tui.palette import AXIS_CLASS
-
-
-def _gb(b: int | None) -> str:
-    return "—" if b is None else f"{b / 2**30:.1f} GB"
 
 
 def key_figures(doc: dict) -> list[tuple[str, str]]:
@@ -33,7 +30,7 @@ def key_figures(doc: dict) -> list[tuple[str, str]]:
         used = max(m["peak_allocated_bytes"] or 0, m["peak_reserved_bytes"] or 0)
         pct = f" ({m['peak_pct_of_capacity']:.0f} %)" if m["peak_pct_of_capacity"] is not None else ""
         basis = " since profiling began" if m["basis"] == "relative" else ""
-        rows.append((f"peak memory GPU {m['device']}", f"{_gb(used)} of {_gb(cap)}{pct}{basis}"))
+        rows.append((f"peak memory GPU {m['device']}", f"{gib(used, missing='—')} of {gib(cap, missing='—')}{pct}{basis}"))
     if not doc["memory"]:
         rows.append(("peak memory", "unknown — trace recorded without profile_memory"))
     return rows

@@ -13,6 +13,7 @@ from textual.widgets import Sparkline, Static
 from trainscope.analyzers.live import READY, LiveStatus
 from trainscope.collectors.samples import GpuSample, HostSample, Snapshot
 from trainscope.reports.document import AXIS_NAMES
+from trainscope.tui.chrome import gib
 from trainscope.reports.live import live_headline
 
 _AXIS_STYLE = {"data": "bold white on dark_orange3", "algorithm": "bold white on dark_green",
@@ -22,10 +23,6 @@ _AXIS_STYLE = {"data": "bold white on dark_orange3", "algorithm": "bold white on
 
 def na(v: float | None, fmt: str = "{:.0f}", unit: str = "") -> str:
     return "n/a" if v is None else fmt.format(v) + unit
-
-
-def gib(b: int | None) -> str:
-    return "n/a" if b is None else f"{b / 2**30:.1f} GiB"
 
 
 def bar(pct: float | None, width: int = 20) -> str:
