@@ -86,3 +86,32 @@ def test_quitting_while_the_trace_loads_exits_0(tmp_path):
         assert exit_file.read_text().strip() == "0"
     finally:
         subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
+
+
+def test_quitting_the_watch_dashboard_interrupts_the_job_it_launched(tmp_path):
+    """q in the dashboard is a keypress, not a SIGINT: watch must pass the interrupt on to the job
+    (which can then save its work) rather than wait 10 s and kill it."""
+    marker = tmp_path / "got_sigint"
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import signal, sys, time\n"
+        f"def stop(*_):\n    open({str(marker)!r}, 'w').write('yes')\n    sys.exit(0)\n"
+        "signal.signal(signal.SIGINT, stop)\n"
+        "time.sleep(120)\n")
+    tmux = Tmux(f"trainscope-watch-{tmp_path.name}")
+    exit_file = tmp_path / "exit.txt"
+    cmd = (f"{shlex.quote(sys.executable)} -m trainscope watch --interval 0.5 -- "
+           f"{shlex.quote(sys.executable)} {shlex.quote(str(job))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30")
+    tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "40", cmd)
+    try:
+        tmux.wait_for("q quit", timeout=60)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        tmux("send-keys", "-t", "t", "q")
+        while not exit_file.exists() and time.monotonic() < t0 + 30:
+            time.sleep(0.1)
+        assert marker.exists(), "the job never got SIGINT"
+        assert time.monotonic() - t0 < 8  # not the 10 s wait before a kill
+        assert exit_file.read_text().strip() == "130"
+    finally:
+        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)

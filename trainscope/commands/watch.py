@@ -114,6 +114,16 @@ class _Stop(Exception):
     pass
 
 
+def _stop_job(child: subprocess.Popen | None, sig: int) -> None:
+    """Ask a launched job to stop as Ctrl-C or kill would, then kill it if it has not in 10 s."""
+    if child is not None and child.poll() is None:
+        try:
+            child.send_signal(sig)
+            child.wait(timeout=10)
+        except (subprocess.TimeoutExpired, OSError):
+            child.kill()
+
+
 def run(args: argparse.Namespace) -> int:
     from trainscope.analyzers.live import LiveAnalyzer
     from trainscope.analyzers.rules import Rules
@@ -340,14 +350,11 @@ def _live(args, cmd: list[str], analyzer) -> int:
             threading.Thread(target=waiter, daemon=True).start()
             app.run()
             interrupted = app.quit_code == 130
+            if interrupted:  # q / Ctrl-C in the dashboard is a keypress: the job never saw a SIGINT
+                _stop_job(child, signal.SIGINT)
     except (KeyboardInterrupt, _Stop) as e:
         interrupted = True
-        if child is not None and child.poll() is None:
-            try:
-                child.send_signal(signal.SIGTERM if isinstance(e, _Stop) else signal.SIGINT)
-                child.wait(timeout=10)
-            except (subprocess.TimeoutExpired, OSError):
-                child.kill()
+        _stop_job(child, signal.SIGTERM if isinstance(e, _Stop) else signal.SIGINT)
     finally:
         signal.signal(signal.SIGTERM, old_term)
         monitor.stop(final_sample=True)
