@@ -95,11 +95,15 @@ class BackgroundLoading:
         return bool(getattr(self, "_exit", False))
 
     def _post(self, fn: Callable, *args) -> None:
-        """call_from_thread that tolerates an app that has already exited."""
+        """call_from_thread that tolerates an app that has exited, or is tearing its widgets down
+        because the user quit while this thread worked."""
         try:
             self.call_from_thread(fn, *args)
         except RuntimeError:
             pass
+        except Exception:
+            if not self._leaving:
+                raise
 
     def _throttled_progress(self, stage: str, fraction: float | None) -> None:
         """The progress callback to hand to readers running in the daemon thread."""
