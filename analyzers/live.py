@@ -49,6 +49,11 @@ class WindowStats:
     tensor_util: float | None
     dram_util: float | None
     throttled_pct: float | None  # % of samples with a power/thermal slowdown
+    throttle_reasons: tuple[tuple[str, float], ...]  # (reason group, % of samples with clock events), largest first
+    power_capped_gpus: int | None  # GPUs whose busy power sits at a ceiling or at the enforced limit
+    power_gpus: int | None  # GPUs with enough busy power samples to judge
+    power_median_w: float | None  # median busy power of the capped GPUs (else of all judged GPUs)
+    power_basis: str | None  # "enforced limit" or "ceiling in the samples"
     cpu_pct: float | None
     iowait_pct: float | None
     main_cpu_pct: float | None
@@ -59,6 +64,11 @@ class WindowStats:
     steps: int
     data_wait_pct: float | None
     step_ms: float | None
+    step_s: float = 0.0  # summed time of the window's completed steps
+
+    def enough_steps(self, rules: Rules) -> bool:
+        """Enough step-exact evidence for a step-based verdict: steps and seconds."""
+        return self.steps >= rules.value("live.min_steps") and self.step_s >= rules.value("live.min_step_seconds")
 
 
 @dataclass(frozen=True)
@@ -106,10 +116,64 @@ def _mean_of(xs: Iterable[float | None]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def window_stats(snaps: Sequence[Snapshot], rules: Rules) -> WindowStats:
+# Clock-event reasons grouped by what a user does about them.
+_REASON_GROUPS = {"sw_power_cap": "power cap", "hw_power_brake": "power brake", "sw_thermal": "thermal",
+                  "hw_thermal": "thermal", "hw_slowdown": "hardware slowdown", "throttled": "power or thermal"}
+
+
+def _active_span(util: Sequence[float | None], idle: float) -> tuple[int, int]:
+    """Indexes [lo, hi) from the first to the last sample with the GPU above ``idle``: the job's
+    start-up (imports, model load) and tail (shutdown) are outside. The whole range when the GPU
+    never rose above idle."""
+    busy = [i for i, u in enumerate(util) if u is not None and u >= idle]
+    return (busy[0], busy[-1] + 1) if busy else (0, len(util))
+
+
+def _power_capped(snaps: Sequence[Snapshot], rules: Rules) -> tuple[int | None, int | None, float | None, str | None]:
+    """Per GPU: is busy power pinned at the enforced limit (when known) or at a hard ceiling (a
+    limiter clamps from above: samples pile up under the maximum)? Returns (capped GPUs, judged
+    GPUs, median busy watts, basis)."""
+    busy_util = rules.value("gpu_busy.saturated")
+    per: dict[int, list[tuple[float, float | None]]] = {}
+    for s in snaps:
+        for g in s.gpus:
+            if g.power_w is not None and g.util_gpu is not None and g.util_gpu >= busy_util and not g.lost:
+                per.setdefault(g.index, []).append((g.power_w, g.power_limit_w))
+    judged = capped = 0
+    medians: list[float] = []
+    capped_medians: list[float] = []
+    basis: str | None = None
+    for vals in per.values():
+        if len(vals) < rules.value("live.min_samples") * 5:
+            continue
+        p = np.array([v for v, _ in vals], dtype=float)
+        limits = [lim for _, lim in vals if lim]
+        med, top, low = float(np.median(p)), float(p.max()), float(np.percentile(p, 5))
+        judged += 1
+        medians.append(med)
+        if limits:
+            hit = med >= rules.value("live.power_at_limit_pct") / 100.0 * float(np.median(limits))
+            b = "enforced limit"
+        else:
+            hit = med > 0 and (top - med) <= rules.value("live.power_ceiling_pct") / 100.0 * med and (med - low) >= (top - med)
+            b = "ceiling in the samples"
+        if hit:
+            capped += 1
+            capped_medians.append(med)
+            basis = basis or b
+    if not judged:
+        return None, None, None, None
+    return capped, judged, float(np.median(capped_medians or medians)), basis
+
+
+def window_stats(snaps: Sequence[Snapshot], rules: Rules, steps_after_t: float | None = None) -> WindowStats:
+    """``steps_after_t``: step samples at or before this time are the run's start-up and are left out."""
     w = [max(s.dt, 0.0) for s in snaps]
     util = [_mean_of(g.util_gpu for g in s.gpus if not g.lost) for s in snaps]
-    measured = [u for u in util if u is not None]
+    lo, hi = _active_span(util, rules.value("live.gpu_idle"))
+    # Percentiles (underutilized / fluctuating) over the job's active span: start-up and tail
+    # samples would make any steady job look like it fluctuates.
+    measured = [u for u in util[lo:hi] if u is not None]
     n_gpus = max((len(s.gpus) for s in snaps), default=0)
     mem_pct = None
     for idx in sorted({g.index for s in snaps for g in s.gpus}):
@@ -140,13 +204,20 @@ def window_stats(snaps: Sequence[Snapshot], rules: Rules) -> WindowStats:
 
     gpu_samples = [s for s in snaps if s.gpus]
     throttled = None
+    reasons: tuple[tuple[str, float], ...] = ()
     if gpu_samples:
         with_events = [s for s in gpu_samples if any(g.clock_events is not None for g in s.gpus)]
         if with_events:
             throttled = 100.0 * sum(1 for s in with_events if any(
                 THROTTLE_REASONS.intersection(g.clock_events or ()) for g in s.gpus)) / len(with_events)
+            counts: dict[str, int] = {}
+            for s in with_events:
+                for grp in {_REASON_GROUPS[r] for g in s.gpus for r in (g.clock_events or ()) if r in _REASON_GROUPS}:
+                    counts[grp] = counts.get(grp, 0) + 1
+            reasons = tuple(sorted(((k, 100.0 * v / len(with_events)) for k, v in counts.items()), key=lambda x: -x[1]))
+    capped, judged, watts, basis = _power_capped(snaps, rules)
 
-    steps = [s.step for s in snaps if s.step is not None]
+    steps = [s.step for s in snaps if s.step is not None and (steps_after_t is None or s.t > steps_after_t)]
     n = sum(x.steps for x in steps)
     wait = sum(x.wait_ns for x in steps)
     total = sum(x.step_ns for x in steps)
@@ -160,12 +231,13 @@ def window_stats(snaps: Sequence[Snapshot], rules: Rules) -> WindowStats:
         sm_util=_twmean([_mean_of(g.sm_util for g in s.gpus) for s in snaps], w),
         tensor_util=_twmean([_mean_of(g.tensor_util for g in s.gpus) for s in snaps], w),
         dram_util=_twmean([_mean_of(g.dram_bw_util for g in s.gpus) for s in snaps], w),
-        throttled_pct=throttled,
+        throttled_pct=throttled, throttle_reasons=reasons,
+        power_capped_gpus=capped, power_gpus=judged, power_median_w=watts, power_basis=basis,
         cpu_pct=_twmean(cpu, w), iowait_pct=_twmean(iow, w), main_cpu_pct=_twmean(main, w),
         workers=max(wk_count) if wk_count else None, worker_cpu_pct=_twmean(wk_cpu, w),
         starved_cpu_pct=starved_cpu, starved_io_pct=starved_io,
         steps=n, data_wait_pct=100.0 * wait / total if total else None,
-        step_ms=total / n / 1e6 if n else None,
+        step_ms=total / n / 1e6 if n else None, step_s=total / 1e9,
     )
 
 
@@ -184,7 +256,7 @@ def _ctx(metric: str, value: float | None, unit: str, source: str = "measured") 
 
 
 def _data_wait(s: WindowStats, r: Rules) -> Finding | None:
-    if s.data_wait_pct is None or s.steps < r.value("live.min_steps"):
+    if s.data_wait_pct is None or not s.enough_steps(r):
         return None
     p = s.data_wait_pct
     sev = "high" if p >= r.value("data_wait.high") else "moderate" if p >= r.value("data_wait.moderate") else None
@@ -276,12 +348,43 @@ def _utilization(s: WindowStats, r: Rules) -> Finding | None:
     return None
 
 
+_THROTTLE_ADVICE = {
+    "power cap": ("GPU clocks held down by the power cap",
+                  "the GPU draws its power limit and lowers its clocks to stay under it: check the limit "
+                  "(nvidia-smi -q -d POWER) and whether it was lowered below the board's default"),
+    "power brake": ("GPU clocks cut by the power brake",
+                    "an external power-brake signal (the system's power supply or chassis) slows the GPU"),
+    "thermal": ("GPU clocks slowed by temperature", "the GPU is too hot: check cooling and airflow"),
+}
+
+
 def _throttling(s: WindowStats, r: Rules) -> Finding | None:
     if s.throttled_pct is None or s.throttled_pct <= r.value("live.throttle_share"):
         return None
-    return Finding("machine/throttling", "machine", "moderate", "GPU clocks slowed by power or temperature", 0.0,
-                   [_ev(r, "live.throttle_share", "samples with a power/thermal clock slowdown", s.throttled_pct)],
-                   "the GPU runs below its clocks: check cooling and the power limit")
+    top = s.throttle_reasons[0][0] if s.throttle_reasons else "power or thermal"
+    title, detail = _THROTTLE_ADVICE.get(top, ("GPU clocks slowed by power or temperature",
+                                               "the GPU runs below its clocks: check cooling and the power limit"))
+    ev = [_ev(r, "live.throttle_share", "samples with a power/thermal clock slowdown", s.throttled_pct)]
+    ev += [_ctx(f"samples slowed by: {name}", pct, "% of samples", "NVML clock-event reasons")
+           for name, pct in s.throttle_reasons]
+    return Finding("machine/throttling", "machine", "moderate", title, 0.0, ev, detail)
+
+
+def _power_cap(s: WindowStats, r: Rules) -> Finding | None:
+    """Power pinned at a limit while the GPUs are busy: the clocks are set by the power budget."""
+    if not s.power_gpus or not s.power_capped_gpus or 2 * s.power_capped_gpus <= s.power_gpus:
+        return None
+    if s.throttle_reasons and s.throttle_reasons[0][0] == "power cap":
+        return None  # the clock-event reasons already say it, more directly
+    at_limit = s.power_basis == "enforced limit"
+    name = "live.power_at_limit_pct" if at_limit else "live.power_ceiling_pct"
+    ev = [_ctx("GPUs whose busy power sits " + ("at the enforced limit" if at_limit else "at a hard ceiling"),
+               s.power_capped_gpus, f"of {s.power_gpus} GPUs", f"power samples; threshold {name} = {r.value(name):g}"),
+          _ctx("median busy power of those GPUs", s.power_median_w, "W")]
+    detail = ("busy power stays pinned under a maximum it never exceeds: the GPUs run at their power limit, so "
+              "their clocks follow the power budget" + ("" if at_limit else
+              " (this source records no power limit; the ceiling is read from the samples)"))
+    return Finding("machine/power-cap", "machine", "moderate", "GPUs run at their power limit", 0.0, ev, detail)
 
 
 # The live rule table, in evaluation order: (finding id, what it reads, rule).
@@ -294,6 +397,7 @@ LIVE_RULES: tuple[tuple[str, str, Callable[[WindowStats, Rules], Finding | None]
     ("nvml-mix", "NVML utilization vs memory-controller share (no GPM)", _nvml_mix),
     ("gpu-utilization", "p95/p5 GPU utilization", _utilization),
     ("machine/throttling", "clock-event reasons", _throttling),
+    ("machine/power-cap", "busy power against the enforced limit or a ceiling in the samples", _power_cap),
 )
 
 
@@ -323,7 +427,7 @@ def live_verdict(s: WindowStats, found: list[Finding], rules: Rules) -> Verdict:
     if not has_gpu:
         if data:
             return verdict(data[0])
-        if s.data_wait_pct is not None and s.steps >= rules.value("live.min_steps"):
+        if s.data_wait_pct is not None and s.enough_steps(rules):
             f = Finding("algorithm/compute-bound", "algorithm", "moderate", "Time goes to the training step itself", 100 - s.data_wait_pct,
                         [_ev(rules, "data_wait.moderate", "training loop waiting in DataLoader __next__ (step-exact)", s.data_wait_pct, "<"),
                          _ctx("training process CPU", s.main_cpu_pct, "% of a core")],
@@ -372,6 +476,9 @@ _FIXES = {
     "machine/bandwidth": ("Fuse memory-bound kernels (torch.compile; fused optimizers and attention)",
                           "model = torch.compile(model)\nF.scaled_dot_product_attention(q, k, v)"),
     "machine/throttling": ("Check cooling and power limits", "nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE"),
+    "machine/power-cap": ("Check the power limit and what the GPUs spend it on",
+                          "nvidia-smi -q -d POWER        # enforced vs default limit\n"
+                          "nvidia-smi -pl <watts>        # restore the default limit (needs admin rights)"),
 }
 
 
@@ -394,13 +501,28 @@ def live_fixes(s: WindowStats, found: list[Finding]) -> list[Fix]:
     return out
 
 
-def evaluate(snaps: Sequence[Snapshot], rules: Rules, t: float | None = None) -> LiveStatus:
-    """The status of a window of snapshots (pure)."""
-    s = window_stats(snaps, rules)
+def startup_end(snaps: Sequence[Snapshot], rules: Rules) -> float | None:
+    """The time of the snapshot that completes the run's first ``live.startup_steps`` steps: step
+    samples up to it are start-up (iterator and worker creation, lazy initialization)."""
+    need, seen = rules.value("live.startup_steps"), 0
+    if need <= 0:
+        return None
+    for x in snaps:
+        if x.step is not None and x.step.steps:
+            seen += x.step.steps
+            if seen >= need:
+                return x.t
+    return None
+
+
+def evaluate(snaps: Sequence[Snapshot], rules: Rules, t: float | None = None,
+             steps_after_t: float | None = None) -> LiveStatus:
+    """The status of a window of snapshots (pure). ``steps_after_t``: see :func:`window_stats`."""
+    s = window_stats(snaps, rules, steps_after_t)
     t = t if t is not None else (snaps[-1].t if snaps else 0.0)
     stepping = any(x.step_mode in ("on", "waiting") for x in snaps[-3:])
     warming = s.samples < rules.value("live.min_samples") or (
-        s.gpu_util is None and stepping and s.steps < rules.value("live.min_steps"))
+        s.gpu_util is None and stepping and not s.enough_steps(rules))
     if warming:
         v = Verdict("insufficient_evidence", 0.0, None,
                     f"warming up: {s.samples} samples and {s.steps} steps so far", [])
@@ -413,9 +535,18 @@ def evaluate(snaps: Sequence[Snapshot], rules: Rules, t: float | None = None) ->
     return LiveStatus(t, READY, v, tuple(found), tuple(live_fixes(s, found)), s)
 
 
+def _key(st: LiveStatus) -> tuple[str, str | None]:
+    return (st.verdict.axis, st.verdict.bottleneck) if st.state == READY else (WARMING_UP, None)
+
+
 class LiveAnalyzer:
     """Keeps the last ``window_s`` seconds of snapshots, every snapshot of the run (for the final
-    summary) and the log of verdict changes."""
+    summary) and the log of verdict changes.
+
+    The shown verdict has hysteresis: a new verdict replaces it only after leading without
+    interruption for ``live.verdict_hold`` seconds, so a window that grazes a threshold, one slow
+    step or one odd sample does not flip it. Until then the shown verdict, findings and fixes stay,
+    with the current window's statistics."""
 
     def __init__(self, rules: Rules | None = None, window_s: float = 30.0) -> None:
         self.rules = rules or Rules()
@@ -424,23 +555,44 @@ class LiveAnalyzer:
         self.history: list[Snapshot] = []
         self.changes: list[VerdictChange] = []
         self.status: LiveStatus | None = None
+        self._shown: LiveStatus | None = None
+        self._candidate: tuple[tuple[str, str | None], float] | None = None  # (key, leading since)
+        self._startup_end: float | None = None
 
     def add(self, snap: Snapshot) -> LiveStatus:
         self.history.append(snap)
         self._window.append(snap)
         while self._window and snap.t - self._window[0].t > self.window_s:
             self._window.popleft()
-        st = evaluate(list(self._window), self.rules, snap.t)
-        key = (st.verdict.axis, st.verdict.bottleneck) if st.state == READY else (WARMING_UP, None)
-        last = (self.changes[-1].axis, self.changes[-1].bottleneck) if self.changes else None
-        if key != last:
-            self.changes.append(VerdictChange(snap.t, key[0], key[1], st.verdict.summary))
-        self.status = LiveStatus(st.t, st.state, st.verdict, st.findings, st.fixes, st.stats, tuple(self.changes))
+        if self._startup_end is None and snap.step is not None and snap.step.steps:
+            self._startup_end = startup_end(self.history, self.rules)  # once, when steps first arrive
+        st = evaluate(list(self._window), self.rules, snap.t, self._startup_end)
+        key, shown = _key(st), self._shown
+        if shown is None or key == _key(shown):
+            accept, self._candidate = True, None
+        elif _key(shown)[0] == WARMING_UP:
+            accept = True  # leaving warm-up is not a flap: the minimum evidence already guards it
+        else:
+            accept = self._held(key, snap.t) >= self.rules.value("live.verdict_hold")
+        if accept:
+            self._shown, self._candidate = st, None
+            if not self.changes or (self.changes[-1].axis, self.changes[-1].bottleneck) != key:
+                self.changes.append(VerdictChange(snap.t, key[0], key[1], st.verdict.summary))
+            shown = st
+        self.status = LiveStatus(st.t, shown.state, shown.verdict, shown.findings, shown.fixes, st.stats,
+                                 tuple(self.changes))
         return self.status
 
+    def _held(self, key: tuple[str, str | None], t: float) -> float:
+        """Seconds ``key`` has led without interruption (0 when it starts leading now)."""
+        if self._candidate is None or self._candidate[0] != key:
+            self._candidate = (key, t)
+        return t - self._candidate[1]
+
     def summary(self) -> LiveStatus:
-        """The verdict over the whole run, with the change log."""
-        st = evaluate(self.history, self.rules)
+        """The verdict over the whole run (start-up steps left out), with the change log."""
+        st = evaluate(self.history, self.rules, self.history[-1].t if self.history else None,
+                      startup_end(self.history, self.rules))
         return LiveStatus(st.t, st.state, st.verdict, st.findings, st.fixes, st.stats, tuple(self.changes))
 
 

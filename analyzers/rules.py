@@ -115,8 +115,30 @@ _LIVE_TABLE: tuple[Threshold, ...] = (
               "trainscope default"),
     Threshold("live.min_samples", 4.0, "samples", "fewer samples than this in the window: warming up",
               "trainscope default (one second at the fastest sampling rate)"),
-    Threshold("live.min_steps", 3.0, "steps", "step mode: fewer completed steps than this in the window is warming up",
-              "trainscope default"),
+    Threshold("live.min_steps", 20.0, "steps",
+              "step mode: fewer completed steps than this in the window is warming up (and no step-based verdict)",
+              "trainscope default: the step-exact wait share of a handful of steps is dominated by the first "
+              "iteration's start-up; 20 steps bound one slow step's weight to 5 %"),
+    Threshold("live.min_step_seconds", 2.0, "s",
+              "step mode: the window's completed steps must also span at least this much time",
+              "trainscope default: several scheduler quanta and sampling intervals, so one preempted call "
+              "cannot decide the share"),
+    Threshold("live.startup_steps", 1.0, "steps",
+              "step mode: the run's first completed steps are start-up (iterator and worker creation, lazy "
+              "initialization) and stay out of the step statistics",
+              "trainscope default; timm's and Lightning's data-time logs skip the first iteration the same way"),
+    Threshold("live.verdict_hold", 5.0, "s",
+              "a new live verdict replaces the shown one only after it has led for this long without interruption "
+              "(hysteresis)", "trainscope default: longer than a sampling hiccup or one slow step, shorter than "
+              "any bottleneck worth acting on"),
+    Threshold("live.power_ceiling_pct", 1.5, "% of median power",
+              "without a power limit in the source: busy power whose maximum sits within this of its median, with "
+              "the spread below the median at least as wide as above it, is pinned at a ceiling (a power cap)",
+              "trainscope default: a limiter clamps power from above, so samples pile up under a hard maximum; "
+              "steady uncapped load scatters symmetrically"),
+    Threshold("live.power_at_limit_pct", 97.0, "% of the power limit",
+              "with a power limit: median busy power at or above this share of the enforced limit is capped",
+              "trainscope default; NVML reports the enforced limit (nvmlDeviceGetEnforcedPowerLimit)"),
 )
 _TABLE = _TABLE + _LIVE_TABLE
 
