@@ -98,6 +98,12 @@ class LiveStatus:
     stats: WindowStats
     changes: tuple[VerdictChange, ...] = ()
 
+    @property
+    def verdict_changes(self) -> int:
+        """How often the shown verdict changed after the first one (warming up excluded)."""
+        ready = [c for c in self.changes if c.axis != WARMING_UP]
+        return max(0, len(ready) - 1)
+
 
 # --- window statistics -----------------------------------------------------------------------------
 

@@ -72,7 +72,7 @@ def summary_dict(st: LiveStatus, info: dict[str, Any]) -> dict[str, Any]:
     return {"schema": SCHEMA, "type": "summary", "tool": {"name": "trainscope", "version": __version__}, **info,
             "state": st.state, "verdict": verdict_dict(st), "findings": findings_list(st),
             "fixes": [asdict(f) for f in st.fixes], "run": stats_dict(st.stats),
-            "changes": [asdict(c) for c in st.changes]}
+            "changes": [asdict(c) for c in st.changes], "verdict_changes": st.verdict_changes}
 
 
 def status_line(st: LiveStatus, snap: Snapshot) -> str:
@@ -124,7 +124,7 @@ def summary_text(st: LiveStatus, info: dict[str, Any]) -> str:
             out.append(f"  {i}. {fx.title}{proj}")
             out += [f"       {line}" for line in fx.change.splitlines()]
     if len(st.changes) > 1:
-        out += ["", "Verdict changes"] + [f"  {c.t:7.1f}s  {AXIS_NAMES.get(c.axis, c.axis)}"
+        out += ["", f"Verdict changes ({st.verdict_changes} after the first verdict)"] + [f"  {c.t:7.1f}s  {AXIS_NAMES.get(c.axis, c.axis)}"
                                           + (f" ({c.bottleneck})" if c.bottleneck else "") for c in st.changes]
     for n in info.get("notes", []):
         out.append(f"note: {n}")
@@ -166,7 +166,8 @@ def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
             proj = f" — up to {fx.projected_speedup:.2f}× faster (upper bound; {e(fx.basis)})" if fx.projected_speedup else ""
             out += [f"{i}. {e(fx.title)}{proj}", "", "```python", fx.change, "```", ""]
     if st.changes:
-        out += ["## Verdict changes", "", "| at | verdict |", "|---|---|"]
+        out += ["## Verdict changes", "", f"{st.verdict_changes} after the first verdict.", "",
+                "| at | verdict |", "|---|---|"]
         out += [f"| {c.t:.1f} s | {e(AXIS_NAMES.get(c.axis, c.axis))}{f' ({e(c.bottleneck)})' if c.bottleneck else ''} |"
                 for c in st.changes]
         out.append("")
