@@ -64,7 +64,7 @@ def test_prometheus_exposition_and_server():
     a = LiveAnalyzer()
     snaps = [Snapshot(t=float(i), dt=1.0, gpus=(GpuSample(0, 'H100 "SXM"', 5.0, 1.0, 10, 100, power_w=None),),
                       host=HostSample(95.0, (), 0.0, 1, 2, None, (ProcessGroup("workers", 2, 190.0, 5),)),
-                      step=StepSample(3, 6, 10)) for i in range(6)]
+                      step=StepSample(30, 600_000_000, 1_000_000_000)) for i in range(6)]
     session = WatchSession(a)
     for s in snaps:
         session.ingest(s)
