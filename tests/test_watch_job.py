@@ -82,10 +82,10 @@ def test_fast_loader_compute_heavy_model_is_not_data_bound(tmp_path):
                                       "--seconds", "5")
     assert first_data_verdict(samples) is None, [(s["t"], s["verdict"]["axis"]) for s in samples]
     assert summary["verdict"]["axis"] == "algorithm"
-    measured = summary["run"]["data_wait_pct"]
-    assert measured < 5.0
-    # The job's own data-time log agrees (it also skips the first iteration).
-    assert abs(measured - job_reported_wait(err)) <= 2.0, (measured, job_reported_wait(err))
+    # No comparison with the job's own log here: at a 1 % share both are dominated by when the
+    # scheduler preempts the job (under a CPU hog they differ by up to ~7 points); the data-bound
+    # tests compare them where the share is large.
+    assert summary["run"]["data_wait_pct"] < 5.0
     assert summary["run"]["steps"] > 50
     assert not any(f["id"].startswith("data/") for f in summary["findings"])
     # Hysteresis: the verdict went from warming up to the step itself, and never flapped.
