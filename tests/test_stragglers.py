@@ -100,3 +100,20 @@ def test_deep_on_a_cpu_only_rank_set_is_skipped_in_one_line(gloo_dir, capsys):
     assert main(["analyze", str(gloo_dir), "-q", "--deep"]) == 0
     text = capsys.readouterr().out
     assert "skipped: no GPU activity in the trace" in text and "Stragglers" in text
+
+
+def test_the_gloo_job_still_records(tmp_path):
+    """The recorded gloo traces stay reproducible: the recorder still runs two ranks under
+    torch.profiler and writes one trace per rank with its rank and world size (timings are not
+    compared: they depend on the machine's load)."""
+    pytest.importorskip("torch.distributed", reason="torch (the [test] extra) records the job")
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("this torch build has no gloo backend")
+    from tests.gloo_job import record
+    from trainscope.collectors import open_traces
+
+    record(str(tmp_path), steps=2, slow_rank=1, delay_ms=1.0)
+    ts = open_traces(str(tmp_path))
+    assert sorted(t.rank for t in ts.traces) == [0, 1] and all(t.world_size == 2 for t in ts.traces)
