@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                "  trainscope analyze report.sqlite --step-range train_step   # NVTX ranges mark the steps\n"
                "  trainscope analyze run.json.gz --deep                  # + HTA critical path of the median step\n"
                "  trainscope analyze run.json.gz --deep --deep-step 1010 # … of ProfilerStep#1010\n\n"
-               "--deep needs Holistic Trace Analysis: pip install 'trainscope[hta]'. It runs HTA on the\n"
+               "--deep needs Holistic Trace Analysis: pip install 'trainscope-dam[hta]'. It runs HTA on the\n"
                "trace (the slowest rank of a directory): seconds to minutes, interruptible with Ctrl-C.\n"
                "Where HTA cannot load the trace or its critical path fails, the deep part is skipped with\n"
                "a one-line reason and the rest of the report stands.\n\n"
