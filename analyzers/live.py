@@ -28,7 +28,7 @@ import numpy as np
 
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.verdict import Evidence, Finding, Verdict
-from trainscope.collectors.samples import THROTTLE_REASONS, Snapshot
+from trainscope.traces.samples import THROTTLE_REASONS, Snapshot
 
 WARMING_UP, READY = "warming_up", "ready"
 
@@ -448,7 +448,7 @@ def counters_diagnosis(trace, rules: Rules):
     """``trainscope analyze`` on a counters-only trace (recording or nvidia-smi CSV): the live rules
     over the whole run, as analyze's findings, verdict and recommendations, plus a note."""
     from trainscope.analyzers.recommendations import Recommendation
-    from trainscope.collectors.live_trace import trace_snapshots
+    from trainscope.traces.samples import trace_snapshots
 
     snaps = trace_snapshots(trace)
     st = evaluate(snaps, rules)

@@ -21,7 +21,7 @@ import numpy as np
 
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.verdict import Evidence, Finding
-from trainscope.collectors.snapshot import ACTIONS, DeviceTrace, Snapshot
+from trainscope.traces.memory_snapshot import ACTIONS, DeviceTrace, Snapshot
 
 A = {a: i for i, a in enumerate(ACTIONS)}
 _PY_SKIP = ("torch/nn/modules/module.py", "torch/utils/", "torch/autograd/", "torch/_", "torch/optim/optimizer.py")
