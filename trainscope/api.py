@@ -331,7 +331,7 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
         raise BadInput("--deep-step needs --deep")
     if deep:
         check_deep_available()  # before the slow part
-    model_ledger = model_ledger(model) if model is not None else None
+    planned = model_ledger(model) if model is not None else None
     if isinstance(path_or_traces, Trace):
         traces = TraceSet([path_or_traces])
         source = source or path_or_traces.source
@@ -346,7 +346,7 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
     with _bad_input(source):
         analyses = analyze_set(traces, rules, peak_tflops, step_range)
     main = analyses.index(slowest(analyses)) if len(analyses) > 1 else 0
-    report = Report(source, rules, traces, analyses, main, ledger=model_ledger)
+    report = Report(source, rules, traces, analyses, main, ledger=planned)
     if len(analyses) > 1:
         from trainscope.analyzers.stragglers import detect_stragglers
         from trainscope.reports.deep import stragglers_dict
@@ -471,6 +471,7 @@ class PlanResult:
     fit: Any  # analyzers.ledger.Fit
     options: list = field(default_factory=list)  # analyzers.ledger.FitOption
     threshold_pct: float = 90.0
+    config: Any = None  # analyzers.ledger.PlanConfig as given
 
     @property
     def fits(self) -> bool:
@@ -525,9 +526,12 @@ def resolve_device(gpu: str | None = None, gpu_memory: str | None = None):
 
 
 def plan(model: "str | Mapping[str, Any] | Any" = None, *, gpu: str | None = "h100-80",
-         gpu_memory: str | None = None, options: int = 6, **fields: Any) -> PlanResult:
+         gpu_memory: str | None = None, device: Any = None, options: int = 6, threshold_pct: float | None = None,
+         **fields: Any) -> PlanResult:
     """Will this training setup fit the GPU? ``plan(params="1.5B", optimizer="adam", precision="fp32",
-    gpu="v100-32")`` or ``plan("params=1.5B,optimizer=adam")``. Raises :class:`BadInput`."""
+    gpu="v100-32")`` or ``plan("params=1.5B,optimizer=adam")``. ``device`` (a ``GpuMemory``) instead
+    of ``gpu``/``gpu_memory``; ``threshold_pct``: the share of device memory that counts as full
+    (default: the ``memory.capacity`` threshold). Raises :class:`BadInput`."""
     from trainscope.analyzers.ledger import fit, fit_options, ledger
     from trainscope.analyzers.rules import Rules
     from trainscope.modelspec import MODEL_FIELDS
@@ -538,13 +542,13 @@ def plan(model: "str | Mapping[str, Any] | Any" = None, *, gpu: str | None = "h1
         for k, v in fields.items():  # "1.5B" and friends, as the flags take them
             conv[k] = types[k](v) if isinstance(v, str) and k in types and types[k] is not str else v
     cfg = plan_config(model, **conv)
-    dev = resolve_device(gpu, gpu_memory)
+    dev = device if device is not None else resolve_device(gpu, gpu_memory)
     with _bad_input(what="plan"):
         lg = ledger(cfg)
-    threshold = Rules().value("memory.capacity")
+    threshold = Rules().value("memory.capacity") if threshold_pct is None else threshold_pct
     f = fit(lg, dev.name, dev.capacity_bytes, threshold)
     opts = fit_options(lg.config, dev.name, dev.capacity_bytes, threshold, limit=max(0, options)) if options else []
-    return PlanResult(lg, dev, f, opts, threshold)
+    return PlanResult(lg, dev, f, opts, threshold, cfg)
 
 
 # --- memory ---------------------------------------------------------------------------------------

@@ -113,3 +113,20 @@ def fail_on(exc: BaseException) -> int:
 
     message, code = describe(exc)
     return fail(message, code)
+
+
+def one_line_errors(run):
+    """Decorate a command's ``run(args)``: a :class:`trainscope.api.TrainscopeError` becomes its one
+    line on stderr and its exit code (the same as through ``trainscope.cli.main``)."""
+    import functools
+
+    @functools.wraps(run)
+    def wrapper(args) -> int:
+        from trainscope.api import TrainscopeError
+
+        try:
+            return run(args)
+        except TrainscopeError as e:
+            return fail_on(e)
+
+    return wrapper

@@ -5,8 +5,8 @@ import argparse
 import os
 import sys
 
-from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, emit_document, positive_float, threshold_arg,
-                               to_json, write_atomic)
+from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, emit_document, one_line_errors, positive_float,
+                               threshold_arg, to_json, write_atomic)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,6 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.set_defaults(run=run)
 
 
+@one_line_errors
 def run(args: argparse.Namespace) -> int:
     from trainscope import api
     from trainscope.reports.markdown import render_markdown

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, to_json, write_atomic
+from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, one_line_errors, to_json, write_atomic
 
 from trainscope.modelspec import (MODEL_FIELDS, _gpu_keys, config_from, count_arg,  # noqa: F401 (re-exported)
                                   parse_model_spec, resolve_gpu)
@@ -42,23 +42,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+@one_line_errors
 def run(args: argparse.Namespace) -> int:
+    from trainscope import api
     from trainscope.commands.analyze import use_tui  # the same rule: a person at a terminal who asked for nothing else
-    from trainscope.analyzers.ledger import fit, fit_options, ledger
-    from trainscope.analyzers.rules import Rules
-    from trainscope.reports.plan import build_plan_document, render_plan_markdown, render_plan_text
 
-    try:
-        cfg = config_from({dest: getattr(args, dest) for _, dest, _, _ in MODEL_FIELDS}, args.no_dropout)
-        dev = resolve_gpu(args.gpu, args.gpu_memory)
-        lg = ledger(cfg)
-    except ValueError as e:
-        sys.stderr.write(f"trainscope: plan: {e}\n")
-        return EXIT_BAD_INPUT
-    threshold = Rules().value("memory.capacity")
-    f = fit(lg, dev.name, dev.capacity_bytes, threshold)
-    options = fit_options(lg.config, dev.name, dev.capacity_bytes, threshold, limit=max(0, args.options)) if args.options else []
-    doc = build_plan_document(lg, dev, f, options)
+    values = {dest: getattr(args, dest) for _, dest, _, _ in MODEL_FIELDS if getattr(args, dest) is not None}
+    result = api.plan(dict(values, no_dropout=args.no_dropout), gpu=args.gpu, gpu_memory=args.gpu_memory,
+                      options=max(0, args.options))
+    doc = result.to_dict()
     if args.json_out:
         try:
             write_atomic(args.json_out, to_json(doc))
@@ -68,12 +60,13 @@ def run(args: argparse.Namespace) -> int:
     if use_tui(args):
         from trainscope.tui.plan_app import PlanApp
 
-        PlanApp(cfg, dev, threshold_pct=threshold, limit=max(0, args.options)).run()
+        PlanApp(result.config, result.device, threshold_pct=result.threshold_pct,
+                limit=max(0, args.options)).run()
         return EXIT_OK
     if args.format == "json":
         sys.stdout.write(to_json(doc))
     elif args.format == "markdown":
-        sys.stdout.write(render_plan_markdown(doc))
+        sys.stdout.write(result.to_markdown())
     else:
-        sys.stdout.write(render_plan_text(doc))
+        sys.stdout.write(result.to_text())
     return EXIT_OK
