@@ -265,9 +265,9 @@ class Report:
         return self.to_markdown()
 
     def _repr_html_(self) -> str:
-        from trainscope.reports.html import render_html_fragment
+        from trainscope.reports.html import render_html_cell
 
-        return render_html_fragment(self.to_dict(), self.main_trace, self.main)
+        return render_html_cell(self.to_dict(), self.main_trace, self.main)
 
     def __str__(self) -> str:
         return self.to_text()
