@@ -1,6 +1,6 @@
 """The live diagnosis: D·A·M verdicts from a sliding window of sampled counters (``trainscope watch``).
 
-DIAGNOSIS.md's live rules, in order of the textbook flowchart (seed 000 lines 2078–2154) with the
+The live rules of docs/diagnosis.md, in order of the textbook flowchart (Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Pipeline Optimizations › Systematic Optimization Framework) with the
 corrections of §2:
 
 1. While the GPU is starved (time-weighted utilization below ``gpu_busy.saturated``), the verdict is
