@@ -34,9 +34,10 @@ if TYPE_CHECKING:  # the heavy modules load on first use, so `import trainscope.
 
 __all__ = [
     # analysis
-    "analyze", "Report", "run_deep", "check_deep_available",
+    "analyze", "Report", "run_deep", "check_deep_available", "model_ledger",
     # comparison, planning, memory, live
-    "diff", "DiffResult", "plan", "PlanResult", "memory", "MemoryReport", "watch", "Watch", "LiveSample",
+    "diff", "gate", "DiffResult", "plan", "plan_config", "resolve_device", "PlanResult", "memory", "MemoryReport",
+    "watch", "Watch", "LiveSample", "live_analyzer", "open_recording",
     # where users are
     "on_trace_ready",
     # errors and exit codes
@@ -155,6 +156,7 @@ class Report:
     stragglers: dict | None = field(default=None, repr=False)
     deep: dict | None = field(default=None, repr=False)
     ledger: Any = field(default=None, repr=False)  # analyzers.ledger.Ledger, with model=…
+    straggler_analysis: Any = field(default=None, repr=False)  # analyzers.stragglers result, several ranks
 
     # the main rank, typed
     @property
@@ -351,7 +353,8 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
         from trainscope.analyzers.stragglers import detect_stragglers
         from trainscope.reports.deep import stragglers_dict
 
-        report.stragglers = stragglers_dict(detect_stragglers(traces.traces, analyses, rules))
+        report.straggler_analysis = detect_stragglers(traces.traces, analyses, rules)
+        report.stragglers = stragglers_dict(report.straggler_analysis)
     if deep:
         run_deep(report, deep_step, progress)
     return report
@@ -423,6 +426,20 @@ class DiffResult:
         return self.to_markdown()
 
 
+def gate(result: "DiffResult | RunDiff", metric: str = "step_p50", fail_if_slower: float = 0.0) -> DiffResult:
+    """Check (or re-check) the gate on an existing comparison. Raises :class:`BadInput` when the
+    metric cannot be measured in one of the runs."""
+    from trainscope.analyzers.diff import GATE_METRICS, GateUnavailable, check_gate
+
+    d = result.diff if isinstance(result, DiffResult) else result
+    if metric not in GATE_METRICS:
+        raise BadInput(f"unknown metric {metric!r} (one of: {', '.join(GATE_METRICS)})")
+    try:
+        return DiffResult(d, check_gate(d, metric, fail_if_slower))
+    except GateUnavailable as e:
+        raise BadInput(str(e)) from None
+
+
 def diff(before: "str | os.PathLike", after: "str | os.PathLike", *, rules: "Rules | None" = None,
          thresholds: Mapping[str, float] | None = None, metric: str = "step_p50",
          fail_if_slower: float | None = None, progress: Progress | None = None) -> DiffResult:
@@ -430,7 +447,7 @@ def diff(before: "str | os.PathLike", after: "str | os.PathLike", *, rules: "Rul
     memory, percentage points for shares) the gate on ``metric`` is checked: see
     :attr:`DiffResult.regressed` and :meth:`DiffResult.check`. Raises :class:`BadInput`."""
     from trainscope.analyzers.analysis import analyze_set
-    from trainscope.analyzers.diff import GATE_METRICS, GateUnavailable, check_gate, diff_runs, summarize_run
+    from trainscope.analyzers.diff import GATE_METRICS, diff_runs, summarize_run
 
     rules = _rules(rules, thresholds)
     if metric not in GATE_METRICS:
@@ -449,13 +466,7 @@ def diff(before: "str | os.PathLike", after: "str | os.PathLike", *, rules: "Rul
         except BadInput as e:
             raise BadInput(f"{label}: {e}") from None
     d = diff_runs(runs[0], runs[1], rules)
-    gate = None
-    if fail_if_slower is not None:
-        try:
-            gate = check_gate(d, metric, fail_if_slower)
-        except GateUnavailable as e:
-            raise BadInput(str(e)) from None
-    return DiffResult(d, gate)
+    return gate(d, metric, fail_if_slower) if fail_if_slower is not None else DiffResult(d)
 
 
 # --- plan -----------------------------------------------------------------------------------------

@@ -134,9 +134,9 @@ class DiffApp(BackgroundLoading, App[int]):
         self.query_one("#tabs").display = False
         if self.diff is not None:
             if self.gate is None and self.fail_if_slower is not None:
-                from trainscope.analyzers.diff import check_gate
+                from trainscope import api
 
-                self.gate = check_gate(self.diff, self.metric, self.fail_if_slower)
+                self.gate = api.gate(self.diff, self.metric, self.fail_if_slower).gate
             self.show_diff(self.diff, self.gate)
         else:
             self.query_one("#loading-stage", Static).update("reading BEFORE…")
