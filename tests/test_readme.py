@@ -138,3 +138,21 @@ def test_readme_examples_run_from_a_fresh_clone(clone):
     assert not failures, "\n".join(failures)
     assert ran >= 12
     assert len(skipped) <= 3, skipped
+
+
+def test_the_conventions_are_read_as_documented():
+    text = ("```sh\ntrainscope diff a b --fail-if-slower 5   # exit 3: a regression\n"
+            "echo '# not a comment' && true\n"
+            "python -m slow_job   # slow: " + NOT_RUN + "\n```\n"
+            "```text\n$ cd runs\noutput line\n$ false   # exit 1\n```\n")
+    ex = examples(text)
+    assert [(e.text, e.expect, bool(e.skip)) for e in ex] == [
+        ("trainscope diff a b --fail-if-slower 5", 3, False),
+        ("echo '# not a comment' && true", 0, False),
+        ("python -m slow_job", 0, True),
+        ("cd runs", 0, False),
+        ("false", 1, False),
+    ]
+    assert _without_pip_install('pip install -e ".[test]" && python -m pytest') == "python -m pytest"
+    with pytest.raises(AssertionError):
+        _without_pip_install("pip install torch && true")  # the README installs only from the checkout
