@@ -1,5 +1,8 @@
 """Compatibility: the live sample models live in :mod:`trainscope.traces.samples` (the trace model
 package, which analyzers may import); this module re-exports them for collectors and old imports."""
-from trainscope.traces.samples import *  # noqa: F401,F403
-from trainscope.traces.samples import (HOST_DEVICE, THROTTLE_REASONS, GpuProcess, GpuSample, HostSample,  # noqa: F401
-                                       ProcessGroup, Snapshot, StepSample, counter_rows, snapshot_from_counters)
+from trainscope.traces.samples import (HOST_DEVICE, THROTTLE_REASONS, GpuProcess, GpuSample, HostSample,
+                                       ProcessGroup, Snapshot, StepSample, counter_rows, snapshot_from_counters,
+                                       trace_snapshots)
+
+__all__ = ["HOST_DEVICE", "THROTTLE_REASONS", "GpuProcess", "GpuSample", "HostSample", "ProcessGroup", "Snapshot",
+           "StepSample", "counter_rows", "snapshot_from_counters", "trace_snapshots"]

@@ -209,7 +209,7 @@ def snapshot_from_counters(t: float, rows: Iterable[tuple[int, str, float]], nam
 
 
 __all__ = ["GpuProcess", "GpuSample", "HostSample", "ProcessGroup", "Snapshot", "StepSample", "HOST_DEVICE",
-           "counter_rows", "snapshot_from_counters"]
+           "THROTTLE_REASONS", "counter_rows", "snapshot_from_counters", "trace_snapshots"]
 
 
 def trace_snapshots(trace) -> list:

@@ -18,7 +18,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 if TYPE_CHECKING:  # the heavy modules load on first use, so `import trainscope.api` stays cheap
     from trainscope.analyzers.analysis import Analysis

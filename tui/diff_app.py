@@ -183,9 +183,9 @@ class DiffApp(BackgroundLoading, App[int]):
         self.query_one("#keybar", KeyBar).update(HINTS["summary"])
 
     def document(self) -> dict:
-        from trainscope.reports.diff_document import build_diff_document
+        from trainscope.api import DiffResult
 
-        return build_diff_document(self.diff, self.gate)
+        return DiffResult(self.diff, self.gate).to_dict()
 
     # -- actions ------------------------------------------------------------------------------------
 

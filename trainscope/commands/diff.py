@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_app(args: argparse.Namespace, rules) -> int:
     """The side-by-side app; after it closes, the same gate line and exit code as without it."""
-    from trainscope.reports.diff_document import build_diff_document
+    from trainscope.api import DiffResult
     from trainscope.tui.diff_app import DiffApp
 
     app = DiffApp(args.before, args.after, rules=rules, metric=args.metric, fail_if_slower=args.fail_if_slower,
@@ -137,7 +137,7 @@ def _run_app(args: argparse.Namespace, rules) -> int:
         return code
     if args.json_out:
         try:
-            write_atomic(args.json_out, to_json(build_diff_document(app.diff, app.gate)))
+            write_atomic(args.json_out, to_json(DiffResult(app.diff, app.gate).to_dict()))
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
