@@ -254,3 +254,16 @@ def test_import_is_cheap():
     code = "import sys, trainscope.api; print(sorted(m for m in sys.modules if m.startswith('trainscope.')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert eval(out) == ["trainscope.api"]
+
+
+def test_watch_follows_a_live_process_until_it_exits():
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    try:
+        with ts.watch(pid=job.pid, interval=0.25, duration=30) as live:
+            samples = list(live)  # ends when the process exits, long before the 30 s limit
+    finally:
+        job.wait(timeout=30)
+    assert samples and all(s.snapshot.host is not None for s in samples)
+    assert samples[-1].status.state in ("warming_up", "ready") and live.summary() is not None
+    with pytest.raises(ts.BadInput, match="no process"):
+        ts.watch(pid=2**22 + 12345)
