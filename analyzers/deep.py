@@ -29,7 +29,7 @@ from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.steps import DATA_WAIT, Step, StepSegmentation
 from trainscope.traces.model import Trace
 
-INSTALL_HINT = "pip install 'trainscope[hta]'"
+INSTALL_HINT = "pip install 'trainscope-dam[hta]'"
 # HTA 0.6.1's critical path builds pandas query strings with a literal ``nan``, which pandas 3
 # rejects ("name 'nan' is not defined"); the extra pins pandas<3.
 SUPPORTED = "traceinsight 0.6.1 with pandas < 3"

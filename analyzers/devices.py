@@ -23,12 +23,12 @@ class DeviceSpec:
 
 DEVICE_TABLE: tuple[DeviceSpec, ...] = (
     DeviceSpec("H100 SXM", r"H100.*(SXM|HBM3)|H100$", 989.0, 67.0, 3350.0,
-               "seed 000 (989 TFLOP/s, 3.35 TB/s); NVIDIA H100 datasheet (FP32 67 TFLOP/s)"),
+               "Machine Learning Systems (mlsysbook.ai), Model Training chapter (989 TFLOP/s, 3.35 TB/s); NVIDIA H100 datasheet (FP32 67 TFLOP/s)"),
     DeviceSpec("H100 PCIe", r"H100.*PCIe", 756.0, 51.0, 2000.0, "NVIDIA H100 datasheet (PCIe)"),
     DeviceSpec("A100", r"A100", 312.0, 19.5, 2039.0,
-               "seed 000 (312 TFLOP/s, 2,039 GB/s); NVIDIA A100 datasheet (FP32 19.5 TFLOP/s)"),
+               "Machine Learning Systems (mlsysbook.ai), Model Training chapter (312 TFLOP/s, 2,039 GB/s); NVIDIA A100 datasheet (FP32 19.5 TFLOP/s)"),
     DeviceSpec("V100", r"V100", 125.0, 15.7, 900.0,
-               "seed 000 (125 TFLOP/s, 900 GB/s); NVIDIA V100 datasheet (SXM2 FP32 15.7 TFLOP/s)"),
+               "Machine Learning Systems (mlsysbook.ai), Model Training chapter (125 TFLOP/s, 900 GB/s); NVIDIA V100 datasheet (SXM2 FP32 15.7 TFLOP/s)"),
     DeviceSpec("RTX 2080 Ti", r"2080 ?Ti", 53.8, 13.4, 616.0,
                "NVIDIA Turing architecture whitepaper, Appendix A (FP16 tensor with FP32 accumulate)"),
     DeviceSpec("RTX 3090", r"3090", 71.0, 35.6, 936.0,

@@ -1,5 +1,5 @@
 """Before and after: what a change did to a training run (the textbook's profile → fix →
-re-profile loop, seed 000 lines 2072–2155). Pure functions from two analyzed inputs to dataclasses.
+re-profile loop, Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Pipeline Optimizations › Systematic Optimization Framework). Pure functions from two analyzed inputs to dataclasses.
 
 Each side is the pace-setting rank of its input (the slowest median step, as in ``analyze``).
 Kernel times are compared per step, so runs that profiled different numbers of steps still

@@ -1,4 +1,4 @@
-"""Hardware counters as compute- versus memory-bound evidence (DIAGNOSIS.md §2.3).
+"""Hardware counters as compute- versus memory-bound evidence (docs/diagnosis.md §2.3).
 
 Nsight Systems samples them with ``nsys profile --gpu-metrics-devices=all`` (table
 ``GPU_METRICS``): "SMs Active", "Tensor Active" and "DRAM Read/Write Bandwidth", each a

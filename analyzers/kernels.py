@@ -14,7 +14,7 @@ import numpy as np
 from trainscope.traces.model import Trace
 
 # (class, regex). High-intensity classes do many FLOPs per byte moved; low-intensity ones are
-# limited by memory bandwidth (DIAGNOSIS.md §2.3; seed 000 lines 1176–1274, the roofline).
+# limited by memory bandwidth (docs/diagnosis.md §2.3; Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Arithmetic Intensity, the roofline).
 KERNEL_CLASS_RULES: tuple[tuple[str, str], ...] = (
     ("communication", r"nccl|rccl|all_?reduce|allgather|all_?to_?all|reduce_?scatter|c10d|gloo"),
     ("attention", r"flash|fmha|attention|sdpa|_mha_|mha_fwd|mha_bwd|efficient_attention"),

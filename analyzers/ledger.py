@@ -2,14 +2,15 @@
 
 ``ledger(config)`` adds up weights, gradients, the FP32 master copy, optimizer state and
 activations per GPU; ``fit(ledger, device)`` says whether that fits a device. Everything is in
-the seeds' unit, decimal gigabytes (1 GB = 10⁹ bytes): "1.5 B parameters × 4 bytes = 6 GB".
+the sources' unit, decimal gigabytes (1 GB = 10⁹ bytes): "1.5 B parameters × 4 bytes = 6 GB".
 
 Bytes per parameter come from the table below, each row with its source. Activations are either
-a *measured* figure the user passes (the way the GPT-2 walkthrough of seed 000 passes "65 GB in
+a *measured* figure the user passes (the way the GPT-2 walkthrough of Machine Learning Systems
+(mlsysbook.ai), Model Training chapter, §GPT-2 Optimization Walkthrough, passes "65 GB in
 FP32 at batch 32"), scaled to the plan's micro-batch and precision, or *estimated* from a
 Transformer's shape with the per-layer formula of Korthikanti et al. 2022 ("Reducing Activation
 Recomputation in Large Transformer Models", §4), the accounting the Ultra-Scale Playbook
-(seeds 003, 004) is built on. Why that formula and not the others the seeds use: see
+(Hugging Face) is built on. Why that formula and not the others the sources use: see
 ``ACTIVATION_FORMULA`` and docs/memory.md.
 """
 from __future__ import annotations
@@ -36,12 +37,12 @@ class Precision:
 
 PRECISIONS: dict[str, Precision] = {p.key: p for p in (
     Precision("fp32", "FP32", 4, 4, 0, 4,
-              "seed 000 lines 819–899 (GPT-2: 1.5 B × 4 bytes = 6 GB weights, 6 GB gradients)"),
+              "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (GPT-2: 1.5 B × 4 bytes = 6 GB weights, 6 GB gradients)"),
     Precision("mixed", "FP16/BF16 mixed, FP32 master weights", 2, 2, 4, 2,
-              "seed 002 (16Ψ: 2Ψ fp16 weights + 2Ψ fp16 gradients + 12Ψ fp32 master and Adam state); "
-              "seed 000 lines 3193–3303 (AMP: FP16 weights and gradients, FP32 master copy)"),
+              "ZeRO (Rajbhandari et al. 2020): 16Ψ = 2Ψ fp16 weights + 2Ψ fp16 gradients + 12Ψ fp32 master and Adam state; "
+              "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §GPT-2 Optimization Walkthrough (AMP: FP16 weights and gradients, FP32 master copy)"),
     Precision("mixed-fp32-grads", "FP16/BF16 mixed, FP32 master weights and FP32 gradient accumulation", 2, 6, 4, 2,
-              "seed 004 (20Ψ: 2Ψ bf16 weights + (2 + 4)Ψ gradients incl. FP32 accumulation + 12Ψ master and state)"),
+              "the Ultra-Scale Playbook (Hugging Face): 20Ψ = 2Ψ bf16 weights + (2 + 4)Ψ gradients incl. FP32 accumulation + 12Ψ master and state"),
 )}
 
 
@@ -56,14 +57,14 @@ class Optimizer:
 
 OPTIMIZERS: dict[str, Optimizer] = {o.key: o for o in (
     Optimizer("sgd", "SGD", 0, "none",
-              "seed 000 tbl-optimizer-properties (SGD: 1× model size, no state)"),
+              "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (SGD: 1× model size, no state)"),
     Optimizer("momentum", "SGD with momentum", 4, "velocity (FP32)",
-              "seed 000 tbl-optimizer-properties (momentum: 2×, one velocity per parameter)"),
+              "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (momentum: 2×, one velocity per parameter)"),
     Optimizer("adam", "Adam/AdamW", 8, "m and v (FP32)",
-              "seed 000 lines 819–899 (Adam state: 1.5 B × 8 bytes = 12 GB; 3× SGD); AdamW adds no memory (seed 000)"),
+              "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (Adam state: 1.5 B × 8 bytes = 12 GB; 3× SGD; AdamW adds no memory)"),
     Optimizer("adam8bit", "8-bit Adam", 2, "m and v quantized to 8 bits",
               "Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization (1 byte per state value; "
-              "block constants ≈ 0.2 % more, ignored); seed 000 names 8-bit Adam for its 4× smaller state"),
+              "block constants ≈ 0.2 % more, ignored); the textbook names 8-bit Adam for its 4× smaller state"),
 )}
 OPTIMIZER_ALIASES = {"adamw": "adam", "adam-8bit": "adam8bit", "8bit-adam": "adam8bit", "sgd-momentum": "momentum"}
 PRECISION_ALIASES = {"fp16": "mixed", "bf16": "mixed", "amp": "mixed", "mixed-fp32grad": "mixed-fp32-grads"}
@@ -71,18 +72,18 @@ PRECISION_ALIASES = {"fp16": "mixed", "bf16": "mixed", "amp": "mixed", "mixed-fp
 # ── recomputation and sharding costs ───────────────────────────────────────────────────────
 
 RECOMPUTE_FULL_PCT = 33.0
-RECOMPUTE_FULL_SOURCE = "seed 000 lines 3193–3303 (checkpointing costs 33 % more compute; seed 003: 30–40 %)"
+RECOMPUTE_FULL_SOURCE = "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §GPT-2 Optimization Walkthrough (checkpointing costs 33 % more compute); the Ultra-Scale Playbook (Hugging Face): 30–40 %"
 RECOMPUTE_SELECTIVE_PCT = 2.7
-RECOMPUTE_SELECTIVE_SOURCE = "seed 004 (selective recomputation: +2.7 % compute, −70 % activation memory)"
+RECOMPUTE_SELECTIVE_SOURCE = "Korthikanti et al. 2022 via the Ultra-Scale Playbook (selective recomputation: +2.7 % compute, −70 % activation memory)"
 # With a measured activation total the layer structure is unknown, so checkpointing applies the
-# seeds' own reduction factors to it.
-MEASURED_EVERY_K_SOURCE = "seed 000 lines 3193–3303 (checkpointing every 4 layers → 4× less activation memory)"
+# sources' own reduction factors to it.
+MEASURED_EVERY_K_SOURCE = "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §GPT-2 Optimization Walkthrough (checkpointing every 4 layers → 4× less activation memory)"
 MEASURED_SELECTIVE_KEEP = 0.30
-MEASURED_SELECTIVE_SOURCE = "seeds 003/004 (selective recomputation cuts activation memory by about 70 %)"
+MEASURED_SELECTIVE_SOURCE = "the Ultra-Scale Playbook; Korthikanti et al. 2022 (selective recomputation cuts activation memory by about 70 %)"
 SGD_STEPS_FACTOR = 3.0
-SGD_STEPS_SOURCE = "seed 000 (GPT-2 converges in ~50K steps with Adam vs ~150K+ with SGD+momentum)"
-ZERO_SOURCE = ("seed 003 (ZeRO-1 shards optimizer state, ZeRO-2 adds gradients, ZeRO-3/FSDP adds parameters, "
-               "each to 1/N); the FP32 master copy is part of the optimizer state (seed 002: 12Ψ)")
+SGD_STEPS_SOURCE = "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (GPT-2 converges in ~50K steps with Adam vs ~150K+ with SGD+momentum)"
+ZERO_SOURCE = ("ZeRO (Rajbhandari et al. 2020); the Ultra-Scale Playbook (Hugging Face) (ZeRO-1 shards optimizer state, ZeRO-2 adds gradients, ZeRO-3/FSDP adds parameters, "
+               "each to 1/N); the FP32 master copy is part of the optimizer state (ZeRO: 12Ψ)")
 
 ACTIVATION_FORMULA = (
     "per layer s·b·h·(16e + 2d) + a·s²·b·(e + d·(e + 1)) bytes [+ the s²-term only for eager attention], "
@@ -90,9 +91,9 @@ ACTIVATION_FORMULA = (
     "FP32 logits; e = bytes per activation, d = 1 with dropout (1-byte masks)")
 ACTIVATION_SOURCE = (
     "Korthikanti et al. 2022 §4 (34·s·b·h + 5·a·s²·b bytes per layer at 16 bit), the accounting of the Ultra-Scale "
-    "Playbook (seeds 003, 004), generalized to e bytes per value; followed because it counts every tensor a "
-    "Transformer layer saves for backward and models heads and selective recomputation. Seed 000's callout "
-    "(attention + MLP outputs + 10 MB per layer) omits the attention scores, norms and masks, and seed 002's "
+    "Playbook, generalized to e bytes per value; followed because it counts every tensor a "
+    "Transformer layer saves for backward and models heads and selective recomputation. The textbook's callout "
+    "(Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Activation Memory Requirements: attention + MLP outputs + 10 MB per layer) omits the attention scores, norms and masks, and the "
     "~60 GB for GPT-2 at batch 32 is the ZeRO paper's 12·h·b·s·L coarse count")
 
 
@@ -179,7 +180,7 @@ _ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 def transformer_params(layers: int, hidden: int, vocab: int) -> float:
     """h·v + L·(12h² + 13h) + 2h: embeddings (tied with the output), per layer attention (4h² + 4h),
-    MLP (8h² + 5h) and two norms (4h), and the final norm (seed 003; the Ultra-Scale Playbook)."""
+    MLP (8h² + 5h) and two norms (4h), and the final norm (the Ultra-Scale Playbook)."""
     return float(hidden * vocab + layers * (12 * hidden**2 + 13 * hidden) + 2 * hidden)
 
 
@@ -240,7 +241,7 @@ def ledger(config: PlanConfig) -> Ledger:
         n, n_src = float(cfg.params), "given"
     else:
         n = transformer_params(cfg.layers, cfg.hidden, cfg.vocab)  # type: ignore[arg-type]
-        n_src = f"h·v + L·(12h² + 13h) + 2h with L={cfg.layers}, h={cfg.hidden}, v={cfg.vocab} (seed 003)"
+        n_src = f"h·v + L·(12h² + 13h) + 2h with L={cfg.layers}, h={cfg.hidden}, v={cfg.vocab} (the Ultra-Scale Playbook)"
     N = cfg.gpus
     shard_opt = N if cfg.zero >= 1 else 1
     shard_grad = N if cfg.zero >= 2 else 1
@@ -279,7 +280,7 @@ def ledger(config: PlanConfig) -> Ledger:
         rpct, rsrc = 0.0, ""
     if cfg.checkpoint == "selective" and act.method == "estimated" and cfg.attention == "flash":
         notes.append("selective recomputation saves nothing with FlashAttention/SDPA: the attention scores are "
-                     "never stored (seed 004: FlashAttention is selective recomputation)")
+                     "never stored (the Ultra-Scale Playbook: FlashAttention is selective recomputation)")
         rpct, rsrc = 0.0, "FlashAttention already recomputes the attention core"
     return Ledger(cfg, n, n_src, items, act, rpct, rsrc, notes)
 
@@ -458,7 +459,7 @@ def _cost(cfg: PlanConfig, new: PlanConfig, lg: Ledger, extra_gpus: int = 0) -> 
     conv = numerics = comm = None
     if new.optimizer != cfg.optimizer:
         if new.optimizer in ("sgd", "momentum") and cfg.optimizer in ("adam", "adam8bit"):
-            conv = f"~{SGD_STEPS_FACTOR:g}× more steps to converge (seed 000: Adam ~50K vs SGD+momentum ~150K+)"
+            conv = f"~{SGD_STEPS_FACTOR:g}× more steps to converge (the textbook: Adam ~50K vs SGD+momentum ~150K+)"
         elif new.optimizer == "sgd":
             conv = "no momentum: slower convergence"
         elif new.optimizer == "adam8bit":
@@ -541,6 +542,6 @@ def fit_options(config: PlanConfig, device_name: str, capacity_bytes: float, thr
 
 def _rank(o: FitOption) -> tuple:
     # A plan that fits only above the capacity threshold is a risk (fragmentation, workspace,
-    # seed 002): it ranks after exact plans with headroom but before slower convergence.
+    # the ZeRO paper): it ranks after exact plans with headroom but before slower convergence.
     k = o.cost.key()
     return (k[0], k[1], o.fit.tight) + k[2:]

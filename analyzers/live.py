@@ -1,6 +1,6 @@
 """The live diagnosis: D·A·M verdicts from a sliding window of sampled counters (``trainscope watch``).
 
-DIAGNOSIS.md's live rules, in order of the textbook flowchart (seed 000 lines 2078–2154) with the
+The live rules of docs/diagnosis.md, in order of the textbook flowchart (Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Pipeline Optimizations › Systematic Optimization Framework) with the
 corrections of §2:
 
 1. While the GPU is starved (time-weighted utilization below ``gpu_busy.saturated``), the verdict is
@@ -28,7 +28,7 @@ import numpy as np
 
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.verdict import Evidence, Finding, Verdict
-from trainscope.collectors.samples import THROTTLE_REASONS, Snapshot
+from trainscope.traces.samples import THROTTLE_REASONS, Snapshot
 
 WARMING_UP, READY = "warming_up", "ready"
 
@@ -606,7 +606,7 @@ def counters_diagnosis(trace, rules: Rules):
     """``trainscope analyze`` on a counters-only trace (recording or nvidia-smi CSV): the live rules
     over the whole run, as analyze's findings, verdict and recommendations, plus a note."""
     from trainscope.analyzers.recommendations import Recommendation
-    from trainscope.collectors.live_trace import trace_snapshots
+    from trainscope.traces.samples import trace_snapshots
 
     snaps = trace_snapshots(trace)
     st = evaluate(snaps, rules)

@@ -1,6 +1,6 @@
 """Model FLOPs utilization, when the trace carries FLOP counts (``with_flops=True``).
 
-MFU = FLOPs per step × steps per second / peak FLOP/s (seed 000, eq. mfu, lines 2033–2040).
+MFU = FLOPs per step × steps per second / peak FLOP/s (Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Identifying Bottlenecks).
 The FLOPs are those the profiler counts for matmul/convolution operators; the peak is the dense
 FP16/BF16 tensor peak of the device table, or ``--peak-tflops``.
 """

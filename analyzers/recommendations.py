@@ -3,7 +3,7 @@
 Every projection is an upper bound and says so. Removing a cause that idles the GPU cannot make
 the step shorter than the GPU's own busy time, so idle-cause projections are
 ``T / max(T − removed, T_busy)``. Mixed precision on a GEMM share ``g`` with tensor-core speedup
-``s`` gives ``1 / ((1 − g) + g / s)`` (DIAGNOSIS.md §4, Amdahl's law).
+``s`` gives ``1 / ((1 − g) + g / s)`` (docs/diagnosis.md §4, Amdahl's law).
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Every threshold a verdict uses: one table, each with its default, unit and source.
 
-The values come from ``shared/design/DIAGNOSIS.md`` §3 (evidence grades from XProf, the
-TensorBoard profiler plugin, SageMaker Debugger and HTA) and the textbook (seed 000). Where no
+The values come from docs/diagnosis.md §3 (evidence grades from XProf, the
+TensorBoard profiler plugin, SageMaker Debugger and HTA) and the textbook (Machine Learning Systems,
+mlsysbook.ai, Model Training chapter). Where no
 published number exists, the entry says it is trainscope's own default. Users override any of
 them with ``--threshold NAME=VALUE``.
 """
@@ -37,18 +38,18 @@ _TABLE: tuple[Threshold, ...] = (
     Threshold("gpu_busy.low", 50.0, "% of step time", "GPU busy below this is low utilization",
               "TensorBoard profiler plugin"),
     Threshold("gpu_busy.saturated", 70.0, "% of step time", "at or above this the GPU is not starved",
-              "textbook decision flowchart: utilization ≥ 70 % is not data-bound (seed 000 lines 2078–2154)"),
+              "decision flowchart, Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Pipeline Optimizations › Systematic Optimization Framework: utilization ≥ 70 % is not data-bound"),
     Threshold("kernel_mix.dominant", 60.0, "% of kernel time",
               "a kernel-intensity group (GEMM/conv/attention vs elementwise/norm/softmax/reduction) dominates",
-              "trainscope default; DIAGNOSIS.md §2.3 names the kernel mix as the evidence but no number"),
+              "trainscope default; the kernel mix is named as evidence (docs/diagnosis.md §2.3) but no source gives a number"),
     Threshold("memory.capacity", 90.0, "% of device memory", "peak memory near capacity",
               "TensorBoard profiler plugin; textbook flowchart (memory > 90 %)"),
     Threshold("memory.fragmentation", 30.0, "% of reserved memory", "reserved by the allocator but holding no tensor at the reserved peak",
-              "seed 002: in some cases over 30 % of memory is unusable through fragmentation"),
+              "ZeRO (Rajbhandari et al. 2020): in some cases over 30 % of memory is unusable through fragmentation"),
     Threshold("tensor_core.low", 50.0, "% of GEMM/conv/attention time", "matmul time on tensor cores",
-              "trainscope default: below half, mixed precision is the first compute fix (seed 000 §2059 on)"),
+              "trainscope default: below half, mixed precision is the first compute fix (Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Mixed-Precision Training)"),
     Threshold("evidence.min_kernels", 10.0, "kernels", "fewer kernels than this in the analyzed steps is too little to diagnose",
-              "trainscope default: a verdict needs more than a handful of GPU events (DIAGNOSIS.md: never guess)"),
+              "trainscope default: a verdict needs more than a handful of GPU events (never guess)"),
     Threshold("step.outlier_ratio", 1.5, "× median step", "a step this much longer than the median is an outlier",
               "trainscope default"),
     Threshold("pageable_copy.moderate", 1.0, "% of step time", "GPU time in host-to-device copies from pageable memory",
@@ -60,13 +61,13 @@ _TABLE: tuple[Threshold, ...] = (
               "trainscope default; FlashAttention (Dao et al. 2022): standard attention is bound by memory "
               "reads/writes of the L×L matrices"),
     Threshold("gpu_metrics.compute_active", 70.0, "% SM/tensor activity", "compute-bound: SM/tensor activity at least",
-              "DIAGNOSIS.md §2.3 (compute-bound: SM/tensor > 70 % and DRAM < 50 %)"),
+              "Nsight Systems GPU metrics / NVML GPM reading (compute-bound: SM/tensor > 70 % and DRAM < 50 %)"),
     Threshold("gpu_metrics.compute_dram_max", 50.0, "% of peak DRAM bandwidth", "compute-bound: DRAM bandwidth below",
-              "DIAGNOSIS.md §2.3"),
+              "Nsight Systems GPU metrics / NVML GPM reading (docs/diagnosis.md §2.3)"),
     Threshold("gpu_metrics.memory_dram", 70.0, "% of peak DRAM bandwidth", "memory-bound: DRAM bandwidth at least",
-              "DIAGNOSIS.md §2.3 (memory-bound: DRAM > 70 % and SM/tensor < 50 %)"),
+              "Nsight Systems GPU metrics / NVML GPM reading (memory-bound: DRAM > 70 % and SM/tensor < 50 %)"),
     Threshold("gpu_metrics.memory_active_max", 50.0, "% SM/tensor activity", "memory-bound: SM/tensor activity below",
-              "DIAGNOSIS.md §2.3"),
+              "Nsight Systems GPU metrics / NVML GPM reading (docs/diagnosis.md §2.3)"),
     Threshold("diff.noise_pts", 1.0, "percentage points",
               "in `trainscope diff`, a finding's metric must move more than this to count as improved or worse",
               "trainscope default (no published number): a move under one point of step time is not called an effect"),
@@ -91,7 +92,7 @@ _TABLE: tuple[Threshold, ...] = (
               "trainscope default; HTA's straggler analysis ranks by the same late-start signal"),
 )
 
-# Live monitoring (`trainscope watch`): windowed rules over sampled counters (DIAGNOSIS.md §3, "live").
+# Live monitoring (`trainscope watch`): windowed rules over sampled counters (docs/diagnosis.md §3, "live").
 _LIVE_TABLE: tuple[Threshold, ...] = (
     Threshold("live.gpu_idle", 10.0, "% utilization", "GPU utilization below this counts as near idle",
               "SageMaker Debugger CPUBottleneck / IOBottleneck (GPU < 10 %)"),
@@ -106,9 +107,9 @@ _LIVE_TABLE: tuple[Threshold, ...] = (
     Threshold("live.p5_util_fluctuating", 10.0, "% utilization", "p95 above live.p95_util_low and p5 below this: fluctuating",
               "SageMaker Debugger LowGPUUtilization"),
     Threshold("live.gpm_active", 70.0, "%", "SM/tensor (compute-bound) or DRAM (memory-bound) activity at or above this",
-              "DIAGNOSIS.md §2.3 (NVML GPM / Nsight GPU metrics)"),
+              "NVML GPM / Nsight Systems GPU metrics reading (docs/diagnosis.md §2.3)"),
     Threshold("live.gpm_quiet", 50.0, "%", "the other side of the GPM comparison must stay below this",
-              "DIAGNOSIS.md §2.3 (NVML GPM / Nsight GPU metrics)"),
+              "NVML GPM / Nsight Systems GPU metrics reading (docs/diagnosis.md §2.3)"),
     Threshold("live.mem_ctrl_busy", 60.0, "% of time", "without GPM: memory-controller busy at or above this reads as memory-bound",
               "trainscope default (NVML utilization.memory is a time share, weaker evidence than GPM DRAM bandwidth)"),
     Threshold("live.throttle_share", 50.0, "% of samples", "power/thermal clock slowdown in more than this share of samples",

@@ -21,7 +21,7 @@ import numpy as np
 
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.verdict import Evidence, Finding
-from trainscope.collectors.snapshot import ACTIONS, DeviceTrace, Snapshot
+from trainscope.traces.memory_snapshot import ACTIONS, DeviceTrace, Snapshot
 
 A = {a: i for i, a in enumerate(ACTIONS)}
 _PY_SKIP = ("torch/nn/modules/module.py", "torch/utils/", "torch/autograd/", "torch/_", "torch/optim/optimizer.py")
@@ -239,7 +239,7 @@ def snapshot_findings(mem: list[DeviceSnapshotMemory], capacity_bytes: float | N
         if m.oom_events:
             out.append(Finding("machine/capacity", "machine", "high", f"GPU {m.device} ran out of memory", 0.0,
                                [Evidence("out-of-memory events in the trace", m.oom_events, "events", "OOM seen",
-                                         "DIAGNOSIS.md §3 (OOM seen: high)", True), frag_ev],
+                                         "TensorBoard profiler plugin; the textbook's decision flowchart (OOM seen: high)", True), frag_ev],
                                "the allocator could not satisfy a request"))
         elif capacity_bytes:
             pct = 100.0 * m.peak_reserved / capacity_bytes

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainscope.collectors.memory_timeline import CATEGORIES, MemoryTimeline
+from trainscope.traces.memory_timeline import CATEGORIES, MemoryTimeline
 
 
 @dataclass(frozen=True)

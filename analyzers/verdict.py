@@ -1,8 +1,8 @@
-"""Findings and the D·A·M verdict (DIAGNOSIS.md §1–§4).
+"""Findings and the D·A·M verdict (docs/diagnosis.md §1–§4).
 
 Findings name a specific cause with its evidence and the share of step time it accounts for
-("stake"). The verdict follows the textbook's flowchart (seed 000 lines 2078–2154), with the
-corrections of DIAGNOSIS.md §2: while the GPU is starved (busy below ``gpu_busy.saturated``) the
+("stake"). The verdict follows the textbook's flowchart (Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Pipeline Optimizations › Systematic Optimization Framework), with the
+corrections of docs/diagnosis.md §2: while the GPU is starved (busy below ``gpu_busy.saturated``) the
 primary axis is the largest *explained* idle cause — Data only with positive evidence of input
 waits; once the GPU is saturated, the kernel mix decides compute-bound (Algorithm) versus
 memory-bound (Machine), unless a high-severity cause such as unoverlapped communication

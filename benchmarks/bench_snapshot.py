@@ -1,4 +1,4 @@
-"""Time and memory of `trainscope memory` on a CUDA snapshot: the real 3.2 MB one, and the same
+"""Time and memory of `trainscope memory` on a CUDA snapshot: the real 3.7 MB one, and the same
 trace repeated to make a larger one (a busy job's snapshot with max_entries=100k+ is 10–100 MB).
 
     python benchmarks/bench_snapshot.py [REPEAT]
@@ -18,7 +18,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SNAPSHOT = os.path.join(HERE, "..", "tests", "data", "memory", "cs336_train_step_snapshot.pickle.gz")
+SNAPSHOT = os.path.join(HERE, "..", "tests", "data", "memory", "mem_cs336_nothanmin_trainstep.pickle.gz")
 
 
 def measure(path: str) -> None:

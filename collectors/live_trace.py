@@ -9,6 +9,7 @@ from trainscope.collectors.errors import TraceError
 from trainscope.collectors.nvidia_smi_csv import looks_like_nvidia_smi_csv, read_nvidia_smi_csv
 from trainscope.collectors.recording import Recording, is_recording, read_recording
 from trainscope.collectors.samples import counter_rows
+from trainscope.traces.samples import trace_snapshots  # noqa: F401 (moved to the model; re-exported)
 from trainscope.traces.builder import StringTable, TableBuilder
 from trainscope.traces.model import (Annotations, Copies, Counters, CpuOps, Device, Kernels, MemoryEvents, Memsets,
                                      RuntimeCalls, Trace)
@@ -78,24 +79,3 @@ def load_live_trace(path: str, fmt: str) -> Trace:
     if not rec.snapshots:
         raise TraceError(path, "the recording holds no complete sample")
     return recording_to_trace(rec, fmt)
-
-
-def trace_snapshots(trace: Trace) -> list:
-    """Rebuild one snapshot per sample time from a trace's Counters table (the inverse of
-    :func:`recording_to_trace` for every field the live analyzer reads)."""
-    import numpy as np
-
-    from trainscope.collectors.samples import snapshot_from_counters
-
-    c = trace.counters
-    if not len(c):
-        return []
-    names = {d.id: d.name for d in trace.devices}
-    order = np.argsort(c.ts, kind="stable")
-    ts, dev, name, val = c.ts[order], c.device[order], c.name[order], c.value[order]
-    bounds = np.flatnonzero(np.diff(ts)) + 1
-    out = []
-    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(ts)]):
-        rows = ((int(dev[i]), trace.strings[int(name[i])], float(val[i])) for i in range(lo, hi))
-        out.append(snapshot_from_counters(float(ts[lo]) / 1e9, rows, names))
-    return out

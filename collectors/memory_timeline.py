@@ -16,25 +16,12 @@ import gzip
 import json
 import os
 import zlib
-from dataclasses import dataclass
-
 import numpy as np
 
 from trainscope.collectors.errors import TraceError
+from trainscope.traces.memory_timeline import CATEGORIES, MemoryTimeline  # noqa: F401 (the model; re-exported)
 
-CATEGORIES = ("parameter", "optimizer_state", "input", "temporary", "activation", "gradient", "autograd_detail",
-              "unknown")
 DEFAULT_MAX_BYTES = 1 << 30
-
-
-@dataclass
-class MemoryTimeline:
-    """Bytes per category over time: ``bytes[i, c]`` after the i-th time point."""
-
-    path: str
-    layout: str  # "raw" | "coalesced"
-    time_us: np.ndarray  # int64; pre-existing tensors are placed at the first real time
-    bytes: np.ndarray  # int64, shape (times, len(CATEGORIES))
 
 
 def load_memory_timeline(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> MemoryTimeline:

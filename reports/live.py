@@ -10,7 +10,7 @@ from typing import Any
 
 from trainscope import __version__
 from trainscope.analyzers.live import READY, LiveStatus, WindowStats
-from trainscope.collectors.samples import Snapshot
+from trainscope.traces.samples import Snapshot
 from trainscope.reports.document import AXIS_NAMES, HEADLINES, _evidence
 from trainscope.reports.markdown import md_escape
 

@@ -48,7 +48,7 @@ def option_dict(o: FitOption) -> dict[str, Any]:
 
 def build_plan_document(lg: Ledger, device: GpuMemory, f: Fit, options: list[FitOption]) -> dict[str, Any]:
     return {"schema": SCHEMA, "tool": {"name": "trainscope", "version": __version__},
-            "unit": "GB = 10^9 bytes (the seeds' unit); device capacities are GiB as sold",
+            "unit": "GB = 10^9 bytes (the sources' unit); device capacities are GiB as sold",
             "ledger": ledger_dict(lg),
             "device": {"key": device.key, "name": device.name, "capacity_bytes": device.capacity_bytes,
                        "capacity_gb": _gb(device.capacity_bytes), "source": device.source},

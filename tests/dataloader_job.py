@@ -58,6 +58,9 @@ def main(out: str, mode: str, batch: int = 8) -> None:
 
 
 if __name__ == "__main__":
+    import os
+
+    os.makedirs(sys.argv[1], exist_ok=True)  # `python tests/dataloader_job.py OUTDIR …` as the README runs it
     for spec in sys.argv[2:]:  # one process for all runs: torch imports once
         mode, _, batch = spec.partition("@")
         main(f"{sys.argv[1]}/{spec}.pt.trace.json", mode, int(batch or 8))

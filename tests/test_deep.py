@@ -162,7 +162,7 @@ def test_missing_hta_is_one_line_and_exit_2(monkeypatch, capsys):
     assert main(["analyze", str(KINETO / CONTROL), "--deep"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("trainscope: --deep needs Holistic Trace Analysis")
-    assert "pip install 'trainscope[hta]'" in err
+    assert "pip install 'trainscope-dam[hta]'" in err
     # Without --deep nothing needs HTA.
     assert main(["analyze", str(KINETO / CONTROL), "-q", "--format", "json"]) == 0
 

@@ -7,7 +7,7 @@ import sys
 
 from tests.conftest import DATA, KINETO
 
-SNAPSHOT = str(DATA / "memory" / "cs336_train_step_snapshot.pickle.gz")
+SNAPSHOT = str(DATA / "memory" / "mem_cs336_nothanmin_trainstep.pickle.gz")
 WALKTHROUGH = ["--params", "1.5B", "--precision", "fp32", "--batch", "32", "--activations-gb", "65",
                "--activations-precision", "fp32", "--gpu", "v100-32"]
 
@@ -63,11 +63,12 @@ def test_memory_command_on_the_real_snapshot():
     doc = json.loads(p.stdout)
     assert doc["schema"] == "trainscope.memory/1" and doc["input"]["format"] == "cuda_snapshot"
     d = doc["devices"][0]
-    assert d["peak_allocated_bytes"] == 54_802_667_524 and d["peak_reserved_bytes"] == 61_111_009_280
-    assert d["peak_phase"] == "Optimizer.step#AdamW.step" and doc["findings"] == []
+    # Independently: the forward replay of the raw events (tests/test_memory_snapshot.py).
+    assert d["peak_allocated_bytes"] == 22_827_925_508 and d["peak_reserved_bytes"] == 23_842_521_088
+    assert d["peak_phase"] is None and doc["findings"] == []
     t = run("memory", SNAPSHOT)
-    assert "peak allocated     54.80 GB, during Optimizer.step#AdamW.step" in t.stdout
-    assert "10.3 % (fragmentation)" in t.stdout
+    assert "peak allocated     22.83 GB\n" in t.stdout
+    assert "4.3 % (fragmentation)" in t.stdout
 
 
 def test_analyze_points_a_snapshot_to_memory(tmp_path):

@@ -3,7 +3,7 @@
 Each subcommand lives in ``trainscope/commands/<name>.py`` with ``register(subparsers)`` and
 ``run(args) -> int``; add it to COMMANDS below.
 
-Exit codes: 0 success, 2 bad input or usage, 1 internal error (with a one-line message;
+Exit codes (trainscope.api.describe maps errors to them): 0 success, 2 bad input or usage, 3 regression (diff gate), 1 internal error (with a one-line message;
 ``TRAINSCOPE_DEBUG=1`` shows the traceback), 130 interrupted.
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Sequence
 
 from trainscope import __version__
 from trainscope.commands import analyze, diff, memory, plan, thresholds, watch
-from trainscope.common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK
+from trainscope.api import EXIT_INTERRUPTED, TrainscopeError
+from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail_on
 
 # Order is the order in `trainscope --help`.
 COMMANDS = [
@@ -53,18 +54,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except KeyboardInterrupt:
         sys.stderr.write("\ntrainscope: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
+    except TrainscopeError as e:  # bad input (2), regression (3), …: one line, the code the error carries
+        return fail_on(e)
     except BrokenPipeError:
         # `trainscope analyze … | head`: the reader left; not an error of ours.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
-    except MemoryError:
-        sys.stderr.write("trainscope: out of memory\n")
-        return EXIT_INTERNAL
-    except Exception as e:  # a bug: one line, not a traceback, unless asked
-        if os.environ.get("TRAINSCOPE_DEBUG"):
+    except Exception as e:  # a bug (or out of memory): one line, not a traceback, unless asked
+        if os.environ.get("TRAINSCOPE_DEBUG") and not isinstance(e, MemoryError):
             raise
-        sys.stderr.write(f"trainscope: internal error: {type(e).__name__}: {e} "
-                         "(set TRAINSCOPE_DEBUG=1 for the traceback, and please report it)\n")
-        return EXIT_INTERNAL
+        return fail_on(e)

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
+from trainscope.api import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK  # noqa: F401 (the codes live with the errors)
 
 
 class Progress:
@@ -80,15 +80,22 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
     return code
 
 
-def emit_document(doc: dict, args, render_text, render_markdown) -> int:
-    """What every report command does with its document: write ``--report`` (Markdown) and
-    ``--json`` atomically, then print ``--format`` (text by default) on stdout."""
-    for path, render in ((getattr(args, "report", None), render_markdown), (getattr(args, "json_out", None), to_json)):
-        if path:
-            try:
-                write_atomic(path, render(doc))
-            except OSError as e:
-                return fail(f"cannot write {path}: {e.strerror or e}")
+def emit_document(doc: dict, args, render_text, render_markdown, render_report=None) -> int:
+    """What every report command does with its document: write ``--report`` (Markdown, or what
+    ``render_report(path)`` gives for that suffix) and ``--json`` atomically, then print
+    ``--format`` (text by default) on stdout."""
+    report = getattr(args, "report", None)
+    if report:
+        try:
+            write_atomic(report, render_report(report) if render_report else render_markdown(doc))
+        except OSError as e:
+            return fail(f"cannot write {report}: {e.strerror or e}")
+    path = getattr(args, "json_out", None)
+    if path:
+        try:
+            write_atomic(path, to_json(doc))
+        except OSError as e:
+            return fail(f"cannot write {path}: {e.strerror or e}")
     if args.format == "json":
         sys.stdout.write(to_json(doc))
     elif args.format == "markdown":
@@ -98,3 +105,28 @@ def emit_document(doc: dict, args, render_text, render_markdown) -> int:
         sys.stdout.write(render_text(doc, color=color))
     sys.stdout.flush()
     return EXIT_OK
+
+
+def fail_on(exc: BaseException) -> int:
+    """Print the one line :func:`trainscope.api.describe` gives for ``exc``; return its exit code."""
+    from trainscope.api import describe
+
+    message, code = describe(exc)
+    return fail(message, code)
+
+
+def one_line_errors(run):
+    """Decorate a command's ``run(args)``: a :class:`trainscope.api.TrainscopeError` becomes its one
+    line on stderr and its exit code (the same as through ``trainscope.cli.main``)."""
+    import functools
+
+    @functools.wraps(run)
+    def wrapper(args) -> int:
+        from trainscope.api import TrainscopeError
+
+        try:
+            return run(args)
+        except TrainscopeError as e:
+            return fail_on(e)
+
+    return wrapper

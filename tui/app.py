@@ -104,7 +104,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     def __init__(self, path: str, *, session: Session | None = None, loader: Loader | None = None,
                  report_path: str | None = None, rules: Rules | None = None, peak_tflops: float | None = None,
                  decorate: Callable[[dict], dict] | None = None, step_range: str | None = None,
-                 deep: bool = False, deep_step: str | None = None) -> None:
+                 deep: bool = False, deep_step: str | None = None, ledger=None) -> None:
         super().__init__()
         self.path = path
         self.session = session
@@ -115,7 +115,8 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         self.step_range = step_range
         self.deep = deep  # run HTA's critical path (--deep) once the analysis is shown
         self.deep_step = deep_step
-        self.decorate = decorate  # adds optional sections (e.g. the --model ledger) to the report
+        self.decorate = decorate  # adds optional sections to the report
+        self.ledger = ledger  # --model: the planned ledger beside the measured peak
         self.sub_title = os.path.basename(path.rstrip("/"))
         self.exported: list[str] = []
 
@@ -151,48 +152,38 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     # -- loading (worker thread: never touches widgets) ---------------------------------------------
 
     def load(self) -> None:
-        from trainscope.analyzers.range_steps import StepRangeError
-        from trainscope.collectors import TraceError, open_traces
+        from trainscope import api
 
         progress = self._throttled_progress
         try:
             if self.loader is not None:
                 session = self.loader(progress)
             else:
-                traces = open_traces(self.path, progress)
-                session = build_session(self.path, traces, self.rules, self.peak_tflops, progress, self.step_range)
-        except StepRangeError as e:
-            self._post(self.exit, 2, 2, f"trainscope: {self.path}: --step-range: {e}")
-            return
-        except TraceError as e:
-            self._post(self.exit, 2, 2, f"trainscope: {e}")
-            return
-        except (OSError, RecursionError) as e:
-            self._post(self.exit, 2, 2, f"trainscope: {self.path}: cannot read: {getattr(e, 'strerror', None) or e}")
-            return
-        except MemoryError:
-            self._post(self.exit, 1, 1, "trainscope: out of memory while reading the trace")
-            return
-        except Exception as e:  # a bug: one line, as the plain CLI does
-            if not self._leaving:  # not an error of ours when widgets vanish because the user quit
-                self._post(self.exit, 1, 1, f"trainscope: internal error: {type(e).__name__}: {e} (please report it)")
+                session = build_session(self.path, None, self.rules, self.peak_tflops, progress, self.step_range,
+                                        ledger=self.ledger)
+        except Exception as e:  # bad input (2) or a bug (1): the one line the plain CLI prints
+            if isinstance(e, api.BadInput) or not self._leaving:  # widgets vanish when the user quit: not ours
+                message, code = api.describe(e)
+                if isinstance(e, MemoryError):
+                    message = "out of memory while reading the trace"
+                elif not isinstance(e, api.TrainscopeError) and code == 1:
+                    message = f"internal error: {type(e).__name__}: {e} (please report it)"
+                self._post(self.exit, code, code, f"trainscope: {message}")
             return
         self._post(self.show_session, session)
 
     def run_deep(self) -> None:
         """HTA on the report's main rank, in a daemon thread; the result goes to the Deep tab and the report."""
-        from trainscope.analyzers.deep import HTAUnavailable, deep_analysis
-        from trainscope.reports.deep import deep_dict
+        from trainscope import api
 
         s = self.session
-        rank = s.ranks[s.main_rank]
 
         def progress(stage: str, fraction: float | None) -> None:  # the DOM is read on the UI thread
             self._post(lambda: self.query_one(DeepPane).running(stage))
 
         try:
-            result = deep_dict(deep_analysis(rank.trace, rank.analysis, self.rules, self.deep_step, progress))
-        except HTAUnavailable as e:
+            result = api.run_deep(s.report, self.deep_step, progress)
+        except api.DeepUnavailable as e:
             result = {"status": "skipped", "reason": str(e), "unavailable": True}
         except Exception as e:  # HTA is a second opinion: its failure never takes the app down
             result = {"status": "skipped", "reason": f"{type(e).__name__}: {e}", "unavailable": True}
@@ -253,7 +244,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         tabs = self.query_one("#tabs", TabbedContent)
         for tab in ("timeline", "steps", "kernels"):  # sampled counters have no events to draw
             (tabs.hide_tab if counters_only(doc) else tabs.show_tab)(tab)
-        ledger = s.document().get("ledger") if s.decorate else None
+        ledger = s.document().get("ledger") if (s.decorate or s.report.ledger is not None) else None
         if rank.memory or ledger:
             tabs.show_tab("memory")
             self.query_one(MemoryPane).show(rank.memory, rank.timeline.span, ledger)
@@ -306,8 +297,9 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         from trainscope.common import write_atomic
         from trainscope.reports.markdown import render_markdown
 
+        s = self.session
         try:
-            write_atomic(path, render_markdown(self.session.document()))
+            write_atomic(path, render_markdown(s.document()) if s.decorate else s.report.render_for(path))
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
             return

@@ -15,12 +15,13 @@ from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from trainscope.analyzers.diff import GateResult, RunDiff
 from trainscope.analyzers.rules import Rules
+# As `trainscope diff` without the app; interrupted: quit before a requested gate could be checked
+# (never a silent pass).
+from trainscope.api import EXIT_INTERRUPTED, EXIT_REGRESSION
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, keys_text
 from trainscope.tui.diff_panes import DiffBreakdown, DiffSummary, FixOutcomes, KernelDiffPane, base_name
 
 TABS = ("summary", "breakdown", "kernels", "fixes")
-EXIT_REGRESSION = 3  # as `trainscope diff` without the app
-EXIT_INTERRUPTED = 130  # quit before a requested gate could be checked: never a silent pass
 
 KEYS: list[tuple[str, list[tuple[str, str]]]] = [
     ("anywhere", [
@@ -133,9 +134,9 @@ class DiffApp(BackgroundLoading, App[int]):
         self.query_one("#tabs").display = False
         if self.diff is not None:
             if self.gate is None and self.fail_if_slower is not None:
-                from trainscope.analyzers.diff import check_gate
+                from trainscope import api
 
-                self.gate = check_gate(self.diff, self.metric, self.fail_if_slower)
+                self.gate = api.gate(self.diff, self.metric, self.fail_if_slower).gate
             self.show_diff(self.diff, self.gate)
         else:
             self.query_one("#loading-stage", Static).update("reading BEFORE…")
@@ -144,28 +145,26 @@ class DiffApp(BackgroundLoading, App[int]):
     # -- loading (daemon thread: never touches widgets) ---------------------------------------------
 
     def load(self) -> None:
-        from trainscope.commands.diff import DiffInputError, load_diff
+        from trainscope import api
 
         progress = self._throttled_progress
         try:
             if self.loader is not None:
                 diff, gate = self.loader(progress)
             else:
-                diff, gate = load_diff(self.before_path, self.after_path, self.rules, progress, self.metric,
-                                       self.fail_if_slower)
-        except DiffInputError as e:
+                r = api.diff(self.before_path, self.after_path, rules=self.rules, metric=self.metric,
+                             fail_if_slower=self.fail_if_slower, progress=progress)
+                diff, gate = r.diff, r.gate
+        except Exception as e:
             # The caller prints it after the app closes: Textual's exit message would be wrapped at 80 columns.
-            self.error = f"trainscope: {e}"
-            self._post(self.exit, 2, 2)
-            return
-        except MemoryError:
-            self.error = "trainscope: out of memory while reading the runs"
-            self._post(self.exit, 1, 1)
-            return
-        except Exception as e:  # a bug: one line, as the plain CLI does (unless the user already left)
-            if not self._leaving:
-                self.error = f"trainscope: internal error: {type(e).__name__}: {e} (please report it)"
-                self._post(self.exit, 1, 1)
+            if isinstance(e, api.BadInput) or not self._leaving:  # a bug while the user quits is not ours
+                message, code = api.describe(e)
+                if isinstance(e, MemoryError):
+                    message = "out of memory while reading the runs"
+                elif not isinstance(e, api.TrainscopeError) and code == 1:
+                    message = f"internal error: {type(e).__name__}: {e} (please report it)"
+                self.error = f"trainscope: {message}"
+                self._post(self.exit, code, code)
             return
         self._post(self.show_diff, diff, gate)
 
@@ -184,9 +183,9 @@ class DiffApp(BackgroundLoading, App[int]):
         self.query_one("#keybar", KeyBar).update(HINTS["summary"])
 
     def document(self) -> dict:
-        from trainscope.reports.diff_document import build_diff_document
+        from trainscope.api import DiffResult
 
-        return build_diff_document(self.diff, self.gate)
+        return DiffResult(self.diff, self.gate).to_dict()
 
     # -- actions ------------------------------------------------------------------------------------
 

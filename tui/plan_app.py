@@ -19,8 +19,8 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
 
-from trainscope.analyzers.ledger import (PRECISIONS, Fit, FitOption, Ledger, PlanConfig, fit, fit_options,
-                                         ledger, normalize)
+from trainscope import api
+from trainscope.analyzers.ledger import PRECISIONS, Fit, FitOption, Ledger, PlanConfig, ledger, normalize
 from trainscope.analyzers.memory_devices import GPU_MEMORY, GpuMemory
 from trainscope.tui.chrome import HelpScreen, KeyBar, keys_text
 from trainscope.tui.plan_view import activation_note, banner_text, gb2, ledger_bar, toggles_text, verdict_class
@@ -64,12 +64,7 @@ def pin_measured(cfg: PlanConfig) -> PlanConfig:
 
 def plan_document(cfg: PlanConfig, device: GpuMemory, threshold_pct: float, limit: int) -> dict:
     """The ``trainscope.plan/1`` document for a config, exactly as the plan command builds it."""
-    from trainscope.reports.plan import build_plan_document
-
-    lg = ledger(cfg)
-    f = fit(lg, device.name, device.capacity_bytes, threshold_pct)
-    options = fit_options(lg.config, device.name, device.capacity_bytes, threshold_pct, limit=limit) if limit else []
-    return build_plan_document(lg, device, f, options)
+    return api.plan(cfg, device=device, options=limit, threshold_pct=threshold_pct).to_dict()
 
 
 def _next(seq: tuple[str, ...] | list, current, step: int = 1):
@@ -152,8 +147,9 @@ class PlanApp(App[int]):
         self.threshold_pct = threshold_pct
         self.limit = limit
         self.export_path = export_path
-        self.lg: Ledger = ledger(self.initial_config)
-        self.fit: Fit = self._fit(self.lg, device)
+        first = self._plan(self.initial_config, device)
+        self.lg: Ledger = first.ledger
+        self.fit: Fit = first.fit
         self.options: list[FitOption] = []
         self.options_for: tuple[PlanConfig, str] | None = None  # the (config, device) the options belong to
         self.exported: list[str] = []
@@ -165,8 +161,8 @@ class PlanApp(App[int]):
     def device(self) -> GpuMemory:
         return self.devices[self.device_index]
 
-    def _fit(self, lg: Ledger, device: GpuMemory) -> Fit:
-        return fit(lg, device.name, device.capacity_bytes, self.threshold_pct)
+    def _plan(self, cfg: PlanConfig, device: GpuMemory, options: int = 0) -> api.PlanResult:
+        return api.plan(cfg, device=device, options=options, threshold_pct=self.threshold_pct)
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -199,8 +195,8 @@ class PlanApp(App[int]):
         self._recompute()
 
     def _recompute(self) -> None:
-        self.lg = ledger(self.config)
-        self.fit = self._fit(self.lg, self.device)
+        r = self._plan(self.config, self.device)
+        self.lg, self.fit = r.ledger, r.fit
         self._show()
         if self._timer is not None:
             self._timer.stop()
@@ -232,7 +228,7 @@ class PlanApp(App[int]):
         self._search_worker(self.config, self.device)
 
     def _search(self, cfg: PlanConfig, dev: GpuMemory) -> list[FitOption]:
-        return fit_options(cfg, dev.name, dev.capacity_bytes, self.threshold_pct, limit=self.limit)
+        return self._plan(cfg, dev, self.limit).options if self.limit else []
 
     @work(thread=True, exclusive=True, group="options")
     def _search_worker(self, cfg: PlanConfig, dev: GpuMemory) -> None:

@@ -1,5 +1,5 @@
-"""What the analyze app shows, computed off the UI thread: the traces, one analysis per rank,
-the report document, and per-rank views (timeline model, full kernel table) built on demand."""
+"""What the analyze app shows, computed off the UI thread by :mod:`trainscope.api`: the report (traces,
+one analysis per rank, the document), and per-rank views (timeline model, full kernel table) built on demand."""
 from __future__ import annotations
 
 import functools
@@ -7,13 +7,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
+from trainscope import api
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.analysis import Analysis, analyze_set, slowest
+from trainscope.analyzers.analysis import Analysis
 from trainscope.analyzers.kernels import KernelSummary, kernel_classes, kernel_summary
 from trainscope.analyzers.memory_usage import MemoryCurve, memory_curves
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.timeline import TimelineModel
-from trainscope.reports.document import analysis_dict, build_document
+from trainscope.api import Report
+from trainscope.reports.document import analysis_dict
 from trainscope.traces.model import Trace, TraceSet
 
 Progress = Callable[[str, "float | None"], None]
@@ -62,38 +64,67 @@ class RankView:
 
 @dataclass
 class Session:
-    path: str
-    rules: Rules
-    traces: TraceSet
-    analyses: list[Analysis]
+    """The app's state: the :class:`trainscope.api.Report` (what ``trainscope analyze`` reports) and
+    a :class:`RankView` per rank for the screens."""
+
+    report: Report
     ranks: list[RankView] = field(default_factory=list)
-    main_rank: int = 0  # index of the rank the report leads with (the slowest)
-    decorate: Callable[[dict], dict] | None = None  # optional sections the CLI adds (e.g. the --model ledger)
-    stragglers: dict | None = None  # rank directories: the straggler section of the report
-    deep: dict | None = None  # with --deep, once HTA has run: the deep section of the report
+    decorate: Callable[[dict], dict] | None = None  # optional sections a caller adds to the document
+
+    @property
+    def path(self) -> str:
+        return self.report.source
+
+    @property
+    def rules(self) -> Rules:
+        return self.report.rules
+
+    @property
+    def traces(self) -> TraceSet:
+        return self.report.traces
+
+    @property
+    def analyses(self) -> list[Analysis]:
+        return self.report.ranks
+
+    @property
+    def main_rank(self) -> int:  # index of the rank the report leads with (the slowest)
+        return self.report.main_index
+
+    @property
+    def stragglers(self) -> dict | None:
+        return self.report.stragglers
+
+    @property
+    def deep(self) -> dict | None:
+        return self.report.deep
+
+    @deep.setter
+    def deep(self, value: dict | None) -> None:
+        self.report.deep = value
 
     def document(self) -> dict:
         """The same document ``--report``/``--format json`` produce."""
-        doc = build_document(self.path, self.analyses, self.rules, self.traces.warnings, deep=self.deep,
-                             stragglers=self.stragglers)
+        doc = self.report.to_dict()
         return self.decorate(doc) if self.decorate else doc
 
 
-def build_session(path: str, traces: TraceSet, rules: Rules, peak_tflops: float | None = None,
-                  progress: Progress | None = None, step_range: str | None = None) -> Session:
-    """Raises StepRangeError when ``step_range`` names no range in the trace."""
-    if progress:
-        progress("analyzing", None)
-    analyses = analyze_set(traces, rules, peak_tflops, step_range)
-    ranks = [RankView(t, a, rules) for t, a in zip(traces.traces, analyses)]
-    main = analyses.index(slowest(analyses)) if len(analyses) > 1 else 0
-    session = Session(path, rules, traces, analyses, ranks, main)
-    if len(analyses) > 1:
-        from trainscope.analyzers.stragglers import detect_stragglers
-        from trainscope.reports.deep import stragglers_dict
-
-        session.stragglers = stragglers_dict(detect_stragglers(traces.traces, analyses, rules))
+def session_from(report: Report, progress: Progress | None = None) -> Session:
+    """The app's session over an analyzed report; builds the main rank's timeline (the first
+    screens need it) here, off the UI thread."""
+    ranks = [RankView(t, a, report.rules) for t, a in zip(report.traces.traces, report.ranks)]
+    session = Session(report, ranks)
     if progress:
         progress("building the timeline", None)
-    _ = ranks[main].timeline  # the first screens need it: build it here, off the UI thread
+    _ = ranks[report.main_index].timeline
     return session
+
+
+def build_session(path: str, traces: TraceSet | None, rules: Rules, peak_tflops: float | None = None,
+                  progress: Progress | None = None, step_range: str | None = None, ledger=None) -> Session:
+    """:func:`trainscope.api.analyze` on ``traces`` (read from ``path`` when None), as a session.
+    Raises :class:`trainscope.api.BadInput`."""
+    report = api.analyze(traces if traces is not None else path, rules=rules, peak_tflops=peak_tflops,
+                         step_range=step_range, progress=progress, source=path)
+    report.ledger = ledger
+    return session_from(report, progress)

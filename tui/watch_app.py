@@ -20,7 +20,7 @@ from textual.reactive import reactive
 from textual.widgets import Footer, Static
 
 from trainscope.analyzers.live import LiveStatus
-from trainscope.collectors.samples import Snapshot
+from trainscope.traces.samples import Snapshot
 from trainscope.tui.watch_widgets import GpuPanel, HistoryPanel, banner_text, findings_text, host_lines, process_lines
 
 WINDOWS_S = (60.0, 300.0, 900.0, 3600.0)

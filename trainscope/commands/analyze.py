@@ -5,8 +5,8 @@ import argparse
 import os
 import sys
 
-from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, emit_document, positive_float, threshold_arg,
-                               to_json, write_atomic)
+from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, emit_document, one_line_errors, positive_float,
+                               threshold_arg, to_json, write_atomic)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,10 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="examples:\n  trainscope analyze run.pt.trace.json.gz\n"
                "  trainscope analyze traces/ --format json > verdict.json\n"
                "  trainscope analyze run.json.gz --report report.md --threshold data_wait.high=25\n"
+               "  trainscope analyze run.json.gz --report run.html       # self-contained HTML with charts\n"
                "  trainscope analyze report.sqlite --step-range train_step   # NVTX ranges mark the steps\n"
                "  trainscope analyze run.json.gz --deep                  # + HTA critical path of the median step\n"
                "  trainscope analyze run.json.gz --deep --deep-step 1010 # … of ProfilerStep#1010\n\n"
-               "--deep needs Holistic Trace Analysis: pip install 'trainscope[hta]'. It runs HTA on the\n"
+               "--deep needs Holistic Trace Analysis: pip install 'trainscope-dam[hta]'. It runs HTA on the\n"
                "trace (the slowest rank of a directory): seconds to minutes, interruptible with Ctrl-C.\n"
                "Where HTA cannot load the trace or its critical path fails, the deep part is skipped with\n"
                "a one-line reason and the rest of the report stands.\n\n"
@@ -40,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
                         "otherwise: text)")
     a.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
-    a.add_argument("--report", metavar="FILE.md", help="also write the Markdown report to FILE.md")
+    a.add_argument("--report", metavar="FILE", help="also write the report to FILE: HTML for .html (self-contained, "
+                   "with charts), JSON for .json, Markdown otherwise")
     a.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     a.add_argument("--peak-tflops", type=positive_float, metavar="TFLOPS",
                    help="peak FLOP/s of the device for MFU, overriding the built-in device table")
@@ -60,70 +62,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.set_defaults(run=run)
 
 
+@one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from trainscope.analyzers.analysis import analyze_set
-    from trainscope.analyzers.range_steps import StepRangeError
-    from trainscope.analyzers.rules import Rules
-    from trainscope.collectors import TraceError, open_traces
-    from trainscope.reports.document import build_document
+    from trainscope import api
     from trainscope.reports.markdown import render_markdown
     from trainscope.reports.text import render_text
 
-    rules = Rules(dict(args.threshold))
+    rules = _rules(args)
     if args.deep_step is not None and not args.deep:
-        sys.stderr.write("trainscope: --deep-step needs --deep\n")
-        return EXIT_BAD_INPUT
+        raise api.BadInput("--deep-step needs --deep")
     if args.deep:
-        from trainscope.analyzers.deep import HTAUnavailable, hta_versions
-
-        try:
-            hta_versions()  # before the slow part: say at once that --deep cannot run
-        except HTAUnavailable as e:
-            sys.stderr.write(f"trainscope: {e}\n")
-            return EXIT_BAD_INPUT
-    try:
-        decorate = _ledger_hook(args.model)
-    except ValueError as e:
-        sys.stderr.write(f"trainscope: {e}\n")
-        return EXIT_BAD_INPUT
+        api.check_deep_available()  # before the slow part: say at once that --deep cannot run
+    ledger = api.model_ledger(args.model) if args.model else None
     if use_tui(args):
-        return _run_app(args, rules, decorate)
+        return _run_app(args, rules, ledger)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
-        traces = open_traces(args.trace, progress)
-    except TraceError as e:
+        report = api.analyze(args.trace, rules=rules, peak_tflops=args.peak_tflops, step_range=args.step_range,
+                             deep=args.deep, deep_step=args.deep_step, model=args.model, progress=progress)
+    finally:
         progress.done()
-        sys.stderr.write(f"trainscope: {e}\n")
-        return EXIT_BAD_INPUT
-    except (OSError, RecursionError) as e:
-        progress.done()
-        sys.stderr.write(f"trainscope: {args.trace}: cannot read: {getattr(e, 'strerror', None) or e}\n")
-        return EXIT_BAD_INPUT
-    progress("analyzing", None)
-    try:
-        analyses = analyze_set(traces, rules, args.peak_tflops, args.step_range)
-    except StepRangeError as e:
-        progress.done()
-        sys.stderr.write(f"trainscope: {args.trace}: --step-range: {e}\n")
-        return EXIT_BAD_INPUT
-    stragglers = deep = None
-    if len(analyses) > 1:
-        from trainscope.analyzers.stragglers import detect_stragglers
-        from trainscope.reports.deep import stragglers_dict
+    return emit_document(report.to_dict(), args, render_text, render_markdown, report.render_for)
 
-        stragglers = stragglers_dict(detect_stragglers(traces.traces, analyses, rules))
-    if args.deep:
-        from trainscope.analyzers.analysis import slowest
-        from trainscope.analyzers.deep import deep_analysis
-        from trainscope.reports.deep import deep_dict
 
-        main = slowest(analyses) if len(analyses) > 1 else analyses[0]
-        deep = deep_dict(deep_analysis(traces.traces[analyses.index(main)], main, rules, args.deep_step, progress))
-    progress.done()
-    doc = build_document(args.trace, analyses, rules, traces.warnings, deep=deep, stragglers=stragglers)
-    doc = decorate(doc)
+def _rules(args: argparse.Namespace):
+    from trainscope.analyzers.rules import Rules
 
-    return emit_document(doc, args, render_text, render_markdown)
+    return Rules(dict(args.threshold))
 
 
 def use_tui(args: argparse.Namespace) -> bool:
@@ -134,14 +99,14 @@ def use_tui(args: argparse.Namespace) -> bool:
 
 
 def _ledger_hook(spec: str | None):
-    """``--model``: a function that adds the planned ledger next to the measured peak to a document."""
+    """``--model``: a function that adds the planned ledger next to the measured peak to a document
+    (kept for callers of the app; the CLI passes the ledger to trainscope.api)."""
     if not spec:
         return lambda doc: doc
-    from trainscope.analyzers.ledger import ledger
-    from trainscope.commands.plan import parse_model_spec
+    from trainscope import api
     from trainscope.reports.plan import ledger_vs_measured
 
-    model_ledger = ledger(parse_model_spec(spec))  # ValueError: a bad spec, said in one line
+    model_ledger = api.model_ledger(spec)  # BadInput: a bad spec, said in one line
 
     def decorate(doc: dict) -> dict:
         mem = next((m for m in doc["memory"] if m["device"] == doc["device"]["id"]),
@@ -153,11 +118,11 @@ def _ledger_hook(spec: str | None):
     return decorate
 
 
-def _run_app(args: argparse.Namespace, rules, decorate) -> int:
+def _run_app(args: argparse.Namespace, rules, ledger) -> int:
     from trainscope.tui.app import AnalyzeApp
 
     app = AnalyzeApp(args.trace, report_path=args.report, rules=rules, peak_tflops=args.peak_tflops,
-                     decorate=decorate, step_range=args.step_range, deep=args.deep, deep_step=args.deep_step)
+                     ledger=ledger, step_range=args.step_range, deep=args.deep, deep_step=args.deep_step)
     code = app.run()
     if args.json_out and app.session is not None:
         try:

@@ -5,12 +5,12 @@ import argparse
 import sys
 from typing import Callable
 
-from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, emit_document, threshold_arg, to_json,
+from trainscope.common import (EXIT_BAD_INPUT, Progress, emit_document, one_line_errors, threshold_arg, to_json,
                                write_atomic)
 
 # A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
-# tell "this change made training slower" from "the diff could not run".
-EXIT_REGRESSION = 3
+# tell "this change made training slower" from "the diff could not run" (trainscope.api.Regression).
+from trainscope.api import EXIT_OK, EXIT_REGRESSION, BadInput  # noqa: E402,F401
 
 _METRIC_HELP = ("step_p50 (default), step_p95, step_mean, memory_peak: relative %% of BEFORE; "
                 "gpu_busy (fails when it falls), data_wait, host_overhead: percentage points")
@@ -76,63 +76,31 @@ def _non_negative(text: str) -> float:
     return v
 
 
-def _load(path: str, rules, progress: Callable[[str, "float | None"], None]):
-    """The analyzed run at ``path``, or a one-line error message."""
-    from trainscope.analyzers.analysis import analyze_set
-    from trainscope.analyzers.diff import summarize_run
-    from trainscope.collectors import TraceError, open_traces
-
-    try:
-        traces = open_traces(path, progress)
-    except TraceError as e:
-        return None, str(e)
-    except (OSError, RecursionError) as e:
-        return None, f"{path}: cannot read: {getattr(e, 'strerror', None) or e}"
-    progress("analyzing", None)
-    return summarize_run(path, traces, analyze_set(traces, rules)), None
-
-
-class DiffInputError(ValueError):
-    """An input could not be read or the gate cannot be measured: one line (after ``trainscope: ``), exit 2."""
-
-
 def load_diff(before: str, after: str, rules, progress: Callable[[str, "float | None"], None],
               metric: str = "step_p50", fail_if_slower: float | None = None):
-    """Read and analyze both inputs, compare them and check the gate: ``(RunDiff, GateResult | None)``.
-    ``progress`` gets stages prefixed with the side and fractions of the whole job (both sides)."""
-    from trainscope.analyzers.diff import GateUnavailable, check_gate, diff_runs
+    """``(RunDiff, GateResult | None)`` from :func:`trainscope.api.diff` (kept for callers of the app)."""
+    from trainscope import api
 
-    runs = []
-    for i, (label, path) in enumerate((("BEFORE", before), ("AFTER", after))):
-        def side(stage: str, fraction: float | None, i: int = i, label: str = label) -> None:
-            progress(f"{label.lower()}: {stage}", None if fraction is None else (i + fraction) / 2)
+    r = api.diff(before, after, rules=rules, metric=metric, fail_if_slower=fail_if_slower, progress=progress)
+    return r.diff, r.gate
 
-        r, err = _load(path, rules, side)
-        if err:
-            raise DiffInputError(f"{label}: {err}")
-        runs.append(r)
-    diff = diff_runs(runs[0], runs[1], rules)
-    gate = None
-    if fail_if_slower is not None:
-        try:
-            gate = check_gate(diff, metric, fail_if_slower)
-        except GateUnavailable as e:
-            raise DiffInputError(str(e)) from None
-    return diff, gate
+
+# An input could not be read or the gate cannot be measured: the api's BadInput (exit 2).
+DiffInputError = BadInput
 
 
 def gate_line(diff, gate) -> str:
     """The gate's one line for stderr, with the comparability caveat (CI logs show both together)."""
-    caveat = ""
-    if not diff.comparable:
-        caveat = " [runs not comparable: " + ", ".join(c.check for c in diff.comparability if c.status == "differ") + "]"
-    return f"trainscope: {gate.reason}{caveat}\n"
+    from trainscope.api import DiffResult
+
+    return f"trainscope: {DiffResult(diff, gate).gate_line()}\n"
 
 
+@one_line_errors
 def run(args: argparse.Namespace) -> int:
+    from trainscope import api
     from trainscope.analyzers.rules import Rules
     from trainscope.commands.analyze import use_tui
-    from trainscope.reports.diff_document import build_diff_document
     from trainscope.reports.diff_markdown import render_diff_markdown
     from trainscope.reports.diff_text import render_diff_text
 
@@ -141,26 +109,22 @@ def run(args: argparse.Namespace) -> int:
         return _run_app(args, rules)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
-        diff, gate = load_diff(args.before, args.after, rules, progress, args.metric, args.fail_if_slower)
-    except DiffInputError as e:
+        result = api.diff(args.before, args.after, rules=rules, metric=args.metric,
+                          fail_if_slower=args.fail_if_slower, progress=progress)
+    finally:
         progress.done()
-        sys.stderr.write(f"trainscope: {e}\n")
-        return EXIT_BAD_INPUT
-    progress.done()
-    doc = build_diff_document(diff, gate)
 
-    code = emit_document(doc, args, render_diff_text, render_diff_markdown)
+    code = emit_document(result.to_dict(), args, render_diff_text, render_diff_markdown)
     if code:
         return code
-    if gate is not None:
-        sys.stderr.write(gate_line(diff, gate))
-        return EXIT_REGRESSION if gate.regressed else EXIT_OK
-    return EXIT_OK
+    if result.gate is not None:
+        sys.stderr.write(f"trainscope: {result.gate_line()}\n")
+    return result.exit_code
 
 
 def _run_app(args: argparse.Namespace, rules) -> int:
     """The side-by-side app; after it closes, the same gate line and exit code as without it."""
-    from trainscope.reports.diff_document import build_diff_document
+    from trainscope.api import DiffResult
     from trainscope.tui.diff_app import DiffApp
 
     app = DiffApp(args.before, args.after, rules=rules, metric=args.metric, fail_if_slower=args.fail_if_slower,
@@ -173,7 +137,7 @@ def _run_app(args: argparse.Namespace, rules) -> int:
         return code
     if args.json_out:
         try:
-            write_atomic(args.json_out, to_json(build_diff_document(app.diff, app.gate)))
+            write_atomic(args.json_out, to_json(DiffResult(app.diff, app.gate).to_dict()))
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT

@@ -8,10 +8,9 @@ points here.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, Progress, threshold_arg, to_json, write_atomic
+from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, Progress, one_line_errors, threshold_arg, to_json, write_atomic
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,65 +42,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+@one_line_errors
 def run(args: argparse.Namespace) -> int:
+    from trainscope import api
     from trainscope.analyzers.rules import Rules
-    from trainscope.analyzers.snapshot_memory import snapshot_findings, snapshot_memory
-    from trainscope.analyzers.timeline_memory import timeline_peak
-    from trainscope.collectors.errors import TraceError
-    from trainscope.collectors.memory_timeline import load_memory_timeline
-    from trainscope.collectors.readers import sniff
-    from trainscope.collectors.snapshot import is_pickle, load_snapshot
-    from trainscope.commands.plan import resolve_gpu
-    from trainscope.reports.memory import build_memory_document, render_memory_markdown, render_memory_text
 
-    rules = Rules(dict(args.threshold))
-    try:
-        dev = resolve_gpu(args.gpu, args.gpu_memory) if (args.gpu or args.gpu_memory) else None
-    except ValueError as e:
-        sys.stderr.write(f"trainscope: memory: {e}\n")
-        return EXIT_BAD_INPUT
-    capacity = {"name": dev.name, "capacity_bytes": dev.capacity_bytes, "source": dev.source} if dev else None
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
-    path = args.file
     try:
-        if not os.path.isfile(path):
-            raise TraceError(path, "no such file" if not os.path.exists(path) else "not a file")
-        head = _head(path, sniff)
-        progress("reading", None)
-        if is_pickle(head):
-            snap = load_snapshot(path)
-            progress("analyzing", None)
-            devices = snapshot_memory(snap, top=max(0, args.top))
-            found = snapshot_findings(devices, dev.capacity_bytes if dev else None, rules)
-            doc = build_memory_document(path, "cuda_snapshot", devices, None, found, capacity, snap.warnings)
-        else:
-            tl = load_memory_timeline(path)
-            doc = build_memory_document(path, f"memory_timeline_{tl.layout}", None, timeline_peak(tl), [], capacity, [])
-    except TraceError as e:
+        report = api.memory(args.file, gpu=args.gpu, gpu_memory=args.gpu_memory, top=args.top,
+                            rules=Rules(dict(args.threshold)), progress=progress)
+    finally:
         progress.done()
-        sys.stderr.write(f"trainscope: {e}\n")
-        return EXIT_BAD_INPUT
-    progress.done()
+    doc = report.to_dict()
     if args.json_out:
         try:
             write_atomic(args.json_out, to_json(doc))
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
-    render = {"json": to_json, "markdown": render_memory_markdown}.get(args.format, render_memory_text)
+    render = {"json": lambda d: to_json(d), "markdown": lambda d: report.to_markdown()}.get(
+        args.format, lambda d: report.to_text())
     sys.stdout.write(render(doc))
     return EXIT_OK
-
-
-def _head(path: str, sniff) -> bytes:
-    """The first bytes, looking inside gzip: a gzipped snapshot is still a pickle."""
-    import gzip
-
-    head = sniff(path)
-    if head[:2] == b"\x1f\x8b":
-        try:
-            with gzip.open(path, "rb") as f:
-                return f.read(16)
-        except (OSError, EOFError):
-            return head
-    return head

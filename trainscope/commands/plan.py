@@ -2,65 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, to_json, write_atomic
+from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, one_line_errors, to_json, write_atomic
 
-_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-
-
-def count_arg(text: str) -> float:
-    """``1.5B``, ``350M``, ``1.5e9``: a parameter count."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbgt]?)\s*", text.lower())
-    if not m:
-        raise argparse.ArgumentTypeError(f"expected a count such as 1.5B, 350M or 1.5e9, got {text!r}")
-    v = float(m.group(1)) * _SUFFIX[m.group(2)]
-    if v <= 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return v
-
-
-def _pos_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError("must be ≥ 0")
-    return v
-
-
-# The model description: (flag, PlanConfig field, type, help). Shared with `analyze --model`.
-MODEL_FIELDS = (
-    ("--params", "params", count_arg, "parameter count (1.5B, 350M, 1.5e9)"),
-    ("--layers", "layers", _pos_int, "Transformer layers"),
-    ("--hidden", "hidden", _pos_int, "hidden size"),
-    ("--heads", "heads", _pos_int, "attention heads (needed with --attention eager)"),
-    ("--vocab", "vocab", _pos_int, "vocabulary size"),
-    ("--seq", "seq", _pos_int, "sequence length"),
-    ("--batch", "batch", _pos_int, "samples per GPU per optimizer step (default 1)"),
-    ("--optimizer", "optimizer", str, "sgd | momentum | adam | adamw | adam8bit (default adam)"),
-    ("--precision", "precision", str, "fp32 | mixed (fp16/bf16 with FP32 master) | mixed-fp32-grads (default mixed)"),
-    ("--checkpoint", "checkpoint", str, "activation checkpointing: none | selective | full | every:K (default none)"),
-    ("--grad-accum", "grad_accum", _pos_int, "micro-batches per optimizer step (default 1)"),
-    ("--gpus", "gpus", _pos_int, "data-parallel GPUs (default 1)"),
-    ("--zero", "zero", int, "sharding: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters (FSDP)"),
-    ("--attention", "attention", str, "flash (SDPA/FlashAttention, default) | eager (keeps the s² scores)"),
-    ("--activations-gb", "activations_gb", _nonneg_float, "measured activation memory in GB, instead of the estimate"),
-    ("--activations-batch", "activations_batch", _pos_int, "batch the measured activations were taken at (default --batch)"),
-    ("--activations-precision", "activations_precision", str, "fp32 | fp16 | bf16: the measured activations' precision"),
-)
+from trainscope.modelspec import (MODEL_FIELDS, _gpu_keys, config_from, count_arg,  # noqa: F401 (re-exported)
+                                  parse_model_spec, resolve_gpu)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -95,70 +42,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _gpu_keys() -> list[str]:
-    from trainscope.analyzers.memory_devices import GPU_MEMORY
-
-    return [g.key for g in GPU_MEMORY]
-
-
-def config_from(values: dict, no_dropout: bool = False):
-    """A PlanConfig from parsed flag values (None = default)."""
-    from trainscope.analyzers.ledger import PlanConfig
-
-    kw = {k: v for k, v in values.items() if v is not None}
-    if no_dropout:
-        kw["dropout"] = False
-    return PlanConfig(**kw)
-
-
-def parse_model_spec(text: str):
-    """``params=1.5B,optimizer=adam,batch=32`` (the plan flags without dashes) → PlanConfig."""
-    by_key = {dest: typ for _, dest, typ, _ in MODEL_FIELDS}
-    values: dict = {}
-    no_dropout = False
-    for part in filter(None, re.split(r"[,\s]+", text.strip())):
-        key, sep, val = part.partition("=")
-        key = key.strip().lower().replace("-", "_")
-        if key in ("no_dropout", "dropout"):
-            no_dropout = (key == "no_dropout") or val.lower() in ("0", "false", "no", "off")
-            continue
-        if not sep or key not in by_key:
-            raise ValueError(f"--model: expected KEY=VALUE with KEY one of {', '.join(sorted(by_key))}, got {part!r}")
-        try:
-            values[key] = by_key[key](val)
-        except (argparse.ArgumentTypeError, ValueError) as e:
-            raise ValueError(f"--model: {key}: {e}") from None
-    return config_from(values, no_dropout)
-
-
-def resolve_gpu(gpu: str | None, gpu_memory: str | None):
-    from trainscope.analyzers.memory_devices import custom_gpu, gpu_memory as lookup
-
-    if gpu_memory:
-        return custom_gpu(gpu_memory)
-    dev = lookup(gpu or "h100-80")
-    if dev is None:
-        raise ValueError(f"unknown GPU {gpu!r} (one of: {', '.join(_gpu_keys())}; or give --gpu-memory SIZE)")
-    return dev
-
-
+@one_line_errors
 def run(args: argparse.Namespace) -> int:
+    from trainscope import api
     from trainscope.commands.analyze import use_tui  # the same rule: a person at a terminal who asked for nothing else
-    from trainscope.analyzers.ledger import fit, fit_options, ledger
-    from trainscope.analyzers.rules import Rules
-    from trainscope.reports.plan import build_plan_document, render_plan_markdown, render_plan_text
 
-    try:
-        cfg = config_from({dest: getattr(args, dest) for _, dest, _, _ in MODEL_FIELDS}, args.no_dropout)
-        dev = resolve_gpu(args.gpu, args.gpu_memory)
-        lg = ledger(cfg)
-    except ValueError as e:
-        sys.stderr.write(f"trainscope: plan: {e}\n")
-        return EXIT_BAD_INPUT
-    threshold = Rules().value("memory.capacity")
-    f = fit(lg, dev.name, dev.capacity_bytes, threshold)
-    options = fit_options(lg.config, dev.name, dev.capacity_bytes, threshold, limit=max(0, args.options)) if args.options else []
-    doc = build_plan_document(lg, dev, f, options)
+    values = {dest: getattr(args, dest) for _, dest, _, _ in MODEL_FIELDS if getattr(args, dest) is not None}
+    result = api.plan(dict(values, no_dropout=args.no_dropout), gpu=args.gpu, gpu_memory=args.gpu_memory,
+                      options=max(0, args.options))
+    doc = result.to_dict()
     if args.json_out:
         try:
             write_atomic(args.json_out, to_json(doc))
@@ -168,12 +60,13 @@ def run(args: argparse.Namespace) -> int:
     if use_tui(args):
         from trainscope.tui.plan_app import PlanApp
 
-        PlanApp(cfg, dev, threshold_pct=threshold, limit=max(0, args.options)).run()
+        PlanApp(result.config, result.device, threshold_pct=result.threshold_pct,
+                limit=max(0, args.options)).run()
         return EXIT_OK
     if args.format == "json":
         sys.stdout.write(to_json(doc))
     elif args.format == "markdown":
-        sys.stdout.write(render_plan_markdown(doc))
+        sys.stdout.write(result.to_markdown())
     else:
-        sys.stdout.write(render_plan_text(doc))
+        sys.stdout.write(result.to_text())
     return EXIT_OK

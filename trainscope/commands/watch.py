@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, threshold_arg, write_atomic
+from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, one_line_errors, threshold_arg, write_atomic
 
 MIN_INTERVAL = 0.25
 
@@ -124,8 +124,9 @@ def _stop_job(child: subprocess.Popen | None, sig: int) -> None:
             child.kill()
 
 
+@one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope import api
     from trainscope.analyzers.rules import Rules
 
     cmd = list(args.command)
@@ -138,10 +139,7 @@ def run(args: argparse.Namespace) -> int:
         args.headless = True  # JSON lines only make sense without the dashboard
     if not args.headless and not sys.stdout.isatty():
         args.headless = True  # no terminal to draw on (a pipe, a log): fall back to lines
-    if args.window <= 0:
-        return fail("--window must be > 0")
-    rules = Rules(dict(args.threshold))
-    analyzer = LiveAnalyzer(rules, window_s=args.window)
+    analyzer = api.live_analyzer(Rules(dict(args.threshold)), window_s=args.window)  # BadInput: --window ≤ 0
     if args.replay:
         return _replay(args, analyzer)
     if args.pid is not None:
@@ -200,15 +198,9 @@ def _finish(args, session: WatchSession, info: dict[str, Any]) -> int:
 
 
 def _replay(args, analyzer) -> int:
-    from trainscope.collectors import TraceError
-    from trainscope.collectors.live_trace import open_recording
+    from trainscope import api
 
-    try:
-        rec = open_recording(args.replay)
-    except TraceError as e:
-        return fail(str(e))
-    except OSError as e:
-        return fail(f"{args.replay}: cannot read: {e.strerror or e}")
+    rec = api.open_recording(args.replay)  # BadInput: one line, exit 2
     info = {"target": f"replay of {os.path.basename(args.replay)}", "notes": list(rec.warnings)}
     if args.headless:
         session = WatchSession(analyzer, emit=_printer(args))

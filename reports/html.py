@@ -1,0 +1,274 @@
+"""The HTML report: one self-contained page (inline CSS and SVG; no scripts, fonts or links to fetch).
+
+It reads the same document as the terminal and Markdown reports, so the numbers cannot disagree,
+and draws two pictures from it and the trace: the step breakdown as a stacked bar per step, and
+the timeline of the median step (GPU lane and host lane, from the analyzers' timeline model).
+Every string that comes from a trace (file, kernel, step and range names) goes through
+:func:`html.escape`.
+"""
+from __future__ import annotations
+
+import html
+import os
+from typing import TYPE_CHECKING, Any
+
+from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, headline
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.analysis import Analysis
+    from trainscope.traces.model import Trace
+
+# One colour per breakdown category and host state; busy GPU time green/purple/yellow, idle GPU
+# time by the host's reason (data wait red, sync orange, launch overhead blue).
+GPU_COLORS = {
+    "compute": "#2e9e44", "communication": "#b04ac9", "copy": "#c9a227", "memset": "#a08a3a",
+    "idle_data_wait": "#e0443e", "idle_sync": "#e08a1e", "idle_host_overhead": "#3d7fd9", "idle_other": "#c8c8c8",
+}
+HOST_COLORS = {
+    "data_wait": "#e0443e", "sync": "#e08a1e", "launch": "#3d7fd9", "optimizer": "#1fa6a6",
+    "backward": "#8a63d2", "cpu_op": "#5b8fb9", "idle": "#e6e6e6",
+}
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d1d1f;background:#fafafa}
+main{max-width:1100px;margin:0 auto;padding:24px}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+.meta{color:#555;margin:0 0 16px}
+.verdict{padding:14px 18px;border-radius:8px;background:#fff;border-left:6px solid #888;box-shadow:0 1px 2px #0001}
+.verdict.data{border-color:#e0443e}.verdict.algorithm{border-color:#2e9e44}.verdict.machine{border-color:#3d7fd9}
+.verdict .head{font-size:18px;font-weight:600}
+table{border-collapse:collapse;width:100%;background:#fff;font-size:13px}
+th,td{border-bottom:1px solid #e5e5e5;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f0f0f0} td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.k{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
+pre{background:#f3f3f3;padding:8px;border-radius:4px;overflow-x:auto;font-size:12px}
+.fix{background:#fff;padding:8px 14px;margin:8px 0;border-radius:6px;box-shadow:0 1px 2px #0001}
+.legend span{display:inline-block;margin-right:14px;font-size:12px}
+.legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px;border-radius:2px}
+svg{background:#fff;display:block;max-width:100%}
+footer{color:#888;font-size:12px;margin-top:28px}
+"""
+
+_e = html.escape
+
+
+def _f(x: Any, fmt: str = "{:.1f}", none: str = "—") -> str:
+    return none if x is None else fmt.format(x)
+
+
+def _legend(colors: dict[str, str], labels: dict[str, str], title: str = "") -> str:
+    return '<div class="legend">' + (f"<b>{_e(title)}</b> " if title else "") + "".join(
+        f'<span><i style="background:{c}"></i>{_e(labels.get(k, k))}</span>' for k, c in colors.items()) + "</div>"
+
+
+def breakdown_svg(doc: dict, width: int = 1000, height: int = 260) -> str:
+    """One stacked bar per step (at most 200): milliseconds per breakdown category, bottom to top in
+    the breakdown's order; outlier steps are marked with a triangle."""
+    from trainscope.analyzers.breakdown import CATEGORIES
+
+    steps = doc["steps"][:200]
+    if not steps:
+        return ""
+    left, bottom, top = 56, 34, 12
+    plot_w, plot_h = width - left - 10, height - bottom - top
+    ymax = max(sum(v or 0 for v in s["ms"].values()) for s in steps) or 1.0
+    slot = plot_w / len(steps)
+    bar = max(1.0, slot * 0.8)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+           f'role="img" aria-label="step time breakdown per step">']
+    for i in range(5):  # y grid and labels
+        v = ymax * i / 4
+        y = top + plot_h - plot_h * i / 4
+        out.append(f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
+                   f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end" fill="#555">{v:.0f}</text>')
+    out.append(f'<text x="12" y="{top + plot_h / 2:.0f}" font-size="11" fill="#555" '
+               f'transform="rotate(-90 12 {top + plot_h / 2:.0f})" text-anchor="middle">ms per step</text>')
+    for i, s in enumerate(steps):
+        x = left + i * slot + (slot - bar) / 2
+        y = top + plot_h
+        for c in CATEGORIES:
+            ms = s["ms"].get(c) or 0.0
+            if ms <= 0:
+                continue
+            h = plot_h * ms / ymax
+            y -= h
+            out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.2f}" fill="{GPU_COLORS[c]}">'
+                       f'<title>{_e(s["label"])}: {_e(doc["breakdown"]["categories"][c]["label"])} {ms:.2f} ms</title></rect>')
+        if s["outlier"]:
+            out.append(f'<path d="M{x + bar / 2:.1f} {y - 2:.1f} l-4 -7 h8 z" fill="#d33"><title>outlier</title></path>')
+        if len(steps) <= 30 or i % max(1, len(steps) // 15) == 0:
+            label = s["label"].split("#")[-1]
+            out.append(f'<text x="{x + bar / 2:.1f}" y="{top + plot_h + 14}" font-size="10" text-anchor="middle" '
+                       f'fill="#555">{_e(label[:10])}</text>')
+    out.append(f'<text x="{left + plot_w / 2:.0f}" y="{height - 4}" font-size="11" text-anchor="middle" fill="#555">step</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def median_step_index(analysis: "Analysis") -> int | None:
+    steps = analysis.breakdown.steps
+    if not steps:
+        return None
+    order = sorted(range(len(steps)), key=lambda i: steps[i].duration_ns)
+    return order[len(order) // 2]
+
+
+def timeline_svg(trace: "Trace", analysis: "Analysis", width: int = 1000, columns: int = 500) -> str:
+    """The median step on two lanes (GPU, host), each column coloured by its dominant category."""
+    from trainscope.analyzers.kernels import kernel_classes
+    from trainscope.analyzers.timeline import TimelineModel
+
+    i = median_step_index(analysis)
+    if i is None:
+        return ""
+    step = analysis.breakdown.steps[i]
+    model = TimelineModel(trace, analysis.segmentation, analysis.device, kernel_classes(trace)[0])
+    lo, hi = int(step.start_ns), int(step.start_ns + step.duration_ns)
+    left, lane_h, gap, top = 56, 34, 10, 10
+    plot_w = width - left - 30
+    height = top + 2 * lane_h + gap + 40
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+           f'role="img" aria-label="timeline of the median step">']
+    for row, (lane, colors) in enumerate((("gpu", GPU_COLORS), ("host", HOST_COLORS))):
+        view = model.lane(lane, lo, hi, columns)
+        y = top + row * (lane_h + gap)
+        out.append(f'<text x="{left - 6}" y="{y + lane_h / 2 + 4:.0f}" font-size="12" text-anchor="end" fill="#333">'
+                   f'{"GPU" if lane == "gpu" else "host"}</text>')
+        col_w = plot_w / columns
+        start = 0
+        dom = view.dominant
+        for c in range(1, columns + 1):  # runs of equal colour as one rect
+            if c < columns and dom[c] == dom[start]:
+                continue
+            cat = view.categories[int(dom[start])]
+            out.append(f'<rect x="{left + start * col_w:.2f}" y="{y}" width="{(c - start) * col_w:.2f}" height="{lane_h}" '
+                       f'fill="{colors[cat]}"><title>{_e(cat)}</title></rect>')
+            start = c
+    dur_ms = (hi - lo) / 1e6
+    axis_y = top + 2 * lane_h + gap + 14
+    for k in range(6):
+        x = left + plot_w * k / 5
+        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{axis_y - 10}" y2="{axis_y - 6}" stroke="#888"/>'
+                   f'<text x="{x:.1f}" y="{axis_y + 4}" font-size="10" text-anchor="middle" fill="#555">'
+                   f'{dur_ms * k / 5:.1f} ms</text>')
+    out.append(f'<text x="{left + plot_w / 2:.0f}" y="{axis_y + 20}" font-size="11" text-anchor="middle" fill="#555">'
+               f'{_e(step.label)} (median step, {dur_ms:.1f} ms)</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _evidence_rows(evidence: list[dict]) -> str:
+    rows = []
+    for e in evidence:
+        val = "—" if e["value"] is None else f"{e['value']:g} {e['unit']}".strip()
+        thr = f"{e['threshold']} {e['unit']}".strip() if e["threshold"] else ""
+        rows.append(f"<tr><td>{_e(e['metric'])}</td><td class=n>{_e(val)}</td><td>{_e(thr)}</td>"
+                    f"<td>{_e(e['source'])}</td></tr>")
+    return "".join(rows)
+
+
+def render_html_fragment(doc: dict, trace: "Trace | None" = None, analysis: "Analysis | None" = None) -> str:
+    """The report body (for Jupyter's ``_repr_html_``): no <html> wrapper, styles scoped inline."""
+    from trainscope.analyzers.breakdown import CATEGORY_LABELS
+    from trainscope.analyzers.timeline import HOST_LABELS
+
+    v, b = doc["verdict"], doc["breakdown"]
+    name = os.path.basename(doc["input"]["path"].rstrip("/"))
+    o: list[str] = []
+    w = o.append
+    w(f"<h1>trainscope report: {_e(name)}</h1>")
+    meta = []
+    if doc["device"]["name"]:
+        meta.append(_e(device_label(doc)))
+    meta.append(f"{len(doc['steps'])} steps ({_e(doc['steps_note'] or doc['steps_method'])})")
+    if doc["steps"]:
+        st = b["step_time_ms"]
+        meta.append(f"step p50 {_f(st['p50'])} ms, p95 {_f(st['p95'])} ms; GPU busy {_f(b['gpu_busy_pct'])} %, "
+                    f"data wait {_f(b['data_wait_pct'])} %")
+    w(f'<p class="meta">{" · ".join(meta)}</p>')
+    w(f'<div class="verdict {_e(v["axis"])}"><div class="head">{_e(headline(doc))}</div>'
+      f'<div>confidence {v["confidence"]:.2f}</div><p>{_e(v["summary"])}</p></div>')
+    if v["evidence"]:
+        w("<h2>Evidence</h2><table><tr><th>evidence</th><th>value</th><th>threshold</th><th>source</th></tr>"
+          + _evidence_rows(v["evidence"]) + "</table>")
+    if doc["recommendations"]:
+        w("<h2>Fixes, ranked by projected gain</h2><p>Projections are upper bounds computed from the measured breakdown.</p>")
+        for r in doc["recommendations"]:
+            proj = f"up to {r['projected_speedup']:.2f}× faster" if r["projected_speedup"] is not None else "no projection"
+            w(f'<div class="fix"><b>{r["rank"]}. {_e(r["title"])}</b> — {proj}<pre>{_e(r["change"])}</pre>'
+              f'<small>Basis: {_e(r["basis"])}</small></div>')
+    if doc["steps"] and doc["device"]["id"] is not None and not counters_only(doc):
+        w("<h2>Where step time goes</h2>")
+        w(breakdown_svg(doc))
+        w(_legend(GPU_COLORS, CATEGORY_LABELS))
+        w("<table><tr><th>category</th><th>share</th><th>p50 ms</th><th>p95 ms</th></tr>" + "".join(
+            f"<tr><td>{_e(d['label'])}</td><td class=n>{_f(d['pct'])} %</td><td class=n>{_f(d['p50_ms'], '{:.2f}')}</td>"
+            f"<td class=n>{_f(d['p95_ms'], '{:.2f}')}</td></tr>" for d in b["categories"].values()) + "</table>")
+        if trace is not None and analysis is not None:
+            tl = timeline_svg(trace, analysis)
+            if tl:
+                w("<h2>Timeline of the median step</h2>")
+                w(tl)
+                w(_legend(GPU_COLORS, CATEGORY_LABELS, "GPU:"))
+                w(_legend(HOST_COLORS, HOST_LABELS, "host:"))
+    k = doc["kernels"]
+    if k["count"]:
+        w("<h2>Top kernels</h2><table><tr><th>share</th><th>total ms</th><th>count</th><th>class</th>"
+          "<th>tensor cores</th><th>kernel</th></tr>")
+        for kk in k["top"][:25]:
+            w(f"<tr><td class=n>{_f(kk['share_pct'])} %</td><td class=n>{_f(kk['total_ms'], '{:.2f}')}</td>"
+              f"<td class=n>{kk['count']}</td><td>{_e(kk['class'])}</td><td>{'yes' if kk['tensor_core'] else 'no'}</td>"
+              f"<td class=k>{_e(kk['name'])}</td></tr>")
+        w("</table>")
+    if doc["findings"]:
+        w("<h2>Findings</h2><ul>")
+        for f in doc["findings"]:
+            w(f"<li><b>{_e(f['id'])}</b> ({_e(f['severity'])}, {_f(f['stake_pct'])} % of step time): "
+              f"{_e(f['title'])}; {_e(f['detail'])}</li>")
+        w("</ul>")
+    if doc["memory"] or doc["mfu"]:
+        w("<h2>Memory and MFU</h2><ul>")
+        for m in doc["memory"]:
+            cap = f" of {m['capacity_bytes'] / 2**30:.1f} GiB" if m["capacity_bytes"] else ""
+            w(f"<li>GPU {m['device']}: peak allocated {m['peak_allocated_bytes'] / 2**30:.2f} GiB{cap} ({_e(m['basis'])})</li>")
+        mfu = doc["mfu"]
+        w(f"<li>MFU: {mfu['value_pct']:.1f} % ({_e(mfu['reason'])})</li>" if mfu["value_pct"] is not None
+          else f"<li>MFU: {_e(mfu['reason'])}</li>")
+        w("</ul>")
+    if doc.get("ranks"):
+        w("<h2>Ranks</h2><table><tr><th>rank</th><th>step p50 ms</th><th>GPU busy</th><th>verdict</th></tr>")
+        for r in doc["ranks"]:
+            w(f"<tr><td class=n>{r['rank']}</td><td class=n>{_f(r['step_p50_ms'])}</td><td class=n>{_f(r['gpu_busy_pct'])} %</td>"
+              f"<td>{_e(AXIS_NAMES[r['axis']])} {_e(r['bottleneck'] or '')}</td></tr>")
+        w("</table>")
+    if doc["warnings"]:
+        w("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(line)}</li>" for line in doc["warnings"]) + "</ul>")
+    w(f"<footer>trainscope {_e(doc['tool']['version'])} · schema {_e(doc['schema'])}</footer>")
+    return "\n".join(o)
+
+
+def render_html(doc: dict, trace: "Trace | None" = None, analysis: "Analysis | None" = None) -> str:
+    """The whole page."""
+    name = os.path.basename(doc["input"]["path"].rstrip("/"))
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>trainscope: {_e(name)}</title><style>{CSS}</style></head>\n<body><main>\n"
+            + render_html_fragment(doc, trace, analysis) + "\n</main></body></html>\n")
+
+
+def scoped_css(scope: str = ".trainscope-report") -> str:
+    """The page's styles limited to ``scope`` (a notebook cell must not restyle the notebook)."""
+    rules = []
+    for rule in CSS.replace("\n", "").split("}"):
+        if "{" not in rule:
+            continue
+        sel, body = rule.split("{", 1)
+        sel = ",".join(f"{scope} {s.strip()}" if s.strip() not in ("body", "main") else scope for s in sel.split(","))
+        rules.append(f"{sel}{{{body}}}")
+    return "".join(rules)
+
+
+def render_html_cell(doc: dict, trace: "Trace | None" = None, analysis: "Analysis | None" = None) -> str:
+    """For Jupyter (``Report._repr_html_``): the body with its styles scoped to one element."""
+    return (f'<div class="trainscope-report"><style>{scoped_css()}</style>'
+            + render_html_fragment(doc, trace, analysis) + "</div>")

@@ -1,0 +1,158 @@
+"""Every example in README.md runs as written, from a fresh clone, and exits as the README says.
+
+Shell examples: each command line of a ```sh block, and each ``$ ``-prompted line of a ```text
+block (a transcript). Python examples: each ```python block, run whole. The lines of one block
+run in order in one shell, so a ``cd`` carries to the next line, as it would for a reader. The
+expected exit code is 0 unless the line ends with a comment ``# exit N``. A line whose comment
+says ``not run by tests/test_readme.py`` is not run, and must say why. ``pip install`` steps are
+not run (they would reinstall the package under test into this environment); the rest of their
+line is.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+NOT_RUN = "not run by tests/test_readme.py"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+
+
+@dataclass
+class Example:
+    block: int
+    kind: str  # "sh" | "python"
+    text: str  # the command line, or the whole Python block
+    expect: int = 0
+    skip: str | None = None  # why it is not run
+
+
+def _command(line: str) -> tuple[str, int, str | None]:
+    """The command without its trailing comment, its expected exit code, and why it is not run."""
+    cmd, comment = line, ""
+    # A '#' starts a comment outside quotes: find the first such position.
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            cmd, comment = line[:i].rstrip(), line[i + 1:].strip()
+            break
+    m = re.search(r"\bexit (\d+)\b", comment)
+    skip = comment if NOT_RUN in comment else None
+    return cmd, int(m.group(1)) if m else 0, skip
+
+
+def examples(text: str) -> list[Example]:
+    out: list[Example] = []
+    for n, m in enumerate(FENCE.finditer(text)):
+        lang, body = m.group(1), m.group(2)
+        if lang == "python":
+            out.append(Example(n, "python", body))
+            continue
+        if lang == "sh":
+            lines = [ln for ln in body.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+        elif lang in ("text", "console"):
+            lines = [ln[2:] for ln in body.splitlines() if ln.startswith("$ ")]
+        else:
+            continue
+        for ln in lines:
+            cmd, expect, skip = _command(ln)
+            out.append(Example(n, "sh", cmd, expect, skip))
+    return out
+
+
+def _without_pip_install(cmd: str) -> str:
+    parts = [p.strip() for p in cmd.split("&&")]
+    for p in parts:
+        if p.startswith("pip install"):
+            assert re.fullmatch(r"pip install -e (\.|\"\.\[\w+\]\")", p), f"README installs something else: {p}"
+    return " && ".join(p for p in parts if not p.startswith("pip install"))
+
+
+def test_readme_examples_parse():
+    ex = examples(README.read_text())
+    cmds = [e.text for e in ex if e.kind == "sh"]
+    # The quick start is exactly two commands, and the README shows every command of the CLI.
+    quick = README.read_text().split("## Quick start", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    assert len([ln for ln in quick.splitlines() if ln.strip()]) == 2
+    for sub in ("analyze", "diff", "plan", "memory", "watch", "thresholds"):
+        assert any(c.startswith(f"trainscope {sub}") for c in cmds), sub
+    assert [e.expect for e in ex if "--fail-if-slower" in e.text] == [3]
+    assert all(e.skip for e in ex if NOT_RUN in (e.skip or "")) and all(len(e.skip) > len(NOT_RUN) + 5
+                                                                       for e in ex if e.skip)
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory) -> Path:
+    if not shutil.which("git"):
+        pytest.skip("git is not installed: the README test runs the examples in a fresh clone")
+    dst = tmp_path_factory.mktemp("readme") / "trainscope"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(dst)], check=True, capture_output=True, timeout=120)
+    return dst
+
+
+def test_readme_examples_run_from_a_fresh_clone(clone):
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+               NO_COLOR="1", TERM="dumb")
+    env.pop("TRAINSCOPE_DEBUG", None)
+    failures, ran, skipped = [], 0, []
+    by_block: dict[int, list[Example]] = {}
+    for e in examples(README.read_text()):  # the working tree's README: edits are tested before a commit
+        by_block.setdefault(e.block, []).append(e)
+    for block in by_block.values():
+        cwd = clone
+        for e in block:
+            if e.skip:
+                skipped.append(e.text)
+                continue
+            if e.kind == "python":
+                p = subprocess.run([sys.executable, "-c", e.text], cwd=cwd, env=env, capture_output=True, text=True,
+                                   timeout=120)
+                cmd = "python block: " + e.text.splitlines()[0]
+            else:
+                cmd = _without_pip_install(e.text)
+                if not cmd:
+                    continue
+                # One shell per line; `cd` carries on through the block, as for a reader typing it.
+                script = f"cd {shlex.quote(str(cwd))} || exit 99\n{cmd}\nrc=$?\necho \"__cwd__=$PWD\" >&2\nexit $rc"
+                p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                                   stdin=subprocess.DEVNULL)
+                m = re.search(r"__cwd__=(.*)$", p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "")
+                if m and p.returncode == e.expect:
+                    cwd = Path(m.group(1))
+            ran += 1
+            if p.returncode != e.expect:
+                failures.append(f"{cmd}\n  exit {p.returncode}, README says {e.expect}\n  {p.stderr.strip()[-400:]}")
+    assert not failures, "\n".join(failures)
+    assert ran >= 12
+    assert len(skipped) <= 3, skipped
+
+
+def test_the_conventions_are_read_as_documented():
+    text = ("```sh\ntrainscope diff a b --fail-if-slower 5   # exit 3: a regression\n"
+            "echo '# not a comment' && true\n"
+            "python -m slow_job   # slow: " + NOT_RUN + "\n```\n"
+            "```text\n$ cd runs\noutput line\n$ false   # exit 1\n```\n")
+    ex = examples(text)
+    assert [(e.text, e.expect, bool(e.skip)) for e in ex] == [
+        ("trainscope diff a b --fail-if-slower 5", 3, False),
+        ("echo '# not a comment' && true", 0, False),
+        ("python -m slow_job", 0, True),
+        ("cd runs", 0, False),
+        ("false", 1, False),
+    ]
+    assert _without_pip_install('pip install -e ".[test]" && python -m pytest') == "python -m pytest"
+    with pytest.raises(AssertionError):
+        _without_pip_install("pip install torch && true")  # the README installs only from the checkout
