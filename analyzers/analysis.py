@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.attention import attention_evidence, unfused_attention_finding
 from trainscope.analyzers.breakdown import Breakdown, primary_device, step_breakdown
+from trainscope.analyzers.context import Context, detect_context
 from trainscope.analyzers.devices import DeviceSpec, lookup
 from trainscope.analyzers.gpu_metrics import CounterSummary, counter_summary, with_counter_evidence
 from trainscope.analyzers.host_device import blocking_syncs, host_device_findings, pageable_copies
@@ -42,6 +43,7 @@ class Analysis:
     phases: PhaseBreakdown | None = None  # forward/backward/optimizer, where ranges name them
     counters: CounterSummary | None = None  # hardware counters (Nsight GPU_METRICS), where sampled
     source_format: str = "kineto"  # Trace.format: "kineto" or "nsys-sqlite"
+    context: Context | None = None  # training/inference, graphs, compiled, framework, collectives
 
 
 def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float | None = None,
@@ -49,6 +51,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     """``step_range`` names the annotation range that marks a step (raises StepRangeError when
     the trace has none)."""
     rules = rules or Rules()
+    ctx = detect_context(trace)
     seg = segment_steps(trace, step_range)
     device = primary_device(trace)
     classes = kernel_classes(trace)  # regexes over long kernel names: classify once, use twice
@@ -67,12 +70,12 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     inp = DiagnosisInput(
         has_gpu=trace.has_gpu_activity, segmentation=seg, breakdown=bd, kernels=ks, memory=mem,
         single_process_loader=single, pageable_htod_copies=pageable.count,
-        kernels_per_step=ks.count / max(1, len(seg.steps)),
+        kernels_per_step=ks.count / max(1, len(seg.steps)), context=ctx,
     )
     found = findings(inp, rules)
     # Findings of their own modules: host-device traffic, attention, hardware counters.
     if trace.has_gpu_activity:
-        found += host_device_findings(pageable, blocking_syncs(trace, seg, device), rules)
+        found += host_device_findings(pageable, blocking_syncs(trace, seg, device), rules, ctx)
         unfused = unfused_attention_finding(attention_evidence(trace, seg, device, classes[0]),
                                             bd.share_pct("compute"), bd.gpu_busy_pct, rules)
         found += [unfused] if unfused else []
@@ -81,7 +84,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     found.sort(key=finding_order)
     verdict = classify(inp, found, rules)
     # No projected gains from evidence too thin for a verdict.
-    recs = [] if verdict.axis == "insufficient_evidence" else recommend(found, bd, spec, dev.name if dev else None)
+    recs = [] if verdict.axis == "insufficient_evidence" else recommend(found, bd, spec, dev.name if dev else None, ctx)
     warnings = list(trace.warnings)
     if not trace.has_gpu_activity and len(trace.counters):
         # Sampled counters only (a `watch --record` recording, an nvidia-smi CSV): the live rules decide.
@@ -96,6 +99,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
         findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
         phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
+        context=ctx,
     )
 
 

@@ -17,6 +17,8 @@ import numpy as np
 
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.breakdown import SYNC_CALL
+from trainscope.analyzers.context import Context
+from trainscope.analyzers.fix_text import detail as _detail
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.steps import StepSegmentation, name_mask
 from trainscope.analyzers.verdict import Evidence, Finding
@@ -91,7 +93,7 @@ def blocking_syncs(trace: Trace, segmentation: StepSegmentation, device: int | N
     )
 
 
-def host_device_findings(p: PageableCopies, s: BlockingSyncs, rules: Rules) -> list[Finding]:
+def host_device_findings(p: PageableCopies, s: BlockingSyncs, rules: Rules, ctx: Context | None = None) -> list[Finding]:
     out: list[Finding] = []
     if p.count:
         t = rules["pageable_copy.moderate"]
@@ -115,7 +117,7 @@ def host_device_findings(p: PageableCopies, s: BlockingSyncs, rules: Rules) -> l
                       f"≥ {t.value:g}", t.source, s.bubble_pct >= t.value),
              Evidence("synchronizing calls per step", round(s.per_step, 2), "calls", "", f"trace: {calls}"),
              Evidence("host time blocked in them", round(s.host_ns / 1e6, 3), "ms", "", "measured")],
-            "each sync drains the GPU queue (.item(), .cpu(), print(loss), torch.cuda.synchronize()); the GPU then "
-            "waits for the host to issue the next kernel",
+            _detail("host/blocking-sync", ctx, "each sync drains the GPU queue (.item(), .cpu(), print(loss), "
+                    "torch.cuda.synchronize()); the GPU then waits for the host to issue the next kernel"),
         ))
     return out

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainscope.analyzers.breakdown import Breakdown
+from trainscope.analyzers.context import Context
+from trainscope.analyzers.fix_text import detail as _detail, title as _title
 from trainscope.analyzers.kernels import KernelSummary
 from trainscope.analyzers.memory import DeviceMemory
 from trainscope.analyzers.rules import Rules
@@ -63,6 +65,7 @@ class DiagnosisInput:
     single_process_loader: bool
     pageable_htod_copies: int
     kernels_per_step: float
+    context: Context | None = None  # the run's context (wording); None reads as PyTorch training
 
 
 def _ev(rules: Rules, name: str, metric: str, value: float, op: str = "≥") -> Evidence:
@@ -102,7 +105,7 @@ def findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
         if inp.single_process_loader:
             ev.append(_ctx("DataLoader runs in the training process (num_workers=0)", None, "", "trace: _SingleProcessDataLoaderIter"))
             detail += "; batches are loaded in the training process itself (num_workers=0)"
-        out.append(Finding("data/input-wait", "data", sev, "Training waits on the input pipeline", idle_data, ev, detail))
+        out.append(Finding("data/input-wait", "data", sev, _title("data/input-wait", inp.context, ""), idle_data, ev, detail))
 
     copy = b.share_pct("copy")
     if copy >= rules.value("copy.moderate"):
@@ -128,15 +131,17 @@ def findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
     if sev:
         out.append(Finding("host/sync", "algorithm", sev, "Host-device synchronization stalls the pipeline", sync,
                            [_ev(rules, f"sync.{sev}", "GPU idle while the host synchronizes", sync)],
-                           "cudaDeviceSynchronize/cudaStreamSynchronize or blocking copies (.item(), .cpu(), print) inside the step"))
+                           _detail("host/sync", inp.context, "cudaDeviceSynchronize/cudaStreamSynchronize or blocking copies "
+                                   "(.item(), .cpu(), print) inside the step")))
 
     comm = b.share_pct("communication")
     sev = _graded(rules, "comm", comm)
     if sev:
-        out.append(Finding("comm/unoverlapped", "machine", sev, "Communication not overlapped with compute", comm,
+        out.append(Finding("comm/unoverlapped", "machine", sev,
+                           _title("comm/unoverlapped", inp.context, "Communication not overlapped with compute"), comm,
                            [_ev(rules, f"comm.{sev}", "communication with no compute running", comm),
                             _ctx("communication kernels, share of kernel time", k.class_share_pct("communication"), "%")],
-                           "collectives run while no compute kernel does"))
+                           _detail("comm/unoverlapped", inp.context, "collectives run while no compute kernel does")))
 
     # What the busy time is spent on (DIAGNOSIS §2.3): only meaningful as a bottleneck once busy.
     compute = b.share_pct("compute")
@@ -193,12 +198,13 @@ def _cpu_training_findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
         return []
     ev = [_ev(rules, "data_wait.high" if sev == "high" else "data_wait.moderate", "host waiting on DataLoader __next__",
               b.data_wait_pct),
-          _ctx("GPU kernels in trace", 0, "kernels", "trace: no GPU activity (CPU training)")]
-    detail = "training runs on the CPU here, so every millisecond spent loading a batch adds to the step"
+          _ctx("GPU kernels in trace", 0, "kernels", "trace: no GPU activity (runs on the CPU)")]
+    detail = _detail("cpu/input-wait", inp.context,
+                     "training runs on the CPU here, so every millisecond spent loading a batch adds to the step")
     if inp.single_process_loader:
         ev.append(_ctx("DataLoader runs in the training process (num_workers=0)", None, "", "trace: _SingleProcessDataLoaderIter"))
         detail += "; batches are loaded in the training process itself (num_workers=0)"
-    return [Finding("data/input-wait", "data", sev, "Training waits on the input pipeline", b.data_wait_pct, ev, detail)]
+    return [Finding("data/input-wait", "data", sev, _title("data/input-wait", inp.context, ""), b.data_wait_pct, ev, detail)]
 
 
 def finding_order(f: Finding) -> tuple[int, float]:
