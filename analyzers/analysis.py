@@ -5,19 +5,23 @@ import re
 from dataclasses import dataclass, field
 
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.attention import attention_evidence, unfused_attention_finding
+from trainscope.analyzers.attention import attention_evidence
 from trainscope.analyzers.breakdown import Breakdown, primary_device, step_breakdown
+from trainscope.analyzers.context import Context, detect_context
 from trainscope.analyzers.devices import DeviceSpec, lookup
-from trainscope.analyzers.gpu_metrics import CounterSummary, counter_summary, with_counter_evidence
-from trainscope.analyzers.host_device import blocking_syncs, host_device_findings, pageable_copies
-from trainscope.analyzers.kernels import KernelSummary, kernel_classes, kernel_summary
+from trainscope.analyzers.findings.base import Evidence
+from trainscope.analyzers.gpu_metrics import CounterSummary, counter_context, counter_split, counter_summary
+from trainscope.analyzers.host_device import blocking_syncs, pageable_copies
+from trainscope.analyzers.kernels import (ALL_CLASSES, HIGH_INTENSITY, LOW_INTENSITY, KernelSummary, kernel_classes,
+                                          kernel_summary)
 from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
 from trainscope.analyzers.phases import PhaseBreakdown, phase_breakdown
 from trainscope.analyzers.recommendations import Recommendation, recommend
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.sinks import Sinks, split_sinks
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
-from trainscope.analyzers.verdict import DiagnosisInput, Finding, Verdict, classify, finding_order, findings
+from trainscope.analyzers.verdict import DiagnosisInput, Finding, Verdict, classify, findings
 from trainscope.traces.model import Trace, TraceSet
 
 _SINGLE_PROCESS_LOADER = re.compile(r"_SingleProcessDataLoaderIter")
@@ -42,6 +46,8 @@ class Analysis:
     phases: PhaseBreakdown | None = None  # forward/backward/optimizer, where ranges name them
     counters: CounterSummary | None = None  # hardware counters (Nsight GPU_METRICS), where sampled
     source_format: str = "kineto"  # Trace.format: "kineto" or "nsys-sqlite"
+    context: Context | None = None  # training/inference, graphs, compiled, framework, collectives
+    sinks: Sinks | None = None  # step time split into exclusive sinks (the verdict's ranking)
 
 
 def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float | None = None,
@@ -49,6 +55,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     """``step_range`` names the annotation range that marks a step (raises StepRangeError when
     the trace has none)."""
     rules = rules or Rules()
+    ctx = detect_context(trace)
     seg = segment_steps(trace, step_range)
     device = primary_device(trace)
     classes = kernel_classes(trace)  # regexes over long kernel names: classify once, use twice
@@ -60,35 +67,24 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     dev = trace.device(device) if device is not None else None
     spec = lookup(dev.name if dev else None)
 
-    # Counted once, in the steps and on this GPU, for both findings that cite it.
-    pageable = pageable_copies(trace, seg, device)
-    names_single = name_mask(trace, _SINGLE_PROCESS_LOADER)
-    single = bool(names_single[trace.cpu_ops.name].any() or names_single[trace.annotations.name].any())
-    inp = DiagnosisInput(
-        has_gpu=trace.has_gpu_activity, segmentation=seg, breakdown=bd, kernels=ks, memory=mem,
-        single_process_loader=single, pageable_htod_copies=pageable.count,
-        kernels_per_step=ks.count / max(1, len(seg.steps)),
-    )
-    found = findings(inp, rules)
-    # Findings of their own modules: host-device traffic, attention, hardware counters.
-    if trace.has_gpu_activity:
-        found += host_device_findings(pageable, blocking_syncs(trace, seg, device), rules)
-        unfused = unfused_attention_finding(attention_evidence(trace, seg, device, classes[0]),
-                                            bd.share_pct("compute"), bd.gpu_busy_pct, rules)
-        found += [unfused] if unfused else []
     counters = counter_summary(trace, seg, device)
-    found = with_counter_evidence(found, counters, bd.gpu_busy_pct, bd.share_pct("compute"), rules)
-    found.sort(key=finding_order)
-    verdict = classify(inp, found, rules)
-    # No projected gains from evidence too thin for a verdict.
-    recs = [] if verdict.axis == "insufficient_evidence" else recommend(found, bd, spec, dev.name if dev else None)
     warnings = list(trace.warnings)
     if not trace.has_gpu_activity and len(trace.counters):
-        # Sampled counters only (a `watch --record` recording, an nvidia-smi CSV): the live rules decide.
+        # Sampled counters only (a `watch --record` recording, an nvidia-smi CSV): the live rules
+        # decide, once — the trace rules have no events to read.
         from trainscope.analyzers.live import counters_diagnosis
 
         found, verdict, recs, note = counters_diagnosis(trace, rules)
         warnings.append(note)
+        sinks = None
+    else:
+        inp = observations(trace, seg, device, bd, ks, mem, classes, counters, spec, ctx, rules)
+        sinks = inp.sinks
+        found = findings(inp, rules)
+        verdict = classify(inp, found, rules)
+        # No projected gains from evidence too thin for a verdict.
+        recs = ([] if verdict.axis == "insufficient_evidence" else
+                recommend(found, bd, spec, dev.name if dev else None, ctx, rules))
     if trace.has_gpu_activity and seg.method == "whole_trace":
         warnings.append(seg.note)
     return Analysis(
@@ -96,6 +92,81 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
         findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
         phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
+        context=ctx, sinks=sinks,
+    )
+
+
+def busy_split(trace: Trace, seg: StepSegmentation, device: int | None, ks: KernelSummary, classes,
+               counters: CounterSummary | None, spec: DeviceSpec | None,
+               rules: Rules) -> tuple[dict[str, float], str, list[Evidence]]:
+    """How compute-kernel time divides into memory-bound, compute-bound and unknown: hardware counters
+    where they decide, else the roofline's per-kernel calls, else the kernel-class mix (the last
+    resort DIAGNOSIS §2.3 allows), with the evidence lines of the source used."""
+    decided = counter_split(counters, rules)
+    if decided is not None:
+        return decided[0], "hardware counters", decided[1]
+    context_lines = counter_context(counters)
+    try:
+        from trainscope.analyzers.roofline import roofline
+    except ImportError:
+        roofline = None
+    if roofline is not None and len(trace.kernels):
+        k = trace.kernels
+        mask = iv.contains((seg.starts, seg.ends), k.ts)
+        if device is not None:
+            mask &= k.device == device
+        mask &= classes[0][k.name] != ALL_CLASSES.index("communication")
+        r = roofline(trace, mask, spec)
+        known = r.bound_ms.get("memory", 0.0) + r.bound_ms.get("compute", 0.0)
+        if known > 0:
+            lines = [r.evidence_line(b) for b in ("memory", "compute") if r.bound_ms.get(b, 0.0) > 0]
+            return dict(r.bound_ms), "roofline", [e for e in lines if e is not None] + context_lines
+    high = sum(ks.by_class_ns.get(c, 0) for c in HIGH_INTENSITY)
+    low = sum(ks.by_class_ns.get(c, 0) for c in LOW_INTENSITY)
+    other = ks.by_class_ns.get("other", 0)
+    compute_total = high + low + other
+    lines = [Evidence("GEMM/convolution/attention share of compute-kernel time",
+                      round(100.0 * high / compute_total, 2) if compute_total else 0.0, "%", "", "kernel names (no roofline)"),
+             Evidence("elementwise/normalization/softmax/reduction share of compute-kernel time",
+                      round(100.0 * low / compute_total, 2) if compute_total else 0.0, "%", "", "kernel names (no roofline)")]
+    return {"memory": float(low), "compute": float(high), "unknown": float(other)}, "kernel classes", lines + context_lines
+
+
+def host_idle_attribution(trace: Trace, seg: StepSegmentation, device: int | None, bd: Breakdown
+                          ) -> tuple[dict[str, int], list[Evidence]]:
+    """GPU-idle time explained by host frames the breakdown does not read (Python stacks, OS runtime
+    calls), by class, with the heaviest frames as evidence lines. Empty until a host-idle analyzer
+    is available."""
+    try:
+        from trainscope.analyzers.host_idle import host_idle
+    except ImportError:
+        return {}, []
+    h = host_idle(trace, seg, device, bd)
+    return dict(getattr(h, "by_class_ns", {}) or {}), list(getattr(h, "evidence", []) or [])
+
+
+def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Breakdown, ks: KernelSummary, mem,
+                 classes, counters: CounterSummary | None, spec: DeviceSpec | None, ctx, rules: Rules,
+                 imbalance_ns: int = 0, imbalance_evidence: tuple = ()) -> DiagnosisInput:
+    """Everything the findings read, measured once: the sinks of step time and the evidence of the
+    modules that refine them (host-device traffic, attention, counters, host frames)."""
+    # Counted once, in the steps and on this GPU, for every finding that cites it.
+    pageable = pageable_copies(trace, seg, device)
+    syncs = blocking_syncs(trace, seg, device)
+    names_single = name_mask(trace, _SINGLE_PROCESS_LOADER)
+    single = bool(names_single[trace.cpu_ops.name].any() or names_single[trace.annotations.name].any())
+    split, source, busy_lines = busy_split(trace, seg, device, ks, classes, counters, spec, rules)
+    host_ns, frames = host_idle_attribution(trace, seg, device, bd)
+    sinks = split_sinks(bd, busy_split=split, busy_source=source, host_idle_ns=host_ns,
+                        sync_bubble_ns=syncs.bubble_ns, imbalance_ns=imbalance_ns,
+                        saturated=bd.gpu_busy_pct >= rules.value("gpu_busy.saturated"))
+    return DiagnosisInput(
+        has_gpu=trace.has_gpu_activity, segmentation=seg, breakdown=bd, kernels=ks, memory=mem,
+        single_process_loader=single, pageable_htod_copies=pageable.count,
+        kernels_per_step=ks.count / max(1, len(seg.steps)), sinks=sinks, pageable=pageable, syncs=syncs,
+        attention=attention_evidence(trace, seg, device, classes[0]) if trace.has_gpu_activity else None,
+        context=ctx, host_frames=tuple(frames), busy_evidence=tuple(busy_lines),
+        imbalance_evidence=tuple(imbalance_evidence),
     )
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from trainscope.analyzers import findings as registry
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.analysis import Analysis, slowest
 from trainscope.analyzers.breakdown import CATEGORIES, CATEGORY_LABELS
+from trainscope.analyzers.findings.base import DiffMeasure
 from trainscope.analyzers.kernel_match import KernelChange, KernelTime, match_kernels
 from trainscope.analyzers.kernels import ALL_CLASSES, kernel_classes, kernel_summary
 from trainscope.analyzers.recommendations import Recommendation
@@ -202,58 +204,10 @@ class RunDiff:
         return counts
 
 
-# What each finding's fix should move, so "addressed" is measured, not assumed. Time lost to a
-# cause is compared in ms per step, not as a share: a share also falls when everything else grows.
-@dataclass(frozen=True)
-class _FindingMetric:
-    label: str
-    unit: str
-    value: Callable[[Analysis], float | None]
-    lower_is_better: bool = True
-
-    @property
-    def per_step(self) -> bool:
-        return self.unit == "ms per step"
-
-
-def _peak_pct(a: Analysis) -> float | None:
-    pcts = [m.peak_pct for m in a.memory if m.peak_pct is not None]
-    return max(pcts) if pcts else None
-
-
-def _ms_per_step(category: str) -> Callable[[Analysis], float | None]:
-    return lambda a: a.breakdown.ns[category] / 1e6 / max(1, len(a.breakdown.steps))
-
-
-def _stake_ms(finding: str) -> Callable[[Analysis], float | None]:
-    """The time a finding says its cause costs, in ms per step (0 when it is not raised)."""
-    def value(a: Analysis) -> float | None:
-        stake = next((f.stake_pct for f in a.findings if f.id == finding), 0.0)
-        return stake / 100 * a.breakdown.step_ms.mean
-    return value
-
-
-FINDING_METRICS: dict[str, _FindingMetric] = {
-    "data/input-wait": _FindingMetric("host waiting on DataLoader __next__", "ms per step",
-                                      lambda a: a.breakdown.host_data_wait_ns / 1e6 / max(1, len(a.breakdown.steps))),
-    "data/copies": _FindingMetric("GPU busy only with memory copies", "ms per step", _ms_per_step("copy")),
-    "host/launch-overhead": _FindingMetric("GPU idle while the host launches/computes", "ms per step",
-                                           _ms_per_step("idle_host_overhead")),
-    "host/sync": _FindingMetric("GPU idle while the host synchronizes", "ms per step", _ms_per_step("idle_sync")),
-    "comm/unoverlapped": _FindingMetric("communication with no compute running", "ms per step", _ms_per_step("communication")),
-    "algorithm/no-tensor-cores": _FindingMetric("tensor-core share of GEMM/conv/attention time", "%",
-                                                lambda a: a.kernels.tensor_core_pct_of_matmul, lower_is_better=False),
-    "machine/bandwidth": _FindingMetric("memory-bound kernels, share of kernel time", "%", lambda a: a.kernels.low_intensity_pct),
-    "algorithm/compute-bound": _FindingMetric("GEMM/conv/attention kernel time", "ms per step",
-                                              lambda a: a.kernels.matmul_ns / 1e6 / max(1, len(a.breakdown.steps))),
-    "machine/capacity": _FindingMetric("peak memory / device memory", "%", _peak_pct),
-    "data/pageable-copies": _FindingMetric("GPU time in pageable host-to-device copies", "ms per step",
-                                           _stake_ms("data/pageable-copies")),
-    "host/blocking-sync": _FindingMetric("GPU idle after blocking synchronizations", "ms per step",
-                                         _stake_ms("host/blocking-sync")),
-    "machine/unfused-attention": _FindingMetric("memory-bound attention kernel time", "ms per step",
-                                                _stake_ms("machine/unfused-attention")),
-}
+# What each finding's fix should move, so "addressed" is measured, not assumed: declared with each
+# finding in the registry (FindingSpec.diff_measure).
+FINDING_METRICS: dict[str, DiffMeasure] = {s.id: s.diff_measure for s in registry.REGISTRY.values()
+                                           if s.diff_measure is not None}
 
 
 def _outcome(rec: Recommendation, before: Analysis, after: Analysis, noise_pts: float,

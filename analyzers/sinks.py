@@ -16,7 +16,8 @@ D·A·M causes made measurable):
 - ``idle-unexplained``: the GPU idles and the trace records nothing the host was doing.
 
 The verdict is the largest sink among those that can be primary (all but ``busy-unknown`` and
-``idle-unexplained``); its lead over the runner-up sets the confidence.
+``idle-unexplained``; kernel work only once the GPU is saturated); its lead over the runner-up sets
+the confidence.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from trainscope.analyzers.breakdown import Breakdown
 SINKS: tuple[str, ...] = ("input", "launch", "sync", "comm", "copies", "memory-bound", "compute-bound", "imbalance",
                           "busy-unknown", "idle-unexplained")
 NOT_PRIMARY = ("busy-unknown", "idle-unexplained")
+WORK = ("memory-bound", "compute-bound")
 SINK_LABELS = {
     "input": "input pipeline (GPU idle while the host loads or preprocesses data)",
     "launch": "launch/CPU overhead (GPU idle while the host issues work)",
@@ -59,6 +61,11 @@ class Sink:
     def can_be_primary(self) -> bool:
         return self.key not in NOT_PRIMARY
 
+    @property
+    def is_work(self) -> bool:
+        """Kernel work (memory- or compute-bound busy time), as opposed to time lost to overheads."""
+        return self.key in WORK
+
 
 @dataclass(frozen=True)
 class Sinks:
@@ -66,6 +73,7 @@ class Sinks:
     steps: int
     by_key: dict[str, Sink]
     busy_source: str  # "hardware counters" | "roofline" | "kernel classes" | "none"
+    saturated: bool = True  # GPU busy at or above gpu_busy.saturated: kernel work can be the bottleneck
 
     def pct(self, key: str) -> float:
         return self.by_key[key].pct if key in self.by_key else 0.0
@@ -73,10 +81,22 @@ class Sinks:
     def ms_per_step(self, key: str) -> float:
         return self.by_key[key].ns / 1e6 / max(1, self.steps) if key in self.by_key else 0.0
 
+    def eligible(self, key: str) -> bool:
+        """Whether sink ``key`` can be the verdict here. Kernel work (memory-/compute-bound busy time)
+        can only when the GPU is saturated: on a starved GPU the kernels do not set the step's length,
+        what keeps the GPU from them does (the textbook flowchart's first test, utilization < 70 %)."""
+        s = self.by_key.get(key)
+        return s is not None and s.can_be_primary and (self.saturated or not s.is_work)
+
     def ranked(self, primary_only: bool = True) -> list[Sink]:
         """Largest first; ties keep the declaration order of :data:`SINKS`."""
-        sinks = [self.by_key[k] for k in SINKS if k in self.by_key and (self.by_key[k].can_be_primary or not primary_only)]
+        sinks = [self.by_key[k] for k in SINKS if k in self.by_key and (self.eligible(k) or not primary_only)]
         return sorted(sinks, key=lambda s: -s.ns)
+
+    @property
+    def explained_ns(self) -> int:
+        """Step time in sinks that can be the verdict here."""
+        return sum(s.ns for s in self.ranked())
 
     @property
     def leader(self) -> Sink | None:
@@ -97,7 +117,7 @@ def _take(pool: dict[str, float], key: str, want: float) -> float:
 
 def split_sinks(b: Breakdown, *, busy_split: dict[str, float] | None = None, busy_source: str = "none",
                 host_idle_ns: dict[str, int] | None = None, sync_bubble_ns: int = 0,
-                imbalance_ns: int = 0) -> Sinks:
+                imbalance_ns: int = 0, saturated: bool = True) -> Sinks:
     """The exclusive sinks of ``b``.
 
     ``busy_split``: the fractions of compute-kernel time that are memory-bound, compute-bound and of
@@ -140,4 +160,4 @@ def split_sinks(b: Breakdown, *, busy_split: dict[str, float] | None = None, bus
     src["imbalance"] = "collective time waiting for the slowest rank"
     total = b.total_ns
     by = {k: Sink(k, int(round(v)), 100.0 * v / total if total else 0.0, src[k]) for k, v in out.items()}
-    return Sinks(total, len(b.steps), by, busy_source)
+    return Sinks(total, len(b.steps), by, busy_source, saturated)

@@ -16,6 +16,7 @@ from trainscope.analyzers import findings as registry
 from trainscope.analyzers.findings.base import AXES, Evidence, Finding, Verdict  # noqa: F401  (re-exported)
 from trainscope.analyzers.findings.common import ctx as _ctx, ev as _ev
 from trainscope.analyzers.findings.observations import DiagnosisInput  # noqa: F401  (re-exported)
+from trainscope.analyzers.fix_text import detail as _detail, title as _title
 from trainscope.analyzers.rules import Rules
 
 _GRADE = {"high": 0, "moderate": 1, "info": 2}
@@ -50,12 +51,14 @@ def _cpu_training_findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
         return []
     ev = [_ev(rules, "data_wait.high" if sev == "high" else "data_wait.moderate", "host waiting on DataLoader __next__",
               b.data_wait_pct),
-          _ctx("GPU kernels in trace", 0, "kernels", "trace: no GPU activity (CPU training)")]
-    detail = "training runs on the CPU here, so every millisecond spent loading a batch adds to the step"
+          _ctx("GPU kernels in trace", 0, "kernels", "trace: no GPU activity (runs on the CPU)")]
+    detail = _detail("cpu/input-wait", inp.context,
+                     "training runs on the CPU here, so every millisecond spent loading a batch adds to the step")
     if inp.single_process_loader:
         ev.append(_ctx("DataLoader runs in the training process (num_workers=0)", None, "", "trace: _SingleProcessDataLoaderIter"))
         detail += "; batches are loaded in the training process itself (num_workers=0)"
-    return [registry.spec("data/input-wait").finding(b.data_wait_pct, ev, detail, rules, severity=sev)]
+    return [registry.spec("data/input-wait").finding(b.data_wait_pct, ev, detail, rules, severity=sev,
+                                                     title=_title("data/input-wait", inp.context, ""))]
 
 
 def finding_order(f: Finding) -> tuple[int, float]:
@@ -102,7 +105,8 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     sinks = inp.sinks
     lead, runner = sinks.leader, sinks.runner_up
     unexplained = sinks.by_key["idle-unexplained"]
-    if lead is None or unexplained.ns > lead.ns:
+    # Never guess: GPU idle that no recorded host activity explains, outweighing every cause there is.
+    if lead is None or unexplained.ns > sinks.explained_ns:
         return Verdict("insufficient_evidence", 0.0, None,
                        f"the GPU is idle {100 - busy:.0f} % of step time, but the trace records no host activity "
                        "(data wait, preprocessing, synchronization, launches) that explains most of it",

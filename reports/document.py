@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainscope import __version__
+from trainscope.analyzers import findings as registry
 from trainscope.analyzers.analysis import Analysis, slowest
 from trainscope.analyzers.breakdown import CATEGORIES, CATEGORY_LABELS
 from trainscope.analyzers.kernels import ALL_CLASSES
@@ -13,19 +14,7 @@ from trainscope.analyzers.verdict import Evidence
 
 SCHEMA = "trainscope.analysis/1"
 
-HEADLINES = {
-    "data/input-wait": "DATA-BOUND",
-    "data/copies": "COPY-BOUND",
-    "host/launch-overhead": "HOST-BOUND (launch/CPU overhead)",
-    "host/sync": "SYNC-BOUND",
-    "comm/unoverlapped": "COMMUNICATION-BOUND",
-    "algorithm/compute-bound": "COMPUTE-BOUND",
-    "machine/bandwidth": "MEMORY-BANDWIDTH-BOUND",
-    "machine/capacity": "MEMORY-CAPACITY-BOUND",
-    "machine/unfused-attention": "MEMORY-BANDWIDTH-BOUND (unfused attention)",
-    "data/pageable-copies": "COPY-BOUND (pageable memory)",
-    "host/blocking-sync": "SYNC-BOUND",
-}
+HEADLINES = {s.id: s.headline for s in registry.REGISTRY.values()}  # declared with each finding
 AXIS_NAMES = {"data": "Data", "algorithm": "Algorithm", "machine": "Machine",
               "balanced": "balanced", "insufficient_evidence": "insufficient evidence"}
 

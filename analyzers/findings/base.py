@@ -109,10 +109,18 @@ class Fix:
     applies: Callable[[Any], bool] = always  # over the trace's Context (None when unknown)
     superseded_by: tuple[str, ...] = ()  # finding ids whose fix, when raised, replaces this one
     whatif_label: str = ""  # the assumption, as a what-if toggle reads it
+    # The wording for the run's context (analyzers/fix_text.py): (ctx, single_loader, bf16) -> FixText.
+    text: Callable[..., Any] | None = None
 
-    def change(self, ctx: Any = None) -> str:
+    def render(self, ctx: Any = None, *, single_loader: bool = False, bf16: bool = True) -> tuple[str, str]:
+        """(title, change) in the run's words: the context-aware text where declared, else the PyTorch
+        change, or the native one for a CUDA/HIP application."""
+        if self.text is not None:
+            from trainscope.analyzers.context import TRAINING
+            ft = self.text(ctx if ctx is not None else TRAINING, single_loader, bf16)
+            return ft.title, ft.change
         native = getattr(ctx, "framework", None) == "native"
-        return self.native if native else self.pytorch
+        return self.title, self.native if native else self.pytorch
 
 
 # --- diff --------------------------------------------------------------------------------------------

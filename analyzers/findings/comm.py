@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake, ms_per_step
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
+from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
 
 _SEV = by_stake("comm.moderate", "comm.high")
@@ -18,25 +19,12 @@ def _unoverlapped(obs, rules: Rules) -> Finding | None:
              sink_line(obs, "comm")]
     kinds = getattr(obs.context, "collectives", None)
     if kinds:
-        lines.append(ctx("collectives: " + ", ".join(sorted(kinds)), None, "", "trace: communication kernel names"))
-    return UNOVERLAPPED.finding(stake, lines, "collectives run while no compute kernel does", rules)
+        lines.append(ctx("collectives: " + ", ".join(f"{k} {v:.1f} ms" for k, v in kinds.items()), None, "",
+                         "trace: communication kernel names"))
+    return UNOVERLAPPED.finding(stake, lines, fix_text.detail(UNOVERLAPPED.id, obs.context,
+                                                              "collectives run while no compute kernel does"), rules,
+                                title=fix_text.title(UNOVERLAPPED.id, obs.context, UNOVERLAPPED.title))
 
-
-def _all_to_all(c) -> bool:
-    kinds = getattr(c, "collectives", None) or ()
-    return any("all-to-all" in k or "alltoall" in k.replace("_", "").replace("-", "") for k in kinds)
-
-
-_ALL_TO_ALL_FIX = Fix(
-    "overlap-communication", "Overlap the all-to-all exchange with compute (pipelined embedding exchange)",
-    "# TorchRec: pipeline the sparse all-to-all with the dense forward/backward\n"
-    "pipeline = torchrec.distributed.train_pipeline.TrainPipelineSparseDist(model, optimizer, device)\n"
-    "# and balance shards across ranks (EmbeddingShardingPlanner) so no rank waits for a slower one",
-    "// issue ncclSend/ncclRecv (or MPI_Ialltoall) for batch i+1 on a communication stream while\n"
-    "// batch i's compute runs; wait on an event only before the kernels that read the exchanged data",
-    projection="busy", basis="hiding the {stake:.1f} % unoverlapped communication", applies=_all_to_all,
-    whatif_label="communication fully overlapped",
-)
 
 UNOVERLAPPED = FindingSpec(
     id="comm/unoverlapped", axis="machine", title="Communication not overlapped with compute",
@@ -47,12 +35,12 @@ UNOVERLAPPED = FindingSpec(
             "// launch ncclAllReduce per gradient bucket on a communication stream as soon as the bucket's\n"
             "// backward kernels finish (event wait), not one all-reduce after the whole backward pass",
             projection="busy", basis="hiding the {stake:.1f} % unoverlapped communication",
-            whatif_label="communication fully overlapped"),
+            whatif_label="communication fully overlapped",
+            text=fix_text._comm),
     whatif_pool="comm",
     diff_measure=DiffMeasure("communication with no compute running", "ms per step", ms_per_step("communication")),
     critical_path="communication", headline="COMMUNICATION-BOUND", label_class="comm", sink="comm",
     breakdown=("communication",), describes="communication kernels running with no compute kernel beside them",
-    alternatives=(_ALL_TO_ALL_FIX,),
 )
 
 SPECS = (UNOVERLAPPED,)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from trainscope.analyzers.findings.base import (DiffMeasure, Finding, FindingSpec, Fix, by_stake, ms_per_step, stake_ms,
                                                 stake_pct)
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
+from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
 
 _INPUT_SEV = by_stake("data_wait.moderate", "data_wait.high")
@@ -33,7 +34,7 @@ def _input_wait(obs, rules: Rules) -> Finding | None:
     if obs.single_process_loader:
         lines.append(ctx("DataLoader runs in the main process (num_workers=0)", None, "", "trace: _SingleProcessDataLoaderIter"))
         detail += "; batches are loaded in the main process itself (num_workers=0)"
-    return INPUT_WAIT.finding(stake, lines, detail, rules)
+    return INPUT_WAIT.finding(stake, lines, detail, rules, title=fix_text.title(INPUT_WAIT.id, obs.context, ""))
 
 
 _COPY_SEV = by_stake("copy.moderate", "copy.high")
@@ -77,7 +78,7 @@ _LOADER_FIX = Fix(
     "// decode/preprocess batch i+1 on the CPU, cudaMemcpyAsync it on a copy stream, record an event,\n"
     "// cudaStreamWaitEvent(compute_stream, ready[i+1]) before the kernels that read it",
     projection="data-wait", basis="removing the {wait:.1f} % data wait",
-    whatif_label="data loading fully overlapped with compute",
+    whatif_label="data loading fully overlapped with compute", text=fix_text._input_wait,
 )
 
 INPUT_WAIT = FindingSpec(
@@ -98,7 +99,8 @@ COPIES = FindingSpec(
             "cudaMemcpyAsync(d_buf, h_buf, bytes, cudaMemcpyHostToDevice, copy_stream);\n"
             "// kernels on another stream wait on an event recorded after the copy",
             projection="busy", basis="hiding the {stake:.1f} % copy-only time",
-            whatif_label="host-to-device copies hidden behind compute"),
+            whatif_label="host-to-device copies hidden behind compute",
+            text=fix_text._copies),
     whatif_pool="copies", diff_measure=DiffMeasure("GPU busy only with memory copies", "ms per step", ms_per_step("copy")),
     critical_path="data", headline="COPY-BOUND", label_class="copies", sink="copies", breakdown=("copy",),
     describes="GPU busy with copies only, no kernel beside them",
@@ -114,7 +116,8 @@ PAGEABLE_COPIES = FindingSpec(
             "cudaHostAlloc(&h_buf, bytes, cudaHostAllocDefault);  // or cudaHostRegister an existing buffer\n"
             "cudaMemcpyAsync(d_buf, h_buf, bytes, cudaMemcpyHostToDevice, stream);  // not cudaMemcpy from malloc'd memory",
             projection="busy", basis="if the {stake:.1f} % pageable-copy time were hidden behind compute",
-            whatif_label="pageable copies hidden behind compute"),
+            whatif_label="pageable copies hidden behind compute",
+            text=fix_text._pageable),
     whatif_pool="copies",
     diff_measure=DiffMeasure("GPU time in pageable host-to-device copies", "ms per step", stake_ms("data/pageable-copies")),
     critical_path="data", headline="COPY-BOUND (pageable memory)", label_class="copies", sink="copies",
@@ -130,7 +133,7 @@ LOADER_CPU = FindingSpec(
             "// more producer threads for decoding; move decode/augmentation onto the GPU (nvJPEG, NPP, DALI)",
             projection="none", basis="no projection from sampled counters"),
     whatif_pool=None, diff_measure=DiffMeasure("samples starved while the CPU saturates", "%", stake_pct("data/loader-cpu")),
-    critical_path="data", headline="DATA-BOUND (loader CPU)", label_class="input",
+    critical_path="data", headline="DATA-BOUND (loader CPU)", label_class="input", sink="input",
     describes="share of samples with the GPU near idle while the loader CPU saturates (live)", live=True, offline=False,
 )
 
@@ -142,7 +145,7 @@ IO_WAIT = FindingSpec(
             "// read large sequential shards (O_DIRECT / io_uring, GPUDirect Storage: cuFileRead) from local NVMe",
             projection="none", basis="no projection from sampled counters"),
     whatif_pool=None, diff_measure=DiffMeasure("samples starved while I/O wait saturates", "%", stake_pct("data/io-wait")),
-    critical_path="data", headline="DATA-BOUND (storage I/O)", label_class="input",
+    critical_path="data", headline="DATA-BOUND (storage I/O)", label_class="input", sink="input",
     describes="share of samples with the GPU near idle while I/O wait saturates (live)", live=True, offline=False,
 )
 

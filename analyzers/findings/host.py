@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trainscope.analyzers.findings.base import DiffMeasure, Evidence, Finding, FindingSpec, Fix, by_stake, ms_per_step, stake_ms
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
+from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
 
 _LAUNCH_SEV = by_stake("host_overhead.moderate", "host_overhead.high")
@@ -37,8 +38,8 @@ def _sync(obs, rules: Rules) -> Finding | None:
     sev = _SYNC_SEV.grade(stake, rules)
     lines = [ev(rules, f"sync.{'high' if sev == 'high' else 'moderate'}", "GPU idle while the host synchronizes", stake),
              sink_line(obs, "sync")]
-    return SYNC.finding(stake, lines, "cudaDeviceSynchronize/cudaStreamSynchronize or blocking copies (.item(), .cpu(), "
-                        "print, torch.tensor(..., device=...)) inside the step", rules)
+    return SYNC.finding(stake, lines, fix_text.detail(SYNC.id, obs.context, "cudaDeviceSynchronize/cudaStreamSynchronize "
+                        "or blocking copies (.item(), .cpu(), print, torch.tensor(..., device=...)) inside the step"), rules)
 
 
 _BLOCKING_SEV = by_stake("sync.bubble_moderate", "sync.high")
@@ -55,8 +56,8 @@ def _blocking(obs, rules: Rules) -> Finding | None:
                  f"≥ {t.value:g}", t.source, s.bubble_pct >= t.value),
         Evidence("synchronizing calls per step", round(s.per_step, 2), "calls", "", f"trace: {calls}"),
         Evidence("host time blocked in them", round(s.host_ns / 1e6, 3), "ms", "", "measured")],
-        "each sync drains the GPU queue (.item(), .cpu(), print(loss), torch.cuda.synchronize()); the GPU then "
-        "waits for the host to issue the next kernel", rules)
+        fix_text.detail(BLOCKING_SYNC.id, obs.context, "each sync drains the GPU queue (.item(), .cpu(), print(loss), "
+                        "torch.cuda.synchronize()); the GPU then waits for the host to issue the next kernel"), rules)
 
 
 LAUNCH_OVERHEAD = FindingSpec(
@@ -71,7 +72,8 @@ LAUNCH_OVERHEAD = FindingSpec(
             "cudaGraphInstantiate(&exec, graph, 0); cudaGraphLaunch(exec, stream);  // replay: one launch per step\n"
             "// fuse small kernels; profile after warm-up (first launches load code objects)",
             projection="idle", basis="removing the {stake:.1f} % GPU idle during host work",
-            whatif_label="no GPU idle during launches/CPU work"),
+            whatif_label="no GPU idle during launches/CPU work",
+            text=fix_text._launch),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure("GPU idle while the host launches/computes", "ms per step", ms_per_step("idle_host_overhead")),
     critical_path="host", headline="HOST-BOUND (launch/CPU overhead)", label_class="launch", sink="launch",
@@ -88,7 +90,8 @@ SYNC = FindingSpec(
             "// replace cudaDeviceSynchronize()/cudaMemcpy with events and cudaMemcpyAsync on a stream;\n"
             "// wait with cudaStreamWaitEvent (GPU-side) or poll cudaEventQuery only where the host needs the data",
             projection="idle", basis="removing the {stake:.1f} % GPU idle during syncs",
-            whatif_label="no host-device synchronizations"),
+            whatif_label="no host-device synchronizations",
+            text=fix_text._sync),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure("GPU idle while the host synchronizes", "ms per step", ms_per_step("idle_sync")),
     critical_path="host", headline="SYNC-BOUND", label_class="sync", sink="sync", breakdown=("idle_sync",),
@@ -105,7 +108,8 @@ BLOCKING_SYNC = FindingSpec(
             "// drop cudaDeviceSynchronize()/cudaStreamSynchronize() from the loop; read results back with\n"
             "// cudaMemcpyAsync into pinned memory and one cudaEventSynchronize where the host needs them",
             projection="idle", basis="removing the {stake:.1f} % GPU idle after syncs",
-            whatif_label="no blocking synchronizations in the step"),
+            whatif_label="no blocking synchronizations in the step",
+            text=fix_text._blocking_sync),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure("GPU idle after blocking synchronizations", "ms per step", stake_ms("host/blocking-sync")),
     critical_path="host", headline="SYNC-BOUND", label_class="sync", sink="sync",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
+from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
 
 _BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")
@@ -49,7 +50,8 @@ COMPUTE_BOUND = FindingSpec(
             "// tensor-core GEMMs (cuBLASLt / hipBLASLt with bf16/fp8 inputs), autotuned tile sizes;\n"
             "// larger problem sizes per launch so tiles fill every SM",
             projection="none", basis="no projection: compute-bound; gains depend on kernel efficiency (see MFU)",
-            superseded_by=("algorithm/no-tensor-cores",)),
+            superseded_by=("algorithm/no-tensor-cores",),
+            text=fix_text._compute),
     whatif_pool=None,
     diff_measure=DiffMeasure("GEMM/conv/attention kernel time", "ms per step",
                              lambda a: a.kernels.matmul_ns / 1e6 / max(1, len(a.breakdown.steps))),
@@ -65,7 +67,8 @@ NO_TENSOR_CORES = FindingSpec(
             'with torch.autocast(device_type="cuda", dtype={dtype}):\n    loss = model(x).loss',
             "// cublasGemmEx / cublasLtMatmul with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F accumulation\n"
             "// (or CUBLAS_COMPUTE_32F_FAST_TF32 to keep fp32 storage); hipblasLt on ROCm",
-            projection="amdahl", whatif_label="mixed precision on the GEMM share"),
+            projection="amdahl", whatif_label="mixed precision on the GEMM share",
+            text=fix_text._mixed_precision),
     whatif_pool="tensor-cores",
     diff_measure=DiffMeasure("tensor-core share of GEMM/conv/attention time", "%",
                              lambda a: a.kernels.tensor_core_pct_of_matmul, lower_is_better=False),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from trainscope.analyzers.findings.base import (DiffMeasure, Evidence, Finding, FindingSpec, Fix, by_stake, fixed,
                                                 stake_ms, stake_pct)
 from trainscope.analyzers.findings.common import ev, raised, sink_line
+from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
 
 _BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")
@@ -76,7 +77,8 @@ BANDWIDTH = FindingSpec(
             "// keep intermediates in registers/shared memory; use lower-precision storage (bf16/fp8) to halve bytes",
             projection="busy", basis="if the {stake:.1f} % memory-bound kernel time vanished entirely (fusion shrinks it, "
                                      "so real gains are smaller)",
-            whatif_label="memory-bound kernels fused away"),
+            whatif_label="memory-bound kernels fused away",
+            text=fix_text._bandwidth),
     whatif_pool="memory-bound",
     diff_measure=DiffMeasure("memory-bound kernel time", "ms per step", stake_ms("machine/bandwidth")),
     critical_path="gpu-compute", headline="MEMORY-BANDWIDTH-BOUND", label_class="memory-bound", sink="memory-bound",
@@ -95,7 +97,8 @@ UNFUSED_ATTENTION = FindingSpec(
             "// instead of GEMM → softmax → GEMM over materialized L×L score matrices",
             projection="busy", basis="if the {stake:.1f} % memory-bound attention time vanished (fused kernels still do "
                                      "the matmuls, so real gains are smaller)",
-            whatif_label="unfused attention's memory-bound kernels gone"),
+            whatif_label="unfused attention's memory-bound kernels gone",
+            text=fix_text._attention),
     whatif_pool="memory-bound",
     diff_measure=DiffMeasure("memory-bound attention kernel time", "ms per step", stake_ms("machine/unfused-attention")),
     critical_path="gpu-compute", headline="MEMORY-BANDWIDTH-BOUND (unfused attention)", label_class="memory-bound",
@@ -111,7 +114,8 @@ CAPACITY = FindingSpec(
             "// recompute activations in the backward pass instead of storing them; store them in bf16;\n"
             "// free workspaces between phases (cudaFreeAsync with a memory pool)",
             projection="none",
-            basis="no speed projection: frees memory for larger batches (recomputation costs ~⅓ more forward time)"),
+            basis="no speed projection: frees memory for larger batches (recomputation costs ~⅓ more forward time)",
+            text=fix_text._capacity),
     whatif_pool=None, diff_measure=DiffMeasure("peak memory / device memory", "%", _peak_pct),
     critical_path="none", headline="MEMORY-CAPACITY-BOUND", label_class="capacity",
     describes="peak memory against device memory (no share of step time)", live=True,
