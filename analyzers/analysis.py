@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from trainscope.analyzers import findings as registry
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.attention import attention_evidence
 from trainscope.analyzers.breakdown import Breakdown, primary_device, step_breakdown
@@ -145,6 +146,15 @@ def host_idle_attribution(trace: Trace, seg: StepSegmentation, device: int | Non
     return dict(getattr(h, "by_class_ns", {}) or {}), list(getattr(h, "evidence", []) or [])
 
 
+def sink_floors(rules: Rules) -> dict[str, float]:
+    """Per sink, the moderate grade of the broad finding that names it: a smaller sink is no verdict."""
+    out = {}
+    for decl in registry.specs(offline=True):
+        if decl.sink and decl.refines is None and decl.can_be_primary and decl.severity.moderate:
+            out[decl.sink] = rules.value(decl.severity.moderate)
+    return out
+
+
 def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Breakdown, ks: KernelSummary, mem,
                  classes, counters: CounterSummary | None, spec: DeviceSpec | None, ctx, rules: Rules,
                  imbalance_ns: int = 0, imbalance_evidence: tuple = ()) -> DiagnosisInput:
@@ -159,7 +169,7 @@ def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Br
     host_ns, frames = host_idle_attribution(trace, seg, device, bd)
     sinks = split_sinks(bd, busy_split=split, busy_source=source, host_idle_ns=host_ns,
                         sync_bubble_ns=syncs.bubble_ns, imbalance_ns=imbalance_ns,
-                        saturated=bd.gpu_busy_pct >= rules.value("gpu_busy.saturated"))
+                        saturated=bd.gpu_busy_pct >= rules.value("gpu_busy.saturated"), floors=sink_floors(rules))
     return DiagnosisInput(
         has_gpu=trace.has_gpu_activity, segmentation=seg, breakdown=bd, kernels=ks, memory=mem,
         single_process_loader=single, pageable_htod_copies=pageable.count,

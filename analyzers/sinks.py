@@ -16,8 +16,9 @@ D·A·M causes made measurable):
 - ``idle-unexplained``: the GPU idles and the trace records nothing the host was doing.
 
 The verdict is the largest sink among those that can be primary (all but ``busy-unknown`` and
-``idle-unexplained``; kernel work only once the GPU is saturated); its lead over the runner-up sets
-the confidence.
+``idle-unexplained``; kernel work only once the GPU is saturated; none below the moderate grade of
+its finding, so a threshold override moves the verdict); its lead over the runner-up sets the
+confidence.
 """
 from __future__ import annotations
 
@@ -74,6 +75,7 @@ class Sinks:
     by_key: dict[str, Sink]
     busy_source: str  # "hardware counters" | "roofline" | "kernel classes" | "none"
     saturated: bool = True  # GPU busy at or above gpu_busy.saturated: kernel work can be the bottleneck
+    floors: dict[str, float] | None = None  # sink -> least share (%) that names a bottleneck (its finding's moderate grade)
 
     def pct(self, key: str) -> float:
         return self.by_key[key].pct if key in self.by_key else 0.0
@@ -86,7 +88,9 @@ class Sinks:
         can only when the GPU is saturated: on a starved GPU the kernels do not set the step's length,
         what keeps the GPU from them does (the textbook flowchart's first test, utilization < 70 %)."""
         s = self.by_key.get(key)
-        return s is not None and s.can_be_primary and (self.saturated or not s.is_work)
+        floor = (self.floors or {}).get(key, 0.0)
+        return (s is not None and s.ns > 0 and s.can_be_primary and s.pct >= floor
+                and (self.saturated or not s.is_work))
 
     def ranked(self, primary_only: bool = True) -> list[Sink]:
         """Largest first; ties keep the declaration order of :data:`SINKS`."""
@@ -117,7 +121,7 @@ def _take(pool: dict[str, float], key: str, want: float) -> float:
 
 def split_sinks(b: Breakdown, *, busy_split: dict[str, float] | None = None, busy_source: str = "none",
                 host_idle_ns: dict[str, int] | None = None, sync_bubble_ns: int = 0,
-                imbalance_ns: int = 0, saturated: bool = True) -> Sinks:
+                imbalance_ns: int = 0, saturated: bool = True, floors: dict[str, float] | None = None) -> Sinks:
     """The exclusive sinks of ``b``.
 
     ``busy_split``: the fractions of compute-kernel time that are memory-bound, compute-bound and of
@@ -160,4 +164,4 @@ def split_sinks(b: Breakdown, *, busy_split: dict[str, float] | None = None, bus
     src["imbalance"] = "collective time waiting for the slowest rank"
     total = b.total_ns
     by = {k: Sink(k, int(round(v)), 100.0 * v / total if total else 0.0, src[k]) for k, v in out.items()}
-    return Sinks(total, len(b.steps), by, busy_source, saturated)
+    return Sinks(total, len(b.steps), by, busy_source, saturated, floors)

@@ -106,11 +106,14 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     lead, runner = sinks.leader, sinks.runner_up
     unexplained = sinks.by_key["idle-unexplained"]
     # Never guess: GPU idle that no recorded host activity explains, outweighing every cause there is.
-    if lead is None or unexplained.ns > sinks.explained_ns:
+    if unexplained.ns > sinks.explained_ns:
         return Verdict("insufficient_evidence", 0.0, None,
                        f"the GPU is idle {100 - busy:.0f} % of step time, but the trace records no host activity "
                        "(data wait, preprocessing, synchronization, launches) that explains most of it",
                        [busy_ev, _ctx("GPU idle with no host activity recorded", unexplained.pct, "%")])
+    if lead is None:
+        return Verdict("balanced", 0.5, None, "no sink of step time reaches the grade of a bottleneck: "
+                       + ", ".join(f"{s.key} {s.pct:.1f} %" for s in sinks.ranked(primary_only=False)[:3]), [busy_ev])
     primary = primary_finding(lead.key, found)
     if primary is None:  # a sink with no declared finding cannot happen; say so rather than guess
         return Verdict("balanced", 0.5, None, f"the largest sink ({lead.label}) has no finding to name it", [busy_ev])
