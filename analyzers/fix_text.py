@@ -224,3 +224,13 @@ def _capacity(c: Context, single: bool, bf16: bool) -> FixText:
     return FixText("reduce-memory", "Cut inference memory (lower-precision weights, smaller KV cache or batch)",
                    "model = model.to(torch.bfloat16)  # or 8-/4-bit weight quantization\n"
                    "# cap the batch / KV-cache size (e.g. gpu_memory_utilization, max_num_seqs in the server)")
+
+
+def __getattr__(name: str):
+    """``_FIXES``: finding id -> its text function, as the registry declares them (read lazily: the
+    registry's family modules import this one)."""
+    if name == "_FIXES":
+        from trainscope.analyzers.findings import REGISTRY
+
+        return {s.id: s.fix.text for s in REGISTRY.values() if s.fix is not None and s.fix.text is not None}
+    raise AttributeError(name)
