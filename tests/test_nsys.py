@@ -175,8 +175,12 @@ def test_train_step_phases_busy_and_mixed_precision():
 
 def test_ctx4096_unfused_attention_memory_bandwidth():
     (a,) = analyses(CTX4096)
-    assert a.verdict.bottleneck == "machine/unfused-attention" and a.verdict.axis == "machine"
+    # fp32 GEMMs (≈ 52 % of step time) and unfused attention's memory-bound kernels (≈ 47 %) nearly tie:
+    # the verdict names the larger, the runner-up the other, and the confidence says it is close.
+    assert {a.verdict.bottleneck, a.verdict.runner_up} == {"algorithm/compute-bound", "machine/unfused-attention"}
+    assert a.verdict.confidence < 0.6
     f = next(x for x in a.findings if x.id == "machine/unfused-attention")
+    assert f.severity == "high"
     # Re-derive: elementwise/reduce kernels launched inside 'scaled dot product attention' ranges.
     rows = sql(CTX4096, """
         SELECT k.end - k.start, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k

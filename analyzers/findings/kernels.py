@@ -17,6 +17,8 @@ def _compute_bound(obs, rules: Rules) -> Finding | None:
     lines = [ev(rules, "busy_sink.moderate", "compute-bound kernel time, share of step time", stake),
              *obs.busy_evidence, sink_line(obs, "compute-bound"),
              ev(rules, "gpu_busy.saturated", "GPU busy", obs.breakdown.gpu_busy_pct)]
+    if obs.sinks.busy_source == "hardware counters":  # measured evidence first
+        lines = [*obs.busy_evidence] + [x for x in lines if x not in obs.busy_evidence]
     counters = obs.sinks.busy_source == "hardware counters"
     return COMPUTE_BOUND.finding(stake, lines, "SMs/tensor cores are busy while DRAM bandwidth is to spare" if counters
                                  else "arithmetic units are the limit while kernels run", rules,

@@ -18,6 +18,8 @@ def _bandwidth(obs, rules: Rules) -> Finding | None:
     lines = [ev(rules, "busy_sink.moderate", "memory-bound kernel time, share of step time", stake),
              *obs.busy_evidence, sink_line(obs, "memory-bound"),
              ev(rules, "gpu_busy.saturated", "GPU busy", obs.breakdown.gpu_busy_pct)]
+    if obs.sinks.busy_source == "hardware counters":  # measured evidence first
+        lines = [*obs.busy_evidence] + [x for x in lines if x not in obs.busy_evidence]
     counters = obs.sinks.busy_source == "hardware counters"
     return BANDWIDTH.finding(stake, lines, "DRAM bandwidth is near its peak while SMs wait on memory" if counters else
                              "kernels that move more bytes than they compute: fusion cuts the traffic", rules,
