@@ -1,0 +1,49 @@
+"""Every labeled real trace gets a right verdict (expert labels: tests/data/expected.json, a copy of
+the shared corpus's labels; classes from the findings registry). A verdict is right when its class
+is one of the label's "primary" classes and none of its "must_not" ones."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import DATA
+from trainscope.analyzers.findings import REGISTRY
+from trainscope.analyzers.findings.base import LABEL_CLASSES
+from trainscope.analyzers.findings.labels import score, scored, verdict_class
+
+LABELS = json.loads((DATA / "expected.json").read_text())
+TRACES = sorted(rel for rel, lab in LABELS["traces"].items() if scored(lab) and not rel.startswith("memory/"))
+
+
+def _verdict(rel: str):
+    from trainscope.analyzers.analysis import analyze_set, slowest
+    from trainscope.collectors import open_traces
+
+    analyses = analyze_set(open_traces(str(DATA / rel)))
+    return (slowest(analyses) if len(analyses) > 1 else analyses[0]), analyses
+
+
+@pytest.mark.parametrize("rel", TRACES)
+def test_labeled_trace_verdict_is_right(rel):
+    assert (DATA / rel).exists(), f"copy {rel} from the shared corpus into tests/data (with its NOTICE line)"
+    a, _ = _verdict(rel)
+    cls = verdict_class(a.verdict.axis, a.verdict.bottleneck)
+    s = score(cls, LABELS["traces"][rel])
+    assert s.right, f"{rel}: {s.why} (verdict: {a.verdict.summary})"
+
+
+def test_the_label_classes_are_the_registry_classes():
+    assert set(LABELS["classes"]) == set(LABEL_CLASSES)
+    # every class a verdict can name is claimed by some finding that can be primary, except "none"
+    claimed = {s.label_class for s in REGISTRY.values() if s.can_be_primary}
+    assert set(LABEL_CLASSES) - claimed == {"none", "capacity"}  # capacity: memory snapshots and live
+
+
+def test_scoring():
+    lab = {"primary": ["sync", "copies"], "must_not": ["launch"]}
+    assert score("copies", lab).right and not score("launch", lab).right and not score("comm", lab).right
+    assert score("comm", {"must_not": ["input"]}).right and not score("input", {"must_not": ["input"]}).right
+    assert verdict_class("insufficient_evidence", None) == "none"
+    assert verdict_class("balanced", None) == "balanced"
+    assert verdict_class("data", "data/pageable-copies") == "copies"
