@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.attention import attention_evidence, unfused_attention_finding
 from trainscope.analyzers.breakdown import Breakdown, primary_device, step_breakdown
-from trainscope.analyzers.devices import DeviceSpec, lookup
+from trainscope.analyzers.devices import DeviceSpec, device_for, lookup_device, with_overrides
 from trainscope.analyzers.gpu_metrics import CounterSummary, counter_summary, with_counter_evidence
 from trainscope.analyzers.host_device import blocking_syncs, host_device_findings, pageable_copies
 from trainscope.analyzers.kernels import KernelSummary, kernel_classes, kernel_summary
@@ -15,6 +15,7 @@ from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
 from trainscope.analyzers.phases import PhaseBreakdown, phase_breakdown
 from trainscope.analyzers.recommendations import Recommendation, recommend
+from trainscope.analyzers.roofline import Roofline, roofline
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
 from trainscope.analyzers.verdict import DiagnosisInput, Finding, Verdict, classify, finding_order, findings
@@ -42,10 +43,11 @@ class Analysis:
     phases: PhaseBreakdown | None = None  # forward/backward/optimizer, where ranges name them
     counters: CounterSummary | None = None  # hardware counters (Nsight GPU_METRICS), where sampled
     source_format: str = "kineto"  # Trace.format: "kineto" or "nsys-sqlite"
+    roofline: Roofline | None = None  # per-kernel roofline over the steps on this GPU (None: no kernels)
 
 
 def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float | None = None,
-                  step_range: str | None = None) -> Analysis:
+                  step_range: str | None = None, peak_bandwidth: float | None = None) -> Analysis:
     """``step_range`` names the annotation range that marks a step (raises StepRangeError when
     the trace has none)."""
     rules = rules or Rules()
@@ -54,11 +56,16 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     classes = kernel_classes(trace)  # regexes over long kernel names: classify once, use twice
     bd = step_breakdown(trace, seg, device, classes[0])
     # Steps are sorted and disjoint: one binary search per kernel says whether it starts in one.
-    ks = kernel_summary(trace, iv.contains((seg.starts, seg.ends), trace.kernels.ts), device, classes=classes)
+    in_steps = iv.contains((seg.starts, seg.ends), trace.kernels.ts)
+    ks = kernel_summary(trace, in_steps, device, classes=classes)
     mem = device_memory(trace)
     mfu = model_flops_utilization(trace, seg, device, peak_tflops)
-    dev = trace.device(device) if device is not None else None
-    spec = lookup(dev.name if dev else None)
+    dev = device_for(trace, device)
+    spec = lookup_device(dev)
+    roof = None
+    if len(trace.kernels):
+        on = in_steps & (trace.kernels.device == device) if device is not None else in_steps
+        roof = roofline(trace, on, with_overrides(spec, peak_tflops, peak_bandwidth), device_name=dev.name if dev else None)
 
     # Counted once, in the steps and on this GPU, for both findings that cite it.
     pageable = pageable_copies(trace, seg, device)
@@ -96,13 +103,14 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
         findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
         phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
+        roofline=roof,
     )
 
 
 def analyze_set(traces: TraceSet, rules: Rules | None = None, peak_tflops: float | None = None,
-                step_range: str | None = None) -> list[Analysis]:
+                step_range: str | None = None, peak_bandwidth: float | None = None) -> list[Analysis]:
     """One analysis per rank, in rank order."""
-    return [analyze_trace(t, rules, peak_tflops, step_range) for t in traces.traces]
+    return [analyze_trace(t, rules, peak_tflops, step_range, peak_bandwidth) for t in traces.traces]
 
 
 def slowest(analyses: list[Analysis]) -> Analysis:
