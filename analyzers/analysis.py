@@ -74,7 +74,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     inp = DiagnosisInput(
         has_gpu=trace.has_gpu_activity, segmentation=seg, breakdown=bd, kernels=ks, memory=mem,
         single_process_loader=single, pageable_htod_copies=pageable.count,
-        kernels_per_step=ks.count / max(1, len(seg.steps)),
+        kernels_per_step=ks.count / max(1, len(seg.steps)), roofline=roof,
     )
     found = findings(inp, rules)
     # Findings of their own modules: host-device traffic, attention, hardware counters.

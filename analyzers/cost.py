@@ -61,6 +61,11 @@ _DTYPES: dict[str, tuple[str, int]] = {
 # Kernel names that say an fp32 matrix product runs on TF32 tensor cores (cuBLAS/CUTLASS/cuDNN).
 TF32_KERNEL = re.compile(r"tf32|tensorop_s\d|_s16816|_s1688|_s1684", re.I)
 GEMV_KERNEL = re.compile(r"gemv|gemvx|dot_kernel|splitKreduce", re.I)
+# A GEMM kernel's tile (M×N×K, as CUTLASS, Tensile "MT…" and Triton put it in the name): autotuners
+# pick an M tile of 16 or less only for skinny problems (few rows: decode tokens, small batches),
+# whose intensity is at most ~M FLOP/B — far below any ridge point.
+GEMM_TILE = re.compile(r"(?:^|_)(?:MT)?(\d+)x(\d+)x(\d+)", re.I)
+GATHER_KERNEL = re.compile(r"embedding|gather|scatter|index_select|indexing", re.I)
 
 SOURCE_KINDS = ("recorded flops", "hw counters", "shapes", "name (last resort)", "unknown")
 
@@ -586,7 +591,16 @@ def kernel_costs(trace: Trace) -> KernelCosts:
         share = np.where(tot[oinv] > 0, dur / np.where(tot[oinv] > 0, tot[oinv], 1), 1.0 / cnt[oinv])
         lk = np.flatnonzero(linked)
         got = ~np.isnan(u_f[pinv])
-        flops[lk] = u_f[pinv] * share
+        # A matrix operator's FLOPs happen in its math kernels, not in the layout transforms or
+        # reductions it also launches: where an operator has both, the math kernels get the FLOPs.
+        math_name = np.zeros(len(trace.strings), bool)
+        for i in np.unique(k.name[lk]).tolist():
+            math_name[i] = classify_kernel(trace.strings[i]) in ("gemm", "convolution", "attention")
+        is_math = math_name[k.name[lk]]
+        mdur = np.bincount(oinv, weights=np.where(is_math, dur, 0.0))
+        use_math = u_m[pinv] & (mdur[oinv] > 0)
+        fshare = np.where(use_math, np.where(is_math, dur / np.where(mdur[oinv] > 0, mdur[oinv], 1), 0.0), share)
+        flops[lk] = u_f[pinv] * fshare
         nbytes[lk] = u_b[pinv] * share
         prec[lk] = u_p[pinv]
         matrix[lk] = u_m[pinv]
@@ -596,15 +610,15 @@ def kernel_costs(trace: Trace) -> KernelCosts:
         rec = ops.flops[rows]
         has_rec = ~np.isnan(rec) & (rec > 0)
         if has_rec.any():
-            flops[lk[has_rec]] = rec[has_rec] * share[has_rec]
+            flops[lk[has_rec]] = rec[has_rec] * fshare[has_rec]
             kind[lk[has_rec]] = SOURCE_KINDS.index("recorded flops")
             for j in np.flatnonzero(has_rec & ~got):
                 source[lk[j]] = src("recorded flops (bytes unknown)")
             for j in np.flatnonzero(has_rec & got):
                 source[lk[j]] = src("recorded flops; bytes " + sources[source[lk[j]]])
         if (cnt > 1).any():
-            notes.append(f"{int((cnt > 1).sum()):,} operators launched several kernels: their FLOPs and bytes are "
-                         "split over those kernels in proportion to duration")
+            notes.append(f"{int((cnt > 1).sum()):,} operators launched several kernels: their bytes are split over "
+                         "those kernels in proportion to duration, their FLOPs over the math kernels among them")
     # tensor-core precision from the kernel name only where the operator's precision is fp32
     if n:
         fp32 = (prec == PRECISIONS.index("fp32")) & matrix
@@ -642,7 +656,13 @@ def _name_fallback(name: str, src) -> tuple[int, int]:
     """(bound, source index) from a kernel name alone: 1 memory, 2 compute, 0 unknown."""
     if GEMV_KERNEL.search(name):
         return 1, src("name (last resort): GEMV/dot kernels are bandwidth-bound")
+    if GATHER_KERNEL.search(name):
+        return 1, src("name (last resort): embedding/gather kernels are bandwidth-bound")
     cls = classify_kernel(name)
+    if cls == "gemm":
+        tile = GEMM_TILE.search(name)
+        if tile and int(tile.group(1)) <= 16:
+            return 1, src(f"name (last resort): skinny GEMM (M tile {tile.group(1)}) is bandwidth-bound")
     if cls in ("elementwise", "normalization", "softmax", "reduction"):
         return 1, src(f"name (last resort): {cls} kernels are bandwidth-bound")
     if cls in ("gemm", "convolution", "attention"):

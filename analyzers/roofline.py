@@ -22,7 +22,7 @@ import numpy as np
 
 from trainscope.analyzers.cost import PRECISIONS, SOURCE_KINDS, KernelCosts, kernel_costs
 from trainscope.analyzers.devices import DeviceSpec
-from trainscope.analyzers.kernels import classify_kernel
+from trainscope.analyzers.kernels import HIGH_INTENSITY, classify_kernel, uses_tensor_cores
 from trainscope.traces.model import Trace
 
 BOUNDS = ("memory", "compute", "unknown")
@@ -69,7 +69,20 @@ class Roofline:
     matrix_flops: float = 0.0  # of them, matrix products (GEMM/conv/attention)
     matrix_flops_by_precision: dict[str, float] = field(default_factory=dict)
     non_tensor_compute_ms: float = 0.0  # compute-bound kernel time whose roof is not a tensor-core roof
+    matrix_ms: float = 0.0  # GEMM/convolution/attention kernel time (by operator, else by name)
+    tensor_core_ms: float = 0.0  # of it, on tensor/matrix cores (by precision; by name only without one)
+    # of the rest, matrix math at fp32 on a device whose tensor cores take fp16/bf16/tf32: what
+    # mixed precision can move to tensor cores (fp64 codes and devices without them get no advice)
+    tensor_core_candidate_ms: float = 0.0
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def tensor_core_pct_of_matrix(self) -> float | None:
+        return 100.0 * self.tensor_core_ms / self.matrix_ms if self.matrix_ms else None
+
+    def pct_of_kernel_time(self, bound: str) -> float:
+        """Share of all kernel time in the window (communication included) with this bound."""
+        return 100.0 * self.bound_ms.get(bound, 0.0) / self.total_ms if self.total_ms else 0.0
 
     @property
     def busy_ms(self) -> float:
@@ -223,6 +236,22 @@ def roofline(trace: Trace, kernel_mask: np.ndarray | None, spec: DeviceSpec | No
         by_prec[PRECISIONS[p]] = float(f[mfl & (prec == p)].sum())
     non_tc = float(dur[(bound == 1) & ~tc & ~is_comm].sum()) / 1e6
 
+    # tensor cores: from the precision where the operator gave one, from the name only where not
+    cls_name = np.zeros(len(trace.strings), bool)
+    tc_name = np.zeros(len(trace.strings), bool)
+    for i in np.unique(names).tolist():
+        c = classify_kernel(trace.strings[i])
+        cls_name[i] = c in HIGH_INTENSITY
+        tc_name[i] = uses_tensor_cores(trace.strings[i], c)
+    no_prec = (prec == PRECISIONS.index("unknown")) | ~mat
+    is_matrix = (mat | cls_name[names]) & ~is_comm if n else np.zeros(0, bool)
+    on_tc = np.where(no_prec & ~mat, tc_name[names], tc) if n else np.zeros(0, bool)
+    fastpath = spec is not None and bool(spec.matrix & {"fp16", "bf16", "tf32"})
+    candidate = is_matrix & ~on_tc & np.isin(prec, [PRECISIONS.index("fp32"), PRECISIONS.index("unknown")])
+    matrix_ms = float(dur[is_matrix].sum()) / 1e6
+    tc_ms = float(dur[is_matrix & on_tc].sum()) / 1e6
+    cand_ms = float(dur[candidate].sum()) / 1e6 if fastpath else 0.0
+
     rows = _rows(trace, names, dur, f, b, prec, bound, tc, roof, costs.source[idx], costs.sources, bw, total_ms)
     dev = spec.key if spec is not None else (device_name or "unknown device")
     notes = list(costs.notes)
@@ -230,7 +259,7 @@ def roofline(trace: Trace, kernel_mask: np.ndarray | None, spec: DeviceSpec | No
         notes.append(f"no peaks known for {device_name or 'this device'!r}: bounds need a ridge point "
                      "(pass --peak-tflops and --peak-bandwidth)")
     return Roofline(dev, None if spec is None else spec.memory_gbps, spec, rows, bound_ms, comm_ms, total_ms,
-                    source_ms, flops, float(f[mfl].sum()), by_prec, non_tc, notes)
+                    source_ms, flops, float(f[mfl].sum()), by_prec, non_tc, matrix_ms, tc_ms, cand_ms, notes)
 
 
 def _rows(trace: Trace, names, dur, f, b, prec, bound, tc, roof, source, sources, bw, total_ms) -> list[RooflineRow]:

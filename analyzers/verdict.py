@@ -11,12 +11,16 @@ outweighs it. A verdict the evidence cannot support is ``insufficient_evidence``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from trainscope.analyzers.breakdown import Breakdown
 from trainscope.analyzers.kernels import KernelSummary
 from trainscope.analyzers.memory import DeviceMemory
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.steps import StepSegmentation
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.roofline import Roofline
 
 AXES = ("data", "algorithm", "machine", "balanced", "insufficient_evidence")
 
@@ -63,6 +67,7 @@ class DiagnosisInput:
     single_process_loader: bool
     pageable_htod_copies: int
     kernels_per_step: float
+    roofline: "Roofline | None" = None  # when present, bounds come from it instead of the name mix
 
 
 def _ev(rules: Rules, name: str, metric: str, value: float, op: str = "≥") -> Evidence:
@@ -141,25 +146,44 @@ def findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
     # What the busy time is spent on (DIAGNOSIS §2.3): only meaningful as a bottleneck once busy.
     compute = b.share_pct("compute")
     hi, lo = k.high_intensity_pct, k.low_intensity_pct
+    hi_metric, lo_metric = ("GEMM/convolution/attention share of kernel time",
+                            "elementwise/normalization/softmax/reduction share of kernel time")
+    roof = inp.roofline
+    roof_ev: dict[str, list[Evidence]] = {"compute": [], "memory": []}
+    if roof is not None and roof.total_ms > 0:
+        # The roofline (DIAGNOSIS §2.3): each kernel's intensity against the ridge point at its precision.
+        hi, lo = roof.pct_of_kernel_time("compute"), roof.pct_of_kernel_time("memory")
+        hi_metric = "compute-bound kernels (roofline: intensity ≥ ridge point), share of kernel time"
+        lo_metric = "memory-bound kernels (roofline: intensity < ridge point), share of kernel time"
+        for bound in roof_ev:
+            roof_ev[bound] = [_ctx(roof.evidence_line(bound), None, "", "roofline: " + roof.device),
+                              _ctx("kernels of unknown bound (no FLOPs/bytes, no recognizable name)",
+                                   roof.pct_of_kernel_time("unknown"), "%", "roofline")]
     dom = rules.value("kernel_mix.dominant")
     if hi >= dom:
         out.append(Finding("algorithm/compute-bound", "algorithm", "high" if busy >= rules.value("gpu_busy.saturated") else "info",
                            "Busy time is dominated by compute-heavy kernels", compute * hi / 100,
-                           [_ev(rules, "kernel_mix.dominant", "GEMM/convolution/attention share of kernel time", hi),
-                            _ev(rules, "gpu_busy.saturated", "GPU busy", busy)],
+                           [_ev(rules, "kernel_mix.dominant", hi_metric, hi),
+                            _ev(rules, "gpu_busy.saturated", "GPU busy", busy)] + roof_ev["compute"],
                            "arithmetic units are the limit while kernels run"))
     elif lo >= dom:
         out.append(Finding("machine/bandwidth", "machine", "high" if busy >= rules.value("gpu_busy.saturated") else "info",
                            "Busy time is dominated by memory-bound kernels", compute * lo / 100,
-                           [_ev(rules, "kernel_mix.dominant", "elementwise/normalization/softmax/reduction share of kernel time", lo),
-                            _ev(rules, "gpu_busy.saturated", "GPU busy", busy)],
+                           [_ev(rules, "kernel_mix.dominant", lo_metric, lo),
+                            _ev(rules, "gpu_busy.saturated", "GPU busy", busy)] + roof_ev["memory"],
                            "kernels that move more bytes than they compute: fusion cuts the traffic"))
 
     tc = k.tensor_core_pct_of_matmul
     matmul_share = 100.0 * k.matmul_ns / k.total_ns if k.total_ns else 0.0
-    if tc is not None and tc < rules.value("tensor_core.low") and matmul_share >= 20.0:
+    movable = 1.0 - (tc or 0.0) / 100  # share of matrix time mixed precision can move to tensor cores
+    if roof is not None and roof.total_ms > 0 and roof.spec is not None:
+        # Tensor cores from the precision: advice only where that precision has a tensor-core path.
+        tc = roof.tensor_core_pct_of_matrix
+        matmul_share = 100.0 * roof.matrix_ms / roof.total_ms
+        movable = roof.tensor_core_candidate_ms / roof.matrix_ms if roof.matrix_ms else 0.0
+    if tc is not None and tc < rules.value("tensor_core.low") and matmul_share >= 20.0 and movable > 0:
         out.append(Finding("algorithm/no-tensor-cores", "algorithm", "moderate", "Matrix math runs without tensor cores",
-                           compute * matmul_share / 100 * (1 - tc / 100),
+                           compute * matmul_share / 100 * movable,
                            [_ev(rules, "tensor_core.low", "tensor-core share of GEMM/conv/attention time", tc, "<"),
                             _ctx("GEMM/conv/attention share of kernel time", matmul_share, "%")],
                            "fp32 GEMMs/convolutions run on the CUDA cores; mixed precision moves them to tensor cores"))
