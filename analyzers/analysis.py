@@ -59,13 +59,13 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     in_steps = iv.contains((seg.starts, seg.ends), trace.kernels.ts)
     ks = kernel_summary(trace, in_steps, device, classes=classes)
     mem = device_memory(trace)
-    mfu = model_flops_utilization(trace, seg, device, peak_tflops)
     dev = device_for(trace, device)
     spec = lookup_device(dev)
     roof = None
     if len(trace.kernels):
         on = in_steps & (trace.kernels.device == device) if device is not None else in_steps
         roof = roofline(trace, on, with_overrides(spec, peak_tflops, peak_bandwidth), device_name=dev.name if dev else None)
+    mfu = model_flops_utilization(trace, seg, device, peak_tflops, roof, bd.gpu_busy_pct)
 
     # Counted once, in the steps and on this GPU, for both findings that cite it.
     pageable = pageable_copies(trace, seg, device)

@@ -74,6 +74,7 @@ class Roofline:
     # of the rest, matrix math at fp32 on a device whose tensor cores take fp16/bf16/tf32: what
     # mixed precision can move to tensor cores (fp64 codes and devices without them get no advice)
     tensor_core_candidate_ms: float = 0.0
+    matrix_costed_ms: float = 0.0  # matrix kernel time whose FLOPs are known (coverage of the MFU estimate)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -234,7 +235,6 @@ def roofline(trace: Trace, kernel_mask: np.ndarray | None, spec: DeviceSpec | No
     by_prec: dict[str, float] = {}
     for p in np.unique(prec[mfl]).tolist():
         by_prec[PRECISIONS[p]] = float(f[mfl & (prec == p)].sum())
-    non_tc = float(dur[(bound == 1) & ~tc & ~is_comm].sum()) / 1e6
 
     # tensor cores: from the precision where the operator gave one, from the name only where not
     cls_name = np.zeros(len(trace.strings), bool)
@@ -251,6 +251,8 @@ def roofline(trace: Trace, kernel_mask: np.ndarray | None, spec: DeviceSpec | No
     matrix_ms = float(dur[is_matrix].sum()) / 1e6
     tc_ms = float(dur[is_matrix & on_tc].sum()) / 1e6
     cand_ms = float(dur[candidate].sum()) / 1e6 if fastpath else 0.0
+    non_tc = float(dur[(bound == 1) & ~on_tc & ~is_comm].sum()) / 1e6
+    matrix_costed_ms = float(dur[is_matrix & fk].sum()) / 1e6
 
     rows = _rows(trace, names, dur, f, b, prec, bound, tc, roof, costs.source[idx], costs.sources, bw, total_ms)
     dev = spec.key if spec is not None else (device_name or "unknown device")
@@ -259,7 +261,7 @@ def roofline(trace: Trace, kernel_mask: np.ndarray | None, spec: DeviceSpec | No
         notes.append(f"no peaks known for {device_name or 'this device'!r}: bounds need a ridge point "
                      "(pass --peak-tflops and --peak-bandwidth)")
     return Roofline(dev, None if spec is None else spec.memory_gbps, spec, rows, bound_ms, comm_ms, total_ms,
-                    source_ms, flops, float(f[mfl].sum()), by_prec, non_tc, matrix_ms, tc_ms, cand_ms, notes)
+                    source_ms, flops, float(f[mfl].sum()), by_prec, non_tc, matrix_ms, tc_ms, cand_ms, matrix_costed_ms, notes)
 
 
 def _rows(trace: Trace, names, dur, f, b, prec, bound, tc, roof, source, sources, bw, total_ms) -> list[RooflineRow]:
