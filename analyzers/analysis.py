@@ -9,16 +9,16 @@ from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.attention import attention_evidence
 from trainscope.analyzers.breakdown import Breakdown, primary_device, step_breakdown
 from trainscope.analyzers.context import Context, detect_context
-from trainscope.analyzers.devices import DeviceSpec, lookup
+from trainscope.analyzers.devices import DeviceSpec, device_for, lookup_device, with_overrides
 from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.gpu_metrics import CounterSummary, counter_context, counter_split, counter_summary
 from trainscope.analyzers.host_device import blocking_syncs, pageable_copies
-from trainscope.analyzers.kernels import (ALL_CLASSES, HIGH_INTENSITY, LOW_INTENSITY, KernelSummary, kernel_classes,
-                                          kernel_summary)
+from trainscope.analyzers.kernels import HIGH_INTENSITY, LOW_INTENSITY, KernelSummary, kernel_classes, kernel_summary
 from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
 from trainscope.analyzers.phases import PhaseBreakdown, phase_breakdown
 from trainscope.analyzers.recommendations import Recommendation, recommend
+from trainscope.analyzers.roofline import Roofline, roofline
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.sinks import Sinks, split_sinks
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
@@ -47,12 +47,13 @@ class Analysis:
     phases: PhaseBreakdown | None = None  # forward/backward/optimizer, where ranges name them
     counters: CounterSummary | None = None  # hardware counters (Nsight GPU_METRICS), where sampled
     source_format: str = "kineto"  # Trace.format: "kineto" or "nsys-sqlite"
+    roofline: Roofline | None = None  # per-kernel roofline over the steps on this GPU (None: no kernels)
     context: Context | None = None  # training/inference, graphs, compiled, framework, collectives
     sinks: Sinks | None = None  # step time split into exclusive sinks (the verdict's ranking)
 
 
 def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float | None = None,
-                  step_range: str | None = None) -> Analysis:
+                  step_range: str | None = None, peak_bandwidth: float | None = None) -> Analysis:
     """``step_range`` names the annotation range that marks a step (raises StepRangeError when
     the trace has none)."""
     rules = rules or Rules()
@@ -62,11 +63,16 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     classes = kernel_classes(trace)  # regexes over long kernel names: classify once, use twice
     bd = step_breakdown(trace, seg, device, classes[0])
     # Steps are sorted and disjoint: one binary search per kernel says whether it starts in one.
-    ks = kernel_summary(trace, iv.contains((seg.starts, seg.ends), trace.kernels.ts), device, classes=classes)
+    in_steps = iv.contains((seg.starts, seg.ends), trace.kernels.ts)
+    ks = kernel_summary(trace, in_steps, device, classes=classes)
     mem = device_memory(trace)
-    mfu = model_flops_utilization(trace, seg, device, peak_tflops)
-    dev = trace.device(device) if device is not None else None
-    spec = lookup(dev.name if dev else None)
+    dev = device_for(trace, device)
+    spec = lookup_device(dev)
+    roof = None
+    if len(trace.kernels):
+        on = in_steps & (trace.kernels.device == device) if device is not None else in_steps
+        roof = roofline(trace, on, with_overrides(spec, peak_tflops, peak_bandwidth), device_name=dev.name if dev else None)
+    mfu = model_flops_utilization(trace, seg, device, peak_tflops, roof, bd.gpu_busy_pct)
 
     counters = counter_summary(trace, seg, device)
     warnings = list(trace.warnings)
@@ -79,7 +85,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         warnings.append(note)
         sinks = None
     else:
-        inp = observations(trace, seg, device, bd, ks, mem, classes, counters, spec, ctx, rules)
+        inp = observations(trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules)
         sinks = inp.sinks
         found = findings(inp, rules)
         verdict = classify(inp, found, rules)
@@ -93,12 +99,11 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
         findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
         phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
-        context=ctx, sinks=sinks,
+        roofline=roof, context=ctx, sinks=sinks,
     )
 
 
-def busy_split(trace: Trace, seg: StepSegmentation, device: int | None, ks: KernelSummary, classes,
-               counters: CounterSummary | None, spec: DeviceSpec | None,
+def busy_split(ks: KernelSummary, counters: CounterSummary | None, roof: Roofline | None,
                rules: Rules) -> tuple[dict[str, float], str, list[Evidence]]:
     """How compute-kernel time divides into memory-bound, compute-bound and unknown: hardware counters
     where they decide, else the roofline's per-kernel calls, else the kernel-class mix (the last
@@ -107,21 +112,16 @@ def busy_split(trace: Trace, seg: StepSegmentation, device: int | None, ks: Kern
     if decided is not None:
         return decided[0], "hardware counters", decided[1]
     context_lines = counter_context(counters)
-    try:
-        from trainscope.analyzers.roofline import roofline
-    except ImportError:
-        roofline = None
-    if roofline is not None and len(trace.kernels):
-        k = trace.kernels
-        mask = iv.contains((seg.starts, seg.ends), k.ts)
-        if device is not None:
-            mask &= k.device == device
-        mask &= classes[0][k.name] != ALL_CLASSES.index("communication")
-        r = roofline(trace, mask, spec)
-        known = r.bound_ms.get("memory", 0.0) + r.bound_ms.get("compute", 0.0)
-        if known > 0:
-            lines = [r.evidence_line(b) for b in ("memory", "compute") if r.bound_ms.get(b, 0.0) > 0]
-            return dict(r.bound_ms), "roofline", [e for e in lines if e is not None] + context_lines
+    if roof is not None and roof.busy_ms > 0:
+        lines = [Evidence(f"{b}-bound kernels (roofline: intensity {'<' if b == 'memory' else '≥'} ridge point), "
+                          "share of compute-kernel time", round(roof.share_pct(b), 2), "%", "",
+                          "roofline: " + roof.device) for b in ("memory", "compute")]
+        lines += [Evidence(roof.evidence_line(b), None, "", "", "roofline: " + roof.device)
+                  for b in ("memory", "compute") if roof.bound_ms.get(b, 0.0) > 0]
+        if roof.bound_ms.get("unknown", 0.0) > 0:
+            lines.append(Evidence("kernels of unknown bound (no FLOPs/bytes, no recognizable name)",
+                                  round(roof.share_pct("unknown"), 2), "%", "", "roofline"))
+        return {b: roof.bound_ms.get(b, 0.0) for b in ("memory", "compute", "unknown")}, "roofline", lines + context_lines
     high = sum(ks.by_class_ns.get(c, 0) for c in HIGH_INTENSITY)
     low = sum(ks.by_class_ns.get(c, 0) for c in LOW_INTENSITY)
     other = ks.by_class_ns.get("other", 0)
@@ -156,7 +156,7 @@ def sink_floors(rules: Rules) -> dict[str, float]:
 
 
 def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Breakdown, ks: KernelSummary, mem,
-                 classes, counters: CounterSummary | None, spec: DeviceSpec | None, ctx, rules: Rules,
+                 classes, counters: CounterSummary | None, roof: Roofline | None, ctx, rules: Rules,
                  imbalance_ns: int = 0, imbalance_evidence: tuple = ()) -> DiagnosisInput:
     """Everything the findings read, measured once: the sinks of step time and the evidence of the
     modules that refine them (host-device traffic, attention, counters, host frames)."""
@@ -165,7 +165,7 @@ def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Br
     syncs = blocking_syncs(trace, seg, device)
     names_single = name_mask(trace, _SINGLE_PROCESS_LOADER)
     single = bool(names_single[trace.cpu_ops.name].any() or names_single[trace.annotations.name].any())
-    split, source, busy_lines = busy_split(trace, seg, device, ks, classes, counters, spec, rules)
+    split, source, busy_lines = busy_split(ks, counters, roof, rules)
     host_ns, frames = host_idle_attribution(trace, seg, device, bd)
     sinks = split_sinks(bd, busy_split=split, busy_source=source, host_idle_ns=host_ns,
                         sync_bubble_ns=syncs.bubble_ns, imbalance_ns=imbalance_ns,
@@ -176,14 +176,14 @@ def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Br
         kernels_per_step=ks.count / max(1, len(seg.steps)), sinks=sinks, pageable=pageable, syncs=syncs,
         attention=attention_evidence(trace, seg, device, classes[0]) if trace.has_gpu_activity else None,
         context=ctx, host_frames=tuple(frames), busy_evidence=tuple(busy_lines),
-        imbalance_evidence=tuple(imbalance_evidence),
+        imbalance_evidence=tuple(imbalance_evidence), roofline=roof,
     )
 
 
 def analyze_set(traces: TraceSet, rules: Rules | None = None, peak_tflops: float | None = None,
-                step_range: str | None = None) -> list[Analysis]:
+                step_range: str | None = None, peak_bandwidth: float | None = None) -> list[Analysis]:
     """One analysis per rank, in rank order."""
-    return [analyze_trace(t, rules, peak_tflops, step_range) for t in traces.traces]
+    return [analyze_trace(t, rules, peak_tflops, step_range, peak_bandwidth) for t in traces.traces]
 
 
 def slowest(analyses: list[Analysis]) -> Analysis:

@@ -31,12 +31,17 @@ _TC_SEV = by_stake("stake.moderate", "stake.high")
 def _no_tensor_cores(obs, rules: Rules) -> Finding | None:
     k = obs.kernels
     tc = k.tensor_core_pct_of_matmul
-    if not obs.has_gpu or tc is None:
-        return None
     matmul_share = 100.0 * k.matmul_ns / k.total_ns if k.total_ns else 0.0
-    if tc >= rules.value("tensor_core.low") or matmul_share < 20.0:
+    movable = 1.0 - (tc or 0.0) / 100  # share of matrix time mixed precision can move to tensor cores
+    roof = obs.roofline
+    if roof is not None and roof.total_ms > 0 and roof.spec is not None:
+        # Tensor cores from the precision: advice only where that precision has a tensor-core path.
+        tc = roof.tensor_core_pct_of_matrix
+        matmul_share = 100.0 * roof.matrix_ms / roof.total_ms
+        movable = roof.tensor_core_candidate_ms / roof.matrix_ms if roof.matrix_ms else 0.0
+    if not obs.has_gpu or tc is None or tc >= rules.value("tensor_core.low") or matmul_share < 20.0 or movable <= 0:
         return None
-    stake = obs.breakdown.share_pct("compute") * matmul_share / 100 * (1 - tc / 100)
+    stake = obs.breakdown.share_pct("compute") * matmul_share / 100 * movable
     return NO_TENSOR_CORES.finding(stake, [
         ev(rules, "tensor_core.low", "tensor-core share of GEMM/conv/attention time", tc, "<"),
         ctx("GEMM/conv/attention share of kernel time", matmul_share, "%")],

@@ -35,6 +35,7 @@ class DiagnosisInput:
     host_frames: tuple[Evidence, ...] = ()  # heaviest host frames during GPU idle, as evidence lines
     busy_evidence: tuple[Evidence, ...] = ()  # how busy time was split into memory-/compute-bound
     imbalance_evidence: tuple[Evidence, ...] = ()
+    roofline: Any = None  # roofline.Roofline over the steps' kernels on this GPU, when there are kernels
     extra: dict = field(default_factory=dict)
 
     def is_leader(self, sink: str) -> bool:

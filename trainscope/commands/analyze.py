@@ -43,7 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--report", metavar="FILE.md", help="also write the Markdown report to FILE.md")
     a.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     a.add_argument("--peak-tflops", type=positive_float, metavar="TFLOPS",
-                   help="peak FLOP/s of the device for MFU, overriding the built-in device table")
+                   help="dense FP16/BF16 tensor peak of the device in TFLOP/s for MFU and the roofline, overriding the "
+                        "built-in device table (the other precisions scale with it)")
+    a.add_argument("--peak-bandwidth", type=positive_float, metavar="GB/S",
+                   help="memory bandwidth of the device in GB/s for the roofline, overriding the device table")
     a.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
                    help="override a diagnostic threshold (repeatable; list them with `trainscope thresholds`)")
     a.add_argument("--model", metavar="SPEC",
@@ -101,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     progress("analyzing", None)
     try:
-        analyses = analyze_set(traces, rules, args.peak_tflops, args.step_range)
+        analyses = analyze_set(traces, rules, args.peak_tflops, args.step_range, args.peak_bandwidth)
     except StepRangeError as e:
         progress.done()
         sys.stderr.write(f"trainscope: {args.trace}: --step-range: {e}\n")
