@@ -94,6 +94,8 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
                 recommend(found, bd, spec, dev.name if dev else None, ctx, rules))
     if trace.has_gpu_activity and seg.method == "whole_trace":
         warnings.append(seg.note)
+    if seg.stub_note:
+        warnings.append(seg.stub_note)
     return Analysis(
         source=trace.source, rank=trace.rank, device=device, device_name=dev.name if dev else None,
         device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,

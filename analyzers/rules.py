@@ -51,6 +51,13 @@ _TABLE: tuple[Threshold, ...] = (
               "trainscope default: a verdict needs more than a handful of GPU events (DIAGNOSIS.md: never guess)"),
     Threshold("step.outlier_ratio", 1.5, "× median step", "a step this much longer than the median is an outlier",
               "trainscope default"),
+    Threshold("step.stub_fraction", 0.02, "× median step",
+              "a first or last step shorter than this fraction of the other steps' median is a stub (a profiler "
+              "step opened as recording stopped): dropped from the statistics and named",
+              "trainscope default: far below run-to-run jitter (steps of a busy host vary ≈ 10×, never 50×)"),
+    Threshold("step.range_tiling", 90.0, "% of GPU kernel time",
+              "repeating annotation ranges whose launches account for this share of kernel time mark the steps",
+              "trainscope default: ranges that launch almost all GPU work delimit it"),
     Threshold("pageable_copy.moderate", 1.0, "% of step time", "GPU time in host-to-device copies from pageable memory",
               "trainscope default: any pageable copy is a fix away (pinned memory); graded once it costs 1 % of the step"),
     Threshold("sync.bubble_moderate", 3.0, "% of step time", "GPU idle after in-step synchronizations",
