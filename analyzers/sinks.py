@@ -109,8 +109,12 @@ class Sinks:
 
     @property
     def runner_up(self) -> Sink | None:
-        r = [s for s in self.ranked() if s.ns > 0]
-        return r[1] if len(r) > 1 else None
+        """The largest other sink that could lead here, whether or not it reaches its grade (kernel
+        work on a starved GPU could not)."""
+        lead = self.leader
+        r = [s for s in self.ranked(primary_only=False)
+             if s.ns > 0 and s.can_be_primary and (self.saturated or not s.is_work) and s is not lead]
+        return r[0] if r else None
 
 
 def _take(pool: dict[str, float], key: str, want: float) -> float:
