@@ -215,12 +215,12 @@ def _compute(c: Context, single: bool, bf16: bool) -> FixText:
 
 
 def _capacity(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:  # before training: a native training code gets no PyTorch snippet either
+        return FixText("reduce-memory", "Cut device memory (smaller working sets, reuse buffers)",
+                       "// allocate once and reuse; process the problem in tiles that fit; free scratch buffers early")
     if c.training:
         return FixText("reduce-memory", "Cut activation memory (checkpointing, mixed precision)",
                        "from torch.utils.checkpoint import checkpoint\nout = checkpoint(block, x, use_reentrant=False)")
-    if c.native:
-        return FixText("reduce-memory", "Cut device memory (smaller working sets, reuse buffers)",
-                       "// allocate once and reuse; process the problem in tiles that fit; free scratch buffers early")
     return FixText("reduce-memory", "Cut inference memory (lower-precision weights, smaller KV cache or batch)",
                    "model = model.to(torch.bfloat16)  # or 8-/4-bit weight quantization\n"
                    "# cap the batch / KV-cache size (e.g. gpu_memory_utilization, max_num_seqs in the server)")

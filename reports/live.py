@@ -15,8 +15,7 @@ from trainscope.reports.document import AXIS_NAMES, HEADLINES, _evidence
 from trainscope.reports.markdown import md_escape
 
 SCHEMA = "trainscope.watch/1"
-LIVE_HEADLINES = {**HEADLINES, "data/loader-cpu": "DATA-BOUND (loader CPU)", "data/io-wait": "DATA-BOUND (I/O wait)",
-                  "algorithm/compute-bound": "COMPUTE-BOUND"}
+LIVE_HEADLINES = HEADLINES  # the registry declares the live findings' headlines too
 
 
 def live_headline(st: LiveStatus) -> str:

@@ -145,7 +145,7 @@ IO_WAIT = FindingSpec(
             "// read large sequential shards (O_DIRECT / io_uring, GPUDirect Storage: cuFileRead) from local NVMe",
             projection="none", basis="no projection from sampled counters"),
     whatif_pool=None, diff_measure=DiffMeasure("samples starved while I/O wait saturates", "%", stake_pct("data/io-wait")),
-    critical_path="data", headline="DATA-BOUND (storage I/O)", label_class="input", sink="input",
+    critical_path="data", headline="DATA-BOUND (I/O wait)", label_class="input", sink="input",
     describes="share of samples with the GPU near idle while I/O wait saturates (live)", live=True, offline=False,
 )
 

@@ -1,0 +1,180 @@
+"""The findings registry: every finding declared once, every consumer knows every finding, the
+verdict is the largest sink of step time, and small stakes are findings, not ranked fixes."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import analysis, raw_document
+from trainscope.analyzers import findings as registry
+from trainscope.analyzers.findings import REGISTRY, validate
+from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.rules import Rules
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def consumer_gaps(reg: dict) -> list[str]:
+    """Every (finding, consumer) pair where the consumer does not know the finding."""
+    from trainscope.analyzers.critical_path import FAMILY_LABELS, FINDING_FAMILY
+    from trainscope.analyzers.diff import FINDING_METRICS
+    from trainscope.analyzers.live import _FIXES as LIVE_FIXES
+    from trainscope.reports.document import HEADLINES
+
+    gaps = []
+    for fid, s in reg.items():
+        if fid not in HEADLINES:
+            gaps.append(f"{fid}: reports (no headline)")
+        if fid not in FINDING_METRICS:
+            gaps.append(f"{fid}: diff (no measure)")
+        if s.critical_path != "none" and FINDING_FAMILY.get(fid) not in FAMILY_LABELS:
+            gaps.append(f"{fid}: --deep (no critical-path family)")
+        if s.live and fid not in LIVE_FIXES:
+            gaps.append(f"{fid}: live engine (no fix)")
+        if s.can_be_primary and s.label_class is None:
+            gaps.append(f"{fid}: labeled benchmark (no class)")
+        if s.fix is None:
+            gaps.append(f"{fid}: recommendations (no fix)")
+    return gaps
+
+
+def test_the_registry_is_complete_and_every_consumer_knows_every_finding():
+    assert validate() == []
+    assert consumer_gaps(REGISTRY) == []
+    assert len(REGISTRY) >= 18  # data 5, host 3, comm 1, memory 4, kernels 2, ranks 1, live 2
+
+
+@pytest.mark.parametrize("missing", ["fix", "diff_measure", "critical_path"])
+def test_a_finding_registered_without_fix_diff_measure_or_critical_path_fails_the_registry_test(missing, monkeypatch):
+    base = REGISTRY["host/sync"]
+    bad = dataclasses.replace(base, id="host/new-rule", **{missing: None})
+    reg = dict(REGISTRY, **{bad.id: bad})
+    problems = validate(reg)
+    assert problems and all(p.startswith("host/new-rule: ") for p in problems)
+    what = {"fix": "no fix", "diff_measure": "no diff measure", "critical_path": "no critical-path category"}[missing]
+    assert any(what in p for p in problems)
+    # Registered for real (as a new family module would), the consumer walk fails on it too.
+    monkeypatch.setitem(REGISTRY, bad.id, bad)
+    gaps = consumer_gaps(REGISTRY)
+    assert any(g.startswith("host/new-rule: ") for g in gaps)
+    # ...and a complete declaration added to a copy passes the declaration check.
+    assert validate(dict(REGISTRY_COPY := {k: v for k, v in REGISTRY.items() if k != bad.id})) == []
+    assert bad.id not in REGISTRY_COPY
+
+
+def test_no_consumer_keeps_a_table_of_finding_ids_of_its_own():
+    """Finding ids appear as string literals only in their declaration (and in rules that raise
+    live findings or say which finding they refine): a table keyed by ids elsewhere is a second
+    registry that the next finding would miss."""
+    ids = set(REGISTRY)
+    families = "|".join(sorted({i.split("/")[0] for i in ids}))
+    pattern = re.compile(r'(?:^|[{,])\s*"((?:' + families + r')/[a-z-]+)"\s*:', re.M)
+    offenders = []
+    for folder in ("analyzers", "reports", "tui", "trainscope"):
+        for p in (ROOT / folder).rglob("*.py"):
+            if "findings" in p.parts:
+                continue
+            for m in pattern.finditer(p.read_text()):
+                if m.group(1) in ids:
+                    offenders.append(f"{p.relative_to(ROOT)}: {m.group(1)}")
+    assert offenders == []
+
+
+def test_live_rules_raise_only_registered_findings_and_take_their_fixes_from_it():
+    from trainscope.analyzers import live
+
+    src = (ROOT / "analyzers" / "live.py").read_text()
+    raised = set(re.findall(r'Finding\("([a-z]+/[a-z-]+)"', src))
+    assert raised and raised <= {s.id for s in registry.specs(live=True)}
+    assert live._FIXES == registry.live_fix_table()
+
+
+def test_every_fix_renders_for_training_inference_and_native_runs():
+    from trainscope.analyzers.context import Context
+
+    for ctx in (None, Context(mode="inference"), Context(mode="training", framework="native")):
+        for s in REGISTRY.values():
+            title, change = s.fix.render(ctx)
+            assert title and change
+            if ctx is not None and ctx.native:
+                assert "torch" not in change, s.id  # a C++/MPI code gets no PyTorch snippet
+
+
+# -- sinks and the verdict ---------------------------------------------------------------------------
+
+def test_sinks_are_exclusive_and_sum_to_step_time():
+    for name in ("resnet50_v100_num_workers_0.pt.trace.json.gz", "hta_a100_80gb_rank0.json.gz",
+                 "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz"):
+        a = analysis(name)
+        assert sum(s.ns for s in a.sinks.by_key.values()) == pytest.approx(a.breakdown.total_ns, abs=len(a.sinks.by_key))
+        assert sum(s.pct for s in a.sinks.by_key.values()) == pytest.approx(100.0, abs=1e-6)
+
+
+def test_blocking_copy_is_the_sync_sink_measured_from_raw_events():
+    """SGLang on MI300X: one hipMemcpyWithStream blocks the host ≈ 493 ms while the GPU idles. The
+    sync sink is that wait, re-derived from the raw events: the call's overlap with the GPU-activity
+    window, less the GPU's busy time inside it."""
+    name = "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz"
+    a = analysis(name)
+    ev = raw_document(name)["traceEvents"]
+    gpu = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    lo, hi = gpu[0][0], max(e for _, e in gpu)
+    (cp,) = [e for e in ev if e.get("name") == "hipMemcpyWithStream" and e["dur"] > 1e5]
+    s, e = max(cp["ts"], lo), min(cp["ts"] + cp["dur"], hi)
+    busy = 0.0
+    for gs, ge in gpu:  # kernels do not overlap here; clip each to the call
+        busy += max(0.0, min(ge, e) - max(gs, s))
+    idle_in_call = (e - s) - busy
+    assert a.sinks.pct("sync") == pytest.approx(100 * idle_in_call / (hi - lo), abs=0.5)
+    assert a.verdict.bottleneck in ("host/sync", "host/blocking-sync")
+    assert "runner-up" in a.verdict.summary and a.verdict.runner_up is not None
+    assert any(e.metric.startswith("largest sink") and e.value == pytest.approx(a.sinks.pct("sync"), abs=0.01)
+               for e in a.verdict.evidence)
+
+
+def test_kernel_work_cannot_lead_on_a_starved_gpu():
+    """ResNet-50 on a V100 with num_workers=0: compute-bound convolutions (≈ 37 % of the step) are a
+    larger sink than the input wait (≈ 34 %), but with the GPU busy 56 % the kernels do not set the
+    step's length: the input pipeline does (the textbook flowchart's first test)."""
+    a = analysis("resnet50_v100_num_workers_0.pt.trace.json.gz")
+    assert a.sinks.pct("compute-bound") > a.sinks.pct("input") > 30
+    assert not a.sinks.saturated and a.verdict.bottleneck == "data/input-wait"
+    assert a.verdict.runner_up == "host/launch-overhead"  # the next cause that could lead
+
+
+# -- no noise --------------------------------------------------------------------------------------
+
+def test_small_stakes_are_findings_not_ranked_fixes():
+    from trainscope.analyzers.recommendations import recommend
+
+    a = analysis("hta_a100_80gb_rank0.json.gz")
+    rules = Rules()
+    # A 32 µs stake in a 216 ms step is graded info, never [high].
+    tiny = 100 * 0.032 / a.breakdown.step_ms.mean
+    for s in REGISTRY.values():
+        if s.severity.fixed is None:
+            assert s.severity.grade(tiny, rules) == "info", s.id
+    f = REGISTRY["host/blocking-sync"].finding(tiny, [], "", rules)
+    assert f.severity == "info"
+    recs = recommend([f], a.breakdown, a.device_spec, a.device_name, a.context, rules)
+    assert recs == []  # projected below 1.02×: kept as a finding, not ranked
+    big = REGISTRY["host/blocking-sync"].finding(20.0, [], "", rules)
+    (r,) = recommend([big], a.breakdown, a.device_spec, a.device_name, a.context, rules)
+    assert r.projected_speedup >= 1.02 and big.severity == "high"
+
+
+@pytest.mark.parametrize("name", ["resnet50_v100_num_workers_0.pt.trace.json.gz", "hta_a100_80gb_rank0.json.gz",
+                                  "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz", "tracelens_h100_qwen_inference.json.gz"])
+def test_no_ranked_fix_reads_up_to_1_00x_and_severity_follows_the_stake(name):
+    a = analysis(name)
+    rules = Rules()
+    for r in a.recommendations:
+        assert r.projected_speedup is None or r.projected_speedup >= rules.value("fix.min_speedup")
+        assert "1.00×" not in r.projection_text
+    for f in a.findings:
+        sev = REGISTRY[f.id].severity
+        if sev.fixed is None and f.severity == "high":
+            assert f.stake_pct >= rules.value(sev.high), f.id
