@@ -1,5 +1,5 @@
-"""Every labeled real trace gets a right verdict (expert labels: tests/data/expected.json, a copy of
-the shared corpus's labels; classes from the findings registry). A verdict is right when its class
+"""Every labeled real trace gets a right verdict (expert labels: tests/data/labeled/expected.json, a
+copy of the shared corpus's labels; classes from the findings registry). A verdict is right when its class
 is one of the label's "primary" classes and none of its "must_not" ones."""
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ from trainscope.analyzers.findings import REGISTRY
 from trainscope.analyzers.findings.base import LABEL_CLASSES
 from trainscope.analyzers.findings.labels import score, scored, verdict_class
 
-LABELS = json.loads((DATA / "expected.json").read_text())
+LABELS = json.loads((DATA / "labeled" / "expected.json").read_text())
+
+
+def copy_of(rel: str):
+    """The test copy of a labeled trace: with the other test traces, or among the labeled ones."""
+    return DATA / rel if (DATA / rel).exists() else DATA / "labeled" / rel
 TRACES = sorted(rel for rel, lab in LABELS["traces"].items() if scored(lab) and not rel.startswith("memory/"))
 
 
@@ -20,13 +25,13 @@ def _verdict(rel: str):
     from trainscope.analyzers.analysis import analyze_set, slowest
     from trainscope.collectors import open_traces
 
-    analyses = analyze_set(open_traces(str(DATA / rel)))
+    analyses = analyze_set(open_traces(str(copy_of(rel))))
     return (slowest(analyses) if len(analyses) > 1 else analyses[0]), analyses
 
 
 @pytest.mark.parametrize("rel", TRACES)
 def test_labeled_trace_verdict_is_right(rel):
-    assert (DATA / rel).exists(), f"copy {rel} from the shared corpus into tests/data (with its NOTICE line)"
+    assert copy_of(rel).exists(), f"copy {rel} from the shared corpus into tests/data/labeled (with its NOTICE line)"
     a, _ = _verdict(rel)
     cls = verdict_class(a.verdict.axis, a.verdict.bottleneck)
     s = score(cls, LABELS["traces"][rel])

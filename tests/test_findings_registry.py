@@ -8,13 +8,38 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import analysis, raw_document
+import functools
+import gzip
+import json
+
+from tests.conftest import DATA
+from tests.conftest import analysis as _analysis
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers.findings import REGISTRY, validate
 from trainscope.analyzers.findings.base import Finding
 from trainscope.analyzers.rules import Rules
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _path(name: str) -> Path:
+    p = DATA / "kineto" / name
+    return p if p.exists() else DATA / "labeled" / "kineto" / name
+
+
+@functools.lru_cache(maxsize=None)
+def analysis(name: str):
+    if (DATA / "kineto" / name).exists():
+        return _analysis(name)
+    from trainscope.analyzers.analysis import analyze_trace
+    from trainscope.collectors import open_traces
+
+    return analyze_trace(open_traces(str(_path(name))).traces[0])
+
+
+def raw_document(name: str):
+    with gzip.open(_path(name), "rb") as f:
+        return json.load(f)
 
 
 def consumer_gaps(reg: dict) -> list[str]:
