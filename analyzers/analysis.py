@@ -11,6 +11,7 @@ from trainscope.analyzers.context import Context, detect_context
 from trainscope.analyzers.devices import DeviceSpec, lookup
 from trainscope.analyzers.gpu_metrics import CounterSummary, counter_summary, with_counter_evidence
 from trainscope.analyzers.host_device import blocking_syncs, host_device_findings, pageable_copies
+from trainscope.analyzers.host_idle import HostIdle, host_idle, with_host_idle
 from trainscope.analyzers.kernels import KernelSummary, kernel_classes, kernel_summary
 from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
@@ -44,6 +45,7 @@ class Analysis:
     counters: CounterSummary | None = None  # hardware counters (Nsight GPU_METRICS), where sampled
     source_format: str = "kineto"  # Trace.format: "kineto" or "nsys-sqlite"
     context: Context | None = None  # training/inference, graphs, compiled, framework, collectives
+    host_idle: HostIdle | None = None  # GPU idle split by what the host was doing (input/launch/sync/other)
 
 
 def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float | None = None,
@@ -79,6 +81,9 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         unfused = unfused_attention_finding(attention_evidence(trace, seg, device, classes[0]),
                                             bd.share_pct("compute"), bd.gpu_busy_pct, rules)
         found += [unfused] if unfused else []
+    hidle = host_idle(trace, seg, device, rules.value("launch.cold_start_ms")) if trace.has_gpu_activity else None
+    if hidle is not None:
+        found = with_host_idle(found, hidle, rules, ctx)
     counters = counter_summary(trace, seg, device)
     found = with_counter_evidence(found, counters, bd.gpu_busy_pct, bd.share_pct("compute"), rules)
     found.sort(key=finding_order)
@@ -101,7 +106,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
         findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
         phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
-        context=ctx,
+        context=ctx, host_idle=hidle,
     )
 
 

@@ -13,6 +13,7 @@ from trainscope.analyzers.breakdown import Breakdown
 from trainscope.analyzers.context import Context
 from trainscope.analyzers.devices import DeviceSpec
 from trainscope.analyzers.fix_text import fix_text
+from trainscope.analyzers.host_idle import COLD_START_DETAIL
 from trainscope.analyzers.verdict import Finding
 
 
@@ -54,15 +55,17 @@ def recommend(found: list[Finding], b: Breakdown, spec: DeviceSpec | None, devic
     bf16 = spec is not None and spec.key not in ("V100", "RTX 2080 Ti")
 
     def add(fid: str, speedup: float | None, basis: str) -> None:
-        fx = fix_text(fid, ctx, single_loader=single, bf16=bf16)
+        fx = fix_text(fid, ctx, single_loader=single, bf16=bf16, cold_start=by_id[fid].detail == COLD_START_DETAIL)
         if fx is None:  # every finding recommend() handles has its text in fix_text
             raise KeyError(f"no fix text for {fid}")
         recs.append(Recommendation(fx.rec_id, fid, fx.title, fx.change, None if speedup is None else round(speedup, 3),
                                    None if speedup is None else round(step / speedup, 2), basis))
 
     if f := by_id.get("data/input-wait"):
-        s, basis = _remove(b, b.data_wait_pct / 100)
-        add(f.id, s, f"removing the {b.data_wait_pct:.1f} % data wait: {basis}")
+        # DataLoader wait where the loop records one, else the GPU idle during input preparation
+        wait = b.data_wait_pct if b.data_wait_pct else f.stake_pct
+        s, basis = _remove(b, wait / 100)
+        add(f.id, s, f"removing the {wait:.1f} % data wait: {basis}")
     if f := by_id.get("data/copies"):
         s, basis = _remove(b, f.stake_pct / 100, busy_time=True)
         add(f.id, s, f"hiding the {f.stake_pct:.1f} % copy-only time: {basis}")
@@ -78,7 +81,9 @@ def recommend(found: list[Finding], b: Breakdown, spec: DeviceSpec | None, devic
                      f"matmuls, so real gains are smaller): {basis}")
     if f := by_id.get("host/launch-overhead"):
         s, basis = _remove(b, f.stake_pct / 100)
-        add(f.id, s, f"removing the {f.stake_pct:.1f} % GPU idle during host work: {basis}")
+        if f.detail == COLD_START_DETAIL:  # a one-time cost: gone from steady-state steps, not a speedup of them
+            s, basis = None, f"no projection: {f.stake_pct:.1f} % of this window is first-call loading, paid once per process"
+        add(f.id, s, f"removing the {f.stake_pct:.1f} % GPU idle during host work: {basis}" if s else basis)
     if f := by_id.get("host/sync"):
         s, basis = _remove(b, f.stake_pct / 100)
         add(f.id, s, f"removing the {f.stake_pct:.1f} % GPU idle during syncs: {basis}")

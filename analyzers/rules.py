@@ -51,6 +51,9 @@ _TABLE: tuple[Threshold, ...] = (
               "trainscope default: a verdict needs more than a handful of GPU events (DIAGNOSIS.md: never guess)"),
     Threshold("step.outlier_ratio", 1.5, "× median step", "a step this much longer than the median is an outlier",
               "trainscope default"),
+    Threshold("launch.cold_start_ms", 1.0, "ms",
+              "a kernel launch call lasting this long is a cold start (code loading or compilation inside the launch)",
+              "trainscope default: a launch call takes a few µs (CUDA/HIP runtime), so 1 ms is hundreds of launches"),
     Threshold("step.stub_fraction", 0.02, "× median step",
               "a first or last step shorter than this fraction of the other steps' median is a stub (a profiler "
               "step opened as recording stopped): dropped from the statistics and named",
