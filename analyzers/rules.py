@@ -45,6 +45,10 @@ _TABLE: tuple[Threshold, ...] = (
               "TensorBoard profiler plugin; textbook flowchart (memory > 90 %)"),
     Threshold("memory.fragmentation", 30.0, "% of reserved memory", "reserved by the allocator but holding no tensor at the reserved peak",
               "seed 002: in some cases over 30 % of memory is unusable through fragmentation"),
+    Threshold("memory.oom_slack", 1.0, "% of reserved memory",
+              "a snapshot whose allocator holds less cached free memory than this ends at its limit (an OOM there is "
+              "a capacity OOM: there is nothing to defragment)",
+              "trainscope default: the caching allocator only reaches the device for new segments once its cache is spent"),
     Threshold("tensor_core.low", 50.0, "% of GEMM/conv/attention time", "matmul time on tensor cores",
               "trainscope default: below half, mixed precision is the first compute fix (seed 000 §2059 on)"),
     Threshold("evidence.min_kernels", 10.0, "kernels", "fewer kernels than this in the analyzed steps is too little to diagnose",
