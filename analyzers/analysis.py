@@ -13,6 +13,7 @@ from trainscope.analyzers.devices import DeviceSpec, device_for, lookup_device, 
 from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.gpu_metrics import CounterSummary, counter_context, counter_split, counter_summary
 from trainscope.analyzers.host_device import blocking_syncs, pageable_copies
+from trainscope.analyzers.host_idle import HostIdle, host_idle, host_idle_evidence
 from trainscope.analyzers.kernels import HIGH_INTENSITY, LOW_INTENSITY, KernelSummary, kernel_classes, kernel_summary
 from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
@@ -50,6 +51,7 @@ class Analysis:
     roofline: Roofline | None = None  # per-kernel roofline over the steps on this GPU (None: no kernels)
     context: Context | None = None  # training/inference, graphs, compiled, framework, collectives
     sinks: Sinks | None = None  # step time split into exclusive sinks (the verdict's ranking)
+    host_idle: HostIdle | None = None  # GPU idle split by what the host was doing (input/launch/sync/other)
 
 
 def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float | None = None,
@@ -83,9 +85,10 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
 
         found, verdict, recs, note = counters_diagnosis(trace, rules)
         warnings.append(note)
-        sinks = None
+        sinks = hidle = None
     else:
-        inp = observations(trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules)
+        hidle = host_idle(trace, seg, device, rules.value("launch.cold_start_ms")) if trace.has_gpu_activity else None
+        inp = observations(trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle)
         sinks = inp.sinks
         found = findings(inp, rules)
         verdict = classify(inp, found, rules)
@@ -101,7 +104,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
         findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
         phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
-        roofline=roof, context=ctx, sinks=sinks,
+        roofline=roof, context=ctx, sinks=sinks, host_idle=hidle,
     )
 
 
@@ -135,17 +138,20 @@ def busy_split(ks: KernelSummary, counters: CounterSummary | None, roof: Rooflin
     return {"memory": float(low), "compute": float(high), "unknown": float(other)}, "kernel classes", lines + context_lines
 
 
-def host_idle_attribution(trace: Trace, seg: StepSegmentation, device: int | None, bd: Breakdown
-                          ) -> tuple[dict[str, int], list[Evidence]]:
-    """GPU-idle time explained by host frames the breakdown does not read (Python stacks, OS runtime
-    calls), by class, with the heaviest frames as evidence lines. Empty until a host-idle analyzer
-    is available."""
-    try:
-        from trainscope.analyzers.host_idle import host_idle
-    except ImportError:
-        return {}, []
-    h = host_idle(trace, seg, device, bd)
-    return dict(getattr(h, "by_class_ns", {}) or {}), list(getattr(h, "evidence", []) or [])
+def host_idle_attribution(h: HostIdle | None, bd: Breakdown) -> tuple[dict[str, int], dict[str, tuple]]:
+    """GPU-idle time that host frames and runtime calls explain beyond what the breakdown already
+    files (its data-wait, sync and launch idle), by sink class; and each class's evidence lines
+    (heaviest frames, calls, cold start)."""
+    if h is None or not h.idle_ns:
+        return {}, {}
+    # Input (host stages whose output the GPU then receives) and sync (blocking calls) rest on recorded
+    # events. Launch time beyond the breakdown's — idle between launches where the host recorded
+    # nothing, e.g. in an event-sampled trace — is inferred from position alone: it stays unexplained.
+    already = {"input-preprocessing": bd.ns["idle_data_wait"], "sync": bd.ns["idle_sync"]}
+    mine = {"input-preprocessing": "input", "sync": "sync"}
+    extra = {k: max(0, h.ns.get(c, 0) - already[k]) for k, c in mine.items()}
+    evidence = {c: tuple(host_idle_evidence(h, c)) for c in ("input", "sync", "launch") if h.ns.get(c, 0) > 0}
+    return extra, evidence
 
 
 def sink_floors(rules: Rules) -> dict[str, float]:
@@ -159,7 +165,7 @@ def sink_floors(rules: Rules) -> dict[str, float]:
 
 def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Breakdown, ks: KernelSummary, mem,
                  classes, counters: CounterSummary | None, roof: Roofline | None, ctx, rules: Rules,
-                 imbalance_ns: int = 0, imbalance_evidence: tuple = ()) -> DiagnosisInput:
+                 hidle: HostIdle | None = None, imbalance_ns: int = 0, imbalance_evidence: tuple = ()) -> DiagnosisInput:
     """Everything the findings read, measured once: the sinks of step time and the evidence of the
     modules that refine them (host-device traffic, attention, counters, host frames)."""
     # Counted once, in the steps and on this GPU, for every finding that cites it.
@@ -168,7 +174,7 @@ def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Br
     names_single = name_mask(trace, _SINGLE_PROCESS_LOADER)
     single = bool(names_single[trace.cpu_ops.name].any() or names_single[trace.annotations.name].any())
     split, source, busy_lines = busy_split(ks, counters, roof, rules)
-    host_ns, frames = host_idle_attribution(trace, seg, device, bd)
+    host_ns, host_ev = host_idle_attribution(hidle, bd)
     sinks = split_sinks(bd, busy_split=split, busy_source=source, host_idle_ns=host_ns,
                         sync_bubble_ns=syncs.bubble_ns, imbalance_ns=imbalance_ns,
                         saturated=bd.gpu_busy_pct >= rules.value("gpu_busy.saturated"), floors=sink_floors(rules))
@@ -177,7 +183,7 @@ def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Br
         single_process_loader=single, pageable_htod_copies=pageable.count,
         kernels_per_step=ks.count / max(1, len(seg.steps)), sinks=sinks, pageable=pageable, syncs=syncs,
         attention=attention_evidence(trace, seg, device, classes[0]) if trace.has_gpu_activity else None,
-        context=ctx, host_frames=tuple(frames), busy_evidence=tuple(busy_lines),
+        context=ctx, host_evidence=host_ev, host_idle=hidle, busy_evidence=tuple(busy_lines),
         imbalance_evidence=tuple(imbalance_evidence), roofline=roof,
     )
 

@@ -56,13 +56,18 @@ def detail(finding_id: str, ctx: Context | None, default: str) -> str:
     return default
 
 
-def fix_text(finding_id: str, ctx: Context | None, *, single_loader: bool = False, bf16: bool = True) -> FixText | None:
-    """The fix for ``finding_id`` in the run's context, or None when the finding has no code fix."""
+def fix_text(finding_id: str, ctx: Context | None, *, single_loader: bool = False, bf16: bool = True,
+             cold_start: bool = False) -> FixText | None:
+    """The fix for ``finding_id`` in the run's context, or None when the finding has no code fix.
+    ``cold_start``: the launch overhead is first-call code loading, not steady-state launches."""
+    c = _ctx(ctx)
+    if finding_id == "host/launch-overhead" and cold_start:
+        return _cold_start(c)
     from trainscope.analyzers.findings import spec  # the registry names each finding's text function
 
     s = spec(finding_id)
     f = s.fix.text if s is not None and s.fix is not None else None
-    return f(_ctx(ctx), single_loader, bf16) if f else None
+    return f(c, single_loader, bf16) if f else None
 
 
 def _input_wait(c: Context, single: bool, bf16: bool) -> FixText:
@@ -144,6 +149,17 @@ def _launch(c: Context, single: bool, bf16: bool) -> FixText:
     else:
         change += "\n# serving: capture the decode step in a CUDA graph per batch size; batch more requests per launch"
     return FixText("reduce-launch-overhead", "Launch fewer, larger kernels (CUDA graphs / torch.compile, bigger batches)", change)
+
+
+def _cold_start(c: Context) -> FixText:
+    if c.native:
+        return FixText("warm-up-kernels", "Load kernels before the timed work (warm-up, ahead-of-time code objects)",
+                       "// launch each kernel once (or cuModuleLoad/hipModuleLoad the code objects) before the loop;\n"
+                       "// build for the exact GPU architecture so no JIT compilation happens at first launch")
+    return FixText("warm-up-kernels", "Warm up before measuring: the first launches load kernel code",
+                   "for _ in range(3):          # untimed warm-up iterations load and compile every kernel\n"
+                   "    step(batch)\n"
+                   "torch.cuda.synchronize()\n# then profile: schedule(wait=1, warmup=2, active=3) in torch.profiler")
 
 
 def _comm(c: Context, single: bool, bf16: bool) -> FixText:

@@ -180,10 +180,15 @@ def tiling_range_steps(trace: Trace, min_share_pct: float) -> StepSegmentation |
                             f"kernel time (--step-range to choose other ranges)")
 
 
+_OFFER_SHARE = 25.0  # a range group launching less of the GPU work than this cannot be the step
+
+
 def offered_ranges(trace: Trace, n: int = 3) -> str:
-    """The most frequent repeating top-level range names, for the user to pick with --step-range."""
-    groups = sorted(_numbered_groups(trace).items(), key=lambda kv: -len(kv[1]))[:n]
-    return ", ".join(f"{k!r} ×{len(v)}" for k, v in groups)
+    """Repeating top-level ranges that launch a fair share of the GPU work (but not enough to tile
+    it), most first, for the user to pick with --step-range."""
+    scored = [(k, v, _launched_share(trace, v)) for k, v in _numbered_groups(trace).items()]
+    groups = sorted((x for x in scored if x[2] >= _OFFER_SHARE), key=lambda x: -x[2])[:n]
+    return ", ".join(f"{k!r} ×{len(v)} ({share:.0f} % of kernel time)" for k, v, share in groups)
 
 
 def whole_window(trace: Trace) -> tuple[int, int, str]:
@@ -206,8 +211,8 @@ def whole_window(trace: Trace) -> tuple[int, int, str]:
         hi = max(hi, int(a.end[right].max())) if right.any() else hi
         t_lo, t_hi = trace.span_ns
         left_out = (lo - t_lo) + (t_hi - hi)
+        out = f"; {left_out / 1e6:.1f} ms of host-only time before and after it left out" if left_out >= 1e5 else ""
         return lo, hi, (f"the span of GPU activity, {(hi - lo) / 1e6:.1f} ms (first to last GPU operation, widened to the "
-                        f"ranges open at its edges; {max(0, left_out) / 1e6:.1f} ms of host-only time before and after it "
-                        "left out)")
+                        f"ranges open at its edges{out})")
     lo, hi = trace.span_ns
     return lo, hi, "the whole trace"

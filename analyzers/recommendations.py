@@ -14,6 +14,8 @@ from trainscope.analyzers.context import Context
 from trainscope.analyzers.devices import DeviceSpec
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers.findings.base import Finding, Fix
+from trainscope.analyzers.fix_text import fix_text
+from trainscope.analyzers.host_idle import COLD_START_DETAIL
 from trainscope.analyzers.rules import Rules
 
 
@@ -95,13 +97,19 @@ def recommend(found: list[Finding], b: Breakdown, spec: DeviceSpec | None, devic
         if fx is None or fx.rec_id in seen or any(x in ids for x in fx.superseded_by):
             continue
         speedup, basis = project(f, fx, b, spec, device_name)
+        cold = f.detail == COLD_START_DETAIL  # first-call loading: paid once per process, not per step
+        if cold:
+            speedup, basis = None, f"no projection: {f.stake_pct:.1f} % of this window is first-call loading, paid once per process"
         if speedup is not None and speedup < min_gain:
             continue
         if f.id == "machine/capacity" and ctx is not None and not ctx.training:
             basis = "no speed projection: frees memory for larger batches"
+        rec_id = fx.rec_id
         title, change = fx.render(ctx, single_loader=single, bf16=bf16)
+        if cold and (ft := fix_text(f.id, ctx, cold_start=True)) is not None:
+            rec_id, title, change = ft.rec_id, ft.title, ft.change  # warm up before profiling
         seen.add(fx.rec_id)
-        recs.append(Recommendation(fx.rec_id, f.id, title, change, None if speedup is None else round(speedup, 3),
+        recs.append(Recommendation(rec_id, f.id, title, change, None if speedup is None else round(speedup, 3),
                                    None if speedup is None else round(step / speedup, 2), basis))
     recs.sort(key=lambda r: -(r.projected_speedup or 0.0))
     return recs

@@ -45,16 +45,23 @@ def trace_verdict(path: pathlib.Path) -> tuple[str, str, float, str]:
 
 
 def snapshot_class(path: pathlib.Path) -> str | None:
-    """The class of a memory snapshot's diagnosis ("capacity" for a capacity OOM or memory near
-    capacity), or None while the snapshot analysis does not classify OOMs."""
+    """The class of ``trainscope memory PATH``'s diagnosis: the benchmark class of its first high
+    finding (capacity for a capacity OOM), "none" without one; None while the snapshot analysis is
+    not available."""
     try:
-        from trainscope.analyzers.snapshot_memory import oom_kind  # classifies an OOM: capacity | fragmentation
+        from trainscope.analyzers.snapshot_memory import snapshot_findings, snapshot_memory
+        from trainscope.collectors.snapshot import load_snapshot
     except ImportError:
         return None
-    from trainscope.collectors.memory_snapshot import read_snapshot
+    from trainscope.analyzers.findings import REGISTRY
+    from trainscope.analyzers.rules import Rules
 
-    kind = oom_kind(read_snapshot(str(path)))
-    return "capacity" if kind == "capacity" else "none" if kind is None else "balanced"
+    found = snapshot_findings(snapshot_memory(load_snapshot(str(path))), None, Rules())
+    high = [f for f in found if f.severity == "high"]
+    if not high:
+        return "none"
+    spec = REGISTRY.get(high[0].id)
+    return spec.label_class if spec is not None and spec.label_class else "balanced"
 
 
 def run(traces: pathlib.Path, labels: dict) -> tuple[list[dict], int, int]:
@@ -77,7 +84,7 @@ def run(traces: pathlib.Path, labels: dict) -> tuple[list[dict], int, int]:
             if cls is None:
                 rows.append({"trace": rel, "status": "pending", "why": "memory snapshots: OOM classification not available"})
                 continue
-            finding, conf, runner = "memory snapshot", None, ""
+            finding, conf, runner = "trainscope memory", None, ""
         else:
             cls, finding, conf, runner = trace_verdict(path)
         s = score(cls, label)

@@ -20,7 +20,7 @@ from trainscope.collectors.readers import Progress, parse_json_events, read_mayb
 from trainscope.traces.builder import StringTable, TableBuilder
 from trainscope.traces.model import (
     COPY_KINDS, MEMORY_KINDS, Annotations, Copies, Counters, CpuOps, Device, Kernels,
-    MemoryEvents, Memsets, OpInputs, RuntimeCalls, Thread, Trace,
+    MemoryEvents, Memsets, OpInputs, PythonFrames, RuntimeCalls, Thread, Trace,
 )
 
 # Category (lower-cased) → table. Older traces capitalize; newer ones use snake case.
@@ -32,7 +32,7 @@ _CPU_OP = {"cpu_op", "operator"}
 _ANNOTATION = {"user_annotation", "gpu_user_annotation"}
 # Categories we know and deliberately do not keep (flows, python stacks, trace markers).
 _KNOWN_IGNORED = {
-    "ac2g", "async", "async_cpu_to_gpu", "fwdbwd", "trace", "overhead", "python_function",
+    "ac2g", "async", "async_cpu_to_gpu", "fwdbwd", "trace", "overhead",
     "cpu_instant_event", "python", "flow", "kineto", "cuda_sync", "cuda_profiler_range",
     "mtia_runtime", "gpu_user_annotation_flow",
 }
@@ -103,6 +103,7 @@ class _Parser:
         self.runtime = TableBuilder(RuntimeCalls)
         self.cpu_ops = TableBuilder(CpuOps)
         self.annotations = TableBuilder(Annotations)
+        self.python_frames = TableBuilder(PythonFrames)
         self.memory = TableBuilder(MemoryEvents)
         self.unknown_categories: Counter[str] = Counter()
         self.malformed = 0
@@ -221,6 +222,8 @@ class _Parser:
             flops = _counter_flops(args)  # CUPTI-profiler mode: FP instruction counts per kernel
             if flops is not None:
                 self.hw_flops[name] = self.hw_flops.get(name, 0.0) + flops
+        elif c == "python_function":
+            self.python_frames.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name))
         elif c not in _KNOWN_IGNORED:
             self.unknown_categories[str(cat)] += 1
 
@@ -262,6 +265,9 @@ class _Parser:
         if not starts:
             raise TraceError(self.path, "trace has no timed events trainscope can use (no kernels, operators or annotations)")
         origin = min(starts)
+        # Python frames (with_stack) share the origin but do not set it: thread bootstrap frames open
+        # long before the profiled work.
+        tables["python_frames"] = self.python_frames.build()
         for t in tables.values():
             t.ts -= origin
         base = self.top.get("baseTimeNanoseconds")

@@ -52,3 +52,19 @@ def test_scoring():
     assert verdict_class("insufficient_evidence", None) == "none"
     assert verdict_class("balanced", None) == "balanced"
     assert verdict_class("data", "data/pageable-copies") == "copies"
+
+
+SNAPSHOTS = sorted(rel for rel, lab in LABELS["traces"].items() if scored(lab) and rel.startswith("memory/"))
+
+
+@pytest.mark.parametrize("rel", SNAPSHOTS)
+def test_labeled_memory_snapshot_is_right(rel):
+    """`trainscope memory`'s diagnosis of a labeled snapshot: the class of its first high finding."""
+    from trainscope.analyzers.rules import Rules
+    from trainscope.analyzers.snapshot_memory import snapshot_findings, snapshot_memory
+    from trainscope.collectors.snapshot import load_snapshot
+
+    found = snapshot_findings(snapshot_memory(load_snapshot(str(copy_of(rel)))), None, Rules())
+    high = [f for f in found if f.severity == "high"]
+    cls = REGISTRY[high[0].id].label_class if high else "none"
+    assert score(cls, LABELS["traces"][rel]).right, [f.title for f in found]

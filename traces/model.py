@@ -107,6 +107,13 @@ class CpuOps(Table):
     FIELDS = {"ts": _I64, "dur": _I64, "thread": _I32, "name": _I32, "flops": _F64}
 
 
+class PythonFrames(Table):
+    """Python function frames on host threads (``with_stack=True``): ``name`` reads like
+    ``file.py(123): function``; frames nest in time on their thread."""
+
+    FIELDS = {"ts": _I64, "dur": _I64, "thread": _I32, "name": _I32}
+
+
 class Annotations(Table):
     """User and framework ranges (record_function, ProfilerStep#N, NVTX); ``device`` is -1 on the host."""
 
@@ -179,6 +186,8 @@ class Trace:
     input_dims: dict[str, dict[str, int]] = field(default_factory=dict)
     # Per-operator External ids and input signatures (Kineto); empty for formats without them.
     op_inputs: OpInputs = field(default_factory=OpInputs)
+    # Python frames where the profiler recorded stacks (Kineto ``python_function``). Empty otherwise.
+    python_frames: PythonFrames = field(default_factory=PythonFrames.empty)
 
     def device(self, device_id: int) -> Device | None:
         for d in self.devices:

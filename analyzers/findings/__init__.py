@@ -96,8 +96,8 @@ def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
             bad(f"registered under another id ({s.id})")
         if s.axis not in AXES:
             bad(f"axis {s.axis!r} is not a D·A·M axis")
-        if s.measure is None and not s.live:
-            bad("no measure (no rule raises it)")
+        if s.measure is None and s.offline:
+            bad("no measure (no trace rule raises it)")
         if not s.title or not s.headline:
             bad("no title or headline (reports, apps)")
         fixes = [f for f in (s.fix, *s.alternatives) if f is not None]

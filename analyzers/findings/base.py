@@ -186,7 +186,7 @@ class FindingSpec:
     breakdown: tuple[str, ...] = ()  # breakdown categories its stake lies in (for --deep's reconciliation)
     describes: str = ""  # what it measures, in words
     live: bool = False  # raised by the live rules (watch, counter-only inputs)
-    offline: bool = True  # raised by the trace rules (analyze)
+    offline: bool = True  # raised by the trace rules (analyze); False: live or snapshot rules raise it
     alternatives: tuple[Fix, ...] = ()  # fixes for particular contexts, tried before ``fix`` (their ``applies``)
     refines: str | None = None  # the broader finding of the same sink this one names more precisely
 

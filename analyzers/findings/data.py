@@ -25,7 +25,7 @@ def _input_wait(obs, rules: Rules) -> Finding | None:
     pre = stake - idle_data
     if pre > 0:
         lines.append(ev(rules, "data_wait.moderate", "GPU idle while the host preprocesses input", pre))
-        lines.extend(obs.host_frames)
+        lines.extend(obs.host_evidence.get("input", ())[1:])  # the frames and calls behind it
     lines.append(ev(rules, "gpu_busy.saturated", "GPU busy", b.gpu_busy_pct, "<"))
     lines.append(sink_line(obs, "input"))
     detail = "the input pipeline cannot keep the GPU fed"

@@ -20,11 +20,15 @@ def _launch(obs, rules: Rules) -> Finding | None:
                 "GPU idle while the host launches/computes", stake),
              ctx("median kernel duration", k.median_kernel_ns / 1e3, "µs"),
              ctx("kernels per step", obs.kernels_per_step, "kernels"), sink_line(obs, "launch")]
-    if stake > obs.breakdown.share_pct("idle_host_overhead") + 0.05:
-        lines.extend(obs.host_frames)
+    lines.extend(obs.host_evidence.get("launch", ())[1:])  # cold start, launch calls, frames
     tiny = k.median_kernel_ns / 1e3 < rules.value("launch.tiny_kernel_us")
     detail = ("many short kernels: the host cannot issue them as fast as the GPU runs them" if tiny
               else "host-side work (Python, framework ops, runtime calls) between kernels leaves the GPU waiting")
+    h = obs.host_idle
+    if h is not None and h.cold_start is not None and h.cold_start.idle_ns >= 0.5 * stake / 100 * h.step_ns:
+        from trainscope.analyzers.host_idle import COLD_START_DETAIL
+
+        detail = COLD_START_DETAIL  # first-call code loading inside launches: profile after warm-up
     return LAUNCH_OVERHEAD.finding(stake, lines, detail, rules)
 
 
@@ -37,7 +41,7 @@ def _sync(obs, rules: Rules) -> Finding | None:
     stake = obs.sinks.pct("sync")
     sev = _SYNC_SEV.grade(stake, rules)
     lines = [ev(rules, f"sync.{'high' if sev == 'high' else 'moderate'}", "GPU idle while the host synchronizes", stake),
-             sink_line(obs, "sync")]
+             sink_line(obs, "sync"), *obs.host_evidence.get("sync", ())[1:]]
     return SYNC.finding(stake, lines, fix_text.detail(SYNC.id, obs.context, "cudaDeviceSynchronize/cudaStreamSynchronize "
                         "or blocking copies (.item(), .cpu(), print, torch.tensor(..., device=...)) inside the step"), rules)
 

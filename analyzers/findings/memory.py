@@ -134,4 +134,19 @@ THROTTLING = FindingSpec(
     describes="share of samples with a power/thermal clock slowdown (live)", live=True, offline=False,
 )
 
-SPECS = (BANDWIDTH, UNFUSED_ATTENTION, CAPACITY, THROTTLING)
+FRAGMENTATION = FindingSpec(
+    id="machine/fragmentation", axis="machine", title="Reserved memory the allocator cannot use for tensors",
+    measure=None, can_be_primary=False, severity=fixed("moderate"),
+    fix=Fix("expandable-segments", "Let the caching allocator grow segments instead of splitting them",
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py\n"
+            "# or allocate the largest, longest-lived tensors first; avoid many differently sized temporaries",
+            "// allocate long-lived buffers once, up front, from one arena; use cudaMallocAsync with a memory pool\n"
+            "// (cudaMemPoolSetAttribute release threshold) rather than many cudaMalloc/cudaFree of varying sizes",
+            projection="none", basis="no speed projection: frees reserved memory for tensors"),
+    whatif_pool=None, diff_measure=DiffMeasure("peak memory / device memory", "%", _peak_pct),
+    critical_path="none", headline="MEMORY-FRAGMENTATION", label_class=None,
+    describes="reserved memory holding no tensor, or an OOM with enough free memory in too-small blocks "
+              "(memory snapshots: `trainscope memory`)", offline=False,
+)
+
+SPECS = (BANDWIDTH, UNFUSED_ATTENTION, CAPACITY, THROTTLING, FRAGMENTATION)

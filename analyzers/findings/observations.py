@@ -32,7 +32,8 @@ class DiagnosisInput:
     syncs: Any = None  # host_device.BlockingSyncs
     attention: Any = None  # attention.AttentionEvidence
     context: Any = None  # context.Context (training/inference, framework, collectives), when detected
-    host_frames: tuple[Evidence, ...] = ()  # heaviest host frames during GPU idle, as evidence lines
+    host_evidence: dict = field(default_factory=dict)  # idle class -> heaviest host frames/calls during GPU idle
+    host_idle: Any = None  # host_idle.HostIdle: GPU idle split by what the host was doing
     busy_evidence: tuple[Evidence, ...] = ()  # how busy time was split into memory-/compute-bound
     imbalance_evidence: tuple[Evidence, ...] = ()
     roofline: Any = None  # roofline.Roofline over the steps' kernels on this GPU, when there are kernels

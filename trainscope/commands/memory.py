@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         if is_pickle(head):
             snap = load_snapshot(path)
             progress("analyzing", None)
-            devices = snapshot_memory(snap, top=max(0, args.top))
+            devices = snapshot_memory(snap, top=max(0, args.top), oom_slack_pct=rules.value("memory.oom_slack"))
             found = snapshot_findings(devices, dev.capacity_bytes if dev else None, rules)
             doc = build_memory_document(path, "cuda_snapshot", devices, None, found, capacity, snap.warnings)
         else:
