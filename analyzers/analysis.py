@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers import intervals as iv
@@ -21,7 +21,7 @@ from trainscope.analyzers.phases import PhaseBreakdown, phase_breakdown
 from trainscope.analyzers.recommendations import Recommendation, recommend
 from trainscope.analyzers.roofline import Roofline, roofline
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.sinks import Sinks, split_sinks
+from trainscope.analyzers.sinks import Sinks, moved, split_sinks
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
 from trainscope.analyzers.verdict import DiagnosisInput, Finding, Verdict, classify, findings
 from trainscope.traces.model import Trace, TraceSet
@@ -52,6 +52,8 @@ class Analysis:
     context: Context | None = None  # training/inference, graphs, compiled, framework, collectives
     sinks: Sinks | None = None  # step time split into exclusive sinks (the verdict's ranking)
     host_idle: HostIdle | None = None  # GPU idle split by what the host was doing (input/launch/sync/other)
+    # What the findings and verdict read (kept so a cross-rank pass can re-judge with imbalance).
+    observations: DiagnosisInput | None = field(default=None, repr=False, compare=False)
 
 
 def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float | None = None,
@@ -85,7 +87,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
 
         found, verdict, recs, note = counters_diagnosis(trace, rules)
         warnings.append(note)
-        sinks = hidle = None
+        sinks = hidle = inp = None
     else:
         hidle = host_idle(trace, seg, device, rules.value("launch.cold_start_ms")) if trace.has_gpu_activity else None
         inp = observations(trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle)
@@ -104,7 +106,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
         findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
         phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
-        roofline=roof, context=ctx, sinks=sinks, host_idle=hidle,
+        roofline=roof, context=ctx, sinks=sinks, host_idle=hidle, observations=inp,
     )
 
 
@@ -190,8 +192,48 @@ def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Br
 
 def analyze_set(traces: TraceSet, rules: Rules | None = None, peak_tflops: float | None = None,
                 step_range: str | None = None, peak_bandwidth: float | None = None) -> list[Analysis]:
-    """One analysis per rank, in rank order."""
-    return [analyze_trace(t, rules, peak_tflops, step_range, peak_bandwidth) for t in traces.traces]
+    """One analysis per rank, in rank order; several ranks are then judged together for imbalance."""
+    analyses = [analyze_trace(t, rules, peak_tflops, step_range, peak_bandwidth) for t in traces.traces]
+    return with_rank_imbalance(analyses, rules or Rules()) if len(analyses) > 1 else analyses
+
+
+def with_rank_imbalance(analyses: list[Analysis], rules: Rules) -> list[Analysis]:
+    """Synchronous ranks meet in their collectives, so a rank with less kernel work than the busiest
+    one spends the difference waiting inside a collective for it: that share of its communication time
+    is imbalance, not communication cost. Per rank: wait = min(communication, busiest rank's compute
+    time − this rank's) per step; the rank is re-judged with that time as the imbalance sink."""
+    def per_step(a: Analysis, cat: str) -> float:
+        return a.breakdown.ns[cat] / max(1, len(a.breakdown.steps))
+
+    judged = [a for a in analyses if a.observations is not None and a.sinks is not None and a.breakdown.total_ns]
+    if len(judged) < 2 or sum(1 for a in judged if a.breakdown.ns["communication"] > 0) < 2:
+        return analyses
+    busiest = max(judged, key=lambda a: per_step(a, "compute"))
+    top = per_step(busiest, "compute")
+    out = []
+    for a in analyses:
+        if a not in judged or a is busiest:
+            out.append(a)
+            continue
+        wait = min(per_step(a, "communication"), top - per_step(a, "compute"))
+        if wait <= 0:
+            out.append(a)
+            continue
+        n = max(1, len(a.breakdown.steps))
+        who = f"rank {busiest.rank}" if busiest.rank is not None else busiest.source
+        sinks = moved(a.sinks, "comm", "imbalance", int(wait * n), f"compute-kernel time per step against {who}")
+        lines = (Evidence("compute-kernel time per step on this rank", round(per_step(a, "compute") / 1e6, 2), "ms", "",
+                          "step breakdown", None),
+                 Evidence(f"compute-kernel time per step on the busiest rank ({who})", round(top / 1e6, 2), "ms", "",
+                          "step breakdown", None),
+                 Evidence("ranks compared", len(judged), "ranks", "", "trace set", None))
+        inp = replace(a.observations, sinks=sinks, imbalance_evidence=lines)
+        found = findings(inp, rules)
+        verdict = classify(inp, found, rules)
+        recs = ([] if verdict.axis == "insufficient_evidence" else
+                recommend(found, a.breakdown, a.device_spec, a.device_name, a.context, rules))
+        out.append(replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict, recommendations=recs))
+    return out
 
 
 def slowest(analyses: list[Analysis]) -> Analysis:

@@ -22,7 +22,7 @@ confidence.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainscope.analyzers.breakdown import Breakdown
 
@@ -115,6 +115,20 @@ class Sinks:
         r = [s for s in self.ranked(primary_only=False)
              if s.ns > 0 and s.can_be_primary and (self.saturated or not s.is_work) and s is not lead]
         return r[0] if r else None
+
+
+def moved(s: Sinks, src: str, dst: str, ns: int, source: str) -> Sinks:
+    """``s`` with up to ``ns`` of sink ``src`` filed under ``dst`` instead (a cross-rank correction:
+    collective time that was a wait for a slower rank)."""
+    got = max(0, min(ns, s.by_key[src].ns))
+    if not got:
+        return s
+    by = dict(s.by_key)
+    t = s.total_ns or 1
+    a, b = by[src], by[dst]
+    by[src] = replace(a, ns=a.ns - got, pct=100.0 * (a.ns - got) / t)
+    by[dst] = replace(b, ns=b.ns + got, pct=100.0 * (b.ns + got) / t, source=source)
+    return replace(s, by_key=by)
 
 
 def _take(pool: dict[str, float], key: str, want: float) -> float:

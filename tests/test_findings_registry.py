@@ -210,3 +210,24 @@ def test_no_ranked_fix_reads_up_to_1_00x_and_severity_follows_the_stake(name):
         sev = REGISTRY[f.id].severity
         if sev.fixed is None and f.severity == "high":
             assert f.stake_pct >= rules.value(sev.high), f.id
+
+
+def test_rank_imbalance_is_the_wait_for_the_busiest_rank():
+    """DLRM, 2 ranks: rank 1 carries more kernel work (the label's slower rank); rank 0 waits for it
+    inside the all-to-all. That wait, the difference of their compute-kernel time per step, moves
+    from rank 0's communication sink to its imbalance sink; rank 1 keeps none."""
+    from trainscope.analyzers.analysis import analyze_set, analyze_trace, slowest
+    from trainscope.collectors import open_traces
+
+    ts = open_traces(str(DATA / "labeled" / "kineto" / "hta_dlrm_ws128_2ranks"))
+    r0, r1 = analyze_set(ts)
+    alone = analyze_trace(ts.traces[0])  # rank 0 judged by itself
+    per_step = lambda a, c: a.breakdown.ns[c] / len(a.breakdown.steps)
+    assert per_step(r1, "compute") > per_step(r0, "compute") and slowest([r0, r1]).rank == 1
+    wait = per_step(r1, "compute") - per_step(r0, "compute")
+    assert r0.sinks.by_key["imbalance"].ns == pytest.approx(wait * len(r0.breakdown.steps), abs=2)
+    assert r0.sinks.pct("comm") + r0.sinks.pct("imbalance") == pytest.approx(alone.sinks.pct("comm"), abs=1e-6)
+    assert r1.sinks.pct("imbalance") == 0 and alone.sinks.pct("imbalance") == 0
+    assert sum(s.pct for s in r0.sinks.by_key.values()) == pytest.approx(100.0, abs=1e-6)
+    f = next(x for x in r0.findings if x.id == "ranks/imbalance")
+    assert f.stake_pct == pytest.approx(r0.sinks.pct("imbalance")) and any("busiest rank (rank 1)" in e.metric for e in f.evidence)
