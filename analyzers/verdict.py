@@ -130,9 +130,9 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     runner_txt = (f"; runner-up: {runner.label} {runner.pct:.1f} %" if runner else "; no other sink")
     summary = (f"{primary.title} — {lead.pct:.1f} % of step time ({sinks.ms_per_step(lead.key):.2f} ms per step)"
                f"{runner_txt}" + (f"; {primary.detail}" if primary.detail else ""))
-    evidence = [Evidence(f"largest sink: {lead.label}", round(lead.pct, 2), "% of step time", "largest", lead.source, True)]
+    evidence = [Evidence(f"largest sink of step time: {lead.label}", round(lead.pct, 2), "%", "", lead.source, None)]
     if runner:
-        evidence.append(Evidence(f"runner-up: {runner.label}", round(runner.pct, 2), "% of step time", "", runner.source, None))
+        evidence.append(Evidence(f"runner-up sink: {runner.label}", round(runner.pct, 2), "%", "", runner.source, None))
     evidence += [e for e in primary.evidence if not e.metric.endswith("sink: ms per step")]
     if not any(e.metric.startswith("GPU busy") for e in evidence):
         evidence.append(busy_ev)

@@ -163,7 +163,7 @@ def test_blocking_copy_is_the_sync_sink_measured_from_raw_events():
     assert a.sinks.pct("sync") == pytest.approx(100 * idle_in_call / (hi - lo), abs=0.5)
     assert a.verdict.bottleneck in ("host/sync", "host/blocking-sync")
     assert "runner-up" in a.verdict.summary and a.verdict.runner_up is not None
-    assert any(e.metric.startswith("largest sink") and e.value == pytest.approx(a.sinks.pct("sync"), abs=0.01)
+    assert any(e.metric.startswith("largest sink of step time") and e.value == pytest.approx(a.sinks.pct("sync"), abs=0.01)
                for e in a.verdict.evidence)
 
 
