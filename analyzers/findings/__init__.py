@@ -78,7 +78,9 @@ def by_rec_id(rec_id: str) -> FindingSpec | None:
 
 def live_fix_table() -> dict[str, tuple[str, str]]:
     """Finding id -> (fix title, change) for every finding the live rules raise."""
-    return {s.id: (s.fix.title, s.fix.pytorch) for s in REGISTRY.values() if s.live and s.fix is not None}
+    # Rendered for a PyTorch training job (what `watch` launches) with no DataLoader workers seen;
+    # the live engine retitles the loader fix when it sees workers.
+    return {s.id: s.fix.render(None, single_loader=True) for s in REGISTRY.values() if s.live and s.fix is not None}
 
 
 def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
