@@ -1,0 +1,156 @@
+"""The cost model: FLOPs and bytes of real operators, against hand computation from their recorded
+dims and against PyTorch's own ``torch.utils.flop_counter``; kernel → operator links against the raw
+events' External ids."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import load, raw_document
+from trainscope.analyzers.cost import PRECISIONS, SOURCE_KINDS, kernel_costs, link_kernels, op_cost
+
+torch = pytest.importorskip("torch")
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+TIMESFORMER = "tl_h100_timesformer_k400_infer.json.gz"
+QWEN = "tracelens_h100_qwen_inference.json.gz"
+MI300_RESNET = "tracelens_mi300x_resnet_ckpt.json.gz"
+
+
+def _first_op(trace_name: str, op: str, pred=lambda a: True) -> dict:
+    for e in raw_document(trace_name)["traceEvents"]:
+        if e.get("cat") == "cpu_op" and e.get("name") == op and "Input Dims" in e.get("args", {}) and pred(e["args"]):
+            return e["args"]
+    raise AssertionError(f"no {op} in {trace_name}")
+
+
+def _cost(op: str, args: dict):
+    return op_cost(op, args["Input Dims"], args["Input type"], args.get("Concrete Inputs", []))
+
+
+def _flop_counter(fn) -> int:
+    with FlopCounterMode(display=False) as m:
+        fn()
+    return m.get_total_flops()
+
+
+def _meta(shape, dtype=torch.bfloat16):
+    return torch.empty(*shape, device="meta", dtype=dtype)
+
+
+def test_mm_by_hand_and_by_flop_counter():
+    args = _first_op(QWEN, "aten::mm")
+    (m, k), (k2, n) = args["Input Dims"]  # [8944, 1024] x [1024, 1024], bf16
+    assert k == k2 and args["Input type"] == ["c10::BFloat16", "c10::BFloat16"]
+    c = _cost("aten::mm", args)
+    assert c.flops == 2 * m * k * n  # one multiply-add per (row, column, inner index)
+    assert c.bytes == 2 * (m * k + k * n + m * n)  # A and B read, C written, 2 bytes each
+    assert c.precision == "bf16" and c.matrix
+    assert c.flops == _flop_counter(lambda: torch.mm(_meta((m, k)), _meta((k, n))))
+
+
+def test_addmm_and_bmm_of_the_timesformer():
+    args = _first_op(TIMESFORMER, "aten::addmm")
+    (nb,), (m, k), (_, n) = args["Input Dims"][:3]  # bias [2304], [25088, 768] x [768, 2304]
+    c = _cost("aten::addmm", args)
+    assert c.flops == 2 * m * k * n + m * n  # + the bias add
+    assert c.bytes == 2 * (nb + m * k + k * n + m * n)
+    fc = _flop_counter(lambda: torch.addmm(_meta((nb,)), _meta((m, k)), _meta((k, n))))
+    assert fc == 2 * m * k * n  # PyTorch's counter leaves out the bias add
+    args = _first_op(TIMESFORMER, "aten::bmm")
+    (b, m, k), (_, _, n) = args["Input Dims"]
+    c = _cost("aten::bmm", args)
+    assert c.flops == 2 * b * m * k * n == _flop_counter(lambda: torch.bmm(_meta((b, m, k)), _meta((b, k, n))))
+
+
+def test_convolution_forward_and_backward_by_hand_and_by_flop_counter():
+    # forward: the TimeSformer patch embedding, stride 16 (from Concrete Inputs)
+    args = _first_op(TIMESFORMER, "aten::cudnn_convolution")
+    (n, cin, h, w), (cout, _, kh, kw) = args["Input Dims"][:2]  # [128,3,224,224] * [768,3,16,16]
+    c = _cost("aten::cudnn_convolution", args)
+    oh, ow = (h - kh) // 16 + 1, (w - kw) // 16 + 1  # 14 × 14
+    assert c.flops == 2 * n * cout * oh * ow * cin * kh * kw
+    assert c.bytes == 2 * (n * cin * h * w + cout * cin * kh * kw + n * cout * oh * ow)
+    fc = _flop_counter(lambda: torch.ops.aten.convolution(_meta((n, cin, h, w)), _meta((cout, cin, kh, kw)), None,
+                                                          [16, 16], [0, 0], [1, 1], False, [0, 0], 1))
+    assert c.flops == fc
+    # backward: a stride-2 1×1 downsample of the MI300X ResNet, gradients of input and weight
+    args = _first_op(MI300_RESNET, "aten::convolution_backward", lambda a: a["Input Dims"][1] != a["Input Dims"][0])
+    go, x, wt = args["Input Dims"][:3]  # grad_out [10,512,7,7], input [10,256,14,14], weight [512,256,1,1]
+    assert args["Concrete Inputs"][10] == "[True, True, False]"
+    c = _cost("aten::convolution_backward", args)
+    one_forward = 2 * go[0] * go[1] * go[2] * go[3] * wt[1] * wt[2] * wt[3]
+    assert c.flops == 2 * one_forward  # grad input + grad weight
+    numel = lambda s: int(np.prod(s))  # noqa: E731
+    assert c.bytes == 2 * (numel(go) + numel(x) + numel(wt) + numel(x) + numel(wt))
+    fc = _flop_counter(lambda: torch.ops.aten.convolution_backward(
+        _meta(go), _meta(x), _meta(wt), [0], [2, 2], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False]))
+    assert c.flops == fc
+
+
+def test_attention_forward_against_flop_counter():
+    args = _first_op(QWEN, "aten::_flash_attention_forward")
+    q, k = args["Input Dims"][0], args["Input Dims"][1]  # flash layout [B, L, H, E]
+    c = _cost("aten::_flash_attention_forward", args)
+    causal = args["Concrete Inputs"][8] == "True"
+    b, l, h, e = q
+    s = k[1]
+    full = _flop_counter(lambda: torch.ops.aten._scaled_dot_product_efficient_attention(
+        _meta((b, h, l, e)), _meta((b, h, s, e)), _meta((b, h, s, e)), None, False, 0.0, False))
+    assert full == 4 * b * h * l * s * e
+    assert c.flops == (full / 2 if causal else full)  # causal masking skips half the score matrix
+
+
+def test_memory_bound_formulas_on_the_timesformer_softmax():
+    args = _first_op(TIMESFORMER, "aten::_softmax", lambda a: len(a["Input Dims"][0]) == 4 and a["Input Dims"][0][-1] > 3000)
+    shape = args["Input Dims"][0]
+    assert shape == [8, 12, 3137, 3137]
+    c = _cost("aten::_softmax", args)
+    elems = 8 * 12 * 3137 * 3137
+    assert c.bytes == 2 * elems * 2  # read once, written once, bf16
+    assert c.flops == 5 * elems and not c.matrix
+    assert c.flops / c.bytes == pytest.approx(1.25)
+
+
+def test_kernels_link_to_the_operator_that_launched_them():
+    t = load(TIMESFORMER)
+    rows = link_kernels(t)
+    assert (rows >= 0).all()
+    # independent reference: the raw events' External ids (kernel → cpu_op)
+    ev = raw_document(TIMESFORMER)["traceEvents"]
+    op_of_ext = {e["args"]["External id"]: e["name"] for e in ev if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
+    raw = [op_of_ext.get(e["args"].get("External id")) for e in ev if e.get("cat") == "kernel"]
+    ours = [t.strings[t.cpu_ops.name[r]] for r in rows]
+    assert len(raw) == len(ours)
+    agree = sum(a == b for a, b in zip(raw, ours))
+    assert agree / len(raw) > 0.98
+    softmax = [i for i, n in enumerate(t.kernels.name) if "SoftMaxForward" in t.strings[n]]
+    assert softmax and all(ours[i] == "aten::_softmax" for i in softmax)
+
+
+def test_every_kernel_says_where_its_figures_came_from():
+    t = load(TIMESFORMER)
+    c = kernel_costs(t)
+    assert (c.kind == SOURCE_KINDS.index("shapes")).all()
+    assert all(c.sources[s].startswith("shapes: aten::") for s in c.source)
+    assert set(PRECISIONS[p] for p in np.unique(c.precision)) <= {"bf16", "fp32", "unknown"}
+    # an fp32 matrix product on a TF32 kernel is TF32; the same op on an FFMA kernel stays fp32
+    a100 = load("hta_a100_control.json.gz")
+    ca = kernel_costs(a100)
+    names = [a100.strings[n] for n in a100.kernels.name]
+    tf32 = [PRECISIONS[ca.precision[i]] for i, n in enumerate(names) if "s1688gemm" in n and ca.matrix[i]]
+    assert tf32 and set(tf32) == {"tf32"}
+
+
+def test_unlinked_unrecognized_kernels_are_unknown_never_compute():
+    t = load(QWEN)
+    c = kernel_costs(t)
+    unknown = c.kind == SOURCE_KINDS.index("unknown")
+    assert (c.name_bound[unknown] == 0).all() and np.isnan(c.flops[unknown]).all()
+    # names alone: GEMV and skinny GEMMs are bandwidth-bound
+    from trainscope.analyzers.cost import _name_fallback
+
+    src = lambda s: 0  # noqa: E731
+    assert _name_fallback("gemv2T_kernel_val<int, int, double, 128, 16, 4, 4>", src)[0] == 1
+    assert _name_fallback("_matmul_ogs_NNT_bf16xbf16xmxfp4_16x128x256x1", src)[0] == 1
+    assert _name_fallback("my_stencil_7pt_kernel", src)[0] == 0
