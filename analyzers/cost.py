@@ -57,7 +57,17 @@ _DTYPES: dict[str, tuple[str, int]] = {
     "c10::Float8_e5m2fnuz": ("fp8", 1), "signed char": ("int8", 1), "unsigned char": ("int8", 1),
     "bool": ("int", 1), "short int": ("int", 2), "int": ("int", 4), "long int": ("int", 8), "long": ("int", 8),
     "c10::complex<float>": ("fp32", 8), "c10::complex<double>": ("fp64", 16),
+    "?": ("unknown", 4),  # shapes without dtypes (Nsight emit_nvtx): 4 bytes until the kernel name says otherwise
 }
+# Precision from a kernel name, for operators recorded without dtypes.
+_NAME_PRECISION: tuple[tuple[str, re.Pattern], ...] = (
+    ("bf16", re.compile(r"bf16|bfloat16|__nv_bfloat16", re.I)),
+    ("fp16", re.compile(r"fp16|f16|half|__half|_h\d{3,5}gemm|hgemm|_h884|_h1688|_h16816", re.I)),
+    ("fp8", re.compile(r"e4m3|e5m2|fp8", re.I)),
+    ("fp64", re.compile(r"dgemm|double|f64", re.I)),
+    ("fp32", re.compile(r"sgemm|f32|float|scudnn|_s\d{3,5}gemm", re.I)),
+)
+_ES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 # Kernel names that say an fp32 matrix product runs on TF32 tensor cores (cuBLAS/CUTLASS/cuDNN).
 TF32_KERNEL = re.compile(r"tf32|tensorop_s\d|_s16816|_s1688|_s1684", re.I)
 GEMV_KERNEL = re.compile(r"gemv|gemvx|dot_kernel|splitKreduce", re.I)
@@ -619,6 +629,20 @@ def kernel_costs(trace: Trace) -> KernelCosts:
         if (cnt > 1).any():
             notes.append(f"{int((cnt > 1).sum()):,} operators launched several kernels: their bytes are split over "
                          "those kernels in proportion to duration, their FLOPs over the math kernels among them")
+    # operators recorded without dtypes: the precision their kernels' names state (bytes rescaled)
+    unk = (prec == PRECISIONS.index("unknown")) & (kind == SOURCE_KINDS.index("shapes"))
+    if unk.any():
+        by_name: dict[int, str | None] = {}
+        for i in np.unique(k.name[unk]).tolist():
+            nm = trace.strings[i]
+            by_name[i] = next((p for p, rx in _NAME_PRECISION if rx.search(nm)), None)
+        for i in np.flatnonzero(unk).tolist():
+            p = by_name[int(k.name[i])]
+            if p is not None:
+                prec[i] = PRECISIONS.index(p)
+                nbytes[i] *= _ES[p] / 4
+        notes.append("operators recorded without dtypes (emit_nvtx): precision from kernel names, 4-byte "
+                     "elements where the name says none")
     # tensor-core precision from the kernel name only where the operator's precision is fp32
     if n:
         fp32 = (prec == PRECISIONS.index("fp32")) & matrix

@@ -154,3 +154,24 @@ def test_unlinked_unrecognized_kernels_are_unknown_never_compute():
     assert _name_fallback("gemv2T_kernel_val<int, int, double, 128, 16, 4, 4>", src)[0] == 1
     assert _name_fallback("_matmul_ogs_NNT_bf16xbf16xmxfp4_16x128x256x1", src)[0] == 1
     assert _name_fallback("my_stencil_7pt_kernel", src)[0] == 0
+
+
+def test_nsight_emit_nvtx_shapes_cost_their_kernels():
+    from trainscope.collectors import open_traces
+    from tests.conftest import DATA
+
+    t = open_traces(str(DATA / "nsys" / "cs336_small_train_step_a100.sqlite")).traces[0]
+    oi = t.op_inputs
+    # the NVTX range text "aten::bmm, seq = …, sizes = [[1, 2048, 768], [1, 768, 3072]], …"
+    want = [[1, 2048, 768], [1, 768, 3072]]
+    rows = [i for i in range(len(t.cpu_ops)) if t.strings[t.cpu_ops.name[i]] == "aten::bmm"
+            and oi.cpu_signature[i] >= 0 and oi.signatures[oi.cpu_signature[i]][0] == want]
+    assert rows
+    c = kernel_costs(t)
+    for r in rows[:5]:
+        ks = np.flatnonzero(c.op == r)
+        assert len(ks) >= 1
+        assert c.flops[ks].sum() == pytest.approx(2 * 2048 * 768 * 3072)  # 2·M·K·N, split over its kernels
+        # NVTX has no dtypes: the sgemm kernel names say fp32, 4 bytes per element
+        assert {PRECISIONS[p] for p in c.precision[ks]} == {"fp32"}
+        assert c.bytes[ks].sum() == pytest.approx(4 * (2048 * 768 + 768 * 3072 + 2048 * 3072))
