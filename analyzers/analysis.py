@@ -96,6 +96,12 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
 
         found, verdict, recs, note = counters_diagnosis(trace, rules)
         warnings.append(note)
+    hw = trace.op_inputs.hw_flops
+    if hw and not len(trace.kernels):
+        top = max(hw, key=hw.get)
+        warnings.append(f"hardware FP counters (CUPTI profiler) for {len(hw)} kernel names, {sum(hw.values()):.3g} FLOPs in "
+                        f"all ({100 * hw[top] / sum(hw.values()):.0f} % in {top.split('(')[0][:60]}), but no kernel events: "
+                        "counter ranges are replayed, so their durations are not kernel times and no roofline is drawn")
     if trace.has_gpu_activity and seg.method == "whole_trace":
         warnings.append(seg.note)
     return Analysis(

@@ -175,3 +175,28 @@ def test_nsight_emit_nvtx_shapes_cost_their_kernels():
         # NVTX has no dtypes: the sgemm kernel names say fp32, 4 bytes per element
         assert {PRECISIONS[p] for p in c.precision[ks]} == {"fp32"}
         assert c.bytes[ks].sum() == pytest.approx(4 * (2048 * 768 + 768 * 3072 + 2048 * 3072))
+
+
+def test_cupti_profiler_counters_are_read_as_hardware_flops():
+    import gzip
+    import json
+
+    from tests.conftest import DATA
+    from trainscope.analyzers.analysis import analyze_trace
+    from trainscope.collectors import open_traces
+
+    path = DATA / "cupti" / "hta_a100_alexnet_cupti_flop_counters.json.gz"
+    t = open_traces(str(path)).traces[0]
+    assert len(t.kernels) == 0  # CUPTI-profiler mode: counter ranges, no kernel events
+    with gzip.open(path) as f:
+        ev = json.load(f)["traceEvents"]
+    ranges = [e for e in ev if e.get("cat") == "cuda_profiler_range"]
+    by_hand = sum(v * (2 if "fma" in k else 1) for e in ranges for k, v in e["args"].items()
+                  if k.startswith("smsp__sass_thread_inst_executed_op_"))
+    assert sum(t.op_inputs.hw_flops.values()) == pytest.approx(by_hand)
+    assert by_hand == pytest.approx(8.0e10, rel=0.02)
+    sgemm = sum(v for k, v in t.op_inputs.hw_flops.items() if "ampere_sgemm_32x32" in k)
+    assert 100 * sgemm / by_hand == pytest.approx(38, abs=2)
+    a = analyze_trace(t)
+    assert a.roofline is None
+    assert any("hardware FP counters" in w and "no roofline" in w for w in a.warnings)
