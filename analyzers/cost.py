@@ -67,6 +67,7 @@ _NAME_PRECISION: tuple[tuple[str, re.Pattern], ...] = (
     ("fp64", re.compile(r"dgemm|double|f64", re.I)),
     ("fp32", re.compile(r"sgemm|f32|float|scudnn|_s\d{3,5}gemm", re.I)),
 )
+_OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
 _ES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 # Kernel names that say an fp32 matrix product runs on TF32 tensor cores (cuBLAS/CUTLASS/cuDNN).
 TF32_KERNEL = re.compile(r"tf32|tensorop_s\d|_s16816|_s1688|_s1684", re.I)
@@ -632,16 +633,18 @@ def kernel_costs(trace: Trace) -> KernelCosts:
     # operators recorded without dtypes: the precision their kernels' names state (bytes rescaled)
     unk = (prec == PRECISIONS.index("unknown")) & (kind == SOURCE_KINDS.index("shapes"))
     if unk.any():
-        by_name: dict[int, str | None] = {}
+        by_name: dict[int, tuple[str | None, int]] = {}
         for i in np.unique(k.name[unk]).tolist():
             nm = trace.strings[i]
-            by_name[i] = next((p for p, rx in _NAME_PRECISION if rx.search(nm)), None)
+            p = next((p for p, rx in _NAME_PRECISION if rx.search(nm)), None)
+            opaque = _OPAQUE.search(nm)  # copy kernels name only the element size: OpaqueType<2u>
+            by_name[i] = (p, _ES[p] if p else int(opaque.group(1)) if opaque else 4)
         for i in np.flatnonzero(unk).tolist():
-            p = by_name[int(k.name[i])]
+            p, es = by_name[int(k.name[i])]
             if p is not None:
                 prec[i] = PRECISIONS.index(p)
-                nbytes[i] *= _ES[p] / 4
-        notes.append("operators recorded without dtypes (emit_nvtx): precision from kernel names, 4-byte "
+            nbytes[i] *= es / 4
+        notes.append("operators whose inputs carry no dtype (emit_nvtx ranges, tensor lists): precision from kernel names, 4-byte "
                      "elements where the name says none")
     # tensor-core precision from the kernel name only where the operator's precision is fp32
     if n:
