@@ -147,7 +147,7 @@ def _strip_templates(s: str) -> str:
 def _demangle_parts(s: str) -> list[str]:
     """Identifiers of an Itanium-mangled nested name (``_ZN5aiter24add_rmsnorm_kernelI…`` →
     ``["aiter", "add_rmsnorm_kernel"]``), enough to label a kernel."""
-    i, parts = 4 if s.startswith("_ZN") else 2, []
+    i, parts = 3 if s.startswith("_ZN") else 2, []
     while i < len(s) and s[i].isdigit():
         j = i
         while j < len(s) and s[j].isdigit():

@@ -172,3 +172,15 @@ def test_peak_bandwidth_override_moves_the_roof():
     assert a.roofline.bandwidth_gbps == 1320.0
     assert top.pct_of_roof == pytest.approx(50, abs=1)  # 660 GB/s of 1320
     assert np.isclose(top.gbps, analysis(TIMESFORMER).roofline.rows[0].gbps)
+
+
+def test_roofline_chart_places_the_heaviest_kernels():
+    from trainscope.tui.roofline_plot import roofline_chart
+
+    lines = roofline_chart(analysis(TIMESFORMER).roofline, 100, 18)
+    assert any("cunn_SoftMaxForward 44 % memory" in ln and ln.startswith("A ") for ln in lines)
+    plot = [ln.split("│", 1)[1] for ln in lines if "│" in ln]
+    # A (softmax, 1.25 FLOP/B) sits left of D (the bf16 addmm GEMM, ~533 FLOP/B) and below it
+    (ra, ca), (rd, cd) = [next((i, ln.index(ch)) for i, ln in enumerate(plot) if ch in ln) for ch in "AD"]
+    assert ca < cd and ra > rd
+    assert roofline_chart(None, 80, 18)[0].startswith("roofline: no device peaks known")
