@@ -107,7 +107,7 @@ def recommend(found: list[Finding], b: Breakdown, spec: DeviceSpec | None, devic
             s, f"hiding the {f.stake_pct:.1f} % unoverlapped communication: {basis}")
     if f := by_id.get("algorithm/no-tensor-cores"):
         g = f.stake_pct / 100
-        bf16 = spec is not None and spec.key not in ("V100", "RTX 2080 Ti")
+        bf16 = spec is not None and spec.has_tensor_cores("bf16")  # no bf16 tensor cores on V100, T4, Turing
         dtype = "torch.bfloat16" if bf16 else "torch.float16"
         change = (f'with torch.autocast(device_type="cuda", dtype={dtype}):\n    loss = model(x).loss'
                   + ("" if bf16 else "\nscaler = torch.amp.GradScaler()  # fp16 needs loss scaling"))
