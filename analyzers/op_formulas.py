@@ -3,7 +3,7 @@
 Formulas (per call; ``es`` = element size of the dtype; FMA = 2 FLOPs), after TraceLens' and
 PyTorch's ``torch.utils.flop_counter`` conventions:
 - matmul family (mm, addmm, bmm, baddbmm, matmul, linear, _scaled_mm): 2·M·K·N (× batch); bytes
-  A + B + C (+ bias);
+  A + B + C (+ bias); matrix-vector (mv, addmv) 2·M·N and dot 2·N, bytes every element once;
 - convolution forward: 2·N·Cout·∏out·(Cin/groups)·∏kernel; output size from stride/padding/dilation
   in ``Concrete Inputs`` (assumed stride 1, same padding where not recorded, and said so);
   backward: one forward's FLOPs per gradient computed (input, weight), output size from grad_output;
@@ -113,6 +113,25 @@ def _fmt(shape: list[int]) -> str:
 
 
 # --- formulas ---------------------------------------------------------------------------------
+
+
+def _matvec(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
+    """mv / addmv (A[M,N]·x[N]) and dot / vdot (x·y): two FLOPs per matrix element, every element read
+    once — about 2 / element size FLOP per byte (0.25 in fp64): bandwidth-bound on any device."""
+    base = op.split("::")[-1]
+    ia = 1 if base == "addmv" else 0
+    a, x = _tensor(dims, types, ia), _tensor(dims, types, ia + 1)
+    if a is None or x is None:
+        return None
+    (sa, prec, es), sx = a, x[0]
+    if base in ("dot", "vdot"):
+        n = _numel(sa)
+        return OpCost(2.0 * n, float(2 * n * es + es), prec, False, f"{op} 2·N, x{_fmt(sa)} {prec}")
+    if len(sa) != 2 or len(sx) != 1:
+        return None
+    m, n = sa
+    nbytes = float((m * n + n + m) * es + (m * es if base == "addmv" else 0))
+    return OpCost(2.0 * m * n, nbytes, prec, True, f"{op} 2·M·N, A{_fmt(sa)}·x{_fmt(sx)} {prec}")
 
 
 def _matmul(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
@@ -344,6 +363,7 @@ def _foreach(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
 
 
 _MATMUL = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm)$")
+_MATVEC = re.compile(r"^aten::(mv|addmv|dot|vdot)$")
 _CONV_BWD = re.compile(r"^aten::(convolution_backward|cudnn_convolution_backward_input|cudnn_convolution_backward_weight)$")
 _ATTN = re.compile(r"^aten::(scaled_dot_product_attention|_scaled_dot_product_(flash|efficient|cudnn)_attention(_backward)?|"
                    r"_flash_attention_(forward|backward)|_efficient_attention_(forward|backward))$")
@@ -376,6 +396,8 @@ def op_cost(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
     """FLOPs and bytes of one operator call from its recorded inputs, or None when no formula applies."""
     if _MATMUL.match(op):
         return _matmul(op, dims, types, concrete)
+    if _MATVEC.match(op):
+        return _matvec(op, dims, types, concrete)
     base = op.split("::")[-1]
     if op.startswith("aten::") and base in _CONV_ARGS:
         return _conv(op, dims, types, concrete)

@@ -200,3 +200,19 @@ def test_cupti_profiler_counters_are_read_as_hardware_flops():
     a = analyze_trace(t)
     assert a.roofline is None
     assert any("hardware FP counters" in w and "no roofline" in w for w in a.warnings)
+
+
+def test_fp64_gemv_is_bandwidth_bound_on_a_t4_without_fp64_tensor_cores():
+    from trainscope.analyzers.devices import lookup
+
+    m, n = 20000, 20000
+    c = op_cost("aten::mv", [[m, n], [n]], ["double", "double"], ["", ""])
+    assert c.flops == 2 * m * n and c.bytes == 8 * (m * n + n + m)
+    assert c.flops / c.bytes == pytest.approx(0.25, rel=1e-3)  # 2 FLOPs per 8-byte element
+    # (torch.utils.flop_counter does not count aten::mv: it reports 0 FLOPs, so no cross-check here)
+    assert _flop_counter(lambda: torch.mv(_meta((m, n), torch.float64), _meta((n,), torch.float64))) == 0
+    t4 = lookup("Tesla T4")
+    peak, tensor = t4.peak("fp64", c.matrix)
+    assert not tensor and peak == 0.25  # no fp64 tensor cores: the vector roof
+    ridge = peak * 1e12 / (t4.memory_gbps * 1e9)
+    assert c.flops / c.bytes < ridge  # below the ridge: memory-bound
