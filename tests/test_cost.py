@@ -209,8 +209,7 @@ def test_fp64_gemv_is_bandwidth_bound_on_a_t4_without_fp64_tensor_cores():
     c = op_cost("aten::mv", [[m, n], [n]], ["double", "double"], ["", ""])
     assert c.flops == 2 * m * n and c.bytes == 8 * (m * n + n + m)
     assert c.flops / c.bytes == pytest.approx(0.25, rel=1e-3)  # 2 FLOPs per 8-byte element
-    # (torch.utils.flop_counter does not count aten::mv: it reports 0 FLOPs, so no cross-check here)
-    assert _flop_counter(lambda: torch.mv(_meta((m, n), torch.float64), _meta((n,), torch.float64))) == 0
+    # (torch.utils.flop_counter does not count aten::mv, so there is no cross-check for it)
     t4 = lookup("Tesla T4")
     peak, tensor = t4.peak("fp64", c.matrix)
     assert not tensor and peak == 0.25  # no fp64 tensor cores: the vector roof
