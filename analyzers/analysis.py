@@ -15,7 +15,8 @@ from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
 from trainscope.analyzers.phases import PhaseBreakdown, phase_breakdown
 from trainscope.analyzers.recommendations import Recommendation, recommend
-from trainscope.analyzers.roofline import Roofline, roofline
+from trainscope.analyzers.cost import kernel_costs
+from trainscope.analyzers.roofline import Roofline, roofline, tensor_core_names
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
 from trainscope.analyzers.verdict import DiagnosisInput, Finding, Verdict, classify, finding_order, findings
@@ -57,14 +58,18 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     bd = step_breakdown(trace, seg, device, classes[0])
     # Steps are sorted and disjoint: one binary search per kernel says whether it starts in one.
     in_steps = iv.contains((seg.starts, seg.ends), trace.kernels.ts)
-    ks = kernel_summary(trace, in_steps, device, classes=classes)
-    mem = device_memory(trace)
     dev = device_for(trace, device)
     spec = lookup_device(dev)
+    roof_spec = with_overrides(spec, peak_tflops, peak_bandwidth)
+    costs = kernel_costs(trace) if len(trace.kernels) else None
+    if costs is not None and roof_spec is not None:  # tensor cores from the precision, the name only without one
+        classes = (classes[0], tensor_core_names(trace, costs, roof_spec, classes[1]))
+    ks = kernel_summary(trace, in_steps, device, classes=classes)
+    mem = device_memory(trace)
     roof = None
-    if len(trace.kernels):
+    if costs is not None:
         on = in_steps & (trace.kernels.device == device) if device is not None else in_steps
-        roof = roofline(trace, on, with_overrides(spec, peak_tflops, peak_bandwidth), device_name=dev.name if dev else None)
+        roof = roofline(trace, on, roof_spec, costs, device_name=dev.name if dev else None)
     mfu = model_flops_utilization(trace, seg, device, peak_tflops, roof, bd.gpu_busy_pct)
 
     # Counted once, in the steps and on this GPU, for both findings that cite it.

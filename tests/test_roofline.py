@@ -184,3 +184,15 @@ def test_roofline_chart_places_the_heaviest_kernels():
     (ra, ca), (rd, cd) = [next((i, ln.index(ch)) for i, ln in enumerate(plot) if ch in ln) for ch in "AD"]
     assert ca < cd and ra > rd
     assert roofline_chart(None, 80, 18)[0].startswith("roofline: no device peaks known")
+
+
+def test_kernel_table_tensor_core_flag_comes_from_the_precision():
+    # fp32 matrix products whose cuBLAS/CUTLASS kernels say TF32 (s1688gemm) run on A100 tensor cores
+    a = analysis("hta_a100_control.json.gz")
+    tf32 = [k for k in a.kernels.top if "s1688gemm" in k.name]
+    assert tf32 and all(k.tensor_core for k in tf32)
+    # bf16 GEMMs on an H100: tensor cores; the softmax next to them: not
+    t = analysis(TIMESFORMER)
+    flags = {k.name: k.tensor_core for k in t.kernels.top}
+    assert all(v for n, v in flags.items() if "gemm" in n.lower())
+    assert not any(v for n, v in flags.items() if "SoftMax" in n)
