@@ -19,7 +19,8 @@ from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
 from trainscope.analyzers.phases import PhaseBreakdown, phase_breakdown
 from trainscope.analyzers.recommendations import Recommendation, recommend
-from trainscope.analyzers.roofline import Roofline, roofline
+from trainscope.analyzers.cost import kernel_costs
+from trainscope.analyzers.roofline import Roofline, roofline, tensor_core_names
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.sinks import Sinks, moved, split_sinks
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
@@ -68,14 +69,18 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     bd = step_breakdown(trace, seg, device, classes[0])
     # Steps are sorted and disjoint: one binary search per kernel says whether it starts in one.
     in_steps = iv.contains((seg.starts, seg.ends), trace.kernels.ts)
-    ks = kernel_summary(trace, in_steps, device, classes=classes)
-    mem = device_memory(trace)
     dev = device_for(trace, device)
     spec = lookup_device(dev)
+    roof_spec = with_overrides(spec, peak_tflops, peak_bandwidth)
+    costs = kernel_costs(trace) if len(trace.kernels) else None
+    if costs is not None and roof_spec is not None:  # tensor cores from the precision, the name only without one
+        classes = (classes[0], tensor_core_names(trace, costs, roof_spec, classes[1]))
+    ks = kernel_summary(trace, in_steps, device, classes=classes)
+    mem = device_memory(trace)
     roof = None
-    if len(trace.kernels):
+    if costs is not None:
         on = in_steps & (trace.kernels.device == device) if device is not None else in_steps
-        roof = roofline(trace, on, with_overrides(spec, peak_tflops, peak_bandwidth), device_name=dev.name if dev else None)
+        roof = roofline(trace, on, roof_spec, costs, device_name=dev.name if dev else None)
     mfu = model_flops_utilization(trace, seg, device, peak_tflops, roof, bd.gpu_busy_pct)
 
     counters = counter_summary(trace, seg, device)
@@ -97,6 +102,12 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         # No projected gains from evidence too thin for a verdict.
         recs = ([] if verdict.axis == "insufficient_evidence" else
                 recommend(found, bd, spec, dev.name if dev else None, ctx, rules))
+    hw = trace.op_inputs.hw_flops
+    if hw and not len(trace.kernels):
+        top = max(hw, key=hw.get)
+        warnings.append(f"hardware FP counters (CUPTI profiler) for {len(hw)} kernel names, {sum(hw.values()):.3g} FLOPs in "
+                        f"all ({100 * hw[top] / sum(hw.values()):.0f} % in {top.split('(')[0][:60]}), but no kernel events: "
+                        "counter ranges are replayed, so their durations are not kernel times and no roofline is drawn")
     if trace.has_gpu_activity and seg.method == "whole_trace":
         warnings.append(seg.note)
     if seg.stub_note:

@@ -104,7 +104,9 @@ def model_flops_utilization(trace: Trace, segmentation: StepSegmentation, device
     if shaped <= 0:
         s_reason = "no kernel has FLOPs from operator shapes (record with record_shapes=True)"
     elif spec is None:
-        s_reason = f"no peak FLOP/s known for {roof.device!r} (pass --peak-tflops)"
+        rate = roof.matrix_flops / total_s / 1e12 if total_s > 0 else 0.0
+        s_reason = (f"achieved {rate:.3g} TFLOP/s of GEMM/conv/attention (from shapes), but no peak FLOP/s known for "
+                    f"{roof.device!r}: pass --peak-tflops for MFU")
     elif total_s <= 0:
         s_reason = "no step time"
     else:
@@ -130,7 +132,8 @@ def model_flops_utilization(trace: Trace, segmentation: StepSegmentation, device
     elif s_pct is not None:
         value, reason, fps, peak, src, basis = s_pct, s_reason, s_fps, s_peak, s_src, "estimated from shapes"
     else:
-        value, reason, fps, peak, src, basis = None, rec.reason + ("; " + s_reason if s_reason else ""), None, None, None, None
+        reason = ("unknown: " + s_reason) if shaped > 0 else rec.reason + ("; " + s_reason if s_reason else "")
+        value, fps, peak, src, basis = None, None, None, None, None
     law = None
     if value is not None and fps and peak and total_s > 0:
         gpus = 1

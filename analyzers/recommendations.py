@@ -88,7 +88,7 @@ def recommend(found: list[Finding], b: Breakdown, spec: DeviceSpec | None, devic
     ids = {f.id for f in found}
     step = b.step_ms.mean
     single = any("num_workers=0" in e.metric for f in found if f.id == "data/input-wait" for e in f.evidence)
-    bf16 = spec is not None and spec.key not in ("V100", "RTX 2080 Ti")
+    bf16 = spec is not None and spec.has_tensor_cores("bf16")  # no bf16 tensor cores on V100, T4, Turing
     recs: list[Recommendation] = []
     seen: set[str] = set()
     for f in found:

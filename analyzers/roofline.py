@@ -147,7 +147,7 @@ def _strip_templates(s: str) -> str:
 def _demangle_parts(s: str) -> list[str]:
     """Identifiers of an Itanium-mangled nested name (``_ZN5aiter24add_rmsnorm_kernelI…`` →
     ``["aiter", "add_rmsnorm_kernel"]``), enough to label a kernel."""
-    i, parts = 4 if s.startswith("_ZN") else 2, []
+    i, parts = 3 if s.startswith("_ZN") else 2, []
     while i < len(s) and s[i].isdigit():
         j = i
         while j < len(s) and s[j].isdigit():
@@ -175,6 +175,29 @@ def short_kernel_name(name: str) -> str:
         m = re.match(r"\s*([\w:]+)", s[s.index("<") + 1:])
         return (m.group(1).split("::")[-1] if m else "") or last
     return last or name[:40]
+
+
+def tensor_core_names(trace: Trace, costs: KernelCosts, spec: DeviceSpec, name_tc: np.ndarray) -> np.ndarray:
+    """Per string-table entry, whether that kernel name runs on tensor/matrix cores: from the
+    launching operator's precision where the cost model has one (an fp32 ``xmma`` GEMM is not
+    tensor-core; a bf16 one on a V100 is not either), from the name (``name_tc``) only where not."""
+    k = trace.kernels
+    out = name_tc.copy()
+    known = costs.matrix & (costs.precision != PRECISIONS.index("unknown")) & (costs.precision != PRECISIONS.index("int"))
+    if not known.any():
+        return out
+    idx = np.flatnonzero(known)
+    on_tc = np.zeros(len(idx), bool)
+    prec = costs.precision[idx]
+    for p in np.unique(prec).tolist():
+        on_tc[prec == p] = spec.peak(PRECISIONS[p], True)[1]
+    names = k.name[idx]
+    votes = np.bincount(names, weights=np.where(on_tc, 1.0, -1.0), minlength=len(out))
+    seen = np.bincount(names, minlength=len(out)) > 0
+    for i in np.flatnonzero(seen).tolist():  # layout transforms launched by a convolution stay off
+        if classify_kernel(trace.strings[i]) in HIGH_INTENSITY:
+            out[i] = votes[i] > 0
+    return out
 
 
 def roofline(trace: Trace, kernel_mask: np.ndarray | None, spec: DeviceSpec | None,

@@ -116,7 +116,7 @@ class _Parser:
         self.cpu_external: list[int] = []
         self.kernel_external: list[int] = []
         self.cpu_signature: list[int] = []
-        self.signature_index: dict[str, int] = {}
+        self.signature_index: dict[tuple, int] = {}
         self.signatures: list[tuple[list, list, list]] = []
         self.hw_flops: dict[str, float] = {}
 
@@ -231,8 +231,12 @@ class _Parser:
         types, concrete = args.get("Input type"), args.get("Concrete Inputs")
         types = types if type(types) is list else []
         concrete = concrete if type(concrete) is list else []
-        key = f"{dims_key}|{types!r}|{concrete!r}"
-        i = self.signature_index.get(key)
+        try:
+            key = (dims_key, tuple(types), tuple(concrete))  # strings: hashing beats another repr
+            i = self.signature_index.get(key)
+        except TypeError:  # an unhashable entry (a list among the concrete inputs)
+            key = (dims_key, repr(types), repr(concrete))
+            i = self.signature_index.get(key)
         if i is None:
             i = self.signature_index[key] = len(self.signatures)
             self.signatures.append((dims, types, concrete))

@@ -204,6 +204,15 @@ def test_kernels_sort_and_filter():
             assert {x.name for x in pane.shown} == {n for n in names if "sgemm" in n.lower()}
             await pilot.press("escape")
             assert app.focused is app.query_one("#kernels-table")
+            # roofline columns, and the chart on p
+            from trainscope.tui.roofline_plot import RooflinePlot
+
+            roof = {r.name: r for r in s.analyses[0].roofline.rows}
+            assert any(roof.get(x.name) and roof[x.name].bound in ("memory", "compute") for x in pane.shown)
+            plot = app.query_one(RooflinePlot)
+            assert not plot.display
+            await pilot.press("p")
+            assert plot.display and "TFLOP/s vs FLOP/byte" in str(plot.render())
     run(go())
 
 
