@@ -71,7 +71,10 @@ def levers(a: Analysis) -> dict[str, Lever]:
         if r.projected_speedup is None:
             continue
         if r.id == "dataloader-workers":
-            lever = Lever(r.id, "data loading fully overlapped with compute", idle_pct=b.data_wait_pct)
+            # the DataLoader wait where one is recorded, else the GPU idle during input preparation
+            # (host frames): the same figure the recommendation projects from
+            wait = b.data_wait_pct if b.data_wait_pct else stake.get("data/input-wait", 0.0)
+            lever = Lever(r.id, "data loading fully overlapped with compute", idle_pct=wait)
         elif r.id == "overlap-copies":
             lever = Lever(r.id, "host-to-device copies hidden behind compute", busy_pct=stake.get("data/copies", 0.0))
         elif r.id == "reduce-launch-overhead":
