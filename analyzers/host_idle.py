@@ -517,9 +517,10 @@ def host_idle_evidence(h: HostIdle, cls: str) -> list:
         out.append(Evidence(f"{c.name} ×{c.count} during GPU idle", round(c.idle_ns / 1e6, 2), "ms", "",
                             f"trace: runtime calls (longest {c.longest_ns / 1e6:.1f} ms)", None))
     for f in [f for f in h.frames if f.cls == cls][:4]:
-        where = f"{f.file}:{f.line} {f.function}" if f.file else f.function
+        where = f"{f.function} ({f.file.rsplit('/', 1)[-1]}:{f.line})" if f.file else f.function
         times = f" ×{f.count}" if f.count > 1 else ""
         out.append(Evidence(f"{where}{times} during GPU idle", round(f.idle_ns / 1e6, 2), "ms", "",
+                            f"trace: host frame {f.file}:{f.line}, {f.share_pct:.1f} % of step time" if f.file else
                             f"trace: host frame, {f.share_pct:.1f} % of step time", None))
     return out
 
