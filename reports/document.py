@@ -118,8 +118,35 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
                             for i, r in enumerate(a.recommendations)],
         "phases": _phases(a),
         "gpu_metrics": _counters(a),
+        "context": _context(a),
+        "host_idle": _host_idle(a),
         "warnings": a.warnings,
     }
+
+
+def _context(a: Analysis) -> dict[str, Any] | None:
+    c = a.context
+    if c is None:
+        return None
+    return {"mode": c.mode, "graphs": c.graphs, "compiled": c.compiled, "framework": c.framework,
+            "collectives_ms": c.collectives, "evidence": c.evidence}
+
+
+def _host_idle(a: Analysis) -> dict[str, Any] | None:
+    h = a.host_idle
+    if h is None:
+        return None
+    return {"idle_ms": _r(h.idle_ns / 1e6), "ms": {k: _r(v / 1e6) for k, v in h.ns.items()},
+            "share_pct": {k: _r(h.share_pct(k)) for k in h.ns}, "primary": h.primary, "source": h.source,
+            "thread": h.thread,
+            "frames": [{"name": f.name, "file": f.file, "line": f.line, "function": f.function, "count": f.count,
+                        "idle_ms": _r(f.idle_ns / 1e6), "share_pct": f.share_pct, "class": f.cls} for f in h.frames],
+            "calls": [{"name": c.name, "class": c.cls, "count": c.count, "idle_ms": _r(c.idle_ns / 1e6),
+                       "longest_ms": _r(c.longest_ns / 1e6)} for c in h.calls],
+            "cold_start": None if h.cold_start is None else {"count": h.cold_start.count,
+                                                             "idle_ms": _r(h.cold_start.idle_ns / 1e6),
+                                                             "longest_ms": _r(h.cold_start.longest_ns / 1e6)},
+            "evidence": h.evidence}
 
 
 def _phases(a: Analysis) -> dict[str, Any] | None:
