@@ -394,7 +394,7 @@ def comparability(before: Run, after: Run) -> list[ComparabilityCheck]:
         checks.append(ComparabilityCheck(
             "gpu", "same" if same else "differ", mb_, ma_,
             "the same GPU model" if same else
-            "different GPU models: the change measured includes the hardware, not only the code"))
+            "different GPUs (models): the change measured includes the hardware, not only the code"))
     elif gb and ga:
         checks.append(ComparabilityCheck("gpu", "unknown", gb, ga,
                                          "the traces record device indexes but not GPU models: the hardware cannot be "

@@ -22,11 +22,13 @@ applies:
    - inside a stage that launches no GPU work, when the first GPU operation issued after the
      stage is a host-to-device copy — the host prepared data the GPU then receives — is
      **input** (input preprocessing);
-   - between the window's first and last launch, outside such stages, is **launch** (the host
-     issuing work: Python and framework overhead between kernels);
-   - anywhere else (a stage whose output is not shipped to the GPU, work after the last launch)
-     is **other** host work.
-5. nothing recorded on the thread — **unattributed**.
+   - between the window's first and last launch, outside such stages but inside a recorded frame,
+     is **launch** (the host issuing work: Python and framework overhead between kernels);
+   - anywhere else a frame records (a stage whose output is not shipped to the GPU, work after
+     the last launch) is **other** host work.
+5. an OS runtime call in progress (Nsight ``OSRT_API``: ``poll``, ``read``, ``pthread_cond_wait``)
+   where no frame explains the idle — **other**, the calls named.
+6. nothing recorded on the thread — **unattributed**.
 
 The classes follow from the event structure (nesting, launch counts, copy direction), never from
 a file or function name. The heaviest frames during GPU idle are reported with ``file:line`` as
@@ -66,6 +68,7 @@ class HostFrame:
     idle_ns: int  # GPU idle time while this frame was on the stack
     share_pct: float  # of step time
     cls: str  # the class most of that time went to
+    count: int = 1  # instances of the frame (one per step, say) summed in idle_ns
 
 
 @dataclass(frozen=True)
@@ -303,6 +306,23 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None,
         parent = _parents(fts, fend)
         for c, sets in _classify_by_stage(trace, fts, fend, parent, launch_ts, left, ws, we, device).items():
             pieces[c] += sets
+    # 5: OS runtime calls (Nsight: poll, read, pthread waits) where nothing above explains the idle.
+    osr = trace.os_runtime
+    if len(osr):
+        rest = _subtract(left, _merge([x for c in ("input", "launch", "other") for x in pieces[c]]))
+        om = np.isin(osr.thread, threads)
+        if om.any() and len(rest[0]):
+            cover = _intersect(rest, iv.union(osr.ts[om], osr.end[om]))
+            pieces["other"].append(cover)
+            per = _Cum(cover).overlap(osr.ts[om], osr.end[om])
+            names, inv = np.unique(osr.name[om], return_inverse=True)
+            for k, nm in enumerate(names.tolist()):
+                sel = inv == k
+                got = int(per[sel].sum())
+                if got > 0:
+                    calls.append(HostCall(trace.strings[nm] + " (OS)", "other", int(sel.sum()), got,
+                                          int(osr.dur[om][sel].max())))
+            calls.sort(key=lambda c: -c.idle_ns)
     merged = {c: _merge(v) for c, v in pieces.items()}
     for c in ("input", "launch", "sync", "other"):
         ns[c] = iv.total(merged[c])
@@ -329,13 +349,14 @@ def _classify_by_stage(trace: Trace, fts, fend, parent, launch_ts, left, ws, we,
     """Idle intervals in ``left`` (not covered by runtime calls) split into input / launch / other."""
     out: dict[str, list[iv.IntervalSet]] = {"input": [], "launch": [], "other": []}
     first_op = _first_op_after(trace, device)
+    covered = iv.union(fts, fend)
     for s, e in zip(ws.tolist(), we.tolist()):
         w_left = _intersect(left, _span(s, e))
         if not len(w_left[0]):
             continue
         li = launch_ts[(launch_ts >= s) & (launch_ts < e)]
         if not len(li):
-            out["other"].append(w_left)
+            out["other"].append(_intersect(w_left, covered))
             continue
         work = _span(int(li[0]), int(li[-1]))  # from the window's first launch to its last
         counts = np.searchsorted(li, fend, side="left") - np.searchsorted(li, fts, side="left")
@@ -354,7 +375,10 @@ def _classify_by_stage(trace: Trace, fts, fend, parent, launch_ts, left, ws, we,
                 inner = _intersect(piece, work)
                 out["launch"].append(inner)
                 out["other"].append(_subtract(piece, inner))
-        rest = _subtract(w_left, staged)
+        # outside the stages: host work the frames record (the driving loop's own code) counts as
+        # launch overhead between the first and last launch, as other work outside; time no frame
+        # covers is left for the OS-runtime rule or stays unattributed
+        rest = _intersect(_subtract(w_left, staged), covered)
         inner = _intersect(rest, work)
         out["launch"].append(inner)
         out["other"].append(_subtract(rest, inner))
@@ -431,14 +455,23 @@ def _heaviest(trace: Trace, fts, fend, fname, parent, idle, launch_ts, ws, we, s
         shown.append(named)
         if chain[-1] != named:
             shown.append(chain[-1])
-    shown.sort(key=lambda i: (-got[i], fts[i]))
-    out = []
-    for i in shown[:_TOP_FRAMES]:
-        name = trace.strings[int(fname[i])]
-        file, line, func = _parse(name)
-        per = {c: int(cc.overlap(np.array([fts[i]]), np.array([fend[i]]))[0]) for c, cc in cum_cls.items()}
+    # One line per frame name: the same frame in every step (a loader's __next__) adds up.
+    by_name: dict[int, list[int]] = {}
+    for i in shown:
+        by_name.setdefault(int(fname[i]), []).append(i)
+    rows = []
+    for nm, idx in by_name.items():
+        total = int(sum(got[i] for i in idx))
+        per = {c: int(sum(cc.overlap(np.array([fts[i]]), np.array([fend[i]]))[0] for i in idx))
+               for c, cc in cum_cls.items()}
         cls = max(per, key=per.get) if per and max(per.values()) > 0 else "unattributed"
-        out.append(HostFrame(name, file, line, func, int(got[i]), round(100.0 * got[i] / step_ns, 2), cls))
+        rows.append((total, min(int(fts[i]) for i in idx), nm, len(idx), cls))
+    rows.sort(key=lambda r: (-r[0], r[1]))
+    out = []
+    for total, _, nm, count, cls in rows[:_TOP_FRAMES]:
+        name = trace.strings[nm]
+        file, line, func = _parse(name)
+        out.append(HostFrame(name, file, line, func, total, round(100.0 * total / step_ns, 2), cls, count))
     return out
 
 
@@ -454,7 +487,8 @@ def _evidence(h: HostIdle) -> list[str]:
         lines.append(f"{c.name} ×{c.count}: {c.idle_ns / 1e6:.1f} ms of GPU idle ({c.cls})")
     for f in h.frames[:5]:
         where = f"{f.file}:{f.line} {f.function}" if f.file else f.function
-        lines.append(f"{where}: {f.idle_ns / 1e6:.1f} ms of GPU idle ({f.share_pct:.1f} % of the step)")
+        times = f" ×{f.count}" if f.count > 1 else ""
+        lines.append(f"{where}{times}: {f.idle_ns / 1e6:.1f} ms of GPU idle ({f.share_pct:.1f} % of step time)")
     return lines
 
 
@@ -483,8 +517,10 @@ def host_idle_evidence(h: HostIdle, cls: str) -> list:
         out.append(Evidence(f"{c.name} ×{c.count} during GPU idle", round(c.idle_ns / 1e6, 2), "ms", "",
                             f"trace: runtime calls (longest {c.longest_ns / 1e6:.1f} ms)", None))
     for f in [f for f in h.frames if f.cls == cls][:4]:
-        where = f"{f.file}:{f.line} {f.function}" if f.file else f.function
-        out.append(Evidence(f"{where} during GPU idle", round(f.idle_ns / 1e6, 2), "ms", "",
+        where = f"{f.function} ({f.file.rsplit('/', 1)[-1]}:{f.line})" if f.file else f.function
+        times = f" ×{f.count}" if f.count > 1 else ""
+        out.append(Evidence(f"{where}{times} during GPU idle", round(f.idle_ns / 1e6, 2), "ms", "",
+                            f"trace: host frame {f.file}:{f.line}, {f.share_pct:.1f} % of step time" if f.file else
                             f"trace: host frame, {f.share_pct:.1f} % of step time", None))
     return out
 

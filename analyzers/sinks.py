@@ -156,8 +156,9 @@ def split_sinks(b: Breakdown, *, busy_split: dict[str, float] | None = None, bus
     out["sync"] = _take(ns, "idle_sync", ns["idle_sync"])
     for cls, ns_cls in (host_idle_ns or {}).items():
         sink = HOST_IDLE_SINK.get(cls)
-        if sink:
-            out[sink] += _take(ns, "idle_other", ns_cls)
+        got = _take(ns, "idle_other", ns_cls) if sink else 0.0
+        if got > 0:
+            out[sink] += got
             src[sink] = "step breakdown + host frames during GPU idle"
     if sync_bubble_ns > out["sync"]:
         extra = sync_bubble_ns - out["sync"]

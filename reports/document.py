@@ -71,7 +71,8 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
         "steps_method": a.segmentation.method,
         "steps_note": a.segmentation.note,
         "verdict": {"axis": a.verdict.axis, "confidence": a.verdict.confidence, "bottleneck": a.verdict.bottleneck,
-                    "summary": a.verdict.summary, "evidence": [_evidence(e) for e in a.verdict.evidence]},
+                    "summary": a.verdict.summary, "evidence": [_evidence(e) for e in a.verdict.evidence],
+                    "runner_up": a.verdict.runner_up},
         "findings": [{"id": f.id, "axis": f.axis, "severity": f.severity, "title": f.title,
                       "stake_pct": _r(f.stake_pct), "detail": f.detail, "evidence": [_evidence(e) for e in f.evidence]}
                      for f in a.findings],
@@ -112,6 +113,9 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
                             for i, r in enumerate(a.recommendations)],
         "phases": _phases(a),
         "gpu_metrics": _counters(a),
+        "context": _context(a),
+        "sinks": _sinks(a),
+        "host_idle": _host_idle(a),
         "warnings": a.warnings,
     }
 
@@ -159,6 +163,42 @@ def _mfu(a: Analysis) -> dict[str, Any]:
                 "flops_source": law.flops_source, "gpus": law.gpus, "gpus_source": law.gpus_source,
                 "peak_tflops": law.peak_tflops, "peak_source": law.peak_source, "efficiency_pct": _r(law.efficiency_pct, 3),
                 "pipeline_efficiency_pct": _r(law.pipeline_efficiency_pct), "gap_pct": law.gap}}
+
+
+def _sinks(a: Analysis) -> dict[str, Any] | None:
+    """Step time split into exclusive sinks (the verdict is the largest that can be primary)."""
+    s = a.sinks
+    if s is None:
+        return None
+    return {"basis": "exclusive shares of summed step time; busy time split by " + s.busy_source,
+            "saturated": s.saturated,
+            "by_sink": {k: {"pct": _r(v.pct), "ms_per_step": _r(s.ms_per_step(k), 3), "can_be_primary": v.can_be_primary,
+                            "source": v.source} for k, v in s.by_key.items()}}
+
+
+def _context(a: Analysis) -> dict[str, Any] | None:
+    c = a.context
+    if c is None:
+        return None
+    return {"mode": c.mode, "graphs": c.graphs, "compiled": c.compiled, "framework": c.framework,
+            "collectives_ms": c.collectives, "evidence": c.evidence}
+
+
+def _host_idle(a: Analysis) -> dict[str, Any] | None:
+    h = a.host_idle
+    if h is None:
+        return None
+    return {"idle_ms": _r(h.idle_ns / 1e6), "ms": {k: _r(v / 1e6) for k, v in h.ns.items()},
+            "share_pct": {k: _r(h.share_pct(k)) for k in h.ns}, "primary": h.primary, "source": h.source,
+            "thread": h.thread,
+            "frames": [{"name": f.name, "file": f.file, "line": f.line, "function": f.function, "count": f.count,
+                        "idle_ms": _r(f.idle_ns / 1e6), "share_pct": f.share_pct, "class": f.cls} for f in h.frames],
+            "calls": [{"name": c.name, "class": c.cls, "count": c.count, "idle_ms": _r(c.idle_ns / 1e6),
+                       "longest_ms": _r(c.longest_ns / 1e6)} for c in h.calls],
+            "cold_start": None if h.cold_start is None else {"count": h.cold_start.count,
+                                                             "idle_ms": _r(h.cold_start.idle_ns / 1e6),
+                                                             "longest_ms": _r(h.cold_start.longest_ns / 1e6)},
+            "evidence": h.evidence}
 
 
 def _phases(a: Analysis) -> dict[str, Any] | None:
