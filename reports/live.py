@@ -39,7 +39,8 @@ def _pct(x: float | None, width: int = 3) -> str:
 
 def verdict_dict(st: LiveStatus) -> dict[str, Any]:
     v = st.verdict
-    return {"axis": v.axis, "confidence": v.confidence, "bottleneck": v.bottleneck, "summary": v.summary,
+    return {"axis": v.axis, "confidence": v.confidence, "bottleneck": v.bottleneck, "runner_up": v.runner_up,
+            "summary": v.summary,
             "headline": live_headline(st), "evidence": [_evidence(e) for e in v.evidence]}
 
 
