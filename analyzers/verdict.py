@@ -5,8 +5,8 @@ Findings name a specific cause with its evidence and the share of step time it a
 corrections of DIAGNOSIS.md §2: while the GPU is starved (busy below ``gpu_busy.saturated``) the
 primary axis is the largest *explained* idle cause — Data only with positive evidence of input
 waits; once the GPU is saturated, the roofline (the kernel-name mix only without one) decides
-compute-bound (Algorithm) versus memory-bound (Machine), unless a high-severity cause such as unoverlapped communication
-outweighs it. A verdict the evidence cannot support is ``insufficient_evidence``.
+compute-bound (Algorithm) versus memory-bound (Machine), unless a high-severity cause such as
+unoverlapped communication outweighs it. A verdict the evidence cannot support is ``insufficient_evidence``.
 """
 from __future__ import annotations
 
