@@ -5,8 +5,9 @@ Findings come from the registry (:mod:`trainscope.analyzers.findings`): each dec
 and its stake (share of step time), graded by that stake. The verdict is the **largest measured
 sink of step time** (:mod:`trainscope.analyzers.sinks`) among those that can be primary — input
 waits, launch/CPU overhead, blocking syncs, unoverlapped communication, host-device copies,
-memory-bound and compute-bound busy time, rank imbalance — named by its finding; confidence says how
-clear its lead over the runner-up is, and the runner-up is named. A verdict the evidence cannot
+memory-bound and compute-bound busy time (the roofline decides which kernel time is which), rank
+imbalance — named by its finding; confidence says how clear its lead over the runner-up is, and the
+runner-up is named. A verdict the evidence cannot
 support is ``insufficient_evidence``: no GPU activity, too few kernels, or GPU idle that no
 recorded host activity explains outweighing every cause.
 """
