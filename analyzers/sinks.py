@@ -99,8 +99,8 @@ class Sinks:
 
     @property
     def explained_ns(self) -> int:
-        """Step time in sinks that can be the verdict here."""
-        return sum(s.ns for s in self.ranked())
+        """Step time in sinks that name a cause here (whether or not they reach their grade)."""
+        return sum(s.ns for s in self.by_key.values() if s.can_be_primary and (self.saturated or not s.is_work))
 
     @property
     def leader(self) -> Sink | None:

@@ -231,3 +231,31 @@ def test_rank_imbalance_is_the_wait_for_the_busiest_rank():
     assert sum(s.pct for s in r0.sinks.by_key.values()) == pytest.approx(100.0, abs=1e-6)
     f = next(x for x in r0.findings if x.id == "ranks/imbalance")
     assert f.stake_pct == pytest.approx(r0.sinks.pct("imbalance")) and any("busiest rank (rank 1)" in e.metric for e in f.evidence)
+
+
+def test_sinks_split_a_breakdown_exclusively_and_rank_by_eligibility():
+    """Hand-built breakdown (one 100 ms step): every ns lands in one sink; host frames move idle
+    'other' time to input; a blocking-sync bubble beyond the sync idle comes out of launch; kernel
+    work leads only when the GPU is saturated; a sink below its floor is no verdict."""
+    from trainscope.analyzers.breakdown import Breakdown, Percentiles, StepBreakdown
+    from trainscope.analyzers.sinks import split_sinks
+
+    ms = 1_000_000
+    ns = {"compute": 40 * ms, "communication": 5 * ms, "copy": 2 * ms, "memset": 1 * ms, "idle_data_wait": 10 * ms,
+          "idle_sync": 2 * ms, "idle_host_overhead": 15 * ms, "idle_other": 25 * ms}
+    step = StepBreakdown("s", 0, 100 * ms, ns, 10 * ms)
+    p = Percentiles(100.0, 100.0, 100.0)
+    b = Breakdown(0, [step], 100 * ms, ns, 10 * ms, p, {c: p for c in ns})
+    s = split_sinks(b, busy_split={"memory": 3, "compute": 1, "unknown": 0}, busy_source="test",
+                    host_idle_ns={"input-preprocessing": 20 * ms}, sync_bubble_ns=5 * ms, saturated=False,
+                    floors={"input": 5.0, "launch": 3.0, "memory-bound": 30.0})
+    assert sum(x.ns for x in s.by_key.values()) == 100 * ms
+    assert s.pct("input") == pytest.approx(30) and s.pct("idle-unexplained") == pytest.approx(5)
+    assert s.pct("sync") == pytest.approx(5) and s.pct("launch") == pytest.approx(12)
+    assert s.pct("memory-bound") == pytest.approx(31) and s.pct("compute-bound") == pytest.approx(10)
+    assert s.leader.key == "input"  # memory-bound is larger but the GPU is starved
+    assert s.runner_up.key == "launch"
+    sat = split_sinks(b, busy_split={"memory": 3, "compute": 1}, busy_source="test", saturated=True,
+                      floors={"memory-bound": 50.0})
+    assert sat.pct("memory-bound") == pytest.approx(31) and sat.leader.key == "launch"  # 31 % < its 50 % floor
+    assert sat.explained_ns >= sat.by_key["memory-bound"].ns  # below its floor, still an explained sink
