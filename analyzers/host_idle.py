@@ -495,14 +495,6 @@ def _evidence(h: HostIdle) -> list[str]:
 COLD_START_DETAIL = ("first calls load or compile kernel code inside the launch (cold start): a one-time cost that "
                      "dominates this window")
 
-# Host-idle class → the finding that names it, its threshold family and its headline where new.
-_FINDING = {
-    "input": ("data/input-wait", "data", "data_wait"),
-    "launch": ("host/launch-overhead", "algorithm", "host_overhead"),
-    "sync": ("host/sync", "algorithm", "sync"),
-}
-
-
 def host_idle_evidence(h: HostIdle, cls: str) -> list:
     """Evidence lines for class ``cls``: its share, the cold start, the calls and frames behind it."""
     from trainscope.analyzers.verdict import Evidence
@@ -522,43 +514,4 @@ def host_idle_evidence(h: HostIdle, cls: str) -> list:
         out.append(Evidence(f"{where}{times} during GPU idle", round(f.idle_ns / 1e6, 2), "ms", "",
                             f"trace: host frame {f.file}:{f.line}, {f.share_pct:.1f} % of step time" if f.file else
                             f"trace: host frame, {f.share_pct:.1f} % of step time", None))
-    return out
-
-
-def with_host_idle(found: list, h: HostIdle, rules, ctx=None) -> list:
-    """Findings with the host-idle attribution applied: a class that crosses its threshold and no
-    other rule explained becomes a finding (the frames as evidence); a finding another rule
-    raised for the same class gains the frames and calls as evidence."""
-    from dataclasses import replace
-
-    from trainscope.analyzers.fix_text import title as _title
-    from trainscope.analyzers.verdict import Finding
-
-    out = list(found)
-    by_id = {f.id: i for i, f in enumerate(out)}
-    for cls, (fid, axis, key) in _FINDING.items():
-        share = h.share_pct(cls)
-        ev = host_idle_evidence(h, cls)
-        cold = cls == "launch" and h.cold_start is not None and h.cold_start.idle_ns >= 0.5 * h.ns.get("launch", 0)
-        if fid in by_id:
-            i = by_id[fid]
-            if share > 0:
-                out[i] = replace(out[i], evidence=list(out[i].evidence) + ev[1:],
-                                 detail=COLD_START_DETAIL if cold else out[i].detail)
-            continue
-        if share < rules.value(f"{key}.moderate"):
-            continue
-        sev = "high" if share >= rules.value(f"{key}.high") else "moderate"
-        ev[0] = replace(ev[0], threshold=f"≥ {rules.value(f'{key}.{sev}'):g}", source=rules[f"{key}.{sev}"].source + "; "
-                        + ev[0].source, meets=True)
-        if cls == "input":
-            detail = "the host prepares the next input (frames below) while the GPU has nothing to run"
-            title = _title(fid, ctx, "")
-        elif cls == "launch":
-            detail = COLD_START_DETAIL if cold else "host-side work between kernels leaves the GPU waiting"
-            title = "GPU waits for the host to issue work"
-        else:
-            detail = "blocking copies or synchronizations hold the host while the GPU drains"
-            title = "Host-device synchronization stalls the pipeline"
-        out.append(Finding(fid, axis, sev, title, share, ev, detail))
     return out
