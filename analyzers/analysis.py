@@ -2,22 +2,29 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from trainscope.analyzers import findings as registry
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.attention import attention_evidence, unfused_attention_finding
+from trainscope.analyzers.attention import attention_evidence
 from trainscope.analyzers.breakdown import Breakdown, primary_device, step_breakdown
-from trainscope.analyzers.devices import DeviceSpec, lookup
-from trainscope.analyzers.gpu_metrics import CounterSummary, counter_summary, with_counter_evidence
-from trainscope.analyzers.host_device import blocking_syncs, host_device_findings, pageable_copies
-from trainscope.analyzers.kernels import KernelSummary, kernel_classes, kernel_summary
+from trainscope.analyzers.context import Context, detect_context
+from trainscope.analyzers.devices import DeviceSpec, device_for, lookup_device, with_overrides
+from trainscope.analyzers.findings.base import Evidence
+from trainscope.analyzers.gpu_metrics import CounterSummary, counter_context, counter_split, counter_summary
+from trainscope.analyzers.host_device import blocking_syncs, pageable_copies
+from trainscope.analyzers.host_idle import HostIdle, host_idle, host_idle_evidence
+from trainscope.analyzers.kernels import HIGH_INTENSITY, LOW_INTENSITY, KernelSummary, kernel_classes, kernel_summary
 from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
 from trainscope.analyzers.phases import PhaseBreakdown, phase_breakdown
 from trainscope.analyzers.recommendations import Recommendation, recommend
+from trainscope.analyzers.cost import kernel_costs
+from trainscope.analyzers.roofline import Roofline, roofline, tensor_core_names
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.sinks import Sinks, moved, split_sinks
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
-from trainscope.analyzers.verdict import DiagnosisInput, Finding, Verdict, classify, finding_order, findings
+from trainscope.analyzers.verdict import DiagnosisInput, Finding, Verdict, classify, findings
 from trainscope.traces.model import Trace, TraceSet
 
 _SINGLE_PROCESS_LOADER = re.compile(r"_SingleProcessDataLoaderIter")
@@ -42,67 +49,202 @@ class Analysis:
     phases: PhaseBreakdown | None = None  # forward/backward/optimizer, where ranges name them
     counters: CounterSummary | None = None  # hardware counters (Nsight GPU_METRICS), where sampled
     source_format: str = "kineto"  # Trace.format: "kineto" or "nsys-sqlite"
+    roofline: Roofline | None = None  # per-kernel roofline over the steps on this GPU (None: no kernels)
+    context: Context | None = None  # training/inference, graphs, compiled, framework, collectives
+    sinks: Sinks | None = None  # step time split into exclusive sinks (the verdict's ranking)
+    host_idle: HostIdle | None = None  # GPU idle split by what the host was doing (input/launch/sync/other)
+    # What the findings and verdict read (kept so a cross-rank pass can re-judge with imbalance).
+    observations: DiagnosisInput | None = field(default=None, repr=False, compare=False)
 
 
 def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float | None = None,
-                  step_range: str | None = None) -> Analysis:
+                  step_range: str | None = None, peak_bandwidth: float | None = None) -> Analysis:
     """``step_range`` names the annotation range that marks a step (raises StepRangeError when
     the trace has none)."""
     rules = rules or Rules()
+    ctx = detect_context(trace)
     seg = segment_steps(trace, step_range)
     device = primary_device(trace)
     classes = kernel_classes(trace)  # regexes over long kernel names: classify once, use twice
     bd = step_breakdown(trace, seg, device, classes[0])
     # Steps are sorted and disjoint: one binary search per kernel says whether it starts in one.
-    ks = kernel_summary(trace, iv.contains((seg.starts, seg.ends), trace.kernels.ts), device, classes=classes)
+    in_steps = iv.contains((seg.starts, seg.ends), trace.kernels.ts)
+    dev = device_for(trace, device)
+    spec = lookup_device(dev)
+    roof_spec = with_overrides(spec, peak_tflops, peak_bandwidth)
+    costs = kernel_costs(trace) if len(trace.kernels) else None
+    if costs is not None and roof_spec is not None:  # tensor cores from the precision, the name only without one
+        classes = (classes[0], tensor_core_names(trace, costs, roof_spec, classes[1]))
+    ks = kernel_summary(trace, in_steps, device, classes=classes)
     mem = device_memory(trace)
-    mfu = model_flops_utilization(trace, seg, device, peak_tflops)
-    dev = trace.device(device) if device is not None else None
-    spec = lookup(dev.name if dev else None)
+    roof = None
+    if costs is not None:
+        on = in_steps & (trace.kernels.device == device) if device is not None else in_steps
+        roof = roofline(trace, on, roof_spec, costs, device_name=dev.name if dev else None)
+    mfu = model_flops_utilization(trace, seg, device, peak_tflops, roof, bd.gpu_busy_pct)
 
-    # Counted once, in the steps and on this GPU, for both findings that cite it.
-    pageable = pageable_copies(trace, seg, device)
-    names_single = name_mask(trace, _SINGLE_PROCESS_LOADER)
-    single = bool(names_single[trace.cpu_ops.name].any() or names_single[trace.annotations.name].any())
-    inp = DiagnosisInput(
-        has_gpu=trace.has_gpu_activity, segmentation=seg, breakdown=bd, kernels=ks, memory=mem,
-        single_process_loader=single, pageable_htod_copies=pageable.count,
-        kernels_per_step=ks.count / max(1, len(seg.steps)),
-    )
-    found = findings(inp, rules)
-    # Findings of their own modules: host-device traffic, attention, hardware counters.
-    if trace.has_gpu_activity:
-        found += host_device_findings(pageable, blocking_syncs(trace, seg, device), rules)
-        unfused = unfused_attention_finding(attention_evidence(trace, seg, device, classes[0]),
-                                            bd.share_pct("compute"), bd.gpu_busy_pct, rules)
-        found += [unfused] if unfused else []
     counters = counter_summary(trace, seg, device)
-    found = with_counter_evidence(found, counters, bd.gpu_busy_pct, bd.share_pct("compute"), rules)
-    found.sort(key=finding_order)
-    verdict = classify(inp, found, rules)
-    # No projected gains from evidence too thin for a verdict.
-    recs = [] if verdict.axis == "insufficient_evidence" else recommend(found, bd, spec, dev.name if dev else None)
     warnings = list(trace.warnings)
     if not trace.has_gpu_activity and len(trace.counters):
-        # Sampled counters only (a `watch --record` recording, an nvidia-smi CSV): the live rules decide.
+        # Sampled counters only (a `watch --record` recording, an nvidia-smi CSV): the live rules
+        # decide, once — the trace rules have no events to read.
         from trainscope.analyzers.live import counters_diagnosis
 
         found, verdict, recs, note = counters_diagnosis(trace, rules)
         warnings.append(note)
+        sinks = hidle = inp = None
+    else:
+        hidle = host_idle(trace, seg, device, rules.value("launch.cold_start_ms")) if trace.has_gpu_activity else None
+        inp = observations(trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle)
+        sinks = inp.sinks
+        found = findings(inp, rules)
+        verdict = classify(inp, found, rules)
+        # No projected gains from evidence too thin for a verdict.
+        recs = ([] if verdict.axis == "insufficient_evidence" else
+                recommend(found, bd, spec, dev.name if dev else None, ctx, rules))
+    hw = trace.op_inputs.hw_flops
+    if hw and not len(trace.kernels):
+        top = max(hw, key=hw.get)
+        warnings.append(f"hardware FP counters (CUPTI profiler) for {len(hw)} kernel names, {sum(hw.values()):.3g} FLOPs in "
+                        f"all ({100 * hw[top] / sum(hw.values()):.0f} % in {top.split('(')[0][:60]}), but no kernel events: "
+                        "counter ranges are replayed, so their durations are not kernel times and no roofline is drawn")
     if trace.has_gpu_activity and seg.method == "whole_trace":
         warnings.append(seg.note)
+    if seg.stub_note:
+        warnings.append(seg.stub_note)
     return Analysis(
         source=trace.source, rank=trace.rank, device=device, device_name=dev.name if dev else None,
         device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
         findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
         phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
+        roofline=roof, context=ctx, sinks=sinks, host_idle=hidle, observations=inp,
+    )
+
+
+def busy_split(ks: KernelSummary, counters: CounterSummary | None, roof: Roofline | None,
+               rules: Rules) -> tuple[dict[str, float], str, list[Evidence]]:
+    """How compute-kernel time divides into memory-bound, compute-bound and unknown: hardware counters
+    where they decide, else the roofline's per-kernel calls, else the kernel-class mix (the last
+    resort DIAGNOSIS §2.3 allows), with the evidence lines of the source used."""
+    decided = counter_split(counters, rules)
+    if decided is not None:
+        return decided[0], "hardware counters", decided[1]
+    context_lines = counter_context(counters)
+    if roof is not None and roof.busy_ms > 0:
+        lines = [Evidence(f"{b}-bound kernels (roofline: intensity {'<' if b == 'memory' else '≥'} ridge point), "
+                          "share of compute-kernel time", round(roof.share_pct(b), 2), "%", "",
+                          "roofline: " + roof.device) for b in ("memory", "compute")]
+        lines += [Evidence(roof.evidence_line(b), None, "", "", "roofline: " + roof.device)
+                  for b in ("memory", "compute") if roof.bound_ms.get(b, 0.0) > 0]
+        if roof.bound_ms.get("unknown", 0.0) > 0:
+            lines.append(Evidence("kernels of unknown bound (no FLOPs/bytes, no recognizable name)",
+                                  round(roof.share_pct("unknown"), 2), "%", "", "roofline"))
+        return {b: roof.bound_ms.get(b, 0.0) for b in ("memory", "compute", "unknown")}, "roofline", lines + context_lines
+    high = sum(ks.by_class_ns.get(c, 0) for c in HIGH_INTENSITY)
+    low = sum(ks.by_class_ns.get(c, 0) for c in LOW_INTENSITY)
+    other = ks.by_class_ns.get("other", 0)
+    compute_total = high + low + other
+    lines = [Evidence("GEMM/convolution/attention share of compute-kernel time",
+                      round(100.0 * high / compute_total, 2) if compute_total else 0.0, "%", "", "kernel names (no roofline)"),
+             Evidence("elementwise/normalization/softmax/reduction share of compute-kernel time",
+                      round(100.0 * low / compute_total, 2) if compute_total else 0.0, "%", "", "kernel names (no roofline)")]
+    return {"memory": float(low), "compute": float(high), "unknown": float(other)}, "kernel classes", lines + context_lines
+
+
+def host_idle_attribution(h: HostIdle | None, bd: Breakdown) -> tuple[dict[str, int], dict[str, tuple]]:
+    """GPU-idle time that host frames and runtime calls explain beyond what the breakdown already
+    files (its data-wait, sync and launch idle), by sink class; and each class's evidence lines
+    (heaviest frames, calls, cold start)."""
+    if h is None or not h.idle_ns:
+        return {}, {}
+    # Input (host stages whose output the GPU then receives) and sync (blocking calls) rest on recorded
+    # events. Launch time beyond the breakdown's — idle between launches where the host recorded
+    # nothing, e.g. in an event-sampled trace — is inferred from position alone: it stays unexplained.
+    already = {"input-preprocessing": bd.ns["idle_data_wait"], "sync": bd.ns["idle_sync"]}
+    mine = {"input-preprocessing": "input", "sync": "sync"}
+    extra = {k: max(0, h.ns.get(c, 0) - already[k]) for k, c in mine.items()}
+    evidence = {c: tuple(host_idle_evidence(h, c)) for c in ("input", "sync", "launch") if h.ns.get(c, 0) > 0}
+    return extra, evidence
+
+
+def sink_floors(rules: Rules) -> dict[str, float]:
+    """Per sink, the moderate grade of the broad finding that names it: a smaller sink is no verdict."""
+    out = {}
+    for decl in registry.specs(offline=True):
+        if decl.sink and decl.refines is None and decl.can_be_primary and decl.severity.moderate:
+            out[decl.sink] = rules.value(decl.severity.moderate)
+    return out
+
+
+def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Breakdown, ks: KernelSummary, mem,
+                 classes, counters: CounterSummary | None, roof: Roofline | None, ctx, rules: Rules,
+                 hidle: HostIdle | None = None, imbalance_ns: int = 0, imbalance_evidence: tuple = ()) -> DiagnosisInput:
+    """Everything the findings read, measured once: the sinks of step time and the evidence of the
+    modules that refine them (host-device traffic, attention, counters, host frames)."""
+    # Counted once, in the steps and on this GPU, for every finding that cites it.
+    pageable = pageable_copies(trace, seg, device)
+    syncs = blocking_syncs(trace, seg, device)
+    names_single = name_mask(trace, _SINGLE_PROCESS_LOADER)
+    single = bool(names_single[trace.cpu_ops.name].any() or names_single[trace.annotations.name].any())
+    split, source, busy_lines = busy_split(ks, counters, roof, rules)
+    host_ns, host_ev = host_idle_attribution(hidle, bd)
+    sinks = split_sinks(bd, busy_split=split, busy_source=source, host_idle_ns=host_ns,
+                        sync_bubble_ns=syncs.bubble_ns, imbalance_ns=imbalance_ns,
+                        saturated=bd.gpu_busy_pct >= rules.value("gpu_busy.saturated"), floors=sink_floors(rules))
+    return DiagnosisInput(
+        has_gpu=trace.has_gpu_activity, segmentation=seg, breakdown=bd, kernels=ks, memory=mem,
+        single_process_loader=single, pageable_htod_copies=pageable.count,
+        kernels_per_step=ks.count / max(1, len(seg.steps)), sinks=sinks, pageable=pageable, syncs=syncs,
+        attention=attention_evidence(trace, seg, device, classes[0]) if trace.has_gpu_activity else None,
+        context=ctx, host_evidence=host_ev, host_idle=hidle, busy_evidence=tuple(busy_lines),
+        imbalance_evidence=tuple(imbalance_evidence), roofline=roof,
     )
 
 
 def analyze_set(traces: TraceSet, rules: Rules | None = None, peak_tflops: float | None = None,
-                step_range: str | None = None) -> list[Analysis]:
-    """One analysis per rank, in rank order."""
-    return [analyze_trace(t, rules, peak_tflops, step_range) for t in traces.traces]
+                step_range: str | None = None, peak_bandwidth: float | None = None) -> list[Analysis]:
+    """One analysis per rank, in rank order; several ranks are then judged together for imbalance."""
+    analyses = [analyze_trace(t, rules, peak_tflops, step_range, peak_bandwidth) for t in traces.traces]
+    return with_rank_imbalance(analyses, rules or Rules()) if len(analyses) > 1 else analyses
+
+
+def with_rank_imbalance(analyses: list[Analysis], rules: Rules) -> list[Analysis]:
+    """Synchronous ranks meet in their collectives, so a rank with less kernel work than the busiest
+    one spends the difference waiting inside a collective for it: that share of its communication time
+    is imbalance, not communication cost. Per rank: wait = min(communication, busiest rank's compute
+    time − this rank's) per step; the rank is re-judged with that time as the imbalance sink."""
+    def per_step(a: Analysis, cat: str) -> float:
+        return a.breakdown.ns[cat] / max(1, len(a.breakdown.steps))
+
+    judged = [a for a in analyses if a.observations is not None and a.sinks is not None and a.breakdown.total_ns]
+    if len(judged) < 2 or sum(1 for a in judged if a.breakdown.ns["communication"] > 0) < 2:
+        return analyses
+    busiest = max(judged, key=lambda a: per_step(a, "compute"))
+    top = per_step(busiest, "compute")
+    out = []
+    for a in analyses:
+        if a not in judged or a is busiest:
+            out.append(a)
+            continue
+        wait = min(per_step(a, "communication"), top - per_step(a, "compute"))
+        if wait <= 0:
+            out.append(a)
+            continue
+        n = max(1, len(a.breakdown.steps))
+        who = f"rank {busiest.rank}" if busiest.rank is not None else busiest.source
+        sinks = moved(a.sinks, "comm", "imbalance", int(wait * n), f"compute-kernel time per step against {who}")
+        lines = (Evidence("compute-kernel time per step on this rank", round(per_step(a, "compute") / 1e6, 2), "ms", "",
+                          "step breakdown", None),
+                 Evidence(f"compute-kernel time per step on the busiest rank ({who})", round(top / 1e6, 2), "ms", "",
+                          "step breakdown", None),
+                 Evidence("ranks compared", len(judged), "ranks", "", "trace set", None))
+        inp = replace(a.observations, sinks=sinks, imbalance_evidence=lines)
+        found = findings(inp, rules)
+        verdict = classify(inp, found, rules)
+        recs = ([] if verdict.axis == "insufficient_evidence" else
+                recommend(found, a.breakdown, a.device_spec, a.device_name, a.context, rules))
+        out.append(replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict, recommendations=recs))
+    return out
 
 
 def slowest(analyses: list[Analysis]) -> Analysis:

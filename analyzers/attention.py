@@ -16,9 +16,7 @@ import numpy as np
 
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.kernels import ALL_CLASSES, LOW_INTENSITY
-from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.steps import StepSegmentation, name_mask
-from trainscope.analyzers.verdict import Evidence, Finding
 from trainscope.traces.model import Trace
 
 ATTENTION_RANGE = re.compile(r"attention|attn|sdpa|self_?attn|\bmha\b", re.I)
@@ -62,31 +60,4 @@ def attention_evidence(trace: Trace, segmentation: StepSegmentation, device: int
         in_ranges_ns=int(k.dur[inside].sum()),
         in_ranges_low_ns=int(k.dur[inside & low].sum()),
         softmax_ns=int(k.dur[on & (cls == ALL_CLASSES.index("softmax"))].sum()),
-    )
-
-
-def unfused_attention_finding(ev: AttentionEvidence, compute_pct: float, busy_pct: float, rules: Rules) -> Finding | None:
-    """``machine/unfused-attention`` when memory-bound attention kernels take a large share and no
-    fused attention kernel ran."""
-    t = rules["attention.unfused_share"]
-    share = ev.unfused_pct
-    if share < t.value or ev.fused_ns > ev.unfused_ns:
-        return None
-    where = ("launched inside attention ranges" if ev.ranges else "softmax kernels") + ", share of kernel time"
-    evidence = [
-        Evidence(f"memory-bound kernels (elementwise/softmax/reduction) {where}", round(share, 2), t.unit,
-                 f"≥ {t.value:g}", t.source, True),
-        Evidence("fused attention kernels (flash / memory-efficient / fmha)", round(ev.fused_ns / 1e6, 3), "ms", "", "measured"),
-    ]
-    if ev.ranges:
-        evidence.append(Evidence("attention ranges in the steps", ev.ranges, "ranges", "", "trace annotations"))
-        low_of_attention = 100.0 * ev.in_ranges_low_ns / ev.in_ranges_ns if ev.in_ranges_ns else 0.0
-        evidence.append(Evidence("memory-bound share of attention kernel time", round(low_of_attention, 2), "%", "", "measured"))
-    saturated = busy_pct >= rules.value("gpu_busy.saturated")
-    return Finding(
-        "machine/unfused-attention", "machine", "high" if saturated else "moderate",
-        "Attention is computed unfused: score matrices go through memory kernel by kernel",
-        compute_pct * share / 100, evidence,
-        "masking, softmax and scaling run as separate memory-bound kernels over batch × heads × L × L score "
-        "matrices; fused attention never writes them to memory",
     )

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainscope.analyzers import findings as registry
+
 # HTA BoundType value -> trainscope category, in display order.
 CP_CATEGORIES: tuple[str, ...] = (
     "data_loading", "cpu", "launch_overhead", "gpu_compute", "gpu_communication", "kernel_gaps",
@@ -38,15 +40,8 @@ CATEGORY_FAMILY = {
     "data_loading": "data", "cpu": "host", "launch_overhead": "host", "kernel_gaps": "host",
     "gpu_compute": "gpu-compute", "gpu_communication": "communication",
 }
-FINDING_FAMILY = {
-    "data/input-wait": "data", "data/copies": "data",
-    "host/launch-overhead": "host", "host/sync": "host",
-    "comm/unoverlapped": "communication",
-    "algorithm/compute-bound": "gpu-compute", "machine/bandwidth": "gpu-compute",
-    "algorithm/no-tensor-cores": "gpu-compute",
-    # Nsight-specific findings (analyzers/host_device.py, analyzers/attention.py).
-    "data/pageable-copies": "data", "host/blocking-sync": "host", "machine/unfused-attention": "gpu-compute",
-}
+# Each finding's family, as declared in the registry (FindingSpec.critical_path; "none": no time on the path).
+FINDING_FAMILY = {s.id: s.critical_path for s in registry.REGISTRY.values() if s.critical_path not in (None, "none")}
 FAMILY_LABELS = {
     "data": "data loading", "host": "host (CPU work and kernel launches)", "gpu-compute": "GPU compute",
     "communication": "communication",
@@ -167,12 +162,6 @@ def reconcile(cp: CriticalPath, bottleneck: str | None, step_breakdown_pct: dict
 
 
 def _verdict_stake(bottleneck: str | None, pct: dict[str, float]) -> float | None:
-    cats = {
-        "data/input-wait": ("idle_data_wait",), "data/copies": ("copy",),
-        "host/launch-overhead": ("idle_host_overhead",), "host/sync": ("idle_sync",),
-        "comm/unoverlapped": ("communication",),
-        "algorithm/compute-bound": ("compute",), "machine/bandwidth": ("compute",),
-        "algorithm/no-tensor-cores": ("compute",), "machine/unfused-attention": ("compute",),
-        "data/pageable-copies": ("copy",), "host/blocking-sync": ("idle_sync", "idle_host_overhead", "idle_other"),
-    }.get(bottleneck or "")
+    decl = registry.spec(bottleneck or "")
+    cats = decl.breakdown if decl is not None and decl.breakdown else None
     return None if cats is None else sum(pct.get(c, 0.0) for c in cats)

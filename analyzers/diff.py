@@ -1,19 +1,25 @@
 """Before and after: what a change did to a training run (the textbook's profile → fix →
 re-profile loop, Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Pipeline Optimizations › Systematic Optimization Framework). Pure functions from two analyzed inputs to dataclasses.
 
-Each side is the pace-setting rank of its input (the slowest median step, as in ``analyze``).
-Kernel times are compared per step, so runs that profiled different numbers of steps still
-compare; comparability problems (another GPU, other step counts, other batch shapes) are
+Like is compared with like: BEFORE's pace-setting rank (the slowest median step, as in
+``analyze``) against the *same* rank of AFTER when both have as many ranks, and every rank pair
+side by side; GPUs by model, never by index. Kernel times are compared per step, so runs that
+profiled different numbers of steps still compare; fixed capture windows without step markers
+are compared by the work done per window (kernel time, kernel count, FLOPs), not by the window's
+length. Comparability problems (another GPU, other step counts, other batch shapes) are
 reported as checks, never hidden.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from trainscope.analyzers import findings as registry
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.analysis import Analysis, slowest
 from trainscope.analyzers.breakdown import CATEGORIES, CATEGORY_LABELS
+from trainscope.analyzers.findings.base import DiffMeasure
 from trainscope.analyzers.kernel_match import KernelChange, KernelTime, match_kernels
 from trainscope.analyzers.kernels import ALL_CLASSES, kernel_classes, kernel_summary
 from trainscope.analyzers.recommendations import Recommendation
@@ -25,8 +31,46 @@ from trainscope.traces.model import Trace, TraceSet
 # -- one side ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class RankWork:
+    """The work one rank did in its analyzed windows."""
+
+    rank: int | None
+    device_name: str | None
+    windows: int  # steps, or 1 for a fixed capture window
+    window_ms: float  # summed window (step) time
+    kernels: int  # kernels started in the windows on the analyzed GPU
+    kernel_ms: float
+    flops: float | None  # recorded FLOPs in the windows (with_flops), else None
+    step_p50_ms: float
+
+    @property
+    def kernel_ms_per_window(self) -> float:
+        return self.kernel_ms / max(1, self.windows)
+
+    @property
+    def kernels_per_window(self) -> float:
+        return self.kernels / max(1, self.windows)
+
+
+def rank_work(a: Analysis) -> RankWork:
+    n = len(a.segmentation.steps)
+    flops = a.mfu.flops_per_step * n if a.mfu.flops_per_step else None
+    return RankWork(a.rank, a.device_name, n, a.breakdown.total_ns / 1e6, a.kernels.count, a.kernels.total_ns / 1e6,
+                    flops, a.breakdown.step_ms.p50)
+
+
+@dataclass(frozen=True)
+class RankSide:
+    """What a diff needs of one rank: its analysis and the kernel times in its windows."""
+
+    analysis: Analysis
+    kernels: list[KernelTime]
+    work: RankWork
+
+
+@dataclass(frozen=True)
 class Run:
-    """One input of a diff: the analysis of its pace-setting rank and what a diff needs beyond it."""
+    """One input of a diff: the analysis of the compared rank and what a diff needs beyond it."""
 
     path: str
     analysis: Analysis
@@ -35,6 +79,9 @@ class Run:
     shapes: ShapeSignature
     device_names: tuple[str, ...]  # the analyzed GPU of every rank ("" where a rank has none)
     warnings: list[str] = field(default_factory=list)
+    per_rank: tuple[RankSide, ...] = ()  # every rank, in rank order
+    index: int = 0  # which of per_rank is the compared one
+    chosen: str = "slowest"  # why it was chosen: "slowest" | "same rank as BEFORE" | "only"
 
     @property
     def steps(self) -> int:
@@ -43,6 +90,11 @@ class Run:
     @property
     def has_gpu(self) -> bool:
         return self.analysis.device is not None
+
+    @property
+    def fixed_window(self) -> bool:
+        """Analyzed as one capture window without step markers."""
+        return self.analysis.segmentation.method == "whole_trace"
 
 
 def kernel_times(trace: Trace, analysis: Analysis) -> list[KernelTime]:
@@ -57,10 +109,29 @@ def kernel_times(trace: Trace, analysis: Analysis) -> list[KernelTime]:
 def summarize_run(path: str, traces: TraceSet, analyses: list[Analysis]) -> Run:
     """``analyses`` is ``analyze_set(traces)``: one per trace, in the same order."""
     main = slowest(analyses) if len(analyses) > 1 else analyses[0]
-    trace = traces.traces[next(i for i, a in enumerate(analyses) if a is main)]
-    return Run(path=path, analysis=main, ranks=len(analyses), kernels=kernel_times(trace, main),
-               shapes=shape_signature(trace), device_names=tuple(a.device_name or "" for a in analyses),
-               warnings=list(traces.warnings) + list(main.warnings))
+    index = next(i for i, a in enumerate(analyses) if a is main)
+    sides = tuple(RankSide(a, kernel_times(t, a), rank_work(a)) for t, a in zip(traces.traces, analyses))
+    return Run(path=path, analysis=main, ranks=len(analyses), kernels=sides[index].kernels,
+               shapes=shape_signature(traces.traces[index]), device_names=tuple(a.device_name or "" for a in analyses),
+               warnings=list(traces.warnings) + list(main.warnings), per_rank=sides, index=index,
+               chosen="slowest" if len(analyses) > 1 else "only")
+
+
+def with_rank(run: Run, index: int, why: str) -> Run:
+    """``run`` comparing rank ``index`` instead of its own choice."""
+    side = run.per_rank[index]
+    return replace(run, analysis=side.analysis, kernels=side.kernels, index=index, chosen=why,
+                   warnings=[w for w in run.warnings if w not in run.analysis.warnings] + list(side.analysis.warnings))
+
+
+_PLACEHOLDER = re.compile(r"^GPU \d+$")  # what collectors name a GPU whose model the trace does not record
+
+
+def gpu_model(name: str | None) -> str | None:
+    """The GPU model a device name gives, or None where the trace records only an index."""
+    if not name or _PLACEHOLDER.match(name.strip()):
+        return None
+    return name.strip()
 
 
 # -- what changed --------------------------------------------------------------------------
@@ -174,6 +245,8 @@ class RunDiff:
     memory: MemoryChange | None
     recommendations: list[RecommendationOutcome]
     comparability: list[ComparabilityCheck]
+    work: "WorkChange | None" = None  # work per window, every rank summed
+    rank_pairs: list["RankPair"] = field(default_factory=list)  # rank r before ↔ rank r after
 
     @property
     def comparable(self) -> bool:
@@ -202,58 +275,10 @@ class RunDiff:
         return counts
 
 
-# What each finding's fix should move, so "addressed" is measured, not assumed. Time lost to a
-# cause is compared in ms per step, not as a share: a share also falls when everything else grows.
-@dataclass(frozen=True)
-class _FindingMetric:
-    label: str
-    unit: str
-    value: Callable[[Analysis], float | None]
-    lower_is_better: bool = True
-
-    @property
-    def per_step(self) -> bool:
-        return self.unit == "ms per step"
-
-
-def _peak_pct(a: Analysis) -> float | None:
-    pcts = [m.peak_pct for m in a.memory if m.peak_pct is not None]
-    return max(pcts) if pcts else None
-
-
-def _ms_per_step(category: str) -> Callable[[Analysis], float | None]:
-    return lambda a: a.breakdown.ns[category] / 1e6 / max(1, len(a.breakdown.steps))
-
-
-def _stake_ms(finding: str) -> Callable[[Analysis], float | None]:
-    """The time a finding says its cause costs, in ms per step (0 when it is not raised)."""
-    def value(a: Analysis) -> float | None:
-        stake = next((f.stake_pct for f in a.findings if f.id == finding), 0.0)
-        return stake / 100 * a.breakdown.step_ms.mean
-    return value
-
-
-FINDING_METRICS: dict[str, _FindingMetric] = {
-    "data/input-wait": _FindingMetric("host waiting on DataLoader __next__", "ms per step",
-                                      lambda a: a.breakdown.host_data_wait_ns / 1e6 / max(1, len(a.breakdown.steps))),
-    "data/copies": _FindingMetric("GPU busy only with memory copies", "ms per step", _ms_per_step("copy")),
-    "host/launch-overhead": _FindingMetric("GPU idle while the host launches/computes", "ms per step",
-                                           _ms_per_step("idle_host_overhead")),
-    "host/sync": _FindingMetric("GPU idle while the host synchronizes", "ms per step", _ms_per_step("idle_sync")),
-    "comm/unoverlapped": _FindingMetric("communication with no compute running", "ms per step", _ms_per_step("communication")),
-    "algorithm/no-tensor-cores": _FindingMetric("tensor-core share of GEMM/conv/attention time", "%",
-                                                lambda a: a.kernels.tensor_core_pct_of_matmul, lower_is_better=False),
-    "machine/bandwidth": _FindingMetric("memory-bound kernels, share of kernel time", "%", lambda a: a.kernels.low_intensity_pct),
-    "algorithm/compute-bound": _FindingMetric("GEMM/conv/attention kernel time", "ms per step",
-                                              lambda a: a.kernels.matmul_ns / 1e6 / max(1, len(a.breakdown.steps))),
-    "machine/capacity": _FindingMetric("peak memory / device memory", "%", _peak_pct),
-    "data/pageable-copies": _FindingMetric("GPU time in pageable host-to-device copies", "ms per step",
-                                           _stake_ms("data/pageable-copies")),
-    "host/blocking-sync": _FindingMetric("GPU idle after blocking synchronizations", "ms per step",
-                                         _stake_ms("host/blocking-sync")),
-    "machine/unfused-attention": _FindingMetric("memory-bound attention kernel time", "ms per step",
-                                                _stake_ms("machine/unfused-attention")),
-}
+# What each finding's fix should move, so "addressed" is measured, not assumed: declared with each
+# finding in the registry (FindingSpec.diff_measure).
+FINDING_METRICS: dict[str, DiffMeasure] = {s.id: s.diff_measure for s in registry.REGISTRY.values()
+                                           if s.diff_measure is not None}
 
 
 def _outcome(rec: Recommendation, before: Analysis, after: Analysis, noise_pts: float,
@@ -305,19 +330,75 @@ def _classes(before: Analysis, after: Analysis) -> list[ShareChange]:
     return out
 
 
+@dataclass(frozen=True)
+class WorkChange:
+    """Work done per window, summed over every rank: what a fixed capture window measures."""
+
+    before_kernel_ms: float
+    after_kernel_ms: float
+    before_kernels: float
+    after_kernels: float
+    before_flops: float | None
+    after_flops: float | None
+    before_window_ms: float
+    after_window_ms: float
+    fixed_windows: bool  # both sides are capture windows without step markers
+
+    @property
+    def kernel_time_ratio(self) -> float | None:
+        """Before ÷ after kernel time per window: above 1 the same window holds less GPU work time."""
+        return self.before_kernel_ms / self.after_kernel_ms if self.after_kernel_ms > 0 else None
+
+
+@dataclass(frozen=True)
+class RankPair:
+    rank: int | None
+    before: RankWork
+    after: RankWork
+
+
+def _work(run: Run) -> tuple[float, float, float | None, float]:
+    ranks = [s.work for s in run.per_rank] or [rank_work(run.analysis)]
+    flops = [w.flops for w in ranks]
+    return (sum(w.kernel_ms_per_window for w in ranks), sum(w.kernels_per_window for w in ranks),
+            None if any(f is None for f in flops) else sum(f / max(1, w.windows) for f, w in zip(flops, ranks)),
+            max(w.window_ms / max(1, w.windows) for w in ranks))
+
+
+def work_change(before: Run, after: Run) -> WorkChange:
+    kb, nb, fb, wb = _work(before)
+    ka, na, fa, wa = _work(after)
+    return WorkChange(kb, ka, nb, na, fb, fa, wb, wa, before.fixed_window and after.fixed_window)
+
+
+def rank_pairs(before: Run, after: Run) -> list[RankPair]:
+    """Rank r of BEFORE beside rank r of AFTER, for every rank both have."""
+    if len(before.per_rank) < 2 or len(before.per_rank) != len(after.per_rank):
+        return []
+    return [RankPair(b.work.rank if b.work.rank is not None else i, b.work, a.work)
+            for i, (b, a) in enumerate(zip(before.per_rank, after.per_rank))]
+
+
 def comparability(before: Run, after: Run) -> list[ComparabilityCheck]:
     checks: list[ComparabilityCheck] = []
     gb, ga = before.analysis.device_name, after.analysis.device_name
+    mb_, ma_ = gpu_model(gb), gpu_model(ga)
     if before.has_gpu != after.has_gpu:
         checks.append(ComparabilityCheck("gpu_activity", "differ", "GPU" if before.has_gpu else "no GPU activity",
                                          "GPU" if after.has_gpu else "no GPU activity",
                                          "one run used a GPU and the other did not"))
-    elif gb and ga:
-        same = gb == ga and sorted(before.device_names) == sorted(after.device_names)
+    elif mb_ and ma_:
+        models_b = sorted(filter(None, map(gpu_model, before.device_names)))
+        models_a = sorted(filter(None, map(gpu_model, after.device_names)))
+        same = mb_ == ma_ and models_b == models_a
         checks.append(ComparabilityCheck(
-            "gpu", "same" if same else "differ", gb, ga,
+            "gpu", "same" if same else "differ", mb_, ma_,
             "the same GPU model" if same else
-            "different GPUs: the change measured includes the hardware, not only the code"))
+            "different GPUs (models): the change measured includes the hardware, not only the code"))
+    elif gb and ga:
+        checks.append(ComparabilityCheck("gpu", "unknown", gb, ga,
+                                         "the traces record device indexes but not GPU models: the hardware cannot be "
+                                         "compared (an index says nothing about the model)"))
     else:
         checks.append(ComparabilityCheck("gpu", "unknown", gb or "—", ga or "—",
                                          "no GPU activity in either run" if not before.has_gpu else "a GPU is unnamed"))
@@ -325,10 +406,16 @@ def comparability(before: Run, after: Run) -> list[ComparabilityCheck]:
         checks.append(ComparabilityCheck("ranks", "differ", str(before.ranks), str(after.ranks),
                                          "different numbers of rank traces: the job may be scaled differently"))
     sb, sa = before.steps, after.steps
-    checks.append(ComparabilityCheck(
-        "steps", "same" if sb == sa else "differ", str(sb), str(sa),
-        f"{sb} steps in both" if sb == sa else
-        "different numbers of profiled steps: percentiles rest on different samples (kernel times are compared per step)"))
+    if before.fixed_window and after.fixed_window:
+        checks.append(ComparabilityCheck(
+            "steps", "same", "capture window", "capture window",
+            "fixed capture windows without step markers: compared by the work done per window (kernel time, kernel "
+            "count, FLOPs), not by the window's length"))
+    else:
+        checks.append(ComparabilityCheck(
+            "steps", "same" if sb == sa else "differ", str(sb), str(sa),
+            f"{sb} steps in both" if sb == sa else
+            "different numbers of profiled steps: percentiles rest on different samples (kernel times are compared per step)"))
     mb, ma = before.analysis.segmentation.method, after.analysis.segmentation.method
     if mb != ma:
         checks.append(ComparabilityCheck("step_method", "differ", mb, ma,
@@ -342,6 +429,11 @@ def comparability(before: Run, after: Run) -> list[ComparabilityCheck]:
 
 def diff_runs(before: Run, after: Run, rules: Rules | None = None) -> RunDiff:
     rules = rules or Rules()
+    # The same rank on both sides: BEFORE's pace-setter, and AFTER's rank of the same index.
+    if len(before.per_rank) > 1 and len(before.per_rank) == len(after.per_rank) and after.index != before.index:
+        after = with_rank(after, before.index, "same rank as BEFORE")
+    elif len(before.per_rank) > 1 and len(before.per_rank) == len(after.per_rank):
+        after = replace(after, chosen="same rank as BEFORE")
     b, a = before.analysis, after.analysis
     bb, ab = b.breakdown, a.breakdown
     step_time = [StepTimeChange(s, getattr(bb.step_ms, s), getattr(ab.step_ms, s)) for s in ("p50", "p95", "mean")]
@@ -359,6 +451,7 @@ def diff_runs(before: Run, after: Run, rules: Rules | None = None) -> RunDiff:
         categories=cats, kernel_classes=_classes(b, a),
         kernels=match_kernels(before.kernels, after.kernels, before.steps, after.steps),
         memory=_memory(b, a), recommendations=recs, comparability=comparability(before, after),
+        work=work_change(before, after), rank_pairs=rank_pairs(before, after),
     )
 
 

@@ -10,14 +10,14 @@ kernel-mix finding of the same direction, whose numbers stay as context.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.steps import StepSegmentation
-from trainscope.analyzers.verdict import Evidence, Finding
+from trainscope.analyzers.findings.base import Evidence
 from trainscope.traces.model import Trace
 
 SM_ACTIVE = re.compile(r"^SMs? Active", re.I)
@@ -71,36 +71,31 @@ def counter_summary(trace: Trace, segmentation: StepSegmentation, device: int | 
     return CounterSummary(device, n, sm, tensor, dram)
 
 
-def with_counter_evidence(found: list[Finding], s: CounterSummary | None, busy_pct: float, compute_pct: float,
-                          rules: Rules) -> list[Finding]:
-    """``found`` with the counters' verdict on compute- versus memory-bound applied."""
+def counter_split(s: CounterSummary | None, rules: Rules) -> tuple[dict[str, float], list[Evidence]] | None:
+    """The busy-time split the counters decide (all compute-bound, or all memory-bound) and its
+    evidence lines; None when the counters are absent or decide neither (then the roofline or the
+    kernel mix splits busy time, with the counters as context)."""
     if s is None or s.compute_activity_pct is None or s.dram_bandwidth_pct is None:
-        return found
+        return None
     act, dram = s.compute_activity_pct, s.dram_bandwidth_pct
     t = {n: rules[f"gpu_metrics.{n}"] for n in ("compute_active", "compute_dram_max", "memory_dram", "memory_active_max")}
-    ev_act = lambda thr, op: Evidence("SM / tensor activity (GPU_METRICS mean in the steps)", round(act, 2), "%",
-                                      f"{op} {thr.value:g}", thr.source, act >= thr.value if op == "≥" else act < thr.value)
-    ev_dram = lambda thr, op: Evidence("DRAM bandwidth, read + write (GPU_METRICS mean in the steps)", round(dram, 2), "%",
-                                       f"{op} {thr.value:g}", thr.source, dram >= thr.value if op == "≥" else dram < thr.value)
+
+    def line(metric: str, v: float, thr, op: str) -> Evidence:
+        return Evidence(metric, round(v, 2), "%", f"{op} {thr.value:g}", thr.source,
+                        v >= thr.value if op == "≥" else v < thr.value)
+
+    a_name, d_name = "SM / tensor activity (GPU_METRICS mean in the steps)", "DRAM bandwidth, read + write (GPU_METRICS mean in the steps)"
     samples = Evidence("counter samples in the steps", s.samples, "samples", "", _SOURCE)
-    saturated = busy_pct >= rules.value("gpu_busy.saturated")
     if act >= t["compute_active"].value and dram < t["compute_dram_max"].value:
-        fid, axis, title, detail = ("algorithm/compute-bound", "algorithm", "Hardware counters: compute-bound",
-                                    "SMs/tensor cores are busy while DRAM bandwidth is to spare")
-        ev = [ev_act(t["compute_active"], "≥"), ev_dram(t["compute_dram_max"], "<"), samples]
-    elif dram >= t["memory_dram"].value and act < t["memory_active_max"].value:
-        fid, axis, title, detail = ("machine/bandwidth", "machine", "Hardware counters: memory-bandwidth-bound",
-                                    "DRAM bandwidth is near its peak while SMs wait on memory")
-        ev = [ev_dram(t["memory_dram"], "≥"), ev_act(t["memory_active_max"], "<"), samples]
-    else:
-        # No clear counter verdict: keep the kernel-mix findings, with the counters as context.
-        ctx = [Evidence("SM / tensor activity (GPU_METRICS)", round(act, 2), "%", "", _SOURCE),
-               Evidence("DRAM bandwidth (GPU_METRICS)", round(dram, 2), "%", "", _SOURCE)]
-        return [replace(f, evidence=f.evidence + ctx) if f.id in ("algorithm/compute-bound", "machine/bandwidth") else f
-                for f in found]
-    old = next((f for f in found if f.id == fid), None)
-    mix_ctx = [replace(e, threshold="", meets=None, metric="kernel mix: " + e.metric) for e in (old.evidence if old else [])
-               if not e.metric.startswith("GPU busy")]
-    rest = [f for f in found if f.id not in ("algorithm/compute-bound", "machine/bandwidth")]
-    new = Finding(fid, axis, "high" if saturated else "info", title, compute_pct, ev + mix_ctx, detail)
-    return rest + [new]
+        return {"compute": 1.0}, [line(a_name, act, t["compute_active"], "≥"), line(d_name, dram, t["compute_dram_max"], "<"), samples]
+    if dram >= t["memory_dram"].value and act < t["memory_active_max"].value:
+        return {"memory": 1.0}, [line(d_name, dram, t["memory_dram"], "≥"), line(a_name, act, t["memory_active_max"], "<"), samples]
+    return None
+
+
+def counter_context(s: CounterSummary | None) -> list[Evidence]:
+    """The counters as context lines, where they decide nothing."""
+    if s is None or s.compute_activity_pct is None or s.dram_bandwidth_pct is None:
+        return []
+    return [Evidence("SM / tensor activity (GPU_METRICS)", round(s.compute_activity_pct, 2), "%", "", _SOURCE),
+            Evidence("DRAM bandwidth (GPU_METRICS)", round(s.dram_bandwidth_pct, 2), "%", "", _SOURCE)]

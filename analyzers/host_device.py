@@ -17,14 +17,8 @@ import numpy as np
 
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.breakdown import SYNC_CALL
-from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.steps import StepSegmentation, name_mask
-from trainscope.analyzers.verdict import Evidence, Finding
 from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace
-
-
-# Below this share a sync costs nothing worth a line (one sync at the end of a profiled region).
-_REPORTED_PCT = 0.5
 
 
 @dataclass(frozen=True)
@@ -76,6 +70,10 @@ def blocking_syncs(trace: Trace, segmentation: StepSegmentation, device: int | N
         on = (t.device == device) if device is not None else np.ones(len(t), bool)
         gpu_starts.append(t.ts[on])
     starts = np.sort(np.concatenate(gpu_starts))
+    if not len(starts):  # no GPU work to drain: a sync costs the GPU nothing
+        names, counts = np.unique(r.name[sel], return_counts=True)
+        return BlockingSyncs(int(sel.sum()), float(sel.sum()) / max(1, len(ws)), int(r.dur[sel].sum()), 0, step_ns,
+                             {trace.strings[n]: int(c) for n, c in zip(names, counts)})
     ends = r.end[sel]
     nxt = np.searchsorted(starts, ends, side="left")
     has_next = nxt < len(starts)
@@ -89,33 +87,3 @@ def blocking_syncs(trace: Trace, segmentation: StepSegmentation, device: int | N
         bubble_ns=int(bubble.sum()), step_ns=step_ns,
         by_name={trace.strings[n]: int(c) for n, c in zip(names, counts)},
     )
-
-
-def host_device_findings(p: PageableCopies, s: BlockingSyncs, rules: Rules) -> list[Finding]:
-    out: list[Finding] = []
-    if p.count:
-        t = rules["pageable_copy.moderate"]
-        sev = "moderate" if p.share_pct >= t.value else "info"
-        out.append(Finding(
-            "data/pageable-copies", "data", sev, "Host-to-device copies from pageable memory", p.share_pct,
-            [Evidence("GPU time in pageable host-to-device copies", round(p.share_pct, 2), t.unit, f"≥ {t.value:g}",
-                      t.source, p.share_pct >= t.value),
-             Evidence("pageable host-to-device copies in the steps", p.count, "copies", "", "trace: memcpy srcKind pageable"),
-             Evidence("bytes copied from pageable memory", round(p.bytes / 2**20, 2), "MiB", "", "measured")],
-            "each copy is staged through a driver bounce buffer: the host blocks and the copy cannot overlap compute",
-        ))
-    if s.count and s.bubble_pct >= _REPORTED_PCT:
-        t = rules["sync.bubble_moderate"]
-        high = rules.value("sync.high")
-        sev = "high" if s.bubble_pct >= high else "moderate" if s.bubble_pct >= t.value else "info"
-        calls = ", ".join(f"{n} ×{c}" for n, c in sorted(s.by_name.items(), key=lambda x: -x[1])[:3])
-        out.append(Finding(
-            "host/blocking-sync", "algorithm", sev, "Blocking host-device synchronizations inside the step", s.bubble_pct,
-            [Evidence("GPU idle after syncs (capped at the host's blocked time)", round(s.bubble_pct, 2), t.unit,
-                      f"≥ {t.value:g}", t.source, s.bubble_pct >= t.value),
-             Evidence("synchronizing calls per step", round(s.per_step, 2), "calls", "", f"trace: {calls}"),
-             Evidence("host time blocked in them", round(s.host_ns / 1e6, 3), "ms", "", "measured")],
-            "each sync drains the GPU queue (.item(), .cpu(), print(loss), torch.cuda.synchronize()); the GPU then "
-            "waits for the host to issue the next kernel",
-        ))
-    return out

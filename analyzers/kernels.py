@@ -6,6 +6,7 @@ kernels ``cudnn::bn_*``; convolution before GEMM, because implicit-GEMM convolut
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ TENSOR_CORE_PATTERN = re.compile(
 _COMPILED = tuple((cls, re.compile(rx, re.I)) for cls, rx in KERNEL_CLASS_RULES)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # long C++ names through many regexes: the analysis asks several times
 def classify_kernel(name: str) -> str:
     for cls, rx in _COMPILED:
         if rx.search(name):
@@ -50,8 +52,19 @@ def classify_kernel(name: str) -> str:
     return "other"
 
 
+# Names that spell out FP32 (or FP64) operands without TF32: FFMA/DFMA kernels, whatever their
+# family prefix (``sm80_xmma_gemm_f32f32_f32f32_f32…`` is an xmma kernel on CUDA cores).
+NON_TENSOR_PATTERN = re.compile(r"f32f32_f32f32|f64f64|sgemm|dgemm|_ffma|_dfma|scudnn(?!.*(h|bf)\d)", re.I)
+
+
 def uses_tensor_cores(name: str, kernel_class: str) -> bool:
-    return kernel_class in HIGH_INTENSITY and bool(TENSOR_CORE_PATTERN.search(name))
+    """Name-based, for kernels whose operator gave no precision: the roofline decides from the
+    operator's dtype first (:mod:`roofline`)."""
+    if kernel_class not in HIGH_INTENSITY:
+        return False
+    if NON_TENSOR_PATTERN.search(name) and not re.search(r"tf32|tensorop|hmma|h\d{3,5}gemm|bf16|f16", name, re.I):
+        return False
+    return bool(TENSOR_CORE_PATTERN.search(name))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from trainscope.analyzers.findings import live_fix_table
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.verdict import Evidence, Finding, Verdict
 from trainscope.traces.samples import THROTTLE_REASONS, Snapshot
@@ -465,27 +466,8 @@ def live_verdict(s: WindowStats, found: list[Finding], rules: Rules) -> Verdict:
     return Verdict("balanced", 0.5, None, f"the GPU is busy {s.gpu_util:.0f} % of the time and {why}", [busy_ev])
 
 
-_FIXES = {
-    "data/input-wait": ("Load batches in parallel worker processes and prefetch them",
-                        "DataLoader(dataset, batch_size=..., num_workers=8,  # ≈ CPU cores per GPU\n"
-                        "           pin_memory=True, prefetch_factor=2, persistent_workers=True)"),
-    "data/loader-cpu": ("Give the input pipeline more CPU, or do less work per sample",
-                        "DataLoader(..., num_workers=<more>, persistent_workers=True)\n"
-                        "# move decoding/augmentation to the GPU (e.g. NVIDIA DALI, torchvision.transforms.v2 on tensors)"),
-    "data/io-wait": ("Read the data faster: local SSD, larger sequential reads, a cache",
-                     "# copy the data set to local NVMe, use a sharded/streaming format (WebDataset, MosaicML streaming)"),
-    "machine/capacity": ("Cut activation memory (checkpointing, mixed precision)",
-                         "from torch.utils.checkpoint import checkpoint\nout = checkpoint(block, x, use_reentrant=False)"),
-    "algorithm/compute-bound": ("Raise arithmetic efficiency (mixed precision, compiled kernels)",
-                                'with torch.autocast(device_type="cuda", dtype=torch.bfloat16):\n    loss = model(x)\n'
-                                'model = torch.compile(model)'),
-    "machine/bandwidth": ("Fuse memory-bound kernels (torch.compile; fused optimizers and attention)",
-                          "model = torch.compile(model)\nF.scaled_dot_product_attention(q, k, v)"),
-    "machine/throttling": ("Check cooling and power limits", "nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE"),
-    "machine/power-cap": ("Check the power limit and what the GPUs spend it on",
-                          "nvidia-smi -q -d POWER        # enforced vs default limit\n"
-                          "nvidia-smi -pl <watts>        # restore the default limit (needs admin rights)"),
-}
+# Finding id -> (fix title, change): declared with each finding in the registry.
+_FIXES = live_fix_table()
 
 
 def live_fixes(s: WindowStats, found: list[Finding]) -> list[Fix]:

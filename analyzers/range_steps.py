@@ -1,7 +1,8 @@
 """Steps from annotation ranges (NVTX, ``record_function``): a repeating top-level range named
 like a step (``ProfilerStep#N``, ``step 12``, ``train_step``, ``iteration 3``), or the range the
-user names with ``--step-range``. Also the whole-trace window of traces that cover a whole
-process (Nsight), which is the span of GPU activity rather than of process startup.
+user names with ``--step-range``; repeating numbered ranges (``Step 0 to 10``, ``IO 3``) that
+launch nearly all the GPU work. Also the window of traces without steps, which is the span of GPU
+activity (graph replays included) rather than of process startup and host work around it.
 """
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ STEP_LIKE = re.compile(
     r"^(ProfilerStep#\d+|(train(ing)?[ _-]?)?(step|iter(ation)?|batch)([ _#:=-]*\d+)?|train(ing)?[ _-]?(step|iter(ation)?))$",
     re.I,
 )
-# Traces that record the whole process (startup, imports, CUDA init) rather than a chosen window.
-WHOLE_PROCESS_FORMATS = ("nsys-sqlite",)
 _MOSTLY_INSIDE = 0.9
 
 
@@ -114,9 +113,89 @@ def launched_work_end(trace: Trace, start_ns: int, end_ns: int) -> int:
     return max(ends, default=start_ns)
 
 
+def _numbered_groups(trace: Trace) -> dict[str, list[Step]]:
+    """Top-level host ranges grouped by name with numbers generalized (``IO 3`` → ``IO N``),
+    groups of two or more ranges only."""
+    a = trace.annotations
+    if not len(a):
+        return {}
+    host = a.device < 0
+    groups: dict[str, list[int]] = {}
+    keys = {i: re.sub(r"\d+", "N", trace.strings[i]) for i in np.unique(a.name[host]).tolist()}
+    for row in np.flatnonzero(host).tolist():
+        groups.setdefault(keys[int(a.name[row])], []).append(row)
+    out = {}
+    for key, rows in groups.items():
+        if len(rows) < 2:
+            continue
+        r = np.array(rows)
+        steps = _top_level(a.ts[r], a.end[r], [trace.strings[i] for i in a.name[r]])
+        if len(steps) >= 2:
+            out[key] = steps
+    return out
+
+
+def _launched_share(trace: Trace, steps: list[Step]) -> float:
+    """Share (%) of GPU kernel time launched by runtime calls inside ``steps``."""
+    k, r = trace.kernels, trace.runtime
+    total = float(k.dur.sum())
+    if not total or not len(r):
+        return 0.0
+    starts = np.array([s.start_ns for s in steps], np.int64)
+    ends = np.array([s.end_ns for s in steps], np.int64)
+    i = np.searchsorted(starts, r.ts, side="right") - 1
+    inside = (i >= 0) & (r.ts < ends[np.clip(i, 0, None)]) & (r.correlation >= 0)
+    launched = np.isin(k.correlation, r.correlation[inside]) & (k.correlation >= 0)
+    return 100.0 * float(k.dur[launched].sum()) / total
+
+
+def tiling_range_steps(trace: Trace, min_share_pct: float) -> StepSegmentation | None:
+    """Steps from repeating top-level ranges (``Step 0 to 10``, ``IO 3``, a scheduler's per-batch
+    range) that launch at least ``min_share_pct`` % of the GPU kernel time: they tile the GPU work.
+    Each step runs from its range's start to the next one's; the last lasts one median period
+    (cut at the trace's end) and at least until the work it launched is done. None when no group
+    tiles the work."""
+    if not len(trace.kernels):
+        return None
+    best = None
+    for key, steps in _numbered_groups(trace).items():
+        share = _launched_share(trace, steps)
+        if share >= min_share_pct and (best is None or share > best[1]):
+            best = (key, share, steps)
+    if best is None:
+        return None
+    key, share, steps = best
+    out = []
+    period = int(np.median(np.diff([s.start_ns for s in steps])))
+    for i, st in enumerate(steps):
+        if i + 1 < len(steps):
+            end = steps[i + 1].start_ns
+        else:  # the last: one period (within the trace), and at least until the work it launched is done
+            end = max(st.end_ns, min(st.start_ns + period, trace.span_ns[1]),
+                      launched_work_end(trace, st.start_ns, st.end_ns))
+        label = st.label if len(set(s.label for s in steps)) == len(steps) else f"{st.label} {i + 1}"
+        out.append(Step(label, st.start_ns, int(end)))
+    return StepSegmentation("annotation_range", out,
+                            f"{len(out)} steps from the repeating {key!r} ranges, which launch {share:.0f} % of the GPU "
+                            f"kernel time (--step-range to choose other ranges)")
+
+
+_OFFER_SHARE = 25.0  # a range group launching less of the GPU work than this cannot be the step
+
+
+def offered_ranges(trace: Trace, n: int = 3) -> str:
+    """Repeating top-level ranges that launch a fair share of the GPU work (but not enough to tile
+    it), most first, for the user to pick with --step-range."""
+    scored = [(k, v, _launched_share(trace, v)) for k, v in _numbered_groups(trace).items()]
+    groups = sorted((x for x in scored if x[2] >= _OFFER_SHARE), key=lambda x: -x[2])[:n]
+    return ", ".join(f"{k!r} ×{len(v)} ({share:.0f} % of kernel time)" for k, v, share in groups)
+
+
 def whole_window(trace: Trace) -> tuple[int, int, str]:
-    """The window analyzed when no steps are marked, and how it was chosen."""
-    if trace.format in WHOLE_PROCESS_FORMATS and trace.has_gpu_activity:
+    """The window analyzed when no steps are marked, and how it was chosen: the span of GPU
+    activity (graph replays included) whenever there is any — host start-up before the first
+    GPU operation and host work after the last are not step time."""
+    if trace.has_gpu_activity:
         starts = [int(t.ts.min()) for t in (trace.kernels, trace.copies, trace.memsets) if len(t)]
         ends = [int(t.end.max()) for t in (trace.kernels, trace.copies, trace.memsets) if len(t)]
         lo, hi = min(starts), max(ends)
@@ -130,7 +209,10 @@ def whole_window(trace: Trace) -> tuple[int, int, str]:
         right = host & (a.ts < hi) & (a.end > hi)
         lo = min(lo, int(a.ts[left].min())) if left.any() else lo
         hi = max(hi, int(a.end[right].max())) if right.any() else hi
-        return lo, hi, ("the span of GPU activity (first to last GPU operation, widened to the ranges open at its "
-                        "edges; the trace also covers process startup)")
+        t_lo, t_hi = trace.span_ns
+        left_out = (lo - t_lo) + (t_hi - hi)
+        out = f"; {left_out / 1e6:.1f} ms of host-only time before and after it left out" if left_out >= 1e5 else ""
+        return lo, hi, (f"the span of GPU activity, {(hi - lo) / 1e6:.1f} ms (first to last GPU operation, widened to the "
+                        f"ranges open at its edges{out})")
     lo, hi = trace.span_ns
     return lo, hi, "the whole trace"

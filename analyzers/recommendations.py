@@ -10,8 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainscope.analyzers.breakdown import Breakdown
+from trainscope.analyzers.context import Context
 from trainscope.analyzers.devices import DeviceSpec
-from trainscope.analyzers.verdict import Finding
+from trainscope.analyzers import findings as registry
+from trainscope.analyzers.findings.base import Finding, Fix
+from trainscope.analyzers.fix_text import fix_text
+from trainscope.analyzers.host_idle import COLD_START_DETAIL
+from trainscope.analyzers.rules import Rules
 
 
 @dataclass(frozen=True)
@@ -42,98 +47,69 @@ def _remove(b: Breakdown, removed_frac: float, busy_time: bool = False) -> tuple
     return 1.0 / left, f"1 / max(1 − {removed_frac:.3f}, GPU busy {busy:.3f})"
 
 
-def recommend(found: list[Finding], b: Breakdown, spec: DeviceSpec | None, device_name: str | None) -> list[Recommendation]:
-    by_id = {f.id: f for f in found}
+def data_wait_pct(f: Finding, b: Breakdown) -> float:
+    """The input time a loader fix can remove: the host's measured DataLoader wait, or the GPU idle
+    the input sink holds (host preprocessing counts there too), whichever is larger."""
+    return max(b.data_wait_pct, f.stake_pct)
+
+
+def project(f: Finding, fx: Fix, b: Breakdown, spec: DeviceSpec | None,
+            device_name: str | None) -> tuple[float | None, str]:
+    """The projected speedup bound of fix ``fx`` for finding ``f``, and its basis with the numbers."""
+    stake = f.stake_pct
+    if fx.projection == "idle":
+        s, basis = _remove(b, stake / 100)
+    elif fx.projection == "busy":
+        s, basis = _remove(b, stake / 100, busy_time=True)
+    elif fx.projection == "data-wait":
+        wait = data_wait_pct(f, b)
+        s, basis = _remove(b, wait / 100)
+        return s, f"{fx.basis.format(stake=stake, wait=wait)}: {basis}"
+    elif fx.projection == "amdahl":
+        if spec is None:
+            return None, f"no projection: {device_name or 'the device'} is not in the device table"
+        g = stake / 100
+        ratio = spec.tensor_tflops / spec.fp32_tflops
+        return 1.0 / ((1 - g) + g / ratio), (
+            f"1 / ((1 − g) + g / s) with g = {g:.3f} (non-tensor-core GEMM/conv share of step time) and "
+            f"s = {spec.tensor_tflops:g} / {spec.fp32_tflops:g} TFLOP/s = {ratio:.1f} ({spec.key} peaks)")
+    else:
+        return None, fx.basis
+    return s, f"{fx.basis.format(stake=stake, wait=stake)}: {basis}"
+
+
+def recommend(found: list[Finding], b: Breakdown, spec: DeviceSpec | None, device_name: str | None,
+              ctx: Context | None = None, rules: Rules | None = None) -> list[Recommendation]:
+    """The fix of every finding that has one (from the registry), ranked by projected gain. ``ctx``
+    (the run's context) picks the wording and code of each fix; None reads as PyTorch training. A fix
+    projected below ``fix.min_speedup`` is left out: its finding stays, a ranked fix would be noise."""
+    rules = rules or Rules()
+    min_gain = rules.value("fix.min_speedup")
+    ids = {f.id for f in found}
     step = b.step_ms.mean
+    single = any("num_workers=0" in e.metric for f in found if f.id == "data/input-wait" for e in f.evidence)
+    bf16 = spec is not None and spec.has_tensor_cores("bf16")  # no bf16 tensor cores on V100, T4, Turing
     recs: list[Recommendation] = []
-
-    def add(rid: str, fid: str, title: str, change: str, speedup: float | None, basis: str) -> None:
-        recs.append(Recommendation(rid, fid, title, change, None if speedup is None else round(speedup, 3),
+    seen: set[str] = set()
+    for f in found:
+        decl = registry.spec(f.id)
+        fx = decl.fix_for(ctx) if decl is not None else None
+        if fx is None or fx.rec_id in seen or any(x in ids for x in fx.superseded_by):
+            continue
+        speedup, basis = project(f, fx, b, spec, device_name)
+        cold = f.detail == COLD_START_DETAIL  # first-call loading: paid once per process, not per step
+        if cold:
+            speedup, basis = None, f"no projection: {f.stake_pct:.1f} % of this window is first-call loading, paid once per process"
+        if speedup is not None and speedup < min_gain:
+            continue
+        if f.id == "machine/capacity" and ctx is not None and not ctx.training:
+            basis = "no speed projection: frees memory for larger batches"
+        rec_id = fx.rec_id
+        title, change = fx.render(ctx, single_loader=single, bf16=bf16)
+        if cold and (ft := fix_text(f.id, ctx, cold_start=True)) is not None:
+            rec_id, title, change = ft.rec_id, ft.title, ft.change  # warm up before profiling
+        seen.add(fx.rec_id)
+        recs.append(Recommendation(rec_id, f.id, title, change, None if speedup is None else round(speedup, 3),
                                    None if speedup is None else round(step / speedup, 2), basis))
-
-    if f := by_id.get("data/input-wait"):
-        s, basis = _remove(b, b.data_wait_pct / 100)
-        single = any("num_workers=0" in e.metric for e in f.evidence)
-        add("dataloader-workers", f.id,
-            "Load batches in parallel worker processes and prefetch them" if single else
-            "Prefetch more batches and add DataLoader workers",
-            "DataLoader(dataset, batch_size=..., num_workers=8,  # ≈ CPU cores per GPU\n"
-            "           pin_memory=True, prefetch_factor=2, persistent_workers=True)",
-            s, f"removing the {b.data_wait_pct:.1f} % data wait: {basis}")
-    if f := by_id.get("data/copies"):
-        s, basis = _remove(b, f.stake_pct / 100, busy_time=True)
-        add("overlap-copies", f.id, "Overlap host-to-device copies with compute (pinned memory, non_blocking)",
-            "DataLoader(..., pin_memory=True)\nx = x.to(device, non_blocking=True)", s,
-            f"hiding the {f.stake_pct:.1f} % copy-only time: {basis}")
-    if f := by_id.get("data/pageable-copies"):
-        s, basis = _remove(b, f.stake_pct / 100, busy_time=True)
-        add("pin-memory", f.id, "Copy from pinned memory, asynchronously",
-            "DataLoader(..., pin_memory=True)             # batches land in page-locked memory\n"
-            "x = x.to(device, non_blocking=True)          # copy overlaps compute\n"
-            "# tensors built on the host each step: t.pin_memory() once, reuse the buffer",
-            s, f"if the {f.stake_pct:.1f} % pageable-copy time were hidden behind compute: {basis}")
-    if f := by_id.get("host/blocking-sync"):
-        s, basis = _remove(b, f.stake_pct / 100)
-        add("remove-blocking-syncs", f.id, "Take synchronizations out of the step",
-            "running_loss += loss.detach()              # not loss.item() every step\n"
-            "if step % 100 == 0: print(running_loss.item() / 100)  # sync rarely\n"
-            "# drop torch.cuda.synchronize() and .cpu() from the training loop",
-            s, f"removing the {f.stake_pct:.1f} % GPU idle after syncs: {basis}")
-    if f := by_id.get("machine/unfused-attention"):
-        s, basis = _remove(b, f.stake_pct / 100, busy_time=True)
-        add("fused-attention", f.id, "Use fused attention (SDPA / FlashAttention)",
-            "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
-            "# replaces scores = q @ k.transpose(-2, -1) / sqrt(d); mask; softmax; @ v",
-            s, f"if the {f.stake_pct:.1f} % memory-bound attention time vanished (fused kernels still do the "
-               f"matmuls, so real gains are smaller): {basis}")
-    if f := by_id.get("host/launch-overhead"):
-        s, basis = _remove(b, f.stake_pct / 100)
-        add("reduce-launch-overhead", f.id, "Launch fewer, larger kernels (CUDA graphs / torch.compile, bigger batches)",
-            'model = torch.compile(model, mode="reduce-overhead")  # captures CUDA graphs\n'
-            "optimizer = torch.optim.AdamW(params, fused=True)     # one kernel per step, not per tensor",
-            s, f"removing the {f.stake_pct:.1f} % GPU idle during host work: {basis}")
-    if f := by_id.get("host/sync"):
-        s, basis = _remove(b, f.stake_pct / 100)
-        add("remove-syncs", f.id, "Remove host-device synchronizations from the step",
-            "# keep metrics on the GPU; read them every N steps, not every step\n"
-            "running_loss += loss.detach()        # not loss.item()\n"
-            "x = x.to(device, non_blocking=True)  # not a blocking copy",
-            s, f"removing the {f.stake_pct:.1f} % GPU idle during syncs: {basis}")
-    if f := by_id.get("comm/unoverlapped"):
-        s, basis = _remove(b, f.stake_pct / 100, busy_time=True)
-        add("overlap-communication", f.id, "Overlap gradient communication with the backward pass",
-            "model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)\n"
-            "# with gradient accumulation: `with model.no_sync():` on all but the last micro-step",
-            s, f"hiding the {f.stake_pct:.1f} % unoverlapped communication: {basis}")
-    if f := by_id.get("algorithm/no-tensor-cores"):
-        g = f.stake_pct / 100
-        bf16 = spec is not None and spec.key not in ("V100", "RTX 2080 Ti")
-        dtype = "torch.bfloat16" if bf16 else "torch.float16"
-        change = (f'with torch.autocast(device_type="cuda", dtype={dtype}):\n    loss = model(x).loss'
-                  + ("" if bf16 else "\nscaler = torch.amp.GradScaler()  # fp16 needs loss scaling"))
-        if spec is not None:
-            ratio = spec.tensor_tflops / spec.fp32_tflops
-            s = 1.0 / ((1 - g) + g / ratio)
-            basis = (f"1 / ((1 − g) + g / s) with g = {g:.3f} (non-tensor-core GEMM/conv share of step time) and "
-                     f"s = {spec.tensor_tflops:g} / {spec.fp32_tflops:g} TFLOP/s = {ratio:.1f} ({spec.key} peaks)")
-        else:
-            s, basis = None, f"no projection: {device_name or 'the device'} is not in the device table"
-        add("mixed-precision", f.id, "Use mixed precision so GEMMs and convolutions run on tensor cores", change, s, basis)
-    if f := by_id.get("machine/bandwidth"):
-        s, basis = _remove(b, f.stake_pct / 100, busy_time=True)
-        add("fuse-memory-bound", f.id, "Fuse memory-bound kernels (torch.compile; fused optimizers and attention)",
-            "model = torch.compile(model)\n"
-            "F.scaled_dot_product_attention(q, k, v)  # fused attention instead of softmax(QK^T)V",
-            s, f"if the {f.stake_pct:.1f} % memory-bound kernel time vanished entirely (fusion shrinks it, "
-               f"so real gains are smaller): {basis}")
-    if f := by_id.get("algorithm/compute-bound"):
-        if "algorithm/no-tensor-cores" not in by_id:
-            add("compute-efficiency", f.id, "Already on tensor cores: raise arithmetic efficiency",
-                "model = torch.compile(model, mode=\"max-autotune\")\n# larger batch per GPU if memory allows; FlashAttention via SDPA",
-                None, "no projection: compute-bound on tensor cores; gains depend on kernel efficiency (see MFU)")
-    if f := by_id.get("machine/capacity"):
-        add("reduce-memory", f.id, "Cut activation memory (checkpointing, mixed precision)",
-            "from torch.utils.checkpoint import checkpoint\nout = checkpoint(block, x, use_reentrant=False)",
-            None, "no speed projection: frees memory for larger batches (recomputation costs ~⅓ more forward time)")
     recs.sort(key=lambda r: -(r.projected_speedup or 0.0))
     return recs

@@ -11,6 +11,17 @@ segments). That needs nothing from before the trace began.
 
 Fragmentation is memory the allocator holds (reserved) but no tensor uses (allocated): at the
 moment reserved memory peaks, ``(reserved − allocated) / reserved``.
+
+Every snapshot era reads the same way: PyTorch 2.0 (blocks without addresses, stacks under
+``history``), 2.1+ (``frames``, ``device_traces``) and snapshots without any allocator events (the
+state at the dump comes from the segments' block states alone).
+
+Out of memory: an ``oom`` event records the request that failed and the device's free bytes. The
+OOM is **fragmentation** when the memory the allocator held free in its cache plus the device's
+free memory would have held the request but no free block was large enough; it is **capacity**
+when even all of that would not. Without an ``oom`` event (the trace ring buffer may keep only the
+last few events), a snapshot whose allocator holds (almost) no cached free memory ends at its
+limit: any OOM there is a capacity OOM, since there is nothing to defragment.
 """
 from __future__ import annotations
 
@@ -63,6 +74,7 @@ class DeviceSnapshotMemory:
     series_allocated: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
     series_reserved: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
     notes: list[str] = field(default_factory=list)
+    oom: "OomAssessment | None" = None
 
     @property
     def fragmentation_pct(self) -> float:
@@ -70,6 +82,46 @@ class DeviceSnapshotMemory:
         if not self.peak_reserved:
             return 0.0
         return 100.0 * (self.peak_reserved - self.allocated_at_peak_reserved) / self.peak_reserved
+
+
+@dataclass(frozen=True)
+class OomAssessment:
+    status: str  # "oom" (an oom event was recorded) | "at_limit" (no cached free memory left) | "none"
+    kind: str | None  # "capacity" | "fragmentation" for oom / at_limit; None otherwise
+    requested: int | None  # bytes of the failed request (oom events)
+    device_free: int | None  # the device's free bytes at the failure (oom events)
+    cached_free: int  # inactive bytes the allocator held at the dump
+    largest_free_block: int
+    reserved: int
+    evidence: list[str]
+
+    @property
+    def ended_in_oom(self) -> bool | None:
+        """True with an oom event; None where the state fits an OOM but none is recorded; False otherwise."""
+        return True if self.status == "oom" else None if self.status == "at_limit" else False
+
+
+def assess_oom(m: "DeviceSnapshotMemory", tr: DeviceTrace | None, slack_pct: float = 1.0) -> OomAssessment:
+    """Whether the snapshot ends in (or at the edge of) an out-of-memory error, and which kind."""
+    free, largest, res = m.inactive_end_bytes, m.largest_inactive_block, m.end_reserved
+    gib = lambda b: f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"  # noqa: E731
+    if tr is not None and len(tr) and (tr.action == A["oom"]).any():
+        i = int(np.flatnonzero(tr.action == A["oom"])[-1])
+        req, dev_free = int(tr.size[i]), int(tr.addr[i])
+        usable = free + dev_free
+        kind = "fragmentation" if req <= usable else "capacity"
+        ev = [f"the last oom event asked for {gib(req)}; the device had {gib(dev_free)} free and the allocator "
+              f"{gib(free)} cached free (largest block {gib(largest)})",
+              ("enough memory was free in total but in no block large enough: fragmentation" if kind == "fragmentation"
+               else "more than all free memory (device and cache) together: capacity")]
+        return OomAssessment("oom", kind, req, dev_free, free, largest, res, ev)
+    if res and 100.0 * free / res < slack_pct:
+        ev = [f"no oom event recorded ({m.events:,} allocator events kept); at the dump the allocator holds "
+              f"{gib(free)} cached free, {100.0 * free / res:.2f} % of {gib(res)} reserved (largest block {gib(largest)})",
+              "nothing is left to reuse or defragment: the next allocation needs new device memory, so an "
+              "out-of-memory error here is a capacity OOM"]
+        return OomAssessment("at_limit", "capacity", None, None, free, largest, res, ev)
+    return OomAssessment("none", None, None, None, free, largest, res, [])
 
 
 _BACKWARD_NODE = re.compile(r"autograd::generated::(\w+)::apply")
@@ -100,11 +152,13 @@ def site_of(frames: list) -> str:
     return "unknown (no Python frame recorded)"
 
 
-def snapshot_memory(snap: Snapshot, top: int = 10) -> list[DeviceSnapshotMemory]:
+def snapshot_memory(snap: Snapshot, top: int = 10, oom_slack_pct: float = 1.0) -> list[DeviceSnapshotMemory]:
     out = []
     for dev in snap.devices:
         trace = next((t for t in snap.traces if t.device == dev), None)
-        out.append(_device(snap, dev, trace, top))
+        m = _device(snap, dev, trace, top)
+        m.oom = assess_oom(m, trace, oom_slack_pct)
+        out.append(m)
     return out
 
 
@@ -117,7 +171,8 @@ def _device(snap: Snapshot, dev: int, tr: DeviceTrace | None, top: int) -> Devic
     end_res = sum(s.total_size for s in segs)
     inactive = [b.size for s in segs for b in s.blocks if b.state == "inactive"]
     notes: list[str] = []
-    n = len(tr) if tr is not None else 0
+    real = (tr.action != A["snapshot"]) & (tr.action != A["other"]) if tr is not None else np.zeros(0, bool)
+    n = int(real.sum())
     if n == 0:
         notes.append("no allocator events recorded: peaks are the state at the dump (record them with "
                      "torch.cuda.memory._record_memory_history() before the step)")
@@ -229,18 +284,43 @@ def _phase(snap: Snapshot, dev: int, t_us: int | None) -> str | None:
 
 
 def snapshot_findings(mem: list[DeviceSnapshotMemory], capacity_bytes: float | None, rules: Rules) -> list[Finding]:
-    """``machine/capacity`` (peak near or over the device's memory, or an OOM recorded) and
-    ``machine/fragmentation`` (a large share of reserved memory holds no tensor)."""
+    """``machine/capacity`` (an OOM that all free memory could not have met, a snapshot at its limit,
+    or a peak near the device's memory) and ``machine/fragmentation`` (an OOM with enough free
+    memory in too-small blocks, or a large share of reserved memory holding no tensor)."""
     out: list[Finding] = []
     cap_t, frag_t = rules["memory.capacity"], rules["memory.fragmentation"]
     for m in mem:
         frag_ev = Evidence("reserved but unallocated at the reserved peak", round(m.fragmentation_pct, 2),
                            frag_t.unit, f"≥ {frag_t.value:g}", frag_t.source, m.fragmentation_pct >= frag_t.value)
-        if m.oom_events:
-            out.append(Finding("machine/capacity", "machine", "high", f"GPU {m.device} ran out of memory", 0.0,
-                               [Evidence("out-of-memory events in the trace", m.oom_events, "events", "OOM seen",
-                                         "TensorBoard profiler plugin; the textbook's decision flowchart (OOM seen: high)", True), frag_ev],
-                               "the allocator could not satisfy a request"))
+        o = m.oom
+        if o is not None and o.status == "oom":
+            ev = [Evidence("out-of-memory events in the trace", m.oom_events, "events", "OOM seen",
+                           "TensorBoard profiler plugin; the textbook's decision flowchart (OOM seen: high)", True),
+                  Evidence("failed request", round(o.requested / 2**20, 1), "MiB", "", "trace: oom event", None),
+                  Evidence("device free + allocator cached free at the failure",
+                           round((o.device_free + o.cached_free) / 2**20, 1), "MiB", "", "trace: oom event; segments", None),
+                  frag_ev]
+            if o.kind == "fragmentation":
+                out.append(Finding("machine/fragmentation", "machine", "high",
+                                   f"GPU {m.device} ran out of memory through fragmentation", 0.0, ev,
+                                   "enough memory was free in total, in blocks too small for the request; "
+                                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow instead"))
+                continue
+            out.append(Finding("machine/capacity", "machine", "high", f"GPU {m.device} ran out of memory (capacity)", 0.0,
+                               ev, "the request exceeded all free memory, device and cache together: a capacity OOM"))
+        elif o is not None and o.status == "at_limit":
+            out.append(Finding("machine/capacity", "machine", "high",
+                               f"GPU {m.device} ends at its memory limit: a capacity OOM, not fragmentation", 0.0,
+                               [Evidence("allocator cached free at the dump, share of reserved",
+                                         round(100.0 * o.cached_free / o.reserved, 3), "% of reserved memory",
+                                         f"< {rules.value('memory.oom_slack'):g}", rules["memory.oom_slack"].source, True),
+                                Evidence("allocated at the dump", round(m.end_allocated / 2**30, 3), "GiB", "",
+                                         "segments: active_allocated blocks (requested bytes)", None),
+                                Evidence("reserved at the dump", round(m.end_reserved / 2**30, 3), "GiB", "",
+                                         "segments: total_size", None)],
+                               "every reserved byte holds a tensor: nothing is left to reuse or defragment, so the next "
+                               "allocation needs new device memory (no oom event is recorded; the trace keeps "
+                               f"{m.events:,} allocator events)"))
         elif capacity_bytes:
             pct = 100.0 * m.peak_reserved / capacity_bytes
             if pct >= cap_t.value:

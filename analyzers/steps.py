@@ -10,7 +10,7 @@ of GPU activity) as one window, said plainly. Range-based rules live in ``range_
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -38,6 +38,17 @@ class StepSegmentation:
     method: str  # "profiler_step" | "iteration_markers" | "whole_trace"
     steps: list[Step]
     note: str
+    # First/last steps far shorter than the others (a ProfilerStep opened as recording stopped):
+    # left out of ``steps`` and every statistic, named in a warning.
+    stubs: tuple[Step, ...] = ()
+
+    @property
+    def stub_note(self) -> str | None:
+        if not self.stubs:
+            return None
+        names = ", ".join(f"{s.label} ({s.duration_ns / 1e3:.0f} µs)" for s in self.stubs)
+        return (f"stub step{'s' * (len(self.stubs) > 1)} left out of the statistics: {names} — far shorter than the "
+                "other steps (recording stopped or started inside it)")
 
     @property
     def starts(self) -> np.ndarray:
@@ -65,8 +76,34 @@ def name_mask(trace: Trace, pattern: re.Pattern) -> np.ndarray:
     return np.array([bool(pattern.search(s)) for s in trace.strings], bool)
 
 
-def segment_steps(trace: Trace, step_range: str | None = None) -> StepSegmentation:
-    """Steps of ``trace``; ``step_range`` names the annotation range that marks one step."""
+def segment_steps(trace: Trace, step_range: str | None = None, rules=None) -> StepSegmentation:
+    """Steps of ``trace``; ``step_range`` names the annotation range that marks one step. Stub
+    steps at either end (``step.stub_fraction``) are set apart (:attr:`StepSegmentation.stubs`)."""
+    from trainscope.analyzers.rules import Rules
+
+    rules = rules or Rules()
+    seg = _segment(trace, step_range, rules)
+    return drop_stubs(seg, rules.value("step.stub_fraction"))
+
+
+def drop_stubs(seg: StepSegmentation, fraction: float) -> StepSegmentation:
+    """``seg`` without first/last steps shorter than ``fraction`` × the median of the others."""
+    steps = list(seg.steps)
+    if len(steps) < 2 or seg.method == "whole_trace":
+        return seg
+    stubs: list[Step] = []
+    for end in (-1, 0):  # the last step first: a profiler stopped mid-step is the usual case
+        if len(steps) < 2:
+            break
+        others = np.median([s.duration_ns for i, s in enumerate(steps) if i != (end % len(steps))])
+        if steps[end].duration_ns < fraction * others:
+            stubs.append(steps.pop(end))
+    if not stubs:
+        return seg
+    return replace(seg, steps=steps, stubs=tuple(sorted(stubs, key=lambda s: s.start_ns)))
+
+
+def _segment(trace: Trace, step_range: str | None, rules) -> StepSegmentation:
     from trainscope.analyzers import range_steps  # it builds on this module's types
 
     if step_range:
@@ -98,15 +135,20 @@ def segment_steps(trace: Trace, step_range: str | None = None) -> StepSegmentati
             f"no ProfilerStep markers: {len(steps)} iterations delimited by repeating {what} annotations",
         )
 
+    tiled = range_steps.tiling_range_steps(trace, rules.value("step.range_tiling"))
+    if tiled is not None:
+        return tiled
+
     by_phase = range_steps.phase_steps(trace)
     if by_phase is not None:
         return by_phase
 
     lo, hi, what = range_steps.whole_window(trace)
+    offered = range_steps.offered_ranges(trace)
     return StepSegmentation(
         "whole_trace", [Step("whole trace", lo, hi)],
         f"no step markers (ProfilerStep#N, step-like ranges, optimizer or DataLoader annotations): {what} is "
-        "analyzed as one window",
+        "analyzed as one window" + (f"; repeating ranges that could mark steps: {offered} (--step-range NAME)" if offered else ""),
     )
 
 

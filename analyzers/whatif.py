@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainscope.analyzers import findings as registry
 from trainscope.analyzers.analysis import Analysis
+from trainscope.analyzers.recommendations import data_wait_pct
 
 
 @dataclass(frozen=True)
@@ -28,17 +30,21 @@ class Lever:
     busy_pct: float = 0.0  # GPU-busy time removed, % of step time
 
 
+def _pools() -> dict[str, tuple[str, ...]]:
+    """Pools with more than one fix (from the registry): their fixes overlap in the time they remove."""
+    out = {}
+    for name in registry.POOL_CATEGORIES:
+        members = registry.pool_members(name)
+        if len(members) > 1:
+            out[name] = members
+    return out
+
+
 # Fixes whose removals overlap draw from one pool: together they cannot remove more than the pool
 # holds. Pageable copies are a subset of all copies; GPU idle after a blocking sync is filed by the
 # breakdown under sync, launch/CPU overhead or "other" idle, where the other two levers also draw.
-POOLS: dict[str, tuple[str, ...]] = {
-    "copies": ("overlap-copies", "pin-memory"),
-    "host-idle": ("reduce-launch-overhead", "remove-syncs", "remove-blocking-syncs"),
-}
-POOL_CATEGORIES: dict[str, tuple[str, ...]] = {
-    "copies": ("copy",),
-    "host-idle": ("idle_sync", "idle_host_overhead", "idle_other"),
-}
+POOLS: dict[str, tuple[str, ...]] = _pools()
+POOL_CATEGORIES: dict[str, tuple[str, ...]] = {k: registry.POOL_CATEGORIES[k] for k in POOLS}
 
 
 def _pooled(a: Analysis, use: list[Lever], attr: str) -> float:
@@ -63,37 +69,26 @@ class Projection:
 
 
 def levers(a: Analysis) -> dict[str, Lever]:
-    """The lever of every recommendation of ``a`` that has a projection, by recommendation id."""
+    """The lever of every recommendation of ``a`` that has a projection, by recommendation id: what
+    time it removes comes from its finding's declaration (the fix's projection kind)."""
     b = a.breakdown
-    stake = {f.id: f.stake_pct for f in a.findings}
+    by_id = {f.id: f for f in a.findings}
     out: dict[str, Lever] = {}
     for r in a.recommendations:
-        if r.projected_speedup is None:
+        f = by_id.get(r.finding)
+        decl = registry.spec(r.finding)
+        fx = decl.fix_for(getattr(a, "context", None)) if decl is not None else None
+        if r.projected_speedup is None or f is None or fx is None:
             continue
-        if r.id == "dataloader-workers":
-            lever = Lever(r.id, "data loading fully overlapped with compute", idle_pct=b.data_wait_pct)
-        elif r.id == "overlap-copies":
-            lever = Lever(r.id, "host-to-device copies hidden behind compute", busy_pct=stake.get("data/copies", 0.0))
-        elif r.id == "reduce-launch-overhead":
-            lever = Lever(r.id, "no GPU idle during launches/CPU work", idle_pct=stake.get("host/launch-overhead", 0.0))
-        elif r.id == "remove-syncs":
-            lever = Lever(r.id, "no host-device synchronizations", idle_pct=stake.get("host/sync", 0.0))
-        elif r.id == "overlap-communication":
-            lever = Lever(r.id, "communication fully overlapped", busy_pct=stake.get("comm/unoverlapped", 0.0))
-        elif r.id == "mixed-precision" and a.device_spec is not None:
-            g = stake.get("algorithm/no-tensor-cores", 0.0)
+        if fx.projection == "idle":
+            lever = Lever(r.id, fx.whatif_label, idle_pct=f.stake_pct)
+        elif fx.projection == "data-wait":
+            lever = Lever(r.id, fx.whatif_label, idle_pct=data_wait_pct(f, b))
+        elif fx.projection == "busy":
+            lever = Lever(r.id, fx.whatif_label, busy_pct=f.stake_pct)
+        elif fx.projection == "amdahl" and a.device_spec is not None:
             s = a.device_spec.tensor_tflops / a.device_spec.fp32_tflops
-            lever = Lever(r.id, f"mixed precision on the GEMM share ({s:.1f}× on tensor cores)",
-                          busy_pct=g * (1.0 - 1.0 / s))
-        elif r.id == "pin-memory":
-            lever = Lever(r.id, "pageable copies hidden behind compute", busy_pct=stake.get("data/pageable-copies", 0.0))
-        elif r.id == "remove-blocking-syncs":
-            lever = Lever(r.id, "no blocking synchronizations in the step", idle_pct=stake.get("host/blocking-sync", 0.0))
-        elif r.id == "fused-attention":
-            lever = Lever(r.id, "unfused attention's memory-bound kernels gone",
-                          busy_pct=stake.get("machine/unfused-attention", 0.0))
-        elif r.id == "fuse-memory-bound":
-            lever = Lever(r.id, "memory-bound kernels fused away", busy_pct=stake.get("machine/bandwidth", 0.0))
+            lever = Lever(r.id, f"{fx.whatif_label} ({s:.1f}× on tensor cores)", busy_pct=f.stake_pct * (1.0 - 1.0 / s))
         else:
             continue  # a fix whose gain this model cannot express: no toggle rather than a wrong one
         out[r.id] = lever

@@ -14,12 +14,13 @@ import re
 from collections import Counter
 from typing import Any
 
+import numpy as np
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.readers import Progress, parse_json_events, read_maybe_gzip
 from trainscope.traces.builder import StringTable, TableBuilder
 from trainscope.traces.model import (
     COPY_KINDS, MEMORY_KINDS, Annotations, Copies, Counters, CpuOps, Device, Kernels,
-    MemoryEvents, Memsets, RuntimeCalls, Thread, Trace,
+    MemoryEvents, Memsets, OpInputs, PythonFrames, RuntimeCalls, Thread, Trace,
 )
 
 # Category (lower-cased) → table. Older traces capitalize; newer ones use snake case.
@@ -31,7 +32,7 @@ _CPU_OP = {"cpu_op", "operator"}
 _ANNOTATION = {"user_annotation", "gpu_user_annotation"}
 # Categories we know and deliberately do not keep (flows, python stacks, trace markers).
 _KNOWN_IGNORED = {
-    "ac2g", "async", "async_cpu_to_gpu", "fwdbwd", "trace", "overhead", "python_function",
+    "ac2g", "async", "async_cpu_to_gpu", "fwdbwd", "trace", "overhead",
     "cpu_instant_event", "python", "flow", "kineto", "cuda_sync", "cuda_profiler_range",
     "mtia_runtime", "gpu_user_annotation_flow",
 }
@@ -102,6 +103,7 @@ class _Parser:
         self.runtime = TableBuilder(RuntimeCalls)
         self.cpu_ops = TableBuilder(CpuOps)
         self.annotations = TableBuilder(Annotations)
+        self.python_frames = TableBuilder(PythonFrames)
         self.memory = TableBuilder(MemoryEvents)
         self.unknown_categories: Counter[str] = Counter()
         self.malformed = 0
@@ -110,6 +112,13 @@ class _Parser:
         self.gpu_ids: set[int] = set()
         self.hip = False
         self.input_dims: dict[str, dict[str, int]] = {}
+        # Operator ↔ kernel links and operator input signatures, for the cost model.
+        self.cpu_external: list[int] = []
+        self.kernel_external: list[int] = []
+        self.cpu_signature: list[int] = []
+        self.signature_index: dict[tuple, int] = {}
+        self.signatures: list[tuple[list, list, list]] = []
+        self.hw_flops: dict[str, float] = {}
 
     # -- helpers -------------------------------------------------------------------------
     def thread(self, pid: Any, tid: Any) -> int:
@@ -173,6 +182,7 @@ class _Parser:
             dev = _int(args.get("device", e.get("pid")), -1)
             self.gpu_ids.add(dev)
             self.kernels.add(ts, dur, dev, _stream(args, e), intern(name), _int(args.get("correlation"), -1))
+            self.kernel_external.append(_int(args.get("External id", args.get("external id")), -1))
         elif c in _RUNTIME:
             if name.startswith("hip"):
                 self.hip = True
@@ -185,11 +195,15 @@ class _Parser:
                 flops = args.get("flops")
                 self.cpu_ops.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name),
                                  float(flops) if isinstance(flops, (int, float)) else math.nan)
+                self.cpu_external.append(_int(args.get("External id", args.get("external id")), -1))
                 dims = args.get("Input Dims")
                 if type(dims) is list:  # record_shapes=True: kept for comparing runs' batch shapes
                     per_op = self.input_dims.setdefault(name, {})
                     key = repr(dims)
                     per_op[key] = per_op.get(key, 0) + 1
+                    self.cpu_signature.append(self._signature(key, dims, args))
+                else:
+                    self.cpu_signature.append(-1)
         elif c in _MEMCPY:
             dev = _int(args.get("device", e.get("pid")), -1)
             self.gpu_ids.add(dev)
@@ -204,8 +218,29 @@ class _Parser:
             on_gpu = c == "gpu_user_annotation"
             dev = _int(args.get("device", e.get("pid")), -1) if on_gpu else -1
             self.annotations.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name), dev)
+        elif c == "cuda_profiler_range":
+            flops = _counter_flops(args)  # CUPTI-profiler mode: FP instruction counts per kernel
+            if flops is not None:
+                self.hw_flops[name] = self.hw_flops.get(name, 0.0) + flops
+        elif c == "python_function":
+            self.python_frames.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name))
         elif c not in _KNOWN_IGNORED:
             self.unknown_categories[str(cat)] += 1
+
+    def _signature(self, dims_key: str, dims: list, args: dict) -> int:
+        types, concrete = args.get("Input type"), args.get("Concrete Inputs")
+        types = types if type(types) is list else []
+        concrete = concrete if type(concrete) is list else []
+        try:
+            key = (dims_key, tuple(types), tuple(concrete))  # strings: hashing beats another repr
+            i = self.signature_index.get(key)
+        except TypeError:  # an unhashable entry (a list among the concrete inputs)
+            key = (dims_key, repr(types), repr(concrete))
+            i = self.signature_index.get(key)
+        if i is None:
+            i = self.signature_index[key] = len(self.signatures)
+            self.signatures.append((dims, types, concrete))
+        return i
 
     def _memory(self, e: dict) -> None:
         args = e.get("args") or {}
@@ -234,6 +269,9 @@ class _Parser:
         if not starts:
             raise TraceError(self.path, "trace has no timed events trainscope can use (no kernels, operators or annotations)")
         origin = min(starts)
+        # Python frames (with_stack) share the origin but do not set it: thread bootstrap frames open
+        # long before the profiled work.
+        tables["python_frames"] = self.python_frames.build()
         for t in tables.values():
             t.ts -= origin
         base = self.top.get("baseTimeNanoseconds")
@@ -256,8 +294,15 @@ class _Parser:
             source=self.path, format="kineto", origin_ns=origin_ns, strings=self.strings.strings,
             devices=self._devices(), threads=threads, counters=Counters.empty(), metadata=meta,
             rank=_int(dist.get("rank"), None), world_size=_int(dist.get("world_size"), None),
-            warnings=warnings, input_dims=self.input_dims, **tables,
+            warnings=warnings, input_dims=self.input_dims, op_inputs=self._op_inputs(tables), **tables,
         )
+
+    def _op_inputs(self, tables: dict) -> OpInputs:
+        n_ops, n_k = len(tables["cpu_ops"]), len(tables["kernels"])
+        if len(self.cpu_external) != n_ops or len(self.kernel_external) != n_k:  # a row was half-added
+            return OpInputs(hw_flops=self.hw_flops)
+        return OpInputs(np.array(self.cpu_external, np.int64), np.array(self.kernel_external, np.int64),
+                        np.array(self.cpu_signature, np.int32), self.signatures, self.hw_flops)
 
     def _devices(self) -> list[Device]:
         props = self.top.get("deviceProperties")
@@ -294,6 +339,22 @@ def _int(v: Any, default):
     except (TypeError, ValueError):
         return default
     return int(f) if math.isfinite(f) else default
+
+
+_FP_COUNTERS = {"add": 1.0, "mul": 1.0, "fma": 2.0}
+_COUNTER = re.compile(r"smsp__sass_thread_inst_executed_op_([dhf])(add|mul|fma)_pred_on\.sum")
+
+
+def _counter_flops(args: dict) -> float | None:
+    """FLOPs from CUPTI's per-thread FP instruction counters (an FMA is two). Tensor-core math is
+    not counted by these counters."""
+    total, seen = 0.0, False
+    for k, v in args.items():
+        m = _COUNTER.match(k)
+        if m and isinstance(v, (int, float)):
+            total += _FP_COUNTERS[m.group(2)] * float(v)
+            seen = True
+    return total if seen else None
 
 
 def _stream(args: dict, e: dict) -> int:

@@ -32,7 +32,7 @@ from trainscope.collectors.readers import Progress
 from trainscope.traces.builder import StringTable
 from trainscope.traces.model import (
     COPY_KINDS, MEMORY_KINDS, Annotations, Copies, Counters, CpuOps, Device, Kernels, MemoryEvents,
-    Memsets, RuntimeCalls, Thread, Trace,
+    Memsets, OpInputs, RuntimeCalls, Thread, Trace,
 )
 
 # CUPTI copy kinds (ENUM_CUDA_MEMCPY_OPER names, or raw codes where old exports lack the enum).
@@ -382,7 +382,7 @@ class _Reader:
                               correlation=runtime["correlationId"][rs])
         else:
             rt = RuntimeCalls.empty()
-        ann, ops = self._ranges(nvtx, proc, strings, thread_column)
+        ann, ops, op_texts = self._ranges(nvtx, proc, strings, thread_column)
         if osrt is not None:
             os_ = select(osrt)
             os_calls = RuntimeCalls(ts=osrt["start"][os_], dur=osrt["end"][os_] - osrt["start"][os_],
@@ -417,12 +417,14 @@ class _Reader:
             devices=devices, threads=thread_list, kernels=k, copies=c, memsets=m, runtime=rt, cpu_ops=ops,
             annotations=ann, memory=MemoryEvents.empty(), counters=counters, rank=rank, world_size=world,
             metadata=metadata, warnings=warnings, os_runtime=os_calls,
+            op_inputs=_emit_nvtx_inputs(op_texts, len(k)),
         )
         return t
 
-    def _ranges(self, nvtx: _Rows | None, proc: int, strings: StringTable, thread_column) -> tuple[Annotations, CpuOps]:
+    def _ranges(self, nvtx: _Rows | None, proc: int, strings: StringTable,
+                thread_column) -> tuple[Annotations, CpuOps, list[str]]:
         if nvtx is None:
-            return Annotations.empty(), CpuOps.empty()
+            return Annotations.empty(), CpuOps.empty(), []
         sel = nvtx["proc"] == proc
         idx = np.flatnonzero(sel)
         texts = nvtx["text"]
@@ -450,7 +452,7 @@ class _Reader:
                           device=np.full(len(a_i), -1, np.int16))
         ops = CpuOps(ts=st[o_i], dur=en[o_i] - st[o_i], thread=thread_column(g[o_i]), name=op_names,
                      flops=np.full(len(o_i), np.nan))
-        return ann, ops
+        return ann, ops, [texts[i] or "" for i in op_rows.tolist()]
 
     def _trace_devices(self, pid: int, used: np.ndarray, gpus: dict[int, dict], cuda_map: dict) -> list[Device]:
         devices = []
@@ -517,3 +519,36 @@ def _map_codes(codes: np.ndarray, table: dict[int, int]) -> np.ndarray:
 def _api_name(name: str) -> str:
     m = _API_VERSION.match(name)
     return m.group(1) if m else name
+
+
+_SIZES = re.compile(r", sizes = (\[.*?\]\])(?:, |$)")
+
+
+def _emit_nvtx_inputs(texts: list[str], n_kernels: int) -> OpInputs:
+    """Input shapes of ``emit_nvtx(record_shapes=True)`` operator ranges ("aten::mm, seq = 3, op_id = 9,
+    sizes = [[64, 128], [128, 256]], …"), for the cost model. NVTX records no dtypes: they are marked
+    unknown ("?") and the cost model takes them from the kernel names."""
+    import json
+
+    sig_index: dict[str, int] = {}
+    sigs: list[tuple[list, list, list]] = []
+    rows = np.full(len(texts), -1, np.int32)
+    for i, text in enumerate(texts):
+        m = _SIZES.search(text)
+        if not m:
+            continue
+        key = m.group(1)
+        j = sig_index.get(key)
+        if j is None:
+            try:
+                dims = json.loads(key)
+            except ValueError:
+                continue
+            if not isinstance(dims, list):
+                continue
+            j = sig_index[key] = len(sigs)
+            sigs.append((dims, ["?"] * len(dims), []))
+        rows[i] = j
+    if not sigs:
+        return OpInputs()
+    return OpInputs(np.full(len(texts), -1, np.int64), np.full(n_kernels, -1, np.int64), rows, sigs)

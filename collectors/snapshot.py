@@ -86,10 +86,7 @@ def _parse(path: str, raw) -> Snapshot:
     for s in _list(raw["segments"], "segments"):
         if not isinstance(s, dict):
             raise TypeError("a segment is not a dict")
-        blocks = [Block(_int(b["address"], "block address") if "address" in b else 0, _int(b["size"], "block size"),
-                        _int(b.get("requested_size", b["size"]), "requested_size"), _str(b["state"], "block state"),
-                        b.get("frames") if isinstance(b.get("frames"), list) else [])
-                  for b in _list(s.get("blocks", []), "blocks")]
+        blocks = _blocks(s)
         segments.append(Segment(_int(s.get("device", 0), "device"), _int(s.get("address", 0), "segment address"),
                                 _int(s["total_size"], "total_size"),
                                 _int(s.get("allocated_size", sum(b.size for b in blocks if b.state == "active_allocated")),
@@ -106,6 +103,34 @@ def _parse(path: str, raw) -> Snapshot:
     if not segments and not any(len(t) for t in traces):
         raise ValueError("no segments and no recorded events: nothing was allocated")
     return Snapshot(path, segments, traces, annotations, settings, warnings)
+
+
+def _blocks(s: dict) -> list[Block]:
+    """A segment's blocks in address order. Blocks carry no ``address`` before PyTorch 2.1 (then
+    the first ``history`` entry's ``addr`` has it, where history was recorded): a block starts where
+    the previous one ends, from the segment's address. Their stacks are under ``frames`` (2.1+) or
+    in the latest ``history`` entry (2.0)."""
+    out = []
+    offset = _int(s.get("address", 0), "segment address")
+    for b in _list(s.get("blocks", []), "blocks"):
+        if not isinstance(b, dict):
+            raise TypeError("a block is not a dict")
+        size = _int(b["size"], "block size")
+        hist = b.get("history") if isinstance(b.get("history"), list) else []
+        hist = [h for h in hist if isinstance(h, dict)]
+        if "address" in b:
+            addr = _int(b["address"], "block address")
+        elif hist and isinstance(hist[0].get("addr"), int) and not isinstance(hist[0].get("addr"), bool):
+            addr = hist[0]["addr"]
+        else:
+            addr = offset
+        frames = b.get("frames")
+        if not isinstance(frames, list):
+            frames = hist[-1].get("frames") if hist and isinstance(hist[-1].get("frames"), list) else []
+        out.append(Block(addr, size, _int(b.get("requested_size", size), "requested_size"), _str(b["state"], "block state"),
+                         frames))
+        offset = addr + size
+    return out
 
 
 def _device_trace(device: int, events: list, warnings: list[str]) -> DeviceTrace:
@@ -125,7 +150,8 @@ def _device_trace(device: int, events: list, warnings: list[str]) -> DeviceTrace
         if code == other:
             unknown.add(str(a)[:40])
         action[i] = code
-        addr[i] = _int(e.get("addr", 0), "event addr")
+        # an ``oom`` event keeps the device's free bytes (cudaMemGetInfo) where others keep an address
+        addr[i] = _int(e.get("addr", e.get("device_free", 0)), "event addr")
         size[i] = _int(e.get("size", 0), "event size")
         t[i] = _int(e.get("time_us", 0), "event time_us")
         f = e.get("frames")

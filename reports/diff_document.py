@@ -30,7 +30,28 @@ def _side(r: Run) -> dict[str, Any]:
     return {"path": r.path, "source": a.source, "rank": a.rank, "traces": r.ranks,
             "device": a.device_name, "has_gpu": r.has_gpu, "steps": r.steps, "steps_method": a.segmentation.method,
             "batch_leading_dim": r.shapes.batch_dim, "shapes_recorded": r.shapes.recorded,
-            "memory_recorded": bool(a.memory), "warnings": r.warnings}
+            "memory_recorded": bool(a.memory), "warnings": r.warnings, "compared": r.chosen,
+            "fixed_window": r.fixed_window}
+
+
+def _work(d: RunDiff) -> dict[str, Any] | None:
+    w = d.work
+    if w is None:
+        return None
+    return {"basis": "per window (step, or the whole capture window), summed over every rank",
+            "fixed_windows": w.fixed_windows,
+            "kernel_ms": {"before": _r(w.before_kernel_ms, 3), "after": _r(w.after_kernel_ms, 3),
+                          "ratio": _r(w.kernel_time_ratio, 3)},
+            "kernels": {"before": _r(w.before_kernels, 1), "after": _r(w.after_kernels, 1)},
+            "flops": {"before": w.before_flops, "after": w.after_flops},
+            "window_ms": {"before": _r(w.before_window_ms, 3), "after": _r(w.after_window_ms, 3)},
+            "rank_pairs": [{"rank": p.rank, "before_device": p.before.device_name, "after_device": p.after.device_name,
+                            "before_kernel_ms_per_window": _r(p.before.kernel_ms_per_window, 3),
+                            "after_kernel_ms_per_window": _r(p.after.kernel_ms_per_window, 3),
+                            "before_kernels_per_window": _r(p.before.kernels_per_window, 1),
+                            "after_kernels_per_window": _r(p.after.kernels_per_window, 1),
+                            "before_step_p50_ms": _r(p.before.step_p50_ms, 3),
+                            "after_step_p50_ms": _r(p.after.step_p50_ms, 3)} for p in d.rank_pairs]}
 
 
 def _share(s: ShareChange) -> dict[str, Any]:
@@ -101,4 +122,5 @@ def build_diff_document(d: RunDiff, gate: GateResult | None = None) -> dict[str,
                              "metric": o.metric, "unit": o.unit, "before": _r(o.before), "after": _r(o.after),
                              "note": o.note} for o in d.recommendations],
         "gate": gate_dict(gate),
+        "work": _work(d),
     }

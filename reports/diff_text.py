@@ -20,7 +20,10 @@ def _base(path: str) -> str:
 def _side_line(s: dict) -> str:
     dev = s["device"] or "no GPU activity"
     rank = f", rank {s['rank']}" if s["rank"] is not None else ""
-    ranks = f" (slowest of {s['traces']} ranks)" if s["traces"] > 1 else ""
+    ranks = ""
+    if s["traces"] > 1:
+        ranks = (f" (the same rank as BEFORE; {s['traces']} ranks)" if s.get("compared") == "same rank as BEFORE"
+                 else f" (slowest of {s['traces']} ranks)")
     return f"{dev}{rank}{ranks}, {s['steps']} step{'' if s['steps'] == 1 else 's'}"
 
 
@@ -37,6 +40,26 @@ def _speed(st: dict) -> str:
 
 def _mib(b: int) -> str:
     return f"{b / 2**30:.2f} GiB" if abs(b) >= 2**30 else f"{b / 2**20:.1f} MiB"
+
+
+def _work_lines(w, bold, work: dict) -> None:
+    if work["fixed_windows"]:
+        w("  (fixed capture windows without step markers: their length is the capture's, not the work's —")
+        w("   compare the work done per window below)")
+        w("")
+    km, kn, fl = work["kernel_ms"], work["kernels"], work["flops"]
+    w(bold("Work per window") + "  (every rank summed)          before       after     change")
+    ch = f"{100 * (km['after'] - km['before']) / km['before']:+.1f} %" if km["before"] else ""
+    w(f"  {'GPU kernel time':30s} {km['before']:10.2f} ms {km['after']:10.2f} ms {ch:>9s}")
+    ch = f"{100 * (kn['after'] - kn['before']) / kn['before']:+.1f} %" if kn["before"] else ""
+    w(f"  {'kernels':30s} {kn['before']:13.0f} {kn['after']:13.0f} {ch:>9s}")
+    if fl["before"] is not None and fl["after"] is not None:
+        w(f"  {'recorded FLOPs':30s} {fl['before']:13.3g} {fl['after']:13.3g}")
+    for p in work["rank_pairs"]:
+        w(f"  rank {p['rank']!s:<5s} kernel time {p['before_kernel_ms_per_window']:9.2f} ms → "
+          f"{p['after_kernel_ms_per_window']:9.2f} ms, kernels {p['before_kernels_per_window']:.0f} → "
+          f"{p['after_kernels_per_window']:.0f}")
+    w("")
 
 
 def render_diff_text(doc: dict, color: bool = False) -> str:
@@ -77,6 +100,9 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
         w(f"  {stat:<14s} {st['before']:9.2f} ms {st['after']:9.2f} ms {ch:>9s}   {_speed(st)}")
     w("")
 
+    work = doc.get("work")
+    if work and (work["fixed_windows"] or work["rank_pairs"]):
+        _work_lines(w, bold, work)
     w(bold("Where step time goes") + "  (% of summed step time)      before    after    change")
     rows = [doc["gpu_busy"], doc["data_wait"]] + [c for k, c in doc["categories"].items()
                                                    if c["before_pct"] or c["after_pct"]]

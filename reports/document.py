@@ -5,27 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from trainscope import __version__
+from trainscope.analyzers import findings as registry
 from trainscope.analyzers.analysis import Analysis, slowest
 from trainscope.analyzers.breakdown import CATEGORIES, CATEGORY_LABELS
 from trainscope.analyzers.kernels import ALL_CLASSES
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.verdict import Evidence
 
-SCHEMA = "trainscope.analysis/1"
+SCHEMA = "trainscope.analysis/2"  # 2: mfu.value_pct may be estimated from shapes (mfu.basis); roofline
 
-HEADLINES = {
-    "data/input-wait": "DATA-BOUND",
-    "data/copies": "COPY-BOUND",
-    "host/launch-overhead": "HOST-BOUND (launch/CPU overhead)",
-    "host/sync": "SYNC-BOUND",
-    "comm/unoverlapped": "COMMUNICATION-BOUND",
-    "algorithm/compute-bound": "COMPUTE-BOUND",
-    "machine/bandwidth": "MEMORY-BANDWIDTH-BOUND",
-    "machine/capacity": "MEMORY-CAPACITY-BOUND",
-    "machine/unfused-attention": "MEMORY-BANDWIDTH-BOUND (unfused attention)",
-    "data/pageable-copies": "COPY-BOUND (pageable memory)",
-    "host/blocking-sync": "SYNC-BOUND",
-}
+HEADLINES = {s.id: s.headline for s in registry.REGISTRY.values()}  # declared with each finding
 AXIS_NAMES = {"data": "Data", "algorithm": "Algorithm", "machine": "Machine",
               "balanced": "balanced", "insufficient_evidence": "insufficient evidence"}
 
@@ -69,16 +58,21 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
     outlier = rules.value("step.outlier_ratio")
     median = b.step_ms.p50
     spec = a.device_spec
+    roof_rows = {r.name: r for r in a.roofline.rows} if a.roofline is not None else {}
     return {
         "source": a.source,
         "rank": a.rank,
         "device": {"id": a.device, "name": a.device_name, "spec": spec.key if spec else None,
                    "peak_tensor_tflops": spec.tensor_tflops if spec else None,
-                   "spec_source": spec.source if spec else None},
+                   "spec_source": spec.source if spec else None,
+                   "peak_bandwidth_gbps": spec.memory_gbps if spec else None,
+                   "peaks_tflops": dict(spec.peaks) if spec else None,
+                   "tensor_core_precisions": sorted(spec.matrix) if spec else None},
         "steps_method": a.segmentation.method,
         "steps_note": a.segmentation.note,
         "verdict": {"axis": a.verdict.axis, "confidence": a.verdict.confidence, "bottleneck": a.verdict.bottleneck,
-                    "summary": a.verdict.summary, "evidence": [_evidence(e) for e in a.verdict.evidence]},
+                    "summary": a.verdict.summary, "evidence": [_evidence(e) for e in a.verdict.evidence],
+                    "runner_up": a.verdict.runner_up},
         "findings": [{"id": f.id, "axis": f.axis, "severity": f.severity, "title": f.title,
                       "stake_pct": _r(f.stake_pct), "detail": f.detail, "evidence": [_evidence(e) for e in f.evidence]}
                      for f in a.findings],
@@ -104,22 +98,107 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
             "class_pct": {c: _r(a.kernels.class_share_pct(c)) for c in ALL_CLASSES},
             "tensor_core_pct_of_matmul": _r(a.kernels.tensor_core_pct_of_matmul),
             "top": [{"name": k.name, "class": k.kernel_class, "tensor_core": k.tensor_core, "count": k.count,
-                     "total_ms": _r(k.total_ns / 1e6, 3), "mean_us": _r(k.mean_ns / 1e3, 3), "share_pct": _r(k.share_pct)}
+                     "total_ms": _r(k.total_ns / 1e6, 3), "mean_us": _r(k.mean_ns / 1e3, 3), "share_pct": _r(k.share_pct),
+                     **_roof_cols(roof_rows.get(k.name))}
                     for k in a.kernels.top],
         },
         "memory": [{"device": m.device, "peak_allocated_bytes": m.peak_allocated, "peak_reserved_bytes": m.peak_reserved,
                     "capacity_bytes": m.capacity, "peak_pct_of_capacity": _r(m.peak_pct), "basis": m.basis}
                    for m in a.memory],
-        "mfu": {"value_pct": _r(a.mfu.value_pct), "reason": a.mfu.reason, "flops_per_step": a.mfu.flops_per_step,
-                "peak_tflops": a.mfu.peak_tflops, "peak_source": a.mfu.peak_source},
+        "mfu": _mfu(a),
+        "roofline": _roofline(a),
         "recommendations": [{"rank": i + 1, "id": r.id, "finding": r.finding, "title": r.title, "change": r.change,
                              "projected_speedup": r.projected_speedup, "projected_step_ms": r.projected_step_ms,
                              "bound": "upper", "basis": r.basis}
                             for i, r in enumerate(a.recommendations)],
         "phases": _phases(a),
         "gpu_metrics": _counters(a),
+        "context": _context(a),
+        "sinks": _sinks(a),
+        "host_idle": _host_idle(a),
         "warnings": a.warnings,
     }
+
+
+def _roof_cols(r) -> dict[str, Any]:
+    """Roofline columns of one kernel name (all null when the kernel has no roofline row)."""
+    if r is None:
+        return {"intensity": None, "tflops": None, "gbps": None, "pct_of_roof": None, "bound": None,
+                "precision": None, "cost_source": None}
+    return {"intensity": _r(r.intensity, 4), "tflops": _r(r.tflops, 3), "gbps": _r(r.gbps, 1),
+            "pct_of_roof": _r(r.pct_of_roof, 1), "bound": r.bound, "precision": r.precision, "cost_source": r.source}
+
+
+def _roofline(a: Analysis, top: int = 20) -> dict[str, Any] | None:
+    roof = a.roofline
+    if roof is None:
+        return None
+    return {
+        "basis": "per kernel: intensity = FLOPs / bytes against the ridge point (peak at the kernel's precision / "
+                 "bandwidth); times are summed kernel ms in the steps on this GPU",
+        "device": roof.device, "bandwidth_gbps": roof.bandwidth_gbps,
+        "ridge_flop_per_byte": {p: _r(roof.ridge(p, True), 1) for p in ("fp32", "tf32", "bf16", "fp8")
+                                if roof.ridge(p, True) is not None} if roof.spec else None,
+        "bound_ms": {k: _r(v, 3) for k, v in roof.bound_ms.items()},
+        "bound_pct": {k: _r(roof.pct_of_kernel_time(k)) for k in roof.bound_ms},
+        "communication_ms": _r(roof.communication_ms, 3), "total_ms": _r(roof.total_ms, 3),
+        "source_ms": {k: _r(v, 3) for k, v in roof.source_ms.items()},
+        "tensor_core_pct_of_matrix": _r(roof.tensor_core_pct_of_matrix),
+        "evidence": {b: roof.evidence_line(b) for b in ("memory", "compute")},
+        "notes": roof.notes,
+        "kernels": [{"name": r.name, "count": r.count, "total_ms": _r(r.total_ms, 3), "share_pct": _r(r.share_pct),
+                     "flops": r.flops, "bytes": r.bytes, "tensor_cores": r.tensor_cores, "roof_tflops": r.roof_tflops,
+                     **_roof_cols(r)} for r in roof.rows[:top]],
+    }
+
+
+def _mfu(a: Analysis) -> dict[str, Any]:
+    m = a.mfu
+    law = m.iron_law
+    return {"value_pct": _r(m.value_pct), "reason": m.reason, "flops_per_step": m.flops_per_step,
+            "peak_tflops": m.peak_tflops, "peak_source": m.peak_source, "basis": m.basis,
+            "recorded_pct": _r(m.recorded_pct), "shapes_pct": _r(m.shapes_pct), "shapes_reason": m.shapes_reason,
+            "iron_law": None if law is None else {
+                "formula": law.formula, "step_ms": _r(law.step_s * 1e3, 3), "flops_per_step": law.flops_per_step,
+                "flops_source": law.flops_source, "gpus": law.gpus, "gpus_source": law.gpus_source,
+                "peak_tflops": law.peak_tflops, "peak_source": law.peak_source, "efficiency_pct": _r(law.efficiency_pct, 3),
+                "pipeline_efficiency_pct": _r(law.pipeline_efficiency_pct), "gap_pct": law.gap}}
+
+
+def _sinks(a: Analysis) -> dict[str, Any] | None:
+    """Step time split into exclusive sinks (the verdict is the largest that can be primary)."""
+    s = a.sinks
+    if s is None:
+        return None
+    return {"basis": "exclusive shares of summed step time; busy time split by " + s.busy_source,
+            "saturated": s.saturated,
+            "by_sink": {k: {"pct": _r(v.pct), "ms_per_step": _r(s.ms_per_step(k), 3), "can_be_primary": v.can_be_primary,
+                            "source": v.source} for k, v in s.by_key.items()}}
+
+
+def _context(a: Analysis) -> dict[str, Any] | None:
+    c = a.context
+    if c is None:
+        return None
+    return {"mode": c.mode, "graphs": c.graphs, "compiled": c.compiled, "framework": c.framework,
+            "collectives_ms": c.collectives, "evidence": c.evidence}
+
+
+def _host_idle(a: Analysis) -> dict[str, Any] | None:
+    h = a.host_idle
+    if h is None:
+        return None
+    return {"idle_ms": _r(h.idle_ns / 1e6), "ms": {k: _r(v / 1e6) for k, v in h.ns.items()},
+            "share_pct": {k: _r(h.share_pct(k)) for k in h.ns}, "primary": h.primary, "source": h.source,
+            "thread": h.thread,
+            "frames": [{"name": f.name, "file": f.file, "line": f.line, "function": f.function, "count": f.count,
+                        "idle_ms": _r(f.idle_ns / 1e6), "share_pct": f.share_pct, "class": f.cls} for f in h.frames],
+            "calls": [{"name": c.name, "class": c.cls, "count": c.count, "idle_ms": _r(c.idle_ns / 1e6),
+                       "longest_ms": _r(c.longest_ns / 1e6)} for c in h.calls],
+            "cold_start": None if h.cold_start is None else {"count": h.cold_start.count,
+                                                             "idle_ms": _r(h.cold_start.idle_ns / 1e6),
+                                                             "longest_ms": _r(h.cold_start.longest_ns / 1e6)},
+            "evidence": h.evidence}
 
 
 def _phases(a: Analysis) -> dict[str, Any] | None:

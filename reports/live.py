@@ -15,8 +15,7 @@ from trainscope.reports.document import AXIS_NAMES, HEADLINES, _evidence
 from trainscope.reports.markdown import md_escape
 
 SCHEMA = "trainscope.watch/1"
-LIVE_HEADLINES = {**HEADLINES, "data/loader-cpu": "DATA-BOUND (loader CPU)", "data/io-wait": "DATA-BOUND (I/O wait)",
-                  "algorithm/compute-bound": "COMPUTE-BOUND"}
+LIVE_HEADLINES = HEADLINES  # the registry declares the live findings' headlines too
 
 
 def live_headline(st: LiveStatus) -> str:
@@ -40,7 +39,8 @@ def _pct(x: float | None, width: int = 3) -> str:
 
 def verdict_dict(st: LiveStatus) -> dict[str, Any]:
     v = st.verdict
-    return {"axis": v.axis, "confidence": v.confidence, "bottleneck": v.bottleneck, "summary": v.summary,
+    return {"axis": v.axis, "confidence": v.confidence, "bottleneck": v.bottleneck, "runner_up": v.runner_up,
+            "summary": v.summary,
             "headline": live_headline(st), "evidence": [_evidence(e) for e in v.evidence]}
 
 

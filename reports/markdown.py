@@ -106,6 +106,9 @@ def render_markdown(doc: dict) -> str:
             w(f"| {kk['share_pct']:.1f} % | {kk['total_ms']:.2f} | {kk['count']} | {kk['class']} | "
               f"{'yes' if kk['tensor_core'] else 'no'} | {md_escape(kk['name'], 120)} |")
         w("")
+    rl = doc.get("roofline")
+    if rl and rl["kernels"]:
+        out.extend(roofline_markdown_lines(rl))
     if doc["findings"]:
         w("## Findings")
         w("")
@@ -121,6 +124,15 @@ def render_markdown(doc: dict) -> str:
     mfu = doc["mfu"]
     w(f"- MFU: {mfu['value_pct']:.1f} % ({md_escape(mfu['reason'])})" if mfu["value_pct"] is not None
       else f"- MFU: {md_escape(mfu['reason'])}")
+    if mfu.get("basis") == "recorded flops" and mfu.get("shapes_pct") is not None:
+        w(f"- MFU {md_escape(mfu['shapes_reason'])}: {mfu['shapes_pct']:.1f} %")
+    law = mfu.get("iron_law")
+    if law:
+        w(f"- Iron Law: {md_escape(law['formula'])}. FLOPs/step: {md_escape(law['flops_source'])}; GPUs: "
+          f"{md_escape(law['gpus_source'])}; peak: {md_escape(law['peak_source'])}; η = MFU.")
+        gap = ", ".join(f"{md_escape(k)} {v:.1f} %" for k, v in law["gap_pct"].items() if v >= 0.05)
+        w(f"- Pipeline efficiency (GPU busy) {law['pipeline_efficiency_pct']:.1f} % against MFU "
+          f"{law['efficiency_pct']:.1f} %" + (f"; busy but below peak, % of step time: {gap}" if gap else ""))
     w("")
     if doc.get("ledger"):
         from trainscope.reports.plan import ledger_markdown_lines
@@ -150,3 +162,27 @@ def render_markdown(doc: dict) -> str:
         w("")
     w(f"<sub>trainscope {doc['tool']['version']} · schema {doc['schema']}</sub>")
     return "\n".join(out) + "\n"
+
+
+def _num(x, fmt: str) -> str:
+    return "—" if x is None else format(x, fmt)
+
+
+def roofline_markdown_lines(rl: dict) -> list[str]:
+    """The roofline table: per kernel, intensity, achieved rates, % of roof and bound."""
+    bw = rl["bandwidth_gbps"]
+    p = rl["bound_pct"]
+    ridge = ", ".join(f"{k} {v:g}" for k, v in (rl.get("ridge_flop_per_byte") or {}).items())
+    out = ["## Roofline", "",
+           f"{md_escape(rl['device'])}" + (f", {bw:g} GB/s" if bw else "") + (f"; ridge points (FLOP/B): {ridge}" if ridge else "")
+           + f". Kernel time memory-bound {p['memory']:.1f} %, compute-bound {p['compute']:.1f} %, "
+           f"unknown {p['unknown']:.1f} %, communication {100 * rl['communication_ms'] / rl['total_ms'] if rl['total_ms'] else 0:.1f} %.",
+           "", f"- memory: {md_escape(rl['evidence']['memory'])}", f"- compute: {md_escape(rl['evidence']['compute'])}", "",
+           "| share | ms | bound | precision | FLOP/B | TFLOP/s | GB/s | % of roof | source | kernel |",
+           "|---:|---:|---|---|---:|---:|---:|---:|---|---|"]
+    for r in rl["kernels"]:
+        out.append(f"| {r['share_pct']:.1f} % | {r['total_ms']:.2f} | {r['bound']} | {r['precision']} | "
+                   f"{_num(r['intensity'], '.3g')} | {_num(r['tflops'], '.3g')} | {_num(r['gbps'], '.4g')} | "
+                   f"{_num(r['pct_of_roof'], '.0f')} | {md_escape(r['cost_source'], 80)} | {md_escape(r['name'], 80)} |")
+    out.append("")
+    return out

@@ -39,6 +39,10 @@ def build_memory_document(path: str, kind: str, devices: list[DeviceSnapshotMemo
             "top_allocations": [{"bytes": a.size, "site": a.site, "time_us": a.time_us} for a in m.top_allocations],
             "sites": [{"site": s.site, "bytes": s.bytes, "count": s.count} for s in m.sites[:15]],
             "notes": m.notes,
+            "oom": None if m.oom is None else {
+                "status": m.oom.status, "ended_in_oom": m.oom.ended_in_oom, "kind": m.oom.kind,
+                "requested_bytes": m.oom.requested, "device_free_bytes": m.oom.device_free,
+                "cached_free_bytes": m.oom.cached_free, "evidence": m.oom.evidence},
         } for m in devices]
     if timeline is not None:
         doc["timeline"] = {"peak_bytes": timeline.peak_bytes, "peak_time_us": timeline.peak_time_us,
@@ -48,7 +52,7 @@ def build_memory_document(path: str, kind: str, devices: list[DeviceSnapshotMemo
 
 
 def _g(b: int | float) -> str:
-    return f"{b / 1e9:.2f} GB"
+    return f"{b / 2**30:.2f} GiB"
 
 
 def render_memory_text(doc: dict) -> str:
@@ -57,7 +61,7 @@ def render_memory_text(doc: dict) -> str:
     w(f"trainscope memory — {os.path.basename(doc['input']['path'])} ({doc['input']['format']})")
     cap = doc["capacity"]
     if cap:
-        w(f"  device  {cap['name']}: {cap['capacity_bytes'] / 1e9:.1f} GB")
+        w(f"  device  {cap['name']}: {cap['capacity_bytes'] / 2**30:.1f} GiB")
     w("")
     for m in doc.get("devices", []):
         w(f"GPU {m['device']}  ({m['events']:,} allocator events recorded)")
@@ -69,8 +73,15 @@ def render_memory_text(doc: dict) -> str:
             w(f"  of capacity      {100 * m['peak_reserved_bytes'] / cap['capacity_bytes']:9.1f} %")
         w(f"  at the dump      {_g(m['end_allocated_bytes'])} allocated, {_g(m['end_reserved_bytes'])} reserved, "
           f"{_g(m['end_inactive_bytes'])} cached free (largest block {m['largest_inactive_block_bytes'] / 2**20:.0f} MiB)")
-        if m["oom_events"]:
-            w(f"  out-of-memory events: {m['oom_events']}")
+        o = m.get("oom")
+        if o and o["status"] == "oom":
+            w(f"  out of memory:   yes ({m['oom_events']} oom event{'s' * (m['oom_events'] > 1)}) — a {o['kind']} OOM")
+        elif o and o["status"] == "at_limit":
+            w(f"  out of memory:   at the limit — a {o['kind']} OOM if it failed here (no oom event recorded)")
+        elif o:
+            w("  out of memory:   no")
+        for line in (o or {}).get("evidence", []):
+            w(f"    {line}")
         if m["sites"]:
             w("  live at the peak, by allocation site:")
             for s in m["sites"][:8]:
@@ -92,7 +103,8 @@ def render_memory_text(doc: dict) -> str:
     for f in doc["findings"]:
         w(f"[{f['severity']}] {f['id']}: {f['title']} — {f['detail']}")
         for e in f["evidence"]:
-            w(f"    {e['metric']}: {e['value']} {e['unit']} (threshold {e['threshold']}; {e['source']})")
+            basis = f"threshold {e['threshold']}; {e['source']}" if e["threshold"] else e["source"]
+            w(f"    {e['metric']}: {e['value']} {e['unit']} ({basis})")
     for line in doc["warnings"]:
         w(f"note: {line}")
     return "\n".join(out).rstrip("\n") + "\n"

@@ -90,9 +90,12 @@ def render_text(doc: dict, color: bool = False) -> str:
         w(bold("Kernels") + f"  {k['count']:,} in the steps, {k['total_ms']:.1f} ms; median {k['median_us']:.1f} µs; "
           f"tensor cores {'—' if tc is None else f'{tc:.0f} %'} of GEMM/conv/attention time")
         w(f"  by class: {cls}")
+        rl = doc.get("roofline")
+        if rl:
+            w("  " + roofline_summary(rl))
         for kk in k["top"][:8]:
             w(f"  {kk['share_pct']:5.1f} %  {kk['total_ms']:8.2f} ms  ×{kk['count']:<6d} {kk['class']:13s} "
-              f"{'TC ' if kk['tensor_core'] else '   '}{_short(kk['name'], 70)}")
+              f"{'TC ' if kk['tensor_core'] else '   '}{roof_cells(kk)}  {_short(kk['name'], 44)}")
         w("")
 
     recs = doc["recommendations"]
@@ -121,6 +124,15 @@ def render_text(doc: dict, color: bool = False) -> str:
         w(f"Memory   GPU {m['device']}: peak allocated {m['peak_allocated_bytes'] / 2**30:.2f} GiB{basis}{res}{cap}")
     mfu = doc["mfu"]
     w(f"MFU      {mfu['value_pct']:.1f} % — {mfu['reason']}" if mfu["value_pct"] is not None else f"MFU      {mfu['reason']}")
+    if mfu.get("basis") == "recorded flops" and mfu.get("shapes_pct") is not None:
+        w(f"         {mfu['shapes_pct']:.1f} % — {mfu['shapes_reason']}")
+    law = mfu.get("iron_law")
+    if law:
+        w(f"         Iron Law: {law['formula']}; pipeline efficiency (GPU busy) {law['pipeline_efficiency_pct']:.1f} % "
+          f"vs MFU {law['efficiency_pct']:.1f} %")
+        gap = ", ".join(f"{k} {v:.1f} %" for k, v in law["gap_pct"].items() if v >= 0.05)
+        if gap:
+            w(f"         busy but below peak (% of step time): {gap}")
 
     if doc.get("ledger"):
         from trainscope.reports.plan import ledger_text_lines
@@ -147,3 +159,30 @@ def render_text(doc: dict, color: bool = False) -> str:
         for line in doc["warnings"]:
             w(f"note: {line}")
     return "\n".join(out) + "\n"
+
+
+def _rate(kk: dict) -> str:
+    if kk.get("bound") == "compute" and kk.get("tflops") is not None:
+        return f"{kk['tflops']:.3g} TFLOP/s"
+    if kk.get("gbps") is not None:
+        return f"{kk['gbps'] / 1000:.3g} TB/s" if kk["gbps"] >= 1000 else f"{kk['gbps']:.3g} GB/s"
+    return ""
+
+
+def roof_cells(kk: dict) -> str:
+    """Bound, arithmetic intensity, achieved rate and % of roof of one kernel row, fixed width."""
+    bound = {"memory": "mem", "compute": "comp", "communication": "comm", "unknown": "?"}.get(kk.get("bound") or "", "")
+    inten = f"{kk['intensity']:.3g} F/B" if kk.get("intensity") is not None else ""
+    pct = f"{kk['pct_of_roof']:.0f} %" if kk.get("pct_of_roof") is not None else ""
+    return f"{bound:4s} {inten:>10s} {_rate(kk):>13s} {pct:>5s}"
+
+
+def roofline_summary(rl: dict) -> str:
+    """One line: the roofline's split of kernel time and where its figures came from."""
+    bw = rl["bandwidth_gbps"]
+    dev = f"{rl['device']}, {bw / 1000:.3g} TB/s" if bw else rl["device"]
+    p = rl["bound_pct"]
+    total = rl["total_ms"] or 0.0
+    src = ", ".join(f"{k} {100 * v / total:.0f} %" for k, v in rl["source_ms"].items() if total and v / total >= 0.005)
+    return (f"roofline ({dev}): memory-bound {p['memory']:.0f} %, compute-bound {p['compute']:.0f} %, "
+            f"unknown {p['unknown']:.0f} % of kernel time; FLOPs/bytes from {src or 'nothing'}")

@@ -141,9 +141,10 @@ def test_memory_peaks():
     assert r.basis == "relative" and r.peak_allocated > 1e9
 
 
-def test_mfu_unknown_without_flops_and_computed_with_them():
-    a = analysis("resnet50_v100_num_workers_0.pt.trace.json.gz")
-    assert a.mfu.value_pct is None and "with_flops" in a.mfu.reason
+def test_mfu_estimated_from_shapes_without_flops_and_computed_with_them():
+    a = analysis("resnet50_v100_num_workers_0.pt.trace.json.gz")  # record_shapes, no with_flops
+    assert a.mfu.recorded_pct is None and a.mfu.basis == "estimated from shapes"
+    assert a.mfu.value_pct is not None and a.mfu.reason.startswith("estimated from shapes")
     from trainscope.analyzers.mfu import model_flops_utilization
 
     t = load("resnet50_v100_num_workers_0.pt.trace.json.gz")

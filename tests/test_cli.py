@@ -31,7 +31,7 @@ def test_json_schema_fields():
     p = run("analyze", RESNET, "--format", "json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert doc["schema"] == "trainscope.analysis/1"
+    assert doc["schema"] == "trainscope.analysis/2"
     v = doc["verdict"]
     assert v["axis"] == "data" and 0.8 <= v["confidence"] <= 1
     assert v["evidence"] and all({"metric", "value", "threshold", "source"} <= set(e) for e in v["evidence"])

@@ -66,13 +66,21 @@ def test_critical_path_of_the_second_step_is_mostly_cpu_then_gpu_compute():
 
 
 def test_disagreement_with_the_shares_verdict_is_explained():
+    from trainscope.analyzers.breakdown import CATEGORIES
+
     a = analysis(CONTROL)
-    assert a.verdict.bottleneck == "comm/unoverlapped"
+    # The largest sink is memory-bound kernel time; the path is host work: they disagree, explained.
+    assert a.verdict.bottleneck == "machine/bandwidth"
     rec = deep(CONTROL, "1010").reconciliation
-    assert rec.agree is False
-    assert (rec.verdict_family, rec.path_family) == ("communication", "host")
-    text = " ".join(rec.reasons)
-    assert "18.9 %" in text  # the verdict's stake, from the breakdown
+    assert rec.agree is False and (rec.verdict_family, rec.path_family) == ("gpu-compute", "host")
+    assert "no CUDA synchronization events" in " ".join(rec.reasons)
+    # Unoverlapped communication (the runner-up cause) on the same path: its stake comes from the
+    # breakdown through the registry's declaration, and the own-stream reason explains its absence.
+    pct = {c: a.breakdown.share_pct(c) for c in CATEGORIES}
+    comm = reconcile(deep(CONTROL, "1010").critical_path, "comm/unoverlapped", pct)
+    assert comm.agree is False and (comm.verdict_family, comm.path_family) == ("communication", "host")
+    text = " ".join(comm.reasons)
+    assert "18.9 %" in text  # the cause's stake, from the breakdown
     assert "no CUDA synchronization events" in text
     assert "own stream" in text
 

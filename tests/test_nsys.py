@@ -175,8 +175,12 @@ def test_train_step_phases_busy_and_mixed_precision():
 
 def test_ctx4096_unfused_attention_memory_bandwidth():
     (a,) = analyses(CTX4096)
-    assert a.verdict.bottleneck == "machine/unfused-attention" and a.verdict.axis == "machine"
+    # fp32 GEMMs (≈ 52 % of step time) and unfused attention's memory-bound kernels (≈ 47 %) nearly tie:
+    # the verdict names the larger, the runner-up the other, and the confidence says it is close.
+    assert {a.verdict.bottleneck, a.verdict.runner_up} == {"algorithm/compute-bound", "machine/unfused-attention"}
+    assert a.verdict.confidence < 0.6
     f = next(x for x in a.findings if x.id == "machine/unfused-attention")
+    assert f.severity == "high"
     # Re-derive: elementwise/reduce kernels launched inside 'scaled dot product attention' ranges.
     rows = sql(CTX4096, """
         SELECT k.end - k.start, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k
@@ -212,16 +216,21 @@ def test_ddp_reports_unoverlapped_communication_and_pageable_copies():
 def test_pageable_copy_finding_counts_match_sql():
     (a,) = analyses(SAXPY_2022)
     f = next(x for x in a.findings if x.id == "data/pageable-copies")
-    (step,) = a.segmentation.steps
+    # the five `saxpy` NVTX ranges launch every kernel: they are the steps
+    assert a.segmentation.method == "annotation_range" and len(a.segmentation.steps) == 5
     (t,) = traces(SAXPY_2022)
     # window back to absolute export time: origin_ns = session start + first event
     (session,) = sql(SAXPY_2022, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0]
     off = t.origin_ns - session
-    rows = sql(SAXPY_2022, "SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 AND srcKind = 0 "
-                           "AND start >= ? AND start < ?", step.start_ns + off, step.end_ns + off)
-    count = next(e for e in f.evidence if e.unit == "copies").value
-    assert count == len(rows)
-    assert f.stake_pct == pytest.approx(100 * union_ns(rows, step.start_ns + off, step.end_ns + off) / step.duration_ns, abs=0.01)
+    count, covered, total = 0, 0, 0
+    for step in a.segmentation.steps:
+        rows = sql(SAXPY_2022, "SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 AND srcKind = 0 "
+                               "AND start >= ? AND start < ?", step.start_ns + off, step.end_ns + off)
+        count += len(rows)
+        covered += union_ns(rows, step.start_ns + off, step.end_ns + off)
+        total += step.duration_ns
+    assert next(e for e in f.evidence if e.unit == "copies").value == count > 0
+    assert f.stake_pct == pytest.approx(100 * covered / total, abs=0.01)
     assert any(r.id == "pin-memory" for r in a.recommendations) or a.verdict.axis == "insufficient_evidence"
 
 

@@ -57,7 +57,7 @@ def test_overview_shows_the_data_bound_verdict_and_the_dataloader_fix_first():
         async with app.run_test(size=(80, 24)) as pilot:
             await _ready(app, pilot)
             badge = static_text(app, "#badge")
-            assert "DATA-BOUND" in badge and "confidence 0.90" in badge
+            assert "DATA-BOUND" in badge and "confidence 0.83" in badge  # 0.5 + 0.45 × (1 − 9.4 / 33.9): input 33.9 %, runner-up launch 9.4 %
             assert app.query_one("#badge").has_class("axis-data")
             figures = static_text(app, "#figures")
             b = session(RESNET).analyses[0].breakdown
@@ -204,6 +204,15 @@ def test_kernels_sort_and_filter():
             assert {x.name for x in pane.shown} == {n for n in names if "sgemm" in n.lower()}
             await pilot.press("escape")
             assert app.focused is app.query_one("#kernels-table")
+            # roofline columns, and the chart on p
+            from trainscope.tui.roofline_plot import RooflinePlot
+
+            roof = {r.name: r for r in s.analyses[0].roofline.rows}
+            assert any(roof.get(x.name) and roof[x.name].bound in ("memory", "compute") for x in pane.shown)
+            plot = app.query_one(RooflinePlot)
+            assert not plot.display
+            await pilot.press("p")
+            assert plot.display and "TFLOP/s vs FLOP/byte" in str(plot.render())
     run(go())
 
 

@@ -107,6 +107,13 @@ class CpuOps(Table):
     FIELDS = {"ts": _I64, "dur": _I64, "thread": _I32, "name": _I32, "flops": _F64}
 
 
+class PythonFrames(Table):
+    """Python function frames on host threads (``with_stack=True``): ``name`` reads like
+    ``file.py(123): function``; frames nest in time on their thread."""
+
+    FIELDS = {"ts": _I64, "dur": _I64, "thread": _I32, "name": _I32}
+
+
 class Annotations(Table):
     """User and framework ranges (record_function, ProfilerStep#N, NVTX); ``device`` is -1 on the host."""
 
@@ -126,6 +133,25 @@ class Counters(Table):
     """Sampled counters (live monitors, hardware metrics); ``name`` indexes the string table."""
 
     FIELDS = {"ts": _I64, "device": _I16, "name": _I32, "value": _F64}
+
+
+@dataclass
+class OpInputs:
+    """What links GPU work to the operator that launched it, and that operator's inputs.
+
+    ``cpu_external`` (one per ``cpu_ops`` row) and ``kernel_external`` (one per ``kernels`` row) are
+    Kineto's "External id" (-1 where absent): a kernel belongs to the CPU operator with its id.
+    ``cpu_signature`` indexes ``signatures`` (-1: no shapes recorded): each signature is the
+    operator's ``(Input Dims, Input type, Concrete Inputs)`` as the profiler wrote them
+    (``record_shapes=True``). ``hw_flops`` holds FP operations per kernel name from hardware
+    counters (Kineto's CUPTI-profiler mode), where a trace carries them.
+    """
+
+    cpu_external: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    kernel_external: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    cpu_signature: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
+    signatures: list[tuple[list, list, list]] = field(default_factory=list)
+    hw_flops: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -158,6 +184,10 @@ class Trace:
     # Input shapes of CPU operators where the profiler recorded them (record_shapes=True):
     # operator name → {repr of its "Input Dims" → calls}. Empty when the trace has none.
     input_dims: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Per-operator External ids and input signatures (Kineto); empty for formats without them.
+    op_inputs: OpInputs = field(default_factory=OpInputs)
+    # Python frames where the profiler recorded stacks (Kineto ``python_function``). Empty otherwise.
+    python_frames: PythonFrames = field(default_factory=PythonFrames.empty)
 
     def device(self, device_id: int) -> Device | None:
         for d in self.devices:

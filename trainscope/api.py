@@ -311,7 +311,7 @@ def run_deep(report: Report, step: str | None = None, progress: Progress | None 
 
 def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_range: str | None = None,
             rules: "Rules | None" = None, thresholds: Mapping[str, float] | None = None,
-            peak_tflops: float | None = None, deep: bool = False, deep_step: str | None = None,
+            peak_tflops: float | None = None, peak_bandwidth: float | None = None, deep: bool = False, deep_step: str | None = None,
             model: "str | Any | None" = None, progress: Progress | None = None,
             source: str | None = None) -> Report:
     """Diagnose a recorded run: a Kineto trace (.json/.json.gz), a directory of per-rank traces, an
@@ -320,7 +320,7 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
 
     ``step_range`` names the annotation range that marks a step; ``thresholds`` overrides
     diagnostic thresholds by name (``{"data_wait.high": 25}``) or ``rules`` gives a whole
-    :class:`~trainscope.analyzers.rules.Rules`; ``peak_tflops`` sets the device peak for MFU;
+    :class:`~trainscope.analyzers.rules.Rules`; ``peak_tflops`` and ``peak_bandwidth`` (GB/s) override the device table for MFU and the roofline;
     ``deep`` adds Holistic Trace Analysis (``deep_step``: which step); ``model`` (a spec such as
     ``"params=25.6M,optimizer=momentum,precision=fp32"`` or a ``PlanConfig``) adds the planned
     memory ledger beside the measured peak. ``progress(stage, fraction)`` is called while reading.
@@ -346,7 +346,7 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
     if progress:
         progress("analyzing", None)
     with _bad_input(source):
-        analyses = analyze_set(traces, rules, peak_tflops, step_range)
+        analyses = analyze_set(traces, rules, peak_tflops, step_range, peak_bandwidth)
     main = analyses.index(slowest(analyses)) if len(analyses) > 1 else 0
     report = Report(source, rules, traces, analyses, main, ledger=planned)
     if len(analyses) > 1:
@@ -634,7 +634,7 @@ def memory(path: "str | os.PathLike", *, gpu: str | None = None, gpu_memory: str
         if is_pickle(head):
             snap = load_snapshot(path)
             progress("analyzing", None)
-            devices = snapshot_memory(snap, top=max(0, top))
+            devices = snapshot_memory(snap, top=max(0, top), oom_slack_pct=rules.value("memory.oom_slack"))
             found = snapshot_findings(devices, dev.capacity_bytes if dev else None, rules)
             doc = build_memory_document(path, "cuda_snapshot", devices, None, found, capacity, snap.warnings)
             return MemoryReport(path, "cuda_snapshot", doc, devices=devices, findings=found)

@@ -52,6 +52,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
         ("/", "filter by name or class (Enter or Esc returns to the table)"),
         ("s / click a header", "sort by the next column / by that column (again: reverse)"),
         ("r", "reverse the sort"),
+        ("p", "show / hide the roofline chart (log-log, heaviest kernels labeled)"),
     ]),
     ("fixes", [
         ("↑ / ↓", "choose a fix: its evidence, change and projection show below"),
@@ -72,7 +73,7 @@ HINTS = {
     "overview": "number keys: tabs · e export report · d theme · ? every key · q quit",
     "timeline": "←/→ cursor · +/− zoom · h/l pan · n/p step · f fit step · a whole trace · ? keys · q quit",
     "steps": "↑/↓ choose · Enter show on timeline · number keys: tabs · ? keys · q quit",
-    "kernels": "/ filter · s sort by next column · r reverse · click a header to sort · ? keys · q quit",
+    "kernels": "/ filter · s sort by next column · r reverse · p roofline chart · ? keys · q quit",
     "fixes": "↑/↓ choose · space assume in the what-if · c clear · e export · ? keys · q quit",
     "memory": "number keys: tabs · e export report · ? keys · q quit",
     "ranks": "↑/↓ choose · Enter show this rank everywhere · ? keys · q quit",
@@ -239,7 +240,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         median = _median_step(rank)
         self.query_one(TimelinePane).set_model(rank.timeline, median)
         self.query_one(StepsPane).show(doc, self.rules.value("step.outlier_ratio"))
-        self.query_one(KernelsPane).show(rank.all_kernels)
+        self.query_one(KernelsPane).show(rank.all_kernels, rank.analysis.roofline)
         self.query_one(FixesPane).show(rank.analysis, doc)
         tabs = self.query_one("#tabs", TabbedContent)
         for tab in ("timeline", "steps", "kernels"):  # sampled counters have no events to draw

@@ -12,6 +12,8 @@ from textual.widgets import DataTable, Input, Static
 
 from trainscope.analyzers.breakdown import CATEGORIES
 from trainscope.analyzers.kernels import KernelStat, KernelSummary
+from trainscope.analyzers.roofline import Roofline, RooflineRow
+from trainscope.tui.roofline_plot import RooflinePlot
 from trainscope.tui.timeline import short_name
 
 STEP_COLUMNS = {"compute": "compute", "communication": "comm", "copy": "copy", "memset": "memset",
@@ -71,19 +73,32 @@ class StepsPane(Vertical):
 class KernelColumn:
     key: str
     label: str
-    sort_key: object  # callable KernelStat -> comparable
+    sort_key: object  # callable (KernelStat, RooflineRow | None) -> comparable
     descending: bool
 
 
+def _num(x: float | None) -> float:
+    return -1.0 if x is None else x
+
+
 KERNEL_COLUMNS = (
-    KernelColumn("name", "kernel", lambda k: k.name.lower(), False),
-    KernelColumn("class", "class", lambda k: k.kernel_class, False),
-    KernelColumn("tc", "TC", lambda k: k.tensor_core, True),
-    KernelColumn("count", "count", lambda k: k.count, True),
-    KernelColumn("total", "total ms", lambda k: k.total_ns, True),
-    KernelColumn("mean", "mean µs", lambda k: k.mean_ns, True),
-    KernelColumn("share", "share", lambda k: k.share_pct, True),
+    KernelColumn("name", "kernel", lambda k, r: k.name.lower(), False),
+    KernelColumn("class", "class", lambda k, r: k.kernel_class, False),
+    KernelColumn("tc", "TC", lambda k, r: k.tensor_core, True),
+    KernelColumn("count", "count", lambda k, r: k.count, True),
+    KernelColumn("total", "total ms", lambda k, r: k.total_ns, True),
+    KernelColumn("mean", "mean µs", lambda k, r: k.mean_ns, True),
+    KernelColumn("share", "share", lambda k, r: k.share_pct, True),
+    KernelColumn("bound", "bound", lambda k, r: r.bound if r else "", False),
+    KernelColumn("intensity", "FLOP/B", lambda k, r: _num(r and r.intensity), True),
+    KernelColumn("tflops", "TFLOP/s", lambda k, r: _num(r and r.tflops), True),
+    KernelColumn("gbps", "GB/s", lambda k, r: _num(r and r.gbps), True),
+    KernelColumn("roof", "% roof", lambda k, r: _num(r and r.pct_of_roof), True),
 )
+
+
+def _cell(x: float | None, fmt: str) -> Text:
+    return Text("" if x is None else format(x, fmt), justify="right")
 
 
 def filter_kernels(kernels: list[KernelStat], text: str) -> list[KernelStat]:
@@ -104,6 +119,7 @@ class KernelsPane(Vertical):
         Binding("s", "sort_next", "sort by next column"),
         Binding("r", "reverse", "reverse sort", show=False),
         Binding("slash", "focus_filter", "filter"),
+        Binding("p", "toggle_plot", "roofline chart"),
     ]
     MAX_ROWS = 2000  # a DataTable of more rows is sluggish; the filter narrows the rest
 
@@ -115,22 +131,33 @@ class KernelsPane(Vertical):
         super().__init__(**kwargs)
         self.summary: KernelSummary | None = None
         self.shown: list[KernelStat] = []
+        self.roof_rows: dict[str, RooflineRow] = {}
 
     def compose(self):
         yield Input(placeholder="filter kernels by name or class (press / here, Esc to leave)", id="kernels-filter")
         yield Static("", id="kernels-note")
         yield DataTable(id="kernels-table", cursor_type="row", zebra_stripes=True)
+        plot = RooflinePlot(id="kernels-roofline")
+        plot.display = False
+        yield plot
 
-    def show(self, summary: KernelSummary) -> None:
+    def show(self, summary: KernelSummary, roof: Roofline | None = None) -> None:
         self.summary = summary
+        self.roof_rows = {r.name: r for r in roof.rows} if roof is not None else {}
+        self.query_one(RooflinePlot).show(roof)
         self._refill()
+
+    def action_toggle_plot(self) -> None:
+        plot = self.query_one(RooflinePlot)
+        plot.display = not plot.display
 
     def _refill(self) -> None:
         if self.summary is None:
             return
         col = next(c for c in KERNEL_COLUMNS if c.key == self.sort_column)
         rows = filter_kernels(self.summary.top, self.filter_text)
-        rows.sort(key=col.sort_key, reverse=self.descending)
+        roof = self.roof_rows
+        rows.sort(key=lambda k: col.sort_key(k, roof.get(k.name)), reverse=self.descending)
         self.shown = rows[: self.MAX_ROWS]
         table = self.query_one(DataTable)
         # Keep the columns (re-creating them re-measures every cell); only their labels change.
@@ -143,13 +170,16 @@ class KernelsPane(Vertical):
             table.columns[c.key].label = Text(c.label + mark)
         table.clear()
         for i, k in enumerate(self.shown):
+            r = roof.get(k.name)
             table.add_row(short_name(k.name, 200), k.kernel_class, "✔" if k.tensor_core else "", f"{k.count}",
                           Text(f"{k.total_ns / 1e6:.2f}", justify="right"), Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
-                          Text(f"{k.share_pct:.1f} %", justify="right"), key=str(i))
+                          Text(f"{k.share_pct:.1f} %", justify="right"), r.bound if r else "",
+                          _cell(r and r.intensity, ".3g"), _cell(r and r.tflops, ".3g"), _cell(r and r.gbps, ".4g"),
+                          _cell(r and r.pct_of_roof, ".0f"), key=str(i))
         more = f" (first {self.MAX_ROWS} shown)" if len(rows) > self.MAX_ROWS else ""
         self.query_one("#kernels-note", Static).update(
             f"{len(rows)} of {len(self.summary.top)} kernels{more} · sorted by {col.label} · "
-            "s: next sort column · r: reverse · /: filter · TC = tensor cores")
+            "s: next sort column · r: reverse · /: filter · p: roofline chart · TC = tensor cores")
 
     def watch_sort_column(self) -> None:
         self._refill()

@@ -45,7 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "with charts), JSON for .json, Markdown otherwise")
     a.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     a.add_argument("--peak-tflops", type=positive_float, metavar="TFLOPS",
-                   help="peak FLOP/s of the device for MFU, overriding the built-in device table")
+                   help="dense FP16/BF16 tensor peak of the device in TFLOP/s for MFU and the roofline, overriding the "
+                        "built-in device table (the other precisions scale with it)")
+    a.add_argument("--peak-bandwidth", type=positive_float, metavar="GB/S",
+                   help="memory bandwidth of the device in GB/s for the roofline, overriding the device table")
     a.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
                    help="override a diagnostic threshold (repeatable; list them with `trainscope thresholds`)")
     a.add_argument("--model", metavar="SPEC",
@@ -78,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_app(args, rules, ledger)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
-        report = api.analyze(args.trace, rules=rules, peak_tflops=args.peak_tflops, step_range=args.step_range,
+        report = api.analyze(args.trace, rules=rules, peak_tflops=args.peak_tflops,
+                             peak_bandwidth=args.peak_bandwidth, step_range=args.step_range,
                              deep=args.deep, deep_step=args.deep_step, model=args.model, progress=progress)
     finally:
         progress.done()

@@ -1,0 +1,168 @@
+"""What kind of run a trace records, detected once and handed to every finding.
+
+Wording and fixes must fit the run: an inference trace is not told "training waits on the input
+pipeline", a C++/MPI application gets no ``loss.item()`` snippet, an all-to-all embedding exchange
+gets no DDP gradient-bucket advice. The evidence is read from the trace itself:
+
+- **training vs inference**: autograd (``autograd::engine``, ``*Backward0``, ``aten::*_backward``),
+  backward/optimizer ranges (``Optimizer.step#``, ``## backward ##``, NVTX "backward pass"), or
+  backward/optimizer kernels (``flash_bwd``, ``*_backward_*``, multi-tensor Adam). A PyTorch trace
+  with operators or PyTorch kernels and none of those is inference; a native application without
+  them is ``unknown`` (its code names no phases we can trust).
+- **graphs**: ``cudaGraphLaunch`` / ``hipGraphLaunch`` runtime calls (one call replays many kernels).
+- **compiled**: ``torch.compile`` regions (``CompiledFunction``, ``Torch-Compiled Region``) or
+  Triton/Inductor kernels (``triton_*``).
+- **framework**: ``pytorch`` when the trace holds ATen operators, PyTorch's own kernels
+  (``at::native::``), Python frames or ``torch``-named ranges; otherwise ``native`` (a CUDA/HIP/MPI
+  application).
+- **collectives**: NCCL/RCCL kernel time by kind (all-reduce, all-to-all, all-gather,
+  reduce-scatter, broadcast). Point-to-point ``SendRecv`` kernels are how NCCL runs all-to-all
+  (and pipeline sends); they count as ``all-to-all``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainscope.traces.model import Trace
+
+MODES = ("training", "inference", "unknown")
+FRAMEWORKS = ("pytorch", "native")
+COLLECTIVE_KINDS = ("all-reduce", "all-to-all", "all-gather", "reduce-scatter", "broadcast")
+
+# Host operators / ranges that only a backward pass or an optimizer step records.
+_BACKWARD_OP = re.compile(r"^autograd::|Backward\d*$|^aten::\w+_backward$|(^|[^a-z])(backward|bwd)([^a-z]|$)", re.I)
+_OPTIMIZER_RANGE = re.compile(r"^Optimizer\.(step|zero_grad)#|(^|[^a-z])optimi[sz]er([^a-z]|$)", re.I)
+# Kernels that only a backward pass or an optimizer launches.
+_BACKWARD_KERNEL = re.compile(r"(^|[^a-z])(bwd|backward)([^a-z]|$)|_backward_|Backward|dgrad|wgrad", re.I)
+_OPTIMIZER_KERNEL = re.compile(r"adam|multi_tensor_apply|(^|[^a-z])(lamb|sgd)([^a-z]|$)", re.I)
+_GRAPH_LAUNCH = re.compile(r"^(cuda|hip)GraphLaunch")
+_COMPILED = re.compile(r"CompiledFunction|Torch-Compiled Region|^triton_|TorchDynamo|inductor", re.I)
+_PYTORCH_OP = re.compile(r"^aten::|^torch\.|^c10d::|ProfilerStep#|^autograd::")
+_PYTORCH_KERNEL = re.compile(r"at::native::|at_cuda_detail|c10::")
+_COMM = re.compile(r"nccl|rccl", re.I)
+_COLLECTIVE = (
+    ("all-reduce", re.compile(r"all_?reduce", re.I)),
+    ("all-to-all", re.compile(r"all_?to_?all|sendrecv|(^|[^a-z])(send|recv)([^a-z]|$)", re.I)),
+    ("all-gather", re.compile(r"all_?gather", re.I)),
+    ("reduce-scatter", re.compile(r"reduce_?scatter", re.I)),
+    ("broadcast", re.compile(r"broadcast", re.I)),
+)
+
+
+@dataclass(frozen=True)
+class Context:
+    mode: str = "unknown"  # "training" | "inference" | "unknown"
+    graphs: bool = False  # CUDA/HIP graph replays (cudaGraphLaunch / hipGraphLaunch)
+    compiled: bool = False  # torch.compile regions or Triton kernels
+    framework: str = "pytorch"  # "pytorch" | "native" (no ATen ops: a C++/MPI/CUDA application)
+    collectives: dict[str, float] = field(default_factory=dict)  # kind -> kernel ms, largest first
+    evidence: list[str] = field(default_factory=list)
+
+    @property
+    def training(self) -> bool:
+        return self.mode == "training"
+
+    @property
+    def inference(self) -> bool:
+        return self.mode == "inference"
+
+    @property
+    def native(self) -> bool:
+        return self.framework == "native"
+
+    @property
+    def main_collective(self) -> str | None:
+        """The collective kind with the most kernel time, or None without collectives."""
+        return max(self.collectives, key=self.collectives.get) if self.collectives else None
+
+
+# The context assumed when none was detected (live sessions, callers that pass none): a PyTorch
+# training job, which is what trainscope's advice was first written for.
+TRAINING = Context(mode="training", framework="pytorch")
+
+
+def _names(trace: Trace, table) -> list[str]:
+    if not len(table):
+        return []
+    return [trace.strings[i] for i in np.unique(table.name)]
+
+
+def _first(names: list[str], rx: re.Pattern) -> str | None:
+    return next((n for n in names if rx.search(n)), None)
+
+
+def _short(name: str, n: int = 60) -> str:
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def detect_context(trace: Trace) -> Context:
+    """The run's context with one evidence line per decision."""
+    ops = _names(trace, trace.cpu_ops)
+    host_ranges = _names(trace, trace.annotations)
+    kernels = _names(trace, trace.kernels)
+    runtime = _names(trace, trace.runtime)
+    frames = getattr(trace, "python_frames", None)
+    python = frames is not None and len(frames) > 0
+    evidence: list[str] = []
+
+    # Framework first: which wording applies to the rest.
+    hit = _first(ops, _PYTORCH_OP) or _first(host_ranges, _PYTORCH_OP) or _first(kernels, _PYTORCH_KERNEL)
+    if hit is not None or python:
+        framework = "pytorch"
+        evidence.append(f"PyTorch: {_short(hit) if hit else 'Python frames'} in the trace")
+    else:
+        framework = "native"
+        evidence.append("native application: no ATen operators, PyTorch kernels or Python frames in the trace")
+
+    bwd = _first(ops, _BACKWARD_OP) or _first(host_ranges, _BACKWARD_OP)
+    opt = _first(host_ranges, _OPTIMIZER_RANGE) or _first(ops, _OPTIMIZER_RANGE)
+    kbwd = _first(kernels, _BACKWARD_KERNEL)
+    kopt = _first(kernels, _OPTIMIZER_KERNEL) if framework == "pytorch" else None
+    found = bwd or opt or kbwd or kopt
+    if found is not None:
+        mode = "training"
+        what = ("backward pass" if (bwd or kbwd) else "optimizer step")
+        evidence.append(f"training: {what} recorded ({_short(found)})")
+    elif framework == "pytorch" and (ops or kernels):
+        mode = "inference"
+        evidence.append("inference: no backward pass or optimizer step in the trace")
+    else:
+        mode = "unknown"
+        evidence.append("training or inference: no backward or optimizer evidence, and no framework to tell")
+
+    g = _first(runtime, _GRAPH_LAUNCH)
+    graphs = g is not None
+    if graphs:
+        n = int(np.isin(trace.runtime.name, [trace.strings.index(g)]).sum())
+        evidence.append(f"graph replays: {n} {g} call{'s' * (n != 1)}")
+
+    c = _first(ops, _COMPILED) or _first(host_ranges, _COMPILED) or _first(kernels, _COMPILED)
+    compiled = c is not None
+    if compiled:
+        evidence.append(f"compiled: {_short(c)}")
+
+    collectives = collective_ms(trace)
+    if collectives:
+        evidence.append("collectives: " + ", ".join(f"{k} {v:.1f} ms" for k, v in collectives.items()))
+    return Context(mode, graphs, compiled, framework, collectives, evidence)
+
+
+def collective_ms(trace: Trace) -> dict[str, float]:
+    """NCCL/RCCL kernel time per collective kind (ms, summed over the trace's kernels), largest first."""
+    k = trace.kernels
+    if not len(k):
+        return {}
+    ids, inverse = np.unique(k.name, return_inverse=True)
+    per_name = np.bincount(inverse, weights=k.dur.astype(np.float64), minlength=len(ids))
+    out: dict[str, float] = {}
+    for i, total in zip(ids.tolist(), per_name.tolist()):
+        name = trace.strings[i]
+        if not _COMM.search(name):
+            continue
+        kind = next((kd for kd, rx in _COLLECTIVE if rx.search(name)), None)
+        if kind is not None:
+            out[kind] = out.get(kind, 0.0) + total / 1e6
+    return dict(sorted(((k, round(v, 3)) for k, v in out.items()), key=lambda kv: -kv[1]))

@@ -1,0 +1,135 @@
+"""The registry of findings: every finding declared once (:class:`FindingSpec`), one module per
+family. Consumers read it from here — the verdict (sinks and headlines), recommendations (fixes),
+what-if (pools), diff (measures), ``--deep`` (critical-path families), the live engine (fixes), the
+reports and the labeled benchmark (classes). :func:`validate` lists every declaration that lacks
+what a consumer needs; a test holds that list empty.
+"""
+from __future__ import annotations
+
+from trainscope.analyzers.findings import comm, data, host, kernels, live, memory, ranks
+from trainscope.analyzers.findings.base import (AXES, CRITICAL_PATH_FAMILIES, LABEL_CLASSES, PROJECTIONS, DiffMeasure,
+                                                Evidence, Finding, FindingSpec, Fix, Severity, Verdict, by_stake, fixed)
+
+FAMILIES = (data, host, comm, memory, kernels, ranks, live)
+
+
+def _collect() -> dict[str, FindingSpec]:
+    out: dict[str, FindingSpec] = {}
+    for fam in FAMILIES:
+        for s in fam.SPECS:
+            if s.id in out:
+                raise ValueError(f"finding {s.id} declared twice")
+            out[s.id] = s
+    return out
+
+
+REGISTRY: dict[str, FindingSpec] = _collect()
+
+# What-if pools that several fixes draw on, and the breakdown categories that hold each pool's time:
+# together its fixes cannot remove more than that (analyzers/whatif.py).
+POOL_CATEGORIES: dict[str, tuple[str, ...]] = {
+    "input": ("idle_data_wait", "idle_other"),
+    "copies": ("copy",),
+    "host-idle": ("idle_sync", "idle_host_overhead", "idle_other"),
+    "comm": ("communication",),
+    "memory-bound": ("compute", "memset"),
+    "tensor-cores": ("compute",),
+}
+
+
+def spec(finding_id: str) -> FindingSpec | None:
+    return REGISTRY.get(finding_id)
+
+
+def specs(*, offline: bool | None = None, live: bool | None = None) -> list[FindingSpec]:
+    return [s for s in REGISTRY.values()
+            if (offline is None or s.offline == offline) and (live is None or s.live == live)]
+
+
+def evaluate(obs, rules) -> list[Finding]:
+    """Every offline finding the observations support (unordered)."""
+    out: list[Finding] = []
+    for s in REGISTRY.values():
+        if not s.offline or s.measure is None:
+            continue
+        got = s.measure(obs, rules)
+        if isinstance(got, Finding):
+            out.append(got)
+        elif got:
+            out.extend(got)
+    return out
+
+
+def pool_members(pool: str) -> tuple[str, ...]:
+    """The recommendation ids of the fixes that draw on ``pool``."""
+    ids: list[str] = []
+    for s in REGISTRY.values():
+        if s.whatif_pool == pool:
+            for f in (s.fix, *s.alternatives):
+                if f is not None and f.rec_id not in ids:
+                    ids.append(f.rec_id)
+    return tuple(ids)
+
+
+def by_rec_id(rec_id: str) -> FindingSpec | None:
+    return next((s for s in REGISTRY.values() if any(f is not None and f.rec_id == rec_id
+                                                     for f in (s.fix, *s.alternatives))), None)
+
+
+def live_fix_table() -> dict[str, tuple[str, str]]:
+    """Finding id -> (fix title, change) for every finding the live rules raise."""
+    # Rendered for a PyTorch training job (what `watch` launches) with no DataLoader workers seen;
+    # the live engine retitles the loader fix when it sees workers.
+    return {s.id: s.fix.render(None, single_loader=True) for s in REGISTRY.values() if s.live and s.fix is not None}
+
+
+def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
+    """Every declaration that lacks what a consumer needs, as one line each (empty: all complete)."""
+    from trainscope.analyzers.rules import Rules
+    from trainscope.analyzers.sinks import SINKS
+
+    reg = REGISTRY if registry is None else registry
+    names = set(Rules.names())
+    problems: list[str] = []
+    for fid, s in reg.items():
+        def bad(what: str) -> None:
+            problems.append(f"{fid}: {what}")
+        if s.id != fid:
+            bad(f"registered under another id ({s.id})")
+        if s.axis not in AXES:
+            bad(f"axis {s.axis!r} is not a D·A·M axis")
+        if s.measure is None and s.offline:
+            bad("no measure (no trace rule raises it)")
+        if not s.title or not s.headline:
+            bad("no title or headline (reports, apps)")
+        fixes = [f for f in (s.fix, *s.alternatives) if f is not None]
+        if s.fix is None:
+            bad("no fix (recommendations, live fixes)")
+        for f in fixes:
+            if not (f.rec_id and f.title and f.pytorch and f.native):
+                bad(f"fix {f.rec_id or '?'} lacks an id, title, PyTorch change or native change")
+            if f.projection not in PROJECTIONS:
+                bad(f"fix {f.rec_id}: unknown projection {f.projection!r}")
+            if f.projection in ("idle", "busy", "data-wait", "amdahl") and not s.whatif_pool:
+                bad(f"fix {f.rec_id} projects a gain but the finding has no what-if pool")
+        if s.whatif_pool and s.whatif_pool not in POOL_CATEGORIES:
+            bad(f"what-if pool {s.whatif_pool!r} holds no time (POOL_CATEGORIES)")
+        if s.diff_measure is None:
+            bad("no diff measure (diff cannot tell whether it was addressed)")
+        if s.critical_path not in CRITICAL_PATH_FAMILIES:
+            bad("no critical-path category (--deep cannot reconcile it)")
+        if s.label_class is not None and s.label_class not in LABEL_CLASSES:
+            bad(f"label class {s.label_class!r} is not a benchmark class")
+        if s.can_be_primary and (s.label_class is None or s.sink not in SINKS):
+            bad("can be primary but has no sink or no benchmark class")
+        for n in s.severity.rule_names:
+            if n not in names:
+                bad(f"severity reads unknown threshold {n}")
+        if s.refines is not None and (s.refines not in reg or reg[s.refines].sink != s.sink):
+            bad(f"refines {s.refines}, which is not a registered finding of the same sink")
+    return problems
+
+
+__all__ = ["REGISTRY", "POOL_CATEGORIES", "FindingSpec", "Fix", "DiffMeasure", "Severity", "Finding", "Evidence",
+           "Verdict", "by_stake", "fixed", "spec", "specs", "evaluate", "validate", "pool_members", "by_rec_id",
+           "live_fix_table"]

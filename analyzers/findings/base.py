@@ -1,0 +1,204 @@
+"""The vocabulary every rule speaks: evidence lines, findings, verdicts, and the declaration of a
+finding (:class:`FindingSpec`) that every consumer reads — the verdict, recommendations, what-if,
+diff, ``--deep``, the live engine, reports, apps and the labeled benchmark.
+
+A finding is declared once, in the module of its family (``data``, ``host``, ``comm``, ``memory``,
+``kernels``, ``ranks``, ``live``); :mod:`trainscope.analyzers.findings` collects them into
+:data:`REGISTRY` and :func:`validate` checks that every declaration carries what each consumer needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.rules import Rules
+
+AXES = ("data", "algorithm", "machine", "balanced", "insufficient_evidence")
+GRADES = ("high", "moderate", "info")
+
+
+@dataclass(frozen=True)
+class Evidence:
+    metric: str
+    value: float | None
+    unit: str
+    threshold: str  # e.g. "≥ 20", "< 50"; "" for context lines
+    source: str
+    meets: bool | None = None  # whether the value crosses the threshold; None for context
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str  # "data/input-wait", "host/launch-overhead", ...
+    axis: str
+    severity: str  # "high" | "moderate" | "info"
+    title: str
+    stake_pct: float  # share of step time this cause accounts for
+    evidence: list[Evidence]
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    axis: str
+    confidence: float
+    bottleneck: str | None  # the primary finding's id
+    summary: str
+    evidence: list[Evidence] = field(default_factory=list)
+    runner_up: str | None = None  # the second-largest sink that can be primary (its finding id)
+
+
+# --- severity ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Severity:
+    """How a finding is graded. ``by_stake``: by its share of step time against two thresholds of the
+    rule table (so a 32 µs stake is never [high]); ``fixed``: a grade the evidence sets by itself
+    (memory at capacity is high whatever its share of step time)."""
+
+    moderate: str | None = None  # rule names (analyzers/rules.py)
+    high: str | None = None
+    fixed: str | None = None
+
+    def grade(self, stake_pct: float, rules: "Rules") -> str:
+        if self.fixed:
+            return self.fixed
+        if self.high and stake_pct >= rules.value(self.high):
+            return "high"
+        if self.moderate and stake_pct >= rules.value(self.moderate):
+            return "moderate"
+        return "info"
+
+    @property
+    def rule_names(self) -> tuple[str, ...]:
+        return tuple(n for n in (self.moderate, self.high) if n)
+
+
+def by_stake(moderate: str, high: str | None = None) -> Severity:
+    return Severity(moderate=moderate, high=high)
+
+
+def fixed(grade: str) -> Severity:
+    return Severity(fixed=grade)
+
+
+# --- fix ---------------------------------------------------------------------------------------------
+
+def always(_ctx: Any) -> bool:
+    return True
+
+
+# How a fix's gain is projected from the measured breakdown (analyzers/recommendations.py):
+#   idle      – removes the finding's stake of GPU-idle time (the GPU's busy time stays a floor)
+#   busy      – removes the finding's stake of GPU-busy time (hidden behind compute, or fused away)
+#   data-wait – removes the host's measured DataLoader wait (idle time; the textbook's max(data, compute))
+#   amdahl    – speeds the stake up by the device's tensor/fp32 peak ratio: 1 / ((1 − g) + g / s)
+#   none      – no projection; ``basis`` says why
+PROJECTIONS = ("idle", "busy", "data-wait", "amdahl", "none")
+
+
+@dataclass(frozen=True)
+class Fix:
+    rec_id: str  # the recommendation id ("dataloader-workers")
+    title: str
+    pytorch: str  # the change in a PyTorch training or inference script
+    native: str  # the equivalent for a CUDA/HIP application without PyTorch
+    projection: str = "idle"
+    basis: str = ""  # what the projection assumes ("removing the {stake} % data wait"), or why none
+    applies: Callable[[Any], bool] = always  # over the trace's Context (None when unknown)
+    superseded_by: tuple[str, ...] = ()  # finding ids whose fix, when raised, replaces this one
+    whatif_label: str = ""  # the assumption, as a what-if toggle reads it
+    # The wording for the run's context (analyzers/fix_text.py): (ctx, single_loader, bf16) -> FixText.
+    text: Callable[..., Any] | None = None
+
+    def render(self, ctx: Any = None, *, single_loader: bool = False, bf16: bool = True) -> tuple[str, str]:
+        """(title, change) in the run's words: the context-aware text where declared, else the PyTorch
+        change, or the native one for a CUDA/HIP application."""
+        if self.text is not None:
+            from trainscope.analyzers.context import TRAINING
+            ft = self.text(ctx if ctx is not None else TRAINING, single_loader, bf16)
+            return ft.title, ft.change
+        native = getattr(ctx, "framework", None) == "native"
+        return self.title, self.native if native else self.pytorch
+
+
+# --- diff --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DiffMeasure:
+    """What a finding's fix should move, so `diff` measures "addressed" instead of assuming it.
+    Time lost to a cause is compared in ms per step, not as a share: a share also falls when
+    everything else grows."""
+
+    label: str
+    unit: str
+    value: Callable[[Any], float | None]  # Analysis -> value
+    lower_is_better: bool = True
+
+    @property
+    def per_step(self) -> bool:
+        return self.unit == "ms per step"
+
+
+def ms_per_step(category: str) -> Callable[[Any], float | None]:
+    """A breakdown category of the analysis, in ms per step."""
+    return lambda a: a.breakdown.ns[category] / 1e6 / max(1, len(a.breakdown.steps))
+
+
+def stake_ms(finding: str) -> Callable[[Any], float | None]:
+    """The time a finding says its cause costs, in ms per step (0 when it is not raised)."""
+    def value(a: Any) -> float | None:
+        stake = next((f.stake_pct for f in a.findings if f.id == finding), 0.0)
+        return stake / 100 * a.breakdown.step_ms.mean
+    return value
+
+
+def stake_pct(finding: str) -> Callable[[Any], float | None]:
+    """A finding's stake as a share (for inputs without steps: sampled counters)."""
+    return lambda a: next((f.stake_pct for f in a.findings if f.id == finding), 0.0)
+
+
+# --- the declaration ---------------------------------------------------------------------------------
+
+# How `--deep` files a finding against HTA's critical path (analyzers/critical_path.py).
+CRITICAL_PATH_FAMILIES = ("data", "host", "gpu-compute", "communication", "none")  # none: no time on the path
+# The labeled benchmark's classes (benchmarks/bench_diagnosis.py).
+LABEL_CLASSES = ("input", "launch", "sync", "comm", "imbalance", "copies", "memory-bound", "compute-bound",
+                 "capacity", "none")
+
+
+@dataclass(frozen=True)
+class FindingSpec:
+    id: str
+    axis: str  # D·A·M: data | algorithm | machine
+    title: str
+    measure: Callable[[Any], Finding | None] | None  # Observations -> Finding; None for live-only findings
+    can_be_primary: bool
+    severity: Severity
+    fix: Fix | None
+    whatif_pool: str | None  # the time a fix draws on; fixes sharing a pool cannot remove more than it holds
+    diff_measure: DiffMeasure | None
+    critical_path: str | None  # CRITICAL_PATH_FAMILIES
+    headline: str
+    label_class: str | None  # LABEL_CLASSES; the class a verdict naming this finding claims
+    sink: str | None = None  # the step-time sink (analyzers/sinks.py) this finding's stake is measured from
+    breakdown: tuple[str, ...] = ()  # breakdown categories its stake lies in (for --deep's reconciliation)
+    describes: str = ""  # what it measures, in words
+    live: bool = False  # raised by the live rules (watch, counter-only inputs)
+    offline: bool = True  # raised by the trace rules (analyze); False: live or snapshot rules raise it
+    alternatives: tuple[Fix, ...] = ()  # fixes for particular contexts, tried before ``fix`` (their ``applies``)
+    refines: str | None = None  # the broader finding of the same sink this one names more precisely
+
+    def fix_for(self, ctx: Any) -> Fix | None:
+        """The fix that fits the run's context."""
+        for f in self.alternatives:
+            if f.applies(ctx):
+                return f
+        return self.fix if self.fix is not None and self.fix.applies(ctx) else None
+
+    def finding(self, stake_pct: float, evidence: list[Evidence], detail: str, rules: "Rules",
+                title: str | None = None, severity: str | None = None) -> Finding:
+        """A finding of this kind: axis from the declaration, severity graded by its stake."""
+        return Finding(self.id, self.axis, severity or self.severity.grade(stake_pct, rules), title or self.title,
+                       stake_pct, evidence, detail)

@@ -1,0 +1,35 @@
+"""Findings only the live rules raise (``trainscope watch``, counter-only recordings): utilization
+patterns from sampled counters. Their rules live in :mod:`trainscope.analyzers.live`; the other
+live findings (input wait, loader CPU, I/O wait, capacity, compute-/memory-bound, throttling) are
+declared with their families."""
+from __future__ import annotations
+
+from trainscope.analyzers.findings.base import DiffMeasure, FindingSpec, Fix, fixed, stake_pct
+
+_RECORD = Fix("record-trace", "Record a trace to see what idles the GPU",
+              "with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=2, active=5),\n"
+              "        on_trace_ready=torch.profiler.tensorboard_trace_handler('./trace')) as p:\n"
+              "    for batch in loader: step(batch); p.step()\n"
+              "# then: trainscope analyze ./trace",
+              "nsys profile -t cuda,nvtx,osrt -o run ./app && nsys export --type sqlite run.nsys-rep\n"
+              "# then: trainscope analyze run.sqlite",
+              projection="none", basis="no projection: counters cannot tell launch overhead, syncs and "
+                                       "communication apart")
+
+UNDERUTILIZED = FindingSpec(
+    id="gpu/underutilized", axis="insufficient_evidence", title="GPU underutilized",
+    measure=None, can_be_primary=False, severity=fixed("info"), fix=_RECORD, whatif_pool=None,
+    diff_measure=DiffMeasure("GPU idle, share of samples", "%", stake_pct("gpu/underutilized")),
+    critical_path="none", headline="UNDERUTILIZED", label_class=None,
+    describes="p95 GPU utilization below the live threshold", live=True, offline=False,
+)
+
+FLUCTUATING = FindingSpec(
+    id="gpu/fluctuating", axis="insufficient_evidence", title="GPU utilization fluctuates",
+    measure=None, can_be_primary=False, severity=fixed("info"), fix=_RECORD, whatif_pool=None,
+    diff_measure=DiffMeasure("GPU idle, share of samples", "%", stake_pct("gpu/fluctuating")),
+    critical_path="none", headline="FLUCTUATING", label_class=None,
+    describes="busy bursts alternating with idle gaps (p95 high, p5 low)", live=True, offline=False,
+)
+
+SPECS = (UNDERUTILIZED, FLUCTUATING)

@@ -1,0 +1,517 @@
+"""What the host was doing while the GPU sat idle, read from the host events the breakdown ignores.
+
+The breakdown explains GPU idle time by DataLoader ranges, sync calls and framework operators. A
+trace recorded with Python stacks (``with_stack=True``), with OS runtime calls (Nsight) or with
+a long first launch holds more: this module attributes every nanosecond of GPU idle inside the
+analyzed windows, on the thread that issues the GPU work, to one class, by the first rule that
+applies:
+
+1. **sync** — a blocking runtime call is in progress (``cudaDeviceSynchronize``,
+   ``cudaStreamSynchronize``, a synchronous ``cudaMemcpy`` / ``hipMemcpyWithStream``): the host
+   waits for the device, and the device then waits for the host.
+2. **launch** — a launch call is in progress (``cudaLaunchKernel``, ``hipLaunchKernel``,
+   ``hipExtModuleLaunchKernel``, ``cudaGraphLaunch``, module loading). One that lasts far longer
+   than a launch does (``launch.cold_start_ms``) is a cold start: the first call of a kernel loads
+   its code object / JIT-compiles it inside the launch.
+3. other runtime calls (allocation, attribute queries) — **other**.
+4. Python frames (else framework operators and host ranges) give the stage structure. The frames
+   that contain every GPU launch of the window form one chain (the loop or pipeline driving the
+   work); their children that do not are the *stages* (``preprocess``, ``forward``,
+   ``DataLoader.__next__``). Idle time
+
+   - inside a stage that launches no GPU work, when the first GPU operation issued after the
+     stage is a host-to-device copy — the host prepared data the GPU then receives — is
+     **input** (input preprocessing);
+   - between the window's first and last launch, outside such stages but inside a recorded frame,
+     is **launch** (the host issuing work: Python and framework overhead between kernels);
+   - anywhere else a frame records (a stage whose output is not shipped to the GPU, work after
+     the last launch) is **other** host work.
+5. an OS runtime call in progress (Nsight ``OSRT_API``: ``poll``, ``read``, ``pthread_cond_wait``)
+   where no frame explains the idle — **other**, the calls named.
+6. nothing recorded on the thread — **unattributed**.
+
+The classes follow from the event structure (nesting, launch counts, copy direction), never from
+a file or function name. The heaviest frames during GPU idle are reported with ``file:line`` as
+evidence.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainscope.analyzers import intervals as iv
+from trainscope.analyzers.breakdown import SYNC_CALL
+from trainscope.analyzers.steps import PROFILER_STEP, StepSegmentation, name_mask
+from trainscope.traces.model import COPY_KINDS, Trace
+
+CLASSES = ("input", "launch", "sync", "other", "unattributed")
+LAUNCH_CALL = re.compile(
+    r"^(cuda|hip|cu)(LaunchKernel\w*|LaunchCooperativeKernel\w*|ExtModuleLaunchKernel|ModuleLaunchKernel|"
+    r"GraphLaunch|ModuleLoad\w*|LibraryLoad\w*|ModuleGetFunction|LaunchKernelExC\w*)(_v\d+)?$|^hipExtLaunch\w*$"
+)
+_FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
+# A frame's idle time is "the same" as its only child's when the child holds this share of it.
+_SAME = 0.97
+# Report frames holding at least this share of the idle time.
+_MIN_FRAME_SHARE = 0.05
+_TOP_FRAMES = 8
+
+
+@dataclass(frozen=True)
+class HostFrame:
+    name: str  # as recorded: "file.py(123): function", or an operator / range name
+    file: str | None
+    line: int | None
+    function: str
+    idle_ns: int  # GPU idle time while this frame was on the stack
+    share_pct: float  # of step time
+    cls: str  # the class most of that time went to
+    count: int = 1  # instances of the frame (one per step, say) summed in idle_ns
+
+
+@dataclass(frozen=True)
+class HostCall:
+    name: str
+    cls: str  # "sync" | "launch" | "other"
+    count: int
+    idle_ns: int  # GPU idle time covered by these calls
+    longest_ns: int
+
+
+@dataclass(frozen=True)
+class HostIdle:
+    step_ns: int
+    idle_ns: int
+    ns: dict[str, int]  # class -> GPU idle ns (exclusive, sums to idle_ns)
+    frames: list[HostFrame] = field(default_factory=list)
+    calls: list[HostCall] = field(default_factory=list)
+    cold_start: HostCall | None = None  # launch calls lasting ≥ cold_start_ms (first-call loading), where any
+    thread: str | None = None  # the host thread that issues the GPU work
+    source: str = "none"  # "python" (with_stack frames) | "operators" | "none"
+    evidence: list[str] = field(default_factory=list)
+
+    def ms(self, cls: str) -> float:
+        return self.ns.get(cls, 0) / 1e6
+
+    def share_pct(self, cls: str) -> float:
+        return 100.0 * self.ns.get(cls, 0) / self.step_ns if self.step_ns else 0.0
+
+    @property
+    def input_ms(self) -> float:
+        return self.ms("input")
+
+    @property
+    def launch_ms(self) -> float:
+        return self.ms("launch")
+
+    @property
+    def sync_ms(self) -> float:
+        return self.ms("sync")
+
+    @property
+    def other_ms(self) -> float:
+        return self.ms("other")
+
+    @property
+    def primary(self) -> str | None:
+        """The attributed class with the most GPU idle time (None when nothing is attributed)."""
+        best = max((c for c in CLASSES if c != "unattributed"), key=lambda c: self.ns.get(c, 0))
+        return best if self.ns.get(best, 0) > 0 else None
+
+
+def _gpu_busy(trace: Trace, device: int | None) -> iv.IntervalSet:
+    s, e = [], []
+    for t in (trace.kernels, trace.copies, trace.memsets):
+        on = (t.device == device) if device is not None else np.ones(len(t), bool)
+        s.append(t.ts[on])
+        e.append(t.end[on])
+    return iv.union(np.concatenate(s), np.concatenate(e))
+
+
+def _complement(busy: iv.IntervalSet, lo: int, hi: int) -> iv.IntervalSet:
+    bs, be = iv.clip(busy, lo, hi)
+    starts = np.concatenate([[lo], be])
+    ends = np.concatenate([bs, [hi]])
+    keep = ends > starts
+    return starts[keep], ends[keep]
+
+
+def _subtract(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
+    """a minus b (both sorted disjoint sets)."""
+    if not len(a[0]) or not len(b[0]):
+        return a
+    lo, hi = int(min(a[0][0], b[0][0])), int(max(a[1][-1], b[1][-1]))
+    not_b = _complement(b, lo, hi)
+    return _intersect(a, not_b)
+
+
+def _intersect(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
+    if not len(a[0]) or not len(b[0]):
+        return iv.EMPTY
+    # Pairs of overlapping intervals: both sets are sorted and disjoint.
+    i = np.searchsorted(b[1], a[0], side="right")  # first b ending after a starts
+    j = np.searchsorted(b[0], a[1], side="left")  # b starting before a ends
+    counts = np.maximum(j - i, 0)
+    if not counts.sum():
+        return iv.EMPTY
+    ai = np.repeat(np.arange(len(a[0])), counts)
+    bi = np.concatenate([np.arange(x, y) for x, y in zip(i[counts > 0], j[counts > 0])])
+    s = np.maximum(a[0][ai], b[0][bi])
+    e = np.minimum(a[1][ai], b[1][bi])
+    keep = e > s
+    return s[keep], e[keep]
+
+
+class _Cum:
+    """Measure of an interval set below a time: overlap with [s, e) is ``at(e) − at(s)``."""
+
+    def __init__(self, ivs: iv.IntervalSet) -> None:
+        self.s, self.e = ivs
+        self.before = np.concatenate([[0], np.cumsum(self.e - self.s)])
+
+    def at(self, t: np.ndarray) -> np.ndarray:
+        t = np.asarray(t, np.int64)
+        if not len(self.s):
+            return np.zeros(t.shape, np.int64)
+        k = np.searchsorted(self.s, t, side="right")  # intervals starting at or before t
+        j = np.maximum(k - 1, 0)
+        part = np.minimum(t, self.e[j]) - self.s[j]
+        return np.where(k > 0, self.before[j] + part, 0)
+
+    def overlap(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+        return self.at(e) - self.at(s)
+
+
+def _launch_threads(trace: Trace, device: int | None, ws: np.ndarray, we: np.ndarray) -> tuple[list[int], np.ndarray]:
+    """The host threads that issue the device's GPU operations (most first; those issuing inside
+    the windows, else anywhere), and the mask of runtime calls that issue one."""
+    r = trace.runtime
+    if not len(r):
+        return [], np.zeros(0, bool)
+    corr = []
+    for t in (trace.kernels, trace.copies, trace.memsets):
+        on = (t.device == device) if device is not None else np.ones(len(t), bool)
+        corr.append(t.correlation[on & (t.correlation >= 0)])
+    issues = np.isin(r.correlation, np.concatenate(corr)) & (r.correlation >= 0)
+    inside = issues & iv.contains((ws, we), r.ts)
+    pick = inside if inside.any() else issues
+    if not pick.any():
+        return [], issues
+    threads, counts = np.unique(r.thread[pick], return_counts=True)
+    return [int(x) for x in threads[np.argsort(-counts, kind="stable")]], issues
+
+
+def _frames(trace: Trace, thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+    """(ts, end, name) of the host frames on ``thread``, sorted outer-first, and their source."""
+    p = trace.python_frames
+    sel = p.thread == thread if len(p) else np.zeros(0, bool)
+    if sel.any():
+        ts, end, name, src = p.ts[sel], p.end[sel], p.name[sel], "python"
+    else:
+        o, a = trace.cpu_ops, trace.annotations
+        o_sel = o.thread == thread
+        umbrella = name_mask(trace, PROFILER_STEP)
+        a_sel = (a.thread == thread) & (a.device < 0) & ~umbrella[a.name] if len(a) else np.zeros(0, bool)
+        ts = np.concatenate([o.ts[o_sel], a.ts[a_sel]])
+        end = np.concatenate([o.end[o_sel], a.end[a_sel]])
+        name = np.concatenate([o.name[o_sel], a.name[a_sel]])
+        src = "operators" if len(ts) else "none"
+    order = np.lexsort((-(end - ts), ts))  # outer frames first at equal start
+    return ts[order], end[order], name[order], src
+
+
+def _parents(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Parent index of each frame (−1 at top level); frames sorted outer-first."""
+    parent = np.full(len(ts), -1, np.int64)
+    stack: list[int] = []
+    for i in range(len(ts)):
+        t = ts[i]
+        while stack and end[stack[-1]] <= t:
+            stack.pop()
+        if stack and end[i] <= end[stack[-1]]:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return parent
+
+
+def _parse(name: str) -> tuple[str | None, int | None, str]:
+    m = _FRAME.match(name)
+    if m:
+        return m["file"], int(m["line"]), m["func"]
+    return None, None, name
+
+
+def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None,
+              cold_start_ms: float = 1.0) -> HostIdle:
+    """GPU idle time in ``segmentation``'s windows on ``device``, split into classes (module doc)."""
+    ws, we = segmentation.starts, segmentation.ends
+    step_ns = int((we - ws).sum())
+    ns = {c: 0 for c in CLASSES}
+    if not trace.has_gpu_activity or not step_ns:
+        return HostIdle(step_ns, 0, ns)
+    busy = _gpu_busy(trace, device)
+    parts = [_complement(busy, int(s), int(e)) for s, e in zip(ws, we)]
+    idle = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    idle_ns = iv.total(idle)
+    threads, issues = _launch_threads(trace, device, ws, we)
+    if not threads:
+        ns["unattributed"] = idle_ns
+        return HostIdle(step_ns, idle_ns, ns, evidence=["no runtime call in the trace issues this GPU's work"])
+    # The main launching thread gives the stage structure: the one with Python frames, else the busiest.
+    p = trace.python_frames
+    with_py = [t for t in threads if len(p) and (p.thread == t).any()]
+    thread = with_py[0] if with_py else threads[0]
+    th = trace.threads[thread] if thread < len(trace.threads) else None
+    thread_name = (th.name or f"tid {th.tid}") if th else str(thread)
+    if len(threads) > 1:
+        thread_name += f" (+{len(threads) - 1} more launching thread{'s' * (len(threads) > 2)})"
+
+    # 1–3: runtime calls on the launching threads, in priority order.
+    r = trace.runtime
+    mine = np.isin(r.thread, threads)
+    sync_m = mine & name_mask(trace, SYNC_CALL)[r.name]
+    launch_m = mine & name_mask(trace, LAUNCH_CALL)[r.name] & ~sync_m
+    other_m = mine & ~sync_m & ~launch_m
+    pieces: dict[str, list[iv.IntervalSet]] = {c: [] for c in CLASSES}
+    left = idle
+    calls: list[HostCall] = []
+    cum_idle = _Cum(idle)
+    for cls, m in (("sync", sync_m), ("launch", launch_m), ("other", other_m)):
+        cover = _intersect(left, iv.union(r.ts[m], r.end[m]))
+        pieces[cls].append(cover)
+        left = _subtract(left, cover)
+        if m.any():
+            per = cum_idle.overlap(r.ts[m], r.end[m])
+            names, inv = np.unique(r.name[m], return_inverse=True)
+            for k, nm in enumerate(names.tolist()):
+                sel = inv == k
+                got = int(per[sel].sum())
+                if got > 0:
+                    calls.append(HostCall(trace.strings[nm], cls, int(sel.sum()), got, int(r.dur[m][sel].max())))
+    calls.sort(key=lambda c: -c.idle_ns)
+    cold = None
+    long_launch = launch_m & (r.dur >= cold_start_ms * 1e6)
+    if long_launch.any():
+        cold = HostCall(f"launch calls ≥ {cold_start_ms:g} ms", "launch", int(long_launch.sum()),
+                        int(iv.total(_intersect(idle, iv.union(r.ts[long_launch], r.end[long_launch])))),
+                        int(r.dur[long_launch].max()))
+
+    # 4: the stage structure of the host frames on the main launching thread.
+    fts, fend, fname, source = _frames(trace, thread)
+    frames: list[HostFrame] = []
+    launch_ts = np.sort(r.ts[issues & mine])  # launches from every launching thread
+    if len(fts) and len(left[0]):
+        parent = _parents(fts, fend)
+        for c, sets in _classify_by_stage(trace, fts, fend, parent, launch_ts, left, ws, we, device).items():
+            pieces[c] += sets
+    # 5: OS runtime calls (Nsight: poll, read, pthread waits) where nothing above explains the idle.
+    osr = trace.os_runtime
+    if len(osr):
+        rest = _subtract(left, _merge([x for c in ("input", "launch", "other") for x in pieces[c]]))
+        om = np.isin(osr.thread, threads)
+        if om.any() and len(rest[0]):
+            cover = _intersect(rest, iv.union(osr.ts[om], osr.end[om]))
+            pieces["other"].append(cover)
+            per = _Cum(cover).overlap(osr.ts[om], osr.end[om])
+            names, inv = np.unique(osr.name[om], return_inverse=True)
+            for k, nm in enumerate(names.tolist()):
+                sel = inv == k
+                got = int(per[sel].sum())
+                if got > 0:
+                    calls.append(HostCall(trace.strings[nm] + " (OS)", "other", int(sel.sum()), got,
+                                          int(osr.dur[om][sel].max())))
+            calls.sort(key=lambda c: -c.idle_ns)
+    merged = {c: _merge(v) for c, v in pieces.items()}
+    for c in ("input", "launch", "sync", "other"):
+        ns[c] = iv.total(merged[c])
+    ns["unattributed"] = idle_ns - sum(ns.values())
+    if len(fts):
+        frames = _heaviest(trace, fts, fend, fname, _parents(fts, fend), idle, launch_ts, ws, we, step_ns, idle_ns,
+                           merged)
+    out = HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source)
+    return HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source, _evidence(out))
+
+
+def _merge(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
+    sets = [x for x in sets if len(x[0])]
+    if not sets:
+        return iv.EMPTY
+    return iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets]))
+
+
+def _span(lo: int, hi: int) -> iv.IntervalSet:
+    return (np.array([lo], np.int64), np.array([hi], np.int64)) if hi > lo else iv.EMPTY
+
+
+def _classify_by_stage(trace: Trace, fts, fend, parent, launch_ts, left, ws, we, device) -> dict[str, list[iv.IntervalSet]]:
+    """Idle intervals in ``left`` (not covered by runtime calls) split into input / launch / other."""
+    out: dict[str, list[iv.IntervalSet]] = {"input": [], "launch": [], "other": []}
+    first_op = _first_op_after(trace, device)
+    covered = iv.union(fts, fend)
+    for s, e in zip(ws.tolist(), we.tolist()):
+        w_left = _intersect(left, _span(s, e))
+        if not len(w_left[0]):
+            continue
+        li = launch_ts[(launch_ts >= s) & (launch_ts < e)]
+        if not len(li):
+            out["other"].append(_intersect(w_left, covered))
+            continue
+        work = _span(int(li[0]), int(li[-1]))  # from the window's first launch to its last
+        counts = np.searchsorted(li, fend, side="left") - np.searchsorted(li, fts, side="left")
+        full = counts == len(li)
+        par_full = np.where(parent >= 0, full[np.maximum(parent, 0)], True)
+        # stages: frames in the window lacking some launch whose parent has them all (or is none)
+        stage = np.flatnonzero((fend > s) & (fts < e) & ~full & par_full)
+        staged = _merge([_span(max(int(fts[i]), s), min(int(fend[i]), e)) for i in stage.tolist()])
+        for i in stage.tolist():
+            piece = _intersect(w_left, _span(max(int(fts[i]), s), min(int(fend[i]), e)))
+            if not len(piece[0]):
+                continue
+            if counts[i] == 0:  # a stage that issues no GPU work: does its output go to the GPU?
+                out["input" if first_op(int(fend[i])) == COPY_KINDS.index("HtoD") else "other"].append(piece)
+            else:  # a stage that issues some of the work: host time between its kernels
+                inner = _intersect(piece, work)
+                out["launch"].append(inner)
+                out["other"].append(_subtract(piece, inner))
+        # outside the stages: host work the frames record (the driving loop's own code) counts as
+        # launch overhead between the first and last launch, as other work outside; time no frame
+        # covers is left for the OS-runtime rule or stays unattributed
+        rest = _intersect(_subtract(w_left, staged), covered)
+        inner = _intersect(rest, work)
+        out["launch"].append(inner)
+        out["other"].append(_subtract(rest, inner))
+    return out
+
+
+def _first_op_after(trace: Trace, device: int | None):
+    """A function: time → copy kind (or −1 for a kernel/memset) of the first GPU operation on
+    ``device`` whose launching call starts at or after that time."""
+    r = trace.runtime
+    rows = []
+    for code, t in ((None, trace.kernels), ("copy", trace.copies), (-1, trace.memsets)):
+        on = (t.device == device) if device is not None else np.ones(len(t), bool)
+        on &= t.correlation >= 0
+        kinds = t.kind[on].astype(np.int64) if code == "copy" else np.full(int(on.sum()), -1, np.int64)
+        rows.append((t.correlation[on], kinds))
+    corr = np.concatenate([c for c, _ in rows])
+    kind = np.concatenate([k for _, k in rows])
+    order = np.argsort(r.correlation, kind="stable")
+    pos = np.searchsorted(r.correlation[order], corr)
+    ok = (pos < len(order)) & (r.correlation[order][np.minimum(pos, len(order) - 1)] == corr)
+    launch_at = r.ts[order][np.minimum(pos, len(order) - 1)][ok]
+    kind = kind[ok]
+    o = np.argsort(launch_at, kind="stable")
+    launch_at, kind = launch_at[o], kind[o]
+
+    def first(t: int) -> int:
+        i = int(np.searchsorted(launch_at, t, side="left"))
+        return int(kind[i]) if i < len(kind) else -2
+
+    return first
+
+
+def _heaviest(trace: Trace, fts, fend, fname, parent, idle, launch_ts, ws, we, step_ns: int, idle_ns: int,
+              classes: dict[str, iv.IntervalSet]) -> list[HostFrame]:
+    """Frames holding the most GPU idle time, below the frames that drive all the work. A chain
+    of wrappers holding the same time shows as its outermost frame with a source line and its
+    deepest frame (what the host was inside)."""
+    cum = _Cum(idle)
+    got = cum.overlap(fts, fend)
+    # frames that contain every launch of the windows drive the loop: not evidence of a cause
+    li = launch_ts[iv.contains((ws, we), launch_ts)] if len(launch_ts) else launch_ts
+    counts = (np.searchsorted(li, fend, side="left") - np.searchsorted(li, fts, side="left")) if len(li) else np.zeros(len(fts))
+    driver = (counts == len(li)) & (len(li) > 0)
+    cand = np.flatnonzero((got >= _MIN_FRAME_SHARE * idle_ns) & ~driver & (got > 0))
+    if not len(cand):
+        return []
+    cset = set(cand.tolist())
+    cparent: dict[int, int] = {}
+    kids: dict[int, list[int]] = {}
+    for i in cand.tolist():
+        q = int(parent[i])
+        while q >= 0 and q not in cset:
+            q = int(parent[q])
+        cparent[i] = q
+        kids.setdefault(q, []).append(i)
+
+    def continues(i: int) -> bool:  # the only heavy child of its candidate parent, holding its time
+        q = cparent[i]
+        return q >= 0 and len([k for k in kids.get(q, []) if got[k] >= _SAME * got[q]]) == 1 and got[i] >= _SAME * got[q]
+
+    cum_cls = {c: _Cum(v) for c, v in classes.items() if len(v[0])}
+    shown: list[int] = []
+    for head in cand.tolist():
+        if continues(head):
+            continue
+        chain = [head]
+        while True:
+            nxt = [k for k in kids.get(chain[-1], []) if continues(k)]
+            if not nxt:
+                break
+            chain.append(nxt[0])
+        named = next((i for i in chain if _FRAME.match(trace.strings[int(fname[i])])), chain[0])
+        shown.append(named)
+        if chain[-1] != named:
+            shown.append(chain[-1])
+    # One line per frame name: the same frame in every step (a loader's __next__) adds up.
+    by_name: dict[int, list[int]] = {}
+    for i in shown:
+        by_name.setdefault(int(fname[i]), []).append(i)
+    rows = []
+    for nm, idx in by_name.items():
+        total = int(sum(got[i] for i in idx))
+        per = {c: int(sum(cc.overlap(np.array([fts[i]]), np.array([fend[i]]))[0] for i in idx))
+               for c, cc in cum_cls.items()}
+        cls = max(per, key=per.get) if per and max(per.values()) > 0 else "unattributed"
+        rows.append((total, min(int(fts[i]) for i in idx), nm, len(idx), cls))
+    rows.sort(key=lambda r: (-r[0], r[1]))
+    out = []
+    for total, _, nm, count, cls in rows[:_TOP_FRAMES]:
+        name = trace.strings[nm]
+        file, line, func = _parse(name)
+        out.append(HostFrame(name, file, line, func, total, round(100.0 * total / step_ns, 2), cls, count))
+    return out
+
+
+def _evidence(h: HostIdle) -> list[str]:
+    lines = [f"GPU idle {h.idle_ns / 1e6:.1f} ms of {h.step_ns / 1e6:.1f} ms in the window; host thread {h.thread}: "
+             + ", ".join(f"{c} {h.ms(c):.1f} ms" for c in CLASSES if h.ns.get(c))]
+    if h.cold_start is not None:
+        c = h.cold_start
+        lines.append(f"cold start: {c.count} launch call{'s' * (c.count > 1)} of ≥ 1 ms (the longest "
+                     f"{c.longest_ns / 1e6:.1f} ms; a launch takes µs) cover {c.idle_ns / 1e6:.1f} ms of GPU idle: the "
+                     "first call of a kernel loads or compiles its code")
+    for c in h.calls[:3]:
+        lines.append(f"{c.name} ×{c.count}: {c.idle_ns / 1e6:.1f} ms of GPU idle ({c.cls})")
+    for f in h.frames[:5]:
+        where = f"{f.file}:{f.line} {f.function}" if f.file else f.function
+        times = f" ×{f.count}" if f.count > 1 else ""
+        lines.append(f"{where}{times}: {f.idle_ns / 1e6:.1f} ms of GPU idle ({f.share_pct:.1f} % of step time)")
+    return lines
+
+
+COLD_START_DETAIL = ("first calls load or compile kernel code inside the launch (cold start): a one-time cost that "
+                     "dominates this window")
+
+def host_idle_evidence(h: HostIdle, cls: str) -> list:
+    """Evidence lines for class ``cls``: its share, the cold start, the calls and frames behind it."""
+    from trainscope.analyzers.verdict import Evidence
+
+    out = [Evidence(f"GPU idle while the host does {cls} work (host events during GPU idle)", round(h.share_pct(cls), 2),
+                    "% of step time", "", f"trace: {h.source} frames and runtime calls on {h.thread}", None)]
+    if cls == "launch" and h.cold_start is not None:
+        c = h.cold_start
+        out.append(Evidence(f"{c.name} (first-call module loading / compilation inside the launch)", c.count, "calls", "",
+                            f"measured: longest {c.longest_ns / 1e6:.1f} ms, {c.idle_ns / 1e6:.1f} ms of GPU idle", None))
+    for c in [c for c in h.calls if c.cls == cls][:2]:
+        out.append(Evidence(f"{c.name} ×{c.count} during GPU idle", round(c.idle_ns / 1e6, 2), "ms", "",
+                            f"trace: runtime calls (longest {c.longest_ns / 1e6:.1f} ms)", None))
+    for f in [f for f in h.frames if f.cls == cls][:4]:
+        where = f"{f.function} ({f.file.rsplit('/', 1)[-1]}:{f.line})" if f.file else f.function
+        times = f" ×{f.count}" if f.count > 1 else ""
+        out.append(Evidence(f"{where}{times} during GPU idle", round(f.idle_ns / 1e6, 2), "ms", "",
+                            f"trace: host frame {f.file}:{f.line}, {f.share_pct:.1f} % of step time" if f.file else
+                            f"trace: host frame, {f.share_pct:.1f} % of step time", None))
+    return out

@@ -1,0 +1,261 @@
+"""The findings registry: every finding declared once, every consumer knows every finding, the
+verdict is the largest sink of step time, and small stakes are findings, not ranked fixes."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+import functools
+import gzip
+import json
+
+from tests.conftest import DATA
+from tests.conftest import analysis as _analysis
+from trainscope.analyzers import findings as registry
+from trainscope.analyzers.findings import REGISTRY, validate
+from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.rules import Rules
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _path(name: str) -> Path:
+    p = DATA / "kineto" / name
+    return p if p.exists() else DATA / "labeled" / "kineto" / name
+
+
+@functools.lru_cache(maxsize=None)
+def analysis(name: str):
+    if (DATA / "kineto" / name).exists():
+        return _analysis(name)
+    from trainscope.analyzers.analysis import analyze_trace
+    from trainscope.collectors import open_traces
+
+    return analyze_trace(open_traces(str(_path(name))).traces[0])
+
+
+def raw_document(name: str):
+    with gzip.open(_path(name), "rb") as f:
+        return json.load(f)
+
+
+def consumer_gaps(reg: dict) -> list[str]:
+    """Every (finding, consumer) pair where the consumer does not know the finding."""
+    from trainscope.analyzers.critical_path import FAMILY_LABELS, FINDING_FAMILY
+    from trainscope.analyzers.diff import FINDING_METRICS
+    from trainscope.analyzers.live import _FIXES as LIVE_FIXES
+    from trainscope.reports.document import HEADLINES
+
+    gaps = []
+    for fid, s in reg.items():
+        if fid not in HEADLINES:
+            gaps.append(f"{fid}: reports (no headline)")
+        if fid not in FINDING_METRICS:
+            gaps.append(f"{fid}: diff (no measure)")
+        if s.critical_path != "none" and FINDING_FAMILY.get(fid) not in FAMILY_LABELS:
+            gaps.append(f"{fid}: --deep (no critical-path family)")
+        if s.live and fid not in LIVE_FIXES:
+            gaps.append(f"{fid}: live engine (no fix)")
+        if s.can_be_primary and s.label_class is None:
+            gaps.append(f"{fid}: labeled benchmark (no class)")
+        if s.fix is None:
+            gaps.append(f"{fid}: recommendations (no fix)")
+    return gaps
+
+
+def test_the_registry_is_complete_and_every_consumer_knows_every_finding():
+    assert validate() == []
+    assert consumer_gaps(REGISTRY) == []
+    assert len(REGISTRY) >= 18  # data 5, host 3, comm 1, memory 4, kernels 2, ranks 1, live 2
+
+
+@pytest.mark.parametrize("missing", ["fix", "diff_measure", "critical_path"])
+def test_a_finding_registered_without_fix_diff_measure_or_critical_path_fails_the_registry_test(missing, monkeypatch):
+    base = REGISTRY["host/sync"]
+    bad = dataclasses.replace(base, id="host/new-rule", **{missing: None})
+    reg = dict(REGISTRY, **{bad.id: bad})
+    problems = validate(reg)
+    assert problems and all(p.startswith("host/new-rule: ") for p in problems)
+    what = {"fix": "no fix", "diff_measure": "no diff measure", "critical_path": "no critical-path category"}[missing]
+    assert any(what in p for p in problems)
+    # Registered for real (as a new family module would), the consumer walk fails on it too.
+    monkeypatch.setitem(REGISTRY, bad.id, bad)
+    gaps = consumer_gaps(REGISTRY)
+    assert any(g.startswith("host/new-rule: ") for g in gaps)
+    # ...and a complete declaration added to a copy passes the declaration check.
+    assert validate(dict(REGISTRY_COPY := {k: v for k, v in REGISTRY.items() if k != bad.id})) == []
+    assert bad.id not in REGISTRY_COPY
+
+
+def test_no_consumer_keeps_a_table_of_finding_ids_of_its_own():
+    """Finding ids appear as string literals only in their declaration (and in rules that raise
+    live findings or say which finding they refine): a table keyed by ids elsewhere is a second
+    registry that the next finding would miss."""
+    ids = set(REGISTRY)
+    families = "|".join(sorted({i.split("/")[0] for i in ids}))
+    pattern = re.compile(r'(?:^|[{,])\s*"((?:' + families + r')/[a-z-]+)"\s*:', re.M)
+    offenders = []
+    for folder in ("analyzers", "reports", "tui", "trainscope"):
+        for p in (ROOT / folder).rglob("*.py"):
+            if "findings" in p.parts:
+                continue
+            for m in pattern.finditer(p.read_text()):
+                if m.group(1) in ids:
+                    offenders.append(f"{p.relative_to(ROOT)}: {m.group(1)}")
+    assert offenders == []
+
+
+def test_every_rule_raises_only_registered_findings_and_live_fixes_come_from_it():
+    """Rules outside the registry's modules (the live engine, memory snapshots) still name their
+    findings by id: each id must be declared."""
+    from trainscope.analyzers import live
+
+    raised = {}
+    for p in (ROOT / "analyzers").glob("*.py"):
+        for fid in re.findall(r'Finding\(\s*"([a-z]+/[a-z-]+)"', p.read_text()):
+            raised.setdefault(fid, p.name)
+    assert {"data/loader-cpu", "machine/fragmentation"} <= set(raised)
+    assert {f: m for f, m in raised.items() if f not in REGISTRY} == {}
+    live_ids = set(re.findall(r'Finding\(\s*"([a-z]+/[a-z-]+)"', (ROOT / "analyzers" / "live.py").read_text()))
+    assert live_ids <= {s.id for s in registry.specs(live=True)}
+    assert live._FIXES == registry.live_fix_table()
+
+
+def test_every_fix_renders_for_training_inference_and_native_runs():
+    from trainscope.analyzers.context import Context
+
+    for ctx in (None, Context(mode="inference"), Context(mode="training", framework="native")):
+        for s in REGISTRY.values():
+            title, change = s.fix.render(ctx)
+            assert title and change
+            if ctx is not None and ctx.native:
+                assert "torch" not in change, s.id  # a C++/MPI code gets no PyTorch snippet
+
+
+# -- sinks and the verdict ---------------------------------------------------------------------------
+
+def test_sinks_are_exclusive_and_sum_to_step_time():
+    for name in ("resnet50_v100_num_workers_0.pt.trace.json.gz", "hta_a100_80gb_rank0.json.gz",
+                 "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz"):
+        a = analysis(name)
+        assert sum(s.ns for s in a.sinks.by_key.values()) == pytest.approx(a.breakdown.total_ns, abs=len(a.sinks.by_key))
+        assert sum(s.pct for s in a.sinks.by_key.values()) == pytest.approx(100.0, abs=1e-6)
+
+
+def test_blocking_copy_is_the_sync_sink_measured_from_raw_events():
+    """SGLang on MI300X: one hipMemcpyWithStream blocks the host ≈ 493 ms while the GPU idles. The
+    sync sink is that wait, re-derived from the raw events: the call's overlap with the GPU-activity
+    window, less the GPU's busy time inside it."""
+    name = "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz"
+    a = analysis(name)
+    ev = raw_document(name)["traceEvents"]
+    gpu = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    lo, hi = gpu[0][0], max(e for _, e in gpu)
+    (cp,) = [e for e in ev if e.get("name") == "hipMemcpyWithStream" and e["dur"] > 1e5]
+    s, e = max(cp["ts"], lo), min(cp["ts"] + cp["dur"], hi)
+    busy = 0.0
+    for gs, ge in gpu:  # kernels do not overlap here; clip each to the call
+        busy += max(0.0, min(ge, e) - max(gs, s))
+    idle_in_call = (e - s) - busy
+    assert a.sinks.pct("sync") == pytest.approx(100 * idle_in_call / (hi - lo), abs=0.5)
+    assert a.verdict.bottleneck in ("host/sync", "host/blocking-sync")
+    assert "runner-up" in a.verdict.summary and a.verdict.runner_up is not None
+    assert any(e.metric.startswith("largest sink of step time") and e.value == pytest.approx(a.sinks.pct("sync"), abs=0.01)
+               for e in a.verdict.evidence)
+
+
+def test_kernel_work_cannot_lead_on_a_starved_gpu():
+    """ResNet-50 on a V100 with num_workers=0: compute-bound convolutions (≈ 37 % of the step) are a
+    larger sink than the input wait (≈ 34 %), but with the GPU busy 56 % the kernels do not set the
+    step's length: the input pipeline does (the textbook flowchart's first test)."""
+    a = analysis("resnet50_v100_num_workers_0.pt.trace.json.gz")
+    assert a.sinks.pct("compute-bound") > a.sinks.pct("input") > 30
+    assert not a.sinks.saturated and a.verdict.bottleneck == "data/input-wait"
+    assert a.verdict.runner_up == "host/launch-overhead"  # the next cause that could lead
+
+
+# -- no noise --------------------------------------------------------------------------------------
+
+def test_small_stakes_are_findings_not_ranked_fixes():
+    from trainscope.analyzers.recommendations import recommend
+
+    a = analysis("hta_a100_80gb_rank0.json.gz")
+    rules = Rules()
+    # A 32 µs stake in a 216 ms step is graded info, never [high].
+    tiny = 100 * 0.032 / a.breakdown.step_ms.mean
+    for s in REGISTRY.values():
+        if s.severity.fixed is None:
+            assert s.severity.grade(tiny, rules) == "info", s.id
+    f = REGISTRY["host/blocking-sync"].finding(tiny, [], "", rules)
+    assert f.severity == "info"
+    recs = recommend([f], a.breakdown, a.device_spec, a.device_name, a.context, rules)
+    assert recs == []  # projected below 1.02×: kept as a finding, not ranked
+    big = REGISTRY["host/blocking-sync"].finding(20.0, [], "", rules)
+    (r,) = recommend([big], a.breakdown, a.device_spec, a.device_name, a.context, rules)
+    assert r.projected_speedup >= 1.02 and big.severity == "high"
+
+
+@pytest.mark.parametrize("name", ["resnet50_v100_num_workers_0.pt.trace.json.gz", "hta_a100_80gb_rank0.json.gz",
+                                  "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz", "tracelens_h100_qwen_inference.json.gz"])
+def test_no_ranked_fix_reads_up_to_1_00x_and_severity_follows_the_stake(name):
+    a = analysis(name)
+    rules = Rules()
+    for r in a.recommendations:
+        assert r.projected_speedup is None or r.projected_speedup >= rules.value("fix.min_speedup")
+        assert "1.00×" not in r.projection_text
+    for f in a.findings:
+        sev = REGISTRY[f.id].severity
+        if sev.fixed is None and f.severity == "high":
+            assert f.stake_pct >= rules.value(sev.high), f.id
+
+
+def test_rank_imbalance_is_the_wait_for_the_busiest_rank():
+    """DLRM, 2 ranks: rank 1 carries more kernel work (the label's slower rank); rank 0 waits for it
+    inside the all-to-all. That wait, the difference of their compute-kernel time per step, moves
+    from rank 0's communication sink to its imbalance sink; rank 1 keeps none."""
+    from trainscope.analyzers.analysis import analyze_set, analyze_trace, slowest
+    from trainscope.collectors import open_traces
+
+    ts = open_traces(str(DATA / "labeled" / "kineto" / "hta_dlrm_ws128_2ranks"))
+    r0, r1 = analyze_set(ts)
+    alone = analyze_trace(ts.traces[0])  # rank 0 judged by itself
+    per_step = lambda a, c: a.breakdown.ns[c] / len(a.breakdown.steps)
+    assert per_step(r1, "compute") > per_step(r0, "compute") and slowest([r0, r1]).rank == 1
+    wait = per_step(r1, "compute") - per_step(r0, "compute")
+    assert r0.sinks.by_key["imbalance"].ns == pytest.approx(wait * len(r0.breakdown.steps), abs=2)
+    assert r0.sinks.pct("comm") + r0.sinks.pct("imbalance") == pytest.approx(alone.sinks.pct("comm"), abs=1e-6)
+    assert r1.sinks.pct("imbalance") == 0 and alone.sinks.pct("imbalance") == 0
+    assert sum(s.pct for s in r0.sinks.by_key.values()) == pytest.approx(100.0, abs=1e-6)
+    f = next(x for x in r0.findings if x.id == "ranks/imbalance")
+    assert f.stake_pct == pytest.approx(r0.sinks.pct("imbalance")) and any("busiest rank (rank 1)" in e.metric for e in f.evidence)
+
+
+def test_sinks_split_a_breakdown_exclusively_and_rank_by_eligibility():
+    """Hand-built breakdown (one 100 ms step): every ns lands in one sink; host frames move idle
+    'other' time to input; a blocking-sync bubble beyond the sync idle comes out of launch; kernel
+    work leads only when the GPU is saturated; a sink below its floor is no verdict."""
+    from trainscope.analyzers.breakdown import Breakdown, Percentiles, StepBreakdown
+    from trainscope.analyzers.sinks import split_sinks
+
+    ms = 1_000_000
+    ns = {"compute": 40 * ms, "communication": 5 * ms, "copy": 2 * ms, "memset": 1 * ms, "idle_data_wait": 10 * ms,
+          "idle_sync": 2 * ms, "idle_host_overhead": 15 * ms, "idle_other": 25 * ms}
+    step = StepBreakdown("s", 0, 100 * ms, ns, 10 * ms)
+    p = Percentiles(100.0, 100.0, 100.0)
+    b = Breakdown(0, [step], 100 * ms, ns, 10 * ms, p, {c: p for c in ns})
+    s = split_sinks(b, busy_split={"memory": 3, "compute": 1, "unknown": 0}, busy_source="test",
+                    host_idle_ns={"input-preprocessing": 20 * ms}, sync_bubble_ns=5 * ms, saturated=False,
+                    floors={"input": 5.0, "launch": 3.0, "memory-bound": 30.0})
+    assert sum(x.ns for x in s.by_key.values()) == 100 * ms
+    assert s.pct("input") == pytest.approx(30) and s.pct("idle-unexplained") == pytest.approx(5)
+    assert s.pct("sync") == pytest.approx(5) and s.pct("launch") == pytest.approx(12)
+    assert s.pct("memory-bound") == pytest.approx(31) and s.pct("compute-bound") == pytest.approx(10)
+    assert s.leader.key == "input"  # memory-bound is larger but the GPU is starved
+    assert s.runner_up.key == "launch"
+    sat = split_sinks(b, busy_split={"memory": 3, "compute": 1}, busy_source="test", saturated=True,
+                      floors={"memory-bound": 50.0})
+    assert sat.pct("memory-bound") == pytest.approx(31) and sat.leader.key == "launch"  # 31 % < its 50 % floor
+    assert sat.explained_ns >= sat.by_key["memory-bound"].ns  # below its floor, still an explained sink

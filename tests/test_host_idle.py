@@ -1,0 +1,93 @@
+"""GPU idle attributed to what the host was doing (Python frames, launch calls, blocking copies),
+cross-checked against the raw Kineto events."""
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import analysis, load, raw_document
+from trainscope.analyzers.breakdown import primary_device
+from trainscope.analyzers.host_idle import CLASSES, host_idle
+from trainscope.analyzers.steps import segment_steps
+
+TIMESFORMER = "tl_h100_timesformer_k400_infer.json.gz"
+NORM = "tl_mi300x_norm_layers_fwdbwd.json.gz"
+SGLANG = "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz"
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+
+
+def _h(name):
+    t = load(name)
+    return host_idle(t, segment_steps(t), primary_device(t))
+
+
+def _x(name, cat=None):
+    return [e for e in raw_document(name)["traceEvents"] if e.get("ph") == "X" and (cat is None or e.get("cat") == cat)]
+
+
+def test_classes_are_exclusive_and_sum_to_the_idle_time():
+    for name in (TIMESFORMER, NORM, SGLANG):
+        h = _h(name)
+        assert set(h.ns) == set(CLASSES) and min(h.ns.values()) >= 0
+        assert sum(h.ns.values()) == h.idle_ns <= h.step_ns
+
+
+def test_timesformer_preprocessing_is_input_with_its_frames():
+    evs = _x(TIMESFORMER)
+    (step,) = [e for e in evs if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    first_gpu = min(e["ts"] for e in evs if e.get("cat") in GPU_CATS and e["ts"] >= step["ts"])
+    idle_before_us = first_gpu - step["ts"]  # the GPU has nothing to run until the input is copied over
+    assert 200e3 < idle_before_us < 230e3
+    h = _h(TIMESFORMER)
+    assert h.source == "python" and h.primary == "input"
+    assert h.input_ms == pytest.approx(idle_before_us / 1e3, rel=0.01)
+    py = {e["name"]: e["dur"] / 1e3 for e in evs if e.get("cat") == "python_function"}
+    frames = {f.function: f for f in h.frames}
+    for func in ("read_video_pyav", "preprocess"):
+        assert func in frames and frames[func].cls == "input"
+    rv = frames["read_video_pyav"]
+    assert rv.file.endswith("video_classification.py") and rv.line == 174
+    assert rv.idle_ns / 1e6 == pytest.approx(py["transformers/pipelines/video_classification.py(174): read_video_pyav"], abs=0.1)
+    vm = next(f for f in h.frames if f.file and "videomae" in f.file)
+    assert vm.idle_ns / 1e6 == pytest.approx(py[vm.name], abs=0.1) and 170 < vm.idle_ns / 1e6 < 185
+    assert vm.share_pct == pytest.approx(100 * vm.idle_ns / h.step_ns, abs=0.01)
+
+
+def test_timesformer_verdict_is_the_input_pipeline():
+    a = analysis(TIMESFORMER)
+    assert a.verdict.bottleneck == "data/input-wait" and a.verdict.axis == "data"
+    f = next(f for f in a.findings if f.id == "data/input-wait")
+    assert f.title == "The pipeline waits on input" and 50 < f.stake_pct < 60
+    assert any("read_video_pyav" in e.metric for e in f.evidence)
+    assert a.host_idle is not None and a.host_idle.input_ms > 200
+
+
+def test_norm_layers_idle_is_launch_cold_start():
+    runtime = _x(NORM, "cuda_runtime")
+    # launches and module loads (code loading happens in both) lasting ≥ 1 ms
+    long_launch = [e for e in runtime if ("LaunchKernel" in e["name"] or "ModuleLoad" in e["name"]) and e["dur"] >= 1000]
+    h = _h(NORM)
+    assert h.primary == "launch" and h.share_pct("launch") > 95
+    assert h.cold_start is not None and h.cold_start.count == len(long_launch)
+    assert h.cold_start.longest_ns / 1e3 == pytest.approx(max(e["dur"] for e in long_launch), abs=1)
+    # the long launches are serial on the host, so their idle coverage cannot exceed their summed length
+    assert 0.8 * sum(e["dur"] for e in long_launch) / 1e3 < h.cold_start.idle_ns / 1e6 <= sum(e["dur"] for e in long_launch) / 1e3
+    a = analysis(NORM)
+    assert a.verdict.bottleneck == "host/launch-overhead" and "cold start" in a.verdict.summary
+    rec = next(r for r in a.recommendations if r.finding == "host/launch-overhead")
+    assert rec.id == "warm-up-kernels" and rec.projected_speedup is None
+
+
+def test_sglang_blocking_copy_is_sync():
+    runtime = _x(SGLANG, "cuda_runtime")
+    longest = max((e for e in runtime if e["name"] == "hipMemcpyWithStream"), key=lambda e: e["dur"])
+    assert longest["dur"] > 400e3
+    h = _h(SGLANG)
+    assert h.primary == "sync"
+    assert h.sync_ms == pytest.approx(longest["dur"] / 1e3, rel=0.01)
+    assert h.calls[0].name == "hipMemcpyWithStream" and h.calls[0].cls == "sync"
+    assert analysis(SGLANG).verdict.bottleneck == "host/sync"
+
+
+def test_no_host_frames_in_a_saturated_window():
+    h = _h("tl_mi300x_vllm_gptoss_decode_fullgraph_bs32.json.gz")
+    assert h.idle_ns < 0.01 * h.step_ns and h.primary is None or h.ms(h.primary) < 0.1
