@@ -24,7 +24,7 @@ from trainscope.analyzers.roofline import Roofline, roofline, tensor_core_names
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.sinks import Sinks, moved, split_sinks
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
-from trainscope.analyzers.verdict import DiagnosisInput, Finding, Verdict, classify, findings
+from trainscope.analyzers.verdict import primary_first, DiagnosisInput, Finding, Verdict, classify, findings
 from trainscope.traces.model import Trace, TraceSet
 
 _SINGLE_PROCESS_LOADER = re.compile(r"_SingleProcessDataLoaderIter")
@@ -99,6 +99,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         sinks = inp.sinks
         found = findings(inp, rules)
         verdict = classify(inp, found, rules)
+        found = primary_first(found, verdict)
         # No projected gains from evidence too thin for a verdict.
         recs = ([] if verdict.axis == "insufficient_evidence" else
                 recommend(found, bd, spec, dev.name if dev else None, ctx, rules))
@@ -241,6 +242,7 @@ def with_rank_imbalance(analyses: list[Analysis], rules: Rules) -> list[Analysis
         inp = replace(a.observations, sinks=sinks, imbalance_evidence=lines)
         found = findings(inp, rules)
         verdict = classify(inp, found, rules)
+        found = primary_first(found, verdict)
         recs = ([] if verdict.axis == "insufficient_evidence" else
                 recommend(found, a.breakdown, a.device_spec, a.device_name, a.context, rules))
         out.append(replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict, recommendations=recs))

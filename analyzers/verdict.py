@@ -62,6 +62,12 @@ def _cpu_training_findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
                                                      title=_title("data/input-wait", inp.context, ""))]
 
 
+def primary_first(found: list[Finding], verdict: "Verdict") -> list[Finding]:
+    """The verdict's own finding first, then the others in :func:`finding_order` (a reader looks
+    for the evidence of the verdict at the top)."""
+    return sorted(found, key=lambda f: (f.id != verdict.bottleneck, *finding_order(f)))
+
+
 def finding_order(f: Finding) -> tuple[int, float]:
     """Findings sort by severity, then by the share of step time at stake."""
     return (_GRADE[f.severity], -f.stake_pct)
