@@ -485,3 +485,23 @@ def test_loader_errors_after_quit_do_not_change_the_exit_code():
     app.load()
     assert posted and posted[0][0] == "exit" and posted[0][1][:2] == (1, 1)
     assert "internal error: ValueError: widgets gone" in posted[0][1][2]
+
+
+def test_number_keys_leave_every_tab():
+    """From every tab, every number key shows its tab (on Kernels and Fixes the focused table
+    used to pull its pane back, so 1 or 6 flickered and stayed)."""
+    async def go():
+        app = AnalyzeApp(str(KINETO / RESNET), session=session(RESNET))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _ready(app, pilot)
+            tabs = app.query_one("#tabs")
+            shown = ["overview", "timeline", "steps", "kernels", "fixes", "memory"]
+            for a in ("kernels", "fixes", "steps"):
+                for b in shown:
+                    await pilot.press(str(shown.index(a) + 1))
+                    await pilot.pause()
+                    await pilot.press(str(shown.index(b) + 1))
+                    await pilot.pause()
+                    await pilot.pause()
+                    assert tabs.active == b, f"{a} → {b}: still on {tabs.active}"
+    run(go())

@@ -283,6 +283,11 @@ class AnalyzeApp(BackgroundLoading, App[int]):
                   "fixes": "#fixes-table", "ranks": "#ranks-table"}.get(tab)
         if target:
             self.query_one(target).focus()
+        else:
+            # A tab with nothing to focus: drop the focus rather than leave it in the hidden pane.
+            # Left there, the focused table pulls its pane back to the front (TabbedContent follows
+            # focus), so number keys pressed on Kernels or Fixes flickered and stayed.
+            self.set_focus(None)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if self.session is None:  # TabbedContent activates its first tab at mount, while loading
