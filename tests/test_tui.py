@@ -324,7 +324,7 @@ def test_help_lists_keys_and_closes():
                 assert key in text
             await pilot.press("escape")
             assert not isinstance(app.screen, HelpScreen)
-            await pilot.press("d")
+            await pilot.press("t")
             assert not app.current_theme.dark
             await pilot.press("q")
         return app.return_code
