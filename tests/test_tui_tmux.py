@@ -48,7 +48,7 @@ def test_analyze_app_in_tmux_navigates_exports_and_quits(tmp_path):
         assert "confidence 0.90" in screen and "1 Overview" in screen
         tmux("send-keys", "-t", "t", "2")
         screen = tmux.wait_for("ProfilerStep#9 (5/6")
-        assert "GPU" in screen and "host" in screen and "waiting for data" in screen
+        assert "GPU all" in screen and "T main" in screen and "waiting for data" in screen
         tmux("send-keys", "-t", "t", "n")
         tmux.wait_for("ProfilerStep#10 (6/6")
         tmux("send-keys", "-t", "t", "e")
