@@ -22,7 +22,7 @@ from trainscope.tui.memory import MemoryPane  # noqa: E402
 from trainscope.tui.overview import Overview  # noqa: E402
 from trainscope.tui.state import Session, build_session  # noqa: E402
 from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane  # noqa: E402
-from trainscope.tui.timeline import TimelinePane, TimelineView  # noqa: E402
+from trainscope.tui.timeline import GUTTER, TimelinePane, TimelineView  # noqa: E402
 
 RESNET = "resnet50_v100_num_workers_0.pt.trace.json.gz"
 PARAM_RESNET = "param_resnet_2080ti.json.gz"
@@ -166,7 +166,7 @@ def test_steps_table_marks_the_periodic_dataloader_stalls_and_opens_a_step():
             table = app.query_one("#steps-table")
             durs = np.array([st.duration_ns for st in s.analyses[0].segmentation.steps], float)
             expected = np.flatnonzero(durs > 1.5 * np.median(durs))
-            flagged = [i for i in range(table.row_count) if "outlier" in str(table.get_row_at(i)[-1])]
+            flagged = [i for i in range(table.row_count) if "⚠" in str(table.get_row_at(i)[-1])]
             assert flagged == list(expected) and len(flagged) >= 3  # first wait + periodic stalls
             # Enter on the second outlier opens it on the timeline.
             table.move_cursor(row=int(expected[1]))
@@ -366,7 +366,7 @@ def test_every_tab_renders_at_small_and_large_sizes(size):
                 await pilot.pause()
             await pilot.press("2", "plus", "plus", "h", "n", "a")
             view = app.query_one(TimelineView)
-            assert view.columns == size[0] - 7
+            assert view.columns == size[0] - GUTTER - 1
             assert app.query_one(TimelinePane).query_one("#tl-title").render()
     run(go())
 
