@@ -101,6 +101,26 @@ class Lane:
 
 
 @dataclass(frozen=True)
+class Match:
+    """An interval to show: a search hit, a kernel instance, a finding's evidence."""
+
+    start_ns: int
+    end_ns: int
+    lane: str  # "gpu" | "host"
+    name: str
+
+
+# Which part of the GPU's time a finding is about (the category of the breakdown that carries it).
+# Findings about memory or clocks have no interval on the timeline: they open on the worst step.
+FINDING_CATEGORY = {
+    "data/input-wait": "idle_data_wait", "data/loader-cpu": "idle_data_wait", "data/io-wait": "idle_data_wait",
+    "data/copies": "copy", "host/launch-overhead": "idle_host_overhead", "host/sync": "idle_sync",
+    "comm/unoverlapped": "communication", "algorithm/compute-bound": "compute",
+    "algorithm/no-tensor-cores": "compute", "machine/bandwidth": "compute", "gpu/underutilized": "idle_other",
+}
+
+
+@dataclass(frozen=True)
 class Overlap:
     """Over one window: busy time per kind on the GPU and how much of it ran beside compute."""
 
@@ -446,3 +466,50 @@ class TimelineModel:
                             HOST_LABELS[cat], step, share, context)
             out.append((lane, item))
         return out
+
+    # -- finding things -------------------------------------------------------------------------------
+
+    def find(self, text: str) -> list[Match]:
+        """Kernels, ops, ranges and runtime calls whose name contains ``text`` (case-insensitive), by time."""
+        words = text.lower().strip()
+        if not words:
+            return []
+        ids = np.array([i for i, s in enumerate(self.trace.strings) if words in s.lower()], np.int64)
+        if not len(ids):
+            return []
+        g = np.flatnonzero(np.isin(self._g_name, ids))
+        h = np.flatnonzero(np.isin(self._h_name, ids))
+        out = [Match(int(self._g_ts[j]), int(self._g_end[j]), "gpu", self.trace.strings[int(self._g_name[j])]) for j in g]
+        out += [Match(int(self._h_ts[j]), int(self._h_end[j]), "host", self.trace.strings[int(self._h_name[j])])
+                for j in h]
+        out.sort(key=lambda m: (m.start_ns, m.lane))
+        return out
+
+    def instances(self, name: str) -> list[Match]:
+        """Every instance of the kernel called ``name`` on this GPU, longest first."""
+        try:
+            sid = self.trace.strings.index(name)
+        except ValueError:
+            return []
+        j = np.flatnonzero(self._g_name == sid)
+        j = j[np.argsort(-(self._g_end[j] - self._g_ts[j]), kind="stable")]
+        return [Match(int(self._g_ts[i]), int(self._g_end[i]), "gpu", name) for i in j]
+
+    def evidence(self, finding_id: str) -> tuple[int | None, Match | None]:
+        """The worst step for a finding (most time in its category) and, in it, the longest interval
+        of that category: what Enter on a finding or fix shows."""
+        steps = self.segmentation.steps
+        if not steps:
+            return None, None
+        cat = FINDING_CATEGORY.get(finding_id)
+        if cat is None:
+            worst = int(np.argmax([st.duration_ns for st in steps]))
+            return worst, None
+        sets = self.gpu_sets[GPU_CATEGORIES.index(cat)]
+        per_step = iv.overlap_per_window(sets, np.asarray(self.step_starts), np.asarray(self.step_ends))
+        worst = int(np.argmax(per_step))
+        if per_step[worst] <= 0:
+            return worst, None
+        s, e = iv.clip(sets, int(self.step_starts[worst]), int(self.step_ends[worst]))
+        k = int(np.argmax(e - s))
+        return worst, Match(int(s[k]), int(e[k]), "gpu", GPU_LABELS[cat])

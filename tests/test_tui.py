@@ -258,7 +258,7 @@ def test_export_writes_the_same_report_as_the_report_flag(tmp_path, monkeypatch)
 
     exported = run(go())
     out = tmp_path / "resnet50_v100_num_workers_0.trainscope.md"
-    assert exported == [out.name]
+    assert exported == [str(out)]  # the absolute path, as the notification says
     assert out.read_text() == render_markdown(session(RESNET).document())
     assert "DATA\\-BOUND" in out.read_text() and "Load batches in parallel worker processes" in out.read_text()
 
@@ -508,3 +508,28 @@ def test_number_keys_leave_every_tab():
                     await pilot.pause()
                     assert tabs.active == b, f"{a} → {b}: still on {tabs.active}"
     run(go())
+
+
+def test_export_in_a_directory_that_cannot_be_written_asks_where(tmp_path, monkeypatch):
+    from trainscope.tui.chrome import PathPrompt
+
+    monkeypatch.chdir("/proc")  # no file can be created here, not even by root
+    target = tmp_path / "report.md"
+
+    async def go():
+        app = AnalyzeApp(str(KINETO / RESNET), session=session(RESNET))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("e")
+            await pilot.pause()
+            assert isinstance(app.screen, PathPrompt)
+            assert "/proc is not writable" in str(app.screen.query_one("#prompt-why").render())
+            box = app.screen.query_one("#prompt-path")
+            assert box.value.startswith(os.path.expanduser("~"))
+            box.value = str(target)
+            await pilot.press("enter")
+            await pilot.pause()
+            return app.exported
+
+    assert run(go()) == [str(target)]
+    assert "Load batches in parallel worker processes" in target.read_text()

@@ -6,6 +6,7 @@ Parsing and analysis run in a worker thread that never touches widgets; it hands
 from __future__ import annotations
 
 import os
+import threading
 from typing import Callable
 
 from textual import work
@@ -15,14 +16,15 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Header, Input, TabbedContent, TabPane
 
 from trainscope.analyzers.rules import Rules
-from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, keys_text
+from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
 from trainscope.tui.deep import DeepPane
 from trainscope.tui.keys import binding_rows, common_bindings, palette_commands
 from trainscope.tui.state import Session, build_session
-from trainscope.tui.tables import RanksPane, StepsPane
+from trainscope.tui.fixes import FixesPane
+from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
 from trainscope.tui.tabs import TABS
 from trainscope.tui.tabs import tab as tab_of
-from trainscope.tui.timeline import TimelinePane, legend
+from trainscope.tui.timeline import TimelinePane, TimelineView, legend
 
 # Keys that work on every tab (the tabs' own keys come from their classes in tui/tabs.py).
 ANYWHERE_KEYS = [("tab / shift+tab", "move focus"), ("ctrl+p", "command palette: every action of the app by name")]
@@ -56,6 +58,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     """
     BINDINGS = [
         *common_bindings("export"),
+        Binding("x", "perfetto", "export the trace with the findings as tracks for Perfetto (ui.perfetto.dev)"),
         *[Binding(str(i + 1), f"show_tab('{t.id}')", f"show the {t.title} tab", show=False)
           for i, t in enumerate(TABS)],
     ]
@@ -233,13 +236,44 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         yield from palette_commands(self, self.BINDINGS)
         yield from super().get_system_commands(screen)
 
-    def action_export(self) -> None:
-        if self.session is None:
-            return
+    def _stem(self) -> str:
         stem = os.path.basename(self.path.rstrip("/"))
         for ext in (".gz", ".json", ".trace", ".pt"):
             stem = stem[: -len(ext)] if stem.endswith(ext) else stem
-        self._write_report(self.report_path or f"{stem}.trainscope.md")
+        return stem
+
+    def action_export(self) -> None:
+        if self.session is None:
+            return
+        if self.report_path:
+            self._write_report(self.report_path)
+        else:
+            ask_path(self, f"{self._stem()}.trainscope.md", "Markdown report", self._write_report)
+
+    def action_perfetto(self) -> None:
+        """The trace with the findings as tracks, for ui.perfetto.dev (written in a background thread)."""
+        if self.session is None:
+            return
+        ask_path(self, f"{self._stem()}.perfetto.json", "Perfetto trace", self._write_perfetto)
+
+    def _write_perfetto(self, path: str) -> None:
+        rank = self.rank
+        self.notify(f"writing the Perfetto trace to {path}…", timeout=3)
+
+        def work() -> None:
+            from trainscope.reports.perfetto import write_perfetto
+
+            try:
+                write_perfetto(path, rank.trace, rank.analysis, rank.doc, rank.timeline)
+            except OSError as e:
+                self._post(self.notify, f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
+                return
+            self._post(self._written, path, "Perfetto trace (open it in ui.perfetto.dev)")
+        threading.Thread(target=work, daemon=True, name="trainscope-perfetto").start()
+
+    def _written(self, path: str, what: str) -> None:
+        self.exported.append(path)
+        self.notify(f"{what} written to {path}", timeout=6)
 
     def _write_report(self, path: str) -> None:
         from trainscope.common import write_atomic
@@ -250,21 +284,47 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
             return
-        self.exported.append(path)
-        self.notify(f"Report written to {path}", timeout=4)
+        self._written(os.path.abspath(path), "Report")
 
     def on_steps_pane_open(self, message: StepsPane.Open) -> None:
         self.query_one("#tabs", TabbedContent).active = "timeline"
         self.query_one(TimelinePane).view.show_step(message.index)
         self.query_one("TimelineView").focus()
 
+    def _timeline(self) -> TimelineView | None:
+        if tab_of("timeline").applies(self) is not None:
+            return None
+        self.query_one("#tabs", TabbedContent).active = "timeline"
+        view = self.query_one(TimelineView)
+        view.focus()
+        return view
+
+    def on_kernels_pane_open(self, message: KernelsPane.Open) -> None:
+        view = self._timeline()
+        if view is not None:  # after the tab is laid out: the view's width sets the window
+            self.call_after_refresh(view.set_matches, view.model.instances(message.name), "instance")
+
+    def on_fixes_pane_open(self, message: FixesPane.Open) -> None:
+        view = self._timeline()
+        if view is None:
+            return
+        step, match = view.model.evidence(message.finding)
+        if match is not None:
+            self.call_after_refresh(view.set_matches, [match], f"evidence of {message.finding}")
+        elif step is not None:
+            self.call_after_refresh(view.show_step, step)
+            self.notify("This finding has no interval of its own: showing the worst step.", timeout=4)
+
     def on_ranks_pane_choose(self, message: RanksPane.Choose) -> None:
         self.rank_index = message.index
 
     def on_key(self, event) -> None:
-        # Esc in the kernel filter returns to the table rather than doing nothing.
+        # Esc in an input returns to what it searches rather than doing nothing.
         if event.key == "escape" and isinstance(self.focused, Input):
-            self.query_one("#kernels-table", DataTable).focus()
+            if self.focused.id == "tl-search":
+                self.query_one(TimelinePane).close_search()
+            else:
+                self.query_one("#kernels-table", DataTable).focus()
 
 
 def _median_step(rank) -> int:

@@ -6,6 +6,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
@@ -164,6 +165,17 @@ class FixesPane(Vertical):
     def action_clear(self) -> None:
         self.assumed = frozenset()
 
+    class Open(Message):
+        """Show the evidence of this finding on the timeline."""
+
+        def __init__(self, finding: str, title: str) -> None:
+            super().__init__()
+            self.finding = finding
+            self.title = title
+
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        self.action_toggle()
+        recs = self.doc["recommendations"] if self.doc else []
+        if recs and 0 <= event.cursor_row < len(recs):
+            r = recs[event.cursor_row]
+            self.post_message(self.Open(r["finding"], r["title"]))

@@ -168,6 +168,19 @@ class KernelsPane(Vertical):
                                      f"mean {k.mean_ns / 1e3:.1f} µs · {k.share_pct:.1f} % of kernel time"
                                      f"{' · tensor cores' if k.tensor_core else ''} · y copies the name", "dim")))
 
+    class Open(Message):
+        """Show this kernel's instances on the timeline, longest first."""
+
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        k = self.selected
+        if k is not None:
+            self.post_message(self.Open(k.name))
+
     def action_copy_name(self) -> None:
         k = self.selected
         if k is not None:

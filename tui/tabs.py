@@ -61,13 +61,14 @@ class OverviewTab(Tab):
 
 class TimelineTab(Tab):
     id, title = "timeline", "Timeline"
-    hint = "←/→ cursor · +/− zoom · h/l pan · n/p step · f/a fit step/all · ? keys"
+    hint = "←/→ cursor · +/− zoom · h/l pan · n/p step · f/a fit · / search · n/N match · ? keys"
     focus = "TimelineView"
     keys = [
         ("← / →", "move the cursor (shift: 8 columns); every item under it, per stream, shows below"),
         ("+ / −  (i / o, mouse wheel)", "zoom in / out around the cursor"),
         ("h / l", "pan left / right by a quarter window"),
         ("n / p  (] / [)", "next / previous step"),
+        ("/", "search kernels, ops and ranges by name; n / N: next / previous match; Esc: leave the matches"),
         ("0 or f / a", "fit the current step / the whole trace"),
         ("click", "put the cursor there"),
     ]
@@ -96,12 +97,14 @@ class StepsTab(Tab):
 
 class KernelsTab(Tab):
     id, title = "kernels", "Kernels"
-    hint = "/ filter · s sort · r reverse · ? keys · q quit"
+    hint = "/ filter · s sort · r reverse · Enter longest instance · y copy name · ? keys · q quit"
     focus = "#kernels-table"
     keys = [
         ("/", "filter by name or class (Enter or Esc returns to the table)"),
         ("s / click a header", "sort by the next column / by that column (again: reverse)"),
         ("r", "reverse the sort"),
+        ("Enter", "show the kernel's longest instance on the timeline (n / N there: next / previous instance)"),
+        ("y", "copy the selected kernel's full name (OSC 52)"),
     ]
     pane = staticmethod(KernelsPane)
     applies = staticmethod(_events)
@@ -113,11 +116,13 @@ class KernelsTab(Tab):
 
 class FixesTab(Tab):
     id, title = "fixes", "Fixes"
-    hint = "↑/↓ choose · space what-if · c clear · e export · ? keys · q quit"
+    hint = "↑/↓ choose · space what-if · Enter show evidence · c clear · y copy change · ? keys · q quit"
     focus = "#fixes-table"
     keys = [
         ("↑ / ↓", "choose a fix: its evidence, change and projection show below"),
         ("space", "assume the fix in the what-if projection (toggle)"),
+        ("Enter", "show the worst step's interval that carries the fix's finding on the timeline"),
+        ("y", "copy the fix's change (OSC 52)"),
         ("c", "clear the what-ifs"),
     ]
     pane = staticmethod(FixesPane)

@@ -14,7 +14,9 @@ from textual.widgets import Static
 
 import math
 
-from trainscope.analyzers.timeline import GPU_LABELS, HOST_LABELS, Item, Lane, Overlap, TimelineModel
+from textual.widgets import Input
+
+from trainscope.analyzers.timeline import GPU_LABELS, HOST_LABELS, Item, Lane, Match, Overlap, TimelineModel
 from trainscope.tui.palette import GPU_STYLE, HOST_STYLE, STREAM_STYLE
 
 GUTTER = 9  # "s21 NCCL " / "s7 comp  " / "T main   "
@@ -61,10 +63,14 @@ class TimelineView(Widget, can_focus=True):
         Binding("l", "pan(0.25)", "pan →", show=False),
         Binding("plus,equals_sign,i", "zoom(0.5)", "zoom in"),
         Binding("minus,o", "zoom(2)", "zoom out", show=False),
-        Binding("n,right_square_bracket", "step(1)", "next step"),
+        Binding("n", "next(1)", "next step (or match)"),
+        Binding("N", "next(-1)", "previous match", show=False),
+        Binding("right_square_bracket", "step(1)", "next step", show=False),
         Binding("p,left_square_bracket", "step(-1)", "prev step", show=False),
+        Binding("escape", "clear_matches", "leave the matches", show=False),
         Binding("0,f", "fit_step", "fit step", show=False),
         Binding("a", "fit_all", "whole trace", show=False),
+        Binding("slash", "search", "search kernels, ops, ranges", show=False),
         Binding("home", "cursor_to(0)", "cursor to start", show=False),
         Binding("end", "cursor_to(-1)", "cursor to end", show=False),
     ]
@@ -89,6 +95,40 @@ class TimelineView(Widget, can_focus=True):
     def __init__(self, model: TimelineModel | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.model = model
+        self.matches: list[Match] = []  # a search, a kernel's instances or a finding's evidence
+        self.match_index = 0
+        self.match_title = ""
+
+    # -- matches -----------------------------------------------------------------------------------
+
+    def set_matches(self, matches: list[Match], title: str, index: int = 0) -> None:
+        self.matches, self.match_title = matches, title
+        if matches:
+            self.show_match(index)
+        else:
+            self._moved()
+
+    def show_match(self, index: int) -> None:
+        """Frame the match with a margin either side and put the cursor on its start."""
+        self.match_index = index % len(self.matches)
+        m = self.matches[self.match_index]
+        dur = max(m.end_ns - m.start_ns, MIN_WINDOW_NS // 4)
+        start = m.start_ns - dur // 4
+        self.show_window(start, start + dur + dur // 2)
+        width = (self.end_ns - self.start_ns) / self.columns
+        self.cursor = max(0, min(self.columns - 1, int((m.start_ns - self.start_ns) / width + 0.5)))
+        self._moved()
+
+    def action_next(self, delta: int) -> None:
+        if self.matches:
+            self.show_match(self.match_index + delta)
+        elif delta > 0:
+            self.action_step(1)
+
+    def action_clear_matches(self) -> None:
+        if self.matches:
+            self.matches, self.match_title = [], ""
+            self._moved()
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -160,6 +200,11 @@ class TimelineView(Widget, can_focus=True):
         width = max(MIN_WINDOW_NS, int((self.end_ns - self.start_ns) * factor))
         frac = self.cursor / self.columns
         self.show_window(int(a - frac * width), int(a - frac * width) + width)
+
+    def action_search(self) -> None:
+        pane = next((a for a in self.ancestors if isinstance(a, TimelinePane)), None)
+        if pane is not None:
+            pane.open_search()
 
     def action_step(self, delta: int) -> None:
         self.show_step(self.step_index + delta)
@@ -320,10 +365,15 @@ class TimelinePane(Vertical):
     TimelinePane #tl-title { height: 1; text-style: bold; }
     TimelinePane #tl-detail { height: auto; min-height: 3; padding: 0 1; border: round $primary 50%; }
     TimelinePane #tl-legend { height: auto; color: $text-muted; }
+    TimelinePane #tl-search { height: 3; }
     """
 
     def compose(self):
         yield Static("", id="tl-title")
+        search = Input(placeholder="search kernels, ops and ranges on the timeline (Enter: go · Esc: leave)",
+                       id="tl-search")
+        search.display = False
+        yield search
         yield TimelineView(id="tl-view")
         yield Static("", id="tl-detail")
         yield Static(legend(), id="tl-legend")
@@ -350,10 +400,40 @@ class TimelinePane(Vertical):
         zoom = total / max(1, v.end_ns - v.start_ns)
         head = (f"{step.label} ({at + 1}/{len(steps)}, {fmt_ms(step.duration_ns)} ms)" if step
                 else "between steps" if steps else "trace")
+        if v.matches:
+            m = v.matches[v.match_index]
+            tail = (f"{v.match_title} {v.match_index + 1}/{len(v.matches)}: {short_name(m.name, 60)} "
+                    f"{fmt_ms(m.end_ns - m.start_ns)} ms · n/N next/prev · Esc leave")
+        else:
+            tail = "←/→ cursor  +/− zoom  h/l pan  n/p step  / search"
         self.query_one("#tl-title", Static).update(
-            f"{head} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · "
-            "←/→ cursor  +/− zoom  h/l pan  n/p step")
+            f"{head} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · {tail}")
         self.query_one("#tl-detail", Static).update(detail_text(a, b, message))
+
+    # -- search --------------------------------------------------------------------------------------
+
+    def open_search(self) -> None:
+        box = self.query_one("#tl-search", Input)
+        box.display = True
+        box.focus()
+
+    def close_search(self) -> None:
+        self.query_one("#tl-search", Input).display = False
+        self.view.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        v = self.view
+        self.close_search()
+        if v.model is None:
+            return
+        matches = v.model.find(event.value)
+        if not matches:
+            self.notify(f"nothing on the timeline matches {event.value!r}", severity="warning", timeout=3)
+            return
+        a, _ = v.column_window(v.cursor)
+        first = next((i for i, m in enumerate(matches) if m.start_ns >= a), 0)
+        v.set_matches(matches, f"/{event.value}", first)
 
 
 def detail_text(a: int, b: int, message: "TimelineView.Moved") -> Text:

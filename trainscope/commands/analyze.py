@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
     a.add_argument("--report", metavar="FILE.md", help="also write the Markdown report to FILE.md")
     a.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
+    a.add_argument("--perfetto", metavar="OUT.json",
+                   help="also write the trace with the findings as their own tracks, for ui.perfetto.dev or "
+                        "chrome://tracing (JSON trace-event format; the slowest rank of a directory)")
     a.add_argument("--peak-tflops", type=positive_float, metavar="TFLOPS",
                    help="peak FLOP/s of the device for MFU, overriding the built-in device table")
     a.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
@@ -122,8 +125,24 @@ def run(args: argparse.Namespace) -> int:
     progress.done()
     doc = build_document(args.trace, analyses, rules, traces.warnings, deep=deep, stragglers=stragglers)
     doc = decorate(doc)
+    if args.perfetto and _write_perfetto(args.perfetto, traces, analyses, rules) != EXIT_OK:
+        return EXIT_BAD_INPUT
 
     return emit_document(doc, args, render_text, render_markdown)
+
+
+def _write_perfetto(path: str, traces, analyses, rules) -> int:
+    from trainscope.analyzers.analysis import slowest
+    from trainscope.reports.document import analysis_dict
+    from trainscope.reports.perfetto import write_perfetto
+
+    main = slowest(analyses) if len(analyses) > 1 else analyses[0]
+    try:
+        write_perfetto(path, traces.traces[analyses.index(main)], main, analysis_dict(main, rules))
+    except OSError as e:
+        sys.stderr.write(f"trainscope: cannot write {path}: {e.strerror or e}\n")
+        return EXIT_BAD_INPUT
+    return EXIT_OK
 
 
 def use_tui(args: argparse.Namespace) -> bool:
@@ -159,6 +178,9 @@ def _run_app(args: argparse.Namespace, rules, decorate) -> int:
     app = AnalyzeApp(args.trace, report_path=args.report, rules=rules, peak_tflops=args.peak_tflops,
                      decorate=decorate, step_range=args.step_range, deep=args.deep, deep_step=args.deep_step)
     code = app.run()
+    if args.perfetto and app.session is not None and _write_perfetto(
+            args.perfetto, app.session.traces, app.session.analyses, rules) != EXIT_OK:
+        return EXIT_BAD_INPUT
     if args.json_out and app.session is not None:
         try:
             write_atomic(args.json_out, to_json(app.session.document()))
