@@ -270,14 +270,20 @@ def test_memory_tab_plots_usage_against_capacity_and_is_hidden_without_memory_ev
         async with app.run_test(size=(100, 30)) as pilot:
             await _ready(app, pilot)
             await pilot.press("6")
+            await pilot.pause()
             tabs = app.query_one("#tabs")
-            return tabs.active, static_text(app, "#mem-note")
+            chart = app.query_one("#mem-chart").render().plain if tabs.active == "memory" else ""
+            return tabs.active, static_text(app, "#mem-note"), chart
 
-    active, note = run(go(RESNET))
+    active, note, chart = run(go(RESNET))
     assert active == "memory"
+    # Scaled to the peak: the tallest column reaches the top row (it filled 3 of 25 rows at capacity scale).
+    rows = chart.splitlines()
+    assert any("█" in r[10:] for r in rows[:2])  # within the top two of ~20 rows
+    assert "GiB" in rows[0] and float(rows[0].split("GiB")[0]) == pytest.approx(1.05 * 2.6, abs=0.1)
     peak = session(RESNET).analyses[0].memory[0].peak_allocated
     assert f"peak {peak / 2**30:.2f} GiB of 31.74 GiB" in note
-    active, _ = run(go(A100))
+    active, _, _ = run(go(A100))
     assert active != "memory"  # no memory events: no tab, the key says so
 
 
@@ -447,10 +453,13 @@ def test_ranks_tab_shows_the_straggler(gloo_dir):
         app = AnalyzeApp(str(gloo_dir))
         async with app.run_test(size=(120, 40)) as pilot:
             await _ready(app, pilot)
+            overview = str(app.query_one("#ranks-summary").render())
             await pilot.press("7")
-            return app.session.stragglers, str(app.query_one("#stragglers").render())
+            return app.session.stragglers, str(app.query_one("#stragglers").render()), overview
 
-    stragglers, text = run(go())
+    stragglers, text, overview = run(go())
+    for r in stragglers["stragglers"]:  # the Overview names what the Ranks tab finds
+        assert f"◀ rank {r}: enters collectives" in overview
     assert stragglers["stragglers"] == [1]
     assert "rank 1: enters collectives" in text and "◀ straggler" in text
 

@@ -56,7 +56,7 @@ class OverviewTab(Tab):
 
     @classmethod
     def show(cls, app):
-        app.query_one(Overview).show(app.rank.doc)
+        app.query_one(Overview).show(app.rank.doc, app.session.stragglers if len(app.session.ranks) > 1 else None)
 
 
 class TimelineTab(Tab):
