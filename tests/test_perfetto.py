@@ -157,3 +157,25 @@ def test_x_in_the_app_writes_the_same_export(tmp_path, monkeypatch):
     tracks = {e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e.get("pid") == pid
               and e["name"] == "thread_name"}
     assert "verdict" in tracks and "data/input-wait (high)" in tracks
+
+
+@pytest.mark.parametrize("name", ["hta_cpu_only.pt.trace.json.gz", "hta_mi250_minitoy_train.json.gz",
+                                  "hta_rank_non_gpu.json.gz", "tracelens_mi300x_resnet_ckpt.json.gz"])
+def test_odd_traces_export_and_read_back_whole(name, tmp_path):
+    """CPU-only, AMD, non-GPU and NCCL-on-ROCm traces: every event and every finding interval comes back."""
+    from trainscope.analyzers.rules import Rules
+    from trainscope.collectors import open_traces
+    from trainscope.reports.perfetto import FINDING_PREFIX, finding_intervals, write_perfetto
+    from trainscope.tui.state import build_session
+
+    s = build_session(str(KINETO / name), open_traces(str(KINETO / name)), Rules())
+    r = s.ranks[s.main_rank]
+    out = str(tmp_path / "x.json")
+    write_perfetto(out, r.trace, r.analysis, r.doc, r.timeline)
+    back = open_traces(out).traces[0]
+    for table in ("kernels", "copies", "memsets", "runtime", "cpu_ops"):
+        assert len(getattr(back, table)) == len(getattr(r.trace, table)), table
+    names = [back.strings[i] for i in back.annotations.name]
+    cited = sum(len(finding_intervals(r.timeline, f["id"])) for f in r.doc["findings"])
+    assert sum(n.startswith(FINDING_PREFIX) for n in names) == cited
+    assert len(back.annotations) == len(r.trace.annotations) + cited + (1 if r.analysis.segmentation.steps else 0)
