@@ -22,7 +22,7 @@ from trainscope.tui.palette import GPU_STYLE, HOST_STYLE, STREAM_STYLE
 GUTTER = 9  # "s21 NCCL " / "s7 comp  " / "T main   "
 MIN_WINDOW_NS = 10_000  # 10 µs: finer than any kernel launch gap worth seeing
 TICK_EVERY = 16  # columns between axis labels
-MAX_ROWS_PER_LANE = 3
+MAX_ROWS_PER_LANE = 6
 
 
 def fmt_ms(ns: float) -> str:
@@ -51,7 +51,7 @@ class TimelineView(Widget, can_focus=True):
     """Thin view: draws ``model`` over [start, end) with a cursor column; keys change the window."""
 
     DEFAULT_CSS = """
-    TimelineView { height: 1fr; min-height: 8; }
+    TimelineView { height: auto; min-height: 6; }
     TimelineView:focus { background: $boost; }
     """
     BINDINGS = [
@@ -134,6 +134,7 @@ class TimelineView(Widget, can_focus=True):
 
     def set_model(self, model: TimelineModel, step_index: int = 0) -> None:
         self.model = model
+        self.refresh(layout=True)  # the lane count sets the height
         self.show_step(step_index)
 
     @property
@@ -233,6 +234,16 @@ class TimelineView(Widget, can_focus=True):
 
     # -- drawing ---------------------------------------------------------------------------------
 
+    def get_content_height(self, container, viewport, width: int) -> int:
+        """Axis, ticks, cursor and minimap, and every lane with as many rows as the screen leaves
+        after the rest: the app's chrome and the tab's title (5), the cursor's box (a line per lane
+        and 4 more) and, on a tall screen, the legend (5)."""
+        n = len(self.model.lanes) if self.model else 1
+        lanes = 1 + n
+        rest = 5 + 4 + (4 + n) + (5 if viewport.height >= 34 else 0)
+        per = max(1, min(MAX_ROWS_PER_LANE, (viewport.height - rest) // lanes))
+        return 4 + per * lanes
+
     def rows_per_lane(self) -> int:
         """Lanes grow into the rows the widget has (axis, ticks, cursor and minimap take 4)."""
         lanes = 1 + (len(self.model.lanes) if self.model else 0)
@@ -260,7 +271,7 @@ class TimelineView(Widget, can_focus=True):
                 self._append_runs(out, view, style)
         out.append("\n")
         out.append(" " * (GUTTER + self.cursor) + "▲", style="bold")
-        if self.size.height >= 4 + per * len(rows) + 1:
+        if self.size.height >= 4 + per * len(rows):
             out.append("\n")
             out.append(self._minimap(cols))
         return out
@@ -363,7 +374,7 @@ class TimelinePane(Vertical):
     DEFAULT_CSS = """
     TimelinePane { height: 1fr; }
     TimelinePane #tl-title { height: 1; text-style: bold; }
-    TimelinePane #tl-detail { height: auto; min-height: 3; padding: 0 1; border: round $primary 50%; }
+    TimelinePane #tl-detail { height: 1fr; min-height: 4; padding: 0 1; border: round $primary 50%; }
     TimelinePane #tl-legend { height: auto; color: $text-muted; }
     TimelinePane #tl-search { height: 3; }
     """
@@ -446,6 +457,9 @@ def detail_text(a: int, b: int, message: "TimelineView.Moved") -> Text:
         idle = [lane.label for lane, item in message.items if item is None]
         if idle:
             out.append(f"   nothing on: {', '.join(idle)}", style="dim")
+        if message.overlap is not None:  # before the items: a short terminal clips the box's bottom
+            out.append("\noverlap ", style="bold")
+            out.append(message.overlap.text())
         for lane, item in message.items:
             if item is None:
                 continue
@@ -462,7 +476,4 @@ def detail_text(a: int, b: int, message: "TimelineView.Moved") -> Text:
         out.append(describe(message.gpu) + "\n")
         out.append("host ", style="bold")
         out.append(describe(message.host))
-    if message.overlap is not None:
-        out.append("\noverlap ", style="bold")
-        out.append(message.overlap.text())
     return out
