@@ -130,6 +130,14 @@ def test_every_category_has_its_own_glyph_and_the_lanes_read_without_colour():
             # The lanes use the rows they have: two rows each at 140×40.
             assert view.rows_per_lane() >= 2
             assert sum(1 for line in plain if line.startswith("s7 comp") or line[:GUTTER].strip() == "") >= 2
+            # c collapses them to one GPU and one host lane (and back).
+            await pilot.press("c")
+            await pilot.pause()
+            labels = [line[:GUTTER].strip() for line in view.render().plain.splitlines() if line[:GUTTER].strip()]
+            assert "GPU all" in labels and "host" in labels and "s7 comp" not in labels
+            await pilot.press("c")
+            await pilot.pause()
+            assert "s7 comp" in view.render().plain
     asyncio.run(go())
 
 

@@ -70,6 +70,7 @@ class TimelineTab(Tab):
         ("n / p  (] / [)", "next / previous step"),
         ("/", "search kernels, ops and ranges by name; n / N: next / previous match; Esc: leave the matches"),
         ("0 or f / a", "fit the current step / the whole trace"),
+        ("c", "collapse / expand the lanes (one GPU and one host lane, or one per stream and thread)"),
         ("click", "put the cursor there"),
     ]
     pane = staticmethod(TimelinePane)

@@ -71,6 +71,7 @@ class TimelineView(Widget, can_focus=True):
         Binding("0,f", "fit_step", "fit step", show=False),
         Binding("a", "fit_all", "whole trace", show=False),
         Binding("slash", "search", "search kernels, ops, ranges", show=False),
+        Binding("c", "toggle_lanes", "collapse / expand the lanes", show=False),
         Binding("home", "cursor_to(0)", "cursor to start", show=False),
         Binding("end", "cursor_to(-1)", "cursor to end", show=False),
     ]
@@ -95,6 +96,7 @@ class TimelineView(Widget, can_focus=True):
     def __init__(self, model: TimelineModel | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.model = model
+        self.collapsed = False  # one GPU and one host lane instead of a lane per stream and thread
         self.matches: list[Match] = []  # a search, a kernel's instances or a finding's evidence
         self.match_index = 0
         self.match_title = ""
@@ -239,14 +241,18 @@ class TimelineView(Widget, can_focus=True):
         after the rest: the app's chrome and the tab's title (5), the cursor's box (a line per lane
         and 4 more) and, on a tall screen, the legend (5)."""
         n = len(self.model.lanes) if self.model else 1
-        lanes = 1 + n
+        lanes = 2 if self.collapsed else 1 + n
         rest = 5 + 4 + (4 + n) + (5 if viewport.height >= 34 else 0)
         per = max(1, min(MAX_ROWS_PER_LANE, (viewport.height - rest) // lanes))
         return 4 + per * lanes
 
+    def action_toggle_lanes(self) -> None:
+        self.collapsed = not self.collapsed
+        self.refresh(layout=True)
+
     def rows_per_lane(self) -> int:
         """Lanes grow into the rows the widget has (axis, ticks, cursor and minimap take 4)."""
-        lanes = 1 + (len(self.model.lanes) if self.model else 0)
+        lanes = 2 if self.collapsed else 1 + (len(self.model.lanes) if self.model else 0)
         return max(1, min(MAX_ROWS_PER_LANE, (self.size.height - 4) // max(1, lanes)))
 
     def render(self) -> Text:
@@ -260,9 +266,9 @@ class TimelineView(Widget, can_focus=True):
         out.append("\n")
         out.append(self._ticks(cols))
         rows: list[tuple[str, object, dict]] = [("GPU all", m.lane("gpu", self.start_ns, self.end_ns, cols), GPU_STYLE)]
-        for lane in m.lanes:
+        for lane in [] if self.collapsed else m.lanes:
             rows.append((lane.label, m.lane_view(lane, self.start_ns, self.end_ns, cols), lane_style(lane)))
-        if not m.thread_lanes:
+        if self.collapsed or not m.thread_lanes:
             rows.append(("host", m.lane("host", self.start_ns, self.end_ns, cols), HOST_STYLE))
         for label, view, style in rows:
             for r in range(per):
