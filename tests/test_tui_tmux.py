@@ -47,7 +47,8 @@ def test_analyze_app_in_tmux_navigates_exports_and_quits(tmp_path):
         screen = tmux.wait_for("DATA-BOUND")
         assert "confidence 0.90" in screen and "1 Overview" in screen
         tmux("send-keys", "-t", "t", "2")
-        screen = tmux.wait_for("ProfilerStep#9 (5/6")
+        tmux.wait_for("ProfilerStep#9 (5/6")
+        screen = tmux.wait_for("waiting for data")  # the box under the lanes: the whole tab is drawn
         assert "GPU all" in screen and "T main" in screen and "waiting for data" in screen
         tmux("send-keys", "-t", "t", "n")
         tmux.wait_for("ProfilerStep#10 (6/6")

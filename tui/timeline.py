@@ -238,11 +238,13 @@ class TimelineView(Widget, can_focus=True):
 
     def get_content_height(self, container, viewport, width: int) -> int:
         """Axis, ticks, cursor and minimap, and every lane with as many rows as the screen leaves
-        after the rest: the app's chrome and the tab's title (5), the cursor's box (a line per lane
-        and 4 more) and, on a tall screen, the legend (5)."""
+        after the rest: the app's chrome and the tab's title (5), these 4 rows, the cursor's box
+        (border, time and overlap lines, then a line per lane, two where they wrap) and, on a tall
+        screen, the legend (5)."""
         n = len(self.model.lanes) if self.model else 1
         lanes = 2 if self.collapsed else 1 + n
-        rest = 5 + 4 + (4 + n) + (5 if viewport.height >= 34 else 0)
+        per_item = 1 if width >= 140 else 2
+        rest = 5 + 4 + (2 + 2 + n * per_item) + (5 if viewport.height >= 34 else 0)
         per = max(1, min(MAX_ROWS_PER_LANE, (viewport.height - rest) // lanes))
         return 4 + per * lanes
 
