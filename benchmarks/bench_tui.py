@@ -23,7 +23,7 @@ DEFAULT = ROOT / "tests" / "data" / "kineto" / "hta_a100_control.json.gz"
 # A tour of every screen: tab switches, timeline zoom/pan/steps/cursor, kernel sort/filter, what-ifs.
 KEYS = ["2", "right", "right", "plus", "plus", "h", "l", "n", "p", "minus", "a", "f", "shift+right",
         "3", "down", "enter", "4", "s", "s", "r", "slash", "g", "e", "m", "m", "escape", "5", "space", "down",
-        "space", "c", "1", "question_mark", "escape", "d", "d"]
+        "space", "c", "1", "question_mark", "escape", "t", "t"]
 
 
 async def tour(path: str, size: tuple[int, int]) -> None:

@@ -148,8 +148,8 @@ def test_kernel_filters_show_exactly_each_group_and_the_names_behind_a_row():
             pane = app.query_one(KernelDiffPane)
             table = app.query_one("#kd-table")
             assert app.focused is table
-            for key, group in (("g", "grew"), ("s", "shrank"), ("n", "appeared"), ("x", "disappeared"), ("a", "all")):
-                await pilot.press(key)
+            for key, group in (("g", "grew"), ("-", "shrank"), ("n", "appeared"), ("x", "disappeared"), ("a", "all")):
+                await pilot.press({"-": "minus"}.get(key, key))
                 await pilot.pause()
                 assert pane.group == group
                 assert {id(k) for k in pane.shown} == {id(k) for k in expected[group]}, group
@@ -172,8 +172,8 @@ def test_kernel_filters_show_exactly_each_group_and_the_names_behind_a_row():
             detail = text_of(app, "#kd-detail")
             assert "arch" in detail and k.before_names[0] in detail and k.after_names[0] in detail
             assert f"{k.before_count} calls" in detail and f"{k.after_count} calls" in detail
-            # Sorting: o moves to the next column (before ms/step, largest first), r reverses it.
-            await pilot.press("o")
+            # Sorting: s moves to the next column (before ms/step, largest first), r reverses it.
+            await pilot.press("s")
             befores = [x.before_ms_per_step for x in pane.shown]
             assert pane.sort_column == "before" and befores == sorted(befores, reverse=True)
             await pilot.press("r")
@@ -302,7 +302,7 @@ def test_quitting_before_a_requested_gate_ran_is_not_a_pass():
     assert run(go()) == 130
 
 
-def test_help_lists_every_key_and_d_switches_the_theme():
+def test_help_lists_every_key_and_t_switches_the_theme():
     async def go():
         app = DiffApp(BEFORE, AFTER, diff=pair())
         async with app.run_test(size=(80, 24)) as pilot:
@@ -310,8 +310,8 @@ def test_help_lists_every_key_and_d_switches_the_theme():
             await pilot.press("question_mark")
             assert isinstance(app.screen, DiffHelpScreen)
             text = text_of(app.screen, "#help-keys")
-            keys = [b.key for b in app.BINDINGS] + [b.key for b in KernelDiffPane.BINDINGS]
-            shown = {"question_mark": "?", **{str(i): "1 … 4" for i in range(1, 5)}}
+            keys = [k for b in [*app.BINDINGS, *KernelDiffPane.BINDINGS] for k in b.key.split(",")]
+            shown = {"question_mark": "?", "plus": "+", "minus": "-", **{str(i): "1 … 4" for i in range(1, 5)}}
             for key in keys:
                 assert shown.get(key, key) in text, key
             for words in ("export the Markdown diff report", "grew", "disappeared", "exit code 3", "arch"):
@@ -319,7 +319,7 @@ def test_help_lists_every_key_and_d_switches_the_theme():
             await pilot.press("escape")
             assert not isinstance(app.screen, DiffHelpScreen)
             dark = app.current_theme.dark
-            await pilot.press("d")
+            await pilot.press("t")
             assert app.current_theme.dark is not dark
     run(go())
 

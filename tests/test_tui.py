@@ -22,7 +22,7 @@ from trainscope.tui.memory import MemoryPane  # noqa: E402
 from trainscope.tui.overview import Overview  # noqa: E402
 from trainscope.tui.state import Session, build_session  # noqa: E402
 from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane  # noqa: E402
-from trainscope.tui.timeline import TimelinePane, TimelineView  # noqa: E402
+from trainscope.tui.timeline import GUTTER, TimelinePane, TimelineView  # noqa: E402
 
 RESNET = "resnet50_v100_num_workers_0.pt.trace.json.gz"
 PARAM_RESNET = "param_resnet_2080ti.json.gz"
@@ -122,8 +122,11 @@ def test_timeline_lines_up_gpu_idle_with_host_data_wait_and_navigates():
             await pilot.press("a")
             lo, hi = view.model.span
             assert view.start_ns <= lo + 1 and view.end_ns >= hi - 1
+            # The header (and f) follow the step under the cursor, not the step shown before `a`.
+            a, b = view.column_window(view.cursor)
+            under = view.model.step_at((a + b) // 2)
             await pilot.press("f")
-            assert view.start_ns == steps[median + 1].start_ns
+            assert view.start_ns == steps[under if under is not None else median + 1].start_ns
     run(go())
 
 
@@ -149,7 +152,7 @@ def test_timeline_cursor_says_which_kernel_and_host_op_are_under_it():
             detail = static_text(app, "#tl-detail")
             from trainscope.tui.timeline import short_name
             assert short_name(expected) in detail.replace("\n", "")
-            assert "host " in detail and "% of ProfilerStep#" in detail
+            assert "\nT main " in detail and "% of ProfilerStep#" in detail  # the host thread, named
     run(go())
 
 
@@ -163,7 +166,7 @@ def test_steps_table_marks_the_periodic_dataloader_stalls_and_opens_a_step():
             table = app.query_one("#steps-table")
             durs = np.array([st.duration_ns for st in s.analyses[0].segmentation.steps], float)
             expected = np.flatnonzero(durs > 1.5 * np.median(durs))
-            flagged = [i for i in range(table.row_count) if "outlier" in str(table.get_row_at(i)[-1])]
+            flagged = [i for i in range(table.row_count) if "⚠" in str(table.get_row_at(i)[-1])]
             assert flagged == list(expected) and len(flagged) >= 3  # first wait + periodic stalls
             # Enter on the second outlier opens it on the timeline.
             table.move_cursor(row=int(expected[1]))
@@ -264,7 +267,7 @@ def test_export_writes_the_same_report_as_the_report_flag(tmp_path, monkeypatch)
 
     exported = run(go())
     out = tmp_path / "resnet50_v100_num_workers_0.trainscope.md"
-    assert exported == [out.name]
+    assert exported == [str(out)]  # the absolute path, as the notification says
     assert out.read_text() == render_markdown(session(RESNET).document())
     assert "DATA\\-BOUND" in out.read_text() and "Load batches in parallel worker processes" in out.read_text()
 
@@ -276,14 +279,20 @@ def test_memory_tab_plots_usage_against_capacity_and_is_hidden_without_memory_ev
         async with app.run_test(size=(100, 30)) as pilot:
             await _ready(app, pilot)
             await pilot.press("6")
+            await pilot.pause()
             tabs = app.query_one("#tabs")
-            return tabs.active, static_text(app, "#mem-note")
+            chart = app.query_one("#mem-chart").render().plain if tabs.active == "memory" else ""
+            return tabs.active, static_text(app, "#mem-note"), chart
 
-    active, note = run(go(RESNET))
+    active, note, chart = run(go(RESNET))
     assert active == "memory"
+    # Scaled to the peak: the tallest column reaches the top row (it filled 3 of 25 rows at capacity scale).
+    rows = chart.splitlines()
+    assert any("█" in r[10:] for r in rows[:2])  # within the top two of ~20 rows
+    assert "GiB" in rows[0] and float(rows[0].split("GiB")[0]) == pytest.approx(1.05 * 2.6, abs=0.1)
     peak = session(RESNET).analyses[0].memory[0].peak_allocated
     assert f"peak {peak / 2**30:.2f} GiB of 31.74 GiB" in note
-    active, _ = run(go(A100))
+    active, _, _ = run(go(A100))
     assert active != "memory"  # no memory events: no tab, the key says so
 
 
@@ -333,7 +342,7 @@ def test_help_lists_keys_and_closes():
                 assert key in text
             await pilot.press("escape")
             assert not isinstance(app.screen, HelpScreen)
-            await pilot.press("d")
+            await pilot.press("t")
             assert not app.current_theme.dark
             await pilot.press("q")
         return app.return_code
@@ -372,7 +381,7 @@ def test_every_tab_renders_at_small_and_large_sizes(size):
                 await pilot.pause()
             await pilot.press("2", "plus", "plus", "h", "n", "a")
             view = app.query_one(TimelineView)
-            assert view.columns == size[0] - 7
+            assert view.columns == size[0] - GUTTER - 1
             assert app.query_one(TimelinePane).query_one("#tl-title").render()
     run(go())
 
@@ -453,10 +462,13 @@ def test_ranks_tab_shows_the_straggler(gloo_dir):
         app = AnalyzeApp(str(gloo_dir))
         async with app.run_test(size=(120, 40)) as pilot:
             await _ready(app, pilot)
+            overview = str(app.query_one("#ranks-summary").render())
             await pilot.press("7")
-            return app.session.stragglers, str(app.query_one("#stragglers").render())
+            return app.session.stragglers, str(app.query_one("#stragglers").render()), overview
 
-    stragglers, text = run(go())
+    stragglers, text, overview = run(go())
+    for r in stragglers["stragglers"]:  # the Overview names what the Ranks tab finds
+        assert f"◀ rank {r}: enters collectives" in overview
     assert stragglers["stragglers"] == [1]
     assert "rank 1: enters collectives" in text and "◀ straggler" in text
 
@@ -494,3 +506,48 @@ def test_loader_errors_after_quit_do_not_change_the_exit_code():
     app.load()
     assert posted and posted[0][0] == "exit" and posted[0][1][:2] == (1, 1)
     assert "internal error: ValueError: widgets gone" in posted[0][1][2]
+
+
+def test_number_keys_leave_every_tab():
+    """From every tab, every number key shows its tab (on Kernels and Fixes the focused table
+    used to pull its pane back, so 1 or 6 flickered and stayed)."""
+    async def go():
+        app = AnalyzeApp(str(KINETO / RESNET), session=session(RESNET))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _ready(app, pilot)
+            tabs = app.query_one("#tabs")
+            shown = ["overview", "timeline", "steps", "kernels", "fixes", "memory"]
+            for a in ("kernels", "fixes", "steps"):
+                for b in shown:
+                    await pilot.press(str(shown.index(a) + 1))
+                    await pilot.pause()
+                    await pilot.press(str(shown.index(b) + 1))
+                    await pilot.pause()
+                    await pilot.pause()
+                    assert tabs.active == b, f"{a} → {b}: still on {tabs.active}"
+    run(go())
+
+
+def test_export_in_a_directory_that_cannot_be_written_asks_where(tmp_path, monkeypatch):
+    from trainscope.tui.chrome import PathPrompt
+
+    monkeypatch.chdir("/proc")  # no file can be created here, not even by root
+    target = tmp_path / "report.md"
+
+    async def go():
+        app = AnalyzeApp(str(KINETO / RESNET), session=session(RESNET))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("e")
+            await pilot.pause()
+            assert isinstance(app.screen, PathPrompt)
+            assert "/proc is not writable" in str(app.screen.query_one("#prompt-why").render())
+            box = app.screen.query_one("#prompt-path")
+            assert box.value.startswith(os.path.expanduser("~"))
+            box.value = str(target)
+            await pilot.press("enter")
+            await pilot.pause()
+            return app.exported
+
+    assert run(go()) == [str(target)]
+    assert "Load batches in parallel worker processes" in target.read_text()

@@ -22,7 +22,7 @@ def test_overview_80x24(snap_compare):
 
 
 def test_overview_light_theme(snap_compare):
-    assert snap_compare(app_for(RESNET), press=["d"], terminal_size=(80, 24))
+    assert snap_compare(app_for(RESNET), press=["t"], terminal_size=(80, 24))
 
 
 def test_timeline_80x24(snap_compare):

@@ -102,6 +102,48 @@ async def _test_no_gpu_shows_the_reason_not_a_crash():
         await inject(app, pilot, statuses(s))
         assert "NVML is not available" in str(app.query_one("#no-gpu").render())
         assert "INSUFFICIENT EVIDENCE" in str(app.query_one("#banner").render())
+        # The GPU half still has something to show: the host and the steps.
+        gpus = app.query_one("#gpus")
+        assert gpus.query("#host") and gpus.query("#steps")
+        assert "host CPU %" in str(app.query_one("#host .plot-label").render())
+        assert "max 50.0" in str(app.query_one("#host .plot-label").render())
+
+
+def test_q_detaches_from_a_job_watch_did_not_start():
+    async def go():
+        app = make_app()
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("question_mark")
+            assert "detach" in str(app.screen.query_one("#help-keys").render())
+            await pilot.press("escape")
+            await pilot.press("q")
+            await pilot.pause()
+        return app
+
+    app = asyncio.run(go())
+    assert app.detached and app.quit_code == 0
+
+
+def test_q_asks_before_stopping_a_launched_job():
+    async def go(answer):
+        app = WatchApp(title="python train.py", interval=1.0, clock=lambda: 100.0, launched=True)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("q")
+            await pilot.pause()
+            assert "stop job? y/N" in str(app.screen.query_one("#confirm-text").render())
+            await pilot.press("escape")  # stay
+            await pilot.pause()
+            assert app.is_running and app.quit_code is None
+            await pilot.press("q")
+            await pilot.pause()
+            await pilot.press(answer)
+            await pilot.pause()
+        return app
+
+    stopped = asyncio.run(go("y"))
+    assert stopped.quit_code == 130 and not stopped.detached
+    left = asyncio.run(go("n"))
+    assert left.quit_code == 0 and left.detached
 
 
 def test_dashboard_snapshot_data_bound(snap_compare):

@@ -6,6 +6,7 @@ Parsing and analysis run in a worker thread that never touches widgets; it hands
 from __future__ import annotations
 
 import os
+import threading
 from typing import Callable
 
 from textual import work
@@ -15,71 +16,35 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Header, Input, TabbedContent, TabPane
 
 from trainscope.analyzers.rules import Rules
-from trainscope.reports.document import counters_only
-from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, keys_text
+from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
 from trainscope.tui.deep import DeepPane
-from trainscope.tui.fixes import FixesPane
-from trainscope.tui.memory import MemoryPane
-from trainscope.tui.overview import Overview
+from trainscope.tui.keys import binding_rows, common_bindings, palette_commands
 from trainscope.tui.state import Session, build_session
+from trainscope.tui.fixes import FixesPane
 from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
-from trainscope.tui.timeline import TimelinePane, legend
+from trainscope.tui.tabs import TABS
+from trainscope.tui.tabs import tab as tab_of
+from trainscope.tui.timeline import TimelinePane, TimelineView, legend
 
-TABS = ("overview", "timeline", "steps", "kernels", "fixes", "memory", "ranks", "deep")
+# Keys that work on every tab (the tabs' own keys come from their classes in tui/tabs.py).
+ANYWHERE_KEYS = [("tab / shift+tab", "move focus"), ("ctrl+p", "command palette: every action of the app by name")]
 
-# Every key, for the help screen (and the README). Kept beside the bindings it documents.
-KEYS: list[tuple[str, list[tuple[str, str]]]] = [
-    ("anywhere", [
-        ("1 … 8", "overview · timeline · steps · kernels · fixes · memory · ranks · deep (with --deep)"),
-        ("tab / shift+tab", "move focus"),
-        ("e", "export the Markdown report (same as --report)"),
-        ("d", "toggle dark / light theme"),
-        ("?", "this help (Esc closes)"),
-        ("q / ctrl+c", "quit"),
-    ]),
-    ("timeline", [
-        ("← / →", "move the cursor (shift: 8 columns); what is under it shows below"),
-        ("+ / −  (i / o, mouse wheel)", "zoom in / out around the cursor"),
-        ("h / l", "pan left / right by a quarter window"),
-        ("n / p  (] / [)", "next / previous step"),
-        ("0 or f / a", "fit the current step / the whole trace"),
-        ("click", "put the cursor there"),
-    ]),
-    ("steps · ranks", [
-        ("↑ / ↓, Enter", "choose a row; Enter opens that step on the timeline / shows that rank everywhere"),
-    ]),
-    ("kernels", [
-        ("/", "filter by name or class (Enter or Esc returns to the table)"),
-        ("s / click a header", "sort by the next column / by that column (again: reverse)"),
-        ("r", "reverse the sort"),
-        ("p", "show / hide the roofline chart (log-log, heaviest kernels labeled)"),
-    ]),
-    ("fixes", [
-        ("↑ / ↓", "choose a fix: its evidence, change and projection show below"),
-        ("space / Enter", "assume the fix in the what-if projection (toggle)"),
-        ("c", "clear the what-ifs"),
-    ]),
-]
+
+def key_sections() -> list[tuple[str, list[tuple[str, str]]]]:
+    """Every key, for the help screen (and the README), from the bindings and the tab registry."""
+    tabs = " · ".join(t.title.lower() for t in TABS)
+    anywhere = [(f"1 … {len(TABS)}", tabs)] + ANYWHERE_KEYS + binding_rows(
+        b for b in AnalyzeApp.BINDINGS if not b.action.startswith("show_tab"))
+    return [("anywhere", anywhere)] + [(t.title.lower(), t.keys) for t in TABS if t.keys]
 
 
 def help_screen() -> HelpScreen:
-    text = keys_text("trainscope", KEYS)
-    text.append("\ntimeline colours\n", style="bold underline")
+    text = keys_text("trainscope", key_sections())
+    text.append("\ntimeline glyphs and colours\n", style="bold underline")
     return HelpScreen(text, legend())
 
 
-# The key line (KeyBar) per tab.
-HINTS = {
-    "overview": "number keys: tabs · e export report · d theme · ? every key · q quit",
-    "timeline": "←/→ cursor · +/− zoom · h/l pan · n/p step · f fit step · a whole trace · ? keys · q quit",
-    "steps": "↑/↓ choose · Enter show on timeline · number keys: tabs · ? keys · q quit",
-    "kernels": "/ filter · s sort by next column · r reverse · p roofline chart · ? keys · q quit",
-    "fixes": "↑/↓ choose · space assume in the what-if · c clear · e export · ? keys · q quit",
-    "memory": "number keys: tabs · e export report · ? keys · q quit",
-    "ranks": "↑/↓ choose · Enter show this rank everywhere · ? keys · q quit",
-    "deep": "Holistic Trace Analysis: critical path, launch statistics · e export · ? keys · q quit",
-    "loading": "q quit",
-}
+LOADING_HINT = "q quit"
 
 
 Loader = Callable[[Callable[[str, "float | None"], None]], Session]
@@ -92,12 +57,10 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     TabPane { padding: 0; }
     """
     BINDINGS = [
-        Binding("q", "quit", "quit"),
-        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
-        Binding("question_mark", "help", "help"),
-        Binding("e", "export", "export report"),
-        Binding("d", "toggle_dark", "theme", show=False),
-        *[Binding(str(i + 1), f"show_tab('{t}')", t, show=False) for i, t in enumerate(TABS)],
+        *common_bindings("export"),
+        Binding("x", "perfetto", "export the trace with the findings as tracks for Perfetto (ui.perfetto.dev)"),
+        *[Binding(str(i + 1), f"show_tab('{t.id}')", f"show the {t.title} tab", show=False)
+          for i, t in enumerate(TABS)],
     ]
 
     rank_index: reactive[int] = reactive(0, init=False)
@@ -125,23 +88,10 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         yield Header(show_clock=False, icon="◆")
         yield Loading(id="loading")
         with TabbedContent(id="tabs"):
-            with TabPane("1 Overview", id="overview"):
-                yield Overview()
-            with TabPane("2 Timeline", id="timeline"):
-                yield TimelinePane()
-            with TabPane("3 Steps", id="steps"):
-                yield StepsPane()
-            with TabPane("4 Kernels", id="kernels"):
-                yield KernelsPane()
-            with TabPane("5 Fixes", id="fixes"):
-                yield FixesPane()
-            with TabPane("6 Memory", id="memory"):
-                yield MemoryPane()
-            with TabPane("7 Ranks", id="ranks"):
-                yield RanksPane()
-            with TabPane("8 Deep", id="deep"):
-                yield DeepPane()
-        yield KeyBar(HINTS["loading"], id="keybar")
+            for i, t in enumerate(TABS):
+                with TabPane(f"{i + 1} {t.title}", id=t.id):
+                    yield t.pane()
+        yield KeyBar(LOADING_HINT, id="keybar")
 
     def on_mount(self) -> None:
         self.query_one("#tabs").display = False
@@ -205,18 +155,14 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         self.query_one("#loading").display = False
         tabs = self.query_one("#tabs", TabbedContent)
         tabs.display = True
-        if len(session.ranks) < 2:
-            tabs.hide_tab("ranks")
         if self.deep:
             self.query_one(DeepPane).running("starting Holistic Trace Analysis")
             self._start_daemon(self.run_deep)
-        else:
-            tabs.hide_tab("deep")
         if self.report_path and not self.deep:  # with --deep, written when HTA is done
             self._write_report(self.report_path)
         self.set_reactive(AnalyzeApp.rank_index, session.main_rank)
         self._show_rank()
-        self.query_one("#keybar", KeyBar).update(HINTS["overview"])
+        self.query_one("#keybar", KeyBar).update(TABS[0].hint)
 
     @property
     def rank(self):
@@ -235,25 +181,12 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     def _show_rank(self) -> None:
         rank = self.rank
         s = self.session
-        doc = rank.doc
-        self.query_one(Overview).show(doc)
-        median = _median_step(rank)
-        self.query_one(TimelinePane).set_model(rank.timeline, median)
-        self.query_one(StepsPane).show(doc, self.rules.value("step.outlier_ratio"))
-        self.query_one(KernelsPane).show(rank.all_kernels, rank.analysis.roofline)
-        self.query_one(FixesPane).show(rank.analysis, doc)
         tabs = self.query_one("#tabs", TabbedContent)
-        for tab in ("timeline", "steps", "kernels"):  # sampled counters have no events to draw
-            (tabs.hide_tab if counters_only(doc) else tabs.show_tab)(tab)
-        ledger = s.document().get("ledger") if (s.decorate or s.report.ledger is not None) else None
-        if rank.memory or ledger:
-            tabs.show_tab("memory")
-            self.query_one(MemoryPane).show(rank.memory, rank.timeline.span, ledger)
-        else:
-            tabs.hide_tab("memory")
-        if len(s.ranks) > 1:
-            rows = s.document()["ranks"]
-            self.query_one(RanksPane).show(rows, self.rank_index, s.main_rank, s.stragglers)
+        for t in TABS:
+            why_not = t.applies(self)
+            (tabs.show_tab if why_not is None else tabs.hide_tab)(t.id)
+            if why_not is None:
+                t.show(self)
         label = rank.label if len(s.ranks) > 1 else ""
         self.sub_title = os.path.basename(self.path.rstrip("/")) + (f" · {label} of {len(s.ranks)}" if label else "")
 
@@ -263,36 +196,75 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         tabs = self.query_one("#tabs", TabbedContent)
         if not tabs.display:
             return
-        pane = tabs.get_tab(tab)
-        if pane.display is False:
-            self.notify(f"No {tab} tab for this trace.", severity="warning", timeout=3)
+        why_not = tab_of(tab).applies(self) if self.session is not None else None
+        if why_not is not None:
+            self.notify(f"No {tab_of(tab).title} tab: {why_not}.", severity="warning", timeout=4)
             return
         tabs.active = tab
         self._focus_tab(tab)
 
     def _focus_tab(self, tab: str) -> None:
-        target = {"timeline": "TimelineView", "steps": "#steps-table", "kernels": "#kernels-table",
-                  "fixes": "#fixes-table", "ranks": "#ranks-table"}.get(tab)
+        target = tab_of(tab).focus
         if target:
             self.query_one(target).focus()
+        else:
+            # A tab with nothing to focus: drop the focus rather than leave it in the hidden pane.
+            # Left there, the focused table pulls its pane back to the front (TabbedContent follows
+            # focus), so number keys pressed on Kernels or Fixes flickered and stayed.
+            self.set_focus(None)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if self.session is None:  # TabbedContent activates its first tab at mount, while loading
             return
         self._focus_tab(event.pane.id)
-        self.query_one("#keybar", KeyBar).update(HINTS.get(event.pane.id, ""))
+        self.query_one("#keybar", KeyBar).update(tab_of(event.pane.id).hint)
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(help_screen())
 
-    def action_export(self) -> None:
-        if self.session is None:
-            return
+    def get_system_commands(self, screen):
+        yield from palette_commands(self, self.BINDINGS)
+        yield from super().get_system_commands(screen)
+
+    def _stem(self) -> str:
         stem = os.path.basename(self.path.rstrip("/"))
         for ext in (".gz", ".json", ".trace", ".pt"):
             stem = stem[: -len(ext)] if stem.endswith(ext) else stem
-        self._write_report(self.report_path or f"{stem}.trainscope.md")
+        return stem
+
+    def action_export(self) -> None:
+        if self.session is None:
+            return
+        if self.report_path:
+            self._write_report(self.report_path)
+        else:
+            ask_path(self, f"{self._stem()}.trainscope.md", "Markdown report", self._write_report)
+
+    def action_perfetto(self) -> None:
+        """The trace with the findings as tracks, for ui.perfetto.dev (written in a background thread)."""
+        if self.session is None:
+            return
+        ask_path(self, f"{self._stem()}.perfetto.json", "Perfetto trace", self._write_perfetto)
+
+    def _write_perfetto(self, path: str) -> None:
+        rank = self.rank
+        self.notify(f"writing the Perfetto trace to {path}…", timeout=3)
+
+        def work() -> None:
+            from trainscope.reports.perfetto import write_perfetto
+
+            try:
+                write_perfetto(path, rank.trace, rank.analysis, rank.doc, rank.timeline)
+            except OSError as e:
+                self._post(self.notify, f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
+                return
+            self._post(self._written, path, "Perfetto trace (open it in ui.perfetto.dev)")
+        threading.Thread(target=work, daemon=True, name="trainscope-perfetto").start()
+
+    def _written(self, path: str, what: str) -> None:
+        self.exported.append(path)
+        self.notify(f"{what} written to {path}", timeout=6)
 
     def _write_report(self, path: str) -> None:
         from trainscope.common import write_atomic
@@ -304,21 +276,47 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
             return
-        self.exported.append(path)
-        self.notify(f"Report written to {path}", timeout=4)
+        self._written(os.path.abspath(path), "Report")
 
     def on_steps_pane_open(self, message: StepsPane.Open) -> None:
         self.query_one("#tabs", TabbedContent).active = "timeline"
         self.query_one(TimelinePane).view.show_step(message.index)
         self.query_one("TimelineView").focus()
 
+    def _timeline(self) -> TimelineView | None:
+        if tab_of("timeline").applies(self) is not None:
+            return None
+        self.query_one("#tabs", TabbedContent).active = "timeline"
+        view = self.query_one(TimelineView)
+        view.focus()
+        return view
+
+    def on_kernels_pane_open(self, message: KernelsPane.Open) -> None:
+        view = self._timeline()
+        if view is not None:  # after the tab is laid out: the view's width sets the window
+            self.call_after_refresh(view.set_matches, view.model.instances(message.name), "instance")
+
+    def on_fixes_pane_open(self, message: FixesPane.Open) -> None:
+        view = self._timeline()
+        if view is None:
+            return
+        step, match = view.model.evidence(message.finding)
+        if match is not None:
+            self.call_after_refresh(view.set_matches, [match], f"evidence of {message.finding}")
+        elif step is not None:
+            self.call_after_refresh(view.show_step, step)
+            self.notify("This finding has no interval of its own: showing the worst step.", timeout=4)
+
     def on_ranks_pane_choose(self, message: RanksPane.Choose) -> None:
         self.rank_index = message.index
 
     def on_key(self, event) -> None:
-        # Esc in the kernel filter returns to the table rather than doing nothing.
+        # Esc in an input returns to what it searches rather than doing nothing.
         if event.key == "escape" and isinstance(self.focused, Input):
-            self.query_one("#kernels-table", DataTable).focus()
+            if self.focused.id == "tl-search":
+                self.query_one(TimelinePane).close_search()
+            else:
+                self.query_one("#kernels-table", DataTable).focus()
 
 
 def _median_step(rank) -> int:

@@ -2,6 +2,7 @@
 background-loading machinery (a daemon thread that never touches widgets)."""
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Callable, Iterable
@@ -11,7 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import ProgressBar, Static
+from textual.widgets import Input, ProgressBar, Static
 
 def gib(b: float | None, digits: int = 1, missing: str = "n/a") -> str:
     """Bytes in GiB (2**30), labelled as such: the apps show device memory, sold in GiB."""
@@ -122,3 +123,58 @@ class BackgroundLoading:
 
     def action_toggle_dark(self) -> None:
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+
+
+class PathPrompt(ModalScreen["str | None"]):
+    """Where to write an export when the default place cannot be written (Enter writes, Esc cancels)."""
+
+    DEFAULT_CSS = """
+    PathPrompt { align: center middle; }
+    PathPrompt > Vertical { width: 90%; max-width: 100; height: auto; border: heavy $warning; background: $surface;
+                            padding: 0 1; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, what: str, default: str, why: str) -> None:
+        super().__init__()
+        self.what, self.default, self.why = what, default, why
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(Text.assemble((f"Write the {self.what} where?\n", "bold"), (self.why, "dim")), id="prompt-why")
+            yield Input(value=self.default, id="prompt-path")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.dismiss(os.path.abspath(os.path.expanduser(event.value.strip())) if event.value.strip() else None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+def writable_dir(path: str) -> bool:
+    """Whether a file can be created beside ``path`` (tried, not guessed: root passes os.access checks
+    on read-only mounts)."""
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path)) or "."):
+            return True
+    except OSError:
+        return False
+
+
+def ask_path(app, name: str, what: str, write: Callable[[str], None]) -> None:
+    """Write ``name`` in the current directory, as an absolute path; when that directory cannot be
+    written, ask where (the home directory is offered)."""
+    path = os.path.abspath(name)
+    if writable_dir(path):
+        write(path)
+        return
+    home = os.path.join(os.path.expanduser("~"), name)
+    why = f"{os.path.dirname(path)} is not writable."
+
+    def done(chosen: str | None) -> None:
+        if chosen:
+            write(chosen)
+    app.push_screen(PathPrompt(what, home, why), done)

@@ -19,6 +19,7 @@ from trainscope.analyzers.rules import Rules
 # (never a silent pass).
 from trainscope.api import EXIT_INTERRUPTED, EXIT_REGRESSION
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, keys_text
+from trainscope.tui.keys import bind, common_bindings, palette_commands
 from trainscope.tui.diff_panes import DiffBreakdown, DiffSummary, FixOutcomes, KernelDiffPane, base_name
 
 TABS = ("summary", "breakdown", "kernels", "fixes")
@@ -28,14 +29,15 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
         ("1 … 4", "summary · breakdown · kernels · earlier fixes"),
         ("tab / shift+tab", "move focus"),
         ("e", "export the Markdown diff report (same as --report)"),
-        ("d", "toggle dark / light theme"),
+        ("t", "toggle dark / light theme"),
+        ("ctrl+p", "command palette: every action by name"),
         ("?", "this help (Esc closes)"),
         ("q / ctrl+c", "quit (with --fail-if-slower: exit code 3 on a regression, else 0)"),
     ]),
     ("kernels", [
-        ("a / g / s / n / x", "show all · grew · shrank · new (appeared) · gone (disappeared)"),
+        ("a / g / - / n / x", "show all · grew · shrank · new (appeared) · gone (disappeared)  (+ = g)"),
         ("f", "next filter"),
-        ("o / click a header", "sort by the next column / by that column (again: reverse)"),
+        ("s / click a header", "sort by the next column / by that column (again: reverse)"),
         ("r", "reverse the sort"),
         ("↑ / ↓", "choose a row: its kernel names before and after show below"),
     ]),
@@ -45,9 +47,9 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
 ]
 
 HINTS = {
-    "summary": "1–4 tabs · e export report · d theme · ? every key · q quit",
+    "summary": "1–4 tabs · e export report · t theme · ctrl+p commands · ? every key · q quit",
     "breakdown": "1–4 tabs · ↑/↓ scroll · e export · ? keys · q quit",
-    "kernels": "a/g/s/n/x all/grew/shrank/new/gone · o sort · r reverse · ? keys · q quit",
+    "kernels": "a/g/-/n/x all/grew/shrank/new/gone · s sort · r reverse · ? keys · q quit",
     "fixes": "1–4 tabs · ↑/↓ scroll · e export · ? keys · q quit",
     "loading": "q quit",
 }
@@ -88,12 +90,9 @@ class DiffApp(BackgroundLoading, App[int]):
     TabPane { padding: 0; }
     """
     BINDINGS = [
-        Binding("q", "quit", "quit"),
-        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
-        Binding("question_mark", "help", "help"),
-        Binding("e", "export", "export report"),
-        Binding("d", "toggle_dark", "theme", show=False),
-        *[Binding(str(i + 1), f"show_tab('{t}')", t, show=False) for i, t in enumerate(TABS)],
+        *common_bindings(),
+        bind("export", "export the Markdown diff report"),
+        *[Binding(str(i + 1), f"show_tab('{t}')", f"show the {t} tab", show=False) for i, t in enumerate(TABS)],
     ]
 
     def __init__(self, before: str, after: str, *, diff: RunDiff | None = None, gate: GateResult | None = None,
@@ -219,6 +218,10 @@ class DiffApp(BackgroundLoading, App[int]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(help_screen())
+
+    def get_system_commands(self, screen):
+        yield from palette_commands(self, self.BINDINGS)
+        yield from super().get_system_commands(screen)
 
     def action_export(self) -> None:
         if self.diff is None:

@@ -362,7 +362,7 @@ def kernel_group(d: RunDiff, group: str) -> list[KernelChange]:
 
 
 class KernelDiffPane(Vertical):
-    """Every matched group and appeared/disappeared kernel; g/s/n/x/a filter, o/r sort, details below."""
+    """Every matched group and appeared/disappeared kernel; g/-/n/x/a filter, s/r sort, details below."""
 
     DEFAULT_CSS = """
     KernelDiffPane #kd-groups { height: 1; padding: 0 1; }
@@ -372,12 +372,12 @@ class KernelDiffPane(Vertical):
     """
     BINDINGS = [
         Binding("a", "group('all')", "all", show=False),
-        Binding("g", "group('grew')", "grew", show=False),
-        Binding("s", "group('shrank')", "shrank", show=False),
+        Binding("g,plus", "group('grew')", "grew", show=False),
+        Binding("minus", "group('shrank')", "shrank", show=False),
         Binding("n", "group('appeared')", "appeared", show=False),
         Binding("x", "group('disappeared')", "disappeared", show=False),
         Binding("f", "next_group", "next filter", show=False),
-        Binding("o", "sort_next", "sort by next column", show=False),
+        Binding("s", "sort_next", "sort by next column", show=False),
         Binding("r", "reverse", "reverse sort", show=False),
     ]
 
@@ -427,7 +427,7 @@ class KernelDiffPane(Vertical):
                 k.kernel_class, key=str(i))
         counts = {g: len(kernel_group(d, g)) for g in GROUPS}
         groups = Text()
-        for key, g in zip("agsnx", GROUPS):
+        for key, g in zip("ag-nx", GROUPS):
             style = "bold reverse" if g == self.group else ""
             groups.append(f" {key} {g} {counts[g]} ", style=style)
             groups.append(" ")
@@ -435,7 +435,7 @@ class KernelDiffPane(Vertical):
         mc = d.match_counts()
         self.query_one("#kd-note", Static).update(
             f"per step · sorted by {col.label}{' ▼' if self.descending else ' ▲'} · BEFORE names matched: "
-            f"{mc['exact']} exact, {mc['arch']} arch, {mc['family']} family · o: sort · r: reverse")
+            f"{mc['exact']} exact, {mc['arch']} arch, {mc['family']} family · s: sort · r: reverse")
         self._select(0 if rows else None)
 
     def _name_width(self) -> int:

@@ -6,11 +6,13 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
 from trainscope.analyzers.analysis import Analysis
 from trainscope.analyzers.whatif import Projection, levers, project
+from trainscope.tui.keys import bind
 from trainscope.tui.overview import fmt_value
 
 
@@ -23,6 +25,7 @@ class FixesPane(Vertical):
     BINDINGS = [
         Binding("space", "toggle", "toggle what-if"),
         Binding("c", "clear", "clear what-ifs", show=False),
+        bind("copy", "copy the fix's change", action="copy_change"),
     ]
 
     assumed: reactive[frozenset[str]] = reactive(frozenset())
@@ -53,14 +56,28 @@ class FixesPane(Vertical):
         table = self.query_one(DataTable)
         row = table.cursor_row
         table.clear(columns=True)
-        table.add_columns("what-if", "#", "fix", "projected (upper bound)")
+        fix_w = self._fix_width()
+        self._shown_fix_w = fix_w
+        table.add_column("what-if", width=7)
+        table.add_column("#", width=2)
+        table.add_column("projected", width=13)
+        table.add_column("fix", width=fix_w)
         lv = levers(self.analysis) if self.analysis else {}
         for r in self.doc["recommendations"] if self.doc else []:
             box = Text(("[x]" if r["id"] in self.assumed else "[ ]") if r["id"] in lv else " — ")
             gain = f"≤ {r['projected_speedup']:.2f}×" if r["projected_speedup"] else "no projection"
-            table.add_row(box, str(r["rank"]), r["title"], gain, key=r["id"])
+            title = r["title"] if len(r["title"]) <= fix_w else r["title"][: fix_w - 1] + "…"
+            table.add_row(box, str(r["rank"]), gain, title, key=r["id"])
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
+
+    def _fix_width(self) -> int:
+        """The title takes what the other columns leave (its full text is in the details below)."""
+        return max(20, self.size.width - (7 + 2 + 13) - 3 * 2 - 2 - 2)
+
+    def on_resize(self) -> None:
+        if self.doc is not None and self._fix_width() != getattr(self, "_shown_fix_w", None):
+            self._fill_table()
 
     def _show_detail(self, index: int) -> None:
         recs = self.doc["recommendations"] if self.doc else []
@@ -138,9 +155,27 @@ class FixesPane(Vertical):
             return
         self.assumed = self.assumed ^ {rid}
 
+    def action_copy_change(self) -> None:
+        table = self.query_one(DataTable)
+        recs = self.doc["recommendations"] if self.doc else []
+        if recs and 0 <= table.cursor_row < len(recs):
+            self.app.copy_to_clipboard(recs[table.cursor_row]["change"])
+            self.notify("copied the change", timeout=3)
+
     def action_clear(self) -> None:
         self.assumed = frozenset()
 
+    class Open(Message):
+        """Show the evidence of this finding on the timeline."""
+
+        def __init__(self, finding: str, title: str) -> None:
+            super().__init__()
+            self.finding = finding
+            self.title = title
+
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        self.action_toggle()
+        recs = self.doc["recommendations"] if self.doc else []
+        if recs and 0 <= event.cursor_row < len(recs):
+            r = recs[event.cursor_row]
+            self.post_message(self.Open(r["finding"], r["title"]))

@@ -13,7 +13,8 @@ BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
 class MemoryChart(Widget):
-    """Columns of peak bytes in use, scaled to the capacity (or to the peak when unknown)."""
+    """Columns of peak bytes in use, scaled to the peak (a 2.6 GiB peak on a 32 GiB device would fill
+    a tenth of the rows if scaled to the capacity; the capacity is in the note above)."""
 
     DEFAULT_CSS = "MemoryChart { height: 1fr; min-height: 6; }"
 
@@ -33,8 +34,7 @@ class MemoryChart(Widget):
         cols = max(10, self.size.width - gutter)
         rows = max(3, self.size.height - 2)
         peaks = self.curve.binned_peak(self.span[0], self.span[1], cols)
-        top = float(self.curve.capacity or 0) or float(max(1, peaks.max()))
-        top = max(top, float(peaks.max()))
+        top = float(max(1, peaks.max())) * 1.05
         levels = peaks / top * rows  # in rows
         out = Text(no_wrap=True, overflow="crop")
         for r in range(rows, 0, -1):
@@ -81,6 +81,5 @@ class MemoryPane(Vertical):
                  "running sum of allocations since profiling began (this trace has no allocator totals)")
         note.update(Text.assemble(("Memory in use on GPU ", "bold"), (f"{c.device}", "bold"),
                                   f" · peak {gib(peak, 2)}{cap} · {len(c.ts)} allocator events · basis: {basis}\n",
-                                  ("chart scale: top = device capacity" if c.capacity else "chart scale: top = peak",
-                                   "dim")))
+                                  ("chart scale: top = the peak + 5 % (the capacity is in the line above)", "dim")))
         chart.set_curve(c, span)

@@ -64,9 +64,10 @@ class Overview(VerticalScroll):
         yield Static("", id="evidence")
         yield Static("Top fixes (projections are upper bounds; details on the Fixes tab)", classes="heading")
         yield Static("", id="top-fixes")
+        yield Static("", id="ranks-summary")
         yield Static("", id="warnings")
 
-    def show(self, doc: dict) -> None:
+    def show(self, doc: dict, stragglers: dict | None = None) -> None:
         v = doc["verdict"]
         badge = self.query_one("#badge", Static)
         for cls in AXIS_CLASS.values():
@@ -100,6 +101,19 @@ class Overview(VerticalScroll):
             fixes.append("none: " + ("too little evidence for a verdict" if v["axis"] == "insufficient_evidence"
                                      else "no finding crosses its threshold"))
         self.query_one("#top-fixes", Static).update(fixes)
+        # A rank directory: what the Ranks tab finds is said here too, so the two never disagree silently.
+        ranks = Text()
+        if stragglers:
+            late = [r for r in stragglers["ranks"] if r["late"] or r["slow"]]
+            ranks.append("\nRanks ", style="bold")
+            ranks.append(stragglers["summary"] + "\n")
+            for r in late:
+                ranks.append(f"  ◀ rank {r['rank']}: enters collectives {r['mean_late_ms']:.1f} ms late on average "
+                             f"(last in {r['late_in']}), step p50 {r['step_p50_ms']:.1f} ms — details on the Ranks tab\n")
+            if v["axis"] == "insufficient_evidence" and late:
+                ranks.append("  The verdict above is this rank's own; the straggler is the lead across ranks.\n",
+                             style="dim")
+        self.query_one("#ranks-summary", Static).update(ranks)
         warn = Text()
         for w in doc["warnings"]:
             warn.append(f"⚠ {w}\n", style="yellow")

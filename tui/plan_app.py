@@ -23,6 +23,7 @@ from trainscope import api
 from trainscope.analyzers.ledger import PRECISIONS, Fit, FitOption, Ledger, PlanConfig, ledger, normalize
 from trainscope.analyzers.memory_devices import GPU_MEMORY, GpuMemory
 from trainscope.tui.chrome import HelpScreen, KeyBar, keys_text
+from trainscope.tui.keys import bind, common_bindings, palette_commands
 from trainscope.tui.plan_view import activation_note, banner_text, gb2, ledger_bar, toggles_text, verdict_class
 
 OPTIMIZER_CYCLE = ("adam", "adam8bit", "momentum", "sgd")
@@ -43,10 +44,12 @@ KEYS: list[tuple[str, str]] = [
     ("tab", "move focus between the options and the ledger table (← / → scroll it to the sources)"),
     ("r", "reset to the plan from the command line"),
     ("e", "export the Markdown report of the current plan (same as plan --format markdown)"),
+    ("t", "toggle dark / light theme"),
+    ("ctrl+p", "command palette: every action by name"),
     ("?", "this help (Esc closes)"),
     ("q / ctrl+c", "quit"),
 ]
-HINT = "o p c b/B a/A g/G z d toggle · ⏎ apply · r reset · e export · ? help · q quit"
+HINT = "o p c b/B a/A g/G z d toggle · ⏎ apply · r reset · e export · t theme · ? help · q quit"
 
 
 def pin_measured(cfg: PlanConfig) -> PlanConfig:
@@ -114,9 +117,7 @@ class PlanApp(App[int]):
     #note-box { height: auto; max-height: 25%; min-height: 2; background: $boost; padding: 0 1; }
     """
     BINDINGS = [
-        Binding("q", "quit", "quit"),
-        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
-        Binding("question_mark", "help", "help"),
+        *common_bindings(),
         Binding("o", "cycle('optimizer')", "optimizer"),
         Binding("p", "cycle('precision')", "precision"),
         Binding("c", "cycle('checkpoint')", "checkpointing"),
@@ -130,7 +131,7 @@ class PlanApp(App[int]):
         Binding("d", "device(1)", "next device"),
         Binding("D", "device(-1)", "previous device"),
         Binding("r", "reset", "reset"),
-        Binding("e", "export", "export report"),
+        bind("export", "export report"),
     ]
 
     config: reactive[PlanConfig] = reactive(PlanConfig(params=1.0), init=False, always_update=True)
@@ -345,6 +346,13 @@ class PlanApp(App[int]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(help_screen())
+
+    def action_toggle_dark(self) -> None:
+        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+
+    def get_system_commands(self, screen):
+        yield from palette_commands(self, self.BINDINGS)
+        yield from super().get_system_commands(screen)
 
     def action_export(self) -> None:
         from trainscope.common import write_atomic

@@ -13,12 +13,22 @@ from textual.widgets import DataTable, Input, Static
 from trainscope.analyzers.breakdown import CATEGORIES
 from trainscope.analyzers.kernels import KernelStat, KernelSummary
 from trainscope.analyzers.roofline import Roofline, RooflineRow
+from trainscope.tui.keys import bind
 from trainscope.tui.roofline_plot import RooflinePlot
 from trainscope.tui.timeline import short_name
 
-STEP_COLUMNS = {"compute": "compute", "communication": "comm", "copy": "copy", "memset": "memset",
-                "idle_data_wait": "idle:data", "idle_sync": "idle:sync", "idle_host_overhead": "idle:launch",
-                "idle_other": "idle:other"}
+STEP_COLUMNS = {"compute": "comp", "communication": "comm", "copy": "copy", "memset": "mset",
+                "idle_data_wait": "i:data", "idle_sync": "i:sync", "idle_host_overhead": "i:launch",
+                "idle_other": "i:other"}
+# Idle by reason first: on a narrow terminal the columns that explain a slow step stay in view.
+STEP_ORDER = ("idle_data_wait", "idle_sync", "idle_host_overhead", "idle_other", "compute", "communication", "copy",
+              "memset")
+
+
+def short_step(label: str) -> str:
+    """ "ProfilerStep#10" → "#10" (the table's title says they are steps)."""
+    head, _, n = label.rpartition("#")
+    return f"#{n}" if head and n.isdigit() else label
 
 
 class StepsPane(Vertical):
@@ -43,11 +53,13 @@ class StepsPane(Vertical):
     def show(self, doc: dict, outlier_ratio: float) -> None:
         table = self.query_one(DataTable)
         table.clear(columns=True)
+        # Numbers first, and only the categories some step has (an all-zero column explains nothing).
+        cats = [c for c in STEP_ORDER if any(s["ms"][c] >= 0.05 for s in doc["steps"])]
         table.add_column("step", key="step")
         table.add_column("ms", key="ms")
-        table.add_column("GPU busy", key="busy")
-        table.add_column("data wait", key="wait")
-        for c in CATEGORIES:
+        table.add_column("busy%", key="busy")
+        table.add_column("wait%", key="wait")
+        for c in cats:
             table.add_column(STEP_COLUMNS[c], key=c)
         table.add_column("", key="flag")
         n_out = 0
@@ -55,14 +67,17 @@ class StepsPane(Vertical):
             style = "bold red" if s["outlier"] else ""
             n_out += s["outlier"]
             table.add_row(
-                Text(s["label"], style=style), Text(f"{s['duration_ms']:.1f}", style=style, justify="right"),
-                f"{s['gpu_busy_pct']:.1f} %", f"{s['data_wait_pct']:.1f} %",
-                *[f"{s['ms'][c]:.1f}" for c in CATEGORIES],
-                Text("⚠ outlier", style="bold red") if s["outlier"] else "", key=str(i))
+                Text(short_step(s["label"]), style=style), Text(f"{s['duration_ms']:.1f}", style=style, justify="right"),
+                Text(f"{s['gpu_busy_pct']:.1f}", justify="right"), Text(f"{s['data_wait_pct']:.1f}", justify="right"),
+                *[Text(f"{s['ms'][c]:.1f}", justify="right") for c in cats],
+                Text("⚠", style="bold red") if s["outlier"] else "", key=str(i))
         st = doc["breakdown"]["step_time_ms"]
+        hidden = [STEP_COLUMNS[c] for c in STEP_ORDER if c not in cats]
         self.query_one("#steps-note", Static).update(
             f"{len(doc['steps'])} steps · {doc['steps_note']} · p50 {st['p50']:.1f} ms, p95 {st['p95']:.1f} ms · "
-            f"{n_out} outlier(s) > {outlier_ratio:g}× median · times in ms · Enter: show on timeline")
+            f"⚠ {n_out} outlier(s) > {outlier_ratio:g}× median · times in ms; i: = GPU idle by reason; busy% = GPU "
+            f"busy, wait% = data wait, of the step" + (f" · all zero, not shown: {', '.join(hidden)}" if hidden else "")
+            + " · Enter: show on timeline")
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
@@ -73,8 +88,13 @@ class StepsPane(Vertical):
 class KernelColumn:
     key: str
     label: str
-    sort_key: object  # callable (KernelStat, RooflineRow | None) -> comparable
+    sort_key: object  # callable KernelStat -> comparable
     descending: bool
+
+
+# Numbers first, the name last and as wide as what is left (its full text, and the kernel's roofline
+# figures, are in the detail below). ``value(kernel, roofline row or None)``.
+_BOUND = {"memory": "mem", "compute": "comp", "unknown": "?"}
 
 
 def _num(x: float | None) -> float:
@@ -82,23 +102,17 @@ def _num(x: float | None) -> float:
 
 
 KERNEL_COLUMNS = (
-    KernelColumn("name", "kernel", lambda k, r: k.name.lower(), False),
-    KernelColumn("class", "class", lambda k, r: k.kernel_class, False),
-    KernelColumn("tc", "TC", lambda k, r: k.tensor_core, True),
-    KernelColumn("count", "count", lambda k, r: k.count, True),
     KernelColumn("total", "total ms", lambda k, r: k.total_ns, True),
     KernelColumn("mean", "mean µs", lambda k, r: k.mean_ns, True),
     KernelColumn("share", "share", lambda k, r: k.share_pct, True),
+    KernelColumn("count", "count", lambda k, r: k.count, True),
+    KernelColumn("roof", "%roof", lambda k, r: _num(r and r.pct_of_roof), True),
     KernelColumn("bound", "bound", lambda k, r: r.bound if r else "", False),
-    KernelColumn("intensity", "FLOP/B", lambda k, r: _num(r and r.intensity), True),
-    KernelColumn("tflops", "TFLOP/s", lambda k, r: _num(r and r.tflops), True),
-    KernelColumn("gbps", "GB/s", lambda k, r: _num(r and r.gbps), True),
-    KernelColumn("roof", "% roof", lambda k, r: _num(r and r.pct_of_roof), True),
+    KernelColumn("tc", "TC", lambda k, r: k.tensor_core, True),
+    KernelColumn("class", "class", lambda k, r: k.kernel_class, False),
+    KernelColumn("name", "kernel", lambda k, r: k.name.lower(), False),
 )
-
-
-def _cell(x: float | None, fmt: str) -> Text:
-    return Text("" if x is None else format(x, fmt), justify="right")
+NUMBER_WIDTHS = {"total": 10, "mean": 9, "share": 7, "count": 7, "roof": 6, "bound": 5, "tc": 3, "class": 11}
 
 
 def filter_kernels(kernels: list[KernelStat], text: str) -> list[KernelStat]:
@@ -114,11 +128,13 @@ class KernelsPane(Vertical):
     KernelsPane #kernels-filter { height: 3; }
     KernelsPane #kernels-note { height: 1; color: $text-muted; }
     KernelsPane DataTable { height: 1fr; }
+    KernelsPane #kernel-detail { height: auto; max-height: 5; padding: 0 1; border-top: solid $panel; }
     """
     BINDINGS = [
-        Binding("s", "sort_next", "sort by next column"),
-        Binding("r", "reverse", "reverse sort", show=False),
-        Binding("slash", "focus_filter", "filter"),
+        bind("sort", "sort by next column"),
+        bind("reverse"),
+        bind("search", "filter", action="focus_filter"),
+        bind("copy", "copy the kernel's full name"),
         Binding("p", "toggle_plot", "roofline chart"),
     ]
     MAX_ROWS = 2000  # a DataTable of more rows is sluggish; the filter narrows the rest
@@ -137,9 +153,65 @@ class KernelsPane(Vertical):
         yield Input(placeholder="filter kernels by name or class (press / here, Esc to leave)", id="kernels-filter")
         yield Static("", id="kernels-note")
         yield DataTable(id="kernels-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="kernel-detail")
         plot = RooflinePlot(id="kernels-roofline")
         plot.display = False
         yield plot
+
+    @property
+    def selected(self) -> KernelStat | None:
+        table = self.query_one(DataTable)
+        return self.shown[table.cursor_row] if self.shown and 0 <= table.cursor_row < len(self.shown) else None
+
+    def _name_width(self) -> int:
+        """What the number columns leave (each column has one cell of padding either side)."""
+        used = sum(w + 2 for w in NUMBER_WIDTHS.values()) + 2 + 2  # + the name's padding + a scrollbar
+        return max(16, min(200, self.size.width - used))
+
+    def on_resize(self) -> None:
+        if self.summary is not None and self._name_width() != getattr(self, "_shown_name_w", None):
+            self.query_one(DataTable).clear(columns=True)
+            self._refill()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        k = self.selected
+        detail = self.query_one("#kernel-detail", Static)
+        if k is None:
+            detail.update("")
+            return
+        r = self.roof_rows.get(k.name)
+        roof = ""
+        if r is not None:
+            figures = [f"{r.intensity:.3g} FLOP/B" if r.intensity is not None else None,
+                       f"{r.tflops:.3g} TFLOP/s" if r.tflops is not None else None,
+                       f"{r.gbps:.4g} GB/s" if r.gbps is not None else None,
+                       f"{r.pct_of_roof:.0f} % of the roof" if r.pct_of_roof is not None else None]
+            roof = (f"\n{r.bound}-bound" + "".join(f" · {x}" for x in figures if x) + f" · {r.precision or '?'}"
+                    + f" · from {r.source}")
+        detail.update(Text.assemble((short_name(k.name, 10_000), "bold"),
+                                    (f"\n{k.kernel_class} · {k.count} calls · {k.total_ns / 1e6:.2f} ms in all · "
+                                     f"mean {k.mean_ns / 1e3:.1f} µs · {k.share_pct:.1f} % of kernel time"
+                                     f"{' · tensor cores' if k.tensor_core else ''} · y copies the name" + roof, "dim")))
+
+    class Open(Message):
+        """Show this kernel's instances on the timeline, longest first."""
+
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        k = self.selected
+        if k is not None:
+            self.post_message(self.Open(k.name))
+
+    def action_copy_name(self) -> None:
+        k = self.selected
+        if k is not None:
+            self.app.copy_to_clipboard(k.name)
+            self.notify(f"copied: {short_name(k.name, 60)}", timeout=3)
 
     def show(self, summary: KernelSummary, roof: Roofline | None = None) -> None:
         self.summary = summary
@@ -162,24 +234,27 @@ class KernelsPane(Vertical):
         table = self.query_one(DataTable)
         # Keep the columns (re-creating them re-measures every cell); only their labels change.
         if not table.columns:
+            self._shown_name_w = self._name_width()
             for c in KERNEL_COLUMNS:
-                # Measured with the sort marker, so it fits whichever column is sorted.
-                table.add_column(c.label + " ▼", key=c.key, width=48 if c.key == "name" else None)
+                width = self._shown_name_w if c.key == "name" else NUMBER_WIDTHS[c.key]
+                table.add_column(c.label + " ▼", key=c.key, width=width)
         for c in KERNEL_COLUMNS:
             mark = (" ▼" if self.descending else " ▲") if c.key == self.sort_column else ""
             table.columns[c.key].label = Text(c.label + mark)
         table.clear()
         for i, k in enumerate(self.shown):
             r = roof.get(k.name)
-            table.add_row(short_name(k.name, 200), k.kernel_class, "✔" if k.tensor_core else "", f"{k.count}",
-                          Text(f"{k.total_ns / 1e6:.2f}", justify="right"), Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
-                          Text(f"{k.share_pct:.1f} %", justify="right"), r.bound if r else "",
-                          _cell(r and r.intensity, ".3g"), _cell(r and r.tflops, ".3g"), _cell(r and r.gbps, ".4g"),
-                          _cell(r and r.pct_of_roof, ".0f"), key=str(i))
+            table.add_row(Text(f"{k.total_ns / 1e6:.2f}", justify="right"), Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
+                          Text(f"{k.share_pct:.1f} %", justify="right"), Text(f"{k.count}", justify="right"),
+                          Text("" if r is None or r.pct_of_roof is None else f"{r.pct_of_roof:.0f}", justify="right"),
+                          _BOUND.get(r.bound, r.bound) if r else "",
+                          "✔" if k.tensor_core else "", k.kernel_class[:NUMBER_WIDTHS["class"]],
+                          short_name(k.name, self._shown_name_w), key=str(i))
         more = f" (first {self.MAX_ROWS} shown)" if len(rows) > self.MAX_ROWS else ""
         self.query_one("#kernels-note", Static).update(
             f"{len(rows)} of {len(self.summary.top)} kernels{more} · sorted by {col.label} · "
-            "s: next sort column · r: reverse · /: filter · p: roofline chart · TC = tensor cores")
+            "s: sort · r: reverse · /: filter · y: copy name · p: roofline chart · TC = tensor cores")
+        self.on_data_table_row_highlighted(DataTable.RowHighlighted(table, table.cursor_row, None))
 
     def watch_sort_column(self) -> None:
         self._refill()

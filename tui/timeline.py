@@ -1,5 +1,6 @@
-"""The timeline screen: GPU and host lanes on one time axis, with zoom, pan, step navigation and a
-cursor that says what is under it on both lanes."""
+"""The timeline screen: the GPU (all streams, then one lane per stream) and one lane per host
+thread that matters, on one time axis, with zoom, pan, step navigation, a minimap of the whole
+trace, and a cursor that lists every item under it with its stream and the overlap there."""
 from __future__ import annotations
 
 from rich.text import Text
@@ -11,11 +12,17 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Static
 
-from trainscope.analyzers.timeline import GPU_LABELS, HOST_LABELS, Item, TimelineModel
-from trainscope.tui.palette import GPU_STYLE, HOST_STYLE
+import math
 
-GUTTER = 6  # "GPU   " / "host  "
+from textual.widgets import Input
+
+from trainscope.analyzers.timeline import GPU_LABELS, HOST_LABELS, Item, Lane, Match, Overlap, TimelineModel
+from trainscope.tui.palette import GPU_STYLE, HOST_STYLE, STREAM_STYLE
+
+GUTTER = 9  # "s21 NCCL " / "s7 comp  " / "T main   "
 MIN_WINDOW_NS = 10_000  # 10 µs: finer than any kernel launch gap worth seeing
+TICK_EVERY = 16  # columns between axis labels
+MAX_ROWS_PER_LANE = 6
 
 
 def fmt_ms(ns: float) -> str:
@@ -27,11 +34,24 @@ def fmt_ms(ns: float) -> str:
     return f"{ms:.3f}"
 
 
+def axis_labels(start_ns: int, end_ns: int, columns: int, every: int = TICK_EVERY) -> list[tuple[int, str]]:
+    """(column, label in ms) every ``every`` columns, with as many decimals as the spacing needs, so
+    neighbouring labels always differ (no "98.7 98.7 … 98.7" at deep zoom)."""
+    step_ms = every * (end_ns - start_ns) / max(1, columns) / 1e6
+    decimals = max(0, 1 - math.floor(math.log10(step_ms))) if step_ms > 0 else 3
+    width = (end_ns - start_ns) / max(1, columns)
+    return [(c, f"{(start_ns + c * width) / 1e6:.{decimals}f}") for c in range(0, columns, every)]
+
+
+def lane_style(lane: Lane) -> dict[str, tuple[str, str]]:
+    return STREAM_STYLE if lane.kind == "stream" else HOST_STYLE
+
+
 class TimelineView(Widget, can_focus=True):
     """Thin view: draws ``model`` over [start, end) with a cursor column; keys change the window."""
 
     DEFAULT_CSS = """
-    TimelineView { height: 7; }
+    TimelineView { height: auto; min-height: 6; }
     TimelineView:focus { background: $boost; }
     """
     BINDINGS = [
@@ -43,10 +63,15 @@ class TimelineView(Widget, can_focus=True):
         Binding("l", "pan(0.25)", "pan →", show=False),
         Binding("plus,equals_sign,i", "zoom(0.5)", "zoom in"),
         Binding("minus,o", "zoom(2)", "zoom out", show=False),
-        Binding("n,right_square_bracket", "step(1)", "next step"),
+        Binding("n", "next(1)", "next step (or match)"),
+        Binding("N", "next(-1)", "previous match", show=False),
+        Binding("right_square_bracket", "step(1)", "next step", show=False),
         Binding("p,left_square_bracket", "step(-1)", "prev step", show=False),
+        Binding("escape", "clear_matches", "leave the matches", show=False),
         Binding("0,f", "fit_step", "fit step", show=False),
         Binding("a", "fit_all", "whole trace", show=False),
+        Binding("slash", "search", "search kernels, ops, ranges", show=False),
+        Binding("c", "toggle_lanes", "collapse / expand the lanes", show=False),
         Binding("home", "cursor_to(0)", "cursor to start", show=False),
         Binding("end", "cursor_to(-1)", "cursor to end", show=False),
     ]
@@ -59,20 +84,59 @@ class TimelineView(Widget, can_focus=True):
     class Moved(Message):
         """The window or cursor changed: what is under the cursor now, on both lanes."""
 
-        def __init__(self, view: "TimelineView", gpu: Item, host: Item) -> None:
+        def __init__(self, view: "TimelineView", gpu: Item, host: Item,
+                     items: list[tuple[Lane, Item | None]] | None = None, overlap: Overlap | None = None) -> None:
             super().__init__()
             self.view = view
             self.gpu = gpu
             self.host = host
+            self.items = items or []  # every stream and thread lane with what is under the cursor
+            self.overlap = overlap
 
     def __init__(self, model: TimelineModel | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.model = model
+        self.collapsed = False  # one GPU and one host lane instead of a lane per stream and thread
+        self.matches: list[Match] = []  # a search, a kernel's instances or a finding's evidence
+        self.match_index = 0
+        self.match_title = ""
+
+    # -- matches -----------------------------------------------------------------------------------
+
+    def set_matches(self, matches: list[Match], title: str, index: int = 0) -> None:
+        self.matches, self.match_title = matches, title
+        if matches:
+            self.show_match(index)
+        else:
+            self._moved()
+
+    def show_match(self, index: int) -> None:
+        """Frame the match with a margin either side and put the cursor on its start."""
+        self.match_index = index % len(self.matches)
+        m = self.matches[self.match_index]
+        dur = max(m.end_ns - m.start_ns, MIN_WINDOW_NS // 4)
+        start = m.start_ns - dur // 4
+        self.show_window(start, start + dur + dur // 2)
+        width = (self.end_ns - self.start_ns) / self.columns
+        self.cursor = max(0, min(self.columns - 1, int((m.start_ns - self.start_ns) / width + 0.5)))
+        self._moved()
+
+    def action_next(self, delta: int) -> None:
+        if self.matches:
+            self.show_match(self.match_index + delta)
+        elif delta > 0:
+            self.action_step(1)
+
+    def action_clear_matches(self) -> None:
+        if self.matches:
+            self.matches, self.match_title = [], ""
+            self._moved()
 
     # -- state -----------------------------------------------------------------------------------
 
     def set_model(self, model: TimelineModel, step_index: int = 0) -> None:
         self.model = model
+        self.refresh(layout=True)  # the lane count sets the height
         self.show_step(step_index)
 
     @property
@@ -111,7 +175,12 @@ class TimelineView(Widget, can_focus=True):
         self.cursor = max(0, min(self.cursor, self.columns - 1))
         if self.model is not None:
             a, b = self.column_window(self.cursor)
-            self.post_message(self.Moved(self, self.model.item_at("gpu", a, b), self.model.item_at("host", a, b)))
+            m = self.model
+            step = m.step_at((a + b) // 2)
+            if step is not None and step != self.step_index:
+                self.set_reactive(TimelineView.step_index, step)  # the header follows the cursor
+            self.post_message(self.Moved(self, m.item_at("gpu", a, b), m.item_at("host", a, b), m.items_at(a, b),
+                                         m.overlap_at(a, b)))
         self.refresh()
 
     # -- actions ---------------------------------------------------------------------------------
@@ -134,6 +203,11 @@ class TimelineView(Widget, can_focus=True):
         width = max(MIN_WINDOW_NS, int((self.end_ns - self.start_ns) * factor))
         frac = self.cursor / self.columns
         self.show_window(int(a - frac * width), int(a - frac * width) + width)
+
+    def action_search(self) -> None:
+        pane = next((a for a in self.ancestors if isinstance(a, TimelinePane)), None)
+        if pane is not None:
+            pane.open_search()
 
     def action_step(self, delta: int) -> None:
         self.show_step(self.step_index + delta)
@@ -162,23 +236,64 @@ class TimelineView(Widget, can_focus=True):
 
     # -- drawing ---------------------------------------------------------------------------------
 
+    def get_content_height(self, container, viewport, width: int) -> int:
+        """Axis, ticks, cursor and minimap, and every lane with as many rows as the screen leaves
+        after the rest: the app's chrome and the tab's title (5), these 4 rows, the cursor's box
+        (border, time and overlap lines, then a line per lane, two where they wrap) and, on a tall
+        screen, the legend (5)."""
+        n = len(self.model.lanes) if self.model else 1
+        lanes = 2 if self.collapsed else 1 + n
+        per_item = 1 if width >= 140 else 2
+        rest = 5 + 4 + (2 + 2 + n * per_item) + (5 if viewport.height >= 34 else 0)
+        per = max(1, min(MAX_ROWS_PER_LANE, (viewport.height - rest) // lanes))
+        return 4 + per * lanes
+
+    def action_toggle_lanes(self) -> None:
+        self.collapsed = not self.collapsed
+        self.refresh(layout=True)
+
+    def rows_per_lane(self) -> int:
+        """Lanes grow into the rows the widget has (axis, ticks, cursor and minimap take 4)."""
+        lanes = 2 if self.collapsed else 1 + (len(self.model.lanes) if self.model else 0)
+        return max(1, min(MAX_ROWS_PER_LANE, (self.size.height - 4) // max(1, lanes)))
+
     def render(self) -> Text:
         if self.model is None:
             return Text("no timeline")
         cols = self.columns
-        gpu = self.model.lane("gpu", self.start_ns, self.end_ns, cols)
-        host = self.model.lane("host", self.start_ns, self.end_ns, cols)
+        m = self.model
+        per = self.rows_per_lane()
         out = Text(no_wrap=True, overflow="crop")
         out.append(self._axis(cols))
         out.append("\n")
         out.append(self._ticks(cols))
-        for label, view, style in (("GPU", gpu, GPU_STYLE), ("GPU", gpu, GPU_STYLE), ("host", host, HOST_STYLE),
-                                   ("host", host, HOST_STYLE)):
-            out.append("\n")
-            out.append(f"{label:<{GUTTER}}", style="bold")
-            self._append_runs(out, view, style)
+        rows: list[tuple[str, object, dict]] = [("GPU all", m.lane("gpu", self.start_ns, self.end_ns, cols), GPU_STYLE)]
+        for lane in [] if self.collapsed else m.lanes:
+            rows.append((lane.label, m.lane_view(lane, self.start_ns, self.end_ns, cols), lane_style(lane)))
+        if self.collapsed or not m.thread_lanes:
+            rows.append(("host", m.lane("host", self.start_ns, self.end_ns, cols), HOST_STYLE))
+        for label, view, style in rows:
+            for r in range(per):
+                out.append("\n")
+                out.append(f"{label if r == 0 else '':<{GUTTER}}"[:GUTTER], style="bold")
+                self._append_runs(out, view, style)
         out.append("\n")
         out.append(" " * (GUTTER + self.cursor) + "▲", style="bold")
+        if self.size.height >= 4 + per * len(rows):
+            out.append("\n")
+            out.append(self._minimap(cols))
+        return out
+
+    def _minimap(self, cols: int) -> Text:
+        """The whole trace (GPU, all streams) with the window shown in reverse."""
+        lo, hi = self.model.span
+        view = self.model.lane("gpu", lo, hi, cols)
+        out = Text(f"{'trace':<{GUTTER}}", style="dim")
+        a = int((self.start_ns - lo) / max(1, hi - lo) * cols)
+        b = max(a + 1, int((self.end_ns - lo) / max(1, hi - lo) * cols))
+        for c, k in enumerate(view.dominant.tolist()):
+            glyph, color = GPU_STYLE[view.categories[k]]
+            out.append(glyph, style=f"{color} reverse" if a <= c < b else f"{color} dim")
         return out
 
     def _append_runs(self, out: Text, view, style: dict[str, tuple[str, str]]) -> None:
@@ -197,26 +312,28 @@ class TimelineView(Widget, can_focus=True):
             c = end
 
     def _ticks(self, cols: int) -> Text:
-        """Step boundaries (┃) and a tick every 16 columns (│)."""
+        """Step boundaries (┃, with the step's number when there is room) and a tick under each label."""
         line = [" "] * cols
-        for c in range(0, cols, 16):
+        for c in range(0, cols, TICK_EVERY):
             line[c] = "╵"
-        starts = self.model.step_starts
         width = (self.end_ns - self.start_ns) / cols
-        for s in starts:
+        steps = self.model.segmentation.steps
+        for i, s in enumerate(self.model.step_starts):
             c = int((s - self.start_ns) / width)
             if 0 <= c < cols:
                 line[c] = "┃"
+                label = steps[i].label.rsplit("#", 1)[-1] if i < len(steps) else ""
+                label = f"#{label}" if label.isdigit() else label[:10]
+                if c + 1 + len(label) <= cols and all(ch in " ╵" for ch in line[c + 1:c + 1 + len(label)]):
+                    line[c + 1:c + 1 + len(label)] = label
         return Text(" " * GUTTER + "".join(line), style="dim")
 
     def _axis(self, cols: int) -> Text:
-        """Milliseconds from the start of the trace at every 16th column."""
+        """Milliseconds from the start of the trace, as precise as the zoom needs."""
         text = [" "] * (GUTTER + cols)
         label = "ms"
         text[:len(label)] = label
-        width = (self.end_ns - self.start_ns) / cols
-        for c in range(0, cols, 16):
-            s = fmt_ms(self.start_ns + c * width)
+        for c, s in axis_labels(self.start_ns, self.end_ns, cols):
             if GUTTER + c + len(s) <= len(text):
                 text[GUTTER + c:GUTTER + c + len(s)] = s
         return Text("".join(text), style="dim")
@@ -253,8 +370,11 @@ def legend() -> Text:
         out.append(f" {GPU_LABELS[cat].replace('GPU idle: ', 'idle: ')}  ")
     out.append("\nhost ", style="bold")
     for cat, (glyph, color) in HOST_STYLE.items():
-        out.append(glyph * 2, style=color)
+        out.append((glyph * 2) if glyph.strip() else "  ", style=color)
         out.append(f" {HOST_LABELS[cat].split(' (')[0]}  ")
+    out.append("\nlanes ", style="bold")
+    out.append("GPU all: every stream, idle by the host's reason · sN comp|NCCL|copy: one CUDA stream and what it mostly runs · "
+               "T: one host thread · trace: the whole trace, the window in reverse")
     return out
 
 
@@ -262,12 +382,17 @@ class TimelinePane(Vertical):
     DEFAULT_CSS = """
     TimelinePane { height: 1fr; }
     TimelinePane #tl-title { height: 1; text-style: bold; }
-    TimelinePane #tl-detail { height: auto; min-height: 4; padding: 0 1; border: round $primary 50%; }
+    TimelinePane #tl-detail { height: 1fr; min-height: 4; padding: 0 1; border: round $primary 50%; }
     TimelinePane #tl-legend { height: auto; color: $text-muted; }
+    TimelinePane #tl-search { height: 3; }
     """
 
     def compose(self):
         yield Static("", id="tl-title")
+        search = Input(placeholder="search kernels, ops and ranges on the timeline (Enter: go · Esc: leave)",
+                       id="tl-search")
+        search.display = False
+        yield search
         yield TimelineView(id="tl-view")
         yield Static("", id="tl-detail")
         yield Static(legend(), id="tl-legend")
@@ -279,18 +404,84 @@ class TimelinePane(Vertical):
     def set_model(self, model: TimelineModel, step_index: int) -> None:
         self.view.set_model(model, step_index)
 
+    def on_resize(self) -> None:
+        # The legend is also in the help (?): on a short terminal its rows go to the lanes.
+        self.query_one("#tl-legend").display = self.size.height >= 30
+
     def on_timeline_view_moved(self, message: TimelineView.Moved) -> None:
         v = message.view
         model = v.model
         steps = model.segmentation.steps if model else []
-        step = steps[v.step_index] if steps else None
+        a, b = v.column_window(v.cursor)
+        at = model.step_at((a + b) // 2) if model else None
+        step = steps[at] if at is not None else None
         total = (model.span[1] - model.span[0]) if model else 1
         zoom = total / max(1, v.end_ns - v.start_ns)
-        head = (f"{step.label} ({v.step_index + 1}/{len(steps)}, {fmt_ms(step.duration_ns)} ms)" if step else "trace")
+        head = (f"{step.label} ({at + 1}/{len(steps)}, {fmt_ms(step.duration_ns)} ms)" if step
+                else "between steps" if steps else "trace")
+        if v.matches:
+            m = v.matches[v.match_index]
+            tail = (f"{v.match_title} {v.match_index + 1}/{len(v.matches)}: {short_name(m.name, 60)} "
+                    f"{fmt_ms(m.end_ns - m.start_ns)} ms · n/N next/prev · Esc leave")
+        else:
+            tail = "←/→ cursor  +/− zoom  h/l pan  n/p step  / search"
         self.query_one("#tl-title", Static).update(
-            f"{head} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · "
-            "←/→ cursor  +/− zoom  h/l pan  n/p step")
+            f"{head} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · {tail}")
+        self.query_one("#tl-detail", Static).update(detail_text(a, b, message))
+
+    # -- search --------------------------------------------------------------------------------------
+
+    def open_search(self) -> None:
+        box = self.query_one("#tl-search", Input)
+        box.display = True
+        box.focus()
+
+    def close_search(self) -> None:
+        self.query_one("#tl-search", Input).display = False
+        self.view.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        v = self.view
+        self.close_search()
+        if v.model is None:
+            return
+        matches = v.model.find(event.value)
+        if not matches:
+            self.notify(f"nothing on the timeline matches {event.value!r}", severity="warning", timeout=3)
+            return
         a, _ = v.column_window(v.cursor)
-        self.query_one("#tl-detail", Static).update(
-            Text.assemble(("at ", "dim"), (f"{fmt_ms(a)} ms\n", "bold"), ("GPU  ", "bold"), describe(message.gpu) + "\n",
-                          ("host ", "bold"), describe(message.host)))
+        first = next((i for i, m in enumerate(matches) if m.start_ns >= a), 0)
+        v.set_matches(matches, f"/{event.value}", first)
+
+
+def detail_text(a: int, b: int, message: "TimelineView.Moved") -> Text:
+    """Every lane's item under the cursor, then the overlap measured over the cursor's column."""
+    digits = max(3, 1 - math.floor(math.log10(max(b - a, 1) / 1e6)))
+    out = Text.assemble(("at ", "dim"), (f"{a / 1e6:.{digits}f}–{b / 1e6:.{digits}f} ms", "bold"))
+    if message.items:
+        if message.gpu.kind == "idle":
+            out.append(f"   {message.gpu.category_label}", style="dim")
+        idle = [lane.label for lane, item in message.items if item is None]
+        if idle:
+            out.append(f"   nothing on: {', '.join(idle)}", style="dim")
+        if message.overlap is not None:  # before the items: a short terminal clips the box's bottom
+            out.append("\noverlap ", style="bold")
+            out.append(message.overlap.text())
+        for lane, item in message.items:
+            if item is None:
+                continue
+            out.append(f"\n{lane.label:<{GUTTER}}", style="bold")
+            out.append(f"{item.kind}: {short_name(item.name, 90)}")
+            where = f" · {item.step_share_pct:.2f} % of {item.step_label}" if item.step_share_pct is not None else ""
+            out.append(f"  {fmt_ms(item.duration_ns)} ms at {fmt_ms(item.start_ns)} ms · {item.category_label}{where}",
+                       style="dim")
+            if item.context:
+                out.append(f" · inside {short_name(item.context, 50)}", style="dim")
+    else:
+        out.append("\n")
+        out.append("GPU  ", style="bold")
+        out.append(describe(message.gpu) + "\n")
+        out.append("host ", style="bold")
+        out.append(describe(message.host))
+    return out

@@ -3,8 +3,11 @@
 Samplers run in threads that never touch widgets: they post :class:`SampleMessage` objects holding
 an immutable (status, snapshot) pair. The app appends them to its history and, unless paused,
 re-renders the thin views in :mod:`trainscope.tui.watch_widgets`. Keys: ``p`` pause/resume,
-``w`` cycle the history window of the plots, ``q`` quit (ends the watch; the job keeps running
-only if it was attached with --pid).
+``w`` cycle the history window of the plots, ``?`` help, ``t`` theme, ``q`` leave.
+
+``q`` never stops a job watch did not start: it detaches (``quit_code`` 0, ``detached``). For a job
+watch launched, it asks "stop job? y/N": ``y`` stops it (``quit_code`` 130: the caller passes the
+interrupt on), ``n`` or Enter detaches and leaves it running, Esc stays.
 """
 from __future__ import annotations
 
@@ -17,13 +20,27 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.reactive import reactive
+from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from trainscope.analyzers.live import LiveStatus
 from trainscope.traces.samples import Snapshot
+from trainscope.tui.chrome import HelpScreen, keys_text
+from trainscope.tui.keys import binding_rows, common_bindings, palette_commands
 from trainscope.tui.watch_widgets import GpuPanel, HistoryPanel, banner_text, findings_text, host_lines, process_lines
 
 WINDOWS_S = (60.0, 300.0, 900.0, 3600.0)
+
+
+def step_lines(shown: list[tuple[LiveStatus, Snapshot]]) -> list[str]:
+    """The step panel's text: the last interval's steps and mean step time, or why there are none."""
+    last = next((s for _, s in reversed(shown) if s.step is not None and s.step.steps), None)
+    if last is None:
+        mode = shown[-1][1].step_mode if shown else "off"
+        return [f"no step timings (step mode {mode}); launch the job with watch -- COMMAND for step-exact timing"]
+    st = last.step
+    return [f"{st.steps} steps in the last interval · mean {st.step_ns / st.steps / 1e6:.1f} ms · "
+            f"data wait {st.data_wait_pct or 0:.1f} % · longest wait {st.max_wait_ns / 1e6:.1f} ms"]
 MAX_HISTORY = 20_000
 
 
@@ -34,6 +51,33 @@ class SampleMessage(Message):
         super().__init__()
         self.status = status
         self.snapshot = snapshot
+
+
+EXIT_STOPPED = 130  # the user chose to stop the launched job
+
+
+class ConfirmStop(ModalScreen[bool | None]):
+    """"stop job? y/N" for a job watch launched: True stop, False detach (the default), None stay."""
+
+    DEFAULT_CSS = """
+    ConfirmStop { align: center middle; }
+    ConfirmStop > Static { width: auto; max-width: 80; border: heavy $warning; background: $surface; padding: 1 2; }
+    """
+    BINDINGS = [Binding("y", "answer(True)", "stop the job"), Binding("n,enter,q", "answer(False)", "detach"),
+                Binding("escape", "answer(None)", "stay")]
+
+    def __init__(self, target: str) -> None:
+        super().__init__()
+        self.target = target
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text.assemble(("stop job? y/N\n\n", "bold"), f"{self.target}\n\n",
+                                   "y  stop it (interrupt, as Ctrl-C would; killed after 10 s)\n"
+                                   "n  leave watch; the job runs on (default, also Enter)\n"
+                                   "Esc  back to the dashboard"), id="confirm-text")
+
+    def action_answer(self, answer: bool | None) -> None:
+        self.dismiss(answer)
 
 
 class WatchApp(App):
@@ -47,18 +91,20 @@ class WatchApp(App):
     #status { height: 1; padding: 0 1; background: $boost; }
     #no-gpu { padding: 1; color: $text-muted; }
     """
-    BINDINGS = [Binding("p", "toggle_pause", "pause/resume"), Binding("w", "cycle_window", "plot window"),
-                Binding("q", "quit", "quit")]
+    BINDINGS = [*common_bindings(show=True), Binding("p", "toggle_pause", "pause/resume"),
+                Binding("w", "cycle_window", "plot window")]
 
     paused: reactive[bool] = reactive(False)
     window_index: reactive[int] = reactive(0)
 
     def __init__(self, title: str = "", interval: float = 1.0, replay: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, launched: bool = False) -> None:
         super().__init__()
         self.target = title
         self.interval = interval
         self.replay = replay
+        self.launched = launched  # watch started the job: q asks before stopping it
+        self.detached = False  # q left the job running
         self._clock = clock
         self._started = clock()
         self.items: list[tuple[LiveStatus, Snapshot]] = []
@@ -80,10 +126,12 @@ class WatchApp(App):
     def compose(self) -> ComposeResult:
         yield Static(id="banner")
         with Horizontal(id="body"):
-            yield VerticalScroll(Static("no GPU samples yet", id="no-gpu"), id="gpus")
+            with VerticalScroll(id="gpus"):
+                yield Static("no GPU samples yet", id="no-gpu")
+                yield HistoryPanel("Steps", id="steps", plot="step time ms")
+                yield HistoryPanel("Host", id="host", plot="host CPU %")
             with Vertical(id="right"):
-                yield HistoryPanel("Host", id="host")
-                yield HistoryPanel("Job processes · data wait", id="procs")
+                yield HistoryPanel("Job processes · data wait", id="procs", plot="data wait % of step")
                 yield Static(id="findings")
         yield Static(id="status")
         yield Footer()
@@ -101,8 +149,39 @@ class WatchApp(App):
         self.window_index = (self.window_index + 1) % len(WINDOWS_S)
 
     def action_quit(self) -> None:
-        self.quit_code = 130 if not self.replay else 0
+        if self.launched and not self.replay:
+            self.push_screen(ConfirmStop(self.target), self._answered)
+            return
+        self.detached = not self.replay
+        self.quit_code = 0
         self.exit()
+
+    def _answered(self, stop: bool | None) -> None:
+        if stop is None:
+            return
+        self.quit_code = EXIT_STOPPED if stop else 0
+        self.detached = not stop
+        self.exit()
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        rows = binding_rows(self.BINDINGS)
+        does = {"quit": "leave watch: detach from the job (it runs on); for a job watch launched, asks "
+                        "\"stop job? y/N\"", "help": "this help (Esc closes)", "theme": "toggle dark / light theme",
+                "plot window": "plot window: 1 → 5 → 15 → 60 min", "pause/resume": "pause / resume the dashboard"}
+        rows = [(k, does.get(d, d)) for k, d in rows]
+        text = keys_text("trainscope watch", [("", rows + [("ctrl+p", "command palette")])], key_width=12)
+        text.append("\nPlots are sparklines over the chosen window; the line above each gives its range. "
+                    "Steps come from the DataLoader hook (watch -- COMMAND).", style="dim")
+        self.push_screen(HelpScreen(text))
+
+    def get_system_commands(self, screen):
+        yield from palette_commands(self, self.BINDINGS)
+        yield from super().get_system_commands(screen)
+
+    def action_toggle_dark(self) -> None:
+        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
 
     def watch_paused(self, _: bool) -> None:
         self.render_state()
@@ -131,9 +210,13 @@ class WatchApp(App):
         if snap is not None:
             self._render_gpus(snap, shown)
             self.query_one("#host", HistoryPanel).show(
-                host_lines(snap.host), [s.host.cpu_pct or 0.0 for _, s in shown if s.host is not None])
+                host_lines(snap.host), [s.host.cpu_pct or 0.0 for _, s in shown if s.host is not None],
+                f"{self.window_s / 60:.0f} min")
             waits = [s.step.data_wait_pct or 0.0 for _, s in shown if s.step is not None]
-            self.query_one("#procs", HistoryPanel).show(process_lines(snap.host, snap, st), waits)
+            window = f"{self.window_s / 60:.0f} min"
+            self.query_one("#procs", HistoryPanel).show(process_lines(snap.host, snap, st), waits, window)
+            steps = [s.step.step_ns / s.step.steps / 1e6 for _, s in shown if s.step is not None and s.step.steps]
+            self.query_one("#steps", HistoryPanel).show(step_lines(shown), steps, window)
         state = "PAUSED — p resumes" if self.paused else ("replay" if self.replay else "live")
         t = f"t = {snap.t:.1f} s" if snap else "t = —"
         self.query_one("#status", Static).update(Text(
@@ -148,16 +231,18 @@ class WatchApp(App):
         else:
             note = next((n for _, s in self.items for n in s.notes if "NVML" in n), "no GPU samples")
             if box.query("#no-gpu"):
-                self.query_one("#no-gpu", Static).update(Text(note))
+                self.query_one("#no-gpu", Static).update(Text(
+                    f"{note}\nNo GPU panels: the host, the job's processes and its steps are still watched."))
         for g in snap.gpus:
             panels = box.query(f"#gpu-{g.index}")
             if panels:
                 panel = panels.first(GpuPanel)
             else:
                 panel = GpuPanel(g.index)
-                box.mount(panel)
+                box.mount(panel, before=box.query_one("#steps"))
             history = [next((x.util_gpu or 0.0 for x in s.gpus if x.index == g.index), 0.0) for _, s in shown]
+            window = f"{self.window_s / 60:.0f} min"
             if panel.is_mounted and panel.children:
-                panel.show(g, history)
+                panel.show(g, history, window)
             else:
-                self.call_after_refresh(panel.show, g, history)
+                self.call_after_refresh(panel.show, g, history, window)

@@ -119,6 +119,7 @@ class GpuPanel(Vertical):
     DEFAULT_CSS = """
     GpuPanel { height: auto; border: round $accent; padding: 0 1; }
     GpuPanel Sparkline { height: 2; }
+    GpuPanel .plot-label { color: $text-muted; }
     """
 
     def __init__(self, index: int) -> None:
@@ -127,30 +128,43 @@ class GpuPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(id="gpu-text")
+        yield Static("", classes="plot-label")
         yield Sparkline([], id="gpu-history")
 
-    def show(self, g: GpuSample, history: Sequence[float]) -> None:
+    def show(self, g: GpuSample, history: Sequence[float], window: str = "") -> None:
         self.border_title = f"GPU {g.index}"
         self.query_one("#gpu-text", Static).update(Text("\n".join(gpu_lines(g))))
+        self.query_one(".plot-label", Static).update(plot_label("GPU utilization %", history, window))
         self.query_one("#gpu-history", Sparkline).data = list(history) or [0.0]
 
 
+def plot_label(what: str, history: Sequence[float], window: str = "") -> Text:
+    """The line above a plot: what it shows, over which window, and its range (a sparkline has no axis)."""
+    xs = [x for x in history if x is not None]
+    rng = f"min {min(xs):.1f} · max {max(xs):.1f} · now {xs[-1]:.1f}" if xs else "no samples yet"
+    return Text(f"▁▃▅ {what}{f', last {window}' if window else ''}: {rng}")
+
+
 class HistoryPanel(Vertical):
-    """Text above a history plot (host CPU, data wait)."""
+    """Text above a labeled history plot (host CPU, data wait, step time)."""
 
     DEFAULT_CSS = """
     HistoryPanel { height: auto; border: round $primary; padding: 0 1; }
     HistoryPanel Sparkline { height: 2; }
+    HistoryPanel .plot-label { color: $text-muted; }
     """
 
-    def __init__(self, title: str, id: str) -> None:
+    def __init__(self, title: str, id: str, plot: str = "") -> None:
         super().__init__(id=id)
         self.border_title = title
+        self.plot = plot  # what the plot shows, with its unit
 
     def compose(self) -> ComposeResult:
         yield Static(classes="panel-text")
+        yield Static("", classes="plot-label")
         yield Sparkline([], classes="panel-history")
 
-    def show(self, lines: list[str], history: Sequence[float]) -> None:
+    def show(self, lines: list[str], history: Sequence[float], window: str = "") -> None:
         self.query_one(".panel-text", Static).update(Text("\n".join(lines)))
+        self.query_one(".plot-label", Static).update(plot_label(self.plot, history, window))
         self.query_one(".panel-history", Sparkline).data = list(history) or [0.0]

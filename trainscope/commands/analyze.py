@@ -44,6 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--report", metavar="FILE", help="also write the report to FILE: HTML for .html (self-contained, "
                    "with charts), JSON for .json, Markdown otherwise")
     a.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
+    a.add_argument("--perfetto", metavar="OUT.json",
+                   help="also write the trace with the findings as their own tracks, for ui.perfetto.dev or "
+                        "chrome://tracing (JSON trace-event format; the slowest rank of a directory)")
     a.add_argument("--peak-tflops", type=positive_float, metavar="TFLOPS",
                    help="dense FP16/BF16 tensor peak of the device in TFLOP/s for MFU and the roofline, overriding the "
                         "built-in device table (the other precisions scale with it)")
@@ -86,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
                              deep=args.deep, deep_step=args.deep_step, model=args.model, progress=progress)
     finally:
         progress.done()
+    if args.perfetto and _write_perfetto(args.perfetto, report.traces, report.ranks, rules) != EXIT_OK:
+        return EXIT_BAD_INPUT
     return emit_document(report.to_dict(), args, render_text, render_markdown, report.render_for)
 
 
@@ -93,6 +98,20 @@ def _rules(args: argparse.Namespace):
     from trainscope.analyzers.rules import Rules
 
     return Rules(dict(args.threshold))
+
+
+def _write_perfetto(path: str, traces, analyses, rules) -> int:
+    from trainscope.analyzers.analysis import slowest
+    from trainscope.reports.document import analysis_dict
+    from trainscope.reports.perfetto import write_perfetto
+
+    main = slowest(analyses) if len(analyses) > 1 else analyses[0]
+    try:
+        write_perfetto(path, traces.traces[analyses.index(main)], main, analysis_dict(main, rules))
+    except OSError as e:
+        sys.stderr.write(f"trainscope: cannot write {path}: {e.strerror or e}\n")
+        return EXIT_BAD_INPUT
+    return EXIT_OK
 
 
 def use_tui(args: argparse.Namespace) -> bool:
@@ -128,6 +147,9 @@ def _run_app(args: argparse.Namespace, rules, ledger) -> int:
     app = AnalyzeApp(args.trace, report_path=args.report, rules=rules, peak_tflops=args.peak_tflops,
                      ledger=ledger, step_range=args.step_range, deep=args.deep, deep_step=args.deep_step)
     code = app.run()
+    if args.perfetto and app.session is not None and _write_perfetto(
+            args.perfetto, app.session.traces, app.session.analyses, rules) != EXIT_OK:
+        return EXIT_BAD_INPUT
     if args.json_out and app.session is not None:
         try:
             write_atomic(args.json_out, to_json(app.session.document()))

@@ -281,7 +281,7 @@ def _live(args, cmd: list[str], analyzer) -> int:
     if not headless:
         from trainscope.tui.watch_app import SampleMessage, WatchApp
 
-        app = WatchApp(title=target, interval=args.interval)
+        app = WatchApp(title=target, interval=args.interval, launched=bool(cmd))
 
     def on_snapshot(snap) -> None:
         if not cmd and args.pid is None:  # bare watch: follow whatever uses the GPUs
@@ -312,6 +312,7 @@ def _live(args, cmd: list[str], analyzer) -> int:
     monitor.start()
     deadline = time.monotonic() + args.duration if args.duration else None
     interrupted = False
+    detached = False  # q in the dashboard left the job running
     exit_code = None
 
     def job_done() -> bool:
@@ -342,6 +343,7 @@ def _live(args, cmd: list[str], analyzer) -> int:
             threading.Thread(target=waiter, daemon=True).start()
             app.run()
             interrupted = app.quit_code == 130
+            detached = app.detached and not job_done()
             if interrupted:  # q / Ctrl-C in the dashboard is a keypress: the job never saw a SIGINT
                 _stop_job(child, signal.SIGINT)
     except (KeyboardInterrupt, _Stop) as e:
@@ -364,7 +366,9 @@ def _live(args, cmd: list[str], analyzer) -> int:
             import shutil
 
             shutil.rmtree(site_dir, ignore_errors=True)
-    if child is not None:
+    if child is not None and detached:
+        notes.append(f"detached: the job (pid {child.pid}) runs on")
+    elif child is not None:
         try:
             exit_code = child.wait(timeout=10)
         except subprocess.TimeoutExpired:

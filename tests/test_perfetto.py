@@ -1,0 +1,181 @@
+"""The Perfetto export: the A100 trace with the findings as tracks, read back with HTA's parser and
+with trainscope's own reader; the finding's intervals re-derived from the raw JSON by hand."""
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import KINETO
+
+A100 = KINETO / "hta_a100_control.json.gz"
+
+
+@functools.lru_cache(maxsize=None)
+def exported(tmp: str) -> str:
+    out = f"{tmp}/a100.perfetto.json"
+    r = subprocess.run([sys.executable, "-m", "trainscope", "analyze", str(A100), "--format", "json",
+                        "--perfetto", out], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> str:
+    return exported(str(tmp_path_factory.mktemp("perfetto")))
+
+
+def _union(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(iv):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _subtract(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out, j = [], 0
+    for s, e in a:
+        cur = s
+        while j < len(b) and b[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < e:
+            if b[k][0] > cur:
+                out.append((cur, b[k][0]))
+            cur = max(cur, b[k][1])
+            k += 1
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def comm_not_overlapped_by_hand() -> tuple[int, list[tuple[int, int]]]:
+    """NCCL kernel time outside every other kernel, inside the ProfilerStep ranges, in raw-JSON ns,
+    and the raw file's baseTimeNanoseconds (to line the export's times up with the raw ones)."""
+    with gzip.open(A100, "rt") as f:
+        raw = json.load(f)
+    events = raw["traceEvents"]
+    xs = [e for e in events if e.get("ph") == "X" and "dur" in e]
+    def us_to_ns(v) -> int:  # exact for integer µs (a float of 1.66e15 µs × 1000 would lose the ns)
+        return v * 1000 if isinstance(v, int) else round(v * 1000)
+
+    def ns(e) -> tuple[int, int]:
+        return us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])
+    kernels = [e for e in xs if e.get("cat") == "kernel"]
+    nccl = _union([ns(e) for e in kernels if e["name"].startswith("nccl")])
+    other = _union([ns(e) for e in kernels if not e["name"].startswith("nccl")])
+    steps = sorted(ns(e) for e in xs if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    alone = _subtract(nccl, other)
+    inside = [(max(s, a), min(e, b)) for s, e in alone for a, b in steps if max(s, a) < min(e, b)]
+    return int(raw.get("baseTimeNanoseconds", 0)), inside
+
+
+def test_the_export_reads_back_in_trainscope_with_the_findings_tracks(export):
+    from trainscope.collectors import open_traces
+
+    doc = json.load(open(export))
+    assert doc["trainscope"]["verdict"]["bottleneck"] == "comm/unoverlapped"
+    t = open_traces(export).traces[0]
+    a = t.annotations
+    names = [t.strings[i] for i in a.name]
+    mine = np.array([n.startswith("finding comm/unoverlapped") for n in names])
+    got = sorted(zip(a.ts[mine].tolist(), a.end[mine].tolist()))
+    base, expected = comm_not_overlapped_by_hand()
+    origin = doc["baseTimeNanoseconds"] - base  # the export's time zero, in the raw file's clock
+    expected = [(s - origin, e - origin) for s, e in expected]
+    total_got, total_exp = sum(e - s for s, e in got), sum(e - s for s, e in expected)
+    assert total_got > 10_000_000  # > 10 ms of unoverlapped communication
+    assert abs(total_got - total_exp) <= 0.01 * total_exp
+    exp_starts = {s for s, _ in expected}
+    assert sum(s in exp_starts for s, _ in got) >= 0.95 * len(got)
+    # The verdict range covers the steps; the step markers are there; the kernels all came back.
+    assert any(n.startswith("verdict machine") for n in names)
+    assert sum(1 for e in doc["traceEvents"] if e.get("cat") == "trainscope_step") == 6
+    with gzip.open(A100, "rt") as f:
+        raw_kernels = sum(1 for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel" and e.get("ph") == "X")
+    assert len(t.kernels) == raw_kernels
+
+
+def test_the_export_loads_in_holistic_trace_analysis(export):
+    hta = pytest.importorskip("hta.trace_analysis")
+    ta = hta.TraceAnalysis(trace_files={0: export}, include_last_profiler_step=True)
+    df = ta.t.get_trace(0)
+    sym = ta.t.symbol_table.get_sym_table()
+    doc = json.load(open(export))
+    pid = doc["trainscope"]["findings_pid"]
+    comm_tid = 1 + doc["trainscope"]["findings"].index("comm/unoverlapped")
+    rows = df[(df["pid"] == pid) & (df["tid"] == comm_tid)]
+    assert len(rows) and all(sym[i].startswith("finding comm/unoverlapped") for i in rows["name"])
+    origin, expected = comm_not_overlapped_by_hand()
+    total_exp_us = sum(e - s for s, e in expected) / 1e3
+    # HTA rounds timestamps to whole µs: allow 1 µs per interval.
+    assert abs(float(rows["dur"].sum()) - total_exp_us) <= len(rows) + 0.01 * total_exp_us
+    kernels = df[df["stream"] >= 0]
+    assert len(kernels) >= 8568
+
+
+def test_perfetto_to_a_path_that_cannot_be_written_is_one_line_and_exit_2(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "trainscope", "analyze", str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz"),
+                        "--format", "json", "--perfetto", str(tmp_path / "no" / "such" / "dir.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot write" in r.stderr
+
+
+def test_x_in_the_app_writes_the_same_export(tmp_path, monkeypatch):
+    import asyncio
+
+    from tests.test_tui import RESNET, _ready, session
+    from trainscope.tui.app import AnalyzeApp
+
+    monkeypatch.chdir(tmp_path)
+
+    async def go():
+        app = AnalyzeApp(str(KINETO / RESNET), session=session(RESNET))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("x")
+            for _ in range(200):
+                await pilot.pause(0.05)
+                if app.exported:
+                    break
+            return app.exported
+
+    out = tmp_path / "resnet50_v100_num_workers_0.perfetto.json"
+    assert asyncio.run(go()) == [str(out)]
+    doc = json.loads(out.read_text())
+    assert doc["trainscope"]["findings"][0] == "data/input-wait"
+    pid = doc["trainscope"]["findings_pid"]
+    tracks = {e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e.get("pid") == pid
+              and e["name"] == "thread_name"}
+    assert "verdict" in tracks and "data/input-wait (high)" in tracks
+
+
+@pytest.mark.parametrize("name", ["hta_cpu_only.pt.trace.json.gz", "hta_mi250_minitoy_train.json.gz",
+                                  "hta_rank_non_gpu.json.gz", "tracelens_mi300x_resnet_ckpt.json.gz"])
+def test_odd_traces_export_and_read_back_whole(name, tmp_path):
+    """CPU-only, AMD, non-GPU and NCCL-on-ROCm traces: every event and every finding interval comes back."""
+    from trainscope.analyzers.rules import Rules
+    from trainscope.collectors import open_traces
+    from trainscope.reports.perfetto import FINDING_PREFIX, finding_intervals, write_perfetto
+    from trainscope.tui.state import build_session
+
+    s = build_session(str(KINETO / name), open_traces(str(KINETO / name)), Rules())
+    r = s.ranks[s.main_rank]
+    out = str(tmp_path / "x.json")
+    write_perfetto(out, r.trace, r.analysis, r.doc, r.timeline)
+    back = open_traces(out).traces[0]
+    for table in ("kernels", "copies", "memsets", "runtime", "cpu_ops"):
+        assert len(getattr(back, table)) == len(getattr(r.trace, table)), table
+    names = [back.strings[i] for i in back.annotations.name]
+    cited = sum(len(finding_intervals(r.timeline, f["id"])) for f in r.doc["findings"])
+    assert sum(n.startswith(FINDING_PREFIX) for n in names) == cited
+    assert len(back.annotations) == len(r.trace.annotations) + cited + (1 if r.analysis.segmentation.steps else 0)

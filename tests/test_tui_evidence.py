@@ -1,0 +1,102 @@
+"""Enter jumps to the evidence: a fix to the worst step's interval that carries its finding, a kernel
+to its longest instance (n / N cycle), `/` searches the timeline."""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from tests.test_tui import A100, KINETO, RESNET, _ready, session
+
+pytest.importorskip("textual")
+
+from trainscope.tui.app import AnalyzeApp  # noqa: E402
+from trainscope.tui.tables import KernelsPane  # noqa: E402
+from trainscope.tui.timeline import TimelineView  # noqa: E402
+
+
+def test_enter_on_a_fix_lands_on_the_interval_that_carries_it():
+    async def go():
+        s = session(RESNET)
+        doc = s.ranks[0].doc
+        app = AnalyzeApp(str(KINETO / RESNET), session=s)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("5")
+            assert doc["recommendations"][0]["finding"] == "data/input-wait"
+            await pilot.press("enter")
+            await pilot.pause()
+            assert app.query_one("#tabs").active == "timeline"
+            view = app.query_one(TimelineView)
+            assert len(view.matches) == 1
+            m = view.matches[0]
+            # The worst step by the report's own per-step breakdown of GPU idle waiting for data.
+            waits = [st["ms"]["idle_data_wait"] for st in doc["steps"]]
+            worst = s.analyses[0].segmentation.steps[int(np.argmax(waits))]
+            assert worst.start_ns <= m.start_ns < m.end_ns <= worst.end_ns
+            # It is the DataLoader wait of that step: the host is inside __next__ across the interval.
+            t = s.ranks[0].trace
+            nxt = [i for i, n in enumerate(t.strings) if "DataLoader" in n and "__next__" in n]
+            o = t.cpu_ops
+            inside = np.isin(o.name, nxt) & (o.ts <= m.start_ns) & (o.end >= m.end_ns)
+            assert inside.any()
+            assert (m.end_ns - m.start_ns) > 0.5 * max(waits) * 1e6
+            a, b = view.column_window(view.cursor)
+            assert a <= m.start_ns < b + (b - a)
+            assert "waiting for data" in str(app.query_one("#tl-detail").render())
+            assert "evidence of data/input-wait" in str(app.query_one("#tl-title").render())
+    asyncio.run(go())
+
+
+def test_enter_on_a_kernel_shows_its_longest_instance_and_n_cycles():
+    async def go():
+        s = session(A100)
+        rank = s.ranks[s.main_rank]
+        app = AnalyzeApp(str(KINETO / A100), session=s)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("4")
+            pane = app.query_one(KernelsPane)
+            name = pane.shown[0].name
+            await pilot.press("enter")
+            await pilot.pause()
+            view = app.query_one(TimelineView)
+            k = rank.trace.kernels
+            sid = rank.trace.strings.index(name)
+            on = (k.name == sid) & (k.device == rank.analysis.device)
+            durs = np.sort(k.dur[on])[::-1]
+            assert len(view.matches) == int(on.sum())
+            first = view.matches[view.match_index]
+            assert first.end_ns - first.start_ns == durs[0]
+            await pilot.press("n")
+            assert view.matches[view.match_index].end_ns - view.matches[view.match_index].start_ns == durs[1]
+            await pilot.press("N", "N")
+            assert view.match_index == len(view.matches) - 1  # cycles
+            await pilot.press("escape")
+            assert view.matches == []
+    asyncio.run(go())
+
+
+def test_slash_searches_kernels_ops_and_ranges_on_the_timeline():
+    async def go():
+        s = session(A100)
+        t = s.ranks[s.main_rank].trace
+        app = AnalyzeApp(str(KINETO / A100), session=s)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("2", "slash", *"allreduce", "enter")
+            await pilot.pause()
+            view = app.query_one(TimelineView)
+            assert view.matches and all("allreduce" in m.name.lower() for m in view.matches)
+            ids = [i for i, n in enumerate(t.strings) if "allreduce" in n.lower()]
+            expected = sum(int(np.isin(tab.name, ids).sum()) for tab in (t.kernels, t.cpu_ops, t.runtime)) + \
+                int(np.isin(t.annotations.name, ids)[t.annotations.device < 0].sum())
+            assert len(view.matches) == expected
+            starts = [m.start_ns for m in view.matches]
+            assert starts == sorted(starts)
+            i = view.match_index
+            await pilot.press("n")
+            assert view.match_index == (i + 1) % len(view.matches)
+            assert app.focused is view
+    asyncio.run(go())

@@ -1,0 +1,190 @@
+"""The analyze app's tabs, each declared once.
+
+A tab is one class: its id, title, key line, help section, the pane it shows, the widget that
+takes the focus, whether it applies to the trace (and why not), and how it fills its pane from
+the chosen rank. ``TABS`` registers them in order; the tab bar, the number keys, the help screen,
+the key line and the command palette are all built from it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from textual.widget import Widget
+
+from trainscope.reports.document import counters_only
+from trainscope.tui.deep import DeepPane
+from trainscope.tui.fixes import FixesPane
+from trainscope.tui.memory import MemoryPane
+from trainscope.tui.overview import Overview
+from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
+from trainscope.tui.timeline import TimelinePane
+
+if TYPE_CHECKING:
+    from trainscope.tui.app import AnalyzeApp
+
+
+class Tab:
+    id: ClassVar[str]
+    title: ClassVar[str]
+    hint: ClassVar[str]  # the key line while the tab is shown
+    keys: ClassVar[list[tuple[str, str]]] = []  # help: (keys, what they do) on this tab
+    focus: ClassVar[str | None] = None  # selector of the widget that takes the focus
+
+    @classmethod
+    def pane(cls) -> Widget:
+        raise NotImplementedError
+
+    @classmethod
+    def applies(cls, app: "AnalyzeApp") -> str | None:
+        """None when the tab has something to show for this trace; else why not (one line)."""
+        return None
+
+    @classmethod
+    def show(cls, app: "AnalyzeApp") -> None:
+        """Fill the pane from ``app.rank`` (called when the rank changes)."""
+
+
+def _events(app: "AnalyzeApp") -> str | None:
+    return "sampled counters have no events to draw" if counters_only(app.rank.doc) else None
+
+
+class OverviewTab(Tab):
+    id, title = "overview", "Overview"
+    hint = "number keys: tabs · e export · t theme · ctrl+p commands · ? keys · q quit"
+    focus = "Overview"
+    pane = staticmethod(Overview)
+
+    @classmethod
+    def show(cls, app):
+        app.query_one(Overview).show(app.rank.doc, app.session.stragglers if len(app.session.ranks) > 1 else None)
+
+
+class TimelineTab(Tab):
+    id, title = "timeline", "Timeline"
+    hint = "←/→ cursor · +/− zoom · h/l pan · n/p step · f/a fit · / search · n/N match · ? keys"
+    focus = "TimelineView"
+    keys = [
+        ("← / →", "move the cursor (shift: 8 columns); every item under it, per stream, shows below"),
+        ("+ / −  (i / o, mouse wheel)", "zoom in / out around the cursor"),
+        ("h / l", "pan left / right by a quarter window"),
+        ("n / p  (] / [)", "next / previous step"),
+        ("/", "search kernels, ops and ranges by name; n / N: next / previous match; Esc: leave the matches"),
+        ("0 or f / a", "fit the current step / the whole trace"),
+        ("c", "collapse / expand the lanes (one GPU and one host lane, or one per stream and thread)"),
+        ("click", "put the cursor there"),
+    ]
+    pane = staticmethod(TimelinePane)
+    applies = staticmethod(_events)
+
+    @classmethod
+    def show(cls, app):
+        from trainscope.tui.app import _median_step
+
+        app.query_one(TimelinePane).set_model(app.rank.timeline, _median_step(app.rank))
+
+
+class StepsTab(Tab):
+    id, title = "steps", "Steps"
+    hint = "↑/↓ choose · Enter show on timeline · number keys: tabs · ? keys · q quit"
+    focus = "#steps-table"
+    keys = [("↑ / ↓, Enter", "choose a step; Enter opens it on the timeline")]
+    pane = staticmethod(StepsPane)
+    applies = staticmethod(_events)
+
+    @classmethod
+    def show(cls, app):
+        app.query_one(StepsPane).show(app.rank.doc, app.rules.value("step.outlier_ratio"))
+
+
+class KernelsTab(Tab):
+    id, title = "kernels", "Kernels"
+    hint = "/ filter · s sort · r reverse · p roofline · Enter longest instance · y copy name · ? keys · q quit"
+    focus = "#kernels-table"
+    keys = [
+        ("/", "filter by name or class (Enter or Esc returns to the table)"),
+        ("s / click a header", "sort by the next column / by that column (again: reverse)"),
+        ("r", "reverse the sort"),
+        ("Enter", "show the kernel's longest instance on the timeline (n / N there: next / previous instance)"),
+        ("y", "copy the selected kernel's full name (OSC 52)"),
+        ("p", "show / hide the roofline chart (log-log, heaviest kernels labeled)"),
+    ]
+    pane = staticmethod(KernelsPane)
+    applies = staticmethod(_events)
+
+    @classmethod
+    def show(cls, app):
+        app.query_one(KernelsPane).show(app.rank.all_kernels, app.rank.analysis.roofline)
+
+
+class FixesTab(Tab):
+    id, title = "fixes", "Fixes"
+    hint = "↑/↓ choose · space what-if · Enter show evidence · c clear · y copy change · ? keys · q quit"
+    focus = "#fixes-table"
+    keys = [
+        ("↑ / ↓", "choose a fix: its evidence, change and projection show below"),
+        ("space", "assume the fix in the what-if projection (toggle)"),
+        ("Enter", "show the worst step's interval that carries the fix's finding on the timeline"),
+        ("y", "copy the fix's change (OSC 52)"),
+        ("c", "clear the what-ifs"),
+    ]
+    pane = staticmethod(FixesPane)
+
+    @classmethod
+    def show(cls, app):
+        app.query_one(FixesPane).show(app.rank.analysis, app.rank.doc)
+
+
+class MemoryTab(Tab):
+    id, title = "memory", "Memory"
+    hint = "number keys: tabs · e export · ? keys · q quit"
+    pane = staticmethod(MemoryPane)
+
+    @classmethod
+    def _ledger(cls, app):
+        s = app.session
+        return s.document().get("ledger") if (s.decorate or s.report.ledger is not None) else None
+
+    @classmethod
+    def applies(cls, app):
+        if app.rank.memory or cls._ledger(app):
+            return None
+        return "no memory events: record with profile_memory=True, or pass --model for the planned ledger"
+
+    @classmethod
+    def show(cls, app):
+        app.query_one(MemoryPane).show(app.rank.memory, app.rank.timeline.span, cls._ledger(app))
+
+
+class RanksTab(Tab):
+    id, title = "ranks", "Ranks"
+    hint = "↑/↓ choose · Enter show this rank everywhere · ? keys · q quit"
+    focus = "#ranks-table"
+    keys = [("↑ / ↓, Enter", "choose a rank; Enter shows it on every tab")]
+    pane = staticmethod(RanksPane)
+
+    @classmethod
+    def applies(cls, app):
+        return None if len(app.session.ranks) > 1 else "one rank only: open a directory of per-rank traces"
+
+    @classmethod
+    def show(cls, app):
+        s = app.session
+        app.query_one(RanksPane).show(s.document()["ranks"], app.rank_index, s.main_rank, s.stragglers)
+
+
+class DeepTab(Tab):
+    id, title = "deep", "Deep"
+    hint = "Holistic Trace Analysis: critical path, launch statistics · e export · ? keys · q quit"
+    focus = "DeepPane"
+    pane = staticmethod(DeepPane)
+
+    @classmethod
+    def applies(cls, app):
+        return None if app.deep else "run with --deep for Holistic Trace Analysis (critical path, launch statistics)"
+
+
+TABS: list[type[Tab]] = [OverviewTab, TimelineTab, StepsTab, KernelsTab, FixesTab, MemoryTab, RanksTab, DeepTab]
+
+
+def tab(tab_id: str) -> type[Tab]:
+    return next(t for t in TABS if t.id == tab_id)
