@@ -112,12 +112,15 @@ class Match:
 
 # Which part of the GPU's time a finding is about (the category of the breakdown that carries it).
 # Findings about memory or clocks have no interval on the timeline: they open on the worst step.
-FINDING_CATEGORY = {
-    "data/input-wait": "idle_data_wait", "data/loader-cpu": "idle_data_wait", "data/io-wait": "idle_data_wait",
-    "data/copies": "copy", "host/launch-overhead": "idle_host_overhead", "host/sync": "idle_sync",
-    "comm/unoverlapped": "communication", "algorithm/compute-bound": "compute",
-    "algorithm/no-tensor-cores": "compute", "machine/bandwidth": "compute", "gpu/underutilized": "idle_other",
-}
+def _finding_categories() -> dict[str, str]:
+    """Finding id → the GPU timeline category whose intervals it cites: the first breakdown category
+    its registry declaration names (findings without one — capacity, live-only patterns — cite none)."""
+    from trainscope.analyzers.findings import REGISTRY
+
+    return {fid: spec.breakdown[0] for fid, spec in REGISTRY.items() if spec.breakdown}
+
+
+FINDING_CATEGORY = _finding_categories()
 
 
 @dataclass(frozen=True)

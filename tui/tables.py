@@ -93,12 +93,9 @@ class KernelColumn:
 
 
 # Numbers first, the name last and as wide as what is left (its full text, and the kernel's roofline
-# figures, are in the detail below). ``value(kernel, roofline row or None)``.
+# figures — FLOP/B, TFLOP/s, GB/s, % of the roof — are in the detail below, to fit 80 columns). ``value(kernel, roofline row or None)``.
 _BOUND = {"memory": "mem", "compute": "comp", "unknown": "?"}
 
-
-def _num(x: float | None) -> float:
-    return -1.0 if x is None else x
 
 
 KERNEL_COLUMNS = (
@@ -106,13 +103,12 @@ KERNEL_COLUMNS = (
     KernelColumn("mean", "mean µs", lambda k, r: k.mean_ns, True),
     KernelColumn("share", "share", lambda k, r: k.share_pct, True),
     KernelColumn("count", "count", lambda k, r: k.count, True),
-    KernelColumn("roof", "%roof", lambda k, r: _num(r and r.pct_of_roof), True),
     KernelColumn("bound", "bound", lambda k, r: r.bound if r else "", False),
     KernelColumn("tc", "TC", lambda k, r: k.tensor_core, True),
     KernelColumn("class", "class", lambda k, r: k.kernel_class, False),
     KernelColumn("name", "kernel", lambda k, r: k.name.lower(), False),
 )
-NUMBER_WIDTHS = {"total": 10, "mean": 9, "share": 7, "count": 7, "roof": 6, "bound": 5, "tc": 3, "class": 11}
+NUMBER_WIDTHS = {"total": 9, "mean": 8, "share": 7, "count": 6, "bound": 5, "tc": 2, "class": 9}
 
 
 def filter_kernels(kernels: list[KernelStat], text: str) -> list[KernelStat]:
@@ -246,7 +242,6 @@ class KernelsPane(Vertical):
             r = roof.get(k.name)
             table.add_row(Text(f"{k.total_ns / 1e6:.2f}", justify="right"), Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
                           Text(f"{k.share_pct:.1f} %", justify="right"), Text(f"{k.count}", justify="right"),
-                          Text("" if r is None or r.pct_of_roof is None else f"{r.pct_of_roof:.0f}", justify="right"),
                           _BOUND.get(r.bound, r.bound) if r else "",
                           "✔" if k.tensor_core else "", k.kernel_class[:NUMBER_WIDTHS["class"]],
                           short_name(k.name, self._shown_name_w), key=str(i))
