@@ -9,7 +9,7 @@ from trainscope.collectors.errors import TraceError
 from trainscope.collectors.nvidia_smi_csv import looks_like_nvidia_smi_csv, read_nvidia_smi_csv
 from trainscope.collectors.recording import Recording, is_recording, read_recording
 from trainscope.collectors.samples import counter_rows
-from trainscope.traces.builder import StringTable, TableBuilder
+from trainscope.traces.builder import StringTable, TableBuilder, skipped_warning
 from trainscope.traces.model import (Annotations, Copies, Counters, CpuOps, Device, Kernels, MemoryEvents, Memsets,
                                      RuntimeCalls, Trace)
 
@@ -61,15 +61,16 @@ def recording_to_trace(rec: Recording, fmt: str) -> Trace:
                 totals.setdefault(g.index, g.mem_total)
         for device, name, value in counter_rows(s):
             rows.add(ts, device, strings.intern(name), value)
+    counters = rows.build()
     empty = {cls: cls.empty() for cls in (Kernels, Copies, Memsets, RuntimeCalls, CpuOps, Annotations, MemoryEvents)}
     devices = [Device(i, names.get(i, f"GPU {i}"), "nvidia", totals.get(i)) for i in sorted(set(names) | set(totals)
                | {g.index for s in rec.snapshots for g in s.gpus})]
     return Trace(
         source=rec.path, format=fmt, origin_ns=origin_ns, strings=strings.strings, devices=devices, threads=[],
         kernels=empty[Kernels], copies=empty[Copies], memsets=empty[Memsets], runtime=empty[RuntimeCalls],
-        cpu_ops=empty[CpuOps], annotations=empty[Annotations], memory=empty[MemoryEvents], counters=rows.build(),
+        cpu_ops=empty[CpuOps], annotations=empty[Annotations], memory=empty[MemoryEvents], counters=counters,
         metadata={"recording_header": rec.header, "samples": len(rec.snapshots)},
-        warnings=list(rec.warnings),
+        warnings=list(rec.warnings) + skipped_warning([rows], "counter values"),
     )
 
 

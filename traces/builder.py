@@ -29,6 +29,7 @@ class TableBuilder:
 
     def __init__(self, table: Type[Table]) -> None:
         self.table = table
+        self.skipped = 0  # rows dropped by build(): a value outside its column's type
         self.fields = list(table.FIELDS)
         self.columns: list[list] = [[] for _ in self.fields]
         # Bound appenders, so the hot loop does one call per column and no attribute lookups.
@@ -42,9 +43,40 @@ class TableBuilder:
         return len(self.columns[0])
 
     def build(self) -> Table:
-        cols = {
-            name: np.array(col, dtype=self.table.FIELDS[name]) if col else np.empty(0, self.table.FIELDS[name])
-            for name, col in zip(self.fields, self.columns)
-        }
+        """The table. A row holding a value its column cannot store (an int beyond int64, a GPU index
+        beyond int16, a non-number) is dropped and counted in ``skipped``, never fatal: one damaged
+        event must not abort the analysis of the others."""
+        dtypes = [self.table.FIELDS[name] for name in self.fields]
+        try:
+            arrays = [np.array(col, dtype=dt) if col else np.empty(0, dt) for col, dt in zip(self.columns, dtypes)]
+        except (OverflowError, ValueError, TypeError):
+            arrays = self._salvage(dtypes)
         self.columns = []
-        return self.table(**cols)
+        return self.table(**dict(zip(self.fields, arrays)))
+
+    def _salvage(self, dtypes: list[np.dtype]) -> list[np.ndarray]:
+        """Column by column: find the rows whose value does not fit, then build from the others."""
+        n = len(self.columns[0]) if self.columns else 0
+        bad: set[int] = set()
+        for col, dt in zip(self.columns, dtypes):
+            try:
+                np.array(col, dtype=dt)
+                continue
+            except (OverflowError, ValueError, TypeError):
+                pass
+            for i, v in enumerate(col):
+                try:
+                    np.array(v, dtype=dt)
+                except (OverflowError, ValueError, TypeError):
+                    bad.add(i)
+        self.skipped += len(bad)
+        keep = [i for i in range(n) if i not in bad]
+        return [np.array([col[i] for i in keep], dtype=dt) if keep else np.empty(0, dt)
+                for col, dt in zip(self.columns, dtypes)]
+
+
+def skipped_warning(builders, what: str = "events") -> list[str]:
+    """The one warning for every row the builders dropped (empty when none was)."""
+    n = sum(b.skipped for b in builders)
+    return [f"{n:,} {what} skipped: a value beyond what the trace model stores (an integer beyond 64 bits, "
+            "a device or GPU index beyond 16 bits)"] if n else []

@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
+import tempfile
 import time
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT = 0, 1, 2
@@ -63,15 +65,65 @@ def positive_float(text: str) -> float:
 
 
 def to_json(doc: dict) -> str:
-    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    """The document as JSON: non-finite numbers written as null, lone surrogates as escapes
+    (see reports/safe_text.py)."""
+    from trainscope.reports.safe_text import json_safe
+
+    return json.dumps(json_safe(doc), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def to_json_line(obj: dict) -> str:
+    """One JSON line (watch's JSON lines), with the same rules as :func:`to_json`."""
+    from trainscope.reports.safe_text import json_safe
+
+    return json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False)
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Write via a temporary file and rename, so an interrupt never leaves half a report."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Write a report so an interrupt never leaves half of one, and nothing else is harmed.
+
+    - a regular file (or a new path): written to a private temporary file beside it, then renamed
+      over it; an existing file keeps its mode (and owner, where allowed);
+    - a symbolic link: the same, applied to the file it points to (the link stays a link);
+    - a device, FIFO or socket (``/dev/stdout``, ``/dev/null``, ``>(cmd)``): written in place, as
+      ``tee`` would. Renaming over it would replace a device node with a regular file, and
+      refusing would break ``--json /dev/stdout``;
+    - a directory: refused (IsADirectoryError) before anything is written.
+    """
+    target = os.path.realpath(path)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(21, "Is a directory", path)
+    data = text.encode("utf-8", errors="backslashreplace")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(target, "wb") as f:
+            f.write(data)
+        return
+    folder, base = os.path.split(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=folder or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if st is not None:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            try:
+                os.chown(tmp, st.st_uid, st.st_gid)
+            except OSError:
+                pass
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
@@ -83,7 +135,11 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
 def emit_document(doc: dict, args, render_text, render_markdown) -> int:
     """What every report command does with its document: write ``--report`` (Markdown) and
     ``--json`` atomically, then print ``--format`` (text by default) on stdout."""
-    for path, render in ((getattr(args, "report", None), render_markdown), (getattr(args, "json_out", None), to_json)):
+    from trainscope.reports.safe_text import safe_strings
+
+    shown = safe_strings(doc)  # every trace-derived name made visible for terminals and Markdown
+    for path, render in ((getattr(args, "report", None), lambda _d: render_markdown(shown)),
+                         (getattr(args, "json_out", None), to_json)):
         if path:
             try:
                 write_atomic(path, render(doc))
@@ -92,9 +148,9 @@ def emit_document(doc: dict, args, render_text, render_markdown) -> int:
     if args.format == "json":
         sys.stdout.write(to_json(doc))
     elif args.format == "markdown":
-        sys.stdout.write(render_markdown(doc))
+        sys.stdout.write(render_markdown(shown))
     else:
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
-        sys.stdout.write(render_text(doc, color=color))
+        sys.stdout.write(render_text(shown, color=color))
     sys.stdout.flush()
     return EXIT_OK

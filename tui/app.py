@@ -305,9 +305,10 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     def _write_report(self, path: str) -> None:
         from trainscope.common import write_atomic
         from trainscope.reports.markdown import render_markdown
+        from trainscope.reports.safe_text import safe_strings
 
         try:
-            write_atomic(path, render_markdown(self.session.document()))
+            write_atomic(path, render_markdown(safe_strings(self.session.document())))
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
             return

@@ -88,8 +88,13 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
-    render = {"json": to_json, "markdown": render_memory_markdown}.get(args.format, render_memory_text)
-    sys.stdout.write(render(doc))
+    if args.format == "json":
+        sys.stdout.write(to_json(doc))
+    else:
+        from trainscope.reports.safe_text import safe_strings
+
+        render = render_memory_markdown if args.format == "markdown" else render_memory_text
+        sys.stdout.write(render(safe_strings(doc)))
     return EXIT_OK
 
 

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, threshold_arg, write_atomic
+from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, threshold_arg, to_json_line, write_atomic
 
 MIN_INTERVAL = 0.25
 
@@ -154,18 +154,19 @@ def run(args: argparse.Namespace) -> int:
 
 def _printer(args) -> Callable[[Any, Any], None]:
     from trainscope.reports.live import status_line, status_line_dict
+    from trainscope.reports.safe_text import visible
 
     seen: set[str] = set()
 
     def emit(st, snap) -> None:
         if args.format == "json":
-            line = json.dumps(status_line_dict(st, snap), ensure_ascii=False, allow_nan=False)
+            line = to_json_line(status_line_dict(st, snap))
         else:
             for n in snap.notes:
                 if n not in seen:
                     seen.add(n)
-                    sys.stderr.write(f"trainscope: note: {n}\n")
-            line = status_line(st, snap)
+                    sys.stderr.write(f"trainscope: note: {visible(n)}\n")
+            line = visible(status_line(st, snap))
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
     return emit
@@ -173,6 +174,7 @@ def _printer(args) -> Callable[[Any, Any], None]:
 
 def _finish(args, session: WatchSession, info: dict[str, Any]) -> int:
     from trainscope.reports.live import summary_dict, summary_markdown, summary_text
+    from trainscope.reports.safe_text import visible_lines
 
     st = session.analyzer.summary()
     info = {**info, "notes": list(dict.fromkeys(info.get("notes", []) + session.notes))}
@@ -184,15 +186,15 @@ def _finish(args, session: WatchSession, info: dict[str, Any]) -> int:
     code = EXIT_OK
     if args.report:
         try:
-            write_atomic(args.report, summary_markdown(st, info))
+            write_atomic(args.report, visible_lines(summary_markdown(st, info)))
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.report}: {e.strerror or e}\n")
             code = EXIT_BAD_INPUT
     try:
         if args.headless and args.format == "json":
-            sys.stdout.write(json.dumps(summary_dict(st, info), ensure_ascii=False, allow_nan=False) + "\n")
+            sys.stdout.write(to_json_line(summary_dict(st, info)) + "\n")
         else:
-            sys.stdout.write("\n" + summary_text(st, info))
+            sys.stdout.write("\n" + visible_lines(summary_text(st, info)))
         sys.stdout.flush()
     except BrokenPipeError:
         pass
