@@ -52,7 +52,9 @@ def open_file(path: str, progress: Progress | None = None) -> Trace:
     if os.path.getsize(path) == 0:
         raise TraceError(path, "file is empty")
     head = sniff(path)
-    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+    from trainscope.collectors.snapshot import is_pickle
+
+    if is_pickle(head):
         raise TraceError(path, "is a pickle (a CUDA memory snapshot?): analyze it with `trainscope memory "
                                f"{path}`; analyze reads profiler traces")
     live = live_format(path)  # watch --record recordings, nvidia-smi CSV logs: sampled counters

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.collectors.errors import TraceError
+from trainscope.collectors.readers import gunzip_limited
 
 CATEGORIES = ("parameter", "optimizer_state", "input", "temporary", "activation", "gradient", "autograd_detail",
               "unknown")
@@ -44,7 +45,12 @@ def load_memory_timeline(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Memor
         with open(path, "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
             f.seek(0)
-            data = gzip.GzipFile(fileobj=f).read(max_bytes + 1) if gz else f.read(max_bytes + 1)
+            if gz:
+                data, damaged, _ = gunzip_limited(f, path, 0, max_bytes=max_bytes + 1)
+                if damaged:
+                    raise TraceError(path, damaged)
+            else:
+                data = f.read(max_bytes + 1)
     except (OSError, EOFError, zlib.error) as e:
         raise TraceError(path, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
     if len(data) > max_bytes:

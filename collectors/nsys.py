@@ -76,8 +76,10 @@ class _Rows:
 
 
 def connect_readonly(path: str) -> sqlite3.Connection:
-    """Open ``path`` read-only: a ``mode=ro`` URI can neither create nor modify the file."""
-    uri = pathlib.Path(path).absolute().as_uri() + "?mode=ro"
+    """Open ``path`` read-only and immutable: ``mode=ro`` can neither create nor modify the file,
+    and ``immutable=1`` tells SQLite nothing else changes it, so it takes no locks and creates no
+    ``-wal``/``-shm`` files beside it (an export in a read-only folder opens too)."""
+    uri = pathlib.Path(path).absolute().as_uri() + "?mode=ro&immutable=1"
     try:
         con = sqlite3.connect(uri, uri=True, timeout=2.0, check_same_thread=False)
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -87,7 +89,11 @@ def connect_readonly(path: str) -> sqlite3.Connection:
 
 
 def _sqlite_problem(e: Exception) -> str:
-    msg = str(e)
+    msg = " ".join(str(e).split())  # one line: a malformed schema's message quotes its SQL text
+    if "malformed database schema" in msg:
+        return "malformed database schema: the file is corrupt"
+    if len(msg) > 160:
+        msg = msg[:157] + "..."
     if "locked" in msg:
         return "it is locked by another process; wait for `nsys export` to finish"
     if "not a database" in msg or "malformed" in msg:

@@ -126,9 +126,60 @@ def write_atomic(path: str, text: str) -> None:
         raise
 
 
+def add_input_limit_args(p: argparse.ArgumentParser) -> None:
+    """``--max-decompressed``: the one flag for the decompression cap (collectors/readers.py)."""
+    p.add_argument("--max-decompressed", metavar="SIZE", type=_size_arg,
+                   help="largest decompressed size of a .gz input (default 4GiB, and at most 100× the compressed "
+                        "size: a gzip bomb is refused); setting it lifts the 100× check. Also "
+                        "TRAINSCOPE_MAX_DECOMPRESSED=SIZE")
+
+
+def _size_arg(text: str) -> int:
+    from trainscope.collectors.readers import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def apply_input_limits(args) -> None:
+    from trainscope.collectors.readers import set_max_decompressed
+
+    set_max_decompressed(getattr(args, "max_decompressed", None))
+
+
+# What reading an input may raise that is the input's fault, not ours: every command maps these
+# through input_problem() to one line and exit 2.
+INPUT_ERRORS: tuple[type[BaseException], ...] = (OSError, RecursionError, MemoryError)
+
+
+def input_errors() -> tuple[type[BaseException], ...]:
+    from trainscope.collectors.errors import TraceError
+
+    return (TraceError, *INPUT_ERRORS)
+
+
+def input_problem(e: BaseException, path: str) -> str:
+    """The one line (after ``trainscope: ``) for an exception from reading ``path``."""
+    from trainscope.collectors.errors import TraceError
+
+    if isinstance(e, TraceError):
+        return str(e)
+    if isinstance(e, OSError):
+        return f"{path}: cannot read: {e.strerror or e}"
+    if isinstance(e, RecursionError):
+        return f"{path}: nested too deeply to read"
+    if isinstance(e, MemoryError):
+        return f"{path}: too large to read in the memory available"
+    return f"{path}: {type(e).__name__}: {e}"
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
     """Print one line on stderr and return the exit code."""
-    sys.stderr.write(f"trainscope: {message}\n")
+    from trainscope.reports.safe_text import visible
+
+    sys.stderr.write(f"trainscope: {visible(message)}\n")
     return code
 
 

@@ -5,7 +5,8 @@ import argparse
 import os
 import sys
 
-from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, emit_document, positive_float, threshold_arg,
+from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, add_input_limit_args, apply_input_limits,
+                               emit_document, fail, input_errors, input_problem, positive_float, threshold_arg,
                                to_json, write_atomic)
 
 
@@ -57,6 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default: the median step")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
+    add_input_limit_args(a)
     a.set_defaults(run=run)
 
 
@@ -70,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from trainscope.reports.text import render_text
 
     rules = Rules(dict(args.threshold))
+    apply_input_limits(args)
     if args.deep_step is not None and not args.deep:
         sys.stderr.write("trainscope: --deep-step needs --deep\n")
         return EXIT_BAD_INPUT
@@ -91,14 +94,9 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
         traces = open_traces(args.trace, progress)
-    except TraceError as e:
+    except input_errors() as e:
         progress.done()
-        sys.stderr.write(f"trainscope: {e}\n")
-        return EXIT_BAD_INPUT
-    except (OSError, RecursionError) as e:
-        progress.done()
-        sys.stderr.write(f"trainscope: {args.trace}: cannot read: {getattr(e, 'strerror', None) or e}\n")
-        return EXIT_BAD_INPUT
+        return fail(input_problem(e, args.trace))
     progress("analyzing", None)
     try:
         analyses = analyze_set(traces, rules, args.peak_tflops, args.step_range)

@@ -11,7 +11,8 @@ import argparse
 import os
 import sys
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, Progress, threshold_arg, to_json, write_atomic
+from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, add_input_limit_args, apply_input_limits,
+                               fail, input_errors, input_problem, threshold_arg, to_json, write_atomic)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
                    help="override memory.capacity or memory.fragmentation")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
+    add_input_limit_args(p)
     p.set_defaults(run=run)
 
 
@@ -55,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from trainscope.reports.memory import build_memory_document, render_memory_markdown, render_memory_text
 
     rules = Rules(dict(args.threshold))
+    apply_input_limits(args)
     try:
         dev = resolve_gpu(args.gpu, args.gpu_memory) if (args.gpu or args.gpu_memory) else None
     except ValueError as e:
@@ -77,10 +80,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             tl = load_memory_timeline(path)
             doc = build_memory_document(path, f"memory_timeline_{tl.layout}", None, timeline_peak(tl), [], capacity, [])
-    except TraceError as e:
+    except input_errors() as e:
         progress.done()
-        sys.stderr.write(f"trainscope: {e}\n")
-        return EXIT_BAD_INPUT
+        return fail(input_problem(e, path))
     progress.done()
     if args.json_out:
         try:

@@ -205,12 +205,12 @@ def _replay(args, analyzer) -> int:
     from trainscope.collectors import TraceError
     from trainscope.collectors.live_trace import open_recording
 
+    from trainscope.common import input_errors, input_problem
+
     try:
         rec = open_recording(args.replay)
-    except TraceError as e:
-        return fail(str(e))
-    except OSError as e:
-        return fail(f"{args.replay}: cannot read: {e.strerror or e}")
+    except input_errors() as e:
+        return fail(input_problem(e, args.replay))
     info = {"target": f"replay of {os.path.basename(args.replay)}", "notes": list(rec.warnings)}
     if args.headless:
         session = WatchSession(analyzer, emit=_printer(args))
