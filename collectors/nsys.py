@@ -82,8 +82,10 @@ def connect_readonly(path: str) -> sqlite3.Connection:
     uri = pathlib.Path(path).absolute().as_uri() + "?mode=ro&immutable=1"
     try:
         con = sqlite3.connect(uri, uri=True, timeout=2.0, check_same_thread=False)
+        # A damaged export can hold any bytes in a TEXT column (names, even the schema).
+        con.text_factory = lambda b: b.decode("utf-8", "replace")
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as e:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
         raise TraceError(path, f"cannot read the SQLite database ({_sqlite_problem(e)})") from None
     return con
 

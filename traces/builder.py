@@ -8,8 +8,17 @@ import numpy as np
 from trainscope.traces.model import Table
 
 
+# The longest name kept whole. Real kernel names (C++ templates) reach a few KB; a longer one is
+# cut here, once, so no analyzer ever runs its regexes over megabytes (50 names of 1 MB took 40 s).
+MAX_NAME = 8192
+
+
+def clip_name(s: str) -> str:
+    return s if len(s) <= MAX_NAME else f"{s[:MAX_NAME]}…[{len(s) - MAX_NAME:,} more characters]"
+
+
 class StringTable:
-    """Interns names so tables store int32 indices instead of strings."""
+    """Interns names so tables store int32 indices instead of strings (names clipped to MAX_NAME)."""
 
     def __init__(self) -> None:
         self._index: dict[str, int] = {}
@@ -18,9 +27,13 @@ class StringTable:
     def intern(self, s: str) -> int:
         i = self._index.get(s)
         if i is None:
-            i = len(self.strings)
+            clipped = clip_name(s)
+            i = self._index.get(clipped)
+            if i is None:
+                i = len(self.strings)
+                self._index[clipped] = i
+                self.strings.append(clipped)
             self._index[s] = i
-            self.strings.append(s)
         return i
 
 
