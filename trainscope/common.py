@@ -67,16 +67,23 @@ def positive_float(text: str) -> float:
 def to_json(doc: dict) -> str:
     """The document as JSON: non-finite numbers written as null, lone surrogates as escapes
     (see reports/safe_text.py)."""
+    return _dumps(doc, indent=2) + "\n"
+
+
+def _dumps(obj, **kw) -> str:
     from trainscope.reports.safe_text import json_safe
 
-    return json.dumps(json_safe(doc), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    try:  # the common case, at the encoder's speed; the walk only when a value needs it
+        text = json.dumps(obj, ensure_ascii=False, allow_nan=False, **kw)
+        text.encode("utf-8")
+        return text
+    except (ValueError, UnicodeEncodeError):
+        return json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False, **kw)
 
 
 def to_json_line(obj: dict) -> str:
     """One JSON line (watch's JSON lines), with the same rules as :func:`to_json`."""
-    from trainscope.reports.safe_text import json_safe
-
-    return json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False)
+    return _dumps(obj)
 
 
 def write_atomic(path: str, text: str) -> None:
