@@ -32,6 +32,11 @@ def open_recording(path: str) -> Recording:
         raise TraceError(path, "no such file or directory")
     if os.path.isdir(path):
         raise TraceError(path, "is a directory; expected a recording (.jsonl) or an nvidia-smi CSV")
+    from trainscope.collectors.readers import check_regular_file
+
+    check_regular_file(path)
+    if not os.access(path, os.R_OK):
+        raise TraceError(path, "permission denied")
     kind = live_format(path)
     if kind == RECORDING_FORMAT:
         rec = read_recording(path)

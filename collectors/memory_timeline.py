@@ -12,7 +12,6 @@ Categories are PyTorch's ``_memory_profiler._CATEGORY_TO_INDEX`` order (torch 2.
 """
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import zlib

@@ -120,6 +120,19 @@ def gunzip_limited(f, path: str, size: int, progress: Progress | None = None,
     return b"".join(out), damaged, warnings
 
 
+def check_regular_file(path: str) -> None:
+    """Refuse a FIFO, device or socket before opening it: reading one can block forever (a FIFO
+    with no writer) or never end (/dev/zero)."""
+    import stat
+
+    st = os.stat(path)
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+            or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a special file")
+    raise TraceError(path, f"is {kind}, not a regular file: save the data to a file first")
+
+
 def sniff(path: str, n: int = 16) -> bytes:
     with open(path, "rb") as f:
         return f.read(n)

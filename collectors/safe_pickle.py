@@ -13,10 +13,8 @@ checked to be acyclic and at most ``MAX_DEPTH`` deep before anyone walks it.
 """
 from __future__ import annotations
 
-import gzip
 import io
 import pickle
-import zlib
 
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB of pickle → ~5 GiB of Python objects: larger is refused
 MAX_DEPTH = 64  # snapshots nest 5 deep (segments → blocks → frames → dict)
