@@ -143,7 +143,8 @@ class KernelsPane(Vertical):
             table.columns[c.key].label = Text(c.label + mark)
         table.clear()
         for i, k in enumerate(self.shown):
-            table.add_row(short_name(k.name, 200), k.kernel_class, "✔" if k.tensor_core else "", f"{k.count}",
+            # Text, not str: a DataTable reads a str cell as Rich markup ("[link=…]" in a name).
+            table.add_row(Text(short_name(k.name, 200)), k.kernel_class, "✔" if k.tensor_core else "", f"{k.count}",
                           Text(f"{k.total_ns / 1e6:.2f}", justify="right"), Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
                           Text(f"{k.share_pct:.1f} %", justify="right"), key=str(i))
         more = f" (first {self.MAX_ROWS} shown)" if len(rows) > self.MAX_ROWS else ""

@@ -12,6 +12,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from trainscope.analyzers.timeline import GPU_LABELS, HOST_LABELS, Item, TimelineModel
+from trainscope.reports.safe_text import visible
 from trainscope.tui.palette import GPU_STYLE, HOST_STYLE
 
 GUTTER = 6  # "GPU   " / "host  "
@@ -231,7 +232,9 @@ def short_name(name: str, limit: int = 110) -> str:
             if depth == 0:
                 name = name[:i] if i > 0 else name
                 break
-    name = name.removeprefix("void ")
+    from trainscope.reports.safe_text import visible
+
+    name = visible(name.removeprefix("void "))  # a trace's name never drives the terminal
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
@@ -287,9 +290,9 @@ class TimelinePane(Vertical):
         total = (model.span[1] - model.span[0]) if model else 1
         zoom = total / max(1, v.end_ns - v.start_ns)
         head = (f"{step.label} ({v.step_index + 1}/{len(steps)}, {fmt_ms(step.duration_ns)} ms)" if step else "trace")
-        self.query_one("#tl-title", Static).update(
-            f"{head} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · "
-            "←/→ cursor  +/− zoom  h/l pan  n/p step")
+        self.query_one("#tl-title", Static).update(Text(
+            f"{visible(head)} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · "
+            "←/→ cursor  +/− zoom  h/l pan  n/p step"))
         a, _ = v.column_window(v.cursor)
         self.query_one("#tl-detail", Static).update(
             Text.assemble(("at ", "dim"), (f"{fmt_ms(a)} ms\n", "bold"), ("GPU  ", "bold"), describe(message.gpu) + "\n",
