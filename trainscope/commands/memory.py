@@ -103,12 +103,13 @@ def run(args: argparse.Namespace) -> int:
 def _head(path: str, sniff) -> bytes:
     """The first bytes, looking inside gzip: a gzipped snapshot is still a pickle."""
     import gzip
+    import zlib
 
     head = sniff(path)
     if head[:2] == b"\x1f\x8b":
         try:
             with gzip.open(path, "rb") as f:
                 return f.read(16)
-        except (OSError, EOFError):
+        except (OSError, EOFError, zlib.error):  # damage: the reader says what is wrong
             return head
     return head

@@ -438,6 +438,11 @@ def _run_watch(args, cmd, run_dir, gpu, session, q, server, notes) -> int:
             if status.mode != "on" and cmd and not args.no_step_hook:
                 notes.append(f"step mode was off: {status.detail}")
             receiver.close()
+            if args.pid is not None:  # the per-user socket folder goes too, when no other watch uses it
+                try:
+                    os.rmdir(os.path.dirname(receiver.path))
+                except OSError:
+                    pass
     if child is not None:
         if child.poll() is None and deadline and time.monotonic() >= deadline:
             _stop_job(child, signal.SIGINT, f"--duration {args.duration:g} s reached")
