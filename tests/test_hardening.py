@@ -306,17 +306,6 @@ def test_a_fifo_given_to_report_is_written_in_place_not_replaced(tmp_path):
     assert got and got[0].startswith(b"#")
 
 
-def test_dev_null_stays_a_device():
-    if not os.access("/dev/null", os.W_OK):
-        pytest.skip("no writable /dev/null here")
-    from trainscope.common import write_atomic
-
-    before = os.stat("/dev/null")
-    write_atomic("/dev/null", "report")
-    after = os.stat("/dev/null")
-    assert stat.S_ISCHR(after.st_mode) and after.st_ino == before.st_ino
-
-
 # --- terminal and markup injection ------------------------------------------------------------------
 
 EVIL = "evil\x1b[2J\x1b]0;pwned\x07\rforged\nline\x9b31m[link=http://evil]x[/link][reverse]r"
