@@ -76,10 +76,15 @@ class _Rows:
 
 
 def connect_readonly(path: str) -> sqlite3.Connection:
-    """Open ``path`` read-only and immutable: ``mode=ro`` can neither create nor modify the file,
-    and ``immutable=1`` tells SQLite nothing else changes it, so it takes no locks and creates no
-    ``-wal``/``-shm`` files beside it (an export in a read-only folder opens too)."""
-    uri = pathlib.Path(path).absolute().as_uri() + "?mode=ro&immutable=1"
+    """Open ``path`` read-only, writing nothing beside it. ``mode=ro`` can neither create nor modify
+    the file; a rollback-journal database (what ``nsys export`` writes) then needs no other file and
+    still sees the lock of an export in progress. A WAL-mode database would get ``-wal``/``-shm``
+    files even read-only (and fail in a read-only folder), so it is opened ``immutable=1``: no
+    locks, no files, the last checkpointed state."""
+    with open(path, "rb") as f:
+        header = f.read(20)
+    wal = len(header) == 20 and 2 in header[18:20]
+    uri = pathlib.Path(path).absolute().as_uri() + ("?mode=ro&immutable=1" if wal else "?mode=ro")
     try:
         con = sqlite3.connect(uri, uri=True, timeout=2.0, check_same_thread=False)
         # A damaged export can hold any bytes in a TEXT column (names, even the schema).

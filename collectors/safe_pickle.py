@@ -165,7 +165,10 @@ _SIGNED4 = frozenset(b"T")  # BINSTRING's length is a signed int4
 
 def loads_plain(data: bytes):
     """Unpickle ``data`` accepting only plain data types; raise UnsafePickleError otherwise."""
-    scan_opcodes(data)
+    try:
+        scan_opcodes(data)
+    except UnsafePickleError as e:
+        raise UnsafePickleError(f"not a readable pickle ({e})") from None
     try:
         obj = PlainDataUnpickler(io.BytesIO(data)).load()
     except UnsafePickleError:

@@ -120,13 +120,15 @@ def test_deeply_nested_recording_line_replays_what_came_before(tmp_path, where):
 
 @pytest.mark.parametrize("fmt", ["json", "text", "markdown"])
 def test_lone_surrogate_in_a_name_prints_in_every_format(tmp_path, fmt):
-    text = gzip.decompress(KINETO.read_bytes()).decode()
-    name = cpu_ops(json.loads(text))[0]["name"]
-    text = text.replace(json.dumps(name), '"k\\ud800"', 1)
+    doc = json.loads(gzip.decompress((DATA / "kineto" / "hta_mi250_minitoy_train.json.gz").read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel":
+            e["name"] = "k\ud800"  # valid JSON ("k\\ud800"), not encodable as UTF-8
     path = tmp_path / "s.json"
-    path.write_text(text)
+    path.write_text(json.dumps(doc))
     rc, out, err = run_in_process(["analyze", str(path), "--format", fmt, "-q"])
     assert rc == 0, err
+    assert "ud800" in out  # the name is shown, as an escape
 
 
 def test_names_are_clipped_once_so_no_regex_runs_over_megabytes(tmp_path):
@@ -212,10 +214,15 @@ def test_max_decompressed_sets_the_cap_and_names_it(tmp_path, monkeypatch):
 
 # --- SQLite: immutable, one-line errors -------------------------------------------------------------
 
-def test_nsight_export_is_opened_immutable_in_a_read_only_folder(tmp_path):
+@pytest.mark.parametrize("journal", ["delete", "wal"])
+def test_nsight_export_is_opened_writing_nothing_beside_it(tmp_path, journal):
     folder = tmp_path / "ro"
     folder.mkdir()
     shutil.copy(NSYS, folder / NSYS.name)
+    con = sqlite3.connect(folder / NSYS.name)
+    con.execute(f"PRAGMA journal_mode={journal}")  # a WAL database gets -wal/-shm even read-only
+    con.close()
+    assert sorted(os.listdir(folder)) == [NSYS.name]
     folder.chmod(0o555)
     try:
         rc, out, err = run_in_process(["analyze", str(folder / NSYS.name), "--format", "json", "-q"])
