@@ -152,7 +152,9 @@ class AnalyzeApp(BackgroundLoading, App[int]):
 
     def load(self) -> None:
         from trainscope.analyzers.range_steps import StepRangeError
-        from trainscope.collectors import TraceError, open_traces
+        from trainscope.collectors import open_traces
+        from trainscope.common import input_errors, input_problem
+        from trainscope.reports.safe_text import visible
 
         progress = self._throttled_progress
         try:
@@ -164,14 +166,8 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         except StepRangeError as e:
             self._post(self.exit, 2, 2, f"trainscope: {self.path}: --step-range: {e}")
             return
-        except TraceError as e:
-            self._post(self.exit, 2, 2, f"trainscope: {e}")
-            return
-        except (OSError, RecursionError) as e:
-            self._post(self.exit, 2, 2, f"trainscope: {self.path}: cannot read: {getattr(e, 'strerror', None) or e}")
-            return
-        except MemoryError:
-            self._post(self.exit, 1, 1, "trainscope: out of memory while reading the trace")
+        except input_errors() as e:  # the same one line as the plain CLI
+            self._post(self.exit, 2, 2, f"trainscope: {visible(input_problem(e, self.path))}")
             return
         except Exception as e:  # a bug: one line, as the plain CLI does
             if not self._leaving:  # not an error of ours when widgets vanish because the user quit
