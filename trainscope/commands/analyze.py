@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from trainscope.analyzers.analysis import analyze_set
     from trainscope.analyzers.range_steps import StepRangeError
     from trainscope.analyzers.rules import Rules
-    from trainscope.collectors import TraceError, open_traces
+    from trainscope.collectors import open_traces
     from trainscope.reports.document import build_document
     from trainscope.reports.markdown import render_markdown
     from trainscope.reports.text import render_text

@@ -81,7 +81,7 @@ def _load(path: str, rules, progress: Callable[[str, "float | None"], None]):
     """The analyzed run at ``path``, or a one-line error message."""
     from trainscope.analyzers.analysis import analyze_set
     from trainscope.analyzers.diff import summarize_run
-    from trainscope.collectors import TraceError, open_traces
+    from trainscope.collectors import open_traces
 
     from trainscope.common import input_errors, input_problem
 
