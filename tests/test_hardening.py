@@ -451,3 +451,14 @@ def test_duration_ends_a_launched_job_with_sigint_first():
     assert "--duration 2 s reached: sending SIGINT to the job" in p.stderr
     assert p.returncode == 7  # the job's own handler ran: it got SIGINT, not SIGKILL
     assert time.monotonic() - t0 < 60
+
+
+def test_20mb_gzip_bomb_is_refused_in_one_line_under_1gb_rss(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from fuzz import run_cli
+
+    path = tmp_path / "bomb.json.gz"
+    bomb(path, 20)  # ≈ 20 GiB of zeros
+    rc, out, err, rss, seconds = run_cli(["analyze", str(path), "--format", "json", "-q"], 4 << 30, 120, str(tmp_path))
+    assert one_line_refusal(rc, err), err
+    assert rss < 1 << 30, f"peak RSS {rss / 2**20:.0f} MiB"
