@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.fuzzing import ALLOWED, SEEDS, classify, commands_for, make_mutant, run_in_process
 
-FUZZ = settings(max_examples=12, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=20, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
 
 
