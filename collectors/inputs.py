@@ -9,7 +9,7 @@ from trainscope.collectors.kineto import load_kineto
 from trainscope.collectors.nsys import load_nsys
 from trainscope.collectors.nsys_report import export_report
 from trainscope.collectors.live_trace import live_format, load_live_trace
-from trainscope.collectors.readers import GZIP_MAGIC, SQLITE_MAGIC, Progress, sniff
+from trainscope.collectors.readers import GZIP_MAGIC, SQLITE_MAGIC, Progress, check_regular_file, sniff
 from trainscope.traces.model import Trace, TraceSet
 
 _KINETO_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
@@ -24,6 +24,7 @@ def open_traces(path: str, progress: Progress | None = None) -> TraceSet:
         raise TraceError(path, "no such file or directory")
     if os.path.isdir(path):
         return _open_directory(path, progress)
+    check_regular_file(path)
     return TraceSet(path=path, traces=open_any(path, progress))
 
 
@@ -46,13 +47,16 @@ def open_any(path: str, progress: Progress | None = None) -> list[Trace]:
 
 
 def open_file(path: str, progress: Progress | None = None) -> Trace:
+    check_regular_file(path)
     if not os.access(path, os.R_OK):
         raise TraceError(path, "permission denied")
     lower = path.lower()
     if os.path.getsize(path) == 0:
         raise TraceError(path, "file is empty")
     head = sniff(path)
-    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+    from trainscope.collectors.snapshot import is_pickle
+
+    if is_pickle(head):
         raise TraceError(path, "is a pickle (a CUDA memory snapshot?): analyze it with `trainscope memory "
                                f"{path}`; analyze reads profiler traces")
     live = live_format(path)  # watch --record recordings, nvidia-smi CSV logs: sampled counters

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.readers import Progress, parse_json_events, read_maybe_gzip
-from trainscope.traces.builder import StringTable, TableBuilder
+from trainscope.traces.builder import StringTable, TableBuilder, skipped_warning
 from trainscope.traces.model import (
     COPY_KINDS, MEMORY_KINDS, Annotations, Copies, Counters, CpuOps, Device, Kernels,
     MemoryEvents, Memsets, OpInputs, PythonFrames, RuntimeCalls, Thread, Trace,
@@ -265,6 +265,8 @@ class _Parser:
             "runtime": self.runtime.build(), "cpu_ops": self.cpu_ops.build(),
             "annotations": self.annotations.build(), "memory": self.memory.build(),
         }
+        warnings += skipped_warning((self.kernels, self.copies, self.memsets, self.runtime, self.cpu_ops,
+                                     self.annotations, self.memory))
         starts = [int(t.ts.min()) for t in tables.values() if len(t)]
         if not starts:
             raise TraceError(self.path, "trace has no timed events trainscope can use (no kernels, operators or annotations)")

@@ -10,7 +10,7 @@ from trainscope.collectors.nvidia_smi_csv import looks_like_nvidia_smi_csv, read
 from trainscope.collectors.recording import Recording, is_recording, read_recording
 from trainscope.collectors.samples import counter_rows
 from trainscope.traces.samples import trace_snapshots  # noqa: F401 (moved to the model; re-exported)
-from trainscope.traces.builder import StringTable, TableBuilder
+from trainscope.traces.builder import StringTable, TableBuilder, skipped_warning
 from trainscope.traces.model import (Annotations, Copies, Counters, CpuOps, Device, Kernels, MemoryEvents, Memsets,
                                      RuntimeCalls, Trace)
 
@@ -33,6 +33,11 @@ def open_recording(path: str) -> Recording:
         raise TraceError(path, "no such file or directory")
     if os.path.isdir(path):
         raise TraceError(path, "is a directory; expected a recording (.jsonl) or an nvidia-smi CSV")
+    from trainscope.collectors.readers import check_regular_file
+
+    check_regular_file(path)
+    if not os.access(path, os.R_OK):
+        raise TraceError(path, "permission denied")
     kind = live_format(path)
     if kind == RECORDING_FORMAT:
         rec = read_recording(path)
@@ -62,15 +67,16 @@ def recording_to_trace(rec: Recording, fmt: str) -> Trace:
                 totals.setdefault(g.index, g.mem_total)
         for device, name, value in counter_rows(s):
             rows.add(ts, device, strings.intern(name), value)
+    counters = rows.build()
     empty = {cls: cls.empty() for cls in (Kernels, Copies, Memsets, RuntimeCalls, CpuOps, Annotations, MemoryEvents)}
     devices = [Device(i, names.get(i, f"GPU {i}"), "nvidia", totals.get(i)) for i in sorted(set(names) | set(totals)
                | {g.index for s in rec.snapshots for g in s.gpus})]
     return Trace(
         source=rec.path, format=fmt, origin_ns=origin_ns, strings=strings.strings, devices=devices, threads=[],
         kernels=empty[Kernels], copies=empty[Copies], memsets=empty[Memsets], runtime=empty[RuntimeCalls],
-        cpu_ops=empty[CpuOps], annotations=empty[Annotations], memory=empty[MemoryEvents], counters=rows.build(),
+        cpu_ops=empty[CpuOps], annotations=empty[Annotations], memory=empty[MemoryEvents], counters=counters,
         metadata={"recording_header": rec.header, "samples": len(rec.snapshots)},
-        warnings=list(rec.warnings),
+        warnings=list(rec.warnings) + skipped_warning([rows], "counter values"),
     )
 
 

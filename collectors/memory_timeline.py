@@ -12,7 +12,6 @@ Categories are PyTorch's ``_memory_profiler._CATEGORY_TO_INDEX`` order (torch 2.
 """
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import zlib
@@ -20,6 +19,7 @@ import numpy as np
 
 from trainscope.collectors.errors import TraceError
 from trainscope.traces.memory_timeline import CATEGORIES, MemoryTimeline  # noqa: F401 (the model; re-exported)
+from trainscope.collectors.readers import gunzip_limited
 
 DEFAULT_MAX_BYTES = 1 << 30
 
@@ -31,7 +31,12 @@ def load_memory_timeline(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Memor
         with open(path, "rb") as f:
             gz = f.read(2) == b"\x1f\x8b"
             f.seek(0)
-            data = gzip.GzipFile(fileobj=f).read(max_bytes + 1) if gz else f.read(max_bytes + 1)
+            if gz:
+                data, damaged, _ = gunzip_limited(f, path, 0, max_bytes=max_bytes + 1)
+                if damaged:
+                    raise TraceError(path, damaged)
+            else:
+                data = f.read(max_bytes + 1)
     except (OSError, EOFError, zlib.error) as e:
         raise TraceError(path, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
     if len(data) > max_bytes:

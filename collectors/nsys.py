@@ -76,18 +76,31 @@ class _Rows:
 
 
 def connect_readonly(path: str) -> sqlite3.Connection:
-    """Open ``path`` read-only: a ``mode=ro`` URI can neither create nor modify the file."""
-    uri = pathlib.Path(path).absolute().as_uri() + "?mode=ro"
+    """Open ``path`` read-only, writing nothing beside it. ``mode=ro`` can neither create nor modify
+    the file; a rollback-journal database (what ``nsys export`` writes) then needs no other file and
+    still sees the lock of an export in progress. A WAL-mode database would get ``-wal``/``-shm``
+    files even read-only (and fail in a read-only folder), so it is opened ``immutable=1``: no
+    locks, no files, the last checkpointed state."""
+    with open(path, "rb") as f:
+        header = f.read(20)
+    wal = len(header) == 20 and 2 in header[18:20]
+    uri = pathlib.Path(path).absolute().as_uri() + ("?mode=ro&immutable=1" if wal else "?mode=ro")
     try:
         con = sqlite3.connect(uri, uri=True, timeout=2.0, check_same_thread=False)
+        # A damaged export can hold any bytes in a TEXT column (names, even the schema).
+        con.text_factory = lambda b: b.decode("utf-8", "replace")
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.DatabaseError as e:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
         raise TraceError(path, f"cannot read the SQLite database ({_sqlite_problem(e)})") from None
     return con
 
 
 def _sqlite_problem(e: Exception) -> str:
-    msg = str(e)
+    msg = " ".join(str(e).split())  # one line: a malformed schema's message quotes its SQL text
+    if "malformed database schema" in msg:
+        return "malformed database schema: the file is corrupt"
+    if len(msg) > 160:
+        msg = msg[:157] + "..."
     if "locked" in msg:
         return "it is locked by another process; wait for `nsys export` to finish"
     if "not a database" in msg or "malformed" in msg:

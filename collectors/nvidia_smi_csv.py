@@ -83,7 +83,10 @@ def _number(text: str) -> float | None:
         if text.strip().strip("[]").lower() in ("n/a", "not supported", "unknown error", ""):
             return None
         raise ValueError(f"not a number: {text.strip()!r}")
-    return float(m.group(1))
+    v = float(m.group(1))
+    if not abs(v) < 1e15:  # no GPU metric is this large (1 PW, 10⁹ TiB): damage, and sums would overflow
+        raise ValueError(f"number out of range: {text.strip()[:40]!r}")
+    return v
 
 
 def _until_damaged(rows, damage: list[str]):
@@ -125,6 +128,8 @@ def read_nvidia_smi_csv(path: str, max_bytes: int = 1 << 30) -> Recording:
             rec = dict(zip(cols, row))
             ts = _time(rec["timestamp"])
             kw: dict = {"index": int(_number(rec.get("index", "0")) or 0)}
+            if not 0 <= kw["index"] < 1 << 15:
+                raise ValueError(f"GPU index {kw['index']} out of range")
             if rec.get("name"):
                 kw["name"] = rec["name"].strip()
             for k in ("util_gpu", "util_mem", "power_w", "power_limit_w", "temperature_c", "sm_clock_mhz"):

@@ -16,6 +16,123 @@ GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+# --- the decompression cap (one place for every reader of gzip input) -------------------------------
+# Real traces expand 9–30× when decompressed (the bundled Kineto traces, memory timelines and
+# snapshots); a gzip bomb expands ~1000×. So: beyond RATIO_FLOOR of output, a stream that has
+# expanded more than MAX_RATIO× is refused at once (a 20 MB bomb stops after 64 MiB, not at the
+# memory limit), and no stream may exceed DEFAULT_MAX_DECOMPRESSED (the JSON parser needs ~10×
+# the text in Python objects, so 4 GiB of JSON is already beyond most machines). Asking for a
+# size explicitly (``--max-decompressed SIZE`` or TRAINSCOPE_MAX_DECOMPRESSED) sets the cap to
+# it and lifts the ratio check: the user vouches for the file.
+DEFAULT_MAX_DECOMPRESSED = 4 << 30
+MAX_RATIO = 100
+RATIO_FLOOR = 64 << 20
+MAX_DECOMPRESSED_ENV = "TRAINSCOPE_MAX_DECOMPRESSED"
+_override: int | None = None
+
+
+def set_max_decompressed(n: int | None) -> None:
+    """``--max-decompressed``: the cap for this process (None: back to the default / env var)."""
+    global _override
+    _override = n
+
+
+def parse_size(text: str) -> int:
+    """``4GiB``, ``500MB``, ``2G``, ``1048576`` → bytes (K/M/G/T are powers of 1024 without ``B``)."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", text, re.I)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (e.g. 8GiB, 500MB)")
+    exp = " kmgt".index(m.group(2).lower() or " ")
+    base = 1000 if m.group(3).lower() == "b" else 1024
+    n = int(float(m.group(1)) * base ** exp)
+    if n <= 0:
+        raise ValueError("a size must be > 0")
+    return n
+
+
+def decompression_cap() -> tuple[int, bool]:
+    """(cap in bytes, whether the ratio check applies)."""
+    if _override is not None:
+        return _override, False
+    env = os.environ.get(MAX_DECOMPRESSED_ENV)
+    if env:
+        try:
+            return parse_size(env), False
+        except ValueError:
+            pass
+    return DEFAULT_MAX_DECOMPRESSED, True
+
+
+def _human(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} bytes"
+
+
+def gunzip_limited(f, path: str, size: int, progress: Progress | None = None,
+                   max_bytes: int | None = None) -> tuple[bytes, str | None, list[str]]:
+    """Decompress the gzip stream in ``f`` under the cap: ``(data, damage or None, warnings)``.
+    Over the cap (or the ratio check): TraceError, one line naming the cap and how to raise it."""
+    cap, check_ratio = decompression_cap()
+    if max_bytes is not None and max_bytes < cap:
+        cap = max_bytes
+    dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    out: list[bytes] = []
+    total = done = 0
+    damaged = None
+    warnings: list[str] = []
+    while chunk := f.read(_CHUNK):
+        done += len(chunk)
+        while True:
+            try:
+                piece = dec.decompress(chunk, _CHUNK * 16)  # bounded output per call
+            except zlib.error as e:
+                damaged = f"corrupt gzip data ({e})"
+                break
+            chunk = dec.unconsumed_tail
+            total += len(piece)
+            if total > cap:
+                raise TraceError(path, f"decompresses to more than {_human(cap)}, the cap on decompressed "
+                                       "input; raise it with --max-decompressed SIZE (or "
+                                       f"{MAX_DECOMPRESSED_ENV}=SIZE)")
+            if check_ratio and total > RATIO_FLOOR and total > MAX_RATIO * (done - len(chunk)):
+                raise TraceError(path, f"expands more than {MAX_RATIO}× when decompressed (a gzip bomb? traces "
+                                       "expand 10–30×); --max-decompressed SIZE lifts this check")
+            out.append(piece)
+            if dec.eof or (not chunk and len(piece) < _CHUNK * 16):
+                break
+        if damaged:
+            break
+        if dec.eof:  # trailing garbage or a second member: ignore, but say so
+            if dec.unused_data.strip(b"\x00") or f.read(1):
+                warnings.append("data after the end of the gzip stream ignored")
+            break
+        if progress:
+            progress("decompressing", done / size if size else None)
+    else:
+        if not dec.eof:
+            damaged = "gzip stream is truncated"
+    if damaged is None:
+        out.append(dec.flush())
+    return b"".join(out), damaged, warnings
+
+
+def check_regular_file(path: str) -> None:
+    """Refuse a FIFO, device or socket before opening it: reading one can block forever (a FIFO
+    with no writer) or never end (/dev/zero)."""
+    import stat
+
+    st = os.stat(path)
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
+            or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a special file")
+    raise TraceError(path, f"is {kind}, not a regular file: save the data to a file first")
+
+
 def sniff(path: str, n: int = 16) -> bytes:
     with open(path, "rb") as f:
         return f.read(n)
@@ -37,29 +154,8 @@ def read_maybe_gzip(path: str, progress: Progress | None = None) -> tuple[bytes,
                 if progress:
                     progress("reading", done / size if size else None)
             return b"".join(chunks), warnings
-        dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        out: list[bytes] = []
-        done = 0
-        damaged = None
-        while chunk := f.read(_CHUNK):
-            done += len(chunk)
-            try:
-                out.append(dec.decompress(chunk))
-            except zlib.error as e:
-                damaged = f"corrupt gzip data ({e})"
-                break
-            if dec.eof:  # trailing garbage or a second member: ignore, but say so
-                if dec.unused_data.strip(b"\x00"):
-                    warnings.append("data after the end of the gzip stream ignored")
-                break
-            if progress:
-                progress("decompressing", done / size if size else None)
-        else:
-            if not dec.eof:
-                damaged = "gzip stream is truncated"
-        if damaged is None:
-            out.append(dec.flush())
-        data = b"".join(out)
+        data, damaged, more = gunzip_limited(f, path, size, progress)
+        warnings += more
         if damaged:
             if not data:
                 raise TraceError(path, f"{damaged}; nothing could be decompressed")

@@ -71,7 +71,7 @@ def first_line(path: str, limit: int = 65536) -> bytes:
 def is_recording(path: str) -> bool:
     try:
         head = json.loads(first_line(path))
-    except (ValueError, OSError, UnicodeDecodeError):
+    except (ValueError, OSError, UnicodeDecodeError, RecursionError):
         return False
     return isinstance(head, dict) and str(head.get("schema", "")).startswith("trainscope.recording/")
 
@@ -81,6 +81,10 @@ def _checked(snap: Snapshot) -> Snapshot:
     Raises ValueError (a damaged line) otherwise, here rather than deep inside the analysis."""
     if not (math.isfinite(snap.t) and math.isfinite(snap.dt) and math.isfinite(snap.wall)):
         raise ValueError("non-finite time")
+    # Seconds since the recording started (t, dt) or since 1970 (wall): beyond 30 years / the year
+    # 2200 is damage, and would overflow int64 nanoseconds in the trace model.
+    if not (abs(snap.t) < 1e9 and abs(snap.dt) < 1e9 and abs(snap.wall) < 7.3e9):
+        raise ValueError("time out of range")
     for g in snap.gpus:
         if not isinstance(g.index, int) or isinstance(g.index, bool) or not 0 <= g.index < 1 << 15:
             raise ValueError(f"GPU index {g.index!r}")
@@ -101,7 +105,7 @@ def read_recording(path: str) -> Recording:
         line = f.readline(_MAX_LINE)
         try:
             header = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise TraceError(path, "not a trainscope recording (first line is not a JSON header)") from None
         if not isinstance(header, dict) or not str(header.get("schema", "")).startswith("trainscope.recording/"):
             raise TraceError(path, "not a trainscope recording (no trainscope.recording schema in the header)")
@@ -124,7 +128,8 @@ def read_recording(path: str) -> Recording:
                 elif kind == "end":
                     end = obj
                 # other types: from a newer writer; skipped
-            except (ValueError, TypeError, KeyError, AttributeError, OverflowError, UnicodeDecodeError) as e:
+            except (ValueError, TypeError, KeyError, AttributeError, OverflowError, UnicodeDecodeError,
+                    RecursionError) as e:  # RecursionError: a deeply nested line
                 rest = f.read(1)
                 if last or not rest:
                     warnings.append(f"line {lineno} is truncated (the recorder was stopped mid-write): "

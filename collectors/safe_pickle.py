@@ -13,10 +13,8 @@ checked to be acyclic and at most ``MAX_DEPTH`` deep before anyone walks it.
 """
 from __future__ import annotations
 
-import gzip
 import io
 import pickle
-import zlib
 
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB of pickle → ~5 GiB of Python objects: larger is refused
 MAX_DEPTH = 64  # snapshots nest 5 deep (segments → blocks → frames → dict)
@@ -42,11 +40,15 @@ def read_bounded(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
         head = f.read(2)
         f.seek(0)
         if head == b"\x1f\x8b":
-            with gzip.GzipFile(fileobj=f) as g:
-                try:
-                    data = g.read(max_bytes + 1)
-                except (OSError, EOFError, zlib.error) as e:
-                    raise UnsafePickleError(f"gzip data is damaged: {e}") from None
+            from trainscope.collectors.errors import TraceError
+            from trainscope.collectors.readers import gunzip_limited
+
+            try:
+                data, damaged, _ = gunzip_limited(f, path, 0, max_bytes=max_bytes + 1)
+            except TraceError as e:
+                raise UnsafePickleError(e.problem) from None
+            if damaged:
+                raise UnsafePickleError(f"gzip data is damaged: {damaged}")
         else:
             data = f.read(max_bytes + 1)
     if len(data) > max_bytes:
@@ -54,15 +56,127 @@ def read_bounded(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
     return data
 
 
+def _opcode_table() -> list[tuple[int, int]]:
+    """byte → (how its argument is laid out, fixed size); kinds below."""
+    import pickletools
+
+    table = [(_BAD, 0)] * 256
+    for op in pickletools.opcodes:
+        a = op.arg
+        code = op.code.encode("latin-1")[0]
+        if op.name in ("GLOBAL", "INST"):
+            table[code] = (_TWO_LINES, 0)
+        elif op.name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+            table[code] = (_PUT, {"PUT": -1, "BINPUT": 1, "LONG_BINPUT": 4, "MEMOIZE": 0}[op.name])
+        elif op.name == "DUP":
+            table[code] = (_DUP, 0)
+        elif op.name == "FRAME":
+            table[code] = (_FRAME, 8)
+        elif a is None:
+            table[code] = (_FIXED, 0)
+        elif a.n >= 0:
+            table[code] = (_FIXED, a.n)
+        elif a.n == pickletools.UP_TO_NEWLINE:
+            table[code] = (_LINE, 0)
+        else:
+            table[code] = (_COUNTED, {pickletools.TAKEN_FROM_ARGUMENT1: 1, pickletools.TAKEN_FROM_ARGUMENT4: 4,
+                                      pickletools.TAKEN_FROM_ARGUMENT4U: 4, pickletools.TAKEN_FROM_ARGUMENT8U: 8}[a.n])
+    return table
+
+
+_BAD, _FIXED, _LINE, _COUNTED, _TWO_LINES, _PUT, _DUP, _FRAME = range(8)
+_TABLE: list | None = None
+MAX_DUPS = 1 << 20  # pickle and torch never write DUP; a million of them is a bomb (a stack of references)
+MAX_LINE = 1 << 16  # the text argument of a protocol-0 opcode (a number, a string) in a snapshot
+
+
+def scan_opcodes(data: bytes) -> None:
+    """Walk the opcode stream before unpickling and refuse, in one line, what would make the
+    unpickler allocate from a declared size: a length (BINBYTES8, BYTEARRAY8, BINUNICODE8, FRAME …)
+    beyond the bytes that remain, a memo index beyond the objects memoized so far (the memo is an
+    array the unpickler would grow to that index), DUP bombs, and text arguments without a newline."""
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = _opcode_table()
+    table = _TABLE
+    n = len(data)
+    i = 0
+    memo = 0
+    dups = 0
+    from_bytes = int.from_bytes
+    while i < n:
+        code = data[i]
+        kind, size = table[code]
+        i += 1
+        if kind == _FIXED:
+            i += size
+        elif kind == _COUNTED:
+            length = from_bytes(data[i:i + size], "little", signed=size == 4 and code in _SIGNED4)
+            i += size
+            if length < 0 or length > n - i:
+                raise UnsafePickleError(f"declares {length:,} bytes at offset {i - size - 1:,} but only "
+                                        f"{max(0, n - i):,} remain: damaged or hostile")
+            i += length
+        elif kind == _PUT:
+            if size == 0:
+                idx = memo
+            elif size == -1:
+                end = data.find(b"\n", i, i + 32)
+                if end < 0:
+                    raise UnsafePickleError(f"PUT without its index at offset {i - 1:,}")
+                try:
+                    idx = int(data[i:end])
+                except ValueError:
+                    raise UnsafePickleError(f"PUT with a bad index at offset {i - 1:,}") from None
+                i = end + 1
+            else:
+                idx = from_bytes(data[i:i + size], "little")
+                i += size
+            if idx > memo:
+                raise UnsafePickleError(f"memo index {idx:,} at offset {i:,} skips ahead of the {memo:,} objects "
+                                        "stored so far: damaged or hostile")
+            memo = max(memo, idx + 1)
+        elif kind == _LINE or kind == _TWO_LINES:
+            for _ in range(2 if kind == _TWO_LINES else 1):
+                end = data.find(b"\n", i, i + MAX_LINE)
+                if end < 0:
+                    raise UnsafePickleError(f"text argument at offset {i - 1:,} has no end within "
+                                            f"{MAX_LINE:,} bytes: damaged or hostile")
+                i = end + 1
+        elif kind == _DUP:
+            dups += 1
+            if dups > MAX_DUPS:
+                raise UnsafePickleError(f"more than {MAX_DUPS:,} DUP opcodes: a memory bomb, not a snapshot")
+        elif kind == _FRAME:
+            length = from_bytes(data[i:i + 8], "little")
+            i += 8
+            if length > n - i:
+                raise UnsafePickleError(f"frame of {length:,} bytes at offset {i - 9:,} but only {max(0, n - i):,} "
+                                        "remain: damaged or hostile")
+        else:
+            raise UnsafePickleError(f"unknown opcode 0x{code:02x} at offset {i - 1:,}: not a pickle")
+        if code == 0x2e:  # STOP
+            return
+    raise UnsafePickleError("ends before its STOP opcode: truncated")
+
+
+_SIGNED4 = frozenset(b"T")  # BINSTRING's length is a signed int4
+
+
 def loads_plain(data: bytes):
     """Unpickle ``data`` accepting only plain data types; raise UnsafePickleError otherwise."""
+    try:
+        scan_opcodes(data)
+    except UnsafePickleError as e:
+        raise UnsafePickleError(f"not a readable pickle ({e})") from None
     try:
         obj = PlainDataUnpickler(io.BytesIO(data)).load()
     except UnsafePickleError:
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
-            OverflowError, MemoryError, UnicodeDecodeError, RecursionError) as e:
-        raise UnsafePickleError(f"not a readable pickle ({type(e).__name__}: {e})") from None
+            OverflowError, MemoryError, UnicodeDecodeError, RecursionError, SystemError) as e:
+        msg = " ".join(str(e).split())
+        raise UnsafePickleError(f"not a readable pickle ({type(e).__name__}: {msg[:120]})") from None
     check_plain(obj)
     return obj
 

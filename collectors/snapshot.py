@@ -27,7 +27,17 @@ _ACTION_CODE["free"] = _ACTION_CODE["free_requested"]  # before PyTorch 2.1
 
 
 def is_pickle(head: bytes) -> bool:
-    return head[:1] == PICKLE_MAGIC and len(head) > 1 and 2 <= head[1] <= 5
+    """The first bytes of a pickle: PROTO (protocols 2–5), or what protocols 0 and 1 start a dict
+    or list with (MARK, EMPTY_DICT, EMPTY_LIST), or a GLOBAL (refused later, by name). No JSON,
+    CSV or SQLite file starts like this."""
+    if head[:1] == PICKLE_MAGIC:
+        return len(head) > 1 and 2 <= head[1] <= 5
+    if head[:1] in (b"(", b"}", b"]"):
+        return len(head) > 1 and head[1:2] in b"dlt}]q(\x85\x86\x87)NIJKLMFGSUVXh" and not head[1:2].isspace()
+    if head[:1] == b"c":
+        line = head[1:].split(b"\n", 1)
+        return len(line) == 2 and line[0].replace(b".", b"").replace(b"_", b"").isalnum()
+    return False
 
 
 def load_snapshot(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
@@ -44,7 +54,7 @@ def load_snapshot(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
         raise TraceError(path, str(e)) from None
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
-    if not is_pickle(data[:2]):
+    if not is_pickle(data[:16]):
         raise TraceError(path, "not a pickle: expected a CUDA memory snapshot written by "
                                "torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")")
     try:

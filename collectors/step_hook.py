@@ -35,9 +35,16 @@ RETRY_NS = 2_000_000_000  # when no watcher listens, try again after 2 s
 _state = None
 
 
+def private_dir() -> str:
+    """This user's folder for watcher sockets, ``$TMPDIR/trainscope-UID`` (as tmux does): created
+    0700 by the watcher, which refuses it unless it is a real folder owned by this user and closed
+    to others. Nothing at a predictable path in the shared temp folder itself is ever used."""
+    return os.path.join(tempfile.gettempdir(), f"trainscope-{os.getuid()}")
+
+
 def default_socket_path(pid: int) -> str:
     """Where ``trainscope watch --pid PID`` listens for the opt-in hook of process PID."""
-    return os.path.join(tempfile.gettempdir(), f"trainscope-steps-{pid}.sock")
+    return os.path.join(private_dir(), f"steps-{pid}.sock")
 
 
 class _Stream:

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -43,8 +44,7 @@ class StepReceiver:
         self._patched: set[int] = set()
         self._errors: list[str] = []
         self._stop = threading.Event()
-        if os.path.exists(path):  # a stale socket from a killed watcher
-            os.unlink(path)
+        _remove_stale_socket(path)  # only a socket of ours: never a file someone planted there
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.bind(path)
         os.chmod(path, 0o600)
@@ -121,13 +121,45 @@ class StepReceiver:
                 shutil.rmtree(self._own_dir, ignore_errors=True)
 
 
-def child_environment(socket_path: str, base: dict[str, str] | None = None) -> tuple[dict[str, str], str]:
-    """The environment for ``watch -- COMMAND`` and the temporary site directory it names.
+def ensure_private_dir(path: str) -> str:
+    """Create ``path`` 0700 if missing; refuse (PermissionError) one that is a link, not ours or
+    open to others — someone else could then plant or replace sockets in it."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    _check_private_dir(path)
+    return path
+
+
+def _check_private_dir(path: str) -> None:
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise PermissionError(1, "folder is not private to this user (a link, another owner, or open to others)", path)
+
+
+def _remove_stale_socket(path: str) -> None:
+    """Remove a socket a killed watcher left at ``path`` (in our private folder); anything else
+    there is not ours to delete: FileExistsError."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid():
+        os.unlink(path)
+    else:
+        raise FileExistsError(17, "exists and is not a socket of ours; left alone", path)
+
+
+def child_environment(socket_path: str, base: dict[str, str] | None = None,
+                      folder: str | None = None) -> tuple[dict[str, str], str]:
+    """The environment for ``watch -- COMMAND`` and the temporary site directory it names
+    (inside ``folder`` when given: the run's private folder, removed with it).
 
     The directory holds the injected ``sitecustomize.py`` and a copy of the hook module, so the
     child needs no trainscope installation of its own (it may run another Python)."""
     env = dict(os.environ if base is None else base)
-    site = tempfile.mkdtemp(prefix="trainscope-site-")
+    site = tempfile.mkdtemp(prefix="trainscope-site-", dir=folder)
     shutil.copy(os.path.join(_SITE_DIR, "sitecustomize.py"), os.path.join(site, "sitecustomize.py"))
     shutil.copy(step_hook.__file__, os.path.join(site, f"{HOOK_MODULE}.py"))
     env["PYTHONPATH"] = site + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")

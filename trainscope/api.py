@@ -108,12 +108,13 @@ def _bad_input(path: str | None = None, what: str | None = None) -> Iterator[Non
         yield
     except TrainscopeError:
         raise
-    except TraceError as e:
-        raise BadInput(str(e)) from None
     except StepRangeError as e:
         raise BadInput(f"{prefix}--step-range: {e}") from None
-    except (OSError, RecursionError) as e:
-        raise BadInput(f"{prefix}cannot read: {getattr(e, 'strerror', None) or e}") from None
+    except (TraceError, OSError, RecursionError, MemoryError) as e:
+        # The readers' one mapping of what an input can raise (trainscope.common.input_problem).
+        from trainscope.common import input_problem
+
+        raise BadInput(input_problem(e, path or "input")) from None
     except ValueError as e:
         if what is None:
             raise

@@ -119,7 +119,9 @@ class AnalyzeApp(BackgroundLoading, App[int]):
                     message = "out of memory while reading the trace"
                 elif not isinstance(e, api.TrainscopeError) and code == 1:
                     message = f"internal error: {type(e).__name__}: {e} (please report it)"
-                self._post(self.exit, code, code, f"trainscope: {message}")
+                from trainscope.reports.safe_text import visible
+
+                self._post(self.exit, code, code, f"trainscope: {visible(message)}")
             return
         self._post(self.show_session, session)
 
@@ -269,10 +271,14 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     def _write_report(self, path: str) -> None:
         from trainscope.common import write_atomic
         from trainscope.reports.markdown import render_markdown
+        from trainscope.reports.safe_text import safe_strings
 
         s = self.session
         try:
-            write_atomic(path, render_markdown(s.document()) if s.decorate else s.report.render_for(path))
+            doc = s.document()
+            text = (s.report.render_for(path) if not s.decorate and path.lower().endswith((".html", ".htm", ".json"))
+                    else render_markdown(safe_strings(doc)))
+            write_atomic(path, text)
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
             return

@@ -231,9 +231,10 @@ class DiffApp(BackgroundLoading, App[int]):
     def _write_report(self, path: str) -> None:
         from trainscope.common import write_atomic
         from trainscope.reports.diff_markdown import render_diff_markdown
+        from trainscope.reports.safe_text import safe_strings
 
         try:
-            write_atomic(path, render_diff_markdown(self.document()))
+            write_atomic(path, render_diff_markdown(safe_strings(self.document())))
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
             return

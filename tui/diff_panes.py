@@ -422,7 +422,7 @@ class KernelDiffPane(Vertical):
             table.add_row(
                 Text(f"{delta:+.3f}", style=BAD if delta > 0 else GOOD if delta < 0 else "dim", justify="right"),
                 Text(f"{k.before_ms_per_step:.3f}", justify="right"), Text(f"{k.after_ms_per_step:.3f}", justify="right"),
-                Text(tag, style=tag_style), short_name(k.label, 200),
+                Text(tag, style=tag_style), Text(short_name(k.label, 200)),
                 Text("—" if k.change_pct is None else f"{k.change_pct:+.0f} %", justify="right"),
                 k.kernel_class, key=str(i))
         counts = {g: len(kernel_group(d, g)) for g in GROUPS}

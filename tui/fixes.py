@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rich.syntax import Syntax
 from rich.text import Text
+
+from trainscope.reports.safe_text import visible
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
@@ -66,7 +68,8 @@ class FixesPane(Vertical):
         for r in self.doc["recommendations"] if self.doc else []:
             box = Text(("[x]" if r["id"] in self.assumed else "[ ]") if r["id"] in lv else " — ")
             gain = f"≤ {r['projected_speedup']:.2f}×" if r["projected_speedup"] else "no projection"
-            title = r["title"] if len(r["title"]) <= fix_w else r["title"][: fix_w - 1] + "…"
+            title = visible(r["title"])
+            title = Text(title if len(title) <= fix_w else title[: fix_w - 1] + "…")
             table.add_row(box, str(r["rank"]), gain, title, key=r["id"])
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))

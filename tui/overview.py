@@ -6,6 +6,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from trainscope.reports.document import counters_only, headline
+from trainscope.reports.safe_text import visible
 from trainscope.tui.chrome import gib
 from trainscope.tui.palette import AXIS_CLASS
 
@@ -74,7 +75,7 @@ class Overview(VerticalScroll):
             badge.remove_class(cls)
         badge.add_class(AXIS_CLASS.get(v["axis"], "axis-none"))
         badge.update(f"{headline(doc)}   ·   confidence {v['confidence']:.2f}")
-        self.query_one("#summary", Static).update(v["summary"])
+        self.query_one("#summary", Static).update(Text(visible(v["summary"])))
         fig = Text()
         for label, value in key_figures(doc):
             fig.append(f"{label:<18}  ", style="bold")

@@ -244,7 +244,7 @@ class KernelsPane(Vertical):
                           Text(f"{k.share_pct:.1f} %", justify="right"), Text(f"{k.count}", justify="right"),
                           _BOUND.get(r.bound, r.bound) if r else "",
                           "✔" if k.tensor_core else "", k.kernel_class[:NUMBER_WIDTHS["class"]],
-                          short_name(k.name, self._shown_name_w), key=str(i))
+                          Text(short_name(k.name, self._shown_name_w)), key=str(i))  # Text: a str cell is read as markup
         more = f" (first {self.MAX_ROWS} shown)" if len(rows) > self.MAX_ROWS else ""
         self.query_one("#kernels-note", Static).update(
             f"{len(rows)} of {len(self.summary.top)} kernels{more} · sorted by {col.label} · "

@@ -10,13 +10,12 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 import math
 
-from textual.widgets import Input
-
 from trainscope.analyzers.timeline import GPU_LABELS, HOST_LABELS, Item, Lane, Match, Overlap, TimelineModel
+from trainscope.reports.safe_text import visible
 from trainscope.tui.palette import GPU_STYLE, HOST_STYLE, STREAM_STYLE
 
 GUTTER = 9  # "s21 NCCL " / "s7 comp  " / "T main   "
@@ -348,7 +347,7 @@ def short_name(name: str, limit: int = 110) -> str:
             if depth == 0:
                 name = name[:i] if i > 0 else name
                 break
-    name = name.removeprefix("void ")
+    name = visible(name.removeprefix("void "))  # a trace's name never drives the terminal
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
@@ -425,8 +424,8 @@ class TimelinePane(Vertical):
                     f"{fmt_ms(m.end_ns - m.start_ns)} ms · n/N next/prev · Esc leave")
         else:
             tail = "←/→ cursor  +/− zoom  h/l pan  n/p step  / search"
-        self.query_one("#tl-title", Static).update(
-            f"{head} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · {tail}")
+        self.query_one("#tl-title", Static).update(Text(
+            f"{visible(head)} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · {tail}"))
         self.query_one("#tl-detail", Static).update(detail_text(a, b, message))
 
     # -- search --------------------------------------------------------------------------------------

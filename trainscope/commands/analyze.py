@@ -5,8 +5,8 @@ import argparse
 import os
 import sys
 
-from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, emit_document, one_line_errors, positive_float,
-                               threshold_arg, to_json, write_atomic)
+from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, add_input_limit_args, apply_input_limits,
+                               emit_document, one_line_errors, positive_float, threshold_arg, to_json, write_atomic)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,6 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default: the median step")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
+    add_input_limit_args(a)
     a.set_defaults(run=run)
 
 
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from trainscope.reports.text import render_text
 
     rules = _rules(args)
+    apply_input_limits(args)
     if args.deep_step is not None and not args.deep:
         raise api.BadInput("--deep-step needs --deep")
     if args.deep:

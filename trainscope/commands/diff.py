@@ -5,8 +5,8 @@ import argparse
 import sys
 from typing import Callable
 
-from trainscope.common import (EXIT_BAD_INPUT, Progress, emit_document, one_line_errors, threshold_arg, to_json,
-                               write_atomic)
+from trainscope.common import (EXIT_BAD_INPUT, Progress, add_input_limit_args, apply_input_limits, emit_document,
+                               one_line_errors, threshold_arg, to_json, write_atomic)
 
 # A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
 # tell "this change made training slower" from "the diff could not run" (trainscope.api.Regression).
@@ -57,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="override a diagnostic threshold for both analyses (see `trainscope thresholds`)")
     d.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     d.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
+    add_input_limit_args(d)
     d.set_defaults(run=run)
 
 
@@ -105,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     from trainscope.reports.diff_text import render_diff_text
 
     rules = Rules(dict(args.threshold))
+    apply_input_limits(args)
     if use_tui(args):
         return _run_app(args, rules)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())

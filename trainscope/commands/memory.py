@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, Progress, one_line_errors, threshold_arg, to_json, write_atomic
+from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, add_input_limit_args, apply_input_limits,
+                               one_line_errors, threshold_arg, to_json, write_atomic)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
                    help="override memory.capacity or memory.fragmentation")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
+    add_input_limit_args(p)
     p.set_defaults(run=run)
 
 
@@ -47,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from trainscope import api
     from trainscope.analyzers.rules import Rules
 
+    apply_input_limits(args)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
         report = api.memory(args.file, gpu=args.gpu, gpu_memory=args.gpu_memory, top=args.top,

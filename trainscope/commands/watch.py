@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import queue
 import signal
@@ -13,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, one_line_errors, threshold_arg, write_atomic
+from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, one_line_errors, threshold_arg, to_json_line, write_atomic
 
 MIN_INTERVAL = 0.25
 
@@ -114,14 +113,30 @@ class _Stop(Exception):
     pass
 
 
-def _stop_job(child: subprocess.Popen | None, sig: int) -> None:
-    """Ask a launched job to stop as Ctrl-C or kill would, then kill it if it has not in 10 s."""
-    if child is not None and child.poll() is None:
+GRACE_S = 10.0  # how long a launched job gets after each signal before the next, harder one
+
+
+def _stop_job(child: subprocess.Popen | None, sig: int, why: str | None = None) -> None:
+    """Ask a launched job to stop as Ctrl-C or kill would (``sig``), then escalate: SIGTERM, then
+    SIGKILL, each after GRACE_S. With ``why``, each step is said on stderr."""
+    if child is None or child.poll() is not None:
+        return
+    steps = [sig] + [s for s in (signal.SIGTERM, signal.SIGKILL) if s != sig]
+    for i, s in enumerate(steps):
+        if i:  # escalation is always said: the job did not stop when asked
+            sys.stderr.write(f"trainscope: the job is still running {GRACE_S:g} s after "
+                             f"{signal.Signals(steps[i - 1]).name}: sending {signal.Signals(s).name}\n")
+        elif why:
+            sys.stderr.write(f"trainscope: {why}: sending {signal.Signals(s).name} to the job\n")
+        sys.stderr.flush()
         try:
-            child.send_signal(sig)
-            child.wait(timeout=10)
-        except (subprocess.TimeoutExpired, OSError):
-            child.kill()
+            child.send_signal(s)
+            child.wait(timeout=GRACE_S)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+        except OSError:
+            return
 
 
 @one_line_errors
@@ -135,6 +150,18 @@ def run(args: argparse.Namespace) -> int:
     modes = sum(bool(x) for x in (cmd, args.pid is not None, args.replay))
     if modes > 1:
         return fail("choose one of: -- COMMAND, --pid PID, --replay FILE")
+    if args.replay:
+        clash = [flag for flag, given in (("--record", args.record), ("--duration", args.duration is not None),
+                                          ("--prometheus-port", args.prometheus_port is not None),
+                                          ("--no-step-hook", args.no_step_hook)) if given]
+        if clash:
+            return fail(f"{', '.join(clash)} cannot be used with --replay (a replay samples nothing new)")
+    if args.duration is not None and not args.duration > 0:
+        return fail("--duration must be > 0")
+    for flag, path in (("--record", args.record), ("--report", args.report)):
+        problem = _output_problem(path) if path else None
+        if problem:  # before any job starts: a typo must not cost a training run
+            return fail(f"{flag} {path}: {problem}")
     if args.format == "json" and not args.headless:
         args.headless = True  # JSON lines only make sense without the dashboard
     if not args.headless and not sys.stdout.isatty():
@@ -150,20 +177,40 @@ def run(args: argparse.Namespace) -> int:
     return _live(args, cmd, analyzer)
 
 
+def _output_problem(path: str) -> str | None:
+    """Why ``path`` cannot be written, or None; checked without creating anything."""
+    import stat as st_
+
+    target = os.path.realpath(path)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        folder = os.path.dirname(target) or "."
+        if not os.path.isdir(folder):
+            return "its folder does not exist"
+        return None if os.access(folder, os.W_OK | os.X_OK) else "its folder is not writable"
+    except OSError as e:
+        return e.strerror or str(e)
+    if st_.S_ISDIR(st.st_mode):
+        return "is a directory"
+    return None if os.access(target, os.W_OK) else "not writable"
+
+
 def _printer(args) -> Callable[[Any, Any], None]:
     from trainscope.reports.live import status_line, status_line_dict
+    from trainscope.reports.safe_text import visible
 
     seen: set[str] = set()
 
     def emit(st, snap) -> None:
         if args.format == "json":
-            line = json.dumps(status_line_dict(st, snap), ensure_ascii=False, allow_nan=False)
+            line = to_json_line(status_line_dict(st, snap))
         else:
             for n in snap.notes:
                 if n not in seen:
                     seen.add(n)
-                    sys.stderr.write(f"trainscope: note: {n}\n")
-            line = status_line(st, snap)
+                    sys.stderr.write(f"trainscope: note: {visible(n)}\n")
+            line = visible(status_line(st, snap))
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
     return emit
@@ -171,6 +218,7 @@ def _printer(args) -> Callable[[Any, Any], None]:
 
 def _finish(args, session: WatchSession, info: dict[str, Any]) -> int:
     from trainscope.reports.live import summary_dict, summary_markdown, summary_text
+    from trainscope.reports.safe_text import visible_lines
 
     st = session.analyzer.summary()
     info = {**info, "notes": list(dict.fromkeys(info.get("notes", []) + session.notes))}
@@ -182,15 +230,15 @@ def _finish(args, session: WatchSession, info: dict[str, Any]) -> int:
     code = EXIT_OK
     if args.report:
         try:
-            write_atomic(args.report, summary_markdown(st, info))
+            write_atomic(args.report, visible_lines(summary_markdown(st, info)))
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.report}: {e.strerror or e}\n")
             code = EXIT_BAD_INPUT
     try:
         if args.headless and args.format == "json":
-            sys.stdout.write(json.dumps(summary_dict(st, info), ensure_ascii=False, allow_nan=False) + "\n")
+            sys.stdout.write(to_json_line(summary_dict(st, info)) + "\n")
         else:
-            sys.stdout.write("\n" + summary_text(st, info))
+            sys.stdout.write("\n" + visible_lines(summary_text(st, info)))
         sys.stdout.flush()
     except BrokenPipeError:
         pass
@@ -217,27 +265,63 @@ def _replay(args, analyzer) -> int:
 
 
 def _live(args, cmd: list[str], analyzer) -> int:
+    """A live watch, in a private temporary folder (the hook's socket, the injected site folder)
+    that is removed however the watch ends — the job crashing, Ctrl-C, an error."""
+    import shutil
+    import tempfile
+
+    run_dir = tempfile.mkdtemp(prefix="trainscope-watch-")
+    try:
+        return _live_in(args, cmd, analyzer, run_dir)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _live_in(args, cmd: list[str], analyzer, run_dir: str) -> int:
+    from trainscope.collectors.nvml import NvmlSampler
+
+    gpu = NvmlSampler()
+    notes: list[str] = []
+    q: queue.Queue = queue.Queue()
+    headless = args.headless
+    session = WatchSession(analyzer, emit=_printer(args) if headless else None)
+    server = None
+    if args.prometheus_port is not None:  # before the job starts: a busy port must not cost a run
+        try:
+            server = _serve_prometheus(args.prometheus_host, args.prometheus_port, session)
+        except OSError as e:
+            return fail(f"cannot serve Prometheus metrics on {args.prometheus_host}:{args.prometheus_port}: "
+                        f"{e.strerror or e}")
+    try:
+        return _run_watch(args, cmd, run_dir, gpu, session, q, server, notes)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+def _run_watch(args, cmd, run_dir, gpu, session, q, server, notes) -> int:
     import psutil
 
     from trainscope.collectors.host import HostSampler
     from trainscope.collectors.monitor import Monitor
-    from trainscope.collectors.nvml import NvmlSampler
     from trainscope.collectors.recording import RecordingWriter
-    from trainscope.collectors.step_hook import default_socket_path
-    from trainscope.collectors.step_receiver import StepReceiver, child_environment
+    from trainscope.collectors.step_hook import default_socket_path, private_dir
+    from trainscope.collectors.step_receiver import StepReceiver, child_environment, ensure_private_dir
 
-    gpu = NvmlSampler()
+    headless = args.headless
     receiver = None
     child: subprocess.Popen | None = None
-    site_dir = None
-    notes: list[str] = []
+    if server is not None:
+        notes.append(f"Prometheus metrics on http://{args.prometheus_host}:{server.server_address[1]}/metrics")
+        sys.stderr.write(f"trainscope: {notes[-1]}\n")
     if cmd:
         target = " ".join(cmd)
         env = dict(os.environ)
         if not args.no_step_hook:
             try:
-                receiver = StepReceiver()
-                env, site_dir = child_environment(receiver.path)
+                receiver = StepReceiver(os.path.join(run_dir, "steps.sock"))
+                env, _ = child_environment(receiver.path, folder=run_dir)
             except OSError as e:
                 notes.append(f"step mode off: cannot open the step socket ({e.strerror or e})")
         try:
@@ -252,9 +336,11 @@ def _live(args, cmd: list[str], analyzer) -> int:
         roots = (args.pid,)
         if not args.no_step_hook:
             try:
+                ensure_private_dir(private_dir())
                 receiver = StepReceiver(default_socket_path(args.pid))
             except OSError as e:
-                notes.append(f"step mode off: cannot listen for the opt-in hook ({e.strerror or e})")
+                notes.append(f"step mode off: cannot listen for the opt-in hook ({e.strerror or e}: "
+                             f"{getattr(e, 'filename', None) or ''})")
     else:
         target = "all GPUs"
         gpu_pids: set[int] = set()
@@ -265,18 +351,15 @@ def _live(args, cmd: list[str], analyzer) -> int:
     header = {"started": time.time(), "interval_s": args.interval, "target": target, "command": cmd or None,
               "pid": args.pid if args.pid is not None else (child.pid if child else None),
               "host": os.uname().nodename, "trainscope": __import__("trainscope").__version__}
-    recorder = None
     if args.record:
         try:
-            recorder = RecordingWriter(args.record, header)
-        except OSError as e:
-            if child:
-                child.terminate()
+            session.recorder = RecordingWriter(args.record, header)
+        except OSError as e:  # checked before the job started; this is a race or a full disk
+            _stop_job(child, signal.SIGINT, "cannot record")
+            if receiver:
+                receiver.close()
             return fail(f"cannot write {args.record}: {e.strerror or e}")
 
-    q: queue.Queue = queue.Queue()
-    headless = args.headless
-    session = WatchSession(analyzer, emit=_printer(args) if headless else None, recorder=recorder)
     app = None
     if not headless:
         from trainscope.tui.watch_app import SampleMessage, WatchApp
@@ -294,16 +377,6 @@ def _live(args, cmd: list[str], analyzer) -> int:
             app.post_message(SampleMessage(st, snap))
 
     monitor = Monitor(args.interval, on_snapshot, gpu=gpu, host=HostSampler(roots), steps=receiver)
-    server = None
-    if args.prometheus_port is not None:
-        try:
-            server = _serve_prometheus(args.prometheus_host, args.prometheus_port, session)
-            notes.append(f"Prometheus metrics on http://{args.prometheus_host}:{server.server_address[1]}/metrics")
-            sys.stderr.write(f"trainscope: {notes[-1]}\n")
-        except OSError as e:
-            if child:
-                child.terminate()
-            return fail(f"cannot serve Prometheus metrics on {args.prometheus_host}:{args.prometheus_port}: {e.strerror or e}")
 
     # SIGTERM ends the watch like Ctrl-C: report, recording end marker; a launched job gets it too.
     def on_term(signum, frame):
@@ -355,24 +428,25 @@ def _live(args, cmd: list[str], analyzer) -> int:
         if headless:
             while not q.empty():
                 session.ingest(q.get_nowait())
-        if server is not None:
-            server.shutdown()
         if receiver is not None:
             status = receiver.status()
             if status.mode != "on" and cmd and not args.no_step_hook:
                 notes.append(f"step mode was off: {status.detail}")
             receiver.close()
-        if site_dir:
-            import shutil
-
-            shutil.rmtree(site_dir, ignore_errors=True)
+            if args.pid is not None:  # the per-user socket folder goes too, when no other watch uses it
+                try:
+                    os.rmdir(os.path.dirname(receiver.path))
+                except OSError:
+                    pass
     if child is not None and detached:
         notes.append(f"detached: the job (pid {child.pid}) runs on")
     elif child is not None:
+        if child.poll() is None and deadline and time.monotonic() >= deadline:
+            _stop_job(child, signal.SIGINT, f"--duration {args.duration:g} s reached")
         try:
-            exit_code = child.wait(timeout=10)
+            exit_code = child.wait(timeout=GRACE_S)
         except subprocess.TimeoutExpired:
-            child.kill()
+            _stop_job(child, signal.SIGTERM, "the job did not end")
             exit_code = child.wait()
     if gpu.problem:
         notes.append(gpu.problem)

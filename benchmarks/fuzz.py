@@ -1,0 +1,159 @@
+"""Long-run mutation fuzzer of every reader: N mutants of the bundled inputs, each run through the
+CLI in a subprocess under an address-space limit, classified against the contract (exit 0 with
+valid output, or exit 2 with one line on stderr).
+
+    python benchmarks/fuzz.py --mutants 2000 --out /tmp/fuzz-out        # nice it on a shared machine
+    python benchmarks/fuzz.py --mutants 50 --seed 7 --formats kineto,pickle
+
+Prints counts of clean / refused / internal error / traceback / oom / multi-line / bad-json / hang,
+and writes every failing input to OUT/<class>/<n>/ with a ``repro.sh`` (the exact command). Also
+runs a 20 MB gzip bomb once and reports its exit, stderr and peak RSS (``--no-bomb`` skips it).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.fuzzing import ALLOWED, SEEDS, classify, commands_for, make_mutant  # noqa: E402
+
+GB = 1 << 30
+
+
+def _limit(as_bytes: int):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
+        os.nice(5)
+    return apply
+
+
+def run_cli(argv: list[str], as_limit: int, timeout: float, cwd: str) -> tuple[int | None, str, str, int, float]:
+    """(exit code or None on timeout, stdout, stderr, peak RSS in bytes, seconds)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRAINSCOPE_DEBUG"}
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+        t0 = time.monotonic()
+        p = subprocess.Popen([sys.executable, "-m", "trainscope", *argv], stdout=fo, stderr=fe, stdin=subprocess.DEVNULL,
+                             cwd=cwd, env=env, preexec_fn=_limit(as_limit))
+        rc: int | None = None
+        rss = 0
+        while True:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                rc = os.waitstatus_to_exitcode(status)
+                rss = usage.ru_maxrss * 1024
+                p.returncode = rc
+                break
+            if time.monotonic() - t0 > timeout:
+                p.kill()
+                _, status, usage = os.wait4(p.pid, 0)
+                p.returncode = -9
+                rss = usage.ru_maxrss * 1024
+                break
+            time.sleep(0.02)
+        dt = time.monotonic() - t0
+        fo.seek(0)
+        fe.seek(0)
+        out = fo.read().decode("utf-8", "replace")
+        err = fe.read().decode("utf-8", "replace")
+    return rc, out, err, rss, dt
+
+
+def gzip_bomb(path: str, compressed_mb: int = 20) -> None:
+    """A gzip stream of zeros about ``compressed_mb`` MB long (≈ 1000× that decompressed), built
+    from one repeated full-flush block so it takes a second, not a minute; no valid trailer (a
+    reader must refuse it long before the end)."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    head = c.compress(b"\0" * (1 << 20)) + c.flush(zlib.Z_FULL_FLUSH)
+    block = c.compress(b"\0" * (1 << 20)) + c.flush(zlib.Z_FULL_FLUSH)
+    with open(path, "wb") as f:
+        f.write(head)
+        for _ in range(compressed_mb * (1 << 20) // len(block)):
+            f.write(block)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mutants", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default="fuzz-out", help="folder for failing inputs (default ./fuzz-out)")
+    ap.add_argument("--formats", default=",".join(sorted({s.fmt for s in SEEDS})))
+    ap.add_argument("--as-limit-gb", type=float, default=4.0, help="RLIMIT_AS per run (default 4 GB)")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run before it counts as a hang")
+    ap.add_argument("--no-bomb", action="store_true")
+    args = ap.parse_args()
+
+    formats = set(args.formats.split(","))
+    seeds = [s for s in SEEDS if s.fmt in formats]
+    out_root = Path(args.out)
+    counts: collections.Counter[str] = collections.Counter()
+    per_fmt: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    as_limit = int(args.as_limit_gb * GB)
+    max_rss = 0
+    t_start = time.monotonic()
+    work = tempfile.mkdtemp(prefix="trainscope-fuzz-")
+    try:
+        if not args.no_bomb:
+            bomb = os.path.join(work, "bomb.json.gz")
+            gzip_bomb(bomb)
+            rc, out, err, rss, dt = run_cli(["analyze", bomb, "--format", "json", "-q"], as_limit, args.timeout, work)
+            print(f"gzip bomb ({os.path.getsize(bomb) / 1e6:.0f} MB): exit {rc}, {dt:.1f} s, peak RSS "
+                  f"{rss / 2**20:.0f} MiB, stderr: {err.strip()!r}", flush=True)
+        for n in range(args.mutants):
+            rnd = random.Random(f"{args.seed}:{n}")
+            seed = seeds[n % len(seeds)]
+            mdir = os.path.join(work, f"m{n}")
+            os.mkdir(mdir)
+            try:
+                path = make_mutant(seed, rnd, mdir)
+            except Exception as e:  # the mutator itself failed on this draw: not a finding
+                counts["mutator-skip"] += 1
+                print(f"#{n} mutator failed on {seed.path.name}: {type(e).__name__}: {e}", file=sys.stderr)
+                shutil.rmtree(mdir, ignore_errors=True)
+                continue
+            for argv in commands_for(seed, os.path.basename(path), rnd):
+                rc, out, err, rss, dt = run_cli(argv, as_limit, args.timeout, mdir)
+                max_rss = max(max_rss, rss)
+                verdict = classify(argv, rc, out, err)
+                counts[verdict] += 1
+                per_fmt[seed.fmt][verdict] += 1
+                if verdict not in ALLOWED:
+                    dest = out_root / verdict / f"{n}-{seed.fmt}"
+                    dest.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(path, dest / os.path.basename(path))
+                    (dest / "repro.sh").write_text(
+                        f"# seed {seed.path.name}, mutant {n} (--seed {args.seed})\n"
+                        f"cd \"$(dirname \"$0\")\" && python -m trainscope {' '.join(argv)}\n")
+                    (dest / "stderr.txt").write_text(err[-20000:])
+                    print(f"#{n} {seed.fmt} {verdict}: {' '.join(argv)}: {err.strip()[-300:]!r}", flush=True)
+            shutil.rmtree(mdir, ignore_errors=True)
+            if (n + 1) % 100 == 0:
+                print(f"[{n + 1}/{args.mutants}] {dict(counts)} ({time.monotonic() - t_start:.0f} s)", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{args.mutants} mutants, {sum(counts.values()) - counts['mutator-skip']} runs in "
+          f"{time.monotonic() - t_start:.0f} s; peak RSS of any run {max_rss / 2**20:.0f} MiB")
+    for k in ("clean", "refused", "internal", "traceback", "oom", "multi-line", "bad-json", "hang"):
+        print(f"  {k:11s} {counts.get(k, 0)}")
+    for k in sorted(set(counts) - {"clean", "refused", "internal", "traceback", "oom", "multi-line", "bad-json",
+                                    "hang"}):
+        print(f"  {k:11s} {counts[k]}")
+    for fmt, c in sorted(per_fmt.items()):
+        print(f"  {fmt:10s} {dict(c)}")
+    bad = sum(v for k, v in counts.items() if k not in ALLOWED and k != "mutator-skip")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
