@@ -173,6 +173,9 @@ def _power_capped(snaps: Sequence[Snapshot], rules: Rules) -> tuple[int | None, 
     return capped, judged, float(np.median(capped_medians or medians)), basis
 
 
+_UNSET = object()
+
+
 def window_stats(snaps: Sequence[Snapshot], rules: Rules, steps_after_t: float | None = None) -> WindowStats:
     """``steps_after_t``: step samples at or before this time are the run's start-up and are left out."""
     w = [max(s.dt, 0.0) for s in snaps]
@@ -183,8 +186,14 @@ def window_stats(snaps: Sequence[Snapshot], rules: Rules, steps_after_t: float |
     measured = [u for u in util[lo:hi] if u is not None]
     n_gpus = max((len(s.gpus) for s in snaps), default=0)
     mem_pct = None
-    for idx in sorted({g.index for s in snaps for g in s.gpus}):
-        per = [next((g.mem_pct for g in s.gpus if g.index == idx), None) for s in snaps]
+    by_index: dict[int, list] = {}
+    for k, s in enumerate(snaps):  # one pass: GPUs × samples, not GPUs² × samples
+        for g in s.gpus:
+            per = by_index.setdefault(g.index, [_UNSET] * len(snaps))
+            if per[k] is _UNSET:  # the first entry for an index in a sample
+                per[k] = g.mem_pct
+    for idx in sorted(by_index):
+        per = [None if v is _UNSET else v for v in by_index[idx]]
         m = _twmean(per, w)
         if m is not None:
             mem_pct = m if mem_pct is None else max(mem_pct, m)
