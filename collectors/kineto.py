@@ -15,8 +15,9 @@ from collections import Counter
 from typing import Any
 
 from trainscope.collectors.errors import TraceError
+from trainscope.collectors.kineto_stream import Fallback, stream_events
 from trainscope.collectors.readers import Progress, parse_json_events, read_maybe_gzip
-from trainscope.traces.builder import StringTable, TableBuilder
+from trainscope.traces.builder import ChunkedTableBuilder, StringTable, TableBuilder
 from trainscope.traces.model import (
     COPY_KINDS, MEMORY_KINDS, Annotations, Copies, Counters, CpuOps, Device, Kernels,
     MemoryEvents, Memsets, RuntimeCalls, Thread, Trace,
@@ -47,7 +48,20 @@ _GPU_DEVICE_TYPES = {1, 6}
 
 
 def load_kineto(path: str, progress: Progress | None = None) -> Trace:
-    """Read one Kineto trace file (.json or .json.gz) into a :class:`Trace`."""
+    """Read one Kineto trace file (.json or .json.gz) into a :class:`Trace`: streamed in typed
+    slices (collectors/kineto_stream.py), or, for a file the stream cannot place, in memory."""
+    parser = _StreamParser(path, progress)
+    try:
+        top, warnings = stream_events(path, parser, progress)
+    except Fallback:
+        del parser
+        return load_kineto_in_memory(path, progress)
+    parser.top = top
+    return parser.finish(warnings)
+
+
+def load_kineto_in_memory(path: str, progress: Progress | None = None) -> Trace:
+    """The whole document decoded at once (the reader for files the stream cannot place)."""
     data, warnings = read_maybe_gzip(path, progress)
     if progress:
         progress("parsing JSON", None)
@@ -128,12 +142,17 @@ class _Parser:
 
     # -- main loop -----------------------------------------------------------------------
     def parse(self, events: list, warnings: list[str]) -> Trace:
+        self.feed_dicts(events, self.progress)
+        return self._finish(warnings)
+
+    def feed_dicts(self, events: list, progress: Progress | None = None) -> None:
+        """Read events decoded as plain JSON values (dicts), tolerating any damage in them."""
         n = len(events)
         step = max(1, n // 50)
         intern = self.strings.intern
         for i, e in enumerate(events):
-            if self.progress and i % step == 0:
-                self.progress("parsing events", i / n)
+            if progress and i % step == 0:
+                progress("parsing events", i / n)
             if type(e) is not dict:
                 self.malformed += 1
                 continue
@@ -148,7 +167,6 @@ class _Parser:
                     self._metadata(e)
             except (KeyError, TypeError, ValueError, OverflowError, AttributeError):
                 self.malformed += 1
-        return self._finish(warnings)
 
     def _complete(self, e: dict, intern) -> None:
         cat = e.get("cat")
@@ -282,6 +300,163 @@ class _Parser:
             if did >= 0:
                 devices[did] = Device(id=did, name=f"GPU {did}", vendor="amd" if self.hip else "unknown")
         return [devices[k] for k in sorted(devices)]
+
+
+class _StreamParser(_Parser):
+    """:class:`_Parser` fed slice by slice: typed :class:`Event` records on the fast path, plain
+    dicts (through the general path) for slices off the typed schema; columns frozen per slice."""
+
+    def __init__(self, path: str, progress: Progress | None) -> None:
+        super().__init__(path, {}, progress)
+        self.kernels = ChunkedTableBuilder(Kernels)
+        self.copies = ChunkedTableBuilder(Copies)
+        self.memsets = ChunkedTableBuilder(Memsets)
+        self.runtime = ChunkedTableBuilder(RuntimeCalls)
+        self.cpu_ops = ChunkedTableBuilder(CpuOps)
+        self.annotations = ChunkedTableBuilder(Annotations)
+        self.memory = ChunkedTableBuilder(MemoryEvents)
+        self._builders = (self.kernels, self.copies, self.memsets, self.runtime, self.cpu_ops,
+                          self.annotations, self.memory)
+        self.seen_ph = False
+
+    def check_first(self) -> None:
+        """After the first slice: a document whose events carry no "ph" is not one we stream."""
+        if not self.seen_ph:
+            raise Fallback
+
+    def feed_dicts(self, events: list, progress: Progress | None = None) -> None:
+        if not self.seen_ph:
+            self.seen_ph = any(type(e) is dict and "ph" in e for e in events[:1000])
+        super().feed_dicts(events, progress)
+        self._flush()
+
+    def _flush(self) -> None:
+        for b in self._builders:
+            b.flush()
+
+    def feed_typed(self, events: list) -> bool:
+        """Read one slice of typed events; False (nothing kept) when a value does not fit the model
+        (an integer past int64), so the caller reads the slice through the general path."""
+        marks = [b.mark() for b in self._builders]
+        state = (self.malformed, self.negative, self.hip, len(self.unknown_categories))
+        try:
+            self._typed(events)
+            self._flush()
+        except OverflowError:
+            for b, m in zip(self._builders, marks):
+                b.rollback(m)
+            self.malformed, self.negative, self.hip = state[:3]
+            return False
+        if events:
+            self.seen_ph = self.seen_ph or any(e.ph is not None for e in events[:1000])
+        return True
+
+    def _typed(self, events: list) -> None:
+        intern = self.strings.intern
+        thread = self.thread
+        kcols, rcols, ocols, acols = (b.columns for b in (self.kernels, self.runtime, self.cpu_ops, self.annotations))
+        k_ts, k_dur, k_dev, k_stream, k_name, k_corr = (c.append for c in kcols)
+        r_ts, r_dur, r_thread, r_name, r_corr = (c.append for c in rcols)
+        o_ts, o_dur, o_thread, o_name, o_flops = (c.append for c in ocols)
+        a_ts, a_dur, a_thread, a_name, a_dev = (c.append for c in acols)
+        gpu_ids = self.gpu_ids
+        lower_of: dict = {}
+        nan = math.nan
+        for e in events:
+            ph = e.ph
+            if ph != "X":
+                if ph == "i" or ph == "I":
+                    if e.name == "[memory]":
+                        self._memory_typed(e)
+                elif ph == "M":
+                    if e.name == "thread_name":
+                        a = e.args
+                        self.thread_names[(str(e.pid), str(e.tid))] = str(a.name if a is not None and a.name is not None else "")
+                continue
+            cat = e.cat
+            c = lower_of.get(cat)
+            if c is None:
+                c = lower_of[cat] = cat.lower() if type(cat) is str else ""
+            ts, dur = e.ts, e.dur
+            if ts is None or dur is None:
+                self.malformed += 1
+                continue
+            ts = ts * 1000 if type(ts) is int else int(round(ts * 1000.0))
+            dur = dur * 1000 if type(dur) is int else int(round(dur * 1000.0))
+            if dur < 0:
+                self.negative += 1
+                continue
+            name = e.name
+            if type(name) is not str:
+                name = str(name)
+            a = e.args
+            if c == "cpu_op" or c == "operator":
+                if name.startswith("ProfilerStep#"):
+                    a_ts(ts); a_dur(dur); a_thread(thread(e.pid, e.tid)); a_name(intern(name)); a_dev(-1)
+                    continue
+                flops = a.flops if a is not None else None
+                o_ts(ts); o_dur(dur); o_thread(thread(e.pid, e.tid)); o_name(intern(name))
+                o_flops(float(flops) if isinstance(flops, (int, float)) else nan)
+                dims = a.input_dims if a is not None else None
+                if type(dims) is list:
+                    per_op = self.input_dims.setdefault(name, {})
+                    key = repr(dims)
+                    per_op[key] = per_op.get(key, 0) + 1
+            elif c in _RUNTIME:
+                if name.startswith("hip"):
+                    self.hip = True
+                r_ts(ts); r_dur(dur); r_thread(thread(e.pid, e.tid)); r_name(intern(name))
+                r_corr(_int(a.correlation, -1) if a is not None else -1)
+            elif c == "kernel":
+                dev = a.device if a is not None and a.device is not None else e.pid
+                dev = _int(dev, -1)
+                gpu_ids.add(dev)
+                k_ts(ts); k_dur(dur); k_dev(dev); k_stream(_stream_typed(a, e)); k_name(intern(name))
+                k_corr(_int(a.correlation, -1) if a is not None else -1)
+            elif c in _ANNOTATION:
+                dev = -1
+                if c == "gpu_user_annotation":
+                    dev = _int(a.device if a is not None and a.device is not None else e.pid, -1)
+                a_ts(ts); a_dur(dur); a_thread(thread(e.pid, e.tid)); a_name(intern(name)); a_dev(dev)
+            elif c in _MEMCPY:
+                dev = _int(a.device if a is not None and a.device is not None else e.pid, -1)
+                gpu_ids.add(dev)
+                kind, src, dst = _copy_kind(name, {"kind": a.kind} if a is not None else {})
+                self.copies.add(ts, dur, dev, _stream_typed(a, e), kind, src, dst,
+                                _int(a.bytes, 0) if a is not None else 0, _int(a.correlation, -1) if a is not None else -1)
+            elif c in _MEMSET:
+                dev = _int(a.device if a is not None and a.device is not None else e.pid, -1)
+                gpu_ids.add(dev)
+                self.memsets.add(ts, dur, dev, _stream_typed(a, e), _int(a.bytes, 0) if a is not None else 0,
+                                 _int(a.correlation, -1) if a is not None else -1)
+            elif c not in _KNOWN_IGNORED:
+                self.unknown_categories[str(cat)] += 1
+
+    def _memory_typed(self, e) -> None:
+        ts = e.ts
+        if ts is None:
+            self.malformed += 1
+            return
+        a = e.args
+        if a is None:
+            self.memory.add(self.ns(ts), 0, -1, 0, -1, -1)
+            return
+        dtype = _int(a.device_type, 0)
+        self.memory.add(
+            self.ns(ts), 1 if dtype in _GPU_DEVICE_TYPES else 0, _int(a.device_id, -1),
+            _int(a.mem_bytes, 0), _int(a.total_allocated, -1), _int(a.total_reserved, -1),
+        )
+
+    def finish(self, warnings: list[str]) -> Trace:
+        return self._finish(warnings)
+
+
+def _stream_typed(a, e) -> int:
+    s = a.stream if a is not None else None
+    if type(s) is int:
+        return s
+    m = _STREAM_TID.search(str(s if s is not None else (e.tid if e.tid is not None else "")))
+    return int(m.group(1)) if m else -1
 
 
 def _int(v: Any, default):
