@@ -14,6 +14,8 @@ import re
 from collections import Counter
 from typing import Any
 
+import msgspec
+
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.kineto_stream import Fallback, stream_events
 from trainscope.collectors.readers import Progress, parse_json_events, read_maybe_gzip
@@ -318,6 +320,8 @@ class _StreamParser(_Parser):
         self._builders = (self.kernels, self.copies, self.memsets, self.runtime, self.cpu_ops,
                           self.annotations, self.memory)
         self.seen_ph = False
+        self._tcache: dict = {}  # (pid, tid) as decoded → thread index
+        self._raw_dims: dict[tuple[str, bytes], int] = {}  # (operator, raw "Input Dims" JSON) → calls
 
     def check_first(self) -> None:
         """After the first slice: a document whose events carry no "ph" is not one we stream."""
@@ -353,7 +357,9 @@ class _StreamParser(_Parser):
 
     def _typed(self, events: list) -> None:
         intern = self.strings.intern
+        tcache = self._tcache
         thread = self.thread
+        raw_dims = self._raw_dims
         kcols, rcols, ocols, acols = (b.columns for b in (self.kernels, self.runtime, self.cpu_ops, self.annotations))
         k_ts, k_dur, k_dev, k_stream, k_name, k_corr = (c.append for c in kcols)
         r_ts, r_dur, r_thread, r_name, r_corr = (c.append for c in rcols)
@@ -391,28 +397,40 @@ class _StreamParser(_Parser):
                 name = str(name)
             a = e.args
             if c == "cpu_op" or c == "operator":
+                tk = (e.pid, e.tid)
+                th = tcache.get(tk)
+                if th is None:
+                    th = tcache[tk] = thread(*tk)
                 if name.startswith("ProfilerStep#"):
-                    a_ts(ts); a_dur(dur); a_thread(thread(e.pid, e.tid)); a_name(intern(name)); a_dev(-1)
+                    a_ts(ts); a_dur(dur); a_thread(th); a_name(intern(name)); a_dev(-1)
                     continue
-                flops = a.flops if a is not None else None
-                o_ts(ts); o_dur(dur); o_thread(thread(e.pid, e.tid)); o_name(intern(name))
+                o_ts(ts); o_dur(dur); o_thread(th); o_name(intern(name))
+                if a is None:
+                    o_flops(nan)
+                    continue
+                flops = a.flops
                 o_flops(float(flops) if isinstance(flops, (int, float)) else nan)
-                dims = a.input_dims if a is not None else None
-                if type(dims) is list:
-                    per_op = self.input_dims.setdefault(name, {})
-                    key = repr(dims)
-                    per_op[key] = per_op.get(key, 0) + 1
+                dims = a.input_dims
+                if dims:  # raw JSON bytes: counted per (operator, text), decoded once per distinct text
+                    key = (name, bytes(dims))
+                    raw_dims[key] = raw_dims.get(key, 0) + 1
             elif c in _RUNTIME:
                 if name.startswith("hip"):
                     self.hip = True
-                r_ts(ts); r_dur(dur); r_thread(thread(e.pid, e.tid)); r_name(intern(name))
-                r_corr(_int(a.correlation, -1) if a is not None else -1)
+                tk = (e.pid, e.tid)
+                th = tcache.get(tk)
+                if th is None:
+                    th = tcache[tk] = thread(*tk)
+                r_ts(ts); r_dur(dur); r_thread(th); r_name(intern(name))
+                corr = a.correlation if a is not None else -1
+                r_corr(corr if type(corr) is int else _int(corr, -1))
             elif c == "kernel":
                 dev = a.device if a is not None and a.device is not None else e.pid
                 dev = _int(dev, -1)
                 gpu_ids.add(dev)
                 k_ts(ts); k_dur(dur); k_dev(dev); k_stream(_stream_typed(a, e)); k_name(intern(name))
-                k_corr(_int(a.correlation, -1) if a is not None else -1)
+                corr = a.correlation if a is not None else -1
+                k_corr(corr if type(corr) is int else _int(corr, -1))
             elif c in _ANNOTATION:
                 dev = -1
                 if c == "gpu_user_annotation":
@@ -448,6 +466,16 @@ class _StreamParser(_Parser):
         )
 
     def finish(self, warnings: list[str]) -> Trace:
+        for (name, raw), n in self._raw_dims.items():
+            try:
+                dims = msgspec.json.decode(raw)
+            except msgspec.DecodeError:
+                continue
+            if type(dims) is list:
+                per_op = self.input_dims.setdefault(name, {})
+                key = repr(dims)
+                per_op[key] = per_op.get(key, 0) + n
+        self._raw_dims = {}
         return self._finish(warnings)
 
 

@@ -49,7 +49,7 @@ class Args(msgspec.Struct):
     stream: Any = None
     correlation: Any = None
     flops: Any = None
-    input_dims: Any = msgspec.field(default=None, name="Input Dims")
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
     bytes: Any = None
     kind: Any = None
     name: Any = None
