@@ -57,6 +57,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default: the median step")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
+    from trainscope.commands.analyze_ranks import add_arguments  # --jobs, --dask (rank directories)
+
+    add_arguments(a)
     a.set_defaults(run=run)
 
 
@@ -88,6 +91,12 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     if use_tui(args):
         return _run_app(args, rules, decorate)
+    from trainscope.executor import is_rank_set
+
+    if is_rank_set(args.trace):  # ranks mapped in worker processes (or on Dask), reduced here
+        from trainscope.commands.analyze_ranks import run_rank_set
+
+        return run_rank_set(args, rules, decorate)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
         traces = open_traces(args.trace, progress)
