@@ -126,7 +126,7 @@ def _map_dask(files: list[str], options: MapOptions, dask, fn: Callable, tick: C
         raise RuntimeError("--dask needs Dask distributed: pip install 'trainscope[dask]'") from None
     own = isinstance(dask, str)
     try:
-        client = Client(dask, timeout="10s") if own else dask
+        client = Client(dask, timeout="5s") if own else dask
     except (OSError, TimeoutError) as e:
         raise RuntimeError(f"cannot reach the Dask scheduler at {dask}: {e}") from None
     try:
