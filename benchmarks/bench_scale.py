@@ -165,7 +165,7 @@ def _row(mb: float, wall: float, rss: float, hta) -> str:
     hta_m = f"{hta[1]:,.0f} MiB" if hta else "—"
     ratio_t = f"{wall / hta[0]:.2f}" if hta else "—"
     ratio_m = f"{rss / hta[1]:.2f}" if hta else "—"
-    return (f"| {mb:,.0f} MB | {wall:.1f} s | {rss:,.0f} MiB | {rss / mb:.2f} | {hta_t} | {hta_m} | {ratio_t} | {ratio_m} |")
+    return (f"| {mb:,.0f} MB | {wall:.1f} s | {rss:,.0f} MiB | {rss * 2**20 / (mb * 1e6):.2f} | {hta_t} | {hta_m} | {ratio_t} | {ratio_m} |")
 
 
 if __name__ == "__main__":
