@@ -53,13 +53,18 @@ def load_kineto(path: str, progress: Progress | None = None) -> Trace:
     """Read one Kineto trace file (.json or .json.gz) into a :class:`Trace`: streamed in typed
     slices (collectors/kineto_stream.py), or, for a file the stream cannot place, in memory."""
     parser = _StreamParser(path, progress)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of acyclic records: the cyclic collector would rescan them again and again
     try:
         top, warnings = stream_events(path, parser, progress)
+        parser.top = top
+        return parser.finish(warnings)
     except Fallback:
         del parser
-        return load_kineto_in_memory(path, progress)
-    parser.top = top
-    return parser.finish(warnings)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return load_kineto_in_memory(path, progress)
 
 
 def load_kineto_in_memory(path: str, progress: Progress | None = None) -> Trace:

@@ -42,7 +42,7 @@ _CUT_TEXT = re.compile(r"\}\s*,\s*\{")
 _TRIES = 4  # candidate cuts tried from the end of a window before the window is decoded event by event
 
 
-class Args(msgspec.Struct):
+class Args(msgspec.Struct, gc=False):
     """The ``args`` fields the model reads; every other key is skipped by the decoder."""
 
     device: Any = None
@@ -60,7 +60,7 @@ class Args(msgspec.Struct):
     total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     ph: Union[str, None] = None
     cat: Any = None
     name: Any = None
