@@ -25,7 +25,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
 import re
+import threading
 import zlib
 from typing import Any, Iterator, Union
 
@@ -88,9 +90,48 @@ class _Source:
         self.size = os.path.getsize(path) or 1
         self.warnings: list[str] = []
         self.done = 0
+        self.stage = "reading"
         self.produced = 0
 
     def blocks(self) -> Iterator[bytes]:
+        """The blocks, read and gunzipped ahead in a thread (file reads and zlib release the GIL:
+        decompression runs on another core while the caller decodes)."""
+        q: queue.Queue = queue.Queue(maxsize=4)
+        stop = threading.Event()
+
+        def produce() -> None:
+            try:
+                for b in self._blocks():
+                    while not stop.is_set():
+                        try:
+                            q.put(("block", b, self.done, self.stage), timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+                q.put(("end", None, 0, ""))
+            except BaseException as e:  # handed to the consumer, raised there
+                q.put(("error", e, 0, ""))
+
+        t = threading.Thread(target=produce, name="trainscope-read-ahead", daemon=True)
+        t.start()
+        try:
+            while True:
+                kind, value, done, stage = q.get()
+                if kind == "block":
+                    if self.progress:  # in the caller's thread: progress callbacks draw
+                        self.progress(stage, min(1.0, done / self.size))
+                    yield value
+                elif kind == "error":
+                    raise value
+                else:
+                    return
+        finally:
+            stop.set()
+            t.join(timeout=5)
+
+    def _blocks(self) -> Iterator[bytes]:
         with open(self.path, "rb") as f:
             gz = f.read(2) == GZIP_MAGIC
             f.seek(0)
@@ -129,8 +170,7 @@ class _Source:
 
     def _tick(self, n: int, stage: str) -> None:
         self.done += n
-        if self.progress:
-            self.progress(stage, min(1.0, self.done / self.size))
+        self.stage = stage
 
 
 def stream_events(path: str, parser, progress: Progress | None = None) -> tuple[dict, list[str]]:
