@@ -9,8 +9,9 @@ data, 35 MB of JSON) end to end, each copy shifted past the previous one in time
 correlation, external and flow ids shifted, so every copy is a new stretch of the same run.
 They are written into a temporary directory (or ``--keep DIR``), never into the repository.
 
-Each measurement runs in a fresh subprocess; peak RSS is that child's own ``ru_maxrss``
-(measured in a wrapper process per run). trainscope is timed end to end (process start to the
+Each measurement runs in a fresh subprocess; peak RSS is that child's own ``ru_maxrss`` and CPU
+its user + system time (measured in a wrapper process per run). On a shared machine the wall time
+stretches with the load average (printed per row); CPU time is what carries to an idle machine. trainscope is timed end to end (process start to the
 JSON document on stdout); HTA is timed around ``TraceAnalysis(...)`` inside its process (load
 alone, imports excluded). HTA on 1 GB takes minutes: ``--no-hta`` skips it.
 """
@@ -94,18 +95,19 @@ def build_trace(source: pathlib.Path, target_bytes: int, out: pathlib.Path, comp
     return copy, written
 
 
-def _run(cmd: list[str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MiB, stdout) of one child run, measured by a wrapper process."""
+def _run(cmd: list[str]) -> tuple[float, float, str, float]:
+    """(wall seconds, peak RSS MiB, stdout, CPU seconds) of one child run, measured by a wrapper process."""
     wrapper = ("import resource, subprocess, sys, time; t=time.perf_counter(); "
                "p=subprocess.run(sys.argv[1:], capture_output=True, text=True); w=time.perf_counter()-t; "
                "sys.stderr.write(p.stderr[-3000:]); "
-               "print(p.returncode, w, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(p.stdout[-400:])")
+               "r=resource.getrusage(resource.RUSAGE_CHILDREN); "
+               "print(p.returncode, w, r.ru_maxrss, r.ru_utime + r.ru_stime); print(p.stdout[-400:])")
     p = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, check=True)
     first, _, rest = p.stdout.partition("\n")
-    rc, wall, rss = first.split()
+    rc, wall, rss, cpu = first.split()
     if int(rc) != 0:
         sys.exit(f"benchmark command failed ({rc}): {' '.join(cmd)}\n{p.stderr}")
-    return float(wall), int(rss) / 1024, rest
+    return float(wall), int(rss) / 1024, rest, float(cpu)
 
 
 def main() -> int:
@@ -131,20 +133,22 @@ def main() -> int:
                 print(f"built {path.name}: {copies} copies, {n / 1e6:,.0f} MB of JSON in {time.perf_counter() - t:.0f} s",
                       flush=True)
             json_mb = _json_bytes(path) / 1e6
-            ts_wall, ts_rss, _ = _run([sys.executable, "-m", "trainscope", "analyze", str(path), "--format", "json", "-q"])
+            ts_wall, ts_rss, _, ts_cpu = _run([sys.executable, "-m", "trainscope", "analyze", str(path), "--format", "json", "-q"])
             hta = None
             if not args.no_hta:
                 with tempfile.TemporaryDirectory() as hdir:
-                    wall, rss, out = _run([sys.executable, "-c", HTA_LOAD, str(path), hdir])
-                    hta = (float(out.strip().splitlines()[-1]), rss)
-            rows.append((json_mb, ts_wall, ts_rss, hta))
+                    wall, rss, out, cpu = _run([sys.executable, "-c", HTA_LOAD, str(path), hdir])
+                    hta = (float(out.strip().splitlines()[-1]), rss, cpu)
+            load = os.getloadavg()[0]
+            rows.append((json_mb, ts_wall, ts_cpu, ts_rss, hta, load))
             print(_row(*rows[-1]), flush=True)
     finally:
         if tmp is not None:
             tmp.cleanup()
     print()
-    print("| trace (JSON) | trainscope analyze | peak RSS | RSS / size | HTA load alone | HTA RSS | time ratio | RSS ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| trace (JSON) | trainscope wall | CPU | peak RSS | RSS / size | HTA load (wall) | HTA process CPU | HTA RSS "
+          "| wall ratio | RSS ratio | load avg |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(_row(*r))
     return 0
@@ -160,12 +164,14 @@ def _json_bytes(path: pathlib.Path) -> int:
     return n
 
 
-def _row(mb: float, wall: float, rss: float, hta) -> str:
+def _row(mb: float, wall: float, cpu: float, rss: float, hta, load: float) -> str:
     hta_t = f"{hta[0]:.1f} s" if hta else "—"
+    hta_c = f"{hta[2]:.1f} s" if hta else "—"
     hta_m = f"{hta[1]:,.0f} MiB" if hta else "—"
     ratio_t = f"{wall / hta[0]:.2f}" if hta else "—"
     ratio_m = f"{rss / hta[1]:.2f}" if hta else "—"
-    return (f"| {mb:,.0f} MB | {wall:.1f} s | {rss:,.0f} MiB | {rss * 2**20 / (mb * 1e6):.2f} | {hta_t} | {hta_m} | {ratio_t} | {ratio_m} |")
+    return (f"| {mb:,.0f} MB | {wall:.1f} s | {cpu:.1f} s | {rss:,.0f} MiB | {rss * 2**20 / (mb * 1e6):.2f} | {hta_t} | "
+            f"{hta_c} | {hta_m} | {ratio_t} | {ratio_m} | {load:.1f} |")
 
 
 if __name__ == "__main__":
