@@ -8,8 +8,8 @@ kernel time per class). No trace crosses a process boundary; 256 ranks fit in th
 Reduce (:func:`align_ranks`): a collective completes together on every rank that takes part —
 the last contribution arrives, then everyone finishes within a hop's latency. So the END of a
 collective is a common instant across ranks, whatever each rank's clock. Matching each rank's
-collectives to the reference rank's (same kind; ends within ``ranks.end_match_us`` once the clock
-offset is removed), the offset between two ranks' clocks is the densest cluster of end
+collectives to the reference rank's (same kind, overlapping; ends within ``ranks.end_match_us`` or
+``ranks.end_match_pct`` of the longer one's duration once the clock offset is removed), the offset between two ranks' clocks is the densest cluster of end
 differences, and each rank's *arrival* is its start on the common clock. Time inside a collective
 splits into **waiting** (from a rank's arrival to the last rank's arrival: the skew) and
 **transfer** (from the last arrival to the end: what the network costs). The rank that arrives
@@ -175,19 +175,24 @@ def _offset(ref: RankCollectives, other: RankCollectives, tol: int, cap: int = 3
     return float(np.median(d[i:hi[i]])), int(counts[i])
 
 
-def _match(ref: RankCollectives, other: RankCollectives, offset: float, tol: int) -> dict[int, int]:
-    """Reference index → other's index: same kind, ends within ``tol`` once the offset is removed,
-    the intervals overlapping; one to one, nearest ends first."""
+def _match(ref: RankCollectives, other: RankCollectives, offset: float, tol: int, rel: float) -> dict[int, int]:
+    """Reference index → other's index: same kind, the intervals overlapping, ends within
+    ``max(tol, rel × the longer duration)`` once the offset is removed; one to one, nearest ends first."""
     end_o = other.end - offset
     start_o = other.start - offset
+    dur_o = other.end - other.start
+    dur_r = ref.end - ref.start
+    reach = max(tol, int(rel * max(int(dur_o.max(initial=0)), int(dur_r.max(initial=0)))))
     order = np.argsort(end_o, kind="stable")
     sorted_end = end_o[order]
     pairs = []
     for j in range(len(ref)):
-        lo, hi = np.searchsorted(sorted_end, ref.end[j] - tol), np.searchsorted(sorted_end, ref.end[j] + tol, side="right")
+        lo, hi = np.searchsorted(sorted_end, ref.end[j] - reach), np.searchsorted(sorted_end, ref.end[j] + reach, side="right")
         for i in order[lo:hi]:
-            if other.kind[i] == ref.kind[j] and start_o[i] < ref.end[j] and ref.start[j] < end_o[i]:
-                pairs.append((abs(float(end_o[i] - ref.end[j])), j, int(i)))
+            gap = abs(float(end_o[i] - ref.end[j]))
+            if (other.kind[i] == ref.kind[j] and start_o[i] < ref.end[j] and ref.start[j] < end_o[i]
+                    and gap <= max(tol, rel * max(int(dur_o[i]), int(dur_r[j])))):
+                pairs.append((gap, j, int(i)))
     pairs.sort()
     used_r, used_o, out = set(), set(), {}
     for _, j, i in pairs:
@@ -204,6 +209,7 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
     if len(summaries) < 2:
         return None
     tol = int(rules.value("ranks.end_match_us") * 1000)
+    rel = rules.value("ranks.end_match_pct") / 100
     with_coll = [s for s in summaries if len(s.collectives)]
     n = len(summaries)
     if len(with_coll) < 2:
@@ -222,7 +228,7 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
         if off is None or off[1] < 2:
             continue
         offsets[r] = off[0]
-        matches[r] = _match(ref, s.collectives, off[0], tol)
+        matches[r] = _match(ref, s.collectives, off[0], tol, rel)
     # instances: reference collectives matched on at least one other rank
     inst = [j for j in range(len(ref)) if sum(j in matches[r] for r in range(n) if r != ref_i) >= 1]
     arrival = np.full((n, len(inst)), np.nan)
@@ -291,7 +297,10 @@ def _imbalance(summaries: list[RankSummary], ranks: list[RankAlignment], rules: 
         if mine - theirs > 0:
             extra.append((c, round((mine - theirs) / 1e6, 3)))
     extra.sort(key=lambda x: -x[1])
-    work = ", ".join(f"{c} +{ms:.1f} ms" for c, ms in extra[:3]) or "no kernel class takes longer"
+    if not any(summaries[s_i].class_ns.values()):
+        work = "none to compare (no GPU kernels)"
+    else:
+        work = ", ".join(f"{c} +{ms:.1f} ms" for c, ms in extra[:3]) or "no kernel class takes longer"
     summary = (f"rank {lead.rank} arrives last at {lead.last_in} of {lead.matched} matched collectives, "
                f"{lead.mean_late_ms:.1f} ms after the first rank on average; the other ranks wait "
                f"{lose:.1f} ms per step for it inside collectives ({100 * lose / median_step:.0f} % of the "

@@ -142,15 +142,18 @@ class _Source:
                 return
             dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
             damaged = None
-            while block := f.read(_BLOCK):
+            while block := f.read(_BLOCK // 8):
                 self._tick(len(block), "decompressing")
                 try:
-                    out = dec.decompress(block)
+                    pending = block
+                    while pending:  # at most _BLOCK bytes out per call: traces compress 20×
+                        out = dec.decompress(pending, _BLOCK)
+                        pending = dec.unconsumed_tail
+                        self.produced += len(out)
+                        yield out
                 except zlib.error as e:
                     damaged = f"corrupt gzip data ({e})"
                     break
-                self.produced += len(out)
-                yield out
                 if dec.eof:
                     if dec.unused_data.strip(b"\x00"):
                         self.warnings.append("data after the end of the gzip stream ignored")
