@@ -227,7 +227,7 @@ def ranks_view_text_lines(v: dict, bold) -> list[str]:
     if not d:
         return []
     out = [bold("Step time across ranks") + f"  p5 {d['p5']:.1f} · p50 {d['p50']:.1f} · p95 {d['p95']:.1f} · "
-           f"max {d['max']:.1f} ms  (rows: ranks, latest first; columns: steps; darker = longer)"]
+           f"max {d['max']:.1f} ms  (rows: ranks, latest first; columns: steps; taller = longer)"]
     lo, hi = d["min"], d["max"]
     for r, row in list(zip(v["by_lateness"], v["heat_ms"]))[:32]:
         strip = "".join(" " if x is None else _SHADES[min(7, int((x - lo) / (hi - lo) * 8)) if hi > lo else 3]
@@ -249,7 +249,7 @@ def ranks_view_markdown_lines(v: dict, al: dict | None, esc) -> list[str]:
     if al:
         out += [esc(al["clock_offsets"]), ""]
     out += [f"Step time across ranks: p5 {d['p5']:.1f}, p50 {d['p50']:.1f}, p95 {d['p95']:.1f}, max {d['max']:.1f} ms.", "",
-            "| rank | late by ms | step p50 ms | steps (darker = longer) |", "|---:|---:|---:|---|"]
+            "| rank | late by ms | step p50 ms | steps (taller = longer) |", "|---:|---:|---:|---|"]
     lo, hi = d["min"], d["max"]
     for r, row in zip(v["by_lateness"], v["heat_ms"]):
         strip = "".join("·" if x is None else _SHADES[min(7, int((x - lo) / (hi - lo) * 8)) if hi > lo else 3]
