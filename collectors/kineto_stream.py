@@ -250,6 +250,9 @@ def stream_events(path: str, parser, progress: Progress | None = None) -> tuple[
         if not done:  # no clean cut in the window: whole events one by one, up to the damage
             n, pos, damage = _one_by_one(buf, pos, len(buf), parser, final=False)
             total += n
+            if not checked and n:
+                checked = True
+                parser.check_first()
             if damage:
                 warnings.append(_damaged(damage, total, consumed + pos))
                 if not total:
@@ -271,9 +274,9 @@ def stream_events(path: str, parser, progress: Progress | None = None) -> tuple[
     # truncated (or damaged in the last slice): whole events one by one, then say what was lost
     n, stop, damage = _one_by_one(rest, 0, len(rest), parser, final=True)
     total += n
+    if not checked:
+        parser.check_first()  # not chrome-trace events at all: the in-memory reader says what it is
     if not total:
-        if checked:
-            pass
         raise TraceError(path, f"not valid JSON ({damage or 'truncated'}) and no complete trace events before the error")
     warnings.append(_damaged(damage or "truncated", total, consumed + pos + stop))
     return _top(head, b"]}" if head else b"]"), src.warnings + warnings
