@@ -95,6 +95,57 @@ def build_trace(source: pathlib.Path, target_bytes: int, out: pathlib.Path, comp
     return copy, written
 
 
+NSYS_SOURCE = ROOT / "tests" / "data" / "nsys" / "cs336_small_train_step_a100.sqlite"
+_NSYS_TIMED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
+               "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS", "OSRT_API", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+
+
+def build_nsys(source: pathlib.Path, target_bytes: int, out: pathlib.Path) -> int:
+    """Copy an Nsight export and repeat its activity rows (shifted in time and correlation ids)
+    until the database reaches ``target_bytes``; returns the copies."""
+    import shutil
+    import sqlite3
+
+    shutil.copyfile(source, out)
+    con = sqlite3.connect(out)
+    tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'") if t in _NSYS_TIMED]
+    lo, hi, max_corr = None, None, 0
+    cols = {}
+    for t in tables:
+        cols[t] = [r[1] for r in con.execute(f'PRAGMA table_info("{t}")')]
+        a, b = con.execute(f'SELECT min(start), max(COALESCE("end", start)) FROM "{t}"').fetchone()
+        if a is not None:
+            lo = a if lo is None else min(lo, a)
+            hi = b if hi is None else max(hi, b)
+        if "correlationId" in cols[t]:
+            max_corr = max(max_corr, con.execute(f'SELECT COALESCE(max(correlationId), 0) FROM "{t}"').fetchone()[0])
+    period = (hi - lo) + 1_000_000
+    base = {t: f"SELECT * FROM \"{t}\"" for t in tables}
+    con.execute("PRAGMA journal_mode=OFF")
+    con.execute("PRAGMA synchronous=OFF")
+    for t in tables:  # originals kept aside so every copy shifts the original rows
+        con.execute(f'CREATE TEMP TABLE "orig_{t}" AS {base[t]}')
+    copies = 1
+    while out.stat().st_size < target_bytes:
+        for t in tables:
+            sel = []
+            for c in cols[t]:
+                if c in ("start", "end"):
+                    sel.append(f'"{c}" + {copies * period}')
+                elif c == "correlationId":
+                    sel.append(f'"{c}" + {copies * (max_corr + 1)}')
+                elif c in ("id", "rowid"):
+                    sel.append("NULL")
+                else:
+                    sel.append(f'"{c}"')
+            con.execute(f'INSERT INTO "{t}" ({", ".join(chr(34) + c + chr(34) for c in cols[t])}) '
+                        f'SELECT {", ".join(sel)} FROM "orig_{t}"')
+        con.commit()
+        copies += 1
+    con.close()
+    return copies
+
+
 def _run(cmd: list[str]) -> tuple[float, float, str, float]:
     """(wall seconds, peak RSS MiB, stdout, CPU seconds) of one child run, measured by a wrapper process."""
     wrapper = ("import resource, subprocess, sys, time; t=time.perf_counter(); "
@@ -116,6 +167,8 @@ def main() -> int:
     ap.add_argument("--source", default=str(SOURCE), help="the real trace to repeat")
     ap.add_argument("--no-hta", action="store_true", help="skip HTA (its 1 GB load takes minutes)")
     ap.add_argument("--gzip", action="store_true", help="write the traces gzip-compressed (.json.gz)")
+    ap.add_argument("--nsys", action="store_true",
+                    help="build Nsight Systems SQLite exports instead (sizes are of the database file); HTA is skipped")
     ap.add_argument("--keep", metavar="DIR", help="build the traces in DIR and keep them (default: a temporary dir)")
     args = ap.parse_args()
     sizes = [float(s) for s in args.sizes.split(",") if s.strip()]
@@ -126,6 +179,17 @@ def main() -> int:
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; source {pathlib.Path(args.source).name}")
     try:
         for gb in sizes:
+            if args.nsys:
+                path = where / f"scale_{gb:g}GB.sqlite"
+                if not path.exists():
+                    t = time.perf_counter()
+                    copies = build_nsys(NSYS_SOURCE, int(gb * 1e9), path)
+                    print(f"built {path.name}: {copies} copies in {time.perf_counter() - t:.0f} s", flush=True)
+                ts_wall, ts_rss, _, ts_cpu = _run([sys.executable, "-m", "trainscope", "analyze", str(path),
+                                                   "--format", "json", "-q"])
+                rows.append((path.stat().st_size / 1e6, ts_wall, ts_cpu, ts_rss, None, os.getloadavg()[0]))
+                print(_row(*rows[-1]), flush=True)
+                continue
             path = where / f"scale_{gb:g}GB.json{'.gz' if args.gzip else ''}"
             if not path.exists():
                 t = time.perf_counter()
