@@ -168,3 +168,26 @@ def test_gloo_sleeping_rank_arrives_last(gloo_dir):
     late = al.ranks[1].mean_late_ms
     assert late > 0.5 * GLOO_DELAY_MS and al.ranks[0].mean_late_ms < 0.2 * late
     assert al.ranks[0].wait_ms_per_step > 3 * al.ranks[1].wait_ms_per_step
+
+
+def test_app_ranks_tab_shows_the_alignment_and_the_heat_strip():
+    import asyncio
+
+    pytest.importorskip("textual")
+    from trainscope.tui.app import AnalyzeApp
+
+    async def go():
+        app = AnalyzeApp(str(DLRM))
+        async with app.run_test(size=(120, 60)) as pilot:
+            for _ in range(300):
+                await pilot.pause(0.05)
+                if app.session is not None and app.query_one("#tabs").display:
+                    break
+            await pilot.pause()
+            await pilot.press("7")
+            await pilot.pause(0.2)
+            text = str(app.query_one("#stragglers").render())
+            assert "rank imbalance: rank 1 arrives last" in text
+            assert "Step time across ranks" in text
+
+    asyncio.run(go())

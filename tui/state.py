@@ -93,6 +93,14 @@ def build_session(path: str, traces: TraceSet, rules: Rules, peak_tflops: float 
         from trainscope.reports.deep import stragglers_dict
 
         session.stragglers = stragglers_dict(detect_stragglers(traces.traces, analyses, rules))
+        from trainscope.analyzers.ranks import align_ranks, ranks_view, summarize
+        from trainscope.reports.deep import alignment_dict
+
+        summaries = [summarize(t, a) for t, a in zip(traces.traces, analyses)]  # the Ranks tab: aligned ranks, heat strip
+        alignment = align_ranks(summaries, rules)
+        if alignment is not None:
+            session.stragglers["alignment"] = alignment_dict(alignment)
+        session.stragglers["ranks_view"] = ranks_view(summaries, alignment)
     if progress:
         progress("building the timeline", None)
     _ = ranks[main].timeline  # the first screens need it: build it here, off the UI thread
