@@ -13,6 +13,7 @@ import glob
 import os
 import re
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -41,6 +42,14 @@ class RankSet:
     path: str
     summaries: list[RankSummary]
     warnings: list[str] = field(default_factory=list)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (a container's CPU set, not the host's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def is_rank_set(path: str) -> bool:
@@ -105,17 +114,21 @@ def map_ranks(files: list[str], options: MapOptions = MapOptions(), jobs: int | 
 
     if dask is not None:
         return _map_dask(files, options, dask, fn, tick)
-    jobs = jobs or os.cpu_count() or 1
+    jobs = jobs or available_cores()
     if jobs <= 1 or n <= 1:
         for i, f in enumerate(files):
             results[i] = fn(f, options)
             tick()
         return results
-    with ProcessPoolExecutor(max_workers=min(jobs, n)) as pool:
-        futures = {pool.submit(fn, f, options): i for i, f in enumerate(files)}
-        for fut in as_completed(futures):
-            results[futures[fut]] = fut.result()
-            tick()
+    try:
+        with ProcessPoolExecutor(max_workers=min(jobs, n)) as pool:
+            futures = {pool.submit(fn, f, options): i for i, f in enumerate(files)}
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                tick()
+    except BrokenProcessPool:
+        raise RuntimeError(f"a worker process died while analyzing ranks (out of memory?); "
+                           f"retry with fewer --jobs than {jobs}") from None
     return results
 
 

@@ -9,7 +9,7 @@ from trainscope.common import EXIT_BAD_INPUT, Progress, emit_document
 
 def add_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
-                   help="rank directories: analyze N ranks at once in worker processes (default: the machine's cores)")
+                   help="rank directories: analyze N ranks at once in worker processes (default: the cores this process may use)")
     a.add_argument("--dask", metavar="ADDRESS",
                    help="rank directories: analyze the ranks on the Dask cluster whose scheduler is at ADDRESS "
                         "(tcp://host:8786); the workers read the files at the same paths (needs the dask extra)")
