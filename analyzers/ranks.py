@@ -156,7 +156,7 @@ class Alignment:
     offsets_note: str
 
 
-def _offset(ref: RankCollectives, other: RankCollectives, tol: int, cap: int = 3000) -> tuple[float, int] | None:
+def _offset(ref: RankCollectives, other: RankCollectives, tol: int, cap: int = 600) -> tuple[float, int] | None:
     """Clock offset of ``other`` against ``ref``: the densest cluster (width 2·tol) of end
     differences between collectives of the same kind; (offset ns, pairs in the cluster)."""
     diffs = []
@@ -251,7 +251,8 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
         lateness = arrival - first
         has = ~np.isnan(arrival)
         last_rank = np.where(has, lateness, -1).argmax(axis=0)
-        last_in = np.bincount(last_rank, minlength=n)
+        spread = last - first
+        last_in = np.bincount(last_rank[spread > 0], minlength=n)  # a tie has no last rank
         wait = np.where(has, last - arrival, 0.0).sum(axis=1)
         transfer = np.where(has, np.maximum(0.0, common_end - last), 0.0).sum(axis=1)
         for r, s in enumerate(summaries):
