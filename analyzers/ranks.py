@@ -185,15 +185,20 @@ def _match(ref: RankCollectives, other: RankCollectives, offset: float, tol: int
     reach = max(tol, int(rel * max(int(dur_o.max(initial=0)), int(dur_r.max(initial=0)))))
     order = np.argsort(end_o, kind="stable")
     sorted_end = end_o[order]
-    pairs = []
-    for j in range(len(ref)):
-        lo, hi = np.searchsorted(sorted_end, ref.end[j] - reach), np.searchsorted(sorted_end, ref.end[j] + reach, side="right")
-        for i in order[lo:hi]:
-            gap = abs(float(end_o[i] - ref.end[j]))
-            if (other.kind[i] == ref.kind[j] and start_o[i] < ref.end[j] and ref.start[j] < end_o[i]
-                    and gap <= max(tol, rel * max(int(dur_o[i]), int(dur_r[j])))):
-                pairs.append((gap, j, int(i)))
-    pairs.sort()
+    los = np.searchsorted(sorted_end, ref.end - reach)
+    his = np.searchsorted(sorted_end, ref.end + reach, side="right")
+    # every (reference, candidate) pair within reach, as flat index arrays
+    counts = his - los
+    js = np.repeat(np.arange(len(ref)), counts)
+    if not len(js):
+        return {}
+    offs = np.arange(len(js)) - np.repeat(np.cumsum(counts) - counts, counts)
+    cand = order[np.repeat(los, counts) + offs]
+    gap = np.abs(end_o[cand] - ref.end[js]).astype(float)
+    ok = ((start_o[cand] < ref.end[js]) & (ref.start[js] < end_o[cand])
+          & (gap <= np.maximum(tol, rel * np.maximum(dur_o[cand], dur_r[js]))))
+    kind_o, kind_r = other.kind, ref.kind
+    pairs = sorted((float(g), int(j), int(i)) for g, j, i in zip(gap[ok], js[ok], cand[ok]) if kind_o[i] == kind_r[j])
     used_r, used_o, out = set(), set(), {}
     for _, j, i in pairs:
         if j not in used_r and i not in used_o:
