@@ -128,6 +128,9 @@ def stragglers_text_lines(s: dict, bold) -> list[str]:
             for c in s["slow_collectives"][:3]))
     if s.get("alignment"):
         out += [""] + alignment_text_lines(s["alignment"], bold)
+        note = _disagreement(s)
+        if note:
+            out += ["  " + line for line in textwrap.wrap(note, 92)]
     if s.get("ranks_view"):
         out += [""] + ranks_view_text_lines(s["ranks_view"], bold)
     return out
@@ -184,7 +187,22 @@ def stragglers_markdown_lines(s: dict, esc) -> list[str]:
         out.append("")
     if s.get("ranks_view"):
         out += ranks_view_markdown_lines(s["ranks_view"], s.get("alignment"), esc)
+    note = _disagreement(s)
+    if note:
+        out += [esc(note), ""]
     return out
+
+
+def _disagreement(s: dict) -> str | None:
+    """When the ranks aligned on collective ends name another straggler than the step-offset
+    comparison, say which to trust: arrival measured from a common instant."""
+    al = s.get("alignment")
+    imb = al and al.get("rank_imbalance")
+    if not imb or imb["rank"] in s["stragglers"]:
+        return None
+    return (f"Note: aligned on the collectives' common end, rank {imb['rank']} arrives last; the step-offset "
+            "comparison above measures each rank from its own step start, which misleads when ranks start their "
+            "steps together and one waits inside its first collective.")
 
 
 def alignment_dict(al) -> dict[str, Any]:

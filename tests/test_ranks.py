@@ -191,3 +191,14 @@ def test_app_ranks_tab_shows_the_alignment_and_the_heat_strip():
             assert "Step time across ranks" in text
 
     asyncio.run(go())
+
+
+def test_a_disagreeing_step_offset_verdict_is_called_out(capsys):
+    from trainscope.reports.deep import stragglers_markdown_lines, stragglers_text_lines
+
+    assert main(["analyze", str(DLRM), "--format", "json", "-q", "--jobs", "1"]) == 0
+    s = json.loads(capsys.readouterr().out)["stragglers"]
+    assert not any("Note: aligned" in line for line in stragglers_text_lines(s, str))
+    s["stragglers"] = [0]  # as on a job whose ranks start their steps together
+    assert any("rank 1 arrives last" in line for line in stragglers_text_lines(s, str) if line.startswith("  Note"))
+    assert any(line.startswith("Note: aligned") for line in stragglers_markdown_lines(s, lambda x, n=0: x))
