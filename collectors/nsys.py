@@ -142,6 +142,7 @@ class _Reader:
         # Read in batches, each frozen to arrays at once: memory holds one batch of Python rows,
         # not the whole table (a 10 M-kernel export would otherwise cost gigabytes of tuples).
         parts: list[dict] = []
+        shared: dict = {}  # one object per distinct text (NVTX texts repeat every step)
         while data := cur.fetchmany(_BATCH):
             if len(numeric) == len(wanted):  # one conversion for the whole batch: much faster than per column
                 arr = np.array(data, dtype=np.int64).reshape(len(data), len(wanted))
@@ -150,7 +151,7 @@ class _Reader:
             out: dict = {}
             for j, col in enumerate(wanted):
                 if col in text:
-                    out[col] = [r[j] for r in data]
+                    out[col] = [shared.setdefault(r[j], r[j]) for r in data]
                 elif col in real:
                     out[col] = np.fromiter((r[j] for r in data), dtype=np.float64, count=len(data))
                 else:
