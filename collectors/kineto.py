@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import re
 from collections import Counter
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.kineto_stream import Fallback, stream_events
@@ -49,9 +51,16 @@ _MEM_ALIASES = {"pageable": "pageable", "pinned": "pinned", "device": "device", 
 _GPU_DEVICE_TYPES = {1, 6}
 
 
+PARALLEL_MIN_BYTES = 192 << 20  # plain files this large are read in two halves, one in another process
+
+
 def load_kineto(path: str, progress: Progress | None = None) -> Trace:
     """Read one Kineto trace file (.json or .json.gz) into a :class:`Trace`: streamed in typed
     slices (collectors/kineto_stream.py), or, for a file the stream cannot place, in memory."""
+    if os.path.getsize(path) >= PARALLEL_MIN_BYTES and _cores() >= 2:
+        trace = _load_halves(path, progress)
+        if trace is not None:
+            return trace
     parser = _StreamParser(path, progress)
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of acyclic records: the cyclic collector would rescan them again and again
@@ -65,6 +74,103 @@ def load_kineto(path: str, progress: Progress | None = None) -> Trace:
         if gc_was_enabled:
             gc.enable()
     return load_kineto_in_memory(path, progress)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _load_halves(path: str, progress: Progress | None) -> Trace | None:
+    """A large plain file read as two parts at once: the second half in a worker process, the
+    first here, then the second's tables appended with its names and threads renumbered into
+    this parser's. None (read it serially) when the file gives no verified middle cut, or when
+    anything in the parts is unusual (damage, off-schema slices are fine)."""
+    import pickle
+    import subprocess
+    import sys
+
+    from trainscope.collectors.kineto_stream import split_point
+
+    found = split_point(path)
+    if found is None:
+        return None
+    cut, head = found
+    parser = _StreamParser(path, progress)
+    # A child interpreter of its own (not multiprocessing: no fork of a process that may run
+    # threads, no re-import of the caller's __main__); the request and the tables go by pipe.
+    try:
+        child = subprocess.Popen([sys.executable, "-c", "from trainscope.collectors.kineto import _part_main; _part_main()"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    try:
+        child.stdin.write(pickle.dumps((path, cut, head)))
+        child.stdin.close()
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            _, warnings = stream_events(path, parser, progress, 0, cut, head)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        if warnings:
+            return None  # damage in the first half: the serial reader says where reading stopped
+        if progress:
+            progress("joining the second half", None)
+        out = child.stdout.read()
+        if child.wait() != 0 or not out:
+            return None
+        part = pickle.loads(out)  # our own child's reply
+    except (Fallback, TraceError, OSError, EOFError, pickle.UnpicklingError):
+        return None
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    if part is None:
+        return None
+    before = parser.events_seen
+    parser.merge_part(part)
+    parser.top = part["top"]
+    warnings = part["warnings"]
+    if part["damage"]:  # the salvage message counts the events of both parts
+        from trainscope.collectors.kineto_stream import _damaged
+
+        why, n, where = part["damage"]
+        warnings = [_damaged(why, before + n, where) if w.startswith("JSON is truncated") else w for w in warnings]
+    return parser.finish(warnings)
+
+
+def _part_main() -> None:
+    """The child of :func:`_load_halves`: (path, start, head) on stdin, the part on stdout."""
+    import pickle
+    import sys
+
+    path, start, head = pickle.loads(sys.stdin.buffer.read())
+    sys.stdout.buffer.write(pickle.dumps(_read_part(path, start, head), protocol=pickle.HIGHEST_PROTOCOL))
+    sys.stdout.buffer.flush()
+
+
+def _read_part(path: str, start: int, head: bytes) -> dict | None:
+    """In the worker: read ``path`` from ``start`` to the end and return the tables and what the
+    merge needs (strings, thread keys, counts), or None when the part cannot be streamed."""
+    parser = _StreamParser(path, None)
+    gc.disable()
+    try:
+        top, warnings = stream_events(path, parser, None, start, None, head)
+    except (Fallback, TraceError):
+        return None
+    parser.finalize_dims()
+    tables = {name: b.build() for name, b in parser.named_builders()}
+    return {
+        "tables": tables, "strings": parser.strings.strings, "threads": list(parser.threads),
+        "thread_names": parser.thread_names, "input_dims": parser.input_dims, "gpu_ids": parser.gpu_ids,
+        "hip": parser.hip, "malformed": parser.malformed, "negative": parser.negative, "nonfinite": parser.nonfinite,
+        "unknown": parser.unknown_categories, "top": top, "warnings": warnings, "damage": parser.damage,
+    }
 
 
 def load_kineto_in_memory(path: str, progress: Progress | None = None) -> Trace:
@@ -327,6 +433,8 @@ class _StreamParser(_Parser):
         self.seen_ph = False
         self._tcache: dict = {}  # (pid, tid) as decoded → thread index
         self._raw_dims: dict[tuple[str, bytes], int] = {}  # (operator, raw "Input Dims" JSON) → calls
+        self.events_seen = 0  # events fed (for the count in a salvage message of a later part)
+        self.damage: tuple[str, int, int] | None = None  # (why, events before, byte) where reading stopped
 
     def check_first(self) -> None:
         """After the first slice: a document whose events carry no "ph" is not one we stream."""
@@ -336,6 +444,7 @@ class _StreamParser(_Parser):
     def feed_dicts(self, events: list, progress: Progress | None = None) -> None:
         if not self.seen_ph:
             self.seen_ph = any(type(e) is dict and "ph" in e for e in events[:1000])
+        self.events_seen += len(events)
         super().feed_dicts(events, progress)
         self._flush()
 
@@ -358,6 +467,7 @@ class _StreamParser(_Parser):
             return False
         if events:
             self.seen_ph = self.seen_ph or any(e.ph is not None for e in events[:1000])
+        self.events_seen += len(events)
         return True
 
     def _typed(self, events: list) -> None:
@@ -469,6 +579,49 @@ class _StreamParser(_Parser):
             self.ns(ts), 1 if dtype in _GPU_DEVICE_TYPES else 0, _int(a.device_id, -1),
             _int(a.mem_bytes, 0), _int(a.total_allocated, -1), _int(a.total_reserved, -1),
         )
+
+    def named_builders(self):
+        names = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "memory")
+        return list(zip(names, self._builders))
+
+    def merge_part(self, part: dict) -> None:
+        """Append a later part's rows (from :func:`_read_part`), names and threads renumbered."""
+        self.finalize_dims()
+        names = np.array([self.strings.intern(x) for x in part["strings"]], np.int32)
+        threads = np.array([self.thread(pid, tid) for pid, tid in part["threads"]], np.int32)
+        for name, b in self.named_builders():
+            t = part["tables"][name]
+            if not len(t):
+                continue
+            if hasattr(t, "name"):
+                t.name = names[t.name] if len(names) else t.name
+            if hasattr(t, "thread"):
+                t.thread = threads[t.thread] if len(threads) else t.thread
+            b.flush()
+            b.parts.append(t)
+        self.thread_names.update(part["thread_names"])
+        for op, shapes in part["input_dims"].items():
+            mine = self.input_dims.setdefault(op, {})
+            for k, n in shapes.items():
+                mine[k] = mine.get(k, 0) + n
+        self.gpu_ids |= part["gpu_ids"]
+        self.hip = self.hip or part["hip"]
+        self.malformed += part["malformed"]
+        self.negative += part["negative"]
+        self.nonfinite += part["nonfinite"]
+        self.unknown_categories.update(part["unknown"])
+
+    def finalize_dims(self) -> None:
+        for (name, raw), n in self._raw_dims.items():
+            try:
+                dims = msgspec.json.decode(raw)
+            except msgspec.DecodeError:
+                continue
+            if type(dims) is list:
+                per_op = self.input_dims.setdefault(name, {})
+                key = repr(dims)
+                per_op[key] = per_op.get(key, 0) + n
+        self._raw_dims = {}
 
     def finish(self, warnings: list[str]) -> Trace:
         for (name, raw), n in self._raw_dims.items():

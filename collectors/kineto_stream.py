@@ -84,10 +84,11 @@ class Fallback(Exception):
 class _Source:
     """Blocks of the file's bytes, gunzipped when it is gzip, with the in-memory reader's warnings."""
 
-    def __init__(self, path: str, progress: Progress | None) -> None:
+    def __init__(self, path: str, progress: Progress | None, start: int = 0, stop: int | None = None) -> None:
         self.path = path
         self.progress = progress
-        self.size = os.path.getsize(path) or 1
+        self.start, self.stop = start, stop  # a byte range of a plain file (a part read in parallel)
+        self.size = ((stop if stop is not None else os.path.getsize(path)) - start) or 1
         self.warnings: list[str] = []
         self.done = 0
         self.stage = "reading"
@@ -135,10 +136,16 @@ class _Source:
         with open(self.path, "rb") as f:
             gz = f.read(2) == GZIP_MAGIC
             f.seek(0)
-            if not gz:
-                while block := f.read(_BLOCK):
+            if not gz or self.start or self.stop is not None:
+                f.seek(self.start)
+                left = self.stop - self.start if self.stop is not None else None
+                while block := f.read(_BLOCK if left is None else min(_BLOCK, left)):
                     self._tick(len(block), "reading")
                     yield block
+                    if left is not None:
+                        left -= len(block)
+                        if left <= 0:
+                            return
                 return
             dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
             damaged = None
@@ -176,10 +183,15 @@ class _Source:
         self.stage = stage
 
 
-def stream_events(path: str, parser, progress: Progress | None = None) -> tuple[dict, list[str]]:
+def stream_events(path: str, parser, progress: Progress | None = None, start: int = 0, stop: int | None = None,
+                  head: bytes | None = None) -> tuple[dict, list[str]]:
     """Feed ``path``'s events to ``parser`` (``feed_typed(list[Event])``, ``feed_dicts(list)``) slice
-    by slice; returns the top-level fields (``traceEvents`` left out) and the warnings."""
-    src = _Source(path, progress)
+    by slice; returns the top-level fields (``traceEvents`` left out) and the warnings.
+
+    A part of a plain file read in parallel: ``start`` is the first byte of an event (``head``,
+    the document up to the event array's "[", given); ``stop`` ends the part just after an
+    event's "}" (the rest is another part's)."""
+    src = _Source(path, progress, start, stop)
     blocks = src.blocks()
     buf = b""
     eof = False
@@ -199,9 +211,11 @@ def stream_events(path: str, parser, progress: Progress | None = None) -> tuple[
     while len(buf) < 64 and more():
         pass
     lead = buf.lstrip()
-    if not lead:
+    if head is not None:
+        pos = len(head) if start == 0 else 0  # a first part begins with the head; a later one at an event
+    elif not lead:
         raise Fallback
-    if lead[:1] == b"[":
+    elif lead[:1] == b"[":
         head, pos = b"", len(buf) - len(lead) + 1
     elif lead[:1] == b"{":
         start = 0
@@ -223,7 +237,7 @@ def stream_events(path: str, parser, progress: Progress | None = None) -> tuple[
     warnings: list[str] = []
     total = 0  # events read
     checked = False
-    consumed = 0  # bytes of buf dropped so far (for byte positions in messages)
+    consumed = start  # bytes before buf[0] in the file (for byte positions in messages)
     while True:
         # keep at least one slice's worth of JSON ahead
         while not eof and len(buf) - pos < _CHUNK:
@@ -254,13 +268,19 @@ def stream_events(path: str, parser, progress: Progress | None = None) -> tuple[
                 checked = True
                 parser.check_first()
             if damage:
-                warnings.append(_damaged(damage, total, consumed + pos))
+                warnings.append(_damaged(damage, total, consumed + pos, parser))
                 if not total:
                     raise TraceError(path, f"not valid JSON ({damage}) and no complete trace events before the error")
                 return _top(head, b"]}" if head else b"]"), src.warnings + warnings
 
     # -- the last slice: the events, the array's "]", the rest of the document ---------------
     rest = buf[pos:]
+    if stop is not None:  # a first part: whole events up to the cut, no "]"
+        body = rest.rstrip(b" \t\r\n,")
+        n = _decode_slice(body, 0, len(body), parser) if body.strip() else 0
+        if n is None:
+            raise Fallback
+        return {}, src.warnings + warnings
     for ev_end, trailer in _array_ends(head, rest):
         n = _decode_slice(rest, 0, ev_end, parser) if rest[:ev_end].strip() else 0
         if n is None:
@@ -278,11 +298,13 @@ def stream_events(path: str, parser, progress: Progress | None = None) -> tuple[
         parser.check_first()  # not chrome-trace events at all: the in-memory reader says what it is
     if not total:
         raise TraceError(path, f"not valid JSON ({damage or 'truncated'}) and no complete trace events before the error")
-    warnings.append(_damaged(damage or "truncated", total, consumed + pos + stop))
+    warnings.append(_damaged(damage or "truncated", total, consumed + pos + stop, parser))
     return _top(head, b"]}" if head else b"]"), src.warnings + warnings
 
 
-def _damaged(why: str, n: int, where: int) -> str:
+def _damaged(why: str, n: int, where: int, parser=None) -> str:
+    if parser is not None:
+        parser.damage = (why, n, where)  # a part read in parallel: the joiner rewrites the count
     return (f"JSON is truncated or damaged ({why}): analyzed the {n:,} complete events before byte {where:,}; "
             "top-level fields after the event array are lost")
 
@@ -322,7 +344,7 @@ def _one_by_one(buf: bytes, pos: int, end: int, parser, final: bool) -> tuple[in
         try:
             obj, i2 = decoder.raw_decode(text, i)
         except (json.JSONDecodeError, RecursionError) as e:
-            damage = _short(str(e))
+            damage = _short(getattr(e, "msg", None) or str(e))  # no line/char: they count from a slice, not the file
             break
         batch.append(obj)
         i = i2
@@ -390,3 +412,36 @@ def _top(head: bytes, trailer: bytes) -> dict:
 
 def finite(v: Any) -> bool:
     return not isinstance(v, float) or math.isfinite(v)
+
+
+def split_point(path: str, head_limit: int = 64 << 20) -> tuple[int, bytes] | None:
+    """A byte offset near the middle of a plain trace file where an event starts, verified by
+    decoding the whole events that follow it, and the document's head (up to the event array's
+    "["); None when the file does not allow it (gzip, no head found, no verified cut)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        first = f.read(min(size, head_limit))
+        if first[:2] == GZIP_MAGIC:
+            return None
+        lead = first.lstrip()
+        if lead[:1] == b"[":
+            head = first[:len(first) - len(lead) + 1]
+        else:
+            m = re.compile(rb'"traceEvents"\s*:\s*\[').search(first)
+            if not m or not lead[:1] == b"{":
+                return None
+            head = first[:m.end()]
+        mid = max(len(head), size // 2)
+        f.seek(mid)
+        window = f.read(2 * _CHUNK)
+    cuts = [m.end() - 1 for m in _CUT.finditer(window, 0, _CHUNK)]
+    for c in cuts[:_TRIES]:
+        ends = [m.start() + 1 for m in _CUT.finditer(window, c + 1)]
+        if not ends:
+            return None
+        try:
+            _EVENTS.decode(b"[" + window[c:ends[-1]] + b"]")
+        except msgspec.MsgspecError:
+            continue
+        return mid + c, head
+    return None

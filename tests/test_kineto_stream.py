@@ -91,3 +91,28 @@ def test_odd_slices_go_through_the_general_path(small_slices, tmp_path):
     assert len(a.kernels) == len(b.kernels)
     text = " ".join(a.warnings)
     assert "NaN" in text and "malformed" in text
+
+
+@pytest.mark.parametrize("cut", [None, 0.8])
+def test_two_halves_read_at_once_give_the_serial_tables(tmp_path, monkeypatch, cut):
+    """Large plain files are read in two parts, the second in a child interpreter; the tables,
+    names, threads and warnings must be the serial reader's (whole file, and truncated in the
+    second half)."""
+    from trainscope.collectors import kineto
+
+    data = gzip.decompress((KINETO / "hta_a100_control.json.gz").read_bytes())
+    p = tmp_path / "big.json"
+    p.write_bytes(data if cut is None else data[: int(len(data) * cut)])
+    monkeypatch.setattr(kineto_stream, "_CHUNK", 1 << 20)
+    calls = []
+    real = kineto._load_halves
+    monkeypatch.setattr(kineto, "_load_halves", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(kineto, "_cores", lambda: 2)
+    halves = load_kineto(str(p))
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1 << 62)
+    serial = load_kineto(str(p))
+    assert calls == [1]
+    assert kineto_stream.split_point(str(p)) is not None  # the file was split, not read serially
+    _same(halves, serial)
+    assert halves.warnings == serial.warnings and halves.metadata == serial.metadata
