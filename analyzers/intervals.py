@@ -75,6 +75,18 @@ def overlap_per_window(iv: IntervalSet, win_s: np.ndarray, win_e: np.ndarray) ->
     return covered_before(np.asarray(win_e, np.int64)) - covered_before(np.asarray(win_s, np.int64))
 
 
+def unique_sorted(a: np.ndarray) -> np.ndarray:
+    """Sorted distinct values. (np.unique hashes first in numpy ≥ 2.3: nanosecond times built from
+    microseconds are all multiples of 1000 and collide, 3.6 s for 4 M values against 0.3 s sorted.)"""
+    a = np.sort(a, kind="stable")
+    if len(a) < 2:
+        return a
+    keep = np.empty(len(a), bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
 def exclusive_layers(layers: list[IntervalSet], win_s: np.ndarray, win_e: np.ndarray) -> np.ndarray:
     """Attribute every instant of each window to the first layer that covers it.
 
@@ -85,7 +97,7 @@ def exclusive_layers(layers: list[IntervalSet], win_s: np.ndarray, win_e: np.nda
     win_e = np.asarray(win_e, np.int64)
     n_layers = len(layers)
     pts = [win_s, win_e] + [x for iv in layers for x in iv]
-    bounds = np.unique(np.concatenate(pts)) if pts else np.empty(0, np.int64)
+    bounds = unique_sorted(np.concatenate(pts)) if pts else np.empty(0, np.int64)
     out = np.zeros((len(win_s), n_layers + 1), np.int64)
     if len(bounds) < 2:
         return out

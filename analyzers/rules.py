@@ -119,6 +119,15 @@ _TABLE: tuple[Threshold, ...] = (
     Threshold("straggler.late_pct", 5.0, "% of median step",
               "a rank entering collectives this much later than the first rank, on average, is late",
               "trainscope default; HTA's straggler analysis ranks by the same late-start signal"),
+    Threshold("ranks.end_match_us", 500.0, "µs",
+              "two ranks' collectives of one kind are the same collective when their ends agree within this "
+              "(after the clock offset is removed)",
+              "trainscope default: a collective completes on all ranks within a last hop's latency (µs on "
+              "NVLink/InfiniBand), far below the gap between successive collectives"),
+    Threshold("ranks.end_match_pct", 20.0, "% of the collective's duration",
+              "… or within this share of the longer of the two durations (a host thread returning from a "
+              "blocking CPU collective, gloo, is late by OS scheduling: ms on a busy host)",
+              "trainscope default, measured on a gloo job on a loaded 2-core host: end gaps up to 16 % of the duration"),
 )
 
 # Live monitoring (`trainscope watch`): windowed rules over sampled counters (docs/diagnosis.md §3, "live").

@@ -74,7 +74,7 @@ class StragglerReport:
         return [r for r in self.ranks if r.straggler]
 
 
-def _collectives(trace: Trace) -> tuple[str, np.ndarray, np.ndarray, list[str]]:
+def host_collectives(trace: Trace) -> tuple[str, np.ndarray, np.ndarray, list[str]]:
     """(source, start ns, end ns, names) of one rank's collectives, sorted by start."""
     strings = trace.strings
     for what, rx in (("backend ranges", BACKEND_RANGE), ("c10d ops", C10D_OP)):
@@ -113,10 +113,15 @@ def _per_step(a: Analysis, ts: np.ndarray, end: np.ndarray, names: list[str]) ->
 def detect_stragglers(traces: list[Trace], analyses: list[Analysis], rules: Rules | None = None,
                       top_n: int = 5) -> StragglerReport:
     """Stragglers among ``traces`` (one per rank, analyzed as ``analyses`` in the same order)."""
+    return stragglers_from([host_collectives(t) for t in traces], analyses, rules, top_n)
+
+
+def stragglers_from(collectives: list[tuple[str, np.ndarray, np.ndarray, list[str]]], analyses: list[Analysis],
+                    rules: Rules | None = None, top_n: int = 5) -> StragglerReport:
+    """:func:`detect_stragglers` from each rank's :func:`host_collectives` (what a rank summary keeps)."""
     rules = rules or Rules()
     per_rank, sources = [], set()
-    for t, a in zip(traces, analyses):
-        src, ts, end, names = _collectives(t)
+    for (src, ts, end, names), a in zip(collectives, analyses):
         sources.add(src)
         per_rank.append(_per_step(a, ts, end, names))
     common = set.intersection(*(set(p) for p in per_rank)) if per_rank else set()

@@ -163,7 +163,7 @@ def _intersect_ns(a: iv.IntervalSet, b: iv.IntervalSet, lo: int, hi: int) -> int
 def _exclusive_sets(layers: list[iv.IntervalSet], lo: int, hi: int) -> list[iv.IntervalSet]:
     """Split [lo, hi) so each instant goes to the first layer covering it; the rest is the last set."""
     pts = [np.array([lo, hi], np.int64)] + [np.clip(x, lo, hi) for layer in layers for x in layer]
-    bounds = np.unique(np.concatenate(pts))
+    bounds = iv.unique_sorted(np.concatenate(pts))
     if len(bounds) < 2:
         return [iv.EMPTY] * (len(layers) + 1)
     seg_s, seg_e = bounds[:-1], bounds[1:]

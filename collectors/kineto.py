@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 import re
 from collections import Counter
 from typing import Any
 
+import msgspec
 import numpy as np
+
 from trainscope.collectors.errors import TraceError
+from trainscope.collectors.kineto_stream import Fallback, stream_events
 from trainscope.collectors.readers import Progress, parse_json_events, read_maybe_gzip
-from trainscope.traces.builder import StringTable, TableBuilder, skipped_warning
+from trainscope.traces.builder import ChunkedTableBuilder, StringTable, TableBuilder, skipped_warning
 from trainscope.traces.model import (
     COPY_KINDS, MEMORY_KINDS, Annotations, Copies, Counters, CpuOps, Device, Kernels,
     MemoryEvents, Memsets, OpInputs, PythonFrames, RuntimeCalls, Thread, Trace,
@@ -47,8 +51,133 @@ _MEM_ALIASES = {"pageable": "pageable", "pinned": "pinned", "device": "device", 
 _GPU_DEVICE_TYPES = {1, 6}
 
 
+PARALLEL_MIN_BYTES = 192 << 20  # plain files this large are read in two halves, one in another process
+
+
 def load_kineto(path: str, progress: Progress | None = None) -> Trace:
-    """Read one Kineto trace file (.json or .json.gz) into a :class:`Trace`."""
+    """Read one Kineto trace file (.json or .json.gz) into a :class:`Trace`: streamed in typed
+    slices (collectors/kineto_stream.py), or, for a file the stream cannot place, in memory."""
+    if os.path.getsize(path) >= PARALLEL_MIN_BYTES and _cores() >= 2:
+        trace = _load_halves(path, progress)
+        if trace is not None:
+            return trace
+    parser = _StreamParser(path, progress)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of acyclic records: the cyclic collector would rescan them again and again
+    try:
+        top, warnings = stream_events(path, parser, progress)
+        parser.top = top
+        return parser.finish(warnings)
+    except Fallback:
+        del parser
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return load_kineto_in_memory(path, progress)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _load_halves(path: str, progress: Progress | None) -> Trace | None:
+    """A large plain file read as two parts at once: the second half in a worker process, the
+    first here, then the second's tables appended with its names and threads renumbered into
+    this parser's. None (read it serially) when the file gives no verified middle cut, or when
+    anything in the parts is unusual (damage, off-schema slices are fine)."""
+    import pickle
+    import subprocess
+    import sys
+
+    from trainscope.collectors.kineto_stream import split_point
+
+    found = split_point(path)
+    if found is None:
+        return None
+    cut, head = found
+    parser = _StreamParser(path, progress)
+    # A child interpreter of its own (not multiprocessing: no fork of a process that may run
+    # threads, no re-import of the caller's __main__); the request and the tables go by pipe.
+    try:
+        child = subprocess.Popen([sys.executable, "-c", "from trainscope.collectors.kineto import _part_main; _part_main()"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    try:
+        child.stdin.write(pickle.dumps((path, cut, head)))
+        child.stdin.close()
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            _, warnings = stream_events(path, parser, progress, 0, cut, head)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        if warnings:
+            return None  # damage in the first half: the serial reader says where reading stopped
+        if progress:
+            progress("joining the second half", None)
+        out = child.stdout.read()
+        if child.wait() != 0 or not out:
+            return None
+        part = pickle.loads(out)  # our own child's reply
+    except (Fallback, TraceError, OSError, EOFError, pickle.UnpicklingError):
+        return None
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    if part is None:
+        return None
+    before = parser.events_seen
+    parser.merge_part(part)
+    parser.top = part["top"]
+    warnings = part["warnings"]
+    if part["damage"]:  # the salvage message counts the events of both parts
+        from trainscope.collectors.kineto_stream import _damaged
+
+        why, n, where = part["damage"]
+        warnings = [_damaged(why, before + n, where) if w.startswith("JSON is truncated") else w for w in warnings]
+    return parser.finish(warnings)
+
+
+def _part_main() -> None:
+    """The child of :func:`_load_halves`: (path, start, head) on stdin, the part on stdout."""
+    import pickle
+    import sys
+
+    path, start, head = pickle.loads(sys.stdin.buffer.read())
+    sys.stdout.buffer.write(pickle.dumps(_read_part(path, start, head), protocol=pickle.HIGHEST_PROTOCOL))
+    sys.stdout.buffer.flush()
+
+
+def _read_part(path: str, start: int, head: bytes) -> dict | None:
+    """In the worker: read ``path`` from ``start`` to the end and return the tables and what the
+    merge needs (strings, thread keys, counts), or None when the part cannot be streamed."""
+    parser = _StreamParser(path, None)
+    gc.disable()
+    try:
+        top, warnings = stream_events(path, parser, None, start, None, head)
+    except (Fallback, TraceError):
+        return None
+    parser.finalize_dims()
+    tables = {name: b.build() for name, b in parser.named_builders()}
+    tables["python_frames"] = parser.python_frames.build()
+    return {
+        "kernel_external": parser.kernel_external, "cpu_external": parser.cpu_external,
+        "cpu_signature": parser.cpu_signature, "signatures": parser.signatures, "hw_flops": parser.hw_flops,
+        "tables": tables, "strings": parser.strings.strings, "threads": list(parser.threads),
+        "thread_names": parser.thread_names, "input_dims": parser.input_dims, "gpu_ids": parser.gpu_ids,
+        "hip": parser.hip, "malformed": parser.malformed, "negative": parser.negative, "nonfinite": parser.nonfinite,
+        "unknown": parser.unknown_categories, "top": top, "warnings": warnings, "damage": parser.damage,
+    }
+
+
+def load_kineto_in_memory(path: str, progress: Progress | None = None) -> Trace:
+    """The whole document decoded at once (the reader for files the stream cannot place)."""
     data, warnings = read_maybe_gzip(path, progress)
     if progress:
         progress("parsing JSON", None)
@@ -137,12 +266,17 @@ class _Parser:
 
     # -- main loop -----------------------------------------------------------------------
     def parse(self, events: list, warnings: list[str]) -> Trace:
+        self.feed_dicts(events, self.progress)
+        return self._finish(warnings)
+
+    def feed_dicts(self, events: list, progress: Progress | None = None) -> None:
+        """Read events decoded as plain JSON values (dicts), tolerating any damage in them."""
         n = len(events)
         step = max(1, n // 50)
         intern = self.strings.intern
         for i, e in enumerate(events):
-            if self.progress and i % step == 0:
-                self.progress("parsing events", i / n)
+            if progress and i % step == 0:
+                progress("parsing events", i / n)
             if type(e) is not dict:
                 self.malformed += 1
                 continue
@@ -157,7 +291,6 @@ class _Parser:
                     self._metadata(e)
             except (KeyError, TypeError, ValueError, OverflowError, AttributeError):
                 self.malformed += 1
-        return self._finish(warnings)
 
     def _complete(self, e: dict, intern) -> None:
         cat = e.get("cat")
@@ -329,6 +462,291 @@ class _Parser:
             if did >= 0:
                 devices[did] = Device(id=did, name=f"GPU {did}", vendor="amd" if self.hip else "unknown")
         return [devices[k] for k in sorted(devices)]
+
+
+class _StreamParser(_Parser):
+    """:class:`_Parser` fed slice by slice: typed :class:`Event` records on the fast path, plain
+    dicts (through the general path) for slices off the typed schema; columns frozen per slice."""
+
+    def __init__(self, path: str, progress: Progress | None) -> None:
+        super().__init__(path, {}, progress)
+        self.kernels = ChunkedTableBuilder(Kernels)
+        self.copies = ChunkedTableBuilder(Copies)
+        self.memsets = ChunkedTableBuilder(Memsets)
+        self.runtime = ChunkedTableBuilder(RuntimeCalls)
+        self.cpu_ops = ChunkedTableBuilder(CpuOps)
+        self.annotations = ChunkedTableBuilder(Annotations)
+        self.memory = ChunkedTableBuilder(MemoryEvents)
+        self._builders = (self.kernels, self.copies, self.memsets, self.runtime, self.cpu_ops,
+                          self.annotations, self.memory)
+        self.seen_ph = False
+        self._tcache: dict = {}  # (pid, tid) as decoded → thread index
+        self._raw_dims: dict[tuple[str, bytes], int] = {}  # (operator, raw "Input Dims" JSON) → calls
+        self.events_seen = 0  # events fed (for the count in a salvage message of a later part)
+        self.damage: tuple[str, int, int] | None = None  # (why, events before, byte) where reading stopped
+        self._sig_raw: dict[tuple[bytes, bytes, bytes], int] = {}  # raw (dims, types, concrete) → signature
+
+    def _signature_raw(self, dims: bytes, types: bytes, concrete: bytes) -> int:
+        """The signature index of one distinct raw (Input Dims, Input type, Concrete Inputs): decoded
+        once, then as the dict path does it (-1 when the dims are not a list)."""
+        def decode(raw: bytes):
+            try:
+                return msgspec.json.decode(raw) if raw else None
+            except msgspec.DecodeError:
+                return None
+        d = decode(dims)
+        if type(d) is not list:
+            return -1
+        return self._signature(repr(d), d, {"Input type": decode(types), "Concrete Inputs": decode(concrete)})
+
+    def _lists(self) -> tuple[list, ...]:
+        return (self.kernel_external, self.cpu_external, self.cpu_signature, *self.python_frames.columns)
+
+    def check_first(self) -> None:
+        """After the first slice: a document whose events carry no "ph" is not one we stream."""
+        if not self.seen_ph:
+            raise Fallback
+
+    def feed_dicts(self, events: list, progress: Progress | None = None) -> None:
+        if not self.seen_ph:
+            self.seen_ph = any(type(e) is dict and "ph" in e for e in events[:1000])
+        self.events_seen += len(events)
+        super().feed_dicts(events, progress)
+        self._flush()
+
+    def _flush(self) -> None:
+        for b in self._builders:
+            b.flush()
+
+    def feed_typed(self, events: list) -> bool:
+        """Read one slice of typed events; False (nothing kept) when a value does not fit the model
+        (an integer past int64), so the caller reads the slice through the general path."""
+        if any(e.cat == "cuda_profiler_range" for e in events):
+            return False  # CUPTI-profiler counters live in args the typed records do not keep
+        marks = [b.mark() for b in self._builders]
+        list_marks = [len(x) for x in self._lists()]
+        state = (self.malformed, self.negative, self.hip, len(self.unknown_categories))
+        try:
+            self._typed(events)
+            self._flush()
+        except OverflowError:
+            for b, m in zip(self._builders, marks):
+                b.rollback(m)
+            for x, m in zip(self._lists(), list_marks):
+                del x[m:]
+            self.malformed, self.negative, self.hip = state[:3]
+            return False
+        if events:
+            self.seen_ph = self.seen_ph or any(e.ph is not None for e in events[:1000])
+        self.events_seen += len(events)
+        return True
+
+    def _typed(self, events: list) -> None:
+        intern = self.strings.intern
+        tcache = self._tcache
+        thread = self.thread
+        raw_dims = self._raw_dims
+        kcols, rcols, ocols, acols = (b.columns for b in (self.kernels, self.runtime, self.cpu_ops, self.annotations))
+        k_ts, k_dur, k_dev, k_stream, k_name, k_corr = (c.append for c in kcols)
+        r_ts, r_dur, r_thread, r_name, r_corr = (c.append for c in rcols)
+        o_ts, o_dur, o_thread, o_name, o_flops = (c.append for c in ocols)
+        a_ts, a_dur, a_thread, a_name, a_dev = (c.append for c in acols)
+        gpu_ids = self.gpu_ids
+        k_ext, o_ext, o_sig = self.kernel_external.append, self.cpu_external.append, self.cpu_signature.append
+        p_add = self.python_frames.add
+        sig_raw = self._sig_raw
+        lower_of: dict = {}
+        nan = math.nan
+        for e in events:
+            ph = e.ph
+            if ph != "X":
+                if ph == "i" or ph == "I":
+                    if e.name == "[memory]":
+                        self._memory_typed(e)
+                elif ph == "M":
+                    if e.name == "thread_name":
+                        a = e.args
+                        self.thread_names[(str(e.pid), str(e.tid))] = str(a.name if a is not None and a.name is not None else "")
+                continue
+            cat = e.cat
+            c = lower_of.get(cat)
+            if c is None:
+                c = lower_of[cat] = cat.lower() if type(cat) is str else ""
+            ts, dur = e.ts, e.dur
+            if ts is None or dur is None:
+                self.malformed += 1
+                continue
+            ts = ts * 1000 if type(ts) is int else int(round(ts * 1000.0))
+            dur = dur * 1000 if type(dur) is int else int(round(dur * 1000.0))
+            if dur < 0:
+                self.negative += 1
+                continue
+            name = e.name
+            if type(name) is not str:
+                name = str(name)
+            a = e.args
+            if c == "cpu_op" or c == "operator":
+                tk = (e.pid, e.tid)
+                th = tcache.get(tk)
+                if th is None:
+                    th = tcache[tk] = thread(*tk)
+                if name.startswith("ProfilerStep#"):
+                    a_ts(ts); a_dur(dur); a_thread(th); a_name(intern(name)); a_dev(-1)
+                    continue
+                o_ts(ts); o_dur(dur); o_thread(th); o_name(intern(name))
+                if a is None:
+                    o_flops(nan)
+                    o_ext(-1)
+                    o_sig(-1)
+                    continue
+                flops = a.flops
+                o_flops(float(flops) if isinstance(flops, (int, float)) else nan)
+                o_ext(_external(a))
+                dims = a.input_dims
+                if dims:  # raw JSON bytes: counted per (operator, text), decoded once per distinct text
+                    raw = bytes(dims)
+                    key = (name, raw)
+                    raw_dims[key] = raw_dims.get(key, 0) + 1
+                    skey = (raw, bytes(a.input_type), bytes(a.concrete))
+                    sig = sig_raw.get(skey)
+                    if sig is None:
+                        sig = sig_raw[skey] = self._signature_raw(*skey)
+                    o_sig(sig)
+                else:
+                    o_sig(-1)
+            elif c in _RUNTIME:
+                if name.startswith("hip"):
+                    self.hip = True
+                tk = (e.pid, e.tid)
+                th = tcache.get(tk)
+                if th is None:
+                    th = tcache[tk] = thread(*tk)
+                r_ts(ts); r_dur(dur); r_thread(th); r_name(intern(name))
+                corr = a.correlation if a is not None else -1
+                r_corr(corr if type(corr) is int else _int(corr, -1))
+            elif c == "kernel":
+                dev = a.device if a is not None and a.device is not None else e.pid
+                dev = _int(dev, -1)
+                gpu_ids.add(dev)
+                k_ts(ts); k_dur(dur); k_dev(dev); k_stream(_stream_typed(a, e)); k_name(intern(name))
+                corr = a.correlation if a is not None else -1
+                k_corr(corr if type(corr) is int else _int(corr, -1))
+                k_ext(_external(a))
+            elif c == "python_function":
+                p_add(ts, dur, thread(e.pid, e.tid), intern(name))
+            elif c in _ANNOTATION:
+                dev = -1
+                if c == "gpu_user_annotation":
+                    dev = _int(a.device if a is not None and a.device is not None else e.pid, -1)
+                a_ts(ts); a_dur(dur); a_thread(thread(e.pid, e.tid)); a_name(intern(name)); a_dev(dev)
+            elif c in _MEMCPY:
+                dev = _int(a.device if a is not None and a.device is not None else e.pid, -1)
+                gpu_ids.add(dev)
+                kind, src, dst = _copy_kind(name, {"kind": a.kind} if a is not None else {})
+                self.copies.add(ts, dur, dev, _stream_typed(a, e), kind, src, dst,
+                                _int(a.bytes, 0) if a is not None else 0, _int(a.correlation, -1) if a is not None else -1)
+            elif c in _MEMSET:
+                dev = _int(a.device if a is not None and a.device is not None else e.pid, -1)
+                gpu_ids.add(dev)
+                self.memsets.add(ts, dur, dev, _stream_typed(a, e), _int(a.bytes, 0) if a is not None else 0,
+                                 _int(a.correlation, -1) if a is not None else -1)
+            elif c not in _KNOWN_IGNORED:
+                self.unknown_categories[str(cat)] += 1
+
+    def _memory_typed(self, e) -> None:
+        ts = e.ts
+        if ts is None:
+            self.malformed += 1
+            return
+        a = e.args
+        if a is None:
+            self.memory.add(self.ns(ts), 0, -1, 0, -1, -1)
+            return
+        dtype = _int(a.device_type, 0)
+        self.memory.add(
+            self.ns(ts), 1 if dtype in _GPU_DEVICE_TYPES else 0, _int(a.device_id, -1),
+            _int(a.mem_bytes, 0), _int(a.total_allocated, -1), _int(a.total_reserved, -1),
+        )
+
+    def named_builders(self):
+        names = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "memory")
+        return list(zip(names, self._builders))
+
+    def merge_part(self, part: dict) -> None:
+        """Append a later part's rows (from :func:`_read_part`), names and threads renumbered."""
+        self.finalize_dims()
+        names = np.array([self.strings.intern(x) for x in part["strings"]], np.int32)
+        threads = np.array([self.thread(pid, tid) for pid, tid in part["threads"]], np.int32)
+        for name, b in self.named_builders():
+            t = part["tables"][name]
+            if not len(t):
+                continue
+            if hasattr(t, "name"):
+                t.name = names[t.name] if len(names) else t.name
+            if hasattr(t, "thread"):
+                t.thread = threads[t.thread] if len(threads) else t.thread
+            b.flush()
+            b.parts.append(t)
+        frames = part["tables"]["python_frames"]
+        for i in range(len(frames)):  # few rows next to the kernels: appended one by one, renumbered
+            self.python_frames.add(int(frames.ts[i]), int(frames.dur[i]), int(threads[frames.thread[i]]),
+                                   int(names[frames.name[i]]))
+        self.kernel_external += part["kernel_external"]
+        self.cpu_external += part["cpu_external"]
+        resig = [self._signature(repr(d), d, {"Input type": t, "Concrete Inputs": c}) for d, t, c in part["signatures"]]
+        self.cpu_signature += [resig[i] if i >= 0 else -1 for i in part["cpu_signature"]]
+        for k, v in part["hw_flops"].items():
+            self.hw_flops[k] = self.hw_flops.get(k, 0.0) + v
+        self.thread_names.update(part["thread_names"])
+        for op, shapes in part["input_dims"].items():
+            mine = self.input_dims.setdefault(op, {})
+            for k, n in shapes.items():
+                mine[k] = mine.get(k, 0) + n
+        self.gpu_ids |= part["gpu_ids"]
+        self.hip = self.hip or part["hip"]
+        self.malformed += part["malformed"]
+        self.negative += part["negative"]
+        self.nonfinite += part["nonfinite"]
+        self.unknown_categories.update(part["unknown"])
+
+    def finalize_dims(self) -> None:
+        for (name, raw), n in self._raw_dims.items():
+            try:
+                dims = msgspec.json.decode(raw)
+            except msgspec.DecodeError:
+                continue
+            if type(dims) is list:
+                per_op = self.input_dims.setdefault(name, {})
+                key = repr(dims)
+                per_op[key] = per_op.get(key, 0) + n
+        self._raw_dims = {}
+
+    def finish(self, warnings: list[str]) -> Trace:
+        for (name, raw), n in self._raw_dims.items():
+            try:
+                dims = msgspec.json.decode(raw)
+            except msgspec.DecodeError:
+                continue
+            if type(dims) is list:
+                per_op = self.input_dims.setdefault(name, {})
+                key = repr(dims)
+                per_op[key] = per_op.get(key, 0) + n
+        self._raw_dims = {}
+        return self._finish(warnings)
+
+
+def _external(a) -> int:
+    """The operator ↔ kernel link of a typed record ("External id", or its lower-case spelling)."""
+    x = a.external_id if a.external_id is not None else a.external_id_lc
+    return x if type(x) is int else _int(x, -1)
+
+
+def _stream_typed(a, e) -> int:
+    s = a.stream if a is not None else None
+    if type(s) is int:
+        return s
+    m = _STREAM_TID.search(str(s if s is not None else (e.tid if e.tid is not None else "")))
+    return int(m.group(1)) if m else -1
 
 
 def _int(v: Any, default):

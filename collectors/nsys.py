@@ -57,6 +57,7 @@ _API_VERSION = re.compile(r"^(cu\w+?)_v\d{4,5}$")
 # emit_nvtx decorates operator ranges: "aten::mm, seq = 12, op_id = 34, sizes = [[...]], ...".
 _EMIT_NVTX_KEYS = ("seq = ", "op_id = ", "sizes = ", "input_op_ids = ")
 _ANNOTATION_OPS = re.compile(r"^(ProfilerStep#|Optimizer\.|## )")
+_BATCH = 200_000  # rows fetched per batch from a table
 _GPU_METRIC_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
 
 _META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
@@ -149,20 +150,33 @@ class _Reader:
                 exprs.append(default)
         if not exprs:
             return _Rows({})
-        data = self.con.execute(f'SELECT {", ".join(exprs)} FROM "{table}" {where}').fetchall()
-        out: dict[str, np.ndarray] = {}
+        cur = self.con.execute(f'SELECT {", ".join(exprs)} FROM "{table}" {where}')
         numeric = [j for j, col in enumerate(wanted) if col not in text and col not in real]
-        if len(numeric) == len(wanted):  # one conversion for the whole table: much faster than per column
-            arr = np.array(data, dtype=np.int64).reshape(len(data), len(wanted))
-            return _Rows({col: arr[:, j] for j, col in enumerate(wanted)})
-        for j, col in enumerate(wanted):
-            if col in text:
-                out[col] = [r[j] for r in data]  # type: ignore[assignment]
-            elif col in real:
-                out[col] = np.fromiter((r[j] for r in data), dtype=np.float64, count=len(data))
-            else:
-                out[col] = np.fromiter((r[j] for r in data), dtype=np.int64, count=len(data))
-        return _Rows(out)
+        # Read in batches, each frozen to arrays at once: memory holds one batch of Python rows,
+        # not the whole table (a 10 M-kernel export would otherwise cost gigabytes of tuples).
+        parts: list[dict] = []
+        shared: dict = {}  # one object per distinct text (NVTX texts repeat every step)
+        while data := cur.fetchmany(_BATCH):
+            if len(numeric) == len(wanted):  # one conversion for the whole batch: much faster than per column
+                arr = np.array(data, dtype=np.int64).reshape(len(data), len(wanted))
+                parts.append({col: arr[:, j] for j, col in enumerate(wanted)})
+                continue
+            out: dict = {}
+            for j, col in enumerate(wanted):
+                if col in text:
+                    out[col] = [shared.setdefault(r[j], r[j]) for r in data]
+                elif col in real:
+                    out[col] = np.fromiter((r[j] for r in data), dtype=np.float64, count=len(data))
+                else:
+                    out[col] = np.fromiter((r[j] for r in data), dtype=np.int64, count=len(data))
+            parts.append(out)
+        if not parts:
+            return _Rows({col: [] if col in text else np.empty(0, np.float64 if col in real else np.int64)
+                          for col in wanted})
+        if len(parts) == 1:
+            return _Rows(parts[0])
+        return _Rows({col: [x for p in parts for x in p[col]] if col in text else np.concatenate([p[col] for p in parts])
+                      for col in wanted})
 
     def enum_names(self, table: str, prefix: str) -> dict[int, str] | None:
         if table not in self.tables:

@@ -126,6 +126,13 @@ def stragglers_text_lines(s: dict, bold) -> list[str]:
         out.append("  widest arrival spreads: " + ", ".join(
             f"{c['step']} {c['name']}#{c['index']} {c['spread_ms']:.1f} ms (last: rank {c['last_rank']})"
             for c in s["slow_collectives"][:3]))
+    if s.get("alignment"):
+        out += [""] + alignment_text_lines(s["alignment"], bold)
+        note = _disagreement(s)
+        if note:
+            out += ["  " + line for line in textwrap.wrap(note, 92)]
+    if s.get("ranks_view"):
+        out += [""] + ranks_view_text_lines(s["ranks_view"], bold)
     return out
 
 
@@ -178,4 +185,94 @@ def stragglers_markdown_lines(s: dict, esc) -> list[str]:
         out += [f"| {esc(c['step'])} | {esc(c['name'])} \\#{c['index']} | {c['spread_ms']:.1f} | {c['last_rank']} |"
                 for c in s["slow_collectives"]]
         out.append("")
+    if s.get("ranks_view"):
+        out += ranks_view_markdown_lines(s["ranks_view"], s.get("alignment"), esc)
+    note = _disagreement(s)
+    if note:
+        out += [esc(note), ""]
+    return out
+
+
+def _disagreement(s: dict) -> str | None:
+    """When the ranks aligned on collective ends name another straggler than the step-offset
+    comparison, say which to trust: arrival measured from a common instant."""
+    al = s.get("alignment")
+    imb = al and al.get("rank_imbalance")
+    if not imb or imb["rank"] in s["stragglers"]:
+        return None
+    return (f"Note: aligned on the collectives' common end, rank {imb['rank']} arrives last; the step-offset "
+            "comparison above measures each rank from its own step start, which misleads when ranks start their "
+            "steps together and one waits inside its first collective.")
+
+
+def alignment_dict(al) -> dict[str, Any]:
+    """The ranks aligned on their collectives' ends (analyzers/ranks.py :class:`Alignment`)."""
+    imb = al.imbalance
+    return {
+        "basis": "collectives matched across ranks by kind and common end instant; arrival measured from the end",
+        "source": al.source, "reference_rank": al.reference, "matched_collectives": al.instances,
+        "clock_offsets": al.offsets_note,
+        "ranks": [{"rank": r.rank, "clock_offset_us": r.clock_offset_us, "matched": r.matched,
+                   "mean_late_ms": r.mean_late_ms, "last_in": r.last_in, "wait_ms_per_step": r.wait_ms_per_step,
+                   "transfer_ms_per_step": r.transfer_ms_per_step} for r in al.ranks],
+        "rank_imbalance": None if imb is None else {
+            "rank": imb.rank, "late_ms": imb.late_ms, "last_in": imb.last_in, "matched": imb.matched,
+            "others_wait_ms_per_step": imb.others_wait_ms_per_step, "others_wait_pct": imb.others_wait_pct,
+            "extra_work": [{"kernel_class": c, "ms_per_step": ms} for c, ms in imb.extra_work],
+            "summary": imb.summary},
+    }
+
+
+_SHADES = "▁▂▃▄▅▆▇█"
+
+
+def alignment_text_lines(al: dict, bold) -> list[str]:
+    out = [bold("Ranks aligned on collective ends") + f"  ({al['matched_collectives']} collectives, {al['source']})"]
+    if al["rank_imbalance"]:
+        out += ["  rank imbalance: " + line if i == 0 else "    " + line
+                for i, line in enumerate(textwrap.wrap(al["rank_imbalance"]["summary"], 88))]
+    out.append(f"  {al['clock_offsets']}")
+    out.append(f"  {'rank':>4}  {'late by':>9}  {'last in':>7}  {'waiting/step':>12}  {'transfer/step':>13}")
+    for r in sorted(al["ranks"], key=lambda r: -r["mean_late_ms"])[:16]:
+        out.append(f"  {r['rank'] if r['rank'] is not None else '?':>4}  {r['mean_late_ms']:6.1f} ms  {r['last_in']:>7}  "
+                   f"{r['wait_ms_per_step']:9.1f} ms  {r['transfer_ms_per_step']:10.1f} ms")
+    return out
+
+
+def ranks_view_text_lines(v: dict, bold) -> list[str]:
+    """Ranks by lateness with a heat strip of their step times (darker: longer) and the spread."""
+    d = v["step_ms_distribution"]
+    if not d:
+        return []
+    out = [bold("Step time across ranks") + f"  p5 {d['p5']:.1f} · p50 {d['p50']:.1f} · p95 {d['p95']:.1f} · "
+           f"max {d['max']:.1f} ms  (rows: ranks, latest first; columns: steps; taller = longer)"]
+    lo, hi = d["min"], d["max"]
+    for r, row in list(zip(v["by_lateness"], v["heat_ms"]))[:32]:
+        strip = "".join(" " if x is None else _SHADES[min(7, int((x - lo) / (hi - lo) * 8)) if hi > lo else 3]
+                        for x in row)
+        late = f"{r['mean_late_ms']:6.1f} ms late" if r["mean_late_ms"] is not None else " " * 14
+        out.append(f"  rank {r['rank'] if r['rank'] is not None else '?':>4}  {late}  |{strip}|  p50 {r['step_p50_ms']:.1f} ms")
+    if len(v["by_lateness"]) > 32:
+        out.append(f"  … {len(v['by_lateness']) - 32} more ranks in the JSON document")
+    return out
+
+
+def ranks_view_markdown_lines(v: dict, al: dict | None, esc) -> list[str]:
+    d = v["step_ms_distribution"]
+    if not d:
+        return []
+    out = ["## Ranks", ""]
+    if al and al["rank_imbalance"]:
+        out += [f"**Rank imbalance:** {esc(al['rank_imbalance']['summary'])}", ""]
+    if al:
+        out += [esc(al["clock_offsets"]), ""]
+    out += [f"Step time across ranks: p5 {d['p5']:.1f}, p50 {d['p50']:.1f}, p95 {d['p95']:.1f}, max {d['max']:.1f} ms.", "",
+            "| rank | late by ms | step p50 ms | steps (taller = longer) |", "|---:|---:|---:|---|"]
+    lo, hi = d["min"], d["max"]
+    for r, row in zip(v["by_lateness"], v["heat_ms"]):
+        strip = "".join("·" if x is None else _SHADES[min(7, int((x - lo) / (hi - lo) * 8)) if hi > lo else 3]
+                        for x in row).replace(" ", "·")
+        late = f"{r['mean_late_ms']:.1f}" if r["mean_late_ms"] is not None else "—"
+        out.append(f"| {r['rank']} | {late} | {r['step_p50_ms']:.1f} | `{strip}` |")
+    out.append("")
     return out

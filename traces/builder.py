@@ -93,3 +93,35 @@ def skipped_warning(builders, what: str = "events") -> list[str]:
     n = sum(b.skipped for b in builders)
     return [f"{n:,} {what} skipped: a value beyond what the trace model stores (an integer beyond 64 bits, "
             "a device or GPU index beyond 16 bits)"] if n else []
+
+
+class ChunkedTableBuilder(TableBuilder):
+    """A :class:`TableBuilder` frozen to numpy slice by slice (``flush``), so a streamed trace
+    holds its rows as arrays, not as millions of Python ints; ``build`` joins the slices."""
+
+    def __init__(self, table: Type[Table]) -> None:
+        super().__init__(table)
+        self.parts: list[Table] = []
+
+    def mark(self) -> int:
+        return len(self)
+
+    def rollback(self, mark: int) -> None:
+        for col in self.columns:
+            del col[mark:]
+
+    def flush(self) -> None:
+        if not len(self):
+            return
+        self.parts.append(TableBuilder.build(self))
+        self.columns = [[] for _ in self.fields]
+        self._appends = [c.append for c in self.columns]
+
+    def build(self) -> Table:
+        self.flush()
+        parts, self.parts = self.parts, []
+        if not parts:
+            return TableBuilder.build(self)
+        if len(parts) == 1:
+            return parts[0]
+        return self.table(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in self.fields})

@@ -206,14 +206,7 @@ class Report:
 
         doc = build_document(self.source, self.ranks, self.rules, self.traces.warnings, deep=self.deep,
                              stragglers=self.stragglers)
-        if self.ledger is not None:
-            from trainscope.reports.plan import ledger_vs_measured
-
-            mem = next((m for m in doc["memory"] if m["device"] == doc["device"]["id"]),
-                       doc["memory"][0] if doc["memory"] else None)
-            doc["ledger"] = ledger_vs_measured(self.ledger, mem["peak_allocated_bytes"] if mem else None,
-                                               mem["capacity_bytes"] if mem else None, mem["basis"] if mem else None)
-        return doc
+        return with_ledger(doc, self.ledger)
 
     def to_json(self) -> str:
         from trainscope.common import to_json
@@ -356,9 +349,32 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
 
         report.straggler_analysis = detect_stragglers(traces.traces, analyses, rules)
         report.stragglers = stragglers_dict(report.straggler_analysis)
+        # Ranks aligned on the ends of their shared collectives, and the many-rank view.
+        from trainscope.analyzers.ranks import align_ranks, ranks_view, summarize
+        from trainscope.reports.deep import alignment_dict
+
+        summaries = [summarize(t, a) for t, a in zip(traces.traces, analyses)]
+        alignment = align_ranks(summaries, rules)
+        if alignment is not None:
+            report.stragglers["alignment"] = alignment_dict(alignment)
+        report.stragglers["ranks_view"] = ranks_view(summaries, alignment)
     if deep:
         run_deep(report, deep_step, progress)
     return report
+
+
+def with_ledger(doc: dict, ledger) -> dict:
+    """The analysis document with the planned memory ledger (``model_ledger``) beside the measured
+    peak of the main device; the document unchanged without a ledger."""
+    if ledger is None:
+        return doc
+    from trainscope.reports.plan import ledger_vs_measured
+
+    mem = next((m for m in doc["memory"] if m["device"] == doc["device"]["id"]),
+               doc["memory"][0] if doc["memory"] else None)
+    doc["ledger"] = ledger_vs_measured(ledger, mem["peak_allocated_bytes"] if mem else None,
+                                       mem["capacity_bytes"] if mem else None, mem["basis"] if mem else None)
+    return doc
 
 
 def model_ledger(model):

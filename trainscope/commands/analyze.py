@@ -66,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
     add_input_limit_args(a)
+    from trainscope.commands.analyze_ranks import add_arguments  # --jobs, --dask (rank directories)
+
+    add_arguments(a)
     a.set_defaults(run=run)
 
 
@@ -84,6 +87,12 @@ def run(args: argparse.Namespace) -> int:
     ledger = api.model_ledger(args.model) if args.model else None
     if use_tui(args):
         return _run_app(args, rules, ledger)
+    from trainscope.executor import is_rank_set
+
+    if is_rank_set(args.trace):  # ranks mapped in worker processes (or on Dask), reduced here
+        from trainscope.commands.analyze_ranks import run_rank_set
+
+        return run_rank_set(args, rules, ledger)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
         report = api.analyze(args.trace, rules=rules, peak_tflops=args.peak_tflops,

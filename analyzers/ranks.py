@@ -1,0 +1,348 @@
+"""Ranks as a map and a reduce: a small, picklable summary per rank, and the ranks aligned on
+the ends of their shared collectives.
+
+Map (:func:`summarize`): one rank's trace and analysis → a :class:`RankSummary` of a few tens of
+kilobytes (the analysis itself, its steps, its collectives with their start and end instants,
+kernel time per class). No trace crosses a process boundary; 256 ranks fit in the parent.
+
+Reduce (:func:`align_ranks`): a collective completes together on every rank that takes part —
+the last contribution arrives, then everyone finishes within a hop's latency. So the END of a
+collective is a common instant across ranks, whatever each rank's clock. Matching each rank's
+collectives to the reference rank's (same kind, overlapping; ends within ``ranks.end_match_us`` or
+``ranks.end_match_pct`` of the longer one's duration once the clock offset is removed), the offset between two ranks' clocks is the densest cluster of end
+differences, and each rank's *arrival* is its start on the common clock. Time inside a collective
+splits into **waiting** (from a rank's arrival to the last rank's arrival: the skew) and
+**transfer** (from the last arrival to the end: what the network costs). The rank that arrives
+last is the straggler; what it does differently is read from its kernel time per class against
+the other ranks' median. (HTA's straggler analysis ranks by late-starting communication kernels
+with each rank normalized to its own iteration start; aligning on ends instead keeps the answer
+right when ranks share a clock and start their steps together — the punctual rank then shows
+its wait as waiting, not as communication cost.)
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainscope.analyzers.analysis import Analysis
+from trainscope.analyzers.kernels import ALL_CLASSES, kernel_classes
+from trainscope.analyzers.rules import Rules
+from trainscope.traces.model import Trace
+
+_KERNEL_KIND = re.compile(r"(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", re.I)
+_HOST_KIND = re.compile(r"^(gloo|mpi|ucc|xccl):([a-z_]+)")  # blocking host-side collectives (not nccl:, an enqueue)
+
+
+@dataclass(frozen=True)
+class RankCollectives:
+    """One rank's collectives on its own clock (absolute ns), sorted by start."""
+
+    source: str  # "GPU kernels", "host ranges" or "none"
+    kind: tuple[str, ...]
+    start: np.ndarray
+    end: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+@dataclass
+class RankSummary:
+    """What the reduce needs of one rank. Small and picklable (numpy arrays, strings, the Analysis)."""
+
+    rank: int | None
+    source: str
+    world_size: int | None
+    origin_ns: int
+    analysis: Analysis
+    collectives: RankCollectives
+    # The straggler matching by step offset (analyzers/stragglers.py) on host-side ranges:
+    # (source, start ns, end ns, names) relative to the trace origin.
+    host_collectives: tuple[str, np.ndarray, np.ndarray, list[str]]
+    class_ns: dict[str, int] = field(default_factory=dict)  # kernel time per class in the steps
+    kernel_ns: dict[str, int] = field(default_factory=dict)  # the top kernels by time in the steps
+
+    @property
+    def step_labels(self) -> list[str]:
+        return [s.label for s in self.analysis.segmentation.steps]
+
+    @property
+    def step_ms(self) -> np.ndarray:
+        return np.array([s.duration_ns for s in self.analysis.segmentation.steps], float) / 1e6
+
+
+def collective_kind(name: str) -> str | None:
+    m = _KERNEL_KIND.search(name)
+    if m:
+        return m.group(1).lower()
+    m = _HOST_KIND.match(name)
+    if m:
+        return m.group(2).replace("_", "").lstrip("_")
+    return None
+
+
+def rank_collectives(trace: Trace) -> RankCollectives:
+    """GPU communication kernels (their end is the collective's completion); without a GPU, the
+    blocking host ranges of CPU backends (gloo, MPI)."""
+    k = trace.kernels
+    if len(k):
+        comm = kernel_classes(trace)[0][k.name] == ALL_CLASSES.index("communication")
+        if comm.any():
+            order = np.argsort(k.ts[comm], kind="stable")
+            names = k.name[comm][order]
+            kinds = tuple(collective_kind(trace.strings[i]) or trace.strings[i][:40].lower() for i in names)
+            return RankCollectives("GPU kernels", kinds, k.ts[comm][order] + trace.origin_ns,
+                                   k.end[comm][order] + trace.origin_ns)
+    a = trace.annotations
+    kind_of = [collective_kind(s) if _HOST_KIND.match(s) else None for s in trace.strings]
+    sel = np.array([kind_of[i] is not None for i in a.name], bool) & (a.device < 0) if len(a) else np.zeros(0, bool)
+    if sel.any():
+        order = np.argsort(a.ts[sel], kind="stable")
+        names = a.name[sel][order]
+        return RankCollectives("host ranges", tuple(kind_of[i] for i in names), a.ts[sel][order] + trace.origin_ns,
+                               a.end[sel][order] + trace.origin_ns)
+    return RankCollectives("none", (), np.empty(0, np.int64), np.empty(0, np.int64))
+
+
+def summarize(trace: Trace, analysis: Analysis, top_kernels: int = 30) -> RankSummary:
+    """The map step: pure, from one rank's trace and its analysis."""
+    from trainscope.analyzers.stragglers import host_collectives
+
+    ks = analysis.kernels
+    return RankSummary(
+        rank=trace.rank, source=trace.source, world_size=trace.world_size, origin_ns=trace.origin_ns,
+        analysis=analysis, collectives=rank_collectives(trace), host_collectives=host_collectives(trace),
+        class_ns=dict(ks.by_class_ns),
+        kernel_ns={k.name: int(k.total_ns) for k in ks.top[:top_kernels]},
+    )
+
+
+# -- the reduce: alignment on collective ends ------------------------------------------------
+
+@dataclass(frozen=True)
+class RankAlignment:
+    rank: int | None
+    clock_offset_us: float | None  # this rank's clock minus the reference rank's (None: not aligned)
+    matched: int  # collectives matched to the reference rank
+    mean_late_ms: float  # mean arrival after the first rank to arrive, over the matched collectives
+    last_in: int  # matched collectives this rank arrived at last
+    wait_ms_per_step: float  # inside collectives, waiting for the last rank
+    transfer_ms_per_step: float  # inside collectives, after the last rank arrived
+
+
+@dataclass(frozen=True)
+class Imbalance:
+    """The ``rank imbalance`` finding."""
+
+    rank: int | None
+    late_ms: float  # its mean arrival after the first rank
+    last_in: int
+    matched: int
+    others_wait_ms_per_step: float  # what the other ranks lose waiting for it, mean per rank and step
+    others_wait_pct: float  # … as a share of the median step
+    extra_work: list[tuple[str, float]]  # (kernel class, ms per step over the other ranks' median), largest first
+    summary: str
+
+
+@dataclass(frozen=True)
+class Alignment:
+    source: str
+    reference: int | None
+    instances: int  # collectives matched on at least two ranks
+    ranks: list[RankAlignment]
+    imbalance: Imbalance | None
+    offsets_note: str
+
+
+def _offset(ref: RankCollectives, other: RankCollectives, tol: int, cap: int = 600) -> tuple[float, int] | None:
+    """Clock offset of ``other`` against ``ref``: the densest cluster (width 2·tol) of end
+    differences between collectives of the same kind; (offset ns, pairs in the cluster)."""
+    diffs = []
+    for kind in set(ref.kind[:cap]) & set(other.kind[:cap]):
+        a = ref.end[:cap][np.array(ref.kind[:cap]) == kind]
+        b = other.end[:cap][np.array(other.kind[:cap]) == kind]
+        diffs.append((b[None, :] - a[:, None]).ravel())
+    if not diffs:
+        return None
+    d = np.sort(np.concatenate(diffs))
+    if len(d) > 4_000_000:
+        d = d[:: len(d) // 4_000_000 + 1]
+    hi = np.searchsorted(d, d + 2 * tol, side="right")
+    counts = hi - np.arange(len(d))
+    i = int(np.argmax(counts))
+    return float(np.median(d[i:hi[i]])), int(counts[i])
+
+
+def _match(ref: RankCollectives, other: RankCollectives, offset: float, tol: int, rel: float) -> dict[int, int]:
+    """Reference index → other's index: same kind, the intervals overlapping, ends within
+    ``max(tol, rel × the longer duration)`` once the offset is removed; one to one, nearest ends first."""
+    end_o = other.end - offset
+    start_o = other.start - offset
+    dur_o = other.end - other.start
+    dur_r = ref.end - ref.start
+    reach = max(tol, int(rel * max(int(dur_o.max(initial=0)), int(dur_r.max(initial=0)))))
+    order = np.argsort(end_o, kind="stable")
+    sorted_end = end_o[order]
+    los = np.searchsorted(sorted_end, ref.end - reach)
+    his = np.searchsorted(sorted_end, ref.end + reach, side="right")
+    # every (reference, candidate) pair within reach, as flat index arrays
+    counts = his - los
+    js = np.repeat(np.arange(len(ref)), counts)
+    if not len(js):
+        return {}
+    offs = np.arange(len(js)) - np.repeat(np.cumsum(counts) - counts, counts)
+    cand = order[np.repeat(los, counts) + offs]
+    gap = np.abs(end_o[cand] - ref.end[js]).astype(float)
+    ok = ((start_o[cand] < ref.end[js]) & (ref.start[js] < end_o[cand])
+          & (gap <= np.maximum(tol, rel * np.maximum(dur_o[cand], dur_r[js]))))
+    kind_o, kind_r = other.kind, ref.kind
+    pairs = sorted((float(g), int(j), int(i)) for g, j, i in zip(gap[ok], js[ok], cand[ok]) if kind_o[i] == kind_r[j])
+    used_r, used_o, out = set(), set(), {}
+    for _, j, i in pairs:
+        if j not in used_r and i not in used_o:
+            used_r.add(j)
+            used_o.add(i)
+            out[j] = i
+    return out
+
+
+def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Alignment | None:
+    """Ranks aligned on the ends of their shared collectives (None for fewer than two ranks)."""
+    rules = rules or Rules()
+    if len(summaries) < 2:
+        return None
+    tol = int(rules.value("ranks.end_match_us") * 1000)
+    rel = rules.value("ranks.end_match_pct") / 100
+    with_coll = [s for s in summaries if len(s.collectives)]
+    n = len(summaries)
+    if len(with_coll) < 2:
+        return Alignment("none", None, 0, [RankAlignment(s.rank, None, 0, 0.0, 0, 0.0, 0.0) for s in summaries], None,
+                         "no collectives on two ranks: nothing to align")
+    ref_i = max(range(n), key=lambda r: (len(summaries[r].collectives), -r))  # the rank that saw the most
+    ref = summaries[ref_i].collectives
+    offsets: list[float | None] = [None] * n
+    matches: list[dict[int, int]] = [{} for _ in range(n)]
+    offsets[ref_i] = 0.0
+    matches[ref_i] = {j: j for j in range(len(ref))}
+    for r, s in enumerate(summaries):
+        if r == ref_i or not len(s.collectives):
+            continue
+        off = _offset(ref, s.collectives, tol)
+        if off is None or off[1] < 2:
+            continue
+        offsets[r] = off[0]
+        matches[r] = _match(ref, s.collectives, off[0], tol, rel)
+    # instances: reference collectives matched on at least one other rank
+    inst = [j for j in range(len(ref)) if sum(j in matches[r] for r in range(n) if r != ref_i) >= 1]
+    arrival = np.full((n, len(inst)), np.nan)
+    end = np.full((n, len(inst)), np.nan)
+    for r, s in enumerate(summaries):
+        if offsets[r] is None:
+            continue
+        for c, j in enumerate(inst):
+            i = matches[r].get(j)
+            if i is not None:
+                arrival[r, c] = s.collectives.start[i] - offsets[r]
+                end[r, c] = s.collectives.end[i] - offsets[r]
+    ranks: list[RankAlignment] = []
+    steps = np.array([max(1, len(s.analysis.segmentation.steps)) for s in summaries], float)
+    late_ns = np.zeros(n)
+    if inst:
+        first = np.nanmin(arrival, axis=0)
+        last = np.nanmax(arrival, axis=0)
+        common_end = np.nanmedian(end, axis=0)
+        lateness = arrival - first
+        has = ~np.isnan(arrival)
+        last_rank = np.where(has, lateness, -1).argmax(axis=0)
+        spread = last - first
+        last_in = np.bincount(last_rank[spread > 0], minlength=n)  # a tie has no last rank
+        wait = np.where(has, last - arrival, 0.0).sum(axis=1)
+        transfer = np.where(has, np.maximum(0.0, common_end - last), 0.0).sum(axis=1)
+        for r, s in enumerate(summaries):
+            m = int(has[r].sum())
+            late_ns[r] = float(np.nanmean(lateness[r])) if m else 0.0
+            ranks.append(RankAlignment(
+                s.rank, None if offsets[r] is None else round(offsets[r] / 1e3, 1), m,
+                float(round(late_ns[r] / 1e6, 3)), int(last_in[r]) if m else 0,
+                float(round(float(wait[r]) / 1e6 / steps[r], 3)), float(round(float(transfer[r]) / 1e6 / steps[r], 3))))
+    else:
+        ranks = [RankAlignment(s.rank, None, 0, 0.0, 0, 0.0, 0.0) for s in summaries]
+    src = " + ".join(sorted({s.collectives.source for s in with_coll}))
+    off_known = [(a.rank, a.clock_offset_us) for a in ranks if a.clock_offset_us is not None]
+    spread = max(abs(o) for _, o in off_known) if off_known else 0.0
+    note = (f"clock offsets against rank {summaries[ref_i].rank}, from matched collective ends: "
+            + (f"all within {spread:.0f} µs (one clock)" if spread * 1000 <= tol else
+               ", ".join(f"rank {r} {o / 1e3:+.3f} ms" for r, o in off_known if abs(o) * 1000 > tol)))
+    imb = _imbalance(summaries, ranks, rules) if inst else None
+    return Alignment(src, summaries[ref_i].rank, len(inst), ranks, imb, note)
+
+
+def _imbalance(summaries: list[RankSummary], ranks: list[RankAlignment], rules: Rules) -> Imbalance | None:
+    aligned = [i for i, a in enumerate(ranks) if a.matched]
+    if len(aligned) < 2:
+        return None
+    s_i = max(aligned, key=lambda i: (ranks[i].last_in, ranks[i].mean_late_ms))
+    lead = ranks[s_i]
+    median_step = float(np.median([s.analysis.breakdown.step_ms.p50 for s in summaries]))
+    if lead.mean_late_ms <= 0 or median_step <= 0:
+        return None
+    if 100 * lead.mean_late_ms / median_step < rules.value("straggler.late_pct") and lead.last_in * 2 <= lead.matched:
+        return None
+    others = [i for i in aligned if i != s_i]
+    lose = float(np.mean([ranks[i].wait_ms_per_step for i in others]))
+    steps = max(1, len(summaries[s_i].analysis.segmentation.steps))
+    extra = []
+    for c in ALL_CLASSES:
+        if c == "communication":
+            continue  # waiting inflates the others' communication kernels: not work
+        mine = summaries[s_i].class_ns.get(c, 0) / steps
+        theirs = float(np.median([summaries[i].class_ns.get(c, 0) / max(1, len(summaries[i].analysis.segmentation.steps))
+                                  for i in others]))
+        if mine - theirs > 0:
+            extra.append((c, round((mine - theirs) / 1e6, 3)))
+    extra.sort(key=lambda x: -x[1])
+    if not any(summaries[s_i].class_ns.values()):
+        work = "none to compare (no GPU kernels)"
+    else:
+        work = ", ".join(f"{c} +{ms:.1f} ms" for c, ms in extra[:3]) or "no kernel class takes longer"
+    summary = (f"rank {lead.rank} arrives last at {lead.last_in} of {lead.matched} matched collectives, "
+               f"{lead.mean_late_ms:.1f} ms after the first rank on average; the other ranks wait "
+               f"{lose:.1f} ms per step for it inside collectives ({100 * lose / median_step:.0f} % of the "
+               f"{median_step:.1f} ms median step). Its extra work per step against the others' median: {work}")
+    return Imbalance(lead.rank, float(lead.mean_late_ms), lead.last_in, lead.matched, round(lose, 3),
+                     round(100 * lose / median_step, 2), extra, summary)
+
+
+# -- the many-rank view ----------------------------------------------------------------------
+
+def ranks_view(summaries: list[RankSummary], alignment: Alignment | None) -> dict:
+    """Ranks sorted by lateness, a rank × step strip of step times, and the step-time distribution."""
+    late = {a.rank: a for a in alignment.ranks} if alignment else {}
+    order = sorted(range(len(summaries)),
+                   key=lambda i: (-(late[summaries[i].rank].mean_late_ms if summaries[i].rank in late else 0.0),
+                                  -summaries[i].analysis.breakdown.step_ms.p50))
+    labels: list[str] = []
+    for s in summaries:
+        for lab in s.step_labels:
+            if lab not in labels:
+                labels.append(lab)
+    labels = labels[:64]
+    heat = []
+    for i in order:
+        s = summaries[i]
+        by = dict(zip(s.step_labels, s.step_ms.tolist()))
+        heat.append([round(by[lab], 3) if lab in by else None for lab in labels])
+    all_ms = np.array([v for row in heat for v in row if v is not None], float)
+    dist = ({"p5": round(float(np.percentile(all_ms, 5)), 3), "p50": round(float(np.percentile(all_ms, 50)), 3),
+             "p95": round(float(np.percentile(all_ms, 95)), 3), "max": round(float(all_ms.max()), 3),
+             "min": round(float(all_ms.min()), 3)} if len(all_ms) else None)
+    return {
+        "by_lateness": [{"rank": summaries[i].rank,
+                         "mean_late_ms": late[summaries[i].rank].mean_late_ms if summaries[i].rank in late else None,
+                         "step_p50_ms": round(summaries[i].analysis.breakdown.step_ms.p50, 3)} for i in order],
+        "steps": labels,
+        "heat_ms": heat,  # rows in by_lateness order
+        "step_ms_distribution": dist,
+    }

@@ -1,0 +1,118 @@
+"""The streaming Kineto reader (collectors/kineto_stream.py) against the in-memory reader.
+
+Slices are shrunk to a few kilobytes so that real traces cross hundreds of slice boundaries;
+the tables must come out identical to the whole-document reader's, and damage anywhere must be
+salvaged to the same complete events the whole-document salvage keeps."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from trainscope.collectors import kineto_stream
+from trainscope.collectors.kineto import load_kineto, load_kineto_in_memory
+from trainscope.collectors.readers import _salvage_events
+
+from tests.conftest import KINETO, raw_document
+
+TABLES = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "memory")
+
+
+@pytest.fixture
+def small_slices(monkeypatch):
+    monkeypatch.setattr(kineto_stream, "_CHUNK", 16 << 10)
+    monkeypatch.setattr(kineto_stream, "_BLOCK", 8 << 10)
+
+
+def _same(a, b) -> None:
+    for tab in TABLES:
+        ta, tb = getattr(a, tab), getattr(b, tab)
+        for f in ta.FIELDS:
+            x, y = getattr(ta, f), getattr(tb, f)
+            assert len(x) == len(y) and np.array_equal(x, y, equal_nan=True), (tab, f)
+    for attr in ("strings", "devices", "threads", "rank", "world_size", "input_dims", "origin_ns"):
+        assert getattr(a, attr) == getattr(b, attr), attr
+
+
+@pytest.mark.parametrize("name", ["hta_a100_nccl.json.gz", "tracelens_h100_qwen_inference.json.gz",
+                                  "tracelens_mi300x_resnet_ckpt.json.gz", "hta_cpu_only.pt.trace.json.gz",
+                                  "hta_mi250_minitoy_train.json.gz"])
+def test_many_small_slices_give_the_in_memory_tables(small_slices, name, tmp_path):
+    path = KINETO / name
+    a, b = load_kineto(str(path)), load_kineto_in_memory(str(path))
+    _same(a, b)
+    assert a.metadata == b.metadata and a.warnings == b.warnings == []
+
+
+def test_cut_markers_inside_strings_and_objects(small_slices, tmp_path):
+    """'}, {' inside names and nested args objects: a wrong cut must never split an event."""
+    doc = raw_document("hta_mi250_minitoy_train.json.gz")
+    ev = doc["traceEvents"]
+    k = next(e for e in ev if e.get("cat") == "kernel")
+    tricky = [dict(k, name=f"kernel<{{a}}, {{b}}>#{i}" + "x" * 3000, args=dict(k.get("args", {}), nested=[{"a": 1}, {"b": 2}]))
+              for i in range(40)]
+    doc["traceEvents"] = ev + tricky
+    p = tmp_path / "tricky.json"
+    p.write_text(json.dumps(doc, indent=1))
+    a, b = load_kineto(str(p)), load_kineto_in_memory(str(p))
+    _same(a, b)
+    assert len(a.kernels) == 14 + 40
+
+
+@pytest.mark.parametrize("cut", [0.3, 0.77])
+def test_truncation_keeps_the_same_complete_events(small_slices, tmp_path, cut):
+    data = gzip.decompress((KINETO / "hta_a100_nccl.json.gz").read_bytes())
+    p = tmp_path / "cut.json"
+    p.write_bytes(data[: int(len(data) * cut)])
+    a = load_kineto(str(p))
+    kept, _ = _salvage_events(p.read_text(errors="replace"))  # the whole-document salvage, by hand
+    assert any("truncated or damaged" in w and f"the {len(kept):,} complete events" in w for w in a.warnings)
+    for table, cat in (("kernels", "kernel"), ("cpu_ops", "cpu_op"), ("runtime", "cuda_runtime")):
+        n = sum(1 for e in kept if e.get("ph") == "X" and e.get("cat") == cat)
+        assert len(getattr(a, table)) == n
+    assert len(a.cpu_ops) > 0
+    # fields before the event array survive the truncation (the in-memory salvage loses them)
+    assert a.devices and a.devices[0].name.startswith("NVIDIA")
+
+
+def test_odd_slices_go_through_the_general_path(small_slices, tmp_path):
+    """NaN, string timestamps and non-object events in the middle of a streamed file."""
+    doc = raw_document("hta_a100_nccl.json.gz")
+    ev = doc["traceEvents"]
+    k = next(e for e in ev if e.get("cat") == "kernel")
+    mid = len(ev) // 2
+    doc["traceEvents"] = ev[:mid] + [dict(k, dur=float("nan")), dict(k, ts="garbage"), "not an event"] + ev[mid:]
+    p = tmp_path / "odd.json"
+    p.write_text(json.dumps(doc))
+    a = load_kineto(str(p))
+    b = load_kineto(str(KINETO / "hta_a100_nccl.json.gz"))
+    assert len(a.kernels) == len(b.kernels)
+    text = " ".join(a.warnings)
+    assert "NaN" in text and "malformed" in text
+
+
+@pytest.mark.parametrize("cut", [None, 0.8])
+def test_two_halves_read_at_once_give_the_serial_tables(tmp_path, monkeypatch, cut):
+    """Large plain files are read in two parts, the second in a child interpreter; the tables,
+    names, threads and warnings must be the serial reader's (whole file, and truncated in the
+    second half)."""
+    from trainscope.collectors import kineto
+
+    data = gzip.decompress((KINETO / "hta_a100_control.json.gz").read_bytes())
+    p = tmp_path / "big.json"
+    p.write_bytes(data if cut is None else data[: int(len(data) * cut)])
+    monkeypatch.setattr(kineto_stream, "_CHUNK", 1 << 20)
+    calls = []
+    real = kineto._load_halves
+    monkeypatch.setattr(kineto, "_load_halves", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(kineto, "_cores", lambda: 2)
+    halves = load_kineto(str(p))
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1 << 62)
+    serial = load_kineto(str(p))
+    assert calls == [1]
+    assert kineto_stream.split_point(str(p)) is not None  # the file was split, not read serially
+    _same(halves, serial)
+    assert halves.warnings == serial.warnings and halves.metadata == serial.metadata

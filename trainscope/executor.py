@@ -1,0 +1,178 @@
+"""The per-rank map, run serially, in a process pool (``--jobs N``) or on a Dask cluster (``--dask``).
+
+What crosses a process (or network) boundary: a file path and the analysis options in; a list of
+:class:`~trainscope.analyzers.ranks.RankSummary` (tens of kilobytes per rank) or a one-line error
+out. No trace is ever sent: each worker reads its rank's file where it sees it, so on a cluster the
+paths must name a file system every worker mounts.
+
+The reduce (alignment, stragglers, the many-rank view) runs in the caller on the summaries.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Callable
+
+from trainscope.analyzers.ranks import RankSummary
+
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
+_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
+
+RankProgress = Callable[[int, int], None]
+"""``progress(ranks_done, ranks_total)``."""
+
+
+@dataclass(frozen=True)
+class MapOptions:
+    """The analysis options every worker applies (picklable)."""
+
+    thresholds: tuple[tuple[str, float], ...] = ()
+    peak_tflops: float | None = None
+    step_range: str | None = None
+
+
+@dataclass
+class RankSet:
+    """The map's result: summaries in rank order, and the files that could not be read."""
+
+    path: str
+    summaries: list[RankSummary]
+    warnings: list[str] = field(default_factory=list)
+
+
+def available_cores() -> int:
+    """The cores this process may run on (a container's CPU set, not the host's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def is_rank_set(path: str) -> bool:
+    """A directory, or a glob pattern that is not itself an existing file."""
+    return os.path.isdir(path) or (not os.path.exists(path) and glob.has_magic(path))
+
+
+def rank_files(path: str) -> list[str]:
+    """The trace files of a rank directory or glob, sorted by name."""
+    if os.path.isdir(path):
+        names = [os.path.join(path, f) for f in os.listdir(path)]
+    else:
+        names = glob.glob(path)
+    return sorted(f for f in names if f.lower().endswith(_TRACE_SUFFIXES) and os.path.isfile(f))
+
+
+def summarize_rank(path: str, options: MapOptions = MapOptions()) -> list[RankSummary] | str:
+    """The map step: read one file, analyze each trace it holds, keep the summary. Pure in its
+    inputs (a path and options) and picklable both ways; an unreadable file is a one-line string."""
+    from trainscope.analyzers.analysis import analyze_trace
+    from trainscope.analyzers.range_steps import StepRangeError
+    from trainscope.analyzers.ranks import summarize
+    from trainscope.analyzers.rules import Rules
+    from trainscope.collectors import TraceError
+    from trainscope.collectors.inputs import open_any
+
+    rules = Rules(dict(options.thresholds))
+    try:
+        traces = open_any(path)
+    except TraceError as e:
+        return e.problem
+    except (OSError, RecursionError) as e:
+        return f"cannot read: {getattr(e, 'strerror', None) or e}"
+    out = []
+    for t in traces:
+        if t.rank is None:
+            m = _RANK_IN_NAME.search(os.path.basename(path))
+            t.rank = int(m.group(1)) if m else None
+        try:
+            a = analyze_trace(t, rules, options.peak_tflops, options.step_range)
+        except StepRangeError as e:
+            return f"--step-range: {e}"
+        out.append(summarize(t, a))
+    return out
+
+
+def map_ranks(files: list[str], options: MapOptions = MapOptions(), jobs: int | None = None,
+              dask: str | None = None, progress: RankProgress | None = None,
+              fn: Callable = summarize_rank) -> list[list[RankSummary] | str]:
+    """``fn(file, options)`` for every file, in file order: serially (``jobs == 1`` or one file),
+    in ``jobs`` worker processes (default: the machine's cores), or on the Dask scheduler at
+    ``dask`` (an address such as ``tcp://host:8786``, or a ``distributed.Client``)."""
+    n = len(files)
+    done = 0
+    results: list = [None] * n
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, n)
+
+    if dask is not None:
+        return _map_dask(files, options, dask, fn, tick)
+    jobs = jobs or available_cores()
+    if jobs <= 1 or n <= 1:
+        for i, f in enumerate(files):
+            results[i] = fn(f, options)
+            tick()
+        return results
+    try:
+        with ProcessPoolExecutor(max_workers=min(jobs, n)) as pool:
+            futures = {pool.submit(fn, f, options): i for i, f in enumerate(files)}
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                tick()
+    except BrokenProcessPool:
+        raise RuntimeError(f"a worker process died while analyzing ranks (out of memory?); "
+                           f"retry with fewer --jobs than {jobs}") from None
+    return results
+
+
+def _map_dask(files: list[str], options: MapOptions, dask, fn: Callable, tick: Callable[[], None]) -> list:
+    try:
+        from distributed import Client, as_completed as dask_completed
+    except ImportError:
+        raise RuntimeError("--dask needs Dask distributed: pip install 'trainscope[dask]'") from None
+    own = isinstance(dask, str)
+    try:
+        client = Client(dask, timeout="5s") if own else dask
+    except (OSError, TimeoutError) as e:
+        raise RuntimeError(f"cannot reach the Dask scheduler at {dask}: {e}") from None
+    try:
+        futures = client.map(fn, files, options=options, pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: list = [None] * len(files)
+        for fut in dask_completed(futures):
+            results[index[fut.key]] = fut.result()
+            tick()
+        return results
+    finally:
+        if own:
+            client.close()
+
+
+def run_rank_set(path: str, options: MapOptions = MapOptions(), jobs: int | None = None, dask: str | None = None,
+                 progress: RankProgress | None = None) -> RankSet:
+    """A rank directory or glob → summaries in rank order (files without a rank after them, in
+    file order) and a warning per file that could not be read. Raises ValueError when no file
+    holds a trace."""
+    files = rank_files(path)
+    if not files:
+        raise ValueError("directory holds no trace files (*.json, *.json.gz, *.sqlite)")
+    summaries: list[RankSummary] = []
+    warnings: list[str] = []
+    for f, res in zip(files, map_ranks(files, options, jobs, dask, progress)):
+        if isinstance(res, str):
+            if res.startswith("--step-range"):
+                raise ValueError(res)
+            warnings.append(f"skipped {os.path.basename(f)}: {res}")
+        else:
+            summaries.extend(res)
+    if not summaries:
+        raise ValueError("no trace in the directory could be loaded (" + "; ".join(warnings[:3]) + ")")
+    summaries.sort(key=lambda s: (s.rank is None, s.rank if s.rank is not None else 0))
+    return RankSet(path, summaries, warnings)
