@@ -152,16 +152,22 @@ class _Source:
                         if left <= 0:
                             return
                 return
+            from trainscope.collectors.readers import check_expansion, decompression_cap
+
+            cap, check_ratio = decompression_cap()  # the same cap as every other gunzip (a gzip bomb)
             dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
             damaged = None
+            read_in = 0
             while block := f.read(_BLOCK // 8):
                 self._tick(len(block), "decompressing")
+                read_in += len(block)
                 try:
                     pending = block
                     while pending:  # at most _BLOCK bytes out per call: traces compress 20×
                         out = dec.decompress(pending, _BLOCK)
                         pending = dec.unconsumed_tail
                         self.produced += len(out)
+                        check_expansion(self.path, self.produced, read_in - len(pending), cap, check_ratio)
                         yield out
                 except zlib.error as e:
                     damaged = f"corrupt gzip data ({e})"

@@ -72,6 +72,19 @@ def _human(n: int) -> str:
     return f"{n} bytes"
 
 
+def check_expansion(path: str, total_out: int, consumed_in: int, cap: int, check_ratio: bool) -> None:
+    """The one decompression rule, for every reader that gunzips: past ``cap`` bytes out, or (with
+    the ratio check) past RATIO_FLOOR at more than MAX_RATIO× the compressed bytes consumed, a
+    TraceError naming the cap and how to raise it."""
+    if total_out > cap:
+        raise TraceError(path, f"decompresses to more than {_human(cap)}, the cap on decompressed "
+                               "input; raise it with --max-decompressed SIZE (or "
+                               f"{MAX_DECOMPRESSED_ENV}=SIZE)")
+    if check_ratio and total_out > RATIO_FLOOR and total_out > MAX_RATIO * consumed_in:
+        raise TraceError(path, f"expands more than {MAX_RATIO}× when decompressed (a gzip bomb? traces "
+                               "expand 10–30×); --max-decompressed SIZE lifts this check")
+
+
 def gunzip_limited(f, path: str, size: int, progress: Progress | None = None,
                    max_bytes: int | None = None) -> tuple[bytes, str | None, list[str]]:
     """Decompress the gzip stream in ``f`` under the cap: ``(data, damage or None, warnings)``.
@@ -94,13 +107,7 @@ def gunzip_limited(f, path: str, size: int, progress: Progress | None = None,
                 break
             chunk = dec.unconsumed_tail
             total += len(piece)
-            if total > cap:
-                raise TraceError(path, f"decompresses to more than {_human(cap)}, the cap on decompressed "
-                                       "input; raise it with --max-decompressed SIZE (or "
-                                       f"{MAX_DECOMPRESSED_ENV}=SIZE)")
-            if check_ratio and total > RATIO_FLOOR and total > MAX_RATIO * (done - len(chunk)):
-                raise TraceError(path, f"expands more than {MAX_RATIO}× when decompressed (a gzip bomb? traces "
-                                       "expand 10–30×); --max-decompressed SIZE lifts this check")
+            check_expansion(path, total, done - len(chunk), cap, check_ratio)
             out.append(piece)
             if dec.eof or (not chunk and len(piece) < _CHUNK * 16):
                 break

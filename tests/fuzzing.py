@@ -43,7 +43,7 @@ SEEDS = [
     Seed("kineto", DATA / "kineto" / "hta_cpu_only.pt.trace.json.gz"),
     Seed("kineto", DATA / "kineto" / "hta_mi250_minitoy_train.json.gz"),
     Seed("nsys", DATA / "nsys" / "pipit_saxpy_a100_nsys2022.sqlite"),
-    Seed("pickle", DATA / "memory" / "cs336_train_step_snapshot.pickle.gz"),
+    Seed("pickle", DATA / "memory" / "mem_cs336_nothanmin_trainstep.pickle.gz"),
     Seed("timeline", DATA / "memory" / "hta_memory_timeline.raw.json.gz"),
     Seed("csv", DATA / "nvml" / "nanogpt_8gpu_head.csv"),
     Seed("recording", DATA / "nvml" / "nanogpt_8gpu_head.recording.jsonl"),

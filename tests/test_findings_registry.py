@@ -12,7 +12,7 @@ import functools
 import gzip
 import json
 
-from tests.conftest import DATA
+from tests.conftest import DATA, KINETO
 from tests.conftest import analysis as _analysis
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers.findings import REGISTRY, validate
@@ -219,7 +219,7 @@ def test_rank_imbalance_is_the_wait_for_the_busiest_rank():
     from trainscope.analyzers.analysis import analyze_set, analyze_trace, slowest
     from trainscope.collectors import open_traces
 
-    ts = open_traces(str(DATA / "labeled" / "kineto" / "hta_dlrm_ws128_2ranks"))
+    ts = open_traces(str(KINETO / "hta_dlrm_ws128_2ranks"))
     r0, r1 = analyze_set(ts)
     alone = analyze_trace(ts.traces[0])  # rank 0 judged by itself
     per_step = lambda a, c: a.breakdown.ns[c] / len(a.breakdown.steps)

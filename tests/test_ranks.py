@@ -80,7 +80,7 @@ def test_dlrm_cli_names_rank1_and_shows_the_many_rank_view(capsys):
 def test_summary_is_small_and_picklable(dlrm):
     for s in dlrm:
         blob = pickle.dumps(s)
-        assert len(blob) < 100_000  # 256 ranks: < 26 MB in the parent
+        assert len(blob) < 200_000  # 256 ranks: < 51 MB in the parent (the analysis now carries the roofline and sinks)
         back = pickle.loads(blob)
         assert back.rank == s.rank and np.array_equal(back.collectives.end, s.collectives.end)
 

@@ -43,7 +43,7 @@ def test_timesformer_busy_time_is_memory_bound_on_the_unfused_softmax():
     # the verdict's memory-bound finding reads the roofline and quotes the line
     f = next(f for f in a.findings if f.id == "machine/bandwidth")
     assert any(e.metric == line for e in f.evidence)
-    assert f.evidence[0].metric.startswith("memory-bound kernels (roofline")
+    assert f.evidence[0].metric.startswith("memory-bound kernel time")  # the sink, then the roofline line
 
 
 def test_sglang_large_gemms_are_compute_bound():
@@ -87,6 +87,9 @@ def test_gpu_traces_with_shapes_get_an_mfu_estimated_from_shapes():
         assert 0 <= a.mfu.value_pct < 100
         assert a.mfu.basis == "estimated from shapes" and a.mfu.reason.startswith("estimated from shapes")
         law = a.mfu.iron_law
+        if law is None:  # no matrix FLOPs in the window (normalization kernels only): nothing to close
+            assert a.mfu.value_pct == 0.0
+            continue
         assert law.step_s * 1e3 == pytest.approx(a.breakdown.step_ms.mean, rel=1e-6)
         # the Iron Law closes: FLOPs/step = step time × GPUs × peak × η
         assert law.flops_per_step == pytest.approx(law.step_s * law.gpus * law.peak_tflops * 1e12 * law.efficiency_pct / 100)

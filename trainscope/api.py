@@ -15,6 +15,7 @@ the one-line message and exit code the command line prints (the only place that 
 from __future__ import annotations
 
 import contextlib
+import zlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -110,7 +111,7 @@ def _bad_input(path: str | None = None, what: str | None = None) -> Iterator[Non
         raise
     except StepRangeError as e:
         raise BadInput(f"{prefix}--step-range: {e}") from None
-    except (TraceError, OSError, RecursionError, MemoryError) as e:
+    except (TraceError, OSError, RecursionError, MemoryError, EOFError, zlib.error) as e:
         # The readers' one mapping of what an input can raise (trainscope.common.input_problem).
         from trainscope.common import input_problem
 

@@ -7,6 +7,7 @@ import os
 import stat
 import sys
 import tempfile
+import zlib
 import time
 
 from trainscope.api import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK  # noqa: F401 (the codes live with the errors)
@@ -158,7 +159,7 @@ def apply_input_limits(args) -> None:
 
 # What reading an input may raise that is the input's fault, not ours: every command maps these
 # through input_problem() to one line and exit 2.
-INPUT_ERRORS: tuple[type[BaseException], ...] = (OSError, RecursionError, MemoryError)
+INPUT_ERRORS: tuple[type[BaseException], ...] = (OSError, RecursionError, MemoryError, EOFError, zlib.error)
 
 
 def input_errors() -> tuple[type[BaseException], ...]:
@@ -179,6 +180,8 @@ def input_problem(e: BaseException, path: str) -> str:
         return f"{path}: nested too deeply to read"
     if isinstance(e, MemoryError):
         return f"{path}: too large to read in the memory available"
+    if isinstance(e, (EOFError, zlib.error)):
+        return f"{path}: damaged compressed data ({e})"
     return f"{path}: {type(e).__name__}: {e}"
 
 
