@@ -1,6 +1,6 @@
 """Step time split into exclusive sinks, and the verdict's ranking of them.
 
-Every nanosecond of the analyzed steps goes to exactly one sink (DIAGNOSIS.md §2.5, the textbook's
+Every nanosecond of the analyzed steps goes to exactly one sink (docs/diagnosis.md §2, the textbook's
 D·A·M causes made measurable):
 
 - ``input``: the GPU idles while the host waits on the input pipeline (DataLoader ``__next__``) or

@@ -32,7 +32,8 @@ class Tab:
 
     @classmethod
     def pane(cls) -> Widget:
-        raise NotImplementedError
+        """The tab's widget: every tab class declares its own (abstract here)."""
+        raise NotImplementedError(f"{cls.__name__} declares no pane")
 
     @classmethod
     def applies(cls, app: "AnalyzeApp") -> str | None:
