@@ -526,14 +526,19 @@ class _StreamParser(_Parser):
         marks = [b.mark() for b in self._builders]
         list_marks = [len(x) for x in self._lists()]
         state = (self.malformed, self.negative, self.hip, len(self.unknown_categories))
+        raw_dims = dict(self._raw_dims)
+        unknown = self.unknown_categories.copy()
         try:
             self._typed(events)
             self._flush()
-        except OverflowError:
+        except (OverflowError, TypeError, ValueError, AttributeError):
+            # A value off the typed schema (an int past int64, a list where a pid belongs, …): undo
+            # the slice and let the caller read it through the general path, which salvages per event.
             for b, m in zip(self._builders, marks):
                 b.rollback(m)
             for x, m in zip(self._lists(), list_marks):
                 del x[m:]
+            self._raw_dims, self.unknown_categories = raw_dims, unknown
             self.malformed, self.negative, self.hip = state[:3]
             return False
         if events:

@@ -116,3 +116,42 @@ def test_two_halves_read_at_once_give_the_serial_tables(tmp_path, monkeypatch, c
     assert kineto_stream.split_point(str(p)) is not None  # the file was split, not read serially
     _same(halves, serial)
     assert halves.warnings == serial.warnings and halves.metadata == serial.metadata
+
+
+def test_a_slice_off_the_typed_schema_is_read_through_the_general_path(tmp_path):
+    """Found by benchmarks/fuzz.py on the merged reader: a list where a pid belongs made the typed
+    path raise TypeError (an internal error). The slice is undone and read event by event instead,
+    with the same tables as the in-memory reader."""
+    import json as _json
+
+    from trainscope.collectors.kineto import load_kineto, load_kineto_in_memory
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+               "args": {"External id": 7, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}},
+              {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3,
+               "args": {"device": 0, "stream": 7, "correlation": 1, "External id": 7}},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": [1], "tid": 1, "ts": 20, "dur": 2}]
+    path = tmp_path / "odd.pt.trace.json"
+    path.write_text(_json.dumps({"traceEvents": events}))
+    streamed, whole = load_kineto(str(path)), load_kineto_in_memory(str(path))
+    assert len(streamed.kernels) == len(whole.kernels) == 1
+    assert len(streamed.cpu_ops) == len(whole.cpu_ops)
+    assert streamed.op_inputs.kernel_external.tolist() == whole.op_inputs.kernel_external.tolist() == [7]
+    assert (streamed.op_inputs.cpu_signature >= 0).sum() == (whole.op_inputs.cpu_signature >= 0).sum() == 1
+
+
+def test_the_stream_keeps_what_the_cost_model_and_host_attribution_read():
+    """External ids, operator signatures and Python frames come out of the typed slices exactly as
+    from the in-memory reader (the roofline links kernels to operators through them; host-idle
+    attribution reads the frames)."""
+    from tests.conftest import KINETO
+    from trainscope.collectors.kineto import load_kineto, load_kineto_in_memory
+
+    path = str(KINETO / "tl_h100_timesformer_k400_infer.json.gz")
+    streamed, whole = load_kineto(path), load_kineto_in_memory(path)
+    a, b = streamed.op_inputs, whole.op_inputs
+    assert a.kernel_external.tolist() == b.kernel_external.tolist() and (a.kernel_external >= 0).any()
+    assert a.cpu_external.tolist() == b.cpu_external.tolist()
+    assert [a.signatures[i] if i >= 0 else None for i in a.cpu_signature.tolist()] == \
+           [b.signatures[i] if i >= 0 else None for i in b.cpu_signature.tolist()]
+    assert len(streamed.python_frames) == len(whole.python_frames) > 1000
