@@ -24,9 +24,12 @@ def _check(profiler, lines: list[str], out_dir) -> None:
     assert len(steps) == 3  # active=3: the wait and warm-up steps are not recorded
     (report,) = profiler.reports
     assert sorted(s.label for s in report.steps) == steps
-    # CPU only: no GPU activity, so no D·A·M verdict; the line says so once.
-    assert report.verdict.axis == "insufficient_evidence"
-    assert len(lines) == 1 and lines[0].startswith("trainscope: INSUFFICIENT EVIDENCE")
+    # CPU only: the verdict rests on the DataLoader waits alone, so whether it is "insufficient
+    # evidence" or Data depends on how loaded the machine running the test is (a CI run under load
+    # crossed the data-wait threshold). What must hold either way: one line per profiled cycle,
+    # and it is the report's own verdict.
+    assert report.verdict.axis in ("insufficient_evidence", "data")
+    assert len(lines) == 1 and lines[0] == report.verdict_line()
 
 
 def test_lightning_callback_profiles_a_few_steps(tmp_path):
