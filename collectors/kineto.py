@@ -436,7 +436,7 @@ class _Parser:
         n_ops, n_k = len(tables["cpu_ops"]), len(tables["kernels"])
         if len(self.cpu_external) != n_ops or len(self.kernel_external) != n_k:  # a row was half-added
             return OpInputs(hw_flops=self.hw_flops)
-        return OpInputs(np.array(self.cpu_external, np.int64), np.array(self.kernel_external, np.int64),
+        return OpInputs(_ids(self.cpu_external), _ids(self.kernel_external),
                         np.array(self.cpu_signature, np.int32), self.signatures, self.hw_flops)
 
     def _devices(self) -> list[Device]:
@@ -738,6 +738,14 @@ class _StreamParser(_Parser):
                 per_op[key] = per_op.get(key, 0) + n
         self._raw_dims = {}
         return self._finish(warnings)
+
+
+def _ids(xs: list[int]) -> np.ndarray:
+    """External ids as int64; an id beyond int64 (a damaged file) links nothing (-1)."""
+    try:
+        return np.array(xs, np.int64)
+    except OverflowError:
+        return np.array([x if -(1 << 63) <= x < (1 << 63) else -1 for x in xs], np.int64)
 
 
 def _external(a) -> int:

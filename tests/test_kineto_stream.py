@@ -155,3 +155,20 @@ def test_the_stream_keeps_what_the_cost_model_and_host_attribution_read():
     assert [a.signatures[i] if i >= 0 else None for i in a.cpu_signature.tolist()] == \
            [b.signatures[i] if i >= 0 else None for i in b.cpu_signature.tolist()]
     assert len(streamed.python_frames) == len(whole.python_frames) > 1000
+
+
+def test_an_external_id_beyond_int64_links_nothing_instead_of_failing(tmp_path):
+    """Found by benchmarks/fuzz.py on the merged reader: an "External id" of 2**64 aborted the
+    analysis (OverflowError building the operator links). It now links nothing (-1)."""
+    import json as _json
+
+    from trainscope.collectors.kineto import load_kineto
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+               "args": {"External id": 2**64}},
+              {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3,
+               "args": {"device": 0, "stream": 7, "correlation": 1, "External id": 3}}]
+    path = tmp_path / "big_id.pt.trace.json"
+    path.write_text(_json.dumps({"traceEvents": events}))
+    t = load_kineto(str(path))
+    assert t.op_inputs.cpu_external.tolist() == [-1] and t.op_inputs.kernel_external.tolist() == [3]
