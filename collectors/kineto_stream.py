@@ -327,7 +327,7 @@ def _decode_slice(buf: bytes, start: int, end: int, parser) -> int | None:
         events = _EVENTS.decode(piece)
     except msgspec.ValidationError:
         pass  # valid JSON, off the typed schema: read as dicts below
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError):  # bytes that are not UTF-8 count as damage too
         if b"NaN" not in piece and b"Infinity" not in piece:
             return None  # not whole events (a cut inside a string or an object), or damage
     else:
@@ -452,7 +452,7 @@ def split_point(path: str, head_limit: int = 64 << 20) -> tuple[int, bytes] | No
             return None
         try:
             _EVENTS.decode(b"[" + window[c:ends[-1]] + b"]")
-        except msgspec.MsgspecError:
+        except (msgspec.MsgspecError, UnicodeDecodeError):
             continue
         return mid + c, head
     return None

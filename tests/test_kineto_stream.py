@@ -172,3 +172,17 @@ def test_an_external_id_beyond_int64_links_nothing_instead_of_failing(tmp_path):
     path.write_text(_json.dumps({"traceEvents": events}))
     t = load_kineto(str(path))
     assert t.op_inputs.cpu_external.tolist() == [-1] and t.op_inputs.kernel_external.tolist() == [3]
+
+
+def test_bytes_that_are_not_utf8_are_damage_not_an_internal_error(tmp_path):
+    """Found by benchmarks/fuzz.py on the merged reader: a 0xff byte inside a name raised
+    UnicodeDecodeError from the typed decoder (an internal error). Such a slice is damage: the events
+    before it are kept, one line says so."""
+    from trainscope.collectors.kineto import load_kineto
+
+    good = b'{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3, "args": {"device": 0}}'
+    bad = b'{"ph": "X", "cat": "kernel", "name": "g\xffm", "pid": 0, "tid": 7, "ts": 20, "dur": 3, "args": {"device": 0}}'
+    path = tmp_path / "latin.pt.trace.json"
+    path.write_bytes(b'{"traceEvents": [' + good + b", " + bad + b"]}")
+    t = load_kineto(str(path))
+    assert len(t.kernels) >= 1
