@@ -492,7 +492,7 @@ class _StreamParser(_Parser):
         def decode(raw: bytes):
             try:
                 return msgspec.json.decode(raw) if raw else None
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, UnicodeDecodeError):
                 return None
         d = decode(dims)
         if type(d) is not list:
@@ -715,10 +715,11 @@ class _StreamParser(_Parser):
         self.unknown_categories.update(part["unknown"])
 
     def finalize_dims(self) -> None:
+        """Decode each distinct raw "Input Dims" text once and count it per operator."""
         for (name, raw), n in self._raw_dims.items():
             try:
                 dims = msgspec.json.decode(raw)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, UnicodeDecodeError):
                 continue
             if type(dims) is list:
                 per_op = self.input_dims.setdefault(name, {})
@@ -727,16 +728,7 @@ class _StreamParser(_Parser):
         self._raw_dims = {}
 
     def finish(self, warnings: list[str]) -> Trace:
-        for (name, raw), n in self._raw_dims.items():
-            try:
-                dims = msgspec.json.decode(raw)
-            except msgspec.DecodeError:
-                continue
-            if type(dims) is list:
-                per_op = self.input_dims.setdefault(name, {})
-                key = repr(dims)
-                per_op[key] = per_op.get(key, 0) + n
-        self._raw_dims = {}
+        self.finalize_dims()
         return self._finish(warnings)
 
 
