@@ -31,7 +31,10 @@ def counters_only(doc: dict) -> bool:
 def device_label(doc: dict) -> str:
     """'Tesla V100 (GPU 0), rank 3'; a device the trace does not name is just 'GPU 0'."""
     dev = doc["device"]
-    name = dev["name"] if dev["name"] == f"GPU {dev['id']}" else f"{dev['name']} (GPU {dev['id']})"
+    if dev["id"] is None:  # the trace names a device but records no GPU work on it (counters only)
+        name = dev["name"] or "no GPU"
+    else:
+        name = dev["name"] if dev["name"] == f"GPU {dev['id']}" else f"{dev['name']} (GPU {dev['id']})"
     return name + (f", rank {doc['rank']}" if doc.get("rank") is not None else "")
 
 

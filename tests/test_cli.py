@@ -260,3 +260,14 @@ def test_device_line_for_a_device_the_trace_does_not_name():
 
     assert device_label({"device": {"name": "GPU 1", "id": 1}, "rank": 1}) == "GPU 1, rank 1"
     assert device_label({"device": {"name": "Tesla V100", "id": 0}, "rank": None}) == "Tesla V100 (GPU 0)"
+
+
+def test_device_line_of_a_trace_without_gpu_work_has_no_none():
+    """A counters-only trace names its A100 but records no GPU work: the device line said
+    "NVIDIA A100-PG509-200 (GPU None)"."""
+    from trainscope.reports.document import device_label
+
+    assert device_label({"device": {"id": None, "name": "NVIDIA A100-PG509-200"}, "rank": 0}) == \
+        "NVIDIA A100-PG509-200, rank 0"
+    assert device_label({"device": {"id": 1, "name": "GPU 1"}, "rank": 1}) == "GPU 1, rank 1"
+    assert device_label({"device": {"id": 0, "name": "Tesla V100"}}) == "Tesla V100 (GPU 0)"
