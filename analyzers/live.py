@@ -136,67 +136,145 @@ def _active_span(util: Sequence[float | None], idle: float) -> tuple[int, int]:
     return (busy[0], busy[-1] + 1) if busy else (0, len(util))
 
 
-def _power_capped(snaps: Sequence[Snapshot], rules: Rules) -> tuple[int | None, int | None, float | None, str | None]:
+@dataclass(frozen=True)
+class SampleDigest:
+    """What the window statistics read of one snapshot, computed once per snapshot (not once per
+    window it stays in): per-sample GPU means, and per-GPU arrays for the per-GPU judgements. A
+    window of W samples × G GPUs then costs O(W + W·G numpy) per update instead of O(W·G) Python,
+    and a replay costs O(samples × GPUs) Python in all."""
+
+    w: float  # the sample's weight (its dt, never negative)
+    util: float | None  # mean utilization of the GPUs that answered
+    util_mem: float | None
+    sm: float | None
+    tensor: float | None
+    dram: float | None
+    gpus: int
+    mem_idx: np.ndarray  # GPU index of each memory reading (the first entry per index)
+    mem_pct: np.ndarray
+    has_events: bool  # some GPU reported clock events
+    throttled: bool  # some GPU was slowed by power or heat
+    reason_groups: frozenset[str]
+    power_idx: np.ndarray  # busy (≥ gpu_busy.saturated), answering GPUs with a power reading
+    power_w: np.ndarray
+    power_limit_w: np.ndarray  # 0 where the limit is unknown
+
+
+def digest(s: Snapshot, rules: Rules) -> SampleDigest:
+    busy_util = rules.value("gpu_busy.saturated")
+    first_mem: dict[int, float | None] = {}
+    p_idx: list[int] = []
+    p_w: list[float] = []
+    p_lim: list[float] = []
+    has_events = throttled = False
+    groups: set[str] = set()
+    for g in s.gpus:
+        if g.index not in first_mem:
+            first_mem[g.index] = g.mem_pct
+        if g.power_w is not None and g.util_gpu is not None and g.util_gpu >= busy_util and not g.lost:
+            p_idx.append(g.index)
+            p_w.append(g.power_w)
+            p_lim.append(g.power_limit_w or 0.0)
+        ev = g.clock_events
+        if ev is not None:
+            has_events = True
+            if ev:
+                if not throttled and THROTTLE_REASONS.intersection(ev):
+                    throttled = True
+                groups.update(_REASON_GROUPS[r] for r in ev if r in _REASON_GROUPS)
+    mem = [(i, v) for i, v in first_mem.items() if v is not None]
+    return SampleDigest(
+        w=max(s.dt, 0.0), util=_mean_of(g.util_gpu for g in s.gpus if not g.lost),
+        util_mem=_mean_of(g.util_mem for g in s.gpus), sm=_mean_of(g.sm_util for g in s.gpus),
+        tensor=_mean_of(g.tensor_util for g in s.gpus), dram=_mean_of(g.dram_bw_util for g in s.gpus),
+        gpus=len(s.gpus),
+        mem_idx=np.array([i for i, _ in mem], dtype=np.int64), mem_pct=np.array([v for _, v in mem], dtype=float),
+        has_events=has_events, throttled=throttled, reason_groups=frozenset(groups),
+        power_idx=np.array(p_idx, dtype=np.int64), power_w=np.array(p_w, dtype=float),
+        power_limit_w=np.array(p_lim, dtype=float))
+
+
+def _grouped_quantile(starts: np.ndarray, counts: np.ndarray, sorted_vals: np.ndarray, q: float) -> np.ndarray:
+    """numpy's default ('linear') quantile ``q`` of each group of ``sorted_vals`` (sorted within
+    groups; group k is ``sorted_vals[starts[k]:starts[k] + counts[k]]``)."""
+    pos = starts + (counts - 1) * q
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.ceil(pos).astype(np.int64)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def _groups(keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted by (key, value): the group keys, their starts and counts, and the sorted values."""
+    order = np.lexsort((vals, keys))
+    k, v = keys[order], vals[order]
+    uniq, starts, counts = np.unique(k, return_index=True, return_counts=True)
+    return uniq, starts, counts, v
+
+
+def _power_capped(ds: Sequence[SampleDigest], rules: Rules) -> tuple[int | None, int | None, float | None, str | None]:
     """Per GPU: is busy power pinned at the enforced limit (when known) or at a hard ceiling (a
     limiter clamps from above: samples pile up under the maximum)? Returns (capped GPUs, judged
     GPUs, median busy watts, basis)."""
-    busy_util = rules.value("gpu_busy.saturated")
-    per: dict[int, list[tuple[float, float | None]]] = {}
-    for s in snaps:
-        for g in s.gpus:
-            if g.power_w is not None and g.util_gpu is not None and g.util_gpu >= busy_util and not g.lost:
-                per.setdefault(g.index, []).append((g.power_w, g.power_limit_w))
-    judged = capped = 0
-    medians: list[float] = []
-    capped_medians: list[float] = []
-    basis: str | None = None
-    for vals in per.values():
-        if len(vals) < rules.value("live.min_samples") * 5:
-            continue
-        p = np.array([v for v, _ in vals], dtype=float)
-        limits = [lim for _, lim in vals if lim]
-        med, top, low = float(np.median(p)), float(p.max()), float(np.percentile(p, 5))
-        judged += 1
-        medians.append(med)
-        if limits:
-            hit = med >= rules.value("live.power_at_limit_pct") / 100.0 * float(np.median(limits))
-            b = "enforced limit"
-        else:
-            hit = med > 0 and (top - med) <= rules.value("live.power_ceiling_pct") / 100.0 * med and (med - low) >= (top - med)
-            b = "ceiling in the samples"
-        if hit:
-            capped += 1
-            capped_medians.append(med)
-            basis = basis or b
-    if not judged:
+    if not ds:
         return None, None, None, None
-    return capped, judged, float(np.median(capped_medians or medians)), basis
+    idx = np.concatenate([d.power_idx for d in ds])
+    if not len(idx):
+        return None, None, None, None
+    watts = np.concatenate([d.power_w for d in ds])
+    lims = np.concatenate([d.power_limit_w for d in ds])
+    gpus, starts, counts, pw = _groups(idx, watts)
+    keep = counts >= rules.value("live.min_samples") * 5
+    if not keep.any():
+        return None, None, None, None
+    med = _grouped_quantile(starts, counts, pw, 0.5)
+    top = pw[starts + counts - 1]
+    low = _grouped_quantile(starts, counts, pw, 0.05)
+    known = lims != 0  # truthy limits, as reported
+    lim_med = np.full(len(gpus), np.nan)
+    if known.any():
+        lg, ls, lc, lv = _groups(idx[known], lims[known])
+        lim_med[np.searchsorted(gpus, lg)] = _grouped_quantile(ls, lc, lv, 0.5)
+    has_lim = ~np.isnan(lim_med)
+    at_limit = med >= rules.value("live.power_at_limit_pct") / 100.0 * np.where(has_lim, lim_med, 0.0)
+    ceiling = (med > 0) & ((top - med) <= rules.value("live.power_ceiling_pct") / 100.0 * med) & ((med - low) >= (top - med))
+    hit = np.where(has_lim, at_limit, ceiling) & keep
+    judged = int(keep.sum())
+    capped = int(hit.sum())
+    basis = None
+    if capped:  # the basis of the first capped GPU, by index (as a per-GPU loop would find it)
+        basis = "enforced limit" if has_lim[np.flatnonzero(hit)[0]] else "ceiling in the samples"
+    chosen = med[hit] if capped else med[keep]
+    return capped, judged, float(np.median(chosen)), basis
 
 
-_UNSET = object()
+def _fullest_memory(ds: Sequence[SampleDigest]) -> float | None:
+    """The fullest GPU's time-weighted mean memory use over the window, % of capacity."""
+    idx = np.concatenate([d.mem_idx for d in ds]) if ds else np.empty(0, np.int64)
+    if not len(idx):
+        return None
+    vals = np.concatenate([d.mem_pct for d in ds])
+    w = np.concatenate([np.full(len(d.mem_idx), d.w) for d in ds])
+    _, inv = np.unique(idx, return_inverse=True)
+    tot = np.bincount(inv, weights=w)
+    weighted = np.bincount(inv, weights=vals * w)
+    plain = np.bincount(inv, weights=vals) / np.bincount(inv)
+    per_gpu = np.where(tot > 0, weighted / np.where(tot > 0, tot, 1.0), plain)
+    return float(per_gpu.max())
 
 
-def window_stats(snaps: Sequence[Snapshot], rules: Rules, steps_after_t: float | None = None) -> WindowStats:
-    """``steps_after_t``: step samples at or before this time are the run's start-up and are left out."""
-    w = [max(s.dt, 0.0) for s in snaps]
-    util = [_mean_of(g.util_gpu for g in s.gpus if not g.lost) for s in snaps]
+def window_stats(snaps: Sequence[Snapshot], rules: Rules, steps_after_t: float | None = None,
+                 digests: Sequence[SampleDigest] | None = None) -> WindowStats:
+    """``steps_after_t``: step samples at or before this time are the run's start-up and are left out.
+    ``digests``: each snapshot's :func:`digest`, when the caller keeps them (a live window does)."""
+    ds = list(digests) if digests is not None else [digest(s, rules) for s in snaps]
+    w = [d.w for d in ds]
+    util = [d.util for d in ds]
     lo, hi = _active_span(util, rules.value("live.gpu_idle"))
     # Percentiles (underutilized / fluctuating) over the job's active span: start-up and tail
     # samples would make any steady job look like it fluctuates.
     measured = [u for u in util[lo:hi] if u is not None]
-    n_gpus = max((len(s.gpus) for s in snaps), default=0)
-    mem_pct = None
-    by_index: dict[int, list] = {}
-    for k, s in enumerate(snaps):  # one pass: GPUs × samples, not GPUs² × samples
-        for g in s.gpus:
-            per = by_index.setdefault(g.index, [_UNSET] * len(snaps))
-            if per[k] is _UNSET:  # the first entry for an index in a sample
-                per[k] = g.mem_pct
-    for idx in sorted(by_index):
-        per = [None if v is _UNSET else v for v in by_index[idx]]
-        m = _twmean(per, w)
-        if m is not None:
-            mem_pct = m if mem_pct is None else max(mem_pct, m)
+    n_gpus = max((d.gpus for d in ds), default=0)
+    mem_pct = _fullest_memory(ds)
     hosts = [s.host for s in snaps]
     cpu = [h.cpu_pct if h else None for h in hosts]
     iow = [h.iowait_pct if h else None for h in hosts]
@@ -218,20 +296,17 @@ def window_stats(snaps: Sequence[Snapshot], rules: Rules, steps_after_t: float |
         if with_io:
             starved_io = 100.0 * sum(1 for u, io in with_io if u < idle and io >= io_sat) / len(with_io)
 
-    gpu_samples = [s for s in snaps if s.gpus]
     throttled = None
     reasons: tuple[tuple[str, float], ...] = ()
-    if gpu_samples:
-        with_events = [s for s in gpu_samples if any(g.clock_events is not None for g in s.gpus)]
-        if with_events:
-            throttled = 100.0 * sum(1 for s in with_events if any(
-                THROTTLE_REASONS.intersection(g.clock_events or ()) for g in s.gpus)) / len(with_events)
-            counts: dict[str, int] = {}
-            for s in with_events:
-                for grp in {_REASON_GROUPS[r] for g in s.gpus for r in (g.clock_events or ()) if r in _REASON_GROUPS}:
-                    counts[grp] = counts.get(grp, 0) + 1
-            reasons = tuple(sorted(((k, 100.0 * v / len(with_events)) for k, v in counts.items()), key=lambda x: -x[1]))
-    capped, judged, watts, basis = _power_capped(snaps, rules)
+    with_events = [d for d in ds if d.gpus and d.has_events]
+    if with_events:
+        throttled = 100.0 * sum(1 for d in with_events if d.throttled) / len(with_events)
+        counts: dict[str, int] = {}
+        for d in with_events:
+            for grp in d.reason_groups:
+                counts[grp] = counts.get(grp, 0) + 1
+        reasons = tuple(sorted(((k, 100.0 * v / len(with_events)) for k, v in counts.items()), key=lambda x: -x[1]))
+    capped, judged, watts, basis = _power_capped(ds, rules)
 
     steps = [s.step for s in snaps if s.step is not None and (steps_after_t is None or s.t > steps_after_t)]
     n = sum(x.steps for x in steps)
@@ -242,11 +317,11 @@ def window_stats(snaps: Sequence[Snapshot], rules: Rules, steps_after_t: float |
         gpu_util=_twmean(util, w),
         gpu_util_p95=float(np.percentile(measured, 95)) if measured else None,
         gpu_util_p5=float(np.percentile(measured, 5)) if measured else None,
-        gpu_mem_ctrl=_twmean([_mean_of(g.util_mem for g in s.gpus) for s in snaps], w),
+        gpu_mem_ctrl=_twmean([d.util_mem for d in ds], w),
         gpu_mem_pct=mem_pct,
-        sm_util=_twmean([_mean_of(g.sm_util for g in s.gpus) for s in snaps], w),
-        tensor_util=_twmean([_mean_of(g.tensor_util for g in s.gpus) for s in snaps], w),
-        dram_util=_twmean([_mean_of(g.dram_bw_util for g in s.gpus) for s in snaps], w),
+        sm_util=_twmean([d.sm for d in ds], w),
+        tensor_util=_twmean([d.tensor for d in ds], w),
+        dram_util=_twmean([d.dram for d in ds], w),
         throttled_pct=throttled, throttle_reasons=reasons,
         power_capped_gpus=capped, power_gpus=judged, power_median_w=watts, power_basis=basis,
         cpu_pct=_twmean(cpu, w), iowait_pct=_twmean(iow, w), main_cpu_pct=_twmean(main, w),
@@ -513,9 +588,9 @@ def startup_end(snaps: Sequence[Snapshot], rules: Rules) -> float | None:
 
 
 def evaluate(snaps: Sequence[Snapshot], rules: Rules, t: float | None = None,
-             steps_after_t: float | None = None) -> LiveStatus:
-    """The status of a window of snapshots (pure). ``steps_after_t``: see :func:`window_stats`."""
-    s = window_stats(snaps, rules, steps_after_t)
+             steps_after_t: float | None = None, digests: Sequence[SampleDigest] | None = None) -> LiveStatus:
+    """The status of a window of snapshots (pure). ``steps_after_t``, ``digests``: see :func:`window_stats`."""
+    s = window_stats(snaps, rules, steps_after_t, digests)
     t = t if t is not None else (snaps[-1].t if snaps else 0.0)
     stepping = any(x.step_mode in ("on", "waiting") for x in snaps[-3:])
     warming = s.samples < rules.value("live.min_samples") or (
@@ -549,7 +624,9 @@ class LiveAnalyzer:
         self.rules = rules or Rules()
         self.window_s = window_s
         self._window: deque[Snapshot] = deque()
+        self._window_digests: deque[SampleDigest] = deque()
         self.history: list[Snapshot] = []
+        self._digests: list[SampleDigest] = []  # one per history snapshot, computed once
         self.changes: list[VerdictChange] = []
         self.status: LiveStatus | None = None
         self._shown: LiveStatus | None = None
@@ -557,13 +634,17 @@ class LiveAnalyzer:
         self._startup_end: float | None = None
 
     def add(self, snap: Snapshot) -> LiveStatus:
+        d = digest(snap, self.rules)
         self.history.append(snap)
+        self._digests.append(d)
         self._window.append(snap)
+        self._window_digests.append(d)
         while self._window and snap.t - self._window[0].t > self.window_s:
             self._window.popleft()
+            self._window_digests.popleft()
         if self._startup_end is None and snap.step is not None and snap.step.steps:
             self._startup_end = startup_end(self.history, self.rules)  # once, when steps first arrive
-        st = evaluate(list(self._window), self.rules, snap.t, self._startup_end)
+        st = evaluate(list(self._window), self.rules, snap.t, self._startup_end, list(self._window_digests))
         key, shown = _key(st), self._shown
         if shown is None or key == _key(shown):
             accept, self._candidate = True, None
@@ -589,7 +670,7 @@ class LiveAnalyzer:
     def summary(self) -> LiveStatus:
         """The verdict over the whole run (start-up steps left out), with the change log."""
         st = evaluate(self.history, self.rules, self.history[-1].t if self.history else None,
-                      startup_end(self.history, self.rules))
+                      startup_end(self.history, self.rules), self._digests)
         return LiveStatus(st.t, st.state, st.verdict, st.findings, st.fixes, st.stats, tuple(self.changes))
 
 

@@ -1,5 +1,5 @@
 """What watching costs: the sampler's CPU time per sample, the step hook's cost per DataLoader
-``__next__``, and the slowdown of a real CPU training job run with and without ``trainscope watch``.
+``__next__``, the cost of replaying recordings of many GPUs, and the slowdown of a real CPU training job run with and without ``trainscope watch``.
 
     python benchmarks/bench_watch.py [--seconds 8] [--repeats 2]
 
@@ -91,12 +91,46 @@ def job_slowdown(seconds: float, repeats: int) -> None:
               f"slowdown {100 * (1 - mean / base):+.1f} %")
 
 
+def replay_cost(shapes=((40, 1000), (40, 4000), (160, 1000))) -> None:
+    """Replay (``watch --replay --headless``) of synthetic recordings of samples × GPUs: the cost
+    should follow samples × GPUs (the window's statistics read per-snapshot digests)."""
+    import random
+    import tempfile
+
+    from trainscope.collectors.recording import RecordingWriter
+    from trainscope.traces.samples import GpuSample, HostSample, Snapshot, StepSample
+
+    rnd = random.Random(1)
+    with tempfile.TemporaryDirectory() as d:
+        for n, g in shapes:
+            path = os.path.join(d, f"rec{n}x{g}.jsonl")
+            w = RecordingWriter(path, {"started": 1.7e9, "interval_s": 1.0, "command": ["bench"]})
+            for k in range(n):
+                gpus = tuple(GpuSample(i, "GPU", 90 + 10 * rnd.random(), 40.0, 50 << 30, 80 << 30, 650 + 20 * rnd.random(),
+                                       700.0, 1980.0, 60.0, ("sw_power_cap",) if rnd.random() < .1 else ()) for i in range(g))
+                w.write(Snapshot(t=k + 1.0, dt=1.0, wall=1.7e9 + k, gpus=gpus, host=HostSample(cpu_pct=50.0),
+                                 step=StepSample(10, 1_000_000, 100_000_000), step_mode="on"))
+            w.close()
+            t0, c0 = time.perf_counter(), os.times()
+            subprocess.run([sys.executable, "-m", "trainscope", "watch", "--replay", path, "--headless"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            c1 = os.times()
+            cpu = c1.children_user + c1.children_system - c0.children_user - c0.children_system
+            print(f"replay {n} samples × {g} GPUs ({os.path.getsize(path) / 1e6:.0f} MB): "
+                  f"{time.perf_counter() - t0:.1f} s wall, {cpu:.1f} s CPU, "
+                  f"{1e6 * cpu / (n * g):.1f} µs CPU per GPU-sample")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--replay-only", action="store_true", help="only the replay cost figures")
     a = p.parse_args()
     print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}")
+    replay_cost()
+    if a.replay_only:
+        return
     sampler_cost()
     hook_cost()
     job_slowdown(a.seconds, a.repeats)
