@@ -130,8 +130,21 @@ def _gpu_busy(trace: Trace, device: int | None) -> iv.IntervalSet:
     return iv.union(np.concatenate(s), np.concatenate(e))
 
 
+def _within(ivs: iv.IntervalSet, lo: int, hi: int) -> iv.IntervalSet:
+    """``ivs`` (sorted, disjoint) clipped to [lo, hi): two binary searches and a slice, not a pass
+    over the whole set."""
+    s, e = ivs
+    a = int(np.searchsorted(e, lo, side="right"))
+    b = int(np.searchsorted(s, hi, side="left"))
+    if b <= a:
+        return iv.EMPTY
+    s2, e2 = np.maximum(s[a:b], lo), np.minimum(e[a:b], hi)
+    keep = e2 > s2
+    return s2[keep], e2[keep]
+
+
 def _complement(busy: iv.IntervalSet, lo: int, hi: int) -> iv.IntervalSet:
-    bs, be = iv.clip(busy, lo, hi)
+    bs, be = _within(busy, lo, hi)
     starts = np.concatenate([[lo], be])
     ends = np.concatenate([bs, [hi]])
     keep = ends > starts
@@ -147,21 +160,36 @@ def _subtract(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
     return _intersect(a, not_b)
 
 
-def _intersect(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The concatenation of ``arange(start, start + count)`` for each pair (vectorized)."""
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    offs = np.cumsum(counts) - counts
+    return np.arange(total, dtype=np.int64) - np.repeat(offs - starts, counts)
+
+
+def _overlaps(a: iv.IntervalSet, b: iv.IntervalSet) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every overlapping pair of an interval of ``a`` with one of ``b`` (``b`` sorted and
+    disjoint; ``a`` any): (start, end, index in a, index in b) of each overlap."""
     if not len(a[0]) or not len(b[0]):
-        return iv.EMPTY
-    # Pairs of overlapping intervals: both sets are sorted and disjoint.
+        z = np.zeros(0, np.int64)
+        return z, z, z, z
     i = np.searchsorted(b[1], a[0], side="right")  # first b ending after a starts
     j = np.searchsorted(b[0], a[1], side="left")  # b starting before a ends
     counts = np.maximum(j - i, 0)
-    if not counts.sum():
-        return iv.EMPTY
     ai = np.repeat(np.arange(len(a[0])), counts)
-    bi = np.concatenate([np.arange(x, y) for x, y in zip(i[counts > 0], j[counts > 0])])
+    bi = _ranges(i, counts)
     s = np.maximum(a[0][ai], b[0][bi])
     e = np.minimum(a[1][ai], b[1][bi])
     keep = e > s
-    return s[keep], e[keep]
+    return s[keep], e[keep], ai[keep], bi[keep]
+
+
+def _intersect(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
+    """a ∩ b (``b`` sorted and disjoint)."""
+    s, e, _, _ = _overlaps(a, b)
+    return (s, e) if len(s) else iv.EMPTY
 
 
 class _Cum:
@@ -345,36 +373,83 @@ def _span(lo: int, hi: int) -> iv.IntervalSet:
     return (np.array([lo], np.int64), np.array([hi], np.int64)) if hi > lo else iv.EMPTY
 
 
+def _frames_by_window(fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.ndarray) -> list[np.ndarray]:
+    """For each window, the indexes (ascending) of the frames overlapping it. Windows sorted and
+    disjoint are answered in one pass over (frame, window) pairs; others frame by frame."""
+    if len(ws) > 1 and not (np.all(ws[1:] >= we[:-1]) and np.all(we >= ws)):
+        return [np.flatnonzero((fend > s) & (fts < e)) for s, e in zip(ws, we)]
+    lo = np.searchsorted(we, fts, side="right")  # the first window ending after the frame starts
+    hi = np.searchsorted(ws, fend, side="left")  # windows starting before the frame ends
+    n = np.maximum(hi - lo, 0)
+    frame = np.repeat(np.arange(len(fts)), n)
+    window = _ranges(lo, n)
+    order = np.argsort(window, kind="stable")  # frames stay ascending within a window
+    frame, window = frame[order], window[order]
+    bounds = np.searchsorted(window, np.arange(len(ws) + 1))
+    return [frame[bounds[k]:bounds[k + 1]] for k in range(len(ws))]
+
+
 def _classify_by_stage(trace: Trace, fts, fend, parent, launch_ts, left, ws, we, device) -> dict[str, list[iv.IntervalSet]]:
-    """Idle intervals in ``left`` (not covered by runtime calls) split into input / launch / other."""
+    """Idle intervals in ``left`` (not covered by runtime calls) split into input / launch / other.
+    Per window, only the frames overlapping it (and their parents) are looked at: the cost is the
+    frames, not frames × windows."""
     out: dict[str, list[iv.IntervalSet]] = {"input": [], "launch": [], "other": []}
-    first_op = _first_op_after(trace, device)
+    launch_at, launch_kind = _first_op_after(trace, device)
+    htod = COPY_KINDS.index("HtoD")
     covered = iv.union(fts, fend)
-    for s, e in zip(ws.tolist(), we.tolist()):
-        w_left = _intersect(left, _span(s, e))
+    per_window = _frames_by_window(fts, fend, ws, we)
+    for w, (s, e) in enumerate(zip(ws.tolist(), we.tolist())):
+        w_left = _within(left, s, e)
         if not len(w_left[0]):
             continue
         li = launch_ts[(launch_ts >= s) & (launch_ts < e)]
         if not len(li):
             out["other"].append(_intersect(w_left, covered))
             continue
-        work = _span(int(li[0]), int(li[-1]))  # from the window's first launch to its last
-        counts = np.searchsorted(li, fend, side="left") - np.searchsorted(li, fts, side="left")
+        w0, w1 = int(li[0]), int(li[-1])  # the work: from the window's first launch to its last
+        work = _span(w0, w1)
+        idx = per_window[w]
+        par = parent[idx]
+        ext = np.union1d(idx, par[par >= 0]) if len(idx) else idx  # the frames and their parents
+        counts = np.searchsorted(li, fend[ext], side="left") - np.searchsorted(li, fts[ext], side="left")
         full = counts == len(li)
-        par_full = np.where(parent >= 0, full[np.maximum(parent, 0)], True)
+        ppar = parent[ext]
+        ppos = np.searchsorted(ext, np.maximum(ppar, 0))
+        ppos = np.minimum(ppos, max(len(ext) - 1, 0))
+        par_known = (ppar >= 0) & (ext[ppos] == ppar) if len(ext) else np.zeros(0, bool)
+        par_full = np.where(ppar < 0, True, np.where(par_known, full[ppos], False))
+        if (ppar >= 0).any() and not par_known[ppar >= 0].all():  # a parent outside ext: judge it directly
+            miss = (ppar >= 0) & ~par_known
+            pc = np.searchsorted(li, fend[ppar[miss]], side="left") - np.searchsorted(li, fts[ppar[miss]], side="left")
+            par_full[miss] = pc == len(li)
         # stages: frames in the window lacking some launch whose parent has them all (or is none)
-        stage = np.flatnonzero((fend > s) & (fts < e) & ~full & par_full)
-        staged = _merge([_span(max(int(fts[i]), s), min(int(fend[i]), e)) for i in stage.tolist()])
-        for i in stage.tolist():
-            piece = _intersect(w_left, _span(max(int(fts[i]), s), min(int(fend[i]), e)))
-            if not len(piece[0]):
-                continue
-            if counts[i] == 0:  # a stage that issues no GPU work: does its output go to the GPU?
-                out["input" if first_op(int(fend[i])) == COPY_KINDS.index("HtoD") else "other"].append(piece)
-            else:  # a stage that issues some of the work: host time between its kernels
-                inner = _intersect(piece, work)
-                out["launch"].append(inner)
-                out["other"].append(_subtract(piece, inner))
+        sel = (fend[ext] > s) & (fts[ext] < e) & ~full & par_full
+        st = ext[sel]
+        st_counts = counts[sel]
+        st_s, st_e = np.maximum(fts[st], s), np.minimum(fend[st], e)
+        staged = iv.union(st_s, st_e) if len(st) else iv.EMPTY
+        ps, pe, pa, _ = _overlaps((st_s, st_e), w_left)  # each stage's idle pieces, labelled by stage
+        if len(ps):
+            quiet = st_counts[pa] == 0  # a stage that issues no GPU work: does its output go to the GPU?
+            if quiet.any():
+                nxt = np.searchsorted(launch_at, fend[st[pa[quiet]]], side="left")
+                kinds = np.where(nxt < len(launch_kind), launch_kind[np.minimum(nxt, max(len(launch_kind) - 1, 0))], -2) \
+                    if len(launch_kind) else np.full(len(nxt), -2)
+                to_gpu = kinds == htod
+                qs, qe = ps[quiet], pe[quiet]
+                out["input"].append(iv.union(qs[to_gpu], qe[to_gpu]) if to_gpu.any() else iv.EMPTY)
+                out["other"].append(iv.union(qs[~to_gpu], qe[~to_gpu]) if (~to_gpu).any() else iv.EMPTY)
+            busy = ~quiet  # a stage that issues some of the work: host time between its kernels
+            if busy.any():
+                bs, be = ps[busy], pe[busy]
+                ins, ine = np.maximum(bs, w0), np.minimum(be, w1)
+                inner = ine > ins
+                out["launch"].append(iv.union(ins[inner], ine[inner]) if inner.any() else iv.EMPTY)
+                before_e = np.minimum(be, w0)  # outside the work: before its first launch, after its last
+                after_s = np.maximum(bs, w1)
+                os_ = np.concatenate([bs[before_e > bs], after_s[be > after_s]])
+                oe = np.concatenate([before_e[before_e > bs], be[be > after_s]])
+                out["other"].append(iv.union(os_, oe) if len(os_) else iv.EMPTY)
         # outside the stages: host work the frames record (the driving loop's own code) counts as
         # launch overhead between the first and last launch, as other work outside; time no frame
         # covers is left for the OS-runtime rule or stays unattributed
@@ -385,9 +460,10 @@ def _classify_by_stage(trace: Trace, fts, fend, parent, launch_ts, left, ws, we,
     return out
 
 
-def _first_op_after(trace: Trace, device: int | None):
-    """A function: time → copy kind (or −1 for a kernel/memset) of the first GPU operation on
-    ``device`` whose launching call starts at or after that time."""
+def _first_op_after(trace: Trace, device: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The launch instants of the GPU operations on ``device`` (sorted) and each one's copy kind
+    (−1 for a kernel or memset): the first operation launched at or after a time ``t`` is at
+    ``searchsorted(launch_at, t)``."""
     r = trace.runtime
     rows = []
     for code, t in ((None, trace.kernels), ("copy", trace.copies), (-1, trace.memsets)):
@@ -397,19 +473,15 @@ def _first_op_after(trace: Trace, device: int | None):
         rows.append((t.correlation[on], kinds))
     corr = np.concatenate([c for c, _ in rows])
     kind = np.concatenate([k for _, k in rows])
+    if not len(r):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
     order = np.argsort(r.correlation, kind="stable")
     pos = np.searchsorted(r.correlation[order], corr)
     ok = (pos < len(order)) & (r.correlation[order][np.minimum(pos, len(order) - 1)] == corr)
     launch_at = r.ts[order][np.minimum(pos, len(order) - 1)][ok]
     kind = kind[ok]
     o = np.argsort(launch_at, kind="stable")
-    launch_at, kind = launch_at[o], kind[o]
-
-    def first(t: int) -> int:
-        i = int(np.searchsorted(launch_at, t, side="left"))
-        return int(kind[i]) if i < len(kind) else -2
-
-    return first
+    return launch_at[o], kind[o]
 
 
 def _heaviest(trace: Trace, fts, fend, fname, parent, idle, launch_ts, ws, we, step_ns: int, idle_ns: int,
