@@ -13,6 +13,7 @@ import math
 import os
 import re
 from collections import Counter
+from dataclasses import astuple
 from typing import Any
 
 import msgspec
@@ -371,9 +372,12 @@ class _Parser:
         if ext < 0:
             return
         pg, name, dtype = get("Process Group Name"), get("Collective name"), get("dtype")
-        self.collective_args[ext] = CollectiveArgs(
-            None if pg is None else str(pg), _int(get("Seq"), None), None if name is None else str(name),
-            _int(get("In msg nelems"), None), _int(get("Out msg nelems"), None), None if dtype is None else str(dtype))
+        new = (None if pg is None else str(pg), _int(get("Seq"), None), None if name is None else str(name),
+               _int(get("In msg nelems"), None), _int(get("Out msg nelems"), None), None if dtype is None else str(dtype))
+        old = self.collective_args.get(ext)  # the operator and its kernel: what either records
+        if old is not None:
+            new = tuple(x if x is not None else y for x, y in zip(astuple(old), new))
+        self.collective_args[ext] = CollectiveArgs(*new)
 
     def _signature(self, dims_key: str, dims: list, args: dict) -> int:
         types, concrete = args.get("Input type"), args.get("Concrete Inputs")
@@ -717,7 +721,9 @@ class _StreamParser(_Parser):
             self.python_frames.add(int(frames.ts[i]), int(frames.dur[i]), int(threads[frames.thread[i]]),
                                    int(names[frames.name[i]]))
         self.kernel_external += part["kernel_external"]
-        self.collective_args.update(part["collective_args"])
+        for ext, c in part["collective_args"].items():  # CollectiveArgs fields, in order, under their raw keys
+            self._collective(ext, dict(zip(("Process Group Name", "Seq", "Collective name", "In msg nelems",
+                                             "Out msg nelems", "dtype"), astuple(c))).get)
         self.cpu_external += part["cpu_external"]
         resig = [self._signature(repr(d), d, {"Input type": t, "Concrete Inputs": c}) for d, t, c in part["signatures"]]
         self.cpu_signature += [resig[i] if i >= 0 else -1 for i in part["cpu_signature"]]
