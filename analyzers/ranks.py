@@ -468,3 +468,54 @@ def ranks_view(summaries: list[RankSummary], alignment: Alignment | None) -> dic
         "heat_ms": heat,  # rows in by_lateness order
         "step_ms_distribution": dist,
     }
+
+
+# -- the per-rank verdicts, re-judged with the measured wait ----------------------------------
+
+def with_aligned_imbalance(summaries: list[RankSummary], alignment: Alignment | None,
+                           rules: Rules | None = None) -> list[Analysis]:
+    """Each rank's analysis re-judged with its imbalance sink set to the wait the alignment
+    measured inside its matched collectives (from its arrival to the last rank's), in place of any
+    estimate from compute-time differences (``analysis.with_rank_imbalance``): the straggler itself
+    waits for no one; the others' wait leaves their communication sink. Ranks the alignment could
+    not match keep their analysis. Without an alignment, the analyses unchanged."""
+    from dataclasses import replace
+
+    from trainscope.analyzers.findings.base import Evidence
+    from trainscope.analyzers.recommendations import recommend
+    from trainscope.analyzers.sinks import moved
+    from trainscope.analyzers.verdict import classify, findings, primary_first
+
+    rules = rules or Rules()
+    analyses = [s.analysis for s in summaries]
+    if alignment is None or not alignment.instances:
+        return analyses
+    who = f"rank {alignment.imbalance.rank}" if alignment.imbalance else "the last rank to arrive"
+    out = []
+    for a, al in zip(analyses, alignment.ranks):
+        if not al.matched or a.observations is None or a.sinks is None or not a.breakdown.total_ns:
+            out.append(a)
+            continue
+        by = dict(a.sinks.by_key)  # undo an earlier estimate: its imbalance back into communication
+        imb, comm = by["imbalance"], by["comm"]
+        t = a.sinks.total_ns or 1
+        by["comm"] = replace(comm, ns=comm.ns + imb.ns, pct=100.0 * (comm.ns + imb.ns) / t)
+        by["imbalance"] = replace(imb, ns=0, pct=0.0)
+        sinks = replace(a.sinks, by_key=by)
+        n = max(1, len(a.breakdown.steps))
+        sinks = moved(sinks, "comm", "imbalance", int(al.wait_ms_per_step * 1e6 * n),
+                      f"waiting inside collectives for {who} (ranks aligned on collective ends)")
+        lines = (Evidence("waiting inside collectives per step, from arrival to the last rank's", al.wait_ms_per_step,
+                          "ms", "", "ranks aligned on collective ends", None),
+                 Evidence("arrival after the first rank, mean over matched collectives", al.mean_late_ms, "ms", "",
+                          "ranks aligned on collective ends", None),
+                 Evidence("collectives matched to the other ranks", al.matched, "collectives", "",
+                          alignment.method_note, None))
+        inp = replace(a.observations, sinks=sinks, imbalance_evidence=lines)
+        found = findings(inp, rules)
+        verdict = classify(inp, found, rules)
+        found = primary_first(found, verdict)
+        recs = ([] if verdict.axis == "insufficient_evidence" else
+                recommend(found, a.breakdown, a.device_spec, a.device_name, a.context, rules))
+        out.append(replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict, recommendations=recs))
+    return out

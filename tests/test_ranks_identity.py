@@ -9,6 +9,7 @@ PyTorch numbers them: one counter per process group, in issue order."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gzip
 import json
 
@@ -140,3 +141,31 @@ def test_gloo_without_identity_falls_back_to_end_instants(gloo_dir):
     al = align_ranks(_summaries(gloo_dir))
     assert al.source == "host ranges" and al.by_seq == 0 and al.by_end == al.instances >= 3
     assert al.imbalance.rank == 1 and al.ranks[1].mean_late_ms > 0.5 * GLOO_DELAY_MS
+
+
+def test_per_rank_verdicts_rejudged_with_the_measured_wait(dlrm):
+    """Rank 0's imbalance sink becomes the wait the alignment measured (its arrival to rank 1's,
+    re-derived from the raw JSON), whether or not an estimate from compute-time differences was
+    applied first; rank 1, the straggler, waits for no one; nothing else in the step moves."""
+    from trainscope.analyzers.analysis import analyze_set
+    from trainscope.analyzers.ranks import with_aligned_imbalance
+    from trainscope.analyzers.rules import Rules
+
+    al = align_ranks(dlrm)
+    docs = [_raw(DLRM / f"rank{r}.json.gz") for r in (0, 1)]
+    k0, k1 = ([(e["ts"], e["ts"] + e["dur"]) for e in _nccl_kernels(d)] for d in docs)
+    wait_us = sum(b[0] - a[0] for a in k0 for b in k1 if abs(a[1] - b[1]) <= 500)  # rank 1 arrives last at each
+    fresh = with_aligned_imbalance(dlrm, al)  # per-rank analyses as the rank map makes them
+    estimated = analyze_set(open_traces(str(DLRM)))  # with the compute-difference estimate applied
+    assert estimated[0].sinks.by_key["imbalance"].ns > 0
+    again = with_aligned_imbalance([dataclasses.replace(s, analysis=a) for s, a in zip(dlrm, estimated)], al)
+    for out in (fresh, again):
+        r0, r1 = out
+        assert r0.sinks.by_key["imbalance"].ns == pytest.approx(wait_us * 1e3, rel=1e-3)
+        assert r1.sinks.by_key["imbalance"].ns == 0
+        alone = dlrm[0].analysis.sinks
+        assert r0.sinks.by_key["comm"].ns + r0.sinks.by_key["imbalance"].ns == alone.by_key["comm"].ns + alone.by_key["imbalance"].ns
+        assert sum(x.pct for x in r0.sinks.by_key.values()) == pytest.approx(100.0, abs=1e-6)
+        has = "ranks/imbalance" in [f.id for f in r0.findings]
+        assert has == (r0.sinks.pct("imbalance") >= Rules().value("comm.moderate"))
+    assert [a.sinks.by_key["imbalance"].ns for a in fresh] == [a.sinks.by_key["imbalance"].ns for a in again]
