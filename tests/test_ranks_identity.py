@@ -169,3 +169,30 @@ def test_per_rank_verdicts_rejudged_with_the_measured_wait(dlrm):
         has = "ranks/imbalance" in [f.id for f in r0.findings]
         assert has == (r0.sinks.pct("imbalance") >= Rules().value("comm.moderate"))
     assert [a.sinks.by_key["imbalance"].ns for a in fresh] == [a.sinks.by_key["imbalance"].ns for a in again]
+
+
+def test_every_reader_path_keeps_the_collective_identity(tmp_path):
+    """Streamed, in memory, and in two halves (the second in a child process), the collective args
+    under each External id are those of the raw JSON, operator and kernel merged."""
+    from trainscope.collectors.kineto import _load_halves, load_kineto, load_kineto_in_memory
+
+    doc = _with_seq(_raw(NCCL))
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(doc))
+    want = {}
+    for e in doc["traceEvents"]:
+        a = e.get("args") or {}
+        if e.get("cat") in ("kernel", "cpu_op") and ("Collective name" in a or "Seq" in a):
+            got = want.setdefault(a["External id"], {})
+            for k in ("Process Group Name", "Seq", "Collective name", "In msg nelems"):
+                if k in a:
+                    got[k] = a[k]
+    assert sum("Seq" in v for v in want.values()) >= 10
+    halves = _load_halves(str(path), None)
+    assert halves is not None
+    for t in (load_kineto(str(path)), load_kineto_in_memory(str(path)), halves):
+        assert set(t.collective_args) == set(want)
+        for ext, c in t.collective_args.items():
+            w = want[ext]
+            assert (c.process_group, c.seq, c.name, c.in_nelems) == (
+                w.get("Process Group Name"), w.get("Seq"), w.get("Collective name"), w.get("In msg nelems"))
