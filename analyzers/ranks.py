@@ -7,10 +7,18 @@ kernel time per class). No trace crosses a process boundary; 256 ranks fit in th
 
 Reduce (:func:`align_ranks`): a collective completes together on every rank that takes part —
 the last contribution arrives, then everyone finishes within a hop's latency. So the END of a
-collective is a common instant across ranks, whatever each rank's clock. Matching each rank's
-collectives to the reference rank's (same kind, overlapping; ends within ``ranks.end_match_us`` or
-``ranks.end_match_pct`` of the longer one's duration once the clock offset is removed), the offset between two ranks' clocks is the densest cluster of end
-differences, and each rank's *arrival* is its start on the common clock. Time inside a collective
+collective is a common instant across ranks, whatever each rank's clock. Each rank's collectives
+are matched to the reference rank's by identity where the trace records it — the same (process
+group, sequence number) that PyTorch writes on ``record_param_comms`` and its kernels ("Process
+Group Name", "Seq"), with the kind and, for collectives whose message is the same on every rank,
+the size required to agree (a disagreement refuses the match and is counted: a desynchronized
+job, or a trace cut mid-way) — as Holistic Trace Analysis reads those args and TraceLens matches
+by process group and order. Collectives without that identity (older traces, CPU backends) are
+matched by time: same kind, overlapping, ends within ``ranks.end_match_us`` or
+``ranks.end_match_pct`` of the longer one's duration once the clock offset is removed, that
+offset first guessed as the densest cluster of end differences. The clock offset between two
+ranks is then the median end difference over all their matches, and each rank's *arrival* is its
+start on the common clock. Time inside a collective
 splits into **waiting** (from a rank's arrival to the last rank's arrival: the skew) and
 **transfer** (from the last arrival to the end: what the network costs). The rank that arrives
 last is the straggler; what it does differently is read from its kernel time per class against
@@ -43,6 +51,10 @@ class RankCollectives:
     kind: tuple[str, ...]
     start: np.ndarray
     end: np.ndarray
+    # The identity PyTorch records (empty when the trace records none; per entry None where absent):
+    # (process group, sequence, p2p) and (collective name, in nelems, out nelems, dtype).
+    key: tuple[tuple[str, int, bool] | None, ...] = ()
+    meta: tuple[tuple[str, int | None, int | None, str | None] | None, ...] = ()
 
     def __len__(self) -> int:
         return len(self.start)
@@ -83,6 +95,50 @@ def collective_kind(name: str) -> str | None:
     return None
 
 
+# Collectives whose message has the same size on every rank of the group: a (group, sequence) match
+# whose sizes differ is not the same collective. (all_to_allv, gather, scatter and point-to-point
+# messages differ between ranks by definition.)
+SAME_SIZE_ON_ALL_RANKS = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "reduce", "barrier")
+_P2P = ("send", "recv")
+
+
+def collective_name(name: str) -> str:
+    """PyTorch's "Collective name" reduced to its operation: ``_allgather_base`` and
+    ``all_gather_into_tensor_coalesced`` → ``allgather``, ``all_to_allv`` → ``alltoallv``."""
+    n = name.lower().replace("_", "")
+    for op in ("allreduce", "allgather", "reducescatter", "alltoallv", "alltoall", "broadcast", "barrier",
+               "gather", "scatter", "reduce", "send", "recv"):
+        if n.startswith(op) or (op in ("allgather", "reducescatter", "allreduce") and op in n):
+            return op
+    return n
+
+
+def _identity(trace: Trace, kernel_rows: np.ndarray) -> tuple[tuple, tuple]:
+    """(key, meta) per kernel row from the collective args under its External id; ((), ()) when the
+    trace records none."""
+    ext = trace.op_inputs.kernel_external
+    args = trace.collective_args
+    if not args or len(ext) != len(trace.kernels):
+        return (), ()
+    keys, metas = [], []
+    for row in kernel_rows:
+        a = args.get(int(ext[row]))
+        if a is None:
+            keys.append(None)
+            metas.append(None)
+            continue
+        op = collective_name(a.name) if a.name else None
+        keys.append((a.process_group, a.seq, op in _P2P) if a.process_group is not None and a.seq is not None else None)
+        metas.append((op, a.in_nelems, a.out_nelems, a.dtype))
+    # a key carried by several kernels (a coalesced group) does not name one collective
+    seen: dict = {}
+    for kk in keys:
+        if kk is not None:
+            seen[kk] = seen.get(kk, 0) + 1
+    keys = [kk if kk is not None and seen[kk] == 1 else None for kk in keys]
+    return tuple(keys), tuple(metas)
+
+
 def rank_collectives(trace: Trace) -> RankCollectives:
     """GPU communication kernels (their end is the collective's completion); without a GPU, the
     blocking host ranges of CPU backends (gloo, MPI)."""
@@ -93,8 +149,9 @@ def rank_collectives(trace: Trace) -> RankCollectives:
             order = np.argsort(k.ts[comm], kind="stable")
             names = k.name[comm][order]
             kinds = tuple(collective_kind(trace.strings[i]) or trace.strings[i][:40].lower() for i in names)
+            key, meta = _identity(trace, np.flatnonzero(comm)[order])
             return RankCollectives("GPU kernels", kinds, k.ts[comm][order] + trace.origin_ns,
-                                   k.end[comm][order] + trace.origin_ns)
+                                   k.end[comm][order] + trace.origin_ns, key, meta)
     a = trace.annotations
     kind_of = [collective_kind(s) if _HOST_KIND.match(s) else None for s in trace.strings]
     sel = np.array([kind_of[i] is not None for i in a.name], bool) & (a.device < 0) if len(a) else np.zeros(0, bool)
@@ -130,6 +187,9 @@ class RankAlignment:
     last_in: int  # matched collectives this rank arrived at last
     wait_ms_per_step: float  # inside collectives, waiting for the last rank
     transfer_ms_per_step: float  # inside collectives, after the last rank arrived
+    by_seq: int = 0  # of ``matched``: by (process group, sequence)
+    by_end: int = 0  # of ``matched``: by end instant
+    refused: int = 0  # (process group, sequence) pairs whose kind or size disagree
 
 
 @dataclass(frozen=True)
@@ -154,6 +214,14 @@ class Alignment:
     ranks: list[RankAlignment]
     imbalance: Imbalance | None
     offsets_note: str
+    by_seq: int = 0  # rank pairs matched by (process group, sequence), over the non-reference ranks
+    by_end: int = 0  # rank pairs matched by end instant
+    refused: int = 0  # (process group, sequence) pairs refused: kind or size disagree
+
+    @property
+    def method_note(self) -> str:
+        refused = f"; {self.refused} refused (same process group and sequence, kind or size differ)" if self.refused else ""
+        return (f"matched by process group and sequence: {self.by_seq}; by end instant: {self.by_end}{refused}")
 
 
 def _offset(ref: RankCollectives, other: RankCollectives, tol: int, cap: int = 600) -> tuple[float, int] | None:
@@ -208,6 +276,57 @@ def _match(ref: RankCollectives, other: RankCollectives, offset: float, tol: int
     return out
 
 
+def _subset(c: RankCollectives, idx: np.ndarray) -> RankCollectives:
+    return RankCollectives(c.source, tuple(c.kind[i] for i in idx), c.start[idx], c.end[idx])
+
+
+def _by_identity(ref: RankCollectives, other: RankCollectives) -> tuple[dict[int, int], set[int], set[int]]:
+    """Reference index → other's index for collectives with the same (process group, sequence):
+    (matches, reference indices refused, other's indices refused)."""
+    if not ref.key or not other.key:
+        return {}, set(), set()
+    mine = {k: i for i, k in enumerate(other.key) if k is not None}
+    out, bad_r, bad_o = {}, set(), set()
+    for j, k in enumerate(ref.key):
+        i = mine.get(k) if k is not None else None
+        if i is None:
+            continue
+        (op_r, in_r, out_r, dt_r), (op_o, in_o, out_o, dt_o) = ref.meta[j], other.meta[i]
+        if op_r != op_o or (op_r in SAME_SIZE_ON_ALL_RANKS and (in_r, out_r, dt_r) != (in_o, out_o, dt_o)):
+            bad_r.add(j)
+            bad_o.add(i)
+        else:
+            out[j] = i
+    return out, bad_r, bad_o
+
+
+def _match_rank(ref: RankCollectives, other: RankCollectives, tol: int, rel: float) -> tuple[float | None, dict[int, int], int, int]:
+    """(clock offset ns, reference index → other's index, matched by identity, refused): identity
+    first; the rest by end instant, never pairing two collectives that both carry an identity."""
+    by_id, bad_r, bad_o = _by_identity(ref, other)
+    keyed_r = {j for j, k in enumerate(ref.key) if k is not None}
+    keyed_o = {i for i, k in enumerate(other.key) if k is not None}
+    free_r = np.array([j for j in range(len(ref)) if j not in by_id and j not in bad_r], int)
+    used_o = set(by_id.values()) | bad_o
+    free_o = np.array([i for i in range(len(other)) if i not in used_o], int)
+    if by_id:
+        guess = float(np.median([other.end[i] - ref.end[j] for j, i in by_id.items()]))
+    else:
+        off = _offset(_subset(ref, free_r), _subset(other, free_o), tol) if len(free_r) and len(free_o) else None
+        guess = off[0] if off is not None and off[1] >= 2 else None
+    matches = dict(by_id)
+    if guess is not None and len(free_r) and len(free_o):
+        for a, b in _match(_subset(ref, free_r), _subset(other, free_o), guess, tol, rel).items():
+            j, i = int(free_r[a]), int(free_o[b])
+            if not (j in keyed_r and i in keyed_o):  # both carry an identity and it differs: not the same
+                matches[j] = i
+    if not matches:
+        return None, {}, 0, len(bad_r)
+    # the clock offset from every match: the median end difference (a collective ends together on all ranks)
+    offset = float(np.median([other.end[i] - ref.end[j] for j, i in matches.items()]))
+    return offset, matches, len(by_id), len(bad_r)
+
+
 def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Alignment | None:
     """Ranks aligned on the ends of their shared collectives (None for fewer than two ranks)."""
     rules = rules or Rules()
@@ -226,14 +345,15 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
     matches: list[dict[int, int]] = [{} for _ in range(n)]
     offsets[ref_i] = 0.0
     matches[ref_i] = {j: j for j in range(len(ref))}
+    n_seq, refused = [0] * n, [0] * n
     for r, s in enumerate(summaries):
         if r == ref_i or not len(s.collectives):
             continue
-        off = _offset(ref, s.collectives, tol)
-        if off is None or off[1] < 2:
+        off, m, n_seq[r], refused[r] = _match_rank(ref, s.collectives, tol, rel)
+        if off is None:
             continue
-        offsets[r] = off[0]
-        matches[r] = _match(ref, s.collectives, off[0], tol, rel)
+        offsets[r] = off
+        matches[r] = m
     # instances: reference collectives matched on at least one other rank
     inst = [j for j in range(len(ref)) if sum(j in matches[r] for r in range(n) if r != ref_i) >= 1]
     arrival = np.full((n, len(inst)), np.nan)
@@ -266,9 +386,10 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
             ranks.append(RankAlignment(
                 s.rank, None if offsets[r] is None else round(offsets[r] / 1e3, 1), m,
                 float(round(late_ns[r] / 1e6, 3)), int(last_in[r]) if m else 0,
-                float(round(float(wait[r]) / 1e6 / steps[r], 3)), float(round(float(transfer[r]) / 1e6 / steps[r], 3))))
+                float(round(float(wait[r]) / 1e6 / steps[r], 3)), float(round(float(transfer[r]) / 1e6 / steps[r], 3)),
+                n_seq[r], m - n_seq[r] if r != ref_i else 0, refused[r]))
     else:
-        ranks = [RankAlignment(s.rank, None, 0, 0.0, 0, 0.0, 0.0) for s in summaries]
+        ranks = [RankAlignment(s.rank, None, 0, 0.0, 0, 0.0, 0.0, 0, 0, refused[r]) for r, s in enumerate(summaries)]
     src = " + ".join(sorted({s.collectives.source for s in with_coll}))
     off_known = [(a.rank, a.clock_offset_us) for a in ranks if a.clock_offset_us is not None]
     spread = max(abs(o) for _, o in off_known) if off_known else 0.0
@@ -276,7 +397,8 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
             + (f"all within {spread:.0f} µs (one clock)" if spread * 1000 <= tol else
                ", ".join(f"rank {r} {o / 1e3:+.3f} ms" for r, o in off_known if abs(o) * 1000 > tol)))
     imb = _imbalance(summaries, ranks, rules) if inst else None
-    return Alignment(src, summaries[ref_i].rank, len(inst), ranks, imb, note)
+    return Alignment(src, summaries[ref_i].rank, len(inst), ranks, imb, note,
+                     sum(a.by_seq for a in ranks), sum(a.by_end for a in ranks), sum(refused))
 
 
 def _imbalance(summaries: list[RankSummary], ranks: list[RankAlignment], rules: Rules) -> Imbalance | None:
@@ -346,3 +468,54 @@ def ranks_view(summaries: list[RankSummary], alignment: Alignment | None) -> dic
         "heat_ms": heat,  # rows in by_lateness order
         "step_ms_distribution": dist,
     }
+
+
+# -- the per-rank verdicts, re-judged with the measured wait ----------------------------------
+
+def with_aligned_imbalance(summaries: list[RankSummary], alignment: Alignment | None,
+                           rules: Rules | None = None) -> list[Analysis]:
+    """Each rank's analysis re-judged with its imbalance sink set to the wait the alignment
+    measured inside its matched collectives (from its arrival to the last rank's), in place of any
+    estimate from compute-time differences (``analysis.with_rank_imbalance``): the straggler itself
+    waits for no one; the others' wait leaves their communication sink. Ranks the alignment could
+    not match keep their analysis. Without an alignment, the analyses unchanged."""
+    from dataclasses import replace
+
+    from trainscope.analyzers.findings.base import Evidence
+    from trainscope.analyzers.recommendations import recommend
+    from trainscope.analyzers.sinks import moved
+    from trainscope.analyzers.verdict import classify, findings, primary_first
+
+    rules = rules or Rules()
+    analyses = [s.analysis for s in summaries]
+    if alignment is None or not alignment.instances:
+        return analyses
+    who = f"rank {alignment.imbalance.rank}" if alignment.imbalance else "the last rank to arrive"
+    out = []
+    for a, al in zip(analyses, alignment.ranks):
+        if not al.matched or a.observations is None or a.sinks is None or not a.breakdown.total_ns:
+            out.append(a)
+            continue
+        by = dict(a.sinks.by_key)  # undo an earlier estimate: its imbalance back into communication
+        imb, comm = by["imbalance"], by["comm"]
+        t = a.sinks.total_ns or 1
+        by["comm"] = replace(comm, ns=comm.ns + imb.ns, pct=100.0 * (comm.ns + imb.ns) / t)
+        by["imbalance"] = replace(imb, ns=0, pct=0.0)
+        sinks = replace(a.sinks, by_key=by)
+        n = max(1, len(a.breakdown.steps))
+        sinks = moved(sinks, "comm", "imbalance", int(al.wait_ms_per_step * 1e6 * n),
+                      f"waiting inside collectives for {who} (ranks aligned on collective ends)")
+        lines = (Evidence("waiting inside collectives per step, from arrival to the last rank's", al.wait_ms_per_step,
+                          "ms", "", "ranks aligned on collective ends", None),
+                 Evidence("arrival after the first rank, mean over matched collectives", al.mean_late_ms, "ms", "",
+                          "ranks aligned on collective ends", None),
+                 Evidence("collectives matched to the other ranks", al.matched, "collectives", "",
+                          alignment.method_note, None))
+        inp = replace(a.observations, sinks=sinks, imbalance_evidence=lines)
+        found = findings(inp, rules)
+        verdict = classify(inp, found, rules)
+        found = primary_first(found, verdict)
+        recs = ([] if verdict.axis == "insufficient_evidence" else
+                recommend(found, a.breakdown, a.device_spec, a.device_name, a.context, rules))
+        out.append(replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict, recommendations=recs))
+    return out

@@ -13,6 +13,7 @@ import math
 import os
 import re
 from collections import Counter
+from dataclasses import astuple
 from typing import Any
 
 import msgspec
@@ -23,7 +24,7 @@ from trainscope.collectors.kineto_stream import Fallback, stream_events
 from trainscope.collectors.readers import Progress, parse_json_events, read_maybe_gzip
 from trainscope.traces.builder import ChunkedTableBuilder, StringTable, TableBuilder, skipped_warning
 from trainscope.traces.model import (
-    COPY_KINDS, MEMORY_KINDS, Annotations, Copies, Counters, CpuOps, Device, Kernels,
+    COPY_KINDS, MEMORY_KINDS, Annotations, CollectiveArgs, Copies, Counters, CpuOps, Device, Kernels,
     MemoryEvents, Memsets, OpInputs, PythonFrames, RuntimeCalls, Thread, Trace,
 )
 
@@ -169,6 +170,7 @@ def _read_part(path: str, start: int, head: bytes) -> dict | None:
     return {
         "kernel_external": parser.kernel_external, "cpu_external": parser.cpu_external,
         "cpu_signature": parser.cpu_signature, "signatures": parser.signatures, "hw_flops": parser.hw_flops,
+        "collective_args": parser.collective_args,
         "tables": tables, "strings": parser.strings.strings, "threads": list(parser.threads),
         "thread_names": parser.thread_names, "input_dims": parser.input_dims, "gpu_ids": parser.gpu_ids,
         "hip": parser.hip, "malformed": parser.malformed, "negative": parser.negative, "nonfinite": parser.nonfinite,
@@ -248,6 +250,7 @@ class _Parser:
         self.signature_index: dict[tuple, int] = {}
         self.signatures: list[tuple[list, list, list]] = []
         self.hw_flops: dict[str, float] = {}
+        self.collective_args: dict[int, CollectiveArgs] = {}  # by External id (record_param_comms, NCCL kernels)
 
     # -- helpers -------------------------------------------------------------------------
     def thread(self, pid: Any, tid: Any) -> int:
@@ -316,6 +319,8 @@ class _Parser:
             self.gpu_ids.add(dev)
             self.kernels.add(ts, dur, dev, _stream(args, e), intern(name), _int(args.get("correlation"), -1))
             self.kernel_external.append(_int(args.get("External id", args.get("external id")), -1))
+            if "Collective name" in args or "Seq" in args:
+                self._collective(self.kernel_external[-1], args.get)
         elif c in _RUNTIME:
             if name.startswith("hip"):
                 self.hip = True
@@ -329,6 +334,8 @@ class _Parser:
                 self.cpu_ops.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name),
                                  float(flops) if isinstance(flops, (int, float)) else math.nan)
                 self.cpu_external.append(_int(args.get("External id", args.get("external id")), -1))
+                if "Collective name" in args or "Seq" in args:
+                    self._collective(self.cpu_external[-1], args.get)
                 dims = args.get("Input Dims")
                 if type(dims) is list:  # record_shapes=True: kept for comparing runs' batch shapes
                     per_op = self.input_dims.setdefault(name, {})
@@ -359,6 +366,18 @@ class _Parser:
             self.python_frames.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name))
         elif c not in _KNOWN_IGNORED:
             self.unknown_categories[str(cat)] += 1
+
+    def _collective(self, ext: int, get) -> None:
+        """Keep one collective's metadata under its External id (``get``: the args' lookup by raw key)."""
+        if ext < 0:
+            return
+        pg, name, dtype = get("Process Group Name"), get("Collective name"), get("dtype")
+        new = (None if pg is None else str(pg), _int(get("Seq"), None), None if name is None else str(name),
+               _int(get("In msg nelems"), None), _int(get("Out msg nelems"), None), None if dtype is None else str(dtype))
+        old = self.collective_args.get(ext)  # the operator and its kernel: what either records
+        if old is not None:
+            new = tuple(x if x is not None else y for x, y in zip(astuple(old), new))
+        self.collective_args[ext] = CollectiveArgs(*new)
 
     def _signature(self, dims_key: str, dims: list, args: dict) -> int:
         types, concrete = args.get("Input type"), args.get("Concrete Inputs")
@@ -429,7 +448,8 @@ class _Parser:
             source=self.path, format="kineto", origin_ns=origin_ns, strings=self.strings.strings,
             devices=self._devices(), threads=threads, counters=Counters.empty(), metadata=meta,
             rank=_int(dist.get("rank"), None), world_size=_int(dist.get("world_size"), None),
-            warnings=warnings, input_dims=self.input_dims, op_inputs=self._op_inputs(tables), **tables,
+            warnings=warnings, input_dims=self.input_dims, op_inputs=self._op_inputs(tables),
+            collective_args=self.collective_args, **tables,
         )
 
     def _op_inputs(self, tables: dict) -> OpInputs:
@@ -607,6 +627,8 @@ class _StreamParser(_Parser):
                 flops = a.flops
                 o_flops(float(flops) if isinstance(flops, (int, float)) else nan)
                 o_ext(_external(a))
+                if a.coll_name is not None or a.seq is not None:
+                    self._collective(_external(a), _typed_collective(a))
                 dims = a.input_dims
                 if dims:  # raw JSON bytes: counted per (operator, text), decoded once per distinct text
                     raw = bytes(dims)
@@ -637,6 +659,8 @@ class _StreamParser(_Parser):
                 corr = a.correlation if a is not None else -1
                 k_corr(corr if type(corr) is int else _int(corr, -1))
                 k_ext(_external(a))
+                if a is not None and (a.coll_name is not None or a.seq is not None):
+                    self._collective(_external(a), _typed_collective(a))
             elif c == "python_function":
                 p_add(ts, dur, thread(e.pid, e.tid), intern(name))
             elif c in _ANNOTATION:
@@ -697,6 +721,9 @@ class _StreamParser(_Parser):
             self.python_frames.add(int(frames.ts[i]), int(frames.dur[i]), int(threads[frames.thread[i]]),
                                    int(names[frames.name[i]]))
         self.kernel_external += part["kernel_external"]
+        for ext, c in part["collective_args"].items():  # CollectiveArgs fields, in order, under their raw keys
+            self._collective(ext, dict(zip(("Process Group Name", "Seq", "Collective name", "In msg nelems",
+                                             "Out msg nelems", "dtype"), astuple(c))).get)
         self.cpu_external += part["cpu_external"]
         resig = [self._signature(repr(d), d, {"Input type": t, "Concrete Inputs": c}) for d, t, c in part["signatures"]]
         self.cpu_signature += [resig[i] if i >= 0 else -1 for i in part["cpu_signature"]]
@@ -744,6 +771,15 @@ def _external(a) -> int:
     """The operator ↔ kernel link of a typed record ("External id", or its lower-case spelling)."""
     x = a.external_id if a.external_id is not None else a.external_id_lc
     return x if type(x) is int else _int(x, -1)
+
+
+_TYPED_KEYS = {"Process Group Name": "pg_name", "Collective name": "coll_name", "dtype": "dtype", "Seq": "seq",
+               "In msg nelems": "in_nelems", "Out msg nelems": "out_nelems"}
+
+
+def _typed_collective(a):
+    """A typed record's collective args looked up by their raw keys (as :meth:`_Parser._collective` reads them)."""
+    return lambda key: getattr(a, _TYPED_KEYS[key])
 
 
 def _stream_typed(a, e) -> int:

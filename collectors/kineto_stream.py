@@ -65,6 +65,13 @@ class Args(msgspec.Struct, gc=False):
     external_id_lc: Any = msgspec.field(default=None, name="external id")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
+    # Collective metadata (record_param_comms and its kernels): matches collectives across ranks.
+    coll_name: Any = msgspec.field(default=None, name="Collective name")
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    seq: Any = msgspec.field(default=None, name="Seq")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
 
 
 class Event(msgspec.Struct, gc=False):

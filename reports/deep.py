@@ -113,10 +113,46 @@ def deep_text_lines(d: dict, bold) -> list[str]:
     return out
 
 
+def straggler_headline(s: dict) -> tuple[str, str | None]:
+    """(the straggler line, a line naming both answers when the two methods disagree, else None).
+
+    With ranks aligned on their collectives' common end the line is theirs (arrival lateness);
+    without (no collective matched on two ranks), the step-offset comparison's."""
+    al = s.get("alignment")
+    if not al or not al.get("matched_collectives"):
+        return s["summary"], None
+    imb = al.get("rank_imbalance")
+    basis = f"{al['matched_collectives']} collectives aligned on their common end"
+    if imb:
+        head = (f"straggler: rank {imb['rank']}, last to arrive at {imb['last_in']} of {imb['matched']} matched "
+                f"collectives, {imb['late_ms']:.1f} ms after the first rank on average; the others wait "
+                f"{imb['others_wait_ms_per_step']:.1f} ms per step for it ({basis})")
+    else:
+        late = max((r["mean_late_ms"] for r in al["ranks"]), default=0.0)
+        head = f"no straggler: the latest rank arrives {late:.1f} ms after the first on average ({basis})"
+    old = sorted(r for r in s.get("stragglers", []) if r is not None)
+    new = [imb["rank"]] if imb else []
+    if old == new:
+        return head, None
+    def who(ranks: list) -> str:
+        return "rank " + ", ".join(str(r) for r in ranks) if ranks else "no rank"
+    return head, (f"The two methods disagree: aligned on the collectives' common end, {who(new)} arrives last; "
+                  f"the step-offset comparison, which measures each rank from its own step start, names {who(old)} "
+                  "(it misleads when ranks start their steps together and one waits inside its first collective).")
+
+
 def stragglers_text_lines(s: dict, bold) -> list[str]:
-    out = [bold("Stragglers") + f"  ({s['basis']})"]
-    for line in textwrap.wrap(s["summary"], 92):
-        out.append(f"  {line}")
+    head, note = straggler_headline(s)
+    aligned = bool(s.get("alignment") and s["alignment"].get("matched_collectives"))
+    basis = "arrival measured from the collectives' common end" if aligned else s["basis"]
+    out = [bold("Stragglers") + f"  ({basis})"]
+    out += [("  " if i == 0 else "    ") + line for i, line in enumerate(textwrap.wrap(head, 90))]
+    if note:
+        out += [("  ≠ " if i == 0 else "    ") + line for i, line in enumerate(textwrap.wrap(note, 88))]
+    if aligned:
+        out += [""] + alignment_text_lines(s["alignment"], bold)
+        out += ["", bold("Step-offset comparison") + "  (arrival offset from each rank's own step start)"]
+        out += ["  " + line for line in textwrap.wrap(s["summary"], 92)]
     out.append(f"  {'rank':>4}  {'step p50':>9}  {'in collectives':>14}  {'late by':>9}  {'last in':>7}  verdict")
     for r in s["ranks"]:
         flag = " ◀ straggler" if r["late"] or r["slow"] else ""
@@ -126,11 +162,8 @@ def stragglers_text_lines(s: dict, bold) -> list[str]:
         out.append("  widest arrival spreads: " + ", ".join(
             f"{c['step']} {c['name']}#{c['index']} {c['spread_ms']:.1f} ms (last: rank {c['last_rank']})"
             for c in s["slow_collectives"][:3]))
-    if s.get("alignment"):
+    if s.get("alignment") and not aligned:
         out += [""] + alignment_text_lines(s["alignment"], bold)
-        note = _disagreement(s)
-        if note:
-            out += ["  " + line for line in textwrap.wrap(note, 92)]
     if s.get("ranks_view"):
         out += [""] + ranks_view_text_lines(s["ranks_view"], bold)
     return out
@@ -173,8 +206,13 @@ def deep_markdown_lines(d: dict, esc) -> list[str]:
 
 
 def stragglers_markdown_lines(s: dict, esc) -> list[str]:
-    out = ["## Stragglers", "", esc(s["summary"]), "",
-           "| rank | step p50 ms | in collectives | late by ms | last in | straggler | verdict |",
+    head, note = straggler_headline(s)
+    out = ["## Stragglers", "", f"**{esc(head[:1].upper() + head[1:])}**", ""]
+    if note:
+        out += [esc(note), ""]
+    if head != s["summary"]:
+        out += [f"Step-offset comparison (arrival offset from each rank's own step start): {esc(s['summary'])}", ""]
+    out += ["| rank | step p50 ms | in collectives | late by ms | last in | straggler | verdict |",
            "|---:|---:|---:|---:|---:|---|---|"]
     for r in s["ranks"]:
         out.append(f"| {r['rank']} | {r['step_p50_ms']:.1f} | {r['collective_pct']:.1f} % | {r['mean_late_ms']:.1f} | "
@@ -187,30 +225,19 @@ def stragglers_markdown_lines(s: dict, esc) -> list[str]:
         out.append("")
     if s.get("ranks_view"):
         out += ranks_view_markdown_lines(s["ranks_view"], s.get("alignment"), esc)
-    note = _disagreement(s)
-    if note:
-        out += [esc(note), ""]
     return out
-
-
-def _disagreement(s: dict) -> str | None:
-    """When the ranks aligned on collective ends name another straggler than the step-offset
-    comparison, say which to trust: arrival measured from a common instant."""
-    al = s.get("alignment")
-    imb = al and al.get("rank_imbalance")
-    if not imb or imb["rank"] in s["stragglers"]:
-        return None
-    return (f"Note: aligned on the collectives' common end, rank {imb['rank']} arrives last; the step-offset "
-            "comparison above measures each rank from its own step start, which misleads when ranks start their "
-            "steps together and one waits inside its first collective.")
 
 
 def alignment_dict(al) -> dict[str, Any]:
     """The ranks aligned on their collectives' ends (analyzers/ranks.py :class:`Alignment`)."""
     imb = al.imbalance
     return {
-        "basis": "collectives matched across ranks by kind and common end instant; arrival measured from the end",
+        "basis": ("collectives matched across ranks by process group and sequence number where the trace records "
+                  "them (kind and size must agree), else by kind and common end instant; arrival measured from the end"),
         "source": al.source, "reference_rank": al.reference, "matched_collectives": al.instances,
+        "matched_by": {"process_group_sequence": al.by_seq, "end_instant": al.by_end, "refused": al.refused},
+        "matching": al.method_note,
+        "straggler": None if imb is None else imb.rank,
         "clock_offsets": al.offsets_note,
         "ranks": [{"rank": r.rank, "clock_offset_us": r.clock_offset_us, "matched": r.matched,
                    "mean_late_ms": r.mean_late_ms, "last_in": r.last_in, "wait_ms_per_step": r.wait_ms_per_step,
@@ -231,6 +258,8 @@ def alignment_text_lines(al: dict, bold) -> list[str]:
     if al["rank_imbalance"]:
         out += ["  rank imbalance: " + line if i == 0 else "    " + line
                 for i, line in enumerate(textwrap.wrap(al["rank_imbalance"]["summary"], 88))]
+    if al.get("matching"):
+        out.append(f"  {al['matching']}")
     out.append(f"  {al['clock_offsets']}")
     out.append(f"  {'rank':>4}  {'late by':>9}  {'last in':>7}  {'waiting/step':>12}  {'transfer/step':>13}")
     for r in sorted(al["ranks"], key=lambda r: -r["mean_late_ms"])[:16]:
@@ -265,7 +294,7 @@ def ranks_view_markdown_lines(v: dict, al: dict | None, esc) -> list[str]:
     if al and al["rank_imbalance"]:
         out += [f"**Rank imbalance:** {esc(al['rank_imbalance']['summary'])}", ""]
     if al:
-        out += [esc(al["clock_offsets"]), ""]
+        out += [esc(al["clock_offsets"]) + (f"; {esc(al['matching'])}" if al.get("matching") else ""), ""]
     out += [f"Step time across ranks: p5 {d['p5']:.1f}, p50 {d['p50']:.1f}, p95 {d['p95']:.1f}, max {d['max']:.1f} ms.", "",
             "| rank | late by ms | step p50 ms | steps (taller = longer) |", "|---:|---:|---:|---|"]
     lo, hi = d["min"], d["max"]

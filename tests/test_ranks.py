@@ -194,11 +194,17 @@ def test_app_ranks_tab_shows_the_alignment_and_the_heat_strip():
 
 
 def test_a_disagreeing_step_offset_verdict_is_called_out(capsys):
-    from trainscope.reports.deep import stragglers_markdown_lines, stragglers_text_lines
+    from trainscope.reports.deep import straggler_headline, stragglers_markdown_lines, stragglers_text_lines
 
     assert main(["analyze", str(DLRM), "--format", "json", "-q", "--jobs", "1"]) == 0
     s = json.loads(capsys.readouterr().out)["stragglers"]
-    assert not any("Note: aligned" in line for line in stragglers_text_lines(s, str))
+    assert not any("disagree" in line for line in stragglers_text_lines(s, str))
     s["stragglers"] = [0]  # as on a job whose ranks start their steps together
-    assert any("rank 1 arrives last" in line for line in stragglers_text_lines(s, str) if line.startswith("  Note"))
-    assert any(line.startswith("Note: aligned") for line in stragglers_markdown_lines(s, lambda x, n=0: x))
+    text = stragglers_text_lines(s, str)
+    assert text[1].startswith("  straggler: rank 1")  # the headline stays the alignment's
+    note = [line for line in text if line.startswith("  ≠ ")]
+    assert len(note) == 1 and "rank 1 arrives last" in note[0]
+    both = straggler_headline(s)[1]  # one note naming both answers
+    assert "rank 1 arrives last" in both and "names rank 0" in both
+    md = stragglers_markdown_lines(s, lambda x, n=0: x)
+    assert md[2].startswith("**Straggler: rank 1") and any(line.startswith("The two methods disagree") for line in md)

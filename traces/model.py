@@ -154,6 +154,20 @@ class OpInputs:
     hw_flops: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CollectiveArgs:
+    """What PyTorch records about one collective (``record_param_comms`` and its NCCL/RCCL kernel
+    share these args and their External id): what matches it across ranks. ``None`` where absent
+    (older traces record none of them; "Seq" only in recent ones)."""
+
+    process_group: str | None  # "Process Group Name"
+    seq: int | None  # "Seq": the collective's sequence number within its process group
+    name: str | None  # "Collective name" (allreduce, all_to_allv, send, …)
+    in_nelems: int | None  # "In msg nelems"
+    out_nelems: int | None  # "Out msg nelems"
+    dtype: str | None
+
+
 @dataclass
 class Trace:
     """One rank's (one process's) normalized trace."""
@@ -188,6 +202,8 @@ class Trace:
     op_inputs: OpInputs = field(default_factory=OpInputs)
     # Python frames where the profiler recorded stacks (Kineto ``python_function``). Empty otherwise.
     python_frames: PythonFrames = field(default_factory=PythonFrames.empty)
+    # Collective metadata by External id (the id the operator and its kernels share); Kineto only.
+    collective_args: dict[int, CollectiveArgs] = field(default_factory=dict)
 
     def device(self, device_id: int) -> Device | None:
         for d in self.devices:
