@@ -560,22 +560,31 @@ def _emit_nvtx_inputs(texts: list[str], n_kernels: int) -> OpInputs:
     sig_index: dict[str, int] = {}
     sigs: list[tuple[list, list, list]] = []
     rows = np.full(len(texts), -1, np.int32)
+    by_text: dict[str, int] = {}  # the same range text repeats every step: parse it once
     for i, text in enumerate(texts):
-        m = _SIZES.search(text)
-        if not m:
-            continue
-        key = m.group(1)
-        j = sig_index.get(key)
+        j = by_text.get(text)
         if j is None:
-            try:
-                dims = json.loads(key)
-            except ValueError:
-                continue
-            if not isinstance(dims, list):
-                continue
-            j = sig_index[key] = len(sigs)
-            sigs.append((dims, ["?"] * len(dims), []))
+            j = by_text[text] = _signature_of(text, sig_index, sigs, json)
         rows[i] = j
     if not sigs:
         return OpInputs()
     return OpInputs(np.full(len(texts), -1, np.int64), np.full(n_kernels, -1, np.int64), rows, sigs)
+
+
+def _signature_of(text: str, sig_index: dict[str, int], sigs: list, json) -> int:
+    """Index of the input-shape signature in ``text`` (added to ``sigs`` when new), −1 if none."""
+    m = _SIZES.search(text)
+    if not m:
+        return -1
+    key = m.group(1)
+    j = sig_index.get(key)
+    if j is None:
+        try:
+            dims = json.loads(key)
+        except ValueError:
+            return -1
+        if not isinstance(dims, list):
+            return -1
+        j = sig_index[key] = len(sigs)
+        sigs.append((dims, ["?"] * len(dims), []))
+    return j
