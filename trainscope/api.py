@@ -15,9 +15,11 @@ the one-line message and exit code the command line prints (the only place that 
 from __future__ import annotations
 
 import contextlib
-import zlib
+import functools
 import os
+import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
@@ -35,9 +37,10 @@ if TYPE_CHECKING:  # the heavy modules load on first use, so `import trainscope.
 
 __all__ = [
     # analysis
-    "analyze", "Report", "run_deep", "check_deep_available", "model_ledger",
+    "analyze", "Report", "RankView", "run_deep", "check_deep_available", "model_ledger", "rules_from",
+    "whatif", "whatif_levers",
     # comparison, planning, memory, live
-    "diff", "gate", "DiffResult", "plan", "plan_config", "resolve_device", "PlanResult", "memory", "MemoryReport",
+    "diff", "gate", "DiffResult", "plan", "plan_config", "plan_ledger", "normalize_plan", "resolve_device", "PlanResult", "memory", "MemoryReport",
     "watch", "Watch", "LiveSample", "live_analyzer", "open_recording",
     # where users are
     "on_trace_ready",
@@ -137,6 +140,13 @@ def _rules(rules: "Rules | None", thresholds: Mapping[str, float] | None) -> "Ru
     return Rules({k: float(v) for k, v in thresholds.items()})
 
 
+def rules_from(thresholds: Mapping[str, float] | None = None) -> "Rules":
+    """The threshold table (``analyzers.rules.Rules``: every threshold with its value, unit and
+    source) with ``thresholds`` ({name: value}) overriding the defaults. Raises :class:`BadInput`
+    for a name that is not a threshold."""
+    return _rules(None, thresholds)
+
+
 # --- analyze --------------------------------------------------------------------------------------
 
 
@@ -159,6 +169,12 @@ class Report:
     deep: dict | None = field(default=None, repr=False)
     ledger: Any = field(default=None, repr=False)  # analyzers.ledger.Ledger, with model=…
     straggler_analysis: Any = field(default=None, repr=False)  # analyzers.stragglers result, several ranks
+    # A rank directory mapped by the executor: each rank's summary; ``traces`` then holds no trace
+    # (only the read warnings) and :meth:`trace` reads a rank's file again when first asked.
+    summaries: "list | None" = field(default=None, repr=False)
+    _loaded: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _views: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     # the main rank, typed
     @property
@@ -199,7 +215,27 @@ class Report:
 
     @property
     def main_trace(self) -> "Trace":
-        return self.traces.traces[self.main_index]
+        return self.trace(self.main_index)
+
+    def trace(self, index: int) -> "Trace":
+        """Rank ``index``'s trace: the one read for the analysis, or — for a rank directory mapped in
+        worker processes, which keep only summaries — that rank's file read again in this process,
+        once, on first use. Raises :class:`BadInput` when the file cannot be read any more."""
+        if len(self.traces.traces) == len(self.ranks):
+            return self.traces.traces[index]
+        with self._lock:
+            if index not in self._loaded:
+                self._loaded[index] = _read_rank(self.ranks[index])
+            return self._loaded[index]
+
+    def rank_view(self, index: int | None = None) -> "RankView":
+        """The view models of one rank (default: the main rank) for the terminal app: its document,
+        timeline, full kernel table and memory curves, each built once when first asked."""
+        index = self.main_index if index is None else index
+        with self._lock:
+            if index not in self._views:
+                self._views[index] = RankView(self, index)
+            return self._views[index]
 
     # renderings: all read the one document, so they cannot disagree
     def to_dict(self) -> dict:
@@ -270,6 +306,93 @@ class Report:
         return self.to_text()
 
 
+def _read_rank(a: "Analysis") -> "Trace":
+    """One rank's trace read again from its file (the rank a file holds, when it holds several)."""
+    from trainscope.collectors.inputs import open_any
+
+    with _bad_input(a.source):
+        loaded = open_any(a.source)
+    trace = next((t for t in loaded if t.rank == a.rank), loaded[0])
+    trace.rank = a.rank
+    return trace
+
+
+class RankView:
+    """One rank as the terminal app shows it: the analysis, its document, and the expensive view
+    models (timeline, every kernel in the steps, memory curves), each built once when first asked.
+    The trace is read on first use (a rank of a directory mapped in worker processes)."""
+
+    def __init__(self, report: Report, index: int) -> None:
+        self.report, self.index = report, index
+        self.analysis: "Analysis" = report.ranks[index]
+        self.rules: "Rules" = report.rules
+
+    @property
+    def trace(self) -> "Trace":
+        return self.report.trace(self.index)
+
+    @functools.cached_property
+    def doc(self) -> dict:
+        from trainscope.reports.document import analysis_dict
+
+        doc = analysis_dict(self.analysis, self.rules)
+        doc["input"] = {"path": self.analysis.source, "format": self.analysis.source_format, "traces": 1}
+        return doc
+
+    @functools.cached_property
+    def classes(self):
+        from trainscope.analyzers.kernels import kernel_classes
+
+        return kernel_classes(self.trace)
+
+    @functools.cached_property
+    def timeline(self):
+        """The :class:`~trainscope.analyzers.timeline.TimelineModel` of this rank (lanes, steps, matches)."""
+        from trainscope.analyzers.timeline import TimelineModel
+
+        a = self.analysis
+        return TimelineModel(self.trace, a.segmentation, a.device, self.classes[0])
+
+    @functools.cached_property
+    def all_kernels(self) -> "KernelSummary":
+        """Every kernel name inside the steps (the analysis keeps only the top ones)."""
+        from trainscope.analyzers import intervals as iv
+        from trainscope.analyzers.kernels import kernel_summary
+
+        seg = self.analysis.segmentation
+        mask = iv.contains((seg.starts, seg.ends), self.trace.kernels.ts)
+        return kernel_summary(self.trace, mask, self.analysis.device, top_n=1 << 30, classes=self.classes)
+
+    @functools.cached_property
+    def memory(self) -> list:
+        """Allocated memory over time per device (``MemoryCurve``), from the trace's memory events."""
+        from trainscope.analyzers.memory_usage import memory_curves
+
+        return memory_curves(self.trace)
+
+    @property
+    def label(self) -> str:
+        a = self.analysis
+        name = os.path.basename(a.source) if a.source else "trace"
+        return f"rank {a.rank}" if a.rank is not None else name
+
+
+def whatif_levers(analysis: "Analysis") -> dict:
+    """Every recommendation of an analysis that has a projection, by id: the time its fix removes
+    (``analyzers.whatif.Lever``)."""
+    from trainscope.analyzers.whatif import levers
+
+    return levers(analysis)
+
+
+def whatif(analysis: "Analysis", chosen: "list[str] | tuple[str, ...]"):
+    """The projected mean step time with the fixes ``chosen`` (recommendation ids) all applied
+    (``analyzers.whatif.Projection``; upper bounds, as the report's)."""
+    from trainscope.analyzers.whatif import project
+
+    return project(analysis, chosen)
+
+
 def _open(path: str, progress: Progress | None) -> "TraceSet":
     from trainscope.collectors import open_traces
 
@@ -308,10 +431,10 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
             rules: "Rules | None" = None, thresholds: Mapping[str, float] | None = None,
             peak_tflops: float | None = None, peak_bandwidth: float | None = None, deep: bool = False, deep_step: str | None = None,
             model: "str | Any | None" = None, progress: Progress | None = None,
-            source: str | None = None) -> Report:
-    """Diagnose a recorded run: a Kineto trace (.json/.json.gz), a directory of per-rank traces, an
-    Nsight Systems export (.sqlite; .nsys-rep with nsys on PATH), a ``watch`` recording, or an
-    already-read :class:`~trainscope.traces.model.TraceSet` / ``Trace``.
+            source: str | None = None, jobs: int | None = None, dask: "str | Any | None" = None) -> Report:
+    """Diagnose a recorded run: a Kineto trace (.json/.json.gz), a directory (or glob) of per-rank
+    traces, an Nsight Systems export (.sqlite; .nsys-rep with nsys on PATH), a ``watch`` recording,
+    or an already-read :class:`~trainscope.traces.model.TraceSet` / ``Trace``.
 
     ``step_range`` names the annotation range that marks a step; ``thresholds`` overrides
     diagnostic thresholds by name (``{"data_wait.high": 25}``) or ``rules`` gives a whole
@@ -319,6 +442,12 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
     ``deep`` adds Holistic Trace Analysis (``deep_step``: which step); ``model`` (a spec such as
     ``"params=25.6M,optimizer=momentum,precision=fp32"`` or a ``PlanConfig``) adds the planned
     memory ledger beside the measured peak. ``progress(stage, fraction)`` is called while reading.
+
+    A directory or glob of rank traces is mapped rank by rank (:mod:`trainscope.executor`): in
+    ``jobs`` worker processes (default: the cores this process may use; 1: serially), or on the
+    Dask cluster whose scheduler is at ``dask`` (an address or a ``distributed.Client``). Only
+    per-rank summaries come back; a rank's trace is read again when the report needs it
+    (:meth:`Report.trace`: HTML, ``deep``, the app's timeline).
     Raises :class:`BadInput` (and :class:`DeepUnavailable`)."""
     from trainscope.analyzers.analysis import analyze_set, slowest
     from trainscope.traces.model import Trace, TraceSet
@@ -326,9 +455,12 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
     rules = _rules(rules, thresholds)
     if deep_step is not None and not deep:
         raise BadInput("--deep-step needs --deep")
+    if jobs is not None and jobs < 1:
+        raise BadInput(f"jobs must be at least 1, got {jobs}")
     if deep:
         check_deep_available()  # before the slow part
     planned = model_ledger(model) if model is not None else None
+    summaries = None
     if isinstance(path_or_traces, Trace):
         traces = TraceSet([path_or_traces])
         source = source or path_or_traces.source
@@ -336,32 +468,64 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
         traces = path_or_traces
         source = source or (traces.traces[0].source if traces.traces else "traces")
     else:
-        source = source or os.fspath(path_or_traces)
-        traces = _open(os.fspath(path_or_traces), progress)
-    if progress:
-        progress("analyzing", None)
-    with _bad_input(source):
-        analyses = analyze_set(traces, rules, peak_tflops, step_range, peak_bandwidth)
+        from trainscope.executor import is_rank_set
+
+        path = os.fspath(path_or_traces)
+        source = source or path
+        if is_rank_set(path):
+            summaries, warnings = _map_ranks(path, rules, peak_tflops, peak_bandwidth, step_range, jobs, dask,
+                                             progress)
+            traces = TraceSet(path, [], warnings)
+        else:
+            traces = _open(path, progress)
+    if summaries is not None:
+        analyses = [s.analysis for s in summaries]
+    else:
+        if progress:
+            progress("analyzing", None)
+        with _bad_input(source):
+            analyses = analyze_set(traces, rules, peak_tflops, step_range, peak_bandwidth)
     main = analyses.index(slowest(analyses)) if len(analyses) > 1 else 0
-    report = Report(source, rules, traces, analyses, main, ledger=planned)
+    report = Report(source, rules, traces, analyses, main, ledger=planned, summaries=summaries)
     if len(analyses) > 1:
-        from trainscope.analyzers.stragglers import detect_stragglers
-        from trainscope.reports.deep import stragglers_dict
-
-        report.straggler_analysis = detect_stragglers(traces.traces, analyses, rules)
-        report.stragglers = stragglers_dict(report.straggler_analysis)
-        # Ranks aligned on the ends of their shared collectives, and the many-rank view.
-        from trainscope.analyzers.ranks import align_ranks, ranks_view, summarize
-        from trainscope.reports.deep import alignment_dict
-
-        summaries = [summarize(t, a) for t, a in zip(traces.traces, analyses)]
-        alignment = align_ranks(summaries, rules)
-        if alignment is not None:
-            report.stragglers["alignment"] = alignment_dict(alignment)
-        report.stragglers["ranks_view"] = ranks_view(summaries, alignment)
+        _reduce_ranks(report)
     if deep:
         run_deep(report, deep_step, progress)
     return report
+
+
+def _map_ranks(path: str, rules: "Rules", peak_tflops: float | None, peak_bandwidth: float | None,
+               step_range: str | None, jobs: int | None, dask: Any, progress: Progress | None):
+    """The map: every rank file of ``path`` summarized by :mod:`trainscope.executor` → (summaries
+    in rank order, one warning per file that could not be read)."""
+    from trainscope.executor import MapOptions, run_rank_set
+
+    options = MapOptions(peak_tflops=peak_tflops, step_range=step_range, peak_bandwidth=peak_bandwidth, rules=rules)
+    tick = (lambda done, n: progress(f"ranks {done}/{n}", done / n)) if progress else None
+    try:
+        rs = run_rank_set(path, options, jobs=jobs, dask=dask, progress=tick)
+    except (ValueError, RuntimeError) as e:  # no trace files, a bad --step-range, no Dask, a dead worker
+        raise BadInput(f"{path}: {e}") from None
+    return rs.summaries, rs.warnings
+
+
+def _reduce_ranks(report: Report) -> None:
+    """The reduce over several ranks: stragglers by step offset, the ranks aligned on the ends of
+    their shared collectives, and the many-rank view (sets ``report.stragglers``)."""
+    from trainscope.analyzers.ranks import align_ranks, ranks_view, summarize
+    from trainscope.analyzers.stragglers import stragglers_from
+    from trainscope.reports.deep import alignment_dict, stragglers_dict
+
+    rules, analyses = report.rules, report.ranks
+    summaries = report.summaries
+    if summaries is None:
+        summaries = [summarize(t, a) for t, a in zip(report.traces.traces, analyses)]
+    report.straggler_analysis = stragglers_from([s.host_collectives for s in summaries], analyses, rules)
+    report.stragglers = stragglers_dict(report.straggler_analysis)
+    alignment = align_ranks(summaries, rules)
+    if alignment is not None:
+        report.stragglers["alignment"] = alignment_dict(alignment)
+    report.stragglers["ranks_view"] = ranks_view(summaries, alignment)
 
 
 def with_ledger(doc: dict, ledger) -> dict:
@@ -544,6 +708,32 @@ def plan_config(model: "str | Mapping[str, Any] | Any" = None, **fields: Any):
             return config_from(values, no_dropout)
         except TypeError as e:
             raise ValueError(str(e)) from None
+
+
+def normalize_plan(config):
+    """A ``PlanConfig`` with canonical keys; :class:`BadInput` (a ``ValueError``) with the user-facing
+    message for anything inconsistent (an unknown optimizer, a checkpoint interval the model cannot take)."""
+    from trainscope.analyzers.ledger import normalize
+
+    try:
+        return normalize(config)
+    except BadInput:
+        raise
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
+def plan_ledger(config):
+    """The memory ledger (``analyzers.ledger.Ledger``) of one ``PlanConfig``: what ``plan`` computes
+    before fitting it to a device. Raises :class:`BadInput` (a ``ValueError``) as :func:`normalize_plan`."""
+    from trainscope.analyzers.ledger import ledger
+
+    try:
+        return ledger(config)
+    except BadInput:
+        raise
+    except ValueError as e:
+        raise BadInput(str(e)) from None
 
 
 def resolve_device(gpu: str | None = None, gpu_memory: str | None = None):
