@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 def _rules(args: argparse.Namespace):
     from trainscope import api
 
-    return api.rules(dict(args.threshold))
+    return api.rules_from(dict(args.threshold))
 
 
 def _write_perfetto(path: str, report) -> int:
