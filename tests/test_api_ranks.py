@@ -154,3 +154,30 @@ def test_app_session_on_a_rank_directory_maps_and_reads_lazily():
     assert s.ranks[other].timeline is s.ranks[other].timeline  # built once
     assert set(s.report._loaded) == {0, 1}
     assert s.document() == json.loads(ts.analyze(str(GLOO), jobs=1).to_json())
+
+
+def test_the_app_on_a_rank_directory_gets_the_commands_flags(monkeypatch, tmp_path, capsys):
+    """`trainscope analyze DIR --jobs 1` at a terminal: the app's session comes from the same api
+    call as the printed report (the map's flags reach it) and its document is that report."""
+    import trainscope.executor as executor
+    from trainscope.tui import app as app_mod
+
+    jobs_seen = []
+    real_map = executor.map_ranks
+
+    def spy(files, options, jobs=None, dask=None, progress=None, fn=executor.summarize_rank):
+        jobs_seen.append((jobs, dask, options.peak_bandwidth))
+        return real_map(files, options, jobs, dask, progress, fn)
+
+    def run_without_terminal(self):  # the app's loading step, without drawing
+        self.session = self.loader(lambda stage, fraction: None)
+        return 0
+
+    monkeypatch.setattr(executor, "map_ranks", spy)
+    monkeypatch.setattr("trainscope.commands.analyze.use_tui", lambda args: True)
+    monkeypatch.setattr(app_mod.AnalyzeApp, "run", run_without_terminal)
+    out = tmp_path / "app.json"
+    assert main(["analyze", str(GLOO), "--jobs", "1", "--peak-bandwidth", "900", "--json", str(out)]) == 0
+    assert jobs_seen == [(1, None, 900.0)]
+    monkeypatch.setattr("trainscope.commands.analyze.use_tui", lambda args: False)
+    assert json.loads(out.read_text()) == _cli(capsys, str(GLOO), "--jobs", "1", "--peak-bandwidth", "900")

@@ -148,8 +148,13 @@ def _ledger_hook(spec: str | None):
 
 def _run_app(args: argparse.Namespace, rules, ledger) -> int:
     from trainscope.tui.app import AnalyzeApp
+    from trainscope.tui.state import build_session
 
-    app = AnalyzeApp(args.trace, report_path=args.report, rules=rules, peak_tflops=args.peak_tflops,
+    def loader(progress):  # the same api call as the printed report: --jobs, --dask, --peak-bandwidth
+        return build_session(args.trace, None, rules, args.peak_tflops, progress, args.step_range, ledger=ledger,
+                             jobs=args.jobs, dask=args.dask, peak_bandwidth=args.peak_bandwidth)
+
+    app = AnalyzeApp(args.trace, loader=loader, report_path=args.report, rules=rules, peak_tflops=args.peak_tflops,
                      ledger=ledger, step_range=args.step_range, deep=args.deep, deep_step=args.deep_step)
     code = app.run()
     if args.perfetto and app.session is not None and _write_perfetto(args.perfetto, app.session.report) != EXIT_OK:
