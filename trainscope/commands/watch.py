@@ -222,7 +222,7 @@ def _replay(args, w) -> int:
     from trainscope.tui.watch_app import WatchApp
 
     app = WatchApp(title=info["target"], replay=True, interval=float(w.recording.header.get("interval_s") or 1.0))
-    app.preload([(s.status, s.snapshot) for s in w])
+    app.preload(w)
     app.run()
     return _finish(args, w, info)
 
@@ -275,7 +275,7 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
     emit = _printer(args) if headless else None
     app = None
     if not headless:
-        from trainscope.tui.watch_app import SampleMessage, WatchApp
+        from trainscope.tui.watch_app import WatchApp
 
         app = WatchApp(title=target, interval=args.interval, launched=bool(cmd))
 
@@ -288,8 +288,7 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
     exit_code = None
     try:
         try:
-            w.start(on_sample=None if headless else (lambda s: app.post_message(SampleMessage(s.status, s.snapshot))),
-                    header={"target": target, "command": cmd or None})
+            w.start(on_sample=None if headless else app.feed, header={"target": target, "command": cmd or None})
         except api.BadInput as e:  # the recording: checked before the job started; a race or a full disk
             _stop_job(child, signal.SIGINT, "cannot record")
             return fail(str(e))
