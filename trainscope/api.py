@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # the heavy modules load on first use, so `import trainscope.
 
 __all__ = [
     # analysis
-    "analyze", "Report", "RankView", "run_deep", "check_deep_available", "model_ledger", "rules_from",
+    "analyze", "Report", "RankView", "run_deep", "check_deep_available", "model_ledger", "with_ledger", "rules_from",
     "whatif", "whatif_levers",
     # comparison, planning, memory, live
     "diff", "gate", "DiffResult", "plan", "plan_config", "plan_ledger", "normalize_plan", "resolve_device", "PlanResult", "memory", "MemoryReport",

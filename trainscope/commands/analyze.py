@@ -132,18 +132,9 @@ def _ledger_hook(spec: str | None):
     if not spec:
         return lambda doc: doc
     from trainscope import api
-    from trainscope.reports.plan import ledger_vs_measured
 
     model_ledger = api.model_ledger(spec)  # BadInput: a bad spec, said in one line
-
-    def decorate(doc: dict) -> dict:
-        mem = next((m for m in doc["memory"] if m["device"] == doc["device"]["id"]),
-                   doc["memory"][0] if doc["memory"] else None)
-        doc["ledger"] = ledger_vs_measured(model_ledger, mem["peak_allocated_bytes"] if mem else None,
-                                           mem["capacity_bytes"] if mem else None, mem["basis"] if mem else None)
-        return doc
-
-    return decorate
+    return lambda doc: api.with_ledger(doc, model_ledger)
 
 
 def _run_app(args: argparse.Namespace, rules, ledger) -> int:
