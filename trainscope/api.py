@@ -174,7 +174,8 @@ class Report:
     summaries: "list | None" = field(default=None, repr=False)
     _loaded: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _views: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)  # reading traces
+    _views_lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     # the main rank, typed
     @property
@@ -232,7 +233,7 @@ class Report:
         """The view models of one rank (default: the main rank) for the terminal app: its document,
         timeline, full kernel table and memory curves, each built once when first asked."""
         index = self.main_index if index is None else index
-        with self._lock:
+        with self._views_lock:  # not the reading lock: the UI thread asks while a worker reads a trace
             if index not in self._views:
                 self._views[index] = RankView(self, index)
             return self._views[index]
