@@ -158,7 +158,9 @@ class Report:
     synchronous training): ``verdict``, ``findings``, ``breakdown``, ``kernels``, ``steps``,
     ``memory``, ``recommendations``. ``ranks`` holds every rank's analysis; ``stragglers`` and
     ``deep`` are the report's sections for rank directories and ``deep=True``.
-    ``to_dict()`` is the versioned JSON document (``trainscope analyze --format json``)."""
+    ``to_dict()`` is the versioned JSON document (``trainscope analyze --format json``).
+    ``trace(i)`` is rank ``i``'s trace — for a rank directory mapped in worker processes, read again
+    on first use (the parent keeps only ``summaries``) — and ``rank_view(i)`` its view models."""
 
     source: str
     rules: "Rules" = field(repr=False)
