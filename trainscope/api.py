@@ -501,6 +501,11 @@ def _map_ranks(path: str, rules: "Rules", peak_tflops: float | None, peak_bandwi
                step_range: str | None, jobs: int | None, dask: Any, progress: Progress | None):
     """The map: every rank file of ``path`` summarized by :mod:`trainscope.executor` → (summaries
     in rank order, one warning per file that could not be read)."""
+    # What a worker runs, imported before the pool forks: a child forked while another thread (the
+    # app's UI) held the import lock would wait on it forever.
+    import trainscope.analyzers.analysis  # noqa: F401
+    import trainscope.analyzers.ranks  # noqa: F401
+    import trainscope.collectors.inputs  # noqa: F401
     from trainscope.executor import MapOptions, run_rank_set
 
     options = MapOptions(peak_tflops=peak_tflops, step_range=step_range, peak_bandwidth=peak_bandwidth, rules=rules)
