@@ -163,3 +163,36 @@ def test_dashboard_snapshot_paused_warming_up(snap_compare):
         await pilot.press("p")
 
     assert snap_compare(make_app(), terminal_size=(150, 46), run_before=run_before)
+
+
+def test_the_app_consumes_the_apis_watch(tmp_path):
+    """Replay: ``preload`` takes a replaying api.Watch; live: ``feed`` is the Watch's push callback.
+    Both give the app the pairs the analyzer produced for the same snapshots."""
+    asyncio.run(_test_the_app_consumes_the_apis_watch(tmp_path))
+
+
+async def _test_the_app_consumes_the_apis_watch(tmp_path):
+    from trainscope import api
+    from trainscope.collectors.recording import RecordingWriter
+
+    snaps = data_bound_samples()
+    path = tmp_path / "run.jsonl"
+    rec = RecordingWriter(str(path), {"interval_s": 1.0, "target": "test"})
+    for s in snaps:
+        rec.write(s)
+    rec.close({"exit_code": 0})
+    expected = [st.verdict.axis for st, _ in statuses(snaps)]
+
+    replay = make_app()
+    replay.preload(api.watch(replay=path))
+    assert [st.verdict.axis for st, _ in replay.items] == expected and expected[-1] == "data"
+
+    live = make_app()
+    w = api.watch()  # fed by hand, as the sampler thread would
+    async with live.run_test(size=(140, 44)) as pilot:
+        for s in snaps:
+            live.feed(w.add(s))
+        await pilot.pause()
+        await pilot.pause()
+        assert [st.verdict.axis for st, _ in live.items] == expected
+        assert "DATA-BOUND" in str(live.query_one("#banner").render())

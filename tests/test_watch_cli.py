@@ -8,7 +8,6 @@ import urllib.request
 
 import pytest
 
-from trainscope.analyzers.live import LiveAnalyzer
 from trainscope.collectors.samples import GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
 from trainscope.reports.prometheus import render_prometheus
 
@@ -59,16 +58,17 @@ def test_pid_attach_with_duration(tmp_path):
 
 
 def test_prometheus_exposition_and_server():
-    from trainscope.commands.watch import WatchSession, _serve_prometheus
+    from trainscope import api
+    from trainscope.commands.watch import _serve_prometheus
 
-    a = LiveAnalyzer()
     snaps = [Snapshot(t=float(i), dt=1.0, gpus=(GpuSample(0, 'H100 "SXM"', 5.0, 1.0, 10, 100, power_w=None),),
                       host=HostSample(95.0, (), 0.0, 1, 2, None, (ProcessGroup("workers", 2, 190.0, 5),)),
                       step=StepSample(30, 600_000_000, 1_000_000_000)) for i in range(6)]
-    session = WatchSession(a)
+    session = api.Watch()  # fed by hand: no sampler starts
     for s in snaps:
-        session.ingest(s)
-    text = render_prometheus(*session.last)
+        session.add(s)
+    assert session.latest() == (session.last.status, session.last.snapshot)
+    text = render_prometheus(*session.latest())
     assert 'trainscope_gpu_utilization_percent{gpu="0",name="H100 \\"SXM\\""} 5' in text
     assert "trainscope_gpu_power_watts" not in text  # n/a is absent, not 0
     assert 'trainscope_verdict{axis="data",bottleneck="data/input-wait"} 1' in text

@@ -15,9 +15,11 @@ the one-line message and exit code the command line prints (the only place that 
 from __future__ import annotations
 
 import contextlib
-import zlib
+import functools
 import os
+import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
@@ -35,9 +37,10 @@ if TYPE_CHECKING:  # the heavy modules load on first use, so `import trainscope.
 
 __all__ = [
     # analysis
-    "analyze", "Report", "run_deep", "check_deep_available", "model_ledger",
+    "analyze", "Report", "RankView", "run_deep", "check_deep_available", "model_ledger", "with_ledger", "rules_from",
+    "whatif", "whatif_levers",
     # comparison, planning, memory, live
-    "diff", "gate", "DiffResult", "plan", "plan_config", "resolve_device", "PlanResult", "memory", "MemoryReport",
+    "diff", "gate", "DiffResult", "plan", "plan_config", "plan_ledger", "normalize_plan", "resolve_device", "PlanResult", "memory", "MemoryReport",
     "watch", "Watch", "LiveSample", "live_analyzer", "open_recording",
     # where users are
     "on_trace_ready",
@@ -137,6 +140,13 @@ def _rules(rules: "Rules | None", thresholds: Mapping[str, float] | None) -> "Ru
     return Rules({k: float(v) for k, v in thresholds.items()})
 
 
+def rules_from(thresholds: Mapping[str, float] | None = None) -> "Rules":
+    """The threshold table (``analyzers.rules.Rules``: every threshold with its value, unit and
+    source) with ``thresholds`` ({name: value}) overriding the defaults. Raises :class:`BadInput`
+    for a name that is not a threshold."""
+    return _rules(None, thresholds)
+
+
 # --- analyze --------------------------------------------------------------------------------------
 
 
@@ -148,7 +158,9 @@ class Report:
     synchronous training): ``verdict``, ``findings``, ``breakdown``, ``kernels``, ``steps``,
     ``memory``, ``recommendations``. ``ranks`` holds every rank's analysis; ``stragglers`` and
     ``deep`` are the report's sections for rank directories and ``deep=True``.
-    ``to_dict()`` is the versioned JSON document (``trainscope analyze --format json``)."""
+    ``to_dict()`` is the versioned JSON document (``trainscope analyze --format json``).
+    ``trace(i)`` is rank ``i``'s trace — for a rank directory mapped in worker processes, read again
+    on first use (the parent keeps only ``summaries``) — and ``rank_view(i)`` its view models."""
 
     source: str
     rules: "Rules" = field(repr=False)
@@ -159,6 +171,13 @@ class Report:
     deep: dict | None = field(default=None, repr=False)
     ledger: Any = field(default=None, repr=False)  # analyzers.ledger.Ledger, with model=…
     straggler_analysis: Any = field(default=None, repr=False)  # analyzers.stragglers result, several ranks
+    # A rank directory mapped by the executor: each rank's summary; ``traces`` then holds no trace
+    # (only the read warnings) and :meth:`trace` reads a rank's file again when first asked.
+    summaries: "list | None" = field(default=None, repr=False)
+    _loaded: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _views: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)  # reading traces
+    _views_lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     # the main rank, typed
     @property
@@ -199,7 +218,27 @@ class Report:
 
     @property
     def main_trace(self) -> "Trace":
-        return self.traces.traces[self.main_index]
+        return self.trace(self.main_index)
+
+    def trace(self, index: int) -> "Trace":
+        """Rank ``index``'s trace: the one read for the analysis, or — for a rank directory mapped in
+        worker processes, which keep only summaries — that rank's file read again in this process,
+        once, on first use. Raises :class:`BadInput` when the file cannot be read any more."""
+        if len(self.traces.traces) == len(self.ranks):
+            return self.traces.traces[index]
+        with self._lock:
+            if index not in self._loaded:
+                self._loaded[index] = _read_rank(self.ranks[index])
+            return self._loaded[index]
+
+    def rank_view(self, index: int | None = None) -> "RankView":
+        """The view models of one rank (default: the main rank) for the terminal app: its document,
+        timeline, full kernel table and memory curves, each built once when first asked."""
+        index = self.main_index if index is None else index
+        with self._views_lock:  # not the reading lock: the UI thread asks while a worker reads a trace
+            if index not in self._views:
+                self._views[index] = RankView(self, index)
+            return self._views[index]
 
     # renderings: all read the one document, so they cannot disagree
     def to_dict(self) -> dict:
@@ -270,6 +309,93 @@ class Report:
         return self.to_text()
 
 
+def _read_rank(a: "Analysis") -> "Trace":
+    """One rank's trace read again from its file (the rank a file holds, when it holds several)."""
+    from trainscope.collectors.inputs import open_any
+
+    with _bad_input(a.source):
+        loaded = open_any(a.source)
+    trace = next((t for t in loaded if t.rank == a.rank), loaded[0])
+    trace.rank = a.rank
+    return trace
+
+
+class RankView:
+    """One rank as the terminal app shows it: the analysis, its document, and the expensive view
+    models (timeline, every kernel in the steps, memory curves), each built once when first asked.
+    The trace is read on first use (a rank of a directory mapped in worker processes)."""
+
+    def __init__(self, report: Report, index: int) -> None:
+        self.report, self.index = report, index
+        self.analysis: "Analysis" = report.ranks[index]
+        self.rules: "Rules" = report.rules
+
+    @property
+    def trace(self) -> "Trace":
+        return self.report.trace(self.index)
+
+    @functools.cached_property
+    def doc(self) -> dict:
+        from trainscope.reports.document import analysis_dict
+
+        doc = analysis_dict(self.analysis, self.rules)
+        doc["input"] = {"path": self.analysis.source, "format": self.analysis.source_format, "traces": 1}
+        return doc
+
+    @functools.cached_property
+    def classes(self):
+        from trainscope.analyzers.kernels import kernel_classes
+
+        return kernel_classes(self.trace)
+
+    @functools.cached_property
+    def timeline(self):
+        """The :class:`~trainscope.analyzers.timeline.TimelineModel` of this rank (lanes, steps, matches)."""
+        from trainscope.analyzers.timeline import TimelineModel
+
+        a = self.analysis
+        return TimelineModel(self.trace, a.segmentation, a.device, self.classes[0])
+
+    @functools.cached_property
+    def all_kernels(self) -> "KernelSummary":
+        """Every kernel name inside the steps (the analysis keeps only the top ones)."""
+        from trainscope.analyzers import intervals as iv
+        from trainscope.analyzers.kernels import kernel_summary
+
+        seg = self.analysis.segmentation
+        mask = iv.contains((seg.starts, seg.ends), self.trace.kernels.ts)
+        return kernel_summary(self.trace, mask, self.analysis.device, top_n=1 << 30, classes=self.classes)
+
+    @functools.cached_property
+    def memory(self) -> list:
+        """Allocated memory over time per device (``MemoryCurve``), from the trace's memory events."""
+        from trainscope.analyzers.memory_usage import memory_curves
+
+        return memory_curves(self.trace)
+
+    @property
+    def label(self) -> str:
+        a = self.analysis
+        name = os.path.basename(a.source) if a.source else "trace"
+        return f"rank {a.rank}" if a.rank is not None else name
+
+
+def whatif_levers(analysis: "Analysis") -> dict:
+    """Every recommendation of an analysis that has a projection, by id: the time its fix removes
+    (``analyzers.whatif.Lever``)."""
+    from trainscope.analyzers.whatif import levers
+
+    return levers(analysis)
+
+
+def whatif(analysis: "Analysis", chosen: "list[str] | tuple[str, ...]"):
+    """The projected mean step time with the fixes ``chosen`` (recommendation ids) all applied
+    (``analyzers.whatif.Projection``; upper bounds, as the report's)."""
+    from trainscope.analyzers.whatif import project
+
+    return project(analysis, chosen)
+
+
 def _open(path: str, progress: Progress | None) -> "TraceSet":
     from trainscope.collectors import open_traces
 
@@ -308,10 +434,10 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
             rules: "Rules | None" = None, thresholds: Mapping[str, float] | None = None,
             peak_tflops: float | None = None, peak_bandwidth: float | None = None, deep: bool = False, deep_step: str | None = None,
             model: "str | Any | None" = None, progress: Progress | None = None,
-            source: str | None = None) -> Report:
-    """Diagnose a recorded run: a Kineto trace (.json/.json.gz), a directory of per-rank traces, an
-    Nsight Systems export (.sqlite; .nsys-rep with nsys on PATH), a ``watch`` recording, or an
-    already-read :class:`~trainscope.traces.model.TraceSet` / ``Trace``.
+            source: str | None = None, jobs: int | None = None, dask: "str | Any | None" = None) -> Report:
+    """Diagnose a recorded run: a Kineto trace (.json/.json.gz), a directory (or glob) of per-rank
+    traces, an Nsight Systems export (.sqlite; .nsys-rep with nsys on PATH), a ``watch`` recording,
+    or an already-read :class:`~trainscope.traces.model.TraceSet` / ``Trace``.
 
     ``step_range`` names the annotation range that marks a step; ``thresholds`` overrides
     diagnostic thresholds by name (``{"data_wait.high": 25}``) or ``rules`` gives a whole
@@ -319,6 +445,12 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
     ``deep`` adds Holistic Trace Analysis (``deep_step``: which step); ``model`` (a spec such as
     ``"params=25.6M,optimizer=momentum,precision=fp32"`` or a ``PlanConfig``) adds the planned
     memory ledger beside the measured peak. ``progress(stage, fraction)`` is called while reading.
+
+    A directory or glob of rank traces is mapped rank by rank (:mod:`trainscope.executor`): in
+    ``jobs`` worker processes (default: the cores this process may use; 1: serially), or on the
+    Dask cluster whose scheduler is at ``dask`` (an address or a ``distributed.Client``). Only
+    per-rank summaries come back; a rank's trace is read again when the report needs it
+    (:meth:`Report.trace`: HTML, ``deep``, the app's timeline).
     Raises :class:`BadInput` (and :class:`DeepUnavailable`)."""
     from trainscope.analyzers.analysis import analyze_set, slowest
     from trainscope.traces.model import Trace, TraceSet
@@ -326,9 +458,12 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
     rules = _rules(rules, thresholds)
     if deep_step is not None and not deep:
         raise BadInput("--deep-step needs --deep")
+    if jobs is not None and jobs < 1:
+        raise BadInput(f"jobs must be at least 1, got {jobs}")
     if deep:
         check_deep_available()  # before the slow part
     planned = model_ledger(model) if model is not None else None
+    summaries = None
     if isinstance(path_or_traces, Trace):
         traces = TraceSet([path_or_traces])
         source = source or path_or_traces.source
@@ -336,32 +471,69 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
         traces = path_or_traces
         source = source or (traces.traces[0].source if traces.traces else "traces")
     else:
-        source = source or os.fspath(path_or_traces)
-        traces = _open(os.fspath(path_or_traces), progress)
-    if progress:
-        progress("analyzing", None)
-    with _bad_input(source):
-        analyses = analyze_set(traces, rules, peak_tflops, step_range, peak_bandwidth)
+        from trainscope.executor import is_rank_set
+
+        path = os.fspath(path_or_traces)
+        source = source or path
+        if is_rank_set(path):
+            summaries, warnings = _map_ranks(path, rules, peak_tflops, peak_bandwidth, step_range, jobs, dask,
+                                             progress)
+            traces = TraceSet(path, [], warnings)
+        else:
+            traces = _open(path, progress)
+    if summaries is not None:
+        analyses = [s.analysis for s in summaries]
+    else:
+        if progress:
+            progress("analyzing", None)
+        with _bad_input(source):
+            analyses = analyze_set(traces, rules, peak_tflops, step_range, peak_bandwidth)
     main = analyses.index(slowest(analyses)) if len(analyses) > 1 else 0
-    report = Report(source, rules, traces, analyses, main, ledger=planned)
+    report = Report(source, rules, traces, analyses, main, ledger=planned, summaries=summaries)
     if len(analyses) > 1:
-        from trainscope.analyzers.stragglers import detect_stragglers
-        from trainscope.reports.deep import stragglers_dict
-
-        report.straggler_analysis = detect_stragglers(traces.traces, analyses, rules)
-        report.stragglers = stragglers_dict(report.straggler_analysis)
-        # Ranks aligned on the ends of their shared collectives, and the many-rank view.
-        from trainscope.analyzers.ranks import align_ranks, ranks_view, summarize
-        from trainscope.reports.deep import alignment_dict
-
-        summaries = [summarize(t, a) for t, a in zip(traces.traces, analyses)]
-        alignment = align_ranks(summaries, rules)
-        if alignment is not None:
-            report.stragglers["alignment"] = alignment_dict(alignment)
-        report.stragglers["ranks_view"] = ranks_view(summaries, alignment)
+        _reduce_ranks(report)
     if deep:
         run_deep(report, deep_step, progress)
     return report
+
+
+def _map_ranks(path: str, rules: "Rules", peak_tflops: float | None, peak_bandwidth: float | None,
+               step_range: str | None, jobs: int | None, dask: Any, progress: Progress | None):
+    """The map: every rank file of ``path`` summarized by :mod:`trainscope.executor` → (summaries
+    in rank order, one warning per file that could not be read)."""
+    # What a worker runs, imported before the pool forks: a child forked while another thread (the
+    # app's UI) held the import lock would wait on it forever.
+    import trainscope.analyzers.analysis  # noqa: F401
+    import trainscope.analyzers.ranks  # noqa: F401
+    import trainscope.collectors.inputs  # noqa: F401
+    from trainscope.executor import MapOptions, run_rank_set
+
+    options = MapOptions(peak_tflops=peak_tflops, step_range=step_range, peak_bandwidth=peak_bandwidth, rules=rules)
+    tick = (lambda done, n: progress(f"ranks {done}/{n}", done / n)) if progress else None
+    try:
+        rs = run_rank_set(path, options, jobs=jobs, dask=dask, progress=tick)
+    except (ValueError, RuntimeError) as e:  # no trace files, a bad --step-range, no Dask, a dead worker
+        raise BadInput(f"{path}: {e}") from None
+    return rs.summaries, rs.warnings
+
+
+def _reduce_ranks(report: Report) -> None:
+    """The reduce over several ranks: stragglers by step offset, the ranks aligned on the ends of
+    their shared collectives, and the many-rank view (sets ``report.stragglers``)."""
+    from trainscope.analyzers.ranks import align_ranks, ranks_view, summarize
+    from trainscope.analyzers.stragglers import stragglers_from
+    from trainscope.reports.deep import alignment_dict, stragglers_dict
+
+    rules, analyses = report.rules, report.ranks
+    summaries = report.summaries
+    if summaries is None:
+        summaries = [summarize(t, a) for t, a in zip(report.traces.traces, analyses)]
+    report.straggler_analysis = stragglers_from([s.host_collectives for s in summaries], analyses, rules)
+    report.stragglers = stragglers_dict(report.straggler_analysis)
+    alignment = align_ranks(summaries, rules)
+    if alignment is not None:
+        report.stragglers["alignment"] = alignment_dict(alignment)
+    report.stragglers["ranks_view"] = ranks_view(summaries, alignment)
 
 
 def with_ledger(doc: dict, ledger) -> dict:
@@ -546,6 +718,32 @@ def plan_config(model: "str | Mapping[str, Any] | Any" = None, **fields: Any):
             raise ValueError(str(e)) from None
 
 
+def normalize_plan(config):
+    """A ``PlanConfig`` with canonical keys; :class:`BadInput` (a ``ValueError``) with the user-facing
+    message for anything inconsistent (an unknown optimizer, a checkpoint interval the model cannot take)."""
+    from trainscope.analyzers.ledger import normalize
+
+    try:
+        return normalize(config)
+    except BadInput:
+        raise
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
+def plan_ledger(config):
+    """The memory ledger (``analyzers.ledger.Ledger``) of one ``PlanConfig``: what ``plan`` computes
+    before fitting it to a device. Raises :class:`BadInput` (a ``ValueError``) as :func:`normalize_plan`."""
+    from trainscope.analyzers.ledger import ledger
+
+    try:
+        return ledger(config)
+    except BadInput:
+        raise
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
 def resolve_device(gpu: str | None = None, gpu_memory: str | None = None):
     """A device by key (``h100-80``; see ``trainscope plan --help``) or by size (``24GiB``)."""
     from trainscope.modelspec import resolve_gpu
@@ -712,71 +910,174 @@ class Watch:
     ``replay``: a recording (``watch --record``) or nvidia-smi CSV, replayed without waiting.
     Otherwise NVML and the host are sampled every ``interval`` s: the process tree of ``pid``
     (until it exits), or every GPU and its processes; ``duration`` ends it after that many seconds.
-    Step timing needs ``trainscope watch -- COMMAND`` (it injects the DataLoader hook)."""
+    ``record`` writes every sample to a crash-safe JSON-lines recording. Step timing: ``step_hook``
+    listens for a job's opt-in DataLoader hook (``pid``), and a job launched by the caller gets the
+    injected hook through :meth:`job_environment` then :meth:`follow` (what ``trainscope watch --
+    COMMAND`` does).
+
+    Two ways to consume it: pull (``for sample in w``, the samples queued by the sampler thread) or
+    push (:meth:`start` with ``on_sample``, called on the sampler thread). :meth:`stop` takes a last
+    sample of the partial interval, closes the samplers and returns what was not yet consumed;
+    :meth:`finish` closes the recording and returns the verdict over the whole watch."""
 
     def __init__(self, *, pid: int | None = None, replay: "str | os.PathLike | None" = None, interval: float = 1.0,
                  window: float = 30.0, duration: float | None = None, rules: "Rules | None" = None,
-                 thresholds: Mapping[str, float] | None = None) -> None:
+                 thresholds: Mapping[str, float] | None = None, record: "str | os.PathLike | None" = None,
+                 step_hook: bool = False) -> None:
         if pid is not None and replay is not None:
             raise BadInput("choose one of: pid, replay")
+        if replay is not None and (record is not None or duration is not None):
+            raise BadInput("a replay samples nothing new: record and duration do not apply")
         if interval < 0.25:
             raise BadInput("interval must be ≥ 0.25 s (faster sampling costs the job CPU)")
+        if duration is not None and not duration > 0:
+            raise BadInput("duration must be > 0")
         self.analyzer = live_analyzer(rules, window, thresholds)
         self.pid, self.interval, self.duration = pid, interval, duration
+        self.record = os.fspath(record) if record is not None else None
+        self.step_hook = step_hook
         self.recording = open_recording(replay) if replay is not None else None
         if pid is not None:
             import psutil
 
             if not psutil.pid_exists(pid):
                 raise BadInput(f"no process with pid {pid}")
-        self._monitor = None
-        self._queue = None
-        self._gpu_pids: set[int] = set()
+        self.lock = threading.Lock()
         self.last: LiveSample | None = None
-        self.notes: list[str] = list(self.recording.warnings) if self.recording else []
+        self.notes: list[str] = list(self.recording.warnings) if self.recording else []  # from the samples
+        self.job_notes: list[str] = []  # from the samplers: step mode, NVML
+        self.sampler_cost_s: list[float] = []
+        self._job_done: Callable[[], bool] | None = None
+        self._launched = False
+        self._receiver = None
+        self._recorder = None
+        self._monitor = None
+        self._gpu = None
+        self._queue: Any = None
+        self._on_sample: Callable[[LiveSample], None] | None = None
+        self._gpu_pids: set[int] = set()
+        self._deadline: float | None = None
+        self._started = False
+
+    # -- feeding -------------------------------------------------------------------------------------
 
     def add(self, snap: "Snapshot") -> LiveSample:
-        """Feed one snapshot (from any sampler) to the analyzer."""
-        s = LiveSample(self.analyzer.add(snap), snap)
-        self.last = s
-        self.notes.extend(n for n in snap.notes if n not in self.notes)
-        return s
+        """Feed one snapshot (from any sampler) to the analyzer and the recording."""
+        with self.lock:
+            s = LiveSample(self.analyzer.add(snap), snap)
+            self.last = s
+            self.notes.extend(n for n in snap.notes if n not in self.notes)
+            if self._recorder is not None:
+                try:
+                    self._recorder.write(snap)
+                except OSError as e:
+                    self.notes.append(f"recording stopped: {e.strerror or e}")
+                    self._recorder = None
+            return s
+
+    def latest(self) -> "tuple[LiveStatus | None, Snapshot | None]":
+        """The last status and sample (what a metrics endpoint serves), read under the lock."""
+        with self.lock:
+            return (self.last.status, self.last.snapshot) if self.last else (None, None)
 
     def summary(self) -> "LiveStatus":
         return self.analyzer.summary()
 
-    def __enter__(self) -> "Watch":
-        return self
+    # -- a job the caller launches ---------------------------------------------------------------------
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def job_environment(self, folder: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment for a job the caller is about to launch: with the DataLoader step hook
+        injected (its socket and site folder inside ``folder``, a private directory the caller
+        removes), or ``base`` unchanged with a note when the socket cannot be opened."""
+        from trainscope.collectors.step_receiver import StepReceiver, child_environment
 
-    def close(self) -> None:
-        if self._monitor is not None:
-            self._monitor.stop(final_sample=False)
-            self._monitor = None
+        self._launched = True
+        env = dict(os.environ if base is None else base)
+        try:
+            self._receiver = StepReceiver(os.path.join(folder, "steps.sock"))
+            env, _ = child_environment(self._receiver.path, base=env, folder=folder)
+        except OSError as e:
+            self.job_notes.append(f"step mode off: cannot open the step socket ({e.strerror or e})")
+        return env
 
-    def _start(self) -> None:
-        import queue
+    def follow(self, pid: int, done: Callable[[], bool] | None = None) -> None:
+        """Watch the process tree of ``pid`` (a job the caller launched) until ``done()``."""
+        self.pid, self._launched = pid, True
+        self._job_done = done
 
+    # -- sampling --------------------------------------------------------------------------------------
+
+    def start(self, on_sample: Callable[[LiveSample], None] | None = None, header: Mapping[str, Any] | None = None) -> None:
+        """Open the recording (``header`` adds to its first line) and start the sampler thread;
+        ``on_sample(sample)`` (push mode) is called on that thread for each interval. Raises
+        :class:`BadInput` when the recording cannot be written."""
+        if self.recording is not None or self._started:
+            return
         from trainscope.collectors.host import HostSampler
         from trainscope.collectors.monitor import Monitor
         from trainscope.collectors.nvml import NvmlSampler
 
+        self._started = True
+        if self.pid is not None and not self._launched and self.step_hook:
+            self._listen_for_hook()
+        if self.record is not None:
+            from trainscope.collectors.recording import RecordingWriter
+
+            head = {"started": time.time(), "interval_s": self.interval, "target": self.target, "command": None,
+                    "pid": self.pid, "host": os.uname().nodename,
+                    "trainscope": __import__("trainscope").__version__, **dict(header or {})}
+            try:
+                self._recorder = RecordingWriter(self.record, head)
+            except OSError as e:
+                self.close()
+                raise BadInput(f"cannot write {self.record}: {e.strerror or e}") from None
+        import queue
+
+        self._on_sample = on_sample
         self._queue = queue.Queue()
         roots: Any = (self.pid,) if self.pid is not None else (lambda: tuple(sorted(self._gpu_pids)))
 
         def on_snapshot(snap) -> None:
-            if self.pid is None:
+            if self.pid is None:  # every GPU: follow whatever uses them
                 self._gpu_pids.clear()
                 self._gpu_pids.update(p.pid for g in snap.gpus for p in (g.processes or ()))
-            self._queue.put(snap)
+            if self._on_sample is not None:
+                self._on_sample(self.add(snap))
+            else:
+                self._queue.put(snap)
 
         self._gpu = NvmlSampler()
-        self._monitor = Monitor(self.interval, on_snapshot, gpu=self._gpu, host=HostSampler(roots), steps=None)
+        self._monitor = Monitor(self.interval, on_snapshot, gpu=self._gpu, host=HostSampler(roots),
+                                steps=self._receiver)
         self._monitor.start()
+        self._deadline = time.monotonic() + self.duration if self.duration else None
 
-    def _done(self) -> bool:
+    def _listen_for_hook(self) -> None:
+        from trainscope.collectors.step_hook import default_socket_path, private_dir
+        from trainscope.collectors.step_receiver import StepReceiver, ensure_private_dir
+
+        try:
+            ensure_private_dir(private_dir())
+            self._receiver = StepReceiver(default_socket_path(self.pid))
+        except OSError as e:
+            self.job_notes.append(f"step mode off: cannot listen for the opt-in hook ({e.strerror or e}: "
+                                  f"{getattr(e, 'filename', None) or ''})")
+
+    @property
+    def target(self) -> str:
+        if self.recording is not None:
+            return "replay"
+        return f"pid {self.pid}" if self.pid is not None else "all GPUs"
+
+    @property
+    def expired(self) -> bool:
+        """``duration`` has passed since sampling started."""
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
+    def job_done(self) -> bool:
+        """The watched job has ended (never, when every GPU is watched)."""
+        if self._job_done is not None:
+            return self._job_done()
         if self.pid is None:
             return False
         import psutil
@@ -786,6 +1087,9 @@ class Watch:
         except psutil.NoSuchProcess:
             return True
 
+    def finished(self) -> bool:
+        return self.job_done() or self.expired
+
     def __iter__(self) -> Iterator[LiveSample]:
         if self.recording is not None:
             for snap in self.recording.snapshots:
@@ -793,26 +1097,86 @@ class Watch:
             return
         import queue
 
-        self._start()
-        deadline = time.monotonic() + self.duration if self.duration else None
-        try:
-            while True:
+        self.start()
+        while True:
+            try:
+                yield self.add(self._queue.get(timeout=0.1))
+            except queue.Empty:
+                pass
+            if self.finished():
+                break
+        yield from self.stop()
+
+    def stop(self) -> list[LiveSample]:
+        """Stop sampling after one last sample of the partial interval, close the step socket and
+        NVML; return the samples taken but not yet consumed (pull mode). Idempotent."""
+        if self._monitor is not None:
+            self._monitor.stop(final_sample=True)
+            self.sampler_cost_s = list(self._monitor.cost_s)
+            self._monitor = None
+        tail = []
+        while self._queue is not None and not self._queue.empty():
+            tail.append(self.add(self._queue.get_nowait()))
+        if self._receiver is not None:
+            status = self._receiver.status()
+            if status.mode != "on" and self._launched:
+                self.job_notes.append(f"step mode was off: {status.detail}")
+            self._receiver.close()
+            if not self._launched:  # the per-user socket folder goes too, when no other watch uses it
                 try:
-                    yield self.add(self._queue.get(timeout=0.1))
-                except queue.Empty:
+                    os.rmdir(os.path.dirname(self._receiver.path))
+                except OSError:
                     pass
-                if self._done() or (deadline and time.monotonic() >= deadline):
-                    break
-        finally:
-            self.close()
+            self._receiver = None
+        if self._gpu is not None:
+            if self._gpu.problem:
+                self.job_notes.append(self._gpu.problem)
+            self._gpu = None
+        return tail
+
+    @property
+    def sampler_cpu_ms_per_sample(self) -> float | None:
+        xs = self.sampler_cost_s
+        return round(1000 * sum(xs) / len(xs), 3) if xs else None
+
+    def finish(self, exit_code: int | None = None) -> "LiveStatus":
+        """Stop (if still sampling), close the recording with the job's exit code and the verdict,
+        and return the verdict over the whole watch."""
+        self.stop()
+        st = self.summary()
+        if self._recorder is not None:
+            try:
+                self._recorder.close({"exit_code": exit_code, "verdict": st.verdict.axis})
+            except OSError:
+                pass
+            self._recorder = None
+        return st
+
+    def close(self) -> None:
+        """Stop sampling and release the samplers (the recording stays open until :meth:`finish`)."""
+        if self._monitor is not None:
+            self._monitor.stop(final_sample=False)
+            self._monitor = None
+        if self._receiver is not None:
+            self._receiver.close()
+            self._receiver = None
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+        if self._recorder is not None:
+            self.finish()
 
 
 def watch(*, pid: int | None = None, replay: "str | os.PathLike | None" = None, interval: float = 1.0,
           window: float = 30.0, duration: float | None = None, rules: "Rules | None" = None,
-          thresholds: Mapping[str, float] | None = None) -> Watch:
+          thresholds: Mapping[str, float] | None = None, record: "str | os.PathLike | None" = None,
+          step_hook: bool = False) -> Watch:
     """``with watch(pid=…) as w: for s in w: print(s.line())`` — see :class:`Watch`."""
     return Watch(pid=pid, replay=replay, interval=interval, window=window, duration=duration, rules=rules,
-                 thresholds=thresholds)
+                 thresholds=thresholds, record=record, step_hook=step_hook)
 
 
 # --- torch.profiler -------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from trainscope.analyzers.ranks import RankSummary
+from trainscope.analyzers.rules import Rules
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
@@ -33,6 +34,11 @@ class MapOptions:
     thresholds: tuple[tuple[str, float], ...] = ()
     peak_tflops: float | None = None
     step_range: str | None = None
+    peak_bandwidth: float | None = None
+    rules: Rules | None = None  # the whole table (a picklable value); else the defaults with ``thresholds``
+
+    def table(self) -> Rules:
+        return self.rules if self.rules is not None else Rules(dict(self.thresholds))
 
 
 @dataclass
@@ -72,11 +78,10 @@ def summarize_rank(path: str, options: MapOptions = MapOptions()) -> list[RankSu
     from trainscope.analyzers.analysis import analyze_trace
     from trainscope.analyzers.range_steps import StepRangeError
     from trainscope.analyzers.ranks import summarize
-    from trainscope.analyzers.rules import Rules
     from trainscope.collectors import TraceError
     from trainscope.collectors.inputs import open_any
 
-    rules = Rules(dict(options.thresholds))
+    rules = options.table()
     try:
         traces = open_any(path)
     except TraceError as e:
@@ -89,7 +94,7 @@ def summarize_rank(path: str, options: MapOptions = MapOptions()) -> list[RankSu
             m = _RANK_IN_NAME.search(os.path.basename(path))
             t.rank = int(m.group(1)) if m else None
         try:
-            a = analyze_trace(t, rules, options.peak_tflops, options.step_range)
+            a = analyze_trace(t, rules, options.peak_tflops, options.step_range, options.peak_bandwidth)
         except StepRangeError as e:
             return f"--step-range: {e}"
         out.append(summarize(t, a))

@@ -13,7 +13,8 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
 from trainscope.analyzers.analysis import Analysis
-from trainscope.analyzers.whatif import Projection, levers, project
+from trainscope.analyzers.whatif import Projection
+from trainscope.api import whatif as project, whatif_levers as levers
 from trainscope.tui.keys import bind
 from trainscope.tui.overview import fmt_value
 

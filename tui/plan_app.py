@@ -20,7 +20,8 @@ from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
 
 from trainscope import api
-from trainscope.analyzers.ledger import PRECISIONS, Fit, FitOption, Ledger, PlanConfig, ledger, normalize
+from trainscope.analyzers.ledger import PRECISIONS, Fit, FitOption, Ledger, PlanConfig
+from trainscope.api import normalize_plan as normalize, plan_ledger as ledger
 from trainscope.analyzers.memory_devices import GPU_MEMORY, GpuMemory
 from trainscope.tui.chrome import HelpScreen, KeyBar, keys_text
 from trainscope.tui.keys import bind, common_bindings, palette_commands

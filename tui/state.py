@@ -1,90 +1,72 @@
-"""What the analyze app shows, computed off the UI thread by :mod:`trainscope.api`: the report (traces,
-one analysis per rank, the document), and per-rank views (timeline model, full kernel table) built on demand."""
+"""What the analyze app shows, computed off the UI thread by :mod:`trainscope.api`: the report (one
+analysis per rank, the document) and per-rank view models (:class:`trainscope.api.RankView`:
+timeline, full kernel table, memory curves) that the api builds on demand. A rank directory is
+mapped by the api's executor like ``trainscope analyze DIR``; a rank's trace is read only when one
+of its views is first shown."""
 from __future__ import annotations
 
-import functools
-import os
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from trainscope import api
-from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.analysis import Analysis
-from trainscope.analyzers.kernels import KernelSummary, kernel_classes, kernel_summary
-from trainscope.analyzers.memory_usage import MemoryCurve, memory_curves
-from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.timeline import TimelineModel
-from trainscope.api import Report
-from trainscope.reports.document import analysis_dict
-from trainscope.traces.model import Trace, TraceSet
+from trainscope.api import RankView, Report
+
+if TYPE_CHECKING:
+    from trainscope.traces.model import TraceSet
 
 Progress = Callable[[str, "float | None"], None]
 
+__all__ = ["RankView", "Session", "build_session", "session_from"]
 
-@dataclass
-class RankView:
-    """One rank: its trace and analysis, and the expensive views, each built once when first asked."""
 
-    trace: Trace
-    analysis: Analysis
-    rules: Rules
+class _Ranks:
+    """``session.ranks[i]``: rank ``i``'s view models, made by the report when first asked."""
 
-    @functools.cached_property
-    def doc(self) -> dict:
-        doc = analysis_dict(self.analysis, self.rules)
-        doc["input"] = {"path": self.analysis.source, "format": self.analysis.source_format, "traces": 1}
-        return doc
+    def __init__(self, report: Report) -> None:
+        self.report = report
 
-    @functools.cached_property
-    def classes(self):
-        return kernel_classes(self.trace)
+    def __len__(self) -> int:
+        return len(self.report.ranks)
 
-    @functools.cached_property
-    def timeline(self) -> TimelineModel:
-        a = self.analysis
-        return TimelineModel(self.trace, a.segmentation, a.device, self.classes[0])
+    def __getitem__(self, index: int) -> RankView:
+        if isinstance(index, slice):
+            return [self[i] for i in range(len(self))[index]]
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        return self.report.rank_view(index % len(self))
 
-    @functools.cached_property
-    def all_kernels(self) -> KernelSummary:
-        """Every kernel name inside the steps (the analysis keeps only the top ones)."""
-        seg = self.analysis.segmentation
-        mask = iv.contains((seg.starts, seg.ends), self.trace.kernels.ts)
-        return kernel_summary(self.trace, mask, self.analysis.device, top_n=1 << 30, classes=self.classes)
-
-    @functools.cached_property
-    def memory(self) -> list[MemoryCurve]:
-        return memory_curves(self.trace)
-
-    @property
-    def label(self) -> str:
-        a = self.analysis
-        name = os.path.basename(a.source) if a.source else "trace"
-        return f"rank {a.rank}" if a.rank is not None else name
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
 
 
 @dataclass
 class Session:
     """The app's state: the :class:`trainscope.api.Report` (what ``trainscope analyze`` reports) and
-    a :class:`RankView` per rank for the screens."""
+    a :class:`trainscope.api.RankView` per rank for the screens."""
 
     report: Report
-    ranks: list[RankView] = field(default_factory=list)
     decorate: Callable[[dict], dict] | None = None  # optional sections a caller adds to the document
+    ranks: _Ranks = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ranks = _Ranks(self.report)
 
     @property
     def path(self) -> str:
         return self.report.source
 
     @property
-    def rules(self) -> Rules:
+    def rules(self):
         return self.report.rules
 
     @property
-    def traces(self) -> TraceSet:
+    def traces(self) -> "TraceSet":
+        """The traces read in this process (none for a rank directory mapped in worker processes:
+        use ``ranks[i].trace``, which reads one when needed)."""
         return self.report.traces
 
     @property
-    def analyses(self) -> list[Analysis]:
+    def analyses(self) -> list:
         return self.report.ranks
 
     @property
@@ -112,19 +94,21 @@ class Session:
 def session_from(report: Report, progress: Progress | None = None) -> Session:
     """The app's session over an analyzed report; builds the main rank's timeline (the first
     screens need it) here, off the UI thread."""
-    ranks = [RankView(t, a, report.rules) for t, a in zip(report.traces.traces, report.ranks)]
-    session = Session(report, ranks)
+    session = Session(report)
     if progress:
         progress("building the timeline", None)
-    _ = ranks[report.main_index].timeline
+    _ = session.ranks[report.main_index].timeline
     return session
 
 
-def build_session(path: str, traces: TraceSet | None, rules: Rules, peak_tflops: float | None = None,
-                  progress: Progress | None = None, step_range: str | None = None, ledger=None) -> Session:
-    """:func:`trainscope.api.analyze` on ``traces`` (read from ``path`` when None), as a session.
+def build_session(path: str, traces: "TraceSet | None", rules, peak_tflops: float | None = None,
+                  progress: Progress | None = None, step_range: str | None = None, ledger=None,
+                  jobs: int | None = None, dask=None, peak_bandwidth: float | None = None) -> Session:
+    """:func:`trainscope.api.analyze` on ``traces`` (read from ``path`` when None: a rank directory
+    is mapped in ``jobs`` worker processes or on ``dask``, as the command line does), as a session.
     Raises :class:`trainscope.api.BadInput`."""
     report = api.analyze(traces if traces is not None else path, rules=rules, peak_tflops=peak_tflops,
-                         step_range=step_range, progress=progress, source=path)
+                         peak_bandwidth=peak_bandwidth, step_range=step_range, progress=progress, source=path,
+                         jobs=jobs, dask=dask)
     report.ledger = ledger
     return session_from(report, progress)

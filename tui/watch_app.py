@@ -12,7 +12,7 @@ interrupt on), ``n`` or Enter detaches and leaves it running, Esc stays.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Iterable
 
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -24,6 +24,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from trainscope.analyzers.live import LiveStatus
+from trainscope.api import LiveSample
 from trainscope.traces.samples import Snapshot
 from trainscope.tui.chrome import HelpScreen, keys_text
 from trainscope.tui.keys import binding_rows, common_bindings, palette_commands
@@ -111,9 +112,15 @@ class WatchApp(App):
         self.quit_code: int | None = None
 
     # -- data in -------------------------------------------------------------------------------
-    def preload(self, items: list[tuple[LiveStatus, Snapshot]]) -> None:
-        """Replay: every sample at once, before the app runs."""
-        self.items = list(items)[-MAX_HISTORY:]
+    def preload(self, items: "Iterable[tuple[LiveStatus, Snapshot] | LiveSample]") -> None:
+        """Replay: every sample at once, before the app runs (a replaying :class:`trainscope.api.Watch`
+        iterates its samples)."""
+        self.items = [(i.status, i.snapshot) if isinstance(i, LiveSample) else i for i in items][-MAX_HISTORY:]
+
+    def feed(self, sample: LiveSample) -> None:
+        """A live sample of :class:`trainscope.api.Watch` in push mode (``watch.start(on_sample=app.feed)``),
+        called on the sampler thread: posted, never drawn there."""
+        self.post_message(SampleMessage(sample.status, sample.snapshot))
 
     def on_sample_message(self, message: SampleMessage) -> None:
         self.items.append((message.status, message.snapshot))

@@ -87,38 +87,32 @@ def run(args: argparse.Namespace) -> int:
     ledger = api.model_ledger(args.model) if args.model else None
     if use_tui(args):
         return _run_app(args, rules, ledger)
-    from trainscope.executor import is_rank_set
-
-    if is_rank_set(args.trace):  # ranks mapped in worker processes (or on Dask), reduced here
-        from trainscope.commands.analyze_ranks import run_rank_set
-
-        return run_rank_set(args, rules, ledger)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
-    try:
+    try:  # a directory or glob of ranks: mapped in worker processes (--jobs) or on Dask (--dask)
         report = api.analyze(args.trace, rules=rules, peak_tflops=args.peak_tflops,
                              peak_bandwidth=args.peak_bandwidth, step_range=args.step_range,
-                             deep=args.deep, deep_step=args.deep_step, model=args.model, progress=progress)
+                             deep=args.deep, deep_step=args.deep_step, model=args.model, progress=progress,
+                             jobs=args.jobs, dask=args.dask)
     finally:
         progress.done()
-    if args.perfetto and _write_perfetto(args.perfetto, report.traces, report.ranks, rules) != EXIT_OK:
+    if args.perfetto and _write_perfetto(args.perfetto, report) != EXIT_OK:
         return EXIT_BAD_INPUT
     return emit_document(report.to_dict(), args, render_text, render_markdown, report.render_for)
 
 
 def _rules(args: argparse.Namespace):
-    from trainscope.analyzers.rules import Rules
+    from trainscope import api
 
-    return Rules(dict(args.threshold))
+    return api.rules_from(dict(args.threshold))
 
 
-def _write_perfetto(path: str, traces, analyses, rules) -> int:
-    from trainscope.analyzers.analysis import slowest
+def _write_perfetto(path: str, report) -> int:
+    """The main (slowest) rank's trace with the findings as tracks."""
     from trainscope.reports.document import analysis_dict
     from trainscope.reports.perfetto import write_perfetto
 
-    main = slowest(analyses) if len(analyses) > 1 else analyses[0]
     try:
-        write_perfetto(path, traces.traces[analyses.index(main)], main, analysis_dict(main, rules))
+        write_perfetto(path, report.main_trace, report.main, analysis_dict(report.main, report.rules))
     except OSError as e:
         sys.stderr.write(f"trainscope: cannot write {path}: {e.strerror or e}\n")
         return EXIT_BAD_INPUT
@@ -138,28 +132,23 @@ def _ledger_hook(spec: str | None):
     if not spec:
         return lambda doc: doc
     from trainscope import api
-    from trainscope.reports.plan import ledger_vs_measured
 
     model_ledger = api.model_ledger(spec)  # BadInput: a bad spec, said in one line
-
-    def decorate(doc: dict) -> dict:
-        mem = next((m for m in doc["memory"] if m["device"] == doc["device"]["id"]),
-                   doc["memory"][0] if doc["memory"] else None)
-        doc["ledger"] = ledger_vs_measured(model_ledger, mem["peak_allocated_bytes"] if mem else None,
-                                           mem["capacity_bytes"] if mem else None, mem["basis"] if mem else None)
-        return doc
-
-    return decorate
+    return lambda doc: api.with_ledger(doc, model_ledger)
 
 
 def _run_app(args: argparse.Namespace, rules, ledger) -> int:
     from trainscope.tui.app import AnalyzeApp
+    from trainscope.tui.state import build_session
 
-    app = AnalyzeApp(args.trace, report_path=args.report, rules=rules, peak_tflops=args.peak_tflops,
+    def loader(progress):  # the same api call as the printed report: --jobs, --dask, --peak-bandwidth
+        return build_session(args.trace, None, rules, args.peak_tflops, progress, args.step_range, ledger=ledger,
+                             jobs=args.jobs, dask=args.dask, peak_bandwidth=args.peak_bandwidth)
+
+    app = AnalyzeApp(args.trace, loader=loader, report_path=args.report, rules=rules, peak_tflops=args.peak_tflops,
                      ledger=ledger, step_range=args.step_range, deep=args.deep, deep_step=args.deep_step)
     code = app.run()
-    if args.perfetto and app.session is not None and _write_perfetto(
-            args.perfetto, app.session.traces, app.session.analyses, rules) != EXIT_OK:
+    if args.perfetto and app.session is not None and _write_perfetto(args.perfetto, app.session.report) != EXIT_OK:
         return EXIT_BAD_INPUT
     if args.json_out and app.session is not None:
         try:

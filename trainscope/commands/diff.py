@@ -100,12 +100,11 @@ def gate_line(diff, gate) -> str:
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
     from trainscope import api
-    from trainscope.analyzers.rules import Rules
     from trainscope.commands.analyze import use_tui
     from trainscope.reports.diff_markdown import render_diff_markdown
     from trainscope.reports.diff_text import render_diff_text
 
-    rules = Rules(dict(args.threshold))
+    rules = api.rules_from(dict(args.threshold))
     apply_input_limits(args)
     if use_tui(args):
         return _run_app(args, rules)

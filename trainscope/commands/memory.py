@@ -47,13 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
     from trainscope import api
-    from trainscope.analyzers.rules import Rules
 
     apply_input_limits(args)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
         report = api.memory(args.file, gpu=args.gpu, gpu_memory=args.gpu_memory, top=args.top,
-                            rules=Rules(dict(args.threshold)), progress=progress)
+                            thresholds=dict(args.threshold), progress=progress)
     finally:
         progress.done()
     doc = report.to_dict()

@@ -12,8 +12,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainscope.analyzers.rules import Rules
+    from trainscope import api
 
-    for t in Rules().all():
+    for t in api.rules_from().all():
         print(f"{t.name:24s} {t.value:>6g} {t.unit:34s} {t.source}")
     return EXIT_OK

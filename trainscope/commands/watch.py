@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import queue
 import signal
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, one_line_errors, threshold_arg, to_json_line, write_atomic
@@ -81,34 +79,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.set_defaults(run=run)
 
 
-@dataclass
-class WatchSession:
-    """What every interval goes through: the analyzer, the recorder, the exporter, the output."""
-
-    analyzer: Any
-    emit: Callable[[Any, Any], None] | None = None
-    recorder: Any = None
-    exporter: Any = None
-    notes: list[str] = field(default_factory=list)
-    last: Any = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def ingest(self, snap) -> Any:
-        with self.lock:
-            st = self.analyzer.add(snap)
-            self.last = (st, snap)
-            self.notes.extend(n for n in snap.notes if n not in self.notes)
-            if self.recorder is not None:
-                try:
-                    self.recorder.write(snap)
-                except OSError as e:
-                    self.notes.append(f"recording stopped: {e.strerror or e}")
-                    self.recorder = None
-            if self.emit is not None:
-                self.emit(st, snap)
-            return st
-
-
 class _Stop(Exception):
     pass
 
@@ -142,7 +112,6 @@ def _stop_job(child: subprocess.Popen | None, sig: int, why: str | None = None) 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
     from trainscope import api
-    from trainscope.analyzers.rules import Rules
 
     cmd = list(args.command)
     if cmd and cmd[0] == "--":
@@ -158,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
             return fail(f"{', '.join(clash)} cannot be used with --replay (a replay samples nothing new)")
     if args.duration is not None and not args.duration > 0:
         return fail("--duration must be > 0")
+    if not args.window > 0:
+        return fail("--window must be > 0")
     for flag, path in (("--record", args.record), ("--report", args.report)):
         problem = _output_problem(path) if path else None
         if problem:  # before any job starts: a typo must not cost a training run
@@ -166,15 +137,13 @@ def run(args: argparse.Namespace) -> int:
         args.headless = True  # JSON lines only make sense without the dashboard
     if not args.headless and not sys.stdout.isatty():
         args.headless = True  # no terminal to draw on (a pipe, a log): fall back to lines
-    analyzer = api.live_analyzer(Rules(dict(args.threshold)), window_s=args.window)  # BadInput: --window ≤ 0
+    # BadInput (one line, exit 2): an unknown threshold, a pid that does not exist, an unreadable replay
+    w = api.watch(pid=args.pid, replay=args.replay, interval=args.interval, window=args.window,
+                  duration=args.duration, thresholds=dict(args.threshold), record=args.record,
+                  step_hook=not args.no_step_hook)
     if args.replay:
-        return _replay(args, analyzer)
-    if args.pid is not None:
-        import psutil
-
-        if not psutil.pid_exists(args.pid):
-            return fail(f"no process with pid {args.pid}")
-    return _live(args, cmd, analyzer)
+        return _replay(args, w)
+    return _live(args, cmd, w)
 
 
 def _output_problem(path: str) -> str | None:
@@ -196,13 +165,15 @@ def _output_problem(path: str) -> str | None:
     return None if os.access(target, os.W_OK) else "not writable"
 
 
-def _printer(args) -> Callable[[Any, Any], None]:
+def _printer(args) -> Callable[[Any], None]:
+    """Headless output: one line per :class:`trainscope.api.LiveSample`."""
     from trainscope.reports.live import status_line, status_line_dict
     from trainscope.reports.safe_text import visible
 
     seen: set[str] = set()
 
-    def emit(st, snap) -> None:
+    def emit(sample) -> None:
+        st, snap = sample.status, sample.snapshot
         if args.format == "json":
             line = to_json_line(status_line_dict(st, snap))
         else:
@@ -216,17 +187,13 @@ def _printer(args) -> Callable[[Any, Any], None]:
     return emit
 
 
-def _finish(args, session: WatchSession, info: dict[str, Any]) -> int:
+def _finish(args, w, info: dict[str, Any]) -> int:
+    """The end of a watch: the recording closed, ``--report`` written, the summary printed."""
     from trainscope.reports.live import summary_dict, summary_markdown, summary_text
     from trainscope.reports.safe_text import visible_lines
 
-    st = session.analyzer.summary()
-    info = {**info, "notes": list(dict.fromkeys(info.get("notes", []) + session.notes))}
-    if session.recorder is not None:
-        try:
-            session.recorder.close({"exit_code": info.get("exit_code"), "verdict": st.verdict.axis})
-        except OSError:
-            pass
+    st = w.finish(info.get("exit_code"))
+    info = {**info, "notes": list(dict.fromkeys(info.get("notes", []) + w.notes))}
     code = EXIT_OK
     if args.report:
         try:
@@ -245,178 +212,98 @@ def _finish(args, session: WatchSession, info: dict[str, Any]) -> int:
     return code
 
 
-def _replay(args, analyzer) -> int:
-    from trainscope import api
-
-    rec = api.open_recording(args.replay)  # BadInput: one line, exit 2
-    info = {"target": f"replay of {os.path.basename(args.replay)}", "notes": list(rec.warnings)}
+def _replay(args, w) -> int:
+    info = {"target": f"replay of {os.path.basename(args.replay)}", "notes": []}
     if args.headless:
-        session = WatchSession(analyzer, emit=_printer(args))
-        for snap in rec.snapshots:
-            session.ingest(snap)
-        return _finish(args, session, info)
+        emit = _printer(args)
+        for sample in w:
+            emit(sample)
+        return _finish(args, w, info)
     from trainscope.tui.watch_app import WatchApp
 
-    session = WatchSession(analyzer)
-    app = WatchApp(title=info["target"], replay=True, interval=float(rec.header.get("interval_s") or 1.0))
-    app.preload([(session.ingest(s), s) for s in rec.snapshots])
+    app = WatchApp(title=info["target"], replay=True, interval=float(w.recording.header.get("interval_s") or 1.0))
+    app.preload(w)
     app.run()
-    return _finish(args, session, info)
+    return _finish(args, w, info)
 
 
-def _live(args, cmd: list[str], analyzer) -> int:
+def _live(args, cmd: list[str], w) -> int:
     """A live watch, in a private temporary folder (the hook's socket, the injected site folder)
     that is removed however the watch ends — the job crashing, Ctrl-C, an error."""
     import shutil
     import tempfile
 
-    run_dir = tempfile.mkdtemp(prefix="trainscope-watch-")
-    try:
-        return _live_in(args, cmd, analyzer, run_dir)
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def _live_in(args, cmd: list[str], analyzer, run_dir: str) -> int:
-    from trainscope.collectors.nvml import NvmlSampler
-
-    gpu = NvmlSampler()
-    notes: list[str] = []
-    q: queue.Queue = queue.Queue()
-    headless = args.headless
-    session = WatchSession(analyzer, emit=_printer(args) if headless else None)
     server = None
     if args.prometheus_port is not None:  # before the job starts: a busy port must not cost a run
         try:
-            server = _serve_prometheus(args.prometheus_host, args.prometheus_port, session)
+            server = _serve_prometheus(args.prometheus_host, args.prometheus_port, w)
         except OSError as e:
             return fail(f"cannot serve Prometheus metrics on {args.prometheus_host}:{args.prometheus_port}: "
                         f"{e.strerror or e}")
+    run_dir = tempfile.mkdtemp(prefix="trainscope-watch-")
     try:
-        return _run_watch(args, cmd, run_dir, gpu, session, q, server, notes)
+        return _run_watch(args, cmd, run_dir, w, server)
     finally:
+        w.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
         if server is not None:
             server.shutdown()
             server.server_close()
 
 
-def _run_watch(args, cmd, run_dir, gpu, session, q, server, notes) -> int:
-    import psutil
+def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
+    """Launch (or attach to) the job, consume the api's live samples, guard the job on the way out."""
+    from trainscope import api
 
-    from trainscope.collectors.host import HostSampler
-    from trainscope.collectors.monitor import Monitor
-    from trainscope.collectors.recording import RecordingWriter
-    from trainscope.collectors.step_hook import default_socket_path, private_dir
-    from trainscope.collectors.step_receiver import StepReceiver, child_environment, ensure_private_dir
-
-    headless = args.headless
-    receiver = None
+    notes: list[str] = []
     child: subprocess.Popen | None = None
     if server is not None:
         notes.append(f"Prometheus metrics on http://{args.prometheus_host}:{server.server_address[1]}/metrics")
         sys.stderr.write(f"trainscope: {notes[-1]}\n")
     if cmd:
         target = " ".join(cmd)
-        env = dict(os.environ)
-        if not args.no_step_hook:
-            try:
-                receiver = StepReceiver(os.path.join(run_dir, "steps.sock"))
-                env, _ = child_environment(receiver.path, folder=run_dir)
-            except OSError as e:
-                notes.append(f"step mode off: cannot open the step socket ({e.strerror or e})")
+        env = w.job_environment(run_dir) if not args.no_step_hook else dict(os.environ)
         try:
             child = subprocess.Popen(cmd, env=env, stdout=sys.stderr if args.format == "json" else None)
         except OSError as e:
-            if receiver:
-                receiver.close()
             return fail(f"cannot start {cmd[0]}: {e.strerror or e}")
-        roots: Any = (child.pid,)
-    elif args.pid is not None:
-        target = f"pid {args.pid}"
-        roots = (args.pid,)
-        if not args.no_step_hook:
-            try:
-                ensure_private_dir(private_dir())
-                receiver = StepReceiver(default_socket_path(args.pid))
-            except OSError as e:
-                notes.append(f"step mode off: cannot listen for the opt-in hook ({e.strerror or e}: "
-                             f"{getattr(e, 'filename', None) or ''})")
+        w.follow(child.pid, done=lambda: child.poll() is not None)
     else:
-        target = "all GPUs"
-        gpu_pids: set[int] = set()
+        target = f"pid {args.pid}" if args.pid is not None else "all GPUs"
 
-        def roots() -> tuple[int, ...]:
-            return tuple(sorted(gpu_pids))
-
-    header = {"started": time.time(), "interval_s": args.interval, "target": target, "command": cmd or None,
-              "pid": args.pid if args.pid is not None else (child.pid if child else None),
-              "host": os.uname().nodename, "trainscope": __import__("trainscope").__version__}
-    if args.record:
-        try:
-            session.recorder = RecordingWriter(args.record, header)
-        except OSError as e:  # checked before the job started; this is a race or a full disk
-            _stop_job(child, signal.SIGINT, "cannot record")
-            if receiver:
-                receiver.close()
-            return fail(f"cannot write {args.record}: {e.strerror or e}")
-
+    headless = args.headless
+    emit = _printer(args) if headless else None
     app = None
     if not headless:
-        from trainscope.tui.watch_app import SampleMessage, WatchApp
+        from trainscope.tui.watch_app import WatchApp
 
         app = WatchApp(title=target, interval=args.interval, launched=bool(cmd))
-
-    def on_snapshot(snap) -> None:
-        if not cmd and args.pid is None:  # bare watch: follow whatever uses the GPUs
-            gpu_pids.clear()
-            gpu_pids.update(p.pid for g in snap.gpus for p in (g.processes or ()))
-        if headless:
-            q.put(snap)
-        else:
-            st = session.ingest(snap)
-            app.post_message(SampleMessage(st, snap))
-
-    monitor = Monitor(args.interval, on_snapshot, gpu=gpu, host=HostSampler(roots), steps=receiver)
 
     # SIGTERM ends the watch like Ctrl-C: report, recording end marker; a launched job gets it too.
     def on_term(signum, frame):
         raise _Stop()
     old_term = signal.signal(signal.SIGTERM, on_term)
-    monitor.start()
-    deadline = time.monotonic() + args.duration if args.duration else None
     interrupted = False
     detached = False  # q in the dashboard left the job running
     exit_code = None
-
-    def job_done() -> bool:
-        if child is not None:
-            return child.poll() is not None
-        if args.pid is not None:
-            try:
-                p = psutil.Process(args.pid)
-                return p.status() == psutil.STATUS_ZOMBIE
-            except psutil.NoSuchProcess:
-                return True
-        return False
-
     try:
+        try:
+            w.start(on_sample=None if headless else app.feed, header={"target": target, "command": cmd or None})
+        except api.BadInput as e:  # the recording: checked before the job started; a race or a full disk
+            _stop_job(child, signal.SIGINT, "cannot record")
+            return fail(str(e))
         if headless:
-            while True:
-                try:
-                    session.ingest(q.get(timeout=0.1))
-                except queue.Empty:
-                    pass
-                if job_done() or (deadline and time.monotonic() >= deadline):
-                    break
+            for sample in w:
+                emit(sample)
         else:
             def waiter() -> None:
-                while not job_done() and not (deadline and time.monotonic() >= deadline):
+                while not w.finished():
                     time.sleep(0.2)
                 app.call_from_thread(app.exit)
             threading.Thread(target=waiter, daemon=True).start()
             app.run()
             interrupted = app.quit_code == 130
-            detached = app.detached and not job_done()
+            detached = app.detached and not w.job_done()
             if interrupted:  # q / Ctrl-C in the dashboard is a keypress: the job never saw a SIGINT
                 _stop_job(child, signal.SIGINT)
     except (KeyboardInterrupt, _Stop) as e:
@@ -424,34 +311,22 @@ def _run_watch(args, cmd, run_dir, gpu, session, q, server, notes) -> int:
         _stop_job(child, signal.SIGTERM if isinstance(e, _Stop) else signal.SIGINT)
     finally:
         signal.signal(signal.SIGTERM, old_term)
-        monitor.stop(final_sample=True)
-        if headless:
-            while not q.empty():
-                session.ingest(q.get_nowait())
-        if receiver is not None:
-            status = receiver.status()
-            if status.mode != "on" and cmd and not args.no_step_hook:
-                notes.append(f"step mode was off: {status.detail}")
-            receiver.close()
-            if args.pid is not None:  # the per-user socket folder goes too, when no other watch uses it
-                try:
-                    os.rmdir(os.path.dirname(receiver.path))
-                except OSError:
-                    pass
+        for sample in w.stop():  # the last partial interval, and what the loop had not printed
+            if emit is not None:
+                emit(sample)
+    notes.extend(w.job_notes)
     if child is not None and detached:
         notes.append(f"detached: the job (pid {child.pid}) runs on")
     elif child is not None:
-        if child.poll() is None and deadline and time.monotonic() >= deadline:
+        if child.poll() is None and w.expired:
             _stop_job(child, signal.SIGINT, f"--duration {args.duration:g} s reached")
         try:
             exit_code = child.wait(timeout=GRACE_S)
         except subprocess.TimeoutExpired:
             _stop_job(child, signal.SIGTERM, "the job did not end")
             exit_code = child.wait()
-    if gpu.problem:
-        notes.append(gpu.problem)
-    code = _finish(args, session, {"target": target, "exit_code": exit_code, "notes": notes,
-                                   "sampler_cpu_ms_per_sample": _mean_ms(monitor.cost_s)})
+    code = _finish(args, w, {"target": target, "exit_code": exit_code, "notes": notes,
+                             "sampler_cpu_ms_per_sample": w.sampler_cpu_ms_per_sample})
     if interrupted:
         return 130
     if code != EXIT_OK:
@@ -461,11 +336,8 @@ def _run_watch(args, cmd, run_dir, gpu, session, q, server, notes) -> int:
     return exit_code if exit_code >= 0 else 128 - exit_code  # killed by signal N: 128 + N, as shells report
 
 
-def _mean_ms(xs: list[float]) -> float | None:
-    return round(1000 * sum(xs) / len(xs), 3) if xs else None
-
-
-def _serve_prometheus(host: str, port: int, session: WatchSession):
+def _serve_prometheus(host: str, port: int, w):
+    """Serve ``w.latest()`` (a :class:`trainscope.api.Watch`) in Prometheus' text format."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from trainscope.reports.prometheus import render_prometheus
@@ -475,8 +347,7 @@ def _serve_prometheus(host: str, port: int, session: WatchSession):
             if self.path.split("?")[0] not in ("/metrics", "/"):
                 self.send_error(404)
                 return
-            with session.lock:
-                st, snap = session.last or (None, None)
+            st, snap = w.latest()
             body = render_prometheus(st, snap).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

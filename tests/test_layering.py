@@ -1,0 +1,139 @@
+"""The layers, enforced on the source: front ends (``trainscope/commands/``, ``tui/``) go through
+:mod:`trainscope.api` and render; analyzers never read inputs themselves.
+
+Every ``import`` in every module is read with :mod:`ast` — at the top, inside functions and under
+``if TYPE_CHECKING`` alike — so a front end cannot call the pipeline (readers, analyzers, the rank
+executor) behind the api's back, and an analyzer cannot reach for a collector."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import enum
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FRONT_ENDS = sorted((ROOT / "trainscope" / "commands").glob("*.py")) + sorted((ROOT / "tui").glob("*.py"))
+ANALYZERS = sorted((ROOT / "analyzers").rglob("*.py"))
+
+# What a front end may import from the analyzers: result types and constants it renders, never a
+# function that computes. Each name is checked below to really be a dataclass, an enum or a constant
+# — except the two classes in VIEW_CLASSES, whose reasons are given there.
+ALLOWED_FROM_ANALYZERS: dict[str, set[str]] = {
+    "analysis": {"Analysis"},  # one rank's typed result (the Fixes tab lists its recommendations)
+    "breakdown": {"CATEGORIES"},  # the step-time categories' names and order, for table columns and colours
+    "kernels": {"KernelStat", "KernelSummary"},  # the kernel table's rows (RankView.all_kernels)
+    "roofline": {"Roofline", "RooflineRow"},  # the roofline plot's points
+    "memory_usage": {"MemoryCurve"},  # the memory tab's curves (RankView.memory)
+    "timeline": {"TimelineModel", "Item", "Lane", "Match", "Overlap", "GPU_LABELS", "HOST_LABELS"},  # RankView.timeline
+    "live": {"LiveStatus", "READY"},  # a live interval's status (api.LiveSample.status) and its ready state
+    "ledger": {"GB", "OPTIMIZERS", "PRECISIONS", "Fit", "FitOption", "Ledger", "PlanConfig"},  # api.plan's result and the plan app's choices
+    "memory_devices": {"GPU_MEMORY", "GpuMemory"},  # the device table the plan app cycles through
+    "diff": {"GateResult", "RunDiff", "RecommendationOutcome", "Run", "ShareChange", "GATE_METRICS"},  # api.diff's result; the gate's metric names for --metric
+    "kernel_match": {"KernelChange"},  # a row of the diff's kernel table
+    "whatif": {"Projection"},  # api.whatif's result
+    "rules": {"Rules"},  # the threshold table the views read labels and cut-offs from
+}
+# Classes that are neither dataclasses nor constants, allowed with a reason.
+VIEW_CLASSES = {
+    ("rules", "Rules"): "a table of thresholds (value, unit, source); building it reads no input and judges nothing",
+    ("timeline", "TimelineModel"): "the timeline's view model that api.RankView builds from a rank's trace; "
+                                   "the app only queries it (lanes in a window, instances, evidence)",
+}
+FORBIDDEN_PACKAGES = ("trainscope.collectors", "trainscope.executor")
+
+
+def _imports(path: Path) -> list[tuple[int, str, tuple[str, ...]]]:
+    """(line, module, names) for every import in ``path``; names empty for ``import module``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, a.name, ()) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path.name}:{node.lineno}: relative import"
+            out.append((node.lineno, node.module or "", tuple(a.name for a in node.names)))
+    return out
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def test_the_scan_sees_every_front_end_and_its_imports():
+    names = {_rel(p) for p in FRONT_ENDS}
+    assert {"trainscope/commands/analyze.py", "trainscope/commands/watch.py", "tui/app.py", "tui/state.py",
+            "tui/watch_app.py", "tui/diff_app.py", "tui/plan_app.py"} <= names
+    # the scan reaches imports inside functions (the commands import lazily)
+    assert any(m == "trainscope.api" or (m == "trainscope" and "api" in n)
+               for _, m, n in _imports(ROOT / "trainscope" / "commands" / "watch.py"))
+
+
+def _violations(path: Path) -> list[str]:
+    """What a front end imports that it should have asked trainscope.api for."""
+    bad = []
+    for line, module, names in _imports(path):
+        where = f"{path.name}:{line}"
+        if module.startswith(FORBIDDEN_PACKAGES) or (module == "trainscope" and {"collectors", "executor"} & set(names)):
+            bad.append(f"{where}: {module} {names or ''} (reads inputs or maps ranks: call trainscope.api)")
+            continue
+        if module == "trainscope.analyzers" or (module == "trainscope" and "analyzers" in names):
+            bad.append(f"{where}: import of the analyzers package itself")
+            continue
+        if module.startswith("trainscope.analyzers."):
+            sub = module.removeprefix("trainscope.analyzers.")
+            if not names:
+                bad.append(f"{where}: import {module} (import the typed names, or call trainscope.api)")
+                continue
+            extra = set(names) - ALLOWED_FROM_ANALYZERS.get(sub, set())
+            if extra:
+                bad.append(f"{where}: {sorted(extra)} from {module}: computes; call trainscope.api "
+                           "(or, for a result type, add it to ALLOWED_FROM_ANALYZERS with the reason)")
+    return bad
+
+
+@pytest.mark.parametrize("path", FRONT_ENDS, ids=_rel)
+def test_front_ends_use_the_api_not_the_pipeline(path):
+    bad = _violations(path)
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("sub,name", sorted((s, n) for s, ns in ALLOWED_FROM_ANALYZERS.items() for n in ns))
+def test_allowed_names_are_types_or_constants(sub, name):
+    obj = getattr(importlib.import_module(f"trainscope.analyzers.{sub}"), name)
+    if (sub, name) in VIEW_CLASSES:
+        assert isinstance(obj, type)
+        return
+    if isinstance(obj, type):
+        assert dataclasses.is_dataclass(obj) or issubclass(obj, enum.Enum) or issubclass(obj, tuple), \
+            f"{sub}.{name} is a class with behaviour: not a plain result type"
+    else:
+        assert not callable(obj), f"{sub}.{name} is a function: front ends call trainscope.api instead"
+        assert isinstance(obj, (str, int, float, tuple, frozenset, dict, list)), f"{sub}.{name}: {type(obj)}"
+
+
+@pytest.mark.parametrize("path", ANALYZERS, ids=_rel)
+def test_analyzers_import_no_collector_and_no_front_end(path):
+    bad = [f"{_rel(path)}:{line}: {module}" for line, module, names in _imports(path)
+           if module.startswith(("trainscope.collectors", "trainscope.commands", "trainscope.tui", "trainscope.api",
+                                 "trainscope.executor"))
+           or (module == "trainscope" and {"collectors", "commands", "tui", "api", "executor"} & set(names))]
+    assert not bad, "\n".join(bad)
+
+
+def test_a_forbidden_import_is_caught(tmp_path):
+    """The rules fire: readers, the executor, analysis functions and whole analyzer modules are
+    reported, wherever the import sits; the result types next to them are not."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("from typing import TYPE_CHECKING\n"
+                     "from trainscope.analyzers.kernels import KernelSummary\n"
+                     "if TYPE_CHECKING:\n    from trainscope.executor import map_ranks\n"
+                     "def f():\n    from trainscope.collectors import open_traces\n"
+                     "    from trainscope.analyzers.kernels import kernel_summary, KernelSummary\n"
+                     "    import trainscope.analyzers.whatif\n"
+                     "    from trainscope import analyzers\n")
+    bad = _violations(probe)
+    assert [b.split(":")[1] for b in bad] == ["4", "6", "7", "8", "9"]
+    assert "kernel_summary" in bad[2] and "KernelSummary" not in bad[2]
