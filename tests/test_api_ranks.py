@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import trainscope.api as ts
-from trainscope.analyzers.ranks import align_ranks, ranks_view
+from trainscope.analyzers.ranks import align_ranks, ranks_view, with_aligned_imbalance
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.stragglers import stragglers_from
 from trainscope.cli import main
@@ -46,7 +46,8 @@ def eight_ranks(tmp_path_factory):
 
 
 def _reference(path: str, rules: Rules, **options) -> dict:
-    """The rank pipeline as the command ran it before the api took it over."""
+    """The rank pipeline as the command ran it before the api took it over, plus each rank re-judged
+    with the wait the alignment measured (``with_aligned_imbalance``)."""
     rs = run_rank_set(path, MapOptions(tuple((t.name, t.value) for t in rules.all()
                                              if t.source.startswith("user override")), **options), jobs=1)
     analyses = [s.analysis for s in rs.summaries]
@@ -54,6 +55,7 @@ def _reference(path: str, rules: Rules, **options) -> dict:
     alignment = align_ranks(rs.summaries, rules)
     if alignment is not None:
         stragglers["alignment"] = alignment_dict(alignment)
+        analyses = with_aligned_imbalance(rs.summaries, alignment, rules)
     stragglers["ranks_view"] = ranks_view(rs.summaries, alignment)
     from trainscope.common import to_json
 
@@ -181,3 +183,18 @@ def test_the_app_on_a_rank_directory_gets_the_commands_flags(monkeypatch, tmp_pa
     assert jobs_seen == [(1, None, 900.0)]
     monkeypatch.setattr("trainscope.commands.analyze.use_tui", lambda args: False)
     assert json.loads(out.read_text()) == _cli(capsys, str(GLOO), "--jobs", "1", "--peak-bandwidth", "900")
+
+
+def test_a_rank_directory_judges_imbalance_by_the_measured_wait():
+    """DLRM, 2 ranks: through the api, rank 0's imbalance sink is the wait the alignment measured
+    inside its matched collectives (not the compute-difference estimate); rank 1, the straggler,
+    waits for no one."""
+    report = ts.analyze(str(DLRM), jobs=1)
+    al = report.stragglers["alignment"]
+    assert al["straggler"] == 1
+    waits = {r["rank"]: r["wait_ms_per_step"] for r in al["ranks"]}
+    r0, r1 = sorted(report.ranks, key=lambda a: a.rank)
+    steps = len(r0.breakdown.steps)
+    assert r0.sinks.by_key["imbalance"].ns / steps / 1e6 == pytest.approx(waits[0], rel=0.02)
+    assert r1.sinks.by_key["imbalance"].ns == 0
+    assert sum(s.pct for s in r0.sinks.by_key.values()) == pytest.approx(100.0, abs=1e-6)

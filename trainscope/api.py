@@ -520,7 +520,7 @@ def _map_ranks(path: str, rules: "Rules", peak_tflops: float | None, peak_bandwi
 def _reduce_ranks(report: Report) -> None:
     """The reduce over several ranks: stragglers by step offset, the ranks aligned on the ends of
     their shared collectives, and the many-rank view (sets ``report.stragglers``)."""
-    from trainscope.analyzers.ranks import align_ranks, ranks_view, summarize
+    from trainscope.analyzers.ranks import align_ranks, ranks_view, summarize, with_aligned_imbalance
     from trainscope.analyzers.stragglers import stragglers_from
     from trainscope.reports.deep import alignment_dict, stragglers_dict
 
@@ -533,6 +533,9 @@ def _reduce_ranks(report: Report) -> None:
     alignment = align_ranks(summaries, rules)
     if alignment is not None:
         report.stragglers["alignment"] = alignment_dict(alignment)
+        # Each rank re-judged with the wait the alignment measured inside its collectives: the
+        # imbalance sink (and the ranks/imbalance finding) is that measured wait, not an estimate.
+        report.ranks[:] = with_aligned_imbalance(summaries, alignment, rules)
     report.stragglers["ranks_view"] = ranks_view(summaries, alignment)
 
 
