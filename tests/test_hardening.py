@@ -465,3 +465,32 @@ def test_20mb_gzip_bomb_is_refused_in_one_line_under_1gb_rss(tmp_path):
     rc, out, err, rss, seconds = run_cli(["analyze", str(path), "--format", "json", "-q"], 4 << 30, 120, str(tmp_path))
     assert one_line_refusal(rc, err), err
     assert rss < 1 << 30, f"peak RSS {rss / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "json"])
+def test_snapshot_frame_names_with_lone_surrogates_and_escapes_print(tmp_path, fmt):
+    """Found by benchmarks/fuzz.py (mutant 1844 of the memory snapshot): a lone surrogate in a
+    frame's file name crashed `memory --format text` (UnicodeEncodeError, exit 1). Every rendering
+    now spells such names out; no raw escape reaches the terminal."""
+    from trainscope.collectors.safe_pickle import loads_plain
+
+    obj = loads_plain(gzip.decompress(SNAPSHOT.read_bytes()))
+    hit = 0
+    for seg in obj["segments"]:
+        for b in seg["blocks"]:
+            for fr in b.get("frames") or ():
+                fr["filename"] = "evil\ud800\x1b[2J.py"
+                hit += 1
+    for tr in obj.get("device_traces") or ():
+        for e in tr:
+            for fr in e.get("frames") or ():
+                fr["filename"] = "evil\ud800\x1b[2J.py"
+                hit += 1
+    assert hit > 0
+    path = tmp_path / "s.pickle"
+    path.write_bytes(pickle.dumps(obj, protocol=4))
+    rc, out, err = run_in_process(["memory", str(path), "--format", fmt, "-q"])
+    assert rc == 0, err
+    assert "\x1b" not in out and "\ud800" not in out
+    if fmt != "json":
+        assert "evil" in out  # the name is shown, spelled out

@@ -56,6 +56,14 @@ Progress = Callable[[str, "float | None"], None]
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
+
+def _shown(doc: dict) -> dict:
+    """The document with every trace-derived name made visible (control and escape bytes, lone
+    surrogates spelled out): what text and Markdown renderings print."""
+    from trainscope.reports.safe_text import safe_strings
+
+    return safe_strings(doc)
+
 class TrainscopeError(Exception):
     """Every error trainscope raises on purpose. ``str(e)`` is one line; ``exit_code`` is what the
     command line exits with."""
@@ -256,12 +264,12 @@ class Report:
     def to_text(self, color: bool = False) -> str:
         from trainscope.reports.text import render_text
 
-        return render_text(self.to_dict(), color=color)
+        return render_text(_shown(self.to_dict()), color=color)
 
     def to_markdown(self) -> str:
         from trainscope.reports.markdown import render_markdown
 
-        return render_markdown(self.to_dict())
+        return render_markdown(_shown(self.to_dict()))
 
     def to_html(self) -> str:
         """A self-contained HTML page: verdict, evidence, fixes, step breakdown chart, the median
@@ -608,12 +616,12 @@ class DiffResult:
     def to_text(self, color: bool = False) -> str:
         from trainscope.reports.diff_text import render_diff_text
 
-        return render_diff_text(self.to_dict(), color=color)
+        return render_diff_text(_shown(self.to_dict()), color=color)
 
     def to_markdown(self) -> str:
         from trainscope.reports.diff_markdown import render_diff_markdown
 
-        return render_diff_markdown(self.to_dict())
+        return render_diff_markdown(_shown(self.to_dict()))
 
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
@@ -689,12 +697,12 @@ class PlanResult:
     def to_text(self) -> str:
         from trainscope.reports.plan import render_plan_text
 
-        return render_plan_text(self.to_dict())
+        return render_plan_text(_shown(self.to_dict()))
 
     def to_markdown(self) -> str:
         from trainscope.reports.plan import render_plan_markdown
 
-        return render_plan_markdown(self.to_dict())
+        return render_plan_markdown(_shown(self.to_dict()))
 
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
@@ -802,12 +810,12 @@ class MemoryReport:
     def to_text(self) -> str:
         from trainscope.reports.memory import render_memory_text
 
-        return render_memory_text(self.document)
+        return render_memory_text(_shown(self.document))
 
     def to_markdown(self) -> str:
         from trainscope.reports.memory import render_memory_markdown
 
-        return render_memory_markdown(self.document)
+        return render_memory_markdown(_shown(self.document))
 
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
