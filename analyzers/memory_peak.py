@@ -31,7 +31,7 @@ class PeakAllocation:
     address: int
     time_us: int | None  # when it was allocated; None: before the trace began
     site: str  # the stack's top in user code: "file.py:123 (function)"
-    stack: tuple[str, ...]  # every frame, innermost first: "function  file:line"
+    stack: tuple["Frame", ...]  # every frame, innermost first
     origin: str  # ORIGIN_*
 
     def share_of(self, peak: int) -> float:
@@ -98,17 +98,41 @@ class MemoryPeak:
         return int(min(columns - 1, max(0, (time_us - t0) * columns // (t1 - t0 + 1))))
 
 
-def frame_text(f: object) -> str:
+@dataclass(frozen=True)
+class Frame:
+    name: str
+    filename: str  # "" where the unwinder found none ("??")
+    line: int
+
+    @property
+    def python(self) -> bool:
+        return self.filename.endswith(".py")
+
+    @property
+    def text(self) -> str:
+        """``function  /full/path.py:123`` (C++ frames without a file: the function alone)."""
+        if not self.filename:
+            return self.name
+        return f"{self.name}  {self.filename}:{self.line}" if self.line else f"{self.name}  {self.filename}"
+
+    @property
+    def short(self) -> str:
+        """``path.py:123 (function)``: the file's name only, as the site is written."""
+        base = self.filename.rsplit("/", 1)[-1]
+        return f"{base}:{self.line} ({self.name})" if self.filename else self.name
+
+
+def _frame(f: object) -> Frame:
     if not isinstance(f, dict):
-        return str(f)
-    name, fn, line = f.get("name", "?"), f.get("filename", "?"), f.get("line", "?")
-    if fn in ("??", "", None):
-        return f"{name}"
-    return f"{name}  {fn}:{line}" if line else f"{name}  {fn}"
+        return Frame(str(f), "", 0)
+    fn = f.get("filename")
+    line = f.get("line")
+    return Frame(str(f.get("name", "?")), fn if isinstance(fn, str) and fn != "??" else "",
+                 line if isinstance(line, int) else 0)
 
 
-def _stack(frames: list) -> tuple[str, ...]:
-    return tuple(frame_text(f) for f in frames or [])
+def _stack(frames: list) -> tuple[Frame, ...]:
+    return tuple(_frame(f) for f in frames or [])
 
 
 def memory_peak(snap: Snapshot, mem: DeviceSnapshotMemory) -> MemoryPeak:
