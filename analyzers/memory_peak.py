@@ -180,7 +180,8 @@ def _live_after(tr: DeviceTrace, live_end: dict, i_peak: int) -> list[PeakAlloca
         elif k in live:
             del live[k]
         elif i > i_peak:  # allocated before the trace began, freed after the peak
-            freed_later.append(PeakAllocation(int(size[i]), k, None, site_of(tr.frames[i]), _stack(tr.frames[i]),
+            freed_later.append(PeakAllocation(int(size[i]), k, None, site_of(tr.frames[i]) + " [where freed]",
+                                              _stack(tr.frames[i]),
                                               ORIGIN_FREED_LATER))
     if at_peak is None:
         at_peak = live

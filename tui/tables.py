@@ -291,7 +291,8 @@ class KernelsPane(Vertical):
 
 
 class RanksPane(Vertical):
-    """Per-rank comparison; Enter switches every screen to that rank."""
+    """Per-rank comparison; Enter switches every screen to that rank and shows its latest-arriving
+    collective on the timeline."""
 
     DEFAULT_CSS = """
     RanksPane #ranks-note { height: auto; color: $text-muted; }
@@ -321,7 +322,7 @@ class RanksPane(Vertical):
                           f"{r['data_wait_pct']:.1f} %", r["source"], key=str(i))
         self.query_one("#ranks-note", Static).update(
             f"{len(rows)} ranks · slowest median step: rank {rows[slowest]['rank']} (it sets the pace of synchronous "
-            "training; the report leads with it) · Enter: show this rank on every tab")
+            "training; the report leads with it) · Enter: this rank everywhere, at its latest-arriving collective")
         table.move_cursor(row=current)
         if stragglers:
             from trainscope.reports.deep import stragglers_text_lines

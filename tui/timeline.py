@@ -277,10 +277,36 @@ class TimelineView(Widget, can_focus=True):
                 out.append(f"{label if r == 0 else '':<{GUTTER}}"[:GUTTER], style="bold")
                 self._append_runs(out, view, style)
         out.append("\n")
-        out.append(" " * (GUTTER + self.cursor) + "▲", style="bold")
+        out.append(self._cursor_row(cols))
         if self.size.height >= 4 + per * len(rows):
             out.append("\n")
             out.append(self._minimap(cols))
+        return out
+
+    def match_columns(self) -> tuple[int, int] | None:
+        """The columns [a, b) the current match covers in the window (None: no match, or outside it)."""
+        if not self.matches:
+            return None
+        m = self.matches[self.match_index]
+        width = (self.end_ns - self.start_ns) / self.columns
+        a = int((m.start_ns - self.start_ns) / width)
+        b = max(a + 1, int((m.end_ns - self.start_ns) / width + 0.999))
+        a, b = max(0, a), min(self.columns, b)
+        return (a, b) if a < b else None
+
+    def _cursor_row(self, cols: int) -> Text:
+        """The cursor (▲) under the lanes, on a bar (━) under the current match's interval."""
+        span = self.match_columns()
+        c = min(self.cursor, cols - 1)
+        if span is None:
+            return Text(" " * (GUTTER + c) + "▲", style="bold")
+        out = Text(" " * GUTTER)
+        line = [" "] * cols
+        line[span[0]:span[1]] = "━" * (span[1] - span[0])
+        line[c] = "▲"
+        out.append("".join(line[:c]), style="bold yellow")
+        out.append("▲", style="bold")
+        out.append("".join(line[c + 1:]).rstrip(), style="bold yellow")
         return out
 
     def _minimap(self, cols: int) -> Text:
