@@ -224,7 +224,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         if self.session is None:  # TabbedContent activates its first tab at mount, while loading
             return
         self._focus_tab(event.pane.id)
-        self.query_one("#keybar", KeyBar).update(tab_of(event.pane.id).hint)
+        self.query_one("#keybar", KeyBar).update(tab_of(event.pane.id).hint, layout=False)  # one row, always
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

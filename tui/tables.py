@@ -124,7 +124,7 @@ class KernelsPane(Vertical):
     KernelsPane #kernels-filter { height: 3; }
     KernelsPane #kernels-note { height: 1; color: $text-muted; }
     KernelsPane DataTable { height: 1fr; }
-    KernelsPane #kernel-detail { height: auto; max-height: 5; padding: 0 1; border-top: solid $panel; }
+    KernelsPane #kernel-detail { height: 5; padding: 0 1; border-top: solid $panel; }
     """
     BINDINGS = [
         bind("sort", "sort by next column"),
@@ -144,6 +144,7 @@ class KernelsPane(Vertical):
         self.summary: KernelSummary | None = None
         self.shown: list[KernelStat] = []
         self.roof_rows: dict[str, RooflineRow] = {}
+        self._detail_of: KernelStat | None = None  # the kernel #kernel-detail describes
 
     def compose(self):
         yield Input(placeholder="filter kernels by name or class (press / here, Esc to leave)", id="kernels-filter")
@@ -173,8 +174,13 @@ class KernelsPane(Vertical):
         event.stop()
         k = self.selected
         detail = self.query_one("#kernel-detail", Static)
+        if k is self._detail_of:  # a refill re-highlights the same row: its detail is already shown
+            return
+        self._detail_of = k
+        # A fixed height (5): choosing, sorting or filtering re-lays nothing out (a layout pass over the
+        # kernels table cost ~25 ms a key).
         if k is None:
-            detail.update("")
+            detail.update("", layout=False)
             return
         r = self.roof_rows.get(k.name)
         roof = ""
@@ -188,7 +194,8 @@ class KernelsPane(Vertical):
         detail.update(Text.assemble((short_name(k.name, 10_000), "bold"),
                                     (f"\n{k.kernel_class} · {k.count} calls · {k.total_ns / 1e6:.2f} ms in all · "
                                      f"mean {k.mean_ns / 1e3:.1f} µs · {k.share_pct:.1f} % of kernel time"
-                                     f"{' · tensor cores' if k.tensor_core else ''} · y copies the name" + roof, "dim")))
+                                     f"{' · tensor cores' if k.tensor_core else ''} · y copies the name" + roof, "dim")),
+                      layout=False)
 
     class Open(Message):
         """Show this kernel's instances on the timeline, longest first."""
@@ -248,7 +255,8 @@ class KernelsPane(Vertical):
         more = f" (first {self.MAX_ROWS} shown)" if len(rows) > self.MAX_ROWS else ""
         self.query_one("#kernels-note", Static).update(
             f"{len(rows)} of {len(self.summary.top)} kernels{more} · sorted by {col.label} · "
-            "s: sort · r: reverse · /: filter · y: copy name · p: roofline chart · TC = tensor cores")
+            "s: sort · r: reverse · /: filter · y: copy name · p: roofline chart · TC = tensor cores",
+            layout=False)  # one row (height: 1)
         self.on_data_table_row_highlighted(DataTable.RowHighlighted(table, table.cursor_row, None))
 
     def watch_sort_column(self) -> None:

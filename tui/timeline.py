@@ -450,9 +450,11 @@ class TimelinePane(Vertical):
                     f"{fmt_ms(m.end_ns - m.start_ns)} ms · n/N next/prev · Esc leave")
         else:
             tail = "←/→ cursor  +/− zoom  h/l pan  n/p step  / search"
+        # Both have a fixed height (1 and 1fr): no layout pass on every cursor move.
         self.query_one("#tl-title", Static).update(Text(
-            f"{visible(head)} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · {tail}"))
-        self.query_one("#tl-detail", Static).update(detail_text(a, b, message))
+            f"{visible(head)} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · {tail}"),
+            layout=False)
+        self.query_one("#tl-detail", Static).update(detail_text(a, b, message), layout=False)
 
     # -- search --------------------------------------------------------------------------------------
 
