@@ -24,7 +24,7 @@ from trainscope.tui.keys import bind, binding_rows, common_bindings, palette_com
 BLOCKS = " ▁▂▃▄▅▆▇█"
 BAR = "#3d7fd9"
 PEAK = "#e0443e"
-HINT = "↑/↓ choose · / filter · s sort · r reverse · y copy site · e export · t theme · ? keys · q quit"
+HINT = "/ filter · s sort · r reverse · y copy site · e export · t theme · ? keys · q quit"
 
 
 def size_text(b: int) -> str:
@@ -78,6 +78,8 @@ class PeakChart(Widget):
         out = Text(no_wrap=True, overflow="crop")
         marker = f"▼ peak {size_text(p.peak_bytes)}" + (f" at {ms_text(p.peak_time_us - p.time_us[0])}"
                                                          if p.peak_time_us is not None else " (before the trace)")
+        if len(marker) + 26 <= cols:
+            marker += " · top = the peak"  # not the device's capacity
         if at is None:
             out.append(" " * g + marker + "\n", style=f"bold {PEAK}")
         else:
@@ -148,7 +150,7 @@ class PeakTable(Vertical):
     DEFAULT_CSS = """
     PeakTable #mm-filter { height: 3; }
     PeakTable #mm-table-note { height: 1; color: $text-muted; }
-    PeakTable DataTable { height: 1fr; }
+    PeakTable DataTable { height: 2fr; min-height: 4; }
     PeakTable #mm-stack { height: 1fr; max-height: 12; border-top: solid $panel; padding: 0 1; }
     """
     BINDINGS = [bind("sort", "sort by the next column"), bind("reverse"),
@@ -218,7 +220,7 @@ class PeakTable(Vertical):
         shown_bytes = sum(a.size for a in rows)
         count = f"{len(rows):,} of {len(p.allocations):,}" if len(rows) != len(p.allocations) else f"{len(rows):,}"
         self.query_one("#mm-table-note", Static).update(
-            f"{count} live at the peak{more} · {size_text(shown_bytes)} = "
+            f"{count} live{more} · {size_text(shown_bytes)} = "
             f"{100 * shown_bytes / max(1, p.peak_bytes):.1f} % of the peak · sort: {col.label}")
         self._show_stack()
 
@@ -307,7 +309,7 @@ class MemoryApp(BackgroundLoading, App[int]):
     CSS = """
     #mm-main { height: 1fr; }
     #mm-note { height: auto; padding: 0 1; }
-    PeakChart { height: 40%; }
+    PeakChart { height: 35%; }
     PeakTable { height: 1fr; }
     """
     BINDINGS = [*common_bindings(), bind("export", "export the Markdown memory report")]
@@ -383,8 +385,6 @@ class MemoryApp(BackgroundLoading, App[int]):
         if others:
             note.append("\nother devices: " + ", ".join(f"GPU {x.device} peak {size_text(x.peak_bytes)}" for x in others),
                         style="dim")
-        note.append("\nchart: allocated bytes over the recorded events, top = the peak (not the device's capacity)",
-                    style="dim")
         self.query_one("#mm-note", Static).update(note)
         chart = self.query_one(PeakChart)
         if not len(p.time_us):  # no series: the chart is one line saying why
