@@ -24,7 +24,7 @@ from trainscope.tui.keys import bind, binding_rows, common_bindings, palette_com
 BLOCKS = " ▁▂▃▄▅▆▇█"
 BAR = "#3d7fd9"
 PEAK = "#e0443e"
-HINT = "/ filter · s sort · r reverse · y copy site · e export · t theme · ? keys · q quit"
+HINT = "/ filter · s sort · r reverse · y copy · e export · t theme · ? keys · q quit"
 
 
 def size_text(b: int) -> str:
