@@ -332,7 +332,12 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             from trainscope.analyzers.late_collectives import latest_arrivals
             from trainscope.analyzers.ranks import rank_collectives
 
-            self._late = latest_arrivals([rank_collectives(r.trace) for r in self.session.ranks], self.rules)
+            try:
+                self._late = latest_arrivals([rank_collectives(r.trace) for r in self.session.ranks], self.rules)
+            except Exception as e:  # a jump that cannot be computed never takes the app down
+                self._late = [None] * len(self.session.ranks)
+                self.call_from_thread(self.notify, f"cannot match the ranks' collectives: {type(e).__name__}: {e}",
+                                      severity="error", timeout=6)
         self.call_from_thread(self._show_late)
 
     def _show_late(self) -> None:
