@@ -178,8 +178,13 @@ class TimelineView(Widget, can_focus=True):
             step = m.step_at((a + b) // 2)
             if step is not None and step != self.step_index:
                 self.set_reactive(TimelineView.step_index, step)  # the header follows the cursor
-            self.post_message(self.Moved(self, m.item_at("gpu", a, b), m.item_at("host", a, b), m.items_at(a, b),
-                                         m.overlap_at(a, b)))
+            moved = self.Moved(self, m.item_at("gpu", a, b), m.item_at("host", a, b), m.items_at(a, b),
+                               m.overlap_at(a, b))
+            pane = self.parent
+            if isinstance(pane, TimelinePane):  # its title and cursor box change in the same frame as the lanes
+                pane.on_timeline_view_moved(moved)
+            else:
+                self.post_message(moved)
         self.refresh()
 
     # -- actions ---------------------------------------------------------------------------------
