@@ -35,7 +35,7 @@ KEYS = ["2", "right", "right", "plus", "plus", "h", "l", "n", "p", "minus", "a",
         "space", "c", "1", "question_mark", "escape", "t", "t"]
 
 
-async def tour(path: str, size: tuple[int, int]) -> None:
+async def tour(path: str, size: tuple[int, int], per_key: bool = False) -> None:
     from trainscope.analyzers.rules import Rules
     from trainscope.collectors import open_traces
     from trainscope.tui.app import AnalyzeApp
@@ -80,6 +80,9 @@ async def tour(path: str, size: tuple[int, int]) -> None:
             wall, cpu = (time.perf_counter() - t) * 1e3, (time.process_time() - c) * 1e3
             done = max(frames["display"] + frames["key"] + [t])
             rows.append(((done - t) * 1e3, cpu, wall, key))
+        if per_key:
+            for lat, cpu, wall, key in rows:
+                print(f"  {key:>14}  latency {lat:6.1f} · CPU {cpu:6.1f} · Pilot wall {wall:6.1f} ms")
         for i, (what, target) in enumerate((("latency (key → screen updated)", "   (target < 100 ms)"),
                                              ("CPU (unaffected by other processes)", ""),
                                              ("Pilot wall (idle polling, see above)", ""))):
@@ -122,9 +125,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace", nargs="?", default=str(DEFAULT))
     ap.add_argument("--size", default="120x40", help="terminal size COLSxROWS (default 120x40)")
+    ap.add_argument("--per-key", action="store_true", help="print every key's figures")
     args = ap.parse_args()
     cols, rows = (int(x) for x in args.size.split("x"))
-    asyncio.run(tour(args.trace, (cols, rows)))
+    asyncio.run(tour(args.trace, (cols, rows), args.per_key))
     return 0
 
 
