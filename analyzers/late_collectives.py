@@ -70,6 +70,6 @@ def latest_arrivals(collectives: list[RankCollectives], rules: Rules | None = No
             continue
         k = int(np.argmax(np.where(has, late[r], -1.0)))
         i = matches[r][inst[k]]
-        out[r] = LateCollective(r, c.kind[i], c.source == "GPU kernels", int(c.start[i]), int(c.end[i]), float(late[r, k]) / 1e6, k,
-                                float(np.nanmean(late[r])) / 1e6, int(has.sum()))
+        out[r] = LateCollective(r, c.kind[i], c.source == "GPU kernels", int(c.start[i]), int(c.end[i]),
+                                float(late[r, k]) / 1e6, k, float(np.nanmean(late[r])) / 1e6, int(has.sum()))
     return out
