@@ -100,3 +100,65 @@ def test_slash_searches_kernels_ops_and_ranges_on_the_timeline():
             assert view.match_index == (i + 1) % len(view.matches)
             assert app.focused is view
     asyncio.run(go())
+
+
+def test_enter_on_a_rank_lands_on_its_latest_arriving_collective(gloo_dir):
+    """tests/data/gloo: rank 1 sleeps 30 ms per step before its collectives. Enter on a rank in the
+    Ranks tab shows that rank on the timeline with the cursor inside the collective it reached
+    furthest behind the first rank, and the interval underlined."""
+    from trainscope.analyzers.ranks import rank_collectives
+
+    async def go(choose: int):
+        app = AnalyzeApp(str(gloo_dir))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _ready(app, pilot)
+            s = app.session
+            assert app.rank_index == s.main_rank == 1  # the straggler leads: Enter on it keeps the rank
+            await pilot.press("7")
+            app.query_one("#ranks-table").move_cursor(row=choose)
+            await pilot.press("enter")
+            view = app.query_one(TimelineView)
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if view.matches and app.rank_index == choose:
+                    break
+            await pilot.pause()
+            assert app.query_one("#tabs").active == "timeline" and app.rank_index == choose
+            assert view.model is s.ranks[choose].timeline
+            m = view.matches[view.match_index]
+            a, b = view.column_window(view.cursor)
+            span = view.match_columns()
+            return (s, m, (a + b) // 2, span, view.cursor, app._late[choose],
+                    str(app.query_one("#tl-title").render()), view.render().plain)
+
+    for choose in (1, 0):  # the straggler (the rank shown first), then the punctual rank (a switch)
+        s, m, mid, span, cursor, late, title, drawn = run_async(go(choose))
+        assert m.start_ns <= mid < m.end_ns  # the cursor is inside the collective
+        assert span is not None and span[0] <= cursor < span[1] and "━" in drawn
+        assert f"rank {choose}'s latest arrival" in title
+        # The interval is one of that rank's blocking gloo collectives, as its trace records it.
+        mine = rank_collectives(s.ranks[choose].trace)
+        origin = s.ranks[choose].trace.origin_ns
+        i = int(np.flatnonzero(mine.start - origin == m.start_ns)[0])
+        assert mine.end[i] - origin == m.end_ns and mine.kind[i] == late.kind
+        # Against the alignment the report prints: the same matched count and mean lateness …
+        al = next(r for r in s.stragglers["alignment"]["ranks"] if r["rank"] == s.ranks[choose].analysis.rank)
+        assert late.matched == al["matched"] and round(late.mean_late_ms, 3) == al["mean_late_ms"]
+        assert late.late_ms >= late.mean_late_ms
+        # … and, by hand, against the other rank's collective of the same kind that ends with it
+        # (one clock here: the offsets are microseconds), the arrival gap is the lateness.
+        other = rank_collectives(s.ranks[1 - choose].trace)
+        off = {r["rank"]: r["clock_offset_us"] * 1e3 for r in s.stragglers["alignment"]["ranks"]}
+        mine_off, other_off = off[s.ranks[choose].analysis.rank], off[s.ranks[1 - choose].analysis.rank]
+        same = [j for j in range(len(other)) if other.kind[j] == late.kind]
+        j = min(same, key=lambda j: abs((other.end[j] - other_off) - (mine.end[i] - mine_off)))
+        gap_ms = ((mine.start[i] - mine_off) - (other.start[j] - other_off)) / 1e6
+        assert late.late_ms == pytest.approx(max(0.0, gap_ms), abs=0.01)
+        if choose == 1:
+            assert late.late_ms > 30.0  # it slept 30 ms before this collective
+        else:
+            assert late.late_ms < 1.0
+
+
+def run_async(coro):
+    return asyncio.run(coro)

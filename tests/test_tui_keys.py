@@ -12,6 +12,7 @@ pytest.importorskip("textual")
 from trainscope.tui.app import AnalyzeApp, key_sections  # noqa: E402
 from trainscope.tui.diff_app import DiffApp  # noqa: E402
 from trainscope.tui.keys import KEYMAP  # noqa: E402
+from trainscope.tui.memory_app import MemoryApp, PeakTable  # noqa: E402
 from trainscope.tui.plan_app import PlanApp  # noqa: E402
 from trainscope.tui.tabs import TABS  # noqa: E402
 from trainscope.tui.watch_app import WatchApp  # noqa: E402
@@ -24,7 +25,7 @@ def _keys_by_action(app_cls) -> dict[str, set[str]]:
     return out
 
 
-@pytest.mark.parametrize("app_cls", [AnalyzeApp, DiffApp, PlanApp, WatchApp])
+@pytest.mark.parametrize("app_cls", [AnalyzeApp, DiffApp, PlanApp, WatchApp, MemoryApp])
 def test_the_shared_actions_have_the_same_key_in_every_app(app_cls):
     keys = _keys_by_action(app_cls)
     for name in ("help", "theme", "quit"):
@@ -64,3 +65,13 @@ def test_the_command_palette_runs_app_actions_and_a_missing_tab_says_why():
             assert any("--deep" in str(n.message) for n in app._notifications)
             assert app.query_one("#tabs").active == "kernels"
     asyncio.run(go())
+
+
+def test_the_memory_apps_table_uses_the_shared_letters():
+    """The memory app's own keys (on its table) are the shared ones: / search, s sort, r reverse, y copy."""
+    keys = _keys_by_action(PeakTable)
+    for name in ("search", "sort", "reverse", "copy"):
+        k = KEYMAP[name]
+        assert any(k.key in ks for ks in keys.values()), name
+    assert keys[KEYMAP["sort"].action] == {KEYMAP["sort"].key} and keys[KEYMAP["copy"].action] == {KEYMAP["copy"].key}
+    assert keys["focus_filter"] == {KEYMAP["search"].key}

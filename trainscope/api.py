@@ -871,6 +871,20 @@ def memory(path: "str | os.PathLike", *, gpu: str | None = None, gpu_memory: str
         return MemoryReport(path, kind, build_memory_document(path, kind, None, peak, [], capacity, []), peak=peak)
 
 
+def memory_peaks(path: "str | os.PathLike") -> list:
+    """Per device of a CUDA memory snapshot: allocated bytes over the recorded events, the peak and
+    every allocation live at it with its full stack (:class:`~trainscope.analyzers.memory_peak.MemoryPeak`,
+    what ``trainscope memory``'s app shows). Raises :class:`BadInput`."""
+    from trainscope.analyzers.memory_peak import memory_peak
+    from trainscope.analyzers.snapshot_memory import snapshot_memory
+    from trainscope.collectors.snapshot import load_snapshot
+
+    path = os.fspath(path)
+    with _bad_input(path):
+        snap = load_snapshot(path)
+        return [memory_peak(snap, m) for m in snapshot_memory(snap, top=0)]
+
+
 # --- watch ----------------------------------------------------------------------------------------
 
 

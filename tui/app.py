@@ -16,6 +16,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Header, Input, TabbedContent, TabPane
 
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.timeline import Match
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
 from trainscope.tui.deep import DeepPane
 from trainscope.tui.keys import binding_rows, common_bindings, palette_commands
@@ -83,6 +84,8 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         self.ledger = ledger  # --model: the planned ledger beside the measured peak
         self.sub_title = os.path.basename(path.rstrip("/"))
         self.exported: list[str] = []
+        self._late_target: int | None = None  # Enter on a rank: show its latest-arriving collective
+        self._late: list | None = None  # analyzers.late_collectives.LateCollective per rank, once asked
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="◆")
@@ -190,6 +193,8 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             if why_not is None:
                 t.show(self)
         label = rank.label if len(s.ranks) > 1 else ""
+        if self._late_target is not None:
+            self._find_late()
         self.sub_title = os.path.basename(self.path.rstrip("/")) + (f" · {label} of {len(s.ranks)}" if label else "")
 
     # -- actions ------------------------------------------------------------------------------------
@@ -219,7 +224,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         if self.session is None:  # TabbedContent activates its first tab at mount, while loading
             return
         self._focus_tab(event.pane.id)
-        self.query_one("#keybar", KeyBar).update(tab_of(event.pane.id).hint)
+        self.query_one("#keybar", KeyBar).update(tab_of(event.pane.id).hint, layout=False)  # one row, always
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
@@ -314,7 +319,43 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             self.notify("This finding has no interval of its own: showing the worst step.", timeout=4)
 
     def on_ranks_pane_choose(self, message: RanksPane.Choose) -> None:
-        self.rank_index = message.index
+        """Enter on a rank: that rank everywhere, and its latest-arriving collective on the timeline."""
+        self._late_target = message.index
+        if message.index == self.rank_index:
+            self._find_late()
+        else:
+            self.rank_index = message.index  # _show_rank then finds the collective
+
+    @work(thread=True, exclusive=True, group="late")
+    def _find_late(self) -> None:
+        if self._late is None:  # every rank's, once (collectives matched across ranks)
+            from trainscope.analyzers.late_collectives import latest_arrivals
+            from trainscope.analyzers.ranks import rank_collectives
+
+            try:
+                self._late = latest_arrivals([rank_collectives(r.trace) for r in self.session.ranks], self.rules)
+            except Exception as e:  # a jump that cannot be computed never takes the app down
+                self._late = [None] * len(self.session.ranks)
+                self.call_from_thread(self.notify, f"cannot match the ranks' collectives: {type(e).__name__}: {e}",
+                                      severity="error", timeout=6)
+        self.call_from_thread(self._show_late)
+
+    def _show_late(self) -> None:
+        index, self._late_target = self._late_target, None
+        if index is None or index != self.rank_index:
+            return
+        late = self._late[index] if index < len(self._late) else None
+        if late is None:
+            self.notify(f"{self.rank.label}: no collective matched on another rank.", severity="warning", timeout=4)
+            return
+        view = self._timeline()
+        if view is None:
+            return
+        origin = self.rank.trace.origin_ns
+        match = Match(late.start_ns - origin, late.end_ns - origin, "gpu" if late.on_gpu else "host",
+                      f"{late.kind}, arrived {late.late_ms:.1f} ms after the first rank (mean {late.mean_late_ms:.1f} ms "
+                      f"over {late.matched})")
+        self.call_after_refresh(view.set_matches, [match], f"{self.rank.label}'s latest arrival")
 
     def on_key(self, event) -> None:
         # Esc in an input returns to what it searches rather than doing nothing.

@@ -39,6 +39,8 @@ class FixesPane(Vertical):
         self.doc: dict | None = None
         self.projection: Projection | None = None
         self.detail_plain = ""  # the details shown, as plain text
+        self._detail_for: tuple[int, int] | None = None  # (document, row) the details show
+        self._filled_for: int | None = None  # the document the table's rows were added for
 
     def compose(self):
         yield Static("", id="whatif")
@@ -61,19 +63,23 @@ class FixesPane(Vertical):
         table.clear(columns=True)
         fix_w = self._fix_width()
         self._shown_fix_w = fix_w
-        table.add_column("what-if", width=7)
+        table.add_column("what-if", width=7, key="whatif")
         table.add_column("#", width=2)
         table.add_column("projected", width=13)
         table.add_column("fix", width=fix_w)
-        lv = levers(self.analysis) if self.analysis else {}
+        self._filled_for = id(self.doc)
         for r in self.doc["recommendations"] if self.doc else []:
-            box = Text(("[x]" if r["id"] in self.assumed else "[ ]") if r["id"] in lv else " — ")
+            box = self._box(r)
             gain = f"≤ {r['projected_speedup']:.2f}×" if r["projected_speedup"] else "no projection"
             title = visible(r["title"])
             title = Text(title if len(title) <= fix_w else title[: fix_w - 1] + "…")
             table.add_row(box, str(r["rank"]), gain, title, key=r["id"])
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
+
+    def _box(self, r: dict) -> Text:
+        lv = levers(self.analysis) if self.analysis else {}
+        return Text(("[x]" if r["id"] in self.assumed else "[ ]") if r["id"] in lv else " — ")
 
     def _fix_width(self) -> int:
         """The title takes what the other columns leave (its full text is in the details below)."""
@@ -84,6 +90,9 @@ class FixesPane(Vertical):
             self._fill_table()
 
     def _show_detail(self, index: int) -> None:
+        if (id(self.doc), index) == self._detail_for:  # already shown (a refill re-highlights the same row)
+            return
+        self._detail_for = (id(self.doc), index)
         recs = self.doc["recommendations"] if self.doc else []
         holder = self.query_one("#fix-text", Static)
         if not recs:
@@ -145,9 +154,17 @@ class FixesPane(Vertical):
             f"\nassuming {assumed}\n", (p.basis, "dim")))
 
     def watch_assumed(self) -> None:
-        if self.doc is not None:
+        if self.doc is None:
+            return
+        table = self.query_one(DataTable)
+        if self._filled_for == id(self.doc) and table.row_count == len(self.doc["recommendations"]):
+            # Only the check boxes change: update those cells (a refill re-rendered the table and,
+            # through the re-highlighted row, the details: two frames a key).
+            for r in self.doc["recommendations"]:
+                table.update_cell(r["id"], "whatif", self._box(r))
+        else:
             self._fill_table()
-            self._update_projection()
+        self._update_projection()
 
     def action_toggle(self) -> None:
         table = self.query_one(DataTable)

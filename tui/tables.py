@@ -124,7 +124,7 @@ class KernelsPane(Vertical):
     KernelsPane #kernels-filter { height: 3; }
     KernelsPane #kernels-note { height: 1; color: $text-muted; }
     KernelsPane DataTable { height: 1fr; }
-    KernelsPane #kernel-detail { height: auto; max-height: 5; padding: 0 1; border-top: solid $panel; }
+    KernelsPane #kernel-detail { height: 5; padding: 0 1; border-top: solid $panel; }
     """
     BINDINGS = [
         bind("sort", "sort by next column"),
@@ -144,6 +144,9 @@ class KernelsPane(Vertical):
         self.summary: KernelSummary | None = None
         self.shown: list[KernelStat] = []
         self.roof_rows: dict[str, RooflineRow] = {}
+        self._detail_of: KernelStat | None = None  # the kernel #kernel-detail describes
+        self._filled: tuple | None = None  # (summary, filter, name width) the table's rows were added for
+        self._row_kernel: dict[int, KernelStat] = {}
 
     def compose(self):
         yield Input(placeholder="filter kernels by name or class (press / here, Esc to leave)", id="kernels-filter")
@@ -167,14 +170,20 @@ class KernelsPane(Vertical):
     def on_resize(self) -> None:
         if self.summary is not None and self._name_width() != getattr(self, "_shown_name_w", None):
             self.query_one(DataTable).clear(columns=True)
+            self._filled = None
             self._refill()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
         k = self.selected
         detail = self.query_one("#kernel-detail", Static)
+        if k is self._detail_of:  # a refill re-highlights the same row: its detail is already shown
+            return
+        self._detail_of = k
+        # A fixed height (5): choosing, sorting or filtering re-lays nothing out (a layout pass over the
+        # kernels table cost ~25 ms a key).
         if k is None:
-            detail.update("")
+            detail.update("", layout=False)
             return
         r = self.roof_rows.get(k.name)
         roof = ""
@@ -188,7 +197,8 @@ class KernelsPane(Vertical):
         detail.update(Text.assemble((short_name(k.name, 10_000), "bold"),
                                     (f"\n{k.kernel_class} · {k.count} calls · {k.total_ns / 1e6:.2f} ms in all · "
                                      f"mean {k.mean_ns / 1e3:.1f} µs · {k.share_pct:.1f} % of kernel time"
-                                     f"{' · tensor cores' if k.tensor_core else ''} · y copies the name" + roof, "dim")))
+                                     f"{' · tensor cores' if k.tensor_core else ''} · y copies the name" + roof, "dim")),
+                      layout=False)
 
     class Open(Message):
         """Show this kernel's instances on the timeline, longest first."""
@@ -237,18 +247,31 @@ class KernelsPane(Vertical):
         for c in KERNEL_COLUMNS:
             mark = (" ▼" if self.descending else " ▲") if c.key == self.sort_column else ""
             table.columns[c.key].label = Text(c.label + mark)
-        table.clear()
-        for i, k in enumerate(self.shown):
-            r = roof.get(k.name)
-            table.add_row(Text(f"{k.total_ns / 1e6:.2f}", justify="right"), Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
-                          Text(f"{k.share_pct:.1f} %", justify="right"), Text(f"{k.count}", justify="right"),
-                          _BOUND.get(r.bound, r.bound) if r else "",
-                          "✔" if k.tensor_core else "", k.kernel_class[:NUMBER_WIDTHS["class"]],
-                          Text(short_name(k.name, self._shown_name_w)), key=str(i))  # Text: a str cell is read as markup
+        filled = (id(self.summary), self.filter_text, self._shown_name_w)
+        if filled == self._filled and len(rows) <= self.MAX_ROWS and table.row_count == len(self.shown):
+            # Only the order changed (s, r, a header click): reorder the rows in place. Clearing and
+            # re-adding them made the table re-measure every cell (~20 ms a key on 140 kernels).
+            pos = {id(k): i for i, k in enumerate(self.shown)}
+            table.sort(key=lambda cells: pos[id(self._row_kernel[id(cells[0])])])
+            table.move_cursor(row=0, column=0)
+        else:
+            table.clear()
+            self._row_kernel = {}  # id of a row's first cell (kept alive by the table) → its kernel
+            for i, k in enumerate(self.shown):
+                r = roof.get(k.name)
+                first = Text(f"{k.total_ns / 1e6:.2f}", justify="right")
+                self._row_kernel[id(first)] = k
+                table.add_row(first, Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
+                              Text(f"{k.share_pct:.1f} %", justify="right"), Text(f"{k.count}", justify="right"),
+                              _BOUND.get(r.bound, r.bound) if r else "",
+                              "✔" if k.tensor_core else "", k.kernel_class[:NUMBER_WIDTHS["class"]],
+                              Text(short_name(k.name, self._shown_name_w)), key=str(i))  # Text: a str cell is read as markup
+            self._filled = filled
         more = f" (first {self.MAX_ROWS} shown)" if len(rows) > self.MAX_ROWS else ""
         self.query_one("#kernels-note", Static).update(
             f"{len(rows)} of {len(self.summary.top)} kernels{more} · sorted by {col.label} · "
-            "s: sort · r: reverse · /: filter · y: copy name · p: roofline chart · TC = tensor cores")
+            "s: sort · r: reverse · /: filter · y: copy name · p: roofline chart · TC = tensor cores",
+            layout=False)  # one row (height: 1)
         self.on_data_table_row_highlighted(DataTable.RowHighlighted(table, table.cursor_row, None))
 
     def watch_sort_column(self) -> None:
@@ -291,7 +314,8 @@ class KernelsPane(Vertical):
 
 
 class RanksPane(Vertical):
-    """Per-rank comparison; Enter switches every screen to that rank."""
+    """Per-rank comparison; Enter switches every screen to that rank and shows its latest-arriving
+    collective on the timeline."""
 
     DEFAULT_CSS = """
     RanksPane #ranks-note { height: auto; color: $text-muted; }
@@ -321,7 +345,7 @@ class RanksPane(Vertical):
                           f"{r['data_wait_pct']:.1f} %", r["source"], key=str(i))
         self.query_one("#ranks-note", Static).update(
             f"{len(rows)} ranks · slowest median step: rank {rows[slowest]['rank']} (it sets the pace of synchronous "
-            "training; the report leads with it) · Enter: show this rank on every tab")
+            "training; the report leads with it) · Enter: this rank everywhere, at its latest-arriving collective")
         table.move_cursor(row=current)
         if stragglers:
             from trainscope.reports.deep import stragglers_text_lines

@@ -158,9 +158,10 @@ class MemoryTab(Tab):
 
 class RanksTab(Tab):
     id, title = "ranks", "Ranks"
-    hint = "↑/↓ choose · Enter show this rank everywhere · ? keys · q quit"
+    hint = "↑/↓ choose · Enter this rank's latest-arriving collective on the timeline · ? keys · q quit"
     focus = "#ranks-table"
-    keys = [("↑ / ↓, Enter", "choose a rank; Enter shows it on every tab")]
+    keys = [("↑ / ↓, Enter", "choose a rank; Enter shows it on every tab and opens the timeline on the collective "
+                             "it reached furthest behind the first rank (highlighted)")]
     pane = staticmethod(RanksPane)
 
     @classmethod

@@ -178,8 +178,13 @@ class TimelineView(Widget, can_focus=True):
             step = m.step_at((a + b) // 2)
             if step is not None and step != self.step_index:
                 self.set_reactive(TimelineView.step_index, step)  # the header follows the cursor
-            self.post_message(self.Moved(self, m.item_at("gpu", a, b), m.item_at("host", a, b), m.items_at(a, b),
-                                         m.overlap_at(a, b)))
+            moved = self.Moved(self, m.item_at("gpu", a, b), m.item_at("host", a, b), m.items_at(a, b),
+                               m.overlap_at(a, b))
+            pane = self.parent
+            if isinstance(pane, TimelinePane):  # its title and cursor box change in the same frame as the lanes
+                pane.on_timeline_view_moved(moved)
+            else:
+                self.post_message(moved)
         self.refresh()
 
     # -- actions ---------------------------------------------------------------------------------
@@ -277,10 +282,36 @@ class TimelineView(Widget, can_focus=True):
                 out.append(f"{label if r == 0 else '':<{GUTTER}}"[:GUTTER], style="bold")
                 self._append_runs(out, view, style)
         out.append("\n")
-        out.append(" " * (GUTTER + self.cursor) + "▲", style="bold")
+        out.append(self._cursor_row(cols))
         if self.size.height >= 4 + per * len(rows):
             out.append("\n")
             out.append(self._minimap(cols))
+        return out
+
+    def match_columns(self) -> tuple[int, int] | None:
+        """The columns [a, b) the current match covers in the window (None: no match, or outside it)."""
+        if not self.matches:
+            return None
+        m = self.matches[self.match_index]
+        width = (self.end_ns - self.start_ns) / self.columns
+        a = int((m.start_ns - self.start_ns) / width)
+        b = max(a + 1, int((m.end_ns - self.start_ns) / width + 0.999))
+        a, b = max(0, a), min(self.columns, b)
+        return (a, b) if a < b else None
+
+    def _cursor_row(self, cols: int) -> Text:
+        """The cursor (▲) under the lanes, on a bar (━) under the current match's interval."""
+        span = self.match_columns()
+        c = min(self.cursor, cols - 1)
+        if span is None:
+            return Text(" " * (GUTTER + c) + "▲", style="bold")
+        out = Text(" " * GUTTER)
+        line = [" "] * cols
+        line[span[0]:span[1]] = "━" * (span[1] - span[0])
+        line[c] = "▲"
+        out.append("".join(line[:c]), style="bold yellow")
+        out.append("▲", style="bold")
+        out.append("".join(line[c + 1:]).rstrip(), style="bold yellow")
         return out
 
     def _minimap(self, cols: int) -> Text:
@@ -424,9 +455,11 @@ class TimelinePane(Vertical):
                     f"{fmt_ms(m.end_ns - m.start_ns)} ms · n/N next/prev · Esc leave")
         else:
             tail = "←/→ cursor  +/− zoom  h/l pan  n/p step  / search"
+        # Both have a fixed height (1 and 1fr): no layout pass on every cursor move.
         self.query_one("#tl-title", Static).update(Text(
-            f"{visible(head)} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · {tail}"))
-        self.query_one("#tl-detail", Static).update(detail_text(a, b, message))
+            f"{visible(head)} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · {tail}"),
+            layout=False)
+        self.query_one("#tl-detail", Static).update(detail_text(a, b, message), layout=False)
 
     # -- search --------------------------------------------------------------------------------------
 

@@ -35,7 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", help="device the run used, for capacity findings (e.g. h100-80; see `trainscope plan --help`)")
     p.add_argument("--gpu-memory", metavar="SIZE", help="device memory instead of --gpu: 80GiB, 24GB")
     p.add_argument("--top", type=int, default=10, metavar="N", help="largest live allocations to list (default 10)")
-    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("--format", choices=("text", "json", "markdown"), default=None,
+                   help="print this on stdout instead of opening the terminal app (default in a terminal, for a "
+                        "snapshot: the app; otherwise: text)")
+    p.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
     p.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     p.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
                    help="override memory.capacity or memory.fragmentation")
@@ -56,6 +59,13 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.done()
     doc = report.to_dict()
+    from trainscope.commands.analyze import use_tui
+
+    app = report.kind == "cuda_snapshot" and use_tui(args)  # a timeline has no stacks to show: text
+    if app:
+        code = _run_app(args.file, report)
+        if code != EXIT_OK:
+            return code
     if args.json_out:
         try:
             write_atomic(args.json_out, to_json(doc))
@@ -64,5 +74,16 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_BAD_INPUT
     render = {"json": lambda d: to_json(d), "markdown": lambda d: report.to_markdown()}.get(
         args.format, lambda d: report.to_text())
-    sys.stdout.write(render(doc))
+    if not app:
+        sys.stdout.write(render(doc))
     return EXIT_OK
+
+
+def _run_app(path: str, report) -> int:
+    """The memory app (tui/memory_app.py): the timeline, the peak and what was live at it."""
+    from trainscope import api
+    from trainscope.tui.memory_app import MemoryApp
+
+    app = MemoryApp(path, report=report, loader=lambda progress: (report, api.memory_peaks(path)))
+    code = app.run()
+    return app.return_code if app.return_code is not None else (code or EXIT_OK)
