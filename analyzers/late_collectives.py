@@ -1,9 +1,9 @@
 """Each rank's latest arrival: the collective it reached furthest behind the first rank to reach it.
 
-What Enter on a rank shows on the timeline. The collectives are matched across ranks exactly as
-:func:`trainscope.analyzers.ranks.align_ranks` matches them (same reference rank, clock offsets
-from the densest cluster of end differences, one-to-one matching on kind and end), so a rank's
-lateness here averages to the ``mean_late_ms`` of the alignment; this module keeps, per rank, the
+What Enter on a rank shows on the timeline. The collectives are matched across ranks by
+:func:`trainscope.analyzers.ranks.match_collectives`, the matching the alignment itself uses
+(identity where recorded, else end instant; offsets from the matches), so a rank's lateness here
+averages to the ``mean_late_ms`` of the alignment; this module keeps, per rank, the
 single collective where the lateness is largest, on the rank's own clock.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainscope.analyzers.ranks import RankCollectives, _match, _offset
+from trainscope.analyzers.ranks import RankCollectives, match_collectives
 from trainscope.analyzers.rules import Rules
 
 
@@ -37,22 +37,8 @@ def latest_arrivals(collectives: list[RankCollectives], rules: Rules | None = No
     out: list[LateCollective | None] = [None] * n
     if n < 2 or sum(1 for c in collectives if len(c)) < 2:
         return out
-    tol = int(rules.value("ranks.end_match_us") * 1000)
-    rel = rules.value("ranks.end_match_pct") / 100
-    ref_i = max(range(n), key=lambda r: (len(collectives[r]), -r))
-    ref = collectives[ref_i]
-    offsets: list[float | None] = [None] * n
-    matches: list[dict[int, int]] = [{} for _ in range(n)]
-    offsets[ref_i], matches[ref_i] = 0.0, {j: j for j in range(len(ref))}
-    for r, c in enumerate(collectives):
-        if r == ref_i or not len(c):
-            continue
-        off = _offset(ref, c, tol)
-        if off is None or off[1] < 2:
-            continue
-        offsets[r] = off[0]
-        matches[r] = _match(ref, c, off[0], tol, rel)
-    inst = [j for j in range(len(ref)) if any(j in matches[r] for r in range(n) if r != ref_i)]
+    m = match_collectives(collectives, rules)
+    offsets, matches, inst = m.offsets, m.matches, m.instances
     if not inst:
         return out
     arrival = np.full((n, len(inst)), np.nan)

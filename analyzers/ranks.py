@@ -327,35 +327,60 @@ def _match_rank(ref: RankCollectives, other: RankCollectives, tol: int, rel: flo
     return offset, matches, len(by_id), len(bad_r)
 
 
+@dataclass(frozen=True)
+class Matching:
+    """Collectives matched across ranks (one table every consumer reads: the alignment, the app's
+    jump to a rank's latest arrival): the reference rank (the one that saw the most), each rank's
+    clock offset (ns, None when nothing matched), reference index → the rank's index, the reference
+    collectives matched on at least one other rank, and per rank the matches by identity and the
+    pairs refused."""
+
+    reference: int
+    offsets: list[float | None]
+    matches: list[dict[int, int]]
+    instances: list[int]
+    by_identity: list[int]
+    refused: list[int]
+
+
+def match_collectives(collectives: list[RankCollectives], rules: Rules | None = None) -> Matching:
+    """Match every rank's collectives to the reference rank's (identity first, then end instant)."""
+    rules = rules or Rules()
+    tol = int(rules.value("ranks.end_match_us") * 1000)
+    rel = rules.value("ranks.end_match_pct") / 100
+    n = len(collectives)
+    ref_i = max(range(n), key=lambda r: (len(collectives[r]), -r))
+    ref = collectives[ref_i]
+    offsets: list[float | None] = [None] * n
+    matches: list[dict[int, int]] = [{} for _ in range(n)]
+    offsets[ref_i] = 0.0
+    matches[ref_i] = {j: j for j in range(len(ref))}
+    n_seq, refused = [0] * n, [0] * n
+    for r, c in enumerate(collectives):
+        if r == ref_i or not len(c):
+            continue
+        off, m, n_seq[r], refused[r] = _match_rank(ref, c, tol, rel)
+        if off is None:
+            continue
+        offsets[r] = off
+        matches[r] = m
+    inst = [j for j in range(len(ref)) if sum(j in matches[r] for r in range(n) if r != ref_i) >= 1]
+    return Matching(ref_i, offsets, matches, inst, n_seq, refused)
+
+
 def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Alignment | None:
     """Ranks aligned on the ends of their shared collectives (None for fewer than two ranks)."""
     rules = rules or Rules()
     if len(summaries) < 2:
         return None
     tol = int(rules.value("ranks.end_match_us") * 1000)
-    rel = rules.value("ranks.end_match_pct") / 100
     with_coll = [s for s in summaries if len(s.collectives)]
     n = len(summaries)
     if len(with_coll) < 2:
         return Alignment("none", None, 0, [RankAlignment(s.rank, None, 0, 0.0, 0, 0.0, 0.0) for s in summaries], None,
                          "no collectives on two ranks: nothing to align")
-    ref_i = max(range(n), key=lambda r: (len(summaries[r].collectives), -r))  # the rank that saw the most
-    ref = summaries[ref_i].collectives
-    offsets: list[float | None] = [None] * n
-    matches: list[dict[int, int]] = [{} for _ in range(n)]
-    offsets[ref_i] = 0.0
-    matches[ref_i] = {j: j for j in range(len(ref))}
-    n_seq, refused = [0] * n, [0] * n
-    for r, s in enumerate(summaries):
-        if r == ref_i or not len(s.collectives):
-            continue
-        off, m, n_seq[r], refused[r] = _match_rank(ref, s.collectives, tol, rel)
-        if off is None:
-            continue
-        offsets[r] = off
-        matches[r] = m
-    # instances: reference collectives matched on at least one other rank
-    inst = [j for j in range(len(ref)) if sum(j in matches[r] for r in range(n) if r != ref_i) >= 1]
+    m = match_collectives([s.collectives for s in summaries], rules)
+    ref_i, offsets, matches, inst, n_seq, refused = m.reference, m.offsets, m.matches, m.instances, m.by_identity, m.refused
     arrival = np.full((n, len(inst)), np.nan)
     end = np.full((n, len(inst)), np.nan)
     for r, s in enumerate(summaries):

@@ -467,8 +467,11 @@ def test_ranks_tab_shows_the_straggler(gloo_dir):
             return app.session.stragglers, str(app.query_one("#stragglers").render()), overview
 
     stragglers, text, overview = run(go())
-    for r in stragglers["stragglers"]:  # the Overview names what the Ranks tab finds
-        assert f"◀ rank {r}: enters collectives" in overview
+    from trainscope.reports.deep import straggler_headline
+
+    imb = stragglers["alignment"]["rank_imbalance"]  # the Overview names what the Ranks tab finds
+    assert imb["rank"] == 1 and f"◀ rank 1: arrives {stragglers['alignment']['ranks'][1]['mean_late_ms']:.1f} ms" in overview
+    assert straggler_headline(stragglers)[0].split(" (")[0] in overview.replace("\n", " ")
     assert stragglers["stragglers"] == [1]
     assert "rank 1: enters collectives" in text and "◀ straggler" in text
 

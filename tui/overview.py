@@ -105,12 +105,25 @@ class Overview(VerticalScroll):
         # A rank directory: what the Ranks tab finds is said here too, so the two never disagree silently.
         ranks = Text()
         if stragglers:
-            late = [r for r in stragglers["ranks"] if r["late"] or r["slow"]]
+            from trainscope.reports.deep import straggler_headline
+
+            head, disagree = straggler_headline(stragglers)  # the same line the reports lead with
             ranks.append("\nRanks ", style="bold")
-            ranks.append(stragglers["summary"] + "\n")
-            for r in late:
-                ranks.append(f"  ◀ rank {r['rank']}: enters collectives {r['mean_late_ms']:.1f} ms late on average "
-                             f"(last in {r['late_in']}), step p50 {r['step_p50_ms']:.1f} ms — details on the Ranks tab\n")
+            ranks.append(visible(head) + "\n")
+            al = stragglers.get("alignment") or {}
+            imb = al.get("rank_imbalance") if al.get("matched_collectives") else None
+            if al.get("matched_collectives"):
+                late = [r for r in al["ranks"] if imb and r["rank"] == imb["rank"]]
+                for r in late:
+                    ranks.append(f"  ◀ rank {r['rank']}: arrives {r['mean_late_ms']:.1f} ms after the first rank on "
+                                 f"average (last in {r['last_in']} of {r['matched']}) — details on the Ranks tab\n")
+            else:
+                late = [r for r in stragglers["ranks"] if r["late"] or r["slow"]]
+                for r in late:
+                    ranks.append(f"  ◀ rank {r['rank']}: enters collectives {r['mean_late_ms']:.1f} ms late on average "
+                                 f"(last in {r['late_in']}), step p50 {r['step_p50_ms']:.1f} ms — details on the Ranks tab\n")
+            if disagree:
+                ranks.append("  " + disagree + "\n", style="dim")
             if v["axis"] == "insufficient_evidence" and late:
                 ranks.append("  The verdict above is this rank's own; the straggler is the lead across ranks.\n",
                              style="dim")
