@@ -35,6 +35,7 @@ ALLOWED_FROM_ANALYZERS: dict[str, set[str]] = {
     "kernel_match": {"KernelChange"},  # a row of the diff's kernel table
     "whatif": {"Projection"},  # api.whatif's result
     "rules": {"Rules"},  # the threshold table the views read labels and cut-offs from
+    "memory_peak": {"MemoryPeak", "PeakAllocation"},  # api.memory_peaks' result: the memory app's timeline and live set
 }
 # Classes that are neither dataclasses nor constants, allowed with a reason.
 VIEW_CLASSES = {

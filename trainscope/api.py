@@ -239,6 +239,26 @@ class Report:
                 self._loaded[index] = _read_rank(self.ranks[index])
             return self._loaded[index]
 
+    def latest_arrivals(self) -> list:
+        """Per rank (in ``ranks`` order), the collective it reached furthest behind the first rank
+        (:class:`trainscope.analyzers.late_collectives.LateCollective`, absolute ns on the rank's
+        own clock), None for a rank with nothing matched; computed once. The app's jump from a
+        rank to its late collective."""
+        with self._views_lock:
+            late = self._views.get("latest_arrivals")
+        if late is None:
+            from trainscope.analyzers.late_collectives import latest_arrivals
+            from trainscope.analyzers.ranks import rank_collectives
+
+            if self.summaries is not None:  # the map already extracted them: no trace is read again
+                colls = [s.collectives for s in self.summaries]
+            else:
+                colls = [rank_collectives(self.trace(i)) for i in range(len(self.ranks))]
+            late = latest_arrivals(colls, self.rules)
+            with self._views_lock:
+                self._views["latest_arrivals"] = late
+        return late
+
     def rank_view(self, index: int | None = None) -> "RankView":
         """The view models of one rank (default: the main rank) for the terminal app: its document,
         timeline, full kernel table and memory curves, each built once when first asked."""

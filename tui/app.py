@@ -329,11 +329,8 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     @work(thread=True, exclusive=True, group="late")
     def _find_late(self) -> None:
         if self._late is None:  # every rank's, once (collectives matched across ranks)
-            from trainscope.analyzers.late_collectives import latest_arrivals
-            from trainscope.analyzers.ranks import rank_collectives
-
             try:
-                self._late = latest_arrivals([rank_collectives(r.trace) for r in self.session.ranks], self.rules)
+                self._late = self.session.report.latest_arrivals()
             except Exception as e:  # a jump that cannot be computed never takes the app down
                 self._late = [None] * len(self.session.ranks)
                 self.call_from_thread(self.notify, f"cannot match the ranks' collectives: {type(e).__name__}: {e}",
