@@ -75,3 +75,15 @@ def test_the_memory_apps_table_uses_the_shared_letters():
         assert any(k.key in ks for ks in keys.values()), name
     assert keys[KEYMAP["sort"].action] == {KEYMAP["sort"].key} and keys[KEYMAP["copy"].action] == {KEYMAP["copy"].key}
     assert keys["focus_filter"] == {KEYMAP["search"].key}
+
+
+def test_a_tab_without_its_pane_is_refused_when_declared():
+    """A tab is one class: forgetting its widget fails at import, not when the tab is opened."""
+    import pytest
+
+    from trainscope.tui.tabs import TABS, Tab
+
+    assert all(callable(t.__dict__["pane"]) or isinstance(t.__dict__["pane"], staticmethod) for t in TABS)
+    with pytest.raises(TypeError, match="NoPane declares no pane"):
+        class NoPane(Tab):  # noqa: F841
+            id, title, hint = "x", "X", ""

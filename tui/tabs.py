@@ -7,7 +7,7 @@ the key line and the command palette are all built from it.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 from textual.widget import Widget
 
@@ -29,11 +29,12 @@ class Tab:
     hint: ClassVar[str]  # the key line while the tab is shown
     keys: ClassVar[list[tuple[str, str]]] = []  # help: (keys, what they do) on this tab
     focus: ClassVar[str | None] = None  # selector of the widget that takes the focus
+    pane: ClassVar[Callable[[], Widget]]  # the tab's widget; every tab class declares its own
 
-    @classmethod
-    def pane(cls) -> Widget:
-        """The tab's widget: every tab class declares its own (abstract here)."""
-        raise NotImplementedError(f"{cls.__name__} declares no pane")
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "pane" not in cls.__dict__:  # a tab without its widget is a mistake at import, not on screen
+            raise TypeError(f"{cls.__name__} declares no pane")
 
     @classmethod
     def applies(cls, app: "AnalyzeApp") -> str | None:
