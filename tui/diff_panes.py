@@ -19,6 +19,7 @@ from textual.widgets import DataTable, Static
 from trainscope.analyzers.diff import GateResult, RecommendationOutcome, RunDiff, Run, ShareChange
 from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.reports.document import AXIS_NAMES, HEADLINES
+from trainscope.tui.sorting import SortedColumns
 from trainscope.tui.palette import AXIS_CLASS, GPU_STYLE
 from trainscope.tui.timeline import short_name
 
@@ -361,8 +362,10 @@ def kernel_group(d: RunDiff, group: str) -> list[KernelChange]:
     return list(d.kernels) if group == "all" else d.kernels_by(group)
 
 
-class KernelDiffPane(Vertical):
+class KernelDiffPane(SortedColumns, Vertical):
     """Every matched group and appeared/disappeared kernel; g/-/n/x/a filter, s/r sort, details below."""
+
+    sort_columns = DIFF_COLUMNS  # s / r / header click (tui/sorting.py)
 
     DEFAULT_CSS = """
     KernelDiffPane #kd-groups { height: 1; padding: 0 1; }
@@ -498,20 +501,6 @@ class KernelDiffPane(Vertical):
 
     def action_next_group(self) -> None:
         self.group = GROUPS[(GROUPS.index(self.group) + 1) % len(GROUPS)]
-
-    def action_sort_next(self) -> None:
-        keys = [c.key for c in DIFF_COLUMNS]
-        self.sort_by(keys[(keys.index(self.sort_column) + 1) % len(keys)])
-
-    def sort_by(self, key: str) -> None:
-        if key == self.sort_column:
-            self.descending = not self.descending
-        else:
-            self.set_reactive(KernelDiffPane.descending, next(c for c in DIFF_COLUMNS if c.key == key).descending)
-            self.sort_column = key
-
-    def action_reverse(self) -> None:
-        self.descending = not self.descending
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         event.stop()

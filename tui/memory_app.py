@@ -18,6 +18,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Header, Input, Static
 
 from trainscope.analyzers.memory_peak import MemoryPeak, PeakAllocation
+from trainscope.tui.sorting import SortedColumns
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
 from trainscope.tui.keys import bind, binding_rows, common_bindings, palette_commands
 
@@ -143,9 +144,11 @@ def filter_allocations(allocs: list[PeakAllocation], text: str) -> list[PeakAllo
     return out
 
 
-class PeakTable(Vertical):
+class PeakTable(SortedColumns, Vertical):
     """The allocations live at the peak: numbers first, the stack top as wide as what is left; the
     selected row's full stack in the pane below."""
+
+    sort_columns = COLUMNS  # s / r / header click (tui/sorting.py)
 
     DEFAULT_CSS = """
     PeakTable #mm-filter { height: 3; }
@@ -261,21 +264,6 @@ class PeakTable(Vertical):
 
     def watch_filter_text(self) -> None:
         self._refill()
-
-    def action_sort_next(self) -> None:
-        keys = [c.key for c in COLUMNS]
-        self.sort_by(COLUMNS[(keys.index(self.sort_column) + 1) % len(keys)].key)
-
-    def sort_by(self, key: str) -> None:
-        col = next(c for c in COLUMNS if c.key == key)
-        if key == self.sort_column:
-            self.descending = not self.descending
-        else:
-            self.set_reactive(PeakTable.descending, col.descending)
-            self.sort_column = key
-
-    def action_reverse(self) -> None:
-        self.descending = not self.descending
 
     def action_focus_filter(self) -> None:
         f = self.query_one(Input)

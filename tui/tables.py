@@ -13,6 +13,7 @@ from textual.widgets import DataTable, Input, Static
 from trainscope.analyzers.breakdown import CATEGORIES
 from trainscope.analyzers.kernels import KernelStat, KernelSummary
 from trainscope.analyzers.roofline import Roofline, RooflineRow
+from trainscope.tui.sorting import SortedColumns
 from trainscope.tui.keys import bind
 from trainscope.tui.roofline_plot import RooflinePlot
 from trainscope.tui.timeline import short_name
@@ -117,8 +118,10 @@ def filter_kernels(kernels: list[KernelStat], text: str) -> list[KernelStat]:
     return [k for k in kernels if all(w in k.name.lower() or w in k.kernel_class for w in words)]
 
 
-class KernelsPane(Vertical):
+class KernelsPane(SortedColumns, Vertical):
     """All kernels inside the steps. Click a header or press s to sort; / to filter."""
+
+    sort_columns = KERNEL_COLUMNS  # s / r / header click (tui/sorting.py)
 
     DEFAULT_CSS = """
     KernelsPane #kernels-filter { height: 3; }
@@ -282,22 +285,6 @@ class KernelsPane(Vertical):
 
     def watch_filter_text(self) -> None:
         self._refill()
-
-    def action_sort_next(self) -> None:
-        keys = [c.key for c in KERNEL_COLUMNS]
-        nxt = KERNEL_COLUMNS[(keys.index(self.sort_column) + 1) % len(keys)]
-        self.sort_by(nxt.key)
-
-    def sort_by(self, key: str) -> None:
-        col = next(c for c in KERNEL_COLUMNS if c.key == key)
-        if key == self.sort_column:
-            self.descending = not self.descending
-        else:
-            self.set_reactive(KernelsPane.descending, col.descending)
-            self.sort_column = key
-
-    def action_reverse(self) -> None:
-        self.descending = not self.descending
 
     def action_focus_filter(self) -> None:
         self.query_one(Input).focus()
