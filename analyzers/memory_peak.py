@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainscope.analyzers.snapshot_memory import A, DeviceSnapshotMemory, site_of
+from trainscope.analyzers.snapshot_memory import DeviceSnapshotMemory, free_code_of, live_set, site_of
 from trainscope.traces.memory_snapshot import DeviceTrace, Snapshot
 
 # Where a live allocation's stack comes from.
@@ -161,33 +161,12 @@ def memory_peak(snap: Snapshot, mem: DeviceSnapshotMemory) -> MemoryPeak:
 
 def _live_after(tr: DeviceTrace, live_end: dict, i_peak: int) -> list[PeakAllocation]:
     """Allocations live just after event ``i_peak`` (-1: before the first event), with their stacks."""
-    act, addr, size, t = tr.action, tr.addr, tr.size, tr.time_us
-    alloc_code = A["alloc"]
-    free_code = A["free_requested"]
-    if not (act == free_code).any() and (act == A["free_completed"]).any():
-        free_code = A["free_completed"]  # traces that record only completed frees
-    live: dict[int, int] = {}  # address → index of its alloc event
-    at_peak: dict[int, int] | None = dict(live) if i_peak < 0 else None
-    freed_later: list[PeakAllocation] = []
-    allocated_in_trace: set[int] = set()
-    for i in np.flatnonzero((act == alloc_code) | (act == free_code)).tolist():
-        if at_peak is None and i > i_peak:
-            at_peak = dict(live)
-        k = int(addr[i])
-        if act[i] == alloc_code:
-            live[k] = i
-            allocated_in_trace.add(k)
-        elif k in live:
-            del live[k]
-        elif i > i_peak:  # allocated before the trace began, freed after the peak
-            freed_later.append(PeakAllocation(int(size[i]), k, None, site_of(tr.frames[i]) + " [where freed]",
-                                              _stack(tr.frames[i]),
-                                              ORIGIN_FREED_LATER))
-    if at_peak is None:
-        at_peak = live
+    ls = live_set(tr, live_end, i_peak, free_code_of(tr.action))
+    size, t = tr.size, tr.time_us
     out = [PeakAllocation(int(size[i]), k, int(t[i]), site_of(tr.frames[i]), _stack(tr.frames[i]), ORIGIN_TRACE)
-           for k, i in at_peak.items()]
-    out += freed_later
+           for k, i in ls.allocated.items()]
+    out += [PeakAllocation(int(size[i]), int(tr.addr[i]), None, site_of(tr.frames[i]) + " [where freed]",
+                           _stack(tr.frames[i]), ORIGIN_FREED_LATER) for i in ls.freed_later]
     out += [PeakAllocation(b.requested_size, b.address, None, site_of(b.frames), _stack(b.frames), ORIGIN_DUMP)
-            for a_, b in live_end.items() if a_ not in allocated_in_trace]
+            for b in ls.at_dump]
     return out

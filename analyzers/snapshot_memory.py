@@ -184,9 +184,7 @@ def _device(snap: Snapshot, dev: int, tr: DeviceTrace | None, top: int) -> Devic
                                             for b in live_end.values()]), notes=notes)
 
     act, size = tr.action, tr.size
-    free_code = A["free_requested"]
-    if not (act == free_code).any() and (act == A["free_completed"]).any():
-        free_code = A["free_completed"]  # traces that record only completed frees
+    free_code = free_code_of(act)
     d_alloc = np.where(act == A["alloc"], size, 0) - np.where(act == free_code, size, 0)
     d_res = (np.where((act == A["segment_alloc"]) | (act == A["segment_map"]), size, 0)
              - np.where((act == A["segment_free"]) | (act == A["segment_unmap"]), size, 0))
@@ -226,15 +224,35 @@ def _device(snap: Snapshot, dev: int, tr: DeviceTrace | None, top: int) -> Devic
         series_time_us=tr.time_us, series_allocated=after_alloc, series_reserved=after_res, notes=notes)
 
 
-def _live_at(tr: DeviceTrace, live_end: dict, i_peak: int, free_code: int) -> list[LiveAllocation]:
-    """Allocations live just after event ``i_peak`` (-1: before the first event): those allocated
-    in the trace up to it and not yet freed, plus those from before the trace that were still
-    live then (freed later in the trace, or still live at the dump)."""
-    act, addr, size, t = tr.action, tr.addr, tr.size, tr.time_us
+def free_code_of(act: np.ndarray) -> int:
+    """The action code that frees memory in this trace: requested frees, or completed frees for
+    traces that record only those."""
+    code = A["free_requested"]
+    if not (act == code).any() and (act == A["free_completed"]).any():
+        return A["free_completed"]
+    return code
+
+
+@dataclass(frozen=True)
+class LiveSet:
+    """Allocations live just after a peak event, by where the trace knows them from: the alloc
+    event (address → its index), the free event after the peak of an allocation made before the
+    trace began (its size and the free's stack are all the trace has), and the blocks live at the
+    dump that the trace never allocated (live throughout)."""
+
+    allocated: dict[int, int]
+    freed_later: list[int]
+    at_dump: list
+
+
+def live_set(tr: DeviceTrace, live_end: dict, i_peak: int, free_code: int) -> LiveSet:
+    """The allocations live just after event ``i_peak`` (-1: before the first event); ``live_end``
+    maps address → block live at the dump."""
+    act, addr = tr.action, tr.addr
     alloc_code = A["alloc"]
     live: dict[int, int] = {}  # address → index of its alloc event
     at_peak: dict[int, int] | None = {} if i_peak < 0 else None
-    pre_freed_later: list[LiveAllocation] = []
+    freed_later: list[int] = []
     allocated_in_trace: set[int] = set()
     for i in np.flatnonzero((act == alloc_code) | (act == free_code)).tolist():
         if at_peak is None and i > i_peak:
@@ -245,15 +263,20 @@ def _live_at(tr: DeviceTrace, live_end: dict, i_peak: int, free_code: int) -> li
             allocated_in_trace.add(k)
         elif k in live:
             del live[k]
-        elif i > i_peak:  # allocated before the trace began and freed after the peak: only the free's stack is known
-            pre_freed_later.append(LiveAllocation(int(size[i]), k, None, site_of(tr.frames[i]) + " [where freed]"))
-    if at_peak is None:
-        at_peak = live
-    out = [LiveAllocation(int(size[i]), k, int(t[i]), site_of(tr.frames[i])) for k, i in at_peak.items()]
-    out += pre_freed_later
-    # Live at the dump and never allocated in the trace: live throughout, with the block's stack.
-    out += [LiveAllocation(b.requested_size, b.address, None, site_of(b.frames)) for a_, b in live_end.items()
-            if a_ not in allocated_in_trace]
+        elif i > i_peak:  # allocated before the trace began and freed after the peak
+            freed_later.append(i)
+    return LiveSet(live if at_peak is None else at_peak, freed_later,
+                   [b for a_, b in live_end.items() if a_ not in allocated_in_trace])
+
+
+def _live_at(tr: DeviceTrace, live_end: dict, i_peak: int, free_code: int) -> list[LiveAllocation]:
+    """Allocations live just after event ``i_peak`` (:func:`live_set`), with their sites."""
+    ls = live_set(tr, live_end, i_peak, free_code)
+    size, t = tr.size, tr.time_us
+    out = [LiveAllocation(int(size[i]), k, int(t[i]), site_of(tr.frames[i])) for k, i in ls.allocated.items()]
+    out += [LiveAllocation(int(size[i]), int(tr.addr[i]), None, site_of(tr.frames[i]) + " [where freed]")
+            for i in ls.freed_later]
+    out += [LiveAllocation(b.requested_size, b.address, None, site_of(b.frames)) for b in ls.at_dump]
     return out
 
 
