@@ -386,19 +386,7 @@ class TimelineModel:
             ts, en = self._g_ts[lo:hi], self._g_end[lo:hi]
             ov = np.minimum(en, end_ns) - np.maximum(ts, start_ns)
             if len(ov) and ov.max() > 0:
-                j = int(np.argmax(ov)) + lo
-                kind_code = int(self._g_kind[j])
-                if kind_code == 2:
-                    ck = int(self._g_copy_kind[j])
-                    kind = f"copy {COPY_KINDS[ck] if 0 <= ck < len(COPY_KINDS) else ''}".strip()
-                    name = f"Memcpy {COPY_KINDS[ck]}" if 0 <= ck < len(COPY_KINDS) else "Memcpy"
-                else:
-                    kind = ("kernel", "communication kernel", "copy", "memset")[kind_code]
-                    name = self.trace.strings[int(self._g_name[j])] if self._g_name[j] >= 0 else kind
-                dur = int(self._g_end[j] - self._g_ts[j])
-                step, share = self._step_share(int(self._g_ts[j]), dur)
-                own = ("compute", "communication", "copy", "memset")[kind_code]
-                return Item("gpu", kind, name, int(self._g_ts[j]), dur, own, labels[own], step, share)
+                return self._gpu_item(int(np.argmax(ov)) + lo, "gpu", labels)
         else:
             lo = int(np.searchsorted(self._h_ts, mid - self._h_maxdur, side="left"))
             hi = int(np.searchsorted(self._h_ts, mid, side="right"))
@@ -419,7 +407,9 @@ class TimelineModel:
 
     # -- every item under a column, one per lane ----------------------------------------------------
 
-    def _gpu_item(self, j: int, lane: str) -> Item:
+    def _gpu_item(self, j: int, lane: str, labels: dict[str, str] = ITEM_LABELS) -> Item:
+        """GPU operation ``j`` as an item of ``lane``; ``labels`` name its category (a stream's item
+        says what the operation is; the merged GPU lane uses the breakdown's category names)."""
         kind_code = int(self._g_kind[j])
         if kind_code == 2:
             ck = int(self._g_copy_kind[j])
@@ -431,7 +421,7 @@ class TimelineModel:
         dur = int(self._g_end[j] - self._g_ts[j])
         step, share = self._step_share(int(self._g_ts[j]), dur)
         own = ("compute", "communication", "copy", "memset")[kind_code]
-        return Item(lane, kind, name, int(self._g_ts[j]), dur, own, ITEM_LABELS[own], step, share)
+        return Item(lane, kind, name, int(self._g_ts[j]), dur, own, labels[own], step, share)
 
     def items_at(self, start_ns: int, end_ns: int) -> list[tuple[Lane, Item | None]]:
         """For every stream and thread lane, the item under [start_ns, end_ns): on a stream the one
