@@ -38,6 +38,20 @@ def kineto_dir() -> pathlib.Path:
     return KINETO
 
 
+def dlrm_rank_dir(out: pathlib.Path, n: int) -> pathlib.Path:
+    """``n`` rank files in ``out`` made from the two real DLRM ranks (even ranks copy rank 0, odd
+    ranks rank 1), each with its own rank number and world size ``n``."""
+    docs = []
+    for r in (0, 1):
+        with gzip.open(KINETO / "hta_dlrm_ws128_2ranks" / f"rank{r}.json.gz") as f:
+            docs.append(json.load(f))
+    for i in range(n):
+        doc = dict(docs[i % 2])
+        doc["distributedInfo"] = dict(doc["distributedInfo"], rank=i, world_size=n)
+        (out / f"trace_{i:03d}.json").write_text(json.dumps(doc))
+    return out
+
+
 GLOO_DELAY_MS = 30.0  # rank 1 of the recorded gloo job sleeps this long at the start of every step
 
 

@@ -24,7 +24,7 @@ from trainscope.executor import MapOptions, run_rank_set
 from trainscope.reports.deep import alignment_dict, stragglers_dict
 from trainscope.reports.document import build_document
 
-from tests.conftest import DATA, KINETO
+from tests.conftest import DATA, KINETO, dlrm_rank_dir
 
 GLOO = DATA / "gloo"
 DLRM = KINETO / "hta_dlrm_ws128_2ranks"
@@ -33,16 +33,7 @@ DLRM = KINETO / "hta_dlrm_ws128_2ranks"
 @pytest.fixture(scope="module")
 def eight_ranks(tmp_path_factory):
     """Eight rank files from the two real DLRM ranks (even ranks copy rank 0, odd ranks rank 1)."""
-    out = tmp_path_factory.mktemp("ranks8")
-    docs = []
-    for r in (0, 1):
-        with gzip.open(DLRM / f"rank{r}.json.gz") as f:
-            docs.append(json.load(f))
-    for i in range(8):
-        doc = dict(docs[i % 2])
-        doc["distributedInfo"] = dict(doc["distributedInfo"], rank=i, world_size=8)
-        (out / f"trace_{i:03d}.json").write_text(json.dumps(doc))
-    return out
+    return dlrm_rank_dir(tmp_path_factory.mktemp("ranks8"), 8)
 
 
 def _reference(path: str, rules: Rules, **options) -> dict:

@@ -19,7 +19,7 @@ from trainscope.cli import main
 from trainscope.collectors import open_traces
 from trainscope.executor import MapOptions, map_ranks, rank_files, run_rank_set
 
-from tests.conftest import GLOO_DELAY_MS, KINETO
+from tests.conftest import GLOO_DELAY_MS, KINETO, dlrm_rank_dir
 
 DLRM = KINETO / "hta_dlrm_ws128_2ranks"
 
@@ -100,16 +100,7 @@ def test_clock_offset_is_recovered(dlrm):
 @pytest.fixture(scope="module")
 def many_ranks(tmp_path_factory):
     """64 rank files made from the two real DLRM ranks (even ranks from rank 0, odd from rank 1)."""
-    out = tmp_path_factory.mktemp("ranks64")
-    docs = []
-    for r in (0, 1):
-        with gzip.open(DLRM / f"rank{r}.json.gz") as f:
-            docs.append(json.load(f))
-    for i in range(64):
-        doc = dict(docs[i % 2])
-        doc["distributedInfo"] = dict(doc["distributedInfo"], rank=i, world_size=64)
-        (out / f"trace_{i:03d}.json").write_text(json.dumps(doc))
-    return out
+    return dlrm_rank_dir(tmp_path_factory.mktemp("ranks64"), 64)
 
 
 def _doc(capsys, *args) -> dict:
