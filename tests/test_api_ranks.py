@@ -8,7 +8,6 @@ on an eight-rank directory made from the real two-rank DLRM job. Lazily read tra
 against the traces read in one piece by the collectors."""
 from __future__ import annotations
 
-import gzip
 import json
 
 import numpy as np
