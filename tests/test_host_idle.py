@@ -91,3 +91,41 @@ def test_sglang_blocking_copy_is_sync():
 def test_no_host_frames_in_a_saturated_window():
     h = _h("tl_mi300x_vllm_gptoss_decode_fullgraph_bs32.json.gz")
     assert h.idle_ns < 0.01 * h.step_ns and h.primary is None or h.ms(h.primary) < 0.1
+
+
+def test_interval_helpers_match_a_brute_force_computation():
+    """The vectorized pieces of the host-idle attribution (pair enumeration, windowed slices, frames
+    grouped by window) against a direct loop on random sets."""
+    import numpy as np
+
+    from trainscope.analyzers import intervals as iv
+    from trainscope.analyzers.host_idle import _frames_by_window, _intersect, _overlaps, _within
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        b = iv.union(*(lambda s: (s, s + rng.integers(1, 40, len(s))))(np.sort(rng.integers(0, 1000, 30))))
+        a_s = rng.integers(0, 1000, 25)
+        a = (a_s, a_s + rng.integers(1, 80, 25))  # any set: overlapping, unsorted
+        s, e, ai, bi = _overlaps(a, b)
+        want = sorted((max(a[0][x], b[0][y]), min(a[1][x], b[1][y]), x, y) for x in range(len(a[0]))
+                      for y in range(len(b[0])) if min(a[1][x], b[1][y]) > max(a[0][x], b[0][y]))
+        assert sorted(zip(s.tolist(), e.tolist(), ai.tolist(), bi.tolist())) == want
+        lo, hi = sorted(rng.integers(0, 1100, 2).tolist())
+        w = _within(b, lo, hi)
+        c = iv.clip(b, lo, hi)
+        assert w[0].tolist() == c[0].tolist() and w[1].tolist() == c[1].tolist()
+        ad = iv.union(*a)  # as the attribution calls it: both sets sorted and disjoint
+        covered = np.zeros(1300, bool)
+        for x, y in zip(*ad):
+            covered[x:y] = True
+        inb = np.zeros(1300, bool)
+        for x, y in zip(*b):
+            inb[x:y] = True
+        assert iv.total(_intersect(ad, b)) == int((covered & inb).sum())
+        ws = np.sort(rng.choice(np.arange(0, 1000, 10), 8, replace=False))
+        we = ws + rng.integers(1, 10, 8)  # sorted, disjoint windows
+        fts = np.sort(rng.integers(0, 1000, 40))
+        fend = fts + rng.integers(1, 200, 40)
+        got = _frames_by_window(fts, fend, ws, we)
+        for k in range(len(ws)):
+            assert got[k].tolist() == np.flatnonzero((fend > ws[k]) & (fts < we[k])).tolist()
