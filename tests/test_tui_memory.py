@@ -214,3 +214,14 @@ def test_cli_opens_the_app_in_a_terminal_and_prints_otherwise(monkeypatch, capsy
                     reason="pytest-textual-snapshot (the test extra) is not installed")
 def test_memory_app_snapshot(snap_compare):
     assert snap_compare(app_for(TRAINSTEP), press=["down"], terminal_size=(100, 30))
+
+
+def test_the_report_gives_the_apps_peaks_from_the_snapshot_it_read():
+    """The memory command reads the snapshot once: the app's peaks come from the report's own
+    snapshot and equal those read afresh."""
+    from trainscope import api
+
+    report = api.memory(TRAINSTEP)
+    kept, fresh = report.peaks(), api.memory_peaks(TRAINSTEP)
+    assert [p.peak_bytes for p in kept] == [p.peak_bytes for p in fresh] == [22_827_925_508]
+    assert kept[0].allocations == fresh[0].allocations and kept[0].accounted

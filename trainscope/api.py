@@ -823,9 +823,19 @@ class MemoryReport:
     devices: list | None = field(default=None, repr=False)
     peak: Any = field(default=None, repr=False)
     findings: list = field(default_factory=list)
+    snapshot: Any = field(default=None, repr=False)  # traces.memory_snapshot.Snapshot, snapshots only
 
     def to_dict(self) -> dict:
         return self.document
+
+    def peaks(self) -> list:
+        """Per device of a snapshot: the peak view the memory app shows (see :func:`memory_peaks`),
+        from the snapshot this report already read; empty for a memory timeline."""
+        from trainscope.analyzers.memory_peak import memory_peak
+
+        if self.snapshot is None or not self.devices:
+            return []
+        return [memory_peak(self.snapshot, m) for m in self.devices]
 
     def to_text(self) -> str:
         from trainscope.reports.memory import render_memory_text
@@ -884,7 +894,7 @@ def memory(path: "str | os.PathLike", *, gpu: str | None = None, gpu_memory: str
             devices = snapshot_memory(snap, top=max(0, top), oom_slack_pct=rules.value("memory.oom_slack"))
             found = snapshot_findings(devices, dev.capacity_bytes if dev else None, rules)
             doc = build_memory_document(path, "cuda_snapshot", devices, None, found, capacity, snap.warnings)
-            return MemoryReport(path, "cuda_snapshot", doc, devices=devices, findings=found)
+            return MemoryReport(path, "cuda_snapshot", doc, devices=devices, findings=found, snapshot=snap)
         tl = load_memory_timeline(path)
         peak = timeline_peak(tl)
         kind = f"memory_timeline_{tl.layout}"

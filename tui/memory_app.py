@@ -336,7 +336,8 @@ class MemoryApp(BackgroundLoading, App[int]):
             if self.loader is not None:
                 report, peaks = self.loader(self._throttled_progress)
             else:
-                report, peaks = api.memory(self.path), api.memory_peaks(self.path)
+                report = api.memory(self.path)
+                peaks = report.peaks()
         except Exception as e:
             if isinstance(e, api.BadInput) or not self._leaving:
                 message, code = api.describe(e)

@@ -81,9 +81,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_app(path: str, report) -> int:
     """The memory app (tui/memory_app.py): the timeline, the peak and what was live at it."""
-    from trainscope import api
     from trainscope.tui.memory_app import MemoryApp
 
-    app = MemoryApp(path, report=report, loader=lambda progress: (report, api.memory_peaks(path)))
+    app = MemoryApp(path, report=report, loader=lambda progress: (report, report.peaks()))  # the snapshot read once
     code = app.run()
     return app.return_code if app.return_code is not None else (code or EXIT_OK)
