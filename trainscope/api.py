@@ -40,7 +40,7 @@ __all__ = [
     "analyze", "Report", "RankView", "run_deep", "check_deep_available", "model_ledger", "with_ledger", "rules_from",
     "whatif", "whatif_levers",
     # comparison, planning, memory, live
-    "diff", "gate", "DiffResult", "plan", "plan_config", "plan_ledger", "normalize_plan", "resolve_device", "PlanResult", "memory", "MemoryReport",
+    "diff", "gate", "DiffResult", "plan", "plan_config", "plan_ledger", "normalize_plan", "resolve_device", "PlanResult", "memory", "memory_peaks", "MemoryReport",
     "watch", "Watch", "LiveSample", "live_analyzer", "open_recording",
     # where users are
     "on_trace_ready",
