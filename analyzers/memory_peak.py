@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainscope.analyzers.snapshot_memory import DeviceSnapshotMemory, free_code_of, live_set, site_of
+from trainscope.analyzers.snapshot_memory import DeviceSnapshotMemory, free_code_of, live_set, posix_path, site_of
 from trainscope.traces.memory_snapshot import DeviceTrace, Snapshot
 
 # Where a live allocation's stack comes from.
@@ -118,7 +118,7 @@ class Frame:
     @property
     def short(self) -> str:
         """``path.py:123 (function)``: the file's name only, as the site is written."""
-        base = self.filename.rsplit("/", 1)[-1]
+        base = posix_path(self.filename).rsplit("/", 1)[-1]
         return f"{base}:{self.line} ({self.name})" if self.filename else self.name
 
 

@@ -128,21 +128,26 @@ _BACKWARD_NODE = re.compile(r"autograd::generated::(\w+)::apply")
 _ATEN_OP = re.compile(r"at::_ops::(\w+)::call")
 
 
+def posix_path(path: str) -> str:
+    """A frame's file path with Windows separators as ``/`` (snapshots recorded on Windows write
+    ``D:\\env\\Lib\\site-packages\\torch\\...``): the torch-internal filter and the file's name
+    then read the same on every platform."""
+    return path.replace("\\", "/")
+
+
 def site_of(frames: list) -> str:
     """The innermost frame in user Python code (skipping C++ frames and torch internals); for
     stacks with no Python frame (the autograd engine's backward threads), the backward node or
     ATen operator that allocated."""
     if not frames:
         return "no stack recorded (allocated before recording began)"
-    for f in frames or []:
-        if not isinstance(f, dict):
-            continue
-        fn = f.get("filename")
-        if isinstance(fn, str) and fn.endswith(".py") and not any(s in fn for s in _PY_SKIP):
+    py = [(posix_path(f["filename"]), f) for f in frames
+          if isinstance(f, dict) and isinstance(f.get("filename"), str) and f["filename"].endswith(".py")]
+    for fn, f in py:
+        if not any(s in fn for s in _PY_SKIP):
             return f"{fn.rsplit('/', 1)[-1]}:{f.get('line', '?')} ({f.get('name', '?')})"
-    for f in frames or []:
-        if isinstance(f, dict) and isinstance(f.get("filename"), str) and f["filename"].endswith(".py"):
-            return f"{f['filename'].rsplit('/', 1)[-1]}:{f.get('line', '?')} ({f.get('name', '?')})"
+    for fn, f in py:
+        return f"{fn.rsplit('/', 1)[-1]}:{f.get('line', '?')} ({f.get('name', '?')})"
     names = [f.get("name") for f in frames if isinstance(f, dict) and isinstance(f.get("name"), str)]
     for pattern, fmt in ((_BACKWARD_NODE, "{} (backward, no Python frame)"), (_ATEN_OP, "aten::{} (no Python frame)")):
         for nm in names:

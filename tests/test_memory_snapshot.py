@@ -222,3 +222,16 @@ def test_coalesced_memory_timeline(tmp_path):
         f.write_text(text)
         with pytest.raises(TraceError):
             load_memory_timeline(str(f))
+
+
+def test_sites_of_a_snapshot_recorded_on_windows_read_as_on_linux():
+    """Frames written with Windows separators: the torch-internal filter still skips torch's own
+    frames and the site is the file's name, as for a Linux path."""
+    from trainscope.analyzers.snapshot_memory import site_of
+
+    def frames(sep):
+        return [{"filename": sep.join(["D:", "env", "Lib", "site-packages", "torch", "nn", "modules", "module.py"]),
+                 "line": 1775, "name": "_call_impl"},
+                {"filename": sep.join(["D:", "work", "model.py"]), "line": 532, "name": "silu"}]
+
+    assert site_of(frames("\\")) == site_of(frames("/")) == "model.py:532 (silu)"
