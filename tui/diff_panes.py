@@ -19,8 +19,8 @@ from textual.widgets import DataTable, Static
 from trainscope.analyzers.diff import GateResult, RecommendationOutcome, RunDiff, Run, ShareChange
 from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.reports.document import AXIS_NAMES, HEADLINES
-from trainscope.tui.sorting import SortedColumns
 from trainscope.tui.palette import AXIS_CLASS, GPU_STYLE
+from trainscope.tui.sorting import SortedColumns
 from trainscope.tui.timeline import short_name
 
 AXIS_CSS = """

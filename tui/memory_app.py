@@ -18,9 +18,9 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Header, Input, Static
 
 from trainscope.analyzers.memory_peak import MemoryPeak, PeakAllocation
-from trainscope.tui.sorting import SortedColumns
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
 from trainscope.tui.keys import bind, binding_rows, common_bindings, palette_commands
+from trainscope.tui.sorting import SortedColumns
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 BAR = "#3d7fd9"

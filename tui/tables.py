@@ -13,9 +13,9 @@ from textual.widgets import DataTable, Input, Static
 from trainscope.analyzers.breakdown import CATEGORIES
 from trainscope.analyzers.kernels import KernelStat, KernelSummary
 from trainscope.analyzers.roofline import Roofline, RooflineRow
-from trainscope.tui.sorting import SortedColumns
 from trainscope.tui.keys import bind
 from trainscope.tui.roofline_plot import RooflinePlot
+from trainscope.tui.sorting import SortedColumns
 from trainscope.tui.timeline import short_name
 
 STEP_COLUMNS = {"compute": "comp", "communication": "comm", "copy": "copy", "memset": "mset",
