@@ -456,6 +456,23 @@ def test_duration_ends_a_launched_job_with_sigint_first():
     assert time.monotonic() - t0 < 60
 
 
+def test_duration_stops_the_job_with_sigint_when_watch_itself_ignores_sigint():
+    """A watcher started with SIGINT ignored (a background command of a non-interactive shell:
+    ``nohup … &``, as the suite itself may run) launches the job with a working SIGINT: --duration
+    stops it through its own handler, not by SIGTERM 10 s later. Found when the whole suite ran in
+    the background and the test above failed with 143."""
+    import signal
+
+    p = subprocess.run([sys.executable, "-m", "trainscope", "watch", "--headless", "--duration", "6", "--",
+                        sys.executable, "-c",
+                        "import signal, time\nassert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+                        "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)"],
+                       capture_output=True, text=True, timeout=120,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert p.returncode == 7, p.stderr
+    assert "sending SIGTERM" not in p.stderr
+
+
 def test_20mb_gzip_bomb_is_refused_in_one_line_under_1gb_rss(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from fuzz import run_cli

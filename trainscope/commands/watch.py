@@ -86,6 +86,21 @@ class _Stop(Exception):
 GRACE_S = 10.0  # how long a launched job gets after each signal before the next, harder one
 
 
+def _launch(cmd: list[str], env: dict, stdout) -> subprocess.Popen:
+    """Start the job with a working SIGINT, as a shell starts a foreground command. A watcher that
+    was itself started with SIGINT ignored (a background command of a non-interactive shell, nohup
+    under ``&``, some CI runners) would otherwise pass the ignore on through exec: the job could not
+    be stopped gracefully and ``--duration`` would end it with SIGTERM. exec resets a *caught*
+    signal to its default, so SIGINT is caught here for the moment of the launch."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        return subprocess.Popen(cmd, env=env, stdout=stdout)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return subprocess.Popen(cmd, env=env, stdout=stdout)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _stop_job(child: subprocess.Popen | None, sig: int, why: str | None = None) -> None:
     """Ask a launched job to stop as Ctrl-C or kill would (``sig``), then escalate: SIGTERM, then
     SIGKILL, each after GRACE_S. With ``why``, each step is said on stderr."""
@@ -264,7 +279,7 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
         target = " ".join(cmd)
         env = w.job_environment(run_dir) if not args.no_step_hook else dict(os.environ)
         try:
-            child = subprocess.Popen(cmd, env=env, stdout=sys.stderr if args.format == "json" else None)
+            child = _launch(cmd, env, stdout=sys.stderr if args.format == "json" else None)
         except OSError as e:
             return fail(f"cannot start {cmd[0]}: {e.strerror or e}")
         w.follow(child.pid, done=lambda: child.poll() is not None)
