@@ -15,7 +15,6 @@ import argparse
 import collections
 import os
 import random
-import resource
 import shutil
 import subprocess
 import sys
@@ -32,42 +31,70 @@ from tests.fuzzing import ALLOWED, SEEDS, classify, commands_for, make_mutant  #
 GB = 1 << 30
 
 
-def _limit(as_bytes: int):
-    def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (as_bytes, as_bytes))
+# The child's peak RSS must be its own. ``ru_maxrss`` of a child forked (or vforked) from this
+# process and then exec'd counts the parent's pages it shared before exec: a pytest process holding
+# 1.2 GiB made ``trainscope --version`` "use" 1,234 MiB. So the command is started by a tiny
+# launcher (a fresh interpreter of ~10 MiB): the launcher forks and execs the command, reaps it
+# with wait4 and reports the grandchild's ru_maxrss, which then counts only the launcher's few
+# pages before exec and the command's own after. The launcher also applies the address-space
+# limit and the timeout, so a hung command is killed and still measured.
+_LAUNCHER = r"""
+import os, resource, sys, time
+limit, timeout, report = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+argv = sys.argv[4:]
+pid = os.fork()
+if pid == 0:
+    try:
+        if limit:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         os.nice(5)
-    return apply
+        os.execv(argv[0], argv)
+    finally:
+        os._exit(127)
+t0 = time.monotonic()
+hung = False
+while True:
+    got, status, usage = os.wait4(pid, os.WNOHANG)
+    if got:
+        break
+    if time.monotonic() - t0 > timeout:
+        os.kill(pid, 9)
+        got, status, usage = os.wait4(pid, 0)
+        hung = True
+        break
+    time.sleep(0.01)
+with open(report, "w") as f:
+    f.write(f"{'hang' if hung else os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}\n")
+"""
 
 
-def run_cli(argv: list[str], as_limit: int, timeout: float, cwd: str) -> tuple[int | None, str, str, int, float]:
-    """(exit code or None on timeout, stdout, stderr, peak RSS in bytes, seconds)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRAINSCOPE_DEBUG"}
-    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+def run_measured(cmd: list[str], as_limit: int, timeout: float, cwd: str,
+                 env: dict[str, str] | None = None) -> tuple[int | None, str, str, int, float]:
+    """Run ``cmd`` (an argv whose first item is an executable path) under an address-space limit
+    (0: none): (exit code or None on timeout, stdout, stderr, the command's own peak RSS in bytes,
+    seconds)."""
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe, \
+            tempfile.NamedTemporaryFile("r", suffix=".rss") as rep:
         t0 = time.monotonic()
-        p = subprocess.Popen([sys.executable, "-m", "trainscope", *argv], stdout=fo, stderr=fe, stdin=subprocess.DEVNULL,
-                             cwd=cwd, env=env, preexec_fn=_limit(as_limit))
-        rc: int | None = None
-        rss = 0
-        while True:
-            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
-            if pid:
-                rc = os.waitstatus_to_exitcode(status)
-                rss = usage.ru_maxrss * 1024
-                p.returncode = rc
-                break
-            if time.monotonic() - t0 > timeout:
-                p.kill()
-                _, status, usage = os.wait4(p.pid, 0)
-                p.returncode = -9
-                rss = usage.ru_maxrss * 1024
-                break
-            time.sleep(0.02)
+        subprocess.run([sys.executable, "-I", "-S", "-c", _LAUNCHER, str(as_limit), str(timeout), rep.name, *cmd],
+                       stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, cwd=cwd, env=env, check=False,
+                       timeout=timeout + 60)
         dt = time.monotonic() - t0
+        status, maxrss = (rep.read().split() + ["launcher-failed", "0"])[:2]
         fo.seek(0)
         fe.seek(0)
         out = fo.read().decode("utf-8", "replace")
         err = fe.read().decode("utf-8", "replace")
-    return rc, out, err, rss, dt
+    if status == "launcher-failed":
+        raise RuntimeError(f"the measuring launcher failed: {err[-500:]}")
+    rc = None if status == "hang" else int(status)
+    return rc, out, err, int(maxrss) * 1024, dt
+
+
+def run_cli(argv: list[str], as_limit: int, timeout: float, cwd: str) -> tuple[int | None, str, str, int, float]:
+    """``trainscope ARGV`` measured by :func:`run_measured`."""
+    env = {k: v for k, v in os.environ.items() if k != "TRAINSCOPE_DEBUG"}
+    return run_measured([sys.executable, "-m", "trainscope", *argv], as_limit, timeout, cwd, env)
 
 
 def gzip_bomb(path: str, compressed_mb: int = 20) -> None:
