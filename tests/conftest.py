@@ -69,3 +69,8 @@ def gloo_dir(tmp_path_factory):
     for f in sorted((DATA / "gloo").glob("rank*.pt.trace.json.gz")):
         shutil.copy(f, out / f.name)
     return out
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite tests/golden/ from the current output (say why in the commit)")
