@@ -9,7 +9,7 @@ class TraceError(Exception):
     """
 
     def __init__(self, path: str, problem: str) -> None:
-        from trainscope.reports.safe_text import visible
+        from trainscope.traces.safe_text import visible
 
         # One line, whatever the file name or the library's message holds (newlines, escapes).
         path, problem = visible(str(path)), visible(str(problem))

@@ -144,7 +144,7 @@ def write_perfetto(path: str, trace: Trace, analysis: Analysis, doc: dict, model
     """Write the export atomically (OSError when the path cannot be written)."""
     import json
 
-    from trainscope.common import write_atomic
+    from trainscope.reports.output import write_atomic
 
     if model is None:
         from trainscope.analyzers.kernels import kernel_classes

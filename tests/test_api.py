@@ -267,3 +267,14 @@ def test_watch_follows_a_live_process_until_it_exits():
     assert samples[-1].status.state in ("warming_up", "ready") and live.summary() is not None
     with pytest.raises(ts.BadInput, match="no process"):
         ts.watch(pid=2**22 + 12345)
+
+
+def test_importing_the_api_loads_no_heavy_module():
+    """`import trainscope.api` stays cheap (issue: under 0.2 s): the package resolves its names on
+    first use, so importing it pulls in neither numpy, nor Textual, nor any analyzer or reader."""
+    code = ("import sys, trainscope.api as ts; heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('numpy', 'textual', 'msgspec', 'psutil') or m.startswith(('trainscope.analyzers', "
+            "'trainscope.collectors', 'trainscope.reports', 'trainscope.api.'))); print(heavy); "
+            "ts.BadInput; print(sorted(m for m in sys.modules if m.startswith('trainscope.api.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out == ["[]", "['trainscope.api.errors']"]

@@ -19,7 +19,7 @@ from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.stragglers import stragglers_from
 from trainscope.cli import main
 from trainscope.collectors import open_traces
-from trainscope.executor import MapOptions, run_rank_set
+from trainscope.api.executor import MapOptions, run_rank_set
 from trainscope.reports.deep import alignment_dict, stragglers_dict
 from trainscope.reports.document import build_document
 
@@ -47,7 +47,7 @@ def _reference(path: str, rules: Rules, **options) -> dict:
         stragglers["alignment"] = alignment_dict(alignment)
         analyses = with_aligned_imbalance(rs.summaries, alignment, rules)
     stragglers["ranks_view"] = ranks_view(rs.summaries, alignment)
-    from trainscope.common import to_json
+    from trainscope.reports.output import to_json
 
     return json.loads(to_json(build_document(path, analyses, rules, rs.warnings, stragglers=stragglers)))
 
@@ -151,7 +151,7 @@ def test_app_session_on_a_rank_directory_maps_and_reads_lazily():
 def test_the_app_on_a_rank_directory_gets_the_commands_flags(monkeypatch, tmp_path, capsys):
     """`trainscope analyze DIR --jobs 1` at a terminal: the app's session comes from the same api
     call as the printed report (the map's flags reach it) and its document is that report."""
-    import trainscope.executor as executor
+    import trainscope.api.executor as executor
     from trainscope.tui import app as app_mod
 
     jobs_seen = []

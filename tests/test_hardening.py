@@ -275,7 +275,7 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path, command):
 # --- output: atomic only over regular files ---------------------------------------------------------
 
 def test_write_atomic_keeps_mode_and_writes_through_a_symlink(tmp_path):
-    from trainscope.common import write_atomic
+    from trainscope.reports.output import write_atomic
 
     real = tmp_path / "real.md"
     real.write_text("old")
@@ -289,7 +289,7 @@ def test_write_atomic_keeps_mode_and_writes_through_a_symlink(tmp_path):
 
 
 def test_write_atomic_refuses_a_directory_before_writing_anything(tmp_path):
-    from trainscope.common import write_atomic
+    from trainscope.reports.output import write_atomic
 
     target = tmp_path / "out"
     target.mkdir()
@@ -334,7 +334,7 @@ def test_escape_sequences_in_a_name_never_reach_the_terminal(tmp_path, fmt):
 
 
 def test_sanitizer_shows_every_control_character():
-    from trainscope.reports.safe_text import json_safe, markup_safe, visible
+    from trainscope.traces.safe_text import json_safe, markup_safe, visible
 
     assert visible(EVIL) == ("evil\\x1b[2J\\x1b]0;pwned\\x07\\rforged\\nline\\x9b31m"
                              "[link=http://evil]x[/link][reverse]r")

@@ -43,7 +43,7 @@ VIEW_CLASSES = {
     ("timeline", "TimelineModel"): "the timeline's view model that api.RankView builds from a rank's trace; "
                                    "the app only queries it (lanes in a window, instances, evidence)",
 }
-FORBIDDEN_PACKAGES = ("trainscope.collectors", "trainscope.executor")
+FORBIDDEN_PACKAGES = ("trainscope.collectors", "trainscope.api.executor")
 
 
 def _imports(path: Path) -> list[tuple[int, str, tuple[str, ...]]]:
@@ -77,7 +77,8 @@ def _violations(path: Path) -> list[str]:
     bad = []
     for line, module, names in _imports(path):
         where = f"{path.name}:{line}"
-        if module.startswith(FORBIDDEN_PACKAGES) or (module == "trainscope" and {"collectors", "executor"} & set(names)):
+        if module.startswith(FORBIDDEN_PACKAGES) or (module == "trainscope" and "collectors" in names) \
+                or (module == "trainscope.api" and "executor" in names):
             bad.append(f"{where}: {module} {names or ''} (reads inputs or maps ranks: call trainscope.api)")
             continue
         if module == "trainscope.analyzers" or (module == "trainscope" and "analyzers" in names):
@@ -118,9 +119,8 @@ def test_allowed_names_are_types_or_constants(sub, name):
 @pytest.mark.parametrize("path", ANALYZERS, ids=_rel)
 def test_analyzers_import_no_collector_and_no_front_end(path):
     bad = [f"{_rel(path)}:{line}: {module}" for line, module, names in _imports(path)
-           if module.startswith(("trainscope.collectors", "trainscope.commands", "trainscope.tui", "trainscope.api",
-                                 "trainscope.executor"))
-           or (module == "trainscope" and {"collectors", "commands", "tui", "api", "executor"} & set(names))]
+           if module.startswith(("trainscope.collectors", "trainscope.commands", "trainscope.tui", "trainscope.api"))
+           or (module == "trainscope" and {"collectors", "commands", "tui", "api"} & set(names))]
     assert not bad, "\n".join(bad)
 
 
@@ -130,7 +130,7 @@ def test_a_forbidden_import_is_caught(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text("from typing import TYPE_CHECKING\n"
                      "from trainscope.analyzers.kernels import KernelSummary\n"
-                     "if TYPE_CHECKING:\n    from trainscope.executor import map_ranks\n"
+                     "if TYPE_CHECKING:\n    from trainscope.api.executor import map_ranks\n"
                      "def f():\n    from trainscope.collectors import open_traces\n"
                      "    from trainscope.analyzers.kernels import kernel_summary, KernelSummary\n"
                      "    import trainscope.analyzers.whatif\n"
@@ -138,3 +138,60 @@ def test_a_forbidden_import_is_caught(tmp_path):
     bad = _violations(probe)
     assert [b.split(":")[1] for b in bad] == ["4", "6", "7", "8", "9"]
     assert "kernel_summary" in bad[2] and "KernelSummary" not in bad[2]
+
+
+# --- no layer imports upward ------------------------------------------------------------------------
+# The layers from the bottom: the model, then readers and analyzers (side by side, never each other),
+# then renderers, then the application layer, then the front ends. A module may import its own layer
+# and any layer below; the test fails on the first import that points up.
+LAYERS = {
+    "trainscope.traces": 0,
+    "trainscope.collectors": 1, "trainscope.analyzers": 1,
+    "trainscope.reports": 2,
+    "trainscope.api": 3,
+    "trainscope.tui": 4, "trainscope.commands": 4, "trainscope.common": 4, "trainscope.cli": 4,
+    "trainscope.integrations": 4, "trainscope.modelspec": 4,
+}
+PACKAGE_DIRS = {"traces": "trainscope.traces", "collectors": "trainscope.collectors",
+                "analyzers": "trainscope.analyzers", "reports": "trainscope.reports", "tui": "trainscope.tui",
+                "trainscope/api": "trainscope.api", "trainscope/commands": "trainscope.commands"}
+# Known exceptions, each with its reason.
+UPWARD_ALLOWED = {
+    # modelspec parses `--model`/`plan` specs into the analyzers' PlanConfig: it sits beside the CLI but
+    # the api calls it for analyze(model=…) and plan(); it imports only analyzers.
+    ("trainscope.api", "trainscope.modelspec"),
+}
+
+
+def _layer(module: str) -> tuple[str, int] | None:
+    for name, level in sorted(LAYERS.items(), key=lambda kv: -len(kv[0])):
+        if module == name or module.startswith(name + "."):
+            return name, level
+    return None
+
+
+def _modules_by_layer() -> list[tuple[Path, str]]:
+    out = []
+    for d, pkg in PACKAGE_DIRS.items():
+        out += [(p, pkg) for p in sorted((ROOT / d).rglob("*.py"))]
+    return out
+
+
+@pytest.mark.parametrize("path,pkg", _modules_by_layer(), ids=lambda v: _rel(v) if isinstance(v, Path) else "")
+def test_no_layer_imports_upward(path, pkg):
+    own = _layer(pkg)
+    bad = []
+    for line, module, names in _imports(path):
+        targets = [module] if module != "trainscope" else [f"trainscope.{n}" for n in names]
+        for target in targets:
+            to = _layer(target)
+            if to is None or own is None or to[1] <= own[1] or (own[0], to[0]) in UPWARD_ALLOWED:
+                continue
+            bad.append(f"{_rel(path)}:{line}: {own[0]} (layer {own[1]}) imports {target} (layer {to[1]})")
+    # collectors and analyzers share a layer but never import each other
+    for line, module, _ in _imports(path):
+        if own and own[0] == "trainscope.analyzers" and module.startswith("trainscope.collectors"):
+            bad.append(f"{_rel(path)}:{line}: an analyzer imports a collector")
+        if own and own[0] == "trainscope.collectors" and module.startswith("trainscope.analyzers"):
+            bad.append(f"{_rel(path)}:{line}: a collector imports an analyzer")
+    assert not bad, "\n".join(bad)

@@ -1,16 +1,15 @@
-"""What every command shares: exit codes, the progress line, argument types, atomic writes."""
+"""What every command shares: the progress line, argument types, the one-line failure and the
+document's output (atomic writes and JSON live in :mod:`trainscope.reports.output`, errors and
+exit codes in :mod:`trainscope.api.errors`)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import stat
 import sys
-import tempfile
-import zlib
 import time
 
-from trainscope.api import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK  # noqa: F401 (the codes live with the errors)
+from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK  # noqa: F401 (the codes live with the errors)
+from trainscope.reports.output import to_json, write_atomic
 
 
 class Progress:
@@ -65,75 +64,6 @@ def positive_float(text: str) -> float:
     return v
 
 
-def to_json(doc: dict) -> str:
-    """The document as JSON: non-finite numbers written as null, lone surrogates as escapes
-    (see reports/safe_text.py)."""
-    return _dumps(doc, indent=2) + "\n"
-
-
-def _dumps(obj, **kw) -> str:
-    from trainscope.reports.safe_text import json_safe
-
-    try:  # the common case, at the encoder's speed; the walk only when a value needs it
-        text = json.dumps(obj, ensure_ascii=False, allow_nan=False, **kw)
-        text.encode("utf-8")
-        return text
-    except (ValueError, UnicodeEncodeError):
-        return json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False, **kw)
-
-
-def to_json_line(obj: dict) -> str:
-    """One JSON line (watch's JSON lines), with the same rules as :func:`to_json`."""
-    return _dumps(obj)
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write a report so an interrupt never leaves half of one, and nothing else is harmed.
-
-    - a regular file (or a new path): written to a private temporary file beside it, then renamed
-      over it; an existing file keeps its mode (and owner, where allowed);
-    - a symbolic link: the same, applied to the file it points to (the link stays a link);
-    - a device, FIFO or socket (``/dev/stdout``, ``/dev/null``, ``>(cmd)``): written in place, as
-      ``tee`` would. Renaming over it would replace a device node with a regular file, and
-      refusing would break ``--json /dev/stdout``;
-    - a directory: refused (IsADirectoryError) before anything is written.
-    """
-    target = os.path.realpath(path)
-    try:
-        st = os.stat(target)
-    except FileNotFoundError:
-        st = None
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(21, "Is a directory", path)
-    data = text.encode("utf-8", errors="backslashreplace")
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        with open(target, "wb") as f:
-            f.write(data)
-        return
-    folder, base = os.path.split(target)
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=folder or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        if st is not None:
-            os.chmod(tmp, stat.S_IMODE(st.st_mode))
-            try:
-                os.chown(tmp, st.st_uid, st.st_gid)
-            except OSError:
-                pass
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def add_input_limit_args(p: argparse.ArgumentParser) -> None:
     """``--max-decompressed``: the one flag for the decompression cap (collectors/readers.py)."""
     p.add_argument("--max-decompressed", metavar="SIZE", type=_size_arg,
@@ -157,37 +87,9 @@ def apply_input_limits(args) -> None:
     set_max_decompressed(getattr(args, "max_decompressed", None))
 
 
-# What reading an input may raise that is the input's fault, not ours: every command maps these
-# through input_problem() to one line and exit 2.
-INPUT_ERRORS: tuple[type[BaseException], ...] = (OSError, RecursionError, MemoryError, EOFError, zlib.error)
-
-
-def input_errors() -> tuple[type[BaseException], ...]:
-    from trainscope.collectors.errors import TraceError
-
-    return (TraceError, *INPUT_ERRORS)
-
-
-def input_problem(e: BaseException, path: str) -> str:
-    """The one line (after ``trainscope: ``) for an exception from reading ``path``."""
-    from trainscope.collectors.errors import TraceError
-
-    if isinstance(e, TraceError):
-        return str(e)
-    if isinstance(e, OSError):
-        return f"{path}: cannot read: {e.strerror or e}"
-    if isinstance(e, RecursionError):
-        return f"{path}: nested too deeply to read"
-    if isinstance(e, MemoryError):
-        return f"{path}: too large to read in the memory available"
-    if isinstance(e, (EOFError, zlib.error)):
-        return f"{path}: damaged compressed data ({e})"
-    return f"{path}: {type(e).__name__}: {e}"
-
-
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
     """Print one line on stderr and return the exit code."""
-    from trainscope.reports.safe_text import visible
+    from trainscope.traces.safe_text import visible
 
     sys.stderr.write(f"trainscope: {visible(message)}\n")
     return code
@@ -198,7 +100,7 @@ def emit_document(doc: dict, args, render_text, render_markdown, render_report=N
     ``render_report(path)`` gives for an .html or .json path) and ``--json`` atomically, then print
     ``--format`` (text by default) on stdout. Text and Markdown show every trace-derived name made
     visible (control and escape bytes spelled out); HTML escapes its own."""
-    from trainscope.reports.safe_text import safe_strings
+    from trainscope.traces.safe_text import safe_strings
 
     shown = safe_strings(doc)  # every trace-derived name made visible for terminals and Markdown
 
@@ -227,7 +129,7 @@ def emit_document(doc: dict, args, render_text, render_markdown, render_report=N
 
 def fail_on(exc: BaseException) -> int:
     """Print the one line :func:`trainscope.api.describe` gives for ``exc``; return its exit code."""
-    from trainscope.api import describe
+    from trainscope.api.errors import describe
 
     message, code = describe(exc)
     return fail(message, code)
@@ -240,7 +142,7 @@ def one_line_errors(run):
 
     @functools.wraps(run)
     def wrapper(args) -> int:
-        from trainscope.api import TrainscopeError
+        from trainscope.api.errors import TrainscopeError
 
         try:
             return run(args)

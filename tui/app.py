@@ -122,7 +122,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
                     message = "out of memory while reading the trace"
                 elif not isinstance(e, api.TrainscopeError) and code == 1:
                     message = f"internal error: {type(e).__name__}: {e} (please report it)"
-                from trainscope.reports.safe_text import visible
+                from trainscope.traces.safe_text import visible
 
                 self._post(self.exit, code, code, f"trainscope: {visible(message)}")
             return
@@ -274,9 +274,9 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         self.notify(f"{what} written to {path}", timeout=6)
 
     def _write_report(self, path: str) -> None:
-        from trainscope.common import write_atomic
+        from trainscope.reports.output import write_atomic
         from trainscope.reports.markdown import render_markdown
-        from trainscope.reports.safe_text import safe_strings
+        from trainscope.traces.safe_text import safe_strings
 
         s = self.session
         try:

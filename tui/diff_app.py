@@ -229,9 +229,9 @@ class DiffApp(BackgroundLoading, App[int]):
         self._write_report(self.report_path or report_name(self.before_path, self.after_path))
 
     def _write_report(self, path: str) -> None:
-        from trainscope.common import write_atomic
+        from trainscope.reports.output import write_atomic
         from trainscope.reports.diff_markdown import render_diff_markdown
-        from trainscope.reports.safe_text import safe_strings
+        from trainscope.traces.safe_text import safe_strings
 
         try:
             write_atomic(path, render_diff_markdown(safe_strings(self.document())))

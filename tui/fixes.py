@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.syntax import Syntax
 from rich.text import Text
 
-from trainscope.reports.safe_text import visible
+from trainscope.traces.safe_text import visible
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message

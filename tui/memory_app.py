@@ -402,7 +402,7 @@ class MemoryApp(BackgroundLoading, App[int]):
         ask_path(self, f"{stem}.trainscope-memory.md", "Markdown memory report", self._write)
 
     def _write(self, path: str) -> None:
-        from trainscope.common import write_atomic
+        from trainscope.reports.output import write_atomic
 
         try:
             write_atomic(path, self.report.to_markdown())

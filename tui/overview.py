@@ -6,7 +6,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from trainscope.reports.document import counters_only, headline
-from trainscope.reports.safe_text import visible
+from trainscope.traces.safe_text import visible
 from trainscope.tui.chrome import gib
 from trainscope.tui.palette import AXIS_CLASS
 

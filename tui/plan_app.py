@@ -356,7 +356,7 @@ class PlanApp(App[int]):
         yield from super().get_system_commands(screen)
 
     def action_export(self) -> None:
-        from trainscope.common import write_atomic
+        from trainscope.reports.output import write_atomic
         from trainscope.reports.plan import render_plan_markdown
 
         path = self.export_path

@@ -15,7 +15,7 @@ from textual.widgets import Input, Static
 import math
 
 from trainscope.analyzers.timeline import GPU_LABELS, HOST_LABELS, Item, Lane, Match, Overlap, TimelineModel
-from trainscope.reports.safe_text import visible
+from trainscope.traces.safe_text import visible
 from trainscope.tui.palette import GPU_STYLE, HOST_STYLE, STREAM_STYLE
 
 GUTTER = 9  # "s21 NCCL " / "s7 comp  " / "T main   "

@@ -6,7 +6,8 @@ import os
 import sys
 
 from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, add_input_limit_args, apply_input_limits,
-                               emit_document, one_line_errors, positive_float, threshold_arg, to_json, write_atomic)
+                               emit_document, one_line_errors, positive_float, threshold_arg)
+from trainscope.reports.output import to_json, write_atomic
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,5 +1,5 @@
 """``trainscope analyze DIR`` (or a glob): the flags of the per-rank map. The map and the reduce run in
-:func:`trainscope.api.analyze` (through :mod:`trainscope.executor`); ``commands/analyze.py`` calls it."""
+:func:`trainscope.api.analyze` (through :mod:`trainscope.api.executor`); ``commands/analyze.py`` calls it."""
 from __future__ import annotations
 
 import argparse

@@ -6,7 +6,8 @@ import sys
 from typing import Callable
 
 from trainscope.common import (EXIT_BAD_INPUT, Progress, add_input_limit_args, apply_input_limits, emit_document,
-                               one_line_errors, threshold_arg, to_json, write_atomic)
+                               one_line_errors, threshold_arg)
+from trainscope.reports.output import to_json, write_atomic
 
 # A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
 # tell "this change made training slower" from "the diff could not run" (trainscope.api.Regression).

@@ -11,7 +11,8 @@ import argparse
 import sys
 
 from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, add_input_limit_args, apply_input_limits,
-                               one_line_errors, threshold_arg, to_json, write_atomic)
+                               one_line_errors, threshold_arg)
+from trainscope.reports.output import to_json, write_atomic
 
 
 def register(sub: argparse._SubParsersAction) -> None:

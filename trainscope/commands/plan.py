@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, one_line_errors, to_json, write_atomic
+from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, one_line_errors
+from trainscope.reports.output import to_json, write_atomic
 
 from trainscope.modelspec import (MODEL_FIELDS, _gpu_keys, config_from, count_arg,  # noqa: F401 (re-exported)
                                   parse_model_spec, resolve_gpu)

@@ -10,7 +10,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, one_line_errors, threshold_arg, to_json_line, write_atomic
+from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, one_line_errors, threshold_arg
+from trainscope.reports.output import to_json_line, write_atomic
 
 MIN_INTERVAL = 0.25
 
@@ -183,7 +184,7 @@ def _output_problem(path: str) -> str | None:
 def _printer(args) -> Callable[[Any], None]:
     """Headless output: one line per :class:`trainscope.api.LiveSample`."""
     from trainscope.reports.live import status_line, status_line_dict
-    from trainscope.reports.safe_text import visible
+    from trainscope.traces.safe_text import visible
 
     seen: set[str] = set()
 
@@ -205,7 +206,7 @@ def _printer(args) -> Callable[[Any], None]:
 def _finish(args, w, info: dict[str, Any]) -> int:
     """The end of a watch: the recording closed, ``--report`` written, the summary printed."""
     from trainscope.reports.live import summary_dict, summary_markdown, summary_text
-    from trainscope.reports.safe_text import visible_lines
+    from trainscope.traces.safe_text import visible_lines
 
     st = w.finish(info.get("exit_code"))
     info = {**info, "notes": list(dict.fromkeys(info.get("notes", []) + w.notes))}

@@ -1,0 +1,77 @@
+"""Writing what trainscope produces: documents as JSON (non-finite numbers as null, lone surrogates
+escaped) and files written atomically, for every front end (the CLI, the apps, the api)."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+
+
+def to_json(doc: dict) -> str:
+    """The document as JSON: non-finite numbers written as null, lone surrogates as escapes
+    (see traces/safe_text.py)."""
+    return _dumps(doc, indent=2) + "\n"
+
+
+def _dumps(obj, **kw) -> str:
+    from trainscope.traces.safe_text import json_safe
+
+    try:  # the common case, at the encoder's speed; the walk only when a value needs it
+        text = json.dumps(obj, ensure_ascii=False, allow_nan=False, **kw)
+        text.encode("utf-8")
+        return text
+    except (ValueError, UnicodeEncodeError):
+        return json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False, **kw)
+
+
+def to_json_line(obj: dict) -> str:
+    """One JSON line (watch's JSON lines), with the same rules as :func:`to_json`."""
+    return _dumps(obj)
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write a report so an interrupt never leaves half of one, and nothing else is harmed.
+
+    - a regular file (or a new path): written to a private temporary file beside it, then renamed
+      over it; an existing file keeps its mode (and owner, where allowed);
+    - a symbolic link: the same, applied to the file it points to (the link stays a link);
+    - a device, FIFO or socket (``/dev/stdout``, ``/dev/null``, ``>(cmd)``): written in place, as
+      ``tee`` would. Renaming over it would replace a device node with a regular file, and
+      refusing would break ``--json /dev/stdout``;
+    - a directory: refused (IsADirectoryError) before anything is written.
+    """
+    target = os.path.realpath(path)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(21, "Is a directory", path)
+    data = text.encode("utf-8", errors="backslashreplace")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        with open(target, "wb") as f:
+            f.write(data)
+        return
+    folder, base = os.path.split(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=folder or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        if st is not None:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+            try:
+                os.chown(tmp, st.st_uid, st.st_gid)
+            except OSError:
+                pass
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

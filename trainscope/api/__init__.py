@@ -1,0 +1,69 @@
+"""trainscope from Python: the one application layer every front end (the CLI, the terminal apps,
+``watch``, notebooks, training scripts) goes through.
+
+    >>> import trainscope.api as ts
+    >>> r = ts.analyze("run.pt.trace.json.gz")
+    >>> r.verdict.axis, r.verdict.confidence
+    ('data', 0.9)
+    >>> print(r.to_text())
+
+Every function reads and analyzes with the same pipeline as ``trainscope analyze`` (open the
+traces → one analysis per rank → stragglers → optional HTA deep analysis → the report document)
+and raises one exception family, :class:`TrainscopeError`; :func:`describe` maps any exception to
+the one-line message and exit code the command line prints (the only place that mapping lives).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Every public name and the module of the package that defines it: the one place the package's
+# surface is declared. Modules load on first use, so `import trainscope.api` stays cheap.
+_WHERE = {
+    # analysis
+    "analyze": "analysis", "run_deep": "analysis", "check_deep_available": "analysis", "model_ledger": "analysis",
+    "whatif": "analysis", "whatif_levers": "analysis",
+    "Report": "report", "RankView": "report", "with_ledger": "report",
+    "rules_from": "rules",
+    # comparison, planning, memory, live
+    "diff": "comparison", "gate": "comparison", "DiffResult": "comparison",
+    "plan": "planning", "plan_config": "planning", "plan_ledger": "planning", "normalize_plan": "planning",
+    "resolve_device": "planning", "PlanResult": "planning",
+    "memory": "memory_report", "memory_peaks": "memory_report", "MemoryReport": "memory_report",
+    "watch": "live", "Watch": "live", "LiveSample": "live", "live_analyzer": "live", "open_recording": "live",
+    # where users are
+    "on_trace_ready": "hooks",
+    # errors and exit codes
+    "TrainscopeError": "errors", "BadInput": "errors", "DeepUnavailable": "errors", "Regression": "errors",
+    "describe": "errors", "EXIT_OK": "errors", "EXIT_INTERNAL": "errors", "EXIT_BAD_INPUT": "errors",
+    "EXIT_REGRESSION": "errors", "EXIT_INTERRUPTED": "errors",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainscope.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"trainscope.api.{module}"), name)
+    globals()[name] = value  # once: later lookups do not come back here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
+
+if TYPE_CHECKING:  # for type checkers and editors: the same names, statically
+    from trainscope.api.analysis import analyze, check_deep_available, model_ledger, run_deep, whatif, whatif_levers  # noqa: F401
+    from trainscope.api.comparison import DiffResult, diff, gate  # noqa: F401
+    from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK  # noqa: F401
+    from trainscope.api.errors import EXIT_REGRESSION, BadInput, DeepUnavailable, Regression  # noqa: F401
+    from trainscope.api.errors import TrainscopeError, describe  # noqa: F401
+    from trainscope.api.hooks import on_trace_ready  # noqa: F401
+    from trainscope.api.memory_report import MemoryReport, memory, memory_peaks  # noqa: F401
+    from trainscope.api.planning import PlanResult, normalize_plan, plan, plan_config, plan_ledger, resolve_device  # noqa: F401
+    from trainscope.api.report import RankView, Report, with_ledger  # noqa: F401
+    from trainscope.api.rules import rules_from  # noqa: F401
+    from trainscope.api.live import LiveSample, Watch, live_analyzer, open_recording, watch  # noqa: F401

@@ -1,0 +1,184 @@
+"""``analyze``: open the traces → one analysis per rank (mapped by :mod:`trainscope.api.executor` for
+rank directories) → the reduce over ranks (stragglers, alignment) → optional HTA deep analysis → a
+:class:`~trainscope.api.report.Report`; and the what-if projections the apps ask of an analysis."""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Mapping
+
+from trainscope.api.errors import BadInput, DeepUnavailable, Progress, bad_input, silent
+from trainscope.api.report import Report
+from trainscope.api.rules import resolve_rules
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.analysis import Analysis
+    from trainscope.analyzers.rules import Rules
+    from trainscope.traces.model import Trace, TraceSet
+
+
+def whatif_levers(analysis: "Analysis") -> dict:
+    """Every recommendation of an analysis that has a projection, by id: the time its fix removes
+    (``analyzers.whatif.Lever``)."""
+    from trainscope.analyzers.whatif import levers
+
+    return levers(analysis)
+
+
+def whatif(analysis: "Analysis", chosen: "list[str] | tuple[str, ...]"):
+    """The projected mean step time with the fixes ``chosen`` (recommendation ids) all applied
+    (``analyzers.whatif.Projection``; upper bounds, as the report's)."""
+    from trainscope.analyzers.whatif import project
+
+    return project(analysis, chosen)
+
+
+def open_input(path: str, progress: Progress | None) -> "TraceSet":
+    from trainscope.collectors import open_traces
+
+    with bad_input(path):
+        return open_traces(path, progress or silent)
+
+
+def check_deep_available() -> dict[str, str]:
+    """HTA's and pandas' versions; raises :class:`DeepUnavailable` with the install line when missing."""
+    from trainscope.analyzers.deep import HTAUnavailable, hta_versions
+
+    try:
+        return hta_versions()
+    except HTAUnavailable as e:
+        raise DeepUnavailable(str(e)) from None
+
+
+def run_deep(report: Report, step: str | None = None, progress: Progress | None = None) -> dict:
+    """Holistic Trace Analysis on the report's main rank (critical path of one step, launch
+    statistics); sets and returns ``report.deep``. Needs the ``hta`` extra."""
+    from trainscope.analyzers.deep import HTAUnavailable, deep_analysis
+    from trainscope.reports.deep import deep_dict
+
+    try:
+        report.deep = deep_dict(deep_analysis(report.main_trace, report.main, report.rules, step, progress))
+    except HTAUnavailable as e:
+        raise DeepUnavailable(str(e)) from None
+    return report.deep
+
+
+def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_range: str | None = None,
+            rules: "Rules | None" = None, thresholds: Mapping[str, float] | None = None,
+            peak_tflops: float | None = None, peak_bandwidth: float | None = None, deep: bool = False, deep_step: str | None = None,
+            model: "str | Any | None" = None, progress: Progress | None = None,
+            source: str | None = None, jobs: int | None = None, dask: "str | Any | None" = None) -> Report:
+    """Diagnose a recorded run: a Kineto trace (.json/.json.gz), a directory (or glob) of per-rank
+    traces, an Nsight Systems export (.sqlite; .nsys-rep with nsys on PATH), a ``watch`` recording,
+    or an already-read :class:`~trainscope.traces.model.TraceSet` / ``Trace``.
+
+    ``step_range`` names the annotation range that marks a step; ``thresholds`` overrides
+    diagnostic thresholds by name (``{"data_wait.high": 25}``) or ``rules`` gives a whole
+    :class:`~trainscope.analyzers.rules.Rules`; ``peak_tflops`` and ``peak_bandwidth`` (GB/s) override the device table for MFU and the roofline;
+    ``deep`` adds Holistic Trace Analysis (``deep_step``: which step); ``model`` (a spec such as
+    ``"params=25.6M,optimizer=momentum,precision=fp32"`` or a ``PlanConfig``) adds the planned
+    memory ledger beside the measured peak. ``progress(stage, fraction)`` is called while reading.
+
+    A directory or glob of rank traces is mapped rank by rank (:mod:`trainscope.api.executor`): in
+    ``jobs`` worker processes (default: the cores this process may use; 1: serially), or on the
+    Dask cluster whose scheduler is at ``dask`` (an address or a ``distributed.Client``). Only
+    per-rank summaries come back; a rank's trace is read again when the report needs it
+    (:meth:`Report.trace`: HTML, ``deep``, the app's timeline).
+    Raises :class:`BadInput` (and :class:`DeepUnavailable`)."""
+    from trainscope.analyzers.analysis import analyze_set, slowest
+    from trainscope.traces.model import Trace, TraceSet
+
+    rules = resolve_rules(rules, thresholds)
+    if deep_step is not None and not deep:
+        raise BadInput("--deep-step needs --deep")
+    if jobs is not None and jobs < 1:
+        raise BadInput(f"jobs must be at least 1, got {jobs}")
+    if deep:
+        check_deep_available()  # before the slow part
+    planned = model_ledger(model) if model is not None else None
+    summaries = None
+    if isinstance(path_or_traces, Trace):
+        traces = TraceSet([path_or_traces])
+        source = source or path_or_traces.source
+    elif isinstance(path_or_traces, TraceSet):
+        traces = path_or_traces
+        source = source or (traces.traces[0].source if traces.traces else "traces")
+    else:
+        from trainscope.api.executor import is_rank_set
+
+        path = os.fspath(path_or_traces)
+        source = source or path
+        if is_rank_set(path):
+            summaries, warnings = _map_ranks(path, rules, peak_tflops, peak_bandwidth, step_range, jobs, dask,
+                                             progress)
+            traces = TraceSet(path, [], warnings)
+        else:
+            traces = open_input(path, progress)
+    if summaries is not None:
+        analyses = [s.analysis for s in summaries]
+    else:
+        if progress:
+            progress("analyzing", None)
+        with bad_input(source):
+            analyses = analyze_set(traces, rules, peak_tflops, step_range, peak_bandwidth)
+    main = analyses.index(slowest(analyses)) if len(analyses) > 1 else 0
+    report = Report(source, rules, traces, analyses, main, ledger=planned, summaries=summaries)
+    if len(analyses) > 1:
+        _reduce_ranks(report)
+    if deep:
+        run_deep(report, deep_step, progress)
+    return report
+
+
+def _map_ranks(path: str, rules: "Rules", peak_tflops: float | None, peak_bandwidth: float | None,
+               step_range: str | None, jobs: int | None, dask: Any, progress: Progress | None):
+    """The map: every rank file of ``path`` summarized by :mod:`trainscope.api.executor` → (summaries
+    in rank order, one warning per file that could not be read)."""
+    # What a worker runs, imported before the pool forks: a child forked while another thread (the
+    # app's UI) held the import lock would wait on it forever.
+    import trainscope.analyzers.analysis  # noqa: F401
+    import trainscope.analyzers.ranks  # noqa: F401
+    import trainscope.collectors.inputs  # noqa: F401
+    from trainscope.api.executor import MapOptions, run_rank_set
+
+    options = MapOptions(peak_tflops=peak_tflops, step_range=step_range, peak_bandwidth=peak_bandwidth, rules=rules)
+    tick = (lambda done, n: progress(f"ranks {done}/{n}", done / n)) if progress else None
+    try:
+        rs = run_rank_set(path, options, jobs=jobs, dask=dask, progress=tick)
+    except (ValueError, RuntimeError) as e:  # no trace files, a bad --step-range, no Dask, a dead worker
+        raise BadInput(f"{path}: {e}") from None
+    return rs.summaries, rs.warnings
+
+
+def _reduce_ranks(report: Report) -> None:
+    """The reduce over several ranks: stragglers by step offset, the ranks aligned on the ends of
+    their shared collectives, and the many-rank view (sets ``report.stragglers``)."""
+    from trainscope.analyzers.ranks import align_ranks, ranks_view, summarize, with_aligned_imbalance
+    from trainscope.analyzers.stragglers import stragglers_from
+    from trainscope.reports.deep import alignment_dict, stragglers_dict
+
+    rules, analyses = report.rules, report.ranks
+    summaries = report.summaries
+    if summaries is None:
+        summaries = [summarize(t, a) for t, a in zip(report.traces.traces, analyses)]
+    report.straggler_analysis = stragglers_from([s.host_collectives for s in summaries], analyses, rules)
+    report.stragglers = stragglers_dict(report.straggler_analysis)
+    alignment = align_ranks(summaries, rules)
+    if alignment is not None:
+        report.stragglers["alignment"] = alignment_dict(alignment)
+        # Each rank re-judged with the wait the alignment measured inside its collectives: the
+        # imbalance sink (and the ranks/imbalance finding) is that measured wait, not an estimate.
+        report.ranks[:] = with_aligned_imbalance(summaries, alignment, rules)
+    report.stragglers["ranks_view"] = ranks_view(summaries, alignment)
+
+
+def model_ledger(model):
+    """The planned memory ledger for ``analyze(model=…)``: a spec string or a ``PlanConfig``."""
+    from trainscope.analyzers.ledger import PlanConfig, ledger
+    from trainscope.modelspec import parse_model_spec
+
+    try:
+        return ledger(model if isinstance(model, PlanConfig) else parse_model_spec(str(model)))
+    except ValueError as e:
+        msg = str(e)
+        raise BadInput(msg if msg.startswith("--model") else f"--model: {msg}") from None
+

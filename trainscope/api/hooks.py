@@ -1,0 +1,55 @@
+"""Where users already are: a ``torch.profiler`` ``on_trace_ready`` handler that writes the trace as
+TensorBoard's handler does and prints trainscope's verdict line."""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from trainscope.api.analysis import analyze
+from trainscope.api.errors import describe
+
+if TYPE_CHECKING:
+    from trainscope.api.report import Report
+
+
+def on_trace_ready(dir_name: "str | os.PathLike", *, print_verdict: bool = True, worker_name: str | None = None,
+                   use_gzip: bool = False, analyze_kwargs: Mapping[str, Any] | None = None,
+                   printer: Callable[[str], None] | None = None, callback: Callable[[Report], None] | None = None):
+    """A ``torch.profiler.profile(on_trace_ready=…)`` handler: writes each cycle's trace into
+    ``dir_name`` exactly as ``torch.profiler.tensorboard_trace_handler`` does (TensorBoard and
+    ``trainscope analyze DIR`` both read it), then analyzes it and prints the verdict line.
+    ``callback(report)`` gets each cycle's :class:`Report`; the handler's ``.reports`` keeps them.
+    Analysis errors never stop training: they print one line instead."""
+    import sys
+
+    from torch.profiler import tensorboard_trace_handler
+
+    dir_name = os.fspath(dir_name)
+    write = tensorboard_trace_handler(dir_name, worker_name=worker_name, use_gzip=use_gzip)
+    out = printer or (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def handler(prof) -> None:
+        before = set(os.listdir(dir_name)) if os.path.isdir(dir_name) else set()
+        write(prof)
+        new = sorted((f for f in os.listdir(dir_name) if f not in before and ".pt.trace.json" in f),
+                     key=lambda f: os.path.getmtime(os.path.join(dir_name, f)))
+        if not new:
+            return
+        path = os.path.join(dir_name, new[-1])
+        handler.paths.append(path)
+        try:
+            report = analyze(path, **dict(analyze_kwargs or {}))
+        except Exception as e:  # noqa: BLE001 (the training loop must go on)
+            message, _ = describe(e)
+            out(f"trainscope: {message}")
+            return
+        handler.reports.append(report)
+        if print_verdict:
+            out(report.verdict_line())
+        if callback is not None:
+            callback(report)
+
+    handler.reports = []  # type: ignore[attr-defined]
+    handler.paths = []  # type: ignore[attr-defined]
+    return handler
+

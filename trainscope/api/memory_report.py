@@ -1,0 +1,118 @@
+"""``memory``: peak, fragmentation and what was live, from a CUDA memory snapshot or a memory timeline."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+from trainscope.api.errors import BadInput, Progress, bad_input, silent
+from trainscope.api.planning import resolve_device
+from trainscope.api.report import shown
+from trainscope.api.rules import resolve_rules
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.rules import Rules
+
+
+@dataclass
+class MemoryReport:
+    """Peak, fragmentation and what was live, from a CUDA memory snapshot or a memory timeline.
+    ``devices`` (snapshots): per-device ``DeviceSnapshotMemory``; ``peak`` (timelines)."""
+
+    path: str
+    kind: str  # "cuda_snapshot" | "memory_timeline_raw" | "memory_timeline_coalesced"
+    document: dict = field(repr=False)
+    devices: list | None = field(default=None, repr=False)
+    peak: Any = field(default=None, repr=False)
+    findings: list = field(default_factory=list)
+    snapshot: Any = field(default=None, repr=False)  # traces.memory_snapshot.Snapshot, snapshots only
+
+    def to_dict(self) -> dict:
+        return self.document
+
+    def peaks(self) -> list:
+        """Per device of a snapshot: the peak view the memory app shows (see :func:`memory_peaks`),
+        from the snapshot this report already read; empty for a memory timeline."""
+        from trainscope.analyzers.memory_peak import memory_peak
+
+        if self.snapshot is None or not self.devices:
+            return []
+        return [memory_peak(self.snapshot, m) for m in self.devices]
+
+    def to_text(self) -> str:
+        from trainscope.reports.memory import render_memory_text
+
+        return render_memory_text(shown(self.document))
+
+    def to_markdown(self) -> str:
+        from trainscope.reports.memory import render_memory_markdown
+
+        return render_memory_markdown(shown(self.document))
+
+    def _repr_markdown_(self) -> str:
+        return self.to_markdown()
+
+
+def memory(path: "str | os.PathLike", *, gpu: str | None = None, gpu_memory: str | None = None, top: int = 10,
+           rules: "Rules | None" = None, thresholds: Mapping[str, float] | None = None,
+           progress: Progress | None = None) -> MemoryReport:
+    """Read a CUDA memory snapshot (restricted unpickler: plain data only) or a memory timeline
+    and report peak allocated versus reserved memory, what was live at the peak, and capacity
+    findings against ``gpu`` / ``gpu_memory``. Raises :class:`BadInput`."""
+    import gzip
+
+    from trainscope.analyzers.snapshot_memory import snapshot_findings, snapshot_memory
+    from trainscope.analyzers.timeline_memory import timeline_peak
+    from trainscope.collectors.errors import TraceError
+    from trainscope.collectors.memory_timeline import load_memory_timeline
+    from trainscope.collectors.readers import sniff
+    from trainscope.collectors.snapshot import is_pickle, load_snapshot
+    from trainscope.reports.memory import build_memory_document
+
+    rules = resolve_rules(rules, thresholds)
+    progress = progress or silent
+    dev = None
+    if gpu or gpu_memory:
+        try:
+            dev = resolve_device(gpu, gpu_memory)
+        except BadInput as e:
+            raise BadInput(f"memory: {str(e).removeprefix('plan: ')}") from None
+    capacity = {"name": dev.name, "capacity_bytes": dev.capacity_bytes, "source": dev.source} if dev else None
+    path = os.fspath(path)
+    with bad_input(path):
+        if not os.path.isfile(path):
+            raise TraceError(path, "no such file" if not os.path.exists(path) else "not a file")
+        head = sniff(path)
+        if head[:2] == b"\x1f\x8b":  # a gzipped snapshot is still a pickle
+            try:
+                with gzip.open(path, "rb") as f:
+                    head = f.read(16)
+            except (OSError, EOFError):
+                pass
+        progress("reading", None)
+        if is_pickle(head):
+            snap = load_snapshot(path)
+            progress("analyzing", None)
+            devices = snapshot_memory(snap, top=max(0, top), oom_slack_pct=rules.value("memory.oom_slack"))
+            found = snapshot_findings(devices, dev.capacity_bytes if dev else None, rules)
+            doc = build_memory_document(path, "cuda_snapshot", devices, None, found, capacity, snap.warnings)
+            return MemoryReport(path, "cuda_snapshot", doc, devices=devices, findings=found, snapshot=snap)
+        tl = load_memory_timeline(path)
+        peak = timeline_peak(tl)
+        kind = f"memory_timeline_{tl.layout}"
+        return MemoryReport(path, kind, build_memory_document(path, kind, None, peak, [], capacity, []), peak=peak)
+
+
+def memory_peaks(path: "str | os.PathLike") -> list:
+    """Per device of a CUDA memory snapshot: allocated bytes over the recorded events, the peak and
+    every allocation live at it with its full stack (:class:`~trainscope.analyzers.memory_peak.MemoryPeak`,
+    what ``trainscope memory``'s app shows). Raises :class:`BadInput`."""
+    from trainscope.analyzers.memory_peak import memory_peak
+    from trainscope.analyzers.snapshot_memory import snapshot_memory
+    from trainscope.collectors.snapshot import load_snapshot
+
+    path = os.fspath(path)
+    with bad_input(path):
+        snap = load_snapshot(path)
+        return [memory_peak(snap, m) for m in snapshot_memory(snap, top=0)]
+

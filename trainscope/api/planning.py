@@ -1,0 +1,125 @@
+"""``plan``: will a model and training setup fit a GPU, and the cheapest changes that make it fit."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from trainscope.api.errors import BadInput, bad_input
+from trainscope.api.report import shown
+
+
+@dataclass
+class PlanResult:
+    """The training-memory ledger of a model and setup against a device, with the cheapest changes
+    that make it fit (``options``)."""
+
+    ledger: Any  # analyzers.ledger.Ledger
+    device: Any  # analyzers.memory_devices.GpuMemory
+    fit: Any  # analyzers.ledger.Fit
+    options: list = field(default_factory=list)  # analyzers.ledger.FitOption
+    threshold_pct: float = 90.0
+    config: Any = None  # analyzers.ledger.PlanConfig as given
+
+    @property
+    def fits(self) -> bool:
+        return bool(self.fit.fits)
+
+    def to_dict(self) -> dict:
+        from trainscope.reports.plan import build_plan_document
+
+        return build_plan_document(self.ledger, self.device, self.fit, self.options)
+
+    def to_text(self) -> str:
+        from trainscope.reports.plan import render_plan_text
+
+        return render_plan_text(shown(self.to_dict()))
+
+    def to_markdown(self) -> str:
+        from trainscope.reports.plan import render_plan_markdown
+
+        return render_plan_markdown(shown(self.to_dict()))
+
+    def _repr_markdown_(self) -> str:
+        return self.to_markdown()
+
+
+def plan_config(model: "str | Mapping[str, Any] | Any" = None, **fields: Any):
+    """A ``PlanConfig`` from a spec string (``"params=1.5B,optimizer=adam"``), a mapping or keyword
+    fields (``params=1.5e9, optimizer="adam"``). Raises :class:`BadInput`."""
+    from trainscope.analyzers.ledger import PlanConfig
+    from trainscope.modelspec import config_from, parse_model_spec
+
+    with bad_input(what="plan"):
+        if isinstance(model, PlanConfig) and not fields:
+            return model
+        if isinstance(model, str):
+            if fields:
+                raise ValueError("give a spec string or keyword fields, not both")
+            return parse_model_spec(model)
+        values = dict(model or {}, **fields)
+        no_dropout = bool(values.pop("no_dropout", False))
+        try:
+            return config_from(values, no_dropout)
+        except TypeError as e:
+            raise ValueError(str(e)) from None
+
+
+def normalize_plan(config):
+    """A ``PlanConfig`` with canonical keys; :class:`BadInput` (a ``ValueError``) with the user-facing
+    message for anything inconsistent (an unknown optimizer, a checkpoint interval the model cannot take)."""
+    from trainscope.analyzers.ledger import normalize
+
+    try:
+        return normalize(config)
+    except BadInput:
+        raise
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
+def plan_ledger(config):
+    """The memory ledger (``analyzers.ledger.Ledger``) of one ``PlanConfig``: what ``plan`` computes
+    before fitting it to a device. Raises :class:`BadInput` (a ``ValueError``) as :func:`normalize_plan`."""
+    from trainscope.analyzers.ledger import ledger
+
+    try:
+        return ledger(config)
+    except BadInput:
+        raise
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
+def resolve_device(gpu: str | None = None, gpu_memory: str | None = None):
+    """A device by key (``h100-80``; see ``trainscope plan --help``) or by size (``24GiB``)."""
+    from trainscope.modelspec import resolve_gpu
+
+    with bad_input(what="plan"):
+        return resolve_gpu(gpu, gpu_memory)
+
+
+def plan(model: "str | Mapping[str, Any] | Any" = None, *, gpu: str | None = "h100-80",
+         gpu_memory: str | None = None, device: Any = None, options: int = 6, threshold_pct: float | None = None,
+         **fields: Any) -> PlanResult:
+    """Will this training setup fit the GPU? ``plan(params="1.5B", optimizer="adam", precision="fp32",
+    gpu="v100-32")`` or ``plan("params=1.5B,optimizer=adam")``. ``device`` (a ``GpuMemory``) instead
+    of ``gpu``/``gpu_memory``; ``threshold_pct``: the share of device memory that counts as full
+    (default: the ``memory.capacity`` threshold). Raises :class:`BadInput`."""
+    from trainscope.analyzers.ledger import fit, fit_options, ledger
+    from trainscope.analyzers.rules import Rules
+    from trainscope.modelspec import MODEL_FIELDS
+
+    types = {dest: typ for _, dest, typ, _ in MODEL_FIELDS}
+    with bad_input(what="plan"):
+        conv = {}
+        for k, v in fields.items():  # "1.5B" and friends, as the flags take them
+            conv[k] = types[k](v) if isinstance(v, str) and k in types and types[k] is not str else v
+    cfg = plan_config(model, **conv)
+    dev = device if device is not None else resolve_device(gpu, gpu_memory)
+    with bad_input(what="plan"):
+        lg = ledger(cfg)
+    threshold = Rules().value("memory.capacity") if threshold_pct is None else threshold_pct
+    f = fit(lg, dev.name, dev.capacity_bytes, threshold)
+    opts = fit_options(lg.config, dev.name, dev.capacity_bytes, threshold, limit=max(0, options)) if options else []
+    return PlanResult(lg, dev, f, opts, threshold, cfg)
+

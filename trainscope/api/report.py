@@ -1,0 +1,293 @@
+"""One analyzed run as users and the apps see it: :class:`Report` (the main rank typed, every rank's
+analysis, the renderings of the one document) and :class:`RankView` (one rank's view models)."""
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trainscope.api.errors import bad_input
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.analysis import Analysis
+    from trainscope.analyzers.breakdown import Breakdown, StepBreakdown
+    from trainscope.analyzers.kernels import KernelSummary
+    from trainscope.analyzers.memory import DeviceMemory
+    from trainscope.analyzers.rules import Rules
+    from trainscope.analyzers.verdict import Finding, Verdict
+    from trainscope.traces.model import Trace, TraceSet
+
+
+def shown(doc: dict) -> dict:
+    """The document with every trace-derived name made visible (control and escape bytes, lone
+    surrogates spelled out): what text and Markdown renderings print."""
+    from trainscope.traces.safe_text import safe_strings
+
+    return safe_strings(doc)
+
+
+@dataclass
+class Report:
+    """One analyzed run: a trace file, or a directory of per-rank traces.
+
+    The typed parts are those of the *main* rank (the slowest one, which sets the pace of
+    synchronous training): ``verdict``, ``findings``, ``breakdown``, ``kernels``, ``steps``,
+    ``memory``, ``recommendations``. ``ranks`` holds every rank's analysis; ``stragglers`` and
+    ``deep`` are the report's sections for rank directories and ``deep=True``.
+    ``to_dict()`` is the versioned JSON document (``trainscope analyze --format json``).
+    ``trace(i)`` is rank ``i``'s trace — for a rank directory mapped in worker processes, read again
+    on first use (the parent keeps only ``summaries``) — and ``rank_view(i)`` its view models."""
+
+    source: str
+    rules: "Rules" = field(repr=False)
+    traces: "TraceSet" = field(repr=False)
+    ranks: "list[Analysis]" = field(repr=False)
+    main_index: int = 0
+    stragglers: dict | None = field(default=None, repr=False)
+    deep: dict | None = field(default=None, repr=False)
+    ledger: Any = field(default=None, repr=False)  # analyzers.ledger.Ledger, with model=…
+    straggler_analysis: Any = field(default=None, repr=False)  # analyzers.stragglers result, several ranks
+    # A rank directory mapped by the executor: each rank's summary; ``traces`` then holds no trace
+    # (only the read warnings) and :meth:`trace` reads a rank's file again when first asked.
+    summaries: "list | None" = field(default=None, repr=False)
+    _loaded: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _views: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)  # reading traces
+    _views_lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+
+    # the main rank, typed
+    @property
+    def main(self) -> "Analysis":
+        return self.ranks[self.main_index]
+
+    @property
+    def verdict(self) -> "Verdict":
+        return self.main.verdict
+
+    @property
+    def findings(self) -> "list[Finding]":
+        return self.main.findings
+
+    @property
+    def breakdown(self) -> "Breakdown":
+        return self.main.breakdown
+
+    @property
+    def steps(self) -> "list[StepBreakdown]":
+        return self.main.breakdown.steps
+
+    @property
+    def kernels(self) -> "KernelSummary":
+        return self.main.kernels
+
+    @property
+    def memory(self) -> "list[DeviceMemory]":
+        return self.main.memory
+
+    @property
+    def recommendations(self) -> list:
+        return self.main.recommendations
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.traces.warnings) + list(self.main.warnings)
+
+    @property
+    def main_trace(self) -> "Trace":
+        return self.trace(self.main_index)
+
+    def trace(self, index: int) -> "Trace":
+        """Rank ``index``'s trace: the one read for the analysis, or — for a rank directory mapped in
+        worker processes, which keep only summaries — that rank's file read again in this process,
+        once, on first use. Raises :class:`BadInput` when the file cannot be read any more."""
+        if len(self.traces.traces) == len(self.ranks):
+            return self.traces.traces[index]
+        with self._lock:
+            if index not in self._loaded:
+                self._loaded[index] = _read_rank(self.ranks[index])
+            return self._loaded[index]
+
+    def latest_arrivals(self) -> list:
+        """Per rank (in ``ranks`` order), the collective it reached furthest behind the first rank
+        (:class:`trainscope.analyzers.late_collectives.LateCollective`, absolute ns on the rank's
+        own clock), None for a rank with nothing matched; computed once. The app's jump from a
+        rank to its late collective."""
+        with self._views_lock:
+            late = self._views.get("latest_arrivals")
+        if late is None:
+            from trainscope.analyzers.late_collectives import latest_arrivals
+            from trainscope.analyzers.ranks import rank_collectives
+
+            if self.summaries is not None:  # the map already extracted them: no trace is read again
+                colls = [s.collectives for s in self.summaries]
+            else:
+                colls = [rank_collectives(self.trace(i)) for i in range(len(self.ranks))]
+            late = latest_arrivals(colls, self.rules)
+            with self._views_lock:
+                self._views["latest_arrivals"] = late
+        return late
+
+    def rank_view(self, index: int | None = None) -> "RankView":
+        """The view models of one rank (default: the main rank) for the terminal app: its document,
+        timeline, full kernel table and memory curves, each built once when first asked."""
+        index = self.main_index if index is None else index
+        with self._views_lock:  # not the reading lock: the UI thread asks while a worker reads a trace
+            if index not in self._views:
+                self._views[index] = RankView(self, index)
+            return self._views[index]
+
+    # renderings: all read the one document, so they cannot disagree
+    def to_dict(self) -> dict:
+        from trainscope.reports.document import build_document
+
+        doc = build_document(self.source, self.ranks, self.rules, self.traces.warnings, deep=self.deep,
+                             stragglers=self.stragglers)
+        return with_ledger(doc, self.ledger)
+
+    def to_json(self) -> str:
+        from trainscope.reports.output import to_json
+
+        return to_json(self.to_dict())
+
+    def to_text(self, color: bool = False) -> str:
+        from trainscope.reports.text import render_text
+
+        return render_text(shown(self.to_dict()), color=color)
+
+    def to_markdown(self) -> str:
+        from trainscope.reports.markdown import render_markdown
+
+        return render_markdown(shown(self.to_dict()))
+
+    def to_html(self) -> str:
+        """A self-contained HTML page: verdict, evidence, fixes, step breakdown chart, the median
+        step's timeline and the kernel table (inline SVG, no scripts, no external files)."""
+        from trainscope.reports.html import render_html
+
+        return render_html(self.to_dict(), self.main_trace, self.main)
+
+    def save(self, path: str) -> str:
+        """Write the report; the format follows the suffix (.html/.htm, .json, else Markdown)."""
+        from trainscope.reports.output import write_atomic
+
+        write_atomic(path, self.render_for(path))
+        return path
+
+    def render_for(self, path: str) -> str:
+        low = path.lower()
+        if low.endswith((".html", ".htm")):
+            return self.to_html()
+        if low.endswith(".json"):
+            return self.to_json()
+        return self.to_markdown()
+
+    def verdict_line(self) -> str:
+        """One line: the headline, confidence and the step time (what ``on_trace_ready`` prints)."""
+        from trainscope.reports.document import headline
+
+        doc = self.to_dict()
+        v = doc["verdict"]
+        p50 = doc["breakdown"]["step_time_ms"]["p50"]
+        conf = f" (confidence {v['confidence']:.2f})" if v["axis"] not in ("insufficient_evidence",) else ""
+        steps = f" · step p50 {p50:g} ms" if p50 else ""
+        return f"trainscope: {headline(doc)}{conf}{steps} — {os.path.basename(self.source.rstrip('/'))}"
+
+    # Jupyter
+    def _repr_markdown_(self) -> str:
+        return self.to_markdown()
+
+    def _repr_html_(self) -> str:
+        from trainscope.reports.html import render_html_cell
+
+        return render_html_cell(self.to_dict(), self.main_trace, self.main)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+
+def _read_rank(a: "Analysis") -> "Trace":
+    """One rank's trace read again from its file (the rank a file holds, when it holds several)."""
+    from trainscope.collectors.inputs import open_any
+
+    with bad_input(a.source):
+        loaded = open_any(a.source)
+    trace = next((t for t in loaded if t.rank == a.rank), loaded[0])
+    trace.rank = a.rank
+    return trace
+
+
+class RankView:
+    """One rank as the terminal app shows it: the analysis, its document, and the expensive view
+    models (timeline, every kernel in the steps, memory curves), each built once when first asked.
+    The trace is read on first use (a rank of a directory mapped in worker processes)."""
+
+    def __init__(self, report: Report, index: int) -> None:
+        self.report, self.index = report, index
+        self.analysis: "Analysis" = report.ranks[index]
+        self.rules: "Rules" = report.rules
+
+    @property
+    def trace(self) -> "Trace":
+        return self.report.trace(self.index)
+
+    @functools.cached_property
+    def doc(self) -> dict:
+        from trainscope.reports.document import analysis_dict
+
+        doc = analysis_dict(self.analysis, self.rules)
+        doc["input"] = {"path": self.analysis.source, "format": self.analysis.source_format, "traces": 1}
+        return doc
+
+    @functools.cached_property
+    def classes(self):
+        from trainscope.analyzers.kernels import kernel_classes
+
+        return kernel_classes(self.trace)
+
+    @functools.cached_property
+    def timeline(self):
+        """The :class:`~trainscope.analyzers.timeline.TimelineModel` of this rank (lanes, steps, matches)."""
+        from trainscope.analyzers.timeline import TimelineModel
+
+        a = self.analysis
+        return TimelineModel(self.trace, a.segmentation, a.device, self.classes[0])
+
+    @functools.cached_property
+    def all_kernels(self) -> "KernelSummary":
+        """Every kernel name inside the steps (the analysis keeps only the top ones)."""
+        from trainscope.analyzers import intervals as iv
+        from trainscope.analyzers.kernels import kernel_summary
+
+        seg = self.analysis.segmentation
+        mask = iv.contains((seg.starts, seg.ends), self.trace.kernels.ts)
+        return kernel_summary(self.trace, mask, self.analysis.device, top_n=1 << 30, classes=self.classes)
+
+    @functools.cached_property
+    def memory(self) -> list:
+        """Allocated memory over time per device (``MemoryCurve``), from the trace's memory events."""
+        from trainscope.analyzers.memory_usage import memory_curves
+
+        return memory_curves(self.trace)
+
+    @property
+    def label(self) -> str:
+        a = self.analysis
+        name = os.path.basename(a.source) if a.source else "trace"
+        return f"rank {a.rank}" if a.rank is not None else name
+
+
+def with_ledger(doc: dict, ledger) -> dict:
+    """The analysis document with the planned memory ledger (``model_ledger``) beside the measured
+    peak of the main device; the document unchanged without a ledger."""
+    if ledger is None:
+        return doc
+    from trainscope.reports.plan import ledger_vs_measured
+
+    mem = next((m for m in doc["memory"] if m["device"] == doc["device"]["id"]),
+               doc["memory"][0] if doc["memory"] else None)
+    doc["ledger"] = ledger_vs_measured(ledger, mem["peak_allocated_bytes"] if mem else None,
+                                       mem["capacity_bytes"] if mem else None, mem["basis"] if mem else None)
+    return doc
+
