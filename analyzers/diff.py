@@ -647,11 +647,21 @@ def check_gate(diff: RunDiff, metric: str, threshold: float, alpha: float = 0.05
     return gate_on(metric, gate_side(diff.before, metric), gate_side(diff.after, metric), threshold, alpha)
 
 
+# Comparability checks that do not confound the gate: the rank test compares every step of each run,
+# so unequal numbers of steps are two samples of different sizes, not a different measurement.
+GATE_TOLERATES = ("steps",)
+
+
+def gate_blockers(checks: list[ComparabilityCheck]) -> list[ComparabilityCheck]:
+    """The failed comparability checks that keep the gate from judging (all but GATE_TOLERATES)."""
+    return [c for c in checks if c.status == "differ" and c.check not in GATE_TOLERATES]
+
+
 def refuse_gate(metric: str, threshold: float, checks: list[ComparabilityCheck]) -> GateResult:
     """The gate not run on runs that are not comparable: a regression there would measure more than
     the change under test. Exit 2 with the reason (``--gate-anyway`` gates regardless)."""
     m = GATE_METRICS[metric]
-    differ = [c for c in checks if c.status == "differ"]
+    differ = gate_blockers(checks)
     why = "; ".join(f"{c.check} {c.before} → {c.after}" for c in differ)
     reason = (f"gate not run: the runs are not comparable ({why}), so a change of {m.label} would measure more than "
               "the change under test; compare like with like, or pass --gate-anyway to gate regardless")

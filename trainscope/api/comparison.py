@@ -144,10 +144,11 @@ def gate(result: "DiffResult | RunDiff | SummaryDiff", metric: str = "step_p50",
     """Check (or re-check) the gate on an existing comparison: a regression when ``metric`` got worse
     by more than ``fail_if_slower`` (relative % for times and memory, percentage points for shares)
     *and* AFTER's steps are worse than BEFORE's by a one-sided Mann–Whitney test at level ``alpha``
-    (default: the ``gate.alpha`` threshold, 0.05). Runs that are not comparable are not gated — the
-    result's gate is refused, exit 2 — unless ``gate_anyway``. Raises :class:`BadInput` when the
+    (default: the ``gate.alpha`` threshold, 0.05). Runs that are not comparable (another GPU, other
+    ranks, batch shapes or step method; unequal step counts do not matter to the rank test) are not
+    gated — the result's gate is refused, exit 2 — unless ``gate_anyway``. Raises :class:`BadInput` when the
     metric cannot be measured (or tested) in one of the runs."""
-    from trainscope.analyzers.diff import GateUnavailable, check_gate, refuse_gate
+    from trainscope.analyzers.diff import GateUnavailable, check_gate, gate_blockers, refuse_gate
     from trainscope.analyzers.history import SummaryDiff, summary_gate
 
     _check_metric(metric)
@@ -157,7 +158,7 @@ def gate(result: "DiffResult | RunDiff | SummaryDiff", metric: str = "step_p50",
     alpha = rules.value("gate.alpha") if alpha is None else float(alpha)
     if not 0 < alpha < 1:
         raise BadInput(f"gate.alpha must be between 0 and 1, got {alpha:g}")
-    if not d.comparable and not gate_anyway:
+    if gate_blockers(d.comparability) and not gate_anyway:
         g = refuse_gate(metric, fail_if_slower, d.comparability)
     else:
         try:

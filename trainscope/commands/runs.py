@@ -33,15 +33,36 @@ def add_save_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tag", metavar="TAG", help="with --save: the model or job this run belongs to (resnet50-bs256)")
 
 
-def save_report(report, args: argparse.Namespace) -> int:
+def save_report(report, args: argparse.Namespace, saved_by: str = "analyze") -> int:
     """Save ``report`` when ``args.save``; one line on stderr names the run."""
     if not getattr(args, "save", False):
         return EXIT_OK
     from trainscope import api
 
-    run = api.save_run(report, args.store, tag=args.tag, saved_by=args.command or "analyze")
+    run = api.save_run(report, args.store, tag=args.tag, saved_by=saved_by)
     sys.stderr.write(f"trainscope: saved as {run.label} in {args.store or api.default_store_path()}\n")
     return EXIT_OK
+
+
+def watch_save_problem(args: argparse.Namespace) -> str | None:
+    """``watch --save`` saves the analysis of what the watch recorded: it needs --record (or --replay)."""
+    if getattr(args, "save", False) and not (args.record or args.replay):
+        return "--save needs --record FILE (the run history keeps the analysis of the recording)"
+    return None
+
+
+def save_recording(args: argparse.Namespace) -> int:
+    """At the end of ``watch --save``: analyze the recording (or the replayed file) and save it."""
+    if not getattr(args, "save", False):
+        return EXIT_OK
+    from trainscope import api
+    from trainscope.common import fail_on
+
+    try:
+        report = api.analyze(args.record or args.replay)
+    except api.TrainscopeError as e:
+        return fail_on(e)
+    return save_report(report, args, "watch")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,7 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                "exit codes: 0 listed, 2 bad input (unknown run, unreadable store)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    r.add_argument("run", nargs="?", metavar="RUN", help="show one run: an id, latest[:TAG] or baseline[:TAG]")
+    r.add_argument("ref", nargs="?", metavar="RUN", help="show one run: an id, latest[:TAG] or baseline[:TAG]")
     add_store_arg(r)
     r.add_argument("--tag", metavar="TAG", help="only runs with this tag")
     r.add_argument("--verdict", metavar="AXIS_OR_FINDING",
@@ -86,18 +107,18 @@ def run(args: argparse.Namespace) -> int:
     store = api.open_store(args.store, read_only=True) if _exists(args.store) else None
     path = args.store or api.default_store_path()
     if store is None:  # nothing saved yet: an empty history, not an error
-        if args.run is not None:
+        if args.ref is not None:
             raise api.BadInput(f"no run store at {path} (save a run with `trainscope analyze TRACE --save`)")
         sys.stdout.write(to_json({"store": path, "runs": []}) if args.format == "json" else render_runs_text([], path))
         return EXIT_OK
     with store:
         if args.fixes:
-            rows = store.outcomes(args.run)
+            rows = store.outcomes(args.ref)
             sys.stdout.write(to_json({"store": path, "fix_outcomes": rows}) if args.format == "json"
                              else render_fixes_text(safe_strings(rows)))
             return EXIT_OK
-        if args.run is not None:
-            one = store.get(args.run)
+        if args.ref is not None:
+            one = store.get(args.ref)
             doc = one.to_dict(full=True)
             sys.stdout.write(to_json(doc) if args.format == "json" else render_runs_text([safe_strings(doc)], path))
             return EXIT_OK
