@@ -274,7 +274,8 @@ class FixOutcome:
 def fix_outcomes(before: RunSummary, after: RunSummary, rules: Rules | None = None) -> list[FixOutcome]:
     """Each of BEFORE's fixes: was its finding resolved or reduced in AFTER (the same rule as the
     diff's "earlier recommendations"), and where it was, the speedup achieved — BEFORE's mean step
-    over AFTER's, the basis the projection is computed on — beside the speedup projected."""
+    over AFTER's, the basis the projection is computed on — beside the speedup projected. No speedup
+    is achieved-measured where a side is a fixed capture window (its length is the capture's)."""
     rules = rules or Rules()
     noise = rules.value("diff.noise_pts")
     unknown = ("AFTER has no GPU activity to judge by" if after.verdict_axis == "insufficient_evidence"
@@ -287,6 +288,10 @@ def fix_outcomes(before: RunSummary, after: RunSummary, rules: Rules | None = No
         judged.append((f, fm, b, a, status, note))
     addressed = [f.id for f, *_, status, _ in judged if status in ("resolved", "improved")]
     achieved = before.step_mean_ms / after.step_mean_ms if after.step_mean_ms > 0 else None
+    if before.fixed_window or after.fixed_window:
+        # A capture window without step markers lasts as long as the capture, not as the work: its
+        # length measures no speedup (the diff compares the work per window instead).
+        achieved = None
     out = []
     for f, fm, b, a, status, note in judged:
         ok = status in ("resolved", "improved")

@@ -114,12 +114,12 @@ def render_summary_diff_text(doc: dict, color: bool = False) -> str:
         ch = "" if st["change_pct"] is None else f"{st['change_pct']:+.1f} %"
         w(f"  {stat:<14s} {st['before']:9.2f} ms {st['after']:9.2f} ms {ch:>9s}   {_speed(st)}")
     w("")
-    rows = [s for s in doc["sinks"].values() if s["before_pct"] or s["after_pct"]]
+    rows = [(k, s) for k, s in doc["sinks"].items() if s["before_pct"] or s["after_pct"]]
     if rows:
-        w(bold("Sinks") + "  (% of step time, ms per step)                before              after")
-        for s in rows:
-            w(f"  {s['label'][:44]:44s} {s['before_pct']:6.1f} % {s['before_ms_per_step']:8.2f} "
-              f"{s['after_pct']:6.1f} % {s['after_ms_per_step']:8.2f}")
+        w(bold("Sinks") + "  (% of step time, ms per step)   before               after")
+        for k, s in rows:
+            w(f"  {k:32s} {s['before_pct']:6.1f} % {s['before_ms_per_step']:9.2f}   "
+              f"{s['after_pct']:6.1f} % {s['after_ms_per_step']:9.2f}")
         w("")
     changes = [k for k in doc["top_kernels"]["changes"] if k["change_ms_per_step"]][:KERNEL_ROWS]
     if changes:
