@@ -199,8 +199,8 @@ def resolve_side(side: Side, store: "RunStore | str | os.PathLike | None" = None
     if isinstance(side, (StoredRun, RunSummary)):
         return side
     text = os.fspath(side)
-    if is_run_ref(text):
-        return _store(store).get(text)
+    if is_run_ref(text):  # read-only: naming a run never creates or migrates a store
+        return _store(store, read_only=True).get(text)
     return text
 
 
