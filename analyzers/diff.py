@@ -281,24 +281,33 @@ FINDING_METRICS: dict[str, DiffMeasure] = {s.id: s.diff_measure for s in registr
                                            if s.diff_measure is not None}
 
 
+def judge_outcome(finding: str, still_raised: bool, before_value: float | None, after_value: float | None,
+                  noise_pts: float, before_mean_ms: float, unknown: str | None = None) -> tuple[str, str]:
+    """(status, note) of a fix for ``finding``: resolved when AFTER no longer raises the finding;
+    improved / worse / unchanged by its metric (FINDING_METRICS) against the noise floor; unknown
+    (with ``unknown`` as the reason, or when the metric is not measured in both)."""
+    fm = FINDING_METRICS.get(finding)
+    if unknown:
+        return "unknown", unknown
+    if not still_raised:
+        return "resolved", "the finding is no longer raised"
+    if fm is None or before_value is None or after_value is None:
+        return "unknown", "still raised; the metric is not measurable in both runs"
+    # The noise floor is in points of step time: for times, that share of BEFORE's mean step.
+    noise = noise_pts / 100 * before_mean_ms if fm.per_step else noise_pts
+    gain = (before_value - after_value) if fm.lower_is_better else (after_value - before_value)
+    return ("improved" if gain > noise else "worse" if gain < -noise else "unchanged"), "still raised"
+
+
 def _outcome(rec: Recommendation, before: Analysis, after: Analysis, noise_pts: float,
              speedup: float | None) -> RecommendationOutcome:
     fm = FINDING_METRICS.get(rec.finding)
     b = fm.value(before) if fm else None
     a = fm.value(after) if fm else None
     still = any(f.id == rec.finding for f in after.findings)
-    if after.verdict.axis == "insufficient_evidence" and after.device is None and before.device is not None:
-        status, note = "unknown", "AFTER has no GPU activity to judge by"
-    elif not still:
-        status, note = "resolved", "the finding is no longer raised"
-    elif b is None or a is None:
-        status, note = "unknown", "still raised; the metric is not measurable in both runs"
-    else:
-        # The noise floor is in points of step time: for times, that share of BEFORE's mean step.
-        noise = noise_pts / 100 * before.breakdown.step_ms.mean if fm.per_step else noise_pts
-        gain = (b - a) if fm.lower_is_better else (a - b)
-        status = "improved" if gain > noise else "worse" if gain < -noise else "unchanged"
-        note = "still raised"
+    unknown = ("AFTER has no GPU activity to judge by" if after.verdict.axis == "insufficient_evidence"
+               and after.device is None and before.device is not None else None)
+    status, note = judge_outcome(rec.finding, still, b, a, noise_pts, before.breakdown.step_ms.mean, unknown)
     if status in ("resolved", "improved") and rec.projected_speedup and speedup:
         note += (f"; step p50 {speedup:.2f}× faster (this fix's projected bound: {rec.projected_speedup:.2f}×)"
                  if speedup >= 1 else f"; but step p50 is {1 / speedup:.2f}× slower overall")
@@ -465,6 +474,10 @@ class GateMetric:
     relative: bool  # threshold in % of the BEFORE value (times) or in percentage points (shares)
     higher_is_worse: bool
     value: Callable[[Run], float | None]
+    # Every step's value, for the rank test (None: one value per run, no test), and the statistic of
+    # them the gate's value is ("p50", "p95", "mean"; None for a share of summed time).
+    per_step: Callable[[Run], list[float] | None] | None = None
+    statistic: str | None = None
 
 
 def _busy(r: Run) -> float | None:
@@ -476,16 +489,57 @@ def _mem(r: Run) -> float | None:
     return m[0] / 2**20 if m else None
 
 
+def _step_ms(r: Run) -> list[float]:
+    return [s.duration_ns / 1e6 for s in r.analysis.breakdown.steps]
+
+
+def _step_share(share: Callable) -> Callable[[Run], list[float] | None]:
+    return lambda r: [share(s) for s in r.analysis.breakdown.steps]
+
+
+def _step_busy(r: Run) -> list[float] | None:
+    return [100.0 * s.gpu_busy_ns / s.duration_ns if s.duration_ns else 0.0 for s in r.analysis.breakdown.steps] \
+        if r.has_gpu else None
+
+
 GATE_METRICS: dict[str, GateMetric] = {m.name: m for m in (
-    GateMetric("step_p50", "step time p50", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.p50),
-    GateMetric("step_p95", "step time p95", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.p95),
-    GateMetric("step_mean", "mean step time", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.mean),
-    GateMetric("gpu_busy", "GPU busy", "%", False, False, _busy),
-    GateMetric("data_wait", "data-wait share", "%", False, True, lambda r: r.analysis.breakdown.data_wait_pct),
+    GateMetric("step_p50", "step time p50", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.p50, _step_ms, "p50"),
+    GateMetric("step_p95", "step time p95", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.p95, _step_ms, "p95"),
+    GateMetric("step_mean", "mean step time", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.mean, _step_ms,
+               "mean"),
+    GateMetric("gpu_busy", "GPU busy", "%", False, False, _busy, _step_busy),
+    GateMetric("data_wait", "data-wait share", "%", False, True, lambda r: r.analysis.breakdown.data_wait_pct,
+               _step_share(lambda s: 100.0 * s.host_data_wait_ns / s.duration_ns if s.duration_ns else 0.0)),
     GateMetric("host_overhead", "GPU idle on launch/CPU overhead", "%", False, True,
-               lambda r: r.analysis.breakdown.share_pct("idle_host_overhead") if r.has_gpu else None),
+               lambda r: r.analysis.breakdown.share_pct("idle_host_overhead") if r.has_gpu else None,
+               lambda r: [s.share_pct("idle_host_overhead") for s in r.analysis.breakdown.steps] if r.has_gpu else None),
     GateMetric("memory_peak", "peak GPU memory allocated", "MiB", True, True, _mem),
 )}
+
+
+@dataclass(frozen=True)
+class StepTest:
+    """The statistical half of the gate: a one-sided rank test over the steps (AFTER worse than
+    BEFORE) and, for step times, the change of the gated statistic with its bootstrap interval."""
+
+    test: str
+    p_value: float
+    alpha: float
+    u: float
+    n_before: int
+    n_after: int
+    z: float | None
+    ties: int
+    min_p: float
+    significant: bool
+    effect: str  # "change of step time p50" …
+    change: float  # in the gate's unit (% or points), positive = worse
+    low: float | None  # the interval, same unit and sign
+    high: float | None
+    confidence: float | None
+    resamples: int | None
+    seed: int | None
+    probability_worse: float  # U / (m·n): chance a step of AFTER is worse than one of BEFORE
 
 
 @dataclass(frozen=True)
@@ -498,17 +552,63 @@ class GateResult:
     change: float | None  # in threshold_unit, positive = worse
     regressed: bool
     reason: str  # one line
+    test: StepTest | None = None  # None: one value per run (memory), nothing to test
+    refused: str | None = None  # the gate did not judge (runs not comparable): why; exit 2
 
 
 class GateUnavailable(ValueError):
     """The chosen metric cannot be measured on one of the runs."""
 
 
-def check_gate(diff: RunDiff, metric: str, threshold: float) -> GateResult:
-    """Regression when the metric got worse by more than ``threshold`` (relative % for times and
-    memory, percentage points for shares)."""
+@dataclass(frozen=True)
+class GateSide:
+    """What the gate reads of one run: the metric's value and, where the metric has them, every step's."""
+
+    value: float | None
+    steps: list[float] | None
+
+
+def gate_side(run: Run, metric: str) -> GateSide:
     m = GATE_METRICS[metric]
-    b, a = m.value(diff.before), m.value(diff.after)
+    steps = m.per_step(run) if m.per_step is not None else None
+    return GateSide(m.value(run), None if steps is None else [float(x) for x in steps])
+
+
+def _step_test(m: GateMetric, b: GateSide, a: GateSide, alpha: float) -> StepTest | None:
+    from trainscope.analyzers.stats import bootstrap_change, mann_whitney
+
+    if m.per_step is None:
+        return None
+    if not b.steps or not a.steps:
+        which = " and ".join(n for n, s in (("BEFORE", b), ("AFTER", a)) if not s.steps)
+        raise GateUnavailable(f"cannot gate on {m.name}: {which} has no steps to test")
+    sign = 1.0 if m.higher_is_worse else -1.0
+    x, y = [sign * v for v in b.steps], [sign * v for v in a.steps]
+    t = mann_whitney(x, y)
+    if t.min_p >= alpha:
+        raise GateUnavailable(
+            f"cannot gate on {m.name}: with {t.n_x} and {t.n_y} steps the rank test cannot reach significance "
+            f"(smallest possible p {t.min_p:.3g} ≥ α {alpha:g}); record more steps (profiler schedule active=…)")
+    change = low = high = conf = None
+    resamples = seed = None
+    if m.statistic is not None:  # a relative change of a statistic of the steps, with its interval
+        c = bootstrap_change(b.steps, a.steps, m.statistic)
+        change, low, high = sign * c.change_pct, sign * c.low_pct, sign * c.high_pct
+        if sign < 0:
+            low, high = high, low
+        conf, resamples, seed = c.confidence, c.resamples, c.seed
+    what = f"change of {m.label}" if m.statistic else f"change of {m.label} (points)"
+    return StepTest(t.test, t.p_value, alpha, t.u, t.n_x, t.n_y, t.z, t.ties, t.min_p, t.p_value < alpha, what,
+                    change if change is not None else 0.0, low, high, conf, resamples, seed, t.effect_size)
+
+
+def gate_on(metric: str, before: GateSide, after: GateSide, threshold: float, alpha: float = 0.05) -> GateResult:
+    """The gate on plain values (a trace's run or a stored summary): a regression when the metric got
+    worse by more than ``threshold`` (relative % for times and memory, percentage points for shares)
+    and — for metrics measured per step — AFTER's steps are worse than BEFORE's by a one-sided
+    Mann–Whitney rank test at level ``alpha``. Raises :class:`GateUnavailable`."""
+    m = GATE_METRICS[metric]
+    b, a = before.value, after.value
     missing = [n for n, v in (("BEFORE", b), ("AFTER", a)) if v is None]
     if missing:
         raise GateUnavailable(f"cannot gate on {metric}: {m.label} is not measured in {' and '.join(missing)}")
@@ -520,13 +620,50 @@ def check_gate(diff: RunDiff, metric: str, threshold: float) -> GateResult:
     else:
         change = a - b
     worse = change if m.higher_is_worse else -change
-    regressed = worse > threshold
+    test = _step_test(m, before, after, alpha)
+    big = worse > threshold
+    regressed = big and (test is None or test.significant)
     direction = ("rose" if change > 0 else "fell") if change != 0 else "did not change"
     amount = f" {abs(change):.1f} {'%' if m.relative else 'points'}" if change != 0 else ""
     values = f"({b:.1f} → {a:.1f} {m.unit})"
     allowed = f"{threshold:g} {'%' if m.relative else 'points'}"
+    stat = ""
+    if test is not None:
+        interval = (f", {100 * test.confidence:.0f} % interval {test.low:+.1f} … {test.high:+.1f} %"
+                    if test.low is not None and test.confidence is not None else "")
+        stat = f"; {test.test.split(' (')[0]} p = {test.p_value:.3g} (α {alpha:g}{interval})"
     if regressed:
-        reason = f"regression: {m.label} {direction}{amount} {values}, more than the {allowed} allowed"
+        reason = f"regression: {m.label} {direction}{amount} {values}, more than the {allowed} allowed{stat}"
+    elif big:  # large enough, but not told apart from noise
+        reason = (f"gate passed: {m.label} {direction}{amount} {values}, more than the {allowed} allowed but not "
+                  f"significant{stat}")
     else:
-        reason = f"gate passed: {m.label} {direction}{amount} {values}, within the {allowed} allowed"
-    return GateResult(metric, threshold, unit, b, a, worse, regressed, reason)
+        reason = f"gate passed: {m.label} {direction}{amount} {values}, within the {allowed} allowed{stat}"
+    return GateResult(metric, threshold, unit, b, a, worse, regressed, reason, test)
+
+
+def check_gate(diff: RunDiff, metric: str, threshold: float, alpha: float = 0.05) -> GateResult:
+    """:func:`gate_on` the two runs of ``diff``."""
+    return gate_on(metric, gate_side(diff.before, metric), gate_side(diff.after, metric), threshold, alpha)
+
+
+# Comparability checks that do not confound the gate: the rank test compares every step of each run,
+# so unequal numbers of steps are two samples of different sizes, not a different measurement.
+GATE_TOLERATES = ("steps",)
+
+
+def gate_blockers(checks: list[ComparabilityCheck]) -> list[ComparabilityCheck]:
+    """The failed comparability checks that keep the gate from judging (all but GATE_TOLERATES)."""
+    return [c for c in checks if c.status == "differ" and c.check not in GATE_TOLERATES]
+
+
+def refuse_gate(metric: str, threshold: float, checks: list[ComparabilityCheck]) -> GateResult:
+    """The gate not run on runs that are not comparable: a regression there would measure more than
+    the change under test. Exit 2 with the reason (``--gate-anyway`` gates regardless)."""
+    m = GATE_METRICS[metric]
+    differ = gate_blockers(checks)
+    why = "; ".join(f"{c.check} {c.before} → {c.after}" for c in differ)
+    reason = (f"gate not run: the runs are not comparable ({why}), so a change of {m.label} would measure more than "
+              "the change under test; compare like with like, or pass --gate-anyway to gate regardless")
+    return GateResult(metric, threshold, "%" if m.relative else "points", None, None, None, False, reason,
+                      refused=", ".join(c.check for c in differ))

@@ -100,6 +100,11 @@ _TABLE: tuple[Threshold, ...] = (
     Threshold("diff.noise_pts", 1.0, "percentage points",
               "in `trainscope diff`, a finding's metric must move more than this to count as improved or worse",
               "trainscope default (no published number): a move under one point of step time is not called an effect"),
+    Threshold("gate.alpha", 0.05, "p-value",
+              "`diff --fail-if-slower`: AFTER's steps must be worse than BEFORE's by a one-sided Mann–Whitney rank test "
+              "at this level (and by more than the allowed change) to fail the gate",
+              "the conventional 5 % level (Fisher); a statistical gate plus a practical threshold as CI gates use "
+              "(intel/intel-xpu-backend-for-triton#6441)"),
     Threshold("launch.tiny_kernel_us", 10.0, "µs", "median kernel shorter than this is launch-latency scale",
               "trainscope default: a CUDA launch costs ~5–10 µs of host time (HTA launch statistics)"),
     # --deep: launch statistics (HTA get_cuda_kernel_launch_stats) and rank stragglers.

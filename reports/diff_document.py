@@ -73,9 +73,26 @@ def _kernel(k: KernelChange) -> dict[str, Any]:
 def gate_dict(g: GateResult | None) -> dict[str, Any] | None:
     if g is None:
         return None
+    t = g.test
+    test = None if t is None else {
+        "test": t.test, "one_sided": "AFTER worse than BEFORE", "p_value": t.p_value, "alpha": t.alpha,
+        "significant": t.significant, "u": t.u, "z": _r(t.z, 4), "ties": t.ties, "n_before": t.n_before,
+        "n_after": t.n_after, "min_p": t.min_p, "probability_worse": _r(t.probability_worse, 4),
+        "effect": t.effect, "change": _r(t.change, 2), "interval": None if t.low is None else [_r(t.low, 2), _r(t.high, 2)],
+        "confidence": t.confidence, "bootstrap": None if t.resamples is None else {"resamples": t.resamples,
+                                                                                   "seed": t.seed}}
     return {"metric": g.metric, "threshold": g.threshold, "threshold_unit": g.threshold_unit,
             "before": _r(g.before, 3), "after": _r(g.after, 3), "worse_by": _r(g.change, 2),
-            "regressed": g.regressed, "reason": g.reason}
+            "regressed": g.regressed, "refused": g.refused, "reason": g.reason, "test": test}
+
+
+def fixes_list(fixes) -> list[dict[str, Any]]:
+    """Each earlier fix (analyzers.history.FixOutcome): projected against achieved."""
+    return [{"id": f.recommendation, "finding": f.finding, "title": f.title, "status": f.status,
+             "projected_speedup": _r(f.projected_speedup, 3), "achieved_speedup": _r(f.achieved_speedup, 3),
+             "achieved_basis": "BEFORE's mean step ÷ AFTER's (the basis of the projection)",
+             "shared_with": list(f.shared_with), "metric": f.metric, "unit": f.unit, "before": _r(f.before, 3),
+             "after": _r(f.after, 3), "line": f.line} for f in fixes]
 
 
 def build_diff_document(d: RunDiff, gate: GateResult | None = None) -> dict[str, Any]:

@@ -100,6 +100,13 @@ def render_diff_markdown(doc: dict) -> str:
             w(f"| {md_escape(r['title'])} | **{r['status']}** | {md_escape(r['metric'])} ({md_escape(r['unit'])}) | "
               f"{_cell(r['before'], '{:.1f}')} | {_cell(r['after'], '{:.1f}')} | {md_escape(r['note'])} |")
         w("")
+    achieved = [f["line"] for f in doc.get("fixes_achieved") or [] if f["line"]]
+    if achieved:
+        w("**Projected against achieved** (mean step before ÷ after):")
+        w("")
+        for line in achieved:
+            w(f"- {md_escape(line)}")
+        w("")
     g = doc.get("gate")
     if g:
         w(f"**Gate ({md_escape(g['metric'])}):** {md_escape(g['reason'])}")

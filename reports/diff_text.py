@@ -163,6 +163,12 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
                 else f"{r['metric']}: {r['before']:.2f} → {r['after']:.2f} {r['unit']}; ")
         for line in textwrap.wrap(vals + r["note"], 84):
             w(f"              {line}")
+    achieved = [f["line"] for f in doc.get("fixes_achieved") or [] if f["line"]]
+    if achieved:
+        w("")
+        w(bold("Projected against achieved") + "  (mean step before ÷ after)")
+        for line in achieved:
+            w(f"  {line}")
     g = doc.get("gate")
     if g:
         w("")

@@ -92,14 +92,23 @@ def test_errors_are_one_family_with_one_mapping(tmp_path):
 
 
 def test_diff_gate_regression_and_check():
+    # Not comparable (another GPU; two steps against six): the gate is not run — exit 2 with the reason.
     r = ts.diff(MINITOY, RESNET, fail_if_slower=5)
     # Independently: the minitoy's two steps and resnet's six; p50 4.67 → 176.27 ms.
     assert r.diff.p50.after_ms == pytest.approx(176.273, abs=0.01)
+    assert r.refused and not r.regressed and r.exit_code == 2 and r.gate_line().startswith("gate not run: ")
+    with pytest.raises(ts.BadInput):
+        r.check()
+    # The bundled CPU job, fast loader → slow loader: a regression.
+    cpu = os.path.join(os.path.dirname(__file__), "data", "cpu")
+    r = ts.diff(os.path.join(cpu, "fast.pt.trace.json.gz"), os.path.join(cpu, "slow.pt.trace.json.gz"), fail_if_slower=5)
     assert r.regressed and r.exit_code == 3 and r.gate_line().startswith("regression: step time p50 rose")
     with pytest.raises(ts.Regression) as e:
         r.check()
     assert ts.describe(e.value)[1] == 3 and e.value.result is r
-    ok = ts.diff(MINITOY, MINITOY, fail_if_slower=0)
+    with pytest.raises(ts.BadInput, match="cannot reach significance"):  # one step each: no test can fail
+        ts.diff(MINITOY, MINITOY, fail_if_slower=0)
+    ok = ts.diff(os.path.join(cpu, "fast.pt.trace.json.gz"), os.path.join(cpu, "fast.pt.trace.json.gz"), fail_if_slower=0)
     assert not ok.regressed and ok.exit_code == 0 and ok.check() is ok
     assert ok.to_dict()["schema"].startswith("trainscope.diff")
     with pytest.raises(ts.BadInput, match="^AFTER: "):

@@ -357,11 +357,19 @@ def test_gate_exit_codes(cpu_runs, tmp_path):
     assert bad.returncode == 3
     lines = bad.stderr.strip().splitlines()
     assert len(lines) == 1 and re.match(r"trainscope: regression: step time p50 rose [\d.]+ % \([\d.]+ → [\d.]+ ms\), "
-                                        r"more than the 5 % allowed$", lines[0]), lines
+                                        r"more than the 5 % allowed; Mann-Whitney U p = 0.0286 \(α 0.05, "
+                                        r"95 % interval \+[\d.]+ … \+[\d.]+ %\)$", lines[0]), lines
     wait = _cli(fast, slow, "--fail-if-slower", "10", "--metric", "data_wait", "--format", "json")
     assert wait.returncode == 3 and "data-wait share rose" in wait.stderr
     doc = json.loads(wait.stdout)
     assert doc["gate"]["worse_by"] == pytest.approx(doc["data_wait"]["change_pts"], abs=0.01)
+    # Not comparable (batch 8 against 16): the gate is not run — exit 2 with the reason — unless asked to.
+    other = _cli(fast, cpu_runs["fast@16"], "--fail-if-slower", "0", "--format", "json")
+    assert other.returncode == 2 and json.loads(other.stdout)["gate"]["refused"] == "batch_shapes"
+    assert other.stderr.startswith("trainscope: gate not run: the runs are not comparable (batch_shapes leading dim 8 "
+                                   "→ leading dim 16)") and other.stderr.count("\n") == 1
+    anyway = _cli(fast, cpu_runs["fast@16"], "--fail-if-slower", "1e9", "--gate-anyway", "-q")
+    assert anyway.returncode == 0 and anyway.stderr.rstrip().endswith("[runs not comparable: batch_shapes]")
     # A huge allowance passes; a metric one run cannot measure is bad usage, not a pass.
     assert _cli(fast, slow, "--fail-if-slower", "1e9").returncode == 0
     unavailable = _cli(fast, slow, "--fail-if-slower", "1", "--metric", "gpu_busy")
@@ -379,15 +387,17 @@ def test_gate_exit_codes(cpu_runs, tmp_path):
 def gpu_cli(tmp_path_factory):
     """One CLI run on the GPU pair (each loads 70 MB of JSON): gate, JSON and Markdown at once."""
     report = tmp_path_factory.mktemp("report") / "d.md"
-    p = _cli(str(KINETO / A100), str(KINETO / V100), "--fail-if-slower", "20", "-q", "--format", "json",
+    p = _cli(str(KINETO / A100), str(KINETO / V100), "--fail-if-slower", "20", "--gate-anyway", "-q", "--format", "json",
              "--report", str(report))
     return p, report
 
 
-def test_gate_on_gpu_traces_exits_3_with_the_comparability_caveat(gpu_cli, gpu_diff):
+def test_gate_anyway_on_gpu_traces_exits_3_with_the_comparability_caveat(gpu_cli, gpu_diff):
     p, _ = gpu_cli
     assert p.returncode == 3
     assert p.stderr.count("\n") == 1 and "step time p50 rose 49.3 %" in p.stderr
+    # 6 steps each, every V100 step slower than every A100 step: the exact one-sided p is 1 / C(12, 6).
+    assert "Mann-Whitney U p = 0.00108 (α 0.05" in p.stderr
     assert p.stderr.rstrip().endswith("[runs not comparable: gpu, batch_shapes]")
     g = json.loads(p.stdout)["gate"]
     assert g["regressed"] and g["worse_by"] == pytest.approx(100 * (1 / gpu_diff.p50.speedup - 1), abs=0.01)

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FRONT_ENDS = sorted((ROOT / "trainscope" / "commands").glob("*.py")) + sorted((ROOT / "tui").glob("*.py"))
+FRONT_ENDS = sorted((ROOT / "trainscope" / "commands").glob("*.py")) + sorted((ROOT / "tui").glob("*.py")) + \
+    [ROOT / "trainscope" / "mcp_server.py"]
 ANALYZERS = sorted((ROOT / "analyzers").rglob("*.py"))
 
 # What a front end may import from the analyzers: result types and constants it renders, never a
@@ -150,7 +151,7 @@ LAYERS = {
     "trainscope.reports": 2,
     "trainscope.api": 3,
     "trainscope.tui": 4, "trainscope.commands": 4, "trainscope.common": 4, "trainscope.cli": 4,
-    "trainscope.integrations": 4, "trainscope.modelspec": 4,
+    "trainscope.integrations": 4, "trainscope.modelspec": 4, "trainscope.mcp_server": 4,
 }
 PACKAGE_DIRS = {"traces": "trainscope.traces", "collectors": "trainscope.collectors",
                 "analyzers": "trainscope.analyzers", "reports": "trainscope.reports", "tui": "trainscope.tui",

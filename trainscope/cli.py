@@ -14,7 +14,7 @@ import sys
 from typing import Sequence
 
 from trainscope import __version__
-from trainscope.commands import analyze, diff, memory, plan, thresholds, watch
+from trainscope.commands import analyze, baseline, diff, mcp, memory, plan, runs, thresholds, watch
 from trainscope.api import EXIT_INTERRUPTED, TrainscopeError
 from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail_on
 
@@ -23,9 +23,12 @@ COMMANDS = [
     analyze,
     watch,
     diff,
+    runs,
+    baseline,
     plan,
     memory,
     thresholds,
+    mcp,
 ]
 
 

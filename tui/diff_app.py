@@ -190,8 +190,8 @@ class DiffApp(BackgroundLoading, App[int]):
 
     def exit_code(self) -> int:
         """The gate's code once it ran; interrupted when a requested gate never ran; else 0."""
-        if self.gate is not None:
-            return EXIT_REGRESSION if self.gate.regressed else 0
+        if self.gate is not None:  # refused (runs not comparable): 2, as without the app
+            return 2 if self.gate.refused else EXIT_REGRESSION if self.gate.regressed else 0
         return EXIT_INTERRUPTED if self.fail_if_slower is not None else 0
 
     async def action_quit(self) -> None:

@@ -169,10 +169,10 @@ class DiffSummary(VerticalScroll):
         g.remove_class("gate-pass", "gate-fail")
         g.display = gate is not None or gate_requested
         if gate is not None:
-            g.add_class("gate-fail" if gate.regressed else "gate-pass")
-            code = 3 if gate.regressed else 0
-            g.update(f"{'✘ GATE FAILED' if gate.regressed else '✔ GATE PASSED'} ({gate.metric}): {gate.reason} "
-                     f"· exit code {code} on quit")
+            g.add_class("gate-fail" if gate.regressed or gate.refused else "gate-pass")
+            code = 2 if gate.refused else 3 if gate.regressed else 0
+            word = "⚠ GATE NOT RUN" if gate.refused else "✘ GATE FAILED" if gate.regressed else "✔ GATE PASSED"
+            g.update(f"{word} ({gate.metric}): {gate.reason} · exit code {code} on quit")
 
         notes = Text()
         m = d.memory

@@ -26,7 +26,12 @@ _WHERE = {
     "Report": "report", "RankView": "report", "with_ledger": "report",
     "rules_from": "rules",
     # comparison, planning, memory, live
-    "diff": "comparison", "gate": "comparison", "DiffResult": "comparison",
+    "diff": "comparison", "gate": "comparison", "DiffResult": "comparison", "save_diff": "comparison",
+    # the run history
+    "RunStore": "store", "StoredRun": "store", "open_store": "store", "save_run": "store", "list_runs": "store",
+    "default_store_path": "store", "is_run_ref": "store",
+    # reading into a run (the MCP server's tools)
+    "explain_finding": "explore", "kernel_table": "explore", "step_table": "explore", "timeline_window": "explore",
     "plan": "planning", "plan_config": "planning", "plan_ledger": "planning", "normalize_plan": "planning",
     "resolve_device": "planning", "PlanResult": "planning",
     "memory": "memory_report", "memory_peaks": "memory_report", "MemoryReport": "memory_report",
@@ -57,7 +62,10 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, statically
     from trainscope.api.analysis import analyze, check_deep_available, model_ledger, run_deep, whatif, whatif_levers  # noqa: F401
-    from trainscope.api.comparison import DiffResult, diff, gate  # noqa: F401
+    from trainscope.api.comparison import DiffResult, diff, gate, save_diff  # noqa: F401
+    from trainscope.api.store import RunStore, StoredRun, default_store_path, is_run_ref, list_runs  # noqa: F401
+    from trainscope.api.store import open_store, save_run  # noqa: F401
+    from trainscope.api.explore import explain_finding, kernel_table, step_table, timeline_window  # noqa: F401
     from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK  # noqa: F401
     from trainscope.api.errors import EXIT_REGRESSION, BadInput, DeepUnavailable, Regression  # noqa: F401
     from trainscope.api.errors import TrainscopeError, describe  # noqa: F401

@@ -1,34 +1,69 @@
-"""``diff``: two runs analyzed the same way and compared, with an optional gate."""
+"""``diff``: two runs analyzed the same way and compared, with an optional statistical gate.
+
+A side is a trace (anything ``analyze`` reads) or a stored run of the history (``12``, ``latest``,
+``baseline:resnet50``: :mod:`trainscope.api.store`). Two traces give the full comparison
+(:class:`~trainscope.analyzers.diff.RunDiff`: every kernel, every rank pair); as soon as one side is a
+stored run, both are compared by their summaries (:class:`~trainscope.analyzers.history.SummaryDiff`:
+verdict, step times, shares, sinks, top kernels, fixes). Either way the gate tests every step
+(:func:`trainscope.analyzers.diff.gate_on`) and each of BEFORE's fixes is set against the gain the
+change achieved (:class:`~trainscope.analyzers.history.FixOutcome`)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping, Union
 
 from trainscope.api.analysis import open_input
-from trainscope.api.errors import EXIT_OK, EXIT_REGRESSION, BadInput, Progress, Regression, bad_input, silent
+from trainscope.api.errors import (EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, BadInput, Progress, Regression,
+                                   bad_input, silent)
 from trainscope.api.report import shown
 from trainscope.api.rules import resolve_rules
 
 if TYPE_CHECKING:
-    from trainscope.analyzers.diff import GateResult, RunDiff
+    from trainscope.analyzers.diff import GateResult, Run, RunDiff
+    from trainscope.analyzers.history import FixOutcome, RunSummary, SummaryDiff
     from trainscope.analyzers.rules import Rules
+    from trainscope.api.store import RunStore, StoredRun
+
+Side = Union[str, "os.PathLike[str]", "StoredRun", "RunSummary"]
 
 
 @dataclass
 class DiffResult:
-    """What a change did: ``diff`` (analyzers.diff.RunDiff: step times, shares, kernels, memory,
-    the fate of BEFORE's fixes, comparability) and, when a gate was asked for, ``gate``."""
+    """What a change did: ``diff`` (a :class:`RunDiff` of two traces, or a :class:`SummaryDiff` when a
+    side is a stored run), each earlier fix's projected and achieved gain (``fixes``), and, when a
+    gate was asked for, ``gate``. ``before_run`` / ``after_run``: the stored runs compared, if any."""
 
-    diff: "RunDiff"
+    diff: "RunDiff | SummaryDiff"
     gate: "GateResult | None" = None
+    fixes: "list[FixOutcome]" = field(default_factory=list)
+    before_run: "StoredRun | None" = None
+    after_run: "StoredRun | None" = None
+    rules: "Rules | None" = None
+
+    def __post_init__(self) -> None:
+        if not self.fixes:
+            self.fixes = _fixes(self.diff, self.rules)
+
+    @property
+    def from_summaries(self) -> bool:
+        from trainscope.analyzers.history import SummaryDiff
+
+        return isinstance(self.diff, SummaryDiff)
 
     @property
     def regressed(self) -> bool:
         return bool(self.gate is not None and self.gate.regressed)
 
     @property
+    def refused(self) -> bool:
+        """The gate was asked for but not run: the runs are not comparable (exit 2)."""
+        return bool(self.gate is not None and self.gate.refused)
+
+    @property
     def exit_code(self) -> int:
+        if self.refused:
+            return EXIT_BAD_INPUT
         return EXIT_REGRESSION if self.regressed else EXIT_OK
 
     def gate_line(self) -> str:
@@ -37,27 +72,50 @@ class DiffResult:
             return ""
         d = self.diff
         caveat = ""
-        if not d.comparable:
+        if not d.comparable and not self.gate.refused:
             caveat = " [runs not comparable: " + ", ".join(c.check for c in d.comparability if c.status == "differ") + "]"
         return f"{self.gate.reason}{caveat}"
 
+    def fix_lines(self) -> list[str]:
+        """"fix X: projected up to 1.66×, achieved 1.41×" for every addressed fix with a projection."""
+        return [line for f in self.fixes if (line := f.line)]
+
     def check(self) -> "DiffResult":
-        """Raise :class:`Regression` when the gate failed; return self otherwise."""
+        """Raise :class:`Regression` when the gate failed, :class:`BadInput` when it was refused (the
+        runs are not comparable); return self otherwise."""
+        if self.refused:
+            raise BadInput(self.gate_line())
         if self.regressed:
             raise Regression(self.gate_line(), self)
         return self
 
     def to_dict(self) -> dict:
+        from trainscope.reports.diff_document import fixes_list
+
+        if self.from_summaries:
+            from trainscope.reports.history import build_summary_diff_document
+
+            return build_summary_diff_document(self.diff, self.gate, self.before_run, self.after_run)
         from trainscope.reports.diff_document import build_diff_document
 
-        return build_diff_document(self.diff, self.gate)
+        doc = build_diff_document(self.diff, self.gate)
+        doc["fixes_achieved"] = fixes_list(self.fixes)
+        return doc
 
     def to_text(self, color: bool = False) -> str:
+        if self.from_summaries:
+            from trainscope.reports.history import render_summary_diff_text
+
+            return render_summary_diff_text(shown(self.to_dict()), color=color)
         from trainscope.reports.diff_text import render_diff_text
 
         return render_diff_text(shown(self.to_dict()), color=color)
 
     def to_markdown(self) -> str:
+        if self.from_summaries:
+            from trainscope.reports.history import render_summary_diff_markdown
+
+            return render_summary_diff_markdown(shown(self.to_dict()))
         from trainscope.reports.diff_markdown import render_diff_markdown
 
         return render_diff_markdown(shown(self.to_dict()))
@@ -66,45 +124,141 @@ class DiffResult:
         return self.to_markdown()
 
 
-def gate(result: "DiffResult | RunDiff", metric: str = "step_p50", fail_if_slower: float = 0.0) -> DiffResult:
-    """Check (or re-check) the gate on an existing comparison. Raises :class:`BadInput` when the
-    metric cannot be measured in one of the runs."""
-    from trainscope.analyzers.diff import GATE_METRICS, GateUnavailable, check_gate
+def _fixes(d, rules) -> list:
+    from trainscope.analyzers.history import SummaryDiff, fix_outcomes, summarize
 
-    d = result.diff if isinstance(result, DiffResult) else result
+    if isinstance(d, SummaryDiff):
+        return list(d.fixes)
+    return fix_outcomes(summarize(d.before), summarize(d.after), rules)
+
+
+def _check_metric(metric: str) -> None:
+    from trainscope.analyzers.diff import GATE_METRICS
+
     if metric not in GATE_METRICS:
         raise BadInput(f"unknown metric {metric!r} (one of: {', '.join(GATE_METRICS)})")
-    try:
-        return DiffResult(d, check_gate(d, metric, fail_if_slower))
-    except GateUnavailable as e:
-        raise BadInput(str(e)) from None
 
 
-def diff(before: "str | os.PathLike", after: "str | os.PathLike", *, rules: "Rules | None" = None,
-         thresholds: Mapping[str, float] | None = None, metric: str = "step_p50",
-         fail_if_slower: float | None = None, progress: Progress | None = None) -> DiffResult:
-    """Analyze BEFORE and AFTER and compare them. With ``fail_if_slower`` (relative % for times and
-    memory, percentage points for shares) the gate on ``metric`` is checked: see
-    :attr:`DiffResult.regressed` and :meth:`DiffResult.check`. Raises :class:`BadInput`."""
+def gate(result: "DiffResult | RunDiff | SummaryDiff", metric: str = "step_p50", fail_if_slower: float = 0.0, *,
+         rules: "Rules | None" = None, alpha: float | None = None, gate_anyway: bool = False) -> DiffResult:
+    """Check (or re-check) the gate on an existing comparison: a regression when ``metric`` got worse
+    by more than ``fail_if_slower`` (relative % for times and memory, percentage points for shares)
+    *and* AFTER's steps are worse than BEFORE's by a one-sided Mann–Whitney test at level ``alpha``
+    (default: the ``gate.alpha`` threshold, 0.05). Runs that are not comparable (another GPU, other
+    ranks, batch shapes or step method; unequal step counts do not matter to the rank test) are not
+    gated — the result's gate is refused, exit 2 — unless ``gate_anyway``. Raises :class:`BadInput` when the
+    metric cannot be measured (or tested) in one of the runs."""
+    from trainscope.analyzers.diff import GateUnavailable, check_gate, gate_blockers, refuse_gate
+    from trainscope.analyzers.history import SummaryDiff, summary_gate
+
+    _check_metric(metric)
+    base = result if isinstance(result, DiffResult) else DiffResult(result, rules=rules)
+    d = base.diff
+    rules = resolve_rules(rules or base.rules, None)
+    alpha = rules.value("gate.alpha") if alpha is None else float(alpha)
+    if not 0 < alpha < 1:
+        raise BadInput(f"gate.alpha must be between 0 and 1, got {alpha:g}")
+    if gate_blockers(d.comparability) and not gate_anyway:
+        g = refuse_gate(metric, fail_if_slower, d.comparability)
+    else:
+        try:
+            g = summary_gate(d, metric, fail_if_slower, alpha) if isinstance(d, SummaryDiff) else \
+                check_gate(d, metric, fail_if_slower, alpha)
+        except GateUnavailable as e:
+            raise BadInput(str(e)) from None
+    return DiffResult(d, g, base.fixes, base.before_run, base.after_run, rules)
+
+
+def _analyzed(label: str, path: str, rules: "Rules", progress: Progress, i: int) -> "Run":
     from trainscope.analyzers.analysis import analyze_set
-    from trainscope.analyzers.diff import GATE_METRICS, diff_runs, summarize_run
+    from trainscope.analyzers.diff import summarize_run
+
+    def side(stage: str, fraction: float | None) -> None:
+        progress(f"{label.lower()}: {stage}", None if fraction is None else (i + fraction) / 2)
+
+    try:
+        traces = open_input(path, side)
+        side("analyzing", None)
+        with bad_input(path):
+            return summarize_run(path, traces, analyze_set(traces, rules))
+    except BadInput as e:
+        raise BadInput(f"{label}: {e}") from None
+
+
+def _store(store: "RunStore | str | os.PathLike | None", read_only: bool = False) -> "RunStore":
+    from trainscope.api.store import RunStore
+
+    return store if isinstance(store, RunStore) else RunStore(store, read_only=read_only)
+
+
+def resolve_side(side: Side, store: "RunStore | str | os.PathLike | None" = None) -> "StoredRun | RunSummary | str":
+    """A stored run for a run reference (``12``, ``latest``, ``baseline:TAG``), the summary or path as given."""
+    from trainscope.analyzers.history import RunSummary
+    from trainscope.api.store import StoredRun, is_run_ref
+
+    if isinstance(side, (StoredRun, RunSummary)):
+        return side
+    text = os.fspath(side)
+    if is_run_ref(text):  # read-only: naming a run never creates or migrates a store
+        return _store(store, read_only=True).get(text)
+    return text
+
+
+def diff(before: Side, after: Side, *, rules: "Rules | None" = None, thresholds: Mapping[str, float] | None = None,
+         metric: str = "step_p50", fail_if_slower: float | None = None, progress: Progress | None = None,
+         store: "RunStore | str | os.PathLike | None" = None, gate_anyway: bool = False) -> DiffResult:
+    """Compare BEFORE and AFTER: traces (analyzed here), stored runs (``12``, ``latest[:TAG]``,
+    ``baseline[:TAG]`` in ``store``, or :class:`StoredRun` / :class:`RunSummary` objects), or one of
+    each. With ``fail_if_slower`` the gate on ``metric`` is checked (see :func:`gate`,
+    :attr:`DiffResult.regressed` and :meth:`DiffResult.check`). Raises :class:`BadInput`."""
+    from trainscope.analyzers.diff import diff_runs
+    from trainscope.analyzers.history import RunSummary, diff_summaries, summarize
+    from trainscope.api.store import StoredRun
 
     rules = resolve_rules(rules, thresholds)
-    if metric not in GATE_METRICS:
-        raise BadInput(f"unknown metric {metric!r} (one of: {', '.join(GATE_METRICS)})")
+    _check_metric(metric)
     progress = progress or silent
+    sides = [resolve_side(before, store), resolve_side(after, store)]
+    if all(isinstance(s, str) for s in sides):
+        runs = [_analyzed(label, s, rules, progress, i) for i, (label, s) in enumerate((("BEFORE", sides[0]),
+                                                                                        ("AFTER", sides[1])))]
+        result = DiffResult(diff_runs(runs[0], runs[1], rules), rules=rules)
+    else:
+        summaries: list[RunSummary] = []
+        labels = []
+        for i, (label, s) in enumerate((("BEFORE", sides[0]), ("AFTER", sides[1]))):
+            if isinstance(s, StoredRun):
+                summaries.append(s.summary)
+                labels.append(s.label)
+            elif isinstance(s, RunSummary):
+                summaries.append(s)
+                labels.append(os.path.basename(s.source.rstrip("/")) or s.source)
+            else:
+                summaries.append(summarize(_analyzed(label, s, rules, progress, i)))
+                labels.append(os.path.basename(s.rstrip("/")) or s)
+        d = diff_summaries(summaries[0], summaries[1], rules, (labels[0], labels[1]))
+        result = DiffResult(d, rules=rules, before_run=sides[0] if isinstance(sides[0], StoredRun) else None,
+                            after_run=sides[1] if isinstance(sides[1], StoredRun) else None)
+    if fail_if_slower is not None:
+        return gate(result, metric, fail_if_slower, rules=rules, gate_anyway=gate_anyway)
+    return result
+
+
+def save_diff(result: DiffResult, store: "RunStore | str | os.PathLike | None" = None, *, tag: str | None = None,
+              saved_by: str = "diff") -> tuple["StoredRun", "StoredRun", int]:
+    """``diff --save``: every side that was a trace is saved as a run (with ``tag``), and the
+    projected and achieved gains of BEFORE's addressed fixes are recorded between the two runs.
+    Returns (BEFORE's run, AFTER's run, outcomes recorded)."""
+    from trainscope.analyzers.history import summarize
+
+    st = _store(store)
+    d = result.diff
     runs = []
-    for i, (label, path) in enumerate((("BEFORE", os.fspath(before)), ("AFTER", os.fspath(after)))):
-        def side(stage: str, fraction: float | None, i: int = i, label: str = label) -> None:
-            progress(f"{label.lower()}: {stage}", None if fraction is None else (i + fraction) / 2)
-
-        try:
-            traces = open_input(path, side)
-            side("analyzing", None)
-            with bad_input(path):
-                runs.append(summarize_run(path, traces, analyze_set(traces, rules)))
-        except BadInput as e:
-            raise BadInput(f"{label}: {e}") from None
-    d = diff_runs(runs[0], runs[1], rules)
-    return gate(d, metric, fail_if_slower) if fail_if_slower is not None else DiffResult(d)
-
+    for side, stored in (("before", result.before_run), ("after", result.after_run)):
+        if stored is not None:
+            runs.append(stored)
+            continue
+        summary = getattr(d, side) if result.from_summaries else summarize(getattr(d, side))
+        runs.append(st.save(summary, tag=tag, saved_by=saved_by))
+    result.before_run, result.after_run = runs
+    return runs[0], runs[1], st.record_outcomes(runs[0], runs[1], result.fixes)

@@ -14,12 +14,15 @@ if TYPE_CHECKING:
 
 def on_trace_ready(dir_name: "str | os.PathLike", *, print_verdict: bool = True, worker_name: str | None = None,
                    use_gzip: bool = False, analyze_kwargs: Mapping[str, Any] | None = None,
-                   printer: Callable[[str], None] | None = None, callback: Callable[[Report], None] | None = None):
+                   printer: Callable[[str], None] | None = None, callback: Callable[[Report], None] | None = None,
+                   save: bool = False, store: "str | os.PathLike | None" = None, tag: str | None = None):
     """A ``torch.profiler.profile(on_trace_ready=…)`` handler: writes each cycle's trace into
     ``dir_name`` exactly as ``torch.profiler.tensorboard_trace_handler`` does (TensorBoard and
     ``trainscope analyze DIR`` both read it), then analyzes it and prints the verdict line.
     ``callback(report)`` gets each cycle's :class:`Report`; the handler's ``.reports`` keeps them.
-    Analysis errors never stop training: they print one line instead."""
+    With ``save`` each cycle's summary goes to the run history (``store``, default the user's; ``tag``
+    names the model or job; the git commit is the job's working directory's): ``.runs`` keeps them.
+    Analysis and store errors never stop training: they print one line instead."""
     import sys
 
     from torch.profiler import tensorboard_trace_handler
@@ -46,10 +49,23 @@ def on_trace_ready(dir_name: "str | os.PathLike", *, print_verdict: bool = True,
         handler.reports.append(report)
         if print_verdict:
             out(report.verdict_line())
+        if save:
+            from trainscope.api.store import save_run
+
+            try:
+                handler.runs.append(save_run(report, store, tag=tag, saved_by="hook"))
+            except Exception as e:  # noqa: BLE001 (a full disk or a locked store must not stop training)
+                message, _ = describe(e)
+                out(f"trainscope: not saved: {message}")
         if callback is not None:
             callback(report)
 
     handler.reports = []  # type: ignore[attr-defined]
     handler.paths = []  # type: ignore[attr-defined]
+    handler.runs = []  # type: ignore[attr-defined]
+    if save:
+        from trainscope.api.store import check_tag
+
+        check_tag(tag)  # a bad tag is said at once, not at the first cycle
     return handler
 

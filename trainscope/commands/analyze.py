@@ -66,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default: the median step")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
+    from trainscope.commands.runs import add_save_args  # --save, --store, --tag (the run history)
+
+    add_save_args(a)
     add_input_limit_args(a)
     from trainscope.commands.analyze_ranks import add_arguments  # --jobs, --dask (rank directories)
 
@@ -98,7 +101,10 @@ def run(args: argparse.Namespace) -> int:
         progress.done()
     if args.perfetto and _write_perfetto(args.perfetto, report) != EXIT_OK:
         return EXIT_BAD_INPUT
-    return emit_document(report.to_dict(), args, render_text, render_markdown, report.render_for)
+    code = emit_document(report.to_dict(), args, render_text, render_markdown, report.render_for)
+    from trainscope.commands.runs import save_report
+
+    return save_report(report, args) if code == EXIT_OK else code
 
 
 def _rules(args: argparse.Namespace):
@@ -157,4 +163,9 @@ def _run_app(args: argparse.Namespace, rules, ledger) -> int:
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
-    return app.return_code if app.return_code is not None else (code or EXIT_OK)
+    code = app.return_code if app.return_code is not None else (code or EXIT_OK)
+    if code == EXIT_OK and app.session is not None:
+        from trainscope.commands.runs import save_report
+
+        return save_report(app.session.report, args)
+    return code

@@ -14,35 +14,49 @@ from trainscope.reports.output import to_json, write_atomic
 from trainscope.api import EXIT_OK, EXIT_REGRESSION, BadInput  # noqa: E402,F401
 
 _METRIC_HELP = ("step_p50 (default), step_p95, step_mean, memory_peak: relative %% of BEFORE; "
-                "gpu_busy (fails when it falls), data_wait, host_overhead: percentage points")
+                "gpu_busy (fails when it falls), data_wait, host_overhead: percentage points; every metric but "
+                "memory_peak is also tested step by step")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser(
-        "diff", help="compare two runs: what a change did, and a CI gate on regressions",
-        description="Analyze BEFORE and AFTER (anything `trainscope analyze` reads) and show what changed: the "
+        "diff", help="compare two runs (traces or stored runs): what a change did, and a statistical CI gate",
+        description="Analyze BEFORE and AFTER (anything `trainscope analyze` reads, or a run saved in the history: "
+                    "12, latest[:TAG], baseline[:TAG]) and show what changed: the "
                     "verdict, step time p50/p95 and the speedup, every breakdown share side by side, the kernels "
                     "that appeared, disappeared, grew or shrank (matched across GPU architectures), peak memory, "
-                    "and which of BEFORE's recommended fixes the change addressed. Warns when the runs are not "
-                    "comparable (another GPU, other step counts or batch shapes).",
+                    "which of BEFORE's recommended fixes the change addressed, and the gain each achieved against "
+                    "the gain it projected. Warns when the runs are not comparable (another GPU, other step counts or "
+                    "batch shapes). A stored run is compared by its summary (the history keeps no traces).",
         epilog="examples:\n"
                "  trainscope diff before.pt.trace.json.gz after.pt.trace.json.gz\n"
                "  trainscope diff main.json.gz pr.json.gz --report diff.md --format json > diff.json\n"
-               "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 5            # CI: p50 may grow ≤ 5 %\n"
-               "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 3 --metric data_wait   # ≤ 3 points\n\n"
-               "In a terminal, diff opens a side-by-side app (press ? in it for every key); --no-tui, --format,\n"
-               "or a stdout that is not a terminal prints instead. With --fail-if-slower the exit code after\n"
-               "quitting the app is the gate's.\n\n"
+               "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 5   # CI: significantly and > 5 % slower fails\n"
+               "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 3 --metric data_wait   # ≤ 3 points\n"
+               "  trainscope diff 12 14                                       # two stored runs (`trainscope runs`)\n"
+               "  trainscope diff --against baseline --tag resnet50 pr.json.gz --fail-if-slower 5 --save\n\n"
+               "The gate fails only when the metric got worse by more than PCT *and* AFTER's steps are worse than\n"
+               "BEFORE's by a one-sided Mann-Whitney rank test at level gate.alpha (0.05; --threshold gate.alpha=…):\n"
+               "the line on stderr gives the test, its p-value and the change with its 95 % bootstrap interval.\n"
+               "Runs that are not comparable are not gated (exit 2, with the reason) unless --gate-anyway.\n\n"
+               "In a terminal, diff of two traces opens a side-by-side app (press ? in it for every key); --no-tui,\n"
+               "--format, a stored run, or a stdout that is not a terminal prints instead. With --fail-if-slower the\n"
+               "exit code after quitting the app is the gate's.\n\n"
                "exit codes:\n"
                "  0  compared (and, with --fail-if-slower, no regression)\n"
-               "  3  regression: the gate's metric got worse by more than allowed (one line on stderr says how much)\n"
-               "  2  bad input or usage (unreadable trace, metric not measurable in one run)\n"
+               "  3  regression: the gate's metric got significantly worse by more than allowed (one line on stderr)\n"
+               "  2  bad input or usage (unreadable trace, unknown run, metric not measurable or testable in one run,\n"
+               "     runs not comparable for the gate without --gate-anyway)\n"
                "  1  internal error\n"
                "  130 interrupted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    d.add_argument("before", metavar="BEFORE", help="the run before the change: trace file or directory of rank traces")
-    d.add_argument("after", metavar="AFTER", help="the run after the change")
+    d.add_argument("runs", nargs="+", metavar="RUN",
+                   help="BEFORE and AFTER (with --against: AFTER only): a trace file, a directory of rank traces, or a "
+                        "stored run (12, run:12, latest[:TAG], baseline[:TAG])")
+    d.add_argument("--against", metavar="RUN",
+                   help="compare the one RUN given against this stored run: baseline (the baseline of --tag, or the "
+                        "untagged one), baseline:TAG, latest[:TAG] or an id")
     d.add_argument("--format", choices=("text", "json", "markdown"), default=None,
                    help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
                         "otherwise: text)")
@@ -51,11 +65,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     d.add_argument("--fail-if-slower", type=_non_negative, metavar="PCT",
                    help="exit 3 when --metric got worse by more than PCT (relative %% for times and memory, "
-                        "percentage points for shares)")
+                        "percentage points for shares) and the steps' rank test says it is not noise")
     d.add_argument("--metric", choices=_metric_names(), default="step_p50",
                    help=f"what --fail-if-slower watches: {_METRIC_HELP}")
+    d.add_argument("--gate-anyway", action="store_true",
+                   help="gate even when the runs are not comparable (another GPU, other batch shapes, …): the change "
+                        "measured then includes those differences")
     d.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
-                   help="override a diagnostic threshold for both analyses (see `trainscope thresholds`)")
+                   help="override a diagnostic threshold for both analyses (see `trainscope thresholds`), e.g. "
+                        "gate.alpha=0.01")
+    d.add_argument("--store", metavar="PATH", help="the run history (default: $TRAINSCOPE_STORE, else "
+                   "$XDG_DATA_HOME/trainscope/runs.db, else ~/.local/share/trainscope/runs.db)")
+    d.add_argument("--tag", metavar="TAG", help="the model or job: --against baseline takes this tag's baseline; "
+                   "--save saves the traces with it")
+    d.add_argument("--save", action="store_true",
+                   help="save each side given as a trace in the run history, and record the projected and achieved "
+                        "gain of every fix the change addressed")
     d.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     d.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
     add_input_limit_args(d)
@@ -98,25 +123,53 @@ def gate_line(diff, gate) -> str:
     return f"trainscope: {DiffResult(diff, gate).gate_line()}\n"
 
 
+def _sides(args: argparse.Namespace) -> tuple[str, str]:
+    """BEFORE and AFTER from the positionals and --against."""
+    from trainscope import api
+
+    if args.against is not None:
+        if len(args.runs) != 1:
+            raise api.BadInput("with --against give one RUN (AFTER)")
+        against = args.against
+        if against in ("baseline", "latest") and args.tag:
+            against = f"{against}:{args.tag}"
+        return against, args.runs[0]
+    if len(args.runs) != 2:
+        raise api.BadInput(f"give BEFORE and AFTER (got {len(args.runs)} RUN{'s' if len(args.runs) != 1 else ''}), "
+                           "or one RUN with --against")
+    return args.runs[0], args.runs[1]
+
+
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
     from trainscope import api
     from trainscope.commands.analyze import use_tui
-    from trainscope.reports.diff_markdown import render_diff_markdown
-    from trainscope.reports.diff_text import render_diff_text
 
     rules = api.rules_from(dict(args.threshold))
     apply_input_limits(args)
-    if use_tui(args):
-        return _run_app(args, rules)
+    before, after = _sides(args)
+    stored = any(api.is_run_ref(x) for x in (before, after))
+    if use_tui(args) and not stored:
+        return _run_app(args, rules, before, after)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
-        result = api.diff(args.before, args.after, rules=rules, metric=args.metric,
-                          fail_if_slower=args.fail_if_slower, progress=progress)
+        result = api.diff(before, after, rules=rules, metric=args.metric, fail_if_slower=args.fail_if_slower,
+                          progress=progress, store=args.store, gate_anyway=args.gate_anyway)
     finally:
         progress.done()
+    if args.save:
+        b, a, n = api.save_diff(result, args.store, tag=args.tag)
+        sys.stderr.write(f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} "
+                         "recorded\n")
 
-    code = emit_document(result.to_dict(), args, render_diff_text, render_diff_markdown)
+    if result.from_summaries:
+        from trainscope.reports.history import render_summary_diff_markdown as markdown
+        from trainscope.reports.history import render_summary_diff_text as text
+    else:
+        from trainscope.reports.diff_markdown import render_diff_markdown as markdown
+        from trainscope.reports.diff_text import render_diff_text as text
+
+    code = emit_document(result.to_dict(), args, text, markdown)
     if code:
         return code
     if result.gate is not None:
@@ -124,25 +177,37 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _run_app(args: argparse.Namespace, rules) -> int:
+def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
     """The side-by-side app; after it closes, the same gate line and exit code as without it."""
+    from trainscope import api
     from trainscope.api import DiffResult
     from trainscope.tui.diff_app import DiffApp
 
-    app = DiffApp(args.before, args.after, rules=rules, metric=args.metric, fail_if_slower=args.fail_if_slower,
-                  report_path=args.report)
+    def loader(progress):  # the same api call as the printed diff, --gate-anyway included
+        r = api.diff(before, after, rules=rules, metric=args.metric, fail_if_slower=args.fail_if_slower,
+                     progress=progress, gate_anyway=args.gate_anyway)
+        return r.diff, r.gate
+
+    app = DiffApp(before, after, rules=rules, metric=args.metric, fail_if_slower=args.fail_if_slower,
+                  report_path=args.report, loader=loader)
     app.run()
     code = app.return_code if app.return_code is not None else EXIT_OK
     if app.error:  # bad input: the same line as without the app
         sys.stderr.write(app.error + "\n")
     if app.diff is None:  # bad input, or quit while loading
         return code
+    result = DiffResult(app.diff, app.gate, rules=rules)
     if args.json_out:
         try:
-            write_atomic(args.json_out, to_json(DiffResult(app.diff, app.gate).to_dict()))
+            write_atomic(args.json_out, to_json(result.to_dict()))
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
+    if args.save:
+        b, a, n = api.save_diff(result, args.store, tag=args.tag)
+        sys.stderr.write(f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} "
+                         "recorded\n")
     if app.gate is not None:
         sys.stderr.write(gate_line(app.diff, app.gate))
+        return result.exit_code
     return code

@@ -77,6 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--no-step-hook", action="store_true", help="do not inject the DataLoader timing hook into the job")
     a.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
                    help="override a diagnostic threshold (see `trainscope thresholds`)")
+    from trainscope.commands.runs import add_save_args  # --save (needs --record), --store, --tag: the run history
+
+    add_save_args(a)
     a.set_defaults(run=run)
 
 
@@ -135,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
     modes = sum(bool(x) for x in (cmd, args.pid is not None, args.replay))
     if modes > 1:
         return fail("choose one of: -- COMMAND, --pid PID, --replay FILE")
+    from trainscope.commands.runs import watch_save_problem
+
+    if watch_save_problem(args):
+        return fail(watch_save_problem(args))
     if args.replay:
         clash = [flag for flag, given in (("--record", args.record), ("--duration", args.duration is not None),
                                           ("--prometheus-port", args.prometheus_port is not None),
@@ -225,7 +232,9 @@ def _finish(args, w, info: dict[str, Any]) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         pass
-    return code
+    from trainscope.commands.runs import save_recording  # watch --save: the recording's analysis, in the history
+
+    return save_recording(args) or code
 
 
 def _replay(args, w) -> int:

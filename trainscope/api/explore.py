@@ -1,0 +1,133 @@
+"""Reading into an analyzed run, as a program asks (the MCP server, a script): one finding explained
+with its evidence and sources, the kernels or steps filtered, a time window of the timeline. Every
+answer is a plain dict built from the report's own document and view models — the numbers and
+sources the report prints, nothing inferred beyond them."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from trainscope.api.errors import BadInput
+
+if TYPE_CHECKING:
+    from trainscope.api.report import Report
+
+
+def _rank(report: "Report", rank: int | None) -> int:
+    if rank is None:
+        return report.main_index
+    ranks = [a.rank for a in report.ranks]
+    if rank in ranks:
+        return ranks.index(rank)
+    if 0 <= rank < len(report.ranks) and all(r is None for r in ranks):
+        return rank
+    raise BadInput(f"no rank {rank} in {report.source} (ranks: {', '.join(str(r) for r in ranks)})")
+
+
+def _doc(report: "Report", index: int) -> dict:
+    return report.to_dict() if index == report.main_index else report.rank_view(index).doc
+
+
+def explain_finding(report: "Report", finding: str, *, rank: int | None = None) -> dict[str, Any]:
+    """One finding of the run: its grade, stake, evidence (each line with its source), where it stands
+    in the verdict, the thresholds that grade it (value, unit, source), the fixes for it with their
+    projections, and the step and interval of the timeline that show it most."""
+    from trainscope.analyzers.findings import REGISTRY
+
+    i = _rank(report, rank)
+    doc = _doc(report, i)
+    found = next((f for f in doc["findings"] if f["id"] == finding), None)
+    if found is None:
+        raised = ", ".join(f["id"] for f in doc["findings"]) or "none"
+        known = "" if finding in REGISTRY else " (not a finding trainscope knows)"
+        raise BadInput(f"finding {finding!r}{known} is not raised on {report.source} (raised: {raised})")
+    v = doc["verdict"]
+    spec = REGISTRY.get(finding)
+    rules = report.rules
+    thresholds = []
+    if spec is not None:
+        for name in spec.severity.rule_names:
+            t = rules[name]
+            thresholds.append({"name": name, "value": t.value, "unit": t.unit, "meaning": t.meaning,
+                               "source": t.source})
+    role = ("primary (the verdict)" if v["bottleneck"] == finding else
+            "runner-up" if v.get("runner_up") == finding else "secondary")
+    where = None
+    view = report.rank_view(i)
+    try:
+        step, match = view.timeline.evidence(finding)
+    except BadInput:
+        step, match = None, None
+    if step is not None:
+        st = view.analysis.segmentation.steps[step]
+        where = {"step": st.label, "step_start_ms": round(st.start_ns / 1e6, 3),
+                 "interval": None if match is None else {"start_ms": round(match.start_ns / 1e6, 3),
+                                                          "end_ms": round(match.end_ns / 1e6, 3),
+                                                          "what": match.name}}
+    return {
+        "source": report.source, "rank": doc.get("rank"),
+        "finding": found, "role": role,
+        "verdict": {"axis": v["axis"], "bottleneck": v["bottleneck"], "confidence": v["confidence"]},
+        "headline": spec.headline if spec is not None else found["title"],
+        "graded_by": thresholds,
+        "fixes": [r for r in doc["recommendations"] if r["finding"] == finding],
+        "timeline": where,
+    }
+
+
+def kernel_table(report: "Report", *, name_contains: str | None = None, kernel_class: str | None = None,
+                 min_total_ms: float | None = None, limit: int = 50, rank: int | None = None) -> dict[str, Any]:
+    """Every kernel name that started inside the analyzed steps on the analyzed GPU (the app's Kernels
+    tab), largest total first, filtered by a case-insensitive name substring, class and total time."""
+    from trainscope.analyzers.kernels import ALL_CLASSES
+
+    if kernel_class is not None and kernel_class not in ALL_CLASSES:
+        raise BadInput(f"unknown kernel class {kernel_class!r} (one of: {', '.join(ALL_CLASSES)})")
+    i = _rank(report, rank)
+    view = report.rank_view(i)
+    ks = view.all_kernels
+    steps = max(1, len(view.analysis.segmentation.steps))
+    rows = [k for k in ks.top if (not name_contains or name_contains.lower() in k.name.lower())
+            and (kernel_class is None or k.kernel_class == kernel_class)
+            and (min_total_ms is None or k.total_ns / 1e6 >= min_total_ms)]
+    return {"source": report.source, "rank": view.analysis.rank, "device": view.analysis.device_name,
+            "basis": "kernels starting inside the analyzed steps on the analyzed GPU",
+            "total_kernel_ms": round(ks.total_ns / 1e6, 3), "kernel_count": ks.count, "steps": steps,
+            "matched": len(rows),
+            "kernels": [{"name": k.name, "class": k.kernel_class, "tensor_core": k.tensor_core, "count": k.count,
+                         "total_ms": round(k.total_ns / 1e6, 3), "mean_us": round(k.mean_ns / 1e3, 3),
+                         "ms_per_step": round(k.total_ns / 1e6 / steps, 3), "share_pct": round(k.share_pct, 2)}
+                        for k in rows[:limit]]}
+
+
+def step_table(report: "Report", *, min_duration_ms: float | None = None, outliers_only: bool = False,
+               limit: int | None = None, rank: int | None = None) -> dict[str, Any]:
+    """The analyzed steps as the report lists them (start, duration, GPU busy, data wait, time per
+    category, outlier flag), filtered."""
+    i = _rank(report, rank)
+    doc = _doc(report, i)
+    rows = [s for s in doc["steps"] if (min_duration_ms is None or s["duration_ms"] >= min_duration_ms)
+            and (not outliers_only or s["outlier"])]
+    return {"source": report.source, "rank": doc.get("rank"), "steps_method": doc["steps_method"],
+            "steps_note": doc["steps_note"], "step_time_ms": doc["breakdown"]["step_time_ms"],
+            "matched": len(rows), "steps": rows[:limit] if limit is not None else rows}
+
+
+def timeline_window(report: "Report", start_ms: float, end_ms: float, *, kinds: Sequence[str] | None = None,
+                    name_contains: str | None = None, limit: int = 200, rank: int | None = None) -> dict[str, Any]:
+    """Every event overlapping [start_ms, end_ms) on the clock of the report's step starts (kernels,
+    copies, memsets, framework ops, ranges, runtime calls), by start time, at most ``limit``; the busy
+    time per kind inside the window."""
+    from trainscope.analyzers.window import KINDS, window
+
+    i = _rank(report, rank)
+    view = report.rank_view(i)
+    try:
+        w = window(view.trace, view.analysis.segmentation, int(round(start_ms * 1e6)), int(round(end_ms * 1e6)),
+                   tuple(kinds) if kinds else KINDS, name_contains, limit)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+    return {"source": report.source, "rank": view.analysis.rank, "start_ms": start_ms, "end_ms": end_ms,
+            "steps": w.steps, "matched": w.matched, "shown": len(w.events),
+            "busy_ms": {k: round(v / 1e6, 3) for k, v in w.busy_ns.items()},
+            "events": [{"kind": e.kind, "name": e.name, "lane": e.lane, "start_ms": round(e.start_ns / 1e6, 4),
+                        "duration_ms": round(e.duration_ns / 1e6, 4), "step": e.step} for e in w.events]}
