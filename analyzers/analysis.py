@@ -97,12 +97,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         hidle = host_idle(trace, seg, device, rules.value("launch.cold_start_ms")) if trace.has_gpu_activity else None
         inp = observations(trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle)
         sinks = inp.sinks
-        found = findings(inp, rules)
-        verdict = classify(inp, found, rules)
-        found = primary_first(found, verdict)
-        # No projected gains from evidence too thin for a verdict.
-        recs = ([] if verdict.axis == "insufficient_evidence" else
-                recommend(found, bd, spec, dev.name if dev else None, ctx, rules))
+        found, verdict, recs = judge(inp, bd, spec, dev.name if dev else None, ctx, rules)
     hw = trace.op_inputs.hw_flops
     if hw and not len(trace.kernels):
         top = max(hw, key=hw.get)
@@ -204,9 +199,11 @@ def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Br
 
 def analyze_set(traces: TraceSet, rules: Rules | None = None, peak_tflops: float | None = None,
                 step_range: str | None = None, peak_bandwidth: float | None = None) -> list[Analysis]:
-    """One analysis per rank, in rank order; several ranks are then judged together for imbalance."""
-    analyses = [analyze_trace(t, rules, peak_tflops, step_range, peak_bandwidth) for t in traces.traces]
-    return with_rank_imbalance(analyses, rules or Rules()) if len(analyses) > 1 else analyses
+    """One analysis per rank, in rank order, each rank judged on its own. Rank imbalance is decided
+    once, in the reduce over ranks (``trainscope.api``'s ``analyze``): the collectives' alignment
+    where they match (``ranks.with_aligned_imbalance``), else the compute-time estimate
+    (:func:`with_rank_imbalance`)."""
+    return [analyze_trace(t, rules, peak_tflops, step_range, peak_bandwidth) for t in traces.traces]
 
 
 def with_rank_imbalance(analyses: list[Analysis], rules: Rules) -> list[Analysis]:
@@ -239,14 +236,28 @@ def with_rank_imbalance(analyses: list[Analysis], rules: Rules) -> list[Analysis
                  Evidence(f"compute-kernel time per step on the busiest rank ({who})", round(top / 1e6, 2), "ms", "",
                           "step breakdown", None),
                  Evidence("ranks compared", len(judged), "ranks", "", "trace set", None))
-        inp = replace(a.observations, sinks=sinks, imbalance_evidence=lines)
-        found = findings(inp, rules)
-        verdict = classify(inp, found, rules)
-        found = primary_first(found, verdict)
-        recs = ([] if verdict.axis == "insufficient_evidence" else
-                recommend(found, a.breakdown, a.device_spec, a.device_name, a.context, rules))
-        out.append(replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict, recommendations=recs))
+        out.append(rejudged(a, sinks, lines, rules))
     return out
+
+
+def judge(inp: DiagnosisInput, bd: Breakdown, spec: DeviceSpec | None, device_name: str | None,
+          ctx: Context | None, rules: Rules) -> tuple[list[Finding], Verdict, list[Recommendation]]:
+    """The one judge: observations → findings, the verdict (primary finding first) and the fixes.
+    No projected gains from evidence too thin for a verdict."""
+    found = findings(inp, rules)
+    verdict = classify(inp, found, rules)
+    found = primary_first(found, verdict)
+    recs = [] if verdict.axis == "insufficient_evidence" else recommend(found, bd, spec, device_name, ctx, rules)
+    return found, verdict, recs
+
+
+def rejudged(a: Analysis, sinks: Sinks, imbalance_evidence: tuple[Evidence, ...], rules: Rules) -> Analysis:
+    """``a`` judged again with ``sinks`` (its imbalance sink set by a cross-rank measure) and the
+    evidence of that measure: the reduce over ranks calls this once per rank."""
+    assert a.observations is not None
+    inp = replace(a.observations, sinks=sinks, imbalance_evidence=imbalance_evidence)
+    found, verdict, recs = judge(inp, a.breakdown, a.device_spec, a.device_name, a.context, rules)
+    return replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict, recommendations=recs)
 
 
 def slowest(analyses: list[Analysis]) -> Analysis:

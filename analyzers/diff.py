@@ -97,23 +97,26 @@ class Run:
         return self.analysis.segmentation.method == "whole_trace"
 
 
-def kernel_times(trace: Trace, analysis: Analysis) -> list[KernelTime]:
-    """Per kernel name, the calls and time of kernels that start inside the analyzed steps on the
-    analyzed GPU: the same selection as the analysis's kernel summary, but every name."""
-    seg = analysis.segmentation
-    inside = iv.contains((seg.starts, seg.ends), trace.kernels.ts)
-    ks = kernel_summary(trace, inside, analysis.device, top_n=len(trace.strings), classes=kernel_classes(trace))
-    return [KernelTime(k.name, k.kernel_class, k.count, k.total_ns) for k in ks.top]
-
-
 def summarize_run(path: str, traces: TraceSet, analyses: list[Analysis]) -> Run:
-    """``analyses`` is ``analyze_set(traces)``: one per trace, in the same order."""
+    """``analyses`` is one analysis per trace of ``traces``, in the same order (each rank's own
+    judgement, as ``analyze_set`` gives it)."""
+    from trainscope.analyzers.ranks import summarize
+
+    return run_from_summaries(path, [summarize(t, a) for t, a in zip(traces.traces, analyses)], analyses,
+                              list(traces.warnings))
+
+
+def run_from_summaries(path: str, summaries: list, analyses: list[Analysis], warnings: list[str]) -> Run:
+    """One side of a diff from what ``analyze`` made of it: the ranks' summaries
+    (:class:`~trainscope.analyzers.ranks.RankSummary`, with every kernel time and the shapes) and
+    the ranks' final analyses (after the reduce over ranks), in rank order."""
     main = slowest(analyses) if len(analyses) > 1 else analyses[0]
     index = next(i for i, a in enumerate(analyses) if a is main)
-    sides = tuple(RankSide(a, kernel_times(t, a), rank_work(a)) for t, a in zip(traces.traces, analyses))
+    sides = tuple(RankSide(a, list(s.kernel_times), rank_work(a)) for s, a in zip(summaries, analyses))
+    shapes = summaries[index].shapes if summaries[index].shapes is not None else ShapeSignature(False, {}, {})
     return Run(path=path, analysis=main, ranks=len(analyses), kernels=sides[index].kernels,
-               shapes=shape_signature(traces.traces[index]), device_names=tuple(a.device_name or "" for a in analyses),
-               warnings=list(traces.warnings) + list(main.warnings), per_rank=sides, index=index,
+               shapes=shapes, device_names=tuple(a.device_name or "" for a in analyses),
+               warnings=list(warnings) + list(main.warnings), per_rank=sides, index=index,
                chosen="slowest" if len(analyses) > 1 else "only")
 
 

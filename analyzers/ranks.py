@@ -34,8 +34,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.analysis import Analysis
-from trainscope.analyzers.kernels import ALL_CLASSES, kernel_classes
+from trainscope.analyzers.kernel_match import KernelTime
+from trainscope.analyzers.kernels import ALL_CLASSES, kernel_classes, kernel_summary
+from trainscope.analyzers.shapes import ShapeSignature, shape_signature
 from trainscope.analyzers.rules import Rules
 from trainscope.traces.model import Trace
 
@@ -75,6 +78,9 @@ class RankSummary:
     host_collectives: tuple[str, np.ndarray, np.ndarray, list[str]]
     class_ns: dict[str, int] = field(default_factory=dict)  # kernel time per class in the steps
     kernel_ns: dict[str, int] = field(default_factory=dict)  # the top kernels by time in the steps
+    # What ``diff`` compares of a rank: every kernel name in the steps, and the operators' shapes.
+    kernel_times: tuple[KernelTime, ...] = ()
+    shapes: ShapeSignature | None = None
 
     @property
     def step_labels(self) -> list[str]:
@@ -173,7 +179,17 @@ def summarize(trace: Trace, analysis: Analysis, top_kernels: int = 30) -> RankSu
         analysis=analysis, collectives=rank_collectives(trace), host_collectives=host_collectives(trace),
         class_ns=dict(ks.by_class_ns),
         kernel_ns={k.name: int(k.total_ns) for k in ks.top[:top_kernels]},
+        kernel_times=tuple(kernel_times(trace, analysis)), shapes=shape_signature(trace),
     )
+
+
+def kernel_times(trace: Trace, analysis: Analysis) -> list[KernelTime]:
+    """Per kernel name, the calls and time of kernels that start inside the analyzed steps on the
+    analyzed GPU: the same selection as the analysis's kernel summary, but every name."""
+    seg = analysis.segmentation
+    inside = iv.contains((seg.starts, seg.ends), trace.kernels.ts)
+    ks = kernel_summary(trace, inside, analysis.device, top_n=len(trace.strings), classes=kernel_classes(trace))
+    return [KernelTime(k.name, k.kernel_class, k.count, k.total_ns) for k in ks.top]
 
 
 # -- the reduce: alignment on collective ends ------------------------------------------------
@@ -504,12 +520,9 @@ def with_aligned_imbalance(summaries: list[RankSummary], alignment: Alignment | 
     estimate from compute-time differences (``analysis.with_rank_imbalance``): the straggler itself
     waits for no one; the others' wait leaves their communication sink. Ranks the alignment could
     not match keep their analysis. Without an alignment, the analyses unchanged."""
-    from dataclasses import replace
-
+    from trainscope.analyzers.analysis import rejudged
     from trainscope.analyzers.findings.base import Evidence
-    from trainscope.analyzers.recommendations import recommend
     from trainscope.analyzers.sinks import moved
-    from trainscope.analyzers.verdict import classify, findings, primary_first
 
     rules = rules or Rules()
     analyses = [s.analysis for s in summaries]
@@ -521,14 +534,8 @@ def with_aligned_imbalance(summaries: list[RankSummary], alignment: Alignment | 
         if not al.matched or a.observations is None or a.sinks is None or not a.breakdown.total_ns:
             out.append(a)
             continue
-        by = dict(a.sinks.by_key)  # undo an earlier estimate: its imbalance back into communication
-        imb, comm = by["imbalance"], by["comm"]
-        t = a.sinks.total_ns or 1
-        by["comm"] = replace(comm, ns=comm.ns + imb.ns, pct=100.0 * (comm.ns + imb.ns) / t)
-        by["imbalance"] = replace(imb, ns=0, pct=0.0)
-        sinks = replace(a.sinks, by_key=by)
         n = max(1, len(a.breakdown.steps))
-        sinks = moved(sinks, "comm", "imbalance", int(al.wait_ms_per_step * 1e6 * n),
+        sinks = moved(a.sinks, "comm", "imbalance", int(al.wait_ms_per_step * 1e6 * n),
                       f"waiting inside collectives for {who} (ranks aligned on collective ends)")
         lines = (Evidence("waiting inside collectives per step, from arrival to the last rank's", al.wait_ms_per_step,
                           "ms", "", "ranks aligned on collective ends", None),
@@ -536,11 +543,5 @@ def with_aligned_imbalance(summaries: list[RankSummary], alignment: Alignment | 
                           "ranks aligned on collective ends", None),
                  Evidence("collectives matched to the other ranks", al.matched, "collectives", "",
                           alignment.method_note, None))
-        inp = replace(a.observations, sinks=sinks, imbalance_evidence=lines)
-        found = findings(inp, rules)
-        verdict = classify(inp, found, rules)
-        found = primary_first(found, verdict)
-        recs = ([] if verdict.axis == "insufficient_evidence" else
-                recommend(found, a.breakdown, a.device_spec, a.device_name, a.context, rules))
-        out.append(replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict, recommendations=recs))
+        out.append(rejudged(a, sinks, lines, rules))
     return out

@@ -152,22 +152,24 @@ def _map_ranks(path: str, rules: "Rules", peak_tflops: float | None, peak_bandwi
 def _reduce_ranks(report: Report) -> None:
     """The reduce over several ranks: stragglers by step offset, the ranks aligned on the ends of
     their shared collectives, and the many-rank view (sets ``report.stragglers``)."""
-    from trainscope.analyzers.ranks import align_ranks, ranks_view, summarize, with_aligned_imbalance
+    from trainscope.analyzers.analysis import with_rank_imbalance
+    from trainscope.analyzers.ranks import align_ranks, ranks_view, with_aligned_imbalance
     from trainscope.analyzers.stragglers import stragglers_from
     from trainscope.reports.deep import alignment_dict, stragglers_dict
 
     rules, analyses = report.rules, report.ranks
-    summaries = report.summaries
-    if summaries is None:
-        summaries = [summarize(t, a) for t, a in zip(report.traces.traces, analyses)]
+    summaries = report.rank_summaries()
     report.straggler_analysis = stragglers_from([s.host_collectives for s in summaries], analyses, rules)
     report.stragglers = stragglers_dict(report.straggler_analysis)
     alignment = align_ranks(summaries, rules)
     if alignment is not None:
         report.stragglers["alignment"] = alignment_dict(alignment)
-        # Each rank re-judged with the wait the alignment measured inside its collectives: the
-        # imbalance sink (and the ranks/imbalance finding) is that measured wait, not an estimate.
+    # Rank imbalance is decided here, once: each rank re-judged with the wait the alignment measured
+    # inside its collectives where they match, else with the estimate from compute-time differences.
+    if alignment is not None and alignment.instances:
         report.ranks[:] = with_aligned_imbalance(summaries, alignment, rules)
+    else:
+        report.ranks[:] = with_rank_imbalance(list(analyses), rules)
     report.stragglers["ranks_view"] = ranks_view(summaries, alignment)
 
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping, Union
+from typing import TYPE_CHECKING, Any, Mapping, Union
 
-from trainscope.api.analysis import open_input
 from trainscope.api.errors import (EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, BadInput, Progress, Regression,
                                    bad_input, silent)
 from trainscope.api.report import shown
@@ -169,20 +168,20 @@ def gate(result: "DiffResult | RunDiff | SummaryDiff", metric: str = "step_p50",
     return DiffResult(d, g, base.fixes, base.before_run, base.after_run, rules)
 
 
-def _analyzed(label: str, path: str, rules: "Rules", progress: Progress, i: int) -> "Run":
-    from trainscope.analyzers.analysis import analyze_set
-    from trainscope.analyzers.diff import summarize_run
+def _analyzed(label: str, path: str, rules: "Rules", progress: Progress, i: int, options: Mapping | None = None) -> "Run":
+    """One side: ``analyze(path)`` with the same options as every analysis (the same reader, rank
+    map and reduce, so a side's sinks are ``analyze``'s), kept as a :class:`Run`."""
+    from trainscope.analyzers.diff import run_from_summaries
+    from trainscope.api.analysis import analyze
 
     def side(stage: str, fraction: float | None) -> None:
         progress(f"{label.lower()}: {stage}", None if fraction is None else (i + fraction) / 2)
 
     try:
-        traces = open_input(path, side)
-        side("analyzing", None)
-        with bad_input(path):
-            return summarize_run(path, traces, analyze_set(traces, rules))
+        report = analyze(path, rules=rules, progress=side, **dict(options or {}))
     except BadInput as e:
         raise BadInput(f"{label}: {e}") from None
+    return run_from_summaries(path, report.rank_summaries(), report.ranks, list(report.traces.warnings))
 
 
 def _store(store: "RunStore | str | os.PathLike | None", read_only: bool = False) -> "RunStore":
@@ -206,11 +205,15 @@ def resolve_side(side: Side, store: "RunStore | str | os.PathLike | None" = None
 
 def diff(before: Side, after: Side, *, rules: "Rules | None" = None, thresholds: Mapping[str, float] | None = None,
          metric: str = "step_p50", fail_if_slower: float | None = None, progress: Progress | None = None,
-         store: "RunStore | str | os.PathLike | None" = None, gate_anyway: bool = False) -> DiffResult:
-    """Compare BEFORE and AFTER: traces (analyzed here), stored runs (``12``, ``latest[:TAG]``,
-    ``baseline[:TAG]`` in ``store``, or :class:`StoredRun` / :class:`RunSummary` objects), or one of
-    each. With ``fail_if_slower`` the gate on ``metric`` is checked (see :func:`gate`,
-    :attr:`DiffResult.regressed` and :meth:`DiffResult.check`). Raises :class:`BadInput`."""
+         store: "RunStore | str | os.PathLike | None" = None, gate_anyway: bool = False,
+         step_range: str | None = None, peak_tflops: float | None = None, peak_bandwidth: float | None = None,
+         jobs: int | None = None, dask: "str | Any | None" = None) -> DiffResult:
+    """Compare BEFORE and AFTER: traces (each analyzed by :func:`~trainscope.api.analyze` with the
+    same options: ``step_range``, ``peak_tflops``, ``peak_bandwidth``, ``jobs``, ``dask``), stored
+    runs (``12``, ``latest[:TAG]``, ``baseline[:TAG]`` in ``store``, or :class:`StoredRun` /
+    :class:`RunSummary` objects), or one of each. With ``fail_if_slower`` the gate on ``metric`` is
+    checked (see :func:`gate`, :attr:`DiffResult.regressed` and :meth:`DiffResult.check`). Raises
+    :class:`BadInput`."""
     from trainscope.analyzers.diff import diff_runs
     from trainscope.analyzers.history import RunSummary, diff_summaries, summarize
     from trainscope.api.store import StoredRun
@@ -219,8 +222,10 @@ def diff(before: Side, after: Side, *, rules: "Rules | None" = None, thresholds:
     _check_metric(metric)
     progress = progress or silent
     sides = [resolve_side(before, store), resolve_side(after, store)]
+    options = {"step_range": step_range, "peak_tflops": peak_tflops, "peak_bandwidth": peak_bandwidth, "jobs": jobs,
+               "dask": dask}
     if all(isinstance(s, str) for s in sides):
-        runs = [_analyzed(label, s, rules, progress, i) for i, (label, s) in enumerate((("BEFORE", sides[0]),
+        runs = [_analyzed(label, s, rules, progress, i, options) for i, (label, s) in enumerate((("BEFORE", sides[0]),
                                                                                         ("AFTER", sides[1])))]
         result = DiffResult(diff_runs(runs[0], runs[1], rules), rules=rules)
     else:
@@ -234,7 +239,7 @@ def diff(before: Side, after: Side, *, rules: "Rules | None" = None, thresholds:
                 summaries.append(s)
                 labels.append(os.path.basename(s.source.rstrip("/")) or s.source)
             else:
-                summaries.append(summarize(_analyzed(label, s, rules, progress, i)))
+                summaries.append(summarize(_analyzed(label, s, rules, progress, i, options)))
                 labels.append(os.path.basename(s.rstrip("/")) or s)
         d = diff_summaries(summaries[0], summaries[1], rules, (labels[0], labels[1]))
         result = DiffResult(d, rules=rules, before_run=sides[0] if isinstance(sides[0], StoredRun) else None,

@@ -109,6 +109,16 @@ class Report:
                 self._loaded[index] = _read_rank(self.ranks[index])
             return self._loaded[index]
 
+    def rank_summaries(self) -> list:
+        """Per rank (in ``ranks`` order), what the reduce and ``diff`` need of it
+        (:class:`trainscope.analyzers.ranks.RankSummary`): the map's, or made once from the traces
+        read here. Their ``analysis`` is each rank's own judgement, before the reduce."""
+        if self.summaries is None:
+            from trainscope.analyzers.ranks import summarize
+
+            self.summaries = [summarize(t, a) for t, a in zip(self.traces.traces, self.ranks)]
+        return self.summaries
+
     def latest_arrivals(self) -> list:
         """Per rank (in ``ranks`` order), the collective it reached furthest behind the first rank
         (:class:`trainscope.analyzers.late_collectives.LateCollective`, absolute ns on the rank's

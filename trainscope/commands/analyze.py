@@ -35,9 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     a.add_argument("trace", metavar="TRACE",
                    help="trace file (.json, .json.gz, Nsight .sqlite/.nsys-rep) or directory of rank traces")
-    a.add_argument("--step-range", metavar="NAME",
-                   help="the annotation (NVTX / record_function) range that marks one step, e.g. train_step "
-                        "(default: ProfilerStep#N, then ranges named like steps)")
+    add_analysis_options(a)
     a.add_argument("--format", choices=("text", "json", "markdown"), default=None,
                    help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
                         "otherwise: text)")
@@ -48,11 +46,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--perfetto", metavar="OUT.json",
                    help="also write the trace with the findings as their own tracks, for ui.perfetto.dev or "
                         "chrome://tracing (JSON trace-event format; the slowest rank of a directory)")
-    a.add_argument("--peak-tflops", type=positive_float, metavar="TFLOPS",
-                   help="dense FP16/BF16 tensor peak of the device in TFLOP/s for MFU and the roofline, overriding the "
-                        "built-in device table (the other precisions scale with it)")
-    a.add_argument("--peak-bandwidth", type=positive_float, metavar="GB/S",
-                   help="memory bandwidth of the device in GB/s for the roofline, overriding the device table")
     a.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
                    help="override a diagnostic threshold (repeatable; list them with `trainscope thresholds`)")
     a.add_argument("--model", metavar="SPEC",
@@ -70,9 +63,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_save_args(a)
     add_input_limit_args(a)
-    from trainscope.commands.analyze_ranks import add_arguments  # --jobs, --dask (rank directories)
-
-    add_arguments(a)
     a.set_defaults(run=run)
 
 
@@ -169,3 +159,25 @@ def _run_app(args: argparse.Namespace, rules, ledger) -> int:
 
         return save_report(app.session.report, args)
     return code
+
+
+def add_analysis_options(a: argparse.ArgumentParser) -> None:
+    """The options of the analysis itself, shared by ``analyze`` and each side of ``diff``: how steps
+    are marked, the device's peaks, and how a rank directory is mapped (--jobs, --dask)."""
+    from trainscope.commands.analyze_ranks import add_arguments
+
+    a.add_argument("--step-range", metavar="NAME",
+                   help="the annotation (NVTX / record_function) range that marks one step, e.g. train_step "
+                        "(default: ProfilerStep#N, then ranges named like steps)")
+    a.add_argument("--peak-tflops", type=positive_float, metavar="TFLOPS",
+                   help="dense FP16/BF16 tensor peak of the device in TFLOP/s for MFU and the roofline, overriding the "
+                        "built-in device table (the other precisions scale with it)")
+    a.add_argument("--peak-bandwidth", type=positive_float, metavar="GB/S",
+                   help="memory bandwidth of the device in GB/s for the roofline, overriding the device table")
+    add_arguments(a)  # --jobs, --dask (rank directories)
+
+
+def analysis_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``trainscope.api.analyze`` (and ``api.diff``) the options above give."""
+    return {"step_range": args.step_range, "peak_tflops": args.peak_tflops, "peak_bandwidth": args.peak_bandwidth,
+            "jobs": args.jobs, "dask": args.dask}

@@ -81,6 +81,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--save", action="store_true",
                    help="save each side given as a trace in the run history, and record the projected and achieved "
                         "gain of every fix the change addressed")
+    from trainscope.commands.analyze import add_analysis_options
+
+    add_analysis_options(d)  # each side analyzed as `analyze` does: --step-range, --peak-*, --jobs, --dask
     d.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     d.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
     add_input_limit_args(d)
@@ -143,7 +146,7 @@ def _sides(args: argparse.Namespace) -> tuple[str, str]:
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
     from trainscope import api
-    from trainscope.commands.analyze import use_tui
+    from trainscope.commands.analyze import analysis_options, use_tui
 
     rules = api.rules_from(dict(args.threshold))
     apply_input_limits(args)
@@ -154,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
         result = api.diff(before, after, rules=rules, metric=args.metric, fail_if_slower=args.fail_if_slower,
-                          progress=progress, store=args.store, gate_anyway=args.gate_anyway)
+                          progress=progress, store=args.store, gate_anyway=args.gate_anyway, **analysis_options(args))
     finally:
         progress.done()
     if args.save:
@@ -181,11 +184,12 @@ def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
     """The side-by-side app; after it closes, the same gate line and exit code as without it."""
     from trainscope import api
     from trainscope.api import DiffResult
+    from trainscope.commands.analyze import analysis_options
     from trainscope.tui.diff_app import DiffApp
 
     def loader(progress):  # the same api call as the printed diff, --gate-anyway included
         r = api.diff(before, after, rules=rules, metric=args.metric, fail_if_slower=args.fail_if_slower,
-                     progress=progress, gate_anyway=args.gate_anyway)
+                     progress=progress, gate_anyway=args.gate_anyway, **analysis_options(args))
         return r.diff, r.gate
 
     app = DiffApp(before, after, rules=rules, metric=args.metric, fail_if_slower=args.fail_if_slower,
