@@ -37,6 +37,12 @@ def set_max_decompressed(n: int | None) -> None:
     _override = n
 
 
+def max_decompressed_override() -> int | None:
+    """The cap ``--max-decompressed`` set in this process (None: the default / env var): what the
+    rank map hands its workers, which run in other processes."""
+    return _override
+
+
 def parse_size(text: str) -> int:
     """``4GiB``, ``500MB``, ``2G``, ``1048576`` → bytes (K/M/G/T are powers of 1024 without ``B``)."""
     import re

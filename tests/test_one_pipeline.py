@@ -62,3 +62,21 @@ def test_without_alignment_the_estimate_is_the_fallback():
     assert all(a.sinks.pct("imbalance") == 0 for a in analyses)  # each rank judged on its own
     est = with_rank_imbalance(analyses, Rules())
     assert sum(a.sinks.pct("imbalance") > 0 for a in est) == 1  # the less busy rank waits for the busier
+
+
+def test_max_decompressed_reaches_rank_workers_started_by_spawn(tmp_path):
+    """``--max-decompressed`` is a setting of the parent process; MapOptions carries it to workers
+    that do not inherit it (spawn, forkserver, Dask): a cap below a rank file's size refuses that
+    rank in the worker as in the parent."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from trainscope.api.executor import MapOptions, rank_files, summarize_rank
+
+    files = rank_files(DLRM)
+    opts = MapOptions(max_decompressed=1 << 20)  # 1 MiB: each rank decompresses to more
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        got = pool.submit(summarize_rank, files[0], opts).result()
+        free = pool.submit(summarize_rank, files[0], MapOptions()).result()
+    assert isinstance(got, str) and "cap on decompressed input" in got
+    assert not isinstance(free, str)

@@ -140,7 +140,10 @@ def _map_ranks(path: str, rules: "Rules", peak_tflops: float | None, peak_bandwi
     import trainscope.collectors.inputs  # noqa: F401
     from trainscope.api.executor import MapOptions, run_rank_set
 
-    options = MapOptions(peak_tflops=peak_tflops, step_range=step_range, peak_bandwidth=peak_bandwidth, rules=rules)
+    from trainscope.collectors.readers import max_decompressed_override
+
+    options = MapOptions(peak_tflops=peak_tflops, step_range=step_range, peak_bandwidth=peak_bandwidth, rules=rules,
+                         max_decompressed=max_decompressed_override())
     tick = (lambda done, n: progress(f"ranks {done}/{n}", done / n)) if progress else None
     try:
         rs = run_rank_set(path, options, jobs=jobs, dask=dask, progress=tick)

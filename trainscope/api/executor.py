@@ -36,6 +36,9 @@ class MapOptions:
     step_range: str | None = None
     peak_bandwidth: float | None = None
     rules: Rules | None = None  # the whole table (a picklable value); else the defaults with ``thresholds``
+    # --max-decompressed of the caller: a module setting of the parent, so it travels with the options
+    # to worker processes (spawned, forkserver or Dask workers do not inherit it).
+    max_decompressed: int | None = None
 
     def table(self) -> Rules:
         return self.rules if self.rules is not None else Rules(dict(self.thresholds))
@@ -81,7 +84,11 @@ def summarize_rank(path: str, options: MapOptions = MapOptions()) -> list[RankSu
     from trainscope.collectors import TraceError
     from trainscope.collectors.inputs import open_any
 
+    from trainscope.collectors.readers import max_decompressed_override, set_max_decompressed
+
     rules = options.table()
+    if max_decompressed_override() != options.max_decompressed:  # the options are the caller's setting
+        set_max_decompressed(options.max_decompressed)
     try:
         traces = open_any(path)
     except TraceError as e:
