@@ -5,15 +5,10 @@ import os
 import re
 
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.kineto import load_kineto
-from trainscope.collectors.nsys import load_nsys
-from trainscope.collectors.nsys_report import export_report
-from trainscope.collectors.live_trace import live_format, load_live_trace
-from trainscope.collectors.readers import GZIP_MAGIC, SQLITE_MAGIC, Progress, check_regular_file, sniff
+from trainscope.collectors.formats import RANK_FILE_SUFFIXES, reader_for
+from trainscope.collectors.readers import Progress, check_regular_file
 from trainscope.traces.model import Trace, TraceSet
 
-_KINETO_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
-_NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
 
 
@@ -29,54 +24,26 @@ def open_traces(path: str, progress: Progress | None = None) -> TraceSet:
 
 
 def open_any(path: str, progress: Progress | None = None) -> list[Trace]:
-    """The traces one file holds: one for Kineto, one per GPU process for an Nsight export."""
-    if not os.access(path, os.R_OK):
-        raise TraceError(path, "permission denied")
-    lower = path.lower()
-    if lower.endswith((".nsys-rep", ".qdrep")):
-        return load_nsys(export_report(path, progress), progress)
-    if os.path.getsize(path) == 0:
-        raise TraceError(path, "file is empty")
-    head = sniff(path)
-    if head.startswith(SQLITE_MAGIC):
-        return load_nsys(path, progress)
-    if lower.endswith(".sqlite"):
-        raise TraceError(path, "not an SQLite database (an Nsight Systems export is written by "
-                               "`nsys export --type sqlite`)")
-    return [open_file(path, progress)]
-
-
-def open_file(path: str, progress: Progress | None = None) -> Trace:
+    """The traces one file holds: one for Kineto, one per GPU process for an Nsight export; the
+    kind is the first row of :data:`~trainscope.collectors.formats.READERS` that claims the file."""
     check_regular_file(path)
     if not os.access(path, os.R_OK):
         raise TraceError(path, "permission denied")
-    lower = path.lower()
-    if os.path.getsize(path) == 0:
-        raise TraceError(path, "file is empty")
-    head = sniff(path)
-    from trainscope.collectors.snapshot import is_pickle
+    return reader_for(path).loader()(path, progress)
 
-    if is_pickle(head):
-        raise TraceError(path, "is a pickle (a CUDA memory snapshot?): analyze it with `trainscope memory "
-                               f"{path}`; analyze reads profiler traces")
-    live = live_format(path)  # watch --record recordings, nvidia-smi CSV logs: sampled counters
-    if live:
-        return load_live_trace(path, live)
-    if head.startswith(SQLITE_MAGIC) or lower.endswith(_NSYS_SUFFIXES):
-        traces = open_any(path)
-        if len(traces) != 1:
-            raise TraceError(path, f"holds {len(traces)} GPU processes; open it with open_traces")
-        return traces[0]
-    if head[:2] == GZIP_MAGIC or head.lstrip()[:1] in (b"{", b"[") or lower.endswith(_KINETO_SUFFIXES):
-        return load_kineto(path, progress)
-    raise TraceError(path, "unrecognized format: expected a PyTorch profiler trace (.json, .json.gz) "
-                           "or an Nsight Systems export (.sqlite, .nsys-rep)")
+
+def open_file(path: str, progress: Progress | None = None) -> Trace:
+    """The one trace a file holds (an Nsight export of several GPU processes: TraceError)."""
+    traces = open_any(path, progress)
+    if len(traces) != 1:
+        raise TraceError(path, f"holds {len(traces)} GPU processes; open it with open_traces")
+    return traces[0]
 
 
 def _open_directory(path: str, progress: Progress | None) -> TraceSet:
     files = sorted(
         os.path.join(path, f) for f in os.listdir(path)
-        if f.lower().endswith(_KINETO_SUFFIXES + (".sqlite",)) and os.path.isfile(os.path.join(path, f))
+        if f.lower().endswith(RANK_FILE_SUFFIXES) and os.path.isfile(os.path.join(path, f))
     )
     if not files:
         raise TraceError(path, "directory holds no trace files (*.json, *.json.gz, *.sqlite)")

@@ -11,6 +11,7 @@ from trainscope.analyzers.breakdown import CATEGORIES, CATEGORY_LABELS
 from trainscope.analyzers.kernels import ALL_CLASSES
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.verdict import Evidence
+from trainscope.collectors.formats import COUNTER_FORMATS  # the reader table's counters-only rows
 
 SCHEMA = "trainscope.analysis/2"  # 2: mfu.value_pct may be estimated from shapes (mfu.basis); roofline
 
@@ -19,8 +20,6 @@ AXIS_NAMES = {"data": "Data", "algorithm": "Algorithm", "machine": "Machine",
               "balanced": "balanced", "insufficient_evidence": "insufficient evidence"}
 
 
-# Inputs that hold sampled counters only (no events): `watch --record` recordings, nvidia-smi CSV logs.
-COUNTER_FORMATS = ("trainscope.recording", "nvidia-smi-csv")
 
 
 def counters_only(doc: dict) -> bool:

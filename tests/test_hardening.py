@@ -253,10 +253,7 @@ def test_unreadable_file_is_exit_2_in_memory_too(tmp_path, monkeypatch):
     def denied(path, n=16):
         raise PermissionError(13, "Permission denied", path)
 
-    import trainscope.collectors.inputs as inputs
-
-    monkeypatch.setattr(readers, "sniff", denied)
-    monkeypatch.setattr(inputs, "sniff", denied)
+    monkeypatch.setattr(readers, "sniff", denied)  # the reader table (collectors/formats.py) sniffs through it
     for argv in (["memory", str(SNAPSHOT)], ["analyze", str(KINETO), "--format", "json", "-q"]):
         rc, out, err = run_in_process(argv)
         assert one_line_refusal(rc, err) and "Permission denied" in err, (argv, err)

@@ -21,7 +21,6 @@ from trainscope.analyzers.ranks import RankSummary
 from trainscope.analyzers.rules import Rules
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
-_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
 
 RankProgress = Callable[[int, int], None]
 """``progress(ranks_done, ranks_total)``."""
@@ -72,7 +71,9 @@ def rank_files(path: str) -> list[str]:
         names = [os.path.join(path, f) for f in os.listdir(path)]
     else:
         names = glob.glob(path)
-    return sorted(f for f in names if f.lower().endswith(_TRACE_SUFFIXES) and os.path.isfile(f))
+    from trainscope.collectors.formats import RANK_FILE_SUFFIXES
+
+    return sorted(f for f in names if f.lower().endswith(RANK_FILE_SUFFIXES) and os.path.isfile(f))
 
 
 def summarize_rank(path: str, options: MapOptions = MapOptions()) -> list[RankSummary] | str:

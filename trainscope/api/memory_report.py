@@ -59,14 +59,12 @@ def memory(path: "str | os.PathLike", *, gpu: str | None = None, gpu_memory: str
     """Read a CUDA memory snapshot (restricted unpickler: plain data only) or a memory timeline
     and report peak allocated versus reserved memory, what was live at the peak, and capacity
     findings against ``gpu`` / ``gpu_memory``. Raises :class:`BadInput`."""
-    import gzip
-
     from trainscope.analyzers.snapshot_memory import snapshot_findings, snapshot_memory
     from trainscope.analyzers.timeline_memory import timeline_peak
     from trainscope.collectors.errors import TraceError
     from trainscope.collectors.memory_timeline import load_memory_timeline
-    from trainscope.collectors.readers import sniff
-    from trainscope.collectors.snapshot import is_pickle, load_snapshot
+    from trainscope.collectors.formats import is_snapshot
+    from trainscope.collectors.snapshot import load_snapshot
     from trainscope.reports.memory import build_memory_document
 
     rules = resolve_rules(rules, thresholds)
@@ -82,15 +80,8 @@ def memory(path: "str | os.PathLike", *, gpu: str | None = None, gpu_memory: str
     with bad_input(path):
         if not os.path.isfile(path):
             raise TraceError(path, "no such file" if not os.path.exists(path) else "not a file")
-        head = sniff(path)
-        if head[:2] == b"\x1f\x8b":  # a gzipped snapshot is still a pickle
-            try:
-                with gzip.open(path, "rb") as f:
-                    head = f.read(16)
-            except (OSError, EOFError):
-                pass
         progress("reading", None)
-        if is_pickle(head):
+        if is_snapshot(path):
             snap = load_snapshot(path)
             progress("analyzing", None)
             devices = snapshot_memory(snap, top=max(0, top), oom_slack_pct=rules.value("memory.oom_slack"))
