@@ -139,15 +139,15 @@ def main() -> int:
         print(json.dumps({"rows": rows, "right": right, "judged": judged}, indent=1))
         return 0
     print(f"labeled traces in {args.traces}\n")
-    print(f"| {'trace':<60} | {'expected':<28} | {'must not':<54} | {'verdict':<48} | result |")
-    print(f"|{'-' * 62}|{'-' * 30}|{'-' * 56}|{'-' * 50}|--------|")
+    print(f"| {'trace':<60} | {'expected':<38} | {'must not':<54} | {'verdict':<48} | result |")
+    print(f"|{'-' * 62}|{'-' * 40}|{'-' * 56}|{'-' * 50}|--------|")
     for r in rows:
         if r["status"] in ("facts only", "missing", "pending"):
-            print(f"| {r['trace']:<60} | {'':<28} | {'':<54} | {r.get('why', ''):<48} | {r['status']} |")
+            print(f"| {r['trace']:<60} | {'':<38} | {'':<54} | {r.get('why', ''):<48} | {r['status']} |")
             continue
         conf = f" ({r['confidence']:.2f})" if r["confidence"] is not None else ""
         verdict = f"{r['class']}: {r['finding']}{conf}"
-        print(f"| {r['trace']:<60} | {', '.join(r['expected']):<28} | {', '.join(r['must_not']):<54} | {verdict:<48} | "
+        print(f"| {r['trace']:<60} | {', '.join(r['expected']):<38} | {', '.join(r['must_not']):<54} | {verdict:<48} | "
               f"{r['status']} |")
     pct = 100.0 * right / judged if judged else 0.0
     print(f"\naccuracy: {right}/{judged} right ({pct:.0f} %)")
