@@ -46,9 +46,9 @@ PENDING_CLASSES = {
     "gpu-bound": "issue 22 item 2: a window saturated by kernels or graph replays whose bound is unknown",
 }
 
+_SCORED = sorted(rel for rel, lab in LABELS["traces"].items() if scored(lab) and not rel.startswith("memory/"))
 TRACES = [pytest.param(rel, marks=pytest.mark.xfail(strict=True, reason=WRONG_UNTIL_ISSUE_22[rel]))
-          if rel in WRONG_UNTIL_ISSUE_22 else rel
-          for rel in sorted(rel for rel, lab in LABELS["traces"].items() if scored(lab) and not rel.startswith("memory/"))]
+          if rel in WRONG_UNTIL_ISSUE_22 else rel for rel in _SCORED]
 
 
 def _verdict(rel: str):
@@ -68,7 +68,7 @@ def test_labeled_trace_verdict_is_right(rel):
 
 def test_the_label_classes_are_the_registry_classes():
     assert set(LABELS["classes"]) == set(LABEL_CLASSES) | set(PENDING_CLASSES)
-    assert not set(PENDING_CLASSES) & set(LABEL_CLASSES), "a pending class has a finding now: drop it from PENDING_CLASSES"
+    assert not set(PENDING_CLASSES) & set(LABEL_CLASSES), "a finding claims a pending class: drop it from PENDING_CLASSES"
     # every class a verdict can name is claimed by some finding that can be primary, except "none"
     claimed = {s.label_class for s in REGISTRY.values() if s.can_be_primary}
     assert set(LABEL_CLASSES) - claimed == {"none", "capacity"}  # capacity: memory snapshots and live
