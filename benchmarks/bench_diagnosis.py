@@ -8,7 +8,10 @@ is right when its class is one of the label's "primary" classes and none of its 
 a label with "must_not" only is right unless the verdict gives a forbidden class. Memory snapshots
 (class "capacity") are judged by the memory-snapshot analysis where it classifies OOMs, else shown
 as pending. Default traces: the shared corpus beside the repository when present, else the copies
-in tests/data ($TRAINSCOPE_TRACES names another directory); default labels: expected.json there.
+in tests/data ($TRAINSCOPE_TRACES names another directory); default labels: expected.json there, plus
+the labels of the public traces held only in tests/data/labeled (``public/…``: found and labeled for
+issue 22, copies with their NOTICE lines) wherever the chosen directory does not label them itself.
+Each trace is analyzed through ``trainscope.api.analyze`` (serially: ``jobs=1``).
 """
 from __future__ import annotations
 
@@ -33,15 +36,37 @@ def default_traces() -> pathlib.Path:
 
 
 def trace_verdict(path: pathlib.Path) -> tuple[str, str, float, str]:
-    """(class, bottleneck finding, confidence, runner-up) of ``trainscope analyze PATH``'s verdict."""
-    from trainscope.analyzers.analysis import analyze_set, slowest
+    """(class, bottleneck finding, confidence, runner-up) of ``trainscope analyze PATH``'s verdict (for a
+    directory of ranks, the slowest rank's, as the report leads with it)."""
     from trainscope.analyzers.findings.labels import verdict_class
-    from trainscope.collectors import open_traces
+    from trainscope.api import analyze
 
-    analyses = analyze_set(open_traces(str(path)))
-    a = slowest(analyses) if len(analyses) > 1 else analyses[0]
-    v = a.verdict
+    v = analyze(str(path), jobs=1).verdict
     return verdict_class(v.axis, v.bottleneck), v.bottleneck or v.axis, v.confidence, v.runner_up or ""
+
+
+def with_public_labels(labels: dict, traces: pathlib.Path) -> dict:
+    """``labels`` plus the public traces labeled in the test copies (tests/data/labeled/expected.json)
+    that ``labels`` does not name, with any classes they add."""
+    own = COPIES / "expected.json"
+    if not own.is_file() or own.resolve() == (traces / "expected.json").resolve():
+        return labels
+    extra = json.loads(own.read_text())
+    merged = dict(labels, traces=dict(labels["traces"]), classes=dict(labels.get("classes", {})))
+    for rel, label in extra["traces"].items():
+        merged["traces"].setdefault(rel, label)
+    for name, meaning in extra.get("classes", {}).items():
+        merged["classes"].setdefault(name, meaning)
+    return merged
+
+
+def locate(traces: pathlib.Path, rel: str) -> pathlib.Path:
+    """Where a labeled trace lies: in the chosen directory, beside it (the test copies of the shared
+    traces), or among the labeled copies in tests/data/labeled."""
+    for cand in (traces / rel, traces.parent / rel, COPIES / rel):
+        if cand.exists():
+            return cand
+    return traces / rel
 
 
 def snapshot_class(path: pathlib.Path) -> str | None:
@@ -72,9 +97,7 @@ def run(traces: pathlib.Path, labels: dict) -> tuple[list[dict], int, int]:
         if not scored(label):
             rows.append({"trace": rel, "status": "facts only"})
             continue
-        path = traces / rel
-        if not path.exists() and (traces.parent / rel).exists():
-            path = traces.parent / rel  # the test copies: labeled/ holds those the other tests do not
+        path = locate(traces, rel)
         if not path.exists():
             rows.append({"trace": rel, "status": "missing"})
             continue
@@ -109,20 +132,22 @@ def main() -> int:
     except (OSError, ValueError) as e:
         sys.stderr.write(f"bench_diagnosis: {labels_path}: {e}\n")
         return 2
+    if args.labels is None:
+        labels = with_public_labels(labels, args.traces)
     rows, right, judged = run(args.traces, labels)
     if args.json:
         print(json.dumps({"rows": rows, "right": right, "judged": judged}, indent=1))
         return 0
     print(f"labeled traces in {args.traces}\n")
-    print(f"| {'trace':<60} | {'expected':<28} | {'must not':<36} | {'verdict':<48} | result |")
-    print(f"|{'-' * 62}|{'-' * 30}|{'-' * 38}|{'-' * 50}|--------|")
+    print(f"| {'trace':<60} | {'expected':<38} | {'must not':<54} | {'verdict':<48} | result |")
+    print(f"|{'-' * 62}|{'-' * 40}|{'-' * 56}|{'-' * 50}|--------|")
     for r in rows:
         if r["status"] in ("facts only", "missing", "pending"):
-            print(f"| {r['trace']:<60} | {'':<28} | {'':<36} | {r.get('why', ''):<48} | {r['status']} |")
+            print(f"| {r['trace']:<60} | {'':<38} | {'':<54} | {r.get('why', ''):<48} | {r['status']} |")
             continue
         conf = f" ({r['confidence']:.2f})" if r["confidence"] is not None else ""
         verdict = f"{r['class']}: {r['finding']}{conf}"
-        print(f"| {r['trace']:<60} | {', '.join(r['expected']):<28} | {', '.join(r['must_not']):<36} | {verdict:<48} | "
+        print(f"| {r['trace']:<60} | {', '.join(r['expected']):<38} | {', '.join(r['must_not']):<54} | {verdict:<48} | "
               f"{r['status']} |")
     pct = 100.0 * right / judged if judged else 0.0
     print(f"\naccuracy: {right}/{judged} right ({pct:.0f} %)")

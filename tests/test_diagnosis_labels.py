@@ -1,6 +1,7 @@
 """Every labeled real trace gets a right verdict (expert labels: tests/data/labeled/expected.json, a
-copy of the shared corpus's labels; classes from the findings registry). A verdict is right when its class
-is one of the label's "primary" classes and none of its "must_not" ones."""
+copy of the shared corpus's labels plus the public traces labeled for issue 22 under labeled/public/;
+classes from the findings registry). A verdict is right when its class is one of the label's "primary"
+classes and none of its "must_not" ones. Verdicts come from ``trainscope.api.analyze``."""
 from __future__ import annotations
 
 import json
@@ -18,31 +19,88 @@ LABELS = json.loads((DATA / "labeled" / "expected.json").read_text())
 def copy_of(rel: str):
     """The test copy of a labeled trace: with the other test traces, or among the labeled ones."""
     return DATA / rel if (DATA / rel).exists() else DATA / "labeled" / rel
-TRACES = sorted(rel for rel, lab in LABELS["traces"].items() if scored(lab) and not rel.startswith("memory/"))
+
+# Labeled traces today's diagnosis gets wrong, each with what it misses; the fixes of issue 22 land in
+# parallel, and each entry goes when its trace turns right (strict xfail: an XPASS fails the run).
+WRONG_UNTIL_ISSUE_22 = {
+    "public/hta_a100_cuda_event_sync_step.json.gz":
+        "4 kernels in a 3.15 ms step are refused as too little evidence, though launch records order host and "
+        "GPU: 89 % of the step is one gap whose next kernel is launched at its end (issue 22 items 1 and 3)",
+    "public/tl_h100_bert_small_infer.json.gz":
+        "GPU 7 % busy with kernels issued every 57 us: idle between launches is left unexplained without "
+        "host-gap attribution from the GPU timeline and launch calls (issue 22 item 1)",
+    "public/nvfuser_h200_cross_entropy_jit.sqlite":
+        "GPU 0.4 % busy while nvFuser compiles (NVTX compile/NVRTC ranges, cuLibraryLoadData): compile ranges "
+        "and issued-late gaps are not yet read as cold start / host-bound (issue 22 item 1)",
+    "public/nvfuser_h100_nvrtc_compile_jit.sqlite":
+        "GPU 0.1 % busy around a 311 ms NVRTC compile: compile ranges and issued-late gaps are not yet read as "
+        "cold start / host-bound (issue 22 item 1)",
+    "public/pipit_a100_cloverleaf_cuda.sqlite":
+        "the steady state is 87 % busy with kernels that carry no shapes, so their bound is unknown and their time "
+        "leads nothing; the ~8 us gaps after each cudaDeviceSynchronize (7 % of the step) lead instead — kernel work "
+        "of unknown bound on a busy GPU is GPU-bound (issue 22 items 1 and 2)",
+}
+# Label classes no finding claims yet: a label naming one also names a registry class, so it is scored today.
+PENDING_CLASSES = {
+    "cold-start": "issue 22 item 1: compiling or loading code (NVRTC/JIT ranges, cuModuleLoad*, cuLibraryLoad*)",
+    "gpu-bound": "issue 22 item 2: a window saturated by kernels or graph replays whose bound is unknown",
+}
+
+_SCORED = sorted(rel for rel, lab in LABELS["traces"].items() if scored(lab) and not rel.startswith("memory/"))
+TRACES = [pytest.param(rel, marks=pytest.mark.xfail(strict=True, reason=WRONG_UNTIL_ISSUE_22[rel]))
+          if rel in WRONG_UNTIL_ISSUE_22 else rel for rel in _SCORED]
 
 
 def _verdict(rel: str):
-    from trainscope.analyzers.analysis import analyze_set, slowest
-    from trainscope.collectors import open_traces
+    from trainscope.api import analyze
 
-    analyses = analyze_set(open_traces(str(copy_of(rel))))
-    return (slowest(analyses) if len(analyses) > 1 else analyses[0]), analyses
+    return analyze(str(copy_of(rel)), jobs=1).verdict
 
 
 @pytest.mark.parametrize("rel", TRACES)
 def test_labeled_trace_verdict_is_right(rel):
     assert copy_of(rel).exists(), f"copy {rel} from the shared corpus into tests/data/labeled (with its NOTICE line)"
-    a, _ = _verdict(rel)
-    cls = verdict_class(a.verdict.axis, a.verdict.bottleneck)
+    v = _verdict(rel)
+    cls = verdict_class(v.axis, v.bottleneck)
     s = score(cls, LABELS["traces"][rel])
-    assert s.right, f"{rel}: {s.why} (verdict: {a.verdict.summary})"
+    assert s.right, f"{rel}: {s.why} (verdict: {v.summary})"
 
 
 def test_the_label_classes_are_the_registry_classes():
-    assert set(LABELS["classes"]) == set(LABEL_CLASSES)
+    assert set(LABELS["classes"]) == set(LABEL_CLASSES) | set(PENDING_CLASSES)
+    assert not set(PENDING_CLASSES) & set(LABEL_CLASSES), "a finding claims a pending class: drop it from PENDING_CLASSES"
     # every class a verdict can name is claimed by some finding that can be primary, except "none"
     claimed = {s.label_class for s in REGISTRY.values() if s.can_be_primary}
     assert set(LABEL_CLASSES) - claimed == {"none", "capacity"}  # capacity: memory snapshots and live
+    for rel, lab in LABELS["traces"].items():
+        if set(lab.get("primary") or []) & set(PENDING_CLASSES):
+            assert set(lab["primary"]) & set(LABEL_CLASSES), f"{rel}: no primary class a verdict can give today"
+
+
+PUBLIC = sorted(rel for rel in LABELS["traces"] if rel.startswith("public/"))
+
+
+def test_public_traces_are_labeled_with_provenance_and_notice():
+    """Each public trace: a file, a source and license, an argument, a NOTICE line; nothing unlabeled."""
+    notice = (DATA / "NOTICE.md").read_text()
+    files = {f"public/{p.name}" for p in (DATA / "labeled" / "public").iterdir()}
+    assert files == set(PUBLIC)
+    assert len(PUBLIC) >= 6
+    total = 0
+    for rel in PUBLIC:
+        lab = LABELS["traces"][rel]
+        assert lab.get("source") and lab.get("license") and len(lab.get("argument", "")) > 200, rel
+        assert set(lab["primary"]) <= set(LABELS["classes"]) and set(lab["must_not"]) <= set(LABELS["classes"]), rel
+        assert not set(lab["primary"]) & set(lab["must_not"]), rel
+        assert f"labeled/{rel}" in notice, f"{rel}: no NOTICE line"
+        size = (DATA / "labeled" / rel).stat().st_size
+        assert size <= 2_500_000, rel
+        total += size
+    assert total <= 12_000_000
+
+
+def test_wrong_list_names_labeled_traces():
+    assert set(WRONG_UNTIL_ISSUE_22) <= set(LABELS["traces"])
 
 
 def test_scoring():
