@@ -216,11 +216,12 @@ def test_rank_imbalance_is_the_wait_for_the_busiest_rank():
     """DLRM, 2 ranks: rank 1 carries more kernel work (the label's slower rank); rank 0 waits for it
     inside the all-to-all. That wait, the difference of their compute-kernel time per step, moves
     from rank 0's communication sink to its imbalance sink; rank 1 keeps none."""
-    from trainscope.analyzers.analysis import analyze_set, analyze_trace, slowest
+    from trainscope.analyzers.analysis import analyze_set, analyze_trace, slowest, with_rank_imbalance
+    from trainscope.analyzers.rules import Rules
     from trainscope.collectors import open_traces
 
     ts = open_traces(str(KINETO / "hta_dlrm_ws128_2ranks"))
-    r0, r1 = analyze_set(ts)
+    r0, r1 = with_rank_imbalance(analyze_set(ts), Rules())  # the reduce's estimate (no alignment asked)
     alone = analyze_trace(ts.traces[0])  # rank 0 judged by itself
     per_step = lambda a, c: a.breakdown.ns[c] / len(a.breakdown.steps)
     assert per_step(r1, "compute") > per_step(r0, "compute") and slowest([r0, r1]).rank == 1

@@ -34,8 +34,10 @@ def test_process_tree_split_into_main_workers_and_other():
         assert main.pids == (job.pid,)
         assert workers.count == 2 and len(set(workers.pids)) == 2
         assert other.count == 1  # `sleep` is a child but not a Python worker
-        # Two busy-looping workers: clearly more than idle (shared 2-core machine: not a full core each).
-        assert workers.cpu_pct > 30
+        # Two busy-looping workers against a sleeping main process: the workers' share is the larger
+        # whatever else loads the machine (a fixed floor such as 30 % failed at load average 9 on 2
+        # cores, where the two loops got 25.8 %), and the sleeping main stays near idle.
+        assert workers.cpu_pct > max(1.0, 2 * main.cpu_pct)
         assert main.cpu_pct < 30 and main.rss > 1_000_000
         assert 0 <= s.cpu_pct <= 100 and len(s.per_core) >= 1 and s.mem_total > s.mem_used > 0
     finally:
