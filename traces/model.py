@@ -10,10 +10,12 @@ ranks of one job can be aligned by origin.
 """
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Annotated, Any, Mapping
 
 import numpy as np
+import numpy.typing as npt
 
 # Copy kinds and memory kinds are small enums stored as int8 codes.
 COPY_KINDS: tuple[str, ...] = ("unknown", "HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
@@ -42,12 +44,38 @@ class Thread:
     name: str = ""
 
 
+Column = npt.NDArray[Any]
+"""A column: one numpy array, one value per row (its dtype is the column's declaration)."""
+
+I8 = Annotated[Column, np.dtype("int8")]
+I16 = Annotated[Column, np.dtype("int16")]
+I32 = Annotated[Column, np.dtype("int32")]
+I64 = Annotated[Column, np.dtype("int64")]
+F64 = Annotated[Column, np.dtype("float64")]
+
+
+_T = typing.TypeVar("_T", bound="Table")
+
+
 class Table:
-    """A set of equal-length numpy columns; subclasses declare ``FIELDS``."""
+    """A set of equal-length numpy columns. A subclass declares each column once, as an annotation
+    with its dtype (``ts: I64``); ``FIELDS`` (name → dtype, in declaration order) is made from them,
+    so the columns are typed attributes for readers and type checkers alike."""
 
-    FIELDS: Mapping[str, np.dtype] = {}
+    FIELDS: Mapping[str, np.dtype[Any]] = {}
+    ts: Column  # every timed table has ts and dur; ``end`` reads them
+    dur: Column
 
-    def __init__(self, **columns: np.ndarray) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        hints = typing.get_type_hints(cls, include_extras=True)
+        own = [n for n in cls.__dict__.get("__annotations__", {}) if n in hints]
+        declared = {n: hints[n].__metadata__[0] for n in own
+                    if typing.get_origin(hints[n]) is Annotated and isinstance(hints[n].__metadata__[0], np.dtype)}
+        if declared:
+            cls.FIELDS = declared
+
+    def __init__(self, **columns: Column) -> None:
         missing = set(self.FIELDS) - set(columns)
         if missing:
             raise ValueError(f"{type(self).__name__}: missing columns {sorted(missing)}")
@@ -65,74 +93,106 @@ class Table:
         return self._n
 
     @classmethod
-    def empty(cls) -> "Table":
+    def empty(cls: type[_T]) -> _T:
         return cls(**{k: np.empty(0, dtype=v) for k, v in cls.FIELDS.items()})
 
-    def select(self, mask: np.ndarray) -> "Table":
+    def select(self: _T, mask: Column) -> _T:
         """Rows where ``mask`` is true (or at the given indices), as a new table."""
         return type(self)(**{k: getattr(self, k)[mask] for k in self.FIELDS})
 
     @property
-    def end(self) -> np.ndarray:
-        return self.ts + self.dur  # type: ignore[attr-defined]
-
-
-_I8, _I16, _I32, _I64, _F64, _B = (np.dtype(t) for t in ("int8", "int16", "int32", "int64", "float64", "bool"))
+    def end(self) -> Column:
+        return self.ts + self.dur
 
 
 class Kernels(Table):
-    FIELDS = {"ts": _I64, "dur": _I64, "device": _I16, "stream": _I32, "name": _I32, "correlation": _I64}
+    ts: I64
+    dur: I64
+    device: I16
+    stream: I32
+    name: I32
+    correlation: I64
 
 
 class Copies(Table):
-    FIELDS = {
-        "ts": _I64, "dur": _I64, "device": _I16, "stream": _I32, "kind": _I8,
-        "src": _I8, "dst": _I8, "bytes": _I64, "correlation": _I64,
-    }
+    ts: I64
+    dur: I64
+    device: I16
+    stream: I32
+    kind: I8
+    src: I8
+    dst: I8
+    bytes: I64
+    correlation: I64
 
 
 class Memsets(Table):
-    FIELDS = {"ts": _I64, "dur": _I64, "device": _I16, "stream": _I32, "bytes": _I64, "correlation": _I64}
+    ts: I64
+    dur: I64
+    device: I16
+    stream: I32
+    bytes: I64
+    correlation: I64
 
 
 class RuntimeCalls(Table):
     """CUDA/HIP runtime and driver API calls on host threads."""
 
-    FIELDS = {"ts": _I64, "dur": _I64, "thread": _I32, "name": _I32, "correlation": _I64}
+    ts: I64
+    dur: I64
+    thread: I32
+    name: I32
+    correlation: I64
 
 
 class CpuOps(Table):
     """Framework operators on host threads; ``flops`` is NaN where the trace has no count."""
 
-    FIELDS = {"ts": _I64, "dur": _I64, "thread": _I32, "name": _I32, "flops": _F64}
+    ts: I64
+    dur: I64
+    thread: I32
+    name: I32
+    flops: F64
 
 
 class PythonFrames(Table):
     """Python function frames on host threads (``with_stack=True``): ``name`` reads like
     ``file.py(123): function``; frames nest in time on their thread."""
 
-    FIELDS = {"ts": _I64, "dur": _I64, "thread": _I32, "name": _I32}
+    ts: I64
+    dur: I64
+    thread: I32
+    name: I32
 
 
 class Annotations(Table):
     """User and framework ranges (record_function, ProfilerStep#N, NVTX); ``device`` is -1 on the host."""
 
-    FIELDS = {"ts": _I64, "dur": _I64, "thread": _I32, "name": _I32, "device": _I16}
+    ts: I64
+    dur: I64
+    thread: I32
+    name: I32
+    device: I16
 
 
 class MemoryEvents(Table):
     """Allocator events: ``bytes`` is the signed change; totals are -1 where the trace lacks them."""
 
-    FIELDS = {
-        "ts": _I64, "device_type": _I8, "device": _I16, "bytes": _I64,
-        "allocated": _I64, "reserved": _I64,
-    }
+    ts: I64
+    device_type: I8
+    device: I16
+    bytes: I64
+    allocated: I64
+    reserved: I64
 
 
 class Counters(Table):
     """Sampled counters (live monitors, hardware metrics); ``name`` indexes the string table."""
 
-    FIELDS = {"ts": _I64, "device": _I16, "name": _I32, "value": _F64}
+    ts: I64
+    device: I16
+    name: I32
+    value: F64
 
 
 @dataclass
