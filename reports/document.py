@@ -120,6 +120,8 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
         "sinks": _sinks(a),
         "host_idle": _host_idle(a),
         "warnings": a.warnings,
+        # The invariant pass's repairs by reason (analyzers/repairs.py; docs/repairs.md): each also a warning line.
+        "repairs": a.repairs.as_list() if a.repairs is not None else [],
     }
 
 
