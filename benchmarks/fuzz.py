@@ -199,10 +199,15 @@ def semantic_main(args) -> int:
     kept / warned / silent-verdict / silent-numbers and of contract breaches (internal errors...)."""
     import json
 
+    import signal
+
     counts: collections.Counter[str] = collections.Counter()
     per_mut: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     out_root = Path(args.out)
     work = tempfile.mkdtemp(prefix="trainscope-semfuzz-")
+    stop: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stop.append(signum))
     t_start = time.monotonic()
     base: dict[int, dict] = {}
     try:
@@ -216,7 +221,11 @@ def semantic_main(args) -> int:
                 return 1
             base[k] = json.loads(out)
             shutil.rmtree(d, ignore_errors=True)
+        done = 0
         for n in range(args.mutants):
+            if stop:  # SIGTERM / Ctrl-C: stop after this mutant and print the counts so far
+                break
+            done = n + 1
             rnd = random.Random(f"semantic:{args.seed}:{n}")
             k = n % len(SEMANTIC_SEEDS)
             seed = SEMANTIC_SEEDS[k]
@@ -245,12 +254,13 @@ def semantic_main(args) -> int:
                 (dest / "what.txt").write_text(f"{seed.path.name}: {what}\n" + "\n".join(moved) + "\n")
                 print(f"#{n} {outcome}: {seed.path.name}: {what}: {'; '.join(moved)[:300]} ({dt:.1f} s)", flush=True)
             shutil.rmtree(mdir, ignore_errors=True)
-            if (n + 1) % 50 == 0:
+            if (n + 1) % 25 == 0:
                 print(f"[{n + 1}/{args.mutants}] {dict(counts)} ({time.monotonic() - t_start:.0f} s)", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     took = time.monotonic() - t_start
-    print(f"\n{args.mutants} semantic mutants in {took:.0f} s ({args.mutants / max(took, 1e-9):.2f} per s)")
+    print(f"\n{done} semantic mutants in {took:.0f} s ({done / max(took, 1e-9):.2f} per s)"
+          + (f"; stopped early (asked for {args.mutants})" if done < args.mutants else ""))
     for k in ("kept", "warned", "silent-verdict", "silent-numbers", "refused", "internal", "traceback", "oom",
               "bad-json", "mutator-skip"):
         print(f"  {k:15s} {counts.get(k, 0)}")

@@ -558,9 +558,37 @@ def _load_events(path: Path) -> dict:
     return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
 
 
+_ENCODED: dict[int, tuple[dict, str]] = {}  # id(seed event) → (the event, its JSON): encoded once per seed
+
+
+def _encode(e) -> str:
+    hit = _ENCODED.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    return json.dumps(e, separators=(",", ":"))
+
+
 def _write(doc: dict, path: str) -> None:
+    """``doc`` as JSON; events the mutant shares with its seed are encoded once per seed, so a mutant
+    of a 100,000-event trace is written in a fraction of a second."""
+    events = doc.get("traceEvents")
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f)
+        if not isinstance(events, list):
+            json.dump(doc, f, separators=(",", ":"))
+            return
+        head = json.dumps({k: v for k, v in doc.items() if k != "traceEvents"}, separators=(",", ":"))
+        f.write(head[:-1] + ("," if len(head) > 2 else "") + '"traceEvents":[')
+        f.write(",".join(_encode(e) for e in events))
+        f.write("]}")
+
+
+def _load_seed(path: Path) -> dict:
+    doc = _SEMANTIC_CACHE.get(path)
+    if doc is None:
+        doc = _SEMANTIC_CACHE[path] = _load_events(path)
+        for e in doc.get("traceEvents", []):
+            _ENCODED[id(e)] = (e, json.dumps(e, separators=(",", ":")))
+    return doc
 
 
 _SEMANTIC_CACHE: dict[Path, dict] = {}
@@ -577,7 +605,7 @@ def semantic_mutant(seed: Seed, rnd: random.Random, folder: str,
         os.mkdir(target)
         what, name = "", ""
         for k, p in enumerate(files):
-            doc = _SEMANTIC_CACHE.setdefault(p, _load_events(p))
+            doc = _load_seed(p)
             if k == victim:
                 name = mutation or rnd.choice(["rank-offset", *SEMANTIC_MUTATIONS])
                 if name == "rank-offset":
@@ -591,7 +619,7 @@ def semantic_mutant(seed: Seed, rnd: random.Random, folder: str,
                 doc = {**doc, "traceEvents": events}
             _write(doc, os.path.join(target, p.name[:-3]))
         return target, f"ranks/{name}", what
-    doc = _SEMANTIC_CACHE.setdefault(seed.path, _load_events(seed.path))
+    doc = _load_seed(seed.path)
     name = mutation or rnd.choice(list(SEMANTIC_MUTATIONS))
     events, what = SEMANTIC_MUTATIONS[name](doc["traceEvents"], rnd)
     path = os.path.join(folder, "mutant.json")
@@ -605,10 +633,10 @@ def semantic_baseline(seed: Seed, folder: str) -> str:
         target = os.path.join(folder, "ranks")
         os.mkdir(target)
         for p in sorted(q for q in seed.path.iterdir() if q.name.endswith(".json.gz")):
-            _write(_SEMANTIC_CACHE.setdefault(p, _load_events(p)), os.path.join(target, p.name[:-3]))
+            _write(_load_seed(p), os.path.join(target, p.name[:-3]))
         return target
     path = os.path.join(folder, "seed.json")
-    _write(_SEMANTIC_CACHE.setdefault(seed.path, _load_events(seed.path)), path)
+    _write(_load_seed(seed.path), path)
     return path
 
 
