@@ -136,6 +136,7 @@ class RepairLog:
 
     repairs: dict[str, Repair] = field(default_factory=dict)
     gpu_ns: int = 0  # GPU time (kernels + copies + memsets, summed) after the repairs
+    stub_fraction: float = 0.02  # the step.stub_fraction the pass ran with (a re-read trace is repaired alike)
 
     def add(self, reason: str, count: int, gpu_ns: int, example: str) -> None:
         if count <= 0:
@@ -188,7 +189,7 @@ def repair(trace: Trace, stub_fraction: float = 0.02) -> tuple[Trace, RepairLog]
     """The repaired copy of ``trace`` (tables replaced, ``trace`` untouched) and what was done."""
     t = replace(trace, metadata=dict(trace.metadata), warnings=list(trace.warnings),
                 op_inputs=replace(trace.op_inputs))
-    log = RepairLog()
+    log = RepairLog(stub_fraction=stub_fraction)
     _merge_duplicates(t, log)
     _align_clocks(t, log)
     _drop_beyond_window(t, log)

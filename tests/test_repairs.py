@@ -348,3 +348,25 @@ def test_log_share_counts_only_gpu_time():
     assert log.touched_pct == 0.0
     log.add("duplicate-event", 2, 100, "y")
     assert log.touched_pct == pytest.approx(10.0)
+
+
+def test_a_repaired_rank_of_a_directory_is_said_and_read_again_repaired(tmp_path):
+    """A rank directory is mapped in worker processes: the repaired rank's lines reach the document
+    (prefixed by its rank when it is not the rank shown), and its trace read again for the views is
+    repaired the same way."""
+    from tests.fuzzing import SEMANTIC_SEEDS, semantic_mutant
+    from trainscope.api import analyze
+
+    seed = SEMANTIC_SEEDS[-1]
+    assert seed.fmt == "ranks"
+    path, name, what = semantic_mutant(seed, random.Random(2), str(tmp_path), "duplicate-events")
+    report = analyze(path, jobs=1)
+    doc = report.to_dict()
+    lines = [w for w in doc["warnings"] if "repair duplicate-event: " in w]
+    assert len(lines) == 1, doc["warnings"]
+    k = next(i for i, a in enumerate(report.ranks) if a.repairs and a.repairs.repairs)
+    again = report.trace(k)
+    assert "duplicate kernels" not in broken(again)
+    log, first = ensure_checked(again), report.ranks[k].repairs
+    assert {r: x.count for r, x in log.repairs.items()} == {r: x.count for r, x in first.repairs.items()}
+    assert int(again.kernels.dur.sum()) + int(again.copies.dur.sum()) + int(again.memsets.dur.sum()) == first.gpu_ns
