@@ -18,6 +18,7 @@ from trainscope.analyzers.kernels import HIGH_INTENSITY, LOW_INTENSITY, KernelSu
 from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
 from trainscope.analyzers.phases import PhaseBreakdown, phase_breakdown
+from trainscope.analyzers.repairs import RepairLog, ensure_checked, with_repairs
 from trainscope.analyzers.recommendations import Recommendation, recommend
 from trainscope.analyzers.cost import kernel_costs
 from trainscope.analyzers.roofline import Roofline, roofline, tensor_core_names
@@ -55,6 +56,7 @@ class Analysis:
     host_idle: HostIdle | None = None  # GPU idle split by what the host was doing (input/launch/sync/other)
     # What the findings and verdict read (kept so a cross-rank pass can re-judge with imbalance).
     observations: DiagnosisInput | None = field(default=None, repr=False, compare=False)
+    repairs: RepairLog | None = field(default=None, repr=False, compare=False)  # the invariant pass's log
 
 
 def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float | None = None,
@@ -62,6 +64,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
     """``step_range`` names the annotation range that marks a step (raises StepRangeError when
     the trace has none)."""
     rules = rules or Rules()
+    repairs = ensure_checked(trace, rules.value("step.stub_fraction"))  # the invariant pass, once per trace
     ctx = detect_context(trace)
     seg = segment_steps(trace, step_range)
     device = primary_device(trace)
@@ -108,13 +111,13 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         warnings.append(seg.note)
     if seg.stub_note:
         warnings.append(seg.stub_note)
-    return Analysis(
+    return with_repairs(Analysis(
         source=trace.source, rank=trace.rank, device=device, device_name=dev.name if dev else None,
         device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
         findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
         phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
-        roofline=roof, context=ctx, sinks=sinks, host_idle=hidle, observations=inp,
-    )
+        roofline=roof, context=ctx, sinks=sinks, host_idle=hidle, observations=inp, repairs=repairs,
+    ), repairs)
 
 
 def busy_split(ks: KernelSummary, counters: CounterSummary | None, roof: Roofline | None,
@@ -257,7 +260,8 @@ def rejudged(a: Analysis, sinks: Sinks, imbalance_evidence: tuple[Evidence, ...]
     assert a.observations is not None
     inp = replace(a.observations, sinks=sinks, imbalance_evidence=imbalance_evidence)
     found, verdict, recs = judge(inp, a.breakdown, a.device_spec, a.device_name, a.context, rules)
-    return replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict, recommendations=recs)
+    return with_repairs(replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict,
+                                recommendations=recs), a.repairs)
 
 
 def slowest(analyses: list[Analysis]) -> Analysis:

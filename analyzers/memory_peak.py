@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainscope.analyzers.snapshot_memory import DeviceSnapshotMemory, free_code_of, live_set, posix_path, site_of
-from trainscope.traces.memory_snapshot import DeviceTrace, Snapshot
+from trainscope.traces.memory_snapshot import ACTIONS, DeviceTrace, Snapshot
 
 # Where a live allocation's stack comes from.
 ORIGIN_TRACE = "allocated in the trace"
@@ -53,6 +53,14 @@ class MemoryPeak:
     reserved: np.ndarray = field(repr=False)
     phase: str | None = None  # profiler range open at the peak
     notes: list[str] = field(default_factory=list)
+    # Where the trace records an out-of-memory event: the last one's index, and every allocation live
+    # when its request failed (replayed to it, not the state at the dump, which follows the unwinding).
+    oom_index: int | None = None
+    oom_allocations: list[PeakAllocation] = field(default_factory=list)
+
+    @property
+    def oom_live_bytes(self) -> int:
+        return sum(a.size for a in self.oom_allocations)
 
     @property
     def live_bytes(self) -> int:
@@ -152,11 +160,18 @@ def memory_peak(snap: Snapshot, mem: DeviceSnapshotMemory) -> MemoryPeak:
     else:
         allocs = _live_after(tr, live_end, -1 if i_peak is None else i_peak)
     allocs.sort(key=lambda a: (-a.size, a.address))
+    oom_index, at_oom = None, []
+    if tr is not None and series and len(tr) == len(mem.series_allocated):
+        ooms = np.flatnonzero(tr.action == ACTIONS.index("oom"))
+        if len(ooms):
+            oom_index = int(ooms[-1])
+            at_oom = sorted(_live_after(tr, live_end, oom_index), key=lambda a: (-a.size, a.address))
     return MemoryPeak(
         device=dev, peak_bytes=mem.peak_allocated, peak_index=i_peak, peak_time_us=mem.peak_allocated_time_us,
         reserved_at_peak=mem.reserved_at_peak_allocated, end_reserved=mem.end_reserved, events=mem.events,
         allocations=allocs, time_us=mem.series_time_us, allocated=mem.series_allocated,
-        reserved=mem.series_reserved, phase=mem.peak_phase, notes=list(mem.notes))
+        reserved=mem.series_reserved, phase=mem.peak_phase, notes=list(mem.notes), oom_index=oom_index,
+        oom_allocations=at_oom)
 
 
 def _live_after(tr: DeviceTrace, live_end: dict, i_peak: int) -> list[PeakAllocation]:

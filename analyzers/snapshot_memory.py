@@ -90,10 +90,11 @@ class OomAssessment:
     kind: str | None  # "capacity" | "fragmentation" for oom / at_limit; None otherwise
     requested: int | None  # bytes of the failed request (oom events)
     device_free: int | None  # the device's free bytes at the failure (oom events)
-    cached_free: int  # inactive bytes the allocator held at the dump
+    cached_free: int  # inactive bytes the allocator held when judged (at the oom event where one is recorded)
     largest_free_block: int
     reserved: int
     evidence: list[str]
+    judged_at: str = "dump"  # "oom event" (the allocator replayed to the failed request) | "dump"
 
     @property
     def ended_in_oom(self) -> bool | None:
@@ -102,19 +103,39 @@ class OomAssessment:
 
 
 def assess_oom(m: "DeviceSnapshotMemory", tr: DeviceTrace | None, slack_pct: float = 1.0) -> OomAssessment:
-    """Whether the snapshot ends in (or at the edge of) an out-of-memory error, and which kind."""
+    """Whether the snapshot ends in (or at the edge of) an out-of-memory error, and which kind.
+
+    With an ``oom`` event the allocator is judged **at that event**, replayed to it: a snapshot dumped
+    in the exception handler follows the unwinding, which has already freed the step's tensors, so
+    the cached free memory at the dump is not what the failed request could have used. The replayed
+    series give the allocated and reserved bytes just before the request failed; the allocator's
+    cached free memory then is reserved − allocated (PyTorch's caching allocator releases its unused
+    cached segments and retries before it raises, so what it still holds sits in segments that
+    also hold tensors)."""
     free, largest, res = m.inactive_end_bytes, m.largest_inactive_block, m.end_reserved
     gib = lambda b: f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"  # noqa: E731
     if tr is not None and len(tr) and (tr.action == A["oom"]).any():
         i = int(np.flatnonzero(tr.action == A["oom"])[-1])
         req, dev_free = int(tr.size[i]), int(tr.addr[i])
-        usable = free + dev_free
+        replayed = len(m.series_allocated) == len(tr) and len(tr) > 0
+        if replayed:
+            alloc_i, res_i = int(m.series_allocated[i]), int(m.series_reserved[i])
+            cached = max(0, res_i - alloc_i)
+            state = (f"at the oom event (replayed from the dump over {len(tr) - 1 - i:,} later events): "
+                     f"{gib(alloc_i)} allocated of {gib(res_i)} reserved, so {gib(cached)} cached free")
+        else:
+            alloc_i, res_i, cached = m.end_allocated, res, free
+            state = f"at the dump: {gib(cached)} cached free (largest block {gib(largest)})"
+        usable = cached + dev_free
         kind = "fragmentation" if req <= usable else "capacity"
-        ev = [f"the last oom event asked for {gib(req)}; the device had {gib(dev_free)} free and the allocator "
-              f"{gib(free)} cached free (largest block {gib(largest)})",
-              ("enough memory was free in total but in no block large enough: fragmentation" if kind == "fragmentation"
-               else "more than all free memory (device and cache) together: capacity")]
-        return OomAssessment("oom", kind, req, dev_free, free, largest, res, ev)
+        ev = [f"the last oom event asked for {gib(req)} at {site_of(tr.frames[i])}; the device had {gib(dev_free)} free; "
+              f"allocator {state}",
+              ("enough memory was free in total (device and cache) but in no block large enough: fragmentation"
+               if kind == "fragmentation" else "more than all free memory (device and cache) together: capacity")]
+        if replayed and m.end_allocated < alloc_i:
+            ev.append(f"the dump follows the unwinding: {gib(alloc_i - m.end_allocated)} were freed after the oom "
+                      f"({gib(free)} cached free at the dump, which the failed request could not have used)")
+        return OomAssessment("oom", kind, req, dev_free, cached, largest, res_i, ev, "oom event" if replayed else "dump")
     if res and 100.0 * free / res < slack_pct:
         ev = [f"no oom event recorded ({m.events:,} allocator events kept); at the dump the allocator holds "
               f"{gib(free)} cached free, {100.0 * free / res:.2f} % of {gib(res)} reserved (largest block {gib(largest)})",

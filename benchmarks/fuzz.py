@@ -8,6 +8,14 @@ valid output, or exit 2 with one line on stderr).
 Prints counts of clean / refused / internal error / traceback / oom / multi-line / bad-json / hang,
 and writes every failing input to OUT/<class>/<n>/ with a ``repro.sh`` (the exact command). Also
 runs a 20 MB gzip bomb once and reports its exit, stderr and peak RSS (``--no-bomb`` skips it).
+
+``--semantic`` mutates meaning, not bytes: well-formed Kineto traces with a duration scaled by 1e6,
+events duplicated, steps split or marked twice and overlapping, stub step markers, one GPU stream's
+clock shifted, a rank's clock offset by days (``tests/fuzzing.py``, ``SEMANTIC_MUTATIONS``). Each
+mutant is analyzed in this process and compared with its unmutated seed; besides crashes it reports
+every run whose verdict or headline numbers changed while no new warning was printed (``silent``):
+
+    python benchmarks/fuzz.py --semantic --mutants 2000
 """
 from __future__ import annotations
 
@@ -26,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.fuzzing import ALLOWED, SEEDS, classify, commands_for, make_mutant  # noqa: E402
+from tests.fuzzing import (ALLOWED, SEEDS, SEMANTIC_SEEDS, classify, commands_for, make_mutant,  # noqa: E402
+                           run_in_process, semantic_baseline, semantic_mutant, semantic_outcome)
 
 GB = 1 << 30
 
@@ -119,7 +128,10 @@ def main() -> int:
     ap.add_argument("--as-limit-gb", type=float, default=4.0, help="RLIMIT_AS per run (default 4 GB)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run before it counts as a hang")
     ap.add_argument("--no-bomb", action="store_true")
+    ap.add_argument("--semantic", action="store_true", help="semantic mutations; report silent verdict changes")
     args = ap.parse_args()
+    if args.semantic:
+        return semantic_main(args)
 
     formats = set(args.formats.split(","))
     seeds = [s for s in SEEDS if s.fmt in formats]
@@ -179,6 +191,85 @@ def main() -> int:
     for fmt, c in sorted(per_fmt.items()):
         print(f"  {fmt:10s} {dict(c)}")
     bad = sum(v for k, v in counts.items() if k not in ALLOWED and k != "mutator-skip")
+    return 1 if bad else 0
+
+
+def semantic_main(args) -> int:
+    """``--semantic``: N semantic mutants over the seeds, each analyzed in this process; counts of
+    kept / warned / silent-verdict / silent-numbers and of contract breaches (internal errors...)."""
+    import json
+
+    import signal
+
+    counts: collections.Counter[str] = collections.Counter()
+    per_mut: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    out_root = Path(args.out)
+    work = tempfile.mkdtemp(prefix="trainscope-semfuzz-")
+    stop: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stop.append(signum))
+    t_start = time.monotonic()
+    base: dict[int, dict] = {}
+    try:
+        for k, seed in enumerate(SEMANTIC_SEEDS):
+            d = os.path.join(work, f"seed{k}")
+            os.mkdir(d)
+            argv = ["analyze", semantic_baseline(seed, d), "--format", "json", "-q"]
+            rc, out, err = run_in_process(argv)
+            if classify(argv, rc, out, err) != "clean":
+                print(f"seed {seed.path.name} does not analyze cleanly: exit {rc}: {err.strip()[-300:]}")
+                return 1
+            base[k] = json.loads(out)
+            shutil.rmtree(d, ignore_errors=True)
+        done = 0
+        for n in range(args.mutants):
+            if stop:  # SIGTERM / Ctrl-C: stop after this mutant and print the counts so far
+                break
+            done = n + 1
+            rnd = random.Random(f"semantic:{args.seed}:{n}")
+            k = n % len(SEMANTIC_SEEDS)
+            seed = SEMANTIC_SEEDS[k]
+            mdir = os.path.join(work, f"m{n}")
+            os.mkdir(mdir)
+            try:
+                path, mutation, what = semantic_mutant(seed, rnd, mdir)
+            except (ValueError, IndexError):  # nothing to mutate in this seed (no steps, no stream)
+                counts["mutator-skip"] += 1
+                shutil.rmtree(mdir, ignore_errors=True)
+                continue
+            argv = ["analyze", path, "--format", "json", "-q"]
+            t0 = time.monotonic()
+            rc, out, err = run_in_process(argv)
+            dt = time.monotonic() - t0
+            contract = classify(argv, rc, out, err)
+            if contract != "clean":
+                outcome, moved = (contract if contract != "refused" else "refused"), [err.strip()[-300:]]
+            else:
+                outcome, moved = semantic_outcome(base[k], json.loads(out))
+            counts[outcome] += 1
+            per_mut[mutation][outcome] += 1
+            if outcome.startswith("silent") or outcome not in ("kept", "warned", "refused"):
+                dest = out_root / outcome / f"{n}"
+                dest.mkdir(parents=True, exist_ok=True)
+                (dest / "what.txt").write_text(f"{seed.path.name}: {what}\n" + "\n".join(moved) + "\n")
+                print(f"#{n} {outcome}: {seed.path.name}: {what}: {'; '.join(moved)[:300]} ({dt:.1f} s)", flush=True)
+            shutil.rmtree(mdir, ignore_errors=True)
+            if (n + 1) % 25 == 0:
+                print(f"[{n + 1}/{args.mutants}] {dict(counts)} ({time.monotonic() - t_start:.0f} s)", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    took = time.monotonic() - t_start
+    print(f"\n{done} semantic mutants in {took:.0f} s ({done / max(took, 1e-9):.2f} per s)"
+          + (f"; stopped early (asked for {args.mutants})" if done < args.mutants else ""))
+    for k in ("kept", "warned", "silent-verdict", "silent-numbers", "refused", "internal", "traceback", "oom",
+              "bad-json", "mutator-skip"):
+        print(f"  {k:15s} {counts.get(k, 0)}")
+    for k in sorted(set(counts) - {"kept", "warned", "silent-verdict", "silent-numbers", "refused", "internal",
+                                    "traceback", "oom", "bad-json", "mutator-skip"}):
+        print(f"  {k:15s} {counts[k]}")
+    for m, c in sorted(per_mut.items()):
+        print(f"  {m:22s} {dict(c)}")
+    bad = sum(v for k, v in counts.items() if k not in ("kept", "warned", "refused", "mutator-skip"))
     return 1 if bad else 0
 
 

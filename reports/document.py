@@ -119,6 +119,8 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
         "sinks": _sinks(a),
         "host_idle": _host_idle(a),
         "warnings": a.warnings,
+        # The invariant pass's repairs by reason (analyzers/repairs.py; docs/repairs.md): each also a warning line.
+        "repairs": a.repairs.as_list() if a.repairs is not None else [],
     }
 
 
@@ -240,6 +242,9 @@ def build_document(path: str, analyses: list[Analysis], rules: Rules, input_warn
                      "traces": len(analyses)}}
     doc.update(analysis_dict(main, rules))
     doc["warnings"] = list(input_warnings or []) + doc["warnings"]
+    # Repairs of the other ranks' traces are said too: a repaired rank can change which rank is shown.
+    doc["warnings"] += [f"rank {a.rank if a.rank is not None else a.source}: {w}" for a in analyses if a is not main
+                        for w in a.warnings if w.startswith(("repair ", "confidence lowered"))]
     if len(analyses) > 1:
         doc["ranks"] = [{"rank": a.rank, "source": a.source, "axis": a.verdict.axis, "bottleneck": a.verdict.bottleneck,
                          "confidence": a.verdict.confidence, "step_p50_ms": _r(a.breakdown.step_ms.p50, 3),

@@ -42,7 +42,7 @@ def build_memory_document(path: str, kind: str, devices: list[DeviceSnapshotMemo
             "oom": None if m.oom is None else {
                 "status": m.oom.status, "ended_in_oom": m.oom.ended_in_oom, "kind": m.oom.kind,
                 "requested_bytes": m.oom.requested, "device_free_bytes": m.oom.device_free,
-                "cached_free_bytes": m.oom.cached_free, "evidence": m.oom.evidence},
+                "cached_free_bytes": m.oom.cached_free, "judged_at": m.oom.judged_at, "evidence": m.oom.evidence},
         } for m in devices]
     if timeline is not None:
         doc["timeline"] = {"peak_bytes": timeline.peak_bytes, "peak_time_us": timeline.peak_time_us,

@@ -444,3 +444,236 @@ def run_in_process(argv: list[str]) -> tuple[int, str, str]:
     out.flush()
     err.flush()
     return rc, out.buffer.getvalue().decode("utf-8", "replace"), err.buffer.getvalue().decode("utf-8", "replace")
+
+
+# --- semantic mutations: valid by format, absurd by meaning ----------------------------------------
+#
+# Each mutant stays a well-formed Kineto trace; what changes is what it means (a duration scaled by
+# 1e6, events present twice, steps split and overlapping, one GPU stream's clock shifted, a rank's
+# clock offset by days). The contract: the analysis keeps its verdict and headline numbers, or says
+# why in a warning (a repair of the invariant pass, docs/repairs.md). A change without a new warning
+# is a *silent* change — the defect the semantic fuzzer hunts.
+
+SEMANTIC_SEEDS = [
+    Seed("kineto", DATA / "kineto" / "resnet50_v100_num_workers_0.pt.trace.json.gz"),
+    Seed("kineto", DATA / "kineto" / "hta_mi250_minitoy_train.json.gz"),
+    Seed("kineto", DATA / "kineto" / "tracelens_mi300x_resnet_ckpt.json.gz"),
+    Seed("kineto", DATA / "kineto" / "hta_a100_nccl.json.gz"),
+    Seed("ranks", DATA / "kineto" / "hta_dlrm_ws128_2ranks"),
+]
+
+_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+_DAY_US = 86_400 * 1e6
+
+
+def _is_gpu(e: dict) -> bool:
+    return str(e.get("cat", "")).lower() in _GPU_CATS and e.get("ph") == "X"
+
+
+def _is_step(e: dict) -> bool:
+    return str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"
+
+
+def _timed(e: dict) -> bool:
+    return e.get("ph") == "X" and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))
+
+
+def sem_scale_duration(events: list, rnd: random.Random) -> tuple[list, str]:
+    pool = [i for i, e in enumerate(events) if _timed(e) and e["dur"] > 0 and (_is_gpu(e) or rnd.random() < 0.3)]
+    i = rnd.choice(pool)
+    out = list(events)
+    out[i] = {**events[i], "dur": events[i]["dur"] * 1e6}
+    return out, f"duration x1e6 of {events[i].get('name', '?')[:40]!r}"
+
+
+def sem_duplicate(events: list, rnd: random.Random) -> tuple[list, str]:
+    how = rnd.choice(["kernels", "gpu", "all", "some"])
+    if how == "kernels":
+        extra = [dict(e) for e in events if str(e.get("cat", "")).lower() == "kernel"]
+    elif how == "gpu":
+        extra = [dict(e) for e in events if _is_gpu(e)]
+    elif how == "all":  # the whole trace merged twice
+        extra = [dict(e) for e in events if e.get("ph") == "X" and not _is_step(e)]
+    else:
+        gpu = [e for e in events if _is_gpu(e)]
+        extra = [dict(e) for e in rnd.sample(gpu, max(1, len(gpu) // rnd.choice([2, 10, 100])))]
+    return events + extra, f"{len(extra):,} events duplicated ({how})"
+
+
+def sem_split_steps(events: list, rnd: random.Random) -> tuple[list, str]:
+    """Each step marker of the host lane cut in two overlapping halves (a step recorded as two
+    ranges that overlap)."""
+    out, n = [], 0
+    for e in events:
+        if _is_step(e) and str(e.get("cat", "")).lower() != "gpu_user_annotation":
+            a = rnd.uniform(0.3, 0.7)
+            first = {**e, "dur": e["dur"] * (a + 0.1)}
+            second = {**e, "name": f"ProfilerStep#{9000 + n}", "ts": e["ts"] + e["dur"] * a, "dur": e["dur"] * (1 - a)}
+            out += [first, second]
+            n += 1
+        else:
+            out.append(e)
+    return out, f"{n} steps split into overlapping halves"
+
+
+def sem_overlap_steps(events: list, rnd: random.Random) -> tuple[list, str]:
+    steps = [e for e in events if _is_step(e)]
+    shift = rnd.uniform(0.2, 0.8)
+    extra = [{**s, "name": f"ProfilerStep#{500 + k}", "ts": s["ts"] + s["dur"] * shift} for k, s in enumerate(steps)]
+    return events + extra, f"{len(extra)} steps marked twice, shifted by {shift:.2f} of a step"
+
+
+def sem_stub_steps(events: list, rnd: random.Random) -> tuple[list, str]:
+    steps = [e for e in events if _is_step(e)]
+    lo, hi = min(s["ts"] for s in steps), max(s["ts"] + s["dur"] for s in steps)
+    n = rnd.choice([10, 1000, 20000])
+    extra = [{**steps[0], "name": f"ProfilerStep#{100000 + k}", "ts": lo + rnd.random() * (hi - lo), "dur": 0.4,
+              "args": {}} for k in range(n)]
+    return events + extra, f"{n:,} stub step markers of 0.4 us"
+
+
+def sem_shift_lane(events: list, rnd: random.Random) -> tuple[list, str]:
+    """One GPU stream's clock shifted: back by 1 ms to 0.5 s (its work starts before its launches),
+    or ahead by days."""
+    lanes = sorted({(str(e.get("pid")), str(e.get("tid"))) for e in events if _is_gpu(e)})
+    lane = rnd.choice(lanes)
+    by = -rnd.uniform(1e3, 5e5) if rnd.random() < 0.6 else rnd.randint(1, 30) * _DAY_US
+    out = [({**e, "ts": e["ts"] + by} if _timed(e) and (str(e.get("pid")), str(e.get("tid"))) == lane else e)
+           for e in events]
+    return out, f"GPU lane {lane} shifted by {by / 1e3:+,.1f} ms"
+
+
+SEMANTIC_MUTATIONS = {
+    "scale-duration": sem_scale_duration,
+    "duplicate-events": sem_duplicate,
+    "split-steps": sem_split_steps,
+    "overlap-steps": sem_overlap_steps,
+    "stub-steps": sem_stub_steps,
+    "shift-lane": sem_shift_lane,
+}
+
+
+def _load_events(path: Path) -> dict:
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+_ENCODED: dict[int, tuple[dict, str]] = {}  # id(seed event) → (the event, its JSON): encoded once per seed
+
+
+def _encode(e) -> str:
+    hit = _ENCODED.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    return json.dumps(e, separators=(",", ":"))
+
+
+def _write(doc: dict, path: str) -> None:
+    """``doc`` as JSON; events the mutant shares with its seed are encoded once per seed, so a mutant
+    of a 100,000-event trace is written in a fraction of a second."""
+    events = doc.get("traceEvents")
+    with open(path, "w", encoding="utf-8") as f:
+        if not isinstance(events, list):
+            json.dump(doc, f, separators=(",", ":"))
+            return
+        head = json.dumps({k: v for k, v in doc.items() if k != "traceEvents"}, separators=(",", ":"))
+        f.write(head[:-1] + ("," if len(head) > 2 else "") + '"traceEvents":[')
+        f.write(",".join(_encode(e) for e in events))
+        f.write("]}")
+
+
+def _load_seed(path: Path) -> dict:
+    doc = _SEMANTIC_CACHE.get(path)
+    if doc is None:
+        doc = _SEMANTIC_CACHE[path] = _load_events(path)
+        for e in doc.get("traceEvents", []):
+            _ENCODED[id(e)] = (e, json.dumps(e, separators=(",", ":")))
+    return doc
+
+
+_SEMANTIC_CACHE: dict[Path, dict] = {}
+
+
+def semantic_mutant(seed: Seed, rnd: random.Random, folder: str,
+                    mutation: str | None = None) -> tuple[str, str, str]:
+    """Write one semantic mutant of ``seed`` into ``folder``: (its path, the mutation, what was done). A rank
+    directory gets one rank's clock offset by days, or a mutation of one rank's trace."""
+    if seed.fmt == "ranks":
+        files = sorted(p for p in seed.path.iterdir() if p.name.endswith(".json.gz"))
+        victim = rnd.randrange(len(files))
+        target = os.path.join(folder, "ranks")
+        os.mkdir(target)
+        what, name = "", ""
+        for k, p in enumerate(files):
+            doc = _load_seed(p)
+            if k == victim:
+                name = mutation or rnd.choice(["rank-offset", *SEMANTIC_MUTATIONS])
+                if name == "rank-offset":
+                    days = rnd.randint(1, 30) * _DAY_US
+                    events = [({**e, "ts": e["ts"] + days} if isinstance(e.get("ts"), (int, float)) else e)
+                              for e in doc["traceEvents"]]
+                    what = f"rank file {p.name}: clock offset by {days / _DAY_US:.0f} days"
+                else:
+                    events, what = SEMANTIC_MUTATIONS[name](doc["traceEvents"], rnd)
+                    what = f"rank file {p.name}: {what}"
+                doc = {**doc, "traceEvents": events}
+            _write(doc, os.path.join(target, p.name[:-3]))
+        return target, f"ranks/{name}", what
+    doc = _load_seed(seed.path)
+    name = mutation or rnd.choice(list(SEMANTIC_MUTATIONS))
+    events, what = SEMANTIC_MUTATIONS[name](doc["traceEvents"], rnd)
+    path = os.path.join(folder, "mutant.json")
+    _write({**doc, "traceEvents": events}, path)
+    return path, name, what
+
+
+def semantic_baseline(seed: Seed, folder: str) -> str:
+    """The seed written as the mutants are (plain JSON), for the baseline document."""
+    if seed.fmt == "ranks":
+        target = os.path.join(folder, "ranks")
+        os.mkdir(target)
+        for p in sorted(q for q in seed.path.iterdir() if q.name.endswith(".json.gz")):
+            _write(_load_seed(p), os.path.join(target, p.name[:-3]))
+        return target
+    path = os.path.join(folder, "seed.json")
+    _write(_load_seed(seed.path), path)
+    return path
+
+
+def headline(doc: dict) -> dict:
+    """What a reader of the report takes away: the verdict and the headline numbers."""
+    v, b = doc.get("verdict") or {}, doc.get("breakdown") or {}
+    return {"verdict": (v.get("axis"), v.get("bottleneck")),
+            "step_p50_ms": (b.get("step_time_ms") or {}).get("p50"),
+            "gpu_busy_pct": b.get("gpu_busy_pct"), "data_wait_pct": b.get("data_wait_pct"),
+            "steps": len(doc.get("steps") or []), "kernels": (doc.get("kernels") or {}).get("count"),
+            "kernel_ms": (doc.get("kernels") or {}).get("total_ms")}
+
+
+def headline_changes(before: dict, after: dict) -> list[str]:
+    """The headline fields that moved: the verdict, a count, or a number by more than 2 % (1 point
+    for a percentage)."""
+    out = []
+    for k, a in before.items():
+        b = after.get(k)
+        if k.endswith("_pct") and a is not None and b is not None:
+            moved = abs(a - b) > 1.0
+        elif isinstance(a, float) and b is not None:
+            moved = abs(a - b) > 0.02 * max(abs(a), 1e-9)
+        else:
+            moved = a != b
+        if moved:
+            out.append(f"{k} {a} -> {b}")
+    return out
+
+
+def semantic_outcome(base_doc: dict, doc: dict) -> tuple[str, list[str]]:
+    """``kept`` (headline unchanged), ``warned`` (changed, with a new warning saying why),
+    ``silent-verdict`` or ``silent-numbers`` (changed without a new warning)."""
+    moved = headline_changes(headline(base_doc), headline(doc))
+    if not moved:
+        return "kept", []
+    new = [w for w in doc.get("warnings", []) if w not in base_doc.get("warnings", [])]
+    if new:
+        return "warned", moved
+    return ("silent-verdict" if any(m.startswith("verdict ") for m in moved) else "silent-numbers"), moved

@@ -125,3 +125,88 @@ class ChunkedTableBuilder(TableBuilder):
         if len(parts) == 1:
             return parts[0]
         return self.table(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in self.fields})
+
+
+class TraceBuilder:
+    """A normalized :class:`~trainscope.traces.model.Trace` written event by event — for synthetic
+    traces (the property tests of the invariant pass, the semantic fuzzer): host threads, step
+    markers, CPU operators, launch calls linked to their kernels, copies and memsets by correlation
+    id, on one rank. Times are ns from the trace's origin."""
+
+    def __init__(self, source: str = "synthetic", rank: int | None = None, device_name: str = "NVIDIA A100-SXM4-80GB"):
+        from trainscope.traces.model import (Annotations, Copies, CpuOps, Device, Kernels, Memsets,
+                                             RuntimeCalls, Thread)
+
+        self.source, self.rank = source, rank
+        self.strings = StringTable()
+        self.devices = [Device(0, device_name, "nvidia", 80 << 30, 108, "8.0")]
+        self.threads = [Thread("1", "1", "python")]
+        self.kernels, self.copies, self.memsets = TableBuilder(Kernels), TableBuilder(Copies), TableBuilder(Memsets)
+        self.runtime, self.cpu_ops, self.annotations = TableBuilder(RuntimeCalls), TableBuilder(CpuOps), TableBuilder(Annotations)
+        self._corr = 0
+
+    def step(self, n: int, ts: int, dur: int, device: int = -1) -> None:
+        """A ``ProfilerStep#n`` marker on the host lane (``device`` -1) or a GPU lane."""
+        self.annotations.add(ts, dur, 0, self.strings.intern(f"ProfilerStep#{n}"), device)
+
+    def annotation(self, name: str, ts: int, dur: int, device: int = -1) -> None:
+        self.annotations.add(ts, dur, 0, self.strings.intern(name), device)
+
+    def cpu_op(self, name: str, ts: int, dur: int) -> None:
+        self.cpu_ops.add(ts, dur, 0, self.strings.intern(name), float("nan"))
+
+    def launch(self, ts: int, dur: int, name: str = "cudaLaunchKernel") -> int:
+        """A runtime call; returns its correlation id (for the GPU work it issues)."""
+        self._corr += 1
+        self.runtime.add(ts, dur, 0, self.strings.intern(name), self._corr)
+        return self._corr
+
+    def kernel(self, name: str, ts: int, dur: int, correlation: int, stream: int = 7, device: int = 0) -> None:
+        self.kernels.add(ts, dur, device, stream, self.strings.intern(name), correlation)
+
+    def copy(self, ts: int, dur: int, nbytes: int, correlation: int, kind: int = 1, stream: int = 7,
+             device: int = 0) -> None:
+        """``kind`` indexes ``COPY_KINDS`` (1: HtoD); source pinned host, destination device."""
+        self.copies.add(ts, dur, device, stream, kind, 2, 3, nbytes, correlation)
+
+    def build(self):
+        from trainscope.traces.model import Counters, MemoryEvents, Trace
+
+        return Trace(source=self.source, format="kineto", origin_ns=0, strings=list(self.strings.strings),
+                     devices=list(self.devices), threads=list(self.threads), kernels=self.kernels.build(),
+                     copies=self.copies.build(), memsets=self.memsets.build(), runtime=self.runtime.build(),
+                     cpu_ops=self.cpu_ops.build(), annotations=self.annotations.build(),
+                     memory=MemoryEvents.empty(), counters=Counters.empty(), rank=self.rank)
+
+
+def training_trace(steps: int = 4, wait_us: int = 8_000, kernels: int = 20, kernel_us: int = 300,
+                   streams: int = 1, copy_us: int = 200, rank: int | None = None) -> "object":
+    """A synthetic training run: per step, a DataLoader wait of ``wait_us``, one host-to-device copy
+    of the batch, then ``kernels`` launches whose kernels (GEMM and elementwise, alternating) run back
+    to back on ``streams`` streams, each kernel ``kernel_us`` long; the step ends 100 µs after its
+    last kernel."""
+    b = TraceBuilder(rank=rank)
+    t = 1_000_000
+    wait = wait_us * 1000
+    per_stream = -(-kernels // streams)
+    step_ns = 2000 + wait + 14_000 + copy_us * 1000 + max(per_stream * kernel_us * 1000, kernels * 6000) + 100_000
+    for n in range(steps):
+        b.step(n + 1, t, step_ns)
+        b.cpu_op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t + 1000, wait)
+        host = t + 2000 + wait
+        c = b.launch(host, 5000, "cudaMemcpyAsync")
+        gpu = host + 8000
+        b.copy(gpu, copy_us * 1000, 64 << 20, c)
+        gpu += copy_us * 1000
+        host += 6000
+        ends = [gpu] * streams
+        for k in range(kernels):
+            c = b.launch(host, 4000)
+            s = k % streams
+            start = max(ends[s], host + 5000)
+            name = "ampere_sgemm_128x64_nn" if k % 2 == 0 else "void at::native::vectorized_elementwise_kernel<4>"
+            b.kernel(name, start, kernel_us * 1000, c, stream=7 + s)
+            ends[s] = start + kernel_us * 1000
+            host += 6000
+        t += step_ns
+    return b.build()

@@ -97,7 +97,7 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
     planned = model_ledger(model) if model is not None else None
     summaries = None
     if isinstance(path_or_traces, Trace):
-        traces = TraceSet([path_or_traces])
+        traces = TraceSet(path_or_traces.source, [path_or_traces])
         source = source or path_or_traces.source
     elif isinstance(path_or_traces, TraceSet):
         traces = path_or_traces

@@ -225,6 +225,9 @@ def _read_rank(a: "Analysis") -> "Trace":
         loaded = open_any(a.source)
     trace = next((t for t in loaded if t.rank == a.rank), loaded[0])
     trace.rank = a.rank
+    from trainscope.analyzers.repairs import ensure_checked
+
+    ensure_checked(trace, a.repairs.stub_fraction if a.repairs is not None else 0.02)  # the events the analysis saw
     return trace
 
 
