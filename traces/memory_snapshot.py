@@ -4,8 +4,12 @@ recorded allocator events, columnar."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+Frame = dict[str, Any]  # {name, filename, line}
 
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
            "segment_unmap", "oom", "snapshot", "other")
@@ -17,7 +21,7 @@ class Block:
     size: int
     requested_size: int
     state: str  # active_allocated | active_pending_free | inactive
-    frames: list
+    frames: list[Frame]
 
 
 @dataclass
@@ -35,11 +39,11 @@ class DeviceTrace:
     """One device's recorded allocator events, columnar."""
 
     device: int
-    action: np.ndarray  # int8 codes into ACTIONS
-    addr: np.ndarray  # int64 (addresses fit: user-space pointers < 2⁴⁷)
-    size: np.ndarray  # int64 bytes
-    time_us: np.ndarray  # int64
-    frames: list  # per event: list of {name, filename, line} dicts (possibly empty)
+    action: npt.NDArray[Any]  # int8 codes into ACTIONS
+    addr: npt.NDArray[Any]  # int64 (addresses fit: user-space pointers < 2⁴⁷)
+    size: npt.NDArray[Any]  # int64 bytes
+    time_us: npt.NDArray[Any]  # int64
+    frames: list[list[Frame]]  # per event: list of {name, filename, line} dicts (possibly empty)
 
     def __len__(self) -> int:
         return len(self.action)
@@ -59,7 +63,7 @@ class Snapshot:
     segments: list[Segment]
     traces: list[DeviceTrace]
     annotations: list[Annotation] = field(default_factory=list)
-    allocator_settings: dict = field(default_factory=dict)
+    allocator_settings: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
     @property

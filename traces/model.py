@@ -207,10 +207,10 @@ class OpInputs:
     counters (Kineto's CUPTI-profiler mode), where a trace carries them.
     """
 
-    cpu_external: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    kernel_external: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    cpu_signature: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))
-    signatures: list[tuple[list, list, list]] = field(default_factory=list)
+    cpu_external: Column = field(default_factory=lambda: np.empty(0, np.int64))
+    kernel_external: Column = field(default_factory=lambda: np.empty(0, np.int64))
+    cpu_signature: Column = field(default_factory=lambda: np.empty(0, np.int32))
+    signatures: list[tuple[list[Any], list[Any], list[Any]]] = field(default_factory=list)
     hw_flops: dict[str, float] = field(default_factory=dict)
 
 

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any, Callable
 
 # C0 controls, DEL, C1 controls, bidi embeddings/overrides/isolates, lone surrogates.
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def _escape(m: re.Match) -> str:
+def _escape(m: re.Match[str]) -> str:
     c = m.group()
     if c in _NAMED:
         return _NAMED[c]
@@ -56,7 +57,8 @@ def visible_lines(s: str) -> str:
 _MULTILINE_KEYS = frozenset({"change"})
 
 
-def _walk(obj, on_str, on_float, multiline=None):
+def _walk(obj: Any, on_str: Callable[[str], Any], on_float: Callable[[float], Any],
+          multiline: Callable[[str], str] | None = None) -> Any:
     t = type(obj)
     if isinstance(obj, str):
         return on_str(obj)
@@ -71,17 +73,17 @@ def _walk(obj, on_str, on_float, multiline=None):
     return obj
 
 
-def _finite(x: float):
+def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def safe_strings(doc):
+def safe_strings(doc: Any) -> Any:
     """A copy of a report document with every string made :func:`visible` (for text and Markdown
     renderers, which print the document's strings as they are) and non-finite numbers kept."""
     return _walk(doc, visible, lambda x: x, visible_lines)
 
 
-def json_safe(doc):
+def json_safe(doc: Any) -> Any:
     """A copy of a document that ``json.dumps(allow_nan=False)`` accepts and UTF-8 can encode."""
     return _walk(doc, _surrogate_free, _finite)
 

@@ -9,7 +9,10 @@ numeric fields the analyzer reads).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+if TYPE_CHECKING:
+    from trainscope.traces.model import Trace
 
 HOST_DEVICE = -1  # the device id of host-side counter rows
 # Clock-event reasons that mean the GPU is slowed by power or heat (not idle, not a user clock
@@ -129,7 +132,7 @@ class Snapshot:
                    step=step, step_mode=str(d.get("step_mode", "off")), notes=tuple(d.get("notes") or ()))
 
 
-def _build(cls, d: dict[str, Any], **convert):
+def _build(cls: Any, d: dict[str, Any], **convert: Callable[[Any], Any]) -> Any:
     if not isinstance(d, dict):
         raise ValueError(f"{cls.__name__}: expected an object, got {type(d).__name__}")
     names = {f.name for f in fields(cls)}
@@ -212,7 +215,7 @@ __all__ = ["GpuProcess", "GpuSample", "HostSample", "ProcessGroup", "Snapshot", 
            "THROTTLE_REASONS", "counter_rows", "snapshot_from_counters", "trace_snapshots"]
 
 
-def trace_snapshots(trace) -> list:
+def trace_snapshots(trace: "Trace") -> list["Snapshot"]:
     """Rebuild one snapshot per sample time from a trace's Counters table (the inverse of
     flattening snapshots into counter rows, for every field the live analyzer reads)."""
     import numpy as np
