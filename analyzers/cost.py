@@ -151,6 +151,24 @@ def link_kernels(trace: Trace) -> np.ndarray:
     return out
 
 
+_LINKED: dict[int, tuple[object, int, int, np.ndarray]] = {}
+
+
+def linked_operators(trace: Trace) -> np.ndarray:
+    """:func:`link_kernels`, once per trace (kernel classes and kernel costs both need it)."""
+    import weakref
+
+    key = id(trace)
+    hit = _LINKED.get(key)
+    if hit is not None and hit[0]() is trace and hit[1] == len(trace.kernels) and hit[2] == len(trace.cpu_ops):
+        return hit[3]
+    out = link_kernels(trace)
+    for dead in [k for k, v in _LINKED.items() if v[0]() is None]:
+        del _LINKED[dead]
+    _LINKED[key] = (weakref.ref(trace), len(trace.kernels), len(trace.cpu_ops), out)
+    return out
+
+
 # --- per-kernel costs ---------------------------------------------------------------------------
 
 
@@ -174,7 +192,7 @@ def kernel_costs(trace: Trace) -> KernelCosts:
             sources.append(s)
         return i
 
-    op_row = link_kernels(trace)
+    op_row = linked_operators(trace)
     linked = op_row >= 0
     has_sig = len(oi.cpu_signature) == len(ops)
     if linked.any():
@@ -296,7 +314,7 @@ def _name_fallback(name: str, src) -> tuple[int, int]:
         tile = GEMM_TILE.search(name)
         if tile and int(tile.group(1)) <= 16:
             return 1, src(f"name (last resort): skinny GEMM (M tile {tile.group(1)}) is bandwidth-bound")
-    if cls in ("elementwise", "normalization", "softmax", "reduction"):
+    if cls in ("elementwise", "normalization", "softmax", "reduction", "embedding"):
         return 1, src(f"name (last resort): {cls} kernels are bandwidth-bound")
     if cls in ("gemm", "convolution", "attention"):
         return 2, src(f"name (last resort): {cls} kernel, counted compute-bound without shapes")
