@@ -53,6 +53,11 @@ GEMV_KERNEL = re.compile(r"gemv|gemvx|dot_kernel|splitKreduce", re.I)
 GEMM_TILE = re.compile(r"(?:^|_)(?:MT)?(\d+)x(\d+)x(\d+)", re.I)
 GATHER_KERNEL = re.compile(r"embedding|gather|scatter|index_select|indexing", re.I)
 
+def name_precision(name: str) -> str | None:
+    """The precision a kernel name states (``bf16``, ``sgemm`` → fp32 …), None when it states none."""
+    return next((p for p, rx in _NAME_PRECISION if rx.search(name)), None)
+
+
 SOURCE_KINDS = ("recorded flops", "hw counters", "shapes", "name (last resort)", "unknown")
 
 
