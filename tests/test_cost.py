@@ -199,7 +199,7 @@ def test_cupti_profiler_counters_are_read_as_hardware_flops():
     assert 100 * sgemm / by_hand == pytest.approx(38, abs=2)
     a = analyze_trace(t)
     assert a.roofline is None
-    assert any("hardware FP counters" in w and "no roofline" in w for w in a.warnings)
+    assert any("hardware FP counters" in w and "8.02e+10 FLOPs" in w for w in a.warnings)
 
 
 def test_fp64_gemv_is_bandwidth_bound_on_a_t4_without_fp64_tensor_cores():
@@ -228,3 +228,45 @@ def test_index_ops_move_the_rows_they_pick_not_the_table():
 
     row = next(r for r in analysis("tracelens_h100_qwen_inference.json.gz").roofline.rows if "indexSelectLargeIndex" in r.name)
     assert row.pct_of_roof is not None and row.pct_of_roof < 100 and row.over_roof_pct is None
+
+
+def test_a_counter_mode_trace_is_a_gpu_trace_with_measured_flops_per_kernel():
+    """The A100 AlexNet trace in CUPTI counter mode: 77 ranges, one per kernel launch, no kernel
+    events. It is a GPU trace (never "CPU-only"), FLOPs = add + mul + 2·fma per precision per kernel,
+    and the report says what it cannot give (timing) and why the cost model could not be checked."""
+    import gzip
+    import json
+
+    from tests.conftest import DATA
+    from trainscope.analyzers.analysis import analyze_trace
+    from trainscope.collectors import open_traces
+
+    path = DATA / "cupti" / "hta_a100_alexnet_cupti_flop_counters.json.gz"
+    t = open_traces(str(path)).traces[0]
+    with gzip.open(path) as f:
+        ev = json.load(f)["traceEvents"]
+    ranges = sorted((e for e in ev if e.get("cat") == "cuda_profiler_range"), key=lambda e: e["ts"])
+    a = analyze_trace(t)
+    h = a.hw_counters
+    assert h is not None and h.ranges == len(ranges) == 77 and h.linked_ranges == 77
+    # per kernel name and precision, by hand from the raw counters
+    for p, letter in (("fp64", "d"), ("fp32", "f"), ("fp16", "h")):
+        want = {}
+        for e in ranges:
+            x = e["args"]
+            v = sum(x.get(f"smsp__sass_thread_inst_executed_op_{letter}{op}_pred_on.sum", 0) * m
+                    for op, m in (("add", 1), ("mul", 1), ("fma", 2)))
+            want[e["name"]] = want.get(e["name"], 0) + v
+        got = {k.name: k.by_precision[p] for k in h.kernels}
+        assert got == pytest.approx(want)
+    assert h.total_flops == pytest.approx(8.02e10, rel=0.005)
+    top = h.kernels[0]
+    assert top.name == "ampere_sgemm_32x32_sliced1x4_tn" and top.operator == "aten::addmm" and top.kernel_class == "gemm"
+    missing = next(k for k in h.kernels if k.name == "__missing__")
+    assert missing.kernel_class == "convolution" and missing.operator == "aten::cudnn_convolution"
+    # a GPU trace without timing: not "CPU-only", MFU unknown for want of time, not of FLOPs
+    v = a.verdict
+    assert v.axis == "insufficient_evidence" and "CPU-only" not in v.summary and "GPU trace" in v.summary
+    assert "no kernel timing" in v.summary
+    assert "no FLOP counts" not in a.mfu.reason and "replayed" in a.mfu.reason
+    assert any("carry no shapes" in w for w in a.warnings) and not h.agreement
