@@ -309,7 +309,9 @@ def roofline(trace: Trace, kernel_mask: np.ndarray | None, spec: DeviceSpec | No
     candidate = is_matrix & ~on_tc & (rprec == PRECISIONS.index("fp32")) & (bound == 1)
     matrix_ms = float(dur[is_matrix].sum()) / 1e6
     tc_ms = float(dur[is_matrix & on_tc].sum()) / 1e6
-    cand_ms = float(dur[candidate].sum()) / 1e6 if fastpath else 0.0
+    # a device outside the table may or may not have tensor cores: its candidates still count (the
+    # finding names the kernels); one the table knows counts only where fp16/bf16/tf32 cores exist
+    cand_ms = float(dur[candidate].sum()) / 1e6 if fastpath or spec is None else 0.0
     non_tc = float(dur[(bound == 1) & ~on_tc & ~is_comm].sum()) / 1e6
     matrix_costed_ms = float(dur[is_matrix & fk].sum()) / 1e6
 
