@@ -263,3 +263,22 @@ def test_a_kernel_faster_than_its_roof_is_flagged_not_shown():
     assert over and all(r.pct_of_roof is None and r.over_roof_pct > 105 for r in over)
     assert all(r.pct_of_roof is None or r.pct_of_roof <= 105 for r in a.roofline.rows)
     assert any("faster than" in n and "FLOPs or bytes are wrong" in n for n in a.roofline.notes)
+
+
+def test_api_kernel_table_sorts_by_pct_of_roof():
+    from trainscope import api
+    from trainscope.api.errors import BadInput
+    from tests.conftest import KINETO
+
+    rep = api.analyze(str(KINETO / "tracelens_h100_qwen_inference.json.gz"))
+    t = api.kernel_table(rep, sort="pct_of_roof", limit=1000)
+    pcts = [k["pct_of_roof"] for k in t["kernels"]]
+    known = [p for p in pcts if p is not None]
+    assert len(known) >= 10 and known == sorted(known)
+    assert pcts[:len(known)] == known  # kernels without a roof come last
+    gemm = next(k for k in t["kernels"] if k["name"].startswith("sm90_xmma_gemm_bf16bf16"))
+    assert gemm["pct_of_roof"] == pytest.approx(62.9, abs=0.5) and gemm["bound"] == "compute"
+    by_total = api.kernel_table(rep, limit=1000)["kernels"]
+    assert [k["total_ms"] for k in by_total] == sorted((k["total_ms"] for k in by_total), reverse=True)
+    with pytest.raises(BadInput):
+        api.kernel_table(rep, sort="name")
