@@ -28,6 +28,7 @@ from trainscope.analyzers.op_formulas import op_cost
 from trainscope.traces.model import Trace
 
 COUNTER_PRECISIONS = ("fp64", "fp32", "fp16")
+_PAIR_BUDGET = 50_000_000  # launches × operators scanned when pairing ranges with their operators
 _LAUNCH = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "hipLaunchKernel",
            "hipExtLaunchKernel", "hipModuleLaunchKernel", "cudaLaunchCooperativeKernel")
 
@@ -101,6 +102,8 @@ def _launch_ops(trace: Trace, n: int) -> list[int] | None:
         return None
     rows = rows[np.argsort(r.ts[rows], kind="stable")]
     ops = trace.cpu_ops
+    if len(rows) * max(1, len(ops)) > _PAIR_BUDGET:  # counter-mode traces are small; a huge one is not paired
+        return None
     out: list[int] = []
     for i in rows.tolist():
         on = (ops.thread == r.thread[i]) & (ops.ts <= r.ts[i]) & (ops.end >= r.ts[i])
@@ -158,8 +161,9 @@ def hw_counter_report(trace: Trace) -> HwCounterReport | None:
     linked = sum(1 for r in (op_rows or []) if r >= 0)
     agreement: list[ClassAgreement] = []
     if op_rows is None:
-        note = (f"the cost model could not be checked against the counters: {len(ranges)} counter ranges but a "
-                "different number of kernel launch calls, so ranges cannot be paired with their operators")
+        note = (f"the cost model could not be checked against the counters: the {len(ranges)} counter ranges could "
+                "not be paired one to one with kernel launch calls (their counts differ, or the trace is too large "
+                "to pair), so the ranges' operators are unknown")
     elif not shaped:
         note = (f"the cost model could not be checked against the counters: the {linked} ranges pair with their "
                 "kernel launches and operators, but the operators carry no shapes (record with "
