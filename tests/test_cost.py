@@ -295,3 +295,32 @@ def test_cost_model_against_the_nsight_compute_reference_points():
     assert ratio["GEMV 8192² fp32"] == pytest.approx(0.99, abs=0.01)
     assert ratio["causal SDPA 8×16×2048²×64 bf16"] == pytest.approx(6.87e10 / 7.30e10, abs=0.005)
     assert ratio["cuDNN conv2d fp32 (ran as FFT)"] == pytest.approx(1.48e10 / 6.3e9, rel=0.01)
+
+
+def test_counter_agreement_per_class_where_operators_carry_shapes():
+    """The comparison path: give the AlexNet trace's aten::addmm operators shapes (injected here: the
+    trace recorded none) and the report sets the cost model's FLOPs for their sgemm ranges beside the
+    counted FLOPs, per class, as model ÷ counted."""
+    import dataclasses
+
+    from tests.conftest import DATA
+    from trainscope.analyzers.hw_counters import hw_counter_report
+    from trainscope.collectors import open_traces
+
+    t = open_traces(str(DATA / "cupti" / "hta_a100_alexnet_cupti_flop_counters.json.gz")).traces[0]
+    ops = t.cpu_ops
+    addmm = np.array([t.strings[i] == "aten::addmm" for i in ops.name.tolist()])
+    sig = np.full(len(ops), -1, np.int32)
+    sig[addmm] = 0
+    dims, types = [[4096], [128, 4096], [4096, 4096], [], []], ["float", "float", "float", "Scalar", "Scalar"]
+    oi = dataclasses.replace(t.op_inputs, cpu_external=np.full(len(ops), -1, np.int64), cpu_signature=sig,
+                             signatures=[(dims, types, ["", "", "", "1", "1"])])
+    h = hw_counter_report(dataclasses.replace(t, op_inputs=oi))
+    per = op_cost("aten::addmm", dims, types, ["", "", "", "1", "1"]).flops
+    sg = next(k for k in h.kernels if k.name == "ampere_sgemm_32x32_sliced1x4_tn")
+    assert sg.model_flops == pytest.approx(sg.ranges * per)
+    gemm = next(a for a in h.agreement if a.kernel_class == "gemm")
+    modeled = [k for k in h.kernels if k.kernel_class == "gemm" and k.model_flops is not None]
+    assert gemm.counted_flops == pytest.approx(sum(k.flops for k in modeled))
+    assert gemm.ratio == pytest.approx(sum(k.model_flops for k in modeled) / gemm.counted_flops)
+    assert "ranges whose operators carry shapes" in h.agreement_note
