@@ -278,6 +278,7 @@ def test_api_kernel_table_sorts_by_pct_of_roof():
     assert pcts[:len(known)] == known  # kernels without a roof come last
     gemm = next(k for k in t["kernels"] if k["name"].startswith("sm90_xmma_gemm_bf16bf16"))
     assert gemm["pct_of_roof"] == pytest.approx(62.9, abs=0.5) and gemm["bound"] == "compute"
+    assert gemm["family"] == "cuBLAS GEMM/GEMV"
     by_total = api.kernel_table(rep, limit=1000)["kernels"]
     assert [k["total_ms"] for k in by_total] == sorted((k["total_ms"] for k in by_total), reverse=True)
     with pytest.raises(BadInput):

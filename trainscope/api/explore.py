@@ -74,6 +74,14 @@ def explain_finding(report: "Report", finding: str, *, rank: int | None = None) 
     }
 
 
+def _family(name: str) -> str | None:
+    """The library/kernel family of the declared table the kernel's name belongs to, if any."""
+    from trainscope.analyzers.kernel_families import family_of
+
+    f = family_of(name)
+    return f.name if f is not None else None
+
+
 def kernel_table(report: "Report", *, name_contains: str | None = None, kernel_class: str | None = None,
                  min_total_ms: float | None = None, limit: int = 50, rank: int | None = None,
                  sort: str = "total") -> dict[str, Any]:
@@ -108,6 +116,7 @@ def kernel_table(report: "Report", *, name_contains: str | None = None, kernel_c
             "kernels": [{"name": k.name, "class": k.kernel_class, "tensor_core": k.tensor_core, "count": k.count,
                          "total_ms": round(k.total_ns / 1e6, 3), "mean_us": round(k.mean_ns / 1e3, 3),
                          "ms_per_step": round(k.total_ns / 1e6 / steps, 3), "share_pct": round(k.share_pct, 2),
+                         "family": _family(k.name),
                          "bound": roof_rows[k.name].bound if k.name in roof_rows else None,
                          "pct_of_roof": (round(roof_rows[k.name].pct_of_roof, 1)
                                          if k.name in roof_rows and roof_rows[k.name].pct_of_roof is not None else None)}
