@@ -14,6 +14,7 @@ from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.gpu_metrics import CounterSummary, counter_context, counter_split, counter_summary
 from trainscope.analyzers.host_device import blocking_syncs, pageable_copies
 from trainscope.analyzers.host_idle import HostIdle, host_idle, host_idle_evidence
+from trainscope.analyzers.hw_counters import HwCounterReport, counters_mfu_reason, counters_only_verdict, hw_counter_report
 from trainscope.analyzers.kernels import HIGH_INTENSITY, LOW_INTENSITY, KernelSummary, kernel_classes, kernel_summary
 from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
@@ -54,6 +55,7 @@ class Analysis:
     context: Context | None = None  # training/inference, graphs, compiled, framework, collectives
     sinks: Sinks | None = None  # step time split into exclusive sinks (the verdict's ranking)
     host_idle: HostIdle | None = None  # GPU idle split by what the host was doing (input/launch/sync/other)
+    hw_counters: HwCounterReport | None = None  # measured FLOPs per kernel (CUPTI counter mode), where recorded
     # What the findings and verdict read (kept so a cross-rank pass can re-judge with imbalance).
     observations: DiagnosisInput | None = field(default=None, repr=False, compare=False)
     repairs: RepairLog | None = field(default=None, repr=False, compare=False)  # the invariant pass's log
@@ -101,12 +103,11 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         inp = observations(trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle)
         sinks = inp.sinks
         found, verdict, recs = judge(inp, bd, spec, dev.name if dev else None, ctx, rules)
-    hw = trace.op_inputs.hw_flops
-    if hw and not len(trace.kernels):
-        top = max(hw, key=hw.get)
-        warnings.append(f"hardware FP counters (CUPTI profiler) for {len(hw)} kernel names, {sum(hw.values()):.3g} FLOPs in "
-                        f"all ({100 * hw[top] / sum(hw.values()):.0f} % in {top.split('(')[0][:60]}), but no kernel events: "
-                        "counter ranges are replayed, so their durations are not kernel times and no roofline is drawn")
+    hwc = hw_counter_report(trace) if trace.op_inputs.hw_ranges else None
+    if hwc is not None and not len(trace.kernels):  # counter mode: a GPU trace without kernel timing
+        verdict = counters_only_verdict(hwc)
+        mfu = replace(mfu, reason=counters_mfu_reason(hwc))
+        warnings += [hwc.summary(), hwc.agreement_note]
     if trace.has_gpu_activity and seg.method == "whole_trace":
         warnings.append(seg.note)
     if seg.stub_note:
@@ -116,7 +117,8 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
         findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
         phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
-        roofline=roof, context=ctx, sinks=sinks, host_idle=hidle, observations=inp, repairs=repairs,
+        roofline=roof, context=ctx, sinks=sinks, host_idle=hidle, observations=inp, hw_counters=hwc,
+        repairs=repairs,
     ), repairs)
 
 

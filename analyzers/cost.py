@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainscope.analyzers.kernel_families import tokenize
 from trainscope.analyzers.kernels import classify_kernel
 from trainscope.analyzers.op_formulas import PRECISIONS, OpCost, op_cost  # noqa: F401 (re-exported)
 from trainscope.traces.model import Trace
@@ -46,12 +47,21 @@ _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
 _ES = {"fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 # Kernel names that say an fp32 matrix product runs on TF32 tensor cores (cuBLAS/CUTLASS/cuDNN).
 TF32_KERNEL = re.compile(r"tf32|tensorop_s\d|_s16816|_s1688|_s1684", re.I)
-GEMV_KERNEL = re.compile(r"gemv|gemvx|dot_kernel|splitKreduce", re.I)
+# GEMV/dot kernels, by whole words of the name (``gemv2T_kernel_val``, ``internal::gemvx::kernel``,
+# ``dot_kernel``, cuBLAS's split-K reduction): a matrix read once per call, bandwidth-bound.
+GEMV_WORDS = re.compile(r"\b([sdhcz]?gemv\w*|dot kernel|split ?k ?reduce\w*|split kreduce\w*)\b")
+# Gathers and scatters move rows by index whatever else the kernel's name says (a MoE
+# ``_finalize_matmul_scatter`` combines expert outputs; it multiplies no matrices).
+GATHER_WORDS = re.compile(r"\b(embedding\w*|gather\w*|scatter\w*|index select\w*|indexing\w*)\b")
 # A GEMM kernel's tile (M×N×K, as CUTLASS, Tensile "MT…" and Triton put it in the name): autotuners
 # pick an M tile of 16 or less only for skinny problems (few rows: decode tokens, small batches),
 # whose intensity is at most ~M FLOP/B — far below any ridge point.
 GEMM_TILE = re.compile(r"(?:^|_)(?:MT)?(\d+)x(\d+)x(\d+)", re.I)
-GATHER_KERNEL = re.compile(r"embedding|gather|scatter|index_select|indexing", re.I)
+
+def name_precision(name: str) -> str | None:
+    """The precision a kernel name states (``bf16``, ``sgemm`` → fp32 …), None when it states none."""
+    return next((p for p, rx in _NAME_PRECISION if rx.search(name)), None)
+
 
 SOURCE_KINDS = ("recorded flops", "hw counters", "shapes", "name (last resort)", "unknown")
 
@@ -151,6 +161,24 @@ def link_kernels(trace: Trace) -> np.ndarray:
     return out
 
 
+_LINKED: dict[int, tuple[object, int, int, np.ndarray]] = {}
+
+
+def linked_operators(trace: Trace) -> np.ndarray:
+    """:func:`link_kernels`, once per trace (kernel classes and kernel costs both need it)."""
+    import weakref
+
+    key = id(trace)
+    hit = _LINKED.get(key)
+    if hit is not None and hit[0]() is trace and hit[1] == len(trace.kernels) and hit[2] == len(trace.cpu_ops):
+        return hit[3]
+    out = link_kernels(trace)
+    for dead in [k for k, v in _LINKED.items() if v[0]() is None]:
+        del _LINKED[dead]
+    _LINKED[key] = (weakref.ref(trace), len(trace.kernels), len(trace.cpu_ops), out)
+    return out
+
+
 # --- per-kernel costs ---------------------------------------------------------------------------
 
 
@@ -174,7 +202,7 @@ def kernel_costs(trace: Trace) -> KernelCosts:
             sources.append(s)
         return i
 
-    op_row = link_kernels(trace)
+    op_row = linked_operators(trace)
     linked = op_row >= 0
     has_sig = len(oi.cpu_signature) == len(ops)
     if linked.any():
@@ -287,16 +315,17 @@ def kernel_costs(trace: Trace) -> KernelCosts:
 
 def _name_fallback(name: str, src) -> tuple[int, int]:
     """(bound, source index) from a kernel name alone: 1 memory, 2 compute, 0 unknown."""
-    if GEMV_KERNEL.search(name):
+    t = tokenize(name)
+    if GEMV_WORDS.search(t.text):
         return 1, src("name (last resort): GEMV/dot kernels are bandwidth-bound")
-    if GATHER_KERNEL.search(name):
+    if GATHER_WORDS.search(t.head_text):
         return 1, src("name (last resort): embedding/gather kernels are bandwidth-bound")
     cls = classify_kernel(name)
     if cls == "gemm":
         tile = GEMM_TILE.search(name)
         if tile and int(tile.group(1)) <= 16:
             return 1, src(f"name (last resort): skinny GEMM (M tile {tile.group(1)}) is bandwidth-bound")
-    if cls in ("elementwise", "normalization", "softmax", "reduction"):
+    if cls in ("elementwise", "normalization", "softmax", "reduction", "embedding"):
         return 1, src(f"name (last resort): {cls} kernels are bandwidth-bound")
     if cls in ("gemm", "convolution", "attention"):
         return 2, src(f"name (last resort): {cls} kernel, counted compute-bound without shapes")

@@ -10,6 +10,8 @@ PyTorch's ``torch.utils.flop_counter`` conventions:
 - attention (SDPA/flash/memory-efficient): 4·B·H·L·S·E forward (half when causal), 2.5× that
   backward; bytes Q, K, V, O (and their gradients);
 - embedding / embedding_bag: 0 FLOPs; bytes gathered rows twice (read + write) plus the indices;
+  index_select / gather / index the same: the picked elements twice plus the indices, never the
+  whole source tensor;
 - elementwise/unary/binary: 1 FLOP per output element; bytes inputs + output (the largest input's
   size, or the first input for in-place ``_`` ops);
 - normalizations 5 (forward) / 8 (backward) FLOPs per element, bytes 2× / 3× the input;
@@ -312,6 +314,38 @@ def _embedding(op: str, dims: list, types: list, concrete: list) -> OpCost | Non
                   f"{op} bytes 2·indices·D·es + indices, w{_fmt(w[0])} idx{_fmt(idx[0])} {w[1]}")
 
 
+def _index(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
+    """index_select(x, dim, idx) / gather(x, dim, idx) / index(x, [idx]): the rows or elements the
+    indices pick are read and written once, plus the indices; the rest of ``x`` is not touched
+    (a [151936, 1024] embedding table indexed by 8,944 tokens moves 8,944 rows, not the table)."""
+    base = op.split("::")[-1]
+    x = _tensor(dims, types, 0)
+    if x is None or not x[0]:
+        return None
+    shape, prec, es = x
+    if base == "index_select":
+        idx = _tensor(dims, types, 2)
+        dim = _int_arg(concrete, 1) or 0
+        if idx is None or not -len(shape) <= dim < len(shape) or shape[dim] == 0:
+            return None
+        out = _numel(idx[0]) * (_numel(shape) // shape[dim])
+    elif base == "gather":
+        idx = _tensor(dims, types, 2)
+        if idx is None:
+            return None
+        out = _numel(idx[0])
+    else:  # aten::index(x, [idx, ...]): the first index tensor picks along the leading dims
+        lists = [d for d in dims[1:2] if isinstance(d, list) and d and all(_is_shape(t) for t in d)]
+        if not lists:
+            return None
+        first = lists[0][0]
+        k = len(lists[0])
+        idx = (first, "int", 8)
+        out = _numel(first) * _numel(shape[k:])
+    return OpCost(0.0, float(2 * out * es + _numel(idx[0]) * idx[2]), prec, False,
+                  f"{op} bytes 2·picked elements + indices, x{_fmt(shape)} idx{_fmt(idx[0])} {prec}")
+
+
 def _elementwise(op: str, dims: list, types: list, concrete: list, flops_per: float = 1.0) -> OpCost | None:
     ts = _tensors(dims, types)
     if not ts:
@@ -375,7 +409,8 @@ _SOFTMAX_BWD = re.compile(r"^aten::(_softmax_backward_data|_log_softmax_backward
 _REDUCE = re.compile(r"^aten::(sum|mean|max|min|amax|amin|argmax|argmin|norm|linalg_vector_norm|var|std|var_mean|"
                      r"std_mean|prod|any|all|logsumexp|cumsum|cumprod|nll_loss|nll_loss_forward|nll_loss2d_forward|"
                      r"mse_loss|topk|sort)$")
-_COPY = re.compile(r"^aten::(copy_|_to_copy|clone|contiguous|cat|stack|_cat|index_select|gather|index|masked_select|"
+_INDEX = re.compile(r"^aten::(index_select|gather|index)$")
+_COPY = re.compile(r"^aten::(copy_|_to_copy|clone|contiguous|cat|stack|_cat|masked_select|"
                    r"repeat|expand_copy|permute_copy|transpose_copy|constant_pad_nd)$")
 _FOREACH = re.compile(r"^aten::(_foreach_\w+|_fused_adamw?_?|_fused_sgd_?)$")
 # ATen pointwise operators (unary, binary, activation and their backward, fills, in-place forms).
@@ -417,6 +452,8 @@ def op_cost(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
         return _scaled(op, dims, types, 5.0, 2.0, "normalization")
     if _FOREACH.match(op):
         return _foreach(op, dims, types, concrete)
+    if _INDEX.match(op):
+        return _index(op, dims, types, concrete)
     if _COPY.match(op):
         return _copy(op, dims, types, concrete)
     if _REDUCE.match(op):

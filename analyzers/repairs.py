@@ -461,14 +461,28 @@ def with_repairs(analysis: "Analysis", log: RepairLog | None) -> "Analysis":
         if line not in warnings:
             warnings.append(line)
     verdict = analysis.verdict
-    if log is not None and log.touched_pct > CONFIDENCE_SHARE and verdict.axis != "insufficient_evidence":
+    # A repair can also decide a close race: GPU time it touched, as a share of step time, at least
+    # the verdict's lead over the runner-up sink could have turned the verdict by itself.
+    lead = touched_step = None
+    if log is not None and analysis.sinks is not None and analysis.sinks.total_ns:
+        ranked = analysis.sinks.ranked()
+        if len(ranked) >= 2:
+            lead = ranked[0].pct - ranked[1].pct
+            touched_step = 100.0 * sum(r.gpu_ns for r in log.repairs.values()) / analysis.sinks.total_ns
+    close = lead is not None and touched_step is not None and 0 < touched_step and touched_step >= lead
+    if log is not None and (log.touched_pct > CONFIDENCE_SHARE or close) and verdict.axis != "insufficient_evidence":
         from trainscope.analyzers.findings.base import Evidence
 
         share = log.touched_pct
-        lowered = round(verdict.confidence * max(0.5, 1.0 - share / 100.0), 2)
+        lowered = round(verdict.confidence * max(0.5, 1.0 - max(share, 1.0) / 100.0), 2)
         reasons = ", ".join(sorted(r.reason for r in log.repairs.values() if r.gpu_ns))
-        why = (f"confidence lowered from {verdict.confidence:.2f} to {lowered:.2f}: repairs ({reasons}) touched "
-               f"{share:.1f} % of GPU time (more than {CONFIDENCE_SHARE:g} %)")
+        if log.touched_pct > CONFIDENCE_SHARE:
+            why = (f"confidence lowered from {verdict.confidence:.2f} to {lowered:.2f}: repairs ({reasons}) touched "
+                   f"{share:.1f} % of GPU time (more than {CONFIDENCE_SHARE:g} %)")
+        else:
+            why = (f"confidence lowered from {verdict.confidence:.2f} to {lowered:.2f}: repairs ({reasons}) touched "
+                   f"{touched_step:.1f} % of step time, at least the verdict's lead over the runner-up "
+                   f"({lead:.1f} points): the repair may decide the verdict")
         if not any(e.metric.startswith("GPU time touched by repairs") for e in verdict.evidence):
             ev = Evidence("GPU time touched by repairs", round(share, 2), "% of GPU time", f"> {CONFIDENCE_SHARE:g}",
                           "invariant pass (docs/repairs.md)", True)

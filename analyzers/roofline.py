@@ -20,12 +20,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainscope.analyzers.cost import PRECISIONS, SOURCE_KINDS, KernelCosts, kernel_costs
+from trainscope.analyzers.cost import PRECISIONS, SOURCE_KINDS, KernelCosts, kernel_costs, name_precision
 from trainscope.analyzers.devices import DeviceSpec
 from trainscope.analyzers.kernels import HIGH_INTENSITY, classify_kernel, uses_tensor_cores
 from trainscope.traces.model import Trace
 
 BOUNDS = ("memory", "compute", "unknown")
+# Above this % of roof a kernel's model is flagged rather than shown (5 % for clock boost and the
+# spread of published peaks).
+OVER_ROOF_PCT = 105.0
 _COMM = 3  # internal bound code for communication kernels
 
 
@@ -48,6 +51,10 @@ class RooflineRow:
     tensor_cores: bool  # the roof is a tensor/matrix-core roof
     roof_tflops: float | None  # the compute roof at its precision
     share_pct: float = 0.0  # of kernel time in the window
+    # achieved beyond the roof (> OVER_ROOF_PCT): no kernel beats its peak, so the FLOPs or bytes the
+    # cost model gave it are wrong (a convolution run as Winograd/FFT does fewer FLOPs than the
+    # direct formula; bytes of index ops); pct_of_roof is None then
+    over_roof_pct: float | None = None
 
     @property
     def short_name(self) -> str:
@@ -71,8 +78,9 @@ class Roofline:
     non_tensor_compute_ms: float = 0.0  # compute-bound kernel time whose roof is not a tensor-core roof
     matrix_ms: float = 0.0  # GEMM/convolution/attention kernel time (by operator, else by name)
     tensor_core_ms: float = 0.0  # of it, on tensor/matrix cores (by precision; by name only without one)
-    # of the rest, matrix math at fp32 on a device whose tensor cores take fp16/bf16/tf32: what
-    # mixed precision can move to tensor cores (fp64 codes and devices without them get no advice)
+    # of the rest, compute-bound matrix math at fp32 on a device whose tensor cores take fp16/bf16/tf32:
+    # what mixed precision can move to tensor cores (fp64 codes, bandwidth-bound GEMVs, kernels of
+    # unknown precision and devices without tensor cores get no advice)
     tensor_core_candidate_ms: float = 0.0
     matrix_costed_ms: float = 0.0  # matrix kernel time whose FLOPs are known (coverage of the MFU estimate)
     notes: list[str] = field(default_factory=list)
@@ -116,6 +124,15 @@ class Roofline:
             return (f"{head}: {r.intensity:.3g} FLOP/B, {r.tflops:.3g} TFLOP/s = {r.pct_of_roof:.0f} % of the "
                     f"{self.device}'s {r.roof_tflops:g} TFLOP/s {r.precision} {unit}peak")
         return f"{head}: {r.intensity:.3g} FLOP/B"
+
+    def rows_by(self, key: str = "total") -> list[RooflineRow]:
+        """The rows heaviest first (``total``) or by % of roof, lowest first (``pct_of_roof``: the
+        kernels furthest from their own roof lead; rows without one last)."""
+        if key == "total":
+            return list(self.rows)
+        if key == "pct_of_roof":
+            return sorted(self.rows, key=lambda r: (r.pct_of_roof is None, r.pct_of_roof or 0.0, -r.total_ms))
+        raise ValueError(f"unknown sort key {key!r} (total, pct_of_roof)")
 
     def ridge(self, precision: str = "bf16", matrix: bool = True) -> float | None:
         if self.spec is None:
@@ -213,13 +230,29 @@ def roofline(trace: Trace, kernel_mask: np.ndarray | None, spec: DeviceSpec | No
     mat = costs.matrix[idx]
     n = len(idx)
 
-    # compute roof per (precision, matrix) pair, in TFLOP/s; tensor-core flag
+    # Compute roof per (precision, matrix) pair, in TFLOP/s; tensor-core flag. Launches whose
+    # operator recorded no shapes take the precision their kernel's name states and count as matrix
+    # math when the name is a GEMM/convolution/attention kernel: each launch's roof is the peak of
+    # its own precision and unit, so a bf16 GEMM with a few shapeless launches is not held against
+    # the fp32 CUDA-core peak.
+    rprec, rmat = prec.copy(), mat.copy()
+    no_p = prec == PRECISIONS.index("unknown")
+    if no_p.any():
+        names_np = k.name[idx]
+        for i in np.unique(names_np[no_p]).tolist():
+            nm = trace.strings[i]
+            pn = name_precision(nm)
+            on_i = no_p & (names_np == i)
+            if pn is not None:
+                rprec[on_i] = PRECISIONS.index(pn)
+            if classify_kernel(nm) in HIGH_INTENSITY:
+                rmat[on_i] = True
     roof = np.full(n, np.nan)
     tc = np.zeros(n, bool)
     if spec is not None and n:
-        for p in np.unique(prec).tolist():
+        for p in np.unique(rprec).tolist():
             for m in (False, True):
-                on = (prec == p) & (mat == m)
+                on = (rprec == p) & (rmat == m)
                 if not on.any():
                     continue
                 pname = PRECISIONS[p]
@@ -270,16 +303,27 @@ def roofline(trace: Trace, kernel_mask: np.ndarray | None, spec: DeviceSpec | No
     is_matrix = (mat | cls_name[names]) & ~is_comm if n else np.zeros(0, bool)
     on_tc = np.where(no_prec & ~mat, tc_name[names], tc) if n else np.zeros(0, bool)
     fastpath = spec is not None and bool(spec.matrix & {"fp16", "bf16", "tf32"})
-    candidate = is_matrix & ~on_tc & np.isin(prec, [PRECISIONS.index("fp32"), PRECISIONS.index("unknown")])
+    # What mixed precision can move to tensor cores: fp32 matrix math (precision known, from the
+    # operator or the kernel's name) that the roofline calls compute-bound. Bandwidth-bound matrix
+    # work (GEMV, skinny GEMMs) gains nothing from faster arithmetic; unknown precision is no candidate.
+    candidate = is_matrix & ~on_tc & (rprec == PRECISIONS.index("fp32")) & (bound == 1)
     matrix_ms = float(dur[is_matrix].sum()) / 1e6
     tc_ms = float(dur[is_matrix & on_tc].sum()) / 1e6
-    cand_ms = float(dur[candidate].sum()) / 1e6 if fastpath else 0.0
+    # a device outside the table may or may not have tensor cores: its candidates still count (the
+    # finding names the kernels); one the table knows counts only where fp16/bf16/tf32 cores exist
+    cand_ms = float(dur[candidate].sum()) / 1e6 if fastpath or spec is None else 0.0
     non_tc = float(dur[(bound == 1) & ~on_tc & ~is_comm].sum()) / 1e6
     matrix_costed_ms = float(dur[is_matrix & fk].sum()) / 1e6
 
     rows = _rows(trace, names, dur, f, b, prec, bound, tc, roof, costs.source[idx], costs.sources, bw, total_ms)
     dev = spec.key if spec is not None else (device_name or "unknown device")
     notes = list(costs.notes)
+    over = [r for r in rows if r.over_roof_pct is not None]
+    if over:
+        worst = max(over, key=lambda r: r.over_roof_pct)
+        notes.append(f"{len(over)} kernel name{'s' if len(over) != 1 else ''} ran faster than {'their' if len(over) != 1 else 'its'} roof "
+                     f"by the cost model (worst {worst.short_name} at {worst.over_roof_pct:.0f} %, {worst.source}): "
+                     "their FLOPs or bytes are wrong (Winograd/FFT convolutions, partial reads), so no % of roof is shown")
     if spec is None:
         notes.append(f"no peaks known for {device_name or 'this device'!r}: bounds need a ridge point "
                      "(pass --peak-tflops and --peak-bandwidth)")
@@ -313,7 +357,6 @@ def _rows(trace: Trace, names, dur, f, b, prec, bound, tc, roof, source, sources
 
     bmaj = majority(bound, 4)
     pmaj = majority(prec, len(PRECISIONS))
-    tcmaj = majority(tc.astype(np.int8), 2)
     # the source with the most time per name
     pair = inv.astype(np.int64) * (len(sources) + 1) + source
     up, pinv = np.unique(pair, return_inverse=True)
@@ -324,12 +367,24 @@ def _rows(trace: Trace, names, dur, f, b, prec, bound, tc, roof, source, sources
         r, s = divmod(u, len(sources) + 1)
         if w > best_w[r]:
             best_w[r], best_src[r] = w, s
+    # A row's roof is one peak — the one of most of its time among the calls its % of roof is
+    # measured on (FLOPs and bytes known), else among all its calls — never an average of a
+    # tensor-core and a CUDA-core peak.
     roof_of = np.full(m, np.nan)
+    tc_of = majority(tc.astype(np.int8), 2).astype(bool)
     has_roof = ~np.isnan(roof)
     if has_roof.any():
-        rsum = np.bincount(inv, weights=np.where(has_roof, roof * dur, 0.0), minlength=m)
-        rd = np.bincount(inv, weights=np.where(has_roof, dur, 0.0), minlength=m)
-        roof_of = np.where(rd > 0, rsum / np.where(rd > 0, rd, 1), np.nan)
+        # (peak, unit) pairs: the row's roof and its tensor-core flag come from the same calls
+        pairs = np.stack([np.where(has_roof, roof, -1.0), tc.astype(np.float64)], axis=1)
+        upairs, rcode = np.unique(pairs, axis=0, return_inverse=True)
+        rcode = rcode.reshape(-1)
+        nr = len(upairs)
+        for pick in (has_roof, has_roof & fb):  # the second overrides where it has calls
+            w = np.bincount(inv * nr + rcode, weights=np.where(pick, dur + 1e-9, 0.0), minlength=m * nr).reshape(m, nr)
+            best = w.argmax(axis=1)
+            got = w.max(axis=1) > 0
+            roof_of = np.where(got, upairs[best, 0], roof_of)
+            tc_of = np.where(got, upairs[best, 1] > 0.5, tc_of)
     order = np.argsort(-tdur)
     label = BOUNDS + ("communication",)
     out: list[RooflineRow] = []
@@ -349,10 +404,14 @@ def _rows(trace: Trace, names, dur, f, b, prec, bound, tc, roof, source, sources
                 pct = 100.0 * ach / att
             if inten == 0 and gb is not None:
                 pct = 100.0 * gb / bw
+        over = None
+        if pct is not None and pct > OVER_ROOF_PCT:
+            over, pct = pct, None  # faster than physics: the FLOPs/bytes model of this kernel is wrong
         out.append(RooflineRow(
             name=trace.strings[un[r]], count=int(cnt[r]), total_ms=float(tdur[r]) / 1e6, flops=fl, bytes=by,
             intensity=inten, tflops=tf, gbps=gb, pct_of_roof=pct, bound=label[bmaj[r]],
-            precision=PRECISIONS[pmaj[r]], source=sources[best_src[r]], tensor_cores=bool(tcmaj[r]),
+            precision=PRECISIONS[pmaj[r]], source=sources[best_src[r]], tensor_cores=bool(tc_of[r]),
             roof_tflops=peak, share_pct=100.0 * float(tdur[r]) / 1e6 / total_ms if total_ms else 0.0,
+            over_roof_pct=over,
         ))
     return out

@@ -169,7 +169,7 @@ def _read_part(path: str, start: int, head: bytes) -> dict | None:
     tables["python_frames"] = parser.python_frames.build()
     return {
         "kernel_external": parser.kernel_external, "cpu_external": parser.cpu_external,
-        "cpu_signature": parser.cpu_signature, "signatures": parser.signatures, "hw_flops": parser.hw_flops,
+        "cpu_signature": parser.cpu_signature, "signatures": parser.signatures, "hw_flops": parser.hw_flops, "hw_ranges": parser.hw_ranges,
         "collective_args": parser.collective_args,
         "tables": tables, "strings": parser.strings.strings, "threads": list(parser.threads),
         "thread_names": parser.thread_names, "input_dims": parser.input_dims, "gpu_ids": parser.gpu_ids,
@@ -250,6 +250,7 @@ class _Parser:
         self.signature_index: dict[tuple, int] = {}
         self.signatures: list[tuple[list, list, list]] = []
         self.hw_flops: dict[str, float] = {}
+        self.hw_ranges: list[tuple[str, int, float, float, float]] = []
         self.collective_args: dict[int, CollectiveArgs] = {}  # by External id (record_param_comms, NCCL kernels)
 
     # -- helpers -------------------------------------------------------------------------
@@ -359,9 +360,10 @@ class _Parser:
             dev = _int(args.get("device", e.get("pid")), -1) if on_gpu else -1
             self.annotations.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name), dev)
         elif c == "cuda_profiler_range":
-            flops = _counter_flops(args)  # CUPTI-profiler mode: FP instruction counts per kernel
-            if flops is not None:
-                self.hw_flops[name] = self.hw_flops.get(name, 0.0) + flops
+            by_prec = _counter_flops_by_precision(args)  # CUPTI-profiler mode: FP instruction counts per kernel
+            if by_prec is not None:
+                self.hw_flops[name] = self.hw_flops.get(name, 0.0) + sum(by_prec)
+                self.hw_ranges.append((name, ts, *by_prec))
         elif c == "python_function":
             self.python_frames.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name))
         elif c not in _KNOWN_IGNORED:
@@ -455,9 +457,10 @@ class _Parser:
     def _op_inputs(self, tables: dict) -> OpInputs:
         n_ops, n_k = len(tables["cpu_ops"]), len(tables["kernels"])
         if len(self.cpu_external) != n_ops or len(self.kernel_external) != n_k:  # a row was half-added
-            return OpInputs(hw_flops=self.hw_flops)
+            return OpInputs(hw_flops=self.hw_flops, hw_ranges=sorted(self.hw_ranges, key=lambda r: r[1]))
         return OpInputs(_ids(self.cpu_external), _ids(self.kernel_external),
-                        np.array(self.cpu_signature, np.int32), self.signatures, self.hw_flops)
+                        np.array(self.cpu_signature, np.int32), self.signatures, self.hw_flops,
+                        sorted(self.hw_ranges, key=lambda r: r[1]))
 
     def _devices(self) -> list[Device]:
         props = self.top.get("deviceProperties")
@@ -729,6 +732,7 @@ class _StreamParser(_Parser):
         self.cpu_signature += [resig[i] if i >= 0 else -1 for i in part["cpu_signature"]]
         for k, v in part["hw_flops"].items():
             self.hw_flops[k] = self.hw_flops.get(k, 0.0) + v
+        self.hw_ranges += part.get("hw_ranges", [])
         self.thread_names.update(part["thread_names"])
         for op, shapes in part["input_dims"].items():
             mine = self.input_dims.setdefault(op, {})
@@ -806,16 +810,17 @@ _FP_COUNTERS = {"add": 1.0, "mul": 1.0, "fma": 2.0}
 _COUNTER = re.compile(r"smsp__sass_thread_inst_executed_op_([dhf])(add|mul|fma)_pred_on\.sum")
 
 
-def _counter_flops(args: dict) -> float | None:
-    """FLOPs from CUPTI's per-thread FP instruction counters (an FMA is two). Tensor-core math is
-    not counted by these counters."""
-    total, seen = 0.0, False
+def _counter_flops_by_precision(args: dict) -> tuple[float, float, float] | None:
+    """(fp64, fp32, fp16) FLOPs from CUPTI's per-thread FP instruction counters
+    ``smsp__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}``: add + mul + 2·fma per precision.
+    Tensor-core math (HMMA) is not counted by these counters."""
+    out, seen = {"d": 0.0, "f": 0.0, "h": 0.0}, False
     for k, v in args.items():
         m = _COUNTER.match(k)
-        if m and isinstance(v, (int, float)):
-            total += _FP_COUNTERS[m.group(2)] * float(v)
+        if m and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0:
+            out[m.group(1)] += _FP_COUNTERS[m.group(2)] * float(v)
             seen = True
-    return total if seen else None
+    return (out["d"], out["f"], out["h"]) if seen else None
 
 
 def _stream(args: dict, e: dict) -> int:

@@ -115,6 +115,7 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
                             for i, r in enumerate(a.recommendations)],
         "phases": _phases(a),
         "gpu_metrics": _counters(a),
+        "hw_counters": _hw_counters(a),
         "context": _context(a),
         "sinks": _sinks(a),
         "host_idle": _host_idle(a),
@@ -154,6 +155,21 @@ def _roofline(a: Analysis, top: int = 20) -> dict[str, Any] | None:
                      "flops": r.flops, "bytes": r.bytes, "tensor_cores": r.tensor_cores, "roof_tflops": r.roof_tflops,
                      **_roof_cols(r)} for r in roof.rows[:top]],
     }
+
+
+def _hw_counters(a: Analysis) -> dict[str, Any] | None:
+    """Measured FLOPs per kernel from hardware FP counters (CUPTI counter mode), where recorded."""
+    h = getattr(a, "hw_counters", None)
+    if h is None:
+        return None
+    return {"total_flops": h.total_flops, "ranges": h.ranges, "linked_ranges": h.linked_ranges,
+            "by_precision": h.by_precision, "by_class": h.by_class, "cannot_give": h.cannot_give,
+            "agreement_note": h.agreement_note,
+            "agreement": [{"class": c.kernel_class, "kernels": c.kernels, "counted_flops": c.counted_flops,
+                           "model_flops": c.model_flops, "ratio": _r(c.ratio, 3)} for c in h.agreement],
+            "kernels": [{"name": k.name, "class": k.kernel_class, "operator": k.operator, "ranges": k.ranges,
+                         "flops": k.flops, "by_precision": k.by_precision, "share_pct": _r(k.share_pct),
+                         "model_flops": k.model_flops} for k in h.kernels]}
 
 
 def _mfu(a: Analysis) -> dict[str, Any]:

@@ -154,6 +154,13 @@ def render_text(doc: dict, color: bool = False) -> str:
         for r in doc["ranks"]:
             w(f"  rank {r['rank'] if r['rank'] is not None else '?':>3}  step p50 {r['step_p50_ms']:8.1f} ms  "
               f"busy {r['gpu_busy_pct']:5.1f} %  {AXIS_NAMES[r['axis']]}{' · ' + r['bottleneck'] if r['bottleneck'] else ''}")
+    hwc = doc.get("hw_counters")
+    if hwc:  # counter mode: FLOPs measured per kernel, no timing
+        w("")
+        w(f"Measured FLOPs  hardware FP counters, {hwc['ranges']} kernel ranges (no timing: ranges are replays)")
+        for k in hwc["kernels"][:10]:
+            w(f"  {k['share_pct']:5.1f} %  {k['flops']:10.3g} FLOPs  ×{k['ranges']:<3d} {k['class']:12.12s} "
+              f"{_short(k['operator'] or '', 24):24s} {_short(k['name'], 60)}")
     if doc["warnings"]:
         w("")
         for line in doc["warnings"]:

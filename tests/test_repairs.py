@@ -245,7 +245,9 @@ def test_any_trace_any_single_corruption(steps, wait_us, kernels, kernel_us, str
     reason = CORRUPTIONS[corrupt]
     assert reason in _codes(a.warnings), a.warnings
     same = (a.verdict.axis, a.verdict.bottleneck) == (base.verdict.axis, base.verdict.bottleneck)
-    lowered = a.verdict.confidence < base.verdict.confidence and any(w.startswith("confidence lowered") for w in a.warnings)
+    # A dropped kernel is real work lost, so a close race between two sinks may turn; then the
+    # confidence must be lowered, with the repair named as the reason (issue 24 item 4).
+    lowered = any(w.startswith("confidence lowered") and reason in w for w in a.warnings)
     assert same or lowered, (base.verdict.summary, a.verdict.summary, a.warnings)
 
 

@@ -199,3 +199,87 @@ def test_kernel_table_tensor_core_flag_comes_from_the_precision():
     flags = {k.name: k.tensor_core for k in t.kernels.top}
     assert all(v for n, v in flags.items() if "gemm" in n.lower())
     assert not any(v for n, v in flags.items() if "SoftMax" in n)
+
+
+def test_tensor_core_candidates_are_compute_bound_fp32_matrix_math_only():
+    """Mixed precision helps matrix math the roofline calls compute-bound, at a known fp32 precision:
+    the same ResNet-50 convolutions made bandwidth-bound (GEMV-like intensity) or of unknown
+    precision are no candidates."""
+    import dataclasses
+
+    from trainscope.analyzers.cost import PRECISIONS as CP
+    from trainscope.analyzers.cost import kernel_costs, name_precision
+    from trainscope.analyzers.devices import lookup
+    from trainscope.analyzers.roofline import roofline
+
+    t = load("resnet50_v100_num_workers_0.pt.trace.json.gz")
+    spec = lookup("Tesla V100-SXM2-16GB")
+    c = kernel_costs(t)
+    on = t.kernels.device == 0
+    base = roofline(t, on, spec, c)
+    assert base.tensor_core_candidate_ms > 0.5 * base.matrix_ms  # fp32 convolutions, compute-bound
+    fp32 = c.precision == CP.index("fp32")
+    # 0.25 FLOP/B, a GEMV's intensity, below any ridge point; kernels known only by name read as
+    # GEMVs (bandwidth-bound by name) too
+    gemv_like = dataclasses.replace(c, flops=np.where(c.matrix, c.bytes * 0.25, c.flops),
+                                    name_bound=np.where(c.name_bound == 2, 1, c.name_bound).astype(np.int8))
+    r = roofline(t, on, spec, gemv_like)
+    assert r.share_pct("compute") < base.share_pct("compute")
+    assert r.tensor_core_candidate_ms < 0.05 * base.tensor_core_candidate_ms
+    unknown = dataclasses.replace(c, precision=np.where(fp32, CP.index("unknown"), c.precision).astype(np.int8))
+    r = roofline(t, on, spec, unknown)
+    # only kernels whose names state fp32 (sgemm, scudnn, <float, …>) stay candidates
+    named = sum(row.total_ms for row in base.rows if row.bound == "compute" and name_precision(row.name) == "fp32")
+    assert r.tensor_core_candidate_ms == pytest.approx(named, rel=0.02)
+    nameless = dataclasses.replace(unknown, matrix=c.matrix)
+    t2 = dataclasses.replace(t, strings=[s.replace("float", "T").replace("sgemm", "gemm").replace("scudnn", "cudnn")
+                                         for s in t.strings])
+    r = roofline(t2, on, spec, nameless)
+    assert r.tensor_core_candidate_ms == 0.0 and r.matrix_ms == pytest.approx(base.matrix_ms, rel=0.01)
+
+
+def test_each_kernel_is_held_to_the_peak_of_its_own_precision():
+    """The bf16 GEMM of the Qwen H100 trace: some launches have shapes, some not. Its roof is the
+    H100's bf16 tensor-core peak (989.5 TFLOP/s), not a time-average with the fp32 CUDA-core peak
+    (which gave 89 %)."""
+    a = analysis("tracelens_h100_qwen_inference.json.gz")
+    row = next(r for r in a.roofline.rows if r.name.startswith("sm90_xmma_gemm_bf16bf16"))
+    assert row.precision == "bf16" and row.tensor_cores and row.roof_tflops == 989.5
+    assert row.pct_of_roof == pytest.approx(100 * row.tflops / 989.5, rel=0.02)  # compute-bound: I·B above the peak
+    assert row.pct_of_roof == pytest.approx(63, abs=1.5)
+    # sorted by % of roof: lowest first, rows without one last
+    rows = a.roofline.rows_by("pct_of_roof")
+    pcts = [r.pct_of_roof for r in rows if r.pct_of_roof is not None]
+    assert pcts == sorted(pcts) and rows[-1].pct_of_roof is None or len(pcts) == len(rows)
+    with pytest.raises(ValueError):
+        a.roofline.rows_by("name")
+
+
+def test_a_kernel_faster_than_its_roof_is_flagged_not_shown():
+    """Winograd convolutions on a V100 do fewer FLOPs than the direct formula counts: the model,
+    not the GPU, is wrong, so the row carries over_roof_pct and no % of roof, and a note says so."""
+    a = analysis("resnet50_v100_num_workers_0.pt.trace.json.gz")
+    over = [r for r in a.roofline.rows if r.over_roof_pct is not None]
+    assert over and all(r.pct_of_roof is None and r.over_roof_pct > 105 for r in over)
+    assert all(r.pct_of_roof is None or r.pct_of_roof <= 105 for r in a.roofline.rows)
+    assert any("faster than" in n and "FLOPs or bytes are wrong" in n for n in a.roofline.notes)
+
+
+def test_api_kernel_table_sorts_by_pct_of_roof():
+    from trainscope import api
+    from trainscope.api.errors import BadInput
+    from tests.conftest import KINETO
+
+    rep = api.analyze(str(KINETO / "tracelens_h100_qwen_inference.json.gz"))
+    t = api.kernel_table(rep, sort="pct_of_roof", limit=1000)
+    pcts = [k["pct_of_roof"] for k in t["kernels"]]
+    known = [p for p in pcts if p is not None]
+    assert len(known) >= 10 and known == sorted(known)
+    assert pcts[:len(known)] == known  # kernels without a roof come last
+    gemm = next(k for k in t["kernels"] if k["name"].startswith("sm90_xmma_gemm_bf16bf16"))
+    assert gemm["pct_of_roof"] == pytest.approx(62.9, abs=0.5) and gemm["bound"] == "compute"
+    assert gemm["family"] == "cuBLAS GEMM/GEMV"
+    by_total = api.kernel_table(rep, limit=1000)["kernels"]
+    assert [k["total_ms"] for k in by_total] == sorted((k["total_ms"] for k in by_total), reverse=True)
+    with pytest.raises(BadInput):
+        api.kernel_table(rep, sort="name")

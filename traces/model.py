@@ -204,7 +204,9 @@ class OpInputs:
     ``cpu_signature`` indexes ``signatures`` (-1: no shapes recorded): each signature is the
     operator's ``(Input Dims, Input type, Concrete Inputs)`` as the profiler wrote them
     (``record_shapes=True``). ``hw_flops`` holds FP operations per kernel name from hardware
-    counters (Kineto's CUPTI-profiler mode), where a trace carries them.
+    counters (Kineto's CUPTI-profiler mode), where a trace carries them; ``hw_ranges`` the same
+    counter ranges one by one in time order: (kernel name, start in absolute ns — subtract
+    ``Trace.origin_ns`` —, fp64, fp32, fp16 FLOPs).
     """
 
     cpu_external: Column = field(default_factory=lambda: np.empty(0, np.int64))
@@ -212,6 +214,7 @@ class OpInputs:
     cpu_signature: Column = field(default_factory=lambda: np.empty(0, np.int32))
     signatures: list[tuple[list[Any], list[Any], list[Any]]] = field(default_factory=list)
     hw_flops: dict[str, float] = field(default_factory=dict)
+    hw_ranges: list[tuple[str, int, float, float, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -339,12 +339,15 @@ def build_server(roots: list[str], store: str | None = None):
 
     @tool
     def list_kernels(path: str, name_contains: Optional[str] = None, kernel_class: Optional[str] = None,
-                     min_total_ms: Optional[float] = None, limit: int = 30, rank: Optional[int] = None) -> KernelTable:
-        """Every kernel that ran in the analyzed steps on the analyzed GPU, largest total time first, filtered
-        by name substring, class (gemm, convolution, attention, elementwise, normalization, softmax,
-        reduction, communication, other) and least total time."""
+                     min_total_ms: Optional[float] = None, limit: int = 30, rank: Optional[int] = None,
+                     sort: str = "total") -> KernelTable:
+        """Every kernel that ran in the analyzed steps on the analyzed GPU, filtered by name substring, class
+        (gemm, convolution, attention, elementwise, normalization, softmax, reduction, embedding,
+        communication, other) and least total time; largest total time first, or with sort="pct_of_roof"
+        the kernels furthest from their own roofline roof first."""
         return KernelTable(**api.kernel_table(report(path), name_contains=name_contains, kernel_class=kernel_class,
-                                              min_total_ms=min_total_ms, limit=max(1, min(limit, 1000)), rank=rank))
+                                              min_total_ms=min_total_ms, limit=max(1, min(limit, 1000)), rank=rank,
+                                              sort=sort))
 
     @tool
     def list_steps(path: str, min_duration_ms: Optional[float] = None, outliers_only: bool = False,

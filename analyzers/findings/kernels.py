@@ -34,8 +34,9 @@ def _no_tensor_cores(obs, rules: Rules) -> Finding | None:
     matmul_share = 100.0 * k.matmul_ns / k.total_ns if k.total_ns else 0.0
     movable = 1.0 - (tc or 0.0) / 100  # share of matrix time mixed precision can move to tensor cores
     roof = obs.roofline
-    if roof is not None and roof.total_ms > 0 and roof.spec is not None:
-        # Tensor cores from the precision: advice only where that precision has a tensor-core path.
+    if roof is not None and roof.total_ms > 0:
+        # Tensor cores from the precision: advice only where that precision has a tensor-core path,
+        # for fp32 matrix work the roofline calls compute-bound (never GEMVs, never unknown precision).
         tc = roof.tensor_core_pct_of_matrix
         matmul_share = 100.0 * roof.matrix_ms / roof.total_ms
         movable = roof.tensor_core_candidate_ms / roof.matrix_ms if roof.matrix_ms else 0.0

@@ -74,28 +74,52 @@ def explain_finding(report: "Report", finding: str, *, rank: int | None = None) 
     }
 
 
+def _family(name: str) -> str | None:
+    """The library/kernel family of the declared table the kernel's name belongs to, if any."""
+    from trainscope.analyzers.kernel_families import family_of
+
+    f = family_of(name)
+    return f.name if f is not None else None
+
+
 def kernel_table(report: "Report", *, name_contains: str | None = None, kernel_class: str | None = None,
-                 min_total_ms: float | None = None, limit: int = 50, rank: int | None = None) -> dict[str, Any]:
+                 min_total_ms: float | None = None, limit: int = 50, rank: int | None = None,
+                 sort: str = "total") -> dict[str, Any]:
     """Every kernel name that started inside the analyzed steps on the analyzed GPU (the app's Kernels
-    tab), largest total first, filtered by a case-insensitive name substring, class and total time."""
+    tab), filtered by a case-insensitive name substring, class and total time; largest total first
+    (``sort="total"``) or furthest from its own roof first (``sort="pct_of_roof"``, kernels without a
+    roof last). Each row carries its roofline bound and % of roof where the roofline has them."""
     from trainscope.analyzers.kernels import ALL_CLASSES
 
     if kernel_class is not None and kernel_class not in ALL_CLASSES:
         raise BadInput(f"unknown kernel class {kernel_class!r} (one of: {', '.join(ALL_CLASSES)})")
+    if sort not in ("total", "pct_of_roof"):
+        raise BadInput(f"unknown sort {sort!r} (one of: total, pct_of_roof)")
     i = _rank(report, rank)
     view = report.rank_view(i)
     ks = view.all_kernels
+    roof = view.analysis.roofline
+    roof_rows = {r.name: r for r in roof.rows} if roof is not None else {}
     steps = max(1, len(view.analysis.segmentation.steps))
     rows = [k for k in ks.top if (not name_contains or name_contains.lower() in k.name.lower())
             and (kernel_class is None or k.kernel_class == kernel_class)
             and (min_total_ms is None or k.total_ns / 1e6 >= min_total_ms)]
+    if sort == "pct_of_roof":
+        def _pct(k):
+            r = roof_rows.get(k.name)
+            return r.pct_of_roof if r is not None else None
+        rows.sort(key=lambda k: (_pct(k) is None, _pct(k) or 0.0, -k.total_ns))
     return {"source": report.source, "rank": view.analysis.rank, "device": view.analysis.device_name,
             "basis": "kernels starting inside the analyzed steps on the analyzed GPU",
             "total_kernel_ms": round(ks.total_ns / 1e6, 3), "kernel_count": ks.count, "steps": steps,
             "matched": len(rows),
             "kernels": [{"name": k.name, "class": k.kernel_class, "tensor_core": k.tensor_core, "count": k.count,
                          "total_ms": round(k.total_ns / 1e6, 3), "mean_us": round(k.mean_ns / 1e3, 3),
-                         "ms_per_step": round(k.total_ns / 1e6 / steps, 3), "share_pct": round(k.share_pct, 2)}
+                         "ms_per_step": round(k.total_ns / 1e6 / steps, 3), "share_pct": round(k.share_pct, 2),
+                         "family": _family(k.name),
+                         "bound": roof_rows[k.name].bound if k.name in roof_rows else None,
+                         "pct_of_roof": (round(roof_rows[k.name].pct_of_roof, 1)
+                                         if k.name in roof_rows and roof_rows[k.name].pct_of_roof is not None else None)}
                         for k in rows[:limit]]}
 
 
