@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 GB = 1e9
@@ -395,7 +396,7 @@ class Cost:
             parts.append(self.communication)
         return "; ".join(parts) or "no compute cost"
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[int, bool, bool, float, bool, int]:
         # Cheapest first: no new hardware, no slower convergence, exact numerics, least recompute,
         # no extra communication, fewest micro-steps.
         return (self.extra_gpus, self.convergence is not None, self.numerics is not None, self.recompute_pct,
@@ -442,7 +443,7 @@ def _best_every(cfg: PlanConfig) -> int | None:
     return best
 
 
-_DESCRIBE = {
+_DESCRIBE: dict[str, Callable[[str, str], str]] = {  # a lever's change (from, to) in words
     "precision": lambda a, b: f"precision {PRECISIONS[a].label} → {PRECISIONS[b].label}",
     "optimizer": lambda a, b: f"optimizer {OPTIMIZERS[a].label} → {OPTIMIZERS[b].label}",
     "checkpoint": lambda a, b: {"selective": "selective activation recomputation (attention core)",
@@ -489,7 +490,7 @@ def fit_options(config: PlanConfig, device_name: str, capacity_bytes: float, thr
     names = list(levers)
     best: dict[frozenset[str], FitOption] = {}
 
-    def combos(i: int, cur: dict[str, str]):
+    def combos(i: int, cur: dict[str, str]) -> Iterator[dict[str, str]]:
         if i == len(names):
             yield dict(cur)
             return
@@ -540,7 +541,7 @@ def fit_options(config: PlanConfig, device_name: str, capacity_bytes: float, thr
     return out
 
 
-def _rank(o: FitOption) -> tuple:
+def _rank(o: FitOption) -> tuple[int, bool, bool, bool, float, bool, int]:
     # A plan that fits only above the capacity threshold is a risk (fragmentation, workspace,
     # the ZeRO paper): it ranks after exact plans with headroom but before slower convergence.
     k = o.cost.key()
