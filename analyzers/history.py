@@ -339,27 +339,27 @@ class SummaryDiff:
 
 
 @dataclass(frozen=True)
+class _Segmentation:
+    method: str
+
+
+@dataclass(frozen=True)
+class _AnalysisFacts:
+    device_name: str | None
+    segmentation: _Segmentation
+
+
+@dataclass(frozen=True)
 class _Facts:
     """What :func:`analyzers.diff.comparability` reads of a run, from a summary."""
 
-    analysis: Any
+    analysis: _AnalysisFacts
     has_gpu: bool
     device_names: tuple[str, ...]
     ranks: int
     steps: int
     fixed_window: bool
     shapes: ShapeSignature
-
-
-@dataclass(frozen=True)
-class _AnalysisFacts:
-    device_name: str | None
-    segmentation: Any
-
-
-@dataclass(frozen=True)
-class _Segmentation:
-    method: str
 
 
 def _facts(s: RunSummary) -> _Facts:
@@ -388,6 +388,8 @@ def diff_summaries(before: RunSummary, after: RunSummary, rules: Rules | None = 
              for k in SINKS if k in before.sinks or k in after.sinks]
     kernels = match_kernels(list(before.top_kernels), list(after.top_kernels), max(1, before.steps),
                             max(1, after.steps))
+    # _Facts stands in for a Run with what comparability reads; the ignore goes when diff.comparability
+    # takes a protocol of those facts (diff.py is typed after the merge of the issue 22/23/24/27 work).
     return SummaryDiff(before, after, verdict, step_time, shares, sinks, kernels, fix_outcomes(before, after, rules),
                        comparability(_facts(before), _facts(after)), labels)  # type: ignore[arg-type]
 

@@ -241,7 +241,8 @@ def ledger(config: PlanConfig) -> Ledger:
     if cfg.params is not None:
         n, n_src = float(cfg.params), "given"
     else:
-        n = transformer_params(cfg.layers, cfg.hidden, cfg.vocab)  # type: ignore[arg-type]
+        assert cfg.layers and cfg.hidden and cfg.vocab  # normalize() requires the shape where params is not given
+        n = transformer_params(cfg.layers, cfg.hidden, cfg.vocab)
         n_src = f"h·v + L·(12h² + 13h) + 2h with L={cfg.layers}, h={cfg.hidden}, v={cfg.vocab} (the Ultra-Scale Playbook)"
     N = cfg.gpus
     shard_opt = N if cfg.zero >= 1 else 1

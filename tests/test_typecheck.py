@@ -1,5 +1,6 @@
 """mypy strict on traces/ and analyzers/ (configuration in pyproject.toml), run as CI runs it:
 ``python tools/typecheck.py``. Slow lane: a cold run takes about half a minute."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,8 +22,10 @@ def _typecheck_module():  # tools/ is no package: load the script by path
     return mod
 
 
-@pytest.mark.skipif(importlib.util.find_spec("mypy") is None,
-                    reason="mypy is not installed (it comes with the test extra: pip install -e '.[test]')")
+@pytest.mark.skipif(
+    importlib.util.find_spec("mypy") is None,
+    reason="mypy is not installed (it comes with the test extra: pip install -e '.[test]')",
+)
 def test_traces_and_analyzers_type_check():
     proc = subprocess.run([sys.executable, str(SCRIPT)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -36,7 +39,9 @@ def test_paths_map_back_to_the_repository(tmp_path):
         f"{tree}/trainscope/analyzers/deep.py:12: error: x  [arg-type]\n"
         "trainscope/traces/model.py:3:5: note: y\n"
         "trainscope/commands/analyze.py:7: error: z\n"
-        "Found 2 errors in 2 files (checked 65 source files)\n", tree)
+        "Found 2 errors in 2 files (checked 65 source files)\n",
+        tree,
+    )
     assert out.splitlines() == [
         "analyzers/deep.py:12: error: x  [arg-type]",
         "traces/model.py:3:5: note: y",

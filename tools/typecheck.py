@@ -15,6 +15,7 @@ exits with mypy's exit status (0: no error; 1: errors; 2: mypy could not run).
 
 Standard library only; mypy must be installed in the running interpreter (the ``test`` extra pins it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,18 +64,23 @@ def map_output(text: str, tree: pathlib.Path) -> str:
     prefix = str(tree) + os.sep
     for line in text.splitlines(keepends=True):
         if line.startswith(prefix):
-            line = line[len(prefix):]
+            line = line[len(prefix) :]
         m = _LOCATION.match(line)
         if m:
-            line = repo_path(m.group("path")) + line[m.end("path"):]
+            line = repo_path(m.group("path")) + line[m.end("path") :]
         out.append(line)
     return "".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-p", "--package", action="append", dest="packages",
-                        help=f"a package to check (repeatable; default: {', '.join(CHECKED)})")
+    parser.add_argument(
+        "-p",
+        "--package",
+        action="append",
+        dest="packages",
+        help=f"a package to check (repeatable; default: {', '.join(CHECKED)})",
+    )
     args = parser.parse_args(argv)
     packages = args.packages or list(CHECKED)
     try:
@@ -85,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="trainscope-typecheck-") as tmp:
         root = pathlib.Path(tmp)
         build_tree(root)
-        cmd = [sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"),
-               "--cache-dir", str(CACHE)]
+        cmd = [sys.executable, "-m", "mypy", "--config-file", str(REPO / "pyproject.toml"), "--cache-dir", str(CACHE)]
         for p in packages:
             cmd += ["-p", p]
         env = dict(os.environ)
