@@ -12,6 +12,8 @@ HTA itself runs in the calling thread so Ctrl-C interrupts it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import io
 import logging
 import os
@@ -19,7 +21,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from trainscope.analyzers.analysis import Analysis
 from trainscope.analyzers.breakdown import CATEGORIES
@@ -104,16 +106,16 @@ def deep_analysis(trace: Trace, analysis: Analysis, rules: Rules | None = None, 
     reported in the result."""
     rules = rules or Rules()
     versions = hta_versions()
-    base = dict(source=trace.source, rank=trace.rank, versions=versions)
+    result = functools.partial(DeepAnalysis, source=trace.source, rank=trace.rank, versions=versions)
     if not trace.has_gpu_activity:
-        return DeepAnalysis("skipped", "no GPU activity in the trace: HTA's critical path and launch statistics "
-                            "need GPU kernels (HTA cannot load CPU-only traces)", step=None, **base)
+        return result("skipped", "no GPU activity in the trace: HTA's critical path and launch statistics "
+                      "need GPU kernels (HTA cannot load CPU-only traces)", step=None)
     try:
         chosen: Step | None = choose_step(analysis.segmentation, step)
         cp_skip = None
     except ValueError as e:
         if step is not None:  # the user asked for a step that does not exist: say so, run nothing
-            return DeepAnalysis("skipped", str(e), step=None, **base)
+            return result("skipped", str(e), step=None)
         chosen, cp_skip = None, str(e)
 
     stages: dict[str, float] = {}
@@ -127,8 +129,8 @@ def deep_analysis(trace: Trace, analysis: Analysis, rules: Rules | None = None, 
             raise
         except Exception as e:  # HTA fails on some real traces: skip deep, keep everything else
             stages["load"] = time.perf_counter() - t0
-            return _finish(watch, DeepAnalysis("skipped", f"HTA could not load the trace: {_one_line(e)}",
-                                               step=chosen.label if chosen else None, stage_s=stages, **base))
+            return _finish(watch, result("skipped", f"HTA could not load the trace: {_one_line(e)}",
+                                         step=chosen.label if chosen else None, stage_s=stages))
         stages["load"] = time.perf_counter() - t0
 
         cp = rec = None
@@ -171,9 +173,9 @@ def deep_analysis(trace: Trace, analysis: Analysis, rules: Rules | None = None, 
         rec = reconcile(cp, analysis.verdict.bottleneck, pct, ahead)
     errors = [x for x in (cp_error, launch_error) if x]
     status = "ok" if not errors else ("partial" if cp or launch else "skipped")
-    return _finish(watch, DeepAnalysis(status, "; ".join(errors) or None, step=chosen.label if chosen else None,
-                                       critical_path=cp, critical_path_error=cp_error, reconciliation=rec,
-                                       launch=launch, launch_error=launch_error, stage_s=stages, **base))
+    return _finish(watch, result(status, "; ".join(errors) or None, step=chosen.label if chosen else None,
+                                 critical_path=cp, critical_path_error=cp_error, reconciliation=rec,
+                                 launch=launch, launch_error=launch_error, stage_s=stages))
 
 
 def _load(path: str) -> Any:
@@ -221,7 +223,7 @@ def _one_line(e: BaseException, limit: int = 200) -> str:
 
 
 @contextlib.contextmanager
-def _quiet():
+def _quiet() -> Iterator[None]:
     """HTA logs warnings and prints summaries; keep the terminal to trainscope's own output."""
     previous = logging.root.manager.disable
     logging.disable(logging.WARNING)
@@ -243,6 +245,8 @@ class _Watch:
         self.elapsed = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        self.rss0: float | None  # resident memory before HTA started and the peak since (bytes)
+        self.peak: float | None
         try:
             import psutil
 
@@ -258,7 +262,7 @@ class _Watch:
 
     def _run(self) -> None:
         while not self._stop.wait(0.02):
-            if self._proc is not None:
+            if self._proc is not None and self.peak is not None:
                 try:
                     self.peak = max(self.peak, float(self._proc.memory_info().rss))
                 except Exception:
@@ -274,7 +278,7 @@ class _Watch:
         self._stop.set()
         self._thread.join(timeout=1.0)
         self.elapsed = time.perf_counter() - self.t0
-        if self._proc is not None:
+        if self._proc is not None and self.peak is not None:
             try:
                 self.peak = max(self.peak, float(self._proc.memory_info().rss))
             except Exception:
@@ -284,7 +288,10 @@ class _Watch:
 def _finish(watch: _Watch, d: DeepAnalysis) -> DeepAnalysis:
     if not watch._stop.is_set():
         watch.__exit__(None, None, None)
-    mb = (lambda x: None if x is None else round(x / 2**20, 1))
     growth = None if watch.peak is None or watch.rss0 is None else watch.peak - watch.rss0
-    return DeepAnalysis(**{**d.__dict__, "elapsed_s": round(watch.elapsed, 2), "peak_rss_mb": mb(watch.peak),
-                           "rss_growth_mb": mb(growth)})
+    return dataclasses.replace(d, elapsed_s=round(watch.elapsed, 2), peak_rss_mb=_mb(watch.peak),
+                               rss_growth_mb=_mb(growth))
+
+
+def _mb(x: float | None) -> float | None:
+    return None if x is None else round(x / 2**20, 1)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.rules import Rules, Threshold
 from trainscope.analyzers.steps import StepSegmentation
 from trainscope.analyzers.findings.base import Evidence
 from trainscope.traces.model import Trace
@@ -40,7 +40,7 @@ class CounterSummary:
         return max(vals) if vals else None
 
 
-def _mean(trace: Trace, sel: np.ndarray, rx: re.Pattern) -> tuple[float | None, int, dict[str, float]]:
+def _mean(trace: Trace, sel: np.ndarray, rx: re.Pattern[str]) -> tuple[float | None, int, dict[str, float]]:
     c = trace.counters
     per_name: dict[str, float] = {}
     n = 0
@@ -80,7 +80,7 @@ def counter_split(s: CounterSummary | None, rules: Rules) -> tuple[dict[str, flo
     act, dram = s.compute_activity_pct, s.dram_bandwidth_pct
     t = {n: rules[f"gpu_metrics.{n}"] for n in ("compute_active", "compute_dram_max", "memory_dram", "memory_active_max")}
 
-    def line(metric: str, v: float, thr, op: str) -> Evidence:
+    def line(metric: str, v: float, thr: Threshold, op: str) -> Evidence:
         return Evidence(metric, round(v, 2), "%", f"{op} {thr.value:g}", thr.source,
                         v >= thr.value if op == "≥" else v < thr.value)
 

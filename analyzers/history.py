@@ -12,9 +12,10 @@ now) or from a dict (a stored run, validated field by field: a store is an input
 """
 from __future__ import annotations
 
+import builtins
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar, overload
 
 from trainscope.analyzers.analysis import Analysis
 from trainscope.analyzers.diff import (FINDING_METRICS, GATE_METRICS, ComparabilityCheck, GateResult, GateSide, Run,
@@ -26,6 +27,7 @@ from trainscope.analyzers.shapes import ShapeSignature
 from trainscope.analyzers.sinks import SINK_LABELS, SINKS
 
 SUMMARY_SCHEMA = "trainscope.run/1"
+_V = TypeVar("_V", str, bool, int, float)  # what a stored summary's leaves are read as
 
 
 class BadSummary(ValueError):
@@ -104,7 +106,7 @@ class RunSummary:
         }
 
     @classmethod
-    def from_dict(cls, d: Any) -> "RunSummary":
+    def from_dict(cls, d: object) -> "RunSummary":
         """Raises :class:`BadSummary` naming the first field that is not as written."""
         r = _Reader(d, "summary")
         if r.get("schema", str) != SUMMARY_SCHEMA:
@@ -146,12 +148,12 @@ class RunSummary:
 class _Reader:
     """Typed, bounded reads of a JSON-like dict; every miss is one :class:`BadSummary` line."""
 
-    def __init__(self, d: Any, where: str) -> None:
+    def __init__(self, d: object, where: str) -> None:
         if not isinstance(d, dict):
             raise BadSummary(f"{where}: not an object")
         self.d, self.where = d, where
 
-    def raw(self, key: str) -> Any:
+    def raw(self, key: str) -> object:
         return self.d.get(key)
 
     def keys(self) -> list[str]:
@@ -159,44 +161,55 @@ class _Reader:
             raise BadSummary(f"{self.where}: a key is not a string")
         return list(self.d)
 
-    def _cast(self, value: Any, typ: type, where: str, none: bool) -> Any:
-        if value is None and none:
-            return None
+    def _cast(self, value: object, typ: type[_V], where: str, none: bool) -> _V:
+        """``value`` as ``typ``: str, bool and int exactly (a bool is no int), float from any finite
+        number; anything else is a :class:`BadSummary` (``none`` only words it)."""
         if typ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             if not math.isfinite(value):
                 raise BadSummary(f"{where}: not a finite number")
-            return float(value)
-        if typ is int and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if typ in (str, bool) and type(value) is typ:
+            value = float(value)
+        if isinstance(value, typ) and (type(value) is typ if typ in (str, bool) else not isinstance(value, bool)):
             return value
         raise BadSummary(f"{where}: expected {typ.__name__}{' or null' if none else ''}, got {type(value).__name__}")
 
-    def get(self, key: str, typ: type, none: bool = False) -> Any:
+    @overload
+    def get(self, key: str, typ: type[_V], none: Literal[False] = False) -> _V: ...
+    @overload
+    def get(self, key: str, typ: type[_V], none: Literal[True]) -> _V | None: ...
+
+    def get(self, key: str, typ: type[_V], none: bool = False) -> _V | None:
         if key not in self.d:
             raise BadSummary(f"{self.where}.{key}: missing")
-        return self._cast(self.d[key], typ, f"{self.where}.{key}", none)
+        value = self.d[key]
+        if value is None and none:
+            return None
+        return self._cast(value, typ, f"{self.where}.{key}", none)
 
-    def sub(self, key: str) -> "_Reader":
+    def sub(self, key: str) -> _Reader:
         return _Reader(self.d.get(key), f"{self.where}.{key}")
 
-    def list(self, key: str, typ: type, none: bool = False) -> Any:
+    @overload
+    def list(self, key: str, typ: type[_V], none: Literal[False] = False) -> builtins.list[_V]: ...
+    @overload
+    def list(self, key: str, typ: type[_V], none: Literal[True]) -> builtins.list[_V] | None: ...
+
+    def list(self, key: str, typ: type[_V], none: bool = False) -> builtins.list[_V] | None:
         v = self.d.get(key)
         if v is None and none:
             return None
-        if not isinstance(v, list):
+        if not isinstance(v, builtins.list):
             raise BadSummary(f"{self.where}.{key}: expected a list")
         return [self._cast(x, typ, f"{self.where}.{key}[]", False) for x in v]
 
-    def items(self, key: str) -> list["_Reader"]:
+    def items(self, key: str) -> builtins.list[_Reader]:
         v = self.d.get(key)
-        if not isinstance(v, list):
+        if not isinstance(v, builtins.list):
             raise BadSummary(f"{self.where}.{key}: expected a list")
         return [_Reader(x, f"{self.where}.{key}[{i}]") for i, x in enumerate(v)]
 
-    def pairs(self, key: str) -> list[tuple[int, int]]:
+    def pairs(self, key: str) -> builtins.list[tuple[int, int]]:
         v = self.d.get(key)
-        if not isinstance(v, list) or not all(isinstance(p, list) and len(p) == 2 for p in v):
+        if not isinstance(v, builtins.list) or not all(isinstance(p, builtins.list) and len(p) == 2 for p in v):
             raise BadSummary(f"{self.where}.{key}: expected a list of pairs")
         return [(self._cast(a, int, self.where + "." + key, False), self._cast(b, int, self.where + "." + key, False))
                 for a, b in v]
@@ -326,27 +339,27 @@ class SummaryDiff:
 
 
 @dataclass(frozen=True)
+class _Segmentation:
+    method: str
+
+
+@dataclass(frozen=True)
+class _AnalysisFacts:
+    device_name: str | None
+    segmentation: _Segmentation
+
+
+@dataclass(frozen=True)
 class _Facts:
     """What :func:`analyzers.diff.comparability` reads of a run, from a summary."""
 
-    analysis: Any
+    analysis: _AnalysisFacts
     has_gpu: bool
     device_names: tuple[str, ...]
     ranks: int
     steps: int
     fixed_window: bool
     shapes: ShapeSignature
-
-
-@dataclass(frozen=True)
-class _AnalysisFacts:
-    device_name: str | None
-    segmentation: Any
-
-
-@dataclass(frozen=True)
-class _Segmentation:
-    method: str
 
 
 def _facts(s: RunSummary) -> _Facts:
@@ -375,6 +388,8 @@ def diff_summaries(before: RunSummary, after: RunSummary, rules: Rules | None = 
              for k in SINKS if k in before.sinks or k in after.sinks]
     kernels = match_kernels(list(before.top_kernels), list(after.top_kernels), max(1, before.steps),
                             max(1, after.steps))
+    # _Facts stands in for a Run with what comparability reads; the ignore goes when diff.comparability
+    # takes a protocol of those facts (diff.py is typed after the merge of the issue 22/23/24/27 work).
     return SummaryDiff(before, after, verdict, step_time, shares, sinks, kernels, fix_outcomes(before, after, rules),
                        comparability(_facts(before), _facts(after)), labels)  # type: ignore[arg-type]
 

@@ -72,7 +72,8 @@ def overlap_per_window(iv: IntervalSet, win_s: np.ndarray, win_e: np.ndarray) ->
         partial = np.clip(np.minimum(last_e, t) - last_s, 0, None)
         return np.where(i > 0, full + partial, 0)
 
-    return covered_before(np.asarray(win_e, np.int64)) - covered_before(np.asarray(win_s, np.int64))
+    inside: np.ndarray = covered_before(np.asarray(win_e, np.int64)) - covered_before(np.asarray(win_s, np.int64))
+    return inside
 
 
 def unique_sorted(a: np.ndarray) -> np.ndarray:

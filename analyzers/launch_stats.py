@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.verdict import Evidence
+from trainscope.analyzers.findings.base import Evidence
 
 
 @dataclass(frozen=True)
@@ -59,20 +59,23 @@ def summarize_launches(stats: Any, queue_summary: Any | None, rules: Rules) -> L
     short = int((gpu < cpu).sum())
     rt_cut, dl_cut = rules.value("launch.runtime_outlier_us"), rules.value("launch.delay_outlier_us")
     queues = _queues(queue_summary)
-    med = (lambda s: float(s.median()) if n else 0.0)
-    ls = dict(launches=n, short_kernels=short, runtime_outliers=int((cpu > rt_cut).sum()),
-              delay_outliers=int((delay > dl_cut).sum()), median_launch_us=med(cpu), median_kernel_us=med(gpu),
-              median_delay_us=med(delay), p95_delay_us=float(delay.quantile(0.95)) if n else 0.0, queues=queues)
+
+    def med(s: Any) -> float:  # a pandas Series
+        return float(s.median()) if n else 0.0
+
+    runtime_outliers, delay_outliers = int((cpu > rt_cut).sum()), int((delay > dl_cut).sum())
+    median_launch_us, median_kernel_us, median_delay_us = med(cpu), med(gpu), med(delay)
+    p95_delay_us = float(delay.quantile(0.95)) if n else 0.0
 
     short_pct = 100.0 * short / n if n else 0.0
     t_short, t_queue = rules["launch.short_kernel_pct"], rules["launch.queue_starved"]
     ev = [Evidence("kernels shorter than their launch call", round(short_pct, 2), t_short.unit,
                    f"≥ {t_short.value:g}", t_short.source, short_pct >= t_short.value),
-          Evidence(f"median launch call {ls['median_launch_us']:.1f} µs, median kernel {ls['median_kernel_us']:.1f} µs",
+          Evidence(f"median launch call {median_launch_us:.1f} µs, median kernel {median_kernel_us:.1f} µs",
                    None, "", "", "HTA launch statistics", None),
-          Evidence(f"launch-delay outliers (> {dl_cut:g} µs)", ls["delay_outliers"], "launches", "",
+          Evidence(f"launch-delay outliers (> {dl_cut:g} µs)", delay_outliers, "launches", "",
                    rules["launch.delay_outlier_us"].source, None),
-          Evidence(f"launch calls > {rt_cut:g} µs", ls["runtime_outliers"], "launches", "",
+          Evidence(f"launch calls > {rt_cut:g} µs", runtime_outliers, "launches", "",
                    rules["launch.runtime_outlier_us"].source, None)]
     if queues:
         q = queues[0]
@@ -98,9 +101,10 @@ def summarize_launches(stats: Any, queue_summary: Any | None, rules: Rules) -> L
             why = [f"only {short_pct:.0f} % of kernels are shorter than their launch call"] if not many_short else []
             if starved is False:
                 why.append(f"the busiest stream's queue averages {queues[0].mean:.1f} outstanding operations "
-                           f"(median launch delay {ls['median_delay_us']:.0f} µs): the host runs ahead of the GPU")
+                           f"(median launch delay {median_delay_us:.0f} µs): the host runs ahead of the GPU")
             text = "launches are not the limit: " + "; ".join(why)
-    return LaunchStats(**ls, evidence=ev, supports_launch_overhead=supports, conclusion=text)
+    return LaunchStats(n, short, runtime_outliers, delay_outliers, median_launch_us, median_kernel_us, median_delay_us,
+                       p95_delay_us, queues, evidence=ev, supports_launch_overhead=supports, conclusion=text)
 
 
 def _queues(summary: Any | None) -> list[QueueStat]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 GB = 1e9
@@ -240,7 +241,8 @@ def ledger(config: PlanConfig) -> Ledger:
     if cfg.params is not None:
         n, n_src = float(cfg.params), "given"
     else:
-        n = transformer_params(cfg.layers, cfg.hidden, cfg.vocab)  # type: ignore[arg-type]
+        assert cfg.layers and cfg.hidden and cfg.vocab  # normalize() requires the shape where params is not given
+        n = transformer_params(cfg.layers, cfg.hidden, cfg.vocab)
         n_src = f"h·v + L·(12h² + 13h) + 2h with L={cfg.layers}, h={cfg.hidden}, v={cfg.vocab} (the Ultra-Scale Playbook)"
     N = cfg.gpus
     shard_opt = N if cfg.zero >= 1 else 1
@@ -395,7 +397,7 @@ class Cost:
             parts.append(self.communication)
         return "; ".join(parts) or "no compute cost"
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[int, bool, bool, float, bool, int]:
         # Cheapest first: no new hardware, no slower convergence, exact numerics, least recompute,
         # no extra communication, fewest micro-steps.
         return (self.extra_gpus, self.convergence is not None, self.numerics is not None, self.recompute_pct,
@@ -442,7 +444,7 @@ def _best_every(cfg: PlanConfig) -> int | None:
     return best
 
 
-_DESCRIBE = {
+_DESCRIBE: dict[str, Callable[[str, str], str]] = {  # a lever's change (from, to) in words
     "precision": lambda a, b: f"precision {PRECISIONS[a].label} → {PRECISIONS[b].label}",
     "optimizer": lambda a, b: f"optimizer {OPTIMIZERS[a].label} → {OPTIMIZERS[b].label}",
     "checkpoint": lambda a, b: {"selective": "selective activation recomputation (attention core)",
@@ -489,7 +491,7 @@ def fit_options(config: PlanConfig, device_name: str, capacity_bytes: float, thr
     names = list(levers)
     best: dict[frozenset[str], FitOption] = {}
 
-    def combos(i: int, cur: dict[str, str]):
+    def combos(i: int, cur: dict[str, str]) -> Iterator[dict[str, str]]:
         if i == len(names):
             yield dict(cur)
             return
@@ -540,7 +542,7 @@ def fit_options(config: PlanConfig, device_name: str, capacity_bytes: float, thr
     return out
 
 
-def _rank(o: FitOption) -> tuple:
+def _rank(o: FitOption) -> tuple[int, bool, bool, bool, float, bool, int]:
     # A plan that fits only above the capacity threshold is a risk (fragmentation, workspace,
     # the ZeRO paper): it ranks after exact plans with headroom but before slower convergence.
     k = o.cost.key()

@@ -20,7 +20,7 @@ from trainscope.analyzers.steps import StepSegmentation, name_mask
 from trainscope.traces.model import Trace
 
 # Priority order: where ranges nest, the first pattern wins.
-PHASE_PATTERNS: tuple[tuple[str, re.Pattern], ...] = (
+PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("optimizer", re.compile(r"optimi[sz]er|(^|[^a-z])optim([^a-z]|$)", re.I)),
     ("backward", re.compile(r"(^|[^a-z])(backward|bwd)([^a-z]|$)", re.I)),
     ("forward", re.compile(r"(^|[^a-z])(forward|fwd)([^a-z]|$)", re.I)),

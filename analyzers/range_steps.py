@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def _top_level(starts: np.ndarray, ends: np.ndarray, labels: list[str]) -> list[
     return steps
 
 
-def _ranges(trace: Trace, match) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _ranges(trace: Trace, match: Callable[[str], object]) -> tuple[np.ndarray, np.ndarray, list[str]]:
     a = trace.annotations
     names = np.array([bool(match(s)) for s in trace.strings], bool)
     sel = (a.device < 0) & names[a.name] if len(a) else np.zeros(0, bool)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+import numpy.typing as npt
 
 # Exact null distribution up to this many (m × n) pairs: the table has m·n + 1 entries and the
 # Gaussian-binomial recurrence costs O(n · m·n) integer additions (2,500 pairs: a few ms).
@@ -94,7 +95,7 @@ def _phi_upper(z: float) -> float:
     return 0.5 * math.erfc(z / math.sqrt(2.0))
 
 
-def mann_whitney(x, y) -> RankTest:
+def mann_whitney(x: npt.ArrayLike, y: npt.ArrayLike) -> RankTest:
     """One-sided test of H1 "y tends to be larger than x" (AFTER's steps slower than BEFORE's).
 
     The p-value is P(U ≥ U_observed) under H0 (both samples from one distribution)."""
@@ -149,7 +150,7 @@ STATISTICS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def bootstrap_change(x, y, statistic: str = "p50", confidence: float = 0.95,
+def bootstrap_change(x: npt.ArrayLike, y: npt.ArrayLike, statistic: str = "p50", confidence: float = 0.95,
                      resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> Change:
     """100 · (stat(y) / stat(x) − 1) and its percentile bootstrap interval: both samples resampled
     with replacement ``resamples`` times from ``numpy.random.default_rng(seed)``."""

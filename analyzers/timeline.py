@@ -28,7 +28,7 @@ from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.breakdown import BUSY, CATEGORIES, CATEGORY_LABELS, SYNC_CALL, gpu_layers, host_layers
 from trainscope.analyzers.kernels import ALL_CLASSES
 from trainscope.analyzers.steps import DATA_WAIT, PROFILER_STEP, StepSegmentation, name_mask
-from trainscope.traces.model import COPY_KINDS, Trace
+from trainscope.traces.model import COPY_KINDS, Copies, Kernels, Memsets, Trace
 
 GPU_CATEGORIES: tuple[str, ...] = CATEGORIES
 HOST_CATEGORIES: tuple[str, ...] = ("data_wait", "sync", "launch", "optimizer", "backward", "cpu_op", "idle")
@@ -96,7 +96,7 @@ class Lane:
     ident: int  # the stream number or the thread index
     role: str  # streams: compute | communication | copy | memset; threads: "host"
     categories: tuple[str, ...]
-    sets: tuple  # one IntervalSet per category but the last (idle: the rest)
+    sets: tuple[iv.IntervalSet, ...]  # one per category but the last (idle: the rest)
     busy_ns: int
 
 
@@ -137,7 +137,10 @@ class Overlap:
     def text(self) -> str:
         def pct(part: int, whole: int) -> str:
             return f"{100 * part / whole:.0f} %" if whole else "—"
-        us = lambda ns: f"{ns / 1e3:.1f} µs"  # noqa: E731
+
+        def us(ns: int) -> str:
+            return f"{ns / 1e3:.1f} µs"
+
         if not (self.compute_ns or self.communication_ns or self.copy_ns):
             return f"over this {us(self.window_ns)} column: no kernel or copy runs"
         parts = [f"compute {us(self.compute_ns)}"]
@@ -224,7 +227,10 @@ class TimelineModel:
     def _build_stream_lanes(self, classes: np.ndarray | None) -> list[Lane]:
         t, dev = self.trace, self.device
         k, c, m = t.kernels, t.copies, t.memsets
-        on = lambda tab: (tab.device == dev) if dev is not None else np.ones(len(tab), bool)  # noqa: E731
+
+        def on(tab: Kernels | Copies | Memsets) -> np.ndarray:
+            return (tab.device == dev) if dev is not None else np.ones(len(tab), bool)
+
         kon, con, mon = on(k), on(c), on(m)
         comm = np.zeros(len(k), bool)
         if classes is not None and len(k):
@@ -255,7 +261,7 @@ class TimelineModel:
         for th in threads:
             mo, ma, mr = ops & (o.thread == th), a_host & (a.thread == th), r.thread == th
 
-            def rng(mask_o, mask_a):
+            def rng(mask_o: np.ndarray, mask_a: np.ndarray) -> iv.IntervalSet:
                 return iv.union(np.concatenate([o.ts[mask_o], a.ts[mask_a]]), np.concatenate([o.end[mask_o], a.end[mask_a]]))
 
             layers = [rng(mo & data_names[o.name], ma & data_names[a.name]),

@@ -104,7 +104,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_integrations.py": ("needs_torch",), "test_stragglers.py": ("needs_torch", "needs_hta"),
     "test_api.py": ("needs_torch",), "test_cost.py": ("needs_torch",),
     "test_hta_crosscheck.py": ("needs_hta",), "test_deep.py": ("needs_hta",), "test_diff.py": ("needs_hta",),
-    "test_perfetto.py": ("needs_hta",),
+    "test_perfetto.py": ("needs_hta",), "test_typecheck.py": ("subprocess",),
 }
 
 

@@ -6,9 +6,15 @@ what a consumer needs; a test holds that list empty.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainscope.analyzers.findings import comm, data, host, kernels, live, memory, ranks
 from trainscope.analyzers.findings.base import (AXES, CRITICAL_PATH_FAMILIES, LABEL_CLASSES, PROJECTIONS, DiffMeasure,
                                                 Evidence, Finding, FindingSpec, Fix, Severity, Verdict, by_stake, fixed)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.findings.observations import DiagnosisInput
+    from trainscope.analyzers.rules import Rules
 
 FAMILIES = (data, host, comm, memory, kernels, ranks, live)
 
@@ -46,7 +52,7 @@ def specs(*, offline: bool | None = None, live: bool | None = None) -> list[Find
             if (offline is None or s.offline == offline) and (live is None or s.live == live)]
 
 
-def evaluate(obs, rules) -> list[Finding]:
+def evaluate(obs: DiagnosisInput, rules: Rules) -> list[Finding]:
     """Every offline finding the observations support (unordered)."""
     out: list[Finding] = []
     for s in REGISTRY.values():

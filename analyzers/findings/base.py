@@ -9,9 +9,12 @@ A finding is declared once, in the module of its family (``data``, ``host``, ``c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.analysis import Analysis
+    from trainscope.analyzers.context import Context
+    from trainscope.analyzers.findings.observations import DiagnosisInput
     from trainscope.analyzers.rules import Rules
 
 AXES = ("data", "algorithm", "machine", "balanced", "insufficient_evidence")
@@ -85,8 +88,18 @@ def fixed(grade: str) -> Severity:
 
 # --- fix ---------------------------------------------------------------------------------------------
 
-def always(_ctx: Any) -> bool:
+def always(_ctx: Context | None) -> bool:
     return True
+
+
+class FixWording(Protocol):
+    """A fix in the run's words (what a :attr:`Fix.text` returns)."""
+
+    @property
+    def title(self) -> str: ...
+
+    @property
+    def change(self) -> str: ...
 
 
 # How a fix's gain is projected from the measured breakdown (analyzers/recommendations.py):
@@ -106,13 +119,13 @@ class Fix:
     native: str  # the equivalent for a CUDA/HIP application without PyTorch
     projection: str = "idle"
     basis: str = ""  # what the projection assumes ("removing the {stake} % data wait"), or why none
-    applies: Callable[[Any], bool] = always  # over the trace's Context (None when unknown)
+    applies: Callable[[Context | None], bool] = always  # over the trace's Context (None when unknown)
     superseded_by: tuple[str, ...] = ()  # finding ids whose fix, when raised, replaces this one
     whatif_label: str = ""  # the assumption, as a what-if toggle reads it
     # The wording for the run's context (analyzers/fix_text.py): (ctx, single_loader, bf16) -> FixText.
-    text: Callable[..., Any] | None = None
+    text: Callable[[Context, bool, bool], FixWording] | None = None
 
-    def render(self, ctx: Any = None, *, single_loader: bool = False, bf16: bool = True) -> tuple[str, str]:
+    def render(self, ctx: Context | None = None, *, single_loader: bool = False, bf16: bool = True) -> tuple[str, str]:
         """(title, change) in the run's words: the context-aware text where declared, else the PyTorch
         change, or the native one for a CUDA/HIP application."""
         if self.text is not None:
@@ -133,7 +146,7 @@ class DiffMeasure:
 
     label: str
     unit: str
-    value: Callable[[Any], float | None]  # Analysis -> value
+    value: Callable[[Analysis], float | None]
     lower_is_better: bool = True
 
     @property
@@ -141,25 +154,28 @@ class DiffMeasure:
         return self.unit == "ms per step"
 
 
-def ms_per_step(category: str) -> Callable[[Any], float | None]:
+def ms_per_step(category: str) -> Callable[[Analysis], float | None]:
     """A breakdown category of the analysis, in ms per step."""
     return lambda a: a.breakdown.ns[category] / 1e6 / max(1, len(a.breakdown.steps))
 
 
-def stake_ms(finding: str) -> Callable[[Any], float | None]:
+def stake_ms(finding: str) -> Callable[[Analysis], float | None]:
     """The time a finding says its cause costs, in ms per step (0 when it is not raised)."""
-    def value(a: Any) -> float | None:
+    def value(a: Analysis) -> float | None:
         stake = next((f.stake_pct for f in a.findings if f.id == finding), 0.0)
         return stake / 100 * a.breakdown.step_ms.mean
     return value
 
 
-def stake_pct(finding: str) -> Callable[[Any], float | None]:
+def stake_pct(finding: str) -> Callable[[Analysis], float | None]:
     """A finding's stake as a share (for inputs without steps: sampled counters)."""
     return lambda a: next((f.stake_pct for f in a.findings if f.id == finding), 0.0)
 
 
 # --- the declaration ---------------------------------------------------------------------------------
+
+# What a trace rule runs: the observations and the rule table -> the finding(s) they support.
+Measure = Callable[["DiagnosisInput", "Rules"], "Finding | list[Finding] | None"]
 
 # How `--deep` files a finding against HTA's critical path (analyzers/critical_path.py).
 CRITICAL_PATH_FAMILIES = ("data", "host", "gpu-compute", "communication", "none")  # none: no time on the path
@@ -173,7 +189,7 @@ class FindingSpec:
     id: str
     axis: str  # D·A·M: data | algorithm | machine
     title: str
-    measure: Callable[[Any], Finding | None] | None  # Observations -> Finding; None for live-only findings
+    measure: Measure | None  # None for live-only findings
     can_be_primary: bool
     severity: Severity
     fix: Fix | None
@@ -190,7 +206,7 @@ class FindingSpec:
     alternatives: tuple[Fix, ...] = ()  # fixes for particular contexts, tried before ``fix`` (their ``applies``)
     refines: str | None = None  # the broader finding of the same sink this one names more precisely
 
-    def fix_for(self, ctx: Any) -> Fix | None:
+    def fix_for(self, ctx: Context | None) -> Fix | None:
         """The fix that fits the run's context."""
         for f in self.alternatives:
             if f.applies(ctx):

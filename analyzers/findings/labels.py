@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from trainscope.analyzers.findings import REGISTRY
 
@@ -18,6 +19,13 @@ def verdict_class(axis: str, bottleneck: str | None) -> str:
     return spec.label_class
 
 
+class Label(TypedDict, total=False):
+    """An expert label as the labeled benchmark writes it (its other keys, facts, are not read here)."""
+
+    primary: list[str]  # the classes a right verdict names one of
+    must_not: list[str]  # the classes it must not name
+
+
 @dataclass(frozen=True)
 class Score:
     claimed: str
@@ -25,7 +33,7 @@ class Score:
     why: str
 
 
-def score(claimed: str, label: dict) -> Score:
+def score(claimed: str, label: Label) -> Score:
     """Right when the claimed class is one of the label's "primary" classes (where it lists any)
     and none of its "must_not" classes."""
     primary, must_not = label.get("primary") or [], label.get("must_not") or []
@@ -36,6 +44,6 @@ def score(claimed: str, label: dict) -> Score:
     return Score(claimed, True, "named " + claimed if primary else f"{claimed}: not a forbidden class")
 
 
-def scored(label: dict) -> bool:
+def scored(label: Label) -> bool:
     """Whether a label judges the verdict at all (a label of facts only does not)."""
     return bool(label.get("primary") or label.get("must_not"))

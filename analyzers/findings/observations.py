@@ -3,14 +3,19 @@ finding's ``measure``."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from trainscope.analyzers.findings.base import Evidence
 
 if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.attention import AttentionEvidence
     from trainscope.analyzers.breakdown import Breakdown
+    from trainscope.analyzers.context import Context
+    from trainscope.analyzers.host_device import BlockingSyncs, PageableCopies
+    from trainscope.analyzers.host_idle import HostIdle
     from trainscope.analyzers.kernels import KernelSummary
     from trainscope.analyzers.memory import DeviceMemory
+    from trainscope.analyzers.roofline import Roofline
     from trainscope.analyzers.sinks import Sinks
     from trainscope.analyzers.steps import StepSegmentation
 
@@ -28,16 +33,17 @@ class DiagnosisInput:
     pageable_htod_copies: int
     kernels_per_step: float
     sinks: "Sinks | None" = None
-    pageable: Any = None  # host_device.PageableCopies
-    syncs: Any = None  # host_device.BlockingSyncs
-    attention: Any = None  # attention.AttentionEvidence
-    context: Any = None  # context.Context (training/inference, framework, collectives), when detected
-    host_evidence: dict = field(default_factory=dict)  # idle class -> heaviest host frames/calls during GPU idle
-    host_idle: Any = None  # host_idle.HostIdle: GPU idle split by what the host was doing
+    pageable: "PageableCopies | None" = None
+    syncs: "BlockingSyncs | None" = None
+    attention: "AttentionEvidence | None" = None
+    context: "Context | None" = None  # training/inference, framework, collectives, when detected
+    # idle class -> heaviest host frames/calls during GPU idle
+    host_evidence: dict[str, tuple[Evidence, ...]] = field(default_factory=dict)
+    host_idle: "HostIdle | None" = None  # GPU idle split by what the host was doing
     busy_evidence: tuple[Evidence, ...] = ()  # how busy time was split into memory-/compute-bound
     imbalance_evidence: tuple[Evidence, ...] = ()
-    roofline: Any = None  # roofline.Roofline over the steps' kernels on this GPU, when there are kernels
-    extra: dict = field(default_factory=dict)
+    roofline: "Roofline | None" = None  # over the steps' kernels on this GPU, when there are kernels
+    extra: dict[str, object] = field(default_factory=dict)
 
     def is_leader(self, sink: str) -> bool:
         lead = self.sinks.leader if self.sinks is not None else None
