@@ -20,12 +20,16 @@ be compared with the counters kernel by kernel.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from trainscope.analyzers.kernels import classify_kernel, operator_class
 from trainscope.analyzers.op_formulas import op_cost
 from trainscope.traces.model import Trace
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.findings.base import Verdict
 
 COUNTER_PRECISIONS = ("fp64", "fp32", "fp16")
 _PAIR_BUDGET = 50_000_000  # launches × operators scanned when pairing ranges with their operators
@@ -119,7 +123,7 @@ def hw_counter_report(trace: Trace) -> HwCounterReport | None:
     op_rows = _launch_ops(trace, len(ranges))
     oi, ops = trace.op_inputs, trace.cpu_ops
     has_sig = len(oi.cpu_signature) == len(ops)
-    per: dict[str, dict] = {}
+    per: dict[str, dict[str, Any]] = {}
     shaped = 0
     for j, (name, _ts, f64, f32, f16) in enumerate(ranges):
         d = per.setdefault(name, {"n": 0, "p": np.zeros(3), "ops": {}, "model": 0.0, "modeled": 0})
@@ -182,7 +186,7 @@ def hw_counter_report(trace: Trace) -> HwCounterReport | None:
     return HwCounterReport(kernels, total, by_prec, by_class, len(ranges), linked, cannot, agreement, note)
 
 
-def counters_only_verdict(report: HwCounterReport):
+def counters_only_verdict(report: HwCounterReport) -> "Verdict":
     """The verdict of a GPU trace recorded in counter mode: a GPU trace, its FLOPs measured, and no
     kernel timing to say where the time goes."""
     from trainscope.analyzers.findings.base import Verdict
