@@ -113,6 +113,40 @@ def _findings_lines(st: LiveStatus | None) -> str:
     return "\n".join(lines)
 
 
+def capture_text(captures: Sequence, message: str = "") -> Text:
+    """The Capture tab: each capture (newest first), its diagnosis beside what the counters said."""
+    lines: list[str] = [message, ""] if message else []
+    if not captures:
+        lines.append("No capture yet. c asks the job for a torch.profiler trace of its next iterations "
+                     "(also --capture-at, --capture-on); it is diagnosed as `trainscope analyze` would.")
+        return Text("\n".join(lines))
+    for c in reversed(list(captures)):
+        lines.append(f"capture {c.id} · {c.trigger} · asked at {c.requested_t:.1f} s · {c.status}")
+        if c.counters:
+            lines.append(f"  counters then:  {c.counters}")
+        if c.status in ("requested", "capturing"):
+            lines.append(f"  {'waiting for an iteration boundary' if c.status == 'requested' else 'profiling'} "
+                         f"({c.steps} iterations)…")
+        elif c.status == "analyzing":
+            lines.append(f"  {len(c.during_ms)} iterations captured; analyzing {c.path}…")
+        elif c.status != "done":
+            lines.append(f"  no capture: {c.why}")
+        else:
+            lines.append(f"  trace says:     {(c.verdict_line or '').removeprefix('trainscope: ')}")
+            if c.summary:
+                lines.append(f"  {c.summary}")
+            lines += [f"    {e}" for e in c.evidence]
+            if c.breakdown:
+                lines.append("  step breakdown: " + " · ".join(c.breakdown))
+            if c.top_kernels:
+                lines.append("  top kernels:")
+                lines += [f"    {k}" for k in c.top_kernels]
+            lines.append(f"  {c.overhead_text()}")
+            lines.append(f"  trace: {c.path}")
+        lines.append("")
+    return Text("\n".join(lines))
+
+
 class GpuPanel(Vertical):
     """One GPU: its numbers and its utilization history."""
 

@@ -1,0 +1,176 @@
+"""On-demand capture in `trainscope watch`: the job's injected hook runs torch.profiler over its
+next N iterations when asked through the two-way step socket, the trace is diagnosed by the
+analyze engine, and every way a capture cannot happen ends in one line that says why.
+
+The end-to-end tests run real CPU training jobs (tests/jobs/capture_job.py) under the watch; their
+asserts are on counts and strings (markers in the trace, the verdict line, exit codes, the job's
+own lines), never on timings. The dashboard test uses a scripted receiver and a recorded trace.
+"""
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from trainscope.api.capture import Capture, CaptureController, CaptureOptions
+
+HERE = pathlib.Path(__file__).parent
+JOB = HERE / "jobs" / "capture_job.py"
+CPU_TRACE = HERE / "data" / "kineto" / "hta_cpu_only.pt.trace.json.gz"
+
+
+def watch(tmp_path, *args: str, job_args: tuple[str, ...] = (), timeout: int = 240) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "trainscope", "watch", "--headless", "--interval", "0.25", *args, "--",
+           sys.executable, str(JOB), *job_args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+
+
+def profiler_steps(path: pathlib.Path) -> list[str]:
+    events = json.loads(path.read_text())["traceEvents"]
+    return sorted({e["name"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#")})
+
+
+def test_capture_at_seconds_writes_a_trace_of_n_steps_and_prints_its_verdict(tmp_path):
+    cap_dir = tmp_path / "DIR"
+    p = watch(tmp_path, "--capture-steps", "3", "--capture-at", "3", "--capture-dir", str(cap_dir),
+              job_args=("--steps", "150", "--compute-ms", "30", "--lines", "5", "--exit", "3"))
+    assert p.returncode == 3, p.stderr[-2000:]  # the job's exit code, unchanged
+    traces = sorted(cap_dir.glob("capture-1-pid*.pt.trace.json"))
+    assert len(traces) == 1, list(cap_dir.iterdir())
+    assert profiler_steps(traces[0]) == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
+    line = next(ln for ln in p.stdout.splitlines() if ln.startswith("trainscope: capture 1 ("))
+    assert "3 steps at" in line and f"trace {traces[0]}" in line
+    assert "step p50" in line  # the analyze engine's verdict line
+    assert any(ln.startswith("trainscope: capture 1 overhead") and "per step" in ln for ln in p.stdout.splitlines())
+    # The job's own output: all its lines, in order, and nothing from the profiler on its stderr.
+    assert [ln for ln in p.stdout.splitlines() if ln.startswith("line ")] == [f"line {i}/5" for i in range(1, 6)]
+    assert all(ln.startswith("trainscope:") for ln in p.stderr.splitlines() if ln.strip()), p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("job_args,why", [
+    (("--own-profiler", "--steps", "150"), "own torch.profiler is running"),
+    (("--no-torch", "--steps", "100"), "has not iterated a torch DataLoader"),
+    (("--steps", "40", "--compute-ms", "40"), "the job exited after"),
+])
+def test_no_capture_ends_cleanly_with_one_line_saying_why(tmp_path, job_args, why):
+    # Mid-capture exit: 200 steps asked of a job with 40 (the at-trigger waits for 8 of them).
+    steps = "200" if "40" in job_args else "3"
+    p = watch(tmp_path, "--capture-steps", steps, "--capture-at", "0.5", "--capture-dir", str(tmp_path / "c"),
+              "--format", "json", job_args=(*job_args, "--exit", "0"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    caps = [d for d in map(json.loads, p.stdout.splitlines()) if d["type"] == "capture"]
+    assert len(caps) == 1 and caps[0]["status"] in ("refused", "aborted"), caps
+    assert why in caps[0]["why"], caps[0]["why"]
+    assert not list((tmp_path / "c").glob("*.json"))
+    assert "Traceback" not in p.stderr
+    summary = json.loads(p.stdout.splitlines()[-1])
+    assert summary["type"] == "summary" and summary["captures"][0]["why"] == caps[0]["why"]
+
+
+class ScriptedReceiver:
+    """Stands for the step socket: one stepping process that answers a request as a hook would."""
+
+    def __init__(self, trace: pathlib.Path | None) -> None:
+        self.trace, self.sent, self.replies = trace, [], []
+
+    def capture_target(self):
+        return 4242, ""
+
+    def send(self, pid, msg) -> bool:
+        self.sent.append((pid, msg))
+        if self.trace is not None:
+            shutil.copy(self.trace, msg["path"])
+            self.replies += [{"type": "capture", "id": msg["id"], "status": "started", "pid": pid},
+                             {"type": "capture", "id": msg["id"], "status": "done", "pid": pid,
+                              "steps_ns": [30_000_000, 32_000_000, 31_000_000], "before_ns": [20_000_000] * 16,
+                              "start_ns": 5_000_000, "export_ns": 40_000_000, "time_limit": False}]
+        return True
+
+    def drain_capture_messages(self):
+        out, self.replies = self.replies, []
+        return out
+
+
+def plain_trace(tmp_path) -> pathlib.Path:
+    out = tmp_path / "recorded.pt.trace.json"
+    out.write_bytes(gzip.decompress(CPU_TRACE.read_bytes()))
+    return out
+
+
+def test_controller_limits_captures_and_measures_overhead(tmp_path):
+    rx = ScriptedReceiver(plain_trace(tmp_path))
+    c = CaptureController(rx, str(tmp_path / "caps"), CaptureOptions(steps=3, max_captures=1))
+    first = c.request("key", 1.0)
+    assert first.status == "requested" and rx.sent[0][1]["steps"] == 3
+    second = c.request("key", 1.5)
+    assert second.status == "refused" and "one capture at a time" in second.why
+    c.tick(2.0)
+    c.finish()
+    done = [x for x in c.snapshot() if x.id == 1][0]
+    assert done.status == "done", done.why
+    d, around, pct = done.overhead()
+    assert (d, around) == (31.0, 20.0) and round(pct) == 55
+    assert "+55 % per step" in done.overhead_text() and "trace export 0.04 s" in done.overhead_text()
+    third = c.request("key", 3.0)
+    assert third.status == "refused" and "--capture-max 1" in third.why
+
+
+def test_the_c_key_fills_the_capture_tab(tmp_path):
+    asyncio.run(_test_the_c_key_fills_the_capture_tab(tmp_path))
+
+
+async def _test_the_c_key_fills_the_capture_tab(tmp_path):
+    from trainscope import api
+    from trainscope.tui.watch_app import SampleMessage, WatchApp
+    from tests.test_watch_app import data_bound_samples, statuses
+
+    rx = ScriptedReceiver(plain_trace(tmp_path))
+    ctl = CaptureController(rx, str(tmp_path / "caps"), CaptureOptions(steps=3))
+    app = WatchApp(title="python train.py", interval=1.0, clock=lambda: 100.0, launched=True,
+                   on_capture=lambda: ctl.request("key", 5.0, "DATA-BOUND · step 200.0 ms"))
+    items = statuses(data_bound_samples())
+    async with app.run_test(size=(140, 44)) as pilot:
+        for st, s in items[:6]:
+            app.post_message(SampleMessage(st, s))
+        await pilot.pause()
+        await pilot.press("c")
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "tab-capture"
+        text = str(app.query_one("#capture-text").render())
+        assert "capture 1 · key" in text and "asked the job for its next 3 iterations" in text
+        ctl.tick(6.0)  # the sampler's next tick reads the job's replies
+        ctl.finish()  # waits for the analysis worker
+        for st, s in items[6:8]:
+            app.post_message(SampleMessage(st, s, ctl.snapshot()))
+        await pilot.pause()
+        await pilot.pause()
+        text = str(app.query_one("#capture-text").render())
+        report = api.analyze(str(tmp_path / "recorded.pt.trace.json"))
+        assert "trace says:" in text and report.verdict_line().removeprefix("trainscope: ").split(" — ")[0] in text
+        assert "counters then:  DATA-BOUND · step 200.0 ms" in text
+        assert "overhead +55 % per step" in text and "step breakdown:" in text
+
+
+def test_c_without_the_hook_says_why(tmp_path):
+    async def go():
+        from trainscope.tui.watch_app import WatchApp
+
+        app = WatchApp(title="pid 1", interval=1.0, clock=lambda: 100.0)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("c")
+            await pilot.pause()
+            return str(app.query_one("#capture-text").render())
+
+    assert "captures need the step hook" in asyncio.run(go())
+
+
+def test_capture_line_and_dict_for_a_refusal():
+    c = Capture(2, "verdict change", 5, 12.0, status="refused", why="the job has not imported torch")
+    assert c.line() == "capture 2 (verdict change): no capture: the job has not imported torch"
+    assert c.to_dict()["overhead"] is None and c.finished

@@ -1,0 +1,57 @@
+"""The launched job's own output under `trainscope watch -- COMMAND`: whole and in order, beside the
+watch's lines (headless) or in the dashboard's Output tab and the terminal's scrollback after it
+closes; the exit code is the job's."""
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+JOB = "import sys, time\nfor i in range(1, 201):\n    print(f'line {i}/200', flush=True)\n    time.sleep({pause})\nsys.exit(4)\n"
+
+
+def numbered(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.strip().startswith("line ")]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_headless_relays_every_line_of_the_job_in_order(tmp_path, fmt):
+    job = tmp_path / "job.py"
+    job.write_text(JOB.replace("{pause}", "0.005"))
+    p = subprocess.run([sys.executable, "-m", "trainscope", "watch", "--headless", "--format", fmt, "--interval",
+                        "0.25", "--", sys.executable, str(job)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 4, p.stderr[-2000:]
+    # text: the job's stdout is the watch's stdout; json: it goes to stderr so stdout holds only JSON lines
+    where = p.stdout if fmt == "text" else p.stderr
+    assert numbered(where) == [f"line {i}/200" for i in range(1, 201)]
+    if fmt == "json":
+        assert all(json.loads(ln)["schema"] == "trainscope.watch/1" for ln in p.stdout.splitlines())
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
+def test_dashboard_keeps_the_jobs_output_for_the_scrollback(tmp_path):
+    from tests.test_tui_tmux import Tmux
+
+    job = tmp_path / "job.py"
+    job.write_text("import time\ntime.sleep(2)\n" + JOB.replace("{pause}", "0.01"))
+    exit_file = tmp_path / "exit.txt"
+    cmd = (f"{shlex.quote(sys.executable)} -m trainscope watch --interval 0.5 -- {shlex.quote(sys.executable)} "
+           f"{shlex.quote(str(job))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30")
+    tmux = Tmux(f"trainscope-output-{tmp_path.name}")
+    tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "40", cmd)
+    try:
+        tmux.wait_for("q quit", timeout=60)
+        end = time.monotonic() + 90
+        while not exit_file.exists() and time.monotonic() < end:
+            time.sleep(0.2)
+        assert exit_file.read_text().strip() == "4"
+        history = tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "t")
+        assert numbered(history) == [f"line {i}/200" for i in range(1, 201)]
+        assert "trainscope watch —" in history and "job exit code 4" in history
+    finally:
+        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
