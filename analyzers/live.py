@@ -20,6 +20,7 @@ of verdict changes.
 """
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
@@ -66,6 +67,7 @@ class WindowStats:
     data_wait_pct: float | None
     step_ms: float | None
     step_s: float = 0.0  # summed time of the window's completed steps
+    cores: int | None = None  # the host's CPU cores (per-core samples), when sampled
 
     def enough_steps(self, rules: Rules) -> bool:
         """Enough step-exact evidence for a step-based verdict: steps and seconds."""
@@ -329,6 +331,7 @@ def window_stats(snaps: Sequence[Snapshot], rules: Rules, steps_after_t: float |
         starved_cpu_pct=starved_cpu, starved_io_pct=starved_io,
         steps=n, data_wait_pct=100.0 * wait / total if total else None,
         step_ms=total / n / 1e6 if n else None, step_s=total / 1e9,
+        cores=max((len(h.per_core) for h in hosts if h is not None and h.per_core), default=None),
     )
 
 
@@ -554,18 +557,38 @@ def live_verdict(s: WindowStats, found: list[Finding], rules: Rules) -> Verdict:
 _FIXES = live_fix_table()
 
 
-def live_fixes(s: WindowStats, found: list[Finding]) -> list[Fix]:
+_WORKERS_LINE = re.compile(r"num_workers=\d+,(\s*)# ≈ CPU cores per GPU")
+
+
+def fit_workers(change: str, s: WindowStats) -> str:
+    """The DataLoader worker count of a fix, fitted to the machine the watch samples: its cores
+    per GPU, one left for the training process, at most 8 (the registry's default)."""
+    if not s.cores:
+        return change
+    per_gpu = s.cores // max(1, s.gpus)
+    n = max(1, min(8, per_gpu - 1))
+    where = f"{s.cores} CPU cores here" + (f", {s.gpus} GPUs" if s.gpus > 1 else "")
+    return _WORKERS_LINE.sub(lambda m: f"num_workers={n},{m.group(1)}# {where}", change)
+
+
+def live_fixes(s: WindowStats, found: list[Finding], rules: Rules | None = None) -> list[Fix]:
     out = []
+    saturated = (rules or Rules()).value("live.cpu_saturated")
     for f in found:
         if f.id not in _FIXES:
             continue
         title, change = _FIXES[f.id]
+        change = fit_workers(change, s)
         if f.id == "data/input-wait" and s.workers:
             title = "Prefetch more batches and add DataLoader workers"
         speed, basis = None, "no projection from sampled counters"
         if f.id == "data/input-wait" and s.data_wait_pct is not None and s.data_wait_pct < 100:
             w = s.data_wait_pct / 100
             speed, basis = round(1 / (1 - w), 3), f"hiding the measured {s.data_wait_pct:.1f} % wait entirely: 1 / (1 − {w:.3f})"
+            if s.cpu_pct is not None and s.cpu_pct >= saturated:  # no free core for more workers here
+                speed = None
+                basis = (f"no projection: the host's CPUs are already {s.cpu_pct:.0f} % busy, so more workers have "
+                         f"no free core to run on (a {s.data_wait_pct:.1f} % wait is hidden only with spare CPU)")
         if f.id == "algorithm/compute-bound" and s.gpu_util is None:
             continue  # a CPU job: GPU advice does not apply
         out.append(Fix(f.id, title, change, speed, basis))
@@ -604,7 +627,7 @@ def evaluate(snaps: Sequence[Snapshot], rules: Rules, t: float | None = None,
     if v.bottleneck:  # the primary finding first, then by severity
         grade = {"high": 0, "moderate": 1, "info": 2}
         found.sort(key=lambda f: (f.id != v.bottleneck, grade[f.severity], -f.stake_pct))
-    return LiveStatus(t, READY, v, tuple(found), tuple(live_fixes(s, found)), s)
+    return LiveStatus(t, READY, v, tuple(found), tuple(live_fixes(s, found, rules)), s)
 
 
 def _key(st: LiveStatus) -> tuple[str, str | None]:

@@ -126,9 +126,38 @@ def summary_text(st: LiveStatus, info: dict[str, Any]) -> str:
     if len(st.changes) > 1:
         out += ["", f"Verdict changes ({st.verdict_changes} after the first verdict)"] + [f"  {c.t:7.1f}s  {AXIS_NAMES.get(c.axis, c.axis)}"
                                           + (f" ({c.bottleneck})" if c.bottleneck else "") for c in st.changes]
+    if info.get("captures"):
+        out += ["", "Captures (torch.profiler, diagnosed as `trainscope analyze` would)"]
+        for c in info["captures"]:
+            out.append("  " + capture_headline(c))
+            if c.get("status") == "done":
+                out.append(f"      {capture_overhead(c)}")
     for n in info.get("notes", []):
         out.append(f"note: {n}")
     return "\n".join(out) + "\n"
+
+
+def capture_headline(c: dict[str, Any]) -> str:
+    """One line for a capture (its dict: :meth:`trainscope.api.capture.Capture.to_dict`)."""
+    head = f"capture {c.get('id')} ({c.get('trigger')}"
+    if c.get("status") != "done":
+        return f"{head}): no capture: {c.get('why')}"
+    verdict = str(c.get("verdict_line") or "").removeprefix("trainscope: ")
+    limit = ", stopped by the time limit" if c.get("time_limit") else ""
+    return (f"{head}, {c.get('steps_captured')} steps at {c.get('started_t') or 0:.1f} s{limit}): {verdict}"
+            f" — trace {c.get('path')}")
+
+
+def capture_overhead(c: dict[str, Any]) -> str:
+    o = c.get("overhead")
+    once = ", ".join(f"{name} {c[k]:.2f} s" for name, k in (("profiler start", "start_s"), ("trace export", "export_s"))
+                     if c.get(k) is not None)
+    tail = f"; once: {once}" if once else ""
+    if not o:
+        return "overhead: not measured (no steps timed around the capture)" + tail
+    basis = f"{o['before_steps']} before" + (f" + {o['after_steps']} after" if o.get("after_steps") else "")
+    return (f"overhead {o['pct']:+.0f} % per step (median {o['during_ms']:.1f} ms during vs {o['around_ms']:.1f} ms "
+            f"around, {basis}){tail}")
 
 
 def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
@@ -170,6 +199,25 @@ def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
                 "| at | verdict |", "|---|---|"]
         out += [f"| {c.t:.1f} s | {e(AXIS_NAMES.get(c.axis, c.axis))}{f' ({e(c.bottleneck)})' if c.bottleneck else ''} |"
                 for c in st.changes]
+        out.append("")
+    for c in info.get("captures") or []:
+        out += [f"## Capture {c.get('id')}: {e(str(c.get('trigger')))}", ""]
+        if c.get("status") != "done":
+            out += [f"No capture: {e(str(c.get('why')))}", ""]
+            continue
+        out += [f"{c.get('steps_captured')} iterations captured at {c.get('started_t') or 0:.1f} s "
+                f"(asked at {c.get('requested_t') or 0:.1f} s), pid {c.get('pid')}; trace `{e(str(c.get('path')))}`.", "",
+                "| | |", "|---|---|",
+                f"| counters then | {e(str(c.get('counters') or 'n/a'))} |",
+                f"| trace says | {e(str(c.get('verdict_line') or '').removeprefix('trainscope: '))} |",
+                f"| overhead | {e(capture_overhead(c))} |", ""]
+        if c.get("summary"):
+            out += [e(str(c["summary"])), ""]
+        out += [f"- {e(str(x))}" for x in c.get("evidence") or []]
+        if c.get("breakdown"):
+            out += ["", "Step breakdown: " + e(" · ".join(c["breakdown"]))]
+        if c.get("top_kernels"):
+            out += ["", "Top kernels:", ""] + [f"- {e(str(k))}" for k in c["top_kernels"]]
         out.append("")
     if info.get("notes"):
         out += ["## Notes", ""] + [f"- {e(n)}" for n in info["notes"]] + [""]

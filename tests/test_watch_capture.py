@@ -119,6 +119,16 @@ def test_controller_limits_captures_and_measures_overhead(tmp_path):
     assert "+55 % per step" in done.overhead_text() and "trace export 0.04 s" in done.overhead_text()
     third = c.request("key", 3.0)
     assert third.status == "refused" and "--capture-max 1" in third.why
+    # The --report Markdown: a section per capture, the refused one saying why.
+    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.reports.live import summary_markdown, summary_text
+
+    st = LiveAnalyzer().summary()
+    info = {"target": "job", "captures": [x.to_dict() for x in c.snapshot()]}
+    md = summary_markdown(st, info)
+    assert "## Capture 1: key" in md and r"| overhead | overhead \+55 % per step" in md and "Step breakdown:" in md
+    assert "## Capture 2: key" in md and "No capture: capture 1 is still requested: one capture at a time" in md
+    assert "capture 3 (key): no capture: --capture-max 1 reached" in summary_text(st, info)
 
 
 def test_the_c_key_fills_the_capture_tab(tmp_path):

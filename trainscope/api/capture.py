@@ -69,33 +69,15 @@ class Capture:
         return d, a, (100.0 * (d / a - 1.0) if a > 0 else 0.0)
 
     def overhead_text(self) -> str:
-        o = self.overhead()
-        once = []
-        if self.start_s is not None:
-            once.append(f"profiler start {self.start_s:.2f} s")
-        if self.export_s is not None:
-            once.append(f"trace export {self.export_s:.2f} s")
-        tail = f"; once: {', '.join(once)}" if once else ""
-        if o is None:
-            return "overhead: not measured (no steps timed around the capture)" + tail
-        d, a, pct = o
-        basis = f"{len(self.before_ms)} before" + (f" + {len(self.after_ms)} after" if self.after_ms else "")
-        return (f"overhead {pct:+.0f} % per step (median {d:.1f} ms during vs {a:.1f} ms around, {basis})"
-                + tail)
+        from trainscope.reports.live import capture_overhead
+
+        return capture_overhead(self.to_dict())
 
     def line(self) -> str:
         """The headless line for a finished capture."""
-        head = f"capture {self.id} ({self.trigger}"
-        if self.status != "done":
-            return f"{head}): no capture: {self.why}"
-        head += f", {len(self.during_ms)} steps at {self.started_t:.1f} s"
-        if self.time_limit:
-            head += ", stopped by the time limit"
-        verdict = (self.verdict_line or self.why).removeprefix("trainscope: ")
-        out = f"{head}): {verdict}"
-        if self.path:
-            out += f" — trace {self.path}"
-        return out
+        from trainscope.reports.live import capture_headline
+
+        return capture_headline(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         o = self.overhead()

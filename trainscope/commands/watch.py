@@ -67,8 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                "  trainscope analyze run.jsonl                           # a recording analyzes like a trace\n"
                "  trainscope watch --prometheus-port 9400 -- python train.py\n\n"
                "with --format json the job's own stdout goes to stderr, so stdout holds only JSON lines.\n"
-               "exit codes: the job's exit code when watch launched it; otherwise 0; 2 bad usage or input;\n"
-               "130 interrupted",
+               "exit codes: the job's exit code when watch launched it (0 when --duration ended it); otherwise 0;\n"
+               "2 bad usage or input; 130 interrupted (Ctrl-C, or y at the dashboard's stop prompt)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     a.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND …",
@@ -79,7 +79,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sampling interval in seconds (default 1, minimum 0.25)")
     a.add_argument("--window", type=float, default=30.0, metavar="S",
                    help="seconds of history the live verdict looks at (default 30)")
-    a.add_argument("--duration", type=float, metavar="S", help="stop watching after S seconds")
+    a.add_argument("--duration", type=float, metavar="S",
+                   help="stop watching after S seconds; a job watch launched is then stopped as Ctrl-C would stop it "
+                        "(SIGINT, then SIGTERM and SIGKILL 10 s apart) and watch exits 0 when it ended on that signal, "
+                        "else with the job's own exit code; a job attached with --pid runs on")
     a.add_argument("--headless", action="store_true", help="no dashboard: one line per interval on stdout")
     a.add_argument("--format", choices=("text", "json"), default="text",
                    help="headless output: text lines, or JSON lines (same vocabulary as analyze --format json)")
@@ -118,6 +121,8 @@ class _Stop(Exception):
     pass
 
 
+_ENDED_BY_OUR_SIGNAL = {-signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGINT, 128 + signal.SIGTERM,
+                        128 + signal.SIGKILL}
 GRACE_S = 10.0  # how long a launched job gets after each signal before the next, harder one
 
 
@@ -352,6 +357,7 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
     child: subprocess.Popen | None = None
     relay: OutputRelay | None = None
     kept: KeptOutput | None = None
+    by_duration = False  # --duration ended the launched job
     if server is not None:
         notes.append(f"Prometheus metrics on http://{args.prometheus_host}:{server.server_address[1]}/metrics")
         sys.stderr.write(f"trainscope: {notes[-1]}\n")
@@ -444,6 +450,7 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
     elif child is not None:
         if child.poll() is None and w.expired:
             _stop_job(child, signal.SIGINT, f"--duration {args.duration:g} s reached")
+            by_duration = True
         try:
             exit_code = child.wait(timeout=GRACE_S)
         except subprocess.TimeoutExpired:
@@ -461,6 +468,8 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
         return code
     if exit_code is None:
         return EXIT_OK
+    if by_duration and exit_code in _ENDED_BY_OUR_SIGNAL:
+        return EXIT_OK  # the job ended as --duration asked
     return exit_code if exit_code >= 0 else 128 - exit_code  # killed by signal N: 128 + N, as shells report
 
 
