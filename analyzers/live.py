@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from trainscope.analyzers.findings import live_fix_table
+from trainscope.analyzers.live_ranks import RankWindow, rank_window
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.verdict import Evidence, Finding, Verdict
 from trainscope.traces.samples import THROTTLE_REASONS, Snapshot
@@ -100,6 +101,7 @@ class LiveStatus:
     fixes: tuple[Fix, ...]
     stats: WindowStats
     changes: tuple[VerdictChange, ...] = ()
+    ranks: "RankWindow | None" = None  # per rank, for a job with several (torchrun)
 
     @property
     def verdict_changes(self) -> int:
@@ -618,16 +620,17 @@ def evaluate(snaps: Sequence[Snapshot], rules: Rules, t: float | None = None,
     stepping = any(x.step_mode in ("on", "waiting") for x in snaps[-3:])
     warming = s.samples < rules.value("live.min_samples") or (
         s.gpu_util is None and stepping and not s.enough_steps(rules))
+    ranks = rank_window(snaps, rules) if any(x.ranks for x in snaps) else None
     if warming:
         v = Verdict("insufficient_evidence", 0.0, None,
                     f"warming up: {s.samples} samples and {s.steps} steps so far", [])
-        return LiveStatus(t, WARMING_UP, v, (), (), s)
+        return LiveStatus(t, WARMING_UP, v, (), (), s, ranks=ranks)
     found = live_findings(s, rules)
     v = live_verdict(s, found, rules)
     if v.bottleneck:  # the primary finding first, then by severity
         grade = {"high": 0, "moderate": 1, "info": 2}
         found.sort(key=lambda f: (f.id != v.bottleneck, grade[f.severity], -f.stake_pct))
-    return LiveStatus(t, READY, v, tuple(found), tuple(live_fixes(s, found, rules)), s)
+    return LiveStatus(t, READY, v, tuple(found), tuple(live_fixes(s, found, rules)), s, ranks=ranks)
 
 
 def _key(st: LiveStatus) -> tuple[str, str | None]:
@@ -681,7 +684,7 @@ class LiveAnalyzer:
                 self.changes.append(VerdictChange(snap.t, key[0], key[1], st.verdict.summary))
             shown = st
         self.status = LiveStatus(st.t, shown.state, shown.verdict, shown.findings, shown.fixes, st.stats,
-                                 tuple(self.changes))
+                                 tuple(self.changes), st.ranks)
         return self.status
 
     def _held(self, key: tuple[str, str | None], t: float) -> float:
@@ -694,7 +697,7 @@ class LiveAnalyzer:
         """The verdict over the whole run (start-up steps left out), with the change log."""
         st = evaluate(self.history, self.rules, self.history[-1].t if self.history else None,
                       startup_end(self.history, self.rules), self._digests)
-        return LiveStatus(st.t, st.state, st.verdict, st.findings, st.fixes, st.stats, tuple(self.changes))
+        return LiveStatus(st.t, st.state, st.verdict, st.findings, st.fixes, st.stats, tuple(self.changes), st.ranks)
 
 
 def counters_diagnosis(trace, rules: Rules):

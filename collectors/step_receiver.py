@@ -48,6 +48,7 @@ class StepReceiver:
         self._ranks: dict[int, dict[str, str | None]] = {}  # pid -> RANK, LOCAL_RANK, WORLD_SIZE from hello
         self._last_steps: dict[int, float] = {}  # pid -> monotonic time of its last step batch
         self._capture_msgs: list[dict] = []
+        self._per_pid: dict[int, list[int]] = {}  # pid -> [n, wait, step, max] since the last drain
         self._stop = threading.Event()
         _remove_stale_socket(path)  # only a socket of ours: never a file someone planted there
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -98,6 +99,11 @@ class StepReceiver:
                     return
                 self._patched.add(pid)
                 self._last_steps[pid] = time.monotonic()
+                acc = self._per_pid.setdefault(pid, [0, 0, 0, 0])
+                acc[0] += n
+                acc[1] += w
+                acc[2] += s
+                acc[3] = max(acc[3], m)
                 self._n += n
                 self._wait += w
                 self._step += s
@@ -111,6 +117,18 @@ class StepReceiver:
             out = StepSample(self._n, self._wait, self._step, self._max)
             self._n = self._wait = self._step = self._max = 0
             return out
+
+    def drain_per_process(self) -> dict[int, tuple[int, int, int, int]]:
+        """Per stepping process: (steps, wait ns, step ns, max wait ns) since the last call."""
+        with self._lock:
+            out = {p: tuple(v) for p, v in self._per_pid.items()}
+            self._per_pid = {}
+            return out
+
+    def rank_pids(self) -> dict[int, str]:
+        """pid -> RANK for the processes whose hook said hello with a rank (torchrun sets RANK)."""
+        with self._lock:
+            return {p: v["rank"] for p, v in self._ranks.items() if v.get("rank") is not None}
 
     def drain_capture_messages(self) -> list[dict]:
         """The job's capture replies (started, done, refused, failed, aborted, capture_cost) since the last call."""

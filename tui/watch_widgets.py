@@ -14,7 +14,7 @@ from trainscope.analyzers.live import READY, LiveStatus
 from trainscope.traces.samples import GpuSample, HostSample, Snapshot
 from trainscope.reports.document import AXIS_NAMES
 from trainscope.tui.chrome import gib
-from trainscope.reports.live import live_headline
+from trainscope.reports.live import live_headline, rank_lines
 
 _AXIS_STYLE = {"data": "bold white on dark_orange3", "algorithm": "bold white on dark_green",
                "machine": "bold white on purple4", "balanced": "bold white on grey30",
@@ -68,8 +68,11 @@ def process_lines(h: HostSample | None, snap: Snapshot, st: LiveStatus | None) -
         g = h.group(role) if h else None
         if g is None:
             continue
+        if role == "main" and g.count > 1:
+            label = "ranks (training)"
         per = f" ({g.cpu_pct / g.count:.0f} % each)" if role == "workers" and g.count and g.cpu_pct is not None else ""
         out.append(f"{label:19s} ×{g.count:<3d} CPU {na(g.cpu_pct, unit=' %')}{per}  RSS {gib(g.rss)}")
+    out += rank_lines(st)
     s = st.stats if st else None
     mode = snap.step_mode
     if s is not None and s.data_wait_pct is not None:

@@ -220,7 +220,8 @@ class Watch:
                 self._queue.put(snap)
 
         self._gpu = NvmlSampler()
-        self._monitor = Monitor(self.interval, on_snapshot, gpu=self._gpu, host=HostSampler(roots),
+        self._monitor = Monitor(self.interval, on_snapshot, gpu=self._gpu, host=HostSampler(
+                                    roots, rank_pids=self._receiver.rank_pids if self._receiver is not None else None),
                                 steps=self._receiver)
         self._monitor.start()
         self._deadline = time.monotonic() + self.duration if self.duration else None
