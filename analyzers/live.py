@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from trainscope.analyzers.findings import live_fix_table
+from trainscope.analyzers.live_memory import creep_finding
 from trainscope.analyzers.live_ranks import RankWindow, rank_window
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.verdict import Evidence, Finding, Verdict
@@ -621,11 +622,12 @@ def evaluate(snaps: Sequence[Snapshot], rules: Rules, t: float | None = None,
     warming = s.samples < rules.value("live.min_samples") or (
         s.gpu_util is None and stepping and not s.enough_steps(rules))
     ranks = rank_window(snaps, rules) if any(x.ranks for x in snaps) else None
+    creep = creep_finding(snaps)  # a leak is said even while the verdict warms up
     if warming:
         v = Verdict("insufficient_evidence", 0.0, None,
                     f"warming up: {s.samples} samples and {s.steps} steps so far", [])
-        return LiveStatus(t, WARMING_UP, v, (), (), s, ranks=ranks)
-    found = live_findings(s, rules)
+        return LiveStatus(t, WARMING_UP, v, (creep,) if creep else (), (), s, ranks=ranks)
+    found = live_findings(s, rules) + ([creep] if creep else [])
     v = live_verdict(s, found, rules)
     if v.bottleneck:  # the primary finding first, then by severity
         grade = {"high": 0, "moderate": 1, "info": 2}
@@ -658,6 +660,7 @@ class LiveAnalyzer:
         self._shown: LiveStatus | None = None
         self._candidate: tuple[tuple[str, str | None], float] | None = None  # (key, leading since)
         self._startup_end: float | None = None
+        self._creep: Finding | None = None  # the last memory-creep finding of any window (for the summary)
 
     def add(self, snap: Snapshot) -> LiveStatus:
         d = digest(snap, self.rules)
@@ -671,6 +674,7 @@ class LiveAnalyzer:
         if self._startup_end is None and snap.step is not None and snap.step.steps:
             self._startup_end = startup_end(self.history, self.rules)  # once, when steps first arrive
         st = evaluate(list(self._window), self.rules, snap.t, self._startup_end, list(self._window_digests))
+        self._creep = next((f for f in st.findings if f.id == "machine/memory-creep"), self._creep)
         key, shown = _key(st), self._shown
         if shown is None or key == _key(shown):
             accept, self._candidate = True, None
@@ -697,7 +701,12 @@ class LiveAnalyzer:
         """The verdict over the whole run (start-up steps left out), with the change log."""
         st = evaluate(self.history, self.rules, self.history[-1].t if self.history else None,
                       startup_end(self.history, self.rules), self._digests)
-        return LiveStatus(st.t, st.state, st.verdict, st.findings, st.fixes, st.stats, tuple(self.changes), st.ranks)
+        findings, fixes = st.findings, st.fixes
+        if self._creep is not None and not any(f.id == self._creep.id for f in findings):
+            # A leak seen in a window stays in the summary (the run's start-up and tail flatten a whole-run fit).
+            findings = findings + (self._creep,)
+            fixes = fixes + tuple(live_fixes(st.stats, [self._creep], self.rules))
+        return LiveStatus(st.t, st.state, st.verdict, findings, fixes, st.stats, tuple(self.changes), st.ranks)
 
 
 def counters_diagnosis(trace, rules: Rules):

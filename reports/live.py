@@ -136,6 +136,9 @@ def status_line(st: LiveStatus, snap: Snapshot) -> str:
         parts.append(f"steps {s.steps} wait {s.data_wait_pct:.1f}%")
     elif snap.step_mode != "on":
         parts.append(f"steps {snap.step_mode.split(':')[0]}")
+    creep = next((f for f in st.findings if f.id == "machine/memory-creep"), None)
+    if creep is not None:
+        parts.append("MEMORY CREEP " + creep.detail.split(" over the last")[0])
     conf = f" {st.verdict.confidence:.2f}" if st.state == READY and st.verdict.bottleneck else ""
     parts.append(live_headline(st).split(" · ")[0] + (f" ({st.verdict.bottleneck})" if st.verdict.bottleneck else "") + conf)
     return " │ ".join(parts)

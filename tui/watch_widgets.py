@@ -104,7 +104,7 @@ def findings_text(st: LiveStatus | None) -> Text:
 
 
 def _findings_lines(st: LiveStatus | None) -> str:
-    if st is None or st.state != READY:
+    if st is None or (st.state != READY and not st.findings):
         return "Findings appear once the window holds enough samples."
     lines = [f"[{f.severity}] {f.id}: {f.title}" for f in st.findings] or ["no findings"]
     for fx in st.fixes[:3]:

@@ -7,7 +7,7 @@ It runs ``--steps`` iterations of a real model over a DataLoader (each iteration
 ``--compute-ms`` of matmuls), prints ``--lines`` numbered lines spread over the run (``line 1/200``
 …), then exits with ``--exit``. ``--own-profiler`` runs the whole loop inside its own
 ``torch.profiler.profile`` (a capture must then be refused politely); ``--no-torch`` never imports
-torch (a plain Python loop).
+torch (a plain Python loop); ``--leak-mb`` keeps that many MiB alive per iteration (a leak).
 """
 import argparse
 import sys
@@ -22,6 +22,7 @@ def main() -> int:
     p.add_argument("--exit", type=int, default=0)
     p.add_argument("--own-profiler", action="store_true")
     p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--leak-mb", type=float, default=0.0, help="MiB kept alive per iteration (a leak)")
     a = p.parse_args()
     printed = 0
 
@@ -53,8 +54,11 @@ def main() -> int:
     w = torch.randn(128, 128)
     own = (torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if a.own_profiler
            else contextlib.nullcontext())
+    kept = []
     with own:
         for i, (x, y) in enumerate(DataLoader(data, batch_size=4)):
+            if a.leak_mb:
+                kept.append(bytearray(int(a.leak_mb * 2**20)))  # zero-filled: resident at once
             loss = torch.nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
