@@ -184,3 +184,26 @@ def test_capture_line_and_dict_for_a_refusal():
     c = Capture(2, "verdict change", 5, 12.0, status="refused", why="the job has not imported torch")
     assert c.line() == "capture 2 (verdict change): no capture: the job has not imported torch"
     assert c.to_dict()["overhead"] is None and c.finished
+
+
+def test_pid_attach_with_the_opt_in_hook_captures_too(tmp_path):
+    """`watch --pid` of a job that called step_hook.install() itself: the same two-way socket."""
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import trainscope.collectors.step_hook as step_hook\n"
+        "step_hook.install()\n"
+        f"import runpy, sys\nsys.argv = ['capture_job', '--steps', '400', '--compute-ms', '30']\n"
+        f"runpy.run_path({str(JOB)!r}, run_name='__main__')\n")
+    child = subprocess.Popen([sys.executable, str(job)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        cap_dir = tmp_path / "caps"
+        p = subprocess.run([sys.executable, "-m", "trainscope", "watch", "--pid", str(child.pid), "--headless",
+                            "--interval", "0.25", "--capture-steps", "3", "--capture-at", "1", "--capture-dir",
+                            str(cap_dir), "--duration", "60"], capture_output=True, text=True, timeout=240)
+        assert p.returncode == 0, p.stderr[-2000:]
+        traces = list(cap_dir.glob(f"capture-1-pid{child.pid}.pt.trace.json"))
+        assert len(traces) == 1 and len(profiler_steps(traces[0])) == 3, p.stdout[-2000:]
+        assert any(ln.startswith("trainscope: capture 1 (at 1 s, 3 steps at") for ln in p.stdout.splitlines())
+    finally:
+        child.kill()
+        child.wait()

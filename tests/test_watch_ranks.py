@@ -59,3 +59,48 @@ def test_the_rule_names_a_rank_only_with_clear_evidence():
     assert rank_window(snaps, rules).straggler is None
     assert rank_window([Snapshot(t=0.0, dt=1.0)], rules) is None  # single process: no rank view
     assert abs(binomial_tail(12, 12, 0.5) - 0.5 ** 12) < 1e-12 and abs(binomial_tail(0, 5, 0.3) - 1.0) < 1e-12
+
+
+def test_each_rank_gets_the_gpu_nvml_lists_it_on():
+    from trainscope.collectors.monitor import Monitor
+    from trainscope.collectors.samples import GpuProcess, GpuSample
+    from trainscope.collectors.step_receiver import HookStatus
+
+    class Steps:
+        def drain(self):
+            return None
+
+        def status(self):
+            return HookStatus("on", "x", (11, 12))
+
+        def drain_per_process(self):
+            return {11: (10, 10**6, 5 * 10**8, 10**5), 12: (10, 4 * 10**8, 5 * 10**8, 10**7)}
+
+        def rank_pids(self):
+            return {11: "0", 12: "1"}
+
+    class Gpu:
+        available = True
+
+        def sample(self):
+            return (GpuSample(0, "G", 97.0, processes=(GpuProcess(11, 3 * 2**30),)),
+                    GpuSample(1, "G", 41.0, processes=(GpuProcess(12, 5 * 2**30),)))
+
+        def drain_notes(self):
+            return []
+
+    class Host:
+        def sample(self):
+            return None
+
+        def drain_notes(self):
+            return []
+
+        def rss(self, pid):
+            return pid * 2**20
+
+    m = Monitor(1.0, lambda s: None, gpu=Gpu(), host=Host(), steps=Steps())
+    snap = m.sample()
+    r0, r1 = snap.ranks
+    assert (r0.rank, r0.gpu, r0.gpu_mem, r0.gpu_util, r0.rss) == ("0", 0, 3 * 2**30, 97.0, 11 * 2**20)
+    assert (r1.rank, r1.gpu, r1.gpu_util, r1.steps, r1.data_wait_pct) == ("1", 1, 41.0, 10, 80.0)
