@@ -207,3 +207,39 @@ def test_pid_attach_with_the_opt_in_hook_captures_too(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def cpu_steps(waits_pct, step_ms=25.0, steps_per=10):
+    from trainscope.collectors.samples import Snapshot, StepSample
+
+    out = []
+    for i, (w, ms) in enumerate(zip(waits_pct, step_ms if isinstance(step_ms, list) else [step_ms] * len(waits_pct))):
+        total = int(steps_per * ms * 1e6)
+        out.append(Snapshot(t=i * 0.5, dt=0.5, step=StepSample(steps_per, int(total * w / 100), total), step_mode="on"))
+    return out
+
+
+def drive(controller, snaps):
+    from trainscope.analyzers.live import LiveAnalyzer
+
+    a = LiveAnalyzer()
+    for s in snaps:
+        controller.tick(s.t, a.add(s), s)
+
+
+def test_verdict_change_trigger_fires_once_the_shown_verdict_changes(tmp_path):
+    rx = ScriptedReceiver(None)  # requests go out; the job never answers in this test
+    c = CaptureController(rx, str(tmp_path), CaptureOptions(steps=2, on=("verdict-change",)))
+    drive(c, cpu_steps([60.0] * 30 + [1.0] * 120))  # data-bound, then the step itself (after the 5 s hold)
+    caps = c.snapshot()
+    assert [x.trigger for x in caps] == ["verdict change"], caps
+    assert caps[0].counters.startswith("COMPUTE-BOUND") and len(rx.sent) == 1
+
+
+def test_slowdown_trigger_compares_with_the_running_median(tmp_path):
+    rx = ScriptedReceiver(None)
+    c = CaptureController(rx, str(tmp_path), CaptureOptions(steps=2, on=("slowdown",)))
+    drive(c, cpu_steps([1.0] * 30, step_ms=[25.0] * 20 + [30.0] * 5 + [80.0] * 5))
+    caps = c.snapshot()
+    assert len(caps) == 1 and caps[0].trigger.startswith("slowdown: step 80.0 ms > 1.5 × median 25.0 ms"), caps
+    assert caps[0].requested_t == 12.5  # the first 80 ms interval; 30 ms (1.2 ×) did not fire
