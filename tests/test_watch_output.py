@@ -55,3 +55,28 @@ def test_dashboard_keeps_the_jobs_output_for_the_scrollback(tmp_path):
         assert "trainscope watch —" in history and "job exit code 4" in history
     finally:
         subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
+
+
+def test_output_tab_shows_the_jobs_lines_and_digits_switch_tabs():
+    import asyncio
+
+    from trainscope.tui.watch_app import WatchApp
+
+    lines = [f"line {i}/200" for i in range(1, 201)]
+
+    async def go():
+        app = WatchApp(title="python train.py", interval=1.0, clock=lambda: 100.0, launched=True,
+                       output=lambda n: (lines[n:], len(lines)))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("2")
+            await pilot.pause(0.6)
+            tabs = app.query_one("#tabs").active
+            log = app.query_one("#job-output")
+            await pilot.press("3")
+            await pilot.pause()
+            after = app.query_one("#tabs").active
+            return tabs, list(log.lines), after
+
+    tab, shown, after = asyncio.run(go())
+    assert tab == "tab-output" and after == "tab-capture"
+    assert shown == lines  # pulled once, whole and in order

@@ -108,7 +108,10 @@ class WatchApp(App):
     #capture-text { padding: 0 1; }
     """
     BINDINGS = [*common_bindings(show=True), Binding("p", "toggle_pause", "pause/resume"),
-                Binding("w", "cycle_window", "plot window"), Binding("c", "capture", "capture")]
+                Binding("w", "cycle_window", "plot window"), Binding("c", "capture", "capture"),
+                Binding("1", "tab('tab-live')", "Live tab", show=False),
+                Binding("2", "tab('tab-output')", "Output tab", show=False),
+                Binding("3", "tab('tab-capture')", "Capture tab", show=False)]
 
     paused: reactive[bool] = reactive(False)
     window_index: reactive[int] = reactive(0)
@@ -198,6 +201,9 @@ class WatchApp(App):
 
     def action_cycle_window(self) -> None:
         self.window_index = (self.window_index + 1) % len(WINDOWS_S)
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#tabs", TabbedContent).active = tab
 
     def action_capture(self) -> None:
         """c: ask the job for a kernel-level capture of its next iterations; the Capture tab follows it."""
