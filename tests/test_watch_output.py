@@ -80,3 +80,33 @@ def test_output_tab_shows_the_jobs_lines_and_digits_switch_tabs():
     tab, shown, after = asyncio.run(go())
     assert tab == "tab-output" and after == "tab-capture"
     assert shown == lines  # pulled once, whole and in order
+
+
+def test_the_job_outlives_a_killed_watcher_and_keeps_its_output(tmp_path):
+    """kill -9 of the watcher: the relay process goes on copying, so the job's prints never fail."""
+    import os
+    import signal
+
+    job = tmp_path / "job.py"
+    done = tmp_path / "done.txt"
+    job.write_text("import time\n"
+                   "for i in range(1, 61):\n"
+                   "    print(f'line {i}/60', flush=True)\n"
+                   "    time.sleep(0.05)\n"
+                   f"open({str(done)!r}, 'w').write('finished')\n")
+    out = tmp_path / "out.txt"
+    with open(out, "wb") as f:
+        watcher = subprocess.Popen([sys.executable, "-m", "trainscope", "watch", "--headless", "--interval", "0.25",
+                                    "--", sys.executable, str(job)], stdout=f, stderr=subprocess.DEVNULL)
+        end = time.monotonic() + 120
+        while "line 1/60" not in out.read_text() and time.monotonic() < end:
+            time.sleep(0.05)
+        os.kill(watcher.pid, signal.SIGKILL)  # the watcher this test started
+        watcher.wait()
+    end = time.monotonic() + 60
+    while not done.exists() and time.monotonic() < end:
+        time.sleep(0.1)
+    assert done.read_text() == "finished"  # no BrokenPipeError in the job
+    time.sleep(0.5)
+    assert numbered(out.read_text())[-1] == "line 60/60"
+    assert numbered(out.read_text()) == [f"line {i}/60" for i in range(1, 61)]

@@ -11,8 +11,7 @@ import time
 from typing import Any, Callable
 
 from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, one_line_errors, threshold_arg
-from trainscope.commands.watch_output import (KeptOutput, OutputRelay, headless_sink, open_pty, relay_after_detach,
-                                              write_line)
+from trainscope.commands.watch_output import JobOutput, write_line
 from trainscope.reports.output import to_json_line, write_atomic
 
 MIN_INTERVAL = 0.25
@@ -342,6 +341,9 @@ def _live(args, cmd: list[str], w) -> int:
     try:
         return _run_watch(args, cmd, run_dir, w, server)
     finally:
+        out = getattr(args, "_job_output", None)
+        if out is not None:
+            out.close()  # the watch's own last lines go out through the relay, then it ends with the job's
         w.close()
         shutil.rmtree(run_dir, ignore_errors=True)
         if server is not None:
@@ -355,8 +357,7 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
 
     notes: list[str] = []
     child: subprocess.Popen | None = None
-    relay: OutputRelay | None = None
-    kept: KeptOutput | None = None
+    output: JobOutput | None = None
     by_duration = False  # --duration ended the launched job
     if server is not None:
         notes.append(f"Prometheus metrics on http://{args.prometheus_host}:{server.server_address[1]}/metrics")
@@ -364,28 +365,15 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
     if cmd:
         target = " ".join(cmd)
         env = w.job_environment(run_dir) if not args.no_step_hook else dict(os.environ)
-        # The job's output: through pipes (headless: relayed line by line beside the watch's lines) or
-        # a pseudo-terminal (dashboard: kept for the output tab and the scrollback after exit).
-        tty = None if args.headless else open_pty()
-        if tty is not None:
-            ends, parent_ends = [tty[1], tty[1]], [tty[0]]
-        else:
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
-            ends, parent_ends = [out_w, err_w], [out_r, err_r]
+        # The job's output: relayed whole and in order, surviving the watcher (see watch_output.JobOutput).
+        output = JobOutput(args.headless, args.format == "json")
         try:
-            child = _launch(cmd, env, stdout=ends[0], stderr=ends[1])
+            child = _launch(cmd, env, stdout=output.child_fds[0], stderr=output.child_fds[1])
         except OSError as e:
-            for fd in set(ends + parent_ends):
-                os.close(fd)
+            output.abandon()
             return fail(f"cannot start {cmd[0]}: {e.strerror or e}")
-        for fd in set(ends):
-            os.close(fd)
-        if tty is not None:
-            kept = KeptOutput()
-            relay = OutputRelay(parent_ends, kept)
-        else:
-            relay = OutputRelay(parent_ends, headless_sink(args.format == "json"))
+        output.launched()
+        args._job_output = output  # closed by _live however the watch ends
         w.follow(child.pid, done=lambda: child.poll() is not None)
     else:
         target = f"pid {args.pid}" if args.pid is not None else "all GPUs"
@@ -398,7 +386,7 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
 
         app = WatchApp(title=target, interval=args.interval, launched=bool(cmd),
                        on_capture=(lambda: w.request_capture("key")) if w.capture_options is not None else None,
-                       output=kept.since if kept is not None else None)
+                       output=output.kept.since if output is not None and output.kept is not None else None)
 
     # SIGTERM ends the watch like Ctrl-C: report, recording end marker; a launched job gets it too.
     def on_term(signum, frame):
@@ -439,12 +427,8 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
         if headless:
             _print_captures(args, w.new_captures())
     notes.extend(w.job_notes)
-    if kept is not None:  # the dashboard is gone: the job's output so far goes to the scrollback, whole
-        if detached and relay is not None:
-            relay_after_detach(relay.fds[0])
-        elif child is not None and child.poll() is not None and relay is not None:
-            relay.join()
-        kept.dump(sys.stdout)
+    if output is not None and output.kept is not None:  # the dashboard is gone: the job's output to the scrollback
+        output.drain(timeout=5.0 if child is not None and child.poll() is not None else 0.0)
     if child is not None and detached:
         notes.append(f"detached: the job (pid {child.pid}) runs on")
     elif child is not None:
@@ -456,10 +440,8 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
         except subprocess.TimeoutExpired:
             _stop_job(child, signal.SIGTERM, "the job did not end")
             exit_code = child.wait()
-        if relay is not None:
-            relay.join()  # the job's last lines before the summary
-            if kept is not None:
-                kept.dump(sys.stdout)
+        if output is not None and output.kept is not None:
+            output.drain()  # the job's last lines before the summary
     code = _finish(args, w, {"target": target, "exit_code": exit_code, "notes": notes,
                              "sampler_cpu_ms_per_sample": w.sampler_cpu_ms_per_sample})
     if interrupted:

@@ -166,30 +166,169 @@ def open_pty() -> tuple[int, int] | None:
     return master, slave
 
 
-_DETACHED_RELAY = """
-import os, sys
-fd = int(sys.argv[1])
-while True:
+# The relay process: a few lines of standard library, in a session of its own, so that the job's
+# output outlives the watcher (kill -9, a crash, `d` in the dashboard): a job must never die of a
+# write to a closed pipe or terminal because watch went away.
+# argv: FALLBACK_FD IN:OUT ...  Each IN is copied to OUT cut at line ends (a partial line after
+# PARTIAL_S); when OUT fails (the watcher's pipe, once the watcher is gone) FALLBACK_FD takes over.
+_RELAY = """
+import os, select, sys
+PARTIAL = %r
+fallback = int(sys.argv[1])
+route = {}
+for a in sys.argv[2:]:
+    i, o = a.split(":")
+    route[int(i)] = int(o)
+pending = dict.fromkeys(route, b"")
+def emit(fd, data):
+    while data:
+        try:
+            n = os.write(route[fd], data)
+            data = data[n:]
+        except InterruptedError:
+            continue
+        except OSError:
+            if route[fd] == fallback:
+                return
+            route[fd] = fallback
+open_fds = set(route)
+while open_fds:
     try:
-        data = os.read(fd, 65536)
-    except OSError:
-        break
-    if not data:
-        break
-    try:
-        os.write(1, data)
-    except OSError:
-        pass
-"""
+        ready = select.select(list(open_fds), [], [], PARTIAL)[0]
+    except InterruptedError:
+        continue
+    if not ready:
+        for fd in open_fds:
+            if pending[fd]:
+                emit(fd, pending[fd])
+                pending[fd] = b""
+        continue
+    for fd in ready:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            data = b""
+        if not data:
+            open_fds.discard(fd)
+            if pending[fd]:
+                emit(fd, pending[fd])
+            continue
+        buf = pending[fd] + data
+        cut = max(buf.rfind(b"\\n"), buf.rfind(b"\\r"))
+        if cut >= 0:
+            emit(fd, buf[:cut + 1])
+            buf = buf[cut + 1:]
+        pending[fd] = buf
+""" % PARTIAL_S
 
 
-def relay_after_detach(master: int) -> None:
-    """``d`` left the job running: a small process of its own goes on copying the job's
-    pseudo-terminal to ours, so the job's writes never fail once watch is gone."""
+def start_relay(routes: list[tuple[int, int]], fallback: int = 1):
+    """Start the relay process copying each (in fd, out fd) of ``routes``; None when it cannot start
+    (the caller then relays in-process)."""
     import subprocess
 
+    fds = tuple(sorted({fd for pair in routes for fd in pair} | {fallback}))
     try:
-        subprocess.Popen([sys.executable, "-c", _DETACHED_RELAY, str(master)], pass_fds=(master,),
-                         start_new_session=True, stdin=subprocess.DEVNULL)
+        return subprocess.Popen([sys.executable, "-c", _RELAY, str(fallback), *(f"{i}:{o}" for i, o in routes)],
+                                pass_fds=tuple(fd for fd in fds if fd > 2), start_new_session=True,
+                                stdin=subprocess.DEVNULL)
     except OSError:
-        pass
+        return None
+
+
+class JobOutput:
+    """Where a launched job's output goes, for its whole life.
+
+    Headless: the job writes to pipes; the relay process copies its lines and the watch's own
+    (``sys.stdout``/``sys.stderr`` are pointed at pipes to it for the watch) to the terminal, so
+    they never cut into each other, and the job's go on if the watcher dies. Dashboard: the job
+    writes to a pseudo-terminal; the relay process forwards it to the watcher (the Output tab, the
+    scrollback after exit) and to the terminal itself once the watcher is gone (``d``, a crash).
+    Without a relay process (it could not start), the watcher relays in-process."""
+
+    def __init__(self, headless: bool, stdout_to_stderr: bool) -> None:
+        self.headless, self.to_stderr = headless, stdout_to_stderr
+        self.kept: KeptOutput | None = None
+        self.proc = None
+        self.relay: OutputRelay | None = None
+        self._saved: tuple | None = None
+        self._parent: list[int] = []
+        tty = None if headless else open_pty()
+        if tty is not None:
+            self.child_fds = (tty[1], tty[1])
+            self._parent = [tty[0]]
+        else:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            self.child_fds = (out_w, err_w)
+            self._parent = [out_r, err_r]
+        self.tty = tty is not None
+
+    def launched(self) -> None:
+        """The job has started: the parent's copies of its ends close; the relaying begins."""
+        for fd in set(self.child_fds):
+            os.close(fd)
+        if self.tty:
+            self.kept = KeptOutput()
+            r, w = os.pipe()
+            self.proc = start_relay([(self._parent[0], w)], fallback=1)
+            if self.proc is not None:
+                os.close(w)
+                os.close(self._parent[0])
+                self.relay = OutputRelay([r], self.kept)
+            else:
+                os.close(r)
+                os.close(w)
+                self.relay = OutputRelay(self._parent, self.kept)
+            return
+        wout_r, wout_w = os.pipe()
+        werr_r, werr_w = os.pipe()
+        out_r, err_r = self._parent
+        self.proc = start_relay([(out_r, 2 if self.to_stderr else 1), (err_r, 2), (wout_r, 1), (werr_r, 2)])
+        for fd in (out_r, err_r, wout_r, werr_r) if self.proc is not None else (wout_r, werr_r):
+            os.close(fd)
+        if self.proc is None:
+            os.close(wout_w)
+            os.close(werr_w)
+            self.relay = OutputRelay(self._parent, headless_sink(self.to_stderr))
+            return
+        self._saved = (sys.stdout, sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        enc = getattr(sys.stdout, "encoding", None) or "utf-8"
+        sys.stdout = open(wout_w, "w", buffering=1, encoding=enc, errors="replace")
+        sys.stderr = open(werr_w, "w", buffering=1, encoding=enc, errors="replace")
+
+    def abandon(self) -> None:
+        """The job could not start: close what was opened for it."""
+        for fd in set(self.child_fds) | set(self._parent):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def drain(self, timeout: float = 5.0) -> None:
+        """Dashboard: the job's output so far (all of it once the job has ended) to the scrollback."""
+        if self.relay is not None and self.kept is not None:
+            self.relay.join(timeout)
+        if self.kept is not None:
+            self.kept.dump(sys.stdout)
+
+    def close(self, wait_s: float = 10.0) -> None:
+        """The watch ends: its own output is flushed through the relay, which ends with the job's
+        output (or goes on relaying a job that outlives the watch)."""
+        if self._saved is not None:
+            for f in (sys.stdout, sys.stderr):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+            sys.stdout, sys.stderr = self._saved
+            self._saved = None
+        if self.relay is not None and self.kept is None:
+            self.relay.join(wait_s)
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=wait_s)
+            except Exception:
+                pass  # a job's child still holds its output open: the relay goes on for it
