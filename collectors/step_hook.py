@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import json
+from collections import deque
 import os
 import socket
 import stat
@@ -76,8 +77,7 @@ class _Stream:
         self.capture_wanted = False  # a capture is pending or running: the wrapper calls boundary()
         self.pending: dict | None = None
         self.cap: _Capture | None = None
-        self.recent = [0] * RECENT  # the last step durations, a ring
-        self.ri = 0
+        self.recent: deque[int] = deque(maxlen=RECENT)  # the last step durations
         self.after: list[int] | None = None  # steps timed after the last capture
         self.after_id = 0
         self.after_skip = 0
@@ -145,8 +145,7 @@ class _Stream:
             self.step += d
             if self.prev_wait > self.max_wait:
                 self.max_wait = self.prev_wait
-            self.recent[self.ri % RECENT] = d
-            self.ri += 1
+            self.recent.append(d)
             if self.after is not None:
                 self._time_after(d)
         self.prev_start, self.prev_wait = start, end - start
@@ -199,7 +198,7 @@ class _Stream:
         self.capture_wanted = False
         if req is None:
             return
-        before = [d for d in self.recent if d][: min(self.ri, RECENT)]
+        before = list(self.recent)
         cap = _Capture(self, req, before)
         if cap.start():
             self.cap = cap
