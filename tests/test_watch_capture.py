@@ -243,3 +243,24 @@ def test_slowdown_trigger_compares_with_the_running_median(tmp_path):
     caps = c.snapshot()
     assert len(caps) == 1 and caps[0].trigger.startswith("slowdown: step 80.0 ms > 1.5 × median 25.0 ms"), caps
     assert caps[0].requested_t == 12.5  # the first 80 ms interval; 30 ms (1.2 ×) did not fire
+
+
+def test_a_replay_lists_the_capture_instants_of_the_recording():
+    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.collectors.samples import Snapshot
+    from trainscope.tui.watch_app import WatchApp
+
+    snaps = [Snapshot(t=float(i), dt=1.0, notes=("capture 1: started at 3.0 s (CPU)",) if i == 3 else ())
+             for i in range(6)]
+    a = LiveAnalyzer()
+    app = WatchApp(title="replay", replay=True, clock=lambda: 100.0)
+    app.preload([(a.add(s), s) for s in snaps])
+
+    async def go():
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("3")
+            await pilot.pause()
+            return str(app.query_one("#capture-text").render())
+
+    text = asyncio.run(go())
+    assert "Captures noted in the recording" in text and "3.0 s  capture 1: started at 3.0 s (CPU)" in text

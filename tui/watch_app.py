@@ -280,7 +280,8 @@ class WatchApp(App):
         if not self.is_mounted:
             return
         st, snap = self.items[-1] if self.items else (None, None)
-        self.query_one("#capture-text", Static).update(capture_text(self.captures, self.capture_message))
+        instants = [(s.t, n) for _, s in self.items for n in s.notes if n.startswith("capture ")] if self.replay else []
+        self.query_one("#capture-text", Static).update(capture_text(self.captures, self.capture_message, instants))
         self.query_one("#banner", Static).update(banner_text(st))
         self.query_one("#findings", Static).update(findings_text(st))
         shown = self.visible()

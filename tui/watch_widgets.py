@@ -116,9 +116,14 @@ def _findings_lines(st: LiveStatus | None) -> str:
     return "\n".join(lines)
 
 
-def capture_text(captures: Sequence, message: str = "") -> Text:
-    """The Capture tab: each capture (newest first), its diagnosis beside what the counters said."""
+def capture_text(captures: Sequence, message: str = "", instants: Sequence[tuple[float, str]] = ()) -> Text:
+    """The Capture tab: each capture (newest first), its diagnosis beside what the counters said;
+    in a replay, the capture instants the recording noted (``instants``: (t, note))."""
     lines: list[str] = [message, ""] if message else []
+    if not captures and instants:
+        lines.append("Captures noted in the recording (the traces are where the notes say):")
+        lines += [f"  {t:7.1f} s  {note}" for t, note in instants]
+        return Text("\n".join(lines))
     if not captures:
         lines.append("No capture yet. c asks the job for a torch.profiler trace of its next iterations "
                      "(also --capture-at, --capture-on); it is diagnosed as `trainscope analyze` would.")
