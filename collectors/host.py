@@ -36,6 +36,7 @@ class HostSampler:
                  rank_pids: Callable[[], Iterable[int]] | None = None) -> None:
         self._roots = roots if callable(roots) else (lambda r=tuple(roots): r)
         self._rank_pids = rank_pids  # processes that said they are ranks (RANK set: torchrun and the like)
+        self._env_rank: dict[int, bool] = {}  # pid -> its environment names a rank (read once per process)
         self._procs: dict[int, psutil.Process] = {}
         self._disk_prev: tuple[int, float] | None = None
         self._notes: list[str] = []
@@ -120,12 +121,20 @@ class HostSampler:
         for pid in list(self._procs):  # forget processes that left the tree
             if pid not in seen:
                 del self._procs[pid]
-        ranks: set[int] = set()
+                self._env_rank.pop(pid, None)
+        env_ranks = {m.pid for m in members if self._env_says_rank(m)}
+        ranks = set()
+        for m in members:  # a DataLoader worker inherits its rank's environment: its parent is that rank
+            try:
+                if m.pid in env_ranks and m.ppid() not in env_ranks:
+                    ranks.add(m.pid)
+            except psutil.Error:
+                pass
         if self._rank_pids is not None:
             try:
-                ranks = set(self._rank_pids()) & seen
+                ranks |= set(self._rank_pids()) & seen
             except Exception:
-                ranks = set()
+                pass
         if ranks:
             mains = [m for m in members if m.pid in ranks]
         else:
@@ -142,6 +151,19 @@ class HostSampler:
                 continue
             (workers if is_worker else other).append(m)
         return mains, workers, other
+
+    def _env_says_rank(self, p: psutil.Process) -> bool:
+        """RANK and WORLD_SIZE in the process's environment (what torchrun and its kind set for each
+        rank): known from the first sample, before any hook reports in."""
+        known = self._env_rank.get(p.pid)
+        if known is None:
+            try:
+                env = p.environ()
+                known = "RANK" in env and "WORLD_SIZE" in env
+            except (psutil.Error, OSError):
+                known = False
+            self._env_rank[p.pid] = known
+        return known
 
     def _groups(self) -> tuple[ProcessGroup, ...]:
         mains, workers, other = self.tree()

@@ -61,11 +61,39 @@ def default_socket_path(pid: int) -> str:
     return os.path.join(private_dir(), f"steps-{pid}.sock")
 
 
+def _ancestors(pid: int, limit: int = 8) -> list[int]:
+    """Parent, grandparent, … of ``pid`` (Linux /proc; empty elsewhere)."""
+    out = []
+    for _ in range(limit):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except Exception:
+            break
+        if pid <= 1:
+            break
+        out.append(pid)
+    return out
+
+
+def find_watcher_socket(pid: int) -> str:
+    """The socket of a ``watch --pid`` of this process or of an ancestor (a rank whose launcher is
+    watched, ``watch --pid <torchrun's pid>``); this process's own path when none listens yet."""
+    for p in [pid, *_ancestors(pid)]:
+        path = default_socket_path(p)
+        if os.path.exists(path):
+            return path
+    return default_socket_path(pid)
+
+
 class _Stream:
     """Per-process totals since the last flush, and the socket they go out on."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, auto: bool = False) -> None:
         self.path = path
+        self.hello: dict | None = None  # sent before anything else to each watcher that listens
+        self.greeted = False
+        self.auto = auto  # no explicit socket: look for a watcher of this process or an ancestor on each retry
         self.pid = os.getpid()
         self.sock = None
         self.prev_start = 0  # start of the previous __next__ (0: none yet)
@@ -106,6 +134,16 @@ class _Stream:
         except OSError:
             return None
 
+    def _close_socket(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+            self.sock = None
+        self.close()
+        self.reply_path = None
+
     def close(self) -> None:
         if self.reply_path and self.pid == os.getpid():
             try:
@@ -119,12 +157,23 @@ class _Stream:
             return False
         try:
             message["pid"] = os.getpid()
-            self._socket().sendto(json.dumps(message, separators=(",", ":")).encode(), self.path)
+            sock = self._socket()
+            if self.hello is not None and message is not self.hello and not self.greeted:
+                self.hello["pid"] = os.getpid()  # a watcher that came later still learns who this is (rank)
+                sock.sendto(json.dumps(self.hello, separators=(",", ":")).encode(), self.path)
+            sock.sendto(json.dumps(message, separators=(",", ":")).encode(), self.path)
+            self.greeted = self.greeted or self.hello is not None
             return True
         except (BlockingIOError, InterruptedError):
             return False  # watcher busy: drop this batch, never block the loop
         except OSError:
             self.retry_at = now + RETRY_NS  # no watcher (yet): try again later
+            if self.auto:
+                path = find_watcher_socket(os.getpid())
+                if path != self.path:
+                    self.path = path
+                    self.greeted = False
+                    self._close_socket()
             if self.reply_path is None and self.sock is not None:  # rebind once the watcher's folder exists
                 try:
                     self.sock.close()
@@ -426,17 +475,20 @@ def install(path: str | None = None) -> bool:
     """Start measuring DataLoader waits in this process; True if the hook is in place.
 
     ``path`` is the watcher's socket; default: ``$TRAINSCOPE_STEP_SOCKET``, else the path
-    ``trainscope watch --pid`` listens on for this process. Safe to call more than once.
+    ``trainscope watch --pid`` listens on for this process or for an ancestor (a launcher such as
+    torchrun watched with ``--pid``), looked for again while none listens. Safe to call more than once.
     """
     global _state
     try:
         if _state is not None:
             return True
-        path = path or os.environ.get(ENV_SOCKET) or default_socket_path(os.getpid())
-        _state = _Stream(path)
+        auto = not (path or os.environ.get(ENV_SOCKET))
+        path = path or os.environ.get(ENV_SOCKET) or find_watcher_socket(os.getpid())
+        _state = _Stream(path, auto=auto)
         env = os.environ
-        _state.send({"type": "hello", "python": sys.version.split()[0], "rank": env.get("RANK"),
-                     "local_rank": env.get("LOCAL_RANK"), "world_size": env.get("WORLD_SIZE")})
+        _state.hello = {"type": "hello", "python": sys.version.split()[0], "rank": env.get("RANK"),
+                        "local_rank": env.get("LOCAL_RANK"), "world_size": env.get("WORLD_SIZE")}
+        _state.send(_state.hello)
         atexit.register(_at_exit)
         module = sys.modules.get(TARGET_MODULE)
         if module is not None and hasattr(module, "_BaseDataLoaderIter"):

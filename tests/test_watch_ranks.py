@@ -104,3 +104,37 @@ def test_each_rank_gets_the_gpu_nvml_lists_it_on():
     r0, r1 = snap.ranks
     assert (r0.rank, r0.gpu, r0.gpu_mem, r0.gpu_util, r0.rss) == ("0", 0, 3 * 2**30, 97.0, 11 * 2**20)
     assert (r1.rank, r1.gpu, r1.gpu_util, r1.steps, r1.data_wait_pct) == ("1", 1, 41.0, 10, 80.0)
+
+
+def test_pid_of_a_launcher_sees_its_ranks_through_the_opt_in_hook(tmp_path):
+    """`watch --pid <launcher>`: ranks that call step_hook.install() find the launcher's watcher."""
+    import os
+    import time
+
+    rank = tmp_path / "rank.py"
+    rank.write_text(
+        "import trainscope.collectors.step_hook as step_hook\n"
+        "step_hook.install()\n"
+        "import runpy, sys\n"
+        f"sys.argv = ['capture_job', '--steps', '500', '--compute-ms', '20']\n"
+        f"runpy.run_path({str(pathlib.Path(__file__).parent / 'jobs' / 'capture_job.py')!r}, run_name='__main__')\n")
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(
+        "import os, subprocess, sys\n"
+        f"procs = [subprocess.Popen([sys.executable, {str(rank)!r}], env={{**os.environ, 'RANK': str(r), "
+        "'LOCAL_RANK': str(r), 'WORLD_SIZE': '2'}, stdout=subprocess.DEVNULL) for r in range(2)]\n"
+        "sys.exit(max(p.wait() for p in procs))\n")
+    job = subprocess.Popen([sys.executable, str(launcher)])
+    try:
+        time.sleep(0.5)
+        p = subprocess.run([sys.executable, "-m", "trainscope", "watch", "--pid", str(job.pid), "--headless",
+                            "--format", "json", "--interval", "0.25", "--duration", "90"],
+                           capture_output=True, text=True, timeout=240)
+        assert p.returncode == 0, p.stderr[-2000:]
+        summary = json.loads(p.stdout.splitlines()[-1])
+        ranks = {r["rank"]: r for r in summary["ranks"]["ranks"]}
+        assert set(ranks) == {"0", "1"} and all(r["steps"] > 20 for r in ranks.values()), summary["ranks"]
+        assert summary["run"]["workers"] == 0  # the launcher's two children are ranks, not DataLoader workers
+    finally:
+        job.kill()
+        job.wait()
