@@ -20,6 +20,7 @@ of verdict changes.
 """
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
@@ -27,6 +28,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from trainscope.analyzers.findings import live_fix_table
+from trainscope.analyzers.live_memory import creep_finding
+from trainscope.analyzers.live_ranks import RankWindow, rank_window
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.verdict import Evidence, Finding, Verdict
 from trainscope.traces.samples import THROTTLE_REASONS, Snapshot
@@ -66,6 +69,7 @@ class WindowStats:
     data_wait_pct: float | None
     step_ms: float | None
     step_s: float = 0.0  # summed time of the window's completed steps
+    cores: int | None = None  # the host's CPU cores (per-core samples), when sampled
 
     def enough_steps(self, rules: Rules) -> bool:
         """Enough step-exact evidence for a step-based verdict: steps and seconds."""
@@ -98,6 +102,7 @@ class LiveStatus:
     fixes: tuple[Fix, ...]
     stats: WindowStats
     changes: tuple[VerdictChange, ...] = ()
+    ranks: "RankWindow | None" = None  # per rank, for a job with several (torchrun)
 
     @property
     def verdict_changes(self) -> int:
@@ -329,6 +334,7 @@ def window_stats(snaps: Sequence[Snapshot], rules: Rules, steps_after_t: float |
         starved_cpu_pct=starved_cpu, starved_io_pct=starved_io,
         steps=n, data_wait_pct=100.0 * wait / total if total else None,
         step_ms=total / n / 1e6 if n else None, step_s=total / 1e9,
+        cores=max((len(h.per_core) for h in hosts if h is not None and h.per_core), default=None),
     )
 
 
@@ -554,18 +560,38 @@ def live_verdict(s: WindowStats, found: list[Finding], rules: Rules) -> Verdict:
 _FIXES = live_fix_table()
 
 
-def live_fixes(s: WindowStats, found: list[Finding]) -> list[Fix]:
+_WORKERS_LINE = re.compile(r"num_workers=\d+,(\s*)# ≈ CPU cores per GPU")
+
+
+def fit_workers(change: str, s: WindowStats) -> str:
+    """The DataLoader worker count of a fix, fitted to the machine the watch samples: its cores
+    per GPU, one left for the training process, at most 8 (the registry's default)."""
+    if not s.cores:
+        return change
+    per_gpu = s.cores // max(1, s.gpus)
+    n = max(1, min(8, per_gpu - 1))
+    where = f"{s.cores} CPU cores here" + (f", {s.gpus} GPUs" if s.gpus > 1 else "")
+    return _WORKERS_LINE.sub(lambda m: f"num_workers={n},{m.group(1)}# {where}", change)
+
+
+def live_fixes(s: WindowStats, found: list[Finding], rules: Rules | None = None) -> list[Fix]:
     out = []
+    saturated = (rules or Rules()).value("live.cpu_saturated")
     for f in found:
         if f.id not in _FIXES:
             continue
         title, change = _FIXES[f.id]
+        change = fit_workers(change, s)
         if f.id == "data/input-wait" and s.workers:
             title = "Prefetch more batches and add DataLoader workers"
         speed, basis = None, "no projection from sampled counters"
         if f.id == "data/input-wait" and s.data_wait_pct is not None and s.data_wait_pct < 100:
             w = s.data_wait_pct / 100
             speed, basis = round(1 / (1 - w), 3), f"hiding the measured {s.data_wait_pct:.1f} % wait entirely: 1 / (1 − {w:.3f})"
+            if s.cpu_pct is not None and s.cpu_pct >= saturated:  # no free core for more workers here
+                speed = None
+                basis = (f"no projection: the host's CPUs are already {s.cpu_pct:.0f} % busy, so more workers have "
+                         f"no free core to run on (a {s.data_wait_pct:.1f} % wait is hidden only with spare CPU)")
         if f.id == "algorithm/compute-bound" and s.gpu_util is None:
             continue  # a CPU job: GPU advice does not apply
         out.append(Fix(f.id, title, change, speed, basis))
@@ -595,16 +621,18 @@ def evaluate(snaps: Sequence[Snapshot], rules: Rules, t: float | None = None,
     stepping = any(x.step_mode in ("on", "waiting") for x in snaps[-3:])
     warming = s.samples < rules.value("live.min_samples") or (
         s.gpu_util is None and stepping and not s.enough_steps(rules))
+    ranks = rank_window(snaps, rules) if any(x.ranks for x in snaps) else None
+    creep = creep_finding(snaps)  # a leak is said even while the verdict warms up
     if warming:
         v = Verdict("insufficient_evidence", 0.0, None,
                     f"warming up: {s.samples} samples and {s.steps} steps so far", [])
-        return LiveStatus(t, WARMING_UP, v, (), (), s)
-    found = live_findings(s, rules)
+        return LiveStatus(t, WARMING_UP, v, (creep,) if creep else (), (), s, ranks=ranks)
+    found = live_findings(s, rules) + ([creep] if creep else [])
     v = live_verdict(s, found, rules)
     if v.bottleneck:  # the primary finding first, then by severity
         grade = {"high": 0, "moderate": 1, "info": 2}
         found.sort(key=lambda f: (f.id != v.bottleneck, grade[f.severity], -f.stake_pct))
-    return LiveStatus(t, READY, v, tuple(found), tuple(live_fixes(s, found)), s)
+    return LiveStatus(t, READY, v, tuple(found), tuple(live_fixes(s, found, rules)), s, ranks=ranks)
 
 
 def _key(st: LiveStatus) -> tuple[str, str | None]:
@@ -632,6 +660,7 @@ class LiveAnalyzer:
         self._shown: LiveStatus | None = None
         self._candidate: tuple[tuple[str, str | None], float] | None = None  # (key, leading since)
         self._startup_end: float | None = None
+        self._creep: Finding | None = None  # the last memory-creep finding of any window (for the summary)
 
     def add(self, snap: Snapshot) -> LiveStatus:
         d = digest(snap, self.rules)
@@ -645,6 +674,7 @@ class LiveAnalyzer:
         if self._startup_end is None and snap.step is not None and snap.step.steps:
             self._startup_end = startup_end(self.history, self.rules)  # once, when steps first arrive
         st = evaluate(list(self._window), self.rules, snap.t, self._startup_end, list(self._window_digests))
+        self._creep = next((f for f in st.findings if f.id == "machine/memory-creep"), self._creep)
         key, shown = _key(st), self._shown
         if shown is None or key == _key(shown):
             accept, self._candidate = True, None
@@ -658,7 +688,7 @@ class LiveAnalyzer:
                 self.changes.append(VerdictChange(snap.t, key[0], key[1], st.verdict.summary))
             shown = st
         self.status = LiveStatus(st.t, shown.state, shown.verdict, shown.findings, shown.fixes, st.stats,
-                                 tuple(self.changes))
+                                 tuple(self.changes), st.ranks)
         return self.status
 
     def _held(self, key: tuple[str, str | None], t: float) -> float:
@@ -671,7 +701,12 @@ class LiveAnalyzer:
         """The verdict over the whole run (start-up steps left out), with the change log."""
         st = evaluate(self.history, self.rules, self.history[-1].t if self.history else None,
                       startup_end(self.history, self.rules), self._digests)
-        return LiveStatus(st.t, st.state, st.verdict, st.findings, st.fixes, st.stats, tuple(self.changes))
+        findings, fixes = st.findings, st.fixes
+        if self._creep is not None and not any(f.id == self._creep.id for f in findings):
+            # A leak seen in a window stays in the summary (the run's start-up and tail flatten a whole-run fit).
+            findings = findings + (self._creep,)
+            fixes = fixes + tuple(live_fixes(st.stats, [self._creep], self.rules))
+        return LiveStatus(st.t, st.state, st.verdict, findings, fixes, st.stats, tuple(self.changes), st.ranks)
 
 
 def counters_diagnosis(trace, rules: Rules):

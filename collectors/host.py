@@ -32,8 +32,11 @@ class HostSampler:
     """``roots`` gives the pids whose trees form the job (a callable is asked on every sample, so
     bare ``watch`` can follow whichever processes use the GPUs); empty means host metrics only."""
 
-    def __init__(self, roots: Callable[[], Iterable[int]] | Iterable[int] = ()) -> None:
+    def __init__(self, roots: Callable[[], Iterable[int]] | Iterable[int] = (),
+                 rank_pids: Callable[[], Iterable[int]] | None = None) -> None:
         self._roots = roots if callable(roots) else (lambda r=tuple(roots): r)
+        self._rank_pids = rank_pids  # processes that said they are ranks (RANK set: torchrun and the like)
+        self._env_rank: dict[int, bool] = {}  # pid -> its environment names a rank (read once per process)
         self._procs: dict[int, psutil.Process] = {}
         self._disk_prev: tuple[int, float] | None = None
         self._notes: list[str] = []
@@ -89,8 +92,18 @@ class HostSampler:
             self._procs[pid] = p
         return p
 
-    def tree(self) -> tuple[psutil.Process | None, list[psutil.Process], list[psutil.Process]]:
-        """(main process, DataLoader workers, other processes) of the job right now."""
+    def rss(self, pid: int) -> int | None:
+        """Resident memory of one process of the job (None when it cannot be read)."""
+        p = self._process(pid)
+        try:
+            return int(p.memory_info().rss) if p is not None else None
+        except psutil.Error:
+            return None
+
+    def tree(self) -> tuple[list[psutil.Process], list[psutil.Process], list[psutil.Process]]:
+        """(training processes, DataLoader workers, other processes) of the job right now. The
+        training processes are the ranks when the job's hooks said which processes are ranks (a
+        launcher's children are then ranks, not DataLoader workers), else the first Python process."""
         members: list[psutil.Process] = []
         seen: set[int] = set()
         for root in self._roots():
@@ -108,22 +121,54 @@ class HostSampler:
         for pid in list(self._procs):  # forget processes that left the tree
             if pid not in seen:
                 del self._procs[pid]
-        main = next((m for m in members if _is_python(m)), members[0] if members else None)
+                self._env_rank.pop(pid, None)
+        env_ranks = {m.pid for m in members if self._env_says_rank(m)}
+        ranks = set()
+        for m in members:  # a DataLoader worker inherits its rank's environment: its parent is that rank
+            try:
+                if m.pid in env_ranks and m.ppid() not in env_ranks:
+                    ranks.add(m.pid)
+            except psutil.Error:
+                pass
+        if self._rank_pids is not None:
+            try:
+                ranks |= set(self._rank_pids()) & seen
+            except Exception:
+                pass
+        if ranks:
+            mains = [m for m in members if m.pid in ranks]
+        else:
+            first = next((m for m in members if _is_python(m)), members[0] if members else None)
+            mains = [first] if first is not None else []
+        main_pids = {m.pid for m in mains}
         workers, other = [], []
         for m in members:
-            if m is main:
+            if m.pid in main_pids:
                 continue
             try:
-                is_worker = main is not None and m.ppid() == main.pid and _is_python(m)
+                is_worker = m.ppid() in main_pids and _is_python(m)
             except psutil.Error:
                 continue
             (workers if is_worker else other).append(m)
-        return main, workers, other
+        return mains, workers, other
+
+    def _env_says_rank(self, p: psutil.Process) -> bool:
+        """RANK and WORLD_SIZE in the process's environment (what torchrun and its kind set for each
+        rank): known from the first sample, before any hook reports in."""
+        known = self._env_rank.get(p.pid)
+        if known is None:
+            try:
+                env = p.environ()
+                known = "RANK" in env and "WORLD_SIZE" in env
+            except (psutil.Error, OSError):
+                known = False
+            self._env_rank[p.pid] = known
+        return known
 
     def _groups(self) -> tuple[ProcessGroup, ...]:
-        main, workers, other = self.tree()
+        mains, workers, other = self.tree()
         out = []
-        for role, procs in (("main", [main] if main else []), ("workers", workers), ("other", other)):
+        for role, procs in (("main", mains), ("workers", workers), ("other", other)):
             if role != "workers" and not procs:
                 continue
             cpu: float | None = 0.0

@@ -10,7 +10,7 @@ from typing import Callable
 
 from trainscope.collectors.host import HostSampler
 from trainscope.collectors.nvml import NvmlSampler
-from trainscope.collectors.samples import Snapshot
+from trainscope.collectors.samples import RankSample, Snapshot
 from trainscope.collectors.step_receiver import StepReceiver
 
 MIN_INTERVAL_S = 0.25  # faster sampling costs the job CPU and NVML's own counters update slower
@@ -29,6 +29,7 @@ class Monitor:
         self.t0 = clock()
         self._last = self.t0
         self.cost_s: list[float] = []  # CPU seconds the sampler thread spent per sample
+        self._rank_seen: dict[int, str | None] = {}  # every stepping process so far -> its RANK
 
     def start(self) -> None:
         if self.gpu is not None:
@@ -70,15 +71,41 @@ class Monitor:
             host = self.host.sample()
             notes += self.host.drain_notes()
         step, mode = None, "off"
+        ranks: tuple[RankSample, ...] = ()
         if self.steps is not None:
             step = self.steps.drain()
             st = self.steps.status()
             mode = st.mode if st.mode != "off" else f"off: {st.detail}"
+            ranks = self._ranks(gpus)
         snap = Snapshot(t=round(now - self.t0, 6), dt=round(now - self._last, 6), wall=time.time(), gpus=gpus,
-                        host=host, step=step, step_mode=mode, notes=tuple(notes))
+                        host=host, step=step, step_mode=mode, notes=tuple(notes), ranks=ranks)
         self._last = now
         self.cost_s.append(time.thread_time() - c0)
         return snap
+
+    def _ranks(self, gpus) -> tuple[RankSample, ...]:
+        """Per rank (or stepping process) of a job with several: its steps this interval, its RSS,
+        and its GPU (the device NVML lists it on). Empty for a single-process job."""
+        per = self.steps.drain_per_process()
+        known = self.steps.rank_pids()
+        self._rank_seen.update(known)
+        self._rank_seen.update((p, self._rank_seen.get(p)) for p in per)
+        if len(self._rank_seen) < 2 and not known:
+            return ()
+        out = []
+        for pid, rank in self._rank_seen.items():
+            n, w, s, m = per.get(pid, (0, 0, 0, 0))
+            gpu = mem = util = None
+            for g in gpus:
+                for p in g.processes or ():
+                    if p.pid == pid:
+                        gpu, mem, util = g.index, p.used_bytes, g.util_gpu
+            rss = (self.host.rss(pid) or None) if self.host is not None else None  # 0: an exited (zombie) rank
+            if rss is None and not n and pid not in known:
+                continue  # gone
+            out.append(RankSample(rank if rank is not None else f"pid {pid}", pid, n, w, s, m, rss, gpu, mem, util))
+        out.sort(key=lambda r: (0, int(r.rank), r.pid) if r.rank.isdigit() else (1, 0, r.pid))
+        return tuple(out)
 
     def _emit(self) -> None:
         try:

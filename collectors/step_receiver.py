@@ -13,6 +13,7 @@ import socket
 import stat
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 
 from trainscope.collectors import step_hook
@@ -43,6 +44,11 @@ class StepReceiver:
         self._hello: set[int] = set()
         self._patched: set[int] = set()
         self._errors: list[str] = []
+        self._addr: dict[int, str] = {}  # pid -> the job's bound end (two-way: capture requests)
+        self._ranks: dict[int, dict[str, str | None]] = {}  # pid -> RANK, LOCAL_RANK, WORLD_SIZE from hello
+        self._last_steps: dict[int, float] = {}  # pid -> monotonic time of its last step batch
+        self._capture_msgs: list[dict] = []
+        self._per_pid: dict[int, list[int]] = {}  # pid -> [n, wait, step, max] since the last drain
         self._stop = threading.Event()
         _remove_stale_socket(path)  # only a socket of ours: never a file someone planted there
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -55,22 +61,30 @@ class StepReceiver:
     def _serve(self) -> None:
         while not self._stop.is_set():
             try:
-                data = self._sock.recv(65536)
+                data, addr = self._sock.recvfrom(65536)
             except socket.timeout:
                 continue
             except OSError:
                 return
-            self.handle(data)
+            self.handle(data, addr)
 
-    def handle(self, data: bytes) -> None:
+    def handle(self, data: bytes, addr: str | None = None) -> None:
         try:
             msg = json.loads(data)
             kind, pid = msg["type"], int(msg["pid"])
         except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             return
         with self._lock:
+            # The sender's bound end, when it is in this socket's own (private) folder: replies go nowhere else.
+            if isinstance(addr, str) and addr and os.path.dirname(addr) == os.path.dirname(self.path):
+                self._addr[pid] = addr
             if kind == "hello":
                 self._hello.add(pid)
+                self._ranks[pid] = {k: (str(msg[k])[:16] if msg.get(k) is not None else None)
+                                    for k in ("rank", "local_rank", "world_size")}
+            elif kind in ("capture", "capture_cost"):
+                if len(self._capture_msgs) < 1000 and isinstance(msg, dict):
+                    self._capture_msgs.append(msg)
             elif kind == "patched":
                 self._hello.add(pid)
                 self._patched.add(pid)
@@ -84,6 +98,12 @@ class StepReceiver:
                 if n < 0 or w < 0 or s < 0 or w > s:
                     return
                 self._patched.add(pid)
+                self._last_steps[pid] = time.monotonic()
+                acc = self._per_pid.setdefault(pid, [0, 0, 0, 0])
+                acc[0] += n
+                acc[1] += w
+                acc[2] += s
+                acc[3] = max(acc[3], m)
                 self._n += n
                 self._wait += w
                 self._step += s
@@ -97,6 +117,59 @@ class StepReceiver:
             out = StepSample(self._n, self._wait, self._step, self._max)
             self._n = self._wait = self._step = self._max = 0
             return out
+
+    def drain_per_process(self) -> dict[int, tuple[int, int, int, int]]:
+        """Per stepping process: (steps, wait ns, step ns, max wait ns) since the last call."""
+        with self._lock:
+            out = {p: tuple(v) for p, v in self._per_pid.items()}
+            self._per_pid = {}
+            return out
+
+    def rank_pids(self) -> dict[int, str]:
+        """pid -> RANK for the processes whose hook said hello with a rank (torchrun sets RANK)."""
+        with self._lock:
+            return {p: v["rank"] for p, v in self._ranks.items() if v.get("rank") is not None}
+
+    def drain_capture_messages(self) -> list[dict]:
+        """The job's capture replies (started, done, refused, failed, aborted, capture_cost) since the last call."""
+        with self._lock:
+            out, self._capture_msgs = self._capture_msgs, []
+            return out
+
+    def capture_target(self) -> tuple[int | None, str]:
+        """The process to capture: the stepping process (lowest rank, else lowest pid) that can
+        hear requests; (None, why not) when there is none."""
+        with self._lock:
+            stepping = sorted(self._patched)
+            reachable = [p for p in stepping if p in self._addr]
+            hello = bool(self._hello)
+
+            def order(p: int):
+                r = (self._ranks.get(p) or {}).get("rank")
+                return (0, int(r), p) if r is not None and r.isdigit() else (1, 0, p)
+        if reachable:
+            return sorted(reachable, key=order)[0], ""
+        if stepping:
+            return None, "the job's hook cannot hear requests (its socket could not be bound)"
+        if hello:
+            return None, "the job has not iterated a torch DataLoader: there is no iteration boundary to capture at"
+        return None, "no step hook reported in (not a Python job, or the hook could not install)"
+
+    def send(self, pid: int, message: dict) -> bool:
+        """Send ``message`` to the hook of process ``pid`` (never blocks); False when it cannot."""
+        with self._lock:
+            addr = self._addr.get(pid)
+        if addr is None:
+            return False
+        try:
+            self._sock.sendto(json.dumps(message, separators=(",", ":")).encode(), addr)
+            return True
+        except OSError:
+            return False
+
+    def ranks(self) -> dict[int, dict[str, str | None]]:
+        with self._lock:
+            return {p: dict(v) for p, v in self._ranks.items()}
 
     def status(self) -> HookStatus:
         with self._lock:

@@ -60,19 +60,56 @@ def snapshot_dict(snap: Snapshot) -> dict[str, Any]:
     return d
 
 
+def ranks_dict(st: LiveStatus) -> dict[str, Any] | None:
+    """Per rank over the window (a job with several ranks), and the rank holding the others back."""
+    rw = st.ranks
+    if rw is None:
+        return None
+    return {"straggler": rw.straggler, "evidence": rw.evidence,
+            "ranks": [{k: (_r(v) if isinstance(v, float) else v) for k, v in asdict(r).items()} for r in rw.ranks]}
+
+
+def rank_lines(st: LiveStatus | None) -> list[str]:
+    """One line per rank (dashboard, summary): iteration, input wait, own work, RSS, GPU."""
+    rw = st.ranks if st is not None else None
+    if rw is None:
+        return []
+    out = []
+    for r in rw.ranks:
+        gpu = f"  GPU {r.gpu} {r.gpu_util:.0f} % {r.gpu_mem / 2**30:.1f} GiB" if r.gpu is not None and r.gpu_util is not None and r.gpu_mem is not None else ""
+        mark = "  ◀ holds the others back" if rw.straggler == r.rank else ""
+        out.append(f"rank {r.rank:>4s}  iter {_ms(r.step_ms)}  input wait {_ms(r.wait_ms)} ({_pct(r.wait_pct)} %)  "
+                   f"own work {_ms(r.own_ms)}  RSS {_gib(r.rss)}{gpu}{mark}")
+    return out
+
+
+def _ms(x: float | None) -> str:
+    return "   n/a" if x is None else f"{x:6.1f} ms"
+
+
+def _gib(x: int | None) -> str:
+    return "n/a" if x is None else f"{x / 2**30:.2f} GiB"
+
+
 def status_line_dict(st: LiveStatus, snap: Snapshot) -> dict[str, Any]:
     """One JSON line of ``watch --headless --format json``."""
-    return {"schema": SCHEMA, "type": "sample", "t": round(snap.t, 3), "wall": round(snap.wall, 3), "state": st.state,
-            "verdict": verdict_dict(st), "findings": findings_list(st),
-            "fixes": [asdict(f) for f in st.fixes], "window": stats_dict(st.stats),
-            "sample": snapshot_dict(snap)}
+    d = {"schema": SCHEMA, "type": "sample", "t": round(snap.t, 3), "wall": round(snap.wall, 3), "state": st.state,
+         "verdict": verdict_dict(st), "findings": findings_list(st),
+         "fixes": [asdict(f) for f in st.fixes], "window": stats_dict(st.stats),
+         "sample": snapshot_dict(snap)}
+    if st.ranks is not None:
+        d["ranks"] = ranks_dict(st)
+    return d
 
 
 def summary_dict(st: LiveStatus, info: dict[str, Any]) -> dict[str, Any]:
-    return {"schema": SCHEMA, "type": "summary", "tool": {"name": "trainscope", "version": __version__}, **info,
-            "state": st.state, "verdict": verdict_dict(st), "findings": findings_list(st),
-            "fixes": [asdict(f) for f in st.fixes], "run": stats_dict(st.stats),
-            "changes": [asdict(c) for c in st.changes], "verdict_changes": st.verdict_changes}
+    d = {"schema": SCHEMA, "type": "summary", "tool": {"name": "trainscope", "version": __version__}, **info,
+         "state": st.state, "verdict": verdict_dict(st), "findings": findings_list(st),
+         "fixes": [asdict(f) for f in st.fixes], "run": stats_dict(st.stats),
+         "changes": [asdict(c) for c in st.changes], "verdict_changes": st.verdict_changes}
+    if st.ranks is not None:
+        d["ranks"] = ranks_dict(st)
+    return d
 
 
 def status_line(st: LiveStatus, snap: Snapshot) -> str:
@@ -92,10 +129,16 @@ def status_line(st: LiveStatus, snap: Snapshot) -> str:
             w = f" workers {wk.count}×{_pct(wk.cpu_pct / wk.count if wk.count and wk.cpu_pct is not None else None)}%" if wk and wk.count else ""
             parts.append(f"main {_pct(main.cpu_pct)}%{w}")
     s = st.stats
+    if st.ranks is not None:
+        parts.append("ranks " + " ".join(f"{r.rank}:{_pct(r.wait_pct).strip()}%" for r in st.ranks.ranks)
+                     + (f" straggler {st.ranks.straggler}" if st.ranks.straggler else ""))
     if s.data_wait_pct is not None:
         parts.append(f"steps {s.steps} wait {s.data_wait_pct:.1f}%")
     elif snap.step_mode != "on":
         parts.append(f"steps {snap.step_mode.split(':')[0]}")
+    creep = next((f for f in st.findings if f.id == "machine/memory-creep"), None)
+    if creep is not None:
+        parts.append("MEMORY CREEP " + creep.detail.split(" over the last")[0])
     conf = f" {st.verdict.confidence:.2f}" if st.state == READY and st.verdict.bottleneck else ""
     parts.append(live_headline(st).split(" · ")[0] + (f" ({st.verdict.bottleneck})" if st.verdict.bottleneck else "") + conf)
     return " │ ".join(parts)
@@ -126,9 +169,41 @@ def summary_text(st: LiveStatus, info: dict[str, Any]) -> str:
     if len(st.changes) > 1:
         out += ["", f"Verdict changes ({st.verdict_changes} after the first verdict)"] + [f"  {c.t:7.1f}s  {AXIS_NAMES.get(c.axis, c.axis)}"
                                           + (f" ({c.bottleneck})" if c.bottleneck else "") for c in st.changes]
+    if st.ranks is not None:
+        out += ["", "Ranks (over the whole run)"] + [f"  {line}" for line in rank_lines(st)]
+        out += [f"  {line}" for line in textwrap.wrap(st.ranks.evidence, 92)]
+    if info.get("captures"):
+        out += ["", "Captures (torch.profiler, diagnosed as `trainscope analyze` would)"]
+        for c in info["captures"]:
+            out.append("  " + capture_headline(c))
+            if c.get("status") == "done":
+                out.append(f"      {capture_overhead(c)}")
     for n in info.get("notes", []):
         out.append(f"note: {n}")
     return "\n".join(out) + "\n"
+
+
+def capture_headline(c: dict[str, Any]) -> str:
+    """One line for a capture (its dict: :meth:`trainscope.api.capture.Capture.to_dict`)."""
+    head = f"capture {c.get('id')} ({c.get('trigger')}"
+    if c.get("status") != "done":
+        return f"{head}): no capture: {c.get('why')}"
+    verdict = str(c.get("verdict_line") or "").removeprefix("trainscope: ")
+    limit = ", stopped by the time limit" if c.get("time_limit") else ""
+    return (f"{head}, {c.get('steps_captured')} steps at {c.get('started_t') or 0:.1f} s{limit}): {verdict}"
+            f" — trace {c.get('path')}")
+
+
+def capture_overhead(c: dict[str, Any]) -> str:
+    o = c.get("overhead")
+    once = ", ".join(f"{name} {c[k]:.2f} s" for name, k in (("profiler start", "start_s"), ("trace export", "export_s"))
+                     if c.get(k) is not None)
+    tail = f"; once: {once}" if once else ""
+    if not o:
+        return "overhead: not measured (no steps timed around the capture)" + tail
+    basis = f"{o['before_steps']} before" + (f" + {o['after_steps']} after" if o.get("after_steps") else "")
+    return (f"overhead {o['pct']:+.0f} % per step (median {o['during_ms']:.1f} ms during vs {o['around_ms']:.1f} ms "
+            f"around, {basis}){tail}")
 
 
 def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
@@ -170,6 +245,34 @@ def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
                 "| at | verdict |", "|---|---|"]
         out += [f"| {c.t:.1f} s | {e(AXIS_NAMES.get(c.axis, c.axis))}{f' ({e(c.bottleneck)})' if c.bottleneck else ''} |"
                 for c in st.changes]
+        out.append("")
+    if st.ranks is not None:
+        out += ["## Ranks", "", "| rank | pid | iterations | iteration | input wait | own work | RSS | GPU |",
+                "|---|---|---|---|---|---|---|---|"]
+        for r in st.ranks.ranks:
+            gpu = "n/a" if r.gpu is None else f"{r.gpu}" + (f" ({r.gpu_util:.0f} %)" if r.gpu_util is not None else "")
+            name = e(r.rank) + (" **holds the others back**" if st.ranks.straggler == r.rank else "")
+            out.append(f"| {name} | {r.pid} | {r.steps} | {_ms(r.step_ms).strip()} | {_ms(r.wait_ms).strip()} "
+                       f"({_pct(r.wait_pct).strip()} %) | {_ms(r.own_ms).strip()} | {_gib(r.rss)} | {gpu} |")
+        out += ["", e(st.ranks.evidence), ""]
+    for c in info.get("captures") or []:
+        out += [f"## Capture {c.get('id')}: {e(str(c.get('trigger')))}", ""]
+        if c.get("status") != "done":
+            out += [f"No capture: {e(str(c.get('why')))}", ""]
+            continue
+        out += [f"{c.get('steps_captured')} iterations captured at {c.get('started_t') or 0:.1f} s "
+                f"(asked at {c.get('requested_t') or 0:.1f} s), pid {c.get('pid')}; trace `{e(str(c.get('path')))}`.", "",
+                "| | |", "|---|---|",
+                f"| counters then | {e(str(c.get('counters') or 'n/a'))} |",
+                f"| trace says | {e(str(c.get('verdict_line') or '').removeprefix('trainscope: '))} |",
+                f"| overhead | {e(capture_overhead(c))} |", ""]
+        if c.get("summary"):
+            out += [e(str(c["summary"])), ""]
+        out += [f"- {e(str(x))}" for x in c.get("evidence") or []]
+        if c.get("breakdown"):
+            out += ["", "Step breakdown: " + e(" · ".join(c["breakdown"]))]
+        if c.get("top_kernels"):
+            out += ["", "Top kernels:", ""] + [f"- {e(str(k))}" for k in c["top_kernels"]]
         out.append("")
     if info.get("notes"):
         out += ["## Notes", ""] + [f"- {e(n)}" for n in info["notes"]] + [""]

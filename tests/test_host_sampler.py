@@ -49,3 +49,42 @@ def test_process_tree_split_into_main_workers_and_other():
         job.wait()
     gone = h.sample()
     assert gone.group("workers").count == 0 and gone.group("main") is None  # tree gone: no crash
+
+
+def test_ranks_from_the_environment_and_their_workers(tmp_path):
+    """A launcher's children with RANK/WORLD_SIZE are ranks; a rank's own Python child (a DataLoader
+    worker inherits the rank's environment) is a worker, not a rank."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from trainscope.collectors.host import HostSampler
+
+    rank_code = ("import subprocess, sys, time\n"
+                 "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+                 "time.sleep(30)\n")
+    launcher = subprocess.Popen([sys.executable, "-c",
+                                 "import os, subprocess, sys, time\n"
+                                 f"ps = [subprocess.Popen([sys.executable, '-c', {rank_code!r}], env={{**os.environ, "
+                                 "'RANK': str(r), 'WORLD_SIZE': '2'}) for r in range(2)]\n"
+                                 "time.sleep(30)\n"])
+    try:
+        h = HostSampler([launcher.pid])
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            mains, workers, other = h.tree()
+            if len(mains) == 2 and len(workers) == 2:
+                break
+            time.sleep(0.2)
+        assert len(mains) == 2 and all(m.environ().get("RANK") in ("0", "1") for m in mains)
+        assert len(workers) == 2 and {w.ppid() for w in workers} == {m.pid for m in mains}
+        assert [o.pid for o in other] == [launcher.pid]
+    finally:
+        for p in HostSampler([launcher.pid]).tree()[0] + HostSampler([launcher.pid]).tree()[1]:
+            try:
+                os.kill(p.pid, 9)  # processes this test started
+            except ProcessLookupError:
+                pass
+        launcher.kill()
+        launcher.wait()

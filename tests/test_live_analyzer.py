@@ -259,3 +259,25 @@ def test_nanogpt_log_is_stable_and_power_capped():
                 per.setdefault(int(r["gpu_index"]), []).append(float(r["power_W"]))
     import statistics
     assert all(max(v) - statistics.median(v) <= 0.015 * statistics.median(v) for v in per.values())
+
+
+def data_bound_cpu_job(cores: int, cpu_pct: float, gpus: int = 0):
+    out = []
+    for i in range(12):
+        g = tuple(GpuSample(k, "G", 5.0) for k in range(gpus))
+        out.append(Snapshot(t=float(i), dt=1.0, gpus=g, host=HostSample(cpu_pct, (cpu_pct,) * cores),
+                            step=StepSample(10, 150_000_000, 250_000_000, 20_000_000), step_mode="on"))
+    return evaluate(out, Rules())
+
+
+def test_the_worker_fix_fits_the_machines_cores():
+    # Issue 28: "num_workers=8 # ≈ CPU cores per GPU" and "up to 5.99×" on a 2-core machine at 100 % CPU.
+    st = data_bound_cpu_job(cores=2, cpu_pct=100.0)
+    fx = next(f for f in st.fixes if f.finding == "data/input-wait")
+    assert "num_workers=1,  # 2 CPU cores here" in fx.change and "num_workers=8" not in fx.change
+    assert fx.projected_speedup is None and "already 100 % busy" in fx.basis
+    # Spare cores: the projection stands, and the count is cores per GPU minus one for the training process.
+    st = data_bound_cpu_job(cores=64, cpu_pct=20.0, gpus=8)
+    fx = next(f for f in st.fixes if f.finding == "data/input-wait")
+    assert "num_workers=7,  # 64 CPU cores here, 8 GPUs" in fx.change
+    assert fx.projected_speedup == round(1 / (1 - 0.6), 3)

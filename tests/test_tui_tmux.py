@@ -122,7 +122,7 @@ def test_stopping_the_launched_job_from_the_dashboard_interrupts_it(tmp_path):
 
 
 def test_q_in_watch_leaves_the_job_running(tmp_path):
-    """q, then n (the default) at "stop job? y/N": watch leaves with exit 0 and the job runs on."""
+    """q, then d (detach) at "stop job? y/N": watch leaves with exit 0 and the job runs on."""
     import os
     import signal
 
@@ -149,7 +149,7 @@ def test_q_in_watch_leaves_the_job_running(tmp_path):
         pid = int(pid_file.read_text())
         tmux("send-keys", "-t", "t", "q")
         tmux.wait_for("stop job? y/N", timeout=10)
-        tmux("send-keys", "-t", "t", "n")
+        tmux("send-keys", "-t", "t", "d")
         end = time.monotonic() + 30
         while not exit_file.exists() and time.monotonic() < end:
             time.sleep(0.1)

@@ -142,8 +142,31 @@ def test_q_asks_before_stopping_a_launched_job():
 
     stopped = asyncio.run(go("y"))
     assert stopped.quit_code == 130 and not stopped.detached
-    left = asyncio.run(go("n"))
+    left = asyncio.run(go("d"))
     assert left.quit_code == 0 and left.detached
+
+
+def test_n_at_the_stop_prompt_goes_back_to_the_dashboard():
+    async def go():
+        app = WatchApp(title="python train.py", interval=1.0, clock=lambda: 100.0, launched=True)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("q")
+            await pilot.pause()
+            assert "stop job? y/N" in str(app.screen.query_one("#confirm-text").render())
+            await pilot.press("n")
+            await pilot.pause()
+            assert app.is_running and app.quit_code is None and not app.detached
+            assert not app.screen.query("#confirm-text")  # the dashboard again
+            await pilot.press("q")
+            await pilot.pause()
+            await pilot.press("enter")  # the default (N) is "no" too
+            await pilot.pause()
+            assert app.is_running and app.quit_code is None
+            await pilot.press("escape")
+        return app
+
+    app = asyncio.run(go())
+    assert app.quit_code is None and not app.detached
 
 
 def test_dashboard_snapshot_data_bound(snap_compare):

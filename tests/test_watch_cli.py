@@ -34,6 +34,30 @@ def test_help_has_examples():
     assert p.returncode == 0 and "examples:" in p.stdout and "--replay" in p.stdout
 
 
+def test_duration_stops_a_launched_job_and_says_so(tmp_path):
+    p = cli("watch", "--help")
+    assert "a job watch launched is then stopped as Ctrl-C would" in " ".join(p.stdout.split())
+    p = cli("watch", "--headless", "--interval", "0.25", "--duration", "1.5", "--",
+            sys.executable, "-c", "import time; time.sleep(60)")
+    assert p.returncode == 0, p.stderr  # ended on --duration's SIGINT as asked: not 130
+    assert "--duration 1.5 s reached: sending SIGINT" in p.stderr
+    # A job that handles the interrupt and exits its own way keeps its code.
+    p = cli("watch", "--headless", "--interval", "0.25", "--duration", "1.5", "--", sys.executable, "-c",
+            "import sys, time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    sys.exit(5)")
+    assert p.returncode == 5, p.stderr
+
+
+@pytest.mark.parametrize("cmd,text", [([], "no step timings (step mode off); launch the job with watch -- COMMAND"),
+                                      (["x"], "no step timings yet: the job has not iterated a torch DataLoader")])
+def test_warm_up_step_text_matches_how_the_job_was_started(cmd, text):
+    from trainscope.tui.watch_app import step_lines
+
+    snaps = [(None, Snapshot(t=1.0, dt=1.0, step_mode="off"))]
+    assert step_lines(snaps, launched=bool(cmd))[0].startswith(text)
+    waiting = [(None, Snapshot(t=1.0, dt=1.0, step_mode="waiting"))]
+    assert "waiting for its first DataLoader iteration" in step_lines(waiting, launched=bool(cmd))[0]
+
+
 def test_job_exit_code_and_report(tmp_path):
     report = tmp_path / "r.md"
     p = cli("watch", "--headless", "--interval", "0.25", "--report", str(report), "--",

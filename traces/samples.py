@@ -100,6 +100,27 @@ class StepSample:
 
 
 @dataclass(frozen=True)
+class RankSample:
+    """One rank (or stepping process) of the job during the interval: its own step timings from the
+    hook, and its RSS and GPU as sampled (``watch`` of a multi-process job, e.g. torchrun)."""
+
+    rank: str  # RANK of the process, else "pid N"
+    pid: int
+    steps: int = 0
+    wait_ns: int = 0
+    step_ns: int = 0
+    max_wait_ns: int = 0
+    rss: int | None = None
+    gpu: int | None = None  # NVML index of the GPU holding this process's memory
+    gpu_mem: int | None = None
+    gpu_util: float | None = None  # that GPU's utilization
+
+    @property
+    def data_wait_pct(self) -> float | None:
+        return 100.0 * self.wait_ns / self.step_ns if self.step_ns else None
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything sampled in one interval. ``t`` is seconds since the watch began."""
 
@@ -111,6 +132,7 @@ class Snapshot:
     step: StepSample | None = None
     step_mode: str = "off"  # "on" | "waiting" | "off" | "off: <reason>"
     notes: tuple[str, ...] = ()  # collector problems first seen in this interval (reported once)
+    ranks: tuple[RankSample, ...] = ()  # per rank / stepping process, when the job has several
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,8 +150,10 @@ class Snapshot:
             groups=lambda gs: tuple(_build(ProcessGroup, g, pids=lambda p: tuple(p or ())) for g in gs or ()))
         s = d.get("step")
         step = None if s is None else _build(StepSample, s)
+        ranks = tuple(_build(RankSample, r) for r in d.get("ranks") or ())
         return cls(t=float(d["t"]), dt=float(d["dt"]), wall=float(d.get("wall", 0.0)), gpus=gpus, host=host,
-                   step=step, step_mode=str(d.get("step_mode", "off")), notes=tuple(d.get("notes") or ()))
+                   step=step, step_mode=str(d.get("step_mode", "off")), notes=tuple(d.get("notes") or ()),
+                   ranks=ranks)
 
 
 def _build(cls: Any, d: dict[str, Any], **convert: Callable[[Any], Any]) -> Any:

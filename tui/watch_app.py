@@ -3,11 +3,12 @@
 Samplers run in threads that never touch widgets: they post :class:`SampleMessage` objects holding
 an immutable (status, snapshot) pair. The app appends them to its history and, unless paused,
 re-renders the thin views in :mod:`trainscope.tui.watch_widgets`. Keys: ``p`` pause/resume,
-``w`` cycle the history window of the plots, ``?`` help, ``t`` theme, ``q`` leave.
+``w`` cycle the history window of the plots, ``c`` capture the job's next iterations with
+torch.profiler (the Capture tab shows it and its diagnosis), ``?`` help, ``t`` theme, ``q`` leave.
 
 ``q`` never stops a job watch did not start: it detaches (``quit_code`` 0, ``detached``). For a job
 watch launched, it asks "stop job? y/N": ``y`` stops it (``quit_code`` 130: the caller passes the
-interrupt on), ``n`` or Enter detaches and leaves it running, Esc stays.
+interrupt on), ``d`` detaches and leaves it running, ``n``, Enter or Esc go back to the dashboard.
 """
 from __future__ import annotations
 
@@ -21,24 +22,32 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Static
+from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 
 from trainscope.analyzers.live import LiveStatus
 from trainscope.api import LiveSample
 from trainscope.traces.samples import Snapshot
 from trainscope.tui.chrome import HelpScreen, keys_text
 from trainscope.tui.keys import binding_rows, common_bindings, palette_commands
-from trainscope.tui.watch_widgets import GpuPanel, HistoryPanel, banner_text, findings_text, host_lines, process_lines
+from trainscope.tui.watch_widgets import (GpuPanel, HistoryPanel, banner_text, capture_text, findings_text, host_lines,
+                                         process_lines)
 
 WINDOWS_S = (60.0, 300.0, 900.0, 3600.0)
 
 
-def step_lines(shown: list[tuple[LiveStatus, Snapshot]]) -> list[str]:
-    """The step panel's text: the last interval's steps and mean step time, or why there are none."""
+def step_lines(shown: list[tuple[LiveStatus, Snapshot]], launched: bool = False) -> list[str]:
+    """The step panel's text: the last interval's steps and mean step time, or why there are none
+    (said for the state the watch is in: a job watch launched already has the hook)."""
     last = next((s for _, s in reversed(shown) if s.step is not None and s.step.steps), None)
     if last is None:
         mode = shown[-1][1].step_mode if shown else "off"
-        return [f"no step timings (step mode {mode}); launch the job with watch -- COMMAND for step-exact timing"]
+        if mode == "waiting":
+            return ["step hook in the job; waiting for its first DataLoader iteration"]
+        if launched:
+            return ["no step timings yet: the job has not iterated a torch DataLoader" if mode in ("off", "on")
+                    else f"no step timings (step mode {mode})"]
+        return [f"no step timings (step mode {mode}); launch the job with watch -- COMMAND, or use the opt-in "
+                "hook with --pid, for step-exact timing"]
     st = last.step
     return [f"{st.steps} steps in the last interval · mean {st.step_ns / st.steps / 1e6:.1f} ms · "
             f"data wait {st.data_wait_pct or 0:.1f} % · longest wait {st.max_wait_ns / 1e6:.1f} ms"]
@@ -48,24 +57,26 @@ MAX_HISTORY = 20_000
 class SampleMessage(Message):
     """One interval's immutable result, posted from the sampler thread."""
 
-    def __init__(self, status: LiveStatus, snapshot: Snapshot) -> None:
+    def __init__(self, status: LiveStatus, snapshot: Snapshot, captures: tuple = ()) -> None:
         super().__init__()
         self.status = status
         self.snapshot = snapshot
+        self.captures = captures
 
 
 EXIT_STOPPED = 130  # the user chose to stop the launched job
 
 
 class ConfirmStop(ModalScreen[bool | None]):
-    """"stop job? y/N" for a job watch launched: True stop, False detach (the default), None stay."""
+    """"stop job? y/N" for a job watch launched: True stop, False detach (``d``), None back to the
+    dashboard (``n``, the default: Enter; Esc)."""
 
     DEFAULT_CSS = """
     ConfirmStop { align: center middle; }
     ConfirmStop > Static { width: auto; max-width: 80; border: heavy $warning; background: $surface; padding: 1 2; }
     """
-    BINDINGS = [Binding("y", "answer(True)", "stop the job"), Binding("n,enter,q", "answer(False)", "detach"),
-                Binding("escape", "answer(None)", "stay")]
+    BINDINGS = [Binding("y", "answer(True)", "stop the job"), Binding("d", "answer(False)", "detach"),
+                Binding("n,enter,escape,q", "answer(None)", "back")]
 
     def __init__(self, target: str) -> None:
         super().__init__()
@@ -74,8 +85,8 @@ class ConfirmStop(ModalScreen[bool | None]):
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble(("stop job? y/N\n\n", "bold"), f"{self.target}\n\n",
                                    "y  stop it (interrupt, as Ctrl-C would; killed after 10 s)\n"
-                                   "n  leave watch; the job runs on (default, also Enter)\n"
-                                   "Esc  back to the dashboard"), id="confirm-text")
+                                   "n  no: back to the dashboard (default, also Enter and Esc)\n"
+                                   "d  leave watch; the job runs on"), id="confirm-text")
 
     def action_answer(self, answer: bool | None) -> None:
         self.dismiss(answer)
@@ -91,16 +102,30 @@ class WatchApp(App):
     #findings { height: auto; border: round $warning; padding: 0 1; }
     #status { height: 1; padding: 0 1; background: $boost; }
     #no-gpu { padding: 1; color: $text-muted; }
+    #tabs { height: 1fr; }
+    #tabs > ContentSwitcher { height: 1fr; }
+    #tab-live, #tab-capture, #tab-output { height: 1fr; padding: 0; }
+    #capture-text { padding: 0 1; }
     """
     BINDINGS = [*common_bindings(show=True), Binding("p", "toggle_pause", "pause/resume"),
-                Binding("w", "cycle_window", "plot window")]
+                Binding("w", "cycle_window", "plot window"), Binding("c", "capture", "capture"),
+                Binding("1", "tab('tab-live')", "Live tab", show=False),
+                Binding("2", "tab('tab-output')", "Output tab", show=False),
+                Binding("3", "tab('tab-capture')", "Capture tab", show=False)]
 
     paused: reactive[bool] = reactive(False)
     window_index: reactive[int] = reactive(0)
 
     def __init__(self, title: str = "", interval: float = 1.0, replay: bool = False,
-                 clock: Callable[[], float] = time.monotonic, launched: bool = False) -> None:
+                 clock: Callable[[], float] = time.monotonic, launched: bool = False,
+                 on_capture: Callable[[], object] | None = None,
+                 output: Callable[[int], tuple[list[str], int]] | None = None) -> None:
         super().__init__()
+        self.output = output  # the launched job's output: lines numbered n on, and the next number
+        self._output_next = 0
+        self.on_capture = on_capture  # asks the job for a capture (trainscope.api.Watch.request_capture)
+        self.captures: tuple = ()  # the latest state of every capture, from the samples
+        self.capture_message = ""
         self.target = title
         self.interval = interval
         self.replay = replay
@@ -120,10 +145,12 @@ class WatchApp(App):
     def feed(self, sample: LiveSample) -> None:
         """A live sample of :class:`trainscope.api.Watch` in push mode (``watch.start(on_sample=app.feed)``),
         called on the sampler thread: posted, never drawn there."""
-        self.post_message(SampleMessage(sample.status, sample.snapshot))
+        self.post_message(SampleMessage(sample.status, sample.snapshot, getattr(sample, "captures", ())))
 
     def on_sample_message(self, message: SampleMessage) -> None:
         self.items.append((message.status, message.snapshot))
+        if message.captures or self.captures:
+            self.captures = tuple(message.captures)
         if len(self.items) > MAX_HISTORY:
             del self.items[: len(self.items) - MAX_HISTORY]
         if not self.paused:
@@ -132,14 +159,21 @@ class WatchApp(App):
     # -- layout --------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield Static(id="banner")
-        with Horizontal(id="body"):
-            with VerticalScroll(id="gpus"):
-                yield Static("no GPU samples yet", id="no-gpu")
-                yield HistoryPanel("Steps", id="steps", plot="step time ms")
-                yield HistoryPanel("Host", id="host", plot="host CPU %")
-            with Vertical(id="right"):
-                yield HistoryPanel("Job processes · data wait", id="procs", plot="data wait % of step")
-                yield Static(id="findings")
+        with TabbedContent(id="tabs", initial="tab-live"):
+            with TabPane("Live", id="tab-live"):
+                with Horizontal(id="body"):
+                    with VerticalScroll(id="gpus"):
+                        yield Static("no GPU samples yet", id="no-gpu")
+                        yield HistoryPanel("Steps", id="steps", plot="step time ms")
+                        yield HistoryPanel("Host", id="host", plot="host CPU %")
+                    with Vertical(id="right"):
+                        yield HistoryPanel("Job processes · data wait", id="procs", plot="data wait % of step")
+                        yield Static(id="findings")
+            with TabPane("Output", id="tab-output"):
+                yield Log(id="job-output", max_lines=5000)
+            with TabPane("Capture", id="tab-capture"):
+                with VerticalScroll():
+                    yield Static(id="capture-text")
         yield Static(id="status")
         yield Footer()
 
@@ -147,6 +181,19 @@ class WatchApp(App):
         self.title = f"trainscope watch — {self.target}" if self.target else "trainscope watch"
         self.query_one("#findings", Static).border_title = "Findings and fixes"
         self.render_state()
+        if self.output is not None:
+            self.set_interval(0.25, self.pull_output)
+        else:
+            self.query_one("#job-output", Log).write_line(
+                "the job's output shows here for a job watch launched (watch -- COMMAND)")
+
+    def pull_output(self) -> None:
+        """The job's new output lines into the Output tab (they also go to the scrollback on exit)."""
+        if self.output is None:
+            return
+        lines, self._output_next = self.output(self._output_next)
+        if lines:
+            self.query_one("#job-output", Log).write_lines(lines)
 
     # -- actions -------------------------------------------------------------------------------
     def action_toggle_pause(self) -> None:
@@ -154,6 +201,27 @@ class WatchApp(App):
 
     def action_cycle_window(self) -> None:
         self.window_index = (self.window_index + 1) % len(WINDOWS_S)
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#tabs", TabbedContent).active = tab
+
+    def action_capture(self) -> None:
+        """c: ask the job for a kernel-level capture of its next iterations; the Capture tab follows it."""
+        if self.replay:
+            self.capture_message = "a replay cannot capture: the job is not running"
+        elif self.on_capture is None:
+            self.capture_message = ("captures need the step hook in the job: launch it with watch -- COMMAND "
+                                    "(or the opt-in hook with --pid)")
+        else:
+            cap = self.on_capture()
+            if cap is None:
+                self.capture_message = "captures are off in this watch"
+            else:
+                self.capture_message = (f"capture {cap.id}: no capture: {cap.why}" if cap.finished
+                                        else f"capture {cap.id}: asked the job for its next {cap.steps} iterations")
+                self.captures = tuple(c for c in self.captures if c.id != cap.id) + (cap,)
+        self.query_one("#tabs", TabbedContent).active = "tab-capture"
+        self.render_state()
 
     def action_quit(self) -> None:
         if self.launched and not self.replay:
@@ -175,7 +243,8 @@ class WatchApp(App):
             return
         rows = binding_rows(self.BINDINGS)
         does = {"quit": "leave watch: detach from the job (it runs on); for a job watch launched, asks "
-                        "\"stop job? y/N\"", "help": "this help (Esc closes)", "theme": "toggle dark / light theme",
+                        "\"stop job? y/N\" (d detaches, n goes back)",
+                "capture": "capture the job's next iterations with torch.profiler; diagnosis in the Capture tab", "help": "this help (Esc closes)", "theme": "toggle dark / light theme",
                 "plot window": "plot window: 1 → 5 → 15 → 60 min", "pause/resume": "pause / resume the dashboard"}
         rows = [(k, does.get(d, d)) for k, d in rows]
         text = keys_text("trainscope watch", [("", rows + [("ctrl+p", "command palette")])], key_width=12)
@@ -211,6 +280,8 @@ class WatchApp(App):
         if not self.is_mounted:
             return
         st, snap = self.items[-1] if self.items else (None, None)
+        instants = [(s.t, n) for _, s in self.items for n in s.notes if n.startswith("capture ")] if self.replay else []
+        self.query_one("#capture-text", Static).update(capture_text(self.captures, self.capture_message, instants))
         self.query_one("#banner", Static).update(banner_text(st))
         self.query_one("#findings", Static).update(findings_text(st))
         shown = self.visible()
@@ -223,7 +294,7 @@ class WatchApp(App):
             window = f"{self.window_s / 60:.0f} min"
             self.query_one("#procs", HistoryPanel).show(process_lines(snap.host, snap, st), waits, window)
             steps = [s.step.step_ns / s.step.steps / 1e6 for _, s in shown if s.step is not None and s.step.steps]
-            self.query_one("#steps", HistoryPanel).show(step_lines(shown), steps, window)
+            self.query_one("#steps", HistoryPanel).show(step_lines(shown, self.launched), steps, window)
         state = "PAUSED — p resumes" if self.paused else ("replay" if self.replay else "live")
         t = f"t = {snap.t:.1f} s" if snap else "t = —"
         self.query_one("#status", Static).update(Text(

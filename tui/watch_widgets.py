@@ -14,7 +14,7 @@ from trainscope.analyzers.live import READY, LiveStatus
 from trainscope.traces.samples import GpuSample, HostSample, Snapshot
 from trainscope.reports.document import AXIS_NAMES
 from trainscope.tui.chrome import gib
-from trainscope.reports.live import live_headline
+from trainscope.reports.live import live_headline, rank_lines
 
 _AXIS_STYLE = {"data": "bold white on dark_orange3", "algorithm": "bold white on dark_green",
                "machine": "bold white on purple4", "balanced": "bold white on grey30",
@@ -68,8 +68,11 @@ def process_lines(h: HostSample | None, snap: Snapshot, st: LiveStatus | None) -
         g = h.group(role) if h else None
         if g is None:
             continue
+        if role == "main" and g.count > 1:
+            label = "ranks (training)"
         per = f" ({g.cpu_pct / g.count:.0f} % each)" if role == "workers" and g.count and g.cpu_pct is not None else ""
         out.append(f"{label:19s} ×{g.count:<3d} CPU {na(g.cpu_pct, unit=' %')}{per}  RSS {gib(g.rss)}")
+    out += rank_lines(st)
     s = st.stats if st else None
     mode = snap.step_mode
     if s is not None and s.data_wait_pct is not None:
@@ -101,7 +104,7 @@ def findings_text(st: LiveStatus | None) -> Text:
 
 
 def _findings_lines(st: LiveStatus | None) -> str:
-    if st is None or st.state != READY:
+    if st is None or (st.state != READY and not st.findings):
         return "Findings appear once the window holds enough samples."
     lines = [f"[{f.severity}] {f.id}: {f.title}" for f in st.findings] or ["no findings"]
     for fx in st.fixes[:3]:
@@ -111,6 +114,45 @@ def _findings_lines(st: LiveStatus | None) -> str:
     if len(st.changes) > 1:
         lines.append("changes: " + " → ".join(f"{c.t:.0f}s {AXIS_NAMES.get(c.axis, c.axis)}" for c in st.changes[-4:]))
     return "\n".join(lines)
+
+
+def capture_text(captures: Sequence, message: str = "", instants: Sequence[tuple[float, str]] = ()) -> Text:
+    """The Capture tab: each capture (newest first), its diagnosis beside what the counters said;
+    in a replay, the capture instants the recording noted (``instants``: (t, note))."""
+    lines: list[str] = [message, ""] if message else []
+    if not captures and instants:
+        lines.append("Captures noted in the recording (the traces are where the notes say):")
+        lines += [f"  {t:7.1f} s  {note}" for t, note in instants]
+        return Text("\n".join(lines))
+    if not captures:
+        lines.append("No capture yet. c asks the job for a torch.profiler trace of its next iterations "
+                     "(also --capture-at, --capture-on); it is diagnosed as `trainscope analyze` would.")
+        return Text("\n".join(lines))
+    for c in reversed(list(captures)):
+        lines.append(f"capture {c.id} · {c.trigger} · asked at {c.requested_t:.1f} s · {c.status}")
+        if c.counters:
+            lines.append(f"  counters then:  {c.counters}")
+        if c.status in ("requested", "capturing"):
+            lines.append(f"  {'waiting for an iteration boundary' if c.status == 'requested' else 'profiling'} "
+                         f"({c.steps} iterations)…")
+        elif c.status == "analyzing":
+            lines.append(f"  {len(c.during_ms)} iterations captured; analyzing {c.path}…")
+        elif c.status != "done":
+            lines.append(f"  no capture: {c.why}")
+        else:
+            lines.append(f"  trace says:     {(c.verdict_line or '').removeprefix('trainscope: ')}")
+            if c.summary:
+                lines.append(f"  {c.summary}")
+            lines += [f"    {e}" for e in c.evidence]
+            if c.breakdown:
+                lines.append("  step breakdown: " + " · ".join(c.breakdown))
+            if c.top_kernels:
+                lines.append("  top kernels:")
+                lines += [f"    {k}" for k in c.top_kernels]
+            lines.append(f"  {c.overhead_text()}")
+            lines.append(f"  trace: {c.path}")
+        lines.append("")
+    return Text("\n".join(lines))
 
 
 class GpuPanel(Vertical):

@@ -32,4 +32,22 @@ FLUCTUATING = FindingSpec(
     describes="busy bursts alternating with idle gaps (p95 high, p5 low)", live=True, offline=False,
 )
 
-SPECS = (UNDERUTILIZED, FLUCTUATING)
+MEMORY_CREEP = FindingSpec(
+    id="machine/memory-creep", axis="machine", title="Memory grows steadily over the run",
+    measure=None, can_be_primary=False, severity=fixed("moderate"),
+    fix=Fix("find-the-leak", "Find what keeps memory alive from one iteration to the next",
+            "total_loss += loss.item()   # not `+= loss`: a tensor keeps each iteration's graph alive\n"
+            "# GPU: torch.cuda.memory._record_memory_history(max_entries=100_000) ... then\n"
+            "#      torch.cuda.memory._dump_snapshot('mem.pickle') and `trainscope memory mem.pickle`\n"
+            "# host: tracemalloc.start(); compare tracemalloc.take_snapshot() between two iterations",
+            "// a growing pool or cache: cap it, or free per iteration; check with the allocator's statistics\n"
+            "// (cudaMemGetInfo over time) and a heap profiler on the host (heaptrack, valgrind massif)",
+            projection="none", basis="no speed projection: the job runs out of memory at the projected time"),
+    whatif_pool=None,
+    diff_measure=DiffMeasure("memory growth, share of capacity per window", "%", stake_pct("machine/memory-creep")),
+    critical_path="none", headline="MEMORY CREEP", label_class=None,
+    describes="host RSS of a process or a GPU's memory rising steadily (a slope over the window, with the time "
+              "left until capacity)", live=True, offline=False,
+)
+
+SPECS = (UNDERUTILIZED, FLUCTUATING, MEMORY_CREEP)

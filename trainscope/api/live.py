@@ -13,6 +13,7 @@ from trainscope.api.rules import resolve_rules
 
 if TYPE_CHECKING:
     from trainscope.analyzers.live import LiveStatus
+    from trainscope.api.capture import Capture, CaptureController, CaptureOptions
     from trainscope.analyzers.rules import Rules
     from trainscope.analyzers.verdict import Verdict
     from trainscope.traces.samples import Snapshot
@@ -24,6 +25,7 @@ class LiveSample:
 
     status: "LiveStatus"
     snapshot: "Snapshot"
+    captures: tuple = ()  # every on-demand capture so far (:class:`trainscope.api.capture.Capture`), as of this sample
 
     @property
     def verdict(self) -> "Verdict":
@@ -78,7 +80,7 @@ class Watch:
     def __init__(self, *, pid: int | None = None, replay: "str | os.PathLike | None" = None, interval: float = 1.0,
                  window: float = 30.0, duration: float | None = None, rules: "Rules | None" = None,
                  thresholds: Mapping[str, float] | None = None, record: "str | os.PathLike | None" = None,
-                 step_hook: bool = False) -> None:
+                 step_hook: bool = False, capture: "CaptureOptions | None" = None) -> None:
         if pid is not None and replay is not None:
             raise BadInput("choose one of: pid, replay")
         if replay is not None and (record is not None or duration is not None):
@@ -113,13 +115,27 @@ class Watch:
         self._gpu_pids: set[int] = set()
         self._deadline: float | None = None
         self._started = False
+        self.capture_options = capture
+        self.capture: "CaptureController | None" = None  # made once the step socket is open
+        self._capture_folder: str | None = None  # default folder for traces (inside the caller's private one)
+        self._own_capture_folder: str | None = None  # made here (--pid without --capture-dir): removed on close
 
     # -- feeding -------------------------------------------------------------------------------------
 
     def add(self, snap: "Snapshot") -> LiveSample:
         """Feed one snapshot (from any sampler) to the analyzer and the recording."""
         with self.lock:
-            s = LiveSample(self.analyzer.add(snap), snap)
+            status = self.analyzer.add(snap)
+            captures: tuple = ()
+            if self.capture is not None:
+                self.capture.tick(snap.t, status, snap)
+                notes = self.capture.drain_notes()
+                if notes:  # the capture instants go into the sample, so --record keeps them
+                    from dataclasses import replace
+
+                    snap = replace(snap, notes=tuple(snap.notes) + tuple(notes))
+                captures = self.capture.snapshot()
+            s = LiveSample(status, snap, captures)
             self.last = s
             self.notes.extend(n for n in snap.notes if n not in self.notes)
             if self._recorder is not None:
@@ -151,6 +167,7 @@ class Watch:
         try:
             self._receiver = StepReceiver(os.path.join(folder, "steps.sock"))
             env, _ = child_environment(self._receiver.path, base=env, folder=folder)
+            self._capture_folder = os.path.join(folder, "captures")
         except OSError as e:
             self.job_notes.append(f"step mode off: cannot open the step socket ({e.strerror or e})")
         return env
@@ -190,6 +207,7 @@ class Watch:
 
         self._on_sample = on_sample
         self._queue = queue.Queue()
+        self._start_capture()
         roots: Any = (self.pid,) if self.pid is not None else (lambda: tuple(sorted(self._gpu_pids)))
 
         def on_snapshot(snap) -> None:
@@ -202,10 +220,39 @@ class Watch:
                 self._queue.put(snap)
 
         self._gpu = NvmlSampler()
-        self._monitor = Monitor(self.interval, on_snapshot, gpu=self._gpu, host=HostSampler(roots),
+        self._monitor = Monitor(self.interval, on_snapshot, gpu=self._gpu, host=HostSampler(
+                                    roots, rank_pids=self._receiver.rank_pids if self._receiver is not None else None),
                                 steps=self._receiver)
         self._monitor.start()
         self._deadline = time.monotonic() + self.duration if self.duration else None
+
+    def _start_capture(self) -> None:
+        if self.capture_options is None or self._receiver is None:
+            return
+        from trainscope.api.capture import CaptureController
+
+        folder = self.capture_options.folder or self._capture_folder
+        if folder is None:
+            import tempfile
+
+            folder = self._own_capture_folder = tempfile.mkdtemp(prefix="trainscope-captures-")
+        self.capture = CaptureController(self._receiver, folder, self.capture_options)
+
+    def request_capture(self, trigger: str = "key") -> "Capture | None":
+        """Ask the job for a capture now (the dashboard's ``c``); None when captures are off."""
+        if self.capture is None:
+            return None
+        from trainscope.api.capture import _counters
+
+        st = self.last.status if self.last is not None else None
+        return self.capture.request(trigger, self.last.snapshot.t if self.last else 0.0, _counters(st))
+
+    def captures(self) -> "tuple[Capture, ...]":
+        return self.capture.snapshot() if self.capture is not None else ()
+
+    def new_captures(self) -> "list[Capture]":
+        """Captures finished since the last call (refused, failed, or analyzed)."""
+        return self.capture.newly_finished() if self.capture is not None else []
 
     def _listen_for_hook(self) -> None:
         from trainscope.collectors.step_hook import default_socket_path, private_dir
@@ -272,6 +319,8 @@ class Watch:
         tail = []
         while self._queue is not None and not self._queue.empty():
             tail.append(self.add(self._queue.get_nowait()))
+        if self.capture is not None:
+            self.capture.finish()  # before the socket closes: the job's last replies are read
         if self._receiver is not None:
             status = self._receiver.status()
             if status.mode != "on" and self._launched:
@@ -315,6 +364,11 @@ class Watch:
         if self._receiver is not None:
             self._receiver.close()
             self._receiver = None
+        if self._own_capture_folder is not None:
+            import shutil
+
+            shutil.rmtree(self._own_capture_folder, ignore_errors=True)
+            self._own_capture_folder = None
 
     def __enter__(self) -> "Watch":
         return self
@@ -328,8 +382,9 @@ class Watch:
 def watch(*, pid: int | None = None, replay: "str | os.PathLike | None" = None, interval: float = 1.0,
           window: float = 30.0, duration: float | None = None, rules: "Rules | None" = None,
           thresholds: Mapping[str, float] | None = None, record: "str | os.PathLike | None" = None,
-          step_hook: bool = False) -> Watch:
-    """``with watch(pid=…) as w: for s in w: print(s.line())`` — see :class:`Watch`."""
+          step_hook: bool = False, capture: "CaptureOptions | None" = None) -> Watch:
+    """``with watch(pid=…) as w: for s in w: print(s.line())`` — see :class:`Watch`. ``capture``
+    (:class:`trainscope.api.capture.CaptureOptions`) turns on-demand kernel-level captures on."""
     return Watch(pid=pid, replay=replay, interval=interval, window=window, duration=duration, rules=rules,
-                 thresholds=thresholds, record=record, step_hook=step_hook)
+                 thresholds=thresholds, record=record, step_hook=step_hook, capture=capture)
 

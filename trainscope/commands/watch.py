@@ -11,6 +11,7 @@ import time
 from typing import Any, Callable
 
 from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, one_line_errors, threshold_arg
+from trainscope.commands.watch_output import JobOutput, write_line
 from trainscope.reports.output import to_json_line, write_atomic
 
 MIN_INTERVAL = 0.25
@@ -36,6 +37,18 @@ def _port(text: str) -> int:
     return v
 
 
+def _count(lo: int, hi: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"must be {lo}–{hi}")
+        return v
+    return parse
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser(
         "watch", help="live diagnosis beside a running training job",
@@ -53,8 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                "  trainscope analyze run.jsonl                           # a recording analyzes like a trace\n"
                "  trainscope watch --prometheus-port 9400 -- python train.py\n\n"
                "with --format json the job's own stdout goes to stderr, so stdout holds only JSON lines.\n"
-               "exit codes: the job's exit code when watch launched it; otherwise 0; 2 bad usage or input;\n"
-               "130 interrupted",
+               "exit codes: the job's exit code when watch launched it (0 when --duration ended it); otherwise 0;\n"
+               "2 bad usage or input; 130 interrupted (Ctrl-C, or y at the dashboard's stop prompt)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     a.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND …",
@@ -65,7 +78,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sampling interval in seconds (default 1, minimum 0.25)")
     a.add_argument("--window", type=float, default=30.0, metavar="S",
                    help="seconds of history the live verdict looks at (default 30)")
-    a.add_argument("--duration", type=float, metavar="S", help="stop watching after S seconds")
+    a.add_argument("--duration", type=float, metavar="S",
+                   help="stop watching after S seconds; a job watch launched is then stopped as Ctrl-C would stop it "
+                        "(SIGINT, then SIGTERM and SIGKILL 10 s apart) and watch exits 0 when it ended on that signal, "
+                        "else with the job's own exit code; a job attached with --pid runs on")
     a.add_argument("--headless", action="store_true", help="no dashboard: one line per interval on stdout")
     a.add_argument("--format", choices=("text", "json"), default="text",
                    help="headless output: text lines, or JSON lines (same vocabulary as analyze --format json)")
@@ -75,6 +91,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--prometheus-host", default="127.0.0.1", metavar="ADDR",
                    help="address the Prometheus endpoint binds to (default 127.0.0.1; 0.0.0.0 for all)")
     a.add_argument("--no-step-hook", action="store_true", help="do not inject the DataLoader timing hook into the job")
+    c = a.add_argument_group(
+        "on-demand capture", "a torch.profiler trace of the job's next N iterations, taken through the step hook "
+        "(watch -- COMMAND, or --pid with the opt-in hook) and diagnosed as `trainscope analyze` would; also the "
+        "dashboard's c key. At most one at a time; the overhead on step time is measured and printed with each.")
+    c.add_argument("--capture-steps", type=_count(1, 10_000), default=5, metavar="N",
+                   help="iterations per capture (default 5)")
+    c.add_argument("--capture-at", type=float, metavar="S", help="one capture S seconds into the watch")
+    c.add_argument("--capture-on", action="append", default=[], choices=("verdict-change", "slowdown"),
+                   help="capture when the live verdict changes, or when the step time rises above 1.5 × its "
+                        "running median (repeatable)")
+    c.add_argument("--capture-max", type=_count(1, 1000), default=3, metavar="N",
+                   help="at most N captures per watch (default 3)")
+    c.add_argument("--capture-dir", metavar="DIR",
+                   help="keep the traces in DIR (default: captures/ beside --record; else the watch's private "
+                        "folder, removed when the watch ends)")
+    c.add_argument("--capture-stack", action="store_true", help="record Python stacks in captures (slower)")
+    c.add_argument("--capture-memory", action="store_true", help="record memory allocations in captures (slower)")
     a.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
                    help="override a diagnostic threshold (see `trainscope thresholds`)")
     from trainscope.commands.runs import add_save_args  # --save (needs --record), --store, --tag: the run history
@@ -87,20 +120,22 @@ class _Stop(Exception):
     pass
 
 
+_ENDED_BY_OUR_SIGNAL = {-signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGINT, 128 + signal.SIGTERM,
+                        128 + signal.SIGKILL}
 GRACE_S = 10.0  # how long a launched job gets after each signal before the next, harder one
 
 
-def _launch(cmd: list[str], env: dict, stdout) -> subprocess.Popen:
+def _launch(cmd: list[str], env: dict, stdout, stderr=None) -> subprocess.Popen:
     """Start the job with a working SIGINT, as a shell starts a foreground command. A watcher that
     was itself started with SIGINT ignored (a background command of a non-interactive shell, nohup
     under ``&``, some CI runners) would otherwise pass the ignore on through exec: the job could not
     be stopped gracefully and ``--duration`` would end it with SIGTERM. exec resets a *caught*
     signal to its default, so SIGINT is caught here for the moment of the launch."""
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        return subprocess.Popen(cmd, env=env, stdout=stdout)
+        return subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return subprocess.Popen(cmd, env=env, stdout=stdout)
+        return subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -152,6 +187,18 @@ def run(args: argparse.Namespace) -> int:
         return fail("--duration must be > 0")
     if not args.window > 0:
         return fail("--window must be > 0")
+    if args.capture_at is not None and not args.capture_at >= 0:
+        return fail("--capture-at must be ≥ 0")
+    asked = args.capture_at is not None or args.capture_on or args.capture_dir
+    if asked and (args.replay or args.no_step_hook):
+        return fail("--capture-* needs the step hook of a live job (watch -- COMMAND, or --pid with the opt-in hook)")
+    if args.capture_dir:
+        try:
+            os.makedirs(args.capture_dir, exist_ok=True)
+        except OSError as e:
+            return fail(f"--capture-dir {args.capture_dir}: {e.strerror or e}")
+        if not os.access(args.capture_dir, os.W_OK | os.X_OK):
+            return fail(f"--capture-dir {args.capture_dir}: not writable")
     for flag, path in (("--record", args.record), ("--report", args.report)):
         problem = _output_problem(path) if path else None
         if problem:  # before any job starts: a typo must not cost a training run
@@ -161,9 +208,18 @@ def run(args: argparse.Namespace) -> int:
     if not args.headless and not sys.stdout.isatty():
         args.headless = True  # no terminal to draw on (a pipe, a log): fall back to lines
     # BadInput (one line, exit 2): an unknown threshold, a pid that does not exist, an unreadable replay
+    capture = None
+    if not args.replay and not args.no_step_hook:
+        from trainscope.api.capture import CaptureOptions
+
+        folder = args.capture_dir or (os.path.join(os.path.dirname(os.path.abspath(args.record)), "captures")
+                                      if args.record else None)
+        capture = CaptureOptions(steps=args.capture_steps, at_s=args.capture_at, on=tuple(args.capture_on),
+                                 max_captures=args.capture_max, folder=folder, stack=args.capture_stack,
+                                 memory=args.capture_memory)
     w = api.watch(pid=args.pid, replay=args.replay, interval=args.interval, window=args.window,
                   duration=args.duration, thresholds=dict(args.threshold), record=args.record,
-                  step_hook=not args.no_step_hook)
+                  step_hook=not args.no_step_hook, capture=capture)
     if args.replay:
         return _replay(args, w)
     return _live(args, cmd, w)
@@ -203,11 +259,25 @@ def _printer(args) -> Callable[[Any], None]:
             for n in snap.notes:
                 if n not in seen:
                     seen.add(n)
-                    sys.stderr.write(f"trainscope: note: {visible(n)}\n")
+                    write_line(sys.stderr, f"trainscope: note: {visible(n)}\n")
             line = visible(status_line(st, snap))
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+        write_line(sys.stdout, line + "\n")
     return emit
+
+
+def _print_captures(args, captures) -> None:
+    """Headless: each finished capture's verdict line, trace path and measured overhead."""
+    from trainscope.reports.live import SCHEMA
+    from trainscope.traces.safe_text import visible
+
+    for c in captures:
+        if args.format == "json":
+            write_line(sys.stdout, to_json_line({"schema": SCHEMA, **c.to_dict()}) + "\n")
+        else:
+            text = visible(f"trainscope: {c.line()}") + "\n"
+            if c.status == "done":
+                text += visible(f"trainscope: capture {c.id} {c.overhead_text()}") + "\n"
+            write_line(sys.stdout, text)
 
 
 def _finish(args, w, info: dict[str, Any]) -> int:
@@ -217,6 +287,8 @@ def _finish(args, w, info: dict[str, Any]) -> int:
 
     st = w.finish(info.get("exit_code"))
     info = {**info, "notes": list(dict.fromkeys(info.get("notes", []) + w.notes))}
+    if w.captures():
+        info["captures"] = [c.to_dict() for c in w.captures()]
     code = EXIT_OK
     if args.report:
         try:
@@ -269,6 +341,9 @@ def _live(args, cmd: list[str], w) -> int:
     try:
         return _run_watch(args, cmd, run_dir, w, server)
     finally:
+        out = getattr(args, "_job_output", None)
+        if out is not None:
+            out.close()  # the watch's own last lines go out through the relay, then it ends with the job's
         w.close()
         shutil.rmtree(run_dir, ignore_errors=True)
         if server is not None:
@@ -282,16 +357,23 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
 
     notes: list[str] = []
     child: subprocess.Popen | None = None
+    output: JobOutput | None = None
+    by_duration = False  # --duration ended the launched job
     if server is not None:
         notes.append(f"Prometheus metrics on http://{args.prometheus_host}:{server.server_address[1]}/metrics")
         sys.stderr.write(f"trainscope: {notes[-1]}\n")
     if cmd:
         target = " ".join(cmd)
         env = w.job_environment(run_dir) if not args.no_step_hook else dict(os.environ)
+        # The job's output: relayed whole and in order, surviving the watcher (see watch_output.JobOutput).
+        output = JobOutput(args.headless, args.format == "json")
         try:
-            child = _launch(cmd, env, stdout=sys.stderr if args.format == "json" else None)
+            child = _launch(cmd, env, stdout=output.child_fds[0], stderr=output.child_fds[1])
         except OSError as e:
+            output.abandon()
             return fail(f"cannot start {cmd[0]}: {e.strerror or e}")
+        output.launched()
+        args._job_output = output  # closed by _live however the watch ends
         w.follow(child.pid, done=lambda: child.poll() is not None)
     else:
         target = f"pid {args.pid}" if args.pid is not None else "all GPUs"
@@ -302,7 +384,9 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
     if not headless:
         from trainscope.tui.watch_app import WatchApp
 
-        app = WatchApp(title=target, interval=args.interval, launched=bool(cmd))
+        app = WatchApp(title=target, interval=args.interval, launched=bool(cmd),
+                       on_capture=(lambda: w.request_capture("key")) if w.capture_options is not None else None,
+                       output=output.kept.since if output is not None and output.kept is not None else None)
 
     # SIGTERM ends the watch like Ctrl-C: report, recording end marker; a launched job gets it too.
     def on_term(signum, frame):
@@ -320,6 +404,7 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
         if headless:
             for sample in w:
                 emit(sample)
+                _print_captures(args, w.new_captures())
         else:
             def waiter() -> None:
                 while not w.finished():
@@ -339,17 +424,24 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
         for sample in w.stop():  # the last partial interval, and what the loop had not printed
             if emit is not None:
                 emit(sample)
+        if headless:
+            _print_captures(args, w.new_captures())
     notes.extend(w.job_notes)
+    if output is not None and output.kept is not None:  # the dashboard is gone: the job's output to the scrollback
+        output.drain(timeout=5.0 if child is not None and child.poll() is not None else 0.0)
     if child is not None and detached:
         notes.append(f"detached: the job (pid {child.pid}) runs on")
     elif child is not None:
         if child.poll() is None and w.expired:
             _stop_job(child, signal.SIGINT, f"--duration {args.duration:g} s reached")
+            by_duration = True
         try:
             exit_code = child.wait(timeout=GRACE_S)
         except subprocess.TimeoutExpired:
             _stop_job(child, signal.SIGTERM, "the job did not end")
             exit_code = child.wait()
+        if output is not None and output.kept is not None:
+            output.drain()  # the job's last lines before the summary
     code = _finish(args, w, {"target": target, "exit_code": exit_code, "notes": notes,
                              "sampler_cpu_ms_per_sample": w.sampler_cpu_ms_per_sample})
     if interrupted:
@@ -358,6 +450,8 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
         return code
     if exit_code is None:
         return EXIT_OK
+    if by_duration and exit_code in _ENDED_BY_OUR_SIGNAL:
+        return EXIT_OK  # the job ended as --duration asked
     return exit_code if exit_code >= 0 else 128 - exit_code  # killed by signal N: 128 + N, as shells report
 
 

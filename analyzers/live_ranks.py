@@ -1,0 +1,109 @@
+"""Per rank of a live multi-process job (``watch -- torchrun …``): each rank's iteration time,
+DataLoader wait, own work (iteration minus wait), RSS and GPU over the window, and the rank that
+holds the others back when the evidence is clear.
+
+Why the input wait names the rank: in synchronous data parallelism every rank meets the others in
+each collective, so the ranks' iterations stretch alike. A rank whose input pipeline is slow waits
+in its DataLoader ``__next__`` while the others wait for it inside their collectives — which the
+step hook counts as their own work. So the straggler is the rank whose input wait exceeds the
+others', by at least ``straggler.late_pct`` of the median iteration (the offline straggler's
+lateness threshold, the same signal seen from the other side), in a share of the window's samples
+that chance does not explain: a one-sided sign test against 1/R (R ranks), p < ``SIGNIFICANCE``.
+A rank slow in its own compute makes every rank's own work stretch alike, so the hook alone cannot
+name it; the per-rank traces of a capture or ``trainscope analyze`` can (their collectives' arrivals).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import comb
+from typing import Sequence
+
+from trainscope.analyzers.rules import Rules
+from trainscope.traces.samples import Snapshot
+
+SIGNIFICANCE = 0.01  # one-sided sign-test level for naming a rank
+MIN_SAMPLES = 5  # samples in which every rank stepped, before any rank is named
+
+
+@dataclass(frozen=True)
+class RankStats:
+    rank: str
+    pid: int
+    steps: int
+    step_ms: float | None  # mean iteration time
+    wait_ms: float | None  # mean DataLoader wait per iteration
+    wait_pct: float | None
+    own_ms: float | None  # mean iteration minus wait
+    rss: int | None  # latest
+    gpu: int | None
+    gpu_mem: int | None
+    gpu_util: float | None
+
+
+@dataclass(frozen=True)
+class RankWindow:
+    ranks: tuple[RankStats, ...]
+    straggler: str | None  # the rank holding the others back, when the evidence is clear
+    evidence: str  # why it is named, or why none is
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X ≥ k) for X ~ Binomial(n, p)."""
+    return sum(comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))
+
+
+def rank_window(snaps: Sequence[Snapshot], rules: Rules) -> RankWindow | None:
+    """None for a single-process job (no per-rank samples in the window)."""
+    order: list[str] = []
+    acc: dict[str, list] = {}
+    for s in snaps:
+        for r in s.ranks:
+            if r.rank not in acc:
+                order.append(r.rank)
+                acc[r.rank] = [r.pid, 0, 0, 0, None, None, None, None]
+            a = acc[r.rank]
+            a[1] += r.steps
+            a[2] += r.wait_ns
+            a[3] += r.step_ns
+            a[4] = r.rss if r.rss is not None else a[4]
+            a[5], a[6], a[7] = (r.gpu, r.gpu_mem, r.gpu_util) if r.gpu is not None else (a[5], a[6], a[7])
+    if not acc:
+        return None
+    stats = []
+    for name in order:
+        pid, n, w, st, rss, gpu, mem, util = acc[name]
+        stats.append(RankStats(name, pid, n, st / n / 1e6 if n else None, w / n / 1e6 if n else None,
+                               100.0 * w / st if st else None, (st - w) / n / 1e6 if n else None,
+                               rss, gpu, mem, util))
+    return RankWindow(tuple(stats), *_straggler(snaps, stats, rules))
+
+
+def _straggler(snaps: Sequence[Snapshot], stats: list[RankStats], rules: Rules) -> tuple[str | None, str]:
+    stepping = [r for r in stats if r.steps]
+    if len(stepping) < 2:
+        return None, "fewer than two ranks stepping"
+    names = [r.rank for r in stepping]
+    wins: dict[str, int] = dict.fromkeys(names, 0)
+    n = 0
+    for s in snaps:  # per sample: the rank with the longest mean wait per iteration
+        per = {r.rank: r.wait_ns / r.steps for r in s.ranks if r.steps and r.rank in wins}
+        if len(per) == len(names):
+            n += 1
+            wins[max(per, key=per.get)] += 1
+    if n < MIN_SAMPLES:
+        return None, f"{n} samples with every rank stepping (need {MIN_SAMPLES})"
+    top = max(stepping, key=lambda r: r.wait_ms or 0.0)
+    others = sorted(r.wait_ms or 0.0 for r in stepping if r is not top)
+    other_wait = others[len(others) // 2]
+    steps_ms = sorted(r.step_ms for r in stepping if r.step_ms is not None)
+    median_step = steps_ms[len(steps_ms) // 2]
+    margin = (top.wait_ms or 0.0) - other_wait
+    cut = rules.value("straggler.late_pct") / 100 * median_step
+    p = binomial_tail(wins[top.rank], n, 1 / len(stepping))
+    basis = (f"rank {top.rank} waits {top.wait_ms:.1f} ms per iteration on its input against {other_wait:.1f} ms "
+             f"for the others (margin {margin:.1f} ms, threshold {cut:.1f} ms = straggler.late_pct of the "
+             f"{median_step:.1f} ms median iteration); longest wait in {wins[top.rank]} of {n} samples "
+             f"(sign test p = {p:.2g})")
+    if margin >= cut and margin > 0 and p < SIGNIFICANCE:
+        return top.rank, basis + ": the others wait for it in their collectives"
+    return None, "no rank stands out: " + basis

@@ -1,0 +1,112 @@
+"""The launched job's own output under `trainscope watch -- COMMAND`: whole and in order, beside the
+watch's lines (headless) or in the dashboard's Output tab and the terminal's scrollback after it
+closes; the exit code is the job's."""
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+JOB = "import sys, time\nfor i in range(1, 201):\n    print(f'line {i}/200', flush=True)\n    time.sleep({pause})\nsys.exit(4)\n"
+
+
+def numbered(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.strip().startswith("line ")]
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_headless_relays_every_line_of_the_job_in_order(tmp_path, fmt):
+    job = tmp_path / "job.py"
+    job.write_text(JOB.replace("{pause}", "0.005"))
+    p = subprocess.run([sys.executable, "-m", "trainscope", "watch", "--headless", "--format", fmt, "--interval",
+                        "0.25", "--", sys.executable, str(job)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 4, p.stderr[-2000:]
+    # text: the job's stdout is the watch's stdout; json: it goes to stderr so stdout holds only JSON lines
+    where = p.stdout if fmt == "text" else p.stderr
+    assert numbered(where) == [f"line {i}/200" for i in range(1, 201)]
+    if fmt == "json":
+        assert all(json.loads(ln)["schema"] == "trainscope.watch/1" for ln in p.stdout.splitlines())
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
+def test_dashboard_keeps_the_jobs_output_for_the_scrollback(tmp_path):
+    from tests.test_tui_tmux import Tmux
+
+    job = tmp_path / "job.py"
+    job.write_text("import time\ntime.sleep(2)\n" + JOB.replace("{pause}", "0.01"))
+    exit_file = tmp_path / "exit.txt"
+    cmd = (f"{shlex.quote(sys.executable)} -m trainscope watch --interval 0.5 -- {shlex.quote(sys.executable)} "
+           f"{shlex.quote(str(job))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30")
+    tmux = Tmux(f"trainscope-output-{tmp_path.name}")
+    tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "40", cmd)
+    try:
+        tmux.wait_for("q quit", timeout=60)
+        end = time.monotonic() + 90
+        while not exit_file.exists() and time.monotonic() < end:
+            time.sleep(0.2)
+        assert exit_file.read_text().strip() == "4"
+        history = tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "t")
+        assert numbered(history) == [f"line {i}/200" for i in range(1, 201)]
+        assert "trainscope watch —" in history and "job exit code 4" in history
+    finally:
+        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
+
+
+def test_output_tab_shows_the_jobs_lines_and_digits_switch_tabs():
+    import asyncio
+
+    from trainscope.tui.watch_app import WatchApp
+
+    lines = [f"line {i}/200" for i in range(1, 201)]
+
+    async def go():
+        app = WatchApp(title="python train.py", interval=1.0, clock=lambda: 100.0, launched=True,
+                       output=lambda n: (lines[n:], len(lines)))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.press("2")
+            await pilot.pause(0.6)
+            tabs = app.query_one("#tabs").active
+            log = app.query_one("#job-output")
+            await pilot.press("3")
+            await pilot.pause()
+            after = app.query_one("#tabs").active
+            return tabs, list(log.lines), after
+
+    tab, shown, after = asyncio.run(go())
+    assert tab == "tab-output" and after == "tab-capture"
+    assert shown == lines  # pulled once, whole and in order
+
+
+def test_the_job_outlives_a_killed_watcher_and_keeps_its_output(tmp_path):
+    """kill -9 of the watcher: the relay process goes on copying, so the job's prints never fail."""
+    import os
+    import signal
+
+    job = tmp_path / "job.py"
+    done = tmp_path / "done.txt"
+    job.write_text("import time\n"
+                   "for i in range(1, 61):\n"
+                   "    print(f'line {i}/60', flush=True)\n"
+                   "    time.sleep(0.05)\n"
+                   f"open({str(done)!r}, 'w').write('finished')\n")
+    out = tmp_path / "out.txt"
+    with open(out, "wb") as f:
+        watcher = subprocess.Popen([sys.executable, "-m", "trainscope", "watch", "--headless", "--interval", "0.25",
+                                    "--", sys.executable, str(job)], stdout=f, stderr=subprocess.DEVNULL)
+        end = time.monotonic() + 120
+        while "line 1/60" not in out.read_text() and time.monotonic() < end:
+            time.sleep(0.05)
+        os.kill(watcher.pid, signal.SIGKILL)  # the watcher this test started
+        watcher.wait()
+    end = time.monotonic() + 60
+    while not done.exists() and time.monotonic() < end:
+        time.sleep(0.1)
+    assert done.read_text() == "finished"  # no BrokenPipeError in the job
+    time.sleep(0.5)
+    assert numbered(out.read_text())[-1] == "line 60/60"
+    assert numbered(out.read_text()) == [f"line {i}/60" for i in range(1, 61)]
