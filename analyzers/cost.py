@@ -26,6 +26,8 @@ The formulas per operator are in :mod:`op_formulas`.
 from __future__ import annotations
 
 import re
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +38,7 @@ from trainscope.analyzers.op_formulas import PRECISIONS, OpCost, op_cost  # noqa
 from trainscope.traces.model import Trace
 
 # Precision from a kernel name, for operators recorded without dtypes.
-_NAME_PRECISION: tuple[tuple[str, re.Pattern], ...] = (
+_NAME_PRECISION: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("bf16", re.compile(r"bf16|bfloat16|__nv_bfloat16", re.I)),
     ("fp16", re.compile(r"fp16|f16|half|__half|_h\d{3,5}gemm|hgemm|_h884|_h1688|_h16816", re.I)),
     ("fp8", re.compile(r"e4m3|e5m2|fp8", re.I)),
@@ -161,13 +163,11 @@ def link_kernels(trace: Trace) -> np.ndarray:
     return out
 
 
-_LINKED: dict[int, tuple[object, int, int, np.ndarray]] = {}
+_LINKED: dict[int, tuple[weakref.ref[Trace], int, int, np.ndarray]] = {}
 
 
 def linked_operators(trace: Trace) -> np.ndarray:
     """:func:`link_kernels`, once per trace (kernel classes and kernel costs both need it)."""
-    import weakref
-
     key = id(trace)
     hit = _LINKED.get(key)
     if hit is not None and hit[0]() is trace and hit[1] == len(trace.kernels) and hit[2] == len(trace.cpu_ops):
@@ -313,7 +313,7 @@ def kernel_costs(trace: Trace) -> KernelCosts:
     return KernelCosts(flops, nbytes, prec, matrix, source, sources, kind, name_bound, op_row, notes)
 
 
-def _name_fallback(name: str, src) -> tuple[int, int]:
+def _name_fallback(name: str, src: Callable[[str], int]) -> tuple[int, int]:
     """(bound, source index) from a kernel name alone: 1 memory, 2 compute, 0 unknown."""
     t = tokenize(name)
     if GEMV_WORDS.search(t.text):

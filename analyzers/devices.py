@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from trainscope.traces.model import Device, Trace
+
 PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 
 
@@ -149,14 +151,14 @@ def lookup(device_name: str | None, total_memory: int | None = None, sm_count: i
     return None
 
 
-def lookup_device(device) -> DeviceSpec | None:
+def lookup_device(device: Device | None) -> DeviceSpec | None:
     """:func:`lookup` for a :class:`~trainscope.traces.model.Device` (or None)."""
     if device is None:
         return None
     return lookup(device.name, device.total_memory, device.sm_count, device.vendor)
 
 
-def device_for(trace, device_id: int | None):
+def device_for(trace: Trace, device_id: int | None) -> Device | None:
     """The trace's :class:`Device` for ``device_id``; where the trace lists no such id (ROCm traces
     number kernels' devices apart from ``deviceProperties``), its one kind of device, if it has one."""
     dev = trace.device(device_id) if device_id is not None else None

@@ -23,6 +23,7 @@ import numpy as np
 
 from trainscope.analyzers.devices import DeviceSpec, lookup_device
 from trainscope.analyzers.intervals import contains
+from trainscope.analyzers.roofline import Roofline
 from trainscope.analyzers.steps import StepSegmentation
 from trainscope.traces.model import Trace
 
@@ -90,7 +91,7 @@ def _recorded(trace: Trace, segmentation: StepSegmentation, device: int | None,
 
 
 def model_flops_utilization(trace: Trace, segmentation: StepSegmentation, device: int | None,
-                            peak_tflops: float | None = None, roof=None, busy_pct: float | None = None) -> MFU:
+                            peak_tflops: float | None = None, roof: Roofline | None = None, busy_pct: float | None = None) -> MFU:
     """MFU from recorded FLOPs and, given the window's :class:`~trainscope.analyzers.roofline.Roofline`
     (``roof``), estimated from shapes, with the Iron Law when a peak is known."""
     spec = roof.spec if roof is not None else None
@@ -149,7 +150,7 @@ def model_flops_utilization(trace: Trace, segmentation: StepSegmentation, device
     return MFU(value, reason, fps, peak, src, basis, s_pct, s_reason, s_fps, rec.recorded_pct, law)
 
 
-def _gap(roof, busy_pct: float, mfu_pct: float) -> dict[str, float]:
+def _gap(roof: Roofline, busy_pct: float, mfu_pct: float) -> dict[str, float]:
     """Busy but not at peak, in % of step time: the roofline's split of busy time; what is left
     is compute-bound math on tensor cores running below their peak."""
     if not roof.total_ms or busy_pct <= 0:

@@ -23,7 +23,9 @@ PyTorch's ``torch.utils.flop_counter`` conventions:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int", "unknown")
 _DTYPES: dict[str, tuple[str, int]] = {
@@ -45,21 +47,35 @@ class OpCost:
     formula: str  # "aten::mm [M,K]x[K,N] = [2048,768]x[768,3072] bf16"
 
 
+# One recorded operator call's inputs, as the trace lists them (Kineto "Input Dims", "Input type",
+# "Concrete Inputs"; one entry per input): a shape is a list of ints, a tensor list a list of shapes,
+# anything else (a scalar, an empty entry) is not a tensor.
+Dims = Sequence[object]
+Types = Sequence[str]
+Concrete = Sequence[object]  # the value of a non-tensor input as text ("[1, 1]", "True"), else ""
+Shape = list[int]
+Tensor = tuple[Shape, str, int]  # (shape, precision, element size)
+
+
 # --- shapes -----------------------------------------------------------------------------------
 
 
-def _numel(shape) -> int:
+def _numel(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:
         n *= int(d)
     return n
 
 
-def _is_shape(x) -> bool:
+def _is_shape(x: object) -> TypeGuard[Shape]:
     return isinstance(x, list) and all(isinstance(d, int) for d in x)
 
 
-def _tensor(dims: list, types: list, i: int) -> tuple[list[int], str, int] | None:
+def _is_shape_list(x: object) -> TypeGuard[list[Shape]]:
+    return isinstance(x, list) and all(_is_shape(d) for d in x)
+
+
+def _tensor(dims: Dims, types: Types, i: int) -> Tensor | None:
     """Input ``i`` as (shape, precision, element size), when it is a tensor with a known dtype."""
     if i >= len(dims) or i >= len(types):
         return None
@@ -70,7 +86,7 @@ def _tensor(dims: list, types: list, i: int) -> tuple[list[int], str, int] | Non
     return shape, prec, es
 
 
-def _tensors(dims: list, types: list) -> list[tuple[list[int], str, int]]:
+def _tensors(dims: Dims, types: Types) -> list[Tensor]:
     out = []
     for i in range(len(dims)):
         t = _tensor(dims, types, i)
@@ -79,15 +95,16 @@ def _tensors(dims: list, types: list) -> list[tuple[list[int], str, int]]:
     return out
 
 
-def _tensor_lists(dims: list, types: list, default: tuple[str, int]) -> list[list[list[int]]]:
-    return [d for i, d in enumerate(dims) if isinstance(d, list) and d and all(_is_shape(x) for x in d)
+def _tensor_lists(dims: Dims, types: Types, default: tuple[str, int]) -> list[list[Shape]]:
+    return [d for i, d in enumerate(dims) if _is_shape_list(d) and d
             and (i >= len(types) or types[i] in ("TensorList", "GenericList", ""))]
 
 
-def _list_arg(concrete: list, i: int) -> list[int] | None:
-    if i >= len(concrete) or not isinstance(concrete[i], str):
+def _list_arg(concrete: Concrete, i: int) -> list[int] | None:
+    v = concrete[i] if i < len(concrete) else None
+    if not isinstance(v, str):
         return None
-    s = concrete[i].strip()
+    s = v.strip()
     if s.startswith("[") and s.endswith("]"):
         try:
             return [int(x) for x in s[1:-1].split(",") if x.strip()]
@@ -99,12 +116,12 @@ def _list_arg(concrete: list, i: int) -> list[int] | None:
         return None
 
 
-def _int_arg(concrete: list, i: int) -> int | None:
+def _int_arg(concrete: Concrete, i: int) -> int | None:
     v = _list_arg(concrete, i)
     return v[0] if v and len(v) == 1 else None
 
 
-def _bool_arg(concrete: list, i: int) -> bool | None:
+def _bool_arg(concrete: Concrete, i: int) -> bool | None:
     if i < len(concrete) and isinstance(concrete[i], str) and concrete[i] in ("True", "False"):
         return concrete[i] == "True"
     return None
@@ -117,7 +134,7 @@ def _fmt(shape: list[int]) -> str:
 # --- formulas ---------------------------------------------------------------------------------
 
 
-def _matvec(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
+def _matvec(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
     """mv / addmv (A[M,N]·x[N]) and dot / vdot (x·y): two FLOPs per matrix element, every element read
     once — about 2 / element size FLOP per byte (0.25 in fp64): bandwidth-bound on any device."""
     base = op.split("::")[-1]
@@ -136,7 +153,7 @@ def _matvec(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
     return OpCost(2.0 * m * n, nbytes, prec, True, f"{op} 2·M·N, A{_fmt(sa)}·x{_fmt(sx)} {prec}")
 
 
-def _matmul(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
+def _matmul(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
     base = op.split("::")[-1]
     ia, ib, bias = {"addmm": (1, 2, 0), "baddbmm": (1, 2, 0), "addbmm": (1, 2, 0)}.get(base, (0, 1, None))
     a, b = _tensor(dims, types, ia), _tensor(dims, types, ib)
@@ -186,10 +203,11 @@ _CONV_ARGS = {
 }
 
 
-def _conv_out(spatial: list[int], kernel: list[int], stride, padding, dilation) -> list[int]:
+def _conv_out(spatial: list[int], kernel: list[int], stride: list[int] | None, padding: list[int] | None,
+              dilation: list[int] | None) -> list[int]:
     nd = len(spatial)
 
-    def arg(v, default):
+    def arg(v: list[int] | None, default: int) -> list[int]:
         if not v:
             return [default] * nd
         return v * nd if len(v) == 1 else v
@@ -198,7 +216,7 @@ def _conv_out(spatial: list[int], kernel: list[int], stride, padding, dilation) 
     return [max(1, (spatial[i] + 2 * p[i] - d[i] * (kernel[i] - 1) - 1) // s[i] + 1) for i in range(nd)]
 
 
-def _conv(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
+def _conv(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
     base = op.split("::")[-1]
     pos = _CONV_ARGS.get(base)
     if pos is None:
@@ -232,7 +250,7 @@ def _conv(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
                   f"{op} 2·N·Cout·∏out·Cin/g·∏k, x{_fmt(sx)} w{_fmt(sw)} → {_fmt(out)} {prec}{note}")
 
 
-def _conv_backward(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
+def _conv_backward(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
     base = op.split("::")[-1]
     if base == "convolution_backward":  # (grad_output, input, weight, bias_sizes, stride, …, groups, output_mask)
         go, x, w = _tensor(dims, types, 0), _tensor(dims, types, 1), _tensor(dims, types, 2)
@@ -271,7 +289,7 @@ def _conv_backward(op: str, dims: list, types: list, concrete: list) -> OpCost |
                   f"{op} {grads}× forward FLOPs ({which}), grad_out{_fmt(sgo)} w{_fmt(sw)} {prec}")
 
 
-def _attention(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
+def _attention(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
     base = op.split("::")[-1]
     backward = "backward" in base
     iq = 1 if backward else 0  # backward ops take grad_out first
@@ -298,7 +316,7 @@ def _attention(op: str, dims: list, types: list, concrete: list) -> OpCost | Non
                   f"q{_fmt(sq)} k{_fmt(sk)} {prec}")
 
 
-def _embedding(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
+def _embedding(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
     base = op.split("::")[-1]
     w, idx = _tensor(dims, types, 0), _tensor(dims, types, 1)
     if base.endswith("backward"):
@@ -314,7 +332,7 @@ def _embedding(op: str, dims: list, types: list, concrete: list) -> OpCost | Non
                   f"{op} bytes 2·indices·D·es + indices, w{_fmt(w[0])} idx{_fmt(idx[0])} {w[1]}")
 
 
-def _index(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
+def _index(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
     """index_select(x, dim, idx) / gather(x, dim, idx) / index(x, [idx]): the rows or elements the
     indices pick are read and written once, plus the indices; the rest of ``x`` is not touched
     (a [151936, 1024] embedding table indexed by 8,944 tokens moves 8,944 rows, not the table)."""
@@ -335,7 +353,7 @@ def _index(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
             return None
         out = _numel(idx[0])
     else:  # aten::index(x, [idx, ...]): the first index tensor picks along the leading dims
-        lists = [d for d in dims[1:2] if isinstance(d, list) and d and all(_is_shape(t) for t in d)]
+        lists = [d for d in dims[1:2] if _is_shape_list(d) and d]
         if not lists:
             return None
         first = lists[0][0]
@@ -346,7 +364,7 @@ def _index(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
                   f"{op} bytes 2·picked elements + indices, x{_fmt(shape)} idx{_fmt(idx[0])} {prec}")
 
 
-def _elementwise(op: str, dims: list, types: list, concrete: list, flops_per: float = 1.0) -> OpCost | None:
+def _elementwise(op: str, dims: Dims, types: Types, concrete: Concrete, flops_per: float = 1.0) -> OpCost | None:
     ts = _tensors(dims, types)
     if not ts:
         return None
@@ -357,7 +375,7 @@ def _elementwise(op: str, dims: list, types: list, concrete: list, flops_per: fl
                   f"{op} elementwise {flops_per:g} FLOP/element, bytes inputs + output, {_fmt(big[0])} {ts[0][1]}")
 
 
-def _scaled(op: str, dims: list, types: list, flops_per: float, bytes_per: float, what: str) -> OpCost | None:
+def _scaled(op: str, dims: Dims, types: Types, flops_per: float, bytes_per: float, what: str) -> OpCost | None:
     x = next((t for t in _tensors(dims, types) if t[0]), None)
     if x is None:
         return None
@@ -366,7 +384,7 @@ def _scaled(op: str, dims: list, types: list, flops_per: float, bytes_per: float
                   f"{op} {what} {flops_per:g} FLOP/element, bytes {bytes_per:g}× input {_fmt(x[0])} {x[1]}")
 
 
-def _copy(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
+def _copy(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
     ts = _tensors(dims, types)
     lists = _tensor_lists(dims, types, ("fp32", 4))
     if lists:  # cat / stack: a list of inputs, written once more as the output
@@ -382,7 +400,7 @@ def _copy(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
     return OpCost(0.0, 2.0 * _numel(x[0]) * x[2], x[1], False, f"{op} bytes 2× input {_fmt(x[0])} {x[1]}")
 
 
-def _foreach(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
+def _foreach(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
     lists = _tensor_lists(dims, types, ("fp32", 4))
     if not lists:
         return None
@@ -427,7 +445,7 @@ _POINTWISE = re.compile(
     r"upsample_bilinear2d|upsample_nearest2d_backward|index_put_|scatter|scatter_add|index_add)_?$")
 
 
-def op_cost(op: str, dims: list, types: list, concrete: list) -> OpCost | None:
+def op_cost(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
     """FLOPs and bytes of one operator call from its recorded inputs, or None when no formula applies."""
     if _MATMUL.match(op):
         return _matmul(op, dims, types, concrete)

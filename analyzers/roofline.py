@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainscope.analyzers.cost import PRECISIONS, SOURCE_KINDS, KernelCosts, kernel_costs, name_precision
+from trainscope.analyzers.cost import SOURCE_KINDS, KernelCosts, kernel_costs, name_precision
 from trainscope.analyzers.devices import DeviceSpec
 from trainscope.analyzers.kernels import HIGH_INTENSITY, classify_kernel, uses_tensor_cores
-from trainscope.traces.model import Trace
+from trainscope.analyzers.op_formulas import PRECISIONS
+from trainscope.traces.model import Column, Trace
 
 BOUNDS = ("memory", "compute", "unknown")
 # Above this % of roof a kernel's model is flagged rather than shown (5 % for clock boost and the
@@ -199,7 +200,7 @@ def tensor_core_names(trace: Trace, costs: KernelCosts, spec: DeviceSpec, name_t
     launching operator's precision where the cost model has one (an fp32 ``xmma`` GEMM is not
     tensor-core; a bf16 one on a V100 is not either), from the name (``name_tc``) only where not."""
     k = trace.kernels
-    out = name_tc.copy()
+    out: Column = name_tc.copy()  # numpy's stubs give copy() of an unshaped array as Any
     known = costs.matrix & (costs.precision != PRECISIONS.index("unknown")) & (costs.precision != PRECISIONS.index("int"))
     if not known.any():
         return out
@@ -320,7 +321,7 @@ def roofline(trace: Trace, kernel_mask: np.ndarray | None, spec: DeviceSpec | No
     notes = list(costs.notes)
     over = [r for r in rows if r.over_roof_pct is not None]
     if over:
-        worst = max(over, key=lambda r: r.over_roof_pct)
+        worst = max(over, key=lambda r: r.over_roof_pct or 0.0)  # all set: filtered above
         notes.append(f"{len(over)} kernel name{'s' if len(over) != 1 else ''} ran faster than {'their' if len(over) != 1 else 'its'} roof "
                      f"by the cost model (worst {worst.short_name} at {worst.over_roof_pct:.0f} %, {worst.source}): "
                      "their FLOPs or bytes are wrong (Winograd/FFT convolutions, partial reads), so no % of roof is shown")
@@ -331,7 +332,8 @@ def roofline(trace: Trace, kernel_mask: np.ndarray | None, spec: DeviceSpec | No
                     source_ms, flops, float(f[mfl].sum()), by_prec, non_tc, matrix_ms, tc_ms, cand_ms, matrix_costed_ms, notes)
 
 
-def _rows(trace: Trace, names, dur, f, b, prec, bound, tc, roof, source, sources, bw, total_ms) -> list[RooflineRow]:
+def _rows(trace: Trace, names: Column, dur: Column, f: Column, b: Column, prec: Column, bound: Column, tc: Column,
+          roof: Column, source: Column, sources: list[str], bw: float, total_ms: float) -> list[RooflineRow]:
     if not len(names):
         return []
     un, inv = np.unique(names, return_inverse=True)
@@ -353,7 +355,8 @@ def _rows(trace: Trace, names, dur, f, b, prec, bound, tc, roof, source, sources
 
     def majority(codes: np.ndarray, ncodes: int) -> np.ndarray:
         w = np.bincount(inv * ncodes + codes.astype(np.int64), weights=dur + 1e-9, minlength=m * ncodes)
-        return w.reshape(m, ncodes).argmax(axis=1)
+        codes_max: Column = w.reshape(m, ncodes).argmax(axis=1)  # argmax(axis=…) is Any in numpy's stubs
+        return codes_max
 
     bmaj = majority(bound, 4)
     pmaj = majority(prec, len(PRECISIONS))

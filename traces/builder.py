@@ -1,11 +1,15 @@
 """Row-by-row construction of the columnar model: per-column Python lists, frozen to numpy once."""
 from __future__ import annotations
 
-from typing import Type
+from collections.abc import Iterable
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from trainscope.traces.model import Table
+from trainscope.traces.model import (Annotations, Column, Copies, Counters, CpuOps, Device, Kernels, MemoryEvents,
+                                     Memsets, RuntimeCalls, Table, Thread, Trace)
+
+_T = TypeVar("_T", bound=Table)
 
 
 # The longest name kept whole. Real kernel names (C++ templates) reach a few KB; a longer one is
@@ -37,25 +41,25 @@ class StringTable:
         return i
 
 
-class TableBuilder:
+class TableBuilder(Generic[_T]):
     """Collects rows for one table; ``add`` takes values in ``FIELDS`` order."""
 
-    def __init__(self, table: Type[Table]) -> None:
+    def __init__(self, table: type[_T]) -> None:
         self.table = table
         self.skipped = 0  # rows dropped by build(): a value outside its column's type
         self.fields = list(table.FIELDS)
-        self.columns: list[list] = [[] for _ in self.fields]
+        self.columns: list[list[object]] = [[] for _ in self.fields]
         # Bound appenders, so the hot loop does one call per column and no attribute lookups.
         self._appends = [c.append for c in self.columns]
 
-    def add(self, *values) -> None:
+    def add(self, *values: object) -> None:
         for append, v in zip(self._appends, values):
             append(v)
 
     def __len__(self) -> int:
         return len(self.columns[0])
 
-    def build(self) -> Table:
+    def build(self) -> _T:
         """The table. A row holding a value its column cannot store (an int beyond int64, a GPU index
         beyond int16, a non-number) is dropped and counted in ``skipped``, never fatal: one damaged
         event must not abort the analysis of the others."""
@@ -67,7 +71,7 @@ class TableBuilder:
         self.columns = []
         return self.table(**dict(zip(self.fields, arrays)))
 
-    def _salvage(self, dtypes: list[np.dtype]) -> list[np.ndarray]:
+    def _salvage(self, dtypes: list[np.dtype[Any]]) -> list[Column]:
         """Column by column: find the rows whose value does not fit, then build from the others."""
         n = len(self.columns[0]) if self.columns else 0
         bad: set[int] = set()
@@ -88,20 +92,25 @@ class TableBuilder:
                 for col, dt in zip(self.columns, dtypes)]
 
 
-def skipped_warning(builders, what: str = "events") -> list[str]:
+class _Skips(Protocol):
+    @property
+    def skipped(self) -> int: ...
+
+
+def skipped_warning(builders: Iterable[_Skips], what: str = "events") -> list[str]:
     """The one warning for every row the builders dropped (empty when none was)."""
     n = sum(b.skipped for b in builders)
     return [f"{n:,} {what} skipped: a value beyond what the trace model stores (an integer beyond 64 bits, "
             "a device or GPU index beyond 16 bits)"] if n else []
 
 
-class ChunkedTableBuilder(TableBuilder):
+class ChunkedTableBuilder(TableBuilder[_T]):
     """A :class:`TableBuilder` frozen to numpy slice by slice (``flush``), so a streamed trace
     holds its rows as arrays, not as millions of Python ints; ``build`` joins the slices."""
 
-    def __init__(self, table: Type[Table]) -> None:
+    def __init__(self, table: type[_T]) -> None:
         super().__init__(table)
-        self.parts: list[Table] = []
+        self.parts: list[_T] = []
 
     def mark(self) -> int:
         return len(self)
@@ -117,7 +126,7 @@ class ChunkedTableBuilder(TableBuilder):
         self.columns = [[] for _ in self.fields]
         self._appends = [c.append for c in self.columns]
 
-    def build(self) -> Table:
+    def build(self) -> _T:
         self.flush()
         parts, self.parts = self.parts, []
         if not parts:
@@ -133,10 +142,7 @@ class TraceBuilder:
     markers, CPU operators, launch calls linked to their kernels, copies and memsets by correlation
     id, on one rank. Times are ns from the trace's origin."""
 
-    def __init__(self, source: str = "synthetic", rank: int | None = None, device_name: str = "NVIDIA A100-SXM4-80GB"):
-        from trainscope.traces.model import (Annotations, Copies, CpuOps, Device, Kernels, Memsets,
-                                             RuntimeCalls, Thread)
-
+    def __init__(self, source: str = "synthetic", rank: int | None = None, device_name: str = "NVIDIA A100-SXM4-80GB") -> None:
         self.source, self.rank = source, rank
         self.strings = StringTable()
         self.devices = [Device(0, device_name, "nvidia", 80 << 30, 108, "8.0")]
@@ -169,9 +175,7 @@ class TraceBuilder:
         """``kind`` indexes ``COPY_KINDS`` (1: HtoD); source pinned host, destination device."""
         self.copies.add(ts, dur, device, stream, kind, 2, 3, nbytes, correlation)
 
-    def build(self):
-        from trainscope.traces.model import Counters, MemoryEvents, Trace
-
+    def build(self) -> Trace:
         return Trace(source=self.source, format="kineto", origin_ns=0, strings=list(self.strings.strings),
                      devices=list(self.devices), threads=list(self.threads), kernels=self.kernels.build(),
                      copies=self.copies.build(), memsets=self.memsets.build(), runtime=self.runtime.build(),
@@ -180,7 +184,7 @@ class TraceBuilder:
 
 
 def training_trace(steps: int = 4, wait_us: int = 8_000, kernels: int = 20, kernel_us: int = 300,
-                   streams: int = 1, copy_us: int = 200, rank: int | None = None) -> "object":
+                   streams: int = 1, copy_us: int = 200, rank: int | None = None) -> Trace:
     """A synthetic training run: per step, a DataLoader wait of ``wait_us``, one host-to-device copy
     of the batch, then ``kernels`` launches whose kernels (GEMM and elementwise, alternating) run back
     to back on ``streams`` streams, each kernel ``kernel_us`` long; the step ends 100 µs after its
