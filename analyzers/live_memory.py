@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from trainscope.analyzers.verdict import Evidence, Finding
+from trainscope.analyzers.findings.base import Evidence, Finding
 from trainscope.traces.samples import Snapshot
 
 MIN_POINTS = 8
@@ -78,8 +78,8 @@ def _series(snaps: Sequence[Snapshot]) -> dict[str, tuple[list[float], list[floa
             for r in s.ranks:
                 add(f"host RSS of rank {r.rank}" if r.rank.isdigit() else f"host RSS of {r.rank}", s.t, r.rss,
                     total, avail)
-        elif h is not None and h.group("main") is not None:
-            add("host RSS of the training process", s.t, h.group("main").rss, total, avail)
+        elif h is not None and (main := h.group("main")) is not None:
+            add("host RSS of the training process", s.t, main.rss, total, avail)
         for g in s.gpus:
             if not g.lost and g.mem_used is not None:
                 add(f"GPU {g.index} memory", s.t, g.mem_used, g.mem_total,
@@ -123,7 +123,7 @@ def creep_finding(snaps: Sequence[Snapshot]) -> Finding | None:
         ev.append(Evidence(f"{c.what}: fit of the line (R²)", round(c.r2, 3), "", "", SOURCE, None))
         if c.per_step is not None:
             ev.append(Evidence(f"{c.what}: growth per iteration", round(c.per_step / 2**20, 3), "MiB", "", SOURCE, None))
-        if c.to_capacity_s is not None:
+        if c.to_capacity_s is not None and c.headroom is not None:
             ev.append(Evidence(f"{c.what}: projected time until capacity", round(c.to_capacity_s, 1), "s",
                                f"headroom {c.headroom / 2**30:.2f} GiB at this slope", SOURCE, None))
     t = worst.to_capacity_s

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import comb
-from typing import Sequence
+from typing import Any, Sequence
 
 from trainscope.analyzers.rules import Rules
 from trainscope.traces.samples import Snapshot
@@ -55,7 +55,7 @@ def binomial_tail(k: int, n: int, p: float) -> float:
 def rank_window(snaps: Sequence[Snapshot], rules: Rules) -> RankWindow | None:
     """None for a single-process job (no per-rank samples in the window)."""
     order: list[str] = []
-    acc: dict[str, list] = {}
+    acc: dict[str, list[Any]] = {}
     for s in snaps:
         for r in s.ranks:
             if r.rank not in acc:
@@ -89,7 +89,7 @@ def _straggler(snaps: Sequence[Snapshot], stats: list[RankStats], rules: Rules) 
         per = {r.rank: r.wait_ns / r.steps for r in s.ranks if r.steps and r.rank in wins}
         if len(per) == len(names):
             n += 1
-            wins[max(per, key=per.get)] += 1
+            wins[max(per, key=lambda k: per[k])] += 1
     if n < MIN_SAMPLES:
         return None, f"{n} samples with every rank stepping (need {MIN_SAMPLES})"
     top = max(stepping, key=lambda r: r.wait_ms or 0.0)
