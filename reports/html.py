@@ -272,3 +272,10 @@ def render_html_cell(doc: dict, trace: "Trace | None" = None, analysis: "Analysi
     """For Jupyter (``Report._repr_html_``): the body with its styles scoped to one element."""
     return (f'<div class="trainscope-report"><style>{scoped_css()}</style>'
             + render_html_fragment(doc, trace, analysis) + "</div>")
+
+
+def render_text_cell(title: str, summary: str, text: str) -> str:
+    """For Jupyter (``_repr_html_`` of a diff, plan or memory result): a heading, the one-line
+    verdict and the terminal report verbatim (escaped, preformatted), styles scoped to one element."""
+    return (f'<div class="trainscope-report"><style>{scoped_css()}</style>'
+            f"<h1>{_e(title)}</h1><p class=\"meta\">{_e(summary)}</p><pre>{_e(text)}</pre></div>")

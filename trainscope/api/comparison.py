@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 Side = Union[str, "os.PathLike[str]", "StoredRun", "RunSummary"]
 
 
-@dataclass
+@dataclass(repr=False)
 class DiffResult:
     """What a change did: ``diff`` (a :class:`RunDiff` of two traces, or a :class:`SummaryDiff` when a
     side is a stored run), each earlier fix's projected and achieved gain (``fixes``), and, when a
@@ -122,6 +122,20 @@ class DiffResult:
 
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
+
+    def __repr__(self) -> str:
+        """One line: before → after, the headline number, the verdict change and the gate."""
+        from trainscope.reports.oneline import diff_line
+
+        return diff_line(self.diff, self.gate, self.fixes)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def _repr_html_(self) -> str:
+        from trainscope.reports.html import render_text_cell
+
+        return render_text_cell("trainscope diff", repr(self), self.to_text())
 
 
 def _fixes(d, rules) -> list:

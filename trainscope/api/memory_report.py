@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from trainscope.analyzers.rules import Rules
 
 
-@dataclass
+@dataclass(repr=False)
 class MemoryReport:
     """Peak, fragmentation and what was live, from a CUDA memory snapshot or a memory timeline.
     ``devices`` (snapshots): per-device ``DeviceSnapshotMemory``; ``peak`` (timelines)."""
@@ -51,6 +51,20 @@ class MemoryReport:
 
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
+
+    def __repr__(self) -> str:
+        """One line: the peaks per device and the findings."""
+        from trainscope.reports.oneline import memory_line
+
+        return memory_line(self.path, self.kind, self.document, self.findings)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def _repr_html_(self) -> str:
+        from trainscope.reports.html import render_text_cell
+
+        return render_text_cell("trainscope memory", repr(self), self.to_text())
 
 
 def memory(path: "str | os.PathLike", *, gpu: str | None = None, gpu_memory: str | None = None, top: int = 10,

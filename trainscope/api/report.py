@@ -206,6 +206,14 @@ class Report:
     def __str__(self) -> str:
         return self.to_text()
 
+    def __repr__(self) -> str:
+        """One line with the verdict (the main rank's); ``str()`` or ``to_text()`` for the report."""
+        from trainscope.reports.oneline import report_line
+
+        a = self.main
+        return report_line(self.source, a.verdict, len(a.breakdown.steps), a.breakdown.step_ms.p50 if a.breakdown.steps
+                           else None, len(a.findings), len(self.ranks))
+
 
 def _read_rank(a: "Analysis") -> "Trace":
     """One rank's trace read again from its file (the rank a file holds, when it holds several)."""
