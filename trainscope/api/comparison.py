@@ -143,7 +143,18 @@ def _fixes(d, rules) -> list:
 
     if isinstance(d, SummaryDiff):
         return list(d.fixes)
-    return fix_outcomes(summarize(d.before), summarize(d.after), rules)
+    from dataclasses import replace
+
+    # The full comparison's judgement wins (it judges fixed capture windows per unit of work) where
+    # it agrees on whether the fix was addressed (an achieved speedup is measured only then).
+    judged = {o.recommendation: o for o in d.recommendations}
+    out = []
+    for f in fix_outcomes(summarize(d.before), summarize(d.after), rules):
+        o = judged.get(f.recommendation)
+        if o is not None and o.addressed == f.addressed:
+            f = replace(f, status=o.status, note=o.note)
+        out.append(f)
+    return out
 
 
 def _check_metric(metric: str) -> None:
