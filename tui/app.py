@@ -19,7 +19,7 @@ from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.timeline import Match
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
 from trainscope.tui.deep import DeepPane
-from trainscope.tui.keys import binding_rows, common_bindings, palette_commands
+from trainscope.tui.keys import binding_rows, common_bindings, palette_commands, without_duplicates
 from trainscope.tui.state import Session, build_session
 from trainscope.tui.fixes import FixesPane
 from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
@@ -231,8 +231,14 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             self.push_screen(help_screen())
 
     def get_system_commands(self, screen):
-        yield from palette_commands(self, self.BINDINGS)
-        yield from super().get_system_commands(screen)
+        yield from without_duplicates(palette_commands(self, self.BINDINGS, skip=self._tab_off),
+                                      super().get_system_commands(screen), (b.action for b in self.BINDINGS))
+
+    def _tab_off(self, action: str) -> bool:
+        """A ``show_tab`` action for a tab that is off for this input (the palette does not offer it)."""
+        if not action.startswith("show_tab(") or self.session is None:
+            return False
+        return tab_of(action[len("show_tab('"):-2]).applies(self) is not None
 
     def _stem(self) -> str:
         stem = os.path.basename(self.path.rstrip("/"))

@@ -383,7 +383,7 @@ def kernel_group(d: RunDiff, group: str) -> list[KernelChange]:
 
 
 class KernelDiffPane(SortedColumns, Vertical):
-    """Every matched group and appeared/disappeared kernel; g/-/n/x/a filter, s/r sort, details below."""
+    """Every matched group and appeared/disappeared kernel; g/-/n/d/a filter (x is an export in analyze, never a filter), s/r sort, details below."""
 
     sort_columns = DIFF_COLUMNS  # s / r / header click (tui/sorting.py)
 
@@ -398,7 +398,7 @@ class KernelDiffPane(SortedColumns, Vertical):
         Binding("g,plus", "group('grew')", "grew", show=False),
         Binding("minus", "group('shrank')", "shrank", show=False),
         Binding("n", "group('appeared')", "appeared", show=False),
-        Binding("x", "group('disappeared')", "disappeared", show=False),
+        Binding("d", "group('disappeared')", "disappeared", show=False),
         Binding("f", "next_group", "next filter", show=False),
         Binding("s", "sort_next", "sort by next column", show=False),
         Binding("r", "reverse", "reverse sort", show=False),
@@ -450,7 +450,7 @@ class KernelDiffPane(SortedColumns, Vertical):
                 k.kernel_class, key=str(i))
         counts = {g: len(kernel_group(d, g)) for g in GROUPS}
         groups = Text()
-        for key, g in zip("ag-nx", GROUPS):
+        for key, g in zip("ag-nd", GROUPS):
             style = "bold reverse" if g == self.group else ""
             groups.append(f" {key} {g} {counts[g]} ", style=style)
             groups.append(" ")

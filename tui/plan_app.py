@@ -24,7 +24,7 @@ from trainscope.analyzers.ledger import PRECISIONS, Fit, FitOption, Ledger, Plan
 from trainscope.api import normalize_plan as normalize, plan_ledger as ledger
 from trainscope.analyzers.memory_devices import GPU_MEMORY, GpuMemory
 from trainscope.tui.chrome import HelpScreen, KeyBar, keys_text
-from trainscope.tui.keys import bind, common_bindings, palette_commands
+from trainscope.tui.keys import bind, common_bindings, palette_commands, without_duplicates
 from trainscope.tui.plan_view import activation_note, banner_text, gb2, ledger_bar, toggles_text, verdict_class
 
 OPTIMIZER_CYCLE = ("adam", "adam8bit", "momentum", "sgd")
@@ -352,8 +352,8 @@ class PlanApp(App[int]):
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
 
     def get_system_commands(self, screen):
-        yield from palette_commands(self, self.BINDINGS)
-        yield from super().get_system_commands(screen)
+        yield from without_duplicates(palette_commands(self, self.BINDINGS), super().get_system_commands(screen),
+                                      (b.action for b in self.BINDINGS))
 
     def action_export(self) -> None:
         from trainscope.reports.output import write_atomic

@@ -74,9 +74,13 @@ class StepsPane(Vertical):
                 Text("⚠", style="bold red") if s["outlier"] else "", key=str(i))
         st = doc["breakdown"]["step_time_ms"]
         hidden = [STEP_COLUMNS[c] for c in STEP_ORDER if c not in cats]
+        outliers = (f"no outliers (none > {outlier_ratio:g}× median)" if not n_out else
+                    f"⚠ {n_out} outlier{'' if n_out == 1 else 's'} > {outlier_ratio:g}× median")
+        n = len(doc["steps"])
+        count = "" if str(doc["steps_note"] or "").startswith(f"{n} step") else f"{n} steps · "
         self.query_one("#steps-note", Static).update(
-            f"{len(doc['steps'])} steps · {doc['steps_note']} · p50 {st['p50']:.1f} ms, p95 {st['p95']:.1f} ms · "
-            f"⚠ {n_out} outlier(s) > {outlier_ratio:g}× median · times in ms; i: = GPU idle by reason; busy% = GPU "
+            f"{count}{doc['steps_note']} · p50 {st['p50']:.1f} ms, p95 {st['p95']:.1f} ms · "
+            f"{outliers} · times in ms; i: = GPU idle by reason; busy% = GPU "
             f"busy, wait% = data wait, of the step" + (f" · all zero, not shown: {', '.join(hidden)}" if hidden else "")
             + " · Enter: show on timeline")
 
@@ -110,6 +114,10 @@ KERNEL_COLUMNS = (
     KernelColumn("name", "kernel", lambda k, r: k.name.lower(), False),
 )
 NUMBER_WIDTHS = {"total": 9, "mean": 8, "share": 7, "count": 6, "bound": 5, "tc": 2, "class": 9}
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def filter_kernels(kernels: list[KernelStat], text: str) -> list[KernelStat]:
@@ -165,10 +173,21 @@ class KernelsPane(SortedColumns, Vertical):
         table = self.query_one(DataTable)
         return self.shown[table.cursor_row] if self.shown and 0 <= table.cursor_row < len(self.shown) else None
 
+    def _pane_width(self) -> int:
+        # Before its tab was first shown the pane has no size yet: it spans the screen.
+        return self.size.width or self.app.size.width
+
+    def _class_width(self) -> int:
+        """As wide as the longest class shown (``convolution``, ``normalization``) where the screen
+        leaves the name at least its 16 columns; at 80 columns the class is cut to fit."""
+        longest = max((len(k.kernel_class) for k in self.summary.top), default=5) if self.summary else 5
+        used = sum(w + 2 for k, w in NUMBER_WIDTHS.items() if k != "class") + 2 + 2 + 2
+        return max(NUMBER_WIDTHS["class"], min(longest, self._pane_width() - used - 16))
+
     def _name_width(self) -> int:
         """What the number columns leave (each column has one cell of padding either side)."""
-        used = sum(w + 2 for w in NUMBER_WIDTHS.values()) + 2 + 2  # + the name's padding + a scrollbar
-        return max(16, min(200, self.size.width - used))
+        used = sum(w + 2 for k, w in NUMBER_WIDTHS.items() if k != "class") + self._class_width() + 2 + 2 + 2
+        return max(16, min(200, self._pane_width() - used))
 
     def on_resize(self) -> None:
         if self.summary is not None and self._name_width() != getattr(self, "_shown_name_w", None):
@@ -244,8 +263,10 @@ class KernelsPane(SortedColumns, Vertical):
         # Keep the columns (re-creating them re-measures every cell); only their labels change.
         if not table.columns:
             self._shown_name_w = self._name_width()
+            self._shown_class_w = self._class_width()
             for c in KERNEL_COLUMNS:
-                width = self._shown_name_w if c.key == "name" else NUMBER_WIDTHS[c.key]
+                width = (self._shown_name_w if c.key == "name" else self._shown_class_w if c.key == "class"
+                         else NUMBER_WIDTHS[c.key])
                 table.add_column(c.label + " ▼", key=c.key, width=width)
         for c in KERNEL_COLUMNS:
             mark = (" ▼" if self.descending else " ▲") if c.key == self.sort_column else ""
@@ -267,7 +288,7 @@ class KernelsPane(SortedColumns, Vertical):
                 table.add_row(first, Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
                               Text(f"{k.share_pct:.1f} %", justify="right"), Text(f"{k.count}", justify="right"),
                               _BOUND.get(r.bound, r.bound) if r else "",
-                              "✔" if k.tensor_core else "", k.kernel_class[:NUMBER_WIDTHS["class"]],
+                              "✔" if k.tensor_core else "", _cut(k.kernel_class, self._shown_class_w),
                               Text(short_name(k.name, self._shown_name_w)), key=str(i))  # Text: a str cell is read as markup
             self._filled = filled
         more = f" (first {self.MAX_ROWS} shown)" if len(rows) > self.MAX_ROWS else ""

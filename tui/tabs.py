@@ -63,7 +63,7 @@ class OverviewTab(Tab):
 
 class TimelineTab(Tab):
     id, title = "timeline", "Timeline"
-    hint = "←/→ cursor · +/− zoom · h/l pan · n/p step · f/a fit · / search · n/N match · ? keys"
+    hint = "←/→ cursor · +/− zoom · h/l pan · n/p step · f/a fit · / search · n/N match · ? keys · q quit"
     focus = "TimelineView"
     keys = [
         ("← / →", "move the cursor (shift: 8 columns); every item under it, per stream, shows below"),

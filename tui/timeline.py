@@ -33,6 +33,19 @@ def fmt_ms(ns: float) -> str:
     return f"{ms:.3f}"
 
 
+def window_label(start_ns: int, end_ns: int) -> str:
+    """``a–b`` in ms with as many decimals as the window's width needs for the two to differ."""
+    width_ms = max(end_ns - start_ns, 1) / 1e6
+    decimals = max(0, min(6, 2 - math.floor(math.log10(width_ms))))
+    return f"{start_ns / 1e6:.{decimals}f}–{end_ns / 1e6:.{decimals}f}"
+
+
+def duration_label(ns: int) -> str:
+    """A duration in ms that never reads 0 for a short kernel (3 significant digits)."""
+    ms = ns / 1e6
+    return fmt_ms(ns) if ms >= 1 or ms == 0 else f"{ms:.3g}"
+
+
 def axis_labels(start_ns: int, end_ns: int, columns: int, every: int = TICK_EVERY) -> list[tuple[int, str]]:
     """(column, label in ms) every ``every`` columns, with as many decimals as the spacing needs, so
     neighbouring labels always differ (no "98.7 98.7 … 98.7" at deep zoom)."""
@@ -152,8 +165,10 @@ class TimelineView(Widget, can_focus=True):
             return
         lo, hi = self.model.span
         end = max(end, start + MIN_WINDOW_NS)
-        width = min(end - start, (hi - lo) * 1.05)
-        start = int(min(max(start, lo - 0.025 * (hi - lo)), hi - width * 0.5))
+        # Inside the trace: time before its first or after its last event has nothing to show (it
+        # was painted as idle), so the window is clamped to the span and never wider than it.
+        width = min(end - start, max(hi - lo, MIN_WINDOW_NS))
+        start = int(max(lo, min(start, hi - width)))
         self.start_ns, self.end_ns = start, int(start + width)
         self._moved()
 
@@ -165,6 +180,7 @@ class TimelineView(Widget, can_focus=True):
             self.action_fit_all()
             return
         index = max(0, min(index, len(steps) - 1))
+        self.matches, self.match_title = [], ""  # a step jump leaves the matches: the title must not keep them
         self.step_index = index
         st = steps[index]
         self.cursor = 0
@@ -451,13 +467,14 @@ class TimelinePane(Vertical):
                 else "between steps" if steps else "trace")
         if v.matches:
             m = v.matches[v.match_index]
-            tail = (f"{v.match_title} {v.match_index + 1}/{len(v.matches)}: {short_name(m.name, 60)} "
-                    f"{fmt_ms(m.end_ns - m.start_ns)} ms · n/N next/prev · Esc leave")
+            name = short_name(m.name, 60) or visible(m.name[:60]) or "(unnamed)"
+            tail = (f"{v.match_title} {v.match_index + 1}/{len(v.matches)}: {name} "
+                    f"{duration_label(m.end_ns - m.start_ns)} ms · n/N next/prev · Esc leave")
         else:
             tail = "←/→ cursor  +/− zoom  h/l pan  n/p step  / search"
         # Both have a fixed height (1 and 1fr): no layout pass on every cursor move.
         self.query_one("#tl-title", Static).update(Text(
-            f"{visible(head)} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · {tail}"),
+            f"{visible(head)} · window {window_label(v.start_ns, v.end_ns)} ms · zoom {zoom:.3g}× · {tail}"),
             layout=False)
         self.query_one("#tl-detail", Static).update(detail_text(a, b, message), layout=False)
 
