@@ -332,6 +332,33 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         else:
             self.rank_index = message.index  # _show_rank then finds the collective
 
+    @work(thread=True, exclusive=True, group="side")
+    def prepare_side_by_side(self) -> None:
+        """The ranks on one clock (read and modelled off the UI thread, once): the slowest ranks first,
+        at most ``MAX_RANKS`` lane groups."""
+        from trainscope.tui.ranks_timeline import MAX_RANKS, RankLanes
+
+        if getattr(self, "_side", None) is not None:
+            self.call_from_thread(self.query_one(RanksPane).show_side, *self._side)
+            return
+        s = self.session
+        report = s.report
+        try:
+            n = len(s.ranks)
+            sb = report.side_by_side()
+            slow = sorted(range(n), key=lambda i: -report.ranks[i].breakdown.step_ms.p50)[:MAX_RANKS]
+            chosen = sorted(slow, key=lambda i: (report.ranks[i].rank is None, report.ranks[i].rank, i))
+            origins = {i: report.trace(i).origin_ns for i in chosen}
+            origin = min(origins[i] - (sb.offsets_ns[i] or 0.0) for i in chosen)
+            lanes = [RankLanes(s.ranks[i].label, i, s.ranks[i].timeline, origins[i] - (sb.offsets_ns[i] or 0.0) - origin)
+                     for i in chosen]
+        except Exception as e:  # a view that cannot be built never takes the app down
+            self.call_from_thread(self.notify, f"cannot put the ranks side by side: {type(e).__name__}: {e}",
+                                  severity="error", timeout=6)
+            return
+        self._side = (lanes, sb, origin)
+        self.call_from_thread(self.query_one(RanksPane).show_side, lanes, sb, origin)
+
     @work(thread=True, exclusive=True, group="late")
     def _find_late(self) -> None:
         if self._late is None:  # every rank's, once (collectives matched across ranks)

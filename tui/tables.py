@@ -1,6 +1,7 @@
 """The table screens: per-step breakdown, kernels (sortable, filterable), ranks."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -329,6 +330,7 @@ class RanksPane(Vertical):
     RanksPane #ranks-note { height: auto; color: $text-muted; }
     RanksPane DataTable { height: auto; max-height: 60%; }
     RanksPane #stragglers { height: auto; margin: 1 0 0 0; }
+    RanksPane #ranks-side-title { height: auto; margin: 1 0 0 0; }
     """
 
     class Choose(Message):
@@ -337,9 +339,27 @@ class RanksPane(Vertical):
             self.index = index
 
     def compose(self):
+        from trainscope.tui.ranks_timeline import RanksTimeline
+
         yield Static("", id="ranks-note")
         yield DataTable(id="ranks-table", cursor_type="row", zebra_stripes=True)
+        yield Static("ranks side by side: preparing…", id="ranks-side-title")
+        yield RanksTimeline(id="ranks-timeline")
         yield Static("", id="stragglers")
+
+    def show_side(self, ranks, sb, origin_ns: float) -> None:
+        """The side-by-side timeline of ``ranks`` (tui.ranks_timeline.RankLanes) on one clock."""
+        from trainscope.tui.ranks_timeline import RanksTimeline
+
+        view = self.query_one(RanksTimeline)
+        view.show(ranks, sb, origin_ns)
+        self.query_one("#ranks-side-title", Static).update(Text(view.title(), style="bold"))
+
+    def on_ranks_timeline_moved(self) -> None:  # the title follows zoom and pan
+        from trainscope.tui.ranks_timeline import RanksTimeline
+
+        self.query_one("#ranks-side-title", Static).update(Text(self.query_one(RanksTimeline).title(), style="bold"),
+                                                           layout=False)
 
     def show(self, rows: list[dict], current: int, slowest: int, stragglers: dict | None = None) -> None:
         table = self.query_one(DataTable)
@@ -350,7 +370,8 @@ class RanksPane(Vertical):
             mark = "▶" if i == current else ""
             table.add_row(mark, str(r["rank"]), f"{r['step_p50_ms']:.1f}", f"{r['step_p95_ms']:.1f}", r["axis"],
                           r["bottleneck"] or "", f"{r['confidence']:.2f}", f"{r['gpu_busy_pct']:.1f} %",
-                          f"{r['data_wait_pct']:.1f} %", r["source"], key=str(i))
+                          f"{r['data_wait_pct']:.1f} %", os.path.basename(str(r["source"]).rstrip("/")) or r["source"],
+                          key=str(i))  # the file: the part of the path that differs between ranks
         self.query_one("#ranks-note", Static).update(
             f"{len(rows)} ranks · slowest median step: rank {rows[slowest]['rank']} (it sets the pace of synchronous "
             "training; the report leads with it) · Enter: this rank everywhere, at its latest-arriving collective")

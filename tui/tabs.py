@@ -162,7 +162,9 @@ class RanksTab(Tab):
     hint = "↑/↓ choose · Enter this rank's latest-arriving collective on the timeline · ? keys · q quit"
     focus = "#ranks-table"
     keys = [("↑ / ↓, Enter", "choose a rank; Enter shows it on every tab and opens the timeline on the collective "
-                             "it reached furthest behind the first rank (highlighted)")]
+                             "it reached furthest behind the first rank (highlighted)"),
+            ("tab, then + / − / h / l / a", "the ranks side by side on one clock: zoom, pan, every rank's whole trace"),
+            ("n / N (side by side)", "frame the next / previous late arrival (! in red: the rank the others waited for)")]
     pane = staticmethod(RanksPane)
 
     @classmethod
@@ -173,6 +175,7 @@ class RanksTab(Tab):
     def show(cls, app):
         s = app.session
         app.query_one(RanksPane).show(s.document()["ranks"], app.rank_index, s.main_rank, s.stragglers)
+        app.prepare_side_by_side()
 
 
 class DeepTab(Tab):

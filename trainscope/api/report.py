@@ -129,6 +129,24 @@ class Report:
                 self._views["latest_arrivals"] = late
         return late
 
+    def side_by_side(self):
+        """Every rank on one clock (:class:`trainscope.analyzers.rank_lanes.SideBySide`): the clock
+        offsets the collectives' ends give, each collective matched across ranks with every rank's
+        arrival and end on the reference rank's clock, and its late arrival; computed once. The
+        app's ranks-side-by-side view."""
+        with self._views_lock:
+            sb = self._views.get("side_by_side")
+        if sb is None:
+            from trainscope.analyzers.rank_lanes import side_by_side
+            from trainscope.analyzers.ranks import rank_collectives
+
+            colls = ([x.collectives for x in self.summaries] if self.summaries is not None
+                     else [rank_collectives(self.trace(i)) for i in range(len(self.ranks))])
+            sb = side_by_side(colls, self.rules)
+            with self._views_lock:
+                self._views["side_by_side"] = sb
+        return sb
+
     def rank_view(self, index: int | None = None) -> "RankView":
         """The view models of one rank (default: the main rank) for the terminal app: its document,
         timeline, full kernel table and memory curves, each built once when first asked."""
