@@ -274,6 +274,15 @@ def render_html_cell(doc: dict, trace: "Trace | None" = None, analysis: "Analysi
             + render_html_fragment(doc, trace, analysis) + "</div>")
 
 
+def render_text_page(title: str, summary: str, text: str) -> str:
+    """A self-contained page of a terminal report (diff, plan, memory): ``--report x.html``."""
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body><main>\n"
+            f"<h1>{_e(title)}</h1><p class=\"meta\">{_e(summary)}</p><pre>{_e(text)}</pre>"
+            "\n</main></body></html>\n")
+
+
 def render_text_cell(title: str, summary: str, text: str) -> str:
     """For Jupyter (``_repr_html_`` of a diff, plan or memory result): a heading, the one-line
     verdict and the terminal report verbatim (escaped, preformatted), styles scoped to one element."""

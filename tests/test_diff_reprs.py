@@ -75,3 +75,32 @@ def test_repr_escapes_trace_names():
 
     assert _cut("a\nb\x1b[31mc") == "a b?[31mc"
     assert len(_cut("x" * 5000)) == 400
+
+
+@pytest.mark.parametrize("suffix,head", [(".html", "<!DOCTYPE html>"), (".json", "{"), (".md", "# trainscope diff")])
+def test_diff_report_honours_the_suffix(tmp_path, capsys, suffix, head):
+    """`diff --report x.html` wrote Markdown whatever the suffix (issue 28 item 6)."""
+    from trainscope.cli import main
+
+    out = tmp_path / f"diff{suffix}"
+    code = main(["diff", str(DATA / "cpu" / "slow.pt.trace.json.gz"), str(DATA / "cpu" / "fast.pt.trace.json.gz"),
+                 "--report", str(out), "--no-tui"])
+    assert code == 0
+    text = out.read_text()
+    assert text.startswith(head), text[:200]
+    if suffix == ".html":
+        assert "2.20× faster" in text and "<pre>" in text
+    if suffix == ".json":
+        import json
+
+        assert json.loads(text)["schema"] == "trainscope.diff/1"
+
+
+def test_plan_and_memory_results_save_by_suffix(tmp_path):
+    p = ts.plan(params="7B", optimizer="adam", gpu="v100-32")
+    assert p.save(str(tmp_path / "plan.html")) and (tmp_path / "plan.html").read_text().startswith("<!DOCTYPE html>")
+    m = ts.memory(str(DATA / "memory" / "mem_oom_flexgen_opt.pickle"))
+    m.save(str(tmp_path / "mem.json"))
+    import json
+
+    assert json.loads((tmp_path / "mem.json").read_text())["schema"] == "trainscope.memory/1"

@@ -234,7 +234,12 @@ class DiffApp(BackgroundLoading, App[int]):
         from trainscope.traces.safe_text import safe_strings
 
         try:
-            write_atomic(path, render_diff_markdown(safe_strings(self.document())))
+            if path.lower().endswith((".html", ".htm", ".json")):  # the format the suffix names
+                from trainscope.api import DiffResult
+
+                write_atomic(path, DiffResult(self.diff, self.gate, rules=self.rules).render_for(path))
+            else:
+                write_atomic(path, render_diff_markdown(safe_strings(self.document())))
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
             return

@@ -51,6 +51,30 @@ class PlanResult:
     def __str__(self) -> str:
         return self.to_text()
 
+    def to_html(self) -> str:
+        """A self-contained HTML page of the report."""
+        from trainscope.reports.html import render_text_page
+
+        return render_text_page("trainscope plan", repr(self), self.to_text())
+
+    def render_for(self, path: str) -> str:
+        """The report in the format the suffix names: .html/.htm, .json, else Markdown."""
+        low = str(path).lower()
+        if low.endswith((".html", ".htm")):
+            return self.to_html()
+        if low.endswith(".json"):
+            from trainscope.reports.output import to_json
+
+            return to_json(self.to_dict())
+        return self.to_markdown()
+
+    def save(self, path: str) -> str:
+        """Write the report; the format follows the suffix (.html/.htm, .json, else Markdown)."""
+        from trainscope.reports.output import write_atomic
+
+        write_atomic(path, self.render_for(path))
+        return path
+
     def _repr_html_(self) -> str:
         from trainscope.reports.html import render_text_cell
 
