@@ -82,7 +82,9 @@ class TimelineTab(Tab):
     def show(cls, app):
         from trainscope.tui.app import _median_step
 
-        app.query_one(TimelinePane).set_model(app.rank.timeline, _median_step(app.rank))
+        pane = app.query_one(TimelinePane)
+        pane.launch_info = app.rank.kernel_launch  # the detail pane says what launched a kernel
+        pane.set_model(app.rank.timeline, _median_step(app.rank))
 
 
 class StepsTab(Tab):

@@ -297,6 +297,14 @@ class RankView:
 
         return memory_curves(self.trace)
 
+    def kernel_launch(self, start_ns: int, name: str):
+        """What launched the kernel ``name`` starting at ``start_ns`` (the trace's clock):
+        :class:`trainscope.analyzers.kernel_launch.KernelLaunch` (runtime call, correlation id, the
+        operator around the call and its input shapes, External id), or None."""
+        from trainscope.analyzers.kernel_launch import kernel_launch
+
+        return kernel_launch(self.trace, start_ns, name, self.analysis.device)
+
     @property
     def label(self) -> str:
         a = self.analysis
