@@ -84,3 +84,25 @@ def test_ranks_tab_draws_two_ranks_on_one_clock_with_collectives_joined():
             assert view.end_ns - view.start_ns < width / 5
 
     asyncio.run(go())
+
+
+def test_R_on_the_timeline_opens_the_ranks_side_by_side():
+    s = build_session(DLRM, open_traces(DLRM), Rules())
+
+    async def go():
+        app = AnalyzeApp(DLRM, session=s)
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(300):
+                await pilot.pause(0.05)
+                if app.session is not None and app.query_one("#tabs").display:
+                    break
+            await pilot.press("2", "R")
+            for _ in range(200):
+                await pilot.pause(0.05)
+                if getattr(app, "_side", None):
+                    break
+            await pilot.pause()
+            assert app.query_one("#tabs").active == "ranks"
+            assert isinstance(app.focused, RanksTimeline) and app.focused.ranks
+
+    asyncio.run(go())

@@ -332,6 +332,18 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         else:
             self.rank_index = message.index  # _show_rank then finds the collective
 
+    def action_side_by_side(self) -> None:
+        """The timeline's ranks mode: every rank on one clock (the Ranks tab's side-by-side lanes)."""
+        if self.session is None:
+            return
+        if len(self.session.ranks) < 2:
+            self.notify("One rank only: open a directory of per-rank traces to see ranks side by side.",
+                        severity="warning", timeout=4)
+            return
+        self.query_one("#tabs", TabbedContent).active = "ranks"
+        # after the tab's activation, which focuses the ranks table
+        self.call_after_refresh(lambda: self.query_one("#ranks-timeline").focus())
+
     @work(thread=True, exclusive=True, group="side")
     def prepare_side_by_side(self) -> None:
         """The ranks on one clock (read and modelled off the UI thread, once): the slowest ranks first,

@@ -73,6 +73,7 @@ class TimelineTab(Tab):
         ("/", "search kernels, ops and ranges by name; n / N: next / previous match; Esc: leave the matches"),
         ("0 or f / a", "fit the current step / the whole trace"),
         ("c", "collapse / expand the lanes (one GPU and one host lane, or one per stream and thread)"),
+        ("R", "ranks side by side on one clock (a rank directory: the Ranks tab's lanes, late arrivals marked)"),
         ("click", "put the cursor there"),
     ]
     pane = staticmethod(TimelinePane)

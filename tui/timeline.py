@@ -86,6 +86,7 @@ class TimelineView(Widget, can_focus=True):
         Binding("a", "fit_all", "whole trace", show=False),
         Binding("slash", "search", "search kernels, ops, ranges", show=False),
         Binding("c", "toggle_lanes", "collapse / expand the lanes", show=False),
+        Binding("R", "app.side_by_side", "ranks side by side on one clock", show=False),
         Binding("home", "cursor_to(0)", "cursor to start", show=False),
         Binding("end", "cursor_to(-1)", "cursor to end", show=False),
     ]
