@@ -13,6 +13,7 @@ from textual.binding import Binding
 from textual.widget import Widget
 
 from trainscope.analyzers.timeline import TimelineModel
+from trainscope.traces.safe_text import visible
 from trainscope.tui.palette import GPU_STYLE
 from trainscope.tui.timeline import GUTTER, axis_labels, window_label
 
@@ -138,7 +139,7 @@ class RanksTimeline(Widget, can_focus=True):
         for g, r in enumerate(self.ranks):
             out.append("\n")
             view = r.model.lane("gpu", int(self.start_ns - r.shift_ns), int(self.end_ns - r.shift_ns), cols)
-            out.append(f"{r.label:<{GUTTER}}"[:GUTTER], style="bold")
+            out.append(f"{visible(r.label):<{GUTTER}}"[:GUTTER], style="bold")
             dom = view.dominant.tolist()
             c = 0
             while c < cols:
@@ -191,5 +192,6 @@ class RanksTimeline(Widget, can_focus=True):
             n = self.sb.late_count(r.index)
             if n:
                 worst = max(c.spread_ns for c in self.sb.shared if c.late_rank == r.index) / 1e6
-                parts.append(f"{r.label} arrived last at {n} of {shared} (! up to {worst:.1f} ms late)")
+                parts.append(f"{visible(r.label)} arrived last at {n} of {shared} by more than "
+                             f"{self.sb.tolerance_ns / 1e6:g} ms (! up to {worst:.1f} ms late)")
         return " · ".join(parts)

@@ -17,6 +17,7 @@ from trainscope.analyzers.roofline import Roofline, RooflineRow
 from trainscope.tui.keys import bind
 from trainscope.tui.roofline_plot import RooflinePlot
 from trainscope.tui.sorting import SortedColumns
+from trainscope.traces.safe_text import visible
 from trainscope.tui.timeline import short_name
 
 STEP_COLUMNS = {"compute": "comp", "communication": "comm", "copy": "copy", "memset": "mset",
@@ -370,7 +371,7 @@ class RanksPane(Vertical):
             mark = "▶" if i == current else ""
             table.add_row(mark, str(r["rank"]), f"{r['step_p50_ms']:.1f}", f"{r['step_p95_ms']:.1f}", r["axis"],
                           r["bottleneck"] or "", f"{r['confidence']:.2f}", f"{r['gpu_busy_pct']:.1f} %",
-                          f"{r['data_wait_pct']:.1f} %", os.path.basename(str(r["source"]).rstrip("/")) or r["source"],
+                          f"{r['data_wait_pct']:.1f} %", Text(visible(os.path.basename(str(r["source"]).rstrip("/")) or r["source"])),
                           key=str(i))  # the file: the part of the path that differs between ranks
         self.query_one("#ranks-note", Static).update(
             f"{len(rows)} ranks · slowest median step: rank {rows[slowest]['rank']} (it sets the pace of synchronous "
