@@ -297,13 +297,14 @@ class TimelineView(Widget, can_focus=True):
             rows.append((lane.label, m.lane_view(lane, self.start_ns, self.end_ns, cols), lane_style(lane)))
         if self.collapsed or not m.thread_lanes:
             rows.append(("host", m.lane("host", self.start_ns, self.end_ns, cols), HOST_STYLE))
-        labels = {lane.label: self.slice_labels(lane.ident, cols) for lane in ([] if self.collapsed else m.lanes)
-                  if lane.kind == "stream"}
+        labels = {lane.label: (self.slice_labels if lane.kind == "stream" else self.op_labels)(lane.ident, cols)
+                  for lane in ([] if self.collapsed else m.lanes)}
         for label, view, style in rows:
             for r in range(per):
                 out.append("\n")
                 out.append(f"{label if r == 0 else '':<{GUTTER}}"[:GUTTER], style="bold")
-                self._append_runs(out, view, style, labels.get(label) if r == 0 else None)
+                # names on the lane's last row: its first keeps the glyphs (what a NO_COLOR terminal reads)
+                self._append_runs(out, view, style, labels.get(label) if r == per - 1 else None)
         if self.has_nvtx:
             out.append("\n")
             out.append(f"{'NVTX':<{GUTTER}}", style="bold")
@@ -363,8 +364,8 @@ class TimelineView(Widget, can_focus=True):
         while c < len(dominant):
             k = dominant[c]
             glyph, color = style[view.categories[k]]
-            if c in labels and c != self.cursor:
-                out.append(labels[c], style=f"bold {color} reverse")
+            if c in labels:  # at the cursor the name's character stays, the cursor inverts it back
+                out.append(labels[c], style=f"bold {color}" if c == self.cursor else f"bold {color} reverse")
                 c += 1
                 continue
             end = c + 1
@@ -410,6 +411,18 @@ class TimelineView(Widget, can_focus=True):
         if not len(sel) or len(sel) > 20 * cols:  # thousands of kernels in view: no name fits anyway
             return {}
         return self._placed(k.ts[sel], k.ts[sel] + k.dur[sel], k.name[sel], cols)
+
+    def op_labels(self, thread: int, cols: int) -> dict[int, str]:
+        """Operator and range names on one host thread's lane in the window, where they fit."""
+        t = self.model.trace
+        o, a = t.cpu_ops, t.annotations
+        so = np.flatnonzero((o.thread == thread) & (o.ts < self.end_ns) & (o.ts + o.dur > self.start_ns))
+        sa = np.flatnonzero((a.device < 0) & (a.thread == thread) & (a.ts < self.end_ns) & (a.ts + a.dur > self.start_ns))
+        if not (len(so) + len(sa)) or len(so) + len(sa) > 20 * cols:
+            return {}
+        ts = np.concatenate([o.ts[so], a.ts[sa]])
+        return self._placed(ts, ts + np.concatenate([o.dur[so], a.dur[sa]]), np.concatenate([o.name[so], a.name[sa]]),
+                            cols)
 
     @property
     def has_nvtx(self) -> bool:
