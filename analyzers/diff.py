@@ -302,20 +302,51 @@ def judge_outcome(finding: str, still_raised: bool, before_value: float | None, 
     return ("improved" if gain > noise else "worse" if gain < -noise else "unchanged"), "still raised"
 
 
+# Findings whose measure is GPU idle time (their fix removes GPU idle: ``Fix.projection == "idle"``).
+IDLE_MEASURES = frozenset(s.id for s in registry.REGISTRY.values()
+                          if s.diff_measure is not None and s.fix is not None and s.fix.projection == "idle")
+
+
+def busy_ms_per_window(a: Analysis) -> float:
+    """GPU busy time (kernels, copies, memsets; overlap counted once) per step or capture window."""
+    bd = a.breakdown
+    return bd.gpu_busy_pct / 100 * bd.total_ns / 1e6 / max(1, len(bd.steps))
+
+
 def _outcome(rec: Recommendation, before: Analysis, after: Analysis, noise_pts: float,
-             speedup: float | None) -> RecommendationOutcome:
+             speedup: float | None, fixed_windows: bool = False) -> RecommendationOutcome:
+    """A fix's outcome. For fixed capture windows (no step markers) the fix is judged per unit of
+    work, not per window: a window's length is the capture's, so GPU time the change freed shows up
+    as GPU idle in a window of the same length. An idle measure is judged on what grew beyond that
+    freed time, and no step-time speedup is quoted (the windows' lengths say nothing of the work)."""
     fm = FINDING_METRICS.get(rec.finding)
     b = fm.value(before) if fm else None
     a = fm.value(after) if fm else None
+    judged_after = a
+    freed_note = ""
+    if fixed_windows and fm is not None and fm.per_step and rec.finding in IDLE_MEASURES and a is not None:
+        freed = max(0.0, busy_ms_per_window(before) - busy_ms_per_window(after))
+        if freed > 0:
+            judged_after = max(0.0, a - freed)
+            freed_note = (f"; judged per unit of work: {freed:.2f} ms of GPU time per window freed by the change "
+                          f"shows up as idle in a fixed capture window; beyond it, {b:.2f} → {judged_after:.2f} ms"
+                          if b is not None else "")
     still = any(f.id == rec.finding for f in after.findings)
     unknown = ("AFTER has no GPU activity to judge by" if after.verdict.axis == "insufficient_evidence"
                and after.device is None and before.device is not None else None)
-    status, note = judge_outcome(rec.finding, still, b, a, noise_pts, before.breakdown.step_ms.mean, unknown)
-    if status in ("resolved", "improved") and rec.projected_speedup and speedup:
+    status, note = judge_outcome(rec.finding, still, b, judged_after, noise_pts, before.breakdown.step_ms.mean, unknown)
+    if status not in ("resolved", "unknown"):
+        note += freed_note
+    if fixed_windows:
+        pass  # the windows' lengths are the capture's: a step-time speedup would say nothing of the change
+    elif status in ("resolved", "improved") and rec.projected_speedup and speedup:
         note += (f"; step p50 {speedup:.2f}× faster (this fix's projected bound: {rec.projected_speedup:.2f}×)"
                  if speedup >= 1 else f"; but step p50 is {1 / speedup:.2f}× slower overall")
+    unit = fm.unit if fm else ""
+    if fixed_windows and unit == "ms per step":
+        unit = "ms per window"
     return RecommendationOutcome(rec.id, rec.finding, rec.title, rec.projected_speedup, status,
-                                 fm.label if fm else "", fm.unit if fm else "", b, a, note)
+                                 fm.label if fm else "", unit, b, a, note)
 
 
 def _memory(before: Analysis, after: Analysis) -> MemoryChange | None:
@@ -455,7 +486,8 @@ def diff_runs(before: Run, after: Run, rules: Rules | None = None) -> RunDiff:
     verdict = VerdictChange(b.verdict.axis, a.verdict.axis, b.verdict.bottleneck, a.verdict.bottleneck,
                             b.verdict.confidence, a.verdict.confidence, b.verdict.summary, a.verdict.summary)
     noise = rules.value("diff.noise_pts")
-    recs = [_outcome(r, b, a, noise, step_time[0].speedup) for r in b.recommendations]
+    fixed = before.fixed_window and after.fixed_window
+    recs = [_outcome(r, b, a, noise, step_time[0].speedup, fixed) for r in b.recommendations]
     return RunDiff(
         before=before, after=after, verdict=verdict, step_time=step_time,
         gpu_busy=ShareChange("gpu_busy", "GPU busy (kernels, copies, memsets)", bb.gpu_busy_pct, ab.gpu_busy_pct),

@@ -12,6 +12,42 @@ def _cell(x: float | None, fmt: str = "{:.2f}") -> str:
     return "—" if x is None else fmt.format(x)
 
 
+def _work(w, work: dict, kernels: dict | None) -> None:
+    """Work per window, every rank summed: the measure of fixed capture windows (their length is the capture's)."""
+    from trainscope.reports.diff_text import movers
+
+    km, kn, fl, wm = work["kernel_ms"], work["kernels"], work["flops"], work["window_ms"]
+    pct = lambda b, a: _cell(100 * (a - b) / b if b else None, "{:+.1f} %")  # noqa: E731
+    w("## Work per window")
+    w("")
+    if work["fixed_windows"]:
+        w("Fixed capture windows without step markers: a window lasts as long as the capture, so the work it holds "
+          "is compared, not its length (no step-time speedup is quoted).")
+        w("")
+    w("| every rank summed | before | after | change |")
+    w("|---|---:|---:|---:|")
+    w(f"| GPU kernel time | {km['before']:.2f} ms | {km['after']:.2f} ms | {pct(km['before'], km['after'])} |")
+    w(f"| kernels | {kn['before']:.0f} | {kn['after']:.0f} | {pct(kn['before'], kn['after'])} |")
+    if fl["before"] is not None and fl["after"] is not None:
+        w(f"| recorded FLOPs | {fl['before']:.3g} | {fl['after']:.3g} | {pct(fl['before'], fl['after'])} |")
+    else:
+        w("| recorded FLOPs | not recorded | | |" if fl["before"] is None else f"| recorded FLOPs | {fl['before']:.3g} | not recorded | |")
+    for p in work["rank_pairs"]:
+        w(f"| rank {p['rank']}: kernel time | {p['before_kernel_ms_per_window']:.2f} ms | "
+          f"{p['after_kernel_ms_per_window']:.2f} ms | {pct(p['before_kernel_ms_per_window'], p['after_kernel_ms_per_window'])} |")
+    if work["fixed_windows"]:
+        w(f"| window length (the capture's) | {wm['before']:.2f} ms | {wm['after']:.2f} ms | |")
+    w("")
+    top = movers(kernels, 5) if kernels else []
+    if top:
+        w("Biggest kernel-time movers (compared rank, ms per window):")
+        w("")
+        for r in top:
+            w(f"- {r['change_ms_per_step']:+.2f} ms ({r['before_ms_per_step']:.2f} → {r['after_ms_per_step']:.2f}), "
+              f"{md_escape(r['class'])}: {md_escape(r['label'], 100)}")
+        w("")
+
+
 def render_diff_markdown(doc: dict) -> str:
     b, a, v = doc["before"], doc["after"], doc["verdict"]
     out: list[str] = []
@@ -37,14 +73,21 @@ def render_diff_markdown(doc: dict) -> str:
         w("")
     w(f"**Verdict {'changed' if v['changed'] else 'unchanged'}.** After: {md_escape(v['after']['summary'])}")
     w("")
-    w("## Step time")
-    w("")
-    w("| statistic | before ms | after ms | change | speedup |")
-    w("|---|---:|---:|---:|---:|")
-    for stat, st in doc["step_time_ms"].items():
-        w(f"| {stat} | {st['before']:.2f} | {st['after']:.2f} | {_cell(st['change_pct'], '{:+.1f} %')} | "
-          f"{_cell(st['speedup'], '{:.2f}×')} |")
-    w("")
+    work = doc.get("work")
+    fixed = bool(work and work["fixed_windows"])
+    if fixed:
+        _work(w, work, doc["kernels"])
+    else:
+        w("## Step time")
+        w("")
+        w("| statistic | before ms | after ms | change | speedup |")
+        w("|---|---:|---:|---:|---:|")
+        for stat, st in doc["step_time_ms"].items():
+            w(f"| {stat} | {st['before']:.2f} | {st['after']:.2f} | {_cell(st['change_pct'], '{:+.1f} %')} | "
+              f"{_cell(st['speedup'], '{:.2f}×')} |")
+        w("")
+        if work and work["rank_pairs"]:
+            _work(w, work, None)
     w("## Where step time goes")
     w("")
     w("| share of step time | before | after | change |")

@@ -42,23 +42,44 @@ def _mib(b: int) -> str:
     return f"{b / 2**30:.2f} GiB" if abs(b) >= 2**30 else f"{b / 2**20:.1f} MiB"
 
 
-def _work_lines(w, bold, work: dict) -> None:
-    if work["fixed_windows"]:
-        w("  (fixed capture windows without step markers: their length is the capture's, not the work's —")
-        w("   compare the work done per window below)")
-        w("")
+def _pct(before: float, after: float) -> str:
+    return f"{100 * (after - before) / before:+.1f} %" if before else ""
+
+
+def movers(kernels: dict, n: int) -> list[dict]:
+    """The matched kernels whose time moved the most either way, largest move first."""
+    rows = list(kernels["grew"]) + list(kernels["shrank"])
+    rows.sort(key=lambda r: -abs(r["change_ms_per_step"] or 0.0))
+    return rows[:n]
+
+
+def _work_lines(w, bold, work: dict, kernels: dict | None = None) -> None:
+    fixed = work["fixed_windows"]
     km, kn, fl = work["kernel_ms"], work["kernels"], work["flops"]
-    w(bold("Work per window") + "  (every rank summed)          before       after     change")
-    ch = f"{100 * (km['after'] - km['before']) / km['before']:+.1f} %" if km["before"] else ""
-    w(f"  {'GPU kernel time':30s} {km['before']:10.2f} ms {km['after']:10.2f} ms {ch:>9s}")
-    ch = f"{100 * (kn['after'] - kn['before']) / kn['before']:+.1f} %" if kn["before"] else ""
-    w(f"  {'kernels':30s} {kn['before']:13.0f} {kn['after']:13.0f} {ch:>9s}")
+    title = "Work per window" + ("  (fixed capture windows: the work they hold is the measure)" if fixed else "")
+    w(bold(title))
+    w(f"  {'every rank summed':30s} {'before':>13s} {'after':>13s} {'change':>9s}")
+    w(f"  {'GPU kernel time':30s} {km['before']:10.2f} ms {km['after']:10.2f} ms {_pct(km['before'], km['after']):>9s}")
+    w(f"  {'kernels':30s} {kn['before']:13.0f} {kn['after']:13.0f} {_pct(kn['before'], kn['after']):>9s}")
     if fl["before"] is not None and fl["after"] is not None:
-        w(f"  {'recorded FLOPs':30s} {fl['before']:13.3g} {fl['after']:13.3g}")
+        w(f"  {'recorded FLOPs':30s} {fl['before']:13.3g} {fl['after']:13.3g} {_pct(fl['before'], fl['after']):>9s}")
+    else:
+        missing = " and ".join(s for s, k in (("BEFORE", "before"), ("AFTER", "after")) if fl[k] is None)
+        w(f"  {'recorded FLOPs':30s}  not recorded by {missing} (Kineto: with_flops=True)")
     for p in work["rank_pairs"]:
         w(f"  rank {p['rank']!s:<5s} kernel time {p['before_kernel_ms_per_window']:9.2f} ms → "
           f"{p['after_kernel_ms_per_window']:9.2f} ms, kernels {p['before_kernels_per_window']:.0f} → "
           f"{p['after_kernels_per_window']:.0f}")
+    if fixed:
+        wm = work["window_ms"]
+        w(f"  {'window length':30s} {wm['before']:10.2f} ms {wm['after']:10.2f} ms   (the capture's, not the work's:"
+          " no speedup)")
+        top = movers(kernels, 5) if kernels else []
+        if top:
+            w("  biggest kernel-time movers (compared rank, ms per window)")
+            for r in top:
+                w(f"    {r['change_ms_per_step']:+8.2f} ms  {r['before_ms_per_step']:7.2f} → {r['after_ms_per_step']:7.2f}  "
+                  f"{r['class']:13s} {_short(r['label'], 60)}")
     w("")
 
 
@@ -94,16 +115,21 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
             w(f"  {line}")
     w("")
 
-    w(bold("Step time") + "           before       after     change")
-    for stat, st in doc["step_time_ms"].items():
-        ch = "" if st["change_pct"] is None else f"{st['change_pct']:+.1f} %"
-        w(f"  {stat:<14s} {st['before']:9.2f} ms {st['after']:9.2f} ms {ch:>9s}   {_speed(st)}")
-    w("")
-
     work = doc.get("work")
-    if work and (work["fixed_windows"] or work["rank_pairs"]):
-        _work_lines(w, bold, work)
-    w(bold("Where step time goes") + "  (% of summed step time)      before    after    change")
+    if work and work["fixed_windows"]:
+        # A capture window's length is the capture's: lead with the work it holds, no step-time speedup.
+        _work_lines(w, bold, work, doc["kernels"])
+    else:
+        w(bold("Step time") + "           before       after     change")
+        for stat, st in doc["step_time_ms"].items():
+            ch = "" if st["change_pct"] is None else f"{st['change_pct']:+.1f} %"
+            w(f"  {stat:<14s} {st['before']:9.2f} ms {st['after']:9.2f} ms {ch:>9s}   {_speed(st)}")
+        w("")
+        if work and work["rank_pairs"]:
+            _work_lines(w, bold, work)
+    unit = "window" if work and work["fixed_windows"] else "step"
+    w(bold(f"Where {unit} time goes") + (f"  (% of summed {unit} time)" + " " * (6 - 2 * (len(unit) - 4))
+                                          + "before    after    change"))
     rows = [doc["gpu_busy"], doc["data_wait"]] + [c for k, c in doc["categories"].items()
                                                    if c["before_pct"] or c["after_pct"]]
     for i, s in enumerate(rows):
@@ -116,7 +142,7 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
 
     kc = doc["kernel_classes"]
     if kc:
-        w(bold("Kernel time by class") + "  (ms per step)          before     after    change")
+        w(bold("Kernel time by class") + f"  (ms per {unit})" + " " * (10 - 2 * (len(unit) - 4)) + "before     after    change")
         for name, c in kc.items():
             w(f"  {name:40s} {c['before_ms_per_step']:9.2f} {c['after_ms_per_step']:9.2f} "
               f"{c['after_ms_per_step'] - c['before_ms_per_step']:+9.2f}")
@@ -125,7 +151,7 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
     k = doc["kernels"]
     mc = k["match_counts"]
     if any(mc.values()):
-        w(bold("Kernels") + f"  (per step; matched {mc['exact']} by name, {mc['arch']} across GPU architectures, "
+        w(bold("Kernels") + f"  (per {unit}; matched {mc['exact']} by name, {mc['arch']} across GPU architectures, "
           f"{mc['family']} by family; {mc['appeared']} appeared, {mc['disappeared']} disappeared)")
         for group, title in (("grew", "grew the most"), ("shrank", "shrank the most"),
                              ("appeared", "appeared"), ("disappeared", "disappeared")):

@@ -61,6 +61,18 @@ def _legend(colors: dict[str, str], labels: dict[str, str], title: str = "") -> 
         f'<span><i style="background:{c}"></i>{_e(labels.get(k, k))}</span>' for k, c in colors.items()) + "</div>"
 
 
+def nice_ticks(top: float, most: int = 6) -> list[float]:
+    """Round tick values from 0 to at least ``top``: steps of 1, 2 or 5 × 10^k, at most ``most`` + 1 ticks."""
+    import math
+
+    top = max(float(top), 1e-9)
+    raw = top / most
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    n = math.ceil(top / step - 1e-9)
+    return [round(i * step, 10) for i in range(n + 1)]
+
+
 def breakdown_svg(doc: dict, width: int = 1000, height: int = 260) -> str:
     """One stacked bar per step (at most 200): milliseconds per breakdown category, bottom to top in
     the breakdown's order; outlier steps are marked with a triangle."""
@@ -71,16 +83,17 @@ def breakdown_svg(doc: dict, width: int = 1000, height: int = 260) -> str:
         return ""
     left, bottom, top = 56, 34, 12
     plot_w, plot_h = width - left - 10, height - bottom - top
-    ymax = max(sum(v or 0 for v in s["ms"].values()) for s in steps) or 1.0
+    tallest = max(sum(v or 0 for v in s["ms"].values()) for s in steps) or 1.0
+    ticks = nice_ticks(tallest)
+    ymax = ticks[-1]
     slot = plot_w / len(steps)
     bar = max(1.0, slot * 0.8)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
            f'role="img" aria-label="step time breakdown per step">']
-    for i in range(5):  # y grid and labels
-        v = ymax * i / 4
-        y = top + plot_h - plot_h * i / 4
+    for v in ticks:  # y grid and labels at round values (0, 50, 100, … not 0, 45, 91, …)
+        y = top + plot_h - plot_h * v / ymax
         out.append(f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
-                   f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end" fill="#555">{v:.0f}</text>')
+                   f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end" fill="#555">{v:g}</text>')
     out.append(f'<text x="12" y="{top + plot_h / 2:.0f}" font-size="11" fill="#555" '
                f'transform="rotate(-90 12 {top + plot_h / 2:.0f})" text-anchor="middle">ms per step</text>')
     for i, s in enumerate(steps):
@@ -106,11 +119,13 @@ def breakdown_svg(doc: dict, width: int = 1000, height: int = 260) -> str:
 
 
 def median_step_index(analysis: "Analysis") -> int | None:
+    """The step whose duration is nearest the step-time p50 the report's header shows (with an even
+    number of steps the p50 lies between two: the nearer one, the shorter on a tie)."""
     steps = analysis.breakdown.steps
     if not steps:
         return None
-    order = sorted(range(len(steps)), key=lambda i: steps[i].duration_ns)
-    return order[len(order) // 2]
+    p50 = analysis.breakdown.step_ms.p50 * 1e6
+    return min(range(len(steps)), key=lambda i: (abs(steps[i].duration_ns - p50), steps[i].duration_ns))
 
 
 def timeline_svg(trace: "Trace", analysis: "Analysis", width: int = 1000, columns: int = 500) -> str:
@@ -152,17 +167,25 @@ def timeline_svg(trace: "Trace", analysis: "Analysis", width: int = 1000, column
                    f'<text x="{x:.1f}" y="{axis_y + 4}" font-size="10" text-anchor="middle" fill="#555">'
                    f'{dur_ms * k / 5:.1f} ms</text>')
     out.append(f'<text x="{left + plot_w / 2:.0f}" y="{axis_y + 20}" font-size="11" text-anchor="middle" fill="#555">'
-               f'{_e(step.label)} (median step, {dur_ms:.1f} ms)</text>')
+               f'{_e(step.label)} (the step nearest the p50 of {analysis.breakdown.step_ms.p50:.1f} ms: '
+               f'{dur_ms:.1f} ms)</text>')
     out.append("</svg>")
     return "".join(out)
 
 
+MEETS = {True: ("✔", "crossed", "#2e9e44"), False: ("✘", "not crossed", "#b3261e"), None: ("", "", "#555")}
+
+
 def _evidence_rows(evidence: list[dict]) -> str:
+    from trainscope.reports.text import _fmt
+
     rows = []
     for e in evidence:
-        val = "—" if e["value"] is None else f"{e['value']:g} {e['unit']}".strip()
+        val = "—" if e["value"] is None else _fmt(e["value"], e["unit"]).strip()
         thr = f"{e['threshold']} {e['unit']}".strip() if e["threshold"] else ""
-        rows.append(f"<tr><td>{_e(e['metric'])}</td><td class=n>{_e(val)}</td><td>{_e(thr)}</td>"
+        mark, word, color = MEETS[e["meets"]]
+        cell = f'<b style="color:{color}" title="threshold {word}">{mark}</b> {_e(word)}' if mark else ""
+        rows.append(f"<tr><td>{cell}</td><td>{_e(e['metric'])}</td><td class=n>{_e(val)}</td><td>{_e(thr)}</td>"
                     f"<td>{_e(e['source'])}</td></tr>")
     return "".join(rows)
 
@@ -189,7 +212,7 @@ def render_html_fragment(doc: dict, trace: "Trace | None" = None, analysis: "Ana
     w(f'<div class="verdict {_e(v["axis"])}"><div class="head">{_e(headline(doc))}</div>'
       f'<div>confidence {v["confidence"]:.2f}</div><p>{_e(v["summary"])}</p></div>')
     if v["evidence"]:
-        w("<h2>Evidence</h2><table><tr><th>evidence</th><th>value</th><th>threshold</th><th>source</th></tr>"
+        w("<h2>Evidence</h2><table><tr><th>threshold</th><th>evidence</th><th>value</th><th>threshold</th><th>source</th></tr>"
           + _evidence_rows(v["evidence"]) + "</table>")
     if doc["recommendations"]:
         w("<h2>Fixes, ranked by projected gain</h2><p>Projections are upper bounds computed from the measured breakdown.</p>")
@@ -211,14 +234,43 @@ def render_html_fragment(doc: dict, trace: "Trace | None" = None, analysis: "Ana
                 w(tl)
                 w(_legend(GPU_COLORS, CATEGORY_LABELS, "GPU:"))
                 w(_legend(HOST_COLORS, HOST_LABELS, "host:"))
+    ph = doc.get("phases")
+    if ph and ph["phases"]:
+        w("<h2>Phases</h2><p>Host time of the phase ranges; GPU time of the kernels they launched.</p>"
+          "<table><tr><th>phase</th><th>host ms</th><th>share</th><th>GPU ms</th><th>kernels</th></tr>")
+        for p in ph["phases"]:
+            w(f"<tr><td>{_e(p['name'])}</td><td class=n>{p['host_ms']:.2f}</td><td class=n>{p['host_pct']:.1f} %</td>"
+              f"<td class=n>{p['kernel_ms']:.2f}</td><td class=n>{p['kernels']:,}</td></tr>")
+        w("</table>")
+    gm = doc.get("gpu_metrics")
+    if gm:
+        parts = [f"{label} {gm[key]:.1f} %" for key, label in (("sm_active_pct", "SM active"), ("tensor_active_pct", "tensor active"),
+                                                                ("dram_bandwidth_pct", "DRAM bandwidth")) if gm[key] is not None]
+        w(f"<h2>GPU metrics</h2><p>{_e(', '.join(parts))} ({gm['samples']:,} samples in the steps)</p>")
     k = doc["kernels"]
     if k["count"]:
-        w("<h2>Top kernels</h2><table><tr><th>share</th><th>total ms</th><th>count</th><th>class</th>"
-          "<th>tensor cores</th><th>kernel</th></tr>")
+        from trainscope.reports.text import _rate, roofline_summary
+
+        tc = k["tensor_core_pct_of_matmul"]
+        cls = ", ".join(f"{c} {p:.0f} %" for c, p in sorted(k["class_pct"].items(), key=lambda x: -x[1]) if p >= 1)
+        w(f"<h2>Top kernels</h2><p>{k['count']:,} kernels in the steps, {k['total_ms']:.1f} ms; median "
+          f"{k['median_us']:.1f} µs; tensor cores {'—' if tc is None else f'{tc:.0f} %'} of GEMM/conv/attention time. "
+          f"By class: {_e(cls)}.</p>")
+        rl = doc.get("roofline")
+        if rl:
+            w(f"<p>{_e(roofline_summary(rl))}. Bound: what limits the kernel on the roofline (mem: memory bandwidth, "
+              "comp: arithmetic); F/B: FLOPs per byte moved; rate: achieved TFLOP/s (compute-bound) or GB/s; "
+              "% of roof: the rate against the roof at that intensity.</p>")
+        w("<table><tr><th>share</th><th>total ms</th><th>count</th><th>class</th><th>tensor cores</th>"
+          "<th>bound</th><th>F/B</th><th>rate</th><th>% of roof</th><th>kernel</th></tr>")
+        bounds = {"memory": "mem", "compute": "comp", "communication": "comm", "unknown": "?"}
         for kk in k["top"][:25]:
+            inten = f"{kk['intensity']:.3g}" if kk.get("intensity") is not None else ""
+            pct = f"{kk['pct_of_roof']:.0f} %" if kk.get("pct_of_roof") is not None else ""
             w(f"<tr><td class=n>{_f(kk['share_pct'])} %</td><td class=n>{_f(kk['total_ms'], '{:.2f}')}</td>"
               f"<td class=n>{kk['count']}</td><td>{_e(kk['class'])}</td><td>{'yes' if kk['tensor_core'] else 'no'}</td>"
-              f"<td class=k>{_e(kk['name'])}</td></tr>")
+              f"<td>{bounds.get(kk.get('bound') or '', '')}</td><td class=n>{inten}</td><td class=n>{_e(_rate(kk))}</td>"
+              f"<td class=n>{pct}</td><td class=k>{_e(kk['name'])}</td></tr>")
         w("</table>")
     if doc["findings"]:
         w("<h2>Findings</h2><ul>")
@@ -229,12 +281,38 @@ def render_html_fragment(doc: dict, trace: "Trace | None" = None, analysis: "Ana
     if doc["memory"] or doc["mfu"]:
         w("<h2>Memory and MFU</h2><ul>")
         for m in doc["memory"]:
-            cap = f" of {m['capacity_bytes'] / 2**30:.1f} GiB" if m["capacity_bytes"] else ""
-            w(f"<li>GPU {m['device']}: peak allocated {m['peak_allocated_bytes'] / 2**30:.2f} GiB{cap} ({_e(m['basis'])})</li>")
+            cap = (f" of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['peak_pct_of_capacity']:.0f} %)"
+                   if m["capacity_bytes"] else "")
+            res = f", reserved {m['peak_reserved_bytes'] / 2**30:.2f} GiB" if m["peak_reserved_bytes"] is not None else ""
+            basis = (" (growth since profiling started: the trace records allocator deltas, not totals)"
+                     if m["basis"] == "relative" else f" ({_e(m['basis'])})")
+            w(f"<li>GPU {m['device']}: peak allocated {m['peak_allocated_bytes'] / 2**30:.2f} GiB{basis}{res}{cap}</li>")
         mfu = doc["mfu"]
         w(f"<li>MFU: {mfu['value_pct']:.1f} % ({_e(mfu['reason'])})</li>" if mfu["value_pct"] is not None
           else f"<li>MFU: {_e(mfu['reason'])}</li>")
+        if mfu.get("basis") == "recorded flops" and mfu.get("shapes_pct") is not None:
+            w(f"<li>{mfu['shapes_pct']:.1f} % ({_e(mfu['shapes_reason'])})</li>")
+        law = mfu.get("iron_law")
+        if law:
+            w(f"<li>Iron Law: {_e(law['formula'])}; pipeline efficiency (GPU busy) "
+              f"{law['pipeline_efficiency_pct']:.1f} % vs MFU {law['efficiency_pct']:.1f} %</li>")
+            gap = ", ".join(f"{k} {v:.1f} %" for k, v in law["gap_pct"].items() if v >= 0.05)
+            if gap:
+                w(f"<li>busy but below peak (% of step time): {_e(gap)}</li>")
         w("</ul>")
+    if doc.get("ledger"):
+        from trainscope.reports.plan import ledger_text_lines
+
+        w("<h2>Planned memory</h2><pre>" + _e("\n".join(ledger_text_lines(doc["ledger"])).strip("\n")) + "</pre>")
+    if doc.get("deep"):
+        from trainscope.reports.deep import deep_text_lines
+
+        w("<h2>Deep analysis (Holistic Trace Analysis)</h2><pre>"
+          + _e("\n".join(deep_text_lines(doc["deep"], lambda x: x))) + "</pre>")
+    if doc.get("stragglers"):
+        from trainscope.reports.deep import stragglers_text_lines
+
+        w("<h2>Stragglers</h2><pre>" + _e("\n".join(stragglers_text_lines(doc["stragglers"], lambda x: x))) + "</pre>")
     if doc.get("ranks"):
         w("<h2>Ranks</h2><table><tr><th>rank</th><th>step p50 ms</th><th>GPU busy</th><th>verdict</th></tr>")
         for r in doc["ranks"]:
@@ -272,3 +350,19 @@ def render_html_cell(doc: dict, trace: "Trace | None" = None, analysis: "Analysi
     """For Jupyter (``Report._repr_html_``): the body with its styles scoped to one element."""
     return (f'<div class="trainscope-report"><style>{scoped_css()}</style>'
             + render_html_fragment(doc, trace, analysis) + "</div>")
+
+
+def render_text_page(title: str, summary: str, text: str) -> str:
+    """A self-contained page of a terminal report (diff, plan, memory): ``--report x.html``."""
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body><main>\n"
+            f"<h1>{_e(title)}</h1><p class=\"meta\">{_e(summary)}</p><pre>{_e(text)}</pre>"
+            "\n</main></body></html>\n")
+
+
+def render_text_cell(title: str, summary: str, text: str) -> str:
+    """For Jupyter (``_repr_html_`` of a diff, plan or memory result): a heading, the one-line
+    verdict and the terminal report verbatim (escaped, preformatted), styles scoped to one element."""
+    return (f'<div class="trainscope-report"><style>{scoped_css()}</style>'
+            f"<h1>{_e(title)}</h1><p class=\"meta\">{_e(summary)}</p><pre>{_e(text)}</pre></div>")

@@ -88,7 +88,7 @@ def render_memory_text(doc: dict) -> str:
                 w(f"    {_g(s['bytes']):>10s}  ×{s['count']:<5d} {s['site'][:90]}")
         if m["top_allocations"]:
             w("  largest live allocations at the peak:")
-            for a in m["top_allocations"][:5]:
+            for a in m["top_allocations"]:  # as many as --top asked for (the document keeps exactly those)
                 w(f"    {a['bytes'] / 2**20:10.1f} MiB  {a['site'][:90]}")
         for n in m["notes"]:
             w(f"  note: {n}")
@@ -124,6 +124,12 @@ def render_memory_markdown(doc: dict) -> str:
         for s in m["sites"][:10]:
             w(f"| {_g(s['bytes'])} | {s['count']} | {md_escape(s['site'], 120)} |")
         w("")
+        if m["top_allocations"]:
+            w("| largest live allocations at the peak | site |")
+            w("|---:|---|")
+            for a in m["top_allocations"]:
+                w(f"| {a['bytes'] / 2**20:.1f} MiB | {md_escape(a['site'], 120)} |")
+            w("")
     t = doc.get("timeline")
     if t:
         w(f"## Peak {_g(t['peak_bytes'])} by category")

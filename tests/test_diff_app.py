@@ -148,7 +148,7 @@ def test_kernel_filters_show_exactly_each_group_and_the_names_behind_a_row():
             pane = app.query_one(KernelDiffPane)
             table = app.query_one("#kd-table")
             assert app.focused is table
-            for key, group in (("g", "grew"), ("-", "shrank"), ("n", "appeared"), ("x", "disappeared"), ("a", "all")):
+            for key, group in (("g", "grew"), ("-", "shrank"), ("n", "appeared"), ("d", "disappeared"), ("a", "all")):
                 await pilot.press({"-": "minus"}.get(key, key))
                 await pilot.pause()
                 assert pane.group == group

@@ -225,3 +225,18 @@ def test_the_report_gives_the_apps_peaks_from_the_snapshot_it_read():
     kept, fresh = report.peaks(), api.memory_peaks(TRAINSTEP)
     assert [p.peak_bytes for p in kept] == [p.peak_bytes for p in fresh] == [22_827_925_508]
     assert kept[0].allocations == fresh[0].allocations and kept[0].accounted
+
+
+def test_memory_top_n_prints_n_allocations_in_text_and_markdown(capsys):
+    """`memory --top N` printed at most 5 allocations in text (issue 28 item 8)."""
+    from trainscope.cli import main
+
+    snap = str(Path(__file__).parent / "data" / "memory" / "mem_cs336_nothanmin_trainstep.pickle.gz")
+    for n in (3, 12):
+        assert main(["memory", snap, "--top", str(n), "--no-tui"]) == 0
+        out = capsys.readouterr().out
+        block = out.split("largest live allocations at the peak:", 1)[1].split("\n\n", 1)[0]
+        assert sum(1 for line in block.splitlines() if line.strip().endswith(")") or "MiB" in line) == n, block
+        assert main(["memory", snap, "--top", str(n), "--format", "markdown"]) == 0
+        md = capsys.readouterr().out
+        assert md.count(" MiB | ") == n

@@ -19,7 +19,7 @@ from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.timeline import Match
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
 from trainscope.tui.deep import DeepPane
-from trainscope.tui.keys import binding_rows, common_bindings, palette_commands
+from trainscope.tui.keys import binding_rows, common_bindings, palette_commands, without_duplicates
 from trainscope.tui.state import Session, build_session
 from trainscope.tui.fixes import FixesPane
 from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
@@ -231,8 +231,14 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             self.push_screen(help_screen())
 
     def get_system_commands(self, screen):
-        yield from palette_commands(self, self.BINDINGS)
-        yield from super().get_system_commands(screen)
+        yield from without_duplicates(palette_commands(self, self.BINDINGS, skip=self._tab_off),
+                                      super().get_system_commands(screen), (b.action for b in self.BINDINGS))
+
+    def _tab_off(self, action: str) -> bool:
+        """A ``show_tab`` action for a tab that is off for this input (the palette does not offer it)."""
+        if not action.startswith("show_tab(") or self.session is None:
+            return False
+        return tab_of(action[len("show_tab('"):-2]).applies(self) is not None
 
     def _stem(self) -> str:
         stem = os.path.basename(self.path.rstrip("/"))
@@ -325,6 +331,45 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             self._find_late()
         else:
             self.rank_index = message.index  # _show_rank then finds the collective
+
+    def action_side_by_side(self) -> None:
+        """The timeline's ranks mode: every rank on one clock (the Ranks tab's side-by-side lanes)."""
+        if self.session is None:
+            return
+        if len(self.session.ranks) < 2:
+            self.notify("One rank only: open a directory of per-rank traces to see ranks side by side.",
+                        severity="warning", timeout=4)
+            return
+        self.query_one("#tabs", TabbedContent).active = "ranks"
+        # after the tab's activation, which focuses the ranks table
+        self.call_after_refresh(lambda: self.query_one("#ranks-timeline").focus())
+
+    @work(thread=True, exclusive=True, group="side")
+    def prepare_side_by_side(self) -> None:
+        """The ranks on one clock (read and modelled off the UI thread, once): the slowest ranks first,
+        at most ``MAX_RANKS`` lane groups."""
+        from trainscope.tui.ranks_timeline import MAX_RANKS, RankLanes
+
+        if getattr(self, "_side", None) is not None:
+            self.call_from_thread(self.query_one(RanksPane).show_side, *self._side)
+            return
+        s = self.session
+        report = s.report
+        try:
+            n = len(s.ranks)
+            sb = report.side_by_side()
+            slow = sorted(range(n), key=lambda i: -report.ranks[i].breakdown.step_ms.p50)[:MAX_RANKS]
+            chosen = sorted(slow, key=lambda i: (report.ranks[i].rank is None, report.ranks[i].rank, i))
+            origins = {i: report.trace(i).origin_ns for i in chosen}
+            origin = min(origins[i] - (sb.offsets_ns[i] or 0.0) for i in chosen)
+            lanes = [RankLanes(s.ranks[i].label, i, s.ranks[i].timeline, origins[i] - (sb.offsets_ns[i] or 0.0) - origin)
+                     for i in chosen]
+        except Exception as e:  # a view that cannot be built never takes the app down
+            self.call_from_thread(self.notify, f"cannot put the ranks side by side: {type(e).__name__}: {e}",
+                                  severity="error", timeout=6)
+            return
+        self._side = (lanes, sb, origin)
+        self.call_from_thread(self.query_one(RanksPane).show_side, lanes, sb, origin)
 
     @work(thread=True, exclusive=True, group="late")
     def _find_late(self) -> None:

@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import Input, ProgressBar, Static
 
 def gib(b: float | None, digits: int = 1, missing: str = "n/a") -> str:
@@ -23,11 +24,40 @@ Progress = Callable[[str, "float | None"], None]
 KeySection = tuple[str, Iterable[tuple[str, str]]]
 
 
+def fit_hint(hint: str, width: int) -> str:
+    """The key line cut to ``width`` by dropping the tab's own keys from the right, never the
+    ``? keys`` and ``q quit`` hints (at 80×24 the line was cut before them)."""
+    if len(hint) <= width:
+        return hint
+    items = hint.split(" · ")
+    tail = [i for i in items if i.startswith(("? ", "q "))]
+    head = [i for i in items if i not in tail]
+    while head and len(" · ".join(head + ["…"] + tail)) > width:
+        head.pop()
+    out = " · ".join(head + ["…"] + tail) if head else " · ".join(tail)
+    return out if len(out) <= width else out[: max(0, width - 1)] + "…"
+
+
 class KeyBar(Static):
     """The bottom line: the keys that matter on the current tab. A plain Static, not Textual's
-    Footer: the Footer rebuilds its widgets on every focus change (~45 ms per tab switch)."""
+    Footer: the Footer rebuilds its widgets on every focus change (~45 ms per tab switch).
+    Fitted to the terminal's width, ``? keys`` and ``q quit`` always shown."""
 
     DEFAULT_CSS = "KeyBar { height: 1; background: $panel; color: $text-muted; padding: 0 1; }"
+
+    def __init__(self, hint: str = "", **kwargs) -> None:
+        self.hint = str(hint)
+        super().__init__(hint, **kwargs)
+
+    def _width(self) -> int:
+        return self.content_size.width or max(1, self.app.size.width - 2)
+
+    def update(self, content="", *, layout: bool = True) -> None:
+        self.hint = str(content)
+        super().update(fit_hint(self.hint, self._width()) if self.is_mounted else self.hint, layout=layout)
+
+    def on_resize(self) -> None:
+        super().update(fit_hint(self.hint, self._width()), layout=False)
 
 
 class Loading(Vertical):
@@ -42,9 +72,49 @@ class Loading(Vertical):
         yield ProgressBar(total=100, show_eta=False, id="loading-bar")
 
 
+class KeysText(Text):
+    """The keys of an app, one per line; ``hang``: the column where a key's description starts, so
+    a description too long for the screen wraps under itself, not to column 0."""
+
+    hang: int = 0
+
+
+class HangingText(Widget):
+    """Text whose indented lines wrap with a hanging indent at ``hang`` (the help screen's keys)."""
+
+    DEFAULT_CSS = "HangingText { height: auto; }"
+
+    def __init__(self, text: Text, hang: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.text, self.hang = text, hang
+
+    def wrapped(self, width: int) -> Text:
+        out = Text(no_wrap=True, overflow="fold")
+        console = self.app.console
+        for i, line in enumerate(self.text.split("\n", allow_blank=True)):
+            if i:
+                out.append("\n")
+            if line.cell_len <= width or width < self.hang + 12 or not line.plain.startswith("  "):
+                out.append_text(line)
+                continue
+            for j, part in enumerate(line[self.hang:].wrap(console, width - self.hang)):
+                if j:
+                    out.append("\n")
+                out.append_text(line[: self.hang] if j == 0 else Text(" " * self.hang))
+                out.append_text(part)
+        return out
+
+    def render(self) -> Text:
+        return self.wrapped(self.content_size.width or self.app.size.width)
+
+    def get_content_height(self, container, viewport, width: int) -> int:
+        return len(self.wrapped(width).plain.split("\n"))
+
+
 def keys_text(title: str, sections: Iterable[KeySection], key_width: int = 28) -> Text:
     """Every key of an app, by where it applies (an empty ``where`` prints no heading)."""
-    out = Text()
+    out = KeysText()
+    out.hang = 2 + key_width
     out.append(f"{title} — keys", style="bold")
     out.append("   (Esc closes; ↑/↓ scroll)\n")
     for where, keys in sections:
@@ -74,7 +144,8 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(self.keys, id="help-keys")
+            hang = getattr(self.keys, "hang", 0)
+            yield HangingText(self.keys, hang, id="help-keys") if hang else Static(self.keys, id="help-keys")
             for i, part in enumerate(self.more):
                 yield Static(part, id=f"help-more-{i}")
 

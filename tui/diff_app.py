@@ -19,7 +19,7 @@ from trainscope.analyzers.rules import Rules
 # (never a silent pass).
 from trainscope.api import EXIT_INTERRUPTED, EXIT_REGRESSION
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, keys_text
-from trainscope.tui.keys import bind, common_bindings, palette_commands
+from trainscope.tui.keys import bind, common_bindings, palette_commands, without_duplicates
 from trainscope.tui.diff_panes import DiffBreakdown, DiffSummary, FixOutcomes, KernelDiffPane, base_name
 
 TABS = ("summary", "breakdown", "kernels", "fixes")
@@ -35,7 +35,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
         ("q / ctrl+c", "quit (with --fail-if-slower: exit code 3 on a regression, else 0)"),
     ]),
     ("kernels", [
-        ("a / g / - / n / x", "show all · grew · shrank · new (appeared) · gone (disappeared)  (+ = g)"),
+        ("a / g / - / n / d", "show all · grew · shrank · new (appeared) · gone (disappeared)  (+ = g)"),
         ("f", "next filter"),
         ("s / click a header", "sort by the next column / by that column (again: reverse)"),
         ("r", "reverse the sort"),
@@ -49,7 +49,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
 HINTS = {
     "summary": "1–4 tabs · e export report · t theme · ctrl+p commands · ? every key · q quit",
     "breakdown": "1–4 tabs · ↑/↓ scroll · e export · ? keys · q quit",
-    "kernels": "a/g/-/n/x all/grew/shrank/new/gone · s sort · r reverse · ? keys · q quit",
+    "kernels": "a/g/-/n/d all/grew/shrank/new/gone · s sort · r reverse · ? keys · q quit",
     "fixes": "1–4 tabs · ↑/↓ scroll · e export · ? keys · q quit",
     "loading": "q quit",
 }
@@ -220,8 +220,8 @@ class DiffApp(BackgroundLoading, App[int]):
             self.push_screen(help_screen())
 
     def get_system_commands(self, screen):
-        yield from palette_commands(self, self.BINDINGS)
-        yield from super().get_system_commands(screen)
+        yield from without_duplicates(palette_commands(self, self.BINDINGS), super().get_system_commands(screen),
+                                      (b.action for b in self.BINDINGS))
 
     def action_export(self) -> None:
         if self.diff is None:
@@ -234,7 +234,12 @@ class DiffApp(BackgroundLoading, App[int]):
         from trainscope.traces.safe_text import safe_strings
 
         try:
-            write_atomic(path, render_diff_markdown(safe_strings(self.document())))
+            if path.lower().endswith((".html", ".htm", ".json")):  # the format the suffix names
+                from trainscope.api import DiffResult
+
+                write_atomic(path, DiffResult(self.diff, self.gate, rules=self.rules).render_for(path))
+            else:
+                write_atomic(path, render_diff_markdown(safe_strings(self.document())))
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
             return

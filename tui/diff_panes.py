@@ -155,15 +155,35 @@ class DiffSummary(VerticalScroll):
             f"Verdict {'changed' if v.changed else 'unchanged'}. After: {v.after_summary}")
 
         st = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0))
-        for name, justify in (("step time", "left"), ("before", "right"), ("after", "right"), ("change", "right"),
-                              ("speedup", "left")):
-            st.add_column(name, justify=justify, header_style="bold", no_wrap=True)
-        for s in d.step_time:
-            faster = s.speedup is not None and s.speedup >= 1
-            st.add_row(s.statistic, f"{s.before_ms:.2f} ms", f"{s.after_ms:.2f} ms",
-                       "—" if s.change_pct is None else f"{s.change_pct:+.1f} %",
-                       Text(speed_words(s.speedup), style=f"bold {GOOD if faster else BAD}"))
-        self.query_one("#step-time", Static).update(st)
+        work = d.work
+        if work is not None and work.fixed_windows:
+            # A capture window's length is the capture's: the work it holds is the measure, no speedup.
+            for name, justify in (("work per window", "left"), ("before", "right"), ("after", "right"),
+                                  ("change", "right")):
+                st.add_column(name, justify=justify, header_style="bold", no_wrap=True)
+            pct = lambda b, a: "—" if not b else f"{100 * (a - b) / b:+.1f} %"  # noqa: E731
+            st.add_row("GPU kernel time", f"{work.before_kernel_ms:.2f} ms", f"{work.after_kernel_ms:.2f} ms",
+                       pct(work.before_kernel_ms, work.after_kernel_ms))
+            st.add_row("kernels", f"{work.before_kernels:.0f}", f"{work.after_kernels:.0f}",
+                       pct(work.before_kernels, work.after_kernels))
+            if work.before_flops is not None and work.after_flops is not None:
+                st.add_row("recorded FLOPs", f"{work.before_flops:.3g}", f"{work.after_flops:.3g}",
+                           pct(work.before_flops, work.after_flops))
+            else:
+                st.add_row("recorded FLOPs", "—", "—", "not recorded")
+            st.add_row(Text("window length", style="dim"), f"{work.before_window_ms:.2f} ms",
+                       f"{work.after_window_ms:.2f} ms", Text("the capture's", style="dim"))
+            self.query_one("#step-time", Static).update(st)
+        else:
+            for name, justify in (("step time", "left"), ("before", "right"), ("after", "right"),
+                                  ("change", "right"), ("speedup", "left")):
+                st.add_column(name, justify=justify, header_style="bold", no_wrap=True)
+            for s in d.step_time:
+                faster = s.speedup is not None and s.speedup >= 1
+                st.add_row(s.statistic, f"{s.before_ms:.2f} ms", f"{s.after_ms:.2f} ms",
+                           "—" if s.change_pct is None else f"{s.change_pct:+.1f} %",
+                           Text(speed_words(s.speedup), style=f"bold {GOOD if faster else BAD}"))
+            self.query_one("#step-time", Static).update(st)
 
         g = self.query_one("#gate", Static)
         g.remove_class("gate-pass", "gate-fail")
@@ -363,7 +383,7 @@ def kernel_group(d: RunDiff, group: str) -> list[KernelChange]:
 
 
 class KernelDiffPane(SortedColumns, Vertical):
-    """Every matched group and appeared/disappeared kernel; g/-/n/x/a filter, s/r sort, details below."""
+    """Every matched group and appeared/disappeared kernel; g/-/n/d/a filter (x is an export in analyze, never a filter), s/r sort, details below."""
 
     sort_columns = DIFF_COLUMNS  # s / r / header click (tui/sorting.py)
 
@@ -378,7 +398,7 @@ class KernelDiffPane(SortedColumns, Vertical):
         Binding("g,plus", "group('grew')", "grew", show=False),
         Binding("minus", "group('shrank')", "shrank", show=False),
         Binding("n", "group('appeared')", "appeared", show=False),
-        Binding("x", "group('disappeared')", "disappeared", show=False),
+        Binding("d", "group('disappeared')", "disappeared", show=False),
         Binding("f", "next_group", "next filter", show=False),
         Binding("s", "sort_next", "sort by next column", show=False),
         Binding("r", "reverse", "reverse sort", show=False),
@@ -430,7 +450,7 @@ class KernelDiffPane(SortedColumns, Vertical):
                 k.kernel_class, key=str(i))
         counts = {g: len(kernel_group(d, g)) for g in GROUPS}
         groups = Text()
-        for key, g in zip("ag-nx", GROUPS):
+        for key, g in zip("ag-nd", GROUPS):
             style = "bold reverse" if g == self.group else ""
             groups.append(f" {key} {g} {counts[g]} ", style=style)
             groups.append(" ")

@@ -71,13 +71,29 @@ def binding_rows(bindings: Iterable[Binding]) -> list[tuple[str, str]]:
     return rows
 
 
-def palette_commands(app, bindings: Iterable[Binding]) -> Iterable[SystemCommand]:
-    """The app's own actions for the command palette (ctrl+p), one per binding."""
+# Textual's own palette entries that one of ours already is (ours runs the same action).
+_TEXTUAL_DUPLICATES = {"quit": "quit", "keys": "help"}
+
+
+def without_duplicates(ours: Iterable[SystemCommand], textual: Iterable[SystemCommand],
+                       actions: Iterable[str]) -> Iterable[SystemCommand]:
+    """Our commands, then Textual's system commands less those an action of ours already offers
+    (the palette listed Quit twice)."""
+    have = set(actions)
+    yield from ours
+    for c in textual:
+        if _TEXTUAL_DUPLICATES.get(c.title.lower()) not in have:
+            yield c
+
+
+def palette_commands(app, bindings: Iterable[Binding], skip=None) -> Iterable[SystemCommand]:
+    """The app's own actions for the command palette (ctrl+p), one per binding; ``skip(action)``
+    leaves out what does not apply now (a tab that is off)."""
     seen: set[str] = set()
     for b in bindings:
         if isinstance(b, tuple):
             b = Binding(*b)
-        if b.key == "ctrl+c" or b.action in seen or not b.description:
+        if b.key == "ctrl+c" or b.action in seen or not b.description or (skip is not None and skip(b.action)):
             continue
         seen.add(b.action)
 

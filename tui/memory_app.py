@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Header, Input, Static
 
 from trainscope.analyzers.memory_peak import MemoryPeak, PeakAllocation
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
-from trainscope.tui.keys import bind, binding_rows, common_bindings, palette_commands
+from trainscope.tui.keys import bind, binding_rows, common_bindings, palette_commands, without_duplicates
 from trainscope.tui.sorting import SortedColumns
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -389,9 +389,8 @@ class MemoryApp(BackgroundLoading, App[int]):
             self.push_screen(help_screen())
 
     def get_system_commands(self, screen):
-        yield from palette_commands(self, self.BINDINGS)
-        yield from palette_commands(self.query_one(PeakTable), PeakTable.BINDINGS)
-        yield from super().get_system_commands(screen)
+        ours = [*palette_commands(self, self.BINDINGS), *palette_commands(self.query_one(PeakTable), PeakTable.BINDINGS)]
+        yield from without_duplicates(ours, super().get_system_commands(screen), (b.action for b in self.BINDINGS))
 
     def action_export(self) -> None:
         if self.report is None:

@@ -85,8 +85,11 @@ class Overview(VerticalScroll):
         for e in v["evidence"]:
             mark, style = {True: ("✔", "bold"), False: ("✘", ""), None: ("·", "dim")}[e["meets"]]
             thr = f"  (threshold {e['threshold']} {e['unit']})" if e["threshold"] else ""
-            ev.append(f"{mark} {e['metric']}: ", style=style)
-            ev.append(fmt_value(e["value"], e["unit"]), style="bold")
+            if e["value"] is None:  # a fact without a number: no "—" for a value beside the "— source"
+                ev.append(f"{mark} {e['metric']}", style=style)
+            else:
+                ev.append(f"{mark} {e['metric']}: ", style=style)
+                ev.append(fmt_value(e["value"], e["unit"]), style="bold")
             ev.append(f"{thr}  — {e['source']}\n", style="dim")
         if not v["evidence"]:
             ev.append("no evidence recorded", style="dim")

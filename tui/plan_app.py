@@ -24,7 +24,7 @@ from trainscope.analyzers.ledger import PRECISIONS, Fit, FitOption, Ledger, Plan
 from trainscope.api import normalize_plan as normalize, plan_ledger as ledger
 from trainscope.analyzers.memory_devices import GPU_MEMORY, GpuMemory
 from trainscope.tui.chrome import HelpScreen, KeyBar, keys_text
-from trainscope.tui.keys import bind, common_bindings, palette_commands
+from trainscope.tui.keys import bind, common_bindings, palette_commands, without_duplicates
 from trainscope.tui.plan_view import activation_note, banner_text, gb2, ledger_bar, toggles_text, verdict_class
 
 OPTIMIZER_CYCLE = ("adam", "adam8bit", "momentum", "sgd")
@@ -154,6 +154,7 @@ class PlanApp(App[int]):
         self.fit: Fit = first.fit
         self.options: list[FitOption] = []
         self.options_for: tuple[PlanConfig, str] | None = None  # the (config, device) the options belong to
+        self._pending_row: int | None = None  # Enter on an option while the options were recomputed
         self.exported: list[str] = []
         self._timer: Timer | None = None
         self.set_reactive(PlanApp.config, self.initial_config)
@@ -254,6 +255,9 @@ class PlanApp(App[int]):
         if table.row_count:
             table.move_cursor(row=min(max(row, 0), table.row_count - 1))
         self._options_heading()
+        pending, self._pending_row = self._pending_row, None
+        if pending is not None and options:
+            self.apply_option(min(max(pending, 0), len(options) - 1))
 
     @property
     def options_ready(self) -> bool:
@@ -335,8 +339,16 @@ class PlanApp(App[int]):
         self.config = self.initial_config
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        if event.data_table.id == "options" and self.options_ready and event.row_key.value is not None:
+        if event.data_table.id != "options" or event.row_key.value is None:
+            return
+        if self.options_ready:
             self.apply_option(int(event.row_key.value))
+            return
+        # The options are being recomputed for a setup that just changed: the rows shown are the old
+        # setup's. Enter is kept, not dropped: it applies the row under the cursor once they are ready.
+        self._pending_row = event.cursor_row
+        self.notify("options are being recomputed for the new setup: Enter applies the chosen row when they are ready",
+                    timeout=3)
 
     def apply_option(self, index: int) -> None:
         """Take the changes of the ``index``-th option (its ledger's config is the base plus them)."""
@@ -352,8 +364,8 @@ class PlanApp(App[int]):
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
 
     def get_system_commands(self, screen):
-        yield from palette_commands(self, self.BINDINGS)
-        yield from super().get_system_commands(screen)
+        yield from without_duplicates(palette_commands(self, self.BINDINGS), super().get_system_commands(screen),
+                                      (b.action for b in self.BINDINGS))
 
     def action_export(self) -> None:
         from trainscope.reports.output import write_atomic

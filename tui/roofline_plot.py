@@ -10,6 +10,10 @@ from textual.widget import Widget
 from trainscope.analyzers.roofline import Roofline
 
 LABELS = "ABCDEFGHIJ"
+# Where a label goes when its cell is taken by a heavier kernel's: the nearest free cell, beside
+# first (a row is a decade's fraction, a column finer), then above and below.
+NUDGES = [(0, 0)] + [(dr, dc) for d in (1, 2, 3) for dr, dc in ((0, d), (0, -d), (-d, 0), (d, 0), (-d, d), (d, d),
+                                                                  (-d, -d), (d, -d))]
 
 
 def roofline_chart(roof: Roofline | None, width: int, height: int) -> list[str]:
@@ -43,8 +47,16 @@ def roofline_chart(roof: Roofline | None, width: int, height: int) -> list[str]:
         for p, ch in ((peak, "─"), (roofs[0], "·")) if len(roofs) > 1 else ((peak, "─"),):
             y = min(mem, math.log10(p))
             grid[row(y)][c] = "╱" if mem < math.log10(p) else ch
-    for i in reversed(range(len(pts))):  # the heaviest drawn last: their labels stay visible
-        grid[row(ys[i])][col(xs[i])] = LABELS[i] if i < len(LABELS) else "•"
+    taken: set[tuple[int, int]] = set()
+    for i in range(len(pts)):  # the heaviest placed first; a label never covers another
+        mark = LABELS[i] if i < len(LABELS) else "•"
+        r0, c0 = row(ys[i]), col(xs[i])
+        cell = next(((r, c) for dr, dc in NUDGES if 0 <= (r := r0 + dr) < plot_h and 0 <= (c := c0 + dc) < plot_w
+                     and (r, c) not in taken), None) if mark != "•" else (r0, c0)
+        if cell is None or (mark == "•" and cell in taken):
+            continue  # an unlabeled kernel where a labeled one sits: the label wins
+        grid[cell[0]][cell[1]] = mark
+        taken.add(cell)
     lines = []
     for i, g in enumerate(grid):
         y = y1 - (y1 - y0) * i / (plot_h - 1)

@@ -1,6 +1,7 @@
 """The table screens: per-step breakdown, kernels (sortable, filterable), ranks."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -16,6 +17,7 @@ from trainscope.analyzers.roofline import Roofline, RooflineRow
 from trainscope.tui.keys import bind
 from trainscope.tui.roofline_plot import RooflinePlot
 from trainscope.tui.sorting import SortedColumns
+from trainscope.traces.safe_text import visible
 from trainscope.tui.timeline import short_name
 
 STEP_COLUMNS = {"compute": "comp", "communication": "comm", "copy": "copy", "memset": "mset",
@@ -74,9 +76,13 @@ class StepsPane(Vertical):
                 Text("⚠", style="bold red") if s["outlier"] else "", key=str(i))
         st = doc["breakdown"]["step_time_ms"]
         hidden = [STEP_COLUMNS[c] for c in STEP_ORDER if c not in cats]
+        outliers = (f"no outliers (none > {outlier_ratio:g}× median)" if not n_out else
+                    f"⚠ {n_out} outlier{'' if n_out == 1 else 's'} > {outlier_ratio:g}× median")
+        n = len(doc["steps"])
+        count = "" if str(doc["steps_note"] or "").startswith(f"{n} step") else f"{n} steps · "
         self.query_one("#steps-note", Static).update(
-            f"{len(doc['steps'])} steps · {doc['steps_note']} · p50 {st['p50']:.1f} ms, p95 {st['p95']:.1f} ms · "
-            f"⚠ {n_out} outlier(s) > {outlier_ratio:g}× median · times in ms; i: = GPU idle by reason; busy% = GPU "
+            f"{count}{doc['steps_note']} · p50 {st['p50']:.1f} ms, p95 {st['p95']:.1f} ms · "
+            f"{outliers} · times in ms; i: = GPU idle by reason; busy% = GPU "
             f"busy, wait% = data wait, of the step" + (f" · all zero, not shown: {', '.join(hidden)}" if hidden else "")
             + " · Enter: show on timeline")
 
@@ -110,6 +116,10 @@ KERNEL_COLUMNS = (
     KernelColumn("name", "kernel", lambda k, r: k.name.lower(), False),
 )
 NUMBER_WIDTHS = {"total": 9, "mean": 8, "share": 7, "count": 6, "bound": 5, "tc": 2, "class": 9}
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def filter_kernels(kernels: list[KernelStat], text: str) -> list[KernelStat]:
@@ -165,10 +175,21 @@ class KernelsPane(SortedColumns, Vertical):
         table = self.query_one(DataTable)
         return self.shown[table.cursor_row] if self.shown and 0 <= table.cursor_row < len(self.shown) else None
 
+    def _pane_width(self) -> int:
+        # Before its tab was first shown the pane has no size yet: it spans the screen.
+        return self.size.width or self.app.size.width
+
+    def _class_width(self) -> int:
+        """As wide as the longest class shown (``convolution``, ``normalization``) where the screen
+        leaves the name at least its 16 columns; at 80 columns the class is cut to fit."""
+        longest = max((len(k.kernel_class) for k in self.summary.top), default=5) if self.summary else 5
+        used = sum(w + 2 for k, w in NUMBER_WIDTHS.items() if k != "class") + 2 + 2 + 2
+        return max(NUMBER_WIDTHS["class"], min(longest, self._pane_width() - used - 16))
+
     def _name_width(self) -> int:
         """What the number columns leave (each column has one cell of padding either side)."""
-        used = sum(w + 2 for w in NUMBER_WIDTHS.values()) + 2 + 2  # + the name's padding + a scrollbar
-        return max(16, min(200, self.size.width - used))
+        used = sum(w + 2 for k, w in NUMBER_WIDTHS.items() if k != "class") + self._class_width() + 2 + 2 + 2
+        return max(16, min(200, self._pane_width() - used))
 
     def on_resize(self) -> None:
         if self.summary is not None and self._name_width() != getattr(self, "_shown_name_w", None):
@@ -244,8 +265,10 @@ class KernelsPane(SortedColumns, Vertical):
         # Keep the columns (re-creating them re-measures every cell); only their labels change.
         if not table.columns:
             self._shown_name_w = self._name_width()
+            self._shown_class_w = self._class_width()
             for c in KERNEL_COLUMNS:
-                width = self._shown_name_w if c.key == "name" else NUMBER_WIDTHS[c.key]
+                width = (self._shown_name_w if c.key == "name" else self._shown_class_w if c.key == "class"
+                         else NUMBER_WIDTHS[c.key])
                 table.add_column(c.label + " ▼", key=c.key, width=width)
         for c in KERNEL_COLUMNS:
             mark = (" ▼" if self.descending else " ▲") if c.key == self.sort_column else ""
@@ -267,7 +290,7 @@ class KernelsPane(SortedColumns, Vertical):
                 table.add_row(first, Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
                               Text(f"{k.share_pct:.1f} %", justify="right"), Text(f"{k.count}", justify="right"),
                               _BOUND.get(r.bound, r.bound) if r else "",
-                              "✔" if k.tensor_core else "", k.kernel_class[:NUMBER_WIDTHS["class"]],
+                              "✔" if k.tensor_core else "", _cut(k.kernel_class, self._shown_class_w),
                               Text(short_name(k.name, self._shown_name_w)), key=str(i))  # Text: a str cell is read as markup
             self._filled = filled
         more = f" (first {self.MAX_ROWS} shown)" if len(rows) > self.MAX_ROWS else ""
@@ -308,6 +331,7 @@ class RanksPane(Vertical):
     RanksPane #ranks-note { height: auto; color: $text-muted; }
     RanksPane DataTable { height: auto; max-height: 60%; }
     RanksPane #stragglers { height: auto; margin: 1 0 0 0; }
+    RanksPane #ranks-side-title { height: auto; margin: 1 0 0 0; }
     """
 
     class Choose(Message):
@@ -316,9 +340,27 @@ class RanksPane(Vertical):
             self.index = index
 
     def compose(self):
+        from trainscope.tui.ranks_timeline import RanksTimeline
+
         yield Static("", id="ranks-note")
         yield DataTable(id="ranks-table", cursor_type="row", zebra_stripes=True)
+        yield Static("ranks side by side: preparing…", id="ranks-side-title")
+        yield RanksTimeline(id="ranks-timeline")
         yield Static("", id="stragglers")
+
+    def show_side(self, ranks, sb, origin_ns: float) -> None:
+        """The side-by-side timeline of ``ranks`` (tui.ranks_timeline.RankLanes) on one clock."""
+        from trainscope.tui.ranks_timeline import RanksTimeline
+
+        view = self.query_one(RanksTimeline)
+        view.show(ranks, sb, origin_ns)
+        self.query_one("#ranks-side-title", Static).update(Text(view.title(), style="bold"))
+
+    def on_ranks_timeline_moved(self) -> None:  # the title follows zoom and pan
+        from trainscope.tui.ranks_timeline import RanksTimeline
+
+        self.query_one("#ranks-side-title", Static).update(Text(self.query_one(RanksTimeline).title(), style="bold"),
+                                                           layout=False)
 
     def show(self, rows: list[dict], current: int, slowest: int, stragglers: dict | None = None) -> None:
         table = self.query_one(DataTable)
@@ -329,7 +371,8 @@ class RanksPane(Vertical):
             mark = "▶" if i == current else ""
             table.add_row(mark, str(r["rank"]), f"{r['step_p50_ms']:.1f}", f"{r['step_p95_ms']:.1f}", r["axis"],
                           r["bottleneck"] or "", f"{r['confidence']:.2f}", f"{r['gpu_busy_pct']:.1f} %",
-                          f"{r['data_wait_pct']:.1f} %", r["source"], key=str(i))
+                          f"{r['data_wait_pct']:.1f} %", Text(visible(os.path.basename(str(r["source"]).rstrip("/")) or r["source"])),
+                          key=str(i))  # the file: the part of the path that differs between ranks
         self.query_one("#ranks-note", Static).update(
             f"{len(rows)} ranks · slowest median step: rank {rows[slowest]['rank']} (it sets the pace of synchronous "
             "training; the report leads with it) · Enter: this rank everywhere, at its latest-arriving collective")

@@ -63,7 +63,7 @@ class OverviewTab(Tab):
 
 class TimelineTab(Tab):
     id, title = "timeline", "Timeline"
-    hint = "←/→ cursor · +/− zoom · h/l pan · n/p step · f/a fit · / search · n/N match · ? keys"
+    hint = "←/→ cursor · +/− zoom · h/l pan · n/p step · f/a fit · / search · n/N match · ? keys · q quit"
     focus = "TimelineView"
     keys = [
         ("← / →", "move the cursor (shift: 8 columns); every item under it, per stream, shows below"),
@@ -73,6 +73,7 @@ class TimelineTab(Tab):
         ("/", "search kernels, ops and ranges by name; n / N: next / previous match; Esc: leave the matches"),
         ("0 or f / a", "fit the current step / the whole trace"),
         ("c", "collapse / expand the lanes (one GPU and one host lane, or one per stream and thread)"),
+        ("R", "ranks side by side on one clock (a rank directory: the Ranks tab's lanes, late arrivals marked)"),
         ("click", "put the cursor there"),
     ]
     pane = staticmethod(TimelinePane)
@@ -82,7 +83,9 @@ class TimelineTab(Tab):
     def show(cls, app):
         from trainscope.tui.app import _median_step
 
-        app.query_one(TimelinePane).set_model(app.rank.timeline, _median_step(app.rank))
+        pane = app.query_one(TimelinePane)
+        pane.launch_info = app.rank.kernel_launch  # the detail pane says what launched a kernel
+        pane.set_model(app.rank.timeline, _median_step(app.rank))
 
 
 class StepsTab(Tab):
@@ -162,7 +165,9 @@ class RanksTab(Tab):
     hint = "↑/↓ choose · Enter this rank's latest-arriving collective on the timeline · ? keys · q quit"
     focus = "#ranks-table"
     keys = [("↑ / ↓, Enter", "choose a rank; Enter shows it on every tab and opens the timeline on the collective "
-                             "it reached furthest behind the first rank (highlighted)")]
+                             "it reached furthest behind the first rank (highlighted)"),
+            ("tab, then + / − / h / l / a", "the ranks side by side on one clock: zoom, pan, every rank's whole trace"),
+            ("n / N (side by side)", "frame the next / previous late arrival (! in red: the rank the others waited for)")]
     pane = staticmethod(RanksPane)
 
     @classmethod
@@ -173,6 +178,7 @@ class RanksTab(Tab):
     def show(cls, app):
         s = app.session
         app.query_one(RanksPane).show(s.document()["ranks"], app.rank_index, s.main_rank, s.stragglers)
+        app.prepare_side_by_side()
 
 
 class DeepTab(Tab):

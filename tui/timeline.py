@@ -14,6 +14,8 @@ from textual.widgets import Input, Static
 
 import math
 
+import numpy as np
+
 from trainscope.analyzers.timeline import GPU_LABELS, HOST_LABELS, Item, Lane, Match, Overlap, TimelineModel
 from trainscope.traces.safe_text import visible
 from trainscope.tui.palette import GPU_STYLE, HOST_STYLE, STREAM_STYLE
@@ -31,6 +33,19 @@ def fmt_ms(ns: float) -> str:
     if abs(ms) >= 1:
         return f"{ms:.1f}"
     return f"{ms:.3f}"
+
+
+def window_label(start_ns: int, end_ns: int) -> str:
+    """``a–b`` in ms with as many decimals as the window's width needs for the two to differ."""
+    width_ms = max(end_ns - start_ns, 1) / 1e6
+    decimals = max(0, min(6, 2 - math.floor(math.log10(width_ms))))
+    return f"{start_ns / 1e6:.{decimals}f}–{end_ns / 1e6:.{decimals}f}"
+
+
+def duration_label(ns: int) -> str:
+    """A duration in ms that never reads 0 for a short kernel (3 significant digits)."""
+    ms = ns / 1e6
+    return fmt_ms(ns) if ms >= 1 or ms == 0 else f"{ms:.3g}"
 
 
 def axis_labels(start_ns: int, end_ns: int, columns: int, every: int = TICK_EVERY) -> list[tuple[int, str]]:
@@ -71,6 +86,7 @@ class TimelineView(Widget, can_focus=True):
         Binding("a", "fit_all", "whole trace", show=False),
         Binding("slash", "search", "search kernels, ops, ranges", show=False),
         Binding("c", "toggle_lanes", "collapse / expand the lanes", show=False),
+        Binding("R", "app.side_by_side", "ranks side by side on one clock", show=False),
         Binding("home", "cursor_to(0)", "cursor to start", show=False),
         Binding("end", "cursor_to(-1)", "cursor to end", show=False),
     ]
@@ -152,8 +168,10 @@ class TimelineView(Widget, can_focus=True):
             return
         lo, hi = self.model.span
         end = max(end, start + MIN_WINDOW_NS)
-        width = min(end - start, (hi - lo) * 1.05)
-        start = int(min(max(start, lo - 0.025 * (hi - lo)), hi - width * 0.5))
+        # Inside the trace: time before its first or after its last event has nothing to show (it
+        # was painted as idle), so the window is clamped to the span and never wider than it.
+        width = min(end - start, max(hi - lo, MIN_WINDOW_NS))
+        start = int(max(lo, min(start, hi - width)))
         self.start_ns, self.end_ns = start, int(start + width)
         self._moved()
 
@@ -165,6 +183,7 @@ class TimelineView(Widget, can_focus=True):
             self.action_fit_all()
             return
         index = max(0, min(index, len(steps) - 1))
+        self.matches, self.match_title = [], ""  # a step jump leaves the matches: the title must not keep them
         self.step_index = index
         st = steps[index]
         self.cursor = 0
@@ -246,11 +265,12 @@ class TimelineView(Widget, can_focus=True):
         (border, time and overlap lines, then a line per lane, two where they wrap) and, on a tall
         screen, the legend (5)."""
         n = len(self.model.lanes) if self.model else 1
-        lanes = 2 if self.collapsed else 1 + n
+        lanes = (2 if self.collapsed else 1 + n) + (1 if self.model is not None and self.has_nvtx else 0)
         per_item = 1 if width >= 140 else 2
         rest = 5 + 4 + (2 + 2 + n * per_item) + (5 if viewport.height >= 34 else 0)
+        nvtx = 1 if self.model is not None and self.has_nvtx else 0
         per = max(1, min(MAX_ROWS_PER_LANE, (viewport.height - rest) // lanes))
-        return 4 + per * lanes
+        return 4 + per * (lanes - nvtx) + nvtx
 
     def action_toggle_lanes(self) -> None:
         self.collapsed = not self.collapsed
@@ -259,7 +279,8 @@ class TimelineView(Widget, can_focus=True):
     def rows_per_lane(self) -> int:
         """Lanes grow into the rows the widget has (axis, ticks, cursor and minimap take 4)."""
         lanes = 2 if self.collapsed else 1 + (len(self.model.lanes) if self.model else 0)
-        return max(1, min(MAX_ROWS_PER_LANE, (self.size.height - 4) // max(1, lanes)))
+        nvtx = 1 if self.model is not None and self.has_nvtx else 0
+        return max(1, min(MAX_ROWS_PER_LANE, (self.size.height - 4 - nvtx) // max(1, lanes)))
 
     def render(self) -> Text:
         if self.model is None:
@@ -276,11 +297,18 @@ class TimelineView(Widget, can_focus=True):
             rows.append((lane.label, m.lane_view(lane, self.start_ns, self.end_ns, cols), lane_style(lane)))
         if self.collapsed or not m.thread_lanes:
             rows.append(("host", m.lane("host", self.start_ns, self.end_ns, cols), HOST_STYLE))
+        labels = {lane.label: (self.slice_labels if lane.kind == "stream" else self.op_labels)(lane.ident, cols)
+                  for lane in ([] if self.collapsed else m.lanes)}
         for label, view, style in rows:
             for r in range(per):
                 out.append("\n")
                 out.append(f"{label if r == 0 else '':<{GUTTER}}"[:GUTTER], style="bold")
-                self._append_runs(out, view, style)
+                # names on the lane's last row: its first keeps the glyphs (what a NO_COLOR terminal reads)
+                self._append_runs(out, view, style, labels.get(label) if r == per - 1 else None)
+        if self.has_nvtx:
+            out.append("\n")
+            out.append(f"{'NVTX':<{GUTTER}}", style="bold")
+            out.append_text(self._nvtx_row(cols))
         out.append("\n")
         out.append(self._cursor_row(cols))
         if self.size.height >= 4 + per * len(rows):
@@ -326,20 +354,96 @@ class TimelineView(Widget, can_focus=True):
             out.append(glyph, style=f"{color} reverse" if a <= c < b else f"{color} dim")
         return out
 
-    def _append_runs(self, out: Text, view, style: dict[str, tuple[str, str]]) -> None:
-        """One styled span per run of equal cells (not per cell): rendering stays cheap at any width."""
+    def _append_runs(self, out: Text, view, style: dict[str, tuple[str, str]],
+                     labels: dict[int, str] | None = None) -> None:
+        """One styled span per run of equal cells (not per cell): rendering stays cheap at any width.
+        ``labels``: characters of slice names written over the run where they fit (column → char)."""
         dominant = view.dominant.tolist()
+        labels = labels or {}
         c = 0
         while c < len(dominant):
             k = dominant[c]
+            glyph, color = style[view.categories[k]]
+            if c in labels:  # at the cursor the name's character stays, the cursor inverts it back
+                out.append(labels[c], style=f"bold {color}" if c == self.cursor else f"bold {color} reverse")
+                c += 1
+                continue
             end = c + 1
-            while end < len(dominant) and dominant[end] == k and end != self.cursor:
+            while end < len(dominant) and dominant[end] == k and end != self.cursor and end not in labels:
                 end += 1
             if c == self.cursor:
                 end = c + 1
-            glyph, color = style[view.categories[k]]
             out.append(glyph * (end - c), style=f"{color} reverse" if c == self.cursor else color)
             c = end
+
+    # -- slice labels and the NVTX lane ------------------------------------------------------------
+
+    def _placed(self, ts, end, names, cols: int, limit: int = 400) -> dict[int, str]:
+        """Names written inside their slices where a slice spans enough columns (longest first; one
+        column of margin either side, never over another label)."""
+        width = (self.end_ns - self.start_ns) / cols
+        out: dict[int, str] = {}
+        order = np.argsort(-(end - ts), kind="stable")[:limit]
+        for i in order.tolist():
+            a = max(0, int((ts[i] - self.start_ns) / width) + 1)
+            b = min(cols, int((end[i] - self.start_ns) / width)) - 1
+            if b - a < 4:
+                continue
+            text = short_name(self.model.trace.strings[int(names[i])], b - a)
+            # the first place inside the slice where the name (or at least 4 of its characters) is clear of others
+            for p in range(a, b - 3):
+                free = 0
+                while p + free < b and (p + free) not in out and (p + free + 1) not in out and free < len(text):
+                    free += 1
+                if free >= min(len(text), 4) and (p - 1) not in out:
+                    shown = text if free >= len(text) else short_name(text, free)
+                    for j, ch in enumerate(shown):
+                        out[p + j] = ch
+                    break
+        return out
+
+    def slice_labels(self, stream: int, cols: int) -> dict[int, str]:
+        """Kernel names on one stream's lane in the window, where they fit."""
+        k = self.model.trace.kernels
+        dev = self.model.device
+        sel = np.flatnonzero((k.stream == stream) & (k.ts < self.end_ns) & (k.ts + k.dur > self.start_ns)
+                             & ((k.device == dev) if dev is not None else True))
+        if not len(sel) or len(sel) > 20 * cols:  # thousands of kernels in view: no name fits anyway
+            return {}
+        return self._placed(k.ts[sel], k.ts[sel] + k.dur[sel], k.name[sel], cols)
+
+    def op_labels(self, thread: int, cols: int) -> dict[int, str]:
+        """Operator and range names on one host thread's lane in the window, where they fit."""
+        t = self.model.trace
+        o, a = t.cpu_ops, t.annotations
+        so = np.flatnonzero((o.thread == thread) & (o.ts < self.end_ns) & (o.ts + o.dur > self.start_ns))
+        sa = np.flatnonzero((a.device < 0) & (a.thread == thread) & (a.ts < self.end_ns) & (a.ts + a.dur > self.start_ns))
+        if not (len(so) + len(sa)) or len(so) + len(sa) > 20 * cols:
+            return {}
+        ts = np.concatenate([o.ts[so], a.ts[sa]])
+        return self._placed(ts, ts + np.concatenate([o.dur[so], a.dur[sa]]), np.concatenate([o.name[so], a.name[sa]]),
+                            cols)
+
+    @property
+    def has_nvtx(self) -> bool:
+        """Nsight exports record NVTX ranges (the user's push/pop ranges): they get a lane of their own."""
+        t = self.model.trace if self.model is not None else None
+        return bool(t is not None and str(t.format).startswith("nsys") and len(t.annotations))
+
+    def _nvtx_row(self, cols: int) -> Text:
+        """The NVTX ranges in the window: the outermost as a bar, names where they fit."""
+        a = self.model.trace.annotations
+        sel = np.flatnonzero((a.ts < self.end_ns) & (a.ts + a.dur > self.start_ns))
+        width = (self.end_ns - self.start_ns) / cols
+        cells = [" "] * cols
+        for i in sel.tolist():
+            lo = max(0, int((a.ts[i] - self.start_ns) / width))
+            hi = min(cols, max(lo + 1, int((a.ts[i] + a.dur[i] - self.start_ns) / width)))
+            for c in range(lo, hi):
+                cells[c] = "▬"
+        for c, ch in self._placed(a.ts[sel], a.ts[sel] + a.dur[sel], a.name[sel], cols).items():
+            cells[c] = ch
+        return Text("".join(cells), style="cyan")
 
     def _ticks(self, cols: int) -> Text:
         """Step boundaries (┃, with the step's number when there is room) and a tick under each label."""
@@ -427,6 +531,8 @@ class TimelinePane(Vertical):
         yield Static("", id="tl-detail")
         yield Static(legend(), id="tl-legend")
 
+    launch_info = None  # (start_ns, kernel name) -> api.RankView.kernel_launch's answer; set by the tab
+
     @property
     def view(self) -> TimelineView:
         return self.query_one(TimelineView)
@@ -451,15 +557,16 @@ class TimelinePane(Vertical):
                 else "between steps" if steps else "trace")
         if v.matches:
             m = v.matches[v.match_index]
-            tail = (f"{v.match_title} {v.match_index + 1}/{len(v.matches)}: {short_name(m.name, 60)} "
-                    f"{fmt_ms(m.end_ns - m.start_ns)} ms · n/N next/prev · Esc leave")
+            name = short_name(m.name, 60) or visible(m.name[:60]) or "(unnamed)"
+            tail = (f"{v.match_title} {v.match_index + 1}/{len(v.matches)}: {name} "
+                    f"{duration_label(m.end_ns - m.start_ns)} ms · n/N next/prev · Esc leave")
         else:
             tail = "←/→ cursor  +/− zoom  h/l pan  n/p step  / search"
         # Both have a fixed height (1 and 1fr): no layout pass on every cursor move.
         self.query_one("#tl-title", Static).update(Text(
-            f"{visible(head)} · window {fmt_ms(v.start_ns)}–{fmt_ms(v.end_ns)} ms · zoom {zoom:.3g}× · {tail}"),
+            f"{visible(head)} · window {window_label(v.start_ns, v.end_ns)} ms · zoom {zoom:.3g}× · {tail}"),
             layout=False)
-        self.query_one("#tl-detail", Static).update(detail_text(a, b, message), layout=False)
+        self.query_one("#tl-detail", Static).update(detail_text(a, b, message, self.launch_info), layout=False)
 
     # -- search --------------------------------------------------------------------------------------
 
@@ -487,7 +594,21 @@ class TimelinePane(Vertical):
         v.set_matches(matches, f"/{event.value}", first)
 
 
-def detail_text(a: int, b: int, message: "TimelineView.Moved") -> Text:
+def launch_line(info) -> str:
+    """``launched by aten::conv2d [[32, 3, 224, 224], …] via cudaLaunchKernel · correlation 1234``."""
+    parts = []
+    if info.operator:
+        parts.append(f"launched by {short_name(info.operator, 40)}"
+                     + (f" {visible(info.input_dims[:60])}" if info.input_dims and info.input_dims != "[]" else "")
+                     + (f" inside {short_name(info.outer_operator, 30)}" if info.outer_operator else ""))
+    if info.runtime_call:
+        parts.append(f"via {visible(info.runtime_call)}")
+    parts.append(f"stream {info.stream} · correlation {info.correlation}"
+                 + (f" · External id {info.external_id}" if info.external_id is not None else ""))
+    return " · ".join(parts)
+
+
+def detail_text(a: int, b: int, message: "TimelineView.Moved", launch_info=None) -> Text:
     """Every lane's item under the cursor, then the overlap measured over the cursor's column."""
     digits = max(3, 1 - math.floor(math.log10(max(b - a, 1) / 1e6)))
     out = Text.assemble(("at ", "dim"), (f"{a / 1e6:.{digits}f}–{b / 1e6:.{digits}f} ms", "bold"))
@@ -510,6 +631,10 @@ def detail_text(a: int, b: int, message: "TimelineView.Moved") -> Text:
                        style="dim")
             if item.context:
                 out.append(f" · inside {short_name(item.context, 50)}", style="dim")
+            if launch_info is not None and item.kind.endswith("kernel"):
+                info = launch_info(item.start_ns, item.name)
+                if info is not None:
+                    out.append(f"\n{'':<{GUTTER}}{launch_line(info)}", style="dim")
     else:
         out.append("\n")
         out.append("GPU  ", style="bold")

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 Side = Union[str, "os.PathLike[str]", "StoredRun", "RunSummary"]
 
 
-@dataclass
+@dataclass(repr=False)
 class DiffResult:
     """What a change did: ``diff`` (a :class:`RunDiff` of two traces, or a :class:`SummaryDiff` when a
     side is a stored run), each earlier fix's projected and achieved gain (``fixes``), and, when a
@@ -122,13 +122,62 @@ class DiffResult:
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
 
+    def __repr__(self) -> str:
+        """One line: before → after, the headline number, the verdict change and the gate."""
+        from trainscope.reports.oneline import diff_line
+
+        return diff_line(self.diff, self.gate, self.fixes)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def to_html(self) -> str:
+        """A self-contained HTML page of the report."""
+        from trainscope.reports.html import render_text_page
+
+        return render_text_page("trainscope diff", repr(self), self.to_text())
+
+    def render_for(self, path: str) -> str:
+        """The report in the format the suffix names: .html/.htm, .json, else Markdown."""
+        low = str(path).lower()
+        if low.endswith((".html", ".htm")):
+            return self.to_html()
+        if low.endswith(".json"):
+            from trainscope.reports.output import to_json
+
+            return to_json(self.to_dict())
+        return self.to_markdown()
+
+    def save(self, path: str) -> str:
+        """Write the report; the format follows the suffix (.html/.htm, .json, else Markdown)."""
+        from trainscope.reports.output import write_atomic
+
+        write_atomic(path, self.render_for(path))
+        return path
+
+    def _repr_html_(self) -> str:
+        from trainscope.reports.html import render_text_cell
+
+        return render_text_cell("trainscope diff", repr(self), self.to_text())
+
 
 def _fixes(d, rules) -> list:
     from trainscope.analyzers.history import SummaryDiff, fix_outcomes, summarize
 
     if isinstance(d, SummaryDiff):
         return list(d.fixes)
-    return fix_outcomes(summarize(d.before), summarize(d.after), rules)
+    from dataclasses import replace
+
+    # The full comparison's judgement wins (it judges fixed capture windows per unit of work) where
+    # it agrees on whether the fix was addressed (an achieved speedup is measured only then).
+    judged = {o.recommendation: o for o in d.recommendations}
+    out = []
+    for f in fix_outcomes(summarize(d.before), summarize(d.after), rules):
+        o = judged.get(f.recommendation)
+        if o is not None and o.addressed == f.addressed:
+            f = replace(f, status=o.status, note=o.note)
+        out.append(f)
+    return out
 
 
 def _check_metric(metric: str) -> None:

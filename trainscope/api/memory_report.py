@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from trainscope.analyzers.rules import Rules
 
 
-@dataclass
+@dataclass(repr=False)
 class MemoryReport:
     """Peak, fragmentation and what was live, from a CUDA memory snapshot or a memory timeline.
     ``devices`` (snapshots): per-device ``DeviceSnapshotMemory``; ``peak`` (timelines)."""
@@ -51,6 +51,44 @@ class MemoryReport:
 
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
+
+    def __repr__(self) -> str:
+        """One line: the peaks per device and the findings."""
+        from trainscope.reports.oneline import memory_line
+
+        return memory_line(self.path, self.kind, self.document, self.findings)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def to_html(self) -> str:
+        """A self-contained HTML page of the report."""
+        from trainscope.reports.html import render_text_page
+
+        return render_text_page("trainscope memory", repr(self), self.to_text())
+
+    def render_for(self, path: str) -> str:
+        """The report in the format the suffix names: .html/.htm, .json, else Markdown."""
+        low = str(path).lower()
+        if low.endswith((".html", ".htm")):
+            return self.to_html()
+        if low.endswith(".json"):
+            from trainscope.reports.output import to_json
+
+            return to_json(self.to_dict())
+        return self.to_markdown()
+
+    def save(self, path: str) -> str:
+        """Write the report; the format follows the suffix (.html/.htm, .json, else Markdown)."""
+        from trainscope.reports.output import write_atomic
+
+        write_atomic(path, self.render_for(path))
+        return path
+
+    def _repr_html_(self) -> str:
+        from trainscope.reports.html import render_text_cell
+
+        return render_text_cell("trainscope memory", repr(self), self.to_text())
 
 
 def memory(path: "str | os.PathLike", *, gpu: str | None = None, gpu_memory: str | None = None, top: int = 10,

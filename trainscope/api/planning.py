@@ -8,7 +8,7 @@ from trainscope.api.errors import BadInput, bad_input
 from trainscope.api.report import shown
 
 
-@dataclass
+@dataclass(repr=False)
 class PlanResult:
     """The training-memory ledger of a model and setup against a device, with the cheapest changes
     that make it fit (``options``)."""
@@ -41,6 +41,44 @@ class PlanResult:
 
     def _repr_markdown_(self) -> str:
         return self.to_markdown()
+
+    def __repr__(self) -> str:
+        """One line: fits or not, memory used of the device's, how many options."""
+        from trainscope.reports.oneline import plan_line
+
+        return plan_line(self.fit, self.options)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def to_html(self) -> str:
+        """A self-contained HTML page of the report."""
+        from trainscope.reports.html import render_text_page
+
+        return render_text_page("trainscope plan", repr(self), self.to_text())
+
+    def render_for(self, path: str) -> str:
+        """The report in the format the suffix names: .html/.htm, .json, else Markdown."""
+        low = str(path).lower()
+        if low.endswith((".html", ".htm")):
+            return self.to_html()
+        if low.endswith(".json"):
+            from trainscope.reports.output import to_json
+
+            return to_json(self.to_dict())
+        return self.to_markdown()
+
+    def save(self, path: str) -> str:
+        """Write the report; the format follows the suffix (.html/.htm, .json, else Markdown)."""
+        from trainscope.reports.output import write_atomic
+
+        write_atomic(path, self.render_for(path))
+        return path
+
+    def _repr_html_(self) -> str:
+        from trainscope.reports.html import render_text_cell
+
+        return render_text_cell("trainscope plan", repr(self), self.to_text())
 
 
 def plan_config(model: "str | Mapping[str, Any] | Any" = None, **fields: Any):

@@ -139,6 +139,24 @@ class Report:
                 self._views["latest_arrivals"] = late
         return late
 
+    def side_by_side(self):
+        """Every rank on one clock (:class:`trainscope.analyzers.rank_lanes.SideBySide`): the clock
+        offsets the collectives' ends give, each collective matched across ranks with every rank's
+        arrival and end on the reference rank's clock, and its late arrival; computed once. The
+        app's ranks-side-by-side view."""
+        with self._views_lock:
+            sb = self._views.get("side_by_side")
+        if sb is None:
+            from trainscope.analyzers.rank_lanes import side_by_side
+            from trainscope.analyzers.ranks import rank_collectives
+
+            colls = ([x.collectives for x in self.summaries] if self.summaries is not None
+                     else [rank_collectives(self.trace(i)) for i in range(len(self.ranks))])
+            sb = side_by_side(colls, self.rules)
+            with self._views_lock:
+                self._views["side_by_side"] = sb
+        return sb
+
     def rank_view(self, index: int | None = None) -> "RankView":
         """The view models of one rank (default: the main rank) for the terminal app: its document,
         timeline, full kernel table and memory curves, each built once when first asked."""
@@ -216,6 +234,14 @@ class Report:
     def __str__(self) -> str:
         return self.to_text()
 
+    def __repr__(self) -> str:
+        """One line with the verdict (the main rank's); ``str()`` or ``to_text()`` for the report."""
+        from trainscope.reports.oneline import report_line
+
+        a = self.main
+        return report_line(self.source, a.verdict, len(a.breakdown.steps), a.breakdown.step_ms.p50 if a.breakdown.steps
+                           else None, len(a.findings), len(self.ranks))
+
 
 def _read_rank(a: "Analysis") -> "Trace":
     """One rank's trace read again from its file (the rank a file holds, when it holds several)."""
@@ -283,6 +309,14 @@ class RankView:
         from trainscope.analyzers.memory_usage import memory_curves
 
         return memory_curves(self.trace)
+
+    def kernel_launch(self, start_ns: int, name: str):
+        """What launched the kernel ``name`` starting at ``start_ns`` (the trace's clock):
+        :class:`trainscope.analyzers.kernel_launch.KernelLaunch` (runtime call, correlation id, the
+        operator around the call and its input shapes, External id), or None."""
+        from trainscope.analyzers.kernel_launch import kernel_launch
+
+        return kernel_launch(self.trace, start_ns, name, self.analysis.device)
 
     @property
     def label(self) -> str:

@@ -61,7 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
                         "otherwise: text)")
     d.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
-    d.add_argument("--report", metavar="FILE.md", help="also write the Markdown report to FILE.md")
+    d.add_argument("--report", metavar="FILE", help="also write the report to FILE: HTML for .html, JSON for .json, "
+                                                    "else Markdown")
     d.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     d.add_argument("--fail-if-slower", type=_non_negative, metavar="PCT",
                    help="exit 3 when --metric got worse by more than PCT (relative %% for times and memory, "
@@ -172,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         from trainscope.reports.diff_markdown import render_diff_markdown as markdown
         from trainscope.reports.diff_text import render_diff_text as text
 
-    code = emit_document(result.to_dict(), args, text, markdown)
+    code = emit_document(result.to_dict(), args, text, markdown, result.render_for)
     if code:
         return code
     if result.gate is not None:

@@ -1,0 +1,108 @@
+"""Ranks side by side (issue 28 item 2): the bundled DLRM pair (HTA's 2-rank test traces) on one
+clock in the Ranks tab, the collectives matched across ranks joined at their ends, the straggler's
+late arrivals marked, and each rank's file named in the table."""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from textual.geometry import Region
+
+from tests.conftest import KINETO
+
+pytest.importorskip("textual")
+
+from trainscope.analyzers.rank_lanes import side_by_side  # noqa: E402
+from trainscope.analyzers.ranks import rank_collectives  # noqa: E402
+from trainscope.analyzers.rules import Rules  # noqa: E402
+from trainscope.collectors import open_traces  # noqa: E402
+from trainscope.tui.app import AnalyzeApp  # noqa: E402
+from trainscope.tui.ranks_timeline import RanksTimeline  # noqa: E402
+from trainscope.tui.state import build_session  # noqa: E402
+
+DLRM = str(KINETO / "hta_dlrm_ws128_2ranks")
+
+
+def lines(widget) -> list[str]:
+    r = widget.region
+    return [s.text for s in widget.render_lines(Region(0, 0, r.width, r.height))]
+
+
+def test_side_by_side_matches_the_dlrm_collectives_and_finds_the_late_rank():
+    traces = open_traces(DLRM)
+    colls = [rank_collectives(t) for t in traces.traces]
+    sb = side_by_side(colls, Rules())
+    assert len(sb.shared) == 5 and all(len(c) == 10 for c in colls)
+    for c in sb.shared:  # matched collectives end together on the common clock (within the tolerance)
+        assert abs(c.ends[0] - c.ends[1]) <= sb.tolerance_ns
+    # the late arrival of each shared collective is the rank whose start is later, by the spread
+    for c in sb.shared:
+        late = int(np.argmax(c.starts))
+        assert c.spread_ns == pytest.approx(abs(c.starts[1] - c.starts[0]))
+        assert c.late_rank == (late if c.spread_ns > sb.tolerance_ns else None)
+    assert sb.late_count(1) == 4 and sb.late_count(0) == 0
+    assert max(c.spread_ns for c in sb.shared) / 1e6 == pytest.approx(22.328, abs=0.01)
+
+
+def test_ranks_tab_draws_two_ranks_on_one_clock_with_collectives_joined():
+    s = build_session(DLRM, open_traces(DLRM), Rules())
+
+    async def go():
+        app = AnalyzeApp(DLRM, session=s)
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(300):
+                await pilot.pause(0.05)
+                if app.session is not None and app.query_one("#tabs").display:
+                    break
+            await pilot.press("7")
+            for _ in range(200):
+                await pilot.pause(0.05)
+                if getattr(app, "_side", None):
+                    break
+            await pilot.pause()
+            view = app.query_one(RanksTimeline)
+            rows = lines(view)
+            assert rows[1].startswith("rank 0") and rows[4].startswith("rank 1")
+            coll0, joins, coll1 = rows[2], rows[3], rows[5]
+            gutter = 9
+            sb = view.sb
+            for c in sb.shared:  # every matched collective: both ranks' ends in the column of the join
+                k = gutter + view.col(c.end_ns - view.origin_ns)
+                assert joins[k] == "│"
+                assert coll0[k - 1:k + 2].count("┤") >= 1 and coll1[k - 1:k + 2].count("┤") >= 1
+            assert "!" in coll1 and "!" not in coll0  # rank 1 is the straggler
+            title = str(app.query_one("#ranks-side-title").render())
+            assert "2 ranks on one clock" in title and "rank 1 arrived last at 4 of 5" in title
+            table = "\n".join(lines(app.query_one("#ranks-table")))
+            assert "rank0.json.gz" in table and "rank1.json.gz" in table
+            # n frames the first late arrival: the window shrinks around it
+            view.focus()
+            width = view.end_ns - view.start_ns
+            await pilot.press("n")
+            await pilot.pause()
+            assert view.end_ns - view.start_ns < width / 5
+
+    asyncio.run(go())
+
+
+def test_R_on_the_timeline_opens_the_ranks_side_by_side():
+    s = build_session(DLRM, open_traces(DLRM), Rules())
+
+    async def go():
+        app = AnalyzeApp(DLRM, session=s)
+        async with app.run_test(size=(120, 40)) as pilot:
+            for _ in range(300):
+                await pilot.pause(0.05)
+                if app.session is not None and app.query_one("#tabs").display:
+                    break
+            await pilot.press("2", "R")
+            for _ in range(200):
+                await pilot.pause(0.05)
+                if getattr(app, "_side", None):
+                    break
+            await pilot.pause()
+            assert app.query_one("#tabs").active == "ranks"
+            assert isinstance(app.focused, RanksTimeline) and app.focused.ranks
+
+    asyncio.run(go())
