@@ -7,7 +7,11 @@ from dataclasses import dataclass, field, replace
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.attention import attention_evidence
-from trainscope.analyzers.breakdown import Breakdown, primary_device, step_breakdown
+import numpy as np
+
+from trainscope.analyzers.breakdown import Breakdown, host_layers, primary_device, step_breakdown
+from trainscope.analyzers.copy_traffic import copy_traffic
+from trainscope.analyzers.gpu_gaps import INFERRED, GpuGaps, gpu_gaps
 from trainscope.analyzers.context import Context, detect_context
 from trainscope.analyzers.devices import DeviceSpec, device_for, lookup_device, with_overrides
 from trainscope.analyzers.findings.base import Evidence
@@ -168,6 +172,20 @@ def host_idle_attribution(h: HostIdle | None, bd: Breakdown) -> tuple[dict[str, 
     return extra, evidence
 
 
+GAPS_SOURCE = "GPU-idle gaps " + INFERRED
+
+
+def explained_gaps(trace: Trace, seg: StepSegmentation, device: int | None, hidle: HostIdle | None) -> GpuGaps:
+    """The GPU-idle gaps no recorded host activity explains (the breakdown's host layers, the host
+    frames' input and sync time), classified from the GPU timeline and the runtime calls."""
+    sets = list(host_layers(trace).values())
+    if hidle is not None:
+        sets += [v for k, v in hidle.intervals.items() if k in ("input", "sync") and len(v[0])]
+    sets = [x for x in sets if len(x[0])]
+    explained = iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets])) if sets else iv.EMPTY
+    return gpu_gaps(trace, seg, device, explained)
+
+
 def sink_floors(rules: Rules) -> dict[str, float]:
     """Per sink, the moderate grade of the broad finding that names it: a smaller sink is no verdict."""
     out = {}
@@ -189,16 +207,19 @@ def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Br
     single = bool(names_single[trace.cpu_ops.name].any() or names_single[trace.annotations.name].any())
     split, source, busy_lines = busy_split(ks, counters, roof, rules)
     host_ns, host_ev = host_idle_attribution(hidle, bd)
+    gaps = explained_gaps(trace, seg, device, hidle) if trace.has_gpu_activity else None
     sinks = split_sinks(bd, busy_split=split, busy_source=source, host_idle_ns=host_ns,
                         sync_bubble_ns=syncs.bubble_ns, imbalance_ns=imbalance_ns,
-                        saturated=bd.gpu_busy_pct >= rules.value("gpu_busy.saturated"), floors=sink_floors(rules))
+                        saturated=bd.gpu_busy_pct >= rules.value("gpu_busy.saturated"), floors=sink_floors(rules),
+                        gap_ns=gaps.sink_ns() if gaps is not None else None, gap_source=GAPS_SOURCE)
     return DiagnosisInput(
         has_gpu=trace.has_gpu_activity, segmentation=seg, breakdown=bd, kernels=ks, memory=mem,
         single_process_loader=single, pageable_htod_copies=pageable.count,
         kernels_per_step=ks.count / max(1, len(seg.steps)), sinks=sinks, pageable=pageable, syncs=syncs,
         attention=attention_evidence(trace, seg, device, classes[0]) if trace.has_gpu_activity else None,
         context=ctx, host_evidence=host_ev, host_idle=hidle, busy_evidence=tuple(busy_lines),
-        imbalance_evidence=tuple(imbalance_evidence), roofline=roof,
+        imbalance_evidence=tuple(imbalance_evidence), roofline=roof, gaps=gaps,
+        copy_traffic=copy_traffic(trace, seg, device) if trace.has_gpu_activity else None,
     )
 
 

@@ -18,6 +18,7 @@ from trainscope.analyzers.findings.base import AXES, Evidence, Finding, Verdict 
 from trainscope.analyzers.findings.common import ctx as _ctx, ev as _ev
 from trainscope.analyzers.findings.observations import DiagnosisInput  # noqa: F401  (re-exported)
 from trainscope.analyzers.fix_text import detail as _detail, title as _title
+from trainscope.analyzers.gpu_gaps import INFERRED, LABELS as GAP_LABELS
 from trainscope.analyzers.rules import Rules
 
 _GRADE = {"high": 0, "moderate": 1, "info": 2}
@@ -100,11 +101,14 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
                        f"data_wait.high ({rules.value('data_wait.high'):g} %)",
                        [_ctx("GPU kernels in trace", 0, "kernels", "trace")])
     min_k = rules.value("evidence.min_kernels")
-    if inp.kernels.count < min_k:
+    # Copies and memsets are GPU work too: a window of copies is judged on its copies.
+    ops = inp.copy_traffic.ops if inp.copy_traffic is not None else inp.kernels.count
+    if ops < min_k:
         return Verdict("insufficient_evidence", 0.0, None,
-                       f"only {inp.kernels.count} GPU kernels ran inside the analyzed steps: too little to tell where "
-                       "the time goes (profile more steps)",
-                       [_ev(rules, "evidence.min_kernels", "GPU kernels in the analyzed steps", inp.kernels.count, "<")])
+                       f"only {ops} GPU operation{'s' * (ops != 1)} (kernels, copies, memsets) ran inside the analyzed "
+                       "steps: too little to tell where the time goes (profile more steps)",
+                       [_ev(rules, "evidence.min_kernels", "GPU operations (kernels, copies, memsets) in the analyzed steps",
+                            ops, "<")])
     b = inp.breakdown
     busy = b.gpu_busy_pct
     saturated = busy >= rules.value("gpu_busy.saturated")
@@ -132,6 +136,10 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
         conf -= 0.1
     if sinks.by_key["busy-unknown"].ns > lead.ns:
         conf -= 0.15  # more busy time than the lead is of unknown bound
+    gaps = inp.gaps
+    if gaps is not None and lead.ns:
+        # the part of the lead inferred from positions, not from recorded host activity, counts for less
+        conf -= 0.15 * min(1.0, gaps.sink_ns().get(lead.key, 0) / lead.ns)
     conf = round(min(0.97, max(0.05, conf)), 2)
     runner_f = primary_finding(runner.key, found) if runner else None
     runner_txt = (f"; runner-up: {runner.label} {runner.pct:.1f} %" if runner else "; no other sink")
@@ -143,5 +151,29 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     evidence += [e for e in primary.evidence if not e.metric.endswith("sink: ms per step")]
     if not any(e.metric.startswith("GPU busy") for e in evidence):
         evidence.append(busy_ev)
+    if gaps is not None and gaps.considered_ns:
+        evidence += _gap_evidence(gaps, sinks)
     return Verdict(primary.axis, conf, primary.id, summary, evidence,
                    runner_up=runner_f.id if runner_f else (runner.key if runner else None))
+
+
+def _gap_evidence(gaps, sinks) -> list[Evidence]:
+    """What the GPU timeline and runtime calls say about the idle no host event explains."""
+    out = []
+    for cls, label in GAP_LABELS.items():
+        if gaps.pct(cls) >= 0.5:
+            where = f" → {gaps.sink_of(cls)}" if cls in ("sync", "cold-start", "host-range", "step-boundary",
+                                                          "issued-late") else " (unexplained)"
+            out.append(Evidence(f"GPU idle, {label}{where}", round(gaps.pct(cls), 2), "%", "", INFERRED, None))
+    if gaps.launch_call_us is not None and gaps.late_gaps:
+        out.append(Evidence(f"host time per launch call (median; {gaps.late_gaps} of {gaps.gaps} gaps issued late)",
+                            round(gaps.launch_call_us, 2), "µs", "",
+                            f"runtime calls; issue interval median {gaps.issue_interval_us or 0:.1f} µs", None))
+    if gaps.sparse_host:
+        out.append(Evidence("GPU idle between launches covered by a recorded host event (the trace's host events are "
+                            "sparse or sampled: what the host did in the other gaps is not recorded)",
+                            round(100 * gaps.host_coverage, 1), "%", "", "trace: operators and runtime calls", None))
+    for name, ns in sorted(gaps.ranges.items(), key=lambda x: -x[1])[:3]:
+        out.append(Evidence(f"GPU idle inside host range '{name}' (issues no GPU work)", round(ns / 1e6, 2), "ms", "",
+                            "trace: host ranges", None))
+    return out

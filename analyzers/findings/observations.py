@@ -37,6 +37,8 @@ class DiagnosisInput:
     busy_evidence: tuple[Evidence, ...] = ()  # how busy time was split into memory-/compute-bound
     imbalance_evidence: tuple[Evidence, ...] = ()
     roofline: Any = None  # roofline.Roofline over the steps' kernels on this GPU, when there are kernels
+    copy_traffic: Any = None  # copy_traffic.CopyTraffic: copies by direction and host memory, GPU ops in the steps
+    gaps: Any = None  # gpu_gaps.GpuGaps: idle no host event explains, classified from the GPU timeline and runtime calls
     extra: dict = field(default_factory=dict)
 
     def is_leader(self, sink: str) -> bool:
