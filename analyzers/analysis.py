@@ -172,6 +172,25 @@ def host_idle_attribution(h: HostIdle | None, bd: Breakdown) -> tuple[dict[str, 
     return extra, evidence
 
 
+def graph_replays(trace: Trace, seg: StepSegmentation, device: int | None) -> dict:
+    """GPU time (union, in the steps, on this GPU) of CUDA graph replays traced without their kernels
+    (the reader names them in ``metadata["graph_names"]``), and their count."""
+    names = trace.metadata.get("graph_names") if trace.metadata else None
+    if not names:
+        return {}
+    want = set(names)
+    ids = np.array([i for i, s in enumerate(trace.strings) if s in want], np.int64)
+    k = trace.kernels
+    on = np.isin(k.name, ids) & iv.contains((seg.starts, seg.ends), k.ts)
+    if device is not None:
+        on &= k.device == device
+    if not on.any():
+        return {}
+    u = iv.union(k.ts[on], k.end[on])
+    ns = int(iv.overlap_per_window(u, seg.starts, seg.ends).sum())
+    return {"graph_replay_ns": ns, "graph_replays": int(on.sum())}
+
+
 GAPS_SOURCE = "GPU-idle gaps " + INFERRED
 
 
@@ -218,7 +237,7 @@ def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Br
         kernels_per_step=ks.count / max(1, len(seg.steps)), sinks=sinks, pageable=pageable, syncs=syncs,
         attention=attention_evidence(trace, seg, device, classes[0]) if trace.has_gpu_activity else None,
         context=ctx, host_evidence=host_ev, host_idle=hidle, busy_evidence=tuple(busy_lines),
-        imbalance_evidence=tuple(imbalance_evidence), roofline=roof, gaps=gaps,
+        imbalance_evidence=tuple(imbalance_evidence), roofline=roof, gaps=gaps, extra=graph_replays(trace, seg, device),
         copy_traffic=copy_traffic(trace, seg, device) if trace.has_gpu_activity else None,
     )
 

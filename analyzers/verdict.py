@@ -18,6 +18,7 @@ from trainscope.analyzers.findings.base import AXES, Evidence, Finding, Verdict 
 from trainscope.analyzers.findings.common import ctx as _ctx, ev as _ev
 from trainscope.analyzers.findings.observations import DiagnosisInput  # noqa: F401  (re-exported)
 from trainscope.analyzers.fix_text import detail as _detail, title as _title
+from trainscope.analyzers.findings.graphs import GRAPH_REPLAYS
 from trainscope.analyzers.gpu_gaps import INFERRED, LABELS as GAP_LABELS
 from trainscope.analyzers.rules import Rules
 
@@ -122,6 +123,14 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
                        f"the GPU is idle {100 - busy:.0f} % of step time, but the trace records no host activity "
                        "(data wait, preprocessing, synchronization, launches) that explains most of it",
                        [busy_ev, _ctx("GPU idle with no host activity recorded", unexplained.pct, "%")])
+    graphs = next((f for f in found if f.id == GRAPH_REPLAYS.id), None)
+    unknown = sinks.by_key["busy-unknown"]
+    if graphs is not None and saturated and unknown.ns > (lead.ns if lead else 0):
+        # Saturated by graph replays whose kernels were not traced: GPU-bound, bound unknown.
+        conf = round(max(0.3, 0.75 - 0.45 * ((lead.ns / unknown.ns) if lead else 0.0)), 2)
+        return Verdict(graphs.axis, conf, graphs.id, f"{graphs.title} — {graphs.stake_pct:.1f} % of step time; "
+                       f"{graphs.detail}", [busy_ev, *graphs.evidence[:2]],
+                       runner_up=(primary_finding(lead.key, found) or graphs).id if lead else None)
     if lead is None:
         return Verdict("balanced", 0.5, None, "no sink of step time reaches the grade of a bottleneck: "
                        + ", ".join(f"{s.key} {s.pct:.1f} %" for s in sinks.ranked(primary_only=False)[:3]), [busy_ev])

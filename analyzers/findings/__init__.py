@@ -6,11 +6,11 @@ what a consumer needs; a test holds that list empty.
 """
 from __future__ import annotations
 
-from trainscope.analyzers.findings import comm, data, host, kernels, live, memory, ranks
+from trainscope.analyzers.findings import comm, data, graphs, host, kernels, live, memory, ranks
 from trainscope.analyzers.findings.base import (AXES, CRITICAL_PATH_FAMILIES, LABEL_CLASSES, PROJECTIONS, DiffMeasure,
                                                 Evidence, Finding, FindingSpec, Fix, Severity, Verdict, by_stake, fixed)
 
-FAMILIES = (data, host, comm, memory, kernels, ranks, live)
+FAMILIES = (data, host, comm, memory, kernels, ranks, live, graphs)
 
 
 def _collect() -> dict[str, FindingSpec]:
