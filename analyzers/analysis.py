@@ -9,7 +9,7 @@ from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.attention import attention_evidence
 import numpy as np
 
-from trainscope.analyzers.breakdown import Breakdown, host_layers, primary_device, step_breakdown
+from trainscope.analyzers.breakdown import Breakdown, host_layers, primary_device, refiled, step_breakdown
 from trainscope.analyzers.copy_traffic import copy_traffic
 from trainscope.analyzers.gpu_gaps import INFERRED, GpuGaps, gpu_gaps
 from trainscope.analyzers.context import Context, detect_context
@@ -26,7 +26,7 @@ from trainscope.analyzers.recommendations import Recommendation, recommend
 from trainscope.analyzers.cost import kernel_costs
 from trainscope.analyzers.roofline import Roofline, roofline, tensor_core_names
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.sinks import Sinks, moved, split_sinks
+from trainscope.analyzers.sinks import Sinks, moved, sink_rows, split_sinks
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
 from trainscope.analyzers.verdict import primary_first, DiagnosisInput, Finding, Verdict, classify, findings
 from trainscope.traces.model import Trace, TraceSet
@@ -104,6 +104,8 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         found = findings(inp, rules)
         verdict = classify(inp, found, rules)
         found = primary_first(found, verdict)
+        if sinks is not None and trace.has_gpu_activity:  # one story: the idle rows show the sinks' figures
+            bd = refiled(bd, sink_rows(sinks))
         # No projected gains from evidence too thin for a verdict.
         recs = ([] if verdict.axis == "insufficient_evidence" else
                 recommend(found, bd, spec, dev.name if dev else None, ctx, rules))

@@ -536,7 +536,11 @@ def with_aligned_imbalance(summaries: list[RankSummary], alignment: Alignment | 
                           "ranks aligned on collective ends", None),
                  Evidence("collectives matched to the other ranks", al.matched, "collectives", "",
                           alignment.method_note, None))
-        inp = replace(a.observations, sinks=sinks, imbalance_evidence=lines)
+        extra = dict(a.observations.extra)
+        if alignment.imbalance is not None and al.rank == alignment.imbalance.rank:  # the others wait for this rank
+            extra.update(straggler_wait_ms=alignment.imbalance.others_wait_ms_per_step,
+                         straggler_wait_pct=alignment.imbalance.others_wait_pct, straggler_ranks=len(alignment.ranks))
+        inp = replace(a.observations, sinks=sinks, imbalance_evidence=lines, extra=extra)
         found = findings(inp, rules)
         verdict = classify(inp, found, rules)
         found = primary_first(found, verdict)

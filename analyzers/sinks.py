@@ -79,6 +79,7 @@ class Sinks:
     busy_source: str  # "hardware counters" | "roofline" | "kernel classes" | "none"
     saturated: bool = True  # GPU busy at or above gpu_busy.saturated: kernel work can be the bottleneck
     floors: dict[str, float] | None = None  # sink -> least share (%) that names a bottleneck (its finding's moderate grade)
+    cpu_only: bool = False  # no GPU: the "idle" sinks are host time (a collective's wait is a host operator's time)
 
     def pct(self, key: str) -> float:
         return self.by_key[key].pct if key in self.by_key else 0.0
@@ -121,17 +122,32 @@ class Sinks:
         return r[0] if r else None
 
 
+# On a trace with no GPU, a collective is a host operator: the breakdown files its time (and the wait
+# for a slower rank inside it) as host work, in these sinks, not as communication kernels.
+CPU_COLLECTIVE_SINKS = ("launch", "idle-unexplained", "sync")
+
+
 def moved(s: Sinks, src: str, dst: str, ns: int, source: str) -> Sinks:
     """``s`` with up to ``ns`` of sink ``src`` filed under ``dst`` instead (a cross-rank correction:
-    collective time that was a wait for a slower rank)."""
-    got = max(0, min(ns, s.by_key[src].ns))
-    if not got:
-        return s
+    collective time that was a wait for a slower rank). On a CPU-only trace the wait of a
+    collective lies in the host sinks (:data:`CPU_COLLECTIVE_SINKS`), taken from there when ``src``
+    (communication kernels) holds none."""
     by = dict(s.by_key)
     t = s.total_ns or 1
-    a, b = by[src], by[dst]
-    by[src] = replace(a, ns=a.ns - got, pct=100.0 * (a.ns - got) / t)
-    by[dst] = replace(b, ns=b.ns + got, pct=100.0 * (b.ns + got) / t, source=source)
+    left = max(0, ns)
+    total = 0
+    for key in (src, *(CPU_COLLECTIVE_SINKS if s.cpu_only and src == "comm" else ())):
+        got = min(left, by[key].ns)
+        if got <= 0:
+            continue
+        a = by[key]
+        by[key] = replace(a, ns=a.ns - got, pct=100.0 * (a.ns - got) / t)
+        left -= got
+        total += got
+    if not total:
+        return s
+    b = by[dst]
+    by[dst] = replace(b, ns=b.ns + total, pct=100.0 * (b.ns + total) / t, source=source)
     return replace(s, by_key=by)
 
 
@@ -195,4 +211,13 @@ def split_sinks(b: Breakdown, *, busy_split: dict[str, float] | None = None, bus
     src["imbalance"] = "collective time waiting for the slowest rank"
     total = b.total_ns
     by = {k: Sink(k, int(round(v)), 100.0 * v / total if total else 0.0, src[k]) for k, v in out.items()}
-    return Sinks(total, len(b.steps), by, busy_source, saturated, floors)
+    return Sinks(total, len(b.steps), by, busy_source, saturated, floors, cpu_only=b.device is None)
+
+
+# The breakdown row that shows each idle sink (analyzers.breakdown.refiled): one figure, two views.
+SINK_ROW = {"input": "idle_data_wait", "sync": "idle_sync", "launch": "idle_host_overhead"}
+
+
+def sink_rows(s: Sinks) -> dict[str, int]:
+    """The idle rows of the breakdown as the sinks measured them (the rest of the idle: "other")."""
+    return {row: s.by_key[k].ns for k, row in SINK_ROW.items() if k in s.by_key}

@@ -36,7 +36,11 @@ def _graded(rules: Rules, key: str, value: float) -> str | None:
 def findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
     """All findings the evidence supports, by severity, then stake."""
     if not inp.has_gpu:
-        return _cpu_training_findings(inp, rules)
+        out = _cpu_training_findings(inp, rules)
+        imb = registry.spec("ranks/imbalance").measure(inp, rules) if inp.sinks is not None else None
+        out += [imb] if imb is not None else []  # rank imbalance on host collectives needs no GPU
+        out.sort(key=finding_order)
+        return out
     out = registry.evaluate(inp, rules)
     out.sort(key=finding_order)
     return out
@@ -91,7 +95,13 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     """The primary D·A·M axis, a confidence in [0, 1], and the evidence behind it."""
     b = inp.breakdown
     if not inp.has_gpu:
+        imb = next((f for f in found if f.id == "ranks/imbalance"), None)
         data = next((f for f in found if f.id == "data/input-wait"), None)
+        if imb is not None and (data is None or imb.stake_pct > data.stake_pct):
+            # Measured on host collectives aligned across ranks: needs no GPU. Lower ceiling, as for input.
+            conf = 0.75 - (0.1 if len(inp.segmentation.steps) < 3 else 0.0) - (0.1 if imb.severity != "high" else 0.0)
+            return Verdict(imb.axis, round(conf, 2), imb.id, f"{imb.title} — {imb.stake_pct:.1f} % of step time; "
+                           f"{imb.detail}", imb.evidence)
         if data is not None and data.severity == "high":
             # One kind of evidence and no device to cross-check it with: a lower ceiling than on a GPU.
             conf = 0.75 - (0.1 if len(inp.segmentation.steps) < 3 else 0.0)
