@@ -61,6 +61,8 @@ COMPILE_CALL = re.compile(r"^(nvrtc|hiprtc)\w+$|^cu(Module|Library)(Load|GetFunc
 # Host events (operators, runtime calls) covering less than this share of the GPU's idle time between
 # the first and last launch: the host side is sparse (sampled or filtered) — most gaps have no record.
 SPARSE_COVERAGE = 0.5
+# A runtime record of at least this many calls, every one issuing GPU work, was filtered (event-sampled).
+SAMPLED_MIN_CALLS = 100
 
 
 @dataclass(frozen=True)
@@ -76,16 +78,25 @@ class GpuGaps:
     issue_interval_us: float | None = None  # median interval between consecutive launch calls
     host_coverage: float | None = None  # share of the launching threads' issue span covered by host events
     ranges: dict[str, int] = field(default_factory=dict)  # named host range -> idle ns it explains
+    runtime_calls: int = 0  # runtime calls recorded on the issuing threads
+    non_issuing_calls: int = 0  # of which issued no GPU operation (syncs, event records, queries)
+
+    @property
+    def sampled(self) -> bool:
+        """The runtime record was filtered to the calls that issued GPU work: a complete CUDA/HIP trace
+        of more than a few calls always holds others (synchronizations, event records, attribute
+        queries), so none among :data:`SAMPLED_MIN_CALLS` or more says the trace is event-sampled."""
+        return self.runtime_calls >= SAMPLED_MIN_CALLS and self.non_issuing_calls == 0
 
     @property
     def sparse_host(self) -> bool:
         return self.host_coverage is not None and self.host_coverage < SPARSE_COVERAGE
 
     def sink_of(self, cls: str) -> str:
-        """The sink a class feeds. On a trace whose host events are sparse, a late issue says the host
-        was the bottleneck but not whether it was issuing work or blocked in a call the sampler
-        dropped (synchronizations included): it is host work, not launch overhead."""
-        if cls == "issued-late" and self.sparse_host:
+        """The sink a class feeds. On an event-sampled trace a late issue says the host was the
+        bottleneck but not whether it was issuing work or blocked in a call the sampler dropped
+        (synchronizations included): it is host work, not launch overhead."""
+        if cls == "issued-late" and self.sampled:
             return "host-work"
         return SINK_OF[cls]
 
@@ -108,6 +119,10 @@ class GpuGaps:
         if self.launch_call_us is not None:
             out.append(f"host time per launch call: median {self.launch_call_us:.1f} µs; issue interval between "
                        f"launches: median {self.issue_interval_us or 0:.1f} µs")
+        if self.sampled:
+            out.append(f"every one of the {self.runtime_calls:,} recorded runtime calls issued GPU work — no "
+                       "synchronization, event or query call: the trace is event-sampled (filtered), so a late issue "
+                       "is host work of unknown kind, not launch overhead")
         if self.sparse_host:
             out.append(f"host events (operators, runtime calls) cover only {100 * self.host_coverage:.0f} % of the GPU's "
                        "idle time between the first and last launch: the trace's host events are sparse or sampled, "
@@ -323,7 +338,12 @@ def gpu_gaps(trace: Trace, segmentation: StepSegmentation, device: int | None,
         t = np.sort(r.ts[rows])
         ii_us = float(np.median(np.diff(t))) / 1e3 if len(t) > 1 else None
         cov = _host_coverage(trace, threads, idle, launch_ts)
-    return GpuGaps(step_ns, idle_ns, considered, ns, per_step, gaps, late, lc_us, ii_us, cov, ranges)
+    n_calls = int(mine.sum()) if len(r) else 0
+    issuing_rows = np.zeros(len(r), bool)
+    issuing_rows[launch_rows] = True
+    non_issuing = int((mine & ~issuing_rows).sum()) if len(r) else 0
+    return GpuGaps(step_ns, idle_ns, considered, ns, per_step, gaps, late, lc_us, ii_us, cov, ranges, n_calls,
+                   non_issuing)
 
 
 def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, launch_ts: np.ndarray) -> float | None:

@@ -188,6 +188,10 @@ def _gap_evidence(gaps, sinks) -> list[Evidence]:
         out.append(Evidence(f"host time per launch call (median; {gaps.late_gaps} of {gaps.gaps} gaps issued late)",
                             round(gaps.launch_call_us, 2), "µs", "",
                             f"runtime calls; issue interval median {gaps.issue_interval_us or 0:.1f} µs", None))
+    if gaps.sampled:
+        out.append(Evidence("runtime calls that issue no GPU work (synchronizations, event records, queries): none — "
+                            "the trace is event-sampled, its host record filtered", gaps.non_issuing_calls, "calls", "",
+                            f"trace: {gaps.runtime_calls:,} runtime calls", None))
     if gaps.sparse_host:
         out.append(Evidence("GPU idle between launches covered by a recorded host event (the trace's host events are "
                             "sparse or sampled: what the host did in the other gaps is not recorded)",

@@ -24,6 +24,18 @@ def _launch(obs, rules: Rules) -> Finding | None:
     tiny = k.median_kernel_ns / 1e3 < rules.value("launch.tiny_kernel_us")
     detail = ("many short kernels: the host cannot issue them as fast as the GPU runs them" if tiny
               else "host-side work (Python, framework ops, runtime calls) between kernels leaves the GPU waiting")
+    g = obs.gaps
+    late = g.ns.get("issued-late", 0) if g is not None and g.sink_of("issued-late") == "launch" else 0
+    if late and obs.sinks.by_key["launch"].ns and late >= 0.5 * obs.sinks.by_key["launch"].ns:
+        lines.append(ctx("GPU idle before operations issued after the gap began (queue empty)", g.pct("issued-late"),
+                         "% of step time", "inferred from the GPU timeline and runtime calls"))
+        if g.launch_call_us is not None and g.issue_interval_us:
+            lines.append(ctx("host time per launch call / interval between launches (medians)",
+                             round(g.launch_call_us, 1), f"µs / {g.issue_interval_us:.1f} µs", "runtime calls"))
+            if g.issue_interval_us > 10 * g.launch_call_us:
+                detail = (f"the GPU's next work is issued late: a launch call takes {g.launch_call_us:.0f} µs but one "
+                          f"comes only every {g.issue_interval_us / 1e3:.2f} ms — host work between launches that the "
+                          "trace does not record keeps the GPU waiting (inferred from the GPU timeline and runtime calls)")
     h = obs.host_idle
     if h is not None and h.cold_start is not None and h.cold_start.idle_ns >= 0.5 * stake / 100 * h.step_ns:
         from trainscope.analyzers.host_idle import COLD_START_DETAIL
