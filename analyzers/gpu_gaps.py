@@ -56,6 +56,7 @@ LABELS = {
 }
 INFERRED = "inferred from the GPU timeline and runtime calls"
 # Runtime-API calls that compile or load device code.
+GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch(_v\d+)?$")
 COMPILE_CALL = re.compile(r"^(nvrtc|hiprtc)\w+$|^cu(Module|Library)(Load|GetFunction|GetKernel)\w*$|"
                           r"^hipModuleLoad\w*$|^cudaLibraryLoad\w*$")
 # Host events (operators, runtime calls) covering less than this share of the GPU's idle time between
@@ -80,6 +81,7 @@ class GpuGaps:
     ranges: dict[str, int] = field(default_factory=dict)  # named host range -> idle ns it explains
     runtime_calls: int = 0  # runtime calls recorded on the issuing threads
     non_issuing_calls: int = 0  # of which issued no GPU operation (syncs, event records, queries)
+    untraced_graph_launches: int = 0  # cudaGraphLaunch/hipGraphLaunch calls with no GPU operation recorded
 
     @property
     def sampled(self) -> bool:
@@ -129,6 +131,9 @@ class GpuGaps:
                        "so what the host did during most gaps is not recorded")
         for name, ns in sorted(self.ranges.items(), key=lambda x: -x[1])[:3]:
             out.append(f"host range '{name}': {ns / 1e6:.1f} ms of GPU idle")
+        if self.untraced_graph_launches:
+            out.append(f"{self.untraced_graph_launches} CUDA/HIP graph launches with no GPU operation recorded: the "
+                       "graphs' GPU time is missing from the trace, so idle here may be graph replays")
         return out
 
 
@@ -338,12 +343,15 @@ def gpu_gaps(trace: Trace, segmentation: StepSegmentation, device: int | None,
         t = np.sort(r.ts[rows])
         ii_us = float(np.median(np.diff(t))) / 1e3 if len(t) > 1 else None
         cov = _host_coverage(trace, threads, idle, launch_ts)
+    graph_m = name_mask(trace, GRAPH_LAUNCH)[r.name] & (r.ts < int(we.max())) & (r.end > int(ws.min())) if len(r) \
+        else np.zeros(0, bool)
+    untraced = int((graph_m & ~np.isin(r.correlation, corr)).sum()) if graph_m.any() else 0
     n_calls = int(mine.sum()) if len(r) else 0
     issuing_rows = np.zeros(len(r), bool)
     issuing_rows[launch_rows] = True
     non_issuing = int((mine & ~issuing_rows).sum()) if len(r) else 0
     return GpuGaps(step_ns, idle_ns, considered, ns, per_step, gaps, late, lc_us, ii_us, cov, ranges, n_calls,
-                   non_issuing)
+                   non_issuing, untraced)
 
 
 def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, launch_ts: np.ndarray) -> float | None:

@@ -199,4 +199,8 @@ def _gap_evidence(gaps, sinks) -> list[Evidence]:
     for name, ns in sorted(gaps.ranges.items(), key=lambda x: -x[1])[:3]:
         out.append(Evidence(f"GPU idle inside host range '{name}' (issues no GPU work)", round(ns / 1e6, 2), "ms", "",
                             "trace: host ranges", None))
+    if gaps.untraced_graph_launches:
+        out.append(Evidence("graph launches with no GPU operation recorded (their GPU time is missing: idle may be "
+                            "graph replays; record the graphs' kernels)", gaps.untraced_graph_launches, "launches", "",
+                            "trace: cudaGraphLaunch/hipGraphLaunch runtime calls", None))
     return out

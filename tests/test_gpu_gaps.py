@@ -137,3 +137,16 @@ def test_a_copy_dominated_window_is_judged_on_its_copies(tmp_path):
     (flow,) = a.observations.copy_traffic.flows
     assert flow.direction == "HtoD" and flow.host_memory == "pageable" and flow.count == 4
     assert flow.gb_per_s == pytest.approx(64 * 2**20 / 6e6, rel=1e-6)  # bytes over each copy's own time
+
+
+def test_graph_launches_without_gpu_work_are_said(tmp_path):
+    """A Kineto trace whose cudaGraphLaunch calls have no kernels recorded (graph-level tracing): the
+    GPU time of the replays is missing, and the evidence says so."""
+    ev = [_x("ProfilerStep#1", "user_annotation", 0, 1000), _launch(10, 1), _kernel(20, 30, 1),
+          _launch(100, 2, "cudaGraphLaunch"), _launch(900, 3), _kernel(910, 20, 3)]
+    p = tmp_path / "g.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    t = open_traces(str(p)).traces[0]
+    g = gpu_gaps(t, segment_steps(t), primary_device(t))
+    assert g.untraced_graph_launches == 1
+    assert any("graph launches with no GPU operation" in line for line in g.evidence_lines())
