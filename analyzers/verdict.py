@@ -127,11 +127,16 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     sinks = inp.sinks
     lead, runner = sinks.leader, sinks.runner_up
     unexplained = sinks.by_key["idle-unexplained"]
-    # Never guess: GPU idle that no recorded host activity explains, outweighing every cause there is.
-    if unexplained.ns > sinks.explained_ns:
+    # Never guess: GPU idle that nothing orders against the host (no launch call recorded for the work
+    # that ends it), outweighing every cause there is. Idle whose next operation was issued before the
+    # gap (a GPU-side dependency) is ordered: it stays unexplained but blocks no verdict.
+    gaps = inp.gaps
+    blind = min(unexplained.ns, gaps.ns.get("unordered", 0)) if gaps is not None else unexplained.ns
+    if blind > sinks.explained_ns:
         return Verdict("insufficient_evidence", 0.0, None,
                        f"the GPU is idle {100 - busy:.0f} % of step time, but the trace records no host activity "
-                       "(data wait, preprocessing, synchronization, launches) that explains most of it",
+                       "(data wait, preprocessing, synchronization, launches) and no launch calls that explain most "
+                       "of it: nothing orders the host's events against the GPU's",
                        [busy_ev, _ctx("GPU idle with no host activity recorded", unexplained.pct, "%")])
     graphs = next((f for f in found if f.id == GRAPH_REPLAYS.id), None)
     unknown = sinks.by_key["busy-unknown"]
@@ -141,6 +146,13 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
         return Verdict(graphs.axis, conf, graphs.id, f"{graphs.title} — {graphs.stake_pct:.1f} % of step time; "
                        f"{graphs.detail}", [busy_ev, *graphs.evidence[:2]],
                        runner_up=(primary_finding(lead.key, found) or graphs).id if lead else None)
+    if lead is None and gaps is not None and unexplained.ns and gaps.ns.get("queued", 0) >= 0.5 * unexplained.ns \
+            and unexplained.ns >= max(s.ns for s in sinks.ranked(primary_only=False)):
+        return Verdict("balanced", 0.3, None,
+                       f"the GPU idles {unexplained.pct:.1f} % of step time with its next work already issued: it "
+                       "waits on a dependency the trace does not show (another stream, device or rank), not on the "
+                       "host; no cause the trace records reaches the grade of a bottleneck",
+                       [busy_ev, *_gap_evidence(gaps, sinks)])
     if lead is None:
         return Verdict("balanced", 0.5, None, "no sink of step time reaches the grade of a bottleneck: "
                        + ", ".join(f"{s.key} {s.pct:.1f} %" for s in sinks.ranked(primary_only=False)[:3]), [busy_ev])
@@ -155,7 +167,8 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
         conf -= 0.1
     if sinks.by_key["busy-unknown"].ns > lead.ns:
         conf -= 0.15  # more busy time than the lead is of unknown bound
-    gaps = inp.gaps
+    if unexplained.ns > lead.ns:
+        conf -= 0.15  # more idle than the lead is queued behind a dependency nothing recorded explains
     if gaps is not None and lead.ns:
         # the part of the lead inferred from positions, not from recorded host activity, counts for less
         conf -= 0.15 * min(1.0, gaps.sink_ns().get(lead.key, 0) / lead.ns)

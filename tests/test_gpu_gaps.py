@@ -105,7 +105,7 @@ def test_copies_count_toward_the_evidence_floor():
     assert a.kernels.count == 5
     ct = a.observations.copy_traffic
     assert ct.ops >= 10 and ct.copies >= 10
-    assert a.verdict.axis != "insufficient_evidence"
+    assert a.verdict.axis != "insufficient_evidence" and "already issued" in a.verdict.summary
     htod = next(f for f in ct.flows if f.direction == "HtoD")
     assert htod.host_memory == "pageable" and htod.count == 8 and htod.bytes == 8 * 250 * 2**20
     assert 5 < htod.gb_per_s < 30  # pageable PCIe copies
@@ -150,3 +150,25 @@ def test_graph_launches_without_gpu_work_are_said(tmp_path):
     g = gpu_gaps(t, segment_steps(t), primary_device(t))
     assert g.untraced_graph_launches == 1
     assert any("graph launches with no GPU operation" in line for line in g.evidence_lines())
+
+
+def _verdict(tmp_path, ev):
+    p = tmp_path / "v.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    (a,) = analyze_set(open_traces(str(p)))
+    return a
+
+
+def test_insufficient_evidence_only_where_nothing_orders_host_and_gpu(tmp_path):
+    """12 kernels of 20 µs, 80 µs apart, in a 1 ms step. Without any launch call, the idle between them
+    cannot be ordered against the host: insufficient evidence. With each kernel issued 30 µs before its
+    gap began — queued behind a dependency — the idle is ordered (not the host's doing, not a launch
+    sink either) and blocks no verdict."""
+    step = [_x("ProfilerStep#1", "user_annotation", 0, 1000)]
+    blind = step + [_kernel(20 + 80 * i, 20, -1) for i in range(12)]
+    assert _verdict(tmp_path, blind).verdict.axis == "insufficient_evidence"
+    queued = step + [e for i in range(12) for e in (_launch(max(0, 80 * i - 50), i + 1), _kernel(20 + 80 * i, 20, i + 1))]
+    a = _verdict(tmp_path, queued)
+    g = a.observations.gaps
+    assert g.ns["queued"] > 0.5 * g.considered_ns and g.ns["unordered"] == 0
+    assert a.verdict.axis != "insufficient_evidence" and "already issued" in a.verdict.summary
