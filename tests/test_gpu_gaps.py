@@ -105,7 +105,7 @@ def test_copies_count_toward_the_evidence_floor():
     assert a.kernels.count == 5
     ct = a.observations.copy_traffic
     assert ct.ops >= 10 and ct.copies >= 10
-    assert a.verdict.axis != "insufficient_evidence" and "already issued" in a.verdict.summary
+    assert a.verdict.axis != "insufficient_evidence"
     htod = next(f for f in ct.flows if f.direction == "HtoD")
     assert htod.host_memory == "pageable" and htod.count == 8 and htod.bytes == 8 * 250 * 2**20
     assert 5 < htod.gb_per_s < 30  # pageable PCIe copies
