@@ -11,7 +11,8 @@ applies (the semantics are those of the runtime API, never a list of kernel or f
    (``cudaDeviceSynchronize``, ``cudaStreamSynchronize``, ``cudaEventSynchronize``, a synchronous
    ``cudaMemcpy``/``hipMemcpyWithStream``, an asynchronous device-to-host copy into *pageable* memory,
    which returns only once the copy completed — CUDA Runtime API, "API synchronization behavior"),
-   and the gap right after it until work resumes, capped at the time the host was blocked;
+   and the gap right after it until work resumes, capped at the time the host was blocked (that
+   gap after rules 2 and 3: work the host records there names what it did);
 2. **cold-start** — code is being compiled or loaded (``nvrtc*``/``hiprtc*`` calls,
    ``cuModuleLoad*``, ``cuLibraryLoad*``, ``hipModuleLoad*``);
 3. **host-range** — a host range the user named (NVTX, ``record_function``) that issues no GPU work
@@ -43,7 +44,7 @@ from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace
 CLASSES = ("sync", "cold-start", "host-range", "step-boundary", "issued-late", "queued", "unordered")
 EXPLAINED = CLASSES[:5]
 # The sink of step time each explaining class feeds (analyzers.sinks).
-SINK_OF = {"sync": "sync", "cold-start": "launch", "issued-late": "launch", "host-range": "host-work",
+SINK_OF = {"sync": "sync", "cold-start": "launch", "issued-late": "launch", "host-range": "host-ranges",
            "step-boundary": "host-work"}
 LABELS = {
     "sync": "host blocked on the GPU (synchronize, blocking or pageable device-to-host copy) and the gap after it",
@@ -56,6 +57,7 @@ LABELS = {
 }
 INFERRED = "inferred from the GPU timeline and runtime calls"
 # Runtime-API calls that compile or load device code.
+_NUMBER = re.compile(r"\d+")
 GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch(_v\d+)?$")
 COMPILE_CALL = re.compile(r"^(nvrtc|hiprtc)\w+$|^cu(Module|Library)(Load|GetFunction|GetKernel)\w*$|"
                           r"^hipModuleLoad\w*$|^cudaLibraryLoad\w*$")
@@ -101,6 +103,10 @@ class GpuGaps:
         if cls == "issued-late" and self.sampled:
             return "host-work"
         return SINK_OF[cls]
+
+    def inferred_ns(self, sink: str) -> int:
+        """Of sink ``sink``, the time inferred from positions (named host ranges are recorded work)."""
+        return sum(self.ns.get(c, 0) for c in EXPLAINED if c != "host-range" and self.sink_of(c) == sink)
 
     def sink_ns(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -260,12 +266,14 @@ def gpu_gaps(trace: Trace, segmentation: StepSegmentation, device: int | None,
                      & (c.correlation >= 0))
     if dtoh_pageable.any() and len(r):
         blocking |= mine & np.isin(r.correlation, c.correlation[dtoh_pageable]) & (r.correlation >= 0)
+    bubble = iv.EMPTY
     if blocking.any():
         bs, be = r.ts[blocking], r.end[blocking]
         nxt = np.searchsorted(ops_s, be, side="left")
         resume = np.where(nxt < len(ops_s), ops_s[np.minimum(nxt, len(ops_s) - 1)], be)
         after_e = np.minimum(resume, be + (be - bs))
-        take("sync", iv.union(np.concatenate([bs, be]), np.concatenate([be, np.maximum(after_e, be)])))
+        take("sync", iv.union(bs, be))
+        bubble = iv.union(be, np.maximum(after_e, be))  # filed after the named ranges: recorded work wins
     # 2. cold start: compiling or loading device code.
     ann = trace.annotations
     if len(r):
@@ -290,9 +298,10 @@ def gpu_gaps(trace: Trace, segmentation: StepSegmentation, device: int | None,
                 cum = _Cum(got)
                 per = cum.overlap(ann.ts[quiet], ann.end[quiet])
                 for nm, v in zip(ann.name[quiet].tolist(), per.tolist()):
-                    if v > 0:
-                        key = trace.strings[nm]
+                    if v > 0:  # numbered instances of one range ("IO 3", "IO 4") add up under "IO N"
+                        key = _NUMBER.sub("N", trace.strings[nm])
                         ranges[key] = ranges.get(key, 0) + int(v)
+    take("sync", bubble)
     # 4–7: each remaining piece by the operation that ends its gap.
     gaps = late = 0
     if len(left[0]):

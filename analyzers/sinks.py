@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from trainscope.analyzers.breakdown import Breakdown
 
 SINKS: tuple[str, ...] = ("input", "launch", "sync", "comm", "copies", "memory-bound", "compute-bound", "imbalance",
-                          "host-work", "busy-unknown", "idle-unexplained")
+                          "host-ranges", "host-work", "busy-unknown", "idle-unexplained")
 NOT_PRIMARY = ("host-work", "busy-unknown", "idle-unexplained")
 # Explained, but named by no bottleneck finding of its own yet: counts against the unexplained idle.
 EXPLAINED_ONLY = ("host-work",)
@@ -41,6 +41,7 @@ SINK_LABELS = {
     "memory-bound": "memory-bound kernel time",
     "compute-bound": "compute-bound kernel time",
     "imbalance": "waiting for a slower rank inside collectives",
+    "host-ranges": "GPU idle while the host works in named ranges that issue no GPU work (I/O, checkpoint, logging, eval)",
     "host-work": "GPU idle while the host does other work (between steps, in named ranges, unrecorded in a sparse trace)",
     "busy-unknown": "kernel time whose bound is unknown",
     "idle-unexplained": "GPU idle with no host activity recorded",

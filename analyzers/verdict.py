@@ -171,7 +171,7 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
         conf -= 0.15  # more idle than the lead is queued behind a dependency nothing recorded explains
     if gaps is not None and lead.ns:
         # the part of the lead inferred from positions, not from recorded host activity, counts for less
-        conf -= 0.15 * min(1.0, gaps.sink_ns().get(lead.key, 0) / lead.ns)
+        conf -= 0.15 * min(1.0, gaps.inferred_ns(lead.key) / lead.ns)
     conf = round(min(0.97, max(0.05, conf)), 2)
     runner_f = primary_finding(runner.key, found) if runner else None
     runner_txt = (f"; runner-up: {runner.label} {runner.pct:.1f} %" if runner else "; no other sink")

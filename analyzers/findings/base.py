@@ -165,7 +165,7 @@ def stake_pct(finding: str) -> Callable[[Any], float | None]:
 CRITICAL_PATH_FAMILIES = ("data", "host", "gpu-compute", "communication", "none")  # none: no time on the path
 # The labeled benchmark's classes (benchmarks/bench_diagnosis.py).
 LABEL_CLASSES = ("input", "launch", "sync", "comm", "imbalance", "copies", "memory-bound", "compute-bound",
-                 "capacity", "none")
+                 "capacity", "host-work", "none")
 
 
 @dataclass(frozen=True)
