@@ -153,6 +153,14 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
                        "waits on a dependency the trace does not show (another stream, device or rank), not on the "
                        "host; no cause the trace records reaches the grade of a bottleneck",
                        [busy_ev, *_gap_evidence(gaps, sinks)])
+    host_work = sinks.by_key.get("host-work")
+    if lead is None and gaps is not None and host_work is not None and host_work.ns \
+            and host_work.ns >= max(s.ns for s in sinks.ranked(primary_only=False)):
+        return Verdict("balanced", 0.3, None,
+                       f"the GPU idles {host_work.pct:.1f} % of step time while the host works with no GPU work "
+                       "issued — between steps (input or other host work) or unrecorded in a sampled trace; the "
+                       "trace does not say what that work is, and no cause it records reaches the grade of a "
+                       "bottleneck", [busy_ev, *_gap_evidence(gaps, sinks)])
     if lead is None:
         return Verdict("balanced", 0.5, None, "no sink of step time reaches the grade of a bottleneck: "
                        + ", ".join(f"{s.key} {s.pct:.1f} %" for s in sinks.ranked(primary_only=False)[:3]), [busy_ev])

@@ -221,3 +221,22 @@ def test_io_ranges_are_host_work_of_their_own(tmp_path):
     # 0.5 + 0.45 × (1 − 7.7 / 29.8) − 0.1 (one step) − 0.15 (unknown-bound kernels outweigh the lead); the
     # ranges are recorded, not inferred: no further penalty
     assert a.verdict.confidence == pytest.approx(0.58, abs=0.01)
+
+
+def test_long_step_boundary_gaps_are_said_as_host_work(tmp_path):
+    """Synthetic: 4 steps of 10 ms, each 8 ms of host time before its first launch (nothing recorded:
+    no DataLoader, no frames), then 4 back-to-back kernels of 0.5 ms. The idle is host work between
+    steps — not launch overhead, not an input wait without evidence of one — and the verdict says so."""
+    ev, corr = [], 1
+    for i in range(4):
+        t0 = i * 10_000
+        ev.append(_x(f"ProfilerStep#{i}", "user_annotation", t0, 10_000))
+        for k in range(4):
+            ev += [_launch(t0 + 8_000 + k * 10, corr), _kernel(t0 + 8_050 + k * 500, 500, corr)]
+            corr += 1
+    ev.append(_launch(40_100, corr, "cudaDeviceSynchronize", 10))
+    a = _verdict(tmp_path, ev)
+    g = a.observations.gaps
+    assert g.pct("step-boundary") == pytest.approx(100 * (8000 + 3 * 7950) / 40_000, abs=0.1)  # last kernel spills 50 µs
+    assert a.sinks.pct("input") == 0 and a.sinks.pct("host-work") > 75
+    assert a.verdict.axis == "balanced" and "between steps" in a.verdict.summary
