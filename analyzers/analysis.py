@@ -7,7 +7,11 @@ from dataclasses import dataclass, field, replace
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.attention import attention_evidence
-from trainscope.analyzers.breakdown import Breakdown, primary_device, step_breakdown
+import numpy as np
+
+from trainscope.analyzers.breakdown import Breakdown, host_layers, primary_device, refiled, step_breakdown
+from trainscope.analyzers.copy_traffic import copy_traffic
+from trainscope.analyzers.gpu_gaps import INFERRED, GpuGaps, gpu_gaps
 from trainscope.analyzers.context import Context, detect_context
 from trainscope.analyzers.devices import DeviceSpec, device_for, lookup_device, with_overrides
 from trainscope.analyzers.findings.base import Evidence
@@ -24,7 +28,7 @@ from trainscope.analyzers.recommendations import Recommendation, recommend
 from trainscope.analyzers.cost import kernel_costs
 from trainscope.analyzers.roofline import Roofline, roofline, tensor_core_names
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.sinks import Sinks, moved, split_sinks
+from trainscope.analyzers.sinks import Sinks, moved, sink_rows, split_sinks
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
 from trainscope.analyzers.verdict import primary_first, DiagnosisInput, Finding, Verdict, classify, findings
 from trainscope.traces.model import Trace, TraceSet
@@ -102,6 +106,8 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         hidle = host_idle(trace, seg, device, rules.value("launch.cold_start_ms")) if trace.has_gpu_activity else None
         inp = observations(trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle)
         sinks = inp.sinks
+        if sinks is not None and trace.has_gpu_activity:  # one story: the idle rows show the sinks' figures
+            bd = refiled(bd, sink_rows(sinks))
         found, verdict, recs = judge(inp, bd, spec, dev.name if dev else None, ctx, rules)
     hwc = hw_counter_report(trace) if trace.op_inputs.hw_ranges else None
     if hwc is not None and not len(trace.kernels):  # counter mode: a GPU trace without kernel timing
@@ -168,6 +174,39 @@ def host_idle_attribution(h: HostIdle | None, bd: Breakdown) -> tuple[dict[str, 
     return extra, evidence
 
 
+def graph_replays(trace: Trace, seg: StepSegmentation, device: int | None) -> dict:
+    """GPU time (union, in the steps, on this GPU) of CUDA graph replays traced without their kernels
+    (the reader names them in ``metadata["graph_names"]``), and their count."""
+    names = trace.metadata.get("graph_names") if trace.metadata else None
+    if not names:
+        return {}
+    want = set(names)
+    ids = np.array([i for i, s in enumerate(trace.strings) if s in want], np.int64)
+    k = trace.kernels
+    on = np.isin(k.name, ids) & iv.contains((seg.starts, seg.ends), k.ts)
+    if device is not None:
+        on &= k.device == device
+    if not on.any():
+        return {}
+    u = iv.union(k.ts[on], k.end[on])
+    ns = int(iv.overlap_per_window(u, seg.starts, seg.ends).sum())
+    return {"graph_replay_ns": ns, "graph_replays": int(on.sum())}
+
+
+GAPS_SOURCE = "GPU-idle gaps " + INFERRED
+
+
+def explained_gaps(trace: Trace, seg: StepSegmentation, device: int | None, hidle: HostIdle | None) -> GpuGaps:
+    """The GPU-idle gaps no recorded host activity explains (the breakdown's host layers, the host
+    frames' input and sync time), classified from the GPU timeline and the runtime calls."""
+    sets = list(host_layers(trace).values())
+    if hidle is not None:
+        sets += [v for k, v in hidle.intervals.items() if k in ("input", "sync") and len(v[0])]
+    sets = [x for x in sets if len(x[0])]
+    explained = iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets])) if sets else iv.EMPTY
+    return gpu_gaps(trace, seg, device, explained)
+
+
 def sink_floors(rules: Rules) -> dict[str, float]:
     """Per sink, the moderate grade of the broad finding that names it: a smaller sink is no verdict."""
     out = {}
@@ -189,16 +228,19 @@ def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Br
     single = bool(names_single[trace.cpu_ops.name].any() or names_single[trace.annotations.name].any())
     split, source, busy_lines = busy_split(ks, counters, roof, rules)
     host_ns, host_ev = host_idle_attribution(hidle, bd)
+    gaps = explained_gaps(trace, seg, device, hidle) if trace.has_gpu_activity else None
     sinks = split_sinks(bd, busy_split=split, busy_source=source, host_idle_ns=host_ns,
                         sync_bubble_ns=syncs.bubble_ns, imbalance_ns=imbalance_ns,
-                        saturated=bd.gpu_busy_pct >= rules.value("gpu_busy.saturated"), floors=sink_floors(rules))
+                        saturated=bd.gpu_busy_pct >= rules.value("gpu_busy.saturated"), floors=sink_floors(rules),
+                        gap_ns=gaps.sink_ns() if gaps is not None else None, gap_source=GAPS_SOURCE)
     return DiagnosisInput(
         has_gpu=trace.has_gpu_activity, segmentation=seg, breakdown=bd, kernels=ks, memory=mem,
         single_process_loader=single, pageable_htod_copies=pageable.count,
         kernels_per_step=ks.count / max(1, len(seg.steps)), sinks=sinks, pageable=pageable, syncs=syncs,
         attention=attention_evidence(trace, seg, device, classes[0]) if trace.has_gpu_activity else None,
         context=ctx, host_evidence=host_ev, host_idle=hidle, busy_evidence=tuple(busy_lines),
-        imbalance_evidence=tuple(imbalance_evidence), roofline=roof,
+        imbalance_evidence=tuple(imbalance_evidence), roofline=roof, gaps=gaps, extra=graph_replays(trace, seg, device),
+        copy_traffic=copy_traffic(trace, seg, device) if trace.has_gpu_activity else None,
     )
 
 
@@ -256,11 +298,14 @@ def judge(inp: DiagnosisInput, bd: Breakdown, spec: DeviceSpec | None, device_na
     return found, verdict, recs
 
 
-def rejudged(a: Analysis, sinks: Sinks, imbalance_evidence: tuple[Evidence, ...], rules: Rules) -> Analysis:
-    """``a`` judged again with ``sinks`` (its imbalance sink set by a cross-rank measure) and the
-    evidence of that measure: the reduce over ranks calls this once per rank."""
+def rejudged(a: Analysis, sinks: Sinks, imbalance_evidence: tuple[Evidence, ...], rules: Rules,
+             extra: dict[str, object] | None = None) -> Analysis:
+    """``a`` judged again with ``sinks`` (its imbalance sink set by a cross-rank measure), the
+    evidence of that measure and, in ``extra``, what else the reduce measured of the rank (the
+    others' wait for it when it is the straggler): the reduce over ranks calls this once per rank."""
     assert a.observations is not None
-    inp = replace(a.observations, sinks=sinks, imbalance_evidence=imbalance_evidence)
+    inp = replace(a.observations, sinks=sinks, imbalance_evidence=imbalance_evidence,
+                  extra=a.observations.extra if extra is None else extra)
     found, verdict, recs = judge(inp, a.breakdown, a.device_spec, a.device_name, a.context, rules)
     return with_repairs(replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict,
                                 recommendations=recs), a.repairs)

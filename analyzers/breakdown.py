@@ -171,3 +171,48 @@ def gpu_busy_over_window(trace: Trace, start_ns: int, end_ns: int, device: int |
     busy = iv.total(iv.clip(allbusy, start_ns, end_ns))
     span = end_ns - start_ns
     return {"busy_ns": busy, "idle_ns": span - busy, "busy_pct": 100.0 * busy / span if span else 0.0}
+
+
+def refiled(b: Breakdown, target: dict[str, int]) -> Breakdown:
+    """``b`` with its GPU-idle rows set to ``target`` (category -> ns over all steps; the rest of the
+    idle stays "other"), so the breakdown shows the figures the verdict's sinks measured (one story:
+    idle the host frames or the GPU timeline explain leaves "other" for the row of its cause). Each
+    step gets a share of a row's total in proportion to the idle time it can take it from (its own
+    value of the row plus its "other" idle); the host's data wait counts the input row where that is
+    larger (time producing input, not only waiting on a loader)."""
+    n = len(b.steps)
+    if not n or not b.total_ns:
+        return b
+    rows = [c for c in IDLE if c != "idle_other" and c in target]
+    if not rows:
+        return b
+    idle = np.array([[s.ns[c] for c in IDLE] for s in b.steps], np.float64)  # steps x IDLE
+    per_step_idle = idle.sum(axis=1)
+    other = idle[:, IDLE.index("idle_other")]
+    new = {c: idle[:, IDLE.index(c)].copy() for c in IDLE if c != "idle_other"}
+    for c in rows:
+        w = idle[:, IDLE.index(c)] + other
+        want = float(min(target[c], per_step_idle.sum()))
+        new[c] = want * w / w.sum() if w.sum() > 0 else want * per_step_idle / max(per_step_idle.sum(), 1.0)
+    used = sum(new.values())
+    over = used > per_step_idle
+    if over.any():  # a step asked for more than its idle: fall back to shares of each step's idle
+        for c in new:
+            tot = new[c].sum()
+            new[c] = tot * per_step_idle / max(per_step_idle.sum(), 1.0)
+        used = sum(new.values())
+    new["idle_other"] = per_step_idle - used
+    steps = []
+    for i, s in enumerate(b.steps):
+        ns = dict(s.ns)
+        vals = {c: int(round(new[c][i])) for c in IDLE}
+        vals["idle_other"] = int(sum(s.ns[c] for c in IDLE)) - sum(v for c, v in vals.items() if c != "idle_other")
+        ns.update(vals)
+        wait = max(s.host_data_wait_ns, ns["idle_data_wait"])
+        steps.append(StepBreakdown(s.label, s.start_ns, s.duration_ns, ns, wait))
+    totals = {c: sum(s.ns[c] for s in steps) for c in CATEGORIES}
+    return Breakdown(
+        device=b.device, steps=steps, total_ns=b.total_ns, ns=totals,
+        host_data_wait_ns=sum(s.host_data_wait_ns for s in steps), step_ms=b.step_ms,
+        category_ms={c: _pct(np.array([s.ns[c] for s in steps], np.float64) / 1e6) for c in CATEGORIES},
+    )

@@ -91,6 +91,8 @@ class HostIdle:
     thread: str | None = None  # the host thread that issues the GPU work
     source: str = "none"  # "python" (with_stack frames) | "operators" | "none"
     evidence: list[str] = field(default_factory=list)
+    # class -> the GPU-idle intervals filed under it (what later passes must not count again)
+    intervals: dict = field(default_factory=dict, repr=False, compare=False)
 
     def ms(self, cls: str) -> float:
         return self.ns.get(cls, 0) / 1e6
@@ -359,7 +361,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None,
         frames = _heaviest(trace, fts, fend, fname, _parents(fts, fend), idle, launch_ts, ws, we, step_ns, idle_ns,
                            merged)
     out = HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source)
-    return HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source, _evidence(out))
+    return HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source, _evidence(out), merged)
 
 
 def _merge(sets: list[iv.IntervalSet]) -> iv.IntervalSet:

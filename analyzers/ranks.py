@@ -543,5 +543,9 @@ def with_aligned_imbalance(summaries: list[RankSummary], alignment: Alignment | 
                           "ranks aligned on collective ends", None),
                  Evidence("collectives matched to the other ranks", al.matched, "collectives", "",
                           alignment.method_note, None))
-        out.append(rejudged(a, sinks, lines, rules))
+        extra = dict(a.observations.extra)
+        if alignment.imbalance is not None and al.rank == alignment.imbalance.rank:  # the others wait for this rank
+            extra.update(straggler_wait_ms=alignment.imbalance.others_wait_ms_per_step,
+                         straggler_wait_pct=alignment.imbalance.others_wait_pct, straggler_ranks=len(alignment.ranks))
+        out.append(rejudged(a, sinks, lines, rules, extra=extra))
     return out

@@ -27,8 +27,10 @@ from dataclasses import dataclass, replace
 from trainscope.analyzers.breakdown import Breakdown
 
 SINKS: tuple[str, ...] = ("input", "launch", "sync", "comm", "copies", "memory-bound", "compute-bound", "imbalance",
-                          "busy-unknown", "idle-unexplained")
-NOT_PRIMARY = ("busy-unknown", "idle-unexplained")
+                          "host-ranges", "host-work", "busy-unknown", "idle-unexplained")
+NOT_PRIMARY = ("host-work", "busy-unknown", "idle-unexplained")
+# Explained, but named by no bottleneck finding of its own yet: counts against the unexplained idle.
+EXPLAINED_ONLY = ("host-work",)
 WORK = ("memory-bound", "compute-bound")
 SINK_LABELS = {
     "input": "input pipeline (GPU idle while the host loads or preprocesses data)",
@@ -39,6 +41,8 @@ SINK_LABELS = {
     "memory-bound": "memory-bound kernel time",
     "compute-bound": "compute-bound kernel time",
     "imbalance": "waiting for a slower rank inside collectives",
+    "host-ranges": "GPU idle while the host works in named ranges that issue no GPU work (I/O, checkpoint, logging, eval)",
+    "host-work": "GPU idle while the host does other work (between steps, in named ranges, unrecorded in a sparse trace)",
     "busy-unknown": "kernel time whose bound is unknown",
     "idle-unexplained": "GPU idle with no host activity recorded",
 }
@@ -76,6 +80,7 @@ class Sinks:
     busy_source: str  # "hardware counters" | "roofline" | "kernel classes" | "none"
     saturated: bool = True  # GPU busy at or above gpu_busy.saturated: kernel work can be the bottleneck
     floors: dict[str, float] | None = None  # sink -> least share (%) that names a bottleneck (its finding's moderate grade)
+    cpu_only: bool = False  # no GPU: the "idle" sinks are host time (a collective's wait is a host operator's time)
 
     def pct(self, key: str) -> float:
         return self.by_key[key].pct if key in self.by_key else 0.0
@@ -100,7 +105,8 @@ class Sinks:
     @property
     def explained_ns(self) -> int:
         """Step time in sinks that name a cause here (whether or not they reach their grade)."""
-        return sum(s.ns for s in self.by_key.values() if s.can_be_primary and (self.saturated or not s.is_work))
+        return sum(s.ns for s in self.by_key.values()
+                   if (s.can_be_primary and (self.saturated or not s.is_work)) or s.key in EXPLAINED_ONLY)
 
     @property
     def leader(self) -> Sink | None:
@@ -117,17 +123,32 @@ class Sinks:
         return r[0] if r else None
 
 
+# On a trace with no GPU, a collective is a host operator: the breakdown files its time (and the wait
+# for a slower rank inside it) as host work, in these sinks, not as communication kernels.
+CPU_COLLECTIVE_SINKS = ("launch", "idle-unexplained", "sync")
+
+
 def moved(s: Sinks, src: str, dst: str, ns: int, source: str) -> Sinks:
     """``s`` with up to ``ns`` of sink ``src`` filed under ``dst`` instead (a cross-rank correction:
-    collective time that was a wait for a slower rank)."""
-    got = max(0, min(ns, s.by_key[src].ns))
-    if not got:
-        return s
+    collective time that was a wait for a slower rank). On a CPU-only trace the wait of a
+    collective lies in the host sinks (:data:`CPU_COLLECTIVE_SINKS`), taken from there when ``src``
+    (communication kernels) holds none."""
     by = dict(s.by_key)
     t = s.total_ns or 1
-    a, b = by[src], by[dst]
-    by[src] = replace(a, ns=a.ns - got, pct=100.0 * (a.ns - got) / t)
-    by[dst] = replace(b, ns=b.ns + got, pct=100.0 * (b.ns + got) / t, source=source)
+    left = max(0, ns)
+    total = 0
+    for key in (src, *(CPU_COLLECTIVE_SINKS if s.cpu_only and src == "comm" else ())):
+        got = min(left, by[key].ns)
+        if got <= 0:
+            continue
+        a = by[key]
+        by[key] = replace(a, ns=a.ns - got, pct=100.0 * (a.ns - got) / t)
+        left -= got
+        total += got
+    if not total:
+        return s
+    b = by[dst]
+    by[dst] = replace(b, ns=b.ns + total, pct=100.0 * (b.ns + total) / t, source=source)
     return replace(s, by_key=by)
 
 
@@ -139,7 +160,8 @@ def _take(pool: dict[str, float], key: str, want: float) -> float:
 
 def split_sinks(b: Breakdown, *, busy_split: dict[str, float] | None = None, busy_source: str = "none",
                 host_idle_ns: dict[str, int] | None = None, sync_bubble_ns: int = 0,
-                imbalance_ns: int = 0, saturated: bool = True, floors: dict[str, float] | None = None) -> Sinks:
+                imbalance_ns: int = 0, saturated: bool = True, floors: dict[str, float] | None = None,
+                gap_ns: dict[str, int] | None = None, gap_source: str = "") -> Sinks:
     """The exclusive sinks of ``b``.
 
     ``busy_split``: the fractions of compute-kernel time that are memory-bound, compute-bound and of
@@ -167,6 +189,13 @@ def split_sinks(b: Breakdown, *, busy_split: dict[str, float] | None = None, bus
         moved += _take(ns, "idle_other", extra - moved)
         out["sync"] += moved
         src["sync"] = "step breakdown + GPU idle after blocking syncs"
+    for sink, want in (gap_ns or {}).items():
+        if sink == "sync":  # the bubble after blocking syncs may already be counted above
+            want = max(0.0, want - max(0.0, sync_bubble_ns - b.ns["idle_sync"]))
+        got = _take(ns, "idle_other", want)
+        if got > 0:
+            out[sink] += got
+            src[sink] = (src[sink] + " + " if src[sink] != "step breakdown" else "step breakdown + ") + gap_source
     out["idle-unexplained"] = _take(ns, "idle_other", ns["idle_other"])
     out["imbalance"] = _take(ns, "communication", imbalance_ns)
     out["comm"] = _take(ns, "communication", ns["communication"])
@@ -183,4 +212,13 @@ def split_sinks(b: Breakdown, *, busy_split: dict[str, float] | None = None, bus
     src["imbalance"] = "collective time waiting for the slowest rank"
     total = b.total_ns
     by = {k: Sink(k, int(round(v)), 100.0 * v / total if total else 0.0, src[k]) for k, v in out.items()}
-    return Sinks(total, len(b.steps), by, busy_source, saturated, floors)
+    return Sinks(total, len(b.steps), by, busy_source, saturated, floors, cpu_only=b.device is None)
+
+
+# The breakdown row that shows each idle sink (analyzers.breakdown.refiled): one figure, two views.
+SINK_ROW = {"input": "idle_data_wait", "sync": "idle_sync", "launch": "idle_host_overhead"}
+
+
+def sink_rows(s: Sinks) -> dict[str, int]:
+    """The idle rows of the breakdown as the sinks measured them (the rest of the idle: "other")."""
+    return {row: s.by_key[k].ns for k, row in SINK_ROW.items() if k in s.by_key}

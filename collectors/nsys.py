@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainscope.collectors.nsys_graphs import add_graph_replays
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.readers import Progress
 from trainscope.traces.builder import StringTable
@@ -230,6 +231,7 @@ class _Reader:
                 proc, rank if len(procs) > 1 else None, len(procs) if len(procs) > 1 else None, kernels, copies,
                 memsets, runtime, nvtx, osrt, metrics, thread_names, gpus, cuda_map, session_ns, meta,
             ))
+        add_graph_replays(self.con, self.tables, traces, order, session_ns)  # graph-level CUDA graph replays
         if len(procs) > 1:
             pids = ", ".join(f"pid {p & 0xFFFFFF} → rank {i} (GPU {first_dev[p]})" for i, p in enumerate(order))
             for t in traces:

@@ -60,7 +60,7 @@ def test_the_report_document_is_the_clis(resnet, capsys):
     assert json.loads(capsys.readouterr().out) == json.loads(resnet.to_json())
     assert resnet.to_text().startswith("trainscope — resnet50_v100_num_workers_0")
     assert resnet.to_markdown() == resnet._repr_markdown_() and "## Verdict: DATA" in resnet.to_markdown()
-    assert resnet.verdict_line().startswith("trainscope: DATA-BOUND · D·A·M axis: Data (confidence 0.83)")
+    assert resnet.verdict_line().startswith("trainscope: DATA-BOUND · D·A·M axis: Data (confidence 0.82)")
 
 
 def test_thresholds_change_the_verdict_as_rules_would():

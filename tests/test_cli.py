@@ -213,7 +213,7 @@ def test_too_few_gpu_events_is_insufficient_evidence_not_a_guess(tmp_path):
     p = run("analyze", str(f), "--format", "json")
     assert p.returncode == 0, p.stderr
     v = json.loads(p.stdout)["verdict"]
-    assert v["axis"] == "insufficient_evidence" and "only 1 GPU kernels" in v["summary"]
+    assert v["axis"] == "insufficient_evidence" and "only 1 GPU operation" in v["summary"]
     assert json.loads(p.stdout)["recommendations"] == []
     text = run("analyze", str(f)).stdout
     assert "GPU 0 (GPU 0)" not in text and "INSUFFICIENT EVIDENCE" in text

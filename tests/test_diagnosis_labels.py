@@ -26,12 +26,6 @@ WRONG_UNTIL_ISSUE_22 = {
     "public/hta_a100_cuda_event_sync_step.json.gz":
         "4 kernels in a 3.15 ms step are refused as too little evidence, though launch records order host and "
         "GPU: 89 % of the step is one gap whose next kernel is launched at its end (issue 22 items 1 and 3)",
-    "public/tl_h100_bert_small_infer.json.gz":
-        "GPU 7 % busy with kernels issued every 57 us: idle between launches is left unexplained without "
-        "host-gap attribution from the GPU timeline and launch calls (issue 22 item 1)",
-    "public/nvfuser_h200_cross_entropy_jit.sqlite":
-        "GPU 0.4 % busy while nvFuser compiles (NVTX compile/NVRTC ranges, cuLibraryLoadData): compile ranges "
-        "and issued-late gaps are not yet read as cold start / host-bound (issue 22 item 1)",
     "public/nvfuser_h100_nvrtc_compile_jit.sqlite":
         "GPU 0.1 % busy around a 311 ms NVRTC compile: compile ranges and issued-late gaps are not yet read as "
         "cold start / host-bound (issue 22 item 1)",

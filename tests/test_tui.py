@@ -57,7 +57,7 @@ def test_overview_shows_the_data_bound_verdict_and_the_dataloader_fix_first():
         async with app.run_test(size=(80, 24)) as pilot:
             await _ready(app, pilot)
             badge = static_text(app, "#badge")
-            assert "DATA-BOUND" in badge and "confidence 0.83" in badge  # 0.5 + 0.45 × (1 − 9.4 / 33.9): input 33.9 %, runner-up launch 9.4 %
+            assert "DATA-BOUND" in badge and "confidence 0.82" in badge  # 0.5 + 0.45 × (1 − 9.9 / 33.9): input 33.9 %, runner-up launch 9.9 % (9.4 recorded + 0.5 issued late)
             assert app.query_one("#badge").has_class("axis-data")
             figures = static_text(app, "#figures")
             b = session(RESNET).analyses[0].breakdown

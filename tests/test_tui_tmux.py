@@ -45,7 +45,7 @@ def test_analyze_app_in_tmux_navigates_exports_and_quits(tmp_path):
     tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", cmd)
     try:
         screen = tmux.wait_for("DATA-BOUND")
-        assert "confidence 0.83" in screen and "1 Overview" in screen
+        assert "confidence 0.82" in screen and "1 Overview" in screen
         tmux("send-keys", "-t", "t", "2")
         tmux.wait_for("ProfilerStep#9 (5/6")
         screen = tmux.wait_for("waiting for data")  # the box under the lanes: the whole tab is drawn

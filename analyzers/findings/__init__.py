@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.findings import comm, data, host, kernels, live, memory, ranks
+from trainscope.analyzers.findings import comm, data, graphs, host, kernels, live, memory, ranks
 from trainscope.analyzers.findings.base import (AXES, CRITICAL_PATH_FAMILIES, LABEL_CLASSES, PROJECTIONS, DiffMeasure,
                                                 Evidence, Finding, FindingSpec, Fix, Severity, Verdict, by_stake, fixed)
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.findings.observations import DiagnosisInput
     from trainscope.analyzers.rules import Rules
 
-FAMILIES = (data, host, comm, memory, kernels, ranks, live)
+FAMILIES = (data, host, comm, memory, kernels, ranks, live, graphs)
 
 
 def _collect() -> dict[str, FindingSpec]:

@@ -181,7 +181,7 @@ Measure = Callable[["DiagnosisInput", "Rules"], "Finding | list[Finding] | None"
 CRITICAL_PATH_FAMILIES = ("data", "host", "gpu-compute", "communication", "none")  # none: no time on the path
 # The labeled benchmark's classes (benchmarks/bench_diagnosis.py).
 LABEL_CLASSES = ("input", "launch", "sync", "comm", "imbalance", "copies", "memory-bound", "compute-bound",
-                 "capacity", "none")
+                 "capacity", "host-work", "none")
 
 
 @dataclass(frozen=True)

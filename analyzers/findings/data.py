@@ -48,7 +48,19 @@ def _copies(obs, rules: Rules) -> Finding | None:
     if obs.pageable_htod_copies:
         lines.append(ctx("host-to-device copies from pageable memory", obs.pageable_htod_copies, "copies",
                          "trace: Memcpy HtoD (Pageable -> Device)"))
+    lines += _flow_lines(obs)
     return COPIES.finding(stake, lines, "copies run while no kernel does", rules)
+
+
+def _flow_lines(obs) -> list:
+    """The copies by direction and host memory: count, bytes, GPU time and the bandwidth reached
+    (a copy-dominated window is judged on these)."""
+    ct = obs.copy_traffic
+    if ct is None:
+        return []
+    return [ctx(f"{f.direction} copies, {f.host_memory} host memory: {f.count} copies, {f.bytes / 2**20:.1f} MiB, "
+                f"{f.gpu_ns / 1e6:.2f} ms on the GPU", round(f.gb_per_s, 2) if f.gb_per_s is not None else None, "GB/s",
+                "trace: memcpy kind, memory kinds, bytes, duration") for f in ct.flows[:4]]
 
 
 _PAGEABLE_SEV = by_stake("pageable_copy.moderate", "copy.high")
@@ -64,7 +76,7 @@ def _pageable(obs, rules: Rules) -> Finding | None:
         Evidence("GPU time in pageable host-to-device copies", round(p.share_pct, 2), t.unit, f"≥ {t.value:g}",
                  t.source, p.share_pct >= t.value),
         Evidence("pageable host-to-device copies in the steps", p.count, "copies", "", "trace: memcpy srcKind pageable"),
-        Evidence("bytes copied from pageable memory", round(p.bytes / 2**20, 2), "MiB", "", "measured")],
+        Evidence("bytes copied from pageable memory", round(p.bytes / 2**20, 2), "MiB", "", "measured"), *_flow_lines(obs)],
         "each copy is staged through a driver bounce buffer: the host blocks and the copy cannot overlap compute", rules)
 
 

@@ -24,6 +24,18 @@ def _launch(obs, rules: Rules) -> Finding | None:
     tiny = k.median_kernel_ns / 1e3 < rules.value("launch.tiny_kernel_us")
     detail = ("many short kernels: the host cannot issue them as fast as the GPU runs them" if tiny
               else "host-side work (Python, framework ops, runtime calls) between kernels leaves the GPU waiting")
+    g = obs.gaps
+    late = g.ns.get("issued-late", 0) if g is not None and g.sink_of("issued-late") == "launch" else 0
+    if late and obs.sinks.by_key["launch"].ns and late >= 0.5 * obs.sinks.by_key["launch"].ns:
+        lines.append(ctx("GPU idle before operations issued after the gap began (queue empty)", g.pct("issued-late"),
+                         "% of step time", "inferred from the GPU timeline and runtime calls"))
+        if g.launch_call_us is not None and g.issue_interval_us:
+            lines.append(ctx("host time per launch call / interval between launches (medians)",
+                             round(g.launch_call_us, 1), f"µs / {g.issue_interval_us:.1f} µs", "runtime calls"))
+            if g.issue_interval_us > 10 * g.launch_call_us:
+                detail = (f"the GPU's next work is issued late: a launch call takes {g.launch_call_us:.0f} µs but one "
+                          f"comes only every {g.issue_interval_us / 1e3:.2f} ms — host work between launches that the "
+                          "trace does not record keeps the GPU waiting (inferred from the GPU timeline and runtime calls)")
     h = obs.host_idle
     if h is not None and h.cold_start is not None and h.cold_start.idle_ns >= 0.5 * stake / 100 * h.step_ns:
         from trainscope.analyzers.host_idle import COLD_START_DETAIL
@@ -121,4 +133,39 @@ BLOCKING_SYNC = FindingSpec(
     describes="GPU idle after each in-step sync, capped at the host's blocked time", refines="host/sync",
 )
 
-SPECS = (LAUNCH_OVERHEAD, SYNC, BLOCKING_SYNC)
+_RANGES_SEV = by_stake("host_overhead.moderate", "host_overhead.high")
+
+
+def _named_work(obs, rules: Rules) -> Finding | None:
+    if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "host-ranges", _RANGES_SEV):
+        return None
+    stake = obs.sinks.pct("host-ranges")
+    sev = _RANGES_SEV.grade(stake, rules)
+    g = obs.gaps
+    lines = [ev(rules, f"host_overhead.{'high' if sev == 'high' else 'moderate'}",
+                "GPU idle while the host works in named ranges that issue no GPU work", stake), sink_line(obs, "host-ranges")]
+    top = sorted(g.ranges.items(), key=lambda x: -x[1])[:4] if g is not None else []
+    lines += [ctx(f"GPU idle inside host range '{name}'", ns / 1e6, "ms", "trace: host ranges") for name, ns in top]
+    names = ", ".join(f"'{n}'" for n, _ in top[:3]) or "named ranges"
+    return NAMED_HOST_WORK.finding(stake, lines, f"the host works in {names} while the GPU has nothing issued: that "
+                                   "work sits on the step's critical path", rules)
+
+
+NAMED_HOST_WORK = FindingSpec(
+    id="host/named-work", axis="algorithm", title="GPU idles while the host does named work (I/O, checkpoint, logging, eval)",
+    measure=_named_work, can_be_primary=True, severity=_RANGES_SEV,
+    fix=Fix("host-work-off-path", "Take the named host work off the step's critical path",
+            "# run it beside training, not between steps: a background thread or process with a queue\n"
+            "# (logging, metrics, file writes), torch.distributed.checkpoint.async_save for checkpoints,\n"
+            "# or do it every N steps; issue the next step's GPU work before the host work starts",
+            "// move file I/O and logging to a worker thread fed by a queue (or asynchronous I/O: io_uring, aio);\n"
+            "// launch the next iteration's kernels before the host work so the GPU has work queued",
+            projection="idle", basis="removing the {stake:.1f} % GPU idle during named host work",
+            whatif_label="no GPU idle during named host work"),
+    whatif_pool="host-idle",
+    diff_measure=DiffMeasure("GPU idle during named host work", "ms per step", stake_ms("host/named-work")),
+    critical_path="host", headline="HOST-BOUND (named host work)", label_class="host-work", sink="host-ranges",
+    breakdown=("idle_other",), describes="GPU idle while the host runs named ranges that issue no GPU work",
+)
+
+SPECS = (LAUNCH_OVERHEAD, SYNC, BLOCKING_SYNC, NAMED_HOST_WORK)

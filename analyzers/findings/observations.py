@@ -11,6 +11,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.attention import AttentionEvidence
     from trainscope.analyzers.breakdown import Breakdown
     from trainscope.analyzers.context import Context
+    from trainscope.analyzers.copy_traffic import CopyTraffic
+    from trainscope.analyzers.gpu_gaps import GpuGaps
     from trainscope.analyzers.host_device import BlockingSyncs, PageableCopies
     from trainscope.analyzers.host_idle import HostIdle
     from trainscope.analyzers.kernels import KernelSummary
@@ -43,6 +45,8 @@ class DiagnosisInput:
     busy_evidence: tuple[Evidence, ...] = ()  # how busy time was split into memory-/compute-bound
     imbalance_evidence: tuple[Evidence, ...] = ()
     roofline: "Roofline | None" = None  # over the steps' kernels on this GPU, when there are kernels
+    copy_traffic: "CopyTraffic | None" = None  # copies by direction and host memory, GPU ops in the steps
+    gaps: "GpuGaps | None" = None  # idle no host event explains, classified from the GPU timeline and runtime calls
     extra: dict[str, object] = field(default_factory=dict)
 
     def is_leader(self, sink: str) -> bool:

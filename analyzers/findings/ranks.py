@@ -4,20 +4,52 @@ not to communication (a collective's duration includes the wait for its last arr
 from __future__ import annotations
 
 from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake, stake_ms
-from trainscope.analyzers.findings.common import ev, raised, sink_line
+from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.rules import Rules
 
 _SEV = by_stake("comm.moderate", "comm.high")
 
 
 def _imbalance(obs, rules: Rules) -> Finding | None:
-    if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "imbalance", _SEV):
+    if obs.sinks is None:
+        return None
+    if not obs.has_gpu:  # rank imbalance needs no GPU: host collectives aligned across ranks measure it
+        return _cpu_imbalance(obs, rules)
+    if not raised(obs, rules, "imbalance", _SEV):
         return None
     stake = obs.sinks.pct("imbalance")
     lines = [ev(rules, "comm.moderate", "collective time waiting for the slowest rank", stake),
              *obs.imbalance_evidence, sink_line(obs, "imbalance")]
     return IMBALANCE.finding(stake, lines, "ranks carry unequal work; the others wait for the slowest inside collectives",
                              rules)
+
+
+def _cpu_imbalance(obs, rules: Rules) -> Finding | None:
+    """A CPU-only rank: its own wait inside host collectives for a slower rank, or — when it is the
+    rank the others wait for — their wait, as a share of the median step."""
+    own = obs.sinks.pct("imbalance")
+    extra = obs.extra or {}
+    others = float(extra.get("straggler_wait_pct", 0.0))
+    # Balanced work: every rank's step is the mean of the ranks' work, so the rank the others wait for
+    # sheds (N − 1)/N of their mean wait — its stake, the most balancing can take off its step.
+    n = max(2, int(extra.get("straggler_ranks", 2)))
+    shed = others * (n - 1) / n
+    stake = max(own, shed)
+    if stake <= 0 or _SEV.grade(stake, rules) == "info":
+        return None
+    if shed > own:
+        lines = [ctx("the other ranks' wait for this rank inside collectives, share of the median step", others, "%",
+                     "ranks aligned on collective ends"),
+                 ev(rules, "comm.moderate", f"step time balanced work takes off this rank ((N − 1)/N of that wait, "
+                    f"N = {n} ranks)", shed),
+                 ctx("this rank's own wait inside collectives", own, "% of step time"), *obs.imbalance_evidence]
+        detail = (f"this rank arrives last at the collectives: the other ranks wait "
+                  f"{obs.extra.get('straggler_wait_ms', 0.0):.1f} ms per step for it (host collectives, no GPU)")
+    else:
+        lines = [ev(rules, "comm.moderate", "collective time waiting for the slowest rank", own),
+                 *obs.imbalance_evidence, sink_line(obs, "imbalance")]
+        detail = "this rank waits inside host collectives for a slower rank (no GPU: measured on the host)"
+    return IMBALANCE.finding(stake, lines, detail, rules)
 
 
 IMBALANCE = FindingSpec(
