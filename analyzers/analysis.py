@@ -7,8 +7,9 @@ from dataclasses import dataclass, field, replace
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.attention import attention_evidence
+from trainscope.analyzers.busy_bound import BusyBound, busy_bound
 from trainscope.analyzers.breakdown import Breakdown, primary_device, step_breakdown
-from trainscope.analyzers.context import Context, detect_context
+from trainscope.analyzers.context import Context, detect_context, refine
 from trainscope.analyzers.devices import DeviceSpec, device_for, lookup_device, with_overrides
 from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.gpu_metrics import CounterSummary, counter_context, counter_split, counter_summary
@@ -53,6 +54,7 @@ class Analysis:
     context: Context | None = None  # training/inference, graphs, compiled, framework, collectives
     sinks: Sinks | None = None  # step time split into exclusive sinks (the verdict's ranking)
     host_idle: HostIdle | None = None  # GPU idle split by what the host was doing (input/launch/sync/other)
+    busy_bound: BusyBound | None = None  # what a kernel-level fix can remove, bounded by the roofline
     # What the findings and verdict read (kept so a cross-rank pass can re-judge with imbalance).
     observations: DiagnosisInput | None = field(default=None, repr=False, compare=False)
 
@@ -77,10 +79,12 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         classes = (classes[0], tensor_core_names(trace, costs, roof_spec, classes[1]))
     ks = kernel_summary(trace, in_steps, device, classes=classes)
     mem = device_memory(trace)
-    roof = None
+    roof = bound = None
     if costs is not None:
         on = in_steps & (trace.kernels.device == device) if device is not None else in_steps
         roof = roofline(trace, on, roof_spec, costs, device_name=dev.name if dev else None)
+        bound = busy_bound(trace, on, costs, roof)
+        ctx = refine(ctx, roof)
     mfu = model_flops_utilization(trace, seg, device, peak_tflops, roof, bd.gpu_busy_pct)
 
     counters = counter_summary(trace, seg, device)
@@ -102,7 +106,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         found = primary_first(found, verdict)
         # No projected gains from evidence too thin for a verdict.
         recs = ([] if verdict.axis == "insufficient_evidence" else
-                recommend(found, bd, spec, dev.name if dev else None, ctx, rules))
+                recommend(found, bd, spec, dev.name if dev else None, ctx, rules, bound=bound))
     hw = trace.op_inputs.hw_flops
     if hw and not len(trace.kernels):
         top = max(hw, key=hw.get)
@@ -118,7 +122,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
         findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
         phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
-        roofline=roof, context=ctx, sinks=sinks, host_idle=hidle, observations=inp,
+        roofline=roof, context=ctx, sinks=sinks, host_idle=hidle, observations=inp, busy_bound=bound,
     )
 
 
@@ -244,7 +248,7 @@ def with_rank_imbalance(analyses: list[Analysis], rules: Rules) -> list[Analysis
         verdict = classify(inp, found, rules)
         found = primary_first(found, verdict)
         recs = ([] if verdict.axis == "insufficient_evidence" else
-                recommend(found, a.breakdown, a.device_spec, a.device_name, a.context, rules))
+                recommend(found, a.breakdown, a.device_spec, a.device_name, a.context, rules, bound=a.busy_bound))
         out.append(replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict, recommendations=recs))
     return out
 

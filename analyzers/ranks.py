@@ -541,6 +541,7 @@ def with_aligned_imbalance(summaries: list[RankSummary], alignment: Alignment | 
         verdict = classify(inp, found, rules)
         found = primary_first(found, verdict)
         recs = ([] if verdict.axis == "insufficient_evidence" else
-                recommend(found, a.breakdown, a.device_spec, a.device_name, a.context, rules))
+                recommend(found, a.breakdown, a.device_spec, a.device_name, a.context, rules,
+                          bound=getattr(a, "busy_bound", None)))
         out.append(replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict, recommendations=recs))
     return out

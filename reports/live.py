@@ -3,6 +3,8 @@
 the end-of-watch summary and its Markdown report."""
 from __future__ import annotations
 
+from trainscope.analyzers.fix_text import code_language
+
 import textwrap
 import time
 from dataclasses import asdict
@@ -164,7 +166,7 @@ def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
         out += ["## Fixes", ""]
         for i, fx in enumerate(st.fixes, 1):
             proj = f" — up to {fx.projected_speedup:.2f}× faster (upper bound; {e(fx.basis)})" if fx.projected_speedup else ""
-            out += [f"{i}. {e(fx.title)}{proj}", "", "```python", fx.change, "```", ""]
+            out += [f"{i}. {e(fx.title)}{proj}", "", f"```{code_language(fx.change)}", fx.change, "```", ""]
     if st.changes:
         out += ["## Verdict changes", "", f"{st.verdict_changes} after the first verdict.", "",
                 "| at | verdict |", "|---|---|"]

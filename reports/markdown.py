@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+
+from trainscope.analyzers.fix_text import code_language
 import re
 
 from trainscope.reports.document import AXIS_NAMES, device_label, headline
@@ -24,7 +26,7 @@ def _fence(code: str) -> str:
     fence = "```"
     while fence in code:
         fence += "`"
-    return f"{fence}python\n{code}\n{fence}"
+    return f"{fence}{code_language(code)}\n{code}\n{fence}"
 
 
 def render_markdown(doc: dict) -> str:

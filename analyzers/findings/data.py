@@ -131,7 +131,7 @@ LOADER_CPU = FindingSpec(
             "DataLoader(..., num_workers=<more>, persistent_workers=True)\n"
             "# move decoding/augmentation to the GPU (e.g. NVIDIA DALI, torchvision.transforms.v2 on tensors)",
             "// more producer threads for decoding; move decode/augmentation onto the GPU (nvJPEG, NPP, DALI)",
-            projection="none", basis="no projection from sampled counters"),
+            projection="none", basis="no projection from sampled counters", text=fix_text._loader_cpu),
     whatif_pool=None, diff_measure=DiffMeasure("samples starved while the CPU saturates", "%", stake_pct("data/loader-cpu")),
     critical_path="data", headline="DATA-BOUND (loader CPU)", label_class="input", sink="input",
     describes="share of samples with the GPU near idle while the loader CPU saturates (live)", live=True, offline=False,

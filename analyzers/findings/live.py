@@ -4,6 +4,8 @@ live findings (input wait, loader CPU, I/O wait, capacity, compute-/memory-bound
 declared with their families."""
 from __future__ import annotations
 
+from trainscope.analyzers import fix_text
+
 from trainscope.analyzers.findings.base import DiffMeasure, FindingSpec, Fix, fixed, stake_pct
 
 _RECORD = Fix("record-trace", "Record a trace to see what idles the GPU",
@@ -14,7 +16,7 @@ _RECORD = Fix("record-trace", "Record a trace to see what idles the GPU",
               "nsys profile -t cuda,nvtx,osrt -o run ./app && nsys export --type sqlite run.nsys-rep\n"
               "# then: trainscope analyze run.sqlite",
               projection="none", basis="no projection: counters cannot tell launch overhead, syncs and "
-                                       "communication apart")
+                                       "communication apart", text=fix_text._record)
 
 UNDERUTILIZED = FindingSpec(
     id="gpu/underutilized", axis="insufficient_evidence", title="GPU underutilized",
