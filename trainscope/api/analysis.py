@@ -154,7 +154,7 @@ def _reduce_ranks(report: Report) -> None:
     their shared collectives, and the many-rank view (sets ``report.stragglers``)."""
     from trainscope.analyzers.ranks import align_ranks, ranks_view, summarize, with_aligned_imbalance
     from trainscope.analyzers.stragglers import stragglers_from
-    from trainscope.reports.deep import alignment_dict, stragglers_dict
+    from trainscope.reports.deep import stragglers_dict, with_alignment
 
     rules, analyses = report.rules, report.ranks
     summaries = report.summaries
@@ -164,7 +164,7 @@ def _reduce_ranks(report: Report) -> None:
     report.stragglers = stragglers_dict(report.straggler_analysis)
     alignment = align_ranks(summaries, rules)
     if alignment is not None:
-        report.stragglers["alignment"] = alignment_dict(alignment)
+        with_alignment(report.stragglers, alignment)  # the aligned answer; the step-offset list kept apart
         # Each rank re-judged with the wait the alignment measured inside its collectives: the
         # imbalance sink (and the ranks/imbalance finding) is that measured wait, not an estimate.
         report.ranks[:] = with_aligned_imbalance(summaries, alignment, rules)
