@@ -64,7 +64,7 @@ class BusyBound:
                 parts.append(f"matrix kernels {unknown:.2f} ms (operand/weight streaming, bytes unknown) "
                              "keep their time")
         parts.append(f"fusing {self.runs} run{'s' * (self.runs != 1)} of consecutive memory-bound "
-                     f"elementwise/normalization kernels ({self.fused_kernels} kernels, {self.fusable_ms:.2f} ms "
+                     f"elementwise/normalization kernels ({self.fused_kernels} kernel{'s' * (self.fused_kernels != 1)}, {self.fusable_ms:.2f} ms "
                      f"in all) removes their intermediate traffic, {self.fused_removed_ms:.2f} ms")
         parts.append(f"removable {self.removable_ms:.2f} ms = {100 * self.removable_fraction:.1f} % of it")
         return "; ".join(parts)

@@ -21,7 +21,8 @@ class FixText:
     change: str  # the concrete code or flag
 
 
-_SHELL = __import__("re").compile(r"^(\$ |nvidia-smi|rocm-smi|nsys |ncu |export |sudo |python -m |trainscope )", __import__("re").M)
+_SHELL = __import__("re").compile(r"^(\$ |nvidia-smi|rocm-smi|nsys |ncu |export |sudo |python -m |trainscope |"
+                                  r"[A-Z_][A-Z0-9_]*=\S+ )", __import__("re").M)
 
 
 _CPP_STATEMENT = __import__("re").compile(r";\s*(//.*)?$")

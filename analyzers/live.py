@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from trainscope.analyzers.findings import live_fix_table
+from trainscope.analyzers.devices import default_power_limit_w
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.verdict import Evidence, Finding, Verdict
 from trainscope.traces.samples import THROTTLE_REASONS, Snapshot
@@ -174,7 +175,7 @@ def digest(s: Snapshot, rules: Rules) -> SampleDigest:
         if g.power_w is not None and g.util_gpu is not None and g.util_gpu >= busy_util and not g.lost:
             p_idx.append(g.index)
             p_w.append(g.power_w)
-            p_lim.append(g.power_limit_w or 0.0)
+            p_lim.append(g.power_limit_w or default_power_limit_w(g.name) or 0.0)  # NVML's, else the table's
         ev = g.clock_events
         if ev is not None:
             has_events = True
@@ -227,8 +228,6 @@ def _power_capped(ds: Sequence[SampleDigest], rules: Rules) -> tuple[int | None,
     if not keep.any():
         return None, None, None, None
     med = _grouped_quantile(starts, counts, pw, 0.5)
-    top = pw[starts + counts - 1]
-    low = _grouped_quantile(starts, counts, pw, 0.05)
     known = lims != 0  # truthy limits, as reported
     lim_med = np.full(len(gpus), np.nan)
     if known.any():
@@ -236,8 +235,9 @@ def _power_capped(ds: Sequence[SampleDigest], rules: Rules) -> tuple[int | None,
         lim_med[np.searchsorted(gpus, lg)] = _grouped_quantile(ls, lc, lv, 0.5)
     has_lim = ~np.isnan(lim_med)
     at_limit = med >= rules.value("live.power_at_limit_pct") / 100.0 * np.where(has_lim, lim_med, 0.0)
-    ceiling = (med > 0) & ((top - med) <= rules.value("live.power_ceiling_pct") / 100.0 * med) & ((med - low) >= (top - med))
-    hit = np.where(has_lim, at_limit, ceiling) & keep
+    # A cap needs a limit (NVML's enforced limit, else the device table's default): a maximum of the
+    # samples at full load says nothing about one.
+    hit = has_lim & at_limit & keep
     judged = int(keep.sum())
     capped = int(hit.sum())
     basis = None

@@ -8,6 +8,8 @@ Every string that comes from a trace (file, kernel, step and range names) goes t
 """
 from __future__ import annotations
 
+from trainscope.analyzers.plural import unit_for
+
 import html
 import os
 from typing import TYPE_CHECKING, Any
@@ -160,7 +162,7 @@ def timeline_svg(trace: "Trace", analysis: "Analysis", width: int = 1000, column
 def _evidence_rows(evidence: list[dict]) -> str:
     rows = []
     for e in evidence:
-        val = "—" if e["value"] is None else f"{e['value']:g} {e['unit']}".strip()
+        val = "—" if e["value"] is None else f"{e['value']:g} {unit_for(e['value'], e['unit'])}".strip()
         thr = f"{e['threshold']} {e['unit']}".strip() if e["threshold"] else ""
         rows.append(f"<tr><td>{_e(e['metric'])}</td><td class=n>{_e(val)}</td><td>{_e(thr)}</td>"
                     f"<td>{_e(e['source'])}</td></tr>")

@@ -122,6 +122,7 @@ def test_the_rules_catch_unfit_advice():
     ("// one kernel\ncudaGraphLaunch(exec, stream);", "cpp"),
     ("model = torch.compile(model)", "python"),
     ("# a comment only", "python"),
+    ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python your_job.py\n# or fewer sizes", "shell"),
 ])
 def test_code_language(change, lang):
     assert code_language(change) == lang
@@ -183,3 +184,21 @@ def test_no_pytorch_recording_advice_on_nsight_exports(name):
     doc = analyze(str(DATA / "nsys" / name)).to_dict()
     text = repr(doc)
     assert not re.search(r"torch\.profiler|record_shapes=True|with_flops=True", text), name
+
+
+def test_counts_in_words():
+    from trainscope.analyzers.plural import plural, unit_for
+
+    assert plural(1, "step") == "1 step" and plural(2, "step") == "2 steps" and plural(0, "call") == "0 calls"
+    assert unit_for(1, "calls") == "call" and unit_for(2, "calls") == "calls"
+    assert unit_for(1, "ms") == "ms" and unit_for(1, "%") == "%" and unit_for(1, "of 8 GPUs") == "of 8 GPUs"
+
+
+def test_mi250_steps_line_says_why_one_of_two_steps_is_analyzed():
+    from trainscope.api.analysis import analyze
+
+    text = analyze(str(DATA / "kineto" / "hta_mi250_minitoy_train.json.gz")).to_text()
+    line = next(x for x in text.splitlines() if x.startswith("  steps"))
+    assert line.startswith("  steps    1 — 2 steps") and "1 stub step left out (ProfilerStep#2, 49 µs" in line
+    single = analyze(str(DATA / "kineto" / "hta_cpu_only.pt.trace.json.gz")).to_dict()
+    assert single["steps_note"].startswith("1 step from")
