@@ -92,6 +92,9 @@ class Context:
     fused_optimizer: bool = False  # the optimizer step runs as multi-tensor / fused kernels
     input_source: str | None = None  # "dataloader" | "pipeline" | "files" | "communication" | None
     decode: bool = False  # inference whose matrix kernels stream weights (memory-bound): a decode step
+    # Whether the roofline calls most matrix-kernel time compute-bound (None: no roofline): tensor
+    # cores speed up arithmetic, so mixed-precision advice is for compute-bound matrix math only.
+    matmul_compute_bound: bool | None = None
 
     @property
     def training(self) -> bool:
@@ -213,20 +216,27 @@ def detect_context(trace: Trace) -> Context:
 def refine(ctx: Context, roof) -> Context:
     """The context with what the roofline adds: an inference run whose matrix-kernel time is mostly
     memory-bound (operands — the weights — streamed per token) is a decode step."""
-    if roof is None or not ctx.inference:
+    if roof is None:
         return ctx
-    from trainscope.analyzers.kernels import classify_kernel
+    from dataclasses import replace
 
-    mem = comp = 0.0
+    from trainscope.analyzers.kernels import HIGH_INTENSITY, classify_kernel
+
+    mem = comp = mat_mem = mat_comp = 0.0
     for r in roof.rows:
-        if classify_kernel(r.name) == "gemm":
+        cls = classify_kernel(r.name)
+        if cls in HIGH_INTENSITY:
+            mat_mem += r.total_ms if r.bound == "memory" else 0.0
+            mat_comp += r.total_ms if r.bound == "compute" else 0.0
+        if cls == "gemm":
             if r.bound == "memory":
                 mem += r.total_ms
             elif r.bound == "compute":
                 comp += r.total_ms
-    if mem <= comp or mem <= 0:
+    if mat_mem + mat_comp > 0:
+        ctx = replace(ctx, matmul_compute_bound=mat_comp >= mat_mem)
+    if not ctx.inference or mem <= comp or mem <= 0:
         return ctx
-    from dataclasses import replace
 
     return replace(ctx, decode=True, evidence=[*ctx.evidence, f"decode: matrix kernels memory-bound {mem:.1f} ms "
                                                               f"against compute-bound {comp:.1f} ms (weights streamed per token)"])

@@ -202,3 +202,20 @@ def test_mi250_steps_line_says_why_one_of_two_steps_is_analyzed():
     assert line.startswith("  steps    1 — 2 steps") and "1 stub step left out (ProfilerStep#2, 49 µs" in line
     single = analyze(str(DATA / "kineto" / "hta_cpu_only.pt.trace.json.gz")).to_dict()
     assert single["steps_note"].startswith("1 step from")
+
+
+def test_fixes_fit_any_machine_and_tensor_cores_only_for_compute_bound_matmuls():
+    from dataclasses import replace
+
+    from trainscope.analyzers.findings import spec
+
+    for ctx in (Context(mode="training"), Context(mode="inference", input_source="dataloader")):
+        change = spec("data/input-wait").fix_for(ctx).render(ctx)[1]
+        assert not re.search(r"num_workers=\d", change) and "sched_getaffinity" in change  # the user's cores
+    mp = spec("algorithm/no-tensor-cores")
+    assert mp.fix_for(Context(mode="training", matmul_compute_bound=False)) is None  # bandwidth-bound GEMV
+    assert mp.fix_for(Context(mode="training", matmul_compute_bound=True)) is not None
+    assert mp.fix_for(replace(Context(mode="training"), matmul_compute_bound=None)) is not None
+    a = analysis(VLLM)
+    assert a.context.matmul_compute_bound is False  # weight-streaming matmuls
+    assert not any(r.id == "mixed-precision" for r in a.recommendations)

@@ -75,6 +75,7 @@ NO_TENSOR_CORES = FindingSpec(
             "// cublasGemmEx / cublasLtMatmul with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F accumulation\n"
             "// (or CUBLAS_COMPUTE_32F_FAST_TF32 to keep fp32 storage); hipblasLt on ROCm",
             projection="amdahl", whatif_label="mixed precision on the GEMM share",
+            applies=lambda c: getattr(c, "matmul_compute_bound", None) is not False,  # tensor cores speed arithmetic
             text=fix_text._mixed_precision),
     whatif_pool="tensor-cores",
     diff_measure=DiffMeasure("tensor-core share of GEMM/conv/attention time", "%",
