@@ -68,6 +68,7 @@ _DATALOADER = re.compile(r"DataLoader|_MultiProcessingDataLoaderIter|_SingleProc
 _PREPROCESS = re.compile(r"\(\d+\): (preprocess|_preprocess\w*|__call__ of \w*Processor)", re.I)
 _FILE_READ = re.compile(r"^(read|pread64|pread|fread|readv|__read_chk)$")
 _MPI = re.compile(r"^MPI_|^PMPI_")
+_EMBEDDING = re.compile(r"embedding_(forward|backward)|split_embedding|EmbeddingBag|embedding_bag", re.I)
 _COLLECTIVE = (
     ("all-reduce", re.compile(r"all_?reduce", re.I)),
     ("all-to-all", re.compile(r"all_?to_?all|sendrecv|(^|[^a-z])(send|recv)([^a-z]|$)", re.I)),
@@ -92,6 +93,7 @@ class Context:
     fused_optimizer: bool = False  # the optimizer step runs as multi-tensor / fused kernels
     input_source: str | None = None  # "dataloader" | "pipeline" | "files" | "communication" | None
     decode: bool = False  # inference whose matrix kernels stream weights (memory-bound): a decode step
+    embeddings: bool = False  # sharded embedding-table kernels (FBGEMM/TorchRec split_embedding_*) run
     # Whether the roofline calls most matrix-kernel time compute-bound (None: no roofline): tensor
     # cores speed up arithmetic, so mixed-precision advice is for compute-bound matrix math only.
     matmul_compute_bound: bool | None = None
@@ -209,8 +211,12 @@ def detect_context(trace: Trace) -> Context:
         source = "files"
     if source is not None:
         evidence.append(f"input: {source}")
+    emb = _first(kernels, _EMBEDDING)
+    if emb is not None:
+        evidence.append(f"embedding tables: {_short(emb)}")
     return Context(mode, graphs, compiled, framework, collectives, evidence, getattr(trace, "format", "kineto"),
-                   fa is not None, True if cm is not None else None, opt_name, fused_opt, source)
+                   fa is not None, True if cm is not None else None, opt_name, fused_opt, source,
+                   embeddings=emb is not None)
 
 
 def refine(ctx: Context, roof) -> Context:

@@ -51,6 +51,8 @@ def title(finding_id: str, ctx: Context | None, default: str) -> str:
     """A finding's headline in the run's words (``default`` where the wording fits any run)."""
     c = _ctx(ctx)
     if finding_id == "data/input-wait":
+        if c.input_source == "communication":
+            return "The GPU waits while the host is in the communication library (MPI)"
         return "Training waits on the input pipeline" if c.training else "The pipeline waits on input"
     if finding_id == "comm/unoverlapped" and c.main_collective == "all-to-all":
         return "All-to-all exchange not overlapped with compute"
@@ -69,6 +71,9 @@ def detail(finding_id: str, ctx: Context | None, default: str) -> str:
                 "the GPU then waits for the host to issue the next kernel")
     if finding_id == "comm/unoverlapped" and c.main_collective == "all-to-all":
         return "the all-to-all exchange (embedding or expert shards) runs while no compute kernel does"
+    if finding_id == "data/input-wait" and c.input_source == "communication":
+        return ("the host sits in MPI_* calls while the GPU idles: communication on the critical path, "
+                "not batch loading or preprocessing")
     if finding_id == "cpu/input-wait" and not c.training:
         return "the run is on the CPU here, so every millisecond spent loading a batch adds to the step"
     return default
@@ -388,3 +393,15 @@ def _loader_cpu(c: Context, single: bool, bf16: bool) -> FixText:
              else "# preprocessing runs in the pipeline itself: spread it over more threads or processes")
     return FixText("loader-cpu", "Give the input pipeline more CPU, or do less work per sample",
                    first + "\n# move decoding/augmentation to the GPU (e.g. NVIDIA DALI, torchvision.transforms.v2 on tensors)")
+
+
+def _balance(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:
+        return FixText("balance-ranks", "Give every rank the same work",
+                       "// partition work by measured cost, not by count (rows, cells, tokens); re-partition\n"
+                       "// when per-rank kernel time drifts apart")
+    lines = ["# the late rank's extra kernel time per class (the rank imbalance line) says what to even out"]
+    if c.embeddings:
+        lines.append("# embedding tables: TorchRec EmbeddingShardingPlanner with per-table cost estimates")
+    lines.append("# equal tokens per rank (bucket or pack sequences of similar length); equal pipeline stages")
+    return FixText("balance-ranks", "Give every rank the same work", "\n".join(lines))

@@ -128,6 +128,15 @@ def test_code_language(change, lang):
     assert code_language(change) == lang
 
 
+def test_mpi_host_time_is_told_as_communication():
+    from trainscope.analyzers.fix_text import detail, title
+
+    mpi = Context(mode="unknown", framework="native", input_source="communication")
+    assert "MPI" in title("data/input-wait", mpi, "x") and "input" not in title("data/input-wait", mpi, "x")
+    assert "not batch loading or preprocessing" in detail("data/input-wait", mpi, "decoding, preprocessing")
+    assert "MPI_Irecv" in fix_text("data/input-wait", mpi).change
+
+
 def test_frames_named_as_users_write_them():
     assert user_name("<built-in method tensor of type object at 0x7f1abc7e2a40>") == "torch.tensor"
     assert user_name("<built-in method softmax of Tensor object at 0x7cbd8414bd40>") == "Tensor.softmax"
@@ -219,3 +228,13 @@ def test_fixes_fit_any_machine_and_tensor_cores_only_for_compute_bound_matmuls()
     a = analysis(VLLM)
     assert a.context.matmul_compute_bound is False  # weight-streaming matmuls
     assert not any(r.id == "mixed-precision" for r in a.recommendations)
+
+
+def test_wan_diffusion_training_gets_no_serving_or_embedding_advice():
+    from trainscope.api.analysis import analyze
+
+    r = analyze(str(DATA / "nsys" / "nsysai_h100x2_wan21_train_before.sqlite"))
+    assert r.main.context.mode == "training"  # FSDP's RegisterPostBackwardFunction: backward hooks
+    assert not r.main.context.embeddings
+    text = "\n".join(x.title + "\n" + x.change for x in r.recommendations)
+    assert "serving" not in text and "TorchRec" not in text and "decode" not in text

@@ -34,7 +34,8 @@ def _input_wait(obs, rules: Rules) -> Finding | None:
     if obs.single_process_loader:
         lines.append(ctx("DataLoader runs in the main process (num_workers=0)", None, "", "trace: _SingleProcessDataLoaderIter"))
         detail += "; batches are loaded in the main process itself (num_workers=0)"
-    return INPUT_WAIT.finding(stake, lines, detail, rules, title=fix_text.title(INPUT_WAIT.id, obs.context, ""))
+    return INPUT_WAIT.finding(stake, lines, fix_text.detail(INPUT_WAIT.id, obs.context, detail), rules,
+                              title=fix_text.title(INPUT_WAIT.id, obs.context, ""))
 
 
 _COPY_SEV = by_stake("copy.moderate", "copy.high")
