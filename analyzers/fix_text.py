@@ -126,7 +126,8 @@ def _input_wait(c: Context, single: bool, bf16: bool) -> FixText:
     return FixText("dataloader-workers",
                    "Load batches in parallel worker processes and prefetch them" if single else
                    "Prefetch more batches and add DataLoader workers",
-                   "workers = max(1, len(os.sched_getaffinity(0)) // max(1, torch.cuda.device_count()))  # cores per GPU\n"
+                   "# as many workers as this machine has CPU cores per GPU:\n"
+                   "workers = max(1, len(os.sched_getaffinity(0)) // max(1, torch.cuda.device_count()))\n"
                    "DataLoader(dataset, batch_size=..., num_workers=workers,\n"
                    "           pin_memory=True, prefetch_factor=2, persistent_workers=True)"
                    + ("" if c.input_source == "dataloader" else

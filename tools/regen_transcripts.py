@@ -5,7 +5,8 @@ A transcript is a ```text (or ```console) block line starting with ``$ `` follow
 docs show. The docs show *excerpts*: a line that is exactly ``…`` stands for omitted lines, and a line
 ending in ``…`` is cut at that width. Regenerating keeps that shape: each run of lines between
 ``…`` markers is found again in the real output by its first line's leading words (up to the first
-digit) and replaced by the same number of real lines, cut at the same widths.
+digit) and replaced by the same number of real lines, cut at the same widths; a transcript with no
+``…`` at all is the whole output and is replaced whole.
 
 Only transcripts that are reproducible here are regenerated: one ``trainscope`` command on files
 bundled in the repository (no shell operators, no ``watch`` — a live session — and no ``--deep``,
@@ -123,6 +124,12 @@ def regenerate(shown: list[str], real: list[str]) -> list[str]:
         at = next((i for i in range(cursor, len(real)) if real[i].startswith(anchor)), None)
         if at is None:
             raise ValueError(f"no line starting {anchor!r} in the output after line {cursor}")
+        if len(segments) == 1:  # a whole transcript: the whole output, however long it now is
+            rest = list(real[at:])
+            while rest and not rest[-1].strip():
+                rest.pop()
+            seg = seg + [""] * max(0, len(rest) - len(seg))
+            seg = seg[:len(rest)]
         for off, ln in enumerate(seg):
             new = real[at + off] if at + off < len(real) else ""
             if ln.endswith(ELLIPSIS) and len(ln) > 1:

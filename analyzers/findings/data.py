@@ -71,7 +71,8 @@ def _pageable(obs, rules: Rules) -> Finding | None:
 
 _LOADER_FIX = Fix(
     "dataloader-workers", "Load batches in parallel worker processes and prefetch them",
-    "workers = max(1, len(os.sched_getaffinity(0)) // max(1, torch.cuda.device_count()))  # cores per GPU\n"
+    "# as many workers as this machine has CPU cores per GPU:\n"
+    "workers = max(1, len(os.sched_getaffinity(0)) // max(1, torch.cuda.device_count()))\n"
     "DataLoader(dataset, batch_size=..., num_workers=workers,\n"
     "           pin_memory=True, prefetch_factor=2, persistent_workers=True)\n"
     "# preprocessing outside a DataLoader (a pipeline's decode/resize): move it into the dataset's\n"
