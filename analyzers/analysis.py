@@ -20,6 +20,7 @@ from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
 from trainscope.analyzers.phases import PhaseBreakdown, phase_breakdown
 from trainscope.analyzers.recommendations import Recommendation, recommend
+from trainscope.analyzers.recording import how_to_record
 from trainscope.analyzers.cost import kernel_costs
 from trainscope.analyzers.roofline import Roofline, roofline, tensor_core_names
 from trainscope.analyzers.rules import Rules
@@ -114,7 +115,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
                         f"all ({100 * hw[top] / sum(hw.values()):.0f} % in {top.split('(')[0][:60]}), but no kernel events: "
                         "counter ranges are replayed, so their durations are not kernel times and no roofline is drawn")
     if trace.has_gpu_activity and seg.method == "whole_trace":
-        warnings.append(seg.note)
+        warnings.append(f"{seg.note}; to time steps, {how_to_record(trace.format, 'steps')}")
     if seg.stub_note:
         warnings.append(seg.stub_note)
     return Analysis(

@@ -8,13 +8,14 @@ from __future__ import annotations
 _KINETO = {
     "flops": "record with torch.profiler.profile(with_flops=True)",
     "shapes": "record with torch.profiler.profile(record_shapes=True)",
+    "steps": "call prof.step() once per iteration (torch.profiler writes ProfilerStep#N)",
 }
 _NSYS = {
     "flops": ("Nsight Systems records no FLOP counts: for a PyTorch job add operator shapes with "
               "nsys profile --pytorch=autograd-shapes-nvtx, or pass --peak-tflops and measure FLOPs with Nsight Compute"),
     "shapes": "record operator shapes as NVTX ranges: nsys profile --pytorch=autograd-shapes-nvtx (PyTorch jobs)",
     "graphs": "record the kernels inside CUDA graphs: nsys profile --cuda-graph-trace=node",
-    "steps": "mark steps with NVTX ranges (torch.cuda.nvtx.range_push/pop, or nvtxRangePush/Pop in C/C++)",
+    "steps": "mark each step with an NVTX range (torch.cuda.nvtx.range_push/pop, or nvtxRangePush/Pop in C/C++)",
 }
 
 

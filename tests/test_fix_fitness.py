@@ -238,3 +238,14 @@ def test_wan_diffusion_training_gets_no_serving_or_embedding_advice():
     assert not r.main.context.embeddings
     text = "\n".join(x.title + "\n" + x.change for x in r.recommendations)
     assert "serving" not in text and "TorchRec" not in text and "decode" not in text
+
+
+def test_recording_advice_in_the_users_format():
+    from trainscope.analyzers.recording import how_to_record
+
+    assert "prof.step()" in how_to_record("kineto", "steps") and "NVTX" in how_to_record("nsys-sqlite", "steps")
+    assert "--cuda-graph-trace" in how_to_record("nsys-sqlite", "graphs")
+    assert "autograd-shapes-nvtx" in how_to_record("nsys-sqlite", "shapes")
+    assert "torch.profiler" not in how_to_record("nsys-sqlite", "flops")
+    a = analysis(VLLM)  # no step markers in a Kineto trace: the note says how to add them there
+    assert any("prof.step()" in w for w in a.warnings)
