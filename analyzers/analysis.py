@@ -10,9 +10,10 @@ from trainscope.analyzers.attention import attention_evidence
 import numpy as np
 
 from trainscope.analyzers.breakdown import Breakdown, host_layers, primary_device, refiled, step_breakdown
+from trainscope.analyzers.busy_bound import BusyBound, busy_bound
 from trainscope.analyzers.copy_traffic import copy_traffic
 from trainscope.analyzers.gpu_gaps import INFERRED, GpuGaps, gpu_gaps
-from trainscope.analyzers.context import Context, detect_context
+from trainscope.analyzers.context import Context, detect_context, refine
 from trainscope.analyzers.devices import DeviceSpec, device_for, lookup_device, with_overrides
 from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.gpu_metrics import CounterSummary, counter_context, counter_split, counter_summary
@@ -25,6 +26,7 @@ from trainscope.analyzers.mfu import MFU, model_flops_utilization
 from trainscope.analyzers.phases import PhaseBreakdown, phase_breakdown
 from trainscope.analyzers.repairs import RepairLog, ensure_checked, with_repairs
 from trainscope.analyzers.recommendations import Recommendation, recommend
+from trainscope.analyzers.recording import how_to_record
 from trainscope.analyzers.cost import kernel_costs
 from trainscope.analyzers.roofline import Roofline, roofline, tensor_core_names
 from trainscope.analyzers.rules import Rules
@@ -60,6 +62,7 @@ class Analysis:
     sinks: Sinks | None = None  # step time split into exclusive sinks (the verdict's ranking)
     host_idle: HostIdle | None = None  # GPU idle split by what the host was doing (input/launch/sync/other)
     hw_counters: HwCounterReport | None = None  # measured FLOPs per kernel (CUPTI counter mode), where recorded
+    busy_bound: BusyBound | None = None  # what a kernel-level fix can remove, bounded by the roofline
     # What the findings and verdict read (kept so a cross-rank pass can re-judge with imbalance).
     observations: DiagnosisInput | None = field(default=None, repr=False, compare=False)
     repairs: RepairLog | None = field(default=None, repr=False, compare=False)  # the invariant pass's log
@@ -86,10 +89,12 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         classes = (classes[0], tensor_core_names(trace, costs, roof_spec, classes[1]))
     ks = kernel_summary(trace, in_steps, device, classes=classes)
     mem = device_memory(trace)
-    roof = None
+    roof = bound = None
     if costs is not None:
         on = in_steps & (trace.kernels.device == device) if device is not None else in_steps
         roof = roofline(trace, on, roof_spec, costs, device_name=dev.name if dev else None)
+        bound = busy_bound(trace, on, costs, roof)
+        ctx = refine(ctx, roof)
     mfu = model_flops_utilization(trace, seg, device, peak_tflops, roof, bd.gpu_busy_pct)
 
     counters = counter_summary(trace, seg, device)
@@ -108,14 +113,14 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         sinks = inp.sinks
         if sinks is not None and trace.has_gpu_activity:  # one story: the idle rows show the sinks' figures
             bd = refiled(bd, sink_rows(sinks))
-        found, verdict, recs = judge(inp, bd, spec, dev.name if dev else None, ctx, rules)
+        found, verdict, recs = judge(inp, bd, spec, dev.name if dev else None, ctx, rules, bound=bound)
     hwc = hw_counter_report(trace) if trace.op_inputs.hw_ranges else None
     if hwc is not None and not len(trace.kernels):  # counter mode: a GPU trace without kernel timing
         verdict = counters_only_verdict(hwc)
         mfu = replace(mfu, reason=counters_mfu_reason(hwc))
         warnings += [hwc.summary(), hwc.agreement_note]
     if trace.has_gpu_activity and seg.method == "whole_trace":
-        warnings.append(seg.note)
+        warnings.append(f"{seg.note}; to time steps, {how_to_record(trace.format, 'steps')}")
     if seg.stub_note:
         warnings.append(seg.stub_note)
     return with_repairs(Analysis(
@@ -124,7 +129,7 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
         phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
         roofline=roof, context=ctx, sinks=sinks, host_idle=hidle, observations=inp, hw_counters=hwc,
-        repairs=repairs,
+        busy_bound=bound, repairs=repairs,
     ), repairs)
 
 
@@ -288,13 +293,16 @@ def with_rank_imbalance(analyses: list[Analysis], rules: Rules) -> list[Analysis
 
 
 def judge(inp: DiagnosisInput, bd: Breakdown, spec: DeviceSpec | None, device_name: str | None,
-          ctx: Context | None, rules: Rules) -> tuple[list[Finding], Verdict, list[Recommendation]]:
-    """The one judge: observations → findings, the verdict (primary finding first) and the fixes.
-    No projected gains from evidence too thin for a verdict."""
+          ctx: Context | None, rules: Rules, bound: BusyBound | None = None
+          ) -> tuple[list[Finding], Verdict, list[Recommendation]]:
+    """The one judge: observations → findings, the verdict (primary finding first) and the fixes, whose
+    projections ``bound`` (what a kernel-level fix can remove, by the roofline) limits. No projected
+    gains from evidence too thin for a verdict."""
     found = findings(inp, rules)
     verdict = classify(inp, found, rules)
     found = primary_first(found, verdict)
-    recs = [] if verdict.axis == "insufficient_evidence" else recommend(found, bd, spec, device_name, ctx, rules)
+    recs = ([] if verdict.axis == "insufficient_evidence" else
+            recommend(found, bd, spec, device_name, ctx, rules, bound=bound))
     return found, verdict, recs
 
 
@@ -306,7 +314,7 @@ def rejudged(a: Analysis, sinks: Sinks, imbalance_evidence: tuple[Evidence, ...]
     assert a.observations is not None
     inp = replace(a.observations, sinks=sinks, imbalance_evidence=imbalance_evidence,
                   extra=a.observations.extra if extra is None else extra)
-    found, verdict, recs = judge(inp, a.breakdown, a.device_spec, a.device_name, a.context, rules)
+    found, verdict, recs = judge(inp, a.breakdown, a.device_spec, a.device_name, a.context, rules, bound=a.busy_bound)
     return with_repairs(replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict,
                                 recommendations=recs), a.repairs)
 

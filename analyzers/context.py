@@ -15,6 +15,19 @@ gets no DDP gradient-bucket advice. The evidence is read from the trace itself:
 - **framework**: ``pytorch`` when the trace holds ATen operators, PyTorch's own kernels
   (``at::native::``), Python frames or ``torch``-named ranges; otherwise ``native`` (a CUDA/HIP/MPI
   application).
+- **recording format**: ``kineto`` (torch.profiler) or ``nsys-sqlite`` (Nsight Systems): recording
+  advice names the options of the tool the user has.
+- **attention**: fused attention kernels already running (``flash``, ``fmha``, memory-efficient,
+  unified attention), and the mask where the trace records one (``tril``/``triu`` operators, an
+  ``is_causal``/``causal`` kernel or operator): ``causal`` is True only with that evidence.
+- **optimizer**: the optimizer class the trace names (``Optimizer.step#SGD.step``), else the
+  optimizer kernels' family (``multi_tensor_adam`` → Adam); ``fused_optimizer`` when its step
+  already runs as multi-tensor or fused kernels.
+- **input source**: what feeds the steps, by the host events: a ``DataLoader`` (ranges or frames),
+  a pipeline's ``preprocess`` frames, file reads (``read``/``fread``/``pread`` OS calls), or host
+  time in a communication library (``MPI_*``), which is communication, not input.
+- **decode** (:func:`refine`, after the roofline): an inference run whose matrix kernels are mostly
+  memory-bound streams its weights per token — a decode step — whatever the engine is called.
 - **collectives**: NCCL/RCCL kernel time by kind (all-reduce, all-to-all, all-gather,
   reduce-scatter, broadcast). Point-to-point ``SendRecv`` kernels are how NCCL runs all-to-all
   (and pipeline sends); they count as ``all-to-all``.
@@ -33,7 +46,8 @@ FRAMEWORKS = ("pytorch", "native")
 COLLECTIVE_KINDS = ("all-reduce", "all-to-all", "all-gather", "reduce-scatter", "broadcast")
 
 # Host operators / ranges that only a backward pass or an optimizer step records.
-_BACKWARD_OP = re.compile(r"^autograd::|Backward\d*$|^aten::\w+_backward$|(^|[^a-z])(backward|bwd)([^a-z]|$)", re.I)
+_BACKWARD_OP = re.compile(r"^autograd::|Backward\d*$|^aten::\w+_backward$|(^|[^a-z])(backward|bwd)([^a-z]|$)|"
+                          r"(Post|Pre)_?Backward", re.I)  # FSDP registers backward hooks only when training
 _OPTIMIZER_RANGE = re.compile(r"^Optimizer\.(step|zero_grad)#|(^|[^a-z])optimi[sz]er([^a-z]|$)", re.I)
 # Kernels that only a backward pass or an optimizer launches.
 _BACKWARD_KERNEL = re.compile(r"(^|[^a-z])(bwd|backward)([^a-z]|$)|_backward_|Backward|dgrad|wgrad", re.I)
@@ -43,6 +57,18 @@ _COMPILED = re.compile(r"CompiledFunction|Torch-Compiled Region|^triton_|TorchDy
 _PYTORCH_OP = re.compile(r"^aten::|^torch\.|^c10d::|ProfilerStep#|^autograd::")
 _PYTORCH_KERNEL = re.compile(r"at::native::|at_cuda_detail|c10::")
 _COMM = re.compile(r"nccl|rccl", re.I)
+_FUSED_ATTENTION = re.compile(r"flash|fmha|efficient_attention|mem_eff|unified_attention|attn_fwd|fused_attention|"
+                              r"cudnn.*sdpa|paged_attention", re.I)
+_CAUSAL = re.compile(r"causal|^aten::(tril|triu)(_)?$", re.I)
+_OPT_CLASS = re.compile(r"^Optimizer\.step#(\w+)\.step")
+_OPT_FAMILY = (("Adam", re.compile(r"adam", re.I)), ("LAMB", re.compile(r"lamb", re.I)),
+               ("Adagrad", re.compile(r"adagrad", re.I)), ("SGD", re.compile(r"sgd|momentum", re.I)))
+_FUSED_OPT = re.compile(r"multi_tensor|fused_?adam|FusedAdam|_fused_", re.I)
+_DATALOADER = re.compile(r"DataLoader|_MultiProcessingDataLoaderIter|_SingleProcessDataLoaderIter", re.I)
+_PREPROCESS = re.compile(r"\(\d+\): (preprocess|_preprocess\w*|__call__ of \w*Processor)", re.I)
+_FILE_READ = re.compile(r"^(read|pread64|pread|fread|readv|__read_chk)$")
+_MPI = re.compile(r"^MPI_|^PMPI_")
+_EMBEDDING = re.compile(r"embedding_(forward|backward)|split_embedding|EmbeddingBag|embedding_bag", re.I)
 _COLLECTIVE = (
     ("all-reduce", re.compile(r"all_?reduce", re.I)),
     ("all-to-all", re.compile(r"all_?to_?all|sendrecv|(^|[^a-z])(send|recv)([^a-z]|$)", re.I)),
@@ -60,6 +86,17 @@ class Context:
     framework: str = "pytorch"  # "pytorch" | "native" (no ATen ops: a C++/MPI/CUDA application)
     collectives: dict[str, float] = field(default_factory=dict)  # kind -> kernel ms, largest first
     evidence: list[str] = field(default_factory=list)
+    source_format: str = "kineto"  # "kineto" | "nsys-sqlite" | other trace formats
+    fused_attention: bool = False  # flash / fmha / memory-efficient attention kernels already run
+    causal: bool | None = None  # True: a causal mask is recorded; None: no mask recorded
+    optimizer: str | None = None  # the optimizer the trace names ("SGD", "AdamW", "FusedAdam", …)
+    fused_optimizer: bool = False  # the optimizer step runs as multi-tensor / fused kernels
+    input_source: str | None = None  # "dataloader" | "pipeline" | "files" | "communication" | None
+    decode: bool = False  # inference whose matrix kernels stream weights (memory-bound): a decode step
+    embeddings: bool = False  # sharded embedding-table kernels (FBGEMM/TorchRec split_embedding_*) run
+    # Whether the roofline calls most matrix-kernel time compute-bound (None: no roofline): tensor
+    # cores speed up arithmetic, so mixed-precision advice is for compute-bound matrix math only.
+    matmul_compute_bound: bool | None = None
 
     @property
     def training(self) -> bool:
@@ -147,7 +184,68 @@ def detect_context(trace: Trace) -> Context:
     collectives = collective_ms(trace)
     if collectives:
         evidence.append("collectives: " + ", ".join(f"{k} {v:.1f} ms" for k, v in collectives.items()))
-    return Context(mode, graphs, compiled, framework, collectives, evidence)
+
+    fa = _first(kernels, _FUSED_ATTENTION)
+    if fa is not None:
+        evidence.append(f"fused attention: {_short(fa)}")
+    cm = _first(ops, _CAUSAL) or _first(kernels, _CAUSAL)
+    if cm is not None:
+        evidence.append(f"causal mask: {_short(cm)}")
+    opt_name = next((m.group(1) for n in host_ranges + ops if (m := _OPT_CLASS.search(n))), None)
+    kopt_all = [n for n in kernels if _OPTIMIZER_KERNEL.search(n)]
+    if opt_name is None and kopt_all:
+        opt_name = next((fam for fam, rx in _OPT_FAMILY for n in kopt_all if rx.search(n)), None)
+    fused_opt = any(_FUSED_OPT.search(n) for n in kopt_all) or bool(opt_name and opt_name.startswith("Fused"))
+    if opt_name is not None:
+        evidence.append(f"optimizer: {opt_name}{' (fused kernels)' if fused_opt else ''}")
+    frame_names = _names(trace, frames) if python else []
+    os_calls = _names(trace, getattr(trace, "os_runtime", None)) if getattr(trace, "os_runtime", None) is not None else []
+    source = None
+    if _first(host_ranges, _DATALOADER) or _first(ops, _DATALOADER) or _first(frame_names, _DATALOADER):
+        source = "dataloader"
+    elif _first(frame_names, _PREPROCESS):
+        source = "pipeline"
+    elif _first(host_ranges + ops + runtime + os_calls, _MPI):
+        source = "communication"
+    elif _first(os_calls, _FILE_READ):
+        source = "files"
+    if source is not None:
+        evidence.append(f"input: {source}")
+    emb = _first(kernels, _EMBEDDING)
+    if emb is not None:
+        evidence.append(f"embedding tables: {_short(emb)}")
+    return Context(mode, graphs, compiled, framework, collectives, evidence, getattr(trace, "format", "kineto"),
+                   fa is not None, True if cm is not None else None, opt_name, fused_opt, source,
+                   embeddings=emb is not None)
+
+
+def refine(ctx: Context, roof) -> Context:
+    """The context with what the roofline adds: an inference run whose matrix-kernel time is mostly
+    memory-bound (operands — the weights — streamed per token) is a decode step."""
+    if roof is None:
+        return ctx
+    from dataclasses import replace
+
+    from trainscope.analyzers.kernels import HIGH_INTENSITY, classify_kernel
+
+    mem = comp = mat_mem = mat_comp = 0.0
+    for r in roof.rows:
+        cls = classify_kernel(r.name)
+        if cls in HIGH_INTENSITY:
+            mat_mem += r.total_ms if r.bound == "memory" else 0.0
+            mat_comp += r.total_ms if r.bound == "compute" else 0.0
+        if cls == "gemm":
+            if r.bound == "memory":
+                mem += r.total_ms
+            elif r.bound == "compute":
+                comp += r.total_ms
+    if mat_mem + mat_comp > 0:
+        ctx = replace(ctx, matmul_compute_bound=mat_comp >= mat_mem)
+    if not ctx.inference or mem <= comp or mem <= 0:
+        return ctx
+
+    return replace(ctx, decode=True, evidence=[*ctx.evidence, f"decode: matrix kernels memory-bound {mem:.1f} ms "
+                                                              f"against compute-bound {comp:.1f} ms (weights streamed per token)"])
 
 
 def collective_ms(trace: Trace) -> dict[str, float]:

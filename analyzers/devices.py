@@ -34,6 +34,9 @@ class DeviceSpec:
     vector: dict[str, float] = field(default_factory=dict)  # precision → peak without tensor/matrix cores
     matrix: frozenset[str] = frozenset()  # precisions with tensor/matrix-core support
     vendor: str = "nvidia"
+    # The board's default power limit (W, datasheet "max thermal design power"): what NVML enforces
+    # unless an administrator lowers it. A power-cap finding needs a limit; sample maxima are none.
+    power_limit_w: float | None = None
 
     def peak(self, precision: str, matrix_op: bool) -> tuple[float | None, bool]:
         """The compute roof (TFLOP/s) for an operation at ``precision``, and whether it is a
@@ -58,7 +61,7 @@ class DeviceSpec:
 def _spec(key: str, pattern: str, bw: float, source: str, *, fp64: float, fp32: float, tf32: float | None = None,
           fp16: float | None = None, bf16: float | None = None, fp8: float | None = None, int8: float | None = None,
           fp64_matrix: float | None = None, fp32_matrix: float | None = None, fp16_vector: float | None = None,
-          vendor: str = "nvidia") -> DeviceSpec:
+          vendor: str = "nvidia", power: float | None = None) -> DeviceSpec:
     peaks = {"fp64": fp64_matrix or fp64, "fp32": fp32_matrix or fp32}
     matrix = set()
     for p, v in (("tf32", tf32), ("fp16", fp16), ("bf16", bf16), ("fp8", fp8), ("int8", int8)):
@@ -73,45 +76,45 @@ def _spec(key: str, pattern: str, bw: float, source: str, *, fp64: float, fp32: 
     if fp16_vector:
         vector["fp16"] = vector["bf16"] = fp16_vector
     tensor = fp16 or bf16 or fp32
-    return DeviceSpec(key, pattern, tensor, fp32, bw, source, peaks, vector, frozenset(matrix), vendor)
+    return DeviceSpec(key, pattern, tensor, fp32, bw, source, peaks, vector, frozenset(matrix), vendor, power)
 
 
 # Ordered: the first pattern that matches wins (PCIe before the SXM catch-all, A100 80 GB before 40 GB).
 DEVICE_TABLE: tuple[DeviceSpec, ...] = (
     _spec("B200", r"\bB200\b", 8000.0, "NVIDIA HGX B200 datasheet (per GPU; sparse figures halved)",
-          fp64=37.0, fp64_matrix=37.0, fp32=75.0, tf32=1100.0, fp16=2250.0, bf16=2250.0, fp8=4500.0, int8=4500.0),
+          fp64=37.0, fp64_matrix=37.0, fp32=75.0, tf32=1100.0, fp16=2250.0, bf16=2250.0, fp8=4500.0, int8=4500.0, power=1000.0),
     _spec("H200", r"\bH200\b", 4800.0, "NVIDIA H200 Tensor Core GPU datasheet (SXM; sparse figures halved)",
-          fp64=34.0, fp64_matrix=67.0, fp32=67.0, tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979.0, int8=1979.0),
+          fp64=34.0, fp64_matrix=67.0, fp32=67.0, tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979.0, int8=1979.0, power=700.0),
     _spec("H100 PCIe", r"H100.*PCIe", 2000.0, "NVIDIA H100 Tensor Core GPU datasheet (PCIe; sparse figures halved)",
-          fp64=26.0, fp64_matrix=51.0, fp32=51.0, tf32=378.0, fp16=756.0, bf16=756.0, fp8=1513.0, int8=1513.0),
+          fp64=26.0, fp64_matrix=51.0, fp32=51.0, tf32=378.0, fp16=756.0, bf16=756.0, fp8=1513.0, int8=1513.0, power=350.0),
     _spec("H100 SXM", r"\bH100\b", 3350.0, "NVIDIA H100 Tensor Core GPU datasheet (SXM; sparse figures halved)",
-          fp64=34.0, fp64_matrix=67.0, fp32=67.0, tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979.0, int8=1979.0),
+          fp64=34.0, fp64_matrix=67.0, fp32=67.0, tf32=494.5, fp16=989.5, bf16=989.5, fp8=1979.0, int8=1979.0, power=700.0),
     _spec("A100 80GB PCIe", r"A100.*80\s?GB.*PCIe|A100.*PCIe.*80\s?GB", 1935.0,
           "NVIDIA A100 Tensor Core GPU datasheet (80GB PCIe)",
-          fp64=9.7, fp64_matrix=19.5, fp32=19.5, tf32=156.0, fp16=312.0, bf16=312.0, int8=624.0),
+          fp64=9.7, fp64_matrix=19.5, fp32=19.5, tf32=156.0, fp16=312.0, bf16=312.0, int8=624.0, power=300.0),
     _spec("A100 80GB", r"A100.*80\s?GB", 2039.0, "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)",
-          fp64=9.7, fp64_matrix=19.5, fp32=19.5, tf32=156.0, fp16=312.0, bf16=312.0, int8=624.0),
+          fp64=9.7, fp64_matrix=19.5, fp32=19.5, tf32=156.0, fp16=312.0, bf16=312.0, int8=624.0, power=400.0),
     _spec("A100 40GB", r"A100", 1555.0, "NVIDIA A100 Tensor Core GPU datasheet (40GB)",
-          fp64=9.7, fp64_matrix=19.5, fp32=19.5, tf32=156.0, fp16=312.0, bf16=312.0, int8=624.0),
+          fp64=9.7, fp64_matrix=19.5, fp32=19.5, tf32=156.0, fp16=312.0, bf16=312.0, int8=624.0, power=400.0),
     _spec("A10", r"\bA10G?\b", 600.0, "NVIDIA A10 Tensor Core GPU datasheet (FP64 1/64 of FP32: GA10x whitepaper)",
-          fp64=0.49, fp32=31.2, tf32=62.5, fp16=125.0, bf16=125.0, int8=250.0),
+          fp64=0.49, fp32=31.2, tf32=62.5, fp16=125.0, bf16=125.0, int8=250.0, power=150.0),
     _spec("L40S", r"\bL40S\b", 864.0, "NVIDIA L40S datasheet (sparse figures halved; FP64 1/64 of FP32)",
-          fp64=1.43, fp32=91.6, tf32=183.0, fp16=362.0, bf16=362.0, fp8=733.0, int8=733.0),
+          fp64=1.43, fp32=91.6, tf32=183.0, fp16=362.0, bf16=362.0, fp8=733.0, int8=733.0, power=350.0),
     _spec("L4", r"\bL4\b", 300.0, "NVIDIA L4 Tensor Core GPU datasheet (sparse figures halved; FP64 1/64 of FP32)",
-          fp64=0.47, fp32=30.3, tf32=60.0, fp16=121.0, bf16=121.0, fp8=242.5, int8=242.5),
+          fp64=0.47, fp32=30.3, tf32=60.0, fp16=121.0, bf16=121.0, fp8=242.5, int8=242.5, power=72.0),
     _spec("T4", r"\bT4\b", 320.0, "NVIDIA T4 Tensor Core GPU datasheet (FP64 1/32 of FP32: Turing whitepaper)",
-          fp64=0.25, fp32=8.1, fp16=65.0, int8=130.0),
+          fp64=0.25, fp32=8.1, fp16=65.0, int8=130.0, power=70.0),
     _spec("V100 PCIe", r"V100.*PCIe", 900.0, "NVIDIA Tesla V100 datasheet (PCIe)",
-          fp64=7.0, fp32=14.0, fp16=112.0),
+          fp64=7.0, fp32=14.0, fp16=112.0, power=250.0),
     _spec("V100", r"V100", 900.0, "NVIDIA Tesla V100 datasheet (SXM2; DGX Station and SXM2 share it)",
-          fp64=7.8, fp32=15.7, fp16=125.0),
+          fp64=7.8, fp32=15.7, fp16=125.0, power=300.0),
     _spec("RTX 2080 Ti", r"2080\s?Ti", 616.0,
           "NVIDIA Turing architecture whitepaper, Appendix A (FP16 tensor with FP32 accumulate)",
-          fp64=0.42, fp32=13.4, fp16=53.8, int8=215.2),
+          fp64=0.42, fp32=13.4, fp16=53.8, int8=215.2, power=250.0),
     _spec("RTX 3090", r"3090", 936.0, "NVIDIA Ampere GA102 whitepaper, Appendix A (tensor with FP32 accumulate)",
-          fp64=0.56, fp32=35.6, tf32=35.6, fp16=71.0, bf16=71.0, int8=284.0),
+          fp64=0.56, fp32=35.6, tf32=35.6, fp16=71.0, bf16=71.0, int8=284.0, power=350.0),
     _spec("RTX 4090", r"4090", 1008.0, "NVIDIA Ada Lovelace architecture whitepaper, Appendix A (tensor with FP32 accumulate)",
-          fp64=1.29, fp32=82.6, tf32=82.6, fp16=165.2, bf16=165.2, fp8=330.3, int8=660.6),
+          fp64=1.29, fp32=82.6, tf32=82.6, fp16=165.2, bf16=165.2, fp8=330.3, int8=660.6, power=450.0),
     _spec("MI300X", r"MI300X", 5300.0, "AMD Instinct MI300X datasheet",
           fp64=81.7, fp64_matrix=163.4, fp32=163.4, fp32_matrix=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4,
           fp8=2614.9, int8=2614.9, vendor="amd"),
@@ -131,6 +134,12 @@ _AMD_BY_CUS: tuple[tuple[int, float, str], ...] = (
     (110, 50e9, "MI250X"),  # gfx90a, one GCD of 64 GB
     (104, 50e9, "MI250"),
 )
+
+
+def default_power_limit_w(device_name: str | None) -> float | None:
+    """The board's default power limit from the device table (None: not in the table, or no figure)."""
+    spec = lookup(device_name) if device_name else None
+    return spec.power_limit_w if spec is not None else None
 
 
 def lookup(device_name: str | None, total_memory: int | None = None, sm_count: int | None = None,

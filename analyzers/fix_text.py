@@ -21,6 +21,24 @@ class FixText:
     change: str  # the concrete code or flag
 
 
+_SHELL = __import__("re").compile(r"^(\$ |nvidia-smi|rocm-smi|nsys |ncu |export |sudo |python -m |trainscope |"
+                                  r"[A-Z_][A-Z0-9_]*=\S+ )", __import__("re").M)
+
+
+_CPP_STATEMENT = __import__("re").compile(r";\s*(//.*)?$")
+
+
+def code_language(change: str) -> str:
+    """The language of a fix's code, for a code fence: ``cpp`` for CUDA/HIP runtime code (``//``
+    comments), ``shell`` for commands (``nvidia-smi``, ``nsys``), else ``python``."""
+    lines = [x for x in change.splitlines() if x.strip()]
+    if lines and all(x.lstrip().startswith(("//", "...")) or _CPP_STATEMENT.search(x) for x in lines):
+        return "cpp"
+    if lines and all(_SHELL.search(x) or x.lstrip().startswith("#") for x in lines) and any(_SHELL.search(x) for x in lines):
+        return "shell"
+    return "python"
+
+
 def _ctx(ctx: Context | None) -> Context:
     return ctx if ctx is not None else TRAINING
 
@@ -33,6 +51,8 @@ def title(finding_id: str, ctx: Context | None, default: str) -> str:
     """A finding's headline in the run's words (``default`` where the wording fits any run)."""
     c = _ctx(ctx)
     if finding_id == "data/input-wait":
+        if c.input_source == "communication":
+            return "The GPU waits while the host is in the communication library (MPI)"
         return "Training waits on the input pipeline" if c.training else "The pipeline waits on input"
     if finding_id == "comm/unoverlapped" and c.main_collective == "all-to-all":
         return "All-to-all exchange not overlapped with compute"
@@ -51,6 +71,9 @@ def detail(finding_id: str, ctx: Context | None, default: str) -> str:
                 "the GPU then waits for the host to issue the next kernel")
     if finding_id == "comm/unoverlapped" and c.main_collective == "all-to-all":
         return "the all-to-all exchange (embedding or expert shards) runs while no compute kernel does"
+    if finding_id == "data/input-wait" and c.input_source == "communication":
+        return ("the host sits in MPI_* calls while the GPU idles: communication on the critical path, "
+                "not batch loading or preprocessing")
     if finding_id == "cpu/input-wait" and not c.training:
         return "the run is on the CPU here, so every millisecond spent loading a batch adds to the step"
     return default
@@ -71,6 +94,31 @@ def fix_text(finding_id: str, ctx: Context | None, *, single_loader: bool = Fals
 
 
 def _input_wait(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.input_source == "communication" and not c.native:
+        return FixText("overlap-communication", "Overlap the host's communication with GPU work",
+                       "# the host waits in the communication library (MPI_*), not on input: post it early\n"
+                       "req = comm.Irecv(buf, source=src)   # mpi4py, non-blocking, before the GPU work\n"
+                       "out = model(x)                      # work that does not need buf\n"
+                       "req.Wait()                          # just before buf is used")
+    if c.input_source == "communication":
+        return FixText("overlap-communication", "Overlap the host's communication with GPU work",
+                       "// the host waits in the communication library (MPI_*), not on input: post it early\n"
+                       "MPI_Irecv(buf, n, MPI_FLOAT, src, tag, comm, &req);   // non-blocking, before the kernels\n"
+                       "// ... launch the kernels that do not need buf ...\n"
+                       "MPI_Wait(&req, MPI_STATUS_IGNORE);                   // just before buf is used")
+    if c.input_source == "pipeline" and not c.native:
+        return FixText("dataloader-workers", "Move the pipeline's preprocessing off the GPU's critical path",
+                       "# the trace shows the pipeline's own preprocess frames, not a DataLoader:\n"
+                       "# decode/resize the next inputs on other threads while the GPU runs this batch\n"
+                       "from concurrent.futures import ThreadPoolExecutor\n"
+                       "pool = ThreadPoolExecutor(max_workers=4)\n"
+                       "nxt = pool.submit(processor, next_inputs, return_tensors=\"pt\")  # prepare batch i+1\n"
+                       "out = model(**batch)                                           # while batch i runs\n"
+                       "batch = {k: v.to(device, non_blocking=True) for k, v in nxt.result().items()}")
+    if c.input_source == "files" and c.native:
+        return FixText("dataloader-workers", "Read input ahead of the compute loop",
+                       "// the host blocks in read()/fread() inside the step: read the next chunk on another thread\n"
+                       "// (or with io_uring / aio) into a pinned buffer while the kernels of this step run")
     if c.native:
         return FixText("dataloader-workers", "Prepare input on other threads and keep several batches in flight",
                        "// producer threads decode/preprocess into a ring of pinned buffers (cudaHostAlloc / hipHostMalloc)\n"
@@ -78,10 +126,12 @@ def _input_wait(c: Context, single: bool, bf16: bool) -> FixText:
     return FixText("dataloader-workers",
                    "Load batches in parallel worker processes and prefetch them" if single else
                    "Prefetch more batches and add DataLoader workers",
-                   "DataLoader(dataset, batch_size=..., num_workers=8,  # ≈ CPU cores per GPU\n"
+                   "# as many workers as this machine has CPU cores per GPU:\n"
+                   "workers = max(1, len(os.sched_getaffinity(0)) // max(1, torch.cuda.device_count()))\n"
+                   "DataLoader(dataset, batch_size=..., num_workers=workers,\n"
                    "           pin_memory=True, prefetch_factor=2, persistent_workers=True)"
-                   + ("" if c.training else
-                      "\n# preprocessing outside a DataLoader (a pipeline's processor): run it in those workers, or on the GPU"))
+                   + ("" if c.input_source == "dataloader" else
+                      "\n# no DataLoader in the trace: wrap the loading code in a Dataset so these workers run it"))
 
 
 def _copies(c: Context, single: bool, bf16: bool) -> FixText:
@@ -91,7 +141,15 @@ def _copies(c: Context, single: bool, bf16: bool) -> FixText:
                        "cudaMemcpyAsync(d_buf, h_buf, bytes, cudaMemcpyHostToDevice, copy_stream);\n"
                        "// double-buffer: compute on buffer i while buffer i+1 is copied")
     return FixText("overlap-copies", "Overlap host-to-device copies with compute (pinned memory, non_blocking)",
-                   "DataLoader(..., pin_memory=True)\nx = x.to(device, non_blocking=True)")
+                   _pin_line(c) + "\nx = x.to(device, non_blocking=True)")
+
+
+def _pin_line(c: Context) -> str:
+    """Pinned batches the way this run gets its input: a DataLoader's flag where the trace shows
+    one (or shows nothing), else pinning the tensors the pipeline builds."""
+    if c.input_source in (None, "dataloader"):
+        return "DataLoader(..., pin_memory=True)             # batches land in page-locked memory"
+    return "x = x.pin_memory()                           # the pipeline's tensors, page-locked once"
 
 
 def _pageable(c: Context, single: bool, bf16: bool) -> FixText:
@@ -100,7 +158,7 @@ def _pageable(c: Context, single: bool, bf16: bool) -> FixText:
                        "cudaHostAlloc(&h_buf, bytes, cudaHostAllocDefault);  // or cudaHostRegister on an existing buffer\n"
                        "cudaMemcpyAsync(d_buf, h_buf, bytes, cudaMemcpyHostToDevice, stream);  // no staging, no host block")
     return FixText("pin-memory", "Copy from pinned memory, asynchronously",
-                   "DataLoader(..., pin_memory=True)             # batches land in page-locked memory\n"
+                   _pin_line(c) + "\n"
                    "x = x.to(device, non_blocking=True)          # copy overlaps compute\n"
                    "# tensors built on the host each step: t.pin_memory() once, reuse the buffer")
 
@@ -143,12 +201,33 @@ def _launch(c: Context, single: bool, bf16: bool) -> FixText:
                        "cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);  // record the step's launches once\n"
                        "... launches ...\ncudaStreamEndCapture(stream, &graph); cudaGraphInstantiate(&exec, graph, 0);\n"
                        "cudaGraphLaunch(exec, stream);                               // one launch per step")
-    change = 'model = torch.compile(model, mode="reduce-overhead")  # captures CUDA graphs'
-    if c.training:
-        change += "\noptimizer = torch.optim.AdamW(params, fused=True)     # one kernel per step, not per tensor"
+    lines = []
+    if c.graphs:
+        lines.append("# the step already replays CUDA/HIP graphs: the launches left are outside them —\n"
+                     "# move that work into the captured region, or batch more requests per replay")
+    elif c.compiled:
+        lines.append('model = torch.compile(model, mode="reduce-overhead")  # already compiled: add CUDA-graph capture')
     else:
-        change += "\n# serving: capture the decode step in a CUDA graph per batch size; batch more requests per launch"
-    return FixText("reduce-launch-overhead", "Launch fewer, larger kernels (CUDA graphs / torch.compile, bigger batches)", change)
+        lines.append('model = torch.compile(model, mode="reduce-overhead")  # fuses kernels, captures CUDA graphs')
+    opt = _fused_optimizer_line(c)
+    if opt:
+        lines.append(opt)
+    if c.inference and not c.graphs:
+        lines.append("# serving: batch more requests per launch (continuous batching in the server)")
+    title = ("Launch fewer, larger kernels (more work per graph replay)" if c.graphs else
+             "Launch fewer, larger kernels (CUDA graphs / torch.compile, bigger batches)")
+    return FixText("reduce-launch-overhead", title, "\n".join(lines))
+
+
+def _fused_optimizer_line(c: Context) -> str | None:
+    """A fused-optimizer line only for a training run whose trace records an Adam-family optimizer
+    that is not already fused (an SGD, Adagrad or FusedAdam run gets none)."""
+    if not c.training or c.fused_optimizer:
+        return None
+    name = c.optimizer
+    if name is None or not name.lower().startswith("adam"):
+        return None
+    return f"optimizer = torch.optim.{name}(params, fused=True)  # one kernel per step, not per tensor"
 
 
 def _cold_start(c: Context) -> FixText:
@@ -156,10 +235,13 @@ def _cold_start(c: Context) -> FixText:
         return FixText("warm-up-kernels", "Load kernels before the timed work (warm-up, ahead-of-time code objects)",
                        "// launch each kernel once (or cuModuleLoad/hipModuleLoad the code objects) before the loop;\n"
                        "// build for the exact GPU architecture so no JIT compilation happens at first launch")
+    then = ("# then record only the warm steps: torch.cuda.profiler.start()/stop() around them and\n"
+            "# nsys profile --capture-range=cudaProfilerApi" if c.source_format.startswith("nsys") else
+            "# then profile: schedule(wait=1, warmup=2, active=3) in torch.profiler")
     return FixText("warm-up-kernels", "Warm up before measuring: the first launches load kernel code",
                    "for _ in range(3):          # untimed warm-up iterations load and compile every kernel\n"
                    "    step(batch)\n"
-                   "torch.cuda.synchronize()\n# then profile: schedule(wait=1, warmup=2, active=3) in torch.profiler")
+                   "torch.cuda.synchronize()\n" + then)
 
 
 def _comm(c: Context, single: bool, bf16: bool) -> FixText:
@@ -195,7 +277,7 @@ def _mixed_precision(c: Context, single: bool, bf16: bool) -> FixText:
                        "// or cublasGemmEx with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F (hipBLASLt likewise)")
     dtype = "torch.bfloat16" if bf16 else "torch.float16"
     if c.training:
-        change = (f'with torch.autocast(device_type="cuda", dtype={dtype}):\n    loss = model(x).loss'
+        change = (f'with torch.autocast(device_type="cuda", dtype={dtype}):\n    loss = loss_fn(model(x), y)'
                   + ("" if bf16 else "\nscaler = torch.amp.GradScaler()  # fp16 needs loss scaling"))
     else:
         change = f"model = model.to({dtype}).eval()\nwith torch.inference_mode():\n    out = model(x)"
@@ -203,31 +285,71 @@ def _mixed_precision(c: Context, single: bool, bf16: bool) -> FixText:
 
 
 def _bandwidth(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native and c.decode:
+        return FixText("fuse-memory-bound", "Read the weights for more tokens: batch, quantize, speculate",
+                       "// the matrix kernels stream the weights once per step: batch more sequences per step,\n"
+                       "// quantize the weights (fp8 / int4 GEMMs) and the KV cache, decode speculatively")
     if c.native:
         return FixText("fuse-memory-bound", "Fuse memory-bound kernels so data is read once",
                        "// merge consecutive elementwise/reduction kernels into one that keeps values in registers;\n"
                        "// use vendor fused kernels (cuDNN/MIOpen fused ops, CUTLASS epilogues) where they exist")
-    change = "model = torch.compile(model)\nF.scaled_dot_product_attention(q, k, v)  # fused attention instead of softmax(QK^T)V"
-    return FixText("fuse-memory-bound",
-                   "Fuse memory-bound kernels (torch.compile; fused optimizers and attention)" if c.training else
-                   "Fuse memory-bound kernels (torch.compile; fused attention)", change)
+    if c.decode:
+        return FixText("fuse-memory-bound", "Read the weights for more tokens: batch, quantize, speculate",
+                       "# the matrix kernels stream the weights once per step: more tokens per read, fewer bytes per weight\n"
+                       "# more sequences per step: raise the server's batch (continuous batching, e.g. max_num_seqs)\n"
+                       "# fewer bytes: weight quantization (fp8 / int4), and an fp8 KV cache where the server keeps one\n"
+                       "# more tokens per weight read in autoregressive generation: speculative decoding (a draft model)")
+    lines = []
+    if not c.compiled:
+        lines.append("model = torch.compile(model)  # fuses chains of elementwise/normalization kernels")
+    else:
+        lines.append("# already compiled: the memory-bound runs left are outside Inductor's fusions —\n"
+                     "# custom fused kernels (a Triton kernel for the chain), or lower-precision activations")
+    if not c.fused_attention:
+        lines.append("F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # fused attention, the model's own mask")
+    what = "torch.compile" if not c.compiled else "custom kernels"
+    return FixText("fuse-memory-bound", f"Fuse memory-bound kernels ({what}" +
+                   ("; fused attention)" if not c.fused_attention else ")"), "\n".join(lines))
 
 
 def _attention(c: Context, single: bool, bf16: bool) -> FixText:
     if c.native:
         return FixText("fused-attention", "Use a fused attention kernel (FlashAttention / cuDNN fused attention)",
                        "// one kernel computes softmax(QK^T)V tile by tile, never writing the score matrix to memory")
+    if c.fused_attention:
+        return FixText("fused-attention", "Send the unfused attention through the fused kernels already in use",
+                       "# fused attention kernels already run in this trace: the layers that still compute\n"
+                       "# softmax(QK^T)V kernel by kernel should take the same attention backend (the model's\n"
+                       "# attention implementation setting), keeping their own mask")
+    if c.causal:
+        call = "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # the trace records a causal mask"
+    else:
+        call = ("out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
+                "# keep the model's own mask (None where it attends to every position); no mask is recorded here")
     return FixText("fused-attention", "Use fused attention (SDPA / FlashAttention)",
-                   "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
-                   "# replaces scores = q @ k.transpose(-2, -1) / sqrt(d); mask; softmax; @ v")
+                   call + "\n# replaces scores = q @ k.transpose(-2, -1) / sqrt(d); mask; softmax; @ v")
 
 
 def _compute(c: Context, single: bool, bf16: bool) -> FixText:
     if c.native:
         return FixText("compute-efficiency", "Already on tensor cores: raise arithmetic efficiency",
                        "// tune GEMM tile shapes (cuBLASLt/hipBLASLt heuristics, CUTLASS), larger problem sizes per launch")
-    return FixText("compute-efficiency", "Already on tensor cores: raise arithmetic efficiency",
-                   "model = torch.compile(model, mode=\"max-autotune\")\n# larger batch per GPU if memory allows; FlashAttention via SDPA")
+    lines = []
+    if c.inference and not c.compiled and not c.graphs:
+        lines.append("# a serving engine: its own compile and graph options (torch.compile inside the server,\n"
+                     "# CUDA-graph capture of the decode step); a plain script: torch.compile(model, mode=\"max-autotune\")")
+    elif not c.compiled and not c.graphs:
+        lines.append('model = torch.compile(model, mode="max-autotune")  # autotuned GEMM tiles')
+    else:
+        lines.append("# already compiled/captured: autotune the GEMMs themselves (TORCHINDUCTOR_MAX_AUTOTUNE_GEMM=1, "
+                     "hipBLASLt/cuBLASLt tuning)")
+    if c.training:
+        lines.append("# larger batch per GPU if memory allows: fuller tiles on every SM")
+    else:
+        lines.append("# more requests per batch (the server's batch size): fuller tiles on every SM")
+    if not c.fused_attention:
+        lines.append("# attention through F.scaled_dot_product_attention (fused kernels)")
+    return FixText("compute-efficiency", "Already on tensor cores: raise arithmetic efficiency", "\n".join(lines))
 
 
 def _capacity(c: Context, single: bool, bf16: bool) -> FixText:
@@ -250,3 +372,37 @@ def __getattr__(name: str):
 
         return {s.id: s.fix.text for s in REGISTRY.values() if s.fix is not None and s.fix.text is not None}
     raise AttributeError(name)
+
+
+def _record(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native or c.source_format.startswith("nsys"):
+        return FixText("record-trace", "Record a trace to see what idles the GPU",
+                       "nsys profile -t cuda,nvtx,osrt -o run ./app && nsys export --type sqlite run.nsys-rep\n"
+                       "# then: trainscope analyze run.sqlite")
+    return FixText("record-trace", "Record a trace to see what idles the GPU",
+                   "with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=2, active=5),\n"
+                   "        on_trace_ready=torch.profiler.tensorboard_trace_handler('./trace')) as p:\n"
+                   "    for batch in batches: step(batch); p.step()\n"
+                   "# then: trainscope analyze ./trace")
+
+
+def _loader_cpu(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:
+        return FixText("loader-cpu", "Give the input pipeline more CPU, or do less work per sample",
+                       "// more producer threads for decoding; move decode/augmentation onto the GPU (nvJPEG, NPP, DALI)")
+    first = ("DataLoader(..., num_workers=<more>, persistent_workers=True)" if c.input_source in (None, "dataloader")
+             else "# preprocessing runs in the pipeline itself: spread it over more threads or processes")
+    return FixText("loader-cpu", "Give the input pipeline more CPU, or do less work per sample",
+                   first + "\n# move decoding/augmentation to the GPU (e.g. NVIDIA DALI, torchvision.transforms.v2 on tensors)")
+
+
+def _balance(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:
+        return FixText("balance-ranks", "Give every rank the same work",
+                       "// partition work by measured cost, not by count (rows, cells, tokens); re-partition\n"
+                       "// when per-rank kernel time drifts apart")
+    lines = ["# the late rank's extra kernel time per class (the rank imbalance line) says what to even out"]
+    if c.embeddings:
+        lines.append("# embedding tables: TorchRec EmbeddingShardingPlanner with per-table cost estimates")
+    lines.append("# equal tokens per rank (bucket or pack sequences of similar length); equal pipeline stages")
+    return FixText("balance-ranks", "Give every rank the same work", "\n".join(lines))

@@ -43,6 +43,7 @@ import numpy as np
 
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.breakdown import SYNC_CALL
+from trainscope.analyzers.frame_names import user_name
 from trainscope.analyzers.steps import PROFILER_STEP, StepSegmentation, name_mask
 from trainscope.traces.model import COPY_KINDS, Trace
 
@@ -270,7 +271,7 @@ def _parse(name: str) -> tuple[str | None, int | None, str]:
     m = _FRAME.match(name)
     if m:
         return m["file"], int(m["line"]), m["func"]
-    return None, None, name
+    return None, None, user_name(name)
 
 
 def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None,

@@ -30,6 +30,7 @@ import numpy as np
 from trainscope.analyzers.findings import live_fix_table
 from trainscope.analyzers.live_memory import creep_finding
 from trainscope.analyzers.live_ranks import RankWindow, rank_window
+from trainscope.analyzers.devices import default_power_limit_w
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.verdict import Evidence, Finding, Verdict
 from trainscope.traces.samples import THROTTLE_REASONS, Snapshot
@@ -179,7 +180,7 @@ def digest(s: Snapshot, rules: Rules) -> SampleDigest:
         if g.power_w is not None and g.util_gpu is not None and g.util_gpu >= busy_util and not g.lost:
             p_idx.append(g.index)
             p_w.append(g.power_w)
-            p_lim.append(g.power_limit_w or 0.0)
+            p_lim.append(g.power_limit_w or default_power_limit_w(g.name) or 0.0)  # NVML's, else the table's
         ev = g.clock_events
         if ev is not None:
             has_events = True
@@ -232,8 +233,6 @@ def _power_capped(ds: Sequence[SampleDigest], rules: Rules) -> tuple[int | None,
     if not keep.any():
         return None, None, None, None
     med = _grouped_quantile(starts, counts, pw, 0.5)
-    top = pw[starts + counts - 1]
-    low = _grouped_quantile(starts, counts, pw, 0.05)
     known = lims != 0  # truthy limits, as reported
     lim_med = np.full(len(gpus), np.nan)
     if known.any():
@@ -241,8 +240,9 @@ def _power_capped(ds: Sequence[SampleDigest], rules: Rules) -> tuple[int | None,
         lim_med[np.searchsorted(gpus, lg)] = _grouped_quantile(ls, lc, lv, 0.5)
     has_lim = ~np.isnan(lim_med)
     at_limit = med >= rules.value("live.power_at_limit_pct") / 100.0 * np.where(has_lim, lim_med, 0.0)
-    ceiling = (med > 0) & ((top - med) <= rules.value("live.power_ceiling_pct") / 100.0 * med) & ((med - low) >= (top - med))
-    hit = np.where(has_lim, at_limit, ceiling) & keep
+    # A cap needs a limit (NVML's enforced limit, else the device table's default): a maximum of the
+    # samples at full load says nothing about one.
+    hit = has_lim & at_limit & keep
     judged = int(keep.sum())
     capped = int(hit.sum())
     basis = None
@@ -560,18 +560,22 @@ def live_verdict(s: WindowStats, found: list[Finding], rules: Rules) -> Verdict:
 _FIXES = live_fix_table()
 
 
-_WORKERS_LINE = re.compile(r"num_workers=\d+,(\s*)# ≈ CPU cores per GPU")
+# The registry's snippet computes the worker count where it runs; the watch knows the machine it samples.
+_WORKERS_RULE = re.compile(r"# as many workers as this machine has CPU cores per GPU:\n"
+                           r"workers = max\(1, len\(os\.sched_getaffinity\(0\)\) // [^\n]*\n")
+_WORKERS_ARG = re.compile(r"num_workers=workers,")
 
 
 def fit_workers(change: str, s: WindowStats) -> str:
     """The DataLoader worker count of a fix, fitted to the machine the watch samples: its cores
-    per GPU, one left for the training process, at most 8 (the registry's default)."""
-    if not s.cores:
+    per GPU, one left for the training process, at most 8."""
+    if not s.cores or not _WORKERS_RULE.search(change):
         return change
     per_gpu = s.cores // max(1, s.gpus)
     n = max(1, min(8, per_gpu - 1))
     where = f"{s.cores} CPU cores here" + (f", {s.gpus} GPUs" if s.gpus > 1 else "")
-    return _WORKERS_LINE.sub(lambda m: f"num_workers={n},{m.group(1)}# {where}", change)
+    change = _WORKERS_RULE.sub("", change)
+    return _WORKERS_ARG.sub(f"num_workers={n},  # {where}", change, count=1)
 
 
 def live_fixes(s: WindowStats, found: list[Finding], rules: Rules | None = None) -> list[Fix]:

@@ -17,6 +17,8 @@ tensor cores, kernels of unknown bound, communication — a GPU can be busy and 
 """
 from __future__ import annotations
 
+from trainscope.analyzers.recording import how_to_record
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -67,7 +69,7 @@ def _recorded(trace: Trace, segmentation: StepSegmentation, device: int | None,
     ops = trace.cpu_ops
     has = ~np.isnan(ops.flops)
     if not has.any():
-        return MFU(None, "unknown: the trace has no FLOP counts (record with torch.profiler.profile(with_flops=True))")
+        return MFU(None, f"unknown: the trace has no FLOP counts ({how_to_record(trace.format, 'flops')})")
     ws, we = segmentation.starts, segmentation.ends
     inside = contains((ws, we), ops.ts)  # steps are sorted and disjoint
     flops = float(ops.flops[has & inside].sum())
@@ -103,7 +105,7 @@ def model_flops_utilization(trace: Trace, segmentation: StepSegmentation, device
     shaped = roof.source_ms.get("shapes", 0.0) + roof.source_ms.get("recorded flops", 0.0)
     s_pct, s_reason, s_fps, s_peak, s_src = None, "", None, None, None
     if shaped <= 0:
-        s_reason = "no kernel has FLOPs from operator shapes (record with record_shapes=True)"
+        s_reason = f"no kernel has FLOPs from operator shapes ({how_to_record(trace.format, 'shapes')})"
     elif spec is None:
         rate = roof.matrix_flops / total_s / 1e12 if total_s > 0 else 0.0
         s_reason = (f"achieved {rate:.3g} TFLOP/s of GEMM/conv/attention (from shapes), but no peak FLOP/s known for "

@@ -6,6 +6,8 @@ activity (graph replays included) rather than of process startup and host work a
 """
 from __future__ import annotations
 
+from trainscope.analyzers.plural import plural
+
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -58,7 +60,7 @@ def named_range_steps(trace: Trace, name: str) -> StepSegmentation:
                                                                         " (it has no host annotation ranges)"))
     if len(steps) == 1 or len(set(s.label for s in steps)) == 1:
         steps = [Step(f"{s.label} {i + 1}", s.start_ns, s.end_ns) for i, s in enumerate(steps)] if len(steps) > 1 else steps
-    return StepSegmentation("named_range", steps, f"{len(steps)} steps from the {name!r} ranges (--step-range)")
+    return StepSegmentation("named_range", steps, f"{plural(len(steps), 'step')} from the {name!r} ranges (--step-range)")
 
 
 def repeating_range_steps(trace: Trace) -> StepSegmentation | None:
@@ -71,7 +73,7 @@ def repeating_range_steps(trace: Trace) -> StepSegmentation | None:
         steps = [Step(f"{s.label} {i + 1}", s.start_ns, s.end_ns) for i, s in enumerate(steps)]
     kinds = sorted({re.sub(r"\d+", "N", s.label) for s in steps})
     return StepSegmentation("annotation_range", steps,
-                            f"{len(steps)} steps from top-level {', '.join(repr(k) for k in kinds[:3])} ranges")
+                            f"{plural(len(steps), 'step')} from top-level {', '.join(repr(k) for k in kinds[:3])} ranges")
 
 
 def phase_steps(trace: Trace) -> StepSegmentation | None:
@@ -177,7 +179,7 @@ def tiling_range_steps(trace: Trace, min_share_pct: float) -> StepSegmentation |
         label = st.label if len(set(s.label for s in steps)) == len(steps) else f"{st.label} {i + 1}"
         out.append(Step(label, st.start_ns, int(end)))
     return StepSegmentation("annotation_range", out,
-                            f"{len(out)} steps from the repeating {key!r} ranges, which launch {share:.0f} % of the GPU "
+                            f"{plural(len(out), 'step')} from the repeating {key!r} ranges, which launch {share:.0f} % of the GPU "
                             f"kernel time (--step-range to choose other ranges)")
 
 

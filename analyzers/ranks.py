@@ -40,6 +40,7 @@ from trainscope.analyzers.kernel_match import KernelTime
 from trainscope.analyzers.kernels import ALL_CLASSES, kernel_classes, kernel_summary
 from trainscope.analyzers.shapes import ShapeSignature, shape_signature
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.straggler_test import StragglerTest, straggler_test
 from trainscope.traces.model import Trace
 
 _KERNEL_KIND = re.compile(r"(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", re.I)
@@ -58,6 +59,9 @@ class RankCollectives:
     # (process group, sequence, p2p) and (collective name, in nelems, out nelems, dtype).
     key: tuple[tuple[str, int, bool] | None, ...] = ()
     meta: tuple[tuple[str, int | None, int | None, str | None] | None, ...] = ()
+    # Per collective: the first on this rank with its kernel (or range) name — a cold start candidate:
+    # the first launch loads the kernel, the first use of a communicator connects the ranks.
+    first_use: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.start)
@@ -157,7 +161,7 @@ def rank_collectives(trace: Trace) -> RankCollectives:
             kinds = tuple(collective_kind(trace.strings[i]) or trace.strings[i][:40].lower() for i in names)
             key, meta = _identity(trace, np.flatnonzero(comm)[order])
             return RankCollectives("GPU kernels", kinds, k.ts[comm][order] + trace.origin_ns,
-                                   k.end[comm][order] + trace.origin_ns, key, meta)
+                                   k.end[comm][order] + trace.origin_ns, key, meta, _first_use(names))
     a = trace.annotations
     kind_of = [collective_kind(s) if _HOST_KIND.match(s) else None for s in trace.strings]
     sel = np.array([kind_of[i] is not None for i in a.name], bool) & (a.device < 0) if len(a) else np.zeros(0, bool)
@@ -165,8 +169,16 @@ def rank_collectives(trace: Trace) -> RankCollectives:
         order = np.argsort(a.ts[sel], kind="stable")
         names = a.name[sel][order]
         return RankCollectives("host ranges", tuple(kind_of[i] for i in names), a.ts[sel][order] + trace.origin_ns,
-                               a.end[sel][order] + trace.origin_ns)
+                               a.end[sel][order] + trace.origin_ns, first_use=_first_use(names))
     return RankCollectives("none", (), np.empty(0, np.int64), np.empty(0, np.int64))
+
+
+def _first_use(names: np.ndarray) -> np.ndarray:
+    """Whether each entry (in time order) is the first with its name."""
+    out = np.zeros(len(names), bool)
+    if len(names):
+        out[np.unique(names, return_index=True)[1]] = True
+    return out
 
 
 def summarize(trace: Trace, analysis: Analysis, top_kernels: int = 30) -> RankSummary:
@@ -233,6 +245,7 @@ class Alignment:
     by_seq: int = 0  # rank pairs matched by (process group, sequence), over the non-reference ranks
     by_end: int = 0  # rank pairs matched by end instant
     refused: int = 0  # (process group, sequence) pairs refused: kind or size disagree
+    test: StragglerTest | None = None  # whether the last rank is a straggler or chance (straggler_test.py)
 
     @property
     def method_note(self) -> str:
@@ -293,7 +306,8 @@ def _match(ref: RankCollectives, other: RankCollectives, offset: float, tol: int
 
 
 def _subset(c: RankCollectives, idx: np.ndarray) -> RankCollectives:
-    return RankCollectives(c.source, tuple(c.kind[i] for i in idx), c.start[idx], c.end[idx])
+    return RankCollectives(c.source, tuple(c.kind[i] for i in idx), c.start[idx], c.end[idx],
+                           first_use=None if c.first_use is None else c.first_use[idx])
 
 
 def _by_identity(ref: RankCollectives, other: RankCollectives) -> tuple[dict[int, int], set[int], set[int]]:
@@ -410,7 +424,23 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
     ranks: list[RankAlignment] = []
     steps = np.array([max(1, len(s.analysis.segmentation.steps)) for s in summaries], float)
     late_ns = np.zeros(n)
+    test = None
+    n_instances = len(inst)  # matched instances, cold starts included (the matching's figure)
     if inst:
+        cand = np.zeros(len(inst), bool)  # first use of its kernel/range name on some rank
+        for r, s in enumerate(summaries):
+            fu = s.collectives.first_use
+            if fu is None or offsets[r] is None:
+                continue
+            for c, j in enumerate(inst):
+                i = matches[r].get(j)
+                if i is not None and fu[i]:
+                    cand[c] = True
+        matched_all = (~np.isnan(arrival)).sum(axis=1)  # the matching's own counts, cold starts included
+        test = straggler_test(arrival, end, rules.value("straggler.alpha"), rules.value("straggler.cold_factor"), cand)
+        if test.cold_excluded:  # a cold start's wait is code loading / connection setup, not a rank's lateness
+            keep = ~np.asarray(test.cold_mask, bool)
+            arrival, end, inst = arrival[:, keep], end[:, keep], [j for j, k in zip(inst, keep) if k]
         first = np.nanmin(arrival, axis=0)
         last = np.nanmax(arrival, axis=0)
         common_end = np.nanmedian(end, axis=0)
@@ -423,12 +453,13 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
         transfer = np.where(has, np.maximum(0.0, common_end - last), 0.0).sum(axis=1)
         for r, s in enumerate(summaries):
             m = int(has[r].sum())
+            mm = int(matched_all[r])
             late_ns[r] = float(np.nanmean(lateness[r])) if m else 0.0
             ranks.append(RankAlignment(
-                s.rank, None if offsets[r] is None else round(offsets[r] / 1e3, 1), m,
+                s.rank, None if offsets[r] is None else round(offsets[r] / 1e3, 1), mm,
                 float(round(late_ns[r] / 1e6, 3)), int(last_in[r]) if m else 0,
                 float(round(float(wait[r]) / 1e6 / steps[r], 3)), float(round(float(transfer[r]) / 1e6 / steps[r], 3)),
-                n_seq[r], m - n_seq[r] if r != ref_i else 0, refused[r]))
+                n_seq[r], mm - n_seq[r] if r != ref_i else 0, refused[r]))
     else:
         ranks = [RankAlignment(s.rank, None, 0, 0.0, 0, 0.0, 0.0, 0, 0, refused[r]) for r, s in enumerate(summaries)]
     src = " + ".join(sorted({s.collectives.source for s in with_coll}))
@@ -437,21 +468,22 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
     note = (f"clock offsets against rank {summaries[ref_i].rank}, from matched collective ends: "
             + (f"all within {spread:.0f} µs (one clock)" if spread * 1000 <= tol else
                ", ".join(f"rank {r} {o / 1e3:+.3f} ms" for r, o in off_known if abs(o) * 1000 > tol)))
-    imb = _imbalance(summaries, ranks, rules) if inst else None
-    return Alignment(src, summaries[ref_i].rank, len(inst), ranks, imb, note,
-                     sum(a.by_seq for a in ranks), sum(a.by_end for a in ranks), sum(refused))
+    imb = _imbalance(summaries, ranks, rules, test) if inst else None
+    return Alignment(src, summaries[ref_i].rank, n_instances, ranks, imb, note,
+                     sum(a.by_seq for a in ranks), sum(a.by_end for a in ranks), sum(refused), test)
 
 
-def _imbalance(summaries: list[RankSummary], ranks: list[RankAlignment], rules: Rules) -> Imbalance | None:
+def _imbalance(summaries: list[RankSummary], ranks: list[RankAlignment], rules: Rules,
+               test: StragglerTest | None) -> Imbalance | None:
+    """The straggler, only where :func:`straggler_test` finds it clear (significantly often last,
+    late beyond the collectives' jitter, cold start left out)."""
     aligned = [i for i, a in enumerate(ranks) if a.matched]
-    if len(aligned) < 2:
+    if len(aligned) < 2 or test is None or not test.clear:
         return None
-    s_i = max(aligned, key=lambda i: (ranks[i].last_in, ranks[i].mean_late_ms))
+    s_i = test.rank_index
     lead = ranks[s_i]
     median_step = float(np.median([s.analysis.breakdown.step_ms.p50 for s in summaries]))
     if lead.mean_late_ms <= 0 or median_step <= 0:
-        return None
-    if 100 * lead.mean_late_ms / median_step < rules.value("straggler.late_pct") and lead.last_in * 2 <= lead.matched:
         return None
     others = [i for i in aligned if i != s_i]
     lose = float(np.mean([ranks[i].wait_ms_per_step for i in others]))
@@ -470,11 +502,10 @@ def _imbalance(summaries: list[RankSummary], ranks: list[RankAlignment], rules: 
         work = "none to compare (no GPU kernels)"
     else:
         work = ", ".join(f"{c} +{ms:.1f} ms" for c, ms in extra[:3]) or "no kernel class takes longer"
-    summary = (f"rank {lead.rank} arrives last at {lead.last_in} of {lead.matched} matched collectives, "
-               f"{lead.mean_late_ms:.1f} ms after the first rank on average; the other ranks wait "
+    summary = (f"{test.figures(f'rank {lead.rank}')}; the other ranks wait "
                f"{lose:.1f} ms per step for it inside collectives ({100 * lose / median_step:.0f} % of the "
                f"{median_step:.1f} ms median step). Its extra work per step against the others' median: {work}")
-    return Imbalance(lead.rank, float(lead.mean_late_ms), lead.last_in, lead.matched, round(lose, 3),
+    return Imbalance(lead.rank, float(lead.mean_late_ms), test.last_in, test.considered, round(lose, 3),
                      round(100 * lose / median_step, 2), extra, summary)
 
 

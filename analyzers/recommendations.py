@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainscope.analyzers.breakdown import Breakdown
+from trainscope.analyzers.busy_bound import BusyBound
 from trainscope.analyzers.context import Context
 from trainscope.analyzers.devices import DeviceSpec
 from trainscope.analyzers import findings as registry
@@ -53,10 +54,24 @@ def data_wait_pct(f: Finding, b: Breakdown) -> float:
     return max(b.data_wait_pct, f.stake_pct)
 
 
+def roofline_removable_pct(f: Finding, bound: BusyBound | None) -> float | None:
+    """The share of step time a kernel-level fix can remove from finding ``f``'s memory-bound stake,
+    bounded by the roofline (:mod:`busy_bound`); None without a per-kernel roofline."""
+    if bound is None or bound.memory_ms <= 0:
+        return None
+    return f.stake_pct * bound.removable_fraction
+
+
 def project(f: Finding, fx: Fix, b: Breakdown, spec: DeviceSpec | None,
-            device_name: str | None) -> tuple[float | None, str]:
+            device_name: str | None, bound: BusyBound | None = None) -> tuple[float | None, str]:
     """The projected speedup bound of fix ``fx`` for finding ``f``, and its basis with the numbers."""
     stake = f.stake_pct
+    if fx.projection == "roofline":
+        removed = roofline_removable_pct(f, bound)
+        if removed is None:
+            return None, "no projection: no per-kernel roofline (bytes and FLOPs) to bound what fusion can remove"
+        s, basis = _remove(b, removed / 100, busy_time=True)
+        return s, f"{bound.basis(stake)}: {basis}"
     if fx.projection == "idle":
         s, basis = _remove(b, stake / 100)
     elif fx.projection == "busy":
@@ -79,7 +94,8 @@ def project(f: Finding, fx: Fix, b: Breakdown, spec: DeviceSpec | None,
 
 
 def recommend(found: list[Finding], b: Breakdown, spec: DeviceSpec | None, device_name: str | None,
-              ctx: Context | None = None, rules: Rules | None = None) -> list[Recommendation]:
+              ctx: Context | None = None, rules: Rules | None = None,
+              bound: BusyBound | None = None) -> list[Recommendation]:
     """The fix of every finding that has one (from the registry), ranked by projected gain. ``ctx``
     (the run's context) picks the wording and code of each fix; None reads as PyTorch training. A fix
     projected below ``fix.min_speedup`` is left out: its finding stays, a ranked fix would be noise."""
@@ -96,7 +112,7 @@ def recommend(found: list[Finding], b: Breakdown, spec: DeviceSpec | None, devic
         fx = decl.fix_for(ctx) if decl is not None else None
         if fx is None or fx.rec_id in seen or any(x in ids for x in fx.superseded_by):
             continue
-        speedup, basis = project(f, fx, b, spec, device_name)
+        speedup, basis = project(f, fx, b, spec, device_name, bound)
         cold = f.detail == COLD_START_DETAIL  # first-call loading: paid once per process, not per step
         if cold:
             speedup, basis = None, f"no projection: {f.stake_pct:.1f} % of this window is first-call loading, paid once per process"

@@ -124,6 +124,13 @@ _TABLE: tuple[Threshold, ...] = (
     Threshold("straggler.late_pct", 5.0, "% of median step",
               "a rank entering collectives this much later than the first rank, on average, is late",
               "trainscope default; HTA's straggler analysis ranks by the same late-start signal"),
+    Threshold("straggler.alpha", 0.05, "p-value",
+              "a rank is the straggler only when it is last at more collectives than chance (1/ranks) allows "
+              "at this level (one-sided binomial test)",
+              "the conventional 5 % level (Fisher)"),
+    Threshold("straggler.cold_factor", 10.0, "× the median collective",
+              "the first collective lasting this many times the others' median is a cold start (left out)",
+              "trainscope default: NCCL and gloo connect the ranks lazily at a communicator's first collective"),
     Threshold("ranks.end_match_us", 500.0, "µs",
               "two ranks' collectives of one kind are the same collective when their ends agree within this "
               "(after the clock offset is removed)",

@@ -9,6 +9,8 @@ of GPU activity) as one window, said plainly. Range-based rules live in ``range_
 """
 from __future__ import annotations
 
+from trainscope.analyzers.plural import plural
+
 import re
 from dataclasses import dataclass, replace
 
@@ -100,7 +102,10 @@ def drop_stubs(seg: StepSegmentation, fraction: float) -> StepSegmentation:
             stubs.append(steps.pop(end))
     if not stubs:
         return seg
-    return replace(seg, steps=steps, stubs=tuple(sorted(stubs, key=lambda s: s.start_ns)))
+    stubs = sorted(stubs, key=lambda s: s.start_ns)
+    names = ", ".join(f"{s.label}, {s.duration_ns / 1e3:.0f} µs" for s in stubs)
+    note = f"{seg.note}; {plural(len(stubs), 'stub step')} left out ({names}: recording started or stopped inside it)"
+    return replace(seg, steps=steps, stubs=tuple(stubs), note=note)
 
 
 def _segment(trace: Trace, step_range: str | None, rules) -> StepSegmentation:
@@ -113,7 +118,7 @@ def _segment(trace: Trace, step_range: str | None, rules) -> StepSegmentation:
         if len(starts):
             steps = _profiler_steps(starts, ends, names)
             return StepSegmentation("profiler_step", steps,
-                                    f"{len(steps)} steps from ProfilerStep#N markers on the {lane} lane")
+                                    f"{plural(len(steps), 'step')} from ProfilerStep#N markers on the {lane} lane")
 
     named = range_steps.repeating_range_steps(trace)
     if named is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers.analysis import Analysis
-from trainscope.analyzers.recommendations import data_wait_pct
+from trainscope.analyzers.recommendations import data_wait_pct, roofline_removable_pct
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,11 @@ def levers(a: Analysis) -> dict[str, Lever]:
             lever = Lever(r.id, fx.whatif_label, idle_pct=f.stake_pct)
         elif fx.projection == "data-wait":
             lever = Lever(r.id, fx.whatif_label, idle_pct=data_wait_pct(f, b))
+        elif fx.projection == "roofline":
+            removed = roofline_removable_pct(f, getattr(a, "busy_bound", None))
+            if removed is None:
+                continue
+            lever = Lever(r.id, fx.whatif_label, busy_pct=removed)
         elif fx.projection == "busy":
             lever = Lever(r.id, fx.whatif_label, busy_pct=f.stake_pct)
         elif fx.projection == "amdahl" and a.device_spec is not None:

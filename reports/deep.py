@@ -123,22 +123,17 @@ def straggler_headline(s: dict) -> tuple[str, str | None]:
         return s["summary"], None
     imb = al.get("rank_imbalance")
     basis = f"{al['matched_collectives']} collectives aligned on their common end"
+    test = al.get("test")
     if imb:
-        head = (f"straggler: rank {imb['rank']}, last to arrive at {imb['last_in']} of {imb['matched']} matched "
-                f"collectives, {imb['late_ms']:.1f} ms after the first rank on average; the others wait "
-                f"{imb['others_wait_ms_per_step']:.1f} ms per step for it ({basis})")
+        longest = f", the longest single wait {test['max_spread_ms']:.1f} ms" if test else ""
+        head = (f"straggler: {test['figures'] if test else 'rank ' + str(imb['rank'])}; the others wait "
+                f"{imb['others_wait_ms_per_step']:.1f} ms per step for it{longest} ({basis})")
+    elif test:
+        head = f"no clear straggler: {test['figures']} ({basis})"
     else:
-        late = max((r["mean_late_ms"] for r in al["ranks"]), default=0.0)
-        head = f"no straggler: the latest rank arrives {late:.1f} ms after the first on average ({basis})"
-    old = sorted(r for r in s.get("stragglers", []) if r is not None)
-    new = [imb["rank"]] if imb else []
-    if old == new:
-        return head, None
-    def who(ranks: list) -> str:
-        return "rank " + ", ".join(str(r) for r in ranks) if ranks else "no rank"
-    return head, (f"The two methods disagree: aligned on the collectives' common end, {who(new)} arrives last; "
-                  f"the step-offset comparison, which measures each rank from its own step start, names {who(old)} "
-                  "(it misleads when ranks start their steps together and one waits inside its first collective).")
+        head = f"no clear straggler: no collective has a last rank ({basis})"
+    # The aligned method is the answer; the step-offset comparison is shown only where nothing aligns.
+    return head, None
 
 
 def stragglers_text_lines(s: dict, bold) -> list[str]:
@@ -151,14 +146,14 @@ def stragglers_text_lines(s: dict, bold) -> list[str]:
         out += [("  ≠ " if i == 0 else "    ") + line for i, line in enumerate(textwrap.wrap(note, 88))]
     if aligned:
         out += [""] + alignment_text_lines(s["alignment"], bold)
-        out += ["", bold("Step-offset comparison") + "  (arrival offset from each rank's own step start)"]
-        out += ["  " + line for line in textwrap.wrap(s["summary"], 92)]
-    out.append(f"  {'rank':>4}  {'step p50':>9}  {'in collectives':>14}  {'late by':>9}  {'last in':>7}  verdict")
-    for r in s["ranks"]:
-        flag = " ◀ straggler" if r["late"] or r["slow"] else ""
-        out.append(f"  {r['rank'] if r['rank'] is not None else '?':>4}  {r['step_p50_ms']:6.1f} ms  {r['collective_pct']:12.1f} %  "
-                   f"{r['mean_late_ms']:6.1f} ms  {r['late_in']:>7}  {r['axis']}{' · ' + r['bottleneck'] if r['bottleneck'] else ''}{flag}")
-    if s["slow_collectives"]:
+    else:  # nothing to align: the step-offset comparison is the only measure
+        out.append(f"  {'rank':>4}  {'step p50':>9}  {'in collectives':>14}  {'late by':>9}  {'last in':>7}  verdict")
+        for r in s["ranks"]:
+            flag = " ◀ straggler" if r["late"] or r["slow"] else ""
+            out.append(f"  {r['rank'] if r['rank'] is not None else '?':>4}  {r['step_p50_ms']:6.1f} ms  "
+                       f"{r['collective_pct']:12.1f} %  {r['mean_late_ms']:6.1f} ms  {r['late_in']:>7}  "
+                       f"{r['axis']}{' · ' + r['bottleneck'] if r['bottleneck'] else ''}{flag}")
+    if s["slow_collectives"] and not aligned:
         out.append("  widest arrival spreads: " + ", ".join(
             f"{c['step']} {c['name']}#{c['index']} {c['spread_ms']:.1f} ms (last: rank {c['last_rank']})"
             for c in s["slow_collectives"][:3]))
@@ -210,15 +205,15 @@ def stragglers_markdown_lines(s: dict, esc) -> list[str]:
     out = ["## Stragglers", "", f"**{esc(head[:1].upper() + head[1:])}**", ""]
     if note:
         out += [esc(note), ""]
-    if head != s["summary"]:
-        out += [f"Step-offset comparison (arrival offset from each rank's own step start): {esc(s['summary'])}", ""]
-    out += ["| rank | step p50 ms | in collectives | late by ms | last in | straggler | verdict |",
-           "|---:|---:|---:|---:|---:|---|---|"]
-    for r in s["ranks"]:
-        out.append(f"| {r['rank']} | {r['step_p50_ms']:.1f} | {r['collective_pct']:.1f} % | {r['mean_late_ms']:.1f} | "
-                   f"{r['late_in']} | {'yes' if r['late'] or r['slow'] else ''} | {esc(r['axis'])} {esc(r['bottleneck'] or '')} |")
-    out.append("")
-    if s["slow_collectives"]:
+    aligned = bool(s.get("alignment") and s["alignment"].get("matched_collectives"))
+    if not aligned:  # the step-offset comparison only where no collective aligns
+        out += ["| rank | step p50 ms | in collectives | late by ms | last in | straggler | verdict |",
+               "|---:|---:|---:|---:|---:|---|---|"]
+        for r in s["ranks"]:
+            out.append(f"| {r['rank']} | {r['step_p50_ms']:.1f} | {r['collective_pct']:.1f} % | {r['mean_late_ms']:.1f} | "
+                       f"{r['late_in']} | {'yes' if r['late'] or r['slow'] else ''} | {esc(r['axis'])} {esc(r['bottleneck'] or '')} |")
+        out.append("")
+    if s["slow_collectives"] and not aligned:
         out += ["| step | collective | arrival spread ms | last rank |", "|---|---|---:|---:|"]
         out += [f"| {esc(c['step'])} | {esc(c['name'])} \\#{c['index']} | {c['spread_ms']:.1f} | {c['last_rank']} |"
                 for c in s["slow_collectives"]]
@@ -226,6 +221,16 @@ def stragglers_markdown_lines(s: dict, esc) -> list[str]:
     if s.get("ranks_view"):
         out += ranks_view_markdown_lines(s["ranks_view"], s.get("alignment"), esc)
     return out
+
+
+def with_alignment(stragglers: dict, al) -> dict:
+    """``stragglers`` (:func:`stragglers_dict`) with the alignment added; where collectives aligned,
+    its answer is the ``stragglers`` list and the step-offset list is kept as ``step_offset_stragglers``."""
+    stragglers["alignment"] = alignment_dict(al)
+    if al.instances:
+        stragglers["step_offset_stragglers"] = stragglers["stragglers"]
+        stragglers["stragglers"] = [] if al.imbalance is None else [al.imbalance.rank]
+    return stragglers
 
 
 def alignment_dict(al) -> dict[str, Any]:
@@ -238,6 +243,14 @@ def alignment_dict(al) -> dict[str, Any]:
         "matched_by": {"process_group_sequence": al.by_seq, "end_instant": al.by_end, "refused": al.refused},
         "matching": al.method_note,
         "straggler": None if imb is None else imb.rank,
+        "test": None if al.test is None or al.test.rank_index is None else {
+            "rank": al.ranks[al.test.rank_index].rank, "last_in": al.test.last_in, "considered": al.test.considered,
+            "ranks": al.test.ranks, "p_value": round(al.test.p_value, 6), "alpha": al.test.alpha,
+            "mean_late_ms": round(al.test.mean_late_ms, 3), "jitter_ms": round(al.test.jitter_ms, 3),
+            "cold_excluded": al.test.cold_excluded, "cold_ms": round(al.test.cold_ms, 3),
+            "max_spread_ms": round(al.test.max_spread_ms, 3), "p_lateness": round(al.test.p_lateness, 6),
+            "significant": al.test.significant, "beyond_jitter": al.test.beyond_jitter, "clear": al.test.clear,
+            "figures": al.test.figures(f"rank {al.ranks[al.test.rank_index].rank}")},
         "clock_offsets": al.offsets_note,
         "ranks": [{"rank": r.rank, "clock_offset_us": r.clock_offset_us, "matched": r.matched,
                    "mean_late_ms": r.mean_late_ms, "last_in": r.last_in, "wait_ms_per_step": r.wait_ms_per_step,

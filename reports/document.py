@@ -22,6 +22,17 @@ AXIS_NAMES = {"data": "Data", "algorithm": "Algorithm", "machine": "Machine",
 
 
 
+
+def _steps_note(a: Analysis) -> str:
+    """How the steps were found, and the stub step markers the invariant pass set aside (the steps
+    line then says why fewer steps are analyzed than the trace marks)."""
+    note = a.segmentation.note
+    stub = a.repairs.repairs.get("stub-step") if a.repairs is not None else None
+    if stub is not None and stub.count:
+        note += (f"; {stub.count:,} stub step marker{'s' if stub.count != 1 else ''} set aside"
+                 + (f" ({stub.example})" if stub.example else ""))
+    return note
+
 def counters_only(doc: dict) -> bool:
     """True when the verdict comes from sampled counters: there are no steps or kernels to show."""
     return doc.get("input", {}).get("format") in COUNTER_FORMATS
@@ -71,7 +82,7 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
                    "peaks_tflops": dict(spec.peaks) if spec else None,
                    "tensor_core_precisions": sorted(spec.matrix) if spec else None},
         "steps_method": a.segmentation.method,
-        "steps_note": a.segmentation.note,
+        "steps_note": _steps_note(a),
         "verdict": {"axis": a.verdict.axis, "confidence": a.verdict.confidence, "bottleneck": a.verdict.bottleneck,
                     "summary": a.verdict.summary, "evidence": [_evidence(e) for e in a.verdict.evidence],
                     "runner_up": a.verdict.runner_up},

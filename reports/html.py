@@ -8,6 +8,8 @@ Every string that comes from a trace (file, kernel, step and range names) goes t
 """
 from __future__ import annotations
 
+from trainscope.analyzers.plural import unit_for
+
 import html
 import os
 from typing import TYPE_CHECKING, Any

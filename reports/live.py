@@ -3,6 +3,8 @@
 the end-of-watch summary and its Markdown report."""
 from __future__ import annotations
 
+from trainscope.analyzers.fix_text import code_language
+
 import textwrap
 import time
 from dataclasses import asdict
@@ -147,7 +149,7 @@ def status_line(st: LiveStatus, snap: Snapshot) -> str:
 def summary_text(st: LiveStatus, info: dict[str, Any]) -> str:
     out = [f"trainscope watch — {info.get('target', '')}".rstrip(" —"),
            f"  watched {st.stats.span_s:.0f} s, {st.stats.samples} samples" + (
-               f", {st.stats.steps} steps timed" if st.stats.steps else "") + (
+               f", {st.stats.steps} step{'s' * (st.stats.steps != 1)} timed" if st.stats.steps else "") + (
                f"; job exit code {info['exit_code']}" if info.get("exit_code") is not None else ""),
            "", f"VERDICT  {live_headline(st)}" + (f"   confidence {st.verdict.confidence:.2f}" if st.state == READY else "")]
     out += [f"  {line}" for line in textwrap.wrap(st.verdict.summary, 92)]
@@ -211,7 +213,7 @@ def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
     e = md_escape
     out = [f"# trainscope watch — {e(str(info.get('target', '')))}", "",
            f"*{time.strftime('%Y-%m-%d %H:%M:%S')}, trainscope {__version__}; watched {s.span_s:.0f} s, "
-           f"{s.samples} samples{f', {s.steps} steps timed' if s.steps else ''}"
+           f"{s.samples} samples{f', {s.steps} step' + 's' * (s.steps != 1) + ' timed' if s.steps else ''}"
            + (f"; job exit code {info['exit_code']}" if info.get("exit_code") is not None else "") + "*", "",
            f"## Verdict: {e(live_headline(st))}", "", e(st.verdict.summary), ""]
     if st.verdict.evidence:
@@ -239,7 +241,7 @@ def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
         out += ["## Fixes", ""]
         for i, fx in enumerate(st.fixes, 1):
             proj = f" — up to {fx.projected_speedup:.2f}× faster (upper bound; {e(fx.basis)})" if fx.projected_speedup else ""
-            out += [f"{i}. {e(fx.title)}{proj}", "", "```python", fx.change, "```", ""]
+            out += [f"{i}. {e(fx.title)}{proj}", "", f"```{code_language(fx.change)}", fx.change, "```", ""]
     if st.changes:
         out += ["## Verdict changes", "", f"{st.verdict_changes} after the first verdict.", "",
                 "| at | verdict |", "|---|---|"]

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import os
+
+from trainscope.analyzers.fix_text import code_language
+from trainscope.analyzers.plural import unit_for
 import re
 
 from trainscope.reports.document import AXIS_NAMES, device_label, headline
@@ -24,7 +27,7 @@ def _fence(code: str) -> str:
     fence = "```"
     while fence in code:
         fence += "`"
-    return f"{fence}python\n{code}\n{fence}"
+    return f"{fence}{code_language(code)}\n{code}\n{fence}"
 
 
 def render_markdown(doc: dict) -> str:
@@ -50,7 +53,7 @@ def render_markdown(doc: dict) -> str:
         w("| evidence | value | threshold | source |")
         w("|---|---:|---|---|")
         for e in v["evidence"]:
-            val = "—" if e["value"] is None else f"{e['value']:g} {e['unit']}".strip()
+            val = "—" if e["value"] is None else f"{e['value']:g} {unit_for(e['value'], e['unit'])}".strip()
             thr = f"{e['threshold']} {e['unit']}".strip() if e["threshold"] else ""
             w(f"| {md_escape(e['metric'])} | {md_escape(val)} | {md_escape(thr)} | {md_escape(e['source'])} |")
         w("")

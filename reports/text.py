@@ -14,12 +14,15 @@ def _bar(pct: float) -> str:
     return "█" * n + "·" * (_BAR - n)
 
 
+from trainscope.analyzers.plural import unit_for
+
+
 def _fmt(v, unit: str) -> str:
     if v is None:
         return "—"
     if unit.startswith("%"):
         return f"{v:.1f} %"
-    return f"{v:g} {unit}".strip()
+    return f"{v:g} {unit_for(v, unit)}".strip()
 
 
 def _short(name: str, width: int) -> str:
@@ -74,7 +77,7 @@ def render_text(doc: dict, color: bool = False) -> str:
         w(bold("Phases") + "  (host time of the phase ranges; GPU time of the kernels they launched)")
         for p in ph["phases"]:
             w(f"  {p['name']:10s} {p['host_ms']:9.2f} ms  {p['host_pct']:5.1f} % {_bar(p['host_pct'])}  "
-              f"GPU {p['kernel_ms']:8.2f} ms in {p['kernels']:,} kernels")
+              f"GPU {p['kernel_ms']:8.2f} ms in {p['kernels']:,} kernel{'s' * (p['kernels'] != 1)}")
         w("")
     gm = doc.get("gpu_metrics")
     if gm:

@@ -34,8 +34,8 @@ def _reference_power(snaps, rules):
         meds.append(med)
         if lims:
             hit = med >= rules.value("live.power_at_limit_pct") / 100 * float(np.median(lims))
-        else:
-            hit = med > 0 and top - med <= rules.value("live.power_ceiling_pct") / 100 * med and med - low >= top - med
+        else:  # no limit (and no named board in the device table): a sample maximum is no cap
+            hit = False
         if hit:
             capped += 1
             capped_meds.append(med)
@@ -90,7 +90,7 @@ def test_window_statistics_match_a_direct_per_gpu_computation(seed):
     s = window_stats(snaps, rules)
     capped, judged, watts = _reference_power(snaps, rules)
     assert (s.power_capped_gpus, s.power_gpus) == (capped, judged)
-    assert judged == 9 and 0 < capped < 9  # both branches (limit known / ceiling) are exercised
+    assert judged == 9 and 0 < capped < 9  # GPUs at their limit, under it, and without one
     assert s.power_median_w == pytest.approx(watts)
     assert s.gpu_mem_pct == pytest.approx(_reference_memory(snaps))
     with_events = [x for x in snaps if any(g.clock_events is not None for g in x.gpus)]

@@ -156,3 +156,35 @@ def test_the_conventions_are_read_as_documented():
     assert _without_pip_install('pip install -e ".[test]" && python -m pytest') == "python -m pytest"
     with pytest.raises(AssertionError):
         _without_pip_install("pip install torch && true")  # the README installs only from the checkout
+
+
+def _regen():
+    """tools/regen_transcripts.py as a module."""
+    import importlib.util
+
+    if "regen_transcripts" in sys.modules:
+        return sys.modules["regen_transcripts"]
+    spec = importlib.util.spec_from_file_location("regen_transcripts", ROOT / "tools" / "regen_transcripts.py")
+    regen = importlib.util.module_from_spec(spec)
+    sys.modules["regen_transcripts"] = regen
+    spec.loader.exec_module(regen)
+    return regen
+
+
+def test_doc_transcripts_are_the_programs_output():
+    """Every reproducible ``$ trainscope …`` transcript in README.md and docs/ is what the program
+    prints today (tools/regen_transcripts.py rewrites them; it lists the ones it cannot rerun)."""
+    regen = _regen()
+    docs = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    checked = [t for d in docs for t in regen.transcripts(d) if t.skip is None]
+    assert len(checked) >= 6  # the analyze, diff, plan and memory transcripts of the guide and README
+    assert regen.main(["--check", *map(str, docs)]) == 0, "stale transcripts: run python tools/regen_transcripts.py"
+
+
+def test_transcript_excerpts_keep_their_shape():
+    regen = _regen()
+    real = ["head 1", "VERDICT  X 0.90", "  why", "", "Evidence", "  a long line that goes on", "tail"]
+    shown = ["head 0", "VERDICT  X 0.50", "…", "Evidence", "  a long line…"]
+    assert regen.regenerate(shown, real) == ["head 1", "VERDICT  X 0.90", "…", "Evidence", "  a long line…"]
+    with pytest.raises(ValueError):
+        regen.regenerate(["Nothing like it"], real)

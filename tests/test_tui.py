@@ -473,7 +473,7 @@ def test_ranks_tab_shows_the_straggler(gloo_dir):
     assert imb["rank"] == 1 and f"◀ rank 1: arrives {stragglers['alignment']['ranks'][1]['mean_late_ms']:.1f} ms" in overview
     assert straggler_headline(stragglers)[0].split(" (")[0] in overview.replace("\n", " ")
     assert stragglers["stragglers"] == [1]
-    assert "rank 1: enters collectives" in text and "◀ straggler" in text
+    assert "straggler: rank 1 is last at" in text and "◀ straggler" not in text  # no step-offset table beside it
 
 
 def test_model_ledger_shows_next_to_the_measured_peak():

@@ -104,11 +104,13 @@ class FixWording(Protocol):
 
 # How a fix's gain is projected from the measured breakdown (analyzers/recommendations.py):
 #   idle      – removes the finding's stake of GPU-idle time (the GPU's busy time stays a floor)
-#   busy      – removes the finding's stake of GPU-busy time (hidden behind compute, or fused away)
+#   busy      – removes the finding's stake of GPU-busy time (hidden behind compute, or a score matrix never written)
+#   roofline  – removes what the roofline allows of the stake's memory-bound kernel time: matrix kernels
+#               down to bytes / peak bandwidth, fusable runs by their intermediate traffic (busy_bound.py)
 #   data-wait – removes the host's measured DataLoader wait (idle time; the textbook's max(data, compute))
 #   amdahl    – speeds the stake up by the device's tensor/fp32 peak ratio: 1 / ((1 − g) + g / s)
 #   none      – no projection; ``basis`` says why
-PROJECTIONS = ("idle", "busy", "data-wait", "amdahl", "none")
+PROJECTIONS = ("idle", "busy", "roofline", "data-wait", "amdahl", "none")
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ def _input_wait(obs, rules: Rules) -> Finding | None:
     if obs.single_process_loader:
         lines.append(ctx("DataLoader runs in the main process (num_workers=0)", None, "", "trace: _SingleProcessDataLoaderIter"))
         detail += "; batches are loaded in the main process itself (num_workers=0)"
-    return INPUT_WAIT.finding(stake, lines, detail, rules, title=fix_text.title(INPUT_WAIT.id, obs.context, ""))
+    return INPUT_WAIT.finding(stake, lines, fix_text.detail(INPUT_WAIT.id, obs.context, detail), rules,
+                              title=fix_text.title(INPUT_WAIT.id, obs.context, ""))
 
 
 _COPY_SEV = by_stake("copy.moderate", "copy.high")
@@ -82,7 +83,9 @@ def _pageable(obs, rules: Rules) -> Finding | None:
 
 _LOADER_FIX = Fix(
     "dataloader-workers", "Load batches in parallel worker processes and prefetch them",
-    "DataLoader(dataset, batch_size=..., num_workers=8,  # ≈ CPU cores per GPU\n"
+    "# as many workers as this machine has CPU cores per GPU:\n"
+    "workers = max(1, len(os.sched_getaffinity(0)) // max(1, torch.cuda.device_count()))\n"
+    "DataLoader(dataset, batch_size=..., num_workers=workers,\n"
     "           pin_memory=True, prefetch_factor=2, persistent_workers=True)\n"
     "# preprocessing outside a DataLoader (a pipeline's decode/resize): move it into the dataset's\n"
     "# __getitem__ so the workers run it, or onto the GPU",
@@ -143,7 +146,7 @@ LOADER_CPU = FindingSpec(
             "DataLoader(..., num_workers=<more>, persistent_workers=True)\n"
             "# move decoding/augmentation to the GPU (e.g. NVIDIA DALI, torchvision.transforms.v2 on tensors)",
             "// more producer threads for decoding; move decode/augmentation onto the GPU (nvJPEG, NPP, DALI)",
-            projection="none", basis="no projection from sampled counters"),
+            projection="none", basis="no projection from sampled counters", text=fix_text._loader_cpu),
     whatif_pool=None, diff_measure=DiffMeasure("samples starved while the CPU saturates", "%", stake_pct("data/loader-cpu")),
     critical_path="data", headline="DATA-BOUND (loader CPU)", label_class="input", sink="input",
     describes="share of samples with the GPU near idle while the loader CPU saturates (live)", live=True, offline=False,

@@ -49,7 +49,7 @@ GRAPH_REPLAYS = FindingSpec(
     id="algorithm/graph-replays", axis="algorithm", title="GPU busy with CUDA graph replays of unknown bound",
     measure=_graphs, can_be_primary=False, severity=by_stake("gpu_busy.saturated"),
     fix=Fix("record-graph-nodes", "Record the graphs' kernels to find what bounds them",
-            f"# the replays were traced at graph level; trace their nodes:\n# {NODE_HINT} python train.py",
+            f"# the replays were traced at graph level; trace their nodes:\n# {NODE_HINT} python your_script.py",
             f"# the replays were traced at graph level; trace their nodes:\n# {NODE_HINT} ./app",
             projection="none", basis="no projection: the kernels' bound is unknown"),
     whatif_pool=None,

@@ -155,7 +155,7 @@ NAMED_HOST_WORK = FindingSpec(
     id="host/named-work", axis="algorithm", title="GPU idles while the host does named work (I/O, checkpoint, logging, eval)",
     measure=_named_work, can_be_primary=True, severity=_RANGES_SEV,
     fix=Fix("host-work-off-path", "Take the named host work off the step's critical path",
-            "# run it beside training, not between steps: a background thread or process with a queue\n"
+            "# run it beside the GPU work, not between steps: a background thread or process with a queue\n"
             "# (logging, metrics, file writes), torch.distributed.checkpoint.async_save for checkpoints,\n"
             "# or do it every N steps; issue the next step's GPU work before the host work starts",
             "// move file I/O and logging to a worker thread fed by a queue (or asynchronous I/O: io_uring, aio);\n"

@@ -72,10 +72,11 @@ NO_TENSOR_CORES = FindingSpec(
     id="algorithm/no-tensor-cores", axis="algorithm", title="Matrix math runs without tensor cores",
     measure=_no_tensor_cores, can_be_primary=False, severity=_TC_SEV,
     fix=Fix("mixed-precision", "Use mixed precision so GEMMs and convolutions run on tensor cores",
-            'with torch.autocast(device_type="cuda", dtype={dtype}):\n    loss = model(x).loss',
+            'with torch.autocast(device_type="cuda", dtype={dtype}):\n    loss = loss_fn(model(x), y)',
             "// cublasGemmEx / cublasLtMatmul with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F accumulation\n"
             "// (or CUBLAS_COMPUTE_32F_FAST_TF32 to keep fp32 storage); hipblasLt on ROCm",
             projection="amdahl", whatif_label="mixed precision on the GEMM share",
+            applies=lambda c: getattr(c, "matmul_compute_bound", None) is not False,  # tensor cores speed arithmetic
             text=fix_text._mixed_precision),
     whatif_pool="tensor-cores",
     diff_measure=DiffMeasure("tensor-core share of GEMM/conv/attention time", "%",

@@ -4,6 +4,8 @@ live findings (input wait, loader CPU, I/O wait, capacity, compute-/memory-bound
 declared with their families."""
 from __future__ import annotations
 
+from trainscope.analyzers import fix_text
+
 from trainscope.analyzers.findings.base import DiffMeasure, FindingSpec, Fix, fixed, stake_pct
 
 _RECORD = Fix("record-trace", "Record a trace to see what idles the GPU",
@@ -14,7 +16,7 @@ _RECORD = Fix("record-trace", "Record a trace to see what idles the GPU",
               "nsys profile -t cuda,nvtx,osrt -o run ./app && nsys export --type sqlite run.nsys-rep\n"
               "# then: trainscope analyze run.sqlite",
               projection="none", basis="no projection: counters cannot tell launch overhead, syncs and "
-                                       "communication apart")
+                                       "communication apart", text=fix_text._record)
 
 UNDERUTILIZED = FindingSpec(
     id="gpu/underutilized", axis="insufficient_evidence", title="GPU underutilized",
@@ -36,7 +38,7 @@ MEMORY_CREEP = FindingSpec(
     id="machine/memory-creep", axis="machine", title="Memory grows steadily over the run",
     measure=None, can_be_primary=False, severity=fixed("moderate"),
     fix=Fix("find-the-leak", "Find what keeps memory alive from one iteration to the next",
-            "total_loss += loss.item()   # not `+= loss`: a tensor keeps each iteration's graph alive\n"
+            "running_total += value.item()   # keep numbers, not tensors: a kept tensor holds its iteration's graph\n"
             "# GPU: torch.cuda.memory._record_memory_history(max_entries=100_000) ... then\n"
             "#      torch.cuda.memory._dump_snapshot('mem.pickle') and `trainscope memory mem.pickle`\n"
             "# host: tracemalloc.start(); compare tracemalloc.take_snapshot() between two iterations",

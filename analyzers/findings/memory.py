@@ -77,9 +77,8 @@ BANDWIDTH = FindingSpec(
             "F.scaled_dot_product_attention(q, k, v)  # fused attention instead of softmax(QK^T)V",
             "// fuse chains of elementwise/normalization kernels into one kernel (one read, one write);\n"
             "// keep intermediates in registers/shared memory; use lower-precision storage (bf16/fp8) to halve bytes",
-            projection="busy", basis="if the {stake:.1f} % memory-bound kernel time vanished entirely (fusion shrinks it, "
-                                     "so real gains are smaller)",
-            whatif_label="memory-bound kernels fused away",
+            projection="roofline", basis="roofline bound on the {stake:.1f} % memory-bound kernel time",
+            whatif_label="memory-bound kernels at their roofline bound (fused runs, operands read once)",
             text=fix_text._bandwidth),
     whatif_pool="memory-bound",
     diff_measure=DiffMeasure("memory-bound kernel time", "ms per step", stake_ms("machine/bandwidth")),
@@ -93,12 +92,12 @@ UNFUSED_ATTENTION = FindingSpec(
     title="Attention is computed unfused: score matrices go through memory kernel by kernel",
     measure=_unfused, can_be_primary=True, severity=_ATTN_SEV,
     fix=Fix("fused-attention", "Use fused attention (SDPA / FlashAttention)",
-            "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+            "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # the model's own mask\n"
             "# replaces scores = q @ k.transpose(-2, -1) / sqrt(d); mask; softmax; @ v",
             "// call a fused attention kernel (cuDNN frontend SDPA, FlashAttention's C++ API, CK/aiter fmha on ROCm)\n"
             "// instead of GEMM → softmax → GEMM over materialized L×L score matrices",
-            projection="busy", basis="if the {stake:.1f} % memory-bound attention time vanished (fused kernels still do "
-                                     "the matmuls, so real gains are smaller)",
+            projection="busy", basis="fused attention never writes the score matrices: the {stake:.1f} % memory-bound "
+                                     "attention time (mask, softmax, scaling over them) goes, the matmuls stay",
             whatif_label="unfused attention's memory-bound kernels gone",
             text=fix_text._attention),
     whatif_pool="memory-bound",
@@ -152,7 +151,7 @@ FRAGMENTATION = FindingSpec(
     id="machine/fragmentation", axis="machine", title="Reserved memory the allocator cannot use for tensors",
     measure=None, can_be_primary=False, severity=fixed("moderate"),
     fix=Fix("expandable-segments", "Let the caching allocator grow segments instead of splitting them",
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py\n"
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python your_job.py\n"
             "# or allocate the largest, longest-lived tensors first; avoid many differently sized temporaries",
             "// allocate long-lived buffers once, up front, from one arena; use cudaMallocAsync with a memory pool\n"
             "// (cudaMemPoolSetAttribute release threshold) rather than many cudaMalloc/cudaFree of varying sizes",

@@ -3,6 +3,8 @@ carries less work waits there for the slowest one. That wait is time the job los
 not to communication (a collective's duration includes the wait for its last arrival)."""
 from __future__ import annotations
 
+from trainscope.analyzers import fix_text
+
 from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake, stake_ms
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.rules import Rules
@@ -61,7 +63,7 @@ IMBALANCE = FindingSpec(
             "// partition work by measured cost, not by count (tables, rows, sequence tokens); re-partition\n"
             "// when per-rank kernel time drifts apart",
             projection="busy", basis="if no rank waited for a slower one ({stake:.1f} % of step time)",
-            whatif_label="ranks balanced: no wait for the slowest"),
+            whatif_label="ranks balanced: no wait for the slowest", text=fix_text._balance),
     whatif_pool="comm",
     diff_measure=DiffMeasure("collective time waiting for the slowest rank", "ms per step", stake_ms("ranks/imbalance")),
     critical_path="communication", headline="RANK-IMBALANCE-BOUND", label_class="imbalance", sink="imbalance",

@@ -158,7 +158,7 @@ def _reduce_ranks(report: Report) -> None:
     from trainscope.analyzers.analysis import with_rank_imbalance
     from trainscope.analyzers.ranks import align_ranks, ranks_view, with_aligned_imbalance
     from trainscope.analyzers.stragglers import stragglers_from
-    from trainscope.reports.deep import alignment_dict, stragglers_dict
+    from trainscope.reports.deep import stragglers_dict, with_alignment
 
     rules, analyses = report.rules, report.ranks
     summaries = report.rank_summaries()
@@ -166,7 +166,7 @@ def _reduce_ranks(report: Report) -> None:
     report.stragglers = stragglers_dict(report.straggler_analysis)
     alignment = align_ranks(summaries, rules)
     if alignment is not None:
-        report.stragglers["alignment"] = alignment_dict(alignment)
+        with_alignment(report.stragglers, alignment)  # the aligned answer; the step-offset list kept apart
     # Rank imbalance is decided here, once: each rank re-judged with the wait the alignment measured
     # inside its collectives where they match, else with the estimate from compute-time differences.
     if alignment is not None and alignment.instances:
