@@ -86,6 +86,7 @@ class Event(msgspec.Struct, gc=False):
 
 
 _EVENTS = msgspec.json.Decoder(list[Event])
+_RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])  # whole events, validated, kept as their bytes
 _ANY = msgspec.json.Decoder()
 
 
@@ -330,6 +331,15 @@ def _damaged(why: str, n: int, where: int, parser=None) -> str:
 def _decode_slice(buf: bytes, start: int, end: int, parser) -> int | None:
     """Decode ``buf[start:end]`` (whole events, comma-separated) and feed them; None if it is not."""
     piece = b"[" + buf[start:end] + b"]"
+    if getattr(parser, "raw", False):  # a copier (the Perfetto export): each event's own bytes
+        try:
+            raws = _RAW_EVENTS.decode(piece)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            if b"NaN" not in piece and b"Infinity" not in piece:
+                return None
+        else:
+            parser.feed_raw(raws)
+            return len(raws)
     try:
         events = _EVENTS.decode(piece)
     except msgspec.ValidationError:
