@@ -23,6 +23,12 @@ def open_traces(path: str, progress: Progress | None = None) -> TraceSet:
     if not os.path.exists(path):
         raise TraceError(path, "no such file or directory")
     if os.path.isdir(path):
+        from trainscope.collectors.columnar import ArrowDir
+
+        if ArrowDir.looks_like(path):  # nsys export --type arrowdir|parquetdir
+            from trainscope.collectors.nsys import load_nsys_columnar
+
+            return TraceSet(path=path, traces=load_nsys_columnar(path, progress))
         return _open_directory(path, progress)
     check_regular_file(path)
     return TraceSet(path=path, traces=open_any(path, progress))
