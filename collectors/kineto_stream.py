@@ -85,6 +85,12 @@ class Event(msgspec.Struct, gc=False):
     args: Union[Args, None] = None
 
 
+try:  # zlib-ng inflates the same deflate stream ≈ 1.5–2.7× faster than zlib (docs/scale.md)
+    from zlib_ng import zlib_ng as _inflate
+except ImportError:  # pragma: no cover - a dependency; zlib stays correct without it
+    _inflate = zlib  # type: ignore[assignment]
+_INFLATE_ERRORS = (zlib.error,) if _inflate is zlib else (zlib.error, _inflate.error)
+
 _EVENTS = msgspec.json.Decoder(list[Event])
 _RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])  # whole events, validated, kept as their bytes
 _ANY = msgspec.json.Decoder()
@@ -163,7 +169,7 @@ class _Source:
             from trainscope.collectors.readers import check_expansion, decompression_cap
 
             cap, check_ratio = decompression_cap()  # the same cap as every other gunzip (a gzip bomb)
-            dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            dec = _inflate.decompressobj(16 + zlib.MAX_WBITS)
             damaged = None
             read_in = 0
             while block := f.read(_BLOCK // 8):
@@ -177,7 +183,9 @@ class _Source:
                         self.produced += len(out)
                         check_expansion(self.path, self.produced, read_in - len(pending), cap, check_ratio)
                         yield out
-                except zlib.error as e:
+                        if dec.eof:  # the rest is unused_data (a second member, padding)
+                            break
+                except _INFLATE_ERRORS as e:
                     damaged = f"corrupt gzip data ({e})"
                     break
                 if dec.eof:
