@@ -221,12 +221,74 @@ class _Copier:
         pass
 
 
+_TAIL = 8 << 20  # bytes from the end of a plain file searched for the end of the event array
+
+
+def _array_span(path: str) -> tuple[int, int, dict] | None:
+    """Where a plain (not gzip) trace's event array holds its events — (first byte after "[", end of
+    the last event, the top-level fields) — found from the head and the last 8 MB alone; None when
+    the file does not end in a whole event array (damage, truncation, gzip: then every event is
+    validated on the way)."""
+    import re
+
+    from trainscope.collectors.kineto_stream import _array_ends, _top
+    from trainscope.collectors.readers import GZIP_MAGIC
+
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        first = f.read(min(size, 64 << 20))
+        if first[:2] == GZIP_MAGIC:
+            return None
+        lead = first.lstrip()
+        if lead[:1] == b"[":
+            head = first[:len(first) - len(lead) + 1]
+        elif lead[:1] == b"{":
+            m = re.compile(rb'"traceEvents"\s*:\s*\[').search(first)
+            if not m:
+                return None
+            head = first[:m.end()]
+        else:
+            return None
+        tail_at = max(len(head), size - _TAIL)
+        f.seek(tail_at)
+        tail = f.read()
+    if not first[len(head):].strip()[:1] == b"{":
+        return None  # an empty array: the validated path says so
+    for ev_end, trailer in _array_ends(head if head.lstrip()[:1] == b"{" else b"", tail):
+        if ev_end == 0:
+            return None
+        end = tail_at + ev_end
+        return len(head), end, _top(head, b"]" + trailer) if head.lstrip()[:1] == b"{" else {}
+    return None
+
+
 def _copy_kineto(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, device: int) -> bool:
     """The source file's events and top-level fields, then the findings; False (nothing written)
-    when the stream cannot place the file."""
+    when the stream cannot place the file.
+
+    A plain file that ends in a whole event array (the analysis has just read it) is copied as
+    bytes between the array's brackets, unparsed; anything else (gzip, damage) goes through the
+    stream reader, every event validated by msgspec as raw JSON on the way."""
     from trainscope.collectors.errors import TraceError
     from trainscope.collectors.kineto_stream import Fallback, stream_events
 
+    try:
+        span = _array_span(trace.source)
+    except (OSError, ValueError):
+        span = None
+    if span is not None:
+        start, end, top = span
+        out.write(b'{"traceEvents":[')
+        with open(trace.source, "rb") as f:
+            f.seek(start)
+            left = end - start
+            while left > 0:
+                block = f.read(min(left, 16 << 20))
+                if not block:
+                    return False
+                out.write(block)
+                left -= len(block)
+        return _finish_copy(out, trace, model, doc, device, top)
     copier = _Copier(out)
     try:
         top, _warnings = stream_events(trace.source, copier)
@@ -234,6 +296,10 @@ def _copy_kineto(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, devi
         return False
     if copier.count == 0:
         return False
+    return _finish_copy(out, trace, model, doc, device, top)
+
+
+def _finish_copy(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, device: int, top: dict) -> bool:
     base = top.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, (int, float)) and np.isfinite(base) else 0
     # The model's times are ns from trace.origin_ns (= the file's clock origin + its base): move them back.

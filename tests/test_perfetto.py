@@ -261,3 +261,33 @@ def test_the_export_of_an_nsight_export_names_the_gpus_and_keeps_every_row(tmp_p
         assert len(getattr(back, table)) == len(getattr(r.trace, table)), table
     got = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("name", "")).startswith(FINDING_PREFIX))
     assert got == sum(len(finding_intervals(r.timeline, f["id"])) for f in r.doc["findings"])
+
+
+@pytest.mark.parametrize("cut", [None, 0.7])
+def test_a_plain_file_is_copied_between_its_brackets_and_a_damaged_one_event_by_event(cut, tmp_path):
+    """A plain .json that ends in a whole event array is copied as bytes (no parse); a truncated
+    one goes through the validated stream: the export then holds the whole events the analysis read."""
+    from trainscope.analyzers.rules import Rules
+    from trainscope.collectors import open_traces
+    from trainscope.reports.perfetto import _array_span, write_perfetto
+    from trainscope.tui.state import build_session
+
+    raw = gzip.decompress((KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz").read_bytes())
+    src = tmp_path / "r.json"
+    src.write_bytes(raw if cut is None else raw[: int(len(raw) * cut)])
+    assert (_array_span(str(src)) is None) == (cut is not None)
+    s = build_session(str(src), open_traces(str(src)), Rules())
+    r = s.ranks[s.main_rank]
+    out = tmp_path / "x.json"
+    write_perfetto(str(out), r.trace, r.analysis, r.doc, r.timeline)
+    doc = json.loads(out.read_text())
+    pid = doc["trainscope"]["findings_pid"]
+    mine = [e for e in doc["traceEvents"] if e.get("pid") != pid]
+    if cut is None:
+        assert mine == json.loads(raw)["traceEvents"]
+    else:
+        from trainscope.collectors.kineto_stream import _EVENTS  # noqa: F401 (the reader's own view)
+
+        back = open_traces(str(out)).traces[0]
+        assert len(back.kernels) == len(r.trace.kernels) and len(back.cpu_ops) == len(r.trace.cpu_ops)
+        assert 0 < len(mine) < len(json.loads(raw)["traceEvents"])
