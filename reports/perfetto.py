@@ -49,16 +49,22 @@ def _us1(ns: int, offset_ns: int = 0) -> float | int:
     return t // 1000 if t % 1000 == 0 else t / 1e3
 
 
-def finding_intervals(model: TimelineModel, finding_id: str) -> list[tuple[int, int]]:
-    """Every interval a finding cites: its category's time inside the steps, in time order (ns
-    from the trace origin). Empty when it has no category."""
+def finding_arrays(model: TimelineModel, finding_id: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every interval a finding cites, as (starts, ends) arrays: its category's time inside the
+    steps, in time order (ns from the trace origin). Empty when it has no category."""
     cat = FINDING_CATEGORY.get(finding_id)
     steps = model.segmentation.steps
     if cat is None or not steps:
-        return []
+        return np.empty(0, np.int64), np.empty(0, np.int64)
     s, e = model.gpu_sets[GPU_CATEGORIES.index(cat)]
     keep = iv.contains((np.asarray(model.step_starts), np.asarray(model.step_ends)), s)
     s, e = s[keep], np.minimum(e[keep], model.step_ends[np.searchsorted(model.step_starts, s[keep], side="right") - 1])
+    return s, e
+
+
+def finding_intervals(model: TimelineModel, finding_id: str) -> list[tuple[int, int]]:
+    """:func:`finding_arrays` as a list of (start, end) pairs."""
+    s, e = finding_arrays(model, finding_id)
     return list(zip(s.tolist(), e.tolist()))
 
 
@@ -84,9 +90,11 @@ def findings_events(model: TimelineModel, doc: dict, device: int, offset_ns: int
         yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": n, "args": {"sort_index": n}}
         name = f"{FINDING_PREFIX}{f['id']}: {f['title']}"
         args = {"device": device, "finding": f["id"], "severity": f["severity"], "stake_pct": f["stake_pct"]}
-        for s, e in finding_intervals(model, f["id"]):
-            yield {"ph": "X", "cat": "gpu_user_annotation", "pid": pid, "tid": n, "name": name,
-                   "ts": _us1(s, offset_ns), "dur": _us1(e - s), "args": args}
+        starts, ends = finding_arrays(model, f["id"])
+        for lo in range(0, len(starts), _BATCH):  # Python objects for one batch at a time
+            for s, e in zip(starts[lo:lo + _BATCH].tolist(), ends[lo:lo + _BATCH].tolist()):
+                yield {"ph": "X", "cat": "gpu_user_annotation", "pid": pid, "tid": n, "name": name,
+                       "ts": _us1(s, offset_ns), "dur": _us1(e - s), "args": args}
 
 
 # -- the output file ---------------------------------------------------------------------------
@@ -236,23 +244,27 @@ def _array_span(path: str) -> tuple[int, int, dict] | None:
 
     size = os.path.getsize(path)
     with open(path, "rb") as f:
-        first = f.read(min(size, 64 << 20))
-        if first[:2] == GZIP_MAGIC:
-            return None
-        lead = first.lstrip()
-        if lead[:1] == b"[":
-            head = first[:len(first) - len(lead) + 1]
-        elif lead[:1] == b"{":
-            m = re.compile(rb'"traceEvents"\s*:\s*\[').search(first)
-            if not m:
+        for limit in (1 << 20, 64 << 20):  # the head is small unless top-level fields precede the events
+            f.seek(0)
+            first = f.read(min(size, limit))
+            if first[:2] == GZIP_MAGIC:
                 return None
-            head = first[:m.end()]
+            lead = first[:4096].lstrip()
+            if lead[:1] == b"[":
+                head = first[:len(first[:4096]) - len(lead) + 1]
+                break
+            if lead[:1] != b"{":
+                return None
+            m = re.compile(rb'"traceEvents"\s*:\s*\[').search(first)
+            if m:
+                head = first[:m.end()]
+                break
         else:
             return None
         tail_at = max(len(head), size - _TAIL)
         f.seek(tail_at)
         tail = f.read()
-    if not first[len(head):].strip()[:1] == b"{":
+    if not first[len(head):len(head) + 4096].lstrip()[:1] == b"{":
         return None  # an empty array: the validated path says so
     for ev_end, trailer in _array_ends(head if head.lstrip()[:1] == b"{" else b"", tail):
         if ev_end == 0:
