@@ -184,6 +184,9 @@ class _SqliteSource:
         conds = [f'"{c}" IS NOT NULL' for c in not_null]
         if one_of is not None:
             conds.append(f'"{one_of[0]}" IN ({", ".join(str(int(x)) for x in one_of[1])})')
+            if one_of[0] not in have:
+                raise TraceError(self.path, f"Nsight export table {table} lacks column {one_of[0]!r} (unknown schema)")
+            wanted = {c: d for c, d in wanted.items() if c != one_of[0]}  # a filter, not a column to keep
         where = f"WHERE {' AND '.join(conds)}" if conds else ""
         exprs = []
         for col, default in wanted.items():
@@ -271,8 +274,11 @@ class _ArrowSource:
             return m
 
         wanted_defaults = {c: (0 if defaults[c] is None and c not in text else defaults[c]) for c in wanted}
-        return _Rows(self.dir.table(table, wanted_defaults, text=text, real=real,
-                                    row_filter=keep if (not_null or one_of) else None))
+        r = _Rows(self.dir.table(table, wanted_defaults, text=text, real=real,
+                                 row_filter=keep if (not_null or one_of) else None))
+        if one_of is not None:
+            r.cols.pop(one_of[0], None)  # a filter, not a column to keep (as in the SQLite source)
+        return r
 
 
 class _Reader:
@@ -408,6 +414,7 @@ class _Reader:
             return None
         tid = np.where(r["globalTid"] != 0, r["globalTid"], r["endGlobalTid"])
         r.cols["globalTid"] = tid
+        del r.cols["endGlobalTid"]
         # A range's text is its own (text) or a registered string (textId): one code space for both.
         tc: TextColumn = r["text"]  # type: ignore[assignment]
         null_codes = [j for j, v in enumerate(tc.values) if v is None]
