@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers.kernel_families import tokenize
+from trainscope.analyzers.nesting import nest_parents
 from trainscope.analyzers.kernels import classify_kernel
 from trainscope.analyzers.op_formulas import PRECISIONS, OpCost, op_cost  # noqa: F401 (re-exported)
 from trainscope.traces.model import Trace
@@ -93,25 +94,6 @@ class KernelCosts:
 # --- linking kernels to operators ---------------------------------------------------------------
 
 
-def _parents(starts: np.ndarray, ends: np.ndarray, threads: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """Parent operator (enclosing, same thread) of each op, -1 for top-level; ``order`` sorts ops by
-    (thread, start, -duration)."""
-    parent = np.full(len(starts), -1, np.int64)
-    stack: list[int] = []
-    last_thread = None
-    s_l, e_l, t_l = starts.tolist(), ends.tolist(), threads.tolist()
-    for i in order.tolist():
-        if t_l[i] != last_thread:
-            stack, last_thread = [], t_l[i]
-        s = s_l[i]
-        while stack and e_l[stack[-1]] < s:
-            stack.pop()
-        if stack and e_l[i] <= e_l[stack[-1]]:
-            parent[i] = stack[-1]
-        stack.append(i)
-    return parent
-
-
 def link_kernels(trace: Trace) -> np.ndarray:
     """cpu_ops row of the operator that launched each kernel (-1: none found)."""
     k, r, ops, oi = trace.kernels, trace.runtime, trace.cpu_ops, trace.op_inputs
@@ -131,7 +113,7 @@ def link_kernels(trace: Trace) -> np.ndarray:
             launches = rrow[pos[has]]
             uniq, inv = np.unique(launches, return_inverse=True)
             order = np.lexsort((-ops.dur, ops.ts, ops.thread))
-            parent = _parents(ops.ts, ops.end, ops.thread, order)
+            parent = nest_parents(ops.ts, ops.end, order, ops.thread)  # enclosing operator, same thread
             # last operator on the launch's thread that started at or before the launch
             key_t = ops.thread[order].astype(np.int64)
             key_s = ops.ts[order]

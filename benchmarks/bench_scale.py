@@ -3,6 +3,14 @@
 Run on demand (not a test):
 
     python benchmarks/bench_scale.py [--sizes 0.1,0.3,1] [--no-hta] [--gzip] [--keep DIR]
+    python benchmarks/bench_scale.py --all --sizes 1 --keep /tmp/scale   # the issue-26 table, one run
+
+``--all`` measures, per size and in the same run: the Kineto JSON with its floors (a bare
+simdjson parse of the same file, HTA's load unless ``--no-hta``) and ``--perfetto`` on it, the
+same JSON gzip-compressed, an Nsight SQLite export of the same size with its floor (a bare
+column fetch of the tables and columns the reader selects), and the 64-rank map serial against
+``--jobs 2`` (``--ranks N``). Every figure is printed with its ratio to its reference and the
+load average, so the ratios carry to another machine even where the seconds do not.
 
 The traces are built by repeating a real trace (default: the A100 control trace of HTA's test
 data, 35 MB of JSON) end to end, each copy shifted past the previous one in time and with its
@@ -161,6 +169,130 @@ def _run(cmd: list[str]) -> tuple[float, float, str, float]:
     return float(wall), int(rss) / 1024, rest, float(cpu)
 
 
+SIMDJSON_PARSE = """
+import sys, time, gzip
+import simdjson
+path = sys.argv[1]
+t0 = time.perf_counter()
+if path.endswith(".gz"):
+    from zlib_ng import gzip_ng
+    data = gzip_ng.open(path, "rb").read()
+else:
+    data = open(path, "rb").read()
+doc = simdjson.Parser().parse(data)
+n = len(doc["traceEvents"] if hasattr(doc, "keys") else doc)
+print(time.perf_counter() - t0)
+"""
+
+# The bare fetch of what collectors/nsys.py selects, through the same driver, with no processing.
+COLUMN_FETCH = """
+import sys, time
+from trainscope.collectors.columnar import SqliteColumns
+t0 = time.perf_counter()
+c = SqliteColumns(sys.argv[1])
+q = {
+  "CUPTI_ACTIVITY_KIND_KERNEL": 'SELECT start, "end", deviceId, streamId, correlationId, globalPid, demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL',
+  "CUPTI_ACTIVITY_KIND_RUNTIME": 'SELECT start, "end", globalTid, nameId, correlationId, eventClass FROM CUPTI_ACTIVITY_KIND_RUNTIME',
+  "NVTX_EVENTS": 'SELECT start, "end", eventType, COALESCE(globalTid, 0), COALESCE(endGlobalTid, 0), COALESCE(textId, -1), text FROM NVTX_EVENTS WHERE "end" IS NOT NULL',
+  "CUPTI_ACTIVITY_KIND_MEMCPY": 'SELECT start, "end", deviceId, streamId, copyKind, srcKind, dstKind, bytes, correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_MEMCPY',
+}
+for t, sql in q.items():
+    names = [f"c{i}" for i in range(sql.split(" FROM ")[0].count(",") + 1)]
+    try:
+        c.fetch(sql, names, text=[names[-1]] if t in ("NVTX_EVENTS",) else [])
+    except Exception as e:
+        print("skipped", t, e, file=sys.stderr)
+print(time.perf_counter() - t0)
+"""
+
+
+def _child_seconds(code: str, *argv: str) -> tuple[float, float, float, float]:
+    """(seconds the child printed, its wall, peak RSS MiB, CPU s)."""
+    wall, rss, out, cpu = _run([sys.executable, "-c", code, *argv])
+    return float(out.strip().splitlines()[-1]), wall, rss, cpu
+
+
+def _analyze(path: pathlib.Path, *extra: str) -> tuple[float, float, str, float]:
+    return _run([sys.executable, "-m", "trainscope", "analyze", str(path), "--format", "json", "-q", *extra])
+
+
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def build_ranks(where: pathlib.Path, n: int, source: pathlib.Path) -> pathlib.Path:
+    """``n`` rank files (copies of one real trace: the same work per rank) in ``where/ranksN``."""
+    import shutil
+
+    d = where / f"ranks{n}"
+    d.mkdir(parents=True, exist_ok=True)
+    for r in range(n):
+        f = d / f"rank{r}.json.gz"
+        if not f.exists():
+            shutil.copyfile(source, f)
+    return d
+
+
+def run_all(args, where: pathlib.Path) -> None:
+    """The issue-26 table: every input at the same size, each beside its floor, in one run."""
+    from zlib_ng import gzip_ng
+
+    rows: list[str] = []
+
+    def row(label: str, wall: float, cpu: float, rss: float, ref: str) -> None:
+        rows.append(f"| {label} | {wall:.1f} s | {cpu:.1f} s | {rss:,.0f} MiB | {ref} | {_load()} |")
+        print(rows[-1], flush=True)
+
+    for gb in [float(s) for s in args.sizes.split(",") if s.strip()]:
+        path = where / f"scale_{gb:g}GB.json"
+        if not path.exists():
+            copies, n = build_trace(pathlib.Path(args.source), int(gb * 1e9), path)
+            print(f"built {path.name}: {copies} copies, {n / 1e6:,.0f} MB", flush=True)
+        gz = where / f"scale_{gb:g}GB.json.gz"
+        if not gz.exists():
+            import shutil
+
+            with open(path, "rb") as f, gzip_ng.open(gz, "wb", compresslevel=1) as g:
+                shutil.copyfileobj(f, g, 1 << 24)
+        db = where / f"scale_{gb:g}GB.sqlite"
+        if not db.exists():
+            build_nsys(NSYS_SOURCE, int(gb * 1e9), db)
+            print(f"built {db.name}", flush=True)
+        mb = path.stat().st_size / 1e6
+        floor, fw, frss, fcpu = _child_seconds(SIMDJSON_PARSE, str(path))
+        row(f"simdjson parse, {mb:,.0f} MB JSON (floor)", floor, fcpu, frss, "—")
+        k_wall, k_rss, _, k_cpu = _analyze(path)
+        row(f"Kineto JSON {mb:,.0f} MB", k_wall, k_cpu, k_rss, f"{k_wall / floor:.2f}× simdjson parse")
+        with tempfile.TemporaryDirectory() as d:
+            p_wall, p_rss, _, p_cpu = _analyze(path, "--perfetto", f"{d}/x.json")
+        row(f"Kineto JSON {mb:,.0f} MB --perfetto", p_wall, p_cpu, p_rss,
+            f"+{100 * (p_wall / k_wall - 1):.0f} % time, +{p_rss - k_rss:,.0f} MiB")
+        g_wall, g_rss, _, g_cpu = _analyze(gz)
+        row(f"Kineto .json.gz ({gz.stat().st_size / 1e6:,.0f} MB)", g_wall, g_cpu, g_rss, f"{g_wall / k_wall:.2f}× plain")
+        c_floor, cw, crss, ccpu = _child_seconds(COLUMN_FETCH, str(db))
+        dbmb = db.stat().st_size / 1e6
+        row(f"column fetch, {dbmb:,.0f} MB SQLite (floor)", c_floor, ccpu, crss, "—")
+        n_wall, n_rss, _, n_cpu = _analyze(db)
+        row(f"Nsight SQLite {dbmb:,.0f} MB", n_wall, n_cpu, n_rss,
+            f"{n_wall / k_wall:.2f}× Kineto, {n_wall / c_floor:.2f}× column fetch")
+        if not args.no_hta:
+            with tempfile.TemporaryDirectory() as hdir:
+                h, hw, hrss, hcpu = _child_seconds(HTA_LOAD, str(path), hdir)
+            row(f"HTA load {mb:,.0f} MB", h, hcpu, hrss, f"trainscope {k_wall / h:.2f}× of it")
+    if args.ranks:
+        d = build_ranks(where, args.ranks, ROOT / "tests" / "data" / "kineto" / "resnet50_v100_num_workers_0.pt.trace.json.gz")
+        s_wall, s_rss, _, s_cpu = _analyze(d, "--jobs", "1")
+        row(f"{args.ranks} ranks, serial", s_wall, s_cpu, s_rss, "—")
+        j_wall, j_rss, _, j_cpu = _analyze(d, "--jobs", "2")
+        row(f"{args.ranks} ranks, --jobs 2", j_wall, j_cpu, j_rss, f"{j_wall / s_wall:.2f}× serial")
+    print()
+    print(f"machine: {os.cpu_count()} CPUs; load average 1/5/15 min at the end: {_load()}")
+    print("| input | wall | CPU | peak RSS | ratio to its reference | load avg 1/5/15 |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(r)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="0.1,0.3,1", help="trace sizes in GB of JSON (10⁹ bytes), comma-separated")
@@ -170,7 +302,21 @@ def main() -> int:
     ap.add_argument("--nsys", action="store_true",
                     help="build Nsight Systems SQLite exports instead (sizes are of the database file); HTA is skipped")
     ap.add_argument("--keep", metavar="DIR", help="build the traces in DIR and keep them (default: a temporary dir)")
+    ap.add_argument("--all", action="store_true", help="every input and its floor in one run (the issue-26 table)")
+    ap.add_argument("--ranks", type=int, default=0, metavar="N",
+                    help="with --all: N rank files, analyzed serially and with --jobs 2")
     args = ap.parse_args()
+    if args.all:
+        tmp = tempfile.TemporaryDirectory() if not args.keep else None
+        where = pathlib.Path(args.keep or tmp.name)
+        where.mkdir(parents=True, exist_ok=True)
+        print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average {_load()}", flush=True)
+        try:
+            run_all(args, where)
+        finally:
+            if tmp is not None:
+                tmp.cleanup()
+        return 0
     sizes = [float(s) for s in args.sizes.split(",") if s.strip()]
     tmp = tempfile.TemporaryDirectory() if not args.keep else None
     where = pathlib.Path(args.keep or tmp.name)

@@ -36,6 +36,7 @@ class Reader:
     rank_files: bool = False  # a directory of such files is a set of ranks
     needs_bytes: bool = True  # an empty file is refused before sniffing
     refusal: str | None = None  # what to say when the kind is recognized but not read by analyze
+    directory: bool = False  # the input is a directory (one export), not a file
 
     def claims(self, path: str, head: bytes) -> bool:
         lower = path.lower()
@@ -57,6 +58,12 @@ def _is_pickle(path: str, head: bytes) -> bool:
     from trainscope.collectors.snapshot import is_pickle
 
     return is_pickle(head)
+
+
+def _arrow_dir(path: str, head: bytes) -> bool:
+    from trainscope.collectors.columnar import ArrowDir
+
+    return ArrowDir.looks_like(path)
 
 
 def _fake_sqlite(path: str, head: bytes) -> bool:
@@ -90,6 +97,8 @@ READERS: tuple[Reader, ...] = (
            "trainscope.collectors.formats:_load_live", counters_only=True),
     Reader("kineto", "PyTorch profiler (Kineto) chrome trace, plain or gzipped", KINETO_SUFFIXES, _is_kineto,
            "trainscope.collectors.formats:_load_kineto", rank_files=True),
+    Reader("nsys-columnar", "Nsight Systems columnar export, a folder of tables (`nsys export --type arrowdir` or "
+           "`parquetdir`)", (), _arrow_dir, "trainscope.collectors.nsys:load_nsys_columnar", directory=True),
 )
 
 COUNTER_FORMATS: tuple[str, ...] = tuple(r.name for r in READERS if r.counters_only)
@@ -121,6 +130,12 @@ def _load_nsys_rep(path: str, progress: Progress | None) -> "list[Trace]":
     return load_nsys(export_report(path, progress), progress)
 
 
+def directory_reader_for(path: str) -> Reader | None:
+    """The row that reads directory ``path`` as one input (a columnar Nsight export), or None: a
+    directory of rank traces."""
+    return next((r for r in READERS if r.directory and r.claims(path, b"")), None)
+
+
 def reader_for(path: str) -> Reader:
     """The row that reads ``path`` (a regular, readable file), or TraceError: empty, recognized but not
     an analyze input (with what reads it), or unrecognized."""
@@ -129,7 +144,7 @@ def reader_for(path: str) -> Reader:
     empty = os.path.getsize(path) == 0
     head = b"" if empty else sniff(path)
     for r in READERS:
-        if empty and r.needs_bytes:
+        if r.directory or (empty and r.needs_bytes):
             continue
         if r.claims(path, head):
             if r.load is None:

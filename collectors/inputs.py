@@ -5,7 +5,7 @@ import os
 import re
 
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.formats import RANK_FILE_SUFFIXES, reader_for
+from trainscope.collectors.formats import RANK_FILE_SUFFIXES, directory_reader_for, reader_for
 from trainscope.collectors.readers import Progress, check_regular_file
 from trainscope.traces.model import Trace, TraceSet
 
@@ -18,6 +18,9 @@ def open_traces(path: str, progress: Progress | None = None) -> TraceSet:
     if not os.path.exists(path):
         raise TraceError(path, "no such file or directory")
     if os.path.isdir(path):
+        one = directory_reader_for(path)  # a folder that is one export (nsys export --type arrowdir)
+        if one is not None:
+            return TraceSet(path=path, traces=one.loader()(path, progress))
         return _open_directory(path, progress)
     check_regular_file(path)
     return TraceSet(path=path, traces=open_any(path, progress))

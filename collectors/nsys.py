@@ -16,17 +16,24 @@ together): every process that ran GPU work becomes one :class:`Trace`. Read:
 Schemas from 2.9 (nsys 2022) to 3.27 (nsys 2026) and later load: columns are looked up by name,
 optional ones default, and any table may be absent (Nsight creates only tables that hold rows).
 The file is opened read-only (``mode=ro`` URI); nothing is written next to it.
+
+The large tables are read as columns (collectors/columnar.py: the ADBC SQLite driver writes them
+into Arrow batches, texts dictionary-encoded, only the columns used), with ``sqlite3`` as the
+fallback for a table the driver refuses. Nsight's columnar exports (``nsys export --type
+arrowdir`` / ``parquetdir``, a directory with one file per table) are read by the same reader
+without SQLite (:func:`load_nsys_columnar`).
 """
 from __future__ import annotations
 
 import pathlib
 import re
 import sqlite3
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
+from trainscope.collectors import columnar
+from trainscope.collectors.columnar import TextColumn
 from trainscope.collectors.nsys_graphs import add_graph_replays
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.readers import Progress
@@ -77,15 +84,19 @@ class _Rows:
         return self.cols[k]
 
 
+def _is_wal(path: str) -> bool:
+    with open(path, "rb") as f:
+        header = f.read(20)
+    return len(header) == 20 and 2 in header[18:20]
+
+
 def connect_readonly(path: str) -> sqlite3.Connection:
     """Open ``path`` read-only, writing nothing beside it. ``mode=ro`` can neither create nor modify
     the file; a rollback-journal database (what ``nsys export`` writes) then needs no other file and
     still sees the lock of an export in progress. A WAL-mode database would get ``-wal``/``-shm``
     files even read-only (and fail in a read-only folder), so it is opened ``immutable=1``: no
     locks, no files, the last checkpointed state."""
-    with open(path, "rb") as f:
-        header = f.read(20)
-    wal = len(header) == 20 and 2 in header[18:20]
+    wal = _is_wal(path)
     uri = pathlib.Path(path).absolute().as_uri() + ("?mode=ro&immutable=1" if wal else "?mode=ro")
     try:
         con = sqlite3.connect(uri, uri=True, timeout=2.0, check_same_thread=False)
@@ -113,34 +124,71 @@ def _sqlite_problem(e: Exception) -> str:
 def load_nsys(path: str, progress: Progress | None = None) -> list[Trace]:
     """Read an Nsight Systems SQLite export: one :class:`Trace` per process that used the GPU."""
     con = connect_readonly(path)
+    cols = None
+    if columnar.available():
+        try:
+            cols = columnar.SqliteColumns(path, wal=_is_wal(path))
+        except columnar.Unavailable:
+            cols = None
     try:
-        return _Reader(path, con, progress).read()
+        return _Reader(path, _SqliteSource(path, con, cols), progress).read()
     except sqlite3.DatabaseError as e:
         raise TraceError(path, f"cannot read the Nsight export ({_sqlite_problem(e)})") from None
     except (ValueError, TypeError, OverflowError) as e:  # SQLite columns can hold any type
         raise TraceError(path, f"unexpected value in the Nsight export ({type(e).__name__}: {str(e)[:120]})") from None
     finally:
         con.close()
+        if cols is not None:
+            cols.close()
 
 
-class _Reader:
-    def __init__(self, path: str, con: sqlite3.Connection, progress: Progress | None) -> None:
+def load_nsys_columnar(path: str, progress: Progress | None = None) -> list[Trace]:
+    """Read Nsight's columnar export (``nsys export --type arrowdir`` or ``parquetdir``): a
+    directory of one Arrow IPC or Parquet file per table, the tables and columns of the SQLite export."""
+    try:
+        src = _ArrowSource(path)
+    except columnar.Unavailable as e:
+        raise TraceError(path, str(e)) from None
+    try:
+        return _Reader(path, src, progress).read()
+    except columnar.Unavailable as e:
+        raise TraceError(path, f"cannot read the Nsight columnar export ({e})") from None
+    except (OSError, ValueError, TypeError, OverflowError) as e:  # pyarrow's errors derive from these
+        raise TraceError(path, f"cannot read the Nsight columnar export ({type(e).__name__}: {str(e)[:120]})") from None
+
+
+class _SqliteSource:
+    """An SQLite export: small tables and schema through ``sqlite3``, large ones as columns."""
+
+    def __init__(self, path: str, con: sqlite3.Connection, cols: "columnar.SqliteColumns | None") -> None:
         self.path = path
         self.con = con
-        self.progress = progress
+        self.cols = cols
         self.tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        self.warnings: list[str] = []
 
-    # -- schema helpers ------------------------------------------------------------------
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')}
 
+    def small(self, table: str, cols: list[str], distinct: bool = False) -> list[tuple]:
+        """All rows of a small table's ``cols`` (None for a column the table lacks)."""
+        have = self.columns(table)
+        exprs = ", ".join(f'"{c}"' if c in have else "NULL" for c in cols)
+        return list(self.con.execute(f'SELECT {"DISTINCT " if distinct else ""}{exprs} FROM "{table}"'))
+
     def rows(self, table: str, wanted: dict[str, str | None], where: str = "", text: tuple[str, ...] = (),
-             real: tuple[str, ...] = ()) -> _Rows:
+             real: tuple[str, ...] = (), not_null: tuple[str, ...] = (), one_of: tuple[str, tuple[int, ...]] | None = None) -> _Rows:
         """Select ``wanted`` (column → SQL default when the column is absent, or None when it is
         required) from ``table``; integer columns come back as int64 arrays, ``real`` ones as
-        float64, ``text`` ones as lists."""
+        float64, ``text`` ones as :class:`TextColumn`. Rows with NULL in a ``not_null`` column, or
+        with ``one_of[0]`` outside ``one_of[1]``, are left out."""
         have = self.columns(table)
+        conds = [f'"{c}" IS NOT NULL' for c in not_null]
+        if one_of is not None:
+            conds.append(f'"{one_of[0]}" IN ({", ".join(str(int(x)) for x in one_of[1])})')
+            if one_of[0] not in have:
+                raise TraceError(self.path, f"Nsight export table {table} lacks column {one_of[0]!r} (unknown schema)")
+            wanted = {c: d for c, d in wanted.items() if c != one_of[0]}  # a filter, not a column to keep
+        where = f"WHERE {' AND '.join(conds)}" if conds else ""
         exprs = []
         for col, default in wanted.items():
             if col in have:
@@ -151,6 +199,12 @@ class _Reader:
                 exprs.append(default)
         if not exprs:
             return _Rows({})
+        if self.cols is not None:
+            try:
+                return _Rows(self.cols.fetch(f'SELECT {", ".join(exprs)} FROM "{table}" {where}', list(wanted),
+                                             text=text, real=real))
+            except columnar.Unavailable:
+                pass  # a value off the column's type: sqlite3 reads this table, with its own errors
         cur = self.con.execute(f'SELECT {", ".join(exprs)} FROM "{table}" {where}')
         numeric = [j for j, col in enumerate(wanted) if col not in text and col not in real]
         # Read in batches, each frozen to arrays at once: memory holds one batch of Python rows,
@@ -165,29 +219,93 @@ class _Reader:
             out: dict = {}
             for j, col in enumerate(wanted):
                 if col in text:
-                    out[col] = [shared.setdefault(r[j], r[j]) for r in data]
+                    out[col] = TextColumn.encode(r[j] for r in data)
                 elif col in real:
                     out[col] = np.fromiter((r[j] for r in data), dtype=np.float64, count=len(data))
                 else:
                     out[col] = np.fromiter((r[j] for r in data), dtype=np.int64, count=len(data))
             parts.append(out)
         if not parts:
-            return _Rows({col: [] if col in text else np.empty(0, np.float64 if col in real else np.int64)
-                          for col in wanted})
+            return _Rows({col: TextColumn([], np.empty(0, np.int64)) if col in text else
+                          np.empty(0, np.float64 if col in real else np.int64) for col in wanted})
         if len(parts) == 1:
             return _Rows(parts[0])
-        return _Rows({col: [x for p in parts for x in p[col]] if col in text else np.concatenate([p[col] for p in parts])
-                      for col in wanted})
+        return _Rows({col: TextColumn.concat([p[col] for p in parts]) if col in text else
+                      np.concatenate([p[col] for p in parts]) for col in wanted})
+
+
+class _ArrowSource:
+    """Nsight's arrowdir/parquetdir export through the same interface as :class:`_SqliteSource`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.dir = columnar.ArrowDir(path)
+        self.tables = self.dir.tables()
+
+    def columns(self, table: str) -> set[str]:
+        return set(self.dir.schema(table))
+
+    def small(self, table: str, cols: list[str], distinct: bool = False) -> list[tuple]:
+        have = self.columns(table)
+        present = [c for c in cols if c in have]
+        out: list[tuple] = []
+        for b in self.dir.batches(table, present):
+            data = {c: b.column(i).to_pylist() for i, c in enumerate(present)}
+            n = b.num_rows
+            out += list(zip(*[data.get(c, [None] * n) for c in cols]))
+        return list(dict.fromkeys(out)) if distinct else out
+
+    def rows(self, table: str, wanted: dict[str, str | None], where: str = "", text: tuple[str, ...] = (),
+             real: tuple[str, ...] = (), not_null: tuple[str, ...] = (), one_of=None) -> _Rows:
+        defaults: dict[str, object] = {}
+        for c, d in wanted.items():
+            defaults[c] = None if d is None else (None if d == "NULL" else (float(d) if c in real else int(d)))
+        have = self.columns(table)
+        missing = [c for c, d in wanted.items() if d is None and c not in have and c not in text]
+        if missing:
+            raise TraceError(self.path, f"Nsight export table {table} lacks column {missing[0]!r} (unknown schema)")
+
+        def keep(cols: dict) -> np.ndarray:
+            m = np.ones(len(next(iter(cols.values()))), bool)
+            for c in not_null:  # NULLs were filled with 0 (the SQLite path drops those rows)
+                if c in cols and not isinstance(cols[c], TextColumn):
+                    m &= cols[c] != 0
+            if one_of is not None:
+                m &= np.isin(cols[one_of[0]], np.asarray(one_of[1], np.int64))
+            return m
+
+        wanted_defaults = {c: (0 if defaults[c] is None and c not in text else defaults[c]) for c in wanted}
+        r = _Rows(self.dir.table(table, wanted_defaults, text=text, real=real,
+                                 row_filter=keep if (not_null or one_of) else None))
+        if one_of is not None:
+            r.cols.pop(one_of[0], None)  # a filter, not a column to keep (as in the SQLite source)
+        return r
+
+
+class _Reader:
+    def __init__(self, path: str, src, progress: Progress | None) -> None:
+        self.path = path
+        self.src = src
+        self.progress = progress
+        self.tables = src.tables
+        self.warnings: list[str] = []
+
+    # -- schema helpers ------------------------------------------------------------------
+    def columns(self, table: str) -> set[str]:
+        return self.src.columns(table)
+
+    def rows(self, table: str, wanted: dict[str, str | None], **kw) -> _Rows:
+        return self.src.rows(table, wanted, **kw)
 
     def enum_names(self, table: str, prefix: str) -> dict[int, str] | None:
         if table not in self.tables:
             return None
-        return {int(i): str(n).removeprefix(prefix) for i, n in self.con.execute(f'SELECT id, name FROM "{table}"') if n}
+        return {int(i): str(n).removeprefix(prefix) for i, n in self.src.small(table, ["id", "name"]) if n}
 
     def metadata(self) -> dict[str, str]:
         for t in _META_TABLES:
             if t in self.tables and {"name", "value"} <= self.columns(t):
-                return {str(n): str(v) for n, v in self.con.execute(f'SELECT name, value FROM "{t}"')}
+                return {str(n): str(v) for n, v in self.src.small(t, ["name", "value"])}
         return {}
 
     # -- main ----------------------------------------------------------------------------
@@ -204,7 +322,7 @@ class _Reader:
             raise TraceError(self.path, "Nsight Systems export holds no CUDA kernels (no CUPTI_ACTIVITY_KIND_KERNEL "
                                         "table): profile with `nsys profile --trace=cuda,nvtx ...`")
         self._progress("reading Nsight export", 0.0)
-        self.strings_raw = dict(self.con.execute("SELECT id, value FROM StringIds"))
+        self.strings_raw = dict(self.src.small("StringIds", ["id", "value"]))
         kernels = self._kernels(kernel_table)
         if len(kernels) == 0:
             raise TraceError(self.path, "Nsight Systems export holds no CUDA kernels (CUPTI_ACTIVITY_KIND_KERNEL is empty)")
@@ -231,7 +349,7 @@ class _Reader:
                 proc, rank if len(procs) > 1 else None, len(procs) if len(procs) > 1 else None, kernels, copies,
                 memsets, runtime, nvtx, osrt, metrics, thread_names, gpus, cuda_map, session_ns, meta,
             ))
-        add_graph_replays(self.con, self.tables, traces, order, session_ns)  # graph-level CUDA graph replays
+        add_graph_replays(self.src, traces, order, session_ns)  # graph-level CUDA graph replays
         if len(procs) > 1:
             pids = ", ".join(f"pid {p & 0xFFFFFF} → rank {i} (GPU {first_dev[p]})" for i, p in enumerate(order))
             for t in traces:
@@ -291,16 +409,23 @@ class _Reader:
         if t not in self.tables:
             return None
         have = self.columns(t)
-        types = ", ".join(str(x) for x in _NVTX_RANGE_TYPES)
         r = self.rows(t, {"start": None, "end": None, "eventType": None, "globalTid": "0",
                           "endGlobalTid": "0", "textId": "-1", "text": "NULL"},
-                      where=f"WHERE end IS NOT NULL AND eventType IN ({types})", text=("text",))
+                      not_null=("end",), one_of=("eventType", _NVTX_RANGE_TYPES), text=("text",))
         if "text" not in have and "textId" not in have:
             return None
         tid = np.where(r["globalTid"] != 0, r["globalTid"], r["endGlobalTid"])
         r.cols["globalTid"] = tid
-        names = [txt if txt is not None else self.strings_raw.get(int(i), "") for txt, i in zip(r["text"], r["textId"])]
-        r.cols["text"] = names  # type: ignore[assignment]
+        del r.cols["endGlobalTid"]
+        # A range's text is its own (text) or a registered string (textId): one code space for both.
+        tc: TextColumn = r["text"]  # type: ignore[assignment]
+        null_codes = [j for j, v in enumerate(tc.values) if v is None]
+        isnull = np.isin(tc.codes, null_codes) if null_codes else np.zeros(len(tc.codes), bool)
+        ids, inv = np.unique(r["textId"][isnull], return_inverse=True)
+        codes = tc.codes.copy()
+        codes[isnull] = len(tc.values) + inv.reshape(-1)
+        values = list(tc.values) + [self.strings_raw.get(int(i), "") for i in ids.tolist()]
+        r.cols["text"] = TextColumn(values, codes)  # type: ignore[assignment]
         r.cols["proc"] = tid >> 24
         return r
 
@@ -318,17 +443,16 @@ class _Reader:
         if not {"metricId", "metricName"} <= info:
             self.warnings.append("GPU_METRICS present but TARGET_INFO_GPU_METRICS has no metric names: counters ignored")
             return None
-        type_col = "typeId" if "typeId" in info else "NULL"
-        names = {(int(t) if t is not None else -1, int(m)): str(n) for t, m, n in self.con.execute(
-            f"SELECT DISTINCT {type_col}, metricId, metricName FROM TARGET_INFO_GPU_METRICS")}
+        names = {(int(t) if t is not None else -1, int(m)): str(n) for t, m, n in self.src.small(
+            "TARGET_INFO_GPU_METRICS", ["typeId", "metricId", "metricName"], distinct=True)}
         r = self.rows("GPU_METRICS", {"timestamp": None, "typeId": "0", "metricId": None, "value": "0"}, real=("value",))
         return r, names
 
     def _thread_names(self) -> dict[int, str]:
         if "ThreadNames" not in self.tables:
             return {}
-        return {int(g): self.strings_raw.get(int(n), "") for n, g in self.con.execute(
-            "SELECT nameId, globalTid FROM ThreadNames WHERE globalTid IS NOT NULL")}
+        return {int(g): self.strings_raw.get(int(n), "") for n, g in self.src.small("ThreadNames", ["nameId", "globalTid"])
+                if g is not None}
 
     def _devices(self) -> tuple[dict[int, dict], dict[tuple[int, int], int]]:
         """Physical GPUs by TARGET_INFO_GPU id, and (pid, CUDA device id) → physical id."""
@@ -337,12 +461,12 @@ class _Reader:
             have = self.columns("TARGET_INFO_GPU")
             cols = [c for c in ("id", "name", "totalMemory", "smCount", "computeMajor", "computeMinor", "cuDevice") if c in have]
             if "id" in cols:
-                for row in self.con.execute(f"SELECT {', '.join(cols)} FROM TARGET_INFO_GPU"):
+                for row in self.src.small("TARGET_INFO_GPU", cols):
                     d = dict(zip(cols, row))
                     gpus[int(d["id"])] = d
         cuda_map: dict[tuple[int, int], int] = {}
         if "TARGET_INFO_CUDA_DEVICE" in self.tables and {"gpuId", "cudaId", "pid"} <= self.columns("TARGET_INFO_CUDA_DEVICE"):
-            for gpu, cuda, pid in self.con.execute("SELECT gpuId, cudaId, pid FROM TARGET_INFO_CUDA_DEVICE"):
+            for gpu, cuda, pid in self.src.small("TARGET_INFO_CUDA_DEVICE", ["gpuId", "cudaId", "pid"]):
                 if gpu is not None and cuda is not None:
                     cuda_map[(int(pid), int(cuda))] = int(gpu)
                     # numMultiprocessors would also be here; TARGET_INFO_GPU has the SM count too
@@ -351,9 +475,9 @@ class _Reader:
     def _session_start(self) -> int:
         t = "TARGET_INFO_SESSION_START_TIME"
         if t in self.tables and "utcEpochNs" in self.columns(t):
-            row = self.con.execute(f"SELECT utcEpochNs FROM {t}").fetchone()
-            if row and isinstance(row[0], int):
-                return row[0]
+            rows = self.src.small(t, ["utcEpochNs"])
+            if rows and isinstance(rows[0][0], int):
+                return rows[0][0]
         return 0
 
     def _with_proc(self, r: _Rows, gid: str, named: dict[str, str] | None = None, normalize=None) -> _Rows:
@@ -376,15 +500,20 @@ class _Reader:
 
         def intern_column(r: _Rows, sel: np.ndarray, field: str) -> np.ndarray:
             lut = np.array([strings.intern(s) for s in r[field + "_uniq"]], np.int32) if len(r[field + "_uniq"]) else np.zeros(0, np.int32)
-            return lut[r[field + "_inv"][sel]] if sel.any() else np.empty(0, np.int32)
+            inv = r[field + "_inv"][sel]
+            return lut[inv] if len(inv) else np.empty(0, np.int32)
 
         def thread_column(gtids: np.ndarray) -> np.ndarray:
             uniq, inv = np.unique(gtids, return_inverse=True)
             lut = np.array([threads.setdefault(int(g), len(threads)) for g in uniq.tolist()], np.int32)
             return lut[inv] if len(gtids) else np.empty(0, np.int32)
 
-        def select(r: _Rows | None) -> np.ndarray | None:
-            return None if r is None else (r["proc"] == proc)
+        def select(r: _Rows | None) -> np.ndarray | slice | None:
+            # Every row this process's (one GPU process, the common case): views, not copies.
+            if r is None:
+                return None
+            m = r["proc"] == proc
+            return slice(None) if m.all() else m
 
         pid = int(proc) & 0xFFFFFF
         ks = select(kernels)
@@ -416,7 +545,7 @@ class _Reader:
             os_ = select(osrt)
             os_calls = RuntimeCalls(ts=osrt["start"][os_], dur=osrt["end"][os_] - osrt["start"][os_],
                                     thread=thread_column(osrt["globalTid"][os_]), name=intern_column(osrt, os_, "name"),
-                                    correlation=np.full(int(os_.sum()), -1, np.int64))
+                                    correlation=np.full(len(osrt["start"][os_]), -1, np.int64))
         else:
             os_calls = RuntimeCalls.empty()
 
@@ -451,12 +580,12 @@ class _Reader:
         return t
 
     def _ranges(self, nvtx: _Rows | None, proc: int, strings: StringTable,
-                thread_column) -> tuple[Annotations, CpuOps, list[str]]:
+                thread_column) -> tuple[Annotations, CpuOps, TextColumn]:
         if nvtx is None:
-            return Annotations.empty(), CpuOps.empty(), []
+            return Annotations.empty(), CpuOps.empty(), TextColumn([], np.empty(0, np.int64))
         sel = nvtx["proc"] == proc
         idx = np.flatnonzero(sel)
-        texts = nvtx["text"]
+        texts: TextColumn = nvtx["text"]  # type: ignore[assignment]
         cache: dict[str, tuple[bool, int]] = {}
 
         def classify(text: str | None) -> tuple[bool, int]:
@@ -470,9 +599,16 @@ class _Reader:
                 hit = cache[s] = (is_op, strings.intern(base if decorated else s))
             return hit
 
-        kinds = [classify(texts[i]) for i in idx.tolist()]
-        is_op = np.fromiter((k[0] for k in kinds), bool, count=len(kinds))
-        name_ids = np.fromiter((k[1] for k in kinds), np.int32, count=len(kinds))
+        # Each distinct text classified once, in the order of its first range (the string table's order).
+        codes = texts.codes[idx]
+        is_op_u = np.zeros(len(texts.values), bool)
+        name_u = np.zeros(len(texts.values), np.int32)
+        if len(codes):
+            u, first = np.unique(codes, return_index=True)
+            for c in u[np.argsort(first, kind="stable")].tolist():
+                is_op_u[c], name_u[c] = classify(texts.values[c])
+        is_op = is_op_u[codes]
+        name_ids = name_u[codes]
         ann_rows, op_rows = idx[~is_op], idx[is_op]
         ann_names, op_names = name_ids[~is_op], name_ids[is_op]
         a_i, o_i = ann_rows.astype(np.int64), op_rows.astype(np.int64)
@@ -481,7 +617,7 @@ class _Reader:
                           device=np.full(len(a_i), -1, np.int16))
         ops = CpuOps(ts=st[o_i], dur=en[o_i] - st[o_i], thread=thread_column(g[o_i]), name=op_names,
                      flops=np.full(len(o_i), np.nan))
-        return ann, ops, [texts[i] or "" for i in op_rows.tolist()]
+        return ann, ops, TextColumn(texts.values, texts.codes[op_rows])
 
     def _trace_devices(self, pid: int, used: np.ndarray, gpus: dict[int, dict], cuda_map: dict) -> list[Device]:
         devices = []
@@ -517,19 +653,17 @@ class _Reader:
         gpu = r["typeId"] & 0xFF
         keep = np.isin(gpu, list(phys_to_dev))
         lut_dev = np.array([phys_to_dev.get(int(x), -1) for x in range(256)], np.int16)
+        # Each distinct (type, metric) pair named once, in the order of its first sample.
+        pairs = np.stack([r["typeId"], r["metricId"]], axis=1) if len(r) else np.empty((0, 2), np.int64)
         name_idx = np.empty(len(r), np.int32)
-        cache: dict[tuple[int, int], int] = {}
-        missing: Counter = Counter()
-        for i, (t, mid) in enumerate(zip(r["typeId"].tolist(), r["metricId"].tolist())):
-            key = (t, mid)
-            j = cache.get(key)
-            if j is None:
-                n = names.get(key) or names.get((-1, mid))
-                if n is None:
-                    missing[mid] += 1
-                    n = f"metric {mid}"
-                j = cache[key] = strings.intern(n)
-            name_idx[i] = j
+        if len(r):
+            u, first, inv = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
+            lut = np.empty(len(u), np.int32)
+            for j in np.argsort(first, kind="stable").tolist():
+                t, mid = int(u[j, 0]), int(u[j, 1])
+                n = names.get((t, mid)) or names.get((-1, mid))
+                lut[j] = strings.intern(n if n is not None else f"metric {mid}")
+            name_idx = lut[inv.reshape(-1)]
         return Counters(ts=r["timestamp"][keep], device=lut_dev[gpu[keep]], name=name_idx[keep], value=r["value"][keep])
 
 
@@ -553,7 +687,7 @@ def _api_name(name: str) -> str:
 _SIZES = re.compile(r", sizes = (\[.*?\]\])(?:, |$)")
 
 
-def _emit_nvtx_inputs(texts: list[str], n_kernels: int) -> OpInputs:
+def _emit_nvtx_inputs(texts: TextColumn, n_kernels: int) -> OpInputs:
     """Input shapes of ``emit_nvtx(record_shapes=True)`` operator ranges ("aten::mm, seq = 3, op_id = 9,
     sizes = [[64, 128], [128, 256]], …"), for the cost model. NVTX records no dtypes: they are marked
     unknown ("?") and the cost model takes them from the kernel names."""
@@ -561,13 +695,13 @@ def _emit_nvtx_inputs(texts: list[str], n_kernels: int) -> OpInputs:
 
     sig_index: dict[str, int] = {}
     sigs: list[tuple[list, list, list]] = []
-    rows = np.full(len(texts), -1, np.int32)
-    by_text: dict[str, int] = {}  # the same range text repeats every step: parse it once
-    for i, text in enumerate(texts):
-        j = by_text.get(text)
-        if j is None:
-            j = by_text[text] = _signature_of(text, sig_index, sigs, json)
-        rows[i] = j
+    # The same range text repeats every step: each distinct text parsed once, in first-range order.
+    lut = np.full(len(texts.values), -1, np.int32)
+    if len(texts.codes):
+        u, first = np.unique(texts.codes, return_index=True)
+        for c in u[np.argsort(first, kind="stable")].tolist():
+            lut[c] = _signature_of(texts.values[c] or "", sig_index, sigs, json)
+    rows = lut[texts.codes] if len(texts.codes) else np.full(0, -1, np.int32)
     if not sigs:
         return OpInputs()
     return OpInputs(np.full(len(texts), -1, np.int64), np.full(n_kernels, -1, np.int64), rows, sigs)

@@ -12,7 +12,7 @@ the trace, on its stream, named by its graph id: its time is GPU busy time whose
 """
 from __future__ import annotations
 
-import sqlite3
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -28,33 +28,37 @@ def graph_name(graph_id: int) -> str:
     return f"CUDA graph {graph_id} (replay traced at graph level)"
 
 
-def read_graph_replays(con: sqlite3.Connection, tables: set[str]) -> dict[str, np.ndarray] | None:
+class TableSource(Protocol):
+    """What the Nsight reader reads tables through (an SQLite export, or an arrowdir/parquetdir one)."""
+
+    tables: set[str]
+
+    def columns(self, table: str) -> set[str]: ...
+
+    def rows(self, table: str, wanted: dict[str, str | None]) -> Any: ...
+
+
+def read_graph_replays(src: TableSource) -> dict[str, np.ndarray] | None:
     """The graph replays of the export, as int64 columns (None when the table is absent or empty).
     Rows with no timestamps (CUPTI writes start = end = 0 when it could not time a graph) are
     dropped."""
-    if GRAPH_TABLE not in tables:
+    if GRAPH_TABLE not in src.tables or not {"start", "end"} <= src.columns(GRAPH_TABLE):
         return None
-    have = {r[1] for r in con.execute(f'PRAGMA table_info("{GRAPH_TABLE}")')}
-    if not {"start", "end"} <= have:
+    r = src.rows(GRAPH_TABLE, dict(_WANTED))
+    if not len(r):
         return None
-    exprs = [f'COALESCE("{c}", {d if d is not None else 0})' if c in have else (d or "0") for c, d in _WANTED.items()]
-    rows = con.execute(f'SELECT {", ".join(exprs)} FROM "{GRAPH_TABLE}"').fetchall()
-    if not rows:
-        return None
-    arr = np.array(rows, dtype=np.int64).reshape(len(rows), len(_WANTED))
-    cols = {c: arr[:, j] for j, c in enumerate(_WANTED)}
+    cols = {c: np.asarray(r[c], dtype=np.int64) for c in _WANTED}
     keep = cols["end"] > cols["start"]
     if not keep.any():
         return None
     return {c: v[keep] for c, v in cols.items()}
 
 
-def add_graph_replays(con: sqlite3.Connection, tables: set[str], traces: list[Trace], procs: list[int],
-                      session_ns: int) -> None:
+def add_graph_replays(src: TableSource, traces: list[Trace], procs: list[int], session_ns: int) -> None:
     """Append each process's graph replays to its trace's GPU operations (``procs[i]`` is the
     ``globalPid >> 24`` of ``traces[i]``), with a warning saying what they are and how to record
     their kernels. Times follow the trace's own origin."""
-    g = read_graph_replays(con, tables)
+    g = read_graph_replays(src)
     if g is None:
         return
     proc_of = g["globalPid"] >> 24

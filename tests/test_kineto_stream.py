@@ -188,3 +188,30 @@ def test_bytes_that_are_not_utf8_are_damage_not_an_internal_error(tmp_path):
     # Both events kept; the undecodable byte becomes U+FFFD in the name, and the damage is said.
     assert [t.strings[i] for i in t.kernels.name] == ["gemm", "g\ufffdm"]
     assert t.warnings
+
+
+@pytest.mark.parametrize("damage", [None, "truncated", "second member"])
+def test_a_large_gzip_file_inflated_then_read_in_two_halves_gives_the_serial_tables(tmp_path, monkeypatch, damage):
+    """A large .json.gz is inflated into a temporary file and read as two halves at once; the trace
+    (its source the .gz path) is the serial stream's. Damage goes to the serial reader, whose
+    warnings are the precise ones."""
+    from trainscope.collectors import kineto
+
+    raw = (KINETO / "hta_a100_control.json.gz").read_bytes()
+    data = raw if damage is None else raw[: int(len(raw) * 0.9)] if damage == "truncated" else raw + gzip.compress(b" ")
+    p = tmp_path / "big.json.gz"
+    p.write_bytes(data)
+    monkeypatch.setattr(kineto_stream, "_CHUNK", 1 << 20)
+    calls = []
+    real = kineto._load_halves
+    monkeypatch.setattr(kineto, "_load_halves", lambda *a: calls.append(a[0]) or real(*a))
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(kineto, "_cores", lambda: 2)
+    halves = load_kineto(str(p))
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1 << 62)
+    serial = load_kineto(str(p))
+    assert (len(calls) == 1 and calls[0] != str(p)) if damage is None else calls == []
+    _same(halves, serial)
+    assert halves.source == serial.source == str(p)
+    assert halves.warnings == serial.warnings and halves.metadata == serial.metadata
+    assert not list(tmp_path.glob("trainscope-*"))  # no temporary file left (they go to TMPDIR anyway)

@@ -402,3 +402,87 @@ def test_module_entry_point_on_an_export():
     # cold start's launch overhead leads; the wait inside collectives is counted as rank imbalance).
     assert p.returncode == 0 and "host/launch-overhead" in p.stdout and "rank   0" in p.stdout and "rank   1" in p.stdout
     assert "rank imbalance:" in p.stdout and "of 147 collectives" in p.stdout  # named with its test
+
+
+def _export_columnar(sqlite_path, out, fmt: str) -> None:
+    """What `nsys export --type arrowdir|parquetdir` writes: one file per table, named for it."""
+    import sqlite3
+
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    out.mkdir()
+    con = sqlite3.connect(sqlite_path)
+    for (table,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall():
+        cur = con.execute(f'SELECT * FROM "{table}"')
+        cols = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+        data = {}
+        for j, c in enumerate(cols):
+            vals = [r[j] for r in rows]
+            kinds = {type(v) for v in vals if v is not None}
+            if kinds <= {int}:
+                data[c] = pa.array(vals, pa.int64())
+            elif kinds <= {int, float}:
+                data[c] = pa.array([None if v is None else float(v) for v in vals], pa.float64())
+            else:
+                data[c] = pa.array([None if v is None else str(v) for v in vals], pa.string())
+        t = pa.table(data) if cols else pa.table({})
+        if fmt == "arrow":
+            with ipc.new_file(str(out / f"{table}.arrow"), t.schema) as w:
+                w.write_table(t)
+        else:
+            pq.write_table(t, str(out / f"{table}.parquet"))
+    con.close()
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_nsight_columnar_exports_read_as_the_sqlite_export(tmp_path, fmt):
+    from trainscope.collectors import open_traces
+
+    src = NSYS / "cs336_small_train_step_a100.sqlite"
+    d = tmp_path / f"export_{fmt}"
+    _export_columnar(src, d, fmt)
+    want = open_traces(str(src)).traces[0]
+    got = open_traces(str(d)).traces[0]
+    for table in ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations"):
+        a, b = getattr(want, table), getattr(got, table)
+        assert len(a) == len(b) > 0 or table in ("memsets",), table
+        assert np.array_equal(a.ts, b.ts) and np.array_equal(a.dur, b.dur), table
+        if hasattr(a, "name"):
+            assert [want.strings[i] for i in a.name] == [got.strings[i] for i in b.name], table
+    assert [d.name for d in want.devices] == [d.name for d in got.devices]
+
+
+def test_the_columnar_reader_and_sqlite3_read_the_same_trace(monkeypatch):
+    """The ADBC path and the sqlite3 fallback give the same model, table for table."""
+    from trainscope.collectors import columnar
+    from trainscope.collectors.nsys import load_nsys
+
+    for name in ("cs336_small_train_step_a100.sqlite", "pipit_saxpy_a100_nsys2022.sqlite", "cs336_ddp_2x3090.sqlite"):
+        path = str(NSYS / name)
+        fast = load_nsys(path)
+        with monkeypatch.context() as m:
+            m.setattr(columnar, "available", lambda: False)
+            slow = load_nsys(path)
+        assert len(fast) == len(slow)
+        for a, b in zip(fast, slow):
+            assert a.strings == b.strings
+            for table in ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "counters"):
+                ta, tb = getattr(a, table), getattr(b, table)
+                for f in type(ta).FIELDS:
+                    assert np.array_equal(getattr(ta, f), getattr(tb, f), equal_nan=True), (name, table, f)
+
+
+def test_analyze_reads_a_columnar_export_folder_as_one_input_not_a_rank_directory(tmp_path):
+    """The reader table's directory row: `trainscope analyze FOLDER` of an arrowdir export is that
+    export (the same verdict as its SQLite twin), not a rank directory with no trace files."""
+    from trainscope import api
+
+    src = NSYS / "cs336_small_train_step_a100.sqlite"
+    d = tmp_path / "export_arrow"
+    _export_columnar(src, d, "arrow")
+    want, got = api.analyze(str(src)), api.analyze(str(d))
+    assert (got.verdict.axis, got.verdict.bottleneck) == (want.verdict.axis, want.verdict.bottleneck)
+    assert got.breakdown.gpu_busy_pct == pytest.approx(want.breakdown.gpu_busy_pct)

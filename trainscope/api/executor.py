@@ -61,8 +61,13 @@ def available_cores() -> int:
 
 
 def is_rank_set(path: str) -> bool:
-    """A directory, or a glob pattern that is not itself an existing file."""
-    return os.path.isdir(path) or (not os.path.exists(path) and glob.has_magic(path))
+    """A directory (not one that is a single export, such as an Nsight arrowdir), or a glob pattern
+    that is not itself an existing file."""
+    if os.path.isdir(path):
+        from trainscope.collectors.formats import directory_reader_for
+
+        return directory_reader_for(path) is None
+    return not os.path.exists(path) and glob.has_magic(path)
 
 
 def rank_files(path: str) -> list[str]:

@@ -1,0 +1,82 @@
+"""The parent of each interval in a nesting of intervals (call stacks, operator trees), at numpy speed.
+
+The sequential definition (one pass over the intervals sorted by start, outer first, with a stack)
+is what the analyzers mean by "enclosing operator" or "parent frame":
+
+    for i in order:                      # by (group, start, -duration)
+        while stack and closed(top, at=start[i]): pop
+        parent[i] = top if stack and end[i] <= end[top] else -1
+        push i
+
+Whatever the input — proper nesting, partial overlaps, zero-length intervals — the top of the
+stack after the pops is the *latest-started earlier interval of the group that is still open at
+start[i]*: an interval is only popped once closed, and one closed at start[i] that stayed buried
+under an open one is never the top. :func:`nest_parents` finds that interval for all intervals at
+once by pointer jumping: each interval points at its predecessor; while the pointed interval is
+closed at its start, it jumps to where the pointed interval points (every interval skipped on the
+way closed before the pointed one's start, so before its own). Each round halves the remaining
+chains: a few dozen vectorized rounds for millions of intervals, against one Python iteration per
+interval for the stack. Same results, bit for bit (tests/test_nesting.py checks it against the
+loop on random and adversarial inputs).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def nest_parents(starts: np.ndarray, ends: np.ndarray, order: np.ndarray | None = None,
+                 groups: np.ndarray | None = None, closed_at_end: bool = False) -> np.ndarray:
+    """Parent (an index into ``starts``) of each interval, −1 at top level.
+
+    ``order``: the processing order (intervals sorted by group, start, −duration); None when the
+    arrays are already in it. ``groups`` (indexed like ``starts``): the stack starts empty at each
+    new group (a thread) along ``order``. ``closed_at_end``: an interval ending exactly at another's start is closed at it
+    (``end <= start`` pops); by default it is still open there (``end < start`` pops)."""
+    n = len(starts)
+    if n == 0:
+        return np.empty(0, np.int64)
+    if order is None:
+        order = np.arange(n)
+    order = np.asarray(order, np.int64)
+    s = np.asarray(starts)[order]
+    e = np.asarray(ends)[order]
+    c = np.arange(-1, n - 1, dtype=np.int64)  # the candidate: the predecessor in order
+    if groups is not None:
+        g = np.asarray(groups)[order]
+        c[1:][g[1:] != g[:-1]] = -1
+    active = np.flatnonzero(c >= 0)
+    while active.size:
+        ca = c[active]
+        closed = e[ca] <= s[active] if closed_at_end else e[ca] < s[active]
+        active = active[closed]
+        if not active.size:
+            break
+        c[active] = c[c[active]]  # skip it: everything it skipped closed before its start
+        active = active[c[active] >= 0]
+    ok = c >= 0
+    ok[ok] = e[ok] <= e[c[ok]]
+    parent = np.full(n, -1, np.int64)
+    parent[order[ok]] = order[c[ok]]
+    return parent
+
+
+def nest_parents_loop(starts: np.ndarray, ends: np.ndarray, order: np.ndarray | None = None,
+                      groups: np.ndarray | None = None, closed_at_end: bool = False) -> np.ndarray:
+    """The sequential definition (the reference the vectorized one is tested against)."""
+    n = len(starts)
+    order = np.arange(n) if order is None else np.asarray(order)
+    parent = np.full(n, -1, np.int64)
+    stack: list[int] = []
+    last = object()
+    s_l, e_l = np.asarray(starts).tolist(), np.asarray(ends).tolist()
+    g_l = np.asarray(groups).tolist() if groups is not None else None
+    for i in order.tolist():
+        if g_l is not None and g_l[i] != last:
+            stack, last = [], g_l[i]
+        s = s_l[i]
+        while stack and (e_l[stack[-1]] <= s if closed_at_end else e_l[stack[-1]] < s):
+            stack.pop()
+        if stack and e_l[i] <= e_l[stack[-1]]:
+            parent[i] = stack[-1]
+        stack.append(i)
+    return parent

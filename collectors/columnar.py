@@ -1,0 +1,314 @@
+"""Columnar reading of SQLite tables (the Nsight Systems export): columns as numpy arrays without
+a Python object per row, texts dictionary-encoded.
+
+Python's ``sqlite3`` hands back one tuple per row and one ``str``/``int`` object per value; on a
+1 GB Nsight export (5 M NVTX ranges, 2 M runtime calls) building and converting those objects is
+most of the reading time and the peak memory. The ADBC SQLite driver (``adbc-driver-sqlite``,
+Apache Arrow's Database Connectivity) runs the same SQL and writes the values straight into Arrow
+columns, in batches of :data:`BATCH_ROWS` rows; each batch becomes numpy arrays at once, and a
+text column becomes integer codes into a list of its distinct values (NVTX texts repeat every
+step: a 5 M-row column holds a few hundred strings). Measured figures: docs/scale.md.
+
+Nsight's own columnar exports (``nsys export --type arrowdir`` or ``parquetdir``: one Arrow IPC or
+Parquet file per table) are read by :class:`ArrowDir` through the same interface, without SQLite.
+
+The driver is optional at run time: where it is missing, or refuses a table (a value of a type
+the column's first rows did not have, which only a damaged export holds), :class:`Unavailable`
+is raised and the caller reads that table with ``sqlite3``, whose errors are the precise ones.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+BATCH_ROWS = 65_536  # rows per Arrow batch (1,024 by default: its per-batch cost then dominates)
+
+
+class Unavailable(Exception):
+    """The columnar reader cannot read this (no driver, or a value off the column's type)."""
+
+
+@dataclass
+class TextColumn:
+    """A text column as codes into its distinct values: ``values[codes[i]]`` is row i's text
+    (None for SQL NULL)."""
+
+    values: list
+    codes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def take(self, rows: np.ndarray) -> "TextColumn":
+        return TextColumn(self.values, self.codes[rows])
+
+    def tolist(self) -> list:
+        v = self.values
+        return [v[c] for c in self.codes.tolist()]
+
+    @staticmethod
+    def concat(parts: list["TextColumn"]) -> "TextColumn":
+        if parts and all(p.values is parts[0].values for p in parts):
+            return TextColumn(parts[0].values, np.concatenate([p.codes for p in parts]))
+        index: dict = {}
+        values: list = []
+        out = []
+        for p in parts:
+            lut = np.empty(len(p.values), np.int64)
+            for j, s in enumerate(p.values):
+                k = index.get(s)
+                if k is None:
+                    k = index[s] = len(values)
+                    values.append(s)
+                lut[j] = k
+            out.append(lut[p.codes] if len(p.codes) else np.empty(0, np.int64))
+        return TextColumn(values, np.concatenate(out) if out else np.empty(0, np.int64))
+
+    @staticmethod
+    def encode(items: Iterable) -> "TextColumn":
+        index: dict = {}
+        values: list = []
+        codes = []
+        for s in items:
+            k = index.get(s)
+            if k is None:
+                k = index[s] = len(values)
+                values.append(s)
+            codes.append(k)
+        return TextColumn(values, np.asarray(codes, np.int64))
+
+
+def available() -> bool:
+    try:
+        import adbc_driver_manager  # noqa: F401
+        import adbc_driver_sqlite  # noqa: F401
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _batch_columns(batch, names: list[str], text: set[str], real: set[str]) -> dict:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out: dict = {}
+    for j, col in enumerate(names):
+        a = batch.column(j)
+        if col in text:
+            if not (pa.types.is_string(a.type) or pa.types.is_large_string(a.type) or pa.types.is_null(a.type)):
+                a = pc.cast(a, pa.string())
+            if pa.types.is_null(a.type):
+                out[col] = TextColumn([None], np.zeros(len(a), np.int64))
+                continue
+            enc = pc.dictionary_encode(a)
+            if isinstance(enc, pa.ChunkedArray):
+                enc = enc.combine_chunks()
+            values = enc.dictionary.to_pylist() + [None]
+            codes = pc.fill_null(enc.indices, len(values) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+            out[col] = TextColumn(values, codes)
+        elif col in real:
+            if not (pa.types.is_floating(a.type) or pa.types.is_integer(a.type)):
+                raise Unavailable(f"{col}: {a.type}")
+            if a.null_count:
+                raise Unavailable(f"{col}: NULL")
+            out[col] = np.array(a.to_numpy(zero_copy_only=False), np.float64)  # a copy: the batch is freed
+        else:
+            if not pa.types.is_integer(a.type):
+                raise Unavailable(f"{col}: {a.type}")  # a float or text where integers belong
+            if a.null_count:
+                raise Unavailable(f"{col}: NULL")
+            # A copy, not a view: a view would keep the driver's whole batch (over-allocated buffers,
+            # the text bytes) alive — measured 200 bytes a row held against 48 copied.
+            out[col] = np.array(a.to_numpy(zero_copy_only=False), np.int64)
+    return out
+
+
+def _join(parts: list[dict], names: list[str], text: set[str], real: set[str]) -> dict:
+    if not parts:
+        return {c: TextColumn([], np.empty(0, np.int64)) if c in text else
+                np.empty(0, np.float64 if c in real else np.int64) for c in names}
+    if len(parts) == 1:
+        return parts[0]
+    out = {}
+    for c in names:  # column by column, each part's column freed once joined: memory grows by one column
+        out[c] = TextColumn.concat([p[c] for p in parts]) if c in text else np.concatenate([p[c] for p in parts])
+        for p in parts:
+            del p[c]
+    return out
+
+
+class SqliteColumns:
+    """An SQLite database read through the ADBC driver, read-only. The driver manager's own API,
+    not its DB-API module (which imports pandas: 0.2–1 s of start-up for nothing here)."""
+
+    def __init__(self, path: str, wal: bool = False) -> None:
+        if not available():
+            raise Unavailable("adbc-driver-sqlite and pyarrow are not installed")
+        import adbc_driver_manager
+        import adbc_driver_sqlite
+
+        uri = pathlib.Path(path).absolute().as_uri().replace("file://", "file:", 1)
+        uri += "?mode=ro&immutable=1" if wal else "?mode=ro"
+        try:
+            self.db = adbc_driver_sqlite.connect(uri)
+            self.con = adbc_driver_manager.AdbcConnection(self.db)
+        except Exception as e:  # the driver's errors are its own classes
+            raise Unavailable(str(e)) from None
+
+    def fetch(self, sql: str, names: list[str], text: Iterable[str] = (), real: Iterable[str] = ()) -> dict:
+        """Run ``sql`` (its result columns named ``names``, in order): int64 arrays, float64 for
+        ``real``, :class:`TextColumn` for ``text``."""
+        import adbc_driver_manager
+        import pyarrow as pa
+
+        text, real = set(text), set(real)
+        try:
+            cur = adbc_driver_manager.AdbcStatement(self.con)
+        except Exception as e:
+            raise Unavailable(str(e)) from None
+        try:
+            cur.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+            cur.set_sql_query(sql)
+            stream, _ = cur.execute_query()
+            reader = pa.RecordBatchReader._import_from_c(stream.address)
+            parts = []
+            merged: dict[str, tuple[dict, list]] = {c: ({}, []) for c in text}
+            for b in reader:
+                if not b.num_rows:
+                    continue
+                part = _batch_columns(b, names, text, real)
+                for c in text:  # into one code space at once: the batch's own value list is freed
+                    index, values = merged[c]
+                    t = part[c]
+                    lut = np.empty(len(t.values), np.int64)
+                    for j, v in enumerate(t.values):
+                        k = index.get(v)
+                        if k is None:
+                            k = index[v] = len(values)
+                            values.append(v)
+                        lut[j] = k
+                    part[c] = TextColumn(values, lut[t.codes])
+                parts.append(part)
+        except Unavailable:
+            raise
+        except Exception as e:  # type inference refused a row, invalid UTF-8, …
+            raise Unavailable(f"{type(e).__name__}: {str(e)[:120]}") from None
+        finally:
+            try:
+                cur.close()
+            except Exception:
+                pass
+        return _join(parts, names, text, real)
+
+    def close(self) -> None:
+        for h in (self.con, self.db):
+            try:
+                h.close()
+            except Exception:
+                pass
+
+
+class ArrowDir:
+    """Nsight's columnar export (``nsys export --type arrowdir|parquetdir``): a directory holding
+    one ``TABLE.arrow`` (Arrow IPC) or ``TABLE.parquet`` file per table."""
+
+    SUFFIXES = (".arrow", ".parquet")
+
+    def __init__(self, path: str) -> None:
+        if not available():
+            raise Unavailable("pyarrow is not installed: `pip install pyarrow` reads Nsight's arrowdir/parquetdir exports")
+        self.path = path
+        self.files: dict[str, str] = {}
+        for name in sorted(os.listdir(path)):
+            stem, ext = os.path.splitext(name)
+            if ext in self.SUFFIXES and stem not in self.files:
+                self.files[stem] = os.path.join(path, name)
+
+    @classmethod
+    def looks_like(cls, path: str) -> bool:
+        try:
+            names = os.listdir(path)
+        except OSError:
+            return False
+        return any(n in (f"CUPTI_ACTIVITY_KIND_KERNEL{s}", f"StringIds{s}") for n in names for s in cls.SUFFIXES)
+
+    def tables(self) -> set[str]:
+        return set(self.files)
+
+    def schema(self, table: str) -> list[str]:
+        f = self.files[table]
+        if f.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            return list(pq.read_schema(f).names)
+        import pyarrow.ipc as ipc
+
+        return list(self._open_ipc(f).schema.names)
+
+    @staticmethod
+    def _open_ipc(f: str):
+        import pyarrow as pa
+        import pyarrow.ipc as ipc
+
+        source = pa.memory_map(f)
+        try:
+            return ipc.open_file(source)
+        except pa.ArrowInvalid:
+            return ipc.open_stream(pa.memory_map(f))
+
+    def batches(self, table: str, columns: list[str]):
+        f = self.files[table]
+        if f.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            yield from pq.ParquetFile(f).iter_batches(batch_size=BATCH_ROWS, columns=columns)
+            return
+        r = self._open_ipc(f)
+        if hasattr(r, "num_record_batches"):
+            for i in range(r.num_record_batches):
+                yield r.get_batch(i).select(columns)
+        else:
+            for b in r:
+                yield b.select(columns)
+
+    def table(self, table: str, wanted: dict[str, object], text: Iterable[str] = (), real: Iterable[str] = (),
+              row_filter=None) -> dict:
+        """``wanted``: column → default value where the table lacks it (None: required). NULLs
+        take the default too. ``row_filter(batch_columns) → bool mask`` selects rows."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        text, real = set(text), set(real)
+        have = set(self.schema(table))
+        missing = [c for c, d in wanted.items() if c not in have and d is None]
+        if missing:
+            raise Unavailable(f"{table} lacks {missing}")
+        present = [c for c in wanted if c in have]
+        names = list(wanted)
+        parts = []
+        for b in self.batches(table, present):
+            n = b.num_rows
+            cols = []
+            for c in names:
+                if c in have:
+                    a = b.column(present.index(c))
+                    if c not in text and wanted[c] is not None and a.null_count:
+                        a = pc.fill_null(a, pa.scalar(wanted[c]).cast(a.type) if not pa.types.is_null(a.type) else wanted[c])
+                    elif c not in text and a.null_count:
+                        a = pc.fill_null(a, 0)
+                else:
+                    a = pa.nulls(n, pa.string()) if c in text else pa.array(np.full(n, wanted[c], np.float64 if c in real else np.int64))
+                if c not in text and pa.types.is_null(a.type):
+                    a = pa.array(np.full(n, wanted[c] or 0, np.float64 if c in real else np.int64))
+                cols.append(a)
+            part = _batch_columns(pa.RecordBatch.from_arrays(cols, names=names), names, text, real)
+            if row_filter is not None:
+                keep = row_filter(part)
+                part = {c: (v.take(np.flatnonzero(keep)) if isinstance(v, TextColumn) else v[keep]) for c, v in part.items()}
+            parts.append(part)
+        return _join(parts, names, text, real)
