@@ -66,9 +66,11 @@ REASONS: dict[str, Reason] = {r.code: r for r in (
            "resolution of Kineto's integer-microsecond timestamps"),
     Reason("beyond-trace", "dropped",
            "no event lasts longer than the trace or starts outside it",
-           "drops events ending later than the last host event's start plus the host window's length "
-           "(at least the threshold), and GPU events starting that far before the first host event: their "
-           "durations or clocks are corrupt and cannot be recovered", 1 * S, "ns (least allowance)",
+           "drops events ending later than the trace's end (the last end two lanes reach, or the last host "
+           "start) by more than the host window's length (at least the threshold), and GPU events starting "
+           "that far before the first host event: their durations or clocks are corrupt and cannot be "
+           "recovered (a real stall holds several lanes: the kernel, the call waiting on it, the step)",
+           1 * S, "ns (least allowance)",
            "a profiler records the events that start in its window; GPU work trails the host by its queue "
            "(up to 0.73 s measured in the bundled traces), never by more than the window itself"),
     Reason("stream-overlap", "clipped",
@@ -321,6 +323,32 @@ def _align_clocks(t: Trace, log: RepairLog) -> None:
         log.add("clock-skew", 1, moved, example)
 
 
+_LANE_KEYS = {"kernels": ("device", "stream"), "copies": ("device", "stream"), "memsets": ("device", "stream"),
+              "runtime": ("thread",), "cpu_ops": ("thread",), "annotations": ("thread", "device")}
+
+
+def _corroborated_end(t: Trace) -> int | None:
+    """The trace's last end that two lanes reach: the second-largest of the lanes' last ends (a lane is
+    one table's thread, stream or annotation track). A stall that really lasts holds several lanes
+    (the kernel, the host call waiting on it, the step around them); a corrupt duration holds one."""
+    ends = []
+    for table, keys in _LANE_KEYS.items():
+        tab = getattr(t, table)
+        if not len(tab):
+            continue
+        key = np.zeros(len(tab), np.int64)
+        for k in keys:
+            key = key * (1 << 32) + (getattr(tab, k).astype(np.int64) & 0xFFFFFFFF)
+        order = np.argsort(key, kind="stable")
+        k_sorted, e_sorted = key[order], tab.end[order]
+        first = np.r_[0, np.flatnonzero(k_sorted[1:] != k_sorted[:-1]) + 1]
+        ends += np.maximum.reduceat(e_sorted, first).tolist()
+    if not ends:
+        return None
+    ends.sort()
+    return int(ends[-2] if len(ends) > 1 else ends[-1])
+
+
 def _drop_beyond_window(t: Trace, log: RepairLog) -> None:
     win = _host_window(t)
     if win is None:
@@ -329,7 +357,8 @@ def _drop_beyond_window(t: Trace, log: RepairLog) -> None:
             return
         win = (int(min(g.min() for g in gpu)), int(max(g.max() for g in gpu)))
     allowance = max(win[1] - win[0], int(REASONS["beyond-trace"].threshold))
-    lo, hi = win[0] - allowance, win[1] + allowance
+    lo = win[0] - allowance
+    hi = max(win[1], _corroborated_end(t) or win[1]) + allowance
     for table in (*_GPU, "runtime", "cpu_ops", "annotations"):
         tab = getattr(t, table)
         if not len(tab):
@@ -339,7 +368,7 @@ def _drop_beyond_window(t: Trace, log: RepairLog) -> None:
             continue
         idx = np.flatnonzero(bad)
         i = int(idx[np.argmax(tab.dur[idx])])
-        gpu = int(_bounded(t, table, idx, win[1] + allowance).sum()) if table in _GPU else 0
+        gpu = int(_bounded(t, table, idx, hi).sum()) if table in _GPU else 0
         log.add("beyond-trace", len(idx), gpu, f"{table}: {_where(t, table, i)} lasting {int(tab.dur[i]) / S:,.3f} s "
                 f"in a {(win[1] - win[0]) / S:,.3f} s window")
         _keep(t, table, ~bad)

@@ -370,3 +370,30 @@ def test_a_repaired_rank_of_a_directory_is_said_and_read_again_repaired(tmp_path
     log, first = ensure_checked(again), report.ranks[k].repairs
     assert {r: x.count for r, x in log.repairs.items()} == {r: x.count for r, x in first.repairs.items()}
     assert int(again.kernels.dur.sum()) + int(again.copies.dur.sum()) + int(again.memsets.dur.sum()) == first.gpu_ns
+
+
+def test_a_real_stall_at_the_end_is_not_taken_for_a_corrupt_duration():
+    """A last step stalled 5 s in one kernel (a collective waiting on a slow rank) in a trace of 60 ms:
+    the kernel, the host call waiting on it and the step all end there — the end is corroborated by
+    several lanes, so nothing is dropped. The same kernel alone at 5 s (its step and call normal) is
+    a corrupt duration, dropped."""
+    from trainscope.traces.builder import TraceBuilder
+
+    def build(stalled_lanes: bool):
+        b = TraceBuilder()
+        t = 1_000_000
+        for n in range(3):
+            b.step(n + 1, t, 20_000_000)
+            c = b.launch(t + 10_000, 5_000)
+            b.kernel("ampere_sgemm_128x64_nn", t + 20_000, 15_000_000, c)
+            t += 20_000_000
+        stall = 5 * 10**9
+        b.step(4, t, stall + 1_000_000 if stalled_lanes else 20_000_000)
+        c = b.launch(t + 10_000, 5_000)
+        b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 20_000, stall, c)
+        b.launch(t + 30_000, stall if stalled_lanes else 5_000, "cudaStreamSynchronize")
+        return b.build()
+
+    assert repair(build(True))[1].repairs == {}
+    log = repair(build(False))[1]
+    assert log.repairs["beyond-trace"].count == 1
