@@ -203,7 +203,7 @@ def repair(trace: Trace, stub_fraction: float = 0.02) -> tuple[Trace, RepairLog]
 
 def _name(t: Trace, table: str, i: int) -> str:
     tab = getattr(t, table)
-    if hasattr(tab, "name") and table != "counters":
+    if hasattr(tab, "name"):
         s = t.strings[int(tab.name[i])] if 0 <= int(tab.name[i]) < len(t.strings) else "?"
         return (s[:60] + "…") if len(s) > 60 else s
     return table[:-1]
