@@ -479,10 +479,24 @@ def inconsistencies(analysis: "Analysis") -> list[str]:
     return out
 
 
+def _lead(analysis: "Analysis", log: RepairLog | None) -> tuple[float | None, float]:
+    """The verdict's lead (points of step time between the largest sink that can be primary and the
+    next) and the GPU time the repairs touched, as % of step time."""
+    s = analysis.sinks
+    if log is None or s is None or not s.total_ns or not log.touched_ns:
+        return None, 0.0
+    ranked = s.ranked()
+    if not ranked:
+        return None, 0.0
+    lead = ranked[0].pct - (ranked[1].pct if len(ranked) > 1 else 0.0)
+    return lead, 100.0 * log.touched_ns / s.total_ns
+
+
 def with_repairs(analysis: "Analysis", log: RepairLog | None) -> "Analysis":
     """``analysis`` with its inconsistencies reported and, where repairs touched more than
-    :data:`CONFIDENCE_SHARE` of GPU time, its confidence lowered by that share (at most halved),
-    with the reason in the evidence and the warnings."""
+    :data:`CONFIDENCE_SHARE` of GPU time — or as much step time as the verdict's lead over its
+    runner-up, so that they could have decided it — its confidence lowered by that share (at most
+    halved), with the reason in the evidence and the warnings."""
     warnings = list(analysis.warnings)
     bad = inconsistencies(analysis)
     if bad:
@@ -490,14 +504,19 @@ def with_repairs(analysis: "Analysis", log: RepairLog | None) -> "Analysis":
         if line not in warnings:
             warnings.append(line)
     verdict = analysis.verdict
-    if log is not None and log.touched_pct > CONFIDENCE_SHARE and verdict.axis != "insufficient_evidence":
+    lead, step_pct = _lead(analysis, log)
+    close = lead is not None and step_pct > 0 and step_pct >= lead
+    if log is not None and (log.touched_pct > CONFIDENCE_SHARE or close) and verdict.axis != "insufficient_evidence":
         from trainscope.analyzers.findings.base import Evidence
 
         share = log.touched_pct
-        lowered = round(verdict.confidence * max(0.5, 1.0 - share / 100.0), 2)
+        lowered = round(verdict.confidence * max(0.5, 1.0 - max(share, step_pct) / 100.0), 2)
+        lowered = min(lowered, round(verdict.confidence - 0.01, 2))
         reasons = ", ".join(sorted(r.reason for r in log.repairs.values() if r.gpu_ns))
         why = (f"confidence lowered from {verdict.confidence:.2f} to {lowered:.2f}: repairs ({reasons}) touched "
-               f"{share:.1f} % of GPU time (more than {CONFIDENCE_SHARE:g} %)")
+               + (f"{share:.1f} % of GPU time (more than {CONFIDENCE_SHARE:g} %)" if share > CONFIDENCE_SHARE else
+                  f"{step_pct:.2f} % of step time, as much as the verdict's lead of {lead:.2f} points over the "
+                  "runner-up"))
         if not any(e.metric.startswith("GPU time touched by repairs") for e in verdict.evidence):
             ev = Evidence("GPU time touched by repairs", round(share, 2), "% of GPU time", f"> {CONFIDENCE_SHARE:g}",
                           "invariant pass (docs/repairs.md)", True)
