@@ -66,9 +66,11 @@ REASONS: dict[str, Reason] = {r.code: r for r in (
            "resolution of Kineto's integer-microsecond timestamps"),
     Reason("beyond-trace", "dropped",
            "no event lasts longer than the trace or starts outside it",
-           "drops events ending later than the last host event's start plus the host window's length "
-           "(at least the threshold), and GPU events starting that far before the first host event: their "
-           "durations or clocks are corrupt and cannot be recovered", 1 * S, "ns (least allowance)",
+           "drops events ending later than the trace's end (the last end two lanes reach, or the last host "
+           "start) by more than the host window's length (at least the threshold), and GPU events starting "
+           "that far before the first host event: their durations or clocks are corrupt and cannot be "
+           "recovered (a real stall holds several lanes: the kernel, the call waiting on it, the step)",
+           1 * S, "ns (least allowance)",
            "a profiler records the events that start in its window; GPU work trails the host by its queue "
            "(up to 0.73 s measured in the bundled traces), never by more than the window itself"),
     Reason("stream-overlap", "clipped",
@@ -164,8 +166,9 @@ class RepairLog:
 # --- the pass --------------------------------------------------------------------------------------
 
 _GPU = ("kernels", "copies", "memsets")
-# Key columns of "the same event", per table (every column but the ones a copy could not differ in).
-_DEDUP = {"kernels": None, "copies": None, "memsets": None, "runtime": None, "annotations": None, "counters": None}
+# Tables whose identical rows (every column equal) are one event. CPU operators are exempt: nested
+# operators of one name with identical µs-rounded times occur in real Kineto traces.
+_DEDUP = ("kernels", "copies", "memsets", "runtime", "annotations", "counters")
 _CHECKED = "invariants_checked"
 
 
@@ -201,7 +204,7 @@ def repair(trace: Trace, stub_fraction: float = 0.02) -> tuple[Trace, RepairLog]
 
 def _name(t: Trace, table: str, i: int) -> str:
     tab = getattr(t, table)
-    if hasattr(tab, "name") and table != "counters":
+    if hasattr(tab, "name"):
         s = t.strings[int(tab.name[i])] if 0 <= int(tab.name[i]) < len(t.strings) else "?"
         return (s[:60] + "…") if len(s) > 60 else s
     return table[:-1]
@@ -321,6 +324,32 @@ def _align_clocks(t: Trace, log: RepairLog) -> None:
         log.add("clock-skew", 1, moved, example)
 
 
+_LANE_KEYS = {"kernels": ("device", "stream"), "copies": ("device", "stream"), "memsets": ("device", "stream"),
+              "runtime": ("thread",), "cpu_ops": ("thread",), "annotations": ("thread", "device")}
+
+
+def _corroborated_end(t: Trace) -> int | None:
+    """The trace's last end that two lanes reach: the second-largest of the lanes' last ends (a lane is
+    one table's thread, stream or annotation track). A stall that really lasts holds several lanes
+    (the kernel, the host call waiting on it, the step around them); a corrupt duration holds one."""
+    ends = []
+    for table, keys in _LANE_KEYS.items():
+        tab = getattr(t, table)
+        if not len(tab):
+            continue
+        key = np.zeros(len(tab), np.int64)
+        for k in keys:
+            key = key * (1 << 32) + (getattr(tab, k).astype(np.int64) & 0xFFFFFFFF)
+        order = np.argsort(key, kind="stable")
+        k_sorted, e_sorted = key[order], tab.end[order]
+        first = np.r_[0, np.flatnonzero(k_sorted[1:] != k_sorted[:-1]) + 1]
+        ends += np.maximum.reduceat(e_sorted, first).tolist()
+    if not ends:
+        return None
+    ends.sort()
+    return int(ends[-2] if len(ends) > 1 else ends[-1])
+
+
 def _drop_beyond_window(t: Trace, log: RepairLog) -> None:
     win = _host_window(t)
     if win is None:
@@ -329,7 +358,8 @@ def _drop_beyond_window(t: Trace, log: RepairLog) -> None:
             return
         win = (int(min(g.min() for g in gpu)), int(max(g.max() for g in gpu)))
     allowance = max(win[1] - win[0], int(REASONS["beyond-trace"].threshold))
-    lo, hi = win[0] - allowance, win[1] + allowance
+    lo = win[0] - allowance
+    hi = max(win[1], _corroborated_end(t) or win[1]) + allowance
     for table in (*_GPU, "runtime", "cpu_ops", "annotations"):
         tab = getattr(t, table)
         if not len(tab):
@@ -339,7 +369,7 @@ def _drop_beyond_window(t: Trace, log: RepairLog) -> None:
             continue
         idx = np.flatnonzero(bad)
         i = int(idx[np.argmax(tab.dur[idx])])
-        gpu = int(_bounded(t, table, idx, win[1] + allowance).sum()) if table in _GPU else 0
+        gpu = int(_bounded(t, table, idx, hi).sum()) if table in _GPU else 0
         log.add("beyond-trace", len(idx), gpu, f"{table}: {_where(t, table, i)} lasting {int(tab.dur[i]) / S:,.3f} s "
                 f"in a {(win[1] - win[0]) / S:,.3f} s window")
         _keep(t, table, ~bad)
@@ -450,10 +480,24 @@ def inconsistencies(analysis: "Analysis") -> list[str]:
     return out
 
 
+def _lead(analysis: "Analysis", log: RepairLog | None) -> tuple[float | None, float]:
+    """The verdict's lead (points of step time between the largest sink that can be primary and the
+    next) and the GPU time the repairs touched, as % of step time."""
+    s = analysis.sinks
+    if log is None or s is None or not s.total_ns or not log.touched_ns:
+        return None, 0.0
+    ranked = s.ranked()
+    if not ranked:
+        return None, 0.0
+    lead = ranked[0].pct - (ranked[1].pct if len(ranked) > 1 else 0.0)
+    return lead, 100.0 * log.touched_ns / s.total_ns
+
+
 def with_repairs(analysis: "Analysis", log: RepairLog | None) -> "Analysis":
     """``analysis`` with its inconsistencies reported and, where repairs touched more than
-    :data:`CONFIDENCE_SHARE` of GPU time, its confidence lowered by that share (at most halved),
-    with the reason in the evidence and the warnings."""
+    :data:`CONFIDENCE_SHARE` of GPU time — or as much step time as the verdict's lead over its
+    runner-up, so that they could have decided it — its confidence lowered by that share (at most
+    halved), with the reason in the evidence and the warnings."""
     warnings = list(analysis.warnings)
     bad = inconsistencies(analysis)
     if bad:
@@ -461,28 +505,19 @@ def with_repairs(analysis: "Analysis", log: RepairLog | None) -> "Analysis":
         if line not in warnings:
             warnings.append(line)
     verdict = analysis.verdict
-    # A repair can also decide a close race: GPU time it touched, as a share of step time, at least
-    # the verdict's lead over the runner-up sink could have turned the verdict by itself.
-    lead = touched_step = None
-    if log is not None and analysis.sinks is not None and analysis.sinks.total_ns:
-        ranked = analysis.sinks.ranked()
-        if len(ranked) >= 2:
-            lead = ranked[0].pct - ranked[1].pct
-            touched_step = 100.0 * sum(r.gpu_ns for r in log.repairs.values()) / analysis.sinks.total_ns
-    close = lead is not None and touched_step is not None and 0 < touched_step and touched_step >= lead
+    lead, step_pct = _lead(analysis, log)
+    close = lead is not None and step_pct > 0 and step_pct >= lead
     if log is not None and (log.touched_pct > CONFIDENCE_SHARE or close) and verdict.axis != "insufficient_evidence":
         from trainscope.analyzers.findings.base import Evidence
 
         share = log.touched_pct
-        lowered = round(verdict.confidence * max(0.5, 1.0 - max(share, 1.0) / 100.0), 2)
+        lowered = round(verdict.confidence * max(0.5, 1.0 - max(share, step_pct) / 100.0), 2)
+        lowered = min(lowered, round(verdict.confidence - 0.01, 2))
         reasons = ", ".join(sorted(r.reason for r in log.repairs.values() if r.gpu_ns))
-        if log.touched_pct > CONFIDENCE_SHARE:
-            why = (f"confidence lowered from {verdict.confidence:.2f} to {lowered:.2f}: repairs ({reasons}) touched "
-                   f"{share:.1f} % of GPU time (more than {CONFIDENCE_SHARE:g} %)")
-        else:
-            why = (f"confidence lowered from {verdict.confidence:.2f} to {lowered:.2f}: repairs ({reasons}) touched "
-                   f"{touched_step:.1f} % of step time, at least the verdict's lead over the runner-up "
-                   f"({lead:.1f} points): the repair may decide the verdict")
+        why = (f"confidence lowered from {verdict.confidence:.2f} to {lowered:.2f}: repairs ({reasons}) touched "
+               + (f"{share:.1f} % of GPU time (more than {CONFIDENCE_SHARE:g} %)" if share > CONFIDENCE_SHARE else
+                  f"{step_pct:.2f} % of step time, as much as the verdict's lead of {lead:.2f} points over the "
+                  "runner-up"))
         if not any(e.metric.startswith("GPU time touched by repairs") for e in verdict.evidence):
             ev = Evidence("GPU time touched by repairs", round(share, 2), "% of GPU time", f"> {CONFIDENCE_SHARE:g}",
                           "invariant pass (docs/repairs.md)", True)

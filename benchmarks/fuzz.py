@@ -129,6 +129,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run before it counts as a hang")
     ap.add_argument("--no-bomb", action="store_true")
     ap.add_argument("--semantic", action="store_true", help="semantic mutations; report silent verdict changes")
+    ap.add_argument("--mutations", default=None,
+                    help="--semantic: comma-separated mutations to draw from (default: all; rank-offset for rank directories)")
     args = ap.parse_args()
     if args.semantic:
         return semantic_main(args)
@@ -206,6 +208,7 @@ def semantic_main(args) -> int:
     out_root = Path(args.out)
     work = tempfile.mkdtemp(prefix="trainscope-semfuzz-")
     stop: list[int] = []
+    only = [m for m in (args.mutations or "").split(",") if m]
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop.append(signum))
     t_start = time.monotonic()
@@ -232,7 +235,14 @@ def semantic_main(args) -> int:
             mdir = os.path.join(work, f"m{n}")
             os.mkdir(mdir)
             try:
-                path, mutation, what = semantic_mutant(seed, rnd, mdir)
+                chosen = rnd.choice(only) if only else None
+                if chosen == "rank-offset" and seed.fmt != "ranks":
+                    chosen = None if len(only) == 1 else rnd.choice([m for m in only if m != "rank-offset"])
+                    if chosen is None:
+                        shutil.rmtree(mdir, ignore_errors=True)
+                        counts["mutator-skip"] += 1
+                        continue
+                path, mutation, what = semantic_mutant(seed, rnd, mdir, chosen)
             except (ValueError, IndexError):  # nothing to mutate in this seed (no steps, no stream)
                 counts["mutator-skip"] += 1
                 shutil.rmtree(mdir, ignore_errors=True)

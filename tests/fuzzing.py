@@ -532,12 +532,30 @@ def sem_stub_steps(events: list, rnd: random.Random) -> tuple[list, str]:
     return events + extra, f"{n:,} stub step markers of 0.4 us"
 
 
+_RUNTIME_CATS = {"cuda_runtime", "runtime", "cuda_driver"}
+
+
+def _least_launch_gap(events: list, lane: tuple[str, str]) -> float | None:
+    """The least start − launch-call start (µs) over the lane's GPU events linked to their launch."""
+    launch = {e["args"].get("correlation"): e["ts"] for e in events
+              if str(e.get("cat", "")).lower() in _RUNTIME_CATS and isinstance(e.get("args"), dict) and _timed(e)}
+    gaps = [e["ts"] - launch[c] for e in events if _is_gpu(e) and (str(e.get("pid")), str(e.get("tid"))) == lane
+            and isinstance(e.get("args"), dict) and (c := e["args"].get("correlation")) in launch]
+    return min(gaps) if gaps else None
+
+
 def sem_shift_lane(events: list, rnd: random.Random) -> tuple[list, str]:
-    """One GPU stream's clock shifted: back by 1 ms to 0.5 s (its work starts before its launches),
-    or ahead by days."""
+    """One GPU stream's clock shifted: back by 1 ms to 0.5 s *beyond* its least launch-to-start gap
+    (its work then starts before its launch calls), or ahead by days. A smaller shift back (or a
+    forward shift within the recording) is not drawn: it reads as a shorter (longer) launch queue,
+    which no invariant can tell from a real one (docs/repairs.md)."""
     lanes = sorted({(str(e.get("pid")), str(e.get("tid"))) for e in events if _is_gpu(e)})
     lane = rnd.choice(lanes)
-    by = -rnd.uniform(1e3, 5e5) if rnd.random() < 0.6 else rnd.randint(1, 30) * _DAY_US
+    least = _least_launch_gap(events, lane)
+    if least is not None and rnd.random() < 0.6:
+        by = -(max(least, 0.0) + rnd.uniform(1e3, 5e5))
+    else:
+        by = rnd.randint(1, 30) * _DAY_US
     out = [({**e, "ts": e["ts"] + by} if _timed(e) and (str(e.get("pid")), str(e.get("tid"))) == lane else e)
            for e in events]
     return out, f"GPU lane {lane} shifted by {by / 1e3:+,.1f} ms"

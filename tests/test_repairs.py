@@ -375,3 +375,71 @@ def test_a_repaired_rank_of_a_directory_is_said_and_read_again_repaired(tmp_path
     log, first = ensure_checked(again), report.ranks[k].repairs
     assert {r: x.count for r, x in log.repairs.items()} == {r: x.count for r, x in first.repairs.items()}
     assert int(again.kernels.dur.sum()) + int(again.copies.dur.sum()) + int(again.memsets.dur.sum()) == first.gpu_ns
+
+
+def test_a_real_stall_at_the_end_is_not_taken_for_a_corrupt_duration():
+    """A last step stalled 5 s in one kernel (a collective waiting on a slow rank) in a trace of 60 ms:
+    the kernel, the host call waiting on it and the step all end there — the end is corroborated by
+    several lanes, so nothing is dropped. The same kernel alone at 5 s (its step and call normal) is
+    a corrupt duration, dropped."""
+    from trainscope.traces.builder import TraceBuilder
+
+    def build(stalled_lanes: bool):
+        b = TraceBuilder()
+        t = 1_000_000
+        for n in range(3):
+            b.step(n + 1, t, 20_000_000)
+            c = b.launch(t + 10_000, 5_000)
+            b.kernel("ampere_sgemm_128x64_nn", t + 20_000, 15_000_000, c)
+            t += 20_000_000
+        stall = 5 * 10**9
+        b.step(4, t, stall + 1_000_000 if stalled_lanes else 20_000_000)
+        c = b.launch(t + 10_000, 5_000)
+        b.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 20_000, stall, c)
+        b.launch(t + 30_000, stall if stalled_lanes else 5_000, "cudaStreamSynchronize")
+        return b.build()
+
+    assert repair(build(True))[1].repairs == {}
+    log = repair(build(False))[1]
+    assert log.repairs["beyond-trace"].count == 1
+
+
+def test_a_recording_written_twice_is_merged_and_keeps_its_verdict(tmp_path):
+    """Every format passes the pass: a ``watch --record`` recording whose samples are all present twice
+    (a log appended to itself) reads as the original, with the merge said."""
+    from trainscope.api import analyze
+
+    src = ROOT / "tests" / "data" / "nvml" / "nanogpt_8gpu_head.recording.jsonl"
+    lines = src.read_text().splitlines(keepends=True)
+    twice = tmp_path / "twice.recording.jsonl"
+    twice.write_text(lines[0] + "".join(lines[1:]) + "".join(lines[1:]))
+    base, doc = analyze(str(src)).to_dict(), analyze(str(twice)).to_dict()
+    assert doc["verdict"] == base["verdict"]
+    (r,) = doc["repairs"]
+    assert (r["reason"], r["action"]) == ("duplicate-event", "merged")
+    from trainscope.collectors import open_traces
+
+    assert r["count"] == len(open_traces(str(src)).traces[0].counters) == 1_000  # each counter sample once more
+    assert r["example"].startswith("counters: ")
+
+
+def test_an_nsight_export_with_every_kernel_twice_is_merged(tmp_path):
+    """Nsight Systems exports pass the same pass: every CUPTI kernel row inserted twice reads as the
+    original kernels, the merge said and the confidence lowered with its reason."""
+    import shutil
+    import sqlite3
+
+    from trainscope.api import analyze
+
+    src = ROOT / "tests" / "data" / "nsys" / "cs336_small_train_step_a100.sqlite"
+    dup = tmp_path / "dup.sqlite"
+    shutil.copy(src, dup)
+    with sqlite3.connect(dup) as c:
+        c.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    base, doc = analyze(str(src)).to_dict(), analyze(str(dup)).to_dict()
+    assert doc["kernels"]["count"] == base["kernels"]["count"] == 3_655
+    assert doc["kernels"]["total_ms"] == base["kernels"]["total_ms"]
+    assert (doc["verdict"]["axis"], doc["verdict"]["bottleneck"]) == (base["verdict"]["axis"], base["verdict"]["bottleneck"])
+    assert doc["repairs"][0]["reason"] == "duplicate-event" and doc["repairs"][0]["count"] == 3_655
+    assert doc["verdict"]["confidence"] < base["verdict"]["confidence"]
+    assert any(w.startswith(f"confidence lowered from {base['verdict']['confidence']:.2f}") for w in doc["warnings"])
