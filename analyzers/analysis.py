@@ -1,4 +1,5 @@
 """The analysis pipeline: one trace in, one :class:`Analysis` out (pure, no I/O)."""
+
 from __future__ import annotations
 
 import re
@@ -19,7 +20,12 @@ from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.gpu_metrics import CounterSummary, counter_context, counter_split, counter_summary
 from trainscope.analyzers.host_device import blocking_syncs, pageable_copies
 from trainscope.analyzers.host_idle import HostIdle, host_idle, host_idle_evidence
-from trainscope.analyzers.hw_counters import HwCounterReport, counters_mfu_reason, counters_only_verdict, hw_counter_report
+from trainscope.analyzers.hw_counters import (
+    HwCounterReport,
+    counters_mfu_reason,
+    counters_only_verdict,
+    hw_counter_report,
+)
 from trainscope.analyzers.kernels import HIGH_INTENSITY, LOW_INTENSITY, KernelSummary, kernel_classes, kernel_summary
 from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
@@ -68,8 +74,13 @@ class Analysis:
     repairs: RepairLog | None = field(default=None, repr=False, compare=False)  # the invariant pass's log
 
 
-def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float | None = None,
-                  step_range: str | None = None, peak_bandwidth: float | None = None) -> Analysis:
+def analyze_trace(
+    trace: Trace,
+    rules: Rules | None = None,
+    peak_tflops: float | None = None,
+    step_range: str | None = None,
+    peak_bandwidth: float | None = None,
+) -> Analysis:
     """``step_range`` names the annotation range that marks a step (raises StepRangeError when
     the trace has none)."""
     rules = rules or Rules()
@@ -123,18 +134,41 @@ def analyze_trace(trace: Trace, rules: Rules | None = None, peak_tflops: float |
         warnings.append(f"{seg.note}; to time steps, {how_to_record(trace.format, 'steps')}")
     if seg.stub_note:
         warnings.append(seg.stub_note)
-    return with_repairs(Analysis(
-        source=trace.source, rank=trace.rank, device=device, device_name=dev.name if dev else None,
-        device_spec=spec, segmentation=seg, breakdown=bd, kernels=ks, memory=mem, mfu=mfu,
-        findings=found, verdict=verdict, recommendations=recs, warnings=warnings,
-        phases=phase_breakdown(trace, seg, device, classes[0]), counters=counters, source_format=trace.format,
-        roofline=roof, context=ctx, sinks=sinks, host_idle=hidle, observations=inp, hw_counters=hwc,
-        busy_bound=bound, repairs=repairs,
-    ), repairs)
+    return with_repairs(
+        Analysis(
+            source=trace.source,
+            rank=trace.rank,
+            device=device,
+            device_name=dev.name if dev else None,
+            device_spec=spec,
+            segmentation=seg,
+            breakdown=bd,
+            kernels=ks,
+            memory=mem,
+            mfu=mfu,
+            findings=found,
+            verdict=verdict,
+            recommendations=recs,
+            warnings=warnings,
+            phases=phase_breakdown(trace, seg, device, classes[0]),
+            counters=counters,
+            source_format=trace.format,
+            roofline=roof,
+            context=ctx,
+            sinks=sinks,
+            host_idle=hidle,
+            observations=inp,
+            hw_counters=hwc,
+            busy_bound=bound,
+            repairs=repairs,
+        ),
+        repairs,
+    )
 
 
-def busy_split(ks: KernelSummary, counters: CounterSummary | None, roof: Roofline | None,
-               rules: Rules) -> tuple[dict[str, float], str, list[Evidence]]:
+def busy_split(
+    ks: KernelSummary, counters: CounterSummary | None, roof: Roofline | None, rules: Rules
+) -> tuple[dict[str, float], str, list[Evidence]]:
     """How compute-kernel time divides into memory-bound, compute-bound and unknown: hardware counters
     where they decide, else the roofline's per-kernel calls, else the kernel-class mix (the last
     resort DIAGNOSIS §2.3 allows), with the evidence lines of the source used."""
@@ -143,24 +177,62 @@ def busy_split(ks: KernelSummary, counters: CounterSummary | None, roof: Rooflin
         return decided[0], "hardware counters", decided[1]
     context_lines = counter_context(counters)
     if roof is not None and roof.busy_ms > 0:
-        lines = [Evidence(f"{b}-bound kernels (roofline: intensity {'<' if b == 'memory' else '≥'} ridge point), "
-                          "share of compute-kernel time", round(roof.share_pct(b), 2), "%", "",
-                          "roofline: " + roof.device) for b in ("memory", "compute")]
-        lines += [Evidence(roof.evidence_line(b), None, "", "", "roofline: " + roof.device)
-                  for b in ("memory", "compute") if roof.bound_ms.get(b, 0.0) > 0]
+        lines = [
+            Evidence(
+                f"{b}-bound kernels (roofline: intensity {'<' if b == 'memory' else '≥'} ridge point), "
+                "share of compute-kernel time",
+                round(roof.share_pct(b), 2),
+                "%",
+                "",
+                "roofline: " + roof.device,
+            )
+            for b in ("memory", "compute")
+        ]
+        lines += [
+            Evidence(roof.evidence_line(b), None, "", "", "roofline: " + roof.device)
+            for b in ("memory", "compute")
+            if roof.bound_ms.get(b, 0.0) > 0
+        ]
         if roof.bound_ms.get("unknown", 0.0) > 0:
-            lines.append(Evidence("kernels of unknown bound (no FLOPs/bytes, no recognizable name)",
-                                  round(roof.share_pct("unknown"), 2), "%", "", "roofline"))
-        return {b: roof.bound_ms.get(b, 0.0) for b in ("memory", "compute", "unknown")}, "roofline", lines + context_lines
+            lines.append(
+                Evidence(
+                    "kernels of unknown bound (no FLOPs/bytes, no recognizable name)",
+                    round(roof.share_pct("unknown"), 2),
+                    "%",
+                    "",
+                    "roofline",
+                )
+            )
+        return (
+            {b: roof.bound_ms.get(b, 0.0) for b in ("memory", "compute", "unknown")},
+            "roofline",
+            lines + context_lines,
+        )
     high = sum(ks.by_class_ns.get(c, 0) for c in HIGH_INTENSITY)
     low = sum(ks.by_class_ns.get(c, 0) for c in LOW_INTENSITY)
     other = ks.by_class_ns.get("other", 0)
     compute_total = high + low + other
-    lines = [Evidence("GEMM/convolution/attention share of compute-kernel time",
-                      round(100.0 * high / compute_total, 2) if compute_total else 0.0, "%", "", "kernel names (no roofline)"),
-             Evidence("elementwise/normalization/softmax/reduction share of compute-kernel time",
-                      round(100.0 * low / compute_total, 2) if compute_total else 0.0, "%", "", "kernel names (no roofline)")]
-    return {"memory": float(low), "compute": float(high), "unknown": float(other)}, "kernel classes", lines + context_lines
+    lines = [
+        Evidence(
+            "GEMM/convolution/attention share of compute-kernel time",
+            round(100.0 * high / compute_total, 2) if compute_total else 0.0,
+            "%",
+            "",
+            "kernel names (no roofline)",
+        ),
+        Evidence(
+            "elementwise/normalization/softmax/reduction share of compute-kernel time",
+            round(100.0 * low / compute_total, 2) if compute_total else 0.0,
+            "%",
+            "",
+            "kernel names (no roofline)",
+        ),
+    ]
+    return (
+        {"memory": float(low), "compute": float(high), "unknown": float(other)},
+        "kernel classes",
+        lines + context_lines,
+    )
 
 
 def host_idle_attribution(h: HostIdle | None, bd: Breakdown) -> tuple[dict[str, int], dict[str, tuple]]:
@@ -208,7 +280,9 @@ def explained_gaps(trace: Trace, seg: StepSegmentation, device: int | None, hidl
     if hidle is not None:
         sets += [v for k, v in hidle.intervals.items() if k in ("input", "sync") and len(v[0])]
     sets = [x for x in sets if len(x[0])]
-    explained = iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets])) if sets else iv.EMPTY
+    explained = (
+        iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets])) if sets else iv.EMPTY
+    )
     return gpu_gaps(trace, seg, device, explained)
 
 
@@ -221,9 +295,22 @@ def sink_floors(rules: Rules) -> dict[str, float]:
     return out
 
 
-def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Breakdown, ks: KernelSummary, mem,
-                 classes, counters: CounterSummary | None, roof: Roofline | None, ctx, rules: Rules,
-                 hidle: HostIdle | None = None, imbalance_ns: int = 0, imbalance_evidence: tuple = ()) -> DiagnosisInput:
+def observations(
+    trace: Trace,
+    seg: StepSegmentation,
+    device: int | None,
+    bd: Breakdown,
+    ks: KernelSummary,
+    mem,
+    classes,
+    counters: CounterSummary | None,
+    roof: Roofline | None,
+    ctx,
+    rules: Rules,
+    hidle: HostIdle | None = None,
+    imbalance_ns: int = 0,
+    imbalance_evidence: tuple = (),
+) -> DiagnosisInput:
     """Everything the findings read, measured once: the sinks of step time and the evidence of the
     modules that refine them (host-device traffic, attention, counters, host frames)."""
     # Counted once, in the steps and on this GPU, for every finding that cites it.
@@ -234,23 +321,50 @@ def observations(trace: Trace, seg: StepSegmentation, device: int | None, bd: Br
     split, source, busy_lines = busy_split(ks, counters, roof, rules)
     host_ns, host_ev = host_idle_attribution(hidle, bd)
     gaps = explained_gaps(trace, seg, device, hidle) if trace.has_gpu_activity else None
-    sinks = split_sinks(bd, busy_split=split, busy_source=source, host_idle_ns=host_ns,
-                        sync_bubble_ns=syncs.bubble_ns, imbalance_ns=imbalance_ns,
-                        saturated=bd.gpu_busy_pct >= rules.value("gpu_busy.saturated"), floors=sink_floors(rules),
-                        gap_ns=gaps.sink_ns() if gaps is not None else None, gap_source=GAPS_SOURCE)
+    sinks = split_sinks(
+        bd,
+        busy_split=split,
+        busy_source=source,
+        host_idle_ns=host_ns,
+        sync_bubble_ns=syncs.bubble_ns,
+        imbalance_ns=imbalance_ns,
+        saturated=bd.gpu_busy_pct >= rules.value("gpu_busy.saturated"),
+        floors=sink_floors(rules),
+        gap_ns=gaps.sink_ns() if gaps is not None else None,
+        gap_source=GAPS_SOURCE,
+    )
     return DiagnosisInput(
-        has_gpu=trace.has_gpu_activity, segmentation=seg, breakdown=bd, kernels=ks, memory=mem,
-        single_process_loader=single, pageable_htod_copies=pageable.count,
-        kernels_per_step=ks.count / max(1, len(seg.steps)), sinks=sinks, pageable=pageable, syncs=syncs,
+        has_gpu=trace.has_gpu_activity,
+        segmentation=seg,
+        breakdown=bd,
+        kernels=ks,
+        memory=mem,
+        single_process_loader=single,
+        pageable_htod_copies=pageable.count,
+        kernels_per_step=ks.count / max(1, len(seg.steps)),
+        sinks=sinks,
+        pageable=pageable,
+        syncs=syncs,
         attention=attention_evidence(trace, seg, device, classes[0]) if trace.has_gpu_activity else None,
-        context=ctx, host_evidence=host_ev, host_idle=hidle, busy_evidence=tuple(busy_lines),
-        imbalance_evidence=tuple(imbalance_evidence), roofline=roof, gaps=gaps, extra=graph_replays(trace, seg, device),
+        context=ctx,
+        host_evidence=host_ev,
+        host_idle=hidle,
+        busy_evidence=tuple(busy_lines),
+        imbalance_evidence=tuple(imbalance_evidence),
+        roofline=roof,
+        gaps=gaps,
+        extra=graph_replays(trace, seg, device),
         copy_traffic=copy_traffic(trace, seg, device) if trace.has_gpu_activity else None,
     )
 
 
-def analyze_set(traces: TraceSet, rules: Rules | None = None, peak_tflops: float | None = None,
-                step_range: str | None = None, peak_bandwidth: float | None = None) -> list[Analysis]:
+def analyze_set(
+    traces: TraceSet,
+    rules: Rules | None = None,
+    peak_tflops: float | None = None,
+    step_range: str | None = None,
+    peak_bandwidth: float | None = None,
+) -> list[Analysis]:
     """One analysis per rank, in rank order, each rank judged on its own. Rank imbalance is decided
     once, in the reduce over ranks (``trainscope.api``'s ``analyze``): the collectives' alignment
     where they match (``ranks.with_aligned_imbalance``), else the compute-time estimate
@@ -263,6 +377,7 @@ def with_rank_imbalance(analyses: list[Analysis], rules: Rules) -> list[Analysis
     one spends the difference waiting inside a collective for it: that share of its communication time
     is imbalance, not communication cost. Per rank: wait = min(communication, busiest rank's compute
     time − this rank's) per step; the rank is re-judged with that time as the imbalance sink."""
+
     def per_step(a: Analysis, cat: str) -> float:
         return a.breakdown.ns[cat] / max(1, len(a.breakdown.steps))
 
@@ -283,40 +398,73 @@ def with_rank_imbalance(analyses: list[Analysis], rules: Rules) -> list[Analysis
         n = max(1, len(a.breakdown.steps))
         who = f"rank {busiest.rank}" if busiest.rank is not None else busiest.source
         sinks = moved(a.sinks, "comm", "imbalance", int(wait * n), f"compute-kernel time per step against {who}")
-        lines = (Evidence("compute-kernel time per step on this rank", round(per_step(a, "compute") / 1e6, 2), "ms", "",
-                          "step breakdown", None),
-                 Evidence(f"compute-kernel time per step on the busiest rank ({who})", round(top / 1e6, 2), "ms", "",
-                          "step breakdown", None),
-                 Evidence("ranks compared", len(judged), "ranks", "", "trace set", None))
+        lines = (
+            Evidence(
+                "compute-kernel time per step on this rank",
+                round(per_step(a, "compute") / 1e6, 2),
+                "ms",
+                "",
+                "step breakdown",
+                None,
+            ),
+            Evidence(
+                f"compute-kernel time per step on the busiest rank ({who})",
+                round(top / 1e6, 2),
+                "ms",
+                "",
+                "step breakdown",
+                None,
+            ),
+            Evidence("ranks compared", len(judged), "ranks", "", "trace set", None),
+        )
         out.append(rejudged(a, sinks, lines, rules))
     return out
 
 
-def judge(inp: DiagnosisInput, bd: Breakdown, spec: DeviceSpec | None, device_name: str | None,
-          ctx: Context | None, rules: Rules, bound: BusyBound | None = None
-          ) -> tuple[list[Finding], Verdict, list[Recommendation]]:
+def judge(
+    inp: DiagnosisInput,
+    bd: Breakdown,
+    spec: DeviceSpec | None,
+    device_name: str | None,
+    ctx: Context | None,
+    rules: Rules,
+    bound: BusyBound | None = None,
+) -> tuple[list[Finding], Verdict, list[Recommendation]]:
     """The one judge: observations → findings, the verdict (primary finding first) and the fixes, whose
     projections ``bound`` (what a kernel-level fix can remove, by the roofline) limits. No projected
     gains from evidence too thin for a verdict."""
     found = findings(inp, rules)
     verdict = classify(inp, found, rules)
     found = primary_first(found, verdict)
-    recs = ([] if verdict.axis == "insufficient_evidence" else
-            recommend(found, bd, spec, device_name, ctx, rules, bound=bound))
+    recs = (
+        []
+        if verdict.axis == "insufficient_evidence"
+        else recommend(found, bd, spec, device_name, ctx, rules, bound=bound)
+    )
     return found, verdict, recs
 
 
-def rejudged(a: Analysis, sinks: Sinks, imbalance_evidence: tuple[Evidence, ...], rules: Rules,
-             extra: dict[str, object] | None = None) -> Analysis:
+def rejudged(
+    a: Analysis,
+    sinks: Sinks,
+    imbalance_evidence: tuple[Evidence, ...],
+    rules: Rules,
+    extra: dict[str, object] | None = None,
+) -> Analysis:
     """``a`` judged again with ``sinks`` (its imbalance sink set by a cross-rank measure), the
     evidence of that measure and, in ``extra``, what else the reduce measured of the rank (the
     others' wait for it when it is the straggler): the reduce over ranks calls this once per rank."""
     assert a.observations is not None
-    inp = replace(a.observations, sinks=sinks, imbalance_evidence=imbalance_evidence,
-                  extra=a.observations.extra if extra is None else extra)
+    inp = replace(
+        a.observations,
+        sinks=sinks,
+        imbalance_evidence=imbalance_evidence,
+        extra=a.observations.extra if extra is None else extra,
+    )
     found, verdict, recs = judge(inp, a.breakdown, a.device_spec, a.device_name, a.context, rules, bound=a.busy_bound)
-    return with_repairs(replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict,
-                                recommendations=recs), a.repairs)
+    return with_repairs(
+        replace(a, sinks=sinks, observations=inp, findings=found, verdict=verdict, recommendations=recs), a.repairs
+    )
 
 
 def slowest(analyses: list[Analysis]) -> Analysis:

@@ -7,6 +7,7 @@ without such ranges, softmax kernels did. Each of those kernels reads and writes
 batch × heads × L × L score matrix, so their cost grows with L² in bytes moved, not FLOPs: the
 memory-bandwidth signature that fused attention (which never materializes the matrix) removes.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,8 +42,9 @@ class AttentionEvidence:
         return 100.0 * self.unfused_ns / self.kernel_ns if self.kernel_ns else 0.0
 
 
-def attention_evidence(trace: Trace, segmentation: StepSegmentation, device: int | None,
-                       classes: np.ndarray) -> AttentionEvidence:
+def attention_evidence(
+    trace: Trace, segmentation: StepSegmentation, device: int | None, classes: np.ndarray
+) -> AttentionEvidence:
     k, r, a = trace.kernels, trace.runtime, trace.annotations
     ws, we = segmentation.starts, segmentation.ends
     on = iv.contains((ws, we), k.ts) & ((k.device == device) if device is not None else True)

@@ -7,6 +7,7 @@ to the host's reason: waiting for data (DataLoader ``__next__``), synchronizing
 (launch/CPU overhead: the GPU waits for work to be issued), or nothing recorded (other).
 Categories therefore sum to the step time, and shares sum to 100 %.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,8 +21,14 @@ from trainscope.analyzers.steps import DATA_WAIT, PROFILER_STEP, StepSegmentatio
 from trainscope.traces.model import Trace
 
 CATEGORIES: tuple[str, ...] = (
-    "compute", "communication", "copy", "memset",
-    "idle_data_wait", "idle_sync", "idle_host_overhead", "idle_other",
+    "compute",
+    "communication",
+    "copy",
+    "memset",
+    "idle_data_wait",
+    "idle_sync",
+    "idle_host_overhead",
+    "idle_other",
 )
 BUSY = CATEGORIES[:4]
 IDLE = CATEGORIES[4:]
@@ -120,8 +127,10 @@ def host_layers(trace: Trace) -> dict[str, iv.IntervalSet]:
     a, o, r = trace.annotations, trace.cpu_ops, trace.runtime
     data_names = name_mask(trace, DATA_WAIT)
     a_host = a.device < 0
-    data = iv.union(np.concatenate([a.ts[a_host & data_names[a.name]], o.ts[data_names[o.name]]]),
-                    np.concatenate([a.end[a_host & data_names[a.name]], o.end[data_names[o.name]]]))
+    data = iv.union(
+        np.concatenate([a.ts[a_host & data_names[a.name]], o.ts[data_names[o.name]]]),
+        np.concatenate([a.end[a_host & data_names[a.name]], o.end[data_names[o.name]]]),
+    )
     sync_names = name_mask(trace, SYNC_CALL)
     sync = iv.union(r.ts[sync_names[r.name]], r.end[sync_names[r.name]])
     # Umbrella ranges (ProfilerStep#N) cover the whole step and say nothing about host activity.
@@ -137,8 +146,9 @@ def _pct(values: np.ndarray) -> Percentiles:
     return Percentiles(float(np.percentile(values, 50)), float(np.percentile(values, 95)), float(values.mean()))
 
 
-def step_breakdown(trace: Trace, segmentation: StepSegmentation, device: int | None = None,
-                   classes: np.ndarray | None = None) -> Breakdown:
+def step_breakdown(
+    trace: Trace, segmentation: StepSegmentation, device: int | None = None, classes: np.ndarray | None = None
+) -> Breakdown:
     """The exclusive breakdown of every step of ``segmentation`` on ``device`` (default: primary)."""
     if device is None:
         device = primary_device(trace)
@@ -149,15 +159,24 @@ def step_breakdown(trace: Trace, segmentation: StepSegmentation, device: int | N
     table = iv.exclusive_layers(layers, ws, we)
     host_wait = iv.overlap_per_window(host["idle_data_wait"], ws, we)
     steps = [
-        StepBreakdown(st.label, st.start_ns, st.duration_ns, {c: int(table[i, j]) for j, c in enumerate(CATEGORIES)},
-                      int(host_wait[i]))
+        StepBreakdown(
+            st.label,
+            st.start_ns,
+            st.duration_ns,
+            {c: int(table[i, j]) for j, c in enumerate(CATEGORIES)},
+            int(host_wait[i]),
+        )
         for i, st in enumerate(segmentation.steps)
     ]
     totals = {c: int(table[:, j].sum()) for j, c in enumerate(CATEGORIES)}
     durations = np.array([s.duration_ns for s in steps], float) / 1e6
     return Breakdown(
-        device=device, steps=steps, total_ns=int(sum(s.duration_ns for s in steps)), ns=totals,
-        host_data_wait_ns=int(host_wait.sum()), step_ms=_pct(durations),
+        device=device,
+        steps=steps,
+        total_ns=int(sum(s.duration_ns for s in steps)),
+        ns=totals,
+        host_data_wait_ns=int(host_wait.sum()),
+        step_ms=_pct(durations),
         category_ms={c: _pct(table[:, j] / 1e6) for j, c in enumerate(CATEGORIES)},
     )
 
@@ -212,7 +231,11 @@ def refiled(b: Breakdown, target: dict[str, int]) -> Breakdown:
         steps.append(StepBreakdown(s.label, s.start_ns, s.duration_ns, ns, wait))
     totals = {c: sum(s.ns[c] for s in steps) for c in CATEGORIES}
     return Breakdown(
-        device=b.device, steps=steps, total_ns=b.total_ns, ns=totals,
-        host_data_wait_ns=sum(s.host_data_wait_ns for s in steps), step_ms=b.step_ms,
+        device=b.device,
+        steps=steps,
+        total_ns=b.total_ns,
+        ns=totals,
+        host_data_wait_ns=sum(s.host_data_wait_ns for s in steps),
+        step_ms=b.step_ms,
         category_ms={c: _pct(np.array([s.ns[c] for s in steps], np.float64) / 1e6) for c in CATEGORIES},
     )

@@ -19,6 +19,7 @@ memory-bound sink, % of step time) scales by that share. Compute-bound time is b
 way by FLOPs over the peak, but no fix in the table projects it (the tensor-core fix has its own
 Amdahl bound), so only the memory side is computed here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,14 +59,19 @@ class BusyBound:
         parts = [f"roofline bound on the {stake_pct:.1f} % memory-bound time ({self.memory_ms:.2f} ms of kernels)"]
         if self.matrix_ms > 0:
             if self.matrix_known_ms > 0:
-                parts.append(f"matrix kernels {self.matrix_known_ms:.2f} ms shrink at most to bytes / "
-                             f"{self.bandwidth_gbps:g} GB/s = {self.matrix_floor_ms:.2f} ms")
+                parts.append(
+                    f"matrix kernels {self.matrix_known_ms:.2f} ms shrink at most to bytes / "
+                    f"{self.bandwidth_gbps:g} GB/s = {self.matrix_floor_ms:.2f} ms"
+                )
             if unknown > 0:
-                parts.append(f"matrix kernels {unknown:.2f} ms (operand/weight streaming, bytes unknown) "
-                             "keep their time")
-        parts.append(f"fusing {self.runs} run{'s' * (self.runs != 1)} of consecutive memory-bound "
-                     f"elementwise/normalization kernels ({self.fused_kernels} kernel{'s' * (self.fused_kernels != 1)}, {self.fusable_ms:.2f} ms "
-                     f"in all) removes their intermediate traffic, {self.fused_removed_ms:.2f} ms")
+                parts.append(
+                    f"matrix kernels {unknown:.2f} ms (operand/weight streaming, bytes unknown) keep their time"
+                )
+        parts.append(
+            f"fusing {self.runs} run{'s' * (self.runs != 1)} of consecutive memory-bound "
+            f"elementwise/normalization kernels ({self.fused_kernels} kernel{'s' * (self.fused_kernels != 1)}, {self.fusable_ms:.2f} ms "
+            f"in all) removes their intermediate traffic, {self.fused_removed_ms:.2f} ms"
+        )
         parts.append(f"removable {self.removable_ms:.2f} ms = {100 * self.removable_fraction:.1f} % of it")
         return "; ".join(parts)
 
@@ -95,7 +101,9 @@ def busy_bound(trace: Trace, kernel_mask: np.ndarray | None, costs: KernelCosts,
     fusable = mem & ~matrix & cls_fusable[names]
     bw = roof.bandwidth_gbps
     known = matrix & ~np.isnan(byts) & (bw is not None)
-    floor = float(np.minimum(byts[known] / (bw * 1e9) * 1e3, dur[known]).sum()) if bw else 0.0  # a kernel keeps ≥ its floor
+    floor = (
+        float(np.minimum(byts[known] / (bw * 1e9) * 1e3, dur[known]).sum()) if bw else 0.0
+    )  # a kernel keeps ≥ its floor
 
     # runs of consecutive fusable kernels on one (device, stream)
     lane = k.device[order].astype(np.int64) * (1 << 32) + k.stream[order].astype(np.int64)
@@ -111,8 +119,8 @@ def busy_bound(trace: Trace, kernel_mask: np.ndarray | None, costs: KernelCosts,
             end += 1
         m = end - start + 1
         if m >= 2:
-            t = dur[start:end + 1]
-            b = byts[start:end + 1]
+            t = dur[start : end + 1]
+            b = byts[start : end + 1]
             if np.isnan(b).any() or b.sum() <= 0:
                 frac = (m - 1) / m
             else:
@@ -121,6 +129,14 @@ def busy_bound(trace: Trace, kernel_mask: np.ndarray | None, costs: KernelCosts,
             runs += 1
             in_runs += m
         start = end + 1
-    return BusyBound(memory_ms=float(dur[mem].sum()), matrix_ms=float(dur[matrix].sum()), matrix_floor_ms=floor,
-                     matrix_known_ms=float(dur[known].sum()), fusable_ms=float(dur[fusable].sum()),
-                     fused_removed_ms=removed, runs=runs, fused_kernels=in_runs, bandwidth_gbps=bw)
+    return BusyBound(
+        memory_ms=float(dur[mem].sum()),
+        matrix_ms=float(dur[matrix].sum()),
+        matrix_floor_ms=floor,
+        matrix_known_ms=float(dur[known].sum()),
+        fusable_ms=float(dur[fusable].sum()),
+        fused_removed_ms=removed,
+        runs=runs,
+        fused_kernels=in_runs,
+        bandwidth_gbps=bw,
+    )

@@ -32,6 +32,7 @@ gets no DDP gradient-bucket advice. The evidence is read from the trace itself:
   reduce-scatter, broadcast). Point-to-point ``SendRecv`` kernels are how NCCL runs all-to-all
   (and pipeline sends); they count as ``all-to-all``.
 """
+
 from __future__ import annotations
 
 import re
@@ -46,8 +47,11 @@ FRAMEWORKS = ("pytorch", "native")
 COLLECTIVE_KINDS = ("all-reduce", "all-to-all", "all-gather", "reduce-scatter", "broadcast")
 
 # Host operators / ranges that only a backward pass or an optimizer step records.
-_BACKWARD_OP = re.compile(r"^autograd::|Backward\d*$|^aten::\w+_backward$|(^|[^a-z])(backward|bwd)([^a-z]|$)|"
-                          r"(Post|Pre)_?Backward", re.I)  # FSDP registers backward hooks only when training
+_BACKWARD_OP = re.compile(
+    r"^autograd::|Backward\d*$|^aten::\w+_backward$|(^|[^a-z])(backward|bwd)([^a-z]|$)|"
+    r"(Post|Pre)_?Backward",
+    re.I,
+)  # FSDP registers backward hooks only when training
 _OPTIMIZER_RANGE = re.compile(r"^Optimizer\.(step|zero_grad)#|(^|[^a-z])optimi[sz]er([^a-z]|$)", re.I)
 # Kernels that only a backward pass or an optimizer launches.
 _BACKWARD_KERNEL = re.compile(r"(^|[^a-z])(bwd|backward)([^a-z]|$)|_backward_|Backward|dgrad|wgrad", re.I)
@@ -57,12 +61,19 @@ _COMPILED = re.compile(r"CompiledFunction|Torch-Compiled Region|^triton_|TorchDy
 _PYTORCH_OP = re.compile(r"^aten::|^torch\.|^c10d::|ProfilerStep#|^autograd::")
 _PYTORCH_KERNEL = re.compile(r"at::native::|at_cuda_detail|c10::")
 _COMM = re.compile(r"nccl|rccl", re.I)
-_FUSED_ATTENTION = re.compile(r"flash|fmha|efficient_attention|mem_eff|unified_attention|attn_fwd|fused_attention|"
-                              r"cudnn.*sdpa|paged_attention", re.I)
+_FUSED_ATTENTION = re.compile(
+    r"flash|fmha|efficient_attention|mem_eff|unified_attention|attn_fwd|fused_attention|"
+    r"cudnn.*sdpa|paged_attention",
+    re.I,
+)
 _CAUSAL = re.compile(r"causal|^aten::(tril|triu)(_)?$", re.I)
 _OPT_CLASS = re.compile(r"^Optimizer\.step#(\w+)\.step")
-_OPT_FAMILY = (("Adam", re.compile(r"adam", re.I)), ("LAMB", re.compile(r"lamb", re.I)),
-               ("Adagrad", re.compile(r"adagrad", re.I)), ("SGD", re.compile(r"sgd|momentum", re.I)))
+_OPT_FAMILY = (
+    ("Adam", re.compile(r"adam", re.I)),
+    ("LAMB", re.compile(r"lamb", re.I)),
+    ("Adagrad", re.compile(r"adagrad", re.I)),
+    ("SGD", re.compile(r"sgd|momentum", re.I)),
+)
 _FUSED_OPT = re.compile(r"multi_tensor|fused_?adam|FusedAdam|_fused_", re.I)
 _DATALOADER = re.compile(r"DataLoader|_MultiProcessingDataLoaderIter|_SingleProcessDataLoaderIter", re.I)
 _PREPROCESS = re.compile(r"\(\d+\): (preprocess|_preprocess\w*|__call__ of \w*Processor)", re.I)
@@ -161,7 +172,7 @@ def detect_context(trace: Trace) -> Context:
     found = bwd or opt or kbwd or kopt
     if found is not None:
         mode = "training"
-        what = ("backward pass" if (bwd or kbwd) else "optimizer step")
+        what = "backward pass" if (bwd or kbwd) else "optimizer step"
         evidence.append(f"training: {what} recorded ({_short(found)})")
     elif framework == "pytorch" and (ops or kernels):
         mode = "inference"
@@ -199,7 +210,9 @@ def detect_context(trace: Trace) -> Context:
     if opt_name is not None:
         evidence.append(f"optimizer: {opt_name}{' (fused kernels)' if fused_opt else ''}")
     frame_names = _names(trace, frames) if python else []
-    os_calls = _names(trace, getattr(trace, "os_runtime", None)) if getattr(trace, "os_runtime", None) is not None else []
+    os_calls = (
+        _names(trace, getattr(trace, "os_runtime", None)) if getattr(trace, "os_runtime", None) is not None else []
+    )
     source = None
     if _first(host_ranges, _DATALOADER) or _first(ops, _DATALOADER) or _first(frame_names, _DATALOADER):
         source = "dataloader"
@@ -214,9 +227,21 @@ def detect_context(trace: Trace) -> Context:
     emb = _first(kernels, _EMBEDDING)
     if emb is not None:
         evidence.append(f"embedding tables: {_short(emb)}")
-    return Context(mode, graphs, compiled, framework, collectives, evidence, getattr(trace, "format", "kineto"),
-                   fa is not None, True if cm is not None else None, opt_name, fused_opt, source,
-                   embeddings=emb is not None)
+    return Context(
+        mode,
+        graphs,
+        compiled,
+        framework,
+        collectives,
+        evidence,
+        getattr(trace, "format", "kineto"),
+        fa is not None,
+        True if cm is not None else None,
+        opt_name,
+        fused_opt,
+        source,
+        embeddings=emb is not None,
+    )
 
 
 def refine(ctx: Context, roof) -> Context:
@@ -244,8 +269,15 @@ def refine(ctx: Context, roof) -> Context:
     if not ctx.inference or mem <= comp or mem <= 0:
         return ctx
 
-    return replace(ctx, decode=True, evidence=[*ctx.evidence, f"decode: matrix kernels memory-bound {mem:.1f} ms "
-                                                              f"against compute-bound {comp:.1f} ms (weights streamed per token)"])
+    return replace(
+        ctx,
+        decode=True,
+        evidence=[
+            *ctx.evidence,
+            f"decode: matrix kernels memory-bound {mem:.1f} ms "
+            f"against compute-bound {comp:.1f} ms (weights streamed per token)",
+        ],
+    )
 
 
 def collective_ms(trace: Trace) -> dict[str, float]:

@@ -1,6 +1,7 @@
 """Host-device copies as GPU work: per direction and host-memory kind, how many, how many bytes,
 their GPU time inside the steps and the bandwidth they reached (bytes over each copy's own
 duration). A window dominated by copies is judged on these figures."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,8 +40,10 @@ class CopyTraffic:
         out = []
         for f in self.flows[:4]:
             bw = f" at {f.gb_per_s:.1f} GB/s" if f.gb_per_s is not None else ""
-            out.append(f"{f.direction} {f.host_memory}: {f.count} cop{'y' if f.count == 1 else 'ies'}, "
-                       f"{f.bytes / 2**20:.1f} MiB, {f.gpu_ns / 1e6:.2f} ms{bw}")
+            out.append(
+                f"{f.direction} {f.host_memory}: {f.count} cop{'y' if f.count == 1 else 'ies'}, "
+                f"{f.bytes / 2**20:.1f} MiB, {f.gpu_ns / 1e6:.2f} ms{bw}"
+            )
         return out
 
 
@@ -62,7 +65,15 @@ def copy_traffic(trace: Trace, seg: StepSegmentation, device: int | None) -> Cop
         for h in np.unique(host_side[on & (c.kind == k)]):
             m = on & (c.kind == k) & (host_side == h)
             mem = MEMORY_KINDS[int(h)]
-            flows.append(CopyFlow(COPY_KINDS[int(k)], mem, int(m.sum()), int(c.bytes[m].sum()), int(c.dur[m].sum()),
-                                  iv.total(iv.union(c.ts[m], c.end[m]))))
+            flows.append(
+                CopyFlow(
+                    COPY_KINDS[int(k)],
+                    mem,
+                    int(m.sum()),
+                    int(c.bytes[m].sum()),
+                    int(c.dur[m].sum()),
+                    iv.total(iv.union(c.ts[m], c.end[m])),
+                )
+            )
     flows.sort(key=lambda f: -f.gpu_ns)
     return CopyTraffic(flows, ops)

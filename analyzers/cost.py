@@ -23,6 +23,7 @@ they usually have no shapes and fall back to names.
 
 The formulas per operator are in :mod:`op_formulas`.
 """
+
 from __future__ import annotations
 
 import re
@@ -61,13 +62,13 @@ GATHER_WORDS = re.compile(r"\b(embedding\w*|gather\w*|scatter\w*|index select\w*
 # whose intensity is at most ~M FLOP/B — far below any ridge point.
 GEMM_TILE = re.compile(r"(?:^|_)(?:MT)?(\d+)x(\d+)x(\d+)", re.I)
 
+
 def name_precision(name: str) -> str | None:
     """The precision a kernel name states (``bf16``, ``sgemm`` → fp32 …), None when it states none."""
     return next((p for p, rx in _NAME_PRECISION if rx.search(name)), None)
 
 
 SOURCE_KINDS = ("recorded flops", "hw counters", "shapes", "name (last resort)", "unknown")
-
 
 
 @dataclass
@@ -206,8 +207,13 @@ def kernel_costs(trace: Trace) -> KernelCosts:
             costs.append(c)
         u_f = np.array([c.flops if c else np.nan for c in costs])
         u_b = np.array([c.bytes if c else np.nan for c in costs])
-        u_p = np.array([PRECISIONS.index(c.precision) if c and c.precision in PRECISIONS else PRECISIONS.index("unknown")
-                        for c in costs], np.int8)
+        u_p = np.array(
+            [
+                PRECISIONS.index(c.precision) if c and c.precision in PRECISIONS else PRECISIONS.index("unknown")
+                for c in costs
+            ],
+            np.int8,
+        )
         u_m = np.array([bool(c and c.matrix) for c in costs])
         u_s = np.array([src("shapes: " + c.formula) if c else 0 for c in costs], np.int32)
         # split each operator's cost over its kernels in proportion to their durations
@@ -244,8 +250,10 @@ def kernel_costs(trace: Trace) -> KernelCosts:
             for j in np.flatnonzero(has_rec & got):
                 source[lk[j]] = src("recorded flops; bytes " + sources[source[lk[j]]])
         if (cnt > 1).any():
-            notes.append(f"{int((cnt > 1).sum()):,} operators launched several kernels: their bytes are split over "
-                         "those kernels in proportion to duration, their FLOPs over the math kernels among them")
+            notes.append(
+                f"{int((cnt > 1).sum()):,} operators launched several kernels: their bytes are split over "
+                "those kernels in proportion to duration, their FLOPs over the math kernels among them"
+            )
     # operators recorded without dtypes: the precision their kernels' names state (bytes rescaled)
     unk = (prec == PRECISIONS.index("unknown")) & (kind == SOURCE_KINDS.index("shapes"))
     if unk.any():
@@ -260,8 +268,10 @@ def kernel_costs(trace: Trace) -> KernelCosts:
             if p is not None:
                 prec[i] = PRECISIONS.index(p)
             nbytes[i] *= es / 4
-        notes.append("operators whose inputs carry no dtype (emit_nvtx ranges, tensor lists): precision from kernel names, 4-byte "
-                     "elements where the name says none")
+        notes.append(
+            "operators whose inputs carry no dtype (emit_nvtx ranges, tensor lists): precision from kernel names, 4-byte "
+            "elements where the name says none"
+        )
     # tensor-core precision from the kernel name only where the operator's precision is fp32
     if n:
         fp32 = (prec == PRECISIONS.index("fp32")) & matrix
@@ -314,4 +324,3 @@ def _name_fallback(name: str, src: Callable[[str], int]) -> tuple[int, int]:
     if cls == "communication":
         return 0, src("communication kernel: not on the roofline")
     return 0, 0
-

@@ -7,6 +7,7 @@ and :func:`reconcile` says whether the path points at the same cause as the verd
 from exclusive time shares, and if not, why. Pure functions over HTA's edge table; HTA is run
 by :mod:`trainscope.analyzers.deep`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,7 +17,12 @@ from trainscope.analyzers import findings as registry
 
 # HTA BoundType value -> trainscope category, in display order.
 CP_CATEGORIES: tuple[str, ...] = (
-    "data_loading", "cpu", "launch_overhead", "gpu_compute", "gpu_communication", "kernel_gaps",
+    "data_loading",
+    "cpu",
+    "launch_overhead",
+    "gpu_compute",
+    "gpu_communication",
+    "kernel_gaps",
 )
 CP_LABELS = {
     "data_loading": "data loading",
@@ -37,13 +43,19 @@ HTA_BOUND = {
 # Which family of findings each path category is evidence for. Gaps between kernels and
 # launch delays are the host failing to keep the GPU queue full.
 CATEGORY_FAMILY = {
-    "data_loading": "data", "cpu": "host", "launch_overhead": "host", "kernel_gaps": "host",
-    "gpu_compute": "gpu-compute", "gpu_communication": "communication",
+    "data_loading": "data",
+    "cpu": "host",
+    "launch_overhead": "host",
+    "kernel_gaps": "host",
+    "gpu_compute": "gpu-compute",
+    "gpu_communication": "communication",
 }
 # Each finding's family, as declared in the registry (FindingSpec.critical_path; "none": no time on the path).
 FINDING_FAMILY = {s.id: s.critical_path for s in registry.REGISTRY.values() if s.critical_path not in (None, "none")}
 FAMILY_LABELS = {
-    "data": "data loading", "host": "host (CPU work and kernel launches)", "gpu-compute": "GPU compute",
+    "data": "data loading",
+    "host": "host (CPU work and kernel launches)",
+    "gpu-compute": "GPU compute",
     "communication": "communication",
 }
 FAMILY_CATEGORIES = {fam: [c for c, f in CATEGORY_FAMILY.items() if f == fam] for fam in FAMILY_LABELS}
@@ -91,8 +103,9 @@ class Reconciliation:
     reasons: list[str] = field(default_factory=list)
 
 
-def summarize_path(edges: Any, step: str, step_ms: float, span_us: float, has_cuda_sync: bool,
-                   top_n: int = 8) -> CriticalPath:
+def summarize_path(
+    edges: Any, step: str, step_ms: float, span_us: float, has_cuda_sync: bool, top_n: int = 8
+) -> CriticalPath:
     """Summarize HTA's ``CPGraph.get_critical_path_breakdown()`` table (one row per path edge;
     ``duration`` in µs, ``bound_by`` an HTA BoundType value, ``""`` for zero-weight dependencies)."""
     rows = edges[edges["bound_by"].isin(list(HTA_BOUND))]
@@ -104,15 +117,28 @@ def summarize_path(edges: Any, step: str, step_ms: float, span_us: float, has_cu
     named = rows[rows["duration"] > 0]
     grouped = named.groupby(["s_name", "bound_by"])["duration"].agg(["sum", "count"])
     grouped = grouped.sort_values("sum", ascending=False).head(top_n)
-    top = [PathEvent(str(name), HTA_BOUND[bound], float(r["sum"]) / 1e3, int(r["count"]))
-           for (name, bound), r in grouped.iterrows()]
-    return CriticalPath(step=step, step_ms=step_ms, path_ms=total_us / 1e3, span_ms=span_us / 1e3,
-                        shares_pct={c: round(v, 2) for c, v in shares.items()}, top_events=top,
-                        edges=len(edges), has_cuda_sync=has_cuda_sync)
+    top = [
+        PathEvent(str(name), HTA_BOUND[bound], float(r["sum"]) / 1e3, int(r["count"]))
+        for (name, bound), r in grouped.iterrows()
+    ]
+    return CriticalPath(
+        step=step,
+        step_ms=step_ms,
+        path_ms=total_us / 1e3,
+        span_ms=span_us / 1e3,
+        shares_pct={c: round(v, 2) for c, v in shares.items()},
+        top_events=top,
+        edges=len(edges),
+        has_cuda_sync=has_cuda_sync,
+    )
 
 
-def reconcile(cp: CriticalPath, bottleneck: str | None, step_breakdown_pct: dict[str, float],
-              host_ahead_queue: float | None = None) -> Reconciliation:
+def reconcile(
+    cp: CriticalPath,
+    bottleneck: str | None,
+    step_breakdown_pct: dict[str, float],
+    host_ahead_queue: float | None = None,
+) -> Reconciliation:
     """Does the critical path point at the verdict's cause? ``step_breakdown_pct`` is the
     verdict's exclusive breakdown of step time (category -> %), used to explain a disagreement;
     ``host_ahead_queue`` the busiest stream's mean CUDA-queue length (HTA) when it shows the host
@@ -121,43 +147,55 @@ def reconcile(cp: CriticalPath, bottleneck: str | None, step_breakdown_pct: dict
     lead = f"{cp.family_pct(path_family):.0f} % of the critical path is {FAMILY_LABELS[path_family]}"
     fam = FINDING_FAMILY.get(bottleneck or "")
     if fam is None:
-        return Reconciliation(None, None, path_family,
-                              f"{lead}; the shares-based verdict names no single cause to compare with", [])
+        return Reconciliation(
+            None, None, path_family, f"{lead}; the shares-based verdict names no single cause to compare with", []
+        )
     on_path = cp.family_pct(fam)
     if fam == path_family:
-        return Reconciliation(True, fam, path_family,
-                              f"agrees: {lead}, the same cause as the verdict ({bottleneck})", [])
+        return Reconciliation(
+            True, fam, path_family, f"agrees: {lead}, the same cause as the verdict ({bottleneck})", []
+        )
     reasons: list[str] = []
     stake = _verdict_stake(bottleneck, step_breakdown_pct)
     reasons.append(
         f"the verdict ({bottleneck}) counts {stake:.1f} % of step time in which only that was happening; "
         f"on the critical path {FAMILY_LABELS[fam]} is {on_path:.1f} %: that time ran beside a longer chain "
         f"of {FAMILY_LABELS[path_family]}, so removing it alone would shorten the step by less than its share"
-        if stake is not None else
-        f"on the critical path {FAMILY_LABELS[fam]} is {on_path:.1f} %")
+        if stake is not None
+        else f"on the critical path {FAMILY_LABELS[fam]} is {on_path:.1f} %"
+    )
     if fam == "communication" and on_path < 1.0:
-        reasons.append("collectives run on their own stream; HTA links a kernel back to the host only through "
-                       "CUDA synchronization events, so communication the host never waits on explicitly "
-                       "cannot be on its path")
+        reasons.append(
+            "collectives run on their own stream; HTA links a kernel back to the host only through "
+            "CUDA synchronization events, so communication the host never waits on explicitly "
+            "cannot be on its path"
+        )
     if not cp.has_cuda_sync and path_family == "host":
-        reasons.append("the trace has no CUDA synchronization events (PyTorch ≥ 2.1 records them with "
-                       "`experimental_config=_ExperimentalConfig(enable_cuda_sync_events=True)`): HTA cannot see the host waiting on the GPU, so "
-                       "host time that was really a wait counts as CPU work on the path")
+        reasons.append(
+            "the trace has no CUDA synchronization events (PyTorch ≥ 2.1 records them with "
+            "`experimental_config=_ExperimentalConfig(enable_cuda_sync_events=True)`): HTA cannot see the host waiting on the GPU, so "
+            "host time that was really a wait counts as CPU work on the path"
+        )
     coverage = 100.0 * cp.span_ms / cp.step_ms if cp.step_ms else 0.0
     if coverage < 80.0:
-        reasons.append(f"the path spans {cp.span_ms:.1f} ms of the {cp.step_ms:.1f} ms step ({coverage:.0f} %): "
-                       "HTA's path is the heaviest chain of dependent work it can see, not a cover of the step, while the "
-                       "shares cover all of it")
+        reasons.append(
+            f"the path spans {cp.span_ms:.1f} ms of the {cp.step_ms:.1f} ms step ({coverage:.0f} %): "
+            "HTA's path is the heaviest chain of dependent work it can see, not a cover of the step, while the "
+            "shares cover all of it"
+        )
     if path_family == "host" and host_ahead_queue is not None:
-        reasons.append(f"HTA's own queue lengths show the host ahead of the GPU (busiest stream holds {host_ahead_queue:.1f} "
-                       "operations on average): the GPU did not wait for that host chain, which again points at "
-                       "missing GPU-to-host dependencies rather than a host-bound step")
+        reasons.append(
+            f"HTA's own queue lengths show the host ahead of the GPU (busiest stream holds {host_ahead_queue:.1f} "
+            "operations on average): the GPU did not wait for that host chain, which again points at "
+            "missing GPU-to-host dependencies rather than a host-bound step"
+        )
     cpu_events = [e for e in cp.top_events if CATEGORY_FAMILY[e.category] == "host"][:3]
     if path_family == "host" and cpu_events:
-        reasons.append("largest host items on the path: " +
-                       ", ".join(f"{e.name} {e.ms:.1f} ms" for e in cpu_events))
-    summary = (f"disagrees: {lead}, while the shares-based verdict is {bottleneck}. The critical path names "
-               f"what shortens this step; the shares name where the GPU's time went")
+        reasons.append("largest host items on the path: " + ", ".join(f"{e.name} {e.ms:.1f} ms" for e in cpu_events))
+    summary = (
+        f"disagrees: {lead}, while the shares-based verdict is {bottleneck}. The critical path names "
+        f"what shortens this step; the shares name where the GPU's time went"
+    )
     return Reconciliation(False, fam, path_family, summary, reasons)
 
 

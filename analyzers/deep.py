@@ -9,6 +9,7 @@ skipped with a one-line reason while the rest stands. Run time and the process's
 are measured while HTA works; a watcher thread samples memory and drives the progress line, and
 HTA itself runs in the calling thread so Ctrl-C interrupts it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -71,8 +72,9 @@ def hta_versions() -> dict[str, str]:
         import pandas
         from hta.version import __version__ as hta_version
     except ImportError as e:
-        raise HTAUnavailable(f"--deep needs Holistic Trace Analysis ({e.name or 'hta'} is not installed): "
-                             f"{INSTALL_HINT}") from None
+        raise HTAUnavailable(
+            f"--deep needs Holistic Trace Analysis ({e.name or 'hta'} is not installed): {INSTALL_HINT}"
+        ) from None
     return {"traceinsight": hta_version, "pandas": pandas.__version__}
 
 
@@ -80,8 +82,9 @@ def choose_step(seg: StepSegmentation, wanted: str | None = None) -> Step:
     """The step to analyze: ``wanted`` (``ProfilerStep#N``, ``N``, or a position ``@i`` from 0), or
     the median step by duration (the lower median for an even count). Raises ValueError."""
     if seg.method != "profiler_step":
-        raise ValueError("HTA's critical path is bounded by a ProfilerStep#N annotation and this trace has none "
-                         f"({seg.note})")
+        raise ValueError(
+            f"HTA's critical path is bounded by a ProfilerStep#N annotation and this trace has none ({seg.note})"
+        )
     if not seg.steps:
         raise ValueError("the trace has no steps")
     if wanted is None:
@@ -99,8 +102,13 @@ def choose_step(seg: StepSegmentation, wanted: str | None = None) -> Step:
     raise ValueError(f"no step {label} in the trace (it has {seg.steps[0].label} … {seg.steps[-1].label})")
 
 
-def deep_analysis(trace: Trace, analysis: Analysis, rules: Rules | None = None, step: str | None = None,
-                  progress: ProgressFn | None = None) -> DeepAnalysis:
+def deep_analysis(
+    trace: Trace,
+    analysis: Analysis,
+    rules: Rules | None = None,
+    step: str | None = None,
+    progress: ProgressFn | None = None,
+) -> DeepAnalysis:
     """Run HTA on ``trace`` (already analyzed as ``analysis``). Raises :class:`HTAUnavailable`
     when HTA is not installed and KeyboardInterrupt when interrupted; every other failure is
     reported in the result."""
@@ -108,8 +116,12 @@ def deep_analysis(trace: Trace, analysis: Analysis, rules: Rules | None = None, 
     versions = hta_versions()
     result = functools.partial(DeepAnalysis, source=trace.source, rank=trace.rank, versions=versions)
     if not trace.has_gpu_activity:
-        return result("skipped", "no GPU activity in the trace: HTA's critical path and launch statistics "
-                      "need GPU kernels (HTA cannot load CPU-only traces)", step=None)
+        return result(
+            "skipped",
+            "no GPU activity in the trace: HTA's critical path and launch statistics "
+            "need GPU kernels (HTA cannot load CPU-only traces)",
+            step=None,
+        )
     try:
         chosen: Step | None = choose_step(analysis.segmentation, step)
         cp_skip = None
@@ -129,15 +141,24 @@ def deep_analysis(trace: Trace, analysis: Analysis, rules: Rules | None = None, 
             raise
         except Exception as e:  # HTA fails on some real traces: skip deep, keep everything else
             stages["load"] = time.perf_counter() - t0
-            return _finish(watch, result("skipped", f"HTA could not load the trace: {_one_line(e)}",
-                                         step=chosen.label if chosen else None, stage_s=stages))
+            return _finish(
+                watch,
+                result(
+                    "skipped",
+                    f"HTA could not load the trace: {_one_line(e)}",
+                    step=chosen.label if chosen else None,
+                    stage_s=stages,
+                ),
+            )
         stages["load"] = time.perf_counter() - t0
 
         cp = rec = None
         cp_error = cp_skip
         if chosen is not None and int(versions["pandas"].split(".")[0]) >= 3:
-            cp_error = (f"pandas {versions['pandas']} breaks HTA's critical path (\"name 'nan' is not defined\"); "
-                        f"it needs {SUPPORTED}: {INSTALL_HINT}")
+            cp_error = (
+                f"pandas {versions['pandas']} breaks HTA's critical path (\"name 'nan' is not defined\"); "
+                f"it needs {SUPPORTED}: {INSTALL_HINT}"
+            )
         elif chosen is not None:
             watch.stage(f"deep analysis: HTA critical path of {chosen.label}")
             t1 = time.perf_counter()
@@ -156,8 +177,11 @@ def deep_analysis(trace: Trace, analysis: Analysis, rules: Rules | None = None, 
         try:
             with _quiet():
                 stats = ta.get_cuda_kernel_launch_stats(
-                    ranks=[0], runtime_cutoff=int(rules.value("launch.runtime_outlier_us")),
-                    launch_delay_cutoff=int(rules.value("launch.delay_outlier_us")), visualize=False)[0]
+                    ranks=[0],
+                    runtime_cutoff=int(rules.value("launch.runtime_outlier_us")),
+                    launch_delay_cutoff=int(rules.value("launch.delay_outlier_us")),
+                    visualize=False,
+                )[0]
                 queues = ta.get_queue_length_summary(ranks=[0])
             launch = summarize_launches(stats, queues, rules)
         except KeyboardInterrupt:
@@ -173,9 +197,20 @@ def deep_analysis(trace: Trace, analysis: Analysis, rules: Rules | None = None, 
         rec = reconcile(cp, analysis.verdict.bottleneck, pct, ahead)
     errors = [x for x in (cp_error, launch_error) if x]
     status = "ok" if not errors else ("partial" if cp or launch else "skipped")
-    return _finish(watch, result(status, "; ".join(errors) or None, step=chosen.label if chosen else None,
-                                 critical_path=cp, critical_path_error=cp_error, reconciliation=rec,
-                                 launch=launch, launch_error=launch_error, stage_s=stages))
+    return _finish(
+        watch,
+        result(
+            status,
+            "; ".join(errors) or None,
+            step=chosen.label if chosen else None,
+            critical_path=cp,
+            critical_path_error=cp_error,
+            reconciliation=rec,
+            launch=launch,
+            launch_error=launch_error,
+            stage_s=stages,
+        ),
+    )
 
 
 def _load(path: str) -> Any:
@@ -200,8 +235,9 @@ def _critical_path(ta: Any, step: Step) -> CriticalPath:
     pos = [i for i, (name, stream) in enumerate(zip(ann["name"], ann["stream"])) if name == want and stream == -1]
     if not pos:
         raise ValueError(f"HTA has no host-lane annotation {step.label}")
-    result = ta.critical_path_analysis(rank=0, annotation=step.label, instance_id=pos[0],
-                                       data_load_events=[DATA_WAIT.pattern])
+    result = ta.critical_path_analysis(
+        rank=0, annotation=step.label, instance_id=pos[0], data_load_events=[DATA_WAIT.pattern]
+    )
     if result is None:
         raise ValueError("HTA found no such annotation")
     graph, ok = result
@@ -289,8 +325,9 @@ def _finish(watch: _Watch, d: DeepAnalysis) -> DeepAnalysis:
     if not watch._stop.is_set():
         watch.__exit__(None, None, None)
     growth = None if watch.peak is None or watch.rss0 is None else watch.peak - watch.rss0
-    return dataclasses.replace(d, elapsed_s=round(watch.elapsed, 2), peak_rss_mb=_mb(watch.peak),
-                               rss_growth_mb=_mb(growth))
+    return dataclasses.replace(
+        d, elapsed_s=round(watch.elapsed, 2), peak_rss_mb=_mb(watch.peak), rss_growth_mb=_mb(growth)
+    )
 
 
 def _mb(x: float | None) -> float | None:

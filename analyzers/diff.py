@@ -9,6 +9,7 @@ are compared by the work done per window (kernel time, kernel count, FLOPs), not
 length. Comparability problems (another GPU, other step counts, other batch shapes) are
 reported as checks, never hidden.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,19 +17,19 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.analysis import Analysis, slowest
 from trainscope.analyzers.breakdown import CATEGORIES, CATEGORY_LABELS
 from trainscope.analyzers.findings.base import DiffMeasure
 from trainscope.analyzers.kernel_match import KernelChange, KernelTime, match_kernels
-from trainscope.analyzers.kernels import ALL_CLASSES, kernel_classes, kernel_summary
+from trainscope.analyzers.kernels import ALL_CLASSES
 from trainscope.analyzers.recommendations import Recommendation
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.shapes import ShapeSignature, compare_shapes, shape_signature
-from trainscope.traces.model import Trace, TraceSet
+from trainscope.analyzers.shapes import ShapeSignature, compare_shapes
+from trainscope.traces.model import TraceSet
 
 
 # -- one side ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RankWork:
@@ -55,8 +56,16 @@ class RankWork:
 def rank_work(a: Analysis) -> RankWork:
     n = len(a.segmentation.steps)
     flops = a.mfu.flops_per_step * n if a.mfu.flops_per_step else None
-    return RankWork(a.rank, a.device_name, n, a.breakdown.total_ns / 1e6, a.kernels.count, a.kernels.total_ns / 1e6,
-                    flops, a.breakdown.step_ms.p50)
+    return RankWork(
+        a.rank,
+        a.device_name,
+        n,
+        a.breakdown.total_ns / 1e6,
+        a.kernels.count,
+        a.kernels.total_ns / 1e6,
+        flops,
+        a.breakdown.step_ms.p50,
+    )
 
 
 @dataclass(frozen=True)
@@ -102,8 +111,9 @@ def summarize_run(path: str, traces: TraceSet, analyses: list[Analysis]) -> Run:
     judgement, as ``analyze_set`` gives it)."""
     from trainscope.analyzers.ranks import summarize
 
-    return run_from_summaries(path, [summarize(t, a) for t, a in zip(traces.traces, analyses)], analyses,
-                              list(traces.warnings))
+    return run_from_summaries(
+        path, [summarize(t, a) for t, a in zip(traces.traces, analyses)], analyses, list(traces.warnings)
+    )
 
 
 def run_from_summaries(path: str, summaries: list, analyses: list[Analysis], warnings: list[str]) -> Run:
@@ -114,17 +124,31 @@ def run_from_summaries(path: str, summaries: list, analyses: list[Analysis], war
     index = next(i for i, a in enumerate(analyses) if a is main)
     sides = tuple(RankSide(a, list(s.kernel_times), rank_work(a)) for s, a in zip(summaries, analyses))
     shapes = summaries[index].shapes if summaries[index].shapes is not None else ShapeSignature(False, {}, {})
-    return Run(path=path, analysis=main, ranks=len(analyses), kernels=sides[index].kernels,
-               shapes=shapes, device_names=tuple(a.device_name or "" for a in analyses),
-               warnings=list(warnings) + list(main.warnings), per_rank=sides, index=index,
-               chosen="slowest" if len(analyses) > 1 else "only")
+    return Run(
+        path=path,
+        analysis=main,
+        ranks=len(analyses),
+        kernels=sides[index].kernels,
+        shapes=shapes,
+        device_names=tuple(a.device_name or "" for a in analyses),
+        warnings=list(warnings) + list(main.warnings),
+        per_rank=sides,
+        index=index,
+        chosen="slowest" if len(analyses) > 1 else "only",
+    )
 
 
 def with_rank(run: Run, index: int, why: str) -> Run:
     """``run`` comparing rank ``index`` instead of its own choice."""
     side = run.per_rank[index]
-    return replace(run, analysis=side.analysis, kernels=side.kernels, index=index, chosen=why,
-                   warnings=[w for w in run.warnings if w not in run.analysis.warnings] + list(side.analysis.warnings))
+    return replace(
+        run,
+        analysis=side.analysis,
+        kernels=side.kernels,
+        index=index,
+        chosen=why,
+        warnings=[w for w in run.warnings if w not in run.analysis.warnings] + list(side.analysis.warnings),
+    )
 
 
 _PLACEHOLDER = re.compile(r"^GPU \d+$")  # what collectors name a GPU whose model the trace does not record
@@ -138,6 +162,7 @@ def gpu_model(name: str | None) -> str | None:
 
 
 # -- what changed --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class StepTimeChange:
@@ -280,12 +305,20 @@ class RunDiff:
 
 # What each finding's fix should move, so "addressed" is measured, not assumed: declared with each
 # finding in the registry (FindingSpec.diff_measure).
-FINDING_METRICS: dict[str, DiffMeasure] = {s.id: s.diff_measure for s in registry.REGISTRY.values()
-                                           if s.diff_measure is not None}
+FINDING_METRICS: dict[str, DiffMeasure] = {
+    s.id: s.diff_measure for s in registry.REGISTRY.values() if s.diff_measure is not None
+}
 
 
-def judge_outcome(finding: str, still_raised: bool, before_value: float | None, after_value: float | None,
-                  noise_pts: float, before_mean_ms: float, unknown: str | None = None) -> tuple[str, str]:
+def judge_outcome(
+    finding: str,
+    still_raised: bool,
+    before_value: float | None,
+    after_value: float | None,
+    noise_pts: float,
+    before_mean_ms: float,
+    unknown: str | None = None,
+) -> tuple[str, str]:
     """(status, note) of a fix for ``finding``: resolved when AFTER no longer raises the finding;
     improved / worse / unchanged by its metric (FINDING_METRICS) against the noise floor; unknown
     (with ``unknown`` as the reason, or when the metric is not measured in both)."""
@@ -303,8 +336,11 @@ def judge_outcome(finding: str, still_raised: bool, before_value: float | None, 
 
 
 # Findings whose measure is GPU idle time (their fix removes GPU idle: ``Fix.projection == "idle"``).
-IDLE_MEASURES = frozenset(s.id for s in registry.REGISTRY.values()
-                          if s.diff_measure is not None and s.fix is not None and s.fix.projection == "idle")
+IDLE_MEASURES = frozenset(
+    s.id
+    for s in registry.REGISTRY.values()
+    if s.diff_measure is not None and s.fix is not None and s.fix.projection == "idle"
+)
 
 
 def busy_ms_per_window(a: Analysis) -> float:
@@ -313,8 +349,14 @@ def busy_ms_per_window(a: Analysis) -> float:
     return bd.gpu_busy_pct / 100 * bd.total_ns / 1e6 / max(1, len(bd.steps))
 
 
-def _outcome(rec: Recommendation, before: Analysis, after: Analysis, noise_pts: float,
-             speedup: float | None, fixed_windows: bool = False) -> RecommendationOutcome:
+def _outcome(
+    rec: Recommendation,
+    before: Analysis,
+    after: Analysis,
+    noise_pts: float,
+    speedup: float | None,
+    fixed_windows: bool = False,
+) -> RecommendationOutcome:
     """A fix's outcome. For fixed capture windows (no step markers) the fix is judged per unit of
     work, not per window: a window's length is the capture's, so GPU time the change freed shows up
     as GPU idle in a window of the same length. An idle measure is judged on what grew beyond that
@@ -328,25 +370,35 @@ def _outcome(rec: Recommendation, before: Analysis, after: Analysis, noise_pts: 
         freed = max(0.0, busy_ms_per_window(before) - busy_ms_per_window(after))
         if freed > 0:
             judged_after = max(0.0, a - freed)
-            freed_note = (f"; judged per unit of work: {freed:.2f} ms of GPU time per window freed by the change "
-                          f"shows up as idle in a fixed capture window; beyond it, {b:.2f} → {judged_after:.2f} ms"
-                          if b is not None else "")
+            freed_note = (
+                f"; judged per unit of work: {freed:.2f} ms of GPU time per window freed by the change "
+                f"shows up as idle in a fixed capture window; beyond it, {b:.2f} → {judged_after:.2f} ms"
+                if b is not None
+                else ""
+            )
     still = any(f.id == rec.finding for f in after.findings)
-    unknown = ("AFTER has no GPU activity to judge by" if after.verdict.axis == "insufficient_evidence"
-               and after.device is None and before.device is not None else None)
+    unknown = (
+        "AFTER has no GPU activity to judge by"
+        if after.verdict.axis == "insufficient_evidence" and after.device is None and before.device is not None
+        else None
+    )
     status, note = judge_outcome(rec.finding, still, b, judged_after, noise_pts, before.breakdown.step_ms.mean, unknown)
     if status not in ("resolved", "unknown"):
         note += freed_note
     if fixed_windows:
         pass  # the windows' lengths are the capture's: a step-time speedup would say nothing of the change
     elif status in ("resolved", "improved") and rec.projected_speedup and speedup:
-        note += (f"; step p50 {speedup:.2f}× faster (this fix's projected bound: {rec.projected_speedup:.2f}×)"
-                 if speedup >= 1 else f"; but step p50 is {1 / speedup:.2f}× slower overall")
+        note += (
+            f"; step p50 {speedup:.2f}× faster (this fix's projected bound: {rec.projected_speedup:.2f}×)"
+            if speedup >= 1
+            else f"; but step p50 is {1 / speedup:.2f}× slower overall"
+        )
     unit = fm.unit if fm else ""
     if fixed_windows and unit == "ms per step":
         unit = "ms per window"
-    return RecommendationOutcome(rec.id, rec.finding, rec.title, rec.projected_speedup, status,
-                                 fm.label if fm else "", unit, b, a, note)
+    return RecommendationOutcome(
+        rec.id, rec.finding, rec.title, rec.projected_speedup, status, fm.label if fm else "", unit, b, a, note
+    )
 
 
 def _memory(before: Analysis, after: Analysis) -> MemoryChange | None:
@@ -366,9 +418,18 @@ def _classes(before: Analysis, after: Analysis) -> list[ShareChange]:
     """Kernel time by class: what survives renaming across GPUs (a GEMM is a GEMM on any of them)."""
     kb, ka = before.kernels, after.kernels
     nb, na = max(1, len(before.segmentation.steps)), max(1, len(after.segmentation.steps))
-    out = [ShareChange(c, c, kb.class_share_pct(c), ka.class_share_pct(c),
-                       kb.by_class_ns.get(c, 0) / 1e6 / nb, ka.by_class_ns.get(c, 0) / 1e6 / na)
-           for c in ALL_CLASSES if kb.by_class_ns.get(c, 0) or ka.by_class_ns.get(c, 0)]
+    out = [
+        ShareChange(
+            c,
+            c,
+            kb.class_share_pct(c),
+            ka.class_share_pct(c),
+            kb.by_class_ns.get(c, 0) / 1e6 / nb,
+            ka.by_class_ns.get(c, 0) / 1e6 / na,
+        )
+        for c in ALL_CLASSES
+        if kb.by_class_ns.get(c, 0) or ka.by_class_ns.get(c, 0)
+    ]
     out.sort(key=lambda x: -abs((x.after_ms_per_step or 0) - (x.before_ms_per_step or 0)))
     return out
 
@@ -403,9 +464,12 @@ class RankPair:
 def _work(run: Run) -> tuple[float, float, float | None, float]:
     ranks = [s.work for s in run.per_rank] or [rank_work(run.analysis)]
     flops = [w.flops for w in ranks]
-    return (sum(w.kernel_ms_per_window for w in ranks), sum(w.kernels_per_window for w in ranks),
-            None if any(f is None for f in flops) else sum(f / max(1, w.windows) for f, w in zip(flops, ranks)),
-            max(w.window_ms / max(1, w.windows) for w in ranks))
+    return (
+        sum(w.kernel_ms_per_window for w in ranks),
+        sum(w.kernels_per_window for w in ranks),
+        None if any(f is None for f in flops) else sum(f / max(1, w.windows) for f, w in zip(flops, ranks)),
+        max(w.window_ms / max(1, w.windows) for w in ranks),
+    )
 
 
 def work_change(before: Run, after: Run) -> WorkChange:
@@ -418,8 +482,10 @@ def rank_pairs(before: Run, after: Run) -> list[RankPair]:
     """Rank r of BEFORE beside rank r of AFTER, for every rank both have."""
     if len(before.per_rank) < 2 or len(before.per_rank) != len(after.per_rank):
         return []
-    return [RankPair(b.work.rank if b.work.rank is not None else i, b.work, a.work)
-            for i, (b, a) in enumerate(zip(before.per_rank, after.per_rank))]
+    return [
+        RankPair(b.work.rank if b.work.rank is not None else i, b.work, a.work)
+        for i, (b, a) in enumerate(zip(before.per_rank, after.per_rank))
+    ]
 
 
 def comparability(before: Run, after: Run) -> list[ComparabilityCheck]:
@@ -427,42 +493,92 @@ def comparability(before: Run, after: Run) -> list[ComparabilityCheck]:
     gb, ga = before.analysis.device_name, after.analysis.device_name
     mb_, ma_ = gpu_model(gb), gpu_model(ga)
     if before.has_gpu != after.has_gpu:
-        checks.append(ComparabilityCheck("gpu_activity", "differ", "GPU" if before.has_gpu else "no GPU activity",
-                                         "GPU" if after.has_gpu else "no GPU activity",
-                                         "one run used a GPU and the other did not"))
+        checks.append(
+            ComparabilityCheck(
+                "gpu_activity",
+                "differ",
+                "GPU" if before.has_gpu else "no GPU activity",
+                "GPU" if after.has_gpu else "no GPU activity",
+                "one run used a GPU and the other did not",
+            )
+        )
     elif mb_ and ma_:
         models_b = sorted(filter(None, map(gpu_model, before.device_names)))
         models_a = sorted(filter(None, map(gpu_model, after.device_names)))
         same = mb_ == ma_ and models_b == models_a
-        checks.append(ComparabilityCheck(
-            "gpu", "same" if same else "differ", mb_, ma_,
-            "the same GPU model" if same else
-            "different GPUs (models): the change measured includes the hardware, not only the code"))
+        checks.append(
+            ComparabilityCheck(
+                "gpu",
+                "same" if same else "differ",
+                mb_,
+                ma_,
+                "the same GPU model"
+                if same
+                else "different GPUs (models): the change measured includes the hardware, not only the code",
+            )
+        )
     elif gb and ga:
-        checks.append(ComparabilityCheck("gpu", "unknown", gb, ga,
-                                         "the traces record device indexes but not GPU models: the hardware cannot be "
-                                         "compared (an index says nothing about the model)"))
+        checks.append(
+            ComparabilityCheck(
+                "gpu",
+                "unknown",
+                gb,
+                ga,
+                "the traces record device indexes but not GPU models: the hardware cannot be "
+                "compared (an index says nothing about the model)",
+            )
+        )
     else:
-        checks.append(ComparabilityCheck("gpu", "unknown", gb or "—", ga or "—",
-                                         "no GPU activity in either run" if not before.has_gpu else "a GPU is unnamed"))
+        checks.append(
+            ComparabilityCheck(
+                "gpu",
+                "unknown",
+                gb or "—",
+                ga or "—",
+                "no GPU activity in either run" if not before.has_gpu else "a GPU is unnamed",
+            )
+        )
     if before.ranks != after.ranks:
-        checks.append(ComparabilityCheck("ranks", "differ", str(before.ranks), str(after.ranks),
-                                         "different numbers of rank traces: the job may be scaled differently"))
+        checks.append(
+            ComparabilityCheck(
+                "ranks",
+                "differ",
+                str(before.ranks),
+                str(after.ranks),
+                "different numbers of rank traces: the job may be scaled differently",
+            )
+        )
     sb, sa = before.steps, after.steps
     if before.fixed_window and after.fixed_window:
-        checks.append(ComparabilityCheck(
-            "steps", "same", "capture window", "capture window",
-            "fixed capture windows without step markers: compared by the work done per window (kernel time, kernel "
-            "count, FLOPs), not by the window's length"))
+        checks.append(
+            ComparabilityCheck(
+                "steps",
+                "same",
+                "capture window",
+                "capture window",
+                "fixed capture windows without step markers: compared by the work done per window (kernel time, kernel "
+                "count, FLOPs), not by the window's length",
+            )
+        )
     else:
-        checks.append(ComparabilityCheck(
-            "steps", "same" if sb == sa else "differ", str(sb), str(sa),
-            f"{sb} steps in both" if sb == sa else
-            "different numbers of profiled steps: percentiles rest on different samples (kernel times are compared per step)"))
+        checks.append(
+            ComparabilityCheck(
+                "steps",
+                "same" if sb == sa else "differ",
+                str(sb),
+                str(sa),
+                f"{sb} steps in both"
+                if sb == sa
+                else "different numbers of profiled steps: percentiles rest on different samples (kernel times are compared per step)",
+            )
+        )
     mb, ma = before.analysis.segmentation.method, after.analysis.segmentation.method
     if mb != ma:
-        checks.append(ComparabilityCheck("step_method", "differ", mb, ma,
-                                         "steps were found differently, so a 'step' may not mean the same span"))
+        checks.append(
+            ComparabilityCheck(
+                "step_method", "differ", mb, ma, "steps were found differently, so a 'step' may not mean the same span"
+            )
+        )
     sc = compare_shapes(before.shapes, after.shapes)
     show = lambda d: "unknown" if d is None else f"leading dim {d}"  # noqa: E731
     note = sc.note + (f"; {sc.example}" if sc.example else "")
@@ -481,25 +597,43 @@ def diff_runs(before: Run, after: Run, rules: Rules | None = None) -> RunDiff:
     bb, ab = b.breakdown, a.breakdown
     step_time = [StepTimeChange(s, getattr(bb.step_ms, s), getattr(ab.step_ms, s)) for s in ("p50", "p95", "mean")]
     per_step = lambda bd, c: bd.ns[c] / 1e6 / max(1, len(bd.steps))  # noqa: E731
-    cats = [ShareChange(c, CATEGORY_LABELS[c], bb.share_pct(c), ab.share_pct(c), per_step(bb, c), per_step(ab, c))
-            for c in CATEGORIES]
-    verdict = VerdictChange(b.verdict.axis, a.verdict.axis, b.verdict.bottleneck, a.verdict.bottleneck,
-                            b.verdict.confidence, a.verdict.confidence, b.verdict.summary, a.verdict.summary)
+    cats = [
+        ShareChange(c, CATEGORY_LABELS[c], bb.share_pct(c), ab.share_pct(c), per_step(bb, c), per_step(ab, c))
+        for c in CATEGORIES
+    ]
+    verdict = VerdictChange(
+        b.verdict.axis,
+        a.verdict.axis,
+        b.verdict.bottleneck,
+        a.verdict.bottleneck,
+        b.verdict.confidence,
+        a.verdict.confidence,
+        b.verdict.summary,
+        a.verdict.summary,
+    )
     noise = rules.value("diff.noise_pts")
     fixed = before.fixed_window and after.fixed_window
     recs = [_outcome(r, b, a, noise, step_time[0].speedup, fixed) for r in b.recommendations]
     return RunDiff(
-        before=before, after=after, verdict=verdict, step_time=step_time,
+        before=before,
+        after=after,
+        verdict=verdict,
+        step_time=step_time,
         gpu_busy=ShareChange("gpu_busy", "GPU busy (kernels, copies, memsets)", bb.gpu_busy_pct, ab.gpu_busy_pct),
         data_wait=ShareChange("data_wait", "host waiting on DataLoader __next__", bb.data_wait_pct, ab.data_wait_pct),
-        categories=cats, kernel_classes=_classes(b, a),
+        categories=cats,
+        kernel_classes=_classes(b, a),
         kernels=match_kernels(before.kernels, after.kernels, before.steps, after.steps),
-        memory=_memory(b, a), recommendations=recs, comparability=comparability(before, after),
-        work=work_change(before, after), rank_pairs=rank_pairs(before, after),
+        memory=_memory(b, a),
+        recommendations=recs,
+        comparability=comparability(before, after),
+        work=work_change(before, after),
+        rank_pairs=rank_pairs(before, after),
     )
 
 
 # -- the CI gate ---------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class GateMetric:
@@ -533,23 +667,54 @@ def _step_share(share: Callable) -> Callable[[Run], list[float] | None]:
 
 
 def _step_busy(r: Run) -> list[float] | None:
-    return [100.0 * s.gpu_busy_ns / s.duration_ns if s.duration_ns else 0.0 for s in r.analysis.breakdown.steps] \
-        if r.has_gpu else None
+    return (
+        [100.0 * s.gpu_busy_ns / s.duration_ns if s.duration_ns else 0.0 for s in r.analysis.breakdown.steps]
+        if r.has_gpu
+        else None
+    )
 
 
-GATE_METRICS: dict[str, GateMetric] = {m.name: m for m in (
-    GateMetric("step_p50", "step time p50", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.p50, _step_ms, "p50"),
-    GateMetric("step_p95", "step time p95", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.p95, _step_ms, "p95"),
-    GateMetric("step_mean", "mean step time", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.mean, _step_ms,
-               "mean"),
-    GateMetric("gpu_busy", "GPU busy", "%", False, False, _busy, _step_busy),
-    GateMetric("data_wait", "data-wait share", "%", False, True, lambda r: r.analysis.breakdown.data_wait_pct,
-               _step_share(lambda s: 100.0 * s.host_data_wait_ns / s.duration_ns if s.duration_ns else 0.0)),
-    GateMetric("host_overhead", "GPU idle on launch/CPU overhead", "%", False, True,
-               lambda r: r.analysis.breakdown.share_pct("idle_host_overhead") if r.has_gpu else None,
-               lambda r: [s.share_pct("idle_host_overhead") for s in r.analysis.breakdown.steps] if r.has_gpu else None),
-    GateMetric("memory_peak", "peak GPU memory allocated", "MiB", True, True, _mem),
-)}
+GATE_METRICS: dict[str, GateMetric] = {
+    m.name: m
+    for m in (
+        GateMetric(
+            "step_p50", "step time p50", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.p50, _step_ms, "p50"
+        ),
+        GateMetric(
+            "step_p95", "step time p95", "ms", True, True, lambda r: r.analysis.breakdown.step_ms.p95, _step_ms, "p95"
+        ),
+        GateMetric(
+            "step_mean",
+            "mean step time",
+            "ms",
+            True,
+            True,
+            lambda r: r.analysis.breakdown.step_ms.mean,
+            _step_ms,
+            "mean",
+        ),
+        GateMetric("gpu_busy", "GPU busy", "%", False, False, _busy, _step_busy),
+        GateMetric(
+            "data_wait",
+            "data-wait share",
+            "%",
+            False,
+            True,
+            lambda r: r.analysis.breakdown.data_wait_pct,
+            _step_share(lambda s: 100.0 * s.host_data_wait_ns / s.duration_ns if s.duration_ns else 0.0),
+        ),
+        GateMetric(
+            "host_overhead",
+            "GPU idle on launch/CPU overhead",
+            "%",
+            False,
+            True,
+            lambda r: r.analysis.breakdown.share_pct("idle_host_overhead") if r.has_gpu else None,
+            lambda r: [s.share_pct("idle_host_overhead") for s in r.analysis.breakdown.steps] if r.has_gpu else None,
+        ),
+        GateMetric("memory_peak", "peak GPU memory allocated", "MiB", True, True, _mem),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -623,7 +788,8 @@ def _step_test(m: GateMetric, b: GateSide, a: GateSide, alpha: float) -> StepTes
     if t.min_p >= alpha:
         raise GateUnavailable(
             f"cannot gate on {m.name}: with {t.n_x} and {t.n_y} steps the rank test cannot reach significance "
-            f"(smallest possible p {t.min_p:.3g} ≥ α {alpha:g}); record more steps (profiler schedule active=…)")
+            f"(smallest possible p {t.min_p:.3g} ≥ α {alpha:g}); record more steps (profiler schedule active=…)"
+        )
     change = low = high = conf = None
     resamples = seed = None
     if m.statistic is not None:  # a relative change of a statistic of the steps, with its interval
@@ -633,8 +799,26 @@ def _step_test(m: GateMetric, b: GateSide, a: GateSide, alpha: float) -> StepTes
             low, high = high, low
         conf, resamples, seed = c.confidence, c.resamples, c.seed
     what = f"change of {m.label}" if m.statistic else f"change of {m.label} (points)"
-    return StepTest(t.test, t.p_value, alpha, t.u, t.n_x, t.n_y, t.z, t.ties, t.min_p, t.p_value < alpha, what,
-                    change if change is not None else 0.0, low, high, conf, resamples, seed, t.effect_size)
+    return StepTest(
+        t.test,
+        t.p_value,
+        alpha,
+        t.u,
+        t.n_x,
+        t.n_y,
+        t.z,
+        t.ties,
+        t.min_p,
+        t.p_value < alpha,
+        what,
+        change if change is not None else 0.0,
+        low,
+        high,
+        conf,
+        resamples,
+        seed,
+        t.effect_size,
+    )
 
 
 def gate_on(metric: str, before: GateSide, after: GateSide, threshold: float, alpha: float = 0.05) -> GateResult:
@@ -664,14 +848,19 @@ def gate_on(metric: str, before: GateSide, after: GateSide, threshold: float, al
     allowed = f"{threshold:g} {'%' if m.relative else 'points'}"
     stat = ""
     if test is not None:
-        interval = (f", {100 * test.confidence:.0f} % interval {test.low:+.1f} … {test.high:+.1f} %"
-                    if test.low is not None and test.confidence is not None else "")
+        interval = (
+            f", {100 * test.confidence:.0f} % interval {test.low:+.1f} … {test.high:+.1f} %"
+            if test.low is not None and test.confidence is not None
+            else ""
+        )
         stat = f"; {test.test.split(' (')[0]} p = {test.p_value:.3g} (α {alpha:g}{interval})"
     if regressed:
         reason = f"regression: {m.label} {direction}{amount} {values}, more than the {allowed} allowed{stat}"
     elif big:  # large enough, but not told apart from noise
-        reason = (f"gate passed: {m.label} {direction}{amount} {values}, more than the {allowed} allowed but not "
-                  f"significant{stat}")
+        reason = (
+            f"gate passed: {m.label} {direction}{amount} {values}, more than the {allowed} allowed but not "
+            f"significant{stat}"
+        )
     else:
         reason = f"gate passed: {m.label} {direction}{amount} {values}, within the {allowed} allowed{stat}"
     return GateResult(metric, threshold, unit, b, a, worse, regressed, reason, test)
@@ -698,7 +887,18 @@ def refuse_gate(metric: str, threshold: float, checks: list[ComparabilityCheck])
     m = GATE_METRICS[metric]
     differ = gate_blockers(checks)
     why = "; ".join(f"{c.check} {c.before} → {c.after}" for c in differ)
-    reason = (f"gate not run: the runs are not comparable ({why}), so a change of {m.label} would measure more than "
-              "the change under test; compare like with like, or pass --gate-anyway to gate regardless")
-    return GateResult(metric, threshold, "%" if m.relative else "points", None, None, None, False, reason,
-                      refused=", ".join(c.check for c in differ))
+    reason = (
+        f"gate not run: the runs are not comparable ({why}), so a change of {m.label} would measure more than "
+        "the change under test; compare like with like, or pass --gate-anyway to gate regardless"
+    )
+    return GateResult(
+        metric,
+        threshold,
+        "%" if m.relative else "points",
+        None,
+        None,
+        None,
+        False,
+        reason,
+        refused=", ".join(c.check for c in differ),
+    )

@@ -6,6 +6,7 @@ live on the ``torch._C._VariableFunctions`` type), so it reads ``torch.tensor``;
 instance (``of Tensor object``) reads ``Tensor.softmax``; ``<built-in function len>`` reads ``len``.
 Addresses are never shown: they change with every run.
 """
+
 from __future__ import annotations
 
 import re

@@ -29,6 +29,7 @@ applies (the semantics are those of the runtime API, never a list of kernel or f
 Classes 1–5 are explanations; 6–7 stay unexplained. The evidence says the classes were inferred
 from the GPU timeline and runtime calls, and whether the trace's host events are sparse (sampled).
 """
+
 from __future__ import annotations
 
 import re
@@ -44,8 +45,13 @@ from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace
 CLASSES = ("sync", "cold-start", "host-range", "step-boundary", "issued-late", "queued", "unordered")
 EXPLAINED = CLASSES[:5]
 # The sink of step time each explaining class feeds (analyzers.sinks).
-SINK_OF = {"sync": "sync", "cold-start": "launch", "issued-late": "launch", "host-range": "host-ranges",
-           "step-boundary": "host-work"}
+SINK_OF = {
+    "sync": "sync",
+    "cold-start": "launch",
+    "issued-late": "launch",
+    "host-range": "host-ranges",
+    "step-boundary": "host-work",
+}
 LABELS = {
     "sync": "host blocked on the GPU (synchronize, blocking or pageable device-to-host copy) and the gap after it",
     "cold-start": "code being compiled or loaded (NVRTC/JIT, module or library loading)",
@@ -59,8 +65,10 @@ INFERRED = "inferred from the GPU timeline and runtime calls"
 # Runtime-API calls that compile or load device code.
 _NUMBER = re.compile(r"\d+")
 GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch(_v\d+)?$")
-COMPILE_CALL = re.compile(r"^(nvrtc|hiprtc)\w+$|^cu(Module|Library)(Load|GetFunction|GetKernel)\w*$|"
-                          r"^hipModuleLoad\w*$|^cudaLibraryLoad\w*$")
+COMPILE_CALL = re.compile(
+    r"^(nvrtc|hiprtc)\w+$|^cu(Module|Library)(Load|GetFunction|GetKernel)\w*$|"
+    r"^hipModuleLoad\w*$|^cudaLibraryLoad\w*$"
+)
 # Host events (operators, runtime calls) covering less than this share of the GPU's idle time between
 # the first and last launch: the host side is sparse (sampled or filtered) — most gaps have no record.
 SPARSE_COVERAGE = 0.5
@@ -122,24 +130,34 @@ class GpuGaps:
         """Plain-language lines (what a report or finding cites)."""
         out = []
         if self.gaps:
-            out.append(f"{self.late_gaps} of {self.gaps} GPU-idle gaps end with an operation issued after the gap "
-                       f"began ({INFERRED})")
+            out.append(
+                f"{self.late_gaps} of {self.gaps} GPU-idle gaps end with an operation issued after the gap "
+                f"began ({INFERRED})"
+            )
         if self.launch_call_us is not None:
-            out.append(f"host time per launch call: median {self.launch_call_us:.1f} µs; issue interval between "
-                       f"launches: median {self.issue_interval_us or 0:.1f} µs")
+            out.append(
+                f"host time per launch call: median {self.launch_call_us:.1f} µs; issue interval between "
+                f"launches: median {self.issue_interval_us or 0:.1f} µs"
+            )
         if self.sampled:
-            out.append(f"every one of the {self.runtime_calls:,} recorded runtime calls issued GPU work — no "
-                       "synchronization, event or query call: the trace is event-sampled (filtered), so a late issue "
-                       "is host work of unknown kind, not launch overhead")
+            out.append(
+                f"every one of the {self.runtime_calls:,} recorded runtime calls issued GPU work — no "
+                "synchronization, event or query call: the trace is event-sampled (filtered), so a late issue "
+                "is host work of unknown kind, not launch overhead"
+            )
         if self.sparse_host:
-            out.append(f"host events (operators, runtime calls) cover only {100 * self.host_coverage:.0f} % of the GPU's "
-                       "idle time between the first and last launch: the trace's host events are sparse or sampled, "
-                       "so what the host did during most gaps is not recorded")
+            out.append(
+                f"host events (operators, runtime calls) cover only {100 * self.host_coverage:.0f} % of the GPU's "
+                "idle time between the first and last launch: the trace's host events are sparse or sampled, "
+                "so what the host did during most gaps is not recorded"
+            )
         for name, ns in sorted(self.ranges.items(), key=lambda x: -x[1])[:3]:
             out.append(f"host range '{name}': {ns / 1e6:.1f} ms of GPU idle")
         if self.untraced_graph_launches:
-            out.append(f"{self.untraced_graph_launches} CUDA/HIP graph launches with no GPU operation recorded: the "
-                       "graphs' GPU time is missing from the trace, so idle here may be graph replays")
+            out.append(
+                f"{self.untraced_graph_launches} CUDA/HIP graph launches with no GPU operation recorded: the "
+                "graphs' GPU time is missing from the trace, so idle here may be graph replays"
+            )
         return out
 
 
@@ -228,8 +246,9 @@ def _pieces(a: iv.IntervalSet, keep: np.ndarray) -> iv.IntervalSet:
     return (a[0][keep], a[1][keep]) if keep.any() else iv.EMPTY
 
 
-def gpu_gaps(trace: Trace, segmentation: StepSegmentation, device: int | None,
-             explained: iv.IntervalSet = iv.EMPTY) -> GpuGaps:
+def gpu_gaps(
+    trace: Trace, segmentation: StepSegmentation, device: int | None, explained: iv.IntervalSet = iv.EMPTY
+) -> GpuGaps:
     """The GPU-idle time of ``segmentation``'s windows on ``device`` that ``explained`` (idle time
     recorded host activity already accounts for) leaves, split into :data:`CLASSES`."""
     ws, we = segmentation.starts, segmentation.ends
@@ -262,8 +281,9 @@ def gpu_gaps(trace: Trace, segmentation: StepSegmentation, device: int | None,
     # 1. sync: blocking calls on the issuing threads, and the gap after each capped at its blocked time.
     blocking = mine & name_mask(trace, SYNC_CALL)[r.name] if len(r) else np.zeros(0, bool)
     c = trace.copies
-    dtoh_pageable = ((c.kind == COPY_KINDS.index("DtoH")) & (c.dst == MEMORY_KINDS.index("pageable"))
-                     & (c.correlation >= 0))
+    dtoh_pageable = (
+        (c.kind == COPY_KINDS.index("DtoH")) & (c.dst == MEMORY_KINDS.index("pageable")) & (c.correlation >= 0)
+    )
     if dtoh_pageable.any() and len(r):
         blocking |= mine & np.isin(r.correlation, c.correlation[dtoh_pageable]) & (r.correlation >= 0)
     bubble = iv.EMPTY
@@ -279,8 +299,10 @@ def gpu_gaps(trace: Trace, segmentation: StepSegmentation, device: int | None,
     if len(r):
         comp = name_mask(trace, COMPILE_CALL)[r.name]
         a_comp = name_mask(trace, COMPILE_CALL)[ann.name] & (ann.device < 0) if len(ann) else np.zeros(0, bool)
-        take("cold-start", iv.union(np.concatenate([r.ts[comp], ann.ts[a_comp]]),
-                                    np.concatenate([r.end[comp], ann.end[a_comp]])))
+        take(
+            "cold-start",
+            iv.union(np.concatenate([r.ts[comp], ann.ts[a_comp]]), np.concatenate([r.end[comp], ann.end[a_comp]])),
+        )
     # 3. named host ranges that issue no GPU work.
     launch_ts = np.sort(r.ts[launch_rows]) if len(launch_rows) else np.zeros(0, np.int64)
     ranges: dict[str, int] = {}
@@ -338,8 +360,9 @@ def gpu_gaps(trace: Trace, segmentation: StepSegmentation, device: int | None,
     merged = {}
     for cls, sets in pieces.items():
         sets = [x for x in sets if len(x[0])]
-        merged[cls] = iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets])) \
-            if sets else iv.EMPTY
+        merged[cls] = (
+            iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets])) if sets else iv.EMPTY
+        )
     ns = {cls: iv.total(merged[cls]) for cls in CLASSES}
     per_step = {cls: iv.overlap_per_window(merged[cls], ws, we).astype(np.int64) for cls in CLASSES if ns[cls]}
     # launch evidence: host time per launch call and the interval between launches, in the windows
@@ -352,15 +375,32 @@ def gpu_gaps(trace: Trace, segmentation: StepSegmentation, device: int | None,
         t = np.sort(r.ts[rows])
         ii_us = float(np.median(np.diff(t))) / 1e3 if len(t) > 1 else None
         cov = _host_coverage(trace, threads, idle, launch_ts)
-    graph_m = name_mask(trace, GRAPH_LAUNCH)[r.name] & (r.ts < int(we.max())) & (r.end > int(ws.min())) if len(r) \
+    graph_m = (
+        name_mask(trace, GRAPH_LAUNCH)[r.name] & (r.ts < int(we.max())) & (r.end > int(ws.min()))
+        if len(r)
         else np.zeros(0, bool)
+    )
     untraced = int((graph_m & ~np.isin(r.correlation, corr)).sum()) if graph_m.any() else 0
     n_calls = int(mine.sum()) if len(r) else 0
     issuing_rows = np.zeros(len(r), bool)
     issuing_rows[launch_rows] = True
     non_issuing = int((mine & ~issuing_rows).sum()) if len(r) else 0
-    return GpuGaps(step_ns, idle_ns, considered, ns, per_step, gaps, late, lc_us, ii_us, cov, ranges, n_calls,
-                   non_issuing, untraced)
+    return GpuGaps(
+        step_ns,
+        idle_ns,
+        considered,
+        ns,
+        per_step,
+        gaps,
+        late,
+        lc_us,
+        ii_us,
+        cov,
+        ranges,
+        n_calls,
+        non_issuing,
+        untraced,
+    )
 
 
 def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, launch_ts: np.ndarray) -> float | None:

@@ -7,6 +7,7 @@ Compute-bound: SM (or tensor) activity high while DRAM bandwidth is low; memory-
 bandwidth high while SM/tensor activity is low. Where counters decide, they replace the
 kernel-mix finding of the same direction, whose numbers stay as context.
 """
+
 from __future__ import annotations
 
 import re
@@ -78,18 +79,32 @@ def counter_split(s: CounterSummary | None, rules: Rules) -> tuple[dict[str, flo
     if s is None or s.compute_activity_pct is None or s.dram_bandwidth_pct is None:
         return None
     act, dram = s.compute_activity_pct, s.dram_bandwidth_pct
-    t = {n: rules[f"gpu_metrics.{n}"] for n in ("compute_active", "compute_dram_max", "memory_dram", "memory_active_max")}
+    t = {
+        n: rules[f"gpu_metrics.{n}"] for n in ("compute_active", "compute_dram_max", "memory_dram", "memory_active_max")
+    }
 
     def line(metric: str, v: float, thr: Threshold, op: str) -> Evidence:
-        return Evidence(metric, round(v, 2), "%", f"{op} {thr.value:g}", thr.source,
-                        v >= thr.value if op == "≥" else v < thr.value)
+        return Evidence(
+            metric, round(v, 2), "%", f"{op} {thr.value:g}", thr.source, v >= thr.value if op == "≥" else v < thr.value
+        )
 
-    a_name, d_name = "SM / tensor activity (GPU_METRICS mean in the steps)", "DRAM bandwidth, read + write (GPU_METRICS mean in the steps)"
+    a_name, d_name = (
+        "SM / tensor activity (GPU_METRICS mean in the steps)",
+        "DRAM bandwidth, read + write (GPU_METRICS mean in the steps)",
+    )
     samples = Evidence("counter samples in the steps", s.samples, "samples", "", _SOURCE)
     if act >= t["compute_active"].value and dram < t["compute_dram_max"].value:
-        return {"compute": 1.0}, [line(a_name, act, t["compute_active"], "≥"), line(d_name, dram, t["compute_dram_max"], "<"), samples]
+        return {"compute": 1.0}, [
+            line(a_name, act, t["compute_active"], "≥"),
+            line(d_name, dram, t["compute_dram_max"], "<"),
+            samples,
+        ]
     if dram >= t["memory_dram"].value and act < t["memory_active_max"].value:
-        return {"memory": 1.0}, [line(d_name, dram, t["memory_dram"], "≥"), line(a_name, act, t["memory_active_max"], "<"), samples]
+        return {"memory": 1.0}, [
+            line(d_name, dram, t["memory_dram"], "≥"),
+            line(a_name, act, t["memory_active_max"], "<"),
+            samples,
+        ]
     return None
 
 
@@ -97,5 +112,7 @@ def counter_context(s: CounterSummary | None) -> list[Evidence]:
     """The counters as context lines, where they decide nothing."""
     if s is None or s.compute_activity_pct is None or s.dram_bandwidth_pct is None:
         return []
-    return [Evidence("SM / tensor activity (GPU_METRICS)", round(s.compute_activity_pct, 2), "%", "", _SOURCE),
-            Evidence("DRAM bandwidth (GPU_METRICS)", round(s.dram_bandwidth_pct, 2), "%", "", _SOURCE)]
+    return [
+        Evidence("SM / tensor activity (GPU_METRICS)", round(s.compute_activity_pct, 2), "%", "", _SOURCE),
+        Evidence("DRAM bandwidth (GPU_METRICS)", round(s.dram_bandwidth_pct, 2), "%", "", _SOURCE),
+    ]

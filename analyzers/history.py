@@ -10,6 +10,7 @@ projected gain against the gain achieved ("projected up to 1.66×, achieved 1.41
 Pure functions; summaries come from an :class:`~trainscope.analyzers.diff.Run` (a trace analyzed
 now) or from a dict (a stored run, validated field by field: a store is an input like any other).
 """
+
 from __future__ import annotations
 
 import builtins
@@ -18,9 +19,21 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
 from trainscope.analyzers.analysis import Analysis
-from trainscope.analyzers.diff import (FINDING_METRICS, GATE_METRICS, ComparabilityCheck, GateResult, GateSide, Run,
-                                       ShareChange, StepTimeChange, VerdictChange, comparability, gate_on, gate_side,
-                                       judge_outcome)
+from trainscope.analyzers.diff import (
+    FINDING_METRICS,
+    GATE_METRICS,
+    ComparabilityCheck,
+    GateResult,
+    GateSide,
+    Run,
+    ShareChange,
+    StepTimeChange,
+    VerdictChange,
+    comparability,
+    gate_on,
+    gate_side,
+    judge_outcome,
+)
 from trainscope.analyzers.kernel_match import KernelChange, KernelTime, match_kernels
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.shapes import ShapeSignature
@@ -82,26 +95,50 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": SUMMARY_SCHEMA, "source": self.source, "format": self.format, "rank": self.rank,
-            "ranks": self.ranks, "device": self.device, "devices": list(self.devices), "has_gpu": self.has_gpu,
-            "steps_method": self.steps_method, "fixed_window": self.fixed_window,
-            "verdict": {"axis": self.verdict_axis, "bottleneck": self.verdict_bottleneck,
-                        "confidence": self.verdict_confidence, "summary": self.verdict_summary},
+            "schema": SUMMARY_SCHEMA,
+            "source": self.source,
+            "format": self.format,
+            "rank": self.rank,
+            "ranks": self.ranks,
+            "device": self.device,
+            "devices": list(self.devices),
+            "has_gpu": self.has_gpu,
+            "steps_method": self.steps_method,
+            "fixed_window": self.fixed_window,
+            "verdict": {
+                "axis": self.verdict_axis,
+                "bottleneck": self.verdict_bottleneck,
+                "confidence": self.verdict_confidence,
+                "summary": self.verdict_summary,
+            },
             "step_ms": list(self.step_ms),
             "step_time_ms": {"p50": self.step_p50_ms, "p95": self.step_p95_ms, "mean": self.step_mean_ms},
             "shares": dict(self.shares),
             "sinks": {k: {"pct": p, "ms_per_step": ms} for k, (p, ms) in self.sinks.items()},
-            "top_kernels": [{"name": k.name, "class": k.kernel_class, "count": k.count, "total_ns": k.total_ns}
-                            for k in self.top_kernels],
-            "fixes": [{"id": f.id, "finding": f.finding, "title": f.title, "projected_speedup": f.projected_speedup,
-                       "projected_step_ms": f.projected_step_ms, "basis": f.basis} for f in self.fixes],
+            "top_kernels": [
+                {"name": k.name, "class": k.kernel_class, "count": k.count, "total_ns": k.total_ns}
+                for k in self.top_kernels
+            ],
+            "fixes": [
+                {
+                    "id": f.id,
+                    "finding": f.finding,
+                    "title": f.title,
+                    "projected_speedup": f.projected_speedup,
+                    "projected_step_ms": f.projected_step_ms,
+                    "basis": f.basis,
+                }
+                for f in self.fixes
+            ],
             "findings": dict(self.findings),
             "measures": dict(self.measures),
             "gate": {k: {"value": g.value, "steps": g.steps} for k, g in self.gate.items()},
             "memory_peak_bytes": self.memory_peak_bytes,
-            "shapes": {"recorded": self.shapes.recorded,
-                       "ops": {op: sorted(s) for op, s in sorted(self.shapes.shapes.items())},
-                       "batch_dims": [[d, n] for d, n in sorted(self.shapes.batch_dims.items())]},
+            "shapes": {
+                "recorded": self.shapes.recorded,
+                "ops": {op: sorted(s) for op, s in sorted(self.shapes.shapes.items())},
+                "batch_dims": [[d, n] for d, n in sorted(self.shapes.batch_dims.items())],
+            },
             "warnings": list(self.warnings),
         }
 
@@ -116,31 +153,58 @@ class RunSummary:
         sh = r.sub("shapes")
         ops = sh.sub("ops")
         return cls(
-            source=r.get("source", str), format=r.get("format", str), rank=r.get("rank", int, none=True),
-            ranks=r.get("ranks", int), device=r.get("device", str, none=True),
-            devices=tuple(r.list("devices", str)), has_gpu=r.get("has_gpu", bool),
-            steps_method=r.get("steps_method", str), fixed_window=r.get("fixed_window", bool),
-            verdict_axis=v.get("axis", str), verdict_bottleneck=v.get("bottleneck", str, none=True),
-            verdict_confidence=v.get("confidence", float), verdict_summary=v.get("summary", str),
-            step_ms=tuple(r.list("step_ms", float)), step_p50_ms=st.get("p50", float),
-            step_p95_ms=st.get("p95", float), step_mean_ms=st.get("mean", float),
+            source=r.get("source", str),
+            format=r.get("format", str),
+            rank=r.get("rank", int, none=True),
+            ranks=r.get("ranks", int),
+            device=r.get("device", str, none=True),
+            devices=tuple(r.list("devices", str)),
+            has_gpu=r.get("has_gpu", bool),
+            steps_method=r.get("steps_method", str),
+            fixed_window=r.get("fixed_window", bool),
+            verdict_axis=v.get("axis", str),
+            verdict_bottleneck=v.get("bottleneck", str, none=True),
+            verdict_confidence=v.get("confidence", float),
+            verdict_summary=v.get("summary", str),
+            step_ms=tuple(r.list("step_ms", float)),
+            step_p50_ms=st.get("p50", float),
+            step_p95_ms=st.get("p95", float),
+            step_mean_ms=st.get("mean", float),
             shares={k: r.sub("shares").get(k, float) for k in r.sub("shares").keys()},
-            sinks={k: (r.sub("sinks").sub(k).get("pct", float), r.sub("sinks").sub(k).get("ms_per_step", float))
-                   for k in r.sub("sinks").keys()},
-            top_kernels=tuple(KernelTime(k.get("name", str), k.get("class", str), k.get("count", int),
-                                         k.get("total_ns", int)) for k in r.items("top_kernels")),
-            fixes=tuple(Fix(f.get("id", str), f.get("finding", str), f.get("title", str),
-                            f.get("projected_speedup", float, none=True), f.get("projected_step_ms", float, none=True),
-                            f.get("basis", str)) for f in r.items("fixes")),
+            sinks={
+                k: (r.sub("sinks").sub(k).get("pct", float), r.sub("sinks").sub(k).get("ms_per_step", float))
+                for k in r.sub("sinks").keys()
+            },
+            top_kernels=tuple(
+                KernelTime(k.get("name", str), k.get("class", str), k.get("count", int), k.get("total_ns", int))
+                for k in r.items("top_kernels")
+            ),
+            fixes=tuple(
+                Fix(
+                    f.get("id", str),
+                    f.get("finding", str),
+                    f.get("title", str),
+                    f.get("projected_speedup", float, none=True),
+                    f.get("projected_step_ms", float, none=True),
+                    f.get("basis", str),
+                )
+                for f in r.items("fixes")
+            ),
             findings={k: r.sub("findings").get(k, float) for k in r.sub("findings").keys()},
             measures={k: r.sub("measures").get(k, float, none=True) for k in r.sub("measures").keys()},
-            gate={k: GateSide(r.sub("gate").sub(k).get("value", float, none=True),
-                              r.sub("gate").sub(k).list("steps", float, none=True))
-                  for k in r.sub("gate").keys()},
+            gate={
+                k: GateSide(
+                    r.sub("gate").sub(k).get("value", float, none=True),
+                    r.sub("gate").sub(k).list("steps", float, none=True),
+                )
+                for k in r.sub("gate").keys()
+            },
             memory_peak_bytes=r.get("memory_peak_bytes", int, none=True),
-            shapes=ShapeSignature(sh.get("recorded", bool),
-                                  {op: frozenset(ops.list(op, str)) for op in ops.keys()},
-                                  {int(p[0]): int(p[1]) for p in sh.pairs("batch_dims")}),
+            shapes=ShapeSignature(
+                sh.get("recorded", bool),
+                {op: frozenset(ops.list(op, str)) for op in ops.keys()},
+                {int(p[0]): int(p[1]) for p in sh.pairs("batch_dims")},
+            ),
             warnings=tuple(r.list("warnings", str)),
         )
 
@@ -211,8 +275,10 @@ class _Reader:
         v = self.d.get(key)
         if not isinstance(v, builtins.list) or not all(isinstance(p, builtins.list) and len(p) == 2 for p in v):
             raise BadSummary(f"{self.where}.{key}: expected a list of pairs")
-        return [(self._cast(a, int, self.where + "." + key, False), self._cast(b, int, self.where + "." + key, False))
-                for a, b in v]
+        return [
+            (self._cast(a, int, self.where + "." + key, False), self._cast(b, int, self.where + "." + key, False))
+            for a, b in v
+        ]
 
 
 def summarize(run: Run) -> RunSummary:
@@ -232,18 +298,35 @@ def summarize(run: Run) -> RunSummary:
         except (ValueError, ZeroDivisionError):  # a metric this run cannot measure: stored as unmeasured
             gate[name] = GateSide(None, None)
     return RunSummary(
-        source=run.path, format=a.source_format, rank=a.rank, ranks=run.ranks, device=a.device_name,
-        devices=tuple(run.device_names), has_gpu=run.has_gpu, steps_method=a.segmentation.method,
-        fixed_window=run.fixed_window, verdict_axis=a.verdict.axis, verdict_bottleneck=a.verdict.bottleneck,
-        verdict_confidence=float(a.verdict.confidence), verdict_summary=a.verdict.summary,
-        step_ms=tuple(s.duration_ns / 1e6 for s in bd.steps), step_p50_ms=bd.step_ms.p50, step_p95_ms=bd.step_ms.p95,
-        step_mean_ms=bd.step_ms.mean, shares=shares, sinks=sinks,
+        source=run.path,
+        format=a.source_format,
+        rank=a.rank,
+        ranks=run.ranks,
+        device=a.device_name,
+        devices=tuple(run.device_names),
+        has_gpu=run.has_gpu,
+        steps_method=a.segmentation.method,
+        fixed_window=run.fixed_window,
+        verdict_axis=a.verdict.axis,
+        verdict_bottleneck=a.verdict.bottleneck,
+        verdict_confidence=float(a.verdict.confidence),
+        verdict_summary=a.verdict.summary,
+        step_ms=tuple(s.duration_ns / 1e6 for s in bd.steps),
+        step_p50_ms=bd.step_ms.p50,
+        step_p95_ms=bd.step_ms.p95,
+        step_mean_ms=bd.step_ms.mean,
+        shares=shares,
+        sinks=sinks,
         top_kernels=tuple(KernelTime(k.name, k.kernel_class, k.count, k.total_ns) for k in a.kernels.top),
-        fixes=tuple(Fix(r.id, r.finding, r.title, r.projected_speedup, r.projected_step_ms, r.basis)
-                    for r in a.recommendations),
+        fixes=tuple(
+            Fix(r.id, r.finding, r.title, r.projected_speedup, r.projected_step_ms, r.basis) for r in a.recommendations
+        ),
         findings={f.id: float(f.stake_pct) for f in a.findings},
         measures={fid: _finite(fm.value(a)) for fid, fm in FINDING_METRICS.items()},
-        gate=gate, memory_peak_bytes=int(mem[0]) if mem else None, shapes=run.shapes, warnings=tuple(run.warnings),
+        gate=gate,
+        memory_peak_bytes=int(mem[0]) if mem else None,
+        shapes=run.shapes,
+        warnings=tuple(run.warnings),
     )
 
 
@@ -252,6 +335,7 @@ def _finite(x: float | None) -> float | None:
 
 
 # -- two summaries compared --------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class FixOutcome:
@@ -280,8 +364,10 @@ class FixOutcome:
         if not self.addressed or self.projected_speedup is None or self.achieved_speedup is None:
             return None
         shared = f" (together with {', '.join(self.shared_with)})" if self.shared_with else ""
-        return (f"fix {self.recommendation}: projected up to {self.projected_speedup:.2f}×, "
-                f"achieved {self.achieved_speedup:.2f}×{shared}")
+        return (
+            f"fix {self.recommendation}: projected up to {self.projected_speedup:.2f}×, "
+            f"achieved {self.achieved_speedup:.2f}×{shared}"
+        )
 
 
 def fix_outcomes(before: RunSummary, after: RunSummary, rules: Rules | None = None) -> list[FixOutcome]:
@@ -291,8 +377,11 @@ def fix_outcomes(before: RunSummary, after: RunSummary, rules: Rules | None = No
     is achieved-measured where a side is a fixed capture window (its length is the capture's)."""
     rules = rules or Rules()
     noise = rules.value("diff.noise_pts")
-    unknown = ("AFTER has no GPU activity to judge by" if after.verdict_axis == "insufficient_evidence"
-               and not after.has_gpu and before.has_gpu else None)
+    unknown = (
+        "AFTER has no GPU activity to judge by"
+        if after.verdict_axis == "insufficient_evidence" and not after.has_gpu and before.has_gpu
+        else None
+    )
     judged = []
     for f in before.fixes:
         fm = FINDING_METRICS.get(f.finding)
@@ -308,9 +397,22 @@ def fix_outcomes(before: RunSummary, after: RunSummary, rules: Rules | None = No
     out = []
     for f, fm, b, a, status, note in judged:
         ok = status in ("resolved", "improved")
-        out.append(FixOutcome(f.id, f.finding, f.title, f.projected_speedup, status, fm.label if fm else "",
-                              fm.unit if fm else "", b, a, achieved if ok else None,
-                              tuple(x for x in addressed if x != f.id) if ok else (), note))
+        out.append(
+            FixOutcome(
+                f.id,
+                f.finding,
+                f.title,
+                f.projected_speedup,
+                status,
+                fm.label if fm else "",
+                fm.unit if fm else "",
+                b,
+                a,
+                achieved if ok else None,
+                tuple(x for x in addressed if x != f.id) if ok else (),
+                note,
+            )
+        )
     return out
 
 
@@ -363,35 +465,75 @@ class _Facts:
 
 
 def _facts(s: RunSummary) -> _Facts:
-    return _Facts(_AnalysisFacts(s.device, _Segmentation(s.steps_method)), s.has_gpu, s.devices, s.ranks, s.steps,
-                  s.fixed_window, s.shapes)
+    return _Facts(
+        _AnalysisFacts(s.device, _Segmentation(s.steps_method)),
+        s.has_gpu,
+        s.devices,
+        s.ranks,
+        s.steps,
+        s.fixed_window,
+        s.shapes,
+    )
 
 
 SHARE_LABELS = {"gpu_busy": "GPU busy (kernels, copies, memsets)", "data_wait": "host waiting on DataLoader __next__"}
 
 
-def diff_summaries(before: RunSummary, after: RunSummary, rules: Rules | None = None,
-                   labels: tuple[str, str] = ("BEFORE", "AFTER")) -> SummaryDiff:
+def diff_summaries(
+    before: RunSummary, after: RunSummary, rules: Rules | None = None, labels: tuple[str, str] = ("BEFORE", "AFTER")
+) -> SummaryDiff:
     from trainscope.analyzers.breakdown import CATEGORY_LABELS
 
-    step_time = [StepTimeChange(s, getattr(before, f"step_{s}_ms"), getattr(after, f"step_{s}_ms"))
-                 for s in ("p50", "p95", "mean")]
-    verdict = VerdictChange(before.verdict_axis, after.verdict_axis, before.verdict_bottleneck, after.verdict_bottleneck,
-                            before.verdict_confidence, after.verdict_confidence, before.verdict_summary,
-                            after.verdict_summary)
+    step_time = [
+        StepTimeChange(s, getattr(before, f"step_{s}_ms"), getattr(after, f"step_{s}_ms"))
+        for s in ("p50", "p95", "mean")
+    ]
+    verdict = VerdictChange(
+        before.verdict_axis,
+        after.verdict_axis,
+        before.verdict_bottleneck,
+        after.verdict_bottleneck,
+        before.verdict_confidence,
+        after.verdict_confidence,
+        before.verdict_summary,
+        after.verdict_summary,
+    )
     names = [k for k in ("gpu_busy", "data_wait") if k in before.shares or k in after.shares]
     names += [k for k in CATEGORY_LABELS if k in before.shares or k in after.shares]
-    shares = [ShareChange(k, SHARE_LABELS.get(k) or CATEGORY_LABELS[k], before.shares.get(k, 0.0),
-                          after.shares.get(k, 0.0)) for k in names]
-    sinks = [ShareChange(k, SINK_LABELS[k], before.sinks.get(k, (0.0, 0.0))[0], after.sinks.get(k, (0.0, 0.0))[0],
-                         before.sinks.get(k, (0.0, 0.0))[1], after.sinks.get(k, (0.0, 0.0))[1])
-             for k in SINKS if k in before.sinks or k in after.sinks]
-    kernels = match_kernels(list(before.top_kernels), list(after.top_kernels), max(1, before.steps),
-                            max(1, after.steps))
+    shares = [
+        ShareChange(k, SHARE_LABELS.get(k) or CATEGORY_LABELS[k], before.shares.get(k, 0.0), after.shares.get(k, 0.0))
+        for k in names
+    ]
+    sinks = [
+        ShareChange(
+            k,
+            SINK_LABELS[k],
+            before.sinks.get(k, (0.0, 0.0))[0],
+            after.sinks.get(k, (0.0, 0.0))[0],
+            before.sinks.get(k, (0.0, 0.0))[1],
+            after.sinks.get(k, (0.0, 0.0))[1],
+        )
+        for k in SINKS
+        if k in before.sinks or k in after.sinks
+    ]
+    kernels = match_kernels(
+        list(before.top_kernels), list(after.top_kernels), max(1, before.steps), max(1, after.steps)
+    )
     # _Facts stands in for a Run with what comparability reads; the ignore goes when diff.comparability
     # takes a protocol of those facts (diff.py is typed after the merge of the issue 22/23/24/27 work).
-    return SummaryDiff(before, after, verdict, step_time, shares, sinks, kernels, fix_outcomes(before, after, rules),
-                       comparability(_facts(before), _facts(after)), labels)  # type: ignore[arg-type]
+    return SummaryDiff(
+        before,
+        after,
+        verdict,
+        step_time,
+        shares,
+        sinks,
+        kernels,
+        fix_outcomes(before, after, rules),
+        # _Facts carries the fields comparability reads of a Run (a structural stand-in)
+        comparability(_facts(before), _facts(after)),  # type: ignore[arg-type]
+        labels,
+    )
 
 
 def summary_gate(d: SummaryDiff, metric: str, threshold: float, alpha: float = 0.05) -> GateResult:

@@ -9,6 +9,7 @@
   would have run that far ahead while it was blocked, so the cost counted per sync is the bubble
   after it (sync end to the next GPU operation) capped at the time the host was blocked.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,8 +51,7 @@ class BlockingSyncs:
 def pageable_copies(trace: Trace, segmentation: StepSegmentation, device: int | None) -> PageableCopies:
     c = trace.copies
     ws, we = segmentation.starts, segmentation.ends
-    sel = ((c.kind == COPY_KINDS.index("HtoD")) & (c.src == MEMORY_KINDS.index("pageable"))
-           & iv.contains((ws, we), c.ts))
+    sel = (c.kind == COPY_KINDS.index("HtoD")) & (c.src == MEMORY_KINDS.index("pageable")) & iv.contains((ws, we), c.ts)
     if device is not None:
         sel &= c.device == device
     covered = iv.overlap_per_window(iv.union(c.ts[sel], c.end[sel]), ws, we)
@@ -72,8 +72,14 @@ def blocking_syncs(trace: Trace, segmentation: StepSegmentation, device: int | N
     starts = np.sort(np.concatenate(gpu_starts))
     if not len(starts):  # no GPU work to drain: a sync costs the GPU nothing
         names, counts = np.unique(r.name[sel], return_counts=True)
-        return BlockingSyncs(int(sel.sum()), float(sel.sum()) / max(1, len(ws)), int(r.dur[sel].sum()), 0, step_ns,
-                             {trace.strings[n]: int(c) for n, c in zip(names, counts)})
+        return BlockingSyncs(
+            int(sel.sum()),
+            float(sel.sum()) / max(1, len(ws)),
+            int(r.dur[sel].sum()),
+            0,
+            step_ns,
+            {trace.strings[n]: int(c) for n, c in zip(names, counts)},
+        )
     ends = r.end[sel]
     nxt = np.searchsorted(starts, ends, side="left")
     has_next = nxt < len(starts)
@@ -83,7 +89,10 @@ def blocking_syncs(trace: Trace, segmentation: StepSegmentation, device: int | N
     bubble = np.minimum(np.clip(np.minimum(gap_end, step_end) - ends, 0, None), r.dur[sel])
     names, counts = np.unique(r.name[sel], return_counts=True)
     return BlockingSyncs(
-        count=int(sel.sum()), per_step=float(sel.sum()) / max(1, len(ws)), host_ns=int(r.dur[sel].sum()),
-        bubble_ns=int(bubble.sum()), step_ns=step_ns,
+        count=int(sel.sum()),
+        per_step=float(sel.sum()) / max(1, len(ws)),
+        host_ns=int(r.dur[sel].sum()),
+        bubble_ns=int(bubble.sum()),
+        step_ns=step_ns,
         by_name={trace.strings[n]: int(c) for n, c in zip(names, counts)},
     )

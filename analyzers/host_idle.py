@@ -34,6 +34,7 @@ The classes follow from the event structure (nesting, launch counts, copy direct
 a file or function name. The heaviest frames during GPU idle are reported with ``file:line`` as
 evidence.
 """
+
 from __future__ import annotations
 
 import re
@@ -269,8 +270,7 @@ def _parse(name: str) -> tuple[str | None, int | None, str]:
     return None, None, user_name(name)
 
 
-def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None,
-              cold_start_ms: float = 1.0) -> HostIdle:
+def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, cold_start_ms: float = 1.0) -> HostIdle:
     """GPU idle time in ``segmentation``'s windows on ``device``, split into classes (module doc)."""
     ws, we = segmentation.starts, segmentation.ends
     step_ns = int((we - ws).sum())
@@ -320,9 +320,13 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None,
     cold = None
     long_launch = launch_m & (r.dur >= cold_start_ms * 1e6)
     if long_launch.any():
-        cold = HostCall(f"launch calls ≥ {cold_start_ms:g} ms", "launch", int(long_launch.sum()),
-                        int(iv.total(_intersect(idle, iv.union(r.ts[long_launch], r.end[long_launch])))),
-                        int(r.dur[long_launch].max()))
+        cold = HostCall(
+            f"launch calls ≥ {cold_start_ms:g} ms",
+            "launch",
+            int(long_launch.sum()),
+            int(iv.total(_intersect(idle, iv.union(r.ts[long_launch], r.end[long_launch])))),
+            int(r.dur[long_launch].max()),
+        )
 
     # 4: the stage structure of the host frames on the main launching thread.
     fts, fend, fname, source = _frames(trace, thread)
@@ -346,16 +350,18 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None,
                 sel = inv == k
                 got = int(per[sel].sum())
                 if got > 0:
-                    calls.append(HostCall(trace.strings[nm] + " (OS)", "other", int(sel.sum()), got,
-                                          int(osr.dur[om][sel].max())))
+                    calls.append(
+                        HostCall(trace.strings[nm] + " (OS)", "other", int(sel.sum()), got, int(osr.dur[om][sel].max()))
+                    )
             calls.sort(key=lambda c: -c.idle_ns)
     merged = {c: _merge(v) for c, v in pieces.items()}
     for c in ("input", "launch", "sync", "other"):
         ns[c] = iv.total(merged[c])
     ns["unattributed"] = idle_ns - sum(ns.values())
     if len(fts):
-        frames = _heaviest(trace, fts, fend, fname, _parents(fts, fend), idle, launch_ts, ws, we, step_ns, idle_ns,
-                           merged)
+        frames = _heaviest(
+            trace, fts, fend, fname, _parents(fts, fend), idle, launch_ts, ws, we, step_ns, idle_ns, merged
+        )
     out = HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source)
     return HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source, _evidence(out), merged)
 
@@ -384,10 +390,12 @@ def _frames_by_window(fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.
     order = np.argsort(window, kind="stable")  # frames stay ascending within a window
     frame, window = frame[order], window[order]
     bounds = np.searchsorted(window, np.arange(len(ws) + 1))
-    return [frame[bounds[k]:bounds[k + 1]] for k in range(len(ws))]
+    return [frame[bounds[k] : bounds[k + 1]] for k in range(len(ws))]
 
 
-def _classify_by_stage(trace: Trace, fts, fend, parent, launch_ts, left, ws, we, device) -> dict[str, list[iv.IntervalSet]]:
+def _classify_by_stage(
+    trace: Trace, fts, fend, parent, launch_ts, left, ws, we, device
+) -> dict[str, list[iv.IntervalSet]]:
     """Idle intervals in ``left`` (not covered by runtime calls) split into input / launch / other.
     Per window, only the frames overlapping it (and their parents) are looked at: the cost is the
     frames, not frames × windows."""
@@ -431,8 +439,11 @@ def _classify_by_stage(trace: Trace, fts, fend, parent, launch_ts, left, ws, we,
             quiet = st_counts[pa] == 0  # a stage that issues no GPU work: does its output go to the GPU?
             if quiet.any():
                 nxt = np.searchsorted(launch_at, fend[st[pa[quiet]]], side="left")
-                kinds = np.where(nxt < len(launch_kind), launch_kind[np.minimum(nxt, max(len(launch_kind) - 1, 0))], -2) \
-                    if len(launch_kind) else np.full(len(nxt), -2)
+                kinds = (
+                    np.where(nxt < len(launch_kind), launch_kind[np.minimum(nxt, max(len(launch_kind) - 1, 0))], -2)
+                    if len(launch_kind)
+                    else np.full(len(nxt), -2)
+                )
                 to_gpu = kinds == htod
                 qs, qe = ps[quiet], pe[quiet]
                 out["input"].append(iv.union(qs[to_gpu], qe[to_gpu]) if to_gpu.any() else iv.EMPTY)
@@ -482,8 +493,20 @@ def _first_op_after(trace: Trace, device: int | None) -> tuple[np.ndarray, np.nd
     return launch_at[o], kind[o]
 
 
-def _heaviest(trace: Trace, fts, fend, fname, parent, idle, launch_ts, ws, we, step_ns: int, idle_ns: int,
-              classes: dict[str, iv.IntervalSet]) -> list[HostFrame]:
+def _heaviest(
+    trace: Trace,
+    fts,
+    fend,
+    fname,
+    parent,
+    idle,
+    launch_ts,
+    ws,
+    we,
+    step_ns: int,
+    idle_ns: int,
+    classes: dict[str, iv.IntervalSet],
+) -> list[HostFrame]:
     """Frames holding the most GPU idle time, below the frames that drive all the work. A chain
     of wrappers holding the same time shows as its outermost frame with a source line and its
     deepest frame (what the host was inside)."""
@@ -491,7 +514,11 @@ def _heaviest(trace: Trace, fts, fend, fname, parent, idle, launch_ts, ws, we, s
     got = cum.overlap(fts, fend)
     # frames that contain every launch of the windows drive the loop: not evidence of a cause
     li = launch_ts[iv.contains((ws, we), launch_ts)] if len(launch_ts) else launch_ts
-    counts = (np.searchsorted(li, fend, side="left") - np.searchsorted(li, fts, side="left")) if len(li) else np.zeros(len(fts))
+    counts = (
+        (np.searchsorted(li, fend, side="left") - np.searchsorted(li, fts, side="left"))
+        if len(li)
+        else np.zeros(len(fts))
+    )
     driver = (counts == len(li)) & (len(li) > 0)
     cand = np.flatnonzero((got >= _MIN_FRAME_SHARE * idle_ns) & ~driver & (got > 0))
     if not len(cand):
@@ -508,7 +535,9 @@ def _heaviest(trace: Trace, fts, fend, fname, parent, idle, launch_ts, ws, we, s
 
     def continues(i: int) -> bool:  # the only heavy child of its candidate parent, holding its time
         q = cparent[i]
-        return q >= 0 and len([k for k in kids.get(q, []) if got[k] >= _SAME * got[q]]) == 1 and got[i] >= _SAME * got[q]
+        return (
+            q >= 0 and len([k for k in kids.get(q, []) if got[k] >= _SAME * got[q]]) == 1 and got[i] >= _SAME * got[q]
+        )
 
     cum_cls = {c: _Cum(v) for c, v in classes.items() if len(v[0])}
     shown: list[int] = []
@@ -532,8 +561,10 @@ def _heaviest(trace: Trace, fts, fend, fname, parent, idle, launch_ts, ws, we, s
     rows = []
     for nm, idx in by_name.items():
         total = int(sum(got[i] for i in idx))
-        per = {c: int(sum(cc.overlap(np.array([fts[i]]), np.array([fend[i]]))[0] for i in idx))
-               for c, cc in cum_cls.items()}
+        per = {
+            c: int(sum(cc.overlap(np.array([fts[i]]), np.array([fend[i]]))[0] for i in idx))
+            for c, cc in cum_cls.items()
+        }
         cls = max(per, key=per.get) if per and max(per.values()) > 0 else "unattributed"
         rows.append((total, min(int(fts[i]) for i in idx), nm, len(idx), cls))
     rows.sort(key=lambda r: (-r[0], r[1]))
@@ -546,13 +577,17 @@ def _heaviest(trace: Trace, fts, fend, fname, parent, idle, launch_ts, ws, we, s
 
 
 def _evidence(h: HostIdle) -> list[str]:
-    lines = [f"GPU idle {h.idle_ns / 1e6:.1f} ms of {h.step_ns / 1e6:.1f} ms in the window; host thread {h.thread}: "
-             + ", ".join(f"{c} {h.ms(c):.1f} ms" for c in CLASSES if h.ns.get(c))]
+    lines = [
+        f"GPU idle {h.idle_ns / 1e6:.1f} ms of {h.step_ns / 1e6:.1f} ms in the window; host thread {h.thread}: "
+        + ", ".join(f"{c} {h.ms(c):.1f} ms" for c in CLASSES if h.ns.get(c))
+    ]
     if h.cold_start is not None:
         c = h.cold_start
-        lines.append(f"cold start: {c.count} launch call{'s' * (c.count > 1)} of ≥ 1 ms (the longest "
-                     f"{c.longest_ns / 1e6:.1f} ms; a launch takes µs) cover {c.idle_ns / 1e6:.1f} ms of GPU idle: the "
-                     "first call of a kernel loads or compiles its code")
+        lines.append(
+            f"cold start: {c.count} launch call{'s' * (c.count > 1)} of ≥ 1 ms (the longest "
+            f"{c.longest_ns / 1e6:.1f} ms; a launch takes µs) cover {c.idle_ns / 1e6:.1f} ms of GPU idle: the "
+            "first call of a kernel loads or compiles its code"
+        )
     for c in h.calls[:3]:
         lines.append(f"{c.name} ×{c.count}: {c.idle_ns / 1e6:.1f} ms of GPU idle ({c.cls})")
     for f in h.frames[:5]:
@@ -562,26 +597,61 @@ def _evidence(h: HostIdle) -> list[str]:
     return lines
 
 
-COLD_START_DETAIL = ("first calls load or compile kernel code inside the launch (cold start): a one-time cost that "
-                     "dominates this window")
+COLD_START_DETAIL = (
+    "first calls load or compile kernel code inside the launch (cold start): a one-time cost that dominates this window"
+)
+
 
 def host_idle_evidence(h: HostIdle, cls: str) -> list:
     """Evidence lines for class ``cls``: its share, the cold start, the calls and frames behind it."""
     from trainscope.analyzers.verdict import Evidence
 
-    out = [Evidence(f"GPU idle while the host does {cls} work (host events during GPU idle)", round(h.share_pct(cls), 2),
-                    "% of step time", "", f"trace: {h.source} frames and runtime calls on {h.thread}", None)]
+    out = [
+        Evidence(
+            f"GPU idle while the host does {cls} work (host events during GPU idle)",
+            round(h.share_pct(cls), 2),
+            "% of step time",
+            "",
+            f"trace: {h.source} frames and runtime calls on {h.thread}",
+            None,
+        )
+    ]
     if cls == "launch" and h.cold_start is not None:
         c = h.cold_start
-        out.append(Evidence(f"{c.name} (first-call module loading / compilation inside the launch)", c.count, "calls", "",
-                            f"measured: longest {c.longest_ns / 1e6:.1f} ms, {c.idle_ns / 1e6:.1f} ms of GPU idle", None))
+        out.append(
+            Evidence(
+                f"{c.name} (first-call module loading / compilation inside the launch)",
+                c.count,
+                "calls",
+                "",
+                f"measured: longest {c.longest_ns / 1e6:.1f} ms, {c.idle_ns / 1e6:.1f} ms of GPU idle",
+                None,
+            )
+        )
     for c in [c for c in h.calls if c.cls == cls][:2]:
-        out.append(Evidence(f"{c.name} ×{c.count} during GPU idle", round(c.idle_ns / 1e6, 2), "ms", "",
-                            f"trace: runtime calls (longest {c.longest_ns / 1e6:.1f} ms)", None))
+        out.append(
+            Evidence(
+                f"{c.name} ×{c.count} during GPU idle",
+                round(c.idle_ns / 1e6, 2),
+                "ms",
+                "",
+                f"trace: runtime calls (longest {c.longest_ns / 1e6:.1f} ms)",
+                None,
+            )
+        )
     for f in [f for f in h.frames if f.cls == cls][:4]:
         where = f"{f.function} ({f.file.rsplit('/', 1)[-1]}:{f.line})" if f.file else f.function
         times = f" ×{f.count}" if f.count > 1 else ""
-        out.append(Evidence(f"{where}{times} during GPU idle", round(f.idle_ns / 1e6, 2), "ms", "",
-                            f"trace: host frame {f.file}:{f.line}, {f.share_pct:.1f} % of step time" if f.file else
-                            f"trace: host frame, {f.share_pct:.1f} % of step time", None))
+        out.append(
+            Evidence(
+                f"{where}{times} during GPU idle",
+                round(f.idle_ns / 1e6, 2),
+                "ms",
+                "",
+                f"trace: host frame {f.file}:{f.line}, {f.share_pct:.1f} % of step time"
+                if f.file
+                else f"trace: host frame, {f.share_pct:.1f} % of step time",
+                None,
+            )
+        )
     return out

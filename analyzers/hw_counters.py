@@ -17,6 +17,7 @@ call of the trace when the counts agree; the operator around that launch names t
 it recorded shapes (``record_shapes=True``), the cost model's FLOPs for it (:mod:`op_formulas`) can
 be compared with the counters kernel by kernel.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,8 +34,16 @@ if TYPE_CHECKING:
 
 COUNTER_PRECISIONS = ("fp64", "fp32", "fp16")
 _PAIR_BUDGET = 50_000_000  # launches × operators scanned when pairing ranges with their operators
-_LAUNCH = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "hipLaunchKernel",
-           "hipExtLaunchKernel", "hipModuleLaunchKernel", "cudaLaunchCooperativeKernel")
+_LAUNCH = (
+    "cudaLaunchKernel",
+    "cuLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernelEx",
+    "hipLaunchKernel",
+    "hipExtLaunchKernel",
+    "hipModuleLaunchKernel",
+    "cudaLaunchCooperativeKernel",
+)
 
 
 @dataclass(frozen=True)
@@ -78,10 +87,15 @@ class HwCounterReport:
 
     def summary(self) -> str:
         top = self.kernels[0] if self.kernels else None
-        prec = ", ".join(f"{p} {100 * v / self.total_flops:.0f} %" for p, v in self.by_precision.items()
-                         if self.total_flops and v > 0)
-        head = (f"hardware FP counters (CUPTI profiler) measured {self.total_flops:.3g} FLOPs in {self.ranges} kernel "
-                f"ranges of {len(self.kernels)} kernel names ({prec})")
+        prec = ", ".join(
+            f"{p} {100 * v / self.total_flops:.0f} %"
+            for p, v in self.by_precision.items()
+            if self.total_flops and v > 0
+        )
+        head = (
+            f"hardware FP counters (CUPTI profiler) measured {self.total_flops:.3g} FLOPs in {self.ranges} kernel "
+            f"ranges of {len(self.kernels)} kernel names ({prec})"
+        )
         if top is not None and self.total_flops:
             head += f"; {top.share_pct:.0f} % in {_short(top.name)}"
         return head
@@ -152,11 +166,18 @@ def hw_counter_report(trace: Trace) -> HwCounterReport | None:
         ncls = classify_kernel(name)
         cls = ocls if ocls is not None and ncls == "other" else ncls  # '__missing__' names: the operator says
         fl = float(d["p"].sum())
-        kernels.append(CounterKernel(
-            name=name, kernel_class=cls, ranges=d["n"], flops=fl,
-            by_precision={p: float(v) for p, v in zip(COUNTER_PRECISIONS, d["p"])},
-            share_pct=100.0 * fl / total if total else 0.0,
-            model_flops=d["model"] if d["modeled"] == d["n"] else None, operator=op))
+        kernels.append(
+            CounterKernel(
+                name=name,
+                kernel_class=cls,
+                ranges=d["n"],
+                flops=fl,
+                by_precision={p: float(v) for p, v in zip(COUNTER_PRECISIONS, d["p"])},
+                share_pct=100.0 * fl / total if total else 0.0,
+                model_flops=d["model"] if d["modeled"] == d["n"] else None,
+                operator=op,
+            )
+        )
     kernels.sort(key=lambda k: (-k.flops, k.name))
     by_prec = {p: float(sum(k.by_precision[p] for k in kernels)) for p in COUNTER_PRECISIONS}
     by_class: dict[str, float] = {}
@@ -165,24 +186,34 @@ def hw_counter_report(trace: Trace) -> HwCounterReport | None:
     linked = sum(1 for r in (op_rows or []) if r >= 0)
     agreement: list[ClassAgreement] = []
     if op_rows is None:
-        note = (f"the cost model could not be checked against the counters: the {len(ranges)} counter ranges could "
-                "not be paired one to one with kernel launch calls (their counts differ, or the trace is too large "
-                "to pair), so the ranges' operators are unknown")
+        note = (
+            f"the cost model could not be checked against the counters: the {len(ranges)} counter ranges could "
+            "not be paired one to one with kernel launch calls (their counts differ, or the trace is too large "
+            "to pair), so the ranges' operators are unknown"
+        )
     elif not shaped:
-        note = (f"the cost model could not be checked against the counters: the {linked} ranges pair with their "
-                "kernel launches and operators, but the operators carry no shapes (record with "
-                "torch.profiler.profile(record_shapes=True) to compare FLOPs from shapes with the counters)")
+        note = (
+            f"the cost model could not be checked against the counters: the {linked} ranges pair with their "
+            "kernel launches and operators, but the operators carry no shapes (record with "
+            "torch.profiler.profile(record_shapes=True) to compare FLOPs from shapes with the counters)"
+        )
     else:
         groups: dict[str, list[CounterKernel]] = {}
         for k in kernels:
             if k.model_flops is not None:
                 groups.setdefault(k.kernel_class, []).append(k)
-        agreement = [ClassAgreement(c, len(ks), sum(k.flops for k in ks), sum(k.model_flops or 0.0 for k in ks))
-                     for c, ks in sorted(groups.items())]
-        note = (f"cost model against counters on {shaped} of {len(ranges)} ranges whose operators carry shapes "
-                "(model ÷ counted per kernel class; tensor-core math is invisible to these counters)")
-    cannot = ("no kernel timing: CUPTI replays each kernel once per counter pass, so the ranges' durations are "
-              "replays, not kernel times — busy time, the roofline and MFU need a trace recorded without counters")
+        agreement = [
+            ClassAgreement(c, len(ks), sum(k.flops for k in ks), sum(k.model_flops or 0.0 for k in ks))
+            for c, ks in sorted(groups.items())
+        ]
+        note = (
+            f"cost model against counters on {shaped} of {len(ranges)} ranges whose operators carry shapes "
+            "(model ÷ counted per kernel class; tensor-core math is invisible to these counters)"
+        )
+    cannot = (
+        "no kernel timing: CUPTI replays each kernel once per counter pass, so the ranges' durations are "
+        "replays, not kernel times — busy time, the roofline and MFU need a trace recorded without counters"
+    )
     return HwCounterReport(kernels, total, by_prec, by_class, len(ranges), linked, cannot, agreement, note)
 
 
@@ -194,15 +225,22 @@ def counters_only_verdict(report: HwCounterReport) -> "Verdict":
 
     top = report.kernels[0] if report.kernels else None
     return Verdict(
-        "insufficient_evidence", 0.0, None,
+        "insufficient_evidence",
+        0.0,
+        None,
         f"a GPU trace recorded in CUPTI counter mode: {report.ranges} kernel ranges with hardware FP counters "
         f"({report.total_flops:.3g} FLOPs measured), but {report.cannot_give}",
-        [ctx("kernel ranges with hardware FP counters", report.ranges, "ranges", "trace: cuda_profiler_range"),
-         ctx("FLOPs measured by the counters", report.total_flops, "FLOPs", "hardware counters (add + mul + 2·fma)"),
-         *([ctx(f"largest: {_short(top.name)}", top.share_pct, "% of FLOPs", "hardware counters")] if top else []),
-         ctx("kernel events with timing", 0, "kernels", "trace: ranges are replays")])
+        [
+            ctx("kernel ranges with hardware FP counters", report.ranges, "ranges", "trace: cuda_profiler_range"),
+            ctx("FLOPs measured by the counters", report.total_flops, "FLOPs", "hardware counters (add + mul + 2·fma)"),
+            *([ctx(f"largest: {_short(top.name)}", top.share_pct, "% of FLOPs", "hardware counters")] if top else []),
+            ctx("kernel events with timing", 0, "kernels", "trace: ranges are replays"),
+        ],
+    )
 
 
 def counters_mfu_reason(report: HwCounterReport) -> str:
-    return (f"unknown: {report.total_flops:.3g} FLOPs measured by hardware counters, but the counter ranges "
-            "were replayed, so there is no kernel or step time to divide them by")
+    return (
+        f"unknown: {report.total_flops:.3g} FLOPs measured by hardware counters, but the counter ranges "
+        "were replayed, so there is no kernel or step time to divide them by"
+    )

@@ -3,6 +3,7 @@
 An *interval set* is a pair of sorted, disjoint, non-empty start/end arrays, as :func:`union`
 returns. Everything here is numpy: no Python loop over events.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -29,6 +29,7 @@ communication (``nccl`` in the name), memory (``Memcpy``/``Memset``) and computa
 ``aten::convolution`` → CONV, ``aten::_scaled_dot_product_*`` → SDPA …) and keeps kernel names for
 display. trainscope does both: the operator where it is linked, the library table where it is not.
 """
+
 from __future__ import annotations
 
 import functools
@@ -78,7 +79,7 @@ def _demangled_parts(s: str) -> list[str]:
             while j < len(s) and s[j].isdigit():
                 j += 1
             n = int(s[i:j])
-            ident = s[j:j + n]
+            ident = s[j : j + n]
             if n and _IDENT.fullmatch(ident or "_0"):
                 parts.append(ident)
                 i = j + n
@@ -118,7 +119,7 @@ def _nested(s: str) -> list[str]:
         while j < len(s) and s[j].isdigit():
             j += 1
         n = int(s[i:j])
-        parts.append(s[j:j + n])
+        parts.append(s[j : j + n])
         i = j + n
     return [p for p in parts if p]
 
@@ -168,13 +169,20 @@ class KernelFamily:
     def matches(self, t: KernelTokens) -> bool:
         if not (self.namespaces or self.prefixes or self.head_words or self.any_words):
             return False
-        if self.namespaces and not any(n == ns or n.startswith(ns + "_") for n in t.namespaces for ns in self.namespaces):
+        if self.namespaces and not any(
+            n == ns or n.startswith(ns + "_") for n in t.namespaces for ns in self.namespaces
+        ):
             return False
         if self.prefixes:
             low = t.identifier.lower()
-            if not any(low == p or (low.startswith(p) and (p.endswith("_") or not low[len(p)].isalpha() or
-                                                            t.identifier[len(p)].isupper()))
-                       for p in self.prefixes):
+            if not any(
+                low == p
+                or (
+                    low.startswith(p)
+                    and (p.endswith("_") or not low[len(p)].isalpha() or t.identifier[len(p)].isupper())
+                )
+                for p in self.prefixes
+            ):
                 return False
         if self.head_words and not re.search(self.head_words, t.head_text):
             return False
@@ -189,94 +197,212 @@ class KernelFamily:
         return self.kernel_class
 
 
-_CONV_WORDS = (r"\b(\w*fprop\w*|\w*dgrad\w*|\w*wgrad\w*|conv\w*|winograd\w*|implicit|im2col\w*|col2im|fft\w*|gcgemm|igemm)\b", "convolution")
-_LAYOUT_WORDS = (r"\b(nchw\w*|nhwc\w*|compute\w*offsets\w*|offsets|transpose\w*|sub tensor op\w*|op tensor|scale packed"
-                 r"|generate winograd tiles)\b", "elementwise")
-_CONV_FIRST = (r"\b(\w*fprop\w*|\w*dgrad\w*|\w*wgrad\w*|conv\w*|convolve\w*|winograd|implicit|igemm|im2col\w*|fft\w*|gcgemm)\b", "convolution")
+_CONV_WORDS = (
+    r"\b(\w*fprop\w*|\w*dgrad\w*|\w*wgrad\w*|conv\w*|winograd\w*|implicit|im2col\w*|col2im|fft\w*|gcgemm|igemm)\b",
+    "convolution",
+)
+_LAYOUT_WORDS = (
+    r"\b(nchw\w*|nhwc\w*|compute\w*offsets\w*|offsets|transpose\w*|sub tensor op\w*|op tensor|scale packed"
+    r"|generate winograd tiles)\b",
+    "elementwise",
+)
+_CONV_FIRST = (
+    r"\b(\w*fprop\w*|\w*dgrad\w*|\w*wgrad\w*|conv\w*|convolve\w*|winograd|implicit|igemm|im2col\w*|fft\w*|gcgemm)\b",
+    "convolution",
+)
 _NORM_WORDS = (r"\b(bn|batch norm|layer norm|group norm|rms ?norm\w*|instance norm)\b", "normalization")
 
 # Order matters where families overlap: the more specific row first (FBGEMM's GEMMs before its
 # sparse/embedding kernels; cuDNN's layout transforms are classes inside the cuDNN row).
 FAMILIES: tuple[KernelFamily, ...] = (
-    KernelFamily("NCCL/RCCL collectives", "NCCL / RCCL", "communication", VECTOR,
-                 "NVIDIA NCCL source (src/device: ncclKernel_*/ncclDevKernel_*); ROCm RCCL",
-                 prefixes=("nccl",)),
-    KernelFamily("cuBLASLt nvjet", "cuBLAS/cuBLASLt (Hopper, Blackwell)", "gemm", TENSOR,
-                 "cuBLAS 12 release notes and Nsight Systems captures on H100: GEMMs named nvjet_*",
-                 prefixes=("nvjet",)),
-    KernelFamily("FBGEMM GEMM", "FBGEMM (gen_ai, quantized GEMM)", "gemm", TENSOR,
-                 "pytorch/FBGEMM fbgemm_gpu/experimental/gen_ai (f8f8bf16_*, bf16bf16bf16_* GEMMs)",
-                 namespaces=("fbgemm_gpu",), head_words=r"\b([a-z]?\d*gemm\w*|f8f8bf16\w*|bf16bf16bf16\w*|f8i4bf16\w*)\b"),
-    KernelFamily("FBGEMM quantize", "FBGEMM (quantize ops)", "elementwise", VECTOR,
-                 "pytorch/FBGEMM fbgemm_gpu/src/quantize_ops",
-                 namespaces=("fbgemm_gpu",), head_words=r"\b(quantize|dequantize|qparam|fp8rowwise|to|float|half)\b"),
-    KernelFamily("FBGEMM/TorchRec embedding and sparse features", "FBGEMM (TBE, sparse ops)", "embedding", VECTOR,
-                 "pytorch/FBGEMM fbgemm_gpu/src/sparse_ops and codegen/training (split_embedding_*, "
-                 "bounds_check_indices, permute_*): table-batched embedding lookups and the permutes and "
-                 "bucketizes of TorchRec's sparse features",
-                 namespaces=("fbgemm_gpu",)),
-    KernelFamily("FBGEMM table-batched embedding", "FBGEMM (TBE codegen)", "embedding", VECTOR,
-                 "pytorch/FBGEMM fbgemm_gpu/codegen (embedding_forward_split_template.cu, "
-                 "embedding_backward_split_template.cu, embedding_bounds_check.cu, permute_pooled_embedding_ops)",
-                 prefixes=("split_embedding_", "dense_embedding_", "ssd_embedding_", "batch_index_select_",
-                           "bounds_check_indices", "permute_pooled_embs", "linearize_index", "grad_mean_kernel")),
-    KernelFamily("PyTorch embedding", "PyTorch (at::native embedding ops)", "embedding", VECTOR,
-                 "pytorch/pytorch aten/src/ATen/native/cuda/Embedding.cu, EmbeddingBag.cu",
-                 head_words=r"\b(embedding bag\w*|embedding backward\w*|embedding dense\w*|embedding renorm\w*)\b"),
-    KernelFamily("cuDNN", "cuDNN", "convolution", BY_NAME,
-                 "cuDNN kernel names (cudnn::, cask_cudnn_*, cutlass_cudnn_*, *_scudnn_*, winograd_nonfused, "
-                 "bn_fw_*/bn_bw_*, nchwToNhwcKernel)",
-                 namespaces=("cudnn", "cask_cudnn", "cutlass_cudnn", "cutlass__5x_cudnn", "cudnn_infer", "cudnn_train"),
-                 classes=(_NORM_WORDS, _CONV_FIRST, _LAYOUT_WORDS)),
-    KernelFamily("cuDNN (bare names)", "cuDNN", "convolution", BY_NAME,
-                 "cuDNN engine kernels without namespace: cudnn_<arch>_scudnn_*, <arch>_scudnn_*, "
-                 "implicit/explicit_convolve_sgemm, wgrad_alg*_engine, fft2d_*",
-                 head_words=r"\b(\w*scudnn\w*|cudnn|implicit convolve \w+|explicit convolve \w+|wgrad alg\w* engine|"
-                            r"fft2d|gcgemm|fft\w*)\b"),
-    KernelFamily("Composable Kernel", "AMD Composable Kernel (CK, CK-tile)", "gemm", BY_NAME,
-                 "ROCm composable_kernel (ck::tensor_operation::device::kernel_*_xdl*, ck_tile::kentry<…>)",
-                 namespaces=("ck", "ck_tile"),
-                 classes=((r"\b(fmha\w*|attention|mha)\b", "attention"), (r"\b(conv\w*)\b", "convolution"),
-                          _NORM_WORDS)),
-    KernelFamily("FlashAttention", "FlashAttention / memory-efficient attention", "attention", TENSOR,
-                 "Dao-AILab flash-attention (flash::flash_fwd_kernel, pytorch_flash::), xformers/PyTorch "
-                 "fmha_cutlass* (memory-efficient attention), FlashInfer",
-                 head_words=r"\b(flash (fwd|bwd|attn|attention|decoding)\w*|fmha\w*|efficient attention\w*|mha (fwd|bwd)\w*)\b"),
-    KernelFamily("CUTLASS", "CUTLASS", "gemm", BY_NAME,
-                 "NVIDIA CUTLASS (cutlass::Kernel<cutlass_80_tensorop_s1688gemm_…>, simt_sgemm, wmma_tensorop, "
-                 "implicit-GEMM fprop/dgrad/wgrad)",
-                 any_words=r"\bcutlass\w*\b", classes=(_CONV_WORDS,)),
-    KernelFamily("cuBLAS GEMM/GEMV", "cuBLAS (pre-Hopper naming)", "gemm", BY_NAME,
-                 "cuBLAS kernels as Nsight and Kineto record them: <arch>_[sdhc]gemm_*, <arch>_<type>_s1688gemm_*, "
-                 "gemv2T/gemv2N/gemvx, gemmk1, splitKreduce, sm80_xmma_gemm_* (dtype tokens f32f32/tf32/bf16/f16)",
-                 head_words=r"\b((maxwell|pascal|volta|turing|ampere|ada|hopper|sm\d+) (\w+ )?[a-z]*\d*gemm\w*"
-                            r"|sm\d+ xmma gemm|gemv\w*|gemm(k1|ex)\w*|split ?k ?reduce\w*|split kreduce\w*|[sdhcz]gemm\w*|gemm "
-                            r"splitk\w*|gemv ?nsp)\b"),
-    KernelFamily("cuBLAS helper", "cuBLAS (level-1 and epilogue kernels)", "gemm", VECTOR,
-                 "cuBLAS's own parameter types in the kernel signature (cublasTransposeParams, cublasSplitKParams, …)",
-                 any_words=r"\bcublas\b"),
-    KernelFamily("hipBLASLt/Tensile", "hipBLASLt / Tensile (ROCm)", "gemm", BY_NAME,
-                 "ROCm Tensile solution names: Cijk_<layout>_…_MT<tile>_MI<mfma>…",
-                 prefixes=("cijk_",)),
-    KernelFamily("hipBLASLt", "hipBLASLt (ROCm)", "gemm", BY_NAME, "ROCm hipBLASLt kernel names",
-                 head_words=r"\bhipblaslt\b"),
-    KernelFamily("MIOpen", "MIOpen (ROCm)", "convolution", BY_NAME,
-                 "ROCm MIOpen kernel names (MIOpenBatchNorm*, igemm_fwd/bwd/wrw_gtc*, naive_conv_*, batched_transpose_*)",
-                 head_words=r"\b(mi open\w*|miopen\w*|igemm|naive conv\w*)\b",
-                 classes=(_NORM_WORDS, _CONV_FIRST, _LAYOUT_WORDS)),
-    KernelFamily("Triton (Inductor)", "Triton / TorchInductor", "other", BY_NAME,
-                 "PyTorch Inductor kernel names: triton_poi_* (pointwise), triton_red_*/triton_per_* "
-                 "(reductions), triton_tem_*/triton_mm (templated matmul)",
-                 prefixes=("triton_",),
-                 classes=((r"^ triton (tem|mm|bmm)\b", "gemm"), (r"^ triton (red|per)\b", "reduction"),
-                          (r"^ triton poi\b", "elementwise"))),
-    KernelFamily("CUB/rocPRIM primitives", "CUB / rocPRIM", "reduction", VECTOR,
-                 "NVIDIA CUB (cub::DeviceScanKernel, DeviceRadixSort*, DeviceReduce*), ROCm rocPRIM: "
-                 "device-wide scan, sort, reduce and select move memory",
-                 namespaces=("cub", "rocprim", "at_cuda_detail")),
-    KernelFamily("copies", "CUDA/HIP runtime and PyTorch copy kernels", "elementwise", VECTOR,
-                 "Memcpy/Memset activity names; at::native CatArrayBatchedCopy, direct_copy_kernel_cuda",
-                 head_words=r"\b(memcpy|memset|cat array batched copy\w*|copy kernel\w*|copy)\b"),
+    KernelFamily(
+        "NCCL/RCCL collectives",
+        "NCCL / RCCL",
+        "communication",
+        VECTOR,
+        "NVIDIA NCCL source (src/device: ncclKernel_*/ncclDevKernel_*); ROCm RCCL",
+        prefixes=("nccl",),
+    ),
+    KernelFamily(
+        "cuBLASLt nvjet",
+        "cuBLAS/cuBLASLt (Hopper, Blackwell)",
+        "gemm",
+        TENSOR,
+        "cuBLAS 12 release notes and Nsight Systems captures on H100: GEMMs named nvjet_*",
+        prefixes=("nvjet",),
+    ),
+    KernelFamily(
+        "FBGEMM GEMM",
+        "FBGEMM (gen_ai, quantized GEMM)",
+        "gemm",
+        TENSOR,
+        "pytorch/FBGEMM fbgemm_gpu/experimental/gen_ai (f8f8bf16_*, bf16bf16bf16_* GEMMs)",
+        namespaces=("fbgemm_gpu",),
+        head_words=r"\b([a-z]?\d*gemm\w*|f8f8bf16\w*|bf16bf16bf16\w*|f8i4bf16\w*)\b",
+    ),
+    KernelFamily(
+        "FBGEMM quantize",
+        "FBGEMM (quantize ops)",
+        "elementwise",
+        VECTOR,
+        "pytorch/FBGEMM fbgemm_gpu/src/quantize_ops",
+        namespaces=("fbgemm_gpu",),
+        head_words=r"\b(quantize|dequantize|qparam|fp8rowwise|to|float|half)\b",
+    ),
+    KernelFamily(
+        "FBGEMM/TorchRec embedding and sparse features",
+        "FBGEMM (TBE, sparse ops)",
+        "embedding",
+        VECTOR,
+        "pytorch/FBGEMM fbgemm_gpu/src/sparse_ops and codegen/training (split_embedding_*, "
+        "bounds_check_indices, permute_*): table-batched embedding lookups and the permutes and "
+        "bucketizes of TorchRec's sparse features",
+        namespaces=("fbgemm_gpu",),
+    ),
+    KernelFamily(
+        "FBGEMM table-batched embedding",
+        "FBGEMM (TBE codegen)",
+        "embedding",
+        VECTOR,
+        "pytorch/FBGEMM fbgemm_gpu/codegen (embedding_forward_split_template.cu, "
+        "embedding_backward_split_template.cu, embedding_bounds_check.cu, permute_pooled_embedding_ops)",
+        prefixes=(
+            "split_embedding_",
+            "dense_embedding_",
+            "ssd_embedding_",
+            "batch_index_select_",
+            "bounds_check_indices",
+            "permute_pooled_embs",
+            "linearize_index",
+            "grad_mean_kernel",
+        ),
+    ),
+    KernelFamily(
+        "PyTorch embedding",
+        "PyTorch (at::native embedding ops)",
+        "embedding",
+        VECTOR,
+        "pytorch/pytorch aten/src/ATen/native/cuda/Embedding.cu, EmbeddingBag.cu",
+        head_words=r"\b(embedding bag\w*|embedding backward\w*|embedding dense\w*|embedding renorm\w*)\b",
+    ),
+    KernelFamily(
+        "cuDNN",
+        "cuDNN",
+        "convolution",
+        BY_NAME,
+        "cuDNN kernel names (cudnn::, cask_cudnn_*, cutlass_cudnn_*, *_scudnn_*, winograd_nonfused, "
+        "bn_fw_*/bn_bw_*, nchwToNhwcKernel)",
+        namespaces=("cudnn", "cask_cudnn", "cutlass_cudnn", "cutlass__5x_cudnn", "cudnn_infer", "cudnn_train"),
+        classes=(_NORM_WORDS, _CONV_FIRST, _LAYOUT_WORDS),
+    ),
+    KernelFamily(
+        "cuDNN (bare names)",
+        "cuDNN",
+        "convolution",
+        BY_NAME,
+        "cuDNN engine kernels without namespace: cudnn_<arch>_scudnn_*, <arch>_scudnn_*, "
+        "implicit/explicit_convolve_sgemm, wgrad_alg*_engine, fft2d_*",
+        head_words=r"\b(\w*scudnn\w*|cudnn|implicit convolve \w+|explicit convolve \w+|wgrad alg\w* engine|"
+        r"fft2d|gcgemm|fft\w*)\b",
+    ),
+    KernelFamily(
+        "Composable Kernel",
+        "AMD Composable Kernel (CK, CK-tile)",
+        "gemm",
+        BY_NAME,
+        "ROCm composable_kernel (ck::tensor_operation::device::kernel_*_xdl*, ck_tile::kentry<…>)",
+        namespaces=("ck", "ck_tile"),
+        classes=((r"\b(fmha\w*|attention|mha)\b", "attention"), (r"\b(conv\w*)\b", "convolution"), _NORM_WORDS),
+    ),
+    KernelFamily(
+        "FlashAttention",
+        "FlashAttention / memory-efficient attention",
+        "attention",
+        TENSOR,
+        "Dao-AILab flash-attention (flash::flash_fwd_kernel, pytorch_flash::), xformers/PyTorch "
+        "fmha_cutlass* (memory-efficient attention), FlashInfer",
+        head_words=r"\b(flash (fwd|bwd|attn|attention|decoding)\w*|fmha\w*|efficient attention\w*|mha (fwd|bwd)\w*)\b",
+    ),
+    KernelFamily(
+        "CUTLASS",
+        "CUTLASS",
+        "gemm",
+        BY_NAME,
+        "NVIDIA CUTLASS (cutlass::Kernel<cutlass_80_tensorop_s1688gemm_…>, simt_sgemm, wmma_tensorop, "
+        "implicit-GEMM fprop/dgrad/wgrad)",
+        any_words=r"\bcutlass\w*\b",
+        classes=(_CONV_WORDS,),
+    ),
+    KernelFamily(
+        "cuBLAS GEMM/GEMV",
+        "cuBLAS (pre-Hopper naming)",
+        "gemm",
+        BY_NAME,
+        "cuBLAS kernels as Nsight and Kineto record them: <arch>_[sdhc]gemm_*, <arch>_<type>_s1688gemm_*, "
+        "gemv2T/gemv2N/gemvx, gemmk1, splitKreduce, sm80_xmma_gemm_* (dtype tokens f32f32/tf32/bf16/f16)",
+        head_words=r"\b((maxwell|pascal|volta|turing|ampere|ada|hopper|sm\d+) (\w+ )?[a-z]*\d*gemm\w*"
+        r"|sm\d+ xmma gemm|gemv\w*|gemm(k1|ex)\w*|split ?k ?reduce\w*|split kreduce\w*|[sdhcz]gemm\w*|gemm "
+        r"splitk\w*|gemv ?nsp)\b",
+    ),
+    KernelFamily(
+        "cuBLAS helper",
+        "cuBLAS (level-1 and epilogue kernels)",
+        "gemm",
+        VECTOR,
+        "cuBLAS's own parameter types in the kernel signature (cublasTransposeParams, cublasSplitKParams, …)",
+        any_words=r"\bcublas\b",
+    ),
+    KernelFamily(
+        "hipBLASLt/Tensile",
+        "hipBLASLt / Tensile (ROCm)",
+        "gemm",
+        BY_NAME,
+        "ROCm Tensile solution names: Cijk_<layout>_…_MT<tile>_MI<mfma>…",
+        prefixes=("cijk_",),
+    ),
+    KernelFamily(
+        "hipBLASLt", "hipBLASLt (ROCm)", "gemm", BY_NAME, "ROCm hipBLASLt kernel names", head_words=r"\bhipblaslt\b"
+    ),
+    KernelFamily(
+        "MIOpen",
+        "MIOpen (ROCm)",
+        "convolution",
+        BY_NAME,
+        "ROCm MIOpen kernel names (MIOpenBatchNorm*, igemm_fwd/bwd/wrw_gtc*, naive_conv_*, batched_transpose_*)",
+        head_words=r"\b(mi open\w*|miopen\w*|igemm|naive conv\w*)\b",
+        classes=(_NORM_WORDS, _CONV_FIRST, _LAYOUT_WORDS),
+    ),
+    KernelFamily(
+        "Triton (Inductor)",
+        "Triton / TorchInductor",
+        "other",
+        BY_NAME,
+        "PyTorch Inductor kernel names: triton_poi_* (pointwise), triton_red_*/triton_per_* "
+        "(reductions), triton_tem_*/triton_mm (templated matmul)",
+        prefixes=("triton_",),
+        classes=(
+            (r"^ triton (tem|mm|bmm)\b", "gemm"),
+            (r"^ triton (red|per)\b", "reduction"),
+            (r"^ triton poi\b", "elementwise"),
+        ),
+    ),
+    KernelFamily(
+        "CUB/rocPRIM primitives",
+        "CUB / rocPRIM",
+        "reduction",
+        VECTOR,
+        "NVIDIA CUB (cub::DeviceScanKernel, DeviceRadixSort*, DeviceReduce*), ROCm rocPRIM: "
+        "device-wide scan, sort, reduce and select move memory",
+        namespaces=("cub", "rocprim", "at_cuda_detail"),
+    ),
+    KernelFamily(
+        "copies",
+        "CUDA/HIP runtime and PyTorch copy kernels",
+        "elementwise",
+        VECTOR,
+        "Memcpy/Memset activity names; at::native CatArrayBatchedCopy, direct_copy_kernel_cuda",
+        head_words=r"\b(memcpy|memset|cat array batched copy\w*|copy kernel\w*|copy)\b",
+    ),
 )
 
 

@@ -2,6 +2,7 @@
 and the kernel alike) and the framework operator around that call on the launching thread, with
 the operator's recorded input shapes (``record_shapes=True``) and Kineto's External id. The
 timeline's detail pane shows it beside the kernel, as Perfetto does with its flow arrows."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,8 +44,9 @@ def kernel_launch(trace: Trace, start_ns: int, name: str, device: int | None = N
         call = trace.strings[int(rt.name[c])]
         o = trace.cpu_ops
         t0, t1, th = int(rt.ts[c]), int(rt.ts[c] + rt.dur[c]), int(rt.thread[c])
-        around: Column = (np.flatnonzero((o.thread == th) & (o.ts <= t0) & (o.ts + o.dur >= t1)) if len(o)
-                          else np.empty(0, np.int64))
+        around: Column = (
+            np.flatnonzero((o.thread == th) & (o.ts <= t0) & (o.ts + o.dur >= t1)) if len(o) else np.empty(0, np.int64)
+        )
         if len(around):
             inner = int(around[np.argmin(o.dur[around])])
             top = int(around[np.argmax(o.dur[around])])

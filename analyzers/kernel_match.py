@@ -14,6 +14,7 @@ the name. Matching therefore goes in three passes, and every match says which pa
 A pass matches groups (all still-unmatched names with one key on each side), so one kernel
 before can correspond to three tile variants after. Whatever is left appeared or disappeared.
 """
+
 from __future__ import annotations
 
 import re
@@ -86,19 +87,26 @@ class KernelChange:
         return f"{self.key} ({len(self.before_names)} → {len(self.after_names)} variants)"
 
 
-def _change(match: str, key: str, before: list[KernelTime], after: list[KernelTime],
-            steps_before: int, steps_after: int) -> KernelChange:
+def _change(
+    match: str, key: str, before: list[KernelTime], after: list[KernelTime], steps_before: int, steps_after: int
+) -> KernelChange:
     cls = (before or after)[0].kernel_class
     return KernelChange(
-        match=match, key=key, kernel_class=cls,
-        before_names=tuple(k.name for k in before), after_names=tuple(k.name for k in after),
-        before_count=sum(k.count for k in before), after_count=sum(k.count for k in after),
+        match=match,
+        key=key,
+        kernel_class=cls,
+        before_names=tuple(k.name for k in before),
+        after_names=tuple(k.name for k in after),
+        before_count=sum(k.count for k in before),
+        after_count=sum(k.count for k in after),
         before_ms_per_step=sum(k.total_ns for k in before) / 1e6 / max(1, steps_before),
         after_ms_per_step=sum(k.total_ns for k in after) / 1e6 / max(1, steps_after),
     )
 
 
-def match_kernels(before: list[KernelTime], after: list[KernelTime], steps_before: int, steps_after: int) -> list[KernelChange]:
+def match_kernels(
+    before: list[KernelTime], after: list[KernelTime], steps_before: int, steps_after: int
+) -> list[KernelChange]:
     """Every kernel of both runs in exactly one change, largest absolute change per step first."""
     b_left = {k.name: k for k in before}
     a_left = {k.name: k for k in after}

@@ -14,6 +14,7 @@ operator decide for names that step 1 does not claim (:func:`operator_class`). W
 memory- or compute-bound is the roofline's call from FLOPs and bytes (:mod:`roofline`), never the
 class's.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,23 +32,38 @@ from trainscope.traces.model import Trace
 # first rule whose words match wins (normalization before convolution; convolution before GEMM,
 # because implicit-GEMM convolutions say "gemm").
 KERNEL_CLASS_RULES: tuple[tuple[str, str], ...] = (
-    ("communication", r"\b(nccl\w*|rccl\w*|all ?reduce|allreduce|all ?gather|allgather|all ?to ?all|alltoall\w*|"
-                      r"reduce ?scatter|c10d|gloo)\b"),
+    (
+        "communication",
+        r"\b(nccl\w*|rccl\w*|all ?reduce|allreduce|all ?gather|allgather|all ?to ?all|alltoall\w*|"
+        r"reduce ?scatter|c10d|gloo)\b",
+    ),
     ("attention", r"\b(flash\w* (fwd|bwd|attn|attention)\w*|fmha\w*|attention|attn|sdpa|mha|efficient attention\w*)\b"),
-    ("normalization", r"\b(batch ?norm\w*|layer ?norm\w*|group ?norm\w*|rms ?norm\w*|instance ?norm\w*|bn (fw|bw)\w*|"
-                      r"welford\w*)\b"),
+    (
+        "normalization",
+        r"\b(batch ?norm\w*|layer ?norm\w*|group ?norm\w*|rms ?norm\w*|instance ?norm\w*|bn (fw|bw)\w*|"
+        r"welford\w*)\b",
+    ),
     ("softmax", r"\b(soft ?max\w*)\b"),
     # Layout transforms and index setup that cuDNN/MIOpen name like convolutions move bytes, not FLOPs.
     ("elementwise", r"\b(nchw to nhwc\w*|nhwc to nchw\w*|compute\w* offsets\w*|sub tensor op\w*|op tensor\w*)\b"),
-    ("convolution", r"\b(conv(\dd)?|convolution\w*|convolve\w*|winograd\w*|\w*fprop\w*|\w*dgrad\w*|\w*wgrad\w*|implicit gemm|igemm|"
-                    r"im2col\w*|col2im\w*|depthwise\w*)\b"),
+    (
+        "convolution",
+        r"\b(conv(\dd)?|convolution\w*|convolve\w*|winograd\w*|\w*fprop\w*|\w*dgrad\w*|\w*wgrad\w*|implicit gemm|igemm|"
+        r"im2col\w*|col2im\w*|depthwise\w*)\b",
+    ),
     ("gemm", r"\b([sdhczi]?\d*gemm\w*|[sdhcz]?gemv\w*|matmul\w*|bmm|mm|wgmma|dot kernel|xmma gemm)\b"),
-    ("reduction", r"\b(reduce\w*|reduction\w*|sum kernel|mean kernel|norm kernel|arg ?max|arg ?min|cross entropy\w*|"
-                  r"nll\w*|cum ?sum|scan\w*)\b"),
-    ("elementwise", r"\b(elementwise\w*|vectorized\w*|unrolled\w*|fill\w*|copy\w*|cat array\w*|index\w*|gather\w*|"
-                    r"scatter\w*|dropout\w*|relu|gelu|silu|sigmoid|tanh|add|mul|div|adam\w*|sgd|foreach\w*|"
-                    r"multi tensor\w*|pool\w*|upsample\w*|transpose\w*|permute\w*|where|clamp\w*|exp|sqrt|pow|"
-                    r"cast\w*|convert\w*|rotary\w*|act and mul|distribution\w*|nchw\w*|nhwc\w*)\b"),
+    (
+        "reduction",
+        r"\b(reduce\w*|reduction\w*|sum kernel|mean kernel|norm kernel|arg ?max|arg ?min|cross entropy\w*|"
+        r"nll\w*|cum ?sum|scan\w*)\b",
+    ),
+    (
+        "elementwise",
+        r"\b(elementwise\w*|vectorized\w*|unrolled\w*|fill\w*|copy\w*|cat array\w*|index\w*|gather\w*|"
+        r"scatter\w*|dropout\w*|relu|gelu|silu|sigmoid|tanh|add|mul|div|adam\w*|sgd|foreach\w*|"
+        r"multi tensor\w*|pool\w*|upsample\w*|transpose\w*|permute\w*|where|clamp\w*|exp|sqrt|pow|"
+        r"cast\w*|convert\w*|rotary\w*|act and mul|distribution\w*|nchw\w*|nhwc\w*)\b",
+    ),
 )
 HIGH_INTENSITY = ("gemm", "convolution", "attention")
 # embedding: table lookups and the permutes of sparse features (FBGEMM/TorchRec, EmbeddingBag):
@@ -81,7 +97,9 @@ def classify_kernel(name: str) -> str:
 
 # Names that spell out FP32 (or FP64) operands without TF32: FFMA/DFMA kernels, whatever their
 # family prefix (``sm80_xmma_gemm_f32f32_f32f32_f32…`` is an xmma kernel on CUDA cores).
-NON_TENSOR_PATTERN = re.compile(r"f32f32_f32f32|f64f64|sgemm|dgemm|_ffma|_dfma|simt|scudnn(?!.*(h|bf)\d)|gcgemm|fft", re.I)
+NON_TENSOR_PATTERN = re.compile(
+    r"f32f32_f32f32|f64f64|sgemm|dgemm|_ffma|_dfma|simt|scudnn(?!.*(h|bf)\d)|gcgemm|fft", re.I
+)
 
 
 def uses_tensor_cores(name: str, kernel_class: str) -> bool:
@@ -140,13 +158,19 @@ class KernelSummary:
 # classes GPU work by. A kernel named by a library (:data:`kernel_families.FAMILIES`) keeps its family's
 # class (cuDNN's layout transforms under ``aten::convolution`` stay layout transforms).
 OPERATOR_CLASS_RULES: tuple[tuple[str, str], ...] = (
-    ("communication", r"\b(c10d|nccl\w*|record param comms|all ?reduce\w*|all ?gather\w*|all ?to ?all\w*|"
-                      r"reduce ?scatter\w*|broadcast)\b"),
+    (
+        "communication",
+        r"\b(c10d|nccl\w*|record param comms|all ?reduce\w*|all ?gather\w*|all ?to ?all\w*|"
+        r"reduce ?scatter\w*|broadcast)\b",
+    ),
     ("attention", r"\b(scaled dot product\w*|flash attention\w*|efficient attention\w*|flash attn\w*|sdpa)\b"),
     ("normalization", r"\b(batch norm\w*|layer norm\w*|group norm\w*|rms norm\w*|instance norm\w*)\b"),
     ("softmax", r"\b(softmax|log softmax)\b"),
-    ("embedding", r"(?<!rotary )\b(embedding|embedding bag|embedding dense backward|embedding backward|split embedding\w*|"
-                  r"dense embedding\w*)\b|^ fbgemm (permute|block bucketize|bounds check|jagged|split|dense)\b"),
+    (
+        "embedding",
+        r"(?<!rotary )\b(embedding|embedding bag|embedding dense backward|embedding backward|split embedding\w*|"
+        r"dense embedding\w*)\b|^ fbgemm (permute|block bucketize|bounds check|jagged|split|dense)\b",
+    ),
     ("convolution", r"\b(conv(\dd)?|conv transpose\w*|convolution\w*)\b"),
     ("gemm", r"\b(mm|bmm|addmm|addbmm|baddbmm|matmul|linear|mv|addmv|scaled mm|einsum)\b"),
 )
@@ -197,12 +221,16 @@ def kernel_classes(trace: Trace, op_row: np.ndarray | None = None) -> tuple[np.n
             op_names = ops.name[op_row[linked]]
             uop = np.unique(op_names)
             ocls = {int(i): operator_class(trace.strings[i]) for i in uop.tolist()}
-            code = np.array([ALL_CLASSES.index(ocls[int(i)]) if ocls[int(i)] else len(ALL_CLASSES) for i in uop.tolist()])
+            code = np.array(
+                [ALL_CLASSES.index(ocls[int(i)]) if ocls[int(i)] else len(ALL_CLASSES) for i in uop.tolist()]
+            )
             per_k = code[np.searchsorted(uop, op_names)]
             kn = k.name[linked]
-            w = np.bincount(kn.astype(np.int64) * (len(ALL_CLASSES) + 1) + per_k,
-                            weights=k.dur[linked].astype(np.float64) + 1.0,
-                            minlength=len(trace.strings) * (len(ALL_CLASSES) + 1))
+            w = np.bincount(
+                kn.astype(np.int64) * (len(ALL_CLASSES) + 1) + per_k,
+                weights=k.dur[linked].astype(np.float64) + 1.0,
+                minlength=len(trace.strings) * (len(ALL_CLASSES) + 1),
+            )
             w = w.reshape(len(trace.strings), len(ALL_CLASSES) + 1)
             for i in np.unique(kn).tolist():
                 best = int(w[i].argmax())
@@ -215,8 +243,13 @@ def kernel_classes(trace: Trace, op_row: np.ndarray | None = None) -> tuple[np.n
     return cls, tc
 
 
-def kernel_summary(trace: Trace, mask: np.ndarray | None = None, device: int | None = None, top_n: int = 15,
-                   classes: tuple[np.ndarray, np.ndarray] | None = None) -> KernelSummary:
+def kernel_summary(
+    trace: Trace,
+    mask: np.ndarray | None = None,
+    device: int | None = None,
+    top_n: int = 15,
+    classes: tuple[np.ndarray, np.ndarray] | None = None,
+) -> KernelSummary:
     """Kernel time by class and the top kernels, over the kernels selected by ``mask``/``device``.
     ``classes`` is :func:`kernel_classes` of the trace, when the caller already has it."""
     k = trace.kernels
@@ -240,12 +273,23 @@ def kernel_summary(trace: Trace, mask: np.ndarray | None = None, device: int | N
             if counts[i] == 0:
                 break
             cname = ALL_CLASSES[cls_of[i]]
-            top.append(KernelStat(
-                name=trace.strings[i], kernel_class=cname, tensor_core=bool(tc_of[i]), count=int(counts[i]),
-                total_ns=int(per_name[i]), mean_ns=float(per_name[i] / counts[i]),
-                share_pct=100.0 * float(per_name[i]) / total if total else 0.0,
-            ))
+            top.append(
+                KernelStat(
+                    name=trace.strings[i],
+                    kernel_class=cname,
+                    tensor_core=bool(tc_of[i]),
+                    count=int(counts[i]),
+                    total_ns=int(per_name[i]),
+                    mean_ns=float(per_name[i] / counts[i]),
+                    share_pct=100.0 * float(per_name[i]) / total if total else 0.0,
+                )
+            )
     return KernelSummary(
-        total_ns=total, count=int(sel.sum()), by_class_ns=by_class, tensor_core_ns=tc_ns, matmul_ns=matmul,
-        top=top, median_kernel_ns=float(np.median(durs)) if len(durs) else 0.0,
+        total_ns=total,
+        count=int(sel.sum()),
+        by_class_ns=by_class,
+        tensor_core_ns=tc_ns,
+        matmul_ns=matmul,
+        top=top,
+        median_kernel_ns=float(np.median(durs)) if len(durs) else 0.0,
     )

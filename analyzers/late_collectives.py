@@ -6,6 +6,7 @@ What Enter on a rank shows on the timeline. The collectives are matched across r
 averages to the ``mean_late_ms`` of the alignment; this module keeps, per rank, the
 single collective where the lateness is largest, on the rank's own clock.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,6 +57,15 @@ def latest_arrivals(collectives: list[RankCollectives], rules: Rules | None = No
             continue
         k = int(np.argmax(np.where(has, late[r], -1.0)))
         i = matches[r][inst[k]]
-        out[r] = LateCollective(r, c.kind[i], c.source == "GPU kernels", int(c.start[i]), int(c.end[i]),
-                                float(late[r, k]) / 1e6, k, float(np.nanmean(late[r])) / 1e6, int(has.sum()))
+        out[r] = LateCollective(
+            r,
+            c.kind[i],
+            c.source == "GPU kernels",
+            int(c.start[i]),
+            int(c.end[i]),
+            float(late[r, k]) / 1e6,
+            k,
+            float(np.nanmean(late[r])) / 1e6,
+            int(has.sum()),
+        )
     return out

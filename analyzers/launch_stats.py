@@ -12,6 +12,7 @@ signals say so, both computed by Holistic Trace Analysis:
 
 Pure functions over HTA's tables; HTA is run by :mod:`trainscope.analyzers.deep`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -69,18 +70,52 @@ def summarize_launches(stats: Any, queue_summary: Any | None, rules: Rules) -> L
 
     short_pct = 100.0 * short / n if n else 0.0
     t_short, t_queue = rules["launch.short_kernel_pct"], rules["launch.queue_starved"]
-    ev = [Evidence("kernels shorter than their launch call", round(short_pct, 2), t_short.unit,
-                   f"≥ {t_short.value:g}", t_short.source, short_pct >= t_short.value),
-          Evidence(f"median launch call {median_launch_us:.1f} µs, median kernel {median_kernel_us:.1f} µs",
-                   None, "", "", "HTA launch statistics", None),
-          Evidence(f"launch-delay outliers (> {dl_cut:g} µs)", delay_outliers, "launches", "",
-                   rules["launch.delay_outlier_us"].source, None),
-          Evidence(f"launch calls > {rt_cut:g} µs", runtime_outliers, "launches", "",
-                   rules["launch.runtime_outlier_us"].source, None)]
+    ev = [
+        Evidence(
+            "kernels shorter than their launch call",
+            round(short_pct, 2),
+            t_short.unit,
+            f"≥ {t_short.value:g}",
+            t_short.source,
+            short_pct >= t_short.value,
+        ),
+        Evidence(
+            f"median launch call {median_launch_us:.1f} µs, median kernel {median_kernel_us:.1f} µs",
+            None,
+            "",
+            "",
+            "HTA launch statistics",
+            None,
+        ),
+        Evidence(
+            f"launch-delay outliers (> {dl_cut:g} µs)",
+            delay_outliers,
+            "launches",
+            "",
+            rules["launch.delay_outlier_us"].source,
+            None,
+        ),
+        Evidence(
+            f"launch calls > {rt_cut:g} µs",
+            runtime_outliers,
+            "launches",
+            "",
+            rules["launch.runtime_outlier_us"].source,
+            None,
+        ),
+    ]
     if queues:
         q = queues[0]
-        ev.append(Evidence(f"mean CUDA-queue length, busiest stream ({q.stream})", round(q.mean, 2), t_queue.unit,
-                           f"< {t_queue.value:g}", t_queue.source, q.mean < t_queue.value))
+        ev.append(
+            Evidence(
+                f"mean CUDA-queue length, busiest stream ({q.stream})",
+                round(q.mean, 2),
+                t_queue.unit,
+                f"< {t_queue.value:g}",
+                t_queue.source,
+                q.mean < t_queue.value,
+            )
+        )
 
     if n < rules.value("evidence.min_kernels"):
         supports, text = None, f"only {n} launches with their kernels in the trace: too few to judge launch overhead"
@@ -89,22 +124,41 @@ def summarize_launches(stats: Any, queue_summary: Any | None, rules: Rules) -> L
         starved = queues[0].mean < t_queue.value if queues else None
         if many_short and starved is not False:
             supports = True
-            text = (f"{short_pct:.0f} % of kernels run shorter than their launch call"
-                    + (f" and the busiest stream's queue averages {queues[0].mean:.1f} operations: the host cannot "
-                       "keep the GPU fed" if queues else ""))
+            text = f"{short_pct:.0f} % of kernels run shorter than their launch call" + (
+                f" and the busiest stream's queue averages {queues[0].mean:.1f} operations: the host cannot "
+                "keep the GPU fed"
+                if queues
+                else ""
+            )
         elif starved and not many_short:
             supports = True
-            text = (f"the busiest stream's queue averages {queues[0].mean:.1f} operations (near empty): the GPU "
-                    f"waits for launches, though only {short_pct:.0f} % of kernels are shorter than their launch")
+            text = (
+                f"the busiest stream's queue averages {queues[0].mean:.1f} operations (near empty): the GPU "
+                f"waits for launches, though only {short_pct:.0f} % of kernels are shorter than their launch"
+            )
         else:
             supports = False
             why = [f"only {short_pct:.0f} % of kernels are shorter than their launch call"] if not many_short else []
             if starved is False:
-                why.append(f"the busiest stream's queue averages {queues[0].mean:.1f} outstanding operations "
-                           f"(median launch delay {median_delay_us:.0f} µs): the host runs ahead of the GPU")
+                why.append(
+                    f"the busiest stream's queue averages {queues[0].mean:.1f} outstanding operations "
+                    f"(median launch delay {median_delay_us:.0f} µs): the host runs ahead of the GPU"
+                )
             text = "launches are not the limit: " + "; ".join(why)
-    return LaunchStats(n, short, runtime_outliers, delay_outliers, median_launch_us, median_kernel_us, median_delay_us,
-                       p95_delay_us, queues, evidence=ev, supports_launch_overhead=supports, conclusion=text)
+    return LaunchStats(
+        n,
+        short,
+        runtime_outliers,
+        delay_outliers,
+        median_launch_us,
+        median_kernel_us,
+        median_delay_us,
+        p95_delay_us,
+        queues,
+        evidence=ev,
+        supports_launch_overhead=supports,
+        conclusion=text,
+    )
 
 
 def _queues(summary: Any | None) -> list[QueueStat]:
@@ -113,7 +167,14 @@ def _queues(summary: Any | None) -> list[QueueStat]:
     out = []
     for idx, row in summary.iterrows():
         stream = idx[1] if isinstance(idx, tuple) else idx
-        out.append(QueueStat(int(stream), int(row[("queue_length", "count")]), float(row[("queue_length", "mean")]),
-                             float(row[("queue_length", "50%")]), float(row[("queue_length", "max")])))
+        out.append(
+            QueueStat(
+                int(stream),
+                int(row[("queue_length", "count")]),
+                float(row[("queue_length", "mean")]),
+                float(row[("queue_length", "50%")]),
+                float(row[("queue_length", "max")]),
+            )
+        )
     # The busiest stream: the one with the most queue events (launches and completions).
     return sorted(out, key=lambda q: -q.samples)

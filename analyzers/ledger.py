@@ -13,6 +13,7 @@ Recomputation in Large Transformer Models", §4), the accounting the Ultra-Scale
 (Hugging Face) is built on. Why that formula and not the others the sources use: see
 ``ACTIVATION_FORMULA`` and docs/memory.md.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,15 +37,39 @@ class Precision:
     source: str
 
 
-PRECISIONS: dict[str, Precision] = {p.key: p for p in (
-    Precision("fp32", "FP32", 4, 4, 0, 4,
-              "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (GPT-2: 1.5 B × 4 bytes = 6 GB weights, 6 GB gradients)"),
-    Precision("mixed", "FP16/BF16 mixed, FP32 master weights", 2, 2, 4, 2,
-              "ZeRO (Rajbhandari et al. 2020): 16Ψ = 2Ψ fp16 weights + 2Ψ fp16 gradients + 12Ψ fp32 master and Adam state; "
-              "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §GPT-2 Optimization Walkthrough (AMP: FP16 weights and gradients, FP32 master copy)"),
-    Precision("mixed-fp32-grads", "FP16/BF16 mixed, FP32 master weights and FP32 gradient accumulation", 2, 6, 4, 2,
-              "the Ultra-Scale Playbook (Hugging Face): 20Ψ = 2Ψ bf16 weights + (2 + 4)Ψ gradients incl. FP32 accumulation + 12Ψ master and state"),
-)}
+PRECISIONS: dict[str, Precision] = {
+    p.key: p
+    for p in (
+        Precision(
+            "fp32",
+            "FP32",
+            4,
+            4,
+            0,
+            4,
+            "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (GPT-2: 1.5 B × 4 bytes = 6 GB weights, 6 GB gradients)",
+        ),
+        Precision(
+            "mixed",
+            "FP16/BF16 mixed, FP32 master weights",
+            2,
+            2,
+            4,
+            2,
+            "ZeRO (Rajbhandari et al. 2020): 16Ψ = 2Ψ fp16 weights + 2Ψ fp16 gradients + 12Ψ fp32 master and Adam state; "
+            "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §GPT-2 Optimization Walkthrough (AMP: FP16 weights and gradients, FP32 master copy)",
+        ),
+        Precision(
+            "mixed-fp32-grads",
+            "FP16/BF16 mixed, FP32 master weights and FP32 gradient accumulation",
+            2,
+            6,
+            4,
+            2,
+            "the Ultra-Scale Playbook (Hugging Face): 20Ψ = 2Ψ bf16 weights + (2 + 4)Ψ gradients incl. FP32 accumulation + 12Ψ master and state",
+        ),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -56,17 +81,40 @@ class Optimizer:
     source: str
 
 
-OPTIMIZERS: dict[str, Optimizer] = {o.key: o for o in (
-    Optimizer("sgd", "SGD", 0, "none",
-              "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (SGD: 1× model size, no state)"),
-    Optimizer("momentum", "SGD with momentum", 4, "velocity (FP32)",
-              "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (momentum: 2×, one velocity per parameter)"),
-    Optimizer("adam", "Adam/AdamW", 8, "m and v (FP32)",
-              "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (Adam state: 1.5 B × 8 bytes = 12 GB; 3× SGD; AdamW adds no memory)"),
-    Optimizer("adam8bit", "8-bit Adam", 2, "m and v quantized to 8 bits",
-              "Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization (1 byte per state value; "
-              "block constants ≈ 0.2 % more, ignored); the textbook names 8-bit Adam for its 4× smaller state"),
-)}
+OPTIMIZERS: dict[str, Optimizer] = {
+    o.key: o
+    for o in (
+        Optimizer(
+            "sgd",
+            "SGD",
+            0,
+            "none",
+            "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (SGD: 1× model size, no state)",
+        ),
+        Optimizer(
+            "momentum",
+            "SGD with momentum",
+            4,
+            "velocity (FP32)",
+            "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (momentum: 2×, one velocity per parameter)",
+        ),
+        Optimizer(
+            "adam",
+            "Adam/AdamW",
+            8,
+            "m and v (FP32)",
+            "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (Adam state: 1.5 B × 8 bytes = 12 GB; 3× SGD; AdamW adds no memory)",
+        ),
+        Optimizer(
+            "adam8bit",
+            "8-bit Adam",
+            2,
+            "m and v quantized to 8 bits",
+            "Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization (1 byte per state value; "
+            "block constants ≈ 0.2 % more, ignored); the textbook names 8-bit Adam for its 4× smaller state",
+        ),
+    )
+}
 OPTIMIZER_ALIASES = {"adamw": "adam", "adam-8bit": "adam8bit", "8bit-adam": "adam8bit", "sgd-momentum": "momentum"}
 PRECISION_ALIASES = {"fp16": "mixed", "bf16": "mixed", "amp": "mixed", "mixed-fp32grad": "mixed-fp32-grads"}
 
@@ -80,22 +128,28 @@ RECOMPUTE_SELECTIVE_SOURCE = "Korthikanti et al. 2022 via the Ultra-Scale Playbo
 # sources' own reduction factors to it.
 MEASURED_EVERY_K_SOURCE = "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §GPT-2 Optimization Walkthrough (checkpointing every 4 layers → 4× less activation memory)"
 MEASURED_SELECTIVE_KEEP = 0.30
-MEASURED_SELECTIVE_SOURCE = "the Ultra-Scale Playbook; Korthikanti et al. 2022 (selective recomputation cuts activation memory by about 70 %)"
+MEASURED_SELECTIVE_SOURCE = (
+    "the Ultra-Scale Playbook; Korthikanti et al. 2022 (selective recomputation cuts activation memory by about 70 %)"
+)
 SGD_STEPS_FACTOR = 3.0
 SGD_STEPS_SOURCE = "Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Optimization Algorithm System Implications (GPT-2 converges in ~50K steps with Adam vs ~150K+ with SGD+momentum)"
-ZERO_SOURCE = ("ZeRO (Rajbhandari et al. 2020); the Ultra-Scale Playbook (Hugging Face) (ZeRO-1 shards optimizer state, ZeRO-2 adds gradients, ZeRO-3/FSDP adds parameters, "
-               "each to 1/N); the FP32 master copy is part of the optimizer state (ZeRO: 12Ψ)")
+ZERO_SOURCE = (
+    "ZeRO (Rajbhandari et al. 2020); the Ultra-Scale Playbook (Hugging Face) (ZeRO-1 shards optimizer state, ZeRO-2 adds gradients, ZeRO-3/FSDP adds parameters, "
+    "each to 1/N); the FP32 master copy is part of the optimizer state (ZeRO: 12Ψ)"
+)
 
 ACTIVATION_FORMULA = (
     "per layer s·b·h·(16e + 2d) + a·s²·b·(e + d·(e + 1)) bytes [+ the s²-term only for eager attention], "
     "plus e·s·b·h·2 + d·s·b·h + 4·s·b·v for the final norm, output projection input, embedding dropout mask and "
-    "FP32 logits; e = bytes per activation, d = 1 with dropout (1-byte masks)")
+    "FP32 logits; e = bytes per activation, d = 1 with dropout (1-byte masks)"
+)
 ACTIVATION_SOURCE = (
     "Korthikanti et al. 2022 §4 (34·s·b·h + 5·a·s²·b bytes per layer at 16 bit), the accounting of the Ultra-Scale "
     "Playbook, generalized to e bytes per value; followed because it counts every tensor a "
     "Transformer layer saves for backward and models heads and selective recomputation. The textbook's callout "
     "(Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Activation Memory Requirements: attention + MLP outputs + 10 MB per layer) omits the attention scores, norms and masks, and the "
-    "~60 GB for GPT-2 at batch 32 is the ZeRO paper's 12·h·b·s·L coarse count")
+    "~60 GB for GPT-2 at batch 32 is the ZeRO paper's 12·h·b·s·L coarse count"
+)
 
 
 # ── the configuration ──────────────────────────────────────────────────────────────────────
@@ -143,7 +197,9 @@ def normalize(cfg: PlanConfig) -> PlanConfig:
     if opt not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {cfg.optimizer!r} (one of: sgd, momentum, adam, adamw, adam8bit)")
     if prec not in PRECISIONS:
-        raise ValueError(f"unknown precision {cfg.precision!r} (one of: fp32, mixed, mixed-fp32-grads; fp16/bf16 mean mixed)")
+        raise ValueError(
+            f"unknown precision {cfg.precision!r} (one of: fp32, mixed, mixed-fp32-grads; fp16/bf16 mean mixed)"
+        )
     ck = cfg.checkpoint.lower().replace("=", ":")
     if ck in ("full", "all"):
         ck = "every:1"
@@ -243,7 +299,9 @@ def ledger(config: PlanConfig) -> Ledger:
     else:
         assert cfg.layers and cfg.hidden and cfg.vocab  # normalize() requires the shape where params is not given
         n = transformer_params(cfg.layers, cfg.hidden, cfg.vocab)
-        n_src = f"h·v + L·(12h² + 13h) + 2h with L={cfg.layers}, h={cfg.hidden}, v={cfg.vocab} (the Ultra-Scale Playbook)"
+        n_src = (
+            f"h·v + L·(12h² + 13h) + 2h with L={cfg.layers}, h={cfg.hidden}, v={cfg.vocab} (the Ultra-Scale Playbook)"
+        )
     N = cfg.gpus
     shard_opt = N if cfg.zero >= 1 else 1
     shard_grad = N if cfg.zero >= 2 else 1
@@ -258,16 +316,43 @@ def ledger(config: PlanConfig) -> Ledger:
         return f" / {s} GPUs" if s > 1 else ""
 
     items = [
-        LedgerItem("weights", f"weights ({'FP32' if prec.weight_bytes == 4 else '16-bit'})",
-                   n * prec.weight_bytes / shard_w, f"{n / 1e9:g} B × {prec.weight_bytes} bytes{shard(shard_w)}", prec.source),
-        LedgerItem("gradients", "gradients" + (" (16-bit + FP32 accumulation)" if prec.grad_bytes == 6 else
-                                               " (FP32)" if prec.grad_bytes == 4 else " (16-bit)"),
-                   n * prec.grad_bytes / shard_grad, f"{n / 1e9:g} B × {prec.grad_bytes} bytes{shard(shard_grad)}", prec.source),
-        LedgerItem("master", "FP32 master weights", n * prec.master_bytes / shard_opt,
-                   f"{n / 1e9:g} B × {prec.master_bytes} bytes{shard(shard_opt)}" if prec.master_bytes else "weights are FP32: no copy",
-                   prec.source),
-        LedgerItem("optimizer", f"optimizer state ({opt.label}: {opt.state})", n * opt.state_bytes / shard_opt,
-                   f"{n / 1e9:g} B × {opt.state_bytes:g} bytes{shard(shard_opt)}", opt.source),
+        LedgerItem(
+            "weights",
+            f"weights ({'FP32' if prec.weight_bytes == 4 else '16-bit'})",
+            n * prec.weight_bytes / shard_w,
+            f"{n / 1e9:g} B × {prec.weight_bytes} bytes{shard(shard_w)}",
+            prec.source,
+        ),
+        LedgerItem(
+            "gradients",
+            "gradients"
+            + (
+                " (16-bit + FP32 accumulation)"
+                if prec.grad_bytes == 6
+                else " (FP32)"
+                if prec.grad_bytes == 4
+                else " (16-bit)"
+            ),
+            n * prec.grad_bytes / shard_grad,
+            f"{n / 1e9:g} B × {prec.grad_bytes} bytes{shard(shard_grad)}",
+            prec.source,
+        ),
+        LedgerItem(
+            "master",
+            "FP32 master weights",
+            n * prec.master_bytes / shard_opt,
+            f"{n / 1e9:g} B × {prec.master_bytes} bytes{shard(shard_opt)}"
+            if prec.master_bytes
+            else "weights are FP32: no copy",
+            prec.source,
+        ),
+        LedgerItem(
+            "optimizer",
+            f"optimizer state ({opt.label}: {opt.state})",
+            n * opt.state_bytes / shard_opt,
+            f"{n / 1e9:g} B × {opt.state_bytes:g} bytes{shard(shard_opt)}",
+            opt.source,
+        ),
     ]
     if cfg.zero:
         items = [replace(i, source=f"{i.source}; {ZERO_SOURCE}") if i.formula.endswith("GPUs") else i for i in items]
@@ -281,8 +366,10 @@ def ledger(config: PlanConfig) -> Ledger:
     else:
         rpct, rsrc = 0.0, ""
     if cfg.checkpoint == "selective" and act.method == "estimated" and cfg.attention == "flash":
-        notes.append("selective recomputation saves nothing with FlashAttention/SDPA: the attention scores are "
-                     "never stored (the Ultra-Scale Playbook: FlashAttention is selective recomputation)")
+        notes.append(
+            "selective recomputation saves nothing with FlashAttention/SDPA: the attention scores are "
+            "never stored (the Ultra-Scale Playbook: FlashAttention is selective recomputation)"
+        )
         rpct, rsrc = 0.0, "FlashAttention already recomputes the attention core"
     return Ledger(cfg, n, n_src, items, act, rpct, rsrc, notes)
 
@@ -303,16 +390,31 @@ def activation_memory(cfg: PlanConfig) -> Activations:
             formula += f" × {e}/{at_e} bytes"
         src = "given (measured); activations scale linearly with micro-batch and bytes per value"
         if every is not None:
-            return Activations(full / every, "measured", f"{formula} ÷ {every} (checkpoint every {every} layers)",
-                               f"{src}; {MEASURED_EVERY_K_SOURCE}", full)
+            return Activations(
+                full / every,
+                "measured",
+                f"{formula} ÷ {every} (checkpoint every {every} layers)",
+                f"{src}; {MEASURED_EVERY_K_SOURCE}",
+                full,
+            )
         if cfg.checkpoint == "selective":
-            return Activations(full * MEASURED_SELECTIVE_KEEP, "measured", f"{formula} × {MEASURED_SELECTIVE_KEEP:g} (selective)",
-                               f"{src}; {MEASURED_SELECTIVE_SOURCE}", full)
+            return Activations(
+                full * MEASURED_SELECTIVE_KEEP,
+                "measured",
+                f"{formula} × {MEASURED_SELECTIVE_KEEP:g} (selective)",
+                f"{src}; {MEASURED_SELECTIVE_SOURCE}",
+                full,
+            )
         return Activations(full, "measured", formula, src, full)
 
     if not (cfg.layers and cfg.hidden and cfg.seq):
-        return Activations(None, "unknown", "not estimated: give the Transformer shape (layers, hidden, seq) or a "
-                           "measured activations_gb", "", None)
+        return Activations(
+            None,
+            "unknown",
+            "not estimated: give the Transformer shape (layers, hidden, seq) or a measured activations_gb",
+            "",
+            None,
+        )
     if cfg.attention == "eager" and not cfg.heads:
         raise ValueError("eager attention needs the number of heads (the s² attention scores are kept per head)")
     L, h, s, d = cfg.layers, cfg.hidden, cfg.seq, 1 if cfg.dropout else 0
@@ -327,14 +429,17 @@ def activation_memory(cfg: PlanConfig) -> Activations:
     if every is not None:
         segments = math.ceil(L / every)
         body = segments * e * sbh + every * per_layer
-        formula = (f"{segments} checkpointed layer inputs × e·s·b·h + {every} layers recomputed at a time × per-layer "
-                   f"({per_layer / GB:.3g} GB) + output head ({head / GB:.3g} GB)")
+        formula = (
+            f"{segments} checkpointed layer inputs × e·s·b·h + {every} layers recomputed at a time × per-layer "
+            f"({per_layer / GB:.3g} GB) + output head ({head / GB:.3g} GB)"
+        )
         return Activations(body + head, "estimated", formula, ACTIVATION_SOURCE, full)
     if cfg.checkpoint == "selective":
         formula = f"{L} layers × {per_layer_no_scores / GB:.3g} GB (attention core recomputed) + output head {head / GB:.3g} GB"
         return Activations(L * per_layer_no_scores + head, "estimated", formula, ACTIVATION_SOURCE, full)
-    formula = f"{L} layers × {per_layer / GB:.3g} GB + output head {head / GB:.3g} GB (s={s}, b={mb}, h={h}, e={e}" + \
-              (f", a={a}, eager attention)" if scores else ", fused attention)")
+    formula = f"{L} layers × {per_layer / GB:.3g} GB + output head {head / GB:.3g} GB (s={s}, b={mb}, h={h}, e={e}" + (
+        f", a={a}, eager attention)" if scores else ", fused attention)"
+    )
     return Activations(full, "estimated", formula, ACTIVATION_SOURCE, full)
 
 
@@ -356,8 +461,16 @@ class Fit:
 def fit(lg: Ledger, device_name: str, capacity_bytes: float, threshold_pct: float = 90.0) -> Fit:
     used = lg.total_bytes
     pct = 100.0 * used / capacity_bytes
-    return Fit(device_name, capacity_bytes, used, used <= capacity_bytes,
-               used <= capacity_bytes and pct >= threshold_pct, pct, threshold_pct, not lg.complete)
+    return Fit(
+        device_name,
+        capacity_bytes,
+        used,
+        used <= capacity_bytes,
+        used <= capacity_bytes and pct >= threshold_pct,
+        pct,
+        threshold_pct,
+        not lg.complete,
+    )
 
 
 # ── what-if: the cheapest changes that make it fit ─────────────────────────────────────────
@@ -400,8 +513,14 @@ class Cost:
     def key(self) -> tuple[int, bool, bool, float, bool, int]:
         # Cheapest first: no new hardware, no slower convergence, exact numerics, least recompute,
         # no extra communication, fewest micro-steps.
-        return (self.extra_gpus, self.convergence is not None, self.numerics is not None, self.recompute_pct,
-                self.communication is not None, self.micro_steps)
+        return (
+            self.extra_gpus,
+            self.convergence is not None,
+            self.numerics is not None,
+            self.recompute_pct,
+            self.communication is not None,
+            self.micro_steps,
+        )
 
 
 @dataclass(frozen=True)
@@ -414,7 +533,9 @@ class FitOption:
 
 def _levers(cfg: PlanConfig, estimated: bool) -> dict[str, list[str]]:
     """Values each lever can move to that can only lower memory, the current value first."""
-    prec = {"fp32": ["fp32", "mixed"], "mixed-fp32-grads": ["mixed-fp32-grads", "mixed"]}.get(cfg.precision, [cfg.precision])
+    prec = {"fp32": ["fp32", "mixed"], "mixed-fp32-grads": ["mixed-fp32-grads", "mixed"]}.get(
+        cfg.precision, [cfg.precision]
+    )
     opt_order = ["adam", "adam8bit", "momentum", "sgd"]
     opts = [cfg.optimizer] + [o for o in opt_order if OPTIMIZERS[o].state_bytes < OPTIMIZERS[cfg.optimizer].state_bytes]
     ck = [cfg.checkpoint]
@@ -432,28 +553,41 @@ def _levers(cfg: PlanConfig, estimated: bool) -> dict[str, list[str]]:
     attn = [cfg.attention] + (["flash"] if estimated and cfg.attention == "eager" else [])
     accum = [g for g in range(cfg.grad_accum, cfg.batch + 1) if cfg.batch % g == 0 and g % cfg.grad_accum == 0]
     zero = list(range(cfg.zero, 4)) if cfg.gpus > 1 else [cfg.zero]
-    return {"precision": prec, "optimizer": opts, "checkpoint": ck, "attention": attn,
-            "grad_accum": [str(g) for g in accum], "zero": [str(z) for z in zero]}
+    return {
+        "precision": prec,
+        "optimizer": opts,
+        "checkpoint": ck,
+        "attention": attn,
+        "grad_accum": [str(g) for g in accum],
+        "zero": [str(z) for z in zero],
+    }
 
 
 def _best_every(cfg: PlanConfig) -> int | None:
     """The checkpoint interval K that minimizes estimated activations (all cost one extra forward)."""
     if not cfg.layers:
         return None
-    best = min(range(1, cfg.layers + 1), key=lambda k: (activation_memory(replace(cfg, checkpoint=f"every:{k}")).bytes, k))
+    best = min(
+        range(1, cfg.layers + 1), key=lambda k: (activation_memory(replace(cfg, checkpoint=f"every:{k}")).bytes, k)
+    )
     return best
 
 
 _DESCRIBE: dict[str, Callable[[str, str], str]] = {  # a lever's change (from, to) in words
     "precision": lambda a, b: f"precision {PRECISIONS[a].label} → {PRECISIONS[b].label}",
     "optimizer": lambda a, b: f"optimizer {OPTIMIZERS[a].label} → {OPTIMIZERS[b].label}",
-    "checkpoint": lambda a, b: {"selective": "selective activation recomputation (attention core)",
-                                "every:1": "activation checkpointing of every layer"}.get(
-                                    b, f"activation checkpointing every {b.split(':')[-1]} layers"),
+    "checkpoint": lambda a, b: {
+        "selective": "selective activation recomputation (attention core)",
+        "every:1": "activation checkpointing of every layer",
+    }.get(b, f"activation checkpointing every {b.split(':')[-1]} layers"),
     "attention": lambda a, b: "fused attention (SDPA/FlashAttention): no s² scores stored",
     "grad_accum": lambda a, b: f"gradient accumulation over {b} micro-batches (was {a})",
-    "zero": lambda a, b: f"ZeRO-{b}" + {"1": " (shard optimizer state)", "2": " (shard optimizer state + gradients)",
-                                        "3": "/FSDP (shard optimizer state, gradients and parameters)"}[b],
+    "zero": lambda a, b: f"ZeRO-{b}"
+    + {
+        "1": " (shard optimizer state)",
+        "2": " (shard optimizer state + gradients)",
+        "3": "/FSDP (shard optimizer state, gradients and parameters)",
+    }[b],
 }
 
 
@@ -470,12 +604,24 @@ def _cost(cfg: PlanConfig, new: PlanConfig, lg: Ledger, extra_gpus: int = 0) -> 
         numerics = ((numerics + "; ") if numerics else "") + "gradients accumulate in 16 bits"
     if new.zero == 3 and cfg.zero < 3 and new.gpus > 1:
         comm = "1.5× data-parallel communication"
-    return Cost(recompute_pct=lg.recompute_pct, micro_steps=new.grad_accum, extra_gpus=extra_gpus,
-                convergence=conv, numerics=numerics, communication=comm)
+    return Cost(
+        recompute_pct=lg.recompute_pct,
+        micro_steps=new.grad_accum,
+        extra_gpus=extra_gpus,
+        convergence=conv,
+        numerics=numerics,
+        communication=comm,
+    )
 
 
-def fit_options(config: PlanConfig, device_name: str, capacity_bytes: float, threshold_pct: float = 90.0,
-                limit: int = 6, max_gpus: int = 1024) -> list[FitOption]:
+def fit_options(
+    config: PlanConfig,
+    device_name: str,
+    capacity_bytes: float,
+    threshold_pct: float = 90.0,
+    limit: int = 6,
+    max_gpus: int = 1024,
+) -> list[FitOption]:
     """The cheapest sets of changes that make ``config`` fit ``capacity_bytes``, cheapest first.
 
     Every combination of the levers is tried; for each set of levers changed, the cheapest fitting
@@ -500,8 +646,15 @@ def fit_options(config: PlanConfig, device_name: str, capacity_bytes: float, thr
             yield from combos(i + 1, cur)
 
     for combo in combos(0, {}):
-        new = replace(base, precision=combo["precision"], optimizer=combo["optimizer"], checkpoint=combo["checkpoint"],
-                      attention=combo["attention"], grad_accum=int(combo["grad_accum"]), zero=int(combo["zero"]))
+        new = replace(
+            base,
+            precision=combo["precision"],
+            optimizer=combo["optimizer"],
+            checkpoint=combo["checkpoint"],
+            attention=combo["attention"],
+            grad_accum=int(combo["grad_accum"]),
+            zero=int(combo["zero"]),
+        )
         changed = [k for k in names if combo[k] != str(getattr(base, k))]
         if not changed:
             continue
@@ -512,7 +665,9 @@ def fit_options(config: PlanConfig, device_name: str, capacity_bytes: float, thr
         f = fit(lg, device_name, capacity_bytes, threshold_pct)
         if not f.fits:
             continue
-        changes = [Change(k, str(getattr(base, k)), combo[k], _DESCRIBE[k](str(getattr(base, k)), combo[k])) for k in changed]
+        changes = [
+            Change(k, str(getattr(base, k)), combo[k], _DESCRIBE[k](str(getattr(base, k)), combo[k])) for k in changed
+        ]
         opt = FitOption(changes, lg, f, _cost(base, new, lg))
         key = frozenset(changed)
         if key not in best or (_rank(opt), lg.total_bytes) < (_rank(best[key]), best[key].ledger.total_bytes):
@@ -534,10 +689,27 @@ def fit_options(config: PlanConfig, device_name: str, capacity_bytes: float, thr
                 break
         if hit:
             new, lg, f = hit
-            ch = [Change("gpus", str(base.gpus), str(n), f"shard over {n} data-parallel GPUs with {_DESCRIBE['zero']('0', str(new.zero))}")]
-            out.append(FitOption(ch, lg, f, Cost(recompute_pct=lg.recompute_pct, micro_steps=base.grad_accum,
-                                                 extra_gpus=n - base.gpus,
-                                                 communication="1.5× data-parallel communication" if new.zero == 3 else None)))
+            ch = [
+                Change(
+                    "gpus",
+                    str(base.gpus),
+                    str(n),
+                    f"shard over {n} data-parallel GPUs with {_DESCRIBE['zero']('0', str(new.zero))}",
+                )
+            ]
+            out.append(
+                FitOption(
+                    ch,
+                    lg,
+                    f,
+                    Cost(
+                        recompute_pct=lg.recompute_pct,
+                        micro_steps=base.grad_accum,
+                        extra_gpus=n - base.gpus,
+                        communication="1.5× data-parallel communication" if new.zero == 3 else None,
+                    ),
+                )
+            )
             break
     return out
 

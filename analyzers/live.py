@@ -18,6 +18,7 @@ Findings and evidence use the same dataclasses as ``trainscope analyze``, so bot
 vocabulary. Every function here is pure; :class:`LiveAnalyzer` only keeps the window and the log
 of verdict changes.
 """
+
 from __future__ import annotations
 
 import re
@@ -114,6 +115,7 @@ class LiveStatus:
 
 # --- window statistics -----------------------------------------------------------------------------
 
+
 def _twmean(values: Sequence[float | None], weights: Sequence[float]) -> float | None:
     pairs = [(v, w) for v, w in zip(values, weights) if v is not None]
     if not pairs:
@@ -130,8 +132,14 @@ def _mean_of(xs: Iterable[float | None]) -> float | None:
 
 
 # Clock-event reasons grouped by what a user does about them.
-_REASON_GROUPS = {"sw_power_cap": "power cap", "hw_power_brake": "power brake", "sw_thermal": "thermal",
-                  "hw_thermal": "thermal", "hw_slowdown": "hardware slowdown", "throttled": "power or thermal"}
+_REASON_GROUPS = {
+    "sw_power_cap": "power cap",
+    "hw_power_brake": "power brake",
+    "sw_thermal": "thermal",
+    "hw_thermal": "thermal",
+    "hw_slowdown": "hardware slowdown",
+    "throttled": "power or thermal",
+}
 
 
 def _active_span(util: Sequence[float | None], idle: float) -> tuple[int, int]:
@@ -190,14 +198,22 @@ def digest(s: Snapshot, rules: Rules) -> SampleDigest:
                 groups.update(_REASON_GROUPS[r] for r in ev if r in _REASON_GROUPS)
     mem = [(i, v) for i, v in first_mem.items() if v is not None]
     return SampleDigest(
-        w=max(s.dt, 0.0), util=_mean_of(g.util_gpu for g in s.gpus if not g.lost),
-        util_mem=_mean_of(g.util_mem for g in s.gpus), sm=_mean_of(g.sm_util for g in s.gpus),
-        tensor=_mean_of(g.tensor_util for g in s.gpus), dram=_mean_of(g.dram_bw_util for g in s.gpus),
+        w=max(s.dt, 0.0),
+        util=_mean_of(g.util_gpu for g in s.gpus if not g.lost),
+        util_mem=_mean_of(g.util_mem for g in s.gpus),
+        sm=_mean_of(g.sm_util for g in s.gpus),
+        tensor=_mean_of(g.tensor_util for g in s.gpus),
+        dram=_mean_of(g.dram_bw_util for g in s.gpus),
         gpus=len(s.gpus),
-        mem_idx=np.array([i for i, _ in mem], dtype=np.int64), mem_pct=np.array([v for _, v in mem], dtype=float),
-        has_events=has_events, throttled=throttled, reason_groups=frozenset(groups),
-        power_idx=np.array(p_idx, dtype=np.int64), power_w=np.array(p_w, dtype=float),
-        power_limit_w=np.array(p_lim, dtype=float))
+        mem_idx=np.array([i for i, _ in mem], dtype=np.int64),
+        mem_pct=np.array([v for _, v in mem], dtype=float),
+        has_events=has_events,
+        throttled=throttled,
+        reason_groups=frozenset(groups),
+        power_idx=np.array(p_idx, dtype=np.int64),
+        power_w=np.array(p_w, dtype=float),
+        power_limit_w=np.array(p_lim, dtype=float),
+    )
 
 
 def _grouped_quantile(starts: np.ndarray, counts: np.ndarray, sorted_vals: np.ndarray, q: float) -> np.ndarray:
@@ -267,8 +283,12 @@ def _fullest_memory(ds: Sequence[SampleDigest]) -> float | None:
     return float(per_gpu.max())
 
 
-def window_stats(snaps: Sequence[Snapshot], rules: Rules, steps_after_t: float | None = None,
-                 digests: Sequence[SampleDigest] | None = None) -> WindowStats:
+def window_stats(
+    snaps: Sequence[Snapshot],
+    rules: Rules,
+    steps_after_t: float | None = None,
+    digests: Sequence[SampleDigest] | None = None,
+) -> WindowStats:
     """``steps_after_t``: step samples at or before this time are the run's start-up and are left out.
     ``digests``: each snapshot's :func:`digest`, when the caller keeps them (a live window does)."""
     ds = list(digests) if digests is not None else [digest(s, rules) for s in snaps]
@@ -288,14 +308,20 @@ def window_stats(snaps: Sequence[Snapshot], rules: Rules, steps_after_t: float |
     wk_count = [g.count for g in wk if g is not None]
     wk_cpu = [(g.cpu_pct / g.count if g is not None and g.count and g.cpu_pct is not None else None) for g in wk]
 
-    idle, cpu_sat, io_sat = rules.value("live.gpu_idle"), rules.value("live.cpu_saturated"), rules.value("live.iowait_saturated")
+    idle, cpu_sat, io_sat = (
+        rules.value("live.gpu_idle"),
+        rules.value("live.cpu_saturated"),
+        rules.value("live.iowait_saturated"),
+    )
     starved_cpu = starved_io = None
     both = [(u, c, io, lc, m) for u, c, io, lc, m in zip(util, cpu, iow, wk_cpu, main) if u is not None]
     if both:
+
         def loader_saturated(c, lc, m) -> bool:
             # The input pipeline's CPU: the workers (per worker), or the main process when it loads itself.
             loader = lc if lc is not None else m
             return (c is not None and c >= cpu_sat) or (loader is not None and loader >= cpu_sat)
+
         starved_cpu = 100.0 * sum(1 for u, c, io, lc, m in both if u < idle and loader_saturated(c, lc, m)) / len(both)
         with_io = [(u, io) for u, c, io, lc, m in both if io is not None]
         if with_io:
@@ -318,7 +344,9 @@ def window_stats(snaps: Sequence[Snapshot], rules: Rules, steps_after_t: float |
     wait = sum(x.wait_ns for x in steps)
     total = sum(x.step_ns for x in steps)
     return WindowStats(
-        span_s=sum(w), samples=len(snaps), gpus=n_gpus,
+        span_s=sum(w),
+        samples=len(snaps),
+        gpus=n_gpus,
         gpu_util=_twmean(util, w),
         gpu_util_p95=float(np.percentile(measured, 95)) if measured else None,
         gpu_util_p5=float(np.percentile(measured, 5)) if measured else None,
@@ -327,18 +355,29 @@ def window_stats(snaps: Sequence[Snapshot], rules: Rules, steps_after_t: float |
         sm_util=_twmean([d.sm for d in ds], w),
         tensor_util=_twmean([d.tensor for d in ds], w),
         dram_util=_twmean([d.dram for d in ds], w),
-        throttled_pct=throttled, throttle_reasons=reasons,
-        power_capped_gpus=capped, power_gpus=judged, power_median_w=watts, power_basis=basis,
-        cpu_pct=_twmean(cpu, w), iowait_pct=_twmean(iow, w), main_cpu_pct=_twmean(main, w),
-        workers=max(wk_count) if wk_count else None, worker_cpu_pct=_twmean(wk_cpu, w),
-        starved_cpu_pct=starved_cpu, starved_io_pct=starved_io,
-        steps=n, data_wait_pct=100.0 * wait / total if total else None,
-        step_ms=total / n / 1e6 if n else None, step_s=total / 1e9,
+        throttled_pct=throttled,
+        throttle_reasons=reasons,
+        power_capped_gpus=capped,
+        power_gpus=judged,
+        power_median_w=watts,
+        power_basis=basis,
+        cpu_pct=_twmean(cpu, w),
+        iowait_pct=_twmean(iow, w),
+        main_cpu_pct=_twmean(main, w),
+        workers=max(wk_count) if wk_count else None,
+        worker_cpu_pct=_twmean(wk_cpu, w),
+        starved_cpu_pct=starved_cpu,
+        starved_io_pct=starved_io,
+        steps=n,
+        data_wait_pct=100.0 * wait / total if total else None,
+        step_ms=total / n / 1e6 if n else None,
+        step_s=total / 1e9,
         cores=max((len(h.per_core) for h in hosts if h is not None and h.per_core), default=None),
     )
 
 
 # --- rules -------------------------------------------------------------------------------------------
+
 
 def _ev(rules: Rules, name: str, metric: str, value: float, op: str = "≥") -> Evidence:
     t = rules[name]
@@ -359,8 +398,10 @@ def _data_wait(s: WindowStats, r: Rules) -> Finding | None:
     sev = "high" if p >= r.value("data_wait.high") else "moderate" if p >= r.value("data_wait.moderate") else None
     if sev is None:
         return None
-    ev = [_ev(r, f"data_wait.{sev}", "training loop waiting in DataLoader __next__ (step-exact)", p),
-          _ctx("steps measured in the window", s.steps, "steps", "step hook")]
+    ev = [
+        _ev(r, f"data_wait.{sev}", "training loop waiting in DataLoader __next__ (step-exact)", p),
+        _ctx("steps measured in the window", s.steps, "steps", "step hook"),
+    ]
     if s.workers is not None:
         ev.append(_ctx("DataLoader worker processes", s.workers, "processes", "process tree"))
     detail = "the input pipeline cannot keep the training step fed"
@@ -372,28 +413,63 @@ def _data_wait(s: WindowStats, r: Rules) -> Finding | None:
 def _loader_cpu(s: WindowStats, r: Rules) -> Finding | None:
     if s.starved_cpu_pct is None or s.starved_cpu_pct <= r.value("live.starved_share"):
         return None
-    ev = [_ev(r, "live.starved_share", f"samples with GPU < {r.value('live.gpu_idle'):g} % while CPU/loader ≥ "
-              f"{r.value('live.cpu_saturated'):g} %", s.starved_cpu_pct),
-          _ctx("host CPU", s.cpu_pct, "%"), _ctx("CPU per DataLoader worker", s.worker_cpu_pct, "% of a core")]
-    return Finding("data/loader-cpu", "data", "high", "GPU starved while the input pipeline's CPU is saturated",
-                   s.starved_cpu_pct, ev, "the data loader cannot produce batches as fast as the GPU consumes them")
+    ev = [
+        _ev(
+            r,
+            "live.starved_share",
+            f"samples with GPU < {r.value('live.gpu_idle'):g} % while CPU/loader ≥ {r.value('live.cpu_saturated'):g} %",
+            s.starved_cpu_pct,
+        ),
+        _ctx("host CPU", s.cpu_pct, "%"),
+        _ctx("CPU per DataLoader worker", s.worker_cpu_pct, "% of a core"),
+    ]
+    return Finding(
+        "data/loader-cpu",
+        "data",
+        "high",
+        "GPU starved while the input pipeline's CPU is saturated",
+        s.starved_cpu_pct,
+        ev,
+        "the data loader cannot produce batches as fast as the GPU consumes them",
+    )
 
 
 def _io_wait(s: WindowStats, r: Rules) -> Finding | None:
     if s.starved_io_pct is None or s.starved_io_pct <= r.value("live.starved_share"):
         return None
-    ev = [_ev(r, "live.starved_share", f"samples with GPU < {r.value('live.gpu_idle'):g} % while I/O wait ≥ "
-              f"{r.value('live.iowait_saturated'):g} %", s.starved_io_pct), _ctx("I/O wait", s.iowait_pct, "%")]
-    return Finding("data/io-wait", "data", "high", "GPU starved while the host waits on storage", s.starved_io_pct, ev,
-                   "reading the data set is the bottleneck")
+    ev = [
+        _ev(
+            r,
+            "live.starved_share",
+            f"samples with GPU < {r.value('live.gpu_idle'):g} % while I/O wait ≥ "
+            f"{r.value('live.iowait_saturated'):g} %",
+            s.starved_io_pct,
+        ),
+        _ctx("I/O wait", s.iowait_pct, "%"),
+    ]
+    return Finding(
+        "data/io-wait",
+        "data",
+        "high",
+        "GPU starved while the host waits on storage",
+        s.starved_io_pct,
+        ev,
+        "reading the data set is the bottleneck",
+    )
 
 
 def _capacity(s: WindowStats, r: Rules) -> Finding | None:
     if s.gpu_mem_pct is None or s.gpu_mem_pct < r.value("memory.capacity"):
         return None
-    return Finding("machine/capacity", "machine", "high", "GPU memory near capacity", 0.0,
-                   [_ev(r, "memory.capacity", "GPU memory used / total (fullest GPU)", s.gpu_mem_pct)],
-                   "little headroom: larger batches or models will not fit, and allocator retries slow steps")
+    return Finding(
+        "machine/capacity",
+        "machine",
+        "high",
+        "GPU memory near capacity",
+        0.0,
+        [_ev(r, "memory.capacity", "GPU memory used / total (fullest GPU)", s.gpu_mem_pct)],
+        "little headroom: larger batches or models will not fit, and allocator retries slow steps",
+    )
 
 
 def _gpm_mix(s: WindowStats, r: Rules) -> Finding | None:
@@ -402,15 +478,31 @@ def _gpm_mix(s: WindowStats, r: Rules) -> Finding | None:
         return None
     hi, lo = r.value("live.gpm_active"), r.value("live.gpm_quiet")
     if sm >= hi and s.dram_util < lo:
-        return Finding("algorithm/compute-bound", "algorithm", "high", "SMs and tensor cores are the limit", sm,
-                       [_ev(r, "live.gpm_active", "SM / tensor activity (GPM)", sm),
-                        _ev(r, "live.gpm_quiet", "DRAM bandwidth utilization (GPM)", s.dram_util, "<")],
-                       "arithmetic units are the limit while kernels run")
+        return Finding(
+            "algorithm/compute-bound",
+            "algorithm",
+            "high",
+            "SMs and tensor cores are the limit",
+            sm,
+            [
+                _ev(r, "live.gpm_active", "SM / tensor activity (GPM)", sm),
+                _ev(r, "live.gpm_quiet", "DRAM bandwidth utilization (GPM)", s.dram_util, "<"),
+            ],
+            "arithmetic units are the limit while kernels run",
+        )
     if s.dram_util >= hi and sm < lo:
-        return Finding("machine/bandwidth", "machine", "high", "DRAM bandwidth is the limit", s.dram_util,
-                       [_ev(r, "live.gpm_active", "DRAM bandwidth utilization (GPM)", s.dram_util),
-                        _ev(r, "live.gpm_quiet", "SM / tensor activity (GPM)", sm, "<")],
-                       "kernels move more bytes than they compute: fusion cuts the traffic")
+        return Finding(
+            "machine/bandwidth",
+            "machine",
+            "high",
+            "DRAM bandwidth is the limit",
+            s.dram_util,
+            [
+                _ev(r, "live.gpm_active", "DRAM bandwidth utilization (GPM)", s.dram_util),
+                _ev(r, "live.gpm_quiet", "SM / tensor activity (GPM)", sm, "<"),
+            ],
+            "kernels move more bytes than they compute: fusion cuts the traffic",
+        )
     return None
 
 
@@ -419,14 +511,30 @@ def _nvml_mix(s: WindowStats, r: Rules) -> Finding | None:
         return None
     busy = r.value("live.mem_ctrl_busy")
     if s.gpu_mem_ctrl >= busy:
-        return Finding("machine/bandwidth", "machine", "moderate", "Memory traffic dominates the busy GPU", s.gpu_mem_ctrl,
-                       [_ev(r, "live.mem_ctrl_busy", "memory controller busy (NVML, no GPM on this GPU)", s.gpu_mem_ctrl),
-                        _ev(r, "gpu_busy.saturated", "GPU utilization", s.gpu_util)],
-                       "kernels wait on memory (NVML time shares; GPM would measure bandwidth directly)")
-    return Finding("algorithm/compute-bound", "algorithm", "moderate", "The GPU is busy computing", s.gpu_util,
-                   [_ev(r, "gpu_busy.saturated", "GPU utilization", s.gpu_util),
-                    _ev(r, "live.mem_ctrl_busy", "memory controller busy (NVML, no GPM on this GPU)", s.gpu_mem_ctrl, "<")],
-                   "kernels run nearly all the time with modest memory traffic (NVML time shares; GPM would be precise)")
+        return Finding(
+            "machine/bandwidth",
+            "machine",
+            "moderate",
+            "Memory traffic dominates the busy GPU",
+            s.gpu_mem_ctrl,
+            [
+                _ev(r, "live.mem_ctrl_busy", "memory controller busy (NVML, no GPM on this GPU)", s.gpu_mem_ctrl),
+                _ev(r, "gpu_busy.saturated", "GPU utilization", s.gpu_util),
+            ],
+            "kernels wait on memory (NVML time shares; GPM would measure bandwidth directly)",
+        )
+    return Finding(
+        "algorithm/compute-bound",
+        "algorithm",
+        "moderate",
+        "The GPU is busy computing",
+        s.gpu_util,
+        [
+            _ev(r, "gpu_busy.saturated", "GPU utilization", s.gpu_util),
+            _ev(r, "live.mem_ctrl_busy", "memory controller busy (NVML, no GPM on this GPU)", s.gpu_mem_ctrl, "<"),
+        ],
+        "kernels run nearly all the time with modest memory traffic (NVML time shares; GPM would be precise)",
+    )
 
 
 def _utilization(s: WindowStats, r: Rules) -> Finding | None:
@@ -434,23 +542,41 @@ def _utilization(s: WindowStats, r: Rules) -> Finding | None:
         return None
     low, fl = r.value("live.p95_util_low"), r.value("live.p5_util_fluctuating")
     if s.gpu_util_p95 < low:
-        return Finding("gpu/underutilized", "insufficient_evidence", "info", "GPU underutilized", 100 - (s.gpu_util or 0.0),
-                       [_ev(r, "live.p95_util_low", "p95 GPU utilization", s.gpu_util_p95, "<")],
-                       "even the busiest samples leave the GPU mostly idle")
+        return Finding(
+            "gpu/underutilized",
+            "insufficient_evidence",
+            "info",
+            "GPU underutilized",
+            100 - (s.gpu_util or 0.0),
+            [_ev(r, "live.p95_util_low", "p95 GPU utilization", s.gpu_util_p95, "<")],
+            "even the busiest samples leave the GPU mostly idle",
+        )
     if s.gpu_util_p5 is not None and s.gpu_util_p5 < fl:
-        return Finding("gpu/fluctuating", "insufficient_evidence", "info", "GPU utilization fluctuates", 100 - (s.gpu_util or 0.0),
-                       [_ev(r, "live.p95_util_low", "p95 GPU utilization", s.gpu_util_p95),
-                        _ev(r, "live.p5_util_fluctuating", "p5 GPU utilization", s.gpu_util_p5, "<")],
-                       "busy bursts alternate with idle gaps (periodic stalls: data, eval, checkpoints)")
+        return Finding(
+            "gpu/fluctuating",
+            "insufficient_evidence",
+            "info",
+            "GPU utilization fluctuates",
+            100 - (s.gpu_util or 0.0),
+            [
+                _ev(r, "live.p95_util_low", "p95 GPU utilization", s.gpu_util_p95),
+                _ev(r, "live.p5_util_fluctuating", "p5 GPU utilization", s.gpu_util_p5, "<"),
+            ],
+            "busy bursts alternate with idle gaps (periodic stalls: data, eval, checkpoints)",
+        )
     return None
 
 
 _THROTTLE_ADVICE = {
-    "power cap": ("GPU clocks held down by the power cap",
-                  "the GPU draws its power limit and lowers its clocks to stay under it: check the limit "
-                  "(nvidia-smi -q -d POWER) and whether it was lowered below the board's default"),
-    "power brake": ("GPU clocks cut by the power brake",
-                    "an external power-brake signal (the system's power supply or chassis) slows the GPU"),
+    "power cap": (
+        "GPU clocks held down by the power cap",
+        "the GPU draws its power limit and lowers its clocks to stay under it: check the limit "
+        "(nvidia-smi -q -d POWER) and whether it was lowered below the board's default",
+    ),
+    "power brake": (
+        "GPU clocks cut by the power brake",
+        "an external power-brake signal (the system's power supply or chassis) slows the GPU",
+    ),
     "thermal": ("GPU clocks slowed by temperature", "the GPU is too hot: check cooling and airflow"),
 }
 
@@ -459,11 +585,18 @@ def _throttling(s: WindowStats, r: Rules) -> Finding | None:
     if s.throttled_pct is None or s.throttled_pct <= r.value("live.throttle_share"):
         return None
     top = s.throttle_reasons[0][0] if s.throttle_reasons else "power or thermal"
-    title, detail = _THROTTLE_ADVICE.get(top, ("GPU clocks slowed by power or temperature",
-                                               "the GPU runs below its clocks: check cooling and the power limit"))
+    title, detail = _THROTTLE_ADVICE.get(
+        top,
+        (
+            "GPU clocks slowed by power or temperature",
+            "the GPU runs below its clocks: check cooling and the power limit",
+        ),
+    )
     ev = [_ev(r, "live.throttle_share", "samples with a power/thermal clock slowdown", s.throttled_pct)]
-    ev += [_ctx(f"samples slowed by: {name}", pct, "% of samples", "NVML clock-event reasons")
-           for name, pct in s.throttle_reasons]
+    ev += [
+        _ctx(f"samples slowed by: {name}", pct, "% of samples", "NVML clock-event reasons")
+        for name, pct in s.throttle_reasons
+    ]
     return Finding("machine/throttling", "machine", "moderate", title, 0.0, ev, detail)
 
 
@@ -475,12 +608,20 @@ def _power_cap(s: WindowStats, r: Rules) -> Finding | None:
         return None  # the clock-event reasons already say it, more directly
     at_limit = s.power_basis == "enforced limit"
     name = "live.power_at_limit_pct" if at_limit else "live.power_ceiling_pct"
-    ev = [_ctx("GPUs whose busy power sits " + ("at the enforced limit" if at_limit else "at a hard ceiling"),
-               s.power_capped_gpus, f"of {s.power_gpus} GPUs", f"power samples; threshold {name} = {r.value(name):g}"),
-          _ctx("median busy power of those GPUs", s.power_median_w, "W")]
-    detail = ("busy power stays pinned under a maximum it never exceeds: the GPUs run at their power limit, so "
-              "their clocks follow the power budget" + ("" if at_limit else
-              " (this source records no power limit; the ceiling is read from the samples)"))
+    ev = [
+        _ctx(
+            "GPUs whose busy power sits " + ("at the enforced limit" if at_limit else "at a hard ceiling"),
+            s.power_capped_gpus,
+            f"of {s.power_gpus} GPUs",
+            f"power samples; threshold {name} = {r.value(name):g}",
+        ),
+        _ctx("median busy power of those GPUs", s.power_median_w, "W"),
+    ]
+    detail = (
+        "busy power stays pinned under a maximum it never exceeds: the GPUs run at their power limit, so "
+        "their clocks follow the power budget"
+        + ("" if at_limit else " (this source records no power limit; the ceiling is read from the samples)")
+    )
     return Finding("machine/power-cap", "machine", "moderate", "GPUs run at their power limit", 0.0, ev, detail)
 
 
@@ -518,32 +659,66 @@ def live_verdict(s: WindowStats, found: list[Finding], rules: Rules) -> Verdict:
     data = [by[i] for i in ("data/input-wait", "data/loader-cpu", "data/io-wait") if i in by]
 
     def verdict(f: Finding, conf: float | None = None, extra: list[Evidence] | None = None) -> Verdict:
-        return Verdict(f.axis, conf if conf is not None else _CONF[f.severity], f.id,
-                       f"{f.title} — {f.detail}" if f.detail else f.title, list(f.evidence) + (extra or []))
+        return Verdict(
+            f.axis,
+            conf if conf is not None else _CONF[f.severity],
+            f.id,
+            f"{f.title} — {f.detail}" if f.detail else f.title,
+            list(f.evidence) + (extra or []),
+        )
 
     if not has_gpu:
         if data:
             return verdict(data[0])
         if s.data_wait_pct is not None and s.enough_steps(rules):
-            f = Finding("algorithm/compute-bound", "algorithm", "moderate", "Time goes to the training step itself", 100 - s.data_wait_pct,
-                        [_ev(rules, "data_wait.moderate", "training loop waiting in DataLoader __next__ (step-exact)", s.data_wait_pct, "<"),
-                         _ctx("training process CPU", s.main_cpu_pct, "% of a core")],
-                        "the input pipeline keeps up; no GPU is in use, so the step computes on the CPU")
+            f = Finding(
+                "algorithm/compute-bound",
+                "algorithm",
+                "moderate",
+                "Time goes to the training step itself",
+                100 - s.data_wait_pct,
+                [
+                    _ev(
+                        rules,
+                        "data_wait.moderate",
+                        "training loop waiting in DataLoader __next__ (step-exact)",
+                        s.data_wait_pct,
+                        "<",
+                    ),
+                    _ctx("training process CPU", s.main_cpu_pct, "% of a core"),
+                ],
+                "the input pipeline keeps up; no GPU is in use, so the step computes on the CPU",
+            )
             return verdict(f, 0.6)
-        return Verdict("insufficient_evidence", 0.0, None,
-                       "no GPU counters and no step timings: nothing measures where the time goes "
-                       "(launch the job with `trainscope watch -- python …` for step-exact timing)", [])
+        return Verdict(
+            "insufficient_evidence",
+            0.0,
+            None,
+            "no GPU counters and no step timings: nothing measures where the time goes "
+            "(launch the job with `trainscope watch -- python …` for step-exact timing)",
+            [],
+        )
 
     saturated = rules.value("gpu_busy.saturated")
-    busy_ev = _ev(rules, "gpu_busy.saturated", "GPU utilization (time-weighted)", s.gpu_util,
-                  "≥" if s.gpu_util >= saturated else "<")
+    busy_ev = _ev(
+        rules,
+        "gpu_busy.saturated",
+        "GPU utilization (time-weighted)",
+        s.gpu_util,
+        "≥" if s.gpu_util >= saturated else "<",
+    )
     if s.gpu_util < saturated:
         if data:  # measured (step-exact) before inferred (counter patterns), high before moderate
             return verdict(sorted(data, key=lambda f: f.severity != "high")[0], extra=[busy_ev])
-        return Verdict("insufficient_evidence", 0.0, None,
-                       f"the GPU is busy {s.gpu_util:.0f} % of the time, but the counters show no input-pipeline "
-                       "saturation; launch overhead, synchronization or communication can idle a GPU too — record a "
-                       "trace and run `trainscope analyze` to tell them apart", [busy_ev])
+        return Verdict(
+            "insufficient_evidence",
+            0.0,
+            None,
+            f"the GPU is busy {s.gpu_util:.0f} % of the time, but the counters show no input-pipeline "
+            "saturation; launch overhead, synchronization or communication can idle a GPU too — record a "
+            "trace and run `trainscope analyze` to tell them apart",
+            [busy_ev],
+        )
     if "machine/capacity" in by:
         return verdict(by["machine/capacity"], extra=[busy_ev])
     for fid in ("algorithm/compute-bound", "machine/bandwidth"):
@@ -561,8 +736,10 @@ _FIXES = live_fix_table()
 
 
 # The registry's snippet computes the worker count where it runs; the watch knows the machine it samples.
-_WORKERS_RULE = re.compile(r"# as many workers as this machine has CPU cores per GPU:\n"
-                           r"workers = max\(1, len\(os\.sched_getaffinity\(0\)\) // [^\n]*\n")
+_WORKERS_RULE = re.compile(
+    r"# as many workers as this machine has CPU cores per GPU:\n"
+    r"workers = max\(1, len\(os\.sched_getaffinity\(0\)\) // [^\n]*\n"
+)
 _WORKERS_ARG = re.compile(r"num_workers=workers,")
 
 
@@ -591,11 +768,16 @@ def live_fixes(s: WindowStats, found: list[Finding], rules: Rules | None = None)
         speed, basis = None, "no projection from sampled counters"
         if f.id == "data/input-wait" and s.data_wait_pct is not None and s.data_wait_pct < 100:
             w = s.data_wait_pct / 100
-            speed, basis = round(1 / (1 - w), 3), f"hiding the measured {s.data_wait_pct:.1f} % wait entirely: 1 / (1 − {w:.3f})"
+            speed, basis = (
+                round(1 / (1 - w), 3),
+                f"hiding the measured {s.data_wait_pct:.1f} % wait entirely: 1 / (1 − {w:.3f})",
+            )
             if s.cpu_pct is not None and s.cpu_pct >= saturated:  # no free core for more workers here
                 speed = None
-                basis = (f"no projection: the host's CPUs are already {s.cpu_pct:.0f} % busy, so more workers have "
-                         f"no free core to run on (a {s.data_wait_pct:.1f} % wait is hidden only with spare CPU)")
+                basis = (
+                    f"no projection: the host's CPUs are already {s.cpu_pct:.0f} % busy, so more workers have "
+                    f"no free core to run on (a {s.data_wait_pct:.1f} % wait is hidden only with spare CPU)"
+                )
         if f.id == "algorithm/compute-bound" and s.gpu_util is None:
             continue  # a CPU job: GPU advice does not apply
         out.append(Fix(f.id, title, change, speed, basis))
@@ -617,19 +799,26 @@ def startup_end(snaps: Sequence[Snapshot], rules: Rules) -> float | None:
     return None
 
 
-def evaluate(snaps: Sequence[Snapshot], rules: Rules, t: float | None = None,
-             steps_after_t: float | None = None, digests: Sequence[SampleDigest] | None = None) -> LiveStatus:
+def evaluate(
+    snaps: Sequence[Snapshot],
+    rules: Rules,
+    t: float | None = None,
+    steps_after_t: float | None = None,
+    digests: Sequence[SampleDigest] | None = None,
+) -> LiveStatus:
     """The status of a window of snapshots (pure). ``steps_after_t``, ``digests``: see :func:`window_stats`."""
     s = window_stats(snaps, rules, steps_after_t, digests)
     t = t if t is not None else (snaps[-1].t if snaps else 0.0)
     stepping = any(x.step_mode in ("on", "waiting") for x in snaps[-3:])
     warming = s.samples < rules.value("live.min_samples") or (
-        s.gpu_util is None and stepping and not s.enough_steps(rules))
+        s.gpu_util is None and stepping and not s.enough_steps(rules)
+    )
     ranks = rank_window(snaps, rules) if any(x.ranks for x in snaps) else None
     creep = creep_finding(snaps)  # a leak is said even while the verdict warms up
     if warming:
-        v = Verdict("insufficient_evidence", 0.0, None,
-                    f"warming up: {s.samples} samples and {s.steps} steps so far", [])
+        v = Verdict(
+            "insufficient_evidence", 0.0, None, f"warming up: {s.samples} samples and {s.steps} steps so far", []
+        )
         return LiveStatus(t, WARMING_UP, v, (creep,) if creep else (), (), s, ranks=ranks)
     found = live_findings(s, rules) + ([creep] if creep else [])
     v = live_verdict(s, found, rules)
@@ -691,8 +880,9 @@ class LiveAnalyzer:
             if not self.changes or (self.changes[-1].axis, self.changes[-1].bottleneck) != key:
                 self.changes.append(VerdictChange(snap.t, key[0], key[1], st.verdict.summary))
             shown = st
-        self.status = LiveStatus(st.t, shown.state, shown.verdict, shown.findings, shown.fixes, st.stats,
-                                 tuple(self.changes), st.ranks)
+        self.status = LiveStatus(
+            st.t, shown.state, shown.verdict, shown.findings, shown.fixes, st.stats, tuple(self.changes), st.ranks
+        )
         return self.status
 
     def _held(self, key: tuple[str, str | None], t: float) -> float:
@@ -703,8 +893,13 @@ class LiveAnalyzer:
 
     def summary(self) -> LiveStatus:
         """The verdict over the whole run (start-up steps left out), with the change log."""
-        st = evaluate(self.history, self.rules, self.history[-1].t if self.history else None,
-                      startup_end(self.history, self.rules), self._digests)
+        st = evaluate(
+            self.history,
+            self.rules,
+            self.history[-1].t if self.history else None,
+            startup_end(self.history, self.rules),
+            self._digests,
+        )
         findings, fixes = st.findings, st.fixes
         if self._creep is not None and not any(f.id == self._creep.id for f in findings):
             # A leak seen in a window stays in the summary (the run's start-up and tail flatten a whole-run fit).
@@ -725,15 +920,24 @@ def counters_diagnosis(trace, rules: Rules):
     if st.state == READY and st.verdict.axis != "insufficient_evidence":
         for fx in st.fixes:
             step = st.stats.step_ms
-            recs.append(Recommendation(
-                fx.finding.replace("/", "-"), fx.finding, fx.title, fx.change, fx.projected_speedup,
-                None if fx.projected_speedup is None or step is None else round(step / fx.projected_speedup, 2),
-                fx.basis))
+            recs.append(
+                Recommendation(
+                    fx.finding.replace("/", "-"),
+                    fx.finding,
+                    fx.title,
+                    fx.change,
+                    fx.projected_speedup,
+                    None if fx.projected_speedup is None or step is None else round(step / fx.projected_speedup, 2),
+                    fx.basis,
+                )
+            )
     s = st.stats
-    note = (f"sampled counters only ({s.samples} samples over {s.span_s:.0f} s"
-            + (f", {s.gpus} GPU{'s' * (s.gpus != 1)}" if s.gpus else ", no GPU")
-            + (f", {s.steps} timed steps, data wait {s.data_wait_pct:.1f} %" if s.data_wait_pct is not None else "")
-            + "): the verdict comes from the live rules (`trainscope watch`); there is no per-kernel breakdown")
+    note = (
+        f"sampled counters only ({s.samples} samples over {s.span_s:.0f} s"
+        + (f", {s.gpus} GPU{'s' * (s.gpus != 1)}" if s.gpus else ", no GPU")
+        + (f", {s.steps} timed steps, data wait {s.data_wait_pct:.1f} %" if s.data_wait_pct is not None else "")
+        + "): the verdict comes from the live rules (`trainscope watch`); there is no per-kernel breakdown"
+    )
     if st.state == WARMING_UP:
         note += f"; too few samples for a verdict (need {rules.value('live.min_samples'):g})"
     return list(st.findings), st.verdict, recs, note

@@ -9,6 +9,7 @@ overall rate: a single allocation is flat on both sides of its step), the growth
 ``MIN_SPAN_S`` seconds. The projection is the headroom left (device free memory for a GPU, the
 host's available memory for a process) divided by the slope: when the job runs out if nothing changes.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,7 +56,7 @@ def _fit(ts: list[float], ys: list[float]) -> tuple[float, float]:
     slope = float((t * (y - y.mean())).sum() / denom)
     resid = y - y.mean() - slope * t
     ss_tot = float(((y - y.mean()) ** 2).sum())
-    return slope, (1.0 - float((resid ** 2).sum()) / ss_tot) if ss_tot > 0 else 0.0
+    return slope, (1.0 - float((resid**2).sum()) / ss_tot) if ss_tot > 0 else 0.0
 
 
 def _series(snaps: Sequence[Snapshot]) -> dict[str, tuple[list[float], list[float], float | None, float | None]]:
@@ -76,14 +77,24 @@ def _series(snaps: Sequence[Snapshot]) -> dict[str, tuple[list[float], list[floa
         total = h.mem_total if h is not None else None
         if s.ranks:
             for r in s.ranks:
-                add(f"host RSS of rank {r.rank}" if r.rank.isdigit() else f"host RSS of {r.rank}", s.t, r.rss,
-                    total, avail)
+                add(
+                    f"host RSS of rank {r.rank}" if r.rank.isdigit() else f"host RSS of {r.rank}",
+                    s.t,
+                    r.rss,
+                    total,
+                    avail,
+                )
         elif h is not None and (main := h.group("main")) is not None:
             add("host RSS of the training process", s.t, main.rss, total, avail)
         for g in s.gpus:
             if not g.lost and g.mem_used is not None:
-                add(f"GPU {g.index} memory", s.t, g.mem_used, g.mem_total,
-                    (g.mem_total - g.mem_used) if g.mem_total else None)
+                add(
+                    f"GPU {g.index} memory",
+                    s.t,
+                    g.mem_used,
+                    g.mem_total,
+                    (g.mem_total - g.mem_used) if g.mem_total else None,
+                )
     return out
 
 
@@ -118,18 +129,38 @@ def creep_finding(snaps: Sequence[Snapshot]) -> Finding | None:
     worst = min(creeps, key=lambda c: c.to_capacity_s if c.to_capacity_s is not None else float("inf"))
     ev = []
     for c in creeps:
-        ev.append(Evidence(f"{c.what}: growth rate", round(c.slope_bps / 2**20, 2), "MiB/s",
-                           f"R² ≥ {MIN_R2:g}, ≥ {MIN_GROWTH_BYTES >> 20} MiB over {MIN_SPAN_S:g}+ s", SOURCE, True))
+        ev.append(
+            Evidence(
+                f"{c.what}: growth rate",
+                round(c.slope_bps / 2**20, 2),
+                "MiB/s",
+                f"R² ≥ {MIN_R2:g}, ≥ {MIN_GROWTH_BYTES >> 20} MiB over {MIN_SPAN_S:g}+ s",
+                SOURCE,
+                True,
+            )
+        )
         ev.append(Evidence(f"{c.what}: fit of the line (R²)", round(c.r2, 3), "", "", SOURCE, None))
         if c.per_step is not None:
-            ev.append(Evidence(f"{c.what}: growth per iteration", round(c.per_step / 2**20, 3), "MiB", "", SOURCE, None))
+            ev.append(
+                Evidence(f"{c.what}: growth per iteration", round(c.per_step / 2**20, 3), "MiB", "", SOURCE, None)
+            )
         if c.to_capacity_s is not None and c.headroom is not None:
-            ev.append(Evidence(f"{c.what}: projected time until capacity", round(c.to_capacity_s, 1), "s",
-                               f"headroom {c.headroom / 2**30:.2f} GiB at this slope", SOURCE, None))
+            ev.append(
+                Evidence(
+                    f"{c.what}: projected time until capacity",
+                    round(c.to_capacity_s, 1),
+                    "s",
+                    f"headroom {c.headroom / 2**30:.2f} GiB at this slope",
+                    SOURCE,
+                    None,
+                )
+            )
     t = worst.to_capacity_s
     sev = "high" if t is not None and t < SOON_S else "moderate"
-    detail = (f"{worst.what} grows {worst.slope_bps / 2**20:.1f} MiB/s over the last {worst.span_s:.0f} s "
-              f"(+{worst.growth / 2**20:.0f} MiB, now {worst.current / 2**30:.2f} GiB)"
-              + (f"; at this rate it reaches capacity in {_duration(t)}" if t is not None else ""))
+    detail = (
+        f"{worst.what} grows {worst.slope_bps / 2**20:.1f} MiB/s over the last {worst.span_s:.0f} s "
+        f"(+{worst.growth / 2**20:.0f} MiB, now {worst.current / 2**30:.2f} GiB)"
+        + (f"; at this rate it reaches capacity in {_duration(t)}" if t is not None else "")
+    )
     stake = 100.0 * worst.growth / worst.capacity if worst.capacity else 0.0
     return Finding("machine/memory-creep", "machine", sev, "Memory grows steadily over the run", stake, ev, detail)

@@ -12,6 +12,7 @@ that chance does not explain: a one-sided sign test against 1/R (R ranks), p < `
 A rank slow in its own compute makes every rank's own work stretch alike, so the hook alone cannot
 name it; the per-rank traces of a capture or ``trainscope analyze`` can (their collectives' arrivals).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ class RankWindow:
 
 def binomial_tail(k: int, n: int, p: float) -> float:
     """P(X ≥ k) for X ~ Binomial(n, p)."""
-    return sum(comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))
+    return sum(comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
 
 
 def rank_window(snaps: Sequence[Snapshot], rules: Rules) -> RankWindow | None:
@@ -72,9 +73,21 @@ def rank_window(snaps: Sequence[Snapshot], rules: Rules) -> RankWindow | None:
     stats = []
     for name in order:
         pid, n, w, st, rss, gpu, mem, util = acc[name]
-        stats.append(RankStats(name, pid, n, st / n / 1e6 if n else None, w / n / 1e6 if n else None,
-                               100.0 * w / st if st else None, (st - w) / n / 1e6 if n else None,
-                               rss, gpu, mem, util))
+        stats.append(
+            RankStats(
+                name,
+                pid,
+                n,
+                st / n / 1e6 if n else None,
+                w / n / 1e6 if n else None,
+                100.0 * w / st if st else None,
+                (st - w) / n / 1e6 if n else None,
+                rss,
+                gpu,
+                mem,
+                util,
+            )
+        )
     return RankWindow(tuple(stats), *_straggler(snaps, stats, rules))
 
 
@@ -100,10 +113,12 @@ def _straggler(snaps: Sequence[Snapshot], stats: list[RankStats], rules: Rules) 
     margin = (top.wait_ms or 0.0) - other_wait
     cut = rules.value("straggler.late_pct") / 100 * median_step
     p = binomial_tail(wins[top.rank], n, 1 / len(stepping))
-    basis = (f"rank {top.rank} waits {top.wait_ms:.1f} ms per iteration on its input against {other_wait:.1f} ms "
-             f"for the others (margin {margin:.1f} ms, threshold {cut:.1f} ms = straggler.late_pct of the "
-             f"{median_step:.1f} ms median iteration); longest wait in {wins[top.rank]} of {n} samples "
-             f"(sign test p = {p:.2g})")
+    basis = (
+        f"rank {top.rank} waits {top.wait_ms:.1f} ms per iteration on its input against {other_wait:.1f} ms "
+        f"for the others (margin {margin:.1f} ms, threshold {cut:.1f} ms = straggler.late_pct of the "
+        f"{median_step:.1f} ms median iteration); longest wait in {wins[top.rank]} of {n} samples "
+        f"(sign test p = {p:.2g})"
+    )
     if margin >= cut and margin > 0 and p < SIGNIFICANCE:
         return top.rank, basis + ": the others wait for it in their collectives"
     return None, "no rank stands out: " + basis

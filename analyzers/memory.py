@@ -1,4 +1,5 @@
 """Peak device memory from the profiler's ``[memory]`` allocator events, against device capacity."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -10,6 +10,7 @@ the trace knows); and the blocks live at the dump that the trace never allocated
 throughout, with the block's own stack). Their sizes add up to the peak exactly when the trace is
 complete (:attr:`MemoryPeak.accounted`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -86,7 +87,7 @@ class MemoryPeak:
         last = np.searchsorted(cols, np.arange(columns), side="right")  # one past its last
         for c in range(columns):
             entering = int(self.allocated[first[c] - 1]) if first[c] > 0 else 0
-            inside = self.allocated[first[c]:last[c]]
+            inside = self.allocated[first[c] : last[c]]
             out[c] = max(entering, int(inside.max())) if len(inside) else entering
         return out
 
@@ -135,8 +136,9 @@ def _frame(f: object) -> Frame:
         return Frame(str(f), "", 0)
     fn = f.get("filename")
     line = f.get("line")
-    return Frame(str(f.get("name", "?")), fn if isinstance(fn, str) and fn != "??" else "",
-                 line if isinstance(line, int) else 0)
+    return Frame(
+        str(f.get("name", "?")), fn if isinstance(fn, str) and fn != "??" else "", line if isinstance(line, int) else 0
+    )
 
 
 def _stack(frames: list) -> tuple[Frame, ...]:
@@ -155,8 +157,10 @@ def memory_peak(snap: Snapshot, mem: DeviceSnapshotMemory) -> MemoryPeak:
         i = int(np.argmax(mem.series_allocated))
         i_peak = i if int(mem.series_allocated[i]) == mem.peak_allocated else None
     if tr is None or not series:
-        allocs = [PeakAllocation(b.requested_size, b.address, None, site_of(b.frames), _stack(b.frames), ORIGIN_DUMP)
-                  for b in live_end.values()]
+        allocs = [
+            PeakAllocation(b.requested_size, b.address, None, site_of(b.frames), _stack(b.frames), ORIGIN_DUMP)
+            for b in live_end.values()
+        ]
     else:
         allocs = _live_after(tr, live_end, -1 if i_peak is None else i_peak)
     allocs.sort(key=lambda a: (-a.size, a.address))
@@ -167,21 +171,45 @@ def memory_peak(snap: Snapshot, mem: DeviceSnapshotMemory) -> MemoryPeak:
             oom_index = int(ooms[-1])
             at_oom = sorted(_live_after(tr, live_end, oom_index), key=lambda a: (-a.size, a.address))
     return MemoryPeak(
-        device=dev, peak_bytes=mem.peak_allocated, peak_index=i_peak, peak_time_us=mem.peak_allocated_time_us,
-        reserved_at_peak=mem.reserved_at_peak_allocated, end_reserved=mem.end_reserved, events=mem.events,
-        allocations=allocs, time_us=mem.series_time_us, allocated=mem.series_allocated,
-        reserved=mem.series_reserved, phase=mem.peak_phase, notes=list(mem.notes), oom_index=oom_index,
-        oom_allocations=at_oom)
+        device=dev,
+        peak_bytes=mem.peak_allocated,
+        peak_index=i_peak,
+        peak_time_us=mem.peak_allocated_time_us,
+        reserved_at_peak=mem.reserved_at_peak_allocated,
+        end_reserved=mem.end_reserved,
+        events=mem.events,
+        allocations=allocs,
+        time_us=mem.series_time_us,
+        allocated=mem.series_allocated,
+        reserved=mem.series_reserved,
+        phase=mem.peak_phase,
+        notes=list(mem.notes),
+        oom_index=oom_index,
+        oom_allocations=at_oom,
+    )
 
 
 def _live_after(tr: DeviceTrace, live_end: dict, i_peak: int) -> list[PeakAllocation]:
     """Allocations live just after event ``i_peak`` (-1: before the first event), with their stacks."""
     ls = live_set(tr, live_end, i_peak, free_code_of(tr.action))
     size, t = tr.size, tr.time_us
-    out = [PeakAllocation(int(size[i]), k, int(t[i]), site_of(tr.frames[i]), _stack(tr.frames[i]), ORIGIN_TRACE)
-           for k, i in ls.allocated.items()]
-    out += [PeakAllocation(int(size[i]), int(tr.addr[i]), None, site_of(tr.frames[i]) + " [where freed]",
-                           _stack(tr.frames[i]), ORIGIN_FREED_LATER) for i in ls.freed_later]
-    out += [PeakAllocation(b.requested_size, b.address, None, site_of(b.frames), _stack(b.frames), ORIGIN_DUMP)
-            for b in ls.at_dump]
+    out = [
+        PeakAllocation(int(size[i]), k, int(t[i]), site_of(tr.frames[i]), _stack(tr.frames[i]), ORIGIN_TRACE)
+        for k, i in ls.allocated.items()
+    ]
+    out += [
+        PeakAllocation(
+            int(size[i]),
+            int(tr.addr[i]),
+            None,
+            site_of(tr.frames[i]) + " [where freed]",
+            _stack(tr.frames[i]),
+            ORIGIN_FREED_LATER,
+        )
+        for i in ls.freed_later
+    ]
+    out += [
+        PeakAllocation(b.requested_size, b.address, None, site_of(b.frames), _stack(b.frames), ORIGIN_DUMP)
+        for b in ls.at_dump
+    ]
     return out

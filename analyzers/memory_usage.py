@@ -1,4 +1,5 @@
 """Device memory in use over time, from the profiler's ``[memory]`` allocator events."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ class MemoryCurve:
         last = np.searchsorted(self.ts, edges[1:], side="left")
         for c in range(columns):
             at_start = int(self.allocated[first[c]]) if first[c] >= 0 else 0
-            inside = self.allocated[first[c] + 1:last[c]]
+            inside = self.allocated[first[c] + 1 : last[c]]
             out[c] = max(at_start, int(inside.max())) if len(inside) else at_start
         return out
 
@@ -47,6 +48,7 @@ def memory_curves(trace: Trace) -> list[MemoryCurve]:
         else:
             level, basis = np.maximum(np.cumsum(delta), 0), "relative"
         dev = trace.device(int(d))
-        curves.append(MemoryCurve(int(d), ts.astype(np.int64), level.astype(np.int64), basis,
-                                  dev.total_memory if dev else None))
+        curves.append(
+            MemoryCurve(int(d), ts.astype(np.int64), level.astype(np.int64), basis, dev.total_memory if dev else None)
+        )
     return curves

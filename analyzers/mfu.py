@@ -15,6 +15,7 @@ MFU; pipeline efficiency (the share of step time a kernel runs) is shown beside 
 between them is attributed from the roofline: memory-bound busy time, compute-bound math off the
 tensor cores, kernels of unknown bound, communication — a GPU can be busy and still far from peak.
 """
+
 from __future__ import annotations
 
 from trainscope.analyzers.recording import how_to_record
@@ -45,8 +46,10 @@ class IronLaw:
 
     @property
     def formula(self) -> str:
-        return (f"step time = FLOPs/step / (GPUs × peak × η) = {self.flops_per_step:.3g} / "
-                f"({self.gpus} × {self.peak_tflops:g}e12 × {self.efficiency_pct / 100:.3g}) = {self.step_s * 1e3:.1f} ms")
+        return (
+            f"step time = FLOPs/step / (GPUs × peak × η) = {self.flops_per_step:.3g} / "
+            f"({self.gpus} × {self.peak_tflops:g}e12 × {self.efficiency_pct / 100:.3g}) = {self.step_s * 1e3:.1f} ms"
+        )
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,9 @@ class MFU:
     iron_law: IronLaw | None = None
 
 
-def _recorded(trace: Trace, segmentation: StepSegmentation, device: int | None,
-              peak_tflops: float | None, spec: DeviceSpec | None) -> MFU:
+def _recorded(
+    trace: Trace, segmentation: StepSegmentation, device: int | None, peak_tflops: float | None, spec: DeviceSpec | None
+) -> MFU:
     ops = trace.cpu_ops
     has = ~np.isnan(ops.flops)
     if not has.any():
@@ -88,12 +92,25 @@ def _recorded(trace: Trace, segmentation: StepSegmentation, device: int | None,
             return MFU(None, f"unknown: no peak FLOP/s known for {name!r} (pass --peak-tflops)", flops / len(ws))
         peak, source = spec.tensor_tflops, spec.source
     value = 100.0 * flops / total_s / (peak * 1e12)
-    return MFU(value, f"{flops / len(ws) / 1e12:.3g} TFLOP per step (profiler-counted) over {peak:g} TFLOP/s peak",
-               flops / len(ws), peak, source, "recorded flops", recorded_pct=value)
+    return MFU(
+        value,
+        f"{flops / len(ws) / 1e12:.3g} TFLOP per step (profiler-counted) over {peak:g} TFLOP/s peak",
+        flops / len(ws),
+        peak,
+        source,
+        "recorded flops",
+        recorded_pct=value,
+    )
 
 
-def model_flops_utilization(trace: Trace, segmentation: StepSegmentation, device: int | None,
-                            peak_tflops: float | None = None, roof: Roofline | None = None, busy_pct: float | None = None) -> MFU:
+def model_flops_utilization(
+    trace: Trace,
+    segmentation: StepSegmentation,
+    device: int | None,
+    peak_tflops: float | None = None,
+    roof: Roofline | None = None,
+    busy_pct: float | None = None,
+) -> MFU:
     """MFU from recorded FLOPs and, given the window's :class:`~trainscope.analyzers.roofline.Roofline`
     (``roof``), estimated from shapes, with the Iron Law when a peak is known."""
     spec = roof.spec if roof is not None else None
@@ -108,8 +125,10 @@ def model_flops_utilization(trace: Trace, segmentation: StepSegmentation, device
         s_reason = f"no kernel has FLOPs from operator shapes ({how_to_record(trace.format, 'shapes')})"
     elif spec is None:
         rate = roof.matrix_flops / total_s / 1e12 if total_s > 0 else 0.0
-        s_reason = (f"achieved {rate:.3g} TFLOP/s of GEMM/conv/attention (from shapes), but no peak FLOP/s known for "
-                    f"{roof.device!r}: pass --peak-tflops for MFU")
+        s_reason = (
+            f"achieved {rate:.3g} TFLOP/s of GEMM/conv/attention (from shapes), but no peak FLOP/s known for "
+            f"{roof.device!r}: pass --peak-tflops for MFU"
+        )
     elif total_s <= 0:
         s_reason = "no step time"
     else:
@@ -123,15 +142,24 @@ def model_flops_utilization(trace: Trace, segmentation: StepSegmentation, device
         if s_peak:
             s_pct = 100.0 * flops / total_s / (s_peak * 1e12)
             unit = (" matrix-core" if spec.vendor == "amd" else " tensor-core") if on_tc else ""
-            s_reason = (f"estimated from shapes: {s_fps / 1e12:.3g} TFLOP of GEMM/conv/attention per step "
-                        f"/ {total_s / steps * 1e3:.1f} ms step / {s_peak:g} TFLOP/s {p}{unit} peak")
+            s_reason = (
+                f"estimated from shapes: {s_fps / 1e12:.3g} TFLOP of GEMM/conv/attention per step "
+                f"/ {total_s / steps * 1e3:.1f} ms step / {s_peak:g} TFLOP/s {p}{unit} peak"
+            )
             cover = 100.0 * roof.matrix_costed_ms / roof.matrix_ms if roof.matrix_ms else 100.0
             if cover < 95.0:
-                s_reason += (f" (shapes cover {cover:.0f} % of GEMM/conv/attention kernel time: a lower bound)")
+                s_reason += f" (shapes cover {cover:.0f} % of GEMM/conv/attention kernel time: a lower bound)"
         else:
             s_reason = f"no {p} peak known for the {spec.key}"
     if rec.value_pct is not None:
-        value, reason, fps, peak, src, basis = rec.value_pct, rec.reason, rec.flops_per_step, rec.peak_tflops, rec.peak_source, rec.basis
+        value, reason, fps, peak, src, basis = (
+            rec.value_pct,
+            rec.reason,
+            rec.flops_per_step,
+            rec.peak_tflops,
+            rec.peak_source,
+            rec.basis,
+        )
     elif s_pct is not None:
         value, reason, fps, peak, src, basis = s_pct, s_reason, s_fps, s_peak, s_src, "estimated from shapes"
     else:
@@ -142,11 +170,18 @@ def model_flops_utilization(trace: Trace, segmentation: StepSegmentation, device
         gpus = 1
         busy = busy_pct if busy_pct is not None else 0.0
         law = IronLaw(
-            step_s=total_s / steps, flops_per_step=fps,
-            flops_source="profiler-counted FLOPs" if basis == "recorded flops" else "operator shapes (GEMM/conv/attention)",
-            gpus=gpus, gpus_source="this rank's trace (FLOPs and time per GPU)" + (
-                f"; the job ran {trace.world_size} ranks" if trace.world_size else ""),
-            peak_tflops=peak, peak_source=src or "", efficiency_pct=value, pipeline_efficiency_pct=busy,
+            step_s=total_s / steps,
+            flops_per_step=fps,
+            flops_source="profiler-counted FLOPs"
+            if basis == "recorded flops"
+            else "operator shapes (GEMM/conv/attention)",
+            gpus=gpus,
+            gpus_source="this rank's trace (FLOPs and time per GPU)"
+            + (f"; the job ran {trace.world_size} ranks" if trace.world_size else ""),
+            peak_tflops=peak,
+            peak_source=src or "",
+            efficiency_pct=value,
+            pipeline_efficiency_pct=busy,
             gap=_gap(roof, busy, value),
         )
     return MFU(value, reason, fps, peak, src, basis, s_pct, s_reason, s_fps, rec.recorded_pct, law)

@@ -19,13 +19,19 @@ chains: a few dozen vectorized rounds for millions of intervals, against one Pyt
 interval for the stack. Same results, bit for bit (tests/test_nesting.py checks it against the
 loop on random and adversarial inputs).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 
-def nest_parents(starts: np.ndarray, ends: np.ndarray, order: np.ndarray | None = None,
-                 groups: np.ndarray | None = None, closed_at_end: bool = False) -> np.ndarray:
+def nest_parents(
+    starts: np.ndarray,
+    ends: np.ndarray,
+    order: np.ndarray | None = None,
+    groups: np.ndarray | None = None,
+    closed_at_end: bool = False,
+) -> np.ndarray:
     """Parent (an index into ``starts``) of each interval, −1 at top level.
 
     ``order``: the processing order (intervals sorted by group, start, −duration); None when the
@@ -60,8 +66,13 @@ def nest_parents(starts: np.ndarray, ends: np.ndarray, order: np.ndarray | None 
     return parent
 
 
-def nest_parents_loop(starts: np.ndarray, ends: np.ndarray, order: np.ndarray | None = None,
-                      groups: np.ndarray | None = None, closed_at_end: bool = False) -> np.ndarray:
+def nest_parents_loop(
+    starts: np.ndarray,
+    ends: np.ndarray,
+    order: np.ndarray | None = None,
+    groups: np.ndarray | None = None,
+    closed_at_end: bool = False,
+) -> np.ndarray:
     """The sequential definition (the reference the vectorized one is tested against)."""
     n = len(starts)
     order = np.arange(n) if order is None else np.asarray(order)

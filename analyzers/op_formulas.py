@@ -20,6 +20,7 @@ PyTorch's ``torch.utils.flop_counter`` conventions:
 - fused/foreach optimizer ops (``_foreach_*``, ``_fused_adam(w)``): bytes every tensor list read, the
   in-place ones written again; FLOPs ≈ 1 per element (``_foreach``) or 12 (Adam/AdamW).
 """
+
 from __future__ import annotations
 
 import re
@@ -29,11 +30,23 @@ from typing import TypeGuard
 
 PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int", "unknown")
 _DTYPES: dict[str, tuple[str, int]] = {
-    "double": ("fp64", 8), "float": ("fp32", 4), "c10::Half": ("fp16", 2), "c10::BFloat16": ("bf16", 2),
-    "c10::Float8_e4m3fn": ("fp8", 1), "c10::Float8_e5m2": ("fp8", 1), "c10::Float8_e4m3fnuz": ("fp8", 1),
-    "c10::Float8_e5m2fnuz": ("fp8", 1), "signed char": ("int8", 1), "unsigned char": ("int8", 1),
-    "bool": ("int", 1), "short int": ("int", 2), "int": ("int", 4), "long int": ("int", 8), "long": ("int", 8),
-    "c10::complex<float>": ("fp32", 8), "c10::complex<double>": ("fp64", 16),
+    "double": ("fp64", 8),
+    "float": ("fp32", 4),
+    "c10::Half": ("fp16", 2),
+    "c10::BFloat16": ("bf16", 2),
+    "c10::Float8_e4m3fn": ("fp8", 1),
+    "c10::Float8_e5m2": ("fp8", 1),
+    "c10::Float8_e4m3fnuz": ("fp8", 1),
+    "c10::Float8_e5m2fnuz": ("fp8", 1),
+    "signed char": ("int8", 1),
+    "unsigned char": ("int8", 1),
+    "bool": ("int", 1),
+    "short int": ("int", 2),
+    "int": ("int", 4),
+    "long int": ("int", 8),
+    "long": ("int", 8),
+    "c10::complex<float>": ("fp32", 8),
+    "c10::complex<double>": ("fp64", 16),
     "?": ("unknown", 4),  # shapes without dtypes (Nsight emit_nvtx): 4 bytes until the kernel name says otherwise
 }
 
@@ -96,8 +109,11 @@ def _tensors(dims: Dims, types: Types) -> list[Tensor]:
 
 
 def _tensor_lists(dims: Dims, types: Types, default: tuple[str, int]) -> list[list[Shape]]:
-    return [d for i, d in enumerate(dims) if _is_shape_list(d) and d
-            and (i >= len(types) or types[i] in ("TensorList", "GenericList", ""))]
+    return [
+        d
+        for i, d in enumerate(dims)
+        if _is_shape_list(d) and d and (i >= len(types) or types[i] in ("TensorList", "GenericList", ""))
+    ]
 
 
 def _list_arg(concrete: Concrete, i: int) -> list[int] | None:
@@ -194,17 +210,28 @@ def _matmul(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | N
 
 # Argument positions (input, weight, stride, padding, dilation, transposed, groups) per convolution op.
 _CONV_ARGS = {
-    "convolution": (0, 1, 3, 4, 5, 6, 8), "_convolution": (0, 1, 3, 4, 5, 6, 8),
-    "conv1d": (0, 1, 3, 4, 5, None, 6), "conv2d": (0, 1, 3, 4, 5, None, 6), "conv3d": (0, 1, 3, 4, 5, None, 6),
-    "cudnn_convolution": (0, 1, 3, 2, 4, None, 5), "miopen_convolution": (0, 1, 4, 3, 5, None, 6),
-    "cudnn_convolution_transpose": (0, 1, 4, 2, 5, True, 6), "mkldnn_convolution": (0, 1, 4, 3, 5, None, 6),
-    "conv_transpose2d": (0, 1, 3, 4, 7, True, 6), "conv_transpose1d": (0, 1, 3, 4, 7, True, 6),
+    "convolution": (0, 1, 3, 4, 5, 6, 8),
+    "_convolution": (0, 1, 3, 4, 5, 6, 8),
+    "conv1d": (0, 1, 3, 4, 5, None, 6),
+    "conv2d": (0, 1, 3, 4, 5, None, 6),
+    "conv3d": (0, 1, 3, 4, 5, None, 6),
+    "cudnn_convolution": (0, 1, 3, 2, 4, None, 5),
+    "miopen_convolution": (0, 1, 4, 3, 5, None, 6),
+    "cudnn_convolution_transpose": (0, 1, 4, 2, 5, True, 6),
+    "mkldnn_convolution": (0, 1, 4, 3, 5, None, 6),
+    "conv_transpose2d": (0, 1, 3, 4, 7, True, 6),
+    "conv_transpose1d": (0, 1, 3, 4, 7, True, 6),
     "conv_transpose3d": (0, 1, 3, 4, 7, True, 6),
 }
 
 
-def _conv_out(spatial: list[int], kernel: list[int], stride: list[int] | None, padding: list[int] | None,
-              dilation: list[int] | None) -> list[int]:
+def _conv_out(
+    spatial: list[int],
+    kernel: list[int],
+    stride: list[int] | None,
+    padding: list[int] | None,
+    dilation: list[int] | None,
+) -> list[int]:
     nd = len(spatial)
 
     def arg(v: list[int] | None, default: int) -> list[int]:
@@ -234,7 +261,9 @@ def _conv(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | Non
         note = " (stride/padding not recorded: output size = input size assumed)"
         out_sp = list(sx[2:])
     elif transposed:
-        out_sp = [(sx[2 + i] - 1) * (stride[i] if len(stride) > i else stride[0]) + sw[2 + i] for i in range(len(sx) - 2)]
+        out_sp = [
+            (sx[2 + i] - 1) * (stride[i] if len(stride) > i else stride[0]) + sw[2 + i] for i in range(len(sx) - 2)
+        ]
     else:
         out_sp = _conv_out(list(sx[2:]), list(sw[2:]), stride, padding, dilation)
     n = sx[0]
@@ -246,8 +275,9 @@ def _conv(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | Non
         flops = 2.0 * n * cout * _numel(out_sp) * sw[1] * _numel(sw[2:])
     out = [n, cout] + out_sp
     nbytes = float(_numel(sx) * es + _numel(sw) * esw + _numel(out) * es)
-    return OpCost(flops, nbytes, prec, True,
-                  f"{op} 2·N·Cout·∏out·Cin/g·∏k, x{_fmt(sx)} w{_fmt(sw)} → {_fmt(out)} {prec}{note}")
+    return OpCost(
+        flops, nbytes, prec, True, f"{op} 2·N·Cout·∏out·Cin/g·∏k, x{_fmt(sx)} w{_fmt(sw)} → {_fmt(out)} {prec}{note}"
+    )
 
 
 def _conv_backward(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
@@ -257,19 +287,18 @@ def _conv_backward(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpC
         mask_s = concrete[10] if len(concrete) > 10 and isinstance(concrete[10], str) else ""
         mask = [m.strip() == "True" for m in mask_s.strip("[]").split(",")] if mask_s else [True, True, False]
         transposed = bool(_bool_arg(concrete, 7))
-        groups = _int_arg(concrete, 9) or 1
     elif base == "cudnn_convolution_backward_input":  # (input_size, grad_output, weight, …)
         go, w = _tensor(dims, types, 1), _tensor(dims, types, 2)
         x = (go[0][:1] + [w[0][1]] + go[0][2:], go[1], go[2]) if go and w else None  # sizes only approximate
         size = _list_arg(concrete, 0)
         if size and x:
             x = (size, x[1], x[2])
-        mask, transposed, groups = [True, False], False, 1
+        mask, transposed = [True, False], False
     elif base == "cudnn_convolution_backward_weight":  # (weight_size, grad_output, input, …)
         go, x = _tensor(dims, types, 1), _tensor(dims, types, 2)
         size = _list_arg(concrete, 0)
         w = (size, x[1], x[2]) if size and x else None
-        mask, transposed, groups = [False, True], False, 1
+        mask, transposed = [False, True], False
     else:
         return None
     if go is None or x is None or w is None or len(go[0]) < 3 or len(w[0]) < 3:
@@ -285,8 +314,13 @@ def _conv_backward(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpC
     nbytes = float(_numel(sgo) * es + (_numel(sx) + _numel(sw)) * es)
     nbytes += (_numel(sx) * es if mask[0] else 0) + (_numel(sw) * es if len(mask) > 1 and mask[1] else 0)
     which = " + ".join(g for g, on in zip(("grad input", "grad weight"), mask[:2]) if on)
-    return OpCost(per * grads, nbytes, prec, True,
-                  f"{op} {grads}× forward FLOPs ({which}), grad_out{_fmt(sgo)} w{_fmt(sw)} {prec}")
+    return OpCost(
+        per * grads,
+        nbytes,
+        prec,
+        True,
+        f"{op} {grads}× forward FLOPs ({which}), grad_out{_fmt(sgo)} w{_fmt(sw)} {prec}",
+    )
 
 
 def _attention(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
@@ -304,16 +338,25 @@ def _attention(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost 
         s_len = _int_arg(concrete, 6 if not backward else 8) or sk[0]
     else:
         return None
-    causal = {"_scaled_dot_product_flash_attention": 4, "_scaled_dot_product_efficient_attention": 6,
-              "scaled_dot_product_attention": 5, "_flash_attention_forward": 8,
-              "_scaled_dot_product_cudnn_attention": 6}.get(base)
+    causal = {
+        "_scaled_dot_product_flash_attention": 4,
+        "_scaled_dot_product_efficient_attention": 6,
+        "scaled_dot_product_attention": 5,
+        "_flash_attention_forward": 8,
+        "_scaled_dot_product_cudnn_attention": 6,
+    }.get(base)
     is_causal = bool(_bool_arg(concrete, causal)) if causal is not None else False
     fwd = 4.0 * _numel(sq) * s_len * (0.5 if is_causal else 1.0)
     io = (_numel(sq) * 2 + _numel(sk) + _numel(sv)) * es  # q, k, v, out
     flops, nbytes = (2.5 * fwd, 2.0 * io + _numel(sq) * es) if backward else (fwd, float(io))
-    return OpCost(flops, float(nbytes), prec, True,
-                  f"{op} {'2.5 × ' if backward else ''}4·B·H·L·S·E{' /2 (causal)' if is_causal else ''}, "
-                  f"q{_fmt(sq)} k{_fmt(sk)} {prec}")
+    return OpCost(
+        flops,
+        float(nbytes),
+        prec,
+        True,
+        f"{op} {'2.5 × ' if backward else ''}4·B·H·L·S·E{' /2 (causal)' if is_causal else ''}, "
+        f"q{_fmt(sq)} k{_fmt(sk)} {prec}",
+    )
 
 
 def _embedding(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
@@ -328,8 +371,13 @@ def _embedding(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost 
         return None
     n, d = _numel(idx[0]), w[0][1]
     flops = float(n * d) if "bag" in base else 0.0
-    return OpCost(flops, float(2 * n * d * w[2] + n * idx[2]), w[1], False,
-                  f"{op} bytes 2·indices·D·es + indices, w{_fmt(w[0])} idx{_fmt(idx[0])} {w[1]}")
+    return OpCost(
+        flops,
+        float(2 * n * d * w[2] + n * idx[2]),
+        w[1],
+        False,
+        f"{op} bytes 2·indices·D·es + indices, w{_fmt(w[0])} idx{_fmt(idx[0])} {w[1]}",
+    )
 
 
 def _index(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
@@ -360,8 +408,13 @@ def _index(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | No
         k = len(lists[0])
         idx = (first, "int", 8)
         out = _numel(first) * _numel(shape[k:])
-    return OpCost(0.0, float(2 * out * es + _numel(idx[0]) * idx[2]), prec, False,
-                  f"{op} bytes 2·picked elements + indices, x{_fmt(shape)} idx{_fmt(idx[0])} {prec}")
+    return OpCost(
+        0.0,
+        float(2 * out * es + _numel(idx[0]) * idx[2]),
+        prec,
+        False,
+        f"{op} bytes 2·picked elements + indices, x{_fmt(shape)} idx{_fmt(idx[0])} {prec}",
+    )
 
 
 def _elementwise(op: str, dims: Dims, types: Types, concrete: Concrete, flops_per: float = 1.0) -> OpCost | None:
@@ -371,8 +424,13 @@ def _elementwise(op: str, dims: Dims, types: Types, concrete: Concrete, flops_pe
     big = max(ts, key=lambda t: _numel(t[0]))
     out = ts[0] if op.endswith("_") else big
     nbytes = sum(_numel(s) * es for s, _, es in ts) + _numel(out[0]) * out[2]
-    return OpCost(flops_per * _numel(big[0]), float(nbytes), ts[0][1], False,
-                  f"{op} elementwise {flops_per:g} FLOP/element, bytes inputs + output, {_fmt(big[0])} {ts[0][1]}")
+    return OpCost(
+        flops_per * _numel(big[0]),
+        float(nbytes),
+        ts[0][1],
+        False,
+        f"{op} elementwise {flops_per:g} FLOP/element, bytes inputs + output, {_fmt(big[0])} {ts[0][1]}",
+    )
 
 
 def _scaled(op: str, dims: Dims, types: Types, flops_per: float, bytes_per: float, what: str) -> OpCost | None:
@@ -380,8 +438,13 @@ def _scaled(op: str, dims: Dims, types: Types, flops_per: float, bytes_per: floa
     if x is None:
         return None
     n = _numel(x[0])
-    return OpCost(flops_per * n, bytes_per * n * x[2], x[1], False,
-                  f"{op} {what} {flops_per:g} FLOP/element, bytes {bytes_per:g}× input {_fmt(x[0])} {x[1]}")
+    return OpCost(
+        flops_per * n,
+        bytes_per * n * x[2],
+        x[1],
+        False,
+        f"{op} {what} {flops_per:g} FLOP/element, bytes {bytes_per:g}× input {_fmt(x[0])} {x[1]}",
+    )
 
 
 def _copy(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:
@@ -395,7 +458,9 @@ def _copy(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | Non
         return None
     if op.endswith("copy_") and len(ts) >= 2:
         nbytes = _numel(ts[0][0]) * ts[0][2] + _numel(ts[1][0]) * ts[1][2]
-        return OpCost(0.0, float(nbytes), ts[1][1], False, f"{op} bytes dst + src {_fmt(ts[0][0])} {ts[1][1]}→{ts[0][1]}")
+        return OpCost(
+            0.0, float(nbytes), ts[1][1], False, f"{op} bytes dst + src {_fmt(ts[0][0])} {ts[1][1]}→{ts[0][1]}"
+        )
     x = ts[0]
     return OpCost(0.0, 2.0 * _numel(x[0]) * x[2], x[1], False, f"{op} bytes 2× input {_fmt(x[0])} {x[1]}")
 
@@ -408,28 +473,43 @@ def _foreach(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | 
     base = op.split("::")[-1]
     adam = "adam" in base
     read = sum(sum(_numel(s) for s in lst) for lst in lists)
-    written = sum(sum(_numel(s) for s in lst) for lst in (lists[:1] if not adam else [x for i, x in enumerate(lists) if i != 1]))
+    written = sum(
+        sum(_numel(s) for s in lst) for lst in (lists[:1] if not adam else [x for i, x in enumerate(lists) if i != 1])
+    )
     es = 4  # tensor lists carry no dtype in the trace: optimizer state is fp32 in mixed precision too
-    return OpCost((12.0 if adam else 1.0) * n, float((read + written) * es), "fp32", False,
-                  f"{op} bytes lists read + in-place lists written ({len(lists)} lists, {n:,} elements, fp32 assumed)")
+    return OpCost(
+        (12.0 if adam else 1.0) * n,
+        float((read + written) * es),
+        "fp32",
+        False,
+        f"{op} bytes lists read + in-place lists written ({len(lists)} lists, {n:,} elements, fp32 assumed)",
+    )
 
 
 _MATMUL = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear|_scaled_mm)$")
 _MATVEC = re.compile(r"^aten::(mv|addmv|dot|vdot)$")
-_CONV_BWD = re.compile(r"^aten::(convolution_backward|cudnn_convolution_backward_input|cudnn_convolution_backward_weight)$")
-_ATTN = re.compile(r"^aten::(scaled_dot_product_attention|_scaled_dot_product_(flash|efficient|cudnn)_attention(_backward)?|"
-                   r"_flash_attention_(forward|backward)|_efficient_attention_(forward|backward))$")
+_CONV_BWD = re.compile(
+    r"^aten::(convolution_backward|cudnn_convolution_backward_input|cudnn_convolution_backward_weight)$"
+)
+_ATTN = re.compile(
+    r"^aten::(scaled_dot_product_attention|_scaled_dot_product_(flash|efficient|cudnn)_attention(_backward)?|"
+    r"_flash_attention_(forward|backward)|_efficient_attention_(forward|backward))$"
+)
 _EMB = re.compile(r"^aten::(embedding|embedding_bag|_embedding_bag|embedding_dense_backward|_embedding_bag_backward)$")
 _NORM_FWD = re.compile(r"(native_|cudnn_|miopen_|_fused_)?(layer|batch|group|instance|rms)_?norm$|rmsnorm$", re.I)
 _NORM_BWD = re.compile(r"(layer|batch|group|instance|rms)_?norm_backward$", re.I)
 _SOFTMAX = re.compile(r"^aten::(_softmax|softmax|_log_softmax|log_softmax)$")
 _SOFTMAX_BWD = re.compile(r"^aten::(_softmax_backward_data|_log_softmax_backward_data)$")
-_REDUCE = re.compile(r"^aten::(sum|mean|max|min|amax|amin|argmax|argmin|norm|linalg_vector_norm|var|std|var_mean|"
-                     r"std_mean|prod|any|all|logsumexp|cumsum|cumprod|nll_loss|nll_loss_forward|nll_loss2d_forward|"
-                     r"mse_loss|topk|sort)$")
+_REDUCE = re.compile(
+    r"^aten::(sum|mean|max|min|amax|amin|argmax|argmin|norm|linalg_vector_norm|var|std|var_mean|"
+    r"std_mean|prod|any|all|logsumexp|cumsum|cumprod|nll_loss|nll_loss_forward|nll_loss2d_forward|"
+    r"mse_loss|topk|sort)$"
+)
 _INDEX = re.compile(r"^aten::(index_select|gather|index)$")
-_COPY = re.compile(r"^aten::(copy_|_to_copy|clone|contiguous|cat|stack|_cat|masked_select|"
-                   r"repeat|expand_copy|permute_copy|transpose_copy|constant_pad_nd)$")
+_COPY = re.compile(
+    r"^aten::(copy_|_to_copy|clone|contiguous|cat|stack|_cat|masked_select|"
+    r"repeat|expand_copy|permute_copy|transpose_copy|constant_pad_nd)$"
+)
 _FOREACH = re.compile(r"^aten::(_foreach_\w+|_fused_adamw?_?|_fused_sgd_?)$")
 # ATen pointwise operators (unary, binary, activation and their backward, fills, in-place forms).
 _POINTWISE = re.compile(
@@ -442,7 +522,8 @@ _POINTWISE = re.compile(
     r"native_dropout_backward|mse_loss_backward|nll_loss_backward|leaky_relu_backward|elu_backward|"
     r"max_pool2d_with_indices|max_pool2d_with_indices_backward|avg_pool2d|avg_pool2d_backward|"
     r"adaptive_avg_pool2d|_adaptive_avg_pool2d|_adaptive_avg_pool2d_backward|upsample_nearest[123]d|"
-    r"upsample_bilinear2d|upsample_nearest2d_backward|index_put_|scatter|scatter_add|index_add)_?$")
+    r"upsample_bilinear2d|upsample_nearest2d_backward|index_put_|scatter|scatter_add|index_add)_?$"
+)
 
 
 def op_cost(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost | None:

@@ -7,6 +7,7 @@ ranges nest). GPU time is attributed by launch: a kernel belongs to the phase wh
 when the runtime call that launched it ran (matched by correlation id), because the GPU runs
 behind the host and a phase's kernels often finish after its range closes.
 """
+
 from __future__ import annotations
 
 import re
@@ -51,8 +52,9 @@ class PhaseBreakdown:
         return next((p for p in self.phases if p.name == name), None)
 
 
-def phase_breakdown(trace: Trace, segmentation: StepSegmentation, device: int | None,
-                    classes: np.ndarray | None = None) -> PhaseBreakdown | None:
+def phase_breakdown(
+    trace: Trace, segmentation: StepSegmentation, device: int | None, classes: np.ndarray | None = None
+) -> PhaseBreakdown | None:
     """Forward/backward/optimizer time, or None when the trace has no phase ranges."""
     a = trace.annotations
     host = a.device < 0
@@ -62,7 +64,9 @@ def phase_breakdown(trace: Trace, segmentation: StepSegmentation, device: int | 
         sel = host & name_mask(trace, rx)[a.name]
         layers.append(iv.union(a.ts[sel], a.end[sel]))
         # ranges overlapping a step (a phase may open just before the first step starts)
-        counts.append(int(((a.end[sel][:, None] > ws) & (a.ts[sel][:, None] < we)).any(axis=1).sum()) if sel.any() else 0)
+        counts.append(
+            int(((a.end[sel][:, None] > ws) & (a.ts[sel][:, None] < we)).any(axis=1).sum()) if sel.any() else 0
+        )
     if not any(counts):
         return None
     table = iv.exclusive_layers(layers, ws, we)  # windows × (phases…, rest)
@@ -86,8 +90,13 @@ def phase_breakdown(trace: Trace, segmentation: StepSegmentation, device: int | 
             per = np.bincount(cls_of[k.name[mine]], weights=k.dur[mine], minlength=len(ALL_CLASSES))
             by_class = {c: int(per[i]) for i, c in enumerate(ALL_CLASSES) if per[i] > 0}
         stats[name] = PhaseStat(
-            name=name, ranges=counts[j], host_ns=int(table[:, j].sum()), kernels=int(mine.sum()),
-            kernel_ns=int(k.dur[mine].sum()), gpu_busy_ns=iv.total(iv.union(k.ts[mine], k.end[mine])), class_ns=by_class,
+            name=name,
+            ranges=counts[j],
+            host_ns=int(table[:, j].sum()),
+            kernels=int(mine.sum()),
+            kernel_ns=int(k.dur[mine].sum()),
+            gpu_busy_ns=iv.total(iv.union(k.ts[mine], k.end[mine])),
+            class_ns=by_class,
         )
     for name in ("forward", "backward", "optimizer"):
         if stats[name].ranges:

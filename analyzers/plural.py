@@ -1,4 +1,5 @@
 """Counts in words: ``1 step``, ``2 steps``; ``1 call`` where a count's unit is a plural noun."""
+
 from __future__ import annotations
 
 import re

@@ -4,6 +4,7 @@ user names with ``--step-range``; repeating numbered ranges (``Step 0 to 10``, `
 launch nearly all the GPU work. Also the window of traces without steps, which is the span of GPU
 activity (graph replays included) rather than of process startup and host work around it.
 """
+
 from __future__ import annotations
 
 from trainscope.analyzers.plural import plural
@@ -56,11 +57,17 @@ def named_range_steps(trace: Trace, name: str) -> StepSegmentation:
     if not steps:
         common = Counter(trace.strings[i] for i in trace.annotations.name[trace.annotations.device < 0])
         top = ", ".join(repr(n if len(n) < 40 else n[:37] + "...") for n, _ in common.most_common(5))
-        raise StepRangeError(f"no range named {name!r} in the trace" + (f" (most frequent ranges: {top})" if top else
-                                                                        " (it has no host annotation ranges)"))
+        raise StepRangeError(
+            f"no range named {name!r} in the trace"
+            + (f" (most frequent ranges: {top})" if top else " (it has no host annotation ranges)")
+        )
     if len(steps) == 1 or len(set(s.label for s in steps)) == 1:
-        steps = [Step(f"{s.label} {i + 1}", s.start_ns, s.end_ns) for i, s in enumerate(steps)] if len(steps) > 1 else steps
-    return StepSegmentation("named_range", steps, f"{plural(len(steps), 'step')} from the {name!r} ranges (--step-range)")
+        steps = (
+            [Step(f"{s.label} {i + 1}", s.start_ns, s.end_ns) for i, s in enumerate(steps)] if len(steps) > 1 else steps
+        )
+    return StepSegmentation(
+        "named_range", steps, f"{plural(len(steps), 'step')} from the {name!r} ranges (--step-range)"
+    )
 
 
 def repeating_range_steps(trace: Trace) -> StepSegmentation | None:
@@ -72,8 +79,11 @@ def repeating_range_steps(trace: Trace) -> StepSegmentation | None:
     if len(set(s.label for s in steps)) < len(steps):  # "train_step" × N: number them
         steps = [Step(f"{s.label} {i + 1}", s.start_ns, s.end_ns) for i, s in enumerate(steps)]
     kinds = sorted({re.sub(r"\d+", "N", s.label) for s in steps})
-    return StepSegmentation("annotation_range", steps,
-                            f"{plural(len(steps), 'step')} from top-level {', '.join(repr(k) for k in kinds[:3])} ranges")
+    return StepSegmentation(
+        "annotation_range",
+        steps,
+        f"{plural(len(steps), 'step')} from top-level {', '.join(repr(k) for k in kinds[:3])} ranges",
+    )
 
 
 def phase_steps(trace: Trace) -> StepSegmentation | None:
@@ -98,9 +108,12 @@ def phase_steps(trace: Trace) -> StepSegmentation | None:
             # The GPU runs behind the host: the last iteration lasts until the work it launched is done.
             end = max(end, launched_work_end(trace, f.start_ns, end))
         steps.append(Step(f"iteration {i + 1}", f.start_ns, int(end)))
-    return StepSegmentation("phase_ranges", steps,
-                            f"no step markers: {len(steps)} iteration{'s' * (len(steps) > 1)} from the forward "
-                            f"ranges ({fwd[0].label!r}) to the end of their backward/optimizer ranges and of the GPU work launched")
+    return StepSegmentation(
+        "phase_ranges",
+        steps,
+        f"no step markers: {len(steps)} iteration{'s' * (len(steps) > 1)} from the forward "
+        f"ranges ({fwd[0].label!r}) to the end of their backward/optimizer ranges and of the GPU work launched",
+    )
 
 
 def launched_work_end(trace: Trace, start_ns: int, end_ns: int) -> int:
@@ -111,8 +124,11 @@ def launched_work_end(trace: Trace, start_ns: int, end_ns: int) -> int:
     if not sel.any():
         return start_ns
     corr = r.correlation[sel]
-    ends = [int(t.end[np.isin(t.correlation, corr)].max()) for t in (trace.kernels, trace.copies, trace.memsets)
-            if len(t) and np.isin(t.correlation, corr).any()]
+    ends = [
+        int(t.end[np.isin(t.correlation, corr)].max())
+        for t in (trace.kernels, trace.copies, trace.memsets)
+        if len(t) and np.isin(t.correlation, corr).any()
+    ]
     return max(ends, default=start_ns)
 
 
@@ -174,13 +190,17 @@ def tiling_range_steps(trace: Trace, min_share_pct: float) -> StepSegmentation |
         if i + 1 < len(steps):
             end = steps[i + 1].start_ns
         else:  # the last: one period (within the trace), and at least until the work it launched is done
-            end = max(st.end_ns, min(st.start_ns + period, trace.span_ns[1]),
-                      launched_work_end(trace, st.start_ns, st.end_ns))
+            end = max(
+                st.end_ns, min(st.start_ns + period, trace.span_ns[1]), launched_work_end(trace, st.start_ns, st.end_ns)
+            )
         label = st.label if len(set(s.label for s in steps)) == len(steps) else f"{st.label} {i + 1}"
         out.append(Step(label, st.start_ns, int(end)))
-    return StepSegmentation("annotation_range", out,
-                            f"{plural(len(out), 'step')} from the repeating {key!r} ranges, which launch {share:.0f} % of the GPU "
-                            f"kernel time (--step-range to choose other ranges)")
+    return StepSegmentation(
+        "annotation_range",
+        out,
+        f"{plural(len(out), 'step')} from the repeating {key!r} ranges, which launch {share:.0f} % of the GPU "
+        f"kernel time (--step-range to choose other ranges)",
+    )
 
 
 _OFFER_SHARE = 25.0  # a range group launching less of the GPU work than this cannot be the step
@@ -215,7 +235,13 @@ def whole_window(trace: Trace) -> tuple[int, int, str]:
         t_lo, t_hi = trace.span_ns
         left_out = (lo - t_lo) + (t_hi - hi)
         out = f"; {left_out / 1e6:.1f} ms of host-only time before and after it left out" if left_out >= 1e5 else ""
-        return lo, hi, (f"the span of GPU activity, {(hi - lo) / 1e6:.1f} ms (first to last GPU operation, widened to the "
-                        f"ranges open at its edges{out})")
+        return (
+            lo,
+            hi,
+            (
+                f"the span of GPU activity, {(hi - lo) / 1e6:.1f} ms (first to last GPU operation, widened to the "
+                f"ranges open at its edges{out})"
+            ),
+        )
     lo, hi = trace.span_ns
     return lo, hi, "the whole trace"

@@ -5,6 +5,7 @@ ranks with every rank's arrival and end on that common clock. The last rank to a
 collective, when it arrives later than the first by more than ``ranks.end_match_us`` (the
 tolerance within which two ranks' ends count as one instant), is that collective's late arrival:
 the others wait for it (Perfetto and HTA show the same with stacked per-rank lanes)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -71,8 +72,16 @@ def side_by_side(collectives: list[RankCollectives], rules: Rules | None = None)
         have = [(s, r) for r, s in enumerate(starts) if s is not None]
         first, (last, last_r) = min(s for s, _ in have), max(have)
         spread = last - first
-        shared.append(SharedCollective(ref.kind[j], tuple(starts), tuple(ends),
-                                       last_r if spread > tol and len(have) > 1 else None, spread))
-    own = tuple(tuple((float(s - (m.offsets[r] or 0.0)), float(e - (m.offsets[r] or 0.0)), k)
-                      for s, e, k in zip(c.start, c.end, c.kind)) for r, c in enumerate(collectives))
+        shared.append(
+            SharedCollective(
+                ref.kind[j], tuple(starts), tuple(ends), last_r if spread > tol and len(have) > 1 else None, spread
+            )
+        )
+    own = tuple(
+        tuple(
+            (float(s - (m.offsets[r] or 0.0)), float(e - (m.offsets[r] or 0.0)), k)
+            for s, e, k in zip(c.start, c.end, c.kind)
+        )
+        for r, c in enumerate(collectives)
+    )
     return SideBySide(m.reference, tuple(m.offsets), tuple(shared), own, tol)

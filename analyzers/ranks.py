@@ -27,6 +27,7 @@ with each rank normalized to its own iteration start; aligning on ends instead k
 right when ranks share a clock and start their steps together — the punctual rank then shows
 its wait as waiting, not as communication cost.)
 """
+
 from __future__ import annotations
 
 import re
@@ -116,8 +117,20 @@ def collective_name(name: str) -> str:
     """PyTorch's "Collective name" reduced to its operation: ``_allgather_base`` and
     ``all_gather_into_tensor_coalesced`` → ``allgather``, ``all_to_allv`` → ``alltoallv``."""
     n = name.lower().replace("_", "")
-    for op in ("allreduce", "allgather", "reducescatter", "alltoallv", "alltoall", "broadcast", "barrier",
-               "gather", "scatter", "reduce", "send", "recv"):
+    for op in (
+        "allreduce",
+        "allgather",
+        "reducescatter",
+        "alltoallv",
+        "alltoall",
+        "broadcast",
+        "barrier",
+        "gather",
+        "scatter",
+        "reduce",
+        "send",
+        "recv",
+    ):
         if n.startswith(op) or (op in ("allgather", "reducescatter", "allreduce") and op in n):
             return op
     return n
@@ -160,16 +173,28 @@ def rank_collectives(trace: Trace) -> RankCollectives:
             names = k.name[comm][order]
             kinds = tuple(collective_kind(trace.strings[i]) or trace.strings[i][:40].lower() for i in names)
             key, meta = _identity(trace, np.flatnonzero(comm)[order])
-            return RankCollectives("GPU kernels", kinds, k.ts[comm][order] + trace.origin_ns,
-                                   k.end[comm][order] + trace.origin_ns, key, meta, _first_use(names))
+            return RankCollectives(
+                "GPU kernels",
+                kinds,
+                k.ts[comm][order] + trace.origin_ns,
+                k.end[comm][order] + trace.origin_ns,
+                key,
+                meta,
+                _first_use(names),
+            )
     a = trace.annotations
     kind_of = [collective_kind(s) if _HOST_KIND.match(s) else None for s in trace.strings]
     sel = np.array([kind_of[i] is not None for i in a.name], bool) & (a.device < 0) if len(a) else np.zeros(0, bool)
     if sel.any():
         order = np.argsort(a.ts[sel], kind="stable")
         names = a.name[sel][order]
-        return RankCollectives("host ranges", tuple(kind_of[i] for i in names), a.ts[sel][order] + trace.origin_ns,
-                               a.end[sel][order] + trace.origin_ns, first_use=_first_use(names))
+        return RankCollectives(
+            "host ranges",
+            tuple(kind_of[i] for i in names),
+            a.ts[sel][order] + trace.origin_ns,
+            a.end[sel][order] + trace.origin_ns,
+            first_use=_first_use(names),
+        )
     return RankCollectives("none", (), np.empty(0, np.int64), np.empty(0, np.int64))
 
 
@@ -187,11 +212,17 @@ def summarize(trace: Trace, analysis: Analysis, top_kernels: int = 30) -> RankSu
 
     ks = analysis.kernels
     return RankSummary(
-        rank=trace.rank, source=trace.source, world_size=trace.world_size, origin_ns=trace.origin_ns,
-        analysis=analysis, collectives=rank_collectives(trace), host_collectives=host_collectives(trace),
+        rank=trace.rank,
+        source=trace.source,
+        world_size=trace.world_size,
+        origin_ns=trace.origin_ns,
+        analysis=analysis,
+        collectives=rank_collectives(trace),
+        host_collectives=host_collectives(trace),
         class_ns=dict(ks.by_class_ns),
         kernel_ns={k.name: int(k.total_ns) for k in ks.top[:top_kernels]},
-        kernel_times=tuple(kernel_times(trace, analysis)), shapes=shape_signature(trace),
+        kernel_times=tuple(kernel_times(trace, analysis)),
+        shapes=shape_signature(trace),
     )
 
 
@@ -205,6 +236,7 @@ def kernel_times(trace: Trace, analysis: Analysis) -> list[KernelTime]:
 
 
 # -- the reduce: alignment on collective ends ------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RankAlignment:
@@ -249,8 +281,10 @@ class Alignment:
 
     @property
     def method_note(self) -> str:
-        refused = f"; {self.refused} refused (same process group and sequence, kind or size differ)" if self.refused else ""
-        return (f"matched by process group and sequence: {self.by_seq}; by end instant: {self.by_end}{refused}")
+        refused = (
+            f"; {self.refused} refused (same process group and sequence, kind or size differ)" if self.refused else ""
+        )
+        return f"matched by process group and sequence: {self.by_seq}; by end instant: {self.by_end}{refused}"
 
 
 def _offset(ref: RankCollectives, other: RankCollectives, tol: int, cap: int = 600) -> tuple[float, int] | None:
@@ -269,7 +303,7 @@ def _offset(ref: RankCollectives, other: RankCollectives, tol: int, cap: int = 6
     hi = np.searchsorted(d, d + 2 * tol, side="right")
     counts = hi - np.arange(len(d))
     i = int(np.argmax(counts))
-    return float(np.median(d[i:hi[i]])), int(counts[i])
+    return float(np.median(d[i : hi[i]])), int(counts[i])
 
 
 def _match(ref: RankCollectives, other: RankCollectives, offset: float, tol: int, rel: float) -> dict[int, int]:
@@ -292,8 +326,11 @@ def _match(ref: RankCollectives, other: RankCollectives, offset: float, tol: int
     offs = np.arange(len(js)) - np.repeat(np.cumsum(counts) - counts, counts)
     cand = order[np.repeat(los, counts) + offs]
     gap = np.abs(end_o[cand] - ref.end[js]).astype(float)
-    ok = ((start_o[cand] < ref.end[js]) & (ref.start[js] < end_o[cand])
-          & (gap <= np.maximum(tol, rel * np.maximum(dur_o[cand], dur_r[js]))))
+    ok = (
+        (start_o[cand] < ref.end[js])
+        & (ref.start[js] < end_o[cand])
+        & (gap <= np.maximum(tol, rel * np.maximum(dur_o[cand], dur_r[js])))
+    )
     kind_o, kind_r = other.kind, ref.kind
     pairs = sorted((float(g), int(j), int(i)) for g, j, i in zip(gap[ok], js[ok], cand[ok]) if kind_o[i] == kind_r[j])
     used_r, used_o, out = set(), set(), {}
@@ -306,8 +343,13 @@ def _match(ref: RankCollectives, other: RankCollectives, offset: float, tol: int
 
 
 def _subset(c: RankCollectives, idx: np.ndarray) -> RankCollectives:
-    return RankCollectives(c.source, tuple(c.kind[i] for i in idx), c.start[idx], c.end[idx],
-                           first_use=None if c.first_use is None else c.first_use[idx])
+    return RankCollectives(
+        c.source,
+        tuple(c.kind[i] for i in idx),
+        c.start[idx],
+        c.end[idx],
+        first_use=None if c.first_use is None else c.first_use[idx],
+    )
 
 
 def _by_identity(ref: RankCollectives, other: RankCollectives) -> tuple[dict[int, int], set[int], set[int]]:
@@ -330,7 +372,9 @@ def _by_identity(ref: RankCollectives, other: RankCollectives) -> tuple[dict[int
     return out, bad_r, bad_o
 
 
-def _match_rank(ref: RankCollectives, other: RankCollectives, tol: int, rel: float) -> tuple[float | None, dict[int, int], int, int]:
+def _match_rank(
+    ref: RankCollectives, other: RankCollectives, tol: int, rel: float
+) -> tuple[float | None, dict[int, int], int, int]:
     """(clock offset ns, reference index → other's index, matched by identity, refused): identity
     first; the rest by end instant, never pairing two collectives that both carry an identity."""
     by_id, bad_r, bad_o = _by_identity(ref, other)
@@ -407,10 +451,23 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
     with_coll = [s for s in summaries if len(s.collectives)]
     n = len(summaries)
     if len(with_coll) < 2:
-        return Alignment("none", None, 0, [RankAlignment(s.rank, None, 0, 0.0, 0, 0.0, 0.0) for s in summaries], None,
-                         "no collectives on two ranks: nothing to align")
+        return Alignment(
+            "none",
+            None,
+            0,
+            [RankAlignment(s.rank, None, 0, 0.0, 0, 0.0, 0.0) for s in summaries],
+            None,
+            "no collectives on two ranks: nothing to align",
+        )
     m = match_collectives([s.collectives for s in summaries], rules)
-    ref_i, offsets, matches, inst, n_seq, refused = m.reference, m.offsets, m.matches, m.instances, m.by_identity, m.refused
+    ref_i, offsets, matches, inst, n_seq, refused = (
+        m.reference,
+        m.offsets,
+        m.matches,
+        m.instances,
+        m.by_identity,
+        m.refused,
+    )
     arrival = np.full((n, len(inst)), np.nan)
     end = np.full((n, len(inst)), np.nan)
     for r, s in enumerate(summaries):
@@ -455,26 +512,48 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
             m = int(has[r].sum())
             mm = int(matched_all[r])
             late_ns[r] = float(np.nanmean(lateness[r])) if m else 0.0
-            ranks.append(RankAlignment(
-                s.rank, None if offsets[r] is None else round(offsets[r] / 1e3, 1), mm,
-                float(round(late_ns[r] / 1e6, 3)), int(last_in[r]) if m else 0,
-                float(round(float(wait[r]) / 1e6 / steps[r], 3)), float(round(float(transfer[r]) / 1e6 / steps[r], 3)),
-                n_seq[r], mm - n_seq[r] if r != ref_i else 0, refused[r]))
+            ranks.append(
+                RankAlignment(
+                    s.rank,
+                    None if offsets[r] is None else round(offsets[r] / 1e3, 1),
+                    mm,
+                    float(round(late_ns[r] / 1e6, 3)),
+                    int(last_in[r]) if m else 0,
+                    float(round(float(wait[r]) / 1e6 / steps[r], 3)),
+                    float(round(float(transfer[r]) / 1e6 / steps[r], 3)),
+                    n_seq[r],
+                    mm - n_seq[r] if r != ref_i else 0,
+                    refused[r],
+                )
+            )
     else:
         ranks = [RankAlignment(s.rank, None, 0, 0.0, 0, 0.0, 0.0, 0, 0, refused[r]) for r, s in enumerate(summaries)]
     src = " + ".join(sorted({s.collectives.source for s in with_coll}))
     off_known = [(a.rank, a.clock_offset_us) for a in ranks if a.clock_offset_us is not None]
     spread = max(abs(o) for _, o in off_known) if off_known else 0.0
-    note = (f"clock offsets against rank {summaries[ref_i].rank}, from matched collective ends: "
-            + (f"all within {spread:.0f} µs (one clock)" if spread * 1000 <= tol else
-               ", ".join(f"rank {r} {o / 1e3:+.3f} ms" for r, o in off_known if abs(o) * 1000 > tol)))
+    note = f"clock offsets against rank {summaries[ref_i].rank}, from matched collective ends: " + (
+        f"all within {spread:.0f} µs (one clock)"
+        if spread * 1000 <= tol
+        else ", ".join(f"rank {r} {o / 1e3:+.3f} ms" for r, o in off_known if abs(o) * 1000 > tol)
+    )
     imb = _imbalance(summaries, ranks, rules, test) if inst else None
-    return Alignment(src, summaries[ref_i].rank, n_instances, ranks, imb, note,
-                     sum(a.by_seq for a in ranks), sum(a.by_end for a in ranks), sum(refused), test)
+    return Alignment(
+        src,
+        summaries[ref_i].rank,
+        n_instances,
+        ranks,
+        imb,
+        note,
+        sum(a.by_seq for a in ranks),
+        sum(a.by_end for a in ranks),
+        sum(refused),
+        test,
+    )
 
 
-def _imbalance(summaries: list[RankSummary], ranks: list[RankAlignment], rules: Rules,
-               test: StragglerTest | None) -> Imbalance | None:
+def _imbalance(
+    summaries: list[RankSummary], ranks: list[RankAlignment], rules: Rules, test: StragglerTest | None
+) -> Imbalance | None:
     """The straggler, only where :func:`straggler_test` finds it clear (significantly often last,
     late beyond the collectives' jitter, cold start left out)."""
     aligned = [i for i, a in enumerate(ranks) if a.matched]
@@ -493,8 +572,14 @@ def _imbalance(summaries: list[RankSummary], ranks: list[RankAlignment], rules: 
         if c == "communication":
             continue  # waiting inflates the others' communication kernels: not work
         mine = summaries[s_i].class_ns.get(c, 0) / steps
-        theirs = float(np.median([summaries[i].class_ns.get(c, 0) / max(1, len(summaries[i].analysis.segmentation.steps))
-                                  for i in others]))
+        theirs = float(
+            np.median(
+                [
+                    summaries[i].class_ns.get(c, 0) / max(1, len(summaries[i].analysis.segmentation.steps))
+                    for i in others
+                ]
+            )
+        )
         if mine - theirs > 0:
             extra.append((c, round((mine - theirs) / 1e6, 3)))
     extra.sort(key=lambda x: -x[1])
@@ -502,21 +587,36 @@ def _imbalance(summaries: list[RankSummary], ranks: list[RankAlignment], rules: 
         work = "none to compare (no GPU kernels)"
     else:
         work = ", ".join(f"{c} +{ms:.1f} ms" for c, ms in extra[:3]) or "no kernel class takes longer"
-    summary = (f"{test.figures(f'rank {lead.rank}')}; the other ranks wait "
-               f"{lose:.1f} ms per step for it inside collectives ({100 * lose / median_step:.0f} % of the "
-               f"{median_step:.1f} ms median step). Its extra work per step against the others' median: {work}")
-    return Imbalance(lead.rank, float(lead.mean_late_ms), test.last_in, test.considered, round(lose, 3),
-                     round(100 * lose / median_step, 2), extra, summary)
+    summary = (
+        f"{test.figures(f'rank {lead.rank}')}; the other ranks wait "
+        f"{lose:.1f} ms per step for it inside collectives ({100 * lose / median_step:.0f} % of the "
+        f"{median_step:.1f} ms median step). Its extra work per step against the others' median: {work}"
+    )
+    return Imbalance(
+        lead.rank,
+        float(lead.mean_late_ms),
+        test.last_in,
+        test.considered,
+        round(lose, 3),
+        round(100 * lose / median_step, 2),
+        extra,
+        summary,
+    )
 
 
 # -- the many-rank view ----------------------------------------------------------------------
 
+
 def ranks_view(summaries: list[RankSummary], alignment: Alignment | None) -> dict:
     """Ranks sorted by lateness, a rank × step strip of step times, and the step-time distribution."""
     late = {a.rank: a for a in alignment.ranks} if alignment else {}
-    order = sorted(range(len(summaries)),
-                   key=lambda i: (-(late[summaries[i].rank].mean_late_ms if summaries[i].rank in late else 0.0),
-                                  -summaries[i].analysis.breakdown.step_ms.p50))
+    order = sorted(
+        range(len(summaries)),
+        key=lambda i: (
+            -(late[summaries[i].rank].mean_late_ms if summaries[i].rank in late else 0.0),
+            -summaries[i].analysis.breakdown.step_ms.p50,
+        ),
+    )
     labels: list[str] = []
     for s in summaries:
         for lab in s.step_labels:
@@ -529,13 +629,26 @@ def ranks_view(summaries: list[RankSummary], alignment: Alignment | None) -> dic
         by = dict(zip(s.step_labels, s.step_ms.tolist()))
         heat.append([round(by[lab], 3) if lab in by else None for lab in labels])
     all_ms = np.array([v for row in heat for v in row if v is not None], float)
-    dist = ({"p5": round(float(np.percentile(all_ms, 5)), 3), "p50": round(float(np.percentile(all_ms, 50)), 3),
-             "p95": round(float(np.percentile(all_ms, 95)), 3), "max": round(float(all_ms.max()), 3),
-             "min": round(float(all_ms.min()), 3)} if len(all_ms) else None)
+    dist = (
+        {
+            "p5": round(float(np.percentile(all_ms, 5)), 3),
+            "p50": round(float(np.percentile(all_ms, 50)), 3),
+            "p95": round(float(np.percentile(all_ms, 95)), 3),
+            "max": round(float(all_ms.max()), 3),
+            "min": round(float(all_ms.min()), 3),
+        }
+        if len(all_ms)
+        else None
+    )
     return {
-        "by_lateness": [{"rank": summaries[i].rank,
-                         "mean_late_ms": late[summaries[i].rank].mean_late_ms if summaries[i].rank in late else None,
-                         "step_p50_ms": round(summaries[i].analysis.breakdown.step_ms.p50, 3)} for i in order],
+        "by_lateness": [
+            {
+                "rank": summaries[i].rank,
+                "mean_late_ms": late[summaries[i].rank].mean_late_ms if summaries[i].rank in late else None,
+                "step_p50_ms": round(summaries[i].analysis.breakdown.step_ms.p50, 3),
+            }
+            for i in order
+        ],
         "steps": labels,
         "heat_ms": heat,  # rows in by_lateness order
         "step_ms_distribution": dist,
@@ -544,8 +657,10 @@ def ranks_view(summaries: list[RankSummary], alignment: Alignment | None) -> dic
 
 # -- the per-rank verdicts, re-judged with the measured wait ----------------------------------
 
-def with_aligned_imbalance(summaries: list[RankSummary], alignment: Alignment | None,
-                           rules: Rules | None = None) -> list[Analysis]:
+
+def with_aligned_imbalance(
+    summaries: list[RankSummary], alignment: Alignment | None, rules: Rules | None = None
+) -> list[Analysis]:
     """Each rank's analysis re-judged with its imbalance sink set to the wait the alignment
     measured inside its matched collectives (from its arrival to the last rank's), in place of any
     estimate from compute-time differences (``analysis.with_rank_imbalance``): the straggler itself
@@ -566,17 +681,40 @@ def with_aligned_imbalance(summaries: list[RankSummary], alignment: Alignment | 
             out.append(a)
             continue
         n = max(1, len(a.breakdown.steps))
-        sinks = moved(a.sinks, "comm", "imbalance", int(al.wait_ms_per_step * 1e6 * n),
-                      f"waiting inside collectives for {who} (ranks aligned on collective ends)")
-        lines = (Evidence("waiting inside collectives per step, from arrival to the last rank's", al.wait_ms_per_step,
-                          "ms", "", "ranks aligned on collective ends", None),
-                 Evidence("arrival after the first rank, mean over matched collectives", al.mean_late_ms, "ms", "",
-                          "ranks aligned on collective ends", None),
-                 Evidence("collectives matched to the other ranks", al.matched, "collectives", "",
-                          alignment.method_note, None))
+        sinks = moved(
+            a.sinks,
+            "comm",
+            "imbalance",
+            int(al.wait_ms_per_step * 1e6 * n),
+            f"waiting inside collectives for {who} (ranks aligned on collective ends)",
+        )
+        lines = (
+            Evidence(
+                "waiting inside collectives per step, from arrival to the last rank's",
+                al.wait_ms_per_step,
+                "ms",
+                "",
+                "ranks aligned on collective ends",
+                None,
+            ),
+            Evidence(
+                "arrival after the first rank, mean over matched collectives",
+                al.mean_late_ms,
+                "ms",
+                "",
+                "ranks aligned on collective ends",
+                None,
+            ),
+            Evidence(
+                "collectives matched to the other ranks", al.matched, "collectives", "", alignment.method_note, None
+            ),
+        )
         extra = dict(a.observations.extra)
         if alignment.imbalance is not None and al.rank == alignment.imbalance.rank:  # the others wait for this rank
-            extra.update(straggler_wait_ms=alignment.imbalance.others_wait_ms_per_step,
-                         straggler_wait_pct=alignment.imbalance.others_wait_pct, straggler_ranks=len(alignment.ranks))
+            extra.update(
+                straggler_wait_ms=alignment.imbalance.others_wait_ms_per_step,
+                straggler_wait_pct=alignment.imbalance.others_wait_pct,
+                straggler_ranks=len(alignment.ranks),
+            )
         out.append(rejudged(a, sinks, lines, rules, extra=extra))
     return out

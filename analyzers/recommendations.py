@@ -5,6 +5,7 @@ the step shorter than the GPU's own busy time, so idle-cause projections are
 ``T / max(T − removed, T_busy)``. Mixed precision on a GEMM share ``g`` with tensor-core speedup
 ``s`` gives ``1 / ((1 − g) + g / s)`` (docs/diagnosis.md §4, Amdahl's law).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -62,8 +63,9 @@ def roofline_removable_pct(f: Finding, bound: BusyBound | None) -> float | None:
     return f.stake_pct * bound.removable_fraction
 
 
-def project(f: Finding, fx: Fix, b: Breakdown, spec: DeviceSpec | None,
-            device_name: str | None, bound: BusyBound | None = None) -> tuple[float | None, str]:
+def project(
+    f: Finding, fx: Fix, b: Breakdown, spec: DeviceSpec | None, device_name: str | None, bound: BusyBound | None = None
+) -> tuple[float | None, str]:
     """The projected speedup bound of fix ``fx`` for finding ``f``, and its basis with the numbers."""
     stake = f.stake_pct
     if fx.projection == "roofline":
@@ -87,15 +89,22 @@ def project(f: Finding, fx: Fix, b: Breakdown, spec: DeviceSpec | None,
         ratio = spec.tensor_tflops / spec.fp32_tflops
         return 1.0 / ((1 - g) + g / ratio), (
             f"1 / ((1 − g) + g / s) with g = {g:.3f} (non-tensor-core GEMM/conv share of step time) and "
-            f"s = {spec.tensor_tflops:g} / {spec.fp32_tflops:g} TFLOP/s = {ratio:.1f} ({spec.key} peaks)")
+            f"s = {spec.tensor_tflops:g} / {spec.fp32_tflops:g} TFLOP/s = {ratio:.1f} ({spec.key} peaks)"
+        )
     else:
         return None, fx.basis
     return s, f"{fx.basis.format(stake=stake, wait=stake)}: {basis}"
 
 
-def recommend(found: list[Finding], b: Breakdown, spec: DeviceSpec | None, device_name: str | None,
-              ctx: Context | None = None, rules: Rules | None = None,
-              bound: BusyBound | None = None) -> list[Recommendation]:
+def recommend(
+    found: list[Finding],
+    b: Breakdown,
+    spec: DeviceSpec | None,
+    device_name: str | None,
+    ctx: Context | None = None,
+    rules: Rules | None = None,
+    bound: BusyBound | None = None,
+) -> list[Recommendation]:
     """The fix of every finding that has one (from the registry), ranked by projected gain. ``ctx``
     (the run's context) picks the wording and code of each fix; None reads as PyTorch training. A fix
     projected below ``fix.min_speedup`` is left out: its finding stays, a ranked fix would be noise."""
@@ -115,7 +124,10 @@ def recommend(found: list[Finding], b: Breakdown, spec: DeviceSpec | None, devic
         speedup, basis = project(f, fx, b, spec, device_name, bound)
         cold = f.detail == COLD_START_DETAIL  # first-call loading: paid once per process, not per step
         if cold:
-            speedup, basis = None, f"no projection: {f.stake_pct:.1f} % of this window is first-call loading, paid once per process"
+            speedup, basis = (
+                None,
+                f"no projection: {f.stake_pct:.1f} % of this window is first-call loading, paid once per process",
+            )
         if speedup is not None and speedup < min_gain:
             continue
         if f.id == "machine/capacity" and ctx is not None and not ctx.training:
@@ -125,7 +137,16 @@ def recommend(found: list[Finding], b: Breakdown, spec: DeviceSpec | None, devic
         if cold and (ft := fix_text(f.id, ctx, cold_start=True)) is not None:
             rec_id, title, change = ft.rec_id, ft.title, ft.change  # warm up before profiling
         seen.add(fx.rec_id)
-        recs.append(Recommendation(rec_id, f.id, title, change, None if speedup is None else round(speedup, 3),
-                                   None if speedup is None else round(step / speedup, 2), basis))
+        recs.append(
+            Recommendation(
+                rec_id,
+                f.id,
+                title,
+                change,
+                None if speedup is None else round(speedup, 3),
+                None if speedup is None else round(step / speedup, 2),
+                basis,
+            )
+        )
     recs.sort(key=lambda r: -(r.projected_speedup or 0.0))
     return recs

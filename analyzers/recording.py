@@ -3,6 +3,7 @@
 A torch.profiler trace gets torch.profiler options; an Nsight Systems export gets ``nsys`` options —
 never the other's (an MPI+CUDA application has no torch.profiler to pass ``with_flops`` to).
 """
+
 from __future__ import annotations
 
 _KINETO = {
@@ -11,8 +12,10 @@ _KINETO = {
     "steps": "call prof.step() once per iteration (torch.profiler writes ProfilerStep#N)",
 }
 _NSYS = {
-    "flops": ("Nsight Systems records no FLOP counts: for a PyTorch job add operator shapes with "
-              "nsys profile --pytorch=autograd-shapes-nvtx, or pass --peak-tflops and measure FLOPs with Nsight Compute"),
+    "flops": (
+        "Nsight Systems records no FLOP counts: for a PyTorch job add operator shapes with "
+        "nsys profile --pytorch=autograd-shapes-nvtx, or pass --peak-tflops and measure FLOPs with Nsight Compute"
+    ),
     "shapes": "record operator shapes as NVTX ranges: nsys profile --pytorch=autograd-shapes-nvtx (PyTorch jobs)",
     "graphs": "record the kernels inside CUDA graphs: nsys profile --cuda-graph-trace=node",
     "steps": "mark each step with an NVTX range (torch.cuda.nvtx.range_push/pop, or nvtxRangePush/Pop in C/C++)",

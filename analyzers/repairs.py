@@ -16,6 +16,7 @@ window are dropped, overlaps on one stream clipped, and step markers that are st
 earlier step set aside. Repairs touching more than :data:`CONFIDENCE_SHARE` of GPU time lower the
 verdict's confidence (:func:`with_repairs`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -48,55 +49,91 @@ class Reason:
     source: str
 
 
-REASONS: dict[str, Reason] = {r.code: r for r in (
-    Reason("duplicate-event", "merged",
-           "identical events (same table, name, lane or stream, start, duration, correlation) are one event",
-           "keeps the first copy of each GPU kernel, copy, memset, runtime call, annotation and counter "
-           "sample, drops the others", 0, "ns difference",
-           "a trace merged or written twice; CPU operators are exempt (nested operators of one name and "
-           "identical µs-rounded times occur in real Kineto traces)"),
-    Reason("clock-skew", "shifted",
-           "a kernel does not start before the runtime call that launched it, nor after the whole "
-           "recording window has passed since",
-           "measures, per GPU stream, the least launch-to-start gap over the kernels linked to their launch "
-           "(correlation id); a stream whose least gap is below minus the threshold (host and device clocks "
-           "disagree) or beyond the recording window (a clock offset by hours or days) is shifted so its "
-           "least gap equals the least gap of the healthy streams", 1 * US, "ns",
-           "CUDA runtime semantics: a launch call enqueues the kernel, which cannot run before it; 1 µs is the "
-           "resolution of Kineto's integer-microsecond timestamps"),
-    Reason("beyond-trace", "dropped",
-           "no event lasts longer than the trace or starts outside it",
-           "drops events ending later than the trace's end (the last end two lanes reach, or the last host "
-           "start) by more than the host window's length (at least the threshold), and GPU events starting "
-           "that far before the first host event: their durations or clocks are corrupt and cannot be "
-           "recovered (a real stall holds several lanes: the kernel, the call waiting on it, the step)",
-           1 * S, "ns (least allowance)",
-           "a profiler records the events that start in its window; GPU work trails the host by its queue "
-           "(up to 0.73 s measured in the bundled traces), never by more than the window itself"),
-    Reason("stream-overlap", "clipped",
-           "on one GPU stream, kernels, copies and memsets do not overlap",
-           "cuts an event still running when the next event of its stream starts at that start", 2 * US,
-           "ns of overlap tolerated",
-           "CUDA stream semantics: work on one stream runs in issue order, one operation after the other "
-           "(CUDA C++ Programming Guide, Streams); 2 µs: a start and a duration each rounded to Kineto's "
-           "integer microseconds"),
-    Reason("stub-step", "set aside",
-           "a step is not a stub: far shorter than the median step, or shorter than a floor",
-           "sets aside ProfilerStep markers shorter than the floor (the threshold) or than step.stub_fraction "
-           "× the median of the other markers of their lane", 5 * US, "ns (floor)",
-           "a training step runs at least one operator: one CUDA kernel launch or one eager PyTorch operator's "
-           "dispatch alone costs ≈ 5 µs of host time"),
-    Reason("overlapping-step", "set aside",
-           "steps of one lane do not overlap",
-           "keeps the earliest step marker and sets aside every later marker of another name that starts "
-           "before the kept one ends (beyond the tolerance)", 1 * US, "ns of overlap tolerated",
-           "iterations of a training loop follow each other; 1 µs is Kineto's timestamp resolution"),
-    Reason("inconsistent-analysis", "reported",
-           "GPU busy is at most 100 % of the window, and the sinks sum to the step time",
-           "checked after the analysis; a breach is reported with both figures (it is a defect of "
-           "trainscope, not of the trace)", 0.5, "% of step time tolerated",
-           "time is conserved: the step's sinks partition its wall time"),
-)}
+REASONS: dict[str, Reason] = {
+    r.code: r
+    for r in (
+        Reason(
+            "duplicate-event",
+            "merged",
+            "identical events (same table, name, lane or stream, start, duration, correlation) are one event",
+            "keeps the first copy of each GPU kernel, copy, memset, runtime call, annotation and counter "
+            "sample, drops the others",
+            0,
+            "ns difference",
+            "a trace merged or written twice; CPU operators are exempt (nested operators of one name and "
+            "identical µs-rounded times occur in real Kineto traces)",
+        ),
+        Reason(
+            "clock-skew",
+            "shifted",
+            "a kernel does not start before the runtime call that launched it, nor after the whole "
+            "recording window has passed since",
+            "measures, per GPU stream, the least launch-to-start gap over the kernels linked to their launch "
+            "(correlation id); a stream whose least gap is below minus the threshold (host and device clocks "
+            "disagree) or beyond the recording window (a clock offset by hours or days) is shifted so its "
+            "least gap equals the least gap of the healthy streams",
+            1 * US,
+            "ns",
+            "CUDA runtime semantics: a launch call enqueues the kernel, which cannot run before it; 1 µs is the "
+            "resolution of Kineto's integer-microsecond timestamps",
+        ),
+        Reason(
+            "beyond-trace",
+            "dropped",
+            "no event lasts longer than the trace or starts outside it",
+            "drops events ending later than the trace's end (the last end two lanes reach, or the last host "
+            "start) by more than the host window's length (at least the threshold), and GPU events starting "
+            "that far before the first host event: their durations or clocks are corrupt and cannot be "
+            "recovered (a real stall holds several lanes: the kernel, the call waiting on it, the step)",
+            1 * S,
+            "ns (least allowance)",
+            "a profiler records the events that start in its window; GPU work trails the host by its queue "
+            "(up to 0.73 s measured in the bundled traces), never by more than the window itself",
+        ),
+        Reason(
+            "stream-overlap",
+            "clipped",
+            "on one GPU stream, kernels, copies and memsets do not overlap",
+            "cuts an event still running when the next event of its stream starts at that start",
+            2 * US,
+            "ns of overlap tolerated",
+            "CUDA stream semantics: work on one stream runs in issue order, one operation after the other "
+            "(CUDA C++ Programming Guide, Streams); 2 µs: a start and a duration each rounded to Kineto's "
+            "integer microseconds",
+        ),
+        Reason(
+            "stub-step",
+            "set aside",
+            "a step is not a stub: far shorter than the median step, or shorter than a floor",
+            "sets aside ProfilerStep markers shorter than the floor (the threshold) or than step.stub_fraction "
+            "× the median of the other markers of their lane",
+            5 * US,
+            "ns (floor)",
+            "a training step runs at least one operator: one CUDA kernel launch or one eager PyTorch operator's "
+            "dispatch alone costs ≈ 5 µs of host time",
+        ),
+        Reason(
+            "overlapping-step",
+            "set aside",
+            "steps of one lane do not overlap",
+            "keeps the earliest step marker and sets aside every later marker of another name that starts "
+            "before the kept one ends (beyond the tolerance)",
+            1 * US,
+            "ns of overlap tolerated",
+            "iterations of a training loop follow each other; 1 µs is Kineto's timestamp resolution",
+        ),
+        Reason(
+            "inconsistent-analysis",
+            "reported",
+            "GPU busy is at most 100 % of the window, and the sinks sum to the step time",
+            "checked after the analysis; a breach is reported with both figures (it is a defect of "
+            "trainscope, not of the trace)",
+            0.5,
+            "% of step time tolerated",
+            "time is conserved: the step's sinks partition its wall time",
+        ),
+    )
+}
 
 # Repairs touching more than this share of the GPU time lower the verdict's confidence: a smaller
 # change cannot move a sink across the smallest moderate grade of the rule table (GPU idle waiting
@@ -119,17 +156,26 @@ class Repair:
 
     def line(self) -> str:
         r = self.spec
-        what = {"duplicate-event": "duplicate events merged", "clock-skew": "GPU streams shifted to their launches' clock",
-                "beyond-trace": "events dropped: longer than the trace or starting outside it",
-                "stream-overlap": "GPU events clipped: overlapping the next event of their stream",
-                "stub-step": "stub step markers set aside", "overlapping-step": "overlapping step markers set aside",
-                "inconsistent-analysis": "analysis figures inconsistent"}[self.reason]
+        what = {
+            "duplicate-event": "duplicate events merged",
+            "clock-skew": "GPU streams shifted to their launches' clock",
+            "beyond-trace": "events dropped: longer than the trace or starting outside it",
+            "stream-overlap": "GPU events clipped: overlapping the next event of their stream",
+            "stub-step": "stub step markers set aside",
+            "overlapping-step": "overlapping step markers set aside",
+            "inconsistent-analysis": "analysis figures inconsistent",
+        }[self.reason]
         gpu = f", {self.gpu_ns / MS:,.3f} ms of GPU time" if self.gpu_ns else ""
         return f"repair {r.code}: {self.count:,} {what}{gpu} (rule: {r.rule}); e.g. {self.example}"
 
     def as_dict(self) -> dict:
-        return {"reason": self.reason, "action": self.spec.action, "count": self.count,
-                "gpu_ms": round(self.gpu_ns / MS, 3), "example": self.example}
+        return {
+            "reason": self.reason,
+            "action": self.spec.action,
+            "count": self.count,
+            "gpu_ms": round(self.gpu_ns / MS, 3),
+            "example": self.example,
+        }
 
 
 @dataclass
@@ -153,7 +199,9 @@ class RepairLog:
 
     @property
     def touched_pct(self) -> float:
-        base = self.gpu_ns + sum(r.gpu_ns for r in self.repairs.values() if r.spec.action in ("merged", "dropped", "clipped"))
+        base = self.gpu_ns + sum(
+            r.gpu_ns for r in self.repairs.values() if r.spec.action in ("merged", "dropped", "clipped")
+        )
         return 100.0 * self.touched_ns / base if base else 0.0
 
     def lines(self) -> list[str]:
@@ -190,8 +238,7 @@ def ensure_checked(trace: Trace, stub_fraction: float = 0.02) -> RepairLog:
 
 def repair(trace: Trace, stub_fraction: float = 0.02) -> tuple[Trace, RepairLog]:
     """The repaired copy of ``trace`` (tables replaced, ``trace`` untouched) and what was done."""
-    t = replace(trace, metadata=dict(trace.metadata), warnings=list(trace.warnings),
-                op_inputs=replace(trace.op_inputs))
+    t = replace(trace, metadata=dict(trace.metadata), warnings=list(trace.warnings), op_inputs=replace(trace.op_inputs))
     log = RepairLog(stub_fraction=stub_fraction)
     _merge_duplicates(t, log)
     _align_clocks(t, log)
@@ -252,8 +299,12 @@ def _merge_duplicates(t: Trace, log: RepairLog) -> None:
         dropped = np.flatnonzero(~keep)
         gpu = int(tab.dur[dropped].sum()) if table in _GPU else 0
         d0 = int(np.searchsorted(cand, dropped[0]))
-        log.add("duplicate-event", len(dropped), gpu, f"{table}: {_where(t, table, int(dropped[0]))} present "
-                f"{int((rows == rows[d0]).all(axis=1).sum())} times")
+        log.add(
+            "duplicate-event",
+            len(dropped),
+            gpu,
+            f"{table}: {_where(t, table, int(dropped[0]))} present {int((rows == rows[d0]).all(axis=1).sum())} times",
+        )
         _keep(t, table, keep)
 
 
@@ -317,15 +368,23 @@ def _align_clocks(t: Trace, log: RepairLog) -> None:
                 ts = tab.ts.copy()
                 ts[on] += shift
                 if not example:
-                    example = (f"device {lane >> 32} stream {lane & 0xFFFFFFFF}: least launch-to-start gap "
-                               f"{g / US:,.1f} µs, shifted by {shift / MS:+,.3f} ms")
+                    example = (
+                        f"device {lane >> 32} stream {lane & 0xFFFFFFFF}: least launch-to-start gap "
+                        f"{g / US:,.1f} µs, shifted by {shift / MS:+,.3f} ms"
+                    )
                 moved += int(tab.dur[on].sum())
                 setattr(t, table, type(tab)(**{**{c: getattr(tab, c) for c in tab.FIELDS}, "ts": ts}))
         log.add("clock-skew", 1, moved, example)
 
 
-_LANE_KEYS = {"kernels": ("device", "stream"), "copies": ("device", "stream"), "memsets": ("device", "stream"),
-              "runtime": ("thread",), "cpu_ops": ("thread",), "annotations": ("thread", "device")}
+_LANE_KEYS = {
+    "kernels": ("device", "stream"),
+    "copies": ("device", "stream"),
+    "memsets": ("device", "stream"),
+    "runtime": ("thread",),
+    "cpu_ops": ("thread",),
+    "annotations": ("thread", "device"),
+}
 
 
 def _corroborated_end(t: Trace) -> int | None:
@@ -370,8 +429,13 @@ def _drop_beyond_window(t: Trace, log: RepairLog) -> None:
         idx = np.flatnonzero(bad)
         i = int(idx[np.argmax(tab.dur[idx])])
         gpu = int(_bounded(t, table, idx, hi).sum()) if table in _GPU else 0
-        log.add("beyond-trace", len(idx), gpu, f"{table}: {_where(t, table, i)} lasting {int(tab.dur[i]) / S:,.3f} s "
-                f"in a {(win[1] - win[0]) / S:,.3f} s window")
+        log.add(
+            "beyond-trace",
+            len(idx),
+            gpu,
+            f"{table}: {_where(t, table, i)} lasting {int(tab.dur[i]) / S:,.3f} s "
+            f"in a {(win[1] - win[0]) / S:,.3f} s window",
+        )
         _keep(t, table, ~bad)
 
 
@@ -387,8 +451,8 @@ def _bounded(t: Trace, table: str, idx: np.ndarray, end: int) -> np.ndarray:
     lane, ts = lane[order], ts[order]
     mine_lane, mine_ts = _lanes(tab)[idx], tab.ts[idx]
     out = np.empty(len(idx), np.int64)
-    for k, (l, s0) in enumerate(zip(mine_lane, mine_ts)):
-        a, b = np.searchsorted(lane, l, "left"), np.searchsorted(lane, l, "right")
+    for k, (ln, s0) in enumerate(zip(mine_lane, mine_ts)):
+        a, b = np.searchsorted(lane, ln, "left"), np.searchsorted(lane, ln, "right")
         j = a + np.searchsorted(ts[a:b], s0, "right")
         nxt = int(ts[j]) if j < b else end
         out[k] = max(0, min(int(tab.dur[idx[k]]), nxt - int(s0)))
@@ -414,8 +478,10 @@ def _clip_stream_overlaps(t: Trace, log: RepairLog) -> None:
     cut = end[idx] - ts[idx + 1]
     worst = int(idx[np.argmax(cut)])
     n, _ = parts[int(which[worst])]
-    example = (f"{_where(t, n, int(row[worst]))} overlapping the next event of its stream by "
-               f"{int(end[worst] - ts[worst + 1]) / US:,.1f} µs")
+    example = (
+        f"{_where(t, n, int(row[worst]))} overlapping the next event of its stream by "
+        f"{int(end[worst] - ts[worst + 1]) / US:,.1f} µs"
+    )
     new_dur = {k: p.dur.copy() for k, (_, p) in enumerate(parts)}
     for i in idx:
         new_dur[int(which[i])][int(row[i])] = int(ts[i + 1] - ts[i])
@@ -445,8 +511,13 @@ def _set_aside_steps(t: Trace, log: RepairLog, stub_fraction: float) -> None:
         if stub.any() and len(idx) - int(stub.sum()) >= 1:
             s = idx[stub]
             keep[s] = False
-            log.add("stub-step", len(s), 0, f"{_where(t, 'annotations', int(s[0]))} lasting "
-                    f"{int(a.dur[s[0]]) / US:,.2f} µs against a median step of {med / MS:,.3f} ms")
+            log.add(
+                "stub-step",
+                len(s),
+                0,
+                f"{_where(t, 'annotations', int(s[0]))} lasting "
+                f"{int(a.dur[s[0]]) / US:,.2f} µs against a median step of {med / MS:,.3f} ms",
+            )
         kept_end, kept_name, aside = None, None, []
         for i in idx[~stub]:
             if kept_end is not None and a.ts[i] < kept_end - tol and a.name[i] != kept_name:
@@ -456,13 +527,18 @@ def _set_aside_steps(t: Trace, log: RepairLog, stub_fraction: float) -> None:
                 kept_end, kept_name = int(a.end[i]), a.name[i]
         if aside:
             keep[aside] = False
-            log.add("overlapping-step", len(aside), 0, f"{_where(t, 'annotations', aside[0])} starting inside the "
-                    "step before it")
+            log.add(
+                "overlapping-step",
+                len(aside),
+                0,
+                f"{_where(t, 'annotations', aside[0])} starting inside the step before it",
+            )
     if not keep.all():
         _keep(t, "annotations", keep)
 
 
 # --- after the analysis ----------------------------------------------------------------------------
+
 
 def inconsistencies(analysis: "Analysis") -> list[str]:
     """Breaches of the invariants an analysis must keep whatever its trace: GPU busy ≤ 100 % of the
@@ -514,13 +590,20 @@ def with_repairs(analysis: "Analysis", log: RepairLog | None) -> "Analysis":
         lowered = round(verdict.confidence * max(0.5, 1.0 - max(share, step_pct) / 100.0), 2)
         lowered = min(lowered, round(verdict.confidence - 0.01, 2))
         reasons = ", ".join(sorted(r.reason for r in log.repairs.values() if r.gpu_ns))
-        why = (f"confidence lowered from {verdict.confidence:.2f} to {lowered:.2f}: repairs ({reasons}) touched "
-               + (f"{share:.1f} % of GPU time (more than {CONFIDENCE_SHARE:g} %)" if share > CONFIDENCE_SHARE else
-                  f"{step_pct:.2f} % of step time, as much as the verdict's lead of {lead:.2f} points over the "
-                  "runner-up"))
+        why = f"confidence lowered from {verdict.confidence:.2f} to {lowered:.2f}: repairs ({reasons}) touched " + (
+            f"{share:.1f} % of GPU time (more than {CONFIDENCE_SHARE:g} %)"
+            if share > CONFIDENCE_SHARE
+            else f"{step_pct:.2f} % of step time, as much as the verdict's lead of {lead:.2f} points over the runner-up"
+        )
         if not any(e.metric.startswith("GPU time touched by repairs") for e in verdict.evidence):
-            ev = Evidence("GPU time touched by repairs", round(share, 2), "% of GPU time", f"> {CONFIDENCE_SHARE:g}",
-                          "invariant pass (docs/repairs.md)", True)
+            ev = Evidence(
+                "GPU time touched by repairs",
+                round(share, 2),
+                "% of GPU time",
+                f"> {CONFIDENCE_SHARE:g}",
+                "invariant pass (docs/repairs.md)",
+                True,
+            )
             verdict = replace(verdict, confidence=lowered, evidence=[*verdict.evidence, ev])
             if why not in warnings:
                 warnings.append(why)
@@ -530,6 +613,7 @@ def with_repairs(analysis: "Analysis", log: RepairLog | None) -> "Analysis":
 def reasons_markdown() -> str:
     """The reason table as Markdown (``docs/repairs.md`` holds it between its markers; a test keeps
     the two equal)."""
+
     def fmt(r: Reason) -> str:
         if r.unit.startswith("ns"):
             v = r.threshold

@@ -13,6 +13,7 @@ neither cost nor a recognizable name is **unknown**. Communication kernels are k
 Busy time is summed kernel time (concurrent streams can make it exceed wall time): ``bound_ms``
 splits it into memory / compute / unknown, ``shares`` gives the same as fractions.
 """
+
 from __future__ import annotations
 
 import re
@@ -118,12 +119,16 @@ class Roofline:
         if r.intensity is None or r.pct_of_roof is None:
             return f"{head}: {r.source}"
         if bound == "memory" and r.gbps is not None and self.bandwidth_gbps:
-            return (f"{head}: {r.intensity:.3g} FLOP/B, {_gb(r.gbps)} = {r.pct_of_roof:.0f} % of the {self.device}'s "
-                    f"{_gb(self.bandwidth_gbps)}")
+            return (
+                f"{head}: {r.intensity:.3g} FLOP/B, {_gb(r.gbps)} = {r.pct_of_roof:.0f} % of the {self.device}'s "
+                f"{_gb(self.bandwidth_gbps)}"
+            )
         if r.tflops is not None and r.roof_tflops:
             unit = "tensor-core " if r.tensor_cores else ""
-            return (f"{head}: {r.intensity:.3g} FLOP/B, {r.tflops:.3g} TFLOP/s = {r.pct_of_roof:.0f} % of the "
-                    f"{self.device}'s {r.roof_tflops:g} TFLOP/s {r.precision} {unit}peak")
+            return (
+                f"{head}: {r.intensity:.3g} FLOP/B, {r.tflops:.3g} TFLOP/s = {r.pct_of_roof:.0f} % of the "
+                f"{self.device}'s {r.roof_tflops:g} TFLOP/s {r.precision} {unit}peak"
+            )
         return f"{head}: {r.intensity:.3g} FLOP/B"
 
     def rows_by(self, key: str = "total") -> list[RooflineRow]:
@@ -171,7 +176,7 @@ def _demangle_parts(s: str) -> list[str]:
         while j < len(s) and s[j].isdigit():
             j += 1
         n = int(s[i:j])
-        parts.append(s[j:j + n])
+        parts.append(s[j : j + n])
         i = j + n
     return parts
 
@@ -190,7 +195,7 @@ def short_kernel_name(name: str) -> str:
     bare = _strip_templates(s).split("(")[0].strip()
     last = bare.split("::")[-1].strip() if bare else ""
     if last.lower() in _GENERIC and "<" in s:
-        m = re.match(r"\s*([\w:]+)", s[s.index("<") + 1:])
+        m = re.match(r"\s*([\w:]+)", s[s.index("<") + 1 :])
         return (m.group(1).split("::")[-1] if m else "") or last
     return last or name[:40]
 
@@ -201,7 +206,9 @@ def tensor_core_names(trace: Trace, costs: KernelCosts, spec: DeviceSpec, name_t
     tensor-core; a bf16 one on a V100 is not either), from the name (``name_tc``) only where not."""
     k = trace.kernels
     out: Column = name_tc.copy()  # numpy's stubs give copy() of an unshaped array as Any
-    known = costs.matrix & (costs.precision != PRECISIONS.index("unknown")) & (costs.precision != PRECISIONS.index("int"))
+    known = (
+        costs.matrix & (costs.precision != PRECISIONS.index("unknown")) & (costs.precision != PRECISIONS.index("int"))
+    )
     if not known.any():
         return out
     idx = np.flatnonzero(known)
@@ -218,8 +225,13 @@ def tensor_core_names(trace: Trace, costs: KernelCosts, spec: DeviceSpec, name_t
     return out
 
 
-def roofline(trace: Trace, kernel_mask: np.ndarray | None, spec: DeviceSpec | None,
-             costs: KernelCosts | None = None, device_name: str | None = None) -> Roofline:
+def roofline(
+    trace: Trace,
+    kernel_mask: np.ndarray | None,
+    spec: DeviceSpec | None,
+    costs: KernelCosts | None = None,
+    device_name: str | None = None,
+) -> Roofline:
     """The roofline of the kernels selected by ``kernel_mask`` on the device described by ``spec``."""
     k = trace.kernels
     costs = costs if costs is not None else kernel_costs(trace)
@@ -322,18 +334,52 @@ def roofline(trace: Trace, kernel_mask: np.ndarray | None, spec: DeviceSpec | No
     over = [r for r in rows if r.over_roof_pct is not None]
     if over:
         worst = max(over, key=lambda r: r.over_roof_pct or 0.0)  # all set: filtered above
-        notes.append(f"{len(over)} kernel name{'s' if len(over) != 1 else ''} ran faster than {'their' if len(over) != 1 else 'its'} roof "
-                     f"by the cost model (worst {worst.short_name} at {worst.over_roof_pct:.0f} %, {worst.source}): "
-                     "their FLOPs or bytes are wrong (Winograd/FFT convolutions, partial reads), so no % of roof is shown")
+        notes.append(
+            f"{len(over)} kernel name{'s' if len(over) != 1 else ''} ran faster than {'their' if len(over) != 1 else 'its'} roof "
+            f"by the cost model (worst {worst.short_name} at {worst.over_roof_pct:.0f} %, {worst.source}): "
+            "their FLOPs or bytes are wrong (Winograd/FFT convolutions, partial reads), so no % of roof is shown"
+        )
     if spec is None:
-        notes.append(f"no peaks known for {device_name or 'this device'!r}: bounds need a ridge point "
-                     "(pass --peak-tflops and --peak-bandwidth)")
-    return Roofline(dev, None if spec is None else spec.memory_gbps, spec, rows, bound_ms, comm_ms, total_ms,
-                    source_ms, flops, float(f[mfl].sum()), by_prec, non_tc, matrix_ms, tc_ms, cand_ms, matrix_costed_ms, notes)
+        notes.append(
+            f"no peaks known for {device_name or 'this device'!r}: bounds need a ridge point "
+            "(pass --peak-tflops and --peak-bandwidth)"
+        )
+    return Roofline(
+        dev,
+        None if spec is None else spec.memory_gbps,
+        spec,
+        rows,
+        bound_ms,
+        comm_ms,
+        total_ms,
+        source_ms,
+        flops,
+        float(f[mfl].sum()),
+        by_prec,
+        non_tc,
+        matrix_ms,
+        tc_ms,
+        cand_ms,
+        matrix_costed_ms,
+        notes,
+    )
 
 
-def _rows(trace: Trace, names: Column, dur: Column, f: Column, b: Column, prec: Column, bound: Column, tc: Column,
-          roof: Column, source: Column, sources: list[str], bw: float, total_ms: float) -> list[RooflineRow]:
+def _rows(
+    trace: Trace,
+    names: Column,
+    dur: Column,
+    f: Column,
+    b: Column,
+    prec: Column,
+    bound: Column,
+    tc: Column,
+    roof: Column,
+    source: Column,
+    sources: list[str],
+    bw: float,
+    total_ms: float,
+) -> list[RooflineRow]:
     if not len(names):
         return []
     un, inv = np.unique(names, return_inverse=True)
@@ -410,11 +456,24 @@ def _rows(trace: Trace, names: Column, dur: Column, f: Column, b: Column, prec: 
         over = None
         if pct is not None and pct > OVER_ROOF_PCT:
             over, pct = pct, None  # faster than physics: the FLOPs/bytes model of this kernel is wrong
-        out.append(RooflineRow(
-            name=trace.strings[un[r]], count=int(cnt[r]), total_ms=float(tdur[r]) / 1e6, flops=fl, bytes=by,
-            intensity=inten, tflops=tf, gbps=gb, pct_of_roof=pct, bound=label[bmaj[r]],
-            precision=PRECISIONS[pmaj[r]], source=sources[best_src[r]], tensor_cores=bool(tc_of[r]),
-            roof_tflops=peak, share_pct=100.0 * float(tdur[r]) / 1e6 / total_ms if total_ms else 0.0,
-            over_roof_pct=over,
-        ))
+        out.append(
+            RooflineRow(
+                name=trace.strings[un[r]],
+                count=int(cnt[r]),
+                total_ms=float(tdur[r]) / 1e6,
+                flops=fl,
+                bytes=by,
+                intensity=inten,
+                tflops=tf,
+                gbps=gb,
+                pct_of_roof=pct,
+                bound=label[bmaj[r]],
+                precision=PRECISIONS[pmaj[r]],
+                source=sources[best_src[r]],
+                tensor_cores=bool(tc_of[r]),
+                roof_tflops=peak,
+                share_pct=100.0 * float(tdur[r]) / 1e6 / total_ms if total_ms else 0.0,
+                over_roof_pct=over,
+            )
+        )
     return out

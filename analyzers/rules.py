@@ -6,6 +6,7 @@ mlsysbook.ai, Model Training chapter). Where no
 published number exists, the entry says it is trainscope's own default. Users override any of
 them with ``--threshold NAME=VALUE``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -21,175 +22,456 @@ class Threshold:
 
 
 _TABLE: tuple[Threshold, ...] = (
-    Threshold("data_wait.moderate", 5.0, "% of step time", "host waits on the DataLoader",
-              "XProf input-pipeline analysis; TensorBoard profiler plugin recommends at > 5 %"),
-    Threshold("data_wait.high", 20.0, "% of step time", "host waits on the DataLoader", "XProf input-pipeline analysis"),
+    Threshold(
+        "data_wait.moderate",
+        5.0,
+        "% of step time",
+        "host waits on the DataLoader",
+        "XProf input-pipeline analysis; TensorBoard profiler plugin recommends at > 5 %",
+    ),
+    Threshold(
+        "data_wait.high", 20.0, "% of step time", "host waits on the DataLoader", "XProf input-pipeline analysis"
+    ),
     Threshold("host_overhead.moderate", 3.0, "% of step time", "GPU idle while the host launches/computes", "XProf"),
     Threshold("host_overhead.high", 15.0, "% of step time", "GPU idle while the host launches/computes", "XProf"),
-    Threshold("sync.moderate", 3.0, "% of step time", "GPU idle while the host synchronizes",
-              "XProf host-overhead grades, applied to synchronization"),
-    Threshold("sync.high", 15.0, "% of step time", "GPU idle while the host synchronizes",
-              "XProf host-overhead grades, applied to synchronization"),
+    Threshold(
+        "sync.moderate",
+        3.0,
+        "% of step time",
+        "GPU idle while the host synchronizes",
+        "XProf host-overhead grades, applied to synchronization",
+    ),
+    Threshold(
+        "sync.high",
+        15.0,
+        "% of step time",
+        "GPU idle while the host synchronizes",
+        "XProf host-overhead grades, applied to synchronization",
+    ),
     Threshold("comm.moderate", 3.0, "% of step time", "communication not overlapped with compute", "XProf"),
-    Threshold("comm.high", 15.0, "% of step time", "communication not overlapped with compute",
-              "XProf (TensorBoard profiler plugin: > 10 %)"),
-    Threshold("copy.moderate", 5.0, "% of step time", "GPU busy only with memory copies",
-              "trainscope default (same grade as data wait: copies are input movement)"),
-    Threshold("gpu_busy.low", 50.0, "% of step time", "GPU busy below this is low utilization",
-              "TensorBoard profiler plugin"),
-    Threshold("gpu_busy.saturated", 70.0, "% of step time", "at or above this the GPU is not starved",
-              "decision flowchart, Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Pipeline Optimizations › Systematic Optimization Framework: utilization ≥ 70 % is not data-bound"),
-    Threshold("kernel_mix.dominant", 60.0, "% of kernel time",
-              "a kernel-intensity group (GEMM/conv/attention vs elementwise/norm/softmax/reduction) dominates",
-              "trainscope default; the kernel mix is named as evidence (docs/diagnosis.md §2.3) but no source gives a number"),
-    Threshold("memory.capacity", 90.0, "% of device memory", "peak memory near capacity",
-              "TensorBoard profiler plugin; textbook flowchart (memory > 90 %)"),
-    Threshold("memory.fragmentation", 30.0, "% of reserved memory", "reserved by the allocator but holding no tensor at the reserved peak",
-              "ZeRO (Rajbhandari et al. 2020): in some cases over 30 % of memory is unusable through fragmentation"),
-    Threshold("memory.oom_slack", 1.0, "% of reserved memory",
-              "a snapshot whose allocator holds less cached free memory than this ends at its limit (an OOM there is "
-              "a capacity OOM: there is nothing to defragment)",
-              "trainscope default: the caching allocator only reaches the device for new segments once its cache is spent"),
-    Threshold("tensor_core.low", 50.0, "% of GEMM/conv/attention time", "matmul time on tensor cores",
-              "trainscope default: below half, mixed precision is the first compute fix (Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Mixed-Precision Training)"),
-    Threshold("evidence.min_kernels", 10.0, "kernels", "fewer kernels than this in the analyzed steps is too little to diagnose",
-              "trainscope default: a verdict needs more than a handful of GPU events (never guess)"),
-    Threshold("step.outlier_ratio", 1.5, "× median step", "a step this much longer than the median is an outlier",
-              "trainscope default"),
-    Threshold("launch.cold_start_ms", 1.0, "ms",
-              "a kernel launch call lasting this long is a cold start (code loading or compilation inside the launch)",
-              "trainscope default: a launch call takes a few µs (CUDA/HIP runtime), so 1 ms is hundreds of launches"),
-    Threshold("step.stub_fraction", 0.02, "× median step",
-              "a first or last step shorter than this fraction of the other steps' median is a stub (a profiler "
-              "step opened as recording stopped): dropped from the statistics and named",
-              "trainscope default: far below run-to-run jitter (steps of a busy host vary ≈ 10×, never 50×)"),
-    Threshold("step.range_tiling", 90.0, "% of GPU kernel time",
-              "repeating annotation ranges whose launches account for this share of kernel time mark the steps",
-              "trainscope default: ranges that launch almost all GPU work delimit it"),
-    Threshold("pageable_copy.moderate", 1.0, "% of step time", "GPU time in host-to-device copies from pageable memory",
-              "trainscope default: any pageable copy is a fix away (pinned memory); graded once it costs 1 % of the step"),
-    Threshold("sync.bubble_moderate", 3.0, "% of step time", "GPU idle after in-step synchronizations",
-              "XProf host-overhead grades, applied to synchronization (as sync.moderate)"),
-    Threshold("attention.unfused_share", 10.0, "% of kernel time",
-              "memory-bound kernels in attention (no fused attention kernel ran)",
-              "trainscope default; FlashAttention (Dao et al. 2022): standard attention is bound by memory "
-              "reads/writes of the L×L matrices"),
-    Threshold("gpu_metrics.compute_active", 70.0, "% SM/tensor activity", "compute-bound: SM/tensor activity at least",
-              "Nsight Systems GPU metrics / NVML GPM reading (compute-bound: SM/tensor > 70 % and DRAM < 50 %)"),
-    Threshold("gpu_metrics.compute_dram_max", 50.0, "% of peak DRAM bandwidth", "compute-bound: DRAM bandwidth below",
-              "Nsight Systems GPU metrics / NVML GPM reading (docs/diagnosis.md §2.3)"),
-    Threshold("gpu_metrics.memory_dram", 70.0, "% of peak DRAM bandwidth", "memory-bound: DRAM bandwidth at least",
-              "Nsight Systems GPU metrics / NVML GPM reading (memory-bound: DRAM > 70 % and SM/tensor < 50 %)"),
-    Threshold("gpu_metrics.memory_active_max", 50.0, "% SM/tensor activity", "memory-bound: SM/tensor activity below",
-              "Nsight Systems GPU metrics / NVML GPM reading (docs/diagnosis.md §2.3)"),
-    Threshold("sync.reported", 0.5, "% of step time", "GPU idle after in-step syncs below this is not reported",
-              "trainscope default: one sync at the end of a profiled region costs nothing worth a line"),
-    Threshold("copy.high", 20.0, "% of step time", "GPU busy only with memory copies: high",
-              "trainscope default (same grade as data wait: copies are input movement)"),
-    Threshold("busy_sink.moderate", 30.0, "% of step time",
-              "memory-bound or compute-bound kernel time: a sink worth naming",
-              "trainscope default: below a third of the step, the kernels' bound is context, not the bottleneck"),
-    Threshold("busy_sink.high", 60.0, "% of step time", "memory-bound or compute-bound kernel time: the step's bulk",
-              "trainscope default (kernel_mix.dominant applied to step time)"),
-    Threshold("stake.moderate", 3.0, "% of step time", "a fixable inefficiency inside busy time (unfused attention, "
-              "no tensor cores) worth a moderate grade", "XProf grades for time lost (as host_overhead.moderate)"),
-    Threshold("stake.high", 15.0, "% of step time", "a fixable inefficiency inside busy time: high",
-              "XProf grades for time lost (as host_overhead.high)"),
-    Threshold("fix.min_speedup", 1.02, "×", "a fix projected below this is a finding, not a ranked fix",
-              "trainscope default: a 2 % bound is inside run-to-run noise of step time"),
-    Threshold("diff.noise_pts", 1.0, "percentage points",
-              "in `trainscope diff`, a finding's metric must move more than this to count as improved or worse",
-              "trainscope default (no published number): a move under one point of step time is not called an effect"),
-    Threshold("gate.alpha", 0.05, "p-value",
-              "`diff --fail-if-slower`: AFTER's steps must be worse than BEFORE's by a one-sided Mann–Whitney rank test "
-              "at this level (and by more than the allowed change) to fail the gate",
-              "the conventional 5 % level (Fisher); a statistical gate plus a practical threshold as CI gates use "
-              "(intel/intel-xpu-backend-for-triton#6441)"),
-    Threshold("launch.tiny_kernel_us", 10.0, "µs", "median kernel shorter than this is launch-latency scale",
-              "trainscope default: a CUDA launch costs ~5–10 µs of host time (HTA launch statistics)"),
+    Threshold(
+        "comm.high",
+        15.0,
+        "% of step time",
+        "communication not overlapped with compute",
+        "XProf (TensorBoard profiler plugin: > 10 %)",
+    ),
+    Threshold(
+        "copy.moderate",
+        5.0,
+        "% of step time",
+        "GPU busy only with memory copies",
+        "trainscope default (same grade as data wait: copies are input movement)",
+    ),
+    Threshold(
+        "gpu_busy.low", 50.0, "% of step time", "GPU busy below this is low utilization", "TensorBoard profiler plugin"
+    ),
+    Threshold(
+        "gpu_busy.saturated",
+        70.0,
+        "% of step time",
+        "at or above this the GPU is not starved",
+        "decision flowchart, Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Pipeline Optimizations › Systematic Optimization Framework: utilization ≥ 70 % is not data-bound",
+    ),
+    Threshold(
+        "kernel_mix.dominant",
+        60.0,
+        "% of kernel time",
+        "a kernel-intensity group (GEMM/conv/attention vs elementwise/norm/softmax/reduction) dominates",
+        "trainscope default; the kernel mix is named as evidence (docs/diagnosis.md §2.3) but no source gives a number",
+    ),
+    Threshold(
+        "memory.capacity",
+        90.0,
+        "% of device memory",
+        "peak memory near capacity",
+        "TensorBoard profiler plugin; textbook flowchart (memory > 90 %)",
+    ),
+    Threshold(
+        "memory.fragmentation",
+        30.0,
+        "% of reserved memory",
+        "reserved by the allocator but holding no tensor at the reserved peak",
+        "ZeRO (Rajbhandari et al. 2020): in some cases over 30 % of memory is unusable through fragmentation",
+    ),
+    Threshold(
+        "memory.oom_slack",
+        1.0,
+        "% of reserved memory",
+        "a snapshot whose allocator holds less cached free memory than this ends at its limit (an OOM there is "
+        "a capacity OOM: there is nothing to defragment)",
+        "trainscope default: the caching allocator only reaches the device for new segments once its cache is spent",
+    ),
+    Threshold(
+        "tensor_core.low",
+        50.0,
+        "% of GEMM/conv/attention time",
+        "matmul time on tensor cores",
+        "trainscope default: below half, mixed precision is the first compute fix (Machine Learning Systems (mlsysbook.ai), Model Training chapter, §Mixed-Precision Training)",
+    ),
+    Threshold(
+        "evidence.min_kernels",
+        10.0,
+        "kernels",
+        "fewer kernels than this in the analyzed steps is too little to diagnose",
+        "trainscope default: a verdict needs more than a handful of GPU events (never guess)",
+    ),
+    Threshold(
+        "step.outlier_ratio",
+        1.5,
+        "× median step",
+        "a step this much longer than the median is an outlier",
+        "trainscope default",
+    ),
+    Threshold(
+        "launch.cold_start_ms",
+        1.0,
+        "ms",
+        "a kernel launch call lasting this long is a cold start (code loading or compilation inside the launch)",
+        "trainscope default: a launch call takes a few µs (CUDA/HIP runtime), so 1 ms is hundreds of launches",
+    ),
+    Threshold(
+        "step.stub_fraction",
+        0.02,
+        "× median step",
+        "a first or last step shorter than this fraction of the other steps' median is a stub (a profiler "
+        "step opened as recording stopped): dropped from the statistics and named",
+        "trainscope default: far below run-to-run jitter (steps of a busy host vary ≈ 10×, never 50×)",
+    ),
+    Threshold(
+        "step.range_tiling",
+        90.0,
+        "% of GPU kernel time",
+        "repeating annotation ranges whose launches account for this share of kernel time mark the steps",
+        "trainscope default: ranges that launch almost all GPU work delimit it",
+    ),
+    Threshold(
+        "pageable_copy.moderate",
+        1.0,
+        "% of step time",
+        "GPU time in host-to-device copies from pageable memory",
+        "trainscope default: any pageable copy is a fix away (pinned memory); graded once it costs 1 % of the step",
+    ),
+    Threshold(
+        "sync.bubble_moderate",
+        3.0,
+        "% of step time",
+        "GPU idle after in-step synchronizations",
+        "XProf host-overhead grades, applied to synchronization (as sync.moderate)",
+    ),
+    Threshold(
+        "attention.unfused_share",
+        10.0,
+        "% of kernel time",
+        "memory-bound kernels in attention (no fused attention kernel ran)",
+        "trainscope default; FlashAttention (Dao et al. 2022): standard attention is bound by memory "
+        "reads/writes of the L×L matrices",
+    ),
+    Threshold(
+        "gpu_metrics.compute_active",
+        70.0,
+        "% SM/tensor activity",
+        "compute-bound: SM/tensor activity at least",
+        "Nsight Systems GPU metrics / NVML GPM reading (compute-bound: SM/tensor > 70 % and DRAM < 50 %)",
+    ),
+    Threshold(
+        "gpu_metrics.compute_dram_max",
+        50.0,
+        "% of peak DRAM bandwidth",
+        "compute-bound: DRAM bandwidth below",
+        "Nsight Systems GPU metrics / NVML GPM reading (docs/diagnosis.md §2.3)",
+    ),
+    Threshold(
+        "gpu_metrics.memory_dram",
+        70.0,
+        "% of peak DRAM bandwidth",
+        "memory-bound: DRAM bandwidth at least",
+        "Nsight Systems GPU metrics / NVML GPM reading (memory-bound: DRAM > 70 % and SM/tensor < 50 %)",
+    ),
+    Threshold(
+        "gpu_metrics.memory_active_max",
+        50.0,
+        "% SM/tensor activity",
+        "memory-bound: SM/tensor activity below",
+        "Nsight Systems GPU metrics / NVML GPM reading (docs/diagnosis.md §2.3)",
+    ),
+    Threshold(
+        "sync.reported",
+        0.5,
+        "% of step time",
+        "GPU idle after in-step syncs below this is not reported",
+        "trainscope default: one sync at the end of a profiled region costs nothing worth a line",
+    ),
+    Threshold(
+        "copy.high",
+        20.0,
+        "% of step time",
+        "GPU busy only with memory copies: high",
+        "trainscope default (same grade as data wait: copies are input movement)",
+    ),
+    Threshold(
+        "busy_sink.moderate",
+        30.0,
+        "% of step time",
+        "memory-bound or compute-bound kernel time: a sink worth naming",
+        "trainscope default: below a third of the step, the kernels' bound is context, not the bottleneck",
+    ),
+    Threshold(
+        "busy_sink.high",
+        60.0,
+        "% of step time",
+        "memory-bound or compute-bound kernel time: the step's bulk",
+        "trainscope default (kernel_mix.dominant applied to step time)",
+    ),
+    Threshold(
+        "stake.moderate",
+        3.0,
+        "% of step time",
+        "a fixable inefficiency inside busy time (unfused attention, no tensor cores) worth a moderate grade",
+        "XProf grades for time lost (as host_overhead.moderate)",
+    ),
+    Threshold(
+        "stake.high",
+        15.0,
+        "% of step time",
+        "a fixable inefficiency inside busy time: high",
+        "XProf grades for time lost (as host_overhead.high)",
+    ),
+    Threshold(
+        "fix.min_speedup",
+        1.02,
+        "×",
+        "a fix projected below this is a finding, not a ranked fix",
+        "trainscope default: a 2 % bound is inside run-to-run noise of step time",
+    ),
+    Threshold(
+        "diff.noise_pts",
+        1.0,
+        "percentage points",
+        "in `trainscope diff`, a finding's metric must move more than this to count as improved or worse",
+        "trainscope default (no published number): a move under one point of step time is not called an effect",
+    ),
+    Threshold(
+        "gate.alpha",
+        0.05,
+        "p-value",
+        "`diff --fail-if-slower`: AFTER's steps must be worse than BEFORE's by a one-sided Mann–Whitney rank test "
+        "at this level (and by more than the allowed change) to fail the gate",
+        "the conventional 5 % level (Fisher); a statistical gate plus a practical threshold as CI gates use "
+        "(intel/intel-xpu-backend-for-triton#6441)",
+    ),
+    Threshold(
+        "launch.tiny_kernel_us",
+        10.0,
+        "µs",
+        "median kernel shorter than this is launch-latency scale",
+        "trainscope default: a CUDA launch costs ~5–10 µs of host time (HTA launch statistics)",
+    ),
     # --deep: launch statistics (HTA get_cuda_kernel_launch_stats) and rank stragglers.
-    Threshold("launch.runtime_outlier_us", 50.0, "µs", "a launch call on the host longer than this is an outlier",
-              "HTA get_cuda_kernel_launch_stats default runtime_cutoff"),
-    Threshold("launch.delay_outlier_us", 100.0, "µs", "a kernel starting this long after its launch returned is a delay outlier",
-              "HTA get_cuda_kernel_launch_stats default launch_delay_cutoff"),
-    Threshold("launch.short_kernel_pct", 50.0, "% of launches",
-              "share of kernels whose GPU time is shorter than their launch call's host time",
-              "trainscope default: launch-bound when most kernels cost less GPU time than host time (HTA launch statistics)"),
-    Threshold("launch.queue_starved", 1.0, "operations",
-              "mean CUDA-queue length of the busiest stream below this: the GPU drains work as fast as the host issues it",
-              "trainscope default, read from HTA queue-length analysis (a queue that stays near empty starves the GPU)"),
-    Threshold("straggler.step_pct", 10.0, "% over the ranks' median",
-              "a rank whose median step is this much longer than the ranks' median is slow",
-              "trainscope default"),
-    Threshold("straggler.late_pct", 5.0, "% of median step",
-              "a rank entering collectives this much later than the first rank, on average, is late",
-              "trainscope default; HTA's straggler analysis ranks by the same late-start signal"),
-    Threshold("straggler.alpha", 0.05, "p-value",
-              "a rank is the straggler only when it is last at more collectives than chance (1/ranks) allows "
-              "at this level (one-sided binomial test)",
-              "the conventional 5 % level (Fisher)"),
-    Threshold("straggler.cold_factor", 10.0, "× the median collective",
-              "the first collective lasting this many times the others' median is a cold start (left out)",
-              "trainscope default: NCCL and gloo connect the ranks lazily at a communicator's first collective"),
-    Threshold("ranks.end_match_us", 500.0, "µs",
-              "two ranks' collectives of one kind are the same collective when their ends agree within this "
-              "(after the clock offset is removed)",
-              "trainscope default: a collective completes on all ranks within a last hop's latency (µs on "
-              "NVLink/InfiniBand), far below the gap between successive collectives"),
-    Threshold("ranks.end_match_pct", 20.0, "% of the collective's duration",
-              "… or within this share of the longer of the two durations (a host thread returning from a "
-              "blocking CPU collective, gloo, is late by OS scheduling: ms on a busy host)",
-              "trainscope default, measured on a gloo job on a loaded 2-core host: end gaps up to 16 % of the duration"),
+    Threshold(
+        "launch.runtime_outlier_us",
+        50.0,
+        "µs",
+        "a launch call on the host longer than this is an outlier",
+        "HTA get_cuda_kernel_launch_stats default runtime_cutoff",
+    ),
+    Threshold(
+        "launch.delay_outlier_us",
+        100.0,
+        "µs",
+        "a kernel starting this long after its launch returned is a delay outlier",
+        "HTA get_cuda_kernel_launch_stats default launch_delay_cutoff",
+    ),
+    Threshold(
+        "launch.short_kernel_pct",
+        50.0,
+        "% of launches",
+        "share of kernels whose GPU time is shorter than their launch call's host time",
+        "trainscope default: launch-bound when most kernels cost less GPU time than host time (HTA launch statistics)",
+    ),
+    Threshold(
+        "launch.queue_starved",
+        1.0,
+        "operations",
+        "mean CUDA-queue length of the busiest stream below this: the GPU drains work as fast as the host issues it",
+        "trainscope default, read from HTA queue-length analysis (a queue that stays near empty starves the GPU)",
+    ),
+    Threshold(
+        "straggler.step_pct",
+        10.0,
+        "% over the ranks' median",
+        "a rank whose median step is this much longer than the ranks' median is slow",
+        "trainscope default",
+    ),
+    Threshold(
+        "straggler.late_pct",
+        5.0,
+        "% of median step",
+        "a rank entering collectives this much later than the first rank, on average, is late",
+        "trainscope default; HTA's straggler analysis ranks by the same late-start signal",
+    ),
+    Threshold(
+        "straggler.alpha",
+        0.05,
+        "p-value",
+        "a rank is the straggler only when it is last at more collectives than chance (1/ranks) allows "
+        "at this level (one-sided binomial test)",
+        "the conventional 5 % level (Fisher)",
+    ),
+    Threshold(
+        "straggler.cold_factor",
+        10.0,
+        "× the median collective",
+        "the first collective lasting this many times the others' median is a cold start (left out)",
+        "trainscope default: NCCL and gloo connect the ranks lazily at a communicator's first collective",
+    ),
+    Threshold(
+        "ranks.end_match_us",
+        500.0,
+        "µs",
+        "two ranks' collectives of one kind are the same collective when their ends agree within this "
+        "(after the clock offset is removed)",
+        "trainscope default: a collective completes on all ranks within a last hop's latency (µs on "
+        "NVLink/InfiniBand), far below the gap between successive collectives",
+    ),
+    Threshold(
+        "ranks.end_match_pct",
+        20.0,
+        "% of the collective's duration",
+        "… or within this share of the longer of the two durations (a host thread returning from a "
+        "blocking CPU collective, gloo, is late by OS scheduling: ms on a busy host)",
+        "trainscope default, measured on a gloo job on a loaded 2-core host: end gaps up to 16 % of the duration",
+    ),
 )
 
 # Live monitoring (`trainscope watch`): windowed rules over sampled counters (docs/diagnosis.md §3, "live").
 _LIVE_TABLE: tuple[Threshold, ...] = (
-    Threshold("live.gpu_idle", 10.0, "% utilization", "GPU utilization below this counts as near idle",
-              "SageMaker Debugger CPUBottleneck / IOBottleneck (GPU < 10 %)"),
-    Threshold("live.cpu_saturated", 90.0, "% CPU", "host CPU, or the loader processes per core, at or above this is saturated",
-              "SageMaker Debugger CPUBottleneck (CPU > 90 %)"),
-    Threshold("live.iowait_saturated", 50.0, "% CPU time", "I/O wait at or above this starves the input pipeline",
-              "SageMaker Debugger IOBottleneck (I/O wait > 50 %)"),
-    Threshold("live.starved_share", 50.0, "% of samples", "share of the window's samples that must show the starved pattern",
-              "SageMaker Debugger CPUBottleneck / IOBottleneck (> 50 % of datapoints)"),
-    Threshold("live.p95_util_low", 70.0, "% utilization", "p95 GPU utilization below this is underutilized",
-              "SageMaker Debugger LowGPUUtilization"),
-    Threshold("live.p5_util_fluctuating", 10.0, "% utilization", "p95 above live.p95_util_low and p5 below this: fluctuating",
-              "SageMaker Debugger LowGPUUtilization"),
-    Threshold("live.gpm_active", 70.0, "%", "SM/tensor (compute-bound) or DRAM (memory-bound) activity at or above this",
-              "NVML GPM / Nsight Systems GPU metrics reading (docs/diagnosis.md §2.3)"),
-    Threshold("live.gpm_quiet", 50.0, "%", "the other side of the GPM comparison must stay below this",
-              "NVML GPM / Nsight Systems GPU metrics reading (docs/diagnosis.md §2.3)"),
-    Threshold("live.mem_ctrl_busy", 60.0, "% of time", "without GPM: memory-controller busy at or above this reads as memory-bound",
-              "trainscope default (NVML utilization.memory is a time share, weaker evidence than GPM DRAM bandwidth)"),
-    Threshold("live.throttle_share", 50.0, "% of samples", "power/thermal clock slowdown in more than this share of samples",
-              "trainscope default"),
-    Threshold("live.min_samples", 4.0, "samples", "fewer samples than this in the window: warming up",
-              "trainscope default (one second at the fastest sampling rate)"),
-    Threshold("live.min_steps", 20.0, "steps",
-              "step mode: fewer completed steps than this in the window is warming up (and no step-based verdict)",
-              "trainscope default: the step-exact wait share of a handful of steps is dominated by the first "
-              "iteration's start-up; 20 steps bound one slow step's weight to 5 %"),
-    Threshold("live.min_step_seconds", 2.0, "s",
-              "step mode: the window's completed steps must also span at least this much time",
-              "trainscope default: several scheduler quanta and sampling intervals, so one preempted call "
-              "cannot decide the share"),
-    Threshold("live.startup_steps", 1.0, "steps",
-              "step mode: the run's first completed steps are start-up (iterator and worker creation, lazy "
-              "initialization) and stay out of the step statistics",
-              "trainscope default; timm's and Lightning's data-time logs skip the first iteration the same way"),
-    Threshold("live.verdict_hold", 5.0, "s",
-              "a new live verdict replaces the shown one only after it has led for this long without interruption "
-              "(hysteresis)", "trainscope default: longer than a sampling hiccup or one slow step, shorter than "
-              "any bottleneck worth acting on"),
-    Threshold("live.power_ceiling_pct", 1.5, "% of median power",
-              "without a power limit in the source: busy power whose maximum sits within this of its median, with "
-              "the spread below the median at least as wide as above it, is pinned at a ceiling (a power cap)",
-              "trainscope default: a limiter clamps power from above, so samples pile up under a hard maximum; "
-              "steady uncapped load scatters symmetrically"),
-    Threshold("live.power_at_limit_pct", 97.0, "% of the power limit",
-              "with a power limit: median busy power at or above this share of the enforced limit is capped",
-              "trainscope default; NVML reports the enforced limit (nvmlDeviceGetEnforcedPowerLimit)"),
+    Threshold(
+        "live.gpu_idle",
+        10.0,
+        "% utilization",
+        "GPU utilization below this counts as near idle",
+        "SageMaker Debugger CPUBottleneck / IOBottleneck (GPU < 10 %)",
+    ),
+    Threshold(
+        "live.cpu_saturated",
+        90.0,
+        "% CPU",
+        "host CPU, or the loader processes per core, at or above this is saturated",
+        "SageMaker Debugger CPUBottleneck (CPU > 90 %)",
+    ),
+    Threshold(
+        "live.iowait_saturated",
+        50.0,
+        "% CPU time",
+        "I/O wait at or above this starves the input pipeline",
+        "SageMaker Debugger IOBottleneck (I/O wait > 50 %)",
+    ),
+    Threshold(
+        "live.starved_share",
+        50.0,
+        "% of samples",
+        "share of the window's samples that must show the starved pattern",
+        "SageMaker Debugger CPUBottleneck / IOBottleneck (> 50 % of datapoints)",
+    ),
+    Threshold(
+        "live.p95_util_low",
+        70.0,
+        "% utilization",
+        "p95 GPU utilization below this is underutilized",
+        "SageMaker Debugger LowGPUUtilization",
+    ),
+    Threshold(
+        "live.p5_util_fluctuating",
+        10.0,
+        "% utilization",
+        "p95 above live.p95_util_low and p5 below this: fluctuating",
+        "SageMaker Debugger LowGPUUtilization",
+    ),
+    Threshold(
+        "live.gpm_active",
+        70.0,
+        "%",
+        "SM/tensor (compute-bound) or DRAM (memory-bound) activity at or above this",
+        "NVML GPM / Nsight Systems GPU metrics reading (docs/diagnosis.md §2.3)",
+    ),
+    Threshold(
+        "live.gpm_quiet",
+        50.0,
+        "%",
+        "the other side of the GPM comparison must stay below this",
+        "NVML GPM / Nsight Systems GPU metrics reading (docs/diagnosis.md §2.3)",
+    ),
+    Threshold(
+        "live.mem_ctrl_busy",
+        60.0,
+        "% of time",
+        "without GPM: memory-controller busy at or above this reads as memory-bound",
+        "trainscope default (NVML utilization.memory is a time share, weaker evidence than GPM DRAM bandwidth)",
+    ),
+    Threshold(
+        "live.throttle_share",
+        50.0,
+        "% of samples",
+        "power/thermal clock slowdown in more than this share of samples",
+        "trainscope default",
+    ),
+    Threshold(
+        "live.min_samples",
+        4.0,
+        "samples",
+        "fewer samples than this in the window: warming up",
+        "trainscope default (one second at the fastest sampling rate)",
+    ),
+    Threshold(
+        "live.min_steps",
+        20.0,
+        "steps",
+        "step mode: fewer completed steps than this in the window is warming up (and no step-based verdict)",
+        "trainscope default: the step-exact wait share of a handful of steps is dominated by the first "
+        "iteration's start-up; 20 steps bound one slow step's weight to 5 %",
+    ),
+    Threshold(
+        "live.min_step_seconds",
+        2.0,
+        "s",
+        "step mode: the window's completed steps must also span at least this much time",
+        "trainscope default: several scheduler quanta and sampling intervals, so one preempted call "
+        "cannot decide the share",
+    ),
+    Threshold(
+        "live.startup_steps",
+        1.0,
+        "steps",
+        "step mode: the run's first completed steps are start-up (iterator and worker creation, lazy "
+        "initialization) and stay out of the step statistics",
+        "trainscope default; timm's and Lightning's data-time logs skip the first iteration the same way",
+    ),
+    Threshold(
+        "live.verdict_hold",
+        5.0,
+        "s",
+        "a new live verdict replaces the shown one only after it has led for this long without interruption "
+        "(hysteresis)",
+        "trainscope default: longer than a sampling hiccup or one slow step, shorter than "
+        "any bottleneck worth acting on",
+    ),
+    Threshold(
+        "live.power_ceiling_pct",
+        1.5,
+        "% of median power",
+        "without a power limit in the source: busy power whose maximum sits within this of its median, with "
+        "the spread below the median at least as wide as above it, is pinned at a ceiling (a power cap)",
+        "trainscope default: a limiter clamps power from above, so samples pile up under a hard maximum; "
+        "steady uncapped load scatters symmetrically",
+    ),
+    Threshold(
+        "live.power_at_limit_pct",
+        97.0,
+        "% of the power limit",
+        "with a power limit: median busy power at or above this share of the enforced limit is capped",
+        "trainscope default; NVML reports the enforced limit (nvmlDeviceGetEnforcedPowerLimit)",
+    ),
 )
 _TABLE = _TABLE + _LIVE_TABLE
 
@@ -202,7 +484,9 @@ class Rules:
         for name, value in (overrides or {}).items():
             if name not in self._t:
                 raise KeyError(name)
-            self._t[name] = replace(self._t[name], value=float(value), source=f"user override (default {self._t[name].value:g})")
+            self._t[name] = replace(
+                self._t[name], value=float(value), source=f"user override (default {self._t[name].value:g})"
+            )
 
     def __getitem__(self, name: str) -> Threshold:
         return self._t[name]

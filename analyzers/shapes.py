@@ -5,6 +5,7 @@ Only operators whose inputs carry the activations are read (linear/conv/norm/att
 their first input's leading dimension is the batch (or batch × sequence, flattened). Everything
 else — optimizer ops on parameter shapes, views, copies — says little about the batch.
 """
+
 from __future__ import annotations
 
 import ast
@@ -75,12 +76,26 @@ def shape_signature(trace: Trace) -> ShapeSignature:
 def compare_shapes(before: ShapeSignature, after: ShapeSignature) -> ShapeComparison:
     if not before.recorded or not after.recorded:
         which = " and ".join(n for n, s in (("BEFORE", before), ("AFTER", after)) if not s.recorded)
-        return ShapeComparison("unknown", before.batch_dim, after.batch_dim, 0, [], "",
-                               f"{which} recorded no operator input shapes (profile with record_shapes=True)")
+        return ShapeComparison(
+            "unknown",
+            before.batch_dim,
+            after.batch_dim,
+            0,
+            [],
+            "",
+            f"{which} recorded no operator input shapes (profile with record_shapes=True)",
+        )
     common = sorted(set(before.shapes) & set(after.shapes))
     if not common:
-        return ShapeComparison("unknown", before.batch_dim, after.batch_dim, 0, [], "",
-                               "the runs share no linear/conv/norm/matmul operators to compare shapes on")
+        return ShapeComparison(
+            "unknown",
+            before.batch_dim,
+            after.batch_dim,
+            0,
+            [],
+            "",
+            "the runs share no linear/conv/norm/matmul operators to compare shapes on",
+        )
     differ = [op for op in common if before.shapes[op] != after.shapes[op]]
     example = ""
     if differ:
@@ -89,12 +104,33 @@ def compare_shapes(before: ShapeSignature, after: ShapeSignature) -> ShapeCompar
         example = f"{op}: {len(sb)} distinct input shapes before, {len(sa)} after, {len(sb & sa)} shared"
     b0, b1 = before.batch_dim, after.batch_dim
     if b0 is not None and b1 is not None and b0 != b1:
-        return ShapeComparison("differ", b0, b1, len(common), differ, example,
-                               f"batch (leading) dimension {b0} before, {b1} after: per-step times are not comparable")
+        return ShapeComparison(
+            "differ",
+            b0,
+            b1,
+            len(common),
+            differ,
+            example,
+            f"batch (leading) dimension {b0} before, {b1} after: per-step times are not comparable",
+        )
     if differ:
         lead = f"leading dimension {b0} in both, but " if b0 is not None and b0 == b1 else ""
-        return ShapeComparison("differ", b0, b1, len(common), differ, example,
-                               f"{lead}{len(differ)} of {len(common)} linear/conv/norm/matmul operators ran on other "
-                               "input shapes (a different model size or sequence length?)")
-    return ShapeComparison("same", b0, b1, len(common), [], "",
-                           f"the {len(common)} linear/conv/norm/matmul operators in both runs saw the same input shapes")
+        return ShapeComparison(
+            "differ",
+            b0,
+            b1,
+            len(common),
+            differ,
+            example,
+            f"{lead}{len(differ)} of {len(common)} linear/conv/norm/matmul operators ran on other "
+            "input shapes (a different model size or sequence length?)",
+        )
+    return ShapeComparison(
+        "same",
+        b0,
+        b1,
+        len(common),
+        [],
+        "",
+        f"the {len(common)} linear/conv/norm/matmul operators in both runs saw the same input shapes",
+    )

@@ -20,14 +20,27 @@ The verdict is the largest sink among those that can be primary (all but ``busy-
 its finding, so a threshold override moves the verdict); its lead over the runner-up sets the
 confidence.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from trainscope.analyzers.breakdown import Breakdown
 
-SINKS: tuple[str, ...] = ("input", "launch", "sync", "comm", "copies", "memory-bound", "compute-bound", "imbalance",
-                          "host-ranges", "host-work", "busy-unknown", "idle-unexplained")
+SINKS: tuple[str, ...] = (
+    "input",
+    "launch",
+    "sync",
+    "comm",
+    "copies",
+    "memory-bound",
+    "compute-bound",
+    "imbalance",
+    "host-ranges",
+    "host-work",
+    "busy-unknown",
+    "idle-unexplained",
+)
 NOT_PRIMARY = ("host-work", "busy-unknown", "idle-unexplained")
 # Explained, but named by no bottleneck finding of its own yet: counts against the unexplained idle.
 EXPLAINED_ONLY = ("host-work",)
@@ -79,7 +92,9 @@ class Sinks:
     by_key: dict[str, Sink]
     busy_source: str  # "hardware counters" | "roofline" | "kernel classes" | "none"
     saturated: bool = True  # GPU busy at or above gpu_busy.saturated: kernel work can be the bottleneck
-    floors: dict[str, float] | None = None  # sink -> least share (%) that names a bottleneck (its finding's moderate grade)
+    floors: dict[str, float] | None = (
+        None  # sink -> least share (%) that names a bottleneck (its finding's moderate grade)
+    )
     cpu_only: bool = False  # no GPU: the "idle" sinks are host time (a collective's wait is a host operator's time)
 
     def pct(self, key: str) -> float:
@@ -94,8 +109,7 @@ class Sinks:
         what keeps the GPU from them does (the textbook flowchart's first test, utilization < 70 %)."""
         s = self.by_key.get(key)
         floor = (self.floors or {}).get(key, 0.0)
-        return (s is not None and s.ns > 0 and s.can_be_primary and s.pct >= floor
-                and (self.saturated or not s.is_work))
+        return s is not None and s.ns > 0 and s.can_be_primary and s.pct >= floor and (self.saturated or not s.is_work)
 
     def ranked(self, primary_only: bool = True) -> list[Sink]:
         """Largest first; ties keep the declaration order of :data:`SINKS`."""
@@ -105,8 +119,11 @@ class Sinks:
     @property
     def explained_ns(self) -> int:
         """Step time in sinks that name a cause here (whether or not they reach their grade)."""
-        return sum(s.ns for s in self.by_key.values()
-                   if (s.can_be_primary and (self.saturated or not s.is_work)) or s.key in EXPLAINED_ONLY)
+        return sum(
+            s.ns
+            for s in self.by_key.values()
+            if (s.can_be_primary and (self.saturated or not s.is_work)) or s.key in EXPLAINED_ONLY
+        )
 
     @property
     def leader(self) -> Sink | None:
@@ -118,8 +135,11 @@ class Sinks:
         """The largest other sink that could lead here, whether or not it reaches its grade (kernel
         work on a starved GPU could not)."""
         lead = self.leader
-        r = [s for s in self.ranked(primary_only=False)
-             if s.ns > 0 and s.can_be_primary and (self.saturated or not s.is_work) and s is not lead]
+        r = [
+            s
+            for s in self.ranked(primary_only=False)
+            if s.ns > 0 and s.can_be_primary and (self.saturated or not s.is_work) and s is not lead
+        ]
         return r[0] if r else None
 
 
@@ -158,10 +178,19 @@ def _take(pool: dict[str, float], key: str, want: float) -> float:
     return got
 
 
-def split_sinks(b: Breakdown, *, busy_split: dict[str, float] | None = None, busy_source: str = "none",
-                host_idle_ns: dict[str, int] | None = None, sync_bubble_ns: int = 0,
-                imbalance_ns: int = 0, saturated: bool = True, floors: dict[str, float] | None = None,
-                gap_ns: dict[str, int] | None = None, gap_source: str = "") -> Sinks:
+def split_sinks(
+    b: Breakdown,
+    *,
+    busy_split: dict[str, float] | None = None,
+    busy_source: str = "none",
+    host_idle_ns: dict[str, int] | None = None,
+    sync_bubble_ns: int = 0,
+    imbalance_ns: int = 0,
+    saturated: bool = True,
+    floors: dict[str, float] | None = None,
+    gap_ns: dict[str, int] | None = None,
+    gap_source: str = "",
+) -> Sinks:
     """The exclusive sinks of ``b``.
 
     ``busy_split``: the fractions of compute-kernel time that are memory-bound, compute-bound and of

@@ -23,6 +23,7 @@ when even all of that would not. Without an ``oom`` event (the trace ring buffer
 last few events), a snapshot whose allocator holds (almost) no cached free memory ends at its
 limit: any OOM there is a capacity OOM, since there is nothing to defragment.
 """
+
 from __future__ import annotations
 
 import re
@@ -121,26 +122,39 @@ def assess_oom(m: "DeviceSnapshotMemory", tr: DeviceTrace | None, slack_pct: flo
         if replayed:
             alloc_i, res_i = int(m.series_allocated[i]), int(m.series_reserved[i])
             cached = max(0, res_i - alloc_i)
-            state = (f"at the oom event (replayed from the dump over {len(tr) - 1 - i:,} later events): "
-                     f"{gib(alloc_i)} allocated of {gib(res_i)} reserved, so {gib(cached)} cached free")
+            state = (
+                f"at the oom event (replayed from the dump over {len(tr) - 1 - i:,} later events): "
+                f"{gib(alloc_i)} allocated of {gib(res_i)} reserved, so {gib(cached)} cached free"
+            )
         else:
             alloc_i, res_i, cached = m.end_allocated, res, free
             state = f"at the dump: {gib(cached)} cached free (largest block {gib(largest)})"
         usable = cached + dev_free
         kind = "fragmentation" if req <= usable else "capacity"
-        ev = [f"the last oom event asked for {gib(req)} at {site_of(tr.frames[i])}; the device had {gib(dev_free)} free; "
-              f"allocator {state}",
-              ("enough memory was free in total (device and cache) but in no block large enough: fragmentation"
-               if kind == "fragmentation" else "more than all free memory (device and cache) together: capacity")]
+        ev = [
+            f"the last oom event asked for {gib(req)} at {site_of(tr.frames[i])}; the device had {gib(dev_free)} free; "
+            f"allocator {state}",
+            (
+                "enough memory was free in total (device and cache) but in no block large enough: fragmentation"
+                if kind == "fragmentation"
+                else "more than all free memory (device and cache) together: capacity"
+            ),
+        ]
         if replayed and m.end_allocated < alloc_i:
-            ev.append(f"the dump follows the unwinding: {gib(alloc_i - m.end_allocated)} were freed after the oom "
-                      f"({gib(free)} cached free at the dump, which the failed request could not have used)")
-        return OomAssessment("oom", kind, req, dev_free, cached, largest, res_i, ev, "oom event" if replayed else "dump")
+            ev.append(
+                f"the dump follows the unwinding: {gib(alloc_i - m.end_allocated)} were freed after the oom "
+                f"({gib(free)} cached free at the dump, which the failed request could not have used)"
+            )
+        return OomAssessment(
+            "oom", kind, req, dev_free, cached, largest, res_i, ev, "oom event" if replayed else "dump"
+        )
     if res and 100.0 * free / res < slack_pct:
-        ev = [f"no oom event recorded ({m.events:,} allocator events kept); at the dump the allocator holds "
-              f"{gib(free)} cached free, {100.0 * free / res:.2f} % of {gib(res)} reserved (largest block {gib(largest)})",
-              "nothing is left to reuse or defragment: the next allocation needs new device memory, so an "
-              "out-of-memory error here is a capacity OOM"]
+        ev = [
+            f"no oom event recorded ({m.events:,} allocator events kept); at the dump the allocator holds "
+            f"{gib(free)} cached free, {100.0 * free / res:.2f} % of {gib(res)} reserved (largest block {gib(largest)})",
+            "nothing is left to reuse or defragment: the next allocation needs new device memory, so an "
+            "out-of-memory error here is a capacity OOM",
+        ]
         return OomAssessment("at_limit", "capacity", None, None, free, largest, res, ev)
     return OomAssessment("none", None, None, None, free, largest, res, [])
 
@@ -162,8 +176,11 @@ def site_of(frames: list) -> str:
     ATen operator that allocated."""
     if not frames:
         return "no stack recorded (allocated before recording began)"
-    py = [(posix_path(f["filename"]), f) for f in frames
-          if isinstance(f, dict) and isinstance(f.get("filename"), str) and f["filename"].endswith(".py")]
+    py = [
+        (posix_path(f["filename"]), f)
+        for f in frames
+        if isinstance(f, dict) and isinstance(f.get("filename"), str) and f["filename"].endswith(".py")
+    ]
     for fn, f in py:
         if not any(s in fn for s in _PY_SKIP):
             return f"{fn.rsplit('/', 1)[-1]}:{f.get('line', '?')} ({f.get('name', '?')})"
@@ -200,28 +217,47 @@ def _device(snap: Snapshot, dev: int, tr: DeviceTrace | None, top: int) -> Devic
     real = (tr.action != A["snapshot"]) & (tr.action != A["other"]) if tr is not None else np.zeros(0, bool)
     n = int(real.sum())
     if n == 0:
-        notes.append("no allocator events recorded: peaks are the state at the dump (record them with "
-                     "torch.cuda.memory._record_memory_history() before the step)")
+        notes.append(
+            "no allocator events recorded: peaks are the state at the dump (record them with "
+            "torch.cuda.memory._record_memory_history() before the step)"
+        )
         tops = sorted(live_end.values(), key=lambda b: -b.requested_size)[:top]
         allocs = [LiveAllocation(b.requested_size, b.address, None, site_of(b.frames)) for b in tops]
-        return DeviceSnapshotMemory(dev, 0, end_alloc, end_res, end_alloc, end_res, None, end_res, end_alloc, None,
-                                    sum(inactive), max(inactive, default=0), 0, allocs,
-                                    _sites([LiveAllocation(b.requested_size, b.address, None, site_of(b.frames))
-                                            for b in live_end.values()]), notes=notes)
+        return DeviceSnapshotMemory(
+            dev,
+            0,
+            end_alloc,
+            end_res,
+            end_alloc,
+            end_res,
+            None,
+            end_res,
+            end_alloc,
+            None,
+            sum(inactive),
+            max(inactive, default=0),
+            0,
+            allocs,
+            _sites([LiveAllocation(b.requested_size, b.address, None, site_of(b.frames)) for b in live_end.values()]),
+            notes=notes,
+        )
 
     act, size = tr.action, tr.size
     free_code = free_code_of(act)
     d_alloc = np.where(act == A["alloc"], size, 0) - np.where(act == free_code, size, 0)
-    d_res = (np.where((act == A["segment_alloc"]) | (act == A["segment_map"]), size, 0)
-             - np.where((act == A["segment_free"]) | (act == A["segment_unmap"]), size, 0))
+    d_res = np.where((act == A["segment_alloc"]) | (act == A["segment_map"]), size, 0) - np.where(
+        (act == A["segment_free"]) | (act == A["segment_unmap"]), size, 0
+    )
     # After event i: end − (sum of deltas after i).
     after_alloc = end_alloc - (np.cumsum(d_alloc[::-1])[::-1] - d_alloc)
     after_res = end_res - (np.cumsum(d_res[::-1])[::-1] - d_res)
     start_alloc = int(after_alloc[0] - d_alloc[0])
     start_res = int(after_res[0] - d_res[0])
     if start_alloc < 0 or start_res < 0 or after_alloc.min() < 0:
-        notes.append("the recorded events do not add up to the final allocator state (the trace may have been "
-                     "cut mid-way); peaks are approximate")
+        notes.append(
+            "the recorded events do not add up to the final allocator state (the trace may have been "
+            "cut mid-way); peaks are approximate"
+        )
     i_peak = int(np.argmax(after_alloc))
     peak_alloc = max(int(after_alloc[i_peak]), start_alloc)
     if start_alloc > int(after_alloc[i_peak]):
@@ -242,12 +278,26 @@ def _device(snap: Snapshot, dev: int, tr: DeviceTrace | None, top: int) -> Devic
     if peak_t is not None:
         notes.append(f"the trace covers {n:,} events over {(tr.time_us[-1] - tr.time_us[0]) / 1e3:,.1f} ms")
     return DeviceSnapshotMemory(
-        device=dev, events=n, end_allocated=end_alloc, end_reserved=end_res, peak_allocated=peak_alloc,
-        peak_reserved=peak_res, peak_allocated_time_us=peak_t, reserved_at_peak_allocated=res_at_alloc_peak,
-        allocated_at_peak_reserved=alloc_at_res_peak, peak_phase=_phase(snap, dev, peak_t),
-        inactive_end_bytes=sum(inactive), largest_inactive_block=max(inactive, default=0),
-        oom_events=int((act == A["oom"]).sum()), top_allocations=live[:top], sites=_sites(live),
-        series_time_us=tr.time_us, series_allocated=after_alloc, series_reserved=after_res, notes=notes)
+        device=dev,
+        events=n,
+        end_allocated=end_alloc,
+        end_reserved=end_res,
+        peak_allocated=peak_alloc,
+        peak_reserved=peak_res,
+        peak_allocated_time_us=peak_t,
+        reserved_at_peak_allocated=res_at_alloc_peak,
+        allocated_at_peak_reserved=alloc_at_res_peak,
+        peak_phase=_phase(snap, dev, peak_t),
+        inactive_end_bytes=sum(inactive),
+        largest_inactive_block=max(inactive, default=0),
+        oom_events=int((act == A["oom"]).sum()),
+        top_allocations=live[:top],
+        sites=_sites(live),
+        series_time_us=tr.time_us,
+        series_allocated=after_alloc,
+        series_reserved=after_res,
+        notes=notes,
+    )
 
 
 def free_code_of(act: np.ndarray) -> int:
@@ -291,8 +341,11 @@ def live_set(tr: DeviceTrace, live_end: dict, i_peak: int, free_code: int) -> Li
             del live[k]
         elif i > i_peak:  # allocated before the trace began and freed after the peak
             freed_later.append(i)
-    return LiveSet(live if at_peak is None else at_peak, freed_later,
-                   [b for a_, b in live_end.items() if a_ not in allocated_in_trace])
+    return LiveSet(
+        live if at_peak is None else at_peak,
+        freed_later,
+        [b for a_, b in live_end.items() if a_ not in allocated_in_trace],
+    )
 
 
 def _live_at(tr: DeviceTrace, live_end: dict, i_peak: int, free_code: int) -> list[LiveAllocation]:
@@ -300,8 +353,10 @@ def _live_at(tr: DeviceTrace, live_end: dict, i_peak: int, free_code: int) -> li
     ls = live_set(tr, live_end, i_peak, free_code)
     size, t = tr.size, tr.time_us
     out = [LiveAllocation(int(size[i]), k, int(t[i]), site_of(tr.frames[i])) for k, i in ls.allocated.items()]
-    out += [LiveAllocation(int(size[i]), int(tr.addr[i]), None, site_of(tr.frames[i]) + " [where freed]")
-            for i in ls.freed_later]
+    out += [
+        LiveAllocation(int(size[i]), int(tr.addr[i]), None, site_of(tr.frames[i]) + " [where freed]")
+        for i in ls.freed_later
+    ]
     out += [LiveAllocation(b.requested_size, b.address, None, site_of(b.frames)) for b in ls.at_dump]
     return out
 
@@ -339,47 +394,135 @@ def snapshot_findings(mem: list[DeviceSnapshotMemory], capacity_bytes: float | N
     out: list[Finding] = []
     cap_t, frag_t = rules["memory.capacity"], rules["memory.fragmentation"]
     for m in mem:
-        frag_ev = Evidence("reserved but unallocated at the reserved peak", round(m.fragmentation_pct, 2),
-                           frag_t.unit, f"≥ {frag_t.value:g}", frag_t.source, m.fragmentation_pct >= frag_t.value)
+        frag_ev = Evidence(
+            "reserved but unallocated at the reserved peak",
+            round(m.fragmentation_pct, 2),
+            frag_t.unit,
+            f"≥ {frag_t.value:g}",
+            frag_t.source,
+            m.fragmentation_pct >= frag_t.value,
+        )
         o = m.oom
         if o is not None and o.status == "oom":
-            ev = [Evidence("out-of-memory events in the trace", m.oom_events, "events", "OOM seen",
-                           "TensorBoard profiler plugin; the textbook's decision flowchart (OOM seen: high)", True),
-                  Evidence("failed request", round(o.requested / 2**20, 1), "MiB", "", "trace: oom event", None),
-                  Evidence("device free + allocator cached free at the failure",
-                           round((o.device_free + o.cached_free) / 2**20, 1), "MiB", "", "trace: oom event; segments", None),
-                  frag_ev]
+            ev = [
+                Evidence(
+                    "out-of-memory events in the trace",
+                    m.oom_events,
+                    "events",
+                    "OOM seen",
+                    "TensorBoard profiler plugin; the textbook's decision flowchart (OOM seen: high)",
+                    True,
+                ),
+                Evidence("failed request", round(o.requested / 2**20, 1), "MiB", "", "trace: oom event", None),
+                Evidence(
+                    "device free + allocator cached free at the failure",
+                    round((o.device_free + o.cached_free) / 2**20, 1),
+                    "MiB",
+                    "",
+                    "trace: oom event; segments",
+                    None,
+                ),
+                frag_ev,
+            ]
             if o.kind == "fragmentation":
-                out.append(Finding("machine/fragmentation", "machine", "high",
-                                   f"GPU {m.device} ran out of memory through fragmentation", 0.0, ev,
-                                   "enough memory was free in total, in blocks too small for the request; "
-                                   "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow instead"))
+                out.append(
+                    Finding(
+                        "machine/fragmentation",
+                        "machine",
+                        "high",
+                        f"GPU {m.device} ran out of memory through fragmentation",
+                        0.0,
+                        ev,
+                        "enough memory was free in total, in blocks too small for the request; "
+                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow instead",
+                    )
+                )
                 continue
-            out.append(Finding("machine/capacity", "machine", "high", f"GPU {m.device} ran out of memory (capacity)", 0.0,
-                               ev, "the request exceeded all free memory, device and cache together: a capacity OOM"))
+            out.append(
+                Finding(
+                    "machine/capacity",
+                    "machine",
+                    "high",
+                    f"GPU {m.device} ran out of memory (capacity)",
+                    0.0,
+                    ev,
+                    "the request exceeded all free memory, device and cache together: a capacity OOM",
+                )
+            )
         elif o is not None and o.status == "at_limit":
-            out.append(Finding("machine/capacity", "machine", "high",
-                               f"GPU {m.device} ends at its memory limit: a capacity OOM, not fragmentation", 0.0,
-                               [Evidence("allocator cached free at the dump, share of reserved",
-                                         round(100.0 * o.cached_free / o.reserved, 3), "% of reserved memory",
-                                         f"< {rules.value('memory.oom_slack'):g}", rules["memory.oom_slack"].source, True),
-                                Evidence("allocated at the dump", round(m.end_allocated / 2**30, 3), "GiB", "",
-                                         "segments: active_allocated blocks (requested bytes)", None),
-                                Evidence("reserved at the dump", round(m.end_reserved / 2**30, 3), "GiB", "",
-                                         "segments: total_size", None)],
-                               "every reserved byte holds a tensor: nothing is left to reuse or defragment, so the next "
-                               "allocation needs new device memory (no oom event is recorded; the trace keeps "
-                               f"{m.events:,} allocator events)"))
+            out.append(
+                Finding(
+                    "machine/capacity",
+                    "machine",
+                    "high",
+                    f"GPU {m.device} ends at its memory limit: a capacity OOM, not fragmentation",
+                    0.0,
+                    [
+                        Evidence(
+                            "allocator cached free at the dump, share of reserved",
+                            round(100.0 * o.cached_free / o.reserved, 3),
+                            "% of reserved memory",
+                            f"< {rules.value('memory.oom_slack'):g}",
+                            rules["memory.oom_slack"].source,
+                            True,
+                        ),
+                        Evidence(
+                            "allocated at the dump",
+                            round(m.end_allocated / 2**30, 3),
+                            "GiB",
+                            "",
+                            "segments: active_allocated blocks (requested bytes)",
+                            None,
+                        ),
+                        Evidence(
+                            "reserved at the dump",
+                            round(m.end_reserved / 2**30, 3),
+                            "GiB",
+                            "",
+                            "segments: total_size",
+                            None,
+                        ),
+                    ],
+                    "every reserved byte holds a tensor: nothing is left to reuse or defragment, so the next "
+                    "allocation needs new device memory (no oom event is recorded; the trace keeps "
+                    f"{m.events:,} allocator events)",
+                )
+            )
         elif capacity_bytes:
             pct = 100.0 * m.peak_reserved / capacity_bytes
             if pct >= cap_t.value:
-                out.append(Finding("machine/capacity", "machine", "high", f"GPU {m.device} memory near capacity", 0.0,
-                                   [Evidence("peak reserved / device memory", round(pct, 2), cap_t.unit,
-                                             f"≥ {cap_t.value:g}", cap_t.source, True), frag_ev],
-                                   "little headroom: larger batches or models will not fit"))
+                out.append(
+                    Finding(
+                        "machine/capacity",
+                        "machine",
+                        "high",
+                        f"GPU {m.device} memory near capacity",
+                        0.0,
+                        [
+                            Evidence(
+                                "peak reserved / device memory",
+                                round(pct, 2),
+                                cap_t.unit,
+                                f"≥ {cap_t.value:g}",
+                                cap_t.source,
+                                True,
+                            ),
+                            frag_ev,
+                        ],
+                        "little headroom: larger batches or models will not fit",
+                    )
+                )
         if m.fragmentation_pct >= frag_t.value:
-            out.append(Finding("machine/fragmentation", "machine", "moderate",
-                               f"GPU {m.device}: reserved memory the allocator cannot use for tensors", 0.0, [frag_ev],
-                               "the caching allocator holds free blocks it cannot fit requests into; "
-                               "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow instead"))
+            out.append(
+                Finding(
+                    "machine/fragmentation",
+                    "machine",
+                    "moderate",
+                    f"GPU {m.device}: reserved memory the allocator cannot use for tensors",
+                    0.0,
+                    [frag_ev],
+                    "the caching allocator holds free blocks it cannot fit requests into; "
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow instead",
+                )
+            )
     return out

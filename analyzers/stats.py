@@ -14,6 +14,7 @@
 Pure numpy and the standard library; no scipy (one rank test and one resampling loop do not
 justify a 40 MB dependency).
 """
+
 from __future__ import annotations
 
 import math
@@ -122,8 +123,9 @@ def mann_whitney(x: npt.ArrayLike, y: npt.ArrayLike) -> RankTest:
     if var <= 0:  # every value equal: no evidence either way
         return RankTest("Mann-Whitney U (normal approximation, tie-corrected)", m, n, u, 1.0, 0.0, ties, min_p)
     z = (u - mean - 0.5) / math.sqrt(var)  # continuity correction toward the null
-    return RankTest("Mann-Whitney U (normal approximation, tie-corrected)", m, n, u,
-                    float(min(1.0, _phi_upper(z))), z, ties, min_p)
+    return RankTest(
+        "Mann-Whitney U (normal approximation, tie-corrected)", m, n, u, float(min(1.0, _phi_upper(z))), z, ties, min_p
+    )
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,14 @@ STATISTICS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def bootstrap_change(x: npt.ArrayLike, y: npt.ArrayLike, statistic: str = "p50", confidence: float = 0.95,
-                     resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> Change:
+def bootstrap_change(
+    x: npt.ArrayLike,
+    y: npt.ArrayLike,
+    statistic: str = "p50",
+    confidence: float = 0.95,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> Change:
     """100 · (stat(y) / stat(x) − 1) and its percentile bootstrap interval: both samples resampled
     with replacement ``resamples`` times from ``numpy.random.default_rng(seed)``."""
     x = np.asarray(x, dtype=float)
@@ -168,6 +176,7 @@ def bootstrap_change(x: npt.ArrayLike, y: npt.ArrayLike, statistic: str = "p50",
     ok = bx > 0
     ratios = 100.0 * (by[ok] / bx[ok] - 1.0)
     tail = 100.0 * (1.0 - confidence) / 2.0
-    low, high = (np.percentile(ratios, [tail, 100.0 - tail]) if len(ratios) else (math.nan, math.nan))
-    return Change(statistic, before, after, 100.0 * (after / before - 1.0), float(low), float(high),
-                  confidence, resamples, seed)
+    low, high = np.percentile(ratios, [tail, 100.0 - tail]) if len(ratios) else (math.nan, math.nan)
+    return Change(
+        statistic, before, after, 100.0 * (after / before - 1.0), float(low), float(high), confidence, resamples, seed
+    )

@@ -7,6 +7,7 @@ lane, else GPU lane); top-level ranges named like a step (``step 3``, ``train_st
 iterations from forward/backward/optimizer ranges; otherwise the whole trace (for Nsight, the span
 of GPU activity) as one window, said plainly. Range-based rules live in ``range_steps``.
 """
+
 from __future__ import annotations
 
 from trainscope.analyzers.plural import plural
@@ -49,8 +50,10 @@ class StepSegmentation:
         if not self.stubs:
             return None
         names = ", ".join(f"{s.label} ({s.duration_ns / 1e3:.0f} µs)" for s in self.stubs)
-        return (f"stub step{'s' * (len(self.stubs) > 1)} left out of the statistics: {names} — far shorter than the "
-                "other steps (recording stopped or started inside it)")
+        return (
+            f"stub step{'s' * (len(self.stubs) > 1)} left out of the statistics: {names} — far shorter than the "
+            "other steps (recording stopped or started inside it)"
+        )
 
     @property
     def starts(self) -> np.ndarray:
@@ -61,7 +64,9 @@ class StepSegmentation:
         return np.array([s.end_ns for s in self.steps], np.int64)
 
 
-def _matching(trace: Trace, pattern: re.Pattern, table: str, lane: str = "host") -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _matching(
+    trace: Trace, pattern: re.Pattern, table: str, lane: str = "host"
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
     t = getattr(trace, table)
     if not len(t):
         return np.empty(0, np.int64), np.empty(0, np.int64), []
@@ -117,8 +122,9 @@ def _segment(trace: Trace, step_range: str | None, rules) -> StepSegmentation:
         starts, ends, names = _matching(trace, PROFILER_STEP, "annotations", lane=lane.lower())
         if len(starts):
             steps = _profiler_steps(starts, ends, names)
-            return StepSegmentation("profiler_step", steps,
-                                    f"{plural(len(steps), 'step')} from ProfilerStep#N markers on the {lane} lane")
+            return StepSegmentation(
+                "profiler_step", steps, f"{plural(len(steps), 'step')} from ProfilerStep#N markers on the {lane} lane"
+            )
 
     named = range_steps.repeating_range_steps(trace)
     if named is not None:
@@ -136,7 +142,8 @@ def _segment(trace: Trace, step_range: str | None, rules) -> StepSegmentation:
                 e = int(later.max()) if len(later) else int(s + np.median(np.diff(starts)))
             steps.append(Step(f"iteration {i + 1}", int(s), e))
         return StepSegmentation(
-            "iteration_markers", steps,
+            "iteration_markers",
+            steps,
             f"no ProfilerStep markers: {len(steps)} iterations delimited by repeating {what} annotations",
         )
 
@@ -151,9 +158,11 @@ def _segment(trace: Trace, step_range: str | None, rules) -> StepSegmentation:
     lo, hi, what = range_steps.whole_window(trace)
     offered = range_steps.offered_ranges(trace)
     return StepSegmentation(
-        "whole_trace", [Step("whole trace", lo, hi)],
+        "whole_trace",
+        [Step("whole trace", lo, hi)],
         f"no step markers (ProfilerStep#N, step-like ranges, optimizer or DataLoader annotations): {what} is "
-        "analyzed as one window" + (f"; repeating ranges that could mark steps: {offered} (--step-range NAME)" if offered else ""),
+        "analyzed as one window"
+        + (f"; repeating ranges that could mark steps: {offered} (--step-range NAME)" if offered else ""),
     )
 
 
@@ -166,15 +175,22 @@ def _profiler_steps(starts: np.ndarray, ends: np.ndarray, names: list[str]) -> l
         seen.add(n)
         steps.append(Step(n, int(s), int(e)))
     # Steps must not overlap: clip each at the next one's start.
-    return [Step(st.label, st.start_ns, min(st.end_ns, steps[i + 1].start_ns) if i + 1 < len(steps) else st.end_ns)
-            for i, st in enumerate(steps) if st.end_ns > st.start_ns]
+    return [
+        Step(st.label, st.start_ns, min(st.end_ns, steps[i + 1].start_ns) if i + 1 < len(steps) else st.end_ns)
+        for i, st in enumerate(steps)
+        if st.end_ns > st.start_ns
+    ]
 
 
 def _iteration_anchors(trace: Trace) -> tuple[np.ndarray, str, np.ndarray] | None:
     """Start times of repeating per-iteration markers, what they are, and optimizer-step ends."""
     opt_s, opt_e, _ = _matching(trace, OPTIMIZER_STEP, "annotations")
     candidates = []
-    for pattern, what in ((DATA_WAIT, "DataLoader __next__"), (ZERO_GRAD, "Optimizer.zero_grad"), (OPTIMIZER_STEP, "Optimizer.step")):
+    for pattern, what in (
+        (DATA_WAIT, "DataLoader __next__"),
+        (ZERO_GRAD, "Optimizer.zero_grad"),
+        (OPTIMIZER_STEP, "Optimizer.step"),
+    ):
         s1, e1, _ = _matching(trace, pattern, "annotations")
         s2, e2, _ = _matching(trace, pattern, "cpu_ops")
         s, e = np.concatenate([s1, s2]), np.concatenate([e1, e2])

@@ -18,6 +18,7 @@ A rank is named the straggler only when the evidence is clear:
 
 Otherwise "no clear straggler", with the same figures.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,7 @@ def binomial_tail(k: int, m: int, p: float) -> float:
         return 1.0
     if k > m:
         return 0.0
-    return float(min(1.0, sum(math.comb(m, i) * p ** i * (1 - p) ** (m - i) for i in range(k, m + 1))))
+    return float(min(1.0, sum(math.comb(m, i) * p**i * (1 - p) ** (m - i) for i in range(k, m + 1))))
 
 
 def sign_flip_p(d: np.ndarray) -> float:
@@ -44,7 +45,7 @@ def sign_flip_p(d: np.ndarray) -> float:
         return 1.0
     obs = float(d.sum())
     if m <= 16:
-        signs = ((np.arange(2 ** m)[:, None] >> np.arange(m)) & 1) * 2 - 1
+        signs = ((np.arange(2**m)[:, None] >> np.arange(m)) & 1) * 2 - 1
         return float(np.mean(signs @ np.abs(d) >= obs - 1e-12 * abs(obs)))
     z = obs / math.sqrt(float((d * d).sum()))
     return 0.5 * math.erfc(z / math.sqrt(2))
@@ -73,17 +74,29 @@ class StragglerTest:
         return self.rank_index is not None and self.significant and self.beyond_jitter
 
     def figures(self, rank_label: str) -> str:
-        cold = (f"; {self.cold_excluded} cold-start collective{'s' * (self.cold_excluded != 1)} "
-                f"({self.cold_ms:.1f} ms) left out" if self.cold_excluded else "")
+        cold = (
+            f"; {self.cold_excluded} cold-start collective{'s' * (self.cold_excluded != 1)} "
+            f"({self.cold_ms:.1f} ms) left out"
+            if self.cold_excluded
+            else ""
+        )
         chance = 1 / self.ranks if self.ranks else 0.0
-        return (f"{rank_label} is last at {self.last_in} of {self.considered} collectives (chance {chance:.2f} each: "
-                f"binomial p = {self.p_value:.3g}), {self.mean_late_ms:.2f} ms after the others' median arrival "
-                f"(sign-flip p = {self.p_lateness:.3g}) against a jitter of {self.jitter_ms:.2f} ms; "
-                f"{'significant' if self.significant else 'not significant'} at {self.alpha:g}{cold}")
+        return (
+            f"{rank_label} is last at {self.last_in} of {self.considered} collectives (chance {chance:.2f} each: "
+            f"binomial p = {self.p_value:.3g}), {self.mean_late_ms:.2f} ms after the others' median arrival "
+            f"(sign-flip p = {self.p_lateness:.3g}) against a jitter of {self.jitter_ms:.2f} ms; "
+            f"{'significant' if self.significant else 'not significant'} at {self.alpha:g}{cold}"
+        )
 
 
-def straggler_test(arrival: np.ndarray, end: np.ndarray, alpha: float = 0.05, cold_factor: float = 10.0,
-                   first_use: np.ndarray | None = None, tie_ns: float = 1000.0) -> StragglerTest:
+def straggler_test(
+    arrival: np.ndarray,
+    end: np.ndarray,
+    alpha: float = 0.05,
+    cold_factor: float = 10.0,
+    first_use: np.ndarray | None = None,
+    tie_ns: float = 1000.0,
+) -> StragglerTest:
     """The test over an aligned ``arrival`` matrix (ranks × collectives, ns on a common clock, NaN
     where a rank did not take part) and the collectives' ``end`` instants (same shape).
     ``first_use``: per collective, whether it is the first with its name on some rank (the cold-start
@@ -130,6 +143,20 @@ def straggler_test(arrival: np.ndarray, end: np.ndarray, alpha: float = 0.05, co
     mean = float(np.mean(d)) if len(d) else 0.0
     jitter = float(1.4826 * np.median(np.abs(d - np.median(d)))) if len(d) else 0.0
     p_late = sign_flip_p(d)
-    return StragglerTest(lead, k, considered, n, p, mean, jitter, cold, cold_ms, alpha,
-                         p < alpha or p_late < alpha, mean > 0 and mean > jitter, mask,
-                         float(spread[decided].max()) / 1e6, p_late)
+    return StragglerTest(
+        lead,
+        k,
+        considered,
+        n,
+        p,
+        mean,
+        jitter,
+        cold,
+        cold_ms,
+        alpha,
+        p < alpha or p_late < alpha,
+        mean > 0 and mean > jitter,
+        mask,
+        float(spread[decided].max()) / 1e6,
+        p_late,
+    )

@@ -16,6 +16,7 @@ events so it also works on CPU-only jobs (gloo) that HTA cannot load:
 A rank is *late* when its mean lateness is at least ``straggler.late_pct`` of the median step, and
 *slow* when its median step is ``straggler.step_pct`` longer than the ranks' median.
 """
+
 from __future__ import annotations
 
 import re
@@ -92,12 +93,13 @@ def host_collectives(trace: Trace) -> tuple[str, np.ndarray, np.ndarray, list[st
         comm = kernel_classes(trace)[0][k.name] == ALL_CLASSES.index("communication")
         if comm.any():
             order = np.argsort(k.ts[comm], kind="stable")
-            return ("GPU kernels", k.ts[comm][order], k.end[comm][order],
-                    [strings[i] for i in k.name[comm][order]])
+            return ("GPU kernels", k.ts[comm][order], k.end[comm][order], [strings[i] for i in k.name[comm][order]])
     return "none", np.empty(0, np.int64), np.empty(0, np.int64), []
 
 
-def _per_step(a: Analysis, ts: np.ndarray, end: np.ndarray, names: list[str]) -> dict[tuple[str, str, int], tuple[int, int]]:
+def _per_step(
+    a: Analysis, ts: np.ndarray, end: np.ndarray, names: list[str]
+) -> dict[tuple[str, str, int], tuple[int, int]]:
     """(step label, name, order within step) -> (offset from step start, duration), in ns."""
     out: dict[tuple[str, str, int], tuple[int, int]] = {}
     for st in a.segmentation.steps:
@@ -110,14 +112,19 @@ def _per_step(a: Analysis, ts: np.ndarray, end: np.ndarray, names: list[str]) ->
     return out
 
 
-def detect_stragglers(traces: list[Trace], analyses: list[Analysis], rules: Rules | None = None,
-                      top_n: int = 5) -> StragglerReport:
+def detect_stragglers(
+    traces: list[Trace], analyses: list[Analysis], rules: Rules | None = None, top_n: int = 5
+) -> StragglerReport:
     """Stragglers among ``traces`` (one per rank, analyzed as ``analyses`` in the same order)."""
     return stragglers_from([host_collectives(t) for t in traces], analyses, rules, top_n)
 
 
-def stragglers_from(collectives: list[tuple[str, np.ndarray, np.ndarray, list[str]]], analyses: list[Analysis],
-                    rules: Rules | None = None, top_n: int = 5) -> StragglerReport:
+def stragglers_from(
+    collectives: list[tuple[str, np.ndarray, np.ndarray, list[str]]],
+    analyses: list[Analysis],
+    rules: Rules | None = None,
+    top_n: int = 5,
+) -> StragglerReport:
     """:func:`detect_stragglers` from each rank's :func:`host_collectives` (what a rank summary keeps)."""
     rules = rules or Rules()
     per_rank, sources = [], set()
@@ -151,32 +158,46 @@ def stragglers_from(collectives: list[tuple[str, np.ndarray, np.ndarray, list[st
     ranks = []
     for r, a in enumerate(analyses):
         total = a.breakdown.total_ns
-        ranks.append(RankStraggle(
-            rank=a.rank, source=a.source, step_p50_ms=round(float(p50[r]), 3), collectives=len(keys),
-            collective_pct=round(float(100.0 * coll_ns[r] / total), 2) if total else 0.0,
-            mean_late_ms=round(float(late_ms[r]), 3), late_in=int(late_in[r]),
-            axis=a.verdict.axis, bottleneck=a.verdict.bottleneck,
-            late=bool(keys) and n > 1 and bool(late_ms[r] >= late_cut) and bool(late_ms[r] > 0),
-            slow=n > 1 and bool(p50[r] > slow_cut),
-        ))
+        ranks.append(
+            RankStraggle(
+                rank=a.rank,
+                source=a.source,
+                step_p50_ms=round(float(p50[r]), 3),
+                collectives=len(keys),
+                collective_pct=round(float(100.0 * coll_ns[r] / total), 2) if total else 0.0,
+                mean_late_ms=round(float(late_ms[r]), 3),
+                late_in=int(late_in[r]),
+                axis=a.verdict.axis,
+                bottleneck=a.verdict.bottleneck,
+                late=bool(keys) and n > 1 and bool(late_ms[r] >= late_cut) and bool(late_ms[r] > 0),
+                slow=n > 1 and bool(p50[r] > slow_cut),
+            )
+        )
     source = " + ".join(sorted(sources - {"none"})) or "none"
-    return StragglerReport(ranks, source, len(keys), round(median_step, 3), slow, _summary(ranks, keys, source, median_step))
+    return StragglerReport(
+        ranks, source, len(keys), round(median_step, 3), slow, _summary(ranks, keys, source, median_step)
+    )
 
 
 def _summary(ranks: list[RankStraggle], keys: list, source: str, median_step: float) -> str:
     if len(ranks) < 2:
         return "one rank: nothing to compare"
     flagged = [r for r in ranks if r.straggler]
-    basis = (f"{len(keys)} collectives matched across {len(ranks)} ranks ({source})" if keys
-             else "no collective found in every rank's steps: only step times were compared")
+    basis = (
+        f"{len(keys)} collectives matched across {len(ranks)} ranks ({source})"
+        if keys
+        else "no collective found in every rank's steps: only step times were compared"
+    )
     if not flagged:
         return f"no straggler: {basis}"
     parts = []
     for r in flagged:
         why = []
         if r.late:
-            why.append(f"enters collectives {r.mean_late_ms:.1f} ms after the first rank on average "
-                       f"({100 * r.mean_late_ms / median_step:.0f} % of the median step), last in {r.late_in} of {len(keys)}")
+            why.append(
+                f"enters collectives {r.mean_late_ms:.1f} ms after the first rank on average "
+                f"({100 * r.mean_late_ms / median_step:.0f} % of the median step), last in {r.late_in} of {len(keys)}"
+            )
         if r.slow:
             why.append(f"median step {r.step_p50_ms:.1f} ms vs {median_step:.1f} ms across ranks")
         parts.append(f"rank {r.rank}: " + "; ".join(why))

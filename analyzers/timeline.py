@@ -17,6 +17,7 @@ how much communication and copy time ran while compute ran.
 
 :meth:`TimelineModel.item_at` answers "what is this segment?" for a selected column.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,8 +45,12 @@ HOST_LABELS = {
 GPU_LABELS = dict(CATEGORY_LABELS, idle_other="GPU idle: nothing recorded on the host")
 # What an item on a stream is (the exclusive breakdown's "communication (not overlapped)" is a
 # statement about the whole GPU, not about one kernel: whether it overlapped is measured at the cursor).
-ITEM_LABELS = {"compute": "compute", "communication": "communication (collective)", "copy": "memory copy",
-               "memset": "memset"}
+ITEM_LABELS = {
+    "compute": "compute",
+    "communication": "communication (collective)",
+    "copy": "memory copy",
+    "memset": "memset",
+}
 STREAM_CATEGORIES: tuple[str, ...] = ("compute", "communication", "copy", "memset", "idle")
 STREAM_ROLE_NAMES = {"compute": "comp", "communication": "NCCL", "copy": "copy", "memset": "mset"}
 THREAD_MIN_BUSY = 0.01  # a host thread gets its own lane when busy ≥ 1 % of the span
@@ -145,10 +150,14 @@ class Overlap:
             return f"over this {us(self.window_ns)} column: no kernel or copy runs"
         parts = [f"compute {us(self.compute_ns)}"]
         if self.communication_ns:
-            parts.append(f"communication {us(self.communication_ns)}, {pct(self.communication_overlapped_ns, self.communication_ns)}"
-                         " overlapped with compute")
+            parts.append(
+                f"communication {us(self.communication_ns)}, {pct(self.communication_overlapped_ns, self.communication_ns)}"
+                " overlapped with compute"
+            )
         if self.copy_ns:
-            parts.append(f"copies {us(self.copy_ns)}, {pct(self.copy_overlapped_ns, self.copy_ns)} overlapped with compute")
+            parts.append(
+                f"copies {us(self.copy_ns)}, {pct(self.copy_overlapped_ns, self.copy_ns)} overlapped with compute"
+            )
         return f"over this {us(self.window_ns)} column: " + " · ".join(parts)
 
 
@@ -180,8 +189,9 @@ class TimelineModel:
     """Precomputed lanes of one trace on one GPU. Building it costs one pass over the events;
     every view and lookup afterwards is O(columns · log events)."""
 
-    def __init__(self, trace: Trace, segmentation: StepSegmentation, device: int | None,
-                 classes: np.ndarray | None = None) -> None:
+    def __init__(
+        self, trace: Trace, segmentation: StepSegmentation, device: int | None, classes: np.ndarray | None = None
+    ) -> None:
         self.trace = trace
         self.segmentation = segmentation
         self.device = device
@@ -206,7 +216,9 @@ class TimelineModel:
         ops = ~step_names[o.name]
 
         def ranges(mask_ops: np.ndarray, mask_ann: np.ndarray) -> iv.IntervalSet:
-            return iv.union(np.concatenate([o.ts[mask_ops], a.ts[mask_ann]]), np.concatenate([o.end[mask_ops], a.end[mask_ann]]))
+            return iv.union(
+                np.concatenate([o.ts[mask_ops], a.ts[mask_ann]]), np.concatenate([o.end[mask_ops], a.end[mask_ann]])
+            )
 
         host_sets = [
             host["idle_data_wait"],
@@ -238,12 +250,26 @@ class TimelineModel:
         lanes = []
         for s in np.unique(np.concatenate([k.stream[kon], c.stream[con], m.stream[mon]])).tolist():
             ks, cs, ms = kon & (k.stream == s), con & (c.stream == s), mon & (m.stream == s)
-            sets = (iv.union(k.ts[ks & ~comm], k.end[ks & ~comm]), iv.union(k.ts[ks & comm], k.end[ks & comm]),
-                    iv.union(c.ts[cs], c.end[cs]), iv.union(m.ts[ms], m.end[ms]))
+            sets = (
+                iv.union(k.ts[ks & ~comm], k.end[ks & ~comm]),
+                iv.union(k.ts[ks & comm], k.end[ks & comm]),
+                iv.union(c.ts[cs], c.end[cs]),
+                iv.union(m.ts[ms], m.end[ms]),
+            )
             ns = [iv.total(x) for x in sets]
             role = STREAM_CATEGORIES[int(np.argmax(ns))]
-            lanes.append(Lane(f"stream:{s}", f"s{s} {STREAM_ROLE_NAMES[role]}", "stream", int(s), role,
-                              STREAM_CATEGORIES, sets, sum(ns)))
+            lanes.append(
+                Lane(
+                    f"stream:{s}",
+                    f"s{s} {STREAM_ROLE_NAMES[role]}",
+                    "stream",
+                    int(s),
+                    role,
+                    STREAM_CATEGORIES,
+                    sets,
+                    sum(ns),
+                )
+            )
         return lanes
 
     def _build_thread_lanes(self) -> list[Lane]:
@@ -262,14 +288,18 @@ class TimelineModel:
             mo, ma, mr = ops & (o.thread == th), a_host & (a.thread == th), r.thread == th
 
             def rng(mask_o: np.ndarray, mask_a: np.ndarray) -> iv.IntervalSet:
-                return iv.union(np.concatenate([o.ts[mask_o], a.ts[mask_a]]), np.concatenate([o.end[mask_o], a.end[mask_a]]))
+                return iv.union(
+                    np.concatenate([o.ts[mask_o], a.ts[mask_a]]), np.concatenate([o.end[mask_o], a.end[mask_a]])
+                )
 
-            layers = [rng(mo & data_names[o.name], ma & data_names[a.name]),
-                      iv.union(r.ts[mr & sync_names[r.name]], r.end[mr & sync_names[r.name]]),
-                      iv.union(r.ts[mr], r.end[mr]),
-                      rng(mo & opt_names[o.name], ma & opt_names[a.name]),
-                      rng(mo & bwd_names[o.name], ma & bwd_names[a.name]),
-                      rng(mo, ma)]
+            layers = [
+                rng(mo & data_names[o.name], ma & data_names[a.name]),
+                iv.union(r.ts[mr & sync_names[r.name]], r.end[mr & sync_names[r.name]]),
+                iv.union(r.ts[mr], r.end[mr]),
+                rng(mo & opt_names[o.name], ma & opt_names[a.name]),
+                rng(mo & bwd_names[o.name], ma & bwd_names[a.name]),
+                rng(mo, ma),
+            ]
             sets = _exclusive_sets(layers, *self.span)[:-1]
             busy = sum(iv.total(x) for x in sets)
             if busy < THREAD_MIN_BUSY * span:
@@ -294,8 +324,11 @@ class TimelineModel:
         busy = np.stack([iv.overlap_per_window(x, edges[:-1], edges[1:]) for x in lane.sets], axis=1)
         ns = np.concatenate([busy, (width - busy.sum(axis=1))[:, None]], axis=1)
         if lane.kind == "stream":
-            dominant = np.where(busy.sum(axis=1) >= STREAM_BUSY_SHOWN * np.maximum(width, 1), busy.argmax(axis=1),
-                                len(lane.categories) - 1)
+            dominant = np.where(
+                busy.sum(axis=1) >= STREAM_BUSY_SHOWN * np.maximum(width, 1),
+                busy.argmax(axis=1),
+                len(lane.categories) - 1,
+            )
         else:
             dominant = ns.argmax(axis=1)
         return LaneView(lane.categories, dominant, ns)
@@ -306,9 +339,14 @@ class TimelineModel:
         end_ns = max(end_ns, start_ns + 1)
         g = self._gpu_kind_sets
         ns = {k: int(iv.overlap_per_window(g[k], np.array([start_ns]), np.array([end_ns]))[0]) for k in g}
-        return Overlap(end_ns - start_ns, ns["compute"], ns["communication"], ns["copy"],
-                       _intersect_ns(g["communication"], g["compute"], start_ns, end_ns),
-                       _intersect_ns(g["copy"], g["compute"], start_ns, end_ns))
+        return Overlap(
+            end_ns - start_ns,
+            ns["compute"],
+            ns["communication"],
+            ns["copy"],
+            _intersect_ns(g["communication"], g["compute"], start_ns, end_ns),
+            _intersect_ns(g["copy"], g["compute"], start_ns, end_ns),
+        )
 
     # -- views ---------------------------------------------------------------------------------
 
@@ -360,8 +398,9 @@ class TimelineModel:
         self._h_ts = np.concatenate([o.ts[o_keep], a.ts[a_host], r.ts])
         self._h_end = np.concatenate([o.end[o_keep], a.end[a_host], r.end])
         self._h_name = np.concatenate([o.name[o_keep], a.name[a_host], r.name])
-        self._h_kind = np.concatenate([np.zeros(int(o_keep.sum()), np.int64), np.ones(int(a_host.sum()), np.int64),
-                                       np.full(len(r), 2, np.int64)])
+        self._h_kind = np.concatenate(
+            [np.zeros(int(o_keep.sum()), np.int64), np.ones(int(a_host.sum()), np.int64), np.full(len(r), 2, np.int64)]
+        )
         self._h_thread = np.concatenate([o.thread[o_keep], a.thread[a_host], r.thread]).astype(np.int64)
         order = np.argsort(self._h_ts, kind="stable")
         for attr in ("_h_ts", "_h_end", "_h_name", "_h_kind", "_h_thread"):
@@ -406,8 +445,18 @@ class TimelineModel:
                 step, share = self._step_share(int(self._h_ts[j]), dur)
                 kind = ("cpu op", "annotation", "runtime")[int(self._h_kind[j])]
                 context = self.trace.strings[int(self._h_name[outer])] if outer != j else None
-                return Item("host", kind, self.trace.strings[int(self._h_name[j])], int(self._h_ts[j]), dur, cat,
-                            labels[cat], step, share, context)
+                return Item(
+                    "host",
+                    kind,
+                    self.trace.strings[int(self._h_name[j])],
+                    int(self._h_ts[j]),
+                    dur,
+                    cat,
+                    labels[cat],
+                    step,
+                    share,
+                    context,
+                )
         step, _ = self._step_share(start_ns, 0)
         return Item(lane, "idle", labels[cat], start_ns, end_ns - start_ns, cat, labels[cat], step, None)
 
@@ -461,8 +510,18 @@ class TimelineModel:
                 cat = view.categories[int(view.dominant[0])]
                 kind = ("cpu op", "annotation", "runtime")[int(self._h_kind[j])]
                 context = self.trace.strings[int(self._h_name[outer])] if outer != j else None
-                item = Item(lane.label, kind, self.trace.strings[int(self._h_name[j])], int(self._h_ts[j]), dur, cat,
-                            HOST_LABELS[cat], step, share, context)
+                item = Item(
+                    lane.label,
+                    kind,
+                    self.trace.strings[int(self._h_name[j])],
+                    int(self._h_ts[j]),
+                    dur,
+                    cat,
+                    HOST_LABELS[cat],
+                    step,
+                    share,
+                    context,
+                )
             out.append((lane, item))
         return out
 
@@ -478,9 +537,12 @@ class TimelineModel:
             return []
         g = np.flatnonzero(np.isin(self._g_name, ids))
         h = np.flatnonzero(np.isin(self._h_name, ids))
-        out = [Match(int(self._g_ts[j]), int(self._g_end[j]), "gpu", self.trace.strings[int(self._g_name[j])]) for j in g]
-        out += [Match(int(self._h_ts[j]), int(self._h_end[j]), "host", self.trace.strings[int(self._h_name[j])])
-                for j in h]
+        out = [
+            Match(int(self._g_ts[j]), int(self._g_end[j]), "gpu", self.trace.strings[int(self._g_name[j])]) for j in g
+        ]
+        out += [
+            Match(int(self._h_ts[j]), int(self._h_end[j]), "host", self.trace.strings[int(self._h_name[j])]) for j in h
+        ]
         out.sort(key=lambda m: (m.start_ns, m.lane))
         return out
 

@@ -1,5 +1,6 @@
 """Peak memory by category from a profiler memory timeline (parameters, optimizer state,
 activations, gradients, …): the measured counterpart of the training-memory ledger."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ class TimelinePeak:
 def timeline_peak(tl: MemoryTimeline) -> TimelinePeak:
     total = tl.bytes.sum(axis=1)
     i = int(np.argmax(total))
-    return TimelinePeak(int(total[i]), int(tl.time_us[i]), int(tl.time_us[-1] - tl.time_us[0]),
-                        {c: int(tl.bytes[i, k]) for k, c in enumerate(CATEGORIES)},
-                        {c: int(tl.bytes[:, k].max()) for k, c in enumerate(CATEGORIES)})
+    return TimelinePeak(
+        int(total[i]),
+        int(tl.time_us[i]),
+        int(tl.time_us[-1] - tl.time_us[0]),
+        {c: int(tl.bytes[i, k]) for k, c in enumerate(CATEGORIES)},
+        {c: int(tl.bytes[:, k].max()) for k, c in enumerate(CATEGORIES)},
+    )

@@ -11,6 +11,7 @@ runner-up is named. A verdict the evidence cannot
 support is ``insufficient_evidence``: no GPU activity, too few kernels, or GPU idle that no
 recorded host activity explains outweighing every cause.
 """
+
 from __future__ import annotations
 
 from trainscope.analyzers import findings as registry
@@ -56,16 +57,35 @@ def _cpu_training_findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
     sev = _graded(rules, "data_wait", b.data_wait_pct)
     if not sev:
         return []
-    ev = [_ev(rules, "data_wait.high" if sev == "high" else "data_wait.moderate", "host waiting on DataLoader __next__",
-              b.data_wait_pct),
-          _ctx("GPU kernels in trace", 0, "kernels", "trace: no GPU activity (runs on the CPU)")]
-    detail = _detail("cpu/input-wait", inp.context,
-                     "training runs on the CPU here, so every millisecond spent loading a batch adds to the step")
+    ev = [
+        _ev(
+            rules,
+            "data_wait.high" if sev == "high" else "data_wait.moderate",
+            "host waiting on DataLoader __next__",
+            b.data_wait_pct,
+        ),
+        _ctx("GPU kernels in trace", 0, "kernels", "trace: no GPU activity (runs on the CPU)"),
+    ]
+    detail = _detail(
+        "cpu/input-wait",
+        inp.context,
+        "training runs on the CPU here, so every millisecond spent loading a batch adds to the step",
+    )
     if inp.single_process_loader:
-        ev.append(_ctx("DataLoader runs in the training process (num_workers=0)", None, "", "trace: _SingleProcessDataLoaderIter"))
+        ev.append(
+            _ctx(
+                "DataLoader runs in the training process (num_workers=0)",
+                None,
+                "",
+                "trace: _SingleProcessDataLoaderIter",
+            )
+        )
         detail += "; batches are loaded in the training process itself (num_workers=0)"
-    return [registry.spec("data/input-wait").finding(b.data_wait_pct, ev, detail, rules, severity=sev,
-                                                     title=_title("data/input-wait", inp.context, ""))]
+    return [
+        registry.spec("data/input-wait").finding(
+            b.data_wait_pct, ev, detail, rules, severity=sev, title=_title("data/input-wait", inp.context, "")
+        )
+    ]
 
 
 def primary_first(found: list[Finding], verdict: "Verdict") -> list[Finding]:
@@ -100,26 +120,46 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
         if imb is not None and (data is None or imb.stake_pct > data.stake_pct):
             # Measured on host collectives aligned across ranks: needs no GPU. Lower ceiling, as for input.
             conf = 0.75 - (0.1 if len(inp.segmentation.steps) < 3 else 0.0) - (0.1 if imb.severity != "high" else 0.0)
-            return Verdict(imb.axis, round(conf, 2), imb.id, f"{imb.title} — {imb.stake_pct:.1f} % of step time; "
-                           f"{imb.detail}", imb.evidence)
+            return Verdict(
+                imb.axis,
+                round(conf, 2),
+                imb.id,
+                f"{imb.title} — {imb.stake_pct:.1f} % of step time; {imb.detail}",
+                imb.evidence,
+            )
         if data is not None and data.severity == "high":
             # One kind of evidence and no device to cross-check it with: a lower ceiling than on a GPU.
             conf = 0.75 - (0.1 if len(inp.segmentation.steps) < 3 else 0.0)
             return Verdict("data", round(conf, 2), data.id, f"{data.title} — {data.detail}", data.evidence)
-        return Verdict("insufficient_evidence", 0.0, None,
-                       "the trace has no GPU activity (no kernels, copies or memsets): on a CPU-only trace trainscope "
-                       "diagnoses only input waits (DataLoader time within the steps), and none crosses "
-                       f"data_wait.high ({rules.value('data_wait.high'):g} %)",
-                       [_ctx("GPU kernels in trace", 0, "kernels", "trace")])
+        return Verdict(
+            "insufficient_evidence",
+            0.0,
+            None,
+            "the trace has no GPU activity (no kernels, copies or memsets): on a CPU-only trace trainscope "
+            "diagnoses only input waits (DataLoader time within the steps), and none crosses "
+            f"data_wait.high ({rules.value('data_wait.high'):g} %)",
+            [_ctx("GPU kernels in trace", 0, "kernels", "trace")],
+        )
     min_k = rules.value("evidence.min_kernels")
     # Copies and memsets are GPU work too: a window of copies is judged on its copies.
     ops = inp.copy_traffic.ops if inp.copy_traffic is not None else inp.kernels.count
     if ops < min_k:
-        return Verdict("insufficient_evidence", 0.0, None,
-                       f"only {ops} GPU operation{'s' * (ops != 1)} (kernels, copies, memsets) ran inside the analyzed "
-                       "steps: too little to tell where the time goes (profile more steps)",
-                       [_ev(rules, "evidence.min_kernels", "GPU operations (kernels, copies, memsets) in the analyzed steps",
-                            ops, "<")])
+        return Verdict(
+            "insufficient_evidence",
+            0.0,
+            None,
+            f"only {ops} GPU operation{'s' * (ops != 1)} (kernels, copies, memsets) ran inside the analyzed "
+            "steps: too little to tell where the time goes (profile more steps)",
+            [
+                _ev(
+                    rules,
+                    "evidence.min_kernels",
+                    "GPU operations (kernels, copies, memsets) in the analyzed steps",
+                    ops,
+                    "<",
+                )
+            ],
+        )
     b = inp.breakdown
     busy = b.gpu_busy_pct
     saturated = busy >= rules.value("gpu_busy.saturated")
@@ -133,37 +173,71 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     gaps = inp.gaps
     blind = min(unexplained.ns, gaps.ns.get("unordered", 0)) if gaps is not None else unexplained.ns
     if blind > sinks.explained_ns:
-        return Verdict("insufficient_evidence", 0.0, None,
-                       f"the GPU is idle {100 - busy:.0f} % of step time, but the trace records no host activity "
-                       "(data wait, preprocessing, synchronization, launches) and no launch calls that explain most "
-                       "of it: nothing orders the host's events against the GPU's",
-                       [busy_ev, _ctx("GPU idle with no host activity recorded", unexplained.pct, "%")])
+        return Verdict(
+            "insufficient_evidence",
+            0.0,
+            None,
+            f"the GPU is idle {100 - busy:.0f} % of step time, but the trace records no host activity "
+            "(data wait, preprocessing, synchronization, launches) and no launch calls that explain most "
+            "of it: nothing orders the host's events against the GPU's",
+            [busy_ev, _ctx("GPU idle with no host activity recorded", unexplained.pct, "%")],
+        )
     graphs = next((f for f in found if f.id == GRAPH_REPLAYS.id), None)
     unknown = sinks.by_key["busy-unknown"]
     if graphs is not None and saturated and unknown.ns > (lead.ns if lead else 0):
         # Saturated by graph replays whose kernels were not traced: GPU-bound, bound unknown.
         conf = round(max(0.3, 0.75 - 0.45 * ((lead.ns / unknown.ns) if lead else 0.0)), 2)
-        return Verdict(graphs.axis, conf, graphs.id, f"{graphs.title} — {graphs.stake_pct:.1f} % of step time; "
-                       f"{graphs.detail}", [busy_ev, *graphs.evidence[:2]],
-                       runner_up=(primary_finding(lead.key, found) or graphs).id if lead else None)
-    if lead is None and gaps is not None and unexplained.ns and gaps.ns.get("queued", 0) >= 0.5 * unexplained.ns \
-            and unexplained.ns >= max(s.ns for s in sinks.ranked(primary_only=False)):
-        return Verdict("balanced", 0.3, None,
-                       f"the GPU idles {unexplained.pct:.1f} % of step time with its next work already issued: it "
-                       "waits on a dependency the trace does not show (another stream, device or rank), not on the "
-                       "host; no cause the trace records reaches the grade of a bottleneck",
-                       [busy_ev, *_gap_evidence(gaps, sinks)])
+        return Verdict(
+            graphs.axis,
+            conf,
+            graphs.id,
+            f"{graphs.title} — {graphs.stake_pct:.1f} % of step time; {graphs.detail}",
+            [busy_ev, *graphs.evidence[:2]],
+            runner_up=(primary_finding(lead.key, found) or graphs).id if lead else None,
+        )
+    if (
+        lead is None
+        and gaps is not None
+        and unexplained.ns
+        and gaps.ns.get("queued", 0) >= 0.5 * unexplained.ns
+        and unexplained.ns >= max(s.ns for s in sinks.ranked(primary_only=False))
+    ):
+        return Verdict(
+            "balanced",
+            0.3,
+            None,
+            f"the GPU idles {unexplained.pct:.1f} % of step time with its next work already issued: it "
+            "waits on a dependency the trace does not show (another stream, device or rank), not on the "
+            "host; no cause the trace records reaches the grade of a bottleneck",
+            [busy_ev, *_gap_evidence(gaps, sinks)],
+        )
     host_work = sinks.by_key.get("host-work")
-    if lead is None and gaps is not None and host_work is not None and host_work.ns \
-            and host_work.ns >= max(s.ns for s in sinks.ranked(primary_only=False)):
-        return Verdict("balanced", 0.3, None,
-                       f"the GPU idles {host_work.pct:.1f} % of step time while the host works with no GPU work "
-                       "issued — between steps (input or other host work) or unrecorded in a sampled trace; the "
-                       "trace does not say what that work is, and no cause it records reaches the grade of a "
-                       "bottleneck", [busy_ev, *_gap_evidence(gaps, sinks)])
+    if (
+        lead is None
+        and gaps is not None
+        and host_work is not None
+        and host_work.ns
+        and host_work.ns >= max(s.ns for s in sinks.ranked(primary_only=False))
+    ):
+        return Verdict(
+            "balanced",
+            0.3,
+            None,
+            f"the GPU idles {host_work.pct:.1f} % of step time while the host works with no GPU work "
+            "issued — between steps (input or other host work) or unrecorded in a sampled trace; the "
+            "trace does not say what that work is, and no cause it records reaches the grade of a "
+            "bottleneck",
+            [busy_ev, *_gap_evidence(gaps, sinks)],
+        )
     if lead is None:
-        return Verdict("balanced", 0.5, None, "no sink of step time reaches the grade of a bottleneck: "
-                       + ", ".join(f"{s.key} {s.pct:.1f} %" for s in sinks.ranked(primary_only=False)[:3]), [busy_ev])
+        return Verdict(
+            "balanced",
+            0.5,
+            None,
+            "no sink of step time reaches the grade of a bottleneck: "
+            + ", ".join(f"{s.key} {s.pct:.1f} %" for s in sinks.ranked(primary_only=False)[:3]),
+            [busy_ev],
+        )
     primary = primary_finding(lead.key, found)
     if primary is None:  # a sink with no declared finding cannot happen; say so rather than guess
         return Verdict("balanced", 0.5, None, f"the largest sink ({lead.label}) has no finding to name it", [busy_ev])
@@ -182,9 +256,11 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
         conf -= 0.15 * min(1.0, gaps.inferred_ns(lead.key) / lead.ns)
     conf = round(min(0.97, max(0.05, conf)), 2)
     runner_f = primary_finding(runner.key, found) if runner else None
-    runner_txt = (f"; runner-up: {runner.label} {runner.pct:.1f} %" if runner else "; no other sink")
-    summary = (f"{primary.title} — {lead.pct:.1f} % of step time ({sinks.ms_per_step(lead.key):.2f} ms per step)"
-               f"{runner_txt}" + (f"; {primary.detail}" if primary.detail else ""))
+    runner_txt = f"; runner-up: {runner.label} {runner.pct:.1f} %" if runner else "; no other sink"
+    summary = (
+        f"{primary.title} — {lead.pct:.1f} % of step time ({sinks.ms_per_step(lead.key):.2f} ms per step)"
+        f"{runner_txt}" + (f"; {primary.detail}" if primary.detail else "")
+    )
     evidence = [Evidence(f"largest sink of step time: {lead.label}", round(lead.pct, 2), "%", "", lead.source, None)]
     if runner:
         evidence.append(Evidence(f"runner-up sink: {runner.label}", round(runner.pct, 2), "%", "", runner.source, None))
@@ -193,8 +269,14 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
         evidence.append(busy_ev)
     if gaps is not None and gaps.considered_ns:
         evidence += _gap_evidence(gaps, sinks)
-    return Verdict(primary.axis, conf, primary.id, summary, evidence,
-                   runner_up=runner_f.id if runner_f else (runner.key if runner else None))
+    return Verdict(
+        primary.axis,
+        conf,
+        primary.id,
+        summary,
+        evidence,
+        runner_up=runner_f.id if runner_f else (runner.key if runner else None),
+    )
 
 
 def _gap_evidence(gaps, sinks) -> list[Evidence]:
@@ -202,26 +284,68 @@ def _gap_evidence(gaps, sinks) -> list[Evidence]:
     out = []
     for cls, label in GAP_LABELS.items():
         if gaps.pct(cls) >= 0.5:
-            where = f" → {gaps.sink_of(cls)}" if cls in ("sync", "cold-start", "host-range", "step-boundary",
-                                                          "issued-late") else " (unexplained)"
+            where = (
+                f" → {gaps.sink_of(cls)}"
+                if cls in ("sync", "cold-start", "host-range", "step-boundary", "issued-late")
+                else " (unexplained)"
+            )
             out.append(Evidence(f"GPU idle, {label}{where}", round(gaps.pct(cls), 2), "%", "", INFERRED, None))
     if gaps.launch_call_us is not None and gaps.late_gaps:
-        out.append(Evidence(f"host time per launch call (median; {gaps.late_gaps} of {gaps.gaps} gaps issued late)",
-                            round(gaps.launch_call_us, 2), "µs", "",
-                            f"runtime calls; issue interval median {gaps.issue_interval_us or 0:.1f} µs", None))
+        out.append(
+            Evidence(
+                f"host time per launch call (median; {gaps.late_gaps} of {gaps.gaps} gaps issued late)",
+                round(gaps.launch_call_us, 2),
+                "µs",
+                "",
+                f"runtime calls; issue interval median {gaps.issue_interval_us or 0:.1f} µs",
+                None,
+            )
+        )
     if gaps.sampled:
-        out.append(Evidence("runtime calls that issue no GPU work (synchronizations, event records, queries): none — "
-                            "the trace is event-sampled, its host record filtered", gaps.non_issuing_calls, "calls", "",
-                            f"trace: {gaps.runtime_calls:,} runtime calls", None))
+        out.append(
+            Evidence(
+                "runtime calls that issue no GPU work (synchronizations, event records, queries): none — "
+                "the trace is event-sampled, its host record filtered",
+                gaps.non_issuing_calls,
+                "calls",
+                "",
+                f"trace: {gaps.runtime_calls:,} runtime calls",
+                None,
+            )
+        )
     if gaps.sparse_host:
-        out.append(Evidence("GPU idle between launches covered by a recorded host event (the trace's host events are "
-                            "sparse or sampled: what the host did in the other gaps is not recorded)",
-                            round(100 * gaps.host_coverage, 1), "%", "", "trace: operators and runtime calls", None))
+        out.append(
+            Evidence(
+                "GPU idle between launches covered by a recorded host event (the trace's host events are "
+                "sparse or sampled: what the host did in the other gaps is not recorded)",
+                round(100 * gaps.host_coverage, 1),
+                "%",
+                "",
+                "trace: operators and runtime calls",
+                None,
+            )
+        )
     for name, ns in sorted(gaps.ranges.items(), key=lambda x: -x[1])[:3]:
-        out.append(Evidence(f"GPU idle inside host range '{name}' (issues no GPU work)", round(ns / 1e6, 2), "ms", "",
-                            "trace: host ranges", None))
+        out.append(
+            Evidence(
+                f"GPU idle inside host range '{name}' (issues no GPU work)",
+                round(ns / 1e6, 2),
+                "ms",
+                "",
+                "trace: host ranges",
+                None,
+            )
+        )
     if gaps.untraced_graph_launches:
-        out.append(Evidence("graph launches with no GPU operation recorded (their GPU time is missing: idle may be "
-                            "graph replays; record the graphs' kernels)", gaps.untraced_graph_launches, "launches", "",
-                            "trace: cudaGraphLaunch/hipGraphLaunch runtime calls", None))
+        out.append(
+            Evidence(
+                "graph launches with no GPU operation recorded (their GPU time is missing: idle may be "
+                "graph replays; record the graphs' kernels)",
+                gaps.untraced_graph_launches,
+                "launches",
+                "",
+                "trace: cudaGraphLaunch/hipGraphLaunch runtime calls",
+                None,
+            )
+        )
     return out

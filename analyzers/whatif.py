@@ -13,6 +13,7 @@ work. For one lever this is exactly the formula behind that fix's projection in
 levers drawing on the same time (:data:`POOLS`) together remove no more than it holds. Every
 projection is an upper bound on the gain.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -111,6 +112,8 @@ def project(a: Analysis, chosen: list[str] | tuple[str, ...]) -> Projection:
     left_pct = max(100.0 - idle - removed_busy, busy - removed_busy, 1e-6)
     step = b.step_ms.mean
     speedup = 100.0 / left_pct
-    basis = (f"T' = max(T − idle {idle:.1f} % − busy {removed_busy:.1f} %, GPU busy {busy:.1f} % − {removed_busy:.1f} %)"
-             f" = {left_pct:.1f} % of T")
+    basis = (
+        f"T' = max(T − idle {idle:.1f} % − busy {removed_busy:.1f} %, GPU busy {busy:.1f} % − {removed_busy:.1f} %)"
+        f" = {left_pct:.1f} % of T"
+    )
     return Projection(step, step * left_pct / 100.0, speedup, tuple(lv.recommendation for lv in use), basis)

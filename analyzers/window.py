@@ -2,6 +2,7 @@
 call that overlaps [start, end), with its lane and the step it starts in, and the busy time per
 kind inside the window. What a program (the MCP server, a script) reads where a person scrolls
 the timeline. Times are the trace's own nanoseconds (the clock of the report's step starts)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,8 +40,15 @@ def _name(trace: Trace, idx: int) -> str:
     return trace.strings[idx] if 0 <= idx < len(trace.strings) else ""
 
 
-def window(trace: Trace, seg: StepSegmentation, start_ns: int, end_ns: int, kinds: tuple[str, ...] = KINDS,
-           name_contains: str | None = None, limit: int = 200) -> Window:
+def window(
+    trace: Trace,
+    seg: StepSegmentation,
+    start_ns: int,
+    end_ns: int,
+    kinds: tuple[str, ...] = KINDS,
+    name_contains: str | None = None,
+    limit: int = 200,
+) -> Window:
     if end_ns <= start_ns:
         raise ValueError("the window's end must be after its start")
     unknown = set(kinds) - set(KINDS)
@@ -53,8 +61,14 @@ def window(trace: Trace, seg: StepSegmentation, start_ns: int, end_ns: int, kind
         i = int(np.searchsorted(starts, t, side="right")) - 1
         return seg.steps[i].label if i >= 0 and t < seg.steps[i].end_ns else None
 
-    tables = {"kernel": trace.kernels, "copy": trace.copies, "memset": trace.memsets, "cpu op": trace.cpu_ops,
-              "annotation": trace.annotations, "runtime": trace.runtime}
+    tables = {
+        "kernel": trace.kernels,
+        "copy": trace.copies,
+        "memset": trace.memsets,
+        "cpu op": trace.cpu_ops,
+        "annotation": trace.annotations,
+        "runtime": trace.runtime,
+    }
     named = None
     if needle:  # string ids whose text contains the needle, once
         named = np.array([needle in x.lower() for x in trace.strings] + [False], bool)

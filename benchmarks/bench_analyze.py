@@ -5,12 +5,12 @@ Run on demand (not a test):  python benchmarks/bench_analyze.py [TRACE] [--repea
 Each measurement runs in a fresh subprocess, so imports are counted and peak RSS is that run's
 own (ru_maxrss of the child). Target (issue 2): trainscope end to end ≤ 0.5 × HTA's load time.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import pathlib
-import resource
 import statistics
 import subprocess
 import sys
@@ -43,8 +43,10 @@ def _child(cmd: list[str]) -> tuple[float, str]:
 def _peak_rss(cmd: list[str]) -> float:
     """Peak RSS in MiB of one run of ``cmd``, measured in a wrapper process of its own (the
     kernel's ru_maxrss of children is a maximum over all of them, so each needs its own parent)."""
-    wrapper = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
-               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    wrapper = (
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
     out = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, check=True).stdout
     return int(out.strip()) / 1024
 

@@ -13,6 +13,7 @@ Two kinds of ground truth:
 
 Usage: python benchmarks/bench_cost_model.py
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,22 +42,72 @@ class Reference:
 
 F32, BF16 = "float", "c10::BFloat16"
 REFERENCES = (
-    Reference("sgemm 2048×4096×2048 fp32", "gemm", "FLOPs", 3.437e10, "aten::mm",
-              [[2048, 2048], [2048, 4096]], [F32, F32], ["", ""], "FFMA count: exactly 2·M·N·K"),
-    Reference("GEMM 4096³ bf16 (tensor cores)", "gemm", "FLOPs", 1.374e11, "aten::mm",
-              [[4096, 4096], [4096, 4096]], [BF16, BF16], ["", ""], "tensor-pipe FLOPs: exactly 2·M·N·K"),
-    Reference("causal SDPA 8×16×2048²×64 bf16", "attention", "FLOPs", 7.30e10,
-              "aten::_scaled_dot_product_flash_attention", [[8, 16, 2048, 64]] * 3 + [[], [], []],
-              [BF16, BF16, BF16, "Scalar", "Scalar", "Scalar"], ["", "", "", "0.", "True", "False"],
-              "tensor FLOPs executed; the causal-half formula leaves out the diagonal tiles computed whole"),
-    Reference("add of 64 Mi fp32 elements", "elementwise", "DRAM bytes", 788e6, "aten::add",
-              [[64 << 20], [64 << 20], []], [F32, F32, "Scalar"], ["", "", "1"], "two reads + one write, L2-resident tail"),
-    Reference("GEMV 8192² fp32", "gemm", "DRAM bytes", 271e6, "aten::mv",
-              [[8192, 8192], [8192]], [F32, F32], ["", ""], "the matrix once, plus x and y"),
-    Reference("cuDNN conv2d fp32 (ran as FFT)", "convolution", "FLOPs", 6.3e9, "aten::conv2d",
-              [[64, 64, 56, 56], [64, 64, 3, 3], []], [F32, F32, ""],
-              ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"],
-              "cuDNN picked an FFT algorithm: fewer FLOPs than the direct convolution's formula"),
+    Reference(
+        "sgemm 2048×4096×2048 fp32",
+        "gemm",
+        "FLOPs",
+        3.437e10,
+        "aten::mm",
+        [[2048, 2048], [2048, 4096]],
+        [F32, F32],
+        ["", ""],
+        "FFMA count: exactly 2·M·N·K",
+    ),
+    Reference(
+        "GEMM 4096³ bf16 (tensor cores)",
+        "gemm",
+        "FLOPs",
+        1.374e11,
+        "aten::mm",
+        [[4096, 4096], [4096, 4096]],
+        [BF16, BF16],
+        ["", ""],
+        "tensor-pipe FLOPs: exactly 2·M·N·K",
+    ),
+    Reference(
+        "causal SDPA 8×16×2048²×64 bf16",
+        "attention",
+        "FLOPs",
+        7.30e10,
+        "aten::_scaled_dot_product_flash_attention",
+        [[8, 16, 2048, 64]] * 3 + [[], [], []],
+        [BF16, BF16, BF16, "Scalar", "Scalar", "Scalar"],
+        ["", "", "", "0.", "True", "False"],
+        "tensor FLOPs executed; the causal-half formula leaves out the diagonal tiles computed whole",
+    ),
+    Reference(
+        "add of 64 Mi fp32 elements",
+        "elementwise",
+        "DRAM bytes",
+        788e6,
+        "aten::add",
+        [[64 << 20], [64 << 20], []],
+        [F32, F32, "Scalar"],
+        ["", "", "1"],
+        "two reads + one write, L2-resident tail",
+    ),
+    Reference(
+        "GEMV 8192² fp32",
+        "gemm",
+        "DRAM bytes",
+        271e6,
+        "aten::mv",
+        [[8192, 8192], [8192]],
+        [F32, F32],
+        ["", ""],
+        "the matrix once, plus x and y",
+    ),
+    Reference(
+        "cuDNN conv2d fp32 (ran as FFT)",
+        "convolution",
+        "FLOPs",
+        6.3e9,
+        "aten::conv2d",
+        [[64, 64, 56, 56], [64, 64, 3, 3], []],
+        [F32, F32, ""],
+        ["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "1"],
+        "cuDNN picked an FFT algorithm: fewer FLOPs than the direct convolution's formula",
+    ),
 )
 
 
@@ -82,16 +133,22 @@ def counter_traces() -> list[str]:
             if h is None:
                 continue
             out.append(f"{p.name}: {h.summary()}")
-            by_cls = ", ".join(f"{c} {100 * v / h.total_flops:.0f} %" for c, v in
-                               sorted(h.by_class.items(), key=lambda x: -x[1]) if h.total_flops)
+            by_cls = ", ".join(
+                f"{c} {100 * v / h.total_flops:.0f} %"
+                for c, v in sorted(h.by_class.items(), key=lambda x: -x[1])
+                if h.total_flops
+            )
             out.append(f"  counted FLOPs by class: {by_cls}")
             if h.agreement:
                 out.append("  | class | kernels | counted FLOPs | model FLOPs | model ÷ counted |")
                 out.append("  |---|---|---|---|---|")
                 for a in h.agreement:
-                    out.append(f"  | {a.kernel_class} | {a.kernels} | {a.counted_flops:.3g} | {a.model_flops:.3g} | "
-                               f"{a.ratio:.3f} |" if a.ratio is not None else f"  | {a.kernel_class} | {a.kernels} | 0 | "
-                               f"{a.model_flops:.3g} | – |")
+                    out.append(
+                        f"  | {a.kernel_class} | {a.kernels} | {a.counted_flops:.3g} | {a.model_flops:.3g} | "
+                        f"{a.ratio:.3f} |"
+                        if a.ratio is not None
+                        else f"  | {a.kernel_class} | {a.kernels} | 0 | {a.model_flops:.3g} | – |"
+                    )
             out.append(f"  {h.agreement_note}")
     return out
 
@@ -105,8 +162,10 @@ def main() -> int:
         ratio = m / r.measured if m is not None else None
         if ratio is not None:
             by_class.setdefault(r.kernel_class, []).append(ratio)
-        print(f"| {r.what} | {r.kernel_class} | {r.quantity} | {r.measured:.4g} | "
-              f"{'–' if m is None else f'{m:.4g}'} | {'–' if ratio is None else f'{ratio:.3f}'} | {r.note} |")
+        print(
+            f"| {r.what} | {r.kernel_class} | {r.quantity} | {r.measured:.4g} | "
+            f"{'–' if m is None else f'{m:.4g}'} | {'–' if ratio is None else f'{ratio:.3f}'} | {r.note} |"
+        )
     print("\nper kernel class (model ÷ measured):")
     for c, rs in sorted(by_class.items()):
         print(f"  {c:12s} {', '.join(f'{x:.3f}' for x in rs)}")

@@ -13,6 +13,7 @@ the labels of the public traces held only in tests/data/labeled (``public/…``:
 issue 22, copies with their NOTICE lines) wherever the chosen directory does not label them itself.
 Each trace is analyzed through ``trainscope.api.analyze`` (serially: ``jobs=1``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -105,7 +106,9 @@ def run(traces: pathlib.Path, labels: dict) -> tuple[list[dict], int, int]:
         if rel.startswith("memory/"):
             cls = snapshot_class(path)
             if cls is None:
-                rows.append({"trace": rel, "status": "pending", "why": "memory snapshots: OOM classification not available"})
+                rows.append(
+                    {"trace": rel, "status": "pending", "why": "memory snapshots: OOM classification not available"}
+                )
                 continue
             finding, conf, runner = "trainscope memory", None, ""
         else:
@@ -113,15 +116,28 @@ def run(traces: pathlib.Path, labels: dict) -> tuple[list[dict], int, int]:
         s = score(cls, label)
         judged += 1
         right += s.right
-        rows.append({"trace": rel, "status": "right" if s.right else "WRONG", "class": cls, "finding": finding,
-                     "confidence": conf, "runner_up": runner, "expected": label.get("primary") or [],
-                     "must_not": label.get("must_not") or [], "why": s.why, "seconds": round(time.perf_counter() - t0, 2)})
+        rows.append(
+            {
+                "trace": rel,
+                "status": "right" if s.right else "WRONG",
+                "class": cls,
+                "finding": finding,
+                "confidence": conf,
+                "runner_up": runner,
+                "expected": label.get("primary") or [],
+                "must_not": label.get("must_not") or [],
+                "why": s.why,
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
+        )
     return rows, right, judged
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--traces", type=pathlib.Path, default=None, help="directory of the labeled traces and expected.json")
+    ap.add_argument(
+        "--traces", type=pathlib.Path, default=None, help="directory of the labeled traces and expected.json"
+    )
     ap.add_argument("--labels", type=pathlib.Path, default=None)
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args()
@@ -147,8 +163,10 @@ def main() -> int:
             continue
         conf = f" ({r['confidence']:.2f})" if r["confidence"] is not None else ""
         verdict = f"{r['class']}: {r['finding']}{conf}"
-        print(f"| {r['trace']:<60} | {', '.join(r['expected']):<38} | {', '.join(r['must_not']):<54} | {verdict:<48} | "
-              f"{r['status']} |")
+        print(
+            f"| {r['trace']:<60} | {', '.join(r['expected']):<38} | {', '.join(r['must_not']):<54} | {verdict:<48} | "
+            f"{r['status']} |"
+        )
     pct = 100.0 * right / judged if judged else 0.0
     print(f"\naccuracy: {right}/{judged} right ({pct:.0f} %)")
     return 0 if right == judged else 1

@@ -6,6 +6,7 @@ Default input: the largest shared export in tests/data/nsys/. Ingest is ``open_t
 read, name resolution, per-process split into the columnar model); analysis is ``analyze_set``.
 Best of N in-process runs (the file is in the page cache after the first).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,14 +40,27 @@ def main() -> int:
         ingest.append(t1 - t0)
         analysis.append(t2 - t1)
     kernels = sum(len(t.kernels) for t in ts.traces)
-    events = sum(len(t.kernels) + len(t.copies) + len(t.memsets) + len(t.runtime) + len(t.cpu_ops)
-                 + len(t.annotations) + len(t.os_runtime) + len(t.counters) for t in ts.traces)
+    events = sum(
+        len(t.kernels)
+        + len(t.copies)
+        + len(t.memsets)
+        + len(t.runtime)
+        + len(t.cpu_ops)
+        + len(t.annotations)
+        + len(t.os_runtime)
+        + len(t.counters)
+        for t in ts.traces
+    )
     best = min(ingest)
-    print(f"export      {os.path.basename(args.export)} ({os.path.getsize(args.export) / 2**20:.1f} MiB, "
-          f"{len(ts.traces)} GPU process(es))")
+    print(
+        f"export      {os.path.basename(args.export)} ({os.path.getsize(args.export) / 2**20:.1f} MiB, "
+        f"{len(ts.traces)} GPU process(es))"
+    )
     print(f"kernels     {kernels:,}   all events {events:,}")
-    print(f"ingest      best {best * 1e3:.1f} ms of {args.repeat}  →  {kernels / best:,.0f} kernels/s, "
-          f"{events / best:,.0f} events/s")
+    print(
+        f"ingest      best {best * 1e3:.1f} ms of {args.repeat}  →  {kernels / best:,.0f} kernels/s, "
+        f"{events / best:,.0f} events/s"
+    )
     print(f"analysis    best {min(analysis) * 1e3:.1f} ms")
     print(f"peak RSS    {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB (whole process)")
     return 0

@@ -23,6 +23,7 @@ stretches with the load average (printed per row); CPU time is what carries to a
 JSON document on stdout); HTA is timed around ``TraceAnalysis(...)`` inside its process (load
 alone, imports excluded). HTA on 1 GB takes minutes: ``--no-hta`` skips it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,14 +61,22 @@ def build_trace(source: pathlib.Path, target_bytes: int, out: pathlib.Path, comp
     t0 = min(e["ts"] for e in timed)
     t1 = max(e["ts"] + (e.get("dur") or 0) for e in timed)
     period = int(t1 - t0) + 1000  # µs; one copy after the other with a 1 ms gap
-    max_id = 1 + max([int(e["id"]) for e in events if isinstance(e.get("id"), int)]
-                     + [int(e["args"][k]) for e in events for k in _ID_ARGS
-                        if isinstance(e.get("args"), dict) and isinstance(e["args"].get(k), int)] + [0])
+    max_id = 1 + max(
+        [int(e["id"]) for e in events if isinstance(e.get("id"), int)]
+        + [
+            int(e["args"][k])
+            for e in events
+            for k in _ID_ARGS
+            if isinstance(e.get("args"), dict) and isinstance(e["args"].get(k), int)
+        ]
+        + [0]
+    )
     head = json.dumps(doc, indent=2)
     assert head.endswith("}")
     written = 0
     sink = gzip.open(out, "wb", compresslevel=1) if compress else open(out, "wb")
     with sink as w:
+
         def put(s: str) -> None:
             nonlocal written
             b = s.encode()
@@ -104,8 +113,15 @@ def build_trace(source: pathlib.Path, target_bytes: int, out: pathlib.Path, comp
 
 
 NSYS_SOURCE = ROOT / "tests" / "data" / "nsys" / "cs336_small_train_step_a100.sqlite"
-_NSYS_TIMED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
-               "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS", "OSRT_API", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+_NSYS_TIMED = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "NVTX_EVENTS",
+    "OSRT_API",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+)
 
 
 def build_nsys(source: pathlib.Path, target_bytes: int, out: pathlib.Path) -> int:
@@ -128,7 +144,7 @@ def build_nsys(source: pathlib.Path, target_bytes: int, out: pathlib.Path) -> in
         if "correlationId" in cols[t]:
             max_corr = max(max_corr, con.execute(f'SELECT COALESCE(max(correlationId), 0) FROM "{t}"').fetchone()[0])
     period = (hi - lo) + 1_000_000
-    base = {t: f"SELECT * FROM \"{t}\"" for t in tables}
+    base = {t: f'SELECT * FROM "{t}"' for t in tables}
     con.execute("PRAGMA journal_mode=OFF")
     con.execute("PRAGMA synchronous=OFF")
     for t in tables:  # originals kept aside so every copy shifts the original rows
@@ -146,8 +162,10 @@ def build_nsys(source: pathlib.Path, target_bytes: int, out: pathlib.Path) -> in
                     sel.append("NULL")
                 else:
                     sel.append(f'"{c}"')
-            con.execute(f'INSERT INTO "{t}" ({", ".join(chr(34) + c + chr(34) for c in cols[t])}) '
-                        f'SELECT {", ".join(sel)} FROM "orig_{t}"')
+            con.execute(
+                f'INSERT INTO "{t}" ({", ".join(chr(34) + c + chr(34) for c in cols[t])}) '
+                f'SELECT {", ".join(sel)} FROM "orig_{t}"'
+            )
         con.commit()
         copies += 1
     con.close()
@@ -156,11 +174,13 @@ def build_nsys(source: pathlib.Path, target_bytes: int, out: pathlib.Path) -> in
 
 def _run(cmd: list[str]) -> tuple[float, float, str, float]:
     """(wall seconds, peak RSS MiB, stdout, CPU seconds) of one child run, measured by a wrapper process."""
-    wrapper = ("import resource, subprocess, sys, time; t=time.perf_counter(); "
-               "p=subprocess.run(sys.argv[1:], capture_output=True, text=True); w=time.perf_counter()-t; "
-               "sys.stderr.write(p.stderr[-3000:]); "
-               "r=resource.getrusage(resource.RUSAGE_CHILDREN); "
-               "print(p.returncode, w, r.ru_maxrss, r.ru_utime + r.ru_stime); print(p.stdout[-400:])")
+    wrapper = (
+        "import resource, subprocess, sys, time; t=time.perf_counter(); "
+        "p=subprocess.run(sys.argv[1:], capture_output=True, text=True); w=time.perf_counter()-t; "
+        "sys.stderr.write(p.stderr[-3000:]); "
+        "r=resource.getrusage(resource.RUSAGE_CHILDREN); "
+        "print(p.returncode, w, r.ru_maxrss, r.ru_utime + r.ru_stime); print(p.stdout[-400:])"
+    )
     p = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, check=True)
     first, _, rest = p.stdout.partition("\n")
     rc, wall, rss, cpu = first.split()
@@ -265,22 +285,40 @@ def run_all(args, where: pathlib.Path) -> None:
         row(f"Kineto JSON {mb:,.0f} MB", k_wall, k_cpu, k_rss, f"{k_wall / floor:.2f}× simdjson parse")
         with tempfile.TemporaryDirectory() as d:
             p_wall, p_rss, _, p_cpu = _analyze(path, "--perfetto", f"{d}/x.json")
-        row(f"Kineto JSON {mb:,.0f} MB --perfetto", p_wall, p_cpu, p_rss,
-            f"+{100 * (p_wall / k_wall - 1):.0f} % time, +{p_rss - k_rss:,.0f} MiB")
+        row(
+            f"Kineto JSON {mb:,.0f} MB --perfetto",
+            p_wall,
+            p_cpu,
+            p_rss,
+            f"+{100 * (p_wall / k_wall - 1):.0f} % time, +{p_rss - k_rss:,.0f} MiB",
+        )
         g_wall, g_rss, _, g_cpu = _analyze(gz)
-        row(f"Kineto .json.gz ({gz.stat().st_size / 1e6:,.0f} MB)", g_wall, g_cpu, g_rss, f"{g_wall / k_wall:.2f}× plain")
+        row(
+            f"Kineto .json.gz ({gz.stat().st_size / 1e6:,.0f} MB)",
+            g_wall,
+            g_cpu,
+            g_rss,
+            f"{g_wall / k_wall:.2f}× plain",
+        )
         c_floor, cw, crss, ccpu = _child_seconds(COLUMN_FETCH, str(db))
         dbmb = db.stat().st_size / 1e6
         row(f"column fetch, {dbmb:,.0f} MB SQLite (floor)", c_floor, ccpu, crss, "—")
         n_wall, n_rss, _, n_cpu = _analyze(db)
-        row(f"Nsight SQLite {dbmb:,.0f} MB", n_wall, n_cpu, n_rss,
-            f"{n_wall / k_wall:.2f}× Kineto, {n_wall / c_floor:.2f}× column fetch")
+        row(
+            f"Nsight SQLite {dbmb:,.0f} MB",
+            n_wall,
+            n_cpu,
+            n_rss,
+            f"{n_wall / k_wall:.2f}× Kineto, {n_wall / c_floor:.2f}× column fetch",
+        )
         if not args.no_hta:
             with tempfile.TemporaryDirectory() as hdir:
                 h, hw, hrss, hcpu = _child_seconds(HTA_LOAD, str(path), hdir)
             row(f"HTA load {mb:,.0f} MB", h, hcpu, hrss, f"trainscope {k_wall / h:.2f}× of it")
     if args.ranks:
-        d = build_ranks(where, args.ranks, ROOT / "tests" / "data" / "kineto" / "resnet50_v100_num_workers_0.pt.trace.json.gz")
+        d = build_ranks(
+            where, args.ranks, ROOT / "tests" / "data" / "kineto" / "resnet50_v100_num_workers_0.pt.trace.json.gz"
+        )
         s_wall, s_rss, _, s_cpu = _analyze(d, "--jobs", "1")
         row(f"{args.ranks} ranks, serial", s_wall, s_cpu, s_rss, "—")
         j_wall, j_rss, _, j_cpu = _analyze(d, "--jobs", "2")
@@ -299,12 +337,20 @@ def main() -> int:
     ap.add_argument("--source", default=str(SOURCE), help="the real trace to repeat")
     ap.add_argument("--no-hta", action="store_true", help="skip HTA (its 1 GB load takes minutes)")
     ap.add_argument("--gzip", action="store_true", help="write the traces gzip-compressed (.json.gz)")
-    ap.add_argument("--nsys", action="store_true",
-                    help="build Nsight Systems SQLite exports instead (sizes are of the database file); HTA is skipped")
+    ap.add_argument(
+        "--nsys",
+        action="store_true",
+        help="build Nsight Systems SQLite exports instead (sizes are of the database file); HTA is skipped",
+    )
     ap.add_argument("--keep", metavar="DIR", help="build the traces in DIR and keep them (default: a temporary dir)")
     ap.add_argument("--all", action="store_true", help="every input and its floor in one run (the issue-26 table)")
-    ap.add_argument("--ranks", type=int, default=0, metavar="N",
-                    help="with --all: N rank files, analyzed serially and with --jobs 2")
+    ap.add_argument(
+        "--ranks",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --all: N rank files, analyzed serially and with --jobs 2",
+    )
     args = ap.parse_args()
     if args.all:
         tmp = tempfile.TemporaryDirectory() if not args.keep else None
@@ -331,8 +377,9 @@ def main() -> int:
                     t = time.perf_counter()
                     copies = build_nsys(NSYS_SOURCE, int(gb * 1e9), path)
                     print(f"built {path.name}: {copies} copies in {time.perf_counter() - t:.0f} s", flush=True)
-                ts_wall, ts_rss, _, ts_cpu = _run([sys.executable, "-m", "trainscope", "analyze", str(path),
-                                                   "--format", "json", "-q"])
+                ts_wall, ts_rss, _, ts_cpu = _run(
+                    [sys.executable, "-m", "trainscope", "analyze", str(path), "--format", "json", "-q"]
+                )
                 rows.append((path.stat().st_size / 1e6, ts_wall, ts_cpu, ts_rss, None, os.getloadavg()[0]))
                 print(_row(*rows[-1]), flush=True)
                 continue
@@ -340,10 +387,14 @@ def main() -> int:
             if not path.exists():
                 t = time.perf_counter()
                 copies, n = build_trace(pathlib.Path(args.source), int(gb * 1e9), path, args.gzip)
-                print(f"built {path.name}: {copies} copies, {n / 1e6:,.0f} MB of JSON in {time.perf_counter() - t:.0f} s",
-                      flush=True)
+                print(
+                    f"built {path.name}: {copies} copies, {n / 1e6:,.0f} MB of JSON in {time.perf_counter() - t:.0f} s",
+                    flush=True,
+                )
             json_mb = _json_bytes(path) / 1e6
-            ts_wall, ts_rss, _, ts_cpu = _run([sys.executable, "-m", "trainscope", "analyze", str(path), "--format", "json", "-q"])
+            ts_wall, ts_rss, _, ts_cpu = _run(
+                [sys.executable, "-m", "trainscope", "analyze", str(path), "--format", "json", "-q"]
+            )
             hta = None
             if not args.no_hta:
                 with tempfile.TemporaryDirectory() as hdir:
@@ -356,8 +407,10 @@ def main() -> int:
         if tmp is not None:
             tmp.cleanup()
     print()
-    print("| trace (JSON) | trainscope wall | CPU | peak RSS | RSS / size | HTA load (wall) | HTA process CPU | HTA RSS "
-          "| wall ratio | RSS ratio | load avg |")
+    print(
+        "| trace (JSON) | trainscope wall | CPU | peak RSS | RSS / size | HTA load (wall) | HTA process CPU | HTA RSS "
+        "| wall ratio | RSS ratio | load avg |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(_row(*r))
@@ -380,8 +433,10 @@ def _row(mb: float, wall: float, cpu: float, rss: float, hta, load: float) -> st
     hta_m = f"{hta[1]:,.0f} MiB" if hta else "—"
     ratio_t = f"{wall / hta[0]:.2f}" if hta else "—"
     ratio_m = f"{rss / hta[1]:.2f}" if hta else "—"
-    return (f"| {mb:,.0f} MB | {wall:.1f} s | {cpu:.1f} s | {rss:,.0f} MiB | {rss * 2**20 / (mb * 1e6):.2f} | {hta_t} | "
-            f"{hta_c} | {hta_m} | {ratio_t} | {ratio_m} | {load:.1f} |")
+    return (
+        f"| {mb:,.0f} MB | {wall:.1f} s | {cpu:.1f} s | {rss:,.0f} MiB | {rss * 2**20 / (mb * 1e6):.2f} | {hta_t} | "
+        f"{hta_c} | {hta_m} | {ratio_t} | {ratio_m} | {load:.1f} |"
+    )
 
 
 if __name__ == "__main__":

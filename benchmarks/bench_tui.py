@@ -16,6 +16,7 @@ Textual's Pilot. Three figures per key, each as median and p90:
   times per key: this figure has a floor of ~60–75 ms for a key bound to nothing (printed), and
   grows in 20 ms steps with the machine's load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,44 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "tests" / "data" / "kineto" / "hta_a100_control.json.gz"
 
 # A tour of every screen: tab switches, timeline zoom/pan/steps/cursor, kernel sort/filter, what-ifs.
-KEYS = ["2", "right", "right", "plus", "plus", "h", "l", "n", "p", "minus", "a", "f", "shift+right",
-        "3", "down", "enter", "4", "s", "s", "r", "slash", "g", "e", "m", "m", "escape", "5", "space", "down",
-        "space", "c", "1", "question_mark", "escape", "t", "t"]
+KEYS = [
+    "2",
+    "right",
+    "right",
+    "plus",
+    "plus",
+    "h",
+    "l",
+    "n",
+    "p",
+    "minus",
+    "a",
+    "f",
+    "shift+right",
+    "3",
+    "down",
+    "enter",
+    "4",
+    "s",
+    "s",
+    "r",
+    "slash",
+    "g",
+    "e",
+    "m",
+    "m",
+    "escape",
+    "5",
+    "space",
+    "down",
+    "space",
+    "c",
+    "1",
+    "question_mark",
+    "escape",
+    "t",
+    "t",
+]
 
 
 async def tour(path: str, size: tuple[int, int], per_key: bool = False) -> None:
@@ -83,15 +119,23 @@ async def tour(path: str, size: tuple[int, int], per_key: bool = False) -> None:
         if per_key:
             for lat, cpu, wall, key in rows:
                 print(f"  {key:>14}  latency {lat:6.1f} · CPU {cpu:6.1f} · Pilot wall {wall:6.1f} ms")
-        for i, (what, target) in enumerate((("latency (key → screen updated)", "   (target < 100 ms)"),
-                                             ("CPU (unaffected by other processes)", ""),
-                                             ("Pilot wall (idle polling, see above)", ""))):
+        for i, (what, target) in enumerate(
+            (
+                ("latency (key → screen updated)", "   (target < 100 ms)"),
+                ("CPU (unaffected by other processes)", ""),
+                ("Pilot wall (idle polling, see above)", ""),
+            )
+        ):
             xs = [r[i] for r in rows]
-            print(f"{len(xs)} keys, {what}: median {statistics.median(xs):.1f} ms · p90 {p90(xs):.1f} ms · "
-                  f"max {max(xs):.1f} ms{target}")
+            print(
+                f"{len(xs)} keys, {what}: median {statistics.median(xs):.1f} ms · p90 {p90(xs):.1f} ms · "
+                f"max {max(xs):.1f} ms{target}"
+            )
         worst = sorted(rows, reverse=True)[:5]
-        print("slowest (latency / CPU / Pilot wall): "
-              + ", ".join(f"{k} {lat:.0f}/{c:.0f}/{w:.0f} ms" for lat, c, w, k in worst))
+        print(
+            "slowest (latency / CPU / Pilot wall): "
+            + ", ".join(f"{k} {lat:.0f}/{c:.0f}/{w:.0f} ms" for lat, c, w, k in worst)
+        )
         print(f"load average now: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (latency and wall grow with it)")
 
 

@@ -5,6 +5,7 @@
 
 Prints figures; asserts nothing (timings on a shared machine are for reading, not for tests).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,9 +33,11 @@ def sampler_cost(n: int = 200) -> None:
         m.sample()
     costs = m.cost_s
     gpus = "no GPU (NVML unavailable)" if not gpu.available else f"{len(gpu.device_names)} GPU(s)"
-    print(f"sampler: {1e3 * statistics.mean(costs):.2f} ms CPU per sample (median {1e3 * statistics.median(costs):.2f} ms, "
-          f"{n} samples, {gpus}) → {100 * statistics.mean(costs) / 1.0:.2f} % of one core at 1 s, "
-          f"{100 * statistics.mean(costs) / 0.25:.2f} % at 0.25 s")
+    print(
+        f"sampler: {1e3 * statistics.mean(costs):.2f} ms CPU per sample (median {1e3 * statistics.median(costs):.2f} ms, "
+        f"{n} samples, {gpus}) → {100 * statistics.mean(costs) / 1.0:.2f} % of one core at 1 s, "
+        f"{100 * statistics.mean(costs) / 0.25:.2f} % at 0.25 s"
+    )
 
 
 def hook_cost(n: int = 200_000) -> None:
@@ -59,8 +62,10 @@ def hook_cost(n: int = 200_000) -> None:
     for _ in range(n):
         next(it)
     hooked = (time.perf_counter() - t0) / n
-    print(f"step hook: {1e6 * (hooked - plain):.2f} µs added per DataLoader __next__ "
-          f"({1e6 * plain:.2f} → {1e6 * hooked:.2f} µs, {n:,} calls; batches flushed every 0.1 s)")
+    print(
+        f"step hook: {1e6 * (hooked - plain):.2f} µs added per DataLoader __next__ "
+        f"({1e6 * plain:.2f} → {1e6 * hooked:.2f} µs, {n:,} calls; batches flushed every 0.1 s)"
+    )
 
 
 def job_steps(cmd: list[str]) -> tuple[int, float]:
@@ -87,8 +92,9 @@ def job_slowdown(seconds: float, repeats: int) -> None:
     for kind in ("plain", "watch 1 s", "watch 0.25 s"):
         vals = [s for k, s in rows if k == kind]
         mean = statistics.mean(vals)
-        print(f"  {kind:13s} {mean:8.0f} steps  ({', '.join(map(str, vals))})  "
-              f"slowdown {100 * (1 - mean / base):+.1f} %")
+        print(
+            f"  {kind:13s} {mean:8.0f} steps  ({', '.join(map(str, vals))})  slowdown {100 * (1 - mean / base):+.1f} %"
+        )
 
 
 def replay_cost(shapes=((40, 1000), (40, 4000), (160, 1000))) -> None:
@@ -106,19 +112,48 @@ def replay_cost(shapes=((40, 1000), (40, 4000), (160, 1000))) -> None:
             path = os.path.join(d, f"rec{n}x{g}.jsonl")
             w = RecordingWriter(path, {"started": 1.7e9, "interval_s": 1.0, "command": ["bench"]})
             for k in range(n):
-                gpus = tuple(GpuSample(i, "GPU", 90 + 10 * rnd.random(), 40.0, 50 << 30, 80 << 30, 650 + 20 * rnd.random(),
-                                       700.0, 1980.0, 60.0, ("sw_power_cap",) if rnd.random() < .1 else ()) for i in range(g))
-                w.write(Snapshot(t=k + 1.0, dt=1.0, wall=1.7e9 + k, gpus=gpus, host=HostSample(cpu_pct=50.0),
-                                 step=StepSample(10, 1_000_000, 100_000_000), step_mode="on"))
+                gpus = tuple(
+                    GpuSample(
+                        i,
+                        "GPU",
+                        90 + 10 * rnd.random(),
+                        40.0,
+                        50 << 30,
+                        80 << 30,
+                        650 + 20 * rnd.random(),
+                        700.0,
+                        1980.0,
+                        60.0,
+                        ("sw_power_cap",) if rnd.random() < 0.1 else (),
+                    )
+                    for i in range(g)
+                )
+                w.write(
+                    Snapshot(
+                        t=k + 1.0,
+                        dt=1.0,
+                        wall=1.7e9 + k,
+                        gpus=gpus,
+                        host=HostSample(cpu_pct=50.0),
+                        step=StepSample(10, 1_000_000, 100_000_000),
+                        step_mode="on",
+                    )
+                )
             w.close()
             t0, c0 = time.perf_counter(), os.times()
-            subprocess.run([sys.executable, "-m", "trainscope", "watch", "--replay", path, "--headless"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            subprocess.run(
+                [sys.executable, "-m", "trainscope", "watch", "--replay", path, "--headless"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=True,
+            )
             c1 = os.times()
             cpu = c1.children_user + c1.children_system - c0.children_user - c0.children_system
-            print(f"replay {n} samples × {g} GPUs ({os.path.getsize(path) / 1e6:.0f} MB): "
-                  f"{time.perf_counter() - t0:.1f} s wall, {cpu:.1f} s CPU, "
-                  f"{1e6 * cpu / (n * g):.1f} µs CPU per GPU-sample")
+            print(
+                f"replay {n} samples × {g} GPUs ({os.path.getsize(path) / 1e6:.0f} MB): "
+                f"{time.perf_counter() - t0:.1f} s wall, {cpu:.1f} s CPU, "
+                f"{1e6 * cpu / (n * g):.1f} µs CPU per GPU-sample"
+            )
 
 
 def main() -> None:

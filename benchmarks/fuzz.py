@@ -17,6 +17,7 @@ every run whose verdict or headline numbers changed while no new warning was pri
 
     python benchmarks/fuzz.py --semantic --mutants 2000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.fuzzing import (ALLOWED, SEEDS, SEMANTIC_SEEDS, classify, commands_for, make_mutant,  # noqa: E402
-                           run_in_process, semantic_baseline, semantic_mutant, semantic_outcome)
+from tests.fuzzing import (  # noqa: E402 (after the repository root is put on sys.path)
+    ALLOWED,
+    SEEDS,
+    SEMANTIC_SEEDS,
+    classify,
+    commands_for,
+    make_mutant,  # noqa: E402
+    run_in_process,
+    semantic_baseline,
+    semantic_mutant,
+    semantic_outcome,
+)
 
 GB = 1 << 30
 
@@ -77,17 +88,28 @@ with open(report, "w") as f:
 """
 
 
-def run_measured(cmd: list[str], as_limit: int, timeout: float, cwd: str,
-                 env: dict[str, str] | None = None) -> tuple[int | None, str, str, int, float]:
+def run_measured(
+    cmd: list[str], as_limit: int, timeout: float, cwd: str, env: dict[str, str] | None = None
+) -> tuple[int | None, str, str, int, float]:
     """Run ``cmd`` (an argv whose first item is an executable path) under an address-space limit
     (0: none): (exit code or None on timeout, stdout, stderr, the command's own peak RSS in bytes,
     seconds)."""
-    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe, \
-            tempfile.NamedTemporaryFile("r", suffix=".rss") as rep:
+    with (
+        tempfile.TemporaryFile() as fo,
+        tempfile.TemporaryFile() as fe,
+        tempfile.NamedTemporaryFile("r", suffix=".rss") as rep,
+    ):
         t0 = time.monotonic()
-        subprocess.run([sys.executable, "-I", "-S", "-c", _LAUNCHER, str(as_limit), str(timeout), rep.name, *cmd],
-                       stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, cwd=cwd, env=env, check=False,
-                       timeout=timeout + 60)
+        subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(as_limit), str(timeout), rep.name, *cmd],
+            stdout=fo,
+            stderr=fe,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            env=env,
+            check=False,
+            timeout=timeout + 60,
+        )
         dt = time.monotonic() - t0
         status, maxrss = (rep.read().split() + ["launcher-failed", "0"])[:2]
         fo.seek(0)
@@ -129,8 +151,11 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per run before it counts as a hang")
     ap.add_argument("--no-bomb", action="store_true")
     ap.add_argument("--semantic", action="store_true", help="semantic mutations; report silent verdict changes")
-    ap.add_argument("--mutations", default=None,
-                    help="--semantic: comma-separated mutations to draw from (default: all; rank-offset for rank directories)")
+    ap.add_argument(
+        "--mutations",
+        default=None,
+        help="--semantic: comma-separated mutations to draw from (default: all; rank-offset for rank directories)",
+    )
     args = ap.parse_args()
     if args.semantic:
         return semantic_main(args)
@@ -149,8 +174,11 @@ def main() -> int:
             bomb = os.path.join(work, "bomb.json.gz")
             gzip_bomb(bomb)
             rc, out, err, rss, dt = run_cli(["analyze", bomb, "--format", "json", "-q"], as_limit, args.timeout, work)
-            print(f"gzip bomb ({os.path.getsize(bomb) / 1e6:.0f} MB): exit {rc}, {dt:.1f} s, peak RSS "
-                  f"{rss / 2**20:.0f} MiB, stderr: {err.strip()!r}", flush=True)
+            print(
+                f"gzip bomb ({os.path.getsize(bomb) / 1e6:.0f} MB): exit {rc}, {dt:.1f} s, peak RSS "
+                f"{rss / 2**20:.0f} MiB, stderr: {err.strip()!r}",
+                flush=True,
+            )
         for n in range(args.mutants):
             rnd = random.Random(f"{args.seed}:{n}")
             seed = seeds[n % len(seeds)]
@@ -175,7 +203,8 @@ def main() -> int:
                     shutil.copy(path, dest / os.path.basename(path))
                     (dest / "repro.sh").write_text(
                         f"# seed {seed.path.name}, mutant {n} (--seed {args.seed})\n"
-                        f"cd \"$(dirname \"$0\")\" && python -m trainscope {' '.join(argv)}\n")
+                        f'cd "$(dirname "$0")" && python -m trainscope {" ".join(argv)}\n'
+                    )
                     (dest / "stderr.txt").write_text(err[-20000:])
                     print(f"#{n} {seed.fmt} {verdict}: {' '.join(argv)}: {err.strip()[-300:]!r}", flush=True)
             shutil.rmtree(mdir, ignore_errors=True)
@@ -183,12 +212,15 @@ def main() -> int:
                 print(f"[{n + 1}/{args.mutants}] {dict(counts)} ({time.monotonic() - t_start:.0f} s)", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{args.mutants} mutants, {sum(counts.values()) - counts['mutator-skip']} runs in "
-          f"{time.monotonic() - t_start:.0f} s; peak RSS of any run {max_rss / 2**20:.0f} MiB")
+    print(
+        f"\n{args.mutants} mutants, {sum(counts.values()) - counts['mutator-skip']} runs in "
+        f"{time.monotonic() - t_start:.0f} s; peak RSS of any run {max_rss / 2**20:.0f} MiB"
+    )
     for k in ("clean", "refused", "internal", "traceback", "oom", "multi-line", "bad-json", "hang"):
         print(f"  {k:11s} {counts.get(k, 0)}")
-    for k in sorted(set(counts) - {"clean", "refused", "internal", "traceback", "oom", "multi-line", "bad-json",
-                                    "hang"}):
+    for k in sorted(
+        set(counts) - {"clean", "refused", "internal", "traceback", "oom", "multi-line", "bad-json", "hang"}
+    ):
         print(f"  {k:11s} {counts[k]}")
     for fmt, c in sorted(per_fmt.items()):
         print(f"  {fmt:10s} {dict(c)}")
@@ -269,13 +301,38 @@ def semantic_main(args) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     took = time.monotonic() - t_start
-    print(f"\n{done} semantic mutants in {took:.0f} s ({done / max(took, 1e-9):.2f} per s)"
-          + (f"; stopped early (asked for {args.mutants})" if done < args.mutants else ""))
-    for k in ("kept", "warned", "silent-verdict", "silent-numbers", "refused", "internal", "traceback", "oom",
-              "bad-json", "mutator-skip"):
+    print(
+        f"\n{done} semantic mutants in {took:.0f} s ({done / max(took, 1e-9):.2f} per s)"
+        + (f"; stopped early (asked for {args.mutants})" if done < args.mutants else "")
+    )
+    for k in (
+        "kept",
+        "warned",
+        "silent-verdict",
+        "silent-numbers",
+        "refused",
+        "internal",
+        "traceback",
+        "oom",
+        "bad-json",
+        "mutator-skip",
+    ):
         print(f"  {k:15s} {counts.get(k, 0)}")
-    for k in sorted(set(counts) - {"kept", "warned", "silent-verdict", "silent-numbers", "refused", "internal",
-                                    "traceback", "oom", "bad-json", "mutator-skip"}):
+    for k in sorted(
+        set(counts)
+        - {
+            "kept",
+            "warned",
+            "silent-verdict",
+            "silent-numbers",
+            "refused",
+            "internal",
+            "traceback",
+            "oom",
+            "bad-json",
+            "mutator-skip",
+        }
+    ):
         print(f"  {k:15s} {counts[k]}")
     for m, c in sorted(per_mut.items()):
         print(f"  {m:22s} {dict(c)}")

@@ -1,4 +1,5 @@
 """Trace readers and live samplers. A collector produces the normalized model; it never decides a verdict."""
+
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.inputs import open_file, open_traces
 from trainscope.collectors.kineto import load_kineto

@@ -16,6 +16,7 @@ The driver is optional at run time: where it is missing, or refuses a table (a v
 the column's first rows did not have, which only a damaged export holds), :class:`Unavailable`
 is raised and the caller reads that table with ``sqlite3``, whose errors are the precise ones.
 """
+
 from __future__ import annotations
 
 import os
@@ -130,8 +131,12 @@ def _batch_columns(batch, names: list[str], text: set[str], real: set[str]) -> d
 
 def _join(parts: list[dict], names: list[str], text: set[str], real: set[str]) -> dict:
     if not parts:
-        return {c: TextColumn([], np.empty(0, np.int64)) if c in text else
-                np.empty(0, np.float64 if c in real else np.int64) for c in names}
+        return {
+            c: TextColumn([], np.empty(0, np.int64))
+            if c in text
+            else np.empty(0, np.float64 if c in real else np.int64)
+            for c in names
+        }
     if len(parts) == 1:
         return parts[0]
     out = {}
@@ -221,7 +226,9 @@ class ArrowDir:
 
     def __init__(self, path: str) -> None:
         if not available():
-            raise Unavailable("pyarrow is not installed: `pip install pyarrow` reads Nsight's arrowdir/parquetdir exports")
+            raise Unavailable(
+                "pyarrow is not installed: `pip install pyarrow` reads Nsight's arrowdir/parquetdir exports"
+            )
         self.path = path
         self.files: dict[str, str] = {}
         for name in sorted(os.listdir(path)):
@@ -246,7 +253,6 @@ class ArrowDir:
             import pyarrow.parquet as pq
 
             return list(pq.read_schema(f).names)
-        import pyarrow.ipc as ipc
 
         return list(self._open_ipc(f).schema.names)
 
@@ -276,8 +282,9 @@ class ArrowDir:
             for b in r:
                 yield b.select(columns)
 
-    def table(self, table: str, wanted: dict[str, object], text: Iterable[str] = (), real: Iterable[str] = (),
-              row_filter=None) -> dict:
+    def table(
+        self, table: str, wanted: dict[str, object], text: Iterable[str] = (), real: Iterable[str] = (), row_filter=None
+    ) -> dict:
         """``wanted``: column → default value where the table lacks it (None: required). NULLs
         take the default too. ``row_filter(batch_columns) → bool mask`` selects rows."""
         import pyarrow as pa
@@ -298,17 +305,25 @@ class ArrowDir:
                 if c in have:
                     a = b.column(present.index(c))
                     if c not in text and wanted[c] is not None and a.null_count:
-                        a = pc.fill_null(a, pa.scalar(wanted[c]).cast(a.type) if not pa.types.is_null(a.type) else wanted[c])
+                        a = pc.fill_null(
+                            a, pa.scalar(wanted[c]).cast(a.type) if not pa.types.is_null(a.type) else wanted[c]
+                        )
                     elif c not in text and a.null_count:
                         a = pc.fill_null(a, 0)
                 else:
-                    a = pa.nulls(n, pa.string()) if c in text else pa.array(np.full(n, wanted[c], np.float64 if c in real else np.int64))
+                    a = (
+                        pa.nulls(n, pa.string())
+                        if c in text
+                        else pa.array(np.full(n, wanted[c], np.float64 if c in real else np.int64))
+                    )
                 if c not in text and pa.types.is_null(a.type):
                     a = pa.array(np.full(n, wanted[c] or 0, np.float64 if c in real else np.int64))
                 cols.append(a)
             part = _batch_columns(pa.RecordBatch.from_arrays(cols, names=names), names, text, real)
             if row_filter is not None:
                 keep = row_filter(part)
-                part = {c: (v.take(np.flatnonzero(keep)) if isinstance(v, TextColumn) else v[keep]) for c, v in part.items()}
+                part = {
+                    c: (v.take(np.flatnonzero(keep)) if isinstance(v, TextColumn) else v[keep]) for c, v in part.items()
+                }
             parts.append(part)
         return _join(parts, names, text, real)

@@ -1,4 +1,5 @@
 """Errors a collector raises for input it cannot use. The CLI turns them into one line and exit 2."""
+
 from __future__ import annotations
 
 

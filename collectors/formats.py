@@ -8,6 +8,7 @@ a loader is a kind trainscope recognizes but ``analyze`` does not read (it says 
 Loaders are named as ``module:function`` and imported only when a file of that kind is read, so the
 table costs nothing to import.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -71,34 +72,75 @@ def _fake_sqlite(path: str, head: bytes) -> bool:
 
 
 def _is_kineto(path: str, head: bytes) -> bool:
-    return (head[:2] == GZIP_MAGIC or head.lstrip()[:1] in (b"{", b"[")
-            or path.lower().endswith(KINETO_SUFFIXES))
+    return head[:2] == GZIP_MAGIC or head.lstrip()[:1] in (b"{", b"[") or path.lower().endswith(KINETO_SUFFIXES)
 
 
 KINETO_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 
 READERS: tuple[Reader, ...] = (
-    Reader("nsys-rep", "Nsight Systems report, exported to SQLite with `nsys export` (nsys on PATH)",
-           (".nsys-rep", ".qdrep"), _suffix(".nsys-rep", ".qdrep"), "trainscope.collectors.formats:_load_nsys_rep",
-           needs_bytes=False),
-    Reader("cuda-snapshot", "CUDA memory snapshot (torch.cuda.memory._snapshot pickle)", (".pickle", ".pkl"),
-           _is_pickle,
-           refusal="is a pickle (a CUDA memory snapshot?): analyze it with `trainscope memory {path}`; analyze reads "
-                   "profiler traces"),
-    Reader("nsys-sqlite", "Nsight Systems SQLite export (`nsys export --type sqlite`)", (".sqlite",),
-           lambda path, head: head.startswith(SQLITE_MAGIC), "trainscope.collectors.nsys:load_nsys", rank_files=True),
-    Reader("not-sqlite", "a .sqlite file that is not an SQLite database", (".sqlite",), _fake_sqlite,
-           refusal="not an SQLite database (an Nsight Systems export is written by `nsys export --type sqlite`)"),
-    Reader("trainscope.recording", "`trainscope watch --record` recording (JSON lines of sampled counters)",
-           (".jsonl",), lambda path, head: _live(path) == "trainscope.recording",
-           "trainscope.collectors.formats:_load_live", counters_only=True),
-    Reader("nvidia-smi-csv", "nvidia-smi --format=csv log (sampled counters)", (".csv",),
-           lambda path, head: _live(path) == "nvidia-smi-csv",
-           "trainscope.collectors.formats:_load_live", counters_only=True),
-    Reader("kineto", "PyTorch profiler (Kineto) chrome trace, plain or gzipped", KINETO_SUFFIXES, _is_kineto,
-           "trainscope.collectors.formats:_load_kineto", rank_files=True),
-    Reader("nsys-columnar", "Nsight Systems columnar export, a folder of tables (`nsys export --type arrowdir` or "
-           "`parquetdir`)", (), _arrow_dir, "trainscope.collectors.nsys:load_nsys_columnar", directory=True),
+    Reader(
+        "nsys-rep",
+        "Nsight Systems report, exported to SQLite with `nsys export` (nsys on PATH)",
+        (".nsys-rep", ".qdrep"),
+        _suffix(".nsys-rep", ".qdrep"),
+        "trainscope.collectors.formats:_load_nsys_rep",
+        needs_bytes=False,
+    ),
+    Reader(
+        "cuda-snapshot",
+        "CUDA memory snapshot (torch.cuda.memory._snapshot pickle)",
+        (".pickle", ".pkl"),
+        _is_pickle,
+        refusal="is a pickle (a CUDA memory snapshot?): analyze it with `trainscope memory {path}`; analyze reads "
+        "profiler traces",
+    ),
+    Reader(
+        "nsys-sqlite",
+        "Nsight Systems SQLite export (`nsys export --type sqlite`)",
+        (".sqlite",),
+        lambda path, head: head.startswith(SQLITE_MAGIC),
+        "trainscope.collectors.nsys:load_nsys",
+        rank_files=True,
+    ),
+    Reader(
+        "not-sqlite",
+        "a .sqlite file that is not an SQLite database",
+        (".sqlite",),
+        _fake_sqlite,
+        refusal="not an SQLite database (an Nsight Systems export is written by `nsys export --type sqlite`)",
+    ),
+    Reader(
+        "trainscope.recording",
+        "`trainscope watch --record` recording (JSON lines of sampled counters)",
+        (".jsonl",),
+        lambda path, head: _live(path) == "trainscope.recording",
+        "trainscope.collectors.formats:_load_live",
+        counters_only=True,
+    ),
+    Reader(
+        "nvidia-smi-csv",
+        "nvidia-smi --format=csv log (sampled counters)",
+        (".csv",),
+        lambda path, head: _live(path) == "nvidia-smi-csv",
+        "trainscope.collectors.formats:_load_live",
+        counters_only=True,
+    ),
+    Reader(
+        "kineto",
+        "PyTorch profiler (Kineto) chrome trace, plain or gzipped",
+        KINETO_SUFFIXES,
+        _is_kineto,
+        "trainscope.collectors.formats:_load_kineto",
+        rank_files=True,
+    ),
+    Reader(
+        "nsys-columnar",
+        "Nsight Systems columnar export, a folder of tables (`nsys export --type arrowdir` or `parquetdir`)",
+        (),
+        _arrow_dir,
+        "trainscope.collectors.nsys:load_nsys_columnar",
+        directory=True,
+    ),
 )
 
 COUNTER_FORMATS: tuple[str, ...] = tuple(r.name for r in READERS if r.counters_only)
@@ -148,12 +190,17 @@ def reader_for(path: str) -> Reader:
             continue
         if r.claims(path, head):
             if r.load is None:
-                raise TraceError(path, (r.refusal or f"is a {r.description}; analyze does not read it").format(path=path))
+                raise TraceError(
+                    path, (r.refusal or f"is a {r.description}; analyze does not read it").format(path=path)
+                )
             return r
     if empty:
         raise TraceError(path, "file is empty")
-    raise TraceError(path, "unrecognized format: expected a PyTorch profiler trace (.json, .json.gz) "
-                           "or an Nsight Systems export (.sqlite, .nsys-rep)")
+    raise TraceError(
+        path,
+        "unrecognized format: expected a PyTorch profiler trace (.json, .json.gz) "
+        "or an Nsight Systems export (.sqlite, .nsys-rep)",
+    )
 
 
 def describe() -> list[tuple[str, str, str]]:

@@ -6,6 +6,7 @@ DataLoader workers are child processes of the training process running the same 
 percentages are since the previous call, so the sampler keeps one ``Process`` object per pid
 across samples; a process's first sample reads 0 %.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,11 @@ class HostSampler:
     """``roots`` gives the pids whose trees form the job (a callable is asked on every sample, so
     bare ``watch`` can follow whichever processes use the GPUs); empty means host metrics only."""
 
-    def __init__(self, roots: Callable[[], Iterable[int]] | Iterable[int] = (),
-                 rank_pids: Callable[[], Iterable[int]] | None = None) -> None:
+    def __init__(
+        self,
+        roots: Callable[[], Iterable[int]] | Iterable[int] = (),
+        rank_pids: Callable[[], Iterable[int]] | None = None,
+    ) -> None:
         self._roots = roots if callable(roots) else (lambda r=tuple(roots): r)
         self._rank_pids = rank_pids  # processes that said they are ranks (RANK set: torchrun and the like)
         self._env_rank: dict[int, bool] = {}  # pid -> its environment names a rank (read once per process)
@@ -61,7 +65,8 @@ class HostSampler:
             cpu_pct=sum(per_core) / len(per_core) if per_core else None,
             per_core=per_core,
             iowait_pct=getattr(times, "iowait", None),  # Linux only
-            mem_used=int(vm.total - vm.available), mem_total=int(vm.total),
+            mem_used=int(vm.total - vm.available),
+            mem_total=int(vm.total),
             disk_read_bps=self._disk(),
             groups=self._groups(),
         )

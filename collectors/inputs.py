@@ -1,4 +1,5 @@
 """Turn a user's path into a :class:`TraceSet`: detect the format, load one file or a rank directory."""
+
 from __future__ import annotations
 
 import os
@@ -45,7 +46,8 @@ def open_file(path: str, progress: Progress | None = None) -> Trace:
 
 def _open_directory(path: str, progress: Progress | None) -> TraceSet:
     files = sorted(
-        os.path.join(path, f) for f in os.listdir(path)
+        os.path.join(path, f)
+        for f in os.listdir(path)
         if f.lower().endswith(RANK_FILE_SUFFIXES) and os.path.isfile(os.path.join(path, f))
     )
     if not files:

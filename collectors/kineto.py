@@ -6,6 +6,7 @@ instead of ``deviceProperties``, 2021 capitalized categories (``Kernel``, ``Runt
 microsecond timestamps relative to ``baseTimeNanoseconds``, extra top-level keys, and ROCm traces
 (hip* runtime calls). Unknown categories are counted and ignored, never fatal.
 """
+
 from __future__ import annotations
 
 import gc
@@ -24,8 +25,22 @@ from trainscope.collectors.kineto_stream import Fallback, stream_events
 from trainscope.collectors.readers import Progress, parse_json_events, read_maybe_gzip
 from trainscope.traces.builder import ChunkedTableBuilder, StringTable, TableBuilder, skipped_warning
 from trainscope.traces.model import (
-    COPY_KINDS, MEMORY_KINDS, Annotations, CollectiveArgs, Copies, Counters, CpuOps, Device, Kernels,
-    MemoryEvents, Memsets, OpInputs, PythonFrames, RuntimeCalls, Thread, Trace,
+    COPY_KINDS,
+    MEMORY_KINDS,
+    Annotations,
+    CollectiveArgs,
+    Copies,
+    Counters,
+    CpuOps,
+    Device,
+    Kernels,
+    MemoryEvents,
+    Memsets,
+    OpInputs,
+    PythonFrames,
+    RuntimeCalls,
+    Thread,
+    Trace,
 )
 
 # Category (lower-cased) → table. Older traces capitalize; newer ones use snake case.
@@ -37,9 +52,20 @@ _CPU_OP = {"cpu_op", "operator"}
 _ANNOTATION = {"user_annotation", "gpu_user_annotation"}
 # Categories we know and deliberately do not keep (flows, python stacks, trace markers).
 _KNOWN_IGNORED = {
-    "ac2g", "async", "async_cpu_to_gpu", "fwdbwd", "trace", "overhead",
-    "cpu_instant_event", "python", "flow", "kineto", "cuda_sync", "cuda_profiler_range",
-    "mtia_runtime", "gpu_user_annotation_flow",
+    "ac2g",
+    "async",
+    "async_cpu_to_gpu",
+    "fwdbwd",
+    "trace",
+    "overhead",
+    "cpu_instant_event",
+    "python",
+    "flow",
+    "kineto",
+    "cuda_sync",
+    "cuda_profiler_range",
+    "mtia_runtime",
+    "gpu_user_annotation_flow",
 }
 
 _COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*(?:\((\w+)\s*->\s*(\w+)\))?", re.I)
@@ -107,8 +133,12 @@ def _load_halves(path: str, progress: Progress | None) -> Trace | None:
     # A child interpreter of its own (not multiprocessing: no fork of a process that may run
     # threads, no re-import of the caller's __main__); the request and the tables go by pipe.
     try:
-        child = subprocess.Popen([sys.executable, "-c", "from trainscope.collectors.kineto import _part_main; _part_main()"],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        child = subprocess.Popen(
+            [sys.executable, "-c", "from trainscope.collectors.kineto import _part_main; _part_main()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
     except OSError:
         return None
     try:
@@ -238,13 +268,27 @@ def _read_part(path: str, start: int, head: bytes) -> dict | None:
     tables = {name: b.build() for name, b in parser.named_builders()}
     tables["python_frames"] = parser.python_frames.build()
     return {
-        "kernel_external": parser.kernel_external, "cpu_external": parser.cpu_external,
-        "cpu_signature": parser.cpu_signature, "signatures": parser.signatures, "hw_flops": parser.hw_flops, "hw_ranges": parser.hw_ranges,
+        "kernel_external": parser.kernel_external,
+        "cpu_external": parser.cpu_external,
+        "cpu_signature": parser.cpu_signature,
+        "signatures": parser.signatures,
+        "hw_flops": parser.hw_flops,
+        "hw_ranges": parser.hw_ranges,
         "collective_args": parser.collective_args,
-        "tables": tables, "strings": parser.strings.strings, "threads": list(parser.threads),
-        "thread_names": parser.thread_names, "input_dims": parser.input_dims, "gpu_ids": parser.gpu_ids,
-        "hip": parser.hip, "malformed": parser.malformed, "negative": parser.negative, "nonfinite": parser.nonfinite,
-        "unknown": parser.unknown_categories, "top": top, "warnings": warnings, "damage": parser.damage,
+        "tables": tables,
+        "strings": parser.strings.strings,
+        "threads": list(parser.threads),
+        "thread_names": parser.thread_names,
+        "input_dims": parser.input_dims,
+        "gpu_ids": parser.gpu_ids,
+        "hip": parser.hip,
+        "malformed": parser.malformed,
+        "negative": parser.negative,
+        "nonfinite": parser.nonfinite,
+        "unknown": parser.unknown_categories,
+        "top": top,
+        "warnings": warnings,
+        "damage": parser.damage,
     }
 
 
@@ -267,26 +311,30 @@ def load_kineto_in_memory(path: str, progress: Progress | None = None) -> Trace:
             gc.enable()
 
 
-def trace_from_document(doc: Any, path: str, warnings: list[str] | None = None,
-                        progress: Progress | None = None) -> Trace:
+def trace_from_document(
+    doc: Any, path: str, warnings: list[str] | None = None, progress: Progress | None = None
+) -> Trace:
     warnings = list(warnings or [])
     if isinstance(doc, list):
         events, top = doc, {}
     elif isinstance(doc, dict):
         if "traceEvents" not in doc:
-            raise TraceError(path, "JSON is not a PyTorch profiler trace (no \"traceEvents\" array)")
+            raise TraceError(path, 'JSON is not a PyTorch profiler trace (no "traceEvents" array)')
         events, top = doc["traceEvents"], doc
     else:
         raise TraceError(path, "JSON is not a PyTorch profiler trace (expected an object or an array of events)")
     if not isinstance(events, list):
-        raise TraceError(path, "\"traceEvents\" is not an array")
+        raise TraceError(path, '"traceEvents" is not an array')
     if not events:
         raise TraceError(path, "trace has no events")
     if not any(isinstance(e, dict) and "ph" in e for e in events[:1000]):
         if all(isinstance(e, list) for e in events[:1000]):  # export_memory_timeline writes arrays of arrays
-            raise TraceError(path, "is a memory timeline (export_memory_timeline), not a profiler trace: "
-                                   f"read it with `trainscope memory {path}`")
-        raise TraceError(path, "JSON array holds no chrome-trace events (no \"ph\" fields)")
+            raise TraceError(
+                path,
+                "is a memory timeline (export_memory_timeline), not a profiler trace: "
+                f"read it with `trainscope memory {path}`",
+            )
+        raise TraceError(path, 'JSON array holds no chrome-trace events (no "ph" fields)')
     return _Parser(path, top, progress).parse(events, warnings)
 
 
@@ -375,7 +423,12 @@ class _Parser:
         ts_raw, dur_raw = e["ts"], e["dur"]
         if isinstance(ts_raw, str) or isinstance(dur_raw, str):
             ts_raw, dur_raw = float(ts_raw), float(dur_raw)
-        if isinstance(ts_raw, float) and not math.isfinite(ts_raw) or isinstance(dur_raw, float) and not math.isfinite(dur_raw):
+        if (
+            isinstance(ts_raw, float)
+            and not math.isfinite(ts_raw)
+            or isinstance(dur_raw, float)
+            and not math.isfinite(dur_raw)
+        ):
             self.nonfinite += 1
             return
         ts, dur = self.ns(ts_raw), self.ns(dur_raw)
@@ -395,15 +448,21 @@ class _Parser:
         elif c in _RUNTIME:
             if name.startswith("hip"):
                 self.hip = True
-            self.runtime.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name),
-                             _int(args.get("correlation"), -1))
+            self.runtime.add(
+                ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name), _int(args.get("correlation"), -1)
+            )
         elif c in _CPU_OP:
             if name.startswith("ProfilerStep#"):  # 2021 traces record steps as operators
                 self.annotations.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name), -1)
             else:
                 flops = args.get("flops")
-                self.cpu_ops.add(ts, dur, self.thread(e.get("pid"), e.get("tid")), intern(name),
-                                 float(flops) if isinstance(flops, (int, float)) else math.nan)
+                self.cpu_ops.add(
+                    ts,
+                    dur,
+                    self.thread(e.get("pid"), e.get("tid")),
+                    intern(name),
+                    float(flops) if isinstance(flops, (int, float)) else math.nan,
+                )
                 self.cpu_external.append(_int(args.get("External id", args.get("external id")), -1))
                 if "Collective name" in args or "Seq" in args:
                     self._collective(self.cpu_external[-1], args.get)
@@ -419,12 +478,23 @@ class _Parser:
             dev = _int(args.get("device", e.get("pid")), -1)
             self.gpu_ids.add(dev)
             kind, src, dst = _copy_kind(name, args)
-            self.copies.add(ts, dur, dev, _stream(args, e), kind, src, dst, _int(args.get("bytes"), 0),
-                            _int(args.get("correlation"), -1))
+            self.copies.add(
+                ts,
+                dur,
+                dev,
+                _stream(args, e),
+                kind,
+                src,
+                dst,
+                _int(args.get("bytes"), 0),
+                _int(args.get("correlation"), -1),
+            )
         elif c in _MEMSET:
             dev = _int(args.get("device", e.get("pid")), -1)
             self.gpu_ids.add(dev)
-            self.memsets.add(ts, dur, dev, _stream(args, e), _int(args.get("bytes"), 0), _int(args.get("correlation"), -1))
+            self.memsets.add(
+                ts, dur, dev, _stream(args, e), _int(args.get("bytes"), 0), _int(args.get("correlation"), -1)
+            )
         elif c in _ANNOTATION:
             on_gpu = c == "gpu_user_annotation"
             dev = _int(args.get("device", e.get("pid")), -1) if on_gpu else -1
@@ -444,8 +514,14 @@ class _Parser:
         if ext < 0:
             return
         pg, name, dtype = get("Process Group Name"), get("Collective name"), get("dtype")
-        new = (None if pg is None else str(pg), _int(get("Seq"), None), None if name is None else str(name),
-               _int(get("In msg nelems"), None), _int(get("Out msg nelems"), None), None if dtype is None else str(dtype))
+        new = (
+            None if pg is None else str(pg),
+            _int(get("Seq"), None),
+            None if name is None else str(name),
+            _int(get("In msg nelems"), None),
+            _int(get("Out msg nelems"), None),
+            None if dtype is None else str(dtype),
+        )
         old = self.collective_args.get(ext)  # the operator and its kernel: what either records
         if old is not None:
             new = tuple(x if x is not None else y for x, y in zip(astuple(old), new))
@@ -474,8 +550,12 @@ class _Parser:
             return
         dtype = _int(args.get("Device Type"), 0)
         self.memory.add(
-            self.ns(ts), 1 if dtype in _GPU_DEVICE_TYPES else 0, _int(args.get("Device Id"), -1),
-            _int(args.get("Bytes"), 0), _int(args.get("Total Allocated"), -1), _int(args.get("Total Reserved"), -1),
+            self.ns(ts),
+            1 if dtype in _GPU_DEVICE_TYPES else 0,
+            _int(args.get("Device Id"), -1),
+            _int(args.get("Bytes"), 0),
+            _int(args.get("Total Allocated"), -1),
+            _int(args.get("Total Reserved"), -1),
         )
 
     def _metadata(self, e: dict) -> None:
@@ -485,15 +565,22 @@ class _Parser:
     # -- assembly ------------------------------------------------------------------------
     def _finish(self, warnings: list[str]) -> Trace:
         tables = {
-            "kernels": self.kernels.build(), "copies": self.copies.build(), "memsets": self.memsets.build(),
-            "runtime": self.runtime.build(), "cpu_ops": self.cpu_ops.build(),
-            "annotations": self.annotations.build(), "memory": self.memory.build(),
+            "kernels": self.kernels.build(),
+            "copies": self.copies.build(),
+            "memsets": self.memsets.build(),
+            "runtime": self.runtime.build(),
+            "cpu_ops": self.cpu_ops.build(),
+            "annotations": self.annotations.build(),
+            "memory": self.memory.build(),
         }
-        warnings += skipped_warning((self.kernels, self.copies, self.memsets, self.runtime, self.cpu_ops,
-                                     self.annotations, self.memory))
+        warnings += skipped_warning(
+            (self.kernels, self.copies, self.memsets, self.runtime, self.cpu_ops, self.annotations, self.memory)
+        )
         starts = [int(t.ts.min()) for t in tables.values() if len(t)]
         if not starts:
-            raise TraceError(self.path, "trace has no timed events trainscope can use (no kernels, operators or annotations)")
+            raise TraceError(
+                self.path, "trace has no timed events trainscope can use (no kernels, operators or annotations)"
+            )
         origin = min(starts)
         # Python frames (with_stack) share the origin but do not set it: thread bootstrap frames open
         # long before the profiled work.
@@ -517,20 +604,35 @@ class _Parser:
         dist = self.top.get("distributedInfo") if isinstance(self.top.get("distributedInfo"), dict) else {}
         meta = {k: v for k, v in self.top.items() if k != "traceEvents" and isinstance(v, (str, int, float, bool))}
         return Trace(
-            source=self.path, format="kineto", origin_ns=origin_ns, strings=self.strings.strings,
-            devices=self._devices(), threads=threads, counters=Counters.empty(), metadata=meta,
-            rank=_int(dist.get("rank"), None), world_size=_int(dist.get("world_size"), None),
-            warnings=warnings, input_dims=self.input_dims, op_inputs=self._op_inputs(tables),
-            collective_args=self.collective_args, **tables,
+            source=self.path,
+            format="kineto",
+            origin_ns=origin_ns,
+            strings=self.strings.strings,
+            devices=self._devices(),
+            threads=threads,
+            counters=Counters.empty(),
+            metadata=meta,
+            rank=_int(dist.get("rank"), None),
+            world_size=_int(dist.get("world_size"), None),
+            warnings=warnings,
+            input_dims=self.input_dims,
+            op_inputs=self._op_inputs(tables),
+            collective_args=self.collective_args,
+            **tables,
         )
 
     def _op_inputs(self, tables: dict) -> OpInputs:
         n_ops, n_k = len(tables["cpu_ops"]), len(tables["kernels"])
         if len(self.cpu_external) != n_ops or len(self.kernel_external) != n_k:  # a row was half-added
             return OpInputs(hw_flops=self.hw_flops, hw_ranges=sorted(self.hw_ranges, key=lambda r: r[1]))
-        return OpInputs(_ids(self.cpu_external), _ids(self.kernel_external),
-                        np.array(self.cpu_signature, np.int32), self.signatures, self.hw_flops,
-                        sorted(self.hw_ranges, key=lambda r: r[1]))
+        return OpInputs(
+            _ids(self.cpu_external),
+            _ids(self.kernel_external),
+            np.array(self.cpu_signature, np.int32),
+            self.signatures,
+            self.hw_flops,
+            sorted(self.hw_ranges, key=lambda r: r[1]),
+        )
 
     def _devices(self) -> list[Device]:
         props = self.top.get("deviceProperties")
@@ -547,8 +649,11 @@ class _Parser:
             major, minor = p.get("computeMajor"), p.get("computeMinor")
             vendor = _vendor(name, p, self.hip)
             devices[did] = Device(
-                id=did, name=name, vendor=vendor,
-                total_memory=_int(p.get("totalGlobalMem"), None), sm_count=_int(p.get("numSms"), None),
+                id=did,
+                name=name,
+                vendor=vendor,
+                total_memory=_int(p.get("totalGlobalMem"), None),
+                sm_count=_int(p.get("numSms"), None),
                 compute_capability=f"{major}.{minor}" if vendor == "nvidia" and major is not None else None,
             )
         for did in sorted(self.gpu_ids - set(devices)):
@@ -570,8 +675,15 @@ class _StreamParser(_Parser):
         self.cpu_ops = ChunkedTableBuilder(CpuOps)
         self.annotations = ChunkedTableBuilder(Annotations)
         self.memory = ChunkedTableBuilder(MemoryEvents)
-        self._builders = (self.kernels, self.copies, self.memsets, self.runtime, self.cpu_ops,
-                          self.annotations, self.memory)
+        self._builders = (
+            self.kernels,
+            self.copies,
+            self.memsets,
+            self.runtime,
+            self.cpu_ops,
+            self.annotations,
+            self.memory,
+        )
         self.seen_ph = False
         self._tcache: dict = {}  # (pid, tid) as decoded → thread index
         self._raw_dims: dict[tuple[str, bytes], int] = {}  # (operator, raw "Input Dims" JSON) → calls
@@ -582,11 +694,13 @@ class _StreamParser(_Parser):
     def _signature_raw(self, dims: bytes, types: bytes, concrete: bytes) -> int:
         """The signature index of one distinct raw (Input Dims, Input type, Concrete Inputs): decoded
         once, then as the dict path does it (-1 when the dims are not a list)."""
+
         def decode(raw: bytes):
             try:
                 return msgspec.json.decode(raw) if raw else None
             except (msgspec.DecodeError, UnicodeDecodeError):
                 return None
+
         d = decode(dims)
         if type(d) is not list:
             return -1
@@ -664,7 +778,9 @@ class _StreamParser(_Parser):
                 elif ph == "M":
                     if e.name == "thread_name":
                         a = e.args
-                        self.thread_names[(str(e.pid), str(e.tid))] = str(a.name if a is not None and a.name is not None else "")
+                        self.thread_names[(str(e.pid), str(e.tid))] = str(
+                            a.name if a is not None and a.name is not None else ""
+                        )
                 continue
             cat = e.cat
             c = lower_of.get(cat)
@@ -689,9 +805,16 @@ class _StreamParser(_Parser):
                 if th is None:
                     th = tcache[tk] = thread(*tk)
                 if name.startswith("ProfilerStep#"):
-                    a_ts(ts); a_dur(dur); a_thread(th); a_name(intern(name)); a_dev(-1)
+                    a_ts(ts)
+                    a_dur(dur)
+                    a_thread(th)
+                    a_name(intern(name))
+                    a_dev(-1)
                     continue
-                o_ts(ts); o_dur(dur); o_thread(th); o_name(intern(name))
+                o_ts(ts)
+                o_dur(dur)
+                o_thread(th)
+                o_name(intern(name))
                 if a is None:
                     o_flops(nan)
                     o_ext(-1)
@@ -721,14 +844,21 @@ class _StreamParser(_Parser):
                 th = tcache.get(tk)
                 if th is None:
                     th = tcache[tk] = thread(*tk)
-                r_ts(ts); r_dur(dur); r_thread(th); r_name(intern(name))
+                r_ts(ts)
+                r_dur(dur)
+                r_thread(th)
+                r_name(intern(name))
                 corr = a.correlation if a is not None else -1
                 r_corr(corr if type(corr) is int else _int(corr, -1))
             elif c == "kernel":
                 dev = a.device if a is not None and a.device is not None else e.pid
                 dev = _int(dev, -1)
                 gpu_ids.add(dev)
-                k_ts(ts); k_dur(dur); k_dev(dev); k_stream(_stream_typed(a, e)); k_name(intern(name))
+                k_ts(ts)
+                k_dur(dur)
+                k_dev(dev)
+                k_stream(_stream_typed(a, e))
+                k_name(intern(name))
                 corr = a.correlation if a is not None else -1
                 k_corr(corr if type(corr) is int else _int(corr, -1))
                 k_ext(_external(a))
@@ -740,18 +870,37 @@ class _StreamParser(_Parser):
                 dev = -1
                 if c == "gpu_user_annotation":
                     dev = _int(a.device if a is not None and a.device is not None else e.pid, -1)
-                a_ts(ts); a_dur(dur); a_thread(thread(e.pid, e.tid)); a_name(intern(name)); a_dev(dev)
+                a_ts(ts)
+                a_dur(dur)
+                a_thread(thread(e.pid, e.tid))
+                a_name(intern(name))
+                a_dev(dev)
             elif c in _MEMCPY:
                 dev = _int(a.device if a is not None and a.device is not None else e.pid, -1)
                 gpu_ids.add(dev)
                 kind, src, dst = _copy_kind(name, {"kind": a.kind} if a is not None else {})
-                self.copies.add(ts, dur, dev, _stream_typed(a, e), kind, src, dst,
-                                _int(a.bytes, 0) if a is not None else 0, _int(a.correlation, -1) if a is not None else -1)
+                self.copies.add(
+                    ts,
+                    dur,
+                    dev,
+                    _stream_typed(a, e),
+                    kind,
+                    src,
+                    dst,
+                    _int(a.bytes, 0) if a is not None else 0,
+                    _int(a.correlation, -1) if a is not None else -1,
+                )
             elif c in _MEMSET:
                 dev = _int(a.device if a is not None and a.device is not None else e.pid, -1)
                 gpu_ids.add(dev)
-                self.memsets.add(ts, dur, dev, _stream_typed(a, e), _int(a.bytes, 0) if a is not None else 0,
-                                 _int(a.correlation, -1) if a is not None else -1)
+                self.memsets.add(
+                    ts,
+                    dur,
+                    dev,
+                    _stream_typed(a, e),
+                    _int(a.bytes, 0) if a is not None else 0,
+                    _int(a.correlation, -1) if a is not None else -1,
+                )
             elif c not in _KNOWN_IGNORED:
                 self.unknown_categories[str(cat)] += 1
 
@@ -766,8 +915,12 @@ class _StreamParser(_Parser):
             return
         dtype = _int(a.device_type, 0)
         self.memory.add(
-            self.ns(ts), 1 if dtype in _GPU_DEVICE_TYPES else 0, _int(a.device_id, -1),
-            _int(a.mem_bytes, 0), _int(a.total_allocated, -1), _int(a.total_reserved, -1),
+            self.ns(ts),
+            1 if dtype in _GPU_DEVICE_TYPES else 0,
+            _int(a.device_id, -1),
+            _int(a.mem_bytes, 0),
+            _int(a.total_allocated, -1),
+            _int(a.total_reserved, -1),
         )
 
     def named_builders(self):
@@ -791,12 +944,20 @@ class _StreamParser(_Parser):
             b.parts.append(t)
         frames = part["tables"]["python_frames"]
         for i in range(len(frames)):  # few rows next to the kernels: appended one by one, renumbered
-            self.python_frames.add(int(frames.ts[i]), int(frames.dur[i]), int(threads[frames.thread[i]]),
-                                   int(names[frames.name[i]]))
+            self.python_frames.add(
+                int(frames.ts[i]), int(frames.dur[i]), int(threads[frames.thread[i]]), int(names[frames.name[i]])
+            )
         self.kernel_external += part["kernel_external"]
         for ext, c in part["collective_args"].items():  # CollectiveArgs fields, in order, under their raw keys
-            self._collective(ext, dict(zip(("Process Group Name", "Seq", "Collective name", "In msg nelems",
-                                             "Out msg nelems", "dtype"), astuple(c))).get)
+            self._collective(
+                ext,
+                dict(
+                    zip(
+                        ("Process Group Name", "Seq", "Collective name", "In msg nelems", "Out msg nelems", "dtype"),
+                        astuple(c),
+                    )
+                ).get,
+            )
         self.cpu_external += part["cpu_external"]
         resig = [self._signature(repr(d), d, {"Input type": t, "Concrete Inputs": c}) for d, t, c in part["signatures"]]
         self.cpu_signature += [resig[i] if i >= 0 else -1 for i in part["cpu_signature"]]
@@ -847,8 +1008,14 @@ def _external(a) -> int:
     return x if type(x) is int else _int(x, -1)
 
 
-_TYPED_KEYS = {"Process Group Name": "pg_name", "Collective name": "coll_name", "dtype": "dtype", "Seq": "seq",
-               "In msg nelems": "in_nelems", "Out msg nelems": "out_nelems"}
+_TYPED_KEYS = {
+    "Process Group Name": "pg_name",
+    "Collective name": "coll_name",
+    "dtype": "dtype",
+    "Seq": "seq",
+    "In msg nelems": "in_nelems",
+    "Out msg nelems": "out_nelems",
+}
 
 
 def _typed_collective(a):

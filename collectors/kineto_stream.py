@@ -20,6 +20,7 @@ kept and the loss is said, as for the in-memory reader. Anything the stream cann
 ``traceEvents`` key, a file that is not an object or an array) goes back to the in-memory reader,
 whose errors are the precise ones.
 """
+
 from __future__ import annotations
 
 import json
@@ -210,8 +211,14 @@ class _Source:
         self.stage = stage
 
 
-def stream_events(path: str, parser, progress: Progress | None = None, start: int = 0, stop: int | None = None,
-                  head: bytes | None = None) -> tuple[dict, list[str]]:
+def stream_events(
+    path: str,
+    parser,
+    progress: Progress | None = None,
+    start: int = 0,
+    stop: int | None = None,
+    head: bytes | None = None,
+) -> tuple[dict, list[str]]:
     """Feed ``path``'s events to ``parser`` (``feed_typed(list[Event])``, ``feed_dicts(list)``) slice
     by slice; returns the top-level fields (``traceEvents`` left out) and the warnings.
 
@@ -257,7 +264,7 @@ def stream_events(path: str, parser, progress: Progress | None = None, start: in
             start = len(buf)
             if not more():
                 raise Fallback
-        head, pos = buf[:m.end()], m.end()
+        head, pos = buf[: m.end()], m.end()
     else:
         raise Fallback
 
@@ -324,7 +331,9 @@ def stream_events(path: str, parser, progress: Progress | None = None, start: in
     if not checked:
         parser.check_first()  # not chrome-trace events at all: the in-memory reader says what it is
     if not total:
-        raise TraceError(path, f"not valid JSON ({damage or 'truncated'}) and no complete trace events before the error")
+        raise TraceError(
+            path, f"not valid JSON ({damage or 'truncated'}) and no complete trace events before the error"
+        )
     warnings.append(_damaged(damage or "truncated", total, consumed + pos + stop, parser))
     return _top(head, b"]}" if head else b"]"), src.warnings + warnings
 
@@ -332,8 +341,10 @@ def stream_events(path: str, parser, progress: Progress | None = None, start: in
 def _damaged(why: str, n: int, where: int, parser=None) -> str:
     if parser is not None:
         parser.damage = (why, n, where)  # a part read in parallel: the joiner rewrites the count
-    return (f"JSON is truncated or damaged ({why}): analyzed the {n:,} complete events before byte {where:,}; "
-            "top-level fields after the event array are lost")
+    return (
+        f"JSON is truncated or damaged ({why}): analyzed the {n:,} complete events before byte {where:,}; "
+        "top-level fields after the event array are lost"
+    )
 
 
 def _decode_slice(buf: bytes, start: int, end: int, parser) -> int | None:
@@ -407,8 +418,8 @@ def _array_ends(head: bytes, rest: bytes) -> Iterator[tuple[int, bytes]]:
     objects of its own)."""
     text = rest.decode("utf-8", errors="replace")
     first = len(text) - len(text.lstrip())
-    if text[first:first + 1] == "]":
-        yield 0, rest[len(text[:first + 1].encode("utf-8", errors="replace")):]
+    if text[first : first + 1] == "]":
+        yield 0, rest[len(text[: first + 1].encode("utf-8", errors="replace")) :]
         return
     starts = [first] + [m.end() - 1 for m in _CUT_TEXT.finditer(text)]
     decoder = json.JSONDecoder()
@@ -420,9 +431,9 @@ def _array_ends(head: bytes, rest: bytes) -> Iterator[tuple[int, bytes]]:
         j = end
         while j < len(text) and text[j] in " \t\r\n":
             j += 1
-        if text[j:j + 1] != "]":
+        if text[j : j + 1] != "]":
             continue
-        trailer = text[j + 1:].encode("utf-8", errors="replace")
+        trailer = text[j + 1 :].encode("utf-8", errors="replace")
         try:
             if head:
                 json.loads(head + b"]" + trailer)
@@ -461,12 +472,12 @@ def split_point(path: str, head_limit: int = 64 << 20) -> tuple[int, bytes] | No
             return None
         lead = first.lstrip()
         if lead[:1] == b"[":
-            head = first[:len(first) - len(lead) + 1]
+            head = first[: len(first) - len(lead) + 1]
         else:
             m = re.compile(rb'"traceEvents"\s*:\s*\[').search(first)
             if not m or not lead[:1] == b"{":
                 return None
-            head = first[:m.end()]
+            head = first[: m.end()]
         mid = max(len(head), size // 2)
         f.seek(mid)
         window = f.read(2 * _CHUNK)
@@ -476,7 +487,7 @@ def split_point(path: str, head_limit: int = 64 << 20) -> tuple[int, bytes] | No
         if not ends:
             return None
         try:
-            _EVENTS.decode(b"[" + window[c:ends[-1]] + b"]")
+            _EVENTS.decode(b"[" + window[c : ends[-1]] + b"]")
         except (msgspec.MsgspecError, UnicodeDecodeError):
             continue
         return mid + c, head

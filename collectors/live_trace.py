@@ -1,6 +1,7 @@
 """Recordings (``watch --record``) and nvidia-smi CSV logs as inputs: detection, loading as
 snapshots (for replay), and conversion to the normalized :class:`Trace` (Counters table) that
 ``trainscope analyze`` reads."""
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,18 @@ from trainscope.collectors.recording import Recording, is_recording, read_record
 from trainscope.collectors.samples import counter_rows
 from trainscope.traces.samples import trace_snapshots  # noqa: F401 (moved to the model; re-exported)
 from trainscope.traces.builder import StringTable, TableBuilder, skipped_warning
-from trainscope.traces.model import (Annotations, Copies, Counters, CpuOps, Device, Kernels, MemoryEvents, Memsets,
-                                     RuntimeCalls, Trace)
+from trainscope.traces.model import (
+    Annotations,
+    Copies,
+    Counters,
+    CpuOps,
+    Device,
+    Kernels,
+    MemoryEvents,
+    Memsets,
+    RuntimeCalls,
+    Trace,
+)
 
 RECORDING_FORMAT, CSV_FORMAT = "trainscope.recording", "nvidia-smi-csv"
 
@@ -69,12 +80,25 @@ def recording_to_trace(rec: Recording, fmt: str) -> Trace:
             rows.add(ts, device, strings.intern(name), value)
     counters = rows.build()
     empty = {cls: cls.empty() for cls in (Kernels, Copies, Memsets, RuntimeCalls, CpuOps, Annotations, MemoryEvents)}
-    devices = [Device(i, names.get(i, f"GPU {i}"), "nvidia", totals.get(i)) for i in sorted(set(names) | set(totals)
-               | {g.index for s in rec.snapshots for g in s.gpus})]
+    devices = [
+        Device(i, names.get(i, f"GPU {i}"), "nvidia", totals.get(i))
+        for i in sorted(set(names) | set(totals) | {g.index for s in rec.snapshots for g in s.gpus})
+    ]
     return Trace(
-        source=rec.path, format=fmt, origin_ns=origin_ns, strings=strings.strings, devices=devices, threads=[],
-        kernels=empty[Kernels], copies=empty[Copies], memsets=empty[Memsets], runtime=empty[RuntimeCalls],
-        cpu_ops=empty[CpuOps], annotations=empty[Annotations], memory=empty[MemoryEvents], counters=counters,
+        source=rec.path,
+        format=fmt,
+        origin_ns=origin_ns,
+        strings=strings.strings,
+        devices=devices,
+        threads=[],
+        kernels=empty[Kernels],
+        copies=empty[Copies],
+        memsets=empty[Memsets],
+        runtime=empty[RuntimeCalls],
+        cpu_ops=empty[CpuOps],
+        annotations=empty[Annotations],
+        memory=empty[MemoryEvents],
+        counters=counters,
         metadata={"recording_header": rec.header, "samples": len(rec.snapshots)},
         warnings=list(rec.warnings) + skipped_warning([rows], "counter values"),
     )

@@ -10,6 +10,7 @@ Two JSON layouts (optionally gzipped), both plain data, so no pickle is involved
 
 Categories are PyTorch's ``_memory_profiler._CATEGORY_TO_INDEX`` order (torch 2.1 – 2.13).
 """
+
 from __future__ import annotations
 
 import json
@@ -46,15 +47,23 @@ def load_memory_timeline(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Memor
     except (ValueError, RecursionError) as e:
         raise TraceError(path, f"not JSON ({type(e).__name__}: {str(e)[:80]})") from None
     try:
-        if isinstance(doc, list) and len(doc) == 2 and all(isinstance(x, list) for x in doc) and \
-                (not doc[1] or isinstance(doc[1][0], list)) and (not doc[0] or not isinstance(doc[0][0], list)):
+        if (
+            isinstance(doc, list)
+            and len(doc) == 2
+            and all(isinstance(x, list) for x in doc)
+            and (not doc[1] or isinstance(doc[1][0], list))
+            and (not doc[0] or not isinstance(doc[0][0], list))
+        ):
             return _coalesced(path, doc)
         if isinstance(doc, list) and all(isinstance(e, list) and len(e) == 4 for e in doc):
             return _raw(path, doc)
     except (TypeError, ValueError, OverflowError, IndexError) as e:
         raise TraceError(path, f"malformed memory timeline ({type(e).__name__}: {e})") from None
-    raise TraceError(path, "not a memory timeline: expected export_memory_timeline output "
-                           "([[time, action, bytes, category], …] or [times, sizes])")
+    raise TraceError(
+        path,
+        "not a memory timeline: expected export_memory_timeline output "
+        "([[time, action, bytes, category], …] or [times, sizes])",
+    )
 
 
 def _raw(path: str, events: list) -> MemoryTimeline:

@@ -2,6 +2,7 @@
 host sampler and the step receiver, handed to a callback. The loop never touches a UI; whoever
 consumes snapshots (headless printer, dashboard, recorder) gets immutable objects.
 """
+
 from __future__ import annotations
 
 import threading
@@ -17,9 +18,16 @@ MIN_INTERVAL_S = 0.25  # faster sampling costs the job CPU and NVML's own counte
 
 
 class Monitor:
-    def __init__(self, interval: float, on_snapshot: Callable[[Snapshot], None], *,
-                 gpu: NvmlSampler | None = None, host: HostSampler | None = None,
-                 steps: StepReceiver | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        interval: float,
+        on_snapshot: Callable[[Snapshot], None],
+        *,
+        gpu: NvmlSampler | None = None,
+        host: HostSampler | None = None,
+        steps: StepReceiver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.interval = max(MIN_INTERVAL_S, float(interval))
         self._on = on_snapshot
         self.gpu, self.host, self.steps = gpu, host, steps
@@ -77,8 +85,17 @@ class Monitor:
             st = self.steps.status()
             mode = st.mode if st.mode != "off" else f"off: {st.detail}"
             ranks = self._ranks(gpus)
-        snap = Snapshot(t=round(now - self.t0, 6), dt=round(now - self._last, 6), wall=time.time(), gpus=gpus,
-                        host=host, step=step, step_mode=mode, notes=tuple(notes), ranks=ranks)
+        snap = Snapshot(
+            t=round(now - self.t0, 6),
+            dt=round(now - self._last, 6),
+            wall=time.time(),
+            gpus=gpus,
+            host=host,
+            step=step,
+            step_mode=mode,
+            notes=tuple(notes),
+            ranks=ranks,
+        )
         self._last = now
         self.cost_s.append(time.thread_time() - c0)
         return snap
@@ -112,7 +129,11 @@ class Monitor:
             snap = self.sample()
         except Exception as e:  # a sampler bug must not kill the watch: report it as a note
             now = self._clock()
-            snap = Snapshot(t=now - self.t0, dt=now - self._last, wall=time.time(),
-                            notes=(f"sampling failed: {type(e).__name__}: {e}",))
+            snap = Snapshot(
+                t=now - self.t0,
+                dt=now - self._last,
+                wall=time.time(),
+                notes=(f"sampling failed: {type(e).__name__}: {e}",),
+            )
             self._last = now
         self._on(snap)

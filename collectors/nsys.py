@@ -23,6 +23,7 @@ fallback for a table the driver refuses. Nsight's columnar exports (``nsys expor
 arrowdir`` / ``parquetdir``, a directory with one file per table) are read by the same reader
 without SQLite (:func:`load_nsys_columnar`).
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -39,22 +40,64 @@ from trainscope.collectors.errors import TraceError
 from trainscope.collectors.readers import Progress
 from trainscope.traces.builder import StringTable
 from trainscope.traces.model import (
-    COPY_KINDS, MEMORY_KINDS, Annotations, Copies, Counters, CpuOps, Device, Kernels, MemoryEvents,
-    Memsets, OpInputs, RuntimeCalls, Thread, Trace,
+    COPY_KINDS,
+    MEMORY_KINDS,
+    Annotations,
+    Copies,
+    Counters,
+    CpuOps,
+    Device,
+    Kernels,
+    MemoryEvents,
+    Memsets,
+    OpInputs,
+    RuntimeCalls,
+    Thread,
+    Trace,
 )
 
 # CUPTI copy kinds (ENUM_CUDA_MEMCPY_OPER names, or raw codes where old exports lack the enum).
 _COPY_BY_NAME = {
-    "HTOD": "HtoD", "DTOH": "DtoH", "HTOA": "HtoD", "ATOH": "DtoH", "ATOA": "DtoD", "ATOD": "DtoD",
-    "DTOA": "DtoD", "DTOD": "DtoD", "HTOH": "HtoH", "PTOP": "PtoP", "UVM_HTOD": "HtoD", "UVM_DTOH": "DtoH",
+    "HTOD": "HtoD",
+    "DTOH": "DtoH",
+    "HTOA": "HtoD",
+    "ATOH": "DtoH",
+    "ATOA": "DtoD",
+    "ATOD": "DtoD",
+    "DTOA": "DtoD",
+    "DTOD": "DtoD",
+    "HTOH": "HtoH",
+    "PTOP": "PtoP",
+    "UVM_HTOD": "HtoD",
+    "UVM_DTOH": "DtoH",
     "UVM_DTOD": "DtoD",
 }
-_COPY_RAW = ("UNKNOWN", "HTOD", "DTOH", "HTOA", "ATOH", "ATOA", "ATOD", "DTOA", "DTOD", "HTOH", "PTOP",
-             "UVM_HTOD", "UVM_DTOH", "UVM_DTOD")
+_COPY_RAW = (
+    "UNKNOWN",
+    "HTOD",
+    "DTOH",
+    "HTOA",
+    "ATOH",
+    "ATOA",
+    "ATOD",
+    "DTOA",
+    "DTOD",
+    "HTOH",
+    "PTOP",
+    "UVM_HTOD",
+    "UVM_DTOH",
+    "UVM_DTOD",
+)
 # Nsight's memory kinds (ENUM_CUDA_MEM_KIND; the same codes in 2022 exports that lack the enum).
 _MEM_BY_NAME = {
-    "PAGEABLE": "pageable", "PINNED": "pinned", "DEVICE": "device", "ARRAY": "device", "MANAGED": "managed",
-    "DEVICE_STATIC": "device", "MANAGED_STATIC": "managed", "UNKNOWN": "unknown",
+    "PAGEABLE": "pageable",
+    "PINNED": "pinned",
+    "DEVICE": "device",
+    "ARRAY": "device",
+    "MANAGED": "managed",
+    "DEVICE_STATIC": "device",
+    "MANAGED_STATIC": "managed",
+    "UNKNOWN": "unknown",
 }
 _MEM_RAW = ("PAGEABLE", "PINNED", "DEVICE", "ARRAY", "MANAGED", "DEVICE_STATIC", "MANAGED_STATIC", "UNKNOWN")
 # NVTX event types that are ranges (push/pop and start/end, of NVTX and NVTX-for-tools).
@@ -175,8 +218,16 @@ class _SqliteSource:
         exprs = ", ".join(f'"{c}"' if c in have else "NULL" for c in cols)
         return list(self.con.execute(f'SELECT {"DISTINCT " if distinct else ""}{exprs} FROM "{table}"'))
 
-    def rows(self, table: str, wanted: dict[str, str | None], where: str = "", text: tuple[str, ...] = (),
-             real: tuple[str, ...] = (), not_null: tuple[str, ...] = (), one_of: tuple[str, tuple[int, ...]] | None = None) -> _Rows:
+    def rows(
+        self,
+        table: str,
+        wanted: dict[str, str | None],
+        where: str = "",
+        text: tuple[str, ...] = (),
+        real: tuple[str, ...] = (),
+        not_null: tuple[str, ...] = (),
+        one_of: tuple[str, tuple[int, ...]] | None = None,
+    ) -> _Rows:
         """Select ``wanted`` (column → SQL default when the column is absent, or None when it is
         required) from ``table``; integer columns come back as int64 arrays, ``real`` ones as
         float64, ``text`` ones as :class:`TextColumn`. Rows with NULL in a ``not_null`` column, or
@@ -192,7 +243,9 @@ class _SqliteSource:
         exprs = []
         for col, default in wanted.items():
             if col in have:
-                exprs.append(f'"{col}"' if col in text else f'COALESCE("{col}", {default if default is not None else 0})')
+                exprs.append(
+                    f'"{col}"' if col in text else f'COALESCE("{col}", {default if default is not None else 0})'
+                )
             elif default is None:
                 raise TraceError(self.path, f"Nsight export table {table} lacks column {col!r} (unknown schema)")
             else:
@@ -201,8 +254,11 @@ class _SqliteSource:
             return _Rows({})
         if self.cols is not None:
             try:
-                return _Rows(self.cols.fetch(f'SELECT {", ".join(exprs)} FROM "{table}" {where}', list(wanted),
-                                             text=text, real=real))
+                return _Rows(
+                    self.cols.fetch(
+                        f'SELECT {", ".join(exprs)} FROM "{table}" {where}', list(wanted), text=text, real=real
+                    )
+                )
             except columnar.Unavailable:
                 pass  # a value off the column's type: sqlite3 reads this table, with its own errors
         cur = self.con.execute(f'SELECT {", ".join(exprs)} FROM "{table}" {where}')
@@ -210,7 +266,6 @@ class _SqliteSource:
         # Read in batches, each frozen to arrays at once: memory holds one batch of Python rows,
         # not the whole table (a 10 M-kernel export would otherwise cost gigabytes of tuples).
         parts: list[dict] = []
-        shared: dict = {}  # one object per distinct text (NVTX texts repeat every step)
         while data := cur.fetchmany(_BATCH):
             if len(numeric) == len(wanted):  # one conversion for the whole batch: much faster than per column
                 arr = np.array(data, dtype=np.int64).reshape(len(data), len(wanted))
@@ -226,12 +281,24 @@ class _SqliteSource:
                     out[col] = np.fromiter((r[j] for r in data), dtype=np.int64, count=len(data))
             parts.append(out)
         if not parts:
-            return _Rows({col: TextColumn([], np.empty(0, np.int64)) if col in text else
-                          np.empty(0, np.float64 if col in real else np.int64) for col in wanted})
+            return _Rows(
+                {
+                    col: TextColumn([], np.empty(0, np.int64))
+                    if col in text
+                    else np.empty(0, np.float64 if col in real else np.int64)
+                    for col in wanted
+                }
+            )
         if len(parts) == 1:
             return _Rows(parts[0])
-        return _Rows({col: TextColumn.concat([p[col] for p in parts]) if col in text else
-                      np.concatenate([p[col] for p in parts]) for col in wanted})
+        return _Rows(
+            {
+                col: TextColumn.concat([p[col] for p in parts])
+                if col in text
+                else np.concatenate([p[col] for p in parts])
+                for col in wanted
+            }
+        )
 
 
 class _ArrowSource:
@@ -255,8 +322,16 @@ class _ArrowSource:
             out += list(zip(*[data.get(c, [None] * n) for c in cols]))
         return list(dict.fromkeys(out)) if distinct else out
 
-    def rows(self, table: str, wanted: dict[str, str | None], where: str = "", text: tuple[str, ...] = (),
-             real: tuple[str, ...] = (), not_null: tuple[str, ...] = (), one_of=None) -> _Rows:
+    def rows(
+        self,
+        table: str,
+        wanted: dict[str, str | None],
+        where: str = "",
+        text: tuple[str, ...] = (),
+        real: tuple[str, ...] = (),
+        not_null: tuple[str, ...] = (),
+        one_of=None,
+    ) -> _Rows:
         defaults: dict[str, object] = {}
         for c, d in wanted.items():
             defaults[c] = None if d is None else (None if d == "NULL" else (float(d) if c in real else int(d)))
@@ -275,8 +350,11 @@ class _ArrowSource:
             return m
 
         wanted_defaults = {c: (0 if defaults[c] is None and c not in text else defaults[c]) for c in wanted}
-        r = _Rows(self.dir.table(table, wanted_defaults, text=text, real=real,
-                                 row_filter=keep if (not_null or one_of) else None))
+        r = _Rows(
+            self.dir.table(
+                table, wanted_defaults, text=text, real=real, row_filter=keep if (not_null or one_of) else None
+            )
+        )
         if one_of is not None:
             r.cols.pop(one_of[0], None)  # a filter, not a column to keep (as in the SQLite source)
         return r
@@ -311,21 +389,31 @@ class _Reader:
     # -- main ----------------------------------------------------------------------------
     def read(self) -> list[Trace]:
         meta = self.metadata()
-        nsight = bool(meta) or "StringIds" in self.tables or any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in self.tables)
+        nsight = (
+            bool(meta) or "StringIds" in self.tables or any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in self.tables)
+        )
         if not nsight:
-            raise TraceError(self.path, "SQLite database is not an Nsight Systems export "
-                                        "(no StringIds, CUPTI_ACTIVITY_KIND_* or export metadata tables)")
+            raise TraceError(
+                self.path,
+                "SQLite database is not an Nsight Systems export "
+                "(no StringIds, CUPTI_ACTIVITY_KIND_* or export metadata tables)",
+            )
         if "StringIds" not in self.tables:
             raise TraceError(self.path, "Nsight Systems export has no StringIds table: names cannot be resolved")
         kernel_table = "CUPTI_ACTIVITY_KIND_KERNEL"
         if kernel_table not in self.tables:
-            raise TraceError(self.path, "Nsight Systems export holds no CUDA kernels (no CUPTI_ACTIVITY_KIND_KERNEL "
-                                        "table): profile with `nsys profile --trace=cuda,nvtx ...`")
+            raise TraceError(
+                self.path,
+                "Nsight Systems export holds no CUDA kernels (no CUPTI_ACTIVITY_KIND_KERNEL "
+                "table): profile with `nsys profile --trace=cuda,nvtx ...`",
+            )
         self._progress("reading Nsight export", 0.0)
         self.strings_raw = dict(self.src.small("StringIds", ["id", "value"]))
         kernels = self._kernels(kernel_table)
         if len(kernels) == 0:
-            raise TraceError(self.path, "Nsight Systems export holds no CUDA kernels (CUPTI_ACTIVITY_KIND_KERNEL is empty)")
+            raise TraceError(
+                self.path, "Nsight Systems export holds no CUDA kernels (CUPTI_ACTIVITY_KIND_KERNEL is empty)"
+            )
         self._progress("reading Nsight export", 0.3)
         copies = self._copies()
         memsets = self._memsets()
@@ -345,10 +433,25 @@ class _Reader:
         order = sorted(procs, key=lambda p: (first_dev[p], p))
         traces = []
         for rank, proc in enumerate(order):
-            traces.append(self._build(
-                proc, rank if len(procs) > 1 else None, len(procs) if len(procs) > 1 else None, kernels, copies,
-                memsets, runtime, nvtx, osrt, metrics, thread_names, gpus, cuda_map, session_ns, meta,
-            ))
+            traces.append(
+                self._build(
+                    proc,
+                    rank if len(procs) > 1 else None,
+                    len(procs) if len(procs) > 1 else None,
+                    kernels,
+                    copies,
+                    memsets,
+                    runtime,
+                    nvtx,
+                    osrt,
+                    metrics,
+                    thread_names,
+                    gpus,
+                    cuda_map,
+                    session_ns,
+                    meta,
+                )
+            )
         add_graph_replays(self.src, traces, order, session_ns)  # graph-level CUDA graph replays
         if len(procs) > 1:
             pids = ", ".join(f"pid {p & 0xFFFFFF} → rank {i} (GPU {first_dev[p]})" for i, p in enumerate(order))
@@ -367,16 +470,39 @@ class _Reader:
         name_col = next((c for c in ("demangledName", "shortName", "mangledName") if c in have), None)
         if name_col is None:
             raise TraceError(self.path, f"Nsight export table {table} has no kernel name column (unknown schema)")
-        r = self.rows(table, {"start": None, "end": None, "deviceId": None, "streamId": "-1",
-                              "correlationId": "-1", "globalPid": "0", name_col: None})
+        r = self.rows(
+            table,
+            {
+                "start": None,
+                "end": None,
+                "deviceId": None,
+                "streamId": "-1",
+                "correlationId": "-1",
+                "globalPid": "0",
+                name_col: None,
+            },
+        )
         return self._with_proc(r, "globalPid", {"name": name_col})
 
     def _copies(self) -> _Rows | None:
         t = "CUPTI_ACTIVITY_KIND_MEMCPY"
         if t not in self.tables:
             return None
-        r = self.rows(t, {"start": None, "end": None, "deviceId": None, "streamId": "-1", "copyKind": "0",
-                          "srcKind": "7", "dstKind": "7", "bytes": "0", "correlationId": "-1", "globalPid": "0"})
+        r = self.rows(
+            t,
+            {
+                "start": None,
+                "end": None,
+                "deviceId": None,
+                "streamId": "-1",
+                "copyKind": "0",
+                "srcKind": "7",
+                "dstKind": "7",
+                "bytes": "0",
+                "correlationId": "-1",
+                "globalPid": "0",
+            },
+        )
         kinds = self.enum_names("ENUM_CUDA_MEMCPY_OPER", "CUDA_MEMCPY_KIND_") or dict(enumerate(_COPY_RAW))
         mems = self.enum_names("ENUM_CUDA_MEM_KIND", "CUDA_MEMOPR_MEMORY_KIND_") or dict(enumerate(_MEM_RAW))
         kind_code = {k: COPY_KINDS.index(_COPY_BY_NAME.get(v, "unknown")) for k, v in kinds.items()}
@@ -390,16 +516,27 @@ class _Reader:
         t = "CUPTI_ACTIVITY_KIND_MEMSET"
         if t not in self.tables:
             return None
-        r = self.rows(t, {"start": None, "end": None, "deviceId": None, "streamId": "-1", "bytes": "0",
-                          "correlationId": "-1", "globalPid": "0"})
+        r = self.rows(
+            t,
+            {
+                "start": None,
+                "end": None,
+                "deviceId": None,
+                "streamId": "-1",
+                "bytes": "0",
+                "correlationId": "-1",
+                "globalPid": "0",
+            },
+        )
         return self._with_proc(r, "globalPid")
 
     def _runtime(self) -> _Rows | None:
         t = "CUPTI_ACTIVITY_KIND_RUNTIME"
         if t not in self.tables:
             return None
-        r = self.rows(t, {"start": None, "end": None, "globalTid": "0", "nameId": None, "correlationId": "-1",
-                          "eventClass": "0"})
+        r = self.rows(
+            t, {"start": None, "end": None, "globalTid": "0", "nameId": None, "correlationId": "-1", "eventClass": "0"}
+        )
         keep = r["eventClass"] != _BACKTRACE_CLASS
         r = _Rows({k: v[keep] for k, v in r.cols.items()})
         return self._with_proc(r, "globalTid", {"name": "nameId"}, normalize=_api_name)
@@ -409,9 +546,21 @@ class _Reader:
         if t not in self.tables:
             return None
         have = self.columns(t)
-        r = self.rows(t, {"start": None, "end": None, "eventType": None, "globalTid": "0",
-                          "endGlobalTid": "0", "textId": "-1", "text": "NULL"},
-                      not_null=("end",), one_of=("eventType", _NVTX_RANGE_TYPES), text=("text",))
+        r = self.rows(
+            t,
+            {
+                "start": None,
+                "end": None,
+                "eventType": None,
+                "globalTid": "0",
+                "endGlobalTid": "0",
+                "textId": "-1",
+                "text": "NULL",
+            },
+            not_null=("end",),
+            one_of=("eventType", _NVTX_RANGE_TYPES),
+            text=("text",),
+        )
         if "text" not in have and "textId" not in have:
             return None
         tid = np.where(r["globalTid"] != 0, r["globalTid"], r["endGlobalTid"])
@@ -441,31 +590,48 @@ class _Reader:
             return None
         info = self.columns("TARGET_INFO_GPU_METRICS")
         if not {"metricId", "metricName"} <= info:
-            self.warnings.append("GPU_METRICS present but TARGET_INFO_GPU_METRICS has no metric names: counters ignored")
+            self.warnings.append(
+                "GPU_METRICS present but TARGET_INFO_GPU_METRICS has no metric names: counters ignored"
+            )
             return None
-        names = {(int(t) if t is not None else -1, int(m)): str(n) for t, m, n in self.src.small(
-            "TARGET_INFO_GPU_METRICS", ["typeId", "metricId", "metricName"], distinct=True)}
-        r = self.rows("GPU_METRICS", {"timestamp": None, "typeId": "0", "metricId": None, "value": "0"}, real=("value",))
+        names = {
+            (int(t) if t is not None else -1, int(m)): str(n)
+            for t, m, n in self.src.small(
+                "TARGET_INFO_GPU_METRICS", ["typeId", "metricId", "metricName"], distinct=True
+            )
+        }
+        r = self.rows(
+            "GPU_METRICS", {"timestamp": None, "typeId": "0", "metricId": None, "value": "0"}, real=("value",)
+        )
         return r, names
 
     def _thread_names(self) -> dict[int, str]:
         if "ThreadNames" not in self.tables:
             return {}
-        return {int(g): self.strings_raw.get(int(n), "") for n, g in self.src.small("ThreadNames", ["nameId", "globalTid"])
-                if g is not None}
+        return {
+            int(g): self.strings_raw.get(int(n), "")
+            for n, g in self.src.small("ThreadNames", ["nameId", "globalTid"])
+            if g is not None
+        }
 
     def _devices(self) -> tuple[dict[int, dict], dict[tuple[int, int], int]]:
         """Physical GPUs by TARGET_INFO_GPU id, and (pid, CUDA device id) → physical id."""
         gpus: dict[int, dict] = {}
         if "TARGET_INFO_GPU" in self.tables:
             have = self.columns("TARGET_INFO_GPU")
-            cols = [c for c in ("id", "name", "totalMemory", "smCount", "computeMajor", "computeMinor", "cuDevice") if c in have]
+            cols = [
+                c
+                for c in ("id", "name", "totalMemory", "smCount", "computeMajor", "computeMinor", "cuDevice")
+                if c in have
+            ]
             if "id" in cols:
                 for row in self.src.small("TARGET_INFO_GPU", cols):
                     d = dict(zip(cols, row))
                     gpus[int(d["id"])] = d
         cuda_map: dict[tuple[int, int], int] = {}
-        if "TARGET_INFO_CUDA_DEVICE" in self.tables and {"gpuId", "cudaId", "pid"} <= self.columns("TARGET_INFO_CUDA_DEVICE"):
+        if "TARGET_INFO_CUDA_DEVICE" in self.tables and {"gpuId", "cudaId", "pid"} <= self.columns(
+            "TARGET_INFO_CUDA_DEVICE"
+        ):
             for gpu, cuda, pid in self.src.small("TARGET_INFO_CUDA_DEVICE", ["gpuId", "cudaId", "pid"]):
                 if gpu is not None and cuda is not None:
                     cuda_map[(int(pid), int(cuda))] = int(gpu)
@@ -493,13 +659,33 @@ class _Reader:
         return r
 
     # -- one process → one Trace -----------------------------------------------------------
-    def _build(self, proc, rank, world, kernels, copies, memsets, runtime, nvtx, osrt, metrics,
-               thread_names, gpus, cuda_map, session_ns, meta) -> Trace:
+    def _build(
+        self,
+        proc,
+        rank,
+        world,
+        kernels,
+        copies,
+        memsets,
+        runtime,
+        nvtx,
+        osrt,
+        metrics,
+        thread_names,
+        gpus,
+        cuda_map,
+        session_ns,
+        meta,
+    ) -> Trace:
         strings = StringTable()
         threads: dict[int, int] = {}
 
         def intern_column(r: _Rows, sel: np.ndarray, field: str) -> np.ndarray:
-            lut = np.array([strings.intern(s) for s in r[field + "_uniq"]], np.int32) if len(r[field + "_uniq"]) else np.zeros(0, np.int32)
+            lut = (
+                np.array([strings.intern(s) for s in r[field + "_uniq"]], np.int32)
+                if len(r[field + "_uniq"])
+                else np.zeros(0, np.int32)
+            )
             inv = r[field + "_inv"][sel]
             return lut[inv] if len(inv) else np.empty(0, np.int32)
 
@@ -517,35 +703,62 @@ class _Reader:
 
         pid = int(proc) & 0xFFFFFF
         ks = select(kernels)
-        k = Kernels(ts=kernels["start"][ks], dur=kernels["end"][ks] - kernels["start"][ks], device=kernels["deviceId"][ks],
-                    stream=kernels["streamId"][ks], name=intern_column(kernels, ks, "name"),
-                    correlation=kernels["correlationId"][ks])
+        k = Kernels(
+            ts=kernels["start"][ks],
+            dur=kernels["end"][ks] - kernels["start"][ks],
+            device=kernels["deviceId"][ks],
+            stream=kernels["streamId"][ks],
+            name=intern_column(kernels, ks, "name"),
+            correlation=kernels["correlationId"][ks],
+        )
         if copies is not None:
             cs = select(copies)
-            c = Copies(ts=copies["start"][cs], dur=copies["end"][cs] - copies["start"][cs], device=copies["deviceId"][cs],
-                       stream=copies["streamId"][cs], kind=copies["kind"][cs], src=copies["src"][cs], dst=copies["dst"][cs],
-                       bytes=copies["bytes"][cs], correlation=copies["correlationId"][cs])
+            c = Copies(
+                ts=copies["start"][cs],
+                dur=copies["end"][cs] - copies["start"][cs],
+                device=copies["deviceId"][cs],
+                stream=copies["streamId"][cs],
+                kind=copies["kind"][cs],
+                src=copies["src"][cs],
+                dst=copies["dst"][cs],
+                bytes=copies["bytes"][cs],
+                correlation=copies["correlationId"][cs],
+            )
         else:
             c = Copies.empty()
         if memsets is not None:
             ms = select(memsets)
-            m = Memsets(ts=memsets["start"][ms], dur=memsets["end"][ms] - memsets["start"][ms], device=memsets["deviceId"][ms],
-                        stream=memsets["streamId"][ms], bytes=memsets["bytes"][ms], correlation=memsets["correlationId"][ms])
+            m = Memsets(
+                ts=memsets["start"][ms],
+                dur=memsets["end"][ms] - memsets["start"][ms],
+                device=memsets["deviceId"][ms],
+                stream=memsets["streamId"][ms],
+                bytes=memsets["bytes"][ms],
+                correlation=memsets["correlationId"][ms],
+            )
         else:
             m = Memsets.empty()
         if runtime is not None:
             rs = select(runtime)
-            rt = RuntimeCalls(ts=runtime["start"][rs], dur=runtime["end"][rs] - runtime["start"][rs],
-                              thread=thread_column(runtime["globalTid"][rs]), name=intern_column(runtime, rs, "name"),
-                              correlation=runtime["correlationId"][rs])
+            rt = RuntimeCalls(
+                ts=runtime["start"][rs],
+                dur=runtime["end"][rs] - runtime["start"][rs],
+                thread=thread_column(runtime["globalTid"][rs]),
+                name=intern_column(runtime, rs, "name"),
+                correlation=runtime["correlationId"][rs],
+            )
         else:
             rt = RuntimeCalls.empty()
         ann, ops, op_texts = self._ranges(nvtx, proc, strings, thread_column)
         if osrt is not None:
             os_ = select(osrt)
-            os_calls = RuntimeCalls(ts=osrt["start"][os_], dur=osrt["end"][os_] - osrt["start"][os_],
-                                    thread=thread_column(osrt["globalTid"][os_]), name=intern_column(osrt, os_, "name"),
-                                    correlation=np.full(len(osrt["start"][os_]), -1, np.int64))
+            os_calls = RuntimeCalls(
+                ts=osrt["start"][os_],
+                dur=osrt["end"][os_] - osrt["start"][os_],
+                thread=thread_column(osrt["globalTid"][os_]),
+                name=intern_column(osrt, os_, "name"),
+                correlation=np.full(len(osrt["start"][os_]), -1, np.int64),
+            )
         else:
             os_calls = RuntimeCalls.empty()
 
@@ -564,23 +777,43 @@ class _Reader:
             warnings.append(f"{negative:,} events with negative duration skipped")
 
         names = {g: thread_names.get(g, "") for g in threads}
-        thread_list = [Thread(pid=str((g >> 24) & 0xFFFFFF), tid=str(g & 0xFFFFFF), name=names[g])
-                       for g, _ in sorted(threads.items(), key=lambda x: x[1])]
+        thread_list = [
+            Thread(pid=str((g >> 24) & 0xFFFFFF), tid=str(g & 0xFFFFFF), name=names[g])
+            for g, _ in sorted(threads.items(), key=lambda x: x[1])
+        ]
         metadata: dict[str, object] = {
-            "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"), "export_schema": meta.get("EXPORT_SCHEMA_VERSION"),
-            "pid": pid, "os_runtime_calls": len(os_calls),
+            "nsys_version": meta.get("EXPORT_PRODUCT_VERSION"),
+            "export_schema": meta.get("EXPORT_SCHEMA_VERSION"),
+            "pid": pid,
+            "os_runtime_calls": len(os_calls),
         }
         t = Trace(
-            source=self.path, format="nsys-sqlite", origin_ns=session_ns + origin, strings=strings.strings,
-            devices=devices, threads=thread_list, kernels=k, copies=c, memsets=m, runtime=rt, cpu_ops=ops,
-            annotations=ann, memory=MemoryEvents.empty(), counters=counters, rank=rank, world_size=world,
-            metadata=metadata, warnings=warnings, os_runtime=os_calls,
+            source=self.path,
+            format="nsys-sqlite",
+            origin_ns=session_ns + origin,
+            strings=strings.strings,
+            devices=devices,
+            threads=thread_list,
+            kernels=k,
+            copies=c,
+            memsets=m,
+            runtime=rt,
+            cpu_ops=ops,
+            annotations=ann,
+            memory=MemoryEvents.empty(),
+            counters=counters,
+            rank=rank,
+            world_size=world,
+            metadata=metadata,
+            warnings=warnings,
+            os_runtime=os_calls,
             op_inputs=_emit_nvtx_inputs(op_texts, len(k)),
         )
         return t
 
-    def _ranges(self, nvtx: _Rows | None, proc: int, strings: StringTable,
-                thread_column) -> tuple[Annotations, CpuOps, TextColumn]:
+    def _ranges(
+        self, nvtx: _Rows | None, proc: int, strings: StringTable, thread_column
+    ) -> tuple[Annotations, CpuOps, TextColumn]:
         if nvtx is None:
             return Annotations.empty(), CpuOps.empty(), TextColumn([], np.empty(0, np.int64))
         sel = nvtx["proc"] == proc
@@ -613,10 +846,20 @@ class _Reader:
         ann_names, op_names = name_ids[~is_op], name_ids[is_op]
         a_i, o_i = ann_rows.astype(np.int64), op_rows.astype(np.int64)
         st, en, g = nvtx["start"], nvtx["end"], nvtx["globalTid"]
-        ann = Annotations(ts=st[a_i], dur=en[a_i] - st[a_i], thread=thread_column(g[a_i]), name=ann_names,
-                          device=np.full(len(a_i), -1, np.int16))
-        ops = CpuOps(ts=st[o_i], dur=en[o_i] - st[o_i], thread=thread_column(g[o_i]), name=op_names,
-                     flops=np.full(len(o_i), np.nan))
+        ann = Annotations(
+            ts=st[a_i],
+            dur=en[a_i] - st[a_i],
+            thread=thread_column(g[a_i]),
+            name=ann_names,
+            device=np.full(len(a_i), -1, np.int16),
+        )
+        ops = CpuOps(
+            ts=st[o_i],
+            dur=en[o_i] - st[o_i],
+            thread=thread_column(g[o_i]),
+            name=op_names,
+            flops=np.full(len(o_i), np.nan),
+        )
         return ann, ops, TextColumn(texts.values, texts.codes[op_rows])
 
     def _trace_devices(self, pid: int, used: np.ndarray, gpus: dict[int, dict], cuda_map: dict) -> list[Device]:
@@ -630,12 +873,16 @@ class _Reader:
                 devices.append(Device(id=int(dev), name=f"GPU {dev}", vendor="nvidia"))
                 continue
             major, minor = g.get("computeMajor"), g.get("computeMinor")
-            devices.append(Device(
-                id=int(dev), name=str(g.get("name") or f"GPU {dev}"), vendor="nvidia",
-                total_memory=int(g["totalMemory"]) if g.get("totalMemory") else None,
-                sm_count=int(g["smCount"]) if g.get("smCount") else None,
-                compute_capability=f"{major}.{minor}" if major is not None and minor is not None else None,
-            ))
+            devices.append(
+                Device(
+                    id=int(dev),
+                    name=str(g.get("name") or f"GPU {dev}"),
+                    vendor="nvidia",
+                    total_memory=int(g["totalMemory"]) if g.get("totalMemory") else None,
+                    sm_count=int(g["smCount"]) if g.get("smCount") else None,
+                    compute_capability=f"{major}.{minor}" if major is not None and minor is not None else None,
+                )
+            )
         return devices
 
     def _counters(self, metrics, devices: list[Device], pid: int, gpus, cuda_map, strings: StringTable) -> Counters:

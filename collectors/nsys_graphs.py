@@ -10,6 +10,7 @@ the trace, on its stream, named by its graph id: its time is GPU busy time whose
 (no kernel names, no FLOPs or bytes), and the trace says how to record the kernels
 (``--cuda-graph-trace=node``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol
@@ -20,8 +21,15 @@ from trainscope.traces.model import Kernels, Trace
 
 GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 NODE_HINT = "nsys profile --cuda-graph-trace=node"
-_WANTED = {"start": None, "end": None, "deviceId": "0", "streamId": "-1", "correlationId": "-1", "globalPid": "0",
-           "graphId": "-1"}
+_WANTED = {
+    "start": None,
+    "end": None,
+    "deviceId": "0",
+    "streamId": "-1",
+    "correlationId": "-1",
+    "globalPid": "0",
+    "graphId": "-1",
+}
 
 
 def graph_name(graph_id: int) -> str:
@@ -79,8 +87,14 @@ def add_graph_replays(src: TableSource, traces: list[Trace], procs: list[int], s
                 trace.strings.append(label)
             names[ids == gid] = index[label]
         k = trace.kernels
-        add = Kernels(ts=g["start"][sel] - origin, dur=g["end"][sel] - g["start"][sel], device=g["deviceId"][sel],
-                      stream=g["streamId"][sel], name=names, correlation=g["correlationId"][sel])
+        add = Kernels(
+            ts=g["start"][sel] - origin,
+            dur=g["end"][sel] - g["start"][sel],
+            device=g["deviceId"][sel],
+            stream=g["streamId"][sel],
+            name=names,
+            correlation=g["correlationId"][sel],
+        )
         trace.kernels = Kernels(**{f: np.concatenate([getattr(k, f), getattr(add, f)]) for f in Kernels.FIELDS})
         ext = trace.op_inputs.kernel_external
         if len(ext) == len(k):
@@ -93,4 +107,5 @@ def add_graph_replays(src: TableSource, traces: list[Trace], procs: list[int], s
         trace.warnings.append(
             f"{int(sel.sum()):,} CUDA graph replays traced at graph level ({GRAPH_TABLE}; graphs "
             f"{', '.join(str(x) for x in trace.metadata['graph_ids'][:5])}): their {busy / 1e6:.1f} ms count as GPU busy "
-            f"time on their streams, but their kernels were not recorded — for kernel detail profile with `{NODE_HINT}`")
+            f"time on their streams, but their kernels were not recorded — for kernel detail profile with `{NODE_HINT}`"
+        )

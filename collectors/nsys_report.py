@@ -5,6 +5,7 @@ The report format itself is private to Nsight Systems; its SQLite export is docu
 ``nsys export`` writes by default, so a later manual export and trainscope share it) and reused
 while it is newer than the report. Without ``nsys`` the error names the exact command to run.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,11 +34,17 @@ def export_report(report: str, progress: Progress | None = None) -> str:
     command = " ".join(shlex.quote(a) for a in export_command(report, out)).replace(" --force-overwrite true", "")
     nsys = shutil.which("nsys")
     if nsys is None:
-        raise TraceError(report, f"Nsight Systems report needs `nsys` to convert it, and nsys is not on PATH; run "
-                                 f"`{command}` and analyze {os.path.basename(out)}")
+        raise TraceError(
+            report,
+            f"Nsight Systems report needs `nsys` to convert it, and nsys is not on PATH; run "
+            f"`{command}` and analyze {os.path.basename(out)}",
+        )
     if not os.access(os.path.dirname(os.path.abspath(out)), os.W_OK):
-        raise TraceError(report, f"cannot write the SQLite export beside the report; run `{command}` "
-                                 f"with a writable --output and analyze that file")
+        raise TraceError(
+            report,
+            f"cannot write the SQLite export beside the report; run `{command}` "
+            f"with a writable --output and analyze that file",
+        )
     tmp = f"{os.path.splitext(out)[0]}.tmp{os.getpid()}.sqlite"
     if progress:
         progress("exporting with nsys", None)

@@ -14,6 +14,7 @@ refused: its columns cannot be named (the temperature and the GPU index are both
 A malformed row is skipped and counted, the first one named by line and column; a file with no
 readable row is refused with that line and column.
 """
+
 from __future__ import annotations
 
 import csv
@@ -41,11 +42,25 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "sm_clock_mhz": ("clocks.sm", "clocks.current.sm", "sm_clock_mhz"),
 }
 _NUMBER = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)\s*(%|MiB|W|MHz|C)?\s*$", re.I)
-_TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S",
-                 "%a %b %d %H:%M:%S %Y", "%a %b %d %H:%M:%S.%f %Y")
+_TIME_FORMATS = (
+    "%Y/%m/%d %H:%M:%S.%f",
+    "%Y/%m/%d %H:%M:%S",
+    "%Y-%m-%d %H:%M:%S.%f",
+    "%Y-%m-%d %H:%M:%S",
+    "%a %b %d %H:%M:%S %Y",
+    "%a %b %d %H:%M:%S.%f %Y",
+)
 _EPOCH = re.compile(r"^\d{9,19}(?:\.\d+)?$")
 # Values nvidia-smi writes where a metric has none (bracketed or not): missing, never 0.
-_MISSING = ("n/a", "not supported", "unknown error", "gpu is lost", "gpu requires reset", "insufficient permissions", "")
+_MISSING = (
+    "n/a",
+    "not supported",
+    "unknown error",
+    "gpu is lost",
+    "gpu requires reset",
+    "insufficient permissions",
+    "",
+)
 
 
 def _canon(header: str) -> str | None:
@@ -135,9 +150,12 @@ def read_nvidia_smi_csv(path: str, max_bytes: int = 1 << 30) -> Recording:
     if "timestamp" not in cols or not ({"util_gpu", "mem_used", "power_w"} & set(cols)):
         try:
             if header and _time(header[0]) is not None:
-                raise TraceError(path, "line 1, column 1: a timestamp where the header should be: a `noheader` "
-                                       "nvidia-smi log cannot be read (its columns cannot be named); log without "
-                                       "`noheader`, or put the --query-gpu list as the first line")
+                raise TraceError(
+                    path,
+                    "line 1, column 1: a timestamp where the header should be: a `noheader` "
+                    "nvidia-smi log cannot be read (its columns cannot be named); log without "
+                    "`noheader`, or put the --query-gpu list as the first line",
+                )
         except ValueError:
             pass
         raise TraceError(path, "not an nvidia-smi CSV log (needs a timestamp column and GPU metrics)")
@@ -202,8 +220,14 @@ def read_nvidia_smi_csv(path: str, max_bytes: int = 1 << 30) -> Recording:
     snaps = []
     for i, ts in enumerate(times):
         dt = typical if i == 0 else ts - times[i - 1]
-        snaps.append(Snapshot(t=round(ts - times[0], 6), dt=round(dt, 6), wall=ts,
-                              gpus=tuple(sorted(by_time[ts], key=lambda g: g.index))))
+        snaps.append(
+            Snapshot(
+                t=round(ts - times[0], 6),
+                dt=round(dt, 6),
+                wall=ts,
+                gpus=tuple(sorted(by_time[ts], key=lambda g: g.index)),
+            )
+        )
     warnings = [f"{bad} malformed CSV rows skipped (first: {first_bad})"] if bad else []
     header_doc = {"schema": "nvidia-smi-csv", "started": times[0], "interval_s": typical, "source": "nvidia-smi CSV"}
     return Recording(path, header_doc, snaps, None, warnings)

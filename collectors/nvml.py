@@ -8,6 +8,7 @@ exception: the monitor runs on without GPU panels.
 GPM metrics (Hopper and newer) are rates between two GPM samples, so each device keeps the
 previous sample and the metrics appear from the second interval on.
 """
+
 from __future__ import annotations
 
 import time
@@ -18,8 +19,14 @@ from trainscope.collectors.samples import GpuProcess, GpuSample
 
 # Clock-event (throttle) reason bits, from nvml.h (nvmlClocksEventReason*).
 CLOCK_EVENT_BITS: tuple[tuple[int, str], ...] = (
-    (0x1, "gpu_idle"), (0x2, "applications_clocks"), (0x4, "sw_power_cap"), (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"), (0x20, "sw_thermal"), (0x40, "hw_thermal"), (0x80, "hw_power_brake"),
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal"),
+    (0x40, "hw_thermal"),
+    (0x80, "hw_power_brake"),
     (0x100, "display_clocks"),
 )
 # NVML return codes the sampler treats specially (nvml.h).
@@ -139,7 +146,8 @@ class NvmlSampler:
         if d.lost:
             return GpuSample(index=d.index, name=d.name, lost=True)
         return GpuSample(
-            index=d.index, name=d.name,
+            index=d.index,
+            name=d.name,
             util_gpu=None if util is None else float(util.gpu),
             util_mem=None if util is None else float(util.memory),
             mem_used=None if mem is None else int(mem.used),
@@ -148,13 +156,19 @@ class NvmlSampler:
             power_limit_w=None if limit is None else limit / 1000.0,
             sm_clock_mhz=None if clock is None else float(clock),
             temperature_c=None if temp is None else float(temp),
-            clock_events=reasons, pcie_tx_bps=tx, pcie_rx_bps=rx, processes=procs,
-            sm_util=sm, tensor_util=tensor, dram_bw_util=dram,
+            clock_events=reasons,
+            pcie_tx_bps=tx,
+            pcie_rx_bps=rx,
+            processes=procs,
+            sm_util=sm,
+            tensor_util=tensor,
+            dram_bw_util=dram,
         )
 
     def _clock_events(self, d: _Device) -> tuple[str, ...] | None:
-        fn = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            getattr(self._nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        fn = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            self._nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
         if fn is None:
             return None
         bits = self._call(d, "clock_events", fn, d.handle)
@@ -248,8 +262,10 @@ class NvmlSampler:
     def _metric_failed(self, d: _Device, metric: str, code: int | None, text: str) -> None:
         if code == _GPU_IS_LOST:
             d.lost = True
-            self._note(f"gpu{d.index}:lost", f"GPU {d.index}: lost (fell off the bus or driver error); "
-                       "its panel shows it as lost from now on")
+            self._note(
+                f"gpu{d.index}:lost",
+                f"GPU {d.index}: lost (fell off the bus or driver error); its panel shows it as lost from now on",
+            )
         elif code == _NO_PERMISSION:
             d.unsupported.add(metric)
             self._note(f"gpu{d.index}:{metric}:perm", f"GPU {d.index}: no permission to read {metric} (n/a)")

@@ -1,4 +1,5 @@
 """Reading trace bytes and JSON defensively: chunked (for progress), gzip-aware, salvaging truncation."""
+
 from __future__ import annotations
 
 import json
@@ -52,7 +53,7 @@ def parse_size(text: str) -> int:
         raise ValueError(f"not a size: {text!r} (e.g. 8GiB, 500MB)")
     exp = " kmgt".index(m.group(2).lower() or " ")
     base = 1000 if m.group(3).lower() == "b" else 1024
-    n = int(float(m.group(1)) * base ** exp)
+    n = int(float(m.group(1)) * base**exp)
     if n <= 0:
         raise ValueError("a size must be > 0")
     return n
@@ -83,16 +84,23 @@ def check_expansion(path: str, total_out: int, consumed_in: int, cap: int, check
     the ratio check) past RATIO_FLOOR at more than MAX_RATIO× the compressed bytes consumed, a
     TraceError naming the cap and how to raise it."""
     if total_out > cap:
-        raise TraceError(path, f"decompresses to more than {_human(cap)}, the cap on decompressed "
-                               "input; raise it with --max-decompressed SIZE (or "
-                               f"{MAX_DECOMPRESSED_ENV}=SIZE)")
+        raise TraceError(
+            path,
+            f"decompresses to more than {_human(cap)}, the cap on decompressed "
+            "input; raise it with --max-decompressed SIZE (or "
+            f"{MAX_DECOMPRESSED_ENV}=SIZE)",
+        )
     if check_ratio and total_out > RATIO_FLOOR and total_out > MAX_RATIO * consumed_in:
-        raise TraceError(path, f"expands more than {MAX_RATIO}× when decompressed (a gzip bomb? traces "
-                               "expand 10–30×); --max-decompressed SIZE lifts this check")
+        raise TraceError(
+            path,
+            f"expands more than {MAX_RATIO}× when decompressed (a gzip bomb? traces "
+            "expand 10–30×); --max-decompressed SIZE lifts this check",
+        )
 
 
-def gunzip_limited(f, path: str, size: int, progress: Progress | None = None,
-                   max_bytes: int | None = None) -> tuple[bytes, str | None, list[str]]:
+def gunzip_limited(
+    f, path: str, size: int, progress: Progress | None = None, max_bytes: int | None = None
+) -> tuple[bytes, str | None, list[str]]:
     """Decompress the gzip stream in ``f`` under the cap: ``(data, damage or None, warnings)``.
     Over the cap (or the ratio check): TraceError, one line naming the cap and how to raise it."""
     cap, check_ratio = decompression_cap()
@@ -141,8 +149,15 @@ def check_regular_file(path: str) -> None:
     st = os.stat(path)
     if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
         return
-    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
-            or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "a special file")
+    kind = (
+        "a FIFO (named pipe)"
+        if stat.S_ISFIFO(st.st_mode)
+        else "a device"
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+        else "a socket"
+        if stat.S_ISSOCK(st.st_mode)
+        else "a special file"
+    )
     raise TraceError(path, f"is {kind}, not a regular file: save the data to a file first")
 
 

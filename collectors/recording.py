@@ -7,6 +7,7 @@ end writes ``{"type": "end", …}``. Every line is flushed and fsync'd as it is 
 ``kill -9`` of the watcher loses at most the interval being sampled; the reader accepts a truncated
 or damaged last line (and says so), and stops at the first damaged line before it.
 """
+
 from __future__ import annotations
 
 import json
@@ -110,7 +111,9 @@ def read_recording(path: str) -> Recording:
         if not isinstance(header, dict) or not str(header.get("schema", "")).startswith("trainscope.recording/"):
             raise TraceError(path, "not a trainscope recording (no trainscope.recording schema in the header)")
         if header["schema"] != SCHEMA:
-            raise TraceError(path, f"recording version {header['schema']!r} is not supported (this trainscope reads {SCHEMA})")
+            raise TraceError(
+                path, f"recording version {header['schema']!r} is not supported (this trainscope reads {SCHEMA})"
+            )
         snaps: list[Snapshot] = []
         end = None
         lineno = 1
@@ -128,15 +131,26 @@ def read_recording(path: str) -> Recording:
                 elif kind == "end":
                     end = obj
                 # other types: from a newer writer; skipped
-            except (ValueError, TypeError, KeyError, AttributeError, OverflowError, UnicodeDecodeError,
-                    RecursionError) as e:  # RecursionError: a deeply nested line
+            except (
+                ValueError,
+                TypeError,
+                KeyError,
+                AttributeError,
+                OverflowError,
+                UnicodeDecodeError,
+                RecursionError,
+            ) as e:  # RecursionError: a deeply nested line
                 rest = f.read(1)
                 if last or not rest:
-                    warnings.append(f"line {lineno} is truncated (the recorder was stopped mid-write): "
-                                    f"read the {len(snaps)} complete samples before it")
+                    warnings.append(
+                        f"line {lineno} is truncated (the recorder was stopped mid-write): "
+                        f"read the {len(snaps)} complete samples before it"
+                    )
                 else:
-                    warnings.append(f"line {lineno} is damaged ({type(e).__name__}): read the {len(snaps)} "
-                                    "samples before it and ignored the rest")
+                    warnings.append(
+                        f"line {lineno} is damaged ({type(e).__name__}): read the {len(snaps)} "
+                        "samples before it and ignored the rest"
+                    )
                 break
     if end is None and not any("truncated" in w or "damaged" in w for w in warnings):
         warnings.append("the recording has no end marker (the watcher was killed): read every complete sample")

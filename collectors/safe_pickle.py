@@ -11,6 +11,7 @@ Resources are bounded too: the file size is checked before reading (a snapshot's
 take ~5× its bytes), gzip input is decompressed with the same cap, and the object graph is
 checked to be acyclic and at most ``MAX_DEPTH`` deep before anyone walks it.
 """
+
 from __future__ import annotations
 
 import io
@@ -27,8 +28,10 @@ class UnsafePickleError(Exception):
 
 class PlainDataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):  # noqa: D401 - pickle API
-        raise UnsafePickleError(f"refuses to load {module}.{name}: a memory snapshot holds only plain data "
-                                "(a pickle naming a class or function may run code)")
+        raise UnsafePickleError(
+            f"refuses to load {module}.{name}: a memory snapshot holds only plain data "
+            "(a pickle naming a class or function may run code)"
+        )
 
     def persistent_load(self, pid):
         raise UnsafePickleError("refuses a persistent reference: a memory snapshot holds only plain data")
@@ -79,8 +82,15 @@ def _opcode_table() -> list[tuple[int, int]]:
         elif a.n == pickletools.UP_TO_NEWLINE:
             table[code] = (_LINE, 0)
         else:
-            table[code] = (_COUNTED, {pickletools.TAKEN_FROM_ARGUMENT1: 1, pickletools.TAKEN_FROM_ARGUMENT4: 4,
-                                      pickletools.TAKEN_FROM_ARGUMENT4U: 4, pickletools.TAKEN_FROM_ARGUMENT8U: 8}[a.n])
+            table[code] = (
+                _COUNTED,
+                {
+                    pickletools.TAKEN_FROM_ARGUMENT1: 1,
+                    pickletools.TAKEN_FROM_ARGUMENT4: 4,
+                    pickletools.TAKEN_FROM_ARGUMENT4U: 4,
+                    pickletools.TAKEN_FROM_ARGUMENT8U: 8,
+                }[a.n],
+            )
     return table
 
 
@@ -111,11 +121,13 @@ def scan_opcodes(data: bytes) -> None:
         if kind == _FIXED:
             i += size
         elif kind == _COUNTED:
-            length = from_bytes(data[i:i + size], "little", signed=size == 4 and code in _SIGNED4)
+            length = from_bytes(data[i : i + size], "little", signed=size == 4 and code in _SIGNED4)
             i += size
             if length < 0 or length > n - i:
-                raise UnsafePickleError(f"declares {length:,} bytes at offset {i - size - 1:,} but only "
-                                        f"{max(0, n - i):,} remain: damaged or hostile")
+                raise UnsafePickleError(
+                    f"declares {length:,} bytes at offset {i - size - 1:,} but only "
+                    f"{max(0, n - i):,} remain: damaged or hostile"
+                )
             i += length
         elif kind == _PUT:
             if size == 0:
@@ -130,32 +142,37 @@ def scan_opcodes(data: bytes) -> None:
                     raise UnsafePickleError(f"PUT with a bad index at offset {i - 1:,}") from None
                 i = end + 1
             else:
-                idx = from_bytes(data[i:i + size], "little")
+                idx = from_bytes(data[i : i + size], "little")
                 i += size
             if idx > memo:
-                raise UnsafePickleError(f"memo index {idx:,} at offset {i:,} skips ahead of the {memo:,} objects "
-                                        "stored so far: damaged or hostile")
+                raise UnsafePickleError(
+                    f"memo index {idx:,} at offset {i:,} skips ahead of the {memo:,} objects "
+                    "stored so far: damaged or hostile"
+                )
             memo = max(memo, idx + 1)
         elif kind == _LINE or kind == _TWO_LINES:
             for _ in range(2 if kind == _TWO_LINES else 1):
                 end = data.find(b"\n", i, i + MAX_LINE)
                 if end < 0:
-                    raise UnsafePickleError(f"text argument at offset {i - 1:,} has no end within "
-                                            f"{MAX_LINE:,} bytes: damaged or hostile")
+                    raise UnsafePickleError(
+                        f"text argument at offset {i - 1:,} has no end within {MAX_LINE:,} bytes: damaged or hostile"
+                    )
                 i = end + 1
         elif kind == _DUP:
             dups += 1
             if dups > MAX_DUPS:
                 raise UnsafePickleError(f"more than {MAX_DUPS:,} DUP opcodes: a memory bomb, not a snapshot")
         elif kind == _FRAME:
-            length = from_bytes(data[i:i + 8], "little")
+            length = from_bytes(data[i : i + 8], "little")
             i += 8
             if length > n - i:
-                raise UnsafePickleError(f"frame of {length:,} bytes at offset {i - 9:,} but only {max(0, n - i):,} "
-                                        "remain: damaged or hostile")
+                raise UnsafePickleError(
+                    f"frame of {length:,} bytes at offset {i - 9:,} but only {max(0, n - i):,} "
+                    "remain: damaged or hostile"
+                )
         else:
             raise UnsafePickleError(f"unknown opcode 0x{code:02x} at offset {i - 1:,}: not a pickle")
-        if code == 0x2e:  # STOP
+        if code == 0x2E:  # STOP
             return
     raise UnsafePickleError("ends before its STOP opcode: truncated")
 
@@ -173,8 +190,20 @@ def loads_plain(data: bytes):
         obj = PlainDataUnpickler(io.BytesIO(data)).load()
     except UnsafePickleError:
         raise
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
-            OverflowError, MemoryError, UnicodeDecodeError, RecursionError, SystemError) as e:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        AttributeError,
+        OverflowError,
+        MemoryError,
+        UnicodeDecodeError,
+        RecursionError,
+        SystemError,
+    ) as e:
         msg = " ".join(str(e).split())
         raise UnsafePickleError(f"not a readable pickle ({type(e).__name__}: {msg[:120]})") from None
     check_plain(obj)

@@ -8,6 +8,7 @@ stacks; older releases write ``free`` for ``free_requested``), ``external_annota
 (profiler ranges such as ``Optimizer.step#AdamW.step``) and ``allocator_settings``. The oldest
 releases wrote a bare list of segments. Only what the analysis reads is kept, in checked types.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,9 +17,16 @@ import numpy as np
 
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.safe_pickle import DEFAULT_MAX_BYTES, UnsafePickleError, loads_plain, read_bounded
+
 # The model lives with the trace model (analyzers read it); re-exported here.
-from trainscope.traces.memory_snapshot import (ACTIONS, Annotation, Block, DeviceTrace, Segment,  # noqa: F401
-                                               Snapshot)
+from trainscope.traces.memory_snapshot import (
+    ACTIONS,
+    Annotation,
+    Block,
+    DeviceTrace,
+    Segment,  # noqa: F401
+    Snapshot,
+)
 
 PICKLE_MAGIC = b"\x80"  # PROTO opcode: every pickle of protocol ≥ 2 starts with it
 
@@ -55,8 +63,11 @@ def load_snapshot(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     if not is_pickle(data[:16]):
-        raise TraceError(path, "not a pickle: expected a CUDA memory snapshot written by "
-                               "torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")")
+        raise TraceError(
+            path,
+            "not a pickle: expected a CUDA memory snapshot written by "
+            'torch.cuda.memory._dump_snapshot("snapshot.pickle")',
+        )
     try:
         raw = loads_plain(data)
     except UnsafePickleError as e:
@@ -97,11 +108,19 @@ def _parse(path: str, raw) -> Snapshot:
         if not isinstance(s, dict):
             raise TypeError("a segment is not a dict")
         blocks = _blocks(s)
-        segments.append(Segment(_int(s.get("device", 0), "device"), _int(s.get("address", 0), "segment address"),
-                                _int(s["total_size"], "total_size"),
-                                _int(s.get("allocated_size", sum(b.size for b in blocks if b.state == "active_allocated")),
-                                     "allocated_size"),
-                                str(s.get("segment_type", "")), blocks))
+        segments.append(
+            Segment(
+                _int(s.get("device", 0), "device"),
+                _int(s.get("address", 0), "segment address"),
+                _int(s["total_size"], "total_size"),
+                _int(
+                    s.get("allocated_size", sum(b.size for b in blocks if b.state == "active_allocated")),
+                    "allocated_size",
+                ),
+                str(s.get("segment_type", "")),
+                blocks,
+            )
+        )
     traces = []
     for device, events in enumerate(_list(raw.get("device_traces", []), "device_traces")):
         traces.append(_device_trace(device, _list(events, "device trace"), warnings))
@@ -137,8 +156,15 @@ def _blocks(s: dict) -> list[Block]:
         frames = b.get("frames")
         if not isinstance(frames, list):
             frames = hist[-1].get("frames") if hist and isinstance(hist[-1].get("frames"), list) else []
-        out.append(Block(addr, size, _int(b.get("requested_size", size), "requested_size"), _str(b["state"], "block state"),
-                         frames))
+        out.append(
+            Block(
+                addr,
+                size,
+                _int(b.get("requested_size", size), "requested_size"),
+                _str(b["state"], "block state"),
+                frames,
+            )
+        )
         offset = addr + size
     return out
 

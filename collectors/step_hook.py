@@ -26,6 +26,7 @@ Two-line opt-in for a job started without ``trainscope watch --``::
     import trainscope.collectors.step_hook as step_hook
     step_hook.install()   # then: trainscope watch --pid <this process's pid>
 """
+
 from __future__ import annotations
 
 import atexit
@@ -44,7 +45,9 @@ FLUSH_NS = 100_000_000  # send totals at most every 0.1 s
 RETRY_NS = 2_000_000_000  # when no watcher listens, try again after 2 s
 RECENT = 16  # step durations kept for the capture's "before" figure (a ring)
 AFTER = 8  # steps timed after a capture for its "after" figure
-KINETO_QUIET = "6"  # KINETO_LOG_LEVEL above every level Kineto logs at: its start/stop lines stay out of the job's stderr
+KINETO_QUIET = (
+    "6"  # KINETO_LOG_LEVEL above every level Kineto logs at: its start/stop lines stay out of the job's stderr
+)
 
 _state = None
 
@@ -229,11 +232,18 @@ class _Stream:
         if not (1 <= steps <= 10_000 and max_s > 0):
             return
         if self.cap is not None or self.pending is not None:
-            self.send({"type": "capture", "id": cid, "status": "refused",
-                       "why": "a capture is already running in the job"})
+            self.send(
+                {"type": "capture", "id": cid, "status": "refused", "why": "a capture is already running in the job"}
+            )
             return
-        self.pending = {"id": cid, "steps": steps, "max_ns": int(max_s * 1e9), "path": path,
-                        "stack": bool(msg.get("stack")), "memory": bool(msg.get("memory"))}
+        self.pending = {
+            "id": cid,
+            "steps": steps,
+            "max_ns": int(max_s * 1e9),
+            "path": path,
+            "stack": bool(msg.get("stack")),
+            "memory": bool(msg.get("memory")),
+        }
         self.capture_wanted = True
 
     def boundary(self, now: int) -> None:
@@ -268,8 +278,14 @@ class _Stream:
         if cap is not None:
             cap.abort(f"the job exited after {len(cap.marks) - 1} of {cap.steps} captured iterations")
         elif self.pending is not None:
-            self.send({"type": "capture", "id": self.pending["id"], "status": "refused",
-                       "why": "the job exited before its next iteration began"})
+            self.send(
+                {
+                    "type": "capture",
+                    "id": self.pending["id"],
+                    "status": "refused",
+                    "why": "the job exited before its next iteration began",
+                }
+            )
             self.pending = None
 
     def flush(self, now: int | None = None) -> None:
@@ -277,8 +293,14 @@ class _Stream:
         self.last_flush = now
         if not self.n:
             return
-        msg = {"type": "steps", "t": now, "n": self.n, "wait_ns": self.wait, "step_ns": self.step,
-               "max_wait_ns": self.max_wait}
+        msg = {
+            "type": "steps",
+            "t": now,
+            "n": self.n,
+            "wait_ns": self.wait,
+            "step_ns": self.step,
+            "max_wait_ns": self.max_wait,
+        }
         self.n = self.wait = self.step = self.max_wait = 0
         self.send(msg)
 
@@ -322,8 +344,13 @@ class _Capture:
                 os.environ["KINETO_LOG_LEVEL"] = KINETO_QUIET
                 self._set_env = True
             record = tp.ProfilerAction.RECORD
-            self.prof = tp.profile(activities=acts, schedule=lambda step: record, record_shapes=True,
-                                   with_stack=self.req["stack"], profile_memory=self.req["memory"])
+            self.prof = tp.profile(
+                activities=acts,
+                schedule=lambda step: record,
+                record_shapes=True,
+                with_stack=self.req["stack"],
+                profile_memory=self.req["memory"],
+            )
             t0 = time.monotonic_ns()
             self.prof.start()
             self.t_start = time.monotonic_ns()
@@ -367,8 +394,15 @@ class _Capture:
             self.prof = None
         self._restore_env()
         during = [b - a for a, b in zip(self.marks, self.marks[1:])]
-        self._say("done", path=path, steps_ns=during, before_ns=self.before, start_ns=self.start_ns,
-                  export_ns=export_ns, time_limit=limit)
+        self._say(
+            "done",
+            path=path,
+            steps_ns=during,
+            before_ns=self.before,
+            start_ns=self.start_ns,
+            export_ns=export_ns,
+            time_limit=limit,
+        )
         s = self.stream
         s.after, s.after_id, s.after_skip = [], self.id, 1
 
@@ -486,8 +520,13 @@ def install(path: str | None = None) -> bool:
         path = path or os.environ.get(ENV_SOCKET) or find_watcher_socket(os.getpid())
         _state = _Stream(path, auto=auto)
         env = os.environ
-        _state.hello = {"type": "hello", "python": sys.version.split()[0], "rank": env.get("RANK"),
-                        "local_rank": env.get("LOCAL_RANK"), "world_size": env.get("WORLD_SIZE")}
+        _state.hello = {
+            "type": "hello",
+            "python": sys.version.split()[0],
+            "rank": env.get("RANK"),
+            "local_rank": env.get("LOCAL_RANK"),
+            "world_size": env.get("WORLD_SIZE"),
+        }
         _state.send(_state.hello)
         atexit.register(_at_exit)
         module = sys.modules.get(TARGET_MODULE)

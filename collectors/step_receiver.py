@@ -4,6 +4,7 @@ prepares a child process's environment (the injected ``sitecustomize`` directory
 Messages are small JSON datagrams (see :mod:`trainscope.collectors.step_hook`); anything that does
 not parse is ignored, so a stray or hostile sender cannot stop the watch.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,8 +81,10 @@ class StepReceiver:
                 self._addr[pid] = addr
             if kind == "hello":
                 self._hello.add(pid)
-                self._ranks[pid] = {k: (str(msg[k])[:16] if msg.get(k) is not None else None)
-                                    for k in ("rank", "local_rank", "world_size")}
+                self._ranks[pid] = {
+                    k: (str(msg[k])[:16] if msg.get(k) is not None else None)
+                    for k in ("rank", "local_rank", "world_size")
+                }
             elif kind in ("capture", "capture_cost"):
                 if len(self._capture_msgs) < 1000 and isinstance(msg, dict):
                     self._capture_msgs.append(msg)
@@ -147,6 +150,7 @@ class StepReceiver:
             def order(p: int):
                 r = (self._ranks.get(p) or {}).get("rank")
                 return (0, int(r), p) if r is not None and r.isdigit() else (1, 0, p)
+
         if reachable:
             return sorted(reachable, key=order)[0], ""
         if stepping:
@@ -224,8 +228,9 @@ def _remove_stale_socket(path: str) -> None:
         raise FileExistsError(17, "exists and is not a socket of ours; left alone", path)
 
 
-def child_environment(socket_path: str, base: dict[str, str] | None = None,
-                      folder: str | None = None) -> tuple[dict[str, str], str]:
+def child_environment(
+    socket_path: str, base: dict[str, str] | None = None, folder: str | None = None
+) -> tuple[dict[str, str], str]:
     """The environment for ``watch -- COMMAND`` and the temporary site directory it names
     (inside ``folder`` when given: the run's private folder, removed with it).
 

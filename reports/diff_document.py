@@ -1,5 +1,6 @@
 """The diff as a plain, versioned document ("trainscope.diff/1"): the JSON output, and the single
 source the terminal and Markdown renderings read."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,31 +28,54 @@ def verdict_headline(axis: str, bottleneck: str | None) -> str:
 
 def _side(r: Run) -> dict[str, Any]:
     a = r.analysis
-    return {"path": r.path, "source": a.source, "rank": a.rank, "traces": r.ranks,
-            "device": a.device_name, "has_gpu": r.has_gpu, "steps": r.steps, "steps_method": a.segmentation.method,
-            "batch_leading_dim": r.shapes.batch_dim, "shapes_recorded": r.shapes.recorded,
-            "memory_recorded": bool(a.memory), "warnings": r.warnings, "compared": r.chosen,
-            "fixed_window": r.fixed_window}
+    return {
+        "path": r.path,
+        "source": a.source,
+        "rank": a.rank,
+        "traces": r.ranks,
+        "device": a.device_name,
+        "has_gpu": r.has_gpu,
+        "steps": r.steps,
+        "steps_method": a.segmentation.method,
+        "batch_leading_dim": r.shapes.batch_dim,
+        "shapes_recorded": r.shapes.recorded,
+        "memory_recorded": bool(a.memory),
+        "warnings": r.warnings,
+        "compared": r.chosen,
+        "fixed_window": r.fixed_window,
+    }
 
 
 def _work(d: RunDiff) -> dict[str, Any] | None:
     w = d.work
     if w is None:
         return None
-    return {"basis": "per window (step, or the whole capture window), summed over every rank",
-            "fixed_windows": w.fixed_windows,
-            "kernel_ms": {"before": _r(w.before_kernel_ms, 3), "after": _r(w.after_kernel_ms, 3),
-                          "ratio": _r(w.kernel_time_ratio, 3)},
-            "kernels": {"before": _r(w.before_kernels, 1), "after": _r(w.after_kernels, 1)},
-            "flops": {"before": w.before_flops, "after": w.after_flops},
-            "window_ms": {"before": _r(w.before_window_ms, 3), "after": _r(w.after_window_ms, 3)},
-            "rank_pairs": [{"rank": p.rank, "before_device": p.before.device_name, "after_device": p.after.device_name,
-                            "before_kernel_ms_per_window": _r(p.before.kernel_ms_per_window, 3),
-                            "after_kernel_ms_per_window": _r(p.after.kernel_ms_per_window, 3),
-                            "before_kernels_per_window": _r(p.before.kernels_per_window, 1),
-                            "after_kernels_per_window": _r(p.after.kernels_per_window, 1),
-                            "before_step_p50_ms": _r(p.before.step_p50_ms, 3),
-                            "after_step_p50_ms": _r(p.after.step_p50_ms, 3)} for p in d.rank_pairs]}
+    return {
+        "basis": "per window (step, or the whole capture window), summed over every rank",
+        "fixed_windows": w.fixed_windows,
+        "kernel_ms": {
+            "before": _r(w.before_kernel_ms, 3),
+            "after": _r(w.after_kernel_ms, 3),
+            "ratio": _r(w.kernel_time_ratio, 3),
+        },
+        "kernels": {"before": _r(w.before_kernels, 1), "after": _r(w.after_kernels, 1)},
+        "flops": {"before": w.before_flops, "after": w.after_flops},
+        "window_ms": {"before": _r(w.before_window_ms, 3), "after": _r(w.after_window_ms, 3)},
+        "rank_pairs": [
+            {
+                "rank": p.rank,
+                "before_device": p.before.device_name,
+                "after_device": p.after.device_name,
+                "before_kernel_ms_per_window": _r(p.before.kernel_ms_per_window, 3),
+                "after_kernel_ms_per_window": _r(p.after.kernel_ms_per_window, 3),
+                "before_kernels_per_window": _r(p.before.kernels_per_window, 1),
+                "after_kernels_per_window": _r(p.after.kernels_per_window, 1),
+                "before_step_p50_ms": _r(p.before.step_p50_ms, 3),
+                "after_step_p50_ms": _r(p.after.step_p50_ms, 3),
+            }
+            for p in d.rank_pairs
+        ],
+    }
 
 
 def _share(s: ShareChange) -> dict[str, Any]:
@@ -63,36 +87,83 @@ def _share(s: ShareChange) -> dict[str, Any]:
 
 
 def _kernel(k: KernelChange) -> dict[str, Any]:
-    return {"label": k.label, "match": k.match, "key": k.key, "class": k.kernel_class,
-            "before_names": list(k.before_names), "after_names": list(k.after_names),
-            "before_count": k.before_count, "after_count": k.after_count,
-            "before_ms_per_step": _r(k.before_ms_per_step, 3), "after_ms_per_step": _r(k.after_ms_per_step, 3),
-            "change_ms_per_step": _r(k.delta_ms_per_step, 3), "change_pct": _r(k.change_pct, 1)}
+    return {
+        "label": k.label,
+        "match": k.match,
+        "key": k.key,
+        "class": k.kernel_class,
+        "before_names": list(k.before_names),
+        "after_names": list(k.after_names),
+        "before_count": k.before_count,
+        "after_count": k.after_count,
+        "before_ms_per_step": _r(k.before_ms_per_step, 3),
+        "after_ms_per_step": _r(k.after_ms_per_step, 3),
+        "change_ms_per_step": _r(k.delta_ms_per_step, 3),
+        "change_pct": _r(k.change_pct, 1),
+    }
 
 
 def gate_dict(g: GateResult | None) -> dict[str, Any] | None:
     if g is None:
         return None
     t = g.test
-    test = None if t is None else {
-        "test": t.test, "one_sided": "AFTER worse than BEFORE", "p_value": t.p_value, "alpha": t.alpha,
-        "significant": t.significant, "u": t.u, "z": _r(t.z, 4), "ties": t.ties, "n_before": t.n_before,
-        "n_after": t.n_after, "min_p": t.min_p, "probability_worse": _r(t.probability_worse, 4),
-        "effect": t.effect, "change": _r(t.change, 2), "interval": None if t.low is None else [_r(t.low, 2), _r(t.high, 2)],
-        "confidence": t.confidence, "bootstrap": None if t.resamples is None else {"resamples": t.resamples,
-                                                                                   "seed": t.seed}}
-    return {"metric": g.metric, "threshold": g.threshold, "threshold_unit": g.threshold_unit,
-            "before": _r(g.before, 3), "after": _r(g.after, 3), "worse_by": _r(g.change, 2),
-            "regressed": g.regressed, "refused": g.refused, "reason": g.reason, "test": test}
+    test = (
+        None
+        if t is None
+        else {
+            "test": t.test,
+            "one_sided": "AFTER worse than BEFORE",
+            "p_value": t.p_value,
+            "alpha": t.alpha,
+            "significant": t.significant,
+            "u": t.u,
+            "z": _r(t.z, 4),
+            "ties": t.ties,
+            "n_before": t.n_before,
+            "n_after": t.n_after,
+            "min_p": t.min_p,
+            "probability_worse": _r(t.probability_worse, 4),
+            "effect": t.effect,
+            "change": _r(t.change, 2),
+            "interval": None if t.low is None else [_r(t.low, 2), _r(t.high, 2)],
+            "confidence": t.confidence,
+            "bootstrap": None if t.resamples is None else {"resamples": t.resamples, "seed": t.seed},
+        }
+    )
+    return {
+        "metric": g.metric,
+        "threshold": g.threshold,
+        "threshold_unit": g.threshold_unit,
+        "before": _r(g.before, 3),
+        "after": _r(g.after, 3),
+        "worse_by": _r(g.change, 2),
+        "regressed": g.regressed,
+        "refused": g.refused,
+        "reason": g.reason,
+        "test": test,
+    }
 
 
 def fixes_list(fixes) -> list[dict[str, Any]]:
     """Each earlier fix (analyzers.history.FixOutcome): projected against achieved."""
-    return [{"id": f.recommendation, "finding": f.finding, "title": f.title, "status": f.status,
-             "projected_speedup": _r(f.projected_speedup, 3), "achieved_speedup": _r(f.achieved_speedup, 3),
-             "achieved_basis": "BEFORE's mean step ÷ AFTER's (the basis of the projection)",
-             "shared_with": list(f.shared_with), "metric": f.metric, "unit": f.unit, "before": _r(f.before, 3),
-             "after": _r(f.after, 3), "line": f.line} for f in fixes]
+    return [
+        {
+            "id": f.recommendation,
+            "finding": f.finding,
+            "title": f.title,
+            "status": f.status,
+            "projected_speedup": _r(f.projected_speedup, 3),
+            "achieved_speedup": _r(f.achieved_speedup, 3),
+            "achieved_basis": "BEFORE's mean step ÷ AFTER's (the basis of the projection)",
+            "shared_with": list(f.shared_with),
+            "metric": f.metric,
+            "unit": f.unit,
+            "before": _r(f.before, 3),
+            "after": _r(f.after, 3),
+            "line": f.line,
+        }
+        for f in fixes
+    ]
 
 
 def build_diff_document(d: RunDiff, gate: GateResult | None = None) -> dict[str, Any]:
@@ -104,18 +175,36 @@ def build_diff_document(d: RunDiff, gate: GateResult | None = None) -> dict[str,
         "before": _side(d.before),
         "after": _side(d.after),
         "comparable": d.comparable,
-        "comparability": [{"check": c.check, "status": c.status, "before": c.before, "after": c.after, "note": c.note}
-                          for c in d.comparability],
+        "comparability": [
+            {"check": c.check, "status": c.status, "before": c.before, "after": c.after, "note": c.note}
+            for c in d.comparability
+        ],
         "verdict": {
             "changed": v.changed,
-            "before": {"axis": v.before_axis, "bottleneck": v.before_bottleneck, "confidence": v.before_confidence,
-                       "headline": verdict_headline(v.before_axis, v.before_bottleneck), "summary": v.before_summary},
-            "after": {"axis": v.after_axis, "bottleneck": v.after_bottleneck, "confidence": v.after_confidence,
-                      "headline": verdict_headline(v.after_axis, v.after_bottleneck), "summary": v.after_summary},
+            "before": {
+                "axis": v.before_axis,
+                "bottleneck": v.before_bottleneck,
+                "confidence": v.before_confidence,
+                "headline": verdict_headline(v.before_axis, v.before_bottleneck),
+                "summary": v.before_summary,
+            },
+            "after": {
+                "axis": v.after_axis,
+                "bottleneck": v.after_bottleneck,
+                "confidence": v.after_confidence,
+                "headline": verdict_headline(v.after_axis, v.after_bottleneck),
+                "summary": v.after_summary,
+            },
         },
-        "step_time_ms": {s.statistic: {"before": _r(s.before_ms, 3), "after": _r(s.after_ms, 3),
-                                       "change_pct": _r(s.change_pct), "speedup": _r(s.speedup, 3)}
-                         for s in d.step_time},
+        "step_time_ms": {
+            s.statistic: {
+                "before": _r(s.before_ms, 3),
+                "after": _r(s.after_ms, 3),
+                "change_pct": _r(s.change_pct),
+                "speedup": _r(s.speedup, 3),
+            }
+            for s in d.step_time
+        },
         "gpu_busy": _share(d.gpu_busy),
         "data_wait": _share(d.data_wait),
         "categories": {c.name: _share(c) for c in d.categories},
@@ -128,16 +217,34 @@ def build_diff_document(d: RunDiff, gate: GateResult | None = None) -> dict[str,
             "appeared": [_kernel(k) for k in d.kernels_by("appeared", KERNEL_ROWS)],
             "disappeared": [_kernel(k) for k in d.kernels_by("disappeared", KERNEL_ROWS)],
         },
-        "memory": None if mem is None else {
-            "before_peak_bytes": mem.before_bytes, "after_peak_bytes": mem.after_bytes,
-            "change_bytes": mem.change_bytes, "change_pct": _r(mem.change_pct),
-            "before_basis": mem.before_basis, "after_basis": mem.after_basis,
-            "before_capacity_bytes": mem.capacity_before, "after_capacity_bytes": mem.capacity_after,
+        "memory": None
+        if mem is None
+        else {
+            "before_peak_bytes": mem.before_bytes,
+            "after_peak_bytes": mem.after_bytes,
+            "change_bytes": mem.change_bytes,
+            "change_pct": _r(mem.change_pct),
+            "before_basis": mem.before_basis,
+            "after_basis": mem.after_basis,
+            "before_capacity_bytes": mem.capacity_before,
+            "after_capacity_bytes": mem.capacity_after,
         },
-        "recommendations": [{"id": o.recommendation, "finding": o.finding, "title": o.title,
-                             "projected_speedup": o.projected_speedup, "status": o.status, "addressed": o.addressed,
-                             "metric": o.metric, "unit": o.unit, "before": _r(o.before), "after": _r(o.after),
-                             "note": o.note} for o in d.recommendations],
+        "recommendations": [
+            {
+                "id": o.recommendation,
+                "finding": o.finding,
+                "title": o.title,
+                "projected_speedup": o.projected_speedup,
+                "status": o.status,
+                "addressed": o.addressed,
+                "metric": o.metric,
+                "unit": o.unit,
+                "before": _r(o.before),
+                "after": _r(o.after),
+                "note": o.note,
+            }
+            for o in d.recommendations
+        ],
         "gate": gate_dict(gate),
         "work": _work(d),
     }

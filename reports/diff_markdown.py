@@ -1,4 +1,5 @@
 """The Markdown rendering of a diff document, for a pull request ("what did this change do?")."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,10 @@ def _work(w, work: dict, kernels: dict | None) -> None:
     w("## Work per window")
     w("")
     if work["fixed_windows"]:
-        w("Fixed capture windows without step markers: a window lasts as long as the capture, so the work it holds "
-          "is compared, not its length (no step-time speedup is quoted).")
+        w(
+            "Fixed capture windows without step markers: a window lasts as long as the capture, so the work it holds "
+            "is compared, not its length (no step-time speedup is quoted)."
+        )
         w("")
     w("| every rank summed | before | after | change |")
     w("|---|---:|---:|---:|")
@@ -31,10 +34,16 @@ def _work(w, work: dict, kernels: dict | None) -> None:
     if fl["before"] is not None and fl["after"] is not None:
         w(f"| recorded FLOPs | {fl['before']:.3g} | {fl['after']:.3g} | {pct(fl['before'], fl['after'])} |")
     else:
-        w("| recorded FLOPs | not recorded | | |" if fl["before"] is None else f"| recorded FLOPs | {fl['before']:.3g} | not recorded | |")
+        w(
+            "| recorded FLOPs | not recorded | | |"
+            if fl["before"] is None
+            else f"| recorded FLOPs | {fl['before']:.3g} | not recorded | |"
+        )
     for p in work["rank_pairs"]:
-        w(f"| rank {p['rank']}: kernel time | {p['before_kernel_ms_per_window']:.2f} ms | "
-          f"{p['after_kernel_ms_per_window']:.2f} ms | {pct(p['before_kernel_ms_per_window'], p['after_kernel_ms_per_window'])} |")
+        w(
+            f"| rank {p['rank']}: kernel time | {p['before_kernel_ms_per_window']:.2f} ms | "
+            f"{p['after_kernel_ms_per_window']:.2f} ms | {pct(p['before_kernel_ms_per_window'], p['after_kernel_ms_per_window'])} |"
+        )
     if work["fixed_windows"]:
         w(f"| window length (the capture's) | {wm['before']:.2f} ms | {wm['after']:.2f} ms | |")
     w("")
@@ -43,8 +52,10 @@ def _work(w, work: dict, kernels: dict | None) -> None:
         w("Biggest kernel-time movers (compared rank, ms per window):")
         w("")
         for r in top:
-            w(f"- {r['change_ms_per_step']:+.2f} ms ({r['before_ms_per_step']:.2f} → {r['after_ms_per_step']:.2f}), "
-              f"{md_escape(r['class'])}: {md_escape(r['label'], 100)}")
+            w(
+                f"- {r['change_ms_per_step']:+.2f} ms ({r['before_ms_per_step']:.2f} → {r['after_ms_per_step']:.2f}), "
+                f"{md_escape(r['class'])}: {md_escape(r['label'], 100)}"
+            )
         w("")
 
 
@@ -60,16 +71,22 @@ def render_diff_markdown(doc: dict) -> str:
     w(f"| input | {name(b)} | {name(a)} |")
     w(f"| device | {md_escape(b['device'] or 'no GPU activity')} | {md_escape(a['device'] or 'no GPU activity')} |")
     w(f"| steps | {b['steps']} | {a['steps']} |")
-    w(f"| verdict | {md_escape(v['before']['headline'])} ({v['before']['confidence']:.2f}) | "
-      f"{md_escape(v['after']['headline'])} ({v['after']['confidence']:.2f}) |")
+    w(
+        f"| verdict | {md_escape(v['before']['headline'])} ({v['before']['confidence']:.2f}) | "
+        f"{md_escape(v['after']['headline'])} ({v['after']['confidence']:.2f}) |"
+    )
     w("")
     differ = [c for c in doc["comparability"] if c["status"] != "same"]
     if differ:
-        w("> **Comparability:** " + ("the runs are **not comparable**:" if not doc["comparable"]
-                                      else "some properties could not be checked:"))
+        w(
+            "> **Comparability:** "
+            + ("the runs are **not comparable**:" if not doc["comparable"] else "some properties could not be checked:")
+        )
         for c in differ:
-            w(f"> - **{md_escape(c['check'])}** ({c['status']}): {md_escape(c['before'])} → {md_escape(c['after'])}. "
-              f"{md_escape(c['note'])}")
+            w(
+                f"> - **{md_escape(c['check'])}** ({c['status']}): {md_escape(c['before'])} → {md_escape(c['after'])}. "
+                f"{md_escape(c['note'])}"
+            )
         w("")
     w(f"**Verdict {'changed' if v['changed'] else 'unchanged'}.** After: {md_escape(v['after']['summary'])}")
     w("")
@@ -83,8 +100,10 @@ def render_diff_markdown(doc: dict) -> str:
         w("| statistic | before ms | after ms | change | speedup |")
         w("|---|---:|---:|---:|---:|")
         for stat, st in doc["step_time_ms"].items():
-            w(f"| {stat} | {st['before']:.2f} | {st['after']:.2f} | {_cell(st['change_pct'], '{:+.1f} %')} | "
-              f"{_cell(st['speedup'], '{:.2f}×')} |")
+            w(
+                f"| {stat} | {st['before']:.2f} | {st['after']:.2f} | {_cell(st['change_pct'], '{:+.1f} %')} | "
+                f"{_cell(st['speedup'], '{:.2f}×')} |"
+            )
         w("")
         if work and work["rank_pairs"]:
             _work(w, work, None)
@@ -93,26 +112,36 @@ def render_diff_markdown(doc: dict) -> str:
     w("| share of step time | before | after | change |")
     w("|---|---:|---:|---:|")
     for s in [doc["gpu_busy"], doc["data_wait"]] + list(doc["categories"].values()):
-        w(f"| {md_escape(s['label'])} | {s['before_pct']:.1f} % | {s['after_pct']:.1f} % | {s['change_pts']:+.1f} pts |")
+        w(
+            f"| {md_escape(s['label'])} | {s['before_pct']:.1f} % | {s['after_pct']:.1f} % | {s['change_pts']:+.1f} pts |"
+        )
     w("")
     if doc["kernel_classes"]:
         w("| kernel class | before ms/step | after ms/step | change |")
         w("|---|---:|---:|---:|")
         for cname, c in doc["kernel_classes"].items():
-            w(f"| {md_escape(cname)} | {c['before_ms_per_step']:.2f} | {c['after_ms_per_step']:.2f} | "
-              f"{c['after_ms_per_step'] - c['before_ms_per_step']:+.2f} |")
+            w(
+                f"| {md_escape(cname)} | {c['before_ms_per_step']:.2f} | {c['after_ms_per_step']:.2f} | "
+                f"{c['after_ms_per_step'] - c['before_ms_per_step']:+.2f} |"
+            )
         w("")
     k = doc["kernels"]
     mc = k["match_counts"]
     if any(mc.values()):
         w("## Kernels")
         w("")
-        w(f"Per step. Matched {mc['exact']} by exact name, {mc['arch']} across GPU architectures (`arch`), "
-          f"{mc['family']} by family (`family`: same kernel, other tile/template numbers); "
-          f"{mc['appeared']} appeared, {mc['disappeared']} disappeared.")
+        w(
+            f"Per step. Matched {mc['exact']} by exact name, {mc['arch']} across GPU architectures (`arch`), "
+            f"{mc['family']} by family (`family`: same kernel, other tile/template numbers); "
+            f"{mc['appeared']} appeared, {mc['disappeared']} disappeared."
+        )
         w("")
-        for group, title in (("grew", "Grew the most"), ("shrank", "Shrank the most"),
-                             ("appeared", "Appeared"), ("disappeared", "Disappeared")):
+        for group, title in (
+            ("grew", "Grew the most"),
+            ("shrank", "Shrank the most"),
+            ("appeared", "Appeared"),
+            ("disappeared", "Disappeared"),
+        ):
             if not k[group]:
                 continue
             w(f"### {title}")
@@ -120,16 +149,20 @@ def render_diff_markdown(doc: dict) -> str:
             w("| change ms/step | before | after | match | class | kernel |")
             w("|---:|---:|---:|---|---|---|")
             for r in k[group][:KERNEL_ROWS]:
-                w(f"| {r['change_ms_per_step']:+.3f} | {r['before_ms_per_step']:.3f} | {r['after_ms_per_step']:.3f} | "
-                  f"{r['match']} | {r['class']} | {md_escape(r['label'], 140)} |")
+                w(
+                    f"| {r['change_ms_per_step']:+.3f} | {r['before_ms_per_step']:.3f} | {r['after_ms_per_step']:.3f} | "
+                    f"{r['match']} | {r['class']} | {md_escape(r['label'], 140)} |"
+                )
             w("")
     m = doc["memory"]
     if m:
         w("## Memory")
         w("")
         ch = "" if m["change_pct"] is None else f" ({m['change_pct']:+.1f} %)"
-        w(f"Peak allocated {m['before_peak_bytes'] / 2**30:.2f} GiB → {m['after_peak_bytes'] / 2**30:.2f} GiB{ch} "
-          f"(basis: {m['before_basis']} → {m['after_basis']}).")
+        w(
+            f"Peak allocated {m['before_peak_bytes'] / 2**30:.2f} GiB → {m['after_peak_bytes'] / 2**30:.2f} GiB{ch} "
+            f"(basis: {m['before_basis']} → {m['after_basis']})."
+        )
         w("")
     w("## Earlier recommendations")
     w("")
@@ -140,8 +173,10 @@ def render_diff_markdown(doc: dict) -> str:
         w("| fix | status | metric | before | after | note |")
         w("|---|---|---|---:|---:|---|")
         for r in doc["recommendations"]:
-            w(f"| {md_escape(r['title'])} | **{r['status']}** | {md_escape(r['metric'])} ({md_escape(r['unit'])}) | "
-              f"{_cell(r['before'], '{:.1f}')} | {_cell(r['after'], '{:.1f}')} | {md_escape(r['note'])} |")
+            w(
+                f"| {md_escape(r['title'])} | **{r['status']}** | {md_escape(r['metric'])} ({md_escape(r['unit'])}) | "
+                f"{_cell(r['before'], '{:.1f}')} | {_cell(r['after'], '{:.1f}')} | {md_escape(r['note'])} |"
+            )
         w("")
     achieved = [f["line"] for f in doc.get("fixes_achieved") or [] if f["line"]]
     if achieved:

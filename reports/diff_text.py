@@ -1,5 +1,6 @@
 """The terminal rendering of a diff document: verdict before → after, step time and speedup,
 shares side by side, kernel changes, memory, and what became of the earlier recommendations."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,11 @@ def _side_line(s: dict) -> str:
     rank = f", rank {s['rank']}" if s["rank"] is not None else ""
     ranks = ""
     if s["traces"] > 1:
-        ranks = (f" (the same rank as BEFORE; {s['traces']} ranks)" if s.get("compared") == "same rank as BEFORE"
-                 else f" (slowest of {s['traces']} ranks)")
+        ranks = (
+            f" (the same rank as BEFORE; {s['traces']} ranks)"
+            if s.get("compared") == "same rank as BEFORE"
+            else f" (slowest of {s['traces']} ranks)"
+        )
     return f"{dev}{rank}{ranks}, {s['steps']} step{'' if s['steps'] == 1 else 's'}"
 
 
@@ -67,19 +71,25 @@ def _work_lines(w, bold, work: dict, kernels: dict | None = None) -> None:
         missing = " and ".join(s for s, k in (("BEFORE", "before"), ("AFTER", "after")) if fl[k] is None)
         w(f"  {'recorded FLOPs':30s}  not recorded by {missing} (Kineto: with_flops=True)")
     for p in work["rank_pairs"]:
-        w(f"  rank {p['rank']!s:<5s} kernel time {p['before_kernel_ms_per_window']:9.2f} ms → "
-          f"{p['after_kernel_ms_per_window']:9.2f} ms, kernels {p['before_kernels_per_window']:.0f} → "
-          f"{p['after_kernels_per_window']:.0f}")
+        w(
+            f"  rank {p['rank']!s:<5s} kernel time {p['before_kernel_ms_per_window']:9.2f} ms → "
+            f"{p['after_kernel_ms_per_window']:9.2f} ms, kernels {p['before_kernels_per_window']:.0f} → "
+            f"{p['after_kernels_per_window']:.0f}"
+        )
     if fixed:
         wm = work["window_ms"]
-        w(f"  {'window length':30s} {wm['before']:10.2f} ms {wm['after']:10.2f} ms   (the capture's, not the work's:"
-          " no speedup)")
+        w(
+            f"  {'window length':30s} {wm['before']:10.2f} ms {wm['after']:10.2f} ms   (the capture's, not the work's:"
+            " no speedup)"
+        )
         top = movers(kernels, 5) if kernels else []
         if top:
             w("  biggest kernel-time movers (compared rank, ms per window)")
             for r in top:
-                w(f"    {r['change_ms_per_step']:+8.2f} ms  {r['before_ms_per_step']:7.2f} → {r['after_ms_per_step']:7.2f}  "
-                  f"{r['class']:13s} {_short(r['label'], 60)}")
+                w(
+                    f"    {r['change_ms_per_step']:+8.2f} ms  {r['before_ms_per_step']:7.2f} → {r['after_ms_per_step']:7.2f}  "
+                    f"{r['class']:13s} {_short(r['label'], 60)}"
+                )
     w("")
 
 
@@ -108,8 +118,10 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
 
     v = doc["verdict"]
     arrow = "→" if v["changed"] else "→ (unchanged)"
-    w(bold("VERDICT") + f"  {v['before']['headline']} ({v['before']['confidence']:.2f})  {arrow}  "
-      f"{v['after']['headline']} ({v['after']['confidence']:.2f})")
+    w(
+        bold("VERDICT") + f"  {v['before']['headline']} ({v['before']['confidence']:.2f})  {arrow}  "
+        f"{v['after']['headline']} ({v['after']['confidence']:.2f})"
+    )
     if v["changed"]:
         for line in textwrap.wrap(f"after: {v['after']['summary']}", 92):
             w(f"  {line}")
@@ -128,10 +140,13 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
         if work and work["rank_pairs"]:
             _work_lines(w, bold, work)
     unit = "window" if work and work["fixed_windows"] else "step"
-    w(bold(f"Where {unit} time goes") + (f"  (% of summed {unit} time)" + " " * (6 - 2 * (len(unit) - 4))
-                                          + "before    after    change"))
-    rows = [doc["gpu_busy"], doc["data_wait"]] + [c for k, c in doc["categories"].items()
-                                                   if c["before_pct"] or c["after_pct"]]
+    w(
+        bold(f"Where {unit} time goes")
+        + (f"  (% of summed {unit} time)" + " " * (6 - 2 * (len(unit) - 4)) + "before    after    change")
+    )
+    rows = [doc["gpu_busy"], doc["data_wait"]] + [
+        c for k, c in doc["categories"].items() if c["before_pct"] or c["after_pct"]
+    ]
     for i, s in enumerate(rows):
         if i == 2:
             w("  " + "·" * 76)
@@ -142,27 +157,42 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
 
     kc = doc["kernel_classes"]
     if kc:
-        w(bold("Kernel time by class") + f"  (ms per {unit})" + " " * (10 - 2 * (len(unit) - 4)) + "before     after    change")
+        w(
+            bold("Kernel time by class")
+            + f"  (ms per {unit})"
+            + " " * (10 - 2 * (len(unit) - 4))
+            + "before     after    change"
+        )
         for name, c in kc.items():
-            w(f"  {name:40s} {c['before_ms_per_step']:9.2f} {c['after_ms_per_step']:9.2f} "
-              f"{c['after_ms_per_step'] - c['before_ms_per_step']:+9.2f}")
+            w(
+                f"  {name:40s} {c['before_ms_per_step']:9.2f} {c['after_ms_per_step']:9.2f} "
+                f"{c['after_ms_per_step'] - c['before_ms_per_step']:+9.2f}"
+            )
         w("")
 
     k = doc["kernels"]
     mc = k["match_counts"]
     if any(mc.values()):
-        w(bold("Kernels") + f"  (per {unit}; matched {mc['exact']} by name, {mc['arch']} across GPU architectures, "
-          f"{mc['family']} by family; {mc['appeared']} appeared, {mc['disappeared']} disappeared)")
-        for group, title in (("grew", "grew the most"), ("shrank", "shrank the most"),
-                             ("appeared", "appeared"), ("disappeared", "disappeared")):
+        w(
+            bold("Kernels") + f"  (per {unit}; matched {mc['exact']} by name, {mc['arch']} across GPU architectures, "
+            f"{mc['family']} by family; {mc['appeared']} appeared, {mc['disappeared']} disappeared)"
+        )
+        for group, title in (
+            ("grew", "grew the most"),
+            ("shrank", "shrank the most"),
+            ("appeared", "appeared"),
+            ("disappeared", "disappeared"),
+        ):
             rows = k[group][:KERNEL_LINES]
             if not rows:
                 continue
             w(f"  {title}")
             for r in rows:
                 how = "" if r["match"] in ("exact", "appeared", "disappeared") else f"[{r['match']}] "
-                w(f"    {r['change_ms_per_step']:+8.2f} ms  {r['before_ms_per_step']:7.2f} → {r['after_ms_per_step']:7.2f}  "
-                  f"{r['class']:13s} {how}{_short(r['label'], 64 - len(how))}")
+                w(
+                    f"    {r['change_ms_per_step']:+8.2f} ms  {r['before_ms_per_step']:7.2f} → {r['after_ms_per_step']:7.2f}  "
+                    f"{r['class']:13s} {how}{_short(r['label'], 64 - len(how))}"
+                )
         w("")
 
     m = doc["memory"]
@@ -185,8 +215,11 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
         w(f"  none: BEFORE's verdict was {v['before']['headline'].lower()}, with no ranked fixes")
     for r in recs:
         w(f"  {_STATUS_MARK[r['status']]} {r['status']:<9s} {r['title']}")
-        vals = ("" if r["before"] is None or r["after"] is None
-                else f"{r['metric']}: {r['before']:.2f} → {r['after']:.2f} {r['unit']}; ")
+        vals = (
+            ""
+            if r["before"] is None or r["after"] is None
+            else f"{r['metric']}: {r['before']:.2f} → {r['after']:.2f} {r['unit']}; "
+        )
         for line in textwrap.wrap(vals + r["note"], 84):
             w(f"              {line}")
     achieved = [f["line"] for f in doc.get("fixes_achieved") or [] if f["line"]]

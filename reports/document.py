@@ -1,5 +1,6 @@
 """The analysis as a plain, versioned document: the JSON output, and the single source every
 other rendering (terminal, Markdown) reads, so they cannot disagree."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -16,11 +17,13 @@ from trainscope.collectors.formats import COUNTER_FORMATS  # the reader table's 
 SCHEMA = "trainscope.analysis/2"  # 2: mfu.value_pct may be estimated from shapes (mfu.basis); roofline
 
 HEADLINES = {s.id: s.headline for s in registry.REGISTRY.values()}  # declared with each finding
-AXIS_NAMES = {"data": "Data", "algorithm": "Algorithm", "machine": "Machine",
-              "balanced": "balanced", "insufficient_evidence": "insufficient evidence"}
-
-
-
+AXIS_NAMES = {
+    "data": "Data",
+    "algorithm": "Algorithm",
+    "machine": "Machine",
+    "balanced": "balanced",
+    "insufficient_evidence": "insufficient evidence",
+}
 
 
 def _steps_note(a: Analysis) -> str:
@@ -29,9 +32,11 @@ def _steps_note(a: Analysis) -> str:
     note = a.segmentation.note
     stub = a.repairs.repairs.get("stub-step") if a.repairs is not None else None
     if stub is not None and stub.count:
-        note += (f"; {stub.count:,} stub step marker{'s' if stub.count != 1 else ''} set aside"
-                 + (f" ({stub.example})" if stub.example else ""))
+        note += f"; {stub.count:,} stub step marker{'s' if stub.count != 1 else ''} set aside" + (
+            f" ({stub.example})" if stub.example else ""
+        )
     return note
+
 
 def counters_only(doc: dict) -> bool:
     """True when the verdict comes from sampled counters: there are no steps or kernels to show."""
@@ -58,8 +63,14 @@ def headline(doc: dict) -> str:
 
 
 def _evidence(e: Evidence) -> dict:
-    return {"metric": e.metric, "value": e.value, "unit": e.unit, "threshold": e.threshold,
-            "source": e.source, "meets": e.meets}
+    return {
+        "metric": e.metric,
+        "value": e.value,
+        "unit": e.unit,
+        "threshold": e.threshold,
+        "source": e.source,
+        "meets": e.meets,
+    }
 
 
 def _r(x: float | None, nd: int = 2) -> float | None:
@@ -75,55 +86,114 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
     return {
         "source": a.source,
         "rank": a.rank,
-        "device": {"id": a.device, "name": a.device_name, "spec": spec.key if spec else None,
-                   "peak_tensor_tflops": spec.tensor_tflops if spec else None,
-                   "spec_source": spec.source if spec else None,
-                   "peak_bandwidth_gbps": spec.memory_gbps if spec else None,
-                   "peaks_tflops": dict(spec.peaks) if spec else None,
-                   "tensor_core_precisions": sorted(spec.matrix) if spec else None},
+        "device": {
+            "id": a.device,
+            "name": a.device_name,
+            "spec": spec.key if spec else None,
+            "peak_tensor_tflops": spec.tensor_tflops if spec else None,
+            "spec_source": spec.source if spec else None,
+            "peak_bandwidth_gbps": spec.memory_gbps if spec else None,
+            "peaks_tflops": dict(spec.peaks) if spec else None,
+            "tensor_core_precisions": sorted(spec.matrix) if spec else None,
+        },
         "steps_method": a.segmentation.method,
         "steps_note": _steps_note(a),
-        "verdict": {"axis": a.verdict.axis, "confidence": a.verdict.confidence, "bottleneck": a.verdict.bottleneck,
-                    "summary": a.verdict.summary, "evidence": [_evidence(e) for e in a.verdict.evidence],
-                    "runner_up": a.verdict.runner_up},
-        "findings": [{"id": f.id, "axis": f.axis, "severity": f.severity, "title": f.title,
-                      "stake_pct": _r(f.stake_pct), "detail": f.detail, "evidence": [_evidence(e) for e in f.evidence]}
-                     for f in a.findings],
+        "verdict": {
+            "axis": a.verdict.axis,
+            "confidence": a.verdict.confidence,
+            "bottleneck": a.verdict.bottleneck,
+            "summary": a.verdict.summary,
+            "evidence": [_evidence(e) for e in a.verdict.evidence],
+            "runner_up": a.verdict.runner_up,
+        },
+        "findings": [
+            {
+                "id": f.id,
+                "axis": f.axis,
+                "severity": f.severity,
+                "title": f.title,
+                "stake_pct": _r(f.stake_pct),
+                "detail": f.detail,
+                "evidence": [_evidence(e) for e in f.evidence],
+            }
+            for f in a.findings
+        ],
         "breakdown": {
             "basis": "exclusive shares of summed step time; GPU busy = compute + communication + copy + memset",
             "total_ms": _r(b.total_ns / 1e6, 3),
             "gpu_busy_pct": _r(b.gpu_busy_pct),
             "data_wait_pct": _r(b.data_wait_pct),
             "step_time_ms": {"p50": _r(b.step_ms.p50, 3), "p95": _r(b.step_ms.p95, 3), "mean": _r(b.step_ms.mean, 3)},
-            "categories": {c: {"label": CATEGORY_LABELS[c], "pct": _r(b.share_pct(c)), "ms": _r(b.ns[c] / 1e6, 3),
-                               "p50_ms": _r(b.category_ms[c].p50, 3), "p95_ms": _r(b.category_ms[c].p95, 3)}
-                           for c in CATEGORIES},
+            "categories": {
+                c: {
+                    "label": CATEGORY_LABELS[c],
+                    "pct": _r(b.share_pct(c)),
+                    "ms": _r(b.ns[c] / 1e6, 3),
+                    "p50_ms": _r(b.category_ms[c].p50, 3),
+                    "p95_ms": _r(b.category_ms[c].p95, 3),
+                }
+                for c in CATEGORIES
+            },
         },
-        "steps": [{"label": s.label, "start_ms": _r(s.start_ns / 1e6, 3), "duration_ms": _r(s.duration_ns / 1e6, 3),
-                   "gpu_busy_pct": _r(100.0 * s.gpu_busy_ns / s.duration_ns if s.duration_ns else 0.0),
-                   "data_wait_pct": _r(100.0 * s.host_data_wait_ns / s.duration_ns if s.duration_ns else 0.0),
-                   "outlier": bool(median and s.duration_ns / 1e6 > outlier * median),
-                   "ms": {c: _r(s.ns[c] / 1e6, 3) for c in CATEGORIES}}
-                  for s in b.steps],
+        "steps": [
+            {
+                "label": s.label,
+                "start_ms": _r(s.start_ns / 1e6, 3),
+                "duration_ms": _r(s.duration_ns / 1e6, 3),
+                "gpu_busy_pct": _r(100.0 * s.gpu_busy_ns / s.duration_ns if s.duration_ns else 0.0),
+                "data_wait_pct": _r(100.0 * s.host_data_wait_ns / s.duration_ns if s.duration_ns else 0.0),
+                "outlier": bool(median and s.duration_ns / 1e6 > outlier * median),
+                "ms": {c: _r(s.ns[c] / 1e6, 3) for c in CATEGORIES},
+            }
+            for s in b.steps
+        ],
         "kernels": {
-            "count": a.kernels.count, "total_ms": _r(a.kernels.total_ns / 1e6, 3),
+            "count": a.kernels.count,
+            "total_ms": _r(a.kernels.total_ns / 1e6, 3),
             "median_us": _r(a.kernels.median_kernel_ns / 1e3, 3),
             "class_pct": {c: _r(a.kernels.class_share_pct(c)) for c in ALL_CLASSES},
             "tensor_core_pct_of_matmul": _r(a.kernels.tensor_core_pct_of_matmul),
-            "top": [{"name": k.name, "class": k.kernel_class, "tensor_core": k.tensor_core, "count": k.count,
-                     "total_ms": _r(k.total_ns / 1e6, 3), "mean_us": _r(k.mean_ns / 1e3, 3), "share_pct": _r(k.share_pct),
-                     **_roof_cols(roof_rows.get(k.name))}
-                    for k in a.kernels.top],
+            "top": [
+                {
+                    "name": k.name,
+                    "class": k.kernel_class,
+                    "tensor_core": k.tensor_core,
+                    "count": k.count,
+                    "total_ms": _r(k.total_ns / 1e6, 3),
+                    "mean_us": _r(k.mean_ns / 1e3, 3),
+                    "share_pct": _r(k.share_pct),
+                    **_roof_cols(roof_rows.get(k.name)),
+                }
+                for k in a.kernels.top
+            ],
         },
-        "memory": [{"device": m.device, "peak_allocated_bytes": m.peak_allocated, "peak_reserved_bytes": m.peak_reserved,
-                    "capacity_bytes": m.capacity, "peak_pct_of_capacity": _r(m.peak_pct), "basis": m.basis}
-                   for m in a.memory],
+        "memory": [
+            {
+                "device": m.device,
+                "peak_allocated_bytes": m.peak_allocated,
+                "peak_reserved_bytes": m.peak_reserved,
+                "capacity_bytes": m.capacity,
+                "peak_pct_of_capacity": _r(m.peak_pct),
+                "basis": m.basis,
+            }
+            for m in a.memory
+        ],
         "mfu": _mfu(a),
         "roofline": _roofline(a),
-        "recommendations": [{"rank": i + 1, "id": r.id, "finding": r.finding, "title": r.title, "change": r.change,
-                             "projected_speedup": r.projected_speedup, "projected_step_ms": r.projected_step_ms,
-                             "bound": "upper", "basis": r.basis}
-                            for i, r in enumerate(a.recommendations)],
+        "recommendations": [
+            {
+                "rank": i + 1,
+                "id": r.id,
+                "finding": r.finding,
+                "title": r.title,
+                "change": r.change,
+                "projected_speedup": r.projected_speedup,
+                "projected_step_ms": r.projected_step_ms,
+                "bound": "upper",
+                "basis": r.basis,
+            }
+            for i, r in enumerate(a.recommendations)
+        ],
         "phases": _phases(a),
         "gpu_metrics": _counters(a),
         "hw_counters": _hw_counters(a),
@@ -139,10 +209,24 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
 def _roof_cols(r) -> dict[str, Any]:
     """Roofline columns of one kernel name (all null when the kernel has no roofline row)."""
     if r is None:
-        return {"intensity": None, "tflops": None, "gbps": None, "pct_of_roof": None, "bound": None,
-                "precision": None, "cost_source": None}
-    return {"intensity": _r(r.intensity, 4), "tflops": _r(r.tflops, 3), "gbps": _r(r.gbps, 1),
-            "pct_of_roof": _r(r.pct_of_roof, 1), "bound": r.bound, "precision": r.precision, "cost_source": r.source}
+        return {
+            "intensity": None,
+            "tflops": None,
+            "gbps": None,
+            "pct_of_roof": None,
+            "bound": None,
+            "precision": None,
+            "cost_source": None,
+        }
+    return {
+        "intensity": _r(r.intensity, 4),
+        "tflops": _r(r.tflops, 3),
+        "gbps": _r(r.gbps, 1),
+        "pct_of_roof": _r(r.pct_of_roof, 1),
+        "bound": r.bound,
+        "precision": r.precision,
+        "cost_source": r.source,
+    }
 
 
 def _roofline(a: Analysis, top: int = 20) -> dict[str, Any] | None:
@@ -151,20 +235,36 @@ def _roofline(a: Analysis, top: int = 20) -> dict[str, Any] | None:
         return None
     return {
         "basis": "per kernel: intensity = FLOPs / bytes against the ridge point (peak at the kernel's precision / "
-                 "bandwidth); times are summed kernel ms in the steps on this GPU",
-        "device": roof.device, "bandwidth_gbps": roof.bandwidth_gbps,
-        "ridge_flop_per_byte": {p: _r(roof.ridge(p, True), 1) for p in ("fp32", "tf32", "bf16", "fp8")
-                                if roof.ridge(p, True) is not None} if roof.spec else None,
+        "bandwidth); times are summed kernel ms in the steps on this GPU",
+        "device": roof.device,
+        "bandwidth_gbps": roof.bandwidth_gbps,
+        "ridge_flop_per_byte": {
+            p: _r(roof.ridge(p, True), 1) for p in ("fp32", "tf32", "bf16", "fp8") if roof.ridge(p, True) is not None
+        }
+        if roof.spec
+        else None,
         "bound_ms": {k: _r(v, 3) for k, v in roof.bound_ms.items()},
         "bound_pct": {k: _r(roof.pct_of_kernel_time(k)) for k in roof.bound_ms},
-        "communication_ms": _r(roof.communication_ms, 3), "total_ms": _r(roof.total_ms, 3),
+        "communication_ms": _r(roof.communication_ms, 3),
+        "total_ms": _r(roof.total_ms, 3),
         "source_ms": {k: _r(v, 3) for k, v in roof.source_ms.items()},
         "tensor_core_pct_of_matrix": _r(roof.tensor_core_pct_of_matrix),
         "evidence": {b: roof.evidence_line(b) for b in ("memory", "compute")},
         "notes": roof.notes,
-        "kernels": [{"name": r.name, "count": r.count, "total_ms": _r(r.total_ms, 3), "share_pct": _r(r.share_pct),
-                     "flops": r.flops, "bytes": r.bytes, "tensor_cores": r.tensor_cores, "roof_tflops": r.roof_tflops,
-                     **_roof_cols(r)} for r in roof.rows[:top]],
+        "kernels": [
+            {
+                "name": r.name,
+                "count": r.count,
+                "total_ms": _r(r.total_ms, 3),
+                "share_pct": _r(r.share_pct),
+                "flops": r.flops,
+                "bytes": r.bytes,
+                "tensor_cores": r.tensor_cores,
+                "roof_tflops": r.roof_tflops,
+                **_roof_cols(r),
+            }
+            for r in roof.rows[:top]
+        ],
     }
 
 
@@ -173,27 +273,69 @@ def _hw_counters(a: Analysis) -> dict[str, Any] | None:
     h = getattr(a, "hw_counters", None)
     if h is None:
         return None
-    return {"total_flops": h.total_flops, "ranges": h.ranges, "linked_ranges": h.linked_ranges,
-            "by_precision": h.by_precision, "by_class": h.by_class, "cannot_give": h.cannot_give,
-            "agreement_note": h.agreement_note,
-            "agreement": [{"class": c.kernel_class, "kernels": c.kernels, "counted_flops": c.counted_flops,
-                           "model_flops": c.model_flops, "ratio": _r(c.ratio, 3)} for c in h.agreement],
-            "kernels": [{"name": k.name, "class": k.kernel_class, "operator": k.operator, "ranges": k.ranges,
-                         "flops": k.flops, "by_precision": k.by_precision, "share_pct": _r(k.share_pct),
-                         "model_flops": k.model_flops} for k in h.kernels]}
+    return {
+        "total_flops": h.total_flops,
+        "ranges": h.ranges,
+        "linked_ranges": h.linked_ranges,
+        "by_precision": h.by_precision,
+        "by_class": h.by_class,
+        "cannot_give": h.cannot_give,
+        "agreement_note": h.agreement_note,
+        "agreement": [
+            {
+                "class": c.kernel_class,
+                "kernels": c.kernels,
+                "counted_flops": c.counted_flops,
+                "model_flops": c.model_flops,
+                "ratio": _r(c.ratio, 3),
+            }
+            for c in h.agreement
+        ],
+        "kernels": [
+            {
+                "name": k.name,
+                "class": k.kernel_class,
+                "operator": k.operator,
+                "ranges": k.ranges,
+                "flops": k.flops,
+                "by_precision": k.by_precision,
+                "share_pct": _r(k.share_pct),
+                "model_flops": k.model_flops,
+            }
+            for k in h.kernels
+        ],
+    }
 
 
 def _mfu(a: Analysis) -> dict[str, Any]:
     m = a.mfu
     law = m.iron_law
-    return {"value_pct": _r(m.value_pct), "reason": m.reason, "flops_per_step": m.flops_per_step,
-            "peak_tflops": m.peak_tflops, "peak_source": m.peak_source, "basis": m.basis,
-            "recorded_pct": _r(m.recorded_pct), "shapes_pct": _r(m.shapes_pct), "shapes_reason": m.shapes_reason,
-            "iron_law": None if law is None else {
-                "formula": law.formula, "step_ms": _r(law.step_s * 1e3, 3), "flops_per_step": law.flops_per_step,
-                "flops_source": law.flops_source, "gpus": law.gpus, "gpus_source": law.gpus_source,
-                "peak_tflops": law.peak_tflops, "peak_source": law.peak_source, "efficiency_pct": _r(law.efficiency_pct, 3),
-                "pipeline_efficiency_pct": _r(law.pipeline_efficiency_pct), "gap_pct": law.gap}}
+    return {
+        "value_pct": _r(m.value_pct),
+        "reason": m.reason,
+        "flops_per_step": m.flops_per_step,
+        "peak_tflops": m.peak_tflops,
+        "peak_source": m.peak_source,
+        "basis": m.basis,
+        "recorded_pct": _r(m.recorded_pct),
+        "shapes_pct": _r(m.shapes_pct),
+        "shapes_reason": m.shapes_reason,
+        "iron_law": None
+        if law is None
+        else {
+            "formula": law.formula,
+            "step_ms": _r(law.step_s * 1e3, 3),
+            "flops_per_step": law.flops_per_step,
+            "flops_source": law.flops_source,
+            "gpus": law.gpus,
+            "gpus_source": law.gpus_source,
+            "peak_tflops": law.peak_tflops,
+            "peak_source": law.peak_source,
+            "efficiency_pct": _r(law.efficiency_pct, 3),
+            "pipeline_efficiency_pct": _r(law.pipeline_efficiency_pct),
+            "gap_pct": law.gap,
+        },
+    }
 
 
 def _sinks(a: Analysis) -> dict[str, Any] | None:
@@ -201,35 +343,78 @@ def _sinks(a: Analysis) -> dict[str, Any] | None:
     s = a.sinks
     if s is None:
         return None
-    return {"basis": "exclusive shares of summed step time; busy time split by " + s.busy_source,
-            "saturated": s.saturated,
-            "by_sink": {k: {"pct": _r(v.pct), "ms_per_step": _r(s.ms_per_step(k), 3), "can_be_primary": v.can_be_primary,
-                            "source": v.source} for k, v in s.by_key.items()}}
+    return {
+        "basis": "exclusive shares of summed step time; busy time split by " + s.busy_source,
+        "saturated": s.saturated,
+        "by_sink": {
+            k: {
+                "pct": _r(v.pct),
+                "ms_per_step": _r(s.ms_per_step(k), 3),
+                "can_be_primary": v.can_be_primary,
+                "source": v.source,
+            }
+            for k, v in s.by_key.items()
+        },
+    }
 
 
 def _context(a: Analysis) -> dict[str, Any] | None:
     c = a.context
     if c is None:
         return None
-    return {"mode": c.mode, "graphs": c.graphs, "compiled": c.compiled, "framework": c.framework,
-            "collectives_ms": c.collectives, "evidence": c.evidence}
+    return {
+        "mode": c.mode,
+        "graphs": c.graphs,
+        "compiled": c.compiled,
+        "framework": c.framework,
+        "collectives_ms": c.collectives,
+        "evidence": c.evidence,
+    }
 
 
 def _host_idle(a: Analysis) -> dict[str, Any] | None:
     h = a.host_idle
     if h is None:
         return None
-    return {"idle_ms": _r(h.idle_ns / 1e6), "ms": {k: _r(v / 1e6) for k, v in h.ns.items()},
-            "share_pct": {k: _r(h.share_pct(k)) for k in h.ns}, "primary": h.primary, "source": h.source,
-            "thread": h.thread,
-            "frames": [{"name": f.name, "file": f.file, "line": f.line, "function": f.function, "count": f.count,
-                        "idle_ms": _r(f.idle_ns / 1e6), "share_pct": f.share_pct, "class": f.cls} for f in h.frames],
-            "calls": [{"name": c.name, "class": c.cls, "count": c.count, "idle_ms": _r(c.idle_ns / 1e6),
-                       "longest_ms": _r(c.longest_ns / 1e6)} for c in h.calls],
-            "cold_start": None if h.cold_start is None else {"count": h.cold_start.count,
-                                                             "idle_ms": _r(h.cold_start.idle_ns / 1e6),
-                                                             "longest_ms": _r(h.cold_start.longest_ns / 1e6)},
-            "evidence": h.evidence}
+    return {
+        "idle_ms": _r(h.idle_ns / 1e6),
+        "ms": {k: _r(v / 1e6) for k, v in h.ns.items()},
+        "share_pct": {k: _r(h.share_pct(k)) for k in h.ns},
+        "primary": h.primary,
+        "source": h.source,
+        "thread": h.thread,
+        "frames": [
+            {
+                "name": f.name,
+                "file": f.file,
+                "line": f.line,
+                "function": f.function,
+                "count": f.count,
+                "idle_ms": _r(f.idle_ns / 1e6),
+                "share_pct": f.share_pct,
+                "class": f.cls,
+            }
+            for f in h.frames
+        ],
+        "calls": [
+            {
+                "name": c.name,
+                "class": c.cls,
+                "count": c.count,
+                "idle_ms": _r(c.idle_ns / 1e6),
+                "longest_ms": _r(c.longest_ns / 1e6),
+            }
+            for c in h.calls
+        ],
+        "cold_start": None
+        if h.cold_start is None
+        else {
+            "count": h.cold_start.count,
+            "idle_ms": _r(h.cold_start.idle_ns / 1e6),
+            "longest_ms": _r(h.cold_start.longest_ns / 1e6),
+        },
+        "evidence": h.evidence,
+    }
 
 
 def _phases(a: Analysis) -> dict[str, Any] | None:
@@ -239,13 +424,21 @@ def _phases(a: Analysis) -> dict[str, Any] | None:
         return None
     return {
         "basis": "host time: exclusive union of the phase's ranges in the steps; GPU time: kernels launched while "
-                 "the phase's range was open (by correlation id)",
+        "the phase's range was open (by correlation id)",
         "unassigned_ms": _r(p.unassigned_ns / 1e6, 3),
-        "phases": [{"name": s.name, "ranges": s.ranges, "host_ms": _r(s.host_ns / 1e6, 3),
-                    "host_pct": _r(s.share_pct(p.step_ns)), "kernels": s.kernels, "kernel_ms": _r(s.kernel_ns / 1e6, 3),
-                    "gpu_busy_ms": _r(s.gpu_busy_ns / 1e6, 3),
-                    "kernel_class_ms": {c: _r(v / 1e6, 3) for c, v in s.class_ns.items()}}
-                   for s in p.phases],
+        "phases": [
+            {
+                "name": s.name,
+                "ranges": s.ranges,
+                "host_ms": _r(s.host_ns / 1e6, 3),
+                "host_pct": _r(s.share_pct(p.step_ns)),
+                "kernels": s.kernels,
+                "kernel_ms": _r(s.kernel_ns / 1e6, 3),
+                "gpu_busy_ms": _r(s.gpu_busy_ns / 1e6, 3),
+                "kernel_class_ms": {c: _r(v / 1e6, 3) for c, v in s.class_ns.items()},
+            }
+            for s in p.phases
+        ],
     }
 
 
@@ -253,30 +446,58 @@ def _counters(a: Analysis) -> dict[str, Any] | None:
     c = a.counters
     if c is None:
         return None
-    return {"device": c.device, "samples": c.samples, "sm_active_pct": _r(c.sm_active_pct),
-            "tensor_active_pct": _r(c.tensor_active_pct), "dram_bandwidth_pct": _r(c.dram_bandwidth_pct)}
+    return {
+        "device": c.device,
+        "samples": c.samples,
+        "sm_active_pct": _r(c.sm_active_pct),
+        "tensor_active_pct": _r(c.tensor_active_pct),
+        "dram_bandwidth_pct": _r(c.dram_bandwidth_pct),
+    }
 
 
-def build_document(path: str, analyses: list[Analysis], rules: Rules, input_warnings: list[str] | None = None,
-                   deep: dict | None = None, stragglers: dict | None = None) -> dict:
+def build_document(
+    path: str,
+    analyses: list[Analysis],
+    rules: Rules,
+    input_warnings: list[str] | None = None,
+    deep: dict | None = None,
+    stragglers: dict | None = None,
+) -> dict:
     """The top-level document. For several ranks the body is the slowest rank (it sets the pace
     of synchronous training) and ``ranks`` compares them all. ``deep`` and ``stragglers`` are the
     already-built parts of reports/deep.py (``analyze --deep``; a rank directory)."""
     main = slowest(analyses) if len(analyses) > 1 else analyses[0]
     formats = [a.source_format for a in analyses]
-    doc = {"schema": SCHEMA, "tool": {"name": "trainscope", "version": __version__},
-           "input": {"path": path, "format": formats[0] if len(set(formats)) == 1 else "mixed",
-                     "traces": len(analyses)}}
+    doc = {
+        "schema": SCHEMA,
+        "tool": {"name": "trainscope", "version": __version__},
+        "input": {"path": path, "format": formats[0] if len(set(formats)) == 1 else "mixed", "traces": len(analyses)},
+    }
     doc.update(analysis_dict(main, rules))
     doc["warnings"] = list(input_warnings or []) + doc["warnings"]
     # Repairs of the other ranks' traces are said too: a repaired rank can change which rank is shown.
-    doc["warnings"] += [f"rank {a.rank if a.rank is not None else a.source}: {w}" for a in analyses if a is not main
-                        for w in a.warnings if w.startswith(("repair ", "confidence lowered"))]
+    doc["warnings"] += [
+        f"rank {a.rank if a.rank is not None else a.source}: {w}"
+        for a in analyses
+        if a is not main
+        for w in a.warnings
+        if w.startswith(("repair ", "confidence lowered"))
+    ]
     if len(analyses) > 1:
-        doc["ranks"] = [{"rank": a.rank, "source": a.source, "axis": a.verdict.axis, "bottleneck": a.verdict.bottleneck,
-                         "confidence": a.verdict.confidence, "step_p50_ms": _r(a.breakdown.step_ms.p50, 3),
-                         "step_p95_ms": _r(a.breakdown.step_ms.p95, 3), "gpu_busy_pct": _r(a.breakdown.gpu_busy_pct),
-                         "data_wait_pct": _r(a.breakdown.data_wait_pct)} for a in analyses]
+        doc["ranks"] = [
+            {
+                "rank": a.rank,
+                "source": a.source,
+                "axis": a.verdict.axis,
+                "bottleneck": a.verdict.bottleneck,
+                "confidence": a.verdict.confidence,
+                "step_p50_ms": _r(a.breakdown.step_ms.p50, 3),
+                "step_p95_ms": _r(a.breakdown.step_ms.p95, 3),
+                "gpu_busy_pct": _r(a.breakdown.gpu_busy_pct),
+                "data_wait_pct": _r(a.breakdown.data_wait_pct),
+            }
+            for a in analyses
+        ]
     if stragglers is not None:
         doc["stragglers"] = stragglers
     if deep is not None:

@@ -1,5 +1,6 @@
 """The run history's renderings: a diff of stored summaries ("trainscope.diff/1" with
 ``"basis": "summaries"``), and the list of saved runs."""
+
 from __future__ import annotations
 
 import textwrap
@@ -20,49 +21,100 @@ def _r(x: float | None, nd: int = 2) -> float | None:
 
 
 def _side(s: RunSummary, label: str, run: Any) -> dict[str, Any]:
-    return {"label": label, "run": None if run is None else run.to_dict(), "path": s.source, "format": s.format,
-            "rank": s.rank, "traces": s.ranks, "device": s.device, "has_gpu": s.has_gpu, "steps": s.steps,
-            "steps_method": s.steps_method, "batch_leading_dim": s.shapes.batch_dim,
-            "shapes_recorded": s.shapes.recorded, "memory_peak_bytes": s.memory_peak_bytes,
-            "warnings": list(s.warnings)}
+    return {
+        "label": label,
+        "run": None if run is None else run.to_dict(),
+        "path": s.source,
+        "format": s.format,
+        "rank": s.rank,
+        "traces": s.ranks,
+        "device": s.device,
+        "has_gpu": s.has_gpu,
+        "steps": s.steps,
+        "steps_method": s.steps_method,
+        "batch_leading_dim": s.shapes.batch_dim,
+        "shapes_recorded": s.shapes.recorded,
+        "memory_peak_bytes": s.memory_peak_bytes,
+        "warnings": list(s.warnings),
+    }
 
 
 def _kernel(k: KernelChange) -> dict[str, Any]:
-    return {"label": k.label, "match": k.match, "class": k.kernel_class, "before_ms_per_step": _r(k.before_ms_per_step, 3),
-            "after_ms_per_step": _r(k.after_ms_per_step, 3), "change_ms_per_step": _r(k.delta_ms_per_step, 3)}
+    return {
+        "label": k.label,
+        "match": k.match,
+        "class": k.kernel_class,
+        "before_ms_per_step": _r(k.before_ms_per_step, 3),
+        "after_ms_per_step": _r(k.after_ms_per_step, 3),
+        "change_ms_per_step": _r(k.delta_ms_per_step, 3),
+    }
 
 
-def build_summary_diff_document(d: SummaryDiff, gate: GateResult | None = None, before_run: Any = None,
-                                after_run: Any = None) -> dict[str, Any]:
+def build_summary_diff_document(
+    d: SummaryDiff, gate: GateResult | None = None, before_run: Any = None, after_run: Any = None
+) -> dict[str, Any]:
     v = d.verdict
     return {
         "schema": SCHEMA,
         "tool": {"name": "trainscope", "version": __version__},
         "basis": "summaries: at least one side is a stored run (the history keeps summaries, not traces): verdict, "
-                 "every step's time, shares, sinks, the top kernels of each run and the fixes",
+        "every step's time, shares, sinks, the top kernels of each run and the fixes",
         "before": _side(d.before, d.labels[0], before_run),
         "after": _side(d.after, d.labels[1], after_run),
         "comparable": d.comparable,
-        "comparability": [{"check": c.check, "status": c.status, "before": c.before, "after": c.after, "note": c.note}
-                          for c in d.comparability],
+        "comparability": [
+            {"check": c.check, "status": c.status, "before": c.before, "after": c.after, "note": c.note}
+            for c in d.comparability
+        ],
         "verdict": {
             "changed": v.changed,
-            "before": {"axis": v.before_axis, "bottleneck": v.before_bottleneck, "confidence": v.before_confidence,
-                       "headline": verdict_headline(v.before_axis, v.before_bottleneck), "summary": v.before_summary},
-            "after": {"axis": v.after_axis, "bottleneck": v.after_bottleneck, "confidence": v.after_confidence,
-                      "headline": verdict_headline(v.after_axis, v.after_bottleneck), "summary": v.after_summary},
+            "before": {
+                "axis": v.before_axis,
+                "bottleneck": v.before_bottleneck,
+                "confidence": v.before_confidence,
+                "headline": verdict_headline(v.before_axis, v.before_bottleneck),
+                "summary": v.before_summary,
+            },
+            "after": {
+                "axis": v.after_axis,
+                "bottleneck": v.after_bottleneck,
+                "confidence": v.after_confidence,
+                "headline": verdict_headline(v.after_axis, v.after_bottleneck),
+                "summary": v.after_summary,
+            },
         },
-        "step_time_ms": {s.statistic: {"before": _r(s.before_ms, 3), "after": _r(s.after_ms, 3),
-                                       "change_pct": _r(s.change_pct), "speedup": _r(s.speedup, 3)}
-                         for s in d.step_time},
-        "shares": {s.name: {"label": s.label, "before_pct": _r(s.before_pct), "after_pct": _r(s.after_pct),
-                            "change_pts": _r(s.change_pts)} for s in d.shares},
-        "sinks": {s.name: {"label": s.label, "before_pct": _r(s.before_pct), "after_pct": _r(s.after_pct),
-                           "change_pts": _r(s.change_pts), "before_ms_per_step": _r(s.before_ms_per_step, 3),
-                           "after_ms_per_step": _r(s.after_ms_per_step, 3)} for s in d.sinks},
+        "step_time_ms": {
+            s.statistic: {
+                "before": _r(s.before_ms, 3),
+                "after": _r(s.after_ms, 3),
+                "change_pct": _r(s.change_pct),
+                "speedup": _r(s.speedup, 3),
+            }
+            for s in d.step_time
+        },
+        "shares": {
+            s.name: {
+                "label": s.label,
+                "before_pct": _r(s.before_pct),
+                "after_pct": _r(s.after_pct),
+                "change_pts": _r(s.change_pts),
+            }
+            for s in d.shares
+        },
+        "sinks": {
+            s.name: {
+                "label": s.label,
+                "before_pct": _r(s.before_pct),
+                "after_pct": _r(s.after_pct),
+                "change_pts": _r(s.change_pts),
+                "before_ms_per_step": _r(s.before_ms_per_step, 3),
+                "after_ms_per_step": _r(s.after_ms_per_step, 3),
+            }
+            for s in d.sinks
+        },
         "top_kernels": {
             "basis": "each run's top kernels (by time in the analyzed steps), matched by name, across GPU "
-                     "architectures and by family; times per step",
+            "architectures and by family; times per step",
             "changes": [_kernel(k) for k in sorted(d.kernels, key=lambda k: -abs(k.delta_ms_per_step))],
         },
         "fixes_achieved": fixes_list(d.fixes),
@@ -106,8 +158,10 @@ def render_summary_diff_text(doc: dict, color: bool = False) -> str:
     w("")
     v = doc["verdict"]
     arrow = "→" if v["changed"] else "→ (unchanged)"
-    w(bold("VERDICT") + f"  {v['before']['headline']} ({v['before']['confidence']:.2f})  {arrow}  "
-      f"{v['after']['headline']} ({v['after']['confidence']:.2f})")
+    w(
+        bold("VERDICT") + f"  {v['before']['headline']} ({v['before']['confidence']:.2f})  {arrow}  "
+        f"{v['after']['headline']} ({v['after']['confidence']:.2f})"
+    )
     w("")
     w(bold("Step time") + "           before       after     change")
     for stat, st in doc["step_time_ms"].items():
@@ -118,23 +172,30 @@ def render_summary_diff_text(doc: dict, color: bool = False) -> str:
     if rows:
         w(bold("Sinks") + "  (% of step time, ms per step)   before               after")
         for k, s in rows:
-            w(f"  {k:32s} {s['before_pct']:6.1f} % {s['before_ms_per_step']:9.2f}   "
-              f"{s['after_pct']:6.1f} % {s['after_ms_per_step']:9.2f}")
+            w(
+                f"  {k:32s} {s['before_pct']:6.1f} % {s['before_ms_per_step']:9.2f}   "
+                f"{s['after_pct']:6.1f} % {s['after_ms_per_step']:9.2f}"
+            )
         w("")
     changes = [k for k in doc["top_kernels"]["changes"] if k["change_ms_per_step"]][:KERNEL_ROWS]
     if changes:
         w(bold("Top kernels") + "  (per step; each run's top kernels)")
         for k in changes:
             how = "" if k["match"] == "exact" else f"[{k['match']}] "
-            w(f"    {k['change_ms_per_step']:+8.2f} ms  {k['before_ms_per_step']:7.2f} → {k['after_ms_per_step']:7.2f}  "
-              f"{how}{k['label'][:60]}")
+            w(
+                f"    {k['change_ms_per_step']:+8.2f} ms  {k['before_ms_per_step']:7.2f} → {k['after_ms_per_step']:7.2f}  "
+                f"{how}{k['label'][:60]}"
+            )
         w("")
     w(bold("Earlier fixes"))
     if not doc["fixes_achieved"]:
         w(f"  none: BEFORE's verdict was {v['before']['headline'].lower()}, with no ranked fixes")
     for f in doc["fixes_achieved"]:
-        vals = ("" if f["before"] is None or f["after"] is None
-                else f" — {f['metric']}: {f['before']:.2f} → {f['after']:.2f} {f['unit']}")
+        vals = (
+            ""
+            if f["before"] is None or f["after"] is None
+            else f" — {f['metric']}: {f['before']:.2f} → {f['after']:.2f} {f['unit']}"
+        )
         w(f"  {f['status']:<9s} {f['title']}{vals}")
         if f["line"]:
             w(f"            {f['line']}")
@@ -156,8 +217,10 @@ def render_summary_diff_markdown(doc: dict) -> str:
     w("| | before | after |")
     w("|---|---|---|")
     w(f"| run | {md_escape(_who(b))} | {md_escape(_who(a))} |")
-    w(f"| verdict | {md_escape(v['before']['headline'])} ({v['before']['confidence']:.2f}) | "
-      f"{md_escape(v['after']['headline'])} ({v['after']['confidence']:.2f}) |")
+    w(
+        f"| verdict | {md_escape(v['before']['headline'])} ({v['before']['confidence']:.2f}) | "
+        f"{md_escape(v['after']['headline'])} ({v['after']['confidence']:.2f}) |"
+    )
     for stat, st in doc["step_time_ms"].items():
         ch = "" if st["change_pct"] is None else f" ({st['change_pct']:+.1f} %)"
         w(f"| step {stat} | {st['before']:.2f} ms | {st['after']:.2f} ms{ch} |")
@@ -166,7 +229,9 @@ def render_summary_diff_markdown(doc: dict) -> str:
     if differ:
         w("> **Not comparable:**")
         for c in differ:
-            w(f"> - **{md_escape(c['check'])}**: {md_escape(c['before'])} → {md_escape(c['after'])}. {md_escape(c['note'])}")
+            w(
+                f"> - **{md_escape(c['check'])}**: {md_escape(c['before'])} → {md_escape(c['after'])}. {md_escape(c['note'])}"
+            )
         w("")
     if doc["fixes_achieved"]:
         w("## Earlier fixes")
@@ -194,12 +259,22 @@ def render_runs_text(runs: list[dict], store: str) -> str:
     for r in runs:
         v = r["verdict"]
         verdict = v["bottleneck"] or v["axis"]
-        base = "  ← baseline" + (f" of {', '.join(t or '(untagged)' for t in r['baseline_for'])}"
-                                 if r["baseline_for"] != [r["tag"] or ""] else "") if r["baseline_for"] else ""
+        base = (
+            "  ← baseline"
+            + (
+                f" of {', '.join(t or '(untagged)' for t in r['baseline_for'])}"
+                if r["baseline_for"] != [r["tag"] or ""]
+                else ""
+            )
+            if r["baseline_for"]
+            else ""
+        )
         commit = (r["git_commit"] or "")[:8] + ("+" if r["git_dirty"] else "")
-        out.append(f"{r['id']:>5}  {r['created'][:19]:20s} {(r['tag'] or '—')[:16]:16s} {commit or '—':10s} "
-                   f"{(r['gpu'] or 'no GPU')[:22]:22s} {r['steps']:>5} {r['step_time_ms']['p50']:9.2f}  "
-                   f"{verdict} ({v['confidence']:.2f}){base}")
+        out.append(
+            f"{r['id']:>5}  {r['created'][:19]:20s} {(r['tag'] or '—')[:16]:16s} {commit or '—':10s} "
+            f"{(r['gpu'] or 'no GPU')[:22]:22s} {r['steps']:>5} {r['step_time_ms']['p50']:9.2f}  "
+            f"{verdict} ({v['confidence']:.2f}){base}"
+        )
     out.append(f"({len(runs)} run{'s' if len(runs) != 1 else ''} from {store})")
     return "\n".join(out) + "\n"
 
@@ -212,5 +287,7 @@ def render_fixes_text(rows: list[dict]) -> str:
     for r in rows:
         p = "no projection" if r["projected_speedup"] is None else f"projected up to {r['projected_speedup']:.2f}×"
         ach = "—" if r["achieved_speedup"] is None else f"achieved {r['achieved_speedup']:.2f}×"
-        out.append(f"run {r['before_run']} → run {r['after_run']}  fix {r['recommendation']} ({r['status']}): {p}, {ach}")
+        out.append(
+            f"run {r['before_run']} → run {r['after_run']}  fix {r['recommendation']} ({r['status']}): {p}, {ach}"
+        )
     return "\n".join(out) + "\n"

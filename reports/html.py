@@ -6,9 +6,9 @@ the timeline of the median step (GPU lane and host lane, from the analyzers' tim
 Every string that comes from a trace (file, kernel, step and range names) goes through
 :func:`html.escape`.
 """
+
 from __future__ import annotations
 
-from trainscope.analyzers.plural import unit_for
 
 import html
 import os
@@ -23,12 +23,23 @@ if TYPE_CHECKING:
 # One colour per breakdown category and host state; busy GPU time green/purple/yellow, idle GPU
 # time by the host's reason (data wait red, sync orange, launch overhead blue).
 GPU_COLORS = {
-    "compute": "#2e9e44", "communication": "#b04ac9", "copy": "#c9a227", "memset": "#a08a3a",
-    "idle_data_wait": "#e0443e", "idle_sync": "#e08a1e", "idle_host_overhead": "#3d7fd9", "idle_other": "#c8c8c8",
+    "compute": "#2e9e44",
+    "communication": "#b04ac9",
+    "copy": "#c9a227",
+    "memset": "#a08a3a",
+    "idle_data_wait": "#e0443e",
+    "idle_sync": "#e08a1e",
+    "idle_host_overhead": "#3d7fd9",
+    "idle_other": "#c8c8c8",
 }
 HOST_COLORS = {
-    "data_wait": "#e0443e", "sync": "#e08a1e", "launch": "#3d7fd9", "optimizer": "#1fa6a6",
-    "backward": "#8a63d2", "cpu_op": "#5b8fb9", "idle": "#e6e6e6",
+    "data_wait": "#e0443e",
+    "sync": "#e08a1e",
+    "launch": "#3d7fd9",
+    "optimizer": "#1fa6a6",
+    "backward": "#8a63d2",
+    "cpu_op": "#5b8fb9",
+    "idle": "#e6e6e6",
 }
 
 CSS = """
@@ -59,8 +70,12 @@ def _f(x: Any, fmt: str = "{:.1f}", none: str = "—") -> str:
 
 
 def _legend(colors: dict[str, str], labels: dict[str, str], title: str = "") -> str:
-    return '<div class="legend">' + (f"<b>{_e(title)}</b> " if title else "") + "".join(
-        f'<span><i style="background:{c}"></i>{_e(labels.get(k, k))}</span>' for k, c in colors.items()) + "</div>"
+    return (
+        '<div class="legend">'
+        + (f"<b>{_e(title)}</b> " if title else "")
+        + "".join(f'<span><i style="background:{c}"></i>{_e(labels.get(k, k))}</span>' for k, c in colors.items())
+        + "</div>"
+    )
 
 
 def nice_ticks(top: float, most: int = 6) -> list[float]:
@@ -90,14 +105,20 @@ def breakdown_svg(doc: dict, width: int = 1000, height: int = 260) -> str:
     ymax = ticks[-1]
     slot = plot_w / len(steps)
     bar = max(1.0, slot * 0.8)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-           f'role="img" aria-label="step time breakdown per step">']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'role="img" aria-label="step time breakdown per step">'
+    ]
     for v in ticks:  # y grid and labels at round values (0, 50, 100, … not 0, 45, 91, …)
         y = top + plot_h - plot_h * v / ymax
-        out.append(f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
-                   f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end" fill="#555">{v:g}</text>')
-    out.append(f'<text x="12" y="{top + plot_h / 2:.0f}" font-size="11" fill="#555" '
-               f'transform="rotate(-90 12 {top + plot_h / 2:.0f})" text-anchor="middle">ms per step</text>')
+        out.append(
+            f'<line x1="{left}" x2="{width - 10}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end" fill="#555">{v:g}</text>'
+        )
+    out.append(
+        f'<text x="12" y="{top + plot_h / 2:.0f}" font-size="11" fill="#555" '
+        f'transform="rotate(-90 12 {top + plot_h / 2:.0f})" text-anchor="middle">ms per step</text>'
+    )
     for i, s in enumerate(steps):
         x = left + i * slot + (slot - bar) / 2
         y = top + plot_h
@@ -107,15 +128,23 @@ def breakdown_svg(doc: dict, width: int = 1000, height: int = 260) -> str:
                 continue
             h = plot_h * ms / ymax
             y -= h
-            out.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.2f}" fill="{GPU_COLORS[c]}">'
-                       f'<title>{_e(s["label"])}: {_e(doc["breakdown"]["categories"][c]["label"])} {ms:.2f} ms</title></rect>')
+            out.append(
+                f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.2f}" fill="{GPU_COLORS[c]}">'
+                f"<title>{_e(s['label'])}: {_e(doc['breakdown']['categories'][c]['label'])} {ms:.2f} ms</title></rect>"
+            )
         if s["outlier"]:
-            out.append(f'<path d="M{x + bar / 2:.1f} {y - 2:.1f} l-4 -7 h8 z" fill="#d33"><title>outlier</title></path>')
+            out.append(
+                f'<path d="M{x + bar / 2:.1f} {y - 2:.1f} l-4 -7 h8 z" fill="#d33"><title>outlier</title></path>'
+            )
         if len(steps) <= 30 or i % max(1, len(steps) // 15) == 0:
             label = s["label"].split("#")[-1]
-            out.append(f'<text x="{x + bar / 2:.1f}" y="{top + plot_h + 14}" font-size="10" text-anchor="middle" '
-                       f'fill="#555">{_e(label[:10])}</text>')
-    out.append(f'<text x="{left + plot_w / 2:.0f}" y="{height - 4}" font-size="11" text-anchor="middle" fill="#555">step</text>')
+            out.append(
+                f'<text x="{x + bar / 2:.1f}" y="{top + plot_h + 14}" font-size="10" text-anchor="middle" '
+                f'fill="#555">{_e(label[:10])}</text>'
+            )
+    out.append(
+        f'<text x="{left + plot_w / 2:.0f}" y="{height - 4}" font-size="11" text-anchor="middle" fill="#555">step</text>'
+    )
     out.append("</svg>")
     return "".join(out)
 
@@ -144,13 +173,17 @@ def timeline_svg(trace: "Trace", analysis: "Analysis", width: int = 1000, column
     left, lane_h, gap, top = 56, 34, 10, 10
     plot_w = width - left - 30
     height = top + 2 * lane_h + gap + 40
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-           f'role="img" aria-label="timeline of the median step">']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'role="img" aria-label="timeline of the median step">'
+    ]
     for row, (lane, colors) in enumerate((("gpu", GPU_COLORS), ("host", HOST_COLORS))):
         view = model.lane(lane, lo, hi, columns)
         y = top + row * (lane_h + gap)
-        out.append(f'<text x="{left - 6}" y="{y + lane_h / 2 + 4:.0f}" font-size="12" text-anchor="end" fill="#333">'
-                   f'{"GPU" if lane == "gpu" else "host"}</text>')
+        out.append(
+            f'<text x="{left - 6}" y="{y + lane_h / 2 + 4:.0f}" font-size="12" text-anchor="end" fill="#333">'
+            f"{'GPU' if lane == 'gpu' else 'host'}</text>"
+        )
         col_w = plot_w / columns
         start = 0
         dom = view.dominant
@@ -158,19 +191,25 @@ def timeline_svg(trace: "Trace", analysis: "Analysis", width: int = 1000, column
             if c < columns and dom[c] == dom[start]:
                 continue
             cat = view.categories[int(dom[start])]
-            out.append(f'<rect x="{left + start * col_w:.2f}" y="{y}" width="{(c - start) * col_w:.2f}" height="{lane_h}" '
-                       f'fill="{colors[cat]}"><title>{_e(cat)}</title></rect>')
+            out.append(
+                f'<rect x="{left + start * col_w:.2f}" y="{y}" width="{(c - start) * col_w:.2f}" height="{lane_h}" '
+                f'fill="{colors[cat]}"><title>{_e(cat)}</title></rect>'
+            )
             start = c
     dur_ms = (hi - lo) / 1e6
     axis_y = top + 2 * lane_h + gap + 14
     for k in range(6):
         x = left + plot_w * k / 5
-        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{axis_y - 10}" y2="{axis_y - 6}" stroke="#888"/>'
-                   f'<text x="{x:.1f}" y="{axis_y + 4}" font-size="10" text-anchor="middle" fill="#555">'
-                   f'{dur_ms * k / 5:.1f} ms</text>')
-    out.append(f'<text x="{left + plot_w / 2:.0f}" y="{axis_y + 20}" font-size="11" text-anchor="middle" fill="#555">'
-               f'{_e(step.label)} (the step nearest the p50 of {analysis.breakdown.step_ms.p50:.1f} ms: '
-               f'{dur_ms:.1f} ms)</text>')
+        out.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{axis_y - 10}" y2="{axis_y - 6}" stroke="#888"/>'
+            f'<text x="{x:.1f}" y="{axis_y + 4}" font-size="10" text-anchor="middle" fill="#555">'
+            f"{dur_ms * k / 5:.1f} ms</text>"
+        )
+    out.append(
+        f'<text x="{left + plot_w / 2:.0f}" y="{axis_y + 20}" font-size="11" text-anchor="middle" fill="#555">'
+        f"{_e(step.label)} (the step nearest the p50 of {analysis.breakdown.step_ms.p50:.1f} ms: "
+        f"{dur_ms:.1f} ms)</text>"
+    )
     out.append("</svg>")
     return "".join(out)
 
@@ -187,8 +226,10 @@ def _evidence_rows(evidence: list[dict]) -> str:
         thr = f"{e['threshold']} {e['unit']}".strip() if e["threshold"] else ""
         mark, word, color = MEETS[e["meets"]]
         cell = f'<b style="color:{color}" title="threshold {word}">{mark}</b> {_e(word)}' if mark else ""
-        rows.append(f"<tr><td>{cell}</td><td>{_e(e['metric'])}</td><td class=n>{_e(val)}</td><td>{_e(thr)}</td>"
-                    f"<td>{_e(e['source'])}</td></tr>")
+        rows.append(
+            f"<tr><td>{cell}</td><td>{_e(e['metric'])}</td><td class=n>{_e(val)}</td><td>{_e(thr)}</td>"
+            f"<td>{_e(e['source'])}</td></tr>"
+        )
     return "".join(rows)
 
 
@@ -208,27 +249,46 @@ def render_html_fragment(doc: dict, trace: "Trace | None" = None, analysis: "Ana
     meta.append(f"{len(doc['steps'])} steps ({_e(doc['steps_note'] or doc['steps_method'])})")
     if doc["steps"]:
         st = b["step_time_ms"]
-        meta.append(f"step p50 {_f(st['p50'])} ms, p95 {_f(st['p95'])} ms; GPU busy {_f(b['gpu_busy_pct'])} %, "
-                    f"data wait {_f(b['data_wait_pct'])} %")
+        meta.append(
+            f"step p50 {_f(st['p50'])} ms, p95 {_f(st['p95'])} ms; GPU busy {_f(b['gpu_busy_pct'])} %, "
+            f"data wait {_f(b['data_wait_pct'])} %"
+        )
     w(f'<p class="meta">{" · ".join(meta)}</p>')
-    w(f'<div class="verdict {_e(v["axis"])}"><div class="head">{_e(headline(doc))}</div>'
-      f'<div>confidence {v["confidence"]:.2f}</div><p>{_e(v["summary"])}</p></div>')
+    w(
+        f'<div class="verdict {_e(v["axis"])}"><div class="head">{_e(headline(doc))}</div>'
+        f"<div>confidence {v['confidence']:.2f}</div><p>{_e(v['summary'])}</p></div>"
+    )
     if v["evidence"]:
-        w("<h2>Evidence</h2><table><tr><th>threshold</th><th>evidence</th><th>value</th><th>threshold</th><th>source</th></tr>"
-          + _evidence_rows(v["evidence"]) + "</table>")
+        w(
+            "<h2>Evidence</h2><table><tr><th>threshold</th><th>evidence</th><th>value</th><th>threshold</th><th>source</th></tr>"
+            + _evidence_rows(v["evidence"])
+            + "</table>"
+        )
     if doc["recommendations"]:
-        w("<h2>Fixes, ranked by projected gain</h2><p>Projections are upper bounds computed from the measured breakdown.</p>")
+        w(
+            "<h2>Fixes, ranked by projected gain</h2><p>Projections are upper bounds computed from the measured breakdown.</p>"
+        )
         for r in doc["recommendations"]:
-            proj = f"up to {r['projected_speedup']:.2f}× faster" if r["projected_speedup"] is not None else "no projection"
-            w(f'<div class="fix"><b>{r["rank"]}. {_e(r["title"])}</b> — {proj}<pre>{_e(r["change"])}</pre>'
-              f'<small>Basis: {_e(r["basis"])}</small></div>')
+            proj = (
+                f"up to {r['projected_speedup']:.2f}× faster" if r["projected_speedup"] is not None else "no projection"
+            )
+            w(
+                f'<div class="fix"><b>{r["rank"]}. {_e(r["title"])}</b> — {proj}<pre>{_e(r["change"])}</pre>'
+                f"<small>Basis: {_e(r['basis'])}</small></div>"
+            )
     if doc["steps"] and doc["device"]["id"] is not None and not counters_only(doc):
         w("<h2>Where step time goes</h2>")
         w(breakdown_svg(doc))
         w(_legend(GPU_COLORS, CATEGORY_LABELS))
-        w("<table><tr><th>category</th><th>share</th><th>p50 ms</th><th>p95 ms</th></tr>" + "".join(
-            f"<tr><td>{_e(d['label'])}</td><td class=n>{_f(d['pct'])} %</td><td class=n>{_f(d['p50_ms'], '{:.2f}')}</td>"
-            f"<td class=n>{_f(d['p95_ms'], '{:.2f}')}</td></tr>" for d in b["categories"].values()) + "</table>")
+        w(
+            "<table><tr><th>category</th><th>share</th><th>p50 ms</th><th>p95 ms</th></tr>"
+            + "".join(
+                f"<tr><td>{_e(d['label'])}</td><td class=n>{_f(d['pct'])} %</td><td class=n>{_f(d['p50_ms'], '{:.2f}')}</td>"
+                f"<td class=n>{_f(d['p95_ms'], '{:.2f}')}</td></tr>"
+                for d in b["categories"].values()
+            )
+            + "</table>"
+        )
         if trace is not None and analysis is not None:
             tl = timeline_svg(trace, analysis)
             if tl:
@@ -238,16 +298,27 @@ def render_html_fragment(doc: dict, trace: "Trace | None" = None, analysis: "Ana
                 w(_legend(HOST_COLORS, HOST_LABELS, "host:"))
     ph = doc.get("phases")
     if ph and ph["phases"]:
-        w("<h2>Phases</h2><p>Host time of the phase ranges; GPU time of the kernels they launched.</p>"
-          "<table><tr><th>phase</th><th>host ms</th><th>share</th><th>GPU ms</th><th>kernels</th></tr>")
+        w(
+            "<h2>Phases</h2><p>Host time of the phase ranges; GPU time of the kernels they launched.</p>"
+            "<table><tr><th>phase</th><th>host ms</th><th>share</th><th>GPU ms</th><th>kernels</th></tr>"
+        )
         for p in ph["phases"]:
-            w(f"<tr><td>{_e(p['name'])}</td><td class=n>{p['host_ms']:.2f}</td><td class=n>{p['host_pct']:.1f} %</td>"
-              f"<td class=n>{p['kernel_ms']:.2f}</td><td class=n>{p['kernels']:,}</td></tr>")
+            w(
+                f"<tr><td>{_e(p['name'])}</td><td class=n>{p['host_ms']:.2f}</td><td class=n>{p['host_pct']:.1f} %</td>"
+                f"<td class=n>{p['kernel_ms']:.2f}</td><td class=n>{p['kernels']:,}</td></tr>"
+            )
         w("</table>")
     gm = doc.get("gpu_metrics")
     if gm:
-        parts = [f"{label} {gm[key]:.1f} %" for key, label in (("sm_active_pct", "SM active"), ("tensor_active_pct", "tensor active"),
-                                                                ("dram_bandwidth_pct", "DRAM bandwidth")) if gm[key] is not None]
+        parts = [
+            f"{label} {gm[key]:.1f} %"
+            for key, label in (
+                ("sm_active_pct", "SM active"),
+                ("tensor_active_pct", "tensor active"),
+                ("dram_bandwidth_pct", "DRAM bandwidth"),
+            )
+            if gm[key] is not None
+        ]
         w(f"<h2>GPU metrics</h2><p>{_e(', '.join(parts))} ({gm['samples']:,} samples in the steps)</p>")
     k = doc["kernels"]
     if k["count"]:
@@ -255,49 +326,74 @@ def render_html_fragment(doc: dict, trace: "Trace | None" = None, analysis: "Ana
 
         tc = k["tensor_core_pct_of_matmul"]
         cls = ", ".join(f"{c} {p:.0f} %" for c, p in sorted(k["class_pct"].items(), key=lambda x: -x[1]) if p >= 1)
-        w(f"<h2>Top kernels</h2><p>{k['count']:,} kernels in the steps, {k['total_ms']:.1f} ms; median "
-          f"{k['median_us']:.1f} µs; tensor cores {'—' if tc is None else f'{tc:.0f} %'} of GEMM/conv/attention time. "
-          f"By class: {_e(cls)}.</p>")
+        w(
+            f"<h2>Top kernels</h2><p>{k['count']:,} kernels in the steps, {k['total_ms']:.1f} ms; median "
+            f"{k['median_us']:.1f} µs; tensor cores {'—' if tc is None else f'{tc:.0f} %'} of GEMM/conv/attention time. "
+            f"By class: {_e(cls)}.</p>"
+        )
         rl = doc.get("roofline")
         if rl:
-            w(f"<p>{_e(roofline_summary(rl))}. Bound: what limits the kernel on the roofline (mem: memory bandwidth, "
-              "comp: arithmetic); F/B: FLOPs per byte moved; rate: achieved TFLOP/s (compute-bound) or GB/s; "
-              "% of roof: the rate against the roof at that intensity.</p>")
-        w("<table><tr><th>share</th><th>total ms</th><th>count</th><th>class</th><th>tensor cores</th>"
-          "<th>bound</th><th>F/B</th><th>rate</th><th>% of roof</th><th>kernel</th></tr>")
+            w(
+                f"<p>{_e(roofline_summary(rl))}. Bound: what limits the kernel on the roofline (mem: memory bandwidth, "
+                "comp: arithmetic); F/B: FLOPs per byte moved; rate: achieved TFLOP/s (compute-bound) or GB/s; "
+                "% of roof: the rate against the roof at that intensity.</p>"
+            )
+        w(
+            "<table><tr><th>share</th><th>total ms</th><th>count</th><th>class</th><th>tensor cores</th>"
+            "<th>bound</th><th>F/B</th><th>rate</th><th>% of roof</th><th>kernel</th></tr>"
+        )
         bounds = {"memory": "mem", "compute": "comp", "communication": "comm", "unknown": "?"}
         for kk in k["top"][:25]:
             inten = f"{kk['intensity']:.3g}" if kk.get("intensity") is not None else ""
             pct = f"{kk['pct_of_roof']:.0f} %" if kk.get("pct_of_roof") is not None else ""
-            w(f"<tr><td class=n>{_f(kk['share_pct'])} %</td><td class=n>{_f(kk['total_ms'], '{:.2f}')}</td>"
-              f"<td class=n>{kk['count']}</td><td>{_e(kk['class'])}</td><td>{'yes' if kk['tensor_core'] else 'no'}</td>"
-              f"<td>{bounds.get(kk.get('bound') or '', '')}</td><td class=n>{inten}</td><td class=n>{_e(_rate(kk))}</td>"
-              f"<td class=n>{pct}</td><td class=k>{_e(kk['name'])}</td></tr>")
+            w(
+                f"<tr><td class=n>{_f(kk['share_pct'])} %</td><td class=n>{_f(kk['total_ms'], '{:.2f}')}</td>"
+                f"<td class=n>{kk['count']}</td><td>{_e(kk['class'])}</td><td>{'yes' if kk['tensor_core'] else 'no'}</td>"
+                f"<td>{bounds.get(kk.get('bound') or '', '')}</td><td class=n>{inten}</td><td class=n>{_e(_rate(kk))}</td>"
+                f"<td class=n>{pct}</td><td class=k>{_e(kk['name'])}</td></tr>"
+            )
         w("</table>")
     if doc["findings"]:
         w("<h2>Findings</h2><ul>")
         for f in doc["findings"]:
-            w(f"<li><b>{_e(f['id'])}</b> ({_e(f['severity'])}, {_f(f['stake_pct'])} % of step time): "
-              f"{_e(f['title'])}; {_e(f['detail'])}</li>")
+            w(
+                f"<li><b>{_e(f['id'])}</b> ({_e(f['severity'])}, {_f(f['stake_pct'])} % of step time): "
+                f"{_e(f['title'])}; {_e(f['detail'])}</li>"
+            )
         w("</ul>")
     if doc["memory"] or doc["mfu"]:
         w("<h2>Memory and MFU</h2><ul>")
         for m in doc["memory"]:
-            cap = (f" of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['peak_pct_of_capacity']:.0f} %)"
-                   if m["capacity_bytes"] else "")
-            res = f", reserved {m['peak_reserved_bytes'] / 2**30:.2f} GiB" if m["peak_reserved_bytes"] is not None else ""
-            basis = (" (growth since profiling started: the trace records allocator deltas, not totals)"
-                     if m["basis"] == "relative" else f" ({_e(m['basis'])})")
-            w(f"<li>GPU {m['device']}: peak allocated {m['peak_allocated_bytes'] / 2**30:.2f} GiB{basis}{res}{cap}</li>")
+            cap = (
+                f" of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['peak_pct_of_capacity']:.0f} %)"
+                if m["capacity_bytes"]
+                else ""
+            )
+            res = (
+                f", reserved {m['peak_reserved_bytes'] / 2**30:.2f} GiB" if m["peak_reserved_bytes"] is not None else ""
+            )
+            basis = (
+                " (growth since profiling started: the trace records allocator deltas, not totals)"
+                if m["basis"] == "relative"
+                else f" ({_e(m['basis'])})"
+            )
+            w(
+                f"<li>GPU {m['device']}: peak allocated {m['peak_allocated_bytes'] / 2**30:.2f} GiB{basis}{res}{cap}</li>"
+            )
         mfu = doc["mfu"]
-        w(f"<li>MFU: {mfu['value_pct']:.1f} % ({_e(mfu['reason'])})</li>" if mfu["value_pct"] is not None
-          else f"<li>MFU: {_e(mfu['reason'])}</li>")
+        w(
+            f"<li>MFU: {mfu['value_pct']:.1f} % ({_e(mfu['reason'])})</li>"
+            if mfu["value_pct"] is not None
+            else f"<li>MFU: {_e(mfu['reason'])}</li>"
+        )
         if mfu.get("basis") == "recorded flops" and mfu.get("shapes_pct") is not None:
             w(f"<li>{mfu['shapes_pct']:.1f} % ({_e(mfu['shapes_reason'])})</li>")
         law = mfu.get("iron_law")
         if law:
-            w(f"<li>Iron Law: {_e(law['formula'])}; pipeline efficiency (GPU busy) "
-              f"{law['pipeline_efficiency_pct']:.1f} % vs MFU {law['efficiency_pct']:.1f} %</li>")
+            w(
+                f"<li>Iron Law: {_e(law['formula'])}; pipeline efficiency (GPU busy) "
+                f"{law['pipeline_efficiency_pct']:.1f} % vs MFU {law['efficiency_pct']:.1f} %</li>"
+            )
             gap = ", ".join(f"{k} {v:.1f} %" for k, v in law["gap_pct"].items() if v >= 0.05)
             if gap:
                 w(f"<li>busy but below peak (% of step time): {_e(gap)}</li>")
@@ -309,8 +405,11 @@ def render_html_fragment(doc: dict, trace: "Trace | None" = None, analysis: "Ana
     if doc.get("deep"):
         from trainscope.reports.deep import deep_text_lines
 
-        w("<h2>Deep analysis (Holistic Trace Analysis)</h2><pre>"
-          + _e("\n".join(deep_text_lines(doc["deep"], lambda x: x))) + "</pre>")
+        w(
+            "<h2>Deep analysis (Holistic Trace Analysis)</h2><pre>"
+            + _e("\n".join(deep_text_lines(doc["deep"], lambda x: x)))
+            + "</pre>"
+        )
     if doc.get("stragglers"):
         from trainscope.reports.deep import stragglers_text_lines
 
@@ -318,8 +417,10 @@ def render_html_fragment(doc: dict, trace: "Trace | None" = None, analysis: "Ana
     if doc.get("ranks"):
         w("<h2>Ranks</h2><table><tr><th>rank</th><th>step p50 ms</th><th>GPU busy</th><th>verdict</th></tr>")
         for r in doc["ranks"]:
-            w(f"<tr><td class=n>{r['rank']}</td><td class=n>{_f(r['step_p50_ms'])}</td><td class=n>{_f(r['gpu_busy_pct'])} %</td>"
-              f"<td>{_e(AXIS_NAMES[r['axis']])} {_e(r['bottleneck'] or '')}</td></tr>")
+            w(
+                f"<tr><td class=n>{r['rank']}</td><td class=n>{_f(r['step_p50_ms'])}</td><td class=n>{_f(r['gpu_busy_pct'])} %</td>"
+                f"<td>{_e(AXIS_NAMES[r['axis']])} {_e(r['bottleneck'] or '')}</td></tr>"
+            )
         w("</table>")
     if doc["warnings"]:
         w("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(line)}</li>" for line in doc["warnings"]) + "</ul>")
@@ -330,10 +431,13 @@ def render_html_fragment(doc: dict, trace: "Trace | None" = None, analysis: "Ana
 def render_html(doc: dict, trace: "Trace | None" = None, analysis: "Analysis | None" = None) -> str:
     """The whole page."""
     name = os.path.basename(doc["input"]["path"].rstrip("/"))
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>trainscope: {_e(name)}</title><style>{CSS}</style></head>\n<body><main>\n"
-            + render_html_fragment(doc, trace, analysis) + "\n</main></body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>trainscope: {_e(name)}</title><style>{CSS}</style></head>\n<body><main>\n"
+        + render_html_fragment(doc, trace, analysis)
+        + "\n</main></body></html>\n"
+    )
 
 
 def scoped_css(scope: str = ".trainscope-report") -> str:
@@ -350,21 +454,28 @@ def scoped_css(scope: str = ".trainscope-report") -> str:
 
 def render_html_cell(doc: dict, trace: "Trace | None" = None, analysis: "Analysis | None" = None) -> str:
     """For Jupyter (``Report._repr_html_``): the body with its styles scoped to one element."""
-    return (f'<div class="trainscope-report"><style>{scoped_css()}</style>'
-            + render_html_fragment(doc, trace, analysis) + "</div>")
+    return (
+        f'<div class="trainscope-report"><style>{scoped_css()}</style>'
+        + render_html_fragment(doc, trace, analysis)
+        + "</div>"
+    )
 
 
 def render_text_page(title: str, summary: str, text: str) -> str:
     """A self-contained page of a terminal report (diff, plan, memory): ``--report x.html``."""
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body><main>\n"
-            f"<h1>{_e(title)}</h1><p class=\"meta\">{_e(summary)}</p><pre>{_e(text)}</pre>"
-            "\n</main></body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body><main>\n"
+        f'<h1>{_e(title)}</h1><p class="meta">{_e(summary)}</p><pre>{_e(text)}</pre>'
+        "\n</main></body></html>\n"
+    )
 
 
 def render_text_cell(title: str, summary: str, text: str) -> str:
     """For Jupyter (``_repr_html_`` of a diff, plan or memory result): a heading, the one-line
     verdict and the terminal report verbatim (escaped, preformatted), styles scoped to one element."""
-    return (f'<div class="trainscope-report"><style>{scoped_css()}</style>'
-            f"<h1>{_e(title)}</h1><p class=\"meta\">{_e(summary)}</p><pre>{_e(text)}</pre></div>")
+    return (
+        f'<div class="trainscope-report"><style>{scoped_css()}</style>'
+        f'<h1>{_e(title)}</h1><p class="meta">{_e(summary)}</p><pre>{_e(text)}</pre></div>'
+    )

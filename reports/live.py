@@ -1,6 +1,7 @@
 """Renderings of the live diagnosis: the headless line, the JSON line (same vocabulary as
 ``trainscope analyze --format json``: ``verdict.axis``, ``findings[].id``, evidence objects),
 the end-of-watch summary and its Markdown report."""
+
 from __future__ import annotations
 
 from trainscope.analyzers.fix_text import code_language
@@ -41,14 +42,30 @@ def _pct(x: float | None, width: int = 3) -> str:
 
 def verdict_dict(st: LiveStatus) -> dict[str, Any]:
     v = st.verdict
-    return {"axis": v.axis, "confidence": v.confidence, "bottleneck": v.bottleneck, "runner_up": v.runner_up,
-            "summary": v.summary,
-            "headline": live_headline(st), "evidence": [_evidence(e) for e in v.evidence]}
+    return {
+        "axis": v.axis,
+        "confidence": v.confidence,
+        "bottleneck": v.bottleneck,
+        "runner_up": v.runner_up,
+        "summary": v.summary,
+        "headline": live_headline(st),
+        "evidence": [_evidence(e) for e in v.evidence],
+    }
 
 
 def findings_list(st: LiveStatus) -> list[dict[str, Any]]:
-    return [{"id": f.id, "axis": f.axis, "severity": f.severity, "title": f.title, "stake_pct": _r(f.stake_pct),
-             "detail": f.detail, "evidence": [_evidence(e) for e in f.evidence]} for f in st.findings]
+    return [
+        {
+            "id": f.id,
+            "axis": f.axis,
+            "severity": f.severity,
+            "title": f.title,
+            "stake_pct": _r(f.stake_pct),
+            "detail": f.detail,
+            "evidence": [_evidence(e) for e in f.evidence],
+        }
+        for f in st.findings
+    ]
 
 
 def stats_dict(s: WindowStats) -> dict[str, Any]:
@@ -67,8 +84,11 @@ def ranks_dict(st: LiveStatus) -> dict[str, Any] | None:
     rw = st.ranks
     if rw is None:
         return None
-    return {"straggler": rw.straggler, "evidence": rw.evidence,
-            "ranks": [{k: (_r(v) if isinstance(v, float) else v) for k, v in asdict(r).items()} for r in rw.ranks]}
+    return {
+        "straggler": rw.straggler,
+        "evidence": rw.evidence,
+        "ranks": [{k: (_r(v) if isinstance(v, float) else v) for k, v in asdict(r).items()} for r in rw.ranks],
+    }
 
 
 def rank_lines(st: LiveStatus | None) -> list[str]:
@@ -78,10 +98,16 @@ def rank_lines(st: LiveStatus | None) -> list[str]:
         return []
     out = []
     for r in rw.ranks:
-        gpu = f"  GPU {r.gpu} {r.gpu_util:.0f} % {r.gpu_mem / 2**30:.1f} GiB" if r.gpu is not None and r.gpu_util is not None and r.gpu_mem is not None else ""
+        gpu = (
+            f"  GPU {r.gpu} {r.gpu_util:.0f} % {r.gpu_mem / 2**30:.1f} GiB"
+            if r.gpu is not None and r.gpu_util is not None and r.gpu_mem is not None
+            else ""
+        )
         mark = "  ◀ holds the others back" if rw.straggler == r.rank else ""
-        out.append(f"rank {r.rank:>4s}  iter {_ms(r.step_ms)}  input wait {_ms(r.wait_ms)} ({_pct(r.wait_pct)} %)  "
-                   f"own work {_ms(r.own_ms)}  RSS {_gib(r.rss)}{gpu}{mark}")
+        out.append(
+            f"rank {r.rank:>4s}  iter {_ms(r.step_ms)}  input wait {_ms(r.wait_ms)} ({_pct(r.wait_pct)} %)  "
+            f"own work {_ms(r.own_ms)}  RSS {_gib(r.rss)}{gpu}{mark}"
+        )
     return out
 
 
@@ -95,20 +121,37 @@ def _gib(x: int | None) -> str:
 
 def status_line_dict(st: LiveStatus, snap: Snapshot) -> dict[str, Any]:
     """One JSON line of ``watch --headless --format json``."""
-    d = {"schema": SCHEMA, "type": "sample", "t": round(snap.t, 3), "wall": round(snap.wall, 3), "state": st.state,
-         "verdict": verdict_dict(st), "findings": findings_list(st),
-         "fixes": [asdict(f) for f in st.fixes], "window": stats_dict(st.stats),
-         "sample": snapshot_dict(snap)}
+    d = {
+        "schema": SCHEMA,
+        "type": "sample",
+        "t": round(snap.t, 3),
+        "wall": round(snap.wall, 3),
+        "state": st.state,
+        "verdict": verdict_dict(st),
+        "findings": findings_list(st),
+        "fixes": [asdict(f) for f in st.fixes],
+        "window": stats_dict(st.stats),
+        "sample": snapshot_dict(snap),
+    }
     if st.ranks is not None:
         d["ranks"] = ranks_dict(st)
     return d
 
 
 def summary_dict(st: LiveStatus, info: dict[str, Any]) -> dict[str, Any]:
-    d = {"schema": SCHEMA, "type": "summary", "tool": {"name": "trainscope", "version": __version__}, **info,
-         "state": st.state, "verdict": verdict_dict(st), "findings": findings_list(st),
-         "fixes": [asdict(f) for f in st.fixes], "run": stats_dict(st.stats),
-         "changes": [asdict(c) for c in st.changes], "verdict_changes": st.verdict_changes}
+    d = {
+        "schema": SCHEMA,
+        "type": "summary",
+        "tool": {"name": "trainscope", "version": __version__},
+        **info,
+        "state": st.state,
+        "verdict": verdict_dict(st),
+        "findings": findings_list(st),
+        "fixes": [asdict(f) for f in st.fixes],
+        "run": stats_dict(st.stats),
+        "changes": [asdict(c) for c in st.changes],
+        "verdict_changes": st.verdict_changes,
+    }
     if st.ranks is not None:
         d["ranks"] = ranks_dict(st)
     return d
@@ -128,12 +171,19 @@ def status_line(st: LiveStatus, snap: Snapshot) -> str:
         parts.append(f"CPU {_pct(h.cpu_pct)}% iow {_pct(h.iowait_pct)}%")
         main, wk = h.group("main"), h.group("workers")
         if main is not None:
-            w = f" workers {wk.count}×{_pct(wk.cpu_pct / wk.count if wk.count and wk.cpu_pct is not None else None)}%" if wk and wk.count else ""
+            w = (
+                f" workers {wk.count}×{_pct(wk.cpu_pct / wk.count if wk.count and wk.cpu_pct is not None else None)}%"
+                if wk and wk.count
+                else ""
+            )
             parts.append(f"main {_pct(main.cpu_pct)}%{w}")
     s = st.stats
     if st.ranks is not None:
-        parts.append("ranks " + " ".join(f"{r.rank}:{_pct(r.wait_pct).strip()}%" for r in st.ranks.ranks)
-                     + (f" straggler {st.ranks.straggler}" if st.ranks.straggler else ""))
+        parts.append(
+            "ranks "
+            + " ".join(f"{r.rank}:{_pct(r.wait_pct).strip()}%" for r in st.ranks.ranks)
+            + (f" straggler {st.ranks.straggler}" if st.ranks.straggler else "")
+        )
     if s.data_wait_pct is not None:
         parts.append(f"steps {s.steps} wait {s.data_wait_pct:.1f}%")
     elif snap.step_mode != "on":
@@ -142,16 +192,21 @@ def status_line(st: LiveStatus, snap: Snapshot) -> str:
     if creep is not None:
         parts.append("MEMORY CREEP " + creep.detail.split(" over the last")[0])
     conf = f" {st.verdict.confidence:.2f}" if st.state == READY and st.verdict.bottleneck else ""
-    parts.append(live_headline(st).split(" · ")[0] + (f" ({st.verdict.bottleneck})" if st.verdict.bottleneck else "") + conf)
+    parts.append(
+        live_headline(st).split(" · ")[0] + (f" ({st.verdict.bottleneck})" if st.verdict.bottleneck else "") + conf
+    )
     return " │ ".join(parts)
 
 
 def summary_text(st: LiveStatus, info: dict[str, Any]) -> str:
-    out = [f"trainscope watch — {info.get('target', '')}".rstrip(" —"),
-           f"  watched {st.stats.span_s:.0f} s, {st.stats.samples} samples" + (
-               f", {st.stats.steps} step{'s' * (st.stats.steps != 1)} timed" if st.stats.steps else "") + (
-               f"; job exit code {info['exit_code']}" if info.get("exit_code") is not None else ""),
-           "", f"VERDICT  {live_headline(st)}" + (f"   confidence {st.verdict.confidence:.2f}" if st.state == READY else "")]
+    out = [
+        f"trainscope watch — {info.get('target', '')}".rstrip(" —"),
+        f"  watched {st.stats.span_s:.0f} s, {st.stats.samples} samples"
+        + (f", {st.stats.steps} step{'s' * (st.stats.steps != 1)} timed" if st.stats.steps else "")
+        + (f"; job exit code {info['exit_code']}" if info.get("exit_code") is not None else ""),
+        "",
+        f"VERDICT  {live_headline(st)}" + (f"   confidence {st.verdict.confidence:.2f}" if st.state == READY else ""),
+    ]
     out += [f"  {line}" for line in textwrap.wrap(st.verdict.summary, 92)]
     if st.verdict.evidence:
         out += ["", "Evidence"]
@@ -169,8 +224,10 @@ def summary_text(st: LiveStatus, info: dict[str, Any]) -> str:
             out.append(f"  {i}. {fx.title}{proj}")
             out += [f"       {line}" for line in fx.change.splitlines()]
     if len(st.changes) > 1:
-        out += ["", f"Verdict changes ({st.verdict_changes} after the first verdict)"] + [f"  {c.t:7.1f}s  {AXIS_NAMES.get(c.axis, c.axis)}"
-                                          + (f" ({c.bottleneck})" if c.bottleneck else "") for c in st.changes]
+        out += ["", f"Verdict changes ({st.verdict_changes} after the first verdict)"] + [
+            f"  {c.t:7.1f}s  {AXIS_NAMES.get(c.axis, c.axis)}" + (f" ({c.bottleneck})" if c.bottleneck else "")
+            for c in st.changes
+        ]
     if st.ranks is not None:
         out += ["", "Ranks (over the whole run)"] + [f"  {line}" for line in rank_lines(st)]
         out += [f"  {line}" for line in textwrap.wrap(st.ranks.evidence, 92)]
@@ -192,30 +249,45 @@ def capture_headline(c: dict[str, Any]) -> str:
         return f"{head}): no capture: {c.get('why')}"
     verdict = str(c.get("verdict_line") or "").removeprefix("trainscope: ")
     limit = ", stopped by the time limit" if c.get("time_limit") else ""
-    return (f"{head}, {c.get('steps_captured')} steps at {c.get('started_t') or 0:.1f} s{limit}): {verdict}"
-            f" — trace {c.get('path')}")
+    return (
+        f"{head}, {c.get('steps_captured')} steps at {c.get('started_t') or 0:.1f} s{limit}): {verdict}"
+        f" — trace {c.get('path')}"
+    )
 
 
 def capture_overhead(c: dict[str, Any]) -> str:
     o = c.get("overhead")
-    once = ", ".join(f"{name} {c[k]:.2f} s" for name, k in (("profiler start", "start_s"), ("trace export", "export_s"))
-                     if c.get(k) is not None)
+    once = ", ".join(
+        f"{name} {c[k]:.2f} s"
+        for name, k in (("profiler start", "start_s"), ("trace export", "export_s"))
+        if c.get(k) is not None
+    )
     tail = f"; once: {once}" if once else ""
     if not o:
         return "overhead: not measured (no steps timed around the capture)" + tail
     basis = f"{o['before_steps']} before" + (f" + {o['after_steps']} after" if o.get("after_steps") else "")
-    return (f"overhead {o['pct']:+.0f} % per step (median {o['during_ms']:.1f} ms during vs {o['around_ms']:.1f} ms "
-            f"around, {basis}){tail}")
+    return (
+        f"overhead {o['pct']:+.0f} % per step (median {o['during_ms']:.1f} ms during vs {o['around_ms']:.1f} ms "
+        f"around, {basis}){tail}"
+    )
 
 
 def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
     s = st.stats
     e = md_escape
-    out = [f"# trainscope watch — {e(str(info.get('target', '')))}", "",
-           f"*{time.strftime('%Y-%m-%d %H:%M:%S')}, trainscope {__version__}; watched {s.span_s:.0f} s, "
-           f"{s.samples} samples{f', {s.steps} step' + 's' * (s.steps != 1) + ' timed' if s.steps else ''}"
-           + (f"; job exit code {info['exit_code']}" if info.get("exit_code") is not None else "") + "*", "",
-           f"## Verdict: {e(live_headline(st))}", "", e(st.verdict.summary), ""]
+    out = [
+        f"# trainscope watch — {e(str(info.get('target', '')))}",
+        "",
+        f"*{time.strftime('%Y-%m-%d %H:%M:%S')}, trainscope {__version__}; watched {s.span_s:.0f} s, "
+        f"{s.samples} samples{f', {s.steps} step' + 's' * (s.steps != 1) + ' timed' if s.steps else ''}"
+        + (f"; job exit code {info['exit_code']}" if info.get("exit_code") is not None else "")
+        + "*",
+        "",
+        f"## Verdict: {e(live_headline(st))}",
+        "",
+        e(st.verdict.summary),
+        "",
+    ]
     if st.verdict.evidence:
         out += ["| | metric | value | threshold | source |", "|---|---|---|---|---|"]
         for ev in st.verdict.evidence:
@@ -224,50 +296,83 @@ def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
             out.append(f"| {mark} | {e(ev.metric)} | {e(val)} | {e(ev.threshold)} | {e(ev.source)} |")
         out.append("")
     out += ["## Run", "", "| metric | value |", "|---|---|"]
-    rows = [("GPU utilization (time-weighted)", s.gpu_util, "%"), ("GPU memory used (fullest GPU)", s.gpu_mem_pct, "%"),
-            ("SM activity (GPM)", s.sm_util, "%"), ("tensor activity (GPM)", s.tensor_util, "%"),
-            ("DRAM bandwidth (GPM)", s.dram_util, "%"), ("host CPU", s.cpu_pct, "%"), ("I/O wait", s.iowait_pct, "%"),
-            ("training process CPU", s.main_cpu_pct, "% of a core"), ("DataLoader workers", s.workers, ""),
-            ("CPU per worker", s.worker_cpu_pct, "% of a core"), ("data wait (step-exact)", s.data_wait_pct, "% of step time"),
-            ("mean step", s.step_ms, "ms")]
+    rows = [
+        ("GPU utilization (time-weighted)", s.gpu_util, "%"),
+        ("GPU memory used (fullest GPU)", s.gpu_mem_pct, "%"),
+        ("SM activity (GPM)", s.sm_util, "%"),
+        ("tensor activity (GPM)", s.tensor_util, "%"),
+        ("DRAM bandwidth (GPM)", s.dram_util, "%"),
+        ("host CPU", s.cpu_pct, "%"),
+        ("I/O wait", s.iowait_pct, "%"),
+        ("training process CPU", s.main_cpu_pct, "% of a core"),
+        ("DataLoader workers", s.workers, ""),
+        ("CPU per worker", s.worker_cpu_pct, "% of a core"),
+        ("data wait (step-exact)", s.data_wait_pct, "% of step time"),
+        ("mean step", s.step_ms, "ms"),
+    ]
     for name, v, unit in rows:
         shown = "n/a" if v is None else (str(v) if isinstance(v, int) else f"{v:.1f} {unit}".strip())
         out.append(f"| {name} | {shown} |")
     out.append("")
     if st.findings:
-        out += ["## Findings", ""] + [f"- **{e(f.id)}** ({f.severity}): {e(f.title)} — {e(f.detail)}" for f in st.findings]
+        out += ["## Findings", ""] + [
+            f"- **{e(f.id)}** ({f.severity}): {e(f.title)} — {e(f.detail)}" for f in st.findings
+        ]
         out.append("")
     if st.fixes:
         out += ["## Fixes", ""]
         for i, fx in enumerate(st.fixes, 1):
-            proj = f" — up to {fx.projected_speedup:.2f}× faster (upper bound; {e(fx.basis)})" if fx.projected_speedup else ""
+            proj = (
+                f" — up to {fx.projected_speedup:.2f}× faster (upper bound; {e(fx.basis)})"
+                if fx.projected_speedup
+                else ""
+            )
             out += [f"{i}. {e(fx.title)}{proj}", "", f"```{code_language(fx.change)}", fx.change, "```", ""]
     if st.changes:
-        out += ["## Verdict changes", "", f"{st.verdict_changes} after the first verdict.", "",
-                "| at | verdict |", "|---|---|"]
-        out += [f"| {c.t:.1f} s | {e(AXIS_NAMES.get(c.axis, c.axis))}{f' ({e(c.bottleneck)})' if c.bottleneck else ''} |"
-                for c in st.changes]
+        out += [
+            "## Verdict changes",
+            "",
+            f"{st.verdict_changes} after the first verdict.",
+            "",
+            "| at | verdict |",
+            "|---|---|",
+        ]
+        out += [
+            f"| {c.t:.1f} s | {e(AXIS_NAMES.get(c.axis, c.axis))}{f' ({e(c.bottleneck)})' if c.bottleneck else ''} |"
+            for c in st.changes
+        ]
         out.append("")
     if st.ranks is not None:
-        out += ["## Ranks", "", "| rank | pid | iterations | iteration | input wait | own work | RSS | GPU |",
-                "|---|---|---|---|---|---|---|---|"]
+        out += [
+            "## Ranks",
+            "",
+            "| rank | pid | iterations | iteration | input wait | own work | RSS | GPU |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for r in st.ranks.ranks:
             gpu = "n/a" if r.gpu is None else f"{r.gpu}" + (f" ({r.gpu_util:.0f} %)" if r.gpu_util is not None else "")
             name = e(r.rank) + (" **holds the others back**" if st.ranks.straggler == r.rank else "")
-            out.append(f"| {name} | {r.pid} | {r.steps} | {_ms(r.step_ms).strip()} | {_ms(r.wait_ms).strip()} "
-                       f"({_pct(r.wait_pct).strip()} %) | {_ms(r.own_ms).strip()} | {_gib(r.rss)} | {gpu} |")
+            out.append(
+                f"| {name} | {r.pid} | {r.steps} | {_ms(r.step_ms).strip()} | {_ms(r.wait_ms).strip()} "
+                f"({_pct(r.wait_pct).strip()} %) | {_ms(r.own_ms).strip()} | {_gib(r.rss)} | {gpu} |"
+            )
         out += ["", e(st.ranks.evidence), ""]
     for c in info.get("captures") or []:
         out += [f"## Capture {c.get('id')}: {e(str(c.get('trigger')))}", ""]
         if c.get("status") != "done":
             out += [f"No capture: {e(str(c.get('why')))}", ""]
             continue
-        out += [f"{c.get('steps_captured')} iterations captured at {c.get('started_t') or 0:.1f} s "
-                f"(asked at {c.get('requested_t') or 0:.1f} s), pid {c.get('pid')}; trace `{e(str(c.get('path')))}`.", "",
-                "| | |", "|---|---|",
-                f"| counters then | {e(str(c.get('counters') or 'n/a'))} |",
-                f"| trace says | {e(str(c.get('verdict_line') or '').removeprefix('trainscope: '))} |",
-                f"| overhead | {e(capture_overhead(c))} |", ""]
+        out += [
+            f"{c.get('steps_captured')} iterations captured at {c.get('started_t') or 0:.1f} s "
+            f"(asked at {c.get('requested_t') or 0:.1f} s), pid {c.get('pid')}; trace `{e(str(c.get('path')))}`.",
+            "",
+            "| | |",
+            "|---|---|",
+            f"| counters then | {e(str(c.get('counters') or 'n/a'))} |",
+            f"| trace says | {e(str(c.get('verdict_line') or '').removeprefix('trainscope: '))} |",
+            f"| overhead | {e(capture_overhead(c))} |",
+            "",
+        ]
         if c.get("summary"):
             out += [e(str(c["summary"])), ""]
         out += [f"- {e(str(x))}" for x in c.get("evidence") or []]

@@ -1,4 +1,5 @@
 """The Markdown report: the terminal summary's content, shaped for a pull request."""
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,10 @@ def render_markdown(doc: dict) -> str:
     w(f"- **Steps:** {len(doc['steps'])} ({md_escape(doc['steps_note'])})")
     if doc["steps"]:
         st = b["step_time_ms"]
-        w(f"- **Step time:** p50 {st['p50']:.1f} ms, p95 {st['p95']:.1f} ms; GPU busy {b['gpu_busy_pct']:.1f} %, "
-          f"data wait {b['data_wait_pct']:.1f} %")
+        w(
+            f"- **Step time:** p50 {st['p50']:.1f} ms, p95 {st['p95']:.1f} ms; GPU busy {b['gpu_busy_pct']:.1f} %, "
+            f"data wait {b['data_wait_pct']:.1f} %"
+        )
     w("")
     w(f"## Verdict: {md_escape(headline(doc))} (confidence {v['confidence']:.2f})")
     w("")
@@ -63,7 +66,9 @@ def render_markdown(doc: dict) -> str:
         w("Projections are upper bounds computed from the measured breakdown.")
         w("")
         for r in doc["recommendations"]:
-            proj = f"up to {r['projected_speedup']:.2f}× faster" if r["projected_speedup"] is not None else "no projection"
+            proj = (
+                f"up to {r['projected_speedup']:.2f}× faster" if r["projected_speedup"] is not None else "no projection"
+            )
             w(f"{r['rank']}. **{md_escape(r['title'])}** — {proj}")
             w("")
             w(_fence(r["change"]))
@@ -77,12 +82,21 @@ def render_markdown(doc: dict) -> str:
         w("| phase | host ms | share of step time | GPU kernel ms | kernels |")
         w("|---|---:|---:|---:|---:|")
         for p in ph["phases"]:
-            w(f"| {md_escape(p['name'])} | {p['host_ms']:.2f} | {p['host_pct']:.1f} % | {p['kernel_ms']:.2f} | {p['kernels']} |")
+            w(
+                f"| {md_escape(p['name'])} | {p['host_ms']:.2f} | {p['host_pct']:.1f} % | {p['kernel_ms']:.2f} | {p['kernels']} |"
+            )
         w("")
     gm = doc.get("gpu_metrics")
     if gm:
-        vals = [f"{label} {gm[key]:.1f} %" for key, label in (("sm_active_pct", "SM active"), ("tensor_active_pct", "tensor active"),
-                                                               ("dram_bandwidth_pct", "DRAM bandwidth")) if gm[key] is not None]
+        vals = [
+            f"{label} {gm[key]:.1f} %"
+            for key, label in (
+                ("sm_active_pct", "SM active"),
+                ("tensor_active_pct", "tensor active"),
+                ("dram_bandwidth_pct", "DRAM bandwidth"),
+            )
+            if gm[key] is not None
+        ]
         w(f"**GPU metrics** (Nsight GPU_METRICS, {gm['samples']} samples in the steps): {', '.join(vals)}")
         w("")
     if doc["steps"] and dev["id"] is not None:
@@ -96,8 +110,10 @@ def render_markdown(doc: dict) -> str:
         w("| step | duration ms | GPU busy | data wait | outlier |")
         w("|---|---:|---:|---:|---|")
         for s in doc["steps"][:200]:
-            w(f"| {md_escape(s['label'])} | {s['duration_ms']:.1f} | {s['gpu_busy_pct']:.1f} % | {s['data_wait_pct']:.1f} % | "
-              f"{'yes' if s['outlier'] else ''} |")
+            w(
+                f"| {md_escape(s['label'])} | {s['duration_ms']:.1f} | {s['gpu_busy_pct']:.1f} % | {s['data_wait_pct']:.1f} % | "
+                f"{'yes' if s['outlier'] else ''} |"
+            )
         w("")
     k = doc["kernels"]
     if k["count"]:
@@ -106,8 +122,10 @@ def render_markdown(doc: dict) -> str:
         w("| share | total ms | count | class | tensor cores | kernel |")
         w("|---:|---:|---:|---|---|---|")
         for kk in k["top"][:15]:
-            w(f"| {kk['share_pct']:.1f} % | {kk['total_ms']:.2f} | {kk['count']} | {kk['class']} | "
-              f"{'yes' if kk['tensor_core'] else 'no'} | {md_escape(kk['name'], 120)} |")
+            w(
+                f"| {kk['share_pct']:.1f} % | {kk['total_ms']:.2f} | {kk['count']} | {kk['class']} | "
+                f"{'yes' if kk['tensor_core'] else 'no'} | {md_escape(kk['name'], 120)} |"
+            )
         w("")
     rl = doc.get("roofline")
     if rl and rl["kernels"]:
@@ -116,8 +134,10 @@ def render_markdown(doc: dict) -> str:
         w("## Findings")
         w("")
         for f in doc["findings"]:
-            w(f"- **{md_escape(f['id'])}** ({f['severity']}, {f['stake_pct']:.1f} % of step time): "
-              f"{md_escape(f['title'])}; {md_escape(f['detail'])}")
+            w(
+                f"- **{md_escape(f['id'])}** ({f['severity']}, {f['stake_pct']:.1f} % of step time): "
+                f"{md_escape(f['title'])}; {md_escape(f['detail'])}"
+            )
         w("")
     w("## Memory and MFU")
     w("")
@@ -125,17 +145,24 @@ def render_markdown(doc: dict) -> str:
         cap = f" of {m['capacity_bytes'] / 2**30:.1f} GiB" if m["capacity_bytes"] else ""
         w(f"- GPU {m['device']}: peak allocated {m['peak_allocated_bytes'] / 2**30:.2f} GiB{cap} ({m['basis']})")
     mfu = doc["mfu"]
-    w(f"- MFU: {mfu['value_pct']:.1f} % ({md_escape(mfu['reason'])})" if mfu["value_pct"] is not None
-      else f"- MFU: {md_escape(mfu['reason'])}")
+    w(
+        f"- MFU: {mfu['value_pct']:.1f} % ({md_escape(mfu['reason'])})"
+        if mfu["value_pct"] is not None
+        else f"- MFU: {md_escape(mfu['reason'])}"
+    )
     if mfu.get("basis") == "recorded flops" and mfu.get("shapes_pct") is not None:
         w(f"- MFU {md_escape(mfu['shapes_reason'])}: {mfu['shapes_pct']:.1f} %")
     law = mfu.get("iron_law")
     if law:
-        w(f"- Iron Law: {md_escape(law['formula'])}. FLOPs/step: {md_escape(law['flops_source'])}; GPUs: "
-          f"{md_escape(law['gpus_source'])}; peak: {md_escape(law['peak_source'])}; η = MFU.")
+        w(
+            f"- Iron Law: {md_escape(law['formula'])}. FLOPs/step: {md_escape(law['flops_source'])}; GPUs: "
+            f"{md_escape(law['gpus_source'])}; peak: {md_escape(law['peak_source'])}; η = MFU."
+        )
         gap = ", ".join(f"{md_escape(k)} {v:.1f} %" for k, v in law["gap_pct"].items() if v >= 0.05)
-        w(f"- Pipeline efficiency (GPU busy) {law['pipeline_efficiency_pct']:.1f} % against MFU "
-          f"{law['efficiency_pct']:.1f} %" + (f"; busy but below peak, % of step time: {gap}" if gap else ""))
+        w(
+            f"- Pipeline efficiency (GPU busy) {law['pipeline_efficiency_pct']:.1f} % against MFU "
+            f"{law['efficiency_pct']:.1f} %" + (f"; busy but below peak, % of step time: {gap}" if gap else "")
+        )
     w("")
     if doc.get("ledger"):
         from trainscope.reports.plan import ledger_markdown_lines
@@ -155,7 +182,9 @@ def render_markdown(doc: dict) -> str:
         w("| rank | step p50 ms | GPU busy | verdict |")
         w("|---:|---:|---:|---|")
         for r in doc["ranks"]:
-            w(f"| {r['rank']} | {r['step_p50_ms']:.1f} | {r['gpu_busy_pct']:.1f} % | {AXIS_NAMES[r['axis']]} {md_escape(r['bottleneck'] or '')} |")
+            w(
+                f"| {r['rank']} | {r['step_p50_ms']:.1f} | {r['gpu_busy_pct']:.1f} % | {AXIS_NAMES[r['axis']]} {md_escape(r['bottleneck'] or '')} |"
+            )
         w("")
     if doc["warnings"]:
         w("## Notes")
@@ -176,16 +205,26 @@ def roofline_markdown_lines(rl: dict) -> list[str]:
     bw = rl["bandwidth_gbps"]
     p = rl["bound_pct"]
     ridge = ", ".join(f"{k} {v:g}" for k, v in (rl.get("ridge_flop_per_byte") or {}).items())
-    out = ["## Roofline", "",
-           f"{md_escape(rl['device'])}" + (f", {bw:g} GB/s" if bw else "") + (f"; ridge points (FLOP/B): {ridge}" if ridge else "")
-           + f". Kernel time memory-bound {p['memory']:.1f} %, compute-bound {p['compute']:.1f} %, "
-           f"unknown {p['unknown']:.1f} %, communication {100 * rl['communication_ms'] / rl['total_ms'] if rl['total_ms'] else 0:.1f} %.",
-           "", f"- memory: {md_escape(rl['evidence']['memory'])}", f"- compute: {md_escape(rl['evidence']['compute'])}", "",
-           "| share | ms | bound | precision | FLOP/B | TFLOP/s | GB/s | % of roof | source | kernel |",
-           "|---:|---:|---|---|---:|---:|---:|---:|---|---|"]
+    out = [
+        "## Roofline",
+        "",
+        f"{md_escape(rl['device'])}"
+        + (f", {bw:g} GB/s" if bw else "")
+        + (f"; ridge points (FLOP/B): {ridge}" if ridge else "")
+        + f". Kernel time memory-bound {p['memory']:.1f} %, compute-bound {p['compute']:.1f} %, "
+        f"unknown {p['unknown']:.1f} %, communication {100 * rl['communication_ms'] / rl['total_ms'] if rl['total_ms'] else 0:.1f} %.",
+        "",
+        f"- memory: {md_escape(rl['evidence']['memory'])}",
+        f"- compute: {md_escape(rl['evidence']['compute'])}",
+        "",
+        "| share | ms | bound | precision | FLOP/B | TFLOP/s | GB/s | % of roof | source | kernel |",
+        "|---:|---:|---|---|---:|---:|---:|---:|---|---|",
+    ]
     for r in rl["kernels"]:
-        out.append(f"| {r['share_pct']:.1f} % | {r['total_ms']:.2f} | {r['bound']} | {r['precision']} | "
-                   f"{_num(r['intensity'], '.3g')} | {_num(r['tflops'], '.3g')} | {_num(r['gbps'], '.4g')} | "
-                   f"{_num(r['pct_of_roof'], '.0f')} | {md_escape(r['cost_source'], 80)} | {md_escape(r['name'], 80)} |")
+        out.append(
+            f"| {r['share_pct']:.1f} % | {r['total_ms']:.2f} | {r['bound']} | {r['precision']} | "
+            f"{_num(r['intensity'], '.3g')} | {_num(r['tflops'], '.3g')} | {_num(r['gbps'], '.4g')} | "
+            f"{_num(r['pct_of_roof'], '.0f')} | {md_escape(r['cost_source'], 80)} | {md_escape(r['name'], 80)} |"
+        )
     out.append("")
     return out

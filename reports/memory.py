@@ -1,4 +1,5 @@
 """A CUDA memory snapshot or memory timeline as a document ("trainscope.memory/1"), text and Markdown."""
+
 from __future__ import annotations
 
 import os
@@ -14,40 +15,86 @@ SCHEMA = "trainscope.memory/1"
 
 
 def _finding(f: Finding) -> dict[str, Any]:
-    return {"id": f.id, "axis": f.axis, "severity": f.severity, "title": f.title, "detail": f.detail,
-            "evidence": [{"metric": e.metric, "value": e.value, "unit": e.unit, "threshold": e.threshold,
-                          "source": e.source, "meets": e.meets} for e in f.evidence]}
+    return {
+        "id": f.id,
+        "axis": f.axis,
+        "severity": f.severity,
+        "title": f.title,
+        "detail": f.detail,
+        "evidence": [
+            {
+                "metric": e.metric,
+                "value": e.value,
+                "unit": e.unit,
+                "threshold": e.threshold,
+                "source": e.source,
+                "meets": e.meets,
+            }
+            for e in f.evidence
+        ],
+    }
 
 
-def build_memory_document(path: str, kind: str, devices: list[DeviceSnapshotMemory] | None,
-                          timeline: TimelinePeak | None, findings: list[Finding], capacity: dict | None,
-                          warnings: list[str]) -> dict[str, Any]:
-    doc: dict[str, Any] = {"schema": SCHEMA, "tool": {"name": "trainscope", "version": __version__},
-                           "input": {"path": path, "format": kind}, "capacity": capacity,
-                           "findings": [_finding(f) for f in findings], "warnings": warnings}
+def build_memory_document(
+    path: str,
+    kind: str,
+    devices: list[DeviceSnapshotMemory] | None,
+    timeline: TimelinePeak | None,
+    findings: list[Finding],
+    capacity: dict | None,
+    warnings: list[str],
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "tool": {"name": "trainscope", "version": __version__},
+        "input": {"path": path, "format": kind},
+        "capacity": capacity,
+        "findings": [_finding(f) for f in findings],
+        "warnings": warnings,
+    }
     if devices is not None:
-        doc["devices"] = [{
-            "device": m.device, "events": m.events,
-            "peak_allocated_bytes": m.peak_allocated, "peak_reserved_bytes": m.peak_reserved,
-            "peak_allocated_time_us": m.peak_allocated_time_us, "peak_phase": m.peak_phase,
-            "reserved_at_peak_allocated_bytes": m.reserved_at_peak_allocated,
-            "allocated_at_peak_reserved_bytes": m.allocated_at_peak_reserved,
-            "fragmentation_pct": round(m.fragmentation_pct, 2),
-            "end_allocated_bytes": m.end_allocated, "end_reserved_bytes": m.end_reserved,
-            "end_inactive_bytes": m.inactive_end_bytes, "largest_inactive_block_bytes": m.largest_inactive_block,
-            "oom_events": m.oom_events,
-            "top_allocations": [{"bytes": a.size, "site": a.site, "time_us": a.time_us} for a in m.top_allocations],
-            "sites": [{"site": s.site, "bytes": s.bytes, "count": s.count} for s in m.sites[:15]],
-            "notes": m.notes,
-            "oom": None if m.oom is None else {
-                "status": m.oom.status, "ended_in_oom": m.oom.ended_in_oom, "kind": m.oom.kind,
-                "requested_bytes": m.oom.requested, "device_free_bytes": m.oom.device_free,
-                "cached_free_bytes": m.oom.cached_free, "judged_at": m.oom.judged_at, "evidence": m.oom.evidence},
-        } for m in devices]
+        doc["devices"] = [
+            {
+                "device": m.device,
+                "events": m.events,
+                "peak_allocated_bytes": m.peak_allocated,
+                "peak_reserved_bytes": m.peak_reserved,
+                "peak_allocated_time_us": m.peak_allocated_time_us,
+                "peak_phase": m.peak_phase,
+                "reserved_at_peak_allocated_bytes": m.reserved_at_peak_allocated,
+                "allocated_at_peak_reserved_bytes": m.allocated_at_peak_reserved,
+                "fragmentation_pct": round(m.fragmentation_pct, 2),
+                "end_allocated_bytes": m.end_allocated,
+                "end_reserved_bytes": m.end_reserved,
+                "end_inactive_bytes": m.inactive_end_bytes,
+                "largest_inactive_block_bytes": m.largest_inactive_block,
+                "oom_events": m.oom_events,
+                "top_allocations": [{"bytes": a.size, "site": a.site, "time_us": a.time_us} for a in m.top_allocations],
+                "sites": [{"site": s.site, "bytes": s.bytes, "count": s.count} for s in m.sites[:15]],
+                "notes": m.notes,
+                "oom": None
+                if m.oom is None
+                else {
+                    "status": m.oom.status,
+                    "ended_in_oom": m.oom.ended_in_oom,
+                    "kind": m.oom.kind,
+                    "requested_bytes": m.oom.requested,
+                    "device_free_bytes": m.oom.device_free,
+                    "cached_free_bytes": m.oom.cached_free,
+                    "judged_at": m.oom.judged_at,
+                    "evidence": m.oom.evidence,
+                },
+            }
+            for m in devices
+        ]
     if timeline is not None:
-        doc["timeline"] = {"peak_bytes": timeline.peak_bytes, "peak_time_us": timeline.peak_time_us,
-                           "duration_us": timeline.duration_us, "at_peak_bytes": timeline.at_peak,
-                           "category_peak_bytes": timeline.category_peaks}
+        doc["timeline"] = {
+            "peak_bytes": timeline.peak_bytes,
+            "peak_time_us": timeline.peak_time_us,
+            "duration_us": timeline.duration_us,
+            "at_peak_bytes": timeline.at_peak,
+            "category_peak_bytes": timeline.category_peaks,
+        }
     return doc
 
 
@@ -67,12 +114,16 @@ def render_memory_text(doc: dict) -> str:
         w(f"GPU {m['device']}  ({m['events']:,} allocator events recorded)")
         phase = f", during {m['peak_phase']}" if m["peak_phase"] else ""
         w(f"  peak allocated   {_g(m['peak_allocated_bytes']):>10s}{phase}")
-        w(f"  peak reserved    {_g(m['peak_reserved_bytes']):>10s}   reserved but unallocated at that peak "
-          f"{m['fragmentation_pct']:.1f} % (fragmentation)")
+        w(
+            f"  peak reserved    {_g(m['peak_reserved_bytes']):>10s}   reserved but unallocated at that peak "
+            f"{m['fragmentation_pct']:.1f} % (fragmentation)"
+        )
         if cap:
             w(f"  of capacity      {100 * m['peak_reserved_bytes'] / cap['capacity_bytes']:9.1f} %")
-        w(f"  at the dump      {_g(m['end_allocated_bytes'])} allocated, {_g(m['end_reserved_bytes'])} reserved, "
-          f"{_g(m['end_inactive_bytes'])} cached free (largest block {m['largest_inactive_block_bytes'] / 2**20:.0f} MiB)")
+        w(
+            f"  at the dump      {_g(m['end_allocated_bytes'])} allocated, {_g(m['end_reserved_bytes'])} reserved, "
+            f"{_g(m['end_inactive_bytes'])} cached free (largest block {m['largest_inactive_block_bytes'] / 2**20:.0f} MiB)"
+        )
         o = m.get("oom")
         if o and o["status"] == "oom":
             w(f"  out of memory:   yes ({m['oom_events']} oom event{'s' * (m['oom_events'] > 1)}) — a {o['kind']} OOM")
@@ -116,7 +167,10 @@ def render_memory_markdown(doc: dict) -> str:
     for m in doc.get("devices", []):
         w(f"## GPU {m['device']}")
         w("")
-        w(f"- **Peak allocated:** {_g(m['peak_allocated_bytes'])}" + (f" during {md_escape(m['peak_phase'])}" if m["peak_phase"] else ""))
+        w(
+            f"- **Peak allocated:** {_g(m['peak_allocated_bytes'])}"
+            + (f" during {md_escape(m['peak_phase'])}" if m["peak_phase"] else "")
+        )
         w(f"- **Peak reserved:** {_g(m['peak_reserved_bytes'])}; fragmentation {m['fragmentation_pct']:.1f} %")
         w("")
         w("| bytes live at the peak | allocations | site |")

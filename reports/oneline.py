@@ -1,5 +1,6 @@
 """One line per result, for ``repr()`` in a Python session: what the result is and its verdict,
 never the whole dataclass tree (a diff's tree runs to hundreds of kilobytes)."""
+
 from __future__ import annotations
 
 import os
@@ -40,15 +41,19 @@ def diff_line(d: Any, gate: Any, fixes: list) -> str:
     windows, else step p50) and the gate."""
     v = d.verdict
     before, after = (d.before, d.after)
-    names = (f"{_base(getattr(before, 'path', None) or getattr(before, 'source', ''))} → "
-             f"{_base(getattr(after, 'path', None) or getattr(after, 'source', ''))}")
+    names = (
+        f"{_base(getattr(before, 'path', None) or getattr(before, 'source', ''))} → "
+        f"{_base(getattr(after, 'path', None) or getattr(after, 'source', ''))}"
+    )
     verdict = _headline(v.before_axis, v.before_bottleneck)
     verdict += f" → {_headline(v.after_axis, v.after_bottleneck)}" if v.changed else " (unchanged)"
     work = getattr(d, "work", None)
     if work is not None and work.fixed_windows and work.before_kernel_ms > 0:
         ch = 100 * (work.after_kernel_ms - work.before_kernel_ms) / work.before_kernel_ms
-        head = (f"kernel time per window {work.before_kernel_ms:.2f} → {work.after_kernel_ms:.2f} ms ({ch:+.1f} %), "
-                f"kernels {work.before_kernels:.0f} → {work.after_kernels:.0f}")
+        head = (
+            f"kernel time per window {work.before_kernel_ms:.2f} → {work.after_kernel_ms:.2f} ms ({ch:+.1f} %), "
+            f"kernels {work.before_kernels:.0f} → {work.after_kernels:.0f}"
+        )
     else:
         p = d.p50
         sp = p.speedup
@@ -66,23 +71,32 @@ def diff_line(d: Any, gate: Any, fixes: list) -> str:
 
 
 def plan_line(fit: Any, options: list) -> str:
-    state = ("does not fit" if not fit.fits else "fits, tight" if fit.tight else "fits")
+    state = "does not fit" if not fit.fits else "fits, tight" if fit.tight else "fits"
     floor = " (static floor only: activations unknown)" if fit.static_only else ""
-    opts = f" · {len(options)} option{'' if len(options) == 1 else 's'} to fit" if options and not fit.fits else (
-        f" · {len(options)} option{'' if len(options) == 1 else 's'}" if options else "")
-    return _cut(f"<PlanResult {state}: {fit.used_bytes / 2**30:.2f} GiB of {fit.capacity_bytes / 2**30:.1f} GiB "
-                f"{fit.device} ({fit.pct:.0f} %){floor}{opts}>")
+    opts = (
+        f" · {len(options)} option{'' if len(options) == 1 else 's'} to fit"
+        if options and not fit.fits
+        else (f" · {len(options)} option{'' if len(options) == 1 else 's'}" if options else "")
+    )
+    return _cut(
+        f"<PlanResult {state}: {fit.used_bytes / 2**30:.2f} GiB of {fit.capacity_bytes / 2**30:.1f} GiB "
+        f"{fit.device} ({fit.pct:.0f} %){floor}{opts}>"
+    )
 
 
 def memory_line(path: str, kind: str, doc: dict, findings: list) -> str:
     parts = []
     for d in doc.get("devices") or []:
-        parts.append(f"GPU {d['device']} peak allocated {d['peak_allocated_bytes'] / 2**30:.2f} GiB, reserved "
-                     f"{d['peak_reserved_bytes'] / 2**30:.2f} GiB" + (f", {d['oom_events']} OOM" if d["oom_events"] else ""))
+        parts.append(
+            f"GPU {d['device']} peak allocated {d['peak_allocated_bytes'] / 2**30:.2f} GiB, reserved "
+            f"{d['peak_reserved_bytes'] / 2**30:.2f} GiB" + (f", {d['oom_events']} OOM" if d["oom_events"] else "")
+        )
     if doc.get("timeline"):
         parts.append(f"peak {doc['timeline']['peak_bytes'] / 2**30:.2f} GiB")
     if len(parts) > 3:
         parts = parts[:3] + [f"… {len(parts) - 3} more devices"]
-    parts.append(f"{len(findings)} finding{'' if len(findings) == 1 else 's'}"
-                 + (": " + ", ".join(f.id for f in findings[:3]) if findings else ""))
+    parts.append(
+        f"{len(findings)} finding{'' if len(findings) == 1 else 's'}"
+        + (": " + ", ".join(f.id for f in findings[:3]) if findings else "")
+    )
     return _cut(f"<MemoryReport {_base(path)} ({kind}): " + " · ".join(parts) + ">")

@@ -1,5 +1,6 @@
 """Writing what trainscope produces: documents as JSON (non-finite numbers as null, lone surrogates
 escaped) and files written atomically, for every front end (the CLI, the apps, the api)."""
+
 from __future__ import annotations
 
 import json

@@ -18,6 +18,7 @@ steps — written as ``gpu_user_annotation`` ranges on the analyzed GPU (Kineto'
 ranges on the GPU timeline), a "verdict" track with one range over the steps named by the verdict,
 and the step boundaries as global instant markers. No track is capped: every interval is written.
 """
+
 from __future__ import annotations
 
 import os
@@ -79,12 +80,26 @@ def findings_events(model: TimelineModel, doc: dict, device: int, offset_ns: int
     steps = model.segmentation.steps
     if steps:
         lo, hi = steps[0].start_ns, steps[-1].end_ns
-        yield {"ph": "X", "cat": "gpu_user_annotation", "pid": pid, "tid": 0,
-               "name": f"verdict {v['axis']} ({v['confidence']:.2f})", "ts": _us1(lo, offset_ns),
-               "dur": _us1(hi - lo), "args": {"device": device, "summary": v["summary"], "bottleneck": v["bottleneck"]}}
+        yield {
+            "ph": "X",
+            "cat": "gpu_user_annotation",
+            "pid": pid,
+            "tid": 0,
+            "name": f"verdict {v['axis']} ({v['confidence']:.2f})",
+            "ts": _us1(lo, offset_ns),
+            "dur": _us1(hi - lo),
+            "args": {"device": device, "summary": v["summary"], "bottleneck": v["bottleneck"]},
+        }
         for st in steps:
-            yield {"ph": "i", "s": "g", "cat": "trainscope_step", "pid": pid, "tid": 0,
-                   "name": f"step boundary: {st.label}", "ts": _us1(st.start_ns, offset_ns)}
+            yield {
+                "ph": "i",
+                "s": "g",
+                "cat": "trainscope_step",
+                "pid": pid,
+                "tid": 0,
+                "name": f"step boundary: {st.label}",
+                "ts": _us1(st.start_ns, offset_ns),
+            }
     for n, f in enumerate(doc["findings"], 1):
         yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": n, "args": {"name": f"{f['id']} ({f['severity']})"}}
         yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": n, "args": {"sort_index": n}}
@@ -92,9 +107,17 @@ def findings_events(model: TimelineModel, doc: dict, device: int, offset_ns: int
         args = {"device": device, "finding": f["id"], "severity": f["severity"], "stake_pct": f["stake_pct"]}
         starts, ends = finding_arrays(model, f["id"])
         for lo in range(0, len(starts), _BATCH):  # Python objects for one batch at a time
-            for s, e in zip(starts[lo:lo + _BATCH].tolist(), ends[lo:lo + _BATCH].tolist()):
-                yield {"ph": "X", "cat": "gpu_user_annotation", "pid": pid, "tid": n, "name": name,
-                       "ts": _us1(s, offset_ns), "dur": _us1(e - s), "args": args}
+            for s, e in zip(starts[lo : lo + _BATCH].tolist(), ends[lo : lo + _BATCH].tolist()):
+                yield {
+                    "ph": "X",
+                    "cat": "gpu_user_annotation",
+                    "pid": pid,
+                    "tid": n,
+                    "name": name,
+                    "ts": _us1(s, offset_ns),
+                    "dur": _us1(e - s),
+                    "args": args,
+                }
 
 
 # -- the output file ---------------------------------------------------------------------------
@@ -182,8 +205,12 @@ def _flush(out: _Sink, batch: list[dict], first: bool) -> bool:
 
 
 def _trainscope_field(doc: dict, copied: bool) -> dict:
-    return {"verdict": doc["verdict"], "findings": [f["id"] for f in doc["findings"]], "findings_pid": FINDINGS_PID,
-            "events": "copied from the input file" if copied else "written from trainscope's model"}
+    return {
+        "verdict": doc["verdict"],
+        "findings": [f["id"] for f in doc["findings"]],
+        "findings_pid": FINDINGS_PID,
+        "events": "copied from the input file" if copied else "written from trainscope's model",
+    }
 
 
 # -- Kineto input: the file's own events, copied -----------------------------------------------
@@ -251,20 +278,20 @@ def _array_span(path: str) -> tuple[int, int, dict] | None:
                 return None
             lead = first[:4096].lstrip()
             if lead[:1] == b"[":
-                head = first[:len(first[:4096]) - len(lead) + 1]
+                head = first[: len(first[:4096]) - len(lead) + 1]
                 break
             if lead[:1] != b"{":
                 return None
             m = re.compile(rb'"traceEvents"\s*:\s*\[').search(first)
             if m:
-                head = first[:m.end()]
+                head = first[: m.end()]
                 break
         else:
             return None
         tail_at = max(len(head), size - _TAIL)
         f.seek(tail_at)
         tail = f.read()
-    if not first[len(head):len(head) + 4096].lstrip()[:1] == b"{":
+    if not first[len(head) : len(head) + 4096].lstrip()[:1] == b"{":
         return None  # an empty array: the validated path says so
     for ev_end, trailer in _array_ends(head if head.lstrip()[:1] == b"{" else b"", tail):
         if ev_end == 0:
@@ -326,8 +353,13 @@ def _finish_copy(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, devi
 # -- other input: the model, written in Kineto's vocabulary -------------------------------------
 def _model_events(trace: Trace) -> Iterable[dict]:
     strings = trace.strings
-    host = [(int(t.pid) if str(t.pid).lstrip("-").isdigit() else t.pid,
-             int(t.tid) if str(t.tid).lstrip("-").isdigit() else t.tid) for t in trace.threads]
+    host = [
+        (
+            int(t.pid) if str(t.pid).lstrip("-").isdigit() else t.pid,
+            int(t.tid) if str(t.tid).lstrip("-").isdigit() else t.tid,
+        )
+        for t in trace.threads
+    ]
 
     def host_ids(thread: int) -> tuple[object, object]:
         return host[thread] if 0 <= thread < len(host) else (0, thread)
@@ -340,46 +372,124 @@ def _model_events(trace: Trace) -> Iterable[dict]:
         if t.name:
             yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": t.name}}
     k = trace.kernels
-    for ts, dur, name, d, stream, corr in zip(_us(k.ts), _us(k.dur), k.name.tolist(), k.device.tolist(),
-                                              k.stream.tolist(), k.correlation.tolist()):
-        yield {"ph": "X", "cat": "kernel", "name": strings[name], "pid": d, "tid": stream, "ts": ts,
-               "dur": dur, "args": {"device": d, "stream": stream, "correlation": corr}}
+    for ts, dur, name, d, stream, corr in zip(
+        _us(k.ts), _us(k.dur), k.name.tolist(), k.device.tolist(), k.stream.tolist(), k.correlation.tolist()
+    ):
+        yield {
+            "ph": "X",
+            "cat": "kernel",
+            "name": strings[name],
+            "pid": d,
+            "tid": stream,
+            "ts": ts,
+            "dur": dur,
+            "args": {"device": d, "stream": stream, "correlation": corr},
+        }
     c = trace.copies
     for ts, dur, d, stream, kind, src, dst, nbytes, corr in zip(
-            _us(c.ts), _us(c.dur), c.device.tolist(), c.stream.tolist(), c.kind.tolist(), c.src.tolist(),
-            c.dst.tolist(), c.bytes.tolist(), c.correlation.tolist()):
+        _us(c.ts),
+        _us(c.dur),
+        c.device.tolist(),
+        c.stream.tolist(),
+        c.kind.tolist(),
+        c.src.tolist(),
+        c.dst.tolist(),
+        c.bytes.tolist(),
+        c.correlation.tolist(),
+    ):
         name = f"Memcpy {COPY_KINDS[kind]} ({MEMORY_KINDS[src].capitalize()} -> {MEMORY_KINDS[dst].capitalize()})"
-        yield {"ph": "X", "cat": "gpu_memcpy", "name": name, "pid": d, "tid": stream, "ts": ts, "dur": dur,
-               "args": {"device": d, "stream": stream, "bytes": nbytes, "correlation": corr}}
+        yield {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": name,
+            "pid": d,
+            "tid": stream,
+            "ts": ts,
+            "dur": dur,
+            "args": {"device": d, "stream": stream, "bytes": nbytes, "correlation": corr},
+        }
     m = trace.memsets
-    for ts, dur, d, stream, nbytes, corr in zip(_us(m.ts), _us(m.dur), m.device.tolist(), m.stream.tolist(),
-                                                m.bytes.tolist(), m.correlation.tolist()):
-        yield {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": d, "tid": stream, "ts": ts,
-               "dur": dur, "args": {"device": d, "stream": stream, "bytes": nbytes, "correlation": corr}}
+    for ts, dur, d, stream, nbytes, corr in zip(
+        _us(m.ts), _us(m.dur), m.device.tolist(), m.stream.tolist(), m.bytes.tolist(), m.correlation.tolist()
+    ):
+        yield {
+            "ph": "X",
+            "cat": "gpu_memset",
+            "name": "Memset (Device)",
+            "pid": d,
+            "tid": stream,
+            "ts": ts,
+            "dur": dur,
+            "args": {"device": d, "stream": stream, "bytes": nbytes, "correlation": corr},
+        }
     r = trace.runtime
-    for ts, dur, th, name, corr in zip(_us(r.ts), _us(r.dur), r.thread.tolist(), r.name.tolist(),
-                                       r.correlation.tolist()):
+    for ts, dur, th, name, corr in zip(
+        _us(r.ts), _us(r.dur), r.thread.tolist(), r.name.tolist(), r.correlation.tolist()
+    ):
         pid, tid = host_ids(th)
-        yield {"ph": "X", "cat": "cuda_runtime", "name": strings[name], "pid": pid, "tid": tid, "ts": ts,
-               "dur": dur, "args": {"correlation": corr}}
+        yield {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": strings[name],
+            "pid": pid,
+            "tid": tid,
+            "ts": ts,
+            "dur": dur,
+            "args": {"correlation": corr},
+        }
     o = trace.cpu_ops
     for ts, dur, th, name in zip(_us(o.ts), _us(o.dur), o.thread.tolist(), o.name.tolist()):
         pid, tid = host_ids(th)
-        yield {"ph": "X", "cat": "cpu_op", "name": strings[name], "pid": pid, "tid": tid, "ts": ts, "dur": dur,
-               "args": {}}
+        yield {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": strings[name],
+            "pid": pid,
+            "tid": tid,
+            "ts": ts,
+            "dur": dur,
+            "args": {},
+        }
     a = trace.annotations
     for ts, dur, th, name, d in zip(_us(a.ts), _us(a.dur), a.thread.tolist(), a.name.tolist(), a.device.tolist()):
         pid, tid = host_ids(th)
         cat = "gpu_user_annotation" if d >= 0 else "user_annotation"
-        yield {"ph": "X", "cat": cat, "name": strings[name], "pid": pid, "tid": tid, "ts": ts, "dur": dur,
-               "args": {"device": d} if d >= 0 else {}}
+        yield {
+            "ph": "X",
+            "cat": cat,
+            "name": strings[name],
+            "pid": pid,
+            "tid": tid,
+            "ts": ts,
+            "dur": dur,
+            "args": {"device": d} if d >= 0 else {},
+        }
     mem = trace.memory
     if len(mem):
-        for ts, dt, d, nbytes, alloc, res in zip(_us(mem.ts), mem.device_type.tolist(), mem.device.tolist(),
-                                                 mem.bytes.tolist(), mem.allocated.tolist(), mem.reserved.tolist()):
-            yield {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 0, "tid": 0, "ts": ts,
-                   "args": {"Device Type": dt, "Device Id": d, "Bytes": nbytes, "Total Allocated": alloc,
-                            "Total Reserved": res}}
+        for ts, dt, d, nbytes, alloc, res in zip(
+            _us(mem.ts),
+            mem.device_type.tolist(),
+            mem.device.tolist(),
+            mem.bytes.tolist(),
+            mem.allocated.tolist(),
+            mem.reserved.tolist(),
+        ):
+            yield {
+                "ph": "i",
+                "s": "t",
+                "cat": "cpu_instant_event",
+                "name": "[memory]",
+                "pid": 0,
+                "tid": 0,
+                "ts": ts,
+                "args": {
+                    "Device Type": dt,
+                    "Device Id": d,
+                    "Bytes": nbytes,
+                    "Total Allocated": alloc,
+                    "Total Reserved": res,
+                },
+            }
     cn = trace.counters
     for ts, d, name, value in zip(_us(cn.ts), cn.device.tolist(), cn.name.tolist(), cn.value.tolist()):
         if np.isfinite(value):
@@ -394,7 +504,9 @@ def _write_model(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, devi
         "schemaVersion": 1,
         "baseTimeNanoseconds": int(trace.origin_ns),
         "displayTimeUnit": "ms",
-        "deviceProperties": [{"id": d.id, "name": d.name, "totalGlobalMem": d.total_memory or 0} for d in trace.devices],
+        "deviceProperties": [
+            {"id": d.id, "name": d.name, "totalGlobalMem": d.total_memory or 0} for d in trace.devices
+        ],
         "trainscope": _trainscope_field(doc, copied=False),
     }
     out.write(b"]," + _ENC.encode(top)[1:])

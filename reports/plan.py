@@ -1,4 +1,5 @@
 """The training-memory ledger as a document ("trainscope.plan/1"), a terminal table and Markdown."""
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -23,36 +24,73 @@ def ledger_dict(lg: Ledger) -> dict[str, Any]:
         "params": lg.params,
         "params_source": lg.params_source,
         "micro_batch": cfg.micro_batch,
-        "items": [{"key": i.key, "label": i.label, "bytes": None if i.bytes is None else round(i.bytes),
-                   "gb": _gb(i.bytes), "formula": i.formula, "source": i.source} for i in lg.items],
-        "activations": {"method": lg.activations.method, "bytes": None if lg.activations.bytes is None else round(lg.activations.bytes),
-                        "before_checkpointing_bytes": None if lg.activations.full_bytes is None else round(lg.activations.full_bytes),
-                        "formula": lg.activations.formula, "source": lg.activations.source},
-        "static_bytes": round(lg.static_bytes), "static_gb": _gb(lg.static_bytes),
-        "total_bytes": round(lg.total_bytes), "total_gb": _gb(lg.total_bytes), "complete": lg.complete,
-        "recompute_overhead_pct": lg.recompute_pct, "recompute_source": lg.recompute_source,
+        "items": [
+            {
+                "key": i.key,
+                "label": i.label,
+                "bytes": None if i.bytes is None else round(i.bytes),
+                "gb": _gb(i.bytes),
+                "formula": i.formula,
+                "source": i.source,
+            }
+            for i in lg.items
+        ],
+        "activations": {
+            "method": lg.activations.method,
+            "bytes": None if lg.activations.bytes is None else round(lg.activations.bytes),
+            "before_checkpointing_bytes": None
+            if lg.activations.full_bytes is None
+            else round(lg.activations.full_bytes),
+            "formula": lg.activations.formula,
+            "source": lg.activations.source,
+        },
+        "static_bytes": round(lg.static_bytes),
+        "static_gb": _gb(lg.static_bytes),
+        "total_bytes": round(lg.total_bytes),
+        "total_gb": _gb(lg.total_bytes),
+        "complete": lg.complete,
+        "recompute_overhead_pct": lg.recompute_pct,
+        "recompute_source": lg.recompute_source,
         "notes": lg.notes,
     }
 
 
 def fit_dict(f: Fit) -> dict[str, Any]:
-    return {"fits": f.fits, "tight": f.tight, "used_pct": round(f.pct, 2), "threshold_pct": f.threshold_pct,
-            "static_only": f.static_only}
+    return {
+        "fits": f.fits,
+        "tight": f.tight,
+        "used_pct": round(f.pct, 2),
+        "threshold_pct": f.threshold_pct,
+        "static_only": f.static_only,
+    }
 
 
 def option_dict(o: FitOption) -> dict[str, Any]:
-    return {"changes": [asdict(c) for c in o.changes], "total_bytes": round(o.ledger.total_bytes),
-            "total_gb": _gb(o.ledger.total_bytes), "fit": fit_dict(o.fit),
-            "cost": {"summary": o.cost.summary, **asdict(o.cost)}}
+    return {
+        "changes": [asdict(c) for c in o.changes],
+        "total_bytes": round(o.ledger.total_bytes),
+        "total_gb": _gb(o.ledger.total_bytes),
+        "fit": fit_dict(o.fit),
+        "cost": {"summary": o.cost.summary, **asdict(o.cost)},
+    }
 
 
 def build_plan_document(lg: Ledger, device: GpuMemory, f: Fit, options: list[FitOption]) -> dict[str, Any]:
-    return {"schema": SCHEMA, "tool": {"name": "trainscope", "version": __version__},
-            "unit": "GB = 10^9 bytes (the sources' unit); device capacities are GiB as sold",
-            "ledger": ledger_dict(lg),
-            "device": {"key": device.key, "name": device.name, "capacity_bytes": device.capacity_bytes,
-                       "capacity_gb": _gb(device.capacity_bytes), "source": device.source},
-            "fit": fit_dict(f), "options": [option_dict(o) for o in options]}
+    return {
+        "schema": SCHEMA,
+        "tool": {"name": "trainscope", "version": __version__},
+        "unit": "GB = 10^9 bytes (the sources' unit); device capacities are GiB as sold",
+        "ledger": ledger_dict(lg),
+        "device": {
+            "key": device.key,
+            "name": device.name,
+            "capacity_bytes": device.capacity_bytes,
+            "capacity_gb": _gb(device.capacity_bytes),
+            "source": device.source,
+        },
+        "fit": fit_dict(f),
+        "options": [option_dict(o) for o in options],
+    }
 
 
 def _setup_line(cfg: dict) -> str:
@@ -99,8 +137,10 @@ def render_plan_text(doc: dict) -> str:
         w("Cheapest changes that fit, cheapest first")
         for k, o in enumerate(doc["options"], 1):
             w(f"  {k}. {' + '.join(c['description'] for c in o['changes'])}")
-            w(f"       → {o['total_gb']:.2f} GB ({o['fit']['used_pct']:.0f} %{', tight' if o['fit']['tight'] else ''}); "
-              f"cost: {o['cost']['summary']}")
+            w(
+                f"       → {o['total_gb']:.2f} GB ({o['fit']['used_pct']:.0f} %{', tight' if o['fit']['tight'] else ''}); "
+                f"cost: {o['cost']['summary']}"
+            )
         w("")
     elif not fit["fits"]:
         w("No combination of the levers fits this device.")
@@ -136,8 +176,10 @@ def render_plan_markdown(doc: dict) -> str:
         w("| # | change | GB | cost |")
         w("|---:|---|---:|---|")
         for k, o in enumerate(doc["options"], 1):
-            w(f"| {k} | {md_escape(' + '.join(c['description'] for c in o['changes']))} | {o['total_gb']:.2f} | "
-              f"{md_escape(o['cost']['summary'])} |")
+            w(
+                f"| {k} | {md_escape(' + '.join(c['description'] for c in o['changes']))} | {o['total_gb']:.2f} | "
+                f"{md_escape(o['cost']['summary'])} |"
+            )
         w("")
     for n in lg["notes"]:
         w(f"- {md_escape(n)}")
@@ -145,7 +187,9 @@ def render_plan_markdown(doc: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def ledger_vs_measured(lg: Ledger, measured_peak: int | None, capacity: int | None, basis: str | None) -> dict[str, Any]:
+def ledger_vs_measured(
+    lg: Ledger, measured_peak: int | None, capacity: int | None, basis: str | None
+) -> dict[str, Any]:
     """The optional ``ledger`` section of an analysis: the plan next to the trace's measured peak."""
     d = ledger_dict(lg)
     d["measured_peak_bytes"] = measured_peak
@@ -153,8 +197,9 @@ def ledger_vs_measured(lg: Ledger, measured_peak: int | None, capacity: int | No
     d["capacity_bytes"] = capacity
     # A relative peak (2021 traces: growth since profiling started) leaves out whatever was
     # allocated before — the weights and optimizer state above all — so no difference is taken.
-    d["unexplained_bytes"] = (None if measured_peak is None or basis != "absolute"
-                              else measured_peak - round(lg.total_bytes))
+    d["unexplained_bytes"] = (
+        None if measured_peak is None or basis != "absolute" else measured_peak - round(lg.total_bytes)
+    )
     return d
 
 
@@ -182,7 +227,9 @@ def ledger_markdown_lines(d: dict) -> list[str]:
         out.append(f"| {md_escape(i['label'])} | {'—' if i['gb'] is None else format(i['gb'], '.2f')} |")
     out.append(f"| ledger total | {d['total_gb']:.2f} |")
     if d["measured_peak_bytes"] is not None:
-        out.append(f"| measured peak allocated ({md_escape(d['measured_basis'])}) | {d['measured_peak_bytes'] / 1e9:.2f} |")
+        out.append(
+            f"| measured peak allocated ({md_escape(d['measured_basis'])}) | {d['measured_peak_bytes'] / 1e9:.2f} |"
+        )
         if d["unexplained_bytes"] is not None:
             out.append(f"| measured − ledger | {d['unexplained_bytes'] / 1e9:.2f} |")
     out.append("")

@@ -1,10 +1,12 @@
 """The terminal summary: verdict, evidence, breakdown, top kernels, fixes."""
+
 from __future__ import annotations
 
 import os
 import textwrap
 
 from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, headline
+from trainscope.analyzers.plural import unit_for
 
 _BAR = 24
 
@@ -12,9 +14,6 @@ _BAR = 24
 def _bar(pct: float) -> str:
     n = int(round(max(0.0, min(100.0, pct)) / 100 * _BAR))
     return "█" * n + "·" * (_BAR - n)
-
-
-from trainscope.analyzers.plural import unit_for
 
 
 def _fmt(v, unit: str) -> str:
@@ -45,8 +44,10 @@ def render_text(doc: dict, color: bool = False) -> str:
         w(f"  steps    {len(doc['steps'])} — {doc['steps_note']}")
     if doc["steps"] and not counters_only(doc):
         st = b["step_time_ms"]
-        w(f"  step     p50 {st['p50']:.1f} ms   p95 {st['p95']:.1f} ms   "
-          f"GPU busy {b['gpu_busy_pct']:.1f} %   data wait {b['data_wait_pct']:.1f} %")
+        w(
+            f"  step     p50 {st['p50']:.1f} ms   p95 {st['p95']:.1f} ms   "
+            f"GPU busy {b['gpu_busy_pct']:.1f} %   data wait {b['data_wait_pct']:.1f} %"
+        )
     w("")
     w(bold(f"VERDICT  {headline(doc)}") + f"   confidence {v['confidence']:.2f}")
     for line in textwrap.wrap(v["summary"], 92):
@@ -76,13 +77,22 @@ def render_text(doc: dict, color: bool = False) -> str:
     if ph and ph["phases"]:
         w(bold("Phases") + "  (host time of the phase ranges; GPU time of the kernels they launched)")
         for p in ph["phases"]:
-            w(f"  {p['name']:10s} {p['host_ms']:9.2f} ms  {p['host_pct']:5.1f} % {_bar(p['host_pct'])}  "
-              f"GPU {p['kernel_ms']:8.2f} ms in {p['kernels']:,} kernel{'s' * (p['kernels'] != 1)}")
+            w(
+                f"  {p['name']:10s} {p['host_ms']:9.2f} ms  {p['host_pct']:5.1f} % {_bar(p['host_pct'])}  "
+                f"GPU {p['kernel_ms']:8.2f} ms in {p['kernels']:,} kernel{'s' * (p['kernels'] != 1)}"
+            )
         w("")
     gm = doc.get("gpu_metrics")
     if gm:
-        parts = [f"{label} {gm[key]:.1f} %" for key, label in (("sm_active_pct", "SM active"), ("tensor_active_pct", "tensor active"),
-                                                                ("dram_bandwidth_pct", "DRAM bandwidth")) if gm[key] is not None]
+        parts = [
+            f"{label} {gm[key]:.1f} %"
+            for key, label in (
+                ("sm_active_pct", "SM active"),
+                ("tensor_active_pct", "tensor active"),
+                ("dram_bandwidth_pct", "DRAM bandwidth"),
+            )
+            if gm[key] is not None
+        ]
         w(bold("GPU metrics") + f"  {', '.join(parts)}  ({gm['samples']:,} samples in the steps)")
         w("")
 
@@ -90,22 +100,28 @@ def render_text(doc: dict, color: bool = False) -> str:
     if k["count"]:
         cls = ", ".join(f"{c} {p:.0f} %" for c, p in sorted(k["class_pct"].items(), key=lambda x: -x[1]) if p >= 1)
         tc = k["tensor_core_pct_of_matmul"]
-        w(bold("Kernels") + f"  {k['count']:,} in the steps, {k['total_ms']:.1f} ms; median {k['median_us']:.1f} µs; "
-          f"tensor cores {'—' if tc is None else f'{tc:.0f} %'} of GEMM/conv/attention time")
+        w(
+            bold("Kernels") + f"  {k['count']:,} in the steps, {k['total_ms']:.1f} ms; median {k['median_us']:.1f} µs; "
+            f"tensor cores {'—' if tc is None else f'{tc:.0f} %'} of GEMM/conv/attention time"
+        )
         w(f"  by class: {cls}")
         rl = doc.get("roofline")
         if rl:
             w("  " + roofline_summary(rl))
         for kk in k["top"][:8]:
-            w(f"  {kk['share_pct']:5.1f} %  {kk['total_ms']:8.2f} ms  ×{kk['count']:<6d} {kk['class']:13s} "
-              f"{'TC ' if kk['tensor_core'] else '   '}{roof_cells(kk)}  {_short(kk['name'], 44)}")
+            w(
+                f"  {kk['share_pct']:5.1f} %  {kk['total_ms']:8.2f} ms  ×{kk['count']:<6d} {kk['class']:13s} "
+                f"{'TC ' if kk['tensor_core'] else '   '}{roof_cells(kk)}  {_short(kk['name'], 44)}"
+            )
         w("")
 
     recs = doc["recommendations"]
     if recs:
         w(bold("Fixes, ranked by projected gain") + "  (projections are upper bounds)")
         for r in recs:
-            proj = (f"up to {r['projected_speedup']:.2f}× faster" if r["projected_speedup"] is not None else "no projection")
+            proj = (
+                f"up to {r['projected_speedup']:.2f}× faster" if r["projected_speedup"] is not None else "no projection"
+            )
             w(f"  {r['rank']}. {r['title']}  [{proj}]")
             for line in r["change"].splitlines():
                 w(f"       {line}")
@@ -121,18 +137,28 @@ def render_text(doc: dict, color: bool = False) -> str:
         w("")
 
     for m in doc["memory"]:
-        cap = f" of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['peak_pct_of_capacity']:.0f} %)" if m["capacity_bytes"] else ""
+        cap = (
+            f" of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['peak_pct_of_capacity']:.0f} %)"
+            if m["capacity_bytes"]
+            else ""
+        )
         res = f", reserved {m['peak_reserved_bytes'] / 2**30:.2f} GiB" if m["peak_reserved_bytes"] is not None else ""
         basis = " (growth since profiling started)" if m["basis"] == "relative" else ""
         w(f"Memory   GPU {m['device']}: peak allocated {m['peak_allocated_bytes'] / 2**30:.2f} GiB{basis}{res}{cap}")
     mfu = doc["mfu"]
-    w(f"MFU      {mfu['value_pct']:.1f} % — {mfu['reason']}" if mfu["value_pct"] is not None else f"MFU      {mfu['reason']}")
+    w(
+        f"MFU      {mfu['value_pct']:.1f} % — {mfu['reason']}"
+        if mfu["value_pct"] is not None
+        else f"MFU      {mfu['reason']}"
+    )
     if mfu.get("basis") == "recorded flops" and mfu.get("shapes_pct") is not None:
         w(f"         {mfu['shapes_pct']:.1f} % — {mfu['shapes_reason']}")
     law = mfu.get("iron_law")
     if law:
-        w(f"         Iron Law: {law['formula']}; pipeline efficiency (GPU busy) {law['pipeline_efficiency_pct']:.1f} % "
-          f"vs MFU {law['efficiency_pct']:.1f} %")
+        w(
+            f"         Iron Law: {law['formula']}; pipeline efficiency (GPU busy) {law['pipeline_efficiency_pct']:.1f} % "
+            f"vs MFU {law['efficiency_pct']:.1f} %"
+        )
         gap = ", ".join(f"{k} {v:.1f} %" for k, v in law["gap_pct"].items() if v >= 0.05)
         if gap:
             w(f"         busy but below peak (% of step time): {gap}")
@@ -155,15 +181,19 @@ def render_text(doc: dict, color: bool = False) -> str:
         w("")
         w(bold("Ranks") + "  (the summary above is the slowest rank)")
         for r in doc["ranks"]:
-            w(f"  rank {r['rank'] if r['rank'] is not None else '?':>3}  step p50 {r['step_p50_ms']:8.1f} ms  "
-              f"busy {r['gpu_busy_pct']:5.1f} %  {AXIS_NAMES[r['axis']]}{' · ' + r['bottleneck'] if r['bottleneck'] else ''}")
+            w(
+                f"  rank {r['rank'] if r['rank'] is not None else '?':>3}  step p50 {r['step_p50_ms']:8.1f} ms  "
+                f"busy {r['gpu_busy_pct']:5.1f} %  {AXIS_NAMES[r['axis']]}{' · ' + r['bottleneck'] if r['bottleneck'] else ''}"
+            )
     hwc = doc.get("hw_counters")
     if hwc:  # counter mode: FLOPs measured per kernel, no timing
         w("")
         w(f"Measured FLOPs  hardware FP counters, {hwc['ranges']} kernel ranges (no timing: ranges are replays)")
         for k in hwc["kernels"][:10]:
-            w(f"  {k['share_pct']:5.1f} %  {k['flops']:10.3g} FLOPs  ×{k['ranges']:<3d} {k['class']:12.12s} "
-              f"{_short(k['operator'] or '', 24):24s} {_short(k['name'], 60)}")
+            w(
+                f"  {k['share_pct']:5.1f} %  {k['flops']:10.3g} FLOPs  ×{k['ranges']:<3d} {k['class']:12.12s} "
+                f"{_short(k['operator'] or '', 24):24s} {_short(k['name'], 60)}"
+            )
     if doc["warnings"]:
         w("")
         for line in doc["warnings"]:
@@ -194,5 +224,7 @@ def roofline_summary(rl: dict) -> str:
     p = rl["bound_pct"]
     total = rl["total_ms"] or 0.0
     src = ", ".join(f"{k} {100 * v / total:.0f} %" for k, v in rl["source_ms"].items() if total and v / total >= 0.005)
-    return (f"roofline ({dev}): memory-bound {p['memory']:.0f} %, compute-bound {p['compute']:.0f} %, "
-            f"unknown {p['unknown']:.0f} % of kernel time; FLOPs/bytes from {src or 'nothing'}")
+    return (
+        f"roofline ({dev}): memory-bound {p['memory']:.0f} %, compute-bound {p['compute']:.0f} %, "
+        f"unknown {p['unknown']:.0f} % of kernel time; FLOPs/bytes from {src or 'nothing'}"
+    )

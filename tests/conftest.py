@@ -1,4 +1,5 @@
 """Shared fixtures: the real traces in tests/data (see tests/data/NOTICE.md), loaded once per session."""
+
 from __future__ import annotations
 
 import functools
@@ -72,8 +73,11 @@ def gloo_dir(tmp_path_factory):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--update-golden", action="store_true",
-                     help="rewrite tests/golden/ from the current output (say why in the commit)")
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite tests/golden/ from the current output (say why in the commit)",
+    )
 
 
 # -- lanes: every test module's markers, declared once -------------------------------------------
@@ -82,29 +86,65 @@ def pytest_addoption(parser):
 # (a new heavy test cannot slip into the fast lane); list a new unit-test module under FAST.
 # Measured per module with `--durations=0` (tests/README or docs/development.md says how).
 FAST = {
-    "test_analysis.py", "test_api_docs.py", "test_api_ranks.py", "test_api_watch.py", "test_context.py",
-    "test_cost.py", "test_diagnosis_labels.py", "test_diff_like.py", "test_findings_registry.py",
-    "test_formats.py", "test_host_idle.py", "test_host_sampler.py", "test_layering.py", "test_ledger.py",
-    "test_live_analyzer.py", "test_live_window.py", "test_nvml_sampler.py", "test_ranks_headline.py",
-    "test_snapshot_eras.py", "test_stats.py", "test_timeline_whatif.py", "test_window.py", "test_intervals.py",
+    "test_analysis.py",
+    "test_api_docs.py",
+    "test_api_ranks.py",
+    "test_api_watch.py",
+    "test_context.py",
+    "test_cost.py",
+    "test_diagnosis_labels.py",
+    "test_diff_like.py",
+    "test_findings_registry.py",
+    "test_formats.py",
+    "test_host_idle.py",
+    "test_host_sampler.py",
+    "test_layering.py",
+    "test_ledger.py",
+    "test_live_analyzer.py",
+    "test_live_window.py",
+    "test_nvml_sampler.py",
+    "test_ranks_headline.py",
+    "test_snapshot_eras.py",
+    "test_stats.py",
+    "test_timeline_whatif.py",
+    "test_window.py",
+    "test_intervals.py",
     "test_one_pipeline.py",
 }
 # What else a module needs or does (besides being slow): `app` drives a Textual app, `subprocess`
 # starts processes (trainscope, jobs, tmux), `needs_torch` / `needs_hta` import those packages.
 MODULE_MARKS: dict[str, tuple[str, ...]] = {
-    "test_tui.py": ("app", "needs_hta"), "test_tui_memory.py": ("app",), "test_tui_snapshots.py": ("app",),
-    "test_tui_timeline.py": ("app",), "test_tui_evidence.py": ("app",), "test_tui_tables.py": ("app",),
-    "test_tui_keys.py": ("app",), "test_tui_tmux.py": ("app", "subprocess"), "test_diff_app.py": ("app",),
-    "test_diff_app_snapshots.py": ("app",), "test_plan_app.py": ("app",), "test_plan_snapshots.py": ("app",),
+    "test_tui.py": ("app", "needs_hta"),
+    "test_tui_memory.py": ("app",),
+    "test_tui_snapshots.py": ("app",),
+    "test_tui_timeline.py": ("app",),
+    "test_tui_evidence.py": ("app",),
+    "test_tui_tables.py": ("app",),
+    "test_tui_keys.py": ("app",),
+    "test_tui_tmux.py": ("app", "subprocess"),
+    "test_diff_app.py": ("app",),
+    "test_diff_app_snapshots.py": ("app",),
+    "test_plan_app.py": ("app",),
+    "test_plan_snapshots.py": ("app",),
     "test_watch_app.py": ("app",),
-    "test_watch_job.py": ("subprocess", "needs_torch"), "test_watch_cli.py": ("subprocess",),
-    "test_step_hook.py": ("subprocess", "needs_torch"), "test_hardening.py": ("subprocess",),
-    "test_readme.py": ("subprocess",), "test_packaging.py": ("subprocess",), "test_mcp.py": ("subprocess",),
-    "test_plan_cli.py": ("subprocess",), "test_recorded.py": ("subprocess", "needs_torch"),
-    "test_integrations.py": ("needs_torch",), "test_stragglers.py": ("needs_torch", "needs_hta"),
-    "test_api.py": ("needs_torch",), "test_cost.py": ("needs_torch",),
-    "test_hta_crosscheck.py": ("needs_hta",), "test_deep.py": ("needs_hta",), "test_diff.py": ("needs_hta",),
-    "test_perfetto.py": ("needs_hta",), "test_typecheck.py": ("subprocess",),
+    "test_watch_job.py": ("subprocess", "needs_torch"),
+    "test_watch_cli.py": ("subprocess",),
+    "test_step_hook.py": ("subprocess", "needs_torch"),
+    "test_hardening.py": ("subprocess",),
+    "test_readme.py": ("subprocess",),
+    "test_packaging.py": ("subprocess",),
+    "test_mcp.py": ("subprocess",),
+    "test_plan_cli.py": ("subprocess",),
+    "test_recorded.py": ("subprocess", "needs_torch"),
+    "test_integrations.py": ("needs_torch",),
+    "test_stragglers.py": ("needs_torch", "needs_hta"),
+    "test_api.py": ("needs_torch",),
+    "test_cost.py": ("needs_torch",),
+    "test_hta_crosscheck.py": ("needs_hta",),
+    "test_deep.py": ("needs_hta",),
+    "test_diff.py": ("needs_hta",),
+    "test_perfetto.py": ("needs_hta",),
+    "test_typecheck.py": ("subprocess",),
 }
 
 

@@ -7,6 +7,7 @@ training process (num_workers=0), so every step waits ≈ 8 × 4 ms for its batc
 same model, data and loop with the samples already in memory. Four active ProfilerSteps after
 one wait and one warmup step; shapes are recorded so the diff can compare batch shapes.
 """
+
 from __future__ import annotations
 
 import sys
@@ -44,8 +45,9 @@ def main(out: str, mode: str, batch: int = 8) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     sched = torch.profiler.schedule(wait=1, warmup=1, active=4, repeat=1)
     loader = DataLoader(Samples(slow=mode == "slow"), batch_size=batch, num_workers=0)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched,
-                                record_shapes=True) as prof:
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched, record_shapes=True
+    ) as prof:
         for step, (x, y) in enumerate(loader):
             loss = torch.nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()

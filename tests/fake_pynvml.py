@@ -4,6 +4,7 @@ It mirrors the parts of pynvml's API the sampler calls, with the same error type
 carrying ``.value``, the nvml.h return code) and the same structures' field names. Each device is
 a dict of metric → value, or → an error code (``Err(code)``) to raise.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -102,8 +103,10 @@ class FakeNVML:
         queue = self.pcie_counters[h]
         tx, rx, ts = queue.pop(0) if len(queue) > 1 else queue[0]  # the last reading repeats
         value = lambda v: SimpleNamespace(ullVal=v)  # noqa: E731
-        return [SimpleNamespace(fieldId=197, nvmlReturn=0, timestamp=ts, value=value(tx)),
-                SimpleNamespace(fieldId=198, nvmlReturn=0, timestamp=ts, value=value(rx))]
+        return [
+            SimpleNamespace(fieldId=197, nvmlReturn=0, timestamp=ts, value=value(tx)),
+            SimpleNamespace(fieldId=198, nvmlReturn=0, timestamp=ts, value=value(rx)),
+        ]
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in self._get(h, "processes")]

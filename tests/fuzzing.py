@@ -7,6 +7,7 @@ The contract (the project's rule for bad input): ``trainscope`` exits 0 with val
 without NaN/Infinity when JSON was asked for), or exits 2 with exactly one line on stderr. Never 1
 (an internal error), never a traceback, never a hang.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -61,8 +62,18 @@ def seed_bytes(seed: Seed) -> bytes:
 HUGE_INTS = [2**63, 2**63 - 1, -(2**63) - 1, 2**64, 10**20, 9_200_000_000_000_000, 2**31, 32768, -1, 0]
 HUGE_FLOATS = ["1e308", "-1e308", "9.3e15", "1e12", "NaN", "Infinity", "-Infinity", "1e400", "-0.0", "4.9e-324"]
 NASTY_STRINGS = [
-    "k\ud800", "\udfff", "\x1b[2J\x1b]0;pwned\x07", "line1\nline2\rcr", "\x9b31m", "[link=http://evil]x[/link]",
-    "[reverse]r[/reverse]", "\x00nul", "", "ProfilerStep#", "Memcpy HtoD (Pageable -> Device)", "A" * 70_000,
+    "k\ud800",
+    "\udfff",
+    "\x1b[2J\x1b]0;pwned\x07",
+    "line1\nline2\rcr",
+    "\x9b31m",
+    "[link=http://evil]x[/link]",
+    "[reverse]r[/reverse]",
+    "\x00nul",
+    "",
+    "ProfilerStep#",
+    "Memcpy HtoD (Pageable -> Device)",
+    "A" * 70_000,
 ]
 
 
@@ -89,6 +100,7 @@ def _hostile_json_value(rnd: random.Random):
 
 # --- generic byte mutations -------------------------------------------------------------------------
 
+
 def mutate_bytes(data: bytes, rnd: random.Random) -> bytes:
     b = bytearray(data)
     if not b:
@@ -100,26 +112,27 @@ def mutate_bytes(data: bytes, rnd: random.Random) -> bytes:
             i = rnd.randrange(n)
             b[i] ^= 1 << rnd.randrange(8)
     elif k == 1:  # truncate
-        del b[rnd.randrange(n):]
+        del b[rnd.randrange(n) :]
     elif k == 2:  # insert random bytes
         i = rnd.randrange(n)
         b[i:i] = rnd.randbytes(rnd.randint(1, 32))
     elif k == 3:  # delete a chunk
         i = rnd.randrange(n)
-        del b[i:i + rnd.randint(1, 4096)]
+        del b[i : i + rnd.randint(1, 4096)]
     elif k == 4:  # duplicate a chunk
         i = rnd.randrange(n)
-        chunk = b[i:i + rnd.randint(1, 4096)]
+        chunk = b[i : i + rnd.randint(1, 4096)]
         j = rnd.randrange(n)
         b[j:j] = chunk
     else:  # set interesting bytes
         i = rnd.randrange(n)
         v = rnd.choice([b"\x00", b"\xff", b"\x7f", b"\x80", b"\xff\xff\xff\x7f", b"\xff" * 8])
-        b[i:i + len(v)] = v
+        b[i : i + len(v)] = v
     return bytes(b)
 
 
 # --- JSON-aware mutations -----------------------------------------------------------------------------
+
 
 def _json_token_spans(text: str, rnd: random.Random, limit: int = 2000) -> list[tuple[int, int]]:
     """Spans of scalar values (numbers, strings, literals) after a ':' in the text, sampled."""
@@ -187,8 +200,20 @@ def mutate_json_structure(text: str, rnd: random.Random) -> str:
         elif k == 3:  # huge or hostile args
             for e in rnd.sample(events, min(len(events), rnd.randint(1, 20))):
                 if isinstance(e, dict) and isinstance(e.get("args"), dict):
-                    key = rnd.choice(["device", "stream", "correlation", "bytes", "flops", "Input Dims",
-                                      "Bytes", "Total Allocated", "Device Id", "Device Type"])
+                    key = rnd.choice(
+                        [
+                            "device",
+                            "stream",
+                            "correlation",
+                            "bytes",
+                            "flops",
+                            "Input Dims",
+                            "Bytes",
+                            "Total Allocated",
+                            "Device Id",
+                            "Device Type",
+                        ]
+                    )
                     e["args"][key] = rnd.choice([2**63, 2**64, -1, 1e308, "x", None, [[1] * 5], float("nan")])
         elif k == 4:  # top-level keys
             if isinstance(doc, dict):
@@ -204,6 +229,7 @@ def mutate_json_structure(text: str, rnd: random.Random) -> str:
 
 
 # --- per-format mutators ----------------------------------------------------------------------------
+
 
 def mutate_jsonish(data: bytes, rnd: random.Random) -> bytes:
     k = rnd.randrange(4)
@@ -227,15 +253,29 @@ def mutate_lines(data: bytes, rnd: random.Random, csv_mode: bool) -> bytes:
         if csv_mode:
             cells = line.split(",")
             j = rnd.randrange(len(cells))
-            cells[j] = rnd.choice([str(v) for v in HUGE_INTS] + HUGE_FLOATS + ["x", "", '"a,b"', "1e308 %",
-                                   "-1e308", "99999", "\x1b[2J", "9999-12-31T23:59:59", "0001-01-01 00:00:00"])
+            cells[j] = rnd.choice(
+                [str(v) for v in HUGE_INTS]
+                + HUGE_FLOATS
+                + [
+                    "x",
+                    "",
+                    '"a,b"',
+                    "1e308 %",
+                    "-1e308",
+                    "99999",
+                    "\x1b[2J",
+                    "9999-12-31T23:59:59",
+                    "0001-01-01 00:00:00",
+                ]
+            )
             line = ",".join(cells)
         else:
             line = mutate_json_text(line, rnd)
         lines[i] = line.encode("utf-8", errors="surrogatepass")
     elif k == 2:  # deep nesting or a huge line
-        lines[i] = rnd.choice([b"[" * 200_000, b'{"type":"sample","t":' + b"[" * 5000 + b"]" * 5000 + b"}",
-                               b"x" * (1 << 20)])
+        lines[i] = rnd.choice(
+            [b"[" * 200_000, b'{"type":"sample","t":' + b"[" * 5000 + b"]" * 5000 + b"}", b"x" * (1 << 20)]
+        )
     elif k == 3:  # drop a column (CSV) or a key (JSON)
         if csv_mode:
             j = rnd.randrange(max(1, lines[0].count(b",") + 1))
@@ -275,13 +315,30 @@ def mutate_sqlite(path: str, rnd: random.Random) -> None:
                 con.execute(f'DROP TABLE "{t}"')
         elif k == 3 and cols:
             c = rnd.choice(cols)
-            v = rnd.choice([2**63 - 1, -(2**63), 9.3e18, float("inf"), float("-inf"), None, "x", b"\x00" * 8,
-                            "k\ud800".encode("utf-8", "surrogatepass"), 1e308, -1, 32768, "\x1b[2J"])
+            v = rnd.choice(
+                [
+                    2**63 - 1,
+                    -(2**63),
+                    9.3e18,
+                    float("inf"),
+                    float("-inf"),
+                    None,
+                    "x",
+                    b"\x00" * 8,
+                    "k\ud800".encode("utf-8", "surrogatepass"),
+                    1e308,
+                    -1,
+                    32768,
+                    "\x1b[2J",
+                ]
+            )
             con.execute(f'UPDATE "{t}" SET "{c}" = ? WHERE rowid % ? = 0', (v, rnd.randint(1, 5)))
         elif k == 4:  # a malformed schema
             con.execute("PRAGMA writable_schema=ON")
-            con.execute("UPDATE sqlite_master SET sql = ? WHERE name = ?",
-                        (rnd.choice(["CREATE TABLE x(", "garbage", "CREATE TABLE t (a INT, b"]), t))
+            con.execute(
+                "UPDATE sqlite_master SET sql = ? WHERE name = ?",
+                (rnd.choice(["CREATE TABLE x(", "garbage", "CREATE TABLE t (a INT, b"]), t),
+            )
         else:
             rows = con.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0]
             con.execute(f'DELETE FROM "{t}" WHERE rowid % ? != 0', (max(1, rows // rnd.randint(1, 10) or 1),))
@@ -338,8 +395,9 @@ def _mutate_tree(obj, rnd: random.Random) -> None:
                 key = rnd.choice(list(node))
                 child = node[key]
                 if not isinstance(child, (dict, list)) or rnd.random() < 0.2:
-                    node[key] = rnd.choice([2**64, -1, 1e308, float("nan"), "x", None, [], {}, "k\ud800",
-                                            2**63, "\x1b[2J", True])
+                    node[key] = rnd.choice(
+                        [2**64, -1, 1e308, float("nan"), "x", None, [], {}, "k\ud800", 2**63, "\x1b[2J", True]
+                    )
                     break
                 node = child
             elif isinstance(node, list) and node:
@@ -389,6 +447,7 @@ def commands_for(seed: Seed, path: str, rnd: random.Random) -> list[list[str]]:
 
 
 # --- the contract -----------------------------------------------------------------------------------
+
 
 def _reject_constant(name: str):
     raise ValueError(f"non-finite number {name} in JSON output")
@@ -527,8 +586,10 @@ def sem_stub_steps(events: list, rnd: random.Random) -> tuple[list, str]:
     steps = [e for e in events if _is_step(e)]
     lo, hi = min(s["ts"] for s in steps), max(s["ts"] + s["dur"] for s in steps)
     n = rnd.choice([10, 1000, 20000])
-    extra = [{**steps[0], "name": f"ProfilerStep#{100000 + k}", "ts": lo + rnd.random() * (hi - lo), "dur": 0.4,
-              "args": {}} for k in range(n)]
+    extra = [
+        {**steps[0], "name": f"ProfilerStep#{100000 + k}", "ts": lo + rnd.random() * (hi - lo), "dur": 0.4, "args": {}}
+        for k in range(n)
+    ]
     return events + extra, f"{n:,} stub step markers of 0.4 us"
 
 
@@ -537,10 +598,19 @@ _RUNTIME_CATS = {"cuda_runtime", "runtime", "cuda_driver"}
 
 def _least_launch_gap(events: list, lane: tuple[str, str]) -> float | None:
     """The least start − launch-call start (µs) over the lane's GPU events linked to their launch."""
-    launch = {e["args"].get("correlation"): e["ts"] for e in events
-              if str(e.get("cat", "")).lower() in _RUNTIME_CATS and isinstance(e.get("args"), dict) and _timed(e)}
-    gaps = [e["ts"] - launch[c] for e in events if _is_gpu(e) and (str(e.get("pid")), str(e.get("tid"))) == lane
-            and isinstance(e.get("args"), dict) and (c := e["args"].get("correlation")) in launch]
+    launch = {
+        e["args"].get("correlation"): e["ts"]
+        for e in events
+        if str(e.get("cat", "")).lower() in _RUNTIME_CATS and isinstance(e.get("args"), dict) and _timed(e)
+    }
+    gaps = [
+        e["ts"] - launch[c]
+        for e in events
+        if _is_gpu(e)
+        and (str(e.get("pid")), str(e.get("tid"))) == lane
+        and isinstance(e.get("args"), dict)
+        and (c := e["args"].get("correlation")) in launch
+    ]
     return min(gaps) if gaps else None
 
 
@@ -556,8 +626,10 @@ def sem_shift_lane(events: list, rnd: random.Random) -> tuple[list, str]:
         by = -(max(least, 0.0) + rnd.uniform(1e3, 5e5))
     else:
         by = rnd.randint(1, 30) * _DAY_US
-    out = [({**e, "ts": e["ts"] + by} if _timed(e) and (str(e.get("pid")), str(e.get("tid"))) == lane else e)
-           for e in events]
+    out = [
+        ({**e, "ts": e["ts"] + by} if _timed(e) and (str(e.get("pid")), str(e.get("tid"))) == lane else e)
+        for e in events
+    ]
     return out, f"GPU lane {lane} shifted by {by / 1e3:+,.1f} ms"
 
 
@@ -612,8 +684,7 @@ def _load_seed(path: Path) -> dict:
 _SEMANTIC_CACHE: dict[Path, dict] = {}
 
 
-def semantic_mutant(seed: Seed, rnd: random.Random, folder: str,
-                    mutation: str | None = None) -> tuple[str, str, str]:
+def semantic_mutant(seed: Seed, rnd: random.Random, folder: str, mutation: str | None = None) -> tuple[str, str, str]:
     """Write one semantic mutant of ``seed`` into ``folder``: (its path, the mutation, what was done). A rank
     directory gets one rank's clock offset by days, or a mutation of one rank's trace."""
     if seed.fmt == "ranks":
@@ -628,8 +699,10 @@ def semantic_mutant(seed: Seed, rnd: random.Random, folder: str,
                 name = mutation or rnd.choice(["rank-offset", *SEMANTIC_MUTATIONS])
                 if name == "rank-offset":
                     days = rnd.randint(1, 30) * _DAY_US
-                    events = [({**e, "ts": e["ts"] + days} if isinstance(e.get("ts"), (int, float)) else e)
-                              for e in doc["traceEvents"]]
+                    events = [
+                        ({**e, "ts": e["ts"] + days} if isinstance(e.get("ts"), (int, float)) else e)
+                        for e in doc["traceEvents"]
+                    ]
                     what = f"rank file {p.name}: clock offset by {days / _DAY_US:.0f} days"
                 else:
                     events, what = SEMANTIC_MUTATIONS[name](doc["traceEvents"], rnd)
@@ -661,11 +734,15 @@ def semantic_baseline(seed: Seed, folder: str) -> str:
 def headline(doc: dict) -> dict:
     """What a reader of the report takes away: the verdict and the headline numbers."""
     v, b = doc.get("verdict") or {}, doc.get("breakdown") or {}
-    return {"verdict": (v.get("axis"), v.get("bottleneck")),
-            "step_p50_ms": (b.get("step_time_ms") or {}).get("p50"),
-            "gpu_busy_pct": b.get("gpu_busy_pct"), "data_wait_pct": b.get("data_wait_pct"),
-            "steps": len(doc.get("steps") or []), "kernels": (doc.get("kernels") or {}).get("count"),
-            "kernel_ms": (doc.get("kernels") or {}).get("total_ms")}
+    return {
+        "verdict": (v.get("axis"), v.get("bottleneck")),
+        "step_p50_ms": (b.get("step_time_ms") or {}).get("p50"),
+        "gpu_busy_pct": b.get("gpu_busy_pct"),
+        "data_wait_pct": b.get("data_wait_pct"),
+        "steps": len(doc.get("steps") or []),
+        "kernels": (doc.get("kernels") or {}).get("count"),
+        "kernel_ms": (doc.get("kernels") or {}).get("total_ms"),
+    }
 
 
 def headline_changes(before: dict, after: dict) -> list[str]:

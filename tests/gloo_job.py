@@ -6,6 +6,7 @@ shard, a noisy neighbour), so the other rank waits for it in the gradient all_re
 
     python -m tests.gloo_job OUTDIR [--steps 6] [--slow-rank 1] [--delay-ms 30]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,11 @@ def _worker(rank: int, world: int, port: int, outdir: str, steps: int, slow_rank
     x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
     tmp = tempfile.mkdtemp()
     sched = torch.profiler.schedule(wait=0, warmup=1, active=steps)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched,
-                                on_trace_ready=lambda p: p.export_chrome_trace(os.path.join(tmp, "t.json"))) as prof:
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        schedule=sched,
+        on_trace_ready=lambda p: p.export_chrome_trace(os.path.join(tmp, "t.json")),
+    ) as prof:
         for _ in range(steps + 1):
             if rank == slow_rank:
                 time.sleep(delay_ms / 1000)
@@ -48,7 +52,10 @@ def _worker(rank: int, world: int, port: int, outdir: str, steps: int, slow_rank
             loss.backward()
             opt.step()
             prof.step()
-    with open(os.path.join(tmp, "t.json"), "rb") as f, gzip.open(os.path.join(outdir, f"rank{rank}.pt.trace.json.gz"), "wb") as g:
+    with (
+        open(os.path.join(tmp, "t.json"), "rb") as f,
+        gzip.open(os.path.join(outdir, f"rank{rank}.pt.trace.json.gz"), "wb") as g,
+    ):
         shutil.copyfileobj(f, g)
     shutil.rmtree(tmp, ignore_errors=True)
     dist.barrier()

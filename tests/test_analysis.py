@@ -1,13 +1,12 @@
 """Verdicts, breakdowns and recommendations on real traces, against facts measured from raw events."""
+
 from __future__ import annotations
 
-import gzip
-import json
 
 import numpy as np
 import pytest
 
-from tests.conftest import ALL_KINETO, CPU_ONLY, analysis, load, raw_document
+from tests.conftest import CPU_ONLY, analysis, load, raw_document
 from trainscope.analyzers.breakdown import CATEGORIES
 from trainscope.analyzers.steps import segment_steps
 
@@ -15,7 +14,11 @@ from trainscope.analyzers.steps import segment_steps
 def _raw_share(name, pattern_cat, step_pattern="ProfilerStep#"):
     """Independent reference from the raw JSON: union of intervals of `cat` events inside step windows."""
     ev = raw_document(name)["traceEvents"]
-    steps = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X" and str(e.get("name", "")).startswith(step_pattern))
+    steps = sorted(
+        (e["ts"], e["ts"] + e["dur"])
+        for e in ev
+        if e.get("ph") == "X" and str(e.get("name", "")).startswith(step_pattern)
+    )
     total = sum(b - a for a, b in steps)
     ivs = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X" and pattern_cat(e))
     covered = 0
@@ -46,9 +49,14 @@ def test_resnet50_num_workers_0_is_data_bound():
     # The facts in shared/traces/README.md: data wait ≈ 40 %, GPU busy ≈ 56 % of step time (±3).
     assert b.data_wait_pct == pytest.approx(40, abs=3)
     assert b.gpu_busy_pct == pytest.approx(56, abs=3)
+
     # ... and from the raw events, independently of the analyzer's code:
-    gpu = lambda e: e.get("cat") in ("Kernel", "Memcpy", "Memset")
-    data = lambda e: "DataLoader" in str(e.get("name")) and "__next__" in str(e.get("name"))
+    def gpu(e: dict) -> bool:
+        return e.get("cat") in ("Kernel", "Memcpy", "Memset")
+
+    def data(e: dict) -> bool:
+        return "DataLoader" in str(e.get("name")) and "__next__" in str(e.get("name"))
+
     assert b.gpu_busy_pct == pytest.approx(_raw_share(name, gpu), abs=0.2)
     assert b.data_wait_pct == pytest.approx(_raw_share(name, data), abs=0.2)
     first = a.recommendations[0]
@@ -59,7 +67,11 @@ def test_resnet50_num_workers_0_is_data_bound():
 
 
 def test_breakdown_is_exclusive_and_sums_to_step_time():
-    for name in ("resnet50_v100_num_workers_0.pt.trace.json.gz", "hta_a100_control.json.gz", "param_resnet_2080ti.json.gz"):
+    for name in (
+        "resnet50_v100_num_workers_0.pt.trace.json.gz",
+        "hta_a100_control.json.gz",
+        "param_resnet_2080ti.json.gz",
+    ):
         b = analysis(name).breakdown
         for s in b.steps:
             assert sum(s.ns.values()) == s.duration_ns
@@ -131,8 +143,11 @@ def test_kernel_summary_numbers():
 def test_memory_peaks():
     qwen = analysis("tracelens_h100_qwen_inference.json.gz")
     (m,) = qwen.memory
-    ev = [e["args"] for e in raw_document("tracelens_h100_qwen_inference.json.gz")["traceEvents"]
-          if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1]
+    ev = [
+        e["args"]
+        for e in raw_document("tracelens_h100_qwen_inference.json.gz")["traceEvents"]
+        if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1
+    ]
     assert m.basis == "absolute"
     assert m.peak_allocated == max(a["Total Allocated"] for a in ev)
     assert m.peak_reserved == max(a["Total Reserved"] for a in ev)
@@ -149,8 +164,10 @@ def test_mfu_estimated_from_shapes_without_flops_and_computed_with_them():
 
     t = load("resnet50_v100_num_workers_0.pt.trace.json.gz")
     import copy
+
     t2 = copy.copy(t)
     from trainscope.traces.model import CpuOps
+
     flops = np.full(len(t.cpu_ops), np.nan)
     flops[:10] = 1e12  # 10 TFLOP over the trace
     t2.cpu_ops = CpuOps(ts=t.cpu_ops.ts, dur=t.cpu_ops.dur, thread=t.cpu_ops.thread, name=t.cpu_ops.name, flops=flops)
@@ -184,8 +201,7 @@ def test_printed_percentiles_and_kernel_figures_match_the_raw_events():
     per_step = np.array([s.ns["idle_data_wait"] for s in a.breakdown.steps]) / 1e6
     assert a.breakdown.category_ms["idle_data_wait"].p95 == pytest.approx(np.percentile(per_step, 95))
     # kernel figures over the kernels that start inside the steps, straight from the JSON
-    k = [e["dur"] for e in ev if e.get("cat") == "Kernel"
-         and any(s <= e["ts"] < s + d for s, d in steps)]
+    k = [e["dur"] for e in ev if e.get("cat") == "Kernel" and any(s <= e["ts"] < s + d for s, d in steps)]
     assert a.kernels.count == len(k)
     assert a.kernels.median_kernel_ns == pytest.approx(np.median(k) * 1e3)
     assert a.kernels.total_ns == sum(k) * 1000

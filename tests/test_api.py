@@ -1,4 +1,5 @@
 """trainscope.api: the one application layer. Numbers are checked against the raw trace JSON."""
+
 from __future__ import annotations
 
 import gzip
@@ -35,8 +36,19 @@ def raw_events() -> list[dict]:
 
 def test_public_names_exist():
     assert all(hasattr(ts, name) for name in ts.__all__)
-    for name in ("analyze", "diff", "plan", "memory", "watch", "on_trace_ready", "Report", "TrainscopeError",
-                 "BadInput", "Regression", "describe"):
+    for name in (
+        "analyze",
+        "diff",
+        "plan",
+        "memory",
+        "watch",
+        "on_trace_ready",
+        "Report",
+        "TrainscopeError",
+        "BadInput",
+        "Regression",
+        "describe",
+    ):
         assert name in ts.__all__
 
 
@@ -48,8 +60,12 @@ def test_analyze_reports_the_data_bound_resnet_run_with_numbers_from_the_raw_tra
     assert resnet.breakdown.step_ms.p50 == pytest.approx(statistics.median(e["dur"] for e in steps) / 1e3, abs=0.01)
     # Host time in the DataLoader's __next__ inside the steps, as a share of step time.
     loads = [e for e in raw_events if e.get("ph") == "X" and "DataLoaderIter.__next__" in str(e.get("name", ""))]
-    inside = sum(min(l["ts"] + l["dur"], s["ts"] + s["dur"]) - max(l["ts"], s["ts"])
-                 for l in loads for s in steps if l["ts"] < s["ts"] + s["dur"] and s["ts"] < l["ts"] + l["dur"])
+    inside = sum(
+        min(ld["ts"] + ld["dur"], s["ts"] + s["dur"]) - max(ld["ts"], s["ts"])
+        for ld in loads
+        for s in steps
+        if ld["ts"] < s["ts"] + s["dur"] and s["ts"] < ld["ts"] + ld["dur"]
+    )
     assert resnet.breakdown.data_wait_pct == pytest.approx(100 * inside / sum(s["dur"] for s in steps), abs=0.5)
     assert resnet.findings[0].id == "data/input-wait" and resnet.recommendations
     assert resnet.kernels.count > 0 and resnet.memory and resnet.ranks == [resnet.main]
@@ -101,14 +117,18 @@ def test_diff_gate_regression_and_check():
         r.check()
     # The bundled CPU job, fast loader → slow loader: a regression.
     cpu = os.path.join(os.path.dirname(__file__), "data", "cpu")
-    r = ts.diff(os.path.join(cpu, "fast.pt.trace.json.gz"), os.path.join(cpu, "slow.pt.trace.json.gz"), fail_if_slower=5)
+    r = ts.diff(
+        os.path.join(cpu, "fast.pt.trace.json.gz"), os.path.join(cpu, "slow.pt.trace.json.gz"), fail_if_slower=5
+    )
     assert r.regressed and r.exit_code == 3 and r.gate_line().startswith("regression: step time p50 rose")
     with pytest.raises(ts.Regression) as e:
         r.check()
     assert ts.describe(e.value)[1] == 3 and e.value.result is r
     with pytest.raises(ts.BadInput, match="cannot reach significance"):  # one step each: no test can fail
         ts.diff(MINITOY, MINITOY, fail_if_slower=0)
-    ok = ts.diff(os.path.join(cpu, "fast.pt.trace.json.gz"), os.path.join(cpu, "fast.pt.trace.json.gz"), fail_if_slower=0)
+    ok = ts.diff(
+        os.path.join(cpu, "fast.pt.trace.json.gz"), os.path.join(cpu, "fast.pt.trace.json.gz"), fail_if_slower=0
+    )
     assert not ok.regressed and ok.exit_code == 0 and ok.check() is ok
     assert ok.to_dict()["schema"].startswith("trainscope.diff")
     with pytest.raises(ts.BadInput, match="^AFTER: "):
@@ -145,8 +165,15 @@ def test_watch_replays_a_recording_as_an_iterator(tmp_path):
     path = tmp_path / "run.jsonl"
     w = RecordingWriter(str(path), {"interval_s": 1.0, "target": "test"})
     for i in range(8):  # the loop waits 60 % of each step inside its DataLoader (measured by the step hook)
-        w.write(Snapshot(t=float(i), dt=1.0, host=HostSample(20.0, (), 0.0, 1, 2, None, (ProcessGroup("main", 1, 50.0, 1),)),
-                         step=StepSample(10, 600_000_000, 1_000_000_000), step_mode="on"))
+        w.write(
+            Snapshot(
+                t=float(i),
+                dt=1.0,
+                host=HostSample(20.0, (), 0.0, 1, 2, None, (ProcessGroup("main", 1, 50.0, 1),)),
+                step=StepSample(10, 600_000_000, 1_000_000_000),
+                step_mode="on",
+            )
+        )
     w.close({"exit_code": 0})
     with ts.watch(replay=path, window=30) as live:
         samples = list(live)
@@ -165,8 +192,11 @@ def test_on_trace_ready_writes_like_tensorboard_and_prints_each_cycle(tmp_path):
     handler = ts.on_trace_ready(tmp_path / "traces", printer=lines.append)
     model = torch.nn.Linear(64, 64)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=2, repeat=2),
-                 on_trace_ready=handler) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=0, warmup=1, active=2, repeat=2),
+        on_trace_ready=handler,
+    ) as prof:
         for _ in range(6):
             opt.zero_grad()
             model(torch.randn(32, 64)).sum().backward()
@@ -242,14 +272,28 @@ def test_report_suffix_picks_the_format(resnet, tmp_path):
     assert cell.startswith('<div class="trainscope-report"><style>') and "<html" not in cell
 
 
-@pytest.mark.skipif(not shutil.which("chromium"), reason="headless Chromium is not installed (apt-get install chromium)")
+@pytest.mark.skipif(
+    not shutil.which("chromium"), reason="headless Chromium is not installed (apt-get install chromium)"
+)
 def test_html_report_renders_in_headless_chromium(resnet, tmp_path):
     page = tmp_path / "run.html"
     resnet.save(str(page))
     shot = tmp_path / "run.png"
-    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                    "--window-size=1150,2400", f"--screenshot={shot}", page.as_uri()],
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1150,2400",
+            f"--screenshot={shot}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     png = shot.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
@@ -281,9 +325,11 @@ def test_watch_follows_a_live_process_until_it_exits():
 def test_importing_the_api_loads_no_heavy_module():
     """`import trainscope.api` stays cheap (issue: under 0.2 s): the package resolves its names on
     first use, so importing it pulls in neither numpy, nor Textual, nor any analyzer or reader."""
-    code = ("import sys, trainscope.api as ts; heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('numpy', 'textual', 'msgspec', 'psutil') or m.startswith(('trainscope.analyzers', "
-            "'trainscope.collectors', 'trainscope.reports', 'trainscope.api.'))); print(heavy); "
-            "ts.BadInput; print(sorted(m for m in sys.modules if m.startswith('trainscope.api.')))")
+    code = (
+        "import sys, trainscope.api as ts; heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('numpy', 'textual', 'msgspec', 'psutil') or m.startswith(('trainscope.analyzers', "
+        "'trainscope.collectors', 'trainscope.reports', 'trainscope.api.'))); print(heavy); "
+        "ts.BadInput; print(sorted(m for m in sys.modules if m.startswith('trainscope.api.')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out == ["[]", "['trainscope.api.errors']"]

@@ -1,5 +1,6 @@
 """Every example in docs/api.md marked ``<!-- runnable -->`` runs as written from the repository root
 (its asserts are the documented results), each in a fresh interpreter like a reader's."""
+
 from __future__ import annotations
 
 import re

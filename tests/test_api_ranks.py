@@ -6,6 +6,7 @@ collective ends, the many-rank view, the document), rebuilt here from the analyz
 functions: the api's document must be that one, key for key, on the recorded two-rank gloo job and
 on an eight-rank directory made from the real two-rank DLRM job. Lazily read traces are checked
 against the traces read in one piece by the collectors."""
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,11 @@ def eight_ranks(tmp_path_factory):
 def _reference(path: str, rules: Rules, **options) -> dict:
     """The rank pipeline as the command ran it before the api took it over, plus each rank re-judged
     with the wait the alignment measured (``with_aligned_imbalance``)."""
-    rs = run_rank_set(path, MapOptions(tuple((t.name, t.value) for t in rules.all()
-                                             if t.source.startswith("user override")), **options), jobs=1)
+    rs = run_rank_set(
+        path,
+        MapOptions(tuple((t.name, t.value) for t in rules.all() if t.source.startswith("user override")), **options),
+        jobs=1,
+    )
     analyses = [s.analysis for s in rs.summaries]
     stragglers = stragglers_dict(stragglers_from([s.host_collectives for s in rs.summaries], analyses, rules))
     alignment = align_ranks(rs.summaries, rules)
@@ -80,8 +84,9 @@ def test_thresholds_and_processes_reach_the_workers(eight_ranks):
     rules = ts.rules_from({"data_wait.high": 25, "step.outlier_ratio": 1.2})
     doc = json.loads(ts.analyze(str(eight_ranks), rules=rules, jobs=2).to_json())
     assert doc == _reference(str(eight_ranks), rules)
-    assert {t["name"]: t["value"] for t in doc["thresholds"] if t["name"] in ("data_wait.high", "step.outlier_ratio")} \
-        == {"data_wait.high": 25.0, "step.outlier_ratio": 1.2}
+    assert {
+        t["name"]: t["value"] for t in doc["thresholds"] if t["name"] in ("data_wait.high", "step.outlier_ratio")
+    } == {"data_wait.high": 25.0, "step.outlier_ratio": 1.2}
 
 
 def test_a_rank_trace_is_read_only_when_asked():
@@ -107,8 +112,24 @@ def test_html_and_perfetto_of_a_rank_directory_read_the_slowest_rank(tmp_path, c
     from trainscope.reports.perfetto import write_perfetto
 
     out, html = tmp_path / "p.json", tmp_path / "r.html"
-    assert main(["analyze", str(GLOO), "--format", "json", "-q", "--jobs", "1",
-                 "--perfetto", str(out), "--report", str(html)]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                str(GLOO),
+                "--format",
+                "json",
+                "-q",
+                "--jobs",
+                "1",
+                "--perfetto",
+                str(out),
+                "--report",
+                str(html),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert html.read_text().lstrip().lower().startswith("<!doctype html")  # the suffix picks HTML
     # the Perfetto file is the slowest rank's (rank 1 sleeps): the same file as from that rank read in one piece

@@ -1,6 +1,7 @@
 """The live loop behind ``trainscope watch``, through :class:`trainscope.api.Watch`: push mode (the
 dashboard's), pull mode's last partial interval, the recording's first and last lines, and the
 errors a caller sees before any sampling starts."""
+
 from __future__ import annotations
 
 import json
@@ -40,13 +41,16 @@ def test_a_recording_that_cannot_be_written_is_bad_input_before_sampling(tmp_pat
     assert w._monitor is None  # nothing left sampling
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"replay": "x.jsonl", "pid": 1}, "choose one"),
-    ({"interval": 0.1}, "interval"),
-    ({"duration": 0}, "duration"),
-    ({"window": 0}, "window"),
-    ({"thresholds": {"no.such": 1}}, "unknown threshold"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"replay": "x.jsonl", "pid": 1}, "choose one"),
+        ({"interval": 0.1}, "interval"),
+        ({"duration": 0}, "duration"),
+        ({"window": 0}, "window"),
+        ({"thresholds": {"no.such": 1}}, "unknown threshold"),
+    ],
+)
 def test_bad_arguments_are_one_line_bad_input(kwargs, match):
     with pytest.raises(ts.BadInput, match=match) as e:
         ts.watch(**kwargs)

@@ -1,4 +1,5 @@
 """The command line as a user meets it: exit codes, one-line errors, JSON schema, reports."""
+
 from __future__ import annotations
 
 import gzip
@@ -15,7 +16,9 @@ RESNET = str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz")
 
 
 def run(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "trainscope", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "trainscope", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def assert_one_line_error(p, *needles):
@@ -88,12 +91,22 @@ def test_rank_directory_reports_every_rank(tmp_path):
 def test_thresholds_command_and_override():
     p = run("thresholds")
     assert p.returncode == 0 and "data_wait.high" in p.stdout and "XProf" in p.stdout
-    p = run("analyze", RESNET, "--format", "json", "--threshold", "data_wait.moderate=45", "--threshold", "data_wait.high=60")
+    p = run(
+        "analyze",
+        RESNET,
+        "--format",
+        "json",
+        "--threshold",
+        "data_wait.moderate=45",
+        "--threshold",
+        "data_wait.high=60",
+    )
     assert json.loads(p.stdout)["verdict"]["axis"] != "data"
     assert_one_line_error(run("analyze", RESNET, "--threshold", "nope=1"), "unknown threshold")
 
 
 # -- bad input: one line naming the file and the problem, exit 2 -----------------------------
+
 
 def test_missing_path():
     assert_one_line_error(run("analyze", "/no/such/trace.json"), "/no/such/trace.json", "no such file")
@@ -138,14 +151,20 @@ def test_truncated_before_any_event(tmp_path):
     assert_one_line_error(run("analyze", str(f)), "head.json", "not valid JSON")
 
 
-@pytest.mark.parametrize("content,needle", [
-    ('{"hello": "world"}', "not a PyTorch profiler trace"),
-    ('[1, 2, 3]', "no chrome-trace events"),
-    ('[[0, 1, 4096, 2], [5, 2, -4096, 2]]', "memory timeline (export_memory_timeline), not a profiler trace: read it with `trainscope memory"),
-    ('{"traceEvents": []}', "no events"),
-    ('"just a string"', "not a PyTorch profiler trace"),
-    ('{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1}]}', "no timed events"),
-])
+@pytest.mark.parametrize(
+    "content,needle",
+    [
+        ('{"hello": "world"}', "not a PyTorch profiler trace"),
+        ("[1, 2, 3]", "no chrome-trace events"),
+        (
+            "[[0, 1, 4096, 2], [5, 2, -4096, 2]]",
+            "memory timeline (export_memory_timeline), not a profiler trace: read it with `trainscope memory",
+        ),
+        ('{"traceEvents": []}', "no events"),
+        ('"just a string"', "not a PyTorch profiler trace"),
+        ('{"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1}]}', "no timed events"),
+    ],
+)
 def test_json_that_is_not_a_trace(tmp_path, content, needle):
     f = tmp_path / "x.json"
     f.write_text(content)
@@ -194,9 +213,9 @@ def test_progress_indicator_draws_on_a_terminal_and_clears(monkeypatch, capsys):
     clock = iter([0.0, 0.5, 0.7, 0.75, 1.0])
     monkeypatch.setattr(cli.time, "monotonic", lambda: next(clock))
     p = cli.Progress(enabled=True)  # t0 = 0.0
-    p("parsing events", 0.42)       # 0.5 s in: shown
-    p("parsing events", 0.50)       # 0.2 s later: shown
-    p("parsing events", 0.55)       # 0.05 s later: throttled
+    p("parsing events", 0.42)  # 0.5 s in: shown
+    p("parsing events", 0.50)  # 0.2 s later: shown
+    p("parsing events", 0.55)  # 0.05 s later: throttled
     p.done()
     err = capsys.readouterr().err
     assert "parsing events…  42 %" in err and " 50 %" in err and " 55 %" not in err
@@ -208,8 +227,10 @@ def test_progress_indicator_draws_on_a_terminal_and_clears(monkeypatch, capsys):
 
 def test_too_few_gpu_events_is_insufficient_evidence_not_a_guess(tmp_path):
     f = tmp_path / "tiny.json"
-    f.write_text('{"traceEvents": [{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":5,"pid":0,"tid":7,'
-                 '"args":{"device":0,"stream":7}}]}')
+    f.write_text(
+        '{"traceEvents": [{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":5,"pid":0,"tid":7,'
+        '"args":{"device":0,"stream":7}}]}'
+    )
     p = run("analyze", str(f), "--format", "json")
     assert p.returncode == 0, p.stderr
     v = json.loads(p.stdout)["verdict"]
@@ -267,7 +288,9 @@ def test_device_line_of_a_trace_without_gpu_work_has_no_none():
     "NVIDIA A100-PG509-200 (GPU None)"."""
     from trainscope.reports.document import device_label
 
-    assert device_label({"device": {"id": None, "name": "NVIDIA A100-PG509-200"}, "rank": 0}) == \
-        "NVIDIA A100-PG509-200, rank 0"
+    assert (
+        device_label({"device": {"id": None, "name": "NVIDIA A100-PG509-200"}, "rank": 0})
+        == "NVIDIA A100-PG509-200, rank 0"
+    )
     assert device_label({"device": {"id": 1, "name": "GPU 1"}, "rank": 1}) == "GPU 1, rank 1"
     assert device_label({"device": {"id": 0, "name": "Tesla V100"}}) == "Tesla V100 (GPU 0)"

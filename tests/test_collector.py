@@ -1,4 +1,5 @@
 """The Kineto collector on real traces from every format era."""
+
 from __future__ import annotations
 
 import gzip

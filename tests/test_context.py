@@ -1,4 +1,5 @@
 """Run context (training/inference, graphs, compiled, framework, collectives) and the wording it picks."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -30,8 +31,14 @@ def test_training_trace_and_collective_time_by_kind_match_raw_events():
     c = detect_context(load(name))
     assert c.mode == "training" and c.framework == "pytorch" and not c.graphs
     evs = raw_document(name)["traceEvents"]
-    raw = sum(e["dur"] for e in evs if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel"
-              and "AllReduce" in e.get("name", "")) / 1e3
+    raw = (
+        sum(
+            e["dur"]
+            for e in evs
+            if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel" and "AllReduce" in e.get("name", "")
+        )
+        / 1e3
+    )
     assert raw > 1.0
     assert c.collectives["all-reduce"] == pytest.approx(raw, rel=1e-3)
     assert c.main_collective == "all-reduce"
@@ -58,12 +65,17 @@ def _every_finding():
     return [Finding(fid, "data", "high", fid, 10.0, ev, "") for fid in _FIXES]
 
 
-@pytest.mark.parametrize("ctx, forbidden", [
-    (Context(mode="inference", framework="pytorch"), r"(?i)\btrain(ing)?\b|AdamW|optimizer|loss\.|backward"),
-    (Context(mode="unknown", framework="native"), r"loss\.item|DataLoader|torch\.|model\("),
-    (Context(mode="training", framework="pytorch", collectives={"all-to-all": 50.0, "all-reduce": 5.0}),
-     r"bucket_cap_mb|DDP\("),
-])
+@pytest.mark.parametrize(
+    "ctx, forbidden",
+    [
+        (Context(mode="inference", framework="pytorch"), r"(?i)\btrain(ing)?\b|AdamW|optimizer|loss\.|backward"),
+        (Context(mode="unknown", framework="native"), r"loss\.item|DataLoader|torch\.|model\("),
+        (
+            Context(mode="training", framework="pytorch", collectives={"all-to-all": 50.0, "all-reduce": 5.0}),
+            r"bucket_cap_mb|DDP\(",
+        ),
+    ],
+)
 def test_fix_text_follows_the_context(ctx, forbidden):
     b = analysis("hta_a100_nccl.json.gz").breakdown
     recs = recommend(_every_finding(), b, None, None, ctx)
@@ -81,8 +93,10 @@ def test_default_context_keeps_training_advice():
     assert "fused=True" in fix_text("host/launch-overhead", replace(TRAINING, optimizer="AdamW")).change
     assert "fused=True" not in fix_text("host/launch-overhead", TRAINING).change
     assert "fused=True" not in fix_text("host/launch-overhead", replace(TRAINING, optimizer="SGD")).change
-    assert "fused=True" not in fix_text("host/launch-overhead", replace(TRAINING, optimizer="FusedAdam",
-                                                                         fused_optimizer=True)).change
+    assert (
+        "fused=True"
+        not in fix_text("host/launch-overhead", replace(TRAINING, optimizer="FusedAdam", fused_optimizer=True)).change
+    )
     a2a = Context(mode="training", collectives={"all-to-all": 9.0})
     assert "balance" in fix_text("comm/unoverlapped", a2a).change.lower()
     assert title("data/input-wait", Context(mode="inference"), "") == "The pipeline waits on input"
@@ -93,6 +107,9 @@ def test_default_context_keeps_training_advice():
 def test_inference_traces_get_no_training_wording(name):
     a = analysis(name)
     assert a.context is not None and a.context.mode == "inference"
-    text = "\n".join([a.verdict.summary] + [f.title + " " + f.detail for f in a.findings]
-                     + [r.title + "\n" + r.change for r in a.recommendations])
+    text = "\n".join(
+        [a.verdict.summary]
+        + [f.title + " " + f.detail for f in a.findings]
+        + [r.title + "\n" + r.change for r in a.recommendations]
+    )
     assert not re.search(r"(?i)\btraining\b|AdamW|loss\.item", text), text

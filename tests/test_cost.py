@@ -1,6 +1,7 @@
 """The cost model: FLOPs and bytes of real operators, against hand computation from their recorded
 dims and against PyTorch's own ``torch.utils.flop_counter``; kernel → operator links against the raw
 events' External ids."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -71,8 +72,11 @@ def test_convolution_forward_and_backward_by_hand_and_by_flop_counter():
     oh, ow = (h - kh) // 16 + 1, (w - kw) // 16 + 1  # 14 × 14
     assert c.flops == 2 * n * cout * oh * ow * cin * kh * kw
     assert c.bytes == 2 * (n * cin * h * w + cout * cin * kh * kw + n * cout * oh * ow)
-    fc = _flop_counter(lambda: torch.ops.aten.convolution(_meta((n, cin, h, w)), _meta((cout, cin, kh, kw)), None,
-                                                          [16, 16], [0, 0], [1, 1], False, [0, 0], 1))
+    fc = _flop_counter(
+        lambda: torch.ops.aten.convolution(
+            _meta((n, cin, h, w)), _meta((cout, cin, kh, kw)), None, [16, 16], [0, 0], [1, 1], False, [0, 0], 1
+        )
+    )
     assert c.flops == fc
     # backward: a stride-2 1×1 downsample of the MI300X ResNet, gradients of input and weight
     args = _first_op(MI300_RESNET, "aten::convolution_backward", lambda a: a["Input Dims"][1] != a["Input Dims"][0])
@@ -83,8 +87,11 @@ def test_convolution_forward_and_backward_by_hand_and_by_flop_counter():
     assert c.flops == 2 * one_forward  # grad input + grad weight
     numel = lambda s: int(np.prod(s))  # noqa: E731
     assert c.bytes == 2 * (numel(go) + numel(x) + numel(wt) + numel(x) + numel(wt))
-    fc = _flop_counter(lambda: torch.ops.aten.convolution_backward(
-        _meta(go), _meta(x), _meta(wt), [0], [2, 2], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False]))
+    fc = _flop_counter(
+        lambda: torch.ops.aten.convolution_backward(
+            _meta(go), _meta(x), _meta(wt), [0], [2, 2], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False]
+        )
+    )
     assert c.flops == fc
 
 
@@ -93,16 +100,21 @@ def test_attention_forward_against_flop_counter():
     q, k = args["Input Dims"][0], args["Input Dims"][1]  # flash layout [B, L, H, E]
     c = _cost("aten::_flash_attention_forward", args)
     causal = args["Concrete Inputs"][8] == "True"
-    b, l, h, e = q
+    b, lq, h, e = q
     s = k[1]
-    full = _flop_counter(lambda: torch.ops.aten._scaled_dot_product_efficient_attention(
-        _meta((b, h, l, e)), _meta((b, h, s, e)), _meta((b, h, s, e)), None, False, 0.0, False))
-    assert full == 4 * b * h * l * s * e
+    full = _flop_counter(
+        lambda: torch.ops.aten._scaled_dot_product_efficient_attention(
+            _meta((b, h, lq, e)), _meta((b, h, s, e)), _meta((b, h, s, e)), None, False, 0.0, False
+        )
+    )
+    assert full == 4 * b * h * lq * s * e
     assert c.flops == (full / 2 if causal else full)  # causal masking skips half the score matrix
 
 
 def test_memory_bound_formulas_on_the_timesformer_softmax():
-    args = _first_op(TIMESFORMER, "aten::_softmax", lambda a: len(a["Input Dims"][0]) == 4 and a["Input Dims"][0][-1] > 3000)
+    args = _first_op(
+        TIMESFORMER, "aten::_softmax", lambda a: len(a["Input Dims"][0]) == 4 and a["Input Dims"][0][-1] > 3000
+    )
     shape = args["Input Dims"][0]
     assert shape == [8, 12, 3137, 3137]
     c = _cost("aten::_softmax", args)
@@ -118,7 +130,11 @@ def test_kernels_link_to_the_operator_that_launched_them():
     assert (rows >= 0).all()
     # independent reference: the raw events' External ids (kernel → cpu_op)
     ev = raw_document(TIMESFORMER)["traceEvents"]
-    op_of_ext = {e["args"]["External id"]: e["name"] for e in ev if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
+    op_of_ext = {
+        e["args"]["External id"]: e["name"]
+        for e in ev
+        if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})
+    }
     raw = [op_of_ext.get(e["args"].get("External id")) for e in ev if e.get("cat") == "kernel"]
     ours = [t.strings[t.cpu_ops.name[r]] for r in rows]
     assert len(raw) == len(ours)
@@ -164,8 +180,13 @@ def test_nsight_emit_nvtx_shapes_cost_their_kernels():
     oi = t.op_inputs
     # the NVTX range text "aten::bmm, seq = …, sizes = [[1, 2048, 768], [1, 768, 3072]], …"
     want = [[1, 2048, 768], [1, 768, 3072]]
-    rows = [i for i in range(len(t.cpu_ops)) if t.strings[t.cpu_ops.name[i]] == "aten::bmm"
-            and oi.cpu_signature[i] >= 0 and oi.signatures[oi.cpu_signature[i]][0] == want]
+    rows = [
+        i
+        for i in range(len(t.cpu_ops))
+        if t.strings[t.cpu_ops.name[i]] == "aten::bmm"
+        and oi.cpu_signature[i] >= 0
+        and oi.signatures[oi.cpu_signature[i]][0] == want
+    ]
     assert rows
     c = kernel_costs(t)
     for r in rows[:5]:
@@ -191,8 +212,12 @@ def test_cupti_profiler_counters_are_read_as_hardware_flops():
     with gzip.open(path) as f:
         ev = json.load(f)["traceEvents"]
     ranges = [e for e in ev if e.get("cat") == "cuda_profiler_range"]
-    by_hand = sum(v * (2 if "fma" in k else 1) for e in ranges for k, v in e["args"].items()
-                  if k.startswith("smsp__sass_thread_inst_executed_op_"))
+    by_hand = sum(
+        v * (2 if "fma" in k else 1)
+        for e in ranges
+        for k, v in e["args"].items()
+        if k.startswith("smsp__sass_thread_inst_executed_op_")
+    )
     assert sum(t.op_inputs.hw_flops.values()) == pytest.approx(by_hand)
     assert by_hand == pytest.approx(8.0e10, rel=0.02)
     sgemm = sum(v for k, v in t.op_inputs.hw_flops.items() if "ampere_sgemm_32x32" in k)
@@ -219,14 +244,20 @@ def test_fp64_gemv_is_bandwidth_bound_on_a_t4_without_fp64_tensor_cores():
 
 def test_index_ops_move_the_rows_they_pick_not_the_table():
     # Qwen's vocabulary table [151936, 1024] bf16 indexed by 8,944 tokens (the recorded call)
-    c = op_cost("aten::index_select", [[151936, 1024], [], [8944]], ["c10::BFloat16", "Scalar", "long int"], ["", "0", ""])
+    c = op_cost(
+        "aten::index_select", [[151936, 1024], [], [8944]], ["c10::BFloat16", "Scalar", "long int"], ["", "0", ""]
+    )
     assert c.flops == 0 and c.bytes == 2 * 8944 * 1024 * 2 + 8944 * 8
-    g = op_cost("aten::gather", [[151936, 4096], [], [32, 4096]], ["c10::BFloat16", "Scalar", "long int"], ["", "0", ""])
+    g = op_cost(
+        "aten::gather", [[151936, 4096], [], [32, 4096]], ["c10::BFloat16", "Scalar", "long int"], ["", "0", ""]
+    )
     assert g.bytes == 2 * 32 * 4096 * 2 + 32 * 4096 * 8
     # the whole-table formula gave this kernel 359 % of the H100's bandwidth; picked rows give a rate below it
     from tests.conftest import analysis
 
-    row = next(r for r in analysis("tracelens_h100_qwen_inference.json.gz").roofline.rows if "indexSelectLargeIndex" in r.name)
+    row = next(
+        r for r in analysis("tracelens_h100_qwen_inference.json.gz").roofline.rows if "indexSelectLargeIndex" in r.name
+    )
     assert row.pct_of_roof is not None and row.pct_of_roof < 100 and row.over_roof_pct is None
 
 
@@ -254,14 +285,18 @@ def test_a_counter_mode_trace_is_a_gpu_trace_with_measured_flops_per_kernel():
         want = {}
         for e in ranges:
             x = e["args"]
-            v = sum(x.get(f"smsp__sass_thread_inst_executed_op_{letter}{op}_pred_on.sum", 0) * m
-                    for op, m in (("add", 1), ("mul", 1), ("fma", 2)))
+            v = sum(
+                x.get(f"smsp__sass_thread_inst_executed_op_{letter}{op}_pred_on.sum", 0) * m
+                for op, m in (("add", 1), ("mul", 1), ("fma", 2))
+            )
             want[e["name"]] = want.get(e["name"], 0) + v
         got = {k.name: k.by_precision[p] for k in h.kernels}
         assert got == pytest.approx(want)
     assert h.total_flops == pytest.approx(8.02e10, rel=0.005)
     top = h.kernels[0]
-    assert top.name == "ampere_sgemm_32x32_sliced1x4_tn" and top.operator == "aten::addmm" and top.kernel_class == "gemm"
+    assert (
+        top.name == "ampere_sgemm_32x32_sliced1x4_tn" and top.operator == "aten::addmm" and top.kernel_class == "gemm"
+    )
     missing = next(k for k in h.kernels if k.name == "__missing__")
     assert missing.kernel_class == "convolution" and missing.operator == "aten::cudnn_convolution"
     # a GPU trace without timing: not "CPU-only", MFU unknown for want of time, not of FLOPs
@@ -282,7 +317,9 @@ def test_cost_model_against_the_nsight_compute_reference_points():
 
     from tests.conftest import DATA
 
-    spec = importlib.util.spec_from_file_location("bench_cost_model", DATA.parents[1] / "benchmarks" / "bench_cost_model.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_cost_model", DATA.parents[1] / "benchmarks" / "bench_cost_model.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     import sys
 
@@ -313,8 +350,12 @@ def test_counter_agreement_per_class_where_operators_carry_shapes():
     sig = np.full(len(ops), -1, np.int32)
     sig[addmm] = 0
     dims, types = [[4096], [128, 4096], [4096, 4096], [], []], ["float", "float", "float", "Scalar", "Scalar"]
-    oi = dataclasses.replace(t.op_inputs, cpu_external=np.full(len(ops), -1, np.int64), cpu_signature=sig,
-                             signatures=[(dims, types, ["", "", "", "1", "1"])])
+    oi = dataclasses.replace(
+        t.op_inputs,
+        cpu_external=np.full(len(ops), -1, np.int64),
+        cpu_signature=sig,
+        signatures=[(dims, types, ["", "", "", "1", "1"])],
+    )
     h = hw_counter_report(dataclasses.replace(t, op_inputs=oi))
     per = op_cost("aten::addmm", dims, types, ["", "", "", "1", "1"]).flops
     sg = next(k for k in h.kernels if k.name == "ampere_sgemm_32x32_sliced1x4_tn")

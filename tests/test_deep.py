@@ -1,11 +1,11 @@
 """``analyze --deep``: HTA's critical path, launch statistics and queue lengths, and how the deep
 part degrades where HTA fails. HTA is slow (seconds per trace on 2 cores), so each HTA run here
 is made once per session (functools.lru_cache) and shared by the tests that read it."""
+
 from __future__ import annotations
 
 import builtins
 import functools
-import gzip
 import json
 import re
 from importlib import metadata
@@ -37,6 +37,7 @@ def _events(name: str) -> list[dict]:
 
 # -- versions: the pins that work ------------------------------------------------------------
 
+
 def test_installed_hta_and_pandas_are_the_pinned_working_versions():
     # HTA 0.6.1's critical path fails under pandas 3 ("name 'nan' is not defined").
     assert metadata.version("traceinsight") == "0.6.1"
@@ -46,6 +47,7 @@ def test_installed_hta_and_pandas_are_the_pinned_working_versions():
 
 
 # -- the critical path on the A100 trace (the numbers seen when the issue was filed) ---------
+
 
 def test_critical_path_of_the_second_step_is_mostly_cpu_then_gpu_compute():
     d = deep(CONTROL, "1010")
@@ -105,11 +107,14 @@ def test_default_step_is_the_median_step_by_duration():
 
 # -- launch statistics, re-derived from the raw events ---------------------------------------
 
+
 def test_launch_statistics_agree_with_the_raw_trace():
     ls = deep(CONTROL, "1010").launch
     ev = _events(CONTROL)
     launch_names = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync"}
-    host = {e["args"]["correlation"]: e["dur"] for e in ev if e.get("cat") == "cuda_runtime" and e["name"] in launch_names}
+    host = {
+        e["args"]["correlation"]: e["dur"] for e in ev if e.get("cat") == "cuda_runtime" and e["name"] in launch_names
+    }
     gpu = {e["args"]["correlation"]: e["dur"] for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")}
     both = [c for c in host if c in gpu]
     assert ls.launches == len(both)
@@ -122,6 +127,7 @@ def test_launch_statistics_agree_with_the_raw_trace():
 
 
 # -- degradation ------------------------------------------------------------------------------
+
 
 def test_hta_critical_path_failure_on_the_2021_resnet_trace_is_skipped_with_one_line():
     d = deep(RESNET_2021)
@@ -181,6 +187,7 @@ def test_deep_step_without_deep_is_a_usage_error(capsys):
 
 
 # -- the document ----------------------------------------------------------------------------
+
 
 def test_deep_document_part_is_plain_json_and_renders():
     from trainscope.analyzers.rules import Rules

@@ -2,6 +2,7 @@
 copy of the shared corpus's labels plus the public traces labeled for issue 22 under labeled/public/;
 classes from the findings registry). A verdict is right when its class is one of the label's "primary"
 classes and none of its "must_not" ones. Verdicts come from ``trainscope.api.analyze``."""
+
 from __future__ import annotations
 
 import json
@@ -20,19 +21,17 @@ def copy_of(rel: str):
     """The test copy of a labeled trace: with the other test traces, or among the labeled ones."""
     return DATA / rel if (DATA / rel).exists() else DATA / "labeled" / rel
 
+
 # Labeled traces today's diagnosis gets wrong, each with what it misses; the fixes of issue 22 land in
 # parallel, and each entry goes when its trace turns right (strict xfail: an XPASS fails the run).
 WRONG_UNTIL_ISSUE_22 = {
-    "public/hta_a100_cuda_event_sync_step.json.gz":
-        "4 kernels in a 3.15 ms step are refused as too little evidence, though launch records order host and "
-        "GPU: 89 % of the step is one gap whose next kernel is launched at its end (issue 22 items 1 and 3)",
-    "public/nvfuser_h100_nvrtc_compile_jit.sqlite":
-        "GPU 0.1 % busy around a 311 ms NVRTC compile: compile ranges and issued-late gaps are not yet read as "
-        "cold start / host-bound (issue 22 item 1)",
-    "public/pipit_a100_cloverleaf_cuda.sqlite":
-        "the steady state is 87 % busy with kernels that carry no shapes, so their bound is unknown and their time "
-        "leads nothing; the ~8 us gaps after each cudaDeviceSynchronize (7 % of the step) lead instead — kernel work "
-        "of unknown bound on a busy GPU is GPU-bound (issue 22 items 1 and 2)",
+    "public/hta_a100_cuda_event_sync_step.json.gz": "4 kernels in a 3.15 ms step are refused as too little evidence, though launch records order host and "
+    "GPU: 89 % of the step is one gap whose next kernel is launched at its end (issue 22 items 1 and 3)",
+    "public/nvfuser_h100_nvrtc_compile_jit.sqlite": "GPU 0.1 % busy around a 311 ms NVRTC compile: compile ranges and issued-late gaps are not yet read as "
+    "cold start / host-bound (issue 22 item 1)",
+    "public/pipit_a100_cloverleaf_cuda.sqlite": "the steady state is 87 % busy with kernels that carry no shapes, so their bound is unknown and their time "
+    "leads nothing; the ~8 us gaps after each cudaDeviceSynchronize (7 % of the step) lead instead — kernel work "
+    "of unknown bound on a busy GPU is GPU-bound (issue 22 items 1 and 2)",
 }
 # Label classes no finding claims yet: a label naming one also names a registry class, so it is scored today.
 PENDING_CLASSES = {
@@ -41,8 +40,12 @@ PENDING_CLASSES = {
 }
 
 _SCORED = sorted(rel for rel, lab in LABELS["traces"].items() if scored(lab) and not rel.startswith("memory/"))
-TRACES = [pytest.param(rel, marks=pytest.mark.xfail(strict=True, reason=WRONG_UNTIL_ISSUE_22[rel]))
-          if rel in WRONG_UNTIL_ISSUE_22 else rel for rel in _SCORED]
+TRACES = [
+    pytest.param(rel, marks=pytest.mark.xfail(strict=True, reason=WRONG_UNTIL_ISSUE_22[rel]))
+    if rel in WRONG_UNTIL_ISSUE_22
+    else rel
+    for rel in _SCORED
+]
 
 
 def _verdict(rel: str):
@@ -62,7 +65,9 @@ def test_labeled_trace_verdict_is_right(rel):
 
 def test_the_label_classes_are_the_registry_classes():
     assert set(LABELS["classes"]) == set(LABEL_CLASSES) | set(PENDING_CLASSES)
-    assert not set(PENDING_CLASSES) & set(LABEL_CLASSES), "a finding claims a pending class: drop it from PENDING_CLASSES"
+    assert not set(PENDING_CLASSES) & set(LABEL_CLASSES), (
+        "a finding claims a pending class: drop it from PENDING_CLASSES"
+    )
     # every class a verdict can name is claimed by some finding that can be primary, except "none"
     claimed = {s.label_class for s in REGISTRY.values() if s.can_be_primary}
     assert set(LABEL_CLASSES) - claimed == {"none", "capacity"}  # capacity: memory snapshots and live

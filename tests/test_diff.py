@@ -4,6 +4,7 @@ test pair), and a CPU training job recorded here with a slow and a fast DataLoad
 Numbers are re-derived from the raw trace events, and the per-kernel changes are checked against
 Holistic Trace Analysis's TraceDiff on the same pair.
 """
+
 from __future__ import annotations
 
 import functools
@@ -47,8 +48,10 @@ def _events(name: str) -> list[dict]:
 
 def _raw_steps(events: list[dict]) -> list[tuple[float, float]]:
     seen, out = set(), []
-    for e in sorted((e for e in events if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"),
-                    key=lambda e: e["ts"]):
+    for e in sorted(
+        (e for e in events if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X"),
+        key=lambda e: e["ts"],
+    ):
         if e["name"] not in seen and e.get("cat") != "gpu_user_annotation":
             seen.add(e["name"])
             out.append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
@@ -64,12 +67,16 @@ def _raw_kernel_ms_per_step(name: str, kernel: str) -> tuple[int, float]:
     for e in kernels:
         per_dev[e["args"]["device"]] = per_dev.get(e["args"]["device"], 0) + e["dur"]
     dev = max(per_dev, key=per_dev.get)
-    sel = [e for e in kernels if e["name"] == kernel and e["args"]["device"] == dev
-           and any(s <= e["ts"] < t for s, t in steps)]
+    sel = [
+        e
+        for e in kernels
+        if e["name"] == kernel and e["args"]["device"] == dev and any(s <= e["ts"] < t for s, t in steps)
+    ]
     return len(sel), sum(e["dur"] for e in sel) / 1e3 / len(steps)
 
 
 # -- two GPUs, one workload --------------------------------------------------------------------
+
 
 def test_gpu_difference_is_flagged_with_the_names_from_the_raw_traces(gpu_diff):
     names = []
@@ -97,8 +104,10 @@ def test_step_times_and_speedup_match_the_raw_profiler_steps(gpu_diff):
 
 def test_per_kernel_changes_against_raw_events(gpu_diff):
     by_key = {k.key: k for k in gpu_diff.kernels if k.match == "exact"}
-    for kernel in ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
-                   "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)"):
+    for kernel in (
+        "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)",
+        "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)",
+    ):
         ch = by_key[kernel]
         for side, name in (("before", A100), ("after", V100)):
             count, ms = _raw_kernel_ms_per_step(name, kernel)
@@ -145,13 +154,15 @@ def test_per_kernel_changes_agree_with_hta_trace_diff(tmp_path, gpu_diff):
         (tmp_path / label).mkdir()
         os.symlink(KINETO / name, tmp_path / label / name)
         import logging
+
         logging.disable(logging.WARNING)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             labeled.append(trace_diff.LabeledTrace(label, trace_dir=str(tmp_path / label)))
     c, t = labeled
-    hta = trace_diff.TraceDiff.compare_traces(c, t, control_iteration=c.iterations(), test_iteration=t.iterations(),
-                                              device_type=trace_diff.DeviceType.GPU)
+    hta = trace_diff.TraceDiff.compare_traces(
+        c, t, control_iteration=c.iterations(), test_iteration=t.iterations(), device_type=trace_diff.DeviceType.GPU
+    )
     sides = []
     for name in (A100, V100):
         trace, a = load(name), analysis(name)
@@ -165,7 +176,9 @@ def test_per_kernel_changes_agree_with_hta_trace_diff(tmp_path, gpu_diff):
         row = hta.loc[k.key]
         hta_delta = (row["t_total_duration"] - row["c_total_duration"]) / 1e3 / 6  # µs → ms per step
         assert k.delta_ms_per_step == pytest.approx(hta_delta, abs=0.02), k.key
-    for k in changes[:5]:  # the largest changes: HTA's counts, but for a kernel launched in one step and run in the next
+    for k in changes[
+        :5
+    ]:  # the largest changes: HTA's counts, but for a kernel launched in one step and run in the next
         assert abs(k.before_count - hta.loc[k.key]["c_counts"]) <= 1, k.key
         assert abs(k.after_count - hta.loc[k.key]["t_counts"]) <= 1, k.key
     # With the 546 orphans kept, trainscope's AllReduce grows more than HTA's count shows.
@@ -199,8 +212,14 @@ def test_a_fix_that_removed_its_finding_is_resolved():
     data = next(o for o in d.recommendations if o.finding == "data/input-wait")
     ev = _events(name)
     steps = _raw_steps(ev)
-    waits = [e for e in ev if e.get("ph") == "X" and "DataLoader" in str(e.get("name")) and "__next__" in e["name"]
-             and any(s <= e["ts"] < t for s, t in steps)]
+    waits = [
+        e
+        for e in ev
+        if e.get("ph") == "X"
+        and "DataLoader" in str(e.get("name"))
+        and "__next__" in e["name"]
+        and any(s <= e["ts"] < t for s, t in steps)
+    ]
     assert data.before == pytest.approx(sum(e["dur"] for e in waits) / 1e3 / len(steps), rel=0.01)
     assert data.status == "resolved" and data.addressed and data.after == 0.0
     assert "projected bound: 1.66×" in data.note
@@ -218,7 +237,10 @@ def test_batch_shapes_are_compared_from_input_dims(gpu_diff):
         for e in _events(name):
             if e.get("name") == "aten::mm" and "Input Dims" in (e.get("args") or {}):
                 mm[i].add(json.dumps(e["args"]["Input Dims"]))
-    assert f"aten::mm: {len(mm[0])} distinct input shapes before, {len(mm[1])} after, {len(mm[0] & mm[1])} shared" in shapes.note
+    assert (
+        f"aten::mm: {len(mm[0])} distinct input shapes before, {len(mm[1])} after, {len(mm[0] & mm[1])} shared"
+        in shapes.note
+    )
 
 
 def test_a_run_against_itself_changes_nothing():
@@ -232,21 +254,38 @@ def test_a_run_against_itself_changes_nothing():
 
 
 def test_kernel_name_normalization():
-    assert arch_key("ampere_sgemm_32x32_sliced1x4_nn") == arch_key("volta_sgemm_32x32_sliced1x4_nn") == "sgemm_32x32_sliced1x4_nn"
+    assert (
+        arch_key("ampere_sgemm_32x32_sliced1x4_nn")
+        == arch_key("volta_sgemm_32x32_sliced1x4_nn")
+        == "sgemm_32x32_sliced1x4_nn"
+    )
     assert arch_key("sm80_xmma_gemm_f16f16_f32") == "xmma_gemm_f16f16_f32"
-    assert arch_key("cutlass_80_tensorop_s1688gemm_64x64_32x6_nn_align4") == "cutlass_tensorop_s1688gemm_64x64_32x6_nn_align4"
+    assert (
+        arch_key("cutlass_80_tensorop_s1688gemm_64x64_32x6_nn_align4")
+        == "cutlass_tensorop_s1688gemm_64x64_32x6_nn_align4"
+    )
     assert family_key("volta_sgemm_128x64_nn") == family_key("ampere_sgemm_32x32_nn") == "sgemm_#x#_nn"
     assert family_key("volta_sgemm_128x64_nn") != family_key("volta_sgemm_128x64_nt")  # transposes stay apart
-    assert arch_key("void at::native::vectorized_elementwise_kernel<4>") == "void at::native::vectorized_elementwise_kernel<4>"
+    assert (
+        arch_key("void at::native::vectorized_elementwise_kernel<4>")
+        == "void at::native::vectorized_elementwise_kernel<4>"
+    )
 
 
 def test_matching_is_exact_first_then_architecture_then_family():
     k = lambda n, ns: KernelTime(n, "gemm", 1, ns)  # noqa: E731
     before = [k("volta_sgemm_128x64_nn", 4_000_000), k("gemm_a", 1_000_000), k("fused<1>", 2_000_000)]
-    after = [k("ampere_sgemm_128x64_nn", 1_000_000), k("gemm_a", 1_000_000), k("fused<2>", 1_000_000),
-             k("fused<3>", 1_000_000), k("new_kernel", 500_000)]
+    after = [
+        k("ampere_sgemm_128x64_nn", 1_000_000),
+        k("gemm_a", 1_000_000),
+        k("fused<2>", 1_000_000),
+        k("fused<3>", 1_000_000),
+        k("new_kernel", 500_000),
+    ]
     out = {c.match: c for c in match_kernels(before, after, 2, 1)}
-    assert out["exact"].key == "gemm_a" and out["exact"].delta_ms_per_step == pytest.approx(0.5)  # 1 ms / 2 steps → 1 ms / 1 step
+    assert out["exact"].key == "gemm_a" and out["exact"].delta_ms_per_step == pytest.approx(
+        0.5
+    )  # 1 ms / 2 steps → 1 ms / 1 step
     assert out["arch"].label == "volta_sgemm_128x64_nn → ampere_sgemm_128x64_nn"
     assert out["family"].after_names == ("fused<2>", "fused<3>") and out["family"].after_ms_per_step == 2.0
     assert out["appeared"].after_names == ("new_kernel",)
@@ -282,6 +321,7 @@ def test_the_recorded_job_is_what_the_job_script_writes(tmp_path):
 
     def steps(ev):
         return sorted(e["name"] for e in ev if e.get("name", "").startswith("ProfilerStep#"))
+
     assert steps(fresh) == steps(kept) and len(steps(kept)) == 4
 
 
@@ -296,8 +336,13 @@ def _cpu_run(path: str):
 def _raw_data_wait_pct(path: str) -> float:
     ev = json.load(open(path))["traceEvents"]
     steps = _raw_steps(ev)
-    waits = [e for e in ev if "DataLoader" in e.get("name", "") and "__next__" in e.get("name", "")
-             and any(s <= e["ts"] < t for s, t in steps)]
+    waits = [
+        e
+        for e in ev
+        if "DataLoader" in e.get("name", "")
+        and "__next__" in e.get("name", "")
+        and any(s <= e["ts"] < t for s, t in steps)
+    ]
     return 100 * sum(e["dur"] for e in waits) / sum(t - s for s, t in steps)
 
 
@@ -310,8 +355,10 @@ def test_faster_dataloader_drops_the_data_wait(cpu_runs):
     # 8 samples × 4 ms of sleep per step before; none after. The speed-up is what the raw step
     # durations give (an idle machine records ≈ 3×; the recording kept here was made under load).
     assert d.p50.before_ms >= 32 and d.p50.speedup > 1.5
-    raw_p50 = [float(np.median([t - s for s, t in _raw_steps(json.load(open(cpu_runs[k]))["traceEvents"])]))
-               for k in ("slow", "fast")]
+    raw_p50 = [
+        float(np.median([t - s for s, t in _raw_steps(json.load(open(cpu_runs[k]))["traceEvents"])]))
+        for k in ("slow", "fast")
+    ]
     assert d.p50.speedup == pytest.approx(raw_p50[0] / raw_p50[1], rel=1e-3)
     # Data wait in ms per step fell by at least the sleep it removed.
     b, a = (r.analysis.breakdown for r in (d.before, d.after))
@@ -343,7 +390,9 @@ def test_other_batch_size_is_flagged(cpu_runs):
 
 
 def _cli(*args: str):
-    return subprocess.run([sys.executable, "-m", "trainscope", "diff", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "trainscope", "diff", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_gate_exit_codes(cpu_runs, tmp_path):
@@ -356,9 +405,12 @@ def test_gate_exit_codes(cpu_runs, tmp_path):
     bad = _cli(fast, slow, "--fail-if-slower", "5", "-q")
     assert bad.returncode == 3
     lines = bad.stderr.strip().splitlines()
-    assert len(lines) == 1 and re.match(r"trainscope: regression: step time p50 rose [\d.]+ % \([\d.]+ → [\d.]+ ms\), "
-                                        r"more than the 5 % allowed; Mann-Whitney U p = 0.0286 \(α 0.05, "
-                                        r"95 % interval \+[\d.]+ … \+[\d.]+ %\)$", lines[0]), lines
+    assert len(lines) == 1 and re.match(
+        r"trainscope: regression: step time p50 rose [\d.]+ % \([\d.]+ → [\d.]+ ms\), "
+        r"more than the 5 % allowed; Mann-Whitney U p = 0.0286 \(α 0.05, "
+        r"95 % interval \+[\d.]+ … \+[\d.]+ %\)$",
+        lines[0],
+    ), lines
     wait = _cli(fast, slow, "--fail-if-slower", "10", "--metric", "data_wait", "--format", "json")
     assert wait.returncode == 3 and "data-wait share rose" in wait.stderr
     doc = json.loads(wait.stdout)
@@ -366,8 +418,12 @@ def test_gate_exit_codes(cpu_runs, tmp_path):
     # Not comparable (batch 8 against 16): the gate is not run — exit 2 with the reason — unless asked to.
     other = _cli(fast, cpu_runs["fast@16"], "--fail-if-slower", "0", "--format", "json")
     assert other.returncode == 2 and json.loads(other.stdout)["gate"]["refused"] == "batch_shapes"
-    assert other.stderr.startswith("trainscope: gate not run: the runs are not comparable (batch_shapes leading dim 8 "
-                                   "→ leading dim 16)") and other.stderr.count("\n") == 1
+    assert (
+        other.stderr.startswith(
+            "trainscope: gate not run: the runs are not comparable (batch_shapes leading dim 8 → leading dim 16)"
+        )
+        and other.stderr.count("\n") == 1
+    )
     anyway = _cli(fast, cpu_runs["fast@16"], "--fail-if-slower", "1e9", "--gate-anyway", "-q")
     assert anyway.returncode == 0 and anyway.stderr.rstrip().endswith("[runs not comparable: batch_shapes]")
     # A huge allowance passes; a metric one run cannot measure is bad usage, not a pass.
@@ -376,7 +432,10 @@ def test_gate_exit_codes(cpu_runs, tmp_path):
     assert unavailable.returncode == 2 and "cannot gate on gpu_busy" in unavailable.stderr
     # Bad inputs: exit 2, one line naming the side.
     (tmp_path / "junk.json").write_text("{not json")
-    for args, side in (((str(tmp_path / "missing.json"), fast), "BEFORE"), ((fast, str(tmp_path / "junk.json")), "AFTER")):
+    for args, side in (
+        ((str(tmp_path / "missing.json"), fast), "BEFORE"),
+        ((fast, str(tmp_path / "junk.json")), "AFTER"),
+    ):
         p = _cli(*args, "--fail-if-slower", "5")
         assert p.returncode == 2 and p.stderr.startswith(f"trainscope: {side}: ") and len(p.stderr.splitlines()) == 1
     assert _cli(fast, slow, "--fail-if-slower", "-1").returncode == 2
@@ -387,8 +446,18 @@ def test_gate_exit_codes(cpu_runs, tmp_path):
 def gpu_cli(tmp_path_factory):
     """One CLI run on the GPU pair (each loads 70 MB of JSON): gate, JSON and Markdown at once."""
     report = tmp_path_factory.mktemp("report") / "d.md"
-    p = _cli(str(KINETO / A100), str(KINETO / V100), "--fail-if-slower", "20", "--gate-anyway", "-q", "--format", "json",
-             "--report", str(report))
+    p = _cli(
+        str(KINETO / A100),
+        str(KINETO / V100),
+        "--fail-if-slower",
+        "20",
+        "--gate-anyway",
+        "-q",
+        "--format",
+        "json",
+        "--report",
+        str(report),
+    )
     return p, report
 
 
@@ -414,6 +483,7 @@ def test_gate_threshold_boundary(gpu_diff):
 
 # -- renderings ------------------------------------------------------------------------------
 
+
 def test_json_markdown_and_text_renderings(gpu_diff, gpu_cli):
     p, report = gpu_cli
     doc = json.loads(p.stdout)
@@ -421,7 +491,10 @@ def test_json_markdown_and_text_renderings(gpu_diff, gpu_cli):
     assert doc["verdict"]["changed"] is gpu_diff.verdict.changed and doc["comparable"] is False
     assert doc["step_time_ms"]["p50"]["speedup"] == pytest.approx(gpu_diff.p50.speedup, abs=1e-3)
     assert doc["categories"]["communication"]["change_pts"] == pytest.approx(
-        gpu_diff.after.analysis.breakdown.share_pct("communication") - gpu_diff.before.analysis.breakdown.share_pct("communication"), abs=0.01)
+        gpu_diff.after.analysis.breakdown.share_pct("communication")
+        - gpu_diff.before.analysis.breakdown.share_pct("communication"),
+        abs=0.01,
+    )
     assert doc["kernels"]["grew"][0]["match"] == "exact" and len(doc["kernels"]["disappeared"]) == 20
     md = report.read_text()
     assert md == render_diff_markdown(doc)
@@ -462,7 +535,9 @@ def test_fused_attention_outcome_is_measured_on_the_nsight_pair():
     from trainscope.collectors import open_traces
     from tests.conftest import DATA
 
-    runs = [str(DATA / "nsys" / n) for n in ("cs336_small_fwd_ctx4096_a100.sqlite", "cs336_small_train_step_a100.sqlite")]
+    runs = [
+        str(DATA / "nsys" / n) for n in ("cs336_small_fwd_ctx4096_a100.sqlite", "cs336_small_train_step_a100.sqlite")
+    ]
     sides = [summarize_run(p, ts, analyze_set(ts)) for p in runs for ts in [open_traces(p)]]
     d = diff_runs(*sides)
     fused = next(r for r in d.recommendations if r.recommendation == "fused-attention")

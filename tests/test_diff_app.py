@@ -1,6 +1,7 @@
 """The `trainscope diff` app, driven with Textual's Pilot on the real A100 → V100 pair (HTA's own
 trace-diff test pair). Every assertion is on what the app holds or shows, compared with a RunDiff
 the test computes itself, and where possible with numbers re-derived from the raw trace events."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,13 @@ from trainscope.reports.diff_document import build_diff_document  # noqa: E402
 from trainscope.reports.diff_markdown import render_diff_markdown  # noqa: E402
 from trainscope.tui.chrome import HelpScreen as DiffHelpScreen  # noqa: E402
 from trainscope.tui.diff_app import DiffApp, report_name  # noqa: E402
-from trainscope.tui.diff_panes import (DiffBreakdown, DiffSummary, FixOutcomes, KernelDiffPane,  # noqa: E402
-                                       SHORT_LABELS, BarPairs)
+from trainscope.tui.diff_panes import (
+    DiffBreakdown,
+    DiffSummary,
+    FixOutcomes,
+    KernelDiffPane,  # noqa: E402
+    SHORT_LABELS,
+)
 
 BEFORE, AFTER = str(KINETO / A100), str(KINETO / V100)
 MATCHED = ("exact", "arch", "family")
@@ -105,8 +111,9 @@ def test_breakdown_rows_are_the_diffs_categories_side_by_side():
             await _ready(app, pilot)
             await pilot.press("2")
             pane = app.query_one(DiffBreakdown)
-            assert [(r.name, r.before, r.after) for r in pane.category_rows] == \
-                   [(c.name, c.before_pct, c.after_pct) for c in d.categories]
+            assert [(r.name, r.before, r.after) for r in pane.category_rows] == [
+                (c.name, c.before_pct, c.after_pct) for c in d.categories
+            ]
             # The exclusive categories account for every instant of the steps.
             assert sum(r.before for r in pane.category_rows) == pytest.approx(100, abs=0.1)
             assert sum(r.after for r in pane.category_rows) == pytest.approx(100, abs=0.1)
@@ -118,11 +125,15 @@ def test_breakdown_rows_are_the_diffs_categories_side_by_side():
                 assert f"{c.before_pct:5.1f} %" in line and f"{c.after_pct:5.1f} %" in line
                 change = f"{c.change_pts:+.1f} pts" if abs(c.change_pts) >= 0.05 else "0.0 pts"
                 assert line.endswith(change)
-            assert [(r.name, r.before, r.after) for r in pane.class_rows] == \
-                   [(c.name, c.before_ms_per_step, c.after_ms_per_step) for c in d.kernel_classes]
+            assert [(r.name, r.before, r.after) for r in pane.class_rows] == [
+                (c.name, c.before_ms_per_step, c.after_ms_per_step) for c in d.kernel_classes
+            ]
             gemm = _line(text_of(app, "#bd-classes"), "gemm")
             g = next(c for c in d.kernel_classes if c.name == "gemm")
-            assert f"{g.before_ms_per_step:.2f}" in gemm and gemm.endswith(f"{g.after_ms_per_step - g.before_ms_per_step:+.2f} ms")
+            assert f"{g.before_ms_per_step:.2f}" in gemm and gemm.endswith(
+                f"{g.after_ms_per_step - g.before_ms_per_step:+.2f} ms"
+            )
+
     run(go())
 
 
@@ -168,7 +179,9 @@ def test_kernel_filters_show_exactly_each_group_and_the_names_behind_a_row():
             table.move_cursor(row=arch)
             await pilot.pause()
             k = pane.shown[arch]
-            assert pane.selected is k and k.before_names[0].startswith("ampere_") and k.after_names[0].startswith("volta_")
+            assert (
+                pane.selected is k and k.before_names[0].startswith("ampere_") and k.after_names[0].startswith("volta_")
+            )
             detail = text_of(app, "#kd-detail")
             assert "arch" in detail and k.before_names[0] in detail and k.after_names[0] in detail
             assert f"{k.before_count} calls" in detail and f"{k.after_count} calls" in detail
@@ -178,6 +191,7 @@ def test_kernel_filters_show_exactly_each_group_and_the_names_behind_a_row():
             assert pane.sort_column == "before" and befores == sorted(befores, reverse=True)
             await pilot.press("r")
             assert [x.before_ms_per_step for x in pane.shown] == sorted(befores)
+
     run(go())
 
 
@@ -199,6 +213,7 @@ def test_earlier_fixes_show_each_outcome_with_its_values():
                 assert f"{o.before:.2f} → {o.after:.2f} {o.unit}" in listing
                 assert o.note in listing
             assert "2 improved" in text_of(app, "#fo-note")
+
     run(go())
 
 
@@ -252,30 +267,37 @@ def test_cli_opens_the_app_and_the_gate_exit_code_survives_it(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)  # `e` without --report writes in the current directory
     _through_the_app(monkeypatch)
     report, js = tmp_path / "diff.md", tmp_path / "diff.json"
-    code = diff_command.run(_args(BEFORE, AFTER, "--fail-if-slower", "20", "--gate-anyway", "--report", str(report),
-                                  "--json", str(js)))
+    code = diff_command.run(
+        _args(BEFORE, AFTER, "--fail-if-slower", "20", "--gate-anyway", "--report", str(report), "--json", str(js))
+    )
     err = capsys.readouterr().err
     assert code == 3  # p50 rose 49.3 % > 20 %: a regression, after quitting the app as without it
-    assert err.splitlines()[-1] == ("trainscope: regression: step time p50 rose 49.3 % (76.8 → 114.7 ms), more than "
-                                    "the 20 % allowed; Mann-Whitney U p = 0.00108 (α 0.05, 95 % interval +19.2 … "
-                                    "+117.5 %) [runs not comparable: gpu, batch_shapes]")
+    assert err.splitlines()[-1] == (
+        "trainscope: regression: step time p50 rose 49.3 % (76.8 → 114.7 ms), more than "
+        "the 20 % allowed; Mann-Whitney U p = 0.00108 (α 0.05, 95 % interval +19.2 … "
+        "+117.5 %) [runs not comparable: gpu, batch_shapes]"
+    )
     from trainscope.api import DiffResult
 
     d = pair()
     gate = check_gate(d, "step_p50", 20)
     assert report.read_text() == DiffResult(d, gate).to_markdown()  # --report and e: one file
     import json
+
     assert json.loads(js.read_text())["gate"]["regressed"] is True
 
     # Without --gate-anyway the pair (another GPU) is not gated: exit 2 with the reason, after the app too.
     code = diff_command.run(_args(BEFORE, AFTER, "--fail-if-slower", "20"))
     assert code == 2 and capsys.readouterr().err.splitlines()[-1].startswith(
-        "trainscope: gate not run: the runs are not comparable (gpu NVIDIA A100-PG509-200 → Tesla V100-SXM2-16GB")
+        "trainscope: gate not run: the runs are not comparable (gpu NVIDIA A100-PG509-200 → Tesla V100-SXM2-16GB"
+    )
 
     # The same pair within a 60 % allowance passes: exit 0 after the app.
     code = diff_command.run(_args(BEFORE, AFTER, "--fail-if-slower", "60", "--gate-anyway"))
     assert (tmp_path / report_name(BEFORE, AFTER)).exists()
-    assert code == 0 and capsys.readouterr().err.splitlines()[-1].startswith("trainscope: gate passed: step time p50 rose 49.3 %")
+    assert code == 0 and capsys.readouterr().err.splitlines()[-1].startswith(
+        "trainscope: gate passed: step time p50 rose 49.3 %"
+    )
 
 
 def test_bad_input_in_the_app_exits_2_with_the_clis_line(tmp_path, monkeypatch, capfd):
@@ -333,6 +355,7 @@ def test_help_lists_every_key_and_t_switches_the_theme():
             dark = app.current_theme.dark
             await pilot.press("t")
             assert app.current_theme.dark is not dark
+
     run(go())
 
 
@@ -353,19 +376,24 @@ def test_every_tab_renders_at_small_and_large_sizes(size):
             await pilot.pause()
             bars = text_of(app, "#bd-categories").splitlines()
             assert len(bars) == 1 + len(pair().categories) and max(len(line) for line in bars) <= size[0] - 2
+
     run(go())
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it; apt-get install tmux)")
+@pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it; apt-get install tmux)"
+)
 def test_in_a_real_terminal_the_app_opens_and_quitting_gives_the_gates_exit_code(tmp_path):
     from tests.test_tui_tmux import Tmux
 
     tmux = Tmux(f"trainscope-diff-{tmp_path.name}")
     exit_file = tmp_path / "exit.txt"
     # stderr stays on the terminal: Textual draws there.
-    cmd = (f"cd {shlex.quote(str(tmp_path))} && {shlex.quote(sys.executable)} -m trainscope diff "
-           f"{shlex.quote(BEFORE)} {shlex.quote(AFTER)} --fail-if-slower 20 --gate-anyway; "
-           f"echo $? > {shlex.quote(str(exit_file))}; sleep 30")
+    cmd = (
+        f"cd {shlex.quote(str(tmp_path))} && {shlex.quote(sys.executable)} -m trainscope diff "
+        f"{shlex.quote(BEFORE)} {shlex.quote(AFTER)} --fail-if-slower 20 --gate-anyway; "
+        f"echo $? > {shlex.quote(str(exit_file))}; sleep 30"
+    )
     tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", cmd)
     try:
         screen = tmux.wait_for("GATE FAILED")

@@ -1,6 +1,7 @@
 """SVG snapshots of the diff app on the real A100 → V100 pair (pytest-textual-snapshot; Textual is
 pinned in the ``test`` extra). Update after an intended change with
 ``python -m pytest tests/test_diff_app_snapshots.py --snapshot-update`` and review the SVGs."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """diff compares like with like: the same rank, GPU models not indexes, and fixed capture windows
 by the work done per window. Figures cross-checked with raw SQL on the Nsight exports."""
+
 from __future__ import annotations
 
 import functools
@@ -53,24 +54,28 @@ def test_same_rank_on_both_sides():
 # Kernel count and time by raw SQL, each kernel clipped where the next one on its stream starts: the
 # invariant pass's stream-overlap repair (docs/repairs.md; one kernel of the BEFORE export overlaps
 # the next by 0.012 ms).
-_KERNEL_TIME = ("SELECT count(*), sum(min(end, coalesce(nxt, end)) - start) / 1e6 FROM (SELECT deviceId, start, end, "
-                "LEAD(start) OVER (PARTITION BY deviceId, streamId ORDER BY start) AS nxt FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+_KERNEL_TIME = (
+    "SELECT count(*), sum(min(end, coalesce(nxt, end)) - start) / 1e6 FROM (SELECT deviceId, start, end, "
+    "LEAD(start) OVER (PARTITION BY deviceId, streamId ORDER BY start) AS nxt FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+)
 
 
 def test_fixed_windows_compared_by_work_per_window():
     d = _diff()
     assert d.before.fixed_window and d.after.fixed_window and d.work.fixed_windows
-    (nb, msb), = _sql(BEFORE, _KERNEL_TIME)
-    (na, msa), = _sql(AFTER, _KERNEL_TIME)
+    ((nb, msb),) = _sql(BEFORE, _KERNEL_TIME)
+    ((na, msa),) = _sql(AFTER, _KERNEL_TIME)
     assert (nb, na) == (4010, 3587)
     assert d.work.before_kernels == nb and d.work.after_kernels == na
-    assert d.work.before_kernel_ms == pytest.approx(msb, abs=0.01) and d.work.after_kernel_ms == pytest.approx(msa, abs=0.01)
+    assert d.work.before_kernel_ms == pytest.approx(msb, abs=0.01) and d.work.after_kernel_ms == pytest.approx(
+        msa, abs=0.01
+    )
     assert 530 < msb < 540 and 485 < msa < 495
     # per rank: rank r is the process on GPU r (the collector's rank assignment)
     for p in d.rank_pairs:
         dev = int(p.before.device_name.split()[-1])
-        (kb, tb), = _sql(BEFORE, _KERNEL_TIME + f" WHERE deviceId = {dev}")
-        (ka, ta), = _sql(AFTER, _KERNEL_TIME + f" WHERE deviceId = {dev}")
+        ((kb, tb),) = _sql(BEFORE, _KERNEL_TIME + f" WHERE deviceId = {dev}")
+        ((ka, ta),) = _sql(AFTER, _KERNEL_TIME + f" WHERE deviceId = {dev}")
         assert (p.before.kernels, p.after.kernels) == (kb, ka)
         assert p.before.kernel_ms == pytest.approx(tb, abs=0.01) and p.after.kernel_ms == pytest.approx(ta, abs=0.01)
     # the windows are the same length: the step-time ratio hides the change, work per window shows it

@@ -1,4 +1,5 @@
 """repr() of every result is one line with its verdict, and every result renders in Jupyter (issue 28 item 7)."""
+
 from __future__ import annotations
 
 import pathlib
@@ -33,8 +34,9 @@ def test_diff_repr_is_one_line_with_the_work_headline(wan_diff):
 
 
 def test_diff_repr_of_stepped_runs_has_speedup_and_gate():
-    d = ts.diff(str(DATA / "cpu" / "slow.pt.trace.json.gz"), str(DATA / "cpu" / "fast.pt.trace.json.gz"),
-                fail_if_slower=5)
+    d = ts.diff(
+        str(DATA / "cpu" / "slow.pt.trace.json.gz"), str(DATA / "cpu" / "fast.pt.trace.json.gz"), fail_if_slower=5
+    )
     r = repr(d)
     _one_line(r)
     assert "step p50 148.59 → 67.58 ms, 2.20× faster" in r and "gate passed" in r
@@ -83,8 +85,16 @@ def test_diff_report_honours_the_suffix(tmp_path, capsys, suffix, head):
     from trainscope.cli import main
 
     out = tmp_path / f"diff{suffix}"
-    code = main(["diff", str(DATA / "cpu" / "slow.pt.trace.json.gz"), str(DATA / "cpu" / "fast.pt.trace.json.gz"),
-                 "--report", str(out), "--no-tui"])
+    code = main(
+        [
+            "diff",
+            str(DATA / "cpu" / "slow.pt.trace.json.gz"),
+            str(DATA / "cpu" / "fast.pt.trace.json.gz"),
+            "--report",
+            str(out),
+            "--no-tui",
+        ]
+    )
     assert code == 0
     text = out.read_text()
     assert text.startswith(head), text[:200]

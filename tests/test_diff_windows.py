@@ -1,6 +1,7 @@
 """A diff of fixed capture windows (no step markers) leads with the work per window, quotes no
 step-time speedup and judges the fix review per unit of work (issue 28 item 3), on the shared
 Wan2.1 before/after Nsight pair (2×H100, each a ~300 ms capture)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -33,12 +34,12 @@ def test_text_leads_with_work_per_window_and_no_speedup(wan):
     assert w.fixed_windows
     assert round(100 * (w.after_kernel_ms - w.before_kernel_ms) / w.before_kernel_ms, 1) == -8.7
     assert (round(w.before_kernels), round(w.after_kernels)) == (4010, 3587)
-    block = text[work:text.index("Where window time goes")]
+    block = text[work : text.index("Where window time goes")]
     assert re.search(r"GPU kernel time\s+535\.19 ms\s+488\.8\d ms\s+-8\.7 %", block)
     assert re.search(r"kernels\s+4010\s+3587\s+-10\.5 %", block)
     assert "recorded FLOPs" in block and "window length" in block
     # the biggest movers: flash attention forward shrank the most (-15.60 ms per window)
-    movers = block[block.index("biggest kernel-time movers"):]
+    movers = block[block.index("biggest kernel-time movers") :]
     first = movers.splitlines()[1]
     assert "-15.60 ms" in first and "flash_fwd_kernel" in first
 

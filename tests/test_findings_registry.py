@@ -1,5 +1,6 @@
 """The findings registry: every finding declared once, every consumer knows every finding, the
 verdict is the largest sink of step time, and small stakes are findings, not ranked fixes."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,7 +17,6 @@ from tests.conftest import DATA, KINETO
 from tests.conftest import analysis as _analysis
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers.findings import REGISTRY, validate
-from trainscope.analyzers.findings.base import Finding
 from trainscope.analyzers.rules import Rules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,11 +137,17 @@ def test_every_fix_renders_for_training_inference_and_native_runs():
 
 # -- sinks and the verdict ---------------------------------------------------------------------------
 
+
 def test_sinks_are_exclusive_and_sum_to_step_time():
-    for name in ("resnet50_v100_num_workers_0.pt.trace.json.gz", "hta_a100_80gb_rank0.json.gz",
-                 "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz"):
+    for name in (
+        "resnet50_v100_num_workers_0.pt.trace.json.gz",
+        "hta_a100_80gb_rank0.json.gz",
+        "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz",
+    ):
         a = analysis(name)
-        assert sum(s.ns for s in a.sinks.by_key.values()) == pytest.approx(a.breakdown.total_ns, abs=len(a.sinks.by_key))
+        assert sum(s.ns for s in a.sinks.by_key.values()) == pytest.approx(
+            a.breakdown.total_ns, abs=len(a.sinks.by_key)
+        )
         assert sum(s.pct for s in a.sinks.by_key.values()) == pytest.approx(100.0, abs=1e-6)
 
 
@@ -163,8 +169,10 @@ def test_blocking_copy_is_the_sync_sink_measured_from_raw_events():
     assert a.sinks.pct("sync") == pytest.approx(100 * idle_in_call / (hi - lo), abs=0.5)
     assert a.verdict.bottleneck in ("host/sync", "host/blocking-sync")
     assert "runner-up" in a.verdict.summary and a.verdict.runner_up is not None
-    assert any(e.metric.startswith("largest sink of step time") and e.value == pytest.approx(a.sinks.pct("sync"), abs=0.01)
-               for e in a.verdict.evidence)
+    assert any(
+        e.metric.startswith("largest sink of step time") and e.value == pytest.approx(a.sinks.pct("sync"), abs=0.01)
+        for e in a.verdict.evidence
+    )
 
 
 def test_kernel_work_cannot_lead_on_a_starved_gpu():
@@ -178,6 +186,7 @@ def test_kernel_work_cannot_lead_on_a_starved_gpu():
 
 
 # -- no noise --------------------------------------------------------------------------------------
+
 
 def test_small_stakes_are_findings_not_ranked_fixes():
     from trainscope.analyzers.recommendations import recommend
@@ -198,8 +207,15 @@ def test_small_stakes_are_findings_not_ranked_fixes():
     assert r.projected_speedup >= 1.02 and big.severity == "high"
 
 
-@pytest.mark.parametrize("name", ["resnet50_v100_num_workers_0.pt.trace.json.gz", "hta_a100_80gb_rank0.json.gz",
-                                  "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz", "tracelens_h100_qwen_inference.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "resnet50_v100_num_workers_0.pt.trace.json.gz",
+        "hta_a100_80gb_rank0.json.gz",
+        "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz",
+        "tracelens_h100_qwen_inference.json.gz",
+    ],
+)
 def test_no_ranked_fix_reads_up_to_1_00x_and_severity_follows_the_stake(name):
     a = analysis(name)
     rules = Rules()
@@ -223,7 +239,10 @@ def test_rank_imbalance_is_the_wait_for_the_busiest_rank():
     ts = open_traces(str(KINETO / "hta_dlrm_ws128_2ranks"))
     r0, r1 = with_rank_imbalance(analyze_set(ts), Rules())  # the reduce's estimate (no alignment asked)
     alone = analyze_trace(ts.traces[0])  # rank 0 judged by itself
-    per_step = lambda a, c: a.breakdown.ns[c] / len(a.breakdown.steps)
+
+    def per_step(a, c: str) -> float:
+        return a.breakdown.ns[c] / len(a.breakdown.steps)
+
     assert per_step(r1, "compute") > per_step(r0, "compute") and slowest([r0, r1]).rank == 1
     wait = per_step(r1, "compute") - per_step(r0, "compute")
     assert r0.sinks.by_key["imbalance"].ns == pytest.approx(wait * len(r0.breakdown.steps), abs=2)
@@ -231,7 +250,9 @@ def test_rank_imbalance_is_the_wait_for_the_busiest_rank():
     assert r1.sinks.pct("imbalance") == 0 and alone.sinks.pct("imbalance") == 0
     assert sum(s.pct for s in r0.sinks.by_key.values()) == pytest.approx(100.0, abs=1e-6)
     f = next(x for x in r0.findings if x.id == "ranks/imbalance")
-    assert f.stake_pct == pytest.approx(r0.sinks.pct("imbalance")) and any("busiest rank (rank 1)" in e.metric for e in f.evidence)
+    assert f.stake_pct == pytest.approx(r0.sinks.pct("imbalance")) and any(
+        "busiest rank (rank 1)" in e.metric for e in f.evidence
+    )
 
 
 def test_sinks_split_a_breakdown_exclusively_and_rank_by_eligibility():
@@ -242,21 +263,36 @@ def test_sinks_split_a_breakdown_exclusively_and_rank_by_eligibility():
     from trainscope.analyzers.sinks import split_sinks
 
     ms = 1_000_000
-    ns = {"compute": 40 * ms, "communication": 5 * ms, "copy": 2 * ms, "memset": 1 * ms, "idle_data_wait": 10 * ms,
-          "idle_sync": 2 * ms, "idle_host_overhead": 15 * ms, "idle_other": 25 * ms}
+    ns = {
+        "compute": 40 * ms,
+        "communication": 5 * ms,
+        "copy": 2 * ms,
+        "memset": 1 * ms,
+        "idle_data_wait": 10 * ms,
+        "idle_sync": 2 * ms,
+        "idle_host_overhead": 15 * ms,
+        "idle_other": 25 * ms,
+    }
     step = StepBreakdown("s", 0, 100 * ms, ns, 10 * ms)
     p = Percentiles(100.0, 100.0, 100.0)
     b = Breakdown(0, [step], 100 * ms, ns, 10 * ms, p, {c: p for c in ns})
-    s = split_sinks(b, busy_split={"memory": 3, "compute": 1, "unknown": 0}, busy_source="test",
-                    host_idle_ns={"input-preprocessing": 20 * ms}, sync_bubble_ns=5 * ms, saturated=False,
-                    floors={"input": 5.0, "launch": 3.0, "memory-bound": 30.0})
+    s = split_sinks(
+        b,
+        busy_split={"memory": 3, "compute": 1, "unknown": 0},
+        busy_source="test",
+        host_idle_ns={"input-preprocessing": 20 * ms},
+        sync_bubble_ns=5 * ms,
+        saturated=False,
+        floors={"input": 5.0, "launch": 3.0, "memory-bound": 30.0},
+    )
     assert sum(x.ns for x in s.by_key.values()) == 100 * ms
     assert s.pct("input") == pytest.approx(30) and s.pct("idle-unexplained") == pytest.approx(5)
     assert s.pct("sync") == pytest.approx(5) and s.pct("launch") == pytest.approx(12)
     assert s.pct("memory-bound") == pytest.approx(31) and s.pct("compute-bound") == pytest.approx(10)
     assert s.leader.key == "input"  # memory-bound is larger but the GPU is starved
     assert s.runner_up.key == "launch"
-    sat = split_sinks(b, busy_split={"memory": 3, "compute": 1}, busy_source="test", saturated=True,
-                      floors={"memory-bound": 50.0})
+    sat = split_sinks(
+        b, busy_split={"memory": 3, "compute": 1}, busy_source="test", saturated=True, floors={"memory-bound": 50.0}
+    )
     assert sat.pct("memory-bound") == pytest.approx(31) and sat.leader.key == "launch"  # 31 % < its 50 % floor
     assert sat.explained_ns >= sat.by_key["memory-bound"].ns  # below its floor, still an explained sink

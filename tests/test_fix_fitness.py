@@ -5,6 +5,7 @@ shared traces named in the issue hold each defect fixed: projections bounded by 
 compile advice for compiled code, the model's own attention mask, recording advice for the format
 the user has, code fences in the language of their content, frames named as users write them.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -25,10 +26,17 @@ TIMESFORMER = "tl_h100_timesformer_k400_infer.json.gz"
 
 def _contexts():
     axes = dict(
-        mode=("training", "inference", "unknown"), framework=("pytorch", "native"), graphs=(False, True),
-        compiled=(False, True), source_format=("kineto", "nsys-sqlite"), fused_attention=(False, True),
-        causal=(None, True), optimizer=(None, "SGD", "AdamW", "FusedAdam", "Adagrad"), fused_optimizer=(False, True),
-        input_source=(None, "dataloader", "pipeline", "files", "communication"), decode=(False, True),
+        mode=("training", "inference", "unknown"),
+        framework=("pytorch", "native"),
+        graphs=(False, True),
+        compiled=(False, True),
+        source_format=("kineto", "nsys-sqlite"),
+        fused_attention=(False, True),
+        causal=(None, True),
+        optimizer=(None, "SGD", "AdamW", "FusedAdam", "Adagrad"),
+        fused_optimizer=(False, True),
+        input_source=(None, "dataloader", "pipeline", "files", "communication"),
+        decode=(False, True),
         collectives=({}, {"all-reduce": 5.0}, {"all-to-all": 5.0}, {"all-gather": 5.0}),
     )
     keys = list(axes)
@@ -54,8 +62,9 @@ def _rules(ctx: Context, fid: str, title: str, change: str) -> list[str]:
         broken.append("causal mask the trace does not record")
     if ctx.fused_attention and re.search(r"scaled_dot_product_attention|FlashAttention via", change):
         broken.append("fused-attention advice where fused attention runs")
-    if "fused=True" in change and not (ctx.training and (ctx.optimizer or "").lower().startswith("adam")
-                                       and not ctx.fused_optimizer):
+    if "fused=True" in change and not (
+        ctx.training and (ctx.optimizer or "").lower().startswith("adam") and not ctx.fused_optimizer
+    ):
         broken.append("fused AdamW for an optimizer the trace does not record")
     if ".loss" in change:
         broken.append("`.loss` on a model output of unknown type")
@@ -63,8 +72,11 @@ def _rules(ctx: Context, fid: str, title: str, change: str) -> list[str]:
         broken.append("training advice for inference")
     if ctx.native and re.search(r"torch\.|model = |DataLoader", code):
         broken.append("PyTorch code for a native application")
-    if ctx.decode and fid == "machine/bandwidth" and ("torch.compile" in change or
-                                                      not re.search(r"batch", change) or "quantiz" not in change):
+    if (
+        ctx.decode
+        and fid == "machine/bandwidth"
+        and ("torch.compile" in change or not re.search(r"batch", change) or "quantiz" not in change)
+    ):
         broken.append("decode advice is not batching/quantization")
     if ctx.source_format.startswith("nsys") and re.search(r"torch\.profiler|record_shapes|with_flops", change):
         broken.append("torch.profiler recording advice on an Nsight export")
@@ -108,22 +120,37 @@ def test_the_rules_catch_unfit_advice():
     """The checker itself can fail: yesterday's texts break it."""
     compiled = Context(mode="inference", compiled=True, graphs=True, decode=True)
     assert _rules(compiled, "machine/bandwidth", "Fuse", "model = torch.compile(model)\nF.sdpa(q)")
-    assert _rules(Context(mode="inference"), "machine/unfused-attention", "t",
-                  "scaled_dot_product_attention(q, k, v, is_causal=True)")
-    assert _rules(Context(mode="training", optimizer="SGD"), "host/launch-overhead", "t",
-                  "optimizer = torch.optim.AdamW(params, fused=True)")
-    assert _rules(Context(mode="unknown", framework="native", source_format="nsys-sqlite"), "x", "t",
-                  "# torch.profiler.profile(with_flops=True)")
+    assert _rules(
+        Context(mode="inference"),
+        "machine/unfused-attention",
+        "t",
+        "scaled_dot_product_attention(q, k, v, is_causal=True)",
+    )
+    assert _rules(
+        Context(mode="training", optimizer="SGD"),
+        "host/launch-overhead",
+        "t",
+        "optimizer = torch.optim.AdamW(params, fused=True)",
+    )
+    assert _rules(
+        Context(mode="unknown", framework="native", source_format="nsys-sqlite"),
+        "x",
+        "t",
+        "# torch.profiler.profile(with_flops=True)",
+    )
 
 
-@pytest.mark.parametrize("change, lang", [
-    ("nvidia-smi -q -d POWER", "shell"),
-    ("# read the enforced limit\nnvidia-smi -q -d POWER", "shell"),
-    ("// one kernel\ncudaGraphLaunch(exec, stream);", "cpp"),
-    ("model = torch.compile(model)", "python"),
-    ("# a comment only", "python"),
-    ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python your_job.py\n# or fewer sizes", "shell"),
-])
+@pytest.mark.parametrize(
+    "change, lang",
+    [
+        ("nvidia-smi -q -d POWER", "shell"),
+        ("# read the enforced limit\nnvidia-smi -q -d POWER", "shell"),
+        ("// one kernel\ncudaGraphLaunch(exec, stream);", "cpp"),
+        ("model = torch.compile(model)", "python"),
+        ("# a comment only", "python"),
+        ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python your_job.py\n# or fewer sizes", "shell"),
+    ],
+)
 def test_code_language(change, lang):
     assert code_language(change) == lang
 
@@ -145,6 +172,7 @@ def test_frames_named_as_users_write_them():
 
 
 # --- the shared traces -----------------------------------------------------------------------------
+
 
 def _rec(a, rid):
     return next((r for r in a.recommendations if r.id == rid), None)
@@ -209,7 +237,10 @@ def test_mi250_steps_line_says_why_one_of_two_steps_is_analyzed():
     text = analyze(str(DATA / "kineto" / "hta_mi250_minitoy_train.json.gz")).to_text()
     line = next(x for x in text.splitlines() if x.startswith("  steps"))
     # The invariant pass sets the 49 µs stub aside (issue 24); the steps line says so.
-    assert line.startswith("  steps    1 — 1 step") and "1 stub step marker set aside (ProfilerStep#2 at 9.325 ms lasting 49.07 µs" in line
+    assert (
+        line.startswith("  steps    1 — 1 step")
+        and "1 stub step marker set aside (ProfilerStep#2 at 9.325 ms lasting 49.07 µs" in line
+    )
     single = analyze(str(DATA / "kineto" / "hta_cpu_only.pt.trace.json.gz")).to_dict()
     assert single["steps_note"].startswith("1 step from")
 

@@ -1,5 +1,6 @@
 """The reader table (issue 25 item 2): one row per input kind, read by open_traces, the rank
 executor, memory and the document."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,12 +24,15 @@ def test_rank_directories_list_the_rank_kinds_and_counters_kinds_are_declared_on
     assert set(COUNTER_FORMATS) == {"trainscope.recording", "nvidia-smi-csv"}
 
 
-@pytest.mark.parametrize("content,suffix,message", [
-    (b"", ".json", "file is empty"),
-    (b"\x80\x04}q\x00.", ".pickle", "trainscope memory"),
-    (b"not sqlite at all", ".sqlite", "not an SQLite database"),
-    (b"\x00\x01\x02binary", ".bin", "unrecognized format"),
-])
+@pytest.mark.parametrize(
+    "content,suffix,message",
+    [
+        (b"", ".json", "file is empty"),
+        (b"\x80\x04}q\x00.", ".pickle", "trainscope memory"),
+        (b"not sqlite at all", ".sqlite", "not an SQLite database"),
+        (b"\x00\x01\x02binary", ".bin", "unrecognized format"),
+    ],
+)
 def test_refusals_come_from_the_table(tmp_path, content, suffix, message):
     from trainscope.collectors import TraceError, open_traces
 
@@ -51,9 +55,19 @@ def test_adding_a_format_is_its_reader_and_one_row(tmp_path, monkeypatch):
 
         from trainscope.collectors.kineto import load_kineto
 
-        events = [{"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": float(start), "dur": float(dur),
-                   "args": {"device": 0, "stream": 7}}
-                  for name, start, dur in (line.split() for line in open(path))]
+        events = [
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": name,
+                "pid": 0,
+                "tid": 7,
+                "ts": float(start),
+                "dur": float(dur),
+                "args": {"device": 0, "stream": 7},
+            }
+            for name, start, dur in (line.split() for line in open(path))
+        ]
         out = path + ".json"
         with open(out, "w") as f:
             json.dump({"traceEvents": events}, f)

@@ -7,6 +7,7 @@ flips, truncation, hostile values, deep nesting, dropped tables and columns, hos
 ``derandomize=True`` makes CI deterministic; ``benchmarks/fuzz.py`` runs thousands of mutants
 with a memory limit.
 """
+
 from __future__ import annotations
 
 import random
@@ -17,8 +18,18 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.fuzzing import ALLOWED, SEEDS, classify, commands_for, make_mutant, run_in_process
 
-FUZZ = settings(max_examples=20, deadline=None, derandomize=True, database=None,
-                suppress_health_check=list(HealthCheck))
+from tests.fuzzing import (
+    SEMANTIC_MUTATIONS,
+    SEMANTIC_SEEDS,
+    headline_changes,
+    semantic_baseline,
+    semantic_mutant,
+    semantic_outcome,
+)
+
+FUZZ = settings(
+    max_examples=20, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
 
 
 @pytest.mark.parametrize("seed", SEEDS, ids=lambda s: f"{s.fmt}:{s.path.name}")
@@ -48,11 +59,10 @@ def test_the_unmutated_seed_is_read_cleanly(seed, tmp_path):
 
 # --- semantic mutations ------------------------------------------------------------------------------
 
-from tests.fuzzing import (SEMANTIC_MUTATIONS, SEMANTIC_SEEDS, headline_changes, semantic_baseline,  # noqa: E402
-                           semantic_mutant, semantic_outcome)
 
-SEMANTIC = settings(max_examples=6, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=list(HealthCheck))
+SEMANTIC = settings(
+    max_examples=6, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
 _SMALL = SEMANTIC_SEEDS[1]  # hta_mi250_minitoy_train: 14 kernels, analyzed in well under a second
 
 
@@ -94,9 +104,13 @@ def test_a_rank_clock_offset_by_days_keeps_the_report(tmp_path):
 def test_the_semantic_oracle_flags_a_silent_change():
     """The oracle itself: a verdict or a number that moves without a new warning is silent; with a new
     warning it is ``warned``; small moves within the tolerance are ``kept``."""
-    base = {"verdict": {"axis": "data", "bottleneck": "data/input-wait"}, "warnings": ["old"],
-            "breakdown": {"step_time_ms": {"p50": 100.0}, "gpu_busy_pct": 50.0, "data_wait_pct": 30.0},
-            "steps": [1, 2], "kernels": {"count": 10, "total_ms": 20.0}}
+    base = {
+        "verdict": {"axis": "data", "bottleneck": "data/input-wait"},
+        "warnings": ["old"],
+        "breakdown": {"step_time_ms": {"p50": 100.0}, "gpu_busy_pct": 50.0, "data_wait_pct": 30.0},
+        "steps": [1, 2],
+        "kernels": {"count": 10, "total_ms": 20.0},
+    }
     flipped = {**base, "verdict": {"axis": "machine", "bottleneck": "machine/bandwidth"}}
     assert semantic_outcome(base, flipped)[0] == "silent-verdict"
     assert semantic_outcome(base, {**flipped, "warnings": ["old", "repair stub-step: …"]})[0] == "warned"
@@ -114,8 +128,13 @@ def test_the_semantic_fuzzer_runs_and_counts(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, str(root / "benchmarks" / "fuzz.py"), "--semantic", "--mutants", "3",
-                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=root)
+    r = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "fuzz.py"), "--semantic", "--mutants", "3", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=root,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "3 semantic mutants" in r.stdout
     for k in ("kept", "warned", "silent-verdict", "silent-numbers", "internal"):

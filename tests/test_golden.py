@@ -10,6 +10,7 @@ moved; when the change is intended, regenerate with
 
 and say in the commit message why each number changed (as TraceLens' ``--update-references``).
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,11 @@ GOLDEN = Path(__file__).parent / "golden"
 def _cases() -> dict[str, list[str]]:
     """golden file name → the command line (paths relative to tests/data)."""
     cases: dict[str, list[str]] = {}
-    for p in sorted((DATA / "kineto").glob("*.json.gz")) + sorted((DATA / "cupti").glob("*.json.gz")) \
-            + sorted((DATA / "cpu").glob("*.json.gz")):
+    for p in (
+        sorted((DATA / "kineto").glob("*.json.gz"))
+        + sorted((DATA / "cupti").glob("*.json.gz"))
+        + sorted((DATA / "cpu").glob("*.json.gz"))
+    ):
         cases[f"analyze-{p.parent.name}-{p.name.split('.')[0]}"] = ["analyze", str(p.relative_to(DATA))]
     for d in ("kineto/hta_dlrm_ws128_2ranks", "gloo"):
         cases[f"analyze-dir-{Path(d).name}"] = ["analyze", d]
@@ -35,8 +39,11 @@ def _cases() -> dict[str, list[str]]:
         cases[f"analyze-nsys-{p.stem}"] = ["analyze", str(p.relative_to(DATA))]
     for p in sorted((DATA / "memory").iterdir()):
         cases[f"memory-{p.name.split('.')[0]}"] = ["memory", str(p.relative_to(DATA))]
-    cases["diff-wan21-before-after"] = ["diff", "nsys/nsysai_h100x2_wan21_train_before.sqlite",
-                                        "nsys/nsysai_h100x2_wan21_train_after.sqlite"]
+    cases["diff-wan21-before-after"] = [
+        "diff",
+        "nsys/nsysai_h100x2_wan21_train_before.sqlite",
+        "nsys/nsysai_h100x2_wan21_train_after.sqlite",
+    ]
     cases["diff-cpu-slow-fast"] = ["diff", "cpu/slow.pt.trace.json.gz", "cpu/fast.pt.trace.json.gz"]
     cases["diff-dlrm-ranks"] = ["diff", "kineto/hta_dlrm_ws128_2ranks", "kineto/hta_dlrm_ws128_2ranks"]
     return cases
@@ -107,8 +114,10 @@ def test_golden_document(name, request):
     assert path.exists(), f"no golden document {path.name}: run pytest tests/test_golden.py --update-golden"
     want = json.loads(path.read_text(encoding="utf-8"))
     diff = differences(want, got)
-    assert not diff, f"{name}: {len(diff)} fields changed (intended? --update-golden, and say why in the commit):\n" \
+    assert not diff, (
+        f"{name}: {len(diff)} fields changed (intended? --update-golden, and say why in the commit):\n"
         + "\n".join(diff[:40])
+    )
 
 
 def test_every_golden_document_has_its_case():
@@ -122,5 +131,10 @@ def test_differences_names_the_moved_fields():
     want = {"a": 1, "b": [1, 2], "c": {"d": "x"}}
     assert differences(want, want) == []
     got = {"a": 1.0, "b": [1, 3, 4], "c": {}, "e": None}
-    assert differences(want, got) == [".a: 1 → 1.0", ".b: 2 items → 3", ".b[1]: 2 → 3", ".c.d: removed (was \"x\")",
-                                      ".e: added (null)"]
+    assert differences(want, got) == [
+        ".a: 1 → 1.0",
+        ".b: 2 items → 3",
+        ".b[1]: 2 → 3",
+        '.c.d: removed (was "x")',
+        ".e: added (null)",
+    ]

@@ -1,6 +1,7 @@
 """GPU-idle gaps explained from the GPU timeline and the runtime calls (issue 22 item 1): a small
 synthetic Kineto trace whose every gap has a known cause, and the shared DLRM two-rank trace whose
 host events are sampled."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,16 @@ from trainscope.collectors import open_traces
 
 
 def _x(name, cat, ts, dur, **args):
-    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1 if cat in ("kernel", "gpu_memcpy") else 100,
-            "tid": 7 if cat in ("kernel", "gpu_memcpy") else 100, "args": args}
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "ts": ts,
+        "dur": dur,
+        "pid": 1 if cat in ("kernel", "gpu_memcpy") else 100,
+        "tid": 7 if cat in ("kernel", "gpu_memcpy") else 100,
+        "args": args,
+    }
 
 
 def _launch(ts, corr, name="cudaLaunchKernel", dur=5):
@@ -34,15 +43,22 @@ def synthetic(tmp_path):
     pageable device-to-host cudaMemcpyAsync (its call; the breakdown files it) and 600–650 the gap
     after it (sync); 720–900 inside a host range 'IO 1' that issues nothing; 700–720, 900–1000
     after the step's last launch with nothing pending (step boundary)."""
-    ev = [_x("ProfilerStep#1", "user_annotation", 0, 1000),
-          _launch(100, 1), _kernel(110, 90, 1),
-          _launch(300, 2), _kernel(310, 90, 2),
-          _launch(320, 3), _kernel(450, 50, 3),
-          _launch(510, 4, "cudaMemcpyAsync", 90),
-          dict(_x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 520, 10, correlation=4, device=0, stream=7,
-                  bytes=4096)),
-          _launch(650, 5), _kernel(660, 40, 5),
-          _x("IO 1", "user_annotation", 720, 180)]
+    ev = [
+        _x("ProfilerStep#1", "user_annotation", 0, 1000),
+        _launch(100, 1),
+        _kernel(110, 90, 1),
+        _launch(300, 2),
+        _kernel(310, 90, 2),
+        _launch(320, 3),
+        _kernel(450, 50, 3),
+        _launch(510, 4, "cudaMemcpyAsync", 90),
+        dict(
+            _x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 520, 10, correlation=4, device=0, stream=7, bytes=4096)
+        ),
+        _launch(650, 5),
+        _kernel(660, 40, 5),
+        _x("IO 1", "user_annotation", 720, 180),
+    ]
     p = tmp_path / "synthetic.json"
     p.write_text(json.dumps({"traceEvents": ev}))
     return p
@@ -58,7 +74,9 @@ def test_every_gap_gets_the_class_its_runtime_calls_give(tmp_path):
     assert sum(g.ns.values()) == g.considered_ns <= g.idle_ns
     assert us["issued-late"] == pytest.approx(100 + 10, abs=1)  # 200–300 and 500–510 (before its call)
     assert us["sync"] == pytest.approx(55, abs=1)  # 600–660 until work resumes, less the launch call 650–655
-    assert us["host-range"] == pytest.approx(180, abs=1) and g.ranges == {"IO N": 180_000}  # numbered instances of a range add up
+    assert us["host-range"] == pytest.approx(180, abs=1) and g.ranges == {
+        "IO N": 180_000
+    }  # numbered instances of a range add up
     assert us["step-boundary"] == pytest.approx(100 + 20 + 100, abs=1)
     assert us["queued"] == pytest.approx(50 + 2 * 5, abs=1)  # 400–450; two launch-to-start latencies of 5 µs
     assert us["unordered"] == 0 and g.late_gaps >= 1
@@ -122,8 +140,18 @@ def test_a_copy_dominated_window_is_judged_on_its_copies(tmp_path):
         t0 = i * 10_000
         ev.append(_x(f"ProfilerStep#{i}", "user_annotation", t0, 10_000))
         ev.append(_launch(t0 + 100, corr, "cudaMemcpyAsync", 6_100))
-        ev.append(_x("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", t0 + 150, 6_000, correlation=corr, device=0,
-                     stream=7, bytes=64 * 2**20))
+        ev.append(
+            _x(
+                "Memcpy HtoD (Pageable -> Device)",
+                "gpu_memcpy",
+                t0 + 150,
+                6_000,
+                correlation=corr,
+                device=0,
+                stream=7,
+                bytes=64 * 2**20,
+            )
+        )
         corr += 1
         for k in range(2):
             ev.append(_launch(t0 + 6_300 + k * 20, corr))
@@ -142,8 +170,14 @@ def test_a_copy_dominated_window_is_judged_on_its_copies(tmp_path):
 def test_graph_launches_without_gpu_work_are_said(tmp_path):
     """A Kineto trace whose cudaGraphLaunch calls have no kernels recorded (graph-level tracing): the
     GPU time of the replays is missing, and the evidence says so."""
-    ev = [_x("ProfilerStep#1", "user_annotation", 0, 1000), _launch(10, 1), _kernel(20, 30, 1),
-          _launch(100, 2, "cudaGraphLaunch"), _launch(900, 3), _kernel(910, 20, 3)]
+    ev = [
+        _x("ProfilerStep#1", "user_annotation", 0, 1000),
+        _launch(10, 1),
+        _kernel(20, 30, 1),
+        _launch(100, 2, "cudaGraphLaunch"),
+        _launch(900, 3),
+        _kernel(910, 20, 3),
+    ]
     p = tmp_path / "g.json"
     p.write_text(json.dumps({"traceEvents": ev}))
     t = open_traces(str(p)).traces[0]
@@ -167,7 +201,9 @@ def test_insufficient_evidence_only_where_nothing_orders_host_and_gpu(tmp_path):
     step = [_x("ProfilerStep#1", "user_annotation", 0, 1000)]
     blind = step + [_kernel(20 + 80 * i, 20, -1) for i in range(12)]
     assert _verdict(tmp_path, blind).verdict.axis == "insufficient_evidence"
-    queued = step + [e for i in range(12) for e in (_launch(max(0, 80 * i - 50), i + 1), _kernel(20 + 80 * i, 20, i + 1))]
+    queued = step + [
+        e for i in range(12) for e in (_launch(max(0, 80 * i - 50), i + 1), _kernel(20 + 80 * i, 20, i + 1))
+    ]
     a = _verdict(tmp_path, queued)
     g = a.observations.gaps
     assert g.ns["queued"] > 0.5 * g.considered_ns and g.ns["unordered"] == 0
@@ -207,8 +243,18 @@ def test_io_ranges_are_host_work_of_their_own(tmp_path):
         ev += [_launch(t, corr), _kernel(t + 10, 600, corr)]
         corr += 1
         ev.append(_launch(t + 20, corr, "cudaMemcpyAsync", 600))
-        ev.append(_x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", t + 612, 6, correlation=corr, device=0, stream=7,
-                     bytes=8192))
+        ev.append(
+            _x(
+                "Memcpy DtoH (Device -> Pageable)",
+                "gpu_memcpy",
+                t + 612,
+                6,
+                correlation=corr,
+                device=0,
+                stream=7,
+                bytes=8192,
+            )
+        )
         corr += 1
         ev.append(_x(f"IO {i}", "user_annotation", t + 640, 300))
     a = _verdict(tmp_path, ev)
@@ -237,6 +283,8 @@ def test_long_step_boundary_gaps_are_said_as_host_work(tmp_path):
     ev.append(_launch(40_100, corr, "cudaDeviceSynchronize", 10))
     a = _verdict(tmp_path, ev)
     g = a.observations.gaps
-    assert g.pct("step-boundary") == pytest.approx(100 * (8000 + 3 * 7950) / 40_000, abs=0.1)  # last kernel spills 50 µs
+    assert g.pct("step-boundary") == pytest.approx(
+        100 * (8000 + 3 * 7950) / 40_000, abs=0.1
+    )  # last kernel spills 50 µs
     assert a.sinks.pct("input") == 0 and a.sinks.pct("host-work") > 75
     assert a.verdict.axis == "balanced" and "between steps" in a.verdict.summary

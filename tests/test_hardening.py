@@ -1,6 +1,7 @@
 """Regression tests for what a mutation fuzzer and a security review found: readers that crashed
 or ballooned on hostile input, output that harmed what it wrote over or what it printed to, and
 holes in ``watch``. Each test fails on the code before the fix."""
+
 from __future__ import annotations
 
 import gzip
@@ -39,11 +40,17 @@ def kineto_doc() -> dict:
 
 
 def cpu_ops(doc: dict) -> list[dict]:
-    return [e for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("cat", "")).lower() in ("cpu_op", "operator")
-            and not str(e.get("name", "")).startswith("ProfilerStep#")]
+    return [
+        e
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X"
+        and str(e.get("cat", "")).lower() in ("cpu_op", "operator")
+        and not str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
 
 
 # --- readers: out-of-range values are salvaged per event -------------------------------------------
+
 
 def test_values_beyond_int64_skip_their_event_not_the_analysis(tmp_path):
     doc = kineto_doc()
@@ -69,8 +76,10 @@ def test_csv_gpu_index_beyond_int16_skips_the_row(tmp_path):
     lines[1] = ",".join(cells)
     path = tmp_path / "g.csv"
     path.write_text("\n".join(lines) + "\n")
-    for argv in (["analyze", str(path), "--format", "json", "-q"],
-                 ["watch", "--replay", str(path), "--headless", "--format", "json"]):
+    for argv in (
+        ["analyze", str(path), "--format", "json", "-q"],
+        ["watch", "--replay", str(path), "--headless", "--format", "json"],
+    ):
         rc, out, err = run_in_process(argv)
         assert rc == 0, err
     rc, out, err = run_in_process(["analyze", str(path), "--format", "json", "-q"])
@@ -146,16 +155,20 @@ def test_names_are_clipped_once_so_no_regex_runs_over_megabytes(tmp_path):
 
 # --- pickles: declared sizes bounded before allocating ----------------------------------------------
 
-@pytest.mark.parametrize("payload,says", [
-    (b"\x80\x04\x96" + struct.pack("<Q", 2**62) + b"abc.", "declares"),  # BYTEARRAY8
-    (b"\x80\x04\x8e" + struct.pack("<Q", 2**40) + b"abc.", "declares"),  # BINBYTES8
-    (b"\x80\x04\x8d" + struct.pack("<Q", 2**40) + b"abc.", "declares"),  # BINUNICODE8
-    (b"\x80\x05\x95" + struct.pack("<Q", 2**60) + b"].", "frame"),
-    (b"\x80\x02]r" + struct.pack("<I", 2**31) + b".", "memo index"),  # LONG_BINPUT far ahead
-    (b"\x80\x04](X\x04\x00\x00\x00abcd" + b"2" * 1_100_000 + b"e.", "DUP"),
-    (b"\x80\x02F1e\r\x1b[2J\n.", "not a readable pickle"),  # bad FLOAT text with CR and ESC
-    (b"cos\nsystem\n(S'echo pwned'\ntR.", "refuses to load os.system"),  # protocol 0, a global
-])
+
+@pytest.mark.parametrize(
+    "payload,says",
+    [
+        (b"\x80\x04\x96" + struct.pack("<Q", 2**62) + b"abc.", "declares"),  # BYTEARRAY8
+        (b"\x80\x04\x8e" + struct.pack("<Q", 2**40) + b"abc.", "declares"),  # BINBYTES8
+        (b"\x80\x04\x8d" + struct.pack("<Q", 2**40) + b"abc.", "declares"),  # BINUNICODE8
+        (b"\x80\x05\x95" + struct.pack("<Q", 2**60) + b"].", "frame"),
+        (b"\x80\x02]r" + struct.pack("<I", 2**31) + b".", "memo index"),  # LONG_BINPUT far ahead
+        (b"\x80\x04](X\x04\x00\x00\x00abcd" + b"2" * 1_100_000 + b"e.", "DUP"),
+        (b"\x80\x02F1e\r\x1b[2J\n.", "not a readable pickle"),  # bad FLOAT text with CR and ESC
+        (b"cos\nsystem\n(S'echo pwned'\ntR.", "refuses to load os.system"),  # protocol 0, a global
+    ],
+)
 def test_hostile_pickles_are_one_line_refusals(tmp_path, payload, says):
     path = tmp_path / "h.pickle"
     path.write_bytes(payload)
@@ -175,10 +188,13 @@ def test_protocol_0_and_1_snapshots_are_read_as_pickles(tmp_path, protocol):
     assert rc == 0, err
     rc4, out4, _ = run_in_process(["memory", str(SNAPSHOT), "--format", "json"])
     assert json.loads(out)["devices"] == json.loads(out4)["devices"]
-    assert json.loads(out)["devices"][0]["peak_allocated_bytes"] == 22_827_925_508  # checked by replay of the raw events (test_memory_snapshot)
+    assert (
+        json.loads(out)["devices"][0]["peak_allocated_bytes"] == 22_827_925_508
+    )  # checked by replay of the raw events (test_memory_snapshot)
 
 
 # --- gzip bombs: a cap with a one-line refusal and a flag to raise it -------------------------------
+
 
 def bomb(path: Path, compressed_mb: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -191,8 +207,11 @@ def test_gzip_bomb_is_refused_by_its_ratio_at_once(tmp_path):
     path = tmp_path / "bomb.json.gz"
     bomb(path, 1)  # ≈ 1 GiB of zeros
     t0 = time.monotonic()
-    for argv in (["analyze", str(path), "--format", "json", "-q"], ["memory", str(path)],
-                 ["diff", str(path), str(KINETO), "--format", "json", "-q"]):
+    for argv in (
+        ["analyze", str(path), "--format", "json", "-q"],
+        ["memory", str(path)],
+        ["diff", str(path), str(KINETO), "--format", "json", "-q"],
+    ):
         rc, out, err = run_in_process(argv)
         assert one_line_refusal(rc, err), err
         assert "expands more than 100×" in err and "--max-decompressed" in err
@@ -213,6 +232,7 @@ def test_max_decompressed_sets_the_cap_and_names_it(tmp_path, monkeypatch):
 
 
 # --- SQLite: immutable, one-line errors -------------------------------------------------------------
+
 
 @pytest.mark.parametrize("journal", ["delete", "wal"])
 def test_nsight_export_is_opened_writing_nothing_beside_it(tmp_path, journal):
@@ -263,13 +283,17 @@ def test_unreadable_file_is_exit_2_in_memory_too(tmp_path, monkeypatch):
 def test_a_fifo_is_refused_not_waited_on(tmp_path, command):
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)
-    argv = {"analyze": ["analyze", str(fifo), "--format", "json", "-q"], "memory": ["memory", str(fifo)],
-            "replay": ["watch", "--replay", str(fifo), "--headless"]}[command]
+    argv = {
+        "analyze": ["analyze", str(fifo), "--format", "json", "-q"],
+        "memory": ["memory", str(fifo)],
+        "replay": ["watch", "--replay", str(fifo), "--headless"],
+    }[command]
     p = subprocess.run([sys.executable, "-m", "trainscope", *argv], capture_output=True, text=True, timeout=60)
     assert one_line_refusal(p.returncode, p.stderr), p.stderr
 
 
 # --- output: atomic only over regular files ---------------------------------------------------------
+
 
 def test_write_atomic_keeps_mode_and_writes_through_a_symlink(tmp_path):
     from trainscope.reports.output import write_atomic
@@ -333,12 +357,15 @@ def test_escape_sequences_in_a_name_never_reach_the_terminal(tmp_path, fmt):
 def test_sanitizer_shows_every_control_character():
     from trainscope.traces.safe_text import json_safe, markup_safe, visible
 
-    assert visible(EVIL) == ("evil\\x1b[2J\\x1b]0;pwned\\x07\\rforged\\nline\\x9b31m"
-                             "[link=http://evil]x[/link][reverse]r")
+    assert visible(EVIL) == (
+        "evil\\x1b[2J\\x1b]0;pwned\\x07\\rforged\\nline\\x9b31m[link=http://evil]x[/link][reverse]r"
+    )
     assert visible("k\ud800\u202e") == "k\\ud800\\u202e"
     assert markup_safe("[reverse]r") == "\\[reverse]r"
-    assert json_safe({"a": [float("inf"), float("nan"), 1.5], "k\ud800": "x\udfff"}) == \
-        {"a": [None, None, 1.5], "k\\ud800": "x\\udfff"}
+    assert json_safe({"a": [float("inf"), float("nan"), 1.5], "k\ud800": "x\udfff"}) == {
+        "a": [None, None, 1.5],
+        "k\\ud800": "x\\udfff",
+    }
 
 
 def test_a_markup_kernel_name_renders_as_text_in_the_app():
@@ -353,9 +380,11 @@ def test_a_markup_kernel_name_renders_as_text_in_the_app():
 
 # --- watch ----------------------------------------------------------------------------------------
 
+
 def watch(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainscope", "watch", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "trainscope", "watch", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def test_watch_pid_leaves_a_planted_file_alone_and_no_folder_behind(tmp_path):
@@ -401,8 +430,15 @@ def test_busy_prometheus_port_is_refused_before_the_job_starts(tmp_path):
     busy.listen()
     marker = tmp_path / "started"
     try:
-        p = watch("--headless", "--prometheus-port", str(busy.getsockname()[1]), "--",
-                  sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+        p = watch(
+            "--headless",
+            "--prometheus-port",
+            str(busy.getsockname()[1]),
+            "--",
+            sys.executable,
+            "-c",
+            f"open({str(marker)!r}, 'w')",
+        )
     finally:
         busy.close()
     assert one_line_refusal(p.returncode, p.stderr), p.stderr
@@ -411,8 +447,15 @@ def test_busy_prometheus_port_is_refused_before_the_job_starts(tmp_path):
 
 def test_unwritable_record_path_is_refused_before_the_job_starts(tmp_path):
     marker = tmp_path / "started"
-    p = watch("--headless", "--record", str(tmp_path / "no" / "such" / "r.jsonl"), "--",
-              sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+    p = watch(
+        "--headless",
+        "--record",
+        str(tmp_path / "no" / "such" / "r.jsonl"),
+        "--",
+        sys.executable,
+        "-c",
+        f"open({str(marker)!r}, 'w')",
+    )
     assert one_line_refusal(p.returncode, p.stderr), p.stderr
     assert not marker.exists()
 
@@ -429,10 +472,17 @@ def test_stop_job_escalates_and_says_so(monkeypatch, capsys):
     from trainscope.commands import watch as watch_cmd
 
     monkeypatch.setattr(watch_cmd, "GRACE_S", 0.5)
-    child = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
-                              "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-                              "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                              "print('ready', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time\n"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('ready', flush=True)\ntime.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
     child.stdout.readline()
     watch_cmd._stop_job(child, signal.SIGINT, "--duration 1 s reached")
     assert child.wait(5) == -signal.SIGKILL
@@ -446,8 +496,15 @@ def test_duration_ends_a_launched_job_with_sigint_first():
     # 6 s, not 2: the SIGINT must reach the job inside its try block. A job that is still starting
     # (the injected step hook imports while site runs) when SIGINT comes cannot handle it; on a loaded
     # machine that start took over 2 s and the test saw SIGTERM's 143.
-    p = watch("--headless", "--duration", "6", "--", sys.executable, "-c",
-              "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)")
+    p = watch(
+        "--headless",
+        "--duration",
+        "6",
+        "--",
+        sys.executable,
+        "-c",
+        "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)",
+    )
     assert "--duration 6 s reached: sending SIGINT to the job" in p.stderr
     assert p.returncode == 7  # the job's own handler ran: it got SIGINT, not SIGKILL
     assert time.monotonic() - t0 < 60
@@ -460,12 +517,26 @@ def test_duration_stops_the_job_with_sigint_when_watch_itself_ignores_sigint():
     the background and the test above failed with 143."""
     import signal
 
-    p = subprocess.run([sys.executable, "-m", "trainscope", "watch", "--headless", "--duration", "6", "--",
-                        sys.executable, "-c",
-                        "import signal, time\nassert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
-                        "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)"],
-                       capture_output=True, text=True, timeout=120,
-                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainscope",
+            "watch",
+            "--headless",
+            "--duration",
+            "6",
+            "--",
+            sys.executable,
+            "-c",
+            "import signal, time\nassert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+            "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     assert p.returncode == 7, p.stderr
     assert "sending SIGTERM" not in p.stderr
 
@@ -494,7 +565,9 @@ def test_peak_rss_of_a_command_is_its_own_even_from_a_1gib_parent(tmp_path):
         assert rc == 0 and "trainscope" in out, err
         assert rss < 200 << 20, f"peak RSS {rss / 2**20:.0f} MiB"
         # The naive measurement on this machine really is inflated (else this test shows nothing).
-        p = subprocess.Popen([sys.executable, "-c", "pass"], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        p = subprocess.Popen(
+            [sys.executable, "-c", "pass"], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)
+        )
         _, _, usage = os.wait4(p.pid, 0)
         assert usage.ru_maxrss * 1024 > 1 << 30
     finally:
@@ -505,8 +578,9 @@ def test_20mb_gzip_bomb_is_refused_in_one_line_under_1gb_rss(tmp_path):
     fuzz = _fuzz()
     path = tmp_path / "bomb.json.gz"
     bomb(path, 20)  # ≈ 20 GiB of zeros
-    rc, out, err, rss, seconds = fuzz.run_cli(["analyze", str(path), "--format", "json", "-q"], 4 << 30, 120,
-                                              str(tmp_path))
+    rc, out, err, rss, seconds = fuzz.run_cli(
+        ["analyze", str(path), "--format", "json", "-q"], 4 << 30, 120, str(tmp_path)
+    )
     assert one_line_refusal(rc, err), err
     assert rss < 400 << 20, f"peak RSS {rss / 2**20:.0f} MiB"  # measured ≈ 140 MiB
 
@@ -522,10 +596,12 @@ def test_20mb_gzip_bomb_is_refused_in_one_line_under_1gb_rss(tmp_path):
         "        yield b\n"
         "ks._Source.blocks = slow\n"
         "from trainscope.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n")
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "TRAINSCOPE_DEBUG"}
     rc2, _, err2, rss2, seconds2 = fuzz.run_measured(
-        [sys.executable, "-c", slowed, "analyze", str(path), "--format", "json", "-q"], 4 << 30, 120, str(tmp_path), env)
+        [sys.executable, "-c", slowed, "analyze", str(path), "--format", "json", "-q"], 4 << 30, 120, str(tmp_path), env
+    )
     assert one_line_refusal(rc2, err2), err2
     assert err2 == err
     assert rss2 < rss + (64 << 20), f"slowed decoder: peak RSS {rss2 / 2**20:.0f} MiB against {rss / 2**20:.0f} MiB"

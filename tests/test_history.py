@@ -1,5 +1,6 @@
 """The run history (trainscope/api/store.py, `runs`, `baseline`, `analyze --save`, `diff RUN RUN`,
 `diff --against baseline`), the statistical gate on recorded traces, and projected against achieved."""
+
 from __future__ import annotations
 
 import gzip
@@ -22,8 +23,14 @@ LINEAR = str(KINETO / "param_linear_2080ti.json.gz")
 
 
 def cli(*args: str, env: dict | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainscope", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})}, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "trainscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
 
 
 def _raw_step_ms(path: str) -> list[float]:
@@ -37,6 +44,7 @@ def _raw_step_ms(path: str) -> list[float]:
 
 
 # -- recorded traces for the gate -----------------------------------------------------------------------
+
 
 def recut(doc: dict, bounds_us: list[tuple[float, float]], keep: list[int], scale: float, marker: tuple) -> dict:
     """A recording of the steps ``keep`` of a real trace, back to back, every event inside a step
@@ -62,8 +70,17 @@ def recut(doc: dict, bounds_us: list[tuple[float, float]], keep: list[int], scal
             e["dur"] = float(e["dur"]) * scale
         out.append(e)
     for k, i in enumerate(keep):
-        out.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k + 1}", "pid": marker[0],
-                    "tid": marker[1], "ts": new_start[i], "dur": (ends[i] - starts[i]) * scale})
+        out.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{k + 1}",
+                "pid": marker[0],
+                "tid": marker[1],
+                "ts": new_start[i],
+                "dur": (ends[i] - starts[i]) * scale,
+            }
+        )
     return {**doc, "traceEvents": out}
 
 
@@ -85,8 +102,11 @@ def recordings(tmp_path_factory):
     main = next(e for e in doc["traceEvents"] if e.get("cat") == "user_annotation")  # the training loop's thread
     original = np.array([s.duration_ns / 1e6 for s in steps])
     paths, expected = {}, {}
-    for name, keep, scale in (("a", list(range(0, 40, 2)), 1.0), ("b", list(range(1, 40, 2)), 1.0),
-                              ("b10", list(range(1, 40, 2)), 1.10)):
+    for name, keep, scale in (
+        ("a", list(range(0, 40, 2)), 1.0),
+        ("b", list(range(1, 40, 2)), 1.0),
+        ("b10", list(range(1, 40, 2)), 1.10),
+    ):
         paths[name] = str(out / f"{name}.pt.trace.json.gz")
         with gzip.open(paths[name], "wt") as fh:
             json.dump(recut(doc, bounds, keep, scale, (main["pid"], main["tid"])), fh)
@@ -126,6 +146,7 @@ def test_gate_passes_on_two_recordings_of_the_same_job_and_fails_on_a_10_pct_slo
 
 # -- the store ---------------------------------------------------------------------------------------------
 
+
 def test_save_list_baseline_and_diff_against_it(tmp_path, recordings):
     paths, _ = recordings
     store = str(tmp_path / "runs.db")
@@ -140,9 +161,15 @@ def test_save_list_baseline_and_diff_against_it(tmp_path, recordings):
     assert listed[1]["step_time_ms"]["p50"] == pytest.approx(doc["breakdown"]["step_time_ms"]["p50"], abs=1e-3)
     assert listed[1]["gpu"] == doc["device"]["name"] and listed[1]["steps"] == 20
     # Filters.
-    assert [r["id"] for r in json.loads(cli("runs", "--store", store, "--tag", "linear", "--format", "json").stdout)["runs"]] == [1]
-    assert [r["id"] for r in json.loads(cli("runs", "--store", store, "--verdict", "data/input-wait",
-                                            "--format", "json").stdout)["runs"]] == [2]
+    assert [
+        r["id"] for r in json.loads(cli("runs", "--store", store, "--tag", "linear", "--format", "json").stdout)["runs"]
+    ] == [1]
+    assert [
+        r["id"]
+        for r in json.loads(cli("runs", "--store", store, "--verdict", "data/input-wait", "--format", "json").stdout)[
+            "runs"
+        ]
+    ] == [2]
     assert json.loads(cli("runs", "--store", store, "--gpu", "2080", "--format", "json").stdout)["runs"][0]["id"] == 1
     # One run, whole: every step's duration is kept (the gate needs them), never the trace.
     one = json.loads(cli("runs", "1", "--store", store, "--format", "json").stdout)
@@ -155,8 +182,21 @@ def test_save_list_baseline_and_diff_against_it(tmp_path, recordings):
     assert "← baseline" in text and "linear" in text
     ok = cli("diff", "--against", "baseline", "--tag", "linear", paths["b"], "--fail-if-slower", "5", "--store", store)
     assert ok.returncode == 0 and "stored summaries" in ok.stdout and "trainscope: gate passed" in ok.stderr
-    bad = cli("diff", "--against", "baseline:linear", paths["b10"], "--fail-if-slower", "5", "--store", store,
-              "--save", "--tag", "linear", "--format", "json")
+    bad = cli(
+        "diff",
+        "--against",
+        "baseline:linear",
+        paths["b10"],
+        "--fail-if-slower",
+        "5",
+        "--store",
+        store,
+        "--save",
+        "--tag",
+        "linear",
+        "--format",
+        "json",
+    )
     assert bad.returncode == 3 and "regression: step time p50 rose 8.1 %" in bad.stderr
     assert "saved as run 1 [linear] → run 3 [linear]" in bad.stderr
     both_traces = cli("diff", paths["a"], paths["b10"], "--fail-if-slower", "5", "--format", "json")
@@ -165,8 +205,12 @@ def test_save_list_baseline_and_diff_against_it(tmp_path, recordings):
     again = cli("diff", "1", "latest", "--store", store, "--fail-if-slower", "5", "--format", "json")
     assert again.returncode == 3 and json.loads(again.stdout)["after"]["run"]["id"] == 3
     # Unknown runs and stores are one line, exit 2.
-    for args in (("diff", "1", "99", "--store", store), ("diff", "--against", "baseline:nope", FAST, "--store", store),
-                 ("runs", "7", "--store", store), ("baseline", "set", "42", "--store", store)):
+    for args in (
+        ("diff", "1", "99", "--store", store),
+        ("diff", "--against", "baseline:nope", FAST, "--store", store),
+        ("runs", "7", "--store", store),
+        ("baseline", "set", "42", "--store", store),
+    ):
         p = cli(*args)
         assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and p.stderr.startswith("trainscope: "), args
 
@@ -204,10 +248,19 @@ def test_migrations_take_an_old_store_forward_and_a_newer_one_is_refused(tmp_pat
     s = summarize(summary)
     db = sqlite3.connect(path)
     db.executescript(MIGRATIONS[0][1] + "; PRAGMA user_version = 1;")
-    db.execute("INSERT INTO runs (created, source, tag, saved_by, gpu, ranks, steps, verdict, confidence, step_p50_ms, "
-               "step_mean_ms, summary) VALUES ('2026-01-01T00:00:00+00:00', ?, 'old', 'analyze', NULL, 1, ?, ?, ?, ?, ?, ?)",
-               (s.source, s.steps, s.verdict_axis, s.verdict_confidence, s.step_p50_ms, s.step_mean_ms,
-                json.dumps(s.to_dict())))
+    db.execute(
+        "INSERT INTO runs (created, source, tag, saved_by, gpu, ranks, steps, verdict, confidence, step_p50_ms, "
+        "step_mean_ms, summary) VALUES ('2026-01-01T00:00:00+00:00', ?, 'old', 'analyze', NULL, 1, ?, ?, ?, ?, ?, ?)",
+        (
+            s.source,
+            s.steps,
+            s.verdict_axis,
+            s.verdict_confidence,
+            s.step_p50_ms,
+            s.step_mean_ms,
+            json.dumps(s.to_dict()),
+        ),
+    )
     db.commit()
     db.close()
     # Read-only (the MCP server): the old store is read as it is, never migrated.
@@ -254,6 +307,7 @@ def test_hostile_stores_are_one_line_errors(tmp_path):
 
 # -- projected against achieved ------------------------------------------------------------------------------
 
+
 def test_the_dataloader_pair_prints_the_projected_and_achieved_gain_of_the_input_fix(tmp_path):
     """The bundled job with a slow DataLoader (num_workers=0, 4 ms of work per sample) and the same job
     with the fix: the fix's projection is the slow run's report; the achieved speedup is the mean
@@ -279,7 +333,8 @@ def test_the_dataloader_pair_prints_the_projected_and_achieved_gain_of_the_input
     assert rows[0]["achieved_speedup"] == pytest.approx(achieved, abs=1e-3)
     assert expected in cli("diff", "1", "2", "--store", store).stdout
     assert expected in cli("runs", "--fixes", "--store", store).stdout.replace("run 1 → run 2  ", "").replace(
-        " (resolved)", "")
+        " (resolved)", ""
+    )
 
 
 def test_on_trace_ready_saves_each_cycle(tmp_path):
@@ -290,8 +345,11 @@ def test_on_trace_ready_saves_each_cycle(tmp_path):
     store = tmp_path / "runs.db"
     handler = ts.on_trace_ready(tmp_path / "traces", printer=lines.append, save=True, store=store, tag="tiny")
     model = torch.nn.Linear(32, 32)
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3, repeat=2),
-                 on_trace_ready=handler) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=0, warmup=1, active=3, repeat=2),
+        on_trace_ready=handler,
+    ) as prof:
         for _ in range(8):
             model(torch.randn(16, 32)).sum().backward()
             prof.step()

@@ -1,5 +1,6 @@
 """GPU idle attributed to what the host was doing (Python frames, launch calls, blocking copies),
 cross-checked against the raw Kineto events."""
+
 from __future__ import annotations
 
 import pytest
@@ -46,7 +47,9 @@ def test_timesformer_preprocessing_is_input_with_its_frames():
         assert func in frames and frames[func].cls == "input"
     rv = frames["read_video_pyav"]
     assert rv.file.endswith("video_classification.py") and rv.line == 174
-    assert rv.idle_ns / 1e6 == pytest.approx(py["transformers/pipelines/video_classification.py(174): read_video_pyav"], abs=0.1)
+    assert rv.idle_ns / 1e6 == pytest.approx(
+        py["transformers/pipelines/video_classification.py(174): read_video_pyav"], abs=0.1
+    )
     vm = next(f for f in h.frames if f.file and "videomae" in f.file)
     assert vm.idle_ns / 1e6 == pytest.approx(py[vm.name], abs=0.1) and 170 < vm.idle_ns / 1e6 < 185
     assert vm.share_pct == pytest.approx(100 * vm.idle_ns / h.step_ns, abs=0.01)
@@ -64,13 +67,19 @@ def test_timesformer_verdict_is_the_input_pipeline():
 def test_norm_layers_idle_is_launch_cold_start():
     runtime = _x(NORM, "cuda_runtime")
     # launches and module loads (code loading happens in both) lasting ≥ 1 ms
-    long_launch = [e for e in runtime if ("LaunchKernel" in e["name"] or "ModuleLoad" in e["name"]) and e["dur"] >= 1000]
+    long_launch = [
+        e for e in runtime if ("LaunchKernel" in e["name"] or "ModuleLoad" in e["name"]) and e["dur"] >= 1000
+    ]
     h = _h(NORM)
     assert h.primary == "launch" and h.share_pct("launch") > 95
     assert h.cold_start is not None and h.cold_start.count == len(long_launch)
     assert h.cold_start.longest_ns / 1e3 == pytest.approx(max(e["dur"] for e in long_launch), abs=1)
     # the long launches are serial on the host, so their idle coverage cannot exceed their summed length
-    assert 0.8 * sum(e["dur"] for e in long_launch) / 1e3 < h.cold_start.idle_ns / 1e6 <= sum(e["dur"] for e in long_launch) / 1e3
+    assert (
+        0.8 * sum(e["dur"] for e in long_launch) / 1e3
+        < h.cold_start.idle_ns / 1e6
+        <= sum(e["dur"] for e in long_launch) / 1e3
+    )
     a = analysis(NORM)
     assert a.verdict.bottleneck == "host/launch-overhead" and "cold start" in a.verdict.summary
     rec = next(r for r in a.recommendations if r.finding == "host/launch-overhead")
@@ -107,8 +116,12 @@ def test_interval_helpers_match_a_brute_force_computation():
         a_s = rng.integers(0, 1000, 25)
         a = (a_s, a_s + rng.integers(1, 80, 25))  # any set: overlapping, unsorted
         s, e, ai, bi = _overlaps(a, b)
-        want = sorted((max(a[0][x], b[0][y]), min(a[1][x], b[1][y]), x, y) for x in range(len(a[0]))
-                      for y in range(len(b[0])) if min(a[1][x], b[1][y]) > max(a[0][x], b[0][y]))
+        want = sorted(
+            (max(a[0][x], b[0][y]), min(a[1][x], b[1][y]), x, y)
+            for x in range(len(a[0]))
+            for y in range(len(b[0]))
+            if min(a[1][x], b[1][y]) > max(a[0][x], b[0][y])
+        )
         assert sorted(zip(s.tolist(), e.tolist(), ai.tolist(), bi.tolist())) == want
         lo, hi = sorted(rng.integers(0, 1100, 2).tolist())
         w = _within(b, lo, hi)

@@ -1,4 +1,5 @@
 """The host sampler on a real process tree: the training process and its DataLoader workers."""
+
 from __future__ import annotations
 
 import subprocess
@@ -61,14 +62,21 @@ def test_ranks_from_the_environment_and_their_workers(tmp_path):
 
     from trainscope.collectors.host import HostSampler
 
-    rank_code = ("import subprocess, sys, time\n"
-                 "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
-                 "time.sleep(30)\n")
-    launcher = subprocess.Popen([sys.executable, "-c",
-                                 "import os, subprocess, sys, time\n"
-                                 f"ps = [subprocess.Popen([sys.executable, '-c', {rank_code!r}], env={{**os.environ, "
-                                 "'RANK': str(r), 'WORLD_SIZE': '2'}) for r in range(2)]\n"
-                                 "time.sleep(30)\n"])
+    rank_code = (
+        "import subprocess, sys, time\n"
+        "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+        "time.sleep(30)\n"
+    )
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, subprocess, sys, time\n"
+            f"ps = [subprocess.Popen([sys.executable, '-c', {rank_code!r}], env={{**os.environ, "
+            "'RANK': str(r), 'WORLD_SIZE': '2'}) for r in range(2)]\n"
+            "time.sleep(30)\n",
+        ]
+    )
     try:
         h = HostSampler([launcher.pid])
         end = time.monotonic() + 60

@@ -1,5 +1,6 @@
 """Damaged and hostile files that once escaped the readers' checks: each now ends in a one-line
 error (exit 2) or is salvaged up to the damage, never an internal error or an exabyte allocation."""
+
 from __future__ import annotations
 
 import json
@@ -17,16 +18,24 @@ GOOD = '{"type":"sample","t":0,"dt":1,"gpus":[{"index":0,"util_gpu":50}]}\n'
 
 
 def analyze(path):
-    return subprocess.run([sys.executable, "-m", "trainscope", "analyze", str(path), "--no-tui"],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "trainscope", "analyze", str(path), "--no-tui"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("bad", [
-    '{"type":"sample","t":1' + "0" * 400 + ',"dt":1}\n',  # float overflow
-    '{"type":"sample","t":NaN,"dt":1}\n',
-    '{"type":"sample","t":1,"dt":1,"gpus":[{"index":0,"util_gpu":"x"}]}\n',
-    '{"type":"sample","t":1,"dt":1,"gpus":[{"index":"a","util_gpu":5}]}\n',
-], ids=["time-overflow", "time-nan", "metric-string", "index-string"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        '{"type":"sample","t":1' + "0" * 400 + ',"dt":1}\n',  # float overflow
+        '{"type":"sample","t":NaN,"dt":1}\n',
+        '{"type":"sample","t":1,"dt":1,"gpus":[{"index":0,"util_gpu":"x"}]}\n',
+        '{"type":"sample","t":1,"dt":1,"gpus":[{"index":"a","util_gpu":5}]}\n',
+    ],
+    ids=["time-overflow", "time-nan", "metric-string", "index-string"],
+)
 def test_damaged_recording_sample_is_where_reading_stops(tmp_path, bad):
     f = tmp_path / "rec.jsonl"
     f.write_text(HEADER + GOOD + bad + GOOD)
@@ -37,12 +46,14 @@ def test_damaged_recording_sample_is_where_reading_stops(tmp_path, bad):
 
 def test_csv_field_past_the_csv_limit_and_impossible_dates(tmp_path):
     f = tmp_path / "big.csv"
-    f.write_text("timestamp, utilization.gpu [%]\n2024/01/01 00:00:00.000, 5 %\n\"" + "x" * 200_000 + "\"\n")
+    f.write_text('timestamp, utilization.gpu [%]\n2024/01/01 00:00:00.000, 5 %\n"' + "x" * 200_000 + '"\n')
     p = analyze(f)
     assert p.returncode == 0 and "stopped reading: field larger than field limit" in p.stdout, p.stderr
     f = tmp_path / "years.csv"
-    f.write_text("timestamp, utilization.gpu [%]\n0001/01/01 00:00:00.000, 5 %\n9999/01/01 00:00:00.000, 5 %\n"
-                 "2024/01/01 00:00:00.000, 7 %\n")
+    f.write_text(
+        "timestamp, utilization.gpu [%]\n0001/01/01 00:00:00.000, 5 %\n9999/01/01 00:00:00.000, 5 %\n"
+        "2024/01/01 00:00:00.000, 7 %\n"
+    )
     p = analyze(f)
     assert p.returncode == 0 and "2 malformed CSV rows skipped" in p.stdout and "out of range" in p.stdout, p.stderr
 
@@ -77,19 +88,24 @@ def test_nsys_column_of_the_wrong_type_is_one_line(tmp_path):
     assert "unexpected value in the Nsight export" in p.stderr
 
 
-@pytest.mark.parametrize("datagram", [
-    b'{"type":"steps","pid":1e400,"n":1,"wait_ns":1,"step_ns":2,"max_wait_ns":1}',
-    b'{"type":"steps","pid":1,"n":1e400,"wait_ns":1,"step_ns":2,"max_wait_ns":1}',
-    b"[" * 40_000,
-], ids=["pid-overflow", "count-overflow", "deep-nesting"])
+@pytest.mark.parametrize(
+    "datagram",
+    [
+        b'{"type":"steps","pid":1e400,"n":1,"wait_ns":1,"step_ns":2,"max_wait_ns":1}',
+        b'{"type":"steps","pid":1,"n":1e400,"wait_ns":1,"step_ns":2,"max_wait_ns":1}',
+        b"[" * 40_000,
+    ],
+    ids=["pid-overflow", "count-overflow", "deep-nesting"],
+)
 def test_a_hostile_datagram_is_dropped_and_the_next_one_counts(datagram):
     from trainscope.collectors.step_receiver import StepReceiver
 
     r = StepReceiver()
     try:
         r.handle(datagram)
-        r.handle(json.dumps({"type": "steps", "pid": 7, "n": 3, "wait_ns": 10, "step_ns": 30,
-                             "max_wait_ns": 5}).encode())
+        r.handle(
+            json.dumps({"type": "steps", "pid": 7, "n": 3, "wait_ns": 10, "step_ns": 30, "max_wait_ns": 5}).encode()
+        )
         assert r._n == 3 and r._wait == 10
     finally:
         r.close()

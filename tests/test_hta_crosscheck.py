@@ -13,6 +13,7 @@ Two documented differences are controlled for, not hidden:
   GPU, so trainscope keeps them; on the two traces that have them, we also compare over HTA's
   event set (orphans excluded) and require the same 1-point agreement there.
 """
+
 from __future__ import annotations
 
 import logging
@@ -56,7 +57,9 @@ def _window_ns(trace, min_ts: float, w0: float, w1: float) -> tuple[int, int]:
 def _orphan_masks(trace):
     """GPU events HTA drops: no launching runtime call in the trace. HTA applies this filter only
     when the trace has at least two distinct ProfilerStep#N names (its step alignment)."""
-    steps = {trace.strings[i] for i in np.unique(trace.annotations.name) if trace.strings[i].startswith("ProfilerStep#")}
+    steps = {
+        trace.strings[i] for i in np.unique(trace.annotations.name) if trace.strings[i].startswith("ProfilerStep#")
+    }
     if len(steps) < 2:
         return {name: np.zeros(len(getattr(trace, name)), bool) for name in ("kernels", "copies", "memsets")}
     launched = np.unique(trace.runtime.correlation)
@@ -98,8 +101,15 @@ def test_hta_cannot_break_down_cpu_only_traces_and_we_say_why():
         assert not load(name).has_gpu_activity
 
 
-@pytest.mark.parametrize("name", ["resnet50_v100_num_workers_0.pt.trace.json.gz", "hta_a100_control.json.gz",
-                                  "param_linear_2080ti.json.gz", "hta_v100_rank0.pt.trace.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "resnet50_v100_num_workers_0.pt.trace.json.gz",
+        "hta_a100_control.json.gz",
+        "param_linear_2080ti.json.gz",
+        "hta_v100_rank0.pt.trace.json.gz",
+    ],
+)
 def test_per_kernel_totals_agree_with_hta_kernel_breakdown(name):
     trace = load(name)
     *_, per_kernel = _hta(name)

@@ -1,6 +1,7 @@
 """The HTML report holds every figure the text report prints (issue 28 item 8): roofline columns,
 crossed thresholds, the MFU / Iron Law lines, phases, the straggler section of a rank directory;
 round chart ticks; the timeline's step is the one the header's p50 names."""
+
 from __future__ import annotations
 
 import functools
@@ -14,9 +15,14 @@ import trainscope.api as ts
 from trainscope.reports.html import nice_ticks
 
 DATA = pathlib.Path(__file__).parent / "data"
-TRACES = ["kineto/resnet50_v100_num_workers_0.pt.trace.json.gz", "kineto/hta_dlrm_ws128_2ranks",
-          "nsys/cs336_small_train_step_a100.sqlite", "kineto/hta_mi250_minitoy_train.json.gz",
-          "kineto/tracelens_h100_qwen_inference.json.gz", "cpu/slow.pt.trace.json.gz"]
+TRACES = [
+    "kineto/resnet50_v100_num_workers_0.pt.trace.json.gz",
+    "kineto/hta_dlrm_ws128_2ranks",
+    "nsys/cs336_small_train_step_a100.sqlite",
+    "kineto/hta_mi250_minitoy_train.json.gz",
+    "kineto/tracelens_h100_qwen_inference.json.gz",
+    "cpu/slow.pt.trace.json.gz",
+]
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
 
 

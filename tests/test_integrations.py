@@ -1,5 +1,6 @@
 """The Lightning and Hugging Face Trainer callbacks, with the real libraries (optional: skipped with
 the reason when not installed; neither is a dependency of trainscope)."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,9 @@ def _profiled_steps(path: str) -> list[str]:
     """ProfilerStep# ranges in the written trace, read from its JSON (independent of trainscope)."""
     with open(path) as f:
         events = json.load(f)["traceEvents"]
-    return sorted(e["name"] for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#"))
+    return sorted(
+        e["name"] for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")
+    )
 
 
 def _check(profiler, lines: list[str], out_dir) -> None:
@@ -51,9 +54,16 @@ def test_lightning_callback_profiles_a_few_steps(tmp_path):
     lines: list[str] = []
     cb = lightning_callback(tmp_path / "traces", printer=lines.append)
     data = torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randn(64, 1))
-    L.Trainer(max_steps=8, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-              enable_model_summary=False, callbacks=[cb], default_root_dir=tmp_path).fit(
-        Model(), torch.utils.data.DataLoader(data, batch_size=4))
+    L.Trainer(
+        max_steps=8,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[cb],
+        default_root_dir=tmp_path,
+    ).fit(Model(), torch.utils.data.DataLoader(data, batch_size=4))
     _check(cb.profiler, lines, tmp_path / "traces")
 
 
@@ -72,9 +82,16 @@ def test_hf_trainer_callback_profiles_a_few_steps(tmp_path):
 
     lines: list[str] = []
     cb = hf_trainer_callback(tmp_path / "traces", printer=lines.append)
-    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=8, per_device_train_batch_size=4,
-                                          report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no",
-                                          disable_tqdm=True)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=8,
+        per_device_train_batch_size=4,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+    )
     data = [{"x": torch.randn(16), "labels": torch.randn(1)} for _ in range(64)]
     transformers.Trainer(model=Model(), args=args, train_dataset=data, callbacks=[cb]).train()
     _check(cb.profiler, lines, tmp_path / "traces")

@@ -1,4 +1,5 @@
 """Interval arithmetic behind every share, checked against hand-computed cases."""
+
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
@@ -20,8 +21,8 @@ def test_overlap_per_window():
 
 def test_exclusive_layers_priority_and_remainder():
     compute = iv.union(A([0]), A([10]))
-    copy = iv.union(A([5]), A([15]))      # overlapped by compute for 5..10
-    data = iv.union(A([12]), A([30]))     # host waits 12..30; GPU busy with copy until 15
+    copy = iv.union(A([5]), A([15]))  # overlapped by compute for 5..10
+    data = iv.union(A([12]), A([30]))  # host waits 12..30; GPU busy with copy until 15
     out = iv.exclusive_layers([compute, copy, data], A([0, 20]), A([20, 40]))
     # window 0..20: compute 10, copy 10..15 = 5, data 15..20 = 5, nothing 0
     # window 20..40: data 20..30 = 10, nothing 10

@@ -5,6 +5,7 @@ them (most from the bundled traces), with its class and compute unit; then the t
 old substring rules went wrong: FBGEMM's embedding kernels on the DLRM two-rank trace ("gemm" is a
 substring of "fbgemm") and cuBLASLt's ``nvjet`` GEMMs on the Wan2.1 H100 capture.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,70 +20,185 @@ from trainscope.analyzers.kernels import ALL_CLASSES, classify_kernel, kernel_cl
 
 # (family, kernel name, class, on tensor cores)
 CASES = [
-    ("NCCL/RCCL collectives", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)",
-     "communication", False),
-    ("NCCL/RCCL collectives", "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
-     "communication", False),
+    (
+        "NCCL/RCCL collectives",
+        "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<(unsigned long)4096>)",
+        "communication",
+        False,
+    ),
+    (
+        "NCCL/RCCL collectives",
+        "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+        "communication",
+        False,
+    ),
     ("cuBLASLt nvjet", "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN", "gemm", True),
     ("FBGEMM GEMM", "void fbgemm_gpu::f8f8bf16_rowwise_kernel<128, 128>(cutlass::bfloat16_t*)", "gemm", True),
-    ("FBGEMM quantize", "void fbgemm_gpu::(anonymous namespace)::_compute_FP8_quantize_cuda_kernel<float>(float const*, "
-     "float const*, long, long, unsigned char*)", "elementwise", False),
-    ("FBGEMM/TorchRec embedding and sparse features", "void fbgemm_gpu::permute_2D_data_kernel<false, int, int, "
-     "decltype(nullptr)>(int, int, int, int const*, int const*, int const*, int*)", "embedding", False),
-    ("FBGEMM table-batched embedding", "void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, "
-     "float, false, long, 1ul>(at::GenericPackedTensorAccessor<c10::Half, 1ul>)", "embedding", False),
-    ("FBGEMM table-batched embedding", "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_"
-     "per_row_1<c10::Half, float>(at::GenericPackedTensorAccessor<c10::Half, 2ul>)", "embedding", False),
-    ("FBGEMM table-batched embedding", "void bounds_check_indices_kernel<long, false>(at::GenericPackedTensorAccessor<"
-     "long, 1ul, at::RestrictPtrTraits, int>)", "embedding", False),
-    ("PyTorch embedding", "void at::native::(anonymous namespace)::EmbeddingBag_updateOutputKernel_sum_mean<float, long>("
-     "long const*, long const*, float const*, float*)", "embedding", False),
-    ("cuDNN", "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>(cudnn::ops::nchw2nhwc_params_t<float>)",
-     "elementwise", False),
-    ("cuDNN", "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 128, true, 1>(cudnnTensorStruct)",
-     "normalization", False),
-    ("cuDNN", "void cutlass_cudnn_infer::Kernel<cutlass_tensorop_s1688dgrad_optimized_tf32_64x128_32x3_nhwc_unity_stride>"
-     "(cutlass_tensorop_s1688dgrad_optimized_tf32_64x128_32x3_nhwc_unity_stride::Params)", "convolution", True),
+    (
+        "FBGEMM quantize",
+        "void fbgemm_gpu::(anonymous namespace)::_compute_FP8_quantize_cuda_kernel<float>(float const*, "
+        "float const*, long, long, unsigned char*)",
+        "elementwise",
+        False,
+    ),
+    (
+        "FBGEMM/TorchRec embedding and sparse features",
+        "void fbgemm_gpu::permute_2D_data_kernel<false, int, int, "
+        "decltype(nullptr)>(int, int, int, int const*, int const*, int const*, int*)",
+        "embedding",
+        False,
+    ),
+    (
+        "FBGEMM table-batched embedding",
+        "void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, "
+        "float, false, long, 1ul>(at::GenericPackedTensorAccessor<c10::Half, 1ul>)",
+        "embedding",
+        False,
+    ),
+    (
+        "FBGEMM table-batched embedding",
+        "void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_"
+        "per_row_1<c10::Half, float>(at::GenericPackedTensorAccessor<c10::Half, 2ul>)",
+        "embedding",
+        False,
+    ),
+    (
+        "FBGEMM table-batched embedding",
+        "void bounds_check_indices_kernel<long, false>(at::GenericPackedTensorAccessor<"
+        "long, 1ul, at::RestrictPtrTraits, int>)",
+        "embedding",
+        False,
+    ),
+    (
+        "PyTorch embedding",
+        "void at::native::(anonymous namespace)::EmbeddingBag_updateOutputKernel_sum_mean<float, long>("
+        "long const*, long const*, float const*, float*)",
+        "embedding",
+        False,
+    ),
+    (
+        "cuDNN",
+        "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>(cudnn::ops::nchw2nhwc_params_t<float>)",
+        "elementwise",
+        False,
+    ),
+    (
+        "cuDNN",
+        "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 128, true, 1>(cudnnTensorStruct)",
+        "normalization",
+        False,
+    ),
+    (
+        "cuDNN",
+        "void cutlass_cudnn_infer::Kernel<cutlass_tensorop_s1688dgrad_optimized_tf32_64x128_32x3_nhwc_unity_stride>"
+        "(cutlass_tensorop_s1688dgrad_optimized_tf32_64x128_32x3_nhwc_unity_stride::Params)",
+        "convolution",
+        True,
+    ),
     ("cuDNN (bare names)", "volta_scudnn_128x64_relu_interior_nn_v1", "convolution", False),
-    ("cuDNN (bare names)", "void fft2d_r2c_32x32<float, false, 5u, true>(float2*, float const*, int, int, int)",
-     "convolution", False),
+    (
+        "cuDNN (bare names)",
+        "void fft2d_r2c_32x32<float, false, 5u, true>(float2*, float const*, int, int, int)",
+        "convolution",
+        False,
+    ),
     ("cuBLAS GEMM/GEMV", "ampere_sgemm_128x64_nn", "gemm", False),
     ("cuBLAS GEMM/GEMV", "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_32x6_nt", "gemm", True),
-    ("cuBLAS GEMM/GEMV", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1", "gemm", True),
-    ("cuBLAS GEMM/GEMV", "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 2, 2, false, false, "
-     "cublasGemvParams<cublasGemvTensorStridedBatched<float const>>>(float)", "gemm", False),
-    ("cuBLAS helper", "void scal_kernel<float, float, 1, false, 6, 5, 5, 3>(cublasTransposeParams<float>, float const*)",
-     "gemm", False),
-    ("CUTLASS", "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>(cutlass_80_tensorop_s1688gemm_"
-     "256x64_16x4_tn_align1::Params)", "gemm", True),
-    ("CUTLASS", "void cutlass::Kernel2<cutlass_80_simt_sgemm_64x64_8x5_nt_align1>(cutlass_80_simt_sgemm_64x64_8x5_nt_"
-     "align1::Params)", "gemm", False),
-    ("hipBLASLt/Tensile", "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x256x32_MI16x16x1_SN_LDSB1_AFC1", "gemm", True),
-    ("Composable Kernel", "_ZN2ck16tensor_operation6device37kernel_batched_gemm_xdlops_bwd_weightINS_47GridwiseGemm", "gemm",
-     True),
-    ("Composable Kernel", "_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernelINS_40BlockFmha", "attention",
-     True),
+    (
+        "cuBLAS GEMM/GEMV",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1",
+        "gemm",
+        True,
+    ),
+    (
+        "cuBLAS GEMM/GEMV",
+        "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 2, 2, false, false, "
+        "cublasGemvParams<cublasGemvTensorStridedBatched<float const>>>(float)",
+        "gemm",
+        False,
+    ),
+    (
+        "cuBLAS helper",
+        "void scal_kernel<float, float, 1, false, 6, 5, 5, 3>(cublasTransposeParams<float>, float const*)",
+        "gemm",
+        False,
+    ),
+    (
+        "CUTLASS",
+        "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>(cutlass_80_tensorop_s1688gemm_"
+        "256x64_16x4_tn_align1::Params)",
+        "gemm",
+        True,
+    ),
+    (
+        "CUTLASS",
+        "void cutlass::Kernel2<cutlass_80_simt_sgemm_64x64_8x5_nt_align1>(cutlass_80_simt_sgemm_64x64_8x5_nt_"
+        "align1::Params)",
+        "gemm",
+        False,
+    ),
+    (
+        "hipBLASLt/Tensile",
+        "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x256x32_MI16x16x1_SN_LDSB1_AFC1",
+        "gemm",
+        True,
+    ),
+    (
+        "Composable Kernel",
+        "_ZN2ck16tensor_operation6device37kernel_batched_gemm_xdlops_bwd_weightINS_47GridwiseGemm",
+        "gemm",
+        True,
+    ),
+    (
+        "Composable Kernel",
+        "_ZN7ck_tile6kentryILi2ENS_38FmhaBatchPrefillWithPagedKVCacheKernelINS_40BlockFmha",
+        "attention",
+        True,
+    ),
     ("MIOpen", "MIOpenBatchNormFwdTrainSpatial", "normalization", False),
-    ("MIOpen", "igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8_ws1x1_wr2x2_ta1x8x2x1_1x4x1x64_tb", "convolution",
-     True),
-    ("FlashAttention", "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, "
-     "false, false, cutlass::bfloat16_t>>(pytorch_flash::Flash_fwd_params)", "attention", True),
-    ("FlashAttention", "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::"
-     "bfloat16_t>::Params)", "attention", True),
+    (
+        "MIOpen",
+        "igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8_ws1x1_wr2x2_ta1x8x2x1_1x4x1x64_tb",
+        "convolution",
+        True,
+    ),
+    (
+        "FlashAttention",
+        "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, "
+        "false, false, cutlass::bfloat16_t>>(pytorch_flash::Flash_fwd_params)",
+        "attention",
+        True,
+    ),
+    (
+        "FlashAttention",
+        "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::"
+        "bfloat16_t>::Params)",
+        "attention",
+        True,
+    ),
     ("Triton (Inductor)", "triton_poi_fused__to_copy_1", "elementwise", False),
     ("Triton (Inductor)", "triton_red_fused_native_layer_norm_0", "reduction", False),
     ("Triton (Inductor)", "triton_tem_fused_mm_0", "gemm", False),
-    ("CUB/rocPRIM primitives", "void cub::DeviceRadixSortOnesweepKernel<cub::DeviceRadixSortPolicy<long, int, int>::"
-     "Policy800, false, long, int, int>(int*, int*, long const*)", "reduction", False),
-    ("copies", "void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 2, 128, 1>(float*)",
-     "elementwise", False),
+    (
+        "CUB/rocPRIM primitives",
+        "void cub::DeviceRadixSortOnesweepKernel<cub::DeviceRadixSortPolicy<long, int, int>::"
+        "Policy800, false, long, int, int>(int*, int*, long const*)",
+        "reduction",
+        False,
+    ),
+    (
+        "copies",
+        "void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 2, 128, 1>(float*)",
+        "elementwise",
+        False,
+    ),
 ]
 
 
 @pytest.mark.parametrize("family,name,cls,tc", CASES, ids=[f"{c[0]}:{c[1][:30]}" for c in CASES])
 def test_each_family_classes_its_kernels(family, name, cls, tc):
     f = family_of(name)
-    assert f is not None and f.name == family, (f and f.name)
+    assert f is not None and f.name == family, f and f.name
     assert classify_kernel(name) == cls
     assert uses_tensor_cores(name, cls) is tc
 
@@ -100,10 +216,21 @@ def test_tokens_not_substrings():
     t = tokenize("void fbgemm_gpu::permute_2D_data_kernel<false, int, int, decltype(nullptr)>(int, int)")
     assert t.namespaces == ("fbgemm_gpu",) and t.identifier == "permute_2D_data_kernel"
     assert "gemm" not in t.head_words
-    assert classify_kernel("void rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*)") == "elementwise"
-    assert classify_kernel("void vllm::reshape_and_cache_flash_kernel<__hip_bfloat16, __hip_bfloat16>(long)") != "attention"
-    assert classify_kernel("void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_hfp8_to_float_gpu(at::Tensor "
-                           "const&, long, long)::{lambda(unsigned char)#1}>(int)") == "elementwise"
+    assert (
+        classify_kernel("void rotary_embedding_kernel<c10::BFloat16, true>(long const*, c10::BFloat16*)")
+        == "elementwise"
+    )
+    assert (
+        classify_kernel("void vllm::reshape_and_cache_flash_kernel<__hip_bfloat16, __hip_bfloat16>(long)")
+        != "attention"
+    )
+    assert (
+        classify_kernel(
+            "void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_hfp8_to_float_gpu(at::Tensor "
+            "const&, long, long)::{lambda(unsigned char)#1}>(int)"
+        )
+        == "elementwise"
+    )
     # a mangled CK kernel: the nested name is the path, its template argument names the work
     t = tokenize("_ZN2ck16tensor_operation6device12_GLOBAL__N_149kernel_grouped_conv_fwd_multiple_abd_xdl_cshuffleINS_")
     assert t.namespaces[:3] == ("ck", "tensor_operation", "device")

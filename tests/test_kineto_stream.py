@@ -3,6 +3,7 @@
 Slices are shrunk to a few kilobytes so that real traces cross hundreds of slice boundaries;
 the tables must come out identical to the whole-document reader's, and damage anywhere must be
 salvaged to the same complete events the whole-document salvage keeps."""
+
 from __future__ import annotations
 
 import gzip
@@ -36,9 +37,16 @@ def _same(a, b) -> None:
         assert getattr(a, attr) == getattr(b, attr), attr
 
 
-@pytest.mark.parametrize("name", ["hta_a100_nccl.json.gz", "tracelens_h100_qwen_inference.json.gz",
-                                  "tracelens_mi300x_resnet_ckpt.json.gz", "hta_cpu_only.pt.trace.json.gz",
-                                  "hta_mi250_minitoy_train.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hta_a100_nccl.json.gz",
+        "tracelens_h100_qwen_inference.json.gz",
+        "tracelens_mi300x_resnet_ckpt.json.gz",
+        "hta_cpu_only.pt.trace.json.gz",
+        "hta_mi250_minitoy_train.json.gz",
+    ],
+)
 def test_many_small_slices_give_the_in_memory_tables(small_slices, name, tmp_path):
     path = KINETO / name
     a, b = load_kineto(str(path)), load_kineto_in_memory(str(path))
@@ -51,8 +59,12 @@ def test_cut_markers_inside_strings_and_objects(small_slices, tmp_path):
     doc = raw_document("hta_mi250_minitoy_train.json.gz")
     ev = doc["traceEvents"]
     k = next(e for e in ev if e.get("cat") == "kernel")
-    tricky = [dict(k, name=f"kernel<{{a}}, {{b}}>#{i}" + "x" * 3000, args=dict(k.get("args", {}), nested=[{"a": 1}, {"b": 2}]))
-              for i in range(40)]
+    tricky = [
+        dict(
+            k, name=f"kernel<{{a}}, {{b}}>#{i}" + "x" * 3000, args=dict(k.get("args", {}), nested=[{"a": 1}, {"b": 2}])
+        )
+        for i in range(40)
+    ]
     doc["traceEvents"] = ev + tricky
     p = tmp_path / "tricky.json"
     p.write_text(json.dumps(doc, indent=1))
@@ -126,11 +138,29 @@ def test_a_slice_off_the_typed_schema_is_read_through_the_general_path(tmp_path)
 
     from trainscope.collectors.kineto import load_kineto, load_kineto_in_memory
 
-    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
-               "args": {"External id": 7, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}},
-              {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3,
-               "args": {"device": 0, "stream": 7, "correlation": 1, "External id": 7}},
-              {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": [1], "tid": 1, "ts": 20, "dur": 2}]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 5,
+            "args": {"External id": 7, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm",
+            "pid": 0,
+            "tid": 7,
+            "ts": 12,
+            "dur": 3,
+            "args": {"device": 0, "stream": 7, "correlation": 1, "External id": 7},
+        },
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": [1], "tid": 1, "ts": 20, "dur": 2},
+    ]
     path = tmp_path / "odd.pt.trace.json"
     path.write_text(_json.dumps({"traceEvents": events}))
     streamed, whole = load_kineto(str(path)), load_kineto_in_memory(str(path))
@@ -152,8 +182,9 @@ def test_the_stream_keeps_what_the_cost_model_and_host_attribution_read():
     a, b = streamed.op_inputs, whole.op_inputs
     assert a.kernel_external.tolist() == b.kernel_external.tolist() and (a.kernel_external >= 0).any()
     assert a.cpu_external.tolist() == b.cpu_external.tolist()
-    assert [a.signatures[i] if i >= 0 else None for i in a.cpu_signature.tolist()] == \
-           [b.signatures[i] if i >= 0 else None for i in b.cpu_signature.tolist()]
+    assert [a.signatures[i] if i >= 0 else None for i in a.cpu_signature.tolist()] == [
+        b.signatures[i] if i >= 0 else None for i in b.cpu_signature.tolist()
+    ]
     assert len(streamed.python_frames) == len(whole.python_frames) > 1000
 
 
@@ -164,10 +195,28 @@ def test_an_external_id_beyond_int64_links_nothing_instead_of_failing(tmp_path):
 
     from trainscope.collectors.kineto import load_kineto
 
-    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
-               "args": {"External id": 2**64}},
-              {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3,
-               "args": {"device": 0, "stream": 7, "correlation": 1, "External id": 3}}]
+    events = [
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": "aten::mm",
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 5,
+            "args": {"External id": 2**64},
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm",
+            "pid": 0,
+            "tid": 7,
+            "ts": 12,
+            "dur": 3,
+            "args": {"device": 0, "stream": 7, "correlation": 1, "External id": 3},
+        },
+    ]
     path = tmp_path / "big_id.pt.trace.json"
     path.write_text(_json.dumps({"traceEvents": events}))
     t = load_kineto(str(path))
@@ -180,8 +229,12 @@ def test_bytes_that_are_not_utf8_are_damage_not_an_internal_error(tmp_path):
     before it are kept, one line says so."""
     from trainscope.collectors.kineto import load_kineto
 
-    good = b'{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3, "args": {"device": 0}}'
-    bad = b'{"ph": "X", "cat": "kernel", "name": "g\xffm", "pid": 0, "tid": 7, "ts": 20, "dur": 3, "args": {"device": 0}}'
+    good = (
+        b'{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3, "args": {"device": 0}}'
+    )
+    bad = (
+        b'{"ph": "X", "cat": "kernel", "name": "g\xffm", "pid": 0, "tid": 7, "ts": 20, "dur": 3, "args": {"device": 0}}'
+    )
     path = tmp_path / "latin.pt.trace.json"
     path.write_bytes(b'{"traceEvents": [' + good + b", " + bad + b"]}")
     t = load_kineto(str(path))

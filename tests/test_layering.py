@@ -4,6 +4,7 @@
 Every ``import`` in every module is read with :mod:`ast` — at the top, inside functions and under
 ``if TYPE_CHECKING`` alike — so a front end cannot call the pipeline (readers, analyzers, the rank
 executor) behind the api's back, and an analyzer cannot reach for a collector."""
+
 from __future__ import annotations
 
 import ast
@@ -15,8 +16,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FRONT_ENDS = sorted((ROOT / "trainscope" / "commands").glob("*.py")) + sorted((ROOT / "tui").glob("*.py")) + \
-    [ROOT / "trainscope" / "mcp_server.py"]
+FRONT_ENDS = (
+    sorted((ROOT / "trainscope" / "commands").glob("*.py"))
+    + sorted((ROOT / "tui").glob("*.py"))
+    + [ROOT / "trainscope" / "mcp_server.py"]
+)
 ANALYZERS = sorted((ROOT / "analyzers").rglob("*.py"))
 
 # What a front end may import from the analyzers: result types and constants it renders, never a
@@ -30,9 +34,24 @@ ALLOWED_FROM_ANALYZERS: dict[str, set[str]] = {
     "memory_usage": {"MemoryCurve"},  # the memory tab's curves (RankView.memory)
     "timeline": {"TimelineModel", "Item", "Lane", "Match", "Overlap", "GPU_LABELS", "HOST_LABELS"},  # RankView.timeline
     "live": {"LiveStatus", "READY"},  # a live interval's status (api.LiveSample.status) and its ready state
-    "ledger": {"GB", "OPTIMIZERS", "PRECISIONS", "Fit", "FitOption", "Ledger", "PlanConfig"},  # api.plan's result and the plan app's choices
+    "ledger": {
+        "GB",
+        "OPTIMIZERS",
+        "PRECISIONS",
+        "Fit",
+        "FitOption",
+        "Ledger",
+        "PlanConfig",
+    },  # api.plan's result and the plan app's choices
     "memory_devices": {"GPU_MEMORY", "GpuMemory"},  # the device table the plan app cycles through
-    "diff": {"GateResult", "RunDiff", "RecommendationOutcome", "Run", "ShareChange", "GATE_METRICS"},  # api.diff's result; the gate's metric names for --metric
+    "diff": {
+        "GateResult",
+        "RunDiff",
+        "RecommendationOutcome",
+        "Run",
+        "ShareChange",
+        "GATE_METRICS",
+    },  # api.diff's result; the gate's metric names for --metric
     "kernel_match": {"KernelChange"},  # a row of the diff's kernel table
     "whatif": {"Projection"},  # api.whatif's result
     "rules": {"Rules"},  # the threshold table the views read labels and cut-offs from
@@ -42,7 +61,7 @@ ALLOWED_FROM_ANALYZERS: dict[str, set[str]] = {
 VIEW_CLASSES = {
     ("rules", "Rules"): "a table of thresholds (value, unit, source); building it reads no input and judges nothing",
     ("timeline", "TimelineModel"): "the timeline's view model that api.RankView builds from a rank's trace; "
-                                   "the app only queries it (lanes in a window, instances, evidence)",
+    "the app only queries it (lanes in a window, instances, evidence)",
 }
 FORBIDDEN_PACKAGES = ("trainscope.collectors", "trainscope.api.executor")
 
@@ -66,11 +85,20 @@ def _rel(path: Path) -> str:
 
 def test_the_scan_sees_every_front_end_and_its_imports():
     names = {_rel(p) for p in FRONT_ENDS}
-    assert {"trainscope/commands/analyze.py", "trainscope/commands/watch.py", "tui/app.py", "tui/state.py",
-            "tui/watch_app.py", "tui/diff_app.py", "tui/plan_app.py"} <= names
+    assert {
+        "trainscope/commands/analyze.py",
+        "trainscope/commands/watch.py",
+        "tui/app.py",
+        "tui/state.py",
+        "tui/watch_app.py",
+        "tui/diff_app.py",
+        "tui/plan_app.py",
+    } <= names
     # the scan reaches imports inside functions (the commands import lazily)
-    assert any(m == "trainscope.api" or (m == "trainscope" and "api" in n)
-               for _, m, n in _imports(ROOT / "trainscope" / "commands" / "watch.py"))
+    assert any(
+        m == "trainscope.api" or (m == "trainscope" and "api" in n)
+        for _, m, n in _imports(ROOT / "trainscope" / "commands" / "watch.py")
+    )
 
 
 def _violations(path: Path) -> list[str]:
@@ -78,8 +106,11 @@ def _violations(path: Path) -> list[str]:
     bad = []
     for line, module, names in _imports(path):
         where = f"{path.name}:{line}"
-        if module.startswith(FORBIDDEN_PACKAGES) or (module == "trainscope" and "collectors" in names) \
-                or (module == "trainscope.api" and "executor" in names):
+        if (
+            module.startswith(FORBIDDEN_PACKAGES)
+            or (module == "trainscope" and "collectors" in names)
+            or (module == "trainscope.api" and "executor" in names)
+        ):
             bad.append(f"{where}: {module} {names or ''} (reads inputs or maps ranks: call trainscope.api)")
             continue
         if module == "trainscope.analyzers" or (module == "trainscope" and "analyzers" in names):
@@ -92,8 +123,10 @@ def _violations(path: Path) -> list[str]:
                 continue
             extra = set(names) - ALLOWED_FROM_ANALYZERS.get(sub, set())
             if extra:
-                bad.append(f"{where}: {sorted(extra)} from {module}: computes; call trainscope.api "
-                           "(or, for a result type, add it to ALLOWED_FROM_ANALYZERS with the reason)")
+                bad.append(
+                    f"{where}: {sorted(extra)} from {module}: computes; call trainscope.api "
+                    "(or, for a result type, add it to ALLOWED_FROM_ANALYZERS with the reason)"
+                )
     return bad
 
 
@@ -110,8 +143,9 @@ def test_allowed_names_are_types_or_constants(sub, name):
         assert isinstance(obj, type)
         return
     if isinstance(obj, type):
-        assert dataclasses.is_dataclass(obj) or issubclass(obj, enum.Enum) or issubclass(obj, tuple), \
+        assert dataclasses.is_dataclass(obj) or issubclass(obj, enum.Enum) or issubclass(obj, tuple), (
             f"{sub}.{name} is a class with behaviour: not a plain result type"
+        )
     else:
         assert not callable(obj), f"{sub}.{name} is a function: front ends call trainscope.api instead"
         assert isinstance(obj, (str, int, float, tuple, frozenset, dict, list)), f"{sub}.{name}: {type(obj)}"
@@ -119,9 +153,12 @@ def test_allowed_names_are_types_or_constants(sub, name):
 
 @pytest.mark.parametrize("path", ANALYZERS, ids=_rel)
 def test_analyzers_import_no_collector_and_no_front_end(path):
-    bad = [f"{_rel(path)}:{line}: {module}" for line, module, names in _imports(path)
-           if module.startswith(("trainscope.collectors", "trainscope.commands", "trainscope.tui", "trainscope.api"))
-           or (module == "trainscope" and {"collectors", "commands", "tui", "api"} & set(names))]
+    bad = [
+        f"{_rel(path)}:{line}: {module}"
+        for line, module, names in _imports(path)
+        if module.startswith(("trainscope.collectors", "trainscope.commands", "trainscope.tui", "trainscope.api"))
+        or (module == "trainscope" and {"collectors", "commands", "tui", "api"} & set(names))
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -129,13 +166,15 @@ def test_a_forbidden_import_is_caught(tmp_path):
     """The rules fire: readers, the executor, analysis functions and whole analyzer modules are
     reported, wherever the import sits; the result types next to them are not."""
     probe = tmp_path / "probe.py"
-    probe.write_text("from typing import TYPE_CHECKING\n"
-                     "from trainscope.analyzers.kernels import KernelSummary\n"
-                     "if TYPE_CHECKING:\n    from trainscope.api.executor import map_ranks\n"
-                     "def f():\n    from trainscope.collectors import open_traces\n"
-                     "    from trainscope.analyzers.kernels import kernel_summary, KernelSummary\n"
-                     "    import trainscope.analyzers.whatif\n"
-                     "    from trainscope import analyzers\n")
+    probe.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from trainscope.analyzers.kernels import KernelSummary\n"
+        "if TYPE_CHECKING:\n    from trainscope.api.executor import map_ranks\n"
+        "def f():\n    from trainscope.collectors import open_traces\n"
+        "    from trainscope.analyzers.kernels import kernel_summary, KernelSummary\n"
+        "    import trainscope.analyzers.whatif\n"
+        "    from trainscope import analyzers\n"
+    )
     bad = _violations(probe)
     assert [b.split(":")[1] for b in bad] == ["4", "6", "7", "8", "9"]
     assert "kernel_summary" in bad[2] and "KernelSummary" not in bad[2]
@@ -147,15 +186,27 @@ def test_a_forbidden_import_is_caught(tmp_path):
 # and any layer below; the test fails on the first import that points up.
 LAYERS = {
     "trainscope.traces": 0,
-    "trainscope.collectors": 1, "trainscope.analyzers": 1,
+    "trainscope.collectors": 1,
+    "trainscope.analyzers": 1,
     "trainscope.reports": 2,
     "trainscope.api": 3,
-    "trainscope.tui": 4, "trainscope.commands": 4, "trainscope.common": 4, "trainscope.cli": 4,
-    "trainscope.integrations": 4, "trainscope.modelspec": 4, "trainscope.mcp_server": 4,
+    "trainscope.tui": 4,
+    "trainscope.commands": 4,
+    "trainscope.common": 4,
+    "trainscope.cli": 4,
+    "trainscope.integrations": 4,
+    "trainscope.modelspec": 4,
+    "trainscope.mcp_server": 4,
 }
-PACKAGE_DIRS = {"traces": "trainscope.traces", "collectors": "trainscope.collectors",
-                "analyzers": "trainscope.analyzers", "reports": "trainscope.reports", "tui": "trainscope.tui",
-                "trainscope/api": "trainscope.api", "trainscope/commands": "trainscope.commands"}
+PACKAGE_DIRS = {
+    "traces": "trainscope.traces",
+    "collectors": "trainscope.collectors",
+    "analyzers": "trainscope.analyzers",
+    "reports": "trainscope.reports",
+    "tui": "trainscope.tui",
+    "trainscope/api": "trainscope.api",
+    "trainscope/commands": "trainscope.commands",
+}
 # Known exceptions, each with its reason.
 UPWARD_ALLOWED = {
     # modelspec parses `--model`/`plan` specs into the analyzers' PlanConfig: it sits beside the CLI but

@@ -1,12 +1,20 @@
 """The training-memory ledger against the seeds' worked numbers, and the what-if search."""
+
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
 
-from trainscope.analyzers.ledger import (PlanConfig, activation_memory, fit, fit_options, ledger, normalize,
-                                         transformer_params)
+from trainscope.analyzers.ledger import (
+    PlanConfig,
+    activation_memory,
+    fit,
+    fit_options,
+    ledger,
+    normalize,
+    transformer_params,
+)
 from trainscope.analyzers.memory_devices import GIB, custom_gpu, gpu_memory
 
 GB = 1e9
@@ -47,8 +55,10 @@ def test_optimizer_multiples_of_the_weights():
         lg = ledger(PlanConfig(params=1e9, optimizer=opt, precision="fp32"))
         assert (lg.item("weights").bytes + lg.item("optimizer").bytes) / lg.item("weights").bytes == mult
     # 8-bit Adam: a quarter of Adam's state (seed 000's 4× compression).
-    assert ledger(PlanConfig(params=1e9, optimizer="adam8bit")).item("optimizer").bytes * 4 == \
-        ledger(PlanConfig(params=1e9, optimizer="adam")).item("optimizer").bytes
+    assert (
+        ledger(PlanConfig(params=1e9, optimizer="adam8bit")).item("optimizer").bytes * 4
+        == ledger(PlanConfig(params=1e9, optimizer="adam")).item("optimizer").bytes
+    )
 
 
 def test_sgd_fp16_with_master_floor_is_12gb_and_never_fits_8gb():
@@ -66,8 +76,16 @@ def test_sgd_fp16_with_master_floor_is_12gb_and_never_fits_8gb():
 
 def test_gpt2_walkthrough_89_to_56_5_to_32_1_gb_on_a_32gb_v100():
     # seed 000 lines 3193–3303: activations measured at 65 GB in FP32 (batch 32, seq 1024).
-    base = PlanConfig(params=GPT2_XL, batch=32, seq=1024, optimizer="adam", precision="fp32",
-                      activations_gb=65, activations_batch=32, activations_precision="fp32")
+    base = PlanConfig(
+        params=GPT2_XL,
+        batch=32,
+        seq=1024,
+        optimizer="adam",
+        precision="fp32",
+        activations_gb=65,
+        activations_batch=32,
+        activations_precision="fp32",
+    )
     fp32 = ledger(base)
     amp = ledger(replace(base, precision="mixed"))
     ckpt = ledger(replace(base, precision="mixed", checkpoint="every:4"))
@@ -82,8 +100,15 @@ def test_gpt2_walkthrough_89_to_56_5_to_32_1_gb_on_a_32gb_v100():
 
 
 def test_measured_activations_scale_with_micro_batch_and_precision():
-    cfg = PlanConfig(params=1e9, batch=32, grad_accum=4, precision="mixed", activations_gb=40,
-                     activations_batch=16, activations_precision="fp32")
+    cfg = PlanConfig(
+        params=1e9,
+        batch=32,
+        grad_accum=4,
+        precision="mixed",
+        activations_gb=40,
+        activations_batch=16,
+        activations_precision="fp32",
+    )
     # micro-batch 8 of the measured 16, 2-byte of the measured 4-byte values: 40 × 8/16 × 2/4 = 10 GB.
     assert activation_memory(normalize(cfg)).bytes / GB == pytest.approx(10.0)
 
@@ -103,7 +128,9 @@ def test_activation_estimate_follows_korthikanti_at_16_bit():
     per_layer = s * b * h * (34 + 5 * a * s / h)
     head = 2 * 2 * s * b * h + s * b * h + 4 * s * b * v  # final norm + projection inputs, mask, FP32 logits
     assert act.bytes == pytest.approx(L * per_layer + head)
-    assert "Korthikanti" in act.source and "the textbook's callout" in act.source.lower()  # says which source it follows and why
+    assert (
+        "Korthikanti" in act.source and "the textbook's callout" in act.source.lower()
+    )  # says which source it follows and why
     # Selective recomputation keeps 34·s·b·h per layer; fused attention stores the same.
     sel = activation_memory(normalize(replace(cfg, checkpoint="selective")))
     fused = activation_memory(normalize(replace(cfg, attention="flash")))
@@ -117,15 +144,22 @@ def test_zero_stages_shard_what_the_playbook_says():
     cfg = PlanConfig(params=8e9, optimizer="adam", precision="mixed", gpus=8)
     z = {k: ledger(replace(cfg, zero=k)) for k in range(4)}
     assert z[0].static_bytes == 16 * 8e9
-    assert z[1].item("optimizer").bytes == z[0].item("optimizer").bytes / 8 and \
-        z[1].item("master").bytes == z[0].item("master").bytes / 8 and z[1].item("gradients").bytes == z[0].item("gradients").bytes
-    assert z[2].item("gradients").bytes == z[0].item("gradients").bytes / 8 and z[2].item("weights").bytes == z[0].item("weights").bytes
+    assert (
+        z[1].item("optimizer").bytes == z[0].item("optimizer").bytes / 8
+        and z[1].item("master").bytes == z[0].item("master").bytes / 8
+        and z[1].item("gradients").bytes == z[0].item("gradients").bytes
+    )
+    assert (
+        z[2].item("gradients").bytes == z[0].item("gradients").bytes / 8
+        and z[2].item("weights").bytes == z[0].item("weights").bytes
+    )
     assert z[3].static_bytes == pytest.approx(z[0].static_bytes / 8)
 
 
 def test_fit_options_are_minimal_fitting_and_ranked_by_cost():
-    cfg = PlanConfig(layers=48, hidden=1600, heads=25, vocab=50257, seq=1024, batch=32, precision="fp32",
-                     attention="eager")
+    cfg = PlanConfig(
+        layers=48, hidden=1600, heads=25, vocab=50257, seq=1024, batch=32, precision="fp32", attention="eager"
+    )
     opts = fit_options(cfg, V100.name, V100.capacity_bytes)
     assert len(opts) >= 3
     for o in opts:
@@ -138,9 +172,14 @@ def test_fit_options_are_minimal_fitting_and_ranked_by_cost():
 
 
 def test_bad_configs_are_value_errors():
-    for bad in (PlanConfig(), PlanConfig(params=1e9, optimizer="lion"), PlanConfig(params=1e9, batch=6, grad_accum=4),
-                PlanConfig(params=1e9, checkpoint="sometimes"), PlanConfig(params=1e9, zero=4),
-                PlanConfig(layers=4, hidden=64, vocab=100, seq=8, attention="eager")):
+    for bad in (
+        PlanConfig(),
+        PlanConfig(params=1e9, optimizer="lion"),
+        PlanConfig(params=1e9, batch=6, grad_accum=4),
+        PlanConfig(params=1e9, checkpoint="sometimes"),
+        PlanConfig(params=1e9, zero=4),
+        PlanConfig(layers=4, hidden=64, vocab=100, seq=8, attention="eager"),
+    ):
         with pytest.raises(ValueError):
             ledger(bad)
 

@@ -1,5 +1,6 @@
 """The live rules on injected snapshots: each rule's trigger, warming up, time weighting, the
 verdict-change log, threshold overrides, and the JSON-line vocabulary shared with analyze."""
+
 from __future__ import annotations
 
 import json
@@ -13,15 +14,51 @@ from trainscope.collectors.samples import GpuSample, HostSample, ProcessGroup, S
 GIB = 2**30
 
 
-def snap(t, util=None, mem_ctrl=5.0, mem=(10, 80), cpu=20.0, iowait=0.0, workers=None, main_cpu=50.0,
-         sm=None, tensor=None, dram=None, step=None, dt=1.0, events=None) -> Snapshot:
-    gpus = () if util is None else (GpuSample(0, "H100", util, mem_ctrl, mem[0] * GIB, mem[1] * GIB, sm_util=sm,
-                                              tensor_util=tensor, dram_bw_util=dram, clock_events=events),)
+def snap(
+    t,
+    util=None,
+    mem_ctrl=5.0,
+    mem=(10, 80),
+    cpu=20.0,
+    iowait=0.0,
+    workers=None,
+    main_cpu=50.0,
+    sm=None,
+    tensor=None,
+    dram=None,
+    step=None,
+    dt=1.0,
+    events=None,
+) -> Snapshot:
+    gpus = (
+        ()
+        if util is None
+        else (
+            GpuSample(
+                0,
+                "H100",
+                util,
+                mem_ctrl,
+                mem[0] * GIB,
+                mem[1] * GIB,
+                sm_util=sm,
+                tensor_util=tensor,
+                dram_bw_util=dram,
+                clock_events=events,
+            ),
+        )
+    )
     groups = [ProcessGroup("main", 1, main_cpu, 1)]
     if workers:
         groups.append(ProcessGroup("workers", workers[0], workers[1] * workers[0], 1))
-    return Snapshot(t=t, dt=dt, gpus=gpus, host=HostSample(cpu, (), iowait, 1, 2, None, tuple(groups)),
-                    step=step, step_mode="on" if step else "off")
+    return Snapshot(
+        t=t,
+        dt=dt,
+        gpus=gpus,
+        host=HostSample(cpu, (), iowait, 1, 2, None, tuple(groups)),
+        step=step,
+        step_mode="on" if step else "off",
+    )
 
 
 def run(snaps, rules=None):
@@ -143,6 +180,7 @@ def test_json_lines_use_analyze_vocabulary(kineto_dir):
 
 # --- stability: minimum evidence, start-up, hysteresis (issue: the flaky watch-job verdict) ------------
 
+
 def cpu_step_snaps(n, waits_pct, steps_per=10, step_ms=25.0, t0=0.0):
     """A CPU job (no GPU) with the step hook: ``waits_pct[i]`` is snapshot i's data-wait share."""
     out = []
@@ -198,6 +236,7 @@ def test_hysteresis_a_lasting_change_is_shown_after_the_hold():
 
 # --- power and clocks -----------------------------------------------------------------------------------
 
+
 def gpu_snap(t, power, limit=None, events=None, util=99.0):
     g = GpuSample(0, "A100", util, 40.0, 10 * GIB, 80 * GIB, power_w=power, power_limit_w=limit, clock_events=events)
     return Snapshot(t=t, dt=1.0, gpus=(g,), host=None)
@@ -234,8 +273,15 @@ def test_symmetric_power_without_a_limit_is_no_ceiling():
 def test_pinned_power_without_any_limit_is_no_cap():
     """A maximum of the samples is not a limit (issue 23 item 5): an unknown board with no NVML
     limit gets no power-cap finding however flat its power sits."""
-    snaps = [Snapshot(t=i, dt=1.0, host=None, gpus=(GpuSample(0, None, 99.0, 40.0, 10 * GIB, 80 * GIB,
-                                                             power_w=390.0 + (i % 3) * 0.5),)) for i in range(40)]
+    snaps = [
+        Snapshot(
+            t=i,
+            dt=1.0,
+            host=None,
+            gpus=(GpuSample(0, None, 99.0, 40.0, 10 * GIB, 80 * GIB, power_w=390.0 + (i % 3) * 0.5),),
+        )
+        for i in range(40)
+    ]
     st, _ = run(snaps)
     assert st.stats.power_capped_gpus == 0
     assert not any(f.id == "machine/power-cap" for f in st.findings)
@@ -257,8 +303,12 @@ def test_nanogpt_log_is_stable_and_not_called_capped():
     import sys
 
     csv = pathlib.Path(__file__).parent / "data" / "nvml" / "nanogpt_8gpu_gpu_metrics.csv"
-    p = subprocess.run([sys.executable, "-m", "trainscope", "watch", "--replay", str(csv), "--headless",
-                        "--format", "json"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "trainscope", "watch", "--replay", str(csv), "--headless", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     lines = [json.loads(x) for x in p.stdout.splitlines()]
     summary = lines[-1]
@@ -270,12 +320,14 @@ def test_nanogpt_log_is_stable_and_not_called_capped():
     assert sum(1 for a, b in zip(shown, shown[1:]) if a != b) <= 2
     # The samples do sit under a flat maximum (within 1.5 % of the median) — which is no limit.
     import csv as csvmod
+
     per: dict[int, list[float]] = {}
     with open(csv) as fh:
         for r in csvmod.DictReader(fh):
             if float(r["utilization_gpu_percent"]) >= 70:
                 per.setdefault(int(r["gpu_index"]), []).append(float(r["power_W"]))
     import statistics
+
     assert all(max(v) - statistics.median(v) <= 0.015 * statistics.median(v) for v in per.values())
 
 
@@ -283,8 +335,16 @@ def data_bound_cpu_job(cores: int, cpu_pct: float, gpus: int = 0):
     out = []
     for i in range(12):
         g = tuple(GpuSample(k, "G", 5.0) for k in range(gpus))
-        out.append(Snapshot(t=float(i), dt=1.0, gpus=g, host=HostSample(cpu_pct, (cpu_pct,) * cores),
-                            step=StepSample(10, 150_000_000, 250_000_000, 20_000_000), step_mode="on"))
+        out.append(
+            Snapshot(
+                t=float(i),
+                dt=1.0,
+                gpus=g,
+                host=HostSample(cpu_pct, (cpu_pct,) * cores),
+                step=StepSample(10, 150_000_000, 250_000_000, 20_000_000),
+                step_mode="on",
+            )
+        )
     return evaluate(out, Rules())
 
 

@@ -1,4 +1,5 @@
 """Recordings (`watch --record`) and nvidia-smi CSV logs: crash safety, replay, and `analyze`."""
+
 from __future__ import annotations
 
 import csv
@@ -29,6 +30,7 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 # --- nanoGPT nvidia-smi CSV ----------------------------------------------------------------------
 
+
 def raw_nanogpt() -> dict[str, list[dict]]:
     with open(NANOGPT) as f:
         rows = list(csv.DictReader(f))
@@ -52,8 +54,10 @@ def test_nanogpt_csv_imports_one_sample_per_timestamp_with_every_gpu():
     assert g1.power_w == pytest.approx(float(first[1]["power_W"]))
     assert g1.util_gpu == float(first[1]["utilization_gpu_percent"])
     assert g1.util_mem is None and g1.mem_used is None  # not in this log: n/a, not 0
-    span = (datetime.fromisoformat(sorted(raw)[-1].replace("Z", "+00:00"))
-            - datetime.fromisoformat(first_ts.replace("Z", "+00:00"))).total_seconds()
+    span = (
+        datetime.fromisoformat(sorted(raw)[-1].replace("Z", "+00:00"))
+        - datetime.fromisoformat(first_ts.replace("Z", "+00:00"))
+    ).total_seconds()
     assert rec.snapshots[-1].t == pytest.approx(span, abs=1e-3)
 
 
@@ -94,11 +98,13 @@ def test_nvidia_smi_native_header_and_units(tmp_path):
     # The layout `nvidia-smi --query-gpu=timestamp,index,name,utilization.gpu,utilization.memory,memory.used,
     # memory.total,power.draw --format=csv` prints (units in headers and values, [N/A] where unsupported).
     f = tmp_path / "smi.csv"
-    f.write_text("timestamp, index, name, utilization.gpu [%], utilization.memory [%], memory.used [MiB], "
-                 "memory.total [MiB], power.draw [W]\n"
-                 "2024/01/15 10:23:45.100, 0, NVIDIA A100-SXM4-40GB, 97 %, 31 %, 39000 MiB, 40960 MiB, 301.50 W\n"
-                 "2024/01/15 10:23:46.100, 0, NVIDIA A100-SXM4-40GB, 95 %, 30 %, 39100 MiB, 40960 MiB, [N/A]\n"
-                 "garbage line\n")
+    f.write_text(
+        "timestamp, index, name, utilization.gpu [%], utilization.memory [%], memory.used [MiB], "
+        "memory.total [MiB], power.draw [W]\n"
+        "2024/01/15 10:23:45.100, 0, NVIDIA A100-SXM4-40GB, 97 %, 31 %, 39000 MiB, 40960 MiB, 301.50 W\n"
+        "2024/01/15 10:23:46.100, 0, NVIDIA A100-SXM4-40GB, 95 %, 30 %, 39100 MiB, 40960 MiB, [N/A]\n"
+        "garbage line\n"
+    )
     rec = read_nvidia_smi_csv(str(f))
     assert len(rec.snapshots) == 2
     g = rec.snapshots[1].gpus[0]
@@ -117,16 +123,41 @@ def test_csv_that_is_not_a_gpu_log_is_one_line_error(tmp_path):
 
 # --- recordings ----------------------------------------------------------------------------------
 
+
 def snap(t: float, **kw) -> Snapshot:
     return Snapshot(t=t, dt=0.5, wall=1_700_000_000 + t, **kw)
 
 
 def test_recording_round_trips_every_field(tmp_path):
     path = tmp_path / "r.jsonl"
-    s = snap(1.0, gpus=(GpuSample(0, "H100", 88.0, 40.0, 10, 20, 300.0, 700.0, 1980.0, 61.0, ("sw_power_cap",),
-                                  1e9, 2e9, (), 55.0, 30.0, 20.0),),
-             host=HostSample(50.0, (40.0, 60.0), 1.5, 5, 10, 1000.0, (ProcessGroup("main", 1, 99.0, 123, (7,)),)),
-             step=StepSample(10, 30, 100, 5), step_mode="on", notes=("hello",))
+    s = snap(
+        1.0,
+        gpus=(
+            GpuSample(
+                0,
+                "H100",
+                88.0,
+                40.0,
+                10,
+                20,
+                300.0,
+                700.0,
+                1980.0,
+                61.0,
+                ("sw_power_cap",),
+                1e9,
+                2e9,
+                (),
+                55.0,
+                30.0,
+                20.0,
+            ),
+        ),
+        host=HostSample(50.0, (40.0, 60.0), 1.5, 5, 10, 1000.0, (ProcessGroup("main", 1, 99.0, 123, (7,)),)),
+        step=StepSample(10, 30, 100, 5),
+        step_mode="on",
+        notes=("hello",),
+    )
     w = RecordingWriter(str(path), {"interval_s": 0.5})
     w.write(s)
     w.close({"exit_code": 0})
@@ -153,11 +184,14 @@ def test_truncated_and_damaged_lines(tmp_path):
     assert len(rec.snapshots) == 1 and "damaged" in rec.warnings[0]
 
 
-@pytest.mark.parametrize("content,message", [
-    ('{"schema": "trainscope.recording/9"}\n', "not supported"),
-    ('{"type": "sample"}\n', "not a PyTorch profiler trace"),
-    ("", "empty"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ('{"schema": "trainscope.recording/9"}\n', "not supported"),
+        ('{"type": "sample"}\n', "not a PyTorch profiler trace"),
+        ("", "empty"),
+    ],
+)
 def test_bad_recordings_are_one_line_errors(tmp_path, content, message):
     f = tmp_path / "bad.jsonl"
     f.write_text(content)
@@ -171,9 +205,23 @@ def test_bad_recordings_are_one_line_errors(tmp_path, content, message):
 def test_recording_survives_kill_9_and_replays(tmp_path):
     rec_path = tmp_path / "run.jsonl"
     job = [sys.executable, "-c", "import time\nfor _ in range(600): time.sleep(0.1)"]
-    watch = subprocess.Popen([sys.executable, "-m", "trainscope", "watch", "--headless", "--interval", "0.25",
-                              "--record", str(rec_path), "--", *job],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    watch = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainscope",
+            "watch",
+            "--headless",
+            "--interval",
+            "0.25",
+            "--record",
+            str(rec_path),
+            "--",
+            *job,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -215,9 +263,17 @@ def test_recording_survives_kill_9_and_replays(tmp_path):
 def test_counters_round_trip_through_the_trace_model(tmp_path):
     path = tmp_path / "r.jsonl"
     w = RecordingWriter(str(path), {})
-    snaps = [snap(i * 0.5, gpus=(GpuSample(0, "A100", 50.0 + i, 10.0, 100, 1000, clock_events=("hw_thermal", "gpu_idle")),),
-                  host=HostSample(30.0, (), 2.0, 1, 2, None, (ProcessGroup("main", 1, 90.0, 5), ProcessGroup("workers", 2, 150.0, 9))),
-                  step=StepSample(4, 10, 40, 3)) for i in range(5)]
+    snaps = [
+        snap(
+            i * 0.5,
+            gpus=(GpuSample(0, "A100", 50.0 + i, 10.0, 100, 1000, clock_events=("hw_thermal", "gpu_idle")),),
+            host=HostSample(
+                30.0, (), 2.0, 1, 2, None, (ProcessGroup("main", 1, 90.0, 5), ProcessGroup("workers", 2, 150.0, 9))
+            ),
+            step=StepSample(4, 10, 40, 3),
+        )
+        for i in range(5)
+    ]
     for s in snaps:
         w.write(s)
     w.close()

@@ -1,6 +1,7 @@
 """Memory creep: a steady climb of a process's RSS or a GPU's memory is a live finding with its
 rate and the time left until capacity; a plateau, a one-off step or noise is not (synthetic
 windows), and a real leaking CPU job is caught under `watch --headless`."""
+
 from __future__ import annotations
 
 import json
@@ -17,9 +18,17 @@ JOB = pathlib.Path(__file__).parent / "jobs" / "capture_job.py"
 
 
 def host_series(rss_mib):
-    return [Snapshot(t=float(i), dt=1.0, host=HostSample(50.0, mem_used=8 * GIB, mem_total=16 * GIB,
-                                                         groups=(ProcessGroup("main", 1, 90.0, int(v * MIB)),)),
-                     step=StepSample(10, 0, 10**9)) for i, v in enumerate(rss_mib)]
+    return [
+        Snapshot(
+            t=float(i),
+            dt=1.0,
+            host=HostSample(
+                50.0, mem_used=8 * GIB, mem_total=16 * GIB, groups=(ProcessGroup("main", 1, 90.0, int(v * MIB)),)
+            ),
+            step=StepSample(10, 0, 10**9),
+        )
+        for i, v in enumerate(rss_mib)
+    ]
 
 
 def test_a_steady_climb_is_creep_with_rate_and_time_to_capacity():
@@ -44,9 +53,17 @@ def test_plateau_one_off_step_and_noise_are_not_creep():
 
 
 def test_gpu_memory_creep_is_per_device():
-    snaps = [Snapshot(t=float(i), dt=1.0, gpus=(GpuSample(0, "G", 90.0, mem_used=10 * GIB, mem_total=80 * GIB),
-                                                GpuSample(1, "G", 90.0, mem_used=10 * GIB + i * 256 * MIB,
-                                                          mem_total=80 * GIB))) for i in range(12)]
+    snaps = [
+        Snapshot(
+            t=float(i),
+            dt=1.0,
+            gpus=(
+                GpuSample(0, "G", 90.0, mem_used=10 * GIB, mem_total=80 * GIB),
+                GpuSample(1, "G", 90.0, mem_used=10 * GIB + i * 256 * MIB, mem_total=80 * GIB),
+            ),
+        )
+        for i in range(12)
+    ]
     creeps = memory_creeps(snaps)
     assert [c.what for c in creeps] == ["GPU 1 memory"] and round(creeps[0].slope_bps / MIB) == 256
 
@@ -60,8 +77,26 @@ def test_the_summary_keeps_a_leak_seen_in_a_window():
 
 
 def test_a_leaking_job_gets_the_memory_creep_finding(tmp_path):
-    cmd = [sys.executable, "-m", "trainscope", "watch", "--headless", "--format", "json", "--interval", "0.25", "--",
-           sys.executable, str(JOB), "--steps", "300", "--compute-ms", "30", "--leak-mb", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainscope",
+        "watch",
+        "--headless",
+        "--format",
+        "json",
+        "--interval",
+        "0.25",
+        "--",
+        sys.executable,
+        str(JOB),
+        "--steps",
+        "300",
+        "--compute-ms",
+        "30",
+        "--leak-mb",
+        "2",
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     lines = [json.loads(ln) for ln in p.stdout.splitlines()]

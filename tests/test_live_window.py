@@ -1,5 +1,6 @@
 """The live window's statistics computed from per-snapshot digests equal a direct per-GPU
 computation, and a replay digests each snapshot once (its cost is linear in samples × GPUs)."""
+
 from __future__ import annotations
 
 import random
@@ -29,7 +30,7 @@ def _reference_power(snaps, rules):
             continue
         p = np.array([v for v, _ in vals])
         lims = [lim for _, lim in vals if lim]
-        med, top, low = float(np.median(p)), float(p.max()), float(np.percentile(p, 5))
+        med = float(np.median(p))
         judged += 1
         meds.append(med)
         if lims:
@@ -69,14 +70,20 @@ def _snapshots(seed: int, n: int = 60, gpus: int = 9) -> list[Snapshot]:
         gs = []
         for i in range(gpus):
             capped = i % 3 == 0
-            gs.append(GpuSample(
-                i, util_gpu=None if rnd.random() < 0.05 else rnd.uniform(60, 100),
-                mem_used=None if rnd.random() < 0.1 else rnd.randrange(1, 80) << 30,
-                mem_total=80 << 30 if i != 4 else None,
-                power_w=None if rnd.random() < 0.05 else (rnd.uniform(395, 400) if capped else rnd.uniform(150, 390)),
-                power_limit_w=None if i % 2 else 400.0,
-                clock_events=None if i == 5 else (("sw_power_cap",) if rnd.random() < 0.3 else ()),
-                lost=rnd.random() < 0.02))
+            gs.append(
+                GpuSample(
+                    i,
+                    util_gpu=None if rnd.random() < 0.05 else rnd.uniform(60, 100),
+                    mem_used=None if rnd.random() < 0.1 else rnd.randrange(1, 80) << 30,
+                    mem_total=80 << 30 if i != 4 else None,
+                    power_w=None
+                    if rnd.random() < 0.05
+                    else (rnd.uniform(395, 400) if capped else rnd.uniform(150, 390)),
+                    power_limit_w=None if i % 2 else 400.0,
+                    clock_events=None if i == 5 else (("sw_power_cap",) if rnd.random() < 0.3 else ()),
+                    lost=rnd.random() < 0.02,
+                )
+            )
         if k % 7 == 0:  # a duplicate entry for an index: the first one counts
             gs.append(GpuSample(2, util_gpu=99.0, mem_used=1, mem_total=2, power_w=10.0))
         out.append(Snapshot(t=k + 1.0, dt=0.0 if k % 11 == 0 else rnd.uniform(0.5, 1.5), gpus=tuple(gs)))

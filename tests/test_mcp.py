@@ -1,4 +1,5 @@
 """`trainscope mcp` driven by the MCP SDK's own client over stdio, as a coding agent drives it."""
+
 from __future__ import annotations
 
 import json
@@ -19,22 +20,37 @@ SLOW = "cpu/slow.pt.trace.json.gz"
 RESNET = "kineto/resnet50_v100_num_workers_0.pt.trace.json.gz"
 SNAPSHOT = "memory/mem_cs336_nothanmin_trainstep.pickle.gz"
 
-TOOLS = {"analyze_trace", "explain_finding", "list_kernels", "list_steps", "timeline_window", "diff_runs",
-         "memory_snapshot", "list_runs"}
+TOOLS = {
+    "analyze_trace",
+    "explain_finding",
+    "list_kernels",
+    "list_steps",
+    "timeline_window",
+    "diff_runs",
+    "memory_snapshot",
+    "list_runs",
+}
 
 
 def cli_json(*args: str) -> dict:
-    p = subprocess.run([sys.executable, "-m", "trainscope", *args, "--format", "json"], capture_output=True, text=True,
-                       timeout=300, cwd=DATA)
+    p = subprocess.run(
+        [sys.executable, "-m", "trainscope", *args, "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=DATA,
+    )
     assert p.returncode in (0, 3), p.stderr
     return json.loads(p.stdout)
 
 
 def session(root: str, store: str, calls):
     """Start `trainscope mcp --root ROOT --store STORE`, run ``calls(client)``, return its result."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "trainscope", "mcp", "--root", root,
-                                                                  "--store", store],
-                                   env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "trainscope", "mcp", "--root", root, "--store", store],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     out = {}
 
     async def main():
@@ -58,8 +74,26 @@ def served(tmp_path_factory):
     (link_dir / "ranks").mkdir()
     os.symlink(os.path.join(DATA, SLOW), link_dir / "ranks" / "rank0.pt.trace.json.gz")
     os.symlink(outside, link_dir / "ranks" / "rank1.pt.trace.json")
-    assert subprocess.run([sys.executable, "-m", "trainscope", "analyze", os.path.join(DATA, SLOW), "--format", "json",
-                           "--save", "--tag", "cpu", "--store", store], capture_output=True).returncode == 0
+    assert (
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainscope",
+                "analyze",
+                os.path.join(DATA, SLOW),
+                "--format",
+                "json",
+                "--save",
+                "--tag",
+                "cpu",
+                "--store",
+                store,
+            ],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
     store_bytes = open(store, "rb").read()
 
     async def calls(c):
@@ -81,16 +115,25 @@ def served(tmp_path_factory):
         ):
             r[key] = await c.call_tool(name, args)
         steps = r["steps"].structured_content["steps"]
-        r["window"] = await c.call_tool("timeline_window", {"path": RESNET, "start_ms": steps[1]["start_ms"],
-                                                            "end_ms": steps[1]["start_ms"] + 2.0, "kinds": ["kernel"],
-                                                            "limit": 5})
+        r["window"] = await c.call_tool(
+            "timeline_window",
+            {
+                "path": RESNET,
+                "start_ms": steps[1]["start_ms"],
+                "end_ms": steps[1]["start_ms"] + 2.0,
+                "kinds": ["kernel"],
+                "limit": 5,
+            },
+        )
         return r
 
     result = session(DATA, store, calls)
 
     async def link_calls(c):
-        return {"link": await c.call_tool("analyze_trace", {"path": "inside-looking.json"}),
-                "ranks": await c.call_tool("analyze_trace", {"path": "ranks"})}
+        return {
+            "link": await c.call_tool("analyze_trace", {"path": "inside-looking.json"}),
+            "ranks": await c.call_tool("analyze_trace", {"path": "ranks"}),
+        }
 
     result.update(session(str(link_dir), store, link_calls))
     result["store_unchanged"] = open(store, "rb").read() == store_bytes
@@ -113,12 +156,17 @@ def test_analyze_gives_the_command_lines_verdict_and_numbers(served):
         assert not r.is_error, r.content
         got, doc = r.structured_content, cli_json("analyze", path)
         v = doc["verdict"]
-        assert (got["verdict"]["axis"], got["verdict"]["bottleneck"], got["verdict"]["confidence"]) == \
-            (v["axis"], v["bottleneck"], v["confidence"])
+        assert (got["verdict"]["axis"], got["verdict"]["bottleneck"], got["verdict"]["confidence"]) == (
+            v["axis"],
+            v["bottleneck"],
+            v["confidence"],
+        )
         assert got["verdict"]["evidence"] == v["evidence"]  # every number with its source
         assert got["step_time_ms"] == doc["breakdown"]["step_time_ms"]
         assert [f["id"] for f in got["fixes"]] == [r["id"] for r in doc["recommendations"]]
-        assert [f["projected_speedup"] for f in got["fixes"]] == [r["projected_speedup"] for r in doc["recommendations"]]
+        assert [f["projected_speedup"] for f in got["fixes"]] == [
+            r["projected_speedup"] for r in doc["recommendations"]
+        ]
         assert [k["name"] for k in got["top_kernels"]] == [k["name"] for k in doc["kernels"]["top"]]
         assert got["command_line"] == f"trainscope analyze {path} --format json"
     assert served["slow"].structured_content["verdict"]["headline"] == "DATA-BOUND · D·A·M axis: Data"
@@ -171,10 +219,21 @@ def test_without_the_extra_the_server_says_so_in_one_line(tmp_path):
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('No module named mcp (shadowed by the test)')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "shadow")] + sys.path)}
-    p = subprocess.run([sys.executable, "-m", "trainscope", "mcp", "--root", DATA], capture_output=True, text=True,
-                       env=env, timeout=60, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        [sys.executable, "-m", "trainscope", "mcp", "--root", DATA],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert p.returncode == 2
     assert p.stderr == "trainscope: trainscope mcp needs the mcp package: pip install 'trainscope-dam[mcp]'\n"
-    bad = subprocess.run([sys.executable, "-m", "trainscope", "mcp", "--root", str(tmp_path / "nope")],
-                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    bad = subprocess.run(
+        [sys.executable, "-m", "trainscope", "mcp", "--root", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert bad.returncode == 2 and "not a directory" in bad.stderr

@@ -3,6 +3,7 @@
 Peaks are re-derived here independently of the analyzer: a plain forward replay of the raw
 events (the analyzer replays backwards from the final state with cumulative sums).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -50,8 +51,21 @@ def test_snapshot_holds_only_plain_data():
     # What the restricted unpickler allows is what the real file needs: no opcode that names a global.
     data = gzip.open(SNAPSHOT).read()
     ops = {op.name for op, _, _ in pickletools.genops(data)}
-    assert not ops & {"GLOBAL", "STACK_GLOBAL", "REDUCE", "BUILD", "INST", "OBJ", "NEWOBJ", "NEWOBJ_EX",
-                      "EXT1", "EXT2", "EXT4", "PERSID", "BINPERSID"}
+    assert not ops & {
+        "GLOBAL",
+        "STACK_GLOBAL",
+        "REDUCE",
+        "BUILD",
+        "INST",
+        "OBJ",
+        "NEWOBJ",
+        "NEWOBJ_EX",
+        "EXT1",
+        "EXT2",
+        "EXT4",
+        "PERSID",
+        "BINPERSID",
+    }
     assert loads_plain(data) == _raw_snapshot()
 
 
@@ -143,7 +157,9 @@ def test_a_pickle_that_would_run_code_is_rejected(tmp_path, protocol):
         with pytest.raises(TraceError, match=r"refuses to load (posix|os|nt)\.system"):
             load_snapshot(str(bad))
     assert not os.path.exists(_Evil.marker)
-    p = subprocess.run([sys.executable, "-m", "trainscope", "memory", str(bad)], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "trainscope", "memory", str(bad)], capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
     assert not os.path.exists(_Evil.marker)
 
@@ -230,8 +246,13 @@ def test_sites_of_a_snapshot_recorded_on_windows_read_as_on_linux():
     from trainscope.analyzers.snapshot_memory import site_of
 
     def frames(sep):
-        return [{"filename": sep.join(["D:", "env", "Lib", "site-packages", "torch", "nn", "modules", "module.py"]),
-                 "line": 1775, "name": "_call_impl"},
-                {"filename": sep.join(["D:", "work", "model.py"]), "line": 532, "name": "silu"}]
+        return [
+            {
+                "filename": sep.join(["D:", "env", "Lib", "site-packages", "torch", "nn", "modules", "module.py"]),
+                "line": 1775,
+                "name": "_call_impl",
+            },
+            {"filename": sep.join(["D:", "work", "model.py"]), "line": 532, "name": "silu"},
+        ]
 
     assert site_of(frames("\\")) == site_of(frames("/")) == "model.py:532 (silu)"

@@ -1,4 +1,5 @@
 """analyzers/nesting.py: the vectorized parent search equals the stack loop, bit for bit."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,7 @@
 """Nsight Systems SQLite exports: the collector, NVTX steps and phases, the source's findings, and
 hostile input. Reference numbers are re-derived with plain SQL on the same files (see
 tests/data/NOTICE.md for provenance; shared/traces/README.md lists the facts quoted below)."""
+
 from __future__ import annotations
 
 import functools
@@ -18,7 +19,7 @@ from tests.conftest import DATA
 from trainscope.analyzers.analysis import analyze_set, analyze_trace
 from trainscope.analyzers.range_steps import StepRangeError
 from trainscope.cli import main
-from trainscope.collectors import TraceError, open_traces
+from trainscope.collectors import open_traces
 from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS
 
 NSYS = DATA / "nsys"
@@ -63,13 +64,21 @@ def union_ns(intervals, lo, hi):
 
 # -- collector ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
 def test_every_shared_export_loads_and_analyzes(path):
     ts = traces(path)
     assert ts and all(len(t.kernels) for t in ts)
     # kernels per process and their summed time, straight from SQL
-    rows = dict(((p, (n, d)) for p, n, d in sql(
-        path, "SELECT (globalPid >> 24) & 16777215, count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1")))
+    rows = dict(
+        (
+            (p, (n, d))
+            for p, n, d in sql(
+                path,
+                "SELECT (globalPid >> 24) & 16777215, count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1",
+            )
+        )
+    )
     for t in ts:
         n, d = rows[t.metadata["pid"]]
         assert len(t.kernels) == n and int(t.kernels.dur.sum()) == d
@@ -87,7 +96,9 @@ def test_2022_schema_metadata_devices_and_copy_kinds():
     assert len(t.runtime) == n_api
     assert "cudaMemcpy" in {t.strings[i] for i in t.runtime.name}  # cudaMemcpy_v3020 → cudaMemcpy
     # no ENUM tables in 2.9: raw codes 1 = HtoD, srcKind 0 = pageable
-    (n_pageable,) = sql(SAXPY_2022, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 AND srcKind = 0")[0]
+    (n_pageable,) = sql(
+        SAXPY_2022, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 AND srcKind = 0"
+    )[0]
     c = t.copies
     assert n_pageable == 10
     assert int(((c.kind == COPY_KINDS.index("HtoD")) & (c.src == MEMORY_KINDS.index("pageable"))).sum()) == n_pageable
@@ -100,8 +111,11 @@ def test_ddp_export_splits_into_ranks_with_their_gpus():
     assert [sorted(set(t.kernels.device.tolist())) for t in ts] == [[0], [1]]
     assert all(t.devices[0].name == "NVIDIA GeForce RTX 3090" and t.devices[0].sm_count == 82 for t in ts)
     # CUDA device 0 of pid 13096 is physical GPU 1 (TARGET_INFO_CUDA_DEVICE); its memory differs by 3 MiB
-    (mem,) = sql(DDP, "SELECT g.totalMemory FROM TARGET_INFO_CUDA_DEVICE c JOIN TARGET_INFO_GPU g ON g.id = c.gpuId "
-                      "WHERE c.pid = 13096 AND c.cudaId = 0")[0]
+    (mem,) = sql(
+        DDP,
+        "SELECT g.totalMemory FROM TARGET_INFO_CUDA_DEVICE c JOIN TARGET_INFO_GPU g ON g.id = c.gpuId "
+        "WHERE c.pid = 13096 AND c.cudaId = 0",
+    )[0]
     assert ts[0].metadata["pid"] == 13096 and ts[0].devices[0].total_memory == mem
     assert any("ranks assigned by GPU order" in w for w in ts[0].warnings)
 
@@ -112,8 +126,11 @@ def test_emit_nvtx_operator_ranges_become_cpu_ops():
     anns = {t.strings[i] for i in np.unique(t.annotations.name)}
     assert "aten::einsum" in ops and not any(", op_id = " in s for s in ops)
     assert {"forward pass", "backward pass", "optimizer step", "Optimizer.step#AdamW.step"} <= anns
-    (n,) = sql(TRAIN, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND text LIKE '%, op_id = %' "
-                      "AND text NOT LIKE 'Optimizer.%'")[0]
+    (n,) = sql(
+        TRAIN,
+        "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59 AND text LIKE '%, op_id = %' "
+        "AND text NOT LIKE 'Optimizer.%'",
+    )[0]
     assert len(t.cpu_ops) == n
 
 
@@ -135,6 +152,7 @@ def test_file_is_opened_read_only(tmp_path):
 
 # -- steps and phases -----------------------------------------------------------------------
 
+
 def test_train_step_phases_busy_and_mixed_precision():
     (a,) = analyses(TRAIN)
     ph = {p.name: p for p in a.phases.phases}
@@ -143,7 +161,9 @@ def test_train_step_phases_busy_and_mixed_precision():
     assert ph["backward"].host_ns == raw["backward pass"] and ph["backward"].host_ns / 1e6 == pytest.approx(112, abs=1)
     opt = sql(TRAIN, "SELECT start, end FROM NVTX_EVENTS WHERE text LIKE 'optimizer step%' OR text LIKE 'Optimizer.%'")
     lo, hi = min(s for s, _ in opt), max(e for _, e in opt)
-    assert ph["optimizer"].host_ns == union_ns(opt, lo, hi) and ph["optimizer"].host_ns / 1e6 == pytest.approx(59, abs=1)
+    assert ph["optimizer"].host_ns == union_ns(opt, lo, hi) and ph["optimizer"].host_ns / 1e6 == pytest.approx(
+        59, abs=1
+    )
     # the optimizer's kernels are elementwise (AdamW, not fused); forward/backward are sgemm-heavy
     assert set(ph["optimizer"].class_ns) == {"elementwise"} and ph["optimizer"].kernels > 1000
     assert ph["backward"].class_ns["gemm"] > 0.6 * ph["backward"].kernel_ns
@@ -152,16 +172,26 @@ def test_train_step_phases_busy_and_mixed_precision():
     (step,) = a.segmentation.steps
     assert a.segmentation.method == "phase_ranges"
     (f0,) = sql(TRAIN, "SELECT start FROM NVTX_EVENTS WHERE text = 'forward pass'")[0]
-    (f1,) = sql(TRAIN, "SELECT max(end) FROM NVTX_EVENTS WHERE text IN ('backward pass', 'optimizer step') "
-                       "OR text LIKE 'Optimizer.%'")[0]
-    (tail,) = sql(TRAIN, "SELECT max(end) FROM (SELECT end, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
-                         "SELECT end, correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL SELECT end, correlationId "
-                         "FROM CUPTI_ACTIVITY_KIND_MEMSET) WHERE correlationId IN (SELECT correlationId FROM "
-                         "CUPTI_ACTIVITY_KIND_RUNTIME WHERE start >= ? AND start < ?)", f0, f1)[0]
+    (f1,) = sql(
+        TRAIN,
+        "SELECT max(end) FROM NVTX_EVENTS WHERE text IN ('backward pass', 'optimizer step') OR text LIKE 'Optimizer.%'",
+    )[0]
+    (tail,) = sql(
+        TRAIN,
+        "SELECT max(end) FROM (SELECT end, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL "
+        "SELECT end, correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL SELECT end, correlationId "
+        "FROM CUPTI_ACTIVITY_KIND_MEMSET) WHERE correlationId IN (SELECT correlationId FROM "
+        "CUPTI_ACTIVITY_KIND_RUNTIME WHERE start >= ? AND start < ?)",
+        f0,
+        f1,
+    )[0]
     f1 = max(f1, tail)  # the iteration lasts until the GPU work it launched is done
     assert step.duration_ns == f1 - f0
-    gpu = sql(TRAIN, "SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT start, end FROM "
-                     "CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET")
+    gpu = sql(
+        TRAIN,
+        "SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT start, end FROM "
+        "CUPTI_ACTIVITY_KIND_MEMCPY UNION ALL SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET",
+    )
     busy = 100.0 * union_ns(gpu, f0, f1) / (f1 - f0)
     assert a.breakdown.gpu_busy_pct == pytest.approx(busy, abs=0.01)
     assert busy == pytest.approx(63, abs=2)
@@ -182,12 +212,15 @@ def test_ctx4096_unfused_attention_memory_bandwidth():
     f = next(x for x in a.findings if x.id == "machine/unfused-attention")
     assert f.severity == "high"
     # Re-derive: elementwise/reduce kernels launched inside 'scaled dot product attention' ranges.
-    rows = sql(CTX4096, """
+    rows = sql(
+        CTX4096,
+        """
         SELECT k.end - k.start, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k
         JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
         JOIN StringIds s ON s.id = k.shortName
         WHERE EXISTS (SELECT 1 FROM NVTX_EVENTS n WHERE n.text = 'scaled dot product attention'
-                      AND r.start >= n.start AND r.start < n.end)""")
+                      AND r.start >= n.start AND r.start < n.end)""",
+    )
     (total,) = sql(CTX4096, "SELECT sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
     low = sum(d for d, name in rows if "elementwise" in name or "reduce" in name)
     assert f.evidence[0].value == pytest.approx(100 * low / total, abs=0.01)
@@ -207,8 +240,12 @@ def test_ddp_reports_unoverlapped_communication_and_pageable_copies():
     for a, t in zip(analyses(DDP), traces(DDP)):
         (step,) = a.segmentation.steps
         pid = t.metadata["pid"]
-        (f0, f1) = sql(DDP, "SELECT min(start), max(end) FROM NVTX_EVENTS WHERE text IN ('forward pass', 'backward pass') "
-                            "AND (globalTid >> 24) & 16777215 = ?", pid)[0]
+        (f0, f1) = sql(
+            DDP,
+            "SELECT min(start), max(end) FROM NVTX_EVENTS WHERE text IN ('forward pass', 'backward pass') "
+            "AND (globalTid >> 24) & 16777215 = ?",
+            pid,
+        )[0]
         assert a.segmentation.method == "phase_ranges" and step.start_ns + t.origin_ns - session == f0
         assert step.duration_ns >= f1 - f0
 
@@ -224,8 +261,13 @@ def test_pageable_copy_finding_counts_match_sql():
     off = t.origin_ns - session
     count, covered, total = 0, 0, 0
     for step in a.segmentation.steps:
-        rows = sql(SAXPY_2022, "SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 AND srcKind = 0 "
-                               "AND start >= ? AND start < ?", step.start_ns + off, step.end_ns + off)
+        rows = sql(
+            SAXPY_2022,
+            "SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 AND srcKind = 0 "
+            "AND start >= ? AND start < ?",
+            step.start_ns + off,
+            step.end_ns + off,
+        )
         count += len(rows)
         covered += union_ns(rows, step.start_ns + off, step.end_ns + off)
         total += step.duration_ns
@@ -247,8 +289,11 @@ def test_step_like_ranges_and_step_range_option(tmp_path):
     (dur,) = sql(f, "SELECT end - start FROM NVTX_EVENTS WHERE text = 'train_step'")[0]
     assert a.segmentation.steps[0].duration_ns == dur
     b = analyze_trace(t, step_range="forward pass")
-    assert b.segmentation.method == "named_range" and b.segmentation.steps[0].duration_ns == \
-        sql(f, "SELECT end - start FROM NVTX_EVENTS WHERE text = 'forward pass'")[0][0]
+    assert (
+        b.segmentation.method == "named_range"
+        and b.segmentation.steps[0].duration_ns
+        == sql(f, "SELECT end - start FROM NVTX_EVENTS WHERE text = 'forward pass'")[0][0]
+    )
     with pytest.raises(StepRangeError, match="no range named 'nope'"):
         analyze_trace(t, step_range="nope")
 
@@ -257,21 +302,36 @@ def test_gpu_metrics_decide_compute_versus_memory_bound(tmp_path):
     """No shared export was captured with --gpu-metrics-devices, so GPU_METRICS and
     TARGET_INFO_GPU_METRICS are added, in the schema Nsight writes (typeId's low byte = GPU id),
     to a copy of a real export."""
+
     def with_metrics(sm, tensor, dram_r, dram_w):
         f = tmp_path / f"m{sm}_{dram_r}.sqlite"
         shutil.copy(CTX4096, f)
         con = sqlite3.connect(f)
-        con.execute("CREATE TABLE TARGET_INFO_GPU_METRICS (typeId INTEGER NOT NULL, sourceId INTEGER NOT NULL, "
-                    "typeName TEXT NOT NULL, metricId INTEGER NOT NULL, metricName TEXT NOT NULL)")
-        con.execute("CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER NOT NULL, metricId INTEGER NOT NULL, value INTEGER NOT NULL)")
-        names = {1: "SMs Active [Throughput %]", 2: "Tensor Active [Throughput %]",
-                 3: "DRAM Read Bandwidth [Throughput %]", 4: "DRAM Write Bandwidth [Throughput %]", 5: "GR Active [Throughput %]"}
+        con.execute(
+            "CREATE TABLE TARGET_INFO_GPU_METRICS (typeId INTEGER NOT NULL, sourceId INTEGER NOT NULL, "
+            "typeName TEXT NOT NULL, metricId INTEGER NOT NULL, metricName TEXT NOT NULL)"
+        )
+        con.execute(
+            "CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER NOT NULL, metricId INTEGER NOT NULL, value INTEGER NOT NULL)"
+        )
+        names = {
+            1: "SMs Active [Throughput %]",
+            2: "Tensor Active [Throughput %]",
+            3: "DRAM Read Bandwidth [Throughput %]",
+            4: "DRAM Write Bandwidth [Throughput %]",
+            5: "GR Active [Throughput %]",
+        }
         type_id = (1 << 32) | 0  # vm id in the high bits, GPU 0 in the low byte
-        con.executemany("INSERT INTO TARGET_INFO_GPU_METRICS VALUES (?, 0, 'GA100', ?, ?)", [(type_id, m, n) for m, n in names.items()])
+        con.executemany(
+            "INSERT INTO TARGET_INFO_GPU_METRICS VALUES (?, 0, 'GA100', ?, ?)",
+            [(type_id, m, n) for m, n in names.items()],
+        )
         (lo, hi) = con.execute("SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
         vals = {1: sm, 2: tensor, 3: dram_r, 4: dram_w, 5: 99}
-        con.executemany("INSERT INTO GPU_METRICS VALUES (?, ?, ?, ?)",
-                        [(ts, type_id, m, v) for ts in range(lo, hi, 100_000) for m, v in vals.items()])
+        con.executemany(
+            "INSERT INTO GPU_METRICS VALUES (?, ?, ?, ?)",
+            [(ts, type_id, m, v) for ts in range(lo, hi, 100_000) for m, v in vals.items()],
+        )
         con.commit()
         con.close()
         return analyze_trace(open_traces(str(f)).traces[0])
@@ -279,7 +339,9 @@ def test_gpu_metrics_decide_compute_versus_memory_bound(tmp_path):
     mem = with_metrics(sm=40, tensor=0, dram_r=60, dram_w=25)
     assert mem.counters.sm_active_pct == pytest.approx(40) and mem.counters.dram_bandwidth_pct == pytest.approx(85)
     bw = next(f for f in mem.findings if f.id == "machine/bandwidth")
-    assert bw.title.startswith("Hardware counters") and bw.evidence[0].value == pytest.approx(85) and bw.evidence[0].meets
+    assert (
+        bw.title.startswith("Hardware counters") and bw.evidence[0].value == pytest.approx(85) and bw.evidence[0].meets
+    )
     assert bw.severity == "high"
 
     comp = with_metrics(sm=90, tensor=10, dram_r=20, dram_w=10)
@@ -289,6 +351,7 @@ def test_gpu_metrics_decide_compute_versus_memory_bound(tmp_path):
 
 
 # -- hostile input ----------------------------------------------------------------------------
+
 
 def _cli(capsys, *argv):
     code = main(["analyze", "-q", *map(str, argv)])
@@ -326,7 +389,7 @@ def test_bad_exports_fail_with_one_line(tmp_path, capsys):
     assert code == 2 and "no CUDA kernels" in _one_line(err)
 
     truncated = tmp_path / "truncated.sqlite"
-    truncated.write_bytes(TRAIN.read_bytes()[: 200_000])
+    truncated.write_bytes(TRAIN.read_bytes()[:200_000])
     code, _, err = _cli(capsys, truncated)
     assert code == 2 and "corrupt or truncated" in _one_line(err)
 
@@ -400,7 +463,9 @@ def test_module_entry_point_on_an_export():
     p = subprocess.run([sys.executable, "-m", "trainscope", "analyze", "-q", str(DDP)], capture_output=True, text=True)
     # Two GPU processes in one export are two ranks: both listed, aligned on their all-reduces (the
     # cold start's launch overhead leads; the wait inside collectives is counted as rank imbalance).
-    assert p.returncode == 0 and "host/launch-overhead" in p.stdout and "rank   0" in p.stdout and "rank   1" in p.stdout
+    assert (
+        p.returncode == 0 and "host/launch-overhead" in p.stdout and "rank   0" in p.stdout and "rank   1" in p.stdout
+    )
     assert "rank imbalance:" in p.stdout and "of 147 collectives" in p.stdout  # named with its test
 
 

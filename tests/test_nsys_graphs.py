@@ -7,11 +7,11 @@ deviceId, contextId, greenContextId, streamId, correlationId, globalPid, graphId
 kernels, runtime calls and strings. Its shape is the one described in issue 22: a
 ``torch.compile(mode="reduce-overhead")``-style run whose GPU replays one graph back to back while the
 host waits in ``cudaDeviceSynchronize`` — read without the graph table, 0 % busy and SYNC-BOUND."""
+
 from __future__ import annotations
 
 import sqlite3
 
-import pytest
 
 from trainscope.analyzers.analysis import analyze_trace
 from trainscope.collectors import open_traces
@@ -36,30 +36,44 @@ def build(path, replays: int = 10, replay_ms: int = 78, graph_table: bool = True
         con.execute("""CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER NOT NULL, end INTEGER NOT NULL,
             deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,
             correlationId INTEGER, globalPid INTEGER, graphId INTEGER NOT NULL, graphExecId INTEGER NOT NULL)""")
-    strings = {"cudaLaunchKernel_v7000": 1, "cudaGraphLaunch_v10000": 2, "cudaDeviceSynchronize_v3020": 3,
-               "void eager_warmup_kernel<float>(float*, int)": 4}
+    strings = {
+        "cudaLaunchKernel_v7000": 1,
+        "cudaGraphLaunch_v10000": 2,
+        "cudaDeviceSynchronize_v3020": 3,
+        "void eager_warmup_kernel<float>(float*, int)": 4,
+    }
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(v, k) for k, v in strings.items()])
     corr = 1
     t = 1 * MS
     for i in range(12):  # eager warm-up before capture: 12 kernels of 0.2 ms
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 1, 0, NULL)", (t, t + 10_000, GTID, corr))
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, 7, ?, ?, 4, 4, NULL)",
-                    (t + 20_000, t + 220_000, corr, GPID))
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 1, 0, NULL)", (t, t + 10_000, GTID, corr)
+        )
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, 7, ?, ?, 4, 4, NULL)",
+            (t + 20_000, t + 220_000, corr, GPID),
+        )
         corr += 1
         t += 250_000
     start = t + MS
     for i in range(replays):  # the graph launches, issued together; the GPU replays them back to back
         launch = start + i * 20_000
-        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 2, 0, NULL)",
-                    (launch, launch + 15_000, GTID, corr))
+        con.execute(
+            "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 2, 0, NULL)",
+            (launch, launch + 15_000, GTID, corr),
+        )
         if graph_table:
             g0 = start + 30_000 + i * replay_ms * MS
-            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, 0, 1, NULL, 7, ?, ?, 3, 1)",
-                        (g0, g0 + replay_ms * MS - 5_000, corr, GPID))
+            con.execute(
+                "INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, 0, 1, NULL, 7, ?, ?, 3, 1)",
+                (g0, g0 + replay_ms * MS - 5_000, corr, GPID),
+            )
         corr += 1
     end = start + 30_000 + replays * replay_ms * MS
-    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 3, 0, NULL)",
-                (start + replays * 20_000, end + 10_000, GTID, corr))
+    con.execute(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 3, 0, NULL)",
+        (start + replays * 20_000, end + 10_000, GTID, corr),
+    )
     con.commit()
     con.close()
 

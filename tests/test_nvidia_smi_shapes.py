@@ -2,6 +2,7 @@
 ``noheader`` (refused: its columns cannot be named), spaces after commas or none, ``[N/A]``,
 nvidia-smi's, ISO, ``date`` or epoch timestamps, several GPUs interleaved with a timestamp per row,
 a header repeated by appending, and malformed rows named by line and column."""
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -18,21 +19,35 @@ T0 = datetime(2024, 1, 15, 10, 23, 45, 100_000, tzinfo=timezone.utc)
 
 def _stamp(style: str, t: float) -> str:
     when = datetime.fromtimestamp(T0.timestamp() + t, timezone.utc)
-    return {"smi": when.strftime("%Y/%m/%d %H:%M:%S.%f")[:-3], "iso": when.isoformat().replace("+00:00", "Z"),
-            "date": when.strftime("%a %b %d %H:%M:%S %Y"), "epoch": f"{when.timestamp():.3f}",
-            "epoch_ms": str(int(round(when.timestamp() * 1000)))}[style]
+    return {
+        "smi": when.strftime("%Y/%m/%d %H:%M:%S.%f")[:-3],
+        "iso": when.isoformat().replace("+00:00", "Z"),
+        "date": when.strftime("%a %b %d %H:%M:%S %Y"),
+        "epoch": f"{when.timestamp():.3f}",
+        "epoch_ms": str(int(round(when.timestamp() * 1000))),
+    }[style]
 
 
-def _log(tmp_path, *, units=True, header=True, stamps="smi", sep=", ", gpus=2, sweeps=3, per_row_ms=True,
-         extra: str = "") -> str:
+def _log(
+    tmp_path, *, units=True, header=True, stamps="smi", sep=", ", gpus=2, sweeps=3, per_row_ms=True, extra: str = ""
+) -> str:
     lines = [QUERY.replace(", ", sep)] if header else []
     for s in range(sweeps):
         for g in range(gpus):
             t = s * 1.0 + (g * 0.003 if per_row_ms and stamps not in ("date",) else 0.0)
             u = (lambda v, unit: f"{v} {unit}") if units else (lambda v, unit: f"{v}")
             power = "[N/A]" if (s, g) == (1, 1) else u(f"{250 + g + s:.2f}", "W")
-            vals = [_stamp(stamps, t), str(g), "NVIDIA A100-SXM4-40GB", u(90 - g - s, "%"), u(30 + g, "%"),
-                    u(39000 + 100 * s, "MiB"), u(40960, "MiB"), power, str(60 + g)]
+            vals = [
+                _stamp(stamps, t),
+                str(g),
+                "NVIDIA A100-SXM4-40GB",
+                u(90 - g - s, "%"),
+                u(30 + g, "%"),
+                u(39000 + 100 * s, "MiB"),
+                u(40960, "MiB"),
+                power,
+                str(60 + g),
+            ]
             lines.append(sep.join(vals))
     path = tmp_path / "smi.csv"
     path.write_text("\n".join(lines) + "\n" + extra)
@@ -71,8 +86,11 @@ def test_one_gpu_per_sweep_and_interleaved_gpus_sharing_a_timestamp(tmp_path):
 
 
 def test_a_header_repeated_by_appending_is_skipped(tmp_path):
-    path = _log(tmp_path, extra=QUERY + "\n" + f"{_stamp('smi', 5.0)}, 0, NVIDIA A100-SXM4-40GB, 50 %, 10 %, "
-                                             "1000 MiB, 40960 MiB, 100.00 W, 50\n")
+    path = _log(
+        tmp_path,
+        extra=QUERY + "\n" + f"{_stamp('smi', 5.0)}, 0, NVIDIA A100-SXM4-40GB, 50 %, 10 %, "
+        "1000 MiB, 40960 MiB, 100.00 W, 50\n",
+    )
     rec = read_nvidia_smi_csv(path)
     assert rec.warnings == [] and len(rec.snapshots) == 4
     assert rec.snapshots[-1].gpus[0].util_gpu == 50.0
@@ -85,11 +103,14 @@ def test_noheader_is_refused_at_line_1_column_1(tmp_path, units):
 
 
 def test_a_malformed_row_is_skipped_and_named_by_line_and_column(tmp_path):
-    path = _log(tmp_path, extra=f"{_stamp('smi', 9.0)}, 0, NVIDIA A100-SXM4-40GB, lots %, 10 %, 1 MiB, 2 MiB, 1 W, 50\n")
+    path = _log(
+        tmp_path, extra=f"{_stamp('smi', 9.0)}, 0, NVIDIA A100-SXM4-40GB, lots %, 10 %, 1 MiB, 2 MiB, 1 W, 50\n"
+    )
     rec = read_nvidia_smi_csv(path)
     assert len(rec.snapshots) == 3
-    assert rec.warnings == ["1 malformed CSV rows skipped (first: line 8, column 4 (utilization.gpu [%]): "
-                            "not a number: 'lots %')"]
+    assert rec.warnings == [
+        "1 malformed CSV rows skipped (first: line 8, column 4 (utilization.gpu [%]): not a number: 'lots %')"
+    ]
 
 
 def test_no_readable_row_is_refused_with_line_and_column(tmp_path):
@@ -104,7 +125,9 @@ def test_no_readable_row_is_refused_with_line_and_column(tmp_path):
 def test_a_shape_analyzes_through_the_cli(tmp_path):
     import json
 
-    rc, out, err = run_in_process(["analyze", _log(tmp_path, units=False, stamps="epoch", sweeps=6), "--format", "json", "-q"])
+    rc, out, err = run_in_process(
+        ["analyze", _log(tmp_path, units=False, stamps="epoch", sweeps=6), "--format", "json", "-q"]
+    )
     assert rc in (0, 3), err
     doc = json.loads(out)
     assert doc["input"]["format"] != "kineto"

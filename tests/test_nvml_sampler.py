@@ -1,6 +1,7 @@
 """The NVML sampler against a scripted pynvml: supported, unsupported, permission-denied, lost-GPU and
 no-library cases, and the GPM path. Every failure must end as None ("n/a") or one note, never an
 exception that stops the monitor."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,9 +14,19 @@ GIB = 2**30
 
 
 def full_device(**over) -> dict:
-    d = {"name": "NVIDIA H100 80GB HBM3", "util": (87, 41), "memory": (60 * GIB, 80 * GIB), "power_mw": 512_345,
-         "power_limit_mw": 700_000, "sm_clock": 1980, "temperature": 63, "clock_events": 0x4 | 0x20,
-         "pcie": True, "processes": [(4242, 59 * GIB)], "gpm_supported": False}
+    d = {
+        "name": "NVIDIA H100 80GB HBM3",
+        "util": (87, 41),
+        "memory": (60 * GIB, 80 * GIB),
+        "power_mw": 512_345,
+        "power_limit_mw": 700_000,
+        "sm_clock": 1980,
+        "temperature": 63,
+        "clock_events": 0x4 | 0x20,
+        "pcie": True,
+        "processes": [(4242, 59 * GIB)],
+        "gpm_supported": False,
+    }
     d.update(over)
     return d
 
@@ -24,7 +35,11 @@ def sampler(devices, **kw) -> tuple[NvmlSampler, FakeNVML]:
     fake = FakeNVML(devices, **kw)
     for i in range(len(devices)):
         # Cumulative PCIe byte counters and their µs timestamps: 0.5 s apart.
-        fake.pcie_counters[i] = [(1_000, 5_000, 1_000_000), (501_000, 1_005_000, 1_500_000), (501_000, 1_005_000, 2_000_000)]
+        fake.pcie_counters[i] = [
+            (1_000, 5_000, 1_000_000),
+            (501_000, 1_005_000, 1_500_000),
+            (501_000, 1_005_000, 2_000_000),
+        ]
     s = NvmlSampler(nvml=fake)
     return s, fake
 

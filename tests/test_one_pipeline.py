@@ -1,6 +1,7 @@
 """One rank pipeline (issue 25 item 3): a rank directory gives the same sinks whether it is analyzed
 from its path (the rank map and the reduce), from an already-read TraceSet, or as one side of a diff —
 rank imbalance is decided once, in the reduce."""
+
 from __future__ import annotations
 
 import pytest
@@ -39,7 +40,9 @@ def test_analyze_and_diff_report_the_same_sinks_on_a_rank_directory(three_ways):
 
 def test_a_diff_side_keeps_analyze_verdicts_and_compared_rank(three_ways):
     by_path, _, side = three_ways
-    assert [(a.verdict.axis, a.verdict.bottleneck, a.verdict.confidence) for a in by_path.ranks] == [(r.analysis.verdict.axis, r.analysis.verdict.bottleneck, r.analysis.verdict.confidence) for r in side.per_rank]
+    assert [(a.verdict.axis, a.verdict.bottleneck, a.verdict.confidence) for a in by_path.ranks] == [
+        (r.analysis.verdict.axis, r.analysis.verdict.bottleneck, r.analysis.verdict.confidence) for r in side.per_rank
+    ]
     assert side.index == by_path.main_index
 
 

@@ -1,5 +1,6 @@
 """One story (issue 23 item 3): the header, the breakdown, the sinks and the verdict come from one
 computation, and evidence that needs no GPU carries a CPU-only trace's verdict."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,15 @@ from trainscope.reports.document import analysis_dict
 from trainscope.analyzers.rules import Rules
 
 
-@pytest.mark.parametrize("name", ["tl_h100_timesformer_k400_infer.json.gz", "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz",
-                                  "param_linear_2080ti.json.gz", "resnet50_v100_num_workers_0.pt.trace.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tl_h100_timesformer_k400_infer.json.gz",
+        "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz",
+        "param_linear_2080ti.json.gz",
+        "resnet50_v100_num_workers_0.pt.trace.json.gz",
+    ],
+)
 def test_the_verdicts_sink_is_a_breakdown_row_with_the_same_figure(name):
     a = analysis(name)
     b = a.breakdown

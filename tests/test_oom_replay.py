@@ -6,6 +6,7 @@ The snapshots are written as PyTorch 2.1+ writes them (``segments`` with blocks,
 with ``alloc`` / ``free_requested`` / ``segment_alloc`` / ``oom`` events; an ``oom`` event keeps the
 failed request in ``size`` and ``cudaMemGetInfo``'s free bytes in ``device_free``) and read through
 the real reader and the ``memory`` command."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,16 @@ FRAME = [{"name": "forward", "filename": "train.py", "line": 42}]
 FAILED = [{"name": "attention", "filename": "model.py", "line": 7}]
 
 
-def _snapshot(path, *, activations: int, chunk: int, request: int, device_free: int, reserved: int = 10 * GiB,
-              weights: int = 1 * GiB) -> str:
+def _snapshot(
+    path,
+    *,
+    activations: int,
+    chunk: int,
+    request: int,
+    device_free: int,
+    reserved: int = 10 * GiB,
+    weights: int = 1 * GiB,
+) -> str:
     """One segment of ``reserved`` bytes: ``weights`` live throughout, then activations allocated in
     ``chunk``-byte tensors until the request of ``request`` bytes fails; the handler's unwinding frees
     every activation, then the snapshot is dumped (weights live, the rest cached free)."""
@@ -41,19 +50,31 @@ def _snapshot(path, *, activations: int, chunk: int, request: int, device_free: 
         addrs.append(a)
         a += chunk
     t += 10
-    events.append({"action": "oom", "size": request, "device_free": device_free, "time_us": t,
-                   "frames": FAILED})
+    events.append({"action": "oom", "size": request, "device_free": device_free, "time_us": t, "frames": FAILED})
     for x in addrs:  # the exception unwinds: the step's tensors are freed before the dump
         t += 1
         events.append({"action": "free_requested", "addr": x, "size": chunk, "time_us": t, "frames": []})
         events.append({"action": "free_completed", "addr": x, "size": chunk, "time_us": t, "frames": []})
-    blocks = [{"address": BASE, "size": weights, "requested_size": weights, "state": "active_allocated", "frames": FRAME},
-              {"address": BASE + weights, "size": reserved - weights, "requested_size": 0, "state": "inactive",
-               "frames": []}]
-    snap = {"segments": [{"device": 0, "address": BASE, "total_size": reserved, "allocated_size": weights,
-                          "active_size": weights, "requested_size": weights, "stream": 0, "segment_type": "large",
-                          "blocks": blocks}],
-            "device_traces": [events]}
+    blocks = [
+        {"address": BASE, "size": weights, "requested_size": weights, "state": "active_allocated", "frames": FRAME},
+        {"address": BASE + weights, "size": reserved - weights, "requested_size": 0, "state": "inactive", "frames": []},
+    ]
+    snap = {
+        "segments": [
+            {
+                "device": 0,
+                "address": BASE,
+                "total_size": reserved,
+                "allocated_size": weights,
+                "active_size": weights,
+                "requested_size": weights,
+                "stream": 0,
+                "segment_type": "large",
+                "blocks": blocks,
+            }
+        ],
+        "device_traces": [events],
+    }
     out = path / "oom.pickle"
     out.write_bytes(pickle.dumps(snap, protocol=4))
     return str(out)

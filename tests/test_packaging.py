@@ -2,6 +2,7 @@
 by pyproject.toml's explicit package list, so a new subpackage missing from that list would be
 absent from a non-editable install (it was: `trainscope.api` and `trainscope.analyzers.findings`),
 while an editable install — what the tests run — still finds it."""
+
 from __future__ import annotations
 
 import tomllib
@@ -21,8 +22,10 @@ def test_every_package_folder_is_in_the_wheel_and_tests_are_not():
             rel = init.parent.relative_to(ROOT / folder)
             found.add(".".join([pkg, *rel.parts]) if rel.parts else pkg)
     # a subfolder of a mapped folder that is itself mapped (trainscope/commands) is found twice
-    assert found == packages, f"missing from [tool.setuptools] packages: {sorted(found - packages)}; " \
-                              f"listed without a folder: {sorted(packages - found)}"
+    assert found == packages, (
+        f"missing from [tool.setuptools] packages: {sorted(found - packages)}; "
+        f"listed without a folder: {sorted(packages - found)}"
+    )
     assert not any(p.endswith(".tests") or p == "tests" for p in packages)
 
 
@@ -37,8 +40,12 @@ def test_the_built_wheel_alone_analyzes_a_trace(tmp_path):
 
     pytest.importorskip("setuptools", reason="building the wheel needs setuptools in this environment")
     out = tmp_path / "dist"
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                            "-w", str(out), str(ROOT)], capture_output=True, text=True, cwd=tmp_path)
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert build.returncode == 0, build.stderr[-2000:]
     (wheel,) = out.glob("*.whl")
     site = tmp_path / "site"
@@ -46,10 +53,23 @@ def test_the_built_wheel_alone_analyzes_a_trace(tmp_path):
     assert not (site / "trainscope" / "tests").exists()
     env = dict(os.environ, PYTHONPATH=str(site))
     trace = ROOT / "tests" / "data" / "kineto" / "resnet50_v100_num_workers_0.pt.trace.json.gz"
-    run = subprocess.run([sys.executable, "-c", "import trainscope, sys; print(trainscope.__file__); "
-                          "from trainscope.cli import main; sys.exit(main(sys.argv[1:]))",
-                          "analyze", str(trace), "--format", "json", "-q"],
-                         capture_output=True, text=True, cwd=tmp_path, env=env)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import trainscope, sys; print(trainscope.__file__); "
+            "from trainscope.cli import main; sys.exit(main(sys.argv[1:]))",
+            "analyze",
+            str(trace),
+            "--format",
+            "json",
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     first, _, doc = run.stdout.partition("\n")
     assert first.startswith(str(site))

@@ -1,5 +1,6 @@
 """The Perfetto export: the A100 trace with the findings as tracks, read back with HTA's parser and
 with trainscope's own reader; the finding's intervals re-derived from the raw JSON by hand."""
+
 from __future__ import annotations
 
 import functools
@@ -22,8 +23,12 @@ A100 = KINETO / "hta_a100_control.json.gz"
 @functools.lru_cache(maxsize=None)
 def exported(tmp: str) -> str:
     out = f"{tmp}/a100.perfetto.json"
-    r = subprocess.run([sys.executable, "-m", "trainscope", "analyze", str(A100), "--format", "json",
-                        "--perfetto", out], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "trainscope", "analyze", str(A100), "--format", "json", "--perfetto", out],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     return out
 
@@ -68,11 +73,13 @@ def comm_not_overlapped_by_hand() -> tuple[int, list[tuple[int, int]]]:
         raw = json.load(f)
     events = raw["traceEvents"]
     xs = [e for e in events if e.get("ph") == "X" and "dur" in e]
+
     def us_to_ns(v) -> int:  # exact for integer µs (a float of 1.66e15 µs × 1000 would lose the ns)
         return v * 1000 if isinstance(v, int) else round(v * 1000)
 
     def ns(e) -> tuple[int, int]:
         return us_to_ns(e["ts"]), us_to_ns(e["ts"]) + us_to_ns(e["dur"])
+
     kernels = [e for e in xs if e.get("cat") == "kernel"]
     nccl = _union([ns(e) for e in kernels if e["name"].startswith("nccl")])
     other = _union([ns(e) for e in kernels if not e["name"].startswith("nccl")])
@@ -94,8 +101,14 @@ def test_the_export_reads_back_in_trainscope_with_the_findings_tracks(export):
     verdict = doc["trainscope"]["verdict"]["bottleneck"]
     assert verdict == "machine/bandwidth"
     track = np.array([n.startswith(f"finding {verdict}") for n in names])
-    analysis = json.loads(subprocess.run([sys.executable, "-m", "trainscope", "analyze", str(A100), "--format", "json"],
-                                         capture_output=True, text=True, check=True).stdout)
+    analysis = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "trainscope", "analyze", str(A100), "--format", "json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     compute_ns = sum(s["ms"]["compute"] for s in analysis["steps"]) * 1e6
     got_ns = int((a.end[track] - a.ts[track]).sum())
     # No cap: every interval is written (an earlier export stopped at the longest 5,000 without a word),
@@ -139,9 +152,22 @@ def test_the_export_loads_in_holistic_trace_analysis(export):
 
 
 def test_perfetto_to_a_path_that_cannot_be_written_is_one_line_and_exit_2(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "trainscope", "analyze", str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz"),
-                        "--format", "json", "--perfetto", str(tmp_path / "no" / "such" / "dir.json")],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainscope",
+            "analyze",
+            str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz"),
+            "--format",
+            "json",
+            "--perfetto",
+            str(tmp_path / "no" / "such" / "dir.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot write" in r.stderr
 
 
@@ -169,13 +195,23 @@ def test_x_in_the_app_writes_the_same_export(tmp_path, monkeypatch):
     doc = json.loads(out.read_text())
     assert doc["trainscope"]["findings"][0] == "data/input-wait"
     pid = doc["trainscope"]["findings_pid"]
-    tracks = {e["args"]["name"] for e in doc["traceEvents"] if e.get("ph") == "M" and e.get("pid") == pid
-              and e["name"] == "thread_name"}
+    tracks = {
+        e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e.get("ph") == "M" and e.get("pid") == pid and e["name"] == "thread_name"
+    }
     assert "verdict" in tracks and "data/input-wait (high)" in tracks
 
 
-@pytest.mark.parametrize("name", ["hta_cpu_only.pt.trace.json.gz", "hta_mi250_minitoy_train.json.gz",
-                                  "hta_rank_non_gpu.json.gz", "tracelens_mi300x_resnet_ckpt.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "hta_cpu_only.pt.trace.json.gz",
+        "hta_mi250_minitoy_train.json.gz",
+        "hta_rank_non_gpu.json.gz",
+        "tracelens_mi300x_resnet_ckpt.json.gz",
+    ],
+)
 def test_odd_traces_export_and_read_back_whole(name, tmp_path):
     """CPU-only, AMD, non-GPU and NCCL-on-ROCm traces: every event and every finding interval comes back."""
     from trainscope.analyzers.rules import Rules
@@ -203,14 +239,35 @@ def _phases(events: list[dict]) -> Counter:
     return Counter(str(e.get("ph")) for e in events)
 
 
-@pytest.mark.parametrize("name", ["resnet50_v100_num_workers_0.pt.trace.json.gz", "hta_a100_control.json.gz",
-                                  "tl_mi300x_norm_layers_fwdbwd.json.gz"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "resnet50_v100_num_workers_0.pt.trace.json.gz",
+        "hta_a100_control.json.gz",
+        "tl_mi300x_norm_layers_fwdbwd.json.gz",
+    ],
+)
 def test_the_export_of_a_kineto_trace_keeps_every_input_event(name, tmp_path):
     """Lossless: every event of the input (X, i, s, f, M, C …, with all its args) is in the export,
     unchanged and in order, with the input's top-level fields; the findings come on top."""
     out = tmp_path / "x.json"
-    r = subprocess.run([sys.executable, "-m", "trainscope", "analyze", str(KINETO / name), "--format", "json", "-q",
-                        "--perfetto", str(out)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainscope",
+            "analyze",
+            str(KINETO / name),
+            "--format",
+            "json",
+            "-q",
+            "--perfetto",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     with gzip.open(KINETO / name, "rt") as f:
         src = json.load(f)
@@ -220,10 +277,13 @@ def test_the_export_of_a_kineto_trace_keeps_every_input_event(name, tmp_path):
     mine = [e for e in doc["traceEvents"] if e.get("pid") != pid]
     assert _phases(mine) == _phases(src["traceEvents"])
     assert mine == src["traceEvents"]
-    assert {k: v for k, v in doc.items() if k not in ("traceEvents", "trainscope")} == \
-        {k: v for k, v in src.items() if k != "traceEvents"}
+    assert {k: v for k, v in doc.items() if k not in ("traceEvents", "trainscope")} == {
+        k: v for k, v in src.items() if k != "traceEvents"
+    }
     findings = [e for e in doc["traceEvents"] if e.get("pid") == pid]
-    assert sum(e["ph"] == "M" and e["name"] == "thread_name" for e in findings) == 1 + len(doc["trainscope"]["findings"])
+    assert sum(e["ph"] == "M" and e["name"] == "thread_name" for e in findings) == 1 + len(
+        doc["trainscope"]["findings"]
+    )
 
 
 def test_the_resnet_export_counts_by_phase():
@@ -232,8 +292,23 @@ def test_the_resnet_export_counts_by_phase():
 
     with tempfile.TemporaryDirectory() as d:
         out = f"{d}/r.json"
-        subprocess.run([sys.executable, "-m", "trainscope", "analyze", str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz"),
-                        "--format", "json", "-q", "--perfetto", out], check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainscope",
+                "analyze",
+                str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz"),
+                "--format",
+                "json",
+                "-q",
+                "--perfetto",
+                out,
+            ],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
         doc = json.load(open(out))
     pid = doc["trainscope"]["findings_pid"]
     got = _phases([e for e in doc["traceEvents"] if e.get("pid") != pid])

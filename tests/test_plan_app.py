@@ -1,6 +1,7 @@
 """The plan app (`trainscope plan` in a terminal), driven with Textual's Pilot. Every state the keys
 reach is checked against ``ledger()``/``fit_options()`` computed here from the config the keys
 should have produced, and against the seed 000 GPT-2 walkthrough's published figures."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,11 +20,34 @@ from trainscope.tui.plan_view import ITEM_STYLE  # noqa: E402
 
 V100 = gpu_memory("v100-32")
 # Seed 000 lines 3193–3303: GPT-2 1.5 B, Adam, FP32, batch 32, activations measured at 65 GB in FP32.
-WALKTHROUGH = PlanConfig(params=1.5e9, batch=32, seq=1024, optimizer="adam", precision="fp32",
-                         activations_gb=65, activations_batch=32, activations_precision="fp32")
-WALKTHROUGH_FLAGS = ["--params", "1.5B", "--seq", "1024", "--precision", "fp32", "--batch", "32",
-                     "--activations-gb", "65", "--activations-batch", "32", "--activations-precision", "fp32",
-                     "--gpu", "v100-32"]
+WALKTHROUGH = PlanConfig(
+    params=1.5e9,
+    batch=32,
+    seq=1024,
+    optimizer="adam",
+    precision="fp32",
+    activations_gb=65,
+    activations_batch=32,
+    activations_precision="fp32",
+)
+WALKTHROUGH_FLAGS = [
+    "--params",
+    "1.5B",
+    "--seq",
+    "1024",
+    "--precision",
+    "fp32",
+    "--batch",
+    "32",
+    "--activations-gb",
+    "65",
+    "--activations-batch",
+    "32",
+    "--activations-precision",
+    "fp32",
+    "--gpu",
+    "v100-32",
+]
 GPT2_XL_SHAPE = PlanConfig(layers=48, hidden=1600, heads=25, vocab=50257, seq=1024, batch=8)
 
 
@@ -48,6 +72,7 @@ def drive(app: PlanApp, keys: list[str], check, size=(100, 32)) -> None:
             for k in keys:
                 await pilot.press(k)
             await check(app, pilot)
+
     asyncio.run(go())
 
 
@@ -56,8 +81,8 @@ def test_walkthrough_89_to_56_5_to_32_1_gb_with_the_precision_and_checkpoint_key
 
     async def check(app, pilot):
         def record():
-            states.append((app.config.precision, app.config.checkpoint, app.lg.total_bytes / GB,
-                           text(app, "#banner")))
+            states.append((app.config.precision, app.config.checkpoint, app.lg.total_bytes / GB, text(app, "#banner")))
+
         record()
         await pilot.press("p")  # FP32 → mixed
         record()
@@ -71,7 +96,7 @@ def test_walkthrough_89_to_56_5_to_32_1_gb_with_the_precision_and_checkpoint_key
     drive(PlanApp(WALKTHROUGH, V100), [], check)
     expected = [("fp32", "none"), ("mixed", "none"), ("mixed", "selective"), ("mixed", "every:2"), ("mixed", "every:4")]
     assert [(p, c) for p, c, _, _ in states] == expected
-    for (p, c, total, banner) in states:
+    for p, c, total, banner in states:
         lg = ledger(replace(WALKTHROUGH, precision=p, checkpoint=c))
         f = fit(lg, V100.name, V100.capacity_bytes)
         assert total == pytest.approx(lg.total_bytes / GB)
@@ -91,6 +116,7 @@ def test_batch_accumulation_gpus_zero_and_device_keys_rescale_the_ledger():
             for k in keys:
                 await pilot.press(k)
             seen[name] = (app.config, app.device, {i.key: i.bytes for i in app.lg.items})
+
         await after(["b"], "batch64")
         await after(["B", "B"], "batch16")
         await after(["b", "a"], "accum2")
@@ -114,7 +140,11 @@ def test_batch_accumulation_gpus_zero_and_device_keys_rescale_the_ledger():
     z1, z3 = seen["zero1"], seen["zero3"]
     assert (z1[0].gpus, z1[0].zero) == (2, 1) and z1[2]["optimizer"] / GB == pytest.approx(6.0)
     assert z1[2]["weights"] / GB == pytest.approx(6.0)
-    assert z3[0].zero == 3 and z3[2]["weights"] / GB == pytest.approx(3.0) and z3[2]["gradients"] / GB == pytest.approx(3.0)
+    assert (
+        z3[0].zero == 3
+        and z3[2]["weights"] / GB == pytest.approx(3.0)
+        and z3[2]["gradients"] / GB == pytest.approx(3.0)
+    )
     for name in ("batch64", "accum8", "batch4", "zero1", "zero3"):
         cfg, _, items = seen[name]
         assert {k: v for k, v in items.items()} == {i.key: i.bytes for i in ledger(cfg).items}
@@ -176,13 +206,46 @@ def test_export_equals_plan_format_markdown_for_the_current_config(tmp_path):
     app = PlanApp(WALKTHROUGH, V100, export_path=str(out))
     drive(app, [], check)
     assert app.exported == [str(out)]
-    assert (app.config.precision, app.config.checkpoint, app.config.batch, app.device.key) == \
-        ("mixed", "every:4", 64, "v100-16")
-    flags = ["--params", "1.5B", "--seq", "1024", "--activations-gb", "65", "--activations-batch", "32",
-             "--activations-precision", "fp32"]
-    p = subprocess.run([sys.executable, "-m", "trainscope", "plan", *flags, "--precision", "mixed",
-                        "--checkpoint", "every:4", "--batch", "64", "--gpu", "v100-16", "--format", "markdown"],
-                       capture_output=True, text=True, timeout=120)
+    assert (app.config.precision, app.config.checkpoint, app.config.batch, app.device.key) == (
+        "mixed",
+        "every:4",
+        64,
+        "v100-16",
+    )
+    flags = [
+        "--params",
+        "1.5B",
+        "--seq",
+        "1024",
+        "--activations-gb",
+        "65",
+        "--activations-batch",
+        "32",
+        "--activations-precision",
+        "fp32",
+    ]
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainscope",
+            "plan",
+            *flags,
+            "--precision",
+            "mixed",
+            "--checkpoint",
+            "every:4",
+            "--batch",
+            "64",
+            "--gpu",
+            "v100-16",
+            "--format",
+            "markdown",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     assert out.read_text() == p.stdout
     assert "FP16/BF16 mixed" in p.stdout and "V100 16GB" in p.stdout
@@ -199,7 +262,14 @@ def test_reset_returns_to_the_command_line_plan():
     drive(PlanApp(WALKTHROUGH, V100), ["o", "p", "z", "g", "d", "a"], check)
     assert got["changed"][0] != got["reset"][0]
     cfg, key, banner = got["reset"]
-    assert (cfg.optimizer, cfg.precision, cfg.zero, cfg.gpus, cfg.grad_accum, key) == ("adam", "fp32", 0, 1, 1, "v100-32")
+    assert (cfg.optimizer, cfg.precision, cfg.zero, cfg.gpus, cfg.grad_accum, key) == (
+        "adam",
+        "fp32",
+        0,
+        1,
+        1,
+        "v100-32",
+    )
     assert banner.startswith("DOES NOT FIT · 89.00 GB")
 
 
@@ -215,7 +285,7 @@ def test_the_bar_crosses_the_capacity_marker_only_when_it_does_not_fit():
 
     drive(PlanApp(WALKTHROUGH, V100), [], check, size=(90, 30))
     glyphs = "".join(g for g, _ in ITEM_STYLE.values())
-    for (lines, f) in bars:
+    for lines, f in bars:
         bar, marks = lines[0], lines[1]
         filled = len(bar.rstrip("·").rstrip())
         cap = marks.rfind("▲")

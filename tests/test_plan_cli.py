@@ -1,4 +1,5 @@
 """`trainscope plan`, `trainscope memory` and `analyze --model` as a user meets them."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,20 @@ import sys
 from tests.conftest import DATA, KINETO
 
 SNAPSHOT = str(DATA / "memory" / "mem_cs336_nothanmin_trainstep.pickle.gz")
-WALKTHROUGH = ["--params", "1.5B", "--precision", "fp32", "--batch", "32", "--activations-gb", "65",
-               "--activations-precision", "fp32", "--gpu", "v100-32"]
+WALKTHROUGH = [
+    "--params",
+    "1.5B",
+    "--precision",
+    "fp32",
+    "--batch",
+    "32",
+    "--activations-gb",
+    "65",
+    "--activations-precision",
+    "fp32",
+    "--gpu",
+    "v100-32",
+]
 
 
 def run(*args):
@@ -43,8 +56,25 @@ def test_plan_json_walkthrough_steps():
 
 
 def test_plan_markdown_and_estimated_activations():
-    p = run("plan", "--layers", "48", "--hidden", "1600", "--heads", "25", "--vocab", "50257", "--seq", "1024",
-            "--batch", "8", "--gpu", "a100-80", "--format", "markdown")
+    p = run(
+        "plan",
+        "--layers",
+        "48",
+        "--hidden",
+        "1600",
+        "--heads",
+        "25",
+        "--vocab",
+        "50257",
+        "--seq",
+        "1024",
+        "--batch",
+        "8",
+        "--gpu",
+        "a100-80",
+        "--format",
+        "markdown",
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("# Training memory plan: 1.56 B parameters")
     assert r"activations \(estimated\)" in p.stdout and "Korthikanti" in p.stdout  # md_escape escapes ( )

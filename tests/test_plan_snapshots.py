@@ -1,6 +1,7 @@
 """SVG snapshots of the plan app (pytest-textual-snapshot; Textual pinned in the ``test`` extra).
 Update after an intended change with ``python -m pytest tests/test_plan_snapshots.py --snapshot-update``
 and review the SVGs."""
+
 from __future__ import annotations
 
 import pytest

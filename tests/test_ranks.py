@@ -4,6 +4,7 @@ The alignment is checked on a real two-rank DLRM job (HTA's sampled trace_filter
 and 1 of 128 on one clock; rank 1 has the heavier embedding shards) against a hand re-derivation
 from the raw JSON: NCCL kernels paired by their end instants, arrival = start. The parallel map is
 checked to give the serial result, in processes and on a two-worker Dask LocalCluster."""
+
 from __future__ import annotations
 
 import gzip
@@ -65,12 +66,27 @@ def test_dlrm_rank1_arrives_last_and_rank0_waits(dlrm):
             ev = json.load(f)["traceEvents"]
         st = [e for e in ev if e.get("name", "").startswith("ProfilerStep#")]
         lo, hi = min(e["ts"] for e in st), max(e["ts"] + e["dur"] for e in st)
-        emb.append(sum(e["dur"] for e in ev if e.get("cat") == "kernel" and lo <= e["ts"] < hi
-                       and ("embedding" in e["name"] or "fbgemm_gpu::" in e["name"] or "bounds_check_indices" in e["name"]
-                            or "permute_pooled_embs" in e["name"] or "linearize_index" in e["name"])
-                       and not any(q in e["name"] for q in ("quantize", "FP8", "hfp8", "qparam"))) / 1e3)
+        emb.append(
+            sum(
+                e["dur"]
+                for e in ev
+                if e.get("cat") == "kernel"
+                and lo <= e["ts"] < hi
+                and (
+                    "embedding" in e["name"]
+                    or "fbgemm_gpu::" in e["name"]
+                    or "bounds_check_indices" in e["name"]
+                    or "permute_pooled_embs" in e["name"]
+                    or "linearize_index" in e["name"]
+                )
+                and not any(q in e["name"] for q in ("quantize", "FP8", "hfp8", "qparam"))
+            )
+            / 1e3
+        )
     assert emb[1] > 1.4 * emb[0]  # 147.5 against 92.5 ms
-    assert imb.extra_work[0][0] == "embedding" and imb.extra_work[0][1] == pytest.approx((emb[1] - emb[0]) / steps, abs=0.5)
+    assert imb.extra_work[0][0] == "embedding" and imb.extra_work[0][1] == pytest.approx(
+        (emb[1] - emb[0]) / steps, abs=0.5
+    )
     assert all(c != "gemm" or ms < 2 for c, ms in imb.extra_work)
 
 
@@ -103,8 +119,9 @@ def test_clock_offset_is_recovered(dlrm):
     import dataclasses
 
     c = dlrm[1].collectives
-    shifted = dataclasses.replace(dlrm[1], collectives=dataclasses.replace(c, start=c.start + 2_500_000_000,
-                                                                           end=c.end + 2_500_000_000))
+    shifted = dataclasses.replace(
+        dlrm[1], collectives=dataclasses.replace(c, start=c.start + 2_500_000_000, end=c.end + 2_500_000_000)
+    )
     al = align_ranks([dlrm[0], shifted])
     assert al.ranks[1].clock_offset_us == pytest.approx(2.5e6, abs=500)
     assert al.imbalance.rank == 1 and "+2500" in al.offsets_note
@@ -131,7 +148,9 @@ def test_64_ranks_serial_processes_and_dask_agree(many_ranks, capsys):
     glob_doc = _doc(capsys, str(many_ranks / "trace_00*.json"), "--jobs", "1")  # ranks 0–9
     assert [r["rank"] for r in glob_doc["ranks"]] == list(range(10))
     distributed = pytest.importorskip("distributed", reason="the dask extra runs the map on a cluster")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
         on_dask = _doc(capsys, str(many_ranks), "--dask", cluster.scheduler_address)
     assert on_dask == serial
 

@@ -1,6 +1,7 @@
 """The straggler headline comes from the ranks aligned on their collectives (arrival lateness) when
 they could be aligned; the step-offset comparison is kept below it, and a disagreement between the
 two is said in one line naming both. Checked on the real two-rank DLRM job and the recorded gloo job."""
+
 from __future__ import annotations
 
 import json
@@ -45,6 +46,10 @@ def test_headline_names_the_rank_that_arrives_last(which, capsys, gloo_dir):
 
 
 def test_without_alignment_the_headline_is_the_step_offset_one():
-    s = {"summary": "no straggler: 3 collectives matched", "stragglers": [], "basis": "b",
-         "alignment": {"matched_collectives": 0, "rank_imbalance": None, "ranks": []}}
+    s = {
+        "summary": "no straggler: 3 collectives matched",
+        "stragglers": [],
+        "basis": "b",
+        "alignment": {"matched_collectives": 0, "rank_imbalance": None, "ranks": []},
+    }
     assert straggler_headline(s) == ("no straggler: 3 collectives matched", None)

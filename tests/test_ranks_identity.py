@@ -6,6 +6,7 @@ Every count is re-derived from the raw JSON by a separate scan. No trace in the 
 identity test derives a second rank from a real one-rank NCCL trace (HTA's A100 all_reduce trace,
 which records "Process Group Name" and the message sizes) and writes the sequence numbers the way
 PyTorch numbers them: one counter per process group, in issue order."""
+
 from __future__ import annotations
 
 import copy
@@ -47,8 +48,11 @@ def dlrm():
 def test_dlrm_records_no_identity_so_every_match_is_by_end_instant(dlrm):
     docs = [_raw(DLRM / f"rank{r}.json.gz") for r in (0, 1)]
     # by hand: no event of either rank carries a process group or a sequence number …
-    assert not any("Seq" in (e.get("args") or {}) or "Process Group Name" in (e.get("args") or {})
-                   for d in docs for e in d["traceEvents"])
+    assert not any(
+        "Seq" in (e.get("args") or {}) or "Process Group Name" in (e.get("args") or {})
+        for d in docs
+        for e in d["traceEvents"]
+    )
     # … so the NCCL kernels pair by their ends (one clock: within 0.5 ms)
     k0, k1 = ([(e["ts"], e["ts"] + e["dur"]) for e in _nccl_kernels(d)] for d in docs)
     pairs = [(a, b) for a in k0 for b in k1 if abs(a[1] - b[1]) <= 500]
@@ -91,8 +95,14 @@ def _with_seq(doc: dict) -> dict:
     """The sequence number PyTorch writes ("Seq"): per process group, in issue order, on
     record_param_comms and on the kernels that share its External id."""
     out = copy.deepcopy(doc)
-    ops = sorted((e for e in out["traceEvents"] if e.get("name") == "record_param_comms"
-                  and "Process Group Name" in e.get("args", {})), key=lambda e: e["ts"])
+    ops = sorted(
+        (
+            e
+            for e in out["traceEvents"]
+            if e.get("name") == "record_param_comms" and "Process Group Name" in e.get("args", {})
+        ),
+        key=lambda e: e["ts"],
+    )
     counters: dict[str, int] = {}
     seq_of = {}
     for e in ops:
@@ -111,8 +121,11 @@ def test_identity_matches_count_refuse_and_leave_a_missing_collective_unpaired(t
     keyed = sorted((e for e in _nccl_kernels(rank1) if "Seq" in e["args"]), key=lambda e: e["ts"])
     # rank 1's window opens after the first collective: it is missing there
     first = keyed[0]["args"]["External id"]
-    rank1["traceEvents"] = [e for e in rank1["traceEvents"] if (e.get("args") or {}).get("External id") != first
-                            or e.get("cat") not in ("kernel", "cpu_op")]
+    rank1["traceEvents"] = [
+        e
+        for e in rank1["traceEvents"]
+        if (e.get("args") or {}).get("External id") != first or e.get("cat") not in ("kernel", "cpu_op")
+    ]
     # one all_reduce of rank 1 reports another message size: the same sequence number, not the same collective
     bad = next(e for e in keyed[1:] if e["args"]["Collective name"] == "allreduce")["args"]["External id"]
     for e in rank1["traceEvents"]:
@@ -123,10 +136,19 @@ def test_identity_matches_count_refuse_and_leave_a_missing_collective_unpaired(t
 
     # by hand, from the two files: NCCL kernels with the same (process group, Seq); sizes equal or not
     def keys(doc):
-        return {(e["args"]["Process Group Name"], e["args"]["Seq"]): e["args"] for e in _nccl_kernels(doc) if "Seq" in e["args"]}
+        return {
+            (e["args"]["Process Group Name"], e["args"]["Seq"]): e["args"]
+            for e in _nccl_kernels(doc)
+            if "Seq" in e["args"]
+        }
+
     k0, k1 = keys(rank0), keys(rank1)
     shared = set(k0) & set(k1)
-    same = [k for k in shared if (k0[k]["In msg nelems"], k0[k]["Out msg nelems"]) == (k1[k]["In msg nelems"], k1[k]["Out msg nelems"])]
+    same = [
+        k
+        for k in shared
+        if (k0[k]["In msg nelems"], k0[k]["Out msg nelems"]) == (k1[k]["In msg nelems"], k1[k]["Out msg nelems"])
+    ]
     assert len(k0) == len(k1) + 1 >= 10 and len(shared) - len(same) == 1
 
     al = align_ranks(_summaries(tmp_path))
@@ -164,7 +186,10 @@ def test_per_rank_verdicts_rejudged_with_the_measured_wait(dlrm):
         assert r0.sinks.by_key["imbalance"].ns == pytest.approx(wait_us * 1e3, rel=1e-3)
         assert r1.sinks.by_key["imbalance"].ns == 0
         alone = dlrm[0].analysis.sinks
-        assert r0.sinks.by_key["comm"].ns + r0.sinks.by_key["imbalance"].ns == alone.by_key["comm"].ns + alone.by_key["imbalance"].ns
+        assert (
+            r0.sinks.by_key["comm"].ns + r0.sinks.by_key["imbalance"].ns
+            == alone.by_key["comm"].ns + alone.by_key["imbalance"].ns
+        )
         assert sum(x.pct for x in r0.sinks.by_key.values()) == pytest.approx(100.0, abs=1e-6)
         has = "ranks/imbalance" in [f.id for f in r0.findings]
         assert has == (r0.sinks.pct("imbalance") >= Rules().value("comm.moderate"))
@@ -195,4 +220,8 @@ def test_every_reader_path_keeps_the_collective_identity(tmp_path):
         for ext, c in t.collective_args.items():
             w = want[ext]
             assert (c.process_group, c.seq, c.name, c.in_nelems) == (
-                w.get("Process Group Name"), w.get("Seq"), w.get("Collective name"), w.get("In msg nelems"))
+                w.get("Process Group Name"),
+                w.get("Seq"),
+                w.get("Collective name"),
+                w.get("In msg nelems"),
+            )

@@ -8,6 +8,7 @@ says ``not run by tests/test_readme.py`` is not run, and must say why. ``pip ins
 not run (they would reinstall the package under test into this environment); the rest of their
 line is.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,7 +48,7 @@ def _command(line: str) -> tuple[str, int, str | None]:
         elif ch in "'\"":
             quote = ch
         elif ch == "#" and (i == 0 or line[i - 1].isspace()):
-            cmd, comment = line[:i].rstrip(), line[i + 1:].strip()
+            cmd, comment = line[:i].rstrip(), line[i + 1 :].strip()
             break
     m = re.search(r"\bexit (\d+)\b", comment)
     skip = comment if NOT_RUN in comment else None
@@ -90,8 +91,9 @@ def test_readme_examples_parse():
     for sub in ("analyze", "diff", "plan", "memory", "watch", "thresholds"):
         assert any(c.startswith(f"trainscope {sub}") for c in cmds), sub
     assert [e.expect for e in ex if "--fail-if-slower" in e.text] == [3, 0]  # a regression; the history's gate passes
-    assert all(e.skip for e in ex if NOT_RUN in (e.skip or "")) and all(len(e.skip) > len(NOT_RUN) + 5
-                                                                       for e in ex if e.skip)
+    assert all(e.skip for e in ex if NOT_RUN in (e.skip or "")) and all(
+        len(e.skip) > len(NOT_RUN) + 5 for e in ex if e.skip
+    )
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +106,12 @@ def clone(tmp_path_factory) -> Path:
 
 
 def test_readme_examples_run_from_a_fresh_clone(clone):
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-               NO_COLOR="1", TERM="dumb")
+    env = dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        NO_COLOR="1",
+        TERM="dumb",
+    )
     env.pop("TRAINSCOPE_DEBUG", None)
     failures, ran, skipped = [], 0, []
     by_block: dict[int, list[Example]] = {}
@@ -118,17 +124,24 @@ def test_readme_examples_run_from_a_fresh_clone(clone):
                 skipped.append(e.text)
                 continue
             if e.kind == "python":
-                p = subprocess.run([sys.executable, "-c", e.text], cwd=cwd, env=env, capture_output=True, text=True,
-                                   timeout=120)
+                p = subprocess.run(
+                    [sys.executable, "-c", e.text], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+                )
                 cmd = "python block: " + e.text.splitlines()[0]
             else:
                 cmd = _without_pip_install(e.text)
                 if not cmd:
                     continue
                 # One shell per line; `cd` carries on through the block, as for a reader typing it.
-                script = f"cd {shlex.quote(str(cwd))} || exit 99\n{cmd}\nrc=$?\necho \"__cwd__=$PWD\" >&2\nexit $rc"
-                p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120,
-                                   stdin=subprocess.DEVNULL)
+                script = f'cd {shlex.quote(str(cwd))} || exit 99\n{cmd}\nrc=$?\necho "__cwd__=$PWD" >&2\nexit $rc'
+                p = subprocess.run(
+                    ["bash", "-c", script],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    stdin=subprocess.DEVNULL,
+                )
                 m = re.search(r"__cwd__=(.*)$", p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "")
                 if m and p.returncode == e.expect:
                     cwd = Path(m.group(1))
@@ -141,10 +154,12 @@ def test_readme_examples_run_from_a_fresh_clone(clone):
 
 
 def test_the_conventions_are_read_as_documented():
-    text = ("```sh\ntrainscope diff a b --fail-if-slower 5   # exit 3: a regression\n"
-            "echo '# not a comment' && true\n"
-            "python -m slow_job   # slow: " + NOT_RUN + "\n```\n"
-            "```text\n$ cd runs\noutput line\n$ false   # exit 1\n```\n")
+    text = (
+        "```sh\ntrainscope diff a b --fail-if-slower 5   # exit 3: a regression\n"
+        "echo '# not a comment' && true\n"
+        "python -m slow_job   # slow: " + NOT_RUN + "\n```\n"
+        "```text\n$ cd runs\noutput line\n$ false   # exit 1\n```\n"
+    )
     ex = examples(text)
     assert [(e.text, e.expect, bool(e.skip)) for e in ex] == [
         ("trainscope diff a b --fail-if-slower 5", 3, False),

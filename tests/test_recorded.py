@@ -5,6 +5,7 @@ dataset and num_workers=0. trainscope must find the DataLoader waits (host side)
 in the trace, call the run data-bound from those waits alone (CPU training), at the lower
 confidence that one kind of evidence allows.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="recording a trace needs torch (installed by the [test] extra)")
 
-JOB = r'''
+JOB = r"""
 import sys, time, torch
 from torch.utils.data import DataLoader, Dataset
 class Slow(Dataset):
@@ -32,14 +33,18 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], sc
         opt.zero_grad(); loss.backward(); opt.step()
         prof.step()
 prof.export_chrome_trace(sys.argv[1])
-'''
+"""
 
 
 def test_trace_recorded_by_installed_torch(tmp_path):
     out = tmp_path / "cpu_loop.pt.trace.json"
     subprocess.run([sys.executable, "-c", JOB, str(out)], check=True, timeout=300)
-    p = subprocess.run([sys.executable, "-m", "trainscope", "analyze", str(out), "--format", "json"],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "trainscope", "analyze", str(out), "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert doc["steps_method"] == "profiler_step" and len(doc["steps"]) == 4

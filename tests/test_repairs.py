@@ -6,6 +6,7 @@ Three layers: one test per reason on a synthetic trace (``traces/builder.py``); 
 generated traces × one corruption each (deterministic: ``derandomize=True``, bounded examples); and
 the four corruptions of issue 24 on the bundled ResNet-50 trace, through the reader.
 """
+
 from __future__ import annotations
 
 import copy
@@ -32,6 +33,7 @@ DAY_NS = 86_400 * 10**9
 
 
 # --- corruptions of the model (each returns a new trace) -------------------------------------------
+
 
 def _with(trace: Trace, table: str, **cols) -> Trace:
     tab = getattr(trace, table)
@@ -65,8 +67,13 @@ def stub_steps(t: Trace, rnd: random.Random) -> Trace:
     lo, hi = int(a.ts[steps].min()), int(a.end[steps].max())
     n = rnd.randint(5, 500)
     strings = list(t.strings) + [f"ProfilerStep#{1000 + k}" for k in range(n)]
-    extra = type(a)(ts=np.array([rnd.randrange(lo, hi) for _ in range(n)]), dur=np.full(n, 400),
-                    thread=np.zeros(n), name=np.arange(len(t.strings), len(strings)), device=np.full(n, -1))
+    extra = type(a)(
+        ts=np.array([rnd.randrange(lo, hi) for _ in range(n)]),
+        dur=np.full(n, 400),
+        thread=np.zeros(n),
+        name=np.arange(len(t.strings), len(strings)),
+        device=np.full(n, -1),
+    )
     return replace(_concat(t, "annotations", extra), strings=strings)
 
 
@@ -74,8 +81,13 @@ def overlapping_steps(t: Trace, rnd: random.Random) -> Trace:
     a = t.annotations
     steps = np.flatnonzero(name_mask(t, PROFILER_STEP)[a.name])
     strings = list(t.strings) + [f"ProfilerStep#{500 + k}" for k in range(len(steps))]
-    extra = type(a)(ts=a.ts[steps] + a.dur[steps] // 2, dur=a.dur[steps], thread=a.thread[steps],
-                    name=np.arange(len(t.strings), len(strings)), device=a.device[steps])
+    extra = type(a)(
+        ts=a.ts[steps] + a.dur[steps] // 2,
+        dur=a.dur[steps],
+        thread=a.thread[steps],
+        name=np.arange(len(t.strings), len(strings)),
+        device=a.device[steps],
+    )
     return replace(_concat(t, "annotations", extra), strings=strings)
 
 
@@ -109,11 +121,14 @@ CORRUPTIONS = {
 
 # --- the invariants, checked independently of the pass ---------------------------------------------
 
+
 def broken(t: Trace) -> list[str]:
     """Which invariants ``t`` breaks (written apart from analyzers/repairs.py, on purpose)."""
     out = []
     k = t.kernels
-    rows = {(int(a), int(b), int(c), int(d), int(e)) for a, b, c, d, e in zip(k.ts, k.dur, k.stream, k.name, k.correlation)}
+    rows = {
+        (int(a), int(b), int(c), int(d), int(e)) for a, b, c, d, e in zip(k.ts, k.dur, k.stream, k.name, k.correlation)
+    }
     if len(rows) != len(k):
         out.append("duplicate kernels")
     for s in np.unique(k.stream):
@@ -145,6 +160,7 @@ def _codes(warnings: list[str]) -> set[str]:
 
 
 # --- one test per reason ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("corrupt", list(CORRUPTIONS), ids=lambda f: f.__name__)
 def test_each_corruption_is_repaired_named_and_counted(corrupt):
@@ -189,11 +205,18 @@ def test_an_early_stream_is_shifted_back_onto_its_launches():
     launch = dict(zip(fixed.runtime.correlation.tolist(), fixed.runtime.ts.tolist()))
 
     def least(t, stream):
-        return min(int(ts) - launch[int(c)] for tab in (t.kernels, t.copies)
-                   for ts, c, s in zip(tab.ts, tab.correlation, tab.stream) if s == stream)
+        return min(
+            int(ts) - launch[int(c)]
+            for tab in (t.kernels, t.copies)
+            for ts, c, s in zip(tab.ts, tab.correlation, tab.stream)
+            if s == stream
+        )
+
     # Shifted as a whole, so its least launch-to-start gap equals the healthy stream's (8 µs).
     assert least(fixed, 8) == least(fixed, 7) == 8_000
-    assert np.array_equal(np.diff(fixed.kernels.ts[fixed.kernels.stream == 8]), np.diff(clean.kernels.ts[clean.kernels.stream == 8]))
+    assert np.array_equal(
+        np.diff(fixed.kernels.ts[fixed.kernels.stream == 8]), np.diff(clean.kernels.ts[clean.kernels.stream == 8])
+    )
     shift = 40_000_000 - (least(clean, 8) - 8_000)
     assert f"shifted by {shift / 1e6:+,.3f} ms" in log.repairs["clock-skew"].example
 
@@ -225,14 +248,21 @@ def test_the_reason_table_is_the_documented_one():
 
 # --- properties over generated traces --------------------------------------------------------------
 
-PROPS = settings(max_examples=25, deadline=None, derandomize=True, database=None,
-                 suppress_health_check=list(HealthCheck))
+PROPS = settings(
+    max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
 
 
 @PROPS
-@given(steps=st.integers(3, 7), wait_us=st.sampled_from([0, 500, 4000, 12000]), kernels=st.integers(4, 30),
-       kernel_us=st.integers(20, 800), streams=st.integers(1, 3),
-       corrupt=st.sampled_from(list(CORRUPTIONS)), rnd=st.randoms(use_true_random=False))
+@given(
+    steps=st.integers(3, 7),
+    wait_us=st.sampled_from([0, 500, 4000, 12000]),
+    kernels=st.integers(4, 30),
+    kernel_us=st.integers(20, 800),
+    streams=st.integers(1, 3),
+    corrupt=st.sampled_from(list(CORRUPTIONS)),
+    rnd=st.randoms(use_true_random=False),
+)
 def test_any_trace_any_single_corruption(steps, wait_us, kernels, kernel_us, streams, corrupt, rnd):
     clean = training_trace(steps=steps, wait_us=wait_us, kernels=kernels, kernel_us=kernel_us, streams=streams)
     base = analyze_trace(clean)
@@ -252,6 +282,7 @@ def test_any_trace_any_single_corruption(steps, wait_us, kernels, kernel_us, str
 
 
 # --- the four cases of issue 24 on the bundled ResNet-50 trace ---------------------------------------
+
 
 @pytest.fixture(scope="module")
 def resnet_events():
@@ -291,21 +322,28 @@ def _stub_markers(events):
     steps = _steps(events)
     lo, hi = min(s["ts"] for s in steps), max(s["ts"] + s["dur"] for s in steps)
     rnd = random.Random(24)
-    return events + [{**steps[0], "name": f"ProfilerStep#{1000 + n}", "ts": lo + rnd.random() * (hi - lo), "dur": 0.4,
-                      "args": {}} for n in range(100_000)]
+    return events + [
+        {**steps[0], "name": f"ProfilerStep#{1000 + n}", "ts": lo + rnd.random() * (hi - lo), "dur": 0.4, "args": {}}
+        for n in range(100_000)
+    ]
 
 
 def _steps_twice(events):
-    return events + [{**s, "name": f"ProfilerStep#{500 + k}", "ts": s["ts"] + s["dur"] / 2}
-                     for k, s in enumerate(_steps(events))]
+    return events + [
+        {**s, "name": f"ProfilerStep#{500 + k}", "ts": s["ts"] + s["dur"] / 2} for k, s in enumerate(_steps(events))
+    ]
 
 
-@pytest.mark.parametrize("mutate, reason, count", [
-    (_ten_day_kernel, "beyond-trace", 1),
-    (_every_kernel_twice, "duplicate-event", 8_772),
-    (_stub_markers, "stub-step", 100_000),
-    (_steps_twice, "overlapping-step", 6),
-], ids=["10-day kernel", "every kernel twice", "100k stub steps", "steps overlapping"])
+@pytest.mark.parametrize(
+    "mutate, reason, count",
+    [
+        (_ten_day_kernel, "beyond-trace", 1),
+        (_every_kernel_twice, "duplicate-event", 8_772),
+        (_stub_markers, "stub-step", 100_000),
+        (_steps_twice, "overlapping-step", 6),
+    ],
+    ids=["10-day kernel", "every kernel twice", "100k stub steps", "steps overlapping"],
+)
 def test_issue24_cases_keep_the_verdict_or_say_why(resnet_events, tmp_path, mutate, reason, count):
     events = resnet_events["traceEvents"]
     a = _analyze_events(resnet_events, mutate(events), tmp_path, reason)
@@ -340,8 +378,15 @@ def test_repair_warnings_reach_every_report_format(resnet_events, tmp_path):
         json.dump({**resnet_events, "traceEvents": _steps_twice(resnet_events["traceEvents"])}, f)
     report = analyze(str(path))
     doc = report.to_dict()
-    assert doc["repairs"] == [{"reason": "overlapping-step", "action": "set aside", "count": 6, "gpu_ms": 0.0,
-                               "example": doc["repairs"][0]["example"]}]
+    assert doc["repairs"] == [
+        {
+            "reason": "overlapping-step",
+            "action": "set aside",
+            "count": 6,
+            "gpu_ms": 0.0,
+            "example": doc["repairs"][0]["example"],
+        }
+    ]
     assert "ProfilerStep#500" in doc["repairs"][0]["example"]
     for rendered in (report.to_text(), report.to_markdown(), report.to_json()):
         assert "repair overlapping-step: 6 overlapping step markers set aside" in rendered.replace("\\", "")
@@ -439,7 +484,10 @@ def test_an_nsight_export_with_every_kernel_twice_is_merged(tmp_path):
     base, doc = analyze(str(src)).to_dict(), analyze(str(dup)).to_dict()
     assert doc["kernels"]["count"] == base["kernels"]["count"] == 3_655
     assert doc["kernels"]["total_ms"] == base["kernels"]["total_ms"]
-    assert (doc["verdict"]["axis"], doc["verdict"]["bottleneck"]) == (base["verdict"]["axis"], base["verdict"]["bottleneck"])
+    assert (doc["verdict"]["axis"], doc["verdict"]["bottleneck"]) == (
+        base["verdict"]["axis"],
+        base["verdict"]["bottleneck"],
+    )
     assert doc["repairs"][0]["reason"] == "duplicate-event" and doc["repairs"][0]["count"] == 3_655
     assert doc["verdict"]["confidence"] < base["verdict"]["confidence"]
     assert any(w.startswith(f"confidence lowered from {base['verdict']['confidence']:.2f}") for w in doc["warnings"])

@@ -1,5 +1,6 @@
 """The roofline on real traces, against rates computed independently from the raw events, the device
 table's name matching, and the verdict/MFU it feeds."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,8 +31,13 @@ def test_timesformer_busy_time_is_memory_bound_on_the_unfused_softmax():
     soft_us = sum(e["dur"] for e in soft)
     assert 100 * soft_us / total_us == pytest.approx(44, abs=2)
     assert top.share_pct == pytest.approx(100 * soft_us / total_us, abs=0.1)
-    calls = sum(1 for e in ev if e.get("cat") == "cpu_op" and e["name"] == "aten::_softmax"
-                and e["args"]["Input Dims"][0] == [8, 12, 3137, 3137])
+    calls = sum(
+        1
+        for e in ev
+        if e.get("cat") == "cpu_op"
+        and e["name"] == "aten::_softmax"
+        and e["args"]["Input Dims"][0] == [8, 12, 3137, 3137]
+    )
     assert calls == len(soft)
     tbps = calls * 2 * (8 * 12 * 3137 * 3137 * 2) / (soft_us * 1e-6) / 1e12
     assert tbps == pytest.approx(0.66, abs=0.03)
@@ -39,7 +45,9 @@ def test_timesformer_busy_time_is_memory_bound_on_the_unfused_softmax():
     assert top.pct_of_roof == pytest.approx(100 * tbps * 1e3 / 3350, abs=0.5)
     assert top.pct_of_roof == pytest.approx(20, abs=2)
     line = roof.evidence_line("memory")
-    assert line.startswith("cunn_SoftMaxForward 44 % of kernel time: 1.25 FLOP/B, 660 GB/s = 20 % of the H100 SXM's 3.35 TB/s")
+    assert line.startswith(
+        "cunn_SoftMaxForward 44 % of kernel time: 1.25 FLOP/B, 660 GB/s = 20 % of the H100 SXM's 3.35 TB/s"
+    )
     # the verdict's memory-bound finding reads the roofline and quotes the line
     f = next(f for f in a.findings if f.id == "machine/bandwidth")
     assert any(e.metric == line for e in f.evidence)
@@ -92,7 +100,9 @@ def test_gpu_traces_with_shapes_get_an_mfu_estimated_from_shapes():
             continue
         assert law.step_s * 1e3 == pytest.approx(a.breakdown.step_ms.mean, rel=1e-6)
         # the Iron Law closes: FLOPs/step = step time × GPUs × peak × η
-        assert law.flops_per_step == pytest.approx(law.step_s * law.gpus * law.peak_tflops * 1e12 * law.efficiency_pct / 100)
+        assert law.flops_per_step == pytest.approx(
+            law.step_s * law.gpus * law.peak_tflops * 1e12 * law.efficiency_pct / 100
+        )
     assert {TIMESFORMER, SGLANG, "resnet50_v100_num_workers_0.pt.trace.json.gz"} <= set(with_shapes)
 
 
@@ -100,22 +110,41 @@ def test_mfu_from_shapes_by_hand_on_sglang():
     a = analysis(SGLANG)
     ev = raw_document(SGLANG)["traceEvents"]
     # every aten::mm of the step, 2·M·K·N from its dims; the step is the analyzed window
-    flops = sum(2 * d[0][0] * d[0][1] * d[1][1] for d in (e["args"]["Input Dims"] for e in ev
-                if e.get("cat") == "cpu_op" and e["name"] == "aten::mm"))
+    flops = sum(
+        2 * d[0][0] * d[0][1] * d[1][1]
+        for d in (e["args"]["Input Dims"] for e in ev if e.get("cat") == "cpu_op" and e["name"] == "aten::mm")
+    )
     assert a.roofline.matrix_flops == pytest.approx(flops, rel=0.01)
     assert len(a.segmentation.steps) == 1
     step_s = a.breakdown.step_ms.mean / 1e3
     assert a.mfu.value_pct == pytest.approx(100 * flops / step_s / 1307.4e12, rel=0.01)
 
 
-@pytest.mark.parametrize("name,key", [
-    ("NVIDIA A100-PG509-200", "A100 40GB"), ("NVIDIA A100-SXM4-80GB", "A100 80GB"), ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
-    ("Tesla V100-DGXS-32GB", "V100"), ("Tesla V100-SXM2-16GB", "V100"), ("Tesla V100-PCIE-32GB", "V100 PCIe"),
-    ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H200", "H200"),
-    ("NVIDIA B200", "B200"), ("Tesla T4", "T4"), ("NVIDIA A10", "A10"), ("NVIDIA A10G", "A10"), ("NVIDIA L4", "L4"),
-    ("NVIDIA L40S", "L40S"), ("NVIDIA GeForce RTX 2080 Ti", "RTX 2080 Ti"), ("NVIDIA GeForce RTX 3090", "RTX 3090"),
-    ("NVIDIA GeForce RTX 4090", "RTX 4090"), ("AMD Instinct MI300X", "MI300X"), ("AMD Instinct MI250X", "MI250X"),
-])
+@pytest.mark.parametrize(
+    "name,key",
+    [
+        ("NVIDIA A100-PG509-200", "A100 40GB"),
+        ("NVIDIA A100-SXM4-80GB", "A100 80GB"),
+        ("NVIDIA A100 80GB PCIe", "A100 80GB PCIe"),
+        ("Tesla V100-DGXS-32GB", "V100"),
+        ("Tesla V100-SXM2-16GB", "V100"),
+        ("Tesla V100-PCIE-32GB", "V100 PCIe"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+        ("NVIDIA H100 PCIe", "H100 PCIe"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA B200", "B200"),
+        ("Tesla T4", "T4"),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA A10G", "A10"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA GeForce RTX 2080 Ti", "RTX 2080 Ti"),
+        ("NVIDIA GeForce RTX 3090", "RTX 3090"),
+        ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("AMD Instinct MI250X", "MI250X"),
+    ],
+)
 def test_device_names_match(name, key):
     assert lookup(name).key == key
 
@@ -221,8 +250,11 @@ def test_tensor_core_candidates_are_compute_bound_fp32_matrix_math_only():
     fp32 = c.precision == CP.index("fp32")
     # 0.25 FLOP/B, a GEMV's intensity, below any ridge point; kernels known only by name read as
     # GEMVs (bandwidth-bound by name) too
-    gemv_like = dataclasses.replace(c, flops=np.where(c.matrix, c.bytes * 0.25, c.flops),
-                                    name_bound=np.where(c.name_bound == 2, 1, c.name_bound).astype(np.int8))
+    gemv_like = dataclasses.replace(
+        c,
+        flops=np.where(c.matrix, c.bytes * 0.25, c.flops),
+        name_bound=np.where(c.name_bound == 2, 1, c.name_bound).astype(np.int8),
+    )
     r = roofline(t, on, spec, gemv_like)
     assert r.share_pct("compute") < base.share_pct("compute")
     assert r.tensor_core_candidate_ms < 0.05 * base.tensor_core_candidate_ms
@@ -232,8 +264,9 @@ def test_tensor_core_candidates_are_compute_bound_fp32_matrix_math_only():
     named = sum(row.total_ms for row in base.rows if row.bound == "compute" and name_precision(row.name) == "fp32")
     assert r.tensor_core_candidate_ms == pytest.approx(named, rel=0.02)
     nameless = dataclasses.replace(unknown, matrix=c.matrix)
-    t2 = dataclasses.replace(t, strings=[s.replace("float", "T").replace("sgemm", "gemm").replace("scudnn", "cudnn")
-                                         for s in t.strings])
+    t2 = dataclasses.replace(
+        t, strings=[s.replace("float", "T").replace("sgemm", "gemm").replace("scudnn", "cudnn") for s in t.strings]
+    )
     r = roofline(t2, on, spec, nameless)
     assert r.tensor_core_candidate_ms == 0.0 and r.matrix_ms == pytest.approx(base.matrix_ms, rel=0.01)
 
@@ -275,7 +308,7 @@ def test_api_kernel_table_sorts_by_pct_of_roof():
     pcts = [k["pct_of_roof"] for k in t["kernels"]]
     known = [p for p in pcts if p is not None]
     assert len(known) >= 10 and known == sorted(known)
-    assert pcts[:len(known)] == known  # kernels without a roof come last
+    assert pcts[: len(known)] == known  # kernels without a roof come last
     gemm = next(k for k in t["kernels"] if k["name"].startswith("sm90_xmma_gemm_bf16bf16"))
     assert gemm["pct_of_roof"] == pytest.approx(62.9, abs=0.5) and gemm["bound"] == "compute"
     assert gemm["family"] == "cuBLAS GEMM/GEMV"

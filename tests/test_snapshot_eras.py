@@ -1,5 +1,6 @@
 """Every snapshot era reads the same way, and a snapshot says whether it ends in an OOM and of
 which kind. The raw view comes through the project's restricted unpickler, never plain pickle."""
+
 from __future__ import annotations
 
 import pickle
@@ -68,8 +69,9 @@ def test_recorded_oom_is_capacity_or_fragmentation(tmp_path, request_mib, device
 
 
 def test_memory_command_reports_the_oom():
-    r = subprocess.run([sys.executable, "-m", "trainscope", "memory", str(OOM)], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "trainscope", "memory", str(OOM)], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     assert "peak allocated    11.03 GiB" in r.stdout and "capacity OOM" in r.stdout
     assert "machine/fragmentation" not in r.stdout and "[high] machine/capacity" in r.stdout

@@ -1,5 +1,6 @@
 """The gate's statistics (analyzers/stats.py) against tabulated and hand-computed values and against
 brute-force enumeration of the permutation distribution — independent of the implementation."""
+
 from __future__ import annotations
 
 import itertools
@@ -89,7 +90,7 @@ def test_normal_approximation_with_ties_against_the_permutation_distribution():
     for ys in itertools.combinations(range(big), n):
         us.append(ranks[list(ys)].sum() - n * (n + 1) / 2)
     us = np.array(us)
-    tie_var = m * n / 12 * ((big + 1) - ((groups ** 3 - groups).sum()) / (big * (big - 1)))
+    tie_var = m * n / 12 * ((big + 1) - ((groups**3 - groups).sum()) / (big * (big - 1)))
     assert us.mean() == pytest.approx(m * n / 2, abs=1e-9)
     assert us.var() == pytest.approx(tie_var, rel=1e-9)
     t = mann_whitney(x, y)
@@ -106,7 +107,7 @@ def test_normal_approximation_without_ties_is_close_to_exact_for_large_samples()
     approx = mann_whitney(x, y)
     assert approx.z is not None
     counts = u_distribution(60, 60)
-    exact = sum(counts[int(approx.u):]) / math.comb(120, 60)
+    exact = sum(counts[int(approx.u) :]) / math.comb(120, 60)
     assert approx.p_value == pytest.approx(exact, abs=0.002)
 
 

@@ -1,5 +1,6 @@
 """The step-exact hook: injected via sitecustomize, chains an existing sitecustomize, never imports
 torch eagerly, reports what the loop did, and never breaks the job when it cannot install."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,9 @@ def receiver():
 
 
 def run_child(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def wait_for(pred, timeout=5.0):
@@ -78,10 +80,13 @@ def test_torch_is_not_imported_eagerly_and_existing_sitecustomize_runs(receiver,
     (other / "sitecustomize.py").write_text("import os\nos.environ['CHAINED_SITECUSTOMIZE'] = 'yes'\n")
     env, site = child_environment(receiver.path, base={**os.environ, "PYTHONPATH": str(other)})
     try:
-        p = run_child("""
+        p = run_child(
+            """
             import os, sys
             print("torch" in sys.modules, os.environ.get("CHAINED_SITECUSTOMIZE"), sys.modules["sitecustomize"].__file__)
-        """, env)
+        """,
+            env,
+        )
     finally:
         shutil.rmtree(site)
     assert p.returncode == 0, p.stderr
@@ -117,8 +122,11 @@ def test_opt_in_two_lines_after_torch_import(tmp_path):
     r = StepReceiver(path)
     try:
         env = {**os.environ, "TRAINSCOPE_STEP_SOCKET": path}
-        p = run_child("import torch\nimport trainscope.collectors.step_hook as step_hook\nstep_hook.install()\n"
-                      + textwrap.dedent(LOOP), env)
+        p = run_child(
+            "import torch\nimport trainscope.collectors.step_hook as step_hook\nstep_hook.install()\n"
+            + textwrap.dedent(LOOP),
+            env,
+        )
         assert p.returncode == 0, p.stderr
         assert wait_for(lambda: r.status().mode == "on")
     finally:
@@ -126,8 +134,14 @@ def test_opt_in_two_lines_after_torch_import(tmp_path):
 
 
 def test_receiver_ignores_garbage(receiver):
-    for junk in (b"", b"\xff\xfe", b"[]", b'{"type":"steps","pid":1}', b'{"type":"steps","pid":1,"n":1,"wait_ns":9,'
-                 b'"step_ns":1,"max_wait_ns":0}', b'{"type":"steps","pid":"x"}'):
+    for junk in (
+        b"",
+        b"\xff\xfe",
+        b"[]",
+        b'{"type":"steps","pid":1}',
+        b'{"type":"steps","pid":1,"n":1,"wait_ns":9,"step_ns":1,"max_wait_ns":0}',
+        b'{"type":"steps","pid":"x"}',
+    ):
         receiver.handle(junk)
     assert receiver.drain() is None and receiver.status().mode == "off"
     receiver.handle(b'{"type":"steps","pid":1,"n":2,"wait_ns":5,"step_ns":10,"max_wait_ns":3}')

@@ -1,5 +1,6 @@
 """One straggler story (issue 23 item 4): the aligned method answers, a rank is named only with a
 significant binomial test, lateness beyond the collectives' jitter, cold starts left out."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,7 @@
 """Stragglers on a real multi-rank job, recorded here: two CPU processes training a small model
 with DistributedDataParallel over gloo under torch.profiler (tests/gloo_job.py), rank 1 sleeping
 30 ms at the start of every step. The lateness is re-derived from the raw JSON of each rank."""
+
 from __future__ import annotations
 
 import gzip

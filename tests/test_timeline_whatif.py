@@ -1,4 +1,5 @@
 """The pure models behind the app: timeline lanes, what-if projections, memory curves."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -66,7 +67,9 @@ def test_no_levers_means_no_change():
     assert project(a, ["no-such-fix"]).speedup == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("name", ["resnet50_v100_num_workers_0.pt.trace.json.gz", "tracelens_h100_qwen_inference.json.gz"])
+@pytest.mark.parametrize(
+    "name", ["resnet50_v100_num_workers_0.pt.trace.json.gz", "tracelens_h100_qwen_inference.json.gz"]
+)
 def test_memory_curve_peaks_match_the_reported_peak(name):
     trace, a = load(name), analysis(name)
     (curve,) = memory_curves(trace)

@@ -1,5 +1,6 @@
 """The analyze app, driven with Textual's Pilot on real traces; every assertion is on state that
 could be wrong, re-derived from the trace or the analysis where possible."""
+
 from __future__ import annotations
 
 import asyncio
@@ -10,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.conftest import KINETO, load
+from tests.conftest import KINETO
 
 textual = pytest.importorskip("textual")
 
@@ -18,10 +19,8 @@ from trainscope.analyzers.rules import Rules  # noqa: E402
 from trainscope.collectors import open_traces  # noqa: E402
 from trainscope.tui.app import AnalyzeApp, HelpScreen  # noqa: E402
 from trainscope.tui.fixes import FixesPane  # noqa: E402
-from trainscope.tui.memory import MemoryPane  # noqa: E402
-from trainscope.tui.overview import Overview  # noqa: E402
 from trainscope.tui.state import Session, build_session  # noqa: E402
-from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane  # noqa: E402
+from trainscope.tui.tables import KernelsPane  # noqa: E402
 from trainscope.tui.timeline import GUTTER, TimelinePane, TimelineView  # noqa: E402
 
 RESNET = "resnet50_v100_num_workers_0.pt.trace.json.gz"
@@ -57,7 +56,9 @@ def test_overview_shows_the_data_bound_verdict_and_the_dataloader_fix_first():
         async with app.run_test(size=(80, 24)) as pilot:
             await _ready(app, pilot)
             badge = static_text(app, "#badge")
-            assert "DATA-BOUND" in badge and "confidence 0.82" in badge  # 0.5 + 0.45 × (1 − 9.9 / 33.9): input 33.9 %, runner-up launch 9.9 % (9.4 recorded + 0.5 issued late)
+            assert (
+                "DATA-BOUND" in badge and "confidence 0.82" in badge
+            )  # 0.5 + 0.45 × (1 − 9.9 / 33.9): input 33.9 %, runner-up launch 9.9 % (9.4 recorded + 0.5 issued late)
             assert app.query_one("#badge").has_class("axis-data")
             figures = static_text(app, "#figures")
             b = session(RESNET).analyses[0].breakdown
@@ -69,13 +70,16 @@ def test_overview_shows_the_data_bound_verdict_and_the_dataloader_fix_first():
             assert first.startswith("1. Load batches in parallel worker processes") and "1.66×" in first
             evidence = static_text(app, "#evidence")
             assert "host waiting on DataLoader __next__: 39.6 %" in evidence and "XProf" in evidence
+
     run(go())
 
 
 def _lanes_in_view(view: TimelineView):
     model = view.model
-    return (model.lane("gpu", view.start_ns, view.end_ns, view.columns),
-            model.lane("host", view.start_ns, view.end_ns, view.columns))
+    return (
+        model.lane("gpu", view.start_ns, view.end_ns, view.columns),
+        model.lane("host", view.start_ns, view.end_ns, view.columns),
+    )
 
 
 def test_timeline_lines_up_gpu_idle_with_host_data_wait_and_navigates():
@@ -127,6 +131,7 @@ def test_timeline_lines_up_gpu_idle_with_host_data_wait_and_navigates():
             under = view.model.step_at((a + b) // 2)
             await pilot.press("f")
             assert view.start_ns == steps[under if under is not None else median + 1].start_ns
+
     run(go())
 
 
@@ -151,8 +156,10 @@ def test_timeline_cursor_says_which_kernel_and_host_op_are_under_it():
             expected = trace.strings[int(k.name[int(np.argmax(overlap))])]
             detail = static_text(app, "#tl-detail")
             from trainscope.tui.timeline import short_name
+
             assert short_name(expected) in detail.replace("\n", "")
             assert "\nT main " in detail and "% of ProfilerStep#" in detail  # the host thread, named
+
     run(go())
 
 
@@ -174,6 +181,7 @@ def test_steps_table_marks_the_periodic_dataloader_stalls_and_opens_a_step():
             await pilot.pause()
             assert app.query_one("#tabs").active == "timeline"
             assert app.query_one(TimelineView).step_index == int(expected[1])
+
     run(go())
 
 
@@ -216,6 +224,7 @@ def test_kernels_sort_and_filter():
             assert not plot.display
             await pilot.press("p")
             assert plot.display and "TFLOP/s vs FLOP/byte" in str(plot.render())
+
     run(go())
 
 
@@ -233,7 +242,10 @@ def test_fixes_what_if_toggles_recompute_the_projection():
             assert pane.assumed == {"dataloader-workers"}
             assert pane.projection.speedup == pytest.approx(a.recommendations[0].projected_speedup, abs=1e-3)
             text = static_text(app, "#whatif")
-            assert "projection" in text and f"{a.breakdown.step_ms.mean:.1f} → {pane.projection.projected_step_ms:.1f} ms" in text
+            assert (
+                "projection" in text
+                and f"{a.breakdown.step_ms.mean:.1f} → {pane.projection.projected_step_ms:.1f} ms" in text
+            )
             await pilot.press("down", "space")  # add mixed precision: both removals combine
             assert pane.assumed == {"dataloader-workers", "mixed-precision"}
             both = pane.projection.speedup
@@ -248,6 +260,7 @@ def test_fixes_what_if_toggles_recompute_the_projection():
             assert "autocast" in detail and "basis:" in detail
             await pilot.press("c")
             assert pane.assumed == frozenset() and pane.projection.speedup == pytest.approx(1.0)
+
     run(go())
 
 
@@ -383,21 +396,26 @@ def test_every_tab_renders_at_small_and_large_sizes(size):
             view = app.query_one(TimelineView)
             assert view.columns == size[0] - GUTTER - 1
             assert app.query_one(TimelinePane).query_one("#tl-title").render()
+
     run(go())
 
 
 DATA = KINETO.parent
 
 
-@pytest.mark.parametrize("path, badge, hidden, ranks", [
-    ("nsys/cs336_small_train_step_a100.sqlite", "BOUND", {"memory", "ranks"}, 1),
-    ("nsys/cs336_ddp_2x3090.sqlite", "", {"memory"}, 2),
-    ("nsys/pipit_saxpy_a100_nsys2022.sqlite", "", {"memory", "ranks"}, 1),
-    ("nvml/nanogpt_8gpu_gpu_metrics.csv", "BALANCED", {"timeline", "steps", "kernels", "memory", "ranks"}, 1),
-    ("kineto/hta_cpu_only.pt.trace.json.gz", "INSUFFICIENT EVIDENCE", {"memory", "ranks"}, 1),
-])
+@pytest.mark.parametrize(
+    "path, badge, hidden, ranks",
+    [
+        ("nsys/cs336_small_train_step_a100.sqlite", "BOUND", {"memory", "ranks"}, 1),
+        ("nsys/cs336_ddp_2x3090.sqlite", "", {"memory"}, 2),
+        ("nsys/pipit_saxpy_a100_nsys2022.sqlite", "", {"memory", "ranks"}, 1),
+        ("nvml/nanogpt_8gpu_gpu_metrics.csv", "BALANCED", {"timeline", "steps", "kernels", "memory", "ranks"}, 1),
+        ("kineto/hta_cpu_only.pt.trace.json.gz", "INSUFFICIENT EVIDENCE", {"memory", "ranks"}, 1),
+    ],
+)
 def test_app_opens_every_input_kind(path, badge, hidden, ranks):
     """Nsight exports, counter logs and CPU-only traces: the right tabs, and every visible one renders."""
+
     async def go():
         app = AnalyzeApp(str(DATA / path))
         async with app.run_test(size=(100, 30)) as pilot:
@@ -405,13 +423,17 @@ def test_app_opens_every_input_kind(path, badge, hidden, ranks):
             assert len(app.session.ranks) == ranks
             assert badge in static_text(app, "#badge")
             tabs = app.query_one("#tabs")
-            shown = {t for t in ("overview", "timeline", "steps", "kernels", "fixes", "memory", "ranks")
-                     if tabs.get_tab(t).display}
+            shown = {
+                t
+                for t in ("overview", "timeline", "steps", "kernels", "fixes", "memory", "ranks")
+                if tabs.get_tab(t).display
+            }
             assert shown == {"overview", "timeline", "steps", "kernels", "fixes", "memory", "ranks"} - hidden
             for i, t in enumerate(("overview", "timeline", "steps", "kernels", "fixes", "memory", "ranks")):
                 await pilot.press(str(i + 1))
                 await pilot.pause()
                 assert (tabs.active == t) == (t in shown)
+
     run(go())
 
 
@@ -427,6 +449,7 @@ def test_nsight_timeline_shows_the_backward_and_optimizer_phases_on_the_host_lan
             # NVTX: forward ≈ 63 ms, backward ≈ 112 ms, optimizer ≈ 59 ms of a ≈ 235 ms iteration.
             assert share["backward"] == pytest.approx(112 / 235, abs=0.06)
             assert share["optimizer"] == pytest.approx(59 / 235, abs=0.06)
+
     run(go())
 
 
@@ -435,13 +458,15 @@ def test_deep_tab_shows_htas_critical_path_beside_the_verdict(tmp_path):
     report = tmp_path / "r.md"
 
     async def go():
-        app = AnalyzeApp(str(KINETO / A100), session=session(A100), deep=True, deep_step="1010",
-                         report_path=str(report))
+        app = AnalyzeApp(
+            str(KINETO / A100), session=session(A100), deep=True, deep_step="1010", report_path=str(report)
+        )
         async with app.run_test(size=(120, 40)) as pilot:
             await _ready(app, pilot)
             await pilot.press("8")
             assert app.query_one("#tabs").active == "deep"
             from trainscope.tui.deep import DeepPane
+
             pane = app.query_one(DeepPane)
             for _ in range(1200):  # HTA takes ~10 s here; the app stays usable meanwhile
                 if pane.result is not None:
@@ -470,7 +495,10 @@ def test_ranks_tab_shows_the_straggler(gloo_dir):
     from trainscope.reports.deep import straggler_headline
 
     imb = stragglers["alignment"]["rank_imbalance"]  # the Overview names what the Ranks tab finds
-    assert imb["rank"] == 1 and f"◀ rank 1: arrives {stragglers['alignment']['ranks'][1]['mean_late_ms']:.1f} ms" in overview
+    assert (
+        imb["rank"] == 1
+        and f"◀ rank 1: arrives {stragglers['alignment']['ranks'][1]['mean_late_ms']:.1f} ms" in overview
+    )
     assert straggler_headline(stragglers)[0].split(" (")[0] in overview.replace("\n", " ")
     assert stragglers["stragglers"] == [1]
     assert "straggler: rank 1 is last at" in text and "◀ straggler" not in text  # no step-offset table beside it
@@ -490,12 +518,15 @@ def test_model_ledger_shows_next_to_the_measured_peak():
 
     ledger, text = run(go())
     assert ledger["total_gb"] == pytest.approx(0.5 * 16, rel=0.01)  # mixed-precision Adam: 16 bytes per parameter
-    assert "Ledger vs measured" in text and "measured peak allocated" in text and f"{ledger['total_gb']:8.2f} GB" in text
+    assert (
+        "Ledger vs measured" in text and "measured peak allocated" in text and f"{ledger['total_gb']:8.2f} GB" in text
+    )
 
 
 def test_loader_errors_after_quit_do_not_change_the_exit_code():
     """Quitting mid-load removes the widgets the loader thread reports to; what it raises then
     is not an internal error. Before the user quits, the same failure is one (exit 1)."""
+
     def broken(progress):
         raise ValueError("widgets gone")
 
@@ -514,6 +545,7 @@ def test_loader_errors_after_quit_do_not_change_the_exit_code():
 def test_number_keys_leave_every_tab():
     """From every tab, every number key shows its tab (on Kernels and Fixes the focused table
     used to pull its pane back, so 1 or 6 flickered and stayed)."""
+
     async def go():
         app = AnalyzeApp(str(KINETO / RESNET), session=session(RESNET))
         async with app.run_test(size=(100, 30)) as pilot:
@@ -528,6 +560,7 @@ def test_number_keys_leave_every_tab():
                     await pilot.pause()
                     await pilot.pause()
                     assert tabs.active == b, f"{a} → {b}: still on {tabs.active}"
+
     run(go())
 
 

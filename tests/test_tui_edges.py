@@ -1,6 +1,7 @@
 """The analyze app's rough edges (issue 28 item 4), each driven with Textual's Pilot on the bundled
 ResNet-50 trace (or the A100 control trace where a chart needs FLOPs) and asserted on what the
 screen shows."""
+
 from __future__ import annotations
 
 import asyncio
@@ -50,6 +51,7 @@ def test_kernels_table_gives_class_and_name_the_free_columns():
             assert app.query_one(KernelsPane).size.width - used <= 4
             text = "\n".join(shown(table))
             assert "convolution " in text and "convoluti " not in text and "normalization" in text
+
     run(go())
 
 
@@ -74,6 +76,7 @@ def test_timeline_title_leaves_the_matches_on_a_step_jump_and_clamps_to_the_trac
             assert lo <= view.start_ns < view.end_ns <= hi
             head = re.search(r"window (-?[\d.]+)–(-?[\d.]+) ms", title(app))
             assert head and float(head.group(1)) >= 0
+
     run(go())
 
 
@@ -91,6 +94,7 @@ def test_search_title_names_the_match_and_a_window_that_is_not_zero_wide():
             hit = re.search(r"/wgrad \d+/\d+: (\S+)", t)
             assert hit and "wgrad" in hit.group(1).lower(), t
             assert " 0.000 ms" not in t
+
     from trainscope.tui.timeline import window_label
 
     assert window_label(121_677_400, 121_687_400) != "122–122"
@@ -106,12 +110,18 @@ def test_help_lines_wrap_under_their_description():
             await pilot.pause()
             lines = [x for x in shown(app.screen.query_one("#help-keys")) if x.strip()]
             headings = {"anywhere", "timeglyphs"} | {t.title.lower() for t in TABS}
-            stray = [x for x in lines if not x.startswith("  ") and x.split()[0] not in headings
-                     and not x.startswith(("trainscope — keys", "timeline glyphs"))]
+            stray = [
+                x
+                for x in lines
+                if not x.startswith("  ")
+                and x.split()[0] not in headings
+                and not x.startswith(("trainscope — keys", "timeline glyphs"))
+            ]
             assert not stray, stray
             # a long description continues at the description's column
             cont = [x for x in lines if x.startswith(" " * 30) and x.strip()]
             assert cont
+
     run(go())
 
 
@@ -126,6 +136,7 @@ def test_palette_lists_each_action_once_and_no_tab_that_is_off():
             assert len(titles) == len(set(titles))
             assert "Show the Deep tab" not in titles and "Show the Ranks tab" not in titles
             assert "Show the Kernels tab" in titles
+
     run(go())
 
 
@@ -143,6 +154,7 @@ def test_steps_note_and_evidence_read_cleanly():
             note = str(app.query_one("#steps-note").render())
             assert "0 outlier" not in note and "outlier(s)" not in note and "no outliers" in note
             assert not note.startswith("6 steps · 6 steps")
+
     run(go())
 
 
@@ -157,6 +169,7 @@ def test_every_key_line_keeps_help_and_quit_at_80_columns():
                 await pilot.pause()
                 line = shown(app.query_one("#keybar"))[0]
                 assert line.rstrip().endswith("? keys · q quit"), line
+
     run(go())
     from trainscope.tui.chrome import fit_hint
 

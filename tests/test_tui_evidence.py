@@ -1,5 +1,6 @@
 """Enter jumps to the evidence: a fix to the worst step's interval that carries its finding, a kernel
 to its longest instance (n / N cycle), `/` searches the timeline."""
+
 from __future__ import annotations
 
 import asyncio
@@ -46,6 +47,7 @@ def test_enter_on_a_fix_lands_on_the_interval_that_carries_it():
             assert a <= m.start_ns < b + (b - a)
             assert "waiting for data" in str(app.query_one("#tl-detail").render())
             assert "evidence of data/input-wait" in str(app.query_one("#tl-title").render())
+
     asyncio.run(go())
 
 
@@ -75,6 +77,7 @@ def test_enter_on_a_kernel_shows_its_longest_instance_and_n_cycles():
             assert view.match_index == len(view.matches) - 1  # cycles
             await pilot.press("escape")
             assert view.matches == []
+
     asyncio.run(go())
 
 
@@ -90,8 +93,9 @@ def test_slash_searches_kernels_ops_and_ranges_on_the_timeline():
             view = app.query_one(TimelineView)
             assert view.matches and all("allreduce" in m.name.lower() for m in view.matches)
             ids = [i for i, n in enumerate(t.strings) if "allreduce" in n.lower()]
-            expected = sum(int(np.isin(tab.name, ids).sum()) for tab in (t.kernels, t.cpu_ops, t.runtime)) + \
-                int(np.isin(t.annotations.name, ids)[t.annotations.device < 0].sum())
+            expected = sum(int(np.isin(tab.name, ids).sum()) for tab in (t.kernels, t.cpu_ops, t.runtime)) + int(
+                np.isin(t.annotations.name, ids)[t.annotations.device < 0].sum()
+            )
             assert len(view.matches) == expected
             starts = [m.start_ns for m in view.matches]
             assert starts == sorted(starts)
@@ -99,6 +103,7 @@ def test_slash_searches_kernels_ops_and_ranges_on_the_timeline():
             await pilot.press("n")
             assert view.match_index == (i + 1) % len(view.matches)
             assert app.focused is view
+
     asyncio.run(go())
 
 
@@ -128,8 +133,16 @@ def test_enter_on_a_rank_lands_on_its_latest_arriving_collective(gloo_dir):
             m = view.matches[view.match_index]
             a, b = view.column_window(view.cursor)
             span = view.match_columns()
-            return (s, m, (a + b) // 2, span, view.cursor, app._late[choose],
-                    str(app.query_one("#tl-title").render()), view.render().plain)
+            return (
+                s,
+                m,
+                (a + b) // 2,
+                span,
+                view.cursor,
+                app._late[choose],
+                str(app.query_one("#tl-title").render()),
+                view.render().plain,
+            )
 
     for choose in (1, 0):  # the straggler (the rank shown first), then the punctual rank (a switch)
         s, m, mid, span, cursor, late, title, drawn = run_async(go(choose))

@@ -1,4 +1,5 @@
 """One key map across the apps, tabs declared once, app actions in the command palette."""
+
 from __future__ import annotations
 
 import asyncio
@@ -64,6 +65,7 @@ def test_the_command_palette_runs_app_actions_and_a_missing_tab_says_why():
             await pilot.pause()
             assert any("--deep" in str(n.message) for n in app._notifications)
             assert app.query_one("#tabs").active == "kernels"
+
     asyncio.run(go())
 
 
@@ -85,5 +87,6 @@ def test_a_tab_without_its_pane_is_refused_when_declared():
 
     assert all(callable(t.__dict__["pane"]) or isinstance(t.__dict__["pane"], staticmethod) for t in TABS)
     with pytest.raises(TypeError, match="NoPane declares no pane"):
+
         class NoPane(Tab):  # noqa: F841
             id, title, hint = "x", "X", ""

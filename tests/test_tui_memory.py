@@ -2,6 +2,7 @@
 bundled CUDA memory snapshots. Every number the app shows is checked against an independent
 replay of the raw pickle (stdlib pickle, plain dicts: no trainscope code): the allocator state at
 the dump, walked backwards through the recorded events."""
+
 from __future__ import annotations
 
 import asyncio
@@ -32,8 +33,12 @@ def independent_peak(path: Path) -> tuple[int, int, dict[int, int]]:
     """(peak allocated bytes, index of the event after which it holds, {address: requested bytes} live
     then), by undoing the recorded events one by one from the state at the dump."""
     d = raw(path)
-    live = {b["address"]: b["requested_size"] for s in d["segments"] for b in s["blocks"]
-            if b["state"] == "active_allocated"}
+    live = {
+        b["address"]: b["requested_size"]
+        for s in d["segments"]
+        for b in s["blocks"]
+        if b["state"] == "active_allocated"
+    }
     events = d["device_traces"][0]
     now = sum(live.values())
     after = [0] * len(events)
@@ -49,8 +54,12 @@ def independent_peak(path: Path) -> tuple[int, int, dict[int, int]]:
     peak = max(after)
     i_peak = after.index(peak)
     # Second walk: the live set just after event i_peak.
-    live = {b["address"]: b["requested_size"] for s in d["segments"] for b in s["blocks"]
-            if b["state"] == "active_allocated"}
+    live = {
+        b["address"]: b["requested_size"]
+        for s in d["segments"]
+        for b in s["blocks"]
+        if b["state"] == "active_allocated"
+    }
     for i in range(len(events) - 1, i_peak, -1):
         e = events[i]
         if e["action"] == "alloc":
@@ -104,7 +113,7 @@ def test_app_shows_the_peak_its_marker_and_the_live_allocations(trainstep):
             text = chart.render().plain
             assert f"▼ peak {size_text(peak)}" in text and "┴" in text
             lines = text.splitlines()
-            assert lines[1][chart.GUTTER - 1:].strip().startswith(size_text(peak)[:4]) or size_text(peak) in lines[1]
+            assert lines[1][chart.GUTTER - 1 :].strip().startswith(size_text(peak)[:4]) or size_text(peak) in lines[1]
             # The table: largest first, share of the peak, the stack top; the full stack below.
             assert dt.row_count == min(PeakTable.MAX_ROWS, len(live))
             first = table.shown[0]
@@ -122,6 +131,7 @@ def test_app_shows_the_peak_its_marker_and_the_live_allocations(trainstep):
             assert table.shown[1].stack[-1].text in str(app.query_one("#mm-stack-text").render())
             note = str(app.query_one("#mm-note").render())
             assert f"peak allocated {size_text(peak)}" in note and f"{len(live):,} allocations live" in note
+
     asyncio.run(go())
 
 
@@ -147,8 +157,11 @@ def test_one_key_map_sort_filter_copy_help_palette(trainstep, tmp_path, monkeypa
             await pilot.press("slash", *"einsum", "enter")
             await pilot.pause()
             kept = table.shown
-            expected = [a for a in app.peak.allocations if any("einsum" in f.text.lower() for f in a.stack)
-                        or "einsum" in a.site.lower()]
+            expected = [
+                a
+                for a in app.peak.allocations
+                if any("einsum" in f.text.lower() for f in a.stack) or "einsum" in a.site.lower()
+            ]
             assert kept and len(kept) == len(expected) < len(live)
             assert app.focused is app.query_one("#mm-table")
             await pilot.press("y")
@@ -174,6 +187,7 @@ def test_one_key_map_sort_filter_copy_help_palette(trainstep, tmp_path, monkeypa
             written = tmp_path / "mem_cs336_nothanmin_trainstep.trainscope-memory.md"
             assert app.exported == [str(written)] and "21.26 GiB" in written.read_text()
             await pilot.press("q")
+
     asyncio.run(go())
 
 
@@ -191,6 +205,7 @@ def test_snapshot_without_events_lists_the_state_at_the_dump():
             assert [a.size for a in p.allocations] == sorted(live, reverse=True)
             assert "No allocator events recorded" in app.query_one(PeakChart).render().plain
             assert app.query_one("#mm-table").row_count == len(live)
+
     asyncio.run(go())
 
 
@@ -210,8 +225,10 @@ def test_cli_opens_the_app_in_a_terminal_and_prints_otherwise(monkeypatch, capsy
     assert opened == [str(TRAINSTEP)] and capsys.readouterr().out
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pytest_textual_snapshot") is None,
-                    reason="pytest-textual-snapshot (the test extra) is not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("pytest_textual_snapshot") is None,
+    reason="pytest-textual-snapshot (the test extra) is not installed",
+)
 def test_memory_app_snapshot(snap_compare):
     assert snap_compare(app_for(TRAINSTEP), press=["down"], terminal_size=(100, 30))
 

@@ -1,6 +1,7 @@
 """Ranks side by side (issue 28 item 2): the bundled DLRM pair (HTA's 2-rank test traces) on one
 clock in the Ranks tab, the collectives matched across ranks joined at their ends, the straggler's
 late arrivals marked, and each rank's file named in the table."""
+
 from __future__ import annotations
 
 import asyncio
@@ -70,7 +71,7 @@ def test_ranks_tab_draws_two_ranks_on_one_clock_with_collectives_joined():
             for c in sb.shared:  # every matched collective: both ranks' ends in the column of the join
                 k = gutter + view.col(c.end_ns - view.origin_ns)
                 assert joins[k] == "│"
-                assert coll0[k - 1:k + 2].count("┤") >= 1 and coll1[k - 1:k + 2].count("┤") >= 1
+                assert coll0[k - 1 : k + 2].count("┤") >= 1 and coll1[k - 1 : k + 2].count("┤") >= 1
             assert "!" in coll1 and "!" not in coll0  # rank 1 is the straggler
             title = str(app.query_one("#ranks-side-title").render())
             assert "2 ranks on one clock" in title and "rank 1 arrived last at 4 of 5" in title

@@ -2,6 +2,7 @@
 worker or cursor blink in the picture. Textual is pinned in the ``test`` extra so the pictures
 only change when the app does. Update after an intended change with
 ``python -m pytest tests/test_tui_snapshots.py --snapshot-update`` and review the SVGs."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """Tables that fit: at 80×24 the columns that matter are on screen; the full kernel name is in a
 detail line and `y` copies it."""
+
 from __future__ import annotations
 
 import asyncio
@@ -26,11 +27,14 @@ def visible_labels(table) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("name,key,table_id,must", [
-    (A100, "4", "#kernels-table", ["total", "mean", "share", "count", "class", "kernel"]),
-    (RESNET, "5", "#fixes-table", ["what-if", "#", "projected", "fix"]),
-    (PARAM_RESNET, "3", "#steps-table", ["step", "ms", "busy%", "wait%", "i:data", "i:launch", "i:other", "comp"]),
-])
+@pytest.mark.parametrize(
+    "name,key,table_id,must",
+    [
+        (A100, "4", "#kernels-table", ["total", "mean", "share", "count", "class", "kernel"]),
+        (RESNET, "5", "#fixes-table", ["what-if", "#", "projected", "fix"]),
+        (PARAM_RESNET, "3", "#steps-table", ["step", "ms", "busy%", "wait%", "i:data", "i:launch", "i:other", "comp"]),
+    ],
+)
 def test_every_column_that_matters_is_visible_at_80x24(name, key, table_id, must):
     async def go():
         app = AnalyzeApp(str(KINETO / name), session=session(name))
@@ -42,6 +46,7 @@ def test_every_column_that_matters_is_visible_at_80x24(name, key, table_id, must
             shown = visible_labels(table)
             for label in must:
                 assert label in shown, (label, shown)
+
     asyncio.run(go())
 
 
@@ -63,4 +68,5 @@ def test_the_kernel_name_is_whole_in_the_detail_and_y_copies_it():
             assert short_name(k.name, 10_000) in str(app.query_one("#kernel-detail").render()).replace("\n", "")
             await pilot.press("y")
             assert app.clipboard == k.name
+
     asyncio.run(go())

@@ -1,5 +1,6 @@
 """The timeline's lanes per stream and per thread, driven with Pilot on the HTA A100 trace and
 checked against the raw trace JSON (read here with json, not with trainscope's reader)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -29,8 +30,15 @@ def raw_gpu_events() -> list[dict]:
     for e in doc["traceEvents"]:
         if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy") and "dur" in e:
             ts = round(float(e["ts"]) * 1000)
-            out.append({"name": e["name"], "stream": int(e["args"]["stream"]), "cat": e["cat"],
-                        "ts": ts, "end": ts + round(float(e["dur"]) * 1000)})
+            out.append(
+                {
+                    "name": e["name"],
+                    "stream": int(e["args"]["stream"]),
+                    "cat": e["cat"],
+                    "ts": ts,
+                    "end": ts + round(float(e["dur"]) * 1000),
+                }
+            )
     return out
 
 
@@ -97,12 +105,18 @@ def test_stream_lanes_name_the_stream_7_kernel_under_the_cursor_and_measure_over
             line = next(x for x in text.splitlines() if x.startswith("s21 NCCL"))
             assert "communication kernel: ncclKernel_SendRecv" in line
             assert "not overlapped" not in text
-            comm = covered_ns([(e["ts"], e["end"]) for e in raw_gpu_events() if e["stream"] == 21], a + origin, b + origin)
-            comp = covered_ns([(e["ts"], e["end"]) for e in raw_gpu_events()
-                               if e["stream"] in (7, 20) and e["cat"] == "kernel"], a + origin, b + origin)
+            comm = covered_ns(
+                [(e["ts"], e["end"]) for e in raw_gpu_events() if e["stream"] == 21], a + origin, b + origin
+            )
+            comp = covered_ns(
+                [(e["ts"], e["end"]) for e in raw_gpu_events() if e["stream"] in (7, 20) and e["cat"] == "kernel"],
+                a + origin,
+                b + origin,
+            )
             pct = 100 * len(comm & comp) / len(comm)
             assert 50 < pct < 100
             assert f"communication {len(comm) / 1e3:.1f} µs, {pct:.0f} % overlapped with compute" in text
+
     asyncio.run(go())
 
 
@@ -138,6 +152,7 @@ def test_every_category_has_its_own_glyph_and_the_lanes_read_without_colour():
             await pilot.press("c")
             await pilot.pause()
             assert "s7 comp" in view.render().plain
+
     asyncio.run(go())
 
 
@@ -170,4 +185,5 @@ def test_header_follows_the_cursor_after_showing_the_whole_trace():
                 else:
                     assert title.startswith(f"{steps[i].label} ({i + 1}/{len(steps)}")
                     assert steps[i].start_ns <= (a + b) // 2 < steps[i].end_ns
+
     asyncio.run(go())

@@ -1,6 +1,7 @@
 """The timeline shows what Perfetto shows (issue 28 item 6): slice names where they fit, what
 launched the kernel under the cursor (runtime call, correlation id, the operator and its input
 shapes) and an NVTX lane for Nsight exports."""
+
 from __future__ import annotations
 
 import asyncio
@@ -39,7 +40,7 @@ def test_kernel_names_on_their_slices_and_the_launch_in_the_detail():
             m = view.matches[0]
             shown = lines(view)
             first = next(i for i, x in enumerate(shown) if x.startswith("s7 "))
-            stream = "\n".join([shown[first]] + [x for x in shown[first + 1:first + 7] if not x[:9].strip()])
+            stream = "\n".join([shown[first]] + [x for x in shown[first + 1 : first + 7] if not x[:9].strip()])
             assert shown[first][9:].strip("█ ") == ""  # the lane's first row keeps the glyphs
             assert "dgrad_engine<float, 512" in stream  # the name written on its slice
             detail = str(app.query_one("#tl-detail").render())
@@ -50,13 +51,17 @@ def test_kernel_names_on_their_slices_and_the_launch_in_the_detail():
             assert t.strings[int(t.runtime.name[rt])] == "cudaLaunchKernel"
             # the operator around that launch on its thread, innermost first (independently of the app)
             o = t.cpu_ops
-            around = np.flatnonzero((o.thread == t.runtime.thread[rt]) & (o.ts <= t.runtime.ts[rt])
-                                    & (o.ts + o.dur >= t.runtime.ts[rt] + t.runtime.dur[rt]))
+            around = np.flatnonzero(
+                (o.thread == t.runtime.thread[rt])
+                & (o.ts <= t.runtime.ts[rt])
+                & (o.ts + o.dur >= t.runtime.ts[rt] + t.runtime.dur[rt])
+            )
             op = t.strings[int(o.name[around[np.argmin(o.dur[around])]])]
             assert op == "aten::cudnn_convolution_backward_input"
             assert f"launched by {op} [[], [32, " in detail
             assert f"via cudaLaunchKernel · stream 7 · correlation {corr}" in detail
             assert "External id" in detail
+
     asyncio.run(go())
 
 

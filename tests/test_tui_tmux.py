@@ -1,5 +1,6 @@
 """The real app in a real terminal: tmux runs `trainscope analyze` on a pseudo-terminal, the test
 reads the screen, presses keys, exports the report and quits."""
+
 from __future__ import annotations
 
 import shlex
@@ -13,8 +14,9 @@ import pytest
 from tests.conftest import KINETO
 
 TRACE = KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz"
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,
-                                reason="tmux is not installed (.ci/run installs it; apt-get install tmux)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it; apt-get install tmux)"
+)
 
 
 class Tmux:
@@ -40,8 +42,10 @@ class Tmux:
 def test_analyze_app_in_tmux_navigates_exports_and_quits(tmp_path):
     tmux = Tmux(f"trainscope-test-{tmp_path.name}")
     exit_file = tmp_path / "exit.txt"
-    cmd = (f"cd {shlex.quote(str(tmp_path))} && {shlex.quote(sys.executable)} -m trainscope analyze "
-           f"{shlex.quote(str(TRACE))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30")
+    cmd = (
+        f"cd {shlex.quote(str(tmp_path))} && {shlex.quote(sys.executable)} -m trainscope analyze "
+        f"{shlex.quote(str(TRACE))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30"
+    )
     tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", cmd)
     try:
         screen = tmux.wait_for("DATA-BOUND")
@@ -75,8 +79,10 @@ def test_quitting_while_the_trace_loads_exits_0(tmp_path):
     big = KINETO / "hta_a100_control.json.gz"  # ~1–2 s to load here: long enough to quit mid-way
     tmux = Tmux(f"trainscope-quit-{tmp_path.name}")
     exit_file = tmp_path / "exit.txt"
-    cmd = (f"{shlex.quote(sys.executable)} -m trainscope analyze {shlex.quote(str(big))}; "
-           f"echo $? > {shlex.quote(str(exit_file))}; sleep 30")
+    cmd = (
+        f"{shlex.quote(sys.executable)} -m trainscope analyze {shlex.quote(str(big))}; "
+        f"echo $? > {shlex.quote(str(exit_file))}; sleep 30"
+    )
     tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", cmd)
     try:
         tmux.wait_for("q quit")  # the loading screen's key line: the app is up and reading
@@ -98,11 +104,14 @@ def test_stopping_the_launched_job_from_the_dashboard_interrupts_it(tmp_path):
         "import signal, sys, time\n"
         f"def stop(*_):\n    open({str(marker)!r}, 'w').write('yes')\n    sys.exit(0)\n"
         "signal.signal(signal.SIGINT, stop)\n"
-        "time.sleep(120)\n")
+        "time.sleep(120)\n"
+    )
     tmux = Tmux(f"trainscope-watch-{tmp_path.name}")
     exit_file = tmp_path / "exit.txt"
-    cmd = (f"{shlex.quote(sys.executable)} -m trainscope watch --interval 0.5 -- "
-           f"{shlex.quote(sys.executable)} {shlex.quote(str(job))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30")
+    cmd = (
+        f"{shlex.quote(sys.executable)} -m trainscope watch --interval 0.5 -- "
+        f"{shlex.quote(sys.executable)} {shlex.quote(str(job))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30"
+    )
     tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "40", cmd)
     try:
         tmux.wait_for("q quit", timeout=60)
@@ -134,11 +143,14 @@ def test_q_in_watch_leaves_the_job_running(tmp_path):
         f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
         f"def stop(*_):\n    open({str(marker)!r}, 'w').write('yes')\n    sys.exit(0)\n"
         "signal.signal(signal.SIGINT, stop)\n"
-        "time.sleep(120)\n")
+        "time.sleep(120)\n"
+    )
     tmux = Tmux(f"trainscope-detach-{tmp_path.name}")
     exit_file = tmp_path / "exit.txt"
-    cmd = (f"{shlex.quote(sys.executable)} -m trainscope watch --interval 0.5 -- "
-           f"{shlex.quote(sys.executable)} {shlex.quote(str(job))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30")
+    cmd = (
+        f"{shlex.quote(sys.executable)} -m trainscope watch --interval 0.5 -- "
+        f"{shlex.quote(sys.executable)} {shlex.quote(str(job))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30"
+    )
     tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "40", cmd)
     pid = None
     try:

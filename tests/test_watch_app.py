@@ -1,4 +1,5 @@
 """The watch dashboard with injected samples and a fake clock: Pilot interaction and SVG snapshots."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,14 +15,48 @@ def data_bound_samples(n: int = 12) -> list[Snapshot]:
     out = []
     for i in range(n):
         util = 4.0 + (i % 3)
-        out.append(Snapshot(
-            t=float(i), dt=1.0, wall=1_700_000_000.0 + i,
-            gpus=(GpuSample(0, "NVIDIA H100 80GB HBM3", util, 2.0, 21 * GIB, 80 * GIB, 118.0, 700.0, 1980.0, 41.0,
-                            ("gpu_idle",), 1.2e8, 3.4e9, (GpuProcess(4242, 20 * GIB),), 3.5, 0.4, 1.8),),
-            host=HostSample(96.0, (97.0, 95.0, 96.0, 96.0), 0.4, 40 * GIB, 64 * GIB, 2.5e8,
-                            (ProcessGroup("main", 1, 35.0, 3 * GIB, (4242,)),
-                             ProcessGroup("workers", 4, 388.0, 6 * GIB, (4250, 4251, 4252, 4253)))),
-            step=StepSample(5, 640_000_000, 1_000_000_000, 150_000_000), step_mode="on"))
+        out.append(
+            Snapshot(
+                t=float(i),
+                dt=1.0,
+                wall=1_700_000_000.0 + i,
+                gpus=(
+                    GpuSample(
+                        0,
+                        "NVIDIA H100 80GB HBM3",
+                        util,
+                        2.0,
+                        21 * GIB,
+                        80 * GIB,
+                        118.0,
+                        700.0,
+                        1980.0,
+                        41.0,
+                        ("gpu_idle",),
+                        1.2e8,
+                        3.4e9,
+                        (GpuProcess(4242, 20 * GIB),),
+                        3.5,
+                        0.4,
+                        1.8,
+                    ),
+                ),
+                host=HostSample(
+                    96.0,
+                    (97.0, 95.0, 96.0, 96.0),
+                    0.4,
+                    40 * GIB,
+                    64 * GIB,
+                    2.5e8,
+                    (
+                        ProcessGroup("main", 1, 35.0, 3 * GIB, (4242,)),
+                        ProcessGroup("workers", 4, 388.0, 6 * GIB, (4250, 4251, 4252, 4253)),
+                    ),
+                ),
+                step=StepSample(5, 640_000_000, 1_000_000_000, 150_000_000),
+                step_mode="on",
+            )
+        )
     return out
 
 
@@ -95,8 +130,15 @@ def test_no_gpu_shows_the_reason_not_a_crash():
 
 
 async def _test_no_gpu_shows_the_reason_not_a_crash():
-    s = [Snapshot(t=float(i), dt=1.0, host=HostSample(50.0), notes=("NVML is not available (x): no NVIDIA driver or GPU",) if i == 0 else ())
-         for i in range(5)]
+    s = [
+        Snapshot(
+            t=float(i),
+            dt=1.0,
+            host=HostSample(50.0),
+            notes=("NVML is not available (x): no NVIDIA driver or GPU",) if i == 0 else (),
+        )
+        for i in range(5)
+    ]
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await inject(app, pilot, statuses(s))

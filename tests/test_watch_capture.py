@@ -6,6 +6,7 @@ The end-to-end tests run real CPU training jobs (tests/jobs/capture_job.py) unde
 asserts are on counts and strings (markers in the trace, the verdict line, exit codes, the job's
 own lines), never on timings. The dashboard test uses a scripted receiver and a recorded trace.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,8 +27,20 @@ CPU_TRACE = HERE / "data" / "kineto" / "hta_cpu_only.pt.trace.json.gz"
 
 
 def watch(tmp_path, *args: str, job_args: tuple[str, ...] = (), timeout: int = 240) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "trainscope", "watch", "--headless", "--interval", "0.25", *args, "--",
-           sys.executable, str(JOB), *job_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainscope",
+        "watch",
+        "--headless",
+        "--interval",
+        "0.25",
+        *args,
+        "--",
+        sys.executable,
+        str(JOB),
+        *job_args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
 
 
@@ -38,8 +51,16 @@ def profiler_steps(path: pathlib.Path) -> list[str]:
 
 def test_capture_at_seconds_writes_a_trace_of_n_steps_and_prints_its_verdict(tmp_path):
     cap_dir = tmp_path / "DIR"
-    p = watch(tmp_path, "--capture-steps", "3", "--capture-at", "3", "--capture-dir", str(cap_dir),
-              job_args=("--steps", "150", "--compute-ms", "30", "--lines", "5", "--exit", "3"))
+    p = watch(
+        tmp_path,
+        "--capture-steps",
+        "3",
+        "--capture-at",
+        "3",
+        "--capture-dir",
+        str(cap_dir),
+        job_args=("--steps", "150", "--compute-ms", "30", "--lines", "5", "--exit", "3"),
+    )
     assert p.returncode == 3, p.stderr[-2000:]  # the job's exit code, unchanged
     traces = sorted(cap_dir.glob("capture-1-pid*.pt.trace.json"))
     assert len(traces) == 1, list(cap_dir.iterdir())
@@ -53,16 +74,29 @@ def test_capture_at_seconds_writes_a_trace_of_n_steps_and_prints_its_verdict(tmp
     assert all(ln.startswith("trainscope:") for ln in p.stderr.splitlines() if ln.strip()), p.stderr[-2000:]
 
 
-@pytest.mark.parametrize("job_args,why", [
-    (("--own-profiler", "--steps", "150"), "own torch.profiler is running"),
-    (("--no-torch", "--steps", "100"), "has not iterated a torch DataLoader"),
-    (("--steps", "40", "--compute-ms", "40"), "the job exited after"),
-])
+@pytest.mark.parametrize(
+    "job_args,why",
+    [
+        (("--own-profiler", "--steps", "150"), "own torch.profiler is running"),
+        (("--no-torch", "--steps", "100"), "has not iterated a torch DataLoader"),
+        (("--steps", "40", "--compute-ms", "40"), "the job exited after"),
+    ],
+)
 def test_no_capture_ends_cleanly_with_one_line_saying_why(tmp_path, job_args, why):
     # Mid-capture exit: 200 steps asked of a job with 40 (the at-trigger waits for 8 of them).
     steps = "200" if "40" in job_args else "3"
-    p = watch(tmp_path, "--capture-steps", steps, "--capture-at", "0.5", "--capture-dir", str(tmp_path / "c"),
-              "--format", "json", job_args=(*job_args, "--exit", "0"))
+    p = watch(
+        tmp_path,
+        "--capture-steps",
+        steps,
+        "--capture-at",
+        "0.5",
+        "--capture-dir",
+        str(tmp_path / "c"),
+        "--format",
+        "json",
+        job_args=(*job_args, "--exit", "0"),
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     caps = [d for d in map(json.loads, p.stdout.splitlines()) if d["type"] == "capture"]
     assert len(caps) == 1 and caps[0]["status"] in ("refused", "aborted"), caps
@@ -86,10 +120,20 @@ class ScriptedReceiver:
         self.sent.append((pid, msg))
         if self.trace is not None:
             shutil.copy(self.trace, msg["path"])
-            self.replies += [{"type": "capture", "id": msg["id"], "status": "started", "pid": pid},
-                             {"type": "capture", "id": msg["id"], "status": "done", "pid": pid,
-                              "steps_ns": [30_000_000, 32_000_000, 31_000_000], "before_ns": [20_000_000] * 16,
-                              "start_ns": 5_000_000, "export_ns": 40_000_000, "time_limit": False}]
+            self.replies += [
+                {"type": "capture", "id": msg["id"], "status": "started", "pid": pid},
+                {
+                    "type": "capture",
+                    "id": msg["id"],
+                    "status": "done",
+                    "pid": pid,
+                    "steps_ns": [30_000_000, 32_000_000, 31_000_000],
+                    "before_ns": [20_000_000] * 16,
+                    "start_ns": 5_000_000,
+                    "export_ns": 40_000_000,
+                    "time_limit": False,
+                },
+            ]
         return True
 
     def drain_capture_messages(self):
@@ -142,8 +186,13 @@ async def _test_the_c_key_fills_the_capture_tab(tmp_path):
 
     rx = ScriptedReceiver(plain_trace(tmp_path))
     ctl = CaptureController(rx, str(tmp_path / "caps"), CaptureOptions(steps=3))
-    app = WatchApp(title="python train.py", interval=1.0, clock=lambda: 100.0, launched=True,
-                   on_capture=lambda: ctl.request("key", 5.0, "DATA-BOUND · step 200.0 ms"))
+    app = WatchApp(
+        title="python train.py",
+        interval=1.0,
+        clock=lambda: 100.0,
+        launched=True,
+        on_capture=lambda: ctl.request("key", 5.0, "DATA-BOUND · step 200.0 ms"),
+    )
     items = statuses(data_bound_samples())
     async with app.run_test(size=(140, 44)) as pilot:
         for st, s in items[:6]:
@@ -193,13 +242,35 @@ def test_pid_attach_with_the_opt_in_hook_captures_too(tmp_path):
         "import trainscope.collectors.step_hook as step_hook\n"
         "step_hook.install()\n"
         f"import runpy, sys\nsys.argv = ['capture_job', '--steps', '400', '--compute-ms', '30']\n"
-        f"runpy.run_path({str(JOB)!r}, run_name='__main__')\n")
+        f"runpy.run_path({str(JOB)!r}, run_name='__main__')\n"
+    )
     child = subprocess.Popen([sys.executable, str(job)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         cap_dir = tmp_path / "caps"
-        p = subprocess.run([sys.executable, "-m", "trainscope", "watch", "--pid", str(child.pid), "--headless",
-                            "--interval", "0.25", "--capture-steps", "3", "--capture-at", "1", "--capture-dir",
-                            str(cap_dir), "--duration", "60"], capture_output=True, text=True, timeout=240)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainscope",
+                "watch",
+                "--pid",
+                str(child.pid),
+                "--headless",
+                "--interval",
+                "0.25",
+                "--capture-steps",
+                "3",
+                "--capture-at",
+                "1",
+                "--capture-dir",
+                str(cap_dir),
+                "--duration",
+                "60",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert p.returncode == 0, p.stderr[-2000:]
         traces = list(cap_dir.glob(f"capture-1-pid{child.pid}.pt.trace.json"))
         assert len(traces) == 1 and len(profiler_steps(traces[0])) == 3, p.stdout[-2000:]
@@ -250,8 +321,9 @@ def test_a_replay_lists_the_capture_instants_of_the_recording():
     from trainscope.collectors.samples import Snapshot
     from trainscope.tui.watch_app import WatchApp
 
-    snaps = [Snapshot(t=float(i), dt=1.0, notes=("capture 1: started at 3.0 s (CPU)",) if i == 3 else ())
-             for i in range(6)]
+    snaps = [
+        Snapshot(t=float(i), dt=1.0, notes=("capture 1: started at 3.0 s (CPU)",) if i == 3 else ()) for i in range(6)
+    ]
     a = LiveAnalyzer()
     app = WatchApp(title="replay", replay=True, clock=lambda: 100.0)
     app.preload([(a.add(s), s) for s in snaps])

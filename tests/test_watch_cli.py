@@ -1,4 +1,5 @@
 """`trainscope watch` usage errors, bare/pid modes, the report and the Prometheus endpoint."""
+
 from __future__ import annotations
 
 import json
@@ -16,13 +17,16 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "trainscope", *args], capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--interval", "0.1", "--", "true"], "must be ≥ 0.25"),
-    (["--pid", "999999999"], "no process with pid"),
-    (["--pid", "1", "--", "true"], "choose one of"),
-    (["--replay", "/nonexistent.jsonl"], "no such file"),
-    (["--", "/nonexistent/binary"], "cannot start"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--interval", "0.1", "--", "true"], "must be ≥ 0.25"),
+        (["--pid", "999999999"], "no process with pid"),
+        (["--pid", "1", "--", "true"], "choose one of"),
+        (["--replay", "/nonexistent.jsonl"], "no such file"),
+        (["--", "/nonexistent/binary"], "cannot start"),
+    ],
+)
 def test_usage_errors_are_one_line_exit_2(args, message):
     p = cli("watch", *args)
     assert p.returncode == 2, p.stderr
@@ -37,18 +41,43 @@ def test_help_has_examples():
 def test_duration_stops_a_launched_job_and_says_so(tmp_path):
     p = cli("watch", "--help")
     assert "a job watch launched is then stopped as Ctrl-C would" in " ".join(p.stdout.split())
-    p = cli("watch", "--headless", "--interval", "0.25", "--duration", "1.5", "--",
-            sys.executable, "-c", "import time; time.sleep(60)")
+    p = cli(
+        "watch",
+        "--headless",
+        "--interval",
+        "0.25",
+        "--duration",
+        "1.5",
+        "--",
+        sys.executable,
+        "-c",
+        "import time; time.sleep(60)",
+    )
     assert p.returncode == 0, p.stderr  # ended on --duration's SIGINT as asked: not 130
     assert "--duration 1.5 s reached: sending SIGINT" in p.stderr
     # A job that handles the interrupt and exits its own way keeps its code.
-    p = cli("watch", "--headless", "--interval", "0.25", "--duration", "1.5", "--", sys.executable, "-c",
-            "import sys, time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    sys.exit(5)")
+    p = cli(
+        "watch",
+        "--headless",
+        "--interval",
+        "0.25",
+        "--duration",
+        "1.5",
+        "--",
+        sys.executable,
+        "-c",
+        "import sys, time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    sys.exit(5)",
+    )
     assert p.returncode == 5, p.stderr
 
 
-@pytest.mark.parametrize("cmd,text", [([], "no step timings (step mode off); launch the job with watch -- COMMAND"),
-                                      (["x"], "no step timings yet: the job has not iterated a torch DataLoader")])
+@pytest.mark.parametrize(
+    "cmd,text",
+    [
+        ([], "no step timings (step mode off); launch the job with watch -- COMMAND"),
+        (["x"], "no step timings yet: the job has not iterated a torch DataLoader"),
+    ],
+)
 def test_warm_up_step_text_matches_how_the_job_was_started(cmd, text):
     from trainscope.tui.watch_app import step_lines
 
@@ -60,8 +89,18 @@ def test_warm_up_step_text_matches_how_the_job_was_started(cmd, text):
 
 def test_job_exit_code_and_report(tmp_path):
     report = tmp_path / "r.md"
-    p = cli("watch", "--headless", "--interval", "0.25", "--report", str(report), "--",
-            sys.executable, "-c", "import time, sys; time.sleep(1.5); sys.exit(3)")
+    p = cli(
+        "watch",
+        "--headless",
+        "--interval",
+        "0.25",
+        "--report",
+        str(report),
+        "--",
+        sys.executable,
+        "-c",
+        "import time, sys; time.sleep(1.5); sys.exit(3)",
+    )
     assert p.returncode == 3, p.stderr
     text = report.read_text()
     assert text.startswith("# trainscope watch") and "job exit code 3" in text
@@ -71,7 +110,9 @@ def test_job_exit_code_and_report(tmp_path):
 def test_pid_attach_with_duration(tmp_path):
     job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"])
     try:
-        p = cli("watch", "--pid", str(job.pid), "--headless", "--format", "json", "--interval", "0.25", "--duration", "1.5")
+        p = cli(
+            "watch", "--pid", str(job.pid), "--headless", "--format", "json", "--interval", "0.25", "--duration", "1.5"
+        )
     finally:
         job.kill()
         job.wait()
@@ -85,9 +126,16 @@ def test_prometheus_exposition_and_server():
     from trainscope import api
     from trainscope.commands.watch import _serve_prometheus
 
-    snaps = [Snapshot(t=float(i), dt=1.0, gpus=(GpuSample(0, 'H100 "SXM"', 5.0, 1.0, 10, 100, power_w=None),),
-                      host=HostSample(95.0, (), 0.0, 1, 2, None, (ProcessGroup("workers", 2, 190.0, 5),)),
-                      step=StepSample(30, 600_000_000, 1_000_000_000)) for i in range(6)]
+    snaps = [
+        Snapshot(
+            t=float(i),
+            dt=1.0,
+            gpus=(GpuSample(0, 'H100 "SXM"', 5.0, 1.0, 10, 100, power_w=None),),
+            host=HostSample(95.0, (), 0.0, 1, 2, None, (ProcessGroup("workers", 2, 190.0, 5),)),
+            step=StepSample(30, 600_000_000, 1_000_000_000),
+        )
+        for i in range(6)
+    ]
     session = api.Watch()  # fed by hand: no sampler starts
     for s in snaps:
         session.add(s)

@@ -6,6 +6,7 @@ time-budgeted compute loop, so it holds on a loaded 2-core machine: sleeping nee
 compute budget is wall time. The job also logs its own data time (as timm does), an independent
 measurement to check trainscope's against.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,22 @@ JOB = pathlib.Path(__file__).parent / "jobs" / "train_job.py"
 
 
 def watch_job(tmp_path, *job_args: str, extra: tuple[str, ...] = ()) -> tuple[list[dict], dict, str]:
-    cmd = [sys.executable, "-m", "trainscope", "watch", "--headless", "--format", "json", "--interval", "0.25", *extra,
-           "--", sys.executable, str(JOB), *job_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainscope",
+        "watch",
+        "--headless",
+        "--format",
+        "json",
+        "--interval",
+        "0.25",
+        *extra,
+        "--",
+        sys.executable,
+        str(JOB),
+        *job_args,
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-2000:]
     lines = [json.loads(line) for line in p.stdout.splitlines()]  # stdout holds only JSON lines
@@ -46,8 +61,17 @@ def first_data_verdict(samples: list[dict]) -> float | None:
 # computes 6 ms and waits 14 ms: 14/20 = 70 %.
 @pytest.mark.parametrize("workers,load_ms,compute_ms,engineered", [(0, 2.0, 7.0, 16 / 23 * 100), (2, 5.0, 6.0, 70.0)])
 def test_slow_dataset_is_data_bound_with_the_engineered_wait(tmp_path, workers, load_ms, compute_ms, engineered):
-    samples, summary, err = watch_job(tmp_path, "--workers", str(workers), "--load-ms", str(load_ms),
-                                      "--compute-ms", str(compute_ms), "--seconds", "7")
+    samples, summary, err = watch_job(
+        tmp_path,
+        "--workers",
+        str(workers),
+        "--load-ms",
+        str(load_ms),
+        "--compute-ms",
+        str(compute_ms),
+        "--seconds",
+        "7",
+    )
     t_data = first_data_verdict(samples)
     # While the job still steps: its 7 s of steps hold the 2 s of step evidence a verdict needs. Time
     # is counted from the first step (a loaded machine can take many seconds to import torch, which
@@ -78,8 +102,9 @@ def test_fast_loader_compute_heavy_model_is_not_data_bound(tmp_path):
     # an idle machine, so the 5 % threshold stays several times away even when another process
     # preempts the job inside __next__ (the failure this replaced: a 25 ms step, 4 steps in the
     # window, one of them the start-up step, 5.03 %).
-    samples, summary, err = watch_job(tmp_path, "--workers", "0", "--load-ms", "0", "--compute-ms", "40",
-                                      "--seconds", "5")
+    samples, summary, err = watch_job(
+        tmp_path, "--workers", "0", "--load-ms", "0", "--compute-ms", "40", "--seconds", "5"
+    )
     assert first_data_verdict(samples) is None, [(s["t"], s["verdict"]["axis"]) for s in samples]
     assert summary["verdict"]["axis"] == "algorithm"
     # No comparison with the job's own log here: at a 1 % share both are dominated by when the

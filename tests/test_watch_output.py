@@ -1,6 +1,7 @@
 """The launched job's own output under `trainscope watch -- COMMAND`: whole and in order, beside the
 watch's lines (headless) or in the dashboard's Output tab and the terminal's scrollback after it
 closes; the exit code is the job's."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,25 @@ def numbered(text: str) -> list[str]:
 def test_headless_relays_every_line_of_the_job_in_order(tmp_path, fmt):
     job = tmp_path / "job.py"
     job.write_text(JOB.replace("{pause}", "0.005"))
-    p = subprocess.run([sys.executable, "-m", "trainscope", "watch", "--headless", "--format", fmt, "--interval",
-                        "0.25", "--", sys.executable, str(job)], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainscope",
+            "watch",
+            "--headless",
+            "--format",
+            fmt,
+            "--interval",
+            "0.25",
+            "--",
+            sys.executable,
+            str(job),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 4, p.stderr[-2000:]
     # text: the job's stdout is the watch's stdout; json: it goes to stderr so stdout holds only JSON lines
     where = p.stdout if fmt == "text" else p.stderr
@@ -40,8 +58,10 @@ def test_dashboard_keeps_the_jobs_output_for_the_scrollback(tmp_path):
     job = tmp_path / "job.py"
     job.write_text("import time\ntime.sleep(2)\n" + JOB.replace("{pause}", "0.01"))
     exit_file = tmp_path / "exit.txt"
-    cmd = (f"{shlex.quote(sys.executable)} -m trainscope watch --interval 0.5 -- {shlex.quote(sys.executable)} "
-           f"{shlex.quote(str(job))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30")
+    cmd = (
+        f"{shlex.quote(sys.executable)} -m trainscope watch --interval 0.5 -- {shlex.quote(sys.executable)} "
+        f"{shlex.quote(str(job))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30"
+    )
     tmux = Tmux(f"trainscope-output-{tmp_path.name}")
     tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "40", cmd)
     try:
@@ -65,8 +85,13 @@ def test_output_tab_shows_the_jobs_lines_and_digits_switch_tabs():
     lines = [f"line {i}/200" for i in range(1, 201)]
 
     async def go():
-        app = WatchApp(title="python train.py", interval=1.0, clock=lambda: 100.0, launched=True,
-                       output=lambda n: (lines[n:], len(lines)))
+        app = WatchApp(
+            title="python train.py",
+            interval=1.0,
+            clock=lambda: 100.0,
+            launched=True,
+            output=lambda n: (lines[n:], len(lines)),
+        )
         async with app.run_test(size=(120, 40)) as pilot:
             await pilot.press("2")
             await pilot.pause(0.6)
@@ -89,15 +114,31 @@ def test_the_job_outlives_a_killed_watcher_and_keeps_its_output(tmp_path):
 
     job = tmp_path / "job.py"
     done = tmp_path / "done.txt"
-    job.write_text("import time\n"
-                   "for i in range(1, 61):\n"
-                   "    print(f'line {i}/60', flush=True)\n"
-                   "    time.sleep(0.05)\n"
-                   f"open({str(done)!r}, 'w').write('finished')\n")
+    job.write_text(
+        "import time\n"
+        "for i in range(1, 61):\n"
+        "    print(f'line {i}/60', flush=True)\n"
+        "    time.sleep(0.05)\n"
+        f"open({str(done)!r}, 'w').write('finished')\n"
+    )
     out = tmp_path / "out.txt"
     with open(out, "wb") as f:
-        watcher = subprocess.Popen([sys.executable, "-m", "trainscope", "watch", "--headless", "--interval", "0.25",
-                                    "--", sys.executable, str(job)], stdout=f, stderr=subprocess.DEVNULL)
+        watcher = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "trainscope",
+                "watch",
+                "--headless",
+                "--interval",
+                "0.25",
+                "--",
+                sys.executable,
+                str(job),
+            ],
+            stdout=f,
+            stderr=subprocess.DEVNULL,
+        )
         end = time.monotonic() + 120
         while "line 1/60" not in out.read_text() and time.monotonic() < end:
             time.sleep(0.05)

@@ -1,6 +1,7 @@
 """Every rank of `watch -- torchrun …`: per-rank figures in the JSON lines, and the rank holding the
 others back named only with clear evidence (a real 2-process gloo job on the CPU; synthetic
 windows for the rule's edges)."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,31 @@ JOB = pathlib.Path(__file__).parent / "jobs" / "ddp_job.py"
 
 
 def test_torchrun_job_reports_every_rank_and_names_the_slow_one(tmp_path):
-    cmd = [sys.executable, "-m", "trainscope", "watch", "--headless", "--format", "json", "--interval", "0.25", "--",
-           sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(JOB),
-           "--seconds", "6", "--slow-rank", "1", "--load-ms", "5"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainscope",
+        "watch",
+        "--headless",
+        "--format",
+        "json",
+        "--interval",
+        "0.25",
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(JOB),
+        "--seconds",
+        "6",
+        "--slow-rank",
+        "1",
+        "--load-ms",
+        "5",
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     lines = [json.loads(ln) for ln in p.stdout.splitlines()]
@@ -43,9 +66,17 @@ def test_torchrun_job_reports_every_rank_and_names_the_slow_one(tmp_path):
 
 def window(waits_ms: dict[str, float], n: int = 12, step_ms: float = 50.0) -> list[Snapshot]:
     steps = 5
-    return [Snapshot(t=float(i), dt=1.0, ranks=tuple(
-        RankSample(r, 100 + k, steps, int(w * 1e6 * steps), int(step_ms * 1e6 * steps), 0, 2**28)
-        for k, (r, w) in enumerate(waits_ms.items()))) for i in range(n)]
+    return [
+        Snapshot(
+            t=float(i),
+            dt=1.0,
+            ranks=tuple(
+                RankSample(r, 100 + k, steps, int(w * 1e6 * steps), int(step_ms * 1e6 * steps), 0, 2**28)
+                for k, (r, w) in enumerate(waits_ms.items())
+            ),
+        )
+        for i in range(n)
+    ]
 
 
 def test_the_rule_names_a_rank_only_with_clear_evidence():
@@ -58,7 +89,7 @@ def test_the_rule_names_a_rank_only_with_clear_evidence():
     snaps = window({"0": 0.5, "1": 30.0}, n=6) + window({"0": 30.0, "1": 0.5}, n=6)
     assert rank_window(snaps, rules).straggler is None
     assert rank_window([Snapshot(t=0.0, dt=1.0)], rules) is None  # single process: no rank view
-    assert abs(binomial_tail(12, 12, 0.5) - 0.5 ** 12) < 1e-12 and abs(binomial_tail(0, 5, 0.3) - 1.0) < 1e-12
+    assert abs(binomial_tail(12, 12, 0.5) - 0.5**12) < 1e-12 and abs(binomial_tail(0, 5, 0.3) - 1.0) < 1e-12
 
 
 def test_each_rank_gets_the_gpu_nvml_lists_it_on():
@@ -83,8 +114,10 @@ def test_each_rank_gets_the_gpu_nvml_lists_it_on():
         available = True
 
         def sample(self):
-            return (GpuSample(0, "G", 97.0, processes=(GpuProcess(11, 3 * 2**30),)),
-                    GpuSample(1, "G", 41.0, processes=(GpuProcess(12, 5 * 2**30),)))
+            return (
+                GpuSample(0, "G", 97.0, processes=(GpuProcess(11, 3 * 2**30),)),
+                GpuSample(1, "G", 41.0, processes=(GpuProcess(12, 5 * 2**30),)),
+            )
 
         def drain_notes(self):
             return []
@@ -108,7 +141,6 @@ def test_each_rank_gets_the_gpu_nvml_lists_it_on():
 
 def test_pid_of_a_launcher_sees_its_ranks_through_the_opt_in_hook(tmp_path):
     """`watch --pid <launcher>`: ranks that call step_hook.install() find the launcher's watcher."""
-    import os
     import time
 
     rank = tmp_path / "rank.py"
@@ -117,19 +149,38 @@ def test_pid_of_a_launcher_sees_its_ranks_through_the_opt_in_hook(tmp_path):
         "step_hook.install()\n"
         "import runpy, sys\n"
         f"sys.argv = ['capture_job', '--steps', '500', '--compute-ms', '20']\n"
-        f"runpy.run_path({str(pathlib.Path(__file__).parent / 'jobs' / 'capture_job.py')!r}, run_name='__main__')\n")
+        f"runpy.run_path({str(pathlib.Path(__file__).parent / 'jobs' / 'capture_job.py')!r}, run_name='__main__')\n"
+    )
     launcher = tmp_path / "launch.py"
     launcher.write_text(
         "import os, subprocess, sys\n"
         f"procs = [subprocess.Popen([sys.executable, {str(rank)!r}], env={{**os.environ, 'RANK': str(r), "
         "'LOCAL_RANK': str(r), 'WORLD_SIZE': '2'}, stdout=subprocess.DEVNULL) for r in range(2)]\n"
-        "sys.exit(max(p.wait() for p in procs))\n")
+        "sys.exit(max(p.wait() for p in procs))\n"
+    )
     job = subprocess.Popen([sys.executable, str(launcher)])
     try:
         time.sleep(0.5)
-        p = subprocess.run([sys.executable, "-m", "trainscope", "watch", "--pid", str(job.pid), "--headless",
-                            "--format", "json", "--interval", "0.25", "--duration", "90"],
-                           capture_output=True, text=True, timeout=240)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainscope",
+                "watch",
+                "--pid",
+                str(job.pid),
+                "--headless",
+                "--format",
+                "json",
+                "--interval",
+                "0.25",
+                "--duration",
+                "90",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert p.returncode == 0, p.stderr[-2000:]
         summary = json.loads(p.stdout.splitlines()[-1])
         ranks = {r["rank"]: r for r in summary["ranks"]["ranks"]}

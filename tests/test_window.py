@@ -1,5 +1,6 @@
 """The analysis window: the span of GPU activity without step markers, step-like ranges that tile
 the GPU work, stub steps set apart. Cross-checked against the raw events."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,9 @@ GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 
 
 def _gpu_span_us(name):
-    evs = [e for e in raw_document(name)["traceEvents"] if e.get("ph") == "X" and str(e.get("cat", "")).lower() in GPU_CATS]
+    evs = [
+        e for e in raw_document(name)["traceEvents"] if e.get("ph") == "X" and str(e.get("cat", "")).lower() in GPU_CATS
+    ]
     kernel_us = sum(e["dur"] for e in evs if e["cat"].lower() == "kernel")
     return min(e["ts"] for e in evs), max(e["ts"] + e["dur"] for e in evs), kernel_us
 
@@ -36,8 +39,13 @@ def test_without_step_markers_the_window_is_the_gpu_span():
 
 def test_stub_profiler_step_is_dropped_and_named():
     name = "hta_mi250_minitoy_train.json.gz"
-    steps = {e["name"]: e["dur"] for e in raw_document(name)["traceEvents"]
-             if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X" and e.get("cat") == "user_annotation"}
+    steps = {
+        e["name"]: e["dur"]
+        for e in raw_document(name)["traceEvents"]
+        if str(e.get("name", "")).startswith("ProfilerStep#")
+        and e.get("ph") == "X"
+        and e.get("cat") == "user_annotation"
+    }
     assert len(steps) >= 2 and min(steps.values()) < 0.1 * max(steps.values())
     stub = min(steps, key=steps.get)
     from trainscope.collectors import open_traces

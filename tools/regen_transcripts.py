@@ -17,6 +17,7 @@ whose figures include HTA's own timings). Every other transcript is listed with 
 
 ``tests/test_readme.py`` runs the check, so a change of output fails until the docs follow.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,19 @@ def _skip_reason(command: str) -> str | None:
         return "a live session: its samples differ run to run"
     if "--deep" in words:
         return "--deep prints HTA's own timings"
-    paths = [w for w in words[2:] if not w.startswith("-") and ("/" in w or re.search(r"\.(json|gz|sqlite|pickle|csv|"
-                                                                                     r"jsonl|pt|nsys-rep)$", w))]
+    paths = [
+        w
+        for w in words[2:]
+        if not w.startswith("-")
+        and (
+            "/" in w
+            or re.search(
+                r"\.(json|gz|sqlite|pickle|csv|"
+                r"jsonl|pt|nsys-rep)$",
+                w,
+            )
+        )
+    ]
     if not paths:
         return None
     if not all((ROOT / p).exists() for p in paths):
@@ -83,7 +95,7 @@ def transcripts(doc: Path) -> list[Transcript]:
             while j < len(lines) and not lines[j].startswith("$ "):
                 j += 1
             command = lines[i][2:].rstrip("\n")
-            shown = [ln.rstrip("\n") for ln in lines[i + 1:j]]
+            shown = [ln.rstrip("\n") for ln in lines[i + 1 : j]]
             start = offsets[i + 1] if i + 1 < len(lines) else pos
             end = offsets[j] if j < len(lines) else pos
             out.append(Transcript(doc, command, start, end, shown, _skip_reason(command)))
@@ -94,8 +106,9 @@ def transcripts(doc: Path) -> list[Transcript]:
 def run(command: str) -> list[str]:
     env = dict(os.environ, NO_COLOR="1", COLUMNS="100", TERM="dumb")
     words = shlex.split(command.split(" #")[0])
-    p = subprocess.run([sys.executable, "-m", "trainscope", *words[1:]], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "trainscope", *words[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     return (p.stdout + p.stderr).splitlines()
 
 
@@ -129,7 +142,7 @@ def regenerate(shown: list[str], real: list[str]) -> list[str]:
             while rest and not rest[-1].strip():
                 rest.pop()
             seg = seg + [""] * max(0, len(rest) - len(seg))
-            seg = seg[:len(rest)]
+            seg = seg[: len(rest)]
         for off, ln in enumerate(seg):
             new = real[at + off] if at + off < len(real) else ""
             if ln.endswith(ELLIPSIS) and len(ln) > 1:
@@ -165,8 +178,11 @@ def main(argv: list[str] | None = None) -> int:
                 stale += 1
                 print(f"{'stale' if args.check else 'updated'}    {where}")
                 if args.check:
-                    sys.stdout.writelines(difflib.unified_diff([x + "\n" for x in t.shown], [x + "\n" for x in new],
-                                                               "docs", "program", n=1))
+                    sys.stdout.writelines(
+                        difflib.unified_diff(
+                            [x + "\n" for x in t.shown], [x + "\n" for x in new], "docs", "program", n=1
+                        )
+                    )
                 edits.append((t.start, t.end, "".join(x + "\n" for x in new)))
             else:
                 print(f"current  {where}")

@@ -1,4 +1,5 @@
 """Row-by-row construction of the columnar model: per-column Python lists, frozen to numpy once."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -6,8 +7,21 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from trainscope.traces.model import (Annotations, Column, Copies, Counters, CpuOps, Device, Kernels, MemoryEvents,
-                                     Memsets, RuntimeCalls, Table, Thread, Trace)
+from trainscope.traces.model import (
+    Annotations,
+    Column,
+    Copies,
+    Counters,
+    CpuOps,
+    Device,
+    Kernels,
+    MemoryEvents,
+    Memsets,
+    RuntimeCalls,
+    Table,
+    Thread,
+    Trace,
+)
 
 _T = TypeVar("_T", bound=Table)
 
@@ -88,8 +102,10 @@ class TableBuilder(Generic[_T]):
                     bad.add(i)
         self.skipped += len(bad)
         keep = [i for i in range(n) if i not in bad]
-        return [np.array([col[i] for i in keep], dtype=dt) if keep else np.empty(0, dt)
-                for col, dt in zip(self.columns, dtypes)]
+        return [
+            np.array([col[i] for i in keep], dtype=dt) if keep else np.empty(0, dt)
+            for col, dt in zip(self.columns, dtypes)
+        ]
 
 
 class _Skips(Protocol):
@@ -100,8 +116,14 @@ class _Skips(Protocol):
 def skipped_warning(builders: Iterable[_Skips], what: str = "events") -> list[str]:
     """The one warning for every row the builders dropped (empty when none was)."""
     n = sum(b.skipped for b in builders)
-    return [f"{n:,} {what} skipped: a value beyond what the trace model stores (an integer beyond 64 bits, "
-            "a device or GPU index beyond 16 bits)"] if n else []
+    return (
+        [
+            f"{n:,} {what} skipped: a value beyond what the trace model stores (an integer beyond 64 bits, "
+            "a device or GPU index beyond 16 bits)"
+        ]
+        if n
+        else []
+    )
 
 
 class ChunkedTableBuilder(TableBuilder[_T]):
@@ -142,13 +164,19 @@ class TraceBuilder:
     markers, CPU operators, launch calls linked to their kernels, copies and memsets by correlation
     id, on one rank. Times are ns from the trace's origin."""
 
-    def __init__(self, source: str = "synthetic", rank: int | None = None, device_name: str = "NVIDIA A100-SXM4-80GB") -> None:
+    def __init__(
+        self, source: str = "synthetic", rank: int | None = None, device_name: str = "NVIDIA A100-SXM4-80GB"
+    ) -> None:
         self.source, self.rank = source, rank
         self.strings = StringTable()
         self.devices = [Device(0, device_name, "nvidia", 80 << 30, 108, "8.0")]
         self.threads = [Thread("1", "1", "python")]
         self.kernels, self.copies, self.memsets = TableBuilder(Kernels), TableBuilder(Copies), TableBuilder(Memsets)
-        self.runtime, self.cpu_ops, self.annotations = TableBuilder(RuntimeCalls), TableBuilder(CpuOps), TableBuilder(Annotations)
+        self.runtime, self.cpu_ops, self.annotations = (
+            TableBuilder(RuntimeCalls),
+            TableBuilder(CpuOps),
+            TableBuilder(Annotations),
+        )
         self._corr = 0
 
     def step(self, n: int, ts: int, dur: int, device: int = -1) -> None:
@@ -170,21 +198,41 @@ class TraceBuilder:
     def kernel(self, name: str, ts: int, dur: int, correlation: int, stream: int = 7, device: int = 0) -> None:
         self.kernels.add(ts, dur, device, stream, self.strings.intern(name), correlation)
 
-    def copy(self, ts: int, dur: int, nbytes: int, correlation: int, kind: int = 1, stream: int = 7,
-             device: int = 0) -> None:
+    def copy(
+        self, ts: int, dur: int, nbytes: int, correlation: int, kind: int = 1, stream: int = 7, device: int = 0
+    ) -> None:
         """``kind`` indexes ``COPY_KINDS`` (1: HtoD); source pinned host, destination device."""
         self.copies.add(ts, dur, device, stream, kind, 2, 3, nbytes, correlation)
 
     def build(self) -> Trace:
-        return Trace(source=self.source, format="kineto", origin_ns=0, strings=list(self.strings.strings),
-                     devices=list(self.devices), threads=list(self.threads), kernels=self.kernels.build(),
-                     copies=self.copies.build(), memsets=self.memsets.build(), runtime=self.runtime.build(),
-                     cpu_ops=self.cpu_ops.build(), annotations=self.annotations.build(),
-                     memory=MemoryEvents.empty(), counters=Counters.empty(), rank=self.rank)
+        return Trace(
+            source=self.source,
+            format="kineto",
+            origin_ns=0,
+            strings=list(self.strings.strings),
+            devices=list(self.devices),
+            threads=list(self.threads),
+            kernels=self.kernels.build(),
+            copies=self.copies.build(),
+            memsets=self.memsets.build(),
+            runtime=self.runtime.build(),
+            cpu_ops=self.cpu_ops.build(),
+            annotations=self.annotations.build(),
+            memory=MemoryEvents.empty(),
+            counters=Counters.empty(),
+            rank=self.rank,
+        )
 
 
-def training_trace(steps: int = 4, wait_us: int = 8_000, kernels: int = 20, kernel_us: int = 300,
-                   streams: int = 1, copy_us: int = 200, rank: int | None = None) -> Trace:
+def training_trace(
+    steps: int = 4,
+    wait_us: int = 8_000,
+    kernels: int = 20,
+    kernel_us: int = 300,
+    streams: int = 1,
+    copy_us: int = 200,
+    rank: int | None = None,
+) -> Trace:
     """A synthetic training run: per step, a DataLoader wait of ``wait_us``, one host-to-device copy
     of the batch, then ``kernels`` launches whose kernels (GEMM and elementwise, alternating) run back
     to back on ``streams`` streams, each kernel ``kernel_us`` long; the step ends 100 µs after its

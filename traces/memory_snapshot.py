@@ -1,18 +1,28 @@
 """The CUDA memory snapshot model (``torch.cuda.memory._dump_snapshot``, as read by
 :mod:`trainscope.collectors.snapshot`): the allocator's segments and blocks, and each device's
 recorded allocator events, columnar."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
 Frame = dict[str, Any]  # {name, filename, line}
 
-ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
-           "segment_unmap", "oom", "snapshot", "other")
+ACTIONS = (
+    "alloc",
+    "free_requested",
+    "free_completed",
+    "segment_alloc",
+    "segment_free",
+    "segment_map",
+    "segment_unmap",
+    "oom",
+    "snapshot",
+    "other",
+)
 
 
 @dataclass

@@ -1,13 +1,22 @@
 """The memory timeline model (``torch.profiler.profile.export_memory_timeline``, as read by
 :mod:`trainscope.collectors.memory_timeline`): bytes per category over time."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-CATEGORIES = ("parameter", "optimizer_state", "input", "temporary", "activation", "gradient", "autograd_detail",
-              "unknown")
+CATEGORIES = (
+    "parameter",
+    "optimizer_state",
+    "input",
+    "temporary",
+    "activation",
+    "gradient",
+    "autograd_detail",
+    "unknown",
+)
 
 
 @dataclass

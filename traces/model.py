@@ -8,6 +8,7 @@ Times are int64 nanoseconds relative to ``Trace.origin_ns`` (an absolute timesta
 float microsecond timestamps from newer Kineto versions keep their nanosecond precision and
 ranks of one job can be aligned by origin.
 """
+
 from __future__ import annotations
 
 import typing
@@ -70,8 +71,11 @@ class Table:
         super().__init_subclass__(**kwargs)
         hints = typing.get_type_hints(cls, include_extras=True)
         own = [n for n in cls.__dict__.get("__annotations__", {}) if n in hints]
-        declared = {n: hints[n].__metadata__[0] for n in own
-                    if typing.get_origin(hints[n]) is Annotated and isinstance(hints[n].__metadata__[0], np.dtype)}
+        declared = {
+            n: hints[n].__metadata__[0]
+            for n in own
+            if typing.get_origin(hints[n]) is Annotated and isinstance(hints[n].__metadata__[0], np.dtype)
+        }
         if declared:
             cls.FIELDS = declared
 

@@ -16,6 +16,7 @@ text through here:
 - :func:`markup_safe` — :func:`visible`, then Rich markup escaped, for strings the apps hand to
   widgets that interpret markup.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,17 +58,26 @@ def visible_lines(s: str) -> str:
 _MULTILINE_KEYS = frozenset({"change"})
 
 
-def _walk(obj: Any, on_str: Callable[[str], Any], on_float: Callable[[float], Any],
-          multiline: Callable[[str], str] | None = None) -> Any:
+def _walk(
+    obj: Any,
+    on_str: Callable[[str], Any],
+    on_float: Callable[[float], Any],
+    multiline: Callable[[str], str] | None = None,
+) -> Any:
     t = type(obj)
     if isinstance(obj, str):
         return on_str(obj)
     if isinstance(obj, float):
         return on_float(obj)
     if t is dict:
-        return {(on_str(k) if isinstance(k, str) else k):
-                (multiline(v) if multiline and k in _MULTILINE_KEYS and isinstance(v, str)
-                 else _walk(v, on_str, on_float, multiline)) for k, v in obj.items()}
+        return {
+            (on_str(k) if isinstance(k, str) else k): (
+                multiline(v)
+                if multiline and k in _MULTILINE_KEYS and isinstance(v, str)
+                else _walk(v, on_str, on_float, multiline)
+            )
+            for k, v in obj.items()
+        }
     if t in (list, tuple):
         return [_walk(v, on_str, on_float, multiline) for v in obj]
     return obj

@@ -6,6 +6,7 @@ snapshot flattens to ``(device, name, value)`` counter rows and back, so a recor
 columnar :class:`~trainscope.traces.model.Counters` table and replays from it losslessly (for the
 numeric fields the analyzer reads).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
@@ -140,20 +141,40 @@ class Snapshot:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Snapshot":
         """Rebuild from :meth:`to_dict` output; unknown keys are ignored (newer recordings)."""
-        gpus = tuple(_build(GpuSample, g, processes=lambda ps: None if ps is None else
-                            tuple(_build(GpuProcess, p) for p in ps),
-                            clock_events=lambda c: None if c is None else tuple(c))
-                     for g in d.get("gpus") or ())
+        gpus = tuple(
+            _build(
+                GpuSample,
+                g,
+                processes=lambda ps: None if ps is None else tuple(_build(GpuProcess, p) for p in ps),
+                clock_events=lambda c: None if c is None else tuple(c),
+            )
+            for g in d.get("gpus") or ()
+        )
         h = d.get("host")
-        host = None if h is None else _build(
-            HostSample, h, per_core=lambda c: tuple(c or ()),
-            groups=lambda gs: tuple(_build(ProcessGroup, g, pids=lambda p: tuple(p or ())) for g in gs or ()))
+        host = (
+            None
+            if h is None
+            else _build(
+                HostSample,
+                h,
+                per_core=lambda c: tuple(c or ()),
+                groups=lambda gs: tuple(_build(ProcessGroup, g, pids=lambda p: tuple(p or ())) for g in gs or ()),
+            )
+        )
         s = d.get("step")
         step = None if s is None else _build(StepSample, s)
         ranks = tuple(_build(RankSample, r) for r in d.get("ranks") or ())
-        return cls(t=float(d["t"]), dt=float(d["dt"]), wall=float(d.get("wall", 0.0)), gpus=gpus, host=host,
-                   step=step, step_mode=str(d.get("step_mode", "off")), notes=tuple(d.get("notes") or ()),
-                   ranks=ranks)
+        return cls(
+            t=float(d["t"]),
+            dt=float(d["dt"]),
+            wall=float(d.get("wall", 0.0)),
+            gpus=gpus,
+            host=host,
+            step=step,
+            step_mode=str(d.get("step_mode", "off")),
+            notes=tuple(d.get("notes") or ()),
+            ranks=ranks,
+        )
 
 
 def _build(cls: Any, d: dict[str, Any], **convert: Callable[[Any], Any]) -> Any:
@@ -169,8 +190,21 @@ def _build(cls: Any, d: dict[str, Any], **convert: Callable[[Any], Any]) -> Any:
 
 # --- flattening to counter rows (the Trace model's Counters table) ------------------------------
 
-_GPU_COUNTERS = ("util_gpu", "util_mem", "mem_used", "mem_total", "power_w", "power_limit_w", "sm_clock_mhz",
-                 "temperature_c", "pcie_tx_bps", "pcie_rx_bps", "sm_util", "tensor_util", "dram_bw_util")
+_GPU_COUNTERS = (
+    "util_gpu",
+    "util_mem",
+    "mem_used",
+    "mem_total",
+    "power_w",
+    "power_limit_w",
+    "sm_clock_mhz",
+    "temperature_c",
+    "pcie_tx_bps",
+    "pcie_rx_bps",
+    "sm_util",
+    "tensor_util",
+    "dram_bw_util",
+)
 _HOST_COUNTERS = ("cpu_pct", "iowait_pct", "mem_used", "mem_total", "disk_read_bps")
 _GROUP_COUNTERS = ("count", "cpu_pct", "rss")
 _STEP_COUNTERS = ("steps", "wait_ns", "step_ns", "max_wait_ns")
@@ -201,7 +235,9 @@ def counter_rows(s: Snapshot) -> Iterable[tuple[int, str, float]]:
             yield HOST_DEVICE, f"step.{name}", float(getattr(s.step, name))
 
 
-def snapshot_from_counters(t: float, rows: Iterable[tuple[int, str, float]], names: dict[int, str] | None = None) -> Snapshot:
+def snapshot_from_counters(
+    t: float, rows: Iterable[tuple[int, str, float]], names: dict[int, str] | None = None
+) -> Snapshot:
     """The inverse of :func:`counter_rows` for one sample time (names and per-core lists are not kept)."""
     gpu: dict[int, dict[str, Any]] = {}
     host: dict[str, Any] = {}
@@ -224,19 +260,37 @@ def snapshot_from_counters(t: float, rows: Iterable[tuple[int, str, float]], nam
             role, _, metric = rest.partition(".")
             if metric in _GROUP_COUNTERS:
                 groups.setdefault(role, {"role": role, "count": 0, "cpu_pct": None, "rss": None})[metric] = (
-                    value if metric == "cpu_pct" else int(value))
+                    value if metric == "cpu_pct" else int(value)
+                )
         elif kind == "step" and rest in _STEP_COUNTERS:
             step[rest] = int(value)
     hs = None
     if host or groups:
         hs = HostSample(**host, groups=tuple(ProcessGroup(**g) for g in groups.values()))
     st = StepSample(**step) if {"steps", "wait_ns", "step_ns"} <= set(step) else None
-    return Snapshot(t=t, dt=dt, gpus=tuple(GpuSample(**gpu[k]) for k in sorted(gpu)), host=hs, step=st,
-                    step_mode="on" if st is not None else "off")
+    return Snapshot(
+        t=t,
+        dt=dt,
+        gpus=tuple(GpuSample(**gpu[k]) for k in sorted(gpu)),
+        host=hs,
+        step=st,
+        step_mode="on" if st is not None else "off",
+    )
 
 
-__all__ = ["GpuProcess", "GpuSample", "HostSample", "ProcessGroup", "Snapshot", "StepSample", "HOST_DEVICE",
-           "THROTTLE_REASONS", "counter_rows", "snapshot_from_counters", "trace_snapshots"]
+__all__ = [
+    "GpuProcess",
+    "GpuSample",
+    "HostSample",
+    "ProcessGroup",
+    "Snapshot",
+    "StepSample",
+    "HOST_DEVICE",
+    "THROTTLE_REASONS",
+    "counter_rows",
+    "snapshot_from_counters",
+    "trace_snapshots",
+]
 
 
 def trace_snapshots(trace: "Trace") -> list["Snapshot"]:

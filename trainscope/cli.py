@@ -6,6 +6,7 @@ Each subcommand lives in ``trainscope/commands/<name>.py`` with ``register(subpa
 Exit codes (trainscope.api.describe maps errors to them): 0 success, 2 bad input or usage, 3 regression (diff gate), 1 internal error (with a one-line message;
 ``TRAINSCOPE_DEBUG=1`` shows the traceback), 130 interrupted.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="trainscope", description="Find out why a deep-learning training run is slow: "
-                "data-bound, memory-bound or compute-bound (the D·A·M taxonomy), with the evidence and ranked fixes.")
+    p = _Parser(
+        prog="trainscope",
+        description="Find out why a deep-learning training run is slow: "
+        "data-bound, memory-bound or compute-bound (the D·A·M taxonomy), with the evidence and ranked fixes.",
+    )
     p.add_argument("--version", action="version", version=f"trainscope {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for command in COMMANDS:

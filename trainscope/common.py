@@ -1,6 +1,7 @@
 """What every command shares: the progress line, argument types, the one-line failure and the
 document's output (atomic writes and JSON live in :mod:`trainscope.reports.output`, errors and
 exit codes in :mod:`trainscope.api.errors`)."""
+
 from __future__ import annotations
 
 import argparse
@@ -66,10 +67,14 @@ def positive_float(text: str) -> float:
 
 def add_input_limit_args(p: argparse.ArgumentParser) -> None:
     """``--max-decompressed``: the one flag for the decompression cap (collectors/readers.py)."""
-    p.add_argument("--max-decompressed", metavar="SIZE", type=_size_arg,
-                   help="largest decompressed size of a .gz input (default 4GiB, and at most 100× the compressed "
-                        "size: a gzip bomb is refused); setting it lifts the 100× check. Also "
-                        "TRAINSCOPE_MAX_DECOMPRESSED=SIZE")
+    p.add_argument(
+        "--max-decompressed",
+        metavar="SIZE",
+        type=_size_arg,
+        help="largest decompressed size of a .gz input (default 4GiB, and at most 100× the compressed "
+        "size: a gzip bomb is refused); setting it lifts the 100× check. Also "
+        "TRAINSCOPE_MAX_DECOMPRESSED=SIZE",
+    )
 
 
 def _size_arg(text: str) -> int:
@@ -109,8 +114,10 @@ def emit_document(doc: dict, args, render_text, render_markdown, render_report=N
             return render_report(path)
         return render_markdown(shown)
 
-    for path, render in ((getattr(args, "report", None), report_text),
-                         (getattr(args, "json_out", None), lambda _p: to_json(doc))):
+    for path, render in (
+        (getattr(args, "report", None), report_text),
+        (getattr(args, "json_out", None), lambda _p: to_json(doc)),
+    ):
         if path:
             try:
                 write_atomic(path, render(path))
@@ -121,7 +128,9 @@ def emit_document(doc: dict, args, render_text, render_markdown, render_report=N
     elif args.format == "markdown":
         sys.stdout.write(render_markdown(shown))
     else:
-        color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+        color = args.color == "always" or (
+            args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        )
         sys.stdout.write(render_text(shown, color=color))
     sys.stdout.flush()
     return EXIT_OK

@@ -11,6 +11,7 @@ the directory as ``tensorboard_trace_handler`` does (``trainscope analyze DIR`` 
 it) and print the verdict line. The libraries are optional: each factory imports its own, and says
 so in one line when it is missing.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,9 +26,18 @@ class StepProfiler:
     """``torch.profiler`` over steps ``wait`` … ``wait + warmup + active``, driven by ``step()``;
     the trace goes through :func:`trainscope.api.on_trace_ready`."""
 
-    def __init__(self, dir_name: str | os.PathLike = "traces", *, wait: int = 1, warmup: int = 1, active: int = 3,
-                 print_verdict: bool = True, printer: Callable[[str], None] | None = None,
-                 record_shapes: bool = False, with_stack: bool = False) -> None:
+    def __init__(
+        self,
+        dir_name: str | os.PathLike = "traces",
+        *,
+        wait: int = 1,
+        warmup: int = 1,
+        active: int = 3,
+        print_verdict: bool = True,
+        printer: Callable[[str], None] | None = None,
+        record_shapes: bool = False,
+        with_stack: bool = False,
+    ) -> None:
         self.dir_name = os.fspath(dir_name)
         self.wait, self.warmup, self.active = wait, warmup, active
         self.handler = api.on_trace_ready(self.dir_name, print_verdict=print_verdict, printer=printer)
@@ -47,9 +57,13 @@ class StepProfiler:
         if self._prof is not None:
             return
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-        self._prof = profile(activities=activities, record_shapes=self.record_shapes, with_stack=self.with_stack,
-                             schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
-                             on_trace_ready=self.handler)
+        self._prof = profile(
+            activities=activities,
+            record_shapes=self.record_shapes,
+            with_stack=self.with_stack,
+            schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.active, repeat=1),
+            on_trace_ready=self.handler,
+        )
         self._prof.__enter__()
         self._steps = 0
 

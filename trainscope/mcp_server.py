@@ -6,6 +6,7 @@ free-form guess. The server reads only paths under the ``--root`` directories (s
 resolved first; a directory of rank traces is checked file by file), opens the run history
 read-only, and writes nothing. Needs the ``mcp`` extra (``pip install 'trainscope-dam[mcp]'``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,6 +31,7 @@ INSTRUCTIONS = (
 
 
 # -- typed results ---------------------------------------------------------------------------------
+
 
 class Evidence(BaseModel):
     metric: str
@@ -215,6 +217,7 @@ class Runs(BaseModel):
 
 # -- paths ---------------------------------------------------------------------------------------------
 
+
 class Roots:
     """The directories the server may read. A path is resolved (symbolic links followed) and must lie
     in one of them; a directory must hold nothing that resolves outside."""
@@ -248,14 +251,23 @@ class Roots:
 
 # -- the server ---------------------------------------------------------------------------------------
 
+
 def _finding(f: dict) -> Finding:
-    return Finding(**{k: f.get(k) for k in ("id", "axis", "severity", "title", "stake_pct")},
-                   detail=f.get("detail") or "", evidence=[Evidence(**e) for e in f.get("evidence", [])])
+    return Finding(
+        **{k: f.get(k) for k in ("id", "axis", "severity", "title", "stake_pct")},
+        detail=f.get("detail") or "",
+        evidence=[Evidence(**e) for e in f.get("evidence", [])],
+    )
 
 
 def _fix(r: dict) -> Fix:
-    return Fix(**{k: r.get(k) for k in ("rank", "id", "finding", "title", "change", "projected_speedup",
-                                        "projected_step_ms", "bound")}, basis=r.get("basis") or "")
+    return Fix(
+        **{
+            k: r.get(k)
+            for k in ("rank", "id", "finding", "title", "change", "projected_speedup", "projected_step_ms", "bound")
+        },
+        basis=r.get("basis") or "",
+    )
 
 
 def analysis_result(report: Any, path: str) -> Analysis:
@@ -266,19 +278,47 @@ def analysis_result(report: Any, path: str) -> Analysis:
     b = d["breakdown"]
     sinks = d.get("sinks") or {}
     return Analysis(
-        source=path, format=d["input"]["format"], rank=d.get("rank"), ranks=d["input"]["traces"],
-        device=(d.get("device") or {}).get("name"), steps=len(d["steps"]), steps_method=d["steps_method"],
-        step_time_ms=StepTimes(**b["step_time_ms"]), gpu_busy_pct=b["gpu_busy_pct"], data_wait_pct=b["data_wait_pct"],
-        verdict=Verdict(axis=v["axis"], bottleneck=v["bottleneck"], confidence=v["confidence"], headline=headline(d),
-                        summary=v["summary"], evidence=[Evidence(**e) for e in v["evidence"]],
-                        runner_up=v.get("runner_up")),
+        source=path,
+        format=d["input"]["format"],
+        rank=d.get("rank"),
+        ranks=d["input"]["traces"],
+        device=(d.get("device") or {}).get("name"),
+        steps=len(d["steps"]),
+        steps_method=d["steps_method"],
+        step_time_ms=StepTimes(**b["step_time_ms"]),
+        gpu_busy_pct=b["gpu_busy_pct"],
+        data_wait_pct=b["data_wait_pct"],
+        verdict=Verdict(
+            axis=v["axis"],
+            bottleneck=v["bottleneck"],
+            confidence=v["confidence"],
+            headline=headline(d),
+            summary=v["summary"],
+            evidence=[Evidence(**e) for e in v["evidence"]],
+            runner_up=v.get("runner_up"),
+        ),
         findings=[_finding(f) for f in d["findings"]],
         sinks_basis=sinks.get("basis", ""),
-        sinks=sorted((Sink(sink=k, **{f: s[f] for f in ("pct", "ms_per_step", "can_be_primary", "source")})
-                      for k, s in (sinks.get("by_sink") or {}).items()), key=lambda s: -s.pct),
-        top_kernels=[Kernel(name=k["name"], kernel_class=k["class"], count=k["count"], total_ms=k["total_ms"],
-                            mean_us=k["mean_us"], share_pct=k["share_pct"], tensor_core=k.get("tensor_core"),
-                            bound=k.get("bound")) for k in d["kernels"]["top"]],
+        sinks=sorted(
+            (
+                Sink(sink=k, **{f: s[f] for f in ("pct", "ms_per_step", "can_be_primary", "source")})
+                for k, s in (sinks.get("by_sink") or {}).items()
+            ),
+            key=lambda s: -s.pct,
+        ),
+        top_kernels=[
+            Kernel(
+                name=k["name"],
+                kernel_class=k["class"],
+                count=k["count"],
+                total_ms=k["total_ms"],
+                mean_us=k["mean_us"],
+                share_pct=k["share_pct"],
+                tensor_core=k.get("tensor_core"),
+                bound=k.get("bound"),
+            )
+            for k in d["kernels"]["top"]
+        ],
         fixes=[_fix(r) for r in d["recommendations"]],
         warnings=list(d["warnings"]),
         command_line=f"trainscope analyze {path} --format json",
@@ -316,11 +356,13 @@ def build_server(roots: list[str], store: str | None = None):
             except Exception as e:  # noqa: BLE001 (every failure is one line for the agent)
                 message, _ = api.describe(e)
                 raise ToolError(message) from None
+
         return server.tool(annotations=read_only)(wrapper)
 
     @tool
-    def analyze_trace(path: str, thresholds: Optional[dict[str, float]] = None,
-                      step_range: Optional[str] = None) -> Analysis:
+    def analyze_trace(
+        path: str, thresholds: Optional[dict[str, float]] = None, step_range: Optional[str] = None
+    ) -> Analysis:
         """Diagnose a recorded profiler trace (file or directory of rank traces under the root): the D·A·M
         verdict with its evidence, step time, the sinks of step time, the top kernels and the fixes ranked
         by projected gain (upper bounds). The same analysis as `trainscope analyze PATH --format json`.
@@ -333,44 +375,97 @@ def build_server(roots: list[str], store: str | None = None):
         with its source, its role in the verdict, the thresholds that grade it, the fixes for it with their
         projections, and the step and interval of the timeline that show it most."""
         e = api.explain_finding(report(path), finding, rank=rank)
-        return Explanation(source=path, rank=e["rank"], finding=_finding(e["finding"]), role=e["role"],
-                           verdict=e["verdict"], headline=e["headline"], graded_by=e["graded_by"],
-                           fixes=[_fix(r) for r in e["fixes"]], timeline=e["timeline"])
+        return Explanation(
+            source=path,
+            rank=e["rank"],
+            finding=_finding(e["finding"]),
+            role=e["role"],
+            verdict=e["verdict"],
+            headline=e["headline"],
+            graded_by=e["graded_by"],
+            fixes=[_fix(r) for r in e["fixes"]],
+            timeline=e["timeline"],
+        )
 
     @tool
-    def list_kernels(path: str, name_contains: Optional[str] = None, kernel_class: Optional[str] = None,
-                     min_total_ms: Optional[float] = None, limit: int = 30, rank: Optional[int] = None,
-                     sort: str = "total") -> KernelTable:
+    def list_kernels(
+        path: str,
+        name_contains: Optional[str] = None,
+        kernel_class: Optional[str] = None,
+        min_total_ms: Optional[float] = None,
+        limit: int = 30,
+        rank: Optional[int] = None,
+        sort: str = "total",
+    ) -> KernelTable:
         """Every kernel that ran in the analyzed steps on the analyzed GPU, filtered by name substring, class
         (gemm, convolution, attention, elementwise, normalization, softmax, reduction, embedding,
         communication, other) and least total time; largest total time first, or with sort="pct_of_roof"
         the kernels furthest from their own roofline roof first."""
-        return KernelTable(**api.kernel_table(report(path), name_contains=name_contains, kernel_class=kernel_class,
-                                              min_total_ms=min_total_ms, limit=max(1, min(limit, 1000)), rank=rank,
-                                              sort=sort))
+        return KernelTable(
+            **api.kernel_table(
+                report(path),
+                name_contains=name_contains,
+                kernel_class=kernel_class,
+                min_total_ms=min_total_ms,
+                limit=max(1, min(limit, 1000)),
+                rank=rank,
+                sort=sort,
+            )
+        )
 
     @tool
-    def list_steps(path: str, min_duration_ms: Optional[float] = None, outliers_only: bool = False,
-                   limit: int = 200, rank: Optional[int] = None) -> StepTable:
+    def list_steps(
+        path: str,
+        min_duration_ms: Optional[float] = None,
+        outliers_only: bool = False,
+        limit: int = 200,
+        rank: Optional[int] = None,
+    ) -> StepTable:
         """The analyzed steps: start (ms, the clock timeline_window uses), duration, GPU busy and data-wait
         shares, time per breakdown category, and whether the step is an outlier; filtered."""
-        return StepTable(**api.step_table(report(path), min_duration_ms=min_duration_ms, outliers_only=outliers_only,
-                                          limit=max(1, min(limit, 10000)), rank=rank))
+        return StepTable(
+            **api.step_table(
+                report(path),
+                min_duration_ms=min_duration_ms,
+                outliers_only=outliers_only,
+                limit=max(1, min(limit, 10000)),
+                rank=rank,
+            )
+        )
 
     @tool
-    def timeline_window(path: str, start_ms: float, end_ms: float, kinds: Optional[list[str]] = None,
-                        name_contains: Optional[str] = None, limit: int = 200,
-                        rank: Optional[int] = None) -> TimelineWindow:
+    def timeline_window(
+        path: str,
+        start_ms: float,
+        end_ms: float,
+        kinds: Optional[list[str]] = None,
+        name_contains: Optional[str] = None,
+        limit: int = 200,
+        rank: Optional[int] = None,
+    ) -> TimelineWindow:
         """Every event overlapping [start_ms, end_ms) — kernels, copies, memsets, cpu ops, annotations,
         runtime calls (kinds filters them) — by start time, with its lane and step, and the busy time per
         kind in the window. Times are on the clock of list_steps' start_ms."""
-        return TimelineWindow(**api.timeline_window(report(path), start_ms, end_ms, kinds=kinds,
-                                                    name_contains=name_contains, limit=max(1, min(limit, 5000)),
-                                                    rank=rank))
+        return TimelineWindow(
+            **api.timeline_window(
+                report(path),
+                start_ms,
+                end_ms,
+                kinds=kinds,
+                name_contains=name_contains,
+                limit=max(1, min(limit, 5000)),
+                rank=rank,
+            )
+        )
 
     @tool
-    def diff_runs(before: str, after: str, metric: str = "step_p50", fail_if_slower: Optional[float] = None,
-                  gate_anyway: bool = False) -> Diff:
+    def diff_runs(
+        before: str,
+        after: str,
+        metric: str = "step_p50",
+        fail_if_slower: Optional[float] = None,
+        gate_anyway: bool = False,
+    ) -> Diff:
         """Compare two runs — traces under the root, or stored runs of the history (12, latest[:TAG],
         baseline[:TAG]) — as `trainscope diff` does: verdict, step time, comparability, each earlier fix's
         projected against achieved gain, and with fail_if_slower the statistical gate (Mann-Whitney test
@@ -378,14 +473,22 @@ def build_server(roots: list[str], store: str | None = None):
         sides = [s if api.is_run_ref(s) else guard.resolve(s) for s in (before, after)]
         st = api.open_store(store, read_only=True) if any(api.is_run_ref(s) for s in sides) else None
         with lock:
-            r = api.diff(sides[0], sides[1], metric=metric, fail_if_slower=fail_if_slower, store=st,
-                         gate_anyway=gate_anyway)
+            r = api.diff(
+                sides[0], sides[1], metric=metric, fail_if_slower=fail_if_slower, store=st, gate_anyway=gate_anyway
+            )
         d = r.to_dict()
-        return Diff(before=before, after=after, basis="summaries" if r.from_summaries else "traces",
-                    comparable=d["comparable"], comparability=d["comparability"], verdict=d["verdict"],
-                    step_time_ms=d["step_time_ms"], gate=d["gate"],
-                    fixes=[FixAchieved(**{k: f[k] for k in FixAchieved.model_fields}) for f in d["fixes_achieved"]],
-                    document=d)
+        return Diff(
+            before=before,
+            after=after,
+            basis="summaries" if r.from_summaries else "traces",
+            comparable=d["comparable"],
+            comparability=d["comparability"],
+            verdict=d["verdict"],
+            step_time_ms=d["step_time_ms"],
+            gate=d["gate"],
+            fixes=[FixAchieved(**{k: f[k] for k in FixAchieved.model_fields}) for f in d["fixes_achieved"]],
+            document=d,
+        )
 
     @tool
     def memory_snapshot(path: str, top: int = 10) -> Memory:
@@ -397,20 +500,42 @@ def build_server(roots: list[str], store: str | None = None):
             m = api.memory(real, top=max(1, min(top, 100)))
             peaks = m.peaks()
         doc = m.to_dict()
-        devices = [MemoryDevice(device=p.device, peak_allocated_bytes=p.peak_bytes,
-                                reserved_at_peak_bytes=p.reserved_at_peak, peak_time_us=p.peak_time_us, phase=p.phase,
-                                events=p.events, live_count=len(p.allocations), notes=list(p.notes),
-                                live_at_peak=[{"size_bytes": a.size, "share_of_peak_pct": round(a.share_of(p.peak_bytes), 2),
-                                               "site": a.site, "origin": a.origin,
-                                               "stack": [f"{fr.filename}:{fr.line} ({fr.name})" for fr in a.stack[:12]]}
-                                              for a in p.allocations[:top]])
-                   for p in peaks]
-        return Memory(source=path, kind=m.kind, devices=devices, findings=doc.get("findings", []),
-                      warnings=doc.get("warnings", []), document=doc)
+        devices = [
+            MemoryDevice(
+                device=p.device,
+                peak_allocated_bytes=p.peak_bytes,
+                reserved_at_peak_bytes=p.reserved_at_peak,
+                peak_time_us=p.peak_time_us,
+                phase=p.phase,
+                events=p.events,
+                live_count=len(p.allocations),
+                notes=list(p.notes),
+                live_at_peak=[
+                    {
+                        "size_bytes": a.size,
+                        "share_of_peak_pct": round(a.share_of(p.peak_bytes), 2),
+                        "site": a.site,
+                        "origin": a.origin,
+                        "stack": [f"{fr.filename}:{fr.line} ({fr.name})" for fr in a.stack[:12]],
+                    }
+                    for a in p.allocations[:top]
+                ],
+            )
+            for p in peaks
+        ]
+        return Memory(
+            source=path,
+            kind=m.kind,
+            devices=devices,
+            findings=doc.get("findings", []),
+            warnings=doc.get("warnings", []),
+            document=doc,
+        )
 
     @tool
-    def list_runs(tag: Optional[str] = None, verdict: Optional[str] = None, gpu: Optional[str] = None,
-                  limit: int = 20) -> Runs:
+    def list_runs(
+        tag: Optional[str] = None, verdict: Optional[str] = None, gpu: Optional[str] = None, limit: int = 20
+    ) -> Runs:
         """The runs saved in the run history (analyze --save, watch --save, the on_trace_ready hook), newest
         first: id, when, tag, git commit, GPU, steps, step time, verdict, fixes with their projections, and
         which are baselines; filtered by tag, verdict (axis or finding id) and GPU name."""
@@ -418,8 +543,10 @@ def build_server(roots: list[str], store: str | None = None):
         if not os.path.exists(path):
             return Runs(store=path, runs=[])
         with api.open_store(path, read_only=True) as st:
-            return Runs(store=path, runs=[r.to_dict() for r in st.runs(tag=tag, verdict=verdict, gpu=gpu,
-                                                                        limit=max(1, min(limit, 500)))])
+            return Runs(
+                store=path,
+                runs=[r.to_dict() for r in st.runs(tag=tag, verdict=verdict, gpu=gpu, limit=max(1, min(limit, 500)))],
+            )
 
     return server
 

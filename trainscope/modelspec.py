@@ -1,5 +1,6 @@
 """The model and device a memory plan is about: parameter counts (``1.5B``), the model fields shared
 by ``trainscope plan`` flags, ``analyze --model`` specs and :func:`trainscope.api.plan`, and GPU lookup."""
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,18 @@ MODEL_FIELDS = (
     ("--zero", "zero", int, "sharding: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters (FSDP)"),
     ("--attention", "attention", str, "flash (SDPA/FlashAttention, default) | eager (keeps the s² scores)"),
     ("--activations-gb", "activations_gb", _nonneg_float, "measured activation memory in GB, instead of the estimate"),
-    ("--activations-batch", "activations_batch", _pos_int, "batch the measured activations were taken at (default --batch)"),
-    ("--activations-precision", "activations_precision", str, "fp32 | fp16 | bf16: the measured activations' precision"),
+    (
+        "--activations-batch",
+        "activations_batch",
+        _pos_int,
+        "batch the measured activations were taken at (default --batch)",
+    ),
+    (
+        "--activations-precision",
+        "activations_precision",
+        str,
+        "fp32 | fp16 | bf16: the measured activations' precision",
+    ),
 )
 
 

@@ -3,6 +3,7 @@
 Parsing and analysis run in a worker thread that never touches widgets; it hands the finished
 :class:`Session` to the UI thread, and every screen is a thin view over it and the chosen rank.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,11 @@ ANYWHERE_KEYS = [("tab / shift+tab", "move focus"), ("ctrl+p", "command palette:
 def key_sections() -> list[tuple[str, list[tuple[str, str]]]]:
     """Every key, for the help screen (and the README), from the bindings and the tab registry."""
     tabs = " · ".join(t.title.lower() for t in TABS)
-    anywhere = [(f"1 … {len(TABS)}", tabs)] + ANYWHERE_KEYS + binding_rows(
-        b for b in AnalyzeApp.BINDINGS if not b.action.startswith("show_tab"))
+    anywhere = (
+        [(f"1 … {len(TABS)}", tabs)]
+        + ANYWHERE_KEYS
+        + binding_rows(b for b in AnalyzeApp.BINDINGS if not b.action.startswith("show_tab"))
+    )
     return [("anywhere", anywhere)] + [(t.title.lower(), t.keys) for t in TABS if t.keys]
 
 
@@ -60,16 +64,29 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     BINDINGS = [
         *common_bindings("export"),
         Binding("x", "perfetto", "export the trace with the findings as tracks for Perfetto (ui.perfetto.dev)"),
-        *[Binding(str(i + 1), f"show_tab('{t.id}')", f"show the {t.title} tab", show=False)
-          for i, t in enumerate(TABS)],
+        *[
+            Binding(str(i + 1), f"show_tab('{t.id}')", f"show the {t.title} tab", show=False)
+            for i, t in enumerate(TABS)
+        ],
     ]
 
     rank_index: reactive[int] = reactive(0, init=False)
 
-    def __init__(self, path: str, *, session: Session | None = None, loader: Loader | None = None,
-                 report_path: str | None = None, rules: Rules | None = None, peak_tflops: float | None = None,
-                 decorate: Callable[[dict], dict] | None = None, step_range: str | None = None,
-                 deep: bool = False, deep_step: str | None = None, ledger=None) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        session: Session | None = None,
+        loader: Loader | None = None,
+        report_path: str | None = None,
+        rules: Rules | None = None,
+        peak_tflops: float | None = None,
+        decorate: Callable[[dict], dict] | None = None,
+        step_range: str | None = None,
+        deep: bool = False,
+        deep_step: str | None = None,
+        ledger=None,
+    ) -> None:
         super().__init__()
         self.path = path
         self.session = session
@@ -113,8 +130,9 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             if self.loader is not None:
                 session = self.loader(progress)
             else:
-                session = build_session(self.path, None, self.rules, self.peak_tflops, progress, self.step_range,
-                                        ledger=self.ledger)
+                session = build_session(
+                    self.path, None, self.rules, self.peak_tflops, progress, self.step_range, ledger=self.ledger
+                )
         except Exception as e:  # bad input (2) or a bug (1): the one line the plain CLI prints
             if isinstance(e, api.BadInput) or not self._leaving:  # widgets vanish when the user quit: not ours
                 message, code = api.describe(e)
@@ -231,14 +249,17 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             self.push_screen(help_screen())
 
     def get_system_commands(self, screen):
-        yield from without_duplicates(palette_commands(self, self.BINDINGS, skip=self._tab_off),
-                                      super().get_system_commands(screen), (b.action for b in self.BINDINGS))
+        yield from without_duplicates(
+            palette_commands(self, self.BINDINGS, skip=self._tab_off),
+            super().get_system_commands(screen),
+            (b.action for b in self.BINDINGS),
+        )
 
     def _tab_off(self, action: str) -> bool:
         """A ``show_tab`` action for a tab that is off for this input (the palette does not offer it)."""
         if not action.startswith("show_tab(") or self.session is None:
             return False
-        return tab_of(action[len("show_tab('"):-2]).applies(self) is not None
+        return tab_of(action[len("show_tab('") : -2]).applies(self) is not None
 
     def _stem(self) -> str:
         stem = os.path.basename(self.path.rstrip("/"))
@@ -273,6 +294,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
                 self._post(self.notify, f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
                 return
             self._post(self._written, path, "Perfetto trace (open it in ui.perfetto.dev)")
+
         threading.Thread(target=work, daemon=True, name="trainscope-perfetto").start()
 
     def _written(self, path: str, what: str) -> None:
@@ -287,8 +309,11 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         s = self.session
         try:
             doc = s.document()
-            text = (s.report.render_for(path) if not s.decorate and path.lower().endswith((".html", ".htm", ".json"))
-                    else render_markdown(safe_strings(doc)))
+            text = (
+                s.report.render_for(path)
+                if not s.decorate and path.lower().endswith((".html", ".htm", ".json"))
+                else render_markdown(safe_strings(doc))
+            )
             write_atomic(path, text)
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
@@ -337,8 +362,11 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         if self.session is None:
             return
         if len(self.session.ranks) < 2:
-            self.notify("One rank only: open a directory of per-rank traces to see ranks side by side.",
-                        severity="warning", timeout=4)
+            self.notify(
+                "One rank only: open a directory of per-rank traces to see ranks side by side.",
+                severity="warning",
+                timeout=4,
+            )
             return
         self.query_one("#tabs", TabbedContent).active = "ranks"
         # after the tab's activation, which focuses the ranks table
@@ -362,11 +390,14 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             chosen = sorted(slow, key=lambda i: (report.ranks[i].rank is None, report.ranks[i].rank, i))
             origins = {i: report.trace(i).origin_ns for i in chosen}
             origin = min(origins[i] - (sb.offsets_ns[i] or 0.0) for i in chosen)
-            lanes = [RankLanes(s.ranks[i].label, i, s.ranks[i].timeline, origins[i] - (sb.offsets_ns[i] or 0.0) - origin)
-                     for i in chosen]
+            lanes = [
+                RankLanes(s.ranks[i].label, i, s.ranks[i].timeline, origins[i] - (sb.offsets_ns[i] or 0.0) - origin)
+                for i in chosen
+            ]
         except Exception as e:  # a view that cannot be built never takes the app down
-            self.call_from_thread(self.notify, f"cannot put the ranks side by side: {type(e).__name__}: {e}",
-                                  severity="error", timeout=6)
+            self.call_from_thread(
+                self.notify, f"cannot put the ranks side by side: {type(e).__name__}: {e}", severity="error", timeout=6
+            )
             return
         self._side = (lanes, sb, origin)
         self.call_from_thread(self.query_one(RanksPane).show_side, lanes, sb, origin)
@@ -378,8 +409,12 @@ class AnalyzeApp(BackgroundLoading, App[int]):
                 self._late = self.session.report.latest_arrivals()
             except Exception as e:  # a jump that cannot be computed never takes the app down
                 self._late = [None] * len(self.session.ranks)
-                self.call_from_thread(self.notify, f"cannot match the ranks' collectives: {type(e).__name__}: {e}",
-                                      severity="error", timeout=6)
+                self.call_from_thread(
+                    self.notify,
+                    f"cannot match the ranks' collectives: {type(e).__name__}: {e}",
+                    severity="error",
+                    timeout=6,
+                )
         self.call_from_thread(self._show_late)
 
     def _show_late(self) -> None:
@@ -394,9 +429,13 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         if view is None:
             return
         origin = self.rank.trace.origin_ns
-        match = Match(late.start_ns - origin, late.end_ns - origin, "gpu" if late.on_gpu else "host",
-                      f"{late.kind}, arrived {late.late_ms:.1f} ms after the first rank (mean {late.mean_late_ms:.1f} ms "
-                      f"over {late.matched})")
+        match = Match(
+            late.start_ns - origin,
+            late.end_ns - origin,
+            "gpu" if late.on_gpu else "host",
+            f"{late.kind}, arrived {late.late_ms:.1f} ms after the first rank (mean {late.mean_late_ms:.1f} ms "
+            f"over {late.matched})",
+        )
         self.call_after_refresh(view.set_matches, [match], f"{self.rank.label}'s latest arrival")
 
     def on_key(self, event) -> None:

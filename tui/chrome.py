@@ -1,5 +1,6 @@
 """What the trainscope apps share: the key line, the loading screen, the help screen, and the
 background-loading machinery (a daemon thread that never touches widgets)."""
+
 from __future__ import annotations
 
 import os
@@ -14,6 +15,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Input, ProgressBar, Static
+
 
 def gib(b: float | None, digits: int = 1, missing: str = "n/a") -> str:
     """Bytes in GiB (2**30), labelled as such: the apps show device memory, sold in GiB."""
@@ -97,7 +99,7 @@ class HangingText(Widget):
             if line.cell_len <= width or width < self.hang + 12 or not line.plain.startswith("  "):
                 out.append_text(line)
                 continue
-            for j, part in enumerate(line[self.hang:].wrap(console, width - self.hang)):
+            for j, part in enumerate(line[self.hang :].wrap(console, width - self.hang)):
                 if j:
                     out.append("\n")
                 out.append_text(line[: self.hang] if j == 0 else Text(" " * self.hang))
@@ -248,4 +250,5 @@ def ask_path(app, name: str, what: str, write: Callable[[str], None]) -> None:
     def done(chosen: str | None) -> None:
         if chosen:
             write(chosen)
+
     app.push_screen(PathPrompt(what, home, why), done)

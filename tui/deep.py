@@ -1,5 +1,6 @@
 """The Deep tab (``--deep``): Holistic Trace Analysis's critical path beside the verdict, launch
 statistics and queue lengths — the same lines as the report's deep section, shown as they arrive."""
+
 from __future__ import annotations
 
 from rich.text import Text
@@ -22,8 +23,10 @@ class DeepPane(VerticalScroll):
         yield Static("", id="deep-body")
 
     def running(self, stage: str) -> None:
-        self.query_one("#deep-status", Static).update(f"running: {stage}… (the rest of the app is ready; HTA runs in the "
-                                                      "background and can take a minute on large traces)")
+        self.query_one("#deep-status", Static).update(
+            f"running: {stage}… (the rest of the app is ready; HTA runs in the "
+            "background and can take a minute on large traces)"
+        )
 
     def show(self, result: dict) -> None:
         self.result = result

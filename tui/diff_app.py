@@ -5,6 +5,7 @@ the finished :class:`RunDiff` (and the gate's result) to the UI thread, and ever
 view over them (:mod:`trainscope.tui.diff_panes`). With ``--fail-if-slower`` the app's exit code
 is the gate's, so a person can look at a regression and CI semantics stay the same.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -15,6 +16,7 @@ from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from trainscope.analyzers.diff import GateResult, RunDiff
 from trainscope.analyzers.rules import Rules
+
 # As `trainscope diff` without the app; interrupted: quit before a requested gate could be checked
 # (never a silent pass).
 from trainscope.api import EXIT_INTERRUPTED, EXIT_REGRESSION
@@ -25,25 +27,34 @@ from trainscope.tui.diff_panes import DiffBreakdown, DiffSummary, FixOutcomes, K
 TABS = ("summary", "breakdown", "kernels", "fixes")
 
 KEYS: list[tuple[str, list[tuple[str, str]]]] = [
-    ("anywhere", [
-        ("1 … 4", "summary · breakdown · kernels · earlier fixes"),
-        ("tab / shift+tab", "move focus"),
-        ("e", "export the Markdown diff report (same as --report)"),
-        ("t", "toggle dark / light theme"),
-        ("ctrl+p", "command palette: every action by name"),
-        ("?", "this help (Esc closes)"),
-        ("q / ctrl+c", "quit (with --fail-if-slower: exit code 3 on a regression, else 0)"),
-    ]),
-    ("kernels", [
-        ("a / g / - / n / d", "show all · grew · shrank · new (appeared) · gone (disappeared)  (+ = g)"),
-        ("f", "next filter"),
-        ("s / click a header", "sort by the next column / by that column (again: reverse)"),
-        ("r", "reverse the sort"),
-        ("↑ / ↓", "choose a row: its kernel names before and after show below"),
-    ]),
-    ("summary · breakdown · fixes", [
-        ("↑ / ↓, page up / down", "scroll"),
-    ]),
+    (
+        "anywhere",
+        [
+            ("1 … 4", "summary · breakdown · kernels · earlier fixes"),
+            ("tab / shift+tab", "move focus"),
+            ("e", "export the Markdown diff report (same as --report)"),
+            ("t", "toggle dark / light theme"),
+            ("ctrl+p", "command palette: every action by name"),
+            ("?", "this help (Esc closes)"),
+            ("q / ctrl+c", "quit (with --fail-if-slower: exit code 3 on a regression, else 0)"),
+        ],
+    ),
+    (
+        "kernels",
+        [
+            ("a / g / - / n / d", "show all · grew · shrank · new (appeared) · gone (disappeared)  (+ = g)"),
+            ("f", "next filter"),
+            ("s / click a header", "sort by the next column / by that column (again: reverse)"),
+            ("r", "reverse the sort"),
+            ("↑ / ↓", "choose a row: its kernel names before and after show below"),
+        ],
+    ),
+    (
+        "summary · breakdown · fixes",
+        [
+            ("↑ / ↓, page up / down", "scroll"),
+        ],
+    ),
 ]
 
 HINTS = {
@@ -55,10 +66,12 @@ HINTS = {
 }
 
 
-MATCH_KINDS = ("  exact   the same kernel name\n"
-               "  arch    the same name without GPU-architecture tokens (volta_ → ampere_, sm80, cutlass_80_)\n"
-               "  family  the same name once numbers (tile sizes, template parameters) are also ignored\n"
-               "  new     only in AFTER · gone: only in BEFORE\n")
+MATCH_KINDS = (
+    "  exact   the same kernel name\n"
+    "  arch    the same name without GPU-architecture tokens (volta_ → ampere_, sm80, cutlass_80_)\n"
+    "  family  the same name once numbers (tile sizes, template parameters) are also ignored\n"
+    "  new     only in AFTER · gone: only in BEFORE\n"
+)
 
 
 def help_screen() -> HelpScreen:
@@ -74,6 +87,7 @@ DiffLoader = Callable[[Progress], "tuple[RunDiff, GateResult | None]"]
 
 def report_name(before: str, after: str) -> str:
     """Where ``e`` writes when no --report was given: both inputs in the name, in the current directory."""
+
     def stem(path: str) -> str:
         s = base_name(path)
         for ext in (".gz", ".json", ".trace", ".pt", ".sqlite"):
@@ -95,9 +109,19 @@ class DiffApp(BackgroundLoading, App[int]):
         *[Binding(str(i + 1), f"show_tab('{t}')", f"show the {t} tab", show=False) for i, t in enumerate(TABS)],
     ]
 
-    def __init__(self, before: str, after: str, *, diff: RunDiff | None = None, gate: GateResult | None = None,
-                 loader: DiffLoader | None = None, rules: Rules | None = None, metric: str = "step_p50",
-                 fail_if_slower: float | None = None, report_path: str | None = None) -> None:
+    def __init__(
+        self,
+        before: str,
+        after: str,
+        *,
+        diff: RunDiff | None = None,
+        gate: GateResult | None = None,
+        loader: DiffLoader | None = None,
+        rules: Rules | None = None,
+        metric: str = "step_p50",
+        fail_if_slower: float | None = None,
+        report_path: str | None = None,
+    ) -> None:
         super().__init__()
         self.before_path, self.after_path = before, after
         self.diff = diff
@@ -151,8 +175,14 @@ class DiffApp(BackgroundLoading, App[int]):
             if self.loader is not None:
                 diff, gate = self.loader(progress)
             else:
-                r = api.diff(self.before_path, self.after_path, rules=self.rules, metric=self.metric,
-                             fail_if_slower=self.fail_if_slower, progress=progress)
+                r = api.diff(
+                    self.before_path,
+                    self.after_path,
+                    rules=self.rules,
+                    metric=self.metric,
+                    fail_if_slower=self.fail_if_slower,
+                    progress=progress,
+                )
                 diff, gate = r.diff, r.gate
         except Exception as e:
             # The caller prints it after the app closes: Textual's exit message would be wrapped at 80 columns.
@@ -220,8 +250,11 @@ class DiffApp(BackgroundLoading, App[int]):
             self.push_screen(help_screen())
 
     def get_system_commands(self, screen):
-        yield from without_duplicates(palette_commands(self, self.BINDINGS), super().get_system_commands(screen),
-                                      (b.action for b in self.BINDINGS))
+        yield from without_duplicates(
+            palette_commands(self, self.BINDINGS),
+            super().get_system_commands(screen),
+            (b.action for b in self.BINDINGS),
+        )
 
     def action_export(self) -> None:
         if self.diff is None:

@@ -3,6 +3,7 @@
 Each pane keeps what it shows as plain state (``rows``, ``shown``, ``outcomes`` …) so tests can
 compare it with a RunDiff computed on their own, and renders with rich Text at any width.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,14 @@ def speed_words(speedup: float | None) -> str:
 # -- 1 summary -----------------------------------------------------------------------------------
 
 # Which header row a failed comparability check points at.
-CHECK_ROW = {"gpu": "device", "gpu_activity": "device", "ranks": "traces", "steps": "steps",
-             "step_method": "steps", "batch_shapes": "batch"}
+CHECK_ROW = {
+    "gpu": "device",
+    "gpu_activity": "device",
+    "ranks": "traces",
+    "steps": "steps",
+    "step_method": "steps",
+    "batch_shapes": "batch",
+}
 
 
 def _side_cells(r: Run) -> dict[str, str]:
@@ -143,8 +150,10 @@ class DiffSummary(VerticalScroll):
         self.query_one("#comparability", Static).update(comp)
 
         v = d.verdict
-        for side, axis, bott, conf in (("before", v.before_axis, v.before_bottleneck, v.before_confidence),
-                                       ("after", v.after_axis, v.after_bottleneck, v.after_confidence)):
+        for side, axis, bott, conf in (
+            ("before", v.before_axis, v.before_bottleneck, v.before_confidence),
+            ("after", v.after_axis, v.after_bottleneck, v.after_confidence),
+        ):
             badge = self.query_one(f"#badge-{side}", Static)
             for cls in AXIS_CLASS.values():
                 badge.remove_class(cls)
@@ -152,37 +161,67 @@ class DiffSummary(VerticalScroll):
             badge.update(verdict_lines(axis, bott, conf))
         self.query_one("#verdict-arrow", Static).update("→" if v.changed else "=")
         self.query_one("#after-summary", Static).update(
-            f"Verdict {'changed' if v.changed else 'unchanged'}. After: {v.after_summary}")
+            f"Verdict {'changed' if v.changed else 'unchanged'}. After: {v.after_summary}"
+        )
 
         st = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0))
         work = d.work
         if work is not None and work.fixed_windows:
             # A capture window's length is the capture's: the work it holds is the measure, no speedup.
-            for name, justify in (("work per window", "left"), ("before", "right"), ("after", "right"),
-                                  ("change", "right")):
+            for name, justify in (
+                ("work per window", "left"),
+                ("before", "right"),
+                ("after", "right"),
+                ("change", "right"),
+            ):
                 st.add_column(name, justify=justify, header_style="bold", no_wrap=True)
             pct = lambda b, a: "—" if not b else f"{100 * (a - b) / b:+.1f} %"  # noqa: E731
-            st.add_row("GPU kernel time", f"{work.before_kernel_ms:.2f} ms", f"{work.after_kernel_ms:.2f} ms",
-                       pct(work.before_kernel_ms, work.after_kernel_ms))
-            st.add_row("kernels", f"{work.before_kernels:.0f}", f"{work.after_kernels:.0f}",
-                       pct(work.before_kernels, work.after_kernels))
+            st.add_row(
+                "GPU kernel time",
+                f"{work.before_kernel_ms:.2f} ms",
+                f"{work.after_kernel_ms:.2f} ms",
+                pct(work.before_kernel_ms, work.after_kernel_ms),
+            )
+            st.add_row(
+                "kernels",
+                f"{work.before_kernels:.0f}",
+                f"{work.after_kernels:.0f}",
+                pct(work.before_kernels, work.after_kernels),
+            )
             if work.before_flops is not None and work.after_flops is not None:
-                st.add_row("recorded FLOPs", f"{work.before_flops:.3g}", f"{work.after_flops:.3g}",
-                           pct(work.before_flops, work.after_flops))
+                st.add_row(
+                    "recorded FLOPs",
+                    f"{work.before_flops:.3g}",
+                    f"{work.after_flops:.3g}",
+                    pct(work.before_flops, work.after_flops),
+                )
             else:
                 st.add_row("recorded FLOPs", "—", "—", "not recorded")
-            st.add_row(Text("window length", style="dim"), f"{work.before_window_ms:.2f} ms",
-                       f"{work.after_window_ms:.2f} ms", Text("the capture's", style="dim"))
+            st.add_row(
+                Text("window length", style="dim"),
+                f"{work.before_window_ms:.2f} ms",
+                f"{work.after_window_ms:.2f} ms",
+                Text("the capture's", style="dim"),
+            )
             self.query_one("#step-time", Static).update(st)
         else:
-            for name, justify in (("step time", "left"), ("before", "right"), ("after", "right"),
-                                  ("change", "right"), ("speedup", "left")):
+            for name, justify in (
+                ("step time", "left"),
+                ("before", "right"),
+                ("after", "right"),
+                ("change", "right"),
+                ("speedup", "left"),
+            ):
                 st.add_column(name, justify=justify, header_style="bold", no_wrap=True)
             for s in d.step_time:
                 faster = s.speedup is not None and s.speedup >= 1
-                st.add_row(s.statistic, f"{s.before_ms:.2f} ms", f"{s.after_ms:.2f} ms",
-                           "—" if s.change_pct is None else f"{s.change_pct:+.1f} %",
-                           Text(speed_words(s.speedup), style=f"bold {GOOD if faster else BAD}"))
+                st.add_row(
+                    s.statistic,
+                    f"{s.before_ms:.2f} ms",
+                    f"{s.after_ms:.2f} ms",
+                    "—" if s.change_pct is None else f"{s.change_pct:+.1f} %",
+                    Text(speed_words(s.speedup), style=f"bold {GOOD if faster else BAD}"),
+                )
             self.query_one("#step-time", Static).update(st)
 
         g = self.query_one("#gate", Static)
@@ -210,13 +249,29 @@ class DiffSummary(VerticalScroll):
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
-SHORT_LABELS = {"gpu_busy": "GPU busy", "data_wait": "host data wait", "compute": "GPU compute",
-                "communication": "comm. not overlapped", "copy": "memory copies", "memset": "memsets",
-                "idle_data_wait": "idle: data wait", "idle_sync": "idle: host sync",
-                "idle_host_overhead": "idle: launch/CPU", "idle_other": "idle: other"}
+SHORT_LABELS = {
+    "gpu_busy": "GPU busy",
+    "data_wait": "host data wait",
+    "compute": "GPU compute",
+    "communication": "comm. not overlapped",
+    "copy": "memory copies",
+    "memset": "memsets",
+    "idle_data_wait": "idle: data wait",
+    "idle_sync": "idle: host sync",
+    "idle_host_overhead": "idle: launch/CPU",
+    "idle_other": "idle: other",
+}
 # A rise is bad for these (the GPU waits, or does work that is not compute).
-RISE_IS_BAD = {"data_wait", "communication", "copy", "memset", "idle_data_wait", "idle_sync",
-               "idle_host_overhead", "idle_other"}
+RISE_IS_BAD = {
+    "data_wait",
+    "communication",
+    "copy",
+    "memset",
+    "idle_data_wait",
+    "idle_sync",
+    "idle_host_overhead",
+    "idle_other",
+}
 BAR_COLORS = {"gpu_busy": "#2e9e44", "data_wait": "#e0443e", **{k: v[1] for k, v in GPU_STYLE.items()}}
 
 
@@ -293,17 +348,23 @@ class BarPairs(Widget):
 
 def category_rows(d: RunDiff) -> tuple[list[BarRow], list[BarRow]]:
     """The headline shares and the exclusive categories, in % of summed step time."""
-    head = [BarRow(s.name, s.label, s.before_pct, s.after_pct, BAR_COLORS[s.name], s.name in RISE_IS_BAD)
-            for s in (d.gpu_busy, d.data_wait)]
-    cats = [BarRow(c.name, c.label, c.before_pct, c.after_pct, BAR_COLORS.get(c.name, "white"), c.name in RISE_IS_BAD)
-            for c in d.categories]
+    head = [
+        BarRow(s.name, s.label, s.before_pct, s.after_pct, BAR_COLORS[s.name], s.name in RISE_IS_BAD)
+        for s in (d.gpu_busy, d.data_wait)
+    ]
+    cats = [
+        BarRow(c.name, c.label, c.before_pct, c.after_pct, BAR_COLORS.get(c.name, "white"), c.name in RISE_IS_BAD)
+        for c in d.categories
+    ]
     return head, cats
 
 
 def class_rows(classes: list[ShareChange]) -> list[BarRow]:
     """Kernel time per step by class: more time is worse."""
-    return [BarRow(c.name, c.label, c.before_ms_per_step or 0.0, c.after_ms_per_step or 0.0, "#5b8fb9", True)
-            for c in classes]
+    return [
+        BarRow(c.name, c.label, c.before_ms_per_step or 0.0, c.after_ms_per_step or 0.0, "#5b8fb9", True)
+        for c in classes
+    ]
 
 
 class DiffBreakdown(VerticalScroll):
@@ -326,8 +387,11 @@ class DiffBreakdown(VerticalScroll):
         yield BarPairs("%", id="bd-headline")
         yield Static("Exclusive breakdown (each instant of a step counted once)", classes="heading")
         yield BarPairs("%", id="bd-categories")
-        yield Static("Kernel time by class (ms per step; survives kernel renaming across GPUs)", classes="heading",
-                     id="bd-classes-heading")
+        yield Static(
+            "Kernel time by class (ms per step; survives kernel renaming across GPUs)",
+            classes="heading",
+            id="bd-classes-heading",
+        )
         yield BarPairs("ms", id="bd-classes")
 
     def show(self, d: RunDiff) -> None:
@@ -335,7 +399,8 @@ class DiffBreakdown(VerticalScroll):
         self.class_rows = class_rows(d.kernel_classes)
         self.query_one("#bd-note", Static).update(
             f"% of summed step time · step p50 {d.p50.before_ms:.1f} ms → {d.p50.after_ms:.1f} ms · "
-            "bars on one scale (0–100 %) · change in percentage points, red where it hurts")
+            "bars on one scale (0–100 %) · change in percentage points, red where it hurts"
+        )
         self.query_one("#bd-headline", BarPairs).set_rows(self.share_rows, 100.0)
         self.query_one("#bd-categories", BarPairs).set_rows(self.category_rows, 100.0)
         scale = max([max(r.before, r.after) for r in self.class_rows], default=0.0)
@@ -347,8 +412,13 @@ class DiffBreakdown(VerticalScroll):
 # -- 3 kernels -----------------------------------------------------------------------------------
 
 GROUPS = ("all", "grew", "shrank", "appeared", "disappeared")
-MATCH_TAG = {"exact": ("exact", "dim"), "arch": ("arch", "bold cyan"), "family": ("family", "bold magenta"),
-             "appeared": ("new", f"bold {BAD}"), "disappeared": ("gone", f"bold {GOOD}")}
+MATCH_TAG = {
+    "exact": ("exact", "dim"),
+    "arch": ("arch", "bold cyan"),
+    "family": ("family", "bold magenta"),
+    "appeared": ("new", f"bold {BAD}"),
+    "disappeared": ("gone", f"bold {GOOD}"),
+}
 MATCH_MEANS = {
     "exact": "the same kernel name in both runs",
     "arch": "the same name without GPU-architecture tokens (built for another GPU)",
@@ -371,7 +441,9 @@ DIFF_COLUMNS = (
     DiffColumn("change", "Δ ms/step", lambda k: abs(k.delta_ms_per_step), True),
     DiffColumn("before", "before", lambda k: k.before_ms_per_step, True),
     DiffColumn("after", "after", lambda k: k.after_ms_per_step, True),
-    DiffColumn("match", "match", lambda k: ("exact", "arch", "family", "appeared", "disappeared").index(k.match), False),
+    DiffColumn(
+        "match", "match", lambda k: ("exact", "arch", "family", "appeared", "disappeared").index(k.match), False
+    ),
     DiffColumn("kernel", "kernel", lambda k: k.label.lower(), False),
     DiffColumn("pct", "Δ %", lambda k: k.change_pct if k.change_pct is not None else float("inf"), True),
     DiffColumn("class", "class", lambda k: k.kernel_class, False),
@@ -444,10 +516,14 @@ class KernelDiffPane(SortedColumns, Vertical):
             delta = k.delta_ms_per_step
             table.add_row(
                 Text(f"{delta:+.3f}", style=BAD if delta > 0 else GOOD if delta < 0 else "dim", justify="right"),
-                Text(f"{k.before_ms_per_step:.3f}", justify="right"), Text(f"{k.after_ms_per_step:.3f}", justify="right"),
-                Text(tag, style=tag_style), Text(short_name(k.label, 200)),
+                Text(f"{k.before_ms_per_step:.3f}", justify="right"),
+                Text(f"{k.after_ms_per_step:.3f}", justify="right"),
+                Text(tag, style=tag_style),
+                Text(short_name(k.label, 200)),
                 Text("—" if k.change_pct is None else f"{k.change_pct:+.0f} %", justify="right"),
-                k.kernel_class, key=str(i))
+                k.kernel_class,
+                key=str(i),
+            )
         counts = {g: len(kernel_group(d, g)) for g in GROUPS}
         groups = Text()
         for key, g in zip("ag-nd", GROUPS):
@@ -458,7 +534,8 @@ class KernelDiffPane(SortedColumns, Vertical):
         mc = d.match_counts()
         self.query_one("#kd-note", Static).update(
             f"per step · sorted by {col.label}{' ▼' if self.descending else ' ▲'} · BEFORE names matched: "
-            f"{mc['exact']} exact, {mc['arch']} arch, {mc['family']} family · s: sort · r: reverse")
+            f"{mc['exact']} exact, {mc['arch']} arch, {mc['family']} family · s: sort · r: reverse"
+        )
         self._select(0 if rows else None)
 
     def _name_width(self) -> int:
@@ -484,8 +561,10 @@ class KernelDiffPane(SortedColumns, Vertical):
         out.append(f"{tag}", style=style)
         out.append(f" · {k.kernel_class} · {MATCH_MEANS[k.match]}\n", style="dim")
         width = max(40, self.size.width - 2)
-        for side, names, count, ms in (("before", k.before_names, k.before_count, k.before_ms_per_step),
-                                       ("after", k.after_names, k.after_count, k.after_ms_per_step)):
+        for side, names, count, ms in (
+            ("before", k.before_names, k.before_count, k.before_ms_per_step),
+            ("after", k.after_names, k.after_count, k.after_ms_per_step),
+        ):
             head = f"{side:<7}{count} calls, {ms:.3f} ms/step"
             out.append(f"{side:<7}", style="bold")
             out.append(head[7:], style="dim")
@@ -529,9 +608,13 @@ class KernelDiffPane(SortedColumns, Vertical):
 
 # -- 4 earlier fixes -----------------------------------------------------------------------------
 
-STATUS_STYLE = {"resolved": f"bold white on {GOOD}", "improved": "bold white on #2e7d32",
-                "unchanged": "bold white on #5f5f5f", "worse": "bold white on #b3261e",
-                "unknown": "bold black on #c9a227"}
+STATUS_STYLE = {
+    "resolved": f"bold white on {GOOD}",
+    "improved": "bold white on #2e7d32",
+    "unchanged": "bold white on #5f5f5f",
+    "worse": "bold white on #b3261e",
+    "unknown": "bold black on #c9a227",
+}
 
 
 def _value(x: float | None) -> str:
@@ -563,7 +646,8 @@ class FixOutcomes(VerticalScroll):
         self.query_one("#fo-note", Static).update(
             "The fixes BEFORE's analysis recommended, and what AFTER measures: resolved (finding gone), improved / "
             "worse (its metric moved beyond the noise floor), unchanged, unknown (not measurable) · "
-            + (", ".join(f"{n} {s}" for s, n in counts.items()) or "none"))
+            + (", ".join(f"{n} {s}" for s, n in counts.items()) or "none")
+        )
         grid = Table.grid(padding=(0, 1), expand=True)
         grid.add_column(width=11, no_wrap=True)
         grid.add_column(ratio=1)
@@ -571,8 +655,14 @@ class FixOutcomes(VerticalScroll):
             from trainscope.reports.diff_document import verdict_headline
 
             v = d.verdict
-            grid.add_row("", Text(f"None: the BEFORE verdict was {verdict_headline(v.before_axis, v.before_bottleneck)}, "
-                                  "with no ranked fixes.", style="dim"))
+            grid.add_row(
+                "",
+                Text(
+                    f"None: the BEFORE verdict was {verdict_headline(v.before_axis, v.before_bottleneck)}, "
+                    "with no ranked fixes.",
+                    style="dim",
+                ),
+            )
         for o in self.outcomes:
             body = Text()
             body.append(o.title, style="bold")

@@ -1,5 +1,6 @@
 """Fixes: each recommendation with its evidence, the concrete change and its projected effect;
 what-if toggles recompute the projected step time with the chosen fixes assumed."""
+
 from __future__ import annotations
 
 from rich.syntax import Syntax
@@ -97,23 +98,36 @@ class FixesPane(Vertical):
         holder = self.query_one("#fix-text", Static)
         if not recs:
             axis = self.doc["verdict"]["axis"] if self.doc else ""
-            holder.update("No fixes: " + ("the evidence is too thin for a verdict." if axis == "insufficient_evidence"
-                                         else "no finding crosses its threshold."))
+            holder.update(
+                "No fixes: "
+                + (
+                    "the evidence is too thin for a verdict."
+                    if axis == "insufficient_evidence"
+                    else "no finding crosses its threshold."
+                )
+            )
             return
         r = recs[max(0, min(index, len(recs) - 1))]
         finding = next((f for f in self.doc["findings"] if f["id"] == r["finding"]), None)
         head = Text()
         head.append(f"{r['rank']}. {r['title']}\n", style="bold")
         if finding:
-            head.append(f"because {finding['title']} ({finding['severity']}, {finding['stake_pct']:.1f} % of step time)\n")
+            head.append(
+                f"because {finding['title']} ({finding['severity']}, {finding['stake_pct']:.1f} % of step time)\n"
+            )
             for e in finding["evidence"]:
                 mark = {True: "✔", False: "✘", None: "·"}[e["meets"]]
                 thr = f" (threshold {e['threshold']} {e['unit']})".rstrip() if e["threshold"] else ""
-                head.append(f"  {mark} {e['metric']}: {fmt_value(e['value'], e['unit'])}{thr} — {e['source']}\n",
-                            style="dim" if e["meets"] is None else "")
+                head.append(
+                    f"  {mark} {e['metric']}: {fmt_value(e['value'], e['unit'])}{thr} — {e['source']}\n",
+                    style="dim" if e["meets"] is None else "",
+                )
         head.append("change:", style="bold")
-        proj = (f"up to {r['projected_speedup']:.2f}× faster: step ≥ {r['projected_step_ms']:.1f} ms"
-                if r["projected_speedup"] else "no projection")
+        proj = (
+            f"up to {r['projected_speedup']:.2f}× faster: step ≥ {r['projected_step_ms']:.1f} ms"
+            if r["projected_speedup"]
+            else "no projection"
+        )
         tail = Text()
         tail.append(f"projected: {proj}\n", style="bold")
         tail.append(f"basis: {r['basis']}", style="dim")
@@ -142,16 +156,24 @@ class FixesPane(Vertical):
         p = project(self.analysis, sorted(self.assumed))
         self.projection = p
         if not p.levers:
-            box.update(Text.assemble(("What-if (projection): ", "bold"),
-                                     f"measured mean step {p.step_ms:.1f} ms · Space toggles a fix in the table "
-                                     "to assume it works as well as it possibly could"))
+            box.update(
+                Text.assemble(
+                    ("What-if (projection): ", "bold"),
+                    f"measured mean step {p.step_ms:.1f} ms · Space toggles a fix in the table "
+                    "to assume it works as well as it possibly could",
+                )
+            )
             return
         lv = levers(self.analysis)
         assumed = "; ".join(lv[i].label for i in p.levers)
-        box.update(Text.assemble(
-            ("What-if (projection, upper bound): ", "bold"),
-            (f"step {p.step_ms:.1f} → {p.projected_step_ms:.1f} ms ({p.speedup:.2f}× faster)", "bold"),
-            f"\nassuming {assumed}\n", (p.basis, "dim")))
+        box.update(
+            Text.assemble(
+                ("What-if (projection, upper bound): ", "bold"),
+                (f"step {p.step_ms:.1f} → {p.projected_step_ms:.1f} ms ({p.speedup:.2f}× faster)", "bold"),
+                f"\nassuming {assumed}\n",
+                (p.basis, "dim"),
+            )
+        )
 
     def watch_assumed(self) -> None:
         if self.doc is None:

@@ -5,6 +5,7 @@ The same letter does the same thing everywhere: ``?`` help, ``/`` search, ``s`` 
 anything else (``d`` is the device in plan). An app binds only the entries that apply to it, and
 its help screen and command palette are built from the bindings it has, so they never drift.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,8 +35,9 @@ KEYMAP: dict[str, Key] = {
 }
 
 
-def bind(name: str, does: str | None = None, *, action: str | None = None, show: bool = False,
-         priority: bool = False) -> Binding:
+def bind(
+    name: str, does: str | None = None, *, action: str | None = None, show: bool = False, priority: bool = False
+) -> Binding:
     """The shared binding ``name`` (optionally with this app's own wording or action)."""
     k = KEYMAP[name]
     return Binding(k.key, action or k.action, does or k.does, show=show, priority=priority)
@@ -43,15 +45,33 @@ def bind(name: str, does: str | None = None, *, action: str | None = None, show:
 
 def common_bindings(*names: str, show: bool = False) -> list[Binding]:
     """The app-level bindings every app has, plus ``names`` (e.g. "export"); ``show``: in a Footer."""
-    out = [bind("quit", show=show), Binding("ctrl+c", "quit", "quit", show=False, priority=True),
-           bind("help", "help" if show else None, show=show), bind("theme", "theme" if show else None, show=show)]
+    out = [
+        bind("quit", show=show),
+        Binding("ctrl+c", "quit", "quit", show=False, priority=True),
+        bind("help", "help" if show else None, show=show),
+        bind("theme", "theme" if show else None, show=show),
+    ]
     return out + [bind(n) for n in names]
 
 
-_KEY_NAMES = {"question_mark": "?", "slash": "/", "plus": "+", "minus": "−", "equals_sign": "=",
-              "left_square_bracket": "[", "right_square_bracket": "]", "space": "space", "enter": "Enter",
-              "escape": "Esc", "left": "←", "right": "→", "up": "↑", "down": "↓", "shift+left": "shift+←",
-              "shift+right": "shift+→"}
+_KEY_NAMES = {
+    "question_mark": "?",
+    "slash": "/",
+    "plus": "+",
+    "minus": "−",
+    "equals_sign": "=",
+    "left_square_bracket": "[",
+    "right_square_bracket": "]",
+    "space": "space",
+    "enter": "Enter",
+    "escape": "Esc",
+    "left": "←",
+    "right": "→",
+    "up": "↑",
+    "down": "↓",
+    "shift+left": "shift+←",
+    "shift+right": "shift+→",
+}
 
 
 def key_label(keys: str) -> str:
@@ -75,8 +95,9 @@ def binding_rows(bindings: Iterable[Binding]) -> list[tuple[str, str]]:
 _TEXTUAL_DUPLICATES = {"quit": "quit", "keys": "help"}
 
 
-def without_duplicates(ours: Iterable[SystemCommand], textual: Iterable[SystemCommand],
-                       actions: Iterable[str]) -> Iterable[SystemCommand]:
+def without_duplicates(
+    ours: Iterable[SystemCommand], textual: Iterable[SystemCommand], actions: Iterable[str]
+) -> Iterable[SystemCommand]:
     """Our commands, then Textual's system commands less those an action of ours already offers
     (the palette listed Quit twice)."""
     have = set(actions)

@@ -1,4 +1,5 @@
 """Memory: device memory in use over the trace, against the device's capacity."""
+
 from __future__ import annotations
 
 from rich.text import Text
@@ -46,8 +47,9 @@ class MemoryChart(Widget):
                 out.append(ch, style="#3d7fd9")
             out.append("\n")
         out.append(" " * gutter + "└" + "─" * (cols - 1) + "\n", style="dim")
-        out.append(" " * gutter + f"{self.span[0] / 1e6:.0f} ms".ljust(cols - 10) + f"{self.span[1] / 1e6:.0f} ms",
-                   style="dim")
+        out.append(
+            " " * gutter + f"{self.span[0] / 1e6:.0f} ms".ljust(cols - 10) + f"{self.span[1] / 1e6:.0f} ms", style="dim"
+        )
         return out
 
 
@@ -70,16 +72,26 @@ class MemoryPane(Vertical):
 
             self.query_one("#mem-ledger", Static).update(Text("\n".join(ledger_text_lines(ledger)).strip("\n")))
         if not curves:
-            note.update("No memory events in this trace: record with torch.profiler.profile(profile_memory=True) "
-                        "to see memory over time.")
+            note.update(
+                "No memory events in this trace: record with torch.profiler.profile(profile_memory=True) "
+                "to see memory over time."
+            )
             chart.set_curve(None, span)
             return
         c = max(curves, key=lambda x: int(x.allocated.max()) if len(x.allocated) else 0)
         peak = int(c.allocated.max()) if len(c.allocated) else 0
         cap = f" of {gib(c.capacity, 2)} ({100 * peak / c.capacity:.0f} %)" if c.capacity else " (capacity unknown)"
-        basis = ("allocator totals" if c.basis == "absolute" else
-                 "running sum of allocations since profiling began (this trace has no allocator totals)")
-        note.update(Text.assemble(("Memory in use on GPU ", "bold"), (f"{c.device}", "bold"),
-                                  f" · peak {gib(peak, 2)}{cap} · {len(c.ts)} allocator events · basis: {basis}\n",
-                                  ("chart scale: top = the peak + 5 % (the capacity is in the line above)", "dim")))
+        basis = (
+            "allocator totals"
+            if c.basis == "absolute"
+            else "running sum of allocations since profiling began (this trace has no allocator totals)"
+        )
+        note.update(
+            Text.assemble(
+                ("Memory in use on GPU ", "bold"),
+                (f"{c.device}", "bold"),
+                f" · peak {gib(peak, 2)}{cap} · {len(c.ts)} allocator events · basis: {basis}\n",
+                ("chart scale: top = the peak + 5 % (the capacity is in the line above)", "dim"),
+            )
+        )
         chart.set_curve(c, span)

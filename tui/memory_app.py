@@ -4,6 +4,7 @@ a marker on the peak, and every allocation live at the peak (largest first) with
 The snapshot is read and replayed in a daemon thread that never touches widgets; the app renders
 the :class:`~trainscope.analyzers.memory_peak.MemoryPeak` it hands over and computes nothing.
 """
+
 from __future__ import annotations
 
 import os
@@ -69,16 +70,19 @@ class PeakChart(Widget):
     def render(self) -> Text:
         p = self.peak
         if p is None or not len(p.time_us):
-            return Text("No allocator events recorded: the table is what was live at the dump (record the history "
-                        "with torch.cuda.memory._record_memory_history() before the step to see memory over time).",
-                        style="dim")
+            return Text(
+                "No allocator events recorded: the table is what was live at the dump (record the history "
+                "with torch.cuda.memory._record_memory_history() before the step to see memory over time).",
+                style="dim",
+            )
         g, cols = self.GUTTER, self.columns
         rows = max(3, self.size.height - 3)
         levels = p.binned_peak(cols) / max(1, p.peak_bytes) * rows
         at = self.peak_column()
         out = Text(no_wrap=True, overflow="crop")
-        marker = f"▼ peak {size_text(p.peak_bytes)}" + (f" at {ms_text(p.peak_time_us - p.time_us[0])}"
-                                                         if p.peak_time_us is not None else " (before the trace)")
+        marker = f"▼ peak {size_text(p.peak_bytes)}" + (
+            f" at {ms_text(p.peak_time_us - p.time_us[0])}" if p.peak_time_us is not None else " (before the trace)"
+        )
         if len(marker) + 26 <= cols:
             marker += " · top = the peak"  # not the device's capacity
         if at is None:
@@ -90,8 +94,9 @@ class PeakChart(Widget):
             out.append(" " * (g + start))
             out.append(label + "\n", style=f"bold {PEAK}")
         for r in range(rows, 0, -1):
-            label = (size_text(p.peak_bytes) if r == rows else size_text(p.peak_bytes // 2)
-                     if r == (rows + 1) // 2 else "")
+            label = (
+                size_text(p.peak_bytes) if r == rows else size_text(p.peak_bytes // 2) if r == (rows + 1) // 2 else ""
+            )
             out.append(f"{label:>{g - 1}} ", style="dim")
             for c, lv in enumerate(levels):
                 fill = lv - (r - 1)
@@ -127,8 +132,12 @@ class Column:
         return a.site.lower()
 
 
-COLUMNS = (Column("size", "size", 10, True), Column("share", "of peak", 8, True),
-           Column("time", "allocated", 11, False), Column("site", "allocated at (stack top)", None, False))
+COLUMNS = (
+    Column("size", "size", 10, True),
+    Column("share", "of peak", 8, True),
+    Column("time", "allocated", 11, False),
+    Column("site", "allocated at (stack top)", None, False),
+)
 
 
 def filter_allocations(allocs: list[PeakAllocation], text: str) -> list[PeakAllocation]:
@@ -156,9 +165,12 @@ class PeakTable(SortedColumns, Vertical):
     PeakTable DataTable { height: 2fr; min-height: 4; }
     PeakTable #mm-stack { height: 1fr; max-height: 12; border-top: solid $panel; padding: 0 1; }
     """
-    BINDINGS = [bind("sort", "sort by the next column"), bind("reverse"),
-                bind("search", "filter by file, function or frame", action="focus_filter"),
-                bind("copy", "copy the selected allocation's site")]
+    BINDINGS = [
+        bind("sort", "sort by the next column"),
+        bind("reverse"),
+        bind("search", "filter by file, function or frame", action="focus_filter"),
+        bind("copy", "copy the selected allocation's site"),
+    ]
     MAX_ROWS = 1000  # a DataTable of more rows is sluggish; / narrows the rest
 
     sort_column: reactive[str] = reactive("size")
@@ -217,14 +229,20 @@ class PeakTable(SortedColumns, Vertical):
         t0 = int(p.time_us[0]) if len(p.time_us) else 0
         for i, a in enumerate(self.shown):
             when = "before" if a.time_us is None else ms_text(a.time_us - t0)
-            table.add_row(Text(size_text(a.size), justify="right"), Text(f"{a.share_of(p.peak_bytes):.2f} %", justify="right"),
-                          Text(when, justify="right"), Text(a.site[: self._site_w]), key=str(i))
+            table.add_row(
+                Text(size_text(a.size), justify="right"),
+                Text(f"{a.share_of(p.peak_bytes):.2f} %", justify="right"),
+                Text(when, justify="right"),
+                Text(a.site[: self._site_w]),
+                key=str(i),
+            )
         more = f", first {self.MAX_ROWS:,} shown" if len(rows) > self.MAX_ROWS else ""
         shown_bytes = sum(a.size for a in rows)
         count = f"{len(rows):,} of {len(p.allocations):,}" if len(rows) != len(p.allocations) else f"{len(rows):,}"
         self.query_one("#mm-table-note", Static).update(
             f"{count} live{more} · {size_text(shown_bytes)} = "
-            f"{100 * shown_bytes / max(1, p.peak_bytes):.1f} % of the peak · sort: {col.label}")
+            f"{100 * shown_bytes / max(1, p.peak_bytes):.1f} % of the peak · sort: {col.label}"
+        )
         self._show_stack()
 
     def _show_stack(self) -> None:
@@ -302,8 +320,9 @@ class MemoryApp(BackgroundLoading, App[int]):
     """
     BINDINGS = [*common_bindings(), bind("export", "export the Markdown memory report")]
 
-    def __init__(self, path: str, *, report=None, peaks: list[MemoryPeak] | None = None,
-                 loader: MemoryLoader | None = None) -> None:
+    def __init__(
+        self, path: str, *, report=None, peaks: list[MemoryPeak] | None = None, loader: MemoryLoader | None = None
+    ) -> None:
         super().__init__()
         self.path = path
         self.report = report  # api.MemoryReport: what `e` exports
@@ -357,8 +376,10 @@ class MemoryApp(BackgroundLoading, App[int]):
         others = [x for x in peaks if x is not p]
         note = Text()
         note.append(f"GPU {p.device}", style="bold")
-        note.append(f" · {'peak allocated' if len(p.time_us) else 'allocated at the dump'} {size_text(p.peak_bytes)}",
-                    style="bold")
+        note.append(
+            f" · {'peak allocated' if len(p.time_us) else 'allocated at the dump'} {size_text(p.peak_bytes)}",
+            style="bold",
+        )
         if p.peak_time_us is not None and len(p.time_us):
             note.append(f" at {ms_text(p.peak_time_us - p.time_us[0])} of {ms_text(p.time_us[-1] - p.time_us[0])}")
         elif len(p.time_us):
@@ -369,11 +390,15 @@ class MemoryApp(BackgroundLoading, App[int]):
         if p.phase:
             note.append(f" · in {p.phase}")
         if not p.accounted:
-            note.append(f"\nthe live allocations add up to {size_text(p.live_bytes)}, not the peak: the trace was cut "
-                        "mid-way", style="bold yellow")
+            note.append(
+                f"\nthe live allocations add up to {size_text(p.live_bytes)}, not the peak: the trace was cut mid-way",
+                style="bold yellow",
+            )
         if others:
-            note.append("\nother devices: " + ", ".join(f"GPU {x.device} peak {size_text(x.peak_bytes)}" for x in others),
-                        style="dim")
+            note.append(
+                "\nother devices: " + ", ".join(f"GPU {x.device} peak {size_text(x.peak_bytes)}" for x in others),
+                style="dim",
+            )
         self.query_one("#mm-note", Static).update(note)
         chart = self.query_one(PeakChart)
         if not len(p.time_us):  # no series: the chart is one line saying why
@@ -389,7 +414,10 @@ class MemoryApp(BackgroundLoading, App[int]):
             self.push_screen(help_screen())
 
     def get_system_commands(self, screen):
-        ours = [*palette_commands(self, self.BINDINGS), *palette_commands(self.query_one(PeakTable), PeakTable.BINDINGS)]
+        ours = [
+            *palette_commands(self, self.BINDINGS),
+            *palette_commands(self.query_one(PeakTable), PeakTable.BINDINGS),
+        ]
         yield from without_duplicates(ours, super().get_system_commands(screen), (b.action for b in self.BINDINGS))
 
     def action_export(self) -> None:
@@ -418,21 +446,32 @@ class MemoryApp(BackgroundLoading, App[int]):
 
 
 def key_sections() -> list[tuple[str, list[tuple[str, str]]]]:
-    return [("anywhere", [("tab / shift+tab", "move focus"), ("ctrl+p", "command palette: every action by name")]
-             + binding_rows(MemoryApp.BINDINGS)),
-            ("live allocations at the peak", [("↑ / ↓", "choose an allocation: its full stack shows below")]
-             + binding_rows(PeakTable.BINDINGS) + [("click a header", "sort by that column (again: reverse)"),
-                                                    ("Esc (in the filter)", "back to the table")])]
+    return [
+        (
+            "anywhere",
+            [("tab / shift+tab", "move focus"), ("ctrl+p", "command palette: every action by name")]
+            + binding_rows(MemoryApp.BINDINGS),
+        ),
+        (
+            "live allocations at the peak",
+            [("↑ / ↓", "choose an allocation: its full stack shows below")]
+            + binding_rows(PeakTable.BINDINGS)
+            + [
+                ("click a header", "sort by that column (again: reverse)"),
+                ("Esc (in the filter)", "back to the table"),
+            ],
+        ),
+    ]
 
 
 def help_screen() -> HelpScreen:
     text = keys_text("trainscope memory", key_sections())
     text.append("\nthe chart\n", style="bold underline")
-    text.append("  Each column is a slice of the recorded time; its bar is the highest allocated level in it, scaled so "
-                "the peak fills the height. ▼ and the red column mark the peak. The table lists every allocation live "
-                "just after the peak event: the sizes tensors requested (torch.cuda.memory_allocated counts the same), "
-                "and where they were allocated — the innermost frame in user code; the pane below holds the full "
-                "stack, innermost first.\n")
+    text.append(
+        "  Each column is a slice of the recorded time; its bar is the highest allocated level in it, scaled so "
+        "the peak fills the height. ▼ and the red column mark the peak. The table lists every allocation live "
+        "just after the peak event: the sizes tensors requested (torch.cuda.memory_allocated counts the same), "
+        "and where they were allocated — the innermost frame in user code; the pane below holds the full "
+        "stack, innermost first.\n"
+    )
     return HelpScreen(text)
-
-

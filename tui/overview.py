@@ -1,4 +1,5 @@
 """The overview: the verdict badge, the key figures, the evidence behind the verdict, top fixes."""
+
 from __future__ import annotations
 
 from rich.text import Text
@@ -16,8 +17,10 @@ def key_figures(doc: dict) -> list[tuple[str, str]]:
     b = doc["breakdown"]
     st = b["step_time_ms"]
     if counters_only(doc):
-        return [("source", f"sampled counters ({doc['input']['format']}): no steps or kernels to break down"),
-                ("verdict from", "the live rules over the whole recording (`trainscope thresholds`, live.*)")]
+        return [
+            ("source", f"sampled counters ({doc['input']['format']}): no steps or kernels to break down"),
+            ("verdict from", "the live rules over the whole recording (`trainscope thresholds`, live.*)"),
+        ]
     rows = [("device", doc["device"]["name"] or "no GPU in trace")]
     if doc["steps"]:
         rows.append(("steps", f"{len(doc['steps'])} ({doc['steps_method'].replace('_', ' ')})"))
@@ -31,7 +34,9 @@ def key_figures(doc: dict) -> list[tuple[str, str]]:
         used = max(m["peak_allocated_bytes"] or 0, m["peak_reserved_bytes"] or 0)
         pct = f" ({m['peak_pct_of_capacity']:.0f} %)" if m["peak_pct_of_capacity"] is not None else ""
         basis = " since profiling began" if m["basis"] == "relative" else ""
-        rows.append((f"peak memory GPU {m['device']}", f"{gib(used, missing='—')} of {gib(cap, missing='—')}{pct}{basis}"))
+        rows.append(
+            (f"peak memory GPU {m['device']}", f"{gib(used, missing='—')} of {gib(cap, missing='—')}{pct}{basis}")
+        )
     if not doc["memory"]:
         rows.append(("peak memory", "unknown — trace recorded without profile_memory"))
     return rows
@@ -96,14 +101,23 @@ class Overview(VerticalScroll):
         self.query_one("#evidence", Static).update(ev)
         fixes = Text()
         for r in doc["recommendations"][:3]:
-            gain = (f"up to {r['projected_speedup']:.2f}× (step ≥ {r['projected_step_ms']:.1f} ms)"
-                    if r["projected_speedup"] else "no projection")
+            gain = (
+                f"up to {r['projected_speedup']:.2f}× (step ≥ {r['projected_step_ms']:.1f} ms)"
+                if r["projected_speedup"]
+                else "no projection"
+            )
             fixes.append(f"{r['rank']}. ", style="bold")
             fixes.append(r["title"])
             fixes.append(f" — {gain}\n", style="bold")
         if not doc["recommendations"]:
-            fixes.append("none: " + ("too little evidence for a verdict" if v["axis"] == "insufficient_evidence"
-                                     else "no finding crosses its threshold"))
+            fixes.append(
+                "none: "
+                + (
+                    "too little evidence for a verdict"
+                    if v["axis"] == "insufficient_evidence"
+                    else "no finding crosses its threshold"
+                )
+            )
         self.query_one("#top-fixes", Static).update(fixes)
         # A rank directory: what the Ranks tab finds is said here too, so the two never disagree silently.
         ranks = Text()
@@ -118,18 +132,23 @@ class Overview(VerticalScroll):
             if al.get("matched_collectives"):
                 late = [r for r in al["ranks"] if imb and r["rank"] == imb["rank"]]
                 for r in late:
-                    ranks.append(f"  ◀ rank {r['rank']}: arrives {r['mean_late_ms']:.1f} ms after the first rank on "
-                                 f"average (last in {r['last_in']} of {r['matched']}) — details on the Ranks tab\n")
+                    ranks.append(
+                        f"  ◀ rank {r['rank']}: arrives {r['mean_late_ms']:.1f} ms after the first rank on "
+                        f"average (last in {r['last_in']} of {r['matched']}) — details on the Ranks tab\n"
+                    )
             else:
                 late = [r for r in stragglers["ranks"] if r["late"] or r["slow"]]
                 for r in late:
-                    ranks.append(f"  ◀ rank {r['rank']}: enters collectives {r['mean_late_ms']:.1f} ms late on average "
-                                 f"(last in {r['late_in']}), step p50 {r['step_p50_ms']:.1f} ms — details on the Ranks tab\n")
+                    ranks.append(
+                        f"  ◀ rank {r['rank']}: enters collectives {r['mean_late_ms']:.1f} ms late on average "
+                        f"(last in {r['late_in']}), step p50 {r['step_p50_ms']:.1f} ms — details on the Ranks tab\n"
+                    )
             if disagree:
                 ranks.append("  " + disagree + "\n", style="dim")
             if v["axis"] == "insufficient_evidence" and late:
-                ranks.append("  The verdict above is this rank's own; the straggler is the lead across ranks.\n",
-                             style="dim")
+                ranks.append(
+                    "  The verdict above is this rank's own; the straggler is the lead across ranks.\n", style="dim"
+                )
         self.query_one("#ranks-summary", Static).update(ranks)
         warn = Text()
         for w in doc["warnings"]:

@@ -1,5 +1,6 @@
 """Colours and glyphs, chosen to read on dark and light themes alike. Each category also has its
 own glyph, so the timeline stays legible without colour (NO_COLOR, monochrome terminals)."""
+
 from __future__ import annotations
 
 # Every category has a glyph no other category uses (GPU and host alike), so the timeline reads
@@ -24,7 +25,14 @@ HOST_STYLE: dict[str, tuple[str, str]] = {
     "idle": (" ", "#8a8a8a"),
 }
 # A stream lane: the GPU's busy glyphs; idle is blank.
-STREAM_STYLE: dict[str, tuple[str, str]] = {**{k: GPU_STYLE[k] for k in ("compute", "communication", "copy", "memset")},
-                                            "idle": (" ", "#8a8a8a")}
-AXIS_CLASS = {"data": "axis-data", "algorithm": "axis-algorithm", "machine": "axis-machine",
-              "balanced": "axis-balanced", "insufficient_evidence": "axis-none"}
+STREAM_STYLE: dict[str, tuple[str, str]] = {
+    **{k: GPU_STYLE[k] for k in ("compute", "communication", "copy", "memset")},
+    "idle": (" ", "#8a8a8a"),
+}
+AXIS_CLASS = {
+    "data": "axis-data",
+    "algorithm": "axis-algorithm",
+    "machine": "axis-machine",
+    "balanced": "axis-balanced",
+    "insufficient_evidence": "axis-none",
+}

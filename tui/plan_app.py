@@ -5,6 +5,7 @@ a millisecond). The cheapest changes that fit (``fit_options``, tens of millisec
 every combination of the levers) are computed in a worker thread after the keys have been still
 for a moment, so holding a key down never queues up searches.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -61,9 +62,12 @@ def pin_measured(cfg: PlanConfig) -> PlanConfig:
     cfg = normalize(cfg)
     if cfg.activations_gb is None:
         return cfg
-    return replace(cfg, activations_batch=cfg.activations_batch or cfg.batch,
-                   activations_precision=cfg.activations_precision
-                   or ("fp32" if PRECISIONS[cfg.precision].activation_bytes == 4 else "fp16"))
+    return replace(
+        cfg,
+        activations_batch=cfg.activations_batch or cfg.batch,
+        activations_precision=cfg.activations_precision
+        or ("fp32" if PRECISIONS[cfg.precision].activation_bytes == 4 else "fp16"),
+    )
 
 
 def plan_document(cfg: PlanConfig, device: GpuMemory, threshold_pct: float, limit: int) -> dict:
@@ -75,8 +79,10 @@ def _next(seq: tuple[str, ...] | list, current, step: int = 1):
     return seq[(seq.index(current) + step) % len(seq)] if current in seq else seq[0]
 
 
-HELP_NOTE = ("\nEvery toggle recomputes the ledger at once; the options follow a moment later. Values that "
-             "differ from the command line are shown in bold. GB are 10⁹ bytes; device capacities are GiB as sold.")
+HELP_NOTE = (
+    "\nEvery toggle recomputes the ledger at once; the options follow a moment later. Values that "
+    "differ from the command line are shown in bold. GB are 10⁹ bytes; device capacities are GiB as sold."
+)
 
 
 def help_screen() -> HelpScreen:
@@ -138,8 +144,15 @@ class PlanApp(App[int]):
     config: reactive[PlanConfig] = reactive(PlanConfig(params=1.0), init=False, always_update=True)
     device_index: reactive[int] = reactive(0, init=False)
 
-    def __init__(self, config: PlanConfig, device: GpuMemory, *, threshold_pct: float = 90.0, limit: int = 6,
-                 export_path: str = "trainscope-plan.md") -> None:
+    def __init__(
+        self,
+        config: PlanConfig,
+        device: GpuMemory,
+        *,
+        threshold_pct: float = 90.0,
+        limit: int = 6,
+        export_path: str = "trainscope-plan.md",
+    ) -> None:
         super().__init__()
         self.initial_config = pin_measured(config)  # ValueError: a bad config, before anything is drawn
         self.devices: list[GpuMemory] = list(GPU_MEMORY)
@@ -211,17 +224,24 @@ class PlanApp(App[int]):
         banner.set_classes(verdict_class(f))
         banner.update(banner_text(lg, f, dev.name))
         self.query_one("#toggles", Static).update(
-            toggles_text(self.config, dev.name, self.initial_config, self.devices[self.initial_device].name))
+            toggles_text(self.config, dev.name, self.initial_config, self.devices[self.initial_device].name)
+        )
         self.query_one(LedgerBar).show(lg, f)
         table = self.query_one("#items", DataTable)
         table.clear()
         for it in lg.items:
-            table.add_row(Text(it.label), Text("—" if it.bytes is None else f"{gb2(it.bytes)}", justify="right"),
-                          Text(it.formula), Text(it.source, style="dim"))
-        table.add_row(Text("total", style="bold"), Text(f"{gb2(lg.total_bytes)}", style="bold", justify="right"),
-                      Text(f"static {gb2(lg.static_bytes)} GB" + ("" if lg.complete else "; activations unknown"),
-                           style="dim"),
-                      Text(f"{lg.params / 1e9:.3g} B parameters ({lg.params_source})", style="dim"))
+            table.add_row(
+                Text(it.label),
+                Text("—" if it.bytes is None else f"{gb2(it.bytes)}", justify="right"),
+                Text(it.formula),
+                Text(it.source, style="dim"),
+            )
+        table.add_row(
+            Text("total", style="bold"),
+            Text(f"{gb2(lg.total_bytes)}", style="bold", justify="right"),
+            Text(f"static {gb2(lg.static_bytes)} GB" + ("" if lg.complete else "; activations unknown"), style="dim"),
+            Text(f"{lg.params / 1e9:.3g} B parameters ({lg.params_source})", style="dim"),
+        )
         self.query_one("#note", Static).update(activation_note(lg))
         self.sub_title = f"{lg.params / 1e9:.3g} B parameters on {dev.name}"
         self._options_heading()
@@ -250,8 +270,14 @@ class PlanApp(App[int]):
             pct = f"{o.fit.pct:.0f}" + (" tight" if o.fit.tight else "")
             what = Text(" + ".join(c.description for c in o.changes))
             what.append(f"\ncost: {o.cost.summary}", style="dim")
-            table.add_row(Text(str(k)), Text(f"{gb2(o.ledger.total_bytes)}", justify="right"), Text(pct), what,
-                          key=str(k - 1), height=2)
+            table.add_row(
+                Text(str(k)),
+                Text(f"{gb2(o.ledger.total_bytes)}", justify="right"),
+                Text(pct),
+                what,
+                key=str(k - 1),
+                height=2,
+            )
         if table.row_count:
             table.move_cursor(row=min(max(row, 0), table.row_count - 1))
         self._options_heading()
@@ -320,8 +346,9 @@ class PlanApp(App[int]):
         divisors = [d for d in range(1, cfg.batch + 1) if cfg.batch % d == 0]
         i = divisors.index(cfg.grad_accum) + step
         if not 0 <= i < len(divisors):
-            self.notify(f"gradient accumulation is already {'1' if step < 0 else f'the whole batch ({cfg.batch})'}",
-                        timeout=2)
+            self.notify(
+                f"gradient accumulation is already {'1' if step < 0 else f'the whole batch ({cfg.batch})'}", timeout=2
+            )
             return
         self._try(replace(cfg, grad_accum=divisors[i]), "gradient accumulation")
 
@@ -347,8 +374,10 @@ class PlanApp(App[int]):
         # The options are being recomputed for a setup that just changed: the rows shown are the old
         # setup's. Enter is kept, not dropped: it applies the row under the cursor once they are ready.
         self._pending_row = event.cursor_row
-        self.notify("options are being recomputed for the new setup: Enter applies the chosen row when they are ready",
-                    timeout=3)
+        self.notify(
+            "options are being recomputed for the new setup: Enter applies the chosen row when they are ready",
+            timeout=3,
+        )
 
     def apply_option(self, index: int) -> None:
         """Take the changes of the ``index``-th option (its ledger's config is the base plus them)."""
@@ -364,8 +393,11 @@ class PlanApp(App[int]):
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
 
     def get_system_commands(self, screen):
-        yield from without_duplicates(palette_commands(self, self.BINDINGS), super().get_system_commands(screen),
-                                      (b.action for b in self.BINDINGS))
+        yield from without_duplicates(
+            palette_commands(self, self.BINDINGS),
+            super().get_system_commands(screen),
+            (b.action for b in self.BINDINGS),
+        )
 
     def action_export(self) -> None:
         from trainscope.reports.output import write_atomic
@@ -373,8 +405,9 @@ class PlanApp(App[int]):
 
         path = self.export_path
         try:
-            write_atomic(path, render_plan_markdown(plan_document(self.config, self.device, self.threshold_pct,
-                                                                  self.limit)))
+            write_atomic(
+                path, render_plan_markdown(plan_document(self.config, self.device, self.threshold_pct, self.limit))
+            )
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
             return

@@ -3,6 +3,7 @@
 Pure functions of a :class:`Ledger` and :class:`Fit` (no widgets), so a test can check a picture
 against numbers it computes itself.
 """
+
 from __future__ import annotations
 
 from rich.text import Text
@@ -17,8 +18,13 @@ ITEM_STYLE: dict[str, tuple[str, str]] = {
     "optimizer": ("░", "#c9a227"),
     "activations": ("█", "#2e9e44"),
 }
-ITEM_SHORT = {"weights": "weights", "gradients": "gradients", "master": "master", "optimizer": "optimizer",
-              "activations": "activations"}
+ITEM_SHORT = {
+    "weights": "weights",
+    "gradients": "gradients",
+    "master": "master",
+    "optimizer": "optimizer",
+    "activations": "activations",
+}
 ITEM_TINY = {"weights": "wts", "gradients": "grads", "master": "master", "optimizer": "optim", "activations": "act"}
 
 
@@ -37,8 +43,10 @@ def verdict_class(f: Fit) -> str:
 
 def banner_text(lg: Ledger, f: Fit, device_name: str) -> str:
     scope = " · static floor only: activations not estimated" if f.static_only else ""
-    return (f"{verdict_word(f)} · {gb2(lg.total_bytes)} GB = {f.pct:.0f} % of {device_name} "
-            f"({f.capacity_bytes / GB:.1f} GB){scope}")
+    return (
+        f"{verdict_word(f)} · {gb2(lg.total_bytes)} GB = {f.pct:.0f} % of {device_name} "
+        f"({f.capacity_bytes / GB:.1f} GB){scope}"
+    )
 
 
 def ledger_bar(lg: Ledger, f: Fit, width: int) -> Text:
@@ -103,12 +111,18 @@ def toggles_text(cfg: PlanConfig, device_name: str, initial: PlanConfig, initial
     """The live settings, each after its key; values that differ from the starting plan in bold."""
     fields = [
         ("o", OPTIMIZERS[cfg.optimizer].label, cfg.optimizer != initial.optimizer),
-        ("p", {"fp32": "FP32", "mixed": "mixed 16-bit", "mixed-fp32-grads": "mixed, FP32 grads"}[cfg.precision],
-         cfg.precision != initial.precision),
+        (
+            "p",
+            {"fp32": "FP32", "mixed": "mixed 16-bit", "mixed-fp32-grads": "mixed, FP32 grads"}[cfg.precision],
+            cfg.precision != initial.precision,
+        ),
         ("c", f"ckpt {cfg.checkpoint}", cfg.checkpoint != initial.checkpoint),
         ("b", f"batch {cfg.batch}", cfg.batch != initial.batch),
-        ("a", f"accum {cfg.grad_accum}" + (f" (micro {cfg.micro_batch})" if cfg.grad_accum > 1 else ""),
-         cfg.grad_accum != initial.grad_accum),
+        (
+            "a",
+            f"accum {cfg.grad_accum}" + (f" (micro {cfg.micro_batch})" if cfg.grad_accum > 1 else ""),
+            cfg.grad_accum != initial.grad_accum,
+        ),
         ("g", f"{cfg.gpus} GPU{'s' * (cfg.gpus > 1)}", cfg.gpus != initial.gpus),
         ("z", f"ZeRO-{cfg.zero}", cfg.zero != initial.zero),
         ("d", device_name, device_name != initial_device),

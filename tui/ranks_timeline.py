@@ -3,6 +3,7 @@ the clock offset its collectives' ends give, :mod:`trainscope.analyzers.rank_lan
 collectives a row under each rank's GPU lane, the ends of the collectives matched across ranks
 connected by a rule between the groups, and each collective's late arrival (the rank the others
 waited for) marked ``!`` in red."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -133,7 +134,7 @@ class RanksTimeline(Widget, can_focus=True):
         out = Text(no_wrap=True, overflow="crop")
         axis = [" "] * cols
         for c, label in axis_labels(self.start_ns, self.end_ns, cols):
-            axis[c:c + len(label)] = list(label[: cols - c])
+            axis[c : c + len(label)] = list(label[: cols - c])
         out.append(f"{'ms':<{GUTTER}}" + "".join(axis), style="dim")
         joins = self._connectors(cols)
         for g, r in enumerate(self.ranks):
@@ -186,12 +187,16 @@ class RanksTimeline(Widget, can_focus=True):
         if not self.ranks or self.sb is None:
             return ""
         shared = len(self.sb.shared)
-        parts = [f"{len(self.ranks)} ranks on one clock · window {window_label(self.start_ns, self.end_ns)} ms · "
-                 f"{shared} collectives matched across ranks (│ joins their ends)"]
+        parts = [
+            f"{len(self.ranks)} ranks on one clock · window {window_label(self.start_ns, self.end_ns)} ms · "
+            f"{shared} collectives matched across ranks (│ joins their ends)"
+        ]
         for r in self.ranks:
             n = self.sb.late_count(r.index)
             if n:
                 worst = max(c.spread_ns for c in self.sb.shared if c.late_rank == r.index) / 1e6
-                parts.append(f"{visible(r.label)} arrived last at {n} of {shared} by more than "
-                             f"{self.sb.tolerance_ns / 1e6:g} ms (! up to {worst:.1f} ms late)")
+                parts.append(
+                    f"{visible(r.label)} arrived last at {n} of {shared} by more than "
+                    f"{self.sb.tolerance_ns / 1e6:g} ms (! up to {worst:.1f} ms late)"
+                )
         return " · ".join(parts)

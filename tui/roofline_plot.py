@@ -1,5 +1,6 @@
 """A log-log roofline in characters: the device's memory roof (slope = bandwidth) and compute
 roofs, with the heaviest kernels as labeled points (A, B, C, … in order of time)."""
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,9 @@ from trainscope.analyzers.roofline import Roofline
 LABELS = "ABCDEFGHIJ"
 # Where a label goes when its cell is taken by a heavier kernel's: the nearest free cell, beside
 # first (a row is a decade's fraction, a column finer), then above and below.
-NUDGES = [(0, 0)] + [(dr, dc) for d in (1, 2, 3) for dr, dc in ((0, d), (0, -d), (-d, 0), (d, 0), (-d, d), (d, d),
-                                                                  (-d, -d), (d, -d))]
+NUDGES = [(0, 0)] + [
+    (dr, dc) for d in (1, 2, 3) for dr, dc in ((0, d), (0, -d), (-d, 0), (d, 0), (-d, d), (d, d), (-d, -d), (d, -d))
+]
 
 
 def roofline_chart(roof: Roofline | None, width: int, height: int) -> list[str]:
@@ -43,7 +45,7 @@ def roofline_chart(roof: Roofline | None, width: int, height: int) -> list[str]:
 
     for c in range(plot_w):  # the roofs: min(P, I·B) for the tensor peak, dotted for the FP32 vector peak
         x = x0 + (x1 - x0) * c / (plot_w - 1)
-        mem = math.log10(10 ** x * bw / 1e12)
+        mem = math.log10(10**x * bw / 1e12)
         for p, ch in ((peak, "─"), (roofs[0], "·")) if len(roofs) > 1 else ((peak, "─"),):
             y = min(mem, math.log10(p))
             grid[row(y)][c] = "╱" if mem < math.log10(p) else ch
@@ -51,8 +53,18 @@ def roofline_chart(roof: Roofline | None, width: int, height: int) -> list[str]:
     for i in range(len(pts)):  # the heaviest placed first; a label never covers another
         mark = LABELS[i] if i < len(LABELS) else "•"
         r0, c0 = row(ys[i]), col(xs[i])
-        cell = next(((r, c) for dr, dc in NUDGES if 0 <= (r := r0 + dr) < plot_h and 0 <= (c := c0 + dc) < plot_w
-                     and (r, c) not in taken), None) if mark != "•" else (r0, c0)
+        cell = (
+            next(
+                (
+                    (r, c)
+                    for dr, dc in NUDGES
+                    if 0 <= (r := r0 + dr) < plot_h and 0 <= (c := c0 + dc) < plot_w and (r, c) not in taken
+                ),
+                None,
+            )
+            if mark != "•"
+            else (r0, c0)
+        )
         if cell is None or (mark == "•" and cell in taken):
             continue  # an unlabeled kernel where a labeled one sits: the label wins
         grid[cell[0]][cell[1]] = mark
@@ -60,21 +72,25 @@ def roofline_chart(roof: Roofline | None, width: int, height: int) -> list[str]:
     lines = []
     for i, g in enumerate(grid):
         y = y1 - (y1 - y0) * i / (plot_h - 1)
-        tick = f"{10 ** y:>7.2g} " if i % max(1, plot_h // 4) == 0 or i == plot_h - 1 else " " * 8
+        tick = f"{10**y:>7.2g} " if i % max(1, plot_h // 4) == 0 or i == plot_h - 1 else " " * 8
         lines.append(tick + "│" + "".join(g))
     lines.append(" " * 8 + "└" + "─" * plot_w)
     ticks = [" "] * plot_w
     for e in range(x0, x1 + 1):
-        s = f"{10 ** e:g}"
+        s = f"{10**e:g}"
         c = col(e)
         if c + len(s) <= plot_w:
-            ticks[c:c + len(s)] = list(s)
+            ticks[c : c + len(s)] = list(s)
     lines.append(" " * 9 + "".join(ticks))
-    lines.append(f"TFLOP/s vs FLOP/byte · {roof.device}: {roof.bandwidth_gbps:g} GB/s, {peak:g} TFLOP/s tensor (─), "
-                 f"{roofs[0]:g} FP32 (·)")
-    legend = [f"{LABELS[i]} {r.short_name[:34]} {r.share_pct:.0f} % {r.bound}" for i, r in enumerate(pts[:len(LABELS)])]
+    lines.append(
+        f"TFLOP/s vs FLOP/byte · {roof.device}: {roof.bandwidth_gbps:g} GB/s, {peak:g} TFLOP/s tensor (─), "
+        f"{roofs[0]:g} FP32 (·)"
+    )
+    legend = [
+        f"{LABELS[i]} {r.short_name[:34]} {r.share_pct:.0f} % {r.bound}" for i, r in enumerate(pts[: len(LABELS)])
+    ]
     for i in range(0, len(legend), 2):
-        lines.append("  ".join(f"{x:<46}" for x in legend[i:i + 2]).rstrip())
+        lines.append("  ".join(f"{x:<46}" for x in legend[i : i + 2]).rstrip())
     return lines
 
 

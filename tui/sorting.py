@@ -1,5 +1,6 @@
 """The sort keys every table of declared columns shares (``s`` next column, ``r`` reverse, a header
 click): one implementation for the kernels, kernel-diff and memory tables."""
+
 from __future__ import annotations
 
 from typing import ClassVar, Sequence

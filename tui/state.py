@@ -3,6 +3,7 @@ analysis per rank, the document) and per-rank view models (:class:`trainscope.ap
 timeline, full kernel table, memory curves) that the api builds on demand. A rank directory is
 mapped by the api's executor like ``trainscope analyze DIR``; a rank's trace is read only when one
 of its views is first shown."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -101,14 +102,31 @@ def session_from(report: Report, progress: Progress | None = None) -> Session:
     return session
 
 
-def build_session(path: str, traces: "TraceSet | None", rules, peak_tflops: float | None = None,
-                  progress: Progress | None = None, step_range: str | None = None, ledger=None,
-                  jobs: int | None = None, dask=None, peak_bandwidth: float | None = None) -> Session:
+def build_session(
+    path: str,
+    traces: "TraceSet | None",
+    rules,
+    peak_tflops: float | None = None,
+    progress: Progress | None = None,
+    step_range: str | None = None,
+    ledger=None,
+    jobs: int | None = None,
+    dask=None,
+    peak_bandwidth: float | None = None,
+) -> Session:
     """:func:`trainscope.api.analyze` on ``traces`` (read from ``path`` when None: a rank directory
     is mapped in ``jobs`` worker processes or on ``dask``, as the command line does), as a session.
     Raises :class:`trainscope.api.BadInput`."""
-    report = api.analyze(traces if traces is not None else path, rules=rules, peak_tflops=peak_tflops,
-                         peak_bandwidth=peak_bandwidth, step_range=step_range, progress=progress, source=path,
-                         jobs=jobs, dask=dask)
+    report = api.analyze(
+        traces if traces is not None else path,
+        rules=rules,
+        peak_tflops=peak_tflops,
+        peak_bandwidth=peak_bandwidth,
+        step_range=step_range,
+        progress=progress,
+        source=path,
+        jobs=jobs,
+        dask=dask,
+    )
     report.ledger = ledger
     return session_from(report, progress)

@@ -1,4 +1,5 @@
 """The table screens: per-step breakdown, kernels (sortable, filterable), ranks."""
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,6 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable, Input, Static
 
-from trainscope.analyzers.breakdown import CATEGORIES
 from trainscope.analyzers.kernels import KernelStat, KernelSummary
 from trainscope.analyzers.roofline import Roofline, RooflineRow
 from trainscope.tui.keys import bind
@@ -20,12 +20,27 @@ from trainscope.tui.sorting import SortedColumns
 from trainscope.traces.safe_text import visible
 from trainscope.tui.timeline import short_name
 
-STEP_COLUMNS = {"compute": "comp", "communication": "comm", "copy": "copy", "memset": "mset",
-                "idle_data_wait": "i:data", "idle_sync": "i:sync", "idle_host_overhead": "i:launch",
-                "idle_other": "i:other"}
+STEP_COLUMNS = {
+    "compute": "comp",
+    "communication": "comm",
+    "copy": "copy",
+    "memset": "mset",
+    "idle_data_wait": "i:data",
+    "idle_sync": "i:sync",
+    "idle_host_overhead": "i:launch",
+    "idle_other": "i:other",
+}
 # Idle by reason first: on a narrow terminal the columns that explain a slow step stay in view.
-STEP_ORDER = ("idle_data_wait", "idle_sync", "idle_host_overhead", "idle_other", "compute", "communication", "copy",
-              "memset")
+STEP_ORDER = (
+    "idle_data_wait",
+    "idle_sync",
+    "idle_host_overhead",
+    "idle_other",
+    "compute",
+    "communication",
+    "copy",
+    "memset",
+)
 
 
 def short_step(label: str) -> str:
@@ -70,21 +85,30 @@ class StepsPane(Vertical):
             style = "bold red" if s["outlier"] else ""
             n_out += s["outlier"]
             table.add_row(
-                Text(short_step(s["label"]), style=style), Text(f"{s['duration_ms']:.1f}", style=style, justify="right"),
-                Text(f"{s['gpu_busy_pct']:.1f}", justify="right"), Text(f"{s['data_wait_pct']:.1f}", justify="right"),
+                Text(short_step(s["label"]), style=style),
+                Text(f"{s['duration_ms']:.1f}", style=style, justify="right"),
+                Text(f"{s['gpu_busy_pct']:.1f}", justify="right"),
+                Text(f"{s['data_wait_pct']:.1f}", justify="right"),
                 *[Text(f"{s['ms'][c]:.1f}", justify="right") for c in cats],
-                Text("⚠", style="bold red") if s["outlier"] else "", key=str(i))
+                Text("⚠", style="bold red") if s["outlier"] else "",
+                key=str(i),
+            )
         st = doc["breakdown"]["step_time_ms"]
         hidden = [STEP_COLUMNS[c] for c in STEP_ORDER if c not in cats]
-        outliers = (f"no outliers (none > {outlier_ratio:g}× median)" if not n_out else
-                    f"⚠ {n_out} outlier{'' if n_out == 1 else 's'} > {outlier_ratio:g}× median")
+        outliers = (
+            f"no outliers (none > {outlier_ratio:g}× median)"
+            if not n_out
+            else f"⚠ {n_out} outlier{'' if n_out == 1 else 's'} > {outlier_ratio:g}× median"
+        )
         n = len(doc["steps"])
         count = "" if str(doc["steps_note"] or "").startswith(f"{n} step") else f"{n} steps · "
         self.query_one("#steps-note", Static).update(
             f"{count}{doc['steps_note']} · p50 {st['p50']:.1f} ms, p95 {st['p95']:.1f} ms · "
             f"{outliers} · times in ms; i: = GPU idle by reason; busy% = GPU "
-            f"busy, wait% = data wait, of the step" + (f" · all zero, not shown: {', '.join(hidden)}" if hidden else "")
-            + " · Enter: show on timeline")
+            f"busy, wait% = data wait, of the step"
+            + (f" · all zero, not shown: {', '.join(hidden)}" if hidden else "")
+            + " · Enter: show on timeline"
+        )
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
@@ -102,7 +126,6 @@ class KernelColumn:
 # Numbers first, the name last and as wide as what is left (its full text, and the kernel's roofline
 # figures — FLOP/B, TFLOP/s, GB/s, % of the roof — are in the detail below, to fit 80 columns). ``value(kernel, roofline row or None)``.
 _BOUND = {"memory": "mem", "compute": "comp", "unknown": "?"}
-
 
 
 KERNEL_COLUMNS = (
@@ -212,17 +235,30 @@ class KernelsPane(SortedColumns, Vertical):
         r = self.roof_rows.get(k.name)
         roof = ""
         if r is not None:
-            figures = [f"{r.intensity:.3g} FLOP/B" if r.intensity is not None else None,
-                       f"{r.tflops:.3g} TFLOP/s" if r.tflops is not None else None,
-                       f"{r.gbps:.4g} GB/s" if r.gbps is not None else None,
-                       f"{r.pct_of_roof:.0f} % of the roof" if r.pct_of_roof is not None else None]
-            roof = (f"\n{r.bound}-bound" + "".join(f" · {x}" for x in figures if x) + f" · {r.precision or '?'}"
-                    + f" · from {r.source}")
-        detail.update(Text.assemble((short_name(k.name, 10_000), "bold"),
-                                    (f"\n{k.kernel_class} · {k.count} calls · {k.total_ns / 1e6:.2f} ms in all · "
-                                     f"mean {k.mean_ns / 1e3:.1f} µs · {k.share_pct:.1f} % of kernel time"
-                                     f"{' · tensor cores' if k.tensor_core else ''} · y copies the name" + roof, "dim")),
-                      layout=False)
+            figures = [
+                f"{r.intensity:.3g} FLOP/B" if r.intensity is not None else None,
+                f"{r.tflops:.3g} TFLOP/s" if r.tflops is not None else None,
+                f"{r.gbps:.4g} GB/s" if r.gbps is not None else None,
+                f"{r.pct_of_roof:.0f} % of the roof" if r.pct_of_roof is not None else None,
+            ]
+            roof = (
+                f"\n{r.bound}-bound"
+                + "".join(f" · {x}" for x in figures if x)
+                + f" · {r.precision or '?'}"
+                + f" · from {r.source}"
+            )
+        detail.update(
+            Text.assemble(
+                (short_name(k.name, 10_000), "bold"),
+                (
+                    f"\n{k.kernel_class} · {k.count} calls · {k.total_ns / 1e6:.2f} ms in all · "
+                    f"mean {k.mean_ns / 1e3:.1f} µs · {k.share_pct:.1f} % of kernel time"
+                    f"{' · tensor cores' if k.tensor_core else ''} · y copies the name" + roof,
+                    "dim",
+                ),
+            ),
+            layout=False,
+        )
 
     class Open(Message):
         """Show this kernel's instances on the timeline, longest first."""
@@ -267,8 +303,13 @@ class KernelsPane(SortedColumns, Vertical):
             self._shown_name_w = self._name_width()
             self._shown_class_w = self._class_width()
             for c in KERNEL_COLUMNS:
-                width = (self._shown_name_w if c.key == "name" else self._shown_class_w if c.key == "class"
-                         else NUMBER_WIDTHS[c.key])
+                width = (
+                    self._shown_name_w
+                    if c.key == "name"
+                    else self._shown_class_w
+                    if c.key == "class"
+                    else NUMBER_WIDTHS[c.key]
+                )
                 table.add_column(c.label + " ▼", key=c.key, width=width)
         for c in KERNEL_COLUMNS:
             mark = (" ▼" if self.descending else " ▲") if c.key == self.sort_column else ""
@@ -287,17 +328,24 @@ class KernelsPane(SortedColumns, Vertical):
                 r = roof.get(k.name)
                 first = Text(f"{k.total_ns / 1e6:.2f}", justify="right")
                 self._row_kernel[id(first)] = k
-                table.add_row(first, Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
-                              Text(f"{k.share_pct:.1f} %", justify="right"), Text(f"{k.count}", justify="right"),
-                              _BOUND.get(r.bound, r.bound) if r else "",
-                              "✔" if k.tensor_core else "", _cut(k.kernel_class, self._shown_class_w),
-                              Text(short_name(k.name, self._shown_name_w)), key=str(i))  # Text: a str cell is read as markup
+                table.add_row(
+                    first,
+                    Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
+                    Text(f"{k.share_pct:.1f} %", justify="right"),
+                    Text(f"{k.count}", justify="right"),
+                    _BOUND.get(r.bound, r.bound) if r else "",
+                    "✔" if k.tensor_core else "",
+                    _cut(k.kernel_class, self._shown_class_w),
+                    Text(short_name(k.name, self._shown_name_w)),
+                    key=str(i),
+                )  # Text: a str cell is read as markup
             self._filled = filled
         more = f" (first {self.MAX_ROWS} shown)" if len(rows) > self.MAX_ROWS else ""
         self.query_one("#kernels-note", Static).update(
             f"{len(rows)} of {len(self.summary.top)} kernels{more} · sorted by {col.label} · "
             "s: sort · r: reverse · /: filter · y: copy name · p: roofline chart · TC = tensor cores",
-            layout=False)  # one row (height: 1)
+            layout=False,
+        )  # one row (height: 1)
         self.on_data_table_row_highlighted(DataTable.RowHighlighted(table, table.cursor_row, None))
 
     def watch_sort_column(self) -> None:
@@ -359,29 +407,42 @@ class RanksPane(Vertical):
     def on_ranks_timeline_moved(self) -> None:  # the title follows zoom and pan
         from trainscope.tui.ranks_timeline import RanksTimeline
 
-        self.query_one("#ranks-side-title", Static).update(Text(self.query_one(RanksTimeline).title(), style="bold"),
-                                                           layout=False)
+        self.query_one("#ranks-side-title", Static).update(
+            Text(self.query_one(RanksTimeline).title(), style="bold"), layout=False
+        )
 
     def show(self, rows: list[dict], current: int, slowest: int, stragglers: dict | None = None) -> None:
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        table.add_columns("", "rank", "step p50 ms", "step p95 ms", "verdict", "bottleneck", "conf.", "GPU busy",
-                          "data wait", "trace")
+        table.add_columns(
+            "", "rank", "step p50 ms", "step p95 ms", "verdict", "bottleneck", "conf.", "GPU busy", "data wait", "trace"
+        )
         for i, r in enumerate(rows):
             mark = "▶" if i == current else ""
-            table.add_row(mark, str(r["rank"]), f"{r['step_p50_ms']:.1f}", f"{r['step_p95_ms']:.1f}", r["axis"],
-                          r["bottleneck"] or "", f"{r['confidence']:.2f}", f"{r['gpu_busy_pct']:.1f} %",
-                          f"{r['data_wait_pct']:.1f} %", Text(visible(os.path.basename(str(r["source"]).rstrip("/")) or r["source"])),
-                          key=str(i))  # the file: the part of the path that differs between ranks
+            table.add_row(
+                mark,
+                str(r["rank"]),
+                f"{r['step_p50_ms']:.1f}",
+                f"{r['step_p95_ms']:.1f}",
+                r["axis"],
+                r["bottleneck"] or "",
+                f"{r['confidence']:.2f}",
+                f"{r['gpu_busy_pct']:.1f} %",
+                f"{r['data_wait_pct']:.1f} %",
+                Text(visible(os.path.basename(str(r["source"]).rstrip("/")) or r["source"])),
+                key=str(i),
+            )  # the file: the part of the path that differs between ranks
         self.query_one("#ranks-note", Static).update(
             f"{len(rows)} ranks · slowest median step: rank {rows[slowest]['rank']} (it sets the pace of synchronous "
-            "training; the report leads with it) · Enter: this rank everywhere, at its latest-arriving collective")
+            "training; the report leads with it) · Enter: this rank everywhere, at its latest-arriving collective"
+        )
         table.move_cursor(row=current)
         if stragglers:
             from trainscope.reports.deep import stragglers_text_lines
 
             self.query_one("#stragglers", Static).update(
-                Text("\n".join(stragglers_text_lines(stragglers, lambda x: x))))
+                Text("\n".join(stragglers_text_lines(stragglers, lambda x: x)))
+            )
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()

@@ -5,6 +5,7 @@ takes the focus, whether it applies to the trace (and why not), and how it fills
 the chosen rank. ``TABS`` registers them in order; the tab bar, the number keys, the help screen,
 the key line and the command palette are all built from it.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, ClassVar
@@ -164,10 +165,15 @@ class RanksTab(Tab):
     id, title = "ranks", "Ranks"
     hint = "↑/↓ choose · Enter this rank's latest-arriving collective on the timeline · ? keys · q quit"
     focus = "#ranks-table"
-    keys = [("↑ / ↓, Enter", "choose a rank; Enter shows it on every tab and opens the timeline on the collective "
-                             "it reached furthest behind the first rank (highlighted)"),
-            ("tab, then + / − / h / l / a", "the ranks side by side on one clock: zoom, pan, every rank's whole trace"),
-            ("n / N (side by side)", "frame the next / previous late arrival (! in red: the rank the others waited for)")]
+    keys = [
+        (
+            "↑ / ↓, Enter",
+            "choose a rank; Enter shows it on every tab and opens the timeline on the collective "
+            "it reached furthest behind the first rank (highlighted)",
+        ),
+        ("tab, then + / − / h / l / a", "the ranks side by side on one clock: zoom, pan, every rank's whole trace"),
+        ("n / N (side by side)", "frame the next / previous late arrival (! in red: the rank the others waited for)"),
+    ]
     pane = staticmethod(RanksPane)
 
     @classmethod

@@ -1,6 +1,7 @@
 """The timeline screen: the GPU (all streams, then one lane per stream) and one lane per host
 thread that matters, on one time axis, with zoom, pan, step navigation, a minimap of the whole
 trace, and a cursor that lists every item under it with its stream and the overlap there."""
+
 from __future__ import annotations
 
 from rich.text import Text
@@ -99,8 +100,14 @@ class TimelineView(Widget, can_focus=True):
     class Moved(Message):
         """The window or cursor changed: what is under the cursor now, on both lanes."""
 
-        def __init__(self, view: "TimelineView", gpu: Item, host: Item,
-                     items: list[tuple[Lane, Item | None]] | None = None, overlap: Overlap | None = None) -> None:
+        def __init__(
+            self,
+            view: "TimelineView",
+            gpu: Item,
+            host: Item,
+            items: list[tuple[Lane, Item | None]] | None = None,
+            overlap: Overlap | None = None,
+        ) -> None:
             super().__init__()
             self.view = view
             self.gpu = gpu
@@ -197,8 +204,9 @@ class TimelineView(Widget, can_focus=True):
             step = m.step_at((a + b) // 2)
             if step is not None and step != self.step_index:
                 self.set_reactive(TimelineView.step_index, step)  # the header follows the cursor
-            moved = self.Moved(self, m.item_at("gpu", a, b), m.item_at("host", a, b), m.items_at(a, b),
-                               m.overlap_at(a, b))
+            moved = self.Moved(
+                self, m.item_at("gpu", a, b), m.item_at("host", a, b), m.items_at(a, b), m.overlap_at(a, b)
+            )
             pane = self.parent
             if isinstance(pane, TimelinePane):  # its title and cursor box change in the same frame as the lanes
                 pane.on_timeline_view_moved(moved)
@@ -297,8 +305,10 @@ class TimelineView(Widget, can_focus=True):
             rows.append((lane.label, m.lane_view(lane, self.start_ns, self.end_ns, cols), lane_style(lane)))
         if self.collapsed or not m.thread_lanes:
             rows.append(("host", m.lane("host", self.start_ns, self.end_ns, cols), HOST_STYLE))
-        labels = {lane.label: (self.slice_labels if lane.kind == "stream" else self.op_labels)(lane.ident, cols)
-                  for lane in ([] if self.collapsed else m.lanes)}
+        labels = {
+            lane.label: (self.slice_labels if lane.kind == "stream" else self.op_labels)(lane.ident, cols)
+            for lane in ([] if self.collapsed else m.lanes)
+        }
         for label, view, style in rows:
             for r in range(per):
                 out.append("\n")
@@ -335,11 +345,11 @@ class TimelineView(Widget, can_focus=True):
             return Text(" " * (GUTTER + c) + "▲", style="bold")
         out = Text(" " * GUTTER)
         line = [" "] * cols
-        line[span[0]:span[1]] = "━" * (span[1] - span[0])
+        line[span[0] : span[1]] = "━" * (span[1] - span[0])
         line[c] = "▲"
         out.append("".join(line[:c]), style="bold yellow")
         out.append("▲", style="bold")
-        out.append("".join(line[c + 1:]).rstrip(), style="bold yellow")
+        out.append("".join(line[c + 1 :]).rstrip(), style="bold yellow")
         return out
 
     def _minimap(self, cols: int) -> Text:
@@ -354,8 +364,9 @@ class TimelineView(Widget, can_focus=True):
             out.append(glyph, style=f"{color} reverse" if a <= c < b else f"{color} dim")
         return out
 
-    def _append_runs(self, out: Text, view, style: dict[str, tuple[str, str]],
-                     labels: dict[int, str] | None = None) -> None:
+    def _append_runs(
+        self, out: Text, view, style: dict[str, tuple[str, str]], labels: dict[int, str] | None = None
+    ) -> None:
         """One styled span per run of equal cells (not per cell): rendering stays cheap at any width.
         ``labels``: characters of slice names written over the run where they fit (column → char)."""
         dominant = view.dominant.tolist()
@@ -406,8 +417,12 @@ class TimelineView(Widget, can_focus=True):
         """Kernel names on one stream's lane in the window, where they fit."""
         k = self.model.trace.kernels
         dev = self.model.device
-        sel = np.flatnonzero((k.stream == stream) & (k.ts < self.end_ns) & (k.ts + k.dur > self.start_ns)
-                             & ((k.device == dev) if dev is not None else True))
+        sel = np.flatnonzero(
+            (k.stream == stream)
+            & (k.ts < self.end_ns)
+            & (k.ts + k.dur > self.start_ns)
+            & ((k.device == dev) if dev is not None else True)
+        )
         if not len(sel) or len(sel) > 20 * cols:  # thousands of kernels in view: no name fits anyway
             return {}
         return self._placed(k.ts[sel], k.ts[sel] + k.dur[sel], k.name[sel], cols)
@@ -417,12 +432,15 @@ class TimelineView(Widget, can_focus=True):
         t = self.model.trace
         o, a = t.cpu_ops, t.annotations
         so = np.flatnonzero((o.thread == thread) & (o.ts < self.end_ns) & (o.ts + o.dur > self.start_ns))
-        sa = np.flatnonzero((a.device < 0) & (a.thread == thread) & (a.ts < self.end_ns) & (a.ts + a.dur > self.start_ns))
+        sa = np.flatnonzero(
+            (a.device < 0) & (a.thread == thread) & (a.ts < self.end_ns) & (a.ts + a.dur > self.start_ns)
+        )
         if not (len(so) + len(sa)) or len(so) + len(sa) > 20 * cols:
             return {}
         ts = np.concatenate([o.ts[so], a.ts[sa]])
-        return self._placed(ts, ts + np.concatenate([o.dur[so], a.dur[sa]]), np.concatenate([o.name[so], a.name[sa]]),
-                            cols)
+        return self._placed(
+            ts, ts + np.concatenate([o.dur[so], a.dur[sa]]), np.concatenate([o.name[so], a.name[sa]]), cols
+        )
 
     @property
     def has_nvtx(self) -> bool:
@@ -458,18 +476,18 @@ class TimelineView(Widget, can_focus=True):
                 line[c] = "┃"
                 label = steps[i].label.rsplit("#", 1)[-1] if i < len(steps) else ""
                 label = f"#{label}" if label.isdigit() else label[:10]
-                if c + 1 + len(label) <= cols and all(ch in " ╵" for ch in line[c + 1:c + 1 + len(label)]):
-                    line[c + 1:c + 1 + len(label)] = label
+                if c + 1 + len(label) <= cols and all(ch in " ╵" for ch in line[c + 1 : c + 1 + len(label)]):
+                    line[c + 1 : c + 1 + len(label)] = label
         return Text(" " * GUTTER + "".join(line), style="dim")
 
     def _axis(self, cols: int) -> Text:
         """Milliseconds from the start of the trace, as precise as the zoom needs."""
         text = [" "] * (GUTTER + cols)
         label = "ms"
-        text[:len(label)] = label
+        text[: len(label)] = label
         for c, s in axis_labels(self.start_ns, self.end_ns, cols):
             if GUTTER + c + len(s) <= len(text):
-                text[GUTTER + c:GUTTER + c + len(s)] = s
+                text[GUTTER + c : GUTTER + c + len(s)] = s
         return Text("".join(text), style="dim")
 
 
@@ -488,8 +506,11 @@ def short_name(name: str, limit: int = 110) -> str:
 
 def describe(item: Item) -> str:
     """One or two lines about an item under the cursor."""
-    where = f"  · {item.step_share_pct:.2f} % of {item.step_label}" if item.step_share_pct is not None else (
-        f"  · in {item.step_label}" if item.step_label else "")
+    where = (
+        f"  · {item.step_share_pct:.2f} % of {item.step_label}"
+        if item.step_share_pct is not None
+        else (f"  · in {item.step_label}" if item.step_label else "")
+    )
     if item.kind == "idle":
         return f"{item.category_label}  ({fmt_ms(item.duration_ns)} ms column){where}"
     ctx = f"\n    inside: {short_name(item.context)}" if item.context else ""
@@ -507,8 +528,10 @@ def legend() -> Text:
         out.append((glyph * 2) if glyph.strip() else "  ", style=color)
         out.append(f" {HOST_LABELS[cat].split(' (')[0]}  ")
     out.append("\nlanes ", style="bold")
-    out.append("GPU all: every stream, idle by the host's reason · sN comp|NCCL|copy: one CUDA stream and what it mostly runs · "
-               "T: one host thread · trace: the whole trace, the window in reverse")
+    out.append(
+        "GPU all: every stream, idle by the host's reason · sN comp|NCCL|copy: one CUDA stream and what it mostly runs · "
+        "T: one host thread · trace: the whole trace, the window in reverse"
+    )
     return out
 
 
@@ -523,8 +546,9 @@ class TimelinePane(Vertical):
 
     def compose(self):
         yield Static("", id="tl-title")
-        search = Input(placeholder="search kernels, ops and ranges on the timeline (Enter: go · Esc: leave)",
-                       id="tl-search")
+        search = Input(
+            placeholder="search kernels, ops and ranges on the timeline (Enter: go · Esc: leave)", id="tl-search"
+        )
         search.display = False
         yield search
         yield TimelineView(id="tl-view")
@@ -553,19 +577,27 @@ class TimelinePane(Vertical):
         step = steps[at] if at is not None else None
         total = (model.span[1] - model.span[0]) if model else 1
         zoom = total / max(1, v.end_ns - v.start_ns)
-        head = (f"{step.label} ({at + 1}/{len(steps)}, {fmt_ms(step.duration_ns)} ms)" if step
-                else "between steps" if steps else "trace")
+        head = (
+            f"{step.label} ({at + 1}/{len(steps)}, {fmt_ms(step.duration_ns)} ms)"
+            if step
+            else "between steps"
+            if steps
+            else "trace"
+        )
         if v.matches:
             m = v.matches[v.match_index]
             name = short_name(m.name, 60) or visible(m.name[:60]) or "(unnamed)"
-            tail = (f"{v.match_title} {v.match_index + 1}/{len(v.matches)}: {name} "
-                    f"{duration_label(m.end_ns - m.start_ns)} ms · n/N next/prev · Esc leave")
+            tail = (
+                f"{v.match_title} {v.match_index + 1}/{len(v.matches)}: {name} "
+                f"{duration_label(m.end_ns - m.start_ns)} ms · n/N next/prev · Esc leave"
+            )
         else:
             tail = "←/→ cursor  +/− zoom  h/l pan  n/p step  / search"
         # Both have a fixed height (1 and 1fr): no layout pass on every cursor move.
-        self.query_one("#tl-title", Static).update(Text(
-            f"{visible(head)} · window {window_label(v.start_ns, v.end_ns)} ms · zoom {zoom:.3g}× · {tail}"),
-            layout=False)
+        self.query_one("#tl-title", Static).update(
+            Text(f"{visible(head)} · window {window_label(v.start_ns, v.end_ns)} ms · zoom {zoom:.3g}× · {tail}"),
+            layout=False,
+        )
         self.query_one("#tl-detail", Static).update(detail_text(a, b, message, self.launch_info), layout=False)
 
     # -- search --------------------------------------------------------------------------------------
@@ -598,13 +630,17 @@ def launch_line(info) -> str:
     """``launched by aten::conv2d [[32, 3, 224, 224], …] via cudaLaunchKernel · correlation 1234``."""
     parts = []
     if info.operator:
-        parts.append(f"launched by {short_name(info.operator, 40)}"
-                     + (f" {visible(info.input_dims[:60])}" if info.input_dims and info.input_dims != "[]" else "")
-                     + (f" inside {short_name(info.outer_operator, 30)}" if info.outer_operator else ""))
+        parts.append(
+            f"launched by {short_name(info.operator, 40)}"
+            + (f" {visible(info.input_dims[:60])}" if info.input_dims and info.input_dims != "[]" else "")
+            + (f" inside {short_name(info.outer_operator, 30)}" if info.outer_operator else "")
+        )
     if info.runtime_call:
         parts.append(f"via {visible(info.runtime_call)}")
-    parts.append(f"stream {info.stream} · correlation {info.correlation}"
-                 + (f" · External id {info.external_id}" if info.external_id is not None else ""))
+    parts.append(
+        f"stream {info.stream} · correlation {info.correlation}"
+        + (f" · External id {info.external_id}" if info.external_id is not None else "")
+    )
     return " · ".join(parts)
 
 
@@ -627,8 +663,10 @@ def detail_text(a: int, b: int, message: "TimelineView.Moved", launch_info=None)
             out.append(f"\n{lane.label:<{GUTTER}}", style="bold")
             out.append(f"{item.kind}: {short_name(item.name, 90)}")
             where = f" · {item.step_share_pct:.2f} % of {item.step_label}" if item.step_share_pct is not None else ""
-            out.append(f"  {fmt_ms(item.duration_ns)} ms at {fmt_ms(item.start_ns)} ms · {item.category_label}{where}",
-                       style="dim")
+            out.append(
+                f"  {fmt_ms(item.duration_ns)} ms at {fmt_ms(item.start_ns)} ms · {item.category_label}{where}",
+                style="dim",
+            )
             if item.context:
                 out.append(f" · inside {short_name(item.context, 50)}", style="dim")
             if launch_info is not None and item.kind.endswith("kernel"):

@@ -10,6 +10,7 @@ torch.profiler (the Capture tab shows it and its diagnosis), ``?`` help, ``t`` t
 watch launched, it asks "stop job? y/N": ``y`` stops it (``quit_code`` 130: the caller passes the
 interrupt on), ``d`` detaches and leaves it running, ``n``, Enter or Esc go back to the dashboard.
 """
+
 from __future__ import annotations
 
 import time
@@ -29,8 +30,15 @@ from trainscope.api import LiveSample
 from trainscope.traces.samples import Snapshot
 from trainscope.tui.chrome import HelpScreen, keys_text
 from trainscope.tui.keys import binding_rows, common_bindings, palette_commands
-from trainscope.tui.watch_widgets import (GpuPanel, HistoryPanel, banner_text, capture_text, findings_text, host_lines,
-                                         process_lines)
+from trainscope.tui.watch_widgets import (
+    GpuPanel,
+    HistoryPanel,
+    banner_text,
+    capture_text,
+    findings_text,
+    host_lines,
+    process_lines,
+)
 
 WINDOWS_S = (60.0, 300.0, 900.0, 3600.0)
 
@@ -44,13 +52,22 @@ def step_lines(shown: list[tuple[LiveStatus, Snapshot]], launched: bool = False)
         if mode == "waiting":
             return ["step hook in the job; waiting for its first DataLoader iteration"]
         if launched:
-            return ["no step timings yet: the job has not iterated a torch DataLoader" if mode in ("off", "on")
-                    else f"no step timings (step mode {mode})"]
-        return [f"no step timings (step mode {mode}); launch the job with watch -- COMMAND, or use the opt-in "
-                "hook with --pid, for step-exact timing"]
+            return [
+                "no step timings yet: the job has not iterated a torch DataLoader"
+                if mode in ("off", "on")
+                else f"no step timings (step mode {mode})"
+            ]
+        return [
+            f"no step timings (step mode {mode}); launch the job with watch -- COMMAND, or use the opt-in "
+            "hook with --pid, for step-exact timing"
+        ]
     st = last.step
-    return [f"{st.steps} steps in the last interval · mean {st.step_ns / st.steps / 1e6:.1f} ms · "
-            f"data wait {st.data_wait_pct or 0:.1f} % · longest wait {st.max_wait_ns / 1e6:.1f} ms"]
+    return [
+        f"{st.steps} steps in the last interval · mean {st.step_ns / st.steps / 1e6:.1f} ms · "
+        f"data wait {st.data_wait_pct or 0:.1f} % · longest wait {st.max_wait_ns / 1e6:.1f} ms"
+    ]
+
+
 MAX_HISTORY = 20_000
 
 
@@ -68,25 +85,34 @@ EXIT_STOPPED = 130  # the user chose to stop the launched job
 
 
 class ConfirmStop(ModalScreen[bool | None]):
-    """"stop job? y/N" for a job watch launched: True stop, False detach (``d``), None back to the
+    """ "stop job? y/N" for a job watch launched: True stop, False detach (``d``), None back to the
     dashboard (``n``, the default: Enter; Esc)."""
 
     DEFAULT_CSS = """
     ConfirmStop { align: center middle; }
     ConfirmStop > Static { width: auto; max-width: 80; border: heavy $warning; background: $surface; padding: 1 2; }
     """
-    BINDINGS = [Binding("y", "answer(True)", "stop the job"), Binding("d", "answer(False)", "detach"),
-                Binding("n,enter,escape,q", "answer(None)", "back")]
+    BINDINGS = [
+        Binding("y", "answer(True)", "stop the job"),
+        Binding("d", "answer(False)", "detach"),
+        Binding("n,enter,escape,q", "answer(None)", "back"),
+    ]
 
     def __init__(self, target: str) -> None:
         super().__init__()
         self.target = target
 
     def compose(self) -> ComposeResult:
-        yield Static(Text.assemble(("stop job? y/N\n\n", "bold"), f"{self.target}\n\n",
-                                   "y  stop it (interrupt, as Ctrl-C would; killed after 10 s)\n"
-                                   "n  no: back to the dashboard (default, also Enter and Esc)\n"
-                                   "d  leave watch; the job runs on"), id="confirm-text")
+        yield Static(
+            Text.assemble(
+                ("stop job? y/N\n\n", "bold"),
+                f"{self.target}\n\n",
+                "y  stop it (interrupt, as Ctrl-C would; killed after 10 s)\n"
+                "n  no: back to the dashboard (default, also Enter and Esc)\n"
+                "d  leave watch; the job runs on",
+            ),
+            id="confirm-text",
+        )
 
     def action_answer(self, answer: bool | None) -> None:
         self.dismiss(answer)
@@ -107,19 +133,29 @@ class WatchApp(App):
     #tab-live, #tab-capture, #tab-output { height: 1fr; padding: 0; }
     #capture-text { padding: 0 1; }
     """
-    BINDINGS = [*common_bindings(show=True), Binding("p", "toggle_pause", "pause/resume"),
-                Binding("w", "cycle_window", "plot window"), Binding("c", "capture", "capture"),
-                Binding("1", "tab('tab-live')", "Live tab", show=False),
-                Binding("2", "tab('tab-output')", "Output tab", show=False),
-                Binding("3", "tab('tab-capture')", "Capture tab", show=False)]
+    BINDINGS = [
+        *common_bindings(show=True),
+        Binding("p", "toggle_pause", "pause/resume"),
+        Binding("w", "cycle_window", "plot window"),
+        Binding("c", "capture", "capture"),
+        Binding("1", "tab('tab-live')", "Live tab", show=False),
+        Binding("2", "tab('tab-output')", "Output tab", show=False),
+        Binding("3", "tab('tab-capture')", "Capture tab", show=False),
+    ]
 
     paused: reactive[bool] = reactive(False)
     window_index: reactive[int] = reactive(0)
 
-    def __init__(self, title: str = "", interval: float = 1.0, replay: bool = False,
-                 clock: Callable[[], float] = time.monotonic, launched: bool = False,
-                 on_capture: Callable[[], object] | None = None,
-                 output: Callable[[int], tuple[list[str], int]] | None = None) -> None:
+    def __init__(
+        self,
+        title: str = "",
+        interval: float = 1.0,
+        replay: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        launched: bool = False,
+        on_capture: Callable[[], object] | None = None,
+        output: Callable[[int], tuple[list[str], int]] | None = None,
+    ) -> None:
         super().__init__()
         self.output = output  # the launched job's output: lines numbered n on, and the next number
         self._output_next = 0
@@ -185,7 +221,8 @@ class WatchApp(App):
             self.set_interval(0.25, self.pull_output)
         else:
             self.query_one("#job-output", Log).write_line(
-                "the job's output shows here for a job watch launched (watch -- COMMAND)")
+                "the job's output shows here for a job watch launched (watch -- COMMAND)"
+            )
 
     def pull_output(self) -> None:
         """The job's new output lines into the Output tab (they also go to the scrollback on exit)."""
@@ -210,15 +247,20 @@ class WatchApp(App):
         if self.replay:
             self.capture_message = "a replay cannot capture: the job is not running"
         elif self.on_capture is None:
-            self.capture_message = ("captures need the step hook in the job: launch it with watch -- COMMAND "
-                                    "(or the opt-in hook with --pid)")
+            self.capture_message = (
+                "captures need the step hook in the job: launch it with watch -- COMMAND "
+                "(or the opt-in hook with --pid)"
+            )
         else:
             cap = self.on_capture()
             if cap is None:
                 self.capture_message = "captures are off in this watch"
             else:
-                self.capture_message = (f"capture {cap.id}: no capture: {cap.why}" if cap.finished
-                                        else f"capture {cap.id}: asked the job for its next {cap.steps} iterations")
+                self.capture_message = (
+                    f"capture {cap.id}: no capture: {cap.why}"
+                    if cap.finished
+                    else f"capture {cap.id}: asked the job for its next {cap.steps} iterations"
+                )
                 self.captures = tuple(c for c in self.captures if c.id != cap.id) + (cap,)
         self.query_one("#tabs", TabbedContent).active = "tab-capture"
         self.render_state()
@@ -242,14 +284,22 @@ class WatchApp(App):
         if isinstance(self.screen, HelpScreen):
             return
         rows = binding_rows(self.BINDINGS)
-        does = {"quit": "leave watch: detach from the job (it runs on); for a job watch launched, asks "
-                        "\"stop job? y/N\" (d detaches, n goes back)",
-                "capture": "capture the job's next iterations with torch.profiler; diagnosis in the Capture tab", "help": "this help (Esc closes)", "theme": "toggle dark / light theme",
-                "plot window": "plot window: 1 → 5 → 15 → 60 min", "pause/resume": "pause / resume the dashboard"}
+        does = {
+            "quit": "leave watch: detach from the job (it runs on); for a job watch launched, asks "
+            '"stop job? y/N" (d detaches, n goes back)',
+            "capture": "capture the job's next iterations with torch.profiler; diagnosis in the Capture tab",
+            "help": "this help (Esc closes)",
+            "theme": "toggle dark / light theme",
+            "plot window": "plot window: 1 → 5 → 15 → 60 min",
+            "pause/resume": "pause / resume the dashboard",
+        }
         rows = [(k, does.get(d, d)) for k, d in rows]
         text = keys_text("trainscope watch", [("", rows + [("ctrl+p", "command palette")])], key_width=12)
-        text.append("\nPlots are sparklines over the chosen window; the line above each gives its range. "
-                    "Steps come from the DataLoader hook (watch -- COMMAND).", style="dim")
+        text.append(
+            "\nPlots are sparklines over the chosen window; the line above each gives its range. "
+            "Steps come from the DataLoader hook (watch -- COMMAND).",
+            style="dim",
+        )
         self.push_screen(HelpScreen(text))
 
     def get_system_commands(self, screen):
@@ -288,8 +338,10 @@ class WatchApp(App):
         if snap is not None:
             self._render_gpus(snap, shown)
             self.query_one("#host", HistoryPanel).show(
-                host_lines(snap.host), [s.host.cpu_pct or 0.0 for _, s in shown if s.host is not None],
-                f"{self.window_s / 60:.0f} min")
+                host_lines(snap.host),
+                [s.host.cpu_pct or 0.0 for _, s in shown if s.host is not None],
+                f"{self.window_s / 60:.0f} min",
+            )
             waits = [s.step.data_wait_pct or 0.0 for _, s in shown if s.step is not None]
             window = f"{self.window_s / 60:.0f} min"
             self.query_one("#procs", HistoryPanel).show(process_lines(snap.host, snap, st), waits, window)
@@ -297,9 +349,12 @@ class WatchApp(App):
             self.query_one("#steps", HistoryPanel).show(step_lines(shown, self.launched), steps, window)
         state = "PAUSED — p resumes" if self.paused else ("replay" if self.replay else "live")
         t = f"t = {snap.t:.1f} s" if snap else "t = —"
-        self.query_one("#status", Static).update(Text(
-            f"{state}   {t}   samples {len(self.items)}   plots: last {self.window_s:.0f} s   "
-            f"interval {self.interval:g} s   watching {self._clock() - self._started:.0f} s"))
+        self.query_one("#status", Static).update(
+            Text(
+                f"{state}   {t}   samples {len(self.items)}   plots: last {self.window_s:.0f} s   "
+                f"interval {self.interval:g} s   watching {self._clock() - self._started:.0f} s"
+            )
+        )
 
     def _render_gpus(self, snap: Snapshot, shown: list[tuple[LiveStatus, Snapshot]]) -> None:
         box = self.query_one("#gpus", VerticalScroll)
@@ -309,8 +364,9 @@ class WatchApp(App):
         else:
             note = next((n for _, s in self.items for n in s.notes if "NVML" in n), "no GPU samples")
             if box.query("#no-gpu"):
-                self.query_one("#no-gpu", Static).update(Text(
-                    f"{note}\nNo GPU panels: the host, the job's processes and its steps are still watched."))
+                self.query_one("#no-gpu", Static).update(
+                    Text(f"{note}\nNo GPU panels: the host, the job's processes and its steps are still watched.")
+                )
         for g in snap.gpus:
             panels = box.query(f"#gpu-{g.index}")
             if panels:

@@ -1,6 +1,7 @@
 """Thin views for the watch dashboard: each widget renders one immutable (status, snapshot,
 history) state it is handed and keeps none of its own. Pure formatting helpers sit beside them so
 the headless output and the panels agree on "n/a"."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -16,9 +17,13 @@ from trainscope.reports.document import AXIS_NAMES
 from trainscope.tui.chrome import gib
 from trainscope.reports.live import live_headline, rank_lines
 
-_AXIS_STYLE = {"data": "bold white on dark_orange3", "algorithm": "bold white on dark_green",
-               "machine": "bold white on purple4", "balanced": "bold white on grey30",
-               "insufficient_evidence": "bold white on grey23"}
+_AXIS_STYLE = {
+    "data": "bold white on dark_orange3",
+    "algorithm": "bold white on dark_green",
+    "machine": "bold white on purple4",
+    "balanced": "bold white on grey30",
+    "insufficient_evidence": "bold white on grey23",
+}
 
 
 def na(v: float | None, fmt: str = "{:.0f}", unit: str = "") -> str:
@@ -56,10 +61,12 @@ def host_lines(h: HostSample | None) -> list[str]:
     if h is None:
         return ["host: n/a"]
     cores = " ".join(f"{c:3.0f}" for c in h.per_core[:16]) + (" …" if len(h.per_core) > 16 else "")
-    return [f"CPU   {bar(h.cpu_pct)} {na(h.cpu_pct, unit=' %')}   I/O wait {na(h.iowait_pct, '{:.1f}', ' %')}",
-            f"cores {cores}" if h.per_core else "cores n/a",
-            f"mem   {gib(h.mem_used)} / {gib(h.mem_total)}   disk read "
-            f"{na(None if h.disk_read_bps is None else h.disk_read_bps / 1e6, '{:.1f}', ' MB/s')}"]
+    return [
+        f"CPU   {bar(h.cpu_pct)} {na(h.cpu_pct, unit=' %')}   I/O wait {na(h.iowait_pct, '{:.1f}', ' %')}",
+        f"cores {cores}" if h.per_core else "cores n/a",
+        f"mem   {gib(h.mem_used)} / {gib(h.mem_total)}   disk read "
+        f"{na(None if h.disk_read_bps is None else h.disk_read_bps / 1e6, '{:.1f}', ' MB/s')}",
+    ]
 
 
 def process_lines(h: HostSample | None, snap: Snapshot, st: LiveStatus | None) -> list[str]:
@@ -76,8 +83,10 @@ def process_lines(h: HostSample | None, snap: Snapshot, st: LiveStatus | None) -
     s = st.stats if st else None
     mode = snap.step_mode
     if s is not None and s.data_wait_pct is not None:
-        out.append(f"step-exact  {s.steps} steps, mean {na(s.step_ms, '{:.1f}', ' ms')}, "
-                   f"waiting on data {s.data_wait_pct:.1f} %  {bar(s.data_wait_pct, 16)}")
+        out.append(
+            f"step-exact  {s.steps} steps, mean {na(s.step_ms, '{:.1f}', ' ms')}, "
+            f"waiting on data {s.data_wait_pct:.1f} %  {bar(s.data_wait_pct, 16)}"
+        )
     else:
         out.append(f"step-exact  {mode}")
     return out or ["no process tree (watching GPUs only)"]
@@ -125,16 +134,20 @@ def capture_text(captures: Sequence, message: str = "", instants: Sequence[tuple
         lines += [f"  {t:7.1f} s  {note}" for t, note in instants]
         return Text("\n".join(lines))
     if not captures:
-        lines.append("No capture yet. c asks the job for a torch.profiler trace of its next iterations "
-                     "(also --capture-at, --capture-on); it is diagnosed as `trainscope analyze` would.")
+        lines.append(
+            "No capture yet. c asks the job for a torch.profiler trace of its next iterations "
+            "(also --capture-at, --capture-on); it is diagnosed as `trainscope analyze` would."
+        )
         return Text("\n".join(lines))
     for c in reversed(list(captures)):
         lines.append(f"capture {c.id} · {c.trigger} · asked at {c.requested_t:.1f} s · {c.status}")
         if c.counters:
             lines.append(f"  counters then:  {c.counters}")
         if c.status in ("requested", "capturing"):
-            lines.append(f"  {'waiting for an iteration boundary' if c.status == 'requested' else 'profiling'} "
-                         f"({c.steps} iterations)…")
+            lines.append(
+                f"  {'waiting for an iteration boundary' if c.status == 'requested' else 'profiling'} "
+                f"({c.steps} iterations)…"
+            )
         elif c.status == "analyzing":
             lines.append(f"  {len(c.during_ms)} iterations captured; analyzing {c.path}…")
         elif c.status != "done":

@@ -4,13 +4,27 @@ what-if (pools), diff (measures), ``--deep`` (critical-path families), the live 
 reports and the labeled benchmark (classes). :func:`validate` lists every declaration that lacks
 what a consumer needs; a test holds that list empty.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from trainscope.analyzers.findings import comm, data, graphs, host, kernels, live, memory, ranks
-from trainscope.analyzers.findings.base import (AXES, CRITICAL_PATH_FAMILIES, LABEL_CLASSES, PROJECTIONS, DiffMeasure,
-                                                Evidence, Finding, FindingSpec, Fix, Severity, Verdict, by_stake, fixed)
+from trainscope.analyzers.findings.base import (
+    AXES,
+    CRITICAL_PATH_FAMILIES,
+    LABEL_CLASSES,
+    PROJECTIONS,
+    DiffMeasure,
+    Evidence,
+    Finding,
+    FindingSpec,
+    Fix,
+    Severity,
+    Verdict,
+    by_stake,
+    fixed,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.findings.observations import DiagnosisInput
@@ -48,8 +62,9 @@ def spec(finding_id: str) -> FindingSpec | None:
 
 
 def specs(*, offline: bool | None = None, live: bool | None = None) -> list[FindingSpec]:
-    return [s for s in REGISTRY.values()
-            if (offline is None or s.offline == offline) and (live is None or s.live == live)]
+    return [
+        s for s in REGISTRY.values() if (offline is None or s.offline == offline) and (live is None or s.live == live)
+    ]
 
 
 def evaluate(obs: DiagnosisInput, rules: Rules) -> list[Finding]:
@@ -78,8 +93,10 @@ def pool_members(pool: str) -> tuple[str, ...]:
 
 
 def by_rec_id(rec_id: str) -> FindingSpec | None:
-    return next((s for s in REGISTRY.values() if any(f is not None and f.rec_id == rec_id
-                                                     for f in (s.fix, *s.alternatives))), None)
+    return next(
+        (s for s in REGISTRY.values() if any(f is not None and f.rec_id == rec_id for f in (s.fix, *s.alternatives))),
+        None,
+    )
 
 
 def live_fix_table() -> dict[str, tuple[str, str]]:
@@ -98,8 +115,10 @@ def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
     names = set(Rules.names())
     problems: list[str] = []
     for fid, s in reg.items():
+
         def bad(what: str) -> None:
             problems.append(f"{fid}: {what}")
+
         if s.id != fid:
             bad(f"registered under another id ({s.id})")
         if s.axis not in AXES:
@@ -136,6 +155,23 @@ def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
     return problems
 
 
-__all__ = ["REGISTRY", "POOL_CATEGORIES", "FindingSpec", "Fix", "DiffMeasure", "Severity", "Finding", "Evidence",
-           "Verdict", "by_stake", "fixed", "spec", "specs", "evaluate", "validate", "pool_members", "by_rec_id",
-           "live_fix_table"]
+__all__ = [
+    "REGISTRY",
+    "POOL_CATEGORIES",
+    "FindingSpec",
+    "Fix",
+    "DiffMeasure",
+    "Severity",
+    "Finding",
+    "Evidence",
+    "Verdict",
+    "by_stake",
+    "fixed",
+    "spec",
+    "specs",
+    "evaluate",
+    "validate",
+    "pool_members",
+    "by_rec_id",
+    "live_fix_table",
+]

@@ -6,6 +6,7 @@ A finding is declared once, in the module of its family (``data``, ``host``, ``c
 ``kernels``, ``ranks``, ``live``); :mod:`trainscope.analyzers.findings` collects them into
 :data:`REGISTRY` and :func:`validate` checks that every declaration carries what each consumer needs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class Verdict:
 
 # --- severity ----------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Severity:
     """How a finding is graded. ``by_stake``: by its share of step time against two thresholds of the
@@ -87,6 +89,7 @@ def fixed(grade: str) -> Severity:
 
 
 # --- fix ---------------------------------------------------------------------------------------------
+
 
 def always(_ctx: Context | None) -> bool:
     return True
@@ -132,6 +135,7 @@ class Fix:
         change, or the native one for a CUDA/HIP application."""
         if self.text is not None:
             from trainscope.analyzers.context import TRAINING
+
             ft = self.text(ctx if ctx is not None else TRAINING, single_loader, bf16)
             return ft.title, ft.change
         native = getattr(ctx, "framework", None) == "native"
@@ -139,6 +143,7 @@ class Fix:
 
 
 # --- diff --------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class DiffMeasure:
@@ -163,9 +168,11 @@ def ms_per_step(category: str) -> Callable[[Analysis], float | None]:
 
 def stake_ms(finding: str) -> Callable[[Analysis], float | None]:
     """The time a finding says its cause costs, in ms per step (0 when it is not raised)."""
+
     def value(a: Analysis) -> float | None:
         stake = next((f.stake_pct for f in a.findings if f.id == finding), 0.0)
         return stake / 100 * a.breakdown.step_ms.mean
+
     return value
 
 
@@ -182,8 +189,19 @@ Measure = Callable[["DiagnosisInput", "Rules"], "Finding | list[Finding] | None"
 # How `--deep` files a finding against HTA's critical path (analyzers/critical_path.py).
 CRITICAL_PATH_FAMILIES = ("data", "host", "gpu-compute", "communication", "none")  # none: no time on the path
 # The labeled benchmark's classes (benchmarks/bench_diagnosis.py).
-LABEL_CLASSES = ("input", "launch", "sync", "comm", "imbalance", "copies", "memory-bound", "compute-bound",
-                 "capacity", "host-work", "none")
+LABEL_CLASSES = (
+    "input",
+    "launch",
+    "sync",
+    "comm",
+    "imbalance",
+    "copies",
+    "memory-bound",
+    "compute-bound",
+    "capacity",
+    "host-work",
+    "none",
+)
 
 
 @dataclass(frozen=True)
@@ -215,8 +233,22 @@ class FindingSpec:
                 return f
         return self.fix if self.fix is not None and self.fix.applies(ctx) else None
 
-    def finding(self, stake_pct: float, evidence: list[Evidence], detail: str, rules: "Rules",
-                title: str | None = None, severity: str | None = None) -> Finding:
+    def finding(
+        self,
+        stake_pct: float,
+        evidence: list[Evidence],
+        detail: str,
+        rules: "Rules",
+        title: str | None = None,
+        severity: str | None = None,
+    ) -> Finding:
         """A finding of this kind: axis from the declaration, severity graded by its stake."""
-        return Finding(self.id, self.axis, severity or self.severity.grade(stake_pct, rules), title or self.title,
-                       stake_pct, evidence, detail)
+        return Finding(
+            self.id,
+            self.axis,
+            severity or self.severity.grade(stake_pct, rules),
+            title or self.title,
+            stake_pct,
+            evidence,
+            detail,
+        )

@@ -1,4 +1,5 @@
 """Evidence-line helpers shared by the rule modules."""
+
 from __future__ import annotations
 
 from trainscope.analyzers.findings.base import Evidence, Severity

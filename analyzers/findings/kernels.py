@@ -1,5 +1,6 @@
 """Algorithm axis, kernels: busy time limited by arithmetic throughput, and matrix math that does
 not use the tensor cores."""
+
 from __future__ import annotations
 
 from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake
@@ -14,15 +15,24 @@ def _compute_bound(obs, rules: Rules) -> Finding | None:
     if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "compute-bound", _BUSY_SEV):
         return None
     stake = obs.sinks.pct("compute-bound")
-    lines = [ev(rules, "busy_sink.moderate", "compute-bound kernel time, share of step time", stake),
-             *obs.busy_evidence, sink_line(obs, "compute-bound"),
-             ev(rules, "gpu_busy.saturated", "GPU busy", obs.breakdown.gpu_busy_pct)]
+    lines = [
+        ev(rules, "busy_sink.moderate", "compute-bound kernel time, share of step time", stake),
+        *obs.busy_evidence,
+        sink_line(obs, "compute-bound"),
+        ev(rules, "gpu_busy.saturated", "GPU busy", obs.breakdown.gpu_busy_pct),
+    ]
     if obs.sinks.busy_source == "hardware counters":  # measured evidence first
         lines = [*obs.busy_evidence] + [x for x in lines if x not in obs.busy_evidence]
     counters = obs.sinks.busy_source == "hardware counters"
-    return COMPUTE_BOUND.finding(stake, lines, "SMs/tensor cores are busy while DRAM bandwidth is to spare" if counters
-                                 else "arithmetic units are the limit while kernels run", rules,
-                                 title="Hardware counters: compute-bound" if counters else None)
+    return COMPUTE_BOUND.finding(
+        stake,
+        lines,
+        "SMs/tensor cores are busy while DRAM bandwidth is to spare"
+        if counters
+        else "arithmetic units are the limit while kernels run",
+        rules,
+        title="Hardware counters: compute-bound" if counters else None,
+    )
 
 
 _TC_SEV = by_stake("stake.moderate", "stake.high")
@@ -43,46 +53,81 @@ def _no_tensor_cores(obs, rules: Rules) -> Finding | None:
     if not obs.has_gpu or tc is None or tc >= rules.value("tensor_core.low") or matmul_share < 20.0 or movable <= 0:
         return None
     stake = obs.breakdown.share_pct("compute") * matmul_share / 100 * movable
-    return NO_TENSOR_CORES.finding(stake, [
-        ev(rules, "tensor_core.low", "tensor-core share of GEMM/conv/attention time", tc, "<"),
-        ctx("GEMM/conv/attention share of kernel time", matmul_share, "%")],
-        "fp32 GEMMs/convolutions run on the CUDA cores; mixed precision moves them to tensor cores", rules)
+    return NO_TENSOR_CORES.finding(
+        stake,
+        [
+            ev(rules, "tensor_core.low", "tensor-core share of GEMM/conv/attention time", tc, "<"),
+            ctx("GEMM/conv/attention share of kernel time", matmul_share, "%"),
+        ],
+        "fp32 GEMMs/convolutions run on the CUDA cores; mixed precision moves them to tensor cores",
+        rules,
+    )
 
 
 COMPUTE_BOUND = FindingSpec(
-    id="algorithm/compute-bound", axis="algorithm", title="Busy time is dominated by compute-bound kernels",
-    measure=_compute_bound, can_be_primary=True, severity=_BUSY_SEV,
-    fix=Fix("compute-efficiency", "Raise arithmetic efficiency (tensor cores, compiled kernels, larger batches)",
-            'model = torch.compile(model, mode="max-autotune")\n'
-            "# larger batch per GPU if memory allows; FlashAttention via SDPA",
-            "// tensor-core GEMMs (cuBLASLt / hipBLASLt with bf16/fp8 inputs), autotuned tile sizes;\n"
-            "// larger problem sizes per launch so tiles fill every SM",
-            projection="none", basis="no projection: compute-bound; gains depend on kernel efficiency (see MFU)",
-            superseded_by=("algorithm/no-tensor-cores",),
-            text=fix_text._compute),
+    id="algorithm/compute-bound",
+    axis="algorithm",
+    title="Busy time is dominated by compute-bound kernels",
+    measure=_compute_bound,
+    can_be_primary=True,
+    severity=_BUSY_SEV,
+    fix=Fix(
+        "compute-efficiency",
+        "Raise arithmetic efficiency (tensor cores, compiled kernels, larger batches)",
+        'model = torch.compile(model, mode="max-autotune")\n'
+        "# larger batch per GPU if memory allows; FlashAttention via SDPA",
+        "// tensor-core GEMMs (cuBLASLt / hipBLASLt with bf16/fp8 inputs), autotuned tile sizes;\n"
+        "// larger problem sizes per launch so tiles fill every SM",
+        projection="none",
+        basis="no projection: compute-bound; gains depend on kernel efficiency (see MFU)",
+        superseded_by=("algorithm/no-tensor-cores",),
+        text=fix_text._compute,
+    ),
     whatif_pool=None,
-    diff_measure=DiffMeasure("GEMM/conv/attention kernel time", "ms per step",
-                             lambda a: a.kernels.matmul_ns / 1e6 / max(1, len(a.breakdown.steps))),
-    critical_path="gpu-compute", headline="COMPUTE-BOUND", label_class="compute-bound", sink="compute-bound",
-    breakdown=("compute",), describes="kernel time limited by arithmetic throughput (counters, roofline, or kernel classes)",
+    diff_measure=DiffMeasure(
+        "GEMM/conv/attention kernel time",
+        "ms per step",
+        lambda a: a.kernels.matmul_ns / 1e6 / max(1, len(a.breakdown.steps)),
+    ),
+    critical_path="gpu-compute",
+    headline="COMPUTE-BOUND",
+    label_class="compute-bound",
+    sink="compute-bound",
+    breakdown=("compute",),
+    describes="kernel time limited by arithmetic throughput (counters, roofline, or kernel classes)",
     live=True,
 )
 
 NO_TENSOR_CORES = FindingSpec(
-    id="algorithm/no-tensor-cores", axis="algorithm", title="Matrix math runs without tensor cores",
-    measure=_no_tensor_cores, can_be_primary=False, severity=_TC_SEV,
-    fix=Fix("mixed-precision", "Use mixed precision so GEMMs and convolutions run on tensor cores",
-            'with torch.autocast(device_type="cuda", dtype={dtype}):\n    loss = loss_fn(model(x), y)',
-            "// cublasGemmEx / cublasLtMatmul with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F accumulation\n"
-            "// (or CUBLAS_COMPUTE_32F_FAST_TF32 to keep fp32 storage); hipblasLt on ROCm",
-            projection="amdahl", whatif_label="mixed precision on the GEMM share",
-            applies=lambda c: getattr(c, "matmul_compute_bound", None) is not False,  # tensor cores speed arithmetic
-            text=fix_text._mixed_precision),
+    id="algorithm/no-tensor-cores",
+    axis="algorithm",
+    title="Matrix math runs without tensor cores",
+    measure=_no_tensor_cores,
+    can_be_primary=False,
+    severity=_TC_SEV,
+    fix=Fix(
+        "mixed-precision",
+        "Use mixed precision so GEMMs and convolutions run on tensor cores",
+        'with torch.autocast(device_type="cuda", dtype={dtype}):\n    loss = loss_fn(model(x), y)',
+        "// cublasGemmEx / cublasLtMatmul with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F accumulation\n"
+        "// (or CUBLAS_COMPUTE_32F_FAST_TF32 to keep fp32 storage); hipblasLt on ROCm",
+        projection="amdahl",
+        whatif_label="mixed precision on the GEMM share",
+        applies=lambda c: getattr(c, "matmul_compute_bound", None) is not False,  # tensor cores speed arithmetic
+        text=fix_text._mixed_precision,
+    ),
     whatif_pool="tensor-cores",
-    diff_measure=DiffMeasure("tensor-core share of GEMM/conv/attention time", "%",
-                             lambda a: a.kernels.tensor_core_pct_of_matmul, lower_is_better=False),
-    critical_path="gpu-compute", headline="COMPUTE-BOUND (no tensor cores)", label_class="compute-bound",
-    breakdown=("compute",), describes="GEMM/convolution time on CUDA cores instead of tensor cores",
+    diff_measure=DiffMeasure(
+        "tensor-core share of GEMM/conv/attention time",
+        "%",
+        lambda a: a.kernels.tensor_core_pct_of_matmul,
+        lower_is_better=False,
+    ),
+    critical_path="gpu-compute",
+    headline="COMPUTE-BOUND (no tensor cores)",
+    label_class="compute-bound",
+    breakdown=("compute",),
+    describes="GEMM/convolution time on CUDA cores instead of tensor cores",
 )
 
 SPECS = (COMPUTE_BOUND, NO_TENSOR_CORES)

@@ -1,5 +1,6 @@
 """Scoring a verdict against expert labels: the class a verdict claims (from the registry's
 ``label_class``) and whether it is right for a label ``{"primary": [...], "must_not": [...]}``."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

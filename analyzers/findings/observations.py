@@ -1,5 +1,6 @@
 """What the trace rules read: everything the analysis pipeline measured once, handed to every
 finding's ``measure``."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

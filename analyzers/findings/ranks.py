@@ -1,6 +1,7 @@
 """Rank imbalance: in synchronous multi-rank work the ranks meet in collectives, so a rank that
 carries less work waits there for the slowest one. That wait is time the job loses to imbalance,
 not to communication (a collective's duration includes the wait for its last arrival)."""
+
 from __future__ import annotations
 
 from trainscope.analyzers import fix_text
@@ -20,10 +21,14 @@ def _imbalance(obs, rules: Rules) -> Finding | None:
     if not raised(obs, rules, "imbalance", _SEV):
         return None
     stake = obs.sinks.pct("imbalance")
-    lines = [ev(rules, "comm.moderate", "collective time waiting for the slowest rank", stake),
-             *obs.imbalance_evidence, sink_line(obs, "imbalance")]
-    return IMBALANCE.finding(stake, lines, "ranks carry unequal work; the others wait for the slowest inside collectives",
-                             rules)
+    lines = [
+        ev(rules, "comm.moderate", "collective time waiting for the slowest rank", stake),
+        *obs.imbalance_evidence,
+        sink_line(obs, "imbalance"),
+    ]
+    return IMBALANCE.finding(
+        stake, lines, "ranks carry unequal work; the others wait for the slowest inside collectives", rules
+    )
 
 
 def _cpu_imbalance(obs, rules: Rules) -> Finding | None:
@@ -40,34 +45,65 @@ def _cpu_imbalance(obs, rules: Rules) -> Finding | None:
     if stake <= 0 or _SEV.grade(stake, rules) == "info":
         return None
     if shed > own:
-        lines = [ctx("the other ranks' wait for this rank inside collectives, share of the median step", others, "%",
-                     "ranks aligned on collective ends"),
-                 ev(rules, "comm.moderate", f"step time balanced work takes off this rank ((N − 1)/N of that wait, "
-                    f"N = {n} ranks)", shed),
-                 ctx("this rank's own wait inside collectives", own, "% of step time"), *obs.imbalance_evidence]
-        detail = (f"this rank arrives last at the collectives: the other ranks wait "
-                  f"{obs.extra.get('straggler_wait_ms', 0.0):.1f} ms per step for it (host collectives, no GPU)")
+        lines = [
+            ctx(
+                "the other ranks' wait for this rank inside collectives, share of the median step",
+                others,
+                "%",
+                "ranks aligned on collective ends",
+            ),
+            ev(
+                rules,
+                "comm.moderate",
+                f"step time balanced work takes off this rank ((N − 1)/N of that wait, N = {n} ranks)",
+                shed,
+            ),
+            ctx("this rank's own wait inside collectives", own, "% of step time"),
+            *obs.imbalance_evidence,
+        ]
+        detail = (
+            f"this rank arrives last at the collectives: the other ranks wait "
+            f"{obs.extra.get('straggler_wait_ms', 0.0):.1f} ms per step for it (host collectives, no GPU)"
+        )
     else:
-        lines = [ev(rules, "comm.moderate", "collective time waiting for the slowest rank", own),
-                 *obs.imbalance_evidence, sink_line(obs, "imbalance")]
+        lines = [
+            ev(rules, "comm.moderate", "collective time waiting for the slowest rank", own),
+            *obs.imbalance_evidence,
+            sink_line(obs, "imbalance"),
+        ]
         detail = "this rank waits inside host collectives for a slower rank (no GPU: measured on the host)"
     return IMBALANCE.finding(stake, lines, detail, rules)
 
 
 IMBALANCE = FindingSpec(
-    id="ranks/imbalance", axis="algorithm", title="Ranks wait for a slower rank (work imbalance)",
-    measure=_imbalance, can_be_primary=True, severity=_SEV,
-    fix=Fix("balance-ranks", "Give every rank the same work",
-            "# balance the sharding: TorchRec EmbeddingShardingPlanner with per-table cost estimates,\n"
-            "# equal sequence lengths per rank (bucket/pack samples), equal pipeline stages",
-            "// partition work by measured cost, not by count (tables, rows, sequence tokens); re-partition\n"
-            "// when per-rank kernel time drifts apart",
-            projection="busy", basis="if no rank waited for a slower one ({stake:.1f} % of step time)",
-            whatif_label="ranks balanced: no wait for the slowest", text=fix_text._balance),
+    id="ranks/imbalance",
+    axis="algorithm",
+    title="Ranks wait for a slower rank (work imbalance)",
+    measure=_imbalance,
+    can_be_primary=True,
+    severity=_SEV,
+    fix=Fix(
+        "balance-ranks",
+        "Give every rank the same work",
+        "# balance the sharding: TorchRec EmbeddingShardingPlanner with per-table cost estimates,\n"
+        "# equal sequence lengths per rank (bucket/pack samples), equal pipeline stages",
+        "// partition work by measured cost, not by count (tables, rows, sequence tokens); re-partition\n"
+        "// when per-rank kernel time drifts apart",
+        projection="busy",
+        basis="if no rank waited for a slower one ({stake:.1f} % of step time)",
+        whatif_label="ranks balanced: no wait for the slowest",
+        text=fix_text._balance,
+    ),
     whatif_pool="comm",
-    diff_measure=DiffMeasure("collective time waiting for the slowest rank", "ms per step", stake_ms("ranks/imbalance")),
-    critical_path="communication", headline="RANK-IMBALANCE-BOUND", label_class="imbalance", sink="imbalance",
-    breakdown=("communication",), describes="collective time a rank spends waiting for the slowest rank",
+    diff_measure=DiffMeasure(
+        "collective time waiting for the slowest rank", "ms per step", stake_ms("ranks/imbalance")
+    ),
+    critical_path="communication",
+    headline="RANK-IMBALANCE-BOUND",
+    label_class="imbalance",
+    sink="imbalance",
+    breakdown=("communication",),
+    describes="collective time a rank spends waiting for the slowest rank",
 )
 
 SPECS = (IMBALANCE,)

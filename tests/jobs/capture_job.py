@@ -9,6 +9,7 @@ It runs ``--steps`` iterations of a real model over a DataLoader (each iteration
 ``torch.profiler.profile`` (a capture must then be refused politely); ``--no-torch`` never imports
 torch (a plain Python loop); ``--leak-mb`` keeps that many MiB alive per iteration (a leak).
 """
+
 import argparse
 import sys
 import time
@@ -52,8 +53,11 @@ def main() -> int:
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     w = torch.randn(128, 128)
-    own = (torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if a.own_profiler
-           else contextlib.nullcontext())
+    own = (
+        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        if a.own_profiler
+        else contextlib.nullcontext()
+    )
     kept = []
     with own:
         for i, (x, y) in enumerate(DataLoader(data, batch_size=4)):

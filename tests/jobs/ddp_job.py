@@ -4,6 +4,7 @@ shard); the other ranks then wait for it inside the gradient all_reduce.
 
     torchrun --standalone --nproc-per-node 2 ddp_job.py --seconds 6 --slow-rank 1 --load-ms 5
 """
+
 import argparse
 import os
 import time

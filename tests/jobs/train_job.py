@@ -6,6 +6,7 @@ matmuls), --workers (DataLoader num_workers), --seconds (run length), --batch.
 With load L per sample, batch B, W workers and compute C per step, the engineered data-wait share
 is max(0, B·L/W − C) / max(B·L/W, C) for W > 0, and B·L / (B·L + C) for W = 0.
 """
+
 import argparse
 import time
 
@@ -40,8 +41,9 @@ def main() -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(SlowDataset(10**6, a.load_ms), batch_size=a.batch, num_workers=a.workers,
-                        persistent_workers=a.workers > 0)
+    loader = DataLoader(
+        SlowDataset(10**6, a.load_ms), batch_size=a.batch, num_workers=a.workers, persistent_workers=a.workers > 0
+    )
     w = torch.randn(256, 256)
     end = time.monotonic() + a.seconds
     steps = 0

@@ -12,6 +12,7 @@ training step recorded with shapes for the cost model.
 Run on a CUDA machine; each writes OUT_DIR/NAME.pt.trace.json.gz and a line of facts to
 OUT_DIR/facts.jsonl (measured with CUDA events and wall clocks while recording).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -52,9 +53,12 @@ def _facts(out: str, name: str, **facts) -> None:
 def _profiler(steps: int, out: str, name: str, **kw):
     """One cycle: a warm-up step, then ``steps`` recorded steps, written when the cycle ends."""
     raw = os.path.join(out, f"{name}.pt.trace.json")
-    return profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                   schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
-                   on_trace_ready=lambda p: p.export_chrome_trace(raw), **kw)
+    return profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+        schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+        on_trace_ready=lambda p: p.export_chrome_trace(raw),
+        **kw,
+    )
 
 
 class Block(torch.nn.Module):
@@ -115,8 +119,13 @@ def w_transformer_bf16_train(out: str) -> None:
             step()
             prof.step()
     _save(prof, out, "h100_transformer_bf16_train")
-    _facts(out, "h100_transformer_bf16_train", step_ms_cuda_events=round(step_ms, 3),
-           params=sum(p.numel() for p in model.parameters()), tokens_per_step=8 * 1024)
+    _facts(
+        out,
+        "h100_transformer_bf16_train",
+        step_ms_cuda_events=round(step_ms, 3),
+        params=sum(p.numel() for p in model.parameters()),
+        tokens_per_step=8 * 1024,
+    )
 
 
 def w_tiny_kernels_launch(out: str) -> None:
@@ -183,8 +192,13 @@ def w_gemv_sync_io(out: str) -> None:
             prof.step()
     os.unlink(path)
     _save(prof, out, "h100_fp64_gemv_sync_copy_io")
-    _facts(out, "h100_fp64_gemv_sync_copy_io", gemv_ms_cuda_events=round(gemv_ms, 4),
-           gemv_gbps=round(n * n * 8 / (gemv_ms / 1e3) / 1e9, 1), matrix_bytes=n * n * 8)
+    _facts(
+        out,
+        "h100_fp64_gemv_sync_copy_io",
+        gemv_ms_cuda_events=round(gemv_ms, 4),
+        gemv_gbps=round(n * n * 8 / (gemv_ms / 1e3) / 1e9, 1),
+        matrix_bytes=n * n * 8,
+    )
 
 
 def w_pageable_h2d(out: str) -> None:
@@ -209,8 +223,13 @@ def w_pageable_h2d(out: str) -> None:
     torch.cuda.synchronize()
     del s
     _save(prof, out, "h100_pageable_h2d_copies")
-    _facts(out, "h100_pageable_h2d_copies", copy_bytes=host.numel() * 4, copy_ms_cuda_events=round(copy_ms, 3),
-           copy_gbps=round(host.numel() * 4 / (copy_ms / 1e3) / 1e9, 2))
+    _facts(
+        out,
+        "h100_pageable_h2d_copies",
+        copy_bytes=host.numel() * 4,
+        copy_ms_cuda_events=round(copy_ms, 3),
+        copy_gbps=round(host.numel() * 4 / (copy_ms / 1e3) / 1e9, 2),
+    )
 
 
 def w_cold_start_compile(out: str) -> None:
@@ -270,16 +289,16 @@ def w_cuda_graph_replay(out: str) -> None:
     torch.cuda.synchronize()
     del y
     _save(prof, out, "h100_cuda_graph_replay_mlp_bf16")
-    _facts(out, "h100_cuda_graph_replay_mlp_bf16", replay_ms_cuda_events=round(replay_ms, 4),
-           kernels_per_replay=16)
+    _facts(out, "h100_cuda_graph_replay_mlp_bf16", replay_ms_cuda_events=round(replay_ms, 4), kernels_per_replay=16)
 
 
 def w_embedding_bag(out: str) -> None:
     """An embedding-heavy recommender training step: 8 EmbeddingBag tables of 2 M rows × 128 (fp32,
     sum pooling, 40 lookups per bag, batch 4096) feeding a small MLP, SGD with sparse gradients."""
     torch.manual_seed(0)
-    tables = torch.nn.ModuleList([torch.nn.EmbeddingBag(2_000_000, 128, mode="sum", sparse=True)
-                                  for _ in range(8)]).to(DEV)
+    tables = torch.nn.ModuleList([torch.nn.EmbeddingBag(2_000_000, 128, mode="sum", sparse=True) for _ in range(8)]).to(
+        DEV
+    )
     mlp = torch.nn.Sequential(torch.nn.Linear(8 * 128, 512), torch.nn.ReLU(), torch.nn.Linear(512, 1)).to(DEV)
     opt = torch.optim.SGD(list(tables.parameters()) + list(mlp.parameters()), lr=0.01)
     batch, bag = 4096, 40
@@ -332,10 +351,21 @@ def w_dataloader_bound(out: str) -> None:
     torch.manual_seed(0)
     import torch.nn as nn
 
-    model = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1),
-                          nn.Conv2d(64, 128, 3, 2, 1), nn.BatchNorm2d(128), nn.ReLU(),
-                          nn.Conv2d(128, 256, 3, 2, 1), nn.BatchNorm2d(256), nn.ReLU(),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 1000)).to(DEV)
+    model = nn.Sequential(
+        nn.Conv2d(3, 64, 7, 2, 3),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2, 1),
+        nn.Conv2d(64, 128, 3, 2, 1),
+        nn.BatchNorm2d(128),
+        nn.ReLU(),
+        nn.Conv2d(128, 256, 3, 2, 1),
+        nn.BatchNorm2d(256),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(256, 1000),
+    ).to(DEV)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     loader = torch.utils.data.DataLoader(SlowImages(), batch_size=32, num_workers=0)
     it = iter(loader)

@@ -12,6 +12,7 @@ traces → one analysis per rank → stragglers → optional HTA deep analysis �
 and raises one exception family, :class:`TrainscopeError`; :func:`describe` maps any exception to
 the one-line message and exit code the command line prints (the only place that mapping lives).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -21,27 +22,61 @@ from typing import TYPE_CHECKING, Any
 # surface is declared. Modules load on first use, so `import trainscope.api` stays cheap.
 _WHERE = {
     # analysis
-    "analyze": "analysis", "run_deep": "analysis", "check_deep_available": "analysis", "model_ledger": "analysis",
-    "whatif": "analysis", "whatif_levers": "analysis",
-    "Report": "report", "RankView": "report", "with_ledger": "report",
+    "analyze": "analysis",
+    "run_deep": "analysis",
+    "check_deep_available": "analysis",
+    "model_ledger": "analysis",
+    "whatif": "analysis",
+    "whatif_levers": "analysis",
+    "Report": "report",
+    "RankView": "report",
+    "with_ledger": "report",
     "rules_from": "rules",
     # comparison, planning, memory, live
-    "diff": "comparison", "gate": "comparison", "DiffResult": "comparison", "save_diff": "comparison",
+    "diff": "comparison",
+    "gate": "comparison",
+    "DiffResult": "comparison",
+    "save_diff": "comparison",
     # the run history
-    "RunStore": "store", "StoredRun": "store", "open_store": "store", "save_run": "store", "list_runs": "store",
-    "default_store_path": "store", "is_run_ref": "store",
+    "RunStore": "store",
+    "StoredRun": "store",
+    "open_store": "store",
+    "save_run": "store",
+    "list_runs": "store",
+    "default_store_path": "store",
+    "is_run_ref": "store",
     # reading into a run (the MCP server's tools)
-    "explain_finding": "explore", "kernel_table": "explore", "step_table": "explore", "timeline_window": "explore",
-    "plan": "planning", "plan_config": "planning", "plan_ledger": "planning", "normalize_plan": "planning",
-    "resolve_device": "planning", "PlanResult": "planning",
-    "memory": "memory_report", "memory_peaks": "memory_report", "MemoryReport": "memory_report",
-    "watch": "live", "Watch": "live", "LiveSample": "live", "live_analyzer": "live", "open_recording": "live",
+    "explain_finding": "explore",
+    "kernel_table": "explore",
+    "step_table": "explore",
+    "timeline_window": "explore",
+    "plan": "planning",
+    "plan_config": "planning",
+    "plan_ledger": "planning",
+    "normalize_plan": "planning",
+    "resolve_device": "planning",
+    "PlanResult": "planning",
+    "memory": "memory_report",
+    "memory_peaks": "memory_report",
+    "MemoryReport": "memory_report",
+    "watch": "live",
+    "Watch": "live",
+    "LiveSample": "live",
+    "live_analyzer": "live",
+    "open_recording": "live",
     # where users are
     "on_trace_ready": "hooks",
     # errors and exit codes
-    "TrainscopeError": "errors", "BadInput": "errors", "DeepUnavailable": "errors", "Regression": "errors",
-    "describe": "errors", "EXIT_OK": "errors", "EXIT_INTERNAL": "errors", "EXIT_BAD_INPUT": "errors",
-    "EXIT_REGRESSION": "errors", "EXIT_INTERRUPTED": "errors",
+    "TrainscopeError": "errors",
+    "BadInput": "errors",
+    "DeepUnavailable": "errors",
+    "Regression": "errors",
+    "describe": "errors",
+    "EXIT_OK": "errors",
+    "EXIT_INTERNAL": "errors",
+    "EXIT_BAD_INPUT": "errors",
+    "EXIT_REGRESSION": "errors",
+    "EXIT_INTERRUPTED": "errors",
 }
 
 __all__ = sorted(_WHERE)

@@ -1,6 +1,7 @@
 """``analyze``: open the traces → one analysis per rank (mapped by :mod:`trainscope.api.executor` for
 rank directories) → the reduce over ranks (stragglers, alignment) → optional HTA deep analysis → a
 :class:`~trainscope.api.report.Report`; and the what-if projections the apps ask of an analysis."""
+
 from __future__ import annotations
 
 import os
@@ -62,11 +63,22 @@ def run_deep(report: Report, step: str | None = None, progress: Progress | None 
     return report.deep
 
 
-def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_range: str | None = None,
-            rules: "Rules | None" = None, thresholds: Mapping[str, float] | None = None,
-            peak_tflops: float | None = None, peak_bandwidth: float | None = None, deep: bool = False, deep_step: str | None = None,
-            model: "str | Any | None" = None, progress: Progress | None = None,
-            source: str | None = None, jobs: int | None = None, dask: "str | Any | None" = None) -> Report:
+def analyze(
+    path_or_traces: "str | os.PathLike | TraceSet | Trace",
+    *,
+    step_range: str | None = None,
+    rules: "Rules | None" = None,
+    thresholds: Mapping[str, float] | None = None,
+    peak_tflops: float | None = None,
+    peak_bandwidth: float | None = None,
+    deep: bool = False,
+    deep_step: str | None = None,
+    model: "str | Any | None" = None,
+    progress: Progress | None = None,
+    source: str | None = None,
+    jobs: int | None = None,
+    dask: "str | Any | None" = None,
+) -> Report:
     """Diagnose a recorded run: a Kineto trace (.json/.json.gz), a directory (or glob) of per-rank
     traces, an Nsight Systems export (.sqlite; .nsys-rep with nsys on PATH), a ``watch`` recording,
     or an already-read :class:`~trainscope.traces.model.TraceSet` / ``Trace``.
@@ -108,8 +120,7 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
         path = os.fspath(path_or_traces)
         source = source or path
         if is_rank_set(path):
-            summaries, warnings = _map_ranks(path, rules, peak_tflops, peak_bandwidth, step_range, jobs, dask,
-                                             progress)
+            summaries, warnings = _map_ranks(path, rules, peak_tflops, peak_bandwidth, step_range, jobs, dask, progress)
             traces = TraceSet(path, [], warnings)
         else:
             traces = open_input(path, progress)
@@ -129,8 +140,16 @@ def analyze(path_or_traces: "str | os.PathLike | TraceSet | Trace", *, step_rang
     return report
 
 
-def _map_ranks(path: str, rules: "Rules", peak_tflops: float | None, peak_bandwidth: float | None,
-               step_range: str | None, jobs: int | None, dask: Any, progress: Progress | None):
+def _map_ranks(
+    path: str,
+    rules: "Rules",
+    peak_tflops: float | None,
+    peak_bandwidth: float | None,
+    step_range: str | None,
+    jobs: int | None,
+    dask: Any,
+    progress: Progress | None,
+):
     """The map: every rank file of ``path`` summarized by :mod:`trainscope.api.executor` → (summaries
     in rank order, one warning per file that could not be read)."""
     # What a worker runs, imported before the pool forks: a child forked while another thread (the
@@ -142,8 +161,13 @@ def _map_ranks(path: str, rules: "Rules", peak_tflops: float | None, peak_bandwi
 
     from trainscope.collectors.readers import max_decompressed_override
 
-    options = MapOptions(peak_tflops=peak_tflops, step_range=step_range, peak_bandwidth=peak_bandwidth, rules=rules,
-                         max_decompressed=max_decompressed_override())
+    options = MapOptions(
+        peak_tflops=peak_tflops,
+        step_range=step_range,
+        peak_bandwidth=peak_bandwidth,
+        rules=rules,
+        max_decompressed=max_decompressed_override(),
+    )
     tick = (lambda done, n: progress(f"ranks {done}/{n}", done / n)) if progress else None
     try:
         rs = run_rank_set(path, options, jobs=jobs, dask=dask, progress=tick)
@@ -186,4 +210,3 @@ def model_ledger(model):
     except ValueError as e:
         msg = str(e)
         raise BadInput(msg if msg.startswith("--model") else f"--model: {msg}") from None
-

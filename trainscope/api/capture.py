@@ -7,6 +7,7 @@ fires the automatic triggers, and hands each finished trace to a worker thread t
 :func:`trainscope.api.analyze`, so sampling never waits on an analysis. A capture that cannot
 happen ends with one line that says why (:attr:`Capture.why`); nothing here raises into the watch.
 """
+
 from __future__ import annotations
 
 import os
@@ -81,16 +82,40 @@ class Capture:
 
     def to_dict(self) -> dict[str, Any]:
         o = self.overhead()
-        return {"type": "capture", "id": self.id, "trigger": self.trigger, "status": self.status, "why": self.why,
-                "steps": self.steps, "steps_captured": len(self.during_ms), "pid": self.pid, "path": self.path,
-                "requested_t": _r(self.requested_t), "started_t": _r(self.started_t), "done_t": _r(self.done_t),
-                "cuda": self.cuda, "counters": self.counters, "verdict_line": self.verdict_line,
-                "headline": self.headline, "summary": self.summary, "evidence": list(self.evidence),
-                "top_kernels": list(self.top_kernels), "breakdown": list(self.breakdown),
-                "overhead": None if o is None else {"during_ms": _r(o[0]), "around_ms": _r(o[1]), "pct": _r(o[2]),
-                                                    "before_steps": len(self.before_ms),
-                                                    "after_steps": len(self.after_ms)},
-                "start_s": _r(self.start_s), "export_s": _r(self.export_s), "time_limit": self.time_limit}
+        return {
+            "type": "capture",
+            "id": self.id,
+            "trigger": self.trigger,
+            "status": self.status,
+            "why": self.why,
+            "steps": self.steps,
+            "steps_captured": len(self.during_ms),
+            "pid": self.pid,
+            "path": self.path,
+            "requested_t": _r(self.requested_t),
+            "started_t": _r(self.started_t),
+            "done_t": _r(self.done_t),
+            "cuda": self.cuda,
+            "counters": self.counters,
+            "verdict_line": self.verdict_line,
+            "headline": self.headline,
+            "summary": self.summary,
+            "evidence": list(self.evidence),
+            "top_kernels": list(self.top_kernels),
+            "breakdown": list(self.breakdown),
+            "overhead": None
+            if o is None
+            else {
+                "during_ms": _r(o[0]),
+                "around_ms": _r(o[1]),
+                "pct": _r(o[2]),
+                "before_steps": len(self.before_ms),
+                "after_steps": len(self.after_ms),
+            },
+            "start_s": _r(self.start_s),
+            "export_s": _r(self.export_s),
+            "time_limit": self.time_limit,
+        }
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -114,8 +139,14 @@ class CaptureOptions:
 class CaptureController:
     """Requests, replies, triggers and analyses of one watch's captures."""
 
-    def __init__(self, receiver, folder: str, options: CaptureOptions | None = None,
-                 analyze: Callable[[str], Any] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        receiver,
+        folder: str,
+        options: CaptureOptions | None = None,
+        analyze: Callable[[str], Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.receiver = receiver
         self.folder = folder
         self.options = options or CaptureOptions()
@@ -159,13 +190,22 @@ class CaptureController:
                 return self._end(cap, "failed", f"cannot create {self.folder}: {e.strerror or e}")
             cap.pid = pid
             cap.path = os.path.join(os.path.abspath(self.folder), f"capture-{cap.id}-pid{pid}.pt.trace.json")
-            msg = {"type": "capture", "id": cap.id, "steps": cap.steps, "max_s": self.options.max_s,
-                   "path": cap.path, "stack": self.options.stack, "memory": self.options.memory}
+            msg = {
+                "type": "capture",
+                "id": cap.id,
+                "steps": cap.steps,
+                "max_s": self.options.max_s,
+                "path": cap.path,
+                "stack": self.options.stack,
+                "memory": self.options.memory,
+            }
             if not self.receiver.send(pid, msg):
                 cap.path = None
                 return self._end(cap, "refused", "the request could not be sent to the job")
             self._sent_at[cap.id] = self._clock()
-            self._notes.append(f"capture {cap.id} ({trigger}): asked at {t:.1f} s for {cap.steps} iterations of pid {pid}")
+            self._notes.append(
+                f"capture {cap.id} ({trigger}): asked at {t:.1f} s for {cap.steps} iterations of pid {pid}"
+            )
             return replace(cap)
 
     def _end(self, cap: Capture, status: str, why: str) -> Capture:
@@ -181,7 +221,7 @@ class CaptureController:
     def tick(self, t: float, status=None, snapshot=None) -> None:
         """One sample: read the job's replies, time out silent requests, fire the triggers."""
         self._t = t
-        for msg in (self.receiver.drain_capture_messages() if self.receiver is not None else []):
+        for msg in self.receiver.drain_capture_messages() if self.receiver is not None else []:
             self._reply(msg, t)
         with self._lock:
             for c in self.captures:
@@ -207,10 +247,17 @@ class CaptureController:
             self._steps_seen += step.steps
             ms = step.step_ns / step.steps / 1e6
             hist = self._step_history
-            if ("slowdown" in o.on and len(hist) >= SLOWDOWN_MIN_STEPS and self.active is None
-                    and ms > SLOWDOWN_FACTOR * statistics.median(hist)):
-                self.request(f"slowdown: step {ms:.1f} ms > {SLOWDOWN_FACTOR:g} × median {statistics.median(hist):.1f} ms",
-                             t, _counters(status))
+            if (
+                "slowdown" in o.on
+                and len(hist) >= SLOWDOWN_MIN_STEPS
+                and self.active is None
+                and ms > SLOWDOWN_FACTOR * statistics.median(hist)
+            ):
+                self.request(
+                    f"slowdown: step {ms:.1f} ms > {SLOWDOWN_FACTOR:g} × median {statistics.median(hist):.1f} ms",
+                    t,
+                    _counters(status),
+                )
             hist.extend([ms] * min(step.steps, 50))
             del hist[:-2000]
 
@@ -230,7 +277,9 @@ class CaptureController:
             why = str(msg.get("why") or "")[:300]
             if status == "started" and cap.status == "requested":
                 cap.status, cap.started_t, cap.cuda = "capturing", t, bool(msg.get("cuda"))
-                self._notes.append(f"capture {cid}: started at {t:.1f} s" + (" (CPU and CUDA)" if cap.cuda else " (CPU)"))
+                self._notes.append(
+                    f"capture {cid}: started at {t:.1f} s" + (" (CPU and CUDA)" if cap.cuda else " (CPU)")
+                )
             elif status in ("refused", "failed", "aborted") and not cap.finished:
                 self._end(cap, status, why or status)
             elif status == "done" and cap.status in ("requested", "capturing"):
@@ -259,7 +308,11 @@ class CaptureController:
             from trainscope.api.errors import describe
 
             with self._lock:
-                cap.status, cap.why, cap.done_t = "failed", f"the trace could not be analyzed: {describe(e)[0]}", self._t
+                cap.status, cap.why, cap.done_t = (
+                    "failed",
+                    f"the trace could not be analyzed: {describe(e)[0]}",
+                    self._t,
+                )
             return
         with self._lock:
             for k, v in fields.items():
@@ -288,7 +341,7 @@ class CaptureController:
     def finish(self, wait_s: float = ANALYSIS_WAIT_S) -> None:
         """The watch ends: read the last replies, say why a capture still open got no trace, and
         wait (bounded) for analyses still running."""
-        for msg in (self.receiver.drain_capture_messages() if self.receiver is not None else []):
+        for msg in self.receiver.drain_capture_messages() if self.receiver is not None else []:
             self._reply(msg, self._t)
         if self.options.at_s is not None and not self._at_done:
             self._at_done = True
@@ -299,8 +352,10 @@ class CaptureController:
             else:
                 pid, why = self.receiver.capture_target()
                 if pid is not None:
-                    why = (f"the job timed only {self._steps_seen} iterations; a --capture-at capture waits for "
-                           f"{AT_MIN_STEPS} so that it is not of the start-up")
+                    why = (
+                        f"the job timed only {self._steps_seen} iterations; a --capture-at capture waits for "
+                        f"{AT_MIN_STEPS} so that it is not of the start-up"
+                    )
             with self._lock:
                 cap = Capture(len(self.captures) + 1, f"at {self.options.at_s:g} s", self.options.steps, self._t)
                 self.captures.append(cap)
@@ -363,8 +418,10 @@ def _report_fields(report) -> dict[str, Any]:
     for k in ((d.get("kernels") or {}).get("top") or [])[:5]:
         roof = "" if k.get("tflops") is None else f", {k['tflops']:.1f} TFLOP/s"
         roof += "" if k.get("pct_of_roof") is None else f", {k['pct_of_roof']:.0f} % of roof"
-        kernels.append(f"{str(k.get('name'))[:56]}  {k.get('total_ms', 0):.2f} ms ({k.get('share_pct', 0):.1f} %)"
-                       f"  {k.get('bound') or '?'}-bound{roof}")
+        kernels.append(
+            f"{str(k.get('name'))[:56]}  {k.get('total_ms', 0):.2f} ms ({k.get('share_pct', 0):.1f} %)"
+            f"  {k.get('bound') or '?'}-bound{roof}"
+        )
     bd = d.get("breakdown") or {}
     breakdown = []
     p50 = (bd.get("step_time_ms") or {}).get("p50")
@@ -373,6 +430,11 @@ def _report_fields(report) -> dict[str, Any]:
     cats = sorted((bd.get("categories") or {}).values(), key=lambda c: -(c.get("pct") or 0))
     breakdown += [f"{c.get('label')}: {c.get('pct'):.1f} %" for c in cats if (c.get("pct") or 0) >= 0.5][:6]
     line = report.verdict_line() if hasattr(report, "verdict_line") else str(v.get("summary", ""))
-    return {"verdict_line": line, "headline": str(v.get("axis") or ""),
-            "summary": str(v.get("summary") or ""), "evidence": tuple(ev), "top_kernels": tuple(kernels),
-            "breakdown": tuple(breakdown)}
+    return {
+        "verdict_line": line,
+        "headline": str(v.get("axis") or ""),
+        "summary": str(v.get("summary") or ""),
+        "evidence": tuple(ev),
+        "top_kernels": tuple(kernels),
+        "breakdown": tuple(breakdown),
+    }

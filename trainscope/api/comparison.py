@@ -7,14 +7,14 @@ stored run, both are compared by their summaries (:class:`~trainscope.analyzers.
 verdict, step times, shares, sinks, top kernels, fixes). Either way the gate tests every step
 (:func:`trainscope.analyzers.diff.gate_on`) and each of BEFORE's fixes is set against the gain the
 change achieved (:class:`~trainscope.analyzers.history.FixOutcome`)."""
+
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Union
 
-from trainscope.api.errors import (EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, BadInput, Progress, Regression,
-                                   bad_input, silent)
+from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, BadInput, Progress, Regression, silent
 from trainscope.api.report import shown
 from trainscope.api.rules import resolve_rules
 
@@ -72,11 +72,13 @@ class DiffResult:
         d = self.diff
         caveat = ""
         if not d.comparable and not self.gate.refused:
-            caveat = " [runs not comparable: " + ", ".join(c.check for c in d.comparability if c.status == "differ") + "]"
+            caveat = (
+                " [runs not comparable: " + ", ".join(c.check for c in d.comparability if c.status == "differ") + "]"
+            )
         return f"{self.gate.reason}{caveat}"
 
     def fix_lines(self) -> list[str]:
-        """"fix X: projected up to 1.66×, achieved 1.41×" for every addressed fix with a projection."""
+        """ "fix X: projected up to 1.66×, achieved 1.41×" for every addressed fix with a projection."""
         return [line for f in self.fixes if (line := f.line)]
 
     def check(self) -> "DiffResult":
@@ -187,8 +189,15 @@ def _check_metric(metric: str) -> None:
         raise BadInput(f"unknown metric {metric!r} (one of: {', '.join(GATE_METRICS)})")
 
 
-def gate(result: "DiffResult | RunDiff | SummaryDiff", metric: str = "step_p50", fail_if_slower: float = 0.0, *,
-         rules: "Rules | None" = None, alpha: float | None = None, gate_anyway: bool = False) -> DiffResult:
+def gate(
+    result: "DiffResult | RunDiff | SummaryDiff",
+    metric: str = "step_p50",
+    fail_if_slower: float = 0.0,
+    *,
+    rules: "Rules | None" = None,
+    alpha: float | None = None,
+    gate_anyway: bool = False,
+) -> DiffResult:
     """Check (or re-check) the gate on an existing comparison: a regression when ``metric`` got worse
     by more than ``fail_if_slower`` (relative % for times and memory, percentage points for shares)
     *and* AFTER's steps are worse than BEFORE's by a one-sided Mann–Whitney test at level ``alpha``
@@ -210,14 +219,19 @@ def gate(result: "DiffResult | RunDiff | SummaryDiff", metric: str = "step_p50",
         g = refuse_gate(metric, fail_if_slower, d.comparability)
     else:
         try:
-            g = summary_gate(d, metric, fail_if_slower, alpha) if isinstance(d, SummaryDiff) else \
-                check_gate(d, metric, fail_if_slower, alpha)
+            g = (
+                summary_gate(d, metric, fail_if_slower, alpha)
+                if isinstance(d, SummaryDiff)
+                else check_gate(d, metric, fail_if_slower, alpha)
+            )
         except GateUnavailable as e:
             raise BadInput(str(e)) from None
     return DiffResult(d, g, base.fixes, base.before_run, base.after_run, rules)
 
 
-def _analyzed(label: str, path: str, rules: "Rules", progress: Progress, i: int, options: Mapping | None = None) -> "Run":
+def _analyzed(
+    label: str, path: str, rules: "Rules", progress: Progress, i: int, options: Mapping | None = None
+) -> "Run":
     """One side: ``analyze(path)`` with the same options as every analysis (the same reader, rank
     map and reduce, so a side's sinks are ``analyze``'s), kept as a :class:`Run`."""
     from trainscope.analyzers.diff import run_from_summaries
@@ -252,11 +266,23 @@ def resolve_side(side: Side, store: "RunStore | str | os.PathLike | None" = None
     return text
 
 
-def diff(before: Side, after: Side, *, rules: "Rules | None" = None, thresholds: Mapping[str, float] | None = None,
-         metric: str = "step_p50", fail_if_slower: float | None = None, progress: Progress | None = None,
-         store: "RunStore | str | os.PathLike | None" = None, gate_anyway: bool = False,
-         step_range: str | None = None, peak_tflops: float | None = None, peak_bandwidth: float | None = None,
-         jobs: int | None = None, dask: "str | Any | None" = None) -> DiffResult:
+def diff(
+    before: Side,
+    after: Side,
+    *,
+    rules: "Rules | None" = None,
+    thresholds: Mapping[str, float] | None = None,
+    metric: str = "step_p50",
+    fail_if_slower: float | None = None,
+    progress: Progress | None = None,
+    store: "RunStore | str | os.PathLike | None" = None,
+    gate_anyway: bool = False,
+    step_range: str | None = None,
+    peak_tflops: float | None = None,
+    peak_bandwidth: float | None = None,
+    jobs: int | None = None,
+    dask: "str | Any | None" = None,
+) -> DiffResult:
     """Compare BEFORE and AFTER: traces (each analyzed by :func:`~trainscope.api.analyze` with the
     same options: ``step_range``, ``peak_tflops``, ``peak_bandwidth``, ``jobs``, ``dask``), stored
     runs (``12``, ``latest[:TAG]``, ``baseline[:TAG]`` in ``store``, or :class:`StoredRun` /
@@ -271,11 +297,18 @@ def diff(before: Side, after: Side, *, rules: "Rules | None" = None, thresholds:
     _check_metric(metric)
     progress = progress or silent
     sides = [resolve_side(before, store), resolve_side(after, store)]
-    options = {"step_range": step_range, "peak_tflops": peak_tflops, "peak_bandwidth": peak_bandwidth, "jobs": jobs,
-               "dask": dask}
+    options = {
+        "step_range": step_range,
+        "peak_tflops": peak_tflops,
+        "peak_bandwidth": peak_bandwidth,
+        "jobs": jobs,
+        "dask": dask,
+    }
     if all(isinstance(s, str) for s in sides):
-        runs = [_analyzed(label, s, rules, progress, i, options) for i, (label, s) in enumerate((("BEFORE", sides[0]),
-                                                                                        ("AFTER", sides[1])))]
+        runs = [
+            _analyzed(label, s, rules, progress, i, options)
+            for i, (label, s) in enumerate((("BEFORE", sides[0]), ("AFTER", sides[1])))
+        ]
         result = DiffResult(diff_runs(runs[0], runs[1], rules), rules=rules)
     else:
         summaries: list[RunSummary] = []
@@ -291,15 +324,24 @@ def diff(before: Side, after: Side, *, rules: "Rules | None" = None, thresholds:
                 summaries.append(summarize(_analyzed(label, s, rules, progress, i, options)))
                 labels.append(os.path.basename(s.rstrip("/")) or s)
         d = diff_summaries(summaries[0], summaries[1], rules, (labels[0], labels[1]))
-        result = DiffResult(d, rules=rules, before_run=sides[0] if isinstance(sides[0], StoredRun) else None,
-                            after_run=sides[1] if isinstance(sides[1], StoredRun) else None)
+        result = DiffResult(
+            d,
+            rules=rules,
+            before_run=sides[0] if isinstance(sides[0], StoredRun) else None,
+            after_run=sides[1] if isinstance(sides[1], StoredRun) else None,
+        )
     if fail_if_slower is not None:
         return gate(result, metric, fail_if_slower, rules=rules, gate_anyway=gate_anyway)
     return result
 
 
-def save_diff(result: DiffResult, store: "RunStore | str | os.PathLike | None" = None, *, tag: str | None = None,
-              saved_by: str = "diff") -> tuple["StoredRun", "StoredRun", int]:
+def save_diff(
+    result: DiffResult,
+    store: "RunStore | str | os.PathLike | None" = None,
+    *,
+    tag: str | None = None,
+    saved_by: str = "diff",
+) -> tuple["StoredRun", "StoredRun", int]:
     """``diff --save``: every side that was a trace is saved as a run (with ``tag``), and the
     projected and achieved gains of BEFORE's addressed fixes are recorded between the two runs.
     Returns (BEFORE's run, AFTER's run, outcomes recorded)."""

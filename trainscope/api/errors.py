@@ -1,5 +1,6 @@
 """The one error hierarchy of trainscope and the one place an exception becomes a message and an exit
 code (:func:`describe`); what reading an input may raise, mapped to one line (:func:`input_problem`)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 Progress = Callable[[str, "float | None"], None]
+
 
 def silent(stage: str, fraction: float | None) -> None:
     """A progress callback that shows nothing."""
@@ -58,8 +60,9 @@ def describe(exc: BaseException) -> tuple[str, int]:
         return str(exc), EXIT_BAD_INPUT
     if isinstance(exc, MemoryError):
         return "out of memory", EXIT_INTERNAL
-    return (f"internal error: {type(exc).__name__}: {exc} "
-            "(set TRAINSCOPE_DEBUG=1 for the traceback, and please report it)"), EXIT_INTERNAL
+    return (
+        f"internal error: {type(exc).__name__}: {exc} (set TRAINSCOPE_DEBUG=1 for the traceback, and please report it)"
+    ), EXIT_INTERNAL
 
 
 @contextlib.contextmanager
@@ -84,7 +87,6 @@ def bad_input(path: str | None = None, what: str | None = None) -> Iterator[None
         if what is None:
             raise
         raise BadInput(f"{what}: {e}") from None
-
 
 
 # What reading an input may raise that is the input's fault, not ours: every command maps these

@@ -7,6 +7,7 @@ paths must name a file system every worker mounts.
 
 The reduce (alignment, stragglers, the many-rank view) runs in the caller on the summaries.
 """
+
 from __future__ import annotations
 
 import glob
@@ -114,9 +115,14 @@ def summarize_rank(path: str, options: MapOptions = MapOptions()) -> list[RankSu
     return out
 
 
-def map_ranks(files: list[str], options: MapOptions = MapOptions(), jobs: int | None = None,
-              dask: str | None = None, progress: RankProgress | None = None,
-              fn: Callable = summarize_rank) -> list[list[RankSummary] | str]:
+def map_ranks(
+    files: list[str],
+    options: MapOptions = MapOptions(),
+    jobs: int | None = None,
+    dask: str | None = None,
+    progress: RankProgress | None = None,
+    fn: Callable = summarize_rank,
+) -> list[list[RankSummary] | str]:
     """``fn(file, options)`` for every file, in file order: serially (``jobs == 1`` or one file),
     in ``jobs`` worker processes (default: the machine's cores), or on the Dask scheduler at
     ``dask`` (an address such as ``tcp://host:8786``, or a ``distributed.Client``)."""
@@ -145,8 +151,9 @@ def map_ranks(files: list[str], options: MapOptions = MapOptions(), jobs: int | 
                 results[futures[fut]] = fut.result()
                 tick()
     except BrokenProcessPool:
-        raise RuntimeError(f"a worker process died while analyzing ranks (out of memory?); "
-                           f"retry with fewer --jobs than {jobs}") from None
+        raise RuntimeError(
+            f"a worker process died while analyzing ranks (out of memory?); retry with fewer --jobs than {jobs}"
+        ) from None
     return results
 
 
@@ -173,8 +180,13 @@ def _map_dask(files: list[str], options: MapOptions, dask, fn: Callable, tick: C
             client.close()
 
 
-def run_rank_set(path: str, options: MapOptions = MapOptions(), jobs: int | None = None, dask: str | None = None,
-                 progress: RankProgress | None = None) -> RankSet:
+def run_rank_set(
+    path: str,
+    options: MapOptions = MapOptions(),
+    jobs: int | None = None,
+    dask: str | None = None,
+    progress: RankProgress | None = None,
+) -> RankSet:
     """A rank directory or glob → summaries in rank order (files without a rank after them, in
     file order) and a warning per file that could not be read. Raises ValueError when no file
     holds a trace."""

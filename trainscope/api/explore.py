@@ -2,6 +2,7 @@
 with its evidence and sources, the kernels or steps filtered, a time window of the timeline. Every
 answer is a plain dict built from the report's own document and view models — the numbers and
 sources the report prints, nothing inferred beyond them."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
@@ -47,10 +48,16 @@ def explain_finding(report: "Report", finding: str, *, rank: int | None = None) 
     if spec is not None:
         for name in spec.severity.rule_names:
             t = rules[name]
-            thresholds.append({"name": name, "value": t.value, "unit": t.unit, "meaning": t.meaning,
-                               "source": t.source})
-    role = ("primary (the verdict)" if v["bottleneck"] == finding else
-            "runner-up" if v.get("runner_up") == finding else "secondary")
+            thresholds.append(
+                {"name": name, "value": t.value, "unit": t.unit, "meaning": t.meaning, "source": t.source}
+            )
+    role = (
+        "primary (the verdict)"
+        if v["bottleneck"] == finding
+        else "runner-up"
+        if v.get("runner_up") == finding
+        else "secondary"
+    )
     where = None
     view = report.rank_view(i)
     try:
@@ -59,13 +66,22 @@ def explain_finding(report: "Report", finding: str, *, rank: int | None = None) 
         step, match = None, None
     if step is not None:
         st = view.analysis.segmentation.steps[step]
-        where = {"step": st.label, "step_start_ms": round(st.start_ns / 1e6, 3),
-                 "interval": None if match is None else {"start_ms": round(match.start_ns / 1e6, 3),
-                                                          "end_ms": round(match.end_ns / 1e6, 3),
-                                                          "what": match.name}}
+        where = {
+            "step": st.label,
+            "step_start_ms": round(st.start_ns / 1e6, 3),
+            "interval": None
+            if match is None
+            else {
+                "start_ms": round(match.start_ns / 1e6, 3),
+                "end_ms": round(match.end_ns / 1e6, 3),
+                "what": match.name,
+            },
+        }
     return {
-        "source": report.source, "rank": doc.get("rank"),
-        "finding": found, "role": role,
+        "source": report.source,
+        "rank": doc.get("rank"),
+        "finding": found,
+        "role": role,
         "verdict": {"axis": v["axis"], "bottleneck": v["bottleneck"], "confidence": v["confidence"]},
         "headline": spec.headline if spec is not None else found["title"],
         "graded_by": thresholds,
@@ -82,9 +98,16 @@ def _family(name: str) -> str | None:
     return f.name if f is not None else None
 
 
-def kernel_table(report: "Report", *, name_contains: str | None = None, kernel_class: str | None = None,
-                 min_total_ms: float | None = None, limit: int = 50, rank: int | None = None,
-                 sort: str = "total") -> dict[str, Any]:
+def kernel_table(
+    report: "Report",
+    *,
+    name_contains: str | None = None,
+    kernel_class: str | None = None,
+    min_total_ms: float | None = None,
+    limit: int = 50,
+    rank: int | None = None,
+    sort: str = "total",
+) -> dict[str, Any]:
     """Every kernel name that started inside the analyzed steps on the analyzed GPU (the app's Kernels
     tab), filtered by a case-insensitive name substring, class and total time; largest total first
     (``sort="total"``) or furthest from its own roof first (``sort="pct_of_roof"``, kernels without a
@@ -101,43 +124,90 @@ def kernel_table(report: "Report", *, name_contains: str | None = None, kernel_c
     roof = view.analysis.roofline
     roof_rows = {r.name: r for r in roof.rows} if roof is not None else {}
     steps = max(1, len(view.analysis.segmentation.steps))
-    rows = [k for k in ks.top if (not name_contains or name_contains.lower() in k.name.lower())
-            and (kernel_class is None or k.kernel_class == kernel_class)
-            and (min_total_ms is None or k.total_ns / 1e6 >= min_total_ms)]
+    rows = [
+        k
+        for k in ks.top
+        if (not name_contains or name_contains.lower() in k.name.lower())
+        and (kernel_class is None or k.kernel_class == kernel_class)
+        and (min_total_ms is None or k.total_ns / 1e6 >= min_total_ms)
+    ]
     if sort == "pct_of_roof":
+
         def _pct(k):
             r = roof_rows.get(k.name)
             return r.pct_of_roof if r is not None else None
+
         rows.sort(key=lambda k: (_pct(k) is None, _pct(k) or 0.0, -k.total_ns))
-    return {"source": report.source, "rank": view.analysis.rank, "device": view.analysis.device_name,
-            "basis": "kernels starting inside the analyzed steps on the analyzed GPU",
-            "total_kernel_ms": round(ks.total_ns / 1e6, 3), "kernel_count": ks.count, "steps": steps,
-            "matched": len(rows),
-            "kernels": [{"name": k.name, "class": k.kernel_class, "tensor_core": k.tensor_core, "count": k.count,
-                         "total_ms": round(k.total_ns / 1e6, 3), "mean_us": round(k.mean_ns / 1e3, 3),
-                         "ms_per_step": round(k.total_ns / 1e6 / steps, 3), "share_pct": round(k.share_pct, 2),
-                         "family": _family(k.name),
-                         "bound": roof_rows[k.name].bound if k.name in roof_rows else None,
-                         "pct_of_roof": (round(roof_rows[k.name].pct_of_roof, 1)
-                                         if k.name in roof_rows and roof_rows[k.name].pct_of_roof is not None else None)}
-                        for k in rows[:limit]]}
+    return {
+        "source": report.source,
+        "rank": view.analysis.rank,
+        "device": view.analysis.device_name,
+        "basis": "kernels starting inside the analyzed steps on the analyzed GPU",
+        "total_kernel_ms": round(ks.total_ns / 1e6, 3),
+        "kernel_count": ks.count,
+        "steps": steps,
+        "matched": len(rows),
+        "kernels": [
+            {
+                "name": k.name,
+                "class": k.kernel_class,
+                "tensor_core": k.tensor_core,
+                "count": k.count,
+                "total_ms": round(k.total_ns / 1e6, 3),
+                "mean_us": round(k.mean_ns / 1e3, 3),
+                "ms_per_step": round(k.total_ns / 1e6 / steps, 3),
+                "share_pct": round(k.share_pct, 2),
+                "family": _family(k.name),
+                "bound": roof_rows[k.name].bound if k.name in roof_rows else None,
+                "pct_of_roof": (
+                    round(roof_rows[k.name].pct_of_roof, 1)
+                    if k.name in roof_rows and roof_rows[k.name].pct_of_roof is not None
+                    else None
+                ),
+            }
+            for k in rows[:limit]
+        ],
+    }
 
 
-def step_table(report: "Report", *, min_duration_ms: float | None = None, outliers_only: bool = False,
-               limit: int | None = None, rank: int | None = None) -> dict[str, Any]:
+def step_table(
+    report: "Report",
+    *,
+    min_duration_ms: float | None = None,
+    outliers_only: bool = False,
+    limit: int | None = None,
+    rank: int | None = None,
+) -> dict[str, Any]:
     """The analyzed steps as the report lists them (start, duration, GPU busy, data wait, time per
     category, outlier flag), filtered."""
     i = _rank(report, rank)
     doc = _doc(report, i)
-    rows = [s for s in doc["steps"] if (min_duration_ms is None or s["duration_ms"] >= min_duration_ms)
-            and (not outliers_only or s["outlier"])]
-    return {"source": report.source, "rank": doc.get("rank"), "steps_method": doc["steps_method"],
-            "steps_note": doc["steps_note"], "step_time_ms": doc["breakdown"]["step_time_ms"],
-            "matched": len(rows), "steps": rows[:limit] if limit is not None else rows}
+    rows = [
+        s
+        for s in doc["steps"]
+        if (min_duration_ms is None or s["duration_ms"] >= min_duration_ms) and (not outliers_only or s["outlier"])
+    ]
+    return {
+        "source": report.source,
+        "rank": doc.get("rank"),
+        "steps_method": doc["steps_method"],
+        "steps_note": doc["steps_note"],
+        "step_time_ms": doc["breakdown"]["step_time_ms"],
+        "matched": len(rows),
+        "steps": rows[:limit] if limit is not None else rows,
+    }
 
 
-def timeline_window(report: "Report", start_ms: float, end_ms: float, *, kinds: Sequence[str] | None = None,
-                    name_contains: str | None = None, limit: int = 200, rank: int | None = None) -> dict[str, Any]:
+def timeline_window(
+    report: "Report",
+    start_ms: float,
+    end_ms: float,
+    *,
+    kinds: Sequence[str] | None = None,
+    name_contains: str | None = None,
+    limit: int = 200,
+    rank: int | None = None,
+) -> dict[str, Any]:
     """Every event overlapping [start_ms, end_ms) on the clock of the report's step starts (kernels,
     copies, memsets, framework ops, ranges, runtime calls), by start time, at most ``limit``; the busy
     time per kind inside the window."""
@@ -146,12 +216,35 @@ def timeline_window(report: "Report", start_ms: float, end_ms: float, *, kinds: 
     i = _rank(report, rank)
     view = report.rank_view(i)
     try:
-        w = window(view.trace, view.analysis.segmentation, int(round(start_ms * 1e6)), int(round(end_ms * 1e6)),
-                   tuple(kinds) if kinds else KINDS, name_contains, limit)
+        w = window(
+            view.trace,
+            view.analysis.segmentation,
+            int(round(start_ms * 1e6)),
+            int(round(end_ms * 1e6)),
+            tuple(kinds) if kinds else KINDS,
+            name_contains,
+            limit,
+        )
     except ValueError as e:
         raise BadInput(str(e)) from None
-    return {"source": report.source, "rank": view.analysis.rank, "start_ms": start_ms, "end_ms": end_ms,
-            "steps": w.steps, "matched": w.matched, "shown": len(w.events),
-            "busy_ms": {k: round(v / 1e6, 3) for k, v in w.busy_ns.items()},
-            "events": [{"kind": e.kind, "name": e.name, "lane": e.lane, "start_ms": round(e.start_ns / 1e6, 4),
-                        "duration_ms": round(e.duration_ns / 1e6, 4), "step": e.step} for e in w.events]}
+    return {
+        "source": report.source,
+        "rank": view.analysis.rank,
+        "start_ms": start_ms,
+        "end_ms": end_ms,
+        "steps": w.steps,
+        "matched": w.matched,
+        "shown": len(w.events),
+        "busy_ms": {k: round(v / 1e6, 3) for k, v in w.busy_ns.items()},
+        "events": [
+            {
+                "kind": e.kind,
+                "name": e.name,
+                "lane": e.lane,
+                "start_ms": round(e.start_ns / 1e6, 4),
+                "duration_ms": round(e.duration_ns / 1e6, 4),
+                "step": e.step,
+            }
+            for e in w.events
+        ],
+    }

@@ -1,5 +1,6 @@
 """Where users already are: a ``torch.profiler`` ``on_trace_ready`` handler that writes the trace as
 TensorBoard's handler does and prints trainscope's verdict line."""
+
 from __future__ import annotations
 
 import os
@@ -12,10 +13,19 @@ if TYPE_CHECKING:
     from trainscope.api.report import Report
 
 
-def on_trace_ready(dir_name: "str | os.PathLike", *, print_verdict: bool = True, worker_name: str | None = None,
-                   use_gzip: bool = False, analyze_kwargs: Mapping[str, Any] | None = None,
-                   printer: Callable[[str], None] | None = None, callback: Callable[[Report], None] | None = None,
-                   save: bool = False, store: "str | os.PathLike | None" = None, tag: str | None = None):
+def on_trace_ready(
+    dir_name: "str | os.PathLike",
+    *,
+    print_verdict: bool = True,
+    worker_name: str | None = None,
+    use_gzip: bool = False,
+    analyze_kwargs: Mapping[str, Any] | None = None,
+    printer: Callable[[str], None] | None = None,
+    callback: Callable[[Report], None] | None = None,
+    save: bool = False,
+    store: "str | os.PathLike | None" = None,
+    tag: str | None = None,
+):
     """A ``torch.profiler.profile(on_trace_ready=…)`` handler: writes each cycle's trace into
     ``dir_name`` exactly as ``torch.profiler.tensorboard_trace_handler`` does (TensorBoard and
     ``trainscope analyze DIR`` both read it), then analyzes it and prints the verdict line.
@@ -34,8 +44,10 @@ def on_trace_ready(dir_name: "str | os.PathLike", *, print_verdict: bool = True,
     def handler(prof) -> None:
         before = set(os.listdir(dir_name)) if os.path.isdir(dir_name) else set()
         write(prof)
-        new = sorted((f for f in os.listdir(dir_name) if f not in before and ".pt.trace.json" in f),
-                     key=lambda f: os.path.getmtime(os.path.join(dir_name, f)))
+        new = sorted(
+            (f for f in os.listdir(dir_name) if f not in before and ".pt.trace.json" in f),
+            key=lambda f: os.path.getmtime(os.path.join(dir_name, f)),
+        )
         if not new:
             return
         path = os.path.join(dir_name, new[-1])
@@ -68,4 +80,3 @@ def on_trace_ready(dir_name: "str | os.PathLike", *, print_verdict: bool = True,
 
         check_tag(tag)  # a bad tag is said at once, not at the first cycle
     return handler
-

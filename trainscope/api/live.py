@@ -1,5 +1,6 @@
 """``watch``: live snapshots of a job, its GPUs and host, judged by the live analyzer over a window;
 recordings and their replay."""
+
 from __future__ import annotations
 
 import os
@@ -77,10 +78,20 @@ class Watch:
     sample of the partial interval, closes the samplers and returns what was not yet consumed;
     :meth:`finish` closes the recording and returns the verdict over the whole watch."""
 
-    def __init__(self, *, pid: int | None = None, replay: "str | os.PathLike | None" = None, interval: float = 1.0,
-                 window: float = 30.0, duration: float | None = None, rules: "Rules | None" = None,
-                 thresholds: Mapping[str, float] | None = None, record: "str | os.PathLike | None" = None,
-                 step_hook: bool = False, capture: "CaptureOptions | None" = None) -> None:
+    def __init__(
+        self,
+        *,
+        pid: int | None = None,
+        replay: "str | os.PathLike | None" = None,
+        interval: float = 1.0,
+        window: float = 30.0,
+        duration: float | None = None,
+        rules: "Rules | None" = None,
+        thresholds: Mapping[str, float] | None = None,
+        record: "str | os.PathLike | None" = None,
+        step_hook: bool = False,
+        capture: "CaptureOptions | None" = None,
+    ) -> None:
         if pid is not None and replay is not None:
             raise BadInput("choose one of: pid, replay")
         if replay is not None and (record is not None or duration is not None):
@@ -179,7 +190,9 @@ class Watch:
 
     # -- sampling --------------------------------------------------------------------------------------
 
-    def start(self, on_sample: Callable[[LiveSample], None] | None = None, header: Mapping[str, Any] | None = None) -> None:
+    def start(
+        self, on_sample: Callable[[LiveSample], None] | None = None, header: Mapping[str, Any] | None = None
+    ) -> None:
         """Open the recording (``header`` adds to its first line) and start the sampler thread;
         ``on_sample(sample)`` (push mode) is called on that thread for each interval. Raises
         :class:`BadInput` when the recording cannot be written."""
@@ -195,9 +208,16 @@ class Watch:
         if self.record is not None:
             from trainscope.collectors.recording import RecordingWriter
 
-            head = {"started": time.time(), "interval_s": self.interval, "target": self.target, "command": None,
-                    "pid": self.pid, "host": os.uname().nodename,
-                    "trainscope": __import__("trainscope").__version__, **dict(header or {})}
+            head = {
+                "started": time.time(),
+                "interval_s": self.interval,
+                "target": self.target,
+                "command": None,
+                "pid": self.pid,
+                "host": os.uname().nodename,
+                "trainscope": __import__("trainscope").__version__,
+                **dict(header or {}),
+            }
             try:
                 self._recorder = RecordingWriter(self.record, head)
             except OSError as e:
@@ -220,9 +240,13 @@ class Watch:
                 self._queue.put(snap)
 
         self._gpu = NvmlSampler()
-        self._monitor = Monitor(self.interval, on_snapshot, gpu=self._gpu, host=HostSampler(
-                                    roots, rank_pids=self._receiver.rank_pids if self._receiver is not None else None),
-                                steps=self._receiver)
+        self._monitor = Monitor(
+            self.interval,
+            on_snapshot,
+            gpu=self._gpu,
+            host=HostSampler(roots, rank_pids=self._receiver.rank_pids if self._receiver is not None else None),
+            steps=self._receiver,
+        )
         self._monitor.start()
         self._deadline = time.monotonic() + self.duration if self.duration else None
 
@@ -262,8 +286,10 @@ class Watch:
             ensure_private_dir(private_dir())
             self._receiver = StepReceiver(default_socket_path(self.pid))
         except OSError as e:
-            self.job_notes.append(f"step mode off: cannot listen for the opt-in hook ({e.strerror or e}: "
-                                  f"{getattr(e, 'filename', None) or ''})")
+            self.job_notes.append(
+                f"step mode off: cannot listen for the opt-in hook ({e.strerror or e}: "
+                f"{getattr(e, 'filename', None) or ''})"
+            )
 
     @property
     def target(self) -> str:
@@ -379,12 +405,30 @@ class Watch:
             self.finish()
 
 
-def watch(*, pid: int | None = None, replay: "str | os.PathLike | None" = None, interval: float = 1.0,
-          window: float = 30.0, duration: float | None = None, rules: "Rules | None" = None,
-          thresholds: Mapping[str, float] | None = None, record: "str | os.PathLike | None" = None,
-          step_hook: bool = False, capture: "CaptureOptions | None" = None) -> Watch:
+def watch(
+    *,
+    pid: int | None = None,
+    replay: "str | os.PathLike | None" = None,
+    interval: float = 1.0,
+    window: float = 30.0,
+    duration: float | None = None,
+    rules: "Rules | None" = None,
+    thresholds: Mapping[str, float] | None = None,
+    record: "str | os.PathLike | None" = None,
+    step_hook: bool = False,
+    capture: "CaptureOptions | None" = None,
+) -> Watch:
     """``with watch(pid=…) as w: for s in w: print(s.line())`` — see :class:`Watch`. ``capture``
     (:class:`trainscope.api.capture.CaptureOptions`) turns on-demand kernel-level captures on."""
-    return Watch(pid=pid, replay=replay, interval=interval, window=window, duration=duration, rules=rules,
-                 thresholds=thresholds, record=record, step_hook=step_hook, capture=capture)
-
+    return Watch(
+        pid=pid,
+        replay=replay,
+        interval=interval,
+        window=window,
+        duration=duration,
+        rules=rules,
+        thresholds=thresholds,
+        record=record,
+        step_hook=step_hook,
+        capture=capture,
+    )

@@ -1,4 +1,5 @@
 """``memory``: peak, fragmentation and what was live, from a CUDA memory snapshot or a memory timeline."""
+
 from __future__ import annotations
 
 import os
@@ -91,9 +92,16 @@ class MemoryReport:
         return render_text_cell("trainscope memory", repr(self), self.to_text())
 
 
-def memory(path: "str | os.PathLike", *, gpu: str | None = None, gpu_memory: str | None = None, top: int = 10,
-           rules: "Rules | None" = None, thresholds: Mapping[str, float] | None = None,
-           progress: Progress | None = None) -> MemoryReport:
+def memory(
+    path: "str | os.PathLike",
+    *,
+    gpu: str | None = None,
+    gpu_memory: str | None = None,
+    top: int = 10,
+    rules: "Rules | None" = None,
+    thresholds: Mapping[str, float] | None = None,
+    progress: Progress | None = None,
+) -> MemoryReport:
     """Read a CUDA memory snapshot (restricted unpickler: plain data only) or a memory timeline
     and report peak allocated versus reserved memory, what was live at the peak, and capacity
     findings against ``gpu`` / ``gpu_memory``. Raises :class:`BadInput`."""
@@ -144,4 +152,3 @@ def memory_peaks(path: "str | os.PathLike") -> list:
     with bad_input(path):
         snap = load_snapshot(path)
         return [memory_peak(snap, m) for m in snapshot_memory(snap, top=0)]
-

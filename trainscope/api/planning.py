@@ -1,4 +1,5 @@
 """``plan``: will a model and training setup fit a GPU, and the cheapest changes that make it fit."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -136,9 +137,16 @@ def resolve_device(gpu: str | None = None, gpu_memory: str | None = None):
         return resolve_gpu(gpu, gpu_memory)
 
 
-def plan(model: "str | Mapping[str, Any] | Any" = None, *, gpu: str | None = "h100-80",
-         gpu_memory: str | None = None, device: Any = None, options: int = 6, threshold_pct: float | None = None,
-         **fields: Any) -> PlanResult:
+def plan(
+    model: "str | Mapping[str, Any] | Any" = None,
+    *,
+    gpu: str | None = "h100-80",
+    gpu_memory: str | None = None,
+    device: Any = None,
+    options: int = 6,
+    threshold_pct: float | None = None,
+    **fields: Any,
+) -> PlanResult:
     """Will this training setup fit the GPU? ``plan(params="1.5B", optimizer="adam", precision="fp32",
     gpu="v100-32")`` or ``plan("params=1.5B,optimizer=adam")``. ``device`` (a ``GpuMemory``) instead
     of ``gpu``/``gpu_memory``; ``threshold_pct``: the share of device memory that counts as full
@@ -160,4 +168,3 @@ def plan(model: "str | Mapping[str, Any] | Any" = None, *, gpu: str | None = "h1
     f = fit(lg, dev.name, dev.capacity_bytes, threshold)
     opts = fit_options(lg.config, dev.name, dev.capacity_bytes, threshold, limit=max(0, options)) if options else []
     return PlanResult(lg, dev, f, opts, threshold, cfg)
-

@@ -1,5 +1,6 @@
 """One analyzed run as users and the apps see it: :class:`Report` (the main rank typed, every rank's
 analysis, the renderings of the one document) and :class:`RankView` (one rank's view models)."""
+
 from __future__ import annotations
 
 import functools
@@ -150,8 +151,11 @@ class Report:
             from trainscope.analyzers.rank_lanes import side_by_side
             from trainscope.analyzers.ranks import rank_collectives
 
-            colls = ([x.collectives for x in self.summaries] if self.summaries is not None
-                     else [rank_collectives(self.trace(i)) for i in range(len(self.ranks))])
+            colls = (
+                [x.collectives for x in self.summaries]
+                if self.summaries is not None
+                else [rank_collectives(self.trace(i)) for i in range(len(self.ranks))]
+            )
             sb = side_by_side(colls, self.rules)
             with self._views_lock:
                 self._views["side_by_side"] = sb
@@ -170,8 +174,9 @@ class Report:
     def to_dict(self) -> dict:
         from trainscope.reports.document import build_document
 
-        doc = build_document(self.source, self.ranks, self.rules, self.traces.warnings, deep=self.deep,
-                             stragglers=self.stragglers)
+        doc = build_document(
+            self.source, self.ranks, self.rules, self.traces.warnings, deep=self.deep, stragglers=self.stragglers
+        )
         return with_ledger(doc, self.ledger)
 
     def to_json(self) -> str:
@@ -239,8 +244,14 @@ class Report:
         from trainscope.reports.oneline import report_line
 
         a = self.main
-        return report_line(self.source, a.verdict, len(a.breakdown.steps), a.breakdown.step_ms.p50 if a.breakdown.steps
-                           else None, len(a.findings), len(self.ranks))
+        return report_line(
+            self.source,
+            a.verdict,
+            len(a.breakdown.steps),
+            a.breakdown.step_ms.p50 if a.breakdown.steps else None,
+            len(a.findings),
+            len(self.ranks),
+        )
 
 
 def _read_rank(a: "Analysis") -> "Trace":
@@ -332,9 +343,13 @@ def with_ledger(doc: dict, ledger) -> dict:
         return doc
     from trainscope.reports.plan import ledger_vs_measured
 
-    mem = next((m for m in doc["memory"] if m["device"] == doc["device"]["id"]),
-               doc["memory"][0] if doc["memory"] else None)
-    doc["ledger"] = ledger_vs_measured(ledger, mem["peak_allocated_bytes"] if mem else None,
-                                       mem["capacity_bytes"] if mem else None, mem["basis"] if mem else None)
+    mem = next(
+        (m for m in doc["memory"] if m["device"] == doc["device"]["id"]), doc["memory"][0] if doc["memory"] else None
+    )
+    doc["ledger"] = ledger_vs_measured(
+        ledger,
+        mem["peak_allocated_bytes"] if mem else None,
+        mem["capacity_bytes"] if mem else None,
+        mem["basis"] if mem else None,
+    )
     return doc
-

@@ -1,4 +1,5 @@
 """The threshold table a call runs with: the defaults, a whole ``Rules``, or overrides by name."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
@@ -29,4 +30,3 @@ def rules_from(thresholds: Mapping[str, float] | None = None) -> "Rules":
     source) with ``thresholds`` ({name: value}) overriding the defaults. Raises :class:`BadInput`
     for a name that is not a threshold."""
     return resolve_rules(None, thresholds)
-

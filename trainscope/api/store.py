@@ -15,6 +15,7 @@ store written by a newer trainscope is refused, never rewritten.
 Where it lives: ``--store PATH``, else ``$TRAINSCOPE_STORE``, else
 ``$XDG_DATA_HOME/trainscope/runs.db`` (``~/.local/share/trainscope/runs.db``).
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -37,7 +38,9 @@ if TYPE_CHECKING:
 # One entry per schema version: the statements that take a store from the version before to it.
 # Never edit a released entry; add the next one.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
-    (1, """
+    (
+        1,
+        """
         CREATE TABLE runs (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             created TEXT NOT NULL,            -- ISO 8601, UTC
@@ -63,8 +66,11 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
             set_at TEXT NOT NULL
         );
-    """),
-    (2, """
+    """,
+    ),
+    (
+        2,
+        """
         CREATE TABLE fix_outcomes (
             before_run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
             after_run INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -76,7 +82,8 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
             recorded TEXT NOT NULL,
             PRIMARY KEY (before_run, after_run, recommendation)
         );
-    """),
+    """,
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -129,14 +136,23 @@ class StoredRun:
     def to_dict(self, full: bool = False) -> dict[str, Any]:
         """The listing's fields; with ``full``, the whole summary (every step's duration)."""
         s = self.summary
-        d = {"id": self.id, "created": self.created, "source": self.source, "tag": self.tag,
-             "git_commit": self.git_commit, "git_dirty": self.git_dirty, "host": self.host, "saved_by": self.saved_by,
-             "gpu": s.device, "ranks": s.ranks, "steps": s.steps,
-             "verdict": {"axis": s.verdict_axis, "bottleneck": s.verdict_bottleneck,
-                         "confidence": s.verdict_confidence},
-             "step_time_ms": {"p50": s.step_p50_ms, "p95": s.step_p95_ms, "mean": s.step_mean_ms},
-             "fixes": [{"id": f.id, "finding": f.finding, "projected_speedup": f.projected_speedup} for f in s.fixes],
-             "baseline_for": list(self.baseline_for)}
+        d = {
+            "id": self.id,
+            "created": self.created,
+            "source": self.source,
+            "tag": self.tag,
+            "git_commit": self.git_commit,
+            "git_dirty": self.git_dirty,
+            "host": self.host,
+            "saved_by": self.saved_by,
+            "gpu": s.device,
+            "ranks": s.ranks,
+            "steps": s.steps,
+            "verdict": {"axis": s.verdict_axis, "bottleneck": s.verdict_bottleneck, "confidence": s.verdict_confidence},
+            "step_time_ms": {"p50": s.step_p50_ms, "p95": s.step_p95_ms, "mean": s.step_mean_ms},
+            "fixes": [{"id": f.id, "finding": f.finding, "projected_speedup": f.projected_speedup} for f in s.fixes],
+            "baseline_for": list(self.baseline_for),
+        }
         if full:
             d["summary"] = s.to_dict()
         return d
@@ -152,8 +168,13 @@ def git_context(cwd: str | None = None) -> tuple[str | None, bool | None]:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
             return None, None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                                capture_output=True, text=True, timeout=10)
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None, None
     commit = head.stdout.strip()
@@ -190,8 +211,10 @@ class RunStore:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 db.close()
-                raise BadInput(f"{self.path}: run store schema {version} is newer than this trainscope's "
-                               f"({SCHEMA_VERSION}); upgrade trainscope")
+                raise BadInput(
+                    f"{self.path}: run store schema {version} is newer than this trainscope's "
+                    f"({SCHEMA_VERSION}); upgrade trainscope"
+                )
             if version == 0 and not self.read_only:
                 tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
                 if tables:
@@ -251,9 +274,17 @@ class RunStore:
 
     # -- runs ------------------------------------------------------------------------------------
 
-    def save(self, summary: "RunSummary", *, tag: str | None = None, saved_by: str = "api",
-             git_commit: str | None = None, git_dirty: bool | None = None, cwd: str | None = None,
-             detect_git: bool = True) -> StoredRun:
+    def save(
+        self,
+        summary: "RunSummary",
+        *,
+        tag: str | None = None,
+        saved_by: str = "api",
+        git_commit: str | None = None,
+        git_dirty: bool | None = None,
+        cwd: str | None = None,
+        detect_git: bool = True,
+    ) -> StoredRun:
         """Store ``summary``; the git commit of the work tree at ``cwd`` (default: the current
         directory) unless ``git_commit`` is given or ``detect_git`` is False."""
         check_tag(tag)
@@ -263,9 +294,25 @@ class RunStore:
         run_id = self._write(
             "INSERT INTO runs (created, source, tag, git_commit, git_dirty, host, saved_by, gpu, ranks, steps, verdict, "
             "bottleneck, confidence, step_p50_ms, step_mean_ms, summary) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (_now(), s.source, tag, git_commit, None if git_dirty is None else int(git_dirty), socket.gethostname(),
-             saved_by, s.device, s.ranks, s.steps, s.verdict_axis, s.verdict_bottleneck, s.verdict_confidence,
-             s.step_p50_ms, s.step_mean_ms, json.dumps(s.to_dict(), allow_nan=False)))
+            (
+                _now(),
+                s.source,
+                tag,
+                git_commit,
+                None if git_dirty is None else int(git_dirty),
+                socket.gethostname(),
+                saved_by,
+                s.device,
+                s.ranks,
+                s.steps,
+                s.verdict_axis,
+                s.verdict_bottleneck,
+                s.verdict_confidence,
+                s.step_p50_ms,
+                s.step_mean_ms,
+                json.dumps(s.to_dict(), allow_nan=False),
+            ),
+        )
         return self.get(run_id)
 
     def _row(self, row: sqlite3.Row) -> StoredRun:
@@ -274,13 +321,25 @@ class RunStore:
         try:
             summary = RunSummary.from_dict(json.loads(row["summary"]))
         except (ValueError, TypeError, RecursionError) as e:  # BadSummary, or JSON that is not
-            raise BadInput(f"{self.path}: run {row['id']} is damaged: {e if isinstance(e, BadSummary) else 'bad JSON'}") \
-                from None
-        tags = tuple(r["tag"] for r in self._query("SELECT tag FROM baselines WHERE run_id = ? ORDER BY tag",
-                                                   (row["id"],)))
+            raise BadInput(
+                f"{self.path}: run {row['id']} is damaged: {e if isinstance(e, BadSummary) else 'bad JSON'}"
+            ) from None
+        tags = tuple(
+            r["tag"] for r in self._query("SELECT tag FROM baselines WHERE run_id = ? ORDER BY tag", (row["id"],))
+        )
         dirty = row["git_dirty"]
-        return StoredRun(int(row["id"]), str(row["created"]), str(row["source"]), row["tag"], row["git_commit"],
-                         None if dirty is None else bool(dirty), row["host"], str(row["saved_by"]), summary, tags)
+        return StoredRun(
+            int(row["id"]),
+            str(row["created"]),
+            str(row["source"]),
+            row["tag"],
+            row["git_commit"],
+            None if dirty is None else bool(dirty),
+            row["host"],
+            str(row["saved_by"]),
+            summary,
+            tags,
+        )
 
     def get(self, ref: "str | int") -> StoredRun:
         """The run ``ref`` names: an id (``12``, ``run:12``), ``latest[:TAG]`` or ``baseline[:TAG]``.
@@ -296,16 +355,28 @@ class RunStore:
             return self._row(rows[0])
         tag = check_tag(m["tag"])
         if m["kind"] == "latest":
-            rows = self._query("SELECT * FROM runs WHERE tag IS ? ORDER BY id DESC LIMIT 1" if tag is not None
-                               else "SELECT * FROM runs ORDER BY id DESC LIMIT 1", (tag,) if tag is not None else ())
+            rows = self._query(
+                "SELECT * FROM runs WHERE tag IS ? ORDER BY id DESC LIMIT 1"
+                if tag is not None
+                else "SELECT * FROM runs ORDER BY id DESC LIMIT 1",
+                (tag,) if tag is not None else (),
+            )
             if not rows:
                 raise BadInput(f"no runs{f' tagged {tag}' if tag else ''} in {self.path}")
             return self._row(rows[0])
         return self.baseline(tag)
 
-    def runs(self, *, tag: str | None = None, verdict: str | None = None, gpu: str | None = None,
-             commit: str | None = None, source: str | None = None, since: str | None = None,
-             limit: int | None = 50) -> list[StoredRun]:
+    def runs(
+        self,
+        *,
+        tag: str | None = None,
+        verdict: str | None = None,
+        gpu: str | None = None,
+        commit: str | None = None,
+        source: str | None = None,
+        since: str | None = None,
+        limit: int | None = 50,
+    ) -> list[StoredRun]:
         """Saved runs, newest first, filtered: ``tag`` (exact), ``verdict`` (axis or finding id),
         ``gpu`` / ``source`` (substring), ``commit`` (prefix), ``since`` (ISO date or time)."""
         where, args = [], []
@@ -340,18 +411,23 @@ class RunStore:
         baseline)."""
         run = self.get(ref)
         key = check_tag(tag) if tag is not None else (run.tag or "")
-        self._write("INSERT INTO baselines (tag, run_id, set_at) VALUES (?, ?, ?) "
-                    "ON CONFLICT(tag) DO UPDATE SET run_id = excluded.run_id, set_at = excluded.set_at",
-                    (key, run.id, _now()))
+        self._write(
+            "INSERT INTO baselines (tag, run_id, set_at) VALUES (?, ?, ?) "
+            "ON CONFLICT(tag) DO UPDATE SET run_id = excluded.run_id, set_at = excluded.set_at",
+            (key, run.id, _now()),
+        )
         return self.get(run.id)
 
     def baseline(self, tag: str | None = None) -> StoredRun:
         key = tag or ""
-        rows = self._query("SELECT runs.* FROM baselines JOIN runs ON runs.id = baselines.run_id WHERE baselines.tag = ?",
-                           (key,))
+        rows = self._query(
+            "SELECT runs.* FROM baselines JOIN runs ON runs.id = baselines.run_id WHERE baselines.tag = ?", (key,)
+        )
         if not rows:
-            raise BadInput(f"no baseline{f' for tag {tag}' if tag else ''} in {self.path} "
-                           f"(set one with `trainscope baseline set RUN{f' --tag {tag}' if tag else ''}`)")
+            raise BadInput(
+                f"no baseline{f' for tag {tag}' if tag else ''} in {self.path} "
+                f"(set one with `trainscope baseline set RUN{f' --tag {tag}' if tag else ''}`)"
+            )
         return self._row(rows[0])
 
     def baselines(self) -> dict[str, int]:
@@ -365,10 +441,20 @@ class RunStore:
         for o in outcomes:
             if not o.addressed:
                 continue
-            self._write("INSERT OR REPLACE INTO fix_outcomes (before_run, after_run, recommendation, finding, status, "
-                        "projected_speedup, achieved_speedup, recorded) VALUES (?,?,?,?,?,?,?,?)",
-                        (before.id, after.id, o.recommendation, o.finding, o.status, o.projected_speedup,
-                         o.achieved_speedup, _now()))
+            self._write(
+                "INSERT OR REPLACE INTO fix_outcomes (before_run, after_run, recommendation, finding, status, "
+                "projected_speedup, achieved_speedup, recorded) VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    before.id,
+                    after.id,
+                    o.recommendation,
+                    o.finding,
+                    o.status,
+                    o.projected_speedup,
+                    o.achieved_speedup,
+                    _now(),
+                ),
+            )
             n += 1
         return n
 
@@ -381,9 +467,19 @@ class RunStore:
             rid = self.get(run).id
             sql, args = sql + " WHERE before_run = ? OR after_run = ?", (rid, rid)
         rows = self._query(sql + " ORDER BY recorded, before_run, after_run, recommendation", args)
-        return [{"before_run": r["before_run"], "after_run": r["after_run"], "recommendation": r["recommendation"],
-                 "finding": r["finding"], "status": r["status"], "projected_speedup": r["projected_speedup"],
-                 "achieved_speedup": r["achieved_speedup"], "recorded": r["recorded"]} for r in rows]
+        return [
+            {
+                "before_run": r["before_run"],
+                "after_run": r["after_run"],
+                "recommendation": r["recommendation"],
+                "finding": r["finding"],
+                "status": r["status"],
+                "projected_speedup": r["projected_speedup"],
+                "achieved_speedup": r["achieved_speedup"],
+                "recorded": r["recorded"],
+            }
+            for r in rows
+        ]
 
 
 def open_store(path: "str | os.PathLike | None" = None, *, read_only: bool = False) -> RunStore:
@@ -401,14 +497,28 @@ def report_summary(report: "Report") -> "RunSummary":
     loaded = len(report.traces.traces) == len(report.ranks)
     shapes = shape_signature(report.traces.traces[report.main_index]) if loaded else ShapeSignature(False, {}, {})
     main = report.main
-    run = Run(path=report.source, analysis=main, ranks=len(report.ranks), kernels=[], shapes=shapes,
-              device_names=tuple(a.device_name or "" for a in report.ranks), warnings=report.warnings,
-              index=report.main_index)
+    run = Run(
+        path=report.source,
+        analysis=main,
+        ranks=len(report.ranks),
+        kernels=[],
+        shapes=shapes,
+        device_names=tuple(a.device_name or "" for a in report.ranks),
+        warnings=report.warnings,
+        index=report.main_index,
+    )
     return summarize(run)
 
 
-def save_run(report: "Report", store: "RunStore | str | os.PathLike | None" = None, *, tag: str | None = None,
-             saved_by: str = "api", git_commit: str | None = None, cwd: str | None = None) -> StoredRun:
+def save_run(
+    report: "Report",
+    store: "RunStore | str | os.PathLike | None" = None,
+    *,
+    tag: str | None = None,
+    saved_by: str = "api",
+    git_commit: str | None = None,
+    cwd: str | None = None,
+) -> StoredRun:
     """Save ``report``'s summary in the run history (``store``: a :class:`RunStore` or a path)."""
     st = store if isinstance(store, RunStore) else RunStore(store)
     return st.save(report_summary(report), tag=tag, saved_by=saved_by, git_commit=git_commit, cwd=cwd)

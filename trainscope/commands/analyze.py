@@ -1,62 +1,102 @@
 """``trainscope analyze TRACE``: the offline diagnosis."""
+
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 
-from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, add_input_limit_args, apply_input_limits,
-                               emit_document, one_line_errors, positive_float, threshold_arg)
+from trainscope.common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    Progress,
+    add_input_limit_args,
+    apply_input_limits,
+    emit_document,
+    one_line_errors,
+    positive_float,
+    threshold_arg,
+)
 from trainscope.reports.output import to_json, write_atomic
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser(
-        "analyze", help="diagnose a recorded profiler trace",
+        "analyze",
+        help="diagnose a recorded profiler trace",
         description="Read a PyTorch profiler (Kineto) trace — a .json or .json.gz file, or a directory of "
-                    "per-rank traces — or an Nsight Systems export (.sqlite from `nsys export --type sqlite`; "
-                    ".nsys-rep when nsys is on PATH) and report the D·A·M verdict with its evidence, where each step's time "
-                    "goes, the top kernels, and fixes ranked by projected gain (upper bounds).",
+        "per-rank traces — or an Nsight Systems export (.sqlite from `nsys export --type sqlite`; "
+        ".nsys-rep when nsys is on PATH) and report the D·A·M verdict with its evidence, where each step's time "
+        "goes, the top kernels, and fixes ranked by projected gain (upper bounds).",
         epilog="examples:\n  trainscope analyze run.pt.trace.json.gz\n"
-               "  trainscope analyze traces/ --format json > verdict.json\n"
-               "  trainscope analyze run.json.gz --report report.md --threshold data_wait.high=25\n"
-               "  trainscope analyze run.json.gz --report run.html       # self-contained HTML with charts\n"
-               "  trainscope analyze report.sqlite --step-range train_step   # NVTX ranges mark the steps\n"
-               "  trainscope analyze run.json.gz --deep                  # + HTA critical path of the median step\n"
-               "  trainscope analyze run.json.gz --deep --deep-step 1010 # … of ProfilerStep#1010\n\n"
-               "--deep needs Holistic Trace Analysis: pip install 'trainscope-dam[hta]'. It runs HTA on the\n"
-               "trace (the slowest rank of a directory): seconds to minutes, interruptible with Ctrl-C.\n"
-               "Where HTA cannot load the trace or its critical path fails, the deep part is skipped with\n"
-               "a one-line reason and the rest of the report stands.\n\n"
-               "In a terminal, analyze opens an interactive app (press ? in it for every key); --no-tui, --format,\n"
-               "or a stdout that is not a terminal prints instead.\n\n"
-               "exit codes: 0 analyzed, 2 bad input or usage, 1 internal error",
+        "  trainscope analyze traces/ --format json > verdict.json\n"
+        "  trainscope analyze run.json.gz --report report.md --threshold data_wait.high=25\n"
+        "  trainscope analyze run.json.gz --report run.html       # self-contained HTML with charts\n"
+        "  trainscope analyze report.sqlite --step-range train_step   # NVTX ranges mark the steps\n"
+        "  trainscope analyze run.json.gz --deep                  # + HTA critical path of the median step\n"
+        "  trainscope analyze run.json.gz --deep --deep-step 1010 # … of ProfilerStep#1010\n\n"
+        "--deep needs Holistic Trace Analysis: pip install 'trainscope-dam[hta]'. It runs HTA on the\n"
+        "trace (the slowest rank of a directory): seconds to minutes, interruptible with Ctrl-C.\n"
+        "Where HTA cannot load the trace or its critical path fails, the deep part is skipped with\n"
+        "a one-line reason and the rest of the report stands.\n\n"
+        "In a terminal, analyze opens an interactive app (press ? in it for every key); --no-tui, --format,\n"
+        "or a stdout that is not a terminal prints instead.\n\n"
+        "exit codes: 0 analyzed, 2 bad input or usage, 1 internal error",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    a.add_argument("trace", metavar="TRACE",
-                   help="trace file (.json, .json.gz, Nsight .sqlite/.nsys-rep) or directory of rank traces")
+    a.add_argument(
+        "trace",
+        metavar="TRACE",
+        help="trace file (.json, .json.gz, Nsight .sqlite/.nsys-rep) or directory of rank traces",
+    )
     add_analysis_options(a)
-    a.add_argument("--format", choices=("text", "json", "markdown"), default=None,
-                   help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
-                        "otherwise: text)")
+    a.add_argument(
+        "--format",
+        choices=("text", "json", "markdown"),
+        default=None,
+        help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
+        "otherwise: text)",
+    )
     a.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
-    a.add_argument("--report", metavar="FILE", help="also write the report to FILE: HTML for .html (self-contained, "
-                   "with charts), JSON for .json, Markdown otherwise")
+    a.add_argument(
+        "--report",
+        metavar="FILE",
+        help="also write the report to FILE: HTML for .html (self-contained, "
+        "with charts), JSON for .json, Markdown otherwise",
+    )
     a.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
-    a.add_argument("--perfetto", metavar="OUT.json",
-                   help="also write the trace with the findings as their own tracks, for ui.perfetto.dev or "
-                        "chrome://tracing (JSON trace-event format; the slowest rank of a directory)")
-    a.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
-                   help="override a diagnostic threshold (repeatable; list them with `trainscope thresholds`)")
-    a.add_argument("--model", metavar="SPEC",
-                   help="the trained model and setup, to show the memory ledger next to the measured peak: the "
-                        "`trainscope plan` flags as KEY=VALUE, e.g. \"params=25.6M,optimizer=momentum,precision=fp32\"")
-    a.add_argument("--deep", action="store_true",
-                   help="add Holistic Trace Analysis's critical path, launch statistics and queue lengths "
-                        "(needs the hta extra; exits 2 with the install line when it is missing)")
-    a.add_argument("--deep-step", metavar="STEP",
-                   help="step for --deep: ProfilerStep number (1010), label (ProfilerStep#1010) or position (@1); "
-                        "default: the median step")
+    a.add_argument(
+        "--perfetto",
+        metavar="OUT.json",
+        help="also write the trace with the findings as their own tracks, for ui.perfetto.dev or "
+        "chrome://tracing (JSON trace-event format; the slowest rank of a directory)",
+    )
+    a.add_argument(
+        "--threshold",
+        type=threshold_arg,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a diagnostic threshold (repeatable; list them with `trainscope thresholds`)",
+    )
+    a.add_argument(
+        "--model",
+        metavar="SPEC",
+        help="the trained model and setup, to show the memory ledger next to the measured peak: the "
+        '`trainscope plan` flags as KEY=VALUE, e.g. "params=25.6M,optimizer=momentum,precision=fp32"',
+    )
+    a.add_argument(
+        "--deep",
+        action="store_true",
+        help="add Holistic Trace Analysis's critical path, launch statistics and queue lengths "
+        "(needs the hta extra; exits 2 with the install line when it is missing)",
+    )
+    a.add_argument(
+        "--deep-step",
+        metavar="STEP",
+        help="step for --deep: ProfilerStep number (1010), label (ProfilerStep#1010) or position (@1); "
+        "default: the median step",
+    )
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
     from trainscope.commands.runs import add_save_args  # --save, --store, --tag (the run history)
@@ -83,10 +123,19 @@ def run(args: argparse.Namespace) -> int:
         return _run_app(args, rules, ledger)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:  # a directory or glob of ranks: mapped in worker processes (--jobs) or on Dask (--dask)
-        report = api.analyze(args.trace, rules=rules, peak_tflops=args.peak_tflops,
-                             peak_bandwidth=args.peak_bandwidth, step_range=args.step_range,
-                             deep=args.deep, deep_step=args.deep_step, model=args.model, progress=progress,
-                             jobs=args.jobs, dask=args.dask)
+        report = api.analyze(
+            args.trace,
+            rules=rules,
+            peak_tflops=args.peak_tflops,
+            peak_bandwidth=args.peak_bandwidth,
+            step_range=args.step_range,
+            deep=args.deep,
+            deep_step=args.deep_step,
+            model=args.model,
+            progress=progress,
+            jobs=args.jobs,
+            dask=args.dask,
+        )
     finally:
         progress.done()
     if args.perfetto and _write_perfetto(args.perfetto, report) != EXIT_OK:
@@ -119,8 +168,14 @@ def _write_perfetto(path: str, report) -> int:
 def use_tui(args: argparse.Namespace) -> bool:
     """The app opens only for a person at a terminal (stdin, stdout and stderr) who asked for nothing else."""
     # Textual draws on stderr: `… 2> log` at a terminal would send the app into the file.
-    return (args.format is None and not args.no_tui and sys.stdout.isatty() and sys.stdin.isatty()
-            and sys.stderr.isatty() and os.environ.get("TERM") != "dumb")
+    return (
+        args.format is None
+        and not args.no_tui
+        and sys.stdout.isatty()
+        and sys.stdin.isatty()
+        and sys.stderr.isatty()
+        and os.environ.get("TERM") != "dumb"
+    )
 
 
 def _ledger_hook(spec: str | None):
@@ -139,11 +194,30 @@ def _run_app(args: argparse.Namespace, rules, ledger) -> int:
     from trainscope.tui.state import build_session
 
     def loader(progress):  # the same api call as the printed report: --jobs, --dask, --peak-bandwidth
-        return build_session(args.trace, None, rules, args.peak_tflops, progress, args.step_range, ledger=ledger,
-                             jobs=args.jobs, dask=args.dask, peak_bandwidth=args.peak_bandwidth)
+        return build_session(
+            args.trace,
+            None,
+            rules,
+            args.peak_tflops,
+            progress,
+            args.step_range,
+            ledger=ledger,
+            jobs=args.jobs,
+            dask=args.dask,
+            peak_bandwidth=args.peak_bandwidth,
+        )
 
-    app = AnalyzeApp(args.trace, loader=loader, report_path=args.report, rules=rules, peak_tflops=args.peak_tflops,
-                     ledger=ledger, step_range=args.step_range, deep=args.deep, deep_step=args.deep_step)
+    app = AnalyzeApp(
+        args.trace,
+        loader=loader,
+        report_path=args.report,
+        rules=rules,
+        peak_tflops=args.peak_tflops,
+        ledger=ledger,
+        step_range=args.step_range,
+        deep=args.deep,
+        deep_step=args.deep_step,
+    )
     code = app.run()
     if args.perfetto and app.session is not None and _write_perfetto(args.perfetto, app.session.report) != EXIT_OK:
         return EXIT_BAD_INPUT
@@ -166,18 +240,34 @@ def add_analysis_options(a: argparse.ArgumentParser) -> None:
     are marked, the device's peaks, and how a rank directory is mapped (--jobs, --dask)."""
     from trainscope.commands.analyze_ranks import add_arguments
 
-    a.add_argument("--step-range", metavar="NAME",
-                   help="the annotation (NVTX / record_function) range that marks one step, e.g. train_step "
-                        "(default: ProfilerStep#N, then ranges named like steps)")
-    a.add_argument("--peak-tflops", type=positive_float, metavar="TFLOPS",
-                   help="dense FP16/BF16 tensor peak of the device in TFLOP/s for MFU and the roofline, overriding the "
-                        "built-in device table (the other precisions scale with it)")
-    a.add_argument("--peak-bandwidth", type=positive_float, metavar="GB/S",
-                   help="memory bandwidth of the device in GB/s for the roofline, overriding the device table")
+    a.add_argument(
+        "--step-range",
+        metavar="NAME",
+        help="the annotation (NVTX / record_function) range that marks one step, e.g. train_step "
+        "(default: ProfilerStep#N, then ranges named like steps)",
+    )
+    a.add_argument(
+        "--peak-tflops",
+        type=positive_float,
+        metavar="TFLOPS",
+        help="dense FP16/BF16 tensor peak of the device in TFLOP/s for MFU and the roofline, overriding the "
+        "built-in device table (the other precisions scale with it)",
+    )
+    a.add_argument(
+        "--peak-bandwidth",
+        type=positive_float,
+        metavar="GB/S",
+        help="memory bandwidth of the device in GB/s for the roofline, overriding the device table",
+    )
     add_arguments(a)  # --jobs, --dask (rank directories)
 
 
 def analysis_options(args: argparse.Namespace) -> dict:
     """The keyword arguments of ``trainscope.api.analyze`` (and ``api.diff``) the options above give."""
-    return {"step_range": args.step_range, "peak_tflops": args.peak_tflops, "peak_bandwidth": args.peak_bandwidth,
-            "jobs": args.jobs, "dask": args.dask}
+    return {
+        "step_range": args.step_range,
+        "peak_tflops": args.peak_tflops,
+        "peak_bandwidth": args.peak_bandwidth,
+        "jobs": args.jobs,
+        "dask": args.dask,
+    }

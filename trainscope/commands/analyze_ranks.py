@@ -1,16 +1,25 @@
 """``trainscope analyze DIR`` (or a glob): the flags of the per-rank map. The map and the reduce run in
 :func:`trainscope.api.analyze` (through :mod:`trainscope.api.executor`); ``commands/analyze.py`` calls it."""
+
 from __future__ import annotations
 
 import argparse
 
 
 def add_arguments(a: argparse.ArgumentParser) -> None:
-    a.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
-                   help="rank directories: analyze N ranks at once in worker processes (default: the cores this process may use)")
-    a.add_argument("--dask", metavar="ADDRESS",
-                   help="rank directories: analyze the ranks on the Dask cluster whose scheduler is at ADDRESS "
-                        "(tcp://host:8786); the workers read the files at the same paths (needs the dask extra)")
+    a.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="rank directories: analyze N ranks at once in worker processes (default: the cores this process may use)",
+    )
+    a.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="rank directories: analyze the ranks on the Dask cluster whose scheduler is at ADDRESS "
+        "(tcp://host:8786); the workers read the files at the same paths (needs the dask extra)",
+    )
 
 
 def _positive_int(text: str) -> int:

@@ -1,4 +1,5 @@
 """``trainscope baseline``: name the run a tag is compared against (``diff --against baseline``)."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,14 +12,15 @@ from trainscope.reports.output import to_json
 
 def register(sub: argparse._SubParsersAction) -> None:
     b = sub.add_parser(
-        "baseline", help="set or show the baseline run of a tag (what `diff --against baseline` compares with)",
+        "baseline",
+        help="set or show the baseline run of a tag (what `diff --against baseline` compares with)",
         description="`baseline set RUN` makes a saved run the baseline of its tag (or of --tag TAG; a run without "
-                    "a tag and no --tag sets the untagged baseline). `baseline show` prints the baselines.",
+        "a tag and no --tag sets the untagged baseline). `baseline show` prints the baselines.",
         epilog="examples:\n"
-               "  trainscope baseline set 12\n"
-               "  trainscope baseline set latest:resnet50 --tag resnet50\n"
-               "  trainscope baseline show\n\n"
-               "exit codes: 0 done, 2 bad input (unknown run, bad tag, unreadable store)",
+        "  trainscope baseline set 12\n"
+        "  trainscope baseline set latest:resnet50 --tag resnet50\n"
+        "  trainscope baseline show\n\n"
+        "exit codes: 0 done, 2 bad input (unknown run, bad tag, unreadable store)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = b.add_subparsers(dest="action", metavar="ACTION")
@@ -48,9 +50,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             from trainscope.traces.safe_text import visible
 
-            sys.stdout.write(f"baseline{f' of {tag}' if tag else ' (untagged)'}: {r.label} — {visible(r.source)} "
-                             f"(step p50 {r.summary.step_p50_ms:.2f} ms, "
-                             f"{r.summary.verdict_bottleneck or r.summary.verdict_axis})\n")
+            sys.stdout.write(
+                f"baseline{f' of {tag}' if tag else ' (untagged)'}: {r.label} — {visible(r.source)} "
+                f"(step p50 {r.summary.step_p50_ms:.2f} ms, "
+                f"{r.summary.verdict_bottleneck or r.summary.verdict_axis})\n"
+            )
         return EXIT_OK
     import os
 

@@ -1,87 +1,133 @@
 """``trainscope diff BEFORE AFTER``: what a change did, and a CI gate on regressions."""
+
 from __future__ import annotations
 
 import argparse
 import sys
 from typing import Callable
 
-from trainscope.common import (EXIT_BAD_INPUT, Progress, add_input_limit_args, apply_input_limits, emit_document,
-                               one_line_errors, threshold_arg)
+from trainscope.common import (
+    EXIT_BAD_INPUT,
+    Progress,
+    add_input_limit_args,
+    apply_input_limits,
+    emit_document,
+    one_line_errors,
+    threshold_arg,
+)
 from trainscope.reports.output import to_json, write_atomic
 
 # A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
 # tell "this change made training slower" from "the diff could not run" (trainscope.api.Regression).
 from trainscope.api import EXIT_OK, EXIT_REGRESSION, BadInput  # noqa: E402,F401
 
-_METRIC_HELP = ("step_p50 (default), step_p95, step_mean, memory_peak: relative %% of BEFORE; "
-                "gpu_busy (fails when it falls), data_wait, host_overhead: percentage points; every metric but "
-                "memory_peak is also tested step by step")
+_METRIC_HELP = (
+    "step_p50 (default), step_p95, step_mean, memory_peak: relative %% of BEFORE; "
+    "gpu_busy (fails when it falls), data_wait, host_overhead: percentage points; every metric but "
+    "memory_peak is also tested step by step"
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     d = sub.add_parser(
-        "diff", help="compare two runs (traces or stored runs): what a change did, and a statistical CI gate",
+        "diff",
+        help="compare two runs (traces or stored runs): what a change did, and a statistical CI gate",
         description="Analyze BEFORE and AFTER (anything `trainscope analyze` reads, or a run saved in the history: "
-                    "12, latest[:TAG], baseline[:TAG]) and show what changed: the "
-                    "verdict, step time p50/p95 and the speedup, every breakdown share side by side, the kernels "
-                    "that appeared, disappeared, grew or shrank (matched across GPU architectures), peak memory, "
-                    "which of BEFORE's recommended fixes the change addressed, and the gain each achieved against "
-                    "the gain it projected. Warns when the runs are not comparable (another GPU, other step counts or "
-                    "batch shapes). A stored run is compared by its summary (the history keeps no traces).",
+        "12, latest[:TAG], baseline[:TAG]) and show what changed: the "
+        "verdict, step time p50/p95 and the speedup, every breakdown share side by side, the kernels "
+        "that appeared, disappeared, grew or shrank (matched across GPU architectures), peak memory, "
+        "which of BEFORE's recommended fixes the change addressed, and the gain each achieved against "
+        "the gain it projected. Warns when the runs are not comparable (another GPU, other step counts or "
+        "batch shapes). A stored run is compared by its summary (the history keeps no traces).",
         epilog="examples:\n"
-               "  trainscope diff before.pt.trace.json.gz after.pt.trace.json.gz\n"
-               "  trainscope diff main.json.gz pr.json.gz --report diff.md --format json > diff.json\n"
-               "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 5   # CI: significantly and > 5 % slower fails\n"
-               "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 3 --metric data_wait   # ≤ 3 points\n"
-               "  trainscope diff 12 14                                       # two stored runs (`trainscope runs`)\n"
-               "  trainscope diff --against baseline --tag resnet50 pr.json.gz --fail-if-slower 5 --save\n\n"
-               "The gate fails only when the metric got worse by more than PCT *and* AFTER's steps are worse than\n"
-               "BEFORE's by a one-sided Mann-Whitney rank test at level gate.alpha (0.05; --threshold gate.alpha=…):\n"
-               "the line on stderr gives the test, its p-value and the change with its 95 % bootstrap interval.\n"
-               "Runs that are not comparable are not gated (exit 2, with the reason) unless --gate-anyway.\n\n"
-               "In a terminal, diff of two traces opens a side-by-side app (press ? in it for every key); --no-tui,\n"
-               "--format, a stored run, or a stdout that is not a terminal prints instead. With --fail-if-slower the\n"
-               "exit code after quitting the app is the gate's.\n\n"
-               "exit codes:\n"
-               "  0  compared (and, with --fail-if-slower, no regression)\n"
-               "  3  regression: the gate's metric got significantly worse by more than allowed (one line on stderr)\n"
-               "  2  bad input or usage (unreadable trace, unknown run, metric not measurable or testable in one run,\n"
-               "     runs not comparable for the gate without --gate-anyway)\n"
-               "  1  internal error\n"
-               "  130 interrupted",
+        "  trainscope diff before.pt.trace.json.gz after.pt.trace.json.gz\n"
+        "  trainscope diff main.json.gz pr.json.gz --report diff.md --format json > diff.json\n"
+        "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 5   # CI: significantly and > 5 % slower fails\n"
+        "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 3 --metric data_wait   # ≤ 3 points\n"
+        "  trainscope diff 12 14                                       # two stored runs (`trainscope runs`)\n"
+        "  trainscope diff --against baseline --tag resnet50 pr.json.gz --fail-if-slower 5 --save\n\n"
+        "The gate fails only when the metric got worse by more than PCT *and* AFTER's steps are worse than\n"
+        "BEFORE's by a one-sided Mann-Whitney rank test at level gate.alpha (0.05; --threshold gate.alpha=…):\n"
+        "the line on stderr gives the test, its p-value and the change with its 95 % bootstrap interval.\n"
+        "Runs that are not comparable are not gated (exit 2, with the reason) unless --gate-anyway.\n\n"
+        "In a terminal, diff of two traces opens a side-by-side app (press ? in it for every key); --no-tui,\n"
+        "--format, a stored run, or a stdout that is not a terminal prints instead. With --fail-if-slower the\n"
+        "exit code after quitting the app is the gate's.\n\n"
+        "exit codes:\n"
+        "  0  compared (and, with --fail-if-slower, no regression)\n"
+        "  3  regression: the gate's metric got significantly worse by more than allowed (one line on stderr)\n"
+        "  2  bad input or usage (unreadable trace, unknown run, metric not measurable or testable in one run,\n"
+        "     runs not comparable for the gate without --gate-anyway)\n"
+        "  1  internal error\n"
+        "  130 interrupted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    d.add_argument("runs", nargs="+", metavar="RUN",
-                   help="BEFORE and AFTER (with --against: AFTER only): a trace file, a directory of rank traces, or a "
-                        "stored run (12, run:12, latest[:TAG], baseline[:TAG])")
-    d.add_argument("--against", metavar="RUN",
-                   help="compare the one RUN given against this stored run: baseline (the baseline of --tag, or the "
-                        "untagged one), baseline:TAG, latest[:TAG] or an id")
-    d.add_argument("--format", choices=("text", "json", "markdown"), default=None,
-                   help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
-                        "otherwise: text)")
+    d.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="BEFORE and AFTER (with --against: AFTER only): a trace file, a directory of rank traces, or a "
+        "stored run (12, run:12, latest[:TAG], baseline[:TAG])",
+    )
+    d.add_argument(
+        "--against",
+        metavar="RUN",
+        help="compare the one RUN given against this stored run: baseline (the baseline of --tag, or the "
+        "untagged one), baseline:TAG, latest[:TAG] or an id",
+    )
+    d.add_argument(
+        "--format",
+        choices=("text", "json", "markdown"),
+        default=None,
+        help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
+        "otherwise: text)",
+    )
     d.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
-    d.add_argument("--report", metavar="FILE", help="also write the report to FILE: HTML for .html, JSON for .json, "
-                                                    "else Markdown")
+    d.add_argument(
+        "--report", metavar="FILE", help="also write the report to FILE: HTML for .html, JSON for .json, else Markdown"
+    )
     d.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
-    d.add_argument("--fail-if-slower", type=_non_negative, metavar="PCT",
-                   help="exit 3 when --metric got worse by more than PCT (relative %% for times and memory, "
-                        "percentage points for shares) and the steps' rank test says it is not noise")
-    d.add_argument("--metric", choices=_metric_names(), default="step_p50",
-                   help=f"what --fail-if-slower watches: {_METRIC_HELP}")
-    d.add_argument("--gate-anyway", action="store_true",
-                   help="gate even when the runs are not comparable (another GPU, other batch shapes, …): the change "
-                        "measured then includes those differences")
-    d.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
-                   help="override a diagnostic threshold for both analyses (see `trainscope thresholds`), e.g. "
-                        "gate.alpha=0.01")
-    d.add_argument("--store", metavar="PATH", help="the run history (default: $TRAINSCOPE_STORE, else "
-                   "$XDG_DATA_HOME/trainscope/runs.db, else ~/.local/share/trainscope/runs.db)")
-    d.add_argument("--tag", metavar="TAG", help="the model or job: --against baseline takes this tag's baseline; "
-                   "--save saves the traces with it")
-    d.add_argument("--save", action="store_true",
-                   help="save each side given as a trace in the run history, and record the projected and achieved "
-                        "gain of every fix the change addressed")
+    d.add_argument(
+        "--fail-if-slower",
+        type=_non_negative,
+        metavar="PCT",
+        help="exit 3 when --metric got worse by more than PCT (relative %% for times and memory, "
+        "percentage points for shares) and the steps' rank test says it is not noise",
+    )
+    d.add_argument(
+        "--metric", choices=_metric_names(), default="step_p50", help=f"what --fail-if-slower watches: {_METRIC_HELP}"
+    )
+    d.add_argument(
+        "--gate-anyway",
+        action="store_true",
+        help="gate even when the runs are not comparable (another GPU, other batch shapes, …): the change "
+        "measured then includes those differences",
+    )
+    d.add_argument(
+        "--threshold",
+        type=threshold_arg,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a diagnostic threshold for both analyses (see `trainscope thresholds`), e.g. gate.alpha=0.01",
+    )
+    d.add_argument(
+        "--store",
+        metavar="PATH",
+        help="the run history (default: $TRAINSCOPE_STORE, else "
+        "$XDG_DATA_HOME/trainscope/runs.db, else ~/.local/share/trainscope/runs.db)",
+    )
+    d.add_argument(
+        "--tag",
+        metavar="TAG",
+        help="the model or job: --against baseline takes this tag's baseline; --save saves the traces with it",
+    )
+    d.add_argument(
+        "--save",
+        action="store_true",
+        help="save each side given as a trace in the run history, and record the projected and achieved "
+        "gain of every fix the change addressed",
+    )
     from trainscope.commands.analyze import add_analysis_options
 
     add_analysis_options(d)  # each side analyzed as `analyze` does: --step-range, --peak-*, --jobs, --dask
@@ -107,8 +153,14 @@ def _non_negative(text: str) -> float:
     return v
 
 
-def load_diff(before: str, after: str, rules, progress: Callable[[str, "float | None"], None],
-              metric: str = "step_p50", fail_if_slower: float | None = None):
+def load_diff(
+    before: str,
+    after: str,
+    rules,
+    progress: Callable[[str, "float | None"], None],
+    metric: str = "step_p50",
+    fail_if_slower: float | None = None,
+):
     """``(RunDiff, GateResult | None)`` from :func:`trainscope.api.diff` (kept for callers of the app)."""
     from trainscope import api
 
@@ -139,8 +191,10 @@ def _sides(args: argparse.Namespace) -> tuple[str, str]:
             against = f"{against}:{args.tag}"
         return against, args.runs[0]
     if len(args.runs) != 2:
-        raise api.BadInput(f"give BEFORE and AFTER (got {len(args.runs)} RUN{'s' if len(args.runs) != 1 else ''}), "
-                           "or one RUN with --against")
+        raise api.BadInput(
+            f"give BEFORE and AFTER (got {len(args.runs)} RUN{'s' if len(args.runs) != 1 else ''}), "
+            "or one RUN with --against"
+        )
     return args.runs[0], args.runs[1]
 
 
@@ -157,14 +211,24 @@ def run(args: argparse.Namespace) -> int:
         return _run_app(args, rules, before, after)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
-        result = api.diff(before, after, rules=rules, metric=args.metric, fail_if_slower=args.fail_if_slower,
-                          progress=progress, store=args.store, gate_anyway=args.gate_anyway, **analysis_options(args))
+        result = api.diff(
+            before,
+            after,
+            rules=rules,
+            metric=args.metric,
+            fail_if_slower=args.fail_if_slower,
+            progress=progress,
+            store=args.store,
+            gate_anyway=args.gate_anyway,
+            **analysis_options(args),
+        )
     finally:
         progress.done()
     if args.save:
         b, a, n = api.save_diff(result, args.store, tag=args.tag)
-        sys.stderr.write(f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} "
-                         "recorded\n")
+        sys.stderr.write(
+            f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} recorded\n"
+        )
 
     if result.from_summaries:
         from trainscope.reports.history import render_summary_diff_markdown as markdown
@@ -189,12 +253,27 @@ def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
     from trainscope.tui.diff_app import DiffApp
 
     def loader(progress):  # the same api call as the printed diff, --gate-anyway included
-        r = api.diff(before, after, rules=rules, metric=args.metric, fail_if_slower=args.fail_if_slower,
-                     progress=progress, gate_anyway=args.gate_anyway, **analysis_options(args))
+        r = api.diff(
+            before,
+            after,
+            rules=rules,
+            metric=args.metric,
+            fail_if_slower=args.fail_if_slower,
+            progress=progress,
+            gate_anyway=args.gate_anyway,
+            **analysis_options(args),
+        )
         return r.diff, r.gate
 
-    app = DiffApp(before, after, rules=rules, metric=args.metric, fail_if_slower=args.fail_if_slower,
-                  report_path=args.report, loader=loader)
+    app = DiffApp(
+        before,
+        after,
+        rules=rules,
+        metric=args.metric,
+        fail_if_slower=args.fail_if_slower,
+        report_path=args.report,
+        loader=loader,
+    )
     app.run()
     code = app.return_code if app.return_code is not None else EXIT_OK
     if app.error:  # bad input: the same line as without the app
@@ -210,8 +289,9 @@ def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
             return EXIT_BAD_INPUT
     if args.save:
         b, a, n = api.save_diff(result, args.store, tag=args.tag)
-        sys.stderr.write(f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} "
-                         "recorded\n")
+        sys.stderr.write(
+            f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} recorded\n"
+        )
     if app.gate is not None:
         sys.stderr.write(gate_line(app.diff, app.gate))
         return result.exit_code

@@ -1,4 +1,5 @@
 """``trainscope mcp``: serve trainscope's analyses to a coding agent over the Model Context Protocol."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,23 +13,33 @@ MCP_EXTRA = "pip install 'trainscope-dam[mcp]'"
 
 def register(sub: argparse._SubParsersAction) -> None:
     m = sub.add_parser(
-        "mcp", help="serve the analyses to a coding agent (Model Context Protocol, stdio)",
+        "mcp",
+        help="serve the analyses to a coding agent (Model Context Protocol, stdio)",
         description="Run a Model Context Protocol server on stdin/stdout. Its tools are trainscope's own calls "
-                    "with typed results: analyze_trace, explain_finding, list_kernels, list_steps, timeline_window, "
-                    "diff_runs, memory_snapshot, list_runs. It reads only paths under --root (symbolic links "
-                    "resolved; anything else is refused), opens the run history read-only and writes nothing. "
-                    f"Needs the mcp extra: {MCP_EXTRA}.",
+        "with typed results: analyze_trace, explain_finding, list_kernels, list_steps, timeline_window, "
+        "diff_runs, memory_snapshot, list_runs. It reads only paths under --root (symbolic links "
+        "resolved; anything else is refused), opens the run history read-only and writes nothing. "
+        f"Needs the mcp extra: {MCP_EXTRA}.",
         epilog="a coding agent's configuration (e.g. .mcp.json):\n"
-               '  {"mcpServers": {"trainscope": {"command": "trainscope",\n'
-               '                                 "args": ["mcp", "--root", "/path/to/traces"]}}}\n\n'
-               "exit codes: 0 the client closed the session, 2 bad usage or the mcp extra is missing",
+        '  {"mcpServers": {"trainscope": {"command": "trainscope",\n'
+        '                                 "args": ["mcp", "--root", "/path/to/traces"]}}}\n\n'
+        "exit codes: 0 the client closed the session, 2 bad usage or the mcp extra is missing",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    m.add_argument("--root", action="append", metavar="DIR", default=[],
-                   help="a directory the server may read (repeatable; default: the current directory); relative "
-                        "paths in tool calls are taken from the first")
-    m.add_argument("--store", metavar="PATH", help="the run history list_runs and diff_runs read (default: "
-                   "$TRAINSCOPE_STORE, else $XDG_DATA_HOME/trainscope/runs.db, else ~/.local/share/trainscope/runs.db)")
+    m.add_argument(
+        "--root",
+        action="append",
+        metavar="DIR",
+        default=[],
+        help="a directory the server may read (repeatable; default: the current directory); relative "
+        "paths in tool calls are taken from the first",
+    )
+    m.add_argument(
+        "--store",
+        metavar="PATH",
+        help="the run history list_runs and diff_runs read (default: "
+        "$TRAINSCOPE_STORE, else $XDG_DATA_HOME/trainscope/runs.db, else ~/.local/share/trainscope/runs.db)",
+    )
     m.set_defaults(run=run)
 
 

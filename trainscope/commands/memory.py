@@ -5,44 +5,65 @@ A separate command rather than ``analyze``: ``analyze`` explains where step *tim
 snapshot holds no kernels or steps — only allocator state. ``analyze`` recognizes a snapshot and
 points here.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 
-from trainscope.common import (EXIT_BAD_INPUT, EXIT_OK, Progress, add_input_limit_args, apply_input_limits,
-                               one_line_errors, threshold_arg)
+from trainscope.common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    Progress,
+    add_input_limit_args,
+    apply_input_limits,
+    one_line_errors,
+    threshold_arg,
+)
 from trainscope.reports.output import to_json, write_atomic
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "memory", help="peak memory, fragmentation and live allocations from a CUDA memory snapshot or timeline",
+        "memory",
+        help="peak memory, fragmentation and live allocations from a CUDA memory snapshot or timeline",
         description="Read a CUDA memory snapshot (torch.cuda.memory._dump_snapshot, a pickle, loaded with a "
-                    "restricted unpickler that accepts plain data only) or a memory timeline "
-                    "(profile.export_memory_timeline, .json/.json.gz/.raw.json.gz) and report peak allocated versus "
-                    "reserved memory (fragmentation), what was live at the peak and where it was allocated, "
-                    "and memory-capacity findings.",
+        "restricted unpickler that accepts plain data only) or a memory timeline "
+        "(profile.export_memory_timeline, .json/.json.gz/.raw.json.gz) and report peak allocated versus "
+        "reserved memory (fragmentation), what was live at the peak and where it was allocated, "
+        "and memory-capacity findings.",
         epilog="examples:\n"
-               "  trainscope memory snapshot.pickle --gpu h100-80\n"
-               "  trainscope memory timeline.raw.json.gz --format json\n\n"
-               "record a snapshot:\n"
-               "  torch.cuda.memory._record_memory_history(max_entries=100_000)\n"
-               "  train_step(); torch.cuda.memory._dump_snapshot(\"snapshot.pickle\")\n\n"
-               "exit codes: 0 analyzed, 2 bad or unsafe input, 1 internal error",
+        "  trainscope memory snapshot.pickle --gpu h100-80\n"
+        "  trainscope memory timeline.raw.json.gz --format json\n\n"
+        "record a snapshot:\n"
+        "  torch.cuda.memory._record_memory_history(max_entries=100_000)\n"
+        '  train_step(); torch.cuda.memory._dump_snapshot("snapshot.pickle")\n\n'
+        "exit codes: 0 analyzed, 2 bad or unsafe input, 1 internal error",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("file", metavar="FILE", help="snapshot .pickle (or .pickle.gz) or memory timeline .json[.gz]")
-    p.add_argument("--gpu", help="device the run used, for capacity findings (e.g. h100-80; see `trainscope plan --help`)")
+    p.add_argument(
+        "--gpu", help="device the run used, for capacity findings (e.g. h100-80; see `trainscope plan --help`)"
+    )
     p.add_argument("--gpu-memory", metavar="SIZE", help="device memory instead of --gpu: 80GiB, 24GB")
     p.add_argument("--top", type=int, default=10, metavar="N", help="largest live allocations to list (default 10)")
-    p.add_argument("--format", choices=("text", "json", "markdown"), default=None,
-                   help="print this on stdout instead of opening the terminal app (default in a terminal, for a "
-                        "snapshot: the app; otherwise: text)")
+    p.add_argument(
+        "--format",
+        choices=("text", "json", "markdown"),
+        default=None,
+        help="print this on stdout instead of opening the terminal app (default in a terminal, for a "
+        "snapshot: the app; otherwise: text)",
+    )
     p.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
     p.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
-    p.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
-                   help="override memory.capacity or memory.fragmentation")
+    p.add_argument(
+        "--threshold",
+        type=threshold_arg,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override memory.capacity or memory.fragmentation",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
     add_input_limit_args(p)
     p.set_defaults(run=run)
@@ -55,8 +76,14 @@ def run(args: argparse.Namespace) -> int:
     apply_input_limits(args)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
-        report = api.memory(args.file, gpu=args.gpu, gpu_memory=args.gpu_memory, top=args.top,
-                            thresholds=dict(args.threshold), progress=progress)
+        report = api.memory(
+            args.file,
+            gpu=args.gpu,
+            gpu_memory=args.gpu_memory,
+            top=args.top,
+            thresholds=dict(args.threshold),
+            progress=progress,
+        )
     finally:
         progress.done()
     doc = report.to_dict()
@@ -74,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
     render = {"json": lambda d: to_json(d), "markdown": lambda d: report.to_markdown()}.get(
-        args.format, lambda d: report.to_text())
+        args.format, lambda d: report.to_text()
+    )
     if not app:
         sys.stdout.write(render(doc))
     return EXIT_OK

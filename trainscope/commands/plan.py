@@ -1,4 +1,5 @@
 """``trainscope plan``: the training-memory ledger of a model and setup, against a GPU, with what-ifs."""
+
 from __future__ import annotations
 
 import argparse
@@ -7,27 +8,31 @@ import sys
 from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, one_line_errors
 from trainscope.reports.output import to_json, write_atomic
 
-from trainscope.modelspec import (MODEL_FIELDS, _gpu_keys, config_from, count_arg,  # noqa: F401 (re-exported)
-                                  parse_model_spec, resolve_gpu)
+from trainscope.modelspec import (
+    MODEL_FIELDS,
+    _gpu_keys,
+    count_arg,  # noqa: F401 (re-exported)
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "plan", help="will this training setup fit a GPU? the memory ledger and the cheapest changes that fit",
+        "plan",
+        help="will this training setup fit a GPU? the memory ledger and the cheapest changes that fit",
         description="Add up what one GPU holds while training — weights, gradients, FP32 master copy, optimizer "
-                    "state, activations — for a model and setup, say whether it fits the GPU, and list the cheapest "
-                    "changes that make it fit (mixed precision, 8-bit Adam, checkpointing, gradient accumulation, "
-                    "ZeRO sharding) with what each costs. GB are 10⁹ bytes, as in the sources.",
+        "state, activations — for a model and setup, say whether it fits the GPU, and list the cheapest "
+        "changes that make it fit (mixed precision, 8-bit Adam, checkpointing, gradient accumulation, "
+        "ZeRO sharding) with what each costs. GB are 10⁹ bytes, as in the sources.",
         epilog="examples:\n"
-               "  trainscope plan --params 1.5B --optimizer adam --precision fp32          # 24 GB static\n"
-               "  trainscope plan --params 1.5B --precision fp32 --batch 32 --activations-gb 65 \\\n"
-               "                  --activations-precision fp32 --gpu v100-32                  # the GPT-2 walkthrough\n"
-               "  trainscope plan --layers 48 --hidden 1600 --heads 25 --vocab 50257 --seq 1024 --batch 8 --gpu a100-80\n"
-               "  trainscope plan --params 7B --gpus 8 --zero 3 --format json\n\n"
-               f"GPUs (--gpu): {', '.join(_gpu_keys())}\n\n"
-               "In a terminal, plan opens an app with live toggles (o optimizer, p precision, c checkpointing,\n"
-               "b/B batch, a/A accumulation, g/G GPUs, z ZeRO, d device, Enter applies an option; ? every key).\n\n"
-               "exit codes: 0 planned (fits or not), 2 bad input or usage",
+        "  trainscope plan --params 1.5B --optimizer adam --precision fp32          # 24 GB static\n"
+        "  trainscope plan --params 1.5B --precision fp32 --batch 32 --activations-gb 65 \\\n"
+        "                  --activations-precision fp32 --gpu v100-32                  # the GPT-2 walkthrough\n"
+        "  trainscope plan --layers 48 --hidden 1600 --heads 25 --vocab 50257 --seq 1024 --batch 8 --gpu a100-80\n"
+        "  trainscope plan --params 7B --gpus 8 --zero 3 --format json\n\n"
+        f"GPUs (--gpu): {', '.join(_gpu_keys())}\n\n"
+        "In a terminal, plan opens an app with live toggles (o optimizer, p precision, c checkpointing,\n"
+        "b/B batch, a/A accumulation, g/G GPUs, z ZeRO, d device, Enter applies an option; ? every key).\n\n"
+        "exit codes: 0 planned (fits or not), 2 bad input or usage",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     for flag, dest, typ, hlp in MODEL_FIELDS:
@@ -36,8 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", default="h100-80", help="device to fit (default h100-80; see the list below)")
     p.add_argument("--gpu-memory", metavar="SIZE", help="a device by size instead: 24GiB, 24GB (a bare number is GiB)")
     p.add_argument("--options", type=int, default=6, metavar="N", help="how many what-if options to list (default 6)")
-    p.add_argument("--format", choices=("text", "json", "markdown"), default=None,
-                   help="print this instead of opening the terminal app (default in a terminal: the app; otherwise: text)")
+    p.add_argument(
+        "--format",
+        choices=("text", "json", "markdown"),
+        default=None,
+        help="print this instead of opening the terminal app (default in a terminal: the app; otherwise: text)",
+    )
     p.add_argument("--no-tui", action="store_true", help="print the text plan instead of opening the terminal app")
     p.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     p.set_defaults(run=run)
@@ -49,8 +58,9 @@ def run(args: argparse.Namespace) -> int:
     from trainscope.commands.analyze import use_tui  # the same rule: a person at a terminal who asked for nothing else
 
     values = {dest: getattr(args, dest) for _, dest, _, _ in MODEL_FIELDS if getattr(args, dest) is not None}
-    result = api.plan(dict(values, no_dropout=args.no_dropout), gpu=args.gpu, gpu_memory=args.gpu_memory,
-                      options=max(0, args.options))
+    result = api.plan(
+        dict(values, no_dropout=args.no_dropout), gpu=args.gpu, gpu_memory=args.gpu_memory, options=max(0, args.options)
+    )
     doc = result.to_dict()
     if args.json_out:
         try:
@@ -61,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if use_tui(args):
         from trainscope.tui.plan_app import PlanApp
 
-        PlanApp(result.config, result.device, threshold_pct=result.threshold_pct,
-                limit=max(0, args.options)).run()
+        PlanApp(result.config, result.device, threshold_pct=result.threshold_pct, limit=max(0, args.options)).run()
         return EXIT_OK
     if args.format == "json":
         sys.stdout.write(to_json(doc))

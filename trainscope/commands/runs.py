@@ -1,4 +1,5 @@
 """``trainscope runs``: the run history — the saved analysis summaries, newest first, filtered."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,16 +20,23 @@ def positive_int(text: str) -> int:
 
 
 def add_store_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", metavar="PATH", help="the run history (default: $TRAINSCOPE_STORE, else "
-                   "$XDG_DATA_HOME/trainscope/runs.db, else ~/.local/share/trainscope/runs.db)")
+    p.add_argument(
+        "--store",
+        metavar="PATH",
+        help="the run history (default: $TRAINSCOPE_STORE, else "
+        "$XDG_DATA_HOME/trainscope/runs.db, else ~/.local/share/trainscope/runs.db)",
+    )
 
 
 def add_save_args(p: argparse.ArgumentParser) -> None:
     """``--save``, ``--store``, ``--tag``: what analyze (and watch) add to save a run in the history."""
-    p.add_argument("--save", action="store_true",
-                   help="save the analysis summary (verdict, every step's time, sinks, top kernels, fixes with their "
-                        "projections, GPU, ranks, git commit of the current directory) in the run history — never "
-                        "the trace; see `trainscope runs`")
+    p.add_argument(
+        "--save",
+        action="store_true",
+        help="save the analysis summary (verdict, every step's time, sinks, top kernels, fixes with their "
+        "projections, GPU, ranks, git commit of the current directory) in the run history — never "
+        "the trace; see `trainscope runs`",
+    )
     add_store_arg(p)
     p.add_argument("--tag", metavar="TAG", help="with --save: the model or job this run belongs to (resnet50-bs256)")
 
@@ -67,27 +75,31 @@ def save_recording(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser(
-        "runs", help="list the runs saved in the history (analyze --save, watch --save, the on_trace_ready hook)",
+        "runs",
+        help="list the runs saved in the history (analyze --save, watch --save, the on_trace_ready hook)",
         description="List the saved runs, newest first: id, when, tag, git commit, GPU, steps, step time p50 and the "
-                    "verdict, and which are baselines. A run is the analysis summary of a trace (verdict, every step's "
-                    "time, sinks, top kernels, the fixes with their projections), never the trace itself. Pass an id "
-                    "(or latest, baseline[:TAG]) to show one run; --fixes lists the projected and achieved gains "
-                    "`diff --save` recorded.",
+        "verdict, and which are baselines. A run is the analysis summary of a trace (verdict, every step's "
+        "time, sinks, top kernels, the fixes with their projections), never the trace itself. Pass an id "
+        "(or latest, baseline[:TAG]) to show one run; --fixes lists the projected and achieved gains "
+        "`diff --save` recorded.",
         epilog="examples:\n"
-               "  trainscope runs\n"
-               "  trainscope runs --tag resnet50 --verdict data --limit 10\n"
-               "  trainscope runs --commit 3f2a --format json\n"
-               "  trainscope runs 12 --format json          # one run with its whole summary\n"
-               "  trainscope runs --fixes                   # projected against achieved, every recorded fix\n\n"
-               "exit codes: 0 listed, 2 bad input (unknown run, unreadable store)",
+        "  trainscope runs\n"
+        "  trainscope runs --tag resnet50 --verdict data --limit 10\n"
+        "  trainscope runs --commit 3f2a --format json\n"
+        "  trainscope runs 12 --format json          # one run with its whole summary\n"
+        "  trainscope runs --fixes                   # projected against achieved, every recorded fix\n\n"
+        "exit codes: 0 listed, 2 bad input (unknown run, unreadable store)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     r.add_argument("ref", nargs="?", metavar="RUN", help="show one run: an id, latest[:TAG] or baseline[:TAG]")
     add_store_arg(r)
     r.add_argument("--tag", metavar="TAG", help="only runs with this tag")
-    r.add_argument("--verdict", metavar="AXIS_OR_FINDING",
-                   help="only runs with this verdict: an axis (data, algorithm, machine, balanced, "
-                        "insufficient_evidence) or a finding id (data/input-wait)")
+    r.add_argument(
+        "--verdict",
+        metavar="AXIS_OR_FINDING",
+        help="only runs with this verdict: an axis (data, algorithm, machine, balanced, "
+        "insufficient_evidence) or a finding id (data/input-wait)",
+    )
     r.add_argument("--gpu", metavar="TEXT", help="only runs whose GPU name contains TEXT (case-insensitive)")
     r.add_argument("--commit", metavar="PREFIX", help="only runs saved at a git commit starting with PREFIX")
     r.add_argument("--source", metavar="TEXT", help="only runs whose trace path contains TEXT")
@@ -114,16 +126,26 @@ def run(args: argparse.Namespace) -> int:
     with store:
         if args.fixes:
             rows = store.outcomes(args.ref)
-            sys.stdout.write(to_json({"store": path, "fix_outcomes": rows}) if args.format == "json"
-                             else render_fixes_text(safe_strings(rows)))
+            sys.stdout.write(
+                to_json({"store": path, "fix_outcomes": rows})
+                if args.format == "json"
+                else render_fixes_text(safe_strings(rows))
+            )
             return EXIT_OK
         if args.ref is not None:
             one = store.get(args.ref)
             doc = one.to_dict(full=True)
             sys.stdout.write(to_json(doc) if args.format == "json" else render_runs_text([safe_strings(doc)], path))
             return EXIT_OK
-        runs = store.runs(tag=args.tag, verdict=args.verdict, gpu=args.gpu, commit=args.commit, source=args.source,
-                          since=args.since, limit=args.limit)
+        runs = store.runs(
+            tag=args.tag,
+            verdict=args.verdict,
+            gpu=args.gpu,
+            commit=args.commit,
+            source=args.source,
+            since=args.since,
+            limit=args.limit,
+        )
         docs = [r.to_dict() for r in runs]
     if args.format == "json":
         sys.stdout.write(to_json({"store": path, "runs": docs}))

@@ -1,4 +1,5 @@
 """``trainscope thresholds``: the rule table, so every verdict can be audited."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """``trainscope watch``: live diagnosis beside a running training job."""
+
 from __future__ import annotations
 
 import argparse
@@ -46,70 +47,118 @@ def _count(lo: int, hi: int):
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"must be {lo}–{hi}")
         return v
+
     return parse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser(
-        "watch", help="live diagnosis beside a running training job",
+        "watch",
+        help="live diagnosis beside a running training job",
         description="Watch a training job live and tell whether the GPU is starved by the input pipeline, held "
-                    "up by memory, or busy computing — and what to change — without restarting it under a "
-                    "profiler. `watch -- COMMAND` launches the job and also measures, step by step, how long the "
-                    "training loop waits on its DataLoader (no code change). `--pid` attaches to a running job; "
-                    "with neither, every GPU and the processes using it are watched.",
+        "up by memory, or busy computing — and what to change — without restarting it under a "
+        "profiler. `watch -- COMMAND` launches the job and also measures, step by step, how long the "
+        "training loop waits on its DataLoader (no code change). `--pid` attaches to a running job; "
+        "with neither, every GPU and the processes using it are watched.",
         epilog="examples:\n"
-               "  trainscope watch -- python train.py --epochs 3        # dashboard, step-exact timing\n"
-               "  trainscope watch --headless -- python train.py        # one line per interval (ssh, logs)\n"
-               "  trainscope watch --headless --format json -- torchrun --nproc-per-node 8 train.py > live.jsonl\n"
-               "  trainscope watch --pid 4242 --record run.jsonl        # attach; crash-safe recording\n"
-               "  trainscope watch --replay run.jsonl --headless        # replay a recording (or an nvidia-smi CSV)\n"
-               "  trainscope analyze run.jsonl                           # a recording analyzes like a trace\n"
-               "  trainscope watch --prometheus-port 9400 -- python train.py\n\n"
-               "with --format json the job's own stdout goes to stderr, so stdout holds only JSON lines.\n"
-               "exit codes: the job's exit code when watch launched it (0 when --duration ended it); otherwise 0;\n"
-               "2 bad usage or input; 130 interrupted (Ctrl-C, or y at the dashboard's stop prompt)",
+        "  trainscope watch -- python train.py --epochs 3        # dashboard, step-exact timing\n"
+        "  trainscope watch --headless -- python train.py        # one line per interval (ssh, logs)\n"
+        "  trainscope watch --headless --format json -- torchrun --nproc-per-node 8 train.py > live.jsonl\n"
+        "  trainscope watch --pid 4242 --record run.jsonl        # attach; crash-safe recording\n"
+        "  trainscope watch --replay run.jsonl --headless        # replay a recording (or an nvidia-smi CSV)\n"
+        "  trainscope analyze run.jsonl                           # a recording analyzes like a trace\n"
+        "  trainscope watch --prometheus-port 9400 -- python train.py\n\n"
+        "with --format json the job's own stdout goes to stderr, so stdout holds only JSON lines.\n"
+        "exit codes: the job's exit code when watch launched it (0 when --duration ended it); otherwise 0;\n"
+        "2 bad usage or input; 130 interrupted (Ctrl-C, or y at the dashboard's stop prompt)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    a.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND …",
-                   help="launch this job as a child and watch its process tree")
+    a.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND …",
+        help="launch this job as a child and watch its process tree",
+    )
     a.add_argument("--pid", type=int, help="attach to a running job (its process tree)")
     a.add_argument("--replay", metavar="FILE", help="replay a recording (watch --record) or nvidia-smi CSV log")
-    a.add_argument("--interval", type=_interval, default=1.0, metavar="S",
-                   help="sampling interval in seconds (default 1, minimum 0.25)")
-    a.add_argument("--window", type=float, default=30.0, metavar="S",
-                   help="seconds of history the live verdict looks at (default 30)")
-    a.add_argument("--duration", type=float, metavar="S",
-                   help="stop watching after S seconds; a job watch launched is then stopped as Ctrl-C would stop it "
-                        "(SIGINT, then SIGTERM and SIGKILL 10 s apart) and watch exits 0 when it ended on that signal, "
-                        "else with the job's own exit code; a job attached with --pid runs on")
+    a.add_argument(
+        "--interval",
+        type=_interval,
+        default=1.0,
+        metavar="S",
+        help="sampling interval in seconds (default 1, minimum 0.25)",
+    )
+    a.add_argument(
+        "--window",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds of history the live verdict looks at (default 30)",
+    )
+    a.add_argument(
+        "--duration",
+        type=float,
+        metavar="S",
+        help="stop watching after S seconds; a job watch launched is then stopped as Ctrl-C would stop it "
+        "(SIGINT, then SIGTERM and SIGKILL 10 s apart) and watch exits 0 when it ended on that signal, "
+        "else with the job's own exit code; a job attached with --pid runs on",
+    )
     a.add_argument("--headless", action="store_true", help="no dashboard: one line per interval on stdout")
-    a.add_argument("--format", choices=("text", "json"), default="text",
-                   help="headless output: text lines, or JSON lines (same vocabulary as analyze --format json)")
+    a.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="headless output: text lines, or JSON lines (same vocabulary as analyze --format json)",
+    )
     a.add_argument("--record", metavar="FILE", help="record every sample to FILE (JSON lines, crash-safe)")
     a.add_argument("--report", metavar="FILE.md", help="write a Markdown report when the watch ends")
-    a.add_argument("--prometheus-port", type=_port, metavar="N", help="expose metrics and verdict for Prometheus on port N")
-    a.add_argument("--prometheus-host", default="127.0.0.1", metavar="ADDR",
-                   help="address the Prometheus endpoint binds to (default 127.0.0.1; 0.0.0.0 for all)")
+    a.add_argument(
+        "--prometheus-port", type=_port, metavar="N", help="expose metrics and verdict for Prometheus on port N"
+    )
+    a.add_argument(
+        "--prometheus-host",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address the Prometheus endpoint binds to (default 127.0.0.1; 0.0.0.0 for all)",
+    )
     a.add_argument("--no-step-hook", action="store_true", help="do not inject the DataLoader timing hook into the job")
     c = a.add_argument_group(
-        "on-demand capture", "a torch.profiler trace of the job's next N iterations, taken through the step hook "
+        "on-demand capture",
+        "a torch.profiler trace of the job's next N iterations, taken through the step hook "
         "(watch -- COMMAND, or --pid with the opt-in hook) and diagnosed as `trainscope analyze` would; also the "
-        "dashboard's c key. At most one at a time; the overhead on step time is measured and printed with each.")
-    c.add_argument("--capture-steps", type=_count(1, 10_000), default=5, metavar="N",
-                   help="iterations per capture (default 5)")
+        "dashboard's c key. At most one at a time; the overhead on step time is measured and printed with each.",
+    )
+    c.add_argument(
+        "--capture-steps", type=_count(1, 10_000), default=5, metavar="N", help="iterations per capture (default 5)"
+    )
     c.add_argument("--capture-at", type=float, metavar="S", help="one capture S seconds into the watch")
-    c.add_argument("--capture-on", action="append", default=[], choices=("verdict-change", "slowdown"),
-                   help="capture when the live verdict changes, or when the step time rises above 1.5 × its "
-                        "running median (repeatable)")
-    c.add_argument("--capture-max", type=_count(1, 1000), default=3, metavar="N",
-                   help="at most N captures per watch (default 3)")
-    c.add_argument("--capture-dir", metavar="DIR",
-                   help="keep the traces in DIR (default: captures/ beside --record; else the watch's private "
-                        "folder, removed when the watch ends)")
+    c.add_argument(
+        "--capture-on",
+        action="append",
+        default=[],
+        choices=("verdict-change", "slowdown"),
+        help="capture when the live verdict changes, or when the step time rises above 1.5 × its "
+        "running median (repeatable)",
+    )
+    c.add_argument(
+        "--capture-max", type=_count(1, 1000), default=3, metavar="N", help="at most N captures per watch (default 3)"
+    )
+    c.add_argument(
+        "--capture-dir",
+        metavar="DIR",
+        help="keep the traces in DIR (default: captures/ beside --record; else the watch's private "
+        "folder, removed when the watch ends)",
+    )
     c.add_argument("--capture-stack", action="store_true", help="record Python stacks in captures (slower)")
     c.add_argument("--capture-memory", action="store_true", help="record memory allocations in captures (slower)")
-    a.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE",
-                   help="override a diagnostic threshold (see `trainscope thresholds`)")
+    a.add_argument(
+        "--threshold",
+        type=threshold_arg,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a diagnostic threshold (see `trainscope thresholds`)",
+    )
     from trainscope.commands.runs import add_save_args  # --save (needs --record), --store, --tag: the run history
 
     add_save_args(a)
@@ -120,8 +169,14 @@ class _Stop(Exception):
     pass
 
 
-_ENDED_BY_OUR_SIGNAL = {-signal.SIGINT, -signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGINT, 128 + signal.SIGTERM,
-                        128 + signal.SIGKILL}
+_ENDED_BY_OUR_SIGNAL = {
+    -signal.SIGINT,
+    -signal.SIGTERM,
+    -signal.SIGKILL,
+    128 + signal.SIGINT,
+    128 + signal.SIGTERM,
+    128 + signal.SIGKILL,
+}
 GRACE_S = 10.0  # how long a launched job gets after each signal before the next, harder one
 
 
@@ -148,8 +203,10 @@ def _stop_job(child: subprocess.Popen | None, sig: int, why: str | None = None) 
     steps = [sig] + [s for s in (signal.SIGTERM, signal.SIGKILL) if s != sig]
     for i, s in enumerate(steps):
         if i:  # escalation is always said: the job did not stop when asked
-            sys.stderr.write(f"trainscope: the job is still running {GRACE_S:g} s after "
-                             f"{signal.Signals(steps[i - 1]).name}: sending {signal.Signals(s).name}\n")
+            sys.stderr.write(
+                f"trainscope: the job is still running {GRACE_S:g} s after "
+                f"{signal.Signals(steps[i - 1]).name}: sending {signal.Signals(s).name}\n"
+            )
         elif why:
             sys.stderr.write(f"trainscope: {why}: sending {signal.Signals(s).name} to the job\n")
         sys.stderr.flush()
@@ -178,9 +235,16 @@ def run(args: argparse.Namespace) -> int:
     if watch_save_problem(args):
         return fail(watch_save_problem(args))
     if args.replay:
-        clash = [flag for flag, given in (("--record", args.record), ("--duration", args.duration is not None),
-                                          ("--prometheus-port", args.prometheus_port is not None),
-                                          ("--no-step-hook", args.no_step_hook)) if given]
+        clash = [
+            flag
+            for flag, given in (
+                ("--record", args.record),
+                ("--duration", args.duration is not None),
+                ("--prometheus-port", args.prometheus_port is not None),
+                ("--no-step-hook", args.no_step_hook),
+            )
+            if given
+        ]
         if clash:
             return fail(f"{', '.join(clash)} cannot be used with --replay (a replay samples nothing new)")
     if args.duration is not None and not args.duration > 0:
@@ -212,14 +276,29 @@ def run(args: argparse.Namespace) -> int:
     if not args.replay and not args.no_step_hook:
         from trainscope.api.capture import CaptureOptions
 
-        folder = args.capture_dir or (os.path.join(os.path.dirname(os.path.abspath(args.record)), "captures")
-                                      if args.record else None)
-        capture = CaptureOptions(steps=args.capture_steps, at_s=args.capture_at, on=tuple(args.capture_on),
-                                 max_captures=args.capture_max, folder=folder, stack=args.capture_stack,
-                                 memory=args.capture_memory)
-    w = api.watch(pid=args.pid, replay=args.replay, interval=args.interval, window=args.window,
-                  duration=args.duration, thresholds=dict(args.threshold), record=args.record,
-                  step_hook=not args.no_step_hook, capture=capture)
+        folder = args.capture_dir or (
+            os.path.join(os.path.dirname(os.path.abspath(args.record)), "captures") if args.record else None
+        )
+        capture = CaptureOptions(
+            steps=args.capture_steps,
+            at_s=args.capture_at,
+            on=tuple(args.capture_on),
+            max_captures=args.capture_max,
+            folder=folder,
+            stack=args.capture_stack,
+            memory=args.capture_memory,
+        )
+    w = api.watch(
+        pid=args.pid,
+        replay=args.replay,
+        interval=args.interval,
+        window=args.window,
+        duration=args.duration,
+        thresholds=dict(args.threshold),
+        record=args.record,
+        step_hook=not args.no_step_hook,
+        capture=capture,
+    )
     if args.replay:
         return _replay(args, w)
     return _live(args, cmd, w)
@@ -262,6 +341,7 @@ def _printer(args) -> Callable[[Any], None]:
                     write_line(sys.stderr, f"trainscope: note: {visible(n)}\n")
             line = visible(status_line(st, snap))
         write_line(sys.stdout, line + "\n")
+
     return emit
 
 
@@ -335,8 +415,9 @@ def _live(args, cmd: list[str], w) -> int:
         try:
             server = _serve_prometheus(args.prometheus_host, args.prometheus_port, w)
         except OSError as e:
-            return fail(f"cannot serve Prometheus metrics on {args.prometheus_host}:{args.prometheus_port}: "
-                        f"{e.strerror or e}")
+            return fail(
+                f"cannot serve Prometheus metrics on {args.prometheus_host}:{args.prometheus_port}: {e.strerror or e}"
+            )
     run_dir = tempfile.mkdtemp(prefix="trainscope-watch-")
     try:
         return _run_watch(args, cmd, run_dir, w, server)
@@ -384,13 +465,18 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
     if not headless:
         from trainscope.tui.watch_app import WatchApp
 
-        app = WatchApp(title=target, interval=args.interval, launched=bool(cmd),
-                       on_capture=(lambda: w.request_capture("key")) if w.capture_options is not None else None,
-                       output=output.kept.since if output is not None and output.kept is not None else None)
+        app = WatchApp(
+            title=target,
+            interval=args.interval,
+            launched=bool(cmd),
+            on_capture=(lambda: w.request_capture("key")) if w.capture_options is not None else None,
+            output=output.kept.since if output is not None and output.kept is not None else None,
+        )
 
     # SIGTERM ends the watch like Ctrl-C: report, recording end marker; a launched job gets it too.
     def on_term(signum, frame):
         raise _Stop()
+
     old_term = signal.signal(signal.SIGTERM, on_term)
     interrupted = False
     detached = False  # q in the dashboard left the job running
@@ -406,10 +492,12 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
                 emit(sample)
                 _print_captures(args, w.new_captures())
         else:
+
             def waiter() -> None:
                 while not w.finished():
                     time.sleep(0.2)
                 app.call_from_thread(app.exit)
+
             threading.Thread(target=waiter, daemon=True).start()
             app.run()
             interrupted = app.quit_code == 130
@@ -442,8 +530,16 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
             exit_code = child.wait()
         if output is not None and output.kept is not None:
             output.drain()  # the job's last lines before the summary
-    code = _finish(args, w, {"target": target, "exit_code": exit_code, "notes": notes,
-                             "sampler_cpu_ms_per_sample": w.sampler_cpu_ms_per_sample})
+    code = _finish(
+        args,
+        w,
+        {
+            "target": target,
+            "exit_code": exit_code,
+            "notes": notes,
+            "sampler_cpu_ms_per_sample": w.sampler_cpu_ms_per_sample,
+        },
+    )
     if interrupted:
         return 130
     if code != EXIT_OK:

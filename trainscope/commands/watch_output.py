@@ -9,6 +9,7 @@ With the dashboard, the job writes to a pseudo-terminal (so it line-buffers as o
 its lines are kept, shown in the dashboard's output pane, and written to the terminal's scrollback
 after the dashboard closes: the training log is never lost.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,9 @@ from typing import IO, Callable
 WRITE_LOCK = threading.Lock()  # every headless write of the watch and of the relayed job goes under it
 PARTIAL_S = 0.2  # a line without its end yet is passed on after this long
 PANE_LINES = 5000  # lines the dashboard's output pane holds
-MAX_KEPT_BYTES = 256 << 20  # dashboard: the job's output kept for the scrollback (beyond: the oldest half dropped, said)
+MAX_KEPT_BYTES = (
+    256 << 20
+)  # dashboard: the job's output kept for the scrollback (beyond: the oldest half dropped, said)
 
 
 def write_line(stream: IO[str], text: str) -> None:
@@ -39,8 +42,10 @@ class OutputRelay:
     def __init__(self, fds: list[int], sink: Callable[[bytes, int], None]) -> None:
         self._sink = sink
         self.fds = list(fds)
-        self._threads = [threading.Thread(target=self._pump, args=(fd, i), daemon=True,
-                                          name=f"trainscope-job-output-{i}") for i, fd in enumerate(fds)]
+        self._threads = [
+            threading.Thread(target=self._pump, args=(fd, i), daemon=True, name=f"trainscope-job-output-{i}")
+            for i, fd in enumerate(fds)
+        ]
         for t in self._threads:
             t.start()
 
@@ -63,8 +68,8 @@ class OutputRelay:
                 pending += data
                 cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
                 if cut >= 0:
-                    self._sink(pending[:cut + 1], index)
-                    pending = pending[cut + 1:]
+                    self._sink(pending[: cut + 1], index)
+                    pending = pending[cut + 1 :]
         finally:
             if pending:
                 self._sink(pending, index)
@@ -90,6 +95,7 @@ def headless_sink(job_stdout_to_stderr: bool) -> Callable[[bytes, int], None]:
                 stream.buffer.flush()
             except (BrokenPipeError, ValueError, AttributeError):
                 pass
+
     return sink
 
 
@@ -127,7 +133,7 @@ class KeptOutput:
         """Lines numbered ``n`` on (those still kept for the pane), and the next number to ask for."""
         with self._lock:
             start = max(n, self.first_line)
-            return self.lines[start - self.first_line:], self.first_line + len(self.lines)
+            return self.lines[start - self.first_line :], self.first_line + len(self.lines)
 
     def dump(self, stream: IO[str]) -> None:
         """Write what is kept and not yet written to ``stream`` (the terminal's scrollback once the
@@ -138,8 +144,10 @@ class KeptOutput:
         try:
             if self.dropped:
                 self.dropped = 0
-                stream.write(f"trainscope: the job's first {self.dropped} bytes of output were not kept "
-                             f"(more than {MAX_KEPT_BYTES >> 20} MiB)\n")
+                stream.write(
+                    f"trainscope: the job's first {self.dropped} bytes of output were not kept "
+                    f"(more than {MAX_KEPT_BYTES >> 20} MiB)\n"
+                )
             stream.flush()
             stream.buffer.write(data.replace(b"\r\n", b"\n"))
             stream.buffer.flush()
@@ -171,7 +179,8 @@ def open_pty() -> tuple[int, int] | None:
 # write to a closed pipe or terminal because watch went away.
 # argv: FALLBACK_FD IN:OUT ...  Each IN is copied to OUT cut at line ends (a partial line after
 # PARTIAL_S); when OUT fails (the watcher's pipe, once the watcher is gone) FALLBACK_FD takes over.
-_RELAY = """
+_RELAY = (
+    """
 import os, select, sys
 PARTIAL = %r
 fallback = int(sys.argv[1])
@@ -219,7 +228,9 @@ while open_fds:
             emit(fd, buf[:cut + 1])
             buf = buf[cut + 1:]
         pending[fd] = buf
-""" % PARTIAL_S
+"""
+    % PARTIAL_S
+)
 
 
 def start_relay(routes: list[tuple[int, int]], fallback: int = 1):
@@ -229,9 +240,12 @@ def start_relay(routes: list[tuple[int, int]], fallback: int = 1):
 
     fds = tuple(sorted({fd for pair in routes for fd in pair} | {fallback}))
     try:
-        return subprocess.Popen([sys.executable, "-c", _RELAY, str(fallback), *(f"{i}:{o}" for i, o in routes)],
-                                pass_fds=tuple(fd for fd in fds if fd > 2), start_new_session=True,
-                                stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [sys.executable, "-c", _RELAY, str(fallback), *(f"{i}:{o}" for i, o in routes)],
+            pass_fds=tuple(fd for fd in fds if fd > 2),
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+        )
     except OSError:
         return None
 
