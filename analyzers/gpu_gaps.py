@@ -294,17 +294,25 @@ def gpu_gaps(
         after_e = np.minimum(resume, be + (be - bs))
         take("sync", iv.union(bs, be))
         bubble = iv.union(be, np.maximum(after_e, be))  # filed after the named ranges: recorded work wins
-    # 2. cold start: compiling or loading device code.
+    # 2. cold start: compiling or loading device code — the calls themselves, and the host ranges that
+    # issue no GPU work but load device code (a JIT's compile range ends in cuModuleLoad*/cuLibraryLoad*:
+    # its compiler runs on the host, outside the CUDA API, so only the load is recorded).
     ann = trace.annotations
+    launch_ts = np.sort(r.ts[launch_rows]) if len(launch_rows) else np.zeros(0, np.int64)
     if len(r):
         comp = name_mask(trace, COMPILE_CALL)[r.name]
         a_comp = name_mask(trace, COMPILE_CALL)[ann.name] & (ann.device < 0) if len(ann) else np.zeros(0, bool)
+        if len(ann) and comp.any():
+            loads = np.sort(r.ts[comp])
+            umbrella = name_mask(trace, PROFILER_STEP)[ann.name] | name_mask(trace, DATA_WAIT)[ann.name]
+            issued = np.searchsorted(launch_ts, ann.end, side="left") - np.searchsorted(launch_ts, ann.ts, side="left")
+            loaded = np.searchsorted(loads, ann.end, side="left") - np.searchsorted(loads, ann.ts, side="left")
+            a_comp |= (ann.device < 0) & ~umbrella & (issued == 0) & (loaded > 0) & (ann.dur > 0)
         take(
             "cold-start",
             iv.union(np.concatenate([r.ts[comp], ann.ts[a_comp]]), np.concatenate([r.end[comp], ann.end[a_comp]])),
         )
     # 3. named host ranges that issue no GPU work.
-    launch_ts = np.sort(r.ts[launch_rows]) if len(launch_rows) else np.zeros(0, np.int64)
     ranges: dict[str, int] = {}
     if len(ann) and len(left[0]):
         umbrella = name_mask(trace, PROFILER_STEP)[ann.name] | name_mask(trace, DATA_WAIT)[ann.name]

@@ -19,11 +19,16 @@ from trainscope.analyzers.findings.base import AXES, Evidence, Finding, Verdict 
 from trainscope.analyzers.findings.common import ctx as _ctx, ev as _ev
 from trainscope.analyzers.findings.observations import DiagnosisInput  # noqa: F401  (re-exported)
 from trainscope.analyzers.fix_text import detail as _detail, title as _title
-from trainscope.analyzers.findings.graphs import GRAPH_REPLAYS
+from trainscope.analyzers.findings.graphs import GRAPH_REPLAYS, UNKNOWN_BOUND
 from trainscope.analyzers.gpu_gaps import INFERRED, LABELS as GAP_LABELS
 from trainscope.analyzers.rules import Rules
 
 _GRADE = {"high": 0, "moderate": 1, "info": 2}
+
+
+# Sinks of GPU idle with a recorded cause: with fewer GPU operations than evidence.min_kernels they can
+# still carry a verdict (the idle is measured directly); kernel-work sinks cannot.
+IDLE_CAUSES = ("input", "launch", "sync", "host-ranges")
 
 
 def _graded(rules: Rules, key: str, value: float) -> str | None:
@@ -143,7 +148,19 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     min_k = rules.value("evidence.min_kernels")
     # Copies and memsets are GPU work too: a window of copies is judged on its copies.
     ops = inp.copy_traffic.ops if inp.copy_traffic is not None else inp.kernels.count
-    if ops < min_k:
+    # A handful of operations cannot establish what bounds kernel work, but the idle between them is
+    # measured directly: a GPU idle most of the step for a cause the trace records (host issue,
+    # synchronization, input, named host work) is a verdict even with few operations, at a capped
+    # confidence. Anything else stays insufficient evidence.
+    few = ops < min_k
+    idle_lead = (
+        inp.sinks is not None
+        and inp.sinks.leader is not None
+        and inp.sinks.leader.key in IDLE_CAUSES
+        and inp.sinks.leader.pct >= 50.0
+        and inp.breakdown.gpu_busy_pct < rules.value("gpu_busy.saturated")
+    )
+    if few and not idle_lead:
         return Verdict(
             "insufficient_evidence",
             0.0,
@@ -182,10 +199,10 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
             "of it: nothing orders the host's events against the GPU's",
             [busy_ev, _ctx("GPU idle with no host activity recorded", unexplained.pct, "%")],
         )
-    graphs = next((f for f in found if f.id == GRAPH_REPLAYS.id), None)
+    graphs = next((f for f in found if f.id in (GRAPH_REPLAYS.id, UNKNOWN_BOUND.id)), None)
     unknown = sinks.by_key["busy-unknown"]
     if graphs is not None and saturated and unknown.ns > (lead.ns if lead else 0):
-        # Saturated by graph replays whose kernels were not traced: GPU-bound, bound unknown.
+        # Saturated by graph replays or kernels whose bound the trace cannot establish: GPU-bound, bound unknown.
         conf = round(max(0.3, 0.75 - 0.45 * ((lead.ns / unknown.ns) if lead else 0.0)), 2)
         return Verdict(
             graphs.axis,
@@ -255,6 +272,8 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
         # the part of the lead inferred from positions, not from recorded host activity, counts for less
         conf -= 0.15 * min(1.0, gaps.inferred_ns(lead.key) / lead.ns)
     conf = round(min(0.97, max(0.05, conf)), 2)
+    if few:
+        conf = min(conf, 0.5)  # few operations: the idle is measured, but one step of a handful of kernels
     runner_f = primary_finding(runner.key, found) if runner else None
     runner_txt = f"; runner-up: {runner.label} {runner.pct:.1f} %" if runner else "; no other sink"
     summary = (
@@ -269,6 +288,20 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
         evidence.append(busy_ev)
     if gaps is not None and gaps.considered_ns:
         evidence += _gap_evidence(gaps, sinks)
+    if few:
+        evidence.append(
+            _ev(
+                rules,
+                "evidence.min_kernels",
+                "GPU operations (kernels, copies, memsets) in the analyzed steps",
+                ops,
+                "<",
+            )
+        )
+        summary += (
+            f" (only {ops} GPU operation{'s' * (ops != 1)} in the steps: the verdict rests on the measured idle "
+            "between them; confidence capped at 0.5)"
+        )
     return Verdict(
         primary.axis,
         conf,

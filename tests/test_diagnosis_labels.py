@@ -24,19 +24,10 @@ def copy_of(rel: str):
 
 # Labeled traces today's diagnosis gets wrong, each with what it misses; the fixes of issue 22 land in
 # parallel, and each entry goes when its trace turns right (strict xfail: an XPASS fails the run).
-WRONG_UNTIL_ISSUE_22 = {
-    "public/hta_a100_cuda_event_sync_step.json.gz": "4 kernels in a 3.15 ms step are refused as too little evidence, though launch records order host and "
-    "GPU: 89 % of the step is one gap whose next kernel is launched at its end (issue 22 items 1 and 3)",
-    "public/nvfuser_h100_nvrtc_compile_jit.sqlite": "GPU 0.1 % busy around a 311 ms NVRTC compile: compile ranges and issued-late gaps are not yet read as "
-    "cold start / host-bound (issue 22 item 1)",
-    "public/pipit_a100_cloverleaf_cuda.sqlite": "the steady state is 87 % busy with kernels that carry no shapes, so their bound is unknown and their time "
-    "leads nothing; the ~8 us gaps after each cudaDeviceSynchronize (7 % of the step) lead instead — kernel work "
-    "of unknown bound on a busy GPU is GPU-bound (issue 22 items 1 and 2)",
-}
+WRONG_UNTIL_ISSUE_22: dict[str, str] = {}  # every labeled trace is right since issue 22 landed
 # Label classes no finding claims yet: a label naming one also names a registry class, so it is scored today.
 PENDING_CLASSES = {
     "cold-start": "issue 22 item 1: compiling or loading code (NVRTC/JIT ranges, cuModuleLoad*, cuLibraryLoad*)",
-    "gpu-bound": "issue 22 item 2: a window saturated by kernels or graph replays whose bound is unknown",
 }
 
 _SCORED = sorted(rel for rel, lab in LABELS["traces"].items() if scored(lab) and not rel.startswith("memory/"))
@@ -70,7 +61,9 @@ def test_the_label_classes_are_the_registry_classes():
     )
     # every class a verdict can name is claimed by some finding that can be primary, except "none"
     claimed = {s.label_class for s in REGISTRY.values() if s.can_be_primary}
-    assert set(LABEL_CLASSES) - claimed == {"none", "capacity"}  # capacity: memory snapshots and live
+    # capacity: memory snapshots and live; gpu-bound: named by the verdict's saturated-GPU branch (kernel
+    # time of unknown bound is no primary sink: it cannot be ranked against causes it does not measure)
+    assert set(LABEL_CLASSES) - claimed == {"none", "capacity", "gpu-bound"}
     for rel, lab in LABELS["traces"].items():
         if set(lab.get("primary") or []) & set(PENDING_CLASSES):
             assert set(lab["primary"]) & set(LABEL_CLASSES), f"{rel}: no primary class a verdict can give today"

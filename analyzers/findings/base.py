@@ -200,6 +200,7 @@ LABEL_CLASSES = (
     "compute-bound",
     "capacity",
     "host-work",
+    "gpu-bound",
     "none",
 )
 

@@ -1,5 +1,7 @@
-"""CUDA graphs replayed with their kernels untraced (Nsight's graph-level trace): the GPU is busy,
-but with what — and so whether compute or memory bounds it — the trace does not say."""
+"""A GPU kept busy by work whose bound the trace cannot establish: CUDA graphs replayed with their
+kernels untraced (Nsight's graph-level trace), or kernels with no shapes, FLOPs or counters. The GPU is
+busy, but whether compute or memory bounds that work the trace does not say — so the verdict is
+GPU-bound with the bound unknown, and the fix is to record what would tell."""
 
 from __future__ import annotations
 
@@ -79,4 +81,58 @@ GRAPH_REPLAYS = FindingSpec(
     describes="GPU time in CUDA graph replays traced without their kernels (Nsight graph-level trace)",
 )
 
-SPECS = (GRAPH_REPLAYS,)
+
+def _unknown_bound(obs: "DiagnosisInput", rules: Rules) -> Finding | None:
+    """Kernel work of unknown bound filling a saturated GPU (graph replays have their own finding)."""
+    from trainscope.analyzers.recording import how_to_record
+
+    b, sinks = obs.breakdown, obs.sinks
+    if not obs.has_gpu or sinks is None or not b.total_ns or (obs.extra and _replay_ns(obs.extra)):
+        return None
+    stake = sinks.pct("busy-unknown")
+    if b.gpu_busy_pct < rules.value("gpu_busy.saturated") or stake < 50.0:
+        return None
+    fmt = obs.context.source_format if obs.context is not None else None
+    lines = [
+        ctx("kernel time whose bound is unknown (no shapes, FLOPs or counters)", stake, "% of step time", "sinks"),
+        ev(rules, "gpu_busy.saturated", "GPU busy (kernels, copies, memsets)", b.gpu_busy_pct),
+    ]
+    detail = (
+        "the GPU is saturated by kernels the trace gives no shapes, FLOPs or hardware counters for, so whether "
+        f"compute or memory bounds them is unknown — {how_to_record(fmt, 'shapes')}"
+    )
+    return UNKNOWN_BOUND.finding(stake, lines, detail, rules)
+
+
+def _unknown_ms_per_step(a: "Analysis") -> float | None:
+    return a.sinks.ms_per_step("busy-unknown") if a.sinks is not None else None
+
+
+UNKNOWN_BOUND = FindingSpec(
+    id="algorithm/gpu-bound-unknown",
+    axis="algorithm",
+    title="GPU saturated by kernel work of unknown bound",
+    measure=_unknown_bound,
+    can_be_primary=False,
+    severity=by_stake("gpu_busy.saturated"),
+    fix=Fix(
+        "measure-the-bound",
+        "Record what bounds the busiest kernels",
+        "# the kernels carry no shapes, FLOPs or counters: record operator shapes in the profiler you use,\n"
+        "# or measure the top kernels with Nsight Compute: ncu --section SpeedOfLight --launch-count 20 <cmd>",
+        "// measure the top kernels' achieved FLOP/s and DRAM bandwidth with Nsight Compute:\n"
+        "// ncu --section SpeedOfLight --launch-count 20 ./app",
+        projection="none",
+        basis="no projection: the kernels' bound is unknown",
+    ),
+    whatif_pool=None,
+    diff_measure=DiffMeasure("kernel time of unknown bound", "ms per step", _unknown_ms_per_step),
+    critical_path="gpu-compute",
+    headline="GPU-BOUND (bound unknown)",
+    label_class="gpu-bound",
+    sink="busy-unknown",
+    breakdown=("compute",),
+    describes="a saturated GPU whose kernel work carries no shapes, FLOPs or counters to bound it by",
+)
+
+SPECS = (GRAPH_REPLAYS, UNKNOWN_BOUND)

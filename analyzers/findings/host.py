@@ -75,6 +75,12 @@ def _launch(obs, rules: Rules) -> Finding | None:
         from trainscope.analyzers.host_idle import COLD_START_DETAIL
 
         detail = COLD_START_DETAIL  # first-call code loading inside launches: profile after warm-up
+    if g is not None and g.sink_of("cold-start") == "launch" and g.pct("cold-start") >= 0.5 * stake:
+        detail = (
+            f"device code is being compiled or loaded while the GPU waits ({g.pct('cold-start'):.1f} % of step time: "
+            "JIT/NVRTC compile ranges ending in module or library loads, inferred from the GPU timeline and runtime "
+            "calls) — a one-time cost: warm up before measuring, cache compiled kernels, or compile ahead of time"
+        )
     return LAUNCH_OVERHEAD.finding(stake, lines, detail, rules)
 
 
