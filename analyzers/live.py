@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -33,8 +33,12 @@ from trainscope.analyzers.live_memory import creep_finding
 from trainscope.analyzers.live_ranks import RankWindow, rank_window
 from trainscope.analyzers.devices import default_power_limit_w
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.verdict import Evidence, Finding, Verdict
+from trainscope.analyzers.findings.base import Evidence, Finding, Verdict
 from trainscope.traces.samples import THROTTLE_REASONS, Snapshot
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.recommendations import Recommendation
+    from trainscope.traces.model import Trace
 
 WARMING_UP, READY = "warming_up", "ready"
 
@@ -127,8 +131,8 @@ def _twmean(values: Sequence[float | None], weights: Sequence[float]) -> float |
 
 
 def _mean_of(xs: Iterable[float | None]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
+    vals = [x for x in xs if x is not None]
+    return sum(vals) / len(vals) if vals else None
 
 
 # Clock-event reasons grouped by what a user does about them.
@@ -222,7 +226,8 @@ def _grouped_quantile(starts: np.ndarray, counts: np.ndarray, sorted_vals: np.nd
     pos = starts + (counts - 1) * q
     lo = np.floor(pos).astype(np.int64)
     hi = np.ceil(pos).astype(np.int64)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+    out: np.ndarray = sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+    return out
 
 
 def _groups(keys: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -303,7 +308,8 @@ def window_stats(
     hosts = [s.host for s in snaps]
     cpu = [h.cpu_pct if h else None for h in hosts]
     iow = [h.iowait_pct if h else None for h in hosts]
-    main = [(h.group("main").cpu_pct if h and h.group("main") else None) for h in hosts]
+    mains = [h.group("main") if h else None for h in hosts]
+    main = [g.cpu_pct if g else None for g in mains]
     wk = [h.group("workers") if h else None for h in hosts]
     wk_count = [g.count for g in wk if g is not None]
     wk_cpu = [(g.cpu_pct / g.count if g is not None and g.count and g.cpu_pct is not None else None) for g in wk]
@@ -317,7 +323,7 @@ def window_stats(
     both = [(u, c, io, lc, m) for u, c, io, lc, m in zip(util, cpu, iow, wk_cpu, main) if u is not None]
     if both:
 
-        def loader_saturated(c, lc, m) -> bool:
+        def loader_saturated(c: float | None, lc: float | None, m: float | None) -> bool:
             # The input pipeline's CPU: the workers (per worker), or the main process when it loads itself.
             loader = lc if lc is not None else m
             return (c is not None and c >= cpu_sat) or (loader is not None and loader >= cpu_sat)
@@ -655,7 +661,6 @@ _CONF = {"high": 0.9, "moderate": 0.7, "info": 0.5}
 
 def live_verdict(s: WindowStats, found: list[Finding], rules: Rules) -> Verdict:
     by = {f.id: f for f in found}
-    has_gpu = s.gpu_util is not None
     data = [by[i] for i in ("data/input-wait", "data/loader-cpu", "data/io-wait") if i in by]
 
     def verdict(f: Finding, conf: float | None = None, extra: list[Evidence] | None = None) -> Verdict:
@@ -667,7 +672,7 @@ def live_verdict(s: WindowStats, found: list[Finding], rules: Rules) -> Verdict:
             list(f.evidence) + (extra or []),
         )
 
-    if not has_gpu:
+    if s.gpu_util is None:
         if data:
             return verdict(data[0])
         if s.data_wait_pct is not None and s.enough_steps(rules):
@@ -880,6 +885,7 @@ class LiveAnalyzer:
             if not self.changes or (self.changes[-1].axis, self.changes[-1].bottleneck) != key:
                 self.changes.append(VerdictChange(snap.t, key[0], key[1], st.verdict.summary))
             shown = st
+        assert shown is not None  # nothing shown yet: st was accepted above
         self.status = LiveStatus(
             st.t, shown.state, shown.verdict, shown.findings, shown.fixes, st.stats, tuple(self.changes), st.ranks
         )
@@ -908,7 +914,7 @@ class LiveAnalyzer:
         return LiveStatus(st.t, st.state, st.verdict, findings, fixes, st.stats, tuple(self.changes), st.ranks)
 
 
-def counters_diagnosis(trace, rules: Rules):
+def counters_diagnosis(trace: Trace, rules: Rules) -> tuple[list[Finding], Verdict, list[Recommendation], str]:
     """``trainscope analyze`` on a counters-only trace (recording or nvidia-smi CSV): the live rules
     over the whole run, as analyze's findings, verdict and recommendations, plus a note."""
     from trainscope.analyzers.recommendations import Recommendation
@@ -916,7 +922,7 @@ def counters_diagnosis(trace, rules: Rules):
 
     snaps = trace_snapshots(trace)
     st = evaluate(snaps, rules)
-    recs = []
+    recs: list[Recommendation] = []
     if st.state == READY and st.verdict.axis != "insufficient_evidence":
         for fx in st.fixes:
             step = st.stats.step_ms

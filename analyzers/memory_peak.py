@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainscope.analyzers.snapshot_memory import DeviceSnapshotMemory, free_code_of, live_set, posix_path, site_of
-from trainscope.traces.memory_snapshot import ACTIONS, DeviceTrace, Snapshot
+from trainscope.traces.memory_snapshot import ACTIONS, Block, DeviceTrace, Snapshot
+from trainscope.traces.memory_snapshot import Frame as SnapshotFrame
+from trainscope.traces.model import Column
 
 # Where a live allocation's stack comes from.
 ORIGIN_TRACE = "allocated in the trace"
@@ -49,9 +51,9 @@ class MemoryPeak:
     end_reserved: int
     events: int
     allocations: list[PeakAllocation]  # live at the peak, largest first
-    time_us: np.ndarray = field(repr=False)  # per recorded event
-    allocated: np.ndarray = field(repr=False)  # allocated bytes just after each event
-    reserved: np.ndarray = field(repr=False)
+    time_us: Column = field(repr=False)  # per recorded event
+    allocated: Column = field(repr=False)  # allocated bytes just after each event
+    reserved: Column = field(repr=False)
     phase: str | None = None  # profiler range open at the peak
     notes: list[str] = field(default_factory=list)
     # Where the trace records an out-of-memory event: the last one's index, and every allocation live
@@ -76,7 +78,7 @@ class MemoryPeak:
     def span_us(self) -> tuple[int, int] | None:
         return (int(self.time_us[0]), int(self.time_us[-1])) if len(self.time_us) else None
 
-    def binned_peak(self, columns: int) -> np.ndarray:
+    def binned_peak(self, columns: int) -> Column:
         """Peak allocated bytes in each of ``columns`` equal time windows over the trace: the level
         entering the window (the last event before it) or any event inside it."""
         out = np.zeros(columns, np.int64)
@@ -91,11 +93,12 @@ class MemoryPeak:
             out[c] = max(entering, int(inside.max())) if len(inside) else entering
         return out
 
-    def _columns(self, columns: int) -> np.ndarray:
+    def _columns(self, columns: int) -> Column:
         t0, t1 = int(self.time_us[0]), int(self.time_us[-1])
         if t1 <= t0:
             return np.zeros(len(self.time_us), np.int64)
-        return np.minimum((self.time_us - t0) * columns // (t1 - t0 + 1), columns - 1).astype(np.int64)
+        cols: Column = np.minimum((self.time_us - t0) * columns // (t1 - t0 + 1), columns - 1).astype(np.int64)
+        return cols
 
     def column_of(self, time_us: int, columns: int) -> int:
         """The chart column (of ``columns``) that holds ``time_us``."""
@@ -141,7 +144,7 @@ def _frame(f: object) -> Frame:
     )
 
 
-def _stack(frames: list) -> tuple[Frame, ...]:
+def _stack(frames: list[SnapshotFrame]) -> tuple[Frame, ...]:
     return tuple(_frame(f) for f in frames or [])
 
 
@@ -189,7 +192,7 @@ def memory_peak(snap: Snapshot, mem: DeviceSnapshotMemory) -> MemoryPeak:
     )
 
 
-def _live_after(tr: DeviceTrace, live_end: dict, i_peak: int) -> list[PeakAllocation]:
+def _live_after(tr: DeviceTrace, live_end: dict[int, Block], i_peak: int) -> list[PeakAllocation]:
     """Allocations live just after event ``i_peak`` (-1: before the first event), with their stacks."""
     ls = live_set(tr, live_end, i_peak, free_code_of(tr.action))
     size, t = tr.size, tr.time_us

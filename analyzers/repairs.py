@@ -20,12 +20,12 @@ verdict's confidence (:func:`with_repairs`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 from trainscope.analyzers.steps import PROFILER_STEP, name_mask
-from trainscope.traces.model import Trace
+from trainscope.traces.model import Column, Copies, Kernels, Memsets, Trace
 
 if TYPE_CHECKING:
     from trainscope.analyzers.analysis import Analysis
@@ -33,6 +33,19 @@ if TYPE_CHECKING:
 US = 1_000
 MS = 1_000_000
 S = 1_000_000_000
+
+# The GPU tables (kernels, copies, memsets): each has device, stream and correlation columns.
+GpuTable = Kernels | Copies | Memsets
+
+
+class RepairDict(TypedDict):
+    """One repair as the JSON document's ``repairs[]`` entry holds it (:meth:`Repair.as_dict`)."""
+
+    reason: str
+    action: str
+    count: int
+    gpu_ms: float
+    example: str
 
 
 @dataclass(frozen=True)
@@ -168,7 +181,7 @@ class Repair:
         gpu = f", {self.gpu_ns / MS:,.3f} ms of GPU time" if self.gpu_ns else ""
         return f"repair {r.code}: {self.count:,} {what}{gpu} (rule: {r.rule}); e.g. {self.example}"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> RepairDict:
         return {
             "reason": self.reason,
             "action": self.spec.action,
@@ -207,7 +220,7 @@ class RepairLog:
     def lines(self) -> list[str]:
         return [r.line() for r in self.repairs.values()]
 
-    def as_list(self) -> list[dict]:
+    def as_list(self) -> list[RepairDict]:
         return [r.as_dict() for r in self.repairs.values()]
 
 
@@ -308,11 +321,12 @@ def _merge_duplicates(t: Trace, log: RepairLog) -> None:
         _keep(t, table, keep)
 
 
-def _lanes(tab) -> np.ndarray:
-    return tab.device.astype(np.int64) * (1 << 32) + (tab.stream.astype(np.int64) & 0xFFFFFFFF)
+def _lanes(tab: GpuTable) -> Column:
+    lanes: Column = tab.device.astype(np.int64) * (1 << 32) + (tab.stream.astype(np.int64) & 0xFFFFFFFF)
+    return lanes
 
 
-def _launch_gaps(t: Trace, tab) -> np.ndarray:
+def _launch_gaps(t: Trace, tab: GpuTable) -> Column:
     """Per row of a GPU table: start − the start of its launch call (NaN where none is linked)."""
     rt = t.runtime
     out = np.full(len(tab), np.nan)
@@ -412,10 +426,10 @@ def _corroborated_end(t: Trace) -> int | None:
 def _drop_beyond_window(t: Trace, log: RepairLog) -> None:
     win = _host_window(t)
     if win is None:
-        gpu = [getattr(t, n).ts for n in _GPU if len(getattr(t, n))]
-        if not gpu:
+        starts = [getattr(t, n).ts for n in _GPU if len(getattr(t, n))]
+        if not starts:
             return
-        win = (int(min(g.min() for g in gpu)), int(max(g.max() for g in gpu)))
+        win = (int(min(g.min() for g in starts)), int(max(g.max() for g in starts)))
     allowance = max(win[1] - win[0], int(REASONS["beyond-trace"].threshold))
     lo = win[0] - allowance
     hi = max(win[1], _corroborated_end(t) or win[1]) + allowance

@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.verdict import Evidence, Finding
-from trainscope.traces.memory_snapshot import ACTIONS, DeviceTrace, Snapshot
+from trainscope.analyzers.findings.base import Evidence, Finding
+from trainscope.traces.memory_snapshot import ACTIONS, Block, DeviceTrace, Frame, Snapshot
+from trainscope.traces.model import Column
 
 A = {a: i for i, a in enumerate(ACTIONS)}
 _PY_SKIP = ("torch/nn/modules/module.py", "torch/utils/", "torch/autograd/", "torch/_", "torch/optim/optimizer.py")
@@ -71,9 +72,9 @@ class DeviceSnapshotMemory:
     oom_events: int
     top_allocations: list[LiveAllocation]
     sites: list[Site]
-    series_time_us: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
-    series_allocated: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
-    series_reserved: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+    series_time_us: Column = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+    series_allocated: Column = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+    series_reserved: Column = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
     notes: list[str] = field(default_factory=list)
     oom: "OomAssessment | None" = None
 
@@ -114,7 +115,10 @@ def assess_oom(m: "DeviceSnapshotMemory", tr: DeviceTrace | None, slack_pct: flo
     cached segments and retries before it raises, so what it still holds sits in segments that
     also hold tensors)."""
     free, largest, res = m.inactive_end_bytes, m.largest_inactive_block, m.end_reserved
-    gib = lambda b: f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"  # noqa: E731
+
+    def gib(b: float) -> str:
+        return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
+
     if tr is not None and len(tr) and (tr.action == A["oom"]).any():
         i = int(np.flatnonzero(tr.action == A["oom"])[-1])
         req, dev_free = int(tr.size[i]), int(tr.addr[i])
@@ -170,7 +174,7 @@ def posix_path(path: str) -> str:
     return path.replace("\\", "/")
 
 
-def site_of(frames: list) -> str:
+def site_of(frames: list[Frame]) -> str:
     """The innermost frame in user Python code (skipping C++ frames and torch internals); for
     stacks with no Python frame (the autograd engine's backward threads), the backward node or
     ATen operator that allocated."""
@@ -186,7 +190,7 @@ def site_of(frames: list) -> str:
             return f"{fn.rsplit('/', 1)[-1]}:{f.get('line', '?')} ({f.get('name', '?')})"
     for fn, f in py:
         return f"{fn.rsplit('/', 1)[-1]}:{f.get('line', '?')} ({f.get('name', '?')})"
-    names = [f.get("name") for f in frames if isinstance(f, dict) and isinstance(f.get("name"), str)]
+    names: list[str] = [f["name"] for f in frames if isinstance(f, dict) and isinstance(f.get("name"), str)]
     for pattern, fmt in ((_BACKWARD_NODE, "{} (backward, no Python frame)"), (_ATEN_OP, "aten::{} (no Python frame)")):
         for nm in names:
             m = pattern.search(nm)
@@ -242,6 +246,7 @@ def _device(snap: Snapshot, dev: int, tr: DeviceTrace | None, top: int) -> Devic
             notes=notes,
         )
 
+    assert tr is not None  # n > 0: the device has a trace of allocator events
     act, size = tr.action, tr.size
     free_code = free_code_of(act)
     d_alloc = np.where(act == A["alloc"], size, 0) - np.where(act == free_code, size, 0)
@@ -300,7 +305,7 @@ def _device(snap: Snapshot, dev: int, tr: DeviceTrace | None, top: int) -> Devic
     )
 
 
-def free_code_of(act: np.ndarray) -> int:
+def free_code_of(act: Column) -> int:
     """The action code that frees memory in this trace: requested frees, or completed frees for
     traces that record only those."""
     code = A["free_requested"]
@@ -318,10 +323,10 @@ class LiveSet:
 
     allocated: dict[int, int]
     freed_later: list[int]
-    at_dump: list
+    at_dump: list[Block]
 
 
-def live_set(tr: DeviceTrace, live_end: dict, i_peak: int, free_code: int) -> LiveSet:
+def live_set(tr: DeviceTrace, live_end: dict[int, Block], i_peak: int, free_code: int) -> LiveSet:
     """The allocations live just after event ``i_peak`` (-1: before the first event); ``live_end``
     maps address → block live at the dump."""
     act, addr = tr.action, tr.addr
@@ -348,7 +353,7 @@ def live_set(tr: DeviceTrace, live_end: dict, i_peak: int, free_code: int) -> Li
     )
 
 
-def _live_at(tr: DeviceTrace, live_end: dict, i_peak: int, free_code: int) -> list[LiveAllocation]:
+def _live_at(tr: DeviceTrace, live_end: dict[int, Block], i_peak: int, free_code: int) -> list[LiveAllocation]:
     """Allocations live just after event ``i_peak`` (:func:`live_set`), with their sites."""
     ls = live_set(tr, live_end, i_peak, free_code)
     size, t = tr.size, tr.time_us
@@ -383,7 +388,7 @@ def _phase(snap: Snapshot, dev: int, t_us: int | None) -> str | None:
         elif a.stage == "END":
             open_at.pop(a.name, None)
     if open_at:
-        found = max(open_at, key=open_at.get)  # the innermost (latest opened) range
+        found = max(open_at, key=lambda name: open_at[name])  # the innermost (latest opened) range
     return found
 
 
@@ -404,6 +409,7 @@ def snapshot_findings(mem: list[DeviceSnapshotMemory], capacity_bytes: float | N
         )
         o = m.oom
         if o is not None and o.status == "oom":
+            assert o.requested is not None and o.device_free is not None  # assess_oom sets both for an oom event
             ev = [
                 Evidence(
                     "out-of-memory events in the trace",

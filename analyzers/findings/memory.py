@@ -3,6 +3,8 @@ case), and memory capacity."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Evidence,
@@ -15,13 +17,17 @@ from trainscope.analyzers.findings.base import (
     stake_pct,
 )
 from trainscope.analyzers.findings.common import ev, raised, sink_line
+from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.analysis import Analysis
 
 _BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")
 
 
-def _bandwidth(obs, rules: Rules) -> Finding | None:
+def _bandwidth(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "memory-bound", _BUSY_SEV):
         return None
     stake = obs.sinks.pct("memory-bound")
@@ -48,7 +54,7 @@ def _bandwidth(obs, rules: Rules) -> Finding | None:
 _ATTN_SEV = by_stake("stake.moderate", "stake.high")
 
 
-def _unfused(obs, rules: Rules) -> Finding | None:
+def _unfused(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     a = obs.attention
     if not obs.has_gpu or a is None:
         return None
@@ -89,7 +95,7 @@ def _unfused(obs, rules: Rules) -> Finding | None:
     )
 
 
-def _capacity(obs, rules: Rules) -> list[Finding]:
+def _capacity(obs: DiagnosisInput, rules: Rules) -> list[Finding]:
     out = []
     for m in obs.memory:
         pct = m.peak_pct
@@ -106,7 +112,7 @@ def _capacity(obs, rules: Rules) -> list[Finding]:
     return out
 
 
-def _peak_pct(a) -> float | None:
+def _peak_pct(a: Analysis) -> float | None:
     pcts = [m.peak_pct for m in a.memory if m.peak_pct is not None]
     return max(pcts) if pcts else None
 
