@@ -39,7 +39,7 @@ from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.sinks import Sinks, moved, sink_rows, split_sinks
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
 from trainscope.analyzers.verdict import primary_first, DiagnosisInput, Finding, Verdict, classify, findings
-from trainscope.traces.model import Trace, TraceSet
+from trainscope.traces.model import Column, Trace, TraceSet
 
 _SINGLE_PROCESS_LOADER = re.compile(r"_SingleProcessDataLoaderIter")
 
@@ -235,7 +235,7 @@ def busy_split(
     )
 
 
-def host_idle_attribution(h: HostIdle | None, bd: Breakdown) -> tuple[dict[str, int], dict[str, tuple]]:
+def host_idle_attribution(h: HostIdle | None, bd: Breakdown) -> tuple[dict[str, int], dict[str, tuple[Evidence, ...]]]:
     """GPU-idle time that host frames and runtime calls explain beyond what the breakdown already
     files (its data-wait, sync and launch idle), by sink class; and each class's evidence lines
     (heaviest frames, calls, cold start)."""
@@ -251,11 +251,11 @@ def host_idle_attribution(h: HostIdle | None, bd: Breakdown) -> tuple[dict[str, 
     return extra, evidence
 
 
-def graph_replays(trace: Trace, seg: StepSegmentation, device: int | None) -> dict:
+def graph_replays(trace: Trace, seg: StepSegmentation, device: int | None) -> dict[str, object]:
     """GPU time (union, in the steps, on this GPU) of CUDA graph replays traced without their kernels
     (the reader names them in ``metadata["graph_names"]``), and their count."""
     names = trace.metadata.get("graph_names") if trace.metadata else None
-    if not names:
+    if not names or not isinstance(names, list):  # the Nsight reader stores a list of labels
         return {}
     want = set(names)
     ids = np.array([i for i, s in enumerate(trace.strings) if s in want], np.int64)
@@ -301,15 +301,15 @@ def observations(
     device: int | None,
     bd: Breakdown,
     ks: KernelSummary,
-    mem,
-    classes,
+    mem: list[DeviceMemory],
+    classes: tuple[Column, Column],
     counters: CounterSummary | None,
     roof: Roofline | None,
-    ctx,
+    ctx: Context,
     rules: Rules,
     hidle: HostIdle | None = None,
     imbalance_ns: int = 0,
-    imbalance_evidence: tuple = (),
+    imbalance_evidence: tuple[Evidence, ...] = (),
 ) -> DiagnosisInput:
     """Everything the findings read, measured once: the sinks of step time and the evidence of the
     modules that refine them (host-device traffic, attention, counters, host frames)."""
@@ -388,7 +388,7 @@ def with_rank_imbalance(analyses: list[Analysis], rules: Rules) -> list[Analysis
     top = per_step(busiest, "compute")
     out = []
     for a in analyses:
-        if a not in judged or a is busiest:
+        if a not in judged or a is busiest or a.sinks is None:  # judged ones have sinks
             out.append(a)
             continue
         wait = min(per_step(a, "communication"), top - per_step(a, "compute"))

@@ -101,7 +101,7 @@ def primary_device(trace: Trace) -> int | None:
     for t in (trace.kernels, trace.copies, trace.memsets):
         for d in np.unique(t.device):
             tot[int(d)] = tot.get(int(d), 0) + int(t.dur[t.device == d].sum())
-    return max(tot, key=tot.get) if tot else None
+    return max(tot, key=tot.__getitem__) if tot else None
 
 
 def gpu_layers(trace: Trace, device: int | None, classes: np.ndarray | None = None) -> dict[str, iv.IntervalSet]:

@@ -40,7 +40,7 @@ import numpy as np
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.breakdown import SYNC_CALL
 from trainscope.analyzers.steps import DATA_WAIT, PROFILER_STEP, StepSegmentation, name_mask
-from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace
+from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Column, Trace
 
 CLASSES = ("sync", "cold-start", "host-range", "step-boundary", "issued-late", "queued", "unordered")
 EXPLAINED = CLASSES[:5]
@@ -145,7 +145,7 @@ class GpuGaps:
                 "synchronization, event or query call: the trace is event-sampled (filtered), so a late issue "
                 "is host work of unknown kind, not launch overhead"
             )
-        if self.sparse_host:
+        if self.sparse_host and self.host_coverage is not None:  # sparse_host implies a coverage
             out.append(
                 f"host events (operators, runtime calls) cover only {100 * self.host_coverage:.0f} % of the GPU's "
                 "idle time between the first and last launch: the trace's host events are sparse or sampled, "
@@ -164,13 +164,15 @@ class GpuGaps:
 def _ops(trace: Trace, device: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start, end, correlation) of the device's GPU operations (kernels, copies, memsets, graph
     replays recorded as kernels), sorted by start."""
-    s, e, c = [], [], []
+    ss: list[Column] = []
+    es: list[Column] = []
+    cs: list[Column] = []
     for t in (trace.kernels, trace.copies, trace.memsets):
         on = (t.device == device) if device is not None else np.ones(len(t), bool)
-        s.append(t.ts[on])
-        e.append(t.end[on])
-        c.append(t.correlation[on])
-    s, e, c = np.concatenate(s), np.concatenate(e), np.concatenate(c)
+        ss.append(t.ts[on])
+        es.append(t.end[on])
+        cs.append(t.correlation[on])
+    s, e, c = np.concatenate(ss), np.concatenate(es), np.concatenate(cs)
     o = np.argsort(s, kind="stable")
     return s[o], e[o], c[o]
 
@@ -436,7 +438,9 @@ class _Cum:
         k = np.searchsorted(self.s, t, side="right")
         j = np.maximum(k - 1, 0)
         part = np.minimum(t, self.e[j]) - self.s[j]
-        return np.where(k > 0, self.before[j] + part, 0)
+        cum: Column = np.where(k > 0, self.before[j] + part, 0)
+        return cum
 
     def overlap(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-        return self.at(e) - self.at(s)
+        inside: Column = self.at(e) - self.at(s)
+        return inside

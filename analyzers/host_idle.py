@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -46,8 +47,11 @@ from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.breakdown import SYNC_CALL
 from trainscope.analyzers.frame_names import user_name
 from trainscope.analyzers.steps import PROFILER_STEP, StepSegmentation, name_mask
-from trainscope.traces.model import COPY_KINDS, Trace
+from trainscope.traces.model import COPY_KINDS, Column, Copies, Trace
 from trainscope.analyzers.nesting import nest_parents
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.findings.base import Evidence
 
 CLASSES = ("input", "launch", "sync", "other", "unattributed")
 LAUNCH_CALL = re.compile(
@@ -95,7 +99,7 @@ class HostIdle:
     source: str = "none"  # "python" (with_stack frames) | "operators" | "none"
     evidence: list[str] = field(default_factory=list)
     # class -> the GPU-idle intervals filed under it (what later passes must not count again)
-    intervals: dict = field(default_factory=dict, repr=False, compare=False)
+    intervals: dict[str, iv.IntervalSet] = field(default_factory=dict, repr=False, compare=False)
 
     def ms(self, cls: str) -> float:
         return self.ns.get(cls, 0) / 1e6
@@ -171,7 +175,8 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     if not total:
         return np.zeros(0, np.int64)
     offs = np.cumsum(counts) - counts
-    return np.arange(total, dtype=np.int64) - np.repeat(offs - starts, counts)
+    idx: Column = np.arange(total, dtype=np.int64) - np.repeat(offs - starts, counts)
+    return idx
 
 
 def _overlaps(a: iv.IntervalSet, b: iv.IntervalSet) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -211,10 +216,12 @@ class _Cum:
         k = np.searchsorted(self.s, t, side="right")  # intervals starting at or before t
         j = np.maximum(k - 1, 0)
         part = np.minimum(t, self.e[j]) - self.s[j]
-        return np.where(k > 0, self.before[j] + part, 0)
+        cum: Column = np.where(k > 0, self.before[j] + part, 0)
+        return cum
 
     def overlap(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-        return self.at(e) - self.at(s)
+        inside: Column = self.at(e) - self.at(s)
+        return inside
 
 
 def _launch_threads(trace: Trace, device: int | None, ws: np.ndarray, we: np.ndarray) -> tuple[list[int], np.ndarray]:
@@ -394,7 +401,15 @@ def _frames_by_window(fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.
 
 
 def _classify_by_stage(
-    trace: Trace, fts, fend, parent, launch_ts, left, ws, we, device
+    trace: Trace,
+    fts: Column,
+    fend: Column,
+    parent: Column,
+    launch_ts: Column,
+    left: iv.IntervalSet,
+    ws: Column,
+    we: Column,
+    device: int | None,
 ) -> dict[str, list[iv.IntervalSet]]:
     """Idle intervals in ``left`` (not covered by runtime calls) split into input / launch / other.
     Per window, only the frames overlapping it (and their parents) are looked at: the cost is the
@@ -474,11 +489,11 @@ def _first_op_after(trace: Trace, device: int | None) -> tuple[np.ndarray, np.nd
     (−1 for a kernel or memset): the first operation launched at or after a time ``t`` is at
     ``searchsorted(launch_at, t)``."""
     r = trace.runtime
-    rows = []
-    for code, t in ((None, trace.kernels), ("copy", trace.copies), (-1, trace.memsets)):
+    rows: list[tuple[Column, Column]] = []
+    for t in (trace.kernels, trace.copies, trace.memsets):
         on = (t.device == device) if device is not None else np.ones(len(t), bool)
         on &= t.correlation >= 0
-        kinds = t.kind[on].astype(np.int64) if code == "copy" else np.full(int(on.sum()), -1, np.int64)
+        kinds = t.kind[on].astype(np.int64) if isinstance(t, Copies) else np.full(int(on.sum()), -1, np.int64)
         rows.append((t.correlation[on], kinds))
     corr = np.concatenate([c for c, _ in rows])
     kind = np.concatenate([k for _, k in rows])
@@ -495,14 +510,14 @@ def _first_op_after(trace: Trace, device: int | None) -> tuple[np.ndarray, np.nd
 
 def _heaviest(
     trace: Trace,
-    fts,
-    fend,
-    fname,
-    parent,
-    idle,
-    launch_ts,
-    ws,
-    we,
+    fts: Column,
+    fend: Column,
+    fname: Column,
+    parent: Column,
+    idle: iv.IntervalSet,
+    launch_ts: Column,
+    ws: Column,
+    we: Column,
     step_ns: int,
     idle_ns: int,
     classes: dict[str, iv.IntervalSet],
@@ -565,7 +580,7 @@ def _heaviest(
             c: int(sum(cc.overlap(np.array([fts[i]]), np.array([fend[i]]))[0] for i in idx))
             for c, cc in cum_cls.items()
         }
-        cls = max(per, key=per.get) if per and max(per.values()) > 0 else "unattributed"
+        cls = max(per, key=per.__getitem__) if per and max(per.values()) > 0 else "unattributed"
         rows.append((total, min(int(fts[i]) for i in idx), nm, len(idx), cls))
     rows.sort(key=lambda r: (-r[0], r[1]))
     out = []
@@ -602,7 +617,7 @@ COLD_START_DETAIL = (
 )
 
 
-def host_idle_evidence(h: HostIdle, cls: str) -> list:
+def host_idle_evidence(h: HostIdle, cls: str) -> list[Evidence]:
     """Evidence lines for class ``cls``: its share, the cold start, the calls and frames behind it."""
     from trainscope.analyzers.verdict import Evidence
 

@@ -208,7 +208,7 @@ def split_sinks(
     for cls, ns_cls in (host_idle_ns or {}).items():
         sink = HOST_IDLE_SINK.get(cls)
         got = _take(ns, "idle_other", ns_cls) if sink else 0.0
-        if got > 0:
+        if sink and got > 0:
             out[sink] += got
             src[sink] = "step breakdown + host frames during GPU idle"
     if sync_bubble_ns > out["sync"]:
@@ -218,7 +218,8 @@ def split_sinks(
         moved += _take(ns, "idle_other", extra - moved)
         out["sync"] += moved
         src["sync"] = "step breakdown + GPU idle after blocking syncs"
-    for sink, want in (gap_ns or {}).items():
+    for sink, want_ns in (gap_ns or {}).items():
+        want: float = want_ns
         if sink == "sync":  # the bubble after blocking syncs may already be counted above
             want = max(0.0, want - max(0.0, sync_bubble_ns - b.ns["idle_sync"]))
         got = _take(ns, "idle_other", want)

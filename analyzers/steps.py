@@ -14,10 +14,14 @@ from trainscope.analyzers.plural import plural
 
 import re
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from trainscope.traces.model import Trace
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.rules import Rules
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 DATA_WAIT = re.compile(r"DataLoader.*__next__|enumerate\(DataLoader\)")
@@ -65,7 +69,7 @@ class StepSegmentation:
 
 
 def _matching(
-    trace: Trace, pattern: re.Pattern, table: str, lane: str = "host"
+    trace: Trace, pattern: re.Pattern[str], table: str, lane: str = "host"
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     t = getattr(trace, table)
     if not len(t):
@@ -78,12 +82,12 @@ def _matching(
     return t.ts[sel][order], t.end[sel][order], names
 
 
-def name_mask(trace: Trace, pattern: re.Pattern) -> np.ndarray:
+def name_mask(trace: Trace, pattern: re.Pattern[str]) -> np.ndarray:
     """Per string-table entry: does the name match ``pattern``."""
     return np.array([bool(pattern.search(s)) for s in trace.strings], bool)
 
 
-def segment_steps(trace: Trace, step_range: str | None = None, rules=None) -> StepSegmentation:
+def segment_steps(trace: Trace, step_range: str | None = None, rules: Rules | None = None) -> StepSegmentation:
     """Steps of ``trace``; ``step_range`` names the annotation range that marks one step. Stub
     steps at either end (``step.stub_fraction``) are set apart (:attr:`StepSegmentation.stubs`)."""
     from trainscope.analyzers.rules import Rules
@@ -113,7 +117,7 @@ def drop_stubs(seg: StepSegmentation, fraction: float) -> StepSegmentation:
     return replace(seg, steps=steps, stubs=tuple(stubs), note=note)
 
 
-def _segment(trace: Trace, step_range: str | None, rules) -> StepSegmentation:
+def _segment(trace: Trace, step_range: str | None, rules: Rules) -> StepSegmentation:
     from trainscope.analyzers import range_steps  # it builds on this module's types
 
     if step_range:

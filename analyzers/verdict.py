@@ -15,13 +15,20 @@ recorded host activity explains outweighing every cause.
 from __future__ import annotations
 
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.findings.base import AXES, Evidence, Finding, Verdict  # noqa: F401  (re-exported)
+from typing import TYPE_CHECKING
+
+from trainscope.analyzers.findings.base import AXES as AXES, Evidence as Evidence, Finding as Finding  # re-exported
+from trainscope.analyzers.findings.base import Verdict as Verdict  # re-exported
 from trainscope.analyzers.findings.common import ctx as _ctx, ev as _ev
-from trainscope.analyzers.findings.observations import DiagnosisInput  # noqa: F401  (re-exported)
+from trainscope.analyzers.findings.observations import DiagnosisInput as DiagnosisInput  # re-exported
 from trainscope.analyzers.fix_text import detail as _detail, title as _title
 from trainscope.analyzers.findings.graphs import GRAPH_REPLAYS, UNKNOWN_BOUND
 from trainscope.analyzers.gpu_gaps import INFERRED, LABELS as GAP_LABELS
 from trainscope.analyzers.rules import Rules
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.gpu_gaps import GpuGaps
+    from trainscope.analyzers.sinks import Sinks
 
 _GRADE = {"high": 0, "moderate": 1, "info": 2}
 
@@ -39,12 +46,19 @@ def _graded(rules: Rules, key: str, value: float) -> str | None:
     return None
 
 
+def _measured(finding_id: str, inp: DiagnosisInput, rules: Rules) -> list[Finding]:
+    """What the declared finding ``finding_id`` measures on ``inp``, as a list (empty: not raised)."""
+    measure = registry.REGISTRY[finding_id].measure
+    got = measure(inp, rules) if measure is not None else None
+    return [got] if isinstance(got, Finding) else list(got or [])
+
+
 def findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
     """All findings the evidence supports, by severity, then stake."""
     if not inp.has_gpu:
         out = _cpu_training_findings(inp, rules)
-        imb = registry.spec("ranks/imbalance").measure(inp, rules) if inp.sinks is not None else None
-        out += [imb] if imb is not None else []  # rank imbalance on host collectives needs no GPU
+        if inp.sinks is not None:  # rank imbalance on host collectives needs no GPU
+            out += _measured("ranks/imbalance", inp, rules)
         out.sort(key=finding_order)
         return out
     out = registry.evaluate(inp, rules)
@@ -87,7 +101,7 @@ def _cpu_training_findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
         )
         detail += "; batches are loaded in the training process itself (num_workers=0)"
     return [
-        registry.spec("data/input-wait").finding(
+        registry.REGISTRY["data/input-wait"].finding(
             b.data_wait_pct, ev, detail, rules, severity=sev, title=_title("data/input-wait", inp.context, "")
         )
     ]
@@ -108,8 +122,8 @@ def primary_finding(sink: str, found: list[Finding]) -> Finding | None:
     """The finding that names ``sink``: the precise one (pageable copies, blocking syncs, unfused
     attention) when it holds at least half of the sink, else the broad one."""
     mine = [f for f in found if (s := registry.spec(f.id)) is not None and s.sink == sink and s.can_be_primary]
-    broad = next((f for f in mine if registry.spec(f.id).refines is None), None)
-    fine = sorted((f for f in mine if registry.spec(f.id).refines is not None), key=lambda f: -f.stake_pct)
+    broad = next((f for f in mine if registry.REGISTRY[f.id].refines is None), None)
+    fine = sorted((f for f in mine if registry.REGISTRY[f.id].refines is not None), key=lambda f: -f.stake_pct)
     sink_pct = broad.stake_pct if broad else 0.0
     if fine and fine[0].stake_pct >= 0.5 * sink_pct:
         return fine[0]
@@ -182,6 +196,8 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     saturated = busy >= rules.value("gpu_busy.saturated")
     busy_ev = _ev(rules, "gpu_busy.saturated", "GPU busy (kernels, copies, memsets)", busy, "≥" if saturated else "<")
     sinks = inp.sinks
+    if sinks is None:  # the pipeline measures the sinks of every trace with GPU work
+        raise ValueError("classify: a trace with GPU work needs its sinks of step time (DiagnosisInput.sinks)")
     lead, runner = sinks.leader, sinks.runner_up
     unexplained = sinks.by_key["idle-unexplained"]
     # Never guess: GPU idle that nothing orders against the host (no launch call recorded for the work
@@ -312,9 +328,9 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     )
 
 
-def _gap_evidence(gaps, sinks) -> list[Evidence]:
+def _gap_evidence(gaps: GpuGaps, sinks: Sinks) -> list[Evidence]:
     """What the GPU timeline and runtime calls say about the idle no host event explains."""
-    out = []
+    out: list[Evidence] = []
     for cls, label in GAP_LABELS.items():
         if gaps.pct(cls) >= 0.5:
             where = (
@@ -346,7 +362,7 @@ def _gap_evidence(gaps, sinks) -> list[Evidence]:
                 None,
             )
         )
-    if gaps.sparse_host:
+    if gaps.sparse_host and gaps.host_coverage is not None:  # sparse_host implies a coverage
         out.append(
             Evidence(
                 "GPU idle between launches covered by a recorded host event (the trace's host events are "

@@ -11,7 +11,7 @@ import numpy as np
 
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.steps import StepSegmentation
-from trainscope.traces.model import Trace
+from trainscope.traces.model import Annotations, Copies, CpuOps, Kernels, Memsets, RuntimeCalls, Trace
 
 KINDS = ("kernel", "copy", "memset", "cpu op", "annotation", "runtime")
 
@@ -61,7 +61,7 @@ def window(
         i = int(np.searchsorted(starts, t, side="right")) - 1
         return seg.steps[i].label if i >= 0 and t < seg.steps[i].end_ns else None
 
-    tables = {
+    tables: dict[str, Kernels | Copies | Memsets | CpuOps | Annotations | RuntimeCalls] = {
         "kernel": trace.kernels,
         "copy": trace.copies,
         "memset": trace.memsets,
@@ -82,8 +82,8 @@ def window(
         sel = np.flatnonzero((t.ts < end_ns) & (t.end > start_ns))
         s, e = np.clip(t.ts[sel], start_ns, end_ns), np.clip(t.end[sel], start_ns, end_ns)
         busy[kind] = iv.total(iv.union(s, e)) if len(sel) else 0
-        if named is not None:
-            if kind in ("copy", "memset"):
+        if needle and named is not None:
+            if isinstance(t, (Copies, Memsets)):  # kind is "copy" or "memset"
                 label = "memcpy" if kind == "copy" else "memset"
                 sel = sel if needle in label else sel[:0]
             else:
@@ -100,14 +100,14 @@ def window(
     for i in order:
         kind, j, ts = KINDS[int(kind_all[i])], int(row_all[i]), int(ts_all[i])
         t = tables[kind]
-        if kind in ("copy", "memset"):
+        if isinstance(t, (Copies, Memsets)):  # kind is "copy" or "memset"
             name = ("memcpy " if kind == "copy" else "memset ") + f"{int(t.bytes[j])} B"
             lane = f"GPU {int(t.device[j])} stream {int(t.stream[j])}"
         else:
             name = _name(trace, int(t.name[j]))
-            if kind == "kernel":
+            if isinstance(t, Kernels):  # kind == "kernel"
                 lane = f"GPU {int(t.device[j])} stream {int(t.stream[j])}"
-            elif kind == "annotation" and int(t.device[j]) >= 0:
+            elif isinstance(t, Annotations) and int(t.device[j]) >= 0:  # kind == "annotation"
                 lane = f"GPU {int(t.device[j])} annotations"
             else:
                 lane = f"host thread {int(t.thread[j])}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
+    Evidence,
     Finding,
     FindingSpec,
     Fix,
@@ -12,6 +13,7 @@ from trainscope.analyzers.findings.base import (
     stake_ms,
     stake_pct,
 )
+from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
@@ -19,7 +21,7 @@ from trainscope.analyzers.rules import Rules
 _INPUT_SEV = by_stake("data_wait.moderate", "data_wait.high")
 
 
-def _input_wait(obs, rules: Rules) -> Finding | None:
+def _input_wait(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "input", _INPUT_SEV):
         return None
     b = obs.breakdown
@@ -63,7 +65,7 @@ def _input_wait(obs, rules: Rules) -> Finding | None:
 _COPY_SEV = by_stake("copy.moderate", "copy.high")
 
 
-def _copies(obs, rules: Rules) -> Finding | None:
+def _copies(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "copies", _COPY_SEV):
         return None
     stake = obs.sinks.pct("copies")
@@ -81,7 +83,7 @@ def _copies(obs, rules: Rules) -> Finding | None:
     return COPIES.finding(stake, lines, "copies run while no kernel does", rules)
 
 
-def _flow_lines(obs) -> list:
+def _flow_lines(obs: DiagnosisInput) -> list[Evidence]:
     """The copies by direction and host memory: count, bytes, GPU time and the bandwidth reached
     (a copy-dominated window is judged on these)."""
     ct = obs.copy_traffic
@@ -102,12 +104,11 @@ def _flow_lines(obs) -> list:
 _PAGEABLE_SEV = by_stake("pageable_copy.moderate", "copy.high")
 
 
-def _pageable(obs, rules: Rules) -> Finding | None:
+def _pageable(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     p = obs.pageable
     if not obs.has_gpu or p is None or not p.count:
         return None
     t = rules["pageable_copy.moderate"]
-    from trainscope.analyzers.findings.base import Evidence
 
     return PAGEABLE_COPIES.finding(
         p.share_pct,

@@ -13,6 +13,7 @@ from trainscope.analyzers.findings.base import (
     ms_per_step,
     stake_ms,
 )
+from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
@@ -20,7 +21,7 @@ from trainscope.analyzers.rules import Rules
 _LAUNCH_SEV = by_stake("host_overhead.moderate", "host_overhead.high")
 
 
-def _launch(obs, rules: Rules) -> Finding | None:
+def _launch(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "launch", _LAUNCH_SEV):
         return None
     k = obs.kernels
@@ -46,7 +47,7 @@ def _launch(obs, rules: Rules) -> Finding | None:
     )
     g = obs.gaps
     late = g.ns.get("issued-late", 0) if g is not None and g.sink_of("issued-late") == "launch" else 0
-    if late and obs.sinks.by_key["launch"].ns and late >= 0.5 * obs.sinks.by_key["launch"].ns:
+    if g is not None and late and obs.sinks.by_key["launch"].ns and late >= 0.5 * obs.sinks.by_key["launch"].ns:
         lines.append(
             ctx(
                 "GPU idle before operations issued after the gap began (queue empty)",
@@ -87,7 +88,7 @@ def _launch(obs, rules: Rules) -> Finding | None:
 _SYNC_SEV = by_stake("sync.moderate", "sync.high")
 
 
-def _sync(obs, rules: Rules) -> Finding | None:
+def _sync(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "sync", _SYNC_SEV):
         return None
     stake = obs.sinks.pct("sync")
@@ -113,7 +114,7 @@ def _sync(obs, rules: Rules) -> Finding | None:
 _BLOCKING_SEV = by_stake("sync.bubble_moderate", "sync.high")
 
 
-def _blocking(obs, rules: Rules) -> Finding | None:
+def _blocking(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     s = obs.syncs
     if not obs.has_gpu or s is None or not s.count or s.bubble_pct < rules.value("sync.reported"):
         return None
@@ -241,7 +242,7 @@ BLOCKING_SYNC = FindingSpec(
 _RANGES_SEV = by_stake("host_overhead.moderate", "host_overhead.high")
 
 
-def _named_work(obs, rules: Rules) -> Finding | None:
+def _named_work(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "host-ranges", _RANGES_SEV):
         return None
     stake = obs.sinks.pct("host-ranges")
