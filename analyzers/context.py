@@ -37,10 +37,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from trainscope.traces.model import Trace
+from trainscope.traces.model import Column, Trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.roofline import Roofline
 
 MODES = ("training", "inference", "unknown")
 FRAMEWORKS = ("pytorch", "native")
@@ -124,7 +128,7 @@ class Context:
     @property
     def main_collective(self) -> str | None:
         """The collective kind with the most kernel time, or None without collectives."""
-        return max(self.collectives, key=self.collectives.get) if self.collectives else None
+        return max(self.collectives, key=lambda k: self.collectives[k]) if self.collectives else None
 
 
 # The context assumed when none was detected (live sessions, callers that pass none): a PyTorch
@@ -132,13 +136,21 @@ class Context:
 TRAINING = Context(mode="training", framework="pytorch")
 
 
-def _names(trace: Trace, table) -> list[str]:
+class _NamedRows(Protocol):
+    """A trace table with a name column (kernels, runtime calls, operators, ranges, frames)."""
+
+    name: Column
+
+    def __len__(self) -> int: ...
+
+
+def _names(trace: Trace, table: _NamedRows) -> list[str]:
     if not len(table):
         return []
     return [trace.strings[i] for i in np.unique(table.name)]
 
 
-def _first(names: list[str], rx: re.Pattern) -> str | None:
+def _first(names: list[str], rx: re.Pattern[str]) -> str | None:
     return next((n for n in names if rx.search(n)), None)
 
 
@@ -183,13 +195,13 @@ def detect_context(trace: Trace) -> Context:
 
     g = _first(runtime, _GRAPH_LAUNCH)
     graphs = g is not None
-    if graphs:
+    if g is not None:  # graphs
         n = int(np.isin(trace.runtime.name, [trace.strings.index(g)]).sum())
         evidence.append(f"graph replays: {n} {g} call{'s' * (n != 1)}")
 
     c = _first(ops, _COMPILED) or _first(host_ranges, _COMPILED) or _first(kernels, _COMPILED)
     compiled = c is not None
-    if compiled:
+    if c is not None:  # compiled
         evidence.append(f"compiled: {_short(c)}")
 
     collectives = collective_ms(trace)
@@ -209,10 +221,9 @@ def detect_context(trace: Trace) -> Context:
     fused_opt = any(_FUSED_OPT.search(n) for n in kopt_all) or bool(opt_name and opt_name.startswith("Fused"))
     if opt_name is not None:
         evidence.append(f"optimizer: {opt_name}{' (fused kernels)' if fused_opt else ''}")
-    frame_names = _names(trace, frames) if python else []
-    os_calls = (
-        _names(trace, getattr(trace, "os_runtime", None)) if getattr(trace, "os_runtime", None) is not None else []
-    )
+    frame_names = _names(trace, frames) if frames is not None and python else []
+    os_runtime = getattr(trace, "os_runtime", None)
+    os_calls = _names(trace, os_runtime) if os_runtime is not None else []
     source = None
     if _first(host_ranges, _DATALOADER) or _first(ops, _DATALOADER) or _first(frame_names, _DATALOADER):
         source = "dataloader"
@@ -244,7 +255,7 @@ def detect_context(trace: Trace) -> Context:
     )
 
 
-def refine(ctx: Context, roof) -> Context:
+def refine(ctx: Context, roof: Roofline | None) -> Context:
     """The context with what the roofline adds: an inference run whose matrix-kernel time is mostly
     memory-bound (operands — the weights — streamed per token) is a decode step."""
     if roof is None:

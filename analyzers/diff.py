@@ -14,18 +14,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers.analysis import Analysis, slowest
-from trainscope.analyzers.breakdown import CATEGORIES, CATEGORY_LABELS
+from trainscope.analyzers.breakdown import CATEGORIES, CATEGORY_LABELS, Breakdown, StepBreakdown
 from trainscope.analyzers.findings.base import DiffMeasure
 from trainscope.analyzers.kernel_match import KernelChange, KernelTime, match_kernels
 from trainscope.analyzers.kernels import ALL_CLASSES
+from trainscope.analyzers.memory import DeviceMemory
 from trainscope.analyzers.recommendations import Recommendation
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.shapes import ShapeSignature, compare_shapes
 from trainscope.traces.model import TraceSet
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.ranks import RankSummary
 
 
 # -- one side ------------------------------------------------------------------------------
@@ -116,14 +120,15 @@ def summarize_run(path: str, traces: TraceSet, analyses: list[Analysis]) -> Run:
     )
 
 
-def run_from_summaries(path: str, summaries: list, analyses: list[Analysis], warnings: list[str]) -> Run:
+def run_from_summaries(path: str, summaries: list[RankSummary], analyses: list[Analysis], warnings: list[str]) -> Run:
     """One side of a diff from what ``analyze`` made of it: the ranks' summaries
     (:class:`~trainscope.analyzers.ranks.RankSummary`, with every kernel time and the shapes) and
     the ranks' final analyses (after the reduce over ranks), in rank order."""
     main = slowest(analyses) if len(analyses) > 1 else analyses[0]
     index = next(i for i, a in enumerate(analyses) if a is main)
     sides = tuple(RankSide(a, list(s.kernel_times), rank_work(a)) for s, a in zip(summaries, analyses))
-    shapes = summaries[index].shapes if summaries[index].shapes is not None else ShapeSignature(False, {}, {})
+    recorded = summaries[index].shapes
+    shapes = recorded if recorded is not None else ShapeSignature(False, {}, {})
     return Run(
         path=path,
         analysis=main,
@@ -402,7 +407,7 @@ def _outcome(
 
 
 def _memory(before: Analysis, after: Analysis) -> MemoryChange | None:
-    def main(a: Analysis):
+    def main(a: Analysis) -> DeviceMemory | None:
         if not a.memory:
             return None
         on = [m for m in a.memory if m.device == a.device]
@@ -464,10 +469,11 @@ class RankPair:
 def _work(run: Run) -> tuple[float, float, float | None, float]:
     ranks = [s.work for s in run.per_rank] or [rank_work(run.analysis)]
     flops = [w.flops for w in ranks]
+    known = [f for f in flops if f is not None]  # every rank's, or the sum is unknown
     return (
         sum(w.kernel_ms_per_window for w in ranks),
         sum(w.kernels_per_window for w in ranks),
-        None if any(f is None for f in flops) else sum(f / max(1, w.windows) for f, w in zip(flops, ranks)),
+        None if len(known) != len(flops) else sum(f / max(1, w.windows) for f, w in zip(known, ranks)),
         max(w.window_ms / max(1, w.windows) for w in ranks),
     )
 
@@ -580,7 +586,10 @@ def comparability(before: Run, after: Run) -> list[ComparabilityCheck]:
             )
         )
     sc = compare_shapes(before.shapes, after.shapes)
-    show = lambda d: "unknown" if d is None else f"leading dim {d}"  # noqa: E731
+
+    def show(d: int | None) -> str:
+        return "unknown" if d is None else f"leading dim {d}"
+
     note = sc.note + (f"; {sc.example}" if sc.example else "")
     checks.append(ComparabilityCheck("batch_shapes", sc.status, show(sc.before_batch), show(sc.after_batch), note))
     return checks
@@ -596,7 +605,10 @@ def diff_runs(before: Run, after: Run, rules: Rules | None = None) -> RunDiff:
     b, a = before.analysis, after.analysis
     bb, ab = b.breakdown, a.breakdown
     step_time = [StepTimeChange(s, getattr(bb.step_ms, s), getattr(ab.step_ms, s)) for s in ("p50", "p95", "mean")]
-    per_step = lambda bd, c: bd.ns[c] / 1e6 / max(1, len(bd.steps))  # noqa: E731
+
+    def per_step(bd: Breakdown, c: str) -> float:
+        return bd.ns[c] / 1e6 / max(1, len(bd.steps))
+
     cats = [
         ShareChange(c, CATEGORY_LABELS[c], bb.share_pct(c), ab.share_pct(c), per_step(bb, c), per_step(ab, c))
         for c in CATEGORIES
@@ -662,7 +674,7 @@ def _step_ms(r: Run) -> list[float]:
     return [s.duration_ns / 1e6 for s in r.analysis.breakdown.steps]
 
 
-def _step_share(share: Callable) -> Callable[[Run], list[float] | None]:
+def _step_share(share: Callable[[StepBreakdown], float]) -> Callable[[Run], list[float] | None]:
     return lambda r: [share(s) for s in r.analysis.breakdown.steps]
 
 
@@ -828,8 +840,8 @@ def gate_on(metric: str, before: GateSide, after: GateSide, threshold: float, al
     Mann–Whitney rank test at level ``alpha``. Raises :class:`GateUnavailable`."""
     m = GATE_METRICS[metric]
     b, a = before.value, after.value
-    missing = [n for n, v in (("BEFORE", b), ("AFTER", a)) if v is None]
-    if missing:
+    if b is None or a is None:
+        missing = [n for n, v in (("BEFORE", b), ("AFTER", a)) if v is None]
         raise GateUnavailable(f"cannot gate on {metric}: {m.label} is not measured in {' and '.join(missing)}")
     unit = "%" if m.relative else "points"
     if m.relative:

@@ -11,8 +11,12 @@ API: :func:`title` and :func:`detail` for a finding's wording, :func:`fix_text` 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 from trainscope.analyzers.context import TRAINING, Context
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.findings.base import FixWording
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ def detail(finding_id: str, ctx: Context | None, default: str) -> str:
 
 def fix_text(
     finding_id: str, ctx: Context | None, *, single_loader: bool = False, bf16: bool = True, cold_start: bool = False
-) -> FixText | None:
+) -> FixWording | None:
     """The fix for ``finding_id`` in the run's context, or None when the finding has no code fix.
     ``cold_start``: the launch overhead is first-call code loading, not steady-state launches."""
     c = _ctx(ctx)
@@ -499,7 +503,7 @@ def _capacity(c: Context, single: bool, bf16: bool) -> FixText:
     )
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> dict[str, Callable[[Context, bool, bool], FixWording]]:
     """``_FIXES``: finding id -> its text function, as the registry declares them (read lazily: the
     registry's family modules import this one)."""
     if name == "_FIXES":

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -47,6 +48,12 @@ from trainscope.traces.model import Trace
 _KERNEL_KIND = re.compile(r"(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", re.I)
 _HOST_KIND = re.compile(r"^(gloo|mpi|ucc|xccl):([a-z_]+)")  # blocking host-side collectives (not nccl:, an enqueue)
 
+# A collective's identity across ranks, as PyTorch records it: (process group, sequence, p2p), and
+# what must agree for two ranks' entries to be the same collective: (collective name, in nelems,
+# out nelems, dtype).
+CollectiveKey = tuple[str, int, bool]
+CollectiveMeta = tuple[str | None, int | None, int | None, str | None]
+
 
 @dataclass(frozen=True)
 class RankCollectives:
@@ -58,8 +65,8 @@ class RankCollectives:
     end: np.ndarray
     # The identity PyTorch records (empty when the trace records none; per entry None where absent):
     # (process group, sequence, p2p) and (collective name, in nelems, out nelems, dtype).
-    key: tuple[tuple[str, int, bool] | None, ...] = ()
-    meta: tuple[tuple[str, int | None, int | None, str | None] | None, ...] = ()
+    key: tuple[CollectiveKey | None, ...] = ()
+    meta: tuple[CollectiveMeta | None, ...] = ()
     # Per collective: the first on this rank with its kernel (or range) name — a cold start candidate:
     # the first launch loads the kernel, the first use of a communicator connects the ranks.
     first_use: np.ndarray | None = None
@@ -136,14 +143,17 @@ def collective_name(name: str) -> str:
     return n
 
 
-def _identity(trace: Trace, kernel_rows: np.ndarray) -> tuple[tuple, tuple]:
+def _identity(
+    trace: Trace, kernel_rows: np.ndarray
+) -> tuple[tuple[CollectiveKey | None, ...], tuple[CollectiveMeta | None, ...]]:
     """(key, meta) per kernel row from the collective args under its External id; ((), ()) when the
     trace records none."""
     ext = trace.op_inputs.kernel_external
     args = trace.collective_args
     if not args or len(ext) != len(trace.kernels):
         return (), ()
-    keys, metas = [], []
+    keys: list[CollectiveKey | None] = []
+    metas: list[CollectiveMeta | None] = []
     for row in kernel_rows:
         a = args.get(int(ext[row]))
         if a is None:
@@ -154,7 +164,7 @@ def _identity(trace: Trace, kernel_rows: np.ndarray) -> tuple[tuple, tuple]:
         keys.append((a.process_group, a.seq, op in _P2P) if a.process_group is not None and a.seq is not None else None)
         metas.append((op, a.in_nelems, a.out_nelems, a.dtype))
     # a key carried by several kernels (a coalesced group) does not name one collective
-    seen: dict = {}
+    seen: dict[CollectiveKey, int] = {}
     for kk in keys:
         if kk is not None:
             seen[kk] = seen.get(kk, 0) + 1
@@ -363,7 +373,9 @@ def _by_identity(ref: RankCollectives, other: RankCollectives) -> tuple[dict[int
         i = mine.get(k) if k is not None else None
         if i is None:
             continue
-        (op_r, in_r, out_r, dt_r), (op_o, in_o, out_o, dt_o) = ref.meta[j], other.meta[i]
+        meta_r, meta_o = ref.meta[j], other.meta[i]
+        assert meta_r is not None and meta_o is not None  # _identity records a meta wherever it records a key
+        (op_r, in_r, out_r, dt_r), (op_o, in_o, out_o, dt_o) = meta_r, meta_o
         if op_r != op_o or (op_r in SAME_SIZE_ON_ALL_RANKS and (in_r, out_r, dt_r) != (in_o, out_o, dt_o)):
             bad_r.add(j)
             bad_o.add(i)
@@ -383,6 +395,7 @@ def _match_rank(
     free_r = np.array([j for j in range(len(ref)) if j not in by_id and j not in bad_r], int)
     used_o = set(by_id.values()) | bad_o
     free_o = np.array([i for i in range(len(other)) if i not in used_o], int)
+    guess: float | None
     if by_id:
         guess = float(np.median([other.end[i] - ref.end[j] for j, i in by_id.items()]))
     else:
@@ -471,13 +484,14 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
     arrival = np.full((n, len(inst)), np.nan)
     end = np.full((n, len(inst)), np.nan)
     for r, s in enumerate(summaries):
-        if offsets[r] is None:
+        off_r = offsets[r]
+        if off_r is None:
             continue
         for c, j in enumerate(inst):
             i = matches[r].get(j)
             if i is not None:
-                arrival[r, c] = s.collectives.start[i] - offsets[r]
-                end[r, c] = s.collectives.end[i] - offsets[r]
+                arrival[r, c] = s.collectives.start[i] - off_r
+                end[r, c] = s.collectives.end[i] - off_r
     ranks: list[RankAlignment] = []
     steps = np.array([max(1, len(s.analysis.segmentation.steps)) for s in summaries], float)
     late_ns = np.zeros(n)
@@ -509,16 +523,17 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
         wait = np.where(has, last - arrival, 0.0).sum(axis=1)
         transfer = np.where(has, np.maximum(0.0, common_end - last), 0.0).sum(axis=1)
         for r, s in enumerate(summaries):
-            m = int(has[r].sum())
+            present = int(has[r].sum())
             mm = int(matched_all[r])
-            late_ns[r] = float(np.nanmean(lateness[r])) if m else 0.0
+            off_r = offsets[r]
+            late_ns[r] = float(np.nanmean(lateness[r])) if present else 0.0
             ranks.append(
                 RankAlignment(
                     s.rank,
-                    None if offsets[r] is None else round(offsets[r] / 1e3, 1),
+                    None if off_r is None else round(off_r / 1e3, 1),
                     mm,
                     float(round(late_ns[r] / 1e6, 3)),
-                    int(last_in[r]) if m else 0,
+                    int(last_in[r]) if present else 0,
                     float(round(float(wait[r]) / 1e6 / steps[r], 3)),
                     float(round(float(transfer[r]) / 1e6 / steps[r], 3)),
                     n_seq[r],
@@ -557,7 +572,8 @@ def _imbalance(
     """The straggler, only where :func:`straggler_test` finds it clear (significantly often last,
     late beyond the collectives' jitter, cold start left out)."""
     aligned = [i for i, a in enumerate(ranks) if a.matched]
-    if len(aligned) < 2 or test is None or not test.clear:
+    # test.clear implies a rank_index; the last test narrows its type
+    if len(aligned) < 2 or test is None or not test.clear or test.rank_index is None:
         return None
     s_i = test.rank_index
     lead = ranks[s_i]
@@ -607,7 +623,30 @@ def _imbalance(
 # -- the many-rank view ----------------------------------------------------------------------
 
 
-def ranks_view(summaries: list[RankSummary], alignment: Alignment | None) -> dict:
+class RankLateness(TypedDict):
+    rank: int | None
+    mean_late_ms: float | None  # None where the alignment did not place the rank
+    step_p50_ms: float
+
+
+class StepDistribution(TypedDict):
+    p5: float
+    p50: float
+    p95: float
+    max: float
+    min: float
+
+
+class RanksView(TypedDict):
+    """The many-rank view as the JSON report holds it (``stragglers.ranks_view``)."""
+
+    by_lateness: list[RankLateness]
+    steps: list[str]
+    heat_ms: list[list[float | None]]  # rows in by_lateness order, one column per step label
+    step_ms_distribution: StepDistribution | None
+
+
+def ranks_view(summaries: list[RankSummary], alignment: Alignment | None) -> RanksView:
     """Ranks sorted by lateness, a rank × step strip of step times, and the step-time distribution."""
     late = {a.rank: a for a in alignment.ranks} if alignment else {}
     order = sorted(
@@ -623,13 +662,13 @@ def ranks_view(summaries: list[RankSummary], alignment: Alignment | None) -> dic
             if lab not in labels:
                 labels.append(lab)
     labels = labels[:64]
-    heat = []
+    heat: list[list[float | None]] = []
     for i in order:
         s = summaries[i]
         by = dict(zip(s.step_labels, s.step_ms.tolist()))
         heat.append([round(by[lab], 3) if lab in by else None for lab in labels])
     all_ms = np.array([v for row in heat for v in row if v is not None], float)
-    dist = (
+    dist: StepDistribution | None = (
         {
             "p5": round(float(np.percentile(all_ms, 5)), 3),
             "p50": round(float(np.percentile(all_ms, 50)), 3),

@@ -70,7 +70,7 @@ def project(
     stake = f.stake_pct
     if fx.projection == "roofline":
         removed = roofline_removable_pct(f, bound)
-        if removed is None:
+        if removed is None or bound is None:  # removed is None whenever bound is; the second test narrows its type
             return None, "no projection: no per-kernel roofline (bytes and FLOPs) to bound what fusion can remove"
         s, basis = _remove(b, removed / 100, busy_time=True)
         return s, f"{bound.basis(stake)}: {basis}"

@@ -179,7 +179,7 @@ def stragglers_from(
     )
 
 
-def _summary(ranks: list[RankStraggle], keys: list, source: str, median_step: float) -> str:
+def _summary(ranks: list[RankStraggle], keys: list[tuple[str, str, int]], source: str, median_step: float) -> str:
     if len(ranks) < 2:
         return "one rank: nothing to compare"
     flagged = [r for r in ranks if r.straggler]

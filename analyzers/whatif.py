@@ -53,11 +53,12 @@ def _pooled(a: Analysis, use: list[Lever], attr: str) -> float:
     total = 0.0
     pooled = {r for ids in POOLS.values() for r in ids}
     for name, ids in POOLS.items():
-        members = [getattr(lv, attr) for lv in use if lv.recommendation in ids]
+        members: list[float] = [getattr(lv, attr) for lv in use if lv.recommendation in ids]
         if members:
             cap = sum(a.breakdown.share_pct(c) for c in POOL_CATEGORIES[name])
             total += min(sum(members), max(cap, max(members)))  # one lever alone keeps its own projection
-    return total + sum(getattr(lv, attr) for lv in use if lv.recommendation not in pooled)
+    rest: float = sum(getattr(lv, attr) for lv in use if lv.recommendation not in pooled)
+    return total + rest
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,9 @@ class FixWording(Protocol):
     """A fix in the run's words (what a :attr:`Fix.text` returns)."""
 
     @property
+    def rec_id(self) -> str: ...
+
+    @property
     def title(self) -> str: ...
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake, ms_per_step
+from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
@@ -10,7 +11,7 @@ from trainscope.analyzers.rules import Rules
 _SEV = by_stake("comm.moderate", "comm.high")
 
 
-def _unoverlapped(obs, rules: Rules) -> Finding | None:
+def _unoverlapped(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "comm", _SEV):
         return None
     stake = obs.sinks.pct("comm")

@@ -4,6 +4,7 @@ not use the tensor cores."""
 from __future__ import annotations
 
 from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake
+from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
@@ -11,7 +12,7 @@ from trainscope.analyzers.rules import Rules
 _BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")
 
 
-def _compute_bound(obs, rules: Rules) -> Finding | None:
+def _compute_bound(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "compute-bound", _BUSY_SEV):
         return None
     stake = obs.sinks.pct("compute-bound")
@@ -38,7 +39,7 @@ def _compute_bound(obs, rules: Rules) -> Finding | None:
 _TC_SEV = by_stake("stake.moderate", "stake.high")
 
 
-def _no_tensor_cores(obs, rules: Rules) -> Finding | None:
+def _no_tensor_cores(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     k = obs.kernels
     tc = k.tensor_core_pct_of_matmul
     matmul_share = 100.0 * k.matmul_ns / k.total_ns if k.total_ns else 0.0

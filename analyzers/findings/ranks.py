@@ -7,17 +7,19 @@ from __future__ import annotations
 from trainscope.analyzers import fix_text
 
 from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake, stake_ms
+from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.sinks import Sinks
 
 _SEV = by_stake("comm.moderate", "comm.high")
 
 
-def _imbalance(obs, rules: Rules) -> Finding | None:
+def _imbalance(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     if obs.sinks is None:
         return None
     if not obs.has_gpu:  # rank imbalance needs no GPU: host collectives aligned across ranks measure it
-        return _cpu_imbalance(obs, rules)
+        return _cpu_imbalance(obs, obs.sinks, rules)
     if not raised(obs, rules, "imbalance", _SEV):
         return None
     stake = obs.sinks.pct("imbalance")
@@ -31,15 +33,21 @@ def _imbalance(obs, rules: Rules) -> Finding | None:
     )
 
 
-def _cpu_imbalance(obs, rules: Rules) -> Finding | None:
+def _number(extra: dict[str, object], key: str, default: float) -> float:
+    """``extra[key]`` as a number (ranks.py stores floats and ints there), else ``default``."""
+    raw = extra.get(key, default)
+    return float(raw) if isinstance(raw, (int, float)) else default
+
+
+def _cpu_imbalance(obs: DiagnosisInput, sinks: Sinks, rules: Rules) -> Finding | None:
     """A CPU-only rank: its own wait inside host collectives for a slower rank, or — when it is the
     rank the others wait for — their wait, as a share of the median step."""
-    own = obs.sinks.pct("imbalance")
+    own = sinks.pct("imbalance")
     extra = obs.extra or {}
-    others = float(extra.get("straggler_wait_pct", 0.0))
+    others = _number(extra, "straggler_wait_pct", 0.0)
     # Balanced work: every rank's step is the mean of the ranks' work, so the rank the others wait for
     # sheds (N − 1)/N of their mean wait — its stake, the most balancing can take off its step.
-    n = max(2, int(extra.get("straggler_ranks", 2)))
+    n = max(2, int(_number(extra, "straggler_ranks", 2)))
     shed = others * (n - 1) / n
     stake = max(own, shed)
     if stake <= 0 or _SEV.grade(stake, rules) == "info":
@@ -63,7 +71,7 @@ def _cpu_imbalance(obs, rules: Rules) -> Finding | None:
         ]
         detail = (
             f"this rank arrives last at the collectives: the other ranks wait "
-            f"{obs.extra.get('straggler_wait_ms', 0.0):.1f} ms per step for it (host collectives, no GPU)"
+            f"{_number(extra, 'straggler_wait_ms', 0.0):.1f} ms per step for it (host collectives, no GPU)"
         )
     else:
         lines = [
