@@ -167,8 +167,9 @@ def test_gloo_without_identity_falls_back_to_end_instants(gloo_dir):
 
 def test_per_rank_verdicts_rejudged_with_the_measured_wait(dlrm):
     """Rank 0's imbalance sink becomes the wait the alignment measured (its arrival to rank 1's,
-    re-derived from the raw JSON), whether or not an estimate from compute-time differences was
-    applied first; rank 1, the straggler, waits for no one; nothing else in the step moves."""
+    re-derived from the raw JSON), from the rank map's analyses as from an already-read TraceSet's
+    (each rank judged alone: imbalance is decided once, in the reduce); rank 1, the straggler, waits
+    for no one; nothing else in the step moves."""
     from trainscope.analyzers.analysis import analyze_set
     from trainscope.analyzers.ranks import with_aligned_imbalance
     from trainscope.analyzers.rules import Rules
@@ -178,9 +179,9 @@ def test_per_rank_verdicts_rejudged_with_the_measured_wait(dlrm):
     k0, k1 = ([(e["ts"], e["ts"] + e["dur"]) for e in _nccl_kernels(d)] for d in docs)
     wait_us = sum(b[0] - a[0] for a in k0 for b in k1 if abs(a[1] - b[1]) <= 500)  # rank 1 arrives last at each
     fresh = with_aligned_imbalance(dlrm, al)  # per-rank analyses as the rank map makes them
-    estimated = analyze_set(open_traces(str(DLRM)))  # with the compute-difference estimate applied
-    assert estimated[0].sinks.by_key["imbalance"].ns > 0
-    again = with_aligned_imbalance([dataclasses.replace(s, analysis=a) for s, a in zip(dlrm, estimated)], al)
+    alone_set = analyze_set(open_traces(str(DLRM)))  # each rank judged alone: no imbalance yet
+    assert all(a.sinks.by_key["imbalance"].ns == 0 for a in alone_set)
+    again = with_aligned_imbalance([dataclasses.replace(s, analysis=a) for s, a in zip(dlrm, alone_set)], al)
     for out in (fresh, again):
         r0, r1 = out
         assert r0.sinks.by_key["imbalance"].ns == pytest.approx(wait_us * 1e3, rel=1e-3)
