@@ -414,12 +414,13 @@ def _bandwidth(c: Context, single: bool, bf16: bool) -> FixText:
             "# already compiled: the memory-bound runs left are outside Inductor's fusions —\n"
             "# custom fused kernels (a Triton kernel for the chain), or lower-precision activations"
         )
-    if not c.fused_attention:
-        lines.append("F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # fused attention, the model's own mask")
+    # No attention advice here: a trace with no attention (a CNN, DLRM) would be told to call SDPA.
+    # Unfused attention is its own finding (machine/unfused-attention) with its own fix, raised only
+    # where the trace shows the score matrices going through memory.
     what = "torch.compile" if not c.compiled else "custom kernels"
     return FixText(
         "fuse-memory-bound",
-        f"Fuse memory-bound kernels ({what}" + ("; fused attention)" if not c.fused_attention else ")"),
+        f"Fuse memory-bound kernels ({what})",
         "\n".join(lines),
     )
 

@@ -281,3 +281,15 @@ def test_recording_advice_in_the_users_format():
     assert "torch.profiler" not in how_to_record("nsys-sqlite", "flops")
     a = analysis(VLLM)  # no step markers in a Kineto trace: the note says how to add them there
     assert any("prof.step()" in w for w in a.warnings)
+
+
+@pytest.mark.parametrize("name", ["hta_a100_control.json.gz", "hta_v100_rank0.pt.trace.json.gz"])
+def test_fusion_fix_gives_no_attention_advice_without_attention(name):
+    """A DLRM and a ResNet trace (no attention kernels, no unfused-attention finding) were told to
+    call scaled_dot_product_attention in the fusion fix; attention advice belongs to its own finding."""
+    a = analysis(name)
+    assert all(f.id != "machine/unfused-attention" for f in a.findings)
+    r = _rec(a, "fuse-memory-bound")
+    assert r is not None
+    assert "attention" not in r.title and "scaled_dot_product_attention" not in r.change
+
