@@ -42,10 +42,18 @@ def load_memory_timeline(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Memor
         raise TraceError(path, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
     if len(data) > max_bytes:
         raise TraceError(path, f"larger than the {max_bytes / 2**20:.0f} MiB limit for a memory timeline")
+    if not data.strip():
+        raise TraceError(path, "file is empty")
     try:
         doc = json.loads(data)
     except (ValueError, RecursionError) as e:
-        raise TraceError(path, f"not JSON ({type(e).__name__}: {str(e)[:80]})") from None
+        # `trainscope memory` reads two kinds of file; a user with a damaged snapshot must not be
+        # told only "not JSON"
+        raise TraceError(
+            path,
+            "neither a CUDA memory snapshot (torch.cuda.memory._dump_snapshot pickle) nor a memory "
+            f"timeline (export_memory_timeline JSON): not JSON ({type(e).__name__}: {str(e)[:80]})",
+        ) from None
     try:
         if (
             isinstance(doc, list)

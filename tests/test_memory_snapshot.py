@@ -256,3 +256,20 @@ def test_sites_of_a_snapshot_recorded_on_windows_read_as_on_linux():
         ]
 
     assert site_of(frames("\\")) == site_of(frames("/")) == "model.py:532 (silu)"
+
+
+def test_memory_command_names_both_formats_for_an_unreadable_file(tmp_path):
+    """`trainscope memory` on a damaged .pickle said only "not JSON (JSONDecodeError …)", and on an
+    empty file the same: the error names the file kinds the command reads, or that the file is empty."""
+    bad = tmp_path / "snap.pickle"
+    bad.write_bytes(b"garbage")
+    with pytest.raises(TraceError, match="neither a CUDA memory snapshot"):
+        load_memory_timeline(str(bad))
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    with pytest.raises(TraceError, match="file is empty"):
+        load_memory_timeline(str(empty))
+    p = subprocess.run(
+        [sys.executable, "-m", "trainscope", "memory", str(bad)], capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
