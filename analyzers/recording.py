@@ -21,10 +21,23 @@ _NSYS = {
     "steps": "mark each step with an NVTX range (torch.cuda.nvtx.range_push/pop, or nvtxRangePush/Pop in C/C++)",
 }
 
+# Sampled-counter sources (collectors/live_trace.py: a trainscope recording, an nvidia-smi CSV
+# log): counters only, no operators or kernels — the advice is to profile a few steps as well.
+_SAMPLED_FORMATS = ("trainscope.recording", "nvidia-smi-csv")
+_SAMPLED = {
+    "flops": (
+        "GPU counter samples never hold them: for MFU, profile a few steps with "
+        "torch.profiler.profile(with_flops=True) and analyze that trace"
+    ),
+    "shapes": "GPU counter samples never hold them: profile a few steps with torch.profiler.profile(record_shapes=True)",
+}
+
 
 def how_to_record(fmt: str | None, what: str) -> str:
     """The recording advice for ``what`` ("flops", "shapes", "graphs", "steps") in the format ``fmt``
     (``Trace.format``: "kineto", "nsys-sqlite", …)."""
     if fmt is not None and fmt.startswith("nsys"):
         return _NSYS.get(what, "")
+    if fmt in _SAMPLED_FORMATS:  # no recording option adds FLOPs or shapes to sampled counters
+        return _SAMPLED.get(what, "")
     return _KINETO.get(what, _NSYS.get(what, ""))

@@ -293,3 +293,15 @@ def test_fusion_fix_gives_no_attention_advice_without_attention(name):
     assert r is not None
     assert "attention" not in r.title and "scaled_dot_product_attention" not in r.change
 
+
+
+def test_sampled_counters_get_no_with_flops_advice_as_if_a_profiler_trace():
+    """An nvidia-smi CSV was told "record with torch.profiler.profile(with_flops=True)", as if the
+    CSV were a profiler trace missing an option: its advice is to profile steps and analyze that."""
+    from trainscope.analyzers.recording import how_to_record
+    from trainscope.api import analyze
+
+    for fmt in ("nvidia-smi-csv", "trainscope.recording"):
+        assert "analyze that trace" in how_to_record(fmt, "flops")
+    reason = analyze(str(DATA / "nvml" / "nanogpt_8gpu_head.csv")).to_dict()["mfu"]["reason"]
+    assert "analyze that trace" in reason and "record with torch.profiler" not in reason
