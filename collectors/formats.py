@@ -198,8 +198,9 @@ def reader_for(path: str) -> Reader:
         raise TraceError(path, "file is empty")
     raise TraceError(
         path,
-        "unrecognized format: expected a PyTorch profiler trace (.json, .json.gz) "
-        "or an Nsight Systems export (.sqlite, .nsys-rep)",
+        "unrecognized format: expected a PyTorch profiler trace (.json, .json.gz), "
+        "an Nsight Systems export (.sqlite, .nsys-rep), an nvidia-smi --format=csv log (.csv) "
+        "or a `trainscope watch --record` recording (.jsonl)",
     )
 
 

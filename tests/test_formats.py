@@ -81,3 +81,15 @@ def test_adding_a_format_is_its_reader_and_one_row(tmp_path, monkeypatch):
     ts = open_traces(str(p))
     assert [dataclasses.asdict(formats.reader_for(str(p)))["name"]] == ["toy"]
     assert len(ts.traces[0].kernels) == 2
+
+
+def test_unrecognized_format_names_the_csv_and_recording_it_reads(tmp_path):
+    """A CSV that is not an nvidia-smi log was told the tool expects only profiler traces and
+    Nsight exports, though analyze reads nvidia-smi CSV logs and recordings too."""
+    from trainscope.collectors.errors import TraceError
+    from trainscope.collectors.formats import reader_for
+
+    f = tmp_path / "x.csv"
+    f.write_text("a,b\n1,2\n")
+    with pytest.raises(TraceError, match=r"nvidia-smi --format=csv log \(\.csv\).*\.jsonl"):
+        reader_for(str(f))
