@@ -294,7 +294,6 @@ def test_fusion_fix_gives_no_attention_advice_without_attention(name):
     assert "attention" not in r.title and "scaled_dot_product_attention" not in r.change
 
 
-
 def test_sampled_counters_get_no_with_flops_advice_as_if_a_profiler_trace():
     """An nvidia-smi CSV was told "record with torch.profiler.profile(with_flops=True)", as if the
     CSV were a profiler trace missing an option: its advice is to profile steps and analyze that."""
