@@ -353,7 +353,7 @@ def observations(
         imbalance_evidence=tuple(imbalance_evidence),
         roofline=roof,
         gaps=gaps,
-        extra=graph_replays(trace, seg, device),
+        extra={**graph_replays(trace, seg, device), "gpus_described": len(trace.devices)},
         copy_traffic=copy_traffic(trace, seg, device) if trace.has_gpu_activity else None,
     )
 

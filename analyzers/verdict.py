@@ -150,12 +150,20 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
             # One kind of evidence and no device to cross-check it with: a lower ceiling than on a GPU.
             conf = 0.75 - (0.1 if len(inp.segmentation.steps) < 3 else 0.0)
             return Verdict("data", round(conf, 2), data.id, f"{data.title} — {data.detail}", data.evidence)
+        described = inp.extra.get("gpus_described", 0) if inp.extra else 0
+        # A trace that describes a GPU but holds no GPU event was recorded without device activity, or
+        # lost it (a truncated file keeps the events before the damage): not a CPU-only job.
+        what = (
+            "the trace describes a GPU but no GPU activity was read from it (no kernels, copies or memsets): "
+            "without GPU events trainscope"
+            if isinstance(described, int) and described > 0
+            else "the trace has no GPU activity (no kernels, copies or memsets): on a CPU-only trace trainscope"
+        )
         return Verdict(
             "insufficient_evidence",
             0.0,
             None,
-            "the trace has no GPU activity (no kernels, copies or memsets): on a CPU-only trace trainscope "
-            "diagnoses only input waits (DataLoader time within the steps), and none crosses "
+            f"{what} diagnoses only input waits (DataLoader time within the steps), and none crosses "
             f"data_wait.high ({rules.value('data_wait.high'):g} %)",
             [_ctx("GPU kernels in trace", 0, "kernels", "trace")],
         )

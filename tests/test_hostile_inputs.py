@@ -109,3 +109,18 @@ def test_a_hostile_datagram_is_dropped_and_the_next_one_counts(datagram):
         assert r._n == 3 and r._wait == 10
     finally:
         r.close()
+
+
+def test_a_gpu_trace_cut_before_its_gpu_events_is_not_called_cpu_only(tmp_path):
+    """The first 5,000 bytes of an A100 trace keep its device description but no GPU event: the
+    verdict says the GPU's activity was not read, not that the job ran on the CPU."""
+    import gzip
+
+    raw = gzip.decompress((DATA / "kineto" / "hta_a100_control.json.gz").read_bytes())[:5000]
+    f = tmp_path / "cut.json"
+    f.write_bytes(raw)
+    from trainscope import api
+
+    r = api.analyze(str(f))
+    assert r.verdict.axis == "insufficient_evidence"
+    assert "describes a GPU but no GPU activity was read" in r.verdict.summary and "CPU-only" not in r.verdict.summary
