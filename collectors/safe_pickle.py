@@ -15,6 +15,7 @@ checked to be acyclic and at most ``MAX_DEPTH`` deep before anyone walks it.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB of pickle → ~5 GiB of Python objects: larger is refused
@@ -53,7 +54,9 @@ def read_bounded(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
             if damaged:
                 raise UnsafePickleError(f"gzip data is damaged: {damaged}")
         else:
-            data = f.read(max_bytes + 1)
+            # no buffer of max_bytes up front (the reader's child has a memory limit): the file's size
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(min(max_bytes, size) + 1) if size else f.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise UnsafePickleError(f"larger than the {max_bytes / 2**20:.0f} MiB limit for a memory snapshot")
     return data
@@ -178,6 +181,56 @@ def scan_opcodes(data: bytes) -> None:
 
 
 _SIGNED4 = frozenset(b"T")  # BINSTRING's length is a signed int4
+
+
+EXPLAIN_MAX = 64 << 20  # a refused file up to this size is opcode-scanned to say precisely why
+
+
+def _unpickle_error(e: BaseException) -> UnsafePickleError:
+    msg = " ".join(str(e).split())
+    return UnsafePickleError(f"not a readable pickle ({type(e).__name__}: {msg[:120]})")
+
+
+_LOAD_ERRORS = (
+    pickle.UnpicklingError,
+    EOFError,
+    ValueError,
+    TypeError,
+    IndexError,
+    KeyError,
+    AttributeError,
+    OverflowError,
+    UnicodeDecodeError,
+    RecursionError,
+    SystemError,
+)
+
+
+def loads_restricted(data: bytes):
+    """The C unpickler alone, with :class:`PlainDataUnpickler`'s ``find_class`` refusing every
+    global: no opcode pre-scan and no plain-data walk. The caller bounds its memory (a child under
+    ``RLIMIT_AS``, :mod:`trainscope.collectors.isolated`) and checks types where it reads fields.
+    A ``MemoryError`` propagates, for the caller to refuse."""
+    try:
+        return PlainDataUnpickler(io.BytesIO(data)).load()
+    except UnsafePickleError:
+        raise
+    except _LOAD_ERRORS as e:
+        raise explain(data, e) from None
+
+
+def explain(data: bytes, e: BaseException | None = None) -> UnsafePickleError:
+    """Why ``data`` was refused, for a file already refused: the opcode scan's finding (a declared
+    size beyond the file, a memo index ahead, DUP bombs, truncation) when it finds one, else the
+    unpickler's own error. Scans only files up to ``EXPLAIN_MAX`` (Python speed, refusals only)."""
+    if len(data) <= EXPLAIN_MAX:
+        try:
+            scan_opcodes(data)
+        except UnsafePickleError as s:
+            return UnsafePickleError(f"not a readable pickle ({s})")
+    if e is None:
+        return UnsafePickleError("")
+    return _unpickle_error(e)
 
 
 def loads_plain(data: bytes):
