@@ -27,6 +27,10 @@ class UnsafePickleError(Exception):
     """The pickle asked for something other than plain data, or is malformed or too large."""
 
 
+class ReadRefused(UnsafePickleError):
+    """Refused before unpickling: too large, or gzip data damaged or inflating past the cap."""
+
+
 class PlainDataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):  # noqa: D401 - pickle API
         raise UnsafePickleError(
@@ -50,15 +54,15 @@ def read_bounded(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
             try:
                 data, damaged, _ = gunzip_limited(f, path, 0, max_bytes=max_bytes + 1)
             except TraceError as e:
-                raise UnsafePickleError(e.problem) from None
+                raise ReadRefused(e.problem) from None
             if damaged:
-                raise UnsafePickleError(f"gzip data is damaged: {damaged}")
+                raise ReadRefused(f"gzip data is damaged: {damaged}")
         else:
             # no buffer of max_bytes up front (the reader's child has a memory limit): the file's size
             size = os.fstat(f.fileno()).st_size
             data = f.read(min(max_bytes, size) + 1) if size else f.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise UnsafePickleError(f"larger than the {max_bytes / 2**20:.0f} MiB limit for a memory snapshot")
+        raise ReadRefused(f"larger than the {max_bytes / 2**20:.0f} MiB limit for a memory snapshot")
     return data
 
 
@@ -219,11 +223,48 @@ def loads_restricted(data: bytes):
         raise explain(data, e) from None
 
 
+def load_restricted_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES, accept=None):
+    """:func:`loads_restricted` of a file, streamed from disk when it is not gzip-compressed (the
+    unpickler reads it frame by frame: the bytes are never all in memory beside the objects).
+    ``accept(head)`` vets the first 16 bytes (raise to refuse). A ``MemoryError`` is explained by
+    the opcode scan when it finds why, else it propagates."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if head[:2] == b"\x1f\x8b":
+        data = read_bounded(path, max_bytes)
+        if accept is not None:
+            accept(data[:16])
+        try:
+            return loads_restricted(data)
+        except MemoryError:
+            why = explain(data).args[0]
+            if why:
+                raise UnsafePickleError(why) from None
+            raise
+    if os.path.getsize(path) > max_bytes:
+        raise ReadRefused(f"larger than the {max_bytes / 2**20:.0f} MiB limit for a memory snapshot")
+    if accept is not None:
+        accept(head)
+    err: BaseException
+    with open(path, "rb") as f:
+        try:
+            return PlainDataUnpickler(f).load()
+        except UnsafePickleError:
+            raise
+        except (MemoryError, *_LOAD_ERRORS) as e:
+            err = e
+    with open(path, "rb") as f:  # refused: read it again (up to EXPLAIN_MAX) to say why
+        why = explain(f.read(EXPLAIN_MAX + 1), err if not isinstance(err, MemoryError) else None).args[0]
+    if why:
+        raise UnsafePickleError(why) from None
+    raise err
+
+
 def explain(data: bytes, e: BaseException | None = None) -> UnsafePickleError:
     """Why ``data`` was refused, for a file already refused: the opcode scan's finding (a declared
     size beyond the file, a memo index ahead, DUP bombs, truncation) when it finds one, else the
     unpickler's own error. Scans only files up to ``EXPLAIN_MAX`` (Python speed, refusals only)."""
-    if len(data) <= EXPLAIN_MAX:
+    if len(data) <= EXPLAIN_MAX:  # (a longer one was cut at EXPLAIN_MAX + 1 bytes: not scanned)
         try:
             scan_opcodes(data)
         except UnsafePickleError as s:

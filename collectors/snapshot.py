@@ -15,6 +15,7 @@ import gc
 import os
 from gc import is_tracked
 from itertools import chain
+from operator import eq, itemgetter
 
 import numpy as np
 
@@ -23,9 +24,11 @@ from trainscope.collectors.isolated import ChildError, run_limited
 from trainscope.collectors.safe_pickle import (
     DEFAULT_MAX_BYTES,
     UnsafePickleError,
+    EXPLAIN_MAX,
+    ReadRefused,
     check_plain,
     explain,
-    loads_restricted,
+    load_restricted_file,
     read_bounded,
 )
 
@@ -112,37 +115,36 @@ def _read(path: str, max_bytes: int) -> Snapshot:
 
 
 def _read_checked(path: str, max_bytes: int) -> Snapshot:
+    def accept(head: bytes) -> None:
+        if not is_pickle(head):
+            raise TraceError(
+                path,
+                "not a pickle: expected a CUDA memory snapshot written by "
+                'torch.cuda.memory._dump_snapshot("snapshot.pickle")',
+            )
+
     try:
-        data = read_bounded(path, max_bytes)
-    except UnsafePickleError as e:
+        raw = load_restricted_file(path, max_bytes, accept)
+    except ReadRefused as e:  # too large, gzip damaged: said as they are
         raise TraceError(path, str(e)) from None
-    except OSError as e:
-        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
-    if not is_pickle(data[:16]):
-        raise TraceError(
-            path,
-            "not a pickle: expected a CUDA memory snapshot written by "
-            'torch.cuda.memory._dump_snapshot("snapshot.pickle")',
-        )
-    try:
-        raw = loads_restricted(data)
     except UnsafePickleError as e:
         raise TraceError(path, f"rejected: {e}") from None
-    except MemoryError:
-        # over the child's limit: say which declared size or memo index asked for it, when one did
-        why = explain(data).args[0]
-        if why:
-            raise TraceError(path, f"rejected: {why}") from None
-        raise
-    del data
+    except OSError as e:
+        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     try:
         return _parse(path, raw)
     except UnsafePickleError as e:
         raise TraceError(path, f"rejected: {e}") from None
     except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as e:
         del raw
-        # A refused file is opcode-scanned for a structural reason (DUP bombs and the like)
-        why = explain(read_bounded(path, max_bytes)).args[0]
+        # a refused file is opcode-scanned for a structural reason (DUP bombs and the like)
+        with open(path, "rb") as f:
+            head = f.read(2)
+        if head == b"\x1f\x8b":
+            why = explain(read_bounded(path, max_bytes)).args[0]
+        else:
+            with open(path, "rb") as f:
+                why = explain(f.read(EXPLAIN_MAX + 1)).args[0]
         if why:
             raise TraceError(path, f"rejected: {why}") from None
         raise TraceError(path, f"not a CUDA memory snapshot ({type(e).__name__}: {e})") from None
@@ -191,6 +193,49 @@ class _Checked:
         return fl
 
 
+def shared_stacks(fl: list) -> list:
+    """``fl`` with equal frame lists replaced by one list object (a training loop records the same
+    few stacks millions of times, each a new list of memoized frames): what the child sends back
+    and the parent holds is then a reference per event, not a list. In C-speed passes, by chunks:
+    a list's key is (id of its first frame, id of its last, length); the first list seen with a
+    key stands for the others when equal to them (``==`` on lists of the same objects compares
+    identities), else the chunk is matched one list at a time on all its frames' ids."""
+    first: dict = {}
+    out: list = []
+    step = 1 << 18
+    for lo in range(0, len(fl), step):
+        chunk = fl[lo : lo + step]
+        empty = not all(chunk)
+        if empty:  # an event without a stack: a stand-in with a first and last item, put back below
+            chunk = [f or _NO_STACK for f in chunk]
+        keys = list(zip(map(id, map(_first, chunk)), map(id, map(_last, chunk)), map(len, chunk)))
+        new = dict(zip(reversed(keys), reversed(chunk)))
+        new.update(first)  # an earlier chunk's list keeps standing for its key
+        cand = list(map(new.__getitem__, keys))
+        if all(map(eq, cand, chunk)):
+            first = new
+            out.extend([c if c is not _NO_STACK else [] for c in cand] if empty else cand)
+        else:
+            out.extend(_shared_slow(fl[lo : lo + step], first))
+    return out
+
+
+def _shared_slow(chunk: list, first: dict) -> list:
+    exact: dict = {}
+    out = []
+    for f in chunk:
+        k = (id(f[0]), id(f[-1]), len(f)) if f else ()
+        c = first.get(k)
+        if c is None:
+            first[k] = c = f
+        elif c != f:
+            c = exact.setdefault(tuple(map(id, f)), f)
+        out.append(c)
+    return out
+
+
+_first, _last = itemgetter(0), itemgetter(-1)
+_NO_STACK = [None]
 _LIST = frozenset((list,))
 _DICT = frozenset((dict,))
 
@@ -333,7 +378,7 @@ def _device_trace(device: int, events: list, warnings: list[str], checked: _Chec
     addr = _ints([e["addr"] if "addr" in e else e.get("device_free", 0) for e in events], "event addr")
     size = _ints([e.get("size", 0) for e in events], "event size")
     t = _ints([e.get("time_us", 0) for e in events], "event time_us")
-    frames = checked.frame_lists([e.get("frames") for e in events])
+    frames = shared_stacks(checked.frame_lists([e.get("frames") for e in events]))
     if unknown:
         warnings.append(f"device {device}: ignored unknown trace actions: {', '.join(sorted(unknown))}")
     return DeviceTrace(device, action if len(events) else np.empty(0, np.int8), addr, size, t, frames)
