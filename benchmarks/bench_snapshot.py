@@ -37,13 +37,14 @@ import resource, sys, time
 from trainscope.collectors.snapshot import load_snapshot, load_snapshot_in_process
 load = load_snapshot_in_process if sys.argv[2] == "in-process" else load_snapshot
 t = time.perf_counter(); snap = load(sys.argv[1]); dt = time.perf_counter() - t
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the load's, before any analysis
 ta = 0.0
 if sys.argv[3] == "analysis":
     from trainscope.analyzers.snapshot_memory import snapshot_memory
     t = time.perf_counter(); snapshot_memory(snap); ta = time.perf_counter() - t
 events = sum(len(tr) for tr in snap.traces)
-print(dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-      resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, ta, events)
+print(dt, rss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, ta, events,
+      resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 
 
@@ -54,16 +55,13 @@ def _run(code: str, *args: str) -> list[float]:
     return [float(x) for x in out.stdout.split()]
 
 
-def build_large(raw: dict, path: str, size_bytes: int) -> None:
-    """Write a snapshot of about ``size_bytes``: ``raw``'s segments, blocks and events repeated."""
-    one = len(pickle.dumps(raw, protocol=4))
-    repeat = max(1, round(size_bytes / one))
+def _repeated(raw: dict, repeat: int) -> dict:
+    """``raw`` with its segments (addresses shifted), blocks and events (times shifted) repeated;
+    each copy's frame lists are new lists of the same memoized frame dicts, as PyTorch writes them."""
     events = raw["device_traces"][0]
     span = events[-1]["time_us"] - events[0]["time_us"] + 1
     segs = raw["segments"]
-    lo = min(s["address"] for s in segs)
-    hi = max(s["address"] + s["total_size"] for s in segs)
-    shift = hi - lo
+    shift = max(s["address"] + s["total_size"] for s in segs) - min(s["address"] for s in segs)
 
     def copy_block(b: dict, k: int) -> dict:
         c = dict(b, address=b["address"] + k * shift) if "address" in b else dict(b)
@@ -84,23 +82,33 @@ def build_large(raw: dict, path: str, size_bytes: int) -> None:
             for e in events
         ]
     ]
+    return big
+
+
+def build_large(raw: dict, path: str, size_bytes: int) -> None:
+    """Write a snapshot of about ``size_bytes`` by repeating ``raw`` (the size of one more copy
+    measured from one and two copies)."""
+    one, two = (len(pickle.dumps(_repeated(raw, k), protocol=4)) for k in (1, 2))
+    repeat = max(1, round((size_bytes - one) / (two - one)) + 1)
     with open(path, "wb") as f:
-        pickle.dump(big, f, protocol=4)
+        pickle.dump(_repeated(raw, repeat), f, protocol=4)
 
 
 def measure(path: str, analysis: bool, in_process: bool) -> None:
     size = os.path.getsize(path)
     plain_s, plain_rss = _run(_PLAIN, path)
-    safe_s, parent_rss, child_rss, analysis_s, events = _run(_SAFE, path, "child", "analysis" if analysis else "-")
+    safe_s, parent_rss, child_rss, analysis_s, events, after = _run(
+        _SAFE, path, "child", "analysis" if analysis else "-"
+    )
     mib = 2**20
     print(
         f"{size / mib:9.1f} MiB  {int(events):>10,} events  pickle.loads {plain_s:7.2f} s (RSS {plain_rss / mib:6.0f} MiB)  "
         f"load_snapshot {safe_s:7.2f} s = {safe_s / plain_s:4.2f}×  RSS parent {parent_rss / mib:6.0f} MiB "
         f"({parent_rss / size:4.2f}× file), reader child {child_rss / mib:6.0f} MiB ({child_rss / size:4.2f}× file)"
-        + (f"  analysis {analysis_s:6.2f} s" if analysis else "")
+        + (f"  analysis {analysis_s:6.2f} s (RSS then {after / mib:6.0f} MiB)" if analysis else "")
     )
     if in_process:
-        s, rss, _, _, _ = _run(_SAFE, path, "in-process", "-")
+        s, rss, _, _, _, _ = _run(_SAFE, path, "in-process", "-")
         print(f"{'':9s}      in-process (no child): {s:7.2f} s = {s / plain_s:4.2f}×  RSS {rss / mib:6.0f} MiB")
 
 

@@ -289,6 +289,9 @@ def _parse(path: str, raw) -> Snapshot:
                 blocks,
             )
         )
+    blocks = [b for seg in segments for b in seg.blocks]
+    for b, frames in zip(blocks, shared_stacks([b.frames for b in blocks])):
+        b.frames = frames
     traces = []
     for device, events in enumerate(_list(raw.get("device_traces", []), "device_traces")):
         traces.append(_device_trace(device, _list(events, "device trace"), warnings, checked))
@@ -343,7 +346,7 @@ def _blocks(s: dict, checked: _Checked) -> list[Block]:
         )
         offset = addr + size
     for blk, frames in zip(out, checked.frame_lists([blk.frames for blk in out])):
-        blk.frames = frames
+        blk.frames = frames  # (shared across all segments' blocks by _parse)
     return out
 
 
