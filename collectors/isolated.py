@@ -16,11 +16,12 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
 
-_OK, _ERR = b"O", b"E"
+_OK, _ERR, _BUG = b"O", b"E", b"X"
 
 
 class ChildError(Exception):
@@ -64,7 +65,9 @@ class _ResultUnpickler(pickle.Unpickler):
 
 def run_limited(fn: Callable[..., Any], args: tuple, limit_bytes: int) -> Any:
     """``fn(*args)`` in a forked child whose address space may grow by ``limit_bytes``. A
-    :class:`ChildError` carries the child's one-line refusal; the result comes back through a pipe."""
+    :class:`ChildError` carries the child's one-line refusal; the result comes back through a pipe.
+    An unexpected exception in the child is raised here as a ``RuntimeError`` naming it (a bug,
+    not a refusal). The child is killed if the caller is interrupted."""
     if not hasattr(os, "fork"):
         return fn(*args)
     try:
@@ -76,13 +79,14 @@ def run_limited(fn: Callable[..., Any], args: tuple, limit_bytes: int) -> Any:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: never returns
-        code = 0
         try:
             gc.disable()  # the child only builds and hands back an acyclic tree, then exits
             os.close(r)
             base = _address_space()
             if base:
-                resource.setrlimit(resource.RLIMIT_AS, (base + limit_bytes, resource.RLIM_INFINITY))
+                _, hard = resource.getrlimit(resource.RLIMIT_AS)
+                soft = base + limit_bytes if hard == resource.RLIM_INFINITY else min(base + limit_bytes, hard)
+                resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
             with os.fdopen(w, "wb", buffering=1 << 20) as out:
                 try:
                     result = fn(*args)
@@ -94,15 +98,16 @@ def run_limited(fn: Callable[..., Any], args: tuple, limit_bytes: int) -> Any:
                         + f"needs more than its memory limit ({limit_bytes / 2**20:,.0f} MiB) to read: "
                         "a memory bomb, not a snapshot".encode()
                     )
+                except BaseException as e:  # noqa: BLE001 - a bug: reported to the parent as one
+                    out.write(_BUG + f"{type(e).__name__}: {e}"[:2000].encode("utf-8", "backslashreplace"))
                 else:
                     out.write(_OK)
                     pickle.dump(result, out, protocol=5)
                     del result
-        except BaseException:  # noqa: BLE001 - the child must exit, whatever happened
-            code = 3
         finally:
-            os._exit(code)
+            os._exit(0)
     os.close(w)
+    tag = b""
     try:
         with os.fdopen(r, "rb", buffering=1 << 20) as inp:
             tag = inp.read(1)
@@ -115,23 +120,29 @@ def run_limited(fn: Callable[..., Any], args: tuple, limit_bytes: int) -> Any:
                     result = _ResultUnpickler(inp).load()
                 except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as e:
                     raise ChildError(
-                        f"the reader's result was cut short ({type(e).__name__}): out of memory?"
+                        f"the reader's result could not be read back ({type(e).__name__}: {str(e)[:200]})"
                     ) from None
                 finally:
                     if was:
                         gc.enable()
             elif tag == _ERR:
                 raise ChildError(inp.read(4096).decode("utf-8", "backslashreplace"))
-            else:
-                result = None
+            elif tag == _BUG:
+                raise RuntimeError(
+                    f"the snapshot reader failed in its child: {inp.read(4096).decode('utf-8', 'replace')}"
+                )
+    except BaseException:  # refused, interrupted or cut short: the child has nothing more to say
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        raise
     finally:
         _, status = os.waitpid(pid, 0)
-    if tag not in (_OK, _ERR):
+    if tag != _OK:
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
         raise ChildError(
-            f"the reader stopped (signal {sig}) within its memory limit of {limit_bytes / 2**20:,.0f} MiB: "
-            "a memory bomb, not a snapshot"
-            if sig
-            else f"the reader stopped within its memory limit of {limit_bytes / 2**20:,.0f} MiB: a memory bomb, not a snapshot"
+            f"the reader stopped{f' (signal {sig})' if sig else ''} within its memory limit of "
+            f"{limit_bytes / 2**20:,.0f} MiB: a memory bomb, not a snapshot"
         )
     return result

@@ -115,3 +115,20 @@ def test_a_memory_bomb_costs_the_child_not_the_caller(tmp_path):
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert "memory limit" in err and "memory bomb" in err
     assert rss < 1 << 30, f"peaked at {rss / 2**20:.0f} MiB"
+
+
+def test_the_child_reports_a_bug_a_death_and_a_foreign_result_apart():
+    import os
+    from collections import OrderedDict
+
+    from trainscope.collectors.isolated import ChildError, run_limited
+
+    assert run_limited(lambda x: np.arange(x), (3,), 256 << 20).tolist() == [0, 1, 2]
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        run_limited(lambda: 1 // 0, (), 256 << 20)
+    with pytest.raises(ChildError, match="signal 9"):
+        run_limited(lambda: os.kill(os.getpid(), 9), (), 256 << 20)
+    with pytest.raises(ChildError, match="collections.OrderedDict"):
+        run_limited(OrderedDict, (), 256 << 20)
+    with pytest.raises(ChildError, match="memory limit"):
+        run_limited(lambda: bytearray(1 << 30), (), 256 << 20)
