@@ -63,17 +63,24 @@ class _ResultUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"the reader's result names {module}.{name}, which it never holds")
 
 
+def can_isolate() -> bool:
+    """Whether :func:`run_limited` runs its function in a limited child (POSIX ``fork``)."""
+    try:
+        import resource  # noqa: F401
+    except ImportError:  # pragma: no cover - Windows
+        return False
+    return hasattr(os, "fork")
+
+
 def run_limited(fn: Callable[..., Any], args: tuple, limit_bytes: int) -> Any:
     """``fn(*args)`` in a forked child whose address space may grow by ``limit_bytes``. A
     :class:`ChildError` carries the child's one-line refusal; the result comes back through a pipe.
     An unexpected exception in the child is raised here as a ``RuntimeError`` naming it (a bug,
     not a refusal). The child is killed if the caller is interrupted."""
-    if not hasattr(os, "fork"):
+    if not can_isolate():  # pragma: no cover - Windows
         return fn(*args)
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - POSIX without resource
-        return fn(*args)
+    import resource
+
     sys.stdout.flush()
     sys.stderr.flush()
     r, w = os.pipe()

@@ -216,20 +216,33 @@ def loads_restricted(data: bytes):
     ``RLIMIT_AS``, :mod:`trainscope.collectors.isolated`) and checks types where it reads fields.
     A ``MemoryError`` propagates, for the caller to refuse."""
     try:
-        return PlainDataUnpickler(io.BytesIO(data)).load()
+        # buffered: the unpickler peeks ahead instead of a read() call per opcode (5× faster on
+        # protocol 2, which has no frames); a declared size beyond the bytes is a MemoryError here,
+        # bounded by the caller's limit or refused by the scan before
+        return PlainDataUnpickler(io.BufferedReader(io.BytesIO(data), 1 << 20)).load()
     except UnsafePickleError:
         raise
     except _LOAD_ERRORS as e:
         raise explain(data, e) from None
 
 
-def load_restricted_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES, accept=None):
+def load_restricted_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES, accept=None, prescan: bool = False):
     """:func:`loads_restricted` of a file, streamed from disk when it is not gzip-compressed (the
     unpickler reads it frame by frame: the bytes are never all in memory beside the objects).
+    ``prescan``: read it whole and run the opcode scan first, for a caller with no memory limit.
     ``accept(head)`` vets the first 16 bytes (raise to refuse). A ``MemoryError`` is explained by
     the opcode scan when it finds why, else it propagates."""
     with open(path, "rb") as f:
         head = f.read(16)
+    if prescan:  # no memory limit around this process: the opcode scan bounds what the unpickler allocates
+        data = read_bounded(path, max_bytes)
+        if accept is not None:
+            accept(data[:16])
+        try:
+            scan_opcodes(data)
+        except UnsafePickleError as e:
+            raise UnsafePickleError(f"not a readable pickle ({e})") from None
+        return loads_restricted(data)
     if head[:2] == b"\x1f\x8b":
         data = read_bounded(path, max_bytes)
         if accept is not None:

@@ -20,7 +20,7 @@ from operator import eq, itemgetter
 import numpy as np
 
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.isolated import ChildError, run_limited
+from trainscope.collectors.isolated import ChildError, can_isolate, run_limited
 from trainscope.collectors.safe_pickle import (
     DEFAULT_MAX_BYTES,
     UnsafePickleError,
@@ -100,21 +100,25 @@ def load_snapshot(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     try:
-        return run_limited(_read, (path, max_bytes), limit)
+        return run_limited(_read, (path, max_bytes, not can_isolate()), limit)
     except ChildError as e:
         raise TraceError(path, str(e)) from None
 
 
-def _read(path: str, max_bytes: int) -> Snapshot:
+def _read(path: str, max_bytes: int, prescan: bool = False) -> Snapshot:
     """Read, unpickle and parse ``path`` (in the child); a refusal is a :class:`ChildError` with
     its one-line problem."""
     try:
-        return _read_checked(path, max_bytes)
+        return _read_checked(path, max_bytes, prescan)
     except TraceError as e:
         raise ChildError(e.problem) from None
+    except MemoryError:
+        if not prescan:
+            raise  # the child's limit: run_limited says so
+        raise ChildError("needs more memory than this machine has free to read") from None
 
 
-def _read_checked(path: str, max_bytes: int) -> Snapshot:
+def _read_checked(path: str, max_bytes: int, prescan: bool = False) -> Snapshot:
     def accept(head: bytes) -> None:
         if not is_pickle(head):
             raise TraceError(
@@ -124,7 +128,7 @@ def _read_checked(path: str, max_bytes: int) -> Snapshot:
             )
 
     try:
-        raw = load_restricted_file(path, max_bytes, accept)
+        raw = load_restricted_file(path, max_bytes, accept, prescan)
     except ReadRefused as e:  # too large, gzip damaged: said as they are
         raise TraceError(path, str(e)) from None
     except UnsafePickleError as e:

@@ -132,3 +132,25 @@ def test_the_child_reports_a_bug_a_death_and_a_foreign_result_apart():
         run_limited(OrderedDict, (), 256 << 20)
     with pytest.raises(ChildError, match="memory limit"):
         run_limited(lambda: bytearray(1 << 30), (), 256 << 20)
+
+
+@pytest.mark.parametrize(
+    "payload,says",
+    [
+        (b"\x80\x04\x8e" + (2**40).to_bytes(8, "little") + b"abc.", "declares"),  # BINBYTES8
+        (b"\x80\x02]r" + (2**31).to_bytes(4, "little") + b".", "memo index"),  # LONG_BINPUT far ahead
+        (b"cos\nsystem\n(S'echo pwned'\ntR.", "refuses to load os.system"),
+    ],
+)
+def test_without_fork_the_opcode_scan_bounds_the_read(tmp_path, monkeypatch, payload, says):
+    """Where no child can be forked (Windows), the read runs in-process and the opcode scan comes
+    first, as it did before the child existed."""
+    from trainscope.collectors import snapshot
+
+    monkeypatch.setattr(snapshot, "can_isolate", lambda: False)
+    monkeypatch.setattr(snapshot, "run_limited", lambda fn, args, limit: fn(*args))
+    path = tmp_path / "h.pickle"
+    path.write_bytes(payload)
+    with pytest.raises(TraceError, match=says):
+        load_snapshot(str(path))
+    assert len(load_snapshot(str(SNAPSHOT)).traces[0]) == 19_464
