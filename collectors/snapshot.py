@@ -14,8 +14,8 @@ from __future__ import annotations
 import gc
 import os
 from gc import is_tracked
-from itertools import chain
-from operator import eq, itemgetter
+from itertools import chain, compress, repeat
+from operator import eq, floordiv, getitem, itemgetter, not_
 
 import numpy as np
 
@@ -201,40 +201,31 @@ def shared_stacks(fl: list) -> list:
     """``fl`` with equal frame lists replaced by one list object (a training loop records the same
     few stacks millions of times, each a new list of memoized frames): what the child sends back
     and the parent holds is then a reference per event, not a list. In C-speed passes, by chunks:
-    a list's key is (id of its first frame, id of its last, length); the first list seen with a
-    key stands for the others when equal to them (``==`` on lists of the same objects compares
-    identities), else the chunk is matched one list at a time on all its frames' ids."""
+    a list's key is the ids of its first, middle and last frames and its length; the first list
+    seen with a key stands for the others when equal to them (``==`` on lists of the same objects
+    compares identities); the few that are not (another stack with the same key) are matched on
+    all their frames' ids."""
     first: dict = {}
+    exact: dict = {}
     out: list = []
+    no_frames: list = []  # one empty list for every event without a stack
     step = 1 << 18
     for lo in range(0, len(fl), step):
         chunk = fl[lo : lo + step]
         empty = not all(chunk)
         if empty:  # an event without a stack: a stand-in with a first and last item, put back below
             chunk = [f or _NO_STACK for f in chunk]
-        keys = list(zip(map(id, map(_first, chunk)), map(id, map(_last, chunk)), map(len, chunk)))
+        lens = list(map(len, chunk))
+        mids = map(getitem, chunk, map(floordiv, lens, repeat(2)))
+        keys = list(zip(map(id, map(_first, chunk)), map(id, mids), map(id, map(_last, chunk)), lens))
         new = dict(zip(reversed(keys), reversed(chunk)))
         new.update(first)  # an earlier chunk's list keeps standing for its key
+        first = new
         cand = list(map(new.__getitem__, keys))
-        if all(map(eq, cand, chunk)):
-            first = new
-            out.extend([c if c is not _NO_STACK else [] for c in cand] if empty else cand)
-        else:
-            out.extend(_shared_slow(fl[lo : lo + step], first))
-    return out
-
-
-def _shared_slow(chunk: list, first: dict) -> list:
-    exact: dict = {}
-    out = []
-    for f in chunk:
-        k = (id(f[0]), id(f[-1]), len(f)) if f else ()
-        c = first.get(k)
-        if c is None:
-            first[k] = c = f
-        elif c != f:
-            c = exact.setdefault(tuple(map(id, f)), f)
-        out.append(c)
+        for i in compress(range(len(chunk)), map(not_, map(eq, cand, chunk))):
+            f = chunk[i]
+            cand[i] = exact.setdefault(tuple(map(id, f)), f)
+        out.extend([c if c is not _NO_STACK else no_frames for c in cand] if empty else cand)
     return out
 
 
