@@ -1,67 +1,137 @@
-"""Time and memory of `trainscope memory` on a CUDA snapshot: the real 3.7 MB one, and the same
-trace repeated to make a larger one (a busy job's snapshot with max_entries=100k+ is 10–100 MB).
+"""Time and memory of reading a CUDA memory snapshot safely, against plain ``pickle.loads`` of the
+same file: the real 3.7 MB snapshot, and one of about 1 GB built by repeating its segments
+(addresses shifted), blocks and trace entries (times shifted; each copy's frame lists are new
+lists of the same memoized frame dicts, as PyTorch writes them).
 
-    python benchmarks/bench_snapshot.py [REPEAT]
+    python benchmarks/bench_snapshot.py [--size-mb 1000] [--keep DIR] [--no-analysis]
 
-Prints, per file: size, plain pickle.load time (the unsafe baseline), the safe load (restricted
-unpickler + plain-data check + parse), the analysis, and the peak RSS of a fresh process.
+Each figure is measured in a fresh process: ``pickle.loads`` (the unsafe floor, timed on the bytes
+already in memory, peak RSS including those bytes) and ``load_snapshot`` (read, restricted C
+unpickle and parse in a forked child under RLIMIT_AS, the model sent back): its wall time, the
+parent's peak RSS and the reader child's peak RSS (``RUSAGE_CHILDREN``; it counts the pages the
+child shares with its parent too). ``--in-process`` adds the same read without the child.
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import os
 import pickle
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SNAPSHOT = os.path.join(HERE, "..", "tests", "data", "memory", "mem_cs336_nothanmin_trainstep.pickle.gz")
 
+_PLAIN = """
+import pickle, resource, sys, time
+data = open(sys.argv[1], "rb").read()
+t = time.perf_counter(); obj = pickle.loads(data); dt = time.perf_counter() - t  # trusted: built here
+print(dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
 
-def measure(path: str) -> None:
-    code = (
-        "import time, resource, pickle, sys\n"
-        "from trainscope.collectors.snapshot import load_snapshot\n"
-        "from trainscope.analyzers.snapshot_memory import snapshot_memory\n"
-        "t0 = time.perf_counter(); snap = load_snapshot(sys.argv[1]); t1 = time.perf_counter()\n"
-        "mem = snapshot_memory(snap); t2 = time.perf_counter()\n"
-        "print(f'{t1 - t0:.3f} {t2 - t1:.3f} {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} "
-        "{mem[0].peak_allocated}')\n"
+_SAFE = """
+import resource, sys, time
+from trainscope.collectors.snapshot import load_snapshot, load_snapshot_in_process
+load = load_snapshot_in_process if sys.argv[2] == "in-process" else load_snapshot
+t = time.perf_counter(); snap = load(sys.argv[1]); dt = time.perf_counter() - t
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the load's, before any analysis
+ta = 0.0
+if sys.argv[3] == "analysis":
+    from trainscope.analyzers.snapshot_memory import snapshot_memory
+    t = time.perf_counter(); snapshot_memory(snap); ta = time.perf_counter() - t
+events = sum(len(tr) for tr in snap.traces)
+print(dt, rss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, ta, events,
+      resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def _run(code: str, *args: str) -> list[float]:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"measurement failed: {out.stderr.strip()[-800:]}")
+    return [float(x) for x in out.stdout.split()]
+
+
+def _repeated(raw: dict, repeat: int) -> dict:
+    """``raw`` with its segments (addresses shifted), blocks and events (times shifted) repeated;
+    each copy's frame lists are new lists of the same memoized frame dicts, as PyTorch writes them."""
+    events = raw["device_traces"][0]
+    span = events[-1]["time_us"] - events[0]["time_us"] + 1
+    segs = raw["segments"]
+    shift = max(s["address"] + s["total_size"] for s in segs) - min(s["address"] for s in segs)
+
+    def copy_block(b: dict, k: int) -> dict:
+        c = dict(b, address=b["address"] + k * shift) if "address" in b else dict(b)
+        if isinstance(b.get("frames"), list):
+            c["frames"] = list(b["frames"])
+        return c
+
+    big = dict(raw)
+    big["segments"] = [
+        dict(s, address=s["address"] + k * shift, blocks=[copy_block(b, k) for b in s["blocks"]])
+        for k in range(repeat)
+        for s in segs
+    ]
+    big["device_traces"] = [
+        [
+            dict(e, time_us=e["time_us"] + k * span, frames=list(e.get("frames") or []))
+            for k in range(repeat)
+            for e in events
+        ]
+    ]
+    return big
+
+
+def build_large(raw: dict, path: str, size_bytes: int) -> None:
+    """Write a snapshot of about ``size_bytes`` by repeating ``raw`` (the size of one more copy
+    measured from one and two copies)."""
+    one, two = (len(pickle.dumps(_repeated(raw, k), protocol=4)) for k in (1, 2))
+    repeat = max(1, round((size_bytes - one) / (two - one)) + 1)
+    with open(path, "wb") as f:
+        pickle.dump(_repeated(raw, repeat), f, protocol=4)
+
+
+def measure(path: str, analysis: bool, in_process: bool) -> None:
+    size = os.path.getsize(path)
+    plain_s, plain_rss = _run(_PLAIN, path)
+    safe_s, parent_rss, child_rss, analysis_s, events, after = _run(
+        _SAFE, path, "child", "analysis" if analysis else "-"
     )
-    out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True).stdout.split()
-    with open(path, "rb") as f:
-        data = f.read()
-    t = time.perf_counter()
-    pickle.loads(data)  # trusted: generated by this script
-    plain = time.perf_counter() - t
+    mib = 2**20
     print(
-        f"{os.path.getsize(path) / 2**20:8.1f} MiB  plain pickle.load {plain:6.3f} s  safe load {float(out[0]):6.3f} s  "
-        f"analysis {float(out[1]):6.3f} s  peak RSS {out[2]} MiB  (peak allocated {int(out[3]) / 1e9:.2f} GB)"
+        f"{size / mib:9.1f} MiB  {int(events):>10,} events  pickle.loads {plain_s:7.2f} s (RSS {plain_rss / mib:6.0f} MiB)  "
+        f"load_snapshot {safe_s:7.2f} s = {safe_s / plain_s:4.2f}×  RSS parent {parent_rss / mib:6.0f} MiB "
+        f"({parent_rss / size:4.2f}× file), reader child {child_rss / mib:6.0f} MiB ({child_rss / size:4.2f}× file)"
+        + (f"  analysis {analysis_s:6.2f} s (RSS then {after / mib:6.0f} MiB)" if analysis else "")
     )
+    if in_process:
+        s, rss, _, _, _, _ = _run(_SAFE, path, "in-process", "-")
+        print(f"{'':9s}      in-process (no child): {s:7.2f} s = {s / plain_s:4.2f}×  RSS {rss / mib:6.0f} MiB")
 
 
 def main() -> None:
-    repeat = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    raw = gzip.open(SNAPSHOT).read()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-mb", type=float, default=1000.0, help="size of the built snapshot (MB, 10⁶ bytes)")
+    ap.add_argument("--keep", help="write the built snapshot into this directory and keep it")
+    ap.add_argument("--no-analysis", action="store_true", help="skip timing snapshot_memory")
+    ap.add_argument("--in-process", action="store_true", help="also time the read without the child")
+    a = ap.parse_args()
+    print(
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
+    )
+    raw_bytes = gzip.open(SNAPSHOT).read()
     with tempfile.TemporaryDirectory() as d:
         small = os.path.join(d, "snapshot.pickle")
         with open(small, "wb") as f:
-            f.write(raw)
-        measure(small)
-        snap = pickle.loads(raw)  # trusted fixture
-        events = snap["device_traces"][0]
-        span = events[-1]["time_us"] - events[0]["time_us"] + 1
-        # Repeat the trace as alloc/free cycles shifted in time, so it still replays consistently:
-        # each copy frees what it allocated except the final one.
-        big = dict(snap)
-        big["device_traces"] = [[dict(e, time_us=e["time_us"] + k * span) for k in range(repeat) for e in events]]
-        large = os.path.join(d, "snapshot_large.pickle")
-        with open(large, "wb") as f:
-            pickle.dump(big, f, protocol=4)
-        measure(large)
+            f.write(raw_bytes)
+        measure(small, not a.no_analysis, a.in_process)
+        large = os.path.join(a.keep or d, f"snapshot_{a.size_mb:.0f}MB.pickle")
+        if not os.path.exists(large):
+            build_large(pickle.loads(raw_bytes), large, int(a.size_mb * 1e6))  # trusted fixture
+        measure(large, not a.no_analysis, a.in_process)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ checked to be acyclic and at most ``MAX_DEPTH`` deep before anyone walks it.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB of pickle → ~5 GiB of Python objects: larger is refused
@@ -24,6 +25,10 @@ _PLAIN = (dict, list, tuple, str, int, float, bool, type(None), bytes)
 
 class UnsafePickleError(Exception):
     """The pickle asked for something other than plain data, or is malformed or too large."""
+
+
+class ReadRefused(UnsafePickleError):
+    """Refused before unpickling: too large, or gzip data damaged or inflating past the cap."""
 
 
 class PlainDataUnpickler(pickle.Unpickler):
@@ -49,13 +54,15 @@ def read_bounded(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
             try:
                 data, damaged, _ = gunzip_limited(f, path, 0, max_bytes=max_bytes + 1)
             except TraceError as e:
-                raise UnsafePickleError(e.problem) from None
+                raise ReadRefused(e.problem) from None
             if damaged:
-                raise UnsafePickleError(f"gzip data is damaged: {damaged}")
+                raise ReadRefused(f"gzip data is damaged: {damaged}")
         else:
-            data = f.read(max_bytes + 1)
+            # no buffer of max_bytes up front (the reader's child has a memory limit): the file's size
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(min(max_bytes, size) + 1) if size else f.read(max_bytes + 1)
     if len(data) > max_bytes:
-        raise UnsafePickleError(f"larger than the {max_bytes / 2**20:.0f} MiB limit for a memory snapshot")
+        raise ReadRefused(f"larger than the {max_bytes / 2**20:.0f} MiB limit for a memory snapshot")
     return data
 
 
@@ -178,6 +185,106 @@ def scan_opcodes(data: bytes) -> None:
 
 
 _SIGNED4 = frozenset(b"T")  # BINSTRING's length is a signed int4
+
+
+EXPLAIN_MAX = 64 << 20  # a refused file up to this size is opcode-scanned to say precisely why
+
+
+def _unpickle_error(e: BaseException) -> UnsafePickleError:
+    msg = " ".join(str(e).split())
+    return UnsafePickleError(f"not a readable pickle ({type(e).__name__}: {msg[:120]})")
+
+
+_LOAD_ERRORS = (
+    pickle.UnpicklingError,
+    EOFError,
+    ValueError,
+    TypeError,
+    IndexError,
+    KeyError,
+    AttributeError,
+    OverflowError,
+    UnicodeDecodeError,
+    RecursionError,
+    SystemError,
+)
+
+
+def loads_restricted(data: bytes):
+    """The C unpickler alone, with :class:`PlainDataUnpickler`'s ``find_class`` refusing every
+    global: no opcode pre-scan and no plain-data walk. The caller bounds its memory (a child under
+    ``RLIMIT_AS``, :mod:`trainscope.collectors.isolated`) and checks types where it reads fields.
+    A ``MemoryError`` propagates, for the caller to refuse."""
+    try:
+        # buffered: the unpickler peeks ahead instead of a read() call per opcode (5× faster on
+        # protocol 2, which has no frames); a declared size beyond the bytes is a MemoryError here,
+        # bounded by the caller's limit or refused by the scan before
+        return PlainDataUnpickler(io.BufferedReader(io.BytesIO(data), 1 << 20)).load()
+    except UnsafePickleError:
+        raise
+    except _LOAD_ERRORS as e:
+        raise explain(data, e) from None
+
+
+def load_restricted_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES, accept=None, prescan: bool = False):
+    """:func:`loads_restricted` of a file, streamed from disk when it is not gzip-compressed (the
+    unpickler reads it frame by frame: the bytes are never all in memory beside the objects).
+    ``prescan``: read it whole and run the opcode scan first, for a caller with no memory limit.
+    ``accept(head)`` vets the first 16 bytes (raise to refuse). A ``MemoryError`` is explained by
+    the opcode scan when it finds why, else it propagates."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if prescan:  # no memory limit around this process: the opcode scan bounds what the unpickler allocates
+        data = read_bounded(path, max_bytes)
+        if accept is not None:
+            accept(data[:16])
+        try:
+            scan_opcodes(data)
+        except UnsafePickleError as e:
+            raise UnsafePickleError(f"not a readable pickle ({e})") from None
+        return loads_restricted(data)
+    if head[:2] == b"\x1f\x8b":
+        data = read_bounded(path, max_bytes)
+        if accept is not None:
+            accept(data[:16])
+        try:
+            return loads_restricted(data)
+        except MemoryError:
+            why = explain(data).args[0]
+            if why:
+                raise UnsafePickleError(why) from None
+            raise
+    if os.path.getsize(path) > max_bytes:
+        raise ReadRefused(f"larger than the {max_bytes / 2**20:.0f} MiB limit for a memory snapshot")
+    if accept is not None:
+        accept(head)
+    err: BaseException
+    with open(path, "rb") as f:
+        try:
+            return PlainDataUnpickler(f).load()
+        except UnsafePickleError:
+            raise
+        except (MemoryError, *_LOAD_ERRORS) as e:
+            err = e
+    with open(path, "rb") as f:  # refused: read it again (up to EXPLAIN_MAX) to say why
+        why = explain(f.read(EXPLAIN_MAX + 1), err if not isinstance(err, MemoryError) else None).args[0]
+    if why:
+        raise UnsafePickleError(why) from None
+    raise err
+
+
+def explain(data: bytes, e: BaseException | None = None) -> UnsafePickleError:
+    """Why ``data`` was refused, for a file already refused: the opcode scan's finding (a declared
+    size beyond the file, a memo index ahead, DUP bombs, truncation) when it finds one, else the
+    unpickler's own error. Scans only files up to ``EXPLAIN_MAX`` (Python speed, refusals only)."""
+    if len(data) <= EXPLAIN_MAX:  # (a longer one was cut at EXPLAIN_MAX + 1 bytes: not scanned)
+        try:
+            scan_opcodes(data)
+        except UnsafePickleError as s:
+            return UnsafePickleError(f"not a readable pickle ({s})")
+    if e is None:
+        return UnsafePickleError("")
+    return _unpickle_error(e)
 
 
 def loads_plain(data: bytes):

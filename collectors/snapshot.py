@@ -11,12 +11,26 @@ releases wrote a bare list of segments. Only what the analysis reads is kept, in
 
 from __future__ import annotations
 
+import gc
 import os
+from gc import is_tracked
+from itertools import chain, compress, repeat
+from operator import eq, floordiv, getitem, itemgetter, not_
 
 import numpy as np
 
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.safe_pickle import DEFAULT_MAX_BYTES, UnsafePickleError, loads_plain, read_bounded
+from trainscope.collectors.isolated import ChildError, can_isolate, run_limited
+from trainscope.collectors.safe_pickle import (
+    DEFAULT_MAX_BYTES,
+    UnsafePickleError,
+    EXPLAIN_MAX,
+    ReadRefused,
+    check_plain,
+    explain,
+    load_restricted_file,
+    read_bounded,
+)
 
 # The model lives with the trace model (analyzers read it); re-exported here.
 from trainscope.traces.memory_snapshot import (
@@ -48,35 +62,183 @@ def is_pickle(head: bytes) -> bool:
     return False
 
 
+# The child that unpickles may grow its address space by this multiple of the (inflated) file size,
+# plus HEADROOM for numpy and the parse. A real snapshot's objects take about 3–4× its bytes (event
+# dicts and frame lists; frames and strings are memoized); a file that needs more than 8× is refused
+# as a memory bomb (a memo index far ahead, a declared length, a list of millions of references).
+MEMORY_FACTOR = 8
+HEADROOM = 512 << 20
+
+
+def _inflated_size(path: str, size: int, max_bytes: int) -> int:
+    """The bytes the reader will unpickle: the file's size, or a gzip file's ISIZE trailer (its
+    inflated size mod 2³²; a file that lies about it runs out of its limit and is refused)."""
+    with open(path, "rb") as f:
+        if f.read(2) != b"\x1f\x8b" or size < 18:
+            return size
+        f.seek(-4, os.SEEK_END)
+        isize = int.from_bytes(f.read(4), "little")
+    return min(max_bytes, max(size, isize if isize >= size else isize + (1 << 32)))
+
+
 def load_snapshot(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
-    """Load and check a snapshot; any problem is a one-line :class:`TraceError`."""
+    """Load and check a snapshot; any problem is a one-line :class:`TraceError`.
+
+    The unpickling and the parse run in a forked child under ``RLIMIT_AS`` (the parent's address
+    space + ``MEMORY_FACTOR`` × the file's size + ``HEADROOM``): the C unpickler with a
+    ``find_class`` that admits no global (so no code can run), the plain-data checks made where the
+    parse reads each field, and the parsed model sent back (:mod:`trainscope.collectors.isolated`)."""
     if not os.path.exists(path):
         raise TraceError(path, "no such file or directory")
     if os.path.isdir(path):
         raise TraceError(path, "is a directory, not a memory snapshot")
     try:
-        if os.path.getsize(path) == 0:
+        size = os.path.getsize(path)
+        if size == 0:
             raise TraceError(path, "file is empty")
-        data = read_bounded(path, max_bytes)
-    except UnsafePickleError as e:
-        raise TraceError(path, str(e)) from None
+        limit = HEADROOM + MEMORY_FACTOR * _inflated_size(path, size, max_bytes)
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
-    if not is_pickle(data[:16]):
-        raise TraceError(
-            path,
-            "not a pickle: expected a CUDA memory snapshot written by "
-            'torch.cuda.memory._dump_snapshot("snapshot.pickle")',
-        )
     try:
-        raw = loads_plain(data)
+        return run_limited(_read, (path, max_bytes, not can_isolate()), limit)
+    except ChildError as e:
+        raise TraceError(path, str(e)) from None
+
+
+def _read(path: str, max_bytes: int, prescan: bool = False) -> Snapshot:
+    """Read, unpickle and parse ``path`` (in the child); a refusal is a :class:`ChildError` with
+    its one-line problem."""
+    try:
+        return _read_checked(path, max_bytes, prescan)
+    except TraceError as e:
+        raise ChildError(e.problem) from None
+    except MemoryError:
+        if not prescan:
+            raise  # the child's limit: run_limited says so
+        raise ChildError("needs more memory than this machine has free to read") from None
+
+
+def _read_checked(path: str, max_bytes: int, prescan: bool = False) -> Snapshot:
+    def accept(head: bytes) -> None:
+        if not is_pickle(head):
+            raise TraceError(
+                path,
+                "not a pickle: expected a CUDA memory snapshot written by "
+                'torch.cuda.memory._dump_snapshot("snapshot.pickle")',
+            )
+
+    try:
+        raw = load_restricted_file(path, max_bytes, accept, prescan)
+    except ReadRefused as e:  # too large, gzip damaged: said as they are
+        raise TraceError(path, str(e)) from None
     except UnsafePickleError as e:
         raise TraceError(path, f"rejected: {e}") from None
-    del data
+    except OSError as e:
+        raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     try:
         return _parse(path, raw)
-    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as e:
+    except UnsafePickleError as e:
+        raise TraceError(path, f"rejected: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, RecursionError) as e:
+        del raw
+        # a refused file is opcode-scanned for a structural reason (DUP bombs and the like)
+        with open(path, "rb") as f:
+            head = f.read(2)
+        if head == b"\x1f\x8b":
+            why = explain(read_bounded(path, max_bytes)).args[0]
+        else:
+            with open(path, "rb") as f:
+                why = explain(f.read(EXPLAIN_MAX + 1)).args[0]
+        if why:
+            raise TraceError(path, f"rejected: {why}") from None
         raise TraceError(path, f"not a CUDA memory snapshot ({type(e).__name__}: {e})") from None
+
+
+def load_snapshot_in_process(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
+    """The same read without the child (no memory limit, collector paused as in the child): for
+    measuring what the child costs."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return _read_checked(path, max_bytes)
+    finally:
+        if was:
+            gc.enable()
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+class _Checked:
+    """The plain-data check, made where the parse hands a subtree on (frames, settings) instead of
+    a walk of the whole object graph first.
+
+    Frames are checked in C-speed passes over all of a column's frame lists at once: every entry
+    must be a dict that CPython's collector does not track. CPython tracks a dict only once it
+    holds a container (a list, dict, set, tuple), so an untracked dict holds only strings, numbers,
+    None and bytes; the unpickler can build no other object without a global, and those it refuses.
+    A frame that fails the fast test gets the full :func:`check_plain` walk (once per object)."""
+
+    def __init__(self) -> None:
+        self.slow: set[int] = set()  # ids of frames that passed the full walk
+
+    def frame_lists(self, fl: list) -> list:
+        """``fl`` (each item one record's ``frames`` value) with non-lists as ``[]``, all checked."""
+        if not set(map(type, fl)) <= _LIST:
+            fl = [f if type(f) is list else [] for f in fl]
+        if set(map(type, chain.from_iterable(fl))) <= _DICT and not any(map(is_tracked, chain.from_iterable(fl))):
+            return fl
+        for f in fl:
+            for fr in f:
+                if (type(fr) is dict and not is_tracked(fr)) or id(fr) in self.slow:
+                    continue
+                check_plain(fr)
+                self.slow.add(id(fr))
+        return fl
+
+
+def shared_stacks(fl: list) -> list:
+    """``fl`` with equal frame lists replaced by one list object (a training loop records the same
+    few stacks millions of times, each a new list of memoized frames): what the child sends back
+    and the parent holds is then a reference per event, not a list. In C-speed passes, by chunks:
+    a list's key is the ids of its first, middle and last frames and its length; the first list
+    seen with a key stands for the others when equal to them (``==`` on lists of the same objects
+    compares identities); the few that are not (another stack with the same key) are matched on
+    all their frames' ids."""
+    first: dict = {}
+    exact: dict = {}
+    out: list = []
+    no_frames: list = []  # one empty list for every event without a stack
+    step = 1 << 18
+    for lo in range(0, len(fl), step):
+        chunk = fl[lo : lo + step]
+        empty = not all(chunk)
+        if empty:  # an event without a stack: a stand-in with a first and last item, put back below
+            chunk = [f or _NO_STACK for f in chunk]
+        lens = list(map(len, chunk))
+        mids = map(getitem, chunk, map(floordiv, lens, repeat(2)))
+        keys = list(zip(map(id, map(_first, chunk)), map(id, mids), map(id, map(_last, chunk)), lens))
+        new = dict(zip(reversed(keys), reversed(chunk)))
+        new.update(first)  # an earlier chunk's list keeps standing for its key
+        first = new
+        cand = list(map(new.__getitem__, keys))
+        for i in compress(range(len(chunk)), map(not_, map(eq, cand, chunk))):
+            f = chunk[i]
+            cand[i] = exact.setdefault(tuple(map(id, f)), f)
+        out.extend([c if c is not _NO_STACK else no_frames for c in cand] if empty else cand)
+    return out
+
+
+_first, _last = itemgetter(0), itemgetter(-1)
+_NO_STACK = [None]
+_LIST = frozenset((list,))
+_DICT = frozenset((dict,))
+
+
+def _scalar(x, what: str):
+    if type(x) not in _SCALARS:
+        raise TypeError(f"{what} is {type(x).__name__}, expected a string or number")
+    return x
 
 
 def _int(x, what: str) -> int:
@@ -99,6 +261,7 @@ def _list(x, what: str) -> list:
 
 def _parse(path: str, raw) -> Snapshot:
     warnings: list[str] = []
+    checked = _Checked()
     if isinstance(raw, list):  # the oldest format: segments only
         raw = {"segments": raw}
     if not isinstance(raw, dict) or "segments" not in raw:
@@ -107,7 +270,7 @@ def _parse(path: str, raw) -> Snapshot:
     for s in _list(raw["segments"], "segments"):
         if not isinstance(s, dict):
             raise TypeError("a segment is not a dict")
-        blocks = _blocks(s)
+        blocks = _blocks(s, checked)
         segments.append(
             Segment(
                 _int(s.get("device", 0), "device"),
@@ -117,24 +280,35 @@ def _parse(path: str, raw) -> Snapshot:
                     s.get("allocated_size", sum(b.size for b in blocks if b.state == "active_allocated")),
                     "allocated_size",
                 ),
-                str(s.get("segment_type", "")),
+                str(_scalar(s.get("segment_type", ""), "segment_type")),
                 blocks,
             )
         )
+    blocks = [b for seg in segments for b in seg.blocks]
+    for b, frames in zip(blocks, shared_stacks([b.frames for b in blocks])):
+        b.frames = frames
     traces = []
     for device, events in enumerate(_list(raw.get("device_traces", []), "device_traces")):
-        traces.append(_device_trace(device, _list(events, "device trace"), warnings))
+        traces.append(_device_trace(device, _list(events, "device trace"), warnings, checked))
     annotations = []
     for a in raw.get("external_annotations", []) if isinstance(raw.get("external_annotations"), list) else []:
         if isinstance(a, dict) and isinstance(a.get("time_us"), int) and isinstance(a.get("name"), str):
-            annotations.append(Annotation(str(a.get("stage", "")), a["name"], int(a.get("device", 0)), a["time_us"]))
+            annotations.append(
+                Annotation(
+                    str(_scalar(a.get("stage", ""), "annotation stage")),
+                    a["name"],
+                    int(_scalar(a.get("device", 0), "annotation device")),
+                    a["time_us"],
+                )
+            )
     settings = raw.get("allocator_settings") if isinstance(raw.get("allocator_settings"), dict) else {}
+    check_plain(settings)
     if not segments and not any(len(t) for t in traces):
         raise ValueError("no segments and no recorded events: nothing was allocated")
     return Snapshot(path, segments, traces, annotations, settings, warnings)
 
 
-def _blocks(s: dict) -> list[Block]:
+def _blocks(s: dict, checked: _Checked) -> list[Block]:
     """A segment's blocks in address order. Blocks carry no ``address`` before PyTorch 2.1 (then
     the first ``history`` entry's ``addr`` has it, where history was recorded): a block starts where
     the previous one ends, from the segment's address. Their stacks are under ``frames`` (2.1+) or
@@ -166,32 +340,46 @@ def _blocks(s: dict) -> list[Block]:
             )
         )
         offset = addr + size
+    for blk, frames in zip(out, checked.frame_lists([blk.frames for blk in out])):
+        blk.frames = frames  # (shared across all segments' blocks by _parse)
     return out
 
 
-def _device_trace(device: int, events: list, warnings: list[str]) -> DeviceTrace:
-    n = len(events)
-    action = np.empty(n, np.int8)
-    addr = np.empty(n, np.int64)
-    size = np.empty(n, np.int64)
-    t = np.empty(n, np.int64)
-    frames: list = [None] * n
+def _ints(col: list, what: str) -> np.ndarray:
+    """``col`` as int64, refusing what is not an int (bools included) in one line."""
+    kinds = set(map(type, col))
+    if not kinds <= _INT:
+        bad = next(k for k in kinds if k is not int)
+        raise TypeError(f"{what} is {bad.__name__}, expected an integer")
+    return np.array(col, dtype=np.int64) if col else np.empty(0, np.int64)
+
+
+_INT = frozenset((int,))
+
+
+def _device_trace(device: int, events: list, warnings: list[str], checked: _Checked) -> DeviceTrace:
+    """One device's events as columns: each field gathered by a comprehension and checked by type
+    for the whole column at once (C-speed ``set(map(type, …))``), not per event."""
+    if not set(map(type, events)) <= _DICT:
+        raise TypeError("a trace event is not a dict")
     other = _ACTION_CODE["other"]
-    unknown: set[str] = set()
-    for i, e in enumerate(events):
-        if not isinstance(e, dict):
-            raise TypeError("a trace event is not a dict")
-        a = e.get("action")
-        code = _ACTION_CODE.get(a, other) if isinstance(a, str) else other
-        if code == other:
-            unknown.add(str(a)[:40])
-        action[i] = code
-        # an ``oom`` event keeps the device's free bytes (cudaMemGetInfo) where others keep an address
-        addr[i] = _int(e.get("addr", e.get("device_free", 0)), "event addr")
-        size[i] = _int(e.get("size", 0), "event size")
-        t[i] = _int(e.get("time_us", 0), "event time_us")
-        f = e.get("frames")
-        frames[i] = f if isinstance(f, list) else []
+    acts = [e.get("action") for e in events]
+    code = _ACTION_CODE.get
+    if set(map(type, acts)) <= _STR:
+        action = np.array([code(a, other) for a in acts], dtype=np.int8)
+        names = set(acts)
+    else:  # hostile or damaged: a non-string action is "other", named by its value or its type
+        action = np.array([code(a, other) if type(a) is str else other for a in acts], dtype=np.int8)
+        names = {a if type(a) in _SCALARS else f"<{type(a).__name__}>" for a in acts}
+    unknown = {str(a)[:40] for a in names if type(a) is not str or code(a, other) == other}
+    # an ``oom`` event keeps the device's free bytes (cudaMemGetInfo) where others keep an address
+    addr = _ints([e["addr"] if "addr" in e else e.get("device_free", 0) for e in events], "event addr")
+    size = _ints([e.get("size", 0) for e in events], "event size")
+    t = _ints([e.get("time_us", 0) for e in events], "event time_us")
+    frames = shared_stacks(checked.frame_lists([e.get("frames") for e in events]))
     if unknown:
         warnings.append(f"device {device}: ignored unknown trace actions: {', '.join(sorted(unknown))}")
-    return DeviceTrace(device, action, addr, size, t, frames)
+    return DeviceTrace(device, action if len(events) else np.empty(0, np.int8), addr, size, t, frames)
+
+
+_STR = frozenset((str,))
