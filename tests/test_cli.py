@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ALL_KINETO, CPU_ONLY, KINETO
+from tests.conftest import ALL_KINETO, CPU_ONLY, DATA, KINETO
 
 RESNET = str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz")
 
@@ -294,3 +294,14 @@ def test_device_line_of_a_trace_without_gpu_work_has_no_none():
     )
     assert device_label({"device": {"id": 1, "name": "GPU 1"}, "rank": 1}) == "GPU 1, rank 1"
     assert device_label({"device": {"id": 0, "name": "Tesla V100"}}) == "Tesla V100 (GPU 0)"
+
+
+def test_report_under_an_unknown_suffix_says_it_is_markdown(tmp_path):
+    """--report x.pdf writes Markdown (as --help says) and says so on stderr; .md says nothing."""
+    from tests.fuzzing import run_in_process
+
+    cpu = str(DATA / "cpu" / "fast.pt.trace.json.gz")
+    rc, out, err = run_in_process(["analyze", cpu, "--no-tui", "-q", "--report", str(tmp_path / "r.pdf")])
+    assert rc == 0 and "written as Markdown" in err and (tmp_path / "r.pdf").read_text().startswith("#")
+    rc, out, err = run_in_process(["analyze", cpu, "--no-tui", "-q", "--report", str(tmp_path / "r.md")])
+    assert rc == 0 and "written as Markdown" not in err

@@ -105,13 +105,19 @@ def emit_document(doc: dict, args, render_text, render_markdown, render_report=N
     ``render_report(path)`` gives for an .html or .json path) and ``--json`` atomically, then print
     ``--format`` (text by default) on stdout. Text and Markdown show every trace-derived name made
     visible (control and escape bytes spelled out); HTML escapes its own."""
-    from trainscope.traces.safe_text import safe_strings
+    from trainscope.traces.safe_text import safe_strings, visible
 
     shown = safe_strings(doc)  # every trace-derived name made visible for terminals and Markdown
 
     def report_text(path: str) -> str:
         if render_report is not None and path.lower().endswith((".html", ".htm", ".json")):
             return render_report(path)
+        ext = os.path.splitext(path)[1].lower()
+        if ext not in ("", ".md", ".markdown", ".txt"):  # Markdown under another name: say so, once
+            sys.stderr.write(
+                f"trainscope: {visible(path)}: written as Markdown (--report writes HTML for .html, "
+                "JSON for .json, Markdown otherwise)\n"
+            )
         return render_markdown(shown)
 
     for path, render in (
