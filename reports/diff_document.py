@@ -18,6 +18,36 @@ def _r(x: float | None, nd: int = 2) -> float | None:
     return None if x is None else round(float(x), nd)
 
 
+def verdict_change_dict(v: Any) -> dict[str, Any]:
+    """A verdict change (``diff.VerdictChange``), as the diff documents (traces or stored runs) write it."""
+    return {
+        "changed": v.changed,
+        **{
+            side: {
+                "axis": getattr(v, f"{side}_axis"),
+                "bottleneck": getattr(v, f"{side}_bottleneck"),
+                "confidence": getattr(v, f"{side}_confidence"),
+                "headline": verdict_headline(getattr(v, f"{side}_axis"), getattr(v, f"{side}_bottleneck")),
+                "summary": getattr(v, f"{side}_summary"),
+            }
+            for side in ("before", "after")
+        },
+    }
+
+
+def step_time_dict(changes: Any) -> dict[str, dict[str, float | None]]:
+    """Step-time statistics before and after (``diff.StepTimeChange`` rows), by statistic."""
+    return {
+        s.statistic: {
+            "before": _r(s.before_ms, 3),
+            "after": _r(s.after_ms, 3),
+            "change_pct": _r(s.change_pct),
+            "speedup": _r(s.speedup, 3),
+        }
+        for s in changes
+    }
+
+
 def verdict_headline(axis: str, bottleneck: str | None) -> str:
     if axis == "insufficient_evidence":
         return "INSUFFICIENT EVIDENCE"
@@ -179,32 +209,8 @@ def build_diff_document(d: RunDiff, gate: GateResult | None = None) -> dict[str,
             {"check": c.check, "status": c.status, "before": c.before, "after": c.after, "note": c.note}
             for c in d.comparability
         ],
-        "verdict": {
-            "changed": v.changed,
-            "before": {
-                "axis": v.before_axis,
-                "bottleneck": v.before_bottleneck,
-                "confidence": v.before_confidence,
-                "headline": verdict_headline(v.before_axis, v.before_bottleneck),
-                "summary": v.before_summary,
-            },
-            "after": {
-                "axis": v.after_axis,
-                "bottleneck": v.after_bottleneck,
-                "confidence": v.after_confidence,
-                "headline": verdict_headline(v.after_axis, v.after_bottleneck),
-                "summary": v.after_summary,
-            },
-        },
-        "step_time_ms": {
-            s.statistic: {
-                "before": _r(s.before_ms, 3),
-                "after": _r(s.after_ms, 3),
-                "change_pct": _r(s.change_pct),
-                "speedup": _r(s.speedup, 3),
-            }
-            for s in d.step_time
-        },
+        "verdict": verdict_change_dict(v),
+        "step_time_ms": step_time_dict(d.step_time),
         "gpu_busy": _share(d.gpu_busy),
         "data_wait": _share(d.data_wait),
         "categories": {c.name: _share(c) for c in d.categories},

@@ -10,7 +10,7 @@ from trainscope import __version__
 from trainscope.analyzers.diff import GateResult
 from trainscope.analyzers.history import RunSummary, SummaryDiff
 from trainscope.analyzers.kernel_match import KernelChange
-from trainscope.reports.diff_document import SCHEMA, fixes_list, gate_dict, verdict_headline
+from trainscope.reports.diff_document import SCHEMA, fixes_list, gate_dict, step_time_dict, verdict_change_dict
 from trainscope.reports.markdown import md_escape
 
 KERNEL_ROWS = 8
@@ -66,32 +66,8 @@ def build_summary_diff_document(
             {"check": c.check, "status": c.status, "before": c.before, "after": c.after, "note": c.note}
             for c in d.comparability
         ],
-        "verdict": {
-            "changed": v.changed,
-            "before": {
-                "axis": v.before_axis,
-                "bottleneck": v.before_bottleneck,
-                "confidence": v.before_confidence,
-                "headline": verdict_headline(v.before_axis, v.before_bottleneck),
-                "summary": v.before_summary,
-            },
-            "after": {
-                "axis": v.after_axis,
-                "bottleneck": v.after_bottleneck,
-                "confidence": v.after_confidence,
-                "headline": verdict_headline(v.after_axis, v.after_bottleneck),
-                "summary": v.after_summary,
-            },
-        },
-        "step_time_ms": {
-            s.statistic: {
-                "before": _r(s.before_ms, 3),
-                "after": _r(s.after_ms, 3),
-                "change_pct": _r(s.change_pct),
-                "speedup": _r(s.speedup, 3),
-            }
-            for s in d.step_time
-        },
+        "verdict": verdict_change_dict(v),
+        "step_time_ms": step_time_dict(d.step_time),
         "shares": {
             s.name: {
                 "label": s.label,
