@@ -142,22 +142,32 @@ class StepReceiver:
     def capture_target(self) -> tuple[int | None, str]:
         """The process to capture: the stepping process (lowest rank, else lowest pid) that can
         hear requests; (None, why not) when there is none."""
+        targets, why = self.capture_targets()
+        return (targets[0][0], "") if targets else (None, why)
+
+    def capture_targets(self) -> tuple[list[tuple[int, str | None]], str]:
+        """Every stepping process that can hear requests, as (pid, rank or None), lowest rank first
+        (then lowest pid); ([], why not) when there is none. Processes that have timed iterations
+        are the ones asked: a launcher (torchrun) that imported torch but never iterates is not."""
         with self._lock:
             stepping = sorted(self._patched)
             reachable = [p for p in stepping if p in self._addr]
+            iterating = [p for p in reachable if p in self._last_steps]
+            reachable = iterating or reachable
             hello = bool(self._hello)
 
             def order(p: int):
                 r = (self._ranks.get(p) or {}).get("rank")
                 return (0, int(r), p) if r is not None and r.isdigit() else (1, 0, p)
 
-        if reachable:
-            return sorted(reachable, key=order)[0], ""
+            targets = [(p, (self._ranks.get(p) or {}).get("rank")) for p in sorted(reachable, key=order)]
+        if targets:
+            return targets, ""
         if stepping:
-            return None, "the job's hook cannot hear requests (its socket could not be bound)"
+            return [], "the job's hook cannot hear requests (its socket could not be bound)"
         if hello:
-            return None, "the job has not iterated a torch DataLoader: there is no iteration boundary to capture at"
-        return None, "no step hook reported in (not a Python job, or the hook could not install)"
+            return [], "the job has not iterated a torch DataLoader: there is no iteration boundary to capture at"
+        return [], "no step hook reported in (not a Python job, or the hook could not install)"
 
     def send(self, pid: int, message: dict) -> bool:
         """Send ``message`` to the hook of process ``pid`` (never blocks); False when it cannot."""

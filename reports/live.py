@@ -255,6 +255,11 @@ def capture_headline(c: dict[str, Any]) -> str:
     )
 
 
+def _capture_who(c: dict[str, Any]) -> str:
+    pids = c.get("pids") or []
+    return f"pid {c.get('pid')}" if len(pids) <= 1 else f"{len(pids)} ranks (pids {', '.join(map(str, pids))})"
+
+
 def capture_overhead(c: dict[str, Any]) -> str:
     o = c.get("overhead")
     once = ", ".join(
@@ -364,7 +369,7 @@ def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
             continue
         out += [
             f"{c.get('steps_captured')} iterations captured at {c.get('started_t') or 0:.1f} s "
-            f"(asked at {c.get('requested_t') or 0:.1f} s), pid {c.get('pid')}; trace `{e(str(c.get('path')))}`.",
+            f"(asked at {c.get('requested_t') or 0:.1f} s), {_capture_who(c)}; trace `{e(str(c.get('path')))}`.",
             "",
             "| | |",
             "|---|---|",
@@ -380,6 +385,8 @@ def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
             out += ["", "Step breakdown: " + e(" · ".join(c["breakdown"]))]
         if c.get("top_kernels"):
             out += ["", "Top kernels:", ""] + [f"- {e(str(k))}" for k in c["top_kernels"]]
+        if c.get("ranks"):
+            out += ["", "Ranks:", ""] + [f"- {e(str(r))}" for r in c["ranks"]]
         out.append("")
     if info.get("notes"):
         out += ["## Notes", ""] + [f"- {e(n)}" for n in info["notes"]] + [""]

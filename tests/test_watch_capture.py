@@ -336,3 +336,102 @@ def test_a_replay_lists_the_capture_instants_of_the_recording():
 
     text = asyncio.run(go())
     assert "Captures noted in the recording" in text and "3.0 s  capture 1: started at 3.0 s (CPU)" in text
+
+
+DLRM = HERE / "data" / "kineto" / "hta_dlrm_ws128_2ranks"
+
+
+class TwoRanks:
+    """Stands for the step socket of a two-rank job: each rank's hook answers for itself; ``refuse``
+    names the ranks whose hook says no."""
+
+    def __init__(self, refuse: tuple[str, ...] = ()) -> None:
+        self.refuse, self.sent, self.replies = refuse, [], []
+        self.targets = [(101, "0"), (102, "1")]
+
+    def capture_targets(self):
+        return list(self.targets), ""
+
+    def send(self, pid, msg) -> bool:
+        self.sent.append((pid, msg))
+        rank = dict(self.targets)[pid]
+        if rank in self.refuse:
+            self.replies.append({"type": "capture", "id": msg["id"], "pid": pid, "status": "refused", "why": "busy"})
+            return True
+        pathlib.Path(msg["path"]).write_bytes(gzip.decompress((DLRM / f"rank{rank}.json.gz").read_bytes()))
+        self.replies += [
+            {"type": "capture", "id": msg["id"], "status": "started", "pid": pid},
+            {
+                "type": "capture",
+                "id": msg["id"],
+                "status": "done",
+                "pid": pid,
+                "steps_ns": [600_000_000 + 10_000_000 * int(rank)] * 3,
+                "before_ns": [500_000_000] * 8,
+            },
+        ]
+        return True
+
+    def drain_capture_messages(self):
+        out, self.replies = self.replies, []
+        return out
+
+
+def test_every_rank_is_captured_and_the_set_is_analyzed_as_ranks(tmp_path):
+    rx = TwoRanks()
+    c = CaptureController(rx, str(tmp_path / "caps"), CaptureOptions(steps=3))
+    first = c.request("key", 1.0)
+    assert first.pids == (101, 102) and first.pid == 101
+    folder = tmp_path / "caps" / "capture-1"
+    assert [m["path"] for _, m in rx.sent] == [
+        str(folder / "rank0-pid101.pt.trace.json"),
+        str(folder / "rank1-pid102.pt.trace.json"),
+    ]
+    c.tick(2.0)
+    c.finish()
+    done = c.snapshot()[0]
+    assert done.status == "done", done.why
+    assert done.path == str(folder)
+    # The overhead is the reference (lowest) rank's: 600 ms during against 500 ms around.
+    assert done.overhead()[:2] == (600.0, 500.0)
+    # The rank set's own reading: one line per rank, then the straggler line of the collective alignment.
+    assert done.ranks[0].startswith("rank 0: step p50 615.12 ms") and done.ranks[1].startswith("rank 1: step p50")
+    assert "rank 1: enters collectives" in done.ranks[2] and "after the first rank" in done.ranks[2]
+    d = done.to_dict()
+    assert d["pids"] == [101, 102] and d["ranks"] == list(done.ranks)
+    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.reports.live import summary_markdown
+
+    md = summary_markdown(LiveAnalyzer().summary(), {"target": "job", "captures": [d]})
+    assert "2 ranks (pids 101, 102)" in md and "Ranks:" in md and "- rank 1: enters collectives" in md
+
+
+def test_a_rank_that_refuses_is_named_and_the_others_are_still_analyzed(tmp_path):
+    c = CaptureController(TwoRanks(refuse=("1",)), str(tmp_path / "caps"), CaptureOptions(steps=3))
+    c.request("key", 1.0)
+    c.tick(2.0)
+    notes = c.drain_notes()
+    c.finish()
+    done = c.snapshot()[0]
+    assert done.status == "done", done.why
+    assert done.ranks[-1] == "rank 1: no trace (refused: busy)"
+    assert any("1 of 2 ranks captured; rank 1: refused: busy" in n for n in notes), notes
+    # Every rank refusing: no capture, the lowest rank's reason.
+    c2 = CaptureController(TwoRanks(refuse=("0", "1")), str(tmp_path / "c2"), CaptureOptions(steps=3))
+    c2.request("key", 1.0)
+    c2.tick(2.0)
+    c2.finish()
+    cap = c2.snapshot()[0]
+    assert cap.status == "refused" and cap.why == "rank 0: busy" and cap.path is None
+
+
+def test_capture_ranks_lowest_asks_one_process(tmp_path):
+    rx = TwoRanks()
+    c = CaptureController(rx, str(tmp_path / "caps"), CaptureOptions(steps=3, ranks="lowest"))
+    c.request("key", 1.0)
+    assert [pid for pid, _ in rx.sent] == [101]
+    assert rx.sent[0][1]["path"] == str(tmp_path / "caps" / "capture-1-pid101.pt.trace.json")
+    c.tick(2.0)
+    c.finish()
+    done = c.snapshot()[0]
+    assert done.status == "done" and done.pids == (101,)

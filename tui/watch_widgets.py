@@ -162,6 +162,9 @@ def capture_text(captures: Sequence, message: str = "", instants: Sequence[tuple
             if c.top_kernels:
                 lines.append("  top kernels:")
                 lines += [f"    {k}" for k in c.top_kernels]
+            if c.ranks:
+                lines.append("  ranks:")
+                lines += [f"    {r}" for r in c.ranks]
             lines.append(f"  {c.overhead_text()}")
             lines.append(f"  trace: {c.path}")
         lines.append("")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 TRIGGERS = ("verdict-change", "slowdown")
+RANKS = ("all", "lowest")  # --capture-ranks: every stepping rank of the job, or only the lowest
 SLOWDOWN_FACTOR = 1.5  # --capture-on slowdown: the interval's mean step above 1.5 × the running median
 SLOWDOWN_MIN_STEPS = 20  # steps the running median needs before a slowdown can be judged
 AT_MIN_STEPS = 8  # --capture-at waits for this many timed steps: not the start-up, and steps "before" to compare
@@ -36,7 +37,8 @@ class Capture:
     steps: int
     requested_t: float
     counters: str = ""  # what the live counters said when it was asked for
-    pid: int | None = None
+    pid: int | None = None  # the reference process (the lowest rank): its step times give the overhead
+    pids: tuple[int, ...] = ()  # every process asked (one per rank in a job of several ranks)
     status: str = "requested"  # requested → capturing → analyzing → done; or refused / failed / aborted
     why: str = ""
     path: str | None = None
@@ -55,6 +57,7 @@ class Capture:
     evidence: tuple[str, ...] = ()
     top_kernels: tuple[str, ...] = ()
     breakdown: tuple[str, ...] = ()
+    ranks: tuple[str, ...] = ()  # per rank: which were captured, their step and verdict; the stragglers
     report: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -91,6 +94,7 @@ class Capture:
             "steps": self.steps,
             "steps_captured": len(self.during_ms),
             "pid": self.pid,
+            "pids": list(self.pids),
             "path": self.path,
             "requested_t": _r(self.requested_t),
             "started_t": _r(self.started_t),
@@ -103,6 +107,7 @@ class Capture:
             "evidence": list(self.evidence),
             "top_kernels": list(self.top_kernels),
             "breakdown": list(self.breakdown),
+            "ranks": list(self.ranks),
             "overhead": None
             if o is None
             else {
@@ -134,6 +139,7 @@ class CaptureOptions:
     max_s: float = DEFAULT_MAX_S
     stack: bool = False
     memory: bool = False
+    ranks: str = "all"  # one of RANKS
 
 
 class CaptureController:
@@ -155,6 +161,7 @@ class CaptureController:
         self._lock = threading.Lock()
         self.captures: list[Capture] = []
         self._sent_at: dict[int, float] = {}  # id -> clock() when the request went out
+        self._parts: dict[int, dict[int, _Part]] = {}  # id -> pid -> that process's share of the capture
         self._workers: list[threading.Thread] = []
         self._reported: set[int] = set()
         self._notes: list[str] = []
@@ -181,32 +188,57 @@ class CaptureController:
                 return self._end(cap, "refused", f"capture {busy.id} is still {busy.status}: one capture at a time")
             if len([c for c in self.captures[:-1] if c.status != "refused"]) >= self.options.max_captures:
                 return self._end(cap, "refused", f"--capture-max {self.options.max_captures} reached")
-            pid, why = self.receiver.capture_target() if self.receiver is not None else (None, "step hook off")
-            if pid is None:
+            targets, why = self._targets()
+            if not targets:
                 return self._end(cap, "refused", why)
+            if self.options.ranks == "lowest":
+                targets = targets[:1]
             try:
                 os.makedirs(self.folder, exist_ok=True)
+                if len(targets) > 1:  # one trace per rank, in a folder that `trainscope analyze` reads as a rank set
+                    cap.path = os.path.join(os.path.abspath(self.folder), f"capture-{cap.id}")
+                    os.makedirs(cap.path, exist_ok=True)
             except OSError as e:
+                cap.path = None
                 return self._end(cap, "failed", f"cannot create {self.folder}: {e.strerror or e}")
-            cap.pid = pid
-            cap.path = os.path.join(os.path.abspath(self.folder), f"capture-{cap.id}-pid{pid}.pt.trace.json")
-            msg = {
-                "type": "capture",
-                "id": cap.id,
-                "steps": cap.steps,
-                "max_s": self.options.max_s,
-                "path": cap.path,
-                "stack": self.options.stack,
-                "memory": self.options.memory,
-            }
-            if not self.receiver.send(pid, msg):
+            parts: dict[int, _Part] = {}
+            for pid, rank in targets:
+                if cap.path is None:
+                    path = os.path.join(os.path.abspath(self.folder), f"capture-{cap.id}-pid{pid}.pt.trace.json")
+                else:
+                    name = f"rank{rank}-pid{pid}" if rank is not None and rank.isdigit() else f"pid{pid}"
+                    path = os.path.join(cap.path, f"{name}.pt.trace.json")
+                msg = {
+                    "type": "capture",
+                    "id": cap.id,
+                    "steps": cap.steps,
+                    "max_s": self.options.max_s,
+                    "path": path,
+                    "stack": self.options.stack,
+                    "memory": self.options.memory,
+                }
+                if self.receiver.send(pid, msg):
+                    parts[pid] = _Part(pid, rank, path)
+            if not parts:
                 cap.path = None
                 return self._end(cap, "refused", "the request could not be sent to the job")
+            cap.pid, cap.pids = next(iter(parts)), tuple(parts)
+            if cap.path is None:
+                cap.path = parts[cap.pid].path
+            self._parts[cap.id] = parts
             self._sent_at[cap.id] = self._clock()
-            self._notes.append(
-                f"capture {cap.id} ({trigger}): asked at {t:.1f} s for {cap.steps} iterations of pid {pid}"
-            )
+            who = f"pid {cap.pid}" if len(parts) == 1 else f"{len(parts)} ranks (pids {', '.join(map(str, parts))})"
+            self._notes.append(f"capture {cap.id} ({trigger}): asked at {t:.1f} s for {cap.steps} iterations of {who}")
             return replace(cap)
+
+    def _targets(self) -> tuple[list[tuple[int, str | None]], str]:
+        """The processes to ask: every stepping rank the socket can reach, lowest rank first."""
+        if self.receiver is None:
+            return [], "step hook off"
+        if hasattr(self.receiver, "capture_targets"):
+            return self.receiver.capture_targets()
+        pid, why = self.receiver.capture_target()
+        return ([(pid, None)] if pid is not None else []), why
 
     def _end(self, cap: Capture, status: str, why: str) -> Capture:
         cap.status, cap.why = status, why
@@ -225,8 +257,16 @@ class CaptureController:
             self._reply(msg, t)
         with self._lock:
             for c in self.captures:
-                if c.status == "requested" and self._clock() - self._sent_at.get(c.id, self._clock()) > START_TIMEOUT_S:
-                    self._end(c, "refused", f"the job began no iteration within {START_TIMEOUT_S:g} s of the request")
+                if c.status not in ("requested", "capturing"):
+                    continue
+                if self._clock() - self._sent_at.get(c.id, self._clock()) <= START_TIMEOUT_S:
+                    continue
+                late = [p for p in self._parts.get(c.id, {}).values() if p.status == "requested"]
+                for part in late:
+                    part.status = "refused"
+                    part.why = f"the job began no iteration within {START_TIMEOUT_S:g} s of the request"
+                if late:
+                    self._settle(c, t)
         self._triggers(t, status, snapshot)
 
     def _triggers(self, t: float, status, snapshot) -> None:
@@ -268,41 +308,85 @@ class CaptureController:
             return
         with self._lock:
             cap = next((c for c in self.captures if c.id == cid), None)
-            if cap is None:
+            parts = self._parts.get(cid, {})
+            try:
+                pid = int(msg["pid"])
+            except (KeyError, TypeError, ValueError):
+                pid = next(iter(parts)) if len(parts) == 1 else -1  # an unsigned reply: the only process asked
+            part = parts.get(pid)
+            if cap is None or part is None:
                 return
             if msg.get("type") == "capture_cost":
-                cap.after_ms = _ms(msg.get("after_ns"))
+                if pid == cap.pid:
+                    cap.after_ms = _ms(msg.get("after_ns"))
                 return
             status = msg.get("status")
             why = str(msg.get("why") or "")[:300]
-            if status == "started" and cap.status == "requested":
-                cap.status, cap.started_t, cap.cuda = "capturing", t, bool(msg.get("cuda"))
-                self._notes.append(
-                    f"capture {cid}: started at {t:.1f} s" + (" (CPU and CUDA)" if cap.cuda else " (CPU)")
-                )
-            elif status in ("refused", "failed", "aborted") and not cap.finished:
-                self._end(cap, status, why or status)
-            elif status == "done" and cap.status in ("requested", "capturing"):
-                cap.started_t = cap.started_t if cap.started_t is not None else t
-                cap.during_ms, cap.before_ms = _ms(msg.get("steps_ns")), _ms(msg.get("before_ns"))
-                cap.start_s, cap.export_s = _s(msg.get("start_ns")), _s(msg.get("export_ns"))
-                cap.time_limit = bool(msg.get("time_limit"))
-                if not cap.path or not os.path.isfile(cap.path):
-                    self._end(cap, "failed", "the job said it wrote the trace, but it is not there")
+            if status == "started" and part.status == "requested":
+                part.status = "capturing"
+                if cap.status == "requested":
+                    cap.status, cap.started_t, cap.cuda = "capturing", t, bool(msg.get("cuda"))
+                    self._notes.append(
+                        f"capture {cid}: started at {t:.1f} s" + (" (CPU and CUDA)" if cap.cuda else " (CPU)")
+                    )
+            elif status in ("refused", "failed", "aborted") and part.status in ("requested", "capturing"):
+                part.status, part.why = status, why or status
+                self._settle(cap, t)
+            elif status == "done" and part.status in ("requested", "capturing"):
+                if not os.path.isfile(part.path):
+                    part.status, part.why = "failed", "the job said it wrote the trace, but it is not there"
+                    self._settle(cap, t)
                     return
-                cap.status = "analyzing"
-                self._notes.append(f"capture {cid}: {len(cap.during_ms)} iterations captured by {t:.1f} s: {cap.path}")
-                th = threading.Thread(target=self._diagnose, args=(cap,), name=f"trainscope-capture-{cid}", daemon=True)
-                self._workers.append(th)
-                th.start()
+                part.status = "done"
+                if pid == cap.pid or not cap.during_ms:  # the reference rank's times, else the first rank's
+                    cap.during_ms, cap.before_ms = _ms(msg.get("steps_ns")), _ms(msg.get("before_ns"))
+                    cap.start_s, cap.export_s = _s(msg.get("start_ns")), _s(msg.get("export_ns"))
+                    cap.time_limit = bool(msg.get("time_limit"))
+                cap.started_t = cap.started_t if cap.started_t is not None else t
+                self._settle(cap, t)
 
-    def _diagnose(self, cap: Capture) -> None:
-        """The worker: the same engine as ``trainscope analyze``, never raising."""
+    def _settle(self, cap: Capture, t: float) -> None:
+        """Once every process asked has answered for good: diagnose what was written, or say why
+        nothing was (under the lock)."""
+        parts = self._parts.get(cap.id, {})
+        if (
+            cap.finished
+            or cap.status == "analyzing"
+            or any(p.status in ("requested", "capturing") for p in parts.values())
+        ):
+            return
+        done = [p for p in parts.values() if p.status == "done"]
+        many = len(parts) > 1
+        if not done:
+            first = next(iter(parts.values()))
+            self._end(cap, first.status, (f"{first.label}: " if many else "") + first.why)
+            return
+        if many:
+            missing = [f"{p.label}: {p.status}: {p.why}" for p in parts.values() if p.status != "done"]
+            cap.ranks = tuple(
+                f"{p.label}: no trace ({p.status}: {p.why})" for p in parts.values() if p.status != "done"
+            )
+            if missing:
+                self._notes.append(
+                    f"capture {cap.id}: {len(done)} of {len(parts)} ranks captured; " + "; ".join(missing)
+                )
+        target = cap.path if many else done[0].path
+        cap.status = "analyzing"
+        self._notes.append(f"capture {cap.id}: {len(cap.during_ms)} iterations captured by {t:.1f} s: {cap.path}")
+        th = threading.Thread(
+            target=self._diagnose, args=(cap, target), name=f"trainscope-capture-{cap.id}", daemon=True
+        )
+        self._workers.append(th)
+        th.start()
+
+    def _diagnose(self, cap: Capture, target: str) -> None:
+        """The worker: the same engine as ``trainscope analyze`` (on the rank folder when several
+        ranks were captured), never raising."""
         try:
             analyze = self._analyze
             if analyze is None:
                 from trainscope.api.analysis import analyze
-            report = analyze(cap.path)
+            report = analyze(target)
             fields = _report_fields(report)
         except Exception as e:  # noqa: BLE001 (a bad trace must not stop the watch)
             from trainscope.api.errors import describe
@@ -315,8 +399,10 @@ class CaptureController:
                 )
             return
         with self._lock:
+            missing = cap.ranks
             for k, v in fields.items():
                 setattr(cap, k, v)
+            cap.ranks = tuple(fields.get("ranks", ())) + missing
             cap.report = report
             cap.status, cap.done_t = "done", self._t
 
@@ -363,7 +449,14 @@ class CaptureController:
         with self._lock:
             for c in self.captures:
                 if c.status in ("requested", "capturing"):
-                    self._end(c, "aborted", "the job ended before the capture finished")
+                    parts = self._parts.get(c.id, {})
+                    for part in parts.values():
+                        if part.status in ("requested", "capturing"):
+                            part.status, part.why = "aborted", "the job ended before the capture finished"
+                    if parts:
+                        self._settle(c, self._t)
+                    if c.status in ("requested", "capturing"):
+                        self._end(c, "aborted", "the job ended before the capture finished")
             workers = list(self._workers)
         end = time.monotonic() + wait_s
         for th in workers:
@@ -372,6 +465,21 @@ class CaptureController:
             for c in self.captures:
                 if c.status == "analyzing":
                     c.status, c.why = "failed", f"the analysis did not finish within {wait_s:g} s"
+
+
+@dataclass
+class _Part:
+    """One process's share of a capture."""
+
+    pid: int
+    rank: str | None
+    path: str
+    status: str = "requested"  # requested → capturing → done; or refused / failed / aborted
+    why: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
 
 
 def _ms(xs) -> tuple[float, ...]:
@@ -429,8 +537,19 @@ def _report_fields(report) -> dict[str, Any]:
         breakdown.append(f"step p50 {p50:.2f} ms")
     cats = sorted((bd.get("categories") or {}).values(), key=lambda c: -(c.get("pct") or 0))
     breakdown += [f"{c.get('label')}: {c.get('pct'):.1f} %" for c in cats if (c.get("pct") or 0) >= 0.5][:6]
+    ranks = []
+    for r in d.get("ranks") or []:
+        p50 = r.get("step_p50_ms")
+        ranks.append(
+            f"rank {r.get('rank')}: step p50 {'n/a' if p50 is None else f'{p50:.2f} ms'}, "
+            f"{r.get('axis') or '?'} / {r.get('bottleneck') or '?'}"
+        )
+    stragglers = (d.get("stragglers") or {}).get("summary")
+    if ranks and stragglers:
+        ranks.append(str(stragglers))
     line = report.verdict_line() if hasattr(report, "verdict_line") else str(v.get("summary", ""))
     return {
+        "ranks": tuple(ranks[:65]),
         "verdict_line": line,
         "headline": str(v.get("axis") or ""),
         "summary": str(v.get("summary") or ""),

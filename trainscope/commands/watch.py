@@ -149,6 +149,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="keep the traces in DIR (default: captures/ beside --record; else the watch's private "
         "folder, removed when the watch ends)",
     )
+    c.add_argument(
+        "--capture-ranks",
+        choices=("all", "lowest"),
+        default="all",
+        help="in a job of several ranks, capture every rank (a trace each, analyzed as a rank set: "
+        "stragglers, collective arrivals) or only the lowest (default: all)",
+    )
     c.add_argument("--capture-stack", action="store_true", help="record Python stacks in captures (slower)")
     c.add_argument("--capture-memory", action="store_true", help="record memory allocations in captures (slower)")
     a.add_argument(
@@ -287,6 +294,7 @@ def run(args: argparse.Namespace) -> int:
             folder=folder,
             stack=args.capture_stack,
             memory=args.capture_memory,
+            ranks=args.capture_ranks,
         )
     w = api.watch(
         pid=args.pid,
@@ -357,6 +365,7 @@ def _print_captures(args, captures) -> None:
             text = visible(f"trainscope: {c.line()}") + "\n"
             if c.status == "done":
                 text += visible(f"trainscope: capture {c.id} {c.overhead_text()}") + "\n"
+                text += "".join(visible(f"trainscope: capture {c.id} {r}") + "\n" for r in c.ranks)
             write_line(sys.stdout, text)
 
 
