@@ -21,7 +21,8 @@ from trainscope.analyzers.findings.base import AXES as AXES, Evidence as Evidenc
 from trainscope.analyzers.findings.base import Verdict as Verdict  # re-exported
 from trainscope.analyzers.findings.common import ctx as _ctx, ev as _ev
 from trainscope.analyzers.findings.observations import DiagnosisInput as DiagnosisInput  # re-exported
-from trainscope.analyzers.fix_text import detail as _detail, title as _title
+from trainscope.analyzers.findings import title_for as _title
+from trainscope.analyzers.findings.data import cpu_input_wait_detail
 from trainscope.analyzers.findings.graphs import GRAPH_REPLAYS, UNKNOWN_BOUND
 from trainscope.analyzers.gpu_gaps import INFERRED, LABELS as GAP_LABELS
 from trainscope.analyzers.rules import Rules
@@ -85,8 +86,7 @@ def _cpu_training_findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
         ),
         _ctx("GPU kernels in trace", 0, "kernels", "trace: no GPU activity (runs on the CPU)"),
     ]
-    detail = _detail(
-        "cpu/input-wait",
+    detail = cpu_input_wait_detail(
         inp.context,
         "training runs on the CPU here, so every millisecond spent loading a batch adds to the step",
     )

@@ -20,13 +20,16 @@ from trainscope.analyzers.findings.base import (
     Finding,
     FindingSpec,
     Fix,
+    FixText,
     Severity,
     Verdict,
     by_stake,
+    code_language,
     fixed,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.context import Context
     from trainscope.analyzers.findings.observations import DiagnosisInput
     from trainscope.analyzers.rules import Rules
 
@@ -99,6 +102,27 @@ def by_rec_id(rec_id: str) -> FindingSpec | None:
     )
 
 
+def title_for(finding_id: str, ctx: Context | None, default: str) -> str:
+    """A finding's headline in the run's words (``default`` where the wording fits any run)."""
+    s = REGISTRY.get(finding_id)
+    return s.title_for(ctx, default) if s is not None else default
+
+
+def detail_for(finding_id: str, ctx: Context | None, default: str) -> str:
+    """A finding's one-line explanation in the run's words."""
+    s = REGISTRY.get(finding_id)
+    return s.detail_for(ctx, default) if s is not None else default
+
+
+def fix_text(
+    finding_id: str, ctx: Context | None, *, single_loader: bool = False, bf16: bool = True, cold_start: bool = False
+) -> FixText | None:
+    """The fix for ``finding_id`` in the run's context, or None when the finding has no code fix.
+    ``cold_start``: the stake is first-call code loading, not steady-state work."""
+    s = REGISTRY.get(finding_id)
+    return s.fix_words(ctx, single_loader=single_loader, bf16=bf16, cold_start=cold_start) if s is not None else None
+
+
 def live_fix_table() -> dict[str, tuple[str, str]]:
     """Finding id -> (fix title, change) for every finding the live rules raise."""
     # Rendered for a PyTorch training job (what `watch` launches) with no DataLoader workers seen;
@@ -160,6 +184,11 @@ __all__ = [
     "POOL_CATEGORIES",
     "FindingSpec",
     "Fix",
+    "FixText",
+    "code_language",
+    "title_for",
+    "detail_for",
+    "fix_text",
     "DiffMeasure",
     "Severity",
     "Finding",

@@ -3,10 +3,10 @@ not use the tensor cores."""
 
 from __future__ import annotations
 
-from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake
+from trainscope.analyzers.context import Context
+from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, FixText, by_stake
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
-from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
 
 _BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")
@@ -65,6 +65,56 @@ def _no_tensor_cores(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     )
 
 
+# --- wording: the fix in the run's words (its Context) ----------------------------------------
+
+
+def _mixed_precision_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:
+        return FixText(
+            "mixed-precision",
+            "Use tensor cores for the matrix math (reduced precision / TF32)",
+            "cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH);  // fp32 GEMMs on tensor cores\n"
+            "// or cublasGemmEx with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F (hipBLASLt likewise)",
+        )
+    dtype = "torch.bfloat16" if bf16 else "torch.float16"
+    if c.training:
+        change = f'with torch.autocast(device_type="cuda", dtype={dtype}):\n    loss = loss_fn(model(x), y)' + (
+            "" if bf16 else "\nscaler = torch.amp.GradScaler()  # fp16 needs loss scaling"
+        )
+    else:
+        change = f"model = model.to({dtype}).eval()\nwith torch.inference_mode():\n    out = model(x)"
+    return FixText("mixed-precision", "Use mixed precision so GEMMs and convolutions run on tensor cores", change)
+
+
+def _compute_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:
+        return FixText(
+            "compute-efficiency",
+            "Already on tensor cores: raise arithmetic efficiency",
+            "// tune GEMM tile shapes (cuBLASLt/hipBLASLt heuristics, CUTLASS), larger problem sizes per launch",
+        )
+    lines = []
+    if c.inference and not c.compiled and not c.graphs:
+        lines.append(
+            "# a serving engine: its own compile and graph options (torch.compile inside the server,\n"
+            '# CUDA-graph capture of the decode step); a plain script: torch.compile(model, mode="max-autotune")'
+        )
+    elif not c.compiled and not c.graphs:
+        lines.append('model = torch.compile(model, mode="max-autotune")  # autotuned GEMM tiles')
+    else:
+        lines.append(
+            "# already compiled/captured: autotune the GEMMs themselves (TORCHINDUCTOR_MAX_AUTOTUNE_GEMM=1, "
+            "hipBLASLt/cuBLASLt tuning)"
+        )
+    if c.training:
+        lines.append("# larger batch per GPU if memory allows: fuller tiles on every SM")
+    else:
+        lines.append("# more requests per batch (the server's batch size): fuller tiles on every SM")
+    if not c.fused_attention:
+        lines.append("# attention through F.scaled_dot_product_attention (fused kernels)")
+    return FixText("compute-efficiency", "Already on tensor cores: raise arithmetic efficiency", "\n".join(lines))
+
+
 COMPUTE_BOUND = FindingSpec(
     id="algorithm/compute-bound",
     axis="algorithm",
@@ -82,7 +132,7 @@ COMPUTE_BOUND = FindingSpec(
         projection="none",
         basis="no projection: compute-bound; gains depend on kernel efficiency (see MFU)",
         superseded_by=("algorithm/no-tensor-cores",),
-        text=fix_text._compute,
+        text=_compute_words,
     ),
     whatif_pool=None,
     diff_measure=DiffMeasure(
@@ -115,7 +165,7 @@ NO_TENSOR_CORES = FindingSpec(
         projection="amdahl",
         whatif_label="mixed precision on the GEMM share",
         applies=lambda c: getattr(c, "matmul_compute_bound", None) is not False,  # tensor cores speed arithmetic
-        text=fix_text._mixed_precision,
+        text=_mixed_precision_words,
     ),
     whatif_pool="tensor-cores",
     diff_measure=DiffMeasure(

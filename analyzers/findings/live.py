@@ -5,9 +5,30 @@ declared with their families."""
 
 from __future__ import annotations
 
-from trainscope.analyzers import fix_text
+from trainscope.analyzers.context import Context
 
-from trainscope.analyzers.findings.base import DiffMeasure, FindingSpec, Fix, fixed, stake_pct
+from trainscope.analyzers.findings.base import DiffMeasure, FindingSpec, Fix, FixText, fixed, stake_pct
+
+# --- wording: the fix in the run's words (its Context) ----------------------------------------
+
+
+def _record_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native or c.source_format.startswith("nsys"):
+        return FixText(
+            "record-trace",
+            "Record a trace to see what idles the GPU",
+            "nsys profile -t cuda,nvtx,osrt -o run ./app && nsys export --type sqlite run.nsys-rep\n"
+            "# then: trainscope analyze run.sqlite",
+        )
+    return FixText(
+        "record-trace",
+        "Record a trace to see what idles the GPU",
+        "with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=2, active=5),\n"
+        "        on_trace_ready=torch.profiler.tensorboard_trace_handler('./trace')) as p:\n"
+        "    for batch in batches: step(batch); p.step()\n"
+        "# then: trainscope analyze ./trace",
+    )
+
 
 _RECORD = Fix(
     "record-trace",
@@ -20,7 +41,7 @@ _RECORD = Fix(
     "# then: trainscope analyze run.sqlite",
     projection="none",
     basis="no projection: counters cannot tell launch overhead, syncs and communication apart",
-    text=fix_text._record,
+    text=_record_words,
 )
 
 UNDERUTILIZED = FindingSpec(

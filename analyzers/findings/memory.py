@@ -3,6 +3,7 @@ case), and memory capacity."""
 
 from __future__ import annotations
 
+from trainscope.analyzers.context import Context
 from typing import TYPE_CHECKING
 
 from trainscope.analyzers.findings.base import (
@@ -11,6 +12,7 @@ from trainscope.analyzers.findings.base import (
     Finding,
     FindingSpec,
     Fix,
+    FixText,
     by_stake,
     fixed,
     stake_ms,
@@ -18,7 +20,6 @@ from trainscope.analyzers.findings.base import (
 )
 from trainscope.analyzers.findings.common import ev, raised, sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
-from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -117,6 +118,102 @@ def _peak_pct(a: Analysis) -> float | None:
     return max(pcts) if pcts else None
 
 
+# --- wording: the fix in the run's words (its Context) ----------------------------------------
+
+
+def _bandwidth_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native and c.decode:
+        return FixText(
+            "fuse-memory-bound",
+            "Read the weights for more tokens: batch, quantize, speculate",
+            "// the matrix kernels stream the weights once per step: batch more sequences per step,\n"
+            "// quantize the weights (fp8 / int4 GEMMs) and the KV cache, decode speculatively",
+        )
+    if c.native:
+        return FixText(
+            "fuse-memory-bound",
+            "Fuse memory-bound kernels so data is read once",
+            "// merge consecutive elementwise/reduction kernels into one that keeps values in registers;\n"
+            "// use vendor fused kernels (cuDNN/MIOpen fused ops, CUTLASS epilogues) where they exist",
+        )
+    if c.decode:
+        return FixText(
+            "fuse-memory-bound",
+            "Read the weights for more tokens: batch, quantize, speculate",
+            "# the matrix kernels stream the weights once per step: more tokens per read, fewer bytes per weight\n"
+            "# more sequences per step: raise the server's batch (continuous batching, e.g. max_num_seqs)\n"
+            "# fewer bytes: weight quantization (fp8 / int4), and an fp8 KV cache where the server keeps one\n"
+            "# more tokens per weight read in autoregressive generation: speculative decoding (a draft model)",
+        )
+    lines = []
+    if not c.compiled:
+        lines.append("model = torch.compile(model)  # fuses chains of elementwise/normalization kernels")
+    else:
+        lines.append(
+            "# already compiled: the memory-bound runs left are outside Inductor's fusions —\n"
+            "# custom fused kernels (a Triton kernel for the chain), or lower-precision activations"
+        )
+    # No attention advice here: a trace with no attention (a CNN, DLRM) would be told to call SDPA.
+    # Unfused attention is its own finding (machine/unfused-attention) with its own fix, raised only
+    # where the trace shows the score matrices going through memory.
+    what = "torch.compile" if not c.compiled else "custom kernels"
+    return FixText(
+        "fuse-memory-bound",
+        f"Fuse memory-bound kernels ({what})",
+        "\n".join(lines),
+    )
+
+
+def _attention_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:
+        return FixText(
+            "fused-attention",
+            "Use a fused attention kernel (FlashAttention / cuDNN fused attention)",
+            "// one kernel computes softmax(QK^T)V tile by tile, never writing the score matrix to memory",
+        )
+    if c.fused_attention:
+        return FixText(
+            "fused-attention",
+            "Send the unfused attention through the fused kernels already in use",
+            "# fused attention kernels already run in this trace: the layers that still compute\n"
+            "# softmax(QK^T)V kernel by kernel should take the same attention backend (the model's\n"
+            "# attention implementation setting), keeping their own mask",
+        )
+    if c.causal:
+        call = "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)  # the trace records a causal mask"
+    else:
+        call = (
+            "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n"
+            "# keep the model's own mask (None where it attends to every position); no mask is recorded here"
+        )
+    return FixText(
+        "fused-attention",
+        "Use fused attention (SDPA / FlashAttention)",
+        call + "\n# replaces scores = q @ k.transpose(-2, -1) / sqrt(d); mask; softmax; @ v",
+    )
+
+
+def _capacity_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:  # before training: a native training code gets no PyTorch snippet either
+        return FixText(
+            "reduce-memory",
+            "Cut device memory (smaller working sets, reuse buffers)",
+            "// allocate once and reuse; process the problem in tiles that fit; free scratch buffers early",
+        )
+    if c.training:
+        return FixText(
+            "reduce-memory",
+            "Cut activation memory (checkpointing, mixed precision)",
+            "from torch.utils.checkpoint import checkpoint\nout = checkpoint(block, x, use_reentrant=False)",
+        )
+    return FixText(
+        "reduce-memory",
+        "Cut inference memory (lower-precision weights, smaller KV cache or batch)",
+        "model = model.to(torch.bfloat16)  # or 8-/4-bit weight quantization\n"
+        "# cap the batch / KV-cache size (e.g. gpu_memory_utilization, max_num_seqs in the server)",
+    )
+
+
 BANDWIDTH = FindingSpec(
     id="machine/bandwidth",
     axis="machine",
@@ -134,7 +231,7 @@ BANDWIDTH = FindingSpec(
         projection="roofline",
         basis="roofline bound on the {stake:.1f} % memory-bound kernel time",
         whatif_label="memory-bound kernels at their roofline bound (fused runs, operands read once)",
-        text=fix_text._bandwidth,
+        text=_bandwidth_words,
     ),
     whatif_pool="memory-bound",
     diff_measure=DiffMeasure("memory-bound kernel time", "ms per step", stake_ms("machine/bandwidth")),
@@ -165,7 +262,7 @@ UNFUSED_ATTENTION = FindingSpec(
         basis="fused attention never writes the score matrices: the {stake:.1f} % memory-bound "
         "attention time (mask, softmax, scaling over them) goes, the matmuls stay",
         whatif_label="unfused attention's memory-bound kernels gone",
-        text=fix_text._attention,
+        text=_attention_words,
     ),
     whatif_pool="memory-bound",
     diff_measure=DiffMeasure(
@@ -195,7 +292,7 @@ CAPACITY = FindingSpec(
         "// free workspaces between phases (cudaFreeAsync with a memory pool)",
         projection="none",
         basis="no speed projection: frees memory for larger batches (recomputation costs ~⅓ more forward time)",
-        text=fix_text._capacity,
+        text=_capacity_words,
     ),
     whatif_pool=None,
     diff_measure=DiffMeasure("peak memory / device memory", "%", _peak_pct),
