@@ -1,6 +1,6 @@
 """The registry of findings: every finding declared once (:class:`FindingSpec`), one module per
 family. Consumers read it from here — the verdict (sinks and headlines), recommendations (fixes),
-what-if (pools), diff (measures), ``--deep`` (critical-path families), the live engine (fixes), the
+what-if (pools), diff (measures), ``--deep`` (critical-path families), the live engine (live measures, fixes), the memory-snapshot rules, the
 reports and the labeled benchmark (classes). :func:`validate` lists every declaration that lacks
 what a consumer needs; a test holds that list empty.
 """
@@ -14,6 +14,7 @@ from trainscope.analyzers.findings.base import (
     AXES,
     CRITICAL_PATH_FAMILIES,
     LABEL_CLASSES,
+    LIVE_STEPS,
     PROJECTIONS,
     DiffMeasure,
     Evidence,
@@ -21,6 +22,7 @@ from trainscope.analyzers.findings.base import (
     FindingSpec,
     Fix,
     FixText,
+    LiveMeasure,
     Severity,
     Verdict,
     by_stake,
@@ -66,7 +68,9 @@ def spec(finding_id: str) -> FindingSpec | None:
 
 def specs(*, offline: bool | None = None, live: bool | None = None) -> list[FindingSpec]:
     return [
-        s for s in REGISTRY.values() if (offline is None or s.offline == offline) and (live is None or s.live == live)
+        s
+        for s in REGISTRY.values()
+        if (offline is None or s.offline == offline) and (live is None or (s.live is not None) == live)
     ]
 
 
@@ -123,11 +127,11 @@ def fix_text(
     return s.fix_words(ctx, single_loader=single_loader, bf16=bf16, cold_start=cold_start) if s is not None else None
 
 
-def live_fix_table() -> dict[str, tuple[str, str]]:
-    """Finding id -> (fix title, change) for every finding the live rules raise."""
-    # Rendered for a PyTorch training job (what `watch` launches) with no DataLoader workers seen;
-    # the live engine retitles the loader fix when it sees workers.
-    return {s.id: s.fix.render(None, single_loader=True) for s in REGISTRY.values() if s.live and s.fix is not None}
+def live_specs() -> list[FindingSpec]:
+    """The findings the live engine raises, in the order it evaluates them: the live flowchart's steps
+    (:data:`LIVE_STEPS`), then the registry's order."""
+    live = [s for s in REGISTRY.values() if s.live is not None]
+    return sorted(live, key=lambda s: LIVE_STEPS.index(s.live.step) if s.live is not None else 0)
 
 
 def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
@@ -149,6 +153,16 @@ def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
             bad(f"axis {s.axis!r} is not a D·A·M axis")
         if s.measure is None and s.offline:
             bad("no measure (no trace rule raises it)")
+        if not s.offline and s.live is None and not s.snapshot:
+            bad("no rule raises it (no trace measure, live measure or snapshot rule)")
+        if s.live is not None:
+            if s.live.step not in LIVE_STEPS:
+                bad(f"live step {s.live.step!r} is not a step of the live flowchart (LIVE_STEPS)")
+            if not s.live.reads:
+                bad("live measure does not say what it reads")
+            for n in s.live.thresholds:
+                if n not in names:
+                    bad(f"live measure reads unknown threshold {n}")
         if not s.title or not s.headline:
             bad("no title or headline (reports, apps)")
         fixes = [f for f in (s.fix, *s.alternatives) if f is not None]
@@ -202,5 +216,7 @@ __all__ = [
     "validate",
     "pool_members",
     "by_rec_id",
-    "live_fix_table",
+    "live_specs",
+    "LiveMeasure",
+    "LIVE_STEPS",
 ]

@@ -14,7 +14,11 @@ import re
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
     from trainscope.analyzers.analysis import Analysis
+    from trainscope.analyzers.live_window import WindowStats
+    from trainscope.traces.samples import Snapshot
     from trainscope.analyzers.context import Context
     from trainscope.analyzers.findings.observations import DiagnosisInput
     from trainscope.analyzers.rules import Rules
@@ -222,6 +226,33 @@ def stake_pct(finding: str) -> Callable[[Analysis], float | None]:
 # What a trace rule runs: the observations and the rule table -> the finding(s) they support.
 Measure = Callable[["DiagnosisInput", "Rules"], "Finding | list[Finding] | None"]
 
+# --- live measures --------------------------------------------------------------------------------
+
+# The live flowchart's steps, in evaluation order (docs/watch.md): the input pipeline while the GPU is
+# starved, memory capacity, what the busy time is spent on, utilization patterns, clocks, and trends
+# over the window's samples. The live verdict reads the findings by step.
+LIVE_STEPS = ("data", "capacity", "busy", "utilization", "clocks", "trend")
+
+# What a live rule runs: the window's statistics, its snapshots and the rule table -> the finding.
+LiveRule = Callable[["WindowStats", "Sequence[Snapshot]", "Rules"], "Finding | None"]
+
+
+@dataclass(frozen=True)
+class LiveMeasure:
+    """How the live engine (``trainscope watch``, counters-only inputs) raises a finding from a window
+    of sampled counters: declared on the finding's spec, evaluated in :data:`LIVE_STEPS` order."""
+
+    step: str  # LIVE_STEPS
+    reads: str  # what it reads, in words
+    rule: LiveRule
+    thresholds: tuple[str, ...]  # the rule-table entries it reads (analyzers/rules.py)
+    gpu: bool = True  # reads GPU counters: its fix is GPU advice, left out for a job with no GPU sampled
+    # A trend over the window's samples rather than a window average: raised while the verdict still
+    # warms up, and kept in the run's summary once a window showed it (the run's start-up and tail
+    # flatten a whole-run fit).
+    trend: bool = False
+
+
 # How `--deep` files a finding against HTA's critical path (analyzers/critical_path.py).
 CRITICAL_PATH_FAMILIES = ("data", "host", "gpu-compute", "communication", "none")  # none: no time on the path
 # The labeled benchmark's classes (benchmarks/bench_diagnosis.py).
@@ -258,8 +289,9 @@ class FindingSpec:
     sink: str | None = None  # the step-time sink (analyzers/sinks.py) this finding's stake is measured from
     breakdown: tuple[str, ...] = ()  # breakdown categories its stake lies in (for --deep's reconciliation)
     describes: str = ""  # what it measures, in words
-    live: bool = False  # raised by the live rules (watch, counter-only inputs)
+    live: LiveMeasure | None = None  # raised by the live engine (watch, counter-only inputs)
     offline: bool = True  # raised by the trace rules (analyze); False: live or snapshot rules raise it
+    snapshot: bool = False  # raised by the memory-snapshot rules (`trainscope memory`, findings/memory.py)
     alternatives: tuple[Fix, ...] = ()  # fixes for particular contexts, tried before ``fix`` (their ``applies``)
     refines: str | None = None  # the broader finding of the same sink this one names more precisely
     title_words: Words | None = None  # the headline in the run's words (else ``title`` / the rule's)

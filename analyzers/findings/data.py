@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
 from trainscope.analyzers.context import Context
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
@@ -10,14 +12,19 @@ from trainscope.analyzers.findings.base import (
     FindingSpec,
     Fix,
     FixText,
+    LiveMeasure,
     by_stake,
     ms_per_step,
     stake_ms,
     stake_pct,
 )
 from trainscope.analyzers.findings.observations import DiagnosisInput
-from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
+from trainscope.analyzers.findings.common import ctx, ev, live_ev, raised, sink_line
 from trainscope.analyzers.rules import Rules
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.live_window import WindowStats
+    from trainscope.traces.samples import Snapshot
 
 _INPUT_SEV = by_stake("data_wait.moderate", "data_wait.high")
 
@@ -131,6 +138,66 @@ def _pageable(obs: DiagnosisInput, rules: Rules) -> Finding | None:
         "each copy is staged through a driver bounce buffer: the host blocks and the copy cannot overlap compute",
         rules,
     )
+
+
+# --- live measures (trainscope watch, counters-only inputs) ------------------------------------------
+
+
+def _live_input_wait(s: WindowStats, _snaps: Sequence[Snapshot], r: Rules) -> Finding | None:
+    if s.data_wait_pct is None or not s.enough_steps(r):
+        return None
+    p = s.data_wait_pct
+    sev = "high" if p >= r.value("data_wait.high") else "moderate" if p >= r.value("data_wait.moderate") else None
+    if sev is None:
+        return None
+    lines = [
+        live_ev(r, f"data_wait.{sev}", "training loop waiting in DataLoader __next__ (step-exact)", p),
+        ctx("steps measured in the window", s.steps, "steps", "step hook"),
+    ]
+    if s.workers is not None:
+        lines.append(ctx("DataLoader worker processes", s.workers, "processes", "process tree"))
+    detail = "the input pipeline cannot keep the training step fed"
+    if not s.workers:
+        detail += "; batches are loaded in the training process itself (no DataLoader workers seen)"
+    return INPUT_WAIT.finding(p, lines, detail, r, title="Training waits on the input pipeline", severity=sev)
+
+
+def _live_loader_cpu(s: WindowStats, _snaps: Sequence[Snapshot], r: Rules) -> Finding | None:
+    if s.starved_cpu_pct is None or s.starved_cpu_pct <= r.value("live.starved_share"):
+        return None
+    lines = [
+        live_ev(
+            r,
+            "live.starved_share",
+            f"samples with GPU < {r.value('live.gpu_idle'):g} % while CPU/loader ≥ {r.value('live.cpu_saturated'):g} %",
+            s.starved_cpu_pct,
+        ),
+        ctx("host CPU", s.cpu_pct, "%"),
+        ctx("CPU per DataLoader worker", s.worker_cpu_pct, "% of a core"),
+    ]
+    return LOADER_CPU.finding(
+        s.starved_cpu_pct,
+        lines,
+        "the data loader cannot produce batches as fast as the GPU consumes them",
+        r,
+        severity="high",
+    )
+
+
+def _live_io_wait(s: WindowStats, _snaps: Sequence[Snapshot], r: Rules) -> Finding | None:
+    if s.starved_io_pct is None or s.starved_io_pct <= r.value("live.starved_share"):
+        return None
+    lines = [
+        live_ev(
+            r,
+            "live.starved_share",
+            f"samples with GPU < {r.value('live.gpu_idle'):g} % while I/O wait ≥ "
+            f"{r.value('live.iowait_saturated'):g} %",
+            s.starved_io_pct,
+        ),
+        ctx("I/O wait", s.iowait_pct, "%"),
+    ]
+    return IO_WAIT.finding(s.starved_io_pct, lines, "reading the data set is the bottleneck", r, severity="high")
 
 
 # --- wording: the fix in the run's words (its Context) ----------------------------------------
@@ -320,7 +387,13 @@ INPUT_WAIT = FindingSpec(
     describes="GPU idle while the host waits on the DataLoader or preprocesses input",
     title_words=_input_wait_title,
     detail_words=_input_wait_detail,
-    live=True,
+    live=LiveMeasure(
+        "data",
+        "step-exact DataLoader wait share",
+        _live_input_wait,
+        ("data_wait.moderate", "data_wait.high", "live.min_steps", "live.min_step_seconds", "live.startup_steps"),
+        gpu=False,
+    ),
 )
 
 COPIES = FindingSpec(
@@ -409,7 +482,12 @@ LOADER_CPU = FindingSpec(
     label_class="input",
     sink="input",
     describes="share of samples with the GPU near idle while the loader CPU saturates (live)",
-    live=True,
+    live=LiveMeasure(
+        "data",
+        "GPU utilization × host/loader CPU per sample",
+        _live_loader_cpu,
+        ("live.starved_share", "live.gpu_idle", "live.cpu_saturated"),
+    ),
     offline=False,
 )
 
@@ -435,7 +513,12 @@ IO_WAIT = FindingSpec(
     label_class="input",
     sink="input",
     describes="share of samples with the GPU near idle while I/O wait saturates (live)",
-    live=True,
+    live=LiveMeasure(
+        "data",
+        "GPU utilization × I/O wait per sample",
+        _live_io_wait,
+        ("live.starved_share", "live.gpu_idle", "live.iowait_saturated"),
+    ),
     offline=False,
 )
 

@@ -3,11 +3,26 @@ not use the tensor cores."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
 from trainscope.analyzers.context import Context
-from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, FixText, by_stake
+from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, FixText, LiveMeasure, by_stake
 from trainscope.analyzers.findings.observations import DiagnosisInput
-from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
+from trainscope.analyzers.findings.common import (
+    BUSY_MIX_THRESHOLDS,
+    ctx,
+    ev,
+    gpm_sm,
+    live_busy_mix,
+    live_ev,
+    raised,
+    sink_line,
+)
 from trainscope.analyzers.rules import Rules
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.live_window import WindowStats
+    from trainscope.traces.samples import Snapshot
 
 _BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")
 
@@ -62,6 +77,64 @@ def _no_tensor_cores(obs: DiagnosisInput, rules: Rules) -> Finding | None:
         ],
         "fp32 GEMMs/convolutions run on the CUDA cores; mixed precision moves them to tensor cores",
         rules,
+    )
+
+
+# --- live measures (trainscope watch, counters-only inputs) ------------------------------------------
+
+
+def _live_compute_bound(s: WindowStats, _snaps: Sequence[Snapshot], r: Rules) -> Finding | None:
+    mix = live_busy_mix(s, r)
+    if mix is None or mix[0] != "compute":
+        return None
+    if mix[1] == "gpm":
+        assert s.dram_util is not None  # GPM decided: both sides were measured
+        sm = gpm_sm(s)
+        return COMPUTE_BOUND.finding(
+            sm,
+            [
+                live_ev(r, "live.gpm_active", "SM / tensor activity (GPM)", sm),
+                live_ev(r, "live.gpm_quiet", "DRAM bandwidth utilization (GPM)", s.dram_util, "<"),
+            ],
+            "arithmetic units are the limit while kernels run",
+            r,
+            title="SMs and tensor cores are the limit",
+            severity="high",
+        )
+    assert s.gpu_mem_ctrl is not None and s.gpu_util is not None  # NVML decided: both were sampled
+    return COMPUTE_BOUND.finding(
+        s.gpu_util,
+        [
+            live_ev(r, "gpu_busy.saturated", "GPU utilization", s.gpu_util),
+            live_ev(r, "live.mem_ctrl_busy", "memory controller busy (NVML, no GPM on this GPU)", s.gpu_mem_ctrl, "<"),
+        ],
+        "kernels run nearly all the time with modest memory traffic (NVML time shares; GPM would be precise)",
+        r,
+        title="The GPU is busy computing",
+        severity="moderate",
+    )
+
+
+def live_cpu_step(s: WindowStats, r: Rules) -> Finding:
+    """A CPU job (no GPU sampled) whose step-exact wait stays below the input-wait grade: the time
+    goes to the step itself (the live verdict's last word on a CPU job)."""
+    assert s.data_wait_pct is not None  # the verdict asks only with step timings
+    return COMPUTE_BOUND.finding(
+        100 - s.data_wait_pct,
+        [
+            live_ev(
+                r,
+                "data_wait.moderate",
+                "training loop waiting in DataLoader __next__ (step-exact)",
+                s.data_wait_pct,
+                "<",
+            ),
+            ctx("training process CPU", s.main_cpu_pct, "% of a core"),
+        ],
+        "the input pipeline keeps up; no GPU is in use, so the step computes on the CPU",
+        r,
+        title="Time goes to the training step itself",
+        severity="moderate",
     )
 
 
@@ -146,7 +219,12 @@ COMPUTE_BOUND = FindingSpec(
     sink="compute-bound",
     breakdown=("compute",),
     describes="kernel time limited by arithmetic throughput (counters, roofline, or kernel classes)",
-    live=True,
+    live=LiveMeasure(
+        "busy",
+        "GPM SM/tensor vs DRAM activity; without GPM, NVML utilization vs memory-controller share",
+        _live_compute_bound,
+        BUSY_MIX_THRESHOLDS,
+    ),
 )
 
 NO_TENSOR_CORES = FindingSpec(
