@@ -125,8 +125,7 @@ def test_every_spec_has_wording_a_rule_and_thresholds_with_default_unit_and_sour
         assert s.axis in AXES and s.title and s.headline and s.describes, fid
         assert s.fix is not None and s.fix.title and s.fix.pytorch and s.fix.native, fid
         assert s.measure is not None or s.live is not None or s.snapshot, f"{fid}: no rule raises it"
-        names = set(s.severity.rule_names) | set(s.live.thresholds if s.live is not None else ())
-        for n in names:
+        for n in s.threshold_names:
             t = table[n]  # a KeyError names a threshold the rule table lacks
             assert isinstance(t.value, float) and t.unit and t.meaning and t.source, (fid, n)
         if s.live is not None:
@@ -144,6 +143,22 @@ def test_each_findings_wording_and_rules_live_in_its_family_module():
             for fn in fns:
                 if fn is not None:
                     assert fn.__module__ == fam.__name__, (s.id, fn.__qualname__, fn.__module__)
+
+
+class RecordingRules(Rules):
+    """The rule table, remembering which thresholds were read."""
+
+    def __init__(self, overrides=None):
+        super().__init__(overrides)
+        self.read: set[str] = set()
+
+    def __getitem__(self, name):
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def value(self, name):
+        self.read.add(name)
+        return super().value(name)
 
 
 def _findings_check(found, where: str) -> set[str]:
@@ -170,22 +185,11 @@ def test_every_finding_analyze_raises_on_a_bundled_trace_has_a_spec(name):
     assert ids and all(REGISTRY[i].offline for i in ids)
     assert a.verdict.bottleneck is None or a.verdict.bottleneck in REGISTRY
     assert {r.finding for r in a.recommendations} <= ids
-
-
-class RecordingRules(Rules):
-    """The rule table, remembering which thresholds were read."""
-
-    def __init__(self, overrides=None):
-        super().__init__(overrides)
-        self.read: set[str] = set()
-
-    def __getitem__(self, name):
-        self.read.add(name)
-        return super().__getitem__(name)
-
-    def value(self, name):
-        self.read.add(name)
-        return super().value(name)
+    # ...and each trace rule reads only the thresholds its spec declares (default, unit, source).
+    for s in registry.specs(offline=True):
+        rules = RecordingRules()
+        s.measure(a.observations, rules)
+        assert rules.read <= set(s.threshold_names), (s.id, rules.read - set(s.threshold_names))
 
 
 GIB = 2**30
@@ -313,9 +317,12 @@ def test_every_finding_the_snapshot_rules_raise_has_a_spec():
     raised: set[str] = set()
     for name in ("mem_oom_flexgen_opt.pickle", "mem_cs336_nothanmin_trainstep.pickle.gz"):
         mem = snapshot_memory(load_snapshot(str(DATA / "memory" / name)))
-        for cap, rules in ((None, Rules()), (1.0, Rules({"memory.fragmentation": 0.0}))):
+        for cap, rules in ((None, {}), (1.0, {"memory.fragmentation": 0.0})):
+            rules = RecordingRules(rules)
             found = snapshot_findings(mem, cap, rules)
             raised |= _findings_check(found, name)
+            declared = {n for s in REGISTRY.values() if s.snapshot for n in s.threshold_names}
+            assert rules.read <= declared, rules.read - declared
     assert raised == {s.id for s in REGISTRY.values() if s.snapshot}
 
 

@@ -188,6 +188,9 @@ def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
         for n in s.severity.rule_names:
             if n not in names:
                 bad(f"severity reads unknown threshold {n}")
+        for n in s.thresholds:
+            if n not in names:
+                bad(f"its rules read unknown threshold {n}")
         if s.refines is not None and (s.refines not in reg or reg[s.refines].sink != s.sink):
             bad(f"refines {s.refines}, which is not a registered finding of the same sink")
     return problems

@@ -292,6 +292,9 @@ class FindingSpec:
     live: LiveMeasure | None = None  # raised by the live engine (watch, counter-only inputs)
     offline: bool = True  # raised by the trace rules (analyze); False: live or snapshot rules raise it
     snapshot: bool = False  # raised by the memory-snapshot rules (`trainscope memory`, findings/memory.py)
+    # The rule-table entries (analyzers/rules.py: default, unit, source) its trace and snapshot rules
+    # read beyond its severity grades; the live measure declares its own.
+    thresholds: tuple[str, ...] = ()
     alternatives: tuple[Fix, ...] = ()  # fixes for particular contexts, tried before ``fix`` (their ``applies``)
     refines: str | None = None  # the broader finding of the same sink this one names more precisely
     title_words: Words | None = None  # the headline in the run's words (else ``title`` / the rule's)
@@ -317,6 +320,13 @@ class FindingSpec:
         if cold_start and f.cold_start is not None:
             return f.cold_start(in_context(ctx))
         return f.text(in_context(ctx), single_loader, bf16) if f.text is not None else None
+
+    @property
+    def threshold_names(self) -> tuple[str, ...]:
+        """Every rule-table entry a rule raising this finding reads: severity grades, trace and
+        snapshot rules, the live measure."""
+        names = (*self.severity.rule_names, *self.thresholds, *(self.live.thresholds if self.live else ()))
+        return tuple(dict.fromkeys(names))
 
     def fix_for(self, ctx: Context | None) -> Fix | None:
         """The fix that fits the run's context."""

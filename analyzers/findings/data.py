@@ -394,6 +394,7 @@ INPUT_WAIT = FindingSpec(
         ("data_wait.moderate", "data_wait.high", "live.min_steps", "live.min_step_seconds", "live.startup_steps"),
         gpu=False,
     ),
+    thresholds=("gpu_busy.saturated",),
 )
 
 COPIES = FindingSpec(

@@ -302,6 +302,7 @@ LAUNCH_OVERHEAD = FindingSpec(
     sink="launch",
     breakdown=("idle_host_overhead",),
     describes="GPU idle while the host runs framework ops or runtime calls",
+    thresholds=("launch.tiny_kernel_us",),
 )
 
 SYNC = FindingSpec(
@@ -365,6 +366,7 @@ BLOCKING_SYNC = FindingSpec(
     describes="GPU idle after each in-step sync, capped at the host's blocked time",
     detail_words=_blocking_detail,
     refines="host/sync",
+    thresholds=("sync.reported",),
 )
 
 _RANGES_SEV = by_stake("host_overhead.moderate", "host_overhead.high")

@@ -225,6 +225,7 @@ COMPUTE_BOUND = FindingSpec(
         _live_compute_bound,
         BUSY_MIX_THRESHOLDS,
     ),
+    thresholds=("gpu_busy.saturated",),
 )
 
 NO_TENSOR_CORES = FindingSpec(
@@ -257,6 +258,7 @@ NO_TENSOR_CORES = FindingSpec(
     label_class="compute-bound",
     breakdown=("compute",),
     describes="GEMM/convolution time on CUDA cores instead of tensor cores",
+    thresholds=("tensor_core.low",),
 )
 
 SPECS = (COMPUTE_BOUND, NO_TENSOR_CORES)

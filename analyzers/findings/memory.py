@@ -499,6 +499,7 @@ BANDWIDTH = FindingSpec(
         _live_bandwidth,
         BUSY_MIX_THRESHOLDS,
     ),
+    thresholds=("gpu_busy.saturated",),
 )
 
 UNFUSED_ATTENTION = FindingSpec(
@@ -532,6 +533,7 @@ UNFUSED_ATTENTION = FindingSpec(
     breakdown=("compute",),
     refines="machine/bandwidth",
     describes="memory-bound kernels of attention with no fused attention kernel",
+    thresholds=("attention.unfused_share",),
 )
 
 CAPACITY = FindingSpec(
@@ -559,6 +561,7 @@ CAPACITY = FindingSpec(
     describes="peak memory against device memory (no share of step time)",
     snapshot=True,
     live=LiveMeasure("capacity", "GPU memory used / total", _live_capacity, ("memory.capacity",)),
+    thresholds=("memory.capacity", "memory.oom_slack", "memory.fragmentation"),
 )
 
 THROTTLING = FindingSpec(
@@ -643,6 +646,7 @@ FRAGMENTATION = FindingSpec(
     "(memory snapshots: `trainscope memory`)",
     offline=False,
     snapshot=True,
+    thresholds=("memory.fragmentation",),
 )
 
 SPECS = (BANDWIDTH, UNFUSED_ATTENTION, CAPACITY, THROTTLING, POWER_CAP, FRAGMENTATION)
