@@ -30,7 +30,9 @@ _INPUT_SEV = by_stake("data_wait.moderate", "data_wait.high")
 
 
 def _input_wait(obs: DiagnosisInput, rules: Rules) -> Finding | None:
-    if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "input", _INPUT_SEV):
+    if not obs.has_gpu:
+        return _cpu_input_wait(obs, rules)
+    if obs.sinks is None or not raised(obs, rules, "input", _INPUT_SEV):
         return None
     b = obs.breakdown
     stake = obs.sinks.pct("input")
@@ -68,6 +70,42 @@ def _input_wait(obs: DiagnosisInput, rules: Rules) -> Finding | None:
         rules,
         title=INPUT_WAIT.title_for(obs.context),
     )
+
+
+def _cpu_input_wait(obs: DiagnosisInput, rules: Rules) -> Finding | None:
+    """No GPU in the trace (training on the CPU, or a CPU-side rank): time the training loop spends
+    inside DataLoader ``__next__`` is positive evidence by itself — with no accelerator to overlap
+    it, it lengthens every step one for one."""
+    b = obs.breakdown
+    if obs.segmentation.method == "whole_trace" or not b.total_ns:
+        return None  # without step boundaries there is no step time to take a share of
+    p = b.data_wait_pct
+    sev = (
+        "high" if p >= rules.value("data_wait.high") else "moderate" if p >= rules.value("data_wait.moderate") else None
+    )
+    if not sev:
+        return None
+    lines = [
+        ev(
+            rules, "data_wait.high" if sev == "high" else "data_wait.moderate", "host waiting on DataLoader __next__", p
+        ),
+        ctx("GPU kernels in trace", 0, "kernels", "trace: no GPU activity (runs on the CPU)"),
+    ]
+    detail = cpu_input_wait_detail(
+        obs.context,
+        "training runs on the CPU here, so every millisecond spent loading a batch adds to the step",
+    )
+    if obs.single_process_loader:
+        lines.append(
+            ctx(
+                "DataLoader runs in the training process (num_workers=0)",
+                None,
+                "",
+                "trace: _SingleProcessDataLoaderIter",
+            )
+        )
+        detail += "; batches are loaded in the training process itself (num_workers=0)"
+    return INPUT_WAIT.finding(p, lines, detail, rules, severity=sev, title=INPUT_WAIT.title_for(obs.context, ""))
 
 
 _COPY_SEV = by_stake("copy.moderate", "copy.high")
