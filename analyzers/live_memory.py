@@ -17,7 +17,6 @@ from typing import Sequence
 
 import numpy as np
 
-from trainscope.analyzers.findings.base import Evidence, Finding
 from trainscope.traces.samples import Snapshot
 
 MIN_POINTS = 8
@@ -116,51 +115,3 @@ def memory_creeps(snaps: Sequence[Snapshot]) -> list[Creep]:
             continue
         out.append(Creep(name, slope, r2, growth, span, ys[-1], cap, room, growth / steps if steps else None))
     return out
-
-
-def _duration(s: float) -> str:
-    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 60 else f"{s:.0f} s"
-
-
-def creep_finding(snaps: Sequence[Snapshot]) -> Finding | None:
-    creeps = memory_creeps(snaps)
-    if not creeps:
-        return None
-    worst = min(creeps, key=lambda c: c.to_capacity_s if c.to_capacity_s is not None else float("inf"))
-    ev = []
-    for c in creeps:
-        ev.append(
-            Evidence(
-                f"{c.what}: growth rate",
-                round(c.slope_bps / 2**20, 2),
-                "MiB/s",
-                f"R² ≥ {MIN_R2:g}, ≥ {MIN_GROWTH_BYTES >> 20} MiB over {MIN_SPAN_S:g}+ s",
-                SOURCE,
-                True,
-            )
-        )
-        ev.append(Evidence(f"{c.what}: fit of the line (R²)", round(c.r2, 3), "", "", SOURCE, None))
-        if c.per_step is not None:
-            ev.append(
-                Evidence(f"{c.what}: growth per iteration", round(c.per_step / 2**20, 3), "MiB", "", SOURCE, None)
-            )
-        if c.to_capacity_s is not None and c.headroom is not None:
-            ev.append(
-                Evidence(
-                    f"{c.what}: projected time until capacity",
-                    round(c.to_capacity_s, 1),
-                    "s",
-                    f"headroom {c.headroom / 2**30:.2f} GiB at this slope",
-                    SOURCE,
-                    None,
-                )
-            )
-    t = worst.to_capacity_s
-    sev = "high" if t is not None and t < SOON_S else "moderate"
-    detail = (
-        f"{worst.what} grows {worst.slope_bps / 2**20:.1f} MiB/s over the last {worst.span_s:.0f} s "
-        f"(+{worst.growth / 2**20:.0f} MiB, now {worst.current / 2**30:.2f} GiB)"
-        + (f"; at this rate it reaches capacity in {_duration(t)}" if t is not None else "")
-    )
-    stake = 100.0 * worst.growth / worst.capacity if worst.capacity else 0.0
-    return Finding("machine/memory-creep", "machine", sev, "Memory grows steadily over the run", stake, ev, detail)

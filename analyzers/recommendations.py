@@ -16,7 +16,7 @@ from trainscope.analyzers.context import Context
 from trainscope.analyzers.devices import DeviceSpec
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers.findings.base import Finding, Fix
-from trainscope.analyzers.fix_text import fix_text
+from trainscope.analyzers.findings import fix_text
 from trainscope.analyzers.host_idle import COLD_START_DETAIL
 from trainscope.analyzers.rules import Rules
 

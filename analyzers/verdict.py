@@ -21,7 +21,6 @@ from trainscope.analyzers.findings.base import AXES as AXES, Evidence as Evidenc
 from trainscope.analyzers.findings.base import Verdict as Verdict  # re-exported
 from trainscope.analyzers.findings.common import ctx as _ctx, ev as _ev
 from trainscope.analyzers.findings.observations import DiagnosisInput as DiagnosisInput  # re-exported
-from trainscope.analyzers.fix_text import detail as _detail, title as _title
 from trainscope.analyzers.findings.graphs import GRAPH_REPLAYS, UNKNOWN_BOUND
 from trainscope.analyzers.gpu_gaps import INFERRED, LABELS as GAP_LABELS
 from trainscope.analyzers.rules import Rules
@@ -38,14 +37,6 @@ _GRADE = {"high": 0, "moderate": 1, "info": 2}
 IDLE_CAUSES = ("input", "launch", "sync", "host-ranges")
 
 
-def _graded(rules: Rules, key: str, value: float) -> str | None:
-    if value >= rules.value(f"{key}.high"):
-        return "high"
-    if value >= rules.value(f"{key}.moderate"):
-        return "moderate"
-    return None
-
-
 def _measured(finding_id: str, inp: DiagnosisInput, rules: Rules) -> list[Finding]:
     """What the declared finding ``finding_id`` measures on ``inp``, as a list (empty: not raised)."""
     measure = registry.REGISTRY[finding_id].measure
@@ -56,7 +47,7 @@ def _measured(finding_id: str, inp: DiagnosisInput, rules: Rules) -> list[Findin
 def findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
     """All findings the evidence supports, by severity, then stake."""
     if not inp.has_gpu:
-        out = _cpu_training_findings(inp, rules)
+        out = _measured("data/input-wait", inp, rules)  # the step-exact wait on a CPU run
         if inp.sinks is not None:  # rank imbalance on host collectives needs no GPU
             out += _measured("ranks/imbalance", inp, rules)
         out.sort(key=finding_order)
@@ -64,47 +55,6 @@ def findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
     out = registry.evaluate(inp, rules)
     out.sort(key=finding_order)
     return out
-
-
-def _cpu_training_findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
-    """No GPU in the trace (training on the CPU, or a CPU-side rank): only input waits can be
-    diagnosed. Time the training loop spends inside DataLoader ``__next__`` is positive evidence
-    by itself — with no accelerator to overlap it, it lengthens every step one for one."""
-    b = inp.breakdown
-    if inp.segmentation.method == "whole_trace" or not b.total_ns:
-        return []  # without step boundaries there is no step time to take a share of
-    sev = _graded(rules, "data_wait", b.data_wait_pct)
-    if not sev:
-        return []
-    ev = [
-        _ev(
-            rules,
-            "data_wait.high" if sev == "high" else "data_wait.moderate",
-            "host waiting on DataLoader __next__",
-            b.data_wait_pct,
-        ),
-        _ctx("GPU kernels in trace", 0, "kernels", "trace: no GPU activity (runs on the CPU)"),
-    ]
-    detail = _detail(
-        "cpu/input-wait",
-        inp.context,
-        "training runs on the CPU here, so every millisecond spent loading a batch adds to the step",
-    )
-    if inp.single_process_loader:
-        ev.append(
-            _ctx(
-                "DataLoader runs in the training process (num_workers=0)",
-                None,
-                "",
-                "trace: _SingleProcessDataLoaderIter",
-            )
-        )
-        detail += "; batches are loaded in the training process itself (num_workers=0)"
-    return [
-        registry.REGISTRY["data/input-wait"].finding(
-            b.data_wait_pct, ev, detail, rules, severity=sev, title=_title("data/input-wait", inp.context, "")
-        )
-    ]
 
 
 def primary_first(found: list[Finding], verdict: "Verdict") -> list[Finding]:

@@ -4,7 +4,7 @@ the end-of-watch summary and its Markdown report."""
 
 from __future__ import annotations
 
-from trainscope.analyzers.fix_text import code_language
+from trainscope.analyzers.findings import code_language
 
 import textwrap
 import time

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from trainscope.analyzers.fix_text import code_language
+from trainscope.analyzers.findings import code_language
 from trainscope.analyzers.plural import unit_for
 import re
 

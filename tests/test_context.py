@@ -10,10 +10,12 @@ import pytest
 
 from tests.conftest import DATA, analysis, load, raw_document
 from trainscope.analyzers.context import TRAINING, Context, detect_context
-from trainscope.analyzers.fix_text import _FIXES, fix_text, title
+from trainscope.analyzers.findings import REGISTRY, fix_text, title_for as title
 from trainscope.analyzers.recommendations import recommend
 from trainscope.analyzers.verdict import Evidence, Finding
 
+# Every finding whose fix is worded for the run's context.
+_FIXES = [s.id for s in REGISTRY.values() if s.fix is not None and s.fix.text is not None]
 VLLM = "tl_mi300x_vllm_gptoss_decode_fullgraph_bs32.json.gz"
 
 

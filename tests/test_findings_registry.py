@@ -16,15 +16,18 @@ import json
 from tests.conftest import DATA, KINETO
 from tests.conftest import analysis as _analysis
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.findings import REGISTRY, validate
+from trainscope.analyzers.findings import LIVE_STEPS, REGISTRY, validate
+from trainscope.analyzers.findings.base import AXES, GRADES
 from trainscope.analyzers.rules import Rules
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _path(name: str) -> Path:
-    p = DATA / "kineto" / name
-    return p if p.exists() else DATA / "labeled" / "kineto" / name
+    for p in (DATA / "kineto" / name, DATA / "cpu" / name):
+        if p.exists():
+            return p
+    return DATA / "labeled" / "kineto" / name
 
 
 @functools.lru_cache(maxsize=None)
@@ -46,7 +49,6 @@ def consumer_gaps(reg: dict) -> list[str]:
     """Every (finding, consumer) pair where the consumer does not know the finding."""
     from trainscope.analyzers.critical_path import FAMILY_LABELS, FINDING_FAMILY
     from trainscope.analyzers.diff import FINDING_METRICS
-    from trainscope.analyzers.live import _FIXES as LIVE_FIXES
     from trainscope.reports.document import HEADLINES
 
     gaps = []
@@ -57,7 +59,7 @@ def consumer_gaps(reg: dict) -> list[str]:
             gaps.append(f"{fid}: diff (no measure)")
         if s.critical_path != "none" and FINDING_FAMILY.get(fid) not in FAMILY_LABELS:
             gaps.append(f"{fid}: --deep (no critical-path family)")
-        if s.live and fid not in LIVE_FIXES:
+        if s.live is not None and s.fix is None:
             gaps.append(f"{fid}: live engine (no fix)")
         if s.can_be_primary and s.label_class is None:
             gaps.append(f"{fid}: labeled benchmark (no class)")
@@ -108,20 +110,249 @@ def test_no_consumer_keeps_a_table_of_finding_ids_of_its_own():
     assert offenders == []
 
 
-def test_every_rule_raises_only_registered_findings_and_live_fixes_come_from_it():
-    """Rules outside the registry's modules (the live engine, memory snapshots) still name their
-    findings by id: each id must be declared."""
-    from trainscope.analyzers import live
+# -- properties of the registry: every finding, from every rule, through its spec -------------------
 
-    raised = {}
-    for p in (ROOT / "analyzers").glob("*.py"):
-        for fid in re.findall(r'Finding\(\s*"([a-z]+/[a-z-]+)"', p.read_text()):
-            raised.setdefault(fid, p.name)
-    assert {"data/loader-cpu", "machine/fragmentation"} <= set(raised)
-    assert {f: m for f, m in raised.items() if f not in REGISTRY} == {}
-    live_ids = set(re.findall(r'Finding\(\s*"([a-z]+/[a-z-]+)"', (ROOT / "analyzers" / "live.py").read_text()))
-    assert live_ids <= {s.id for s in registry.specs(live=True)}
-    assert live._FIXES == registry.live_fix_table()
+
+def test_ids_are_unique_and_each_spec_is_declared_in_one_family_module():
+    declared = [s for fam in registry.FAMILIES for s in fam.SPECS]
+    assert len({s.id for s in declared}) == len(declared) == len(REGISTRY)
+    for s in declared:
+        assert re.fullmatch(r"[a-z]+/[a-z-]+", s.id), s.id
+        assert sum(s in fam.SPECS for fam in registry.FAMILIES) == 1, s.id
+
+
+def test_every_spec_has_wording_a_rule_and_thresholds_with_default_unit_and_source():
+    table = {t.name: t for t in Rules().all()}
+    for fid, s in REGISTRY.items():
+        assert s.axis in AXES and s.title and s.headline and s.describes, fid
+        assert s.fix is not None and s.fix.title and s.fix.pytorch and s.fix.native, fid
+        assert s.measure is not None or s.live is not None or s.snapshot, f"{fid}: no rule raises it"
+        for n in s.threshold_names:
+            t = table[n]  # a KeyError names a threshold the rule table lacks
+            assert isinstance(t.value, float) and t.unit and t.meaning and t.source, (fid, n)
+        if s.live is not None:
+            assert s.live.step in LIVE_STEPS and s.live.reads, fid
+
+
+def test_each_findings_wording_and_rules_live_in_its_family_module():
+    """A finding's headline, detail, fix text and rules are declared beside its spec: the module that
+    declares the spec defines every function the spec names."""
+    for fam in registry.FAMILIES:
+        for s in fam.SPECS:
+            fns = [s.measure, s.title_words, s.detail_words, s.live.rule if s.live else None]
+            fns += [f.text for f in (s.fix, *s.alternatives) if f is not None]
+            fns += [f.cold_start for f in (s.fix, *s.alternatives) if f is not None]
+            for fn in fns:
+                if fn is not None:
+                    assert fn.__module__ == fam.__name__, (s.id, fn.__qualname__, fn.__module__)
+
+
+class RecordingRules(Rules):
+    """The rule table, remembering which thresholds were read."""
+
+    def __init__(self, overrides=None):
+        super().__init__(overrides)
+        self.read: set[str] = set()
+
+    def __getitem__(self, name):
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def value(self, name):
+        self.read.add(name)
+        return super().value(name)
+
+
+def _findings_check(found, where: str) -> set[str]:
+    """Every finding a rule emitted has a spec whose axis it carries, and a grade."""
+    for f in found:
+        s = REGISTRY.get(f.id)
+        assert s is not None, f"{where}: {f.id} is not declared"
+        assert f.axis == s.axis and f.severity in GRADES and f.title, (where, f.id)
+    return {f.id for f in found}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "resnet50_v100_num_workers_0.pt.trace.json.gz",
+        "hta_a100_80gb_rank0.json.gz",
+        "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz",
+        "tracelens_h100_qwen_inference.json.gz",
+        "slow.pt.trace.json.gz",  # training on the CPU: the step-exact input wait alone
+    ],
+)
+def test_every_finding_analyze_raises_on_a_bundled_trace_has_a_spec(name):
+    a = analysis(name)
+    ids = _findings_check(a.findings, name)
+    assert ids and all(REGISTRY[i].offline for i in ids)
+    assert a.verdict.bottleneck is None or a.verdict.bottleneck in REGISTRY
+    assert {r.finding for r in a.recommendations} <= ids
+    # ...and each trace rule reads only the thresholds its spec declares (default, unit, source).
+    for s in registry.specs(offline=True):
+        rules = RecordingRules()
+        s.measure(a.observations, rules)
+        assert rules.read <= set(s.threshold_names), (s.id, rules.read - set(s.threshold_names))
+
+
+GIB = 2**30
+
+
+def _snap(
+    t,
+    util=None,
+    mem_ctrl=5.0,
+    mem=(10, 80),
+    cpu=20.0,
+    iowait=0.0,
+    workers=None,
+    sm=None,
+    dram=None,
+    step=None,
+    events=None,
+    power=None,
+    limit=None,
+    rss=None,
+):
+    from trainscope.traces.samples import GpuSample, HostSample, ProcessGroup, Snapshot
+
+    gpus = (
+        ()
+        if util is None
+        else (
+            GpuSample(
+                0,
+                "H100",
+                util,
+                mem_ctrl,
+                int(mem[0] * GIB),
+                int(mem[1] * GIB),
+                power_w=power,
+                power_limit_w=limit,
+                sm_util=sm,
+                dram_bw_util=dram,
+                clock_events=events,
+            ),
+        )
+    )
+    groups = [ProcessGroup("main", 1, 50.0, rss)]
+    if workers:
+        groups.append(ProcessGroup("workers", workers, 40.0 * workers, 1))
+    host = HostSample(cpu, (), iowait, 8 * GIB, 16 * GIB, None, tuple(groups))
+    return Snapshot(t=float(t), dt=1.0, gpus=gpus, host=host, step=step, step_mode="on" if step else "off")
+
+
+def _step(wait):
+    from trainscope.traces.samples import StepSample
+
+    return StepSample(5, int(2e8 * wait), int(2e8))
+
+
+# Synthetic windows, one per live pattern: (snapshots, the finding it must raise).
+LIVE_WINDOWS = {
+    "loader CPU saturated while the GPU idles": ([_snap(t, util=3, cpu=95) for t in range(30)], "data/loader-cpu"),
+    "I/O wait while the GPU idles": ([_snap(t, util=3, iowait=70) for t in range(30)], "data/io-wait"),
+    "step-exact DataLoader wait": (
+        [_snap(t, util=30, step=_step(0.5), workers=2) for t in range(30)],
+        "data/input-wait",
+    ),
+    "memory near capacity": ([_snap(t, util=95, mem=(78, 80)) for t in range(30)], "machine/capacity"),
+    "GPM: SMs busy, DRAM quiet": ([_snap(t, util=95, sm=90, dram=20) for t in range(30)], "algorithm/compute-bound"),
+    "GPM: DRAM busy, SMs quiet": ([_snap(t, util=95, sm=20, dram=90) for t in range(30)], "machine/bandwidth"),
+    "NVML: memory controller busy": ([_snap(t, util=95, mem_ctrl=80) for t in range(30)], "machine/bandwidth"),
+    "NVML: busy, modest traffic": ([_snap(t, util=95, mem_ctrl=20) for t in range(30)], "algorithm/compute-bound"),
+    "bursts and gaps": ([_snap(t, util=100 if t % 3 else 0) for t in range(45)], "gpu/fluctuating"),
+    "never busy": ([_snap(t, util=40) for t in range(30)], "gpu/underutilized"),
+    "thermal clock events": ([_snap(t, util=95, events=("sw_thermal",)) for t in range(30)], "machine/throttling"),
+    "power at the enforced limit": (
+        [_snap(t, util=95, power=699.0 - t % 3, limit=700.0) for t in range(30)],
+        "machine/power-cap",
+    ),
+    "GPU memory climbing": (
+        [_snap(t, util=95, mem=(10 + t, 80), mem_ctrl=20) for t in range(30)],
+        "machine/memory-creep",
+    ),
+}
+
+
+@pytest.mark.parametrize("label", list(LIVE_WINDOWS))
+def test_every_finding_the_live_engine_raises_has_a_spec_with_a_live_measure(label):
+    from trainscope.analyzers.live import LiveAnalyzer
+
+    snaps, expected = LIVE_WINDOWS[label]
+    rules = Rules({"live.min_steps": 2, "live.min_step_seconds": 0.1})
+    la = LiveAnalyzer(rules, window_s=10)
+    raised: set[str] = set()
+    for x in snaps:
+        st = la.add(x)
+        raised |= _findings_check(st.findings, label)
+        assert {fx.finding for fx in st.fixes} <= {f.id for f in st.findings}
+    end = la.summary()
+    raised |= _findings_check(end.findings, label)
+    assert expected in raised, (label, raised)
+    assert all(REGISTRY[i].live is not None for i in raised)
+    assert end.verdict.bottleneck is None or REGISTRY[end.verdict.bottleneck].live is not None
+
+
+def test_every_live_measure_is_exercised_and_reads_only_the_thresholds_it_declares():
+    from trainscope.analyzers.live_window import window_stats
+
+    assert {e for _, e in LIVE_WINDOWS.values()} == {s.id for s in registry.live_specs()}
+    for label, (snaps, _) in LIVE_WINDOWS.items():
+        stats = window_stats(snaps, Rules({"live.min_steps": 2, "live.min_step_seconds": 0.1}))
+        for s in registry.live_specs():
+            rules = RecordingRules({"live.min_steps": 2, "live.min_step_seconds": 0.1})
+            s.live.rule(stats, snaps, rules)
+            assert rules.read <= set(s.live.thresholds), (label, s.id, rules.read - set(s.live.thresholds))
+
+
+def test_the_live_engine_evaluates_specs_in_flowchart_order():
+    order = [s.live.step for s in registry.live_specs()]
+    assert order == sorted(order, key=LIVE_STEPS.index)
+    data = [s.id for s in registry.live_specs() if s.live.step == "data"]
+    assert data[0] == "data/input-wait"  # measured (step-exact) before inferred (counter patterns)
+
+
+def test_every_finding_the_snapshot_rules_raise_has_a_spec():
+    from trainscope.analyzers.snapshot_memory import snapshot_findings, snapshot_memory
+    from trainscope.collectors.snapshot import load_snapshot
+
+    raised: set[str] = set()
+    for name in ("mem_oom_flexgen_opt.pickle", "mem_cs336_nothanmin_trainstep.pickle.gz"):
+        mem = snapshot_memory(load_snapshot(str(DATA / "memory" / name)))
+        for cap, rules in ((None, {}), (1.0, {"memory.fragmentation": 0.0})):
+            rules = RecordingRules(rules)
+            found = snapshot_findings(mem, cap, rules)
+            raised |= _findings_check(found, name)
+            declared = {n for s in REGISTRY.values() if s.snapshot for n in s.threshold_names}
+            assert rules.read <= declared, rules.read - declared
+    assert raised == {s.id for s in REGISTRY.values() if s.snapshot}
+
+
+def test_a_new_live_finding_is_its_spec_alone(monkeypatch):
+    """Adding a finding: declare its spec (with its live measure and the thresholds it reads) in its
+    family module; the live engine, its fix and the checks pick it up with no other edit."""
+    from trainscope.analyzers.findings.base import LiveMeasure
+    from trainscope.analyzers.live import evaluate
+
+    def rule(s, _snaps, rules):
+        if s.iowait_pct is None or s.iowait_pct < rules.value("live.iowait_saturated"):
+            return None
+        return new.finding(s.iowait_pct, [], "test", rules, severity="info")
+
+    base = REGISTRY["machine/throttling"]
+    new = dataclasses.replace(
+        base, id="machine/new-rule", live=LiveMeasure("clocks", "I/O wait", rule, ("live.iowait_saturated",))
+    )
+    monkeypatch.setitem(REGISTRY, new.id, new)
+    assert validate() == []
+    st = evaluate([_snap(t, util=95, iowait=60) for t in range(10)], Rules())
+    assert "machine/new-rule" in {f.id for f in st.findings}
+    assert "machine/new-rule" in {fx.finding for fx in st.fixes}
+    bad = dataclasses.replace(new, live=LiveMeasure("later", "", rule, ("live.no_such",)))
+    problems = validate(dict(REGISTRY, **{new.id: bad}))
+    assert any("live step 'later'" in p for p in problems) and any("live.no_such" in p for p in problems)
+    assert any("does not say what it reads" in p for p in problems)
 
 
 def test_every_fix_renders_for_training_inference_and_native_runs():

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import DATA, analysis
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers.context import Context
-from trainscope.analyzers.fix_text import code_language, fix_text
+from trainscope.analyzers.findings import code_language, fix_text
 from trainscope.analyzers.frame_names import user_name
 
 VLLM = "tl_mi300x_vllm_gptoss_decode_fullgraph_bs32.json.gz"
@@ -156,7 +156,7 @@ def test_code_language(change, lang):
 
 
 def test_mpi_host_time_is_told_as_communication():
-    from trainscope.analyzers.fix_text import detail, title
+    from trainscope.analyzers.findings import detail_for as detail, title_for as title
 
     mpi = Context(mode="unknown", framework="native", input_source="communication")
     assert "MPI" in title("data/input-wait", mpi, "x") and "input" not in title("data/input-wait", mpi, "x")

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 from trainscope.analyzers.live import LiveAnalyzer
-from trainscope.analyzers.live_memory import creep_finding, memory_creeps
+from trainscope.analyzers.findings.live import creep_finding
+from trainscope.analyzers.live_memory import memory_creeps
 from trainscope.traces.samples import GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
 
 MIB, GIB = 2**20, 2**30

@@ -1,6 +1,6 @@
 """The registry of findings: every finding declared once (:class:`FindingSpec`), one module per
 family. Consumers read it from here — the verdict (sinks and headlines), recommendations (fixes),
-what-if (pools), diff (measures), ``--deep`` (critical-path families), the live engine (fixes), the
+what-if (pools), diff (measures), ``--deep`` (critical-path families), the live engine (live measures, fixes), the memory-snapshot rules, the
 reports and the labeled benchmark (classes). :func:`validate` lists every declaration that lacks
 what a consumer needs; a test holds that list empty.
 """
@@ -14,19 +14,24 @@ from trainscope.analyzers.findings.base import (
     AXES,
     CRITICAL_PATH_FAMILIES,
     LABEL_CLASSES,
+    LIVE_STEPS,
     PROJECTIONS,
     DiffMeasure,
     Evidence,
     Finding,
     FindingSpec,
     Fix,
+    FixText,
+    LiveMeasure,
     Severity,
     Verdict,
     by_stake,
+    code_language,
     fixed,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.context import Context
     from trainscope.analyzers.findings.observations import DiagnosisInput
     from trainscope.analyzers.rules import Rules
 
@@ -63,7 +68,9 @@ def spec(finding_id: str) -> FindingSpec | None:
 
 def specs(*, offline: bool | None = None, live: bool | None = None) -> list[FindingSpec]:
     return [
-        s for s in REGISTRY.values() if (offline is None or s.offline == offline) and (live is None or s.live == live)
+        s
+        for s in REGISTRY.values()
+        if (offline is None or s.offline == offline) and (live is None or (s.live is not None) == live)
     ]
 
 
@@ -99,11 +106,32 @@ def by_rec_id(rec_id: str) -> FindingSpec | None:
     )
 
 
-def live_fix_table() -> dict[str, tuple[str, str]]:
-    """Finding id -> (fix title, change) for every finding the live rules raise."""
-    # Rendered for a PyTorch training job (what `watch` launches) with no DataLoader workers seen;
-    # the live engine retitles the loader fix when it sees workers.
-    return {s.id: s.fix.render(None, single_loader=True) for s in REGISTRY.values() if s.live and s.fix is not None}
+def title_for(finding_id: str, ctx: Context | None, default: str) -> str:
+    """A finding's headline in the run's words (``default`` where the wording fits any run)."""
+    s = REGISTRY.get(finding_id)
+    return s.title_for(ctx, default) if s is not None else default
+
+
+def detail_for(finding_id: str, ctx: Context | None, default: str) -> str:
+    """A finding's one-line explanation in the run's words."""
+    s = REGISTRY.get(finding_id)
+    return s.detail_for(ctx, default) if s is not None else default
+
+
+def fix_text(
+    finding_id: str, ctx: Context | None, *, single_loader: bool = False, bf16: bool = True, cold_start: bool = False
+) -> FixText | None:
+    """The fix for ``finding_id`` in the run's context, or None when the finding has no code fix.
+    ``cold_start``: the stake is first-call code loading, not steady-state work."""
+    s = REGISTRY.get(finding_id)
+    return s.fix_words(ctx, single_loader=single_loader, bf16=bf16, cold_start=cold_start) if s is not None else None
+
+
+def live_specs() -> list[FindingSpec]:
+    """The findings the live engine raises, in the order it evaluates them: the live flowchart's steps
+    (:data:`LIVE_STEPS`), then the registry's order."""
+    live = [s for s in REGISTRY.values() if s.live is not None]
+    return sorted(live, key=lambda s: LIVE_STEPS.index(s.live.step) if s.live is not None else 0)
 
 
 def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
@@ -125,6 +153,16 @@ def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
             bad(f"axis {s.axis!r} is not a D·A·M axis")
         if s.measure is None and s.offline:
             bad("no measure (no trace rule raises it)")
+        if not s.offline and s.live is None and not s.snapshot:
+            bad("no rule raises it (no trace measure, live measure or snapshot rule)")
+        if s.live is not None:
+            if s.live.step not in LIVE_STEPS:
+                bad(f"live step {s.live.step!r} is not a step of the live flowchart (LIVE_STEPS)")
+            if not s.live.reads:
+                bad("live measure does not say what it reads")
+            for n in s.live.thresholds:
+                if n not in names:
+                    bad(f"live measure reads unknown threshold {n}")
         if not s.title or not s.headline:
             bad("no title or headline (reports, apps)")
         fixes = [f for f in (s.fix, *s.alternatives) if f is not None]
@@ -150,6 +188,9 @@ def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
         for n in s.severity.rule_names:
             if n not in names:
                 bad(f"severity reads unknown threshold {n}")
+        for n in s.thresholds:
+            if n not in names:
+                bad(f"its rules read unknown threshold {n}")
         if s.refines is not None and (s.refines not in reg or reg[s.refines].sink != s.sink):
             bad(f"refines {s.refines}, which is not a registered finding of the same sink")
     return problems
@@ -160,6 +201,11 @@ __all__ = [
     "POOL_CATEGORIES",
     "FindingSpec",
     "Fix",
+    "FixText",
+    "code_language",
+    "title_for",
+    "detail_for",
+    "fix_text",
     "DiffMeasure",
     "Severity",
     "Finding",
@@ -173,5 +219,7 @@ __all__ = [
     "validate",
     "pool_members",
     "by_rec_id",
-    "live_fix_table",
+    "live_specs",
+    "LiveMeasure",
+    "LIVE_STEPS",
 ]

@@ -10,10 +10,15 @@ A finding is declared once, in the module of its family (``data``, ``host``, ``c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Protocol
+import re
+from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Sequence
+
     from trainscope.analyzers.analysis import Analysis
+    from trainscope.analyzers.live_window import WindowStats
+    from trainscope.traces.samples import Snapshot
     from trainscope.analyzers.context import Context
     from trainscope.analyzers.findings.observations import DiagnosisInput
     from trainscope.analyzers.rules import Rules
@@ -95,17 +100,49 @@ def always(_ctx: Context | None) -> bool:
     return True
 
 
-class FixWording(Protocol):
+def in_context(ctx: Context | None) -> Context:
+    """The run's context, or the one assumed when none was detected (a PyTorch training job)."""
+    from trainscope.analyzers.context import TRAINING
+
+    return ctx if ctx is not None else TRAINING
+
+
+@dataclass(frozen=True)
+class FixText:
     """A fix in the run's words (what a :attr:`Fix.text` returns)."""
 
-    @property
-    def rec_id(self) -> str: ...
+    rec_id: str  # the recommendation's id
+    title: str
+    change: str  # the concrete code or flag
 
-    @property
-    def title(self) -> str: ...
 
-    @property
-    def change(self) -> str: ...
+_SHELL = re.compile(
+    r"^(\$ |nvidia-smi|rocm-smi|nsys |ncu |export |sudo |python -m |trainscope |"
+    r"[A-Z_][A-Z0-9_]*=\S+ )",
+    re.M,
+)
+_CPP_STATEMENT = re.compile(r";\s*(//.*)?$")
+
+
+def code_language(change: str) -> str:
+    """The language of a fix's code, for a code fence: ``cpp`` for CUDA/HIP runtime code (``//``
+    comments), ``shell`` for commands (``nvidia-smi``, ``nsys``), else ``python``."""
+    lines = [x for x in change.splitlines() if x.strip()]
+    if lines and all(x.lstrip().startswith(("//", "...")) or _CPP_STATEMENT.search(x) for x in lines):
+        return "cpp"
+    if (
+        lines
+        and all(_SHELL.search(x) or x.lstrip().startswith("#") for x in lines)
+        and any(_SHELL.search(x) for x in lines)
+    ):
+        return "shell"
+    return "python"
+
+
+# A fix's wording for the run: (context, single-process loader, bf16 tensor cores) -> its words.
+FixWords = Callable[["Context", bool, bool], FixText]
+# A finding's headline or one-line detail for the run: (context, the default wording) -> the wording.
+Words = Callable[["Context", str], str]
 
 
 # How a fix's gain is projected from the measured breakdown (analyzers/recommendations.py):
@@ -130,16 +167,16 @@ class Fix:
     applies: Callable[[Context | None], bool] = always  # over the trace's Context (None when unknown)
     superseded_by: tuple[str, ...] = ()  # finding ids whose fix, when raised, replaces this one
     whatif_label: str = ""  # the assumption, as a what-if toggle reads it
-    # The wording for the run's context (analyzers/fix_text.py): (ctx, single_loader, bf16) -> FixText.
-    text: Callable[[Context, bool, bool], FixWording] | None = None
+    # The wording for the run's context, declared beside the finding: (ctx, single_loader, bf16) -> FixText.
+    text: FixWords | None = None
+    # The wording when the stake is first-call loading (a cold start), not steady-state work.
+    cold_start: Callable[[Context], FixText] | None = None
 
     def render(self, ctx: Context | None = None, *, single_loader: bool = False, bf16: bool = True) -> tuple[str, str]:
         """(title, change) in the run's words: the context-aware text where declared, else the PyTorch
         change, or the native one for a CUDA/HIP application."""
         if self.text is not None:
-            from trainscope.analyzers.context import TRAINING
-
-            ft = self.text(ctx if ctx is not None else TRAINING, single_loader, bf16)
+            ft = self.text(in_context(ctx), single_loader, bf16)
             return ft.title, ft.change
         native = getattr(ctx, "framework", None) == "native"
         return self.title, self.native if native else self.pytorch
@@ -189,6 +226,33 @@ def stake_pct(finding: str) -> Callable[[Analysis], float | None]:
 # What a trace rule runs: the observations and the rule table -> the finding(s) they support.
 Measure = Callable[["DiagnosisInput", "Rules"], "Finding | list[Finding] | None"]
 
+# --- live measures --------------------------------------------------------------------------------
+
+# The live flowchart's steps, in evaluation order (docs/watch.md): the input pipeline while the GPU is
+# starved, memory capacity, what the busy time is spent on, utilization patterns, clocks, and trends
+# over the window's samples. The live verdict reads the findings by step.
+LIVE_STEPS = ("data", "capacity", "busy", "utilization", "clocks", "trend")
+
+# What a live rule runs: the window's statistics, its snapshots and the rule table -> the finding.
+LiveRule = Callable[["WindowStats", "Sequence[Snapshot]", "Rules"], "Finding | None"]
+
+
+@dataclass(frozen=True)
+class LiveMeasure:
+    """How the live engine (``trainscope watch``, counters-only inputs) raises a finding from a window
+    of sampled counters: declared on the finding's spec, evaluated in :data:`LIVE_STEPS` order."""
+
+    step: str  # LIVE_STEPS
+    reads: str  # what it reads, in words
+    rule: LiveRule
+    thresholds: tuple[str, ...]  # the rule-table entries it reads (analyzers/rules.py)
+    gpu: bool = True  # reads GPU counters: its fix is GPU advice, left out for a job with no GPU sampled
+    # A trend over the window's samples rather than a window average: raised while the verdict still
+    # warms up, and kept in the run's summary once a window showed it (the run's start-up and tail
+    # flatten a whole-run fit).
+    trend: bool = False
+
+
 # How `--deep` files a finding against HTA's critical path (analyzers/critical_path.py).
 CRITICAL_PATH_FAMILIES = ("data", "host", "gpu-compute", "communication", "none")  # none: no time on the path
 # The labeled benchmark's classes (benchmarks/bench_diagnosis.py).
@@ -225,10 +289,44 @@ class FindingSpec:
     sink: str | None = None  # the step-time sink (analyzers/sinks.py) this finding's stake is measured from
     breakdown: tuple[str, ...] = ()  # breakdown categories its stake lies in (for --deep's reconciliation)
     describes: str = ""  # what it measures, in words
-    live: bool = False  # raised by the live rules (watch, counter-only inputs)
+    live: LiveMeasure | None = None  # raised by the live engine (watch, counter-only inputs)
     offline: bool = True  # raised by the trace rules (analyze); False: live or snapshot rules raise it
+    snapshot: bool = False  # raised by the memory-snapshot rules (`trainscope memory`, findings/memory.py)
+    # The rule-table entries (analyzers/rules.py: default, unit, source) its trace and snapshot rules
+    # read beyond its severity grades; the live measure declares its own.
+    thresholds: tuple[str, ...] = ()
     alternatives: tuple[Fix, ...] = ()  # fixes for particular contexts, tried before ``fix`` (their ``applies``)
     refines: str | None = None  # the broader finding of the same sink this one names more precisely
+    title_words: Words | None = None  # the headline in the run's words (else ``title`` / the rule's)
+    detail_words: Words | None = None  # the one-line detail in the run's words (else the rule's)
+
+    def title_for(self, ctx: Context | None, default: str | None = None) -> str:
+        """The finding's headline in the run's words (``default``, else ``title``, where it fits any run)."""
+        d = self.title if default is None else default
+        return self.title_words(in_context(ctx), d) if self.title_words is not None else d
+
+    def detail_for(self, ctx: Context | None, default: str) -> str:
+        """The finding's one-line explanation in the run's words."""
+        return self.detail_words(in_context(ctx), default) if self.detail_words is not None else default
+
+    def fix_words(
+        self, ctx: Context | None, *, single_loader: bool = False, bf16: bool = True, cold_start: bool = False
+    ) -> FixText | None:
+        """The fix in the run's context, or None when it has no context-aware wording. ``cold_start``:
+        the stake is first-call code loading, not steady-state work."""
+        f = self.fix
+        if f is None:
+            return None
+        if cold_start and f.cold_start is not None:
+            return f.cold_start(in_context(ctx))
+        return f.text(in_context(ctx), single_loader, bf16) if f.text is not None else None
+
+    @property
+    def threshold_names(self) -> tuple[str, ...]:
+        """Every rule-table entry a rule raising this finding reads: severity grades, trace and
+        snapshot rules, the live measure."""
+        names = (*self.severity.rule_names, *self.thresholds, *(self.live.thresholds if self.live else ()))
+        return tuple(dict.fromkeys(names))
 
     def fix_for(self, ctx: Context | None) -> Fix | None:
         """The fix that fits the run's context."""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake, ms_per_step
+from trainscope.analyzers.context import Context
+from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, FixText, by_stake, ms_per_step
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
-from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
 
 _SEV = by_stake("comm.moderate", "comm.high")
@@ -34,10 +34,66 @@ def _unoverlapped(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     return UNOVERLAPPED.finding(
         stake,
         lines,
-        fix_text.detail(UNOVERLAPPED.id, obs.context, "collectives run while no compute kernel does"),
+        UNOVERLAPPED.detail_for(obs.context, "collectives run while no compute kernel does"),
         rules,
-        title=fix_text.title(UNOVERLAPPED.id, obs.context, UNOVERLAPPED.title),
+        title=UNOVERLAPPED.title_for(obs.context),
     )
+
+
+# --- wording: the fix in the run's words (its Context) ----------------------------------------
+
+
+def _comm_words(c: Context, single: bool, bf16: bool) -> FixText:
+    kind = c.main_collective
+    if kind == "all-to-all":
+        return FixText(
+            "overlap-communication",
+            "Balance and overlap the all-to-all exchange",
+            "# balance the shards: every rank sends and receives about the same bytes\n"
+            "#   (embedding tables / experts placed by measured size and lookup rate, not by count)\n"
+            "# overlap the exchange: split the batch and run the all-to-all of chunk i+1 while chunk i computes\n"
+            "#   (an async dist.all_to_all_single(..., async_op=True) on its own stream, wait() just before use)",
+        )
+    if c.native:
+        return FixText(
+            "overlap-communication",
+            "Overlap communication with compute",
+            "// post the exchange early on its own stream, compute what does not depend on it, then wait:\n"
+            "ncclGroupStart(); ncclAllReduce(..., comm_stream); ncclGroupEnd();  // or MPI_Iallreduce\n"
+            "cudaEventRecord(comm_done, comm_stream); cudaStreamWaitEvent(compute_stream, comm_done);",
+        )
+    if c.training and kind in (None, "all-reduce"):
+        return FixText(
+            "overlap-communication",
+            "Overlap gradient communication with the backward pass",
+            "model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)\n"
+            "# with gradient accumulation: `with model.no_sync():` on all but the last micro-step",
+        )
+    if c.training and kind in ("all-gather", "reduce-scatter"):
+        return FixText(
+            "overlap-communication",
+            "Prefetch sharded parameters and overlap their gathers",
+            "model = FSDP(model, forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE,\n"
+            "             limit_all_gathers=True)",
+        )
+    return FixText(
+        "overlap-communication",
+        "Overlap communication with compute",
+        "work = dist.all_reduce(t, async_op=True)  # start the collective early\n"
+        "# ... compute that does not need t ...\nwork.wait()                               # wait just before use",
+    )
+
+
+def _title_words(c: Context, default: str) -> str:
+    if c.main_collective == "all-to-all":
+        return "All-to-all exchange not overlapped with compute"
+    return default
+
+
+def _detail_words(c: Context, default: str) -> str:
+    if c.main_collective == "all-to-all":
+        return "the all-to-all exchange (embedding or expert shards) runs while no compute kernel does"
+    return default
 
 
 UNOVERLAPPED = FindingSpec(
@@ -57,7 +113,7 @@ UNOVERLAPPED = FindingSpec(
         projection="busy",
         basis="hiding the {stake:.1f} % unoverlapped communication",
         whatif_label="communication fully overlapped",
-        text=fix_text._comm,
+        text=_comm_words,
     ),
     whatif_pool="comm",
     diff_measure=DiffMeasure("communication with no compute running", "ms per step", ms_per_step("communication")),
@@ -67,6 +123,8 @@ UNOVERLAPPED = FindingSpec(
     sink="comm",
     breakdown=("communication",),
     describes="communication kernels running with no compute kernel beside them",
+    title_words=_title_words,
+    detail_words=_detail_words,
 )
 
 SPECS = (UNOVERLAPPED,)

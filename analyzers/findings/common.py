@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainscope.analyzers.findings.base import Evidence, Severity
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.sinks import Sinks
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.live_window import WindowStats
 
 
 def ev(rules: Rules, name: str, metric: str, value: float, op: str = "≥") -> Evidence:
@@ -13,6 +18,15 @@ def ev(rules: Rules, name: str, metric: str, value: float, op: str = "≥") -> E
     t = rules[name]
     meets = value >= t.value if op == "≥" else value < t.value
     return Evidence(metric, round(value, 2), t.unit, f"{op} {t.value:g}", t.source, meets)
+
+
+def live_ev(rules: Rules, name: str, metric: str, value: float, op: str = "≥") -> Evidence:
+    """:func:`ev` for a live rule: ``gpu_busy.*`` is graded in "% of step time" in traces; live it is
+    NVML's share of wall time."""
+    t = rules[name]
+    meets = value >= t.value if op == "≥" else value < t.value
+    unit = "% of time" if name.startswith("gpu_busy.") else t.unit
+    return Evidence(metric, round(value, 2), unit, f"{op} {t.value:g}", t.source, meets)
 
 
 def ctx(metric: str, value: float | None, unit: str, source: str = "measured") -> Evidence:
@@ -36,3 +50,28 @@ def raised(obs: DiagnosisInput, rules: Rules, sink: str, severity: Severity) -> 
     verdict's largest sink (the verdict always cites a finding)."""
     stake = _sinks(obs).pct(sink)
     return stake > 0 and (severity.grade(stake, rules) != "info" or obs.is_leader(sink))
+
+
+def live_busy_mix(s: WindowStats, r: Rules) -> tuple[str, str] | None:
+    """What a busy GPU's time goes to in a live window: (``compute`` | ``memory``, ``gpm`` | ``nvml``).
+    GPM activity decides first (SM/tensor against DRAM); without a GPM decision, NVML's
+    memory-controller time share on a saturated GPU, as weaker evidence."""
+    sm = max((x for x in (s.sm_util, s.tensor_util) if x is not None), default=None)
+    if sm is not None and s.dram_util is not None:
+        hi, lo = r.value("live.gpm_active"), r.value("live.gpm_quiet")
+        if sm >= hi and s.dram_util < lo:
+            return "compute", "gpm"
+        if s.dram_util >= hi and sm < lo:
+            return "memory", "gpm"
+    if s.gpu_util is None or s.gpu_mem_ctrl is None or s.gpu_util < r.value("gpu_busy.saturated"):
+        return None
+    return ("memory" if s.gpu_mem_ctrl >= r.value("live.mem_ctrl_busy") else "compute"), "nvml"
+
+
+def gpm_sm(s: WindowStats) -> float:
+    """The larger of GPM's SM and tensor activity (where :func:`live_busy_mix` decided by GPM)."""
+    return max(x for x in (s.sm_util, s.tensor_util) if x is not None)
+
+
+# The thresholds live_busy_mix reads.
+BUSY_MIX_THRESHOLDS = ("live.gpm_active", "live.gpm_quiet", "live.mem_ctrl_busy", "gpu_busy.saturated")

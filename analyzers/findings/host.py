@@ -3,19 +3,20 @@ blocks on it."""
 
 from __future__ import annotations
 
+from trainscope.analyzers.context import Context
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Evidence,
     Finding,
     FindingSpec,
     Fix,
+    FixText,
     by_stake,
     ms_per_step,
     stake_ms,
 )
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
-from trainscope.analyzers import fix_text
 from trainscope.analyzers.rules import Rules
 
 _LAUNCH_SEV = by_stake("host_overhead.moderate", "host_overhead.high")
@@ -101,8 +102,7 @@ def _sync(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     return SYNC.finding(
         stake,
         lines,
-        fix_text.detail(
-            SYNC.id,
+        SYNC.detail_for(
             obs.context,
             "cudaDeviceSynchronize/cudaStreamSynchronize "
             "or blocking copies (.item(), .cpu(), print, torch.tensor(..., device=...)) inside the step",
@@ -134,14 +134,139 @@ def _blocking(obs: DiagnosisInput, rules: Rules) -> Finding | None:
             Evidence("synchronizing calls per step", round(s.per_step, 2), "calls", "", f"trace: {calls}"),
             Evidence("host time blocked in them", round(s.host_ns / 1e6, 3), "ms", "", "measured"),
         ],
-        fix_text.detail(
-            BLOCKING_SYNC.id,
+        BLOCKING_SYNC.detail_for(
             obs.context,
             "each sync drains the GPU queue (.item(), .cpu(), print(loss), "
             "torch.cuda.synchronize()); the GPU then waits for the host to issue the next kernel",
         ),
         rules,
     )
+
+
+# --- wording: the fix in the run's words (its Context) ----------------------------------------
+
+
+_NATIVE_SYNC = (
+    "// replace cudaDeviceSynchronize()/blocking cudaMemcpy inside the loop with stream order and events:\n"
+    "cudaEventRecord(done, stream); cudaStreamWaitEvent(other_stream, done);\n"
+    "cudaMemcpyAsync(h_out, d_out, bytes, cudaMemcpyDeviceToHost, stream);  // read results a step later"
+)
+
+
+def _blocking_sync_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:
+        return FixText("remove-blocking-syncs", "Take synchronizations out of the step", _NATIVE_SYNC)
+    if c.training:
+        change = (
+            "running_loss += loss.detach()              # not loss.item() every step\n"
+            "if step % 100 == 0: print(running_loss.item() / 100)  # sync rarely\n"
+            "# drop torch.cuda.synchronize() and .cpu() from the training loop"
+        )
+    else:
+        change = (
+            "# build inputs on the GPU, or copy them from pinned memory without blocking:\n"
+            "x = torch.as_tensor(values).pin_memory().to(device, non_blocking=True)  # not torch.tensor(..., device=...)\n"
+            "# read results (.item(), .tolist(), .cpu()) once per batch, after the next launch is queued"
+        )
+    return FixText("remove-blocking-syncs", "Take synchronizations out of the step", change)
+
+
+def _sync_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:
+        return FixText("remove-syncs", "Remove host-device synchronizations from the step", _NATIVE_SYNC)
+    if c.training:
+        change = (
+            "# keep metrics on the GPU; read them every N steps, not every step\n"
+            "running_loss += loss.detach()        # not loss.item()\n"
+            "x = x.to(device, non_blocking=True)  # not a blocking copy"
+        )
+    else:
+        change = (
+            "# keep results on the GPU until they are needed; read them in one copy per batch\n"
+            "x = x.to(device, non_blocking=True)  # not a blocking copy"
+        )
+    return FixText("remove-syncs", "Remove host-device synchronizations from the step", change)
+
+
+def _launch_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:
+        return FixText(
+            "reduce-launch-overhead",
+            "Launch fewer, larger kernels (CUDA/HIP graphs, kernel fusion)",
+            "cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);  // record the step's launches once\n"
+            "... launches ...\ncudaStreamEndCapture(stream, &graph); cudaGraphInstantiate(&exec, graph, 0);\n"
+            "cudaGraphLaunch(exec, stream);                               // one launch per step",
+        )
+    lines = []
+    if c.graphs:
+        lines.append(
+            "# the step already replays CUDA/HIP graphs: the launches left are outside them —\n"
+            "# move that work into the captured region, or batch more requests per replay"
+        )
+    elif c.compiled:
+        lines.append('model = torch.compile(model, mode="reduce-overhead")  # already compiled: add CUDA-graph capture')
+    else:
+        lines.append('model = torch.compile(model, mode="reduce-overhead")  # fuses kernels, captures CUDA graphs')
+    opt = _fused_optimizer_line(c)
+    if opt:
+        lines.append(opt)
+    if c.inference and not c.graphs:
+        lines.append("# serving: batch more requests per launch (continuous batching in the server)")
+    title = (
+        "Launch fewer, larger kernels (more work per graph replay)"
+        if c.graphs
+        else "Launch fewer, larger kernels (CUDA graphs / torch.compile, bigger batches)"
+    )
+    return FixText("reduce-launch-overhead", title, "\n".join(lines))
+
+
+def _fused_optimizer_line(c: Context) -> str | None:
+    """A fused-optimizer line only for a training run whose trace records an Adam-family optimizer
+    that is not already fused (an SGD, Adagrad or FusedAdam run gets none)."""
+    if not c.training or c.fused_optimizer:
+        return None
+    name = c.optimizer
+    if name is None or not name.lower().startswith("adam"):
+        return None
+    return f"optimizer = torch.optim.{name}(params, fused=True)  # one kernel per step, not per tensor"
+
+
+def _cold_start_words(c: Context) -> FixText:
+    if c.native:
+        return FixText(
+            "warm-up-kernels",
+            "Load kernels before the timed work (warm-up, ahead-of-time code objects)",
+            "// launch each kernel once (or cuModuleLoad/hipModuleLoad the code objects) before the loop;\n"
+            "// build for the exact GPU architecture so no JIT compilation happens at first launch",
+        )
+    then = (
+        "# then record only the warm steps: torch.cuda.profiler.start()/stop() around them and\n"
+        "# nsys profile --capture-range=cudaProfilerApi"
+        if c.source_format.startswith("nsys")
+        else "# then profile: schedule(wait=1, warmup=2, active=3) in torch.profiler"
+    )
+    return FixText(
+        "warm-up-kernels",
+        "Warm up before measuring: the first launches load kernel code",
+        "for _ in range(3):          # untimed warm-up iterations load and compile every kernel\n"
+        "    step(batch)\n"
+        "torch.cuda.synchronize()\n" + then,
+    )
+
+
+def _sync_detail(c: Context, default: str) -> str:
+    if c.native:
+        return "cudaDeviceSynchronize/cudaStreamSynchronize or blocking cudaMemcpy/hipMemcpy calls inside the step"
+    return default
+
+
+def _blocking_detail(c: Context, default: str) -> str:
+    if c.native:
+        return (
+            "each sync drains the GPU queue (cudaDeviceSynchronize, cudaStreamSynchronize, a blocking cudaMemcpy); "
+            "the GPU then waits for the host to issue the next kernel"
+        )
+    return default
 
 
 LAUNCH_OVERHEAD = FindingSpec(
@@ -164,7 +289,8 @@ LAUNCH_OVERHEAD = FindingSpec(
         projection="idle",
         basis="removing the {stake:.1f} % GPU idle during host work",
         whatif_label="no GPU idle during launches/CPU work",
-        text=fix_text._launch,
+        text=_launch_words,
+        cold_start=_cold_start_words,
     ),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure(
@@ -176,6 +302,7 @@ LAUNCH_OVERHEAD = FindingSpec(
     sink="launch",
     breakdown=("idle_host_overhead",),
     describes="GPU idle while the host runs framework ops or runtime calls",
+    thresholds=("launch.tiny_kernel_us",),
 )
 
 SYNC = FindingSpec(
@@ -196,7 +323,7 @@ SYNC = FindingSpec(
         projection="idle",
         basis="removing the {stake:.1f} % GPU idle during syncs",
         whatif_label="no host-device synchronizations",
-        text=fix_text._sync,
+        text=_sync_words,
     ),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure("GPU idle while the host synchronizes", "ms per step", ms_per_step("idle_sync")),
@@ -206,6 +333,7 @@ SYNC = FindingSpec(
     sink="sync",
     breakdown=("idle_sync",),
     describes="GPU idle while the host is blocked in a synchronizing call",
+    detail_words=_sync_detail,
 )
 
 BLOCKING_SYNC = FindingSpec(
@@ -226,7 +354,7 @@ BLOCKING_SYNC = FindingSpec(
         projection="idle",
         basis="removing the {stake:.1f} % GPU idle after syncs",
         whatif_label="no blocking synchronizations in the step",
-        text=fix_text._blocking_sync,
+        text=_blocking_sync_words,
     ),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure("GPU idle after blocking synchronizations", "ms per step", stake_ms("host/blocking-sync")),
@@ -236,7 +364,9 @@ BLOCKING_SYNC = FindingSpec(
     sink="sync",
     breakdown=("idle_sync", "idle_host_overhead", "idle_other"),
     describes="GPU idle after each in-step sync, capped at the host's blocked time",
+    detail_words=_blocking_detail,
     refines="host/sync",
+    thresholds=("sync.reported",),
 )
 
 _RANGES_SEV = by_stake("host_overhead.moderate", "host_overhead.high")

@@ -3,11 +3,26 @@ not use the tensor cores."""
 
 from __future__ import annotations
 
-from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake
+from typing import TYPE_CHECKING, Sequence
+
+from trainscope.analyzers.context import Context
+from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, FixText, LiveMeasure, by_stake
 from trainscope.analyzers.findings.observations import DiagnosisInput
-from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
-from trainscope.analyzers import fix_text
+from trainscope.analyzers.findings.common import (
+    BUSY_MIX_THRESHOLDS,
+    ctx,
+    ev,
+    gpm_sm,
+    live_busy_mix,
+    live_ev,
+    raised,
+    sink_line,
+)
 from trainscope.analyzers.rules import Rules
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.live_window import WindowStats
+    from trainscope.traces.samples import Snapshot
 
 _BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")
 
@@ -65,6 +80,114 @@ def _no_tensor_cores(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     )
 
 
+# --- live measures (trainscope watch, counters-only inputs) ------------------------------------------
+
+
+def _live_compute_bound(s: WindowStats, _snaps: Sequence[Snapshot], r: Rules) -> Finding | None:
+    mix = live_busy_mix(s, r)
+    if mix is None or mix[0] != "compute":
+        return None
+    if mix[1] == "gpm":
+        assert s.dram_util is not None  # GPM decided: both sides were measured
+        sm = gpm_sm(s)
+        return COMPUTE_BOUND.finding(
+            sm,
+            [
+                live_ev(r, "live.gpm_active", "SM / tensor activity (GPM)", sm),
+                live_ev(r, "live.gpm_quiet", "DRAM bandwidth utilization (GPM)", s.dram_util, "<"),
+            ],
+            "arithmetic units are the limit while kernels run",
+            r,
+            title="SMs and tensor cores are the limit",
+            severity="high",
+        )
+    assert s.gpu_mem_ctrl is not None and s.gpu_util is not None  # NVML decided: both were sampled
+    return COMPUTE_BOUND.finding(
+        s.gpu_util,
+        [
+            live_ev(r, "gpu_busy.saturated", "GPU utilization", s.gpu_util),
+            live_ev(r, "live.mem_ctrl_busy", "memory controller busy (NVML, no GPM on this GPU)", s.gpu_mem_ctrl, "<"),
+        ],
+        "kernels run nearly all the time with modest memory traffic (NVML time shares; GPM would be precise)",
+        r,
+        title="The GPU is busy computing",
+        severity="moderate",
+    )
+
+
+def live_cpu_step(s: WindowStats, r: Rules) -> Finding:
+    """A CPU job (no GPU sampled) whose step-exact wait stays below the input-wait grade: the time
+    goes to the step itself (the live verdict's last word on a CPU job)."""
+    assert s.data_wait_pct is not None  # the verdict asks only with step timings
+    return COMPUTE_BOUND.finding(
+        100 - s.data_wait_pct,
+        [
+            live_ev(
+                r,
+                "data_wait.moderate",
+                "training loop waiting in DataLoader __next__ (step-exact)",
+                s.data_wait_pct,
+                "<",
+            ),
+            ctx("training process CPU", s.main_cpu_pct, "% of a core"),
+        ],
+        "the input pipeline keeps up; no GPU is in use, so the step computes on the CPU",
+        r,
+        title="Time goes to the training step itself",
+        severity="moderate",
+    )
+
+
+# --- wording: the fix in the run's words (its Context) ----------------------------------------
+
+
+def _mixed_precision_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:
+        return FixText(
+            "mixed-precision",
+            "Use tensor cores for the matrix math (reduced precision / TF32)",
+            "cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH);  // fp32 GEMMs on tensor cores\n"
+            "// or cublasGemmEx with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F (hipBLASLt likewise)",
+        )
+    dtype = "torch.bfloat16" if bf16 else "torch.float16"
+    if c.training:
+        change = f'with torch.autocast(device_type="cuda", dtype={dtype}):\n    loss = loss_fn(model(x), y)' + (
+            "" if bf16 else "\nscaler = torch.amp.GradScaler()  # fp16 needs loss scaling"
+        )
+    else:
+        change = f"model = model.to({dtype}).eval()\nwith torch.inference_mode():\n    out = model(x)"
+    return FixText("mixed-precision", "Use mixed precision so GEMMs and convolutions run on tensor cores", change)
+
+
+def _compute_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:
+        return FixText(
+            "compute-efficiency",
+            "Already on tensor cores: raise arithmetic efficiency",
+            "// tune GEMM tile shapes (cuBLASLt/hipBLASLt heuristics, CUTLASS), larger problem sizes per launch",
+        )
+    lines = []
+    if c.inference and not c.compiled and not c.graphs:
+        lines.append(
+            "# a serving engine: its own compile and graph options (torch.compile inside the server,\n"
+            '# CUDA-graph capture of the decode step); a plain script: torch.compile(model, mode="max-autotune")'
+        )
+    elif not c.compiled and not c.graphs:
+        lines.append('model = torch.compile(model, mode="max-autotune")  # autotuned GEMM tiles')
+    else:
+        lines.append(
+            "# already compiled/captured: autotune the GEMMs themselves (TORCHINDUCTOR_MAX_AUTOTUNE_GEMM=1, "
+            "hipBLASLt/cuBLASLt tuning)"
+        )
+    if c.training:
+        lines.append("# larger batch per GPU if memory allows: fuller tiles on every SM")
+    else:
+        lines.append("# more requests per batch (the server's batch size): fuller tiles on every SM")
+    if not c.fused_attention:
+        lines.append("# attention through F.scaled_dot_product_attention (fused kernels)")
+    return FixText("compute-efficiency", "Already on tensor cores: raise arithmetic efficiency", "\n".join(lines))
+
+
 COMPUTE_BOUND = FindingSpec(
     id="algorithm/compute-bound",
     axis="algorithm",
@@ -82,7 +205,7 @@ COMPUTE_BOUND = FindingSpec(
         projection="none",
         basis="no projection: compute-bound; gains depend on kernel efficiency (see MFU)",
         superseded_by=("algorithm/no-tensor-cores",),
-        text=fix_text._compute,
+        text=_compute_words,
     ),
     whatif_pool=None,
     diff_measure=DiffMeasure(
@@ -96,7 +219,13 @@ COMPUTE_BOUND = FindingSpec(
     sink="compute-bound",
     breakdown=("compute",),
     describes="kernel time limited by arithmetic throughput (counters, roofline, or kernel classes)",
-    live=True,
+    live=LiveMeasure(
+        "busy",
+        "GPM SM/tensor vs DRAM activity; without GPM, NVML utilization vs memory-controller share",
+        _live_compute_bound,
+        BUSY_MIX_THRESHOLDS,
+    ),
+    thresholds=("gpu_busy.saturated",),
 )
 
 NO_TENSOR_CORES = FindingSpec(
@@ -115,7 +244,7 @@ NO_TENSOR_CORES = FindingSpec(
         projection="amdahl",
         whatif_label="mixed precision on the GEMM share",
         applies=lambda c: getattr(c, "matmul_compute_bound", None) is not False,  # tensor cores speed arithmetic
-        text=fix_text._mixed_precision,
+        text=_mixed_precision_words,
     ),
     whatif_pool="tensor-cores",
     diff_measure=DiffMeasure(
@@ -129,6 +258,7 @@ NO_TENSOR_CORES = FindingSpec(
     label_class="compute-bound",
     breakdown=("compute",),
     describes="GEMM/convolution time on CUDA cores instead of tensor cores",
+    thresholds=("tensor_core.low",),
 )
 
 SPECS = (COMPUTE_BOUND, NO_TENSOR_CORES)

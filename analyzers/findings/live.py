@@ -1,13 +1,144 @@
-"""Findings only the live rules raise (``trainscope watch``, counter-only recordings): utilization
-patterns from sampled counters. Their rules live in :mod:`trainscope.analyzers.live`; the other
-live findings (input wait, loader CPU, I/O wait, capacity, compute-/memory-bound, throttling) are
-declared with their families."""
+"""Findings only the live engine raises (``trainscope watch``, counter-only recordings): utilization
+patterns from sampled counters and memory creep, with their live measures. The other live findings
+(input wait, loader CPU, I/O wait, capacity, compute-/memory-bound, throttling, power cap) are
+declared, with their live measures, in their families."""
 
 from __future__ import annotations
 
-from trainscope.analyzers import fix_text
+from typing import TYPE_CHECKING, Sequence
 
-from trainscope.analyzers.findings.base import DiffMeasure, FindingSpec, Fix, fixed, stake_pct
+from trainscope.analyzers.context import Context
+from trainscope.analyzers.findings.base import (
+    DiffMeasure,
+    Evidence,
+    Finding,
+    FindingSpec,
+    Fix,
+    FixText,
+    LiveMeasure,
+    fixed,
+    stake_pct,
+)
+from trainscope.analyzers.findings.common import live_ev
+from trainscope.analyzers.live_memory import (
+    MIN_GROWTH_BYTES,
+    MIN_R2,
+    MIN_SPAN_S,
+    SOON_S,
+    SOURCE as CREEP_SOURCE,
+    memory_creeps,
+)
+from trainscope.analyzers.rules import Rules
+
+if TYPE_CHECKING:  # pragma: no cover
+    from trainscope.analyzers.live_window import WindowStats
+    from trainscope.traces.samples import Snapshot
+
+# --- live measures -----------------------------------------------------------------------------------
+
+
+def _live_underutilized(s: WindowStats, _snaps: Sequence[Snapshot], r: Rules) -> Finding | None:
+    """p95 utilization (over the GPU's active span, analyzers/live_window.py) below the low mark."""
+    if s.gpu_util_p95 is None or s.gpu_util_p95 >= r.value("live.p95_util_low"):
+        return None
+    return UNDERUTILIZED.finding(
+        100 - (s.gpu_util or 0.0),
+        [live_ev(r, "live.p95_util_low", "p95 GPU utilization", s.gpu_util_p95, "<")],
+        "even the busiest samples leave the GPU mostly idle",
+        r,
+    )
+
+
+def _live_fluctuating(s: WindowStats, _snaps: Sequence[Snapshot], r: Rules) -> Finding | None:
+    """p95 utilization at or above the low mark while p5 sits near idle."""
+    p95, p5 = s.gpu_util_p95, s.gpu_util_p5
+    if p95 is None or p95 < r.value("live.p95_util_low") or p5 is None or p5 >= r.value("live.p5_util_fluctuating"):
+        return None
+    return FLUCTUATING.finding(
+        100 - (s.gpu_util or 0.0),
+        [
+            live_ev(r, "live.p95_util_low", "p95 GPU utilization", p95),
+            live_ev(r, "live.p5_util_fluctuating", "p5 GPU utilization", p5, "<"),
+        ],
+        "busy bursts alternate with idle gaps (periodic stalls: data, eval, checkpoints)",
+        r,
+    )
+
+
+def _duration(s: float) -> str:
+    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min" if s >= 60 else f"{s:.0f} s"
+
+
+def creep_finding(snaps: Sequence[Snapshot], rules: Rules | None = None) -> Finding | None:
+    """``machine/memory-creep`` from the window's memory series (analyzers/live_memory.py): each
+    steady climb as evidence, the one that reaches capacity first as the detail."""
+    creeps = memory_creeps(snaps)
+    if not creeps:
+        return None
+    worst = min(creeps, key=lambda c: c.to_capacity_s if c.to_capacity_s is not None else float("inf"))
+    lines = []
+    for c in creeps:
+        lines.append(
+            Evidence(
+                f"{c.what}: growth rate",
+                round(c.slope_bps / 2**20, 2),
+                "MiB/s",
+                f"R² ≥ {MIN_R2:g}, ≥ {MIN_GROWTH_BYTES >> 20} MiB over {MIN_SPAN_S:g}+ s",
+                CREEP_SOURCE,
+                True,
+            )
+        )
+        lines.append(Evidence(f"{c.what}: fit of the line (R²)", round(c.r2, 3), "", "", CREEP_SOURCE, None))
+        if c.per_step is not None:
+            lines.append(
+                Evidence(f"{c.what}: growth per iteration", round(c.per_step / 2**20, 3), "MiB", "", CREEP_SOURCE, None)
+            )
+        if c.to_capacity_s is not None and c.headroom is not None:
+            lines.append(
+                Evidence(
+                    f"{c.what}: projected time until capacity",
+                    round(c.to_capacity_s, 1),
+                    "s",
+                    f"headroom {c.headroom / 2**30:.2f} GiB at this slope",
+                    CREEP_SOURCE,
+                    None,
+                )
+            )
+    t = worst.to_capacity_s
+    sev = "high" if t is not None and t < SOON_S else "moderate"
+    detail = (
+        f"{worst.what} grows {worst.slope_bps / 2**20:.1f} MiB/s over the last {worst.span_s:.0f} s "
+        f"(+{worst.growth / 2**20:.0f} MiB, now {worst.current / 2**30:.2f} GiB)"
+        + (f"; at this rate it reaches capacity in {_duration(t)}" if t is not None else "")
+    )
+    stake = 100.0 * worst.growth / worst.capacity if worst.capacity else 0.0
+    return MEMORY_CREEP.finding(stake, lines, detail, rules or Rules(), severity=sev)
+
+
+def _live_creep(_s: WindowStats, snaps: Sequence[Snapshot], r: Rules) -> Finding | None:
+    return creep_finding(snaps, r)
+
+
+# --- wording: the fix in the run's words (its Context) ----------------------------------------
+
+
+def _record_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native or c.source_format.startswith("nsys"):
+        return FixText(
+            "record-trace",
+            "Record a trace to see what idles the GPU",
+            "nsys profile -t cuda,nvtx,osrt -o run ./app && nsys export --type sqlite run.nsys-rep\n"
+            "# then: trainscope analyze run.sqlite",
+        )
+    return FixText(
+        "record-trace",
+        "Record a trace to see what idles the GPU",
+        "with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=2, active=5),\n"
+        "        on_trace_ready=torch.profiler.tensorboard_trace_handler('./trace')) as p:\n"
+        "    for batch in batches: step(batch); p.step()\n"
+        "# then: trainscope analyze ./trace",
+    )
+
 
 _RECORD = Fix(
     "record-trace",
@@ -20,7 +151,7 @@ _RECORD = Fix(
     "# then: trainscope analyze run.sqlite",
     projection="none",
     basis="no projection: counters cannot tell launch overhead, syncs and communication apart",
-    text=fix_text._record,
+    text=_record_words,
 )
 
 UNDERUTILIZED = FindingSpec(
@@ -37,7 +168,12 @@ UNDERUTILIZED = FindingSpec(
     headline="UNDERUTILIZED",
     label_class=None,
     describes="p95 GPU utilization below the live threshold",
-    live=True,
+    live=LiveMeasure(
+        "utilization",
+        "p95 GPU utilization over the active span",
+        _live_underutilized,
+        ("live.p95_util_low", "live.gpu_idle"),
+    ),
     offline=False,
 )
 
@@ -55,7 +191,12 @@ FLUCTUATING = FindingSpec(
     headline="FLUCTUATING",
     label_class=None,
     describes="busy bursts alternating with idle gaps (p95 high, p5 low)",
-    live=True,
+    live=LiveMeasure(
+        "utilization",
+        "p95/p5 GPU utilization over the active span",
+        _live_fluctuating,
+        ("live.p95_util_low", "live.p5_util_fluctuating", "live.gpu_idle"),
+    ),
     offline=False,
 )
 
@@ -85,7 +226,14 @@ MEMORY_CREEP = FindingSpec(
     label_class=None,
     describes="host RSS of a process or a GPU's memory rising steadily (a slope over the window, with the time "
     "left until capacity)",
-    live=True,
+    live=LiveMeasure(
+        "trend",
+        "least-squares slope of host RSS per process and GPU memory per device over the window",
+        _live_creep,
+        (),  # its fit thresholds are the constants of analyzers/live_memory.py
+        gpu=False,
+        trend=True,
+    ),
     offline=False,
 )
 

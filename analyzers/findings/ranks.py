@@ -4,9 +4,9 @@ not to communication (a collective's duration includes the wait for its last arr
 
 from __future__ import annotations
 
-from trainscope.analyzers import fix_text
+from trainscope.analyzers.context import Context
 
-from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake, stake_ms
+from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, FixText, by_stake, stake_ms
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.rules import Rules
@@ -83,6 +83,24 @@ def _cpu_imbalance(obs: DiagnosisInput, sinks: Sinks, rules: Rules) -> Finding |
     return IMBALANCE.finding(stake, lines, detail, rules)
 
 
+# --- wording: the fix in the run's words (its Context) ----------------------------------------
+
+
+def _balance_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:
+        return FixText(
+            "balance-ranks",
+            "Give every rank the same work",
+            "// partition work by measured cost, not by count (rows, cells, tokens); re-partition\n"
+            "// when per-rank kernel time drifts apart",
+        )
+    lines = ["# the late rank's extra kernel time per class (the rank imbalance line) says what to even out"]
+    if c.embeddings:
+        lines.append("# embedding tables: TorchRec EmbeddingShardingPlanner with per-table cost estimates")
+    lines.append("# equal tokens per rank (bucket or pack sequences of similar length); equal pipeline stages")
+    return FixText("balance-ranks", "Give every rank the same work", "\n".join(lines))
+
+
 IMBALANCE = FindingSpec(
     id="ranks/imbalance",
     axis="algorithm",
@@ -100,7 +118,7 @@ IMBALANCE = FindingSpec(
         projection="busy",
         basis="if no rank waited for a slower one ({stake:.1f} % of step time)",
         whatif_label="ranks balanced: no wait for the slowest",
-        text=fix_text._balance,
+        text=_balance_words,
     ),
     whatif_pool="comm",
     diff_measure=DiffMeasure(
