@@ -158,3 +158,43 @@ def test_without_fork_the_opcode_scan_bounds_the_read(tmp_path, monkeypatch, pay
     with pytest.raises(TraceError, match=says):
         load_snapshot(str(path))
     assert len(load_snapshot(str(SNAPSHOT)).traces[0]) == 19_464
+
+
+def test_the_parse_converts_in_chunks_and_drops_what_it_converted(monkeypatch):
+    """The parse consumes the unpickled tree: each chunk of events (and each segment) is dropped
+    once converted, so the tree and the model are never both whole (the child's peak is the tree's,
+    not the tree's plus the columns'). Chunks of 1,000 events give the model one chunk gives."""
+    from trainscope.collectors import snapshot as S
+
+    whole = load_snapshot_in_process(str(SNAPSHOT))
+    monkeypatch.setattr(S, "CHUNK", 1000)  # 19,464 events: 20 chunks, the last one short
+    raw = _raw()
+    events, segments = raw["device_traces"][0], raw["segments"]
+    raw["device_traces"][0][2]["action"] = "teleport"  # unknown actions in two chunks: one warning
+    raw["device_traces"][0][19_000]["action"] = 5
+    snap = S._parse("s", raw)
+    assert "device_traces" not in raw and "segments" not in raw
+    assert set(map(type, events)) == {type(None)} and set(map(type, segments)) == {type(None)}
+    (a,), (b,) = snap.traces, whole.traces
+    assert len(a) == len(b) == 19_464
+    for col in ("addr", "size", "time_us"):
+        assert np.array_equal(getattr(a, col), getattr(b, col)) and getattr(a, col).dtype == np.int64
+    assert a.action.dtype == np.int8 and (a.action != b.action).sum() == 2
+    assert a.frames == b.frames and snap.segments == whole.segments
+    assert snap.warnings == ["device 0: ignored unknown trace actions: 5, teleport"]
+    # stacks are shared across chunks too: no more distinct lists than one chunk found
+    assert len({id(f) for f in a.frames}) == len({id(f) for f in b.frames})
+
+
+def test_a_bad_event_in_a_later_chunk_is_refused_in_one_line(tmp_path, monkeypatch):
+    from trainscope.collectors import snapshot as S
+
+    monkeypatch.setattr(S, "CHUNK", 1000)
+    raw = _raw()
+    raw["device_traces"][0][15_001]["addr"] = "0x7f"
+    with pytest.raises(TraceError, match="event addr is str, expected an integer"):
+        load_snapshot(_write(tmp_path, raw))
+    raw = _raw()
+    raw["device_traces"][0][12_345] = ["not", "a", "dict"]
+    with pytest.raises(TraceError, match="a trace event is not a dict"):
+        load_snapshot(_write(tmp_path, raw))
