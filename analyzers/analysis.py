@@ -106,7 +106,6 @@ def analyze_trace(
         roof = roofline(trace, on, roof_spec, costs, device_name=dev.name if dev else None)
         bound = busy_bound(trace, on, costs, roof)
         ctx = refine(ctx, roof)
-    mfu = model_flops_utilization(trace, seg, device, peak_tflops, roof, bd.gpu_busy_pct)
 
     counters = counter_summary(trace, seg, device)
     warnings = list(trace.warnings)
@@ -125,6 +124,8 @@ def analyze_trace(
         if sinks is not None and trace.has_gpu_activity:  # one story: the idle rows show the sinks' figures
             bd = refiled(bd, sink_rows(sinks))
         found, verdict, recs = judge(inp, bd, spec, dev.name if dev else None, ctx, rules, bound=bound)
+    # the Iron Law's gap is read off the verdict's sinks (one attribution of busy time)
+    mfu = model_flops_utilization(trace, seg, device, peak_tflops, roof, bd.gpu_busy_pct, sinks)
     hwc = hw_counter_report(trace) if trace.op_inputs.hw_ranges else None
     if hwc is not None and not len(trace.kernels):  # counter mode: a GPU trace without kernel timing
         verdict = counters_only_verdict(hwc)

@@ -13,7 +13,10 @@ Model Training chapter). Two estimates, shown side by side when both exist:
 The Iron Law: step time = FLOPs per step / (GPUs × peak × η). With the step time measured, η is the
 MFU; pipeline efficiency (the share of step time a kernel runs) is shown beside it, and the gap
 between them is attributed from the roofline: memory-bound busy time, compute-bound math off the
-tensor cores, kernels of unknown bound, communication — a GPU can be busy and still far from peak.
+tensor cores, kernels of unknown bound, communication, host-device copies — a GPU can be busy and
+still far from peak. The gap is read off the verdict's exclusive sinks (:mod:`sinks`): every
+nanosecond of busy time once, kernels overlapping on concurrent streams included, so the two
+readings of the same trace agree (summed kernel time would count an overlap twice).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 from trainscope.analyzers.devices import DeviceSpec, lookup_device
 from trainscope.analyzers.intervals import contains
 from trainscope.analyzers.roofline import Roofline
+from trainscope.analyzers.sinks import Sinks
 from trainscope.analyzers.steps import StepSegmentation
 from trainscope.traces.model import Trace
 
@@ -110,9 +114,12 @@ def model_flops_utilization(
     peak_tflops: float | None = None,
     roof: Roofline | None = None,
     busy_pct: float | None = None,
+    sinks: Sinks | None = None,
 ) -> MFU:
     """MFU from recorded FLOPs and, given the window's :class:`~trainscope.analyzers.roofline.Roofline`
-    (``roof``), estimated from shapes, with the Iron Law when a peak is known."""
+    (``roof``), estimated from shapes, with the Iron Law when a peak is known. ``sinks``: the
+    verdict's exclusive split of the same steps, which the Iron Law's gap is read from (none
+    without it)."""
     spec = roof.spec if roof is not None else None
     rec = _recorded(trace, segmentation, device, peak_tflops, spec)
     if roof is None:
@@ -182,22 +189,34 @@ def model_flops_utilization(
             peak_source=src or "",
             efficiency_pct=value,
             pipeline_efficiency_pct=busy,
-            gap=_gap(roof, busy, value),
+            gap=_gap(roof, sinks, busy, value),
         )
     return MFU(value, reason, fps, peak, src, basis, s_pct, s_reason, s_fps, rec.recorded_pct, law)
 
 
-def _gap(roof: Roofline, busy_pct: float, mfu_pct: float) -> dict[str, float]:
-    """Busy but not at peak, in % of step time: the roofline's split of busy time; what is left
-    is compute-bound math on tensor cores running below their peak."""
-    if not roof.total_ms or busy_pct <= 0:
+# The gap's causes, each with the verdict sinks it is read from (:data:`~trainscope.analyzers.sinks.SINKS`).
+OFF_TENSOR_CORES = "compute-bound math off the tensor cores"
+GAP_SINKS: dict[str, tuple[str, ...]] = {
+    "memory-bound kernels": ("memory-bound",),  # memsets included: they only write bytes
+    OFF_TENSOR_CORES: ("compute-bound",),  # × the roofline's off-tensor-core share of it
+    "kernels of unknown bound": ("busy-unknown",),
+    "communication kernels": ("comm", "imbalance"),  # not overlapped with compute
+    "host-device copies": ("copies",),  # not overlapped with any kernel
+}
+
+
+def _gap(roof: Roofline, sinks: Sinks | None, busy_pct: float, mfu_pct: float) -> dict[str, float]:
+    """Busy but not at peak, in % of step time, read off the verdict's exclusive sinks: each instant
+    of GPU-busy time counts once (:func:`~trainscope.analyzers.intervals.exclusive_layers`), so
+    kernels overlapping on concurrent streams are not counted twice. The compute-bound sink splits
+    by the roofline's share of compute-bound kernel time whose roof is not a tensor-core roof; what
+    is left is compute-bound math on tensor cores running below their peak."""
+    if sinks is None or not sinks.total_ns or busy_pct <= 0:
         return {}
-    scale = busy_pct / roof.total_ms  # summed kernel ms → % of step time
-    out = {
-        "memory-bound kernels": roof.bound_ms.get("memory", 0.0) * scale,
-        "compute-bound math off the tensor cores": roof.non_tensor_compute_ms * scale,
-        "kernels of unknown bound": roof.bound_ms.get("unknown", 0.0) * scale,
-        "communication kernels": roof.communication_ms * scale,
-    }
+    compute_ms = roof.bound_ms.get("compute", 0.0)
+    off_tc = min(1.0, roof.non_tensor_compute_ms / compute_ms) if compute_ms > 0 else 0.0
+    ns = {k: max(0, s.ns) for k, s in sinks.by_key.items()}  # whole ns: no float residue below zero
+    out = {cause: 100.0 * sum(ns.get(k, 0) for k in keys) / sinks.total_ns for cause, keys in GAP_SINKS.items()}
+    out[OFF_TENSOR_CORES] *= off_tc
     out["tensor-core math below peak"] = max(0.0, busy_pct - mfu_pct - sum(out.values()))
     return {k: round(v, 2) for k, v in out.items()}

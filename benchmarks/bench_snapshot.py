@@ -3,13 +3,14 @@ same file: the real 3.7 MB snapshot, and one of about 1 GB built by repeating it
 (addresses shifted), blocks and trace entries (times shifted; each copy's frame lists are new
 lists of the same memoized frame dicts, as PyTorch writes them).
 
-    python benchmarks/bench_snapshot.py [--size-mb 1000] [--keep DIR] [--no-analysis]
+    python benchmarks/bench_snapshot.py [--size-mb 1000] [--keep DIR] [--no-analysis] [--in-process] [--gzip]
 
 Each figure is measured in a fresh process: ``pickle.loads`` (the unsafe floor, timed on the bytes
 already in memory, peak RSS including those bytes) and ``load_snapshot`` (read, restricted C
 unpickle and parse in a forked child under RLIMIT_AS, the model sent back): its wall time, the
 parent's peak RSS and the reader child's peak RSS (``RUSAGE_CHILDREN``; it counts the pages the
-child shares with its parent too). ``--in-process`` adds the same read without the child.
+child shares with its parent too). ``--in-process`` adds the same read without the child;
+``--gzip`` the same read of the built snapshot gzipped, its ratios of the inflated size.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import gzip
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -94,15 +96,18 @@ def build_large(raw: dict, path: str, size_bytes: int) -> None:
         pickle.dump(_repeated(raw, repeat), f, protocol=4)
 
 
-def measure(path: str, analysis: bool, in_process: bool) -> None:
-    size = os.path.getsize(path)
-    plain_s, plain_rss = _run(_PLAIN, path)
+def measure(path: str, analysis: bool, in_process: bool, inflated: str | None = None) -> None:
+    """``inflated``: for a gzipped ``path``, the uncompressed file (``pickle.loads``' floor and the
+    size the ratios are of)."""
+    size = os.path.getsize(inflated or path)
+    plain_s, plain_rss = _run(_PLAIN, inflated or path)
     safe_s, parent_rss, child_rss, analysis_s, events, after = _run(
         _SAFE, path, "child", "analysis" if analysis else "-"
     )
     mib = 2**20
     print(
-        f"{size / mib:9.1f} MiB  {int(events):>10,} events  pickle.loads {plain_s:7.2f} s (RSS {plain_rss / mib:6.0f} MiB)  "
+        ("gzipped: " if inflated else "")
+        + f"{size / mib:9.1f} MiB  {int(events):>10,} events  pickle.loads {plain_s:7.2f} s (RSS {plain_rss / mib:6.0f} MiB)  "
         f"load_snapshot {safe_s:7.2f} s = {safe_s / plain_s:4.2f}×  RSS parent {parent_rss / mib:6.0f} MiB "
         f"({parent_rss / size:4.2f}× file), reader child {child_rss / mib:6.0f} MiB ({child_rss / size:4.2f}× file)"
         + (f"  analysis {analysis_s:6.2f} s (RSS then {after / mib:6.0f} MiB)" if analysis else "")
@@ -118,6 +123,9 @@ def main() -> None:
     ap.add_argument("--keep", help="write the built snapshot into this directory and keep it")
     ap.add_argument("--no-analysis", action="store_true", help="skip timing snapshot_memory")
     ap.add_argument("--in-process", action="store_true", help="also time the read without the child")
+    ap.add_argument(
+        "--gzip", action="store_true", help="also read the built snapshot gzipped (ratios of its inflated size)"
+    )
     a = ap.parse_args()
     print(
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}"
@@ -132,6 +140,12 @@ def main() -> None:
         if not os.path.exists(large):
             build_large(pickle.loads(raw_bytes), large, int(a.size_mb * 1e6))  # trusted fixture
         measure(large, not a.no_analysis, a.in_process)
+        if a.gzip:
+            gz = large + ".gz"
+            if not os.path.exists(gz):
+                with open(large, "rb") as src, gzip.open(gz, "wb", compresslevel=1) as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            measure(gz, not a.no_analysis, a.in_process, inflated=large)
 
 
 if __name__ == "__main__":

@@ -244,16 +244,7 @@ def load_restricted_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES, accept=N
             raise UnsafePickleError(f"not a readable pickle ({e})") from None
         return loads_restricted(data)
     if head[:2] == b"\x1f\x8b":
-        data = read_bounded(path, max_bytes)
-        if accept is not None:
-            accept(data[:16])
-        try:
-            return loads_restricted(data)
-        except MemoryError:
-            why = explain(data).args[0]
-            if why:
-                raise UnsafePickleError(why) from None
-            raise
+        return _load_gzip(path, max_bytes, accept)
     if os.path.getsize(path) > max_bytes:
         raise ReadRefused(f"larger than the {max_bytes / 2**20:.0f} MiB limit for a memory snapshot")
     if accept is not None:
@@ -268,6 +259,38 @@ def load_restricted_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES, accept=N
             err = e
     with open(path, "rb") as f:  # refused: read it again (up to EXPLAIN_MAX) to say why
         why = explain(f.read(EXPLAIN_MAX + 1), err if not isinstance(err, MemoryError) else None).args[0]
+    if why:
+        raise UnsafePickleError(why) from None
+    raise err
+
+
+def _load_gzip(path: str, max_bytes: int, accept=None):
+    """:func:`load_restricted_file` of a gzip file: inflated piece by piece as the unpickler reads
+    (:mod:`trainscope.collectors.snapshot_gzip`), so its inflated bytes are never whole in memory
+    beside the objects."""
+    from trainscope.collectors.snapshot_gzip import open_gunzipped
+
+    err: BaseException
+    with open(path, "rb") as f:
+        buf, stream = open_gunzipped(f, path, max_bytes)
+        if accept is not None:
+            accept(buf.peek(16)[:16])
+        try:
+            obj = PlainDataUnpickler(buf).load()
+            stream.drain()
+            return obj
+        except UnsafePickleError:
+            raise
+        except (MemoryError, *_LOAD_ERRORS) as e:
+            err = e
+        stream.drain()  # damaged gzip data (found past where the unpickler stopped) is the reason first
+    with open(path, "rb") as f:  # refused: inflate it again (up to EXPLAIN_MAX) to say why
+        buf, _ = open_gunzipped(f, path, max_bytes)
+        try:
+            head = buf.read(EXPLAIN_MAX + 1)
+        except UnsafePickleError:
+            head = b""
+    why = explain(head, err if not isinstance(err, MemoryError) else None).args[0]
     if why:
         raise UnsafePickleError(why) from None
     raise err

@@ -197,36 +197,47 @@ class _Checked:
         return fl
 
 
+class SharedStacks:
+    """Equal frame lists replaced by one list object (a training loop records the same few stacks
+    millions of times, each a new list of memoized frames): what the child sends back and the
+    parent holds is then a reference per event, not a list. Fed chunk by chunk (:meth:`share`), so
+    a parse can free each chunk's records as it goes; a list seen in an earlier chunk keeps
+    standing for its equals in later ones. In C-speed passes: a list's key is the ids of its first,
+    middle and last frames and its length; the first list seen with a key stands for the others
+    when equal to them (``==`` on lists of the same objects compares identities); the few that are
+    not (another stack with the same key) are matched on all their frames' ids."""
+
+    def __init__(self) -> None:
+        self.first: dict = {}
+        self.exact: dict = {}
+        self.no_frames: list = []  # one empty list for every event without a stack
+
+    def share(self, fl: list) -> list:
+        """``fl`` (frame lists) with each list replaced by the one standing for its equals."""
+        out: list = []
+        step = 1 << 18
+        for lo in range(0, len(fl), step):
+            chunk = fl[lo : lo + step]
+            empty = not all(chunk)
+            if empty:  # an event without a stack: a stand-in with a first and last item, put back below
+                chunk = [f or _NO_STACK for f in chunk]
+            lens = list(map(len, chunk))
+            mids = map(getitem, chunk, map(floordiv, lens, repeat(2)))
+            keys = list(zip(map(id, map(_first, chunk)), map(id, mids), map(id, map(_last, chunk)), lens))
+            new = dict(zip(reversed(keys), reversed(chunk)))
+            new.update(self.first)  # an earlier chunk's list keeps standing for its key
+            self.first = new
+            cand = list(map(new.__getitem__, keys))
+            for i in compress(range(len(chunk)), map(not_, map(eq, cand, chunk))):
+                f = chunk[i]
+                cand[i] = self.exact.setdefault(tuple(map(id, f)), f)
+            out.extend([c if c is not _NO_STACK else self.no_frames for c in cand] if empty else cand)
+        return out
+
+
 def shared_stacks(fl: list) -> list:
-    """``fl`` with equal frame lists replaced by one list object (a training loop records the same
-    few stacks millions of times, each a new list of memoized frames): what the child sends back
-    and the parent holds is then a reference per event, not a list. In C-speed passes, by chunks:
-    a list's key is the ids of its first, middle and last frames and its length; the first list
-    seen with a key stands for the others when equal to them (``==`` on lists of the same objects
-    compares identities); the few that are not (another stack with the same key) are matched on
-    all their frames' ids."""
-    first: dict = {}
-    exact: dict = {}
-    out: list = []
-    no_frames: list = []  # one empty list for every event without a stack
-    step = 1 << 18
-    for lo in range(0, len(fl), step):
-        chunk = fl[lo : lo + step]
-        empty = not all(chunk)
-        if empty:  # an event without a stack: a stand-in with a first and last item, put back below
-            chunk = [f or _NO_STACK for f in chunk]
-        lens = list(map(len, chunk))
-        mids = map(getitem, chunk, map(floordiv, lens, repeat(2)))
-        keys = list(zip(map(id, map(_first, chunk)), map(id, mids), map(id, map(_last, chunk)), lens))
-        new = dict(zip(reversed(keys), reversed(chunk)))
-        new.update(first)  # an earlier chunk's list keeps standing for its key
-        first = new
-        cand = list(map(new.__getitem__, keys))
-        for i in compress(range(len(chunk)), map(not_, map(eq, cand, chunk))):
-            f = chunk[i]
-            cand[i] = exact.setdefault(tuple(map(id, f)), f)
-        out.extend([c if c is not _NO_STACK else no_frames for c in cand] if empty else cand)
-    return out
+    """``fl`` with equal frame lists replaced by one list object (:class:`SharedStacks`)."""
+    return SharedStacks().share(fl)
 
 
 _first, _last = itemgetter(0), itemgetter(-1)
@@ -260,14 +271,21 @@ def _list(x, what: str) -> list:
 
 
 def _parse(path: str, raw) -> Snapshot:
+    """The model of the unpickled ``raw``, which it consumes (its segments and events are dropped
+    as they are converted)."""
     warnings: list[str] = []
     checked = _Checked()
     if isinstance(raw, list):  # the oldest format: segments only
         raw = {"segments": raw}
     if not isinstance(raw, dict) or "segments" not in raw:
         raise ValueError("no 'segments' key")
+    # The object tree is consumed as it is converted: each segment and each chunk of events is
+    # dropped from it once its columns are built, so the tree and the model are not both whole at
+    # once (the tree takes ≈ 3.8× the file's bytes: a dict, three ints and a frame list per event).
     segments = []
-    for s in _list(raw["segments"], "segments"):
+    raw_segments = _list(raw.pop("segments"), "segments")
+    for i, s in enumerate(raw_segments):
+        raw_segments[i] = None
         if not isinstance(s, dict):
             raise TypeError("a segment is not a dict")
         blocks = _blocks(s, checked)
@@ -287,9 +305,13 @@ def _parse(path: str, raw) -> Snapshot:
     blocks = [b for seg in segments for b in seg.blocks]
     for b, frames in zip(blocks, shared_stacks([b.frames for b in blocks])):
         b.frames = frames
+    del raw_segments
     traces = []
-    for device, events in enumerate(_list(raw.get("device_traces", []), "device_traces")):
+    raw_traces = _list(raw.pop("device_traces", []), "device_traces")
+    for device, events in enumerate(raw_traces):
+        raw_traces[device] = None
         traces.append(_device_trace(device, _list(events, "device trace"), warnings, checked))
+        del events
     annotations = []
     for a in raw.get("external_annotations", []) if isinstance(raw.get("external_annotations"), list) else []:
         if isinstance(a, dict) and isinstance(a.get("time_us"), int) and isinstance(a.get("name"), str):
@@ -357,9 +379,39 @@ def _ints(col: list, what: str) -> np.ndarray:
 _INT = frozenset((int,))
 
 
+CHUNK = 1 << 16  # events converted at a time, then dropped from the tree
+
+
 def _device_trace(device: int, events: list, warnings: list[str], checked: _Checked) -> DeviceTrace:
-    """One device's events as columns: each field gathered by a comprehension and checked by type
-    for the whole column at once (C-speed ``set(map(type, …))``), not per event."""
+    """One device's events as columns, ``CHUNK`` events at a time: each field gathered by a
+    comprehension and checked by type for the whole chunk at once (C-speed ``set(map(type, …))``),
+    not per event; each chunk's event dicts are dropped from ``events`` once converted (so their
+    memory goes back while the rest converts)."""
+    cols: dict[str, list[np.ndarray]] = {"action": [], "addr": [], "size": [], "time_us": []}
+    frames: list = []
+    stacks = SharedStacks()
+    unknown: set[str] = set()
+    for lo in range(0, len(events), CHUNK):
+        hi = min(lo + CHUNK, len(events))
+        chunk = events[lo:hi]
+        events[lo:hi] = repeat(None, hi - lo)
+        action, addr, size, t, fl, odd = _event_columns(chunk, checked)
+        del chunk
+        for k, v in zip(cols, (action, addr, size, t)):
+            cols[k].append(v)
+        frames.extend(stacks.share(fl))
+        unknown |= odd
+    if unknown:
+        warnings.append(f"device {device}: ignored unknown trace actions: {', '.join(sorted(unknown))}")
+    action, addr, size, t = (
+        np.concatenate(c) if c else np.empty(0, np.int8 if k == "action" else np.int64) for k, c in cols.items()
+    )
+    return DeviceTrace(device, action, addr, size, t, frames)
+
+
+def _event_columns(events: list, checked: _Checked) -> tuple:
+    """The columns of a chunk of events (action codes, addr, size, time_us, checked frame lists)
+    and the unknown actions among them, named."""
     if not set(map(type, events)) <= _DICT:
         raise TypeError("a trace event is not a dict")
     other = _ACTION_CODE["other"]
@@ -376,10 +428,7 @@ def _device_trace(device: int, events: list, warnings: list[str], checked: _Chec
     addr = _ints([e["addr"] if "addr" in e else e.get("device_free", 0) for e in events], "event addr")
     size = _ints([e.get("size", 0) for e in events], "event size")
     t = _ints([e.get("time_us", 0) for e in events], "event time_us")
-    frames = shared_stacks(checked.frame_lists([e.get("frames") for e in events]))
-    if unknown:
-        warnings.append(f"device {device}: ignored unknown trace actions: {', '.join(sorted(unknown))}")
-    return DeviceTrace(device, action if len(events) else np.empty(0, np.int8), addr, size, t, frames)
+    return action, addr, size, t, checked.frame_lists([e.get("frames") for e in events]), unknown
 
 
 _STR = frozenset((str,))

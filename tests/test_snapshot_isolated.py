@@ -158,3 +158,95 @@ def test_without_fork_the_opcode_scan_bounds_the_read(tmp_path, monkeypatch, pay
     with pytest.raises(TraceError, match=says):
         load_snapshot(str(path))
     assert len(load_snapshot(str(SNAPSHOT)).traces[0]) == 19_464
+
+
+def test_the_parse_converts_in_chunks_and_drops_what_it_converted(monkeypatch):
+    """The parse consumes the unpickled tree: each chunk of events (and each segment) is dropped
+    once converted, so the tree and the model are never both whole (the child's peak is the tree's,
+    not the tree's plus the columns'). Chunks of 1,000 events give the model one chunk gives."""
+    from trainscope.collectors import snapshot as S
+
+    whole = load_snapshot_in_process(str(SNAPSHOT))
+    monkeypatch.setattr(S, "CHUNK", 1000)  # 19,464 events: 20 chunks, the last one short
+    raw = _raw()
+    events, segments = raw["device_traces"][0], raw["segments"]
+    raw["device_traces"][0][2]["action"] = "teleport"  # unknown actions in two chunks: one warning
+    raw["device_traces"][0][19_000]["action"] = 5
+    snap = S._parse("s", raw)
+    assert "device_traces" not in raw and "segments" not in raw
+    assert set(map(type, events)) == {type(None)} and set(map(type, segments)) == {type(None)}
+    (a,), (b,) = snap.traces, whole.traces
+    assert len(a) == len(b) == 19_464
+    for col in ("addr", "size", "time_us"):
+        assert np.array_equal(getattr(a, col), getattr(b, col)) and getattr(a, col).dtype == np.int64
+    assert a.action.dtype == np.int8 and (a.action != b.action).sum() == 2
+    assert a.frames == b.frames and snap.segments == whole.segments
+    assert snap.warnings == ["device 0: ignored unknown trace actions: 5, teleport"]
+    # stacks are shared across chunks too: no more distinct lists than one chunk found
+    assert len({id(f) for f in a.frames}) == len({id(f) for f in b.frames})
+
+
+def test_a_bad_event_in_a_later_chunk_is_refused_in_one_line(tmp_path, monkeypatch):
+    from trainscope.collectors import snapshot as S
+
+    monkeypatch.setattr(S, "CHUNK", 1000)
+    raw = _raw()
+    raw["device_traces"][0][15_001]["addr"] = "0x7f"
+    with pytest.raises(TraceError, match="event addr is str, expected an integer"):
+        load_snapshot(_write(tmp_path, raw))
+    raw = _raw()
+    raw["device_traces"][0][12_345] = ["not", "a", "dict"]
+    with pytest.raises(TraceError, match="a trace event is not a dict"):
+        load_snapshot(_write(tmp_path, raw))
+
+
+def _bench():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_snapshot
+
+    return bench_snapshot
+
+
+def test_a_gzip_snapshot_streams_to_the_unpickler(tmp_path):
+    """A .pickle.gz is inflated piece by piece as the unpickler reads, never whole beside the
+    objects: reading a 4× repeated snapshot (≈ 14 MiB inflated) gzipped peaks within 8 MiB of
+    reading it uncompressed (traced allocations; inflating it first cost its whole size, twice
+    while the pieces were joined), and gives the same model."""
+    import tracemalloc
+
+    big = pickle.dumps(_bench()._repeated(_raw(), 4), protocol=4)
+    plain, gz = tmp_path / "s.pickle", tmp_path / "s.pickle.gz"
+    plain.write_bytes(big)
+    gz.write_bytes(gzip.compress(big, compresslevel=1))
+    peaks = {}
+    for p in (plain, gz):
+        tracemalloc.start()
+        snap = load_snapshot_in_process(str(p))
+        peaks[p.name] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert len(snap.traces[0]) == 4 * 19_464
+    assert len(big) > 12 << 20
+    assert peaks["s.pickle.gz"] - peaks["s.pickle"] < 8 << 20, peaks
+    a, b = load_snapshot(str(plain)), load_snapshot(str(gz))
+    assert np.array_equal(a.traces[0].time_us, b.traces[0].time_us) and a.traces[0].frames == b.traces[0].frames
+    assert a.segments == b.segments
+
+
+@pytest.mark.parametrize(
+    "damage,says",
+    [
+        (lambda b: b[:-6], "gzip stream is truncated"),  # cut in the trailer: the pickle's STOP was read
+        (lambda b: b[:-8] + bytes([b[-8] ^ 0xFF]) + b[-7:], "corrupt gzip data"),  # CRC: after STOP too
+        (lambda b: b[: len(b) // 2] + bytes([b[len(b) // 2] ^ 0xFF]) + b[len(b) // 2 + 1 :], "corrupt gzip data"),
+    ],
+)
+def test_gzip_damage_is_refused_even_past_the_pickles_end(tmp_path, damage, says):
+    p = tmp_path / "s.pickle.gz"
+    p.write_bytes(damage(SNAPSHOT.read_bytes()))
+    with pytest.raises(TraceError, match=f"gzip data is damaged: {says}"):
+        load_snapshot(str(p))
+
+
+def test_a_gzip_snapshot_over_the_limit_is_refused_while_inflating():
+    with pytest.raises(TraceError, match="decompresses to more than"):
+        load_snapshot(str(SNAPSHOT), max_bytes=1 << 20)
