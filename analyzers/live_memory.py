@@ -3,11 +3,13 @@ window; a finding when one grows steadily, with the figure and the time left unt
 
 A leak is a steady climb, not a one-off allocation or a sawtooth: the rule fits a least-squares line
 to the memory samples of the window and raises ``machine/memory-creep`` when the line explains the
-samples (R² ≥ ``MIN_R2``), each half of the window climbs too (≥ ``STEADY_FRACTION`` of the
-overall rate: a single allocation is flat on both sides of its step), the growth over the window is material (≥ ``MIN_GROWTH_BYTES`` and
-≥ ``MIN_GROWTH_PCT`` of the capacity), and the window holds ``MIN_POINTS`` samples over
-``MIN_SPAN_S`` seconds. The projection is the headroom left (device free memory for a GPU, the
-host's available memory for a process) divided by the slope: when the job runs out if nothing changes.
+samples (R² ≥ ``live.creep_min_r2``), each half of the window climbs too (≥
+``live.creep_steady_fraction`` of the overall rate: a single allocation is flat on both sides of
+its step), the growth over the window is material (≥ ``live.creep_min_growth`` MiB and ≥
+``live.creep_min_growth_pct`` of the capacity), and the window holds ``live.creep_min_points``
+samples over ``live.creep_min_span`` seconds (thresholds: :mod:`trainscope.analyzers.rules`). The
+projection is the headroom left (device free memory for a GPU, the host's available memory for a
+process) divided by the slope: when the job runs out if nothing changes.
 """
 
 from __future__ import annotations
@@ -17,16 +19,10 @@ from typing import Sequence
 
 import numpy as np
 
+from trainscope.analyzers.rules import Rules
 from trainscope.traces.samples import Snapshot
 
-MIN_POINTS = 8
-MIN_SPAN_S = 5.0
-MIN_R2 = 0.8
-MIN_GROWTH_BYTES = 64 * 2**20
-MIN_GROWTH_PCT = 0.5  # of the capacity (host memory, or the GPU's)
-STEADY_FRACTION = 0.25  # each half of the window grows at least at this share of the overall rate
-SOON_S = 600.0  # capacity within 10 minutes: high severity
-SOURCE = "least-squares slope over the window; trainscope default thresholds (analyzers/live_memory.py)"
+SOURCE = "least-squares slope over the window; thresholds live.creep_* (trainscope defaults)"
 
 
 @dataclass(frozen=True)
@@ -97,21 +93,25 @@ def _series(snaps: Sequence[Snapshot]) -> dict[str, tuple[list[float], list[floa
     return out
 
 
-def memory_creeps(snaps: Sequence[Snapshot]) -> list[Creep]:
+def memory_creeps(snaps: Sequence[Snapshot], rules: Rules | None = None) -> list[Creep]:
+    r = rules or Rules()
+    min_points, min_span = r.value("live.creep_min_points"), r.value("live.creep_min_span")
+    min_r2, steady = r.value("live.creep_min_r2"), r.value("live.creep_steady_fraction")
+    min_growth, min_growth_pct = r.value("live.creep_min_growth") * 2**20, r.value("live.creep_min_growth_pct")
     out = []
     for name, (ts, ys, cap, room) in _series(snaps).items():
         span = ts[-1] - ts[0] if ts else 0.0
         # the iterations between the first and the last memory reading (a sample's steps precede it)
         steps = sum(s.step.steps for s in snaps if s.step is not None and ts and ts[0] < s.t <= ts[-1])
-        if len(ts) < MIN_POINTS or span < MIN_SPAN_S:
+        if len(ts) < min_points or span < min_span:
             continue
         slope, r2 = _fit(ts, ys)
         growth = slope * span
-        floor = max(MIN_GROWTH_BYTES, (MIN_GROWTH_PCT / 100 * cap) if cap else 0.0)
-        if slope <= 0 or r2 < MIN_R2 or growth < floor:
+        floor = max(min_growth, (min_growth_pct / 100 * cap) if cap else 0.0)
+        if slope <= 0 or r2 < min_r2 or growth < floor:
             continue
         half = len(ts) // 2  # steady: each half of the window climbs too (one allocation is flat on both sides)
-        if min(_fit(ts[:half], ys[:half])[0], _fit(ts[half:], ys[half:])[0]) < STEADY_FRACTION * slope:
+        if min(_fit(ts[:half], ys[:half])[0], _fit(ts[half:], ys[half:])[0]) < steady * slope:
             continue
         out.append(Creep(name, slope, r2, growth, span, ys[-1], cap, room, growth / steps if steps else None))
     return out

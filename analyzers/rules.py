@@ -417,6 +417,57 @@ _LIVE_TABLE: tuple[Threshold, ...] = (
         "trainscope default",
     ),
     Threshold(
+        "live.creep_min_points",
+        8.0,
+        "samples",
+        "memory creep: fewer memory readings than this in the window are not fitted",
+        "trainscope default (a least-squares line needs several points to tell a slope from noise)",
+    ),
+    Threshold(
+        "live.creep_min_span",
+        5.0,
+        "s",
+        "memory creep: a window shorter than this is not fitted",
+        "trainscope default",
+    ),
+    Threshold(
+        "live.creep_min_r2",
+        0.8,
+        "R²",
+        "memory creep: the line must explain at least this share of the readings' variance (a steady climb)",
+        "trainscope default (least-squares coefficient of determination)",
+    ),
+    Threshold(
+        "live.creep_min_growth",
+        64.0,
+        "MiB",
+        "memory creep: growth over the window below this is not material",
+        "trainscope default",
+    ),
+    Threshold(
+        "live.creep_min_growth_pct",
+        0.5,
+        "% of capacity",
+        "memory creep: growth over the window below this share of the capacity (host memory or the GPU's) "
+        "is not material",
+        "trainscope default",
+    ),
+    Threshold(
+        "live.creep_steady_fraction",
+        0.25,
+        "of the window's slope",
+        "memory creep: each half of the window must climb at least at this share of the overall rate "
+        "(a one-off allocation is flat on both sides of its step)",
+        "trainscope default",
+    ),
+    Threshold(
+        "live.creep_soon",
+        600.0,
+        "s",
+        "memory creep: capacity projected within this time is high severity",
+        "trainscope default (ten minutes: time to act before the job dies)",
+    ),
+    Threshold(
         "live.min_samples",
         4.0,
         "samples",

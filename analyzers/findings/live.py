@@ -20,14 +20,7 @@ from trainscope.analyzers.findings.base import (
     stake_pct,
 )
 from trainscope.analyzers.findings.common import live_ev
-from trainscope.analyzers.live_memory import (
-    MIN_GROWTH_BYTES,
-    MIN_R2,
-    MIN_SPAN_S,
-    SOON_S,
-    SOURCE as CREEP_SOURCE,
-    memory_creeps,
-)
+from trainscope.analyzers.live_memory import SOURCE as CREEP_SOURCE, memory_creeps
 from trainscope.analyzers.rules import Rules
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,7 +65,8 @@ def _duration(s: float) -> str:
 def creep_finding(snaps: Sequence[Snapshot], rules: Rules | None = None) -> Finding | None:
     """``machine/memory-creep`` from the window's memory series (analyzers/live_memory.py): each
     steady climb as evidence, the one that reaches capacity first as the detail."""
-    creeps = memory_creeps(snaps)
+    r = rules or Rules()
+    creeps = memory_creeps(snaps, r)
     if not creeps:
         return None
     worst = min(creeps, key=lambda c: c.to_capacity_s if c.to_capacity_s is not None else float("inf"))
@@ -83,7 +77,8 @@ def creep_finding(snaps: Sequence[Snapshot], rules: Rules | None = None) -> Find
                 f"{c.what}: growth rate",
                 round(c.slope_bps / 2**20, 2),
                 "MiB/s",
-                f"R² ≥ {MIN_R2:g}, ≥ {MIN_GROWTH_BYTES >> 20} MiB over {MIN_SPAN_S:g}+ s",
+                f"R² ≥ {r.value('live.creep_min_r2'):g}, ≥ {r.value('live.creep_min_growth'):g} MiB over "
+                f"{r.value('live.creep_min_span'):g}+ s",
                 CREEP_SOURCE,
                 True,
             )
@@ -105,7 +100,7 @@ def creep_finding(snaps: Sequence[Snapshot], rules: Rules | None = None) -> Find
                 )
             )
     t = worst.to_capacity_s
-    sev = "high" if t is not None and t < SOON_S else "moderate"
+    sev = "high" if t is not None and t < r.value("live.creep_soon") else "moderate"
     detail = (
         f"{worst.what} grows {worst.slope_bps / 2**20:.1f} MiB/s over the last {worst.span_s:.0f} s "
         f"(+{worst.growth / 2**20:.0f} MiB, now {worst.current / 2**30:.2f} GiB)"
@@ -230,7 +225,15 @@ MEMORY_CREEP = FindingSpec(
         "trend",
         "least-squares slope of host RSS per process and GPU memory per device over the window",
         _live_creep,
-        (),  # its fit thresholds are the constants of analyzers/live_memory.py
+        (
+            "live.creep_min_points",
+            "live.creep_min_span",
+            "live.creep_min_r2",
+            "live.creep_min_growth",
+            "live.creep_min_growth_pct",
+            "live.creep_steady_fraction",
+            "live.creep_soon",
+        ),
         gpu=False,
         trend=True,
     ),
