@@ -199,7 +199,8 @@ class Report:
         step's timeline and the kernel table (inline SVG, no scripts, no external files)."""
         from trainscope.reports.html import render_html
 
-        return render_html(self.to_dict(), self.main_trace, self.main)
+        view = self.rank_view()  # the main rank's timeline model, built once for every renderer and the app
+        return render_html(self.to_dict(), view.trace, view.analysis, view.timeline)
 
     def save(self, path: str) -> str:
         """Write the report; the format follows the suffix (.html/.htm, .json, else Markdown)."""
@@ -234,7 +235,8 @@ class Report:
     def _repr_html_(self) -> str:
         from trainscope.reports.html import render_html_cell
 
-        return render_html_cell(self.to_dict(), self.main_trace, self.main)
+        view = self.rank_view()
+        return render_html_cell(self.to_dict(), view.trace, view.analysis, view.timeline)
 
     def __str__(self) -> str:
         return self.to_text()

@@ -153,12 +153,13 @@ def _rules(args: argparse.Namespace):
 
 
 def _write_perfetto(path: str, report) -> int:
-    """The main (slowest) rank's trace with the findings as tracks."""
-    from trainscope.reports.document import analysis_dict
+    """The main (slowest) rank's trace with the findings as tracks, from the report's own view of
+    that rank (its document and timeline model, built once for every renderer and the app)."""
     from trainscope.reports.perfetto import write_perfetto
 
+    view = report.rank_view()
     try:
-        write_perfetto(path, report.main_trace, report.main, analysis_dict(report.main, report.rules))
+        write_perfetto(path, view.trace, view.analysis, view.doc, view.timeline)
     except OSError as e:
         sys.stderr.write(f"trainscope: cannot write {path}: {e.strerror or e}\n")
         return EXIT_BAD_INPUT
