@@ -1,8 +1,8 @@
 """The output formats trainscope writes, declared once: a row per format with its name (what
 ``--format`` takes), the suffixes a report file goes by, the function that renders it, its media
 type, whether it is bytes, and the documents it renders. ``--format`` of every report command
-(analyze, diff, plan, memory), ``--report FILE`` (and the api's ``save`` / ``render_for``) and the
-apps' export all read this table; adding an output format is its renderer plus one row.
+(analyze, diff, plan, memory), ``--report FILE`` (analyze, diff, watch; and the api's ``save`` /
+``render_for``) and the apps' export all read this table; adding an output format is its renderer plus one row.
 
 A file's format is the row whose suffix ends its name (the longest suffix wins); a name no row
 claims gets :data:`FILE_DEFAULT` (Markdown), and the CLI says so on stderr unless the name has no
@@ -19,9 +19,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
-DOCUMENTS: tuple[str, ...] = ("analysis", "diff", "plan", "memory")
+DOCUMENTS: tuple[str, ...] = ("analysis", "diff", "plan", "memory", "watch")
 """The documents trainscope renders: ``analyze`` (api.Report), ``diff`` (api.DiffResult), ``plan``
-(api.PlanResult) and ``memory`` (api.MemoryReport)."""
+(api.PlanResult), ``memory`` (api.MemoryReport) and the end of a ``watch``
+(:class:`trainscope.reports.renderers.WatchSummary`)."""
 
 Rendered = Union[str, bytes]
 

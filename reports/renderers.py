@@ -6,10 +6,31 @@ and HTML escape their own."""
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from trainscope.reports.formats import Output
-from trainscope.traces.safe_text import safe_strings
+from trainscope.traces.safe_text import safe_strings, visible_lines
+
+
+@dataclass(frozen=True)
+class WatchSummary:
+    """The subject of a ``watch`` document: the live verdict at the end of a watch
+    (``analyzers.live.LiveStatus``) and what the command adds (target, exit code, notes,
+    captures); the document is ``reports.live.summary_dict`` of both."""
+
+    status: Any
+    info: dict
+
+    def output(self, color: bool = False) -> Output:
+        from trainscope.reports.live import summary_dict
+
+        return Output("watch", summary_dict(self.status, self.info), self, color)
+
+    def __repr__(self) -> str:
+        from trainscope.reports.live import live_headline
+
+        return f"trainscope watch: {live_headline(self.status)}"
 
 
 def _from_summaries(out: Output) -> bool:
@@ -34,6 +55,10 @@ def _text_renderer(out: Output) -> Callable[..., str]:
         from trainscope.reports.plan import render_plan_text
 
         return lambda doc, color=False: render_plan_text(doc)
+    if out.document == "watch":  # rendered from the live status (the document is its summary)
+        from trainscope.reports.live import summary_text
+
+        return lambda doc, color=False: visible_lines(summary_text(out.subject.status, out.subject.info))
     from trainscope.reports.memory import render_memory_text
 
     return lambda doc, color=False: render_memory_text(doc)
@@ -61,6 +86,10 @@ def markdown(out: Output) -> str:
         from trainscope.reports.plan import render_plan_markdown
 
         return render_plan_markdown(shown)
+    if out.document == "watch":
+        from trainscope.reports.live import summary_markdown
+
+        return visible_lines(summary_markdown(out.subject.status, out.subject.info))
     from trainscope.reports.memory import render_memory_markdown
 
     return render_memory_markdown(shown)

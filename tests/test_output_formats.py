@@ -160,3 +160,34 @@ def test_every_command_prints_every_format_the_table_gives_it(tmp_path, capsys):
             assert main(argv + ["--format", "json", "--report", str(page)]) == 0
             capsys.readouterr()
             assert page.read_text() == want["html"] and "<svg" in want["html"]
+
+
+def test_the_end_of_a_watch_is_a_document_of_the_table(tmp_path, capsys):
+    """``watch --report FILE`` follows the table like ``analyze --report``: Markdown for .md (what
+    it always wrote), the summary document for .json, a page for .html, and the note for a suffix
+    no format claims."""
+    import json
+
+    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.common import write_report
+    from trainscope.reports.live import summary_dict, summary_markdown
+    from trainscope.reports.renderers import WatchSummary
+    from trainscope.traces.safe_text import visible_lines
+
+    st = LiveAnalyzer().summary()
+    info = {"target": "python train.py", "exit_code": 3}
+    out = WatchSummary(st, info).output()
+    for name in ("w.md", "w.json", "w.html", "w.pdf"):
+        write_report(str(tmp_path / name), out)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "w.pdf: written as Markdown" in err
+    md = (tmp_path / "w.md").read_text()
+    assert md.startswith("# trainscope watch — python train.py") and "job exit code 3" in md
+    # the Markdown is summary_markdown's (up to its timestamp line)
+    want = visible_lines(summary_markdown(st, info)).splitlines()
+    assert [line for line in md.splitlines() if not line.startswith("*")] == [
+        line for line in want if not line.startswith("*")
+    ]
+    assert json.loads((tmp_path / "w.json").read_text()) == json.loads(json.dumps(summary_dict(st, info)))
+    page = (tmp_path / "w.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "trainscope watch" in page and "job exit code 3" in page

@@ -100,6 +100,21 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
     return code
 
 
+def write_report(path: str, out) -> None:
+    """``--report FILE``: ``out`` written atomically in the format the name says (the table in
+    reports/formats.py); a suffix no format claims gets Markdown, said once on stderr. OSError
+    when the file cannot be written."""
+    from trainscope.reports import formats
+    from trainscope.traces.safe_text import visible
+
+    w, named = formats.for_path(path, out.document)
+    if not named:  # the default under another name: say so
+        sys.stderr.write(
+            f"trainscope: {visible(path)}: written as {w.label} (--report writes {formats.suffix_help(out.document)})\n"
+        )
+    write_atomic(path, formats.render(w, out))
+
+
 def emit_document(out, args) -> int:
     """What every report command does with its document (``out``: a
     :class:`trainscope.reports.formats.Output`, from the api object's ``output()``): write
@@ -109,18 +124,11 @@ def emit_document(out, args) -> int:
     from dataclasses import replace
 
     from trainscope.reports import formats
-    from trainscope.traces.safe_text import visible
 
     report = getattr(args, "report", None)
     if report:
-        w, named = formats.for_path(report, out.document)
-        if not named:  # the default under another name: say so, once
-            sys.stderr.write(
-                f"trainscope: {visible(report)}: written as {w.label} (--report writes "
-                f"{formats.suffix_help(out.document)})\n"
-            )
         try:
-            write_atomic(report, formats.render(w, out))
+            write_report(report, out)
         except OSError as e:
             return fail(f"cannot write {report}: {e.strerror or e}")
     json_out = getattr(args, "json_out", None)
