@@ -105,12 +105,14 @@ def html(out: Output) -> str:
     """A self-contained page: the analysis with its charts and the median step's timeline (from the
     report's view of its main rank, when the subject is a report); the other documents as their
     text under a one-line summary (the subject's ``repr``)."""
-    from trainscope.reports.html import render_html, render_text_page
+    from trainscope.reports.html import median_step_index, render_html, render_text_page
 
     if out.document == "analysis":
         view = out.subject.rank_view() if hasattr(out.subject, "rank_view") else None
         if view is None:
             return render_html(out.doc)
-        return render_html(out.doc, view.trace, view.analysis, view.timeline)
+        # the timeline model only where a median step is drawn (the view builds it once for everyone)
+        model = view.timeline if median_step_index(view.analysis) is not None else None
+        return render_html(out.doc, view.trace, view.analysis, model)
     summary = repr(out.subject) if out.subject is not None else ""
     return render_text_page(f"trainscope {out.document}", summary, text(Output(out.document, out.doc, out.subject)))
