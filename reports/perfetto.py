@@ -284,12 +284,13 @@ class _Copier:
         pass
 
 
-_TAIL = 8 << 20  # bytes from the end of a plain file searched for the end of the event array
+_TAILS = (1 << 20, 8 << 20)  # bytes from the end of a plain file searched for the end of the event array
 
 
 def _array_span(path: str) -> tuple[int, int, dict] | None:
     """Where a plain (not gzip) trace's event array holds its events — (first byte after "[", end of
-    the last event, the top-level fields) — found from the head and the last 8 MB alone; None when
+    the last event, the top-level fields) — found from the head and the last 1 MB alone (8 MB when
+    the fields after the events are longer); None when
     the file does not end in a whole event array (damage, truncation, gzip: then every event is
     validated on the way)."""
     import re
@@ -316,16 +317,23 @@ def _array_span(path: str) -> tuple[int, int, dict] | None:
                 break
         else:
             return None
-        tail_at = max(len(head), size - _TAIL)
-        f.seek(tail_at)
-        tail = f.read()
-    if not first[len(head) : len(head) + 4096].lstrip()[:1] == b"{":
-        return None  # an empty array: the validated path says so
-    for ev_end, trailer in _array_ends(head if head.lstrip()[:1] == b"{" else b"", tail):
-        if ev_end == 0:
-            return None
-        end = tail_at + ev_end
-        return len(head), end, _top(head, b"]" + trailer) if head.lstrip()[:1] == b"{" else {}
+        if not first[len(head) : len(head) + 4096].lstrip()[:1] == b"{":
+            return None  # an empty array: the validated path says so
+        obj = head.lstrip()[:1] == b"{"
+        for tail_len in _TAILS:  # a short tail first: the trailer after the events is small
+            tail_at = max(len(head), size - tail_len)
+            f.seek(tail_at)
+            tail = f.read()
+            # Start on a character: a tail cut inside a UTF-8 sequence decodes to replacement
+            # characters whose encoding is longer, and every offset after them would be off.
+            skip = next((i for i in range(min(4, len(tail))) if not 0x80 <= tail[i] <= 0xBF), 0)
+            tail_at, tail = tail_at + skip, tail[skip:]
+            for ev_end, trailer in _array_ends(head if obj else b"", tail):
+                if ev_end == 0:
+                    return None
+                return len(head), tail_at + ev_end, _top(head, b"]" + trailer) if obj else {}
+            if tail_at - skip <= len(head):
+                break  # the whole file was searched
     return None
 
 

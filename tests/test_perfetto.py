@@ -436,3 +436,24 @@ def test_the_events_are_copied_whole_however_the_bytes_move(how, tmp_path, monke
     short = perfetto._Sink(str(tmp_path / "short.json"))
     assert not short.copy_from(str(src), start, len(raw))
     short.abort()
+
+
+@pytest.mark.parametrize("cut", [0, 1, 2])
+def test_a_tail_cut_inside_a_character_still_finds_the_end_of_the_events(cut, tmp_path, monkeypatch):
+    """The end of the event array is searched in the file's last bytes, decoded as UTF-8. A tail
+    starting inside a multi-byte character ("é", "→") decoded to replacement characters, whose
+    encoding is longer: the end came out 2 bytes late, the copy took "]," with it and the export was
+    not JSON. Every cut inside a character gives the true end."""
+    from trainscope.reports import perfetto
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op é→ {i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(3000)
+    ]
+    raw = json.dumps({"traceEvents": events, "traceName": "t"}, ensure_ascii=False).encode()
+    src = tmp_path / "u.json"
+    src.write_bytes(raw)
+    arrow = raw.rfind("→".encode(), 0, len(raw) - 20_000)  # three bytes: the cut lands on each of them
+    monkeypatch.setattr(perfetto, "_TAILS", (len(raw) - (arrow + cut),))
+    start, end, top = perfetto._array_span(str(src))
+    assert raw[start:end] == raw[start : raw.rindex(b"]")] and raw[end - 1 : end] == b"}"
+    assert json.loads(b"[" + raw[start:end] + b"]") == events and top == {"traceName": "t"}
