@@ -18,6 +18,7 @@ from trainscope.reports.document import AXIS_NAMES, counters_only, device_label,
 
 if TYPE_CHECKING:
     from trainscope.analyzers.analysis import Analysis
+    from trainscope.analyzers.timeline import TimelineModel
     from trainscope.traces.model import Trace
 
 # One colour per breakdown category and host state; busy GPU time green/purple/yellow, idle GPU
@@ -159,16 +160,25 @@ def median_step_index(analysis: "Analysis") -> int | None:
     return min(range(len(steps)), key=lambda i: (abs(steps[i].duration_ns - p50), steps[i].duration_ns))
 
 
-def timeline_svg(trace: "Trace", analysis: "Analysis", width: int = 1000, columns: int = 500) -> str:
-    """The median step on two lanes (GPU, host), each column coloured by its dominant category."""
-    from trainscope.analyzers.kernels import kernel_classes
-    from trainscope.analyzers.timeline import TimelineModel
-
+def timeline_svg(
+    trace: "Trace",
+    analysis: "Analysis",
+    width: int = 1000,
+    columns: int = 500,
+    model: "TimelineModel | None" = None,
+) -> str:
+    """The median step on two lanes (GPU, host), each column coloured by its dominant category.
+    ``model``: the rank's timeline model where the caller has one (``RankView.timeline``), else
+    built here."""
     i = median_step_index(analysis)
     if i is None:
         return ""
     step = analysis.breakdown.steps[i]
-    model = TimelineModel(trace, analysis.segmentation, analysis.device, kernel_classes(trace)[0])
+    if model is None:
+        from trainscope.analyzers.kernels import kernel_classes
+        from trainscope.analyzers.timeline import TimelineModel
+
+        model = TimelineModel(trace, analysis.segmentation, analysis.device, kernel_classes(trace)[0])
     lo, hi = int(step.start_ns), int(step.start_ns + step.duration_ns)
     left, lane_h, gap, top = 56, 34, 10, 10
     plot_w = width - left - 30
@@ -233,8 +243,14 @@ def _evidence_rows(evidence: list[dict]) -> str:
     return "".join(rows)
 
 
-def render_html_fragment(doc: dict, trace: "Trace | None" = None, analysis: "Analysis | None" = None) -> str:
-    """The report body (for Jupyter's ``_repr_html_``): no <html> wrapper, styles scoped inline."""
+def render_html_fragment(
+    doc: dict,
+    trace: "Trace | None" = None,
+    analysis: "Analysis | None" = None,
+    model: "TimelineModel | None" = None,
+) -> str:
+    """The report body (for Jupyter's ``_repr_html_``): no <html> wrapper, styles scoped inline.
+    ``model``: the rank's timeline model, where the caller has built it."""
     from trainscope.analyzers.breakdown import CATEGORY_LABELS
     from trainscope.analyzers.timeline import HOST_LABELS
 
@@ -290,7 +306,7 @@ def render_html_fragment(doc: dict, trace: "Trace | None" = None, analysis: "Ana
             + "</table>"
         )
         if trace is not None and analysis is not None:
-            tl = timeline_svg(trace, analysis)
+            tl = timeline_svg(trace, analysis, model=model)
             if tl:
                 w("<h2>Timeline of the median step</h2>")
                 w(tl)
@@ -428,14 +444,16 @@ def render_html_fragment(doc: dict, trace: "Trace | None" = None, analysis: "Ana
     return "\n".join(o)
 
 
-def render_html(doc: dict, trace: "Trace | None" = None, analysis: "Analysis | None" = None) -> str:
+def render_html(
+    doc: dict, trace: "Trace | None" = None, analysis: "Analysis | None" = None, model: "TimelineModel | None" = None
+) -> str:
     """The whole page."""
     name = os.path.basename(doc["input"]["path"].rstrip("/"))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>trainscope: {_e(name)}</title><style>{CSS}</style></head>\n<body><main>\n"
-        + render_html_fragment(doc, trace, analysis)
+        + render_html_fragment(doc, trace, analysis, model)
         + "\n</main></body></html>\n"
     )
 
@@ -452,11 +470,13 @@ def scoped_css(scope: str = ".trainscope-report") -> str:
     return "".join(rules)
 
 
-def render_html_cell(doc: dict, trace: "Trace | None" = None, analysis: "Analysis | None" = None) -> str:
+def render_html_cell(
+    doc: dict, trace: "Trace | None" = None, analysis: "Analysis | None" = None, model: "TimelineModel | None" = None
+) -> str:
     """For Jupyter (``Report._repr_html_``): the body with its styles scoped to one element."""
     return (
         f'<div class="trainscope-report"><style>{scoped_css()}</style>'
-        + render_html_fragment(doc, trace, analysis)
+        + render_html_fragment(doc, trace, analysis, model)
         + "</div>"
     )
 

@@ -31,8 +31,9 @@ def to_json_line(obj: dict) -> str:
     return _dumps(obj)
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write a report so an interrupt never leaves half of one, and nothing else is harmed.
+def write_atomic(path: str, text: str | bytes) -> None:
+    """Write a report (text, UTF-8 encoded, or bytes) so an interrupt never leaves half of one,
+    and nothing else is harmed.
 
     - a regular file (or a new path): written to a private temporary file beside it, then renamed
       over it; an existing file keeps its mode (and owner, where allowed);
@@ -49,7 +50,7 @@ def write_atomic(path: str, text: str) -> None:
         st = None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(21, "Is a directory", path)
-    data = text.encode("utf-8", errors="backslashreplace")
+    data = text if isinstance(text, bytes) else text.encode("utf-8", errors="backslashreplace")
     if st is not None and not stat.S_ISREG(st.st_mode):
         with open(target, "wb") as f:
             f.write(data)

@@ -38,6 +38,7 @@ FINDINGS_PID = 999_999  # a pid no profiler uses, for the findings process
 FINDING_PREFIX = "finding "  # the findings tracks' range names start with it (readers can pick them out)
 _BATCH = 65_536  # events encoded per msgspec call on the model path
 _ENC = msgspec.json.Encoder()
+_COPY_BLOCK = 4 << 20  # bytes per read where the kernel cannot copy the input's events itself
 
 
 def _us(ns: np.ndarray | int, offset_ns: int = 0) -> list[float]:
@@ -146,6 +147,33 @@ class _Sink:
     def write(self, b: bytes) -> None:
         self.written += len(b)
         self.f.write(b)
+
+    def copy_from(self, path: str, start: int, length: int) -> bool:
+        """Append ``length`` bytes of file ``path`` from offset ``start``; False when the file is
+        shorter (it changed since it was read). Into a regular file the kernel copies the bytes
+        (``copy_file_range``: no pass through this process's memory); elsewhere, or where the
+        call is not supported, in bounded blocks."""
+        with open(path, "rb") as src:
+            if self.tmp is not None and hasattr(os, "copy_file_range"):
+                self.f.flush()  # the buffered head first: the copy appends at the descriptor's offset
+                fd, pos, left = self.f.fileno(), start, length
+                try:
+                    while left > 0:
+                        n = os.copy_file_range(src.fileno(), fd, left, pos)
+                        if n == 0:
+                            return False
+                        pos, left, self.written = pos + n, left - n, self.written + n
+                    return True
+                except OSError:  # not supported here (an old kernel, another file system): copy by blocks
+                    start, length = pos, left
+            src.seek(start)
+            while length > 0:
+                block = src.read(min(length, _COPY_BLOCK))
+                if not block:
+                    return False
+                self.write(block)
+                length -= len(block)
+        return True
 
     def rewind(self) -> bool:
         """Start over (only possible while nothing was written, or into a regular file)."""
@@ -256,12 +284,13 @@ class _Copier:
         pass
 
 
-_TAIL = 8 << 20  # bytes from the end of a plain file searched for the end of the event array
+_TAILS = (1 << 20, 8 << 20)  # bytes from the end of a plain file searched for the end of the event array
 
 
 def _array_span(path: str) -> tuple[int, int, dict] | None:
     """Where a plain (not gzip) trace's event array holds its events — (first byte after "[", end of
-    the last event, the top-level fields) — found from the head and the last 8 MB alone; None when
+    the last event, the top-level fields) — found from the head and the last 1 MB alone (8 MB when
+    the fields after the events are longer); None when
     the file does not end in a whole event array (damage, truncation, gzip: then every event is
     validated on the way)."""
     import re
@@ -288,16 +317,23 @@ def _array_span(path: str) -> tuple[int, int, dict] | None:
                 break
         else:
             return None
-        tail_at = max(len(head), size - _TAIL)
-        f.seek(tail_at)
-        tail = f.read()
-    if not first[len(head) : len(head) + 4096].lstrip()[:1] == b"{":
-        return None  # an empty array: the validated path says so
-    for ev_end, trailer in _array_ends(head if head.lstrip()[:1] == b"{" else b"", tail):
-        if ev_end == 0:
-            return None
-        end = tail_at + ev_end
-        return len(head), end, _top(head, b"]" + trailer) if head.lstrip()[:1] == b"{" else {}
+        if not first[len(head) : len(head) + 4096].lstrip()[:1] == b"{":
+            return None  # an empty array: the validated path says so
+        obj = head.lstrip()[:1] == b"{"
+        for tail_len in _TAILS:  # a short tail first: the trailer after the events is small
+            tail_at = max(len(head), size - tail_len)
+            f.seek(tail_at)
+            tail = f.read()
+            # Start on a character: a tail cut inside a UTF-8 sequence decodes to replacement
+            # characters whose encoding is longer, and every offset after them would be off.
+            skip = next((i for i in range(min(4, len(tail))) if not 0x80 <= tail[i] <= 0xBF), 0)
+            tail_at, tail = tail_at + skip, tail[skip:]
+            for ev_end, trailer in _array_ends(head if obj else b"", tail):
+                if ev_end == 0:
+                    return None
+                return len(head), tail_at + ev_end, _top(head, b"]" + trailer) if obj else {}
+            if tail_at - skip <= len(head):
+                break  # the whole file was searched
     return None
 
 
@@ -306,7 +342,7 @@ def _copy_kineto(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, devi
     when the stream cannot place the file.
 
     A plain file that ends in a whole event array (the analysis has just read it) is copied as
-    bytes between the array's brackets, unparsed; anything else (gzip, damage) goes through the
+    bytes between the array's brackets, unparsed (by the kernel where it can: :meth:`_Sink.copy_from`); anything else (gzip, damage) goes through the
     stream reader, every event validated by msgspec as raw JSON on the way."""
     from trainscope.collectors.errors import TraceError
     from trainscope.collectors.kineto_stream import Fallback, stream_events
@@ -318,15 +354,8 @@ def _copy_kineto(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, devi
     if span is not None:
         start, end, top = span
         out.write(b'{"traceEvents":[')
-        with open(trace.source, "rb") as f:
-            f.seek(start)
-            left = end - start
-            while left > 0:
-                block = f.read(min(left, 16 << 20))
-                if not block:
-                    return False
-                out.write(block)
-                left -= len(block)
+        if not out.copy_from(trace.source, start, end - start):
+            return False
         return _finish_copy(out, trace, model, doc, device, top)
     copier = _Copier(out)
     try:

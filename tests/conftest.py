@@ -125,6 +125,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_diff_app.py": ("app",),
     "test_diff_app_snapshots.py": ("app",),
     "test_plan_app.py": ("app",),
+    "test_output_formats.py": ("app",),
     "test_plan_snapshots.py": ("app",),
     "test_watch_app.py": ("app",),
     "test_watch_job.py": ("subprocess", "needs_torch"),

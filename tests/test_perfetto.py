@@ -369,3 +369,91 @@ def test_a_plain_file_is_copied_between_its_brackets_and_a_damaged_one_event_by_
         back = open_traces(str(out)).traces[0]
         assert len(back.kernels) == len(r.trace.kernels) and len(back.cpu_ops) == len(r.trace.cpu_ops)
         assert 0 < len(mine) < len(json.loads(raw)["traceEvents"])
+
+
+def test_the_cli_builds_the_timeline_once_for_the_export_and_the_html_report(tmp_path, monkeypatch, capsys):
+    """``--perfetto`` and ``--report x.html`` take the report's timeline model (RankView.timeline):
+    one model per command line, not one per renderer; the export is the same bytes as the app's."""
+    from trainscope.analyzers import timeline
+    from trainscope.cli import main
+
+    built = []
+    init = timeline.TimelineModel.__init__
+
+    def counting(self, *a, **k):
+        built.append(1)
+        init(self, *a, **k)
+
+    monkeypatch.setattr(timeline.TimelineModel, "__init__", counting)
+    out, page = tmp_path / "a.perfetto.json", tmp_path / "a.html"
+    args = ["analyze", str(A100), "--format", "json", "-q", "--perfetto", str(out), "--report", str(page)]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert len(built) == 1
+    assert "Timeline of the median step" in page.read_text()
+    with open(exported(str(tmp_path)), "rb") as f:
+        assert f.read() == out.read_bytes()
+
+
+@pytest.mark.parametrize("how", ["kernel", "blocks", "kernel-then-blocks"])
+def test_the_events_are_copied_whole_however_the_bytes_move(how, tmp_path, monkeypatch):
+    """The plain file's events move by ``copy_file_range`` where the kernel does it, by bounded
+    blocks where it cannot (another OS, a file system that refuses, a failure half-way): the same
+    bytes every way."""
+    import errno
+    import os
+
+    from trainscope.reports import perfetto
+
+    raw = gzip.decompress((KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz").read_bytes())
+    src = tmp_path / "r.json"
+    src.write_bytes(raw)
+    real = getattr(os, "copy_file_range", None)
+    if how == "kernel" and real is None:
+        pytest.skip("no os.copy_file_range on this platform (the blocks cases cover it)")
+    calls = []
+
+    def fake(fd_in, fd_out, count, offset_src=None):  # copies 1 MiB at the output's offset, then refuses
+        calls.append(count)
+        if how == "blocks" or len(calls) > 1:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return os.write(fd_out, os.pread(fd_in, min(count, 1 << 20), offset_src))
+
+    if how != "kernel":
+        monkeypatch.setattr(os, "copy_file_range", fake, raising=False)
+    monkeypatch.setattr(perfetto, "_COPY_BLOCK", 1 << 16)  # many blocks
+    start, end, _top = perfetto._array_span(str(src))
+    sink = perfetto._Sink(str(tmp_path / "out.json"))
+    sink.write(b"head[")
+    assert sink.copy_from(str(src), start, end - start)
+    sink.write(b"]tail")
+    sink.commit()
+    assert (tmp_path / "out.json").read_bytes() == b"head[" + raw[start:end] + b"]tail"
+    assert sink.written == len(b"head[") + end - start + len(b"]tail")
+    if how == "kernel-then-blocks":
+        assert len(calls) == 2  # 1 MiB by the "kernel", then the refusal, then the rest by blocks
+    # a file shorter than the span (it changed since it was read): refused, not padded
+    short = perfetto._Sink(str(tmp_path / "short.json"))
+    assert not short.copy_from(str(src), start, len(raw))
+    short.abort()
+
+
+@pytest.mark.parametrize("cut", [0, 1, 2])
+def test_a_tail_cut_inside_a_character_still_finds_the_end_of_the_events(cut, tmp_path, monkeypatch):
+    """The end of the event array is searched in the file's last bytes, decoded as UTF-8. A tail
+    starting inside a multi-byte character ("é", "→") decoded to replacement characters, whose
+    encoding is longer: the end came out 2 bytes late, the copy took "]," with it and the export was
+    not JSON. Every cut inside a character gives the true end."""
+    from trainscope.reports import perfetto
+
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op é→ {i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(3000)
+    ]
+    raw = json.dumps({"traceEvents": events, "traceName": "t"}, ensure_ascii=False).encode()
+    src = tmp_path / "u.json"
+    src.write_bytes(raw)
+    arrow = raw.rfind("→".encode(), 0, len(raw) - 20_000)  # three bytes: the cut lands on each of them
+    monkeypatch.setattr(perfetto, "_TAILS", (len(raw) - (arrow + cut),))
+    start, end, top = perfetto._array_span(str(src))
+    assert raw[start:end] == raw[start : raw.rindex(b"]")] and raw[end - 1 : end] == b"}"
+    assert json.loads(b"[" + raw[start:end] + b"]") == events and top == {"traceName": "t"}

@@ -10,7 +10,7 @@ import sys
 import time
 
 from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK  # noqa: F401 (the codes live with the errors)
-from trainscope.reports.output import to_json, write_atomic
+from trainscope.reports.output import write_atomic
 
 
 class Progress:
@@ -100,44 +100,52 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
     return code
 
 
-def emit_document(doc: dict, args, render_text, render_markdown, render_report=None) -> int:
-    """What every report command does with its document: write ``--report`` (Markdown, or what
-    ``render_report(path)`` gives for an .html or .json path) and ``--json`` atomically, then print
-    ``--format`` (text by default) on stdout. Text and Markdown show every trace-derived name made
-    visible (control and escape bytes spelled out); HTML escapes its own."""
-    from trainscope.traces.safe_text import safe_strings, visible
+def write_report(path: str, out) -> None:
+    """``--report FILE``: ``out`` written atomically in the format the name says (the table in
+    reports/formats.py); a suffix no format claims gets Markdown, said once on stderr. OSError
+    when the file cannot be written."""
+    from trainscope.reports import formats
+    from trainscope.traces.safe_text import visible
 
-    shown = safe_strings(doc)  # every trace-derived name made visible for terminals and Markdown
-
-    def report_text(path: str) -> str:
-        if render_report is not None and path.lower().endswith((".html", ".htm", ".json")):
-            return render_report(path)
-        ext = os.path.splitext(path)[1].lower()
-        if ext not in ("", ".md", ".markdown", ".txt"):  # Markdown under another name: say so, once
-            sys.stderr.write(
-                f"trainscope: {visible(path)}: written as Markdown (--report writes HTML for .html, "
-                "JSON for .json, Markdown otherwise)\n"
-            )
-        return render_markdown(shown)
-
-    for path, render in (
-        (getattr(args, "report", None), report_text),
-        (getattr(args, "json_out", None), lambda _p: to_json(doc)),
-    ):
-        if path:
-            try:
-                write_atomic(path, render(path))
-            except OSError as e:
-                return fail(f"cannot write {path}: {e.strerror or e}")
-    if args.format == "json":
-        sys.stdout.write(to_json(doc))
-    elif args.format == "markdown":
-        sys.stdout.write(render_markdown(shown))
-    else:
-        color = args.color == "always" or (
-            args.color == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    w, named = formats.for_path(path, out.document)
+    if not named:  # the default under another name: say so
+        sys.stderr.write(
+            f"trainscope: {visible(path)}: written as {w.label} (--report writes {formats.suffix_help(out.document)})\n"
         )
-        sys.stdout.write(render_text(shown, color=color))
+    write_atomic(path, formats.render(w, out))
+
+
+def emit_document(out, args) -> int:
+    """What every report command does with its document (``out``: a
+    :class:`trainscope.reports.formats.Output`, from the api object's ``output()``): write
+    ``--report`` in the format its suffix names (the table in reports/formats.py; a suffix no format
+    claims gets Markdown, said on stderr) and ``--json`` atomically, then print ``--format`` (text
+    by default) on stdout."""
+    from dataclasses import replace
+
+    from trainscope.reports import formats
+
+    report = getattr(args, "report", None)
+    if report:
+        try:
+            write_report(report, out)
+        except OSError as e:
+            return fail(f"cannot write {report}: {e.strerror or e}")
+    json_out = getattr(args, "json_out", None)
+    if json_out:
+        try:
+            write_atomic(json_out, formats.render("json", out))
+        except OSError as e:
+            return fail(f"cannot write {json_out}: {e.strerror or e}")
+    fmt = args.format or "text"
+    mode = getattr(args, "color", "never")
+    color = mode == "always" or (mode == "auto" and sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    data = formats.render(fmt, replace(out, color=color))
+    if isinstance(data, bytes):
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+    else:
+        sys.stdout.write(data)
     sys.stdout.flush()
     return EXIT_OK
 

@@ -273,7 +273,10 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         if self.report_path:
             self._write_report(self.report_path)
         else:
-            ask_path(self, f"{self._stem()}.trainscope.md", "Markdown report", self._write_report)
+            from trainscope.reports.formats import FILE_DEFAULT, writer
+
+            d = writer(FILE_DEFAULT)  # a name in the current directory, in the default report format
+            ask_path(self, f"{self._stem()}.trainscope{d.suffixes[0]}", f"{d.label} report", self._write_report)
 
     def action_perfetto(self) -> None:
         """The trace with the findings as tracks, for ui.perfetto.dev (written in a background thread)."""
@@ -302,23 +305,17 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         self.notify(f"{what} written to {path}", timeout=6)
 
     def _write_report(self, path: str) -> None:
-        from trainscope.reports.output import write_atomic
-        from trainscope.reports.markdown import render_markdown
-        from trainscope.traces.safe_text import safe_strings
+        """The report in the format the file name says (reports/formats.py), with the sections the
+        app's caller added (``decorate``)."""
+        from trainscope.reports import formats
 
         s = self.session
         try:
-            doc = s.document()
-            text = (
-                s.report.render_for(path)
-                if not s.decorate and path.lower().endswith((".html", ".htm", ".json"))
-                else render_markdown(safe_strings(doc))
-            )
-            write_atomic(path, text)
+            w, _named = formats.write(path, s.report.output(s.document()))
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
             return
-        self._written(os.path.abspath(path), "Report")
+        self._written(os.path.abspath(path), f"{w.label} report")
 
     def on_steps_pane_open(self, message: StepsPane.Open) -> None:
         self.query_one("#tabs", TabbedContent).active = "timeline"

@@ -94,7 +94,9 @@ def report_name(before: str, after: str) -> str:
             s = s[: -len(ext)] if s.endswith(ext) else s
         return s
 
-    return f"{stem(before)}-vs-{stem(after)}.trainscope-diff.md"
+    from trainscope.reports.formats import FILE_DEFAULT, writer
+
+    return f"{stem(before)}-vs-{stem(after)}.trainscope-diff{writer(FILE_DEFAULT).suffixes[0]}"
 
 
 class DiffApp(BackgroundLoading, App[int]):
@@ -262,17 +264,12 @@ class DiffApp(BackgroundLoading, App[int]):
         self._write_report(self.report_path or report_name(self.before_path, self.after_path))
 
     def _write_report(self, path: str) -> None:
-        from trainscope.reports.output import write_atomic
-        from trainscope.reports.diff_markdown import render_diff_markdown
-        from trainscope.traces.safe_text import safe_strings
+        """The report in the format the file name says (reports/formats.py)."""
+        from trainscope.api import DiffResult
+        from trainscope.reports import formats
 
         try:
-            if path.lower().endswith((".html", ".htm", ".json")):  # the format the suffix names
-                from trainscope.api import DiffResult
-
-                write_atomic(path, DiffResult(self.diff, self.gate, rules=self.rules).render_for(path))
-            else:
-                write_atomic(path, render_diff_markdown(safe_strings(self.document())))
+            formats.write(path, DiffResult(self.diff, self.gate, rules=self.rules).output())
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
             return

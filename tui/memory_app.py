@@ -426,13 +426,17 @@ class MemoryApp(BackgroundLoading, App[int]):
         stem = os.path.basename(self.path)
         for ext in (".gz", ".pickle", ".pkl"):
             stem = stem[: -len(ext)] if stem.endswith(ext) else stem
-        ask_path(self, f"{stem}.trainscope-memory.md", "Markdown memory report", self._write)
+        from trainscope.reports.formats import FILE_DEFAULT, writer
+
+        d = writer(FILE_DEFAULT)  # a name in the current directory, in the default report format
+        ask_path(self, f"{stem}.trainscope-memory{d.suffixes[0]}", f"{d.label} memory report", self._write)
 
     def _write(self, path: str) -> None:
-        from trainscope.reports.output import write_atomic
+        """The report in the format the file name says (reports/formats.py)."""
+        from trainscope.reports import formats
 
         try:
-            write_atomic(path, self.report.to_markdown())
+            formats.write(path, self.report.output())
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
             return

@@ -151,7 +151,7 @@ class PlanApp(App[int]):
         *,
         threshold_pct: float = 90.0,
         limit: int = 6,
-        export_path: str = "trainscope-plan.md",
+        export_path: str | None = None,
     ) -> None:
         super().__init__()
         self.initial_config = pin_measured(config)  # ValueError: a bad config, before anything is drawn
@@ -161,7 +161,10 @@ class PlanApp(App[int]):
         self.initial_device = self.devices.index(device)
         self.threshold_pct = threshold_pct
         self.limit = limit
-        self.export_path = export_path
+        from trainscope.reports.formats import FILE_DEFAULT, writer
+
+        # where `e` writes: the given path, else a name in the current directory in the default format
+        self.export_path = export_path or f"trainscope-plan{writer(FILE_DEFAULT).suffixes[0]}"
         first = self._plan(self.initial_config, device)
         self.lg: Ledger = first.ledger
         self.fit: Fit = first.fit
@@ -400,14 +403,13 @@ class PlanApp(App[int]):
         )
 
     def action_export(self) -> None:
-        from trainscope.reports.output import write_atomic
-        from trainscope.reports.plan import render_plan_markdown
+        """The current plan in the format the export path's name says (reports/formats.py)."""
+        from trainscope.reports import formats
 
         path = self.export_path
         try:
-            write_atomic(
-                path, render_plan_markdown(plan_document(self.config, self.device, self.threshold_pct, self.limit))
-            )
+            result = api.plan(self.config, device=self.device, options=self.limit, threshold_pct=self.threshold_pct)
+            formats.write(path, result.output())
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
             return

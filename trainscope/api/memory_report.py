@@ -62,28 +62,31 @@ class MemoryReport:
     def __str__(self) -> str:
         return self.to_text()
 
+    def output(self, doc: dict | None = None, color: bool = False):
+        """This report for the output format table (:mod:`trainscope.reports.formats`): the
+        document (``doc`` when the caller built it already) and this object."""
+        from trainscope.reports.formats import Output
+
+        return Output("memory", self.document if doc is None else doc, self, color)
+
     def to_html(self) -> str:
         """A self-contained HTML page of the report."""
-        from trainscope.reports.html import render_text_page
+        from trainscope.reports.formats import render
 
-        return render_text_page("trainscope memory", repr(self), self.to_text())
+        return str(render("html", self.output()))
 
-    def render_for(self, path: str) -> str:
-        """The report in the format the suffix names: .html/.htm, .json, else Markdown."""
-        low = str(path).lower()
-        if low.endswith((".html", ".htm")):
-            return self.to_html()
-        if low.endswith(".json"):
-            from trainscope.reports.output import to_json
+    def render_for(self, path: str) -> "str | bytes":
+        """The report in the format the file name ``path`` says (reports/formats.py: .html/.htm,
+        .json, .md; Markdown for any other)."""
+        from trainscope.reports.formats import render_for_path
 
-            return to_json(self.to_dict())
-        return self.to_markdown()
+        return render_for_path(str(path), self.output())
 
     def save(self, path: str) -> str:
-        """Write the report; the format follows the suffix (.html/.htm, .json, else Markdown)."""
-        from trainscope.reports.output import write_atomic
+        """Write the report; the format follows the suffix (see :meth:`render_for`)."""
+        from trainscope.reports.formats import write
 
-        write_atomic(path, self.render_for(path))
+        write(str(path), self.output())
         return path
 
     def _repr_html_(self) -> str:

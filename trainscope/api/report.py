@@ -179,42 +179,49 @@ class Report:
         )
         return with_ledger(doc, self.ledger)
 
-    def to_json(self) -> str:
-        from trainscope.reports.output import to_json
+    def output(self, doc: dict | None = None, color: bool = False):
+        """This report for the output format table (:mod:`trainscope.reports.formats`): the
+        document (``doc`` when the caller built it already, or added sections to it) and the report
+        itself, for what the document does not hold (the trace behind the HTML timeline)."""
+        from trainscope.reports.formats import Output
 
-        return to_json(self.to_dict())
+        return Output("analysis", self.to_dict() if doc is None else doc, self, color)
+
+    def render(self, fmt: str) -> "str | bytes":
+        """The report in output format ``fmt`` (a name in :data:`trainscope.reports.formats.WRITERS`)."""
+        from trainscope.reports.formats import render
+
+        return render(fmt, self.output())
+
+    def to_json(self) -> str:
+        return str(self.render("json"))
 
     def to_text(self, color: bool = False) -> str:
-        from trainscope.reports.text import render_text
+        from trainscope.reports.formats import render
 
-        return render_text(shown(self.to_dict()), color=color)
+        return str(render("text", self.output(color=color)))
 
     def to_markdown(self) -> str:
-        from trainscope.reports.markdown import render_markdown
-
-        return render_markdown(shown(self.to_dict()))
+        return str(self.render("markdown"))
 
     def to_html(self) -> str:
         """A self-contained HTML page: verdict, evidence, fixes, step breakdown chart, the median
         step's timeline and the kernel table (inline SVG, no scripts, no external files)."""
-        from trainscope.reports.html import render_html
-
-        return render_html(self.to_dict(), self.main_trace, self.main)
+        return str(self.render("html"))
 
     def save(self, path: str) -> str:
-        """Write the report; the format follows the suffix (.html/.htm, .json, else Markdown)."""
-        from trainscope.reports.output import write_atomic
+        """Write the report; the format follows the suffix (reports/formats.py: .html/.htm, .json,
+        .md; Markdown for any other)."""
+        from trainscope.reports.formats import write
 
-        write_atomic(path, self.render_for(path))
+        write(path, self.output())
         return path
 
-    def render_for(self, path: str) -> str:
-        low = path.lower()
-        if low.endswith((".html", ".htm")):
-            return self.to_html()
-        if low.endswith(".json"):
-            return self.to_json()
-        return self.to_markdown()
+    def render_for(self, path: str) -> "str | bytes":
+        """The report in the format the file name ``path`` says (reports/formats.py)."""
+        from trainscope.reports.formats import render_for_path
+
+        return render_for_path(path, self.output())
 
     def verdict_line(self) -> str:
         """One line: the headline, confidence and the step time (what ``on_trace_ready`` prints)."""
@@ -234,7 +241,8 @@ class Report:
     def _repr_html_(self) -> str:
         from trainscope.reports.html import render_html_cell
 
-        return render_html_cell(self.to_dict(), self.main_trace, self.main)
+        view = self.rank_view()
+        return render_html_cell(self.to_dict(), view.trace, view.analysis, view.timeline)
 
     def __str__(self) -> str:
         return self.to_text()

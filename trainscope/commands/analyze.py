@@ -17,6 +17,7 @@ from trainscope.common import (
     positive_float,
     threshold_arg,
 )
+from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
 
 
@@ -52,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_analysis_options(a)
     a.add_argument(
         "--format",
-        choices=("text", "json", "markdown"),
+        choices=formats.names("analysis"),
         default=None,
         help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
         "otherwise: text)",
@@ -61,8 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument(
         "--report",
         metavar="FILE",
-        help="also write the report to FILE: HTML for .html (self-contained, "
-        "with charts), JSON for .json, Markdown otherwise",
+        help=f"also write the report to FILE in the format its name says: {formats.suffix_help('analysis')} "
+        "(HTML is self-contained, with charts)",
     )
     a.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     a.add_argument(
@@ -109,8 +110,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
     from trainscope import api
-    from trainscope.reports.markdown import render_markdown
-    from trainscope.reports.text import render_text
 
     rules = _rules(args)
     apply_input_limits(args)
@@ -140,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         progress.done()
     if args.perfetto and _write_perfetto(args.perfetto, report) != EXIT_OK:
         return EXIT_BAD_INPUT
-    code = emit_document(report.to_dict(), args, render_text, render_markdown, report.render_for)
+    code = emit_document(report.output(), args)
     from trainscope.commands.runs import save_report
 
     return save_report(report, args) if code == EXIT_OK else code
@@ -153,12 +152,13 @@ def _rules(args: argparse.Namespace):
 
 
 def _write_perfetto(path: str, report) -> int:
-    """The main (slowest) rank's trace with the findings as tracks."""
-    from trainscope.reports.document import analysis_dict
+    """The main (slowest) rank's trace with the findings as tracks, from the report's own view of
+    that rank (its document and timeline model, built once for every renderer and the app)."""
     from trainscope.reports.perfetto import write_perfetto
 
+    view = report.rank_view()
     try:
-        write_perfetto(path, report.main_trace, report.main, analysis_dict(report.main, report.rules))
+        write_perfetto(path, view.trace, view.analysis, view.doc, view.timeline)
     except OSError as e:
         sys.stderr.write(f"trainscope: cannot write {path}: {e.strerror or e}\n")
         return EXIT_BAD_INPUT

@@ -15,6 +15,7 @@ from trainscope.common import (
     one_line_errors,
     threshold_arg,
 )
+from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
 
 # A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
@@ -77,14 +78,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     d.add_argument(
         "--format",
-        choices=("text", "json", "markdown"),
+        choices=formats.names("diff"),
         default=None,
         help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
         "otherwise: text)",
     )
     d.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
     d.add_argument(
-        "--report", metavar="FILE", help="also write the report to FILE: HTML for .html, JSON for .json, else Markdown"
+        "--report",
+        metavar="FILE",
+        help=f"also write the report to FILE in the format its name says: {formats.suffix_help('diff')}",
     )
     d.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     d.add_argument(
@@ -230,14 +233,7 @@ def run(args: argparse.Namespace) -> int:
             f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} recorded\n"
         )
 
-    if result.from_summaries:
-        from trainscope.reports.history import render_summary_diff_markdown as markdown
-        from trainscope.reports.history import render_summary_diff_text as text
-    else:
-        from trainscope.reports.diff_markdown import render_diff_markdown as markdown
-        from trainscope.reports.diff_text import render_diff_text as text
-
-    code = emit_document(result.to_dict(), args, text, markdown, result.render_for)
+    code = emit_document(result.output(), args)
     if code:
         return code
     if result.gate is not None:

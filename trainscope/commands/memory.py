@@ -17,9 +17,11 @@ from trainscope.common import (
     Progress,
     add_input_limit_args,
     apply_input_limits,
+    emit_document,
     one_line_errors,
     threshold_arg,
 )
+from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
 
 
@@ -49,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=10, metavar="N", help="largest live allocations to list (default 10)")
     p.add_argument(
         "--format",
-        choices=("text", "json", "markdown"),
+        choices=formats.names("memory"),
         default=None,
         help="print this on stdout instead of opening the terminal app (default in a terminal, for a "
         "snapshot: the app; otherwise: text)",
@@ -86,25 +88,19 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         progress.done()
-    doc = report.to_dict()
     from trainscope.commands.analyze import use_tui
 
-    app = report.kind == "cuda_snapshot" and use_tui(args)  # a timeline has no stacks to show: text
-    if app:
-        code = _run_app(args.file, report)
-        if code != EXIT_OK:
-            return code
+    if not (report.kind == "cuda_snapshot" and use_tui(args)):  # a timeline has no stacks to show: text
+        return emit_document(report.output(), args)  # --json, then --format on stdout
+    code = _run_app(args.file, report)
+    if code != EXIT_OK:
+        return code
     if args.json_out:
         try:
-            write_atomic(args.json_out, to_json(doc))
+            write_atomic(args.json_out, to_json(report.to_dict()))
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
-    render = {"json": lambda d: to_json(d), "markdown": lambda d: report.to_markdown()}.get(
-        args.format, lambda d: report.to_text()
-    )
-    if not app:
-        sys.stdout.write(render(doc))
     return EXIT_OK
 
 

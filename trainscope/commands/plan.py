@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, one_line_errors
+from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, emit_document, one_line_errors
+from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
 
 from trainscope.modelspec import (
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--options", type=int, default=6, metavar="N", help="how many what-if options to list (default 6)")
     p.add_argument(
         "--format",
-        choices=("text", "json", "markdown"),
+        choices=formats.names("plan"),
         default=None,
         help="print this instead of opening the terminal app (default in a terminal: the app; otherwise: text)",
     )
@@ -61,22 +62,15 @@ def run(args: argparse.Namespace) -> int:
     result = api.plan(
         dict(values, no_dropout=args.no_dropout), gpu=args.gpu, gpu_memory=args.gpu_memory, options=max(0, args.options)
     )
-    doc = result.to_dict()
+    if not use_tui(args):
+        return emit_document(result.output(), args)  # --json, then --format on stdout
     if args.json_out:
         try:
-            write_atomic(args.json_out, to_json(doc))
+            write_atomic(args.json_out, to_json(result.to_dict()))
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
-    if use_tui(args):
-        from trainscope.tui.plan_app import PlanApp
+    from trainscope.tui.plan_app import PlanApp
 
-        PlanApp(result.config, result.device, threshold_pct=result.threshold_pct, limit=max(0, args.options)).run()
-        return EXIT_OK
-    if args.format == "json":
-        sys.stdout.write(to_json(doc))
-    elif args.format == "markdown":
-        sys.stdout.write(result.to_markdown())
-    else:
-        sys.stdout.write(result.to_text())
+    PlanApp(result.config, result.device, threshold_pct=result.threshold_pct, limit=max(0, args.options)).run()
     return EXIT_OK

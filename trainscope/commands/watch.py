@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, one_line_errors, threshold_arg
 from trainscope.commands.watch_output import JobOutput, write_line
-from trainscope.reports.output import to_json_line, write_atomic
+from trainscope.reports import formats
+from trainscope.reports.output import to_json_line
 
 MIN_INTERVAL = 0.25
 
@@ -111,7 +112,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="headless output: text lines, or JSON lines (same vocabulary as analyze --format json)",
     )
     a.add_argument("--record", metavar="FILE", help="record every sample to FILE (JSON lines, crash-safe)")
-    a.add_argument("--report", metavar="FILE.md", help="write a Markdown report when the watch ends")
+    a.add_argument(
+        "--report",
+        metavar="FILE.md",
+        help="write the report when the watch ends, in the format its name says: " + formats.suffix_help("watch"),
+    )
     a.add_argument(
         "--prometheus-port", type=_port, metavar="N", help="expose metrics and verdict for Prometheus on port N"
     )
@@ -371,7 +376,7 @@ def _print_captures(args, captures) -> None:
 
 def _finish(args, w, info: dict[str, Any]) -> int:
     """The end of a watch: the recording closed, ``--report`` written, the summary printed."""
-    from trainscope.reports.live import summary_dict, summary_markdown, summary_text
+    from trainscope.reports.live import summary_dict, summary_text
     from trainscope.traces.safe_text import visible_lines
 
     st = w.finish(info.get("exit_code"))
@@ -379,9 +384,12 @@ def _finish(args, w, info: dict[str, Any]) -> int:
     if w.captures():
         info["captures"] = [c.to_dict() for c in w.captures()]
     code = EXIT_OK
-    if args.report:
+    if args.report:  # in the format its name says (reports/formats.py), Markdown by default
+        from trainscope.common import write_report
+        from trainscope.reports.renderers import WatchSummary
+
         try:
-            write_atomic(args.report, visible_lines(summary_markdown(st, info)))
+            write_report(args.report, WatchSummary(st, info).output())
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.report}: {e.strerror or e}\n")
             code = EXIT_BAD_INPUT
