@@ -8,7 +8,8 @@ in its DataLoader ``__next__`` while the others wait for it inside their collect
 step hook counts as their own work. So the straggler is the rank whose input wait exceeds the
 others', by at least ``straggler.late_pct`` of the median iteration (the offline straggler's
 lateness threshold, the same signal seen from the other side), in a share of the window's samples
-that chance does not explain: a one-sided sign test against 1/R (R ranks), p < ``SIGNIFICANCE``.
+that chance does not explain: a one-sided sign test against 1/R (R ranks), p < ``live.rank_significance``
+(after ``live.rank_min_samples`` samples with every rank stepping).
 A rank slow in its own compute makes every rank's own work stretch alike, so the hook alone cannot
 name it; the per-rank traces of a capture or ``trainscope analyze`` can (their collectives' arrivals).
 """
@@ -21,9 +22,6 @@ from typing import Any, Sequence
 
 from trainscope.analyzers.rules import Rules
 from trainscope.traces.samples import Snapshot
-
-SIGNIFICANCE = 0.01  # one-sided sign-test level for naming a rank
-MIN_SAMPLES = 5  # samples in which every rank stepped, before any rank is named
 
 
 @dataclass(frozen=True)
@@ -103,8 +101,8 @@ def _straggler(snaps: Sequence[Snapshot], stats: list[RankStats], rules: Rules) 
         if len(per) == len(names):
             n += 1
             wins[max(per, key=lambda k: per[k])] += 1
-    if n < MIN_SAMPLES:
-        return None, f"{n} samples with every rank stepping (need {MIN_SAMPLES})"
+    if n < rules.value("live.rank_min_samples"):
+        return None, f"{n} samples with every rank stepping (need {rules.value('live.rank_min_samples'):g})"
     top = max(stepping, key=lambda r: r.wait_ms or 0.0)
     others = sorted(r.wait_ms or 0.0 for r in stepping if r is not top)
     other_wait = others[len(others) // 2]
@@ -119,6 +117,6 @@ def _straggler(snaps: Sequence[Snapshot], stats: list[RankStats], rules: Rules) 
         f"{median_step:.1f} ms median iteration); longest wait in {wins[top.rank]} of {n} samples "
         f"(sign test p = {p:.2g})"
     )
-    if margin >= cut and margin > 0 and p < SIGNIFICANCE:
+    if margin >= cut and margin > 0 and p < rules.value("live.rank_significance"):
         return top.rank, basis + ": the others wait for it in their collectives"
     return None, "no rank stands out: " + basis

@@ -468,6 +468,21 @@ _LIVE_TABLE: tuple[Threshold, ...] = (
         "trainscope default (ten minutes: time to act before the job dies)",
     ),
     Threshold(
+        "live.rank_significance",
+        0.01,
+        "p-value",
+        "live straggler: a rank is named only when the one-sided sign test of its input wait against "
+        "1/R (R ranks) is below this level",
+        "trainscope default (sign test, a standard non-parametric test for paired samples)",
+    ),
+    Threshold(
+        "live.rank_min_samples",
+        5.0,
+        "samples",
+        "live straggler: fewer samples in which every rank stepped than this, and no rank is named",
+        "trainscope default",
+    ),
+    Threshold(
         "live.min_samples",
         4.0,
         "samples",
