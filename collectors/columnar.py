@@ -93,6 +93,43 @@ def available() -> bool:
     return True
 
 
+_NUMPY_OF = {
+    "int8": np.int8,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "uint8": np.uint8,
+    "uint16": np.uint16,
+    "uint32": np.uint32,
+    "uint64": np.uint64,
+    "double": np.float64,
+    "float": np.float32,
+}
+
+
+def _values(a, dtype) -> np.ndarray:
+    """A fixed-width Arrow array's values as a new numpy array of ``dtype`` (a copy: a view would
+    keep the driver's whole batch alive — measured 200 bytes a row held against 48 copied). Read
+    from the data buffer directly: ``Array.to_numpy`` and ``pc.fill_null`` with a Python value
+    import pandas (0.6 s and 40 MiB, for nothing here). Values at NULL slots are undefined."""
+    src = _NUMPY_OF.get(str(a.type))
+    if src is None:
+        raise Unavailable(f"column type {a.type}")
+    buf = a.buffers()[1]
+    if buf is None or not len(a):
+        return np.zeros(len(a), dtype)
+    return np.frombuffer(buf, src, len(a), a.offset * np.dtype(src).itemsize).astype(dtype)
+
+
+def _nulls(a) -> np.ndarray:
+    """True where the Arrow array holds NULL."""
+    bitmap = a.buffers()[0]
+    if bitmap is None or not a.null_count:
+        return np.zeros(len(a), bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, np.uint8), bitorder="little")
+    return bits[a.offset : a.offset + len(a)] == 0
+
+
 def _batch_columns(batch, names: list[str], text: set[str], real: set[str]) -> dict:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -110,22 +147,22 @@ def _batch_columns(batch, names: list[str], text: set[str], real: set[str]) -> d
             if isinstance(enc, pa.ChunkedArray):
                 enc = enc.combine_chunks()
             values = enc.dictionary.to_pylist() + [None]
-            codes = pc.fill_null(enc.indices, len(values) - 1).to_numpy(zero_copy_only=False).astype(np.int64)
+            codes = _values(enc.indices, np.int64)
+            if enc.indices.null_count:
+                codes[_nulls(enc.indices)] = len(values) - 1
             out[col] = TextColumn(values, codes)
         elif col in real:
             if not (pa.types.is_floating(a.type) or pa.types.is_integer(a.type)):
                 raise Unavailable(f"{col}: {a.type}")
             if a.null_count:
                 raise Unavailable(f"{col}: NULL")
-            out[col] = np.array(a.to_numpy(zero_copy_only=False), np.float64)  # a copy: the batch is freed
+            out[col] = _values(a, np.float64)
         else:
             if not pa.types.is_integer(a.type):
                 raise Unavailable(f"{col}: {a.type}")  # a float or text where integers belong
             if a.null_count:
                 raise Unavailable(f"{col}: NULL")
-            # A copy, not a view: a view would keep the driver's whole batch (over-allocated buffers,
-            # the text bytes) alive — measured 200 bytes a row held against 48 copied.
-            out[col] = np.array(a.to_numpy(zero_copy_only=False), np.int64)
+            out[col] = _values(a, np.int64)
     return out
 
 
