@@ -83,6 +83,39 @@ class TextColumn:
         return TextColumn(values, np.asarray(codes, np.int64))
 
 
+class TextSpace:
+    """One code space for a text column read in batches: each batch's codes mapped into it as the
+    batch arrives, so every batch's codes mean the same texts (``values`` only grows)."""
+
+    def __init__(self) -> None:
+        self.index: dict = {}
+        self.values: list = []
+
+    def add(self, t: TextColumn) -> TextColumn:
+        index, values = self.index, self.values
+        lut = np.empty(len(t.values), np.int64)
+        for j, v in enumerate(t.values):
+            k = index.get(v)
+            if k is None:
+                k = index[v] = len(values)
+                values.append(v)
+            lut[j] = k
+        return TextColumn(values, lut[t.codes])
+
+
+def join_arrays(parts: list[dict]) -> dict:
+    """Concatenate batches of plain arrays column by column, each batch's column freed once joined
+    (memory grows by one column, not by the whole table); an empty dict for no batches."""
+    if len(parts) == 1:
+        return parts[0]
+    out: dict = {}
+    for c in list(parts[0]) if parts else []:
+        out[c] = np.concatenate([p[c] for p in parts])
+        for p in parts:
+            del p[c]
+    return out
+
+
 def available() -> bool:
     try:
         import adbc_driver_manager  # noqa: F401
@@ -202,9 +235,13 @@ class SqliteColumns:
         except Exception as e:  # the driver's errors are its own classes
             raise Unavailable(str(e)) from None
 
-    def fetch(self, sql: str, names: list[str], text: Iterable[str] = (), real: Iterable[str] = ()) -> dict:
+    def fetch(
+        self, sql: str, names: list[str], text: Iterable[str] = (), real: Iterable[str] = (), reduce=None
+    ) -> dict:
         """Run ``sql`` (its result columns named ``names``, in order): int64 arrays, float64 for
-        ``real``, :class:`TextColumn` for ``text``."""
+        ``real``, :class:`TextColumn` for ``text`` (one code space for the whole result).
+        ``reduce(batch) → dict of arrays``, where given, turns each batch into what the caller
+        keeps as soon as it is read, so the whole table is never held as fetched."""
         import adbc_driver_manager
         import pyarrow as pa
 
@@ -219,23 +256,14 @@ class SqliteColumns:
             stream, _ = cur.execute_query()
             reader = pa.RecordBatchReader._import_from_c(stream.address)
             parts = []
-            merged: dict[str, tuple[dict, list]] = {c: ({}, []) for c in text}
+            spaces = {c: TextSpace() for c in text}
             for b in reader:
                 if not b.num_rows:
                     continue
                 part = _batch_columns(b, names, text, real)
                 for c in text:  # into one code space at once: the batch's own value list is freed
-                    index, values = merged[c]
-                    t = part[c]
-                    lut = np.empty(len(t.values), np.int64)
-                    for j, v in enumerate(t.values):
-                        k = index.get(v)
-                        if k is None:
-                            k = index[v] = len(values)
-                            values.append(v)
-                        lut[j] = k
-                    part[c] = TextColumn(values, lut[t.codes])
-                parts.append(part)
+                    part[c] = spaces[c].add(part[c])
+                parts.append(reduce(part) if reduce is not None else part)
         except Unavailable:
             raise
         except Exception as e:  # type inference refused a row, invalid UTF-8, …
@@ -245,6 +273,8 @@ class SqliteColumns:
                 cur.close()
             except Exception:
                 pass
+        if reduce is not None:
+            return join_arrays(parts)
         return _join(parts, names, text, real)
 
     def close(self) -> None:

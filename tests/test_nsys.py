@@ -551,3 +551,30 @@ def test_analyze_reads_a_columnar_export_folder_as_one_input_not_a_rank_director
     want, got = api.analyze(str(src)), api.analyze(str(d))
     assert (got.verdict.axis, got.verdict.bottleneck) == (want.verdict.axis, want.verdict.bottleneck)
     assert got.breakdown.gpu_busy_pct == pytest.approx(want.breakdown.gpu_busy_pct)
+
+
+def test_nvtx_ranges_reduced_batch_by_batch_give_the_same_model(monkeypatch):
+    """NVTX rows are reduced as each batch arrives (threads and texts coded across batches, the
+    textId strings in the same code space, the first range of each text remembered): tiny batches,
+    on both readers, give the same model as one batch, operator inputs included."""
+    from trainscope.collectors import columnar, nsys
+    from trainscope.collectors.nsys import load_nsys
+
+    def model(t):
+        out = {"strings": t.strings, "threads": t.threads, "sig": t.op_inputs.cpu_signature.tolist()}
+        out["sigs"] = t.op_inputs.signatures
+        for table in ("cpu_ops", "annotations", "runtime"):
+            tab = getattr(t, table)
+            out[table] = {f: getattr(tab, f).tolist() for f in type(tab).FIELDS if f != "flops"}
+        return out
+
+    for name in ("cs336_small_train_step_a100.sqlite", "pipit_saxpy_a100_nsys2022.sqlite", "cs336_ddp_2x3090.sqlite"):
+        path = str(NSYS / name)
+        whole = [model(t) for t in load_nsys(path)]
+        assert any(len(m["cpu_ops"]["ts"]) + len(m["annotations"]["ts"]) for m in whole), name
+        with monkeypatch.context() as m:
+            m.setattr(columnar, "BATCH_ROWS", 7)
+            assert [model(t) for t in load_nsys(path)] == whole, name
+            m.setattr(columnar, "available", lambda: False)
+            m.setattr(nsys, "_BATCH", 5)
+            assert [model(t) for t in load_nsys(path)] == whole, name
