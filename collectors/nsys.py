@@ -1086,7 +1086,9 @@ def _emit_nvtx_inputs(texts: TextColumn, n_kernels: int, order: np.ndarray | Non
     rows = lut[texts.codes] if len(texts.codes) else np.full(0, -1, np.int32)
     if not sigs:
         return OpInputs()
-    return OpInputs(np.full(len(texts), -1, np.int64), np.full(n_kernels, -1, np.int64), rows, sigs)
+    # NVTX has no External ids: cpu_external stays empty (absent, as OpInputs allows), not one -1
+    # per operator (40 MiB for the 5 M operators of a 1 GB export, that the linking then sorts).
+    return OpInputs(np.empty(0, np.int64), np.full(n_kernels, -1, np.int64), rows, sigs)
 
 
 def _signature_of(text: str, sig_index: dict[str, int], sigs: list, json) -> int:
