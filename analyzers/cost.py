@@ -114,12 +114,13 @@ def link_kernels(trace: Trace) -> np.ndarray:
             launches = rrow[pos[has]]
             uniq, inv = np.unique(launches, return_inverse=True)
             order = np.lexsort((-ops.dur, ops.ts, ops.thread))
-            parent = nest_parents(ops.ts, ops.end, order, ops.thread)  # enclosing operator, same thread
+            o_end = ops.end  # computed once: the property adds two columns at each use
+            parent = nest_parents(ops.ts, o_end, order, ops.thread)  # enclosing operator, same thread
             # last operator on the launch's thread that started at or before the launch
             key_t = ops.thread[order].astype(np.int64)
             key_s = ops.ts[order]
             rt, rs = r.thread[uniq].astype(np.int64), r.ts[uniq]
-            span = int(max(int(ops.end.max()), int(rs.max())) - min(int(ops.ts.min()), int(rs.min())) + 2)
+            span = int(max(int(o_end.max()), int(rs.max())) - min(int(ops.ts.min()), int(rs.min())) + 2)
             base = min(int(ops.ts.min()), int(rs.min()))
             okeys = key_t * span + (key_s - base)
             rkeys = rt * span + (rs - base)
@@ -128,7 +129,7 @@ def link_kernels(trace: Trace) -> np.ndarray:
             cand = np.where((cand >= 0) & (ops.thread[np.clip(cand, 0, None)] == r.thread[uniq]), cand, -1)
             for _ in range(64):  # climb to the innermost enclosing operator
                 c = np.clip(cand, 0, None)
-                bad = (cand >= 0) & (ops.end[c] < rs)
+                bad = (cand >= 0) & (o_end[c] < rs)
                 if not bad.any():
                     break
                 cand = np.where(bad, parent[c], cand)
