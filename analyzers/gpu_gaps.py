@@ -424,7 +424,18 @@ def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, laun
     o, r = trace.cpu_ops, trace.runtime
     om = np.isin(o.thread, threads) & ~name_mask(trace, PROFILER_STEP)[o.name]
     rm = np.isin(r.thread, threads)
-    host = iv.union(np.concatenate([o.ts[om], r.ts[rm]]), np.concatenate([o.end[om], r.end[rm]]))
+    # Starts and ends written straight into one buffer each (millions of host rows: no masked
+    # copies, no whole end columns), then merged.
+    n_o, n_r = int(om.sum()), int(rm.sum())
+    s, e = np.empty(n_o + n_r, np.int64), np.empty(n_o + n_r, np.int64)
+    np.compress(om, o.ts, out=s[:n_o])
+    np.compress(om, o.dur, out=e[:n_o])
+    np.compress(rm, r.ts, out=s[n_o:])
+    np.compress(rm, r.dur, out=e[n_o:])
+    del om, rm
+    e += s
+    host = iv.union(s, e)
+    del s, e
     return iv.total(_and(span, host)) / total
 
 
