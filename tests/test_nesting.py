@@ -39,3 +39,16 @@ def test_partial_overlaps_have_no_parent_and_shadow_the_buried():
     # [0,10) then [5,20) (partial: no parent) then [12,15): inside [5,20), not [0,10)
     s, e = np.array([0, 5, 12]), np.array([10, 20, 15])
     assert nest_parents(s, e).tolist() == [-1, -1, 1] == nest_parents_loop(s, e).tolist()
+
+
+def test_membership_isin_is_numpys_isin():
+    """Membership by a sorted pool and binary search: np.isin's answer, on random, repeated,
+    negative and empty ids."""
+    from trainscope.analyzers import membership
+
+    rng = np.random.default_rng(5)
+    for n, m in ((0, 3), (3, 0), (1, 1), (50, 7), (1000, 1000), (5000, 20)):
+        for _ in range(5):
+            v = rng.integers(-20, 60, n)
+            p = rng.integers(-20, 60, m)
+            assert np.array_equal(membership.isin(v, p), np.isin(v, p)), (n, m)
