@@ -52,3 +52,20 @@ def test_membership_isin_is_numpys_isin():
             v = rng.integers(-20, 60, n)
             p = rng.integers(-20, 60, m)
             assert np.array_equal(membership.isin(v, p), np.isin(v, p)), (n, m)
+
+
+@pytest.mark.parametrize("closed_at_end", [False, True])
+def test_long_top_level_runs_and_extreme_times_match_the_loop(closed_at_end):
+    """Top-level intervals (every earlier one closed) are settled at once by the running maximum of
+    ends; long runs of them, negative times, and times near int64's ends (where that shortcut is
+    skipped) give the loop's parents."""
+    rng = np.random.default_rng(11)
+    for base in (0, -(10**12), 2**62, -(2**62)):
+        for _ in range(60):
+            n = int(rng.integers(2, 300))
+            s = base + np.sort(rng.integers(0, 20 * n, n))  # sparse: mostly top level, some nesting
+            d = rng.integers(0, 40, n)
+            g = rng.integers(0, 2, n)
+            order = np.lexsort((-d, s, g))
+            want = nest_parents_loop(s, s + d, order, g, closed_at_end)
+            assert np.array_equal(nest_parents(s, s + d, order, g, closed_at_end), want)
