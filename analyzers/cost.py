@@ -114,12 +114,13 @@ def link_kernels(trace: Trace) -> np.ndarray:
             launches = rrow[pos[has]]
             uniq, inv = np.unique(launches, return_inverse=True)
             order = np.lexsort((-ops.dur, ops.ts, ops.thread))
-            parent = nest_parents(ops.ts, ops.end, order, ops.thread)  # enclosing operator, same thread
+            o_end = ops.end  # computed once: the property adds two columns at each use
+            parent = nest_parents(ops.ts, o_end, order, ops.thread)  # enclosing operator, same thread
             # last operator on the launch's thread that started at or before the launch
             key_t = ops.thread[order].astype(np.int64)
             key_s = ops.ts[order]
             rt, rs = r.thread[uniq].astype(np.int64), r.ts[uniq]
-            span = int(max(int(ops.end.max()), int(rs.max())) - min(int(ops.ts.min()), int(rs.min())) + 2)
+            span = int(max(int(o_end.max()), int(rs.max())) - min(int(ops.ts.min()), int(rs.min())) + 2)
             base = min(int(ops.ts.min()), int(rs.min()))
             okeys = key_t * span + (key_s - base)
             rkeys = rt * span + (rs - base)
@@ -128,7 +129,7 @@ def link_kernels(trace: Trace) -> np.ndarray:
             cand = np.where((cand >= 0) & (ops.thread[np.clip(cand, 0, None)] == r.thread[uniq]), cand, -1)
             for _ in range(64):  # climb to the innermost enclosing operator
                 c = np.clip(cand, 0, None)
-                bad = (cand >= 0) & (ops.end[c] < rs)
+                bad = (cand >= 0) & (o_end[c] < rs)
                 if not bad.any():
                     break
                 cand = np.where(bad, parent[c], cand)
@@ -263,11 +264,17 @@ def kernel_costs(trace: Trace) -> KernelCosts:
             p = next((p for p, rx in _NAME_PRECISION if rx.search(nm)), None)
             opaque = _OPAQUE.search(nm)  # copy kernels name only the element size: OpaqueType<2u>
             by_name[i] = (p, _ES[p] if p else int(opaque.group(1)) if opaque else 4)
-        for i in np.flatnonzero(unk).tolist():
-            p, es = by_name[int(k.name[i])]
+        # per name, then every row at once (a 1 GB Nsight export: a million kernels, none with dtypes)
+        p_lut = np.full(len(trace.strings), -1, np.int8)
+        f_lut = np.ones(len(trace.strings), np.float64)
+        for i, (p, es) in by_name.items():
             if p is not None:
-                prec[i] = PRECISIONS.index(p)
-            nbytes[i] *= es / 4
+                p_lut[i] = PRECISIONS.index(p)
+            f_lut[i] = es / 4
+        names = k.name[unk]
+        pu = p_lut[names]
+        prec[unk] = np.where(pu >= 0, pu, prec[unk])
+        nbytes[unk] *= f_lut[names]
         notes.append(
             "operators whose inputs carry no dtype (emit_nvtx ranges, tensor lists): precision from kernel names, 4-byte "
             "elements where the name says none"
@@ -283,25 +290,30 @@ def kernel_costs(trace: Trace) -> KernelCosts:
     # hardware counters, then names
     rest = np.isnan(flops) & np.isnan(nbytes)
     if rest.any():
-        cls_cache: dict[int, tuple[int, int]] = {}
-        for i in np.flatnonzero(rest).tolist():
-            name_i = int(k.name[i])
-            hit = cls_cache.get(name_i)
-            if hit is None:
-                name = trace.strings[name_i]
-                if name in oi.hw_flops:
-                    hit = (-1, src("hw counters (FP instructions; tensor-core math not counted)"))
-                else:
-                    hit = _name_fallback(name, src)
-                cls_cache[name_i] = hit
-            bound, s = hit
-            if bound == -1:
-                flops[i] = oi.hw_flops[trace.strings[name_i]]
-                kind[i] = SOURCE_KINDS.index("hw counters")
-            elif s:
-                name_bound[i] = bound
-                kind[i] = SOURCE_KINDS.index("name (last resort)")
-            source[i] = s
+        # per name, in the order of each name's first row (the order sources are numbered in),
+        # then every row at once
+        rows_r = np.flatnonzero(rest)
+        names_r = k.name[rows_r]
+        un, first = np.unique(names_r, return_index=True)
+        b_lut = np.zeros(len(trace.strings), np.int8)
+        s_lut = np.zeros(len(trace.strings), np.int32)
+        hw_lut = np.full(len(trace.strings), np.nan)
+        for name_i in un[np.argsort(first, kind="stable")].tolist():
+            name = trace.strings[name_i]
+            if name in oi.hw_flops:
+                bound, si = -1, src("hw counters (FP instructions; tensor-core math not counted)")
+                hw_lut[name_i] = oi.hw_flops[name]
+            else:
+                bound, si = _name_fallback(name, src)
+            b_lut[name_i], s_lut[name_i] = bound, si
+        bound_r, s_r = b_lut[names_r], s_lut[names_r]
+        hw = bound_r == -1
+        flops[rows_r[hw]] = hw_lut[names_r[hw]]
+        kind[rows_r[hw]] = SOURCE_KINDS.index("hw counters")
+        named = ~hw & (s_r != 0)
+        name_bound[rows_r[named]] = bound_r[named]
+        kind[rows_r[named]] = SOURCE_KINDS.index("name (last resort)")
+        source[rows_r] = s_r
     return KernelCosts(flops, nbytes, prec, matrix, source, sources, kind, name_bound, op_row, notes)
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
+from trainscope.analyzers import membership
 from trainscope.analyzers.breakdown import SYNC_CALL
 from trainscope.analyzers.steps import DATA_WAIT, PROFILER_STEP, StepSegmentation, name_mask
 from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Column, Trace
@@ -390,7 +391,7 @@ def gpu_gaps(
         if len(r)
         else np.zeros(0, bool)
     )
-    untraced = int((graph_m & ~np.isin(r.correlation, corr)).sum()) if graph_m.any() else 0
+    untraced = int((~membership.isin(r.correlation[graph_m], corr)).sum()) if graph_m.any() else 0
     n_calls = int(mine.sum()) if len(r) else 0
     issuing_rows = np.zeros(len(r), bool)
     issuing_rows[launch_rows] = True
@@ -424,8 +425,37 @@ def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, laun
     o, r = trace.cpu_ops, trace.runtime
     om = np.isin(o.thread, threads) & ~name_mask(trace, PROFILER_STEP)[o.name]
     rm = np.isin(r.thread, threads)
-    host = iv.union(np.concatenate([o.ts[om], r.ts[rm]]), np.concatenate([o.end[om], r.end[rm]]))
-    return iv.total(_and(span, host)) / total
+    # Each table's rows merged on their own (operators nest: their merge is far shorter), starts
+    # and ends written straight into one buffer each — no masked copies, no whole end columns.
+    parts = []
+    for t, m in ((o, om), (r, rm)):
+        n = int(m.sum())
+        s, e = np.empty(n, np.int64), np.empty(n, np.int64)
+        np.compress(m, t.ts, out=s)
+        np.compress(m, t.dur, out=e)
+        e += s
+        parts.append(iv.union(s, e))
+        del s, e
+    del om, rm
+    host = iv.union(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    return _covered(span, host) / total
+
+
+def _covered(a: iv.IntervalSet, b: iv.IntervalSet) -> int:
+    """The total of a ∩ b (both sorted, disjoint) from b's running measure: ``iv.total(_and(a, b))``
+    without an array per overlapping pair (millions of host intervals)."""
+    bs, be = b
+    if not len(a[0]) or not len(bs):
+        return 0
+    before = np.concatenate([[0], np.cumsum(be - bs)])
+
+    def below(t: np.ndarray) -> np.ndarray:  # measure of b before t
+        k = np.searchsorted(bs, t, side="right")
+        j = np.maximum(k - 1, 0)
+        out: np.ndarray = np.where(k > 0, before[j] + np.minimum(t, be[j]) - bs[j], 0)
+        return out
+
+    return int((below(a[1]) - below(a[0])).sum())
 
 
 class _Cum:

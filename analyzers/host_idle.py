@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
+from trainscope.analyzers import membership
 from trainscope.analyzers.breakdown import SYNC_CALL
 from trainscope.analyzers.frame_names import user_name
 from trainscope.analyzers.steps import PROFILER_STEP, StepSegmentation, name_mask
@@ -234,7 +235,7 @@ def _launch_threads(trace: Trace, device: int | None, ws: np.ndarray, we: np.nda
     for t in (trace.kernels, trace.copies, trace.memsets):
         on = (t.device == device) if device is not None else np.ones(len(t), bool)
         corr.append(t.correlation[on & (t.correlation >= 0)])
-    issues = np.isin(r.correlation, np.concatenate(corr)) & (r.correlation >= 0)
+    issues = membership.isin(r.correlation, np.concatenate(corr)) & (r.correlation >= 0)
     inside = issues & iv.contains((ws, we), r.ts)
     pick = inside if inside.any() else issues
     if not pick.any():

@@ -18,19 +18,26 @@ def union(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
     starts = np.asarray(starts, np.int64)
     ends = np.asarray(ends, np.int64)
     keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
+    if not keep.all():  # no copies of millions of host intervals when every one is kept
+        starts, ends = starts[keep], ends[keep]
+    del keep
     if len(starts) == 0:
         return EMPTY
     order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
+    s, reach = starts[order], ends[order]
+    del order
+    np.maximum.accumulate(reach, out=reach)  # in place: one column fewer at the peak
     # A new merged interval begins where a start lies beyond everything that came before.
     new = np.empty(len(s), bool)
     new[0] = True
-    new[1:] = s[1:] > reach[:-1]
+    np.greater(s[1:], reach[:-1], out=new[1:])
     idx = np.flatnonzero(new)
+    del new
     out_s = s[idx]
-    out_e = reach[np.append(idx[1:] - 1, len(s) - 1)]
+    del s
+    idx[:-1] = idx[1:] - 1
+    idx[-1] = len(reach) - 1
+    out_e = reach[idx]
     return out_s, out_e
 
 

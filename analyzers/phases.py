@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
+from trainscope.analyzers import membership
 from trainscope.analyzers.kernels import ALL_CLASSES
 from trainscope.analyzers.steps import StepSegmentation, name_mask
 from trainscope.traces.model import Trace
@@ -84,7 +85,9 @@ def phase_breakdown(
         taken = iv.union(np.concatenate([taken[0], layers[j][0]]), np.concatenate([taken[1], layers[j][1]]))
         own = _clip_to_windows(own, ws, we)
         launched = iv.contains(own, r.ts) & (r.correlation >= 0) if len(r) and len(own[0]) else np.zeros(len(r), bool)
-        mine = on & np.isin(k.correlation, r.correlation[launched]) if launched.any() else np.zeros(len(k), bool)
+        mine = (
+            on & membership.isin(k.correlation, r.correlation[launched]) if launched.any() else np.zeros(len(k), bool)
+        )
         by_class: dict[str, int] = {}
         if cls_of is not None and mine.any():
             per = np.bincount(cls_of[k.name[mine]], weights=k.dur[mine], minlength=len(ALL_CLASSES))

@@ -107,8 +107,44 @@ _BACKTRACE_CLASS = 67
 _API_VERSION = re.compile(r"^(cu\w+?)_v\d{4,5}$")
 # emit_nvtx decorates operator ranges: "aten::mm, seq = 12, op_id = 34, sizes = [[...]], ...".
 _EMIT_NVTX_KEYS = ("seq = ", "op_id = ", "sizes = ", "input_op_ids = ")
+# An emit_nvtx text is "name, seq = 12, op_id = 34, sizes = [[64, 128], []], input_op_ids = [(33,0)]":
+# every range has its own seq and op_id, so the 5 M operator ranges of a 1 GB export are 5 M distinct
+# texts (each a Python string, classified and parsed one by one; measured on a 303 MB export with
+# real per-call ids: 854 MiB peak against 442 with the texts made alike). What is read from a text
+# is its name (before the first ", "), whether it is decorated (what follows that ", ") and its
+# sizes; :func:`_alike` keeps exactly those, in SQL (:data:`_ALIKE_SQL`) as the rows are read.
+_ALIKE_FIRST = "instr(text, ', ')"
+_ALIKE_REST = f"substr(text, {_ALIKE_FIRST} + 2"
+_ALIKE_SIZES = "substr(text, instr(text, ', sizes = '))"
+_ALIKE_SQL = (
+    f"CASE WHEN {_ALIKE_FIRST} > 0 AND ({_ALIKE_REST}, 6) = 'seq = ' OR {_ALIKE_REST}, 8) = 'op_id = '"
+    f" OR {_ALIKE_REST}, 8) = 'sizes = ' OR {_ALIKE_REST}, 15) = 'input_op_ids = ')"
+    f" THEN substr(text, 1, {_ALIKE_FIRST} - 1) || CASE WHEN instr(text, ', sizes = ') = 0 THEN ', seq = 0'"
+    f" WHEN instr({_ALIKE_SIZES}, ', input_op_ids = ') = 0 THEN {_ALIKE_SIZES}"
+    f" ELSE substr({_ALIKE_SIZES}, 1, instr({_ALIKE_SIZES}, ', input_op_ids = ') - 1) END ELSE text END"
+)
+
+
+def _alike(text: str | None) -> str | None:
+    """A decorated emit_nvtx text without its per-call parts: "name, sizes = …" (from the first
+    ", sizes = " up to the ", input_op_ids = " after it), or "name, seq = 0" without sizes; any other
+    text as it is. :data:`_ALIKE_SQL` computes the same in SQLite."""
+    if text is None:
+        return None
+    name, sep, rest = text.partition(", ")
+    if not sep or not rest.startswith(_EMIT_NVTX_KEYS):
+        return text
+    i = text.find(", sizes = ")
+    if i < 0:
+        return name + ", seq = 0"
+    sizes = text[i:]
+    j = sizes.find(", input_op_ids = ")
+    return name + (sizes if j < 0 else sizes[:j])
+
+
 _ANNOTATION_OPS = re.compile(r"^(ProfilerStep#|Optimizer\.|## )")
 _BATCH = 200_000  # rows fetched per batch from a table
+_SAMPLE = 65_536  # rows sampled to tell whether a text column's texts repeat
 _GPU_METRIC_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
 
 _META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
@@ -212,6 +248,16 @@ class _SqliteSource:
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')}
 
+    def _repeats(self, table: str, col: str) -> bool:
+        """Whether the first :data:`_SAMPLE` texts of ``col`` hold each distinct text four times or more
+        on average. Encoding texts as codes into their distinct values pays where they repeat; where
+        they do not (emit_nvtx ranges, each with its own seq and op_id), :func:`_alike` costs ~0.5 µs a
+        row in SQL and saves a Python string a row (measured: 303 MB export, 854 -> 415 MiB)."""
+        n, d = self.con.execute(
+            f'SELECT count("{col}"), count(DISTINCT "{col}") FROM (SELECT "{col}" FROM "{table}" LIMIT {_SAMPLE})'
+        ).fetchone()
+        return d * 2 <= n
+
     def small(self, table: str, cols: list[str], distinct: bool = False) -> list[tuple]:
         """All rows of a small table's ``cols`` (None for a column the table lacks)."""
         have = self.columns(table)
@@ -227,25 +273,40 @@ class _SqliteSource:
         real: tuple[str, ...] = (),
         not_null: tuple[str, ...] = (),
         one_of: tuple[str, tuple[int, ...]] | None = None,
+        none_of: tuple[str, tuple[int, ...]] | None = None,
+        reducer=None,
+        alike: tuple[str, ...] = (),
     ) -> _Rows:
         """Select ``wanted`` (column → SQL default when the column is absent, or None when it is
         required) from ``table``; integer columns come back as int64 arrays, ``real`` ones as
         float64, ``text`` ones as :class:`TextColumn`. Rows with NULL in a ``not_null`` column, or
-        with ``one_of[0]`` outside ``one_of[1]``, are left out."""
+        with ``one_of[0]`` outside ``one_of[1]``, or ``none_of[0]`` (its default where NULL or
+        absent) inside ``none_of[1]``, are left out. ``reducer()`` makes a :class:`_Reducer`: each
+        batch is reduced as it is read, the table never held whole. ``alike``: text columns read
+        through :func:`_alike` (in SQL) where their texts hardly repeat (:meth:`_repeats`)."""
         have = self.columns(table)
+        alike = tuple(c for c in alike if c in have and not self._repeats(table, c))
         conds = [f'"{c}" IS NOT NULL' for c in not_null]
         if one_of is not None:
             conds.append(f'"{one_of[0]}" IN ({", ".join(str(int(x)) for x in one_of[1])})')
             if one_of[0] not in have:
                 raise TraceError(self.path, f"Nsight export table {table} lacks column {one_of[0]!r} (unknown schema)")
             wanted = {c: d for c, d in wanted.items() if c != one_of[0]}  # a filter, not a column to keep
+        if none_of is not None:
+            col, default = none_of[0], wanted.get(none_of[0]) or "0"
+            value = f'COALESCE("{col}", {default})' if col in have else default
+            conds.append(f"{value} NOT IN ({', '.join(str(int(x)) for x in none_of[1])})")
+            wanted = {c: d for c, d in wanted.items() if c != col}
         where = f"WHERE {' AND '.join(conds)}" if conds else ""
         exprs = []
         for col, default in wanted.items():
             if col in have:
-                exprs.append(
-                    f'"{col}"' if col in text else f'COALESCE("{col}", {default if default is not None else 0})'
-                )
+                if col in alike:
+                    exprs.append(_ALIKE_SQL.replace("text", f'"{col}"'))
+                elif col in text:
+                    exprs.append(f'"{col}"')
+                else:
+                    exprs.append(f'COALESCE("{col}", {default if default is not None else 0})')
             elif default is None:
                 raise TraceError(self.path, f"Nsight export table {table} lacks column {col!r} (unknown schema)")
             else:
@@ -253,33 +314,41 @@ class _SqliteSource:
         if not exprs:
             return _Rows({})
         if self.cols is not None:
+            red = reducer() if reducer is not None else None
             try:
-                return _Rows(
-                    self.cols.fetch(
-                        f'SELECT {", ".join(exprs)} FROM "{table}" {where}', list(wanted), text=text, real=real
-                    )
+                got = self.cols.fetch(
+                    f'SELECT {", ".join(exprs)} FROM "{table}" {where}',
+                    list(wanted),
+                    text=text,
+                    real=real,
+                    reduce=red,
                 )
+                return red.finish(got) if red is not None else _Rows(got)
             except columnar.Unavailable:
                 pass  # a value off the column's type: sqlite3 reads this table, with its own errors
+        red = reducer() if reducer is not None else None
         cur = self.con.execute(f'SELECT {", ".join(exprs)} FROM "{table}" {where}')
         numeric = [j for j, col in enumerate(wanted) if col not in text and col not in real]
+        spaces = {col: columnar.TextSpace() for col in text}
         # Read in batches, each frozen to arrays at once: memory holds one batch of Python rows,
         # not the whole table (a 10 M-kernel export would otherwise cost gigabytes of tuples).
         parts: list[dict] = []
         while data := cur.fetchmany(_BATCH):
             if len(numeric) == len(wanted):  # one conversion for the whole batch: much faster than per column
                 arr = np.array(data, dtype=np.int64).reshape(len(data), len(wanted))
-                parts.append({col: arr[:, j] for j, col in enumerate(wanted)})
-                continue
-            out: dict = {}
-            for j, col in enumerate(wanted):
-                if col in text:
-                    out[col] = TextColumn.encode(r[j] for r in data)
-                elif col in real:
-                    out[col] = np.fromiter((r[j] for r in data), dtype=np.float64, count=len(data))
-                else:
-                    out[col] = np.fromiter((r[j] for r in data), dtype=np.int64, count=len(data))
-            parts.append(out)
+                out: dict = {col: arr[:, j] for j, col in enumerate(wanted)}
+            else:
+                out = {}
+                for j, col in enumerate(wanted):
+                    if col in text:
+                        out[col] = spaces[col].add(TextColumn.encode(r[j] for r in data))
+                    elif col in real:
+                        out[col] = np.fromiter((r[j] for r in data), dtype=np.float64, count=len(data))
+                    else:
+                        out[col] = np.fromiter((r[j] for r in data), dtype=np.int64, count=len(data))
+            parts.append(red(out) if red is not None else out)
+        if red is not None:
+            return red.finish(columnar.join_arrays(parts))
         if not parts:
             return _Rows(
                 {
@@ -331,6 +400,9 @@ class _ArrowSource:
         real: tuple[str, ...] = (),
         not_null: tuple[str, ...] = (),
         one_of=None,
+        none_of=None,
+        reducer=None,
+        alike: tuple[str, ...] = (),
     ) -> _Rows:
         defaults: dict[str, object] = {}
         for c, d in wanted.items():
@@ -347,17 +419,117 @@ class _ArrowSource:
                     m &= cols[c] != 0
             if one_of is not None:
                 m &= np.isin(cols[one_of[0]], np.asarray(one_of[1], np.int64))
+            if none_of is not None:
+                m &= ~np.isin(cols[none_of[0]], np.asarray(none_of[1], np.int64))
             return m
 
         wanted_defaults = {c: (0 if defaults[c] is None and c not in text else defaults[c]) for c in wanted}
         r = _Rows(
             self.dir.table(
-                table, wanted_defaults, text=text, real=real, row_filter=keep if (not_null or one_of) else None
+                table,
+                wanted_defaults,
+                text=text,
+                real=real,
+                row_filter=keep if (not_null or one_of or none_of) else None,
             )
         )
-        if one_of is not None:
-            r.cols.pop(one_of[0], None)  # a filter, not a column to keep (as in the SQLite source)
+        for f in (one_of, none_of):
+            if f is not None:
+                r.cols.pop(f[0], None)  # a filter, not a column to keep (as in the SQLite source)
+        if reducer is not None:  # the whole table is one batch here
+            red = reducer()
+            return red.finish(red(r.cols) if len(r) else {})
         return r
+
+
+class _NvtxRanges(_Rows):
+    """NVTX ranges as the model keeps them, 24 bytes a row: ``ts``, ``dur`` (int64), ``thread`` (int32
+    code into ``gtids``, the global thread ids) and ``text`` (a :class:`TextColumn` with int32 codes);
+    ``first`` lists the text codes in the order of their first range."""
+
+    def __init__(self, cols: dict, gtids: np.ndarray, first: np.ndarray) -> None:
+        super().__init__(cols)
+        object.__setattr__(self, "gtids", gtids)
+        object.__setattr__(self, "first", first)
+
+    gtids: np.ndarray
+    first: np.ndarray
+
+
+class _NvtxReducer:
+    """Reduces each batch of NVTX rows, as it is read, to the columns the model keeps: 5 M ranges of a
+    1 GB export held as fetched (seven int64 columns) plus their copies cost gigabytes; reduced,
+    24 bytes a row. A range's thread is its own (``globalTid``) or, for a range ended on another
+    thread, the ending one; its text its own (``text``) or a registered string (``textId``)."""
+
+    def __init__(self, strings_raw: dict) -> None:
+        self.strings_raw = strings_raw
+        self.gtid_code: dict[int, int] = {}
+        self.text_id_code: dict[int, int] = {}  # textId → −1 − its index in id_texts
+        self.id_texts: list[str] = []
+        self.values: list = [None]
+        self.null_code: int | None = None
+        self.scanned = 0
+        self.first: dict[int, int] = {}  # text code → first row
+        self.n = 0
+
+    def __call__(self, part: dict) -> dict:
+        g, eg = part["globalTid"], part["endGlobalTid"]
+        tid = np.where(g != 0, g, eg)
+        u, inv = np.unique(tid, return_inverse=True)
+        lut = np.array([self.gtid_code.setdefault(x, len(self.gtid_code)) for x in u.tolist()], np.int32)
+        thread = lut[inv.reshape(-1)]
+        tc: TextColumn = part["text"]
+        self.values = tc.values  # one code space across batches: this list only grows
+        for j in range(self.scanned, len(tc.values)):
+            if tc.values[j] is None:
+                self.null_code = j
+        self.scanned = len(tc.values)
+        codes = tc.codes.astype(np.int32)
+        if self.null_code is not None:
+            isnull = tc.codes == self.null_code
+            if isnull.any():
+                ids, inv2 = np.unique(part["textId"][isnull], return_inverse=True)
+                neg = np.empty(len(ids), np.int32)
+                for j, i in enumerate(ids.tolist()):
+                    k = self.text_id_code.get(i)
+                    if k is None:
+                        k = self.text_id_code[i] = -1 - len(self.id_texts)
+                        self.id_texts.append(self.strings_raw.get(i, ""))
+                    neg[j] = k
+                codes[isnull] = neg[inv2.reshape(-1)]
+        if len(codes):
+            uc, fc = np.unique(codes, return_index=True)
+            for c, f in zip(uc.tolist(), fc.tolist()):
+                if c not in self.first:
+                    self.first[c] = self.n + f
+        self.n += len(codes)
+        st = part["start"]
+        return {"ts": st, "dur": part["end"] - st, "thread": thread, "text": codes}
+
+    def finish(self, cols: dict) -> _NvtxRanges:
+        if not cols:
+            cols = {
+                "ts": np.empty(0, np.int64),
+                "dur": np.empty(0, np.int64),
+                "thread": np.empty(0, np.int32),
+                "text": np.empty(0, np.int32),
+            }
+        n_text = len(self.values)
+        codes = cols["text"]
+        neg = codes < 0
+        if neg.any():  # textId strings after the texts: one code space
+            codes[neg] = n_text - 1 - codes[neg]
+
+        def final(c: int) -> int:
+            return c if c >= 0 else n_text - 1 - c
+
+        cols["text"] = TextColumn(list(self.values) + self.id_texts, codes)
+        first = np.array([final(c) for c, _ in sorted(self.first.items(), key=lambda x: x[1])], np.int64)
+        gtids = np.zeros(len(self.gtid_code), np.int64)
+        for gt, k in self.gtid_code.items():
+            gtids[k] = gt
+        return _NvtxRanges(cols, gtids, first)
 
 
 class _Reader:
@@ -450,6 +622,7 @@ class _Reader:
                     cuda_map,
                     session_ns,
                     meta,
+                    consume=rank == len(order) - 1,  # the last process: NVTX columns dropped as split
                 )
             )
         add_graph_replays(self.src, traces, order, session_ns)  # graph-level CUDA graph replays
@@ -535,17 +708,20 @@ class _Reader:
         if t not in self.tables:
             return None
         r = self.rows(
-            t, {"start": None, "end": None, "globalTid": "0", "nameId": None, "correlationId": "-1", "eventClass": "0"}
+            t,
+            {"start": None, "end": None, "globalTid": "0", "nameId": None, "correlationId": "-1", "eventClass": "0"},
+            none_of=("eventClass", (_BACKTRACE_CLASS,)),  # left out in the query: never fetched
         )
-        keep = r["eventClass"] != _BACKTRACE_CLASS
-        r = _Rows({k: v[keep] for k, v in r.cols.items()})
         return self._with_proc(r, "globalTid", {"name": "nameId"}, normalize=_api_name)
 
-    def _nvtx(self) -> _Rows | None:
+    def _nvtx(self) -> "_NvtxRanges | None":
         t = "NVTX_EVENTS"
         if t not in self.tables:
             return None
         have = self.columns(t)
+        if "text" not in have and "textId" not in have:
+            return None
+        strings_raw = self.strings_raw
         r = self.rows(
             t,
             {
@@ -560,23 +736,10 @@ class _Reader:
             not_null=("end",),
             one_of=("eventType", _NVTX_RANGE_TYPES),
             text=("text",),
+            reducer=lambda: _NvtxReducer(strings_raw),
+            alike=("text",),
         )
-        if "text" not in have and "textId" not in have:
-            return None
-        tid = np.where(r["globalTid"] != 0, r["globalTid"], r["endGlobalTid"])
-        r.cols["globalTid"] = tid
-        del r.cols["endGlobalTid"]
-        # A range's text is its own (text) or a registered string (textId): one code space for both.
-        tc: TextColumn = r["text"]  # type: ignore[assignment]
-        null_codes = [j for j, v in enumerate(tc.values) if v is None]
-        isnull = np.isin(tc.codes, null_codes) if null_codes else np.zeros(len(tc.codes), bool)
-        ids, inv = np.unique(r["textId"][isnull], return_inverse=True)
-        codes = tc.codes.copy()
-        codes[isnull] = len(tc.values) + inv.reshape(-1)
-        values = list(tc.values) + [self.strings_raw.get(int(i), "") for i in ids.tolist()]
-        r.cols["text"] = TextColumn(values, codes)  # type: ignore[assignment]
-        r.cols["proc"] = tid >> 24
-        return r
+        return r  # type: ignore[return-value]
 
     def _osrt(self) -> _Rows | None:
         t = "OSRT_API"
@@ -676,6 +839,7 @@ class _Reader:
         cuda_map,
         session_ns,
         meta,
+        consume: bool = False,
     ) -> Trace:
         strings = StringTable()
         threads: dict[int, int] = {}
@@ -693,6 +857,15 @@ class _Reader:
             uniq, inv = np.unique(gtids, return_inverse=True)
             lut = np.array([threads.setdefault(int(g), len(threads)) for g in uniq.tolist()], np.int32)
             return lut[inv] if len(gtids) else np.empty(0, np.int32)
+
+        def thread_codes(codes: np.ndarray, gtids: np.ndarray) -> np.ndarray:
+            # thread_column of gtids[codes], without sorting the rows: the distinct threads are few
+            present = np.flatnonzero(np.bincount(codes, minlength=len(gtids))) if len(codes) else codes[:0]
+            present = present[np.argsort(gtids[present], kind="stable")]
+            lut = np.zeros(len(gtids), np.int32)
+            for c, g in zip(present.tolist(), gtids[present].tolist()):
+                lut[c] = threads.setdefault(g, len(threads))
+            return lut[codes] if len(codes) else np.empty(0, np.int32)
 
         def select(r: _Rows | None) -> np.ndarray | slice | None:
             # Every row this process's (one GPU process, the common case): views, not copies.
@@ -749,7 +922,7 @@ class _Reader:
             )
         else:
             rt = RuntimeCalls.empty()
-        ann, ops, op_texts = self._ranges(nvtx, proc, strings, thread_column)
+        ann, ops, op_texts, op_order = self._ranges(nvtx, proc, strings, thread_codes, consume)
         if osrt is not None:
             os_ = select(osrt)
             os_calls = RuntimeCalls(
@@ -807,17 +980,20 @@ class _Reader:
             metadata=metadata,
             warnings=warnings,
             os_runtime=os_calls,
-            op_inputs=_emit_nvtx_inputs(op_texts, len(k)),
+            op_inputs=_emit_nvtx_inputs(op_texts, len(k), op_order),
         )
         return t
 
     def _ranges(
-        self, nvtx: _Rows | None, proc: int, strings: StringTable, thread_column
-    ) -> tuple[Annotations, CpuOps, TextColumn]:
+        self, nvtx: _NvtxRanges | None, proc: int, strings: StringTable, thread_codes, consume: bool
+    ) -> tuple[Annotations, CpuOps, TextColumn, np.ndarray]:
+        """This process's NVTX ranges as annotations and operators, the operators' texts, and the
+        order of those texts' first ranges. ``consume``: the last process to read them, so each
+        column is dropped from ``nvtx`` once split (memory grows by one column, not all of them)."""
         if nvtx is None:
-            return Annotations.empty(), CpuOps.empty(), TextColumn([], np.empty(0, np.int64))
-        sel = nvtx["proc"] == proc
-        idx = np.flatnonzero(sel)
+            return Annotations.empty(), CpuOps.empty(), TextColumn([], np.empty(0, np.int64)), np.empty(0, np.int64)
+        mine = (nvtx.gtids >> 24) == proc
+        sel: np.ndarray | slice = slice(None) if mine.all() else np.flatnonzero(mine[nvtx["thread"]])
         texts: TextColumn = nvtx["text"]  # type: ignore[assignment]
         cache: dict[str, tuple[bool, int]] = {}
 
@@ -833,34 +1009,51 @@ class _Reader:
             return hit
 
         # Each distinct text classified once, in the order of its first range (the string table's order).
-        codes = texts.codes[idx]
+        codes = texts.codes[sel]
+        if isinstance(sel, slice):
+            order = nvtx.first
+        elif len(codes):
+            u, first = np.unique(codes, return_index=True)
+            order = u[np.argsort(first, kind="stable")]
+        else:
+            order = np.empty(0, np.int64)
         is_op_u = np.zeros(len(texts.values), bool)
         name_u = np.zeros(len(texts.values), np.int32)
-        if len(codes):
-            u, first = np.unique(codes, return_index=True)
-            for c in u[np.argsort(first, kind="stable")].tolist():
-                is_op_u[c], name_u[c] = classify(texts.values[c])
+        for c in order.tolist():
+            is_op_u[c], name_u[c] = classify(texts.values[c])
         is_op = is_op_u[codes]
-        name_ids = name_u[codes]
-        ann_rows, op_rows = idx[~is_op], idx[is_op]
-        ann_names, op_names = name_ids[~is_op], name_ids[is_op]
-        a_i, o_i = ann_rows.astype(np.int64), op_rows.astype(np.int64)
-        st, en, g = nvtx["start"], nvtx["end"], nvtx["globalTid"]
+        is_ann = ~is_op
+        op_order = order[is_op_u[order]]
+
+        def split(col: str) -> tuple[np.ndarray, np.ndarray]:
+            v = (nvtx.cols.pop(col) if consume else nvtx[col])[sel]
+            return v[is_ann], v[is_op]
+
+        ann_ts, op_ts = split("ts")
+        ann_dur, op_dur = split("dur")
+        ann_th, op_th = split("thread")
         ann = Annotations(
-            ts=st[a_i],
-            dur=en[a_i] - st[a_i],
-            thread=thread_column(g[a_i]),
-            name=ann_names,
-            device=np.full(len(a_i), -1, np.int16),
+            ts=ann_ts,
+            dur=ann_dur,
+            thread=thread_codes(ann_th, nvtx.gtids),
+            name=name_u[codes[is_ann]],
+            device=np.full(len(ann_ts), -1, np.int16),
         )
+        del ann_ts, ann_dur, ann_th
+        op_codes = codes[is_op]
+        if consume:
+            nvtx.cols.pop("text")
+        del codes
         ops = CpuOps(
-            ts=st[o_i],
-            dur=en[o_i] - st[o_i],
-            thread=thread_column(g[o_i]),
-            name=op_names,
-            flops=np.full(len(o_i), np.nan),
+            ts=op_ts,
+            dur=op_dur,
+            thread=thread_codes(op_th, nvtx.gtids),
+            name=name_u[op_codes],
+            # NVTX records no FLOPs: one NaN seen through every row (read-only, no memory; 40 MiB
+            # for the 5 M operators of a 1 GB export as a filled column). A selection copies it.
+            flops=np.broadcast_to(np.float64(np.nan), (len(op_ts),)),
         )
-        return ann, ops, TextColumn(texts.values, texts.codes[op_rows])
+        return ann, ops, TextColumn(texts.values, op_codes), op_order
 
     def _trace_devices(self, pid: int, used: np.ndarray, gpus: dict[int, dict], cuda_map: dict) -> list[Device]:
         devices = []
@@ -934,7 +1127,7 @@ def _api_name(name: str) -> str:
 _SIZES = re.compile(r", sizes = (\[.*?\]\])(?:, |$)")
 
 
-def _emit_nvtx_inputs(texts: TextColumn, n_kernels: int) -> OpInputs:
+def _emit_nvtx_inputs(texts: TextColumn, n_kernels: int, order: np.ndarray | None = None) -> OpInputs:
     """Input shapes of ``emit_nvtx(record_shapes=True)`` operator ranges ("aten::mm, seq = 3, op_id = 9,
     sizes = [[64, 128], [128, 256]], …"), for the cost model. NVTX records no dtypes: they are marked
     unknown ("?") and the cost model takes them from the kernel names."""
@@ -945,13 +1138,17 @@ def _emit_nvtx_inputs(texts: TextColumn, n_kernels: int) -> OpInputs:
     # The same range text repeats every step: each distinct text parsed once, in first-range order.
     lut = np.full(len(texts.values), -1, np.int32)
     if len(texts.codes):
-        u, first = np.unique(texts.codes, return_index=True)
-        for c in u[np.argsort(first, kind="stable")].tolist():
+        if order is None:  # ``order``: the codes in the order of their first row, where known
+            u, first = np.unique(texts.codes, return_index=True)
+            order = u[np.argsort(first, kind="stable")]
+        for c in order.tolist():
             lut[c] = _signature_of(texts.values[c] or "", sig_index, sigs, json)
     rows = lut[texts.codes] if len(texts.codes) else np.full(0, -1, np.int32)
     if not sigs:
         return OpInputs()
-    return OpInputs(np.full(len(texts), -1, np.int64), np.full(n_kernels, -1, np.int64), rows, sigs)
+    # NVTX has no External ids: cpu_external stays empty (absent, as OpInputs allows), not one -1
+    # per operator (40 MiB for the 5 M operators of a 1 GB export, that the linking then sorts).
+    return OpInputs(np.empty(0, np.int64), np.full(n_kernels, -1, np.int64), rows, sigs)
 
 
 def _signature_of(text: str, sig_index: dict[str, int], sigs: list, json) -> int:

@@ -288,3 +288,18 @@ def test_long_step_boundary_gaps_are_said_as_host_work(tmp_path):
     )  # last kernel spills 50 µs
     assert a.sinks.pct("input") == 0 and a.sinks.pct("host-work") > 75
     assert a.verdict.axis == "balanced" and "between steps" in a.verdict.summary
+
+
+def test_covered_total_equals_the_total_of_the_intersection():
+    """The host coverage's measure of a ∩ b (no pair arrays) is the intersection's total."""
+    import numpy as np
+
+    from trainscope.analyzers import intervals as iv
+    from trainscope.analyzers.gpu_gaps import _and, _covered
+
+    rng = np.random.default_rng(3)
+    for n, m in ((0, 5), (5, 0), (1, 1), (30, 200), (400, 50), (2000, 2000)):
+        for _ in range(10):
+            a = iv.union(*(lambda s: (s, s + rng.integers(1, 30, n)))(rng.integers(0, 3000, n)))
+            b = iv.union(*(lambda s: (s, s + rng.integers(1, 30, m)))(rng.integers(0, 3000, m)))
+            assert _covered(a, b) == iv.total(_and(a, b)), (n, m)

@@ -28,3 +28,23 @@ def test_exclusive_layers_priority_and_remainder():
     # window 20..40: data 20..30 = 10, nothing 10
     assert out.tolist() == [[10, 5, 5, 0], [0, 0, 10, 10]]
     assert out.sum(axis=1).tolist() == [20, 20]
+
+
+def test_union_matches_a_loop_on_random_sets_and_leaves_its_inputs_alone():
+    """union works in place on its own sorted copies (memory: millions of host intervals); the
+    result is the loop's merge and the caller's arrays are untouched."""
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 3, 40, 2000):
+        for _ in range(10):
+            s = rng.integers(0, 500, n)
+            e = s + rng.integers(-3, 40, n)  # empty and negative intervals too
+            s0, e0 = s.copy(), e.copy()
+            got = iv.union(s, e)
+            merged: list[list[int]] = []
+            for a, b in sorted((int(a), int(b)) for a, b in zip(s, e) if b > a):
+                if merged and a <= merged[-1][1]:
+                    merged[-1][1] = max(merged[-1][1], b)
+                else:
+                    merged.append([a, b])
+            assert got[0].tolist() == [m[0] for m in merged] and got[1].tolist() == [m[1] for m in merged]
+            assert np.array_equal(s, s0) and np.array_equal(e, e0)

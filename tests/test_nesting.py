@@ -39,3 +39,33 @@ def test_partial_overlaps_have_no_parent_and_shadow_the_buried():
     # [0,10) then [5,20) (partial: no parent) then [12,15): inside [5,20), not [0,10)
     s, e = np.array([0, 5, 12]), np.array([10, 20, 15])
     assert nest_parents(s, e).tolist() == [-1, -1, 1] == nest_parents_loop(s, e).tolist()
+
+
+def test_membership_isin_is_numpys_isin():
+    """Membership by a sorted pool and binary search: np.isin's answer, on random, repeated,
+    negative and empty ids."""
+    from trainscope.analyzers import membership
+
+    rng = np.random.default_rng(5)
+    for n, m in ((0, 3), (3, 0), (1, 1), (50, 7), (1000, 1000), (5000, 20)):
+        for _ in range(5):
+            v = rng.integers(-20, 60, n)
+            p = rng.integers(-20, 60, m)
+            assert np.array_equal(membership.isin(v, p), np.isin(v, p)), (n, m)
+
+
+@pytest.mark.parametrize("closed_at_end", [False, True])
+def test_long_top_level_runs_and_extreme_times_match_the_loop(closed_at_end):
+    """Top-level intervals (every earlier one closed) are settled at once by the running maximum of
+    ends; long runs of them, negative times, and times near int64's ends (where that shortcut is
+    skipped) give the loop's parents."""
+    rng = np.random.default_rng(11)
+    for base in (0, -(10**12), 2**62, -(2**62)):
+        for _ in range(60):
+            n = int(rng.integers(2, 300))
+            s = base + np.sort(rng.integers(0, 20 * n, n))  # sparse: mostly top level, some nesting
+            d = rng.integers(0, 40, n)
+            g = rng.integers(0, 2, n)
+            order = np.lexsort((-d, s, g))
+            want = nest_parents_loop(s, s + d, order, g, closed_at_end)
+            assert np.array_equal(nest_parents(s, s + d, order, g, closed_at_end), want)

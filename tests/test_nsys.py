@@ -551,3 +551,79 @@ def test_analyze_reads_a_columnar_export_folder_as_one_input_not_a_rank_director
     want, got = api.analyze(str(src)), api.analyze(str(d))
     assert (got.verdict.axis, got.verdict.bottleneck) == (want.verdict.axis, want.verdict.bottleneck)
     assert got.breakdown.gpu_busy_pct == pytest.approx(want.breakdown.gpu_busy_pct)
+
+
+def test_nvtx_ranges_reduced_batch_by_batch_give_the_same_model(monkeypatch):
+    """NVTX rows are reduced as each batch arrives (threads and texts coded across batches, the
+    textId strings in the same code space, the first range of each text remembered): tiny batches,
+    on both readers, give the same model as one batch, operator inputs included."""
+    from trainscope.collectors import columnar, nsys
+    from trainscope.collectors.nsys import load_nsys
+
+    def model(t):
+        out = {"strings": t.strings, "threads": t.threads, "sig": t.op_inputs.cpu_signature.tolist()}
+        out["sigs"] = t.op_inputs.signatures
+        for table in ("cpu_ops", "annotations", "runtime"):
+            tab = getattr(t, table)
+            out[table] = {f: getattr(tab, f).tolist() for f in type(tab).FIELDS if f != "flops"}
+        return out
+
+    for name in ("cs336_small_train_step_a100.sqlite", "pipit_saxpy_a100_nsys2022.sqlite", "cs336_ddp_2x3090.sqlite"):
+        path = str(NSYS / name)
+        whole = [model(t) for t in load_nsys(path)]
+        assert any(len(m["cpu_ops"]["ts"]) + len(m["annotations"]["ts"]) for m in whole), name
+        with monkeypatch.context() as m:
+            m.setattr(columnar, "BATCH_ROWS", 7)
+            assert [model(t) for t in load_nsys(path)] == whole, name
+            m.setattr(columnar, "available", lambda: False)
+            m.setattr(nsys, "_BATCH", 5)
+            assert [model(t) for t in load_nsys(path)] == whole, name
+
+
+ALIKE_CASES = [
+    None,
+    "",
+    "forward pass",
+    "aten::mm, seq = 12, op_id = 34, sizes = [[64, 128], [128, 256]], input_op_ids = [(33,0), (0,-1)]",
+    "aten::empty, op_id = 5, sizes = [[], [], []], input_op_ids = [(0,-1)]",
+    "aten::add_, seq = 7, op_id = 9",
+    "aten::zeros, op_id = 3, sizes = [[4, 4]]",
+    "ProfilerStep#3, seq = 1, op_id = 2, sizes = []",
+    "user range, with a comma, seq = 4",  # not decorated: the text after the first ", " is no key
+    "a,b, seq = 1, op_id = 2, sizes = [[1]]",  # a comma without a space inside the name
+    "x, input_op_ids = [(1,0)], sizes = [[2]]",
+    "x, sizes = [[1]], input_op_ids = [(2,0)], sizes = [[3]]",
+    "naïve ünïcode, seq = 1, op_id = 2, sizes = [[3, 4]]",
+    "seq = 1, op_id = 2",
+    ", seq = 1",
+]
+
+
+def test_emit_nvtx_texts_made_alike_keep_what_is_read_from_them():
+    """The per-call parts of emit_nvtx texts (seq, op_id, input_op_ids) are dropped as the rows are
+    read (in SQL); the name, whether the text is decorated, and the sizes stay what they were."""
+    import json
+    import sqlite3
+
+    from trainscope.collectors import nsys
+
+    texts = list(ALIKE_CASES)
+    for name in ("cs336_small_train_step_a100.sqlite", "cs336_ddp_2x3090.sqlite"):
+        con = sqlite3.connect(NSYS / name)
+        texts += [t for (t,) in con.execute("SELECT text FROM NVTX_EVENTS WHERE text IS NOT NULL")]
+        con.close()
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE t (text TEXT)")
+    con.executemany("INSERT INTO t VALUES (?)", [(t,) for t in texts])
+    in_sql = [r[0] for r in con.execute(f"SELECT {nsys._ALIKE_SQL} FROM t ORDER BY rowid")]
+    assert in_sql == [nsys._alike(t) for t in texts]
+
+    def read(t):
+        base, sep, rest = (t or "").partition(", ")
+        decorated = bool(sep) and rest.startswith(nsys._EMIT_NVTX_KEYS)
+        m = nsys._SIZES.search(t or "")
+        return base if decorated else t, decorated, json.loads(m.group(1)) if m else None
+
+    assert [read(nsys._alike(t)) for t in texts] == [read(t) for t in texts]
+    real = [t for t in texts[len(ALIKE_CASES) :] if ", op_id = " in t]
+    assert len(real) > 1000 and len({nsys._alike(t) for t in real}) < len(set(real)) / 10
