@@ -1,6 +1,7 @@
 """Benchmark: trainscope on 0.1 / 0.3 / 1 GB Kineto traces versus Holistic Trace Analysis' load.
 
-Run on demand (not a test):
+Run on demand (not a test); the floors need the ``bench`` extra (``pip install -e ".[bench]"``:
+pysimdjson) and HTA's load the ``hta`` extra:
 
     python benchmarks/bench_scale.py [--sizes 0.1,0.3,1] [--no-hta] [--gzip] [--keep DIR]
     python benchmarks/bench_scale.py --all --sizes 1 --keep /tmp/scale   # the issue-26 table, one run
