@@ -191,3 +191,30 @@ def test_the_end_of_a_watch_is_a_document_of_the_table(tmp_path, capsys):
     assert json.loads((tmp_path / "w.json").read_text()) == json.loads(json.dumps(summary_dict(st, info)))
     page = (tmp_path / "w.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "trainscope watch" in page and "job exit code 3" in page
+
+
+def test_format_takes_the_tables_aliases_in_any_case(capsys):
+    """``--format md`` / ``htm`` / ``HTML`` (what users type) print the row's format on every
+    report command; the help still lists only the rows' names, and a name no row has is still
+    argparse's one-line error with exit 2 naming the real choices."""
+    import trainscope.reports.formats as formats
+    from trainscope.cli import main
+
+    assert formats.canonical("md") == "markdown" and formats.canonical("HTM") == "html"
+    assert formats.canonical("Markdown") == "markdown" and formats.canonical("pdf") == "pdf"
+    assert formats.writer("MD").name == "markdown"
+    argv = ["plan", "--params", "1.5B", "--gpu", "a100-80"]
+    assert main(argv + ["--format", "markdown"]) == 0
+    want_md = capsys.readouterr().out
+    assert main(argv + ["--format", "html"]) == 0
+    want_html = capsys.readouterr().out
+    for alias, want in (("md", want_md), ("MD", want_md), ("htm", want_html), ("HTML", want_html)):
+        assert main(argv + ["--format", alias]) == 0
+        assert capsys.readouterr().out == want, alias
+    for command in ("analyze", "diff", "plan", "memory"):
+        assert _choices(command)[:4] == ("text", "json", "markdown", "html")
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["--format", "pdf"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'pdf'" in err and "'markdown'" in err and len(err.strip().splitlines()) == 1

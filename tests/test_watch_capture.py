@@ -435,3 +435,19 @@ def test_capture_ranks_lowest_asks_one_process(tmp_path):
     c.finish()
     done = c.snapshot()[0]
     assert done.status == "done" and done.pids == (101,)
+
+
+def test_a_captures_evidence_line_gives_the_threshold_its_unit():
+    """The Capture tab, the headless line and --report print a capture's evidence as analyze's
+    Markdown table does: the threshold with its unit ("≥ 15 % of step time", not "≥ 15")."""
+    from trainscope.api.analysis import analyze
+    from trainscope.api.capture import _report_fields
+
+    report = analyze(str(DLRM))
+    fields = _report_fields(report)
+    ev = [e for e in report.to_dict()["verdict"]["evidence"][:6] if e["threshold"] and e["unit"]]
+    assert ev, "the DLRM pair's verdict has thresholded evidence with a unit"
+    for e in ev:
+        line = next(x for x in fields["evidence"] if f" {e['metric']}: " in x)
+        assert line.endswith(f"{e['threshold']} {e['unit']}"), line
+    assert "✔ communication with no compute running: 24.51 % of step time ≥ 15 % of step time" in fields["evidence"]

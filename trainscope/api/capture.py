@@ -520,8 +520,10 @@ def _report_fields(report) -> dict[str, Any]:
     ev = []
     for e in (v.get("evidence") or [])[:6]:
         mark = {True: "✔", False: "✘"}.get(e.get("meets"), " ")
-        val = "n/a" if e.get("value") is None else f"{e.get('value'):g} {e.get('unit') or ''}".strip()
-        ev.append(f"{mark} {e.get('metric')}: {val} {e.get('threshold') or ''}".rstrip())
+        unit = e.get("unit") or ""
+        val = "n/a" if e.get("value") is None else f"{e.get('value'):g} {unit}".strip()
+        thr = f"{e.get('threshold')} {unit}".strip() if e.get("threshold") else ""  # "≥ 3 % of step time"
+        ev.append(f"{mark} {e.get('metric')}: {val} {thr}".rstrip())
     kernels = []
     for k in ((d.get("kernels") or {}).get("top") or [])[:5]:
         roof = "" if k.get("tflops") is None else f", {k['tflops']:.1f} TFLOP/s"

@@ -54,6 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument(
         "--format",
         choices=formats.names("analysis"),
+        type=formats.canonical,
         default=None,
         help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
         "otherwise: text)",

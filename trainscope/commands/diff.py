@@ -79,6 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument(
         "--format",
         choices=formats.names("diff"),
+        type=formats.canonical,
         default=None,
         help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
         "otherwise: text)",

@@ -52,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--format",
         choices=formats.names("memory"),
+        type=formats.canonical,
         default=None,
         help="print this on stdout instead of opening the terminal app (default in a terminal, for a "
         "snapshot: the app; otherwise: text)",
