@@ -416,13 +416,55 @@ def test_a_rank_that_refuses_is_named_and_the_others_are_still_analyzed(tmp_path
     assert done.status == "done", done.why
     assert done.ranks[-1] == "rank 1: no trace (refused: busy)"
     assert any("1 of 2 ranks captured; rank 1: refused: busy" in n for n in notes), notes
-    # Every rank refusing: no capture, the lowest rank's reason.
+    # Every rank refusing: no capture, the reason once with the ranks that gave it.
     c2 = CaptureController(TwoRanks(refuse=("0", "1")), str(tmp_path / "c2"), CaptureOptions(steps=3))
     c2.request("key", 1.0)
     c2.tick(2.0)
     c2.finish()
     cap = c2.snapshot()[0]
-    assert cap.status == "refused" and cap.why == "rank 0: busy" and cap.path is None
+    assert cap.status == "refused" and cap.why == "rank 0, rank 1: busy" and cap.path is None
+
+
+def test_when_no_rank_writes_a_trace_every_ranks_reason_is_said(tmp_path):
+    """Rank 0's job exits mid-capture while rank 1's hook refuses (its own profiler runs): the
+    line names both reasons, not only the lowest rank's (which hid rank 1's)."""
+
+    class Mixed(TwoRanks):
+        def send(self, pid, msg) -> bool:
+            self.sent.append((pid, msg))
+            rank = dict(self.targets)[pid]
+            if rank == "0":
+                self.replies += [
+                    {"type": "capture", "id": msg["id"], "status": "started", "pid": pid},
+                    {
+                        "type": "capture",
+                        "id": msg["id"],
+                        "pid": pid,
+                        "status": "aborted",
+                        "why": "the job exited after 88 of 500 captured iterations",
+                    },
+                ]
+            else:
+                self.replies.append(
+                    {
+                        "type": "capture",
+                        "id": msg["id"],
+                        "pid": pid,
+                        "status": "refused",
+                        "why": "its own torch.profiler is running",
+                    }
+                )
+            return True
+
+    c = CaptureController(Mixed(), str(tmp_path / "caps"), CaptureOptions(steps=500))
+    c.request("key", 1.0)
+    c.tick(2.0)
+    c.finish()
+    cap = c.snapshot()[0]
+    assert cap.status == "aborted" and cap.path is None
+    assert cap.why == (
+        "rank 0: the job exited after 88 of 500 captured iterations; rank 1: its own torch.profiler is running"
+    )
 
 
 def test_capture_ranks_lowest_asks_one_process(tmp_path):

@@ -359,7 +359,7 @@ class CaptureController:
         many = len(parts) > 1
         if not done:
             first = next(iter(parts.values()))
-            self._end(cap, first.status, (f"{first.label}: " if many else "") + first.why)
+            self._end(cap, first.status, _reasons(parts.values()) if many else first.why)
             return
         if many:
             missing = [f"{p.label}: {p.status}: {p.why}" for p in parts.values() if p.status != "done"]
@@ -480,6 +480,18 @@ class _Part:
     @property
     def label(self) -> str:
         return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
+
+
+def _reasons(parts, most: int = 4) -> str:
+    """Why no process wrote a trace, each reason once with the processes that gave it, in rank
+    order: "rank 0: the job exited after 88 of 500 captured iterations; rank 1: its own
+    torch.profiler is running" (the first ``most`` reasons, then how many more)."""
+    by_why: dict[str, list[str]] = {}
+    for p in parts:
+        by_why.setdefault(p.why or p.status, []).append(p.label)
+    said = [f"{', '.join(labels)}: {why}" for why, labels in by_why.items()]
+    more = f"; {len(said) - most} other reasons" if len(said) > most else ""
+    return "; ".join(said[:most]) + more
 
 
 def _ms(xs) -> tuple[float, ...]:
