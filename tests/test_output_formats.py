@@ -218,3 +218,34 @@ def test_format_takes_the_tables_aliases_in_any_case(capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "invalid choice: 'pdf'" in err and "'markdown'" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["analyze", str(KINETO / MI250), "--no-tui", "--report", "{missing}/r.md"], "--report"),
+        (["analyze", str(KINETO / MI250), "--no-tui", "--json", "{dir}"], "--json"),
+        (["analyze", str(KINETO / MI250), "--no-tui", "--perfetto", "{missing}/p.json"], "--perfetto"),
+        (["diff", str(KINETO / MI250), str(KINETO / MI250), "--no-tui", "--report", "{dir}"], "--report"),
+        (["memory", str(KINETO / MI250), "--no-tui", "--json", "{missing}/m.json"], "--json"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_any_trace_is_read(
+    tmp_path, monkeypatch, capsys, argv, flag
+):
+    """``--report``/``--json``/``--perfetto`` into a folder that does not exist or onto a directory:
+    one line and exit 2 at once, as ``watch`` does, not after analyzing the trace (a 1 GB trace
+    costs ~15 s before the write fails)."""
+    from trainscope import api
+    from trainscope.cli import main
+
+    def never(*a, **k):
+        raise AssertionError("the trace was read before the output was checked")
+
+    for name in ("analyze", "diff", "memory"):
+        monkeypatch.setattr(api, name, never)
+    argv = [a.format(missing=tmp_path / "no-such-folder", dir=tmp_path) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"trainscope: {flag} ") and len(err.splitlines()) == 1
+    assert "folder does not exist" in err or "is a directory" in err

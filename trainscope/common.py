@@ -100,6 +100,41 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
     return code
 
 
+def output_problem(path: str) -> str | None:
+    """Why ``path`` cannot be written, or None; checked without creating anything."""
+    import stat as st_
+
+    target = os.path.realpath(path)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        folder = os.path.dirname(target) or "."
+        if not os.path.isdir(folder):
+            return "its folder does not exist"
+        return None if os.access(folder, os.W_OK | os.X_OK) else "its folder is not writable"
+    except OSError as e:
+        return e.strerror or str(e)
+    if st_.S_ISDIR(st.st_mode):
+        return "is a directory"
+    return None if os.access(target, os.W_OK) else "not writable"
+
+
+OUTPUT_FLAGS = (("--report", "report"), ("--json", "json_out"), ("--perfetto", "perfetto"))
+
+
+def check_outputs(args) -> None:
+    """Before any trace is read: BadInput (one line, exit 2) when a file the command was asked to
+    write (``--report``, ``--json``, ``--perfetto``) cannot be, so a typo does not cost the
+    analysis of a large trace first (``watch`` checks its own before the job starts)."""
+    from trainscope.api.errors import BadInput
+
+    for flag, dest in OUTPUT_FLAGS:
+        path = getattr(args, dest, None)
+        problem = output_problem(path) if path else None
+        if problem:
+            raise BadInput(f"{flag} {path}: {problem}")
+
+
 def write_report(path: str, out) -> None:
     """``--report FILE``: ``out`` written atomically in the format the name says (the table in
     reports/formats.py); a suffix no format claims gets Markdown, said once on stderr. OSError

@@ -7,6 +7,7 @@ import sys
 from typing import Callable
 
 from trainscope.common import (
+    check_outputs,
     EXIT_BAD_INPUT,
     Progress,
     add_input_limit_args,
@@ -207,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
     from trainscope import api
     from trainscope.commands.analyze import analysis_options, use_tui
 
+    check_outputs(args)
     rules = api.rules_from(dict(args.threshold))
     apply_input_limits(args)
     before, after = _sides(args)

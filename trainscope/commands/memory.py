@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from trainscope.common import (
+    check_outputs,
     EXIT_BAD_INPUT,
     EXIT_OK,
     Progress,
@@ -76,6 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from trainscope import api
 
+    check_outputs(args)
     apply_input_limits(args)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
