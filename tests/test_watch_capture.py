@@ -406,6 +406,31 @@ def test_every_rank_is_captured_and_the_set_is_analyzed_as_ranks(tmp_path):
     assert "2 ranks (pids 101, 102)" in md and "Ranks:" in md and "- rank 1: enters collectives" in md
 
 
+def test_the_end_of_a_watch_lists_a_captures_ranks_in_text_and_html(tmp_path):
+    """The end-of-watch summary on stdout and ``--report x.html`` (the same text as a page) list a
+    rank set's per-rank lines and its straggler line, as the headless lines and the Markdown
+    report do (they listed only the capture's headline and overhead)."""
+    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.reports import formats
+    from trainscope.reports.live import summary_text
+    from trainscope.reports.renderers import WatchSummary
+
+    rx = TwoRanks()
+    c = CaptureController(rx, str(tmp_path / "caps"), CaptureOptions(steps=3))
+    c.request("key", 1.0)
+    c.tick(2.0)
+    c.finish()
+    done = c.snapshot()[0]
+    assert done.status == "done" and len(done.ranks) == 3, done.why
+    st, info = LiveAnalyzer().summary(), {"target": "job", "captures": [done.to_dict()]}
+    text = summary_text(st, info)
+    assert "      rank 0: step p50 615.12 ms" in text and "      rank 1: step p50" in text
+    assert "      rank 1: enters collectives" in text
+    page = tmp_path / "w.html"
+    formats.write(str(page), WatchSummary(st, info).output())
+    assert "rank 1: enters collectives" in page.read_text()
+
+
 def test_a_rank_that_refuses_is_named_and_the_others_are_still_analyzed(tmp_path):
     c = CaptureController(TwoRanks(refuse=("1",)), str(tmp_path / "caps"), CaptureOptions(steps=3))
     c.request("key", 1.0)
