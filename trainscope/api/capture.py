@@ -206,7 +206,11 @@ class CaptureController:
                 if cap.path is None:
                     path = os.path.join(os.path.abspath(self.folder), f"capture-{cap.id}-pid{pid}.pt.trace.json")
                 else:
-                    name = f"rank{rank}-pid{pid}" if rank is not None and rank.isdigit() else f"pid{pid}"
+                    name = (
+                        f"rank{rank}-pid{pid}"
+                        if rank is not None and rank.isascii() and rank.isdigit()
+                        else f"pid{pid}"
+                    )
                     path = os.path.join(cap.path, f"{name}.pt.trace.json")
                 msg = {
                     "type": "capture",
