@@ -249,3 +249,25 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_trace_is_read(
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"trainscope: {flag} ") and len(err.splitlines()) == 1
     assert "folder does not exist" in err or "is a directory" in err
+
+
+def test_the_apps_export_message_shows_a_path_with_brackets_as_it_is(tmp_path):
+    """The app's export notices interpolate the file path (and elsewhere kernel names, allocation
+    sites, the search text) — as plain text, not Textual markup: a folder named "run[/b]" raised
+    MarkupError (closing tag without an opening one) when the notice was drawn, and "[b]" vanished."""
+    from tests.test_tui import _ready, session
+    from trainscope.tui.app import AnalyzeApp
+
+    target = tmp_path / "run[/b]" / "r.md"  # its folder does not exist: the "cannot write" notice
+
+    async def go():
+        app = AnalyzeApp(str(KINETO / MI250), session=session(MI250), report_path=str(target))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _ready(app, pilot)
+            await pilot.pause()
+            from textual.widgets._toast import Toast
+
+            return [str(Toast(n).render().plain) for n in app._notifications]  # as the toast draws it
+
+    messages = asyncio.run(go())
+    assert any(m.startswith(f"cannot write {target}: ") for m in messages), messages
