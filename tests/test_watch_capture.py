@@ -518,3 +518,19 @@ def test_a_captures_evidence_line_gives_the_threshold_its_unit():
         line = next(x for x in fields["evidence"] if f" {e['metric']}: " in x)
         assert line.endswith(f"{e['threshold']} {e['unit']}"), line
     assert "✔ communication with no compute running: 24.51 % of step time ≥ 15 % of step time" in fields["evidence"]
+
+
+def test_a_rank_sets_capture_says_whose_verdict_it_shows():
+    """A capture of several ranks shows the rank set's report body, one rank's verdict, whose
+    summary speaks of "this rank": the summary names the rank (rank 1 on the DLRM pair, the
+    report's main rank); a one-rank capture's summary is the verdict's as it is."""
+    from trainscope.api.analysis import analyze
+    from trainscope.api.capture import _report_fields
+
+    report = analyze(str(DLRM))
+    main_rank = report.to_dict()["rank"]
+    assert main_rank == 1
+    fields = _report_fields(report)
+    assert fields["summary"] == f"rank 1's trace: {report.to_dict()['verdict']['summary']}"
+    one = analyze(str(HERE / "data" / "kineto" / "hta_mi250_minitoy_train.json.gz"))
+    assert _report_fields(one)["summary"] == one.to_dict()["verdict"]["summary"]

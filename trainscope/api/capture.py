@@ -566,11 +566,14 @@ def _report_fields(report) -> dict[str, Any]:
     if ranks and stragglers:
         ranks.append(str(stragglers))
     line = report.verdict_line() if hasattr(report, "verdict_line") else str(v.get("summary", ""))
+    summary = str(v.get("summary") or "")
+    if ranks and d.get("rank") is not None and summary:  # a rank set: the verdict is its slowest rank's
+        summary = f"rank {d['rank']}'s trace: {summary}"
     return {
         "ranks": tuple(ranks[:65]),
         "verdict_line": line,
         "headline": str(v.get("axis") or ""),
-        "summary": str(v.get("summary") or ""),
+        "summary": summary,
         "evidence": tuple(ev),
         "top_kernels": tuple(kernels),
         "breakdown": tuple(breakdown),
