@@ -271,3 +271,28 @@ def test_the_apps_export_message_shows_a_path_with_brackets_as_it_is(tmp_path):
 
     messages = asyncio.run(go())
     assert any(m.startswith(f"cannot write {target}: ") for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["analyze", "{t}", "--no-tui", "--report", "{t}"], "--report"),
+        (["analyze", "{t}", "--no-tui", "--json", "{t}"], "--json"),
+        (["diff", "{t}", str(KINETO / MI250), "--no-tui", "--report", "{t}"], "--report"),
+        (["memory", "{t}", "--no-tui", "--json", "{t}"], "--json"),
+    ],
+)
+def test_a_report_written_onto_its_own_input_is_refused(tmp_path, monkeypatch, capsys, argv, flag):
+    """``--report run.json.gz`` (or ``--json``) naming the input replaced the trace by the report
+    (a Markdown file under the trace's name, the trace gone): one line, exit 2, the input untouched."""
+    from trainscope.cli import main
+
+    trace = tmp_path / "run.json.gz"
+    trace.write_bytes((KINETO / MI250).read_bytes())
+    before = trace.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    argv = [a.format(t=str(trace) if i < 2 else "./run.json.gz") for i, a in enumerate(argv)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"trainscope: {flag} ./run.json.gz: is the input: writing the report there would overwrite it"
+    assert trace.read_bytes() == before

@@ -122,10 +122,12 @@ def output_problem(path: str) -> str | None:
 OUTPUT_FLAGS = (("--report", "report"), ("--json", "json_out"), ("--perfetto", "perfetto"))
 
 
-def check_outputs(args) -> None:
+def check_outputs(args, inputs: tuple[str, ...] = ()) -> None:
     """Before any trace is read: BadInput (one line, exit 2) when a file the command was asked to
     write (``--report``, ``--json``, ``--perfetto``) cannot be, so a typo does not cost the
-    analysis of a large trace first (``watch`` checks its own before the job starts)."""
+    analysis of a large trace first (``watch`` checks its own before the job starts), or when it
+    is one of the ``inputs`` (``--report run.json.gz`` on ``analyze run.json.gz`` replaced the
+    trace by the report)."""
     from trainscope.api.errors import BadInput
 
     for flag, dest in OUTPUT_FLAGS:
@@ -133,6 +135,15 @@ def check_outputs(args) -> None:
         problem = output_problem(path) if path else None
         if problem:
             raise BadInput(f"{flag} {path}: {problem}")
+        if path and any(_same_file(path, i) for i in inputs):
+            raise BadInput(f"{flag} {path}: is the input: writing the report there would overwrite it")
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.isfile(a) and os.path.isfile(b) and os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
 
 
 def write_report(path: str, out) -> None:

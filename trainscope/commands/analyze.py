@@ -113,7 +113,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from trainscope import api
 
-    check_outputs(args)
+    check_outputs(args, (args.trace,))
     rules = _rules(args)
     apply_input_limits(args)
     if args.deep_step is not None and not args.deep:

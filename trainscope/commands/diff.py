@@ -208,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     from trainscope import api
     from trainscope.commands.analyze import analysis_options, use_tui
 
-    check_outputs(args)
+    check_outputs(args, tuple(args.runs) + ((args.against,) if args.against else ()))
     rules = api.rules_from(dict(args.threshold))
     apply_input_limits(args)
     before, after = _sides(args)

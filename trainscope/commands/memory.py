@@ -77,7 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from trainscope import api
 
-    check_outputs(args)
+    check_outputs(args, (args.file,))
     apply_input_limits(args)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
