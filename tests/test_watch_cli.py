@@ -25,6 +25,10 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         (["--pid", "1", "--", "true"], "choose one of"),
         (["--replay", "/nonexistent.jsonl"], "no such file"),
         (["--", "/nonexistent/binary"], "cannot start"),
+        # "inf" (a capture that never comes, silently) and "nan" are not a number of seconds
+        (["--capture-at", "inf", "--", "true"], "--capture-at must be a number of seconds ≥ 0"),
+        (["--capture-at", "nan", "--", "true"], "--capture-at must be a number of seconds ≥ 0"),
+        (["--capture-at", "-1", "--", "true"], "--capture-at must be a number of seconds ≥ 0"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(args, message):

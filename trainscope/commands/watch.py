@@ -263,8 +263,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("--duration must be > 0")
     if not args.window > 0:
         return fail("--window must be > 0")
-    if args.capture_at is not None and not args.capture_at >= 0:
-        return fail("--capture-at must be ≥ 0")
+    if args.capture_at is not None and not 0 <= args.capture_at < float("inf"):  # nan and inf too
+        return fail("--capture-at must be a number of seconds ≥ 0")
     asked = args.capture_at is not None or args.capture_on or args.capture_dir
     if asked and (args.replay or args.no_step_hook):
         return fail("--capture-* needs the step hook of a live job (watch -- COMMAND, or --pid with the opt-in hook)")
