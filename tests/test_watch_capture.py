@@ -532,5 +532,7 @@ def test_a_rank_sets_capture_says_whose_verdict_it_shows():
     assert main_rank == 1
     fields = _report_fields(report)
     assert fields["summary"] == f"rank 1's trace: {report.to_dict()['verdict']['summary']}"
+    assert fields["verdict_line"] == f"{report.verdict_line()} (rank 1's trace)"  # the headless line's
     one = analyze(str(HERE / "data" / "kineto" / "hta_mi250_minitoy_train.json.gz"))
     assert _report_fields(one)["summary"] == one.to_dict()["verdict"]["summary"]
+    assert _report_fields(one)["verdict_line"] == one.verdict_line()

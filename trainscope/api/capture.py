@@ -567,8 +567,9 @@ def _report_fields(report) -> dict[str, Any]:
         ranks.append(str(stragglers))
     line = report.verdict_line() if hasattr(report, "verdict_line") else str(v.get("summary", ""))
     summary = str(v.get("summary") or "")
-    if ranks and d.get("rank") is not None and summary:  # a rank set: the verdict is its slowest rank's
-        summary = f"rank {d['rank']}'s trace: {summary}"
+    if ranks and d.get("rank") is not None:  # a rank set: the verdict is its slowest rank's
+        summary = f"rank {d['rank']}'s trace: {summary}" if summary else summary
+        line = f"{line} (rank {d['rank']}'s trace)" if line else line
     return {
         "ranks": tuple(ranks[:65]),
         "verdict_line": line,
