@@ -135,11 +135,12 @@ def check_outputs(args, inputs: tuple[str, ...] = ()) -> None:
         problem = output_problem(path) if path else None
         if problem:
             raise BadInput(f"{flag} {path}: {problem}")
-        if path and any(_same_file(path, i) for i in inputs):
+        if path and any(same_file(path, i) for i in inputs):
             raise BadInput(f"{flag} {path}: is the input: writing the report there would overwrite it")
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_file(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` are one existing regular file (any spelling, links followed)."""
     try:
         return os.path.isfile(a) and os.path.isfile(b) and os.path.samefile(a, b)
     except (OSError, ValueError):

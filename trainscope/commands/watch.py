@@ -11,7 +11,15 @@ import threading
 import time
 from typing import Any, Callable
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, one_line_errors, output_problem, threshold_arg
+from trainscope.common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    fail,
+    one_line_errors,
+    output_problem,
+    same_file,
+    threshold_arg,
+)
 from trainscope.commands.watch_output import JobOutput, write_line
 from trainscope.reports import formats
 from trainscope.reports.output import to_json_line
@@ -279,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
         problem = output_problem(path) if path else None
         if problem:  # before any job starts: a typo must not cost a training run
             return fail(f"{flag} {path}: {problem}")
+        if path and args.replay and same_file(path, args.replay):
+            return fail(f"{flag} {path}: is the recording replayed: writing the report there would overwrite it")
     if args.format == "json" and not args.headless:
         args.headless = True  # JSON lines only make sense without the dashboard
     if not args.headless and not sys.stdout.isatty():
