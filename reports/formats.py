@@ -59,7 +59,12 @@ WRITERS: tuple[Writer, ...] = (
     Writer("text", "text", (), f"{_R}:text", "text/plain; charset=utf-8"),
     Writer("json", "JSON", (".json",), f"{_R}:json_document", "application/json"),
     Writer(
-        "markdown", "Markdown", (".md", ".markdown", ".txt"), f"{_R}:markdown", "text/markdown; charset=utf-8", aliases=("md",)
+        "markdown",
+        "Markdown",
+        (".md", ".markdown", ".txt"),
+        f"{_R}:markdown",
+        "text/markdown; charset=utf-8",
+        aliases=("md",),
     ),
     Writer("html", "HTML", (".html", ".htm"), f"{_R}:html", "text/html; charset=utf-8", aliases=("htm",)),
 )
