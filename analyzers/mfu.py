@@ -127,7 +127,7 @@ def model_flops_utilization(
     steps = max(1, len(segmentation.starts))
     total_s = float((segmentation.ends - segmentation.starts).sum()) / 1e9
     shaped = roof.source_ms.get("shapes", 0.0) + roof.source_ms.get("recorded flops", 0.0)
-    s_pct, s_reason, s_fps, s_peak, s_src = None, "", None, None, None
+    s_pct, s_reason, s_fps, s_peak, s_src, s_on_tc = None, "", None, None, None, True
     if shaped <= 0:
         s_reason = f"no kernel has FLOPs from operator shapes ({how_to_record(trace.format, 'shapes')})"
     elif spec is None:
@@ -143,7 +143,7 @@ def model_flops_utilization(
         prec = max(by_prec, key=lambda p: by_prec[p]) if by_prec else "bf16"
         p = "fp32" if prec in ("unknown", "int") else prec
         s_peak, on_tc = spec.peak(p, True)
-        s_src = spec.source
+        s_src, s_on_tc = spec.source, on_tc
         flops = roof.matrix_flops
         s_fps = flops / steps
         if s_peak:
@@ -158,6 +158,7 @@ def model_flops_utilization(
                 s_reason += f" (shapes cover {cover:.0f} % of GEMM/conv/attention kernel time: a lower bound)"
         else:
             s_reason = f"no {p} peak known for the {spec.key}"
+    on_tensor_cores = True  # the recorded FLOPs' peak (or --peak-tflops) is the dense tensor peak
     if rec.value_pct is not None:
         value, reason, fps, peak, src, basis = (
             rec.value_pct,
@@ -169,6 +170,7 @@ def model_flops_utilization(
         )
     elif s_pct is not None:
         value, reason, fps, peak, src, basis = s_pct, s_reason, s_fps, s_peak, s_src, "estimated from shapes"
+        on_tensor_cores = s_on_tc
     else:
         reason = ("unknown: " + s_reason) if shaped > 0 else rec.reason + ("; " + s_reason if s_reason else "")
         value, fps, peak, src, basis = None, None, None, None, None
@@ -189,13 +191,14 @@ def model_flops_utilization(
             peak_source=src or "",
             efficiency_pct=value,
             pipeline_efficiency_pct=busy,
-            gap=_gap(roof, sinks, busy, value),
+            gap=_gap(roof, sinks, busy, value, on_tensor_cores),
         )
     return MFU(value, reason, fps, peak, src, basis, s_pct, s_reason, s_fps, rec.recorded_pct, law)
 
 
 # The gap's causes, each with the verdict sinks it is read from (:data:`~trainscope.analyzers.sinks.SINKS`).
 OFF_TENSOR_CORES = "compute-bound math off the tensor cores"
+TC_BELOW_PEAK = "tensor-core math below peak"  # what the MFU leaves of compute-bound tensor-core time
 GAP_SINKS: dict[str, tuple[str, ...]] = {
     "memory-bound kernels": ("memory-bound",),  # memsets included: they only write bytes
     OFF_TENSOR_CORES: ("compute-bound",),  # × the roofline's off-tensor-core share of it
@@ -205,18 +208,34 @@ GAP_SINKS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _gap(roof: Roofline, sinks: Sinks | None, busy_pct: float, mfu_pct: float) -> dict[str, float]:
+def _gap(
+    roof: Roofline, sinks: Sinks | None, busy_pct: float, mfu_pct: float, peak_on_tc: bool = True
+) -> dict[str, float]:
     """Busy but not at peak, in % of step time, read off the verdict's exclusive sinks: each instant
     of GPU-busy time counts once (:func:`~trainscope.analyzers.intervals.exclusive_layers`), so
     kernels overlapping on concurrent streams are not counted twice. The compute-bound sink splits
-    by the roofline's share of compute-bound kernel time whose roof is not a tensor-core roof; what
-    is left is compute-bound math on tensor cores running below their peak."""
+    by the roofline's share of compute-bound kernel time whose roof is not a tensor-core roof.
+
+    The MFU itself is busy time at peak: it is taken out of the compute-bound part whose roof the
+    MFU's peak is (tensor-core math when the peak is a tensor-core peak; math off the tensor cores
+    when it is the FP32 peak of FP32 math run without tensor cores), then out of the other part. So
+    the causes add up to pipeline efficiency − MFU whenever the compute-bound sink holds the MFU
+    (the other causes are their sinks as they are); what is left of the tensor-core part is
+    "tensor-core math below peak"."""
     if sinks is None or not sinks.total_ns or busy_pct <= 0:
         return {}
     compute_ms = roof.bound_ms.get("compute", 0.0)
     off_tc = min(1.0, roof.non_tensor_compute_ms / compute_ms) if compute_ms > 0 else 0.0
     ns = {k: max(0, s.ns) for k, s in sinks.by_key.items()}  # whole ns: no float residue below zero
     out = {cause: 100.0 * sum(ns.get(k, 0) for k in keys) / sinks.total_ns for cause, keys in GAP_SINKS.items()}
-    out[OFF_TENSOR_CORES] *= off_tc
-    out["tensor-core math below peak"] = max(0.0, busy_pct - mfu_pct - sum(out.values()))
-    return {k: round(v, 2) for k, v in out.items()}
+    compute = out.pop(OFF_TENSOR_CORES)
+    parts = {OFF_TENSOR_CORES: compute * off_tc, TC_BELOW_PEAK: compute * (1.0 - off_tc)}
+    at_peak = max(0.0, mfu_pct)
+    first, second = (TC_BELOW_PEAK, OFF_TENSOR_CORES) if peak_on_tc else (OFF_TENSOR_CORES, TC_BELOW_PEAK)
+    for key in (first, second):
+        take = min(parts[key], at_peak)
+        parts[key] -= take
+        at_peak -= take
+    out = {**out, **parts}
+    order = (*GAP_SINKS, TC_BELOW_PEAK)
+    return {k: round(max(0.0, out[k]), 2) for k in order}

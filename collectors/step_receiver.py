@@ -158,7 +158,8 @@ class StepReceiver:
 
             def order(p: int):
                 r = (self._ranks.get(p) or {}).get("rank")
-                return (0, int(r), p) if r is not None and r.isdigit() else (1, 0, p)
+                # ASCII digits only: str.isdigit() also holds for "²", which int() refuses
+                return (0, int(r), p) if r is not None and r.isascii() and r.isdigit() else (1, 0, p)
 
             targets = [(p, (self._ranks.get(p) or {}).get("rank")) for p in sorted(reachable, key=order)]
         if targets:

@@ -46,6 +46,7 @@ class Writer:
     mime: str  # the media type (for a caller serving the report)
     binary: bool = False  # the renderer returns bytes
     documents: tuple[str, ...] = DOCUMENTS  # the documents it renders
+    aliases: tuple[str, ...] = ()  # other names --format takes for it ("md"); help lists only ``name``
 
     def renderer(self) -> Callable[[Output], Rendered]:
         module, fn = self.render.split(":")
@@ -57,19 +58,37 @@ _R = "trainscope.reports.renderers"
 WRITERS: tuple[Writer, ...] = (
     Writer("text", "text", (), f"{_R}:text", "text/plain; charset=utf-8"),
     Writer("json", "JSON", (".json",), f"{_R}:json_document", "application/json"),
-    Writer("markdown", "Markdown", (".md", ".markdown", ".txt"), f"{_R}:markdown", "text/markdown; charset=utf-8"),
-    Writer("html", "HTML", (".html", ".htm"), f"{_R}:html", "text/html; charset=utf-8"),
+    Writer(
+        "markdown",
+        "Markdown",
+        (".md", ".markdown", ".txt"),
+        f"{_R}:markdown",
+        "text/markdown; charset=utf-8",
+        aliases=("md",),
+    ),
+    Writer("html", "HTML", (".html", ".htm"), f"{_R}:html", "text/html; charset=utf-8", aliases=("htm",)),
 )
 
 FILE_DEFAULT = "markdown"  # a report file whose suffix no row claims
 
 
 def writer(name: str) -> Writer:
-    """The row named ``name`` (KeyError when there is none)."""
+    """The row named ``name`` or one of its aliases, in any case (KeyError when there is none)."""
+    low = name.lower()
     for w in WRITERS:
-        if w.name == name:
+        if w.name == low or low in w.aliases:
             return w
     raise KeyError(name)
+
+
+def canonical(name: str) -> str:
+    """The row's name for ``name`` (an alias such as ``md``, any case), or ``name`` unchanged when no
+    row has it: the ``type`` of every ``--format`` whose choices are :func:`names`, so argparse's
+    "invalid choice" still names the real choices."""
+    try:
+        return writer(name).name
+    except KeyError:
+        return name
 
 
 def names(document: str) -> tuple[str, ...]:

@@ -237,6 +237,8 @@ def summary_text(st: LiveStatus, info: dict[str, Any]) -> str:
             out.append("  " + capture_headline(c))
             if c.get("status") == "done":
                 out.append(f"      {capture_overhead(c)}")
+                for r in c.get("ranks") or ():  # each rank's step and verdict, the straggler line
+                    out += textwrap.wrap(str(r), 100, initial_indent="      ", subsequent_indent="        ")
     for n in info.get("notes", []):
         out.append(f"note: {n}")
     return "\n".join(out) + "\n"

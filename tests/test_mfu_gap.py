@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import analysis
+from tests.conftest import DATA, analysis
 from trainscope.analyzers.analysis import analyze_trace
 from trainscope.traces.builder import TraceBuilder
 
@@ -77,3 +77,23 @@ def test_gap_agrees_with_the_verdict_sinks_on_a_multi_stream_trace():
     off_tc, tc_below = law.gap["compute-bound math off the tensor cores"], law.gap["tensor-core math below peak"]
     assert off_tc + tc_below + law.efficiency_pct == pytest.approx(s.pct("compute-bound"), abs=3 * tol)
     assert sum(law.gap.values()) + law.efficiency_pct == pytest.approx(law.pipeline_efficiency_pct, abs=6 * tol)
+
+
+def test_the_causes_add_up_to_busy_minus_mfu_when_the_peak_is_not_a_tensor_core_peak():
+    """cs336_small_train_step_a100 (Nsight): FP32 GEMMs with no tensor cores, so the MFU (35.0 %)
+    is over the A100's 19.5 TFLOP/s FP32 peak and all compute-bound time is math off the tensor
+    cores. The MFU is that same math at peak, so it comes out of that cause: the causes add up to
+    pipeline efficiency − MFU (63.2 − 35.0), where they read 20.9 + 42.2 + 0.1 = 63.2 % before
+    (the whole busy time, the MFU counted twice)."""
+    from trainscope.analyzers.analysis import analyze_trace
+    from trainscope.collectors import open_traces
+
+    a = analyze_trace(open_traces(str(DATA / "nsys" / "cs336_small_train_step_a100.sqlite")).traces[0])
+    law, s = a.mfu.iron_law, a.sinks
+    assert law is not None and s is not None and a.mfu.basis == "estimated from shapes"
+    assert law.peak_tflops == pytest.approx(19.5) and law.efficiency_pct > 30.0
+    off_tc = law.gap["compute-bound math off the tensor cores"]
+    assert off_tc == pytest.approx(s.pct("compute-bound") - law.efficiency_pct, abs=0.02)
+    assert law.gap["tensor-core math below peak"] == 0.0
+    assert law.gap["memory-bound kernels"] == pytest.approx(s.pct("memory-bound"), abs=0.01)
+    assert sum(law.gap.values()) == pytest.approx(law.pipeline_efficiency_pct - law.efficiency_pct, abs=0.1)

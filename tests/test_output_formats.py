@@ -191,3 +191,108 @@ def test_the_end_of_a_watch_is_a_document_of_the_table(tmp_path, capsys):
     assert json.loads((tmp_path / "w.json").read_text()) == json.loads(json.dumps(summary_dict(st, info)))
     page = (tmp_path / "w.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "trainscope watch" in page and "job exit code 3" in page
+
+
+def test_format_takes_the_tables_aliases_in_any_case(capsys):
+    """``--format md`` / ``htm`` / ``HTML`` (what users type) print the row's format on every
+    report command; the help still lists only the rows' names, and a name no row has is still
+    argparse's one-line error with exit 2 naming the real choices."""
+    import trainscope.reports.formats as formats
+    from trainscope.cli import main
+
+    assert formats.canonical("md") == "markdown" and formats.canonical("HTM") == "html"
+    assert formats.canonical("Markdown") == "markdown" and formats.canonical("pdf") == "pdf"
+    assert formats.writer("MD").name == "markdown"
+    argv = ["plan", "--params", "1.5B", "--gpu", "a100-80"]
+    assert main(argv + ["--format", "markdown"]) == 0
+    want_md = capsys.readouterr().out
+    assert main(argv + ["--format", "html"]) == 0
+    want_html = capsys.readouterr().out
+    for alias, want in (("md", want_md), ("MD", want_md), ("htm", want_html), ("HTML", want_html)):
+        assert main(argv + ["--format", alias]) == 0
+        assert capsys.readouterr().out == want, alias
+    for command in ("analyze", "diff", "plan", "memory"):
+        assert _choices(command)[:4] == ("text", "json", "markdown", "html")
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["--format", "pdf"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'pdf'" in err and "'markdown'" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["analyze", str(KINETO / MI250), "--no-tui", "--report", "{missing}/r.md"], "--report"),
+        (["analyze", str(KINETO / MI250), "--no-tui", "--json", "{dir}"], "--json"),
+        (["analyze", str(KINETO / MI250), "--no-tui", "--perfetto", "{missing}/p.json"], "--perfetto"),
+        (["diff", str(KINETO / MI250), str(KINETO / MI250), "--no-tui", "--report", "{dir}"], "--report"),
+        (["memory", str(KINETO / MI250), "--no-tui", "--json", "{missing}/m.json"], "--json"),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_any_trace_is_read(
+    tmp_path, monkeypatch, capsys, argv, flag
+):
+    """``--report``/``--json``/``--perfetto`` into a folder that does not exist or onto a directory:
+    one line and exit 2 at once, as ``watch`` does, not after analyzing the trace (a 1 GB trace
+    costs ~15 s before the write fails)."""
+    from trainscope import api
+    from trainscope.cli import main
+
+    def never(*a, **k):
+        raise AssertionError("the trace was read before the output was checked")
+
+    for name in ("analyze", "diff", "memory"):
+        monkeypatch.setattr(api, name, never)
+    argv = [a.format(missing=tmp_path / "no-such-folder", dir=tmp_path) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"trainscope: {flag} ") and len(err.splitlines()) == 1
+    assert "folder does not exist" in err or "is a directory" in err
+
+
+def test_the_apps_export_message_shows_a_path_with_brackets_as_it_is(tmp_path):
+    """The app's export notices interpolate the file path (and elsewhere kernel names, allocation
+    sites, the search text) — as plain text, not Textual markup: a folder named "run[/b]" raised
+    MarkupError (closing tag without an opening one) when the notice was drawn, and "[b]" vanished."""
+    from tests.test_tui import _ready, session
+    from trainscope.tui.app import AnalyzeApp
+
+    target = tmp_path / "run[/b]" / "r.md"  # its folder does not exist: the "cannot write" notice
+
+    async def go():
+        app = AnalyzeApp(str(KINETO / MI250), session=session(MI250), report_path=str(target))
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _ready(app, pilot)
+            await pilot.pause()
+            from textual.widgets._toast import Toast
+
+            return [str(Toast(n).render().plain) for n in app._notifications]  # as the toast draws it
+
+    messages = asyncio.run(go())
+    assert any(m.startswith(f"cannot write {target}: ") for m in messages), messages
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["analyze", "{t}", "--no-tui", "--report", "{t}"], "--report"),
+        (["analyze", "{t}", "--no-tui", "--json", "{t}"], "--json"),
+        (["diff", "{t}", str(KINETO / MI250), "--no-tui", "--report", "{t}"], "--report"),
+        (["memory", "{t}", "--no-tui", "--json", "{t}"], "--json"),
+    ],
+)
+def test_a_report_written_onto_its_own_input_is_refused(tmp_path, monkeypatch, capsys, argv, flag):
+    """``--report run.json.gz`` (or ``--json``) naming the input replaced the trace by the report
+    (a Markdown file under the trace's name, the trace gone): one line, exit 2, the input untouched."""
+    from trainscope.cli import main
+
+    trace = tmp_path / "run.json.gz"
+    trace.write_bytes((KINETO / MI250).read_bytes())
+    before = trace.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    argv = [a.format(t=str(trace) if i < 2 else "./run.json.gz") for i, a in enumerate(argv)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"trainscope: {flag} ./run.json.gz: is the input: writing the report there would overwrite it"
+    assert trace.read_bytes() == before

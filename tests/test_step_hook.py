@@ -147,3 +147,23 @@ def test_receiver_ignores_garbage(receiver):
     receiver.handle(b'{"type":"steps","pid":1,"n":2,"wait_ns":5,"step_ns":10,"max_wait_ns":3}')
     s = receiver.drain()
     assert (s.steps, s.wait_ns, s.step_ns, s.data_wait_pct) == (2, 5, 10, 50.0)
+
+
+def test_capture_targets_survive_a_rank_that_is_not_an_ascii_number():
+    """A hello whose rank is "²" (str.isdigit() holds, int() refuses) used to raise ValueError out
+    of capture_targets, ending the capture request with a traceback; it is ordered after the
+    numbered ranks and its trace is named by its pid."""
+    import json
+
+    r = StepReceiver()
+    try:
+        for pid, rank in ((11, "²"), (12, "1"), (13, "0")):
+            r.handle(json.dumps({"type": "hello", "pid": pid, "rank": rank}).encode())
+            r.handle(
+                json.dumps({"type": "steps", "pid": pid, "n": 1, "wait_ns": 1, "step_ns": 2, "max_wait_ns": 1}).encode()
+            )
+            r._addr[pid] = f"peer{pid}"  # as if each hook had bound its reply socket
+        targets, why = r.capture_targets()
+        assert targets == [(13, "0"), (12, "1"), (11, "²")] and why == ""
+    finally:
+        r.close()

@@ -406,6 +406,31 @@ def test_every_rank_is_captured_and_the_set_is_analyzed_as_ranks(tmp_path):
     assert "2 ranks (pids 101, 102)" in md and "Ranks:" in md and "- rank 1: enters collectives" in md
 
 
+def test_the_end_of_a_watch_lists_a_captures_ranks_in_text_and_html(tmp_path):
+    """The end-of-watch summary on stdout and ``--report x.html`` (the same text as a page) list a
+    rank set's per-rank lines and its straggler line, as the headless lines and the Markdown
+    report do (they listed only the capture's headline and overhead)."""
+    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.reports import formats
+    from trainscope.reports.live import summary_text
+    from trainscope.reports.renderers import WatchSummary
+
+    rx = TwoRanks()
+    c = CaptureController(rx, str(tmp_path / "caps"), CaptureOptions(steps=3))
+    c.request("key", 1.0)
+    c.tick(2.0)
+    c.finish()
+    done = c.snapshot()[0]
+    assert done.status == "done" and len(done.ranks) == 3, done.why
+    st, info = LiveAnalyzer().summary(), {"target": "job", "captures": [done.to_dict()]}
+    text = summary_text(st, info)
+    assert "      rank 0: step p50 615.12 ms" in text and "      rank 1: step p50" in text
+    assert "      rank 1: enters collectives" in text
+    page = tmp_path / "w.html"
+    formats.write(str(page), WatchSummary(st, info).output())
+    assert "rank 1: enters collectives" in page.read_text()
+
+
 def test_a_rank_that_refuses_is_named_and_the_others_are_still_analyzed(tmp_path):
     c = CaptureController(TwoRanks(refuse=("1",)), str(tmp_path / "caps"), CaptureOptions(steps=3))
     c.request("key", 1.0)
@@ -416,13 +441,55 @@ def test_a_rank_that_refuses_is_named_and_the_others_are_still_analyzed(tmp_path
     assert done.status == "done", done.why
     assert done.ranks[-1] == "rank 1: no trace (refused: busy)"
     assert any("1 of 2 ranks captured; rank 1: refused: busy" in n for n in notes), notes
-    # Every rank refusing: no capture, the lowest rank's reason.
+    # Every rank refusing: no capture, the reason once with the ranks that gave it.
     c2 = CaptureController(TwoRanks(refuse=("0", "1")), str(tmp_path / "c2"), CaptureOptions(steps=3))
     c2.request("key", 1.0)
     c2.tick(2.0)
     c2.finish()
     cap = c2.snapshot()[0]
-    assert cap.status == "refused" and cap.why == "rank 0: busy" and cap.path is None
+    assert cap.status == "refused" and cap.why == "rank 0, rank 1: busy" and cap.path is None
+
+
+def test_when_no_rank_writes_a_trace_every_ranks_reason_is_said(tmp_path):
+    """Rank 0's job exits mid-capture while rank 1's hook refuses (its own profiler runs): the
+    line names both reasons, not only the lowest rank's (which hid rank 1's)."""
+
+    class Mixed(TwoRanks):
+        def send(self, pid, msg) -> bool:
+            self.sent.append((pid, msg))
+            rank = dict(self.targets)[pid]
+            if rank == "0":
+                self.replies += [
+                    {"type": "capture", "id": msg["id"], "status": "started", "pid": pid},
+                    {
+                        "type": "capture",
+                        "id": msg["id"],
+                        "pid": pid,
+                        "status": "aborted",
+                        "why": "the job exited after 88 of 500 captured iterations",
+                    },
+                ]
+            else:
+                self.replies.append(
+                    {
+                        "type": "capture",
+                        "id": msg["id"],
+                        "pid": pid,
+                        "status": "refused",
+                        "why": "its own torch.profiler is running",
+                    }
+                )
+            return True
+
+    c = CaptureController(Mixed(), str(tmp_path / "caps"), CaptureOptions(steps=500))
+    c.request("key", 1.0)
+    c.tick(2.0)
+    c.finish()
+    cap = c.snapshot()[0]
+    assert cap.status == "aborted" and cap.path is None
+    assert cap.why == (
+        "rank 0: the job exited after 88 of 500 captured iterations; rank 1: its own torch.profiler is running"
+    )
 
 
 def test_capture_ranks_lowest_asks_one_process(tmp_path):
@@ -435,3 +502,37 @@ def test_capture_ranks_lowest_asks_one_process(tmp_path):
     c.finish()
     done = c.snapshot()[0]
     assert done.status == "done" and done.pids == (101,)
+
+
+def test_a_captures_evidence_line_gives_the_threshold_its_unit():
+    """The Capture tab, the headless line and --report print a capture's evidence as analyze's
+    Markdown table does: the threshold with its unit ("≥ 15 % of step time", not "≥ 15")."""
+    from trainscope.api.analysis import analyze
+    from trainscope.api.capture import _report_fields
+
+    report = analyze(str(DLRM))
+    fields = _report_fields(report)
+    ev = [e for e in report.to_dict()["verdict"]["evidence"][:6] if e["threshold"] and e["unit"]]
+    assert ev, "the DLRM pair's verdict has thresholded evidence with a unit"
+    for e in ev:
+        line = next(x for x in fields["evidence"] if f" {e['metric']}: " in x)
+        assert line.endswith(f"{e['threshold']} {e['unit']}"), line
+    assert "✔ communication with no compute running: 24.51 % of step time ≥ 15 % of step time" in fields["evidence"]
+
+
+def test_a_rank_sets_capture_says_whose_verdict_it_shows():
+    """A capture of several ranks shows the rank set's report body, one rank's verdict, whose
+    summary speaks of "this rank": the summary names the rank (rank 1 on the DLRM pair, the
+    report's main rank); a one-rank capture's summary is the verdict's as it is."""
+    from trainscope.api.analysis import analyze
+    from trainscope.api.capture import _report_fields
+
+    report = analyze(str(DLRM))
+    main_rank = report.to_dict()["rank"]
+    assert main_rank == 1
+    fields = _report_fields(report)
+    assert fields["summary"] == f"rank 1's trace: {report.to_dict()['verdict']['summary']}"
+    assert fields["verdict_line"] == f"{report.verdict_line()} (rank 1's trace)"  # the headless line's
+    one = analyze(str(HERE / "data" / "kineto" / "hta_mi250_minitoy_train.json.gz"))
+    assert _report_fields(one)["summary"] == one.to_dict()["verdict"]["summary"]
+    assert _report_fields(one)["verdict_line"] == one.verdict_line()

@@ -25,6 +25,10 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         (["--pid", "1", "--", "true"], "choose one of"),
         (["--replay", "/nonexistent.jsonl"], "no such file"),
         (["--", "/nonexistent/binary"], "cannot start"),
+        # "inf" (a capture that never comes, silently) and "nan" are not a number of seconds
+        (["--capture-at", "inf", "--", "true"], "--capture-at must be a number of seconds ≥ 0"),
+        (["--capture-at", "nan", "--", "true"], "--capture-at must be a number of seconds ≥ 0"),
+        (["--capture-at", "-1", "--", "true"], "--capture-at must be a number of seconds ≥ 0"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2(args, message):
@@ -155,3 +159,17 @@ def test_prometheus_exposition_and_server():
         assert body == text
     finally:
         server.shutdown()
+
+
+def test_a_replays_report_onto_the_recording_is_refused(tmp_path):
+    """``watch --replay rec.jsonl --report rec.jsonl`` replaced the recording by the report: one
+    line, exit 2, the recording untouched."""
+    rec = tmp_path / "rec.jsonl"
+    p = cli("watch", "--headless", "--duration", "1", "--record", str(rec), "--", "sleep", "3")
+    assert p.returncode == 0, p.stderr
+    before = rec.read_bytes()
+    assert before.startswith(b"{")
+    p = cli("watch", "--replay", str(rec), "--headless", "--report", str(tmp_path / "." / "rec.jsonl"))
+    assert p.returncode == 2, p.stderr
+    assert "is the recording replayed: writing the report there would overwrite it" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and rec.read_bytes() == before

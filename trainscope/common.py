@@ -100,6 +100,53 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
     return code
 
 
+def output_problem(path: str) -> str | None:
+    """Why ``path`` cannot be written, or None; checked without creating anything."""
+    import stat as st_
+
+    target = os.path.realpath(path)
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        folder = os.path.dirname(target) or "."
+        if not os.path.isdir(folder):
+            return "its folder does not exist"
+        return None if os.access(folder, os.W_OK | os.X_OK) else "its folder is not writable"
+    except OSError as e:
+        return e.strerror or str(e)
+    if st_.S_ISDIR(st.st_mode):
+        return "is a directory"
+    return None if os.access(target, os.W_OK) else "not writable"
+
+
+OUTPUT_FLAGS = (("--report", "report"), ("--json", "json_out"), ("--perfetto", "perfetto"))
+
+
+def check_outputs(args, inputs: tuple[str, ...] = ()) -> None:
+    """Before any trace is read: BadInput (one line, exit 2) when a file the command was asked to
+    write (``--report``, ``--json``, ``--perfetto``) cannot be, so a typo does not cost the
+    analysis of a large trace first (``watch`` checks its own before the job starts), or when it
+    is one of the ``inputs`` (``--report run.json.gz`` on ``analyze run.json.gz`` replaced the
+    trace by the report)."""
+    from trainscope.api.errors import BadInput
+
+    for flag, dest in OUTPUT_FLAGS:
+        path = getattr(args, dest, None)
+        problem = output_problem(path) if path else None
+        if problem:
+            raise BadInput(f"{flag} {path}: {problem}")
+        if path and any(same_file(path, i) for i in inputs):
+            raise BadInput(f"{flag} {path}: is the input: writing the report there would overwrite it")
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` are one existing regular file (any spelling, links followed)."""
+    try:
+        return os.path.isfile(a) and os.path.isfile(b) and os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
 def write_report(path: str, out) -> None:
     """``--report FILE``: ``out`` written atomically in the format the name says (the table in
     reports/formats.py); a suffix no format claims gets Markdown, said once on stderr. OSError

@@ -223,7 +223,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             return
         why_not = tab_of(tab).applies(self) if self.session is not None else None
         if why_not is not None:
-            self.notify(f"No {tab_of(tab).title} tab: {why_not}.", severity="warning", timeout=4)
+            self.notify(f"No {tab_of(tab).title} tab: {why_not}.", severity="warning", timeout=4, markup=False)
             return
         tabs.active = tab
         self._focus_tab(tab)
@@ -286,7 +286,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
 
     def _write_perfetto(self, path: str) -> None:
         rank = self.rank
-        self.notify(f"writing the Perfetto trace to {path}…", timeout=3)
+        self.notify(f"writing the Perfetto trace to {path}…", timeout=3, markup=False)
 
         def work() -> None:
             from trainscope.reports.perfetto import write_perfetto
@@ -302,7 +302,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
 
     def _written(self, path: str, what: str) -> None:
         self.exported.append(path)
-        self.notify(f"{what} written to {path}", timeout=6)
+        self.notify(f"{what} written to {path}", timeout=6, markup=False)
 
     def _write_report(self, path: str) -> None:
         """The report in the format the file name says (reports/formats.py), with the sections the
@@ -313,7 +313,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         try:
             w, _named = formats.write(path, s.report.output(s.document()))
         except OSError as e:
-            self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
+            self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6, markup=False)
             return
         self._written(os.path.abspath(path), f"{w.label} report")
 
@@ -420,7 +420,12 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             return
         late = self._late[index] if index < len(self._late) else None
         if late is None:
-            self.notify(f"{self.rank.label}: no collective matched on another rank.", severity="warning", timeout=4)
+            self.notify(
+                f"{self.rank.label}: no collective matched on another rank.",
+                severity="warning",
+                timeout=4,
+                markup=False,
+            )
             return
         view = self._timeline()
         if view is None:

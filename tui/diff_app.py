@@ -271,7 +271,7 @@ class DiffApp(BackgroundLoading, App[int]):
         try:
             formats.write(path, DiffResult(self.diff, self.gate, rules=self.rules).output())
         except OSError as e:
-            self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
+            self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6, markup=False)
             return
         self.exported.append(path)
-        self.notify(f"Diff report written to {path}", timeout=4)
+        self.notify(f"Diff report written to {path}", timeout=4, markup=False)

@@ -292,7 +292,7 @@ class PeakTable(SortedColumns, Vertical):
         a = self.selected
         if a is not None:
             self.app.copy_to_clipboard(a.site)
-            self.notify(f"copied: {a.site}", timeout=3)
+            self.notify(f"copied: {a.site}", timeout=3, markup=False)
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()
@@ -438,10 +438,10 @@ class MemoryApp(BackgroundLoading, App[int]):
         try:
             formats.write(path, self.report.output())
         except OSError as e:
-            self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
+            self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6, markup=False)
             return
         self.exported.append(path)
-        self.notify(f"Memory report written to {path}", timeout=6)
+        self.notify(f"Memory report written to {path}", timeout=6, markup=False)
 
     def on_key(self, event) -> None:
         if event.key == "escape" and isinstance(self.focused, Input):

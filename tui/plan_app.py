@@ -310,7 +310,7 @@ class PlanApp(App[int]):
             new = normalize(new)
             ledger(new)
         except ValueError as e:
-            self.notify(f"{what}: {e}", severity="warning", timeout=4)
+            self.notify(f"{what}: {e}", severity="warning", timeout=4, markup=False)
             return False
         self.config = new
         return True
@@ -411,7 +411,7 @@ class PlanApp(App[int]):
             result = api.plan(self.config, device=self.device, options=self.limit, threshold_pct=self.threshold_pct)
             formats.write(path, result.output())
         except OSError as e:
-            self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
+            self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6, markup=False)
             return
         self.exported.append(path)
-        self.notify(f"Report written to {path}", timeout=4)
+        self.notify(f"Report written to {path}", timeout=4, markup=False)

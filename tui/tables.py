@@ -277,7 +277,7 @@ class KernelsPane(SortedColumns, Vertical):
         k = self.selected
         if k is not None:
             self.app.copy_to_clipboard(k.name)
-            self.notify(f"copied: {short_name(k.name, 60)}", timeout=3)
+            self.notify(f"copied: {short_name(k.name, 60)}", timeout=3, markup=False)
 
     def show(self, summary: KernelSummary, roof: Roofline | None = None) -> None:
         self.summary = summary

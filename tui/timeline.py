@@ -619,7 +619,7 @@ class TimelinePane(Vertical):
             return
         matches = v.model.find(event.value)
         if not matches:
-            self.notify(f"nothing on the timeline matches {event.value!r}", severity="warning", timeout=3)
+            self.notify(f"nothing on the timeline matches {event.value!r}", severity="warning", timeout=3, markup=False)
             return
         a, _ = v.column_window(v.cursor)
         first = next((i for i, m in enumerate(matches) if m.start_ns >= a), 0)

@@ -206,7 +206,11 @@ class CaptureController:
                 if cap.path is None:
                     path = os.path.join(os.path.abspath(self.folder), f"capture-{cap.id}-pid{pid}.pt.trace.json")
                 else:
-                    name = f"rank{rank}-pid{pid}" if rank is not None and rank.isdigit() else f"pid{pid}"
+                    name = (
+                        f"rank{rank}-pid{pid}"
+                        if rank is not None and rank.isascii() and rank.isdigit()
+                        else f"pid{pid}"
+                    )
                     path = os.path.join(cap.path, f"{name}.pt.trace.json")
                 msg = {
                     "type": "capture",
@@ -359,7 +363,7 @@ class CaptureController:
         many = len(parts) > 1
         if not done:
             first = next(iter(parts.values()))
-            self._end(cap, first.status, (f"{first.label}: " if many else "") + first.why)
+            self._end(cap, first.status, _reasons(parts.values()) if many else first.why)
             return
         if many:
             missing = [f"{p.label}: {p.status}: {p.why}" for p in parts.values() if p.status != "done"]
@@ -482,6 +486,18 @@ class _Part:
         return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
 
 
+def _reasons(parts, most: int = 4) -> str:
+    """Why no process wrote a trace, each reason once with the processes that gave it, in rank
+    order: "rank 0: the job exited after 88 of 500 captured iterations; rank 1: its own
+    torch.profiler is running" (the first ``most`` reasons, then how many more)."""
+    by_why: dict[str, list[str]] = {}
+    for p in parts:
+        by_why.setdefault(p.why or p.status, []).append(p.label)
+    said = [f"{', '.join(labels)}: {why}" for why, labels in by_why.items()]
+    more = f"; {len(said) - most} other reasons" if len(said) > most else ""
+    return "; ".join(said[:most]) + more
+
+
 def _ms(xs) -> tuple[float, ...]:
     try:
         return tuple(float(x) / 1e6 for x in (xs or ())[:100_000] if float(x) >= 0)
@@ -520,8 +536,10 @@ def _report_fields(report) -> dict[str, Any]:
     ev = []
     for e in (v.get("evidence") or [])[:6]:
         mark = {True: "✔", False: "✘"}.get(e.get("meets"), " ")
-        val = "n/a" if e.get("value") is None else f"{e.get('value'):g} {e.get('unit') or ''}".strip()
-        ev.append(f"{mark} {e.get('metric')}: {val} {e.get('threshold') or ''}".rstrip())
+        unit = e.get("unit") or ""
+        val = "n/a" if e.get("value") is None else f"{e.get('value'):g} {unit}".strip()
+        thr = f"{e.get('threshold')} {unit}".strip() if e.get("threshold") else ""  # "≥ 3 % of step time"
+        ev.append(f"{mark} {e.get('metric')}: {val} {thr}".rstrip())
     kernels = []
     for k in ((d.get("kernels") or {}).get("top") or [])[:5]:
         roof = "" if k.get("tflops") is None else f", {k['tflops']:.1f} TFLOP/s"
@@ -548,11 +566,15 @@ def _report_fields(report) -> dict[str, Any]:
     if ranks and stragglers:
         ranks.append(str(stragglers))
     line = report.verdict_line() if hasattr(report, "verdict_line") else str(v.get("summary", ""))
+    summary = str(v.get("summary") or "")
+    if ranks and d.get("rank") is not None:  # a rank set: the verdict is its slowest rank's
+        summary = f"rank {d['rank']}'s trace: {summary}" if summary else summary
+        line = f"{line} (rank {d['rank']}'s trace)" if line else line
     return {
         "ranks": tuple(ranks[:65]),
         "verdict_line": line,
         "headline": str(v.get("axis") or ""),
-        "summary": str(v.get("summary") or ""),
+        "summary": summary,
         "evidence": tuple(ev),
         "top_kernels": tuple(kernels),
         "breakdown": tuple(breakdown),

@@ -7,6 +7,7 @@ import os
 import sys
 
 from trainscope.common import (
+    check_outputs,
     EXIT_BAD_INPUT,
     EXIT_OK,
     Progress,
@@ -54,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument(
         "--format",
         choices=formats.names("analysis"),
+        type=formats.canonical,
         default=None,
         help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
         "otherwise: text)",
@@ -111,6 +113,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from trainscope import api
 
+    check_outputs(args, (args.trace,))
     rules = _rules(args)
     apply_input_limits(args)
     if args.deep_step is not None and not args.deep:

@@ -7,6 +7,7 @@ import sys
 from typing import Callable
 
 from trainscope.common import (
+    check_outputs,
     EXIT_BAD_INPUT,
     Progress,
     add_input_limit_args,
@@ -79,6 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument(
         "--format",
         choices=formats.names("diff"),
+        type=formats.canonical,
         default=None,
         help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
         "otherwise: text)",
@@ -206,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
     from trainscope import api
     from trainscope.commands.analyze import analysis_options, use_tui
 
+    check_outputs(args, tuple(args.runs) + ((args.against,) if args.against else ()))
     rules = api.rules_from(dict(args.threshold))
     apply_input_limits(args)
     before, after = _sides(args)

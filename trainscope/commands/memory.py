@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from trainscope.common import (
+    check_outputs,
     EXIT_BAD_INPUT,
     EXIT_OK,
     Progress,
@@ -52,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--format",
         choices=formats.names("memory"),
+        type=formats.canonical,
         default=None,
         help="print this on stdout instead of opening the terminal app (default in a terminal, for a "
         "snapshot: the app; otherwise: text)",
@@ -75,6 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from trainscope import api
 
+    check_outputs(args, (args.file,))
     apply_input_limits(args)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:

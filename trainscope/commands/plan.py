@@ -45,6 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--format",
         choices=formats.names("plan"),
+        type=formats.canonical,
         default=None,
         help="print this instead of opening the terminal app (default in a terminal: the app; otherwise: text)",
     )

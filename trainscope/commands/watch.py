@@ -11,7 +11,15 @@ import threading
 import time
 from typing import Any, Callable
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail, one_line_errors, threshold_arg
+from trainscope.common import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    fail,
+    one_line_errors,
+    output_problem,
+    same_file,
+    threshold_arg,
+)
 from trainscope.commands.watch_output import JobOutput, write_line
 from trainscope.reports import formats
 from trainscope.reports.output import to_json_line
@@ -263,8 +271,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("--duration must be > 0")
     if not args.window > 0:
         return fail("--window must be > 0")
-    if args.capture_at is not None and not args.capture_at >= 0:
-        return fail("--capture-at must be ≥ 0")
+    if args.capture_at is not None and not 0 <= args.capture_at < float("inf"):  # nan and inf too
+        return fail("--capture-at must be a number of seconds ≥ 0")
     asked = args.capture_at is not None or args.capture_on or args.capture_dir
     if asked and (args.replay or args.no_step_hook):
         return fail("--capture-* needs the step hook of a live job (watch -- COMMAND, or --pid with the opt-in hook)")
@@ -276,9 +284,11 @@ def run(args: argparse.Namespace) -> int:
         if not os.access(args.capture_dir, os.W_OK | os.X_OK):
             return fail(f"--capture-dir {args.capture_dir}: not writable")
     for flag, path in (("--record", args.record), ("--report", args.report)):
-        problem = _output_problem(path) if path else None
+        problem = output_problem(path) if path else None
         if problem:  # before any job starts: a typo must not cost a training run
             return fail(f"{flag} {path}: {problem}")
+        if path and args.replay and same_file(path, args.replay):
+            return fail(f"{flag} {path}: is the recording replayed: writing the report there would overwrite it")
     if args.format == "json" and not args.headless:
         args.headless = True  # JSON lines only make sense without the dashboard
     if not args.headless and not sys.stdout.isatty():
@@ -315,25 +325,6 @@ def run(args: argparse.Namespace) -> int:
     if args.replay:
         return _replay(args, w)
     return _live(args, cmd, w)
-
-
-def _output_problem(path: str) -> str | None:
-    """Why ``path`` cannot be written, or None; checked without creating anything."""
-    import stat as st_
-
-    target = os.path.realpath(path)
-    try:
-        st = os.stat(target)
-    except FileNotFoundError:
-        folder = os.path.dirname(target) or "."
-        if not os.path.isdir(folder):
-            return "its folder does not exist"
-        return None if os.access(folder, os.W_OK | os.X_OK) else "its folder is not writable"
-    except OSError as e:
-        return e.strerror or str(e)
-    if st_.S_ISDIR(st.st_mode):
-        return "is a directory"
-    return None if os.access(target, os.W_OK) else "not writable"
 
 
 def _printer(args) -> Callable[[Any], None]:
