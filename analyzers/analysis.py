@@ -280,10 +280,8 @@ def explained_gaps(trace: Trace, seg: StepSegmentation, device: int | None, hidl
     sets = list(host_layers(trace).values())
     if hidle is not None:
         sets += [v for k, v in hidle.intervals.items() if k in ("input", "sync") and len(v[0])]
-    sets = [x for x in sets if len(x[0])]
-    explained = (
-        iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets])) if sets else iv.EMPTY
-    )
+    explained = iv.union_sets(sets)
+    del sets  # the layers are not needed past their union
     return gpu_gaps(trace, seg, device, explained)
 
 

@@ -437,7 +437,8 @@ def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, laun
         parts.append(iv.union(s, e))
         del s, e
     del om, rm
-    host = iv.union(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    host = iv.union_sets(parts)
+    del parts
     return _covered(span, host) / total
 
 

@@ -375,10 +375,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
 
 
 def _merge(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
-    sets = [x for x in sets if len(x[0])]
-    if not sets:
-        return iv.EMPTY
-    return iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets]))
+    return iv.union_sets(sets)
 
 
 def _span(lo: int, hi: int) -> iv.IntervalSet:

@@ -18,14 +18,60 @@ def union(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
     starts = np.asarray(starts, np.int64)
     ends = np.asarray(ends, np.int64)
     keep = ends > starts
-    if not keep.all():  # no copies of millions of host intervals when every one is kept
+    owned = not keep.all()
+    if owned:  # no copies of millions of host intervals when every one is kept
         starts, ends = starts[keep], ends[keep]
     del keep
     if len(starts) == 0:
         return EMPTY
-    order = np.argsort(starts, kind="stable")
-    s, reach = starts[order], ends[order]
-    del order
+    if len(starts) > 1 and not (starts[1:] >= starts[:-1]).all():
+        order = np.argsort(starts, kind="stable")
+        s, reach = starts[order], ends[order]
+        del order
+    else:  # already in start order (kernels, a table's rows): no sort order, no sorted copy of the starts
+        s, reach = starts, (ends if owned else ends.copy())
+    return _merged(s, reach)
+
+
+def union_sets(sets: list[IntervalSet]) -> IntervalSet:
+    """The union of interval sets (each sorted and disjoint, as :func:`union` returns): the same
+    result as :func:`union` over their concatenation, merged in start order without a sort order or
+    sorted copies of the concatenated columns (millions of host intervals)."""
+    sets = [x if _is_set(x) else union(*x) for x in sets if len(x[0])]
+    if not sets:
+        return EMPTY
+    if len(sets) == 1:
+        return sets[0]
+    s, reach = sets[0]
+    for bs, be in sets[1:]:
+        s, reach = _merge_sorted(s, reach, bs, be)
+    return _merged(s, reach)
+
+
+def _is_set(x: IntervalSet) -> bool:
+    """Whether ``x`` is start-sorted with every interval non-empty (what :func:`union_sets` merges
+    without sorting); a pair that is not is made one by :func:`union` first."""
+    s, e = x
+    return bool((e > s).all() and (s[1:] >= s[:-1]).all())
+
+
+def _merge_sorted(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> IntervalSet:
+    """Two start-sorted column pairs merged into one, in the order a stable sort of their
+    concatenation gives (a row of ``a`` before an equal start of ``b``)."""
+    n = len(a_s) + len(b_s)
+    pos = np.searchsorted(a_s, b_s, side="right")
+    pos += np.arange(len(b_s))
+    s, e = np.empty(n, np.int64), np.empty(n, np.int64)
+    s[pos], e[pos] = b_s, b_e
+    rest = np.ones(n, bool)
+    rest[pos] = False
+    del pos
+    s[rest], e[rest] = a_s, a_e
+    return s, e
+
+
+def _merged(s: np.ndarray, reach: np.ndarray) -> IntervalSet:
+    """Start-sorted intervals merged; ``reach`` (the ends, the caller's own copy) is overwritten."""
     np.maximum.accumulate(reach, out=reach)  # in place: one column fewer at the peak
     # A new merged interval begins where a start lies beyond everything that came before.
     new = np.empty(len(s), bool)

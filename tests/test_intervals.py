@@ -48,3 +48,28 @@ def test_union_matches_a_loop_on_random_sets_and_leaves_its_inputs_alone():
                     merged.append([a, b])
             assert got[0].tolist() == [m[0] for m in merged] and got[1].tolist() == [m[1] for m in merged]
             assert np.array_equal(s, s0) and np.array_equal(e, e0)
+
+
+def test_union_sets_equals_union_of_the_concatenation():
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        k = int(rng.integers(1, 5))
+        sets = []
+        for _ in range(k):
+            n = int(rng.integers(0, 300))
+            s = rng.integers(0, 2_000, n)  # many equal starts across sets, touching intervals
+            e = s + rng.integers(0 if trial % 3 == 0 else 1, 40, n)  # some empty: made sets by union first
+            sets.append(iv.union(s, e) if trial % 2 else (s, e))
+        copies = [(a.copy(), b.copy()) for a, b in sets]
+        want = iv.union(np.concatenate([a for a, _ in sets]), np.concatenate([b for _, b in sets]))
+        got = iv.union_sets(sets)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        assert all(np.array_equal(a, c) and np.array_equal(b, d) for (a, b), (c, d) in zip(sets, copies))
+
+
+def test_union_of_sorted_starts_leaves_its_inputs_alone():
+    s = np.array([0, 0, 5, 9, 20], np.int64)
+    e = np.array([3, 7, 6, 12, 21], np.int64)
+    got = iv.union(s, e)
+    assert got[0].tolist() == [0, 9, 20] and got[1].tolist() == [7, 12, 21]
+    assert e.tolist() == [3, 7, 6, 12, 21]
