@@ -40,12 +40,11 @@ def union_sets(sets: list[IntervalSet]) -> IntervalSet:
     sets = [x if _is_set(x) else union(*x) for x in sets if len(x[0])]
     if not sets:
         return EMPTY
-    if len(sets) == 1:
-        return sets[0]
-    s, reach = sets[0]
-    for bs, be in sets[1:]:
-        s, reach = _merge_sorted(s, reach, bs, be)
-    return _merged(s, reach)
+    # In pairs, then pairs of those (hundreds of small per-window sets cost n log k, not n k).
+    while len(sets) > 1:
+        pairs = [_merged(*_merge_sorted(*a, *b)) for a, b in zip(sets[::2], sets[1::2])]
+        sets = pairs + sets[len(pairs) * 2 :]
+    return sets[0]
 
 
 def _is_set(x: IntervalSet) -> bool:
