@@ -13,13 +13,15 @@ IntervalSet = tuple[np.ndarray, np.ndarray]
 EMPTY: IntervalSet = (np.empty(0, np.int64), np.empty(0, np.int64))
 
 
-def union(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
-    """Merge possibly overlapping intervals into a sorted disjoint set."""
+def union(starts: np.ndarray, ends: np.ndarray, *, spent: bool = False) -> IntervalSet:
+    """Merge possibly overlapping intervals into a sorted disjoint set. ``spent``: the caller's
+    ``ends`` are a temporary this may overwrite (no copy of millions of ends)."""
     starts = np.asarray(starts, np.int64)
     ends = np.asarray(ends, np.int64)
     keep = ends > starts
-    owned = not keep.all()
-    if owned:  # no copies of millions of host intervals when every one is kept
+    every = bool(keep.all())
+    owned = spent or not every
+    if not every:  # no copies of millions of host intervals when every one is kept
         starts, ends = starts[keep], ends[keep]
     del keep
     if len(starts) == 0:
