@@ -208,18 +208,7 @@ def _sub(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
 
 def _and(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
     """a ∩ b (both sorted, disjoint): a sweep over both sets' boundaries."""
-    if not len(a[0]) or not len(b[0]):
-        return iv.EMPTY
-    i = np.searchsorted(b[1], a[0], side="right")
-    j = np.searchsorted(b[0], a[1], side="left")
-    n = np.maximum(j - i, 0)
-    ai = np.repeat(np.arange(len(a[0])), n)
-    offs = np.cumsum(n) - n
-    bi = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(offs - i, n)
-    s = np.maximum(a[0][ai], b[0][bi])
-    e = np.minimum(a[1][ai], b[1][bi])
-    keep = e > s
-    return (s[keep], e[keep]) if keep.any() else iv.EMPTY
+    return iv.intersect(a, b)
 
 
 def _window_launches(ws: np.ndarray, we: np.ndarray, launch_ts: np.ndarray) -> np.ndarray:

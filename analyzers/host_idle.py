@@ -199,8 +199,7 @@ def _overlaps(a: iv.IntervalSet, b: iv.IntervalSet) -> tuple[np.ndarray, np.ndar
 
 def _intersect(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
     """a ∩ b (``b`` sorted and disjoint)."""
-    s, e, _, _ = _overlaps(a, b)
-    return (s, e) if len(s) else iv.EMPTY
+    return iv.intersect(a, b)
 
 
 class _Cum:

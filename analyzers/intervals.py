@@ -88,6 +88,38 @@ def _merged(s: np.ndarray, reach: np.ndarray) -> IntervalSet:
     return out_s, out_e
 
 
+def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
+    """a ∩ b, ``b`` sorted and disjoint (``a`` any pairs): every overlapping pair's common part,
+    in the order of ``a``'s rows then ``b``'s. Built in place — the pair indices and one gathered
+    column at a time (millions of idle pieces against millions of host intervals)."""
+    a0, a1 = a
+    b0, b1 = b
+    if not len(a0) or not len(b0):
+        return EMPTY
+    i = np.searchsorted(b1, a0, side="right")  # the first b ending after each a starts
+    n = np.searchsorted(b0, a1, side="left")  # the b starting before each a ends
+    n -= i
+    np.maximum(n, 0, out=n)
+    ai = np.repeat(np.arange(len(a0)), n)
+    offs = np.cumsum(n)
+    offs -= n
+    offs -= i
+    del i
+    bi = np.arange(len(ai), dtype=np.int64)
+    bi -= np.repeat(offs, n)
+    del offs, n
+    s = a0[ai]
+    np.maximum(s, b0[bi], out=s)
+    e = a1[ai]
+    del ai
+    np.minimum(e, b1[bi], out=e)
+    del bi
+    keep = e > s
+    if keep.all():
+        return s, e
+    return (s[keep], e[keep]) if keep.any() else EMPTY
+
+
 def total(iv: IntervalSet) -> int:
     return int((iv[1] - iv[0]).sum())
 

@@ -73,3 +73,23 @@ def test_union_of_sorted_starts_leaves_its_inputs_alone():
     got = iv.union(s, e)
     assert got[0].tolist() == [0, 9, 20] and got[1].tolist() == [7, 12, 21]
     assert e.tolist() == [3, 7, 6, 12, 21]
+
+
+def test_intersect_equals_the_pairwise_definition():
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        n = int(rng.integers(0, 80))
+        a0 = rng.integers(0, 1_000, n)  # any pairs, unsorted, some empty
+        a1 = a0 + rng.integers(0, 60, n)
+        b = iv.union(
+            *(lambda s: (s, s + rng.integers(1, 30, len(s))))(rng.integers(0, 1_000, int(rng.integers(0, 60))))
+        )
+        want_s, want_e = [], []
+        for x0, x1 in zip(a0.tolist(), a1.tolist()):
+            for y0, y1 in zip(b[0].tolist(), b[1].tolist()):
+                lo, hi = max(x0, y0), min(x1, y1)
+                if hi > lo:
+                    want_s.append(lo)
+                    want_e.append(hi)
+        got = iv.intersect((a0, a1), b)
+        assert got[0].tolist() == want_s and got[1].tolist() == want_e
