@@ -291,6 +291,7 @@ def explained_gaps(trace: Trace, seg: StepSegmentation, device: int | None, hidl
         sets += [v for k, v in hidle.intervals.items() if k in ("input", "sync") and len(v[0])]
     explained = iv.union_sets(sets)
     del sets  # the layers are not needed past their union
+    heap.release()
     return gpu_gaps(trace, seg, device, explained)
 
 
