@@ -428,17 +428,9 @@ def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, laun
     o, r = trace.cpu_ops, trace.runtime
     om = np.isin(o.thread, threads) & ~name_mask(trace, PROFILER_STEP)[o.name]
     rm = np.isin(r.thread, threads)
-    # Each table's rows merged on their own (operators nest: their merge is far shorter), starts
-    # and ends written straight into one buffer each — no masked copies, no whole end columns.
-    parts = []
-    for t, m in ((o, om), (r, rm)):
-        n = int(m.sum())
-        s, e = np.empty(n, np.int64), np.empty(n, np.int64)
-        np.compress(m, t.ts, out=s)
-        np.compress(m, t.dur, out=e)
-        e += s
-        parts.append(iv.union(s, e, spent=True))
-        del s, e
+    # Each table's rows merged on their own, a piece at a time (operators nest: their merge is far
+    # shorter than their rows), then the two sets.
+    parts = [iv.union_rows(o.ts, o.dur, om), iv.union_rows(r.ts, r.dur, rm)]
     del om, rm
     host = iv.union_sets(parts)
     del parts

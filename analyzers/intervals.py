@@ -35,6 +35,24 @@ def union(starts: np.ndarray, ends: np.ndarray, *, spent: bool = False) -> Inter
     return _merged(s, reach)
 
 
+_ROWS = 1 << 20  # rows per piece in union_rows
+
+
+def union_rows(ts: np.ndarray, dur: np.ndarray, mask: np.ndarray | None = None) -> IntervalSet:
+    """The union of the rows' [ts, ts + dur) (those where ``mask`` is true), a million rows at a
+    time: each piece merged on its own, then the pieces' sets (the same set as :func:`union` over
+    all rows, without whole start and end columns of millions of host rows alive at once)."""
+    sets = []
+    for i in range(0, len(ts), _ROWS):
+        s, d = ts[i : i + _ROWS], dur[i : i + _ROWS]
+        if mask is not None:
+            m = mask[i : i + _ROWS]
+            s, d = s[m], d[m]
+        e = s + d
+        sets.append(union(s, e, spent=True))
+    return union_sets(sets)
+
+
 def union_sets(sets: list[IntervalSet]) -> IntervalSet:
     """The union of interval sets (each sorted and disjoint, as :func:`union` returns): the same
     result as :func:`union` over their concatenation, merged in start order without a sort order or

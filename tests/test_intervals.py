@@ -93,3 +93,17 @@ def test_intersect_equals_the_pairwise_definition():
                     want_e.append(hi)
         got = iv.intersect((a0, a1), b)
         assert got[0].tolist() == want_s and got[1].tolist() == want_e
+
+
+def test_union_rows_equals_union_of_the_masked_rows(monkeypatch):
+    monkeypatch.setattr(iv, "_ROWS", 37)  # many pieces, a piece boundary inside overlapping runs
+    rng = np.random.default_rng(5)
+    for sort in (True, False):
+        ts = rng.integers(0, 5_000, 500)
+        ts = np.sort(ts) if sort else ts
+        dur = rng.integers(-3, 80, 500)  # some empty or negative: dropped as union drops them
+        mask = rng.random(500) < 0.7
+        for m in (mask, None):
+            want = iv.union(ts[m] if m is not None else ts, (ts + dur)[m] if m is not None else ts + dur)
+            got = iv.union_rows(ts, dur, m)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
