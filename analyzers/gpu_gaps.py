@@ -430,8 +430,16 @@ def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, laun
     rm = np.isin(r.thread, threads)
     # Each table's rows merged on their own, a piece at a time (operators nest: their merge is far
     # shorter than their rows), then the two sets.
-    parts = [iv.union_rows(o.ts, o.dur, om), iv.union_rows(r.ts, r.dur, rm)]
-    del om, rm
+    parts = [iv.union_rows(o.ts, o.dur, om)]
+    del om
+    n = int(rm.sum())  # runtime calls hardly overlap: one merge, starts and ends written straight in
+    s, e = np.empty(n, np.int64), np.empty(n, np.int64)
+    np.compress(rm, r.ts, out=s)
+    np.compress(rm, r.dur, out=e)
+    del rm
+    e += s
+    parts.append(iv.union(s, e, spent=True))
+    del s, e
     host = iv.union_sets(parts)
     del parts
     return _covered(span, host) / total

@@ -50,6 +50,11 @@ def union_rows(ts: np.ndarray, dur: np.ndarray, mask: np.ndarray | None = None) 
             s, d = s[m], d[m]
         e = s + d
         sets.append(union(s, e, spent=True))
+    if len(sets) > 1 and all(len(a[0]) and len(b[0]) and b[0][0] >= a[0][-1] for a, b in zip(sets, sets[1:])):
+        # rows in start order (a table's own): the pieces' sets follow one another, joined at the seams
+        s, e = np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets])
+        del sets
+        return _merged(s, e)
     return union_sets(sets)
 
 
