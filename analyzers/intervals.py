@@ -6,6 +6,8 @@ returns. Everything here is numpy: no Python loop over events.
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 IntervalSet = tuple[np.ndarray, np.ndarray]
@@ -65,11 +67,19 @@ def union_sets(sets: list[IntervalSet]) -> IntervalSet:
     sets = [x if _is_set(x) else union(*x) for x in sets if len(x[0])]
     if not sets:
         return EMPTY
-    # In pairs, then pairs of those (hundreds of small per-window sets cost n log k, not n k).
-    while len(sets) > 1:
-        pairs = [_merged(*_merge_sorted(*a, *b)) for a, b in zip(sets[::2], sets[1::2])]
-        sets = pairs + sets[len(pairs) * 2 :]
-    return sets[0]
+    # In pairs, then pairs of those (hundreds of small per-window sets cost n log k, not n k);
+    # each level's merged sets are dropped as soon as the next level has merged them.
+    work = deque(sets)
+    del sets
+    while len(work) > 1:
+        nxt: deque[IntervalSet] = deque()
+        for _ in range(len(work) // 2):
+            a, b = work.popleft(), work.popleft()
+            nxt.append(_merged(*_merge_sorted(*a, *b)))
+            del a, b
+        nxt.extend(work)
+        work = nxt
+    return work[0]
 
 
 def _is_set(x: IntervalSet) -> bool:
