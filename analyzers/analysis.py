@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from trainscope.analyzers import findings as registry
+from trainscope.analyzers import heap
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.attention import attention_evidence
 import numpy as np
@@ -84,12 +85,18 @@ def analyze_trace(
     """``step_range`` names the annotation range that marks a step (raises StepRangeError when
     the trace has none)."""
     rules = rules or Rules()
+    # Each stage of a large trace frees what it built; the allocator keeps it unless handed back
+    # (heap.release) before the next stage's peak: the reader's, the nesting's, the layers'.
+    heap.release()
     repairs = ensure_checked(trace, rules.value("step.stub_fraction"))  # the invariant pass, once per trace
+    heap.release()
     ctx = detect_context(trace)
     seg = segment_steps(trace, step_range)
     device = primary_device(trace)
     classes = kernel_classes(trace)  # regexes over long kernel names: classify once, use twice
+    heap.release()
     bd = step_breakdown(trace, seg, device, classes[0])
+    heap.release()
     # Steps are sorted and disjoint: one binary search per kernel says whether it starts in one.
     in_steps = iv.contains((seg.starts, seg.ends), trace.kernels.ts)
     dev = device_for(trace, device)
@@ -118,7 +125,9 @@ def analyze_trace(
         warnings.append(note)
         sinks = hidle = inp = None
     else:
+        heap.release()
         hidle = host_idle(trace, seg, device, rules.value("launch.cold_start_ms")) if trace.has_gpu_activity else None
+        heap.release()
         inp = observations(trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle)
         sinks = inp.sinks
         if sinks is not None and trace.has_gpu_activity:  # one story: the idle rows show the sinks' figures
@@ -280,10 +289,9 @@ def explained_gaps(trace: Trace, seg: StepSegmentation, device: int | None, hidl
     sets = list(host_layers(trace).values())
     if hidle is not None:
         sets += [v for k, v in hidle.intervals.items() if k in ("input", "sync") and len(v[0])]
-    sets = [x for x in sets if len(x[0])]
-    explained = (
-        iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets])) if sets else iv.EMPTY
-    )
+    explained = iv.union_sets(sets)
+    del sets  # the layers are not needed past their union
+    heap.release()
     return gpu_gaps(trace, seg, device, explained)
 
 

@@ -136,7 +136,9 @@ def host_layers(trace: Trace) -> dict[str, iv.IntervalSet]:
     # Umbrella ranges (ProfilerStep#N) cover the whole step and say nothing about host activity.
     step_names = name_mask(trace, PROFILER_STEP)
     ops = ~step_names[o.name]
-    busy = iv.union(np.concatenate([o.ts[ops], r.ts]), np.concatenate([o.end[ops], r.end]))
+    # each table merged on its own (rows in start order need no sort), then the two sets
+    # the operators (they nest: their merge is far shorter) a piece at a time, then the calls
+    busy = iv.union_sets([iv.union_rows(o.ts, o.dur, ops), iv.union(r.ts, r.end, spent=True)])
     return {"idle_data_wait": data, "idle_sync": sync, "idle_host_overhead": busy}
 
 

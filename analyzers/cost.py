@@ -116,20 +116,26 @@ def link_kernels(trace: Trace) -> np.ndarray:
             order = np.lexsort((-ops.dur, ops.ts, ops.thread))
             o_end = ops.end  # computed once: the property adds two columns at each use
             parent = nest_parents(ops.ts, o_end, order, ops.thread)  # enclosing operator, same thread
+            end_max = int(o_end.max())
+            del o_end  # the climb below reads the few ends it needs from ts + dur
             # last operator on the launch's thread that started at or before the launch
-            key_t = ops.thread[order].astype(np.int64)
-            key_s = ops.ts[order]
             rt, rs = r.thread[uniq].astype(np.int64), r.ts[uniq]
-            span = int(max(int(o_end.max()), int(rs.max())) - min(int(ops.ts.min()), int(rs.min())) + 2)
+            span = int(max(end_max, int(rs.max())) - min(int(ops.ts.min()), int(rs.min())) + 2)
             base = min(int(ops.ts.min()), int(rs.min()))
-            okeys = key_t * span + (key_s - base)
+            # thread * span + (start - base), built in place (5 M operators: one column, not five)
+            okeys = ops.thread[order].astype(np.int64)
+            okeys *= span
+            key_s = ops.ts[order]
+            key_s -= base
+            okeys += key_s
+            del key_s
             rkeys = rt * span + (rs - base)
             idx = np.searchsorted(okeys, rkeys, side="right") - 1
             cand = np.where(idx >= 0, order[np.clip(idx, 0, None)], -1)
             cand = np.where((cand >= 0) & (ops.thread[np.clip(cand, 0, None)] == r.thread[uniq]), cand, -1)
             for _ in range(64):  # climb to the innermost enclosing operator
                 c = np.clip(cand, 0, None)
-                bad = (cand >= 0) & (o_end[c] < rs)
+                bad = (cand >= 0) & (ops.ts[c] + ops.dur[c] < rs)
                 if not bad.any():
                     break
                 cand = np.where(bad, parent[c], cand)

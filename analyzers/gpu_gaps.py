@@ -208,18 +208,7 @@ def _sub(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
 
 def _and(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
     """a ∩ b (both sorted, disjoint): a sweep over both sets' boundaries."""
-    if not len(a[0]) or not len(b[0]):
-        return iv.EMPTY
-    i = np.searchsorted(b[1], a[0], side="right")
-    j = np.searchsorted(b[0], a[1], side="left")
-    n = np.maximum(j - i, 0)
-    ai = np.repeat(np.arange(len(a[0])), n)
-    offs = np.cumsum(n) - n
-    bi = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(offs - i, n)
-    s = np.maximum(a[0][ai], b[0][bi])
-    e = np.minimum(a[1][ai], b[1][bi])
-    keep = e > s
-    return (s[keep], e[keep]) if keep.any() else iv.EMPTY
+    return iv.intersect(a, b)
 
 
 def _window_launches(ws: np.ndarray, we: np.ndarray, launch_ts: np.ndarray) -> np.ndarray:
@@ -256,7 +245,6 @@ def gpu_gaps(
     recorded host activity already accounts for) leaves, split into :data:`CLASSES`."""
     ws, we = segmentation.starts, segmentation.ends
     step_ns = int((we - ws).sum())
-    n = len(ws)
     zero = {c: 0 for c in CLASSES}
     ops_s, ops_e, corr = _ops(trace, device)
     if not len(ops_s) or not step_ns:
@@ -338,42 +326,12 @@ def gpu_gaps(
     # 4–7: each remaining piece by the operation that ends its gap.
     gaps = late = 0
     if len(left[0]):
-        left = _cut(left, np.concatenate([_window_launches(ws, we, launch_ts)]))
-        p0, p1 = left
-        j = np.searchsorted(ops_s, p1, side="left")  # the first operation starting at or after the piece
-        has = j < len(ops_s)
-        jj = np.minimum(j, len(ops_s) - 1)
-        nxt_issue = np.where(has, issue_t[jj], -1)
-        w = np.searchsorted(ws, p0, side="right") - 1  # the window of each piece
-        w = np.clip(w, 0, n - 1)
-        # a window's first and last launch call
-        first_l = np.full(n, np.iinfo(np.int64).max)
-        last_l = np.full(n, -1, np.int64)
-        if len(launch_ts):
-            a = np.searchsorted(launch_ts, ws, side="left")
-            b = np.searchsorted(launch_ts, we, side="left")
-            okw = b > a
-            first_l[okw] = launch_ts[a[okw]]
-            last_l[okw] = launch_ts[b[okw] - 1]
-        known = last_l[w] >= 0  # the step has launch calls to place the piece against
-        head = known & (p1 <= first_l[w])  # no launch issued yet in this step
-        tail = known & (p0 >= last_l[w])  # the step's last launch is issued
-        no_issue = ~has | (nxt_issue < 0)
-        boundary = (head | tail) & ~((nxt_issue >= 0) & (nxt_issue <= p0))  # and nothing pending
-        late_m = ~boundary & ~no_issue & (nxt_issue > p0)
-        queued = ~boundary & ~no_issue & ~late_m
-        unordered = ~boundary & no_issue
-        pieces["step-boundary"].append(_pieces(left, boundary))
-        pieces["issued-late"].append(_pieces(left, late_m))
-        pieces["queued"].append(_pieces(left, queued))
-        pieces["unordered"].append(_pieces(left, unordered))
-        gaps, late = int((~boundary).sum()), int(late_m.sum())
-    merged = {}
-    for cls, sets in pieces.items():
-        sets = [x for x in sets if len(x[0])]
-        merged[cls] = (
-            iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets])) if sets else iv.EMPTY
-        )
+        classed, gaps, late = _by_next_operation(left, ops_s, issue_t, ws, we, launch_ts)
+        for cls, got in classed.items():
+            pieces[cls].append(got)
+    del left, ops_s, ops_e, issue_t, issue_row, busy, explained  # dead here: the host coverage below is the peak
+    merged = {cls: iv.union_sets(sets) for cls, sets in pieces.items()}
+    pieces.clear()
     ns = {cls: iv.total(merged[cls]) for cls in CLASSES}
     per_step = {cls: iv.overlap_per_window(merged[cls], ws, we).astype(np.int64) for cls in CLASSES if ns[cls]}
     # launch evidence: host time per launch call and the interval between launches, in the windows
@@ -414,6 +372,51 @@ def gpu_gaps(
     )
 
 
+def _by_next_operation(
+    left: iv.IntervalSet,
+    ops_s: np.ndarray,
+    issue_t: np.ndarray,
+    ws: np.ndarray,
+    we: np.ndarray,
+    launch_ts: np.ndarray,
+) -> tuple[dict[str, iv.IntervalSet], int, int]:
+    """Steps 4–7: each remaining idle piece by the operation that ends its gap (step boundary,
+    issued late, queued, unordered); the pieces not at a step boundary; those issued late."""
+    n = len(ws)
+    left = _cut(left, np.concatenate([_window_launches(ws, we, launch_ts)]))
+    p0, p1 = left
+    j = np.searchsorted(ops_s, p1, side="left")  # the first operation starting at or after the piece
+    has = j < len(ops_s)
+    jj = np.minimum(j, len(ops_s) - 1)
+    nxt_issue = np.where(has, issue_t[jj], -1)
+    w = np.searchsorted(ws, p0, side="right") - 1  # the window of each piece
+    w = np.clip(w, 0, n - 1)
+    # a window's first and last launch call
+    first_l = np.full(n, np.iinfo(np.int64).max)
+    last_l = np.full(n, -1, np.int64)
+    if len(launch_ts):
+        a = np.searchsorted(launch_ts, ws, side="left")
+        b = np.searchsorted(launch_ts, we, side="left")
+        okw = b > a
+        first_l[okw] = launch_ts[a[okw]]
+        last_l[okw] = launch_ts[b[okw] - 1]
+    known = last_l[w] >= 0  # the step has launch calls to place the piece against
+    head = known & (p1 <= first_l[w])  # no launch issued yet in this step
+    tail = known & (p0 >= last_l[w])  # the step's last launch is issued
+    no_issue = ~has | (nxt_issue < 0)
+    boundary = (head | tail) & ~((nxt_issue >= 0) & (nxt_issue <= p0))  # and nothing pending
+    late_m = ~boundary & ~no_issue & (nxt_issue > p0)
+    queued = ~boundary & ~no_issue & ~late_m
+    unordered = ~boundary & no_issue
+    classed = {
+        "step-boundary": _pieces(left, boundary),
+        "issued-late": _pieces(left, late_m),
+        "queued": _pieces(left, queued),
+        "unordered": _pieces(left, unordered),
+    }
+    return classed, int((~boundary).sum()), int(late_m.sum())
+
+
 def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, launch_ts: np.ndarray) -> float | None:
     """Share of the GPU's idle time within the launching threads' issue span (first to last launch)
     that some recorded host operator or runtime call on those threads covers (ranges are structure,
@@ -425,19 +428,20 @@ def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, laun
     o, r = trace.cpu_ops, trace.runtime
     om = np.isin(o.thread, threads) & ~name_mask(trace, PROFILER_STEP)[o.name]
     rm = np.isin(r.thread, threads)
-    # Each table's rows merged on their own (operators nest: their merge is far shorter), starts
-    # and ends written straight into one buffer each — no masked copies, no whole end columns.
-    parts = []
-    for t, m in ((o, om), (r, rm)):
-        n = int(m.sum())
-        s, e = np.empty(n, np.int64), np.empty(n, np.int64)
-        np.compress(m, t.ts, out=s)
-        np.compress(m, t.dur, out=e)
-        e += s
-        parts.append(iv.union(s, e))
-        del s, e
-    del om, rm
-    host = iv.union(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    # Each table's rows merged on their own, a piece at a time (operators nest: their merge is far
+    # shorter than their rows), then the two sets.
+    parts = [iv.union_rows(o.ts, o.dur, om)]
+    del om
+    n = int(rm.sum())  # runtime calls hardly overlap: one merge, starts and ends written straight in
+    s, e = np.empty(n, np.int64), np.empty(n, np.int64)
+    np.compress(rm, r.ts, out=s)
+    np.compress(rm, r.dur, out=e)
+    del rm
+    e += s
+    parts.append(iv.union(s, e, spent=True))
+    del s, e
+    host = iv.union_sets(parts)
+    del parts
     return _covered(span, host) / total
 
 

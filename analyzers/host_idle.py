@@ -199,8 +199,7 @@ def _overlaps(a: iv.IntervalSet, b: iv.IntervalSet) -> tuple[np.ndarray, np.ndar
 
 def _intersect(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
     """a ∩ b (``b`` sorted and disjoint)."""
-    s, e, _, _ = _overlaps(a, b)
-    return (s, e) if len(s) else iv.EMPTY
+    return iv.intersect(a, b)
 
 
 class _Cum:
@@ -288,6 +287,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     busy = _gpu_busy(trace, device)
     parts = [_complement(busy, int(s), int(e)) for s, e in zip(ws, we)]
     idle = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    del parts, busy
     idle_ns = iv.total(idle)
     threads, issues = _launch_threads(trace, device, ws, we)
     if not threads:
@@ -340,8 +340,8 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     fts, fend, fname, source = _frames(trace, thread)
     frames: list[HostFrame] = []
     launch_ts = np.sort(r.ts[issues & mine])  # launches from every launching thread
-    if len(fts) and len(left[0]):
-        parent = _parents(fts, fend)
+    parent = _parents(fts, fend) if len(fts) else None  # once: the stages and the heaviest frames read it
+    if parent is not None and len(left[0]):
         for c, sets in _classify_by_stage(trace, fts, fend, parent, launch_ts, left, ws, we, device).items():
             pieces[c] += sets
     # 5: OS runtime calls (Nsight: poll, read, pthread waits) where nothing above explains the idle.
@@ -363,22 +363,19 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
                     )
             calls.sort(key=lambda c: -c.idle_ns)
     merged = {c: _merge(v) for c, v in pieces.items()}
+    pieces.clear()  # the merged sets replace the pieces; what is left unexplained is not read again
+    left = rest = iv.EMPTY
     for c in ("input", "launch", "sync", "other"):
         ns[c] = iv.total(merged[c])
     ns["unattributed"] = idle_ns - sum(ns.values())
-    if len(fts):
-        frames = _heaviest(
-            trace, fts, fend, fname, _parents(fts, fend), idle, launch_ts, ws, we, step_ns, idle_ns, merged
-        )
+    if parent is not None:
+        frames = _heaviest(trace, fts, fend, fname, parent, idle, launch_ts, ws, we, step_ns, idle_ns, merged)
     out = HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source)
     return HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source, _evidence(out), merged)
 
 
 def _merge(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
-    sets = [x for x in sets if len(x[0])]
-    if not sets:
-        return iv.EMPTY
-    return iv.union(np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets]))
+    return iv.union_sets(sets)
 
 
 def _span(lo: int, hi: int) -> iv.IntervalSet:

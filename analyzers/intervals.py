@@ -6,6 +6,8 @@ returns. Everything here is numpy: no Python loop over events.
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 IntervalSet = tuple[np.ndarray, np.ndarray]
@@ -13,19 +15,97 @@ IntervalSet = tuple[np.ndarray, np.ndarray]
 EMPTY: IntervalSet = (np.empty(0, np.int64), np.empty(0, np.int64))
 
 
-def union(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
-    """Merge possibly overlapping intervals into a sorted disjoint set."""
+def union(starts: np.ndarray, ends: np.ndarray, *, spent: bool = False) -> IntervalSet:
+    """Merge possibly overlapping intervals into a sorted disjoint set. ``spent``: the caller's
+    ``ends`` are a temporary this may overwrite (no copy of millions of ends)."""
     starts = np.asarray(starts, np.int64)
     ends = np.asarray(ends, np.int64)
     keep = ends > starts
-    if not keep.all():  # no copies of millions of host intervals when every one is kept
+    every = bool(keep.all())
+    owned = spent or not every
+    if not every:  # no copies of millions of host intervals when every one is kept
         starts, ends = starts[keep], ends[keep]
     del keep
     if len(starts) == 0:
         return EMPTY
-    order = np.argsort(starts, kind="stable")
-    s, reach = starts[order], ends[order]
-    del order
+    if len(starts) > 1 and not (starts[1:] >= starts[:-1]).all():
+        order = np.argsort(starts, kind="stable")
+        s, reach = starts[order], ends[order]
+        del order
+    else:  # already in start order (kernels, a table's rows): no sort order, no sorted copy of the starts
+        s, reach = starts, (ends if owned else ends.copy())
+    return _merged(s, reach)
+
+
+_ROWS = 1 << 20  # rows per piece in union_rows
+
+
+def union_rows(ts: np.ndarray, dur: np.ndarray, mask: np.ndarray | None = None) -> IntervalSet:
+    """The union of the rows' [ts, ts + dur) (those where ``mask`` is true), a million rows at a
+    time: each piece merged on its own, then the pieces' sets (the same set as :func:`union` over
+    all rows, without whole start and end columns of millions of host rows alive at once)."""
+    sets = []
+    for i in range(0, len(ts), _ROWS):
+        s, d = ts[i : i + _ROWS], dur[i : i + _ROWS]
+        if mask is not None:
+            m = mask[i : i + _ROWS]
+            s, d = s[m], d[m]
+        e = s + d
+        sets.append(union(s, e, spent=True))
+    if len(sets) > 1 and all(len(a[0]) and len(b[0]) and b[0][0] >= a[0][-1] for a, b in zip(sets, sets[1:])):
+        # rows in start order (a table's own): the pieces' sets follow one another, joined at the seams
+        s, e = np.concatenate([x[0] for x in sets]), np.concatenate([x[1] for x in sets])
+        del sets
+        return _merged(s, e)
+    return union_sets(sets)
+
+
+def union_sets(sets: list[IntervalSet]) -> IntervalSet:
+    """The union of interval sets (each sorted and disjoint, as :func:`union` returns): the same
+    result as :func:`union` over their concatenation, merged in start order without a sort order or
+    sorted copies of the concatenated columns (millions of host intervals)."""
+    sets = [x if _is_set(x) else union(*x) for x in sets if len(x[0])]
+    if not sets:
+        return EMPTY
+    # In pairs, then pairs of those (hundreds of small per-window sets cost n log k, not n k);
+    # each level's merged sets are dropped as soon as the next level has merged them.
+    work = deque(sets)
+    del sets
+    while len(work) > 1:
+        nxt: deque[IntervalSet] = deque()
+        for _ in range(len(work) // 2):
+            a, b = work.popleft(), work.popleft()
+            nxt.append(_merged(*_merge_sorted(*a, *b)))
+            del a, b
+        nxt.extend(work)
+        work = nxt
+    return work[0]
+
+
+def _is_set(x: IntervalSet) -> bool:
+    """Whether ``x`` is start-sorted with every interval non-empty (what :func:`union_sets` merges
+    without sorting); a pair that is not is made one by :func:`union` first."""
+    s, e = x
+    return bool((e > s).all() and (s[1:] >= s[:-1]).all())
+
+
+def _merge_sorted(a_s: np.ndarray, a_e: np.ndarray, b_s: np.ndarray, b_e: np.ndarray) -> IntervalSet:
+    """Two start-sorted column pairs merged into one, in the order a stable sort of their
+    concatenation gives (a row of ``a`` before an equal start of ``b``)."""
+    n = len(a_s) + len(b_s)
+    pos = np.searchsorted(a_s, b_s, side="right")
+    pos += np.arange(len(b_s))
+    s, e = np.empty(n, np.int64), np.empty(n, np.int64)
+    s[pos], e[pos] = b_s, b_e
+    rest = np.ones(n, bool)
+    rest[pos] = False
+    del pos
+    s[rest], e[rest] = a_s, a_e
+    return s, e
+
+
+def _merged(s: np.ndarray, reach: np.ndarray) -> IntervalSet:
+    """Start-sorted intervals merged; ``reach`` (the ends, the caller's own copy) is overwritten."""
     np.maximum.accumulate(reach, out=reach)  # in place: one column fewer at the peak
     # A new merged interval begins where a start lies beyond everything that came before.
     new = np.empty(len(s), bool)
@@ -39,6 +119,38 @@ def union(starts: np.ndarray, ends: np.ndarray) -> IntervalSet:
     idx[-1] = len(reach) - 1
     out_e = reach[idx]
     return out_s, out_e
+
+
+def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
+    """a ∩ b, ``b`` sorted and disjoint (``a`` any pairs): every overlapping pair's common part,
+    in the order of ``a``'s rows then ``b``'s. Built in place — the pair indices and one gathered
+    column at a time (millions of idle pieces against millions of host intervals)."""
+    a0, a1 = a
+    b0, b1 = b
+    if not len(a0) or not len(b0):
+        return EMPTY
+    i = np.searchsorted(b1, a0, side="right")  # the first b ending after each a starts
+    n = np.searchsorted(b0, a1, side="left")  # the b starting before each a ends
+    n -= i
+    np.maximum(n, 0, out=n)
+    ai = np.repeat(np.arange(len(a0)), n)
+    offs = np.cumsum(n)
+    offs -= n
+    offs -= i
+    del i
+    bi = np.arange(len(ai), dtype=np.int64)
+    bi -= np.repeat(offs, n)
+    del offs, n
+    s = a0[ai]
+    np.maximum(s, b0[bi], out=s)
+    e = a1[ai]
+    del ai
+    np.minimum(e, b1[bi], out=e)
+    del bi
+    keep = e > s
+    if keep.all():
+        return s, e
+    return (s[keep], e[keep]) if keep.any() else EMPTY
 
 
 def total(iv: IntervalSet) -> int:

@@ -51,22 +51,38 @@ def nest_parents(
     if groups is not None:
         g = np.asarray(groups)[order]
         new_group[1:] = g[1:] != g[:-1]
+        del g
         c[new_group] = -1
     _top_level(s, e, new_group, closed_at_end, c)
+    del new_group
     active = np.flatnonzero(c >= 0)
     while active.size:
-        ca = c[active]
-        closed = e[ca] <= s[active] if closed_at_end else e[ca] < s[active]
-        active = active[closed]
+        active = active[_closed(s, e, c, active, closed_at_end)]
         if not active.size:
             break
         c[active] = c[c[active]]  # skip it: everything it skipped closed before its start
         active = active[c[active] >= 0]
+    del active, s
     ok = c >= 0
     ok[ok] = e[ok] <= e[c[ok]]
+    del e
     parent = np.full(n, -1, np.int64)
     parent[order[ok]] = order[c[ok]]
     return parent
+
+
+_PIECE = 1 << 20  # rows per piece where a round's comparison would otherwise gather whole columns
+
+
+def _closed(s: np.ndarray, e: np.ndarray, c: np.ndarray, active: np.ndarray, closed_at_end: bool) -> np.ndarray:
+    """Whether each active interval's candidate is closed at its start, a piece at a time (the
+    first round's gathers are three columns of every nested interval: 5 M operators at 1 GB)."""
+    out = np.empty(active.size, bool)
+    cmp = np.less_equal if closed_at_end else np.less
+    for i in range(0, active.size, _PIECE):
+        a = active[i : i + _PIECE]
+        cmp(e[c[a]], s[a], out=out[i : i + _PIECE])
+    return out
 
 
 def _top_level(s: np.ndarray, e: np.ndarray, new_group: np.ndarray, closed_at_end: bool, c: np.ndarray) -> None:
@@ -79,13 +95,18 @@ def _top_level(s: np.ndarray, e: np.ndarray, new_group: np.ndarray, closed_at_en
         return
     lo = min(int(s.min()), int(e.min()))
     span = max(int(s.max()), int(e.max())) - lo + 1
-    gid = np.cumsum(new_group)
-    if span * (int(gid[-1]) + 1) >= 2**62:
+    shift = np.cumsum(new_group, dtype=np.int64)  # the group number
+    if span * (int(shift[-1]) + 1) >= 2**62:
         return
-    shift = gid * span - lo  # each group above all earlier ones: the running max restarts with it
-    reach = np.maximum.accumulate(e + shift)
-    s2 = s + shift
-    none_open = reach[:-1] <= s2[1:] if closed_at_end else reach[:-1] < s2[1:]
+    # each group above all earlier ones: the running max restarts with it. In place, two columns
+    # (5 M operators of a 1 GB Nsight export: 40 MiB each) instead of five.
+    shift *= span
+    shift -= lo
+    reach = e + shift
+    np.maximum.accumulate(reach, out=reach)
+    shift += s  # the shifted starts
+    none_open = np.less_equal(reach[:-1], shift[1:]) if closed_at_end else np.less(reach[:-1], shift[1:])
+    del reach, shift
     c[1:][none_open] = -1
 
 

@@ -48,3 +48,62 @@ def test_union_matches_a_loop_on_random_sets_and_leaves_its_inputs_alone():
                     merged.append([a, b])
             assert got[0].tolist() == [m[0] for m in merged] and got[1].tolist() == [m[1] for m in merged]
             assert np.array_equal(s, s0) and np.array_equal(e, e0)
+
+
+def test_union_sets_equals_union_of_the_concatenation():
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        k = int(rng.integers(1, 5))
+        sets = []
+        for _ in range(k):
+            n = int(rng.integers(0, 300))
+            s = rng.integers(0, 2_000, n)  # many equal starts across sets, touching intervals
+            e = s + rng.integers(0 if trial % 3 == 0 else 1, 40, n)  # some empty: made sets by union first
+            sets.append(iv.union(s, e) if trial % 2 else (s, e))
+        copies = [(a.copy(), b.copy()) for a, b in sets]
+        want = iv.union(np.concatenate([a for a, _ in sets]), np.concatenate([b for _, b in sets]))
+        got = iv.union_sets(sets)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        assert all(np.array_equal(a, c) and np.array_equal(b, d) for (a, b), (c, d) in zip(sets, copies))
+
+
+def test_union_of_sorted_starts_leaves_its_inputs_alone():
+    s = np.array([0, 0, 5, 9, 20], np.int64)
+    e = np.array([3, 7, 6, 12, 21], np.int64)
+    got = iv.union(s, e)
+    assert got[0].tolist() == [0, 9, 20] and got[1].tolist() == [7, 12, 21]
+    assert e.tolist() == [3, 7, 6, 12, 21]
+
+
+def test_intersect_equals_the_pairwise_definition():
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        n = int(rng.integers(0, 80))
+        a0 = rng.integers(0, 1_000, n)  # any pairs, unsorted, some empty
+        a1 = a0 + rng.integers(0, 60, n)
+        b = iv.union(
+            *(lambda s: (s, s + rng.integers(1, 30, len(s))))(rng.integers(0, 1_000, int(rng.integers(0, 60))))
+        )
+        want_s, want_e = [], []
+        for x0, x1 in zip(a0.tolist(), a1.tolist()):
+            for y0, y1 in zip(b[0].tolist(), b[1].tolist()):
+                lo, hi = max(x0, y0), min(x1, y1)
+                if hi > lo:
+                    want_s.append(lo)
+                    want_e.append(hi)
+        got = iv.intersect((a0, a1), b)
+        assert got[0].tolist() == want_s and got[1].tolist() == want_e
+
+
+def test_union_rows_equals_union_of_the_masked_rows(monkeypatch):
+    monkeypatch.setattr(iv, "_ROWS", 37)  # many pieces, a piece boundary inside overlapping runs
+    rng = np.random.default_rng(5)
+    for sort in (True, False):
+        ts = rng.integers(0, 5_000, 500)
+        ts = np.sort(ts) if sort else ts
+        dur = rng.integers(-3, 80, 500)  # some empty or negative: dropped as union drops them
+        mask = rng.random(500) < 0.7
+        for m in (mask, None):
+            want = iv.union(ts[m] if m is not None else ts, (ts + dur)[m] if m is not None else ts + dur)
+            got = iv.union_rows(ts, dur, m)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
