@@ -130,8 +130,6 @@ def recommend(
             )
         if speedup is not None and speedup < min_gain:
             continue
-        if f.id == "machine/capacity" and ctx is not None and not ctx.training:
-            basis = "no speed projection: frees memory for larger batches"
         rec_id = fx.rec_id
         title, change = fx.render(ctx, single_loader=single, bf16=bf16)
         if cold and (ft := fix_text(f.id, ctx, cold_start=True)) is not None:

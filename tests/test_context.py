@@ -115,3 +115,16 @@ def test_inference_traces_get_no_training_wording(name):
         + [r.title + "\n" + r.change for r in a.recommendations]
     )
     assert not re.search(r"(?i)\btraining\b|AdamW|loss\.item", text), text
+
+
+def test_the_capacity_fix_basis_follows_the_context():
+    """Declared on the spec (an alternative fix for runs known not to train): an inference run is
+    not told that recomputation costs forward time; training and unknown runs are."""
+    b = analysis("hta_a100_nccl.json.gz").breakdown
+    cap = [Finding("machine/capacity", "machine", "high", "", 0.0, [Evidence("x", 95.0, "%", "", "test")], "")]
+    inference = recommend(cap, b, None, None, Context(mode="inference", framework="pytorch"))
+    training = recommend(cap, b, None, None, TRAINING)
+    unknown = recommend(cap, b, None, None, None)
+    assert [r.basis for r in inference] == ["no speed projection: frees memory for larger batches"]
+    assert all("recomputation costs" in r.basis for r in training + unknown) and len(training + unknown) == 2
+    assert {r.id for r in inference + training + unknown} == {"reduce-memory"}

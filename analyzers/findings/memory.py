@@ -3,6 +3,8 @@ case), and memory capacity."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from trainscope.analyzers.context import Context
 from typing import TYPE_CHECKING, Sequence
 
@@ -536,6 +538,17 @@ UNFUSED_ATTENTION = FindingSpec(
     thresholds=("attention.unfused_share",),
 )
 
+_CAPACITY_FIX = Fix(
+    "reduce-memory",
+    "Cut activation memory (checkpointing, mixed precision)",
+    "from torch.utils.checkpoint import checkpoint\nout = checkpoint(block, x, use_reentrant=False)",
+    "// recompute activations in the backward pass instead of storing them; store them in bf16;\n"
+    "// free workspaces between phases (cudaFreeAsync with a memory pool)",
+    projection="none",
+    basis="no speed projection: frees memory for larger batches (recomputation costs ~⅓ more forward time)",
+    text=_capacity_words,
+)
+
 CAPACITY = FindingSpec(
     id="machine/capacity",
     axis="machine",
@@ -543,15 +556,14 @@ CAPACITY = FindingSpec(
     measure=_capacity,
     can_be_primary=False,
     severity=fixed("high"),
-    fix=Fix(
-        "reduce-memory",
-        "Cut activation memory (checkpointing, mixed precision)",
-        "from torch.utils.checkpoint import checkpoint\nout = checkpoint(block, x, use_reentrant=False)",
-        "// recompute activations in the backward pass instead of storing them; store them in bf16;\n"
-        "// free workspaces between phases (cudaFreeAsync with a memory pool)",
-        projection="none",
-        basis="no speed projection: frees memory for larger batches (recomputation costs ~⅓ more forward time)",
-        text=_capacity_words,
+    fix=_CAPACITY_FIX,
+    # A run known not to train recomputes nothing in a backward pass: the basis says so.
+    alternatives=(
+        replace(
+            _CAPACITY_FIX,
+            applies=lambda ctx: ctx is not None and not ctx.training,
+            basis="no speed projection: frees memory for larger batches",
+        ),
     ),
     whatif_pool=None,
     diff_measure=DiffMeasure("peak memory / device memory", "%", _peak_pct),
