@@ -448,7 +448,7 @@ def judge(
     recs = (
         []
         if verdict.axis == "insufficient_evidence"
-        else recommend(found, bd, spec, device_name, ctx, rules, bound=bound)
+        else recommend(found, bd, spec, device_name, ctx, rules, bound=bound, single_loader=inp.single_process_loader)
     )
     return found, verdict, recs
 

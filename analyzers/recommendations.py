@@ -104,15 +104,17 @@ def recommend(
     ctx: Context | None = None,
     rules: Rules | None = None,
     bound: BusyBound | None = None,
+    single_loader: bool = False,
 ) -> list[Recommendation]:
     """The fix of every finding that has one (from the registry), ranked by projected gain. ``ctx``
     (the run's context) picks the wording and code of each fix; None reads as PyTorch training. A fix
-    projected below ``fix.min_speedup`` is left out: its finding stays, a ranked fix would be noise."""
+    projected below ``fix.min_speedup`` is left out: its finding stays, a ranked fix would be noise.
+    ``single_loader``: the trace's DataLoader runs in the training process (``num_workers=0``), an
+    observation of the trace (:class:`DiagnosisInput`), which the loader fixes' wording follows."""
     rules = rules or Rules()
     min_gain = rules.value("fix.min_speedup")
     ids = {f.id for f in found}
     step = b.step_ms.mean
-    single = any("num_workers=0" in e.metric for f in found if f.id == "data/input-wait" for e in f.evidence)
     bf16 = spec is not None and spec.has_tensor_cores("bf16")  # no bf16 tensor cores on V100, T4, Turing
     recs: list[Recommendation] = []
     seen: set[str] = set()
@@ -131,7 +133,7 @@ def recommend(
         if speedup is not None and speedup < min_gain:
             continue
         rec_id = fx.rec_id
-        title, change = fx.render(ctx, single_loader=single, bf16=bf16)
+        title, change = fx.render(ctx, single_loader=single_loader, bf16=bf16)
         if cold and (ft := fix_text(f.id, ctx, cold_start=True)) is not None:
             rec_id, title, change = ft.rec_id, ft.title, ft.change  # warm up before profiling
         seen.add(fx.rec_id)
