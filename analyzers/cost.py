@@ -113,6 +113,7 @@ def link_kernels(trace: Trace) -> np.ndarray:
         if has.any():
             launches = rrow[pos[has]]
             uniq, inv = np.unique(launches, return_inverse=True)
+            del rsel, rc, rrow, o, pos, launches  # the correlation join's columns: not held through the nesting
             order = np.lexsort((-ops.dur, ops.ts, ops.thread))
             # The nesting and the climb below work in sorted positions (p-th operator along
             # ``order``): the columns are gathered once in that order and nested in place, not
