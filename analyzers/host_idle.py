@@ -396,10 +396,14 @@ def _frames_by_window(fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.
     lo = np.searchsorted(we, fts, side="right")  # the first window ending after the frame starts
     hi = np.searchsorted(ws, fend, side="left")  # windows starting before the frame ends
     n = np.maximum(hi - lo, 0)
+    del hi
     frame = np.repeat(np.arange(len(fts)), n)
     window = _ranges(lo, n)
+    del lo, n  # a column per frame each (2 M frames at 1 GB): not held through the sort's gathers
     order = np.argsort(window, kind="stable")  # frames stay ascending within a window
-    frame, window = frame[order], window[order]
+    frame = frame[order]
+    window = window[order]
+    del order
     bounds = np.searchsorted(window, np.arange(len(ws) + 1))
     return [frame[bounds[k] : bounds[k + 1]] for k in range(len(ws))]
 
