@@ -453,8 +453,7 @@ def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, laun
     e += s
     parts.append(iv.union(s, e, spent=True))
     del s, e
-    host = iv.union_sets(parts)
-    del parts
+    host = iv.union_sets(parts, spent=True)
     return _covered(span, host) / total
 
 

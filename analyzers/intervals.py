@@ -60,11 +60,16 @@ def union_rows(ts: np.ndarray, dur: np.ndarray, mask: np.ndarray | None = None) 
     return union_sets(sets)
 
 
-def union_sets(sets: list[IntervalSet]) -> IntervalSet:
+def union_sets(sets: list[IntervalSet], spent: bool = False) -> IntervalSet:
     """The union of interval sets (each sorted and disjoint, as :func:`union` returns): the same
     result as :func:`union` over their concatenation, merged in start order without a sort order or
-    sorted copies of the concatenated columns (millions of host intervals)."""
+    sorted copies of the concatenated columns (millions of host intervals). ``spent``: the
+    caller's list is emptied, so each set is freed once merged (not held by the list throughout)."""
+    given = sets
     sets = [x if _is_set(x) else union(*x) for x in sets if len(x[0])]
+    if spent:
+        given.clear()
+    del given
     if not sets:
         return EMPTY
     # In pairs, then pairs of those (hundreds of small per-window sets cost n log k, not n k);
@@ -75,8 +80,10 @@ def union_sets(sets: list[IntervalSet]) -> IntervalSet:
         nxt: deque[IntervalSet] = deque()
         for _ in range(len(work) // 2):
             a, b = work.popleft(), work.popleft()
-            nxt.append(_merged(*_merge_sorted(*a, *b)))
-            del a, b
+            both = _merge_sorted(*a, *b)
+            del a, b  # freed before the merge's own columns are built
+            nxt.append(_merged(*both))
+            del both
         nxt.extend(work)
         work = nxt
     return work[0]

@@ -130,3 +130,15 @@ def test_exclusive_layers_matches_an_instant_by_instant_count_across_pieces(monk
                 k = next((k for k, (s, e) in enumerate(layers) if ((s <= t) & (t < e)).any()), len(layers))
                 want[k] += 1
             assert got[w].tolist() == want
+
+
+def test_union_sets_spent_empties_the_callers_list_and_gives_the_same_union():
+    rng = np.random.default_rng(9)
+    for _ in range(50):
+        sets = []
+        for _ in range(int(rng.integers(1, 6))):
+            s = rng.integers(0, 300, int(rng.integers(0, 20)))
+            sets.append(iv.union(s, s + rng.integers(0, 25, len(s))))
+        want = iv.union_sets(list(sets))
+        got = iv.union_sets(sets, spent=True)
+        assert sets == [] and all(np.array_equal(a, b) for a, b in zip(got, want))
