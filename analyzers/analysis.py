@@ -289,10 +289,9 @@ def explained_gaps(trace: Trace, seg: StepSegmentation, device: int | None, hidl
     sets = list(host_layers(trace).values())
     if hidle is not None:
         sets += [v for k, v in hidle.intervals.items() if k in ("input", "sync") and len(v[0])]
-    explained = iv.union_sets(sets)
-    del sets  # the layers are not needed past their union
-    heap.release()
-    return gpu_gaps(trace, seg, device, explained)
+    # handed over as sets: gpu_gaps unites them and drops them, so this frame holds neither the
+    # layers nor their union through the host coverage (the gaps' peak)
+    return gpu_gaps(trace, seg, device, explained_sets=sets)
 
 
 def sink_floors(rules: Rules) -> dict[str, float]:

@@ -138,7 +138,7 @@ def host_layers(trace: Trace) -> dict[str, iv.IntervalSet]:
     ops = ~step_names[o.name]
     # each table merged on its own (rows in start order need no sort), then the two sets
     # the operators (they nest: their merge is far shorter) a piece at a time, then the calls
-    busy = iv.union_sets([iv.union_rows(o.ts, o.dur, ops), iv.union(r.ts, r.end, spent=True)])
+    busy = iv.union_sets([iv.union_rows(o.ts, o.dur, ops), iv.union(r.ts, r.end, spent=True)], spent=True)
     return {"idle_data_wait": data, "idle_sync": sync, "idle_host_overhead": busy}
 
 

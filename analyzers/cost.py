@@ -113,32 +113,38 @@ def link_kernels(trace: Trace) -> np.ndarray:
         if has.any():
             launches = rrow[pos[has]]
             uniq, inv = np.unique(launches, return_inverse=True)
+            del rsel, rc, rrow, o, pos, launches  # the correlation join's columns: not held through the nesting
             order = np.lexsort((-ops.dur, ops.ts, ops.thread))
-            o_end = ops.end  # computed once: the property adds two columns at each use
-            parent = nest_parents(ops.ts, o_end, order, ops.thread)  # enclosing operator, same thread
-            end_max = int(o_end.max())
-            del o_end  # the climb below reads the few ends it needs from ts + dur
+            # The nesting and the climb below work in sorted positions (p-th operator along
+            # ``order``): the columns are gathered once in that order and nested in place, not
+            # gathered again by the nesting beside an end column in row order.
+            s_o = ops.ts[order]
+            e_o = ops.dur[order]
+            e_o += s_o
+            g_o = ops.thread[order]
+            parent = nest_parents(s_o, e_o, None, g_o)  # enclosing operator (a position), same thread
             # last operator on the launch's thread that started at or before the launch
             rt, rs = r.thread[uniq].astype(np.int64), r.ts[uniq]
-            span = int(max(end_max, int(rs.max())) - min(int(ops.ts.min()), int(rs.min())) + 2)
+            span = int(max(int(e_o.max()), int(rs.max())) - min(int(ops.ts.min()), int(rs.min())) + 2)
             base = min(int(ops.ts.min()), int(rs.min()))
             # thread * span + (start - base), built in place (5 M operators: one column, not five)
-            okeys = ops.thread[order].astype(np.int64)
+            okeys = g_o.astype(np.int64)
             okeys *= span
-            key_s = ops.ts[order]
-            key_s -= base
-            okeys += key_s
-            del key_s
+            s_o -= base
+            okeys += s_o
+            del s_o
             rkeys = rt * span + (rs - base)
-            idx = np.searchsorted(okeys, rkeys, side="right") - 1
-            cand = np.where(idx >= 0, order[np.clip(idx, 0, None)], -1)
-            cand = np.where((cand >= 0) & (ops.thread[np.clip(cand, 0, None)] == r.thread[uniq]), cand, -1)
+            pos = np.searchsorted(okeys, rkeys, side="right") - 1  # -1: none
+            del okeys
+            pos = np.where((pos >= 0) & (g_o[np.clip(pos, 0, None)] == r.thread[uniq]), pos, -1)
+            del g_o
             for _ in range(64):  # climb to the innermost enclosing operator
-                c = np.clip(cand, 0, None)
-                bad = (cand >= 0) & (ops.ts[c] + ops.dur[c] < rs)
+                c = np.clip(pos, 0, None)
+                bad = (pos >= 0) & (e_o[c] < rs)
                 if not bad.any():
                     break
-                cand = np.where(bad, parent[c], cand)
+                pos = np.where(bad, parent[c], pos)
+            cand = np.where(pos >= 0, order[np.clip(pos, 0, None)], -1)
             out[np.flatnonzero(has)] = cand[inv]
     # 2. Kineto's External id, for kernels without a recorded launch
     if len(oi.kernel_external) == len(k) and len(oi.cpu_external) == len(ops):

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainscope.analyzers import heap
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers import membership
 from trainscope.analyzers.breakdown import SYNC_CALL
@@ -239,10 +240,21 @@ def _pieces(a: iv.IntervalSet, keep: np.ndarray) -> iv.IntervalSet:
 
 
 def gpu_gaps(
-    trace: Trace, segmentation: StepSegmentation, device: int | None, explained: iv.IntervalSet = iv.EMPTY
+    trace: Trace,
+    segmentation: StepSegmentation,
+    device: int | None,
+    explained: iv.IntervalSet = iv.EMPTY,
+    *,
+    explained_sets: list[iv.IntervalSet] | None = None,
 ) -> GpuGaps:
     """The GPU-idle time of ``segmentation``'s windows on ``device`` that ``explained`` (idle time
-    recorded host activity already accounts for) leaves, split into :data:`CLASSES`."""
+    recorded host activity already accounts for) leaves, split into :data:`CLASSES`.
+    ``explained_sets``: the explained time as sets to unite instead; the list is emptied (the
+    caller gives them up, so neither they nor their union outlive their use here)."""
+    if explained_sets is not None:
+        explained = iv.union_sets(explained_sets)
+        explained_sets.clear()
+        heap.release()  # the union's temporaries (millions of host intervals), before this stage's peak
     ws, we = segmentation.starts, segmentation.ends
     step_ns = int((we - ws).sum())
     zero = {c: 0 for c in CLASSES}
@@ -254,6 +266,7 @@ def gpu_gaps(
     idle = _sub(windows, busy)
     idle_ns = iv.total(idle)
     left = _sub(idle, explained)
+    del explained
     considered = iv.total(left)
     r = trace.runtime
     issue_t, issue_row = _issue_times(trace, corr)
@@ -329,7 +342,7 @@ def gpu_gaps(
         classed, gaps, late = _by_next_operation(left, ops_s, issue_t, ws, we, launch_ts)
         for cls, got in classed.items():
             pieces[cls].append(got)
-    del left, ops_s, ops_e, issue_t, issue_row, busy, explained  # dead here: the host coverage below is the peak
+    del left, ops_s, ops_e, issue_t, issue_row, busy  # dead here: the host coverage below is the peak
     merged = {cls: iv.union_sets(sets) for cls, sets in pieces.items()}
     pieces.clear()
     ns = {cls: iv.total(merged[cls]) for cls in CLASSES}
@@ -440,8 +453,7 @@ def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, laun
     e += s
     parts.append(iv.union(s, e, spent=True))
     del s, e
-    host = iv.union_sets(parts)
-    del parts
+    host = iv.union_sets(parts, spent=True)
     return _covered(span, host) / total
 
 

@@ -48,7 +48,7 @@ from trainscope.analyzers import membership
 from trainscope.analyzers.breakdown import SYNC_CALL
 from trainscope.analyzers.frame_names import user_name
 from trainscope.analyzers.steps import PROFILER_STEP, StepSegmentation, name_mask
-from trainscope.traces.model import COPY_KINDS, Column, Copies, Trace
+from trainscope.traces.model import COPY_KINDS, Column, Copies, RuntimeCalls, Trace
 from trainscope.analyzers.nesting import nest_parents
 
 if TYPE_CHECKING:
@@ -317,14 +317,10 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
         pieces[cls].append(cover)
         left = _subtract(left, cover)
         if m.any():
-            per = cum_idle.overlap(r.ts[m], r.end[m])
-            names, inv = np.unique(r.name[m], return_inverse=True)
-            for k, nm in enumerate(names.tolist()):
-                sel = inv == k
-                got = int(per[sel].sum())
-                if got > 0:
-                    calls.append(HostCall(trace.strings[nm], cls, int(sel.sum()), got, int(r.dur[m][sel].max())))
+            calls += _calls_by_name(trace, r, m, cum_idle, cls)
     calls.sort(key=lambda c: -c.idle_ns)
+    # the masks and the idle measure are dead: not held through the frames' pass (2 M runtime calls at 1 GB)
+    del cum_idle, m, sync_m, other_m
     cold = None
     long_launch = launch_m & (r.dur >= cold_start_ms * 1e6)
     if long_launch.any():
@@ -335,11 +331,13 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
             int(iv.total(_intersect(idle, iv.union(r.ts[long_launch], r.end[long_launch])))),
             int(r.dur[long_launch].max()),
         )
+    del launch_m, long_launch
 
     # 4: the stage structure of the host frames on the main launching thread.
+    launch_ts = np.sort(r.ts[issues & mine])  # launches from every launching thread
+    del issues, mine
     fts, fend, fname, source = _frames(trace, thread)
     frames: list[HostFrame] = []
-    launch_ts = np.sort(r.ts[issues & mine])  # launches from every launching thread
     parent = _parents(fts, fend) if len(fts) else None  # once: the stages and the heaviest frames read it
     if parent is not None and len(left[0]):
         for c, sets in _classify_by_stage(trace, fts, fend, parent, launch_ts, left, ws, we, device).items():
@@ -352,15 +350,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
         if om.any() and len(rest[0]):
             cover = _intersect(rest, iv.union(osr.ts[om], osr.end[om]))
             pieces["other"].append(cover)
-            per = _Cum(cover).overlap(osr.ts[om], osr.end[om])
-            names, inv = np.unique(osr.name[om], return_inverse=True)
-            for k, nm in enumerate(names.tolist()):
-                sel = inv == k
-                got = int(per[sel].sum())
-                if got > 0:
-                    calls.append(
-                        HostCall(trace.strings[nm] + " (OS)", "other", int(sel.sum()), got, int(osr.dur[om][sel].max()))
-                    )
+            calls += _calls_by_name(trace, osr, om, _Cum(cover), "other", " (OS)")
             calls.sort(key=lambda c: -c.idle_ns)
     merged = {c: _merge(v) for c, v in pieces.items()}
     pieces.clear()  # the merged sets replace the pieces; what is left unexplained is not read again
@@ -372,6 +362,22 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
         frames = _heaviest(trace, fts, fend, fname, parent, idle, launch_ts, ws, we, step_ns, idle_ns, merged)
     out = HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source)
     return HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source, _evidence(out), merged)
+
+
+def _calls_by_name(
+    trace: Trace, calls: RuntimeCalls, m: Column, idle: _Cum, cls: str, suffix: str = ""
+) -> list[HostCall]:
+    """The GPU idle time under the ``m`` calls, per call name (the per-call columns die on return)."""
+    per = idle.overlap(calls.ts[m], calls.end[m])
+    names, inv = np.unique(calls.name[m], return_inverse=True)
+    dur = calls.dur[m]
+    out = []
+    for k, nm in enumerate(names.tolist()):
+        sel = inv == k
+        got = int(per[sel].sum())
+        if got > 0:
+            out.append(HostCall(trace.strings[nm] + suffix, cls, int(sel.sum()), got, int(dur[sel].max())))
+    return out
 
 
 def _merge(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
@@ -390,10 +396,14 @@ def _frames_by_window(fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.
     lo = np.searchsorted(we, fts, side="right")  # the first window ending after the frame starts
     hi = np.searchsorted(ws, fend, side="left")  # windows starting before the frame ends
     n = np.maximum(hi - lo, 0)
+    del hi
     frame = np.repeat(np.arange(len(fts)), n)
     window = _ranges(lo, n)
+    del lo, n  # a column per frame each (2 M frames at 1 GB): not held through the sort's gathers
     order = np.argsort(window, kind="stable")  # frames stay ascending within a window
-    frame, window = frame[order], window[order]
+    frame = frame[order]
+    window = window[order]
+    del order
     bounds = np.searchsorted(window, np.arange(len(ws) + 1))
     return [frame[bounds[k] : bounds[k + 1]] for k in range(len(ws))]
 

@@ -60,11 +60,16 @@ def union_rows(ts: np.ndarray, dur: np.ndarray, mask: np.ndarray | None = None) 
     return union_sets(sets)
 
 
-def union_sets(sets: list[IntervalSet]) -> IntervalSet:
+def union_sets(sets: list[IntervalSet], spent: bool = False) -> IntervalSet:
     """The union of interval sets (each sorted and disjoint, as :func:`union` returns): the same
     result as :func:`union` over their concatenation, merged in start order without a sort order or
-    sorted copies of the concatenated columns (millions of host intervals)."""
+    sorted copies of the concatenated columns (millions of host intervals). ``spent``: the
+    caller's list is emptied, so each set is freed once merged (not held by the list throughout)."""
+    given = sets
     sets = [x if _is_set(x) else union(*x) for x in sets if len(x[0])]
+    if spent:
+        given.clear()
+    del given
     if not sets:
         return EMPTY
     # In pairs, then pairs of those (hundreds of small per-window sets cost n log k, not n k);
@@ -75,8 +80,10 @@ def union_sets(sets: list[IntervalSet]) -> IntervalSet:
         nxt: deque[IntervalSet] = deque()
         for _ in range(len(work) // 2):
             a, b = work.popleft(), work.popleft()
-            nxt.append(_merged(*_merge_sorted(*a, *b)))
-            del a, b
+            both = _merge_sorted(*a, *b)
+            del a, b  # freed before the merge's own columns are built
+            nxt.append(_merged(*both))
+            del both
         nxt.extend(work)
         work = nxt
     return work[0]
@@ -217,20 +224,40 @@ def exclusive_layers(layers: list[IntervalSet], win_s: np.ndarray, win_e: np.nda
     win_s = np.asarray(win_s, np.int64)
     win_e = np.asarray(win_e, np.int64)
     n_layers = len(layers)
-    pts = [win_s, win_e] + [x for iv in layers for x in iv]
-    bounds = unique_sorted(np.concatenate(pts)) if pts else np.empty(0, np.int64)
+    # the bounds: every window's and layer's ends, sorted in place and deduplicated (millions of
+    # host intervals at 1 GB: no sorted copy beside the concatenation)
+    bounds = np.concatenate([win_s, win_e] + [x for iv in layers for x in iv])
+    bounds.sort()
+    if len(bounds) > 1:
+        keep = np.empty(len(bounds), bool)
+        keep[0] = True
+        np.not_equal(bounds[1:], bounds[:-1], out=keep[1:])
+        bounds = bounds[keep]
+        del keep
     out = np.zeros((len(win_s), n_layers + 1), np.int64)
     if len(bounds) < 2:
         return out
-    seg_s, seg_e = bounds[:-1], bounds[1:]
-    length = seg_e - seg_s
-    owner = np.full(len(seg_s), n_layers, np.int64)
+    seg_s = bounds[:-1]
+    # the owning layer's index, one byte a segment where the layers are few; each layer's test a
+    # piece at a time (``contains``'s gathers would be four columns of every segment)
+    owner = np.full(len(seg_s), n_layers, np.int8 if n_layers < 127 else np.int64)
     for k in range(n_layers - 1, -1, -1):  # lowest index wins: apply it last
-        owner[contains(layers[k], seg_s)] = k
+        ls, le = layers[k]
+        if not len(ls):
+            continue
+        for i in range(0, len(seg_s), _ROWS):
+            p = seg_s[i : i + _ROWS]
+            j = np.searchsorted(ls, p, side="right")
+            j -= 1
+            inside = j >= 0
+            np.maximum(j, 0, out=j)
+            inside &= p < le[j]
+            owner[i : i + _ROWS][inside] = k
     # Segments are elementary, so each lies entirely inside or outside every window. Windows
     # may overlap (rare, malformed step markers); each window is summed independently.
     for w, (ws, we) in enumerate(zip(win_s, win_e)):
         lo, hi = np.searchsorted(seg_s, ws, "left"), np.searchsorted(seg_s, we, "left")
         if hi > lo:
-            out[w] = np.bincount(owner[lo:hi], weights=length[lo:hi], minlength=n_layers + 1).astype(np.int64)
+            length = bounds[lo + 1 : hi + 1] - bounds[lo:hi]
+            out[w] = np.bincount(owner[lo:hi], weights=length, minlength=n_layers + 1).astype(np.int64)
     return out

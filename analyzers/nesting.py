@@ -41,15 +41,16 @@ def nest_parents(
     n = len(starts)
     if n == 0:
         return np.empty(0, np.int64)
-    if order is None:
-        order = np.arange(n)
-    order = np.asarray(order, np.int64)
-    s = np.asarray(starts)[order]
-    e = np.asarray(ends)[order]
+    if order is None:  # already in order: read in place (nothing below writes s or e)
+        s, e = np.asarray(starts), np.asarray(ends)
+    else:
+        order = np.asarray(order, np.int64)
+        s = np.asarray(starts)[order]
+        e = np.asarray(ends)[order]
     c = np.arange(-1, n - 1, dtype=np.int64)  # the candidate: the predecessor in order
     new_group = np.zeros(n, bool)
     if groups is not None:
-        g = np.asarray(groups)[order]
+        g = np.asarray(groups) if order is None else np.asarray(groups)[order]
         new_group[1:] = g[1:] != g[:-1]
         del g
         c[new_group] = -1
@@ -66,6 +67,9 @@ def nest_parents(
     ok = c >= 0
     ok[ok] = e[ok] <= e[c[ok]]
     del e
+    if order is None:  # the candidate column is the result
+        c[~ok] = -1
+        return c
     parent = np.full(n, -1, np.int64)
     parent[order[ok]] = order[c[ok]]
     return parent

@@ -303,3 +303,19 @@ def test_covered_total_equals_the_total_of_the_intersection():
             a = iv.union(*(lambda s: (s, s + rng.integers(1, 30, n)))(rng.integers(0, 3000, n)))
             b = iv.union(*(lambda s: (s, s + rng.integers(1, 30, m)))(rng.integers(0, 3000, m)))
             assert _covered(a, b) == iv.total(_and(a, b)), (n, m)
+
+
+def test_explained_sets_handed_over_give_their_unions_gaps_and_are_dropped(tmp_path):
+    """explained_gaps hands the host layers over as sets (gpu_gaps unites and drops them): the
+    same gaps as their union passed whole, and the caller's list emptied."""
+    from trainscope.analyzers import intervals as iv
+    from trainscope.analyzers.breakdown import host_layers
+
+    t = open_traces(str(synthetic(tmp_path))).traces[0]
+    seg, dev = segment_steps(t), primary_device(t)
+    sets = list(host_layers(t).values())
+    assert len(sets) > 1 and any(len(s[0]) for s in sets)
+    whole = gpu_gaps(t, seg, dev, iv.union_sets(list(sets)))
+    handed = gpu_gaps(t, seg, dev, explained_sets=sets)
+    assert sets == []
+    assert handed == whole and whole.considered_ns < whole.idle_ns  # the layers explain some idle

@@ -107,3 +107,38 @@ def test_union_rows_equals_union_of_the_masked_rows(monkeypatch):
             want = iv.union(ts[m] if m is not None else ts, (ts + dur)[m] if m is not None else ts + dur)
             got = iv.union_rows(ts, dur, m)
             assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_exclusive_layers_matches_an_instant_by_instant_count_across_pieces(monkeypatch):
+    """Random layers (some empty) and windows (some overlapping), the per-layer tests cut into
+    pieces of a few segments: every window's row is the count of its instants by first covering
+    layer."""
+    monkeypatch.setattr(iv, "_ROWS", 7)
+    rng = np.random.default_rng(3)
+    for _ in range(150):
+        layers = []
+        for _ in range(int(rng.integers(1, 6))):
+            n = int(rng.integers(0, 12))
+            s = rng.integers(0, 200, n)
+            layers.append(iv.union(s, s + rng.integers(1, 30, n)))
+        ws = np.sort(rng.integers(0, 200, int(rng.integers(1, 5))))
+        we = ws + rng.integers(1, 80, len(ws))
+        got = iv.exclusive_layers(layers, ws, we)
+        for w, (a, b) in enumerate(zip(ws.tolist(), we.tolist())):
+            want = [0] * (len(layers) + 1)
+            for t in range(a, b):
+                k = next((k for k, (s, e) in enumerate(layers) if ((s <= t) & (t < e)).any()), len(layers))
+                want[k] += 1
+            assert got[w].tolist() == want
+
+
+def test_union_sets_spent_empties_the_callers_list_and_gives_the_same_union():
+    rng = np.random.default_rng(9)
+    for _ in range(50):
+        sets = []
+        for _ in range(int(rng.integers(1, 6))):
+            s = rng.integers(0, 300, int(rng.integers(0, 20)))
+            sets.append(iv.union(s, s + rng.integers(0, 25, len(s))))
+        want = iv.union_sets(list(sets))
+        got = iv.union_sets(sets, spent=True)
+        assert sets == [] and all(np.array_equal(a, b) for a, b in zip(got, want))

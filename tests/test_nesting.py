@@ -69,3 +69,24 @@ def test_long_top_level_runs_and_extreme_times_match_the_loop(closed_at_end):
             order = np.lexsort((-d, s, g))
             want = nest_parents_loop(s, s + d, order, g, closed_at_end)
             assert np.array_equal(nest_parents(s, s + d, order, g, closed_at_end), want)
+
+
+@pytest.mark.parametrize("closed_at_end", [False, True])
+def test_presorted_columns_nest_in_place_as_the_loop_does(closed_at_end):
+    """Columns already in (group, start, -duration) order with order=None (kernel linking gathers
+    them once): the loop's parents, as positions, and the inputs left as they were."""
+    rng = np.random.default_rng(13)
+    for _ in range(200):
+        n = int(rng.integers(1, 200))
+        s = rng.integers(-50, 60, n)
+        d = rng.integers(0, 25, n)
+        g = rng.integers(0, 3, n).astype(np.int32)
+        o = np.lexsort((-d, s, g))
+        s_o, e_o, g_o = s[o], (s + d)[o], g[o]
+        keep = (s_o.copy(), e_o.copy(), g_o.copy())
+        got = nest_parents(s_o, e_o, None, g_o, closed_at_end)
+        assert np.array_equal(got, nest_parents_loop(s_o, e_o, None, g_o, closed_at_end))
+        # the same nesting as the row-order call, mapped through the order
+        rows = nest_parents(s, s + d, o, g, closed_at_end)
+        assert np.array_equal(np.where(got >= 0, o[np.clip(got, 0, None)], -1), rows[o])
+        assert all(np.array_equal(a, b) for a, b in zip(keep, (s_o, e_o, g_o)))
