@@ -43,6 +43,18 @@ def counters_only(doc: dict) -> bool:
     return doc.get("input", {}).get("format") in COUNTER_FORMATS
 
 
+GPU_METRICS_LABELS: tuple[tuple[str, str], ...] = (
+    ("sm_active_pct", "SM active"),
+    ("tensor_active_pct", "tensor active"),
+    ("dram_bandwidth_pct", "DRAM bandwidth"),
+)
+
+
+def gpu_metrics_parts(gm: dict) -> list[str]:
+    """The GPU_METRICS figures the document holds, as every renderer words them ("SM active 71.2 %")."""
+    return [f"{label} {gm[key]:.1f} %" for key, label in GPU_METRICS_LABELS if gm[key] is not None]
+
+
 def device_label(doc: dict) -> str:
     """'Tesla V100 (GPU 0), rank 3'; a device the trace does not name is just 'GPU 0'."""
     dev = doc["device"]

@@ -14,7 +14,7 @@ import html
 import os
 from typing import TYPE_CHECKING, Any
 
-from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, headline
+from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, gpu_metrics_parts, headline
 
 if TYPE_CHECKING:
     from trainscope.analyzers.analysis import Analysis
@@ -326,15 +326,7 @@ def render_html_fragment(
         w("</table>")
     gm = doc.get("gpu_metrics")
     if gm:
-        parts = [
-            f"{label} {gm[key]:.1f} %"
-            for key, label in (
-                ("sm_active_pct", "SM active"),
-                ("tensor_active_pct", "tensor active"),
-                ("dram_bandwidth_pct", "DRAM bandwidth"),
-            )
-            if gm[key] is not None
-        ]
+        parts = gpu_metrics_parts(gm)
         w(f"<h2>GPU metrics</h2><p>{_e(', '.join(parts))} ({gm['samples']:,} samples in the steps)</p>")
     k = doc["kernels"]
     if k["count"]:

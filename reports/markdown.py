@@ -8,7 +8,7 @@ from trainscope.analyzers.findings import code_language
 from trainscope.analyzers.plural import unit_for
 import re
 
-from trainscope.reports.document import AXIS_NAMES, device_label, headline
+from trainscope.reports.document import AXIS_NAMES, device_label, gpu_metrics_parts, headline
 
 _SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
 
@@ -88,15 +88,7 @@ def render_markdown(doc: dict) -> str:
         w("")
     gm = doc.get("gpu_metrics")
     if gm:
-        vals = [
-            f"{label} {gm[key]:.1f} %"
-            for key, label in (
-                ("sm_active_pct", "SM active"),
-                ("tensor_active_pct", "tensor active"),
-                ("dram_bandwidth_pct", "DRAM bandwidth"),
-            )
-            if gm[key] is not None
-        ]
+        vals = gpu_metrics_parts(gm)
         w(f"**GPU metrics** (Nsight GPU_METRICS, {gm['samples']} samples in the steps): {', '.join(vals)}")
         w("")
     if doc["steps"] and dev["id"] is not None:

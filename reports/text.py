@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import textwrap
 
-from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, headline
+from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, gpu_metrics_parts, headline
 from trainscope.analyzers.plural import unit_for
 
 _BAR = 24
@@ -84,15 +84,7 @@ def render_text(doc: dict, color: bool = False) -> str:
         w("")
     gm = doc.get("gpu_metrics")
     if gm:
-        parts = [
-            f"{label} {gm[key]:.1f} %"
-            for key, label in (
-                ("sm_active_pct", "SM active"),
-                ("tensor_active_pct", "tensor active"),
-                ("dram_bandwidth_pct", "DRAM bandwidth"),
-            )
-            if gm[key] is not None
-        ]
+        parts = gpu_metrics_parts(gm)
         w(bold("GPU metrics") + f"  {', '.join(parts)}  ({gm['samples']:,} samples in the steps)")
         w("")
 

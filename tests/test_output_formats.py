@@ -296,3 +296,19 @@ def test_a_report_written_onto_its_own_input_is_refused(tmp_path, monkeypatch, c
     err = capsys.readouterr().err.strip()
     assert err == f"trainscope: {flag} ./run.json.gz: is the input: writing the report there would overwrite it"
     assert trace.read_bytes() == before
+
+
+def test_gpu_metrics_line_in_every_renderer():
+    """No bundled trace carries Nsight GPU_METRICS, so the line is checked on a document given one:
+    each renderer shows the figures present, in the same words, and leaves out a missing one."""
+    from trainscope.api import analyze
+    from trainscope.reports.html import render_html
+    from trainscope.reports.markdown import render_markdown
+    from trainscope.reports.text import render_text
+
+    doc = analyze(str(KINETO / MI250)).to_dict()
+    doc["gpu_metrics"] = {"sm_active_pct": 71.3, "tensor_active_pct": None, "dram_bandwidth_pct": 40.0, "samples": 1234}
+    for out in (render_text(doc), render_markdown(doc), render_html(doc)):
+        assert "SM active 71.3 %, DRAM bandwidth 40.0 %" in out
+        assert "tensor active" not in out
+        assert "1,234 samples" in out or "1234 samples" in out
