@@ -26,6 +26,7 @@ without SQLite (:func:`load_nsys_columnar`).
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import sqlite3
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainscope.collectors import columnar
+from trainscope.collectors import columnar, nsys_split
 from trainscope.collectors.columnar import TextColumn
 from trainscope.collectors.nsys_graphs import add_graph_replays
 from trainscope.collectors.errors import TraceError
@@ -150,6 +151,21 @@ _GPU_METRIC_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
 _META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 
 
+@dataclass
+class _Split:
+    """A table read in row-id chunks by this process and ``tail``'s child."""
+
+    request: "nsys_split.Request"
+    tail: "nsys_split.Tail"
+
+    def close(self) -> None:
+        self.tail.close()
+        try:
+            os.unlink(self.request.claims)
+        except OSError:
+            pass
+
+
 @dataclass(frozen=True)
 class _Rows:
     """One table's columns as numpy arrays (ints) or lists (text), by column name."""
@@ -264,26 +280,18 @@ class _SqliteSource:
         exprs = ", ".join(f'"{c}"' if c in have else "NULL" for c in cols)
         return list(self.con.execute(f'SELECT {"DISTINCT " if distinct else ""}{exprs} FROM "{table}"'))
 
-    def rows(
+    def query(
         self,
         table: str,
         wanted: dict[str, str | None],
-        where: str = "",
         text: tuple[str, ...] = (),
-        real: tuple[str, ...] = (),
         not_null: tuple[str, ...] = (),
         one_of: tuple[str, tuple[int, ...]] | None = None,
         none_of: tuple[str, tuple[int, ...]] | None = None,
-        reducer=None,
         alike: tuple[str, ...] = (),
-    ) -> _Rows:
-        """Select ``wanted`` (column → SQL default when the column is absent, or None when it is
-        required) from ``table``; integer columns come back as int64 arrays, ``real`` ones as
-        float64, ``text`` ones as :class:`TextColumn`. Rows with NULL in a ``not_null`` column, or
-        with ``one_of[0]`` outside ``one_of[1]``, or ``none_of[0]`` (its default where NULL or
-        absent) inside ``none_of[1]``, are left out. ``reducer()`` makes a :class:`_Reducer`: each
-        batch is reduced as it is read, the table never held whole. ``alike``: text columns read
-        through :func:`_alike` (in SQL) where their texts hardly repeat (:meth:`_repeats`)."""
+    ) -> tuple[str, list[str], dict[str, str | None]] | None:
+        """The ``SELECT … FROM table`` of :meth:`rows`, its conditions and the columns it returns
+        (None where it would select nothing)."""
         have = self.columns(table)
         alike = tuple(c for c in alike if c in have and not self._repeats(table, c))
         conds = [f'"{c}" IS NOT NULL' for c in not_null]
@@ -297,7 +305,6 @@ class _SqliteSource:
             value = f'COALESCE("{col}", {default})' if col in have else default
             conds.append(f"{value} NOT IN ({', '.join(str(int(x)) for x in none_of[1])})")
             wanted = {c: d for c, d in wanted.items() if c != col}
-        where = f"WHERE {' AND '.join(conds)}" if conds else ""
         exprs = []
         for col, default in wanted.items():
             if col in have:
@@ -312,12 +319,136 @@ class _SqliteSource:
             else:
                 exprs.append(default)
         if not exprs:
+            return None
+        return f'SELECT {", ".join(exprs)} FROM "{table}"', conds, wanted
+
+    def row_span(self, table: str) -> int:
+        """About how many rows ``table`` holds (its row-id span: two B-tree lookups, no scan)."""
+        if table not in self.tables:
+            return 0
+        # Two queries: SQLite answers a lone min() or max() of the row id from the B-tree's edge,
+        # but scans the whole table for both in one SELECT (0.5 s on a 1 GB export).
+        lo = self.con.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
+        hi = self.con.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
+        return hi - lo + 1 if isinstance(lo, int) and isinstance(hi, int) else 0
+
+    def split_table(
+        self,
+        table: str,
+        wanted: dict[str, str | None],
+        text: tuple[str, ...] = (),
+        real: tuple[str, ...] = (),
+        not_null: tuple[str, ...] = (),
+        one_of: tuple[str, tuple[int, ...]] | None = None,
+        none_of: tuple[str, tuple[int, ...]] | None = None,
+        alike: tuple[str, ...] = (),
+        reducer: str = "nvtx",
+    ) -> "_Split | None":
+        """Start a child process reading a large ``table`` in row-id chunks from its end (see
+        collectors/nsys_split.py); :meth:`rows` with ``split=`` reads chunks from the start once
+        the other tables are read, and merges. None where a child cannot help: no second core, no
+        columnar driver or no file locks, a small table, an index on it."""
+        if self.cols is None or nsys_split.cores() < 2:
+            return None
+        try:
+            import fcntl  # noqa: F401  (the claims are file locks)
+        except ImportError:
+            return None
+        span = self.row_span(table)
+        if span < nsys_split.SPLIT_MIN_ROWS:
+            return None
+        if self.con.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = ?", (table,)
+        ).fetchone()[0]:
+            return None  # an index may order the rows otherwise than the row ids
+        q = self.query(table, wanted, text, not_null, one_of, none_of, alike)
+        if q is None:
+            return None
+        select, conds, wanted = q
+        lo = self.con.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
+        bounds = nsys_split.chunk_bounds(lo, lo + span - 1)
+        import tempfile
+
+        try:
+            fd, claims = tempfile.mkstemp(prefix="trainscope-claims-")
+            os.close(fd)
+            nsys_split.Claims(claims, len(bounds))
+        except OSError:
+            return None
+        req = nsys_split.Request(
+            self.path, _is_wal(self.path), select, conds, bounds, claims, list(wanted), text, real, reducer
+        )
+        return _Split(req, nsys_split.Tail(req))
+
+    def _split_rows(self, split: "_Split", reducer) -> "_Rows | None":
+        """Chunks claimed from the start read here, the child's taken from it (or read here where it
+        failed), merged in row order into the first chunk's reducer; None where the driver
+        refuses (the caller reads the table as a whole, with its precise errors)."""
+        assert self.cols is not None and reducer is not None
+        req = split.request
+        claims = nsys_split.Claims(req.claims)
+
+        def read(i: int) -> tuple:
+            red = reducer()
+            sql = nsys_split.chunk_sql(req.select, req.conds, req.bounds[i])
+            return i, self.cols.fetch(sql, req.names, text=req.text, real=req.real, reduce=red), red
+
+        try:
+            parts = []
+            while (i := claims.claim(from_top=False)) is not None:
+                parts.append(read(i))
+            theirs = split.tail.result()
+            mine = {p[0] for p in parts}
+            if theirs is None or {p[0] for p in theirs} | mine != set(range(len(req.bounds))):
+                theirs = [read(i) for i in range(len(req.bounds)) if i not in mine]
+        except columnar.Unavailable:
+            return None
+        finally:
+            split.close()
+        parts.extend(theirs)
+        parts.sort(key=lambda p: p[0])
+        red = parts[0][2]
+        joined = [parts[0][1]] + [red.absorb(cols, other) for _, cols, other in parts[1:]]
+        joined = [c for c in joined if c]
+        return red.finish(columnar.join_arrays(joined) if joined else {})
+
+    def rows(
+        self,
+        table: str,
+        wanted: dict[str, str | None],
+        where: str = "",
+        text: tuple[str, ...] = (),
+        real: tuple[str, ...] = (),
+        not_null: tuple[str, ...] = (),
+        one_of: tuple[str, tuple[int, ...]] | None = None,
+        none_of: tuple[str, tuple[int, ...]] | None = None,
+        reducer=None,
+        alike: tuple[str, ...] = (),
+        split: "_Split | None" = None,
+    ) -> _Rows:
+        """Select ``wanted`` (column → SQL default when the column is absent, or None when it is
+        required) from ``table``; integer columns come back as int64 arrays, ``real`` ones as
+        float64, ``text`` ones as :class:`TextColumn`. Rows with NULL in a ``not_null`` column, or
+        with ``one_of[0]`` outside ``one_of[1]``, or ``none_of[0]`` (its default where NULL or
+        absent) inside ``none_of[1]``, are left out. ``reducer()`` makes a :class:`_Reducer`: each
+        batch is reduced as it is read, the table never held whole. ``alike``: text columns read
+        through :func:`_alike` (in SQL) where their texts hardly repeat (:meth:`_repeats`).
+        ``split``: the rows past its row id read in a child process started by :meth:`split_table`
+        (collectors/nsys_split.py), merged here into the reducer's code spaces."""
+        if split is not None:
+            got = self._split_rows(split, reducer)
+            if got is not None:
+                return got
+        q = self.query(table, wanted, text, not_null, one_of, none_of, alike)
+        if q is None:
             return _Rows({})
+        select, conds, wanted = q
+        where = f"WHERE {' AND '.join(conds)}" if conds else ""
         if self.cols is not None:
             red = reducer() if reducer is not None else None
             try:
                 got = self.cols.fetch(
-                    f'SELECT {", ".join(exprs)} FROM "{table}" {where}',
+                    f"{select} {where}",
                     list(wanted),
                     text=text,
                     real=real,
@@ -327,7 +458,7 @@ class _SqliteSource:
             except columnar.Unavailable:
                 pass  # a value off the column's type: sqlite3 reads this table, with its own errors
         red = reducer() if reducer is not None else None
-        cur = self.con.execute(f'SELECT {", ".join(exprs)} FROM "{table}" {where}')
+        cur = self.con.execute(f"{select} {where}")
         numeric = [j for j, col in enumerate(wanted) if col not in text and col not in real]
         spaces = {col: columnar.TextSpace() for col in text}
         # Read in batches, each frozen to arrays at once: memory holds one batch of Python rows,
@@ -381,6 +512,9 @@ class _ArrowSource:
     def columns(self, table: str) -> set[str]:
         return set(self.dir.schema(table))
 
+    def split_table(self, table: str, wanted: dict[str, str | None], **kw) -> None:
+        return None  # one Arrow or Parquet file a table: read whole
+
     def small(self, table: str, cols: list[str], distinct: bool = False) -> list[tuple]:
         have = self.columns(table)
         present = [c for c in cols if c in have]
@@ -403,6 +537,7 @@ class _ArrowSource:
         none_of=None,
         reducer=None,
         alike: tuple[str, ...] = (),
+        split: None = None,
     ) -> _Rows:
         defaults: dict[str, object] = {}
         for c, d in wanted.items():
@@ -507,6 +642,51 @@ class _NvtxReducer:
         st = part["start"]
         return {"ts": st, "dur": part["end"] - st, "thread": thread, "text": codes}
 
+    def absorb(self, cols: dict, other: "_NvtxReducer") -> dict:
+        """The reduced columns of later rows, read by ``other`` (another process's reducer over the
+        same query), with their thread and text codes mapped into this reducer's spaces; this
+        reducer then stands for both parts (call :meth:`finish` on the joined columns)."""
+        if not cols:
+            return {}
+        threads = np.array(
+            [
+                self.gtid_code.setdefault(gt, len(self.gtid_code))
+                for gt in sorted(other.gtid_code, key=other.gtid_code.__getitem__)
+            ],
+            np.int32,
+        )
+        self.values = values = list(self.values)
+        index = {v: j for j, v in enumerate(values)}
+        text_lut = np.empty(len(other.values), np.int32)
+        for j, v in enumerate(other.values):
+            k = index.get(v)
+            if k is None:
+                k = index[v] = len(values)
+                values.append(v)
+            text_lut[j] = k
+        id_lut = np.empty(len(other.id_texts), np.int32)  # other's −1 − i → this one's
+        for tid, k in sorted(other.text_id_code.items(), key=lambda x: -x[1]):
+            mine = self.text_id_code.get(tid)
+            if mine is None:
+                mine = self.text_id_code[tid] = -1 - len(self.id_texts)
+                self.id_texts.append(other.id_texts[-1 - k])
+            id_lut[-1 - k] = mine
+        codes = cols["text"]
+        neg = codes < 0
+        mapped = np.empty(len(codes), np.int32)
+        mapped[~neg] = text_lut[codes[~neg]]
+        if neg.any():
+            mapped[neg] = id_lut[-1 - codes[neg]]
+        for c, f in sorted(other.first.items(), key=lambda x: x[1]):
+            mc = int(id_lut[-1 - c]) if c < 0 else int(text_lut[c])
+            if mc not in self.first:
+                self.first[mc] = self.n + f
+        self.n += other.n
+        return {"ts": cols["ts"], "dur": cols["dur"], "thread": threads[cols["thread"]], "text": mapped}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "strings_raw": {}}  # the parent has the export's strings
+
     def finish(self, cols: dict) -> _NvtxRanges:
         if not cols:
             cols = {
@@ -581,19 +761,24 @@ class _Reader:
             )
         self._progress("reading Nsight export", 0.0)
         self.strings_raw = dict(self.src.small("StringIds", ["id", "value"]))
-        kernels = self._kernels(kernel_table)
-        if len(kernels) == 0:
-            raise TraceError(
-                self.path, "Nsight Systems export holds no CUDA kernels (CUPTI_ACTIVITY_KIND_KERNEL is empty)"
-            )
-        self._progress("reading Nsight export", 0.3)
-        copies = self._copies()
-        memsets = self._memsets()
-        runtime = self._runtime()
-        self._progress("reading Nsight export", 0.6)
-        nvtx = self._nvtx()
-        osrt = self._osrt()
-        metrics = self._gpu_metrics()
+        split = self._start_nvtx_split()
+        try:
+            kernels = self._kernels(kernel_table)
+            if len(kernels) == 0:
+                raise TraceError(
+                    self.path, "Nsight Systems export holds no CUDA kernels (CUPTI_ACTIVITY_KIND_KERNEL is empty)"
+                )
+            self._progress("reading Nsight export", 0.3)
+            copies = self._copies()
+            memsets = self._memsets()
+            runtime = self._runtime()
+            osrt = self._osrt()
+            metrics = self._gpu_metrics()
+            self._progress("reading Nsight export", 0.6)
+            nvtx = self._nvtx(split)
+        finally:
+            if split is not None:
+                split.close()
         self._progress("reading Nsight export", 0.9)
         thread_names = self._thread_names()
         gpus, cuda_map = self._devices()
@@ -714,30 +899,45 @@ class _Reader:
         )
         return self._with_proc(r, "globalTid", {"name": "nameId"}, normalize=_api_name)
 
-    def _nvtx(self) -> "_NvtxRanges | None":
+    _NVTX_QUERY: dict = {
+        "wanted": {
+            "start": None,
+            "end": None,
+            "eventType": None,
+            "globalTid": "0",
+            "endGlobalTid": "0",
+            "textId": "-1",
+            "text": "NULL",
+        },
+        "not_null": ("end",),
+        "one_of": ("eventType", _NVTX_RANGE_TYPES),
+        "text": ("text",),
+        "alike": ("text",),
+    }
+
+    def _has_nvtx(self) -> bool:
         t = "NVTX_EVENTS"
-        if t not in self.tables:
+        return t in self.tables and bool({"text", "textId"} & self.columns(t))
+
+    def _start_nvtx_split(self) -> "_Split | None":
+        """A large NVTX table's later rows read in a child while this process reads the other tables
+        (collectors/nsys_split.py), the two processes claiming its chunks from either end."""
+        if not self._has_nvtx():
             return None
-        have = self.columns(t)
-        if "text" not in have and "textId" not in have:
+        q = self._NVTX_QUERY
+        return self.src.split_table("NVTX_EVENTS", q["wanted"], **{k: v for k, v in q.items() if k != "wanted"})
+
+    def _nvtx(self, split: "_Split | None" = None) -> "_NvtxRanges | None":
+        if not self._has_nvtx():
             return None
         strings_raw = self.strings_raw
+        q = self._NVTX_QUERY
         r = self.rows(
-            t,
-            {
-                "start": None,
-                "end": None,
-                "eventType": None,
-                "globalTid": "0",
-                "endGlobalTid": "0",
-                "textId": "-1",
-                "text": "NULL",
-            },
-            not_null=("end",),
-            one_of=("eventType", _NVTX_RANGE_TYPES),
-            text=("text",),
+            "NVTX_EVENTS",
+            q["wanted"],
+            **{k: v for k, v in q.items() if k != "wanted"},
             reducer=lambda: _NvtxReducer(strings_raw),
-            alike=("text",),
+            split=split,
         )
         return r  # type: ignore[return-value]
 
