@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers.kernel_families import tokenize
-from trainscope.analyzers.nesting import nest_parents
+from trainscope.analyzers.nesting import nest_parents, outer_first
 from trainscope.analyzers.kernels import classify_kernel
 from trainscope.analyzers.op_formulas import PRECISIONS, OpCost, op_cost  # noqa: F401 (re-exported)
 from trainscope.traces.model import Trace
@@ -114,7 +114,7 @@ def link_kernels(trace: Trace) -> np.ndarray:
             launches = rrow[pos[has]]
             uniq, inv = np.unique(launches, return_inverse=True)
             del rsel, rc, rrow, o, pos, launches  # the correlation join's columns: not held through the nesting
-            order = np.lexsort((-ops.dur, ops.ts, ops.thread))
+            order = outer_first(ops.ts, ops.dur, ops.thread)  # np.lexsort((-dur, ts, thread))
             # The nesting and the climb below work in sorted positions (p-th operator along
             # ``order``): the columns are gathered once in that order and nested in place, not
             # gathered again by the nesting beside an end column in row order.

@@ -49,7 +49,7 @@ from trainscope.analyzers.breakdown import SYNC_CALL
 from trainscope.analyzers.frame_names import user_name
 from trainscope.analyzers.steps import PROFILER_STEP, StepSegmentation, name_mask
 from trainscope.traces.model import COPY_KINDS, Column, Copies, RuntimeCalls, Trace
-from trainscope.analyzers.nesting import nest_parents
+from trainscope.analyzers.nesting import is_outer_first, nest_parents, outer_first
 
 if TYPE_CHECKING:
     from trainscope.analyzers.findings.base import Evidence
@@ -258,7 +258,12 @@ def _frames(trace: Trace, thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
         end = np.concatenate([o.end[o_sel], a.end[a_sel]])
         name = np.concatenate([o.name[o_sel], a.name[a_sel]])
         src = "operators" if len(ts) else "none"
-    order = np.lexsort((-(end - ts), ts))  # outer frames first at equal start
+    if not len(ts):
+        return ts, end, name, src
+    dur = end - ts
+    if is_outer_first(ts, dur):  # already outer-first (an export's rows): no gathers
+        return ts, end, name, src
+    order = outer_first(ts, dur)  # outer frames first at equal start
     return ts[order], end[order], name[order], src
 
 

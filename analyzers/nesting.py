@@ -75,6 +75,44 @@ def nest_parents(
     return parent
 
 
+def outer_first(ts: np.ndarray, dur: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
+    """The processing order of :func:`nest_parents`: ``np.lexsort((-dur, ts))`` (by start, outer
+    first, ties in row order), by ``groups`` first where given. Rows already in (start, −duration)
+    order — a table's own, as Nsight exports its ranges — need a stable sort of the group alone
+    (a radix pass over a few threads) or nothing: the same order, where the three-key lexsort took
+    0.7 s for the 5 M operators of a 1 GB export."""
+    n = len(ts)
+    if n > 1 and is_outer_first(ts, dur):
+        if groups is None:
+            return np.arange(n, dtype=np.int64)
+        g = np.asarray(groups)
+        lo, hi = int(g.min()), int(g.max())
+        if hi - lo < 1 << 15:  # a 16-bit key sorts stably by radix
+            return np.argsort(np.subtract(g, lo).astype(np.int16), kind="stable")
+        return np.argsort(g, kind="stable")
+    if n <= 1:
+        return np.arange(n, dtype=np.int64)
+    if groups is None:  # runs each in order (operators, then annotations): a stable sort merges them
+        order = np.argsort(ts, kind="stable")
+        if is_outer_first(ts[order], dur[order]):
+            return order
+        del order
+    return np.lexsort((-dur, ts) if groups is None else (-dur, ts, groups))
+
+
+def is_outer_first(ts: np.ndarray, dur: np.ndarray) -> bool:
+    """Whether rows are sorted by start, longer first at equal starts (a piece at a time)."""
+    for i in range(0, len(ts) - 1, _PIECE):
+        a, b = ts[i : i + _PIECE], ts[i + 1 : i + 1 + _PIECE]
+        da, db = dur[i : i + _PIECE], dur[i + 1 : i + 1 + _PIECE]
+        m = len(b)
+        a, da = a[:m], da[:m]
+        later = b > a
+        if not (later | ((b == a) & (db <= da))).all():
+            return False
+    return True
+
+
 _PIECE = 1 << 20  # rows per piece where a round's comparison would otherwise gather whole columns
 
 

@@ -142,3 +142,33 @@ def test_union_sets_spent_empties_the_callers_list_and_gives_the_same_union():
         want = iv.union_sets(list(sets))
         got = iv.union_sets(sets, spent=True)
         assert sets == [] and all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
+def _union_by_argsort(s: np.ndarray, e: np.ndarray) -> iv.IntervalSet:
+    """The merge union used before (a stable start order, then a running maximum of the ends)."""
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if not len(s):
+        return iv.EMPTY
+    o = np.argsort(s, kind="stable")
+    s, reach = s[o], np.maximum.accumulate(e[o])
+    new = np.concatenate([[True], s[1:] > reach[:-1]])
+    last = np.concatenate([np.flatnonzero(new)[1:] - 1, [len(s) - 1]])
+    return s[new], reach[last]
+
+
+def test_union_by_sorted_bounds_equals_the_argsort_merge():
+    """union and union_sets sort the starts and the ends each on its own: the same set as the
+    start-order merge, on large unsorted inputs with negative times, ties and touching intervals."""
+    rng = np.random.default_rng(13)
+    for trial in range(60):
+        n = int(rng.integers(1, 5_000))
+        s = rng.integers(-1_000, 20_000 if trial % 2 else 500, n)
+        e = s + rng.integers(-2, 50, n)
+        want = _union_by_argsort(s, e)
+        got = iv.union(s.copy(), e.copy(), spent=True)
+        assert got[0].dtype == np.int64 and np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        cuts = np.sort(rng.integers(0, n, int(rng.integers(1, 6))))
+        pieces = [(a, b) for a, b in zip(np.split(s, cuts), np.split(e, cuts))]
+        got = iv.union_sets(pieces)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])

@@ -90,3 +90,26 @@ def test_presorted_columns_nest_in_place_as_the_loop_does(closed_at_end):
         rows = nest_parents(s, s + d, o, g, closed_at_end)
         assert np.array_equal(np.where(got >= 0, o[np.clip(got, 0, None)], -1), rows[o])
         assert all(np.array_equal(a, b) for a, b in zip(keep, (s_o, e_o, g_o)))
+
+
+def test_outer_first_is_the_three_key_lexsort():
+    """outer_first skips the lexsort for rows already by (start, −duration) — an export's own
+    order — or made of such runs; the order is np.lexsort's, ties in row order, on every input."""
+    from trainscope.analyzers.nesting import outer_first
+
+    rng = np.random.default_rng(21)
+    for trial in range(300):
+        n = int(rng.integers(0, 60))
+        ts = rng.integers(0, 30, n)  # many equal starts
+        dur = rng.integers(0, 6, n)  # equal durations too
+        if trial % 3 == 0:  # in order already
+            o = np.lexsort((-dur, ts))
+            ts, dur = ts[o], dur[o]
+        elif trial % 3 == 1 and n > 2:  # two runs each in order (operators, then annotations)
+            k = n // 2
+            o1, o2 = np.lexsort((-dur[:k], ts[:k])), np.lexsort((-dur[k:], ts[k:]))
+            ts = np.concatenate([ts[:k][o1], ts[k:][o2]])
+            dur = np.concatenate([dur[:k][o1], dur[k:][o2]])
+        groups = rng.integers(0, 3, n).astype(np.int32) + (40_000 if trial % 7 == 0 else 0)
+        assert np.array_equal(outer_first(ts, dur), np.lexsort((-dur, ts)))
+        assert np.array_equal(outer_first(ts, dur, groups), np.lexsort((-dur, ts, groups)))
