@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers import membership
+from trainscope.analyzers import codes, membership
 from trainscope.analyzers.breakdown import SYNC_CALL
 from trainscope.analyzers.frame_names import user_name
 from trainscope.analyzers.steps import PROFILER_STEP, StepSegmentation, name_mask
@@ -374,14 +374,15 @@ def _calls_by_name(
 ) -> list[HostCall]:
     """The GPU idle time under the ``m`` calls, per call name (the per-call columns die on return)."""
     per = idle.overlap(calls.ts[m], calls.end[m])
-    names, inv = np.unique(calls.name[m], return_inverse=True)
-    dur = calls.dur[m]
+    names, order, first = codes.grouped(calls.name[m])  # per name: one grouping, not a mask per name
+    got = np.add.reduceat(per[order], first) if len(first) else per[:0]
+    del per
+    longest = np.maximum.reduceat(calls.dur[m][order], first) if len(first) else got
+    count = np.diff(np.append(first, len(order)))
     out = []
     for k, nm in enumerate(names.tolist()):
-        sel = inv == k
-        got = int(per[sel].sum())
-        if got > 0:
-            out.append(HostCall(trace.strings[nm] + suffix, cls, int(sel.sum()), got, int(dur[sel].max())))
+        if got[k] > 0:
+            out.append(HostCall(trace.strings[nm] + suffix, cls, int(count[k]), int(got[k]), int(longest[k])))
     return out
 
 
@@ -444,7 +445,7 @@ def _classify_by_stage(
         work = _span(w0, w1)
         idx = per_window[w]
         par = parent[idx]
-        ext = np.union1d(idx, par[par >= 0]) if len(idx) else idx  # the frames and their parents
+        ext = iv.unique_sorted(np.concatenate([idx, par[par >= 0]])) if len(idx) else idx  # the frames and their parents
         counts = np.searchsorted(li, fend[ext], side="left") - np.searchsorted(li, fts[ext], side="left")
         full = counts == len(li)
         ppar = parent[ext]

@@ -1,0 +1,23 @@
+"""analyzers/codes.py: distinct values and groups by counting equal np.unique's, dense or not."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainscope.analyzers import codes
+
+
+def test_distinct_and_grouped_equal_np_unique():
+    rng = np.random.default_rng(4)
+    for trial in range(200):
+        n = int(rng.integers(0, 300))
+        lo, hi = [(0, 5), (0, 40_000), (-3, 3), (0, 2**40)][trial % 4]  # dense, 16-bit+, negative, sparse
+        x = rng.integers(lo, hi, n).astype(np.int32 if hi < 2**31 else np.int64)
+        assert np.array_equal(codes.distinct(x), np.unique(x))
+        u, order, first = codes.grouped(x)
+        want_u, inv = np.unique(x, return_inverse=True)
+        assert np.array_equal(u, want_u)
+        assert np.array_equal(order, np.argsort(inv, kind="stable"))  # rows of a value in row order
+        if n:
+            v = rng.integers(0, 10**12, n)
+            assert np.add.reduceat(v[order], first).tolist() == [int(v[x == k].sum()) for k in want_u.tolist()]
