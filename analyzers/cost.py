@@ -34,10 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers.kernel_families import tokenize
-from trainscope.analyzers.nesting import nest_parents, outer_first
+from trainscope.analyzers import codes
+from trainscope.analyzers.nesting import is_outer_first, nest_parents, outer_first
 from trainscope.analyzers.kernels import classify_kernel
 from trainscope.analyzers.op_formulas import PRECISIONS, OpCost, op_cost  # noqa: F401 (re-exported)
-from trainscope.traces.model import Trace
+from trainscope.traces.model import CpuOps, Trace
 
 # Precision from a kernel name, for operators recorded without dtypes.
 _NAME_PRECISION: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -114,37 +115,7 @@ def link_kernels(trace: Trace) -> np.ndarray:
             launches = rrow[pos[has]]
             uniq, inv = np.unique(launches, return_inverse=True)
             del rsel, rc, rrow, o, pos, launches  # the correlation join's columns: not held through the nesting
-            order = outer_first(ops.ts, ops.dur, ops.thread)  # np.lexsort((-dur, ts, thread))
-            # The nesting and the climb below work in sorted positions (p-th operator along
-            # ``order``): the columns are gathered once in that order and nested in place, not
-            # gathered again by the nesting beside an end column in row order.
-            s_o = ops.ts[order]
-            e_o = ops.dur[order]
-            e_o += s_o
-            g_o = ops.thread[order]
-            parent = nest_parents(s_o, e_o, None, g_o)  # enclosing operator (a position), same thread
-            # last operator on the launch's thread that started at or before the launch
-            rt, rs = r.thread[uniq].astype(np.int64), r.ts[uniq]
-            span = int(max(int(e_o.max()), int(rs.max())) - min(int(ops.ts.min()), int(rs.min())) + 2)
-            base = min(int(ops.ts.min()), int(rs.min()))
-            # thread * span + (start - base), built in place (5 M operators: one column, not five)
-            okeys = g_o.astype(np.int64)
-            okeys *= span
-            s_o -= base
-            okeys += s_o
-            del s_o
-            rkeys = rt * span + (rs - base)
-            pos = np.searchsorted(okeys, rkeys, side="right") - 1  # -1: none
-            del okeys
-            pos = np.where((pos >= 0) & (g_o[np.clip(pos, 0, None)] == r.thread[uniq]), pos, -1)
-            del g_o
-            for _ in range(64):  # climb to the innermost enclosing operator
-                c = np.clip(pos, 0, None)
-                bad = (pos >= 0) & (e_o[c] < rs)
-                if not bad.any():
-                    break
-                pos = np.where(bad, parent[c], pos)
-            cand = np.where(pos >= 0, order[np.clip(pos, 0, None)], -1)
+            cand = _innermost(ops, r.thread[uniq], r.ts[uniq])
             out[np.flatnonzero(has)] = cand[inv]
     # 2. Kineto's External id, for kernels without a recorded launch
     if len(oi.kernel_external) == len(k) and len(oi.cpu_external) == len(ops):
@@ -156,6 +127,45 @@ def link_kernels(trace: Trace) -> np.ndarray:
             hit = se[pos] == oi.kernel_external[miss]
             rows = np.flatnonzero(miss)
             out[rows[hit]] = o[pos[hit]]
+    return out
+
+
+def _innermost(ops: CpuOps, threads: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Row of the innermost operator on ``threads[i]`` enclosing instant ``at[i]`` (-1: none):
+    the last operator of the thread started at or before it, climbed up its enclosing operators
+    (:func:`nest_parents`, the stack definition) while it has ended before. One thread at a
+    time — its rows, outer first, nested and searched on their own —, so no column of every
+    operator is gathered or nested at once (5 M operators of a 1 GB export on two threads)."""
+    out = np.full(len(at), -1, np.int64)
+    in_order = is_outer_first(ops.ts, ops.dur)
+    order = g_o = None
+    if not in_order:  # the (thread, start, -duration) order, each thread a block of it
+        order = outer_first(ops.ts, ops.dur, ops.thread)
+        g_o = ops.thread[order]
+    for th in codes.distinct(threads).tolist():
+        if order is None:
+            rows = np.flatnonzero(ops.thread == th)  # in row order: already outer first
+        else:
+            assert g_o is not None
+            rows = order[np.searchsorted(g_o, th, "left") : np.searchsorted(g_o, th, "right")]
+        if not len(rows):
+            continue
+        mine = np.flatnonzero(threads == th)
+        q = at[mine]
+        s = ops.ts[rows]
+        e = ops.dur[rows]
+        e += s
+        parent = nest_parents(s, e)  # enclosing operator (a position in ``rows``)
+        pos = np.searchsorted(s, q, side="right") - 1  # -1: none
+        del s
+        for _ in range(64):  # climb to the innermost enclosing operator
+            c = np.clip(pos, 0, None)
+            bad = (pos >= 0) & (e[c] < q)
+            if not bad.any():
+                break
+            pos = np.where(bad, parent[c], pos)
+        del e, parent
+        out[mine] = np.where(pos >= 0, rows[np.clip(pos, 0, None)], -1)
     return out
 
 
