@@ -309,7 +309,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
 
     # 1–3: runtime calls on the launching threads, in priority order.
     r = trace.runtime
-    mine = np.isin(r.thread, threads)
+    mine = codes.isin(r.thread, threads)
     sync_m = mine & name_mask(trace, SYNC_CALL)[r.name]
     launch_m = mine & name_mask(trace, LAUNCH_CALL)[r.name] & ~sync_m
     other_m = mine & ~sync_m & ~launch_m
@@ -351,7 +351,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     osr = trace.os_runtime
     if len(osr):
         rest = _subtract(left, _merge([x for c in ("input", "launch", "other") for x in pieces[c]]))
-        om = np.isin(osr.thread, threads)
+        om = codes.isin(osr.thread, threads)
         if om.any() and len(rest[0]):
             cover = _intersect(rest, iv.union(osr.ts[om], osr.end[om]))
             pieces["other"].append(cover)

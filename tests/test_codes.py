@@ -21,3 +21,14 @@ def test_distinct_and_grouped_equal_np_unique():
         if n:
             v = rng.integers(0, 10**12, n)
             assert np.add.reduceat(v[order], first).tolist() == [int(v[x == k].sum()) for k in want_u.tolist()]
+
+
+def test_isin_equals_np_isin():
+    rng = np.random.default_rng(6)
+    for trial in range(200):
+        n = int(rng.integers(0, 200))
+        hi = [4, 50, 2**40][trial % 3]
+        x = rng.integers(-1 if trial % 4 == 0 else 0, hi, n)
+        w = rng.integers(-3, hi + 3, int(rng.integers(0, 6)))
+        assert np.array_equal(codes.isin(x.astype(np.int32) if hi < 2**31 else x, w), np.isin(x, w))
+        assert np.array_equal(codes.isin(x, list(w.tolist())), np.isin(x, w))

@@ -172,3 +172,26 @@ def test_union_by_sorted_bounds_equals_the_argsort_merge():
         pieces = [(a, b) for a, b in zip(np.split(s, cuts), np.split(e, cuts))]
         got = iv.union_sets(pieces)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_covered_by_rows_equals_the_measure_of_the_intersection(monkeypatch):
+    """The measure of x ∩ the rows' union, slab by slab with a carry of the rows reaching over
+    each cut, equals total(intersect(x, union(rows))): rows spanning many slabs, touching, empty,
+    masked, two tables, tables out of start order."""
+    monkeypatch.setattr(iv, "_SLAB", 5)
+    rng = np.random.default_rng(31)
+    for trial in range(300):
+        tables, s_all, e_all = [], [], []
+        for _ in range(int(rng.integers(1, 3))):
+            n = int(rng.integers(0, 60))
+            ts = rng.integers(0, 400, n)
+            ts = ts if trial % 5 == 0 else np.sort(ts)
+            dur = rng.integers(-2, 120 if trial % 3 else 5, n)
+            m = rng.random(n) < 0.8 if trial % 2 else None
+            tables.append((ts, dur, m))
+            s_all.append(ts if m is None else ts[m])
+            e_all.append((ts + dur) if m is None else (ts + dur)[m])
+        xs = rng.integers(-20, 450, int(rng.integers(0, 40)))
+        x = iv.union(xs, xs + rng.integers(1, 30, len(xs)))
+        want = iv.total(iv.intersect(x, iv.union(np.concatenate(s_all), np.concatenate(e_all))))
+        assert iv.covered_by_rows(x, tables) == want, trial
