@@ -320,7 +320,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     for cls, m in (("sync", sync_m), ("launch", launch_m), ("other", other_m)):
         cover = _intersect(left, iv.union(r.ts[m], r.end[m]))
         pieces[cls].append(cover)
-        left = _subtract(left, cover)
+        left = iv.minus_part(left, cover)  # cover is a part of left
         if m.any():
             calls += _calls_by_name(trace, r, m, cum_idle, cls)
     calls.sort(key=lambda c: -c.idle_ns)
@@ -494,7 +494,7 @@ def _classify_by_stage(
         rest = _intersect(_subtract(w_left, staged), covered)
         inner = _intersect(rest, work)
         out["launch"].append(inner)
-        out["other"].append(_subtract(rest, inner))
+        out["other"].append(iv.minus_part(rest, inner))  # inner is a part of rest
     return out
 
 

@@ -183,6 +183,23 @@ def within(ivs: IntervalSet, lo: int, hi: int) -> IntervalSet:
     return (s2, e2) if keep.all() else (s2[keep], e2[keep])
 
 
+def minus_part(a: IntervalSet, part: IntervalSet) -> IntervalSet:
+    """``a`` (sorted, disjoint) minus ``part``, a sorted disjoint set inside it (``a ∩ b`` for
+    some b): the pieces of ``a`` between its own bounds and the part's, from two sorts — a piece
+    starts at a start of ``a`` or an end of the part, and ends at the next start of the part or end
+    of ``a`` — instead of a binary search of every piece against the part's complement. The
+    pieces of ``a`` are kept apart where they touch (as an intersection with the complement
+    keeps them)."""
+    if not len(part[0]) or not len(a[0]):
+        return a
+    s = np.concatenate([a[0], part[1]])
+    s.sort()
+    e = np.concatenate([part[0], a[1]])
+    e.sort()
+    keep = e > s
+    return (s, e) if keep.all() else (s[keep], e[keep])
+
+
 def total(iv: IntervalSet) -> int:
     return int((iv[1] - iv[0]).sum())
 

@@ -195,3 +195,26 @@ def test_covered_by_rows_equals_the_measure_of_the_intersection(monkeypatch):
         x = iv.union(xs, xs + rng.integers(1, 30, len(xs)))
         want = iv.total(iv.intersect(x, iv.union(np.concatenate(s_all), np.concatenate(e_all))))
         assert iv.covered_by_rows(x, tables) == want, trial
+
+
+def test_minus_part_equals_the_intersection_with_the_complement():
+    """a minus a part of it (a ∩ b), from two sorts, equals a ∩ complement(part) piece for piece —
+    a's touching pieces kept apart, parts touching a's bounds."""
+    rng = np.random.default_rng(41)
+    for trial in range(300):
+        n = int(rng.integers(0, 40))
+        s = np.sort(rng.integers(0, 500, n))
+        a = iv.union(s, s + rng.integers(1, 30, n))
+        if trial % 3 == 0 and len(a[0]) > 1:  # touching pieces, as idle split at window bounds
+            mid = (a[0][0] + a[1][0]) // 2
+            if a[1][0] - a[0][0] > 1:
+                a = (np.insert(a[0], 1, mid), np.insert(a[1], 0, mid))
+        bs = rng.integers(-10, 520, int(rng.integers(0, 30)))
+        b = iv.union(bs, bs + rng.integers(1, 25, len(bs)))
+        part = iv.intersect(a, b)
+        lo, hi = -100, 1_000
+        comp = (np.concatenate([[lo], part[1]]), np.concatenate([part[0], [hi]]))
+        keep = comp[1] > comp[0]
+        want = iv.intersect(a, (comp[0][keep], comp[1][keep])) if len(part[0]) else a
+        got = iv.minus_part(a, part)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), trial
