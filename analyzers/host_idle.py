@@ -345,7 +345,8 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     frames: list[HostFrame] = []
     parent = _parents(fts, fend) if len(fts) else None  # once: the stages and the heaviest frames read it
     if parent is not None and len(left[0]):
-        for c, sets in _classify_by_stage(trace, fts, fend, parent, launch_ts, left, ws, we, device).items():
+        classify = _classify_all if _disjoint(ws, we) else _classify_by_stage
+        for c, sets in classify(trace, fts, fend, parent, launch_ts, left, ws, we, device).items():
             pieces[c] += sets
     # 5: OS runtime calls (Nsight: poll, read, pthread waits) where nothing above explains the idle.
     osr = trace.os_runtime
@@ -399,6 +400,13 @@ def _frames_by_window(fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.
     disjoint are answered in one pass over (frame, window) pairs; others frame by frame."""
     if len(ws) > 1 and not (np.all(ws[1:] >= we[:-1]) and np.all(we >= ws)):
         return [np.flatnonzero((fend > s) & (fts < e)) for s, e in zip(ws, we)]
+    frame, bounds = _pairs_by_window(fts, fend, ws, we)
+    return [frame[bounds[k] : bounds[k + 1]] for k in range(len(ws))]
+
+
+def _pairs_by_window(fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Windows sorted and disjoint: the frames overlapping each window, window after window
+    (ascending within one), and where each window's begin in that column."""
     lo = np.searchsorted(we, fts, side="right")  # the first window ending after the frame starts
     hi = np.searchsorted(ws, fend, side="left")  # windows starting before the frame ends
     n = np.maximum(hi - lo, 0)
@@ -411,7 +419,148 @@ def _frames_by_window(fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.
     window = window[order]
     del order
     bounds = np.searchsorted(window, np.arange(len(ws) + 1))
-    return [frame[bounds[k] : bounds[k + 1]] for k in range(len(ws))]
+    return frame, bounds
+
+
+def _disjoint(ws: np.ndarray, we: np.ndarray) -> bool:
+    """Windows sorted and disjoint (what the one-pass classification needs)."""
+    return len(ws) < 2 or bool(np.all(ws[1:] >= we[:-1]) and np.all(we >= ws))
+
+
+_GROUP = 16  # windows per pass of the one-pass classification
+
+
+def _classify_all(
+    trace: Trace,
+    fts: Column,
+    fend: Column,
+    parent: Column,
+    launch_ts: Column,
+    left: iv.IntervalSet,
+    ws: Column,
+    we: Column,
+    device: int | None,
+) -> dict[str, list[iv.IntervalSet]]:
+    """:func:`_classify_by_stage` for sorted, disjoint windows, a group of windows at a time in
+    one pass over their (frame, window) pairs: the same union of pieces per class (each window's
+    pieces lie in the window, so a window's stages, rest and work are the group's sets' parts in
+    it; a frame's parent contains it, so the parents of a window's frames are among its frames).
+    A group's launches, idle pieces and host coverage are slices of a few thousand rows: its
+    binary searches stay in cache, where one pass over every window's pairs searched millions."""
+    out: dict[str, list[iv.IntervalSet]] = {"input": [], "launch": [], "other": []}
+    launch_at, launch_kind = _first_op_after(trace, device)
+    covered = iv.union(fts, fend)
+    a_w = np.searchsorted(launch_ts, ws, side="left")  # each window's launches: [a_w, b_w)
+    b_w = np.searchsorted(launch_ts, we, side="left")
+    n_w = b_w - a_w
+    on = n_w > 0
+    last = max(len(launch_ts) - 1, 0)
+    w0 = np.where(on, launch_ts[np.minimum(a_w, last)], 0) if len(launch_ts) else a_w
+    w1 = np.where(on, launch_ts[np.clip(b_w - 1, 0, last)], 0) if len(launch_ts) else a_w
+    frame, bounds = _pairs_by_window(fts, fend, ws, we)
+    for g in range(0, len(ws), _GROUP):
+        h = min(g + _GROUP, len(ws))
+        lo_t, hi_t = int(ws[g]), int(we[h - 1])
+        g_left = _within(left, lo_t, hi_t)
+        if not len(g_left[0]):
+            continue
+        pf = frame[bounds[g] : bounds[h]]
+        pw = np.repeat(np.arange(g, h), np.diff(bounds[g : h + 1]))
+        for c, got in _classify_group(
+            fts,
+            fend,
+            parent,
+            launch_ts[a_w[g] : b_w[h - 1]],
+            g_left,
+            _within(covered, lo_t, hi_t),
+            pf,
+            pw,
+            (ws, we, n_w, w0, w1),
+            launch_at,
+            launch_kind,
+        ):
+            out[c].append(got)
+    return out
+
+
+def _classify_group(
+    fts: Column,
+    fend: Column,
+    parent: Column,
+    launch_ts: Column,
+    left: iv.IntervalSet,
+    covered: iv.IntervalSet,
+    pf: Column,
+    pw: Column,
+    windows: tuple[Column, Column, Column, Column, Column],
+    launch_at: Column,
+    launch_kind: Column,
+) -> list[tuple[str, iv.IntervalSet]]:
+    """One group of windows of :func:`_classify_all`: ``launch_ts``, ``left`` and ``covered`` its
+    slices, (``pf``, ``pw``) its (frame, window) pairs; per window (start, end, launch count,
+    first and last launch)."""
+    ws, we, n_w, w0, w1 = windows
+    htod = COPY_KINDS.index("HtoD")
+    out: list[tuple[str, iv.IntervalSet]] = []
+    # the idle pieces left, by window (idle was cut per window: each piece lies in one)
+    lw = np.maximum(np.searchsorted(ws, left[0], side="right") - 1, 0)
+    has = n_w[lw] > 0
+    if not has.all():  # windows that launch nothing: recorded host work is other
+        out.append(("other", _intersect((left[0][~has], left[1][~has]), covered)))
+        left = (left[0][has], left[1][has])
+        lw = lw[has]
+    keep = n_w[pw] > 0
+    pf, pw = pf[keep], pw[keep]
+
+    def launches(f: np.ndarray, w: np.ndarray) -> np.ndarray:  # the window's launches inside each frame
+        hi = np.searchsorted(launch_ts, np.minimum(fend[f], we[w]), side="left")
+        hi -= np.searchsorted(launch_ts, np.maximum(fts[f], ws[w]), side="left")
+        return hi
+
+    counts = launches(pf, pw)
+    # stages: frames lacking some of the window's launches whose parent has them all (or is none)
+    stage = counts != n_w[pw]
+    par = parent[pf]
+    stage &= (par < 0) | (launches(np.maximum(par, 0), pw) == n_w[pw])
+    st, sw, st_counts = pf[stage], pw[stage], counts[stage]
+    st_s, st_e = np.maximum(fts[st], ws[sw]), np.minimum(fend[st], we[sw])
+    staged = iv.union(st_s, st_e)
+    ps, pe, pa, _ = _overlaps((st_s, st_e), left)  # each stage's idle pieces, labelled by stage
+    if len(ps):
+        quiet = st_counts[pa] == 0  # a stage that issues no GPU work: does its output go to the GPU?
+        if quiet.any():
+            nxt = np.searchsorted(launch_at, fend[st[pa[quiet]]], side="left")
+            kinds = (
+                np.where(nxt < len(launch_kind), launch_kind[np.minimum(nxt, max(len(launch_kind) - 1, 0))], -2)
+                if len(launch_kind)
+                else np.full(len(nxt), -2)
+            )
+            to_gpu = kinds == htod
+            qs, qe = ps[quiet], pe[quiet]
+            out.append(("input", iv.union(qs[to_gpu], qe[to_gpu]) if to_gpu.any() else iv.EMPTY))
+            out.append(("other", iv.union(qs[~to_gpu], qe[~to_gpu]) if (~to_gpu).any() else iv.EMPTY))
+        busy = ~quiet  # a stage that issues some of the work: host time between its kernels
+        if busy.any():
+            bs, be, bw = ps[busy], pe[busy], sw[pa[busy]]
+            b0, b1 = w0[bw], w1[bw]
+            ins, ine = np.maximum(bs, b0), np.minimum(be, b1)
+            inner = ine > ins
+            out.append(("launch", iv.union(ins[inner], ine[inner]) if inner.any() else iv.EMPTY))
+            before_e = np.minimum(be, b0)  # outside the work: before its first launch, after its last
+            after_s = np.maximum(bs, b1)
+            os_ = np.concatenate([bs[before_e > bs], after_s[be > after_s]])
+            oe = np.concatenate([before_e[before_e > bs], be[be > after_s]])
+            out.append(("other", iv.union(os_, oe) if len(os_) else iv.EMPTY))
+    # outside the stages: host work the frames record counts as launch overhead between the
+    # window's first and last launch, as other work outside
+    rest = _intersect(_subtract(left, staged), covered)
+    w = iv.unique_sorted(lw)  # the windows of the pieces left
+    w = w[w1[w] > w0[w]]
+    work = (w0[w], w1[w])  # in the windows: sorted, disjoint
+    inner_set = _intersect(rest, work) if len(work[0]) else iv.EMPTY
+    out.append(("launch", inner_set))
+    out.append(("other", iv.minus_part(rest, inner_set)))
+    return out
 
 
 def _classify_by_stage(
