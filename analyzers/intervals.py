@@ -285,6 +285,16 @@ def exclusive_layers(layers: list[IntervalSet], win_s: np.ndarray, win_e: np.nda
         ls, le = layers[k]
         if not len(ls):
             continue
+        if bool((le > ls).all()) and (len(ls) == 1 or bool((ls[1:] >= le[:-1]).all())):
+            # a sorted, disjoint layer: its intervals are runs of segments (the bounds hold its
+            # ends), marked from a +1/−1 at each run's ends — a search per interval, not per segment
+            run = np.zeros(len(seg_s) + 1, np.int8)
+            run[np.searchsorted(bounds, ls)] = 1  # starts, and ends, are distinct
+            run[np.searchsorted(bounds, le)] -= 1  # (an end may meet the next start: 0 there)
+            np.cumsum(run, dtype=np.int8, out=run)
+            owner[run[:-1] > 0] = k
+            del run
+            continue
         for i in range(0, len(seg_s), _ROWS):
             p = seg_s[i : i + _ROWS]
             j = np.searchsorted(ls, p, side="right")

@@ -218,3 +218,28 @@ def test_minus_part_equals_the_intersection_with_the_complement():
         want = iv.intersect(a, (comp[0][keep], comp[1][keep])) if len(part[0]) else a
         got = iv.minus_part(a, part)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), trial
+
+
+def test_exclusive_layers_of_touching_and_unsorted_layers_count_every_instant_once():
+    """Layers whose pieces touch (marked as runs of segments) and layers of one unsorted interval
+    pair (searched segment by segment) give every instant of a window to the first layer over it."""
+    rng = np.random.default_rng(43)
+    for _ in range(150):
+        layers = []
+        for k in range(int(rng.integers(1, 5))):
+            s = np.sort(rng.integers(0, 200, int(rng.integers(1, 8))))
+            u = iv.union(s, s + rng.integers(1, 30, len(s)))
+            cut = (u[0] + u[1]) // 2  # each piece split in two touching halves
+            ok = (cut > u[0]) & (cut < u[1])
+            t_s = np.sort(np.concatenate([u[0], cut[ok]]))
+            t_e = np.sort(np.concatenate([u[1], cut[ok]]))
+            layers.append((t_s, t_e) if k % 2 == 0 else (t_s[::-1].copy(), t_e[::-1].copy()) if len(t_s) == 1 else (t_s, t_e))
+        ws = np.sort(rng.integers(0, 200, int(rng.integers(1, 4))))
+        we = ws + rng.integers(1, 80, len(ws))
+        got = iv.exclusive_layers(layers, ws, we)
+        for w, (a, b) in enumerate(zip(ws.tolist(), we.tolist())):
+            want = [0] * (len(layers) + 1)
+            for t in range(a, b):
+                k = next((k for k, (s, e) in enumerate(layers) if ((s <= t) & (t < e)).any()), len(layers))
+                want[k] += 1
+            assert got[w].tolist() == want
