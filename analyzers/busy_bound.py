@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainscope.analyzers import codes
 from trainscope.analyzers.cost import KernelCosts
 from trainscope.analyzers.kernels import HIGH_INTENSITY, LOW_INTENSITY, classify_kernel
 from trainscope.analyzers.roofline import Roofline
@@ -81,7 +82,7 @@ def busy_bound(trace: Trace, kernel_mask: np.ndarray | None, costs: KernelCosts,
     k = trace.kernels
     sel = np.ones(len(k), bool) if kernel_mask is None else kernel_mask
     memory_names = {r.name for r in roof.rows if r.bound == "memory"}
-    ids = np.unique(k.name[sel]) if sel.any() else np.empty(0, np.int64)
+    ids = codes.distinct(k.name[sel]) if sel.any() else np.empty(0, np.int64)
     is_mem = np.zeros(len(trace.strings), bool)
     cls_matrix = np.zeros(len(trace.strings), bool)
     cls_fusable = np.zeros(len(trace.strings), bool)

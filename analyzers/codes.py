@@ -60,3 +60,17 @@ def isin(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     lut[w] = True
     out: np.ndarray = lut[values]
     return out
+
+
+def unique_inverse(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(codes, return_inverse=True)``: the sorted distinct values and each row's index
+    among them, from a count and a lookup per possible value where the codes are dense."""
+    codes = np.asarray(codes)
+    if not _dense(codes):
+        u, inv = np.unique(codes, return_inverse=True)
+        return u, inv.reshape(-1)
+    present = np.flatnonzero(np.bincount(codes))
+    lut = np.zeros(int(present[-1]) + 1, np.intp)
+    lut[present] = np.arange(len(present))
+    inv: np.ndarray = lut[codes]
+    return present.astype(codes.dtype, copy=False), inv

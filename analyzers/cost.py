@@ -113,7 +113,7 @@ def link_kernels(trace: Trace) -> np.ndarray:
         has &= rc[pos] == k.correlation if len(rc) else False
         if has.any():
             launches = rrow[pos[has]]
-            uniq, inv = np.unique(launches, return_inverse=True)
+            uniq, inv = codes.unique_inverse(launches)
             del rsel, rc, rrow, o, pos, launches  # the correlation join's columns: not held through the nesting
             cand = _innermost(ops, r.thread[uniq], r.ts[uniq])
             out[np.flatnonzero(has)] = cand[inv]
@@ -216,7 +216,7 @@ def kernel_costs(trace: Trace) -> KernelCosts:
         # one cost per distinct (operator name, input signature)
         sig = oi.cpu_signature[rows] if has_sig else np.full(len(rows), -1, np.int32)
         pair = ops.name[rows].astype(np.int64) * (len(oi.signatures) + 1) + (sig.astype(np.int64) + 1)
-        upair, pinv = np.unique(pair, return_inverse=True)
+        upair, pinv = codes.unique_inverse(pair)
         costs: list[OpCost | None] = []
         for p in upair.tolist():
             name_i, sig_i = divmod(p, len(oi.signatures) + 1)
@@ -240,7 +240,7 @@ def kernel_costs(trace: Trace) -> KernelCosts:
         u_m = np.array([bool(c and c.matrix) for c in costs])
         u_s = np.array([src("shapes: " + c.formula) if c else 0 for c in costs], np.int32)
         # split each operator's cost over its kernels in proportion to their durations
-        uops, oinv = np.unique(rows, return_inverse=True)
+        uops, oinv = codes.unique_inverse(rows)
         dur = k.dur[linked].astype(np.float64)
         tot = np.bincount(oinv, weights=dur)
         cnt = np.bincount(oinv)
@@ -250,7 +250,7 @@ def kernel_costs(trace: Trace) -> KernelCosts:
         # A matrix operator's FLOPs happen in its math kernels, not in the layout transforms or
         # reductions it also launches: where an operator has both, the math kernels get the FLOPs.
         math_name = np.zeros(len(trace.strings), bool)
-        for i in np.unique(k.name[lk]).tolist():
+        for i in codes.distinct(k.name[lk]).tolist():
             math_name[i] = classify_kernel(trace.strings[i]) in ("gemm", "convolution", "attention")
         is_math = math_name[k.name[lk]]
         mdur = np.bincount(oinv, weights=np.where(is_math, dur, 0.0))
@@ -281,7 +281,7 @@ def kernel_costs(trace: Trace) -> KernelCosts:
     unk = (prec == PRECISIONS.index("unknown")) & (kind == SOURCE_KINDS.index("shapes"))
     if unk.any():
         by_name: dict[int, tuple[str | None, int]] = {}
-        for i in np.unique(k.name[unk]).tolist():
+        for i in codes.distinct(k.name[unk]).tolist():
             nm = trace.strings[i]
             p = next((p for p, rx in _NAME_PRECISION if rx.search(nm)), None)
             opaque = _OPAQUE.search(nm)  # copy kernels name only the element size: OpaqueType<2u>
@@ -306,7 +306,7 @@ def kernel_costs(trace: Trace) -> KernelCosts:
         fp32 = (prec == PRECISIONS.index("fp32")) & matrix
         if fp32.any():
             tf32_name = np.zeros(len(trace.strings), bool)
-            for i in np.unique(k.name[fp32]).tolist():
+            for i in codes.distinct(k.name[fp32]).tolist():
                 tf32_name[i] = bool(TF32_KERNEL.search(trace.strings[i]))
             prec[fp32 & tf32_name[k.name]] = PRECISIONS.index("tf32")
     # hardware counters, then names

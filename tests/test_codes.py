@@ -32,3 +32,16 @@ def test_isin_equals_np_isin():
         w = rng.integers(-3, hi + 3, int(rng.integers(0, 6)))
         assert np.array_equal(codes.isin(x.astype(np.int32) if hi < 2**31 else x, w), np.isin(x, w))
         assert np.array_equal(codes.isin(x, list(w.tolist())), np.isin(x, w))
+
+
+def test_unique_inverse_equals_np_unique():
+    rng = np.random.default_rng(8)
+    for trial in range(200):
+        n = int(rng.integers(0, 300))
+        hi = [3, 1_000, 2**40][trial % 3]
+        x = rng.integers(-2 if trial % 5 == 0 else 0, hi, n)
+        x = x.astype(np.int32) if hi < 2**31 else x
+        u, inv = codes.unique_inverse(x)
+        wu, winv = np.unique(x, return_inverse=True)
+        assert np.array_equal(u, wu) and u.dtype == wu.dtype
+        assert np.array_equal(inv, winv) and inv.dtype == winv.dtype
