@@ -74,3 +74,13 @@ def unique_inverse(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lut[present] = np.arange(len(present))
     inv: np.ndarray = lut[codes]
     return present.astype(codes.dtype, copy=False), inv
+
+
+def ascending(col: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """``col`` in ascending order and the stable order that sorts it — None (no order column,
+    no gathered copy) where it is in order already, as a runtime table's correlation ids are."""
+    col = np.asarray(col)
+    if len(col) < 2 or bool((col[1:] >= col[:-1]).all()):
+        return col, None
+    order = np.argsort(col, kind="stable")
+    return col[order], order

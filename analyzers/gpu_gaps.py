@@ -188,11 +188,10 @@ def _issue_times(trace: Trace, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray
     out_i = np.full(len(corr), -1, np.int64)
     if not len(r) or not len(corr):
         return out_t, out_i
-    order = np.argsort(r.correlation, kind="stable")
-    rc = r.correlation[order]
+    rc, order = codes.ascending(r.correlation)
     pos = np.minimum(np.searchsorted(rc, corr), len(rc) - 1)
     ok = (corr >= 0) & (rc[pos] == corr)
-    out_i[ok] = order[pos[ok]]
+    out_i[ok] = pos[ok] if order is None else order[pos[ok]]
     out_t[ok] = r.ts[out_i[ok]]
     return out_t, out_i
 

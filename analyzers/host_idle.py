@@ -65,6 +65,7 @@ _SAME = 0.97
 # Report frames holding at least this share of the idle time.
 _MIN_FRAME_SHARE = 0.05
 _TOP_FRAMES = 8
+_PIECE = 1 << 20  # frames per piece in _heaviest
 
 
 @dataclass(frozen=True)
@@ -254,10 +255,21 @@ def _frames(trace: Trace, thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
         o_sel = o.thread == thread
         umbrella = name_mask(trace, PROFILER_STEP)
         a_sel = (a.thread == thread) & (a.device < 0) & ~umbrella[a.name] if len(a) else np.zeros(0, bool)
-        ts = np.concatenate([o.ts[o_sel], a.ts[a_sel]])
-        end = np.concatenate([o.end[o_sel], a.end[a_sel]])
-        name = np.concatenate([o.name[o_sel], a.name[a_sel]])
+        # written straight into their columns (no whole end column of every operator, no copies)
+        n_o, n_a = int(o_sel.sum()), int(a_sel.sum())
+        ts, dur = np.empty(n_o + n_a, np.int64), np.empty(n_o + n_a, np.int64)
+        name = np.empty(n_o + n_a, o.name.dtype)
+        for col, c_o, c_a in ((ts, o.ts, a.ts), (dur, o.dur, a.dur), (name, o.name, a.name)):
+            np.compress(o_sel, c_o, out=col[:n_o])
+            col[n_o:] = c_a[a_sel]
         src = "operators" if len(ts) else "none"
+        del o_sel, a_sel
+        end = ts + dur
+        if len(ts) and not is_outer_first(ts, dur):
+            order = outer_first(ts, dur)  # outer frames first at equal start
+            del dur
+            ts, end, name = ts[order], end[order], name[order]
+        return ts, end, name, src
     if not len(ts):
         return ts, end, name, src
     dur = end - ts
@@ -351,16 +363,20 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     # 5: OS runtime calls (Nsight: poll, read, pthread waits) where nothing above explains the idle.
     osr = trace.os_runtime
     if len(osr):
-        rest = _subtract(left, _merge([x for c in ("input", "launch", "other") for x in pieces[c]]))
         om = codes.isin(osr.thread, threads)
-        if om.any() and len(rest[0]):
-            cover = _intersect(rest, iv.union(osr.ts[om], osr.end[om]))
+        if om.any() and len(left[0]):
+            # the idle left under an OS call, less what the frames explained there: the pieces
+            # are cut to the (few) OS-call intervals before they are united, not united whole
+            near = _intersect(left, iv.union(osr.ts[om], osr.end[om]))
+            done = [_intersect(near, x) for c in ("input", "launch", "other") for x in pieces[c] if len(x[0])]
+            cover = _subtract(near, _merge(done))
+            del near, done
             pieces["other"].append(cover)
             calls += _calls_by_name(trace, osr, om, _Cum(cover), "other", " (OS)")
             calls.sort(key=lambda c: -c.idle_ns)
-    merged = {c: _merge(v) for c, v in pieces.items()}
-    pieces.clear()  # the merged sets replace the pieces; what is left unexplained is not read again
-    left = rest = iv.EMPTY
+    left = iv.EMPTY  # what is left unexplained is not read again
+    merged = {c: iv.union_sets(v, spent=True) for c, v in pieces.items()}  # each class's pieces freed once merged
+    pieces.clear()  # the merged sets replace the pieces
     for c in ("input", "launch", "sync", "other"):
         ns[c] = iv.total(merged[c])
     ns["unattributed"] = idle_ns - sum(ns.values())
@@ -457,15 +473,27 @@ def _classify_all(
     last = max(len(launch_ts) - 1, 0)
     w0 = np.where(on, launch_ts[np.minimum(a_w, last)], 0) if len(launch_ts) else a_w
     w1 = np.where(on, launch_ts[np.clip(b_w - 1, 0, last)], 0) if len(launch_ts) else a_w
-    frame, bounds = _pairs_by_window(fts, fend, ws, we)
+    # each frame's windows [first, past): a frame in one window is in its group's block of
+    # frames (frames are in start order); the few crossing a window's end are kept aside
+    first = np.searchsorted(we, fts, side="right").astype(np.int32)  # the first window ending after the start
+    past = np.searchsorted(ws, fend, side="left").astype(np.int32)  # windows starting before the end
+    wide = np.flatnonzero(past - first > 1)
     for g in range(0, len(ws), _GROUP):
         h = min(g + _GROUP, len(ws))
         lo_t, hi_t = int(ws[g]), int(we[h - 1])
         g_left = _within(left, lo_t, hi_t)
         if not len(g_left[0]):
             continue
-        pf = frame[bounds[g] : bounds[h]]
-        pw = np.repeat(np.arange(g, h), np.diff(bounds[g : h + 1]))
+        a, b = np.searchsorted(first, [g, h])  # frames whose first window is in the group
+        mine = np.arange(a, b)
+        mine = mine[past[a:b] > first[a:b]]
+        spans = wide[(first[wide] < g) & (past[wide] > g)]  # frames from before reaching into it
+        f = np.concatenate([mine, spans])
+        w_lo = np.maximum(first[f], g)
+        n = np.minimum(past[f], h) - w_lo
+        pf = np.repeat(f, n)
+        pw = _ranges(w_lo.astype(np.int64), n.astype(np.int64))
+        del f, w_lo, n, mine, spans
         for c, got in _classify_group(
             fts,
             fend,
@@ -662,10 +690,12 @@ def _first_op_after(trace: Trace, device: int | None) -> tuple[np.ndarray, np.nd
     kind = np.concatenate([k for _, k in rows])
     if not len(r):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.argsort(r.correlation, kind="stable")
-    pos = np.searchsorted(r.correlation[order], corr)
-    ok = (pos < len(order)) & (r.correlation[order][np.minimum(pos, len(order) - 1)] == corr)
-    launch_at = r.ts[order][np.minimum(pos, len(order) - 1)][ok]
+    rc, order = codes.ascending(r.correlation)
+    pos = np.minimum(np.searchsorted(rc, corr), len(rc) - 1)
+    ok = rc[pos] == corr
+    row = pos[ok] if order is None else order[pos[ok]]
+    del rc, order, pos
+    launch_at = r.ts[row]
     kind = kind[ok]
     o = np.argsort(launch_at, kind="stable")
     return launch_at[o], kind[o]
@@ -689,16 +719,22 @@ def _heaviest(
     of wrappers holding the same time shows as its outermost frame with a source line and its
     deepest frame (what the host was inside)."""
     cum = _Cum(idle)
-    got = cum.overlap(fts, fend)
+    got = np.empty(len(fts), np.int64)
     # frames that contain every launch of the windows drive the loop: not evidence of a cause
     li = launch_ts[iv.contains((ws, we), launch_ts)] if len(launch_ts) else launch_ts
-    counts = (
-        (np.searchsorted(li, fend, side="left") - np.searchsorted(li, fts, side="left"))
-        if len(li)
-        else np.zeros(len(fts))
-    )
-    driver = (counts == len(li)) & (len(li) > 0)
-    cand = np.flatnonzero((got >= _MIN_FRAME_SHARE * idle_ns) & ~driver & (got > 0))
+    heavy = np.empty(len(fts), bool)
+    for i in range(0, len(fts), _PIECE):  # a million frames at a time: no search columns of every frame
+        s, e = fts[i : i + _PIECE], fend[i : i + _PIECE]
+        g = got[i : i + _PIECE]
+        g[:] = cum.overlap(s, e)
+        driver = (
+            (np.searchsorted(li, e, side="left") - np.searchsorted(li, s, side="left")) == len(li)
+            if len(li)
+            else np.zeros(len(s), bool)
+        )
+        heavy[i : i + _PIECE] = (g >= _MIN_FRAME_SHARE * idle_ns) & ~driver & (g > 0)
+    cand = np.flatnonzero(heavy)
+    del heavy
     if not len(cand):
         return []
     cset = set(cand.tolist())

@@ -45,3 +45,14 @@ def test_unique_inverse_equals_np_unique():
         wu, winv = np.unique(x, return_inverse=True)
         assert np.array_equal(u, wu) and u.dtype == wu.dtype
         assert np.array_equal(inv, winv) and inv.dtype == winv.dtype
+
+
+def test_ascending_gives_the_stable_sort_or_none_when_in_order():
+    rng = np.random.default_rng(10)
+    for _ in range(100):
+        x = rng.integers(0, 30, int(rng.integers(0, 50)))
+        s, order = codes.ascending(x)
+        want = np.argsort(x, kind="stable")
+        assert np.array_equal(s, x[want])
+        assert (order is None and np.array_equal(want, np.arange(len(x)))) or np.array_equal(order, want)
+    assert codes.ascending(np.arange(5))[1] is None
