@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from trainscope.analyzers import findings as registry
+from trainscope.analyzers import codes
 from trainscope.analyzers import heap
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.attention import attention_evidence
@@ -270,7 +271,7 @@ def graph_replays(trace: Trace, seg: StepSegmentation, device: int | None) -> di
     want = set(names)
     ids = np.array([i for i, s in enumerate(trace.strings) if s in want], np.int64)
     k = trace.kernels
-    on = np.isin(k.name, ids) & iv.contains((seg.starts, seg.ends), k.ts)
+    on = codes.isin(k.name, ids) & iv.contains((seg.starts, seg.ends), k.ts)
     if device is not None:
         on &= k.device == device
     if not on.any():

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers.kernel_families import tokenize
-from trainscope.analyzers.nesting import nest_parents, outer_first
+from trainscope.analyzers import codes
+from trainscope.analyzers.nesting import is_outer_first, nest_parents, outer_first
 from trainscope.analyzers.kernels import classify_kernel
 from trainscope.analyzers.op_formulas import PRECISIONS, OpCost, op_cost  # noqa: F401 (re-exported)
-from trainscope.traces.model import Trace
+from trainscope.traces.model import CpuOps, Trace
 
 # Precision from a kernel name, for operators recorded without dtypes.
 _NAME_PRECISION: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -112,39 +113,9 @@ def link_kernels(trace: Trace) -> np.ndarray:
         has &= rc[pos] == k.correlation if len(rc) else False
         if has.any():
             launches = rrow[pos[has]]
-            uniq, inv = np.unique(launches, return_inverse=True)
+            uniq, inv = codes.unique_inverse(launches)
             del rsel, rc, rrow, o, pos, launches  # the correlation join's columns: not held through the nesting
-            order = outer_first(ops.ts, ops.dur, ops.thread)  # np.lexsort((-dur, ts, thread))
-            # The nesting and the climb below work in sorted positions (p-th operator along
-            # ``order``): the columns are gathered once in that order and nested in place, not
-            # gathered again by the nesting beside an end column in row order.
-            s_o = ops.ts[order]
-            e_o = ops.dur[order]
-            e_o += s_o
-            g_o = ops.thread[order]
-            parent = nest_parents(s_o, e_o, None, g_o)  # enclosing operator (a position), same thread
-            # last operator on the launch's thread that started at or before the launch
-            rt, rs = r.thread[uniq].astype(np.int64), r.ts[uniq]
-            span = int(max(int(e_o.max()), int(rs.max())) - min(int(ops.ts.min()), int(rs.min())) + 2)
-            base = min(int(ops.ts.min()), int(rs.min()))
-            # thread * span + (start - base), built in place (5 M operators: one column, not five)
-            okeys = g_o.astype(np.int64)
-            okeys *= span
-            s_o -= base
-            okeys += s_o
-            del s_o
-            rkeys = rt * span + (rs - base)
-            pos = np.searchsorted(okeys, rkeys, side="right") - 1  # -1: none
-            del okeys
-            pos = np.where((pos >= 0) & (g_o[np.clip(pos, 0, None)] == r.thread[uniq]), pos, -1)
-            del g_o
-            for _ in range(64):  # climb to the innermost enclosing operator
-                c = np.clip(pos, 0, None)
-                bad = (pos >= 0) & (e_o[c] < rs)
-                if not bad.any():
-                    break
-                pos = np.where(bad, parent[c], pos)
-            cand = np.where(pos >= 0, order[np.clip(pos, 0, None)], -1)
+            cand = _innermost(ops, r.thread[uniq], r.ts[uniq])
             out[np.flatnonzero(has)] = cand[inv]
     # 2. Kineto's External id, for kernels without a recorded launch
     if len(oi.kernel_external) == len(k) and len(oi.cpu_external) == len(ops):
@@ -156,6 +127,45 @@ def link_kernels(trace: Trace) -> np.ndarray:
             hit = se[pos] == oi.kernel_external[miss]
             rows = np.flatnonzero(miss)
             out[rows[hit]] = o[pos[hit]]
+    return out
+
+
+def _innermost(ops: CpuOps, threads: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Row of the innermost operator on ``threads[i]`` enclosing instant ``at[i]`` (-1: none):
+    the last operator of the thread started at or before it, climbed up its enclosing operators
+    (:func:`nest_parents`, the stack definition) while it has ended before. One thread at a
+    time — its rows, outer first, nested and searched on their own —, so no column of every
+    operator is gathered or nested at once (5 M operators of a 1 GB export on two threads)."""
+    out = np.full(len(at), -1, np.int64)
+    in_order = is_outer_first(ops.ts, ops.dur)
+    order = g_o = None
+    if not in_order:  # the (thread, start, -duration) order, each thread a block of it
+        order = outer_first(ops.ts, ops.dur, ops.thread)
+        g_o = ops.thread[order]
+    for th in codes.distinct(threads).tolist():
+        if order is None:
+            rows = np.flatnonzero(ops.thread == th)  # in row order: already outer first
+        else:
+            assert g_o is not None
+            rows = order[np.searchsorted(g_o, th, "left") : np.searchsorted(g_o, th, "right")]
+        if not len(rows):
+            continue
+        mine = np.flatnonzero(threads == th)
+        q = at[mine]
+        s = ops.ts[rows]
+        e = ops.dur[rows]
+        e += s
+        parent = nest_parents(s, e)  # enclosing operator (a position in ``rows``)
+        pos = np.searchsorted(s, q, side="right") - 1  # -1: none
+        del s
+        for _ in range(64):  # climb to the innermost enclosing operator
+            c = np.clip(pos, 0, None)
+            bad = (pos >= 0) & (e[c] < q)
+            if not bad.any():
+                break
+            pos = np.where(bad, parent[c], pos)
+        del e, parent
+        out[mine] = np.where(pos >= 0, rows[np.clip(pos, 0, None)], -1)
     return out
 
 
@@ -206,7 +216,7 @@ def kernel_costs(trace: Trace) -> KernelCosts:
         # one cost per distinct (operator name, input signature)
         sig = oi.cpu_signature[rows] if has_sig else np.full(len(rows), -1, np.int32)
         pair = ops.name[rows].astype(np.int64) * (len(oi.signatures) + 1) + (sig.astype(np.int64) + 1)
-        upair, pinv = np.unique(pair, return_inverse=True)
+        upair, pinv = codes.unique_inverse(pair)
         costs: list[OpCost | None] = []
         for p in upair.tolist():
             name_i, sig_i = divmod(p, len(oi.signatures) + 1)
@@ -230,7 +240,7 @@ def kernel_costs(trace: Trace) -> KernelCosts:
         u_m = np.array([bool(c and c.matrix) for c in costs])
         u_s = np.array([src("shapes: " + c.formula) if c else 0 for c in costs], np.int32)
         # split each operator's cost over its kernels in proportion to their durations
-        uops, oinv = np.unique(rows, return_inverse=True)
+        uops, oinv = codes.unique_inverse(rows)
         dur = k.dur[linked].astype(np.float64)
         tot = np.bincount(oinv, weights=dur)
         cnt = np.bincount(oinv)
@@ -240,7 +250,7 @@ def kernel_costs(trace: Trace) -> KernelCosts:
         # A matrix operator's FLOPs happen in its math kernels, not in the layout transforms or
         # reductions it also launches: where an operator has both, the math kernels get the FLOPs.
         math_name = np.zeros(len(trace.strings), bool)
-        for i in np.unique(k.name[lk]).tolist():
+        for i in codes.distinct(k.name[lk]).tolist():
             math_name[i] = classify_kernel(trace.strings[i]) in ("gemm", "convolution", "attention")
         is_math = math_name[k.name[lk]]
         mdur = np.bincount(oinv, weights=np.where(is_math, dur, 0.0))
@@ -271,7 +281,7 @@ def kernel_costs(trace: Trace) -> KernelCosts:
     unk = (prec == PRECISIONS.index("unknown")) & (kind == SOURCE_KINDS.index("shapes"))
     if unk.any():
         by_name: dict[int, tuple[str | None, int]] = {}
-        for i in np.unique(k.name[unk]).tolist():
+        for i in codes.distinct(k.name[unk]).tolist():
             nm = trace.strings[i]
             p = next((p for p, rx in _NAME_PRECISION if rx.search(nm)), None)
             opaque = _OPAQUE.search(nm)  # copy kernels name only the element size: OpaqueType<2u>
@@ -296,7 +306,7 @@ def kernel_costs(trace: Trace) -> KernelCosts:
         fp32 = (prec == PRECISIONS.index("fp32")) & matrix
         if fp32.any():
             tf32_name = np.zeros(len(trace.strings), bool)
-            for i in np.unique(k.name[fp32]).tolist():
+            for i in codes.distinct(k.name[fp32]).tolist():
                 tf32_name[i] = bool(TF32_KERNEL.search(trace.strings[i]))
             prec[fp32 & tf32_name[k.name]] = PRECISIONS.index("tf32")
     # hardware counters, then names

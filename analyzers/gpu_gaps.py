@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainscope.analyzers import codes
 from trainscope.analyzers import heap
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers import membership
@@ -187,11 +188,10 @@ def _issue_times(trace: Trace, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray
     out_i = np.full(len(corr), -1, np.int64)
     if not len(r) or not len(corr):
         return out_t, out_i
-    order = np.argsort(r.correlation, kind="stable")
-    rc = r.correlation[order]
+    rc, order = codes.ascending(r.correlation)
     pos = np.minimum(np.searchsorted(rc, corr), len(rc) - 1)
     ok = (corr >= 0) & (rc[pos] == corr)
-    out_i[ok] = order[pos[ok]]
+    out_i[ok] = pos[ok] if order is None else order[pos[ok]]
     out_t[ok] = r.ts[out_i[ok]]
     return out_t, out_i
 
@@ -281,7 +281,7 @@ def gpu_gaps(
 
     launch_rows = issue_row[issue_row >= 0]
     threads = np.unique(r.thread[launch_rows]) if len(launch_rows) else np.zeros(0, np.int32)
-    mine = np.isin(r.thread, threads) if len(r) else np.zeros(0, bool)
+    mine = codes.isin(r.thread, threads) if len(r) else np.zeros(0, bool)
     # 1. sync: blocking calls on the issuing threads, and the gap after each capped at its blocked time.
     blocking = mine & name_mask(trace, SYNC_CALL)[r.name] if len(r) else np.zeros(0, bool)
     c = trace.copies
@@ -434,27 +434,16 @@ def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, laun
     """Share of the GPU's idle time within the launching threads' issue span (first to last launch)
     that some recorded host operator or runtime call on those threads covers (ranges are structure,
     not activity: a range around the forward pass says nothing about what the host did inside it)."""
-    span = _and(idle, (np.array([launch_ts[0]]), np.array([launch_ts[-1]]))) if len(launch_ts) > 1 else iv.EMPTY
+    span = iv.within(idle, int(launch_ts[0]), int(launch_ts[-1])) if len(launch_ts) > 1 else iv.EMPTY
     total = iv.total(span)
     if not total:
         return None
     o, r = trace.cpu_ops, trace.runtime
-    om = np.isin(o.thread, threads) & ~name_mask(trace, PROFILER_STEP)[o.name]
-    rm = np.isin(r.thread, threads)
-    # Each table's rows merged on their own, a piece at a time (operators nest: their merge is far
-    # shorter than their rows), then the two sets.
-    parts = [iv.union_rows(o.ts, o.dur, om)]
-    del om
-    n = int(rm.sum())  # runtime calls hardly overlap: one merge, starts and ends written straight in
-    s, e = np.empty(n, np.int64), np.empty(n, np.int64)
-    np.compress(rm, r.ts, out=s)
-    np.compress(rm, r.dur, out=e)
-    del rm
-    e += s
-    parts.append(iv.union(s, e, spent=True))
-    del s, e
-    host = iv.union_sets(parts, spent=True)
-    return _covered(span, host) / total
+    om = codes.isin(o.thread, threads) & ~name_mask(trace, PROFILER_STEP)[o.name]
+    rm = codes.isin(r.thread, threads)
+    # the rows' union measured against the span slab by slab, never built whole (5 M operators and
+    # 2 M runtime calls at 1 GB: the union of both was this stage's peak)
+    return iv.covered_by_rows(span, [(o.ts, o.dur, om), (r.ts, r.dur, rm)]) / total
 
 
 def _covered(a: iv.IntervalSet, b: iv.IntervalSet) -> int:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers import membership
+from trainscope.analyzers import codes, membership
 from trainscope.analyzers.breakdown import SYNC_CALL
 from trainscope.analyzers.frame_names import user_name
 from trainscope.analyzers.steps import PROFILER_STEP, StepSegmentation, name_mask
@@ -65,6 +65,7 @@ _SAME = 0.97
 # Report frames holding at least this share of the idle time.
 _MIN_FRAME_SHARE = 0.05
 _TOP_FRAMES = 8
+_PIECE = 1 << 20  # frames per piece in _heaviest
 
 
 @dataclass(frozen=True)
@@ -254,10 +255,21 @@ def _frames(trace: Trace, thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
         o_sel = o.thread == thread
         umbrella = name_mask(trace, PROFILER_STEP)
         a_sel = (a.thread == thread) & (a.device < 0) & ~umbrella[a.name] if len(a) else np.zeros(0, bool)
-        ts = np.concatenate([o.ts[o_sel], a.ts[a_sel]])
-        end = np.concatenate([o.end[o_sel], a.end[a_sel]])
-        name = np.concatenate([o.name[o_sel], a.name[a_sel]])
+        # written straight into their columns (no whole end column of every operator, no copies)
+        n_o, n_a = int(o_sel.sum()), int(a_sel.sum())
+        ts, dur = np.empty(n_o + n_a, np.int64), np.empty(n_o + n_a, np.int64)
+        name = np.empty(n_o + n_a, o.name.dtype)
+        for col, c_o, c_a in ((ts, o.ts, a.ts), (dur, o.dur, a.dur), (name, o.name, a.name)):
+            np.compress(o_sel, c_o, out=col[:n_o])
+            col[n_o:] = c_a[a_sel]
         src = "operators" if len(ts) else "none"
+        del o_sel, a_sel
+        end = ts + dur
+        if len(ts) and not is_outer_first(ts, dur):
+            order = outer_first(ts, dur)  # outer frames first at equal start
+            del dur
+            ts, end, name = ts[order], end[order], name[order]
+        return ts, end, name, src
     if not len(ts):
         return ts, end, name, src
     dur = end - ts
@@ -309,7 +321,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
 
     # 1–3: runtime calls on the launching threads, in priority order.
     r = trace.runtime
-    mine = np.isin(r.thread, threads)
+    mine = codes.isin(r.thread, threads)
     sync_m = mine & name_mask(trace, SYNC_CALL)[r.name]
     launch_m = mine & name_mask(trace, LAUNCH_CALL)[r.name] & ~sync_m
     other_m = mine & ~sync_m & ~launch_m
@@ -320,7 +332,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     for cls, m in (("sync", sync_m), ("launch", launch_m), ("other", other_m)):
         cover = _intersect(left, iv.union(r.ts[m], r.end[m]))
         pieces[cls].append(cover)
-        left = _subtract(left, cover)
+        left = iv.minus_part(left, cover)  # cover is a part of left
         if m.any():
             calls += _calls_by_name(trace, r, m, cum_idle, cls)
     calls.sort(key=lambda c: -c.idle_ns)
@@ -345,21 +357,26 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     frames: list[HostFrame] = []
     parent = _parents(fts, fend) if len(fts) else None  # once: the stages and the heaviest frames read it
     if parent is not None and len(left[0]):
-        for c, sets in _classify_by_stage(trace, fts, fend, parent, launch_ts, left, ws, we, device).items():
+        classify = _classify_all if _disjoint(ws, we) else _classify_by_stage
+        for c, sets in classify(trace, fts, fend, parent, launch_ts, left, ws, we, device).items():
             pieces[c] += sets
     # 5: OS runtime calls (Nsight: poll, read, pthread waits) where nothing above explains the idle.
     osr = trace.os_runtime
     if len(osr):
-        rest = _subtract(left, _merge([x for c in ("input", "launch", "other") for x in pieces[c]]))
-        om = np.isin(osr.thread, threads)
-        if om.any() and len(rest[0]):
-            cover = _intersect(rest, iv.union(osr.ts[om], osr.end[om]))
+        om = codes.isin(osr.thread, threads)
+        if om.any() and len(left[0]):
+            # the idle left under an OS call, less what the frames explained there: the pieces
+            # are cut to the (few) OS-call intervals before they are united, not united whole
+            near = _intersect(left, iv.union(osr.ts[om], osr.end[om]))
+            done = [_intersect(near, x) for c in ("input", "launch", "other") for x in pieces[c] if len(x[0])]
+            cover = _subtract(near, _merge(done))
+            del near, done
             pieces["other"].append(cover)
             calls += _calls_by_name(trace, osr, om, _Cum(cover), "other", " (OS)")
             calls.sort(key=lambda c: -c.idle_ns)
-    merged = {c: _merge(v) for c, v in pieces.items()}
-    pieces.clear()  # the merged sets replace the pieces; what is left unexplained is not read again
-    left = rest = iv.EMPTY
+    left = iv.EMPTY  # what is left unexplained is not read again
+    merged = {c: iv.union_sets(v, spent=True) for c, v in pieces.items()}  # each class's pieces freed once merged
+    pieces.clear()  # the merged sets replace the pieces
     for c in ("input", "launch", "sync", "other"):
         ns[c] = iv.total(merged[c])
     ns["unattributed"] = idle_ns - sum(ns.values())
@@ -374,14 +391,15 @@ def _calls_by_name(
 ) -> list[HostCall]:
     """The GPU idle time under the ``m`` calls, per call name (the per-call columns die on return)."""
     per = idle.overlap(calls.ts[m], calls.end[m])
-    names, inv = np.unique(calls.name[m], return_inverse=True)
-    dur = calls.dur[m]
+    names, order, first = codes.grouped(calls.name[m])  # per name: one grouping, not a mask per name
+    got = np.add.reduceat(per[order], first) if len(first) else per[:0]
+    del per
+    longest = np.maximum.reduceat(calls.dur[m][order], first) if len(first) else got
+    count = np.diff(np.append(first, len(order)))
     out = []
     for k, nm in enumerate(names.tolist()):
-        sel = inv == k
-        got = int(per[sel].sum())
-        if got > 0:
-            out.append(HostCall(trace.strings[nm] + suffix, cls, int(sel.sum()), got, int(dur[sel].max())))
+        if got[k] > 0:
+            out.append(HostCall(trace.strings[nm] + suffix, cls, int(count[k]), int(got[k]), int(longest[k])))
     return out
 
 
@@ -398,6 +416,13 @@ def _frames_by_window(fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.
     disjoint are answered in one pass over (frame, window) pairs; others frame by frame."""
     if len(ws) > 1 and not (np.all(ws[1:] >= we[:-1]) and np.all(we >= ws)):
         return [np.flatnonzero((fend > s) & (fts < e)) for s, e in zip(ws, we)]
+    frame, bounds = _pairs_by_window(fts, fend, ws, we)
+    return [frame[bounds[k] : bounds[k + 1]] for k in range(len(ws))]
+
+
+def _pairs_by_window(fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Windows sorted and disjoint: the frames overlapping each window, window after window
+    (ascending within one), and where each window's begin in that column."""
     lo = np.searchsorted(we, fts, side="right")  # the first window ending after the frame starts
     hi = np.searchsorted(ws, fend, side="left")  # windows starting before the frame ends
     n = np.maximum(hi - lo, 0)
@@ -410,7 +435,160 @@ def _frames_by_window(fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.
     window = window[order]
     del order
     bounds = np.searchsorted(window, np.arange(len(ws) + 1))
-    return [frame[bounds[k] : bounds[k + 1]] for k in range(len(ws))]
+    return frame, bounds
+
+
+def _disjoint(ws: np.ndarray, we: np.ndarray) -> bool:
+    """Windows sorted and disjoint (what the one-pass classification needs)."""
+    return len(ws) < 2 or bool(np.all(ws[1:] >= we[:-1]) and np.all(we >= ws))
+
+
+_GROUP = 16  # windows per pass of the one-pass classification
+
+
+def _classify_all(
+    trace: Trace,
+    fts: Column,
+    fend: Column,
+    parent: Column,
+    launch_ts: Column,
+    left: iv.IntervalSet,
+    ws: Column,
+    we: Column,
+    device: int | None,
+) -> dict[str, list[iv.IntervalSet]]:
+    """:func:`_classify_by_stage` for sorted, disjoint windows, a group of windows at a time in
+    one pass over their (frame, window) pairs: the same union of pieces per class (each window's
+    pieces lie in the window, so a window's stages, rest and work are the group's sets' parts in
+    it; a frame's parent contains it, so the parents of a window's frames are among its frames).
+    A group's launches, idle pieces and host coverage are slices of a few thousand rows: its
+    binary searches stay in cache, where one pass over every window's pairs searched millions."""
+    out: dict[str, list[iv.IntervalSet]] = {"input": [], "launch": [], "other": []}
+    launch_at, launch_kind = _first_op_after(trace, device)
+    covered = iv.union(fts, fend)
+    a_w = np.searchsorted(launch_ts, ws, side="left")  # each window's launches: [a_w, b_w)
+    b_w = np.searchsorted(launch_ts, we, side="left")
+    n_w = b_w - a_w
+    on = n_w > 0
+    last = max(len(launch_ts) - 1, 0)
+    w0 = np.where(on, launch_ts[np.minimum(a_w, last)], 0) if len(launch_ts) else a_w
+    w1 = np.where(on, launch_ts[np.clip(b_w - 1, 0, last)], 0) if len(launch_ts) else a_w
+    # each frame's windows [first, past): a frame in one window is in its group's block of
+    # frames (frames are in start order); the few crossing a window's end are kept aside
+    first = np.searchsorted(we, fts, side="right").astype(np.int32)  # the first window ending after the start
+    past = np.searchsorted(ws, fend, side="left").astype(np.int32)  # windows starting before the end
+    wide = np.flatnonzero(past - first > 1)
+    for g in range(0, len(ws), _GROUP):
+        h = min(g + _GROUP, len(ws))
+        lo_t, hi_t = int(ws[g]), int(we[h - 1])
+        g_left = _within(left, lo_t, hi_t)
+        if not len(g_left[0]):
+            continue
+        a, b = np.searchsorted(first, [g, h])  # frames whose first window is in the group
+        mine = np.arange(a, b)
+        mine = mine[past[a:b] > first[a:b]]
+        spans = wide[(first[wide] < g) & (past[wide] > g)]  # frames from before reaching into it
+        f = np.concatenate([mine, spans])
+        w_lo = np.maximum(first[f], g)
+        n = np.minimum(past[f], h) - w_lo
+        pf = np.repeat(f, n)
+        pw = _ranges(w_lo.astype(np.int64), n.astype(np.int64))
+        del f, w_lo, n, mine, spans
+        for c, got in _classify_group(
+            fts,
+            fend,
+            parent,
+            launch_ts[a_w[g] : b_w[h - 1]],
+            g_left,
+            _within(covered, lo_t, hi_t),
+            pf,
+            pw,
+            (ws, we, n_w, w0, w1),
+            launch_at,
+            launch_kind,
+        ):
+            out[c].append(got)
+    return out
+
+
+def _classify_group(
+    fts: Column,
+    fend: Column,
+    parent: Column,
+    launch_ts: Column,
+    left: iv.IntervalSet,
+    covered: iv.IntervalSet,
+    pf: Column,
+    pw: Column,
+    windows: tuple[Column, Column, Column, Column, Column],
+    launch_at: Column,
+    launch_kind: Column,
+) -> list[tuple[str, iv.IntervalSet]]:
+    """One group of windows of :func:`_classify_all`: ``launch_ts``, ``left`` and ``covered`` its
+    slices, (``pf``, ``pw``) its (frame, window) pairs; per window (start, end, launch count,
+    first and last launch)."""
+    ws, we, n_w, w0, w1 = windows
+    htod = COPY_KINDS.index("HtoD")
+    out: list[tuple[str, iv.IntervalSet]] = []
+    # the idle pieces left, by window (idle was cut per window: each piece lies in one)
+    lw = np.maximum(np.searchsorted(ws, left[0], side="right") - 1, 0)
+    has = n_w[lw] > 0
+    if not has.all():  # windows that launch nothing: recorded host work is other
+        out.append(("other", _intersect((left[0][~has], left[1][~has]), covered)))
+        left = (left[0][has], left[1][has])
+        lw = lw[has]
+    keep = n_w[pw] > 0
+    pf, pw = pf[keep], pw[keep]
+
+    def launches(f: np.ndarray, w: np.ndarray) -> np.ndarray:  # the window's launches inside each frame
+        hi = np.searchsorted(launch_ts, np.minimum(fend[f], we[w]), side="left")
+        hi -= np.searchsorted(launch_ts, np.maximum(fts[f], ws[w]), side="left")
+        return hi
+
+    counts = launches(pf, pw)
+    # stages: frames lacking some of the window's launches whose parent has them all (or is none)
+    stage = counts != n_w[pw]
+    par = parent[pf]
+    stage &= (par < 0) | (launches(np.maximum(par, 0), pw) == n_w[pw])
+    st, sw, st_counts = pf[stage], pw[stage], counts[stage]
+    st_s, st_e = np.maximum(fts[st], ws[sw]), np.minimum(fend[st], we[sw])
+    staged = iv.union(st_s, st_e)
+    ps, pe, pa, _ = _overlaps((st_s, st_e), left)  # each stage's idle pieces, labelled by stage
+    if len(ps):
+        quiet = st_counts[pa] == 0  # a stage that issues no GPU work: does its output go to the GPU?
+        if quiet.any():
+            nxt = np.searchsorted(launch_at, fend[st[pa[quiet]]], side="left")
+            kinds = (
+                np.where(nxt < len(launch_kind), launch_kind[np.minimum(nxt, max(len(launch_kind) - 1, 0))], -2)
+                if len(launch_kind)
+                else np.full(len(nxt), -2)
+            )
+            to_gpu = kinds == htod
+            qs, qe = ps[quiet], pe[quiet]
+            out.append(("input", iv.union(qs[to_gpu], qe[to_gpu]) if to_gpu.any() else iv.EMPTY))
+            out.append(("other", iv.union(qs[~to_gpu], qe[~to_gpu]) if (~to_gpu).any() else iv.EMPTY))
+        busy = ~quiet  # a stage that issues some of the work: host time between its kernels
+        if busy.any():
+            bs, be, bw = ps[busy], pe[busy], sw[pa[busy]]
+            b0, b1 = w0[bw], w1[bw]
+            ins, ine = np.maximum(bs, b0), np.minimum(be, b1)
+            inner = ine > ins
+            out.append(("launch", iv.union(ins[inner], ine[inner]) if inner.any() else iv.EMPTY))
+            before_e = np.minimum(be, b0)  # outside the work: before its first launch, after its last
+            after_s = np.maximum(bs, b1)
+            os_ = np.concatenate([bs[before_e > bs], after_s[be > after_s]])
+            oe = np.concatenate([before_e[before_e > bs], be[be > after_s]])
+            out.append(("other", iv.union(os_, oe) if len(os_) else iv.EMPTY))
+    # outside the stages: host work the frames record counts as launch overhead between the
+    # window's first and last launch, as other work outside
+    rest = _intersect(_subtract(left, staged), covered)
+    w = iv.unique_sorted(lw)  # the windows of the pieces left
+    w = w[w1[w] > w0[w]]
+    work = (w0[w], w1[w])  # in the windows: sorted, disjoint
+    inner_set = _intersect(rest, work) if len(work[0]) else iv.EMPTY
+    out.append(("launch", inner_set))
+    out.append(("other", iv.minus_part(rest, inner_set)))
+    return out
 
 
 def _classify_by_stage(
@@ -444,7 +622,7 @@ def _classify_by_stage(
         work = _span(w0, w1)
         idx = per_window[w]
         par = parent[idx]
-        ext = np.union1d(idx, par[par >= 0]) if len(idx) else idx  # the frames and their parents
+        ext = iv.unique_sorted(np.concatenate([idx, par[par >= 0]])) if len(idx) else idx  # the frames and their parents
         counts = np.searchsorted(li, fend[ext], side="left") - np.searchsorted(li, fts[ext], side="left")
         full = counts == len(li)
         ppar = parent[ext]
@@ -493,7 +671,7 @@ def _classify_by_stage(
         rest = _intersect(_subtract(w_left, staged), covered)
         inner = _intersect(rest, work)
         out["launch"].append(inner)
-        out["other"].append(_subtract(rest, inner))
+        out["other"].append(iv.minus_part(rest, inner))  # inner is a part of rest
     return out
 
 
@@ -512,10 +690,12 @@ def _first_op_after(trace: Trace, device: int | None) -> tuple[np.ndarray, np.nd
     kind = np.concatenate([k for _, k in rows])
     if not len(r):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.argsort(r.correlation, kind="stable")
-    pos = np.searchsorted(r.correlation[order], corr)
-    ok = (pos < len(order)) & (r.correlation[order][np.minimum(pos, len(order) - 1)] == corr)
-    launch_at = r.ts[order][np.minimum(pos, len(order) - 1)][ok]
+    rc, order = codes.ascending(r.correlation)
+    pos = np.minimum(np.searchsorted(rc, corr), len(rc) - 1)
+    ok = rc[pos] == corr
+    row = pos[ok] if order is None else order[pos[ok]]
+    del rc, order, pos
+    launch_at = r.ts[row]
     kind = kind[ok]
     o = np.argsort(launch_at, kind="stable")
     return launch_at[o], kind[o]
@@ -539,16 +719,22 @@ def _heaviest(
     of wrappers holding the same time shows as its outermost frame with a source line and its
     deepest frame (what the host was inside)."""
     cum = _Cum(idle)
-    got = cum.overlap(fts, fend)
+    got = np.empty(len(fts), np.int64)
     # frames that contain every launch of the windows drive the loop: not evidence of a cause
     li = launch_ts[iv.contains((ws, we), launch_ts)] if len(launch_ts) else launch_ts
-    counts = (
-        (np.searchsorted(li, fend, side="left") - np.searchsorted(li, fts, side="left"))
-        if len(li)
-        else np.zeros(len(fts))
-    )
-    driver = (counts == len(li)) & (len(li) > 0)
-    cand = np.flatnonzero((got >= _MIN_FRAME_SHARE * idle_ns) & ~driver & (got > 0))
+    heavy = np.empty(len(fts), bool)
+    for i in range(0, len(fts), _PIECE):  # a million frames at a time: no search columns of every frame
+        s, e = fts[i : i + _PIECE], fend[i : i + _PIECE]
+        g = got[i : i + _PIECE]
+        g[:] = cum.overlap(s, e)
+        driver = (
+            (np.searchsorted(li, e, side="left") - np.searchsorted(li, s, side="left")) == len(li)
+            if len(li)
+            else np.zeros(len(s), bool)
+        )
+        heavy[i : i + _PIECE] = (g >= _MIN_FRAME_SHARE * idle_ns) & ~driver & (g > 0)
+    cand = np.flatnonzero(heavy)
+    del heavy
     if not len(cand):
         return []
     cset = set(cand.tolist())

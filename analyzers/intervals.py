@@ -170,6 +170,36 @@ def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
     return (s[keep], e[keep]) if keep.any() else EMPTY
 
 
+def within(ivs: IntervalSet, lo: int, hi: int) -> IntervalSet:
+    """``ivs`` (sorted, disjoint) ∩ [lo, hi): two binary searches and a slice, not a pass over
+    the whole set (the same pieces as :func:`intersect` with the one interval)."""
+    s, e = ivs
+    a = int(np.searchsorted(e, lo, side="right"))
+    b = int(np.searchsorted(s, hi, side="left"))
+    if b <= a:
+        return EMPTY
+    s2, e2 = np.maximum(s[a:b], lo), np.minimum(e[a:b], hi)
+    keep = e2 > s2
+    return (s2, e2) if keep.all() else (s2[keep], e2[keep])
+
+
+def minus_part(a: IntervalSet, part: IntervalSet) -> IntervalSet:
+    """``a`` (sorted, disjoint) minus ``part``, a sorted disjoint set inside it (``a ∩ b`` for
+    some b): the pieces of ``a`` between its own bounds and the part's, from two sorts — a piece
+    starts at a start of ``a`` or an end of the part, and ends at the next start of the part or end
+    of ``a`` — instead of a binary search of every piece against the part's complement. The
+    pieces of ``a`` are kept apart where they touch (as an intersection with the complement
+    keeps them)."""
+    if not len(part[0]) or not len(a[0]):
+        return a
+    s = np.concatenate([a[0], part[1]])
+    s.sort()
+    e = np.concatenate([part[0], a[1]])
+    e.sort()
+    keep = e > s
+    return (s, e) if keep.all() else (s[keep], e[keep])
+
+
 def total(iv: IntervalSet) -> int:
     return int((iv[1] - iv[0]).sum())
 
@@ -255,6 +285,16 @@ def exclusive_layers(layers: list[IntervalSet], win_s: np.ndarray, win_e: np.nda
         ls, le = layers[k]
         if not len(ls):
             continue
+        if bool((le > ls).all()) and (len(ls) == 1 or bool((ls[1:] >= le[:-1]).all())):
+            # a sorted, disjoint layer: its intervals are runs of segments (the bounds hold its
+            # ends), marked from a +1/−1 at each run's ends — a search per interval, not per segment
+            run = np.zeros(len(seg_s) + 1, np.int8)
+            run[np.searchsorted(bounds, ls)] = 1  # starts, and ends, are distinct
+            run[np.searchsorted(bounds, le)] -= 1  # (an end may meet the next start: 0 there)
+            np.cumsum(run, dtype=np.int8, out=run)
+            owner[run[:-1] > 0] = k
+            del run
+            continue
         for i in range(0, len(seg_s), _ROWS):
             p = seg_s[i : i + _ROWS]
             j = np.searchsorted(ls, p, side="right")
@@ -271,3 +311,73 @@ def exclusive_layers(layers: list[IntervalSet], win_s: np.ndarray, win_e: np.nda
             length = bounds[lo + 1 : hi + 1] - bounds[lo:hi]
             out[w] = np.bincount(owner[lo:hi], weights=length, minlength=n_layers + 1).astype(np.int64)
     return out
+
+
+_SLAB = 1 << 19  # rows per slab in covered_by_rows
+
+
+def covered_by_rows(x: IntervalSet, tables: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]]) -> int:
+    """The measure of ``x`` (sorted, disjoint) ∩ the union of the rows [ts, ts + dur) of
+    ``tables`` ((ts, dur, mask) each, ts in start order): ``total(intersect(x, union(rows)))``
+    without the union of millions of rows built. Time is cut into slabs of about ``_SLAB`` rows;
+    each slab's rows and the parts of earlier rows reaching into it are merged, the part before
+    the next slab measured against ``x`` and the rest carried on. Tables not in start order are
+    merged whole."""
+    if not len(x[0]) or not tables:
+        return 0
+    if any(len(ts) > 1 and not (ts[1:] >= ts[:-1]).all() for ts, _, _ in tables):
+        s = np.concatenate([ts if m is None else ts[m] for ts, _, m in tables])
+        e = np.concatenate([(ts + d) if m is None else (ts[m] + d[m]) for ts, d, m in tables])
+        return total(intersect(x, union(s, e, spent=True)))
+    big = max(tables, key=lambda t: len(t[0]))[0]
+    cuts: list[int | None] = [*big[_SLAB::_SLAB].tolist(), None]  # slab k ends at cuts[k] (None: open)
+    carry: IntervalSet = EMPTY
+    got = 0
+    done = [0] * len(tables)
+    for hi in cuts:
+        ss, es = [carry[0]], [carry[1]]
+        for j, (ts, dur, m) in enumerate(tables):
+            a = done[j]
+            b = len(ts) if hi is None else int(np.searchsorted(ts, hi, side="left"))
+            done[j] = max(a, b)
+            s, d = ts[a:b], dur[a:b]
+            if m is not None:
+                s, d = s[m[a:b]], d[m[a:b]]
+            ss.append(s)
+            es.append(s + d)
+        u = union(np.concatenate(ss), np.concatenate(es), spent=True)
+        del ss, es
+        if hi is not None and len(u[0]):
+            k = int(np.searchsorted(u[1], hi, side="right"))  # the intervals ending after the cut
+            carry = (np.maximum(u[0][k:], hi), u[1][k:])  # their part from the cut on: the next slab's
+            strad = u[0][k:] < hi  # (at most one, the set being disjoint) reaches over the cut
+            u = (
+                np.concatenate([u[0][:k], u[0][k:][strad]]),
+                np.concatenate([u[1][:k], np.full(int(strad.sum()), hi, np.int64)]),
+            )
+        else:
+            carry = EMPTY
+        got += _measure_in(x, u)
+    return got
+
+
+def _measure_in(x: IntervalSet, u: IntervalSet) -> int:
+    """The measure of x ∩ u (both sorted, disjoint), from u's running measure, over the part of
+    ``x`` that reaches u's span only."""
+    us, ue = u
+    if not len(us):
+        return 0
+    xs, xe = x
+    a = int(np.searchsorted(xe, us[0], side="right"))
+    b = int(np.searchsorted(xs, ue[-1], side="left"))
+    if b <= a:
+        return 0
+    before = np.concatenate([[0], np.cumsum(ue - us)])
+
+    def below(t: np.ndarray) -> np.ndarray:  # measure of u before t
+        k = np.searchsorted(us, t, side="right")
+        j = np.maximum(k - 1, 0)
+        out: np.ndarray = np.where(k > 0, before[j] + np.minimum(t, ue[j]) - us[j], 0)
+        return out
+
+    return int((below(xe[a:b]) - below(xs[a:b])).sum())

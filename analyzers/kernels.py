@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainscope.analyzers import codes
 from trainscope.analyzers.kernel_families import BY_NAME, TENSOR, family_of, split_words, tokenize
 from trainscope.traces.model import Trace
 
@@ -208,7 +209,7 @@ def kernel_classes(trace: Trace, op_row: np.ndarray | None = None) -> tuple[np.n
     cls = np.full(len(trace.strings), ALL_CLASSES.index("other"), np.int8)
     tc = np.zeros(len(trace.strings), bool)
     k = trace.kernels
-    names = np.unique(k.name)
+    names = codes.distinct(k.name)
     op_major: dict[int, str | None] = {}
     if len(k) and len(trace.cpu_ops):
         if op_row is None:
@@ -219,7 +220,7 @@ def kernel_classes(trace: Trace, op_row: np.ndarray | None = None) -> tuple[np.n
         if linked.any():
             ops = trace.cpu_ops
             op_names = ops.name[op_row[linked]]
-            uop = np.unique(op_names)
+            uop = codes.distinct(op_names)
             ocls = {int(i): operator_class(trace.strings[i]) for i in uop.tolist()}
             code = np.array(
                 [ALL_CLASSES.index(ocls[int(i)]) if ocls[int(i)] else len(ALL_CLASSES) for i in uop.tolist()]
@@ -232,7 +233,7 @@ def kernel_classes(trace: Trace, op_row: np.ndarray | None = None) -> tuple[np.n
                 minlength=len(trace.strings) * (len(ALL_CLASSES) + 1),
             )
             w = w.reshape(len(trace.strings), len(ALL_CLASSES) + 1)
-            for i in np.unique(kn).tolist():
+            for i in codes.distinct(kn).tolist():
                 best = int(w[i].argmax())
                 op_major[i] = ALL_CLASSES[best] if best < len(ALL_CLASSES) else None
     for i in names.tolist():

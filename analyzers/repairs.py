@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
+from trainscope.analyzers import codes
 from trainscope.analyzers.steps import PROFILER_STEP, name_mask
 from trainscope.traces.model import Column, Copies, Kernels, Memsets, Trace
 
@@ -401,6 +402,9 @@ _LANE_KEYS = {
 }
 
 
+_PIECE = 1 << 20  # rows per piece in _corroborated_end
+
+
 def _corroborated_end(t: Trace) -> int | None:
     """The trace's last end that two lanes reach: the second-largest of the lanes' last ends (a lane is
     one table's thread, stream or annotation track). A stall that really lasts holds several lanes
@@ -410,13 +414,17 @@ def _corroborated_end(t: Trace) -> int | None:
         tab = getattr(t, table)
         if not len(tab):
             continue
-        key = np.zeros(len(tab), np.int64)
-        for k in keys:
-            key = key * (1 << 32) + (getattr(tab, k).astype(np.int64) & 0xFFFFFFFF)
-        order = np.argsort(key, kind="stable")
-        k_sorted, e_sorted = key[order], tab.end[order]
-        first = np.r_[0, np.flatnonzero(k_sorted[1:] != k_sorted[:-1]) + 1]
-        ends += np.maximum.reduceat(e_sorted, first).tolist()
+        last: dict[int, int] = {}
+        for i in range(0, len(tab), _PIECE):  # a piece at a time: no column of millions of rows built
+            key = np.zeros(min(_PIECE, len(tab) - i), np.int64)
+            for k in keys:
+                key *= 1 << 32
+                key += getattr(tab, k)[i : i + _PIECE].astype(np.int64) & 0xFFFFFFFF
+            lanes, order, first = codes.grouped(key)
+            end = tab.ts[i : i + _PIECE] + tab.dur[i : i + _PIECE]
+            for lane, e in zip(lanes.tolist(), np.maximum.reduceat(end[order], first).tolist()):
+                last[lane] = max(last.get(lane, e), e)
+        ends += list(last.values())
     if not ends:
         return None
     ends.sort()

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trainscope.analyzers import codes
 from trainscope.analyzers.cost import SOURCE_KINDS, KernelCosts, kernel_costs, name_precision
 from trainscope.analyzers.devices import DeviceSpec
 from trainscope.analyzers.kernels import HIGH_INTENSITY, classify_kernel, uses_tensor_cores
@@ -214,7 +215,7 @@ def tensor_core_names(trace: Trace, costs: KernelCosts, spec: DeviceSpec, name_t
     idx = np.flatnonzero(known)
     on_tc = np.zeros(len(idx), bool)
     prec = costs.precision[idx]
-    for p in np.unique(prec).tolist():
+    for p in codes.distinct(prec).tolist():
         on_tc[prec == p] = spec.peak(PRECISIONS[p], True)[1]
     names = k.name[idx]
     votes = np.bincount(names, weights=np.where(on_tc, 1.0, -1.0), minlength=len(out))
@@ -252,7 +253,7 @@ def roofline(
     no_p = prec == PRECISIONS.index("unknown")
     if no_p.any():
         names_np = k.name[idx]
-        for i in np.unique(names_np[no_p]).tolist():
+        for i in codes.distinct(names_np[no_p]).tolist():
             nm = trace.strings[i]
             pn = name_precision(nm)
             on_i = no_p & (names_np == i)
@@ -263,7 +264,7 @@ def roofline(
     roof = np.full(n, np.nan)
     tc = np.zeros(n, bool)
     if spec is not None and n:
-        for p in np.unique(rprec).tolist():
+        for p in codes.distinct(rprec).tolist():
             for m in (False, True):
                 on = (rprec == p) & (rmat == m)
                 if not on.any():
@@ -288,7 +289,7 @@ def roofline(
     names = k.name[idx]
     # communication kernels are not on the roofline
     comm_name = np.zeros(len(trace.strings), bool)
-    for i in np.unique(names).tolist():
+    for i in codes.distinct(names).tolist():
         comm_name[i] = classify_kernel(trace.strings[i]) == "communication"
     is_comm = comm_name[names] if n else np.zeros(0, bool)
     bound[is_comm] = _COMM
@@ -302,13 +303,13 @@ def roofline(
     flops = float(f[fk].sum())
     mfl = fk & mat
     by_prec: dict[str, float] = {}
-    for p in np.unique(prec[mfl]).tolist():
+    for p in codes.distinct(prec[mfl]).tolist():
         by_prec[PRECISIONS[p]] = float(f[mfl & (prec == p)].sum())
 
     # tensor cores: from the precision where the operator gave one, from the name only where not
     cls_name = np.zeros(len(trace.strings), bool)
     tc_name = np.zeros(len(trace.strings), bool)
-    for i in np.unique(names).tolist():
+    for i in codes.distinct(names).tolist():
         c = classify_kernel(trace.strings[i])
         cls_name[i] = c in HIGH_INTENSITY
         tc_name[i] = uses_tensor_cores(trace.strings[i], c)
@@ -382,7 +383,7 @@ def _rows(
 ) -> list[RooflineRow]:
     if not len(names):
         return []
-    un, inv = np.unique(names, return_inverse=True)
+    un, inv = codes.unique_inverse(names)
     m = len(un)
     cnt = np.bincount(inv, minlength=m)
     tdur = np.bincount(inv, weights=dur, minlength=m)
@@ -408,7 +409,7 @@ def _rows(
     pmaj = majority(prec, len(PRECISIONS))
     # the source with the most time per name
     pair = inv.astype(np.int64) * (len(sources) + 1) + source
-    up, pinv = np.unique(pair, return_inverse=True)
+    up, pinv = codes.unique_inverse(pair)
     pw = np.bincount(pinv, weights=dur + 1e-9)
     best_src = np.zeros(m, np.int64)
     best_w = np.full(m, -1.0)
@@ -428,7 +429,7 @@ def _rows(
         # 0.65 s for the million kernels of a 1 GB Nsight export; the same pairs in the same order)
         upeak, pcode = np.unique(np.where(has_roof, roof, -1.0), return_inverse=True)
         code = pcode.reshape(-1).astype(np.int64) * 2 + tc.astype(bool)
-        ucode, rcode = np.unique(code, return_inverse=True)
+        ucode, rcode = codes.unique_inverse(code)
         rcode = rcode.reshape(-1)
         upairs = np.stack([upeak[ucode // 2], (ucode % 2).astype(np.float64)], axis=1)
         nr = len(upairs)

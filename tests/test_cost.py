@@ -365,3 +365,47 @@ def test_counter_agreement_per_class_where_operators_carry_shapes():
     assert gemm.counted_flops == pytest.approx(sum(k.flops for k in modeled))
     assert gemm.ratio == pytest.approx(sum(k.model_flops for k in modeled) / gemm.counted_flops)
     assert "ranges whose operators carry shapes" in h.agreement_note
+
+
+def _innermost_reference(ops, threads: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The stack definition, one launch at a time: the operators of the launch's thread sorted by
+    (start, -duration), their parents by the stack loop, the last started at or before the launch
+    climbed while it has ended before."""
+    from trainscope.analyzers.nesting import nest_parents_loop
+
+    out = np.full(len(at), -1, np.int64)
+    for i, (th, q) in enumerate(zip(threads.tolist(), at.tolist())):
+        rows = np.flatnonzero(ops.thread == th)
+        rows = rows[np.lexsort((-ops.dur[rows], ops.ts[rows]))]
+        if not len(rows):
+            continue
+        s, e = ops.ts[rows], ops.ts[rows] + ops.dur[rows]
+        parent = nest_parents_loop(s, e)
+        p = int(np.searchsorted(s, q, side="right")) - 1
+        for _ in range(64):
+            if p < 0 or e[p] >= q:
+                break
+            p = int(parent[p])
+        out[i] = rows[p] if p >= 0 else -1
+    return out
+
+
+def test_innermost_operator_per_thread_equals_the_stack_definition():
+    """Kernel linking nests each thread's operators on their own (rows in export order or not):
+    the same operator as the per-launch stack walk, nested, overlapping and tied operators too."""
+    from trainscope.analyzers.cost import _innermost
+    from trainscope.traces.model import CpuOps
+
+    rng = np.random.default_rng(23)
+    for trial in range(150):
+        n = int(rng.integers(1, 120))
+        ts = rng.integers(0, 300, n)
+        dur = rng.integers(0, 80, n)
+        th = rng.integers(0, 3, n).astype(np.int32)
+        if trial % 2:  # an export's order: by start, outer first
+            o = np.lexsort((-dur, ts))
+            ts, dur, th = ts[o], dur[o], th[o]
+        ops = CpuOps(ts=ts, dur=dur, thread=th, name=np.zeros(n, np.int32), flops=np.full(n, np.nan))
+        m = int(rng.integers(0, 60))
+        threads, at = rng.integers(0, 4, m).astype(np.int32), rng.integers(-10, 400, m)
+        assert np.array_equal(_innermost(ops, threads, at), _innermost_reference(ops, threads, at)), trial

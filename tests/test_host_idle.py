@@ -142,3 +142,41 @@ def test_interval_helpers_match_a_brute_force_computation():
         got = _frames_by_window(fts, fend, ws, we)
         for k in range(len(ws)):
             assert got[k].tolist() == np.flatnonzero((fend > ws[k]) & (fts < we[k])).tolist()
+
+
+def test_one_pass_classification_equals_the_window_loop(monkeypatch):
+    """The stage classification, a group of windows at a time over (frame, window) pairs, files
+    the same idle time under each class as the loop over windows: random nested and overlapping
+    frames, windows touching or empty, launches, copies after quiet stages."""
+    import numpy as np
+
+    from trainscope.analyzers import host_idle as H
+    from trainscope.analyzers import intervals as iv
+
+    rng = np.random.default_rng(19)
+    monkeypatch.setattr(H, "_GROUP", 2)
+    for trial in range(150):
+        n = int(rng.integers(1, 80))
+        ts = rng.integers(0, 1_000, n)
+        dur = rng.integers(0, 300 if trial % 2 else 40, n)
+        o = np.lexsort((-dur, ts))
+        fts, fend = ts[o], (ts + dur)[o]
+        parent = H._parents(fts, fend)
+        cuts = np.sort(rng.integers(0, 1_100, 2 * int(rng.integers(1, 6))))
+        ws, we = cuts[0::2], cuts[1::2]
+        if trial % 3 == 0:  # touching windows
+            we[:-1] = np.minimum(we[:-1], ws[1:])
+            ws[1:] = we[:-1]
+        launch_ts = np.sort(rng.integers(0, 1_100, int(rng.integers(0, 40))))
+        bs = rng.integers(0, 1_100, int(rng.integers(0, 30)))
+        busy = iv.union(bs, bs + rng.integers(1, 60, len(bs)))
+        windows_set = (ws[we > ws], we[we > ws])
+        left = iv.intersect(windows_set, (np.concatenate([[-1], busy[1]]), np.concatenate([busy[0], [2_000]])))
+        at = np.sort(rng.integers(0, 1_200, int(rng.integers(0, 30))))
+        kind = rng.integers(-1, 3, len(at))
+        monkeypatch.setattr(H, "_first_op_after", lambda trace, device: (at, kind))
+        got = H._classify_all(None, fts, fend, parent, launch_ts, left, ws, we, None)
+        want = H._classify_by_stage(None, fts, fend, parent, launch_ts, left, ws, we, None)
+        for c in ("input", "launch", "other"):
+            g, w = iv.union_sets(list(got[c])), iv.union_sets(list(want[c]))
+            assert np.array_equal(g[0], w[0]) and np.array_equal(g[1], w[1]), (trial, c)

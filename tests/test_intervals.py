@@ -172,3 +172,74 @@ def test_union_by_sorted_bounds_equals_the_argsort_merge():
         pieces = [(a, b) for a, b in zip(np.split(s, cuts), np.split(e, cuts))]
         got = iv.union_sets(pieces)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_covered_by_rows_equals_the_measure_of_the_intersection(monkeypatch):
+    """The measure of x ∩ the rows' union, slab by slab with a carry of the rows reaching over
+    each cut, equals total(intersect(x, union(rows))): rows spanning many slabs, touching, empty,
+    masked, two tables, tables out of start order."""
+    monkeypatch.setattr(iv, "_SLAB", 5)
+    rng = np.random.default_rng(31)
+    for trial in range(300):
+        tables, s_all, e_all = [], [], []
+        for _ in range(int(rng.integers(1, 3))):
+            n = int(rng.integers(0, 60))
+            ts = rng.integers(0, 400, n)
+            ts = ts if trial % 5 == 0 else np.sort(ts)
+            dur = rng.integers(-2, 120 if trial % 3 else 5, n)
+            m = rng.random(n) < 0.8 if trial % 2 else None
+            tables.append((ts, dur, m))
+            s_all.append(ts if m is None else ts[m])
+            e_all.append((ts + dur) if m is None else (ts + dur)[m])
+        xs = rng.integers(-20, 450, int(rng.integers(0, 40)))
+        x = iv.union(xs, xs + rng.integers(1, 30, len(xs)))
+        want = iv.total(iv.intersect(x, iv.union(np.concatenate(s_all), np.concatenate(e_all))))
+        assert iv.covered_by_rows(x, tables) == want, trial
+
+
+def test_minus_part_equals_the_intersection_with_the_complement():
+    """a minus a part of it (a ∩ b), from two sorts, equals a ∩ complement(part) piece for piece —
+    a's touching pieces kept apart, parts touching a's bounds."""
+    rng = np.random.default_rng(41)
+    for trial in range(300):
+        n = int(rng.integers(0, 40))
+        s = np.sort(rng.integers(0, 500, n))
+        a = iv.union(s, s + rng.integers(1, 30, n))
+        if trial % 3 == 0 and len(a[0]) > 1:  # touching pieces, as idle split at window bounds
+            mid = (a[0][0] + a[1][0]) // 2
+            if a[1][0] - a[0][0] > 1:
+                a = (np.insert(a[0], 1, mid), np.insert(a[1], 0, mid))
+        bs = rng.integers(-10, 520, int(rng.integers(0, 30)))
+        b = iv.union(bs, bs + rng.integers(1, 25, len(bs)))
+        part = iv.intersect(a, b)
+        lo, hi = -100, 1_000
+        comp = (np.concatenate([[lo], part[1]]), np.concatenate([part[0], [hi]]))
+        keep = comp[1] > comp[0]
+        want = iv.intersect(a, (comp[0][keep], comp[1][keep])) if len(part[0]) else a
+        got = iv.minus_part(a, part)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), trial
+
+
+def test_exclusive_layers_of_touching_and_unsorted_layers_count_every_instant_once():
+    """Layers whose pieces touch (marked as runs of segments) and layers of one unsorted interval
+    pair (searched segment by segment) give every instant of a window to the first layer over it."""
+    rng = np.random.default_rng(43)
+    for _ in range(150):
+        layers = []
+        for k in range(int(rng.integers(1, 5))):
+            s = np.sort(rng.integers(0, 200, int(rng.integers(1, 8))))
+            u = iv.union(s, s + rng.integers(1, 30, len(s)))
+            cut = (u[0] + u[1]) // 2  # each piece split in two touching halves
+            ok = (cut > u[0]) & (cut < u[1])
+            t_s = np.sort(np.concatenate([u[0], cut[ok]]))
+            t_e = np.sort(np.concatenate([u[1], cut[ok]]))
+            layers.append((t_s, t_e) if k % 2 == 0 else (t_s[::-1].copy(), t_e[::-1].copy()) if len(t_s) == 1 else (t_s, t_e))
+        ws = np.sort(rng.integers(0, 200, int(rng.integers(1, 4))))
+        we = ws + rng.integers(1, 80, len(ws))
+        got = iv.exclusive_layers(layers, ws, we)
+        for w, (a, b) in enumerate(zip(ws.tolist(), we.tolist())):
+            want = [0] * (len(layers) + 1)
+            for t in range(a, b):
+                k = next((k for k, (s, e) in enumerate(layers) if ((s <= t) & (t < e)).any()), len(layers))
+                want[k] += 1
+            assert got[w].tolist() == want
