@@ -236,10 +236,17 @@ class SqliteColumns:
             raise Unavailable(str(e)) from None
 
     def fetch(
-        self, sql: str, names: list[str], text: Iterable[str] = (), real: Iterable[str] = (), reduce=None
+        self,
+        sql: str,
+        names: list[str],
+        text: Iterable[str] = (),
+        real: Iterable[str] = (),
+        reduce=None,
+        spaces: dict[str, TextSpace] | None = None,
     ) -> dict:
         """Run ``sql`` (its result columns named ``names``, in order): int64 arrays, float64 for
-        ``real``, :class:`TextColumn` for ``text`` (one code space for the whole result).
+        ``real``, :class:`TextColumn` for ``text`` (one code space for the whole result, or the
+        caller's ``spaces``, shared by several fetches: the chunks of one table).
         ``reduce(batch) → dict of arrays``, where given, turns each batch into what the caller
         keeps as soon as it is read, so the whole table is never held as fetched."""
         import adbc_driver_manager
@@ -256,7 +263,8 @@ class SqliteColumns:
             stream, _ = cur.execute_query()
             reader = pa.RecordBatchReader._import_from_c(stream.address)
             parts = []
-            spaces = {c: TextSpace() for c in text}
+            if spaces is None:
+                spaces = {c: TextSpace() for c in text}
             for b in reader:
                 if not b.num_rows:
                     continue

@@ -388,10 +388,12 @@ class _SqliteSource:
         req = split.request
         claims = nsys_split.Claims(req.claims)
 
+        spaces = {c: columnar.TextSpace() for c in req.text}  # one text list for this side's chunks
+
         def read(i: int) -> tuple:
             red = reducer()
             sql = nsys_split.chunk_sql(req.select, req.conds, req.bounds[i])
-            return i, self.cols.fetch(sql, req.names, text=req.text, real=req.real, reduce=red), red
+            return i, self.cols.fetch(sql, req.names, text=req.text, real=req.real, reduce=red, spaces=spaces), red
 
         try:
             parts = []
@@ -644,8 +646,9 @@ class _NvtxReducer:
 
     def absorb(self, cols: dict, other: "_NvtxReducer") -> dict:
         """The reduced columns of later rows, read by ``other`` (another process's reducer over the
-        same query), with their thread and text codes mapped into this reducer's spaces; this
-        reducer then stands for both parts (call :meth:`finish` on the joined columns)."""
+        same query, or this process's over another chunk), with their thread and text codes
+        mapped into this reducer's spaces; this reducer then stands for both parts (call
+        :meth:`finish` on the joined columns). ``cols`` is emptied."""
         if not cols:
             return {}
         threads = np.array(
@@ -655,15 +658,7 @@ class _NvtxReducer:
             ],
             np.int32,
         )
-        self.values = values = list(self.values)
-        index = {v: j for j, v in enumerate(values)}
-        text_lut = np.empty(len(other.values), np.int32)
-        for j, v in enumerate(other.values):
-            k = index.get(v)
-            if k is None:
-                k = index[v] = len(values)
-                values.append(v)
-            text_lut[j] = k
+        text_lut = self._text_lut(other.values)
         id_lut = np.empty(len(other.id_texts), np.int32)  # other's −1 − i → this one's
         for tid, k in sorted(other.text_id_code.items(), key=lambda x: -x[1]):
             mine = self.text_id_code.get(tid)
@@ -671,21 +666,51 @@ class _NvtxReducer:
                 mine = self.text_id_code[tid] = -1 - len(self.id_texts)
                 self.id_texts.append(other.id_texts[-1 - k])
             id_lut[-1 - k] = mine
-        codes = cols["text"]
+        codes = cols.pop("text")  # each column taken out of ``cols`` (freed once mapped)
         neg = codes < 0
-        mapped = np.empty(len(codes), np.int32)
-        mapped[~neg] = text_lut[codes[~neg]]
+        if text_lut is None:  # the same text list (chunks this process read): codes stand
+            mapped = codes
+        else:
+            mapped = np.empty(len(codes), np.int32)
+            mapped[~neg] = text_lut[codes[~neg]]
         if neg.any():
             mapped[neg] = id_lut[-1 - codes[neg]]
         for c, f in sorted(other.first.items(), key=lambda x: x[1]):
-            mc = int(id_lut[-1 - c]) if c < 0 else int(text_lut[c])
+            mc = int(id_lut[-1 - c]) if c < 0 else (c if text_lut is None else int(text_lut[c]))
             if mc not in self.first:
                 self.first[mc] = self.n + f
         self.n += other.n
-        return {"ts": cols["ts"], "dur": cols["dur"], "thread": threads[cols["thread"]], "text": mapped}
+        del codes
+        thread = threads[cols.pop("thread")]
+        return {"ts": cols.pop("ts"), "dur": cols.pop("dur"), "thread": thread, "text": mapped}
+
+    def _text_lut(self, other: list) -> np.ndarray | None:
+        """Codes into ``other`` (another reducer's text list) → codes into this one's, which takes
+        the texts it lacks; None where the two lists are one (chunks read by the same process
+        share it). Made once per list: a process's chunks share theirs."""
+        values = self.values
+        if other is values:
+            return None
+        cache = self.__dict__.setdefault("_luts", {})
+        hit = cache.get(id(other))
+        if hit is not None and hit[0] is other:
+            return hit[1]
+        index = self.__dict__.get("_index")
+        if index is None or len(index) != len(values):
+            index = self.__dict__["_index"] = {v: j for j, v in enumerate(values)}
+        lut = np.empty(len(other), np.int32)
+        for j, v in enumerate(other):
+            k = index.get(v)
+            if k is None:
+                k = index[v] = len(values)
+                values.append(v)
+            lut[j] = k
+        cache[id(other)] = (other, lut)
+        return lut
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "strings_raw": {}}  # the parent has the export's strings
+        # the parent has the export's strings; the lookup caches are the parent's own
+        return {**self.__dict__, "strings_raw": {}, "_luts": {}, "_index": None}
 
     def finish(self, cols: dict) -> _NvtxRanges:
         if not cols:

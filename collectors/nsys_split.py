@@ -192,12 +192,12 @@ def read_tail(req: Request) -> list | None:
         return None
     claims = Claims(req.claims)
     parts = []
+    spaces = {c: columnar.TextSpace() for c in req.text}  # one text list for every chunk: sent once
     try:
         while (i := claims.claim(from_top=True)) is not None:
             red = _NvtxReducer(strings_raw)
-            got = cols.fetch(
-                chunk_sql(req.select, req.conds, req.bounds[i]), req.names, text=req.text, real=req.real, reduce=red
-            )
+            sql = chunk_sql(req.select, req.conds, req.bounds[i])
+            got = cols.fetch(sql, req.names, text=req.text, real=req.real, reduce=red, spaces=spaces)
             parts.append((i, got, red))
     except columnar.Unavailable:
         return None
