@@ -146,6 +146,19 @@ def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
     b0, b1 = b
     if not len(a0) or not len(b0):
         return EMPTY
+    if len(a0) > _ROWS:  # a million of a's rows at a time: the pair columns of one piece at once
+        parts = [intersect((a0[i : i + _ROWS], a1[i : i + _ROWS]), b) for i in range(0, len(a0), _ROWS)]
+        parts = [x for x in parts if len(x[0])]
+        if not parts:
+            return EMPTY
+        if len(parts) == 1:
+            return parts[0]
+        s_parts = [x[0] for x in parts]
+        e_parts = [x[1] for x in parts]
+        del parts
+        s = np.concatenate(s_parts)
+        del s_parts
+        return s, np.concatenate(e_parts)
     i = np.searchsorted(b1, a0, side="right")  # the first b ending after each a starts
     n = np.searchsorted(b0, a1, side="left")  # the b starting before each a ends
     n -= i
