@@ -465,7 +465,7 @@ def _classify_all(
     binary searches stay in cache, where one pass over every window's pairs searched millions."""
     out: dict[str, list[iv.IntervalSet]] = {"input": [], "launch": [], "other": []}
     launch_at, launch_kind = _first_op_after(trace, device)
-    covered = iv.union(fts, fend)
+    covered = iv.union_rows(fts, fend, ends=True)
     a_w = np.searchsorted(launch_ts, ws, side="left")  # each window's launches: [a_w, b_w)
     b_w = np.searchsorted(launch_ts, we, side="left")
     n_w = b_w - a_w
@@ -475,8 +475,11 @@ def _classify_all(
     w1 = np.where(on, launch_ts[np.clip(b_w - 1, 0, last)], 0) if len(launch_ts) else a_w
     # each frame's windows [first, past): a frame in one window is in its group's block of
     # frames (frames are in start order); the few crossing a window's end are kept aside
-    first = np.searchsorted(we, fts, side="right").astype(np.int32)  # the first window ending after the start
-    past = np.searchsorted(ws, fend, side="left").astype(np.int32)  # windows starting before the end
+    first = np.empty(len(fts), np.int32)  # the first window ending after the frame starts
+    past = np.empty(len(fts), np.int32)  # windows starting before the frame ends
+    for i in range(0, len(fts), _PIECE):
+        first[i : i + _PIECE] = np.searchsorted(we, fts[i : i + _PIECE], side="right")
+        past[i : i + _PIECE] = np.searchsorted(ws, fend[i : i + _PIECE], side="left")
     wide = np.flatnonzero(past - first > 1)
     for g in range(0, len(ws), _GROUP):
         h = min(g + _GROUP, len(ws))

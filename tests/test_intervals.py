@@ -107,6 +107,11 @@ def test_union_rows_equals_union_of_the_masked_rows(monkeypatch):
             want = iv.union(ts[m] if m is not None else ts, (ts + dur)[m] if m is not None else ts + dur)
             got = iv.union_rows(ts, dur, m)
             assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+            end = ts + dur
+            end0 = end.copy()
+            got = iv.union_rows(ts, end, m, ends=True)  # the ends given: the same set, the column untouched
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+            assert np.array_equal(end, end0)
 
 
 def test_exclusive_layers_matches_an_instant_by_instant_count_across_pieces(monkeypatch):
