@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     from trainscope.analyzers.findings.base import Evidence
 
 CLASSES = ("input", "launch", "sync", "other", "unattributed")
+# classes whose idle time recorded host events explain: the GPU-gap pass leaves it out
+EXPLAINED = ("input", "sync")
 LAUNCH_CALL = re.compile(
     r"^(cuda|hip|cu)(LaunchKernel\w*|LaunchCooperativeKernel\w*|ExtModuleLaunchKernel|ModuleLaunchKernel|"
     r"GraphLaunch|ModuleLoad\w*|LibraryLoad\w*|ModuleGetFunction|LaunchKernelExC\w*)(_v\d+)?$|^hipExtLaunch\w*$"
@@ -100,7 +102,8 @@ class HostIdle:
     thread: str | None = None  # the host thread that issues the GPU work
     source: str = "none"  # "python" (with_stack frames) | "operators" | "none"
     evidence: list[str] = field(default_factory=list)
-    # class -> the GPU-idle intervals filed under it (what later passes must not count again)
+    # class -> the GPU-idle intervals filed under it, for the classes later passes must not count
+    # again (EXPLAINED: input and sync)
     intervals: dict[str, iv.IntervalSet] = field(default_factory=dict, repr=False, compare=False)
 
     def ms(self, cls: str) -> float:
@@ -383,7 +386,10 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     if parent is not None:
         frames = _heaviest(trace, fts, fend, fname, parent, idle, launch_ts, ws, we, step_ns, idle_ns, merged)
     out = HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source)
-    return HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source, _evidence(out), merged)
+    # kept: the classes later passes must not count again (the launch and other sets, millions of
+    # pieces at 1 GB, are not held through the GPU-gap stage)
+    kept = {c: merged[c] for c in EXPLAINED}
+    return HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source, _evidence(out), kept)
 
 
 def _calls_by_name(
