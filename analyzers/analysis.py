@@ -21,7 +21,7 @@ from trainscope.analyzers.devices import DeviceSpec, device_for, lookup_device, 
 from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.gpu_metrics import CounterSummary, counter_context, counter_split, counter_summary
 from trainscope.analyzers.host_device import blocking_syncs, pageable_copies
-from trainscope.analyzers.host_idle import HostIdle, host_idle, host_idle_evidence
+from trainscope.analyzers.host_idle import EXPLAINED, HostIdle, host_idle, host_idle_evidence
 from trainscope.analyzers.hw_counters import (
     HwCounterReport,
     counters_mfu_reason,
@@ -114,6 +114,8 @@ def analyze_trace(
         roof = roofline(trace, on, roof_spec, costs, device_name=dev.name if dev else None)
         bound = busy_bound(trace, on, costs, roof)
         ctx = refine(ctx, roof)
+        del on
+    del costs, in_steps  # read above only: a million kernels' figures not held through the later stages
 
     counters = counter_summary(trace, seg, device)
     warnings = list(trace.warnings)
@@ -289,7 +291,7 @@ def explained_gaps(trace: Trace, seg: StepSegmentation, device: int | None, hidl
     frames' input and sync time), classified from the GPU timeline and the runtime calls."""
     sets = list(host_layers(trace).values())
     if hidle is not None:
-        sets += [v for k, v in hidle.intervals.items() if k in ("input", "sync") and len(v[0])]
+        sets += [v for k, v in hidle.intervals.items() if k in EXPLAINED and len(v[0])]
     # handed over as sets: gpu_gaps unites them and drops them, so this frame holds neither the
     # layers nor their union through the host coverage (the gaps' peak)
     return gpu_gaps(trace, seg, device, explained_sets=sets)

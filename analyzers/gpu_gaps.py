@@ -262,8 +262,10 @@ def gpu_gaps(
     if not len(ops_s) or not step_ns:
         return GpuGaps(step_ns, 0, 0, zero)
     busy = iv.union(ops_s, ops_e)
+    del ops_e  # the operations' ends and their union are read once, here
     windows = iv.union(ws, we)
     idle = _sub(windows, busy)
+    del busy
     idle_ns = iv.total(idle)
     left = _sub(idle, explained)
     del explained
@@ -342,7 +344,7 @@ def gpu_gaps(
         classed, gaps, late = _by_next_operation(left, ops_s, issue_t, ws, we, launch_ts)
         for cls, got in classed.items():
             pieces[cls].append(got)
-    del left, ops_s, ops_e, issue_t, issue_row, busy  # dead here: the host coverage below is the peak
+    del left, ops_s, issue_t, issue_row  # dead here: the host coverage below is the peak
     merged = {cls: iv.union_sets(sets) for cls, sets in pieces.items()}
     pieces.clear()
     ns = {cls: iv.total(merged[cls]) for cls in CLASSES}

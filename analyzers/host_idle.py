@@ -55,6 +55,8 @@ if TYPE_CHECKING:
     from trainscope.analyzers.findings.base import Evidence
 
 CLASSES = ("input", "launch", "sync", "other", "unattributed")
+# classes whose idle time recorded host events explain: the GPU-gap pass leaves it out
+EXPLAINED = ("input", "sync")
 LAUNCH_CALL = re.compile(
     r"^(cuda|hip|cu)(LaunchKernel\w*|LaunchCooperativeKernel\w*|ExtModuleLaunchKernel|ModuleLaunchKernel|"
     r"GraphLaunch|ModuleLoad\w*|LibraryLoad\w*|ModuleGetFunction|LaunchKernelExC\w*)(_v\d+)?$|^hipExtLaunch\w*$"
@@ -100,7 +102,8 @@ class HostIdle:
     thread: str | None = None  # the host thread that issues the GPU work
     source: str = "none"  # "python" (with_stack frames) | "operators" | "none"
     evidence: list[str] = field(default_factory=list)
-    # class -> the GPU-idle intervals filed under it (what later passes must not count again)
+    # class -> the GPU-idle intervals filed under it, for the classes later passes must not count
+    # again (EXPLAINED: input and sync)
     intervals: dict[str, iv.IntervalSet] = field(default_factory=dict, repr=False, compare=False)
 
     def ms(self, cls: str) -> float:
@@ -356,6 +359,8 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     fts, fend, fname, source = _frames(trace, thread)
     frames: list[HostFrame] = []
     parent = _parents(fts, fend) if len(fts) else None  # once: the stages and the heaviest frames read it
+    if parent is not None and len(fts) < 1 << 31:
+        parent = parent.astype(np.int32)  # held through the stages: four bytes a frame
     if parent is not None and len(left[0]):
         classify = _classify_all if _disjoint(ws, we) else _classify_by_stage
         for c, sets in classify(trace, fts, fend, parent, launch_ts, left, ws, we, device).items():
@@ -365,12 +370,12 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     if len(osr):
         om = codes.isin(osr.thread, threads)
         if om.any() and len(left[0]):
-            # the idle left under an OS call, less what the frames explained there: the pieces
-            # are cut to the (few) OS-call intervals before they are united, not united whole
-            near = _intersect(left, iv.union(osr.ts[om], osr.end[om]))
-            done = [_intersect(near, x) for c in ("input", "launch", "other") for x in pieces[c] if len(x[0])]
-            cover = _subtract(near, _merge(done))
-            del near, done
+            # the idle left under an OS call, less what the frames explained there: each class's
+            # pieces taken off in turn (their part under the OS calls), never united whole
+            cover = _intersect(left, iv.union(osr.ts[om], osr.end[om]))
+            for x in (x for c in ("input", "launch", "other") for x in pieces[c]):
+                if len(x[0]) and len(cover[0]):
+                    cover = iv.minus_part(cover, _intersect(cover, x))
             pieces["other"].append(cover)
             calls += _calls_by_name(trace, osr, om, _Cum(cover), "other", " (OS)")
             calls.sort(key=lambda c: -c.idle_ns)
@@ -383,7 +388,10 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     if parent is not None:
         frames = _heaviest(trace, fts, fend, fname, parent, idle, launch_ts, ws, we, step_ns, idle_ns, merged)
     out = HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source)
-    return HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source, _evidence(out), merged)
+    # kept: the classes later passes must not count again (the launch and other sets, millions of
+    # pieces at 1 GB, are not held through the GPU-gap stage)
+    kept = {c: merged[c] for c in EXPLAINED}
+    return HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source, _evidence(out), kept)
 
 
 def _calls_by_name(
@@ -465,7 +473,7 @@ def _classify_all(
     binary searches stay in cache, where one pass over every window's pairs searched millions."""
     out: dict[str, list[iv.IntervalSet]] = {"input": [], "launch": [], "other": []}
     launch_at, launch_kind = _first_op_after(trace, device)
-    covered = iv.union(fts, fend)
+    covered = iv.union_rows(fts, fend, ends=True)
     a_w = np.searchsorted(launch_ts, ws, side="left")  # each window's launches: [a_w, b_w)
     b_w = np.searchsorted(launch_ts, we, side="left")
     n_w = b_w - a_w
@@ -473,27 +481,40 @@ def _classify_all(
     last = max(len(launch_ts) - 1, 0)
     w0 = np.where(on, launch_ts[np.minimum(a_w, last)], 0) if len(launch_ts) else a_w
     w1 = np.where(on, launch_ts[np.clip(b_w - 1, 0, last)], 0) if len(launch_ts) else a_w
-    # each frame's windows [first, past): a frame in one window is in its group's block of
-    # frames (frames are in start order); the few crossing a window's end are kept aside
-    first = np.searchsorted(we, fts, side="right").astype(np.int32)  # the first window ending after the start
-    past = np.searchsorted(ws, fend, side="left").astype(np.int32)  # windows starting before the end
-    wide = np.flatnonzero(past - first > 1)
+    # each frame's windows [first, past) (first: the first window ending after the frame starts,
+    # past: the windows starting before it ends). A frame is in the group of its first window's
+    # block of frames (frames are in start order, so a block is a slice); the few crossing a
+    # window's end are kept aside, found a million frames at a time (no column of every frame)
+    wide_l, first_l, past_l = [], [], []
+    for i in range(0, len(fts), _PIECE):
+        f_first = np.searchsorted(we, fts[i : i + _PIECE], side="right")
+        f_past = np.searchsorted(ws, fend[i : i + _PIECE], side="left")
+        k = np.flatnonzero(f_past - f_first > 1)
+        wide_l.append(k + i)
+        first_l.append(f_first[k])
+        past_l.append(f_past[k])
+    wide, w_first, w_past = np.concatenate(wide_l), np.concatenate(first_l), np.concatenate(past_l)
+    del wide_l, first_l, past_l
     for g in range(0, len(ws), _GROUP):
         h = min(g + _GROUP, len(ws))
         lo_t, hi_t = int(ws[g]), int(we[h - 1])
         g_left = _within(left, lo_t, hi_t)
         if not len(g_left[0]):
             continue
-        a, b = np.searchsorted(first, [g, h])  # frames whose first window is in the group
-        mine = np.arange(a, b)
-        mine = mine[past[a:b] > first[a:b]]
-        spans = wide[(first[wide] < g) & (past[wide] > g)]  # frames from before reaching into it
-        f = np.concatenate([mine, spans])
-        w_lo = np.maximum(first[f], g)
-        n = np.minimum(past[f], h) - w_lo
+        # frames whose first window is in [g, h): we[g-1] <= start < we[h-1]
+        a = int(np.searchsorted(fts, we[g - 1], side="left")) if g else 0
+        b = int(np.searchsorted(fts, we[h - 1], side="left"))
+        first = np.searchsorted(we, fts[a:b], side="right")
+        past = np.searchsorted(ws, fend[a:b], side="left")
+        keep = past > first
+        sw = (w_first < g) & (w_past > g)  # frames from before reaching into the group
+        f = np.concatenate([np.flatnonzero(keep) + a, wide[sw]])
+        w_lo = np.maximum(np.concatenate([first[keep], w_first[sw]]), g)
+        n = np.minimum(np.concatenate([past[keep], w_past[sw]]), h) - w_lo
+        del first, past, keep, sw
         pf = np.repeat(f, n)
         pw = _ranges(w_lo.astype(np.int64), n.astype(np.int64))
-        del f, w_lo, n, mine, spans
+        del f, w_lo, n
         for c, got in _classify_group(
             fts,
             fend,
@@ -684,7 +705,7 @@ def _first_op_after(trace: Trace, device: int | None) -> tuple[np.ndarray, np.nd
     for t in (trace.kernels, trace.copies, trace.memsets):
         on = (t.device == device) if device is not None else np.ones(len(t), bool)
         on &= t.correlation >= 0
-        kinds = t.kind[on].astype(np.int64) if isinstance(t, Copies) else np.full(int(on.sum()), -1, np.int64)
+        kinds = t.kind[on].astype(np.int8) if isinstance(t, Copies) else np.full(int(on.sum()), -1, np.int8)
         rows.append((t.correlation[on], kinds))
     corr = np.concatenate([c for c, _ in rows])
     kind = np.concatenate([k for _, k in rows])

@@ -45,17 +45,18 @@ def union(starts: np.ndarray, ends: np.ndarray, *, spent: bool = False) -> Inter
 _ROWS = 1 << 20  # rows per piece in union_rows
 
 
-def union_rows(ts: np.ndarray, dur: np.ndarray, mask: np.ndarray | None = None) -> IntervalSet:
+def union_rows(ts: np.ndarray, dur: np.ndarray, mask: np.ndarray | None = None, *, ends: bool = False) -> IntervalSet:
     """The union of the rows' [ts, ts + dur) (those where ``mask`` is true), a million rows at a
     time: each piece merged on its own, then the pieces' sets (the same set as :func:`union` over
-    all rows, without whole start and end columns of millions of host rows alive at once)."""
+    all rows, without whole start and end columns of millions of host rows alive at once).
+    ``ends``: the second column holds the rows' ends, not their durations."""
     sets = []
     for i in range(0, len(ts), _ROWS):
         s, d = ts[i : i + _ROWS], dur[i : i + _ROWS]
         if mask is not None:
             m = mask[i : i + _ROWS]
             s, d = s[m], d[m]
-        e = s + d
+        e = d.copy() if ends else s + d
         sets.append(union(s, e, spent=True))
     if len(sets) > 1 and all(len(a[0]) and len(b[0]) and b[0][0] >= a[0][-1] for a, b in zip(sets, sets[1:])):
         # rows in start order (a table's own): the pieces' sets follow one another, joined at the seams
@@ -146,6 +147,19 @@ def intersect(a: IntervalSet, b: IntervalSet) -> IntervalSet:
     b0, b1 = b
     if not len(a0) or not len(b0):
         return EMPTY
+    if len(a0) > _ROWS:  # a million of a's rows at a time: the pair columns of one piece at once
+        parts = [intersect((a0[i : i + _ROWS], a1[i : i + _ROWS]), b) for i in range(0, len(a0), _ROWS)]
+        parts = [x for x in parts if len(x[0])]
+        if not parts:
+            return EMPTY
+        if len(parts) == 1:
+            return parts[0]
+        s_parts = [x[0] for x in parts]
+        e_parts = [x[1] for x in parts]
+        del parts
+        s = np.concatenate(s_parts)
+        del s_parts
+        return s, np.concatenate(e_parts)
     i = np.searchsorted(b1, a0, side="right")  # the first b ending after each a starts
     n = np.searchsorted(b0, a1, side="left")  # the b starting before each a ends
     n -= i

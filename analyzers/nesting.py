@@ -48,14 +48,20 @@ def nest_parents(
         s = np.asarray(starts)[order]
         e = np.asarray(ends)[order]
     c = np.arange(-1, n - 1, dtype=np.int64)  # the candidate: the predecessor in order
-    new_group = np.zeros(n, bool)
     if groups is not None:
+        new_group = np.zeros(n, bool)
         g = np.asarray(groups) if order is None else np.asarray(groups)[order]
         new_group[1:] = g[1:] != g[:-1]
         del g
         c[new_group] = -1
-    _top_level(s, e, new_group, closed_at_end, c)
-    del new_group
+        _top_level(s, e, new_group, closed_at_end, c)
+        del new_group
+    elif n > 1:  # one group: the running maximum of the ends itself, no shifted columns
+        reach = np.maximum.accumulate(e)
+        none_open = np.less_equal(reach[:-1], s[1:]) if closed_at_end else np.less(reach[:-1], s[1:])
+        del reach
+        c[1:][none_open] = -1
+        del none_open
     active = np.flatnonzero(c >= 0)
     while active.size:
         active = active[_closed(s, e, c, active, closed_at_end)]

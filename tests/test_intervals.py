@@ -107,6 +107,11 @@ def test_union_rows_equals_union_of_the_masked_rows(monkeypatch):
             want = iv.union(ts[m] if m is not None else ts, (ts + dur)[m] if m is not None else ts + dur)
             got = iv.union_rows(ts, dur, m)
             assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+            end = ts + dur
+            end0 = end.copy()
+            got = iv.union_rows(ts, end, m, ends=True)  # the ends given: the same set, the column untouched
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+            assert np.array_equal(end, end0)
 
 
 def test_exclusive_layers_matches_an_instant_by_instant_count_across_pieces(monkeypatch):
@@ -243,3 +248,20 @@ def test_exclusive_layers_of_touching_and_unsorted_layers_count_every_instant_on
                 k = next((k for k, (s, e) in enumerate(layers) if ((s <= t) & (t < e)).any()), len(layers))
                 want[k] += 1
             assert got[w].tolist() == want
+
+
+def test_intersect_in_pieces_equals_intersect_whole(monkeypatch):
+    """a's rows taken a piece at a time give the same pieces in the same order."""
+    rng = np.random.default_rng(53)
+    cases = []
+    for _ in range(80):
+        n = int(rng.integers(0, 60))
+        a0 = rng.integers(0, 500, n)
+        a1 = a0 + rng.integers(0, 40, n)
+        bs = rng.integers(0, 500, int(rng.integers(0, 30)))
+        cases.append(((a0, a1), iv.union(bs, bs + rng.integers(1, 30, len(bs)))))
+    whole = [iv.intersect(a, b) for a, b in cases]
+    monkeypatch.setattr(iv, "_ROWS", 7)
+    for (a, b), w in zip(cases, whole):
+        got = iv.intersect(a, b)
+        assert np.array_equal(got[0], w[0]) and np.array_equal(got[1], w[1])

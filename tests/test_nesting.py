@@ -113,3 +113,17 @@ def test_outer_first_is_the_three_key_lexsort():
         groups = rng.integers(0, 3, n).astype(np.int32) + (40_000 if trial % 7 == 0 else 0)
         assert np.array_equal(outer_first(ts, dur), np.lexsort((-dur, ts)))
         assert np.array_equal(outer_first(ts, dur, groups), np.lexsort((-dur, ts, groups)))
+
+
+@pytest.mark.parametrize("closed_at_end", [False, True])
+def test_one_group_in_order_equals_the_loop(closed_at_end):
+    """No groups, rows already in order (read in place; the top level from the ends' running max)."""
+    rng = np.random.default_rng(29)
+    for _ in range(300):
+        n = int(rng.integers(1, 200))
+        s = rng.integers(0, 80, n)
+        d = rng.integers(0, 30, n)
+        d[rng.random(n) < 0.1] = 0
+        o = np.lexsort((-d, s))
+        s, e = s[o], (s + d)[o]
+        assert np.array_equal(nest_parents(s, e, closed_at_end=closed_at_end), nest_parents_loop(s, e, closed_at_end=closed_at_end))
