@@ -389,30 +389,67 @@ class _SqliteSource:
         claims = nsys_split.Claims(req.claims)
 
         spaces = {c: columnar.TextSpace() for c in req.text}  # one text list for this side's chunks
+        # The whole table's reduced columns, written chunk by chunk in row order: pages are taken
+        # as rows arrive (np.empty commits none), and no chunk is held twice or joined at the end.
+        span = req.bounds[-1][1] - req.bounds[0][0] + 1
+        whole = {name: np.empty(span, dtype) for name, dtype in nsys_split.REPLY_COLUMNS}
+        state: dict = {"red": None, "n": 0}
 
-        def read(i: int) -> tuple:
+        def append(cols: dict, red) -> None:
+            """One chunk's reduced rows after those already written, in the first reducer's codes."""
+            rows = len(cols["ts"]) if cols else 0
+            if state["red"] is None:
+                state["red"] = red
+            elif rows:
+                cols = state["red"].absorb(cols, red)
+            n = state["n"]
+            if n + rows > span:
+                raise ValueError("more rows than row ids")
+            for name, _ in nsys_split.REPLY_COLUMNS:
+                if rows:
+                    whole[name][n : n + rows] = cols[name]
+            state["n"] = n + rows
+
+        def read(i: int) -> None:
             red = reducer()
             sql = nsys_split.chunk_sql(req.select, req.conds, req.bounds[i])
-            return i, self.cols.fetch(sql, req.names, text=req.text, real=req.real, reduce=red, spaces=spaces), red
+            append(self.cols.fetch(sql, req.names, text=req.text, real=req.real, reduce=red, spaces=spaces), red)
+
+        def place(i: int, rows: int) -> list:
+            n = state["n"] + placed[0]
+            placed[0] += rows
+            if n + rows > span:
+                raise ValueError("more rows than row ids")
+            return [whole[name][n : n + rows] for name, _ in nsys_split.REPLY_COLUMNS]
 
         try:
-            parts = []
+            mine: list[int] = []
             while (i := claims.claim(from_top=False)) is not None:
-                parts.append(read(i))
-            theirs = split.tail.result()
-            mine = {p[0] for p in parts}
-            if theirs is None or {p[0] for p in theirs} | mine != set(range(len(req.bounds))):
-                theirs = [read(i) for i in range(len(req.bounds)) if i not in mine]
+                mine.append(i)
+                read(i)
+            placed = [0]
+            theirs = split.tail.result(place)
+            if theirs is not None and [p[0] for p in theirs] == list(range(len(mine), len(req.bounds))):
+                for _, rows, red in theirs:  # already in place: their codes mapped where they lie
+                    n = state["n"]
+                    cols = {name: whole[name][n : n + rows] for name, _ in nsys_split.REPLY_COLUMNS}
+                    if state["red"] is None:
+                        state["red"] = red
+                    elif rows:
+                        mapped = state["red"].absorb(cols, red)
+                        if rows:
+                            whole["thread"][n : n + rows] = mapped["thread"]
+                            whole["text"][n : n + rows] = mapped["text"]
+                    state["n"] = n + rows
+            else:  # the child failed: its chunks are read here (over whatever it had written)
+                for i in range(len(mine), len(req.bounds)):
+                    read(i)
         except columnar.Unavailable:
             return None
         finally:
             split.close()
-        parts.extend(theirs)
-        parts.sort(key=lambda p: p[0])
-        red = parts[0][2]
-        joined = [parts[0][1]] + [red.absorb(cols, other) for _, cols, other in parts[1:]]
-        joined = [c for c in joined if c]
-        return red.finish(columnar.join_arrays(joined) if joined else {})
+        n = state["n"]
+        return state["red"].finish({name: whole[name][:n] for name, _ in nsys_split.REPLY_COLUMNS})
 
     def rows(
         self,
@@ -1075,8 +1112,17 @@ class _Reader:
                 if len(r[field + "_uniq"])
                 else np.zeros(0, np.int32)
             )
-            inv = r[field + "_inv"][sel]
+            inv = take(r, field + "_inv", sel)
             return lut[inv] if len(inv) else np.empty(0, np.int32)
+
+        def take(r: _Rows, col: str, sel) -> np.ndarray:
+            # ``consume`` (the last process to read the tables): each raw column leaves the table
+            # as it is turned into the model's, so the two are never both whole.
+            return (r.cols.pop(col) if consume else r.cols[col])[sel]
+
+        def span(r: _Rows, sel) -> tuple[np.ndarray, np.ndarray]:
+            ts = take(r, "start", sel)
+            return ts, take(r, "end", sel) - ts
 
         def thread_column(gtids: np.ndarray) -> np.ndarray:
             uniq, inv = np.unique(gtids, return_inverse=True)
@@ -1096,19 +1142,21 @@ class _Reader:
             # Every row this process's (one GPU process, the common case): views, not copies.
             if r is None:
                 return None
-            m = r["proc"] == proc
+            m = (r.cols.pop("proc") if consume else r["proc"]) == proc
             return slice(None) if m.all() else m
 
         pid = int(proc) & 0xFFFFFF
         ks = select(kernels)
+        k_ts, k_dur = span(kernels, ks)
         k = Kernels(
-            ts=kernels["start"][ks],
-            dur=kernels["end"][ks] - kernels["start"][ks],
-            device=kernels["deviceId"][ks],
-            stream=kernels["streamId"][ks],
+            ts=k_ts,
+            dur=k_dur,
+            device=take(kernels, "deviceId", ks),
+            stream=take(kernels, "streamId", ks),
             name=intern_column(kernels, ks, "name"),
-            correlation=kernels["correlationId"][ks],
+            correlation=take(kernels, "correlationId", ks),
         )
+        del k_ts, k_dur
         if copies is not None:
             cs = select(copies)
             c = Copies(
@@ -1138,13 +1186,15 @@ class _Reader:
             m = Memsets.empty()
         if runtime is not None:
             rs = select(runtime)
+            r_ts, r_dur = span(runtime, rs)
             rt = RuntimeCalls(
-                ts=runtime["start"][rs],
-                dur=runtime["end"][rs] - runtime["start"][rs],
-                thread=thread_column(runtime["globalTid"][rs]),
+                ts=r_ts,
+                dur=r_dur,
+                thread=thread_column(take(runtime, "globalTid", rs)),
                 name=intern_column(runtime, rs, "name"),
-                correlation=runtime["correlationId"][rs],
+                correlation=take(runtime, "correlationId", rs),
             )
+            del r_ts, r_dur
         else:
             rt = RuntimeCalls.empty()
         ann, ops, op_texts, op_order = self._ranges(nvtx, proc, strings, thread_codes, consume)

@@ -22,6 +22,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+import numpy as np
+
 SPLIT_MIN_ROWS = 1_000_000  # a child costs ≈ 0.3 s to start: worth it from ≈ 0.6 s of reading
 CHUNK_ROWS = 262_144  # row ids a claim covers (≈ 0.13 s of NVTX reading): the two sides end together
 MAX_CHUNKS = 64
@@ -113,18 +115,19 @@ class Tail:
         except OSError:
             self.close()
 
-    def result(self) -> list | None:
-        """The child's parts, ``[(chunk, columns, reducer), …]``, or None where it failed (the
-        caller then reads the chunks it had claimed)."""
+    def result(self, place) -> list | None:
+        """The child's parts in chunk order, ``[(chunk, rows, reducer), …]``, their columns written
+        by ``place(chunk, rows)`` → the writable arrays (one per :data:`REPLY_COLUMNS` entry) where
+        that chunk's rows go; None where it failed (the caller then reads the chunks it had claimed)."""
         child = self.child
         if child is None or child.stdout is None:
             return None
         try:
-            out = _read_reply(child.stdout)
+            out = _read_reply(child.stdout, place)
             if child.wait() != 0 or out is None:
                 return None
             return out
-        except (OSError, EOFError, ValueError, pickle.UnpicklingError):
+        except (OSError, EOFError, ValueError, TypeError, pickle.UnpicklingError):
             return None
         finally:
             self.close()
@@ -138,46 +141,61 @@ class Tail:
             child.stdout.close()
 
 
-def _write_reply(out, value) -> None:
-    """``value`` pickled (protocol 5) with its arrays' bytes out of band: a header, then each buffer
-    as its length and bytes, so the parent reads them into place, never holding a second copy."""
-    buffers: list[pickle.PickleBuffer] = []
-    head = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+REPLY_COLUMNS = (("ts", np.int64), ("dur", np.int64), ("thread", np.int32), ("text", np.int32))  # a reducer's
+
+
+def _write_reply(out, parts: list) -> None:
+    """The parts in chunk order: a pickled header of ``(chunk, rows, reducer)`` (one text list for
+    all), then each part's columns as raw bytes, :data:`REPLY_COLUMNS` in order, so the parent
+    reads them straight into their place in the whole table's columns: no second copy."""
+    parts = sorted(parts, key=lambda p: p[0])
+    head = pickle.dumps([(i, len(cols["ts"]) if cols else 0, red) for i, cols, red in parts], protocol=5)
     out.write(len(head).to_bytes(8, "little"))
     out.write(head)
-    out.write(len(buffers).to_bytes(8, "little"))
-    for b in buffers:
-        raw = b.raw()
-        out.write(raw.nbytes.to_bytes(8, "little"))
-        out.write(raw)
+    for _, cols, _ in parts:
+        if not cols:
+            continue
+        for name, dtype in REPLY_COLUMNS:
+            out.write(memoryview(np.ascontiguousarray(cols.pop(name), dtype)).cast("B"))
     out.flush()
 
 
 def _read_exact(f, n: int) -> bytearray:
     buf = bytearray(n)
-    view = memoryview(buf)
+    _read_into(f, memoryview(buf))
+    return buf
+
+
+def _read_into(f, view: memoryview) -> None:
+    view = view.cast("B")
     got = 0
-    while got < n:
+    while got < len(view):
         k = f.readinto(view[got:])
         if not k:
             raise EOFError("the child's reply ended early")
         got += k
-    return buf
 
 
-def _read_reply(f):
+def _read_reply(f, place):
     n = int.from_bytes(_read_exact(f, 8), "little")
     if n == 0:
         return None
-    head = _read_exact(f, n)
-    count = int.from_bytes(_read_exact(f, 8), "little")
-    buffers = [_read_exact(f, int.from_bytes(_read_exact(f, 8), "little")) for _ in range(count)]
-    return pickle.loads(head, buffers=buffers)  # our own child's reply, arrays over these buffers
+    head = pickle.loads(_read_exact(f, n))  # our own child's reply
+    for i, rows, _ in head:
+        if not isinstance(i, int) or not isinstance(rows, int) or rows < 0:
+            raise ValueError("a malformed reply")
+        if rows:
+            arrays = place(i, rows)
+            for (_, dtype), a in zip(REPLY_COLUMNS, arrays):
+                if a.dtype != dtype or len(a) != rows:
+                    raise ValueError("a column of another type or length")
+                _read_into(f, memoryview(a))
+    return head
 
 
 def read_tail(req: Request) -> list | None:
-    """In the child: claim chunks from the top and read each with a reducer of its own; None where
-    the driver refuses."""
+    """In the child: claim chunks from the top and read each with a reducer of its own, ``[(chunk,
+    columns, reducer), …]``; None where the driver refuses."""
     from trainscope.collectors import columnar
     from trainscope.collectors.nsys import _NvtxReducer, connect_readonly
 

@@ -57,8 +57,8 @@ def _spy_on_child(monkeypatch) -> list:
     got: list = []
     result = nsys_split.Tail.result
 
-    def spy(self):
-        out = result(self)
+    def spy(self, place):
+        out = result(self, place)
         got.append(out)
         return out
 
