@@ -11,7 +11,9 @@ releases wrote a bare list of segments. Only what the analysis reads is kept, in
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import io
 import os
 from gc import is_tracked
 from itertools import chain, compress, repeat
@@ -117,9 +119,14 @@ def load_snapshot(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
 
 def _read(path: str, max_bytes: int, prescan: bool = False) -> Snapshot:
     """Read, unpickle and parse ``path`` (in the child); a refusal is a :class:`ChildError` with
-    its one-line problem."""
+    its one-line problem. In the child, what the C unpickler prints itself goes nowhere: refusing a
+    BYTEARRAY8 length bomb, CPython's prints "SystemError: deallocated bytearray object has exported
+    buffers" before the one-line refusal (measured on 3.11, the message twice on the terminal)."""
     try:
-        return _read_checked(path, max_bytes, prescan)
+        if prescan:  # in-process (no fork): the opcode scan refuses such a file before the unpickler
+            return _read_checked(path, max_bytes, prescan)
+        with contextlib.redirect_stderr(io.StringIO()):
+            return _read_checked(path, max_bytes, prescan)
     except TraceError as e:
         raise ChildError(e.problem) from None
     except MemoryError:

@@ -347,3 +347,20 @@ def test_a_gzip_snapshot_streams_in_two_inflations_and_damage_is_refused(tmp_pat
         S._read_streaming(str(p), 1 << 30)
     with pytest.raises(TraceError, match="gzip data is damaged: corrupt gzip data"):
         S.load_snapshot(str(p))
+
+
+@pytest.mark.parametrize("reader", ["", "unpickler"])
+def test_a_bytearray_bomb_is_one_line_on_the_terminal(tmp_path, reader):
+    """Both readers hand a BYTEARRAY8 length bomb to the C unpickler, which (CPython 3.11) prints
+    "SystemError: deallocated bytearray object has exported buffers" of its own while refusing it:
+    silenced in the reader's child, so stderr holds the one refusal line."""
+    import os
+    import subprocess
+
+    p = tmp_path / "b.pickle"
+    p.write_bytes(b"\x80\x04\x96" + struct.pack("<Q", 2**62) + b"abc.")
+    env = dict(os.environ, **{S.READER_ENV: reader})
+    r = subprocess.run(
+        [sys.executable, "-m", "trainscope", "memory", str(p)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "declares" in r.stderr, r.stderr
