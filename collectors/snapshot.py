@@ -1,4 +1,5 @@
-"""Read a PyTorch CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``) through the safe unpickler.
+"""Read a PyTorch CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``) safely: through the
+streaming reader (``collectors/_pickle_stream.c``), or the restricted unpickler where it declines.
 
 The snapshot is a dict: ``segments`` (the caching allocator's state when it was dumped: each
 segment's reserved size and its blocks, ``active_allocated`` / ``inactive`` / ``active_pending_free``),
@@ -96,10 +97,12 @@ def _inflated_size(path: str, size: int, max_bytes: int) -> int:
 def load_snapshot(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
     """Load and check a snapshot; any problem is a one-line :class:`TraceError`.
 
-    The unpickling and the parse run in a forked child under ``RLIMIT_AS`` (the parent's address
-    space + ``MEMORY_FACTOR`` × the file's size + ``HEADROOM``): the C unpickler with a
-    ``find_class`` that admits no global (so no code can run), the plain-data checks made where the
-    parse reads each field, and the parsed model sent back (:mod:`trainscope.collectors.isolated`)."""
+    The read and the parse run in a forked child under ``RLIMIT_AS`` (the parent's address space +
+    ``MEMORY_FACTOR`` × the file's size + ``HEADROOM``): the streaming reader (plain-data opcodes
+    only, the big lists handed to the parse in batches, never the whole tree: :func:`_read_streaming`)
+    or, for what it declines or where it is not built, the C unpickler with a ``find_class`` that
+    admits no global (so no code can run either way); the plain-data checks made where the parse
+    reads each field, and the parsed model sent back (:mod:`trainscope.collectors.isolated`)."""
     if not os.path.exists(path):
         raise TraceError(path, "no such file or directory")
     if os.path.isdir(path):
