@@ -557,7 +557,11 @@ decode_long(const unsigned char *p, Py_ssize_t n)
             v |= ~0ULL << (8 * n);
         return PyLong_FromLongLong((long long)v);
     }
+#if PY_VERSION_HEX >= 0x030D0000
+    return PyLong_FromNativeBytes(p, (size_t)n, Py_ASNATIVEBYTES_LITTLE_ENDIAN); /* signed */
+#else
     return _PyLong_FromByteArray(p, (size_t)n, 1, 1);
+#endif
 }
 
 static double
