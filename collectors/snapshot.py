@@ -1,4 +1,5 @@
-"""Read a PyTorch CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``) through the safe unpickler.
+"""Read a PyTorch CUDA memory snapshot (``torch.cuda.memory._dump_snapshot``) safely: through the
+streaming reader (``collectors/_pickle_stream.c``), or the restricted unpickler where it declines.
 
 The snapshot is a dict: ``segments`` (the caching allocator's state when it was dumped: each
 segment's reserved size and its blocks, ``active_allocated`` / ``inactive`` / ``active_pending_free``),
@@ -11,7 +12,9 @@ releases wrote a bare list of segments. Only what the analysis reads is kept, in
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import io
 import os
 from gc import is_tracked
 from itertools import chain, compress, repeat
@@ -41,6 +44,16 @@ from trainscope.traces.memory_snapshot import (
     Segment,  # noqa: F401
     Snapshot,
 )
+
+try:  # the streaming reader (collectors/_pickle_stream.c), built by `pip install` where a C compiler is
+    from trainscope.collectors import _pickle_stream
+except ImportError as e:  # pragma: no cover - no compiler at install time
+    _pickle_stream = None  # type: ignore[assignment]
+    STREAMING_MISSING = f"the streaming reader was not built ({e})"
+else:
+    STREAMING_MISSING = ""
+
+READER_ENV = "TRAINSCOPE_SNAPSHOT_READER"  # "unpickler": read every snapshot through the fallback
 
 PICKLE_MAGIC = b"\x80"  # PROTO opcode: every pickle of protocol ≥ 2 starts with it
 
@@ -84,10 +97,12 @@ def _inflated_size(path: str, size: int, max_bytes: int) -> int:
 def load_snapshot(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
     """Load and check a snapshot; any problem is a one-line :class:`TraceError`.
 
-    The unpickling and the parse run in a forked child under ``RLIMIT_AS`` (the parent's address
-    space + ``MEMORY_FACTOR`` × the file's size + ``HEADROOM``): the C unpickler with a
-    ``find_class`` that admits no global (so no code can run), the plain-data checks made where the
-    parse reads each field, and the parsed model sent back (:mod:`trainscope.collectors.isolated`)."""
+    The read and the parse run in a forked child under ``RLIMIT_AS`` (the parent's address space +
+    ``MEMORY_FACTOR`` × the file's size + ``HEADROOM``): the streaming reader (plain-data opcodes
+    only, the big lists handed to the parse in batches, never the whole tree: :func:`_read_streaming`)
+    or, for what it declines or where it is not built, the C unpickler with a ``find_class`` that
+    admits no global (so no code can run either way); the plain-data checks made where the parse
+    reads each field, and the parsed model sent back (:mod:`trainscope.collectors.isolated`)."""
     if not os.path.exists(path):
         raise TraceError(path, "no such file or directory")
     if os.path.isdir(path):
@@ -107,9 +122,14 @@ def load_snapshot(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
 
 def _read(path: str, max_bytes: int, prescan: bool = False) -> Snapshot:
     """Read, unpickle and parse ``path`` (in the child); a refusal is a :class:`ChildError` with
-    its one-line problem."""
+    its one-line problem. In the child, what the C unpickler prints itself goes nowhere: refusing a
+    BYTEARRAY8 length bomb, CPython's prints "SystemError: deallocated bytearray object has exported
+    buffers" before the one-line refusal (measured on 3.11, the message twice on the terminal)."""
     try:
-        return _read_checked(path, max_bytes, prescan)
+        if prescan:  # in-process (no fork): the opcode scan refuses such a file before the unpickler
+            return _read_checked(path, max_bytes, prescan)
+        with contextlib.redirect_stderr(io.StringIO()):
+            return _read_checked(path, max_bytes, prescan)
     except TraceError as e:
         raise ChildError(e.problem) from None
     except MemoryError:
@@ -119,6 +139,70 @@ def _read(path: str, max_bytes: int, prescan: bool = False) -> Snapshot:
 
 
 def _read_checked(path: str, max_bytes: int, prescan: bool = False) -> Snapshot:
+    if streaming_available():
+        try:
+            return _read_streaming(path, max_bytes)
+        except _STREAM_DECLINED:
+            pass  # not the plain layout it streams, or refused: the unpickler's path says why, in its words
+    return _read_unpickled(path, max_bytes, prescan)
+
+
+def streaming_available() -> bool:
+    """Whether snapshots are read by the streaming reader first (built, and not turned off by
+    ``TRAINSCOPE_SNAPSHOT_READER=unpickler``)."""
+    return _pickle_stream is not None and os.environ.get(READER_ENV, "") != "unpickler"
+
+
+def _is_stream(x) -> bool:
+    return _pickle_stream is not None and type(x) is _pickle_stream.Stream
+
+
+# What makes the streaming reader give the file to the unpickler's path: its own Decline (an opcode
+# outside plain data, a layout it does not stream, damage), gzip refusals, and the parse's refusals
+# (the fallback says them in its words and order: the same one-line messages as before).
+_STREAM_DECLINED: tuple[type[BaseException], ...] = (
+    UnsafePickleError,
+    KeyError,
+    TypeError,
+    ValueError,
+    AttributeError,
+    OverflowError,
+    RecursionError,
+    OSError,
+) + ((_pickle_stream.Decline,) if _pickle_stream is not None else ())
+
+
+def _read_streaming(path: str, max_bytes: int) -> Snapshot:
+    """Read ``path`` with the streaming reader, in two passes over its bytes (a ``.pickle.gz`` is
+    inflated twice, 1 MiB at a time, never whole): ``scan`` checks the opcodes (plain data only:
+    no opcode that names a global or calls anything) and notes which memo indices are read again;
+    ``build`` builds the objects, memoizing only those, and hands the ``segments`` and each
+    ``device_traces[i]`` list to the parse in batches of ``CHUNK`` items instead of building them.
+    What stays in memory is the memoized frames and strings, one batch and the columns."""
+    from trainscope.collectors.snapshot_gzip import GunzipStream
+
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    if not gz and os.path.getsize(path) > max_bytes:
+        raise ReadRefused("too large")  # the fallback says so
+
+    def source(f):
+        return GunzipStream(f, path, max_bytes) if gz else f
+
+    with open(path, "rb", buffering=0) as f:
+        src = source(f)
+        plan = _pickle_stream.scan(src.readinto)
+        if gz:
+            src.drain()  # damage past the pickle's STOP is refused too
+    parse = _Parse()
+    with open(path, "rb", buffering=0) as f:
+        raw = _pickle_stream.build(source(f).readinto, plan, parse.batch, CHUNK, "segments", "device_traces")
+    return parse.finish(path, raw)
+
+
+def _read_unpickled(path: str, max_bytes: int, prescan: bool = False) -> Snapshot:
+    """The fallback: the restricted C unpickler builds the whole tree, then the parse consumes it."""
+
     def accept(head: bytes) -> None:
         if not is_pickle(head):
             raise TraceError(
@@ -273,61 +357,113 @@ def _list(x, what: str) -> list:
 def _parse(path: str, raw) -> Snapshot:
     """The model of the unpickled ``raw``, which it consumes (its segments and events are dropped
     as they are converted)."""
-    warnings: list[str] = []
-    checked = _Checked()
-    if isinstance(raw, list):  # the oldest format: segments only
-        raw = {"segments": raw}
-    if not isinstance(raw, dict) or "segments" not in raw:
-        raise ValueError("no 'segments' key")
-    # The object tree is consumed as it is converted: each segment and each chunk of events is
-    # dropped from it once its columns are built, so the tree and the model are not both whole at
-    # once (the tree takes ≈ 3.8× the file's bytes: a dict, three ints and a frame list per event).
-    segments = []
-    raw_segments = _list(raw.pop("segments"), "segments")
-    for i, s in enumerate(raw_segments):
-        raw_segments[i] = None
-        if not isinstance(s, dict):
-            raise TypeError("a segment is not a dict")
-        blocks = _blocks(s, checked)
-        segments.append(
-            Segment(
-                _int(s.get("device", 0), "device"),
-                _int(s.get("address", 0), "segment address"),
-                _int(s["total_size"], "total_size"),
-                _int(
-                    s.get("allocated_size", sum(b.size for b in blocks if b.state == "active_allocated")),
-                    "allocated_size",
-                ),
-                str(_scalar(s.get("segment_type", ""), "segment_type")),
-                blocks,
-            )
-        )
-    blocks = [b for seg in segments for b in seg.blocks]
-    for b, frames in zip(blocks, shared_stacks([b.frames for b in blocks])):
-        b.frames = frames
-    del raw_segments
-    traces = []
-    raw_traces = _list(raw.pop("device_traces", []), "device_traces")
-    for device, events in enumerate(raw_traces):
-        raw_traces[device] = None
-        traces.append(_device_trace(device, _list(events, "device trace"), warnings, checked))
-        del events
-    annotations = []
-    for a in raw.get("external_annotations", []) if isinstance(raw.get("external_annotations"), list) else []:
-        if isinstance(a, dict) and isinstance(a.get("time_us"), int) and isinstance(a.get("name"), str):
-            annotations.append(
-                Annotation(
-                    str(_scalar(a.get("stage", ""), "annotation stage")),
-                    a["name"],
-                    int(_scalar(a.get("device", 0), "annotation device")),
-                    a["time_us"],
+    return _Parse().finish(path, raw)
+
+
+class _Parse:
+    """The parse: segments and each device's events converted a batch at a time, in the order they
+    come. The streaming reader hands them over as it reads them (:meth:`batch`), so the object tree
+    is never whole; the unpickler's path feeds its tree in ``CHUNK`` slices and drops each once
+    converted (the tree takes ≈ 3.8× the file's bytes: a dict, three ints and a frame list per
+    event). Both paths build the model with the same code, so they build the same model."""
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+        self.checked = _Checked()
+        self.segments: list[Segment] = []
+        self.devices: dict[int, _DeviceColumns] = {}
+
+    def batch(self, stream, items: list) -> None:
+        """The streaming reader's callback: ``items`` of the root's ``segments`` list (or of the
+        root list itself, the oldest format: ``stream.index`` -1) or of ``device_traces[index]``."""
+        if stream.index < 0:
+            self.add_segments(items)
+        else:
+            self.device(stream.index).add(items, self.checked)
+
+    def device(self, index: int) -> _DeviceColumns:
+        d = self.devices.get(index)
+        if d is None:
+            d = self.devices[index] = _DeviceColumns(index)
+        return d
+
+    def add_segments(self, batch: list) -> None:
+        for i, s in enumerate(batch):
+            batch[i] = None
+            if not isinstance(s, dict):
+                raise TypeError("a segment is not a dict")
+            blocks = _blocks(s, self.checked)
+            self.segments.append(
+                Segment(
+                    _int(s.get("device", 0), "device"),
+                    _int(s.get("address", 0), "segment address"),
+                    _int(s["total_size"], "total_size"),
+                    _int(
+                        s.get("allocated_size", sum(b.size for b in blocks if b.state == "active_allocated")),
+                        "allocated_size",
+                    ),
+                    str(_scalar(s.get("segment_type", ""), "segment_type")),
+                    blocks,
                 )
             )
-    settings = raw.get("allocator_settings") if isinstance(raw.get("allocator_settings"), dict) else {}
-    check_plain(settings)
-    if not segments and not any(len(t) for t in traces):
-        raise ValueError("no segments and no recorded events: nothing was allocated")
-    return Snapshot(path, segments, traces, annotations, settings, warnings)
+
+    def finish(self, path: str, raw) -> Snapshot:
+        """The model, from what was streamed and the rest of ``raw`` (the root object, in which a
+        :class:`Stream` stands for each list already handed over)."""
+        if _is_stream(raw) or isinstance(raw, list):  # the oldest format: segments only
+            raw = {"segments": raw}
+        if not isinstance(raw, dict) or "segments" not in raw:
+            raise ValueError("no 'segments' key")
+        raw_segments = raw.pop("segments")
+        if not _is_stream(raw_segments):
+            for chunk in _consumed(_list(raw_segments, "segments")):
+                self.add_segments(chunk)
+        del raw_segments
+        blocks = [b for seg in self.segments for b in seg.blocks]
+        for b, frames in zip(blocks, shared_stacks([b.frames for b in blocks])):
+            b.frames = frames
+        traces = []
+        raw_traces = _list(raw.pop("device_traces", []), "device_traces")
+        for device, events in enumerate(raw_traces):
+            raw_traces[device] = None
+            if _is_stream(events):
+                if events.index != device:
+                    raise ValueError(f"device trace {events.index} streamed as {device}")
+                columns = self.devices.pop(device, None) or _DeviceColumns(device)
+            else:
+                columns = _DeviceColumns(device)
+                for chunk in _consumed(_list(events, "device trace")):
+                    columns.add(chunk, self.checked)
+            del events
+            traces.append(columns.finish(self.warnings))
+        if self.devices:
+            raise ValueError("a streamed device trace is not in device_traces")
+        annotations = []
+        for a in raw.get("external_annotations", []) if isinstance(raw.get("external_annotations"), list) else []:
+            if isinstance(a, dict) and isinstance(a.get("time_us"), int) and isinstance(a.get("name"), str):
+                annotations.append(
+                    Annotation(
+                        str(_scalar(a.get("stage", ""), "annotation stage")),
+                        a["name"],
+                        int(_scalar(a.get("device", 0), "annotation device")),
+                        a["time_us"],
+                    )
+                )
+        settings = raw.get("allocator_settings") if isinstance(raw.get("allocator_settings"), dict) else {}
+        check_plain(settings)
+        if not self.segments and not any(len(t) for t in traces):
+            raise ValueError("no segments and no recorded events: nothing was allocated")
+        return Snapshot(path, self.segments, traces, annotations, settings, self.warnings)
+
+
+def _consumed(items: list):
+    """``items`` in ``CHUNK`` slices, each emptied from ``items`` (set to None) as it is handed out."""
+    for lo in range(0, len(items), CHUNK):
+        hi = min(lo + CHUNK, len(items))
+        chunk = items[lo:hi]
+        items[lo:hi] = repeat(None, hi - lo)
+        yield chunk
+        del chunk
 
 
 def _blocks(s: dict, checked: _Checked) -> list[Block]:
@@ -379,34 +515,36 @@ def _ints(col: list, what: str) -> np.ndarray:
 _INT = frozenset((int,))
 
 
-CHUNK = 1 << 16  # events converted at a time, then dropped from the tree
+CHUNK = 1 << 16  # events converted at a time, then dropped (the streaming reader's batch too)
 
 
-def _device_trace(device: int, events: list, warnings: list[str], checked: _Checked) -> DeviceTrace:
-    """One device's events as columns, ``CHUNK`` events at a time: each field gathered by a
+class _DeviceColumns:
+    """One device's events as columns, built ``CHUNK`` events at a time: each field gathered by a
     comprehension and checked by type for the whole chunk at once (C-speed ``set(map(type, …))``),
-    not per event; each chunk's event dicts are dropped from ``events`` once converted (so their
-    memory goes back while the rest converts)."""
-    cols: dict[str, list[np.ndarray]] = {"action": [], "addr": [], "size": [], "time_us": []}
-    frames: list = []
-    stacks = SharedStacks()
-    unknown: set[str] = set()
-    for lo in range(0, len(events), CHUNK):
-        hi = min(lo + CHUNK, len(events))
-        chunk = events[lo:hi]
-        events[lo:hi] = repeat(None, hi - lo)
-        action, addr, size, t, fl, odd = _event_columns(chunk, checked)
-        del chunk
-        for k, v in zip(cols, (action, addr, size, t)):
-            cols[k].append(v)
-        frames.extend(stacks.share(fl))
-        unknown |= odd
-    if unknown:
-        warnings.append(f"device {device}: ignored unknown trace actions: {', '.join(sorted(unknown))}")
-    action, addr, size, t = (
-        np.concatenate(c) if c else np.empty(0, np.int8 if k == "action" else np.int64) for k, c in cols.items()
-    )
-    return DeviceTrace(device, action, addr, size, t, frames)
+    not per event; each chunk's event dicts are dropped once converted."""
+
+    def __init__(self, device: int) -> None:
+        self.device = device
+        self.cols: dict[str, list[np.ndarray]] = {"action": [], "addr": [], "size": [], "time_us": []}
+        self.frames: list = []
+        self.stacks = SharedStacks()
+        self.unknown: set[str] = set()
+
+    def add(self, events: list, checked: _Checked) -> None:
+        action, addr, size, t, fl, odd = _event_columns(events, checked)
+        for k, v in zip(self.cols, (action, addr, size, t)):
+            self.cols[k].append(v)
+        self.frames.extend(self.stacks.share(fl))
+        self.unknown |= odd
+
+    def finish(self, warnings: list[str]) -> DeviceTrace:
+        if self.unknown:
+            warnings.append(f"device {self.device}: ignored unknown trace actions: {', '.join(sorted(self.unknown))}")
+        action, addr, size, t = (
+            np.concatenate(c) if c else np.empty(0, np.int8 if k == "action" else np.int64)
+            for k, c in self.cols.items()
+        )
+        return DeviceTrace(self.device, action, addr, size, t, self.frames)
 
 
 def _event_columns(events: list, checked: _Checked) -> tuple:
