@@ -67,11 +67,24 @@ def nest_parents(
         active = active[_closed(s, e, c, active, closed_at_end)]
         if not active.size:
             break
-        c[active] = c[c[active]]  # skip it: everything it skipped closed before its start
-        active = active[c[active] >= 0]
+        # skip it: everything it skipped closed before its start. A piece at a time (no gathered
+        # columns of millions of nested intervals); a later piece may read a pointer an earlier
+        # one moved — a further jump past intervals closed before that one's start, so before
+        # this one's too: the same parent in the end.
+        live = np.empty(active.size, bool)
+        for i in range(0, active.size, _PIECE):
+            a = active[i : i + _PIECE]
+            nxt = c[c[a]]
+            c[a] = nxt
+            np.greater_equal(nxt, 0, out=live[i : i + _PIECE])
+        active = active[live]
+        del live
     del active, s
-    ok = c >= 0
-    ok[ok] = e[ok] <= e[c[ok]]
+    ok = np.zeros(n, bool)  # a parent holds its child whole (a piece at a time, as above)
+    for i in range(0, n, _PIECE):
+        cc = c[i : i + _PIECE]
+        has = np.flatnonzero(cc >= 0)
+        ok[i + has] = e[i + has] <= e[cc[has]]
     del e
     if order is None:  # the candidate column is the result
         c[~ok] = -1

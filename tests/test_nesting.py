@@ -127,3 +127,24 @@ def test_one_group_in_order_equals_the_loop(closed_at_end):
         o = np.lexsort((-d, s))
         s, e = s[o], (s + d)[o]
         assert np.array_equal(nest_parents(s, e, closed_at_end=closed_at_end), nest_parents_loop(s, e, closed_at_end=closed_at_end))
+
+
+@pytest.mark.parametrize("closed_at_end", [False, True])
+def test_jumps_in_small_pieces_equal_the_loop(monkeypatch, closed_at_end):
+    """The pointer jumps a piece at a time (a later piece may read a pointer an earlier one moved):
+    the same parents as the stack loop, grouped or not, deep chains included."""
+    from trainscope.analyzers import nesting
+
+    monkeypatch.setattr(nesting, "_PIECE", 3)
+    rng = np.random.default_rng(37)
+    for trial in range(300):
+        n = int(rng.integers(1, 150))
+        s = rng.integers(0, 60, n)
+        d = rng.integers(0, 40 if trial % 2 else 8, n)
+        g = rng.integers(0, 3, n)
+        order = np.lexsort((-d, s, g))
+        want = nest_parents_loop(s, s + d, order, g, closed_at_end)
+        assert np.array_equal(nest_parents(s, s + d, order, g, closed_at_end), want)
+        o = np.lexsort((-d, s))
+        s1, e1 = s[o], (s + d)[o]
+        assert np.array_equal(nest_parents(s1, e1, closed_at_end=closed_at_end), nest_parents_loop(s1, e1, closed_at_end=closed_at_end))
