@@ -739,23 +739,28 @@ def _heaviest(
     """Frames holding the most GPU idle time, below the frames that drive all the work. A chain
     of wrappers holding the same time shows as its outermost frame with a source line and its
     deepest frame (what the host was inside)."""
+    if not len(fts):
+        return []
     cum = _Cum(idle)
-    got = np.empty(len(fts), np.int64)
     # frames that contain every launch of the windows drive the loop: not evidence of a cause
     li = launch_ts[iv.contains((ws, we), launch_ts)] if len(launch_ts) else launch_ts
-    heavy = np.empty(len(fts), bool)
-    for i in range(0, len(fts), _PIECE):  # a million frames at a time: no search columns of every frame
-        s, e = fts[i : i + _PIECE], fend[i : i + _PIECE]
-        g = got[i : i + _PIECE]
-        g[:] = cum.overlap(s, e)
-        driver = (
-            (np.searchsorted(li, e, side="left") - np.searchsorted(li, s, side="left")) == len(li)
-            if len(li)
-            else np.zeros(len(s), bool)
-        )
-        heavy[i : i + _PIECE] = (g >= _MIN_FRAME_SHARE * idle_ns) & ~driver & (g > 0)
-    cand = np.flatnonzero(heavy)
-    del heavy
+    thr = _MIN_FRAME_SHARE * idle_ns
+    # a frame holds at most its own length of idle time: only frames that long can qualify (a
+    # few of millions), measured against the idle time
+    long = np.concatenate(
+        [np.flatnonzero(fend[i : i + _PIECE] - fts[i : i + _PIECE] >= thr) + i for i in range(0, len(fts), _PIECE)]
+    )
+    s, e = fts[long], fend[long]
+    g = cum.overlap(s, e)
+    driver = (
+        (np.searchsorted(li, e, side="left") - np.searchsorted(li, s, side="left")) == len(li)
+        if len(li)
+        else np.zeros(len(s), bool)
+    )
+    heavy = (g >= thr) & ~driver & (g > 0)
+    cand = long[heavy]
+    got = dict(zip(cand.tolist(), g[heavy]))  # idle time of each candidate
+    del long, s, e, g, driver, heavy
     if not len(cand):
         return []
     cset = set(cand.tolist())
