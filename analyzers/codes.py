@@ -45,7 +45,7 @@ def grouped(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return s[first], order, first
 
 
-def isin(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+def isin(values: np.ndarray, wanted: np.ndarray | list[int]) -> np.ndarray:
     """``np.isin(values, wanted)`` for codes (threads, name ids): one byte per possible code looked
     up, where np.isin's table method builds an int64 column of every row (40 MiB for the 5 M
     operators of a 1 GB export)."""
@@ -67,8 +67,8 @@ def unique_inverse(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     among them, from a count and a lookup per possible value where the codes are dense."""
     codes = np.asarray(codes)
     if not _dense(codes):
-        u, inv = np.unique(codes, return_inverse=True)
-        return u, inv.reshape(-1)
+        u, where = np.unique(codes, return_inverse=True)
+        return u, where.reshape(-1)
     present = np.flatnonzero(np.bincount(codes))
     lut = np.zeros(int(present[-1]) + 1, np.intp)
     lut[present] = np.arange(len(present))

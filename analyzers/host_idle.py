@@ -428,7 +428,9 @@ def _frames_by_window(fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.
     return [frame[bounds[k] : bounds[k + 1]] for k in range(len(ws))]
 
 
-def _pairs_by_window(fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _pairs_by_window(
+    fts: np.ndarray, fend: np.ndarray, ws: np.ndarray, we: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Windows sorted and disjoint: the frames overlapping each window, window after window
     (ascending within one), and where each window's begin in that column."""
     lo = np.searchsorted(we, fts, side="right")  # the first window ending after the frame starts
@@ -562,7 +564,7 @@ def _classify_group(
     pf, pw = pf[keep], pw[keep]
 
     def launches(f: np.ndarray, w: np.ndarray) -> np.ndarray:  # the window's launches inside each frame
-        hi = np.searchsorted(launch_ts, np.minimum(fend[f], we[w]), side="left")
+        hi: np.ndarray = np.searchsorted(launch_ts, np.minimum(fend[f], we[w]), side="left")
         hi -= np.searchsorted(launch_ts, np.maximum(fts[f], ws[w]), side="left")
         return hi
 
@@ -643,7 +645,9 @@ def _classify_by_stage(
         work = _span(w0, w1)
         idx = per_window[w]
         par = parent[idx]
-        ext = iv.unique_sorted(np.concatenate([idx, par[par >= 0]])) if len(idx) else idx  # the frames and their parents
+        ext = (
+            iv.unique_sorted(np.concatenate([idx, par[par >= 0]])) if len(idx) else idx
+        )  # the frames and their parents
         counts = np.searchsorted(li, fend[ext], side="left") - np.searchsorted(li, fts[ext], side="left")
         full = counts == len(li)
         ppar = parent[ext]

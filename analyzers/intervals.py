@@ -6,7 +6,6 @@ returns. Everything here is numpy: no Python loop over events.
 
 from __future__ import annotations
 
-from collections import deque
 
 import numpy as np
 

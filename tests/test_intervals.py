@@ -238,7 +238,9 @@ def test_exclusive_layers_of_touching_and_unsorted_layers_count_every_instant_on
             ok = (cut > u[0]) & (cut < u[1])
             t_s = np.sort(np.concatenate([u[0], cut[ok]]))
             t_e = np.sort(np.concatenate([u[1], cut[ok]]))
-            layers.append((t_s, t_e) if k % 2 == 0 else (t_s[::-1].copy(), t_e[::-1].copy()) if len(t_s) == 1 else (t_s, t_e))
+            layers.append(
+                (t_s, t_e) if k % 2 == 0 else (t_s[::-1].copy(), t_e[::-1].copy()) if len(t_s) == 1 else (t_s, t_e)
+            )
         ws = np.sort(rng.integers(0, 200, int(rng.integers(1, 4))))
         we = ws + rng.integers(1, 80, len(ws))
         got = iv.exclusive_layers(layers, ws, we)

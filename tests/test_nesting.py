@@ -126,7 +126,9 @@ def test_one_group_in_order_equals_the_loop(closed_at_end):
         d[rng.random(n) < 0.1] = 0
         o = np.lexsort((-d, s))
         s, e = s[o], (s + d)[o]
-        assert np.array_equal(nest_parents(s, e, closed_at_end=closed_at_end), nest_parents_loop(s, e, closed_at_end=closed_at_end))
+        assert np.array_equal(
+            nest_parents(s, e, closed_at_end=closed_at_end), nest_parents_loop(s, e, closed_at_end=closed_at_end)
+        )
 
 
 @pytest.mark.parametrize("closed_at_end", [False, True])
@@ -147,4 +149,6 @@ def test_jumps_in_small_pieces_equal_the_loop(monkeypatch, closed_at_end):
         assert np.array_equal(nest_parents(s, s + d, order, g, closed_at_end), want)
         o = np.lexsort((-d, s))
         s1, e1 = s[o], (s + d)[o]
-        assert np.array_equal(nest_parents(s1, e1, closed_at_end=closed_at_end), nest_parents_loop(s1, e1, closed_at_end=closed_at_end))
+        assert np.array_equal(
+            nest_parents(s1, e1, closed_at_end=closed_at_end), nest_parents_loop(s1, e1, closed_at_end=closed_at_end)
+        )
