@@ -160,10 +160,11 @@ class _Split:
 
     def close(self) -> None:
         self.tail.close()
-        try:
-            os.unlink(self.request.claims)
-        except OSError:
-            pass
+        for name in (self.request.claims, self.request.spill):
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
 
 
 @dataclass(frozen=True)
@@ -369,14 +370,20 @@ class _SqliteSource:
         bounds = nsys_split.chunk_bounds(lo, lo + span - 1)
         import tempfile
 
+        made: list[str] = []
         try:
-            fd, claims = tempfile.mkstemp(prefix="trainscope-claims-")
-            os.close(fd)
-            nsys_split.Claims(claims, len(bounds))
+            for prefix in ("trainscope-claims-", "trainscope-spill-"):
+                fd, name = tempfile.mkstemp(prefix=prefix)
+                os.close(fd)
+                made.append(name)
+            nsys_split.Claims(made[0], len(bounds))
         except OSError:
+            for name in made:
+                os.unlink(name)
             return None
+        claims, spill = made
         req = nsys_split.Request(
-            self.path, _is_wal(self.path), select, conds, bounds, claims, list(wanted), text, real, reducer
+            self.path, _is_wal(self.path), select, conds, bounds, claims, spill, list(wanted), text, real, reducer
         )
         return _Split(req, nsys_split.Tail(req))
 
@@ -430,7 +437,7 @@ class _SqliteSource:
             placed = [0]
             theirs = split.tail.result(place)
             if theirs is not None and [p[0] for p in theirs] == list(range(len(mine), len(req.bounds))):
-                for _, rows, red in theirs:  # already in place: their codes mapped where they lie
+                for _, rows, _, red in theirs:  # already in place: their codes mapped where they lie
                     n = state["n"]
                     cols = {name: whole[name][n : n + rows] for name, _ in nsys_split.REPLY_COLUMNS}
                     if state["red"] is None:

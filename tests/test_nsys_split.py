@@ -176,10 +176,10 @@ def test_two_claimers_take_every_chunk_once(tmp_path):
         assert max(taken[False]) < min(taken[True])  # the two ends meet, never cross
 
 
-def test_the_claims_file_is_removed(monkeypatch, tmp_path):
+def test_the_claims_and_spill_files_are_removed(monkeypatch, tmp_path):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)
     _load(DATA / "nsys" / "cs336_small_train_step_a100.sqlite", monkeypatch, split=True)
-    assert [p for p in os.listdir(tmp_path) if p.startswith("trainscope-claims-")] == []
+    assert [p for p in os.listdir(tmp_path) if p.startswith(("trainscope-claims-", "trainscope-spill-"))] == []
