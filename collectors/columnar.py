@@ -291,6 +291,18 @@ class SqliteColumns:
                 h.close()
             except Exception:
                 pass
+        release_arrow_memory()
+
+
+def release_arrow_memory() -> None:
+    """Hand back what pyarrow's allocator (mimalloc or jemalloc) keeps of the batches once read:
+    ≈ 30 MiB after a 1 GB Nsight export, held through the whole analysis otherwise."""
+    try:
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
+    except (ImportError, AttributeError):  # pyarrow < 13 has no release_unused
+        pass
 
 
 class ArrowDir:
