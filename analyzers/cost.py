@@ -143,19 +143,22 @@ def _innermost(ops: CpuOps, threads: np.ndarray, at: np.ndarray) -> np.ndarray:
         order = outer_first(ops.ts, ops.dur, ops.thread)
         g_o = ops.thread[order]
     for th in codes.distinct(threads).tolist():
-        if order is None:
-            rows = np.flatnonzero(ops.thread == th)  # in row order: already outer first
+        rows: np.ndarray | None = None
+        if order is None:  # in row order: already outer first; the rows' positions only at the end
+            sel = ops.thread == th
+            s = ops.ts[sel]
+            e = ops.dur[sel]
         else:
             assert g_o is not None
             rows = order[np.searchsorted(g_o, th, "left") : np.searchsorted(g_o, th, "right")]
-        if not len(rows):
+            s = ops.ts[rows]
+            e = ops.dur[rows]
+        if not len(s):
             continue
+        e += s
         mine = np.flatnonzero(threads == th)
         q = at[mine]
-        s = ops.ts[rows]
-        e = ops.dur[rows]
-        e += s
-        parent = nest_parents(s, e)  # enclosing operator (a position in ``rows``)
+        parent = nest_parents(s, e)  # enclosing operator (a position among the thread's rows)
         pos = np.searchsorted(s, q, side="right") - 1  # -1: none
         del s
         for _ in range(64):  # climb to the innermost enclosing operator
@@ -165,6 +168,9 @@ def _innermost(ops: CpuOps, threads: np.ndarray, at: np.ndarray) -> np.ndarray:
                 break
             pos = np.where(bad, parent[c], pos)
         del e, parent
+        if rows is None:
+            rows = np.flatnonzero(sel)
+            del sel
         out[mine] = np.where(pos >= 0, rows[np.clip(pos, 0, None)], -1)
     return out
 
