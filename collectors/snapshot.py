@@ -81,6 +81,11 @@ def is_pickle(head: bytes) -> bool:
 # as a memory bomb (a memo index far ahead, a declared length, a list of millions of references).
 MEMORY_FACTOR = 8
 HEADROOM = 512 << 20
+# Above the unpickler's 1 GiB only the streaming reader reads a snapshot: its child holds the columns,
+# the memoized frames and one batch (0.71× the file at 1 GB, measured), so it may grow by 3× the
+# file before a refusal, and files up to 16 GiB are read (PyTorch's own viewer fails from ≈ 1 GB).
+STREAMING_MAX_BYTES = 16 << 30
+STREAMING_MEMORY_FACTOR = 3
 
 
 def _inflated_size(path: str, size: int, max_bytes: int) -> int:
@@ -94,7 +99,7 @@ def _inflated_size(path: str, size: int, max_bytes: int) -> int:
     return min(max_bytes, max(size, isize if isize >= size else isize + (1 << 32)))
 
 
-def load_snapshot(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
+def load_snapshot(path: str, max_bytes: int | None = None) -> Snapshot:
     """Load and check a snapshot; any problem is a one-line :class:`TraceError`.
 
     The read and the parse run in a forked child under ``RLIMIT_AS`` (the parent's address space +
@@ -102,7 +107,11 @@ def load_snapshot(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
     only, the big lists handed to the parse in batches, never the whole tree: :func:`_read_streaming`)
     or, for what it declines or where it is not built, the C unpickler with a ``find_class`` that
     admits no global (so no code can run either way); the plain-data checks made where the parse
-    reads each field, and the parsed model sent back (:mod:`trainscope.collectors.isolated`)."""
+    reads each field, and the parsed model sent back (:mod:`trainscope.collectors.isolated`).
+    ``max_bytes`` (of pickle, inflated): by default :data:`STREAMING_MAX_BYTES` where the streaming
+    reader is built, else the unpickler's ``DEFAULT_MAX_BYTES``, which it keeps in any case."""
+    if max_bytes is None:
+        max_bytes = STREAMING_MAX_BYTES if streaming_available() else DEFAULT_MAX_BYTES
     if not os.path.exists(path):
         raise TraceError(path, "no such file or directory")
     if os.path.isdir(path):
@@ -111,7 +120,9 @@ def load_snapshot(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Snapshot:
         size = os.path.getsize(path)
         if size == 0:
             raise TraceError(path, "file is empty")
-        limit = HEADROOM + MEMORY_FACTOR * _inflated_size(path, size, max_bytes)
+        inflated = _inflated_size(path, size, max_bytes)
+        factor = MEMORY_FACTOR if inflated <= DEFAULT_MAX_BYTES else STREAMING_MEMORY_FACTOR
+        limit = HEADROOM + factor * inflated
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     try:
@@ -139,12 +150,25 @@ def _read(path: str, max_bytes: int, prescan: bool = False) -> Snapshot:
 
 
 def _read_checked(path: str, max_bytes: int, prescan: bool = False) -> Snapshot:
+    declined: BaseException | None = None
     if streaming_available():
         try:
             return _read_streaming(path, max_bytes)
-        except _STREAM_DECLINED:
-            pass  # not the plain layout it streams, or refused: the unpickler's path says why, in its words
-    return _read_unpickled(path, max_bytes, prescan)
+        except _STREAM_DECLINED as e:
+            declined = e  # not the plain layout it streams, or refused: the unpickler's path says why
+    try:
+        return _read_unpickled(path, min(max_bytes, DEFAULT_MAX_BYTES), prescan)
+    except TraceError as e:
+        too_large = "limit for a memory snapshot" in e.problem or "the cap on decompressed input" in e.problem
+        if declined is not None and max_bytes > DEFAULT_MAX_BYTES and too_large:
+            # larger than the unpickler reads: only the streaming reader could, and it declined
+            why = str(declined) or type(declined).__name__
+            raise TraceError(
+                path,
+                f"the streaming reader declined it ({why[:160]}); the restricted unpickler reads "
+                f"snapshots up to {DEFAULT_MAX_BYTES / 2**20:,.0f} MiB only",
+            ) from None
+        raise
 
 
 def streaming_available() -> bool:
@@ -184,7 +208,7 @@ def _read_streaming(path: str, max_bytes: int) -> Snapshot:
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
     if not gz and os.path.getsize(path) > max_bytes:
-        raise ReadRefused("too large")  # the fallback says so
+        raise ReadRefused(f"larger than the {max_bytes / 2**20:,.0f} MiB limit for a memory snapshot")
 
     def source(f):
         return GunzipStream(f, path, max_bytes) if gz else f

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import pickle
 import struct
 import sys
@@ -440,3 +441,34 @@ def test_build_makes_what_the_unpickler_makes(protocol):
         plan = ps.scan(io.BytesIO(data).readinto)
         got = ps.build(io.BytesIO(data).readinto, plan, None, 5, "no such key", "nor this")
         assert repr(got) == repr(pickle.loads(data))  # trusted: built here
+
+
+# --- above the unpickler's size limit, the streaming reader alone -------------------------------
+
+
+@needs_stream
+def test_above_the_unpicklers_limit_the_streaming_reader_reads_it(monkeypatch):
+    """The unpickler's tree takes ≈ 4× a file, so it keeps its 1 GiB limit; the streaming reader
+    (0.7× at 1 GB) reads files beyond it. Scaled down: the unpickler's limit set to 1 MiB, a real
+    3.6 MiB snapshot is read whole by the streaming reader, refused by the forced fallback."""
+    path = str(GZ)
+    assert len(gzip.decompress(GZ.read_bytes())) > 1 << 20  # the limit is on the inflated pickle
+    whole = S.load_snapshot(path)
+    monkeypatch.setattr(S, "DEFAULT_MAX_BYTES", 1 << 20)
+    assert_same_model(S.load_snapshot(path), whole)
+    with pytest.raises(TraceError, match="decompresses to more than 1 MiB"):  # the gzip reader's words
+        _fallback(path, monkeypatch)
+
+
+@needs_stream
+def test_above_the_unpicklers_limit_a_declined_file_says_why(tmp_path, monkeypatch):
+    raw = _raw()
+    raw["copy"] = raw["segments"]  # a layout the streaming reader declines (the list read again)
+    path = _write(tmp_path, raw)
+    assert os.path.getsize(path) > 1 << 20
+    monkeypatch.setattr(S, "DEFAULT_MAX_BYTES", 1 << 20)
+    with pytest.raises(TraceError) as e:
+        S.load_snapshot(path)
+    msg = str(e.value)
+    assert "the streaming reader declined it (" in msg and "read again from the memo" in msg
+    assert "snapshots up to 1 MiB only" in msg and "\n" not in msg
