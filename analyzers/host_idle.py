@@ -67,7 +67,7 @@ _SAME = 0.97
 # Report frames holding at least this share of the idle time.
 _MIN_FRAME_SHARE = 0.05
 _TOP_FRAMES = 8
-_PIECE = 1 << 20  # frames per piece in _heaviest
+_PIECE = 1 << 20  # frames per piece in _idle_by_frame
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,9 @@ class _Cum:
 
     def __init__(self, ivs: iv.IntervalSet) -> None:
         self.s, self.e = ivs
-        self.before = np.concatenate([[0], np.cumsum(self.e - self.s)])
+        self.before = np.zeros(len(self.s) + 1, np.int64)  # built in place: no temporaries of millions
+        np.subtract(self.e, self.s, out=self.before[1:])
+        np.cumsum(self.before[1:], out=self.before[1:])
 
     def at(self, t: np.ndarray) -> np.ndarray:
         t = np.asarray(t, np.int64)
@@ -248,7 +250,9 @@ def _launch_threads(trace: Trace, device: int | None, ws: np.ndarray, we: np.nda
 
 
 def _frames(trace: Trace, thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-    """(ts, end, name) of the host frames on ``thread``, sorted outer-first, and their source."""
+    """(ts, end, name) of the host frames on ``thread``, sorted outer-first, and their source.
+    At equal starts the frame ending later is the longer one: the ends order the frames as their
+    durations do (no duration column beside the ends)."""
     p = trace.python_frames
     sel = p.thread == thread if len(p) else np.zeros(0, bool)
     if sel.any():
@@ -260,26 +264,20 @@ def _frames(trace: Trace, thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
         a_sel = (a.thread == thread) & (a.device < 0) & ~umbrella[a.name] if len(a) else np.zeros(0, bool)
         # written straight into their columns (no whole end column of every operator, no copies)
         n_o, n_a = int(o_sel.sum()), int(a_sel.sum())
-        ts, dur = np.empty(n_o + n_a, np.int64), np.empty(n_o + n_a, np.int64)
+        ts, end = np.empty(n_o + n_a, np.int64), np.empty(n_o + n_a, np.int64)
         name = np.empty(n_o + n_a, o.name.dtype)
-        for col, c_o, c_a in ((ts, o.ts, a.ts), (dur, o.dur, a.dur), (name, o.name, a.name)):
+        for col, c_o, c_a in ((ts, o.ts, a.ts), (end, o.dur, a.dur), (name, o.name, a.name)):
             np.compress(o_sel, c_o, out=col[:n_o])
             col[n_o:] = c_a[a_sel]
-        src = "operators" if len(ts) else "none"
         del o_sel, a_sel
-        end = ts + dur
-        if len(ts) and not is_outer_first(ts, dur):
-            order = outer_first(ts, dur)  # outer frames first at equal start
-            del dur
-            ts, end, name = ts[order], end[order], name[order]
-        return ts, end, name, src
-    if not len(ts):
-        return ts, end, name, src
-    dur = end - ts
-    if is_outer_first(ts, dur):  # already outer-first (an export's rows): no gathers
-        return ts, end, name, src
-    order = outer_first(ts, dur)  # outer frames first at equal start
-    return ts[order], end[order], name[order], src
+        end += ts  # the durations turned into the ends, in place
+        src = "operators" if len(ts) else "none"
+    if len(ts) and not is_outer_first(ts, end):  # an export's rows are already: no gathers
+        order = outer_first(ts, end)  # outer frames first at equal start
+        ts = ts[order]  # one column gathered at a time
+        end = end[order]
+        name = name[order]
+    return ts, end, name, src
 
 
 def _parents(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -357,14 +355,20 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     launch_ts = np.sort(r.ts[issues & mine])  # launches from every launching thread
     del issues, mine
     fts, fend, fname, source = _frames(trace, thread)
-    frames: list[HostFrame] = []
+    # the frames' share of the idle time, measured now: the idle set is not held through the stages
+    got = _idle_by_frame(fts, fend, idle, launch_ts, ws, we, idle_ns)
+    del idle
     parent = _parents(fts, fend) if len(fts) else None  # once: the stages and the heaviest frames read it
     if parent is not None and len(fts) < 1 << 31:
         parent = parent.astype(np.int32)  # held through the stages: four bytes a frame
+    shown = _shown(trace, fname, parent, got) if parent is not None else []
     if parent is not None and len(left[0]):
         classify = _classify_all if _disjoint(ws, we) else _classify_by_stage
         for c, sets in classify(trace, fts, fend, parent, launch_ts, left, ws, we, device).items():
             pieces[c] += sets
+    # the frames to report, taken out: the frame columns are not held through the merge
+    heavy = [(int(fname[i]), int(fts[i]), int(fend[i]), got[i]) for i in shown]
+    del fts, fend, fname, parent, got
     # 5: OS runtime calls (Nsight: poll, read, pthread waits) where nothing above explains the idle.
     osr = trace.os_runtime
     if len(osr):
@@ -385,8 +389,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     for c in ("input", "launch", "sync", "other"):
         ns[c] = iv.total(merged[c])
     ns["unattributed"] = idle_ns - sum(ns.values())
-    if parent is not None:
-        frames = _heaviest(trace, fts, fend, fname, parent, idle, launch_ts, ws, we, step_ns, idle_ns, merged)
+    frames = _heaviest(trace, heavy, step_ns, merged)
     out = HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source)
     # kept: the classes later passes must not count again (the launch and other sets, millions of
     # pieces at 1 GB, are not held through the GPU-gap stage)
@@ -453,7 +456,7 @@ def _disjoint(ws: np.ndarray, we: np.ndarray) -> bool:
     return len(ws) < 2 or bool(np.all(ws[1:] >= we[:-1]) and np.all(we >= ws))
 
 
-_GROUP = 16  # windows per pass of the one-pass classification
+_GROUP = 4  # windows per pass of the one-pass classification
 
 
 def _classify_all(
@@ -726,25 +729,13 @@ def _first_op_after(trace: Trace, device: int | None) -> tuple[np.ndarray, np.nd
     return launch_at[o], kind[o]
 
 
-def _heaviest(
-    trace: Trace,
-    fts: Column,
-    fend: Column,
-    fname: Column,
-    parent: Column,
-    idle: iv.IntervalSet,
-    launch_ts: Column,
-    ws: Column,
-    we: Column,
-    step_ns: int,
-    idle_ns: int,
-    classes: dict[str, iv.IntervalSet],
-) -> list[HostFrame]:
-    """Frames holding the most GPU idle time, below the frames that drive all the work. A chain
-    of wrappers holding the same time shows as its outermost frame with a source line and its
-    deepest frame (what the host was inside)."""
+def _idle_by_frame(
+    fts: Column, fend: Column, idle: iv.IntervalSet, launch_ts: Column, ws: Column, we: Column, idle_ns: int
+) -> dict[int, int]:
+    """The frames that may be reported (holding at least ``_MIN_FRAME_SHARE`` of the GPU idle
+    time, below the frames that drive all the work), ascending, each with its idle time."""
     if not len(fts):
-        return []
+        return {}
     cum = _Cum(idle)
     # frames that contain every launch of the windows drive the loop: not evidence of a cause
     li = launch_ts[iv.contains((ws, we), launch_ts)] if len(launch_ts) else launch_ts
@@ -762,17 +753,19 @@ def _heaviest(
         else np.zeros(len(s), bool)
     )
     heavy = (g >= thr) & ~driver & (g > 0)
-    cand = long[heavy]
-    got = dict(zip(cand.tolist(), g[heavy]))  # idle time of each candidate
-    del long, s, e, g, driver, heavy
-    if not len(cand):
+    return dict(zip(long[heavy].tolist(), g[heavy]))
+
+
+def _shown(trace: Trace, fname: Column, parent: Column, got: dict[int, int]) -> list[int]:
+    """The candidate frames ``got`` to show: a chain of wrappers holding the same time shows as
+    its outermost frame with a source line and its deepest frame (what the host was inside)."""
+    if not got:
         return []
-    cset = set(cand.tolist())
     cparent: dict[int, int] = {}
     kids: dict[int, list[int]] = {}
-    for i in cand.tolist():
+    for i in got:
         q = int(parent[i])
-        while q >= 0 and q not in cset:
+        while q >= 0 and q not in got:
             q = int(parent[q])
         cparent[i] = q
         kids.setdefault(q, []).append(i)
@@ -783,9 +776,8 @@ def _heaviest(
             q >= 0 and len([k for k in kids.get(q, []) if got[k] >= _SAME * got[q]]) == 1 and got[i] >= _SAME * got[q]
         )
 
-    cum_cls = {c: _Cum(v) for c, v in classes.items() if len(v[0])}
     shown: list[int] = []
-    for head in cand.tolist():
+    for head in got:
         if continues(head):
             continue
         chain = [head]
@@ -798,19 +790,25 @@ def _heaviest(
         shown.append(named)
         if chain[-1] != named:
             shown.append(chain[-1])
-    # One line per frame name: the same frame in every step (a loader's __next__) adds up.
-    by_name: dict[int, list[int]] = {}
-    for i in shown:
-        by_name.setdefault(int(fname[i]), []).append(i)
+    return shown
+
+
+def _heaviest(
+    trace: Trace, heavy: list[tuple[int, int, int, int]], step_ns: int, classes: dict[str, iv.IntervalSet]
+) -> list[HostFrame]:
+    """The frames holding the most GPU idle time, from the shown frames' (name, start, end, idle
+    time); one line per frame name: the same frame in every step (a loader's __next__) adds up."""
+    if not heavy:
+        return []
+    by_name: dict[int, list[tuple[int, int, int]]] = {}
+    for nm, s, e, g in heavy:
+        by_name.setdefault(nm, []).append((s, e, g))
     rows = []
-    for nm, idx in by_name.items():
-        total = int(sum(got[i] for i in idx))
-        per = {
-            c: int(sum(cc.overlap(np.array([fts[i]]), np.array([fend[i]]))[0] for i in idx))
-            for c, cc in cum_cls.items()
-        }
+    for nm, fs in by_name.items():
+        total = int(sum(g for _, _, g in fs))
+        per = {c: sum(iv.total(_within(v, s, e)) for s, e, _ in fs) for c, v in classes.items() if len(v[0])}
         cls = max(per, key=per.__getitem__) if per and max(per.values()) > 0 else "unattributed"
-        rows.append((total, min(int(fts[i]) for i in idx), nm, len(idx), cls))
+        rows.append((total, min(s for s, _, _ in fs), nm, len(fs), cls))
     rows.sort(key=lambda r: (-r[0], r[1]))
     out = []
     for total, _, nm, count, cls in rows[:_TOP_FRAMES]:
