@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -67,7 +67,8 @@ _SAME = 0.97
 # Report frames holding at least this share of the idle time.
 _MIN_FRAME_SHARE = 0.05
 _TOP_FRAMES = 8
-_PIECE = 1 << 20  # frames per piece in _idle_by_frame
+_T = TypeVar("_T")
+_PIECE = 1 << 18  # rows (frames, launches) per piece where whole-column temporaries are avoided
 
 
 @dataclass(frozen=True)
@@ -250,34 +251,37 @@ def _launch_threads(trace: Trace, device: int | None, ws: np.ndarray, we: np.nda
 
 
 def _frames(trace: Trace, thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-    """(ts, end, name) of the host frames on ``thread``, sorted outer-first, and their source.
-    At equal starts the frame ending later is the longer one: the ends order the frames as their
-    durations do (no duration column beside the ends)."""
+    """(ts, end, name) of the host frames on ``thread``, as recorded, and their source."""
     p = trace.python_frames
     sel = p.thread == thread if len(p) else np.zeros(0, bool)
     if sel.any():
-        ts, end, name, src = p.ts[sel], p.end[sel], p.name[sel], "python"
-    else:
-        o, a = trace.cpu_ops, trace.annotations
-        o_sel = o.thread == thread
-        umbrella = name_mask(trace, PROFILER_STEP)
-        a_sel = (a.thread == thread) & (a.device < 0) & ~umbrella[a.name] if len(a) else np.zeros(0, bool)
-        # written straight into their columns (no whole end column of every operator, no copies)
-        n_o, n_a = int(o_sel.sum()), int(a_sel.sum())
-        ts, end = np.empty(n_o + n_a, np.int64), np.empty(n_o + n_a, np.int64)
-        name = np.empty(n_o + n_a, o.name.dtype)
-        for col, c_o, c_a in ((ts, o.ts, a.ts), (end, o.dur, a.dur), (name, o.name, a.name)):
-            np.compress(o_sel, c_o, out=col[:n_o])
-            col[n_o:] = c_a[a_sel]
-        del o_sel, a_sel
-        end += ts  # the durations turned into the ends, in place
-        src = "operators" if len(ts) else "none"
-    if len(ts) and not is_outer_first(ts, end):  # an export's rows are already: no gathers
-        order = outer_first(ts, end)  # outer frames first at equal start
-        ts = ts[order]  # one column gathered at a time
-        end = end[order]
-        name = name[order]
-    return ts, end, name, src
+        return p.ts[sel], p.end[sel], p.name[sel], "python"
+    o, a = trace.cpu_ops, trace.annotations
+    o_sel = o.thread == thread
+    umbrella = name_mask(trace, PROFILER_STEP)
+    a_sel = (a.thread == thread) & (a.device < 0) & ~umbrella[a.name] if len(a) else np.zeros(0, bool)
+    # written straight into their columns (no whole end column of every operator, no copies)
+    n_o, n_a = int(o_sel.sum()), int(a_sel.sum())
+    ts, end = np.empty(n_o + n_a, np.int64), np.empty(n_o + n_a, np.int64)
+    name = np.empty(n_o + n_a, o.name.dtype)
+    at = 0
+    for i in range(0, len(o_sel), _PIECE):  # a piece at a time: no index column of every operator
+        m = o_sel[i : i + _PIECE]
+        k = int(np.count_nonzero(m))
+        for col, c_o in ((ts, o.ts), (end, o.dur), (name, o.name)):
+            col[at : at + k] = c_o[i : i + _PIECE][m]
+        at += k
+    for col, c_a in ((ts, a.ts), (end, a.dur), (name, a.name)):
+        col[n_o:] = c_a[a_sel]
+    end += ts  # the durations turned into the ends, in place
+    return ts, end, name, "operators" if len(ts) else "none"
+
+
+def _renumbered(d: dict[int, _T], order: np.ndarray) -> dict[int, _T]:
+    """``d``, keyed by rows' positions, keyed by their positions (ascending) once the rows are
+    taken in ``order``."""
+    pos = np.flatnonzero(np.isin(order, np.fromiter(d, np.int64, len(d))))
+    return {int(k): d[int(order[k])] for k in pos}
 
 
 def _parents(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -355,20 +359,30 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     launch_ts = np.sort(r.ts[issues & mine])  # launches from every launching thread
     del issues, mine
     fts, fend, fname, source = _frames(trace, thread)
-    # the frames' share of the idle time, measured now: the idle set is not held through the stages
+    # the frames that may be reported, their idle time and names, taken before the frames are
+    # sorted: the idle set and the name column are not held through the sort and the stages
     got = _idle_by_frame(fts, fend, idle, launch_ts, ws, we, idle_ns)
-    del idle
+    names = {i: int(fname[i]) for i in got}
+    del idle, fname
+    if len(fts) and not is_outer_first(fts, fend):  # an export's rows already are: no gathers
+        # outer frames first at equal start (the later end is the longer frame: the ends order
+        # them as the durations do)
+        order = outer_first(fts, fend)
+        fts = fts[order]  # one column gathered at a time
+        fend = fend[order]
+        got, names = _renumbered(got, order), _renumbered(names, order)
+        del order
     parent = _parents(fts, fend) if len(fts) else None  # once: the stages and the heaviest frames read it
     if parent is not None and len(fts) < 1 << 31:
         parent = parent.astype(np.int32)  # held through the stages: four bytes a frame
-    shown = _shown(trace, fname, parent, got) if parent is not None else []
+    shown = _shown(trace, names, parent, got) if parent is not None else []
     if parent is not None and len(left[0]):
         classify = _classify_all if _disjoint(ws, we) else _classify_by_stage
         for c, sets in classify(trace, fts, fend, parent, launch_ts, left, ws, we, device).items():
             pieces[c] += sets
     # the frames to report, taken out: the frame columns are not held through the merge
-    heavy = [(int(fname[i]), int(fts[i]), int(fend[i]), got[i]) for i in shown]
-    del fts, fend, fname, parent, got
+    heavy = [(names[i], int(fts[i]), int(fend[i]), got[i]) for i in shown]
+    del fts, fend, parent, got
     # 5: OS runtime calls (Nsight: poll, read, pthread waits) where nothing above explains the idle.
     osr = trace.os_runtime
     if len(osr):
@@ -738,7 +752,10 @@ def _idle_by_frame(
         return {}
     cum = _Cum(idle)
     # frames that contain every launch of the windows drive the loop: not evidence of a cause
-    li = launch_ts[iv.contains((ws, we), launch_ts)] if len(launch_ts) else launch_ts
+    li = np.concatenate(  # a piece at a time: no index columns of every launch
+        [x[iv.contains((ws, we), x)] for x in (launch_ts[i : i + _PIECE] for i in range(0, len(launch_ts), _PIECE))]
+        or [launch_ts]
+    )
     thr = _MIN_FRAME_SHARE * idle_ns
     # a frame holds at most its own length of idle time: only frames that long can qualify (a
     # few of millions), measured against the idle time
@@ -756,8 +773,8 @@ def _idle_by_frame(
     return dict(zip(long[heavy].tolist(), g[heavy]))
 
 
-def _shown(trace: Trace, fname: Column, parent: Column, got: dict[int, int]) -> list[int]:
-    """The candidate frames ``got`` to show: a chain of wrappers holding the same time shows as
+def _shown(trace: Trace, names: dict[int, int], parent: Column, got: dict[int, int]) -> list[int]:
+    """The candidate frames ``got`` (named ``names``) to show: a chain of wrappers holding the same time shows as
     its outermost frame with a source line and its deepest frame (what the host was inside)."""
     if not got:
         return []
@@ -786,7 +803,7 @@ def _shown(trace: Trace, fname: Column, parent: Column, got: dict[int, int]) -> 
             if not nxt:
                 break
             chain.append(nxt[0])
-        named = next((i for i in chain if _FRAME.match(trace.strings[int(fname[i])])), chain[0])
+        named = next((i for i in chain if _FRAME.match(trace.strings[names[i]])), chain[0])
         shown.append(named)
         if chain[-1] != named:
             shown.append(chain[-1])
