@@ -227,7 +227,10 @@ class _Cum:
         return cum
 
     def overlap(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-        inside: Column = self.at(e) - self.at(s)
+        """A piece at a time: the binary searches' temporaries are not columns of millions of calls."""
+        inside: Column = np.empty(len(s), np.int64)
+        for i in range(0, len(s), _PIECE):
+            inside[i : i + _PIECE] = self.at(e[i : i + _PIECE]) - self.at(s[i : i + _PIECE])
         return inside
 
 
@@ -255,7 +258,8 @@ def _frames(trace: Trace, thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     p = trace.python_frames
     sel = p.thread == thread if len(p) else np.zeros(0, bool)
     if sel.any():
-        return p.ts[sel], p.end[sel], p.name[sel], "python"
+        ts = p.ts[sel]
+        return ts, ts + p.dur[sel], p.name[sel], "python"
     o, a = trace.cpu_ops, trace.annotations
     o_sel = o.thread == thread
     umbrella = name_mask(trace, PROFILER_STEP)
@@ -335,7 +339,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     calls: list[HostCall] = []
     cum_idle = _Cum(idle)
     for cls, m in (("sync", sync_m), ("launch", launch_m), ("other", other_m)):
-        cover = _intersect(left, iv.union(r.ts[m], r.end[m]))
+        cover = _intersect(left, iv.union_rows(r.ts, r.dur, m))  # a piece at a time: no end column
         pieces[cls].append(cover)
         left = iv.minus_part(left, cover)  # cover is a part of left
         if m.any():
@@ -350,7 +354,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
             f"launch calls ≥ {cold_start_ms:g} ms",
             "launch",
             int(long_launch.sum()),
-            int(iv.total(_intersect(idle, iv.union(r.ts[long_launch], r.end[long_launch])))),
+            int(iv.total(_intersect(idle, iv.union_rows(r.ts, r.dur, long_launch)))),
             int(r.dur[long_launch].max()),
         )
     del launch_m, long_launch
@@ -390,7 +394,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
         if om.any() and len(left[0]):
             # the idle left under an OS call, less what the frames explained there: each class's
             # pieces taken off in turn (their part under the OS calls), never united whole
-            cover = _intersect(left, iv.union(osr.ts[om], osr.end[om]))
+            cover = _intersect(left, iv.union_rows(osr.ts, osr.dur, om))
             for x in (x for c in ("input", "launch", "other") for x in pieces[c]):
                 if len(x[0]) and len(cover[0]):
                     cover = iv.minus_part(cover, _intersect(cover, x))
@@ -415,7 +419,10 @@ def _calls_by_name(
     trace: Trace, calls: RuntimeCalls, m: Column, idle: _Cum, cls: str, suffix: str = ""
 ) -> list[HostCall]:
     """The GPU idle time under the ``m`` calls, per call name (the per-call columns die on return)."""
-    per = idle.overlap(calls.ts[m], calls.end[m])
+    s, e = calls.ts[m], calls.dur[m]
+    e += s  # the calls' ends, not an end column of every call
+    per = idle.overlap(s, e)
+    del s, e
     names, order, first = codes.grouped(calls.name[m])  # per name: one grouping, not a mask per name
     got = np.add.reduceat(per[order], first) if len(first) else per[:0]
     del per
