@@ -737,17 +737,23 @@ def _first_op_after(trace: Trace, device: int | None) -> tuple[np.ndarray, np.nd
         rows.append((t.correlation[on], kinds))
     corr = np.concatenate([c for c, _ in rows])
     kind = np.concatenate([k for _, k in rows])
+    del rows  # each temporary below dies once read: a few columns of a million operations at 1 GB
     if not len(r):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     rc, order = codes.ascending(r.correlation)
-    pos = np.minimum(np.searchsorted(rc, corr), len(rc) - 1)
+    pos = np.searchsorted(rc, corr)
+    np.minimum(pos, len(rc) - 1, out=pos)
     ok = rc[pos] == corr
+    del corr
     row = pos[ok] if order is None else order[pos[ok]]
     del rc, order, pos
-    launch_at = r.ts[row]
     kind = kind[ok]
+    del ok
+    launch_at = r.ts[row]
+    del row
     o = np.argsort(launch_at, kind="stable")
-    return launch_at[o], kind[o]
+    launch_at = launch_at[o]
+    return launch_at, kind[o]
 
 
 def _idle_by_frame(
