@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -67,7 +67,8 @@ _SAME = 0.97
 # Report frames holding at least this share of the idle time.
 _MIN_FRAME_SHARE = 0.05
 _TOP_FRAMES = 8
-_PIECE = 1 << 20  # frames per piece in _heaviest
+_T = TypeVar("_T")
+_PIECE = 1 << 18  # rows (frames, launches) per piece where whole-column temporaries are avoided
 
 
 @dataclass(frozen=True)
@@ -211,7 +212,9 @@ class _Cum:
 
     def __init__(self, ivs: iv.IntervalSet) -> None:
         self.s, self.e = ivs
-        self.before = np.concatenate([[0], np.cumsum(self.e - self.s)])
+        self.before = np.zeros(len(self.s) + 1, np.int64)  # built in place: no temporaries of millions
+        np.subtract(self.e, self.s, out=self.before[1:])
+        np.cumsum(self.before[1:], out=self.before[1:])
 
     def at(self, t: np.ndarray) -> np.ndarray:
         t = np.asarray(t, np.int64)
@@ -224,7 +227,10 @@ class _Cum:
         return cum
 
     def overlap(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-        inside: Column = self.at(e) - self.at(s)
+        """A piece at a time: the binary searches' temporaries are not columns of millions of calls."""
+        inside: Column = np.empty(len(s), np.int64)
+        for i in range(0, len(s), _PIECE):
+            inside[i : i + _PIECE] = self.at(e[i : i + _PIECE]) - self.at(s[i : i + _PIECE])
         return inside
 
 
@@ -248,38 +254,38 @@ def _launch_threads(trace: Trace, device: int | None, ws: np.ndarray, we: np.nda
 
 
 def _frames(trace: Trace, thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
-    """(ts, end, name) of the host frames on ``thread``, sorted outer-first, and their source."""
+    """(ts, end, name) of the host frames on ``thread``, as recorded, and their source."""
     p = trace.python_frames
     sel = p.thread == thread if len(p) else np.zeros(0, bool)
     if sel.any():
-        ts, end, name, src = p.ts[sel], p.end[sel], p.name[sel], "python"
-    else:
-        o, a = trace.cpu_ops, trace.annotations
-        o_sel = o.thread == thread
-        umbrella = name_mask(trace, PROFILER_STEP)
-        a_sel = (a.thread == thread) & (a.device < 0) & ~umbrella[a.name] if len(a) else np.zeros(0, bool)
-        # written straight into their columns (no whole end column of every operator, no copies)
-        n_o, n_a = int(o_sel.sum()), int(a_sel.sum())
-        ts, dur = np.empty(n_o + n_a, np.int64), np.empty(n_o + n_a, np.int64)
-        name = np.empty(n_o + n_a, o.name.dtype)
-        for col, c_o, c_a in ((ts, o.ts, a.ts), (dur, o.dur, a.dur), (name, o.name, a.name)):
-            np.compress(o_sel, c_o, out=col[:n_o])
-            col[n_o:] = c_a[a_sel]
-        src = "operators" if len(ts) else "none"
-        del o_sel, a_sel
-        end = ts + dur
-        if len(ts) and not is_outer_first(ts, dur):
-            order = outer_first(ts, dur)  # outer frames first at equal start
-            del dur
-            ts, end, name = ts[order], end[order], name[order]
-        return ts, end, name, src
-    if not len(ts):
-        return ts, end, name, src
-    dur = end - ts
-    if is_outer_first(ts, dur):  # already outer-first (an export's rows): no gathers
-        return ts, end, name, src
-    order = outer_first(ts, dur)  # outer frames first at equal start
-    return ts[order], end[order], name[order], src
+        ts = p.ts[sel]
+        return ts, ts + p.dur[sel], p.name[sel], "python"
+    o, a = trace.cpu_ops, trace.annotations
+    o_sel = o.thread == thread
+    umbrella = name_mask(trace, PROFILER_STEP)
+    a_sel = (a.thread == thread) & (a.device < 0) & ~umbrella[a.name] if len(a) else np.zeros(0, bool)
+    # written straight into their columns (no whole end column of every operator, no copies)
+    n_o, n_a = int(o_sel.sum()), int(a_sel.sum())
+    ts, end = np.empty(n_o + n_a, np.int64), np.empty(n_o + n_a, np.int64)
+    name = np.empty(n_o + n_a, o.name.dtype)
+    at = 0
+    for i in range(0, len(o_sel), _PIECE):  # a piece at a time: no index column of every operator
+        m = o_sel[i : i + _PIECE]
+        k = int(np.count_nonzero(m))
+        for col, c_o in ((ts, o.ts), (end, o.dur), (name, o.name)):
+            col[at : at + k] = c_o[i : i + _PIECE][m]
+        at += k
+    for col, c_a in ((ts, a.ts), (end, a.dur), (name, a.name)):
+        col[n_o:] = c_a[a_sel]
+    end += ts  # the durations turned into the ends, in place
+    return ts, end, name, "operators" if len(ts) else "none"
+
+
+def _renumbered(d: dict[int, _T], order: np.ndarray) -> dict[int, _T]:
+    """``d``, keyed by rows' positions, keyed by their positions (ascending) once the rows are
+    taken in ``order``."""
+    pos = np.flatnonzero(np.isin(order, np.fromiter(d, np.int64, len(d))))
+    return {int(k): d[int(order[k])] for k in pos}
 
 
 def _parents(ts: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -333,7 +339,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     calls: list[HostCall] = []
     cum_idle = _Cum(idle)
     for cls, m in (("sync", sync_m), ("launch", launch_m), ("other", other_m)):
-        cover = _intersect(left, iv.union(r.ts[m], r.end[m]))
+        cover = _intersect(left, iv.union_rows(r.ts, r.dur, m))  # a piece at a time: no end column
         pieces[cls].append(cover)
         left = iv.minus_part(left, cover)  # cover is a part of left
         if m.any():
@@ -348,7 +354,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
             f"launch calls ≥ {cold_start_ms:g} ms",
             "launch",
             int(long_launch.sum()),
-            int(iv.total(_intersect(idle, iv.union(r.ts[long_launch], r.end[long_launch])))),
+            int(iv.total(_intersect(idle, iv.union_rows(r.ts, r.dur, long_launch)))),
             int(r.dur[long_launch].max()),
         )
     del launch_m, long_launch
@@ -357,14 +363,30 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     launch_ts = np.sort(r.ts[issues & mine])  # launches from every launching thread
     del issues, mine
     fts, fend, fname, source = _frames(trace, thread)
-    frames: list[HostFrame] = []
+    # the frames that may be reported, their idle time and names, taken before the frames are
+    # sorted: the idle set and the name column are not held through the sort and the stages
+    got = _idle_by_frame(fts, fend, idle, launch_ts, ws, we, idle_ns)
+    names = {i: int(fname[i]) for i in got}
+    del idle, fname
+    if len(fts) and not is_outer_first(fts, fend):  # an export's rows already are: no gathers
+        # outer frames first at equal start (the later end is the longer frame: the ends order
+        # them as the durations do)
+        order = outer_first(fts, fend)
+        fts = fts[order]  # one column gathered at a time
+        fend = fend[order]
+        got, names = _renumbered(got, order), _renumbered(names, order)
+        del order
     parent = _parents(fts, fend) if len(fts) else None  # once: the stages and the heaviest frames read it
     if parent is not None and len(fts) < 1 << 31:
         parent = parent.astype(np.int32)  # held through the stages: four bytes a frame
+    shown = _shown(trace, names, parent, got) if parent is not None else []
     if parent is not None and len(left[0]):
         classify = _classify_all if _disjoint(ws, we) else _classify_by_stage
         for c, sets in classify(trace, fts, fend, parent, launch_ts, left, ws, we, device).items():
             pieces[c] += sets
+    # the frames to report, taken out: the frame columns are not held through the merge
+    heavy = [(names[i], int(fts[i]), int(fend[i]), got[i]) for i in shown]
+    del fts, fend, parent, got
     # 5: OS runtime calls (Nsight: poll, read, pthread waits) where nothing above explains the idle.
     osr = trace.os_runtime
     if len(osr):
@@ -372,7 +394,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
         if om.any() and len(left[0]):
             # the idle left under an OS call, less what the frames explained there: each class's
             # pieces taken off in turn (their part under the OS calls), never united whole
-            cover = _intersect(left, iv.union(osr.ts[om], osr.end[om]))
+            cover = _intersect(left, iv.union_rows(osr.ts, osr.dur, om))
             for x in (x for c in ("input", "launch", "other") for x in pieces[c]):
                 if len(x[0]) and len(cover[0]):
                     cover = iv.minus_part(cover, _intersect(cover, x))
@@ -385,8 +407,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     for c in ("input", "launch", "sync", "other"):
         ns[c] = iv.total(merged[c])
     ns["unattributed"] = idle_ns - sum(ns.values())
-    if parent is not None:
-        frames = _heaviest(trace, fts, fend, fname, parent, idle, launch_ts, ws, we, step_ns, idle_ns, merged)
+    frames = _heaviest(trace, heavy, step_ns, merged)
     out = HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source)
     # kept: the classes later passes must not count again (the launch and other sets, millions of
     # pieces at 1 GB, are not held through the GPU-gap stage)
@@ -398,7 +419,10 @@ def _calls_by_name(
     trace: Trace, calls: RuntimeCalls, m: Column, idle: _Cum, cls: str, suffix: str = ""
 ) -> list[HostCall]:
     """The GPU idle time under the ``m`` calls, per call name (the per-call columns die on return)."""
-    per = idle.overlap(calls.ts[m], calls.end[m])
+    s, e = calls.ts[m], calls.dur[m]
+    e += s  # the calls' ends, not an end column of every call
+    per = idle.overlap(s, e)
+    del s, e
     names, order, first = codes.grouped(calls.name[m])  # per name: one grouping, not a mask per name
     got = np.add.reduceat(per[order], first) if len(first) else per[:0]
     del per
@@ -453,7 +477,7 @@ def _disjoint(ws: np.ndarray, we: np.ndarray) -> bool:
     return len(ws) < 2 or bool(np.all(ws[1:] >= we[:-1]) and np.all(we >= ws))
 
 
-_GROUP = 16  # windows per pass of the one-pass classification
+_GROUP = 4  # windows per pass of the one-pass classification
 
 
 def _classify_all(
@@ -713,41 +737,38 @@ def _first_op_after(trace: Trace, device: int | None) -> tuple[np.ndarray, np.nd
         rows.append((t.correlation[on], kinds))
     corr = np.concatenate([c for c, _ in rows])
     kind = np.concatenate([k for _, k in rows])
+    del rows  # each temporary below dies once read: a few columns of a million operations at 1 GB
     if not len(r):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     rc, order = codes.ascending(r.correlation)
-    pos = np.minimum(np.searchsorted(rc, corr), len(rc) - 1)
+    pos = np.searchsorted(rc, corr)
+    np.minimum(pos, len(rc) - 1, out=pos)
     ok = rc[pos] == corr
+    del corr
     row = pos[ok] if order is None else order[pos[ok]]
     del rc, order, pos
-    launch_at = r.ts[row]
     kind = kind[ok]
+    del ok
+    launch_at = r.ts[row]
+    del row
     o = np.argsort(launch_at, kind="stable")
-    return launch_at[o], kind[o]
+    launch_at = launch_at[o]
+    return launch_at, kind[o]
 
 
-def _heaviest(
-    trace: Trace,
-    fts: Column,
-    fend: Column,
-    fname: Column,
-    parent: Column,
-    idle: iv.IntervalSet,
-    launch_ts: Column,
-    ws: Column,
-    we: Column,
-    step_ns: int,
-    idle_ns: int,
-    classes: dict[str, iv.IntervalSet],
-) -> list[HostFrame]:
-    """Frames holding the most GPU idle time, below the frames that drive all the work. A chain
-    of wrappers holding the same time shows as its outermost frame with a source line and its
-    deepest frame (what the host was inside)."""
+def _idle_by_frame(
+    fts: Column, fend: Column, idle: iv.IntervalSet, launch_ts: Column, ws: Column, we: Column, idle_ns: int
+) -> dict[int, int]:
+    """The frames that may be reported (holding at least ``_MIN_FRAME_SHARE`` of the GPU idle
+    time, below the frames that drive all the work), ascending, each with its idle time."""
     if not len(fts):
-        return []
+        return {}
     cum = _Cum(idle)
     # frames that contain every launch of the windows drive the loop: not evidence of a cause
-    li = launch_ts[iv.contains((ws, we), launch_ts)] if len(launch_ts) else launch_ts
+    li = np.concatenate(  # a piece at a time: no index columns of every launch
+        [x[iv.contains((ws, we), x)] for x in (launch_ts[i : i + _PIECE] for i in range(0, len(launch_ts), _PIECE))]
+        or [launch_ts]
+    )
     thr = _MIN_FRAME_SHARE * idle_ns
     # a frame holds at most its own length of idle time: only frames that long can qualify (a
     # few of millions), measured against the idle time
@@ -762,17 +783,19 @@ def _heaviest(
         else np.zeros(len(s), bool)
     )
     heavy = (g >= thr) & ~driver & (g > 0)
-    cand = long[heavy]
-    got = dict(zip(cand.tolist(), g[heavy]))  # idle time of each candidate
-    del long, s, e, g, driver, heavy
-    if not len(cand):
+    return dict(zip(long[heavy].tolist(), g[heavy]))
+
+
+def _shown(trace: Trace, names: dict[int, int], parent: Column, got: dict[int, int]) -> list[int]:
+    """The candidate frames ``got`` (named ``names``) to show: a chain of wrappers holding the same time shows as
+    its outermost frame with a source line and its deepest frame (what the host was inside)."""
+    if not got:
         return []
-    cset = set(cand.tolist())
     cparent: dict[int, int] = {}
     kids: dict[int, list[int]] = {}
-    for i in cand.tolist():
+    for i in got:
         q = int(parent[i])
-        while q >= 0 and q not in cset:
+        while q >= 0 and q not in got:
             q = int(parent[q])
         cparent[i] = q
         kids.setdefault(q, []).append(i)
@@ -783,9 +806,8 @@ def _heaviest(
             q >= 0 and len([k for k in kids.get(q, []) if got[k] >= _SAME * got[q]]) == 1 and got[i] >= _SAME * got[q]
         )
 
-    cum_cls = {c: _Cum(v) for c, v in classes.items() if len(v[0])}
     shown: list[int] = []
-    for head in cand.tolist():
+    for head in got:
         if continues(head):
             continue
         chain = [head]
@@ -794,23 +816,29 @@ def _heaviest(
             if not nxt:
                 break
             chain.append(nxt[0])
-        named = next((i for i in chain if _FRAME.match(trace.strings[int(fname[i])])), chain[0])
+        named = next((i for i in chain if _FRAME.match(trace.strings[names[i]])), chain[0])
         shown.append(named)
         if chain[-1] != named:
             shown.append(chain[-1])
-    # One line per frame name: the same frame in every step (a loader's __next__) adds up.
-    by_name: dict[int, list[int]] = {}
-    for i in shown:
-        by_name.setdefault(int(fname[i]), []).append(i)
+    return shown
+
+
+def _heaviest(
+    trace: Trace, heavy: list[tuple[int, int, int, int]], step_ns: int, classes: dict[str, iv.IntervalSet]
+) -> list[HostFrame]:
+    """The frames holding the most GPU idle time, from the shown frames' (name, start, end, idle
+    time); one line per frame name: the same frame in every step (a loader's __next__) adds up."""
+    if not heavy:
+        return []
+    by_name: dict[int, list[tuple[int, int, int]]] = {}
+    for nm, s, e, g in heavy:
+        by_name.setdefault(nm, []).append((s, e, g))
     rows = []
-    for nm, idx in by_name.items():
-        total = int(sum(got[i] for i in idx))
-        per = {
-            c: int(sum(cc.overlap(np.array([fts[i]]), np.array([fend[i]]))[0] for i in idx))
-            for c, cc in cum_cls.items()
-        }
+    for nm, fs in by_name.items():
+        total = int(sum(g for _, _, g in fs))
+        per = {c: sum(iv.total(_within(v, s, e)) for s, e, _ in fs) for c, v in classes.items() if len(v[0])}
         cls = max(per, key=per.__getitem__) if per and max(per.values()) > 0 else "unattributed"
-        rows.append((total, min(int(fts[i]) for i in idx), nm, len(idx), cls))
+        rows.append((total, min(s for s, _, _ in fs), nm, len(fs), cls))
     rows.sort(key=lambda r: (-r[0], r[1]))
     out = []
     for total, _, nm, count, cls in rows[:_TOP_FRAMES]:

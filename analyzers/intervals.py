@@ -210,7 +210,10 @@ def minus_part(a: IntervalSet, part: IntervalSet) -> IntervalSet:
     e = np.concatenate([part[0], a[1]])
     e.sort()
     keep = e > s
-    return (s, e) if keep.all() else (s[keep], e[keep])
+    if keep.all():
+        return s, e
+    s = s[keep]  # one column compacted at a time
+    return s, e[keep]
 
 
 def total(iv: IntervalSet) -> int:

@@ -113,21 +113,20 @@ def outer_first(ts: np.ndarray, dur: np.ndarray, groups: np.ndarray | None = Non
         return np.arange(n, dtype=np.int64)
     if groups is None:  # runs each in order (operators, then annotations): a stable sort merges them
         order = np.argsort(ts, kind="stable")
-        if is_outer_first(ts[order], dur[order]):
+        if is_outer_first(ts, dur, order):
             return order
         del order
     return np.lexsort((-dur, ts) if groups is None else (-dur, ts, groups))
 
 
-def is_outer_first(ts: np.ndarray, dur: np.ndarray) -> bool:
-    """Whether rows are sorted by start, longer first at equal starts (a piece at a time)."""
+def is_outer_first(ts: np.ndarray, dur: np.ndarray, order: np.ndarray | None = None) -> bool:
+    """Whether rows (taken in ``order`` where given) are sorted by start, longer first at equal
+    starts (a piece at a time: no whole gathered columns)."""
     for i in range(0, len(ts) - 1, _PIECE):
-        a, b = ts[i : i + _PIECE], ts[i + 1 : i + 1 + _PIECE]
-        da, db = dur[i : i + _PIECE], dur[i + 1 : i + 1 + _PIECE]
-        m = len(b)
-        a, da = a[:m], da[:m]
-        later = b > a
-        if not (later | ((b == a) & (db <= da))).all():
+        rows = slice(i, i + 1 + _PIECE) if order is None else order[i : i + 1 + _PIECE]
+        t, d = ts[rows], dur[rows]
+        a, b, da, db = t[:-1], t[1:], d[:-1], d[1:]
+        if not ((b > a) | ((b == a) & (db <= da))).all():
             return False
     return True
 
