@@ -7,6 +7,7 @@ salvaged to the same complete events the whole-document salvage keeps."""
 from __future__ import annotations
 
 import gzip
+import os
 import json
 
 import numpy as np
@@ -243,12 +244,22 @@ def test_bytes_that_are_not_utf8_are_damage_not_an_internal_error(tmp_path):
     assert t.warnings
 
 
+@pytest.mark.parametrize("where", ["memory", "tmpdir"])
 @pytest.mark.parametrize("damage", [None, "truncated", "second member"])
-def test_a_large_gzip_file_inflated_then_read_in_two_halves_gives_the_serial_tables(tmp_path, monkeypatch, damage):
-    """A large .json.gz is inflated into a temporary file and read as two halves at once; the trace
-    (its source the .gz path) is the serial stream's. Damage goes to the serial reader, whose
-    warnings are the precise ones."""
+def test_a_large_gzip_file_inflated_then_read_in_two_halves_gives_the_serial_tables(
+    tmp_path, monkeypatch, damage, where
+):
+    """A large .json.gz is inflated into a memory file (or, without room for one, a temporary file)
+    and read as two halves at once; the trace (its source the .gz path) is the serial stream's.
+    Damage goes to the serial reader, whose warnings are the precise ones. No descriptor or file
+    is left behind."""
     from trainscope.collectors import kineto
+
+    if where == "tmpdir":
+        monkeypatch.setattr(kineto, "_memory_file", lambda size: None)
+    elif not hasattr(os, "memfd_create"):
+        pytest.skip("no memfd_create on this platform: the inflated copy always goes to TMPDIR")
+    fds_before = set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else set()
 
     raw = (KINETO / "hta_a100_control.json.gz").read_bytes()
     data = raw if damage is None else raw[: int(len(raw) * 0.9)] if damage == "truncated" else raw + gzip.compress(b" ")
@@ -268,3 +279,7 @@ def test_a_large_gzip_file_inflated_then_read_in_two_halves_gives_the_serial_tab
     assert halves.source == serial.source == str(p)
     assert halves.warnings == serial.warnings and halves.metadata == serial.metadata
     assert not list(tmp_path.glob("trainscope-*"))  # no temporary file left (they go to TMPDIR anyway)
+    if damage is None:
+        assert calls[0].startswith("/proc/self/fd/") == (where == "memory")
+    if fds_before:
+        assert set(os.listdir("/proc/self/fd")) <= fds_before | {str(max(map(int, fds_before)) + 1)}
