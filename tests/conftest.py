@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import gzip
 import json
 import pathlib
@@ -156,3 +157,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(mark)
         if name not in FAST:
             item.add_marker("slow")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """After the whole suite a worker's heap holds ≈ 2.6 M objects the cyclic collector tracks
+    (apps' caches, snapshot models, hypothesis' state). At exit pytest's unraisable-exception check
+    runs ``gc.collect()`` five times, ≈ 2 s each, and pytest-xdist interrupts a worker still tearing
+    down after 5 s: a stray ``KeyboardInterrupt`` printed at the end of a passing run (found with
+    faulthandler in the worker). One collection here finds what the check would (its hook is still
+    installed, so what it finds is reported), then the survivors are frozen: the five passes skip them."""
+    gc.collect()
+    gc.freeze()
