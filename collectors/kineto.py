@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from trainscope.collectors import readers
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.kineto_stream import Fallback, stream_events
 from trainscope.collectors.readers import Progress, parse_json_events, read_maybe_gzip
@@ -84,11 +85,11 @@ PARALLEL_MIN_BYTES = 192 << 20  # plain files this large are read in two halves,
 def load_kineto(path: str, progress: Progress | None = None) -> Trace:
     """Read one Kineto trace file (.json or .json.gz) into a :class:`Trace`: streamed in typed
     slices (collectors/kineto_stream.py), or, for a file the stream cannot place, in memory."""
-    if _cores() >= 2 and _large_gzip(path):
+    if readers.usable_cores() >= 2 and _large_gzip(path):
         trace = _load_gzip_halves(path, progress)
         if trace is not None:
             return trace
-    elif os.path.getsize(path) >= PARALLEL_MIN_BYTES and _cores() >= 2:
+    elif os.path.getsize(path) >= PARALLEL_MIN_BYTES and readers.usable_cores() >= 2:
         trace = _load_halves(path, progress)
         if trace is not None:
             return trace
@@ -105,13 +106,6 @@ def load_kineto(path: str, progress: Progress | None = None) -> Trace:
         if gc_was_enabled:
             gc.enable()
     return load_kineto_in_memory(path, progress)
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _load_halves(path: str, progress: Progress | None, pass_fds: tuple[int, ...] = ()) -> Trace | None:

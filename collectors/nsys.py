@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainscope.collectors import columnar, nsys_split
+from trainscope.collectors import columnar, nsys_split, readers
 from trainscope.collectors.columnar import TextColumn
 from trainscope.collectors.nsys_graphs import add_graph_replays
 from trainscope.collectors.errors import TraceError
@@ -349,7 +349,7 @@ class _SqliteSource:
         collectors/nsys_split.py); :meth:`rows` with ``split=`` reads chunks from the start once
         the other tables are read, and merges. None where a child cannot help: no second core, no
         columnar driver or no file locks, a small table, an index on it."""
-        if self.cols is None or nsys_split.cores() < 2:
+        if self.cols is None or readers.usable_cores() < 2:
             return None
         try:
             import fcntl  # noqa: F401  (the claims are file locks)
@@ -400,10 +400,11 @@ class _SqliteSource:
         # as rows arrive (np.empty commits none), and no chunk is held twice or joined at the end.
         span = req.bounds[-1][1] - req.bounds[0][0] + 1
         whole = {name: np.empty(span, dtype) for name, dtype in nsys_split.REPLY_COLUMNS}
-        state: dict = {"red": None, "n": 0}
+        state: dict = {"red": None, "n": 0, "placed": 0}
 
         def append(cols: dict, red) -> None:
-            """One chunk's reduced rows after those already written, in the first reducer's codes."""
+            """One chunk's reduced rows after those already written, in the first reducer's codes (a
+            chunk the child's reply already put in its place is mapped where it lies)."""
             rows = len(cols["ts"]) if cols else 0
             if state["red"] is None:
                 state["red"] = red
@@ -413,7 +414,7 @@ class _SqliteSource:
             if n + rows > span:
                 raise ValueError("more rows than row ids")
             for name, _ in nsys_split.REPLY_COLUMNS:
-                if rows:
+                if rows and cols[name].base is not whole[name]:
                     whole[name][n : n + rows] = cols[name]
             state["n"] = n + rows
 
@@ -423,8 +424,9 @@ class _SqliteSource:
             append(self.cols.fetch(sql, req.names, text=req.text, real=req.real, reduce=red, spaces=spaces), red)
 
         def place(i: int, rows: int) -> list:
-            n = state["n"] + placed[0]
-            placed[0] += rows
+            """Where the child's next chunk goes: after this side's rows and its earlier chunks."""
+            n = state["n"] + state["placed"]
+            state["placed"] += rows
             if n + rows > span:
                 raise ValueError("more rows than row ids")
             return [whole[name][n : n + rows] for name, _ in nsys_split.REPLY_COLUMNS]
@@ -434,20 +436,11 @@ class _SqliteSource:
             while (i := claims.claim(from_top=False)) is not None:
                 mine.append(i)
                 read(i)
-            placed = [0]
             theirs = split.tail.result(place)
             if theirs is not None and [p[0] for p in theirs] == list(range(len(mine), len(req.bounds))):
-                for _, rows, _, red in theirs:  # already in place: their codes mapped where they lie
+                for _, rows, _, red in theirs:
                     n = state["n"]
-                    cols = {name: whole[name][n : n + rows] for name, _ in nsys_split.REPLY_COLUMNS}
-                    if state["red"] is None:
-                        state["red"] = red
-                    elif rows:
-                        mapped = state["red"].absorb(cols, red)
-                        if rows:
-                            whole["thread"][n : n + rows] = mapped["thread"]
-                            whole["text"][n : n + rows] = mapped["text"]
-                    state["n"] = n + rows
+                    append({name: whole[name][n : n + rows] for name, _ in nsys_split.REPLY_COLUMNS}, red)
             else:  # the child failed: its chunks are read here (over whatever it had written)
                 for i in range(len(mine), len(req.bounds)):
                     read(i)

@@ -1,17 +1,20 @@
-"""The tail of a large Nsight table read in another process, while this one reads the rest.
+"""A large Nsight table read by two processes at once: this one and a child interpreter.
 
-Reading a 1 GB Nsight export is SQLite stepping its B-trees on one core: 5 M NVTX ranges take
-≈ 3 s, every other table together ≈ 2 s. The ADBC driver holds the GIL while it steps (two
-threads reading two halves of the same table took as long as one after the other), so the
-second core is used the way the Kineto reader uses it: a child interpreter of its own (not a
-fork of a process that may run threads) reads the rows of the NVTX table past a row id, reduced
-as the parent reduces its own batches, while the parent reads the other tables and the rows up
-to that id; the parent then maps the child's text and thread codes into its own code spaces.
+Reading a 1 GB Nsight export is SQLite stepping its B-trees: 5 M NVTX ranges take ≈ 3 s, every
+other table together ≈ 2 s. The ADBC driver holds the GIL while it steps (two threads reading two
+halves of the same table took as long as one after the other), so the second core is used the way
+the Kineto reader uses it: a child interpreter of its own (not a fork of a process that may run
+threads). The table's row-id span is cut into chunks (:func:`chunk_bounds`); the child claims them
+from the last one down, the parent from the first one up once it has read the other tables
+(:class:`Claims`, a locked file), so both finish together. Each chunk is read with the parent's
+own query and reducer; the child writes its chunks' columns to a spill file as it goes
+(:class:`Spill`) and sends the header by pipe; the parent reads them into place and maps their
+text and thread codes into its own.
 
 The rows come back in the order one query would give: a table without an index is scanned in
-row-id order, both for the whole table and for a row-id range, and the split is used only on
-such a table. Where the child cannot help (no second core, a small table, an index, a driver
-refusal, a child that fails), the parent reads the tail itself, with the same query and reducer.
+row-id order, both whole and by row-id range, and the split is used only on such a table. Where
+the child cannot help (no second core, a small table, an index, a driver refusal, a child that
+fails), the parent reads the chunks itself, with the same query and reducer.
 """
 
 from __future__ import annotations
@@ -28,13 +31,6 @@ SPLIT_MIN_ROWS = 1_000_000  # a child costs ≈ 0.3 s to start: worth it from �
 CHUNK_ROWS = 262_144  # row ids a claim covers (≈ 0.13 s of NVTX reading): the two sides end together
 MAX_CHUNKS = 64
 _CHILD = "from trainscope.collectors.nsys_split import _child_main; _child_main()"
-
-
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def chunk_bounds(lo: int, hi: int) -> list[tuple[int, int]]:

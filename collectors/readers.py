@@ -9,6 +9,16 @@ from typing import Callable
 
 from trainscope.collectors.errors import TraceError
 
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, else the machine's): whether a second
+    reading process (Kineto halves, Nsight NVTX chunks) has a core of its own."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 Progress = Callable[[str, float | None], None]
 """``progress(stage, fraction_done_or_None)``; collectors call it, the CLI draws it."""
 

@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from trainscope.collectors import kineto_stream
+from trainscope.collectors import kineto_stream, readers
 from trainscope.collectors.kineto import load_kineto, load_kineto_in_memory
 from trainscope.collectors.readers import _salvage_events
 
@@ -121,7 +121,7 @@ def test_two_halves_read_at_once_give_the_serial_tables(tmp_path, monkeypatch, c
     real = kineto._load_halves
     monkeypatch.setattr(kineto, "_load_halves", lambda *a: calls.append(1) or real(*a))
     monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1)
-    monkeypatch.setattr(kineto, "_cores", lambda: 2)
+    monkeypatch.setattr(readers, "usable_cores", lambda: 2)
     halves = load_kineto(str(p))
     monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1 << 62)
     serial = load_kineto(str(p))
@@ -270,7 +270,7 @@ def test_a_large_gzip_file_inflated_then_read_in_two_halves_gives_the_serial_tab
     real = kineto._load_halves
     monkeypatch.setattr(kineto, "_load_halves", lambda *a: calls.append(a[0]) or real(*a))
     monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1)
-    monkeypatch.setattr(kineto, "_cores", lambda: 2)
+    monkeypatch.setattr(readers, "usable_cores", lambda: 2)
     halves = load_kineto(str(p))
     monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1 << 62)
     serial = load_kineto(str(p))

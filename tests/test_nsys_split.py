@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import DATA
-from trainscope.collectors import nsys, nsys_split
+from trainscope.collectors import nsys, nsys_split, readers
 from trainscope.traces.model import Table
 
 EXPORTS = [p.name for p in sorted((DATA / "nsys").glob("*.sqlite")) if p.name != "pipit_saxpy_a100_nsys2022.sqlite"]
@@ -50,7 +50,7 @@ def _same(a, b, where: str = "trace") -> None:
 def _load(path, monkeypatch, split: bool, chunk_rows: int = 97):
     monkeypatch.setattr(nsys_split, "SPLIT_MIN_ROWS", 1 if split else 10**12)
     monkeypatch.setattr(nsys_split, "CHUNK_ROWS", chunk_rows)
-    monkeypatch.setattr(nsys_split, "cores", lambda: 2)
+    monkeypatch.setattr(readers, "usable_cores", lambda: 2)
     return nsys.load_nsys(str(path))
 
 
