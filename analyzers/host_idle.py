@@ -604,16 +604,9 @@ def _classify_group(
     if len(ps):
         quiet = st_counts[pa] == 0  # a stage that issues no GPU work: does its output go to the GPU?
         if quiet.any():
-            nxt = np.searchsorted(launch_at, fend[st[pa[quiet]]], side="left")
-            kinds = (
-                np.where(nxt < len(launch_kind), launch_kind[np.minimum(nxt, max(len(launch_kind) - 1, 0))], -2)
-                if len(launch_kind)
-                else np.full(len(nxt), -2)
-            )
-            to_gpu = kinds == htod
-            qs, qe = ps[quiet], pe[quiet]
-            out.append(("input", iv.union(qs[to_gpu], qe[to_gpu]) if to_gpu.any() else iv.EMPTY))
-            out.append(("other", iv.union(qs[~to_gpu], qe[~to_gpu]) if (~to_gpu).any() else iv.EMPTY))
+            inp, oth = _quiet_stages(ps[quiet], pe[quiet], fend[st[pa[quiet]]], launch_at, launch_kind, htod)
+            out.append(("input", inp))
+            out.append(("other", oth))
         busy = ~quiet  # a stage that issues some of the work: host time between its kernels
         if busy.any():
             bs, be, bw = ps[busy], pe[busy], sw[pa[busy]]
@@ -636,6 +629,25 @@ def _classify_group(
     out.append(("launch", inner_set))
     out.append(("other", iv.minus_part(rest, inner_set)))
     return out
+
+
+def _quiet_stages(
+    qs: Column, qe: Column, ends: Column, launch_at: Column, launch_kind: Column, htod: int
+) -> tuple[iv.IntervalSet, iv.IntervalSet]:
+    """(input, other): idle pieces ``qs``–``qe`` under stages that issue no GPU work, split by what
+    the first launch at or after their stage's end (``ends``) is: a host-to-device copy (the stage
+    prepared the GPU's next input) or anything else."""
+    nxt = np.searchsorted(launch_at, ends, side="left")
+    kinds = (
+        np.where(nxt < len(launch_kind), launch_kind[np.minimum(nxt, max(len(launch_kind) - 1, 0))], -2)
+        if len(launch_kind)
+        else np.full(len(nxt), -2)
+    )
+    to_gpu = kinds == htod
+    return (
+        iv.union(qs[to_gpu], qe[to_gpu]) if to_gpu.any() else iv.EMPTY,
+        iv.union(qs[~to_gpu], qe[~to_gpu]) if (~to_gpu).any() else iv.EMPTY,
+    )
 
 
 def _classify_by_stage(
@@ -693,16 +705,9 @@ def _classify_by_stage(
         if len(ps):
             quiet = st_counts[pa] == 0  # a stage that issues no GPU work: does its output go to the GPU?
             if quiet.any():
-                nxt = np.searchsorted(launch_at, fend[st[pa[quiet]]], side="left")
-                kinds = (
-                    np.where(nxt < len(launch_kind), launch_kind[np.minimum(nxt, max(len(launch_kind) - 1, 0))], -2)
-                    if len(launch_kind)
-                    else np.full(len(nxt), -2)
-                )
-                to_gpu = kinds == htod
-                qs, qe = ps[quiet], pe[quiet]
-                out["input"].append(iv.union(qs[to_gpu], qe[to_gpu]) if to_gpu.any() else iv.EMPTY)
-                out["other"].append(iv.union(qs[~to_gpu], qe[~to_gpu]) if (~to_gpu).any() else iv.EMPTY)
+                inp, oth = _quiet_stages(ps[quiet], pe[quiet], fend[st[pa[quiet]]], launch_at, launch_kind, htod)
+                out["input"].append(inp)
+                out["other"].append(oth)
             busy = ~quiet  # a stage that issues some of the work: host time between its kernels
             if busy.any():
                 bs, be = ps[busy], pe[busy]
