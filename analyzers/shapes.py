@@ -8,7 +8,6 @@ else — optimizer ops on parameter shapes, views, copies — says little about 
 
 from __future__ import annotations
 
-import ast
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -48,14 +47,16 @@ class ShapeComparison:
     note: str
 
 
+# The first input's leading dimension in the repr of a list of shapes: "[[32, 3, 224, 224], [64]]".
+# Read by a pattern, not ast.literal_eval: the rank executor calls this from threaded Dask workers,
+# where CPython 3.11's literal_eval can fail at random ("AST constructor recursion depth mismatch",
+# python/cpython#106905), and a pattern cannot be made to recurse or allocate by a crafted shape.
+_LEADING = re.compile(r"\[\s*\[\s*(-?\d+)\s*[,\]]")
+
+
 def _leading(dims_repr: str) -> int | None:
-    try:
-        dims = ast.literal_eval(dims_repr)  # a repr of nested lists of ints, written by our collector
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return None
-    if isinstance(dims, list) and dims and isinstance(dims[0], list) and dims[0] and isinstance(dims[0][0], int):
-        return dims[0][0]
-    return None
+    m = _LEADING.match(dims_repr)
+    return int(m.group(1)) if m else None
 
 
 def shape_signature(trace: Trace) -> ShapeSignature:

@@ -88,6 +88,7 @@ def pytest_addoption(parser):
 # Measured per module with `--durations=0` (tests/README or docs/development.md says how).
 FAST = {
     "test_analysis.py",
+    "test_batch_shapes.py",
     "test_api_docs.py",
     "test_api_ranks.py",
     "test_api_watch.py",
