@@ -16,6 +16,7 @@ import contextlib
 import gc
 import io
 import os
+from collections import Counter
 from gc import is_tracked
 from itertools import chain, compress, repeat
 from operator import eq, floordiv, getitem, itemgetter, not_
@@ -277,6 +278,13 @@ def load_snapshot_in_process(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> S
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
+# No device's memory comes near this (the largest GPUs hold ≈ 0.3 TB; a whole unified-memory node a
+# few TB): a block, segment or event size outside [0, 1 PiB] is damage, not data. Such a record is
+# left out and counted (a warning per kind) rather than summed into peaks of exabytes, or into a
+# number beyond int64 that no column can hold.
+MAX_SIZE = 1 << 50
+
+
 class _Checked:
     """The plain-data check, made where the parse hands a subtree on (frames, settings) instead of
     a walk of the whole object graph first.
@@ -289,6 +297,14 @@ class _Checked:
 
     def __init__(self) -> None:
         self.slow: set[int] = set()  # ids of frames that passed the full walk
+        self.absurd: Counter[str] = Counter()  # records left out for an impossible size, by kind
+
+    def sane(self, size: int, kind: str) -> bool:
+        """Whether a record's size can be real; one that cannot is counted under ``kind``."""
+        if 0 <= size <= MAX_SIZE:
+            return True
+        self.absurd[kind] += 1
+        return False
 
     def frame_lists(self, fl: list) -> list:
         """``fl`` (each item one record's ``frames`` value) with non-lists as ``[]``, all checked."""
@@ -417,15 +433,19 @@ class _Parse:
             if not isinstance(s, dict):
                 raise TypeError("a segment is not a dict")
             blocks = _blocks(s, self.checked)
+            total = _int(s["total_size"], "total_size")
+            allocated = _int(
+                s.get("allocated_size", sum(b.size for b in blocks if b.state == "active_allocated")),
+                "allocated_size",
+            )
+            if not (self.checked.sane(total, "segments") and self.checked.sane(allocated, "segments")):
+                continue
             self.segments.append(
                 Segment(
                     _int(s.get("device", 0), "device"),
                     _int(s.get("address", 0), "segment address"),
-                    _int(s["total_size"], "total_size"),
-                    _int(
-                        s.get("allocated_size", sum(b.size for b in blocks if b.state == "active_allocated")),
-                        "allocated_size",
-                    ),
+                    total,
+                    allocated,
                     str(_scalar(s.get("segment_type", ""), "segment_type")),
                     blocks,
                 )
@@ -475,6 +495,11 @@ class _Parse:
                 )
         settings = raw.get("allocator_settings") if isinstance(raw.get("allocator_settings"), dict) else {}
         check_plain(settings)
+        for kind, n in sorted(self.checked.absurd.items()):
+            self.warnings.append(
+                f"left out {n:,} {kind if n != 1 else kind[:-1]} with an impossible size (negative or above {MAX_SIZE >> 50} PiB): "
+                "the file is damaged there; peaks and sites are of the rest"
+            )
         if not self.segments and not any(len(t) for t in traces):
             raise ValueError("no segments and no recorded events: nothing was allocated")
         return Snapshot(path, self.segments, traces, annotations, settings, self.warnings)
@@ -512,15 +537,11 @@ def _blocks(s: dict, checked: _Checked) -> list[Block]:
         frames = b.get("frames")
         if not isinstance(frames, list):
             frames = hist[-1].get("frames") if hist and isinstance(hist[-1].get("frames"), list) else []
-        out.append(
-            Block(
-                addr,
-                size,
-                _int(b.get("requested_size", size), "requested_size"),
-                _str(b["state"], "block state"),
-                frames,
-            )
-        )
+        requested = _int(b.get("requested_size", size), "requested_size")
+        state = _str(b["state"], "block state")
+        if not (checked.sane(size, "blocks") and checked.sane(requested, "blocks")):
+            continue
+        out.append(Block(addr, size, requested, state, frames))
         offset = addr + size
     for blk, frames in zip(out, checked.frame_lists([blk.frames for blk in out])):
         blk.frames = frames  # (shared across all segments' blocks by _parse)
@@ -588,9 +609,20 @@ def _event_columns(events: list, checked: _Checked) -> tuple:
     unknown = {str(a)[:40] for a in names if type(a) is not str or code(a, other) == other}
     # an ``oom`` event keeps the device's free bytes (cudaMemGetInfo) where others keep an address
     addr = _ints([e["addr"] if "addr" in e else e.get("device_free", 0) for e in events], "event addr")
-    size = _ints([e.get("size", 0) for e in events], "event size")
+    sizes = [e.get("size", 0) for e in events]
+    try:
+        size = _ints(sizes, "event size")
+    except OverflowError:  # an int beyond int64: marked impossible here, left out below
+        size = np.array([x if -MAX_SIZE <= x <= MAX_SIZE else -1 for x in sizes], dtype=np.int64)
     t = _ints([e.get("time_us", 0) for e in events], "event time_us")
-    return action, addr, size, t, checked.frame_lists([e.get("frames") for e in events]), unknown
+    frames = checked.frame_lists([e.get("frames") for e in events])
+    bad = (size < 0) | (size > MAX_SIZE)
+    if bad.any():
+        keep = ~bad
+        checked.absurd["trace events"] += int(bad.sum())
+        action, addr, size, t = action[keep], addr[keep], size[keep], t[keep]
+        frames = [f for f, k in zip(frames, keep.tolist()) if k]
+    return action, addr, size, t, frames, unknown
 
 
 _STR = frozenset((str,))

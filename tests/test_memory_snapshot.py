@@ -273,3 +273,39 @@ def test_memory_command_names_both_formats_for_an_unreadable_file(tmp_path):
         [sys.executable, "-m", "trainscope", "memory", str(bad)], capture_output=True, text=True, timeout=120
     )
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "where, size",
+    [("segment", 2**70), ("block", 2**64), ("block", 2**60), ("event", 2**63), ("event", -(2**40))],
+)
+def test_an_impossible_size_is_left_out_and_counted(tmp_path, where, size):
+    """A size no device can hold (a fuzzed or damaged file): before, a block of 2^64 bytes gave an
+    internal OverflowError in the replay, one of 2^60 a peak of 10⁹ GiB and a negative
+    fragmentation. The record is left out, the rest analyzed, and the warning says how many."""
+    path = DATA / "memory" / "mem_oom_flexgen_opt.pickle"
+    raw = pickle.loads(path.read_bytes())
+    clean = snapshot_memory(load_snapshot(str(path)))
+    if where == "segment":
+        raw["segments"][0]["total_size"] = size
+        seg0 = raw["segments"][0]
+    elif where == "block":
+        dev = next(i for i, t in enumerate(raw["device_traces"]) if t)
+        seg = next(s for s in raw["segments"] if s.get("device", 0) == dev and s["blocks"])
+        seg["blocks"][0]["requested_size"] = size
+    else:
+        dev = next(i for i, t in enumerate(raw["device_traces"]) if t)
+        raw["device_traces"][dev][0]["size"] = size
+    bad = tmp_path / "bad.pickle"
+    bad.write_bytes(pickle.dumps(raw))
+    snap = load_snapshot(str(bad))
+    kind = {"segment": "segment", "block": "block", "event": "trace event"}[where]
+    assert any(f"left out 1 {kind} with an impossible size" in w for w in snap.warnings), snap.warnings
+    mem = snapshot_memory(snap)
+    for m, c in zip(mem, clean):
+        assert 0 <= m.peak_allocated <= c.peak_reserved + (1 << 30)  # no exabyte peak
+        assert m.peak_reserved <= c.peak_reserved
+    if where == "segment":
+        assert sum(len(s.blocks) for s in snap.segments) == sum(
+            len(s["blocks"]) for s in raw["segments"] if s is not seg0
+        )
