@@ -6,7 +6,10 @@ import functools
 import gc
 import gzip
 import json
+import os
 import pathlib
+import shutil
+import tempfile
 
 import pytest
 
@@ -65,12 +68,50 @@ def gloo_dir(tmp_path_factory):
     inputs, so the straggler assertions do not depend on how loaded the test machine is (a live
     recording on a busy 2-core machine could deschedule the punctual rank too).
     ``test_stragglers.py::test_the_gloo_job_still_records`` runs the recorder itself."""
-    import shutil
 
     out = tmp_path_factory.mktemp("gloo")
     for f in sorted((DATA / "gloo").glob("rank*.pt.trace.json.gz")):
         shutil.copy(f, out / f.name)
     return out
+
+
+# -- one private temporary folder for the whole run -----------------------------------------------
+# Every test, worker and subprocess it starts writes its temporary files under one folder made for
+# this run (TMPDIR, inherited by pytest-xdist's workers and by the jobs, traces and apps the tests
+# start), removed when the run ends: the suite leaves nothing in /tmp, and what a test forgets to
+# remove is named at the end of the run instead of piling up there.
+_TMP_ENV = "TRAINSCOPE_TEST_TMP"
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput") or os.environ.get(_TMP_ENV):
+        return  # an xdist worker, or a nested pytest: the controller's folder is already set
+    root = tempfile.mkdtemp(prefix="trainscope-tests-")
+    os.environ[_TMP_ENV] = os.environ["TMPDIR"] = root
+    tempfile.tempdir = root
+    config._trainscope_tmp = root
+
+
+def _left_behind(root: str) -> list[str]:
+    return sorted(n for n in os.listdir(root) if not n.startswith("pytest-of-")) if os.path.isdir(root) else []
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    root = getattr(config, "_trainscope_tmp", None)
+    left = _left_behind(root) if root else []
+    if left:
+        terminalreporter.write_line(
+            f"temporary files left by tests (removed with the run's folder): {', '.join(left[:20])}"
+            + (f" and {len(left) - 20} more" if len(left) > 20 else ""),
+            yellow=True,
+        )
+
+
+def pytest_unconfigure(config):
+    root = getattr(config, "_trainscope_tmp", None)
+    if root:
+        shutil.rmtree(root, ignore_errors=True)
+        os.environ.pop(_TMP_ENV, None)
 
 
 def pytest_addoption(parser):
