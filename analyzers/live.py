@@ -20,13 +20,20 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers.findings.base import Finding, Verdict
 from trainscope.analyzers.live_ranks import RankWindow, rank_window
 from trainscope.analyzers.live_verdict import live_verdict
-from trainscope.analyzers.live_window import SampleDigest, WindowStats, digest, startup_end, window_stats
+from trainscope.analyzers.live_window import (
+    SampleDigest,
+    WindowStats,
+    digest,
+    startup_end,
+    steady_start,
+    window_stats,
+)
 from trainscope.analyzers.rules import Rules
 from trainscope.traces.samples import Snapshot
 
@@ -171,8 +178,11 @@ def evaluate(
     t: float | None = None,
     steps_after_t: float | None = None,
     digests: Sequence[SampleDigest] | None = None,
+    steady_after_t: float | None | Literal["auto"] = "auto",
 ) -> LiveStatus:
-    """The status of a window of snapshots (pure). ``steps_after_t``, ``digests``: see :func:`window_stats`."""
+    """The status of a window of snapshots (pure). ``steps_after_t``, ``digests``: see :func:`window_stats`.
+    ``steady_after_t``: the run's :func:`steady_start` (None: still warming up); trends (memory
+    creep) read only the window's samples from it on. By default it is found in ``snaps``."""
     s = window_stats(snaps, rules, steps_after_t, digests)
     t = t if t is not None else (snaps[-1].t if snaps else 0.0)
     stepping = any(x.step_mode in ("on", "waiting") for x in snaps[-3:])
@@ -180,7 +190,11 @@ def evaluate(
         s.gpu_util is None and stepping and not s.enough_steps(rules)
     )
     ranks = rank_window(snaps, rules) if any(x.ranks for x in snaps) else None
-    trends = live_findings(s, rules, snaps, trend=True)  # a leak is said even while the verdict warms up
+    # A leak is said even while the verdict warms up, but only from the steady state on: the climb of
+    # imports and first allocations is the job starting, not a leak.
+    steady_t = steady_start(snaps, rules) if steady_after_t == "auto" else steady_after_t
+    steady = [x for x in snaps if x.t >= steady_t] if steady_t is not None else []
+    trends = live_findings(s, rules, steady, trend=True) if steady else []
     if warming:
         v = Verdict(
             "insufficient_evidence", 0.0, None, f"warming up: {s.samples} samples and {s.steps} steps so far", []
@@ -224,7 +238,9 @@ class LiveAnalyzer:
         self._shown: LiveStatus | None = None
         self._candidate: tuple[tuple[str, str | None], float] | None = None  # (key, leading since)
         self._startup_end: float | None = None
-        self._trends: dict[str, Finding] = {}  # the last trend finding of each kind any window raised (for the summary)
+        # The last trend finding of each kind any window raised, and when (for the summary).
+        self._trends: dict[str, tuple[Finding, float]] = {}
+        self._steady_start: float | None = None  # when the run's warm-up ended (steady_start), once known
 
     def add(self, snap: Snapshot) -> LiveStatus:
         d = digest(snap, self.rules)
@@ -237,8 +253,19 @@ class LiveAnalyzer:
             self._window_digests.popleft()
         if self._startup_end is None and snap.step is not None and snap.step.steps:
             self._startup_end = startup_end(self.history, self.rules)  # once, when steps first arrive
-        st = evaluate(list(self._window), self.rules, snap.t, self._startup_end, list(self._window_digests))
-        self._trends.update((f.id, f) for f in st.findings if _is_trend(f))
+        if self._steady_start is None:
+            self._steady_start = steady_start(self.history, self.rules)  # once: then the run is steady
+        st = evaluate(
+            list(self._window),
+            self.rules,
+            snap.t,
+            self._startup_end,
+            list(self._window_digests),
+            self._steady_start,
+        )
+        for f in st.findings:
+            if _is_trend(f):
+                self._trends[f.id] = (f, snap.t)
         key, shown = _key(st), self._shown
         if shown is None or key == _key(shown):
             accept, self._candidate = True, None
@@ -271,11 +298,19 @@ class LiveAnalyzer:
             self.history[-1].t if self.history else None,
             startup_end(self.history, self.rules),
             self._digests,
+            self._steady_start,
         )
         findings, fixes = st.findings, st.fixes
-        kept = [f for fid, f in self._trends.items() if not any(x.id == fid for x in findings)]
+        end = self.history[-1].t if self.history else 0.0
+        kept = [
+            f
+            for fid, (f, last) in self._trends.items()
+            if end - last <= self.window_s and not any(x.id == fid for x in findings)
+        ]
         if kept:
-            # A trend seen in a window stays in the summary (the run's start-up and tail flatten a whole-run fit).
+            # A trend still raised in the run's last window stays in the summary (a whole-run fit is
+            # flattened by the run's start and tail); one that stopped a window or more before the
+            # end did not persist: a climb that levels off for good is growth, not a leak.
             findings = findings + tuple(kept)
             fixes = fixes + tuple(live_fixes(st.stats, kept, self.rules))
         return LiveStatus(st.t, st.state, st.verdict, findings, fixes, st.stats, tuple(self.changes), st.ranks)

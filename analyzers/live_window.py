@@ -332,3 +332,22 @@ def startup_end(snaps: Sequence[Snapshot], rules: Rules) -> float | None:
             if seen >= need:
                 return x.t
     return None
+
+
+def steady_start(snaps: Sequence[Snapshot], rules: Rules) -> float | None:
+    """When the run's memory is steady enough to read a trend: the time of the snapshot that
+    completes its first ``live.trend_after_steps`` steps, or, for a job whose steps are not timed,
+    ``live.trend_after_s`` seconds after the first snapshot. None while the run is still warming up
+    (imports, model and optimizer-state allocation, a CUDA context: a climb that then stays flat)."""
+    if not snaps:
+        return None
+    if any(x.step is not None or x.step_mode in ("on", "waiting") for x in snaps):
+        need, seen = rules.value("live.trend_after_steps"), 0
+        for x in snaps:
+            if x.step is not None and x.step.steps:
+                seen += x.step.steps
+                if seen >= need:
+                    return x.t
+        return None
+    start = snaps[0].t + rules.value("live.trend_after_s")
+    return start if snaps[-1].t >= start else None

@@ -461,6 +461,22 @@ _LIVE_TABLE: tuple[Threshold, ...] = (
         "trainscope default",
     ),
     Threshold(
+        "live.trend_after_steps",
+        5.0,
+        "steps",
+        "memory trends are judged only on samples after the run's first steps (imports, model and "
+        "optimizer-state allocation, the allocator's warm-up climb once and then stay flat)",
+        "trainscope default: a warm-up ramp read as a leak was reported in every real run tried",
+    ),
+    Threshold(
+        "live.trend_after_s",
+        30.0,
+        "s",
+        "without step timings, memory trends are judged only on samples after the watch's first seconds "
+        "(an import of torch and a CUDA context climb for seconds to tens of seconds, then stay flat)",
+        "trainscope default: one 30 s window; torch's import was measured at 17 s on a loaded 2-core machine",
+    ),
+    Threshold(
         "live.creep_soon",
         600.0,
         "s",

@@ -268,8 +268,8 @@ LIVE_WINDOWS = {
         [_snap(t, util=95, power=699.0 - t % 3, limit=700.0) for t in range(30)],
         "machine/power-cap",
     ),
-    "GPU memory climbing": (
-        [_snap(t, util=95, mem=(10 + t, 80), mem_ctrl=20) for t in range(30)],
+    "GPU memory climbing": (  # no step timings: trends are read after live.trend_after_s (30 s)
+        [_snap(t, util=95, mem=(10 + t, 60), mem_ctrl=20) for t in range(45)],
         "machine/memory-creep",
     ),
 }
