@@ -591,7 +591,13 @@ def comparability(before: Run, after: Run) -> list[ComparabilityCheck]:
         return "unknown" if d is None else f"leading dim {d}"
 
     note = sc.note + (f"; {sc.example}" if sc.example else "")
-    checks.append(ComparabilityCheck("batch_shapes", sc.status, show(sc.before_batch), show(sc.after_batch), note))
+    shown_b, shown_a = show(sc.before_batch), show(sc.after_batch)
+    if sc.status == "differ" and shown_b == shown_a:
+        # The batch is the same: what differs is other operators' shapes, so show that, not a
+        # no-op "leading dim 1024 → leading dim 1024".
+        n = len(sc.ops_with_other_shapes)
+        shown_a = f"{shown_a}; {n} of {sc.common_ops} operators on other input shapes"
+    checks.append(ComparabilityCheck("batch_shapes", sc.status, shown_b, shown_a, note))
     return checks
 
 

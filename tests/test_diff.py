@@ -8,6 +8,7 @@ Holistic Trace Analysis's TraceDiff on the same pair.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 import gzip
 import json
 import os
@@ -20,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import KINETO, analysis, load, raw_document
-from trainscope.analyzers.diff import GATE_METRICS, GateUnavailable, check_gate, diff_runs, summarize_run
+from trainscope.analyzers.diff import GATE_METRICS, GateUnavailable, check_gate, comparability, diff_runs, summarize_run
 from trainscope.analyzers.kernel_match import KernelTime, arch_key, family_key, match_kernels
 from trainscope.reports.diff_document import SCHEMA, build_diff_document
 from trainscope.reports.diff_markdown import render_diff_markdown
@@ -545,3 +546,17 @@ def test_fused_attention_outcome_is_measured_on_the_nsight_pair():
     stake = next(f.stake_pct for f in a.findings if f.id == "machine/unfused-attention")
     assert fused.status == "resolved" and fused.before == pytest.approx(stake / 100 * a.breakdown.step_ms.mean)
     assert fused.after == 0.0
+
+
+def test_same_batch_other_shapes_shows_what_differs(cpu_runs):
+    """Before: 'batch_shapes: leading dim 1024 → leading dim 1024' was flagged as a change. The same
+    batch with other operator shapes shows how many operators changed shape."""
+    before = _cpu_run(cpu_runs["fast"])
+    sig = before.shapes
+    op = sorted(sig.shapes)[0]
+    other = replace(sig, shapes={**sig.shapes, op: frozenset({"[[999, 7]]"})})  # one op, other shapes
+    after = replace(before, shapes=other)
+    shapes = next(c for c in comparability(before, after) if c.check == "batch_shapes")
+    assert shapes.status == "differ" and shapes.before != shapes.after
+    assert shapes.before == f"leading dim {sig.batch_dim}"
+    assert shapes.after == f"leading dim {sig.batch_dim}; 1 of {len(sig.shapes)} operators on other input shapes"
