@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
 from trainscope.analyzers import findings as registry
+from trainscope.analyzers.context import Context
 from trainscope.analyzers.findings.base import Finding, Verdict
 from trainscope.analyzers.live_ranks import RankWindow, rank_window
 from trainscope.analyzers.live_verdict import live_verdict
@@ -152,7 +153,9 @@ def live_fixes(s: WindowStats, found: list[Finding], rules: Rules | None = None)
             continue
         if spec.live.gpu and s.gpu_util is None:
             continue  # a CPU job: GPU advice does not apply
-        title, change = fix.render(None, single_loader=not s.workers)
+        # The step hook times a DataLoader's batches: the job has one, whatever a trace would show.
+        ctx = Context(input_source="dataloader") if s.data_wait_pct is not None else None
+        title, change = fix.render(ctx, single_loader=not s.workers)
         change = fit_workers(change, s)
         speed, basis = None, "no projection from sampled counters"
         if fix.projection == "data-wait" and s.data_wait_pct is not None and s.data_wait_pct < 100:

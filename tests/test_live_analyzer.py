@@ -359,3 +359,11 @@ def test_the_worker_fix_fits_the_machines_cores():
     fx = next(f for f in st.fixes if f.finding == "data/input-wait")
     assert "num_workers=7,  # 64 CPU cores here, 8 GPUs" in fx.change
     assert fx.projected_speedup == round(1 / (1 - 0.6), 3)
+
+
+def test_the_loader_fix_of_a_job_whose_dataloader_was_timed_does_not_say_it_has_none():
+    """Issue 37: watch's fix said "no DataLoader in the trace: wrap the loading code in a Dataset"
+    for a job whose DataLoader it had measured step by step (the step hook times its batches)."""
+    st = data_bound_cpu_job(cores=8, cpu_pct=20.0)
+    fx = next(f for f in st.fixes if f.finding == "data/input-wait")
+    assert "DataLoader(" in fx.change and "no DataLoader" not in fx.change
