@@ -74,6 +74,17 @@ def examples(text: str) -> list[Example]:
     return out
 
 
+def printed_comments(block: str) -> list[tuple[int, str]]:
+    """In a Python example, ``print(...)  # OUTPUT`` states what that print shows: (the print's
+    index among the block's prints, OUTPUT). A block with a print in a loop states none."""
+    prints = [ln.strip() for ln in block.splitlines() if ln.strip().startswith("print(")]
+    out = []
+    for i, ln in enumerate(prints):
+        if "  # " in ln:
+            out.append((i, ln.rsplit("  # ", 1)[1].strip()))
+    return out
+
+
 def _without_pip_install(cmd: str) -> str:
     parts = [p.strip() for p in cmd.split("&&")]
     for p in parts:
@@ -128,6 +139,11 @@ def test_readme_examples_run_from_a_fresh_clone(clone):
                     [sys.executable, "-c", e.text], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
                 )
                 cmd = "python block: " + e.text.splitlines()[0]
+                printed = p.stdout.splitlines()
+                for i, want in printed_comments(e.text):
+                    got = printed[i] if i < len(printed) else "(nothing)"
+                    if p.returncode == 0 and got != want:
+                        failures.append(f"{cmd}\n  print #{i + 1} printed {got!r}; the README's comment says {want!r}")
             else:
                 cmd = _without_pip_install(e.text)
                 if not cmd:
@@ -203,3 +219,27 @@ def test_transcript_excerpts_keep_their_shape():
     assert regen.regenerate(shown, real) == ["head 1", "VERDICT  X 0.90", "…", "Evidence", "  a long line…"]
     with pytest.raises(ValueError):
         regen.regenerate(["Nothing like it"], real)
+
+
+def test_printed_comments_are_read_as_documented():
+    block = 'r = f()\nprint(r.a, r.b)          # data 0.82\nprint(r.c)\nprint(r.d)  # 3\n'
+    assert printed_comments(block) == [(0, "data 0.82"), (2, "3")]
+
+
+def test_the_readmes_test_count_is_the_suites():
+    """The README states the suite's size ("≈ N tests"): within 5 % of what pytest collects."""
+    m = re.search(r"≈ ([\d,]+) tests\)", README.read_text())
+    assert m, "the README no longer states the number of tests"
+    stated = int(m.group(1).replace(",", ""))
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    n = re.search(r"(\d+) tests? collected", p.stdout)
+    assert n, p.stdout[-2000:]
+    collected = int(n.group(1))
+    assert abs(collected - stated) <= 0.05 * collected, f"README says ≈ {stated:,} tests; pytest collects {collected:,}"
+
