@@ -257,10 +257,12 @@ def host_idle_attribution(h: HostIdle | None, bd: Breakdown) -> tuple[dict[str, 
     # Input (host stages whose output the GPU then receives) and sync (blocking calls) rest on recorded
     # events. Launch time beyond the breakdown's — idle between launches where the host recorded
     # nothing, e.g. in an event-sampled trace — is inferred from position alone: it stays unexplained.
-    already = {"input-preprocessing": bd.ns["idle_data_wait"], "sync": bd.ns["idle_sync"]}
-    mine = {"input-preprocessing": "input", "sync": "sync"}
+    # Allocator calls (the alloc class) are runtime calls the breakdown files as host overhead: the
+    # sinks take them from there (sinks.FROM_HOST_OVERHEAD), whole.
+    already = {"input-preprocessing": bd.ns["idle_data_wait"], "sync": bd.ns["idle_sync"], "allocator": 0}
+    mine = {"input-preprocessing": "input", "sync": "sync", "allocator": "alloc"}
     extra = {k: max(0, h.ns.get(c, 0) - already[k]) for k, c in mine.items()}
-    evidence = {c: tuple(host_idle_evidence(h, c)) for c in ("input", "sync", "launch") if h.ns.get(c, 0) > 0}
+    evidence = {c: tuple(host_idle_evidence(h, c)) for c in ("input", "sync", "launch", "alloc") if h.ns.get(c, 0) > 0}
     return extra, evidence
 
 

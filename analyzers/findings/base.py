@@ -260,6 +260,7 @@ LABEL_CLASSES = (
     "input",
     "launch",
     "sync",
+    "allocator",
     "comm",
     "imbalance",
     "copies",
