@@ -150,6 +150,7 @@ FAST = {
     "test_ranks_headline.py",
     "test_snapshot_eras.py",
     "test_stats.py",
+    "test_steady_windows.py",
     "test_timeline_whatif.py",
     "test_window.py",
     "test_intervals.py",
