@@ -59,3 +59,46 @@ def test_few_operations_of_kernel_work_stay_insufficient_evidence():
         b.kernel("ampere_sgemm_128x64_nn", 1 * MS + 100_000 + k * 3 * MS, 3 * MS, c)
     a = analyze_trace(b.build())
     assert a.verdict.axis == "insufficient_evidence"
+
+
+def _loader_then_work(wait_ms: float = 1500.0, gap_ms: float = 0.5, setup_ms: float = 0.0):
+    """No step markers: ``setup_ms`` of host work, one DataLoader ``__next__`` of ``wait_ms`` (the GPU
+    idle), ``gap_ms`` later the batch's host-to-device copy, then 40 kernels of 5 ms back to back."""
+    b = TraceBuilder()
+    t = 1 * MS + int(setup_ms * MS)
+    if setup_ms:
+        b.cpu_op("aten::empty", 1 * MS, int(setup_ms * MS))
+    b.cpu_op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, int(wait_ms * MS))
+    host = t + int(wait_ms * MS) + int(gap_ms * MS)
+    c = b.launch(host, 20_000, "cudaMemcpyAsync")
+    gpu = host + 30_000
+    b.copy(gpu, 2 * MS, 64 << 20, c)
+    gpu += 2 * MS
+    for k in range(40):
+        c = b.launch(host + 40_000 + k * 10_000, 5_000)
+        b.kernel("ampere_sgemm_128x64_nn", gpu, 5 * MS, c)
+        gpu += 5 * MS
+    return b.build()
+
+
+def test_the_dataloader_wait_before_the_first_gpu_operation_is_in_the_window():
+    """Before: the window was the GPU span only (202 ms), the 1.5 s wait cut away, data wait 0 %."""
+    a = analyze_trace(_loader_then_work(setup_ms=50.0))
+    seg = a.segmentation
+    (step,) = seg.steps
+    assert seg.method == "whole_trace" and "DataLoader wait that leads into it" in seg.note
+    assert "50.0 ms of host-only time before and after it left out" in seg.note  # the set-up before the wait
+    gpu_ms = 2 + 40 * 5
+    assert step.duration_ns / 1e6 == pytest.approx(1500 + 0.5 + 0.03 + gpu_ms, abs=0.01)
+    assert step.start_ns == 51 * MS  # the wait's start
+    assert a.breakdown.data_wait_pct == pytest.approx(100 * 1500 / (1500.53 + gpu_ms), abs=0.1)
+    assert a.verdict.bottleneck == "data/input-wait"
+
+
+def test_a_wait_far_from_the_gpu_work_is_not_the_loops():
+    """The host reaches the first copy 300 ms after the wait ends, longer than the 202 ms of GPU work:
+    the wait is not the loop's input; the window stays the GPU span."""
+    a = analyze_trace(_loader_then_work(gap_ms=300.0))
+    (step,) = a.segmentation.steps
+    assert step.duration_ns / 1e6 == pytest.approx(202, abs=0.01)
+    assert a.breakdown.data_wait_pct == 0
