@@ -161,6 +161,9 @@ def _segment(trace: Trace, step_range: str | None, rules: Rules) -> StepSegmenta
         return by_phase
 
     lo, hi, what = range_steps.whole_window(trace)
+    if not trace.has_gpu_activity and "capture" in trace.metadata:  # an Nsight export without GPU rows
+        lo, hi = host_span(trace)
+        what = f"the span of the host activity it holds (no GPU rows), {(hi - lo) / 1e6:.1f} ms"
     lead = leading_input_wait(trace, lo, hi)
     if lead is not None:
         lo, what = lead, _with_leading_wait(trace, lead, hi)
@@ -172,6 +175,21 @@ def _segment(trace: Trace, step_range: str | None, rules: Rules) -> StepSegmenta
         "analyzed as one window"
         + (f"; repeating ranges that could mark steps: {offered} (--step-range NAME)" if offered else ""),
     )
+
+
+def host_span(trace: Trace) -> tuple[int, int]:
+    """First start and last end of a trace's host activity: ranges, operators, CUDA and OS runtime
+    calls, and the CPU samples an Nsight export without GPU rows holds (``metadata["cpu_samples"]``)."""
+    starts, ends = [], []
+    for t in (trace.annotations, trace.cpu_ops, trace.runtime, trace.os_runtime):
+        if len(t):
+            starts.append(int(t.ts.min()))
+            ends.append(int(t.end.max()))
+    samples = trace.metadata.get("cpu_samples")
+    if isinstance(samples, dict) and samples.get("count"):
+        starts.append(int(samples["start_ns"]))
+        ends.append(int(samples["end_ns"]))
+    return (min(starts), max(ends)) if starts else (0, 0)
 
 
 def leading_input_wait(trace: Trace, lo: int, hi: int) -> int | None:

@@ -270,6 +270,7 @@ LABEL_CLASSES = (
     "host-work",
     "gpu-bound",
     "none",
+    "insufficient-gpu-evidence",
 )
 
 
