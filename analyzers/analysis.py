@@ -22,6 +22,7 @@ from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.gpu_metrics import CounterSummary, counter_context, counter_split, counter_summary
 from trainscope.analyzers.host_device import blocking_syncs, pageable_copies
 from trainscope.analyzers.host_idle import EXPLAINED, HostIdle, host_idle, host_idle_evidence
+from trainscope.analyzers.host_only import host_only_verdict, host_time
 from trainscope.analyzers.hw_counters import (
     HwCounterReport,
     counters_mfu_reason,
@@ -143,6 +144,9 @@ def analyze_trace(
         verdict = counters_only_verdict(hwc)
         mfu = replace(mfu, reason=counters_mfu_reason(hwc))
         warnings += [hwc.summary(), hwc.agreement_note]
+    ho = host_time(trace)  # an Nsight export without GPU rows: judged on what it holds (host_only.py)
+    if ho is not None and verdict.axis == "insufficient_evidence":
+        verdict = host_only_verdict(ho, trace)
     if trace.has_gpu_activity and seg.method == "whole_trace":
         warnings.append(f"{seg.note}; to time steps, {how_to_record(trace.format, 'steps')}")
     if seg.stub_note:
@@ -257,10 +261,12 @@ def host_idle_attribution(h: HostIdle | None, bd: Breakdown) -> tuple[dict[str, 
     # Input (host stages whose output the GPU then receives) and sync (blocking calls) rest on recorded
     # events. Launch time beyond the breakdown's — idle between launches where the host recorded
     # nothing, e.g. in an event-sampled trace — is inferred from position alone: it stays unexplained.
-    already = {"input-preprocessing": bd.ns["idle_data_wait"], "sync": bd.ns["idle_sync"]}
-    mine = {"input-preprocessing": "input", "sync": "sync"}
+    # Allocator calls (the alloc class) are runtime calls the breakdown files as host overhead: the
+    # sinks take them from there (sinks.FROM_HOST_OVERHEAD), whole.
+    already = {"input-preprocessing": bd.ns["idle_data_wait"], "sync": bd.ns["idle_sync"], "allocator": 0}
+    mine = {"input-preprocessing": "input", "sync": "sync", "allocator": "alloc"}
     extra = {k: max(0, h.ns.get(c, 0) - already[k]) for k, c in mine.items()}
-    evidence = {c: tuple(host_idle_evidence(h, c)) for c in ("input", "sync", "launch") if h.ns.get(c, 0) > 0}
+    evidence = {c: tuple(host_idle_evidence(h, c)) for c in ("input", "sync", "launch", "alloc") if h.ns.get(c, 0) > 0}
     return extra, evidence
 
 

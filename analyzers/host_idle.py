@@ -13,8 +13,15 @@ applies:
    ``hipExtModuleLaunchKernel``, ``cudaGraphLaunch``, module loading). One that lasts far longer
    than a launch does (``launch.cold_start_ms``) is a cold start: the first call of a kernel loads
    its code object / JIT-compiles it inside the launch.
-3. other runtime calls (allocation, attribute queries) — **other**.
-4. Python frames (else framework operators and host ranges) give the stage structure. The frames
+3. **alloc** — an allocator or host-runtime object call is in progress (``cudaMalloc``/``cudaFree``,
+   ``hipMalloc``/``hipFree``, ``cudaHostAlloc``/``cudaFreeHost``, ``cuMemCreate``/``cuMemMap``,
+   event and stream creation): allocator churn. Freeing device memory synchronizes the device, and
+   with PyTorch's caching allocator on a steady step makes none of these calls. The trace's first
+   runtime call, when it is one of them and long (``launch.cold_start_ms``), creates the context:
+   start-up, **other**; so are allocator calls whose time a few long calls hold (first use: library
+   handles, workspaces, lazy loading), not churn.
+4. other runtime calls (attribute queries, ...) — **other**.
+5. Python frames (else framework operators and host ranges) give the stage structure. The frames
    that contain every GPU launch of the window form one chain (the loop or pipeline driving the
    work); their children that do not are the *stages* (``preprocess``, ``forward``,
    ``DataLoader.__next__``). Idle time
@@ -26,9 +33,9 @@ applies:
      is **launch** (the host issuing work: Python and framework overhead between kernels);
    - anywhere else a frame records (a stage whose output is not shipped to the GPU, work after
      the last launch) is **other** host work.
-5. an OS runtime call in progress (Nsight ``OSRT_API``: ``poll``, ``read``, ``pthread_cond_wait``)
+6. an OS runtime call in progress (Nsight ``OSRT_API``: ``poll``, ``read``, ``pthread_cond_wait``)
    where no frame explains the idle — **other**, the calls named.
-6. nothing recorded on the thread — **unattributed**.
+7. nothing recorded on the thread — **unattributed**.
 
 The classes follow from the event structure (nesting, launch counts, copy direction), never from
 a file or function name. The heaviest frames during GPU idle are reported with ``file:line`` as
@@ -54,12 +61,22 @@ from trainscope.analyzers.nesting import is_outer_first, nest_parents, outer_fir
 if TYPE_CHECKING:
     from trainscope.analyzers.findings.base import Evidence
 
-CLASSES = ("input", "launch", "sync", "other", "unattributed")
+CLASSES = ("input", "launch", "sync", "alloc", "other", "unattributed")
 # classes whose idle time recorded host events explain: the GPU-gap pass leaves it out
 EXPLAINED = ("input", "sync")
 LAUNCH_CALL = re.compile(
     r"^(cuda|hip|cu)(LaunchKernel\w*|LaunchCooperativeKernel\w*|ExtModuleLaunchKernel|ModuleLaunchKernel|"
     r"GraphLaunch|ModuleLoad\w*|LibraryLoad\w*|ModuleGetFunction|LaunchKernelExC\w*)(_v\d+)?$|^hipExtLaunch\w*$"
+)
+# Allocator and host-runtime object calls (runtime and driver API): device, pinned-host and managed
+# memory, virtual-memory mapping (expandable segments), events and streams.
+ALLOC_CALL = re.compile(
+    r"^(cuda|hip)(Malloc|MallocAsync|MallocManaged|MallocPitch|Malloc3D|MallocArray|MallocHost|HostAlloc|"
+    r"HostMalloc|ExtMallocWithFlags|Free|FreeAsync|FreeHost|HostFree|FreeArray|HostRegister|HostUnregister|"
+    r"EventCreate\w*|EventDestroy|StreamCreate\w*|StreamDestroy)(_v\d+)?(_ptsz|_ptds)?$|"
+    r"^cu(MemAlloc\w*|MemFree\w*|MemHostAlloc|MemAllocHost\w*|MemFreeHost|MemHostRegister\w*|MemHostUnregister|"
+    r"MemCreate|MemRelease|MemMap|MemUnmap|MemAddressReserve|MemAddressFree|MemSetAccess|"
+    r"EventCreate|EventDestroy\w*|StreamCreate\w*|StreamDestroy\w*)(_v\d+)?$"
 )
 _FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<func>.+)$")
 # A frame's idle time is "the same" as its only child's when the child holds this share of it.
@@ -67,6 +84,11 @@ _SAME = 0.97
 # Report frames holding at least this share of the idle time.
 _MIN_FRAME_SHARE = 0.05
 _TOP_FRAMES = 8
+# Allocator calls whose GPU-idle time the few longest hold (this many calls, at least this share)
+# are first-use costs paid once (handles, workspaces, lazy loading), not churn: a caching-allocator
+# fix removes none of it. Churn spreads its time over many calls (1,360 hipFree: the 3 longest 5 %).
+_ONE_OFF_CALLS = 3
+_ONE_OFF_SHARE = 0.5
 _T = TypeVar("_T")
 _PIECE = 1 << 18  # rows (frames, launches) per piece where whole-column temporaries are avoided
 
@@ -106,6 +128,8 @@ class HostIdle:
     # class -> the GPU-idle intervals filed under it, for the classes later passes must not count
     # again (EXPLAINED: input and sync)
     intervals: dict[str, iv.IntervalSet] = field(default_factory=dict, repr=False, compare=False)
+    alloc_calls: int = 0  # allocator calls (the alloc class) starting inside the windows, on the launching threads
+    alloc_one_off: HostCall | None = None  # allocator calls filed as other: a few long first-use calls, not churn
 
     def ms(self, cls: str) -> float:
         return self.ns.get(cls, 0) / 1e6
@@ -124,6 +148,10 @@ class HostIdle:
     @property
     def sync_ms(self) -> float:
         return self.ms("sync")
+
+    @property
+    def alloc_ms(self) -> float:
+        return self.ms("alloc")
 
     @property
     def other_ms(self) -> float:
@@ -328,17 +356,26 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     if len(threads) > 1:
         thread_name += f" (+{len(threads) - 1} more launching thread{'s' * (len(threads) > 2)})"
 
-    # 1–3: runtime calls on the launching threads, in priority order.
+    # 1–4: runtime calls on the launching threads, in priority order.
     r = trace.runtime
     mine = codes.isin(r.thread, threads)
     sync_m = mine & name_mask(trace, SYNC_CALL)[r.name]
     launch_m = mine & name_mask(trace, LAUNCH_CALL)[r.name] & ~sync_m
-    other_m = mine & ~sync_m & ~launch_m
+    alloc_m = mine & name_mask(trace, ALLOC_CALL)[r.name] & ~sync_m & ~launch_m
+    first = int(np.argmin(r.ts))
+    if alloc_m[first] and r.dur[first] >= cold_start_ms * 1e6:  # context creation (cudaFree(0)): start-up
+        alloc_m[first] = False
+    cum_idle = _Cum(idle)
+    one_off = _one_off_alloc(trace, r, alloc_m, cum_idle)
+    if one_off is not None:  # a few long first-use calls, not churn: other (start-up) work
+        alloc_m[:] = False
+    other_m = mine & ~sync_m & ~launch_m & ~alloc_m
+    windows = iv.union(ws, we)
+    n_alloc = int(iv.contains(windows, r.ts[alloc_m]).sum()) if alloc_m.any() else 0
     pieces: dict[str, list[iv.IntervalSet]] = {c: [] for c in CLASSES}
     left = idle
     calls: list[HostCall] = []
-    cum_idle = _Cum(idle)
-    for cls, m in (("sync", sync_m), ("launch", launch_m), ("other", other_m)):
+    for cls, m in (("sync", sync_m), ("launch", launch_m), ("alloc", alloc_m), ("other", other_m)):
         cover = _intersect(left, iv.union_rows(r.ts, r.dur, m))  # a piece at a time: no end column
         pieces[cls].append(cover)
         left = iv.minus_part(left, cover)  # cover is a part of left
@@ -346,7 +383,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
             calls += _calls_by_name(trace, r, m, cum_idle, cls)
     calls.sort(key=lambda c: -c.idle_ns)
     # the masks and the idle measure are dead: not held through the frames' pass (2 M runtime calls at 1 GB)
-    del cum_idle, m, sync_m, other_m
+    del cum_idle, m, sync_m, alloc_m, other_m
     cold = None
     long_launch = launch_m & (r.dur >= cold_start_ms * 1e6)
     if long_launch.any():
@@ -359,7 +396,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
         )
     del launch_m, long_launch
 
-    # 4: the stage structure of the host frames on the main launching thread.
+    # 5: the stage structure of the host frames on the main launching thread.
     launch_ts = np.sort(r.ts[issues & mine])  # launches from every launching thread
     del issues, mine
     fts, fend, fname, source = _frames(trace, thread)
@@ -387,7 +424,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     # the frames to report, taken out: the frame columns are not held through the merge
     heavy = [(names[i], int(fts[i]), int(fend[i]), got[i]) for i in shown]
     del fts, fend, parent, got
-    # 5: OS runtime calls (Nsight: poll, read, pthread waits) where nothing above explains the idle.
+    # 6: OS runtime calls (Nsight: poll, read, pthread waits) where nothing above explains the idle.
     osr = trace.os_runtime
     if len(osr):
         om = codes.isin(osr.thread, threads)
@@ -404,7 +441,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     left = iv.EMPTY  # what is left unexplained is not read again
     merged = {c: iv.union_sets(v, spent=True) for c, v in pieces.items()}  # each class's pieces freed once merged
     pieces.clear()  # the merged sets replace the pieces
-    for c in ("input", "launch", "sync", "other"):
+    for c in ("input", "launch", "sync", "alloc", "other"):
         ns[c] = iv.total(merged[c])
     ns["unattributed"] = idle_ns - sum(ns.values())
     frames = _heaviest(trace, heavy, step_ns, merged)
@@ -412,7 +449,40 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     # kept: the classes later passes must not count again (the launch and other sets, millions of
     # pieces at 1 GB, are not held through the GPU-gap stage)
     kept = {c: merged[c] for c in EXPLAINED}
-    return HostIdle(step_ns, idle_ns, ns, frames, calls[:8], cold, thread_name, source, _evidence(out), kept)
+    return HostIdle(
+        step_ns,
+        idle_ns,
+        ns,
+        frames,
+        calls[:8],
+        cold,
+        thread_name,
+        source,
+        _evidence(out),
+        kept,
+        alloc_calls=n_alloc,
+        alloc_one_off=one_off,
+    )
+
+
+def _one_off_alloc(trace: Trace, r: RuntimeCalls, m: Column, idle: _Cum) -> HostCall | None:
+    """The ``m`` allocator calls as one summary call when a few of them hold most of their GPU-idle
+    time (the :data:`_ONE_OFF_CALLS` longest at least :data:`_ONE_OFF_SHARE` of it): first-use costs
+    — library handles, workspaces, lazy loading inside a ``cudaFree`` —, paid once, not churn. None
+    when the time is spread over the calls (churn) or none covers GPU idle."""
+    if not m.any():
+        return None
+    s = r.ts[m]
+    per = idle.overlap(s, s + r.dur[m])
+    total = int(per.sum())
+    if total <= 0:
+        return None
+    top = np.sort(per)[-_ONE_OFF_CALLS:]
+    if top.sum() < _ONE_OFF_SHARE * total:
+        return None
+    longest = int(np.argmax(r.dur[m]))
+    name = trace.strings[int(r.name[m][longest])]
+    return HostCall(f"allocator calls, first use (longest: {name})", "other", int(m.sum()), total, int(r.dur[m].max()))
 
 
 def _calls_by_name(
@@ -864,6 +934,12 @@ def _evidence(h: HostIdle) -> list[str]:
             f"cold start: {c.count} launch call{'s' * (c.count > 1)} of ≥ 1 ms (the longest "
             f"{c.longest_ns / 1e6:.1f} ms; a launch takes µs) cover {c.idle_ns / 1e6:.1f} ms of GPU idle: the "
             "first call of a kernel loads or compiles its code"
+        )
+    if h.alloc_one_off is not None:
+        c = h.alloc_one_off
+        lines.append(
+            f"{c.count} allocator call{'s' * (c.count > 1)} cover {c.idle_ns / 1e6:.1f} ms of GPU idle, most of it in "
+            f"the three longest (the longest {c.longest_ns / 1e6:.1f} ms): first-use costs paid once, not churn"
         )
     for c in h.calls[:3]:
         lines.append(f"{c.name} ×{c.count}: {c.idle_ns / 1e6:.1f} ms of GPU idle ({c.cls})")

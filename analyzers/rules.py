@@ -48,6 +48,20 @@ _TABLE: tuple[Threshold, ...] = (
         "GPU idle while the host synchronizes",
         "XProf host-overhead grades, applied to synchronization",
     ),
+    Threshold(
+        "alloc.moderate",
+        3.0,
+        "% of step time",
+        "GPU idle while the host allocates or frees memory (allocator churn)",
+        "XProf host-overhead grades, applied to allocator calls",
+    ),
+    Threshold(
+        "alloc.high",
+        15.0,
+        "% of step time",
+        "GPU idle while the host allocates or frees memory (allocator churn)",
+        "XProf host-overhead grades, applied to allocator calls",
+    ),
     Threshold("comm.moderate", 3.0, "% of step time", "communication not overlapped with compute", "XProf"),
     Threshold(
         "comm.high",

@@ -7,6 +7,9 @@ D·A·M causes made measurable):
   runs input preprocessing (host frames classified as such);
 - ``launch``: the GPU idles while the host issues work (framework ops, runtime calls, cold start);
 - ``sync``: the GPU idles while the host is blocked in a synchronization (or just after one);
+- ``allocator``: the GPU idles while the host is in allocator or host-runtime object calls
+  (``cudaMalloc``/``cudaFree``, ``hipFree``, ``cudaHostAlloc``, event/stream creation: host frames'
+  ``alloc`` class) — allocator churn;
 - ``comm``: communication kernels run with no compute beside them;
 - ``copies``: host-device copies run with no kernel beside them;
 - ``memory-bound`` / ``compute-bound`` / ``busy-unknown``: compute-kernel time (and memsets, which
@@ -31,6 +34,7 @@ SINKS: tuple[str, ...] = (
     "input",
     "launch",
     "sync",
+    "allocator",
     "comm",
     "copies",
     "memory-bound",
@@ -49,6 +53,7 @@ SINK_LABELS = {
     "input": "input pipeline (GPU idle while the host loads or preprocesses data)",
     "launch": "launch/CPU overhead (GPU idle while the host issues work)",
     "sync": "blocking synchronizations (GPU idle while or after the host waits on it)",
+    "allocator": "allocator churn (GPU idle while the host allocates or frees memory, creates events or streams)",
     "comm": "communication not overlapped with compute",
     "copies": "host-device copies not overlapped with compute",
     "memory-bound": "memory-bound kernel time",
@@ -61,7 +66,15 @@ SINK_LABELS = {
 }
 # Host-frame classes of GPU-idle time (host activity the breakdown does not see: Python stacks,
 # OS runtime calls) and the sink each one feeds.
-HOST_IDLE_SINK = {"input-preprocessing": "input", "launch-cold-start": "launch", "sync": "sync"}
+HOST_IDLE_SINK = {
+    "input-preprocessing": "input",
+    "launch-cold-start": "launch",
+    "sync": "sync",
+    "allocator": "allocator",
+}
+# Host-frame classes whose calls the breakdown files as host overhead (every runtime call is host
+# work to it): their time is taken from that row first, before the launch sink claims the row.
+FROM_HOST_OVERHEAD = ("allocator",)
 
 
 @dataclass(frozen=True)
@@ -195,7 +208,8 @@ def split_sinks(
 
     ``busy_split``: the fractions of compute-kernel time that are memory-bound, compute-bound and of
     unknown bound ({"memory": f, "compute": f, "unknown": f}); ``host_idle_ns``: GPU-idle time the
-    breakdown filed as "other" that host frames explain, by class (:data:`HOST_IDLE_SINK`);
+    breakdown filed as "other" that host frames explain, by class (:data:`HOST_IDLE_SINK`; the
+    allocator calls' idle, filed by the breakdown as host overhead, is taken from that row first);
     ``sync_bubble_ns``: GPU idle after blocking syncs (filed by the breakdown under sync, launch
     overhead or other idle), counted to ``sync`` up to that total; ``imbalance_ns``: collective time
     spent waiting for a slower rank (taken out of ``comm``)."""
@@ -203,11 +217,18 @@ def split_sinks(
     out = {k: 0.0 for k in SINKS}
     src = {k: "step breakdown" for k in SINKS}
     out["input"] = _take(ns, "idle_data_wait", ns["idle_data_wait"])
+    for cls in FROM_HOST_OVERHEAD:  # allocator calls: GPU idle the breakdown filed under host overhead
+        want_cls = float((host_idle_ns or {}).get(cls, 0))
+        got = _take(ns, "idle_host_overhead", want_cls)
+        got += _take(ns, "idle_other", want_cls - got)
+        if got > 0:
+            out[HOST_IDLE_SINK[cls]] += got
+            src[HOST_IDLE_SINK[cls]] = "host runtime calls during GPU idle"
     out["launch"] = _take(ns, "idle_host_overhead", ns["idle_host_overhead"])
     out["sync"] = _take(ns, "idle_sync", ns["idle_sync"])
     for cls, ns_cls in (host_idle_ns or {}).items():
         sink = HOST_IDLE_SINK.get(cls)
-        got = _take(ns, "idle_other", ns_cls) if sink else 0.0
+        got = _take(ns, "idle_other", ns_cls) if sink and cls not in FROM_HOST_OVERHEAD else 0.0
         if sink and got > 0:
             out[sink] += got
             src[sink] = "step breakdown + host frames during GPU idle"

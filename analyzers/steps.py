@@ -4,8 +4,9 @@ In order of preference: the range named by ``--step-range``; ``ProfilerStep#N`` 
 lane, else GPU lane); top-level ranges named like a step (``step 3``, ``train_step``; NVTX or
 ``record_function``); repeating iteration markers (DataLoader ``__next__``,
 ``Optimizer.zero_grad``, ``Optimizer.step``), as in traces recorded without ``profiler.step()``;
-iterations from forward/backward/optimizer ranges; otherwise the whole trace (for Nsight, the span
-of GPU activity) as one window, said plainly. Range-based rules live in ``range_steps``.
+iterations from forward/backward/optimizer ranges; otherwise the whole trace (the span of GPU
+activity, from the DataLoader wait that leads into its first GPU operation) as one window, said
+plainly. Range-based rules live in ``range_steps``.
 """
 
 from __future__ import annotations
@@ -160,6 +161,12 @@ def _segment(trace: Trace, step_range: str | None, rules: Rules) -> StepSegmenta
         return by_phase
 
     lo, hi, what = range_steps.whole_window(trace)
+    if not trace.has_gpu_activity and "capture" in trace.metadata:  # an Nsight export without GPU rows
+        lo, hi = host_span(trace)
+        what = f"the span of the host activity it holds (no GPU rows), {(hi - lo) / 1e6:.1f} ms"
+    lead = leading_input_wait(trace, lo, hi)
+    if lead is not None:
+        lo, what = lead, _with_leading_wait(trace, lead, hi)
     offered = range_steps.offered_ranges(trace)
     return StepSegmentation(
         "whole_trace",
@@ -167,6 +174,63 @@ def _segment(trace: Trace, step_range: str | None, rules: Rules) -> StepSegmenta
         f"no step markers (ProfilerStep#N, step-like ranges, optimizer or DataLoader annotations): {what} is "
         "analyzed as one window"
         + (f"; repeating ranges that could mark steps: {offered} (--step-range NAME)" if offered else ""),
+    )
+
+
+def host_span(trace: Trace) -> tuple[int, int]:
+    """First start and last end of a trace's host activity: ranges, operators, CUDA and OS runtime
+    calls, and the CPU samples an Nsight export without GPU rows holds (``metadata["cpu_samples"]``)."""
+    starts, ends = [], []
+    for t in (trace.annotations, trace.cpu_ops, trace.runtime, trace.os_runtime):
+        if len(t):
+            starts.append(int(t.ts.min()))
+            ends.append(int(t.end.max()))
+    samples = trace.metadata.get("cpu_samples")
+    if isinstance(samples, dict) and samples.get("count"):
+        starts.append(int(samples["start_ns"]))
+        ends.append(int(samples["end_ns"]))
+    return (min(starts), max(ends)) if starts else (0, 0)
+
+
+def leading_input_wait(trace: Trace, lo: int, hi: int) -> int | None:
+    """Where the unmarked window [``lo``, ``hi``) (the span of GPU activity) starts once the input
+    wait that leads into its first GPU operation is in it: the start of the last DataLoader
+    ``__next__`` (host range or operator) that begins before ``lo`` and ends no later than ``hi``,
+    when the host reaches the first GPU operation's launch from its end sooner than the GPU span
+    lasts (the loop fetched the batch, then issued the work); None when there is none."""
+    if not trace.has_gpu_activity or hi <= lo:
+        return None
+    starts, ends = [], []
+    for table in ("annotations", "cpu_ops"):
+        s, e, _ = _matching(trace, DATA_WAIT, table)
+        starts.append(s)
+        ends.append(e)
+    s, e = np.concatenate(starts), np.concatenate(ends)
+    cand = (s < lo) & (e <= hi) & (e > s)
+    if not cand.any():
+        return None
+    k = int(np.flatnonzero(cand)[np.argmax(e[cand])])  # the wait that ends last before the work
+    issue = _first_issue(trace)
+    return int(s[k]) if issue - int(e[k]) <= hi - lo else None
+
+
+def _first_issue(trace: Trace) -> int:
+    """When the host issued the first GPU operation: the start of its runtime call, else its own start."""
+    gpu = [t for t in (trace.kernels, trace.copies, trace.memsets) if len(t)]
+    first = min(int(t.ts.min()) for t in gpu)
+    c = np.concatenate([t.correlation[t.ts == first] for t in gpu])
+    r = trace.runtime
+    hit = np.isin(r.correlation, c[c >= 0]) if len(r) and len(c) else np.zeros(len(r), bool)
+    return min(int(r.ts[hit].min()), first) if hit.any() else first
+
+
+def _with_leading_wait(trace: Trace, lo: int, hi: int) -> str:
+    t_lo, t_hi = trace.span_ns
+    left_out = (lo - t_lo) + (t_hi - hi)
+    out = f"; {left_out / 1e6:.1f} ms of host-only time before and after it left out" if left_out >= 1e5 else ""
+    return (
+        f"the span of GPU activity and the DataLoader wait that leads into it, {(hi - lo) / 1e6:.1f} ms (from the "
+        f"input wait before the first GPU operation to the last GPU operation{out})"
     )
 
 

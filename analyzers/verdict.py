@@ -34,7 +34,12 @@ _GRADE = {"high": 0, "moderate": 1, "info": 2}
 
 # Sinks of GPU idle with a recorded cause: with fewer GPU operations than evidence.min_kernels they can
 # still carry a verdict (the idle is measured directly); kernel-work sinks cannot.
-IDLE_CAUSES = ("input", "launch", "sync", "host-ranges")
+IDLE_CAUSES = ("input", "launch", "sync", "allocator", "host-ranges")
+# Sinks measured directly by the few operations themselves (each copy's own duration): they too carry
+# a capped verdict with few operations, busy or not.
+MEASURED_BUSY = ("copies",)
+# The share of step time a sink needs to lead a window of few operations clearly.
+CLEAR_LEAD_PCT = 50.0
 
 
 def _measured(finding_id: str, inp: DiagnosisInput, rules: Rules) -> list[Finding]:
@@ -121,18 +126,21 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     # Copies and memsets are GPU work too: a window of copies is judged on its copies.
     ops = inp.copy_traffic.ops if inp.copy_traffic is not None else inp.kernels.count
     # A handful of operations cannot establish what bounds kernel work, but the idle between them is
-    # measured directly: a GPU idle most of the step for a cause the trace records (host issue,
-    # synchronization, input, named host work) is a verdict even with few operations, at a capped
-    # confidence. Anything else stays insufficient evidence.
+    # measured directly, and so are copies: a GPU idle most of the step for a cause the trace records
+    # (host issue, synchronization, allocator calls, input, named host work), or copying most of it,
+    # is a verdict even with few operations, at a capped confidence. Anything else stays
+    # insufficient evidence.
     few = ops < min_k
-    idle_lead = (
-        inp.sinks is not None
-        and inp.sinks.leader is not None
-        and inp.sinks.leader.key in IDLE_CAUSES
-        and inp.sinks.leader.pct >= 50.0
-        and inp.breakdown.gpu_busy_pct < rules.value("gpu_busy.saturated")
+    first = inp.sinks.leader if inp.sinks is not None else None
+    clear_lead = (
+        first is not None
+        and first.pct >= CLEAR_LEAD_PCT
+        and (
+            (first.key in IDLE_CAUSES and inp.breakdown.gpu_busy_pct < rules.value("gpu_busy.saturated"))
+            or first.key in MEASURED_BUSY
+        )
     )
-    if few and not idle_lead:
+    if few and not clear_lead:
         return Verdict(
             "insufficient_evidence",
             0.0,
@@ -272,9 +280,10 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
                 "<",
             )
         )
+        measured = "the copies' own durations" if lead.key in MEASURED_BUSY else "the measured idle between them"
         summary += (
-            f" (only {ops} GPU operation{'s' * (ops != 1)} in the steps: the verdict rests on the measured idle "
-            "between them; confidence capped at 0.5)"
+            f" (only {ops} GPU operation{'s' * (ops != 1)} in the steps: the verdict rests on {measured}; "
+            "confidence capped at 0.5)"
         )
     return Verdict(
         primary.axis,

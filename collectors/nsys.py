@@ -1,7 +1,9 @@
 """NVIDIA Nsight Systems SQLite exports (``nsys export --type sqlite``) → the normalized model.
 
 One export can hold several processes (e.g. the ranks of a single-node DDP job, profiled
-together): every process that ran GPU work becomes one :class:`Trace`. Read:
+together): every process that ran GPU work becomes one :class:`Trace`. An export without GPU rows
+becomes the trace of its busiest host process, with its capture settings and CPU samples
+(:mod:`~trainscope.collectors.nsys_capture`), so it is analyzed on what it holds. Read:
 
 - kernels (``CUPTI_ACTIVITY_KIND_KERNEL``, demangled names), copies with copy kind and
   source/destination memory kind (``..._MEMCPY``; pageable host memory is kept), memsets;
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainscope.collectors import columnar, nsys_split, readers
+from trainscope.collectors import columnar, nsys_capture, nsys_split, readers
 from trainscope.collectors.columnar import TextColumn
 from trainscope.collectors.nsys_graphs import add_graph_replays
 from trainscope.collectors.errors import TraceError
@@ -815,21 +817,11 @@ class _Reader:
         if "StringIds" not in self.tables:
             raise TraceError(self.path, "Nsight Systems export has no StringIds table: names cannot be resolved")
         kernel_table = "CUPTI_ACTIVITY_KIND_KERNEL"
-        if kernel_table not in self.tables:
-            raise TraceError(
-                self.path,
-                "Nsight Systems export holds no CUDA kernels (no CUPTI_ACTIVITY_KIND_KERNEL "
-                "table): profile with `nsys profile --trace=cuda,nvtx ...`",
-            )
         self._progress("reading Nsight export", 0.0)
         self.strings_raw = dict(self.src.small("StringIds", ["id", "value"]))
         split = self._start_nvtx_split()
         try:
-            kernels = self._kernels(kernel_table)
-            if len(kernels) == 0:
-                raise TraceError(
-                    self.path, "Nsight Systems export holds no CUDA kernels (CUPTI_ACTIVITY_KIND_KERNEL is empty)"
-                )
+            kernels = self._kernels(kernel_table) if kernel_table in self.tables else self._no_kernels()
             self._progress("reading Nsight export", 0.3)
             copies = self._copies()
             memsets = self._memsets()
@@ -841,14 +833,33 @@ class _Reader:
         finally:
             if split is not None:
                 split.close()
+        # No GPU rows (no kernel, copy or memset): the export is analyzed on what it holds (CUDA
+        # calls, NVTX ranges, OS runtime calls, CPU samples), with what it says of its capture.
+        gpu_rows = [r for r in (kernels, copies, memsets) if r is not None and len(r)]
+        samples = capture = None
+        if not gpu_rows:
+            capture = nsys_capture.capture_info(self.src)
+            samples = nsys_capture.cpu_samples(self.src)
+            if not any(r is not None and len(r) for r in (runtime, nvtx, osrt)) and samples is None:
+                raise TraceError(self.path, _nothing_to_analyze(capture))
         self._progress("reading Nsight export", 0.9)
         thread_names = self._thread_names()
         gpus, cuda_map = self._devices()
         session_ns = self._session_start()
 
-        procs = sorted(set(kernels["proc"].tolist()))
-        # A rank per process only when there are several; DDP convention: rank i uses GPU i.
-        first_dev = {p: int(kernels["deviceId"][kernels["proc"] == p].min()) for p in procs}
+        if len(kernels):
+            procs = sorted(set(kernels["proc"].tolist()))
+            # A rank per process only when there are several; DDP convention: rank i uses GPU i.
+            first_dev = {p: int(kernels["deviceId"][kernels["proc"] == p].min()) for p in procs}
+        elif gpu_rows:  # copies or memsets only: the processes that ran them
+            procs = sorted(set(np.concatenate([r["proc"] for r in gpu_rows]).tolist()))
+            first_dev = {
+                p: min(int(r["deviceId"][r["proc"] == p].min()) for r in gpu_rows if (r["proc"] == p).any())
+                for p in procs
+            }
+        else:  # host rows only: the process with the most of them
+            procs = [self._host_process(runtime, nvtx, osrt, samples)]
+            first_dev = {procs[0]: 0}
         order = sorted(procs, key=lambda p: (first_dev[p], p))
         traces = []
         for rank, proc in enumerate(order):
@@ -870,6 +881,8 @@ class _Reader:
                     session_ns,
                     meta,
                     consume=rank == len(order) - 1,  # the last process: NVTX columns dropped as split
+                    samples=samples,
+                    capture=capture,
                 )
             )
         add_graph_replays(self.src, traces, order, session_ns)  # graph-level CUDA graph replays
@@ -884,7 +897,39 @@ class _Reader:
         if self.progress:
             self.progress(stage, frac)
 
+    def _host_process(self, runtime: _Rows | None, nvtx, osrt: _Rows | None, samples) -> int:
+        """The process (``globalPid >> 24``) with the most host rows: CUDA calls, NVTX ranges, OS
+        runtime calls, CPU samples (an export without GPU rows is read for that process)."""
+        counts: dict[int, int] = {}
+        cols = [r["proc"] for r in (runtime, osrt) if r is not None and len(r)]
+        if nvtx is not None and len(nvtx):
+            cols.append(nvtx.gtids[nvtx["thread"]] >> 24)
+        if samples is not None:
+            cols.append(samples["globalTid"] >> 24)
+        for c in cols:
+            u, n = np.unique(c, return_counts=True)
+            for p, k in zip(u.tolist(), n.tolist()):
+                counts[p] = counts.get(p, 0) + k
+        return max(counts, key=lambda p: (counts[p], -p)) if counts else 0
+
     # -- tables --------------------------------------------------------------------------
+    def _no_kernels(self) -> _Rows:
+        """The kernel table of an export that holds none (no CUPTI_ACTIVITY_KIND_KERNEL table)."""
+        z = np.empty(0, np.int64)
+        return _Rows(
+            {
+                "start": z,
+                "end": z,
+                "deviceId": z,
+                "streamId": z,
+                "correlationId": z,
+                "globalPid": z,
+                "proc": z,
+                "name_uniq": [],  # type: ignore[dict-item]
+                "name_inv": z,
+            }
+        )
+
     def _kernels(self, table: str) -> _Rows:
         have = self.columns(table)
         name_col = next((c for c in ("demangledName", "shortName", "mangledName") if c in have), None)
@@ -1102,6 +1147,8 @@ class _Reader:
         session_ns,
         meta,
         consume: bool = False,
+        samples: dict[str, np.ndarray] | None = None,
+        capture: dict[str, object] | None = None,
     ) -> Trace:
         strings = StringTable()
         threads: dict[int, int] = {}
@@ -1215,7 +1262,12 @@ class _Reader:
 
         # Times relative to the first event of this process (as for Kineto), origin in UTC ns.
         tables = (k, c, m, rt, ops, ann)
-        origin = min(int(t.ts.min()) for t in tables if len(t))
+        mine = (samples["globalTid"] >> 24) == proc if samples is not None else np.zeros(0, bool)
+        firsts = [int(t.ts.min()) for t in tables if len(t)]
+        if not firsts:  # no GPU, CUDA or NVTX row: the OS runtime calls and CPU samples set the origin
+            firsts = [int(os_calls.ts.min())] if len(os_calls) else []
+            firsts += [int(samples["start"][mine].min())] if samples is not None and mine.any() else []
+        origin = min(firsts) if firsts else 0
         for t in (*tables, os_calls, counters):
             t.ts -= origin
         negative = sum(int((t.dur < 0).sum()) for t in (*tables, os_calls))
@@ -1235,6 +1287,10 @@ class _Reader:
             "pid": pid,
             "os_runtime_calls": len(os_calls),
         }
+        if capture is not None:  # an export without GPU rows: what it says of its capture, its samples
+            metadata["capture"] = capture
+            if samples is not None and mine.any():
+                metadata["cpu_samples"] = nsys_capture.summarize_samples(samples, mine, self.strings_raw, origin)
         t = Trace(
             source=self.path,
             format="nsys-sqlite",
@@ -1380,6 +1436,16 @@ class _Reader:
                 lut[j] = strings.intern(n if n is not None else f"metric {mid}")
             name_idx = lut[inv.reshape(-1)]
         return Counters(ts=r["timestamp"][keep], device=lut_dev[gpu[keep]], name=name_idx[keep], value=r["value"][keep])
+
+
+def _nothing_to_analyze(capture: dict) -> str:
+    """The refusal for an export with no GPU rows and no host rows either, with what its capture
+    settings say."""
+    what = "Nsight Systems export holds nothing to analyze: no GPU rows (kernels, copies, memsets), CUDA calls"
+    what += ", NVTX ranges, OS runtime calls or CPU samples"
+    if capture.get("cuda_requested"):
+        return what + " although CUDA tracing was on: the traced process did not use the GPU while recording"
+    return what + ": profile with `nsys profile --trace=cuda,nvtx,osrt ...`"
 
 
 def _map_codes(codes: np.ndarray, table: dict[int, int]) -> np.ndarray:

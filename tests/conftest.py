@@ -128,6 +128,7 @@ def pytest_addoption(parser):
 # (a new heavy test cannot slip into the fast lane); list a new unit-test module under FAST.
 # Measured per module with `--durations=0` (tests/README or docs/development.md says how).
 FAST = {
+    "test_allocator_churn.py",
     "test_analysis.py",
     "test_batch_shapes.py",
     "test_api_docs.py",
@@ -149,6 +150,7 @@ FAST = {
     "test_ranks_headline.py",
     "test_snapshot_eras.py",
     "test_stats.py",
+    "test_steady_windows.py",
     "test_timeline_whatif.py",
     "test_window.py",
     "test_intervals.py",

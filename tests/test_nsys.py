@@ -379,14 +379,20 @@ def test_bad_exports_fail_with_one_line(tmp_path, capsys):
     code, _, err = _cli(capsys, other)
     assert code == 2 and "not an Nsight Systems export" in _one_line(err)
 
-    no_kernels = tmp_path / "no_kernels.sqlite"
-    shutil.copy(SAXPY_2022, no_kernels)
-    con = sqlite3.connect(no_kernels)
-    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    # no GPU rows and no host rows either (an export without GPU rows is analyzed on its host rows:
+    # tests/test_steady_cases.py)
+    empty = tmp_path / "empty.sqlite"
+    shutil.copy(SAXPY_2022, empty)
+    con = sqlite3.connect(empty)
+    for table in ("KERNEL", "MEMCPY", "RUNTIME"):
+        con.execute(f"DROP TABLE CUPTI_ACTIVITY_KIND_{table}")
+    for table in ("NVTX_EVENTS", "COMPOSITE_EVENTS"):
+        con.execute(f"DROP TABLE {table}")
     con.commit()
     con.close()
-    code, _, err = _cli(capsys, no_kernels)
-    assert code == 2 and "no CUDA kernels" in _one_line(err)
+    code, _, err = _cli(capsys, empty)
+    line = _one_line(err)
+    assert code == 2 and "holds nothing to analyze" in line and "--trace=cuda,nvtx,osrt" in line
 
     truncated = tmp_path / "truncated.sqlite"
     truncated.write_bytes(TRAIN.read_bytes()[:200_000])

@@ -260,6 +260,7 @@ LABEL_CLASSES = (
     "input",
     "launch",
     "sync",
+    "allocator",
     "comm",
     "imbalance",
     "copies",
@@ -269,6 +270,7 @@ LABEL_CLASSES = (
     "host-work",
     "gpu-bound",
     "none",
+    "insufficient-gpu-evidence",
 )
 
 

@@ -369,6 +369,101 @@ BLOCKING_SYNC = FindingSpec(
     thresholds=("sync.reported",),
 )
 
+_ALLOC_SEV = by_stake("alloc.moderate", "alloc.high")
+
+
+def _alloc(obs: DiagnosisInput, rules: Rules) -> Finding | None:
+    h = obs.host_idle
+    if not obs.has_gpu or obs.sinks is None or h is None or not raised(obs, rules, "allocator", _ALLOC_SEV):
+        return None
+    stake = obs.sinks.pct("allocator")
+    sev = _ALLOC_SEV.grade(stake, rules)
+    steps = max(1, len(obs.segmentation.steps))
+    lines = [
+        ev(
+            rules,
+            f"alloc.{'high' if sev == 'high' else 'moderate'}",
+            "GPU idle while the host allocates or frees memory (allocator, event and stream calls)",
+            stake,
+        ),
+        sink_line(obs, "allocator"),
+        ctx("allocator calls per step (in the steps, on the launching threads)", h.alloc_calls / steps, "calls"),
+        *obs.host_evidence.get("alloc", ())[1:],  # the calls behind it, by name
+    ]
+    calls = [c for c in h.calls if c.cls == "alloc"]
+    top = calls[0] if calls else None
+    frees = sum(c.idle_ns for c in calls if "Free" in c.name or "Release" in c.name or "Unmap" in c.name)
+    what = f"{top.name} ×{top.count} ({top.idle_ns / 1e6:,.1f} ms of GPU idle)" if top else "allocator calls"
+    if obs.context is not None and obs.context.native:
+        detail = (
+            f"{what}: device or pinned memory is allocated and freed inside the loop "
+            f"({h.alloc_calls / steps:,.0f} calls per step); freeing device memory synchronizes the device and the "
+            "GPU waits for the host to return"
+        )
+    elif frees >= 0.5 * sum(c.idle_ns for c in calls) and calls:
+        detail = (
+            f"{what}: the step frees device memory back to the driver ({h.alloc_calls / steps:,.0f} allocator calls "
+            "per step) — each free synchronizes the device while the GPU waits. PyTorch's caching allocator makes "
+            "no such call in a steady step: it is off (PYTORCH_NO_CUDA_MEMORY_CACHING=1) or emptied every step "
+            "(torch.cuda.empty_cache())"
+        )
+    else:
+        detail = (
+            f"{what}: memory, events or streams are created inside the step ({h.alloc_calls / steps:,.0f} allocator "
+            "calls per step) while the GPU waits — allocate them once and reuse them"
+        )
+    return ALLOCATOR_CHURN.finding(stake, lines, detail, rules)
+
+
+def _alloc_words(c: Context, single: bool, bf16: bool) -> FixText:
+    if c.native:
+        return FixText(
+            "allocator-reuse",
+            "Allocate once, outside the loop (or from a stream-ordered memory pool)",
+            "// allocate device and pinned buffers, events and streams once, before the loop, and reuse them:\n"
+            "cudaMalloc(&buf, max_bytes);        // not cudaMalloc/cudaFree every iteration\n"
+            "// where sizes vary: cudaMallocAsync/cudaFreeAsync on a pool that keeps its memory\n"
+            "cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all);",
+        )
+    return FixText(
+        "allocator-reuse",
+        "Turn the caching allocator back on (or stop allocating and freeing every step)",
+        "unset PYTORCH_NO_CUDA_MEMORY_CACHING    # =1 turns the caching allocator off: every free reaches cudaFree/hipFree\n"
+        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # ROCm: PYTORCH_HIP_ALLOC_CONF; fewer, growable segments\n"
+        "# in the loop: no torch.cuda.empty_cache(); reuse preallocated buffers (out=..., tensors made once)",
+    )
+
+
+ALLOCATOR_CHURN = FindingSpec(
+    id="host/allocator-churn",
+    axis="algorithm",
+    title="GPU idles while the host allocates and frees memory (allocator churn)",
+    measure=_alloc,
+    can_be_primary=True,
+    severity=_ALLOC_SEV,
+    fix=Fix(
+        "allocator-reuse",
+        "Turn the caching allocator back on (or stop allocating and freeing every step)",
+        "unset PYTORCH_NO_CUDA_MEMORY_CACHING    # =1 turns the caching allocator off: every free reaches cudaFree/hipFree\n"
+        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # ROCm: PYTORCH_HIP_ALLOC_CONF\n"
+        "# in the loop: no torch.cuda.empty_cache(); reuse preallocated buffers",
+        "// allocate device and pinned buffers, events and streams once, before the loop, and reuse them;\n"
+        "// where sizes vary: cudaMallocAsync/cudaFreeAsync from a memory pool that keeps its memory",
+        projection="idle",
+        basis="removing the {stake:.1f} % GPU idle in allocator calls",
+        whatif_label="no allocator calls inside the step",
+        text=_alloc_words,
+    ),
+    whatif_pool="host-idle",
+    diff_measure=DiffMeasure("GPU idle in allocator calls", "ms per step", stake_ms("host/allocator-churn")),
+    critical_path="host",
+    headline="ALLOCATOR CHURN",
+    label_class="allocator",
+    sink="allocator",
+    breakdown=("idle_other", "idle_host_overhead"),
+    describes="GPU idle while the host is in cudaMalloc/cudaFree, hipFree, cudaHostAlloc or event/stream creation",
+)
+
 _RANGES_SEV = by_stake("host_overhead.moderate", "host_overhead.high")
 
 
@@ -427,4 +522,4 @@ NAMED_HOST_WORK = FindingSpec(
     describes="GPU idle while the host runs named ranges that issue no GPU work",
 )
 
-SPECS = (LAUNCH_OVERHEAD, SYNC, BLOCKING_SYNC, NAMED_HOST_WORK)
+SPECS = (LAUNCH_OVERHEAD, SYNC, BLOCKING_SYNC, ALLOCATOR_CHURN, NAMED_HOST_WORK)

@@ -11,9 +11,12 @@ from trainscope.analyzers.findings import REGISTRY
 
 def verdict_class(axis: str, bottleneck: str | None) -> str:
     """The benchmark class a verdict claims: its primary finding's declared class; "none" for
-    insufficient evidence; "balanced" (no class) when no cause stands out."""
+    insufficient evidence ("insufficient-gpu-evidence" for an Nsight export without GPU rows,
+    analyzers/host_only.py); "balanced" (no class) when no cause stands out."""
     if axis == "insufficient_evidence":
-        return "none"
+        from trainscope.analyzers.host_only import LABEL_CLASS, NO_GPU_ROWS
+
+        return LABEL_CLASS if bottleneck == NO_GPU_ROWS else "none"
     spec = REGISTRY.get(bottleneck or "")
     if spec is None or spec.label_class is None:
         return "balanced"
