@@ -3,8 +3,11 @@
 It reads the same document as the terminal and Markdown reports, so the numbers cannot disagree,
 and draws two pictures from it and the trace: the step breakdown as a stacked bar per step, and
 the timeline of the median step (GPU lane and host lane, from the analyzers' timeline model).
-Every string that comes from a trace (file, kernel, step and range names) goes through
-:func:`html.escape`.
+Every string that comes from a trace (file, kernel, step, range and device names) is made
+visible first (controls, bidi and line-separator characters spelled out as escapes, see
+traces/safe_text.py), then goes through :func:`html.escape`: :func:`_e` for one line, :func:`_pre`
+for the preformatted blocks. The document is made visible as a whole where a page starts
+(:func:`render_html_fragment`), so a name's newline cannot forge a line of a block either.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, gpu_metrics_parts, headline
+from trainscope.traces.safe_text import safe_strings, visible, visible_lines
 
 if TYPE_CHECKING:
     from trainscope.analyzers.analysis import Analysis
@@ -63,7 +67,15 @@ svg{background:#fff;display:block;max-width:100%}
 footer{color:#888;font-size:12px;margin-top:28px}
 """
 
-_e = html.escape
+
+def _e(s: str) -> str:
+    """One line of text in HTML: controls and invisible-direction characters shown, then escaped."""
+    return html.escape(visible(s))
+
+
+def _pre(s: str) -> str:
+    """A preformatted block: as :func:`_e`, keeping its line breaks."""
+    return html.escape(visible_lines(s))
 
 
 def _f(x: Any, fmt: str = "{:.1f}", none: str = "—") -> str:
@@ -254,6 +266,7 @@ def render_html_fragment(
     from trainscope.analyzers.breakdown import CATEGORY_LABELS
     from trainscope.analyzers.timeline import HOST_LABELS
 
+    doc = safe_strings(doc)  # every name one line, as the text report shows it
     v, b = doc["verdict"], doc["breakdown"]
     name = os.path.basename(doc["input"]["path"].rstrip("/"))
     o: list[str] = []
@@ -289,7 +302,7 @@ def render_html_fragment(
                 f"up to {r['projected_speedup']:.2f}× faster" if r["projected_speedup"] is not None else "no projection"
             )
             w(
-                f'<div class="fix"><b>{r["rank"]}. {_e(r["title"])}</b> — {proj}<pre>{_e(r["change"])}</pre>'
+                f'<div class="fix"><b>{r["rank"]}. {_e(r["title"])}</b> — {proj}<pre>{_pre(r["change"])}</pre>'
                 f"<small>Basis: {_e(r['basis'])}</small></div>"
             )
     if doc["steps"] and doc["device"]["id"] is not None and not counters_only(doc):
@@ -409,19 +422,23 @@ def render_html_fragment(
     if doc.get("ledger"):
         from trainscope.reports.plan import ledger_text_lines
 
-        w("<h2>Planned memory</h2><pre>" + _e("\n".join(ledger_text_lines(doc["ledger"])).strip("\n")) + "</pre>")
+        w("<h2>Planned memory</h2><pre>" + _pre("\n".join(ledger_text_lines(doc["ledger"])).strip("\n")) + "</pre>")
     if doc.get("deep"):
         from trainscope.reports.deep import deep_text_lines
 
         w(
             "<h2>Deep analysis (Holistic Trace Analysis)</h2><pre>"
-            + _e("\n".join(deep_text_lines(doc["deep"], lambda x: x)))
+            + _pre("\n".join(deep_text_lines(doc["deep"], lambda x: x)))
             + "</pre>"
         )
     if doc.get("stragglers"):
         from trainscope.reports.deep import stragglers_text_lines
 
-        w("<h2>Stragglers</h2><pre>" + _e("\n".join(stragglers_text_lines(doc["stragglers"], lambda x: x))) + "</pre>")
+        w(
+            "<h2>Stragglers</h2><pre>"
+            + _pre("\n".join(stragglers_text_lines(doc["stragglers"], lambda x: x)))
+            + "</pre>"
+        )
     if doc.get("ranks"):
         w("<h2>Ranks</h2><table><tr><th>rank</th><th>step p50 ms</th><th>GPU busy</th><th>verdict</th></tr>")
         for r in doc["ranks"]:
@@ -479,7 +496,7 @@ def render_text_page(title: str, summary: str, text: str) -> str:
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)}</title><style>{CSS}</style></head>\n<body><main>\n"
-        f'<h1>{_e(title)}</h1><p class="meta">{_e(summary)}</p><pre>{_e(text)}</pre>'
+        f'<h1>{_e(title)}</h1><p class="meta">{_e(summary)}</p><pre>{_pre(text)}</pre>'
         "\n</main></body></html>\n"
     )
 
@@ -489,5 +506,5 @@ def render_text_cell(title: str, summary: str, text: str) -> str:
     verdict and the terminal report verbatim (escaped, preformatted), styles scoped to one element."""
     return (
         f'<div class="trainscope-report"><style>{scoped_css()}</style>'
-        f'<h1>{_e(title)}</h1><p class="meta">{_e(summary)}</p><pre>{_e(text)}</pre></div>'
+        f'<h1>{_e(title)}</h1><p class="meta">{_e(summary)}</p><pre>{_pre(text)}</pre></div>'
     )

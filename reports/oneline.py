@@ -14,7 +14,11 @@ def _base(path: str) -> str:
 
 
 def _cut(s: str) -> str:
-    s = " ".join(s.split())  # names from traces: no newlines or control runs in a repr
+    from trainscope.traces.safe_text import visible
+
+    # names from traces: controls, bidi and separators spelled out (traces/safe_text.py), then any
+    # other invisible character (zero-width, private use) as "?"
+    s = " ".join(visible(s).split())
     s = "".join(ch if ch.isprintable() else "?" for ch in s)
     return s if len(s) <= MAX else s[: MAX - 1] + "…"
 

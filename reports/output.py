@@ -1,5 +1,5 @@
-"""Writing what trainscope produces: documents as JSON (non-finite numbers as null, lone surrogates
-escaped) and files written atomically, for every front end (the CLI, the apps, the api)."""
+"""Writing what trainscope produces: documents as JSON (non-finite numbers as null, lone surrogates,
+C1 controls, bidi controls and line separators escaped) and files written atomically, for every front end (the CLI, the apps, the api)."""
 
 from __future__ import annotations
 
@@ -10,20 +10,20 @@ import tempfile
 
 
 def to_json(doc: dict) -> str:
-    """The document as JSON: non-finite numbers written as null, lone surrogates as escapes
-    (see traces/safe_text.py)."""
+    """The document as JSON: non-finite numbers written as null, lone surrogates, C1 and bidi
+    controls and line separators as ``\\u`` escapes (see traces/safe_text.py)."""
     return _dumps(doc, indent=2) + "\n"
 
 
 def _dumps(obj, **kw) -> str:
-    from trainscope.traces.safe_text import json_safe
+    from trainscope.traces.safe_text import json_escape_text, json_safe
 
     try:  # the common case, at the encoder's speed; the walk only when a value needs it
         text = json.dumps(obj, ensure_ascii=False, allow_nan=False, **kw)
         text.encode("utf-8")
-        return text
     except (ValueError, UnicodeEncodeError):
-        return json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False, **kw)
+        text = json.dumps(json_safe(obj), ensure_ascii=False, allow_nan=False, **kw)
+    return json_escape_text(text)  # the encoder leaves C1, bidi and separators raw
 
 
 def to_json_line(obj: dict) -> str:

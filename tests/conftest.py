@@ -167,6 +167,8 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_tui_tables.py": ("app",),
     "test_tui_keys.py": ("app",),
     "test_tui_tmux.py": ("app", "subprocess"),
+    "test_tui_tmux_hostile.py": ("app", "subprocess"),
+    "test_hostile_strings.py": ("app",),
     "test_diff_app.py": ("app",),
     "test_diff_app_snapshots.py": ("app",),
     "test_plan_app.py": ("app",),

@@ -75,7 +75,8 @@ def test_memory_repr_and_html():
 def test_repr_escapes_trace_names():
     from trainscope.reports.oneline import _cut
 
-    assert _cut("a\nb\x1b[31mc") == "a b?[31mc"
+    # spelled out as in every other view (traces/safe_text.py); other invisible characters as "?"
+    assert _cut("a\nb\x1b[31mc\u202e\u200b") == "a\\nb\\x1b[31mc\\u202e?"
     assert len(_cut("x" * 5000)) == 400
 
 

@@ -5,14 +5,18 @@ OSC sequence clears the screen or retitles the window, a CR or newline forges re
 in the apps Rich markup (``[link=…]``) becomes a hyperlink. Every renderer passes trace-derived
 text through here:
 
-- :func:`visible` — for terminals and Markdown: C0 and C1 control characters, DEL, bidirectional
-  overrides and lone surrogates are shown as escapes (``\\x1b``, ``\\n``, ``\\u202e``, ``\\ud800``),
-  so the text reads the same and does nothing.
+- :func:`visible` — for terminals, Markdown and HTML: C0 and C1 control characters, DEL,
+  bidirectional controls (embeddings, overrides, isolates and the marks U+200E, U+200F, U+061C),
+  the line and paragraph separators U+2028/U+2029 and lone surrogates are shown as escapes
+  (``\\x1b``, ``\\n``, ``\\u202e``, ``\\u2028``, ``\\ud800``), so the text reads the same and does
+  nothing: it cannot retitle, clear or link the terminal, reorder what follows it on the line, or
+  break a Markdown table row. HTML pages escape with :func:`html.escape` after it.
 - :func:`safe_strings` — :func:`visible` over every string of a report document.
 - :func:`json_safe` — for JSON: non-finite numbers become ``null`` (JSON has no NaN or Infinity;
   a value that overflowed is unknown, not a number) and lone surrogates (valid in JSON text, not
-  encodable as UTF-8) become ``\\ud800`` escapes in the string. Control characters need nothing:
-  the JSON encoder escapes them.
+  encodable as UTF-8) become ``\\ud800`` escapes in the string. C0 controls need nothing: the JSON
+  encoder escapes them; :func:`json_escape_text` escapes the rest (C1, bidi, separators) in the
+  encoded text, so JSON printed to a terminal is as inert as the text report.
 - :func:`markup_safe` — :func:`visible`, then Rich markup escaped, for strings the apps hand to
   widgets that interpret markup.
 """
@@ -23,8 +27,11 @@ import math
 import re
 from typing import Any, Callable
 
-# C0 controls, DEL, C1 controls, bidi embeddings/overrides/isolates, lone surrogates.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# C0 controls, DEL, C1 controls, bidi marks (ALM, LRM, RLM), line/paragraph separators, bidi
+# embeddings/overrides, bidi isolates, lone surrogates.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# What JSON text may still hold raw after ``json.dumps(ensure_ascii=False)`` (which escapes C0 only).
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -39,6 +46,13 @@ def _escape(m: re.Match[str]) -> str:
 def visible(s: str) -> str:
     """``s`` with every control, escape and invisible-direction character shown as an escape."""
     return _UNSAFE.sub(_escape, s) if _UNSAFE.search(s) else s
+
+
+def json_escape_text(text: str) -> str:
+    """Encoded JSON with DEL, C1 controls, bidi controls and line separators written as ``\\uXXXX``
+    escapes: the same JSON value, inert on a terminal. Those characters can only be inside strings
+    (JSON's own syntax is ASCII), so the substitution is safe on the whole text."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text) if _JSON_UNSAFE.search(text) else text
 
 
 def _surrogate_free(s: str) -> str:

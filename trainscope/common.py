@@ -29,8 +29,10 @@ class Progress:
         if now - self.t0 < 0.3 or now - self.last < 0.1:  # stay silent on small files
             return
         self.last = now
+        from trainscope.traces.safe_text import visible
+
         pct = f" {fraction * 100:3.0f} %" if fraction is not None else ""
-        sys.stderr.write(f"\r\033[K{stage}…{pct}")
+        sys.stderr.write(f"\r\033[K{visible(stage)}…{pct}")  # a stage may name a rank's file
         sys.stderr.flush()
         self.shown = True
 

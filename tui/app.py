@@ -393,7 +393,11 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             ]
         except Exception as e:  # a view that cannot be built never takes the app down
             self.call_from_thread(
-                self.notify, f"cannot put the ranks side by side: {type(e).__name__}: {e}", severity="error", timeout=6
+                self.notify,
+                f"cannot put the ranks side by side: {type(e).__name__}: {e}",
+                severity="error",
+                timeout=6,
+                markup=False,
             )
             return
         self._side = (lanes, sb, origin)
@@ -411,6 +415,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
                     f"cannot match the ranks' collectives: {type(e).__name__}: {e}",
                     severity="error",
                     timeout=6,
+                    markup=False,
                 )
         self.call_from_thread(self._show_late)
 

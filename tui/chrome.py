@@ -16,6 +16,8 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Input, ProgressBar, Static
 
+from trainscope.traces.safe_text import visible, visible_lines
+
 
 def gib(b: float | None, digits: int = 1, missing: str = "n/a") -> str:
     """Bytes in GiB (2**30), labelled as such: the apps show device memory, sold in GiB."""
@@ -70,7 +72,7 @@ class Loading(Vertical):
     """
 
     def compose(self) -> ComposeResult:
-        yield Static("reading the trace…", id="loading-stage")
+        yield Static("reading the trace…", id="loading-stage", markup=False)
         yield ProgressBar(total=100, show_eta=False, id="loading-bar")
 
 
@@ -152,7 +154,20 @@ class HelpScreen(ModalScreen[None]):
                 yield Static(part, id=f"help-more-{i}")
 
 
-class BackgroundLoading:
+class SafeChrome:
+    """Mixin for an App: what the app draws around its panes (the header's title and sub-title, the
+    notifications) shows a trace's text made visible (traces/safe_text.py). The sub-title is the
+    trace's file name and a notification may quote an export path built from it: a name holding
+    ``ESC ] 0 ;`` would otherwise retitle the terminal, ``ESC [ 2 J`` clear it."""
+
+    def format_title(self, title: str, sub_title: str):
+        return super().format_title(visible(title), visible(sub_title))  # type: ignore[misc]
+
+    def notify(self, message: str, *, title: str = "", **kwargs) -> None:
+        super().notify(visible_lines(str(message)), title=visible(title), **kwargs)  # type: ignore[misc]
+
+
+class BackgroundLoading(SafeChrome):
     """Mixin for an App: long work (parsing, analysis, HTA) in a daemon thread. Not a Textual
     worker: those live in the default executor, which Python joins at exit, so quitting
     mid-parse would hang until the parse was done. Progress reaches ``#loading-stage`` and
@@ -187,7 +202,7 @@ class BackgroundLoading:
             self._post(self._progress, stage, fraction)
 
     def _progress(self, stage: str, fraction: float | None) -> None:
-        self.query_one("#loading-stage", Static).update(f"{stage}…")
+        self.query_one("#loading-stage", Static).update(f"{visible(stage)}…")
         bar = self.query_one("#loading-bar", ProgressBar)
         if fraction is None:
             bar.update(total=None)

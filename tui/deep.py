@@ -19,8 +19,8 @@ class DeepPane(VerticalScroll):
         self.result: dict | None = None
 
     def compose(self):
-        yield Static("", id="deep-status")
-        yield Static("", id="deep-body")
+        yield Static("", id="deep-status", markup=False)
+        yield Static("", id="deep-body", markup=False)
 
     def running(self, stage: str) -> None:
         self.query_one("#deep-status", Static).update(
@@ -29,7 +29,10 @@ class DeepPane(VerticalScroll):
         )
 
     def show(self, result: dict) -> None:
+        from trainscope.traces.safe_text import safe_strings
+
         self.result = result
+        result = safe_strings(result)  # HTA's kernel names and messages, as every view shows them
         self.query_one("#deep-status", Static).update("")
         if result.get("unavailable"):
             self.query_one("#deep-body", Static).update(Text(f"Deep analysis unavailable: {result['reason']}"))

@@ -20,6 +20,7 @@ from trainscope.analyzers.rules import Rules
 # As `trainscope diff` without the app; interrupted: quit before a requested gate could be checked
 # (never a silent pass).
 from trainscope.api import EXIT_INTERRUPTED, EXIT_REGRESSION
+from trainscope.traces.safe_text import visible
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, keys_text
 from trainscope.tui.keys import bind, common_bindings, palette_commands, without_duplicates
 from trainscope.tui.diff_panes import DiffBreakdown, DiffSummary, FixOutcomes, KernelDiffPane, base_name
@@ -194,7 +195,7 @@ class DiffApp(BackgroundLoading, App[int]):
                     message = "out of memory while reading the runs"
                 elif not isinstance(e, api.TrainscopeError) and code == 1:
                     message = f"internal error: {type(e).__name__}: {e} (please report it)"
-                self.error = f"trainscope: {message}"
+                self.error = f"trainscope: {visible(message)}"  # a path or a name from a trace: shown, inert
                 self._post(self.exit, code, code)
             return
         self._post(self.show_diff, diff, gate)

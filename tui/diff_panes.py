@@ -22,6 +22,7 @@ from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.reports.document import AXIS_NAMES, HEADLINES
 from trainscope.tui.palette import AXIS_CLASS, GPU_STYLE
 from trainscope.tui.sorting import SortedColumns
+from trainscope.traces.safe_text import visible
 from trainscope.tui.timeline import short_name
 
 AXIS_CSS = """
@@ -62,8 +63,8 @@ def _side_cells(r: Run) -> dict[str, str]:
     a = r.analysis
     rank = f" · rank {a.rank}" if a.rank is not None else ""
     return {
-        "input": base_name(r.path),
-        "device": (a.device_name or "no GPU activity") + rank,
+        "input": visible(base_name(r.path)),
+        "device": visible(a.device_name or "no GPU activity") + rank,
         "traces": f"{r.ranks} ({'slowest rank shown' if r.ranks > 1 else 'one trace'})",
         "steps": f"{r.steps} ({a.segmentation.method.replace('_', ' ')})",
         "batch": "unknown (no shapes recorded)" if r.shapes.batch_dim is None else f"leading dim {r.shapes.batch_dim}",
@@ -101,18 +102,18 @@ class DiffSummary(VerticalScroll):
         self.flagged: set[str] = set()  # header rows marked as differing
 
     def compose(self):
-        yield Static("", id="sides")
-        yield Static("", id="comparable")
+        yield Static("", id="sides", markup=False)
+        yield Static("", id="comparable", markup=False)
         with Horizontal(id="verdicts"):
             yield Static("", id="badge-before", classes="badge")
             yield Static("→", id="verdict-arrow")
             yield Static("", id="badge-after", classes="badge")
-        yield Static("", id="after-summary")
-        yield Static("", id="step-time")
-        yield Static("", id="gate")
+        yield Static("", id="after-summary", markup=False)
+        yield Static("", id="step-time", markup=False)
+        yield Static("", id="gate", markup=False)
         yield Static("Comparability", classes="heading")
-        yield Static("", id="comparability")
-        yield Static("", id="side-notes")
+        yield Static("", id="comparability", markup=False)
+        yield Static("", id="side-notes", markup=False)
 
     def show(self, d: RunDiff, gate: GateResult | None, gate_requested: bool) -> None:
         self.flagged = {CHECK_ROW[c.check] for c in d.comparability if c.status == "differ" and c.check in CHECK_ROW}
@@ -144,8 +145,8 @@ class DiffSummary(VerticalScroll):
         for c in d.comparability:
             mark, style = {"differ": ("!", "bold red"), "unknown": ("?", "bold yellow")}.get(c.status, ("✔", GOOD))
             comp.append(f"{mark} {c.check}: ", style=style)
-            comp.append(f"{c.before} → {c.after}")
-            comp.append(f" — {c.note}\n", style="dim")
+            comp.append(visible(f"{c.before} → {c.after}"))  # device names, step methods: from the traces
+            comp.append(f" — {visible(c.note)}\n", style="dim")
         comp.rstrip()
         self.query_one("#comparability", Static).update(comp)
 
@@ -161,7 +162,7 @@ class DiffSummary(VerticalScroll):
             badge.update(verdict_lines(axis, bott, conf))
         self.query_one("#verdict-arrow", Static).update("→" if v.changed else "=")
         self.query_one("#after-summary", Static).update(
-            f"Verdict {'changed' if v.changed else 'unchanged'}. After: {v.after_summary}"
+            f"Verdict {'changed' if v.changed else 'unchanged'}. After: {visible(v.after_summary)}"
         )
 
         st = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 2, 0, 0))
@@ -231,7 +232,7 @@ class DiffSummary(VerticalScroll):
             g.add_class("gate-fail" if gate.regressed or gate.refused else "gate-pass")
             code = 2 if gate.refused else 3 if gate.regressed else 0
             word = "⚠ GATE NOT RUN" if gate.refused else "✘ GATE FAILED" if gate.regressed else "✔ GATE PASSED"
-            g.update(f"{word} ({gate.metric}): {gate.reason} · exit code {code} on quit")
+            g.update(f"{word} ({gate.metric}): {visible(gate.reason)} · exit code {code} on quit")
 
         notes = Text()
         m = d.memory
@@ -241,7 +242,7 @@ class DiffSummary(VerticalScroll):
             notes.append(f"{m.before_bytes / 2**30:.2f} GiB → {m.after_bytes / 2**30:.2f} GiB{pct}\n")
         for label, r in (("before", d.before), ("after", d.after)):
             for w in r.warnings:
-                notes.append(f"⚠ {label}: {w}\n", style="yellow")
+                notes.append(f"⚠ {label}: {visible(w)}\n", style="yellow")
         self.query_one("#side-notes", Static).update(notes)
 
 
@@ -383,7 +384,7 @@ class DiffBreakdown(VerticalScroll):
         self.class_rows: list[BarRow] = []
 
     def compose(self):
-        yield Static("", id="bd-note", classes="note")
+        yield Static("", id="bd-note", classes="note", markup=False)
         yield BarPairs("%", id="bd-headline")
         yield Static("Exclusive breakdown (each instant of a step counted once)", classes="heading")
         yield BarPairs("%", id="bd-categories")
@@ -487,10 +488,10 @@ class KernelDiffPane(SortedColumns, Vertical):
         self.selected: KernelChange | None = None
 
     def compose(self):
-        yield Static("", id="kd-groups")
-        yield Static("", id="kd-note")
+        yield Static("", id="kd-groups", markup=False)
+        yield Static("", id="kd-note", markup=False)
         yield DataTable(id="kd-table", cursor_type="row", zebra_stripes=True)
-        yield Static("", id="kd-detail")
+        yield Static("", id="kd-detail", markup=False)
 
     def show(self, d: RunDiff) -> None:
         self.diff = d
@@ -635,8 +636,8 @@ class FixOutcomes(VerticalScroll):
         self.outcomes: list[RecommendationOutcome] = []
 
     def compose(self):
-        yield Static("", id="fo-note")
-        yield Static("", id="fo-list")
+        yield Static("", id="fo-note", markup=False)
+        yield Static("", id="fo-list", markup=False)
 
     def show(self, d: RunDiff) -> None:
         self.outcomes = list(d.recommendations)
@@ -665,7 +666,7 @@ class FixOutcomes(VerticalScroll):
             )
         for o in self.outcomes:
             body = Text()
-            body.append(o.title, style="bold")
+            body.append(visible(o.title), style="bold")
             if o.projected_speedup:
                 body.append(f"  (projected ≤ {o.projected_speedup:.2f}×)", style="dim")
             body.append("\n")
@@ -675,7 +676,7 @@ class FixOutcomes(VerticalScroll):
                 if o.before is not None and o.after is not None:
                     body.append(f"  ({o.after - o.before:+.2f})", style="dim")
                 body.append("\n")
-            body.append(o.note, style="dim")
+            body.append(visible(o.note), style="dim")
             body.append("\n")
             grid.add_row(Text(f" {o.status.upper()} ", style=STATUS_STYLE.get(o.status, "")), body)
         self.query_one("#fo-list", Static).update(grid)

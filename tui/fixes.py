@@ -44,10 +44,10 @@ class FixesPane(Vertical):
         self._filled_for: int | None = None  # the document the table's rows were added for
 
     def compose(self):
-        yield Static("", id="whatif")
+        yield Static("", id="whatif", markup=False)
         yield DataTable(id="fixes-table", cursor_type="row")
         with VerticalScroll(id="fix-detail"):
-            yield Static("", id="fix-text")
+            yield Static("", id="fix-text", markup=False)
 
     def show(self, analysis: Analysis, doc: dict) -> None:
         self.analysis, self.doc = analysis, doc

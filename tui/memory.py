@@ -60,9 +60,9 @@ class MemoryPane(Vertical):
     """
 
     def compose(self):
-        yield Static("", id="mem-note")
+        yield Static("", id="mem-note", markup=False)
         yield MemoryChart(id="mem-chart")
-        yield Static("", id="mem-ledger")
+        yield Static("", id="mem-ledger", markup=False)
 
     def show(self, curves: list[MemoryCurve], span: tuple[int, int], ledger: dict | None = None) -> None:
         note = self.query_one("#mem-note", Static)

@@ -19,6 +19,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Header, Input, Static
 
 from trainscope.analyzers.memory_peak import MemoryPeak, PeakAllocation
+from trainscope.traces.safe_text import visible
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
 from trainscope.tui.keys import bind, binding_rows, common_bindings, palette_commands, without_duplicates
 from trainscope.tui.sorting import SortedColumns
@@ -186,10 +187,10 @@ class PeakTable(SortedColumns, Vertical):
         f = Input(placeholder="filter by file, function or frame (Enter or Esc returns to the table)", id="mm-filter")
         f.display = False
         yield f
-        yield Static("", id="mm-table-note")
+        yield Static("", id="mm-table-note", markup=False)
         yield DataTable(id="mm-table", cursor_type="row", zebra_stripes=True)
         with VerticalScroll(id="mm-stack"):
-            yield Static("", id="mm-stack-text")
+            yield Static("", id="mm-stack-text", markup=False)
 
     def show(self, peak: MemoryPeak) -> None:
         self.peak = peak
@@ -233,7 +234,7 @@ class PeakTable(SortedColumns, Vertical):
                 Text(size_text(a.size), justify="right"),
                 Text(f"{a.share_of(p.peak_bytes):.2f} %", justify="right"),
                 Text(when, justify="right"),
-                Text(a.site[: self._site_w]),
+                Text(visible(a.site)[: self._site_w]),  # file and function names: from the snapshot
                 key=str(i),
             )
         more = f", first {self.MAX_ROWS:,} shown" if len(rows) > self.MAX_ROWS else ""
@@ -254,7 +255,9 @@ class PeakTable(SortedColumns, Vertical):
         p = self.peak
         out = Text()
         out.append(f"{size_text(a.size)}", style="bold")
-        out.append(f" ({a.size:,} bytes, {a.share_of(p.peak_bytes):.2f} % of the peak) · {a.site}\n", style="bold")
+        out.append(
+            f" ({a.size:,} bytes, {a.share_of(p.peak_bytes):.2f} % of the peak) · {visible(a.site)}\n", style="bold"
+        )
         out.append(f"address 0x{a.address:x} · {a.origin} · y copies the site\n", style="dim")
         if not a.stack:
             out.append("no stack recorded\n", style="dim")
@@ -264,10 +267,10 @@ class PeakTable(SortedColumns, Vertical):
         if py:
             out.append(f"Python frames, innermost first ({len(py)}):\n", style="underline")
             for f in py:
-                out.append(f"  {f.short}\n")
+                out.append(f"  {visible(f.short)}\n")
         out.append(f"full stack, innermost first ({len(a.stack)} frames):\n", style="underline")
         for f in a.stack:
-            out.append(f"  {f.text}\n", style="" if f.python else "dim")
+            out.append(f"  {visible(f.text)}\n", style="" if f.python else "dim")
         text.update(out)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -336,7 +339,7 @@ class MemoryApp(BackgroundLoading, App[int]):
         yield Header(show_clock=False, icon="◆")
         yield Loading(id="loading")
         with Vertical(id="mm-main"):
-            yield Static("", id="mm-note")
+            yield Static("", id="mm-note", markup=False)
             yield PeakChart(id="mm-chart")
             yield PeakTable(id="mm-peak")
         yield KeyBar("q quit", id="keybar")
@@ -388,7 +391,7 @@ class MemoryApp(BackgroundLoading, App[int]):
         if len(p.time_us):
             note.append(f" · {p.events:,} allocator events")
         if p.phase:
-            note.append(f" · in {p.phase}")
+            note.append(f" · in {visible(p.phase)}")
         if not p.accounted:
             note.append(
                 f"\nthe live allocations add up to {size_text(p.live_bytes)}, not the peak: the trace was cut mid-way",

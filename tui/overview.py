@@ -62,16 +62,16 @@ class Overview(VerticalScroll):
     """
 
     def compose(self):
-        yield Static("", id="badge")
-        yield Static("", id="summary")
+        yield Static("", id="badge", markup=False)
+        yield Static("", id="summary", markup=False)
         yield Static("Key figures", classes="heading")
-        yield Static("", id="figures")
+        yield Static("", id="figures", markup=False)
         yield Static("Evidence", classes="heading")
-        yield Static("", id="evidence")
+        yield Static("", id="evidence", markup=False)
         yield Static("Top fixes (projections are upper bounds; details on the Fixes tab)", classes="heading")
-        yield Static("", id="top-fixes")
-        yield Static("", id="ranks-summary")
-        yield Static("", id="warnings")
+        yield Static("", id="top-fixes", markup=False)
+        yield Static("", id="ranks-summary", markup=False)
+        yield Static("", id="warnings", markup=False)
 
     def show(self, doc: dict, stragglers: dict | None = None) -> None:
         v = doc["verdict"]

@@ -65,7 +65,7 @@ class StepsPane(Vertical):
             self.index = index
 
     def compose(self):
-        yield Static("", id="steps-note")
+        yield Static("", id="steps-note", markup=False)
         yield DataTable(id="steps-table", cursor_type="row", zebra_stripes=True)
 
     def show(self, doc: dict, outlier_ratio: float) -> None:
@@ -186,9 +186,9 @@ class KernelsPane(SortedColumns, Vertical):
 
     def compose(self):
         yield Input(placeholder="filter kernels by name or class (press / here, Esc to leave)", id="kernels-filter")
-        yield Static("", id="kernels-note")
+        yield Static("", id="kernels-note", markup=False)
         yield DataTable(id="kernels-table", cursor_type="row", zebra_stripes=True)
-        yield Static("", id="kernel-detail")
+        yield Static("", id="kernel-detail", markup=False)
         plot = RooflinePlot(id="kernels-roofline")
         plot.display = False
         yield plot
@@ -390,11 +390,11 @@ class RanksPane(Vertical):
     def compose(self):
         from trainscope.tui.ranks_timeline import RanksTimeline
 
-        yield Static("", id="ranks-note")
+        yield Static("", id="ranks-note", markup=False)
         yield DataTable(id="ranks-table", cursor_type="row", zebra_stripes=True)
-        yield Static("ranks side by side: preparing…", id="ranks-side-title")
+        yield Static("ranks side by side: preparing…", id="ranks-side-title", markup=False)
         yield RanksTimeline(id="ranks-timeline")
-        yield Static("", id="stragglers")
+        yield Static("", id="stragglers", markup=False)
 
     def show_side(self, ranks, sb, origin_ns: float) -> None:
         """The side-by-side timeline of ``ranks`` (tui.ranks_timeline.RankLanes) on one clock."""

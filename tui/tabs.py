@@ -4,6 +4,10 @@ A tab is one class: its id, title, key line, help section, the pane it shows, th
 takes the focus, whether it applies to the trace (and why not), and how it fills its pane from
 the chosen rank. ``TABS`` registers them in order; the tab bar, the number keys, the help screen,
 the key line and the command palette are all built from it.
+
+The documents a tab hands its pane (the rank's, the session's, the stragglers) pass through
+:func:`shown` first: every string in them is made visible (traces/safe_text.py), so a trace's
+device, step, range or file name can neither drive the terminal nor reorder the line it is on.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, ClassVar
 from textual.widget import Widget
 
 from trainscope.reports.document import counters_only
+from trainscope.traces.safe_text import safe_strings
 from trainscope.tui.deep import DeepPane
 from trainscope.tui.fixes import FixesPane
 from trainscope.tui.memory import MemoryPane
@@ -47,6 +52,11 @@ class Tab:
         """Fill the pane from ``app.rank`` (called when the rank changes)."""
 
 
+def shown(doc):
+    """A document (or a part of one) as the app shows it: every string made visible."""
+    return None if doc is None else safe_strings(doc)
+
+
 def _events(app: "AnalyzeApp") -> str | None:
     return "sampled counters have no events to draw" if counters_only(app.rank.doc) else None
 
@@ -59,7 +69,8 @@ class OverviewTab(Tab):
 
     @classmethod
     def show(cls, app):
-        app.query_one(Overview).show(app.rank.doc, app.session.stragglers if len(app.session.ranks) > 1 else None)
+        stragglers = app.session.stragglers if len(app.session.ranks) > 1 else None
+        app.query_one(Overview).show(shown(app.rank.doc), shown(stragglers))
 
 
 class TimelineTab(Tab):
@@ -99,7 +110,7 @@ class StepsTab(Tab):
 
     @classmethod
     def show(cls, app):
-        app.query_one(StepsPane).show(app.rank.doc, app.rules.value("step.outlier_ratio"))
+        app.query_one(StepsPane).show(shown(app.rank.doc), app.rules.value("step.outlier_ratio"))
 
 
 class KernelsTab(Tab):
@@ -137,7 +148,7 @@ class FixesTab(Tab):
 
     @classmethod
     def show(cls, app):
-        app.query_one(FixesPane).show(app.rank.analysis, app.rank.doc)
+        app.query_one(FixesPane).show(app.rank.analysis, shown(app.rank.doc))
 
 
 class MemoryTab(Tab):
@@ -158,7 +169,7 @@ class MemoryTab(Tab):
 
     @classmethod
     def show(cls, app):
-        app.query_one(MemoryPane).show(app.rank.memory, app.rank.timeline.span, cls._ledger(app))
+        app.query_one(MemoryPane).show(app.rank.memory, app.rank.timeline.span, shown(cls._ledger(app)))
 
 
 class RanksTab(Tab):
@@ -183,7 +194,7 @@ class RanksTab(Tab):
     @classmethod
     def show(cls, app):
         s = app.session
-        app.query_one(RanksPane).show(s.document()["ranks"], app.rank_index, s.main_rank, s.stragglers)
+        app.query_one(RanksPane).show(shown(s.document()["ranks"]), app.rank_index, s.main_rank, shown(s.stragglers))
         app.prepare_side_by_side()
 
 

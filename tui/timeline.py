@@ -302,11 +302,11 @@ class TimelineView(Widget, can_focus=True):
         out.append(self._ticks(cols))
         rows: list[tuple[str, object, dict]] = [("GPU all", m.lane("gpu", self.start_ns, self.end_ns, cols), GPU_STYLE)]
         for lane in [] if self.collapsed else m.lanes:
-            rows.append((lane.label, m.lane_view(lane, self.start_ns, self.end_ns, cols), lane_style(lane)))
+            rows.append((visible(lane.label), m.lane_view(lane, self.start_ns, self.end_ns, cols), lane_style(lane)))
         if self.collapsed or not m.thread_lanes:
             rows.append(("host", m.lane("host", self.start_ns, self.end_ns, cols), HOST_STYLE))
         labels = {
-            lane.label: (self.slice_labels if lane.kind == "stream" else self.op_labels)(lane.ident, cols)
+            visible(lane.label): (self.slice_labels if lane.kind == "stream" else self.op_labels)(lane.ident, cols)
             for lane in ([] if self.collapsed else m.lanes)
         }
         for label, view, style in rows:
@@ -475,7 +475,7 @@ class TimelineView(Widget, can_focus=True):
             if 0 <= c < cols:
                 line[c] = "┃"
                 label = steps[i].label.rsplit("#", 1)[-1] if i < len(steps) else ""
-                label = f"#{label}" if label.isdigit() else label[:10]
+                label = f"#{label}" if label.isdigit() else visible(label)[:10]
                 if c + 1 + len(label) <= cols and all(ch in " ╵" for ch in line[c + 1 : c + 1 + len(label)]):
                     line[c + 1 : c + 1 + len(label)] = label
         return Text(" " * GUTTER + "".join(line), style="dim")
@@ -507,9 +507,9 @@ def short_name(name: str, limit: int = 110) -> str:
 def describe(item: Item) -> str:
     """One or two lines about an item under the cursor."""
     where = (
-        f"  · {item.step_share_pct:.2f} % of {item.step_label}"
+        f"  · {item.step_share_pct:.2f} % of {visible(item.step_label or '')}"
         if item.step_share_pct is not None
-        else (f"  · in {item.step_label}" if item.step_label else "")
+        else (f"  · in {visible(item.step_label)}" if item.step_label else "")
     )
     if item.kind == "idle":
         return f"{item.category_label}  ({fmt_ms(item.duration_ns)} ms column){where}"
@@ -545,14 +545,14 @@ class TimelinePane(Vertical):
     """
 
     def compose(self):
-        yield Static("", id="tl-title")
+        yield Static("", id="tl-title", markup=False)
         search = Input(
             placeholder="search kernels, ops and ranges on the timeline (Enter: go · Esc: leave)", id="tl-search"
         )
         search.display = False
         yield search
         yield TimelineView(id="tl-view")
-        yield Static("", id="tl-detail")
+        yield Static("", id="tl-detail", markup=False)
         yield Static(legend(), id="tl-legend")
 
     launch_info = None  # (start_ns, kernel name) -> api.RankView.kernel_launch's answer; set by the tab
@@ -651,7 +651,7 @@ def detail_text(a: int, b: int, message: "TimelineView.Moved", launch_info=None)
     if message.items:
         if message.gpu.kind == "idle":
             out.append(f"   {message.gpu.category_label}", style="dim")
-        idle = [lane.label for lane, item in message.items if item is None]
+        idle = [visible(lane.label) for lane, item in message.items if item is None]
         if idle:
             out.append(f"   nothing on: {', '.join(idle)}", style="dim")
         if message.overlap is not None:  # before the items: a short terminal clips the box's bottom
@@ -660,9 +660,13 @@ def detail_text(a: int, b: int, message: "TimelineView.Moved", launch_info=None)
         for lane, item in message.items:
             if item is None:
                 continue
-            out.append(f"\n{lane.label:<{GUTTER}}", style="bold")
+            out.append(f"\n{visible(lane.label):<{GUTTER}}", style="bold")
             out.append(f"{item.kind}: {short_name(item.name, 90)}")
-            where = f" · {item.step_share_pct:.2f} % of {item.step_label}" if item.step_share_pct is not None else ""
+            where = (
+                f" · {item.step_share_pct:.2f} % of {visible(item.step_label or '')}"
+                if item.step_share_pct is not None
+                else ""
+            )
             out.append(
                 f"  {fmt_ms(item.duration_ns)} ms at {fmt_ms(item.start_ns)} ms · {item.category_label}{where}",
                 style="dim",
