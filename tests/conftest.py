@@ -138,6 +138,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_packaging.py": ("subprocess",),
     "test_mcp.py": ("subprocess",),
     "test_store_concurrency.py": ("subprocess",),
+    "test_mcp_root_race.py": ("subprocess",),
     "test_plan_cli.py": ("subprocess",),
     "test_recorded.py": ("subprocess", "needs_torch"),
     "test_integrations.py": ("needs_torch",),
