@@ -288,3 +288,18 @@ def test_numeric_inputs_are_checked_and_limits_are_the_servers_flags(tree):
     assert "`trainscope mcp --max-decompressed SIZE`" in gz and "a tool call cannot set it" in gz, gz
     assert "small.json.gz" in gz and "trainscope-mcp-" not in gz, gz  # the client's path, not the private one
     assert not got[-1].is_error, got[-1].content
+
+
+def test_both_decompression_messages_name_the_servers_flag():
+    from trainscope.collectors.errors import TraceError
+    from trainscope.collectors.readers import check_expansion
+    from trainscope.mcp_server import server_flags
+
+    for total, cap, ratio in ((5 << 30, 4 << 30, True), (200 << 20, 4 << 30, True)):  # over the cap; a bomb
+        with pytest.raises(TraceError) as e:
+            check_expansion("x.json.gz", total, 1 << 20, cap, ratio)
+        said = server_flags(str(e.value))
+        assert said.count("`trainscope mcp --max-decompressed SIZE` (the server's flag") == 1, said
+        assert "a tool call cannot set it" in said and " --max-decompressed SIZE" not in said.replace("mcp --", ""), (
+            said
+        )

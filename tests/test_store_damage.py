@@ -156,3 +156,24 @@ def test_the_default_store_makes_its_folder(tmp_path, summary, monkeypatch):
     assert run.id == 1 and (tmp_path / "xdg" / "trainscope" / "runs.db").is_file()
     assert oct(os.stat(tmp_path / "xdg" / "trainscope").st_mode & 0o777) == "0o700"
     assert oct(os.stat(tmp_path / "xdg" / "trainscope" / "runs.db").st_mode & 0o777) == "0o600"
+
+
+def test_the_mcp_list_runs_lists_the_rest_and_names_the_damaged(tmp_path, summary):
+    pytest.importorskip("mcp", reason="the mcp extra provides the server")
+    import anyio
+
+    from trainscope.mcp_server import build_server
+
+    path = _store(tmp_path / "runs.db", summary, 3)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE runs SET summary = '{not json' WHERE id = 2")
+    db.commit()
+    db.close()
+    server = build_server([str(tmp_path)], path)
+    try:
+        result = anyio.run(server.call_tool, "list_runs", {})
+    finally:
+        server.trainscope_close()
+    got = result.structured_content
+    assert [r["id"] for r in got["runs"]] == [3, 1]
+    assert got["skipped"] == ["run 2 is damaged (its summary is not JSON): skipped"]

@@ -617,7 +617,7 @@ def server_flags(message: str) -> str:
 
     message = re.sub(
         r"(?<!mcp )--max-decompressed SIZE",
-        "the server's flag: `trainscope mcp --max-decompressed SIZE` in its MCP configuration (a tool call "
+        "`trainscope mcp --max-decompressed SIZE` (the server's flag, in its MCP configuration; a tool call "
         "cannot set it)",
         message,
     )
