@@ -135,7 +135,8 @@ def test_paths_that_cannot_hold_a_store_say_what_is_wrong_and_where(tmp_path, su
     ro = _unwritable_folder(tmp_path)
     cases = (
         (str(folder), "is a directory; the run store is a file"),
-        (str(tmp_path / "missing" / "runs.db"), f"folder {tmp_path / 'missing'} does not exist"),
+        (os.path.join(ro, "new", "runs.db"), f"cannot create the run store's folder {ro}/new: "),
+        (os.path.join(str(junk), "a", "runs.db"), f"cannot create the run store's folder {junk}/a: Not a directory"),
         (str(junk), "not a trainscope run store (not an SQLite file)"),
         (os.path.join(ro, "runs.db"), f"cannot write the run store (folder {ro}: Permission denied)"),
         (os.path.join(str(junk), "runs.db"), f"{junk} is not a folder"),
@@ -146,16 +147,18 @@ def test_paths_that_cannot_hold_a_store_say_what_is_wrong_and_where(tmp_path, su
         assert str(e.value).startswith(f"{path}: ") and why in str(e.value), (path, str(e.value))
         code, out, err = _cli(capsys, "baseline", "set", "1", "--store", path)
         assert code == 2 and len(err.splitlines()) == 1 and why in err and "Traceback" not in err, (path, err)
-    assert not (tmp_path / "missing").exists()  # an explicit path's missing folder is not made
 
 
-def test_the_default_store_makes_its_folder(tmp_path, summary, monkeypatch):
+def test_a_stores_missing_folders_are_made_private(tmp_path, summary, monkeypatch):
     monkeypatch.delenv("TRAINSCOPE_STORE", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     run = ts.save_run(ts.analyze(FAST), tag="t")
     assert run.id == 1 and (tmp_path / "xdg" / "trainscope" / "runs.db").is_file()
     assert oct(os.stat(tmp_path / "xdg" / "trainscope").st_mode & 0o777) == "0o700"
     assert oct(os.stat(tmp_path / "xdg" / "trainscope" / "runs.db").st_mode & 0o777) == "0o600"
+    with RunStore(str(tmp_path / "ci" / "deep" / "runs.db")) as st:  # --store or TRAINSCOPE_STORE alike
+        assert st.save(summary, detect_git=False).id == 1
+    assert oct(os.stat(tmp_path / "ci" / "deep").st_mode & 0o777) == "0o700"
 
 
 def test_the_mcp_list_runs_lists_the_rest_and_names_the_damaged(tmp_path, summary):

@@ -276,7 +276,6 @@ class RunStore:
     named in :attr:`skipped`."""
 
     def __init__(self, path: "str | os.PathLike | None" = None, *, read_only: bool = False) -> None:
-        self.explicit = path is not None or bool(os.environ.get("TRAINSCOPE_STORE"))
         self.path = os.fspath(path) if path is not None else default_store_path()
         self.read_only = read_only
         self._db: sqlite3.Connection | None = None
@@ -302,8 +301,6 @@ class RunStore:
         if not os.path.isdir(parent):
             if os.path.exists(parent):
                 raise self._fail(f"cannot create the run store: {parent} is not a folder")
-            if self.explicit:  # a typo in --store must not make folders; the default's are made
-                raise self._fail(f"cannot create the run store: folder {parent} does not exist")
             try:
                 os.makedirs(parent, mode=0o700, exist_ok=True)
             except OSError as e:
