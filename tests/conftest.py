@@ -155,6 +155,7 @@ FAST = {
     "test_window.py",
     "test_intervals.py",
     "test_one_pipeline.py",
+    "test_store_damage.py",
 }
 # What else a module needs or does (besides being slow): `app` drives a Textual app, `subprocess`
 # starts processes (trainscope, jobs, tmux), `needs_torch` / `needs_hta` import those packages.
@@ -182,6 +183,8 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_readme.py": ("subprocess",),
     "test_packaging.py": ("subprocess",),
     "test_mcp.py": ("subprocess",),
+    "test_store_concurrency.py": ("subprocess",),
+    "test_mcp_root_race.py": ("subprocess",),
     "test_plan_cli.py": ("subprocess",),
     "test_recorded.py": ("subprocess", "needs_torch"),
     "test_integrations.py": ("needs_torch",),

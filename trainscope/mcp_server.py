@@ -2,15 +2,19 @@
 
 Every tool is a call of :mod:`trainscope.api` with a typed result: the numbers and the sources the
 report prints (evidence lines carry their citation, fixes their projection and its basis), never a
-free-form guess. The server reads only paths under the ``--root`` directories (symbolic links
-resolved first; a directory of rank traces is checked file by file), opens the run history
-read-only, and writes nothing. Needs the ``mcp`` extra (``pip install 'trainscope-dam[mcp]'``).
+free-form guess. The server reads only paths under the ``--root`` directories, opened first and
+checked after (see :class:`Roots`: a writer inside the root cannot swap a link in between), opens
+the run history read-only, and writes nothing. Needs the ``mcp`` extra (``pip install 'trainscope-dam[mcp]'``).
 """
 
 from __future__ import annotations
 
+import errno
 import functools
+import math
 import os
+import stat
+import tempfile
 import threading
 from typing import Any, Callable, Optional
 
@@ -213,40 +217,281 @@ class Memory(BaseModel):
 class Runs(BaseModel):
     store: str
     runs: list[dict[str, Any]]
+    skipped: list[str] = Field([], description="damaged runs left out of the listing, one line each")
 
 
 # -- paths ---------------------------------------------------------------------------------------------
+#
+# A writer inside the root may swap any file or folder for a symbolic link at any moment, so a path is
+# never checked first and opened later. It is opened first, one component at a time from a descriptor
+# of the root, each with O_NOFOLLOW (a link is read with readlink and its target walked the same way
+# from the root, so a link that stays inside is followed and one that leads outside is refused), and
+# what was opened is checked with fstat. The readers then get the open descriptors, never the path:
+# each file appears under its own name in a private folder (mkdtemp, 0700) as a symbolic link to
+# /proc/PID/fd/N, which the kernel follows to the open file itself (a child process of the reader
+# follows it too), so nothing is looked up in the root again. An SQLite file (and an Nsight report,
+# which `nsys` reads) is copied from its descriptor into that folder instead: SQLite resolves links
+# by their text, which for /proc/PID/fd/N is the file's path in the root.
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_MAX_LINKS = 40  # symbolic links followed for one path (the kernel's own limit)
+_MAX_SWAPS = 100  # a link that turned into something else while it was read: tried again this often
+_COPIED_SUFFIXES = (".nsys-rep", ".qdrep")
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _parts(path: str) -> list[str]:
+    return [p for p in path.split("/") if p not in ("", ".")]
+
+
+class Opened:
+    """A path under a root, opened: its regular files as open descriptors (:attr:`key` says which
+    files they are). :meth:`show` presents them to the readers in a private folder and gives the path
+    to hand to the api; :meth:`public` turns that folder's paths in an answer back into the client's
+    path. :meth:`close` closes the descriptors and removes the folder."""
+
+    def __init__(self, given: str, name: str, is_dir: bool) -> None:
+        self.given, self.name, self.is_dir = given, name, is_dir
+        self.files: list[tuple[str, int]] = []  # (name in the folder, or "" for the file itself; descriptor)
+        self.key: tuple = ()
+        self.tmp = self.local = ""
+
+    def show(self) -> str:
+        """The private folder's view of what was opened (made on first use): each file a symbolic link
+        to its open descriptor under its own name, or a copy read from the descriptor."""
+        if self.local:
+            return self.local
+        import shutil
+
+        self.tmp = tempfile.mkdtemp(prefix="trainscope-mcp-")
+        self.local = os.path.join(self.tmp, self.name)
+        if self.is_dir:
+            os.mkdir(self.local, 0o700)
+        proc = f"/proc/{os.getpid()}/fd"
+        has_proc = os.path.isdir(proc)
+        for entry, fd in self.files:
+            dest = os.path.join(self.local, entry) if self.is_dir else self.local
+            if has_proc and not (
+                os.pread(fd, 16, 0).startswith(_SQLITE_MAGIC) or dest.lower().endswith(_COPIED_SUFFIXES)
+            ):
+                os.symlink(f"{proc}/{fd}", dest)
+                continue
+            with os.fdopen(os.dup(fd), "rb") as src, open(dest, "xb") as dst:
+                src.seek(0)
+                shutil.copyfileobj(src, dst, 1 << 20)
+        return self.local
+
+    def public(self, value: Any) -> Any:
+        """``value`` (a string, or lists and dicts of them) with the private folder's paths replaced by
+        the client's."""
+        if not self.tmp:
+            return value
+        if isinstance(value, str):
+            return value.replace(self.local, self.given).replace(self.tmp + os.sep, "") if self.tmp in value else value
+        if isinstance(value, list):
+            return [self.public(v) for v in value]
+        if isinstance(value, dict):
+            return {self.public(k): self.public(v) for k, v in value.items()}
+        return value
+
+    def close(self) -> None:
+        for _, fd in self.files:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.files = []
+        if self.tmp:
+            import shutil
+
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 class Roots:
-    """The directories the server may read. A path is resolved (symbolic links followed) and must lie
-    in one of them; a directory must hold nothing that resolves outside."""
+    """The directories the server may read, and the one way to read under them (:meth:`open`)."""
 
     def __init__(self, roots: list[str]) -> None:
         self.roots = [os.path.realpath(r) for r in roots]
+        self.given = [os.path.abspath(r) for r in roots]
 
-    def inside(self, real: str) -> bool:
-        return any(real == r or os.path.commonpath([real, r]) == r for r in self.roots)
+    def _refused(self, path: str, what: str = ""):
+        from trainscope.api import BadInput
 
-    def resolve(self, path: str) -> str:
+        lead = f"{path}: refused — {what + ' leads ' if what else ''}"
+        return BadInput(f"{lead}outside the allowed roots ({', '.join(self.roots)})")
+
+    def _root_of(self, path: str, absolute: str, what: str = "") -> tuple[int, list[str]]:
+        """The root an absolute path (or link target) starts in, and the components after it."""
+        parts = _parts(absolute)
+        best: tuple[int, list[str]] | None = None
+        for i, forms in enumerate(zip(self.roots, self.given)):
+            for form in forms:
+                head = _parts(form)
+                if parts[: len(head)] == head and (best is None or len(head) > len(parts) - len(best[1])):
+                    best = (i, parts[len(head) :])
+        if best is None:
+            raise self._refused(path, what)
+        return best
+
+    def _walk(self, path: str, root: int, parts: list[str], what: str = "") -> tuple[int, os.stat_result, list[str]]:
+        """Open ``parts`` from root ``root`` without following a link by the kernel: (descriptor,
+        its fstat, the components actually walked). Links are read and walked again from where they
+        are; ``..`` may not climb above the root."""
+        from trainscope.api import BadInput
+
+        stack = [os.open(self.roots[root], os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))]
+        walked: list[str] = []
+        todo = list(parts)
+        links = swaps = 0
+        try:
+            while todo:
+                name = todo.pop(0)
+                if name == "..":
+                    if len(stack) == 1:
+                        raise self._refused(path, what)
+                    os.close(stack.pop())
+                    walked.pop()
+                    continue
+                try:
+                    fd = os.open(name, _OPEN_FLAGS, dir_fd=stack[-1])
+                except OSError as e:
+                    if e.errno != errno.ELOOP:  # not a link: missing, not a folder, no permission
+                        raise BadInput(f"{path}: {_os_problem(e)}") from None
+                    try:
+                        target = os.readlink(name, dir_fd=stack[-1])
+                    except OSError:  # no longer a link: open it again
+                        swaps += 1
+                        if swaps > _MAX_SWAPS:
+                            raise BadInput(f"{path}: changed while it was opened; try again") from None
+                        todo.insert(0, name)
+                        continue
+                    links += 1
+                    if links > _MAX_LINKS:
+                        raise BadInput(f"{path}: too many levels of symbolic links") from None
+                    if target.startswith("/"):
+                        root, rest = self._root_of(path, target, what)
+                        for d in stack:
+                            os.close(d)
+                        stack = [os.open(self.roots[root], os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))]
+                        walked = []
+                        todo = rest + todo
+                    else:
+                        todo = _parts(target) + todo
+                    continue
+                st = os.fstat(fd)
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(fd)
+                    walked.append(name)
+                    continue
+                if todo or not stat.S_ISREG(st.st_mode):
+                    os.close(fd)
+                if todo:
+                    raise BadInput(f"{path}: not a directory: {'/'.join(walked + [name])}")
+                if not stat.S_ISREG(st.st_mode):
+                    raise BadInput(f"{path}: {_kind(st.st_mode)}, not a regular file")
+                return fd, st, walked + [name]
+            fd = stack.pop()
+            return fd, os.fstat(fd), walked
+        finally:
+            for d in stack:
+                os.close(d)
+
+    def open(self, path: str) -> Opened:
+        """Open ``path`` (absolute, or relative to the first root) under the roots: a regular file, or
+        a folder and each regular file in it (what a rank folder's readers list; they read no
+        subfolder). Raises BadInput when it, or a file in the folder, leads outside the roots."""
         from trainscope.api import BadInput
 
         if not isinstance(path, str) or not path or "\0" in path:
             raise BadInput("give a path")
         if any(c in path for c in "*?["):
             raise BadInput(f"{path}: glob patterns are not accepted here; give a file or a directory")
-        full = path if os.path.isabs(path) else os.path.join(self.roots[0], path)
-        real = os.path.realpath(full)
-        if not self.inside(real):
-            raise BadInput(f"{path}: refused — outside the allowed roots ({', '.join(self.roots)})")
-        if not os.path.exists(real):
-            raise BadInput(f"{path}: no such file or directory")
-        if os.path.isdir(real):
-            for top, dirs, files in os.walk(real):
-                for name in dirs + files:
-                    if not self.inside(os.path.realpath(os.path.join(top, name))):
-                        raise BadInput(f"{path}: refused — {os.path.join(top, name)} leads outside the allowed roots")
-        return real
+        root, parts = self._root_of(path, path) if path.startswith("/") else (0, _parts(path))
+        opened: Opened | None = None
+        fd = -1
+        try:
+            fd, st, walked = self._walk(path, root, parts)
+            name = walked[-1] if walked else (os.path.basename(self.roots[root]) or "root")
+            opened = Opened(path, name, stat.S_ISDIR(st.st_mode))
+            if not opened.is_dir:
+                opened.files.append(("", fd))
+                fd = -1
+                opened.key = ("file", name, *_identity(st))
+                return opened
+            key: list = ["dir", name, st.st_dev, st.st_ino]  # its files below, not its mtime (any rename in it)
+            for entry in sorted(os.listdir(fd)):
+                got = self._entry(path, fd, root, walked, entry)
+                if got is not None:
+                    opened.files.append((entry, got[0]))
+                    key.append((entry, *_identity(got[1])))
+            opened.key = tuple(key)
+            return opened
+        except BaseException as e:
+            if opened is not None:
+                opened.close()
+            if isinstance(e, OSError):
+                if e.errno == errno.EMFILE:
+                    raise BadInput(
+                        f"{path}: too many files to open at once; raise the server's open-file limit (ulimit -n)"
+                    ) from None
+                raise BadInput(f"{path}: {_os_problem(e)}") from None
+            raise
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    def _entry(self, path: str, dir_fd: int, root: int, walked: list[str], entry: str):
+        """A folder's entry opened as :meth:`_walk` opens a path: (descriptor, fstat) of a regular file,
+        None for anything else (a subfolder, a FIFO, a link to nothing); a link outside: refused."""
+        from trainscope.api import BadInput
+
+        try:
+            fd = os.open(entry, _OPEN_FLAGS, dir_fd=dir_fd)
+        except OSError as e:
+            if e.errno == errno.EMFILE:
+                raise
+            if e.errno != errno.ELOOP:
+                return None  # vanished or unreadable: not a rank file
+            try:  # a link: walked from the root as a path is, where it stands
+                fd, _, _ = self._walk(path, root, [*walked, entry], what=os.path.join(path, entry))
+            except BadInput as refused:
+                if "outside the allowed roots" in str(refused):
+                    raise
+                return None  # a link to nothing, or to a folder
+            except OSError as e2:
+                if e2.errno == errno.EMFILE:
+                    raise
+                return None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return None
+        return fd, st
+
+
+def _identity(st: os.stat_result) -> tuple:
+    """Which file, as the analysis cache knows it: the same inode, size and modification time."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a special file"
+
+
+def _os_problem(e: OSError) -> str:
+    if e.errno == errno.ENOENT:
+        return "no such file or directory"
+    if e.errno == errno.ENOTDIR:
+        return "not a directory"
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    return e.strerror or str(e)
 
 
 # -- the server ---------------------------------------------------------------------------------------
@@ -325,8 +570,79 @@ def analysis_result(report: Any, path: str) -> Analysis:
     )
 
 
-def build_server(roots: list[str], store: str | None = None):
+# -- the tools' inputs ---------------------------------------------------------------------------------
+
+# A time on the trace's clock, in ms: within ±9e12 (its nanoseconds stay inside int64).
+_MAX_MS = 9e12
+
+
+def _shown(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"a {v.bit_length()}-bit number"
+    return repr(v)
+
+
+def whole(name: str, v: Any, lo: int, hi: int) -> Any:
+    """``v`` if it is a whole number in [lo, hi] (or None); else BadInput naming the range."""
+    from trainscope.api import BadInput
+
+    if v is None:
+        return v
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadInput(f"{name}: {_shown(v)} is not a whole number")
+    if not lo <= v <= hi:
+        raise BadInput(f"{name}: {_shown(v)} is out of range (a whole number from {lo} to {hi})")
+    return v
+
+
+def number(name: str, v: Any, lo: float, hi: float) -> Any:
+    """``v`` if it is a finite number in [lo, hi] (or None); else BadInput naming the range."""
+    from trainscope.api import BadInput
+
+    if v is None:
+        return v
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise BadInput(f"{name}: {_shown(v)} is not a number")
+    if isinstance(v, int) and v.bit_length() > 64 or not math.isfinite(v):
+        raise BadInput(f"{name}: {_shown(v)} is not a finite number")
+    if not lo <= v <= hi:
+        raise BadInput(f"{name}: {v!r} is out of range ({lo:g} to {hi:g})")
+    return v
+
+
+def server_flags(message: str) -> str:
+    """A read limit's message as a client of the server can act on it: the limits are the server's
+    flags (its MCP configuration), which a tool call cannot set."""
+    import re
+
+    message = re.sub(
+        r"(?<!mcp )--max-decompressed SIZE",
+        "`trainscope mcp --max-decompressed SIZE` (the server's flag, in its MCP configuration; a tool call "
+        "cannot set it)",
+        message,
+    )
+    return message.replace(
+        "TRAINSCOPE_MAX_DECOMPRESSED=SIZE", "TRAINSCOPE_MAX_DECOMPRESSED=SIZE in the server's environment"
+    )
+
+
+class _Call:
+    """What one tool call opened: to show the client its own paths, and to close at its end."""
+
+    def __init__(self) -> None:
+        self.shown: list[Opened] = []
+        self.owned: list[Opened] = []
+
+    def public(self, value: Any) -> Any:
+        for o in self.shown:
+            value = o.public(value)
+        return value
+
+
+def build_server(roots: list[str], store: str | None = None, cache_size: int = 4):
     """The MCP server over ``roots`` (and the run history at ``store``, read-only)."""
+    import collections
+
     from mcp.server import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp_types import ToolAnnotations
@@ -336,28 +652,66 @@ def build_server(roots: list[str], store: str | None = None):
     guard = Roots(roots)
     server = MCPServer("trainscope", instructions=INSTRUCTIONS, version=__version__)
     read_only = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
-    lock = threading.Lock()  # one analysis at a time: traces are large and this machine may be small
+    # One call at a time, whole: traces are large and this machine may be small, and a report's
+    # open files (a rank folder's traces are read again on demand) must stay open while it is used.
+    lock = threading.Lock()
+    # The last analyses, by what was opened (device, inode, size, times of every file) and options.
+    cache: collections.OrderedDict[tuple, tuple[Opened, Any]] = collections.OrderedDict()
+    call = _Call()
 
-    @functools.lru_cache(maxsize=4)
-    def _analyzed(real: str, stamp: tuple, thresholds: tuple, step_range: str | None):
-        return api.analyze(real, thresholds=dict(thresholds), step_range=step_range, jobs=1)
+    def opened(path: str) -> Opened:
+        o = guard.open(path)
+        call.shown.append(o)
+        call.owned.append(o)
+        return o
 
     def report(path: str, thresholds: dict[str, float] | None = None, step_range: str | None = None):
-        real = guard.resolve(path)
-        st = os.stat(real)
-        with lock:
-            return _analyzed(real, (st.st_mtime_ns, st.st_size), tuple(sorted((thresholds or {}).items())), step_range)
+        for name, value in (thresholds or {}).items():
+            number(f"thresholds.{name}", value, -1e15, 1e15)
+        o = guard.open(path)
+        call.shown.append(o)
+        key = (o.key, tuple(sorted((thresholds or {}).items())), step_range)
+        if key in cache:
+            o.close()
+            cache.move_to_end(key)
+            hit, rep = cache[key]
+            call.shown.append(hit)
+            return rep
+        try:
+            rep = api.analyze(o.show(), thresholds=thresholds, step_range=step_range, jobs=1)
+        except BaseException:
+            o.close()
+            raise
+        cache[key] = (o, rep)
+        while len(cache) > cache_size:
+            cache.popitem(last=False)[1][0].close()
+        return rep
 
     def tool(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except Exception as e:  # noqa: BLE001 (every failure is one line for the agent)
-                message, _ = api.describe(e)
-                raise ToolError(message) from None
+            with lock:
+                call.__init__()
+                try:
+                    result = fn(*args, **kwargs)
+                    if call.shown and isinstance(result, BaseModel):
+                        result = type(result).model_validate(call.public(result.model_dump()))
+                    return result
+                except Exception as e:  # noqa: BLE001 (every failure is one line for the agent)
+                    message, _ = api.describe(e)
+                    raise ToolError(server_flags(call.public(message))) from None
+                finally:
+                    for o in call.owned:
+                        o.close()
+                    call.__init__()
 
         return server.tool(annotations=read_only)(wrapper)
+
+    def close_all() -> None:
+        while cache:
+            cache.popitem()[1][0].close()
+
+    server.trainscope_close = close_all  # type: ignore[attr-defined]
 
     @tool
     def analyze_trace(
@@ -374,7 +728,7 @@ def build_server(roots: list[str], store: str | None = None):
         """One finding of a trace's analysis (e.g. data/input-wait): its grade and stake, every evidence line
         with its source, its role in the verdict, the thresholds that grade it, the fixes for it with their
         projections, and the step and interval of the timeline that show it most."""
-        e = api.explain_finding(report(path), finding, rank=rank)
+        e = api.explain_finding(report(path), finding, rank=whole("rank", rank, 0, 2**31 - 1))
         return Explanation(
             source=path,
             rank=e["rank"],
@@ -401,13 +755,16 @@ def build_server(roots: list[str], store: str | None = None):
         (gemm, convolution, attention, elementwise, normalization, softmax, reduction, embedding,
         communication, other) and least total time; largest total time first, or with sort="pct_of_roof"
         the kernels furthest from their own roofline roof first."""
+        number("min_total_ms", min_total_ms, 0, _MAX_MS)
+        whole("limit", limit, 1, 1000)
+        whole("rank", rank, 0, 2**31 - 1)
         return KernelTable(
             **api.kernel_table(
                 report(path),
                 name_contains=name_contains,
                 kernel_class=kernel_class,
                 min_total_ms=min_total_ms,
-                limit=max(1, min(limit, 1000)),
+                limit=limit,
                 rank=rank,
                 sort=sort,
             )
@@ -423,12 +780,15 @@ def build_server(roots: list[str], store: str | None = None):
     ) -> StepTable:
         """The analyzed steps: start (ms, the clock timeline_window uses), duration, GPU busy and data-wait
         shares, time per breakdown category, and whether the step is an outlier; filtered."""
+        number("min_duration_ms", min_duration_ms, 0, _MAX_MS)
+        whole("limit", limit, 1, 10000)
+        whole("rank", rank, 0, 2**31 - 1)
         return StepTable(
             **api.step_table(
                 report(path),
                 min_duration_ms=min_duration_ms,
                 outliers_only=outliers_only,
-                limit=max(1, min(limit, 10000)),
+                limit=limit,
                 rank=rank,
             )
         )
@@ -446,6 +806,12 @@ def build_server(roots: list[str], store: str | None = None):
         """Every event overlapping [start_ms, end_ms) — kernels, copies, memsets, cpu ops, annotations,
         runtime calls (kinds filters them) — by start time, with its lane and step, and the busy time per
         kind in the window. Times are on the clock of list_steps' start_ms."""
+        number("start_ms", start_ms, -_MAX_MS, _MAX_MS)
+        number("end_ms", end_ms, -_MAX_MS, _MAX_MS)
+        if not end_ms > start_ms:
+            raise api.BadInput(f"end_ms ({end_ms!r}) must be after start_ms ({start_ms!r})")
+        whole("limit", limit, 1, 5000)
+        whole("rank", rank, 0, 2**31 - 1)
         return TimelineWindow(
             **api.timeline_window(
                 report(path),
@@ -453,7 +819,7 @@ def build_server(roots: list[str], store: str | None = None):
                 end_ms,
                 kinds=kinds,
                 name_contains=name_contains,
-                limit=max(1, min(limit, 5000)),
+                limit=limit,
                 rank=rank,
             )
         )
@@ -470,12 +836,16 @@ def build_server(roots: list[str], store: str | None = None):
         baseline[:TAG]) — as `trainscope diff` does: verdict, step time, comparability, each earlier fix's
         projected against achieved gain, and with fail_if_slower the statistical gate (Mann-Whitney test
         over the steps, p-value, the change with its interval)."""
-        sides = [s if api.is_run_ref(s) else guard.resolve(s) for s in (before, after)]
+        number("fail_if_slower", fail_if_slower, 0, 1e6)
+        sides = [s if api.is_run_ref(s) else opened(s).show() for s in (before, after)]
         st = api.open_store(store, read_only=True) if any(api.is_run_ref(s) for s in sides) else None
-        with lock:
+        try:
             r = api.diff(
                 sides[0], sides[1], metric=metric, fail_if_slower=fail_if_slower, store=st, gate_anyway=gate_anyway
             )
+        finally:
+            if st is not None:
+                st.close()
         d = r.to_dict()
         return Diff(
             before=before,
@@ -495,10 +865,9 @@ def build_server(roots: list[str], store: str | None = None):
         """A CUDA memory snapshot (torch.cuda.memory._dump_snapshot, .pickle[.gz]; read with a restricted
         unpickler) or a memory timeline: per device the peak allocated and reserved memory, when and in which
         phase, and the allocations live at the peak with their sites; capacity findings."""
-        real = guard.resolve(path)
-        with lock:
-            m = api.memory(real, top=max(1, min(top, 100)))
-            peaks = m.peaks()
+        whole("top", top, 1, 100)
+        m = api.memory(opened(path).show(), top=top)
+        peaks = m.peaks()
         doc = m.to_dict()
         devices = [
             MemoryDevice(
@@ -539,14 +908,13 @@ def build_server(roots: list[str], store: str | None = None):
         """The runs saved in the run history (analyze --save, watch --save, the on_trace_ready hook), newest
         first: id, when, tag, git commit, GPU, steps, step time, verdict, fixes with their projections, and
         which are baselines; filtered by tag, verdict (axis or finding id) and GPU name."""
+        whole("limit", limit, 1, 500)
         path = store or api.default_store_path()
         if not os.path.exists(path):
             return Runs(store=path, runs=[])
         with api.open_store(path, read_only=True) as st:
-            return Runs(
-                store=path,
-                runs=[r.to_dict() for r in st.runs(tag=tag, verdict=verdict, gpu=gpu, limit=max(1, min(limit, 500)))],
-            )
+            runs = [r.to_dict() for r in st.runs(tag=tag, verdict=verdict, gpu=gpu, limit=limit)]
+            return Runs(store=path, runs=runs, skipped=list(st.skipped))
 
     return server
 
@@ -556,4 +924,29 @@ def serve(roots: list[str], store: str | None = None) -> None:
     import logging
 
     logging.getLogger("mcp").setLevel(logging.WARNING)
-    build_server(roots, store).run("stdio")
+    import signal
+
+    _raise_open_file_limit()  # a rank folder's files are all held open while it is analyzed
+    server = build_server(roots, store)
+
+    def terminated(signum, frame) -> None:  # the client's SIGTERM: leave no private folder behind
+        server.trainscope_close()
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminated)
+    try:
+        server.run("stdio")
+    finally:
+        server.trainscope_close()
+
+
+def _raise_open_file_limit() -> None:
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = hard if hard != resource.RLIM_INFINITY else 1 << 16
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, ValueError, OSError):
+        pass

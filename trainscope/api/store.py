@@ -183,64 +183,247 @@ def git_context(cwd: str | None = None) -> tuple[str | None, bool | None]:
     return commit, (bool(status.stdout.strip()) if status.returncode == 0 else None)
 
 
+# How long an open waits for another process's write or schema transaction before giving up.
+BUSY_TIMEOUT_S = 30.0
+
+# The columns the code reads, by table (a store missing one is not ours, or was edited).
+_COLUMNS = {
+    "runs": ("id", "created", "source", "tag", "git_commit", "git_dirty", "host", "saved_by", "summary"),
+    "baselines": ("tag", "run_id", "set_at"),
+}
+_OUTCOME_COLUMNS = ("before_run", "after_run", "recommendation", "finding", "status", "recorded")
+
+
+def _statements(script: str) -> list[str]:
+    """A migration script cut into its statements (``executescript`` would commit first, and a
+    migration must run inside the caller's transaction)."""
+    out, buf = [], ""
+    for piece in script.split(";"):
+        buf += piece + ";"
+        if sqlite3.complete_statement(buf):
+            if buf.strip(" \t\n;"):
+                out.append(buf.strip())
+            buf = ""
+    if buf.strip(" \t\n;"):
+        out.append(buf.strip())
+    return out
+
+
+def _sqlite_problem(e: BaseException) -> str:
+    """SQLite's message in words that say what is wrong with the file."""
+    msg = " ".join(str(e).split())
+    low = msg.lower()
+    if "file is not a database" in low or "file is encrypted" in low:
+        return "not an SQLite file"
+    if "locked" in low or "busy" in low:
+        return f"busy: another process held it locked for more than {BUSY_TIMEOUT_S:g} s"
+    if "readonly" in low or "read-only" in low:
+        return "read-only: the file or its folder cannot be written"
+    if "unable to open" in low:
+        return "cannot open the file (is its folder writable?)"
+    if "disk is full" in low or "database or disk is full" in low:
+        return "the disk is full"
+    if "malformed" in low or "corrupt" in low:
+        return "the file is damaged (malformed database)"
+    return msg[:200]
+
+
+class _Damage(ValueError):
+    """What is wrong with a stored row (said as is)."""
+
+
+def _damage(e: BaseException) -> str:
+    from trainscope.analyzers.history import BadSummary
+
+    if isinstance(e, (BadSummary, _Damage)):
+        return str(e)
+    if isinstance(e, (json.JSONDecodeError, UnicodeDecodeError)):
+        return "its summary is not JSON"
+    if isinstance(e, RecursionError):
+        return "its summary is nested too deeply"
+    if isinstance(e, (IndexError, KeyError)):
+        return f"a column is missing ({e})"
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+
+
+def _opt_str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+class DamagedRun(BadInput):
+    """A stored run that cannot be read (its summary edited, truncated, or not written by
+    trainscope): what :meth:`RunStore.get` raises for it; a listing skips it instead."""
+
+    def __init__(self, path: str, run_id: Any, why: str) -> None:
+        super().__init__(f"{path}: run {run_id} is damaged: {why}")
+        self.run_id, self.why = run_id, why
+
+    @property
+    def skipped_line(self) -> str:
+        """What a listing says of it: ``run 3 is damaged (why): skipped``."""
+        return f"run {self.run_id} is damaged ({self.why}): skipped"
+
+
 class RunStore:
     """A run history file. ``read_only`` opens it without creating, migrating or writing anything
-    (what the MCP server does)."""
+    (what the MCP server does).
+
+    Opening is safe against other processes opening, creating or writing the same file at once:
+    the schema is created (or migrated) in one ``BEGIN IMMEDIATE`` transaction that re-reads the
+    version inside it, so of many processes creating a fresh store one creates it and the others
+    find it made; the journal is WAL (readers never wait for a writer) and every wait for a lock
+    is bounded by :data:`BUSY_TIMEOUT_S`. A row that cannot be read is skipped by the listing and
+    named in :attr:`skipped`."""
 
     def __init__(self, path: "str | os.PathLike | None" = None, *, read_only: bool = False) -> None:
         self.path = os.fspath(path) if path is not None else default_store_path()
         self.read_only = read_only
         self._db: sqlite3.Connection | None = None
+        self.skipped: list[str] = []  # the damaged rows the last listing left out, one line each
 
     # -- the connection --------------------------------------------------------------------------
+
+    def _fail(self, what: str) -> BadInput:
+        return BadInput(f"{self.path}: {what}")
+
+    def _check_path(self) -> None:
+        """Say what is wrong with the path before SQLite does (it says only 'unable to open')."""
+        path = self.path
+        if os.path.isdir(path):
+            raise self._fail("is a directory; the run store is a file (give --store DIR/runs.db)")
+        if self.read_only:
+            if not os.path.exists(path):
+                raise self._fail("no run store here (save a run with `trainscope analyze --save`)")
+            if not os.path.isfile(path):
+                raise self._fail("not a regular file, so not a run store")
+            return
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            if os.path.exists(parent):
+                raise self._fail(f"cannot create the run store: {parent} is not a folder")
+            try:
+                os.makedirs(parent, mode=0o700, exist_ok=True)
+            except OSError as e:
+                raise self._fail(f"cannot create the run store's folder {parent}: {e.strerror or e}") from None
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise self._fail("not a regular file, so not a run store")
+        try:  # creates an empty (private) file, or proves the existing one writable
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except OSError as e:
+            where = path if os.path.exists(path) else f"folder {parent}"
+            raise self._fail(f"cannot write the run store ({where}: {e.strerror or e})") from None
+        os.close(fd)
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is not None:
             return self._db
+        self._check_path()
+        db: sqlite3.Connection | None = None
         try:
             if self.read_only:
-                if not os.path.isfile(self.path):
-                    raise BadInput(f"{self.path}: no run store here (save a run with `trainscope analyze --save`)")
                 uri = "file:" + urllib.parse.quote(os.path.abspath(self.path)) + "?mode=ro"
-                db = sqlite3.connect(uri, uri=True, timeout=30)
+                db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             else:
-                parent = os.path.dirname(os.path.abspath(self.path))
-                os.makedirs(parent, mode=0o700, exist_ok=True)
-                db = sqlite3.connect(self.path, timeout=30)
+                db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             db.execute("PRAGMA foreign_keys = ON")
             version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                db.close()
-                raise BadInput(
-                    f"{self.path}: run store schema {version} is newer than this trainscope's "
-                    f"({SCHEMA_VERSION}); upgrade trainscope"
-                )
-            if version == 0 and not self.read_only:
-                tables = db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-                if tables:
-                    db.close()
-                    raise BadInput(f"{self.path}: an SQLite file that is not a trainscope run store")
+            self._check_version(version)
             if version < SCHEMA_VERSION and not self.read_only:
-                self._migrate(db, version)
+                version = self._migrate(db)
             elif version == 0:
+                raise self._fail("not a trainscope run store (no trainscope schema in it)")
+            if not self.read_only:
+                self._use_wal(db)
+            self._check_schema(db, version)
+        except BadInput:
+            if db is not None:
                 db.close()
-                raise BadInput(f"{self.path}: not a trainscope run store")
+            raise
         except sqlite3.DatabaseError as e:
-            raise BadInput(f"{self.path}: not a trainscope run store ({e})") from None
+            if db is not None:
+                db.close()
+            problem = _sqlite_problem(e)
+            if problem == "not an SQLite file":
+                raise self._fail("not a trainscope run store (not an SQLite file)") from None
+            raise self._fail(f"cannot open the run store: {problem}") from None
         except OSError as e:
-            raise BadInput(f"{self.path}: cannot open the run store: {e.strerror or e}") from None
+            if db is not None:
+                db.close()
+            raise self._fail(f"cannot open the run store: {e.strerror or e}") from None
+        # Each write (`with db:` in _write) is one transaction begun IMMEDIATE: it takes the write
+        # lock at its start, so the busy timeout applies to it as a whole.
+        db.isolation_level = "IMMEDIATE"
         self._db = db
-        self.version = db.execute("PRAGMA user_version").fetchone()[0]
+        self.version = version
         return db
 
     @staticmethod
-    def _migrate(db: sqlite3.Connection, version: int) -> None:
-        """Apply every migration above ``version``, each in its own transaction with its version."""
-        for target, script in MIGRATIONS:
-            if target <= version:
-                continue
-            # executescript commits first; BEGIN … COMMIT makes each step all or nothing.
-            db.executescript(f"BEGIN; {script}; PRAGMA user_version = {int(target)}; COMMIT;")
+    def _use_wal(db: sqlite3.Connection) -> None:
+        """Put the store in WAL mode (persistent: readers then never wait for a writer). SQLite
+        answers a journal-mode change that meets another process's lock with "locked" at once,
+        without its busy handler, so the wait for it is here, bounded by BUSY_TIMEOUT_S."""
+        import random
+        import time
+
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                if db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() == "wal":
+                    return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e):
+                    raise
+            if time.monotonic() > deadline:  # still the rollback journal: slower to read, as correct
+                return
+            time.sleep(random.uniform(0.005, 0.05))
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise self._fail(
+                f"run store schema {version} is newer than this trainscope's ({SCHEMA_VERSION}); upgrade trainscope"
+            )
+
+    def _check_schema(self, db: sqlite3.Connection, version: int) -> None:
+        """The tables and columns the code reads are there (one line naming the first one missing)."""
+        need = dict(_COLUMNS)
+        if version >= 2:
+            need["fix_outcomes"] = _OUTCOME_COLUMNS
+        for table, columns in need.items():
+            have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+            if not have:
+                raise self._fail(f"not a trainscope run store (schema {version} but no table {table})")
+            missing = [c for c in columns if c not in have]
+            if missing:
+                raise self._fail(
+                    f"not a trainscope run store any more: table {table} has no column {missing[0]} "
+                    "(was the file edited by another program?)"
+                )
+
+    def _migrate(self, db: sqlite3.Connection) -> int:
+        """Create or migrate the schema in one ``BEGIN IMMEDIATE`` transaction: the version is read
+        again under the write lock, so a process that lost the race to another creating the same
+        store finds it created and does nothing. Returns the version now."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            self._check_version(version)
+            if version == 0:
+                names = [r[0] for r in db.execute("SELECT name FROM sqlite_master ORDER BY name LIMIT 4")]
+                if names:
+                    raise self._fail(f"an SQLite file that is not a trainscope run store (it holds {', '.join(names)})")
+            for target, script in MIGRATIONS:
+                if target <= version:
+                    continue
+                for statement in _statements(script):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {int(target)}")
+                version = target
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+        return version
 
     def close(self) -> None:
         if self._db is not None:
@@ -260,17 +443,17 @@ class RunStore:
             cur.row_factory = sqlite3.Row
             return cur.fetchall()
         except sqlite3.DatabaseError as e:
-            raise BadInput(f"{self.path}: cannot read the run store ({e})") from None
+            raise self._fail(f"cannot read the run store: {_sqlite_problem(e)}") from None
 
     def _write(self, sql: str, args: Iterable[Any] = ()) -> int:
         if self.read_only:
-            raise BadInput(f"{self.path}: the run store is open read-only")
+            raise self._fail("the run store is open read-only")
         db = self._connect()
         try:
             with db:
                 return db.execute(sql, tuple(args)).lastrowid or 0
         except sqlite3.DatabaseError as e:
-            raise BadInput(f"{self.path}: cannot write the run store ({e})") from None
+            raise self._fail(f"cannot write the run store: {_sqlite_problem(e)}") from None
 
     # -- runs ------------------------------------------------------------------------------------
 
@@ -316,14 +499,29 @@ class RunStore:
         return self.get(run_id)
 
     def _row(self, row: sqlite3.Row) -> StoredRun:
-        from trainscope.analyzers.history import BadSummary, RunSummary
-
+        """The stored run of ``row``, or BadInput naming it as damaged (one line, with why)."""
         try:
-            summary = RunSummary.from_dict(json.loads(row["summary"]))
-        except (ValueError, TypeError, RecursionError) as e:  # BadSummary, or JSON that is not
-            raise BadInput(
-                f"{self.path}: run {row['id']} is damaged: {e if isinstance(e, BadSummary) else 'bad JSON'}"
-            ) from None
+            rid = row["id"]
+        except (IndexError, KeyError):
+            raise self._fail("not a trainscope run store any more: table runs has no column id") from None
+        try:
+            return self._build(row)
+        except BadInput:
+            raise
+        except Exception as e:  # noqa: BLE001 (any row a hand or another program wrote: named, never trusted)
+            raise DamagedRun(self.path, rid, _damage(e)) from None
+
+    def _build(self, row: sqlite3.Row) -> StoredRun:
+        from trainscope.analyzers.history import RunSummary
+
+        text = row["summary"]
+        if text is None:
+            raise _Damage("its summary is empty (NULL)")
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        if not isinstance(text, str):
+            raise _Damage(f"its summary is a number ({text!r}), not JSON text")
+        summary = RunSummary.from_dict(json.loads(text))
         tags = tuple(
             r["tag"] for r in self._query("SELECT tag FROM baselines WHERE run_id = ? ORDER BY tag", (row["id"],))
         )
@@ -332,14 +530,34 @@ class RunStore:
             int(row["id"]),
             str(row["created"]),
             str(row["source"]),
-            row["tag"],
-            row["git_commit"],
+            _opt_str(row["tag"]),
+            _opt_str(row["git_commit"]),
             None if dirty is None else bool(dirty),
-            row["host"],
+            _opt_str(row["host"]),
             str(row["saved_by"]),
             summary,
             tags,
         )
+
+    def _rows(self, rows: list[sqlite3.Row]) -> list[StoredRun]:
+        """Every readable row as a run; each damaged one skipped and named in :attr:`skipped`."""
+        self.skipped = []
+        return [run for run in (self._listed(r) for r in rows) if run is not None]
+
+    def _listed(self, row: sqlite3.Row) -> StoredRun | None:
+        try:
+            return self._row(row)
+        except DamagedRun as e:
+            self.skipped.append(e.skipped_line)
+            return None
+
+    def get_listed(self, ref: "str | int") -> StoredRun | None:
+        """:meth:`get` for a listing: a damaged run is None and named in :attr:`skipped` (not reset)."""
+        try:
+            return self.get(ref)
+        except DamagedRun as e:
+            self.skipped.append(e.skipped_line)
+            return None
 
     def get(self, ref: "str | int") -> StoredRun:
         """The run ``ref`` names: an id (``12``, ``run:12``), ``latest[:TAG]`` or ``baseline[:TAG]``.
@@ -402,7 +620,7 @@ class RunStore:
         if limit is not None:
             sql += " LIMIT ?"
             args.append(int(limit))
-        return [self._row(r) for r in self._query(sql, args)]
+        return self._rows(self._query(sql, args))
 
     # -- baselines -------------------------------------------------------------------------------
 

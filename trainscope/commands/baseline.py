@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainscope.commands.runs import add_store_arg
+from trainscope.commands.runs import add_store_arg, warn_skipped
 from trainscope.common import EXIT_OK, one_line_errors
 from trainscope.reports.output import to_json
 
@@ -60,9 +60,15 @@ def run(args: argparse.Namespace) -> int:
 
     path = args.store or api.default_store_path()
     bases = {}
+    skipped: list[str] = []
     if os.path.exists(path):
         with api.open_store(path, read_only=True) as store:
-            bases = {tag: store.get(rid).to_dict() for tag, rid in store.baselines().items()}
+            for tag, rid in store.baselines().items():
+                run = store.get_listed(rid)  # a damaged run is named in store.skipped, the others shown
+                if run is not None:
+                    bases[tag] = run.to_dict()
+            skipped = list(store.skipped)
+    warn_skipped(skipped, path)
     if args.format == "json":
         sys.stdout.write(to_json({"store": path, "baselines": bases}))
     elif not bases:

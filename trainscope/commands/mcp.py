@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from trainscope.common import EXIT_OK, one_line_errors
+from trainscope.common import EXIT_OK, add_input_limit_args, apply_input_limits, one_line_errors
 
 # The extra's pinned version, for the install line.
 MCP_EXTRA = "pip install 'trainscope-dam[mcp]'"
@@ -17,8 +17,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="serve the analyses to a coding agent (Model Context Protocol, stdio)",
         description="Run a Model Context Protocol server on stdin/stdout. Its tools are trainscope's own calls "
         "with typed results: analyze_trace, explain_finding, list_kernels, list_steps, timeline_window, "
-        "diff_runs, memory_snapshot, list_runs. It reads only paths under --root (symbolic links "
-        "resolved; anything else is refused), opens the run history read-only and writes nothing. "
+        "diff_runs, memory_snapshot, list_runs. It reads only paths under --root: each file is opened "
+        "one path component at a time without following a link (a link is followed only where it stays "
+        "under a root) and checked once open, so a link swapped in later cannot lead outside; anything "
+        "else is refused. It opens the run history read-only and writes nothing. The read limits "
+        "(--max-decompressed) are this server's flags: a tool call cannot change them. "
         f"Needs the mcp extra: {MCP_EXTRA}.",
         epilog="a coding agent's configuration (e.g. .mcp.json):\n"
         '  {"mcpServers": {"trainscope": {"command": "trainscope",\n'
@@ -40,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="the run history list_runs and diff_runs read (default: "
         "$TRAINSCOPE_STORE, else $XDG_DATA_HOME/trainscope/runs.db, else ~/.local/share/trainscope/runs.db)",
     )
+    add_input_limit_args(m)
     m.set_defaults(run=run)
 
 
@@ -55,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     for r in roots:
         if not os.path.isdir(r):
             raise api.BadInput(f"--root {r}: not a directory")
+    apply_input_limits(args)
     from trainscope.mcp_server import serve
 
     serve(roots, args.store)

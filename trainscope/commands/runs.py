@@ -147,11 +147,21 @@ def run(args: argparse.Namespace) -> int:
             limit=args.limit,
         )
         docs = [r.to_dict() for r in runs]
+        skipped = list(store.skipped)
+    warn_skipped(skipped, path)
     if args.format == "json":
-        sys.stdout.write(to_json({"store": path, "runs": docs}))
+        sys.stdout.write(to_json({"store": path, "runs": docs, **({"skipped": skipped} if skipped else {})}))
     else:
         sys.stdout.write(render_runs_text(safe_strings(docs), path))
     return EXIT_OK
+
+
+def warn_skipped(lines: list[str], path: str) -> None:
+    """One stderr line per damaged run a listing left out (the others are listed)."""
+    from trainscope.traces.safe_text import visible
+
+    for line in lines:
+        sys.stderr.write(f"trainscope: warning: {visible(path)}: {visible(line)}\n")
 
 
 def _exists(store: str | None) -> bool:
