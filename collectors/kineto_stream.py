@@ -133,20 +133,26 @@ class _Source:
         q: queue.Queue = queue.Queue(maxsize=4)
         stop = threading.Event()
 
+        def put(item: tuple[Any, ...]) -> bool:
+            """Queue ``item`` unless the consumer has stopped (a reader that stops early, at
+            damage, reads no more: a blocking put of the end marker kept this thread waiting, and
+            the consumer 5 s in its join, whenever the whole file was read ahead)."""
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         def produce() -> None:
             try:
                 for b in self._blocks():
-                    while not stop.is_set():
-                        try:
-                            q.put(("block", b, self.done, self.stage), timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
+                    if not put(("block", b, self.done, self.stage)):
                         return
-                q.put(("end", None, 0, ""))
+                put(("end", None, 0, ""))
             except BaseException as e:  # handed to the consumer, raised there
-                q.put(("error", e, 0, ""))
+                put(("error", e, 0, ""))
 
         t = threading.Thread(target=produce, name="trainscope-read-ahead", daemon=True)
         t.start()
