@@ -23,7 +23,7 @@ import numpy as np
 from trainscope.collectors import readers
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.kineto_stream import Fallback, stream_events
-from trainscope.collectors.readers import Progress, parse_json_events, read_maybe_gzip
+from trainscope.collectors.readers import Progress, parse_json_events, read_maybe_gzip, text_repair_warning
 from trainscope.traces.builder import ChunkedTableBuilder, StringTable, TableBuilder, skipped_warning
 from trainscope.traces.model import (
     COPY_KINDS,
@@ -315,6 +315,7 @@ def _read_part(path: str, start: int, head: bytes) -> dict | None:
         "malformed": parser.malformed,
         "negative": parser.negative,
         "nonfinite": parser.nonfinite,
+        "text_repairs": parser.text_repairs,
         "unknown": parser.unknown_categories,
         "top": top,
         "warnings": warnings,
@@ -400,6 +401,9 @@ class _Parser:
         self.hw_flops: dict[str, float] = {}
         self.hw_ranges: list[tuple[str, int, float, float, float]] = []
         self.collective_args: dict[int, CollectiveArgs] = {}  # by External id (record_param_comms, NCCL kernels)
+        # Text repaired by the stream reader (lone-surrogate escapes, bytes that are not UTF-8); the
+        # in-memory reader says its own (readers.parse_json_events).
+        self.text_repairs: tuple[int, int] = (0, 0)
 
     # -- helpers -------------------------------------------------------------------------
     def thread(self, pid: Any, tid: Any) -> int:
@@ -603,6 +607,7 @@ class _Parser:
             "annotations": self.annotations.build(),
             "memory": self.memory.build(),
         }
+        warnings += text_repair_warning(*self.text_repairs)
         warnings += skipped_warning(
             (self.kernels, self.copies, self.memsets, self.runtime, self.cpu_ops, self.annotations, self.memory)
         )
@@ -1004,6 +1009,10 @@ class _StreamParser(_Parser):
         self.malformed += part["malformed"]
         self.negative += part["negative"]
         self.nonfinite += part["nonfinite"]
+        self.text_repairs = (
+            self.text_repairs[0] + part["text_repairs"][0],
+            self.text_repairs[1] + part["text_repairs"][1],
+        )
         self.unknown_categories.update(part["unknown"])
 
     def finalize_dims(self) -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import bisect
+import codecs
 import json
 import os
+import re
+import threading
 import zlib
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from trainscope.collectors.errors import TraceError
 
@@ -201,25 +206,192 @@ def read_maybe_gzip(path: str, progress: Progress | None = None) -> tuple[bytes,
         return data, warnings
 
 
+# --- text a strict decoder refuses inside valid JSON strings ------------------------------------------
+# JSON allows any \uXXXX escape, so a lone UTF-16 surrogate (\ud800 without its low half) is valid
+# JSON but not Unicode text, and a name written by a C++ profiler can hold bytes that are not UTF-8.
+# msgspec (the streaming reader) refuses both; Python's json keeps lone surrogates (strings that
+# cannot be encoded) and refuses the bytes. Both readers repair them the same way before decoding,
+# count them and say so in one warning: each lone-surrogate escape becomes the visible text
+# ``\ud800`` (its JSON escape escaped: ``\\ud800``) and each byte that is not part of valid UTF-8
+# the text ``\xff``. Visible, not U+FFFD: two names that differ only there stay two names, and the
+# text is what the sanitizer of every output (traces/safe_text.py) shows for a lone surrogate.
+# The text is decoded with ``surrogateescape`` (one character per undecodable byte); the repairs
+# make it longer, and :class:`Repaired` maps a position in the repaired text back to the original.
+_LONE_HINT = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_HINT_TEXT = re.compile(r"\\u[dD][89a-fA-F]")
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")  # the surrogateescape stand-ins of undecodable bytes
+# An escaped backslash (consumed, so that the next "u" is not taken for an escape), a surrogate pair
+# (kept), or one surrogate escape on its own (repaired). It starts with a backslash, so the regex
+# engine skips to the next one at C speed (8 MB of ASCII in ≈ 26 ms).
+_ESCAPES = re.compile(
+    r"\\(?:\\|u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u[dD][89a-fA-F][0-9a-fA-F]{2})"
+)
+
+
+def json_text(data: bytes) -> str:
+    """``data`` decoded as UTF-8, each byte that is not UTF-8 kept as its surrogateescape stand-in."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def byte_offset(text: str, i: int) -> int:
+    """The byte offset of character ``i`` of :func:`json_text`'s text."""
+    return len(text[:i].encode("utf-8", "surrogateescape"))
+
+
+@dataclass
+class Repaired:
+    """A text after :func:`repair_text`, with where each repair ended in it (sorted), how many
+    characters the repairs up to it added, and whether it was a lone surrogate (else a byte)."""
+
+    text: str
+    ends: list[int] = field(default_factory=list)
+    shifts: list[int] = field(default_factory=list)
+    lone: list[bool] = field(default_factory=list)
+
+    def counts(self, upto: int | None = None) -> tuple[int, int]:
+        """(lone-surrogate escapes, bytes that are not UTF-8) repaired before position ``upto``."""
+        k = len(self.ends) if upto is None else bisect.bisect_right(self.ends, upto)
+        lone = sum(self.lone[:k])
+        return lone, k - lone
+
+    def original(self, i: int) -> int:
+        """The position in the original text of position ``i`` (outside a repair) of this one."""
+        k = bisect.bisect_right(self.ends, i)
+        return i - (self.shifts[k - 1] if k else 0)
+
+
+def repair_text(text: str) -> Repaired:
+    """``text`` (from :func:`json_text`) with each lone-surrogate escape and each undecodable byte
+    replaced by its visible text (two scans and nothing else when there is none)."""
+    edits: list[tuple[int, int, str, bool]] = []  # (start, end, replacement, a lone surrogate)
+    if "\\u" in text and _LONE_HINT_TEXT.search(text):
+        # a pair (12 characters) or an escaped backslash (2) is kept
+        edits += [
+            (m.start(), m.end(), "\\" + m.group(), True) for m in _ESCAPES.finditer(text) if m.end() - m.start() == 6
+        ]
+    if not text.isascii():
+        edits += [(m.start(), m.end(), f"\\\\x{ord(m.group()) - 0xDC00:02x}", False) for m in _NOT_UTF8.finditer(text)]
+    if not edits:
+        return Repaired(text)
+    edits.sort()
+    r = Repaired(text)
+    parts, last, shift = [], 0, 0
+    for start, end, rep, lone in edits:
+        parts += [text[last:start], rep]
+        last = end
+        shift += len(rep) - (end - start)
+        r.ends.append(end + shift)
+        r.shifts.append(shift)
+        r.lone.append(lone)
+    parts.append(text[last:])
+    r.text = "".join(parts)
+    return r
+
+
+def _visible_bytes(e: UnicodeError) -> tuple[str, int]:
+    """The ``trainscope-visible`` decoding error handler: each byte that is not UTF-8 as the JSON
+    text of ``\\xNN`` (what :func:`repair_text` writes), counted in :data:`_visible`."""
+    assert isinstance(e, UnicodeDecodeError)
+    bad = e.object[e.start : e.end]
+    _visible.n = getattr(_visible, "n", 0) + len(bad)
+    return "".join(f"\\\\x{b:02x}" for b in bad), e.end
+
+
+_visible = threading.local()
+codecs.register_error("trainscope-visible", _visible_bytes)
+
+
+def repair_bytes(data: bytes) -> tuple[bytes, int, int]:
+    """``data`` repaired as :func:`repair_text` does, as UTF-8: (bytes, lone-surrogate escapes, bytes
+    that are not UTF-8); the same object and 0, 0 when it needs nothing (two C scans for the usual
+    ASCII slice, no decoding). The bytes are replaced by the decoder itself (an error handler: the
+    slices of the streaming reader need no positions)."""
+    bad = 0
+    if data.isascii():
+        if not _LONE_HINT.search(data):
+            return data, 0, 0
+        text = data.decode("ascii")
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            _visible.n = 0
+            text = data.decode("utf-8", "trainscope-visible")
+            bad = _visible.n
+    lone = 0
+    if "\\u" in text and _LONE_HINT_TEXT.search(text):
+
+        def escape(m: re.Match[str]) -> str:
+            nonlocal lone
+            s: str = m.group()
+            if len(s) != 6:
+                return s
+            lone += 1
+            return "\\" + s
+
+        text = _ESCAPES.sub(escape, text)
+    if not (lone or bad):
+        return data, 0, 0
+    return text.encode("utf-8"), lone, bad
+
+
+def loads_repaired(data: bytes) -> tuple[Any, int, int]:
+    """``json.loads`` of ``data`` after :func:`repair_bytes`: (value, escapes, bytes repaired)."""
+    fixed, lone, bad = repair_bytes(data)
+    return json.loads(fixed), lone, bad
+
+
+def text_repair_warning(lone: int, bad: int) -> list[str]:
+    """The one warning line of the text repairs (empty when there were none)."""
+    if not (lone or bad):
+        return []
+    what = []
+    if lone:
+        what.append(f"{lone:,} lone-surrogate escape{'s' if lone != 1 else ''} (\\udXXX without its pair)")
+    if bad:
+        what.append(f"{bad:,} byte{'s' if bad != 1 else ''} that {'are' if bad != 1 else 'is'} not UTF-8 (\\xNN)")
+    return [
+        f"text that is not Unicode in JSON strings kept as visible escapes: {', '.join(what)}; "
+        "every event holding one is read"
+    ]
+
+
 def parse_json_events(path: str, data: bytes) -> tuple[object, list[str]]:
-    """Parse a chrome-trace document. On a truncated or damaged document, salvage the complete
-    events before the damage from its event array and say how many were kept."""
+    """Parse a chrome-trace document. Lone-surrogate escapes and bytes that are not UTF-8 are
+    repaired (:func:`repair_text`) and counted in a warning. On a truncated or damaged document,
+    salvage the complete events before the damage from its event array and say how many were kept."""
     if not data.strip():
         raise TraceError(path, "file is empty")
+    enc = json.detect_encoding(data)
+    if enc not in ("utf-8", "utf-8-sig"):  # UTF-16 or UTF-32: Python's json decodes it as it is
+        try:
+            return json.loads(data), []
+        except UnicodeDecodeError:
+            raise TraceError(path, "not a text (JSON) file") from None
+        except (json.JSONDecodeError, RecursionError) as e:
+            text = data.decode(enc, errors="replace")
+            return _salvaged(path, e, text, Repaired(text), 0)
+    bom = 3 if enc == "utf-8-sig" else 0
+    orig = json_text(data[bom:] if bom else data)
+    r = repair_text(orig)
     try:
-        return json.loads(data), []
-    except UnicodeDecodeError:
-        raise TraceError(path, "not a text (JSON) file") from None
+        return json.loads(r.text), text_repair_warning(*r.counts())
     except (json.JSONDecodeError, RecursionError) as e:
-        error = e
-    text = data.decode("utf-8", errors="replace")
-    events, where = _salvage_events(text)
+        if r.counts()[1] and orig.lstrip()[:1] not in ("{", "["):
+            raise TraceError(path, "not a text (JSON) file") from None
+        return _salvaged(path, e, orig, r, bom)
+
+
+def _salvaged(path: str, error: Exception, orig: str, r: Repaired, bom: int) -> tuple[object, list[str]]:
+    """The complete events before the damage in ``r.text`` (``orig`` repaired), with the warnings;
+    the repairs are counted in what was read, as the stream reader counts them."""
+    events, where = _salvage_events(r.text)
     if not events:
         raise TraceError(path, f"not valid JSON ({_short(error)}) and no complete trace events before the error")
     return {"traceEvents": events}, [
         f"JSON is truncated or damaged ({_short(error)}): analyzed the {len(events):,} complete events "
-        f"before byte {where:,}; top-level fields after the event array are lost"
-    ]
+        f"before byte {bom + byte_offset(orig, r.original(where)):,}; top-level fields after the event array are lost"
+    ] + text_repair_warning(*r.counts(where))
 
 
 def _short(e: Exception) -> str:

@@ -224,10 +224,10 @@ def test_an_external_id_beyond_int64_links_nothing_instead_of_failing(tmp_path):
     assert t.op_inputs.cpu_external.tolist() == [-1] and t.op_inputs.kernel_external.tolist() == [3]
 
 
-def test_bytes_that_are_not_utf8_are_damage_not_an_internal_error(tmp_path):
+def test_bytes_that_are_not_utf8_are_repaired_not_an_internal_error(tmp_path):
     """Found by benchmarks/fuzz.py on the merged reader: a 0xff byte inside a name raised
-    UnicodeDecodeError from the typed decoder (an internal error). Such a slice is damage: the events
-    before it are kept, one line says so."""
+    UnicodeDecodeError from the typed decoder (an internal error). Such a byte is repaired (issue 35):
+    every event is read, the byte is kept as the visible text \\xff, one line counts it."""
     from trainscope.collectors.kineto import load_kineto
 
     good = (
@@ -239,9 +239,11 @@ def test_bytes_that_are_not_utf8_are_damage_not_an_internal_error(tmp_path):
     path = tmp_path / "latin.pt.trace.json"
     path.write_bytes(b'{"traceEvents": [' + good + b", " + bad + b"]}")
     t = load_kineto(str(path))
-    # Both events kept; the undecodable byte becomes U+FFFD in the name, and the damage is said.
-    assert [t.strings[i] for i in t.kernels.name] == ["gemm", "g\ufffdm"]
-    assert t.warnings
+    assert [t.strings[i] for i in t.kernels.name] == ["gemm", "g\\xffm"]
+    assert t.warnings == [
+        "text that is not Unicode in JSON strings kept as visible escapes: 1 byte that is not UTF-8 (\\xNN); "
+        "every event holding one is read"
+    ]
 
 
 @pytest.mark.parametrize("where", ["memory", "tmpdir"])
