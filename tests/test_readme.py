@@ -222,7 +222,7 @@ def test_transcript_excerpts_keep_their_shape():
 
 
 def test_printed_comments_are_read_as_documented():
-    block = 'r = f()\nprint(r.a, r.b)          # data 0.82\nprint(r.c)\nprint(r.d)  # 3\n'
+    block = "r = f()\nprint(r.a, r.b)          # data 0.82\nprint(r.c)\nprint(r.d)  # 3\n"
     assert printed_comments(block) == [(0, "data 0.82"), (2, "3")]
 
 
@@ -242,4 +242,3 @@ def test_the_readmes_test_count_is_the_suites():
     assert n, p.stdout[-2000:]
     collected = int(n.group(1))
     assert abs(collected - stated) <= 0.05 * collected, f"README says ≈ {stated:,} tests; pytest collects {collected:,}"
-
