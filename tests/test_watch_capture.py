@@ -64,9 +64,11 @@ def test_capture_at_seconds_writes_a_trace_of_n_steps_and_prints_its_verdict(tmp
     assert p.returncode == 3, p.stderr[-2000:]  # the job's exit code, unchanged
     traces = sorted(cap_dir.glob("capture-1-pid*.pt.trace.json"))
     assert len(traces) == 1, list(cap_dir.iterdir())
-    assert profiler_steps(traces[0]) == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
+    # Step 0 is the profiler's warm-up (recorded and discarded: its start-up cost lands there).
+    assert profiler_steps(traces[0]) == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
     line = next(ln for ln in p.stdout.splitlines() if ln.startswith("trainscope: capture 1 ("))
     assert "3 steps at" in line and f"trace {traces[0]}" in line
+    assert "profiler overhead" in line and "per step" in line  # the cost, next to the verdict
     assert "step p50" in line  # the analyze engine's verdict line
     assert any(ln.startswith("trainscope: capture 1 overhead") and "per step" in ln for ln in p.stdout.splitlines())
     # The job's own output: all its lines, in order, and nothing from the profiler on its stderr.
