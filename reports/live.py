@@ -294,9 +294,10 @@ def capture_overhead(c: dict[str, Any]) -> str:
     )
     tail = f"; once: {once}" if once else ""
     settings = c.get("settings") or {}
-    recorded = [k for k in ("shapes", "stack", "memory") if settings.get(k)]
     if settings:
-        tail += "; recorded: CPU/GPU activity" + (f" + {', '.join(recorded)}" if recorded else " only")
+        extra = [k for k in ("shapes", "stack", "memory") if settings.get(k)]
+        what = "every operator" if settings.get("ops") else "user scopes only (steps, DataLoader)"
+        tail += f"; recorded: {what}" + (f" + {', '.join(extra)}" if extra else "")
     if not o:
         return "overhead: not measured (no steps timed around the capture)" + tail
     basis = f"{o['before_steps']} before" + (f" + {o['after_steps']} after" if o.get("after_steps") else "")

@@ -483,7 +483,7 @@ class CaptureController:
                     cap.time_limit = bool(msg.get("time_limit"))
                     settings = msg.get("settings")
                     if isinstance(settings, dict):
-                        cap.settings = {k: bool(settings.get(k)) for k in ("shapes", "stack", "memory")}
+                        cap.settings = {k: bool(settings.get(k)) for k in ("ops", "shapes", "stack", "memory")}
                 cap.started_t = cap.started_t if cap.started_t is not None else t
                 self._settle(cap, t)
 
