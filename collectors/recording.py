@@ -92,6 +92,20 @@ def _umask() -> int:
     return umask
 
 
+def _open_in_place(path: str, st: os.stat_result) -> int | None:
+    """A descriptor on the device or FIFO at ``path`` (``st``: its ``lstat``), checked on the open
+    descriptor; None when what was opened is a regular file (a link swapped in since the check:
+    the caller then replaces the name instead of writing through it). Opening for writing without
+    ``O_TRUNC`` changes nothing in a file."""
+    nofollow = 0 if stat.S_ISLNK(st.st_mode) else getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, os.O_WRONLY | nofollow | getattr(os, "O_CLOEXEC", 0))
+    got = os.fstat(fd)
+    if stat.S_ISCHR(got.st_mode) or stat.S_ISFIFO(got.st_mode) or stat.S_ISSOCK(got.st_mode):
+        return fd
+    os.close(fd)
+    return None
+
+
 def open_output(path: str) -> int:
     """A descriptor to write ``path`` through, as the module docstring says: in place for a device
     or FIFO; otherwise a new private temporary file beside ``path``, given the mode ``path`` had
@@ -108,8 +122,9 @@ def open_output(path: str) -> int:
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(21, "Is a directory", path)
     if st is not None and not stat.S_ISREG(st.st_mode):  # a device or FIFO (a checked link to one): in place
-        nofollow = 0 if stat.S_ISLNK(st.st_mode) else getattr(os, "O_NOFOLLOW", 0)
-        return os.open(path, os.O_WRONLY | nofollow | cloexec)
+        fd = _open_in_place(path, st)
+        if fd is not None:
+            return fd
     folder, base = os.path.split(path)
     tmp = os.path.join(folder, f".{base}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | cloexec, 0o600)
@@ -138,10 +153,11 @@ def write_output(path: str, data: bytes) -> None:
     except FileNotFoundError:
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
-        fd = open_output(path)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return
+        fd = _open_in_place(path, st)
+        if fd is not None:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return
     folder, base = os.path.split(path)
     tmp = os.path.join(folder, f".{base}.{os.getpid()}.{time.monotonic_ns()}.tmp")
     cloexec = getattr(os, "O_CLOEXEC", 0)

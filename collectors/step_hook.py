@@ -209,17 +209,28 @@ def watcher_problem(path: str) -> str | None:
     except OSError as e:
         return f"{folder}: {e.strerror or e}"
     try:
-        try:
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-        except OSError:
-            return "no watcher socket"
-        if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
-            return "the socket is not this user's"
-        if not owner_alive(read_own_file(dfd, owner_name(name)) or b""):
-            return "the watcher that made the socket is gone"
-        return None
+        return _watcher_problem_in(dfd, name)
     finally:
         os.close(dfd)
+
+
+def _watcher_problem_in(dfd: int, name: str) -> str | None:
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except OSError:
+        return "no watcher socket"
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+        return "the socket is not this user's"
+    if not owner_alive(read_own_file(dfd, owner_name(name)) or b""):
+        return "the watcher that made the socket is gone"
+    return None
+
+
+def socket_address(dfd: int, folder: str, name: str) -> str:
+    """The address of the socket ``name`` in the folder open as ``dfd``: through the descriptor
+    where the system allows (no path component is resolved again, and a long ``$TMPDIR`` does not
+    overflow the 108 bytes of a socket address), else ``folder/name``."""
+    return fd_path(dfd, name) or os.path.join(folder, name)
 
 
 def watcher_listening() -> bool:
@@ -318,41 +329,45 @@ class _Stream:
         self.after_skip = 0
 
     def _socket(self):
-        """The socket, opened when the watcher's checks pass (:func:`watcher_problem`), bound
-        beside the watcher's and connected to it; OSError when there is no watcher to talk to."""
+        """The socket, opened when the watcher's checks pass (:func:`watcher_problem`, on the
+        folder's descriptor), bound beside the watcher's and connected to it; OSError when there
+        is no watcher to talk to."""
         if self.sock is not None and self.pid != os.getpid():  # a forked child needs its own socket
             self.sock, self.reply_path = None, None  # the parent's: neither closed nor unlinked here
         if self.sock is None:
             self.pid = os.getpid()
-            problem = watcher_problem(self.path)
-            if problem:
-                raise ConnectionRefusedError(errno.ECONNREFUSED, problem, self.path)
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            folder, name = os.path.split(self.path)
+            folder = folder or "."
             try:
-                sock.setblocking(False)
-                self.reply_path = self._bind(sock)
-                # Connected: sends go to this very socket (a path swapped later changes nothing), and
-                # the kernel delivers to this end datagrams from the watcher's socket only.
-                sock.connect(self.path)
-            except BaseException:
-                sock.close()
-                self.sock = sock  # so that _close_socket unlinks what _bind made
-                self._close_socket()
-                raise
-            self.sock = sock
+                dfd = open_folder(folder, PRIVATE)
+            except OSError as e:
+                raise ConnectionRefusedError(errno.ECONNREFUSED, f"{folder}: {e.strerror or e}", self.path) from None
+            try:
+                problem = _watcher_problem_in(dfd, name)
+                if problem:
+                    raise ConnectionRefusedError(errno.ECONNREFUSED, problem, self.path)
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                try:
+                    sock.setblocking(False)
+                    self.reply_path = self._bind(sock, dfd, folder)
+                    # Connected: sends go to this very socket (a path swapped later changes
+                    # nothing), and the kernel delivers to this end datagrams from it only.
+                    sock.connect(socket_address(dfd, folder, name))
+                except BaseException:
+                    sock.close()
+                    self.sock = sock  # so that _close_socket unlinks what _bind made
+                    self._close_socket()
+                    raise
+                self.sock = sock
+            finally:
+                os.close(dfd)
         return self.sock
 
-    def _bind(self, sock) -> str | None:
-        """Bind this end beside the watcher's socket (its private folder, checked again on the
-        folder's descriptor) so the watcher can ask for a capture; None (one-way, no capture)
-        when that cannot be done safely."""
-        folder = os.path.dirname(self.path) or "."
+    def _bind(self, sock, dfd: int, folder: str) -> str | None:
+        """Bind this end beside the watcher's socket, in its private folder (open and checked as
+        ``dfd``), so the watcher can ask for a capture; None (one-way, no capture) when that
+        cannot be done."""
         name = f"job-{os.getpid()}.sock"
-        path = os.path.join(folder, name)
-        try:
-            dfd = open_folder(folder, PRIVATE)
-        except OSError:
-            return None
         try:
             try:
                 st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
@@ -360,18 +375,16 @@ class _Stream:
                     os.unlink(name, dir_fd=dfd)  # left by a process that had this pid before
             except FileNotFoundError:
                 pass
-            sock.bind(path)
-            if not same_folder(dfd, folder):  # swapped between the check and the bind: not ours to use
+            sock.bind(socket_address(dfd, folder, name))
+            if fd_path(dfd) is None and not same_folder(dfd, folder):  # a path bind: swapped since the check
                 try:
                     os.unlink(name, dir_fd=dfd)
                 except OSError:
                     pass
                 raise PermissionError(errno.EPERM, "the folder changed", folder)
-            return path
+            return os.path.join(folder, name)
         except OSError:
             return None
-        finally:
-            os.close(dfd)
 
     def _close_socket(self) -> None:
         if self.sock is not None:

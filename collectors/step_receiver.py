@@ -59,23 +59,27 @@ class StepReceiver:
         self._per_pid: dict[int, list[int]] = {}  # pid -> [n, wait, step, max] since the last drain
         self._stop = threading.Event()
         folder, name = os.path.split(path)
-        dfd = step_hook.open_folder(folder or ".", step_hook.PRIVATE)  # PermissionError: not ours, or open to others
+        self._folder = folder = folder or "."
+        # The folder, open for the receiver's life: replies are addressed through it.
+        dfd = step_hook.open_folder(folder, step_hook.PRIVATE)  # PermissionError: not ours, or open to others
         try:
             _remove_stale_socket(path, dfd)  # only a socket of ours: never a file someone planted there
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             try:
-                self._sock.bind(path)
-                if not step_hook.same_folder(dfd, folder or "."):
+                self._sock.bind(step_hook.socket_address(dfd, folder, name))
+                if not step_hook.same_folder(dfd, folder):
                     raise PermissionError(1, "the folder was replaced while the socket was bound", folder)
-                os.chmod(path, 0o600)  # the folder is ours, private and still the one checked
+                os.chmod(name, 0o600, dir_fd=dfd)
                 owner = step_hook.owner_name(name)
                 write_new_file(dfd, owner, step_hook.owner_record(), replace=True)
                 self._owner = os.path.join(folder, owner)
             except BaseException:
                 self._sock.close()
                 raise
-        finally:
+        except BaseException:
             os.close(dfd)
+            raise
+        self._dfd: int | None = dfd
         self._sock.settimeout(0.2)
         self._thread = threading.Thread(target=self._serve, name="trainscope-steps", daemon=True)
         self._thread.start()
@@ -97,9 +101,10 @@ class StepReceiver:
         except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             return
         with self._lock:
-            # The sender's bound end, when it is in this socket's own (private) folder: replies go nowhere else.
-            if isinstance(addr, str) and addr and os.path.dirname(addr) == os.path.dirname(self.path):
-                self._addr[pid] = addr
+            # The sender's bound end: replies go to that name in this socket's own (private)
+            # folder, and nowhere else.
+            if isinstance(addr, str) and os.path.basename(addr) == f"job-{pid}.sock":
+                self._addr[pid] = os.path.basename(addr)
             if kind == "hello":
                 self._hello.add(pid)
                 self._ranks[pid] = {
@@ -194,10 +199,11 @@ class StepReceiver:
     def send(self, pid: int, message: dict) -> bool:
         """Send ``message`` to the hook of process ``pid`` (never blocks); False when it cannot."""
         with self._lock:
-            addr = self._addr.get(pid)
-        if addr is None:
+            name = self._addr.get(pid)
+        if name is None or self._dfd is None:
             return False
         try:
+            addr = step_hook.socket_address(self._dfd, self._folder, name)
             self._sock.sendto(json.dumps(message, separators=(",", ":")).encode(), addr)
             return True
         except OSError:
@@ -228,6 +234,9 @@ class StepReceiver:
                         os.unlink(p)
                 except OSError:
                     pass
+            if self._dfd is not None:
+                os.close(self._dfd)
+                self._dfd = None
             if self._own_dir:
                 shutil.rmtree(self._own_dir, ignore_errors=True)
 

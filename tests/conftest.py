@@ -147,6 +147,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_diff.py": ("needs_hta",),
     "test_perfetto.py": ("needs_hta",),
     "test_typecheck.py": ("subprocess",),
+    "test_capture_trust.py": ("subprocess",),  # its one torch test carries needs_torch itself
 }
 
 

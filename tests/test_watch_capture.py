@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -41,7 +42,9 @@ def watch(tmp_path, *args: str, job_args: tuple[str, ...] = (), timeout: int = 2
         str(JOB),
         *job_args,
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    # TMPDIR: the watch's run folder (and anything a killed watch leaves) stays under tmp_path.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
 
 
 def profiler_steps(path: pathlib.Path) -> list[str]:
@@ -246,7 +249,10 @@ def test_pid_attach_with_the_opt_in_hook_captures_too(tmp_path):
         f"import runpy, sys\nsys.argv = ['capture_job', '--steps', '400', '--compute-ms', '30']\n"
         f"runpy.run_path({str(JOB)!r}, run_name='__main__')\n"
     )
-    child = subprocess.Popen([sys.executable, str(job)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the job's hook and the watch meet in tmp_path/trainscope-UID
+    child = subprocess.Popen(
+        [sys.executable, str(job)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         cap_dir = tmp_path / "caps"
         p = subprocess.run(
@@ -272,6 +278,7 @@ def test_pid_attach_with_the_opt_in_hook_captures_too(tmp_path):
             capture_output=True,
             text=True,
             timeout=240,
+            env=env,
         )
         assert p.returncode == 0, p.stderr[-2000:]
         traces = list(cap_dir.glob(f"capture-1-pid{child.pid}.pt.trace.json"))
