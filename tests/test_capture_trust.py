@@ -254,12 +254,14 @@ class HookWriting:
         return out
 
 
-def _run_capture(rx, caps: pathlib.Path) -> Capture:
+def _run_capture(rx, caps: pathlib.Path, notes: list[str] | None = None) -> Capture:
     c = CaptureController(rx, str(caps), CaptureOptions(steps=3))
     c.request("key", 1.0)
     c.tick(2.0)
     c.finish()
     c.close()
+    if notes is not None:
+        notes += c.drain_notes()
     return c.snapshot()[0]
 
 
@@ -313,10 +315,13 @@ def test_another_user_cannot_swap_a_capture(tmp_path):
     # it opened, so the verdict is the job's trace's, never the forged one's.
     shared = shared_folder(tmp_path / "c", 0o777)
     trace_file(REAL, shared / "job-export.json")
-    cap = _run_capture(HookWriting(after=lambda: as_nobody(_swap_folder, forged, name, cwd=shared)), shared / "caps")
+    notes: list[str] = []
+    swap = HookWriting(after=lambda: as_nobody(_swap_folder, forged, name, cwd=shared))
+    cap = _run_capture(swap, shared / "caps", notes)
     assert (shared / "caps" / name).read_bytes() == forged  # planted where the path leads now
     assert cap.status == "done" and "HOST-BOUND" not in (cap.verdict_line or ""), cap
     assert cap.verdict_line.startswith("trainscope: INSUFFICIENT EVIDENCE")
+    assert any("was replaced during the watch" in n for n in notes), notes
 
 
 def test_the_job_never_writes_through_a_link_nor_into_a_folder_open_to_others(tmp_path):
@@ -655,3 +660,30 @@ def test_every_capture_states_its_cost_and_settings(tmp_path):
     assert "profiler overhead +0 % per step" in capture_headline(d)
     assert rx.sent[0]["shapes"] is False and rx.sent[0]["stack"] is False and rx.sent[0]["memory"] is False
     assert stat.S_IMODE((tmp_path / "caps").stat().st_mode) == 0o700
+
+
+@pytest.mark.needs_torch
+def test_a_capture_without_a_folder_named_lands_where_it_outlives_the_watch(tmp_path):
+    """No --capture-dir, no --record: the trace goes to trainscope-captures/ in the working
+    directory (0700; the trace 0600), not into the watch's run folder, which is removed: the
+    path printed leads to it after the watch has ended."""
+    p = subprocess.run(
+        [sys.executable, "-m", "trainscope", "watch", "--headless", "--format", "json", "--interval", "0.25"]
+        + ["--capture-at", "1", "--capture-steps", "2"]
+        + ["--", sys.executable, str(HERE / "jobs" / "capture_job.py"), "--steps", "150", "--compute-ms", "20"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    caps = [c for c in map(json.loads, p.stdout.splitlines()) if c.get("type") == "capture"]
+    assert len(caps) == 1 and caps[0]["status"] == "done", caps
+    path = pathlib.Path(caps[0]["path"])
+    assert path.parent == tmp_path / "trainscope-captures" and path.is_file()
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    # What it cost, and what was recorded: a CPU-only job, so user scopes only.
+    assert caps[0]["overhead"] is not None
+    assert caps[0]["settings"] == {"ops": False, "shapes": False, "stack": False, "memory": False}
+    assert not list(tmp_path.glob("trainscope-watch-*"))

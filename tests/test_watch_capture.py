@@ -219,6 +219,9 @@ async def _test_the_c_key_fills_the_capture_tab(tmp_path):
         assert "trace says:" in text and report.verdict_line().removeprefix("trainscope: ").split(" — ")[0] in text
         assert "counters then:  DATA-BOUND · step 200.0 ms" in text
         assert "overhead +55 % per step" in text and "step breakdown:" in text
+        # The cost is stated next to the verdict, not only further down.
+        trace_says = next(ln for ln in text.splitlines() if "trace says:" in ln)
+        assert trace_says.endswith("(profiler overhead +55 % per step)"), trace_says
 
 
 def test_c_without_the_hook_says_why(tmp_path):

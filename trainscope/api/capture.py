@@ -519,6 +519,13 @@ class CaptureController:
                 self._end(cap, "failed", why)
                 return
             target = via
+        from trainscope.collectors.step_hook import same_folder
+
+        if self._fd is not None and not same_folder(self._fd, self.folder):
+            self._notes.append(
+                f"capture {cap.id}: the folder {self.folder} was replaced during the watch (its parent lets "
+                "others rename it): the trace analyzed is the one the job wrote, no longer at the path shown"
+            )
         cap.status = "analyzing"
         self._notes.append(f"capture {cap.id}: {len(cap.during_ms)} iterations captured by {t:.1f} s: {cap.path}")
         th = threading.Thread(
