@@ -6,6 +6,14 @@ each further line is one snapshot ``{"type": "sample", …}`` (see :class:`Snaps
 end writes ``{"type": "end", …}``. Every line is flushed and fsync'd as it is written, so a
 ``kill -9`` of the watcher loses at most the interval being sampled; the reader accepts a truncated
 or damaged last line (and says so), and stops at the first damaged line before it.
+
+Where a file is written (the recording, and ``watch --report`` through :func:`write_output`):
+never through a symbolic link the watch did not create, and never over another user's file. A new
+file — or one of ours being replaced — is written under a private temporary name (``O_EXCL``:
+never through a link) beside it, then renamed over the name, which replaces whatever is there
+without following it (a link planted after the check included). A device or FIFO named directly
+(``/dev/null``), or through a link in a folder only its owner can write (``/dev/stdout``), is
+written in place, as ``tee`` would. See :func:`output_refusal`.
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
+import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -32,10 +42,146 @@ class Recording:
     warnings: list[str] = field(default_factory=list)
 
 
+def output_refusal(path: str) -> str | None:
+    """Why the watch refuses to write ``path`` (a file it was asked to write: ``--record``,
+    ``--report``), or None:
+
+    - a symbolic link, unless it sits in a folder that only its owner (this user or root) can
+      write and leads to a device or FIFO (``/dev/stdout``, ``/proc/self/fd/1``): a link in a
+      shared folder is how another user makes a watch overwrite a file of their choosing;
+    - a regular file, FIFO or socket of another user (replacing or feeding it is not ours to do).
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return e.strerror or str(e)
+    me = os.geteuid()
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            folder, target = os.stat(os.path.dirname(path) or "."), os.stat(path)
+        except OSError:
+            folder = target = None
+        if (
+            folder is None
+            or target is None
+            or folder.st_uid not in (0, me)
+            or folder.st_mode & 0o022
+            or st.st_uid not in (0, me)
+            or not (stat.S_ISCHR(target.st_mode) or stat.S_ISFIFO(target.st_mode))
+        ):
+            return "is a symbolic link: refused (watch writes only files it creates or regular files of yours; name the file itself)"
+        return None
+    if (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)) and st.st_uid != me:
+        return f"belongs to uid {st.st_uid}, not to this user: refused (remove it, or name another file)"
+    return None
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux: /proc; elsewhere set and put back)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o077)
+    os.umask(umask)
+    return umask
+
+
+def _open_in_place(path: str, st: os.stat_result) -> int | None:
+    """A descriptor on the device or FIFO at ``path`` (``st``: its ``lstat``), checked on the open
+    descriptor; None when what was opened is a regular file (a link swapped in since the check:
+    the caller then replaces the name instead of writing through it). Opening for writing without
+    ``O_TRUNC`` changes nothing in a file."""
+    nofollow = 0 if stat.S_ISLNK(st.st_mode) else getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, os.O_WRONLY | nofollow | getattr(os, "O_CLOEXEC", 0))
+    got = os.fstat(fd)
+    if stat.S_ISCHR(got.st_mode) or stat.S_ISFIFO(got.st_mode) or stat.S_ISSOCK(got.st_mode):
+        return fd
+    os.close(fd)
+    return None
+
+
+def open_output(path: str) -> int:
+    """A descriptor to write ``path`` through, as the module docstring says: in place for a device
+    or FIFO; otherwise a new private temporary file beside ``path``, given the mode ``path`` had
+    (a new file: 0666 less the umask) and renamed over it at once. OSError (PermissionError for
+    what :func:`output_refusal` refuses) when it cannot be done."""
+    problem = output_refusal(path)
+    if problem:
+        raise PermissionError(1, problem, path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    cloexec = getattr(os, "O_CLOEXEC", 0)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(21, "Is a directory", path)
+    if st is not None and not stat.S_ISREG(st.st_mode):  # a device or FIFO (a checked link to one): in place
+        fd = _open_in_place(path, st)
+        if fd is not None:
+            return fd
+    folder, base = os.path.split(path)
+    tmp = os.path.join(folder, f".{base}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | cloexec, 0o600)
+    try:
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
+        os.replace(tmp, path)  # replaces the name itself: a link put there since is not followed
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return fd
+
+
+def write_output(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole: to a private temporary file beside it, renamed over it
+    only once written (an interrupt leaves the old file, never half of the new one); in place for
+    a device or FIFO. As :func:`open_output` for what is refused."""
+    problem = output_refusal(path)
+    if problem:
+        raise PermissionError(1, problem, path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        fd = _open_in_place(path, st)
+        if fd is not None:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return
+    folder, base = os.path.split(path)
+    tmp = os.path.join(folder, f".{base}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    cloexec = getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | cloexec, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fd = -1
+            f.write(data)
+            os.fchmod(f.fileno(), stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 class RecordingWriter:
     def __init__(self, path: str, header: dict[str, Any]) -> None:
         self.path = path
-        self._f: IO[str] | None = open(path, "w", encoding="utf-8")
+        self._f: IO[str] | None = open(open_output(path), "w", encoding="utf-8")
         self._write({"schema": SCHEMA, **header})
 
     def _write(self, obj: dict) -> None:

@@ -21,6 +21,15 @@ marks each iteration with ``prof.step()`` (``ProfilerStep#N``), stops after N it
 limit, and writes the trace where the watcher said. A profiler already running, a job without
 torch, or any error is answered with a refusal message; nothing is raised in the job.
 
+Trust (docs/watch.md, "Safety"): every folder this module uses — the watcher's socket folder and
+the capture folder — is opened without following a link and checked on the open descriptor: a
+real folder, owned by this process's user, that nobody else can write into (the socket folder:
+nobody else can enter). The watcher's socket must be a socket of this user, and the watcher that
+owns it must still be alive (its pid and start time in ``<socket>.owner``); otherwise the hook
+sends nothing and binds nothing. The job's end of the socket is *connected* to the watcher's, so
+only that watcher can send it requests. A trace is written under a private temporary name created
+with ``O_EXCL`` (never through a link) inside the checked folder, then renamed into place.
+
 Two-line opt-in for a job started without ``trainscope watch --``::
 
     import trainscope.collectors.step_hook as step_hook
@@ -30,9 +39,11 @@ Two-line opt-in for a job started without ``trainscope watch --``::
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 from collections import deque
 import os
+import shutil
 import socket
 import stat
 import sys
@@ -54,14 +65,179 @@ _state = None
 
 def private_dir() -> str:
     """This user's folder for watcher sockets, ``$TMPDIR/trainscope-UID`` (as tmux does): created
-    0700 by the watcher, which refuses it unless it is a real folder owned by this user and closed
-    to others. Nothing at a predictable path in the shared temp folder itself is ever used."""
-    return os.path.join(tempfile.gettempdir(), f"trainscope-{os.getuid()}")
+    0700 by the watcher, and used by both sides only when it is a real folder owned by this user
+    and closed to others. Nothing at a predictable path in the shared temp folder itself is ever used."""
+    return os.path.join(tempfile.gettempdir(), f"trainscope-{os.geteuid()}")
 
 
 def default_socket_path(pid: int) -> str:
     """Where ``trainscope watch --pid PID`` listens for the opt-in hook of process PID."""
     return os.path.join(private_dir(), f"steps-{pid}.sock")
+
+
+# -- trust: folders, files and the watcher's liveness, checked on what was opened ---------------------
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_NEW_FILE = (
+    os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+)  # a name that exists (a file, a planted link) is never opened: EEXIST
+PRIVATE = 0o077  # the socket folder: nobody else may even enter
+NO_OTHER_WRITE = 0o022  # a capture folder: others may read it, never write into it
+
+
+def folder_problem(st: os.stat_result, closed: int = PRIVATE) -> str | None:
+    """Why a folder (its ``lstat``/``fstat``) is not safe to use, or None."""
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_uid != os.geteuid():
+        return f"belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()})"
+    if st.st_mode & closed:
+        what = "open to group or others" if closed == PRIVATE else "writable by group or others"
+        return f"is {what} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def open_folder(path: str, closed: int = PRIVATE) -> int:
+    """A descriptor of the folder ``path``, opened without following a link and checked on the
+    descriptor (see :func:`folder_problem`); PermissionError (or the open's OSError) otherwise."""
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path):
+            raise PermissionError(errno.EPERM, "is a symbolic link: refused", path) from None
+        raise
+    try:
+        problem = folder_problem(os.fstat(fd), closed)
+        if problem:
+            raise PermissionError(errno.EPERM, f"{problem}: refused", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def same_folder(fd: int, path: str) -> bool:
+    """``path`` still names the folder open as ``fd`` (nobody swapped it since it was checked)."""
+    try:
+        a, b = os.fstat(fd), os.lstat(path)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def fd_path(fd: int, name: str = "") -> str | None:
+    """A path that reaches ``name`` inside the folder open as ``fd`` through that descriptor
+    (``/proc/self/fd/N/name`` on Linux): no component another user could swap is resolved
+    again. None where the system has no such path."""
+    base = f"/proc/self/fd/{fd}"
+    if not os.path.isdir(base):
+        return None
+    return os.path.join(base, name) if name else base
+
+
+def process_start(pid: int) -> str:
+    """The start time of process ``pid`` (Linux: clock ticks since boot; "" where unknown,
+    "-" when there is no such process): a pid and its start time name one process for good."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except FileNotFoundError:
+        return "-" if os.path.isdir("/proc/self") else ""
+    except Exception:
+        return ""
+
+
+def owner_record() -> bytes:
+    """What a watcher writes into its ``.owner`` file: its pid and start time."""
+    return f"{os.getpid()} {process_start(os.getpid())}\n".encode()
+
+
+def owner_alive(data: bytes) -> bool:
+    """Whether the watcher an ``.owner`` record names is still running (the same process: pid and start)."""
+    try:
+        fields = data.decode("ascii").split()
+        pid, start = int(fields[0]), fields[1] if len(fields) > 1 else ""
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return False
+    if pid <= 0:
+        return False
+    now = process_start(pid)
+    if now == "-":
+        return False
+    if now and start:
+        return now == start
+    try:  # no /proc: the pid alone
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def owner_name(socket_name: str) -> str:
+    """The ``.owner`` file beside a watcher's socket (``steps.sock`` → ``steps.owner``)."""
+    return (socket_name[:-5] if socket_name.endswith(".sock") else socket_name) + ".owner"
+
+
+def read_own_file(dir_fd: int, name: str, limit: int = 4096) -> bytes | None:
+    """The first ``limit`` bytes of ``name`` in the folder ``dir_fd`` when it is a regular file
+    of this user (never through a link); None otherwise."""
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return None
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def watcher_problem(path: str) -> str | None:
+    """Why the watcher socket ``path`` is not to be used by this process, or None: its folder must
+    be private to this user, the socket this user's, and the watcher that owns it alive."""
+    folder, name = os.path.split(path)
+    try:
+        dfd = open_folder(folder or ".", PRIVATE)
+    except OSError as e:
+        return f"{folder}: {e.strerror or e}"
+    try:
+        return _watcher_problem_in(dfd, name)
+    finally:
+        os.close(dfd)
+
+
+def _watcher_problem_in(dfd: int, name: str) -> str | None:
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except OSError:
+        return "no watcher socket"
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+        return "the socket is not this user's"
+    if not owner_alive(read_own_file(dfd, owner_name(name)) or b""):
+        return "the watcher that made the socket is gone"
+    return None
+
+
+def socket_address(dfd: int, folder: str, name: str) -> str:
+    """The address of the socket ``name`` in the folder open as ``dfd``: through the descriptor
+    where the system allows (no path component is resolved again, and a long ``$TMPDIR`` does not
+    overflow the 108 bytes of a socket address), else ``folder/name``."""
+    return fd_path(dfd, name) or os.path.join(folder, name)
+
+
+def watcher_listening() -> bool:
+    """For the injected ``sitecustomize``: the watcher named by ``$TRAINSCOPE_STEP_SOCKET`` is alive
+    and its folder safe. False after a ``kill -9`` of the watcher: the hook then stays out."""
+    path = os.environ.get(ENV_SOCKET)
+    return bool(path) and watcher_problem(path) is None
 
 
 def _ancestors(pid: int, limit: int = 8) -> list[int]:
@@ -80,13 +256,52 @@ def _ancestors(pid: int, limit: int = 8) -> list[int]:
 
 
 def find_watcher_socket(pid: int) -> str:
-    """The socket of a ``watch --pid`` of this process or of an ancestor (a rank whose launcher is
-    watched, ``watch --pid <torchrun's pid>``); this process's own path when none listens yet."""
+    """The socket of a live ``watch --pid`` of this process or of an ancestor (a rank whose
+    launcher is watched, ``watch --pid <torchrun's pid>``); this process's own path when none
+    listens yet."""
     for p in [pid, *_ancestors(pid)]:
         path = default_socket_path(p)
-        if os.path.exists(path):
+        if os.path.exists(path) and watcher_problem(path) is None:
             return path
     return default_socket_path(pid)
+
+
+def place_file(src: str, folder: str, name: str, folder_id: tuple[int, int] | None = None) -> None:
+    """Copy the file ``src`` into ``folder`` as ``name``: the folder opened without following a
+    link and checked (this user's, nobody else can write into it, and the very folder the watcher
+    named when ``folder_id`` = (st_dev, st_ino) is given), the bytes written to a new private
+    temporary name (``O_EXCL``, 0600: never through a link, never over a file), then renamed over
+    ``name``. OSError (PermissionError: the folder is refused) when it cannot be done."""
+    check_name(name)
+    dfd = open_folder(folder, NO_OTHER_WRITE)
+    try:
+        if folder_id is not None:
+            st = os.fstat(dfd)
+            if (st.st_dev, st.st_ino) != tuple(folder_id):
+                raise PermissionError(errno.EPERM, "is not the folder the watcher asked for: refused", folder)
+        tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+        out = os.open(tmp, _NEW_FILE, 0o600, dir_fd=dfd)
+        try:
+            with open(src, "rb") as f, os.fdopen(out, "wb") as o:
+                out = -1
+                shutil.copyfileobj(f, o, 1 << 20)
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            if out >= 0:
+                os.close(out)
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(dfd)
+
+
+def check_name(name: str) -> None:
+    """A plain file name (no folder part, not hidden, no NUL): ValueError otherwise."""
+    if not name or name.startswith(".") or os.sep in name or "\0" in name or (os.altsep and os.altsep in name):
+        raise ValueError(f"not a plain file name: {name!r}")
 
 
 class _Stream:
@@ -114,26 +329,60 @@ class _Stream:
         self.after_skip = 0
 
     def _socket(self):
-        if self.sock is None or self.pid != os.getpid():  # a forked child needs its own socket
+        """The socket, opened when the watcher's checks pass (:func:`watcher_problem`, on the
+        folder's descriptor), bound beside the watcher's and connected to it; OSError when there
+        is no watcher to talk to."""
+        if self.sock is not None and self.pid != os.getpid():  # a forked child needs its own socket
+            self.sock, self.reply_path = None, None  # the parent's: neither closed nor unlinked here
+        if self.sock is None:
             self.pid = os.getpid()
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            self.sock.setblocking(False)
-            self.reply_path = self._bind(self.sock)
+            folder, name = os.path.split(self.path)
+            folder = folder or "."
+            try:
+                dfd = open_folder(folder, PRIVATE)
+            except OSError as e:
+                raise ConnectionRefusedError(errno.ECONNREFUSED, f"{folder}: {e.strerror or e}", self.path) from None
+            try:
+                problem = _watcher_problem_in(dfd, name)
+                if problem:
+                    raise ConnectionRefusedError(errno.ECONNREFUSED, problem, self.path)
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                try:
+                    sock.setblocking(False)
+                    self.reply_path = self._bind(sock, dfd, folder)
+                    # Connected: sends go to this very socket (a path swapped later changes
+                    # nothing), and the kernel delivers to this end datagrams from it only.
+                    sock.connect(socket_address(dfd, folder, name))
+                except BaseException:
+                    sock.close()
+                    self.sock = sock  # so that _close_socket unlinks what _bind made
+                    self._close_socket()
+                    raise
+                self.sock = sock
+            finally:
+                os.close(dfd)
         return self.sock
 
-    def _bind(self, sock) -> str | None:
-        """Bind this end beside the watcher's socket (its private folder) so the watcher can ask
-        for a capture; None (one-way, no capture) when that folder is not there or not ours."""
-        path = os.path.join(os.path.dirname(self.path), f"job-{os.getpid()}.sock")
+    def _bind(self, sock, dfd: int, folder: str) -> str | None:
+        """Bind this end beside the watcher's socket, in its private folder (open and checked as
+        ``dfd``), so the watcher can ask for a capture; None (one-way, no capture) when that
+        cannot be done."""
+        name = f"job-{os.getpid()}.sock"
         try:
             try:
-                st = os.lstat(path)
-                if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid():
-                    os.unlink(path)  # left by a process that had this pid before
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.geteuid():
+                    os.unlink(name, dir_fd=dfd)  # left by a process that had this pid before
             except FileNotFoundError:
                 pass
-            sock.bind(path)
-            return path
+            sock.bind(socket_address(dfd, folder, name))
+            if fd_path(dfd) is None and not same_folder(dfd, folder):  # a path bind: swapped since the check
+                try:
+                    os.unlink(name, dir_fd=dfd)
+                except OSError:
+                    pass
+                raise PermissionError(errno.EPERM, "the folder changed", folder)
+            return os.path.join(folder, name)
         except OSError:
             return None
 
@@ -163,26 +412,19 @@ class _Stream:
             sock = self._socket()
             if self.hello is not None and message is not self.hello and not self.greeted:
                 self.hello["pid"] = os.getpid()  # a watcher that came later still learns who this is (rank)
-                sock.sendto(json.dumps(self.hello, separators=(",", ":")).encode(), self.path)
-            sock.sendto(json.dumps(message, separators=(",", ":")).encode(), self.path)
+                sock.send(json.dumps(self.hello, separators=(",", ":")).encode())
+            sock.send(json.dumps(message, separators=(",", ":")).encode())
             self.greeted = self.greeted or self.hello is not None
             return True
         except (BlockingIOError, InterruptedError):
             return False  # watcher busy: drop this batch, never block the loop
         except OSError:
-            self.retry_at = now + RETRY_NS  # no watcher (yet): try again later
+            # No watcher (yet), or it went away: nothing kept open; looked for again later.
+            self.retry_at = now + RETRY_NS
+            self._close_socket()
+            self.greeted = False
             if self.auto:
-                path = find_watcher_socket(os.getpid())
-                if path != self.path:
-                    self.path = path
-                    self.greeted = False
-                    self._close_socket()
-            if self.reply_path is None and self.sock is not None:  # rebind once the watcher's folder exists
-                try:
-                    self.sock.close()
-                except OSError:
-                    pass
-                self.sock = None
+                self.path = find_watcher_socket(os.getpid())
             return False
         except Exception:
             return False
@@ -227,6 +469,8 @@ class _Stream:
     def request(self, msg: dict) -> None:
         try:
             cid, steps, max_s, path = int(msg["id"]), int(msg["steps"]), float(msg["max_s"]), str(msg["path"])
+            folder_id = msg.get("folder_id")
+            folder_id = None if folder_id is None else (int(folder_id[0]), int(folder_id[1]))
         except Exception:
             return
         if not (1 <= steps <= 10_000 and max_s > 0):
@@ -236,13 +480,30 @@ class _Stream:
                 {"type": "capture", "id": cid, "status": "refused", "why": "a capture is already running in the job"}
             )
             return
+        folder, name = os.path.split(path)
+        try:  # checked now (a refusal comes at once) and again when the trace is written
+            check_name(name)
+            os.close(open_folder(folder, NO_OTHER_WRITE))
+        except (OSError, ValueError) as e:
+            why = e.strerror if isinstance(e, OSError) else str(e)
+            self.send(
+                {
+                    "type": "capture",
+                    "id": cid,
+                    "status": "refused",
+                    "why": f"the job writes traces only into a folder of its own user: {folder}: {why}"[:300],
+                }
+            )
+            return
         self.pending = {
             "id": cid,
             "steps": steps,
             "max_ns": int(max_s * 1e9),
             "path": path,
+            "folder_id": folder_id,
             "stack": bool(msg.get("stack")),
             "memory": bool(msg.get("memory")),
+            "shapes": bool(msg.get("shapes")),
         }
         self.capture_wanted = True
 
@@ -276,7 +537,7 @@ class _Stream:
         """At exit: a capture still running ends without a trace, and says why."""
         cap, self.cap = self.cap, None
         if cap is not None:
-            cap.abort(f"the job exited after {len(cap.marks) - 1} of {cap.steps} captured iterations")
+            cap.abort(f"the job exited after {max(0, len(cap.marks) - 1)} of {cap.steps} captured iterations")
         elif self.pending is not None:
             self.send(
                 {
@@ -305,8 +566,33 @@ class _Stream:
         self.send(msg)
 
 
+def _user_scopes_only(torch):
+    """Make the profiler's next start observe only user scopes (``record_function`` ranges:
+    ``ProfilerStep#N``, the DataLoader's ``__next__``, the optimizer's step) rather than every
+    operator; returns the function that undoes it, or None where this torch has no such switch.
+    Scoped to one call of ``prof.step()``, in this process only."""
+    try:
+        ap = sys.modules["torch.autograd.profiler"]
+        orig = ap._enable_profiler
+        user = {torch._C._profiler.RecordScope.USER_SCOPE}
+    except Exception:
+        return None
+
+    def enable(config, activities, scopes=None):
+        return orig(config, activities, user)
+
+    ap._enable_profiler = enable
+    return lambda: setattr(ap, "_enable_profiler", orig)
+
+
 class _Capture:
-    """One capture in the job: ``torch.profiler.profile`` over ``steps`` iterations."""
+    """One capture in the job: ``torch.profiler.profile`` over ``steps`` iterations, after one
+    warm-up iteration (profiled and discarded: the profiler's own start-up cost — CUPTI's set-up on
+    a GPU — lands there, not in the captured steps), with the cheapest settings that still give a
+    verdict: no stacks, no memory, no shapes, no FLOP or module records unless asked, and in a job
+    that has initialized neither CUDA nor torch.distributed only the user scopes (``ProfilerStep#N``, the DataLoader's
+    ``__next__``): a CPU-only trace is diagnosed by its input waits alone, and recording every
+    operator costs a few µs each (+60-100 % per step on a job of small operators)."""
 
     def __init__(self, stream: _Stream, req: dict, before: list[int]) -> None:
         self.stream, self.id, self.steps = stream, req["id"], req["steps"]
@@ -315,6 +601,9 @@ class _Capture:
         self.marks: list[int] = []
         self.t_start = 0
         self.start_ns = 0
+        self.warmup_ns = 0
+        self.warming = False  # the warm-up iteration is running
+        self.ops = True  # every operator recorded (False: user scopes only)
         self._set_env = False  # KINETO_LOG_LEVEL set by the capture, removed when it ends
 
     def _say(self, status: str, **kw) -> None:
@@ -343,19 +632,30 @@ class _Capture:
             if "KINETO_LOG_LEVEL" not in os.environ:
                 os.environ["KINETO_LOG_LEVEL"] = KINETO_QUIET
                 self._set_env = True
-            record = tp.ProfilerAction.RECORD
+            warmup, record = tp.ProfilerAction.WARMUP, tp.ProfilerAction.RECORD
+            # Operators are recorded where the diagnosis reads them: a GPU job (they launch the
+            # kernels), a distributed one (its collectives align the ranks), or when shapes,
+            # stacks or memory were asked for.
+            dist = False
+            try:
+                dist = "torch.distributed" in sys.modules and torch.distributed.is_initialized()
+            except Exception:
+                pass
+            self.ops = len(acts) > 1 or dist or any(self.req.get(k) for k in ("shapes", "stack", "memory"))
             self.prof = tp.profile(
                 activities=acts,
-                schedule=lambda step: record,
-                record_shapes=True,
+                schedule=lambda step: warmup if step == 0 else record,
+                record_shapes=self.req.get("shapes", False),
                 with_stack=self.req["stack"],
                 profile_memory=self.req["memory"],
+                with_flops=False,
+                with_modules=False,
             )
             t0 = time.monotonic_ns()
             self.prof.start()
             self.t_start = time.monotonic_ns()
             self.start_ns = self.t_start - t0
-            self.marks = [self.t_start]
+            self.warming = True
         except Exception as e:
             self._restore_env()
             self.prof = None
@@ -366,6 +666,23 @@ class _Capture:
 
     def boundary(self, now: int) -> bool:
         """Mark an iteration boundary; True when the capture has ended."""
+        if self.warming:  # the warm-up iteration ends: recording starts with the next one
+            self.warming = False
+            restore = None if self.ops else _user_scopes_only(sys.modules["torch"])
+            if restore is None:
+                self.ops = True
+            try:
+                self.prof.step()
+            except Exception as e:
+                self.abort(f"torch.profiler failed at a step: {type(e).__name__}: {e}"[:300])
+                return True
+            finally:
+                if restore is not None:
+                    restore()
+            self.warmup_ns = now - self.t_start
+            self.t_start = time.monotonic_ns()
+            self.marks = [self.t_start]
+            return False
         self.marks.append(now)
         n = len(self.marks) - 1
         limit = now - self.t_start > self.req["max_ns"]
@@ -381,17 +698,27 @@ class _Capture:
 
     def finish(self, limit: bool) -> None:
         path = self.req["path"]
+        folder, name = os.path.split(path)
+        tmp = None
         try:
             self.prof.stop()
             t0 = time.monotonic_ns()
-            self.prof.export_chrome_trace(path)
+            # Exported into a private folder of the job's own (mkdtemp: 0700), then copied into
+            # the checked capture folder under a new temporary name and renamed into place.
+            tmp = tempfile.mkdtemp(prefix="trainscope-capture-")
+            local = os.path.join(tmp, "trace.pt.trace.json")
+            self.prof.export_chrome_trace(local)
+            place_file(local, folder, name, self.req.get("folder_id"))
             export_ns = time.monotonic_ns() - t0
         except Exception as e:
             self._restore_env()
-            self._say("failed", why=f"the trace could not be written: {type(e).__name__}: {e}"[:300])
+            why = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
+            self._say("failed", why=f"the trace could not be written: {why}"[:300])
             return
         finally:
             self.prof = None
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
         self._restore_env()
         during = [b - a for a, b in zip(self.marks, self.marks[1:])]
         self._say(
@@ -400,8 +727,16 @@ class _Capture:
             steps_ns=during,
             before_ns=self.before,
             start_ns=self.start_ns,
+            warmup_ns=self.warmup_ns,
             export_ns=export_ns,
             time_limit=limit,
+            settings={
+                "ops": self.ops,
+                "shapes": bool(self.req.get("shapes")),
+                "stack": bool(self.req["stack"]),
+                "memory": bool(self.req["memory"]),
+                "warmup_steps": 1,
+            },
         )
         s = self.stream
         s.after, s.after_id, s.after_skip = [], self.id, 1

@@ -3,6 +3,12 @@ prepares a child process's environment (the injected ``sitecustomize`` directory
 
 Messages are small JSON datagrams (see :mod:`trainscope.collectors.step_hook`); anything that does
 not parse is ignored, so a stray or hostile sender cannot stop the watch.
+
+Trust: the socket lives in a folder that is this user's and closed to everyone else (checked on
+its descriptor, never through a link), beside an ``.owner`` file naming this watcher (pid and
+start time) that the job's hook checks before it sends anything. A watcher's run folder
+(:func:`make_run_folder`) carries a ``watch.owner`` file too, so that the folders of watchers that
+were killed (``kill -9``) are recognized and removed at the next start (:func:`clean_stale`).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ class StepReceiver:
             self._own_dir = tempfile.mkdtemp(prefix="trainscope-")
             path = os.path.join(self._own_dir, "steps.sock")
         self.path = path
+        self._owner: str | None = None
         self._lock = threading.Lock()
         self._n = self._wait = self._step = self._max = 0
         self._hello: set[int] = set()
@@ -51,10 +58,28 @@ class StepReceiver:
         self._capture_msgs: list[dict] = []
         self._per_pid: dict[int, list[int]] = {}  # pid -> [n, wait, step, max] since the last drain
         self._stop = threading.Event()
-        _remove_stale_socket(path)  # only a socket of ours: never a file someone planted there
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._sock.bind(path)
-        os.chmod(path, 0o600)
+        folder, name = os.path.split(path)
+        self._folder = folder = folder or "."
+        # The folder, open for the receiver's life: replies are addressed through it.
+        dfd = step_hook.open_folder(folder, step_hook.PRIVATE)  # PermissionError: not ours, or open to others
+        try:
+            _remove_stale_socket(path, dfd)  # only a socket of ours: never a file someone planted there
+            self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                self._sock.bind(step_hook.socket_address(dfd, folder, name))
+                if not step_hook.same_folder(dfd, folder):
+                    raise PermissionError(1, "the folder was replaced while the socket was bound", folder)
+                os.chmod(name, 0o600, dir_fd=dfd)
+                owner = step_hook.owner_name(name)
+                write_new_file(dfd, owner, step_hook.owner_record(), replace=True)
+                self._owner = os.path.join(folder, owner)
+            except BaseException:
+                self._sock.close()
+                raise
+        except BaseException:
+            os.close(dfd)
+            raise
+        self._dfd: int | None = dfd
         self._sock.settimeout(0.2)
         self._thread = threading.Thread(target=self._serve, name="trainscope-steps", daemon=True)
         self._thread.start()
@@ -76,9 +101,10 @@ class StepReceiver:
         except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             return
         with self._lock:
-            # The sender's bound end, when it is in this socket's own (private) folder: replies go nowhere else.
-            if isinstance(addr, str) and addr and os.path.dirname(addr) == os.path.dirname(self.path):
-                self._addr[pid] = addr
+            # The sender's bound end: replies go to that name in this socket's own (private)
+            # folder, and nowhere else.
+            if isinstance(addr, str) and os.path.basename(addr) == f"job-{pid}.sock":
+                self._addr[pid] = os.path.basename(addr)
             if kind == "hello":
                 self._hello.add(pid)
                 self._ranks[pid] = {
@@ -173,10 +199,11 @@ class StepReceiver:
     def send(self, pid: int, message: dict) -> bool:
         """Send ``message`` to the hook of process ``pid`` (never blocks); False when it cannot."""
         with self._lock:
-            addr = self._addr.get(pid)
-        if addr is None:
+            name = self._addr.get(pid)
+        if name is None or self._dfd is None:
             return False
         try:
+            addr = step_hook.socket_address(self._dfd, self._folder, name)
             self._sock.sendto(json.dumps(message, separators=(",", ":")).encode(), addr)
             return True
         except OSError:
@@ -201,10 +228,15 @@ class StepReceiver:
         try:
             self._sock.close()
         finally:
-            try:
-                os.unlink(self.path)
-            except OSError:
-                pass
+            for p in (self.path, self._owner):
+                try:
+                    if p:
+                        os.unlink(p)
+                except OSError:
+                    pass
+            if self._dfd is not None:
+                os.close(self._dfd)
+                self._dfd = None
             if self._own_dir:
                 shutil.rmtree(self._own_dir, ignore_errors=True)
 
@@ -216,27 +248,148 @@ def ensure_private_dir(path: str) -> str:
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
-    _check_private_dir(path)
+    os.close(step_hook.open_folder(path, step_hook.PRIVATE))
     return path
 
 
-def _check_private_dir(path: str) -> None:
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise PermissionError(1, "folder is not private to this user (a link, another owner, or open to others)", path)
-
-
-def _remove_stale_socket(path: str) -> None:
-    """Remove a socket a killed watcher left at ``path`` (in our private folder); anything else
-    there is not ours to delete: FileExistsError."""
+def _remove_stale_socket(path: str, dir_fd: int) -> None:
+    """Remove a socket a killed watcher left at ``path`` (in our private folder ``dir_fd``);
+    anything else there is not ours to delete: FileExistsError."""
+    name = os.path.basename(path)
     try:
-        st = os.lstat(path)
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return
-    if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.getuid():
-        os.unlink(path)
+    if stat.S_ISSOCK(st.st_mode) and st.st_uid == os.geteuid():
+        os.unlink(name, dir_fd=dir_fd)
     else:
         raise FileExistsError(17, "exists and is not a socket of ours; left alone", path)
+
+
+def write_new_file(dir_fd: int, name: str, data: bytes, replace: bool = False, mode: int = 0o600) -> None:
+    """Write ``data`` as ``name`` in the folder ``dir_fd``: a new private temporary file
+    (``O_EXCL``, never through a link) renamed into place — over an existing ``name`` only when
+    ``replace``. OSError when it cannot be done."""
+    tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    fd = os.open(tmp, step_hook._NEW_FILE, mode, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fd = -1
+            f.write(data)
+        if replace:
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        else:
+            os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+            os.unlink(tmp, dir_fd=dir_fd)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+
+
+RUN_PREFIX = "trainscope-watch-"
+RUN_OWNER = "watch.owner"
+STALE_S = 60.0  # a run folder without an owner file younger than this may be a watch that is starting
+
+
+def make_run_folder() -> str:
+    """The run's private folder in ``$TMPDIR`` (mkdtemp: 0700, a fresh name), with ``watch.owner``
+    naming this watcher; the folders of dead watchers are removed first (:func:`clean_stale`)."""
+    clean_stale()
+    path = tempfile.mkdtemp(prefix=RUN_PREFIX)
+    dfd = step_hook.open_folder(path, step_hook.PRIVATE)
+    try:
+        write_new_file(dfd, RUN_OWNER, step_hook.owner_record())
+    finally:
+        os.close(dfd)
+    return path
+
+
+def _listens(path: str) -> bool:
+    """Someone is bound to the datagram socket ``path`` (a live watcher of an older version)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def clean_stale(folder: str | None = None, now: float | None = None) -> list[str]:
+    """Remove what killed watchers of this user left in ``folder`` (default ``$TMPDIR``): run
+    folders (``trainscope-watch-*``) whose ``watch.owner`` names a process that is gone (or,
+    without one, older than a minute and with no one bound to its socket), and in the per-user
+    socket folder the sockets and owner files of dead watchers and the job sockets of dead
+    processes. Only this user's folders, never through a link. Returns what was removed."""
+    folder = folder or tempfile.gettempdir()
+    now = time.time() if now is None else now
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(folder, name)
+        if name.startswith(RUN_PREFIX):
+            try:
+                dfd = step_hook.open_folder(path, step_hook.PRIVATE)
+            except OSError:
+                continue
+            try:
+                owner = step_hook.read_own_file(dfd, RUN_OWNER)
+                if owner is not None:
+                    dead = not step_hook.owner_alive(owner)
+                else:
+                    st = os.fstat(dfd)
+                    dead = now - st.st_mtime > STALE_S and not _listens(os.path.join(path, "steps.sock"))
+            finally:
+                os.close(dfd)
+            if dead:
+                shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: never follows a link
+                removed.append(path)
+        elif name == f"trainscope-{os.geteuid()}":
+            removed += _clean_socket_folder(path)
+    return removed
+
+
+def _clean_socket_folder(path: str) -> list[str]:
+    removed: list[str] = []
+    try:
+        dfd = step_hook.open_folder(path, step_hook.PRIVATE)
+    except OSError:
+        return removed
+    try:
+        for name in os.listdir(dfd):
+            gone, extra = False, []
+            if name.startswith("steps-") and name.endswith(".sock"):
+                gone = not step_hook.owner_alive(step_hook.read_own_file(dfd, step_hook.owner_name(name)) or b"")
+                extra.append(step_hook.owner_name(name))
+            elif name.startswith("job-") and name.endswith(".sock"):
+                try:
+                    gone = step_hook.process_start(int(name[4:-5])) == "-"
+                except ValueError:
+                    gone = False
+            if not gone:
+                continue
+            for n in [name, *extra]:
+                try:
+                    st = os.stat(n, dir_fd=dfd, follow_symlinks=False)
+                    if st.st_uid == os.geteuid() and (stat.S_ISSOCK(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                        os.unlink(n, dir_fd=dfd)
+                        removed.append(os.path.join(path, n))
+                except OSError:
+                    pass
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+    return removed
 
 
 def child_environment(

@@ -245,16 +245,39 @@ def summary_text(st: LiveStatus, info: dict[str, Any]) -> str:
 
 
 def capture_headline(c: dict[str, Any]) -> str:
-    """One line for a capture (its dict: :meth:`trainscope.api.capture.Capture.to_dict`)."""
+    """One line for a capture (its dict: :meth:`trainscope.api.capture.Capture.to_dict`): what it
+    cost the job per step next to its verdict, and the verdict judged with that cost set apart."""
     head = f"capture {c.get('id')} ({c.get('trigger')}"
     if c.get("status") != "done":
         return f"{head}): no capture: {c.get('why')}"
     verdict = str(c.get("verdict_line") or "").removeprefix("trainscope: ")
     limit = ", stopped by the time limit" if c.get("time_limit") else ""
+    judged = capture_judgement(c)
     return (
-        f"{head}, {c.get('steps_captured')} steps at {c.get('started_t') or 0:.1f} s{limit}): {verdict}"
-        f" — trace {c.get('path')}"
+        f"{head}, {c.get('steps_captured')} steps at {c.get('started_t') or 0:.1f} s{limit}; "
+        f"{capture_cost(c)}): {verdict}{f' [{judged}]' if judged else ''} — trace {c.get('path')}"
     )
+
+
+def capture_cost(c: dict[str, Any]) -> str:
+    """The capture's cost to the job in a few words: "profiler overhead +12 % per step"."""
+    o = c.get("overhead")
+    return "profiler overhead not measured" if not o else f"profiler overhead {o['pct']:+.0f} % per step"
+
+
+def capture_judgement(c: dict[str, Any]) -> str:
+    """The trace's launch/CPU-overhead share with the profiler's measured cost set apart, when the
+    capture's verdict is launch/CPU overhead ("" otherwise: the breakdown line carries it)."""
+    sa = c.get("set_apart")
+    if not sa or not sa.get("verdict_is_launch"):
+        return ""
+    base = (
+        f"launch/CPU overhead {sa['launch_pct_in_trace']:.1f} % in the trace, ≈ {sa['launch_pct_set_apart']:.1f} % "
+        f"with the profiler's own {sa['cost_ms_per_step']:.2f} ms per step set apart"
+    )
+    if sa.get("verdict_is_profilers"):
+        return f"the profiler's cost, not the job's: {base} (under {sa['moderate_pct']:g} %)"
+    return base
 
 
 def _capture_who(c: dict[str, Any]) -> str:
@@ -266,10 +289,15 @@ def capture_overhead(c: dict[str, Any]) -> str:
     o = c.get("overhead")
     once = ", ".join(
         f"{name} {c[k]:.2f} s"
-        for name, k in (("profiler start", "start_s"), ("trace export", "export_s"))
+        for name, k in (("profiler start", "start_s"), ("warm-up step", "warmup_s"), ("trace export", "export_s"))
         if c.get(k) is not None
     )
     tail = f"; once: {once}" if once else ""
+    settings = c.get("settings") or {}
+    if settings:
+        extra = [k for k in ("shapes", "stack", "memory") if settings.get(k)]
+        what = "every operator" if settings.get("ops") else "user scopes only (steps, DataLoader)"
+        tail += f"; recorded: {what}" + (f" + {', '.join(extra)}" if extra else "")
     if not o:
         return "overhead: not measured (no steps timed around the capture)" + tail
     basis = f"{o['before_steps']} before" + (f" + {o['after_steps']} after" if o.get("after_steps") else "")
@@ -378,8 +406,10 @@ def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
             f"| counters then | {e(str(c.get('counters') or 'n/a'))} |",
             f"| trace says | {e(str(c.get('verdict_line') or '').removeprefix('trainscope: '))} |",
             f"| overhead | {e(capture_overhead(c))} |",
-            "",
         ]
+        if capture_judgement(c):
+            out.append(f"| with the profiler's cost set apart | {e(capture_judgement(c))} |")
+        out += [""]
         if c.get("summary"):
             out += [e(str(c["summary"])), ""]
         out += [f"- {e(str(x))}" for x in c.get("evidence") or []]

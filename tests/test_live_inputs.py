@@ -221,6 +221,7 @@ def test_recording_survives_kill_9_and_replays(tmp_path):
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(tmp_path)},  # the run folder the killed watch leaves: in tmp_path
     )
     try:
         deadline = time.monotonic() + 30

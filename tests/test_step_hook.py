@@ -167,3 +167,20 @@ def test_capture_targets_survive_a_rank_that_is_not_an_ascii_number():
         assert targets == [(13, "0"), (12, "1"), (11, "²")] and why == ""
     finally:
         r.close()
+
+
+def test_step_mode_works_where_tmpdir_is_longer_than_a_socket_address(tmp_path):
+    """Both ends address the sockets through their folder's descriptor (/proc/self/fd/N/…), so a
+    TMPDIR past the 108 bytes of a socket address (a deep CI or xdist tmp_path) still works."""
+    deep = tmp_path / ("d" * 100) / ("e" * 40)
+    deep.mkdir(parents=True, mode=0o700)
+    r = StepReceiver(str(deep / "steps.sock"))
+    try:
+        assert len(r.path) > 108
+        env, site = child_environment(r.path, folder=str(deep))
+        p = run_child(LOOP, env)
+        assert p.returncode == 0 and "steps 40" in p.stdout, p.stderr
+        assert wait_for(lambda: r.status().mode == "on")
+    finally:
+        r.close()
+    assert sorted(x.name for x in deep.iterdir() if not x.name.startswith("trainscope-site-")) == []

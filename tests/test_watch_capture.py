@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -41,7 +42,9 @@ def watch(tmp_path, *args: str, job_args: tuple[str, ...] = (), timeout: int = 2
         str(JOB),
         *job_args,
     ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
+    # TMPDIR: the watch's run folder (and anything a killed watch leaves) stays under tmp_path.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
 
 
 def profiler_steps(path: pathlib.Path) -> list[str]:
@@ -64,9 +67,11 @@ def test_capture_at_seconds_writes_a_trace_of_n_steps_and_prints_its_verdict(tmp
     assert p.returncode == 3, p.stderr[-2000:]  # the job's exit code, unchanged
     traces = sorted(cap_dir.glob("capture-1-pid*.pt.trace.json"))
     assert len(traces) == 1, list(cap_dir.iterdir())
-    assert profiler_steps(traces[0]) == ["ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2"]
+    # Step 0 is the profiler's warm-up (recorded and discarded: its start-up cost lands there).
+    assert profiler_steps(traces[0]) == ["ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"]
     line = next(ln for ln in p.stdout.splitlines() if ln.startswith("trainscope: capture 1 ("))
     assert "3 steps at" in line and f"trace {traces[0]}" in line
+    assert "profiler overhead" in line and "per step" in line  # the cost, next to the verdict
     assert "step p50" in line  # the analyze engine's verdict line
     assert any(ln.startswith("trainscope: capture 1 overhead") and "per step" in ln for ln in p.stdout.splitlines())
     # The job's own output: all its lines, in order, and nothing from the profiler on its stderr.
@@ -214,6 +219,9 @@ async def _test_the_c_key_fills_the_capture_tab(tmp_path):
         assert "trace says:" in text and report.verdict_line().removeprefix("trainscope: ").split(" — ")[0] in text
         assert "counters then:  DATA-BOUND · step 200.0 ms" in text
         assert "overhead +55 % per step" in text and "step breakdown:" in text
+        # The cost is stated next to the verdict, not only further down.
+        trace_says = next(ln for ln in text.splitlines() if "trace says:" in ln)
+        assert trace_says.endswith("(profiler overhead +55 % per step)"), trace_says
 
 
 def test_c_without_the_hook_says_why(tmp_path):
@@ -244,7 +252,10 @@ def test_pid_attach_with_the_opt_in_hook_captures_too(tmp_path):
         f"import runpy, sys\nsys.argv = ['capture_job', '--steps', '400', '--compute-ms', '30']\n"
         f"runpy.run_path({str(JOB)!r}, run_name='__main__')\n"
     )
-    child = subprocess.Popen([sys.executable, str(job)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the job's hook and the watch meet in tmp_path/trainscope-UID
+    child = subprocess.Popen(
+        [sys.executable, str(job)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         cap_dir = tmp_path / "caps"
         p = subprocess.run(
@@ -270,6 +281,7 @@ def test_pid_attach_with_the_opt_in_hook_captures_too(tmp_path):
             capture_output=True,
             text=True,
             timeout=240,
+            env=env,
         )
         assert p.returncode == 0, p.stderr[-2000:]
         traces = list(cap_dir.glob(f"capture-1-pid{child.pid}.pt.trace.json"))

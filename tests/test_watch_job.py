@@ -10,6 +10,7 @@ measurement to check trainscope's against.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -37,7 +38,9 @@ def watch_job(tmp_path, *job_args: str, extra: tuple[str, ...] = ()) -> tuple[li
         str(JOB),
         *job_args,
     ]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    p = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)}
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     lines = [json.loads(line) for line in p.stdout.splitlines()]  # stdout holds only JSON lines
     samples = [d for d in lines if d["type"] == "sample"]

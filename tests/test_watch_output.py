@@ -138,6 +138,7 @@ def test_the_job_outlives_a_killed_watcher_and_keeps_its_output(tmp_path):
             ],
             stdout=f,
             stderr=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": str(tmp_path)},  # the run folder a killed watch leaves: in tmp_path
         )
         end = time.monotonic() + 120
         while "line 1/60" not in out.read_text() and time.monotonic() < end:

@@ -5,6 +5,7 @@ windows for the rule's edges)."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -42,7 +43,9 @@ def test_torchrun_job_reports_every_rank_and_names_the_slow_one(tmp_path):
         "--load-ms",
         "5",
     ]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    p = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)}
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     lines = [json.loads(ln) for ln in p.stdout.splitlines()]
     summary = lines[-1]
@@ -158,7 +161,8 @@ def test_pid_of_a_launcher_sees_its_ranks_through_the_opt_in_hook(tmp_path):
         "'LOCAL_RANK': str(r), 'WORLD_SIZE': '2'}, stdout=subprocess.DEVNULL) for r in range(2)]\n"
         "sys.exit(max(p.wait() for p in procs))\n"
     )
-    job = subprocess.Popen([sys.executable, str(launcher)])
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the ranks' hooks and the watch meet in tmp_path/trainscope-UID
+    job = subprocess.Popen([sys.executable, str(launcher)], env=env)
     try:
         time.sleep(0.5)
         p = subprocess.run(
@@ -180,6 +184,7 @@ def test_pid_of_a_launcher_sees_its_ranks_through_the_opt_in_hook(tmp_path):
             capture_output=True,
             text=True,
             timeout=240,
+            env=env,
         )
         assert p.returncode == 0, p.stderr[-2000:]
         summary = json.loads(p.stdout.splitlines()[-1])
@@ -224,7 +229,9 @@ def test_a_capture_of_a_torchrun_job_traces_every_rank_and_names_the_late_one(tm
         "--load-ms",
         "5",
     ]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    p = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)}
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     traces = sorted((cap_dir / "capture-1").glob("*.pt.trace.json"))
     assert [t.name.split("-")[0] for t in traces] == ["rank0", "rank1"], list(cap_dir.rglob("*"))

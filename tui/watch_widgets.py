@@ -153,12 +153,19 @@ def capture_text(captures: Sequence, message: str = "", instants: Sequence[tuple
         elif c.status != "done":
             lines.append(f"  no capture: {c.why}")
         else:
-            lines.append(f"  trace says:     {(c.verdict_line or '').removeprefix('trainscope: ')}")
+            from trainscope.reports.live import capture_cost, capture_judgement
+
+            d = c.to_dict()
+            lines.append(
+                f"  trace says:     {(c.verdict_line or '').removeprefix('trainscope: ')}  ({capture_cost(d)})"
+            )
+            if capture_judgement(d):
+                lines.append(f"  judged:         {capture_judgement(d)}")
             if c.summary:
                 lines.append(f"  {c.summary}")
             lines += [f"    {e}" for e in c.evidence]
             if c.breakdown:
-                lines.append("  step breakdown: " + " · ".join(c.breakdown))
+                lines.append("  step breakdown: " + " · ".join(c.breakdown_lines()))
             if c.top_kernels:
                 lines.append("  top kernels:")
                 lines += [f"    {k}" for k in c.top_kernels]

@@ -3,6 +3,12 @@ then runs the ``sitecustomize`` this one shadows (the next one on sys.path), as 
 
 Standard library only, and nothing here may stop the job: every failure is swallowed (the
 watcher notices that no hook reported in and says step mode is off).
+
+The hook goes in only while the watcher that launched the job is alive and its folder is this
+user's and private (``trainscope_step_hook.watcher_listening``): a process started after the
+watcher was killed (``kill -9`` leaves this folder behind until the next watch cleans it) runs
+exactly as it would without trainscope — this folder is taken off ``sys.path`` and nothing is
+installed.
 """
 
 
@@ -14,7 +20,11 @@ def _trainscope_bootstrap() -> None:
     try:
         import trainscope_step_hook  # copied beside this file by the watcher
 
-        trainscope_step_hook.install()
+        if trainscope_step_hook.watcher_listening():
+            trainscope_step_hook.install()
+        else:  # no live watcher: leave no trace in the job
+            sys.modules.pop("trainscope_step_hook", None)
+            sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     except Exception:
         pass
     # Chain: find and execute the next sitecustomize on sys.path, skipping this directory.

@@ -6,11 +6,27 @@ thread feeds the analyzer): it sends requests through the step socket, reads the
 fires the automatic triggers, and hands each finished trace to a worker thread that runs
 :func:`trainscope.api.analyze`, so sampling never waits on an analysis. A capture that cannot
 happen ends with one line that says why (:attr:`Capture.why`); nothing here raises into the watch.
+
+Trust: the capture folder is opened once, without following a link, and must be this user's and
+closed to others' writes (:func:`open_capture_folder`; created 0700 when missing). The job is told
+the folder's identity (device, inode) and refuses any other; it writes under a private temporary
+name and renames into place. A finished trace is checked on the folder's descriptor (a regular file
+of this user, not a link) and analyzed through that descriptor (``/proc/self/fd/N/…``), so no path
+component another user could swap is resolved again.
+
+Cost: the job records with the cheapest settings that still give a verdict (see
+:class:`trainscope.collectors.step_hook._Capture`), and every capture states what it cost the job
+— the median step during it against the steps around it, from the step hook's own timings — next
+to its verdict. The trace's launch/CPU-overhead share is then judged with that cost set apart
+(:meth:`Capture.set_apart`): a profiler makes every operator slower on the host, which a trace
+reads as the host holding the GPU up.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import statistics
 import threading
 import time
@@ -26,6 +42,8 @@ START_TIMEOUT_S = 30.0  # no answer from the job (no iteration boundary) for thi
 DEFAULT_MAX_S = 60.0  # a capture stops after this many seconds even if N iterations did not pass
 ANALYSIS_WAIT_S = 120.0  # at the end of a watch, how long to wait for analyses still running
 FINAL = ("done", "refused", "failed", "aborted")
+LAUNCH_FINDING = "host/launch-overhead"  # the verdict a profiler's own host cost can fake
+DEFAULT_FOLDER = "trainscope-captures"  # in the working directory, without --capture-dir or --record
 
 
 @dataclass
@@ -49,8 +67,11 @@ class Capture:
     before_ms: tuple[float, ...] = ()
     after_ms: tuple[float, ...] = ()
     start_s: float | None = None
+    warmup_s: float | None = None
     export_s: float | None = None
     time_limit: bool = False
+    settings: dict[str, Any] = field(default_factory=dict)  # what the job recorded (shapes, stack, memory)
+    host: dict[str, Any] = field(default_factory=dict)  # the trace's launch/CPU-overhead share, for set_apart()
     verdict_line: str | None = None
     headline: str | None = None
     summary: str | None = None
@@ -77,11 +98,54 @@ class Capture:
 
         return capture_overhead(self.to_dict())
 
+    def set_apart(self) -> dict[str, Any] | None:
+        """The trace's launch/CPU-overhead share judged with the profiler's own cost set apart.
+
+        The profiler's cost per step is measured by the step hook: the median captured step minus
+        the median step around the capture. A profiler slows the host side of every operator, which
+        the trace's breakdown counts as launch/CPU overhead (the GPU waiting on the host), so that
+        cost is taken off the trace's launch/CPU-overhead time and off its step:
+        ``job share = (launch ms − cost ms) / (trace step ms − cost ms)``. When the capture's
+        verdict is launch/CPU overhead and the share left is under ``host_overhead.moderate``, the
+        verdict is the profiler's, not the job's (``verdict_is_profilers``). None when there is
+        nothing to set apart (no cost measured, or no launch/CPU-overhead time in the trace)."""
+        o, h = self.overhead(), self.host
+        if o is None or not h or not h.get("launch_ms") or not h.get("step_ms"):
+            return None
+        cost = max(0.0, o[0] - o[1])
+        launch, step = float(h["launch_ms"]), float(h["step_ms"])
+        job_step = step - cost
+        job = 0.0 if job_step <= 0 else 100.0 * max(0.0, launch - cost) / job_step
+        moderate = float(h.get("moderate") or 3.0)
+        is_verdict = h.get("bottleneck") == LAUNCH_FINDING
+        return {
+            "cost_ms_per_step": round(cost, 3),
+            "launch_pct_in_trace": round(100.0 * launch / step, 2),
+            "launch_pct_set_apart": round(job, 2),
+            "moderate_pct": moderate,
+            "verdict_is_launch": is_verdict,
+            "verdict_is_profilers": bool(is_verdict and job < moderate),
+            "method": "launch/CPU-overhead ms and step ms of the trace, each less the profiler's cost per step "
+            "(median captured step − median step around it, from the step hook)",
+        }
+
     def line(self) -> str:
         """The headless line for a finished capture."""
         from trainscope.reports.live import capture_headline
 
         return capture_headline(self.to_dict())
+
+    def breakdown_lines(self) -> tuple[str, ...]:
+        """The trace's step breakdown, its launch/CPU-overhead entry with the profiler's cost set apart."""
+        sa, label = self.set_apart(), self.host.get("label")
+        if sa is None or not label:
+            return self.breakdown
+        return tuple(
+            f"{b} (≈ {sa['launch_pct_set_apart']:.1f} % with the profiler's cost set apart)"
+            if b.startswith(f"{label}:")
+            else b
+            for b in self.breakdown
+        )
 
     def to_dict(self) -> dict[str, Any]:
         o = self.overhead()
@@ -106,7 +170,7 @@ class Capture:
             "summary": self.summary,
             "evidence": list(self.evidence),
             "top_kernels": list(self.top_kernels),
-            "breakdown": list(self.breakdown),
+            "breakdown": list(self.breakdown_lines()),
             "ranks": list(self.ranks),
             "overhead": None
             if o is None
@@ -117,7 +181,10 @@ class Capture:
                 "before_steps": len(self.before_ms),
                 "after_steps": len(self.after_ms),
             },
+            "set_apart": self.set_apart(),
+            "settings": dict(self.settings),
             "start_s": _r(self.start_s),
+            "warmup_s": _r(self.warmup_s),
             "export_s": _r(self.export_s),
             "time_limit": self.time_limit,
         }
@@ -135,10 +202,11 @@ class CaptureOptions:
     at_s: float | None = None  # one capture this many seconds into the watch
     on: tuple[str, ...] = ()  # automatic triggers: "verdict-change", "slowdown"
     max_captures: int = 3
-    folder: str | None = None  # where traces go (the watch's private folder when None)
+    folder: str | None = None  # where traces go (DEFAULT_FOLDER in the working directory when None)
     max_s: float = DEFAULT_MAX_S
     stack: bool = False
     memory: bool = False
+    shapes: bool = False  # operators' input shapes (kernels' FLOP/s and % of roof); costs the job more
     ranks: str = "all"  # one of RANKS
 
 
@@ -154,8 +222,9 @@ class CaptureController:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.receiver = receiver
-        self.folder = folder
+        self.folder = os.path.abspath(folder)
         self.options = options or CaptureOptions()
+        self._fd: int | None = None  # the capture folder, opened and checked at the first capture
         self._analyze = analyze
         self._clock = clock
         self._lock = threading.Lock()
@@ -194,13 +263,19 @@ class CaptureController:
             if self.options.ranks == "lowest":
                 targets = targets[:1]
             try:
-                os.makedirs(self.folder, exist_ok=True)
+                dfd = self._folder_fd()
+                folder_id = _ident(dfd)
                 if len(targets) > 1:  # one trace per rank, in a folder that `trainscope analyze` reads as a rank set
-                    cap.path = os.path.join(os.path.abspath(self.folder), f"capture-{cap.id}")
-                    os.makedirs(cap.path, exist_ok=True)
+                    sub = _new_subfolder(dfd, f"capture-{cap.id}")
+                    cap.path = os.path.join(self.folder, sub)
+                    sfd = os.open(sub, _DIR_FLAGS, dir_fd=dfd)
+                    try:
+                        folder_id = _ident(sfd)
+                    finally:
+                        os.close(sfd)
             except OSError as e:
                 cap.path = None
-                return self._end(cap, "failed", f"cannot create {self.folder}: {e.strerror or e}")
+                return self._end(cap, "failed", f"cannot use {self.folder}: {e.strerror or e}")
             parts: dict[int, _Part] = {}
             for pid, rank in targets:
                 if cap.path is None:
@@ -218,8 +293,10 @@ class CaptureController:
                     "steps": cap.steps,
                     "max_s": self.options.max_s,
                     "path": path,
+                    "folder_id": list(folder_id),
                     "stack": self.options.stack,
                     "memory": self.options.memory,
+                    "shapes": self.options.shapes,
                 }
                 if self.receiver.send(pid, msg):
                     parts[pid] = _Part(pid, rank, path)
@@ -234,6 +311,62 @@ class CaptureController:
             who = f"pid {cap.pid}" if len(parts) == 1 else f"{len(parts)} ranks (pids {', '.join(map(str, parts))})"
             self._notes.append(f"capture {cap.id} ({trigger}): asked at {t:.1f} s for {cap.steps} iterations of {who}")
             return replace(cap)
+
+    def _folder_fd(self) -> int:
+        """The capture folder's descriptor: created 0700 when missing, refused (PermissionError)
+        when it is a link, another user's, or writable by others (see :func:`open_capture_folder`)."""
+        if self._fd is None:
+            self._fd = open_capture_folder(self.folder)
+        return self._fd
+
+    def _checked(self, path: str) -> tuple[str | None, str]:
+        """Where to read the trace the job says it wrote at ``path`` (a file, or a rank folder):
+        reached through the capture folder's descriptor, and only when it is this user's regular
+        file (a folder of this user's for a rank set), not a link; (None, why) otherwise."""
+        from trainscope.collectors.step_hook import fd_path
+
+        if self._fd is None:
+            return None, "the capture folder is not open"
+        rel = os.path.relpath(path, self.folder)
+        parts = rel.split(os.sep)
+        if rel.startswith(os.pardir) or any(p in ("", os.curdir, os.pardir) for p in parts):
+            return None, "the trace is not inside the capture folder"
+        fd = self._fd
+        opened: list[int] = []
+        try:
+            for i, part in enumerate(parts):
+                last = i == len(parts) - 1
+                flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+                nfd = os.open(part, flags if last else _DIR_FLAGS, dir_fd=fd)
+                opened.append(nfd)
+                st = os.fstat(nfd)
+                ok = stat.S_ISDIR(st.st_mode) or (last and stat.S_ISREG(st.st_mode))
+                if not ok or st.st_uid != os.geteuid():
+                    return None, "the trace is not a regular file of this user: not read"
+                fd = nfd
+        except OSError as e:
+            why = "it is a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))
+            return None, f"the trace cannot be opened safely ({why}): not read"
+        finally:
+            for o in opened:
+                os.close(o)
+        via = fd_path(self._fd, rel)
+        if via is not None:
+            return via, ""
+        from trainscope.collectors.step_hook import same_folder
+
+        if not same_folder(self._fd, self.folder):  # no /proc: the path, once it is known to lead here
+            return None, "the capture folder was replaced during the watch: not read"
+        return path, ""
+
+    def close(self) -> None:
+        """Release the capture folder (after :meth:`finish`)."""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
 
     def _targets(self) -> tuple[list[tuple[int, str | None]], str]:
         """The processes to ask: every stepping rank the socket can reach, lowest rank first."""
@@ -337,15 +470,20 @@ class CaptureController:
                 part.status, part.why = status, why or status
                 self._settle(cap, t)
             elif status == "done" and part.status in ("requested", "capturing"):
-                if not os.path.isfile(part.path):
-                    part.status, part.why = "failed", "the job said it wrote the trace, but it is not there"
+                via, why = self._checked(part.path)
+                if via is None:
+                    part.status, part.why = "failed", why
                     self._settle(cap, t)
                     return
-                part.status = "done"
+                part.status, part.via = "done", via
                 if pid == cap.pid or not cap.during_ms:  # the reference rank's times, else the first rank's
                     cap.during_ms, cap.before_ms = _ms(msg.get("steps_ns")), _ms(msg.get("before_ns"))
                     cap.start_s, cap.export_s = _s(msg.get("start_ns")), _s(msg.get("export_ns"))
+                    cap.warmup_s = _s(msg.get("warmup_ns"))
                     cap.time_limit = bool(msg.get("time_limit"))
+                    settings = msg.get("settings")
+                    if isinstance(settings, dict):
+                        cap.settings = {k: bool(settings.get(k)) for k in ("ops", "shapes", "stack", "memory")}
                 cap.started_t = cap.started_t if cap.started_t is not None else t
                 self._settle(cap, t)
 
@@ -374,7 +512,20 @@ class CaptureController:
                 self._notes.append(
                     f"capture {cap.id}: {len(done)} of {len(parts)} ranks captured; " + "; ".join(missing)
                 )
-        target = cap.path if many else done[0].path
+        target = done[0].via or done[0].path
+        if many:  # the rank folder, through the capture folder's descriptor as each file was
+            via, why = self._checked(cap.path)
+            if via is None:
+                self._end(cap, "failed", why)
+                return
+            target = via
+        from trainscope.collectors.step_hook import same_folder
+
+        if self._fd is not None and not same_folder(self._fd, self.folder):
+            self._notes.append(
+                f"capture {cap.id}: the folder {self.folder} was replaced during the watch (its parent lets "
+                "others rename it): the trace analyzed is the one the job wrote, no longer at the path shown"
+            )
         cap.status = "analyzing"
         self._notes.append(f"capture {cap.id}: {len(cap.during_ms)} iterations captured by {t:.1f} s: {cap.path}")
         th = threading.Thread(
@@ -471,6 +622,57 @@ class CaptureController:
                     c.status, c.why = "failed", f"the analysis did not finish within {wait_s:g} s"
 
 
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _ident(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _new_subfolder(dir_fd: int, name: str) -> str:
+    """A new folder ``name`` (0700) in the folder ``dir_fd``; ``name.2``, ``name.3``, … when taken
+    (a previous watch's capture of the same number keeps its traces, and none is mixed in)."""
+    for n in range(1, 1000):
+        candidate = name if n == 1 else f"{name}.{n}"
+        try:
+            os.mkdir(candidate, 0o700, dir_fd=dir_fd)
+            return candidate
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free capture folder name", name)
+
+
+def capture_folder_problem(path: str) -> str | None:
+    """Why the existing folder ``path`` cannot hold captures (a link, another user's, writable by
+    group or others, not a folder), or None (also when it does not exist yet: it is created 0700)."""
+    from trainscope.collectors.step_hook import NO_OTHER_WRITE, folder_problem
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return e.strerror or str(e)
+    return folder_problem(st, NO_OTHER_WRITE)
+
+
+def open_capture_folder(path: str) -> int:
+    """A descriptor of the capture folder ``path``: created 0700 when missing (its parents as
+    ``mkdir -p`` would), opened without following a link and checked on the descriptor — this
+    user's, not writable by group or others. PermissionError (or the OSError) otherwise."""
+    from trainscope.collectors.step_hook import NO_OTHER_WRITE, open_folder
+
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        os.makedirs(parent, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    return open_folder(path, NO_OTHER_WRITE)
+
+
 @dataclass
 class _Part:
     """One process's share of a capture."""
@@ -480,6 +682,7 @@ class _Part:
     path: str
     status: str = "requested"  # requested → capturing → done; or refused / failed / aborted
     why: str = ""
+    via: str | None = None  # where the checked trace is read (through the capture folder's descriptor)
 
     @property
     def label(self) -> str:
@@ -570,7 +773,22 @@ def _report_fields(report) -> dict[str, Any]:
     if ranks and d.get("rank") is not None:  # a rank set: the verdict is its slowest rank's
         summary = f"rank {d['rank']}'s trace: {summary}" if summary else summary
         line = f"{line} (rank {d['rank']}'s trace)" if line else line
+    launch = ((d.get("sinks") or {}).get("by_sink") or {}).get("launch") or {}
+    mean = (bd.get("step_time_ms") or {}).get("mean")
+    moderate = next(
+        (t.get("value") for t in d.get("thresholds") or [] if t.get("name") == "host_overhead.moderate"), None
+    )
+    host = {}
+    if launch.get("ms_per_step") and mean:
+        host = {
+            "launch_ms": launch["ms_per_step"],
+            "step_ms": mean,
+            "bottleneck": v.get("bottleneck"),
+            "moderate": moderate,
+            "label": ((bd.get("categories") or {}).get("idle_host_overhead") or {}).get("label"),
+        }
     return {
+        "host": host,
         "ranks": tuple(ranks[:65]),
         "verdict_line": line,
         "headline": str(v.get("axis") or ""),

@@ -128,8 +128,6 @@ class Watch:
         self._started = False
         self.capture_options = capture
         self.capture: "CaptureController | None" = None  # made once the step socket is open
-        self._capture_folder: str | None = None  # default folder for traces (inside the caller's private one)
-        self._own_capture_folder: str | None = None  # made here (--pid without --capture-dir): removed on close
 
     # -- feeding -------------------------------------------------------------------------------------
 
@@ -178,7 +176,6 @@ class Watch:
         try:
             self._receiver = StepReceiver(os.path.join(folder, "steps.sock"))
             env, _ = child_environment(self._receiver.path, base=env, folder=folder)
-            self._capture_folder = os.path.join(folder, "captures")
         except OSError as e:
             self.job_notes.append(f"step mode off: cannot open the step socket ({e.strerror or e})")
         return env
@@ -253,13 +250,11 @@ class Watch:
     def _start_capture(self) -> None:
         if self.capture_options is None or self._receiver is None:
             return
-        from trainscope.api.capture import CaptureController
+        from trainscope.api.capture import DEFAULT_FOLDER, CaptureController
 
-        folder = self.capture_options.folder or self._capture_folder
-        if folder is None:
-            import tempfile
-
-            folder = self._own_capture_folder = tempfile.mkdtemp(prefix="trainscope-captures-")
+        # Never a folder that is removed when the watch ends: the printed trace path must still
+        # lead somewhere afterwards. Created (0700) at the first capture, and checked then.
+        folder = self.capture_options.folder or os.path.abspath(DEFAULT_FOLDER)
         self.capture = CaptureController(self._receiver, folder, self.capture_options)
 
     def request_capture(self, trigger: str = "key") -> "Capture | None":
@@ -280,9 +275,10 @@ class Watch:
 
     def _listen_for_hook(self) -> None:
         from trainscope.collectors.step_hook import default_socket_path, private_dir
-        from trainscope.collectors.step_receiver import StepReceiver, ensure_private_dir
+        from trainscope.collectors.step_receiver import StepReceiver, clean_stale, ensure_private_dir
 
         try:
+            clean_stale()  # what killed watchers left: their sockets and owner files
             ensure_private_dir(private_dir())
             self._receiver = StepReceiver(default_socket_path(self.pid))
         except OSError as e:
@@ -347,6 +343,7 @@ class Watch:
             tail.append(self.add(self._queue.get_nowait()))
         if self.capture is not None:
             self.capture.finish()  # before the socket closes: the job's last replies are read
+            self.capture.close()
         if self._receiver is not None:
             status = self._receiver.status()
             if status.mode != "on" and self._launched:
@@ -390,11 +387,8 @@ class Watch:
         if self._receiver is not None:
             self._receiver.close()
             self._receiver = None
-        if self._own_capture_folder is not None:
-            import shutil
-
-            shutil.rmtree(self._own_capture_folder, ignore_errors=True)
-            self._own_capture_folder = None
+        if self.capture is not None:
+            self.capture.close()
 
     def __enter__(self) -> "Watch":
         return self
@@ -403,6 +397,30 @@ class Watch:
         self.close()
         if self._recorder is not None:
             self.finish()
+
+
+def output_refusal(path: str) -> str | None:
+    """Why ``watch`` refuses to write ``path`` (``--record``, ``--report``): a symbolic link it did not
+    create, or another user's file (:func:`trainscope.collectors.recording.output_refusal`); None when it may."""
+    from trainscope.collectors.recording import output_refusal as _refusal
+
+    return _refusal(path)
+
+
+def write_output(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole, never through a link nor over another user's file
+    (:func:`trainscope.collectors.recording.write_output`); OSError when it cannot be done."""
+    from trainscope.collectors.recording import write_output as _write
+
+    _write(path, data)
+
+
+def make_run_folder() -> str:
+    """A live watch's private folder in ``$TMPDIR`` (0700, with ``watch.owner``), after removing
+    what killed watchers left (:func:`trainscope.collectors.step_receiver.make_run_folder`)."""
+    from trainscope.collectors.step_receiver import make_run_folder as _make
+
+    return _make()
 
 
 def watch(

@@ -109,8 +109,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=float,
         metavar="S",
         help="stop watching after S seconds; a job watch launched is then stopped as Ctrl-C would stop it "
-        "(SIGINT, then SIGTERM and SIGKILL 10 s apart) and watch exits 0 when it ended on that signal, "
-        "else with the job's own exit code; a job attached with --pid runs on",
+        "(SIGINT to its whole process group, then SIGTERM and SIGKILL 10 s apart) and watch exits 0 when it "
+        "ended on that signal, else with the job's own exit code; a job attached with --pid runs on",
     )
     a.add_argument("--headless", action="store_true", help="no dashboard: one line per interval on stdout")
     a.add_argument(
@@ -159,8 +159,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--capture-dir",
         metavar="DIR",
-        help="keep the traces in DIR (default: captures/ beside --record; else the watch's private "
-        "folder, removed when the watch ends)",
+        help="keep the traces in DIR (default: captures/ beside --record; else trainscope-captures/ in the "
+        "working directory); created 0700, and refused when it is a link, another user's, or writable by "
+        "group or others",
     )
     c.add_argument(
         "--capture-ranks",
@@ -171,6 +172,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--capture-stack", action="store_true", help="record Python stacks in captures (slower)")
     c.add_argument("--capture-memory", action="store_true", help="record memory allocations in captures (slower)")
+    c.add_argument(
+        "--capture-shapes",
+        action="store_true",
+        help="record operators' input shapes in captures: the top kernels' FLOP/s and %% of roof (slower)",
+    )
     a.add_argument(
         "--threshold",
         type=threshold_arg,
@@ -201,24 +207,57 @@ GRACE_S = 10.0  # how long a launched job gets after each signal before the next
 
 
 def _launch(cmd: list[str], env: dict, stdout, stderr=None) -> subprocess.Popen:
-    """Start the job with a working SIGINT, as a shell starts a foreground command. A watcher that
-    was itself started with SIGINT ignored (a background command of a non-interactive shell, nohup
-    under ``&``, some CI runners) would otherwise pass the ignore on through exec: the job could not
-    be stopped gracefully and ``--duration`` would end it with SIGTERM. exec resets a *caught*
-    signal to its default, so SIGINT is caught here for the moment of the launch."""
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        return subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    """Start the job in a session (and process group) of its own, so that stopping it stops every
+    process it started (:func:`_stop_job` signals the group), with a working SIGINT, as a shell
+    starts a foreground command. A watcher that was itself started with SIGINT ignored (a
+    background command of a non-interactive shell, nohup under ``&``, some CI runners) would
+    otherwise pass the ignore on through exec: the job could not be stopped gracefully and
+    ``--duration`` would end it with SIGTERM. exec resets a *caught* signal to its default, so
+    SIGINT is caught here for the moment of the launch. The terminal's Ctrl-C reaches the watch,
+    which passes it on to the job's group."""
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr)
+        child = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, start_new_session=True)
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    child._trainscope_pgid = child.pid  # type: ignore[attr-defined]  (a new session: its own group)
+    return child
+
+
+def _group(child: subprocess.Popen) -> int | None:
+    """The job's own process group (its pid, as :func:`_launch` made it), or None when the child
+    does not lead one (then only the child itself is ever signalled: never the watch's own group)."""
+    pgid = getattr(child, "_trainscope_pgid", None)
+    if pgid is not None:
+        return pgid
+    try:
+        return child.pid if os.getpgid(child.pid) == child.pid else None
+    except OSError:
+        return None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # EPERM: a member this user may not signal (it changed its uid); still there
 
 
 def _stop_job(child: subprocess.Popen | None, sig: int, why: str | None = None) -> None:
     """Ask a launched job to stop as Ctrl-C or kill would (``sig``), then escalate: SIGTERM, then
-    SIGKILL, each after GRACE_S. With ``why``, each step is said on stderr."""
-    if child is None or child.poll() is not None:
+    SIGKILL, each after GRACE_S. Every signal goes to the job's whole process group (children it
+    forked included) and the next one follows while any of them still runs. With ``why``, each
+    step is said on stderr."""
+    if child is None:
+        return
+    pgid = _group(child)
+    if child.poll() is not None and (pgid is None or not _group_alive(pgid)):
         return
     steps = [sig] + [s for s in (signal.SIGTERM, signal.SIGKILL) if s != sig]
     for i, s in enumerate(steps):
@@ -231,12 +270,23 @@ def _stop_job(child: subprocess.Popen | None, sig: int, why: str | None = None) 
             sys.stderr.write(f"trainscope: {why}: sending {signal.Signals(s).name} to the job\n")
         sys.stderr.flush()
         try:
-            child.send_signal(s)
-            child.wait(timeout=GRACE_S)
+            if pgid is not None:
+                os.killpg(pgid, s)
+            else:
+                child.send_signal(s)
+        except ProcessLookupError:
             return
+        except OSError:
+            if pgid is None:
+                return
+        end = time.monotonic() + GRACE_S
+        try:
+            child.wait(timeout=GRACE_S)
         except subprocess.TimeoutExpired:
             continue
-        except OSError:
+        while pgid is not None and _group_alive(pgid) and time.monotonic() < end:
+            time.sleep(0.05)  # the leader is gone; the processes it forked are given the same grace
+        if pgid is None or not _group_alive(pgid):
             return
 
 
@@ -276,15 +326,30 @@ def run(args: argparse.Namespace) -> int:
     asked = args.capture_at is not None or args.capture_on or args.capture_dir
     if asked and (args.replay or args.no_step_hook):
         return fail("--capture-* needs the step hook of a live job (watch -- COMMAND, or --pid with the opt-in hook)")
-    if args.capture_dir:
-        try:
-            os.makedirs(args.capture_dir, exist_ok=True)
-        except OSError as e:
-            return fail(f"--capture-dir {args.capture_dir}: {e.strerror or e}")
-        if not os.access(args.capture_dir, os.W_OK | os.X_OK):
-            return fail(f"--capture-dir {args.capture_dir}: not writable")
+    capture_folder = None
+    if not args.replay and not args.no_step_hook:
+        capture_folder = args.capture_dir or (
+            os.path.join(os.path.dirname(os.path.abspath(args.record)), "captures") if args.record else None
+        )
+    if capture_folder:  # before any job starts: a folder another user controls is refused
+        from trainscope.api.capture import capture_folder_problem, open_capture_folder
+
+        flag = "--capture-dir" if args.capture_dir else "--record's captures folder"
+        problem = capture_folder_problem(capture_folder)
+        if problem:
+            return fail(
+                f"{flag} {capture_folder}: {problem}: refused (captures go only into a folder of yours that "
+                "nobody else can write into: `chmod go-w` it, or name another)"
+            )
+        if args.capture_dir:
+            try:
+                os.close(open_capture_folder(capture_folder))
+            except OSError as e:
+                return fail(f"--capture-dir {capture_folder}: {e.strerror or e}")
+    from trainscope.api.live import output_refusal
+
     for flag, path in (("--record", args.record), ("--report", args.report)):
-        problem = output_problem(path) if path else None
+        problem = (output_refusal(path) or output_problem(path)) if path else None
         if problem:  # before any job starts: a typo must not cost a training run
             return fail(f"{flag} {path}: {problem}")
         if path and args.replay and same_file(path, args.replay):
@@ -298,17 +363,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.replay and not args.no_step_hook:
         from trainscope.api.capture import CaptureOptions
 
-        folder = args.capture_dir or (
-            os.path.join(os.path.dirname(os.path.abspath(args.record)), "captures") if args.record else None
-        )
         capture = CaptureOptions(
             steps=args.capture_steps,
             at_s=args.capture_at,
             on=tuple(args.capture_on),
             max_captures=args.capture_max,
-            folder=folder,
+            folder=capture_folder,
             stack=args.capture_stack,
             memory=args.capture_memory,
+            shapes=args.capture_shapes,
             ranks=args.capture_ranks,
         )
     w = api.watch(
@@ -376,11 +439,10 @@ def _finish(args, w, info: dict[str, Any]) -> int:
         info["captures"] = [c.to_dict() for c in w.captures()]
     code = EXIT_OK
     if args.report:  # in the format its name says (reports/formats.py), Markdown by default
-        from trainscope.common import write_report
         from trainscope.reports.renderers import WatchSummary
 
         try:
-            write_report(args.report, WatchSummary(st, info).output())
+            _write_report(args.report, WatchSummary(st, info).output())
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.report}: {e.strerror or e}\n")
             code = EXIT_BAD_INPUT
@@ -395,6 +457,22 @@ def _finish(args, w, info: dict[str, Any]) -> int:
     from trainscope.commands.runs import save_recording  # watch --save: the recording's analysis, in the history
 
     return save_recording(args) or code
+
+
+def _write_report(path: str, out) -> None:
+    """``--report FILE`` in the format its name says (reports/formats.py; Markdown under a suffix no
+    format claims, said on stderr), written whole and never through a link the watch did not
+    create nor over another user's file (collectors/recording.write_output)."""
+    from trainscope.api.live import write_output
+    from trainscope.traces.safe_text import visible
+
+    w, named = formats.for_path(path, out.document)
+    if not named:
+        sys.stderr.write(
+            f"trainscope: {visible(path)}: written as {w.label} (--report writes {formats.suffix_help(out.document)})\n"
+        )
+    data = formats.render(w, out)
+    write_output(path, data if isinstance(data, bytes) else data.encode("utf-8", errors="backslashreplace"))
 
 
 def _replay(args, w) -> int:
@@ -414,7 +492,9 @@ def _replay(args, w) -> int:
 
 def _live(args, cmd: list[str], w) -> int:
     """A live watch, in a private temporary folder (the hook's socket, the injected site folder)
-    that is removed however the watch ends — the job crashing, Ctrl-C, an error."""
+    that is removed however the watch ends — the job crashing, Ctrl-C, SIGTERM or SIGHUP, an
+    error. A watch killed with -9 leaves it behind: its ``watch.owner`` names a dead process, so
+    the hook stays out of any process the job starts afterwards and the next watch removes it."""
     import shutil
     import tempfile
 
@@ -426,7 +506,15 @@ def _live(args, cmd: list[str], w) -> int:
             return fail(
                 f"cannot serve Prometheus metrics on {args.prometheus_host}:{args.prometheus_port}: {e.strerror or e}"
             )
-    run_dir = tempfile.mkdtemp(prefix="trainscope-watch-")
+    from trainscope.api.live import make_run_folder
+
+    try:  # in $TMPDIR, 0700, with a watch.owner file; what dead watchers left is removed first
+        run_dir = make_run_folder()
+    except OSError as e:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        return fail(f"cannot create the watch's private folder in {tempfile.gettempdir()}: {e.strerror or e}")
     try:
         return _run_watch(args, cmd, run_dir, w, server)
     finally:
@@ -481,11 +569,13 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
             output=output.kept.since if output is not None and output.kept is not None else None,
         )
 
-    # SIGTERM ends the watch like Ctrl-C: report, recording end marker; a launched job gets it too.
+    # SIGTERM (and SIGHUP: the terminal closed, tmux kill-server) ends the watch like Ctrl-C:
+    # report, recording end marker, the run folder removed; a launched job gets the same signal.
     def on_term(signum, frame):
-        raise _Stop()
+        raise _Stop(signum)
 
     old_term = signal.signal(signal.SIGTERM, on_term)
+    old_hup = signal.signal(signal.SIGHUP, on_term) if hasattr(signal, "SIGHUP") else None
     interrupted = False
     detached = False  # q in the dashboard left the job running
     exit_code = None
@@ -514,9 +604,11 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
                 _stop_job(child, signal.SIGINT)
     except (KeyboardInterrupt, _Stop) as e:
         interrupted = True
-        _stop_job(child, signal.SIGTERM if isinstance(e, _Stop) else signal.SIGINT)
+        _stop_job(child, (e.args[0] if e.args else signal.SIGTERM) if isinstance(e, _Stop) else signal.SIGINT)
     finally:
         signal.signal(signal.SIGTERM, old_term)
+        if old_hup is not None:
+            signal.signal(signal.SIGHUP, old_hup)
         for sample in w.stop():  # the last partial interval, and what the loop had not printed
             if emit is not None:
                 emit(sample)
@@ -536,6 +628,8 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
         except subprocess.TimeoutExpired:
             _stop_job(child, signal.SIGTERM, "the job did not end")
             exit_code = child.wait()
+        if by_duration or interrupted:  # the job's leader ended: what it forked goes with it
+            _stop_job(child, signal.SIGTERM, "processes the job started still run")
         if output is not None and output.kept is not None:
             output.drain()  # the job's last lines before the summary
     code = _finish(
