@@ -180,6 +180,15 @@ class _Rows:
         return self.cols[k]
 
 
+def _no_kernels() -> _Rows:
+    """The kernel columns of an export that recorded none (its recording ended before the first)."""
+    cols = {c: np.empty(0, np.int64) for c in ("start", "end", "deviceId", "streamId", "correlationId", "globalPid")}
+    cols["proc"] = np.empty(0, np.int64)
+    cols["name_inv"] = np.empty(0, np.int64)
+    cols["name_uniq"] = []  # type: ignore[assignment]
+    return _Rows(cols)
+
+
 def _is_wal(path: str) -> bool:
     with open(path, "rb") as f:
         header = f.read(20)
@@ -815,7 +824,10 @@ class _Reader:
         if "StringIds" not in self.tables:
             raise TraceError(self.path, "Nsight Systems export has no StringIds table: names cannot be resolved")
         kernel_table = "CUPTI_ACTIVITY_KIND_KERNEL"
-        if kernel_table not in self.tables:
+        # An export whose recording ended before the first kernel (start-up only: context creation, a
+        # memset) is read on its copies and memsets: its window is judged not representative.
+        gpu_ops = any(t in self.tables for t in ("CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_MEMCPY"))
+        if kernel_table not in self.tables and not gpu_ops:
             raise TraceError(
                 self.path,
                 "Nsight Systems export holds no CUDA kernels (no CUPTI_ACTIVITY_KIND_KERNEL "
@@ -825,14 +837,18 @@ class _Reader:
         self.strings_raw = dict(self.src.small("StringIds", ["id", "value"]))
         split = self._start_nvtx_split()
         try:
-            kernels = self._kernels(kernel_table)
-            if len(kernels) == 0:
-                raise TraceError(
-                    self.path, "Nsight Systems export holds no CUDA kernels (CUPTI_ACTIVITY_KIND_KERNEL is empty)"
-                )
+            kernels = self._kernels(kernel_table) if kernel_table in self.tables else _no_kernels()
             self._progress("reading Nsight export", 0.3)
             copies = self._copies()
             memsets = self._memsets()
+            if len(kernels) == 0 and not any(r is not None and len(r) for r in (copies, memsets)):
+                raise TraceError(
+                    self.path,
+                    "Nsight Systems export holds no CUDA kernels (CUPTI_ACTIVITY_KIND_KERNEL is empty)"
+                    if kernel_table in self.tables
+                    else "Nsight Systems export holds no CUDA kernels (no CUPTI_ACTIVITY_KIND_KERNEL table): "
+                    "profile with `nsys profile --trace=cuda,nvtx ...`",
+                )
             runtime = self._runtime()
             osrt = self._osrt()
             metrics = self._gpu_metrics()
@@ -846,9 +862,12 @@ class _Reader:
         gpus, cuda_map = self._devices()
         session_ns = self._session_start()
 
-        procs = sorted(set(kernels["proc"].tolist()))
+        ops = [r for r in (kernels, copies, memsets) if r is not None and len(r)]
+        procs = sorted(set(np.concatenate([r["proc"] for r in ops]).tolist()))
         # A rank per process only when there are several; DDP convention: rank i uses GPU i.
-        first_dev = {p: int(kernels["deviceId"][kernels["proc"] == p].min()) for p in procs}
+        first_dev = {
+            p: min(int(r["deviceId"][r["proc"] == p].min()) for r in ops if (r["proc"] == p).any()) for p in procs
+        }
         order = sorted(procs, key=lambda p: (first_dev[p], p))
         traces = []
         for rank, proc in enumerate(order):

@@ -62,8 +62,9 @@ def test_the_label_classes_are_the_registry_classes():
     # every class a verdict can name is claimed by some finding that can be primary, except "none"
     claimed = {s.label_class for s in REGISTRY.values() if s.can_be_primary}
     # capacity: memory snapshots and live; gpu-bound: named by the verdict's saturated-GPU branch (kernel
-    # time of unknown bound is no primary sink: it cannot be ranked against causes it does not measure)
-    assert set(LABEL_CLASSES) - claimed == {"none", "capacity", "gpu-bound"}
+    # time of unknown bound is no primary sink: it cannot be ranked against causes it does not measure);
+    # not-representative: named before any sink is ranked, when the window holds no steady state (issue 36)
+    assert set(LABEL_CLASSES) - claimed == {"none", "capacity", "gpu-bound", "not-representative"}
     for rel, lab in LABELS["traces"].items():
         if set(lab.get("primary") or []) & set(PENDING_CLASSES):
             assert set(lab["primary"]) & set(LABEL_CLASSES), f"{rel}: no primary class a verdict can give today"
