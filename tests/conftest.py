@@ -153,6 +153,7 @@ FAST = {
     "test_window.py",
     "test_intervals.py",
     "test_one_pipeline.py",
+    "test_one_off.py",
 }
 # What else a module needs or does (besides being slow): `app` drives a Textual app, `subprocess`
 # starts processes (trainscope, jobs, tmux), `needs_torch` / `needs_hta` import those packages.
