@@ -307,7 +307,11 @@ def _first_calls(
     rows = np.flatnonzero(candidates)
     if not len(rows):
         return []
-    order = rows[np.lexsort((ts[rows], names[rows]))]
+    t = ts[rows]
+    if len(t) < 2 or bool((t[1:] >= t[:-1]).all()):  # already in time order (a table's rows): one key
+        order = rows[np.argsort(names[rows], kind="stable")]
+    else:
+        order = rows[np.lexsort((t, names[rows]))]
     nm = names[order]
     starts = np.flatnonzero(np.concatenate([[True], nm[1:] != nm[:-1]]))
     ends = np.concatenate([starts[1:], [len(order)]])

@@ -24,8 +24,9 @@ def key_figures(doc: dict) -> list[tuple[str, str]]:
     rows = [("device", doc["device"]["name"] or "no GPU in trace")]
     if doc["steps"]:
         rows.append(("steps", f"{len(doc['steps'])} ({doc['steps_method'].replace('_', ' ')})"))
-    for i, line in enumerate(window_lines(doc)):
+    for i, line in enumerate(window_lines(doc)):  # the window judged, what was left out as not steady
         rows.append(("window" if i == 0 else "", line))
+    if doc["steps"]:
         rows.append(("step time", f"p50 {st['p50']:.1f} ms · p95 {st['p95']:.1f} ms"))
         rows.append(("GPU busy", f"{b['gpu_busy_pct']:.1f} % of step time"))
         rows.append(("data wait", f"{b['data_wait_pct']:.1f} % of step time"))
@@ -118,7 +119,11 @@ class Overview(VerticalScroll):
         self.query_one("#evidence", Static).update(ev)
         fixes = Text()
         for r in doc["recommendations"][:3]:
-            gain = gain_words(r, step=True)
+            gain = (
+                f"up to {r['projected_speedup']:.2f}× (step ≥ {r['projected_step_ms']:.1f} ms)"
+                if r["projected_speedup"]
+                else gain_words(r)  # a one-off cost's fix: seconds once per process
+            )
             fixes.append(f"{r['rank']}. ", style="bold")
             fixes.append(r["title"])
             fixes.append(f" — {gain}\n", style="bold")
@@ -141,7 +146,9 @@ class Overview(VerticalScroll):
             for ms, what in rows:
                 ledger.append(f"  {ms:>12}  ", style="bold")
                 ledger.append(visible(what) + "\n")
-        self.query_one("#ledger", Static).update(ledger)
+        box = self.query_one("#ledger", Static)
+        box.update(ledger)
+        box.display = bool(rows)  # no empty line where the trace holds no one-off cost
         # A rank directory: what the Ranks tab finds is said here too, so the two never disagree silently.
         ranks = Text()
         if stragglers:
