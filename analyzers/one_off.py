@@ -447,13 +447,11 @@ def one_off_costs(trace: Trace, rules: Rules | None = None, steps: StepSegmentat
             )
 
         # --- first use of other runtime APIs ---------------------------------------------------
-        other = ~(sync | launch | modload | rtc | begin | endc | inst | glaunch | used | in_capture) & (
-            idle >= idle_min
-        )
-        firsts = _first_calls(
-            r.name, r.ts, r.dur, other | (api & ~sync & ~launch & ~used & ~in_capture), first_ns, ratio
-        )
-        firsts = [(j, m) for j, m in firsts if other[j]]
+        # grouped by name over every call of the kinds that can be first-use costs (the first call
+        # of a name is its first call, whatever the GPU did then); flagged only with the GPU idle
+        kinds = ~(sync | launch | modload | rtc | begin | endc | inst | glaunch)
+        firsts = _first_calls(r.name, r.ts, r.dur, kinds, first_ns, ratio)
+        firsts = [(j, m) for j, m in firsts if not used[j] and not in_capture[j] and idle[j] >= idle_min]
         if firsts:
             rows = np.array(sorted((j for j, _ in firsts), key=lambda j: -int(r.dur[j])))
             used[rows] = True
@@ -700,7 +698,11 @@ def _first_call_ranges(
     idle_min: float,
 ) -> list[OneOffCost]:
     """Ranges and operators whose first call is far longer than their later calls (TorchScript's first
-    call, torch.compile's first CompiledFunction, cuDNN autotuning): the part no other cost explains."""
+    call, torch.compile's first CompiledFunction, cuDNN autotuning): the part no other cost explains.
+    The evidence is a first call during which the GPU idles: a trace with no GPU activity has none (a
+    CPU job's first optimizer step is its own work, not a device's initialization)."""
+    if not trace.has_gpu_activity:
+        return []
     rows_s, rows_e, rows_n = [], [], []
     skip = name_mask(trace, PROFILER_STEP) | name_mask(trace, _STEP_NAME)
     r = trace.runtime

@@ -101,17 +101,17 @@ def window_lines(doc: dict) -> list[str]:
     out = []
     if st["left_out"] or not st["representative"] or st["steady_range"]:
         out.append(f"judged {st['judged']}" + (f"; left out: {'; '.join(st['left_out'])}" if st["left_out"] else ""))
-    offer = [x for x in [st["steady_range"], *st["offered_ranges"]] if x]
     if st["ranges"]:
         parts = [
             f"{p['name']} {p['ms']:,.1f} ms{' ×' + str(p['count']) if p['count'] > 1 else ''}"
             f" ({'judged' if p['judged'] else p['kind']})"
             for p in st["ranges"]
         ]
+        offer = list(dict.fromkeys(p["name"] for p in st["ranges"] if not p["judged"]))
         out.append(
             "phase ranges: "
             + ", ".join(parts)
-            + (f" — judge another with --step-range NAME ({', '.join(offer)})" if len(offer) > 1 else "")
+            + (f" — judge one with --step-range NAME ({', '.join(offer)})" if offer else "")
         )
     return out
 

@@ -73,6 +73,4 @@ def test_gloo_cpu_ranks_get_an_imbalance_verdict(gloo_dir):
     assert 50 < others < 80  # rank 0 waits ≈ 39 ms of a ≈ 58 ms step
     assert f.stake_pct == pytest.approx(others / 2, abs=0.05)  # balanced work sheds (N − 1)/N of the wait, N = 2
     fast = next(a for a in report.ranks if a.rank == 0)
-    # rank 0's own wait, measured on its host; its first step (the first DDP forward, 84 ms) is a warm-up
-    # step left out of its judged steps, not of the collectives matched across ranks (issue 36)
-    assert fast.sinks.pct("imbalance") == pytest.approx(others, abs=8)
+    assert fast.sinks.pct("imbalance") == pytest.approx(others, abs=5)  # rank 0's own wait, measured on its host
