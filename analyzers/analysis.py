@@ -32,6 +32,7 @@ from trainscope.analyzers.hw_counters import (
 from trainscope.analyzers.kernels import HIGH_INTENSITY, LOW_INTENSITY, KernelSummary, kernel_classes, kernel_summary
 from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
+from trainscope.analyzers.one_off import SteadyWindow, one_off_costs, steady_window
 from trainscope.analyzers.phases import PhaseBreakdown, phase_breakdown
 from trainscope.analyzers.repairs import RepairLog, ensure_checked, with_repairs
 from trainscope.analyzers.recommendations import Recommendation, recommend
@@ -41,7 +42,16 @@ from trainscope.analyzers.roofline import Roofline, roofline, tensor_core_names
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.sinks import Sinks, moved, sink_rows, split_sinks
 from trainscope.analyzers.steps import StepSegmentation, name_mask, segment_steps
-from trainscope.analyzers.verdict import primary_first, DiagnosisInput, Finding, Verdict, classify, findings
+from trainscope.analyzers.verdict import (
+    NOT_REPRESENTATIVE,
+    DiagnosisInput,
+    Finding,
+    Verdict,
+    classify,
+    findings,
+    not_steady,
+    primary_first,
+)
 from trainscope.traces.model import Column, Trace, TraceSet
 
 _SINGLE_PROCESS_LOADER = re.compile(r"_SingleProcessDataLoaderIter")
@@ -72,6 +82,9 @@ class Analysis:
     host_idle: HostIdle | None = None  # GPU idle split by what the host was doing (input/launch/sync/other)
     hw_counters: HwCounterReport | None = None  # measured FLOPs per kernel (CUPTI counter mode), where recorded
     busy_bound: BusyBound | None = None  # what a kernel-level fix can remove, bounded by the roofline
+    # The start-up ledger (one-off costs, phase ranges) and the window judged: the steady state, or NOT
+    # REPRESENTATIVE when the window holds none (analyzers/one_off.py)
+    steady: SteadyWindow | None = None
     # What the findings and verdict read (kept so a cross-rank pass can re-judge with imbalance).
     observations: DiagnosisInput | None = field(default=None, repr=False, compare=False)
     repairs: RepairLog | None = field(default=None, repr=False, compare=False)  # the invariant pass's log
@@ -93,7 +106,11 @@ def analyze_trace(
     repairs = ensure_checked(trace, rules.value("step.stub_fraction"))  # the invariant pass, once per trace
     heap.release()
     ctx = detect_context(trace)
-    seg = segment_steps(trace, step_range)
+    seg = segment_steps(trace, step_range, rules)
+    # Phases before verdicts: the one-off costs (start-up, compilation, capture, upload, teardown) are
+    # found first, and the window judged is the steady state — or none, said so.
+    ledger = one_off_costs(trace, rules, steps=seg)
+    seg, steady = steady_window(trace, seg, ledger, rules, explicit=step_range is not None)
     device = primary_device(trace)
     classes = kernel_classes(trace)  # regexes over long kernel names: classify once, use twice
     heap.release()
@@ -132,7 +149,7 @@ def analyze_trace(
         heap.release()
         hidle = host_idle(trace, seg, device, rules.value("launch.cold_start_ms")) if trace.has_gpu_activity else None
         heap.release()
-        inp = observations(trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle)
+        inp = observations(trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle, steady=steady)
         sinks = inp.sinks
         if sinks is not None and trace.has_gpu_activity:  # one story: the idle rows show the sinks' figures
             bd = refiled(bd, sink_rows(sinks))
@@ -151,6 +168,8 @@ def analyze_trace(
         warnings.append(f"{seg.note}; to time steps, {how_to_record(trace.format, 'steps')}")
     if seg.stub_note:
         warnings.append(seg.stub_note)
+    if steady.left_out:
+        warnings.append(f"judged {steady.judged}; left out as not steady state: {'; '.join(steady.left_out)}")
     return with_repairs(
         Analysis(
             source=trace.source,
@@ -178,6 +197,7 @@ def analyze_trace(
             hw_counters=hwc,
             busy_bound=bound,
             repairs=repairs,
+            steady=steady,
         ),
         repairs,
     )
@@ -327,6 +347,7 @@ def observations(
     hidle: HostIdle | None = None,
     imbalance_ns: int = 0,
     imbalance_evidence: tuple[Evidence, ...] = (),
+    steady: SteadyWindow | None = None,
 ) -> DiagnosisInput:
     """Everything the findings read, measured once: the sinks of step time and the evidence of the
     modules that refine them (host-device traffic, attention, counters, host frames)."""
@@ -372,6 +393,7 @@ def observations(
         gaps=gaps,
         extra={**graph_replays(trace, seg, device), "gpus_described": len(trace.devices)},
         copy_traffic=copy_traffic(trace, seg, device) if trace.has_gpu_activity else None,
+        steady=steady,
     )
 
 
@@ -453,11 +475,23 @@ def judge(
     found = findings(inp, rules)
     verdict = classify(inp, found, rules)
     found = primary_first(found, verdict)
-    recs = (
-        []
-        if verdict.axis == "insufficient_evidence"
-        else recommend(found, bd, spec, device_name, ctx, rules, bound=bound, single_loader=inp.single_process_loader)
-    )
+    if verdict.axis == "insufficient_evidence":
+        recs = []
+    else:
+        # A window with no steady state gets the fixes of its one-off costs only: how to record the
+        # steady state, and what removes the costs (in seconds once per process, never per step).
+        mine = [f for f in found if not_steady(f)] if verdict.axis == NOT_REPRESENTATIVE else found
+        recs = recommend(
+            mine,
+            bd,
+            spec,
+            device_name,
+            ctx,
+            rules,
+            bound=bound,
+            single_loader=inp.single_process_loader,
+            steady=inp.steady,
+        )
     return found, verdict, recs
 
 

@@ -61,6 +61,9 @@ _OPTIMIZER_RANGE = re.compile(r"^Optimizer\.(step|zero_grad)#|(^|[^a-z])optimi[s
 _BACKWARD_KERNEL = re.compile(r"(^|[^a-z])(bwd|backward)([^a-z]|$)|_backward_|Backward|dgrad|wgrad", re.I)
 _OPTIMIZER_KERNEL = re.compile(r"adam|multi_tensor_apply|(^|[^a-z])(lamb|sgd)([^a-z]|$)", re.I)
 _GRAPH_LAUNCH = re.compile(r"^(cuda|hip)GraphLaunch")
+# Operators and ranges that choose the next token from the logits: an autoregressive decode loop runs
+# one per generated token (greedy argmax, top-k/top-p sampling, multinomial draws, an engine's sampler).
+_TOKEN_CHOICE = re.compile(r"(^|[^a-z])(argmax|multinomial|topk|top_k|top_p|sampl(e|er|ing))([^a-z]|$)", re.I)
 _COMPILED = re.compile(r"CompiledFunction|Torch-Compiled Region|^triton_|TorchDynamo|inductor", re.I)
 _PYTORCH_OP = re.compile(r"^aten::|^torch\.|^c10d::|ProfilerStep#|^autograd::")
 _PYTORCH_KERNEL = re.compile(r"at::native::|at_cuda_detail|c10::")
@@ -112,6 +115,10 @@ class Context:
     # Whether the roofline calls most matrix-kernel time compute-bound (None: no roofline): tensor
     # cores speed up arithmetic, so mixed-precision advice is for compute-bound matrix math only.
     matmul_compute_bound: bool | None = None
+    # The trace shows a loop that generates tokens: operators choosing the next token called more than
+    # once, or CUDA/HIP graph replays (serving engines capture the decode step and replay it per token).
+    # Without it no run is a decode step, whatever its matrix kernels (context.refine).
+    decode_loop: bool = False
 
     @property
     def training(self) -> bool:
@@ -181,7 +188,9 @@ def detect_context(trace: Trace) -> Context:
     opt = _first(host_ranges, _OPTIMIZER_RANGE) or _first(ops, _OPTIMIZER_RANGE)
     kbwd = _first(kernels, _BACKWARD_KERNEL)
     kopt = _first(kernels, _OPTIMIZER_KERNEL) if framework == "pytorch" else None
-    found = bwd or opt or kbwd or kopt
+    # Optimizer-like kernels alone (multi_tensor_apply runs any foreach op) are no training evidence
+    # without a backward pass or an optimizer range: an inference engine uses foreach ops too.
+    found = bwd or opt or kbwd or (kopt if (bwd or kbwd or opt) else None)
     if found is not None:
         mode = "training"
         what = "backward pass" if (bwd or kbwd) else "optimizer step"
@@ -238,6 +247,15 @@ def detect_context(trace: Trace) -> Context:
     emb = _first(kernels, _EMBEDDING)
     if emb is not None:
         evidence.append(f"embedding tables: {_short(emb)}")
+    token_ids = [i for i, n in enumerate(trace.strings) if _TOKEN_CHOICE.search(n)]
+    token_calls = sum(
+        int(np.isin(t.name, token_ids).sum()) for t in (trace.cpu_ops, trace.annotations) if len(t) and token_ids
+    )
+    decode_loop = mode == "inference" and (graphs or token_calls >= 2)
+    if decode_loop:
+        evidence.append(
+            "decode loop: " + ("graph replays" if graphs else f"{token_calls} calls choosing the next token")
+        )
     return Context(
         mode,
         graphs,
@@ -252,6 +270,7 @@ def detect_context(trace: Trace) -> Context:
         fused_opt,
         source,
         embeddings=emb is not None,
+        decode_loop=decode_loop,
     )
 
 
@@ -277,8 +296,8 @@ def refine(ctx: Context, roof: Roofline | None) -> Context:
                 comp += r.total_ms
     if mat_mem + mat_comp > 0:
         ctx = replace(ctx, matmul_compute_bound=mat_comp >= mat_mem)
-    if not ctx.inference or mem <= comp or mem <= 0:
-        return ctx
+    if not ctx.inference or mem <= comp or mem <= 0 or not ctx.decode_loop:
+        return ctx  # memory-bound matrix kernels alone are small-batch inference, not token generation
 
     return replace(
         ctx,

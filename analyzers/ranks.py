@@ -493,7 +493,11 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
                 arrival[r, c] = s.collectives.start[i] - off_r
                 end[r, c] = s.collectives.end[i] - off_r
     ranks: list[RankAlignment] = []
-    steps = np.array([max(1, len(s.analysis.segmentation.steps)) for s in summaries], float)
+    # Collectives are matched over the whole trace: per step is over every step it marks, the warm-up
+    # steps left out of the judged window included (analyzers/one_off.py)
+    steps = np.array(
+        [max(1, len(s.analysis.segmentation.steps) + len(s.analysis.segmentation.warmup)) for s in summaries], float
+    )
     late_ns = np.zeros(n)
     test = None
     n_instances = len(inst)  # matched instances, cold starts included (the matching's figure)

@@ -15,9 +15,10 @@ from trainscope.analyzers.busy_bound import BusyBound
 from trainscope.analyzers.context import Context
 from trainscope.analyzers.devices import DeviceSpec
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.findings.base import Finding, Fix
+from trainscope.analyzers.findings.base import Finding, Fix, in_context
 from trainscope.analyzers.findings import fix_text
 from trainscope.analyzers.host_idle import COLD_START_DETAIL
+from trainscope.analyzers.one_off import SteadyWindow
 from trainscope.analyzers.rules import Rules
 
 
@@ -30,12 +31,22 @@ class Recommendation:
     projected_speedup: float | None  # upper bound, ×; None when no projection is possible
     projected_step_ms: float | None
     basis: str  # the formula with the measured numbers
+    # A one-off cost's fix: the seconds it removes once per process (never a per-step speed-up).
+    once_s: float | None = None
 
     @property
     def projection_text(self) -> str:
+        if self.once_s is not None:
+            return once_text(self.once_s)
         if self.projected_speedup is None:
             return "no projection"
         return f"up to {self.projected_speedup:.2f}× faster (step ≥ {self.projected_step_ms:.1f} ms)"
+
+
+def once_text(seconds: float) -> str:
+    """A one-off gain in words: seconds once per process, not per step."""
+    amount = f"{seconds:,.2f} s" if seconds >= 0.1 else f"{seconds * 1e3:,.1f} ms"
+    return f"saves up to {amount} once per process (not per step)"
 
 
 def _remove(b: Breakdown, removed_frac: float, busy_time: bool = False) -> tuple[float, str]:
@@ -63,11 +74,66 @@ def roofline_removable_pct(f: Finding, bound: BusyBound | None) -> float | None:
     return f.stake_pct * bound.removable_fraction
 
 
+def steady_caps(b: Breakdown, steady: SteadyWindow | None) -> tuple[float | None, float]:
+    """What the one-off costs inside the judged window take from what a steady-state fix can remove:
+    (the GPU idle % left after them — None when they hold none —, the % of step time in one-off
+    copies). torch.compile cannot remove a context creation; pinned memory cannot speed up a
+    one-time weight upload."""
+    if steady is None:
+        return None, 0.0
+    idle = None
+    if steady.one_off_idle_ns:
+        idle = max(0.0, 100.0 - b.gpu_busy_pct - steady.one_off_idle_pct)
+    return idle, steady.one_off_copy_pct
+
+
+def removable(
+    f: Finding, fx: Fix, b: Breakdown, bound: BusyBound | None = None, steady: SteadyWindow | None = None
+) -> tuple[float, float] | None:
+    """(idle %, busy %) of step time fix ``fx`` removes for finding ``f`` at most — the one lever that
+    the recommendation's projection and the what-if share; None for a fix whose gain is not a share of
+    the step (mixed precision: a speed-up of its stake; a one-off cost; recording advice)."""
+    idle_cap, one_off_copy = steady_caps(b, steady)
+    if fx.projection == "idle":
+        return (f.stake_pct if idle_cap is None else min(f.stake_pct, idle_cap)), 0.0
+    if fx.projection == "data-wait":
+        wait = data_wait_pct(f, b)
+        return (wait if idle_cap is None else min(wait, idle_cap)), 0.0
+    if fx.projection == "busy":
+        decl = registry.spec(f.id)
+        copies = decl is not None and "copy" in decl.breakdown
+        return 0.0, max(0.0, f.stake_pct - one_off_copy) if copies else f.stake_pct
+    if fx.projection == "roofline":
+        removed = roofline_removable_pct(f, bound)
+        return None if removed is None else (0.0, removed)
+    return None
+
+
 def project(
-    f: Finding, fx: Fix, b: Breakdown, spec: DeviceSpec | None, device_name: str | None, bound: BusyBound | None = None
+    f: Finding,
+    fx: Fix,
+    b: Breakdown,
+    spec: DeviceSpec | None,
+    device_name: str | None,
+    bound: BusyBound | None = None,
+    steady: SteadyWindow | None = None,
 ) -> tuple[float | None, str]:
-    """The projected speedup bound of fix ``fx`` for finding ``f``, and its basis with the numbers."""
+    """The projected speedup bound of fix ``fx`` for finding ``f``, and its basis with the numbers.
+    No projection removes more than the time the fix can remove: the finding's stake, less the
+    one-off costs inside the judged window (``steady``)."""
     stake = f.stake_pct
+    lever = removable(f, fx, b, bound, steady)
+    capped = ""
+    if lever is not None and fx.projection in ("idle", "data-wait") and steady is not None and steady.one_off_idle_ns:
+        full = stake if fx.projection == "idle" else data_wait_pct(f, b)
+        if lever[0] < full - 1e-9:
+            capped = (
+                f" (capped at the {lever[0]:.1f} % GPU idle left after {steady.one_off_idle_pct:.1f} % one-off costs)"
+            )
+            stake = lever[0]
+    if lever is not None and fx.projection == "busy" and lever[1] < stake - 1e-9:
+        capped = f" (capped at {lever[1]:.1f} %: the copies left after the one-off upload)"
+        stake = lever[1]
     if fx.projection == "roofline":
         removed = roofline_removable_pct(f, bound)
         if removed is None or bound is None:  # removed is None whenever bound is; the second test narrows its type
@@ -79,9 +145,9 @@ def project(
     elif fx.projection == "busy":
         s, basis = _remove(b, stake / 100, busy_time=True)
     elif fx.projection == "data-wait":
-        wait = data_wait_pct(f, b)
+        wait = stake if capped else data_wait_pct(f, b)
         s, basis = _remove(b, wait / 100)
-        return s, f"{fx.basis.format(stake=stake, wait=wait)}: {basis}"
+        return s, f"{fx.basis.format(stake=stake, wait=wait)}{capped}: {basis}"
     elif fx.projection == "amdahl":
         if spec is None:
             return None, f"no projection: {device_name or 'the device'} is not in the device table"
@@ -93,7 +159,28 @@ def project(
         )
     else:
         return None, fx.basis
-    return s, f"{fx.basis.format(stake=stake, wait=stake)}: {basis}"
+    return s, f"{fx.basis.format(stake=stake, wait=stake)}{capped}: {basis}"
+
+
+def _situated(finding_id: str) -> bool:
+    """Whether the finding's fix is worded from the start-up ledger (a one-off cost's fix)."""
+    decl = registry.spec(finding_id)
+    return decl is not None and decl.fix is not None and decl.fix.situated is not None
+
+
+def code_lines(change: str) -> frozenset[str]:
+    """A fix's code without comments or blank lines — two fixes with the same code are one fix; a fix
+    that is only comments (advice in words) is its whole text."""
+    out = set()
+    for line in change.splitlines():
+        for mark in ("#", "//"):
+            cut = line.find(mark)
+            if cut >= 0 and not (mark == "//" and line[:cut].rstrip().endswith(":")):
+                line = line[:cut]
+        line = " ".join(line.split())
+        if line and line not in ("...",):
+            out.add(line)
+    return frozenset(out) if out else frozenset({" ".join(change.split())})
 
 
 def recommend(
@@ -105,12 +192,16 @@ def recommend(
     rules: Rules | None = None,
     bound: BusyBound | None = None,
     single_loader: bool = False,
+    steady: SteadyWindow | None = None,
 ) -> list[Recommendation]:
     """The fix of every finding that has one (from the registry), ranked by projected gain. ``ctx``
     (the run's context) picks the wording and code of each fix; None reads as PyTorch training. A fix
     projected below ``fix.min_speedup`` is left out: its finding stays, a ranked fix would be noise.
     ``single_loader``: the trace's DataLoader runs in the training process (``num_workers=0``), an
-    observation of the trace (:class:`DiagnosisInput`), which the loader fixes' wording follows."""
+    observation of the trace (:class:`DiagnosisInput`), which the loader fixes' wording follows.
+    ``steady``: the judged window and its start-up ledger — a one-off cost's fix is worded from it and
+    states its gain in seconds once per process; no steady-state fix projects the one-off time.
+    The same fix never appears twice: a fix whose code is another's ranked higher is left out."""
     rules = rules or Rules()
     min_gain = rules.value("fix.min_speedup")
     ids = {f.id for f in found}
@@ -118,13 +209,32 @@ def recommend(
     bf16 = spec is not None and spec.has_tensor_cores("bf16")  # no bf16 tensor cores on V100, T4, Turing
     recs: list[Recommendation] = []
     seen: set[str] = set()
+    ledgered = steady is not None and any(_situated(f.id) for f in found)
     for f in found:
         decl = registry.spec(f.id)
         fx = decl.fix_for(ctx) if decl is not None else None
         if fx is None or fx.rec_id in seen or any(x in ids for x in fx.superseded_by):
             continue
-        speedup, basis = project(f, fx, b, spec, device_name, bound)
+        once: float | None = None
+        if fx.situated is not None:
+            if steady is None:
+                continue  # worded from the judged window only
+            ctx_words, once = fx.situated(in_context(ctx), steady)
+            speedup = None
+            basis = (
+                f"{fx.basis}: {once_text(once)} — the one-off costs it removes, from the start-up ledger"
+                if once is not None
+                else fx.basis
+            )
+            seen.add(fx.rec_id)
+            recs.append(
+                Recommendation(ctx_words.rec_id, f.id, ctx_words.title, ctx_words.change, None, None, basis, once)
+            )
+            continue
+        speedup, basis = project(f, fx, b, spec, device_name, bound, steady)
         cold = f.detail == COLD_START_DETAIL  # first-call loading: paid once per process, not per step
+        if cold and ledgered:
+            continue  # the start-up ledger's own fix removes it, in seconds once per process
         if cold:
             speedup, basis = (
                 None,
@@ -149,4 +259,14 @@ def recommend(
             )
         )
     recs.sort(key=lambda r: -(r.projected_speedup or 0.0))
-    return recs
+    # The same fix under two titles (pinned memory for the copies and for the pageable copies) is
+    # one fix: the one ranked higher stays.
+    out: list[Recommendation] = []
+    codes: list[frozenset[str]] = []
+    for r in recs:
+        mine = code_lines(r.change)
+        if mine and mine in codes:
+            continue
+        codes.append(mine)
+        out.append(r)
+    return out

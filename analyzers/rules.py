@@ -356,6 +356,78 @@ _TABLE: tuple[Threshold, ...] = (
         "blocking CPU collective, gloo, is late by OS scheduling: ms on a busy host)",
         "trainscope default, measured on a gloo job on a loaded 2-core host: end gaps up to 16 % of the duration",
     ),
+    # One-off costs and the steady state (analyzers/one_off.py, docs/analysis.md "Phases before verdicts").
+    Threshold(
+        "startup.context_ms",
+        50.0,
+        "ms",
+        "the trace's first CUDA/HIP runtime call (not a synchronization) lasting this long, with the GPU "
+        "idle, is context creation",
+        "CUDA C++ Programming Guide, 'Initialization': the runtime creates the primary context on the first "
+        "runtime call that needs it; trainscope default: a runtime call takes µs, context creation 10²–10⁴ ms",
+    ),
+    Threshold(
+        "startup.first_call_ms",
+        5.0,
+        "ms",
+        "a first call (runtime API, range or operator) at least this long, far longer than its later calls, "
+        "is a one-off first-use cost; also the least total listed for module loading and teardown",
+        "trainscope default: thousands of launches' worth of host time (a launch call takes a few µs)",
+    ),
+    Threshold(
+        "startup.first_call_ratio",
+        10.0,
+        "× later calls' median",
+        "a first call this many times longer than the median of the later calls of the same name (or of the "
+        "same kernel's later launches) paid a one-off cost",
+        "trainscope default: an order of magnitude, far beyond call-to-call jitter",
+    ),
+    Threshold(
+        "startup.idle_share",
+        50.0,
+        "% of the call",
+        "the GPU idles at least this share of a long call for it to be host-side initialization, not a wait "
+        "on GPU work",
+        "trainscope default: a call that waits on the device overlaps GPU work for nearly all of its length",
+    ),
+    Threshold(
+        "startup.upload_mb",
+        64.0,
+        "MB",
+        "host-to-device copies before the first kernel moving at least this much (in startup.upload_copies "
+        "copies or more) are a one-time weight upload",
+        "trainscope default: the weights of a small model (AlexNet: 244 MB in 16 tensors)",
+    ),
+    Threshold(
+        "startup.upload_copies",
+        8.0,
+        "copies",
+        "… in at least this many copies: one per parameter tensor, more than an input batch holds",
+        "trainscope default: a batch is a few tensors (inputs, labels, masks), a model's weights many",
+    ),
+    Threshold(
+        "startup.moderate",
+        5.0,
+        "% of step time",
+        "one-off costs (start-up, compilation, capture) inside the judged window",
+        "trainscope default (the data-wait grade: time the steady state does not pay)",
+    ),
+    Threshold(
+        "steady.one_off_share",
+        50.0,
+        "% of step time",
+        "a step — or the only window — whose one-off costs take this share is not steady state (left out; "
+        "a window with nothing else is NOT REPRESENTATIVE)",
+        "trainscope default: the one-off costs then outweigh everything the steady state does",
+    ),
+    Threshold(
+        "steady.warmup_z",
+        3.5,
+        "modified z-score",
+        "a leading step whose duration's modified z-score against the later steps exceeds this (and is "
+        "step.outlier_ratio × their median) is a warm-up step",
+        "Iglewicz & Hoaglin (1993), How to Detect and Handle Outliers: |M| = 0.6745 (x − median) / MAD > 3.5",
+    ),
 )
 
 # Live monitoring (`trainscope watch`): windowed rules over sampled counters (docs/diagnosis.md §3, "live").

@@ -49,6 +49,9 @@ class StepSegmentation:
     # First/last steps far shorter than the others (a ProfilerStep opened as recording stopped):
     # left out of ``steps`` and every statistic, named in a warning.
     stubs: tuple[Step, ...] = ()
+    # Steps left out as not steady state (warm-up steps, steps inside an init/warm-up range, steps
+    # one-off costs dominate: analyzers/one_off.py), named in the report.
+    warmup: tuple[Step, ...] = ()
 
     @property
     def stub_note(self) -> str | None:
@@ -59,6 +62,13 @@ class StepSegmentation:
             f"stub step{'s' * (len(self.stubs) > 1)} left out of the statistics: {names} — far shorter than the "
             "other steps (recording stopped or started inside it)"
         )
+
+    @property
+    def marked(self) -> list[Step]:
+        """Every step the trace marks that is not a stub, the warm-up steps left out of the judged
+        window included, in time order (what cross-rank matching keys on: each rank may leave out
+        other warm-up steps)."""
+        return sorted([*self.steps, *self.warmup], key=lambda s: s.start_ns)
 
     @property
     def starts(self) -> np.ndarray:

@@ -102,7 +102,7 @@ def _per_step(
 ) -> dict[tuple[str, str, int], tuple[int, int]]:
     """(step label, name, order within step) -> (offset from step start, duration), in ns."""
     out: dict[tuple[str, str, int], tuple[int, int]] = {}
-    for st in a.segmentation.steps:
+    for st in a.segmentation.marked:  # warm-up steps too: ranks leave out different ones
         seen: dict[str, int] = {}
         lo, hi = np.searchsorted(ts, st.start_ns), np.searchsorted(ts, st.end_ns)
         for i in range(lo, hi):

@@ -22,6 +22,8 @@ from trainscope.analyzers.findings.base import Verdict as Verdict  # re-exported
 from trainscope.analyzers.findings.common import ctx as _ctx, ev as _ev
 from trainscope.analyzers.findings.observations import DiagnosisInput as DiagnosisInput  # re-exported
 from trainscope.analyzers.findings.graphs import GRAPH_REPLAYS, UNKNOWN_BOUND
+from trainscope.analyzers.findings.startup import NOT_REPRESENTATIVE as _NOT_REPRESENTATIVE
+from trainscope.analyzers.findings.startup import NOT_REPRESENTATIVE_AXIS
 from trainscope.analyzers.gpu_gaps import INFERRED, LABELS as GAP_LABELS
 from trainscope.analyzers.rules import Rules
 
@@ -30,6 +32,16 @@ if TYPE_CHECKING:
     from trainscope.analyzers.sinks import Sinks
 
 _GRADE = {"high": 0, "moderate": 1, "info": 2}
+
+# The verdict of a window that holds no steady state (analyzers/one_off.py): not a D·A·M axis.
+NOT_REPRESENTATIVE = NOT_REPRESENTATIVE_AXIS
+
+
+def not_steady(f: Finding) -> bool:
+    """Whether ``f`` is a one-off cost's finding (start-up, compilation, capture), whose fixes are
+    the only ones a window without a steady state gets."""
+    s = registry.spec(f.id)
+    return s is not None and s.axis == NOT_REPRESENTATIVE
 
 
 # Sinks of GPU idle with a recorded cause: with fewer GPU operations than evidence.min_kernels they can
@@ -121,6 +133,22 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
             f"{what} diagnoses only input waits (DataLoader time within the steps), and none crosses "
             f"data_wait.high ({rules.value('data_wait.high'):g} %)",
             [_ctx("GPU kernels in trace", 0, "kernels", "trace")],
+        )
+    nr = next((f for f in found if f.id == _NOT_REPRESENTATIVE.id), None)
+    if nr is not None and inp.steady is not None:
+        # Phases before verdicts: a window that holds no steady state is not judged as if it did.
+        w = inp.steady
+        phases = " / ".join(w.headline_phases) or "start-up"
+        conf = round(min(0.95, 0.5 + 0.45 * min(1.0, nr.stake_pct / 100)), 2)
+        top = ", ".join(f"{c.kind} {c.ms:,.1f} ms" for c, _ in w.in_window()[:3])
+        return Verdict(
+            NOT_REPRESENTATIVE,
+            conf,
+            nr.id,
+            f"not representative ({phases}): {nr.detail}; judged {w.judged}"
+            + (f"; one-off costs: {top}" if top else "")
+            + " — paid once per process, so no per-step fix applies; record the steady state (fix 1)",
+            nr.evidence,
         )
     min_k = rules.value("evidence.min_kernels")
     # Copies and memsets are GPU work too: a window of copies is judged on its copies.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers.analysis import Analysis
-from trainscope.analyzers.recommendations import data_wait_pct, roofline_removable_pct
+from trainscope.analyzers.recommendations import removable
 
 
 @dataclass(frozen=True)
@@ -82,17 +82,12 @@ def levers(a: Analysis) -> dict[str, Lever]:
         fx = decl.fix_for(getattr(a, "context", None)) if decl is not None else None
         if r.projected_speedup is None or f is None or fx is None:
             continue
-        if fx.projection == "idle":
-            lever = Lever(r.id, fx.whatif_label, idle_pct=f.stake_pct)
-        elif fx.projection == "data-wait":
-            lever = Lever(r.id, fx.whatif_label, idle_pct=data_wait_pct(f, b))
-        elif fx.projection == "roofline":
-            removed = roofline_removable_pct(f, getattr(a, "busy_bound", None))
-            if removed is None:
+        if fx.projection in ("idle", "data-wait", "roofline", "busy"):
+            # the same lever as the recommendation's projection: its stake, less the one-off costs
+            got = removable(f, fx, b, getattr(a, "busy_bound", None), getattr(a, "steady", None))
+            if got is None:
                 continue
-            lever = Lever(r.id, fx.whatif_label, busy_pct=removed)
-        elif fx.projection == "busy":
-            lever = Lever(r.id, fx.whatif_label, busy_pct=f.stake_pct)
+            lever = Lever(r.id, fx.whatif_label, idle_pct=got[0], busy_pct=got[1])
         elif fx.projection == "amdahl" and a.device_spec is not None:
             s = a.device_spec.tensor_tflops / a.device_spec.fp32_tflops
             lever = Lever(r.id, f"{fx.whatif_label} ({s:.1f}× on tensor cores)", busy_pct=f.stake_pct * (1.0 - 1.0 / s))

@@ -12,6 +12,10 @@ in tests/data ($TRAINSCOPE_TRACES names another directory); default labels: expe
 the labels of the public traces held only in tests/data/labeled (``public/…``: found and labeled for
 issue 22, copies with their NOTICE lines) wherever the chosen directory does not label them itself.
 Each trace is analyzed through ``trainscope.api.analyze`` (serially: ``jobs=1``).
+
+The one-off-cost traces of tests/data/labeled/steady (labels.json, issue 36) join as ``steady/…``.
+A label that gives ``fix1`` (the recommendation ids of the fix an expert expects first) is right only
+when the verdict's class is right *and* fix #1 is one of them.
 """
 
 from __future__ import annotations
@@ -36,14 +40,22 @@ def default_traces() -> pathlib.Path:
     return COPIES
 
 
-def trace_verdict(path: pathlib.Path) -> tuple[str, str, float, str]:
-    """(class, bottleneck finding, confidence, runner-up) of ``trainscope analyze PATH``'s verdict (for a
-    directory of ranks, the slowest rank's, as the report leads with it)."""
+def trace_verdict(path: pathlib.Path) -> tuple[str, str, float | None, str, str]:
+    """(class, bottleneck finding, confidence, runner-up, fix #1's recommendation id) of ``trainscope
+    analyze PATH``'s verdict (for a directory of ranks, the slowest rank's, as the report leads with it)."""
     from trainscope.analyzers.findings.labels import verdict_class
     from trainscope.api import analyze
 
-    v = analyze(str(path), jobs=1).verdict
-    return verdict_class(v.axis, v.bottleneck), v.bottleneck or v.axis, v.confidence, v.runner_up or ""
+    from trainscope.api.errors import BadInput
+
+    try:
+        report = analyze(str(path), jobs=1)
+    except BadInput as e:  # a refusal is an answer too, and a wrong one for a labeled trace
+        return "refused", str(e).split(": ", 1)[-1][:60], None, "", ""
+    v = report.verdict
+    recs = report.recommendations
+    fix1 = recs[0].id if recs else ""
+    return verdict_class(v.axis, v.bottleneck), v.bottleneck or v.axis, v.confidence, v.runner_up or "", fix1
 
 
 def with_public_labels(labels: dict, traces: pathlib.Path) -> dict:
@@ -51,13 +63,25 @@ def with_public_labels(labels: dict, traces: pathlib.Path) -> dict:
     that ``labels`` does not name, with any classes they add."""
     own = COPIES / "expected.json"
     if not own.is_file() or own.resolve() == (traces / "expected.json").resolve():
-        return labels
+        return with_steady_labels(labels)
     extra = json.loads(own.read_text())
     merged = dict(labels, traces=dict(labels["traces"]), classes=dict(labels.get("classes", {})))
     for rel, label in extra["traces"].items():
         merged["traces"].setdefault(rel, label)
     for name, meaning in extra.get("classes", {}).items():
         merged["classes"].setdefault(name, meaning)
+    return with_steady_labels(merged)
+
+
+def with_steady_labels(labels: dict) -> dict:
+    """``labels`` plus the one-off-cost traces of tests/data/labeled/steady (issue 36), as ``steady/…``."""
+    own = COPIES / "steady" / "labels.json"
+    if not own.is_file():
+        return labels
+    extra = json.loads(own.read_text())
+    merged = dict(labels, traces=dict(labels["traces"]))
+    for rel, label in extra["traces"].items():
+        merged["traces"].setdefault(f"steady/{rel}", label)
     return merged
 
 
@@ -110,23 +134,31 @@ def run(traces: pathlib.Path, labels: dict) -> tuple[list[dict], int, int]:
                     {"trace": rel, "status": "pending", "why": "memory snapshots: OOM classification not available"}
                 )
                 continue
-            finding, conf, runner = "trainscope memory", None, ""
+            finding, conf, runner, fix1 = "trainscope memory", None, "", ""
         else:
-            cls, finding, conf, runner = trace_verdict(path)
+            cls, finding, conf, runner, fix1 = trace_verdict(path)
         s = score(cls, label)
+        want = label.get("fix1") or []
+        fix_ok = not want or fix1 in want
+        ok = s.right and fix_ok
         judged += 1
-        right += s.right
+        right += ok
         rows.append(
             {
                 "trace": rel,
-                "status": "right" if s.right else "WRONG",
+                "status": "right" if ok else "WRONG",
                 "class": cls,
                 "finding": finding,
                 "confidence": conf,
                 "runner_up": runner,
                 "expected": label.get("primary") or [],
                 "must_not": label.get("must_not") or [],
-                "why": s.why,
+                "fix1": fix1,
+                "fix1_expected": want,
+                "fix1_right": None if not want else fix_ok,
+                "why": s.why
+                if s.right
+                else s.why + ("" if fix_ok else f"; fix #1 {fix1 or 'none'} not in {', '.join(want)}"),
                 "seconds": round(time.perf_counter() - t0, 2),
             }
         )
@@ -155,20 +187,30 @@ def main() -> int:
         print(json.dumps({"rows": rows, "right": right, "judged": judged}, indent=1))
         return 0
     print(f"labeled traces in {args.traces}\n")
-    print(f"| {'trace':<60} | {'expected':<38} | {'must not':<54} | {'verdict':<48} | result |")
-    print(f"|{'-' * 62}|{'-' * 40}|{'-' * 56}|{'-' * 50}|--------|")
+    print(
+        f"| {'trace':<60} | {'expected':<38} | {'must not':<54} | {'verdict':<48} | {'fix #1 expected':<40} | "
+        f"{'fix #1':<22} | result |"
+    )
+    print(f"|{'-' * 62}|{'-' * 40}|{'-' * 56}|{'-' * 50}|{'-' * 42}|{'-' * 24}|--------|")
     for r in rows:
         if r["status"] in ("facts only", "missing", "pending"):
-            print(f"| {r['trace']:<60} | {'':<38} | {'':<54} | {r.get('why', ''):<48} | {r['status']} |")
+            print(
+                f"| {r['trace']:<60} | {'':<38} | {'':<54} | {r.get('why', ''):<48} | {'':<40} | {'':<22} | {r['status']} |"
+            )
             continue
         conf = f" ({r['confidence']:.2f})" if r["confidence"] is not None else ""
         verdict = f"{r['class']}: {r['finding']}{conf}"
+        fix_mark = "" if r["fix1_right"] is None else (" ✔" if r["fix1_right"] else " ✘")
         print(
             f"| {r['trace']:<60} | {', '.join(r['expected']):<38} | {', '.join(r['must_not']):<54} | {verdict:<48} | "
-            f"{r['status']} |"
+            f"{', '.join(r['fix1_expected']):<40} | {r['fix1'] + fix_mark:<22} | {r['status']} |"
         )
     pct = 100.0 * right / judged if judged else 0.0
-    print(f"\naccuracy: {right}/{judged} right ({pct:.0f} %)")
+    fixes = [r for r in rows if r.get("fix1_right") is not None]
+    print(
+        f"\naccuracy: {right}/{judged} right ({pct:.0f} %); fix #1 right on "
+        f"{sum(1 for r in fixes if r['fix1_right'])}/{len(fixes)} labels that give one"
+    )
     return 0 if right == judged else 1
 
 

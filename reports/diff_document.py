@@ -53,6 +53,8 @@ def verdict_headline(axis: str, bottleneck: str | None) -> str:
         return "INSUFFICIENT EVIDENCE"
     if axis == "balanced":
         return "BALANCED"
+    if axis == "not_representative":  # no steady state in the window: not a D·A·M axis
+        return "NOT REPRESENTATIVE"
     return f"{HEADLINES.get(bottleneck or '', axis.upper())} · D·A·M axis: {AXIS_NAMES[axis]}"
 
 

@@ -23,6 +23,7 @@ AXIS_NAMES = {
     "machine": "Machine",
     "balanced": "balanced",
     "insufficient_evidence": "insufficient evidence",
+    "not_representative": "not representative (one-off costs)",
 }
 
 
@@ -69,9 +70,50 @@ def headline(doc: dict) -> str:
     v = doc["verdict"]
     if v["axis"] == "insufficient_evidence":
         return "INSUFFICIENT EVIDENCE"
+    if v["axis"] == "not_representative":
+        phases = (doc.get("steady_state") or {}).get("phases") or []
+        return "NOT REPRESENTATIVE" + (f" ({' / '.join(phases)})" if phases else "")
     if v["axis"] == "balanced":
         return "BALANCED"
     return f"{HEADLINES.get(v['bottleneck'], v['axis'].upper())} · D·A·M axis: {AXIS_NAMES[v['axis']]}"
+
+
+def gain_words(r: dict, step: bool = False) -> str:
+    """A recommendation's gain as every renderer words it: an upper bound per step, or — for a one-off
+    cost's fix — seconds once per process, never a per-step speed-up."""
+    once = r.get("once_per_process_s")
+    if once is not None:
+        amount = f"{once:,.2f} s" if once >= 0.1 else f"{once * 1e3:,.1f} ms"
+        return f"saves up to {amount} once per process (not per step)"
+    if r["projected_speedup"] is None:
+        return "no projection"
+    return f"up to {r['projected_speedup']:.2f}× faster" + (
+        f" (step ≥ {r['projected_step_ms']:.1f} ms)" if step and r.get("projected_step_ms") is not None else ""
+    )
+
+
+def window_lines(doc: dict) -> list[str]:
+    """Which window was judged and what was left out as not steady state, in one or two lines (text,
+    Markdown, HTML and the app say it the same way); empty when nothing was set apart."""
+    st = doc.get("steady_state")
+    if not st:
+        return []
+    out = []
+    if st["left_out"] or not st["representative"] or st["steady_range"]:
+        out.append(f"judged {st['judged']}" + (f"; left out: {'; '.join(st['left_out'])}" if st["left_out"] else ""))
+    if st["ranges"]:
+        parts = [
+            f"{p['name']} {p['ms']:,.1f} ms{' ×' + str(p['count']) if p['count'] > 1 else ''}"
+            f" ({'judged' if p['judged'] else p['kind']})"
+            for p in st["ranges"]
+        ]
+        offer = list(dict.fromkeys(p["name"] for p in st["ranges"] if not p["judged"]))
+        out.append(
+            "phase ranges: "
+            + ", ".join(parts)
+            + (f" — judge one with --step-range NAME ({', '.join(offer)})" if offer else "")
+        )
+    return out
 
 
 def _evidence(e: Evidence) -> dict:
@@ -203,9 +245,12 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
                 "projected_step_ms": r.projected_step_ms,
                 "bound": "upper",
                 "basis": r.basis,
+                # a one-off cost's fix: seconds removed once per process (never a per-step speed-up)
+                "once_per_process_s": r.once_s,
             }
             for i, r in enumerate(a.recommendations)
         ],
+        "steady_state": _steady_state(a),
         "phases": _phases(a),
         "gpu_metrics": _counters(a),
         "hw_counters": _hw_counters(a),
@@ -426,6 +471,55 @@ def _host_idle(a: Analysis) -> dict[str, Any] | None:
             "longest_ms": _r(h.cold_start.longest_ns / 1e6),
         },
         "evidence": h.evidence,
+    }
+
+
+def _steady_state(a: Analysis) -> dict[str, Any] | None:
+    """The judged window, what was left out as not steady state, and the start-up ledger: one-off
+    costs with what, where and how long (once per process), and the user's phase ranges."""
+    w = a.steady
+    if w is None:
+        return None
+    inside = dict((id(c), ns) for c, ns in w.in_window())
+    return {
+        "basis": "one-off costs found from the trace's evidence (analyzers/one_off.py), paid once per process (or "
+        "once per shape); the verdict judges the window without them, or says NOT REPRESENTATIVE",
+        "judged": w.judged,
+        "representative": w.representative,
+        "reason": w.reason,
+        "phases": list(w.headline_phases),
+        "left_out": list(w.left_out),
+        "steady_range": w.steady_range,
+        "offered_ranges": list(w.offered),
+        "window_ms": _r(w.window_ns / 1e6, 3),
+        "one_off_in_window_ms": _r(w.one_off_ns / 1e6, 3),
+        "one_off_in_window_pct": _r(w.one_off_pct),
+        "total_ms": _r(w.ledger.total_ns / 1e6, 3),
+        "ledger": [
+            {
+                "kind": c.kind,
+                "phase": c.phase,
+                "what": c.what,
+                "where": c.where,
+                "ms": _r(c.ns / 1e6, 3),
+                "count": c.count,
+                "in_window_ms": _r(inside.get(id(c), 0) / 1e6, 3),
+                "rule": c.rule,
+            }
+            for c in w.ledger.costs
+        ],
+        "ranges": [
+            {
+                "name": p.name,
+                "kind": p.kind,
+                "count": p.count,
+                "ms": _r(p.ns / 1e6, 3),
+                "gpu_busy_ms": _r(p.gpu_busy_ns / 1e6, 3),
+                "one_off": p.one_off,
+                "judged": p.name == w.steady_range,
+            }
+            for p in w.ledger.ranges
+        ],
     }
 
 

@@ -18,6 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, gpu_metrics_parts, headline
+from trainscope.reports.document import gain_words, window_lines
 from trainscope.traces.safe_text import safe_strings, visible, visible_lines
 
 if TYPE_CHECKING:
@@ -282,6 +283,7 @@ def render_html_fragment(
             f"step p50 {_f(st['p50'])} ms, p95 {_f(st['p95'])} ms; GPU busy {_f(b['gpu_busy_pct'])} %, "
             f"data wait {_f(b['data_wait_pct'])} %"
         )
+    meta += [_e(line) for line in window_lines(doc)]
     w(f'<p class="meta">{" · ".join(meta)}</p>')
     w(
         f'<div class="verdict {_e(v["axis"])}"><div class="head">{_e(headline(doc))}</div>'
@@ -298,13 +300,26 @@ def render_html_fragment(
             "<h2>Fixes, ranked by projected gain</h2><p>Projections are upper bounds computed from the measured breakdown.</p>"
         )
         for r in doc["recommendations"]:
-            proj = (
-                f"up to {r['projected_speedup']:.2f}× faster" if r["projected_speedup"] is not None else "no projection"
-            )
             w(
-                f'<div class="fix"><b>{r["rank"]}. {_e(r["title"])}</b> — {proj}<pre>{_pre(r["change"])}</pre>'
+                f'<div class="fix"><b>{r["rank"]}. {_e(r["title"])}</b> — {_e(gain_words(r))}<pre>{_pre(r["change"])}</pre>'
                 f"<small>Basis: {_e(r['basis'])}</small></div>"
             )
+    st = doc.get("steady_state")
+    if st and st["ledger"]:
+        w(
+            "<h2>Start-up ledger</h2>"
+            f"<p>One-off costs, paid once per process: {st['total_ms'] / 1e3:,.2f} s in all, "
+            f"{st['one_off_in_window_ms']:,.1f} ms of it in the judged window.</p>"
+            "<table><tr><th>phase</th><th>cost</th><th>ms</th><th>count</th><th>in window ms</th><th>what</th>"
+            "<th>where</th></tr>"
+            + "".join(
+                f"<tr><td>{_e(c['phase'])}</td><td>{_e(c['kind'])}</td><td class=n>{c['ms']:,.1f}</td>"
+                f"<td class=n>{c['count']}</td><td class=n>{c['in_window_ms']:,.1f}</td><td>{_e(c['what'])}</td>"
+                f"<td>{_e(c['where'])}</td></tr>"
+                for c in sorted(st["ledger"], key=lambda c: -c["ms"])
+            )
+            + "</table>"
+        )
     if doc["steps"] and doc["device"]["id"] is not None and not counters_only(doc):
         w("<h2>Where step time goes</h2>")
         w(breakdown_svg(doc))

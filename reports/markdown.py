@@ -8,7 +8,7 @@ from trainscope.analyzers.findings import code_language
 from trainscope.analyzers.plural import unit_for
 import re
 
-from trainscope.reports.document import AXIS_NAMES, device_label, gpu_metrics_parts, headline
+from trainscope.reports.document import AXIS_NAMES, device_label, gain_words, gpu_metrics_parts, headline, window_lines
 
 _SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
 
@@ -41,6 +41,8 @@ def render_markdown(doc: dict) -> str:
     if dev["name"]:
         w(f"- **Device:** {md_escape(device_label(doc))}")
     w(f"- **Steps:** {len(doc['steps'])} ({md_escape(doc['steps_note'])})")
+    for line in window_lines(doc):
+        w(f"- **Window:** {md_escape(line)}")
     if doc["steps"]:
         st = b["step_time_ms"]
         w(
@@ -66,15 +68,29 @@ def render_markdown(doc: dict) -> str:
         w("Projections are upper bounds computed from the measured breakdown.")
         w("")
         for r in doc["recommendations"]:
-            proj = (
-                f"up to {r['projected_speedup']:.2f}× faster" if r["projected_speedup"] is not None else "no projection"
-            )
-            w(f"{r['rank']}. **{md_escape(r['title'])}** — {proj}")
+            w(f"{r['rank']}. **{md_escape(r['title'])}** — {md_escape(gain_words(r))}")
             w("")
             w(_fence(r["change"]))
             w("")
             w(f"   Basis: {md_escape(r['basis'])}")
             w("")
+    st = doc.get("steady_state")
+    if st and st["ledger"]:
+        w("## Start-up ledger")
+        w("")
+        w(
+            f"One-off costs, paid once per process: {st['total_ms'] / 1e3:,.2f} s in all, "
+            f"{st['one_off_in_window_ms']:,.1f} ms of it in the judged window."
+        )
+        w("")
+        w("| phase | cost | ms | count | in window ms | what | where |")
+        w("|---|---|---:|---:|---:|---|---|")
+        for c in sorted(st["ledger"], key=lambda c: -c["ms"]):
+            w(
+                f"| {md_escape(c['phase'])} | {md_escape(c['kind'])} | {c['ms']:,.1f} | {c['count']} | "
+                f"{c['in_window_ms']:,.1f} | {md_escape(c['what'], 160)} | {md_escape(c['where'], 80)} |"
+            )
+        w("")
     ph = doc.get("phases")
     if ph and ph["phases"]:
         w("## Phases")

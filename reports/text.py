@@ -5,7 +5,15 @@ from __future__ import annotations
 import os
 import textwrap
 
-from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, gpu_metrics_parts, headline
+from trainscope.reports.document import (
+    AXIS_NAMES,
+    counters_only,
+    device_label,
+    gain_words,
+    gpu_metrics_parts,
+    headline,
+    window_lines,
+)
 from trainscope.analyzers.plural import unit_for
 
 _BAR = 24
@@ -42,6 +50,8 @@ def render_text(doc: dict, color: bool = False) -> str:
         w(f"  source   sampled counters ({doc['input']['format']}): no steps, kernels or timeline to break down")
     else:
         w(f"  steps    {len(doc['steps'])} — {doc['steps_note']}")
+    for i, line in enumerate(window_lines(doc)):
+        w(f"  {'window' if i == 0 else '':8s} {line}")
     if doc["steps"] and not counters_only(doc):
         st = b["step_time_ms"]
         w(
@@ -111,16 +121,14 @@ def render_text(doc: dict, color: bool = False) -> str:
     if recs:
         w(bold("Fixes, ranked by projected gain") + "  (projections are upper bounds)")
         for r in recs:
-            proj = (
-                f"up to {r['projected_speedup']:.2f}× faster" if r["projected_speedup"] is not None else "no projection"
-            )
-            w(f"  {r['rank']}. {r['title']}  [{proj}]")
+            w(f"  {r['rank']}. {r['title']}  [{gain_words(r)}]")
             for line in r["change"].splitlines():
                 w(f"       {line}")
             for line in textwrap.wrap("basis: " + r["basis"], 88):
                 w(f"     {line}")
         w("")
 
+    out.extend(startup_ledger_lines(doc, bold))
     others = [f for f in doc["findings"] if f["id"] != v["bottleneck"]]
     if others:
         w(bold("Other findings"))
@@ -191,6 +199,26 @@ def render_text(doc: dict, color: bool = False) -> str:
         for line in doc["warnings"]:
             w(f"note: {line}")
     return "\n".join(out) + "\n"
+
+
+def startup_ledger_lines(doc: dict, bold=lambda s: s) -> list[str]:
+    """The start-up ledger: each one-off cost with what, where and how long (once per process)."""
+    st = doc.get("steady_state")
+    if not st or not st["ledger"]:
+        return []
+    out = [
+        bold("Start-up ledger") + f"  (one-off costs, once per process: {st['total_ms'] / 1e3:,.2f} s; "
+        f"{st['one_off_in_window_ms']:,.1f} ms of it in the judged window)"
+    ]
+    for c in sorted(st["ledger"], key=lambda c: -c["ms"])[:10]:
+        inside = f", {c['in_window_ms']:,.1f} ms in the window" if c["in_window_ms"] else ""
+        out.append(f"  {c['ms']:>10,.1f} ms  {c['phase']:13s} {c['kind']} ×{c['count']}{inside}")
+        for line in textwrap.wrap(f"{c['what']} — {c['where']}", 88):
+            out.append(f"               {line}")
+    if len(st["ledger"]) > 10:
+        out.append(f"  … {len(st['ledger']) - 10} more in the JSON document (steady_state.ledger)")
+    out.append("")
+    return out
 
 
 def _rate(kk: dict) -> str:

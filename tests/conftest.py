@@ -156,6 +156,7 @@ FAST = {
     "test_intervals.py",
     "test_one_pipeline.py",
     "test_store_damage.py",
+    "test_one_off.py",
 }
 # What else a module needs or does (besides being slow): `app` drives a Textual app, `subprocess`
 # starts processes (trainscope, jobs, tmux), `needs_torch` / `needs_hta` import those packages.

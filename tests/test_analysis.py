@@ -91,9 +91,13 @@ def test_param_linear_is_launch_bound_not_data_bound():
 def test_param_resnet_iterations_and_periodic_stalls():
     a = analysis("param_resnet_2080ti.json.gz")
     seg = a.segmentation
-    assert seg.method == "iteration_markers" and len(seg.steps) == 30 and "DataLoader" in seg.note
+    assert seg.method == "iteration_markers" and len(seg.steps) == 29 and "DataLoader" in seg.note
+    # the first iteration (4.45 s: worker start-up ≈ 1.9 s, cuDNN's first calls, lazy loading) is a
+    # warm-up step, left out of the judged steps and named (issue 36)
+    (warm,) = seg.warmup
+    assert warm.label == "iteration 1" and warm.duration_ns / 1e6 > 1500
+    assert any("warm-up step iteration 1" in x for x in a.steady.left_out)
     durs = np.array([s.duration_ns for s in seg.steps]) / 1e6
-    assert durs[0] > 1500  # the first wait for worker start-up, ≈ 1.9 s
     med = np.median(durs)
     stalls = np.flatnonzero(durs > 1.5 * med)
     assert len(stalls) >= 3  # ≈ 212 ms stalls every ~10 iterations
@@ -215,4 +219,5 @@ def test_outlier_flags_in_the_json_document():
     durs = np.array([s["duration_ms"] for s in doc["steps"]])
     expected = durs > 1.5 * np.median(durs)
     assert [s["outlier"] for s in doc["steps"]] == expected.tolist()
-    assert doc["steps"][0]["outlier"] and expected.sum() >= 3
+    assert expected.sum() >= 3  # the periodic stalls (the warm-up iteration is left out of the steps)
+    assert any(x.startswith("warm-up step iteration 1") for x in doc["steady_state"]["left_out"])

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.conftest import ALL_KINETO, CPU_ONLY, DATA, KINETO
+from trainscope.analyzers.findings.base import AXES
 
 RESNET = str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz")
 
@@ -50,7 +51,7 @@ def test_every_shared_trace_analyzes(name):
     p = run("analyze", str(KINETO / name), "--format", "json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert doc["verdict"]["axis"] in ("data", "algorithm", "machine", "balanced", "insufficient_evidence")
+    assert doc["verdict"]["axis"] in AXES  # not_representative: a window of one-off costs (issue 36)
     if name in CPU_ONLY:
         assert doc["verdict"]["axis"] == "insufficient_evidence"
     else:

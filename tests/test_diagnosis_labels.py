@@ -63,8 +63,15 @@ def test_the_label_classes_are_the_registry_classes():
     claimed = {s.label_class for s in REGISTRY.values() if s.can_be_primary}
     # capacity: memory snapshots and live; gpu-bound: named by the verdict's saturated-GPU branch (kernel
     # time of unknown bound is no primary sink: it cannot be ranked against causes it does not measure);
-    # insufficient-gpu-evidence: an Nsight export without GPU rows (analyzers/host_only.py)
-    assert set(LABEL_CLASSES) - claimed == {"none", "capacity", "gpu-bound", "insufficient-gpu-evidence"}
+    # insufficient-gpu-evidence: an Nsight export without GPU rows (analyzers/host_only.py);
+    # not-representative: named before any sink is ranked, when the window holds no steady state (issue 36)
+    assert set(LABEL_CLASSES) - claimed == {
+        "none",
+        "capacity",
+        "gpu-bound",
+        "insufficient-gpu-evidence",
+        "not-representative",
+    }
     for rel, lab in LABELS["traces"].items():
         if set(lab.get("primary") or []) & set(PENDING_CLASSES):
             assert set(lab["primary"]) & set(LABEL_CLASSES), f"{rel}: no primary class a verdict can give today"

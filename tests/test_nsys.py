@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import DATA
+from trainscope.analyzers.findings.base import AXES
 from trainscope.analyzers.analysis import analyze_set, analyze_trace
 from trainscope.analyzers.range_steps import StepRangeError
 from trainscope.cli import main
@@ -83,7 +84,7 @@ def test_every_shared_export_loads_and_analyzes(path):
         n, d = rows[t.metadata["pid"]]
         assert len(t.kernels) == n and int(t.kernels.dur.sum()) == d
     for a in analyses(path):
-        assert a.verdict.axis in ("data", "algorithm", "machine", "balanced", "insufficient_evidence")
+        assert a.verdict.axis in AXES
 
 
 def test_2022_schema_metadata_devices_and_copy_kinds():
@@ -234,7 +235,12 @@ def test_ddp_reports_unoverlapped_communication_and_pageable_copies():
     for a in analyses(DDP):
         comm = next(f for f in a.findings if f.id == "comm/unoverlapped")
         assert comm.severity in ("moderate", "high") and comm.stake_pct >= 3
-        assert any(r.id == "overlap-communication" for r in a.recommendations)
+        # Each rank's one iteration is its first (issue 36): NCCL set-up, lazy library loads and first
+        # launches take ≈ 3/4 of it, so the window is not representative — the communication finding is
+        # measured, but the fixes are the recording advice and the cure of the one-off costs.
+        assert a.verdict.axis == "not_representative" and a.steady.one_off_pct > 50
+        assert [r.id for r in a.recommendations][0] == "profile-steady-state"
+        assert not any(r.projected_speedup for r in a.recommendations)
     # one iteration per rank, from its 'forward pass' range to (at least) the end of its 'backward pass'
     (session,) = sql(DDP, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0]
     for a, t in zip(analyses(DDP), traces(DDP)):
@@ -393,6 +399,16 @@ def test_bad_exports_fail_with_one_line(tmp_path, capsys):
     code, _, err = _cli(capsys, empty)
     line = _one_line(err)
     assert code == 2 and "holds nothing to analyze" in line and "--trace=cuda,nvtx,osrt" in line
+    # copies without kernels (a recording that ended before the first kernel, or a copy-only job)
+    # are GPU work: the export is analyzed on them (issue 36)
+    copies_only = tmp_path / "copies_only.sqlite"
+    shutil.copy(SAXPY_2022, copies_only)
+    con = sqlite3.connect(copies_only)
+    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    con.commit()
+    con.close()
+    code, out, err = _cli(capsys, copies_only)
+    assert code == 0 and "VERDICT" in out
 
     truncated = tmp_path / "truncated.sqlite"
     truncated.write_bytes(TRAIN.read_bytes()[:200_000])

@@ -17,6 +17,7 @@ from trainscope.analyzers.analysis import Analysis
 from trainscope.analyzers.whatif import Projection
 from trainscope.api import whatif as project, whatif_levers as levers
 from trainscope.tui.keys import bind
+from trainscope.reports.document import gain_words
 from trainscope.tui.overview import fmt_value
 
 
@@ -71,7 +72,12 @@ class FixesPane(Vertical):
         self._filled_for = id(self.doc)
         for r in self.doc["recommendations"] if self.doc else []:
             box = self._box(r)
-            gain = f"≤ {r['projected_speedup']:.2f}×" if r["projected_speedup"] else "no projection"
+            once = r.get("once_per_process_s")
+            gain = (
+                f"≤ {r['projected_speedup']:.2f}×"
+                if r["projected_speedup"]
+                else (f"{once:,.2f} s once" if once is not None else "no projection")
+            )
             title = visible(r["title"])
             title = Text(title if len(title) <= fix_w else title[: fix_w - 1] + "…")
             table.add_row(box, str(r["rank"]), gain, title, key=r["id"])
@@ -126,7 +132,7 @@ class FixesPane(Vertical):
         proj = (
             f"up to {r['projected_speedup']:.2f}× faster: step ≥ {r['projected_step_ms']:.1f} ms"
             if r["projected_speedup"]
-            else "no projection"
+            else gain_words(r)  # a one-off cost's fix: seconds once per process
         )
         tail = Text()
         tail.append(f"projected: {proj}\n", style="bold")

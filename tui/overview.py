@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from trainscope.reports.document import counters_only, headline
+from trainscope.reports.document import counters_only, gain_words, headline, window_lines
 from trainscope.traces.safe_text import visible
 from trainscope.tui.chrome import gib
 from trainscope.tui.palette import AXIS_CLASS
@@ -24,6 +24,9 @@ def key_figures(doc: dict) -> list[tuple[str, str]]:
     rows = [("device", doc["device"]["name"] or "no GPU in trace")]
     if doc["steps"]:
         rows.append(("steps", f"{len(doc['steps'])} ({doc['steps_method'].replace('_', ' ')})"))
+    for i, line in enumerate(window_lines(doc)):  # the window judged, what was left out as not steady
+        rows.append(("window" if i == 0 else "", line))
+    if doc["steps"]:
         rows.append(("step time", f"p50 {st['p50']:.1f} ms · p95 {st['p95']:.1f} ms"))
         rows.append(("GPU busy", f"{b['gpu_busy_pct']:.1f} % of step time"))
         rows.append(("data wait", f"{b['data_wait_pct']:.1f} % of step time"))
@@ -39,6 +42,20 @@ def key_figures(doc: dict) -> list[tuple[str, str]]:
         )
     if not doc["memory"]:
         rows.append(("peak memory", "unknown — trace recorded without profile_memory"))
+    return rows
+
+
+def ledger_rows(doc: dict, top: int = 6) -> list[tuple[str, str]]:
+    """The start-up ledger's largest one-off costs: (how long, what and where), once per process."""
+    st = doc.get("steady_state")
+    if not st or not st["ledger"]:
+        return []
+    rows = []
+    for c in sorted(st["ledger"], key=lambda c: -c["ms"])[:top]:
+        inside = f"; {c['in_window_ms']:,.1f} ms in the judged window" if c["in_window_ms"] else ""
+        rows.append(
+            (f"{c['ms']:,.1f} ms", f"{c['phase']} · {c['kind']} ×{c['count']}: {c['what']} — {c['where']}{inside}")
+        )
     return rows
 
 
@@ -70,6 +87,7 @@ class Overview(VerticalScroll):
         yield Static("", id="evidence", markup=False)
         yield Static("Top fixes (projections are upper bounds; details on the Fixes tab)", classes="heading")
         yield Static("", id="top-fixes", markup=False)
+        yield Static("", id="ledger", markup=False)
         yield Static("", id="ranks-summary", markup=False)
         yield Static("", id="warnings", markup=False)
 
@@ -104,7 +122,7 @@ class Overview(VerticalScroll):
             gain = (
                 f"up to {r['projected_speedup']:.2f}× (step ≥ {r['projected_step_ms']:.1f} ms)"
                 if r["projected_speedup"]
-                else "no projection"
+                else gain_words(r)  # a one-off cost's fix: seconds once per process
             )
             fixes.append(f"{r['rank']}. ", style="bold")
             fixes.append(r["title"])
@@ -119,6 +137,18 @@ class Overview(VerticalScroll):
                 )
             )
         self.query_one("#top-fixes", Static).update(fixes)
+        ledger = Text()
+        rows = ledger_rows(doc)
+        if rows:
+            st = doc["steady_state"]
+            ledger.append("\nStart-up ledger ", style="bold")
+            ledger.append(f"(one-off costs, once per process: {st['total_ms'] / 1e3:,.2f} s)\n", style="dim")
+            for ms, what in rows:
+                ledger.append(f"  {ms:>12}  ", style="bold")
+                ledger.append(visible(what) + "\n")
+        box = self.query_one("#ledger", Static)
+        box.update(ledger)
+        box.display = bool(rows)  # no empty line where the trace holds no one-off cost
         # A rank directory: what the Ranks tab finds is said here too, so the two never disagree silently.
         ranks = Text()
         if stragglers:

@@ -35,4 +35,5 @@ AXIS_CLASS = {
     "machine": "axis-machine",
     "balanced": "axis-balanced",
     "insufficient_evidence": "axis-none",
+    "not_representative": "axis-none",
 }

@@ -18,12 +18,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from trainscope.analyzers.analysis import Analysis
     from trainscope.analyzers.live_window import WindowStats
+    from trainscope.analyzers.one_off import SteadyWindow
     from trainscope.traces.samples import Snapshot
     from trainscope.analyzers.context import Context
     from trainscope.analyzers.findings.observations import DiagnosisInput
     from trainscope.analyzers.rules import Rules
 
-AXES = ("data", "algorithm", "machine", "balanced", "insufficient_evidence")
+# "not_representative": the window holds no steady state (start-up, compilation, capture): one-off
+# costs, judged apart from the D·A·M axes (analyzers/one_off.py).
+AXES = ("data", "algorithm", "machine", "balanced", "insufficient_evidence", "not_representative")
 GRADES = ("high", "moderate", "info")
 
 
@@ -143,6 +146,9 @@ def code_language(change: str) -> str:
 FixWords = Callable[["Context", bool, bool], FixText]
 # A finding's headline or one-line detail for the run: (context, the default wording) -> the wording.
 Words = Callable[["Context", str], str]
+# A fix worded from the judged window's one-off costs, with the time it removes once per process
+# (seconds; None: it removes none, e.g. recording advice): (context, window) -> (words, seconds).
+Situated = Callable[["Context", "SteadyWindow"], "tuple[FixText, float | None]"]
 
 
 # How a fix's gain is projected from the measured breakdown (analyzers/recommendations.py):
@@ -152,7 +158,8 @@ Words = Callable[["Context", str], str]
 #               down to bytes / peak bandwidth, fusable runs by their intermediate traffic (busy_bound.py)
 #   data-wait – removes the host's measured DataLoader wait (idle time; the textbook's max(data, compute))
 #   amdahl    – speeds the stake up by the device's tensor/fp32 peak ratio: 1 / ((1 − g) + g / s)
-#   none      – no projection; ``basis`` says why
+#   none      – no projection; ``basis`` says why (a one-off cost's fix states its gain in seconds once
+#               per process instead: ``situated``)
 PROJECTIONS = ("idle", "busy", "roofline", "data-wait", "amdahl", "none")
 
 
@@ -171,6 +178,8 @@ class Fix:
     text: FixWords | None = None
     # The wording when the stake is first-call loading (a cold start), not steady-state work.
     cold_start: Callable[[Context], FixText] | None = None
+    # The wording from the judged window's one-off costs and the seconds it removes once per process.
+    situated: Situated | None = None
 
     def render(self, ctx: Context | None = None, *, single_loader: bool = False, bf16: bool = True) -> tuple[str, str]:
         """(title, change) in the run's words: the context-aware text where declared, else the PyTorch
@@ -269,6 +278,7 @@ LABEL_CLASSES = (
     "capacity",
     "host-work",
     "gpu-bound",
+    "not-representative",
     "none",
     "insufficient-gpu-evidence",
 )

@@ -211,7 +211,11 @@ def _launch_words(c: Context, single: bool, bf16: bool) -> FixText:
     if opt:
         lines.append(opt)
     if c.inference and not c.graphs:
-        lines.append("# serving: batch more requests per launch (continuous batching in the server)")
+        lines.append(
+            "# serving: batch more requests per launch (continuous batching in the server)"
+            if c.decode_loop  # LLM-serving advice only where the trace shows a decode loop
+            else "# inference: more inputs per forward (a larger batch): fewer, larger launches"
+        )
     title = (
         "Launch fewer, larger kernels (more work per graph replay)"
         if c.graphs
