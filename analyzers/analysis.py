@@ -22,7 +22,7 @@ from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.gpu_metrics import CounterSummary, counter_context, counter_split, counter_summary
 from trainscope.analyzers.host_device import blocking_syncs, pageable_copies
 from trainscope.analyzers.host_idle import EXPLAINED, HostIdle, host_idle, host_idle_evidence
-from trainscope.analyzers.host_only import host_only_verdict, host_time
+from trainscope.analyzers.host_only import host_only_verdict, host_time, record_gpu_work
 from trainscope.analyzers.hw_counters import (
     HwCounterReport,
     counters_mfu_reason,
@@ -164,6 +164,7 @@ def analyze_trace(
     ho = host_time(trace)  # an Nsight export without GPU rows: judged on what it holds (host_only.py)
     if ho is not None and verdict.axis == "insufficient_evidence":
         verdict = host_only_verdict(ho, trace)
+        recs = [record_gpu_work(ho, trace)]
     if trace.has_gpu_activity and seg.method == "whole_trace":
         warnings.append(f"{seg.note}; to time steps, {how_to_record(trace.format, 'steps')}")
     if seg.stub_note:

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from trainscope.analyzers.recommendations import Recommendation
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.findings.base import Evidence, Verdict
 from trainscope.analyzers.steps import PROFILER_STEP, host_span
@@ -198,3 +199,18 @@ def host_only_verdict(h: HostTime, trace: Trace) -> Verdict:
     summary += ("What it holds is host time: " + "; ".join(held) + ". ") if held else ""
     summary += f"To judge the GPU, {advice}"
     return Verdict("insufficient_evidence", 0.0, NO_GPU_ROWS, summary, ev)
+
+
+def record_gpu_work(h: HostTime, trace: Trace) -> Recommendation:
+    """Fix #1 of an export without GPU rows: record the GPU work itself (its reason decides how).
+    Recording advice, so no projection: the export holds no GPU time to project a gain from."""
+    _, advice = _reason(h, trace)
+    return Recommendation(
+        "record-gpu-work",
+        NO_GPU_ROWS,
+        "Record the GPU work itself",
+        f"# {advice}\nnsys profile --trace=cuda,nvtx,osrt --capture-range=cudaProfilerApi -o steady python train.py",
+        None,
+        None,
+        "recording advice: the export holds no GPU rows to project a gain from",
+    )

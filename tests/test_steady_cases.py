@@ -87,7 +87,8 @@ def test_no_cuda_rows_although_cuda_tracing_was_on_says_why():
     assert lines["CPU samples in libLLVM.so.18.1jl"] == pytest.approx(54.1, abs=0.1)
     assert any("No CUDA events collected" in m for m in lines)
     assert a.breakdown.total_ns / 1e6 == pytest.approx(2038.8, abs=0.1)  # the samples' span, not 0 ms
-    assert not a.recommendations
+    (rec,) = a.recommendations  # recording advice, never a projection
+    assert rec.id == "record-gpu-work" and rec.projected_speedup is None and "nsys profile" in rec.change
 
 
 def test_an_nvtx_only_export_gets_a_host_time_breakdown_by_range(tmp_path):

@@ -28,11 +28,7 @@ STEADY = DATA / "labeled" / "steady"
 STEADY_LABELS = json.loads((STEADY / "labels.json").read_text())["traces"]
 # Labeled here, answered by the other half of issue 36 (items 4-5): allocator churn as a sink, and an
 # Nsight export with CUDA tracing on and no CUDA rows (strict: an XPASS fails, so the entry goes).
-OTHER_HALF = {
-    # Its verdict is right (INSUFFICIENT GPU EVIDENCE, the reason read from the export's metadata), and
-    # the recording advice is in the verdict's summary; it is not yet a ranked fix #1 of its own.
-    "jacc_a100_julia_no_cuda_rows_jit.sqlite": "recording advice in the verdict, not yet a ranked fix #1",
-}
+OTHER_HALF: dict[str, str] = {}  # labeled traces known to be wrong, with the reason (none today)
 
 
 def _bundled() -> list[str]:
