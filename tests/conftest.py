@@ -131,6 +131,7 @@ FAST = {
     "test_allocator_churn.py",
     "test_analysis.py",
     "test_batch_shapes.py",
+    "test_watch_hostile.py",
     "test_api_docs.py",
     "test_api_ranks.py",
     "test_api_watch.py",

@@ -28,7 +28,7 @@ from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 from trainscope.analyzers.live import LiveStatus
 from trainscope.api import LiveSample
 from trainscope.traces.samples import Snapshot
-from trainscope.tui.chrome import HelpScreen, keys_text
+from trainscope.tui.chrome import HelpScreen, SafeChrome, keys_text
 from trainscope.tui.keys import binding_rows, common_bindings, palette_commands
 from trainscope.tui.watch_widgets import (
     GpuPanel,
@@ -118,7 +118,7 @@ class ConfirmStop(ModalScreen[bool | None]):
         self.dismiss(answer)
 
 
-class WatchApp(App):
+class WatchApp(SafeChrome, App):
     TITLE = "trainscope watch"
     CSS = """
     #banner { height: auto; min-height: 3; padding: 0 1; border: heavy $accent; }

@@ -15,6 +15,7 @@ from trainscope.analyzers.live import READY, LiveStatus
 from trainscope.traces.samples import GpuSample, HostSample, Snapshot
 from trainscope.reports.document import AXIS_NAMES
 from trainscope.tui.chrome import gib
+from trainscope.traces.safe_text import visible_lines
 from trainscope.reports.live import live_headline, rank_lines
 
 _AXIS_STYLE = {
@@ -109,7 +110,7 @@ def banner_text(st: LiveStatus | None) -> Text:
 
 def findings_text(st: LiveStatus | None) -> Text:
     """Plain text (never markup: ids and code hold brackets)."""
-    return Text(_findings_lines(st))
+    return Text(visible_lines(_findings_lines(st)))
 
 
 def _findings_lines(st: LiveStatus | None) -> str:
@@ -132,13 +133,13 @@ def capture_text(captures: Sequence, message: str = "", instants: Sequence[tuple
     if not captures and instants:
         lines.append("Captures noted in the recording (the traces are where the notes say):")
         lines += [f"  {t:7.1f} s  {note}" for t, note in instants]
-        return Text("\n".join(lines))
+        return Text(visible_lines("\n".join(lines)))
     if not captures:
         lines.append(
             "No capture yet. c asks the job for a torch.profiler trace of its next iterations "
             "(also --capture-at, --capture-on); it is diagnosed as `trainscope analyze` would."
         )
-        return Text("\n".join(lines))
+        return Text(visible_lines("\n".join(lines)))
     for c in reversed(list(captures)):
         lines.append(f"capture {c.id} · {c.trigger} · asked at {c.requested_t:.1f} s · {c.status}")
         if c.counters:
@@ -175,7 +176,7 @@ def capture_text(captures: Sequence, message: str = "", instants: Sequence[tuple
             lines.append(f"  {c.overhead_text()}")
             lines.append(f"  trace: {c.path}")
         lines.append("")
-    return Text("\n".join(lines))
+    return Text(visible_lines("\n".join(lines)))
 
 
 class GpuPanel(Vertical):
