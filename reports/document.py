@@ -10,6 +10,7 @@ from trainscope.analyzers import findings as registry
 from trainscope.analyzers.analysis import Analysis, slowest
 from trainscope.analyzers.breakdown import CATEGORIES, CATEGORY_LABELS
 from trainscope.analyzers.kernels import ALL_CLASSES
+from trainscope.analyzers.host_only import NO_GPU_ROWS
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.verdict import Evidence
 from trainscope.collectors.formats import COUNTER_FORMATS  # the reader table's counters-only rows
@@ -69,7 +70,8 @@ def device_label(doc: dict) -> str:
 def headline(doc: dict) -> str:
     v = doc["verdict"]
     if v["axis"] == "insufficient_evidence":
-        return "INSUFFICIENT EVIDENCE"
+        # An Nsight export without GPU rows (analyzers/host_only.py): the GPU is what lacks evidence.
+        return "INSUFFICIENT GPU EVIDENCE" if v.get("bottleneck") == NO_GPU_ROWS else "INSUFFICIENT EVIDENCE"
     if v["axis"] == "not_representative":
         phases = (doc.get("steady_state") or {}).get("phases") or []
         return "NOT REPRESENTATIVE" + (f" ({' / '.join(phases)})" if phases else "")

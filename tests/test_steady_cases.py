@@ -154,3 +154,11 @@ def test_an_export_of_copies_without_a_kernel_table_is_analyzed_on_its_copies(tm
 
     (t,) = open_traces(str(path)).traces
     assert len(t.kernels) == 0 and len(t.copies) == 15 and t.has_gpu_activity
+
+
+def test_an_export_without_gpu_rows_is_headlined_insufficient_gpu_evidence():
+    from trainscope.api import analyze
+    from trainscope.reports.document import headline
+
+    doc = analyze(str(STEADY / "jacc_a100_julia_no_cuda_rows_jit.sqlite"), jobs=1).to_dict()
+    assert headline(doc) == "INSUFFICIENT GPU EVIDENCE"
