@@ -28,7 +28,6 @@ STEADY = DATA / "labeled" / "steady"
 STEADY_LABELS = json.loads((STEADY / "labels.json").read_text())["traces"]
 # Labeled here, answered by the other half of issue 36 (items 4-5): allocator churn as a sink, and an
 # Nsight export with CUDA tracing on and no CUDA rows (strict: an XPASS fails, so the entry goes).
-OTHER_HALF: dict[str, str] = {}  # labeled traces known to be wrong, with the reason (none today)
 
 
 def _bundled() -> list[str]:
@@ -58,9 +57,7 @@ def _report(rel: str):
 
 def _analyses(rel: str):
     r = _report(rel)
-    if isinstance(r, Exception):
-        assert rel.endswith(tuple(OTHER_HALF)), f"{rel}: refused ({r})"
-        pytest.skip(f"refused on this branch: {OTHER_HALF[rel.split('/')[-1]]}")
+    assert not isinstance(r, Exception), f"{rel}: refused ({r})"  # every bundled trace is answered
     return r.ranks
 
 
@@ -131,17 +128,7 @@ def test_fix_text_fits_the_workload_the_trace_shows(rel):
                 assert ctx.decode_loop and ctx.inference, (rel, r.id, "LLM-serving advice without a decode loop")
 
 
-def _steady_params():
-    out = []
-    for name in sorted(STEADY_LABELS):
-        if name in OTHER_HALF:
-            out.append(pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=OTHER_HALF[name])))
-        else:
-            out.append(name)
-    return out
-
-
-@pytest.mark.parametrize("name", _steady_params())
+@pytest.mark.parametrize("name", sorted(STEADY_LABELS))
 def test_a_labeled_one_off_trace_gets_its_verdict_and_fix_one(name):
     from trainscope.analyzers.findings.labels import score, verdict_class
     from trainscope.api import analyze
