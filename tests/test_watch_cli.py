@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import urllib.request
 
 import pytest
@@ -173,3 +176,40 @@ def test_a_replays_report_onto_the_recording_is_refused(tmp_path):
     assert p.returncode == 2, p.stderr
     assert "is the recording replayed: writing the report there would overwrite it" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and rec.read_bytes() == before
+
+
+def _folder_of_length(root: str, n: int) -> str:
+    """A real folder whose path is exactly ``n`` bytes long, under ``root``."""
+    path = os.path.join(root, "d")
+    while len(path) < n:
+        path = os.path.join(path, "x" * min(40, n - len(path) - 1))
+    assert len(path) == n, (path, n)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def test_a_long_tmpdir_is_named_where_multiprocessing_sockets_stop_fitting(tmp_path):
+    """watch names the job's TMPDIR when DataLoader workers could not pass batches under it. The limit
+    is checked against Python's own multiprocessing: a listener binds at the longest folder watch
+    accepts and fails one byte past it (the drop that made a watched 2-worker job hang)."""
+    from trainscope.commands.watch import SOCKET_PATH_MAX, MULTIPROCESSING_SUFFIX, socket_folder_problem
+
+    root = tempfile.mkdtemp(prefix="m")  # short (the run's own folder): the lengths below are built on it
+    try:
+        longest = SOCKET_PATH_MAX - MULTIPROCESSING_SUFFIX
+        fits, too_long = _folder_of_length(root, longest), _folder_of_length(root, longest + 1)
+        assert socket_folder_problem({"TMPDIR": fits}) is None
+        problem = socket_folder_problem({"TMPDIR": too_long})
+        assert problem and f"{longest + 1} bytes long" in problem and f"at most {longest} bytes" in problem
+        assert socket_folder_problem({}) is None  # /tmp
+        code = "from multiprocessing.connection import Listener; Listener(family='AF_UNIX').close(); print('ok')"
+        ok = subprocess.run(
+            [sys.executable, "-c", code], env={**os.environ, "TMPDIR": fits}, capture_output=True, text=True
+        )
+        bad = subprocess.run(
+            [sys.executable, "-c", code], env={**os.environ, "TMPDIR": too_long}, capture_output=True, text=True
+        )
+        assert ok.stdout.strip() == "ok", ok.stderr
+        assert bad.returncode != 0 and "AF_UNIX path too long" in bad.stderr
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

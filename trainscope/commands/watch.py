@@ -206,6 +206,28 @@ _ENDED_BY_OUR_SIGNAL = {
 GRACE_S = 10.0  # how long a launched job gets after each signal before the next, harder one
 
 
+# Python's multiprocessing (and so a DataLoader with workers sharing tensors through file
+# descriptors) binds Unix sockets at $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX: 32 characters past the
+# temporary folder, inside the 107 a socket address holds on Linux (sun_path, 108 bytes with its NUL).
+SOCKET_PATH_MAX = 107
+MULTIPROCESSING_SUFFIX = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+
+
+def socket_folder_problem(env: dict) -> str | None:
+    """Why the job's temporary folder is too long for the Unix sockets of Python's multiprocessing,
+    or None. There a worker's batch is dropped ("OSError: AF_UNIX path too long" in the job's
+    output) and the training loop waits for it for ever: the job hangs, with or without watch."""
+    tmp = next((env[k] for k in ("TMPDIR", "TEMP", "TMP") if env.get(k)), "/tmp")
+    if len(os.fsencode(tmp)) + MULTIPROCESSING_SUFFIX <= SOCKET_PATH_MAX:
+        return None
+    return (
+        f"the job's TMPDIR is {len(os.fsencode(tmp))} bytes long: a DataLoader with workers cannot pass "
+        f"batches through Python's multiprocessing sockets under it (a socket path holds {SOCKET_PATH_MAX} "
+        f"bytes; 'AF_UNIX path too long') and the job may hang — give it a TMPDIR of at most "
+        f"{SOCKET_PATH_MAX - MULTIPROCESSING_SUFFIX} bytes"
+    )
+
+
 def _launch(cmd: list[str], env: dict, stdout, stderr=None) -> subprocess.Popen:
     """Start the job in a session (and process group) of its own, so that stopping it stops every
     process it started (:func:`_stop_job` signals the group), with a working SIGINT, as a shell
@@ -542,6 +564,10 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
     if cmd:
         target = " ".join(cmd)
         env = w.job_environment(run_dir) if not args.no_step_hook else dict(os.environ)
+        problem = socket_folder_problem(env)
+        if problem:
+            notes.append(problem)
+            sys.stderr.write(f"trainscope: {problem}\n")
         # The job's output: relayed whole and in order, surviving the watcher (see watch_output.JobOutput).
         output = JobOutput(args.headless, args.format == "json")
         try:
