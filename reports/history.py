@@ -255,6 +255,50 @@ def render_runs_text(runs: list[dict], store: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def render_run_text(run: dict, store: str) -> str:
+    """`trainscope runs ID`: the listing row, then what the run's saved summary holds — the verdict
+    and its summary, the step times, the sinks, the fixes with their projections, the top kernels."""
+    from trainscope.analyzers.sinks import SINK_LABELS
+
+    out = [render_runs_text([run], store).rstrip("\n").rsplit("\n", 1)[0], ""]
+    w = out.append
+    s = run.get("summary") or {}
+    w(f"source     {run['source']}  ({s.get('format') or '?'}, saved by {run['saved_by']} on {run['host'] or '?'})")
+    if run["git_commit"]:
+        w(f"commit     {run['git_commit']}{' (uncommitted changes)' if run['git_dirty'] else ''}")
+    v = s.get("verdict") or run["verdict"]
+    w(f"verdict    {v['bottleneck'] or v['axis']} ({v['confidence']:.2f})")
+    if v.get("summary"):
+        w(f"           {v['summary']}")
+    st = run["step_time_ms"]
+    w(
+        f"steps      {run['steps']} ({s.get('steps_method') or '?'}): p50 {st['p50']:.2f} ms, p95 {st['p95']:.2f} ms, mean {st['mean']:.2f} ms"
+    )
+    sinks = sorted(
+        ((k, x) for k, x in (s.get("sinks") or {}).items() if x["pct"] >= 0.05), key=lambda kv: -kv[1]["pct"]
+    )
+    if sinks:
+        w("sinks      (share of step time, ms per step)")
+        for k, x in sinks:
+            w(f"  {x['pct']:6.1f} % {x['ms_per_step']:10.2f} ms  {SINK_LABELS.get(k, k)}")
+    fixes = s.get("fixes") or run["fixes"]
+    if fixes:
+        w("fixes      (projected upper bounds, as saved)")
+        for i, f in enumerate(fixes, 1):
+            gain = "no projection" if f.get("projected_speedup") is None else f"up to {f['projected_speedup']:.2f}×"
+            w(f"  {i}. {f.get('title') or f['id']} [{f['id']}] — {gain}")
+    kernels = s.get("top_kernels") or []
+    if kernels:
+        w("top kernels (total ms, calls)")
+        for k in kernels[:5]:
+            name = k["name"] if len(k["name"]) <= 70 else k["name"][:44] + "…" + k["name"][-25:]
+            w(f"  {k['total_ns'] / 1e6:10.2f} ms {k['count']:>7}  {name}")
+    for line in s.get("warnings") or []:
+        w(f"warning    {line}")
+    w(f"(run {run['id']} from {store}; the whole summary: --format json)")
+    return "\n".join(out) + "\n"
+
+
 def render_fixes_text(rows: list[dict]) -> str:
     """`trainscope runs --fixes`: every recorded fix outcome, projected against achieved."""
     if not rows:

@@ -291,7 +291,7 @@ def render_html_fragment(
     )
     if v["evidence"]:
         w(
-            "<h2>Evidence</h2><table><tr><th>threshold</th><th>evidence</th><th>value</th><th>threshold</th><th>source</th></tr>"
+            "<h2>Evidence</h2><table><tr><th>crossed</th><th>evidence</th><th>value</th><th>threshold</th><th>source</th></tr>"
             + _evidence_rows(v["evidence"])
             + "</table>"
         )

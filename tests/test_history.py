@@ -175,6 +175,17 @@ def test_save_list_baseline_and_diff_against_it(tmp_path, recordings):
     one = json.loads(cli("runs", "1", "--store", store, "--format", "json").stdout)
     assert one["summary"]["step_ms"] == pytest.approx([s["duration_ms"] for s in doc["steps"]], abs=1e-3)
     assert os.path.getsize(store) < 200_000
+    # Its text shows the summary, not only the listing row: the verdict's sentence, the step times,
+    # the sinks (each the JSON's figure) and the fixes with their saved projections.
+    shown = cli("runs", "2", "--store", store).stdout
+    two = json.loads(cli("runs", "2", "--store", store, "--format", "json").stdout)["summary"]
+    assert two["verdict"]["summary"] in shown
+    assert f"p50 {two['step_time_ms']['p50']:.2f} ms" in shown and f"p95 {two['step_time_ms']['p95']:.2f} ms" in shown
+    top = max(two["sinks"].values(), key=lambda x: x["pct"])
+    assert f"{top['pct']:6.1f} % {top['ms_per_step']:10.2f} ms" in shown
+    for f in two["fixes"]:
+        assert f"[{f['id']}] — up to {f['projected_speedup']:.2f}×" in shown
+    assert len(shown.splitlines()) > 8
     # The baseline of the tag, and a PR's trace against it: the same gate as two traces.
     b = cli("baseline", "set", "1", "--store", store)
     assert b.returncode == 0 and b.stdout.startswith("baseline of linear: run 1 [linear]")

@@ -81,3 +81,19 @@ def test_relative_memory_basis_is_explained():
     for name in TRACES[:5]:
         page = report(name).to_html()
         assert "(relative)" not in page
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_no_table_has_two_columns_of_one_name(name):
+    """Every table's headers are distinct (the evidence table had "threshold" twice: the crossed mark
+    and the threshold value)."""
+    page = report(name).to_html()
+    tables = re.findall(r"<table.*?</table>", page, re.S)
+    assert tables
+    for table in tables:
+        first_row = re.search(r"<tr>(.*?)</tr>", table, re.S)
+        heads = [
+            page_text(h).strip() for h in re.findall(r"<th[^>]*>(.*?)</th>", first_row.group(1) if first_row else "")
+        ]
+        heads = [h for h in heads if h]
+        assert len(heads) == len(set(heads)), heads

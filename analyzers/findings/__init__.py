@@ -223,3 +223,27 @@ __all__ = [
     "LiveMeasure",
     "LIVE_STEPS",
 ]
+
+
+def findings_markdown() -> str:
+    """The registry as a Markdown table (``docs/analysis.md`` holds it between its markers; a test
+    keeps the two equal): every finding, its axis, headline, which rules raise it and whether it can
+    be the verdict."""
+
+    def raised_by(s: FindingSpec) -> str:
+        where = [w for w, on in (("trace", s.offline), ("live", s.live is not None), ("snapshot", s.snapshot)) if on]
+        return ", ".join(where)
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    rows = [
+        "| finding | axis | headline | raised by | can be the verdict | what it measures |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows += [
+        f"| `{s.id}` | {s.axis} | {cell(s.headline)} | {raised_by(s)} | {'yes' if s.can_be_primary else 'no'} "
+        f"| {cell(s.describes or s.title)} |"
+        for s in REGISTRY.values()
+    ]
+    return "\n".join(rows) + "\n"

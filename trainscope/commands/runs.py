@@ -113,7 +113,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
     from trainscope import api
-    from trainscope.reports.history import render_fixes_text, render_runs_text
+    from trainscope.reports.history import render_fixes_text, render_run_text, render_runs_text
     from trainscope.traces.safe_text import safe_strings
 
     store = api.open_store(args.store, read_only=True) if _exists(args.store) else None
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         if args.ref is not None:
             one = store.get(args.ref)
             doc = one.to_dict(full=True)
-            sys.stdout.write(to_json(doc) if args.format == "json" else render_runs_text([safe_strings(doc)], path))
+            sys.stdout.write(to_json(doc) if args.format == "json" else render_run_text(safe_strings(doc), path))
             return EXIT_OK
         runs = store.runs(
             tag=args.tag,
