@@ -202,3 +202,57 @@ def test_roofline_chart_shows_every_label():
         lines = roofline_chart(roof, width, height)
         plot = "".join(x[9:] for x in lines if "│" in x[:10])
         assert all(plot.count(L) == 1 for L in LABELS[:n]), (width, [L for L in LABELS if L not in plot])
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_kernels_at_real_sizes_name_their_kernels_and_show_every_sort_arrow(size):
+    """At 80 columns the names had 16 characters (four rows read "at::native::vec…"); sorted by mean the
+    arrow was cut off; at 120 columns the note was cut at "TC =". Names now lose namespaces, then their
+    middle; each sorted header shows its arrow; the note's lines fit."""
+
+    async def go():
+        s = session(RESNET)
+        app = AnalyzeApp(str(KINETO / RESNET), session=s)
+        async with app.run_test(size=size) as pilot:
+            await _ready(app, pilot)
+            await pilot.press("4")
+            await pilot.pause()
+            pane, table = app.query_one(KernelsPane), app.query_one("#kernels-table")
+            cols = {str(c.key.value): c.width for c in table.columns.values()}
+            assert cols["name"] >= 24
+            assert ("class" in cols) == (size[0] >= 100)
+            assert sum(w + 2 for w in cols.values()) <= pane.size.width  # no sideways scrolling
+            names = [str(table.get_row_at(i)[-1]) for i in range(min(12, table.row_count))]
+            # The elementwise kernels (the four "at::native::vec…" rows) are told apart by their functor;
+            # at 120 columns every top row is.
+            elementwise = [n for n in names if n.startswith("vectori")]
+            assert len(elementwise) >= 2 and len(set(elementwise)) == len(elementwise), names
+            if size[0] >= 120:
+                assert len(set(names)) == len(names), names
+            assert not any(n.startswith("at::native::") for n in names)
+            for key in [c.key for c in pane.sort_columns]:
+                pane.sort_by(key)
+                await pilot.pause()
+                label = str(table.columns[key].label) if key in cols else None
+                if label is not None:
+                    assert label[-1] in "▼▲" and len(label) <= cols[key], (key, label, cols[key])
+            note = [line for line in shown(app.query_one("#kernels-note")) if line]
+            assert len(note) == 2 and note[1].endswith("TC tensor cores"), note
+
+    run(go())
+
+
+def test_an_evidence_fact_without_a_number_has_no_dash_for_its_value():
+    """The fixes tab showed "metric: — — source" for evidence without a value (the overview did not):
+    both panes draw evidence with one function."""
+    from trainscope.tui import fixes, overview
+
+    fact = {"metric": "num_workers=0 in the trace", "value": None, "unit": "", "threshold": None, "meets": None}
+    line = overview.evidence_line({**fact, "source": "DataLoader arguments"}, "  ").plain
+    assert line == "  · num_workers=0 in the trace  — DataLoader arguments"
+    assert overview.evidence_line({**fact, "source": ""}).plain == "· num_workers=0 in the trace"
+    measured = {**fact, "value": 33.9, "unit": "%", "threshold": 30, "meets": True, "source": "breakdown"}
+    assert (
+        overview.evidence_line(measured).plain == "✔ num_workers=0 in the trace: 33.9 %  (threshold 30 %)  — breakdown"
+    )
+    assert fixes.evidence_line is overview.evidence_line

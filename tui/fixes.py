@@ -18,7 +18,7 @@ from trainscope.analyzers.whatif import Projection
 from trainscope.api import whatif as project, whatif_levers as levers
 from trainscope.tui.keys import bind
 from trainscope.reports.document import gain_words
-from trainscope.tui.overview import fmt_value
+from trainscope.tui.overview import evidence_line
 
 
 class FixesPane(Vertical):
@@ -122,12 +122,8 @@ class FixesPane(Vertical):
                 f"because {finding['title']} ({finding['severity']}, {finding['stake_pct']:.1f} % of step time)\n"
             )
             for e in finding["evidence"]:
-                mark = {True: "✔", False: "✘", None: "·"}[e["meets"]]
-                thr = f" (threshold {e['threshold']} {e['unit']})".rstrip() if e["threshold"] else ""
-                head.append(
-                    f"  {mark} {e['metric']}: {fmt_value(e['value'], e['unit'])}{thr} — {e['source']}\n",
-                    style="dim" if e["meets"] is None else "",
-                )
+                head.append_text(evidence_line(e, "  "))
+                head.append("\n")
         head.append("change:", style="bold")
         proj = (
             f"up to {r['projected_speedup']:.2f}× faster: step ≥ {r['projected_step_ms']:.1f} ms"

@@ -65,6 +65,25 @@ def fmt_value(v, unit: str) -> str:
     return f"{v:.1f} %" if unit.startswith("%") else f"{v:g} {unit}".strip()
 
 
+EVIDENCE_MARKS = {True: ("✔", "bold"), False: ("✘", ""), None: ("·", "dim")}
+
+
+def evidence_line(e: dict, indent: str = "") -> Text:
+    """One evidence item as the app shows it (the overview and the fixes tab): its crossed mark, the
+    metric, the value where it has one (a fact without a number gets no "—" beside the "— source"),
+    the threshold and the source."""
+    mark, style = EVIDENCE_MARKS[e["meets"]]
+    line = Text(indent)
+    thr = f"  (threshold {e['threshold']} {e['unit']})" if e["threshold"] else ""
+    if e["value"] is None:
+        line.append(f"{mark} {e['metric']}", style=style)
+    else:
+        line.append(f"{mark} {e['metric']}: ", style=style)
+        line.append(fmt_value(e["value"], e["unit"]), style="bold")
+    line.append(f"{thr}  — {e['source']}" if e["source"] else thr, style="dim")
+    return line
+
+
 class Overview(VerticalScroll):
     DEFAULT_CSS = """
     Overview { padding: 0 1; }
@@ -106,14 +125,8 @@ class Overview(VerticalScroll):
         self.query_one("#figures", Static).update(fig)
         ev = Text()
         for e in v["evidence"]:
-            mark, style = {True: ("✔", "bold"), False: ("✘", ""), None: ("·", "dim")}[e["meets"]]
-            thr = f"  (threshold {e['threshold']} {e['unit']})" if e["threshold"] else ""
-            if e["value"] is None:  # a fact without a number: no "—" for a value beside the "— source"
-                ev.append(f"{mark} {e['metric']}", style=style)
-            else:
-                ev.append(f"{mark} {e['metric']}: ", style=style)
-                ev.append(fmt_value(e["value"], e["unit"]), style="bold")
-            ev.append(f"{thr}  — {e['source']}\n", style="dim")
+            ev.append_text(evidence_line(e))
+            ev.append("\n")
         if not v["evidence"]:
             ev.append("no evidence recorded", style="dim")
         self.query_one("#evidence", Static).update(ev)

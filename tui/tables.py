@@ -138,7 +138,9 @@ KERNEL_COLUMNS = (
     KernelColumn("class", "class", lambda k, r: k.kernel_class, False),
     KernelColumn("name", "kernel", lambda k, r: k.name.lower(), False),
 )
-NUMBER_WIDTHS = {"total": 9, "mean": 8, "share": 7, "count": 6, "bound": 5, "tc": 2, "class": 9}
+# Each wide enough for its label and the sort arrow beside it ("mean µs▼").
+NUMBER_WIDTHS = {"total": 9, "mean": 8, "share": 7, "count": 6, "bound": 6, "tc": 3, "class": 9}
+NAME_MIN = 24  # the kernel column's least width before the class column gives way (the detail names it)
 
 
 def _cut(text: str, width: int) -> str:
@@ -158,7 +160,7 @@ class KernelsPane(SortedColumns, Vertical):
 
     DEFAULT_CSS = """
     KernelsPane #kernels-filter { height: 3; }
-    KernelsPane #kernels-note { height: 1; color: $text-muted; }
+    KernelsPane #kernels-note { height: 2; color: $text-muted; }
     KernelsPane DataTable { height: 1fr; }
     KernelsPane #kernel-detail { height: 5; padding: 0 1; border-top: solid $panel; }
     """
@@ -211,8 +213,19 @@ class KernelsPane(SortedColumns, Vertical):
 
     def _name_width(self) -> int:
         """What the number columns leave (each column has one cell of padding either side)."""
-        used = sum(w + 2 for k, w in NUMBER_WIDTHS.items() if k != "class") + self._class_width() + 2 + 2 + 2
+        used = sum(w + 2 for k, w in NUMBER_WIDTHS.items() if k != "class") + 2 + 2
+        if self._shows_class():
+            used += self._class_width() + 2
         return max(16, min(200, self._pane_width() - used))
+
+    def _shows_class(self) -> bool:
+        """The class column is shown where the kernel's name keeps NAME_MIN columns beside it (at 80
+        columns it is not: the names matter more, and the detail below the table gives the class)."""
+        used = sum(w + 2 for w in NUMBER_WIDTHS.values()) + 2 + 2
+        return self._pane_width() - used >= NAME_MIN
+
+    def _columns(self) -> tuple[KernelColumn, ...]:
+        return tuple(c for c in KERNEL_COLUMNS if c.key != "class" or self._shows_class())
 
     def on_resize(self) -> None:
         if self.summary is not None and self._name_width() != getattr(self, "_shown_name_w", None):
@@ -301,8 +314,9 @@ class KernelsPane(SortedColumns, Vertical):
         # Keep the columns (re-creating them re-measures every cell); only their labels change.
         if not table.columns:
             self._shown_name_w = self._name_width()
-            self._shown_class_w = self._class_width()
-            for c in KERNEL_COLUMNS:
+            self._shown_class_w = self._class_width() if self._shows_class() else 0
+            self._shown_columns = self._columns()
+            for c in self._shown_columns:
                 width = (
                     self._shown_name_w
                     if c.key == "name"
@@ -310,9 +324,9 @@ class KernelsPane(SortedColumns, Vertical):
                     if c.key == "class"
                     else NUMBER_WIDTHS[c.key]
                 )
-                table.add_column(c.label + " ▼", key=c.key, width=width)
-        for c in KERNEL_COLUMNS:
-            mark = (" ▼" if self.descending else " ▲") if c.key == self.sort_column else ""
+                table.add_column(c.label + "▼", key=c.key, width=width)
+        for c in self._shown_columns:
+            mark = ("▼" if self.descending else "▲") if c.key == self.sort_column else ""
             table.columns[c.key].label = Text(c.label + mark)
         filled = (id(self.summary), self.filter_text, self._shown_name_w)
         if filled == self._filled and len(rows) <= self.MAX_ROWS and table.row_count == len(self.shown):
@@ -328,24 +342,28 @@ class KernelsPane(SortedColumns, Vertical):
                 r = roof.get(k.name)
                 first = Text(f"{k.total_ns / 1e6:.2f}", justify="right")
                 self._row_kernel[id(first)] = k
+                cells = {
+                    "total": first,
+                    "mean": Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
+                    "share": Text(f"{k.share_pct:.1f} %", justify="right"),
+                    "count": Text(f"{k.count}", justify="right"),
+                    "bound": _BOUND.get(r.bound, r.bound) if r else "",
+                    "tc": "✔" if k.tensor_core else "",
+                    "class": _cut(k.kernel_class, self._shown_class_w),
+                    "name": Text(short_name(k.name, self._shown_name_w)),
+                }
                 table.add_row(
-                    first,
-                    Text(f"{k.mean_ns / 1e3:.1f}", justify="right"),
-                    Text(f"{k.share_pct:.1f} %", justify="right"),
-                    Text(f"{k.count}", justify="right"),
-                    _BOUND.get(r.bound, r.bound) if r else "",
-                    "✔" if k.tensor_core else "",
-                    _cut(k.kernel_class, self._shown_class_w),
-                    Text(short_name(k.name, self._shown_name_w)),
+                    *(cells[c.key] for c in self._shown_columns),
                     key=str(i),
                 )  # Text: a str cell is read as markup
             self._filled = filled
         more = f" (first {self.MAX_ROWS} shown)" if len(rows) > self.MAX_ROWS else ""
         self.query_one("#kernels-note", Static).update(
-            f"{len(rows)} of {len(self.summary.top)} kernels{more} · sorted by {col.label} · "
-            "s: sort · r: reverse · /: filter · y: copy name · p: roofline chart · TC = tensor cores",
+            f"{len(rows)} of {len(self.summary.top)} kernels{more} · sorted by {col.label} "
+            f"{'▼' if self.descending else '▲'}\n"
+            "s sort · r reverse · / filter · y copy name · p roofline · TC tensor cores",
             layout=False,
-        )  # one row (height: 1)
+        )  # two rows (height: 2), each under 80 columns
         self.on_data_table_row_highlighted(DataTable.RowHighlighted(table, table.cursor_row, None))
 
     def watch_sort_column(self) -> None:

@@ -14,6 +14,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Static
 
 import math
+import re
 
 import numpy as np
 
@@ -501,7 +502,53 @@ def short_name(name: str, limit: int = 110) -> str:
                 name = name[:i] if i > 0 else name
                 break
     name = visible(name.removeprefix("void "))  # a trace's name never drives the terminal
+    if len(name) <= limit:
+        return name
+    return _elide(name, limit)
+
+
+def _collapse_nested(name: str) -> str:
+    """Template and call arguments nested inside a template's own: ``k<4, F<float>, A<char*, 3> >`` →
+    ``k<4, F<…>, A<…> >`` — the outer arguments (the functor) tell instances of one kernel apart."""
+    out, depth = [], 0
+    for ch in name:
+        if ch in "<({":
+            depth += 1
+            if depth == 2:
+                out.append(ch + "…")
+            elif depth < 2:
+                out.append(ch)
+        elif ch in ">)}":
+            depth = max(0, depth - 1)
+            if depth < 2:
+                out.append(ch)
+        elif depth < 2:
+            out.append(ch)
+    return "".join(out)
+
+
+def _elide(name: str, limit: int) -> str:
+    """Shorter and shorter, keeping what tells kernels apart: namespaces go (at::native::,
+    (anonymous namespace)::), then arguments nested in the template's, then the kernel's base name
+    keeps its head — never all of the template arguments — and last the end is cut."""
+    if limit < 8:
+        return name[: max(0, limit - 1)] + "…" if limit > 0 else ""
+    name = _NAMESPACE.sub("", name)
+    if len(name) <= limit:
+        return name
+    name = _collapse_nested(name)
+    if len(name) <= limit:
+        return name
+    cut = min((i for i in (name.find("<"), name.find("(")) if i > 0), default=-1)
+    if cut > 0:
+        base, rest = name[:cut], name[cut:]
+        keep = max(6, limit // 3)
+        if len(base) > keep:
+            name = base[: keep - 1] + "…" + rest
     return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+_NAMESPACE = re.compile(r"(?:\(anonymous namespace\)|\b[A-Za-z_]\w*)::")
 
 
 def describe(item: Item) -> str:
