@@ -13,10 +13,20 @@ from the model, with Kineto's categories (``kernel``, ``gpu_memcpy``, ``cuda_run
 ``cpu_op``, ``user_annotation`` …) and the GPUs named, encoded with msgspec in batches.
 
 The findings live in one extra process, "trainscope findings": a track (thread) per finding
-holding every interval it cites — the time of the breakdown category that carries it inside the
-steps — written as ``gpu_user_annotation`` ranges on the analyzed GPU (Kineto's category for
-ranges on the GPU timeline), a "verdict" track with one range over the steps named by the verdict,
-and the step boundaries as global instant markers. No track is capped: every interval is written.
+and a "verdict" track with one range over the steps named by the verdict, and the step boundaries
+as global instant markers. A finding's track holds the time it cites — the time of the breakdown
+category that carries it inside the steps — as **merged** ranges (category ``trainscope_finding``):
+the category's intervals (one per kernel, often) closer than a gap are one slice, never across a
+step boundary; each slice's args say how much of it is the finding's own time (``time_us``) and how
+many intervals it joins (``intervals``), so nothing is lost and the tracks stay a small share of
+the file (:func:`finding_gap_ns`: 1 % of the median step, doubled while all findings' slices pass
+1 % of the trace's events).
+
+A **rank set** (a directory of per-rank traces) is one file (:func:`write_perfetto_ranks`): every
+rank is its own process, named ``rank N`` and sorted by rank, holding its verdict and findings
+tracks, its collectives as the alignment matched them (a track, with flows from the first rank to
+arrive to the next, ending on the last), and every event of its trace, each host thread and GPU
+stream a thread of that process (the original pid and tid are in the ``trainscope`` field).
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from dataclasses import dataclass
 from typing import IO, Iterable
 
 import msgspec
@@ -70,22 +81,92 @@ def finding_intervals(model: TimelineModel, finding_id: str) -> list[tuple[int, 
     return list(zip(s.tolist(), e.tolist()))
 
 
-def findings_events(model: TimelineModel, doc: dict, device: int, offset_ns: int = 0) -> Iterable[dict]:
-    """The findings process: metadata, the verdict track, a track per finding, step markers.
-    ``offset_ns`` moves the model's times (ns from the trace origin) onto the output's clock."""
-    pid = FINDINGS_PID
+FINDING_CATEGORY_NAME = (
+    "trainscope_finding"  # the findings' and the verdict's ranges (no Kineto reader takes them for its own)
+)
+GAP_SHARE_OF_STEP = 0.01  # intervals closer than this share of the median step are one slice
+SLICE_BUDGET = 0.01  # all findings' slices together: at most this share of the trace's events (the gap doubles)
+
+
+def model_event_count(trace: Trace) -> int:
+    """The trace's timed events as trainscope read them (kernels, copies, memsets, runtime calls,
+    operators, annotations, memory events): what the findings' slices are a share of."""
+    return sum(
+        len(getattr(trace, t)) for t in ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "memory")
+    )
+
+
+def merge_intervals(
+    starts: np.ndarray, ends: np.ndarray, step_starts: np.ndarray, gap_ns: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals (in time order) joined where the gap to the next is at most ``gap_ns`` and both lie
+    in one step → (starts, ends, own time inside each, intervals joined in each)."""
+    if not len(starts):
+        z = np.empty(0, np.int64)
+        return z, z, z, z
+    step = np.searchsorted(step_starts, starts, side="right") if len(step_starts) else np.zeros(len(starts), np.int64)
+    cut = (starts[1:] - ends[:-1] > gap_ns) | (step[1:] != step[:-1])
+    first = np.concatenate(([0], np.flatnonzero(cut) + 1))
+    busy = np.add.reduceat(ends - starts, first)
+    return starts[first], np.maximum.reduceat(ends, first), busy, np.diff(np.concatenate((first, [len(starts)])))
+
+
+def finding_gap_ns(model: TimelineModel, finding_ids: list[str], n_events: int) -> float:
+    """The gap below which a finding's intervals are one slice: :data:`GAP_SHARE_OF_STEP` of the
+    median step, doubled while all findings' slices together pass :data:`SLICE_BUDGET` of
+    ``n_events`` (and the gap is shorter than the longest step: past that, steps alone cut)."""
+    ss, se = np.asarray(model.step_starts), np.asarray(model.step_ends)
+    if not len(ss):
+        return 0.0
+    durs = se - ss
+    gap = max(1.0, float(np.median(durs)) * GAP_SHARE_OF_STEP)
+    arrays = [finding_arrays(model, f) for f in finding_ids]
+    budget = max(1.0, SLICE_BUDGET * n_events)
+    while True:
+        n = sum(len(merge_intervals(s, e, ss, gap)[0]) for s, e in arrays)
+        if n <= budget or gap >= float(durs.max()):
+            return gap
+        gap *= 2
+
+
+def finding_slices(model: TimelineModel, finding_id: str, gap_ns: float):
+    """A finding's track: its intervals (:func:`finding_arrays`) merged by :func:`merge_intervals`."""
+    s, e = finding_arrays(model, finding_id)
+    return merge_intervals(s, e, np.asarray(model.step_starts), gap_ns)
+
+
+def findings_events(
+    model: TimelineModel,
+    doc: dict,
+    device: int,
+    offset_ns: int = 0,
+    *,
+    n_events: int = 0,
+    pid: object = FINDINGS_PID,
+    tids: "list[int] | None" = None,
+    process: bool = True,
+    step_scope: str = "g",
+) -> Iterable[dict]:
+    """The findings: metadata, the verdict track, a track per finding (merged slices), step markers.
+    ``offset_ns`` moves the model's times (ns from the trace origin) onto the output's clock. By
+    default the findings process of a one-trace export; a rank set puts them in the rank's process
+    (``pid``, ``tids``: the verdict's track then the findings', ``process=False``: no process metadata)."""
     v = doc["verdict"]
-    yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "trainscope findings"}}
-    yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": -1}}
-    yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": 0, "args": {"name": "verdict"}}
+    findings = doc["findings"]
+    tids = tids if tids is not None else list(range(len(findings) + 1))
+    if process:
+        yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "trainscope findings"}}
+        yield {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": -1}}
+    yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tids[0], "args": {"name": "verdict"}}
+    yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tids[0], "args": {"sort_index": -1000}}
     steps = model.segmentation.steps
     if steps:
         lo, hi = steps[0].start_ns, steps[-1].end_ns
         yield {
             "ph": "X",
-            "cat": "gpu_user_annotation",
+            "cat": FINDING_CATEGORY_NAME,
             "pid": pid,
-            "tid": 0,
+            "tid": tids[0],
             "name": f"verdict {v['axis']} ({v['confidence']:.2f})",
             "ts": _us1(lo, offset_ns),
             "dur": _us1(hi - lo),
@@ -94,31 +175,44 @@ def findings_events(model: TimelineModel, doc: dict, device: int, offset_ns: int
         for st in steps:
             yield {
                 "ph": "i",
-                "s": "g",
+                "s": step_scope,
                 "cat": "trainscope_step",
                 "pid": pid,
-                "tid": 0,
+                "tid": tids[0],
                 "name": f"step boundary: {st.label}",
                 "ts": _us1(st.start_ns, offset_ns),
             }
-    for n, f in enumerate(doc["findings"], 1):
-        yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": n, "args": {"name": f"{f['id']} ({f['severity']})"}}
-        yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": n, "args": {"sort_index": n}}
+    gap = finding_gap_ns(model, [f["id"] for f in findings], n_events)
+    for n, f in enumerate(findings, 1):
+        tid = tids[n]
+        yield {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": pid,
+            "tid": tid,
+            "args": {"name": f"{f['id']} ({f['severity']})"},
+        }
+        yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": -1000 + n}}
         name = f"{FINDING_PREFIX}{f['id']}: {f['title']}"
-        args = {"device": device, "finding": f["id"], "severity": f["severity"], "stake_pct": f["stake_pct"]}
-        starts, ends = finding_arrays(model, f["id"])
-        for lo in range(0, len(starts), _BATCH):  # Python objects for one batch at a time
-            for s, e in zip(starts[lo : lo + _BATCH].tolist(), ends[lo : lo + _BATCH].tolist()):
-                yield {
-                    "ph": "X",
-                    "cat": "gpu_user_annotation",
-                    "pid": pid,
-                    "tid": n,
-                    "name": name,
-                    "ts": _us1(s, offset_ns),
-                    "dur": _us1(e - s),
-                    "args": args,
-                }
+        starts, ends, busy, joined = finding_slices(model, f["id"], gap)
+        for s, e, b, k in zip(starts.tolist(), ends.tolist(), busy.tolist(), joined.tolist()):
+            yield {
+                "ph": "X",
+                "cat": FINDING_CATEGORY_NAME,
+                "pid": pid,
+                "tid": tid,
+                "name": name,
+                "ts": _us1(s, offset_ns),
+                "dur": _us1(e - s),
+                "args": {
+                    "device": device,
+                    "finding": f["id"],
+                    "severity": f["severity"],
+                    "stake_pct": f["stake_pct"],
+                    "time_us": _us1(b),
+                    "intervals": k,
+                },
+            }
 
 
 # -- the output file ---------------------------------------------------------------------------
@@ -371,7 +465,8 @@ def _finish_copy(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, devi
     base = top.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, (int, float)) and np.isfinite(base) else 0
     # The model's times are ns from trace.origin_ns (= the file's clock origin + its base): move them back.
-    _write_events(out, findings_events(model, doc, device, int(trace.origin_ns) - base_ns), first=False)
+    offset = int(trace.origin_ns) - base_ns
+    _write_events(out, findings_events(model, doc, device, offset, n_events=model_event_count(trace)), first=False)
     top = {k: v for k, v in top.items() if k != "trainscope"}
     top["trainscope"] = _trainscope_field(doc, copied=True)
     rest = _ENC.encode(top)  # "{...}"
@@ -528,7 +623,7 @@ def _model_events(trace: Trace) -> Iterable[dict]:
 def _write_model(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, device: int) -> None:
     out.write(b'{"traceEvents":[')
     first = _write_events(out, _model_events(trace), first=True)
-    _write_events(out, findings_events(model, doc, device), first=first)
+    _write_events(out, findings_events(model, doc, device, n_events=model_event_count(trace)), first=first)
     top = {
         "schemaVersion": 1,
         "baseTimeNanoseconds": int(trace.origin_ns),
@@ -558,6 +653,374 @@ def write_perfetto(path: str, trace: Trace, analysis: Analysis, doc: dict, model
             if not out.rewind():
                 raise OSError(f"{path}: the input changed while it was copied")
             _write_model(out, trace, model, doc, device)
+        out.commit()
+    except BaseException:
+        out.abort()
+        raise
+
+
+# -- a rank set: one file, a process per rank ---------------------------------------------------
+RANK_PID_BASE = 1  # rank i's process is pid RANK_PID_BASE + i (its position in the set, rank order)
+ALIGNMENT_CATEGORY = "trainscope_alignment"
+
+
+@dataclass
+class RankPart:
+    """One rank of a rank-set export: its trace, analysis, document (its own findings) and timeline."""
+
+    trace: Trace
+    analysis: Analysis
+    doc: dict
+    model: TimelineModel
+    label: str  # "rank 3"
+    main: bool = False  # the slowest rank (the report's summary)
+    sort: int = 0  # the process's place (its rank)
+
+
+def _key(v: object) -> object:
+    return v if isinstance(v, (str, int, float, bool)) or v is None else _ENC.encode(v).decode()
+
+
+def _base_ns(trace: Trace) -> int:
+    """The absolute ns of a Kineto file's clock zero (its ``baseTimeNanoseconds``, else 0)."""
+    base = trace.metadata.get("baseTimeNanoseconds") if trace.metadata else None
+    return int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) and np.isfinite(base) else 0
+
+
+class _Tids:
+    """New thread ids, unique in the whole file (Perfetto keys a JSON thread by its tid)."""
+
+    def __init__(self) -> None:
+        self.next = 1
+
+    def take(self) -> int:
+        self.next += 1
+        return self.next - 1
+
+
+class _RankWriter:
+    """A stream parser (raw slices from collectors/kineto_stream.py, or dicts) that writes one rank's
+    events into its process: pid and tid mapped (each original (pid, tid) one thread), flow ids made
+    unique across ranks, times moved onto the file's common clock, ``M`` metadata kept aside to name
+    the threads at the end."""
+
+    raw = True
+
+    def __init__(
+        self, out: _Sink, pid: int, index: int, n_ranks: int, file_base_ns: int, base_ns: int, tids: _Tids
+    ) -> None:
+        self.out, self.pid, self.index, self.n = out, pid, index, n_ranks
+        self.base_ns = base_ns  # the output's clock zero (absolute ns)
+        self.shift_ns = file_base_ns - base_ns  # a Kineto file's times onto the output's clock
+        self.tids = tids
+        self.threads: dict[tuple[object, object], int] = {}
+        self.first_seen: list[tuple[object, object]] = []
+        self.meta: dict[tuple[str, object, object], object] = {}
+        self.count = 0
+        self.rewritten_ids = 0
+
+    def _flow_id(self, v: object) -> object:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v * self.n + self.index
+        return f"r{self.index}:{v}"
+
+    def _ts(self, v: object) -> object:
+        if not self.shift_ns or isinstance(v, bool) or not isinstance(v, (int, float)):
+            return v
+        if self.shift_ns % 1000 == 0:
+            return v + self.shift_ns // 1000
+        return round(v + self.shift_ns / 1000, 3)
+
+    def rewrite(self, e: object) -> object | None:
+        if not isinstance(e, dict):
+            return e
+        ph = e.get("ph")
+        pid, tid = _key(e.get("pid")), _key(e.get("tid"))
+        if ph == "M":
+            args = e.get("args") if isinstance(e.get("args"), dict) else {}
+            name = e.get("name")
+            value = next(iter(args.values()), None) if args else None
+            scope = tid if name in ("thread_name", "thread_sort_index") else None
+            self.meta[(str(name), pid, scope)] = value
+            return None
+        key = (pid, tid)
+        new = self.threads.get(key)
+        if new is None:
+            new = self.threads[key] = self.tids.take()
+            self.first_seen.append(key)
+        e["pid"], e["tid"] = self.pid, new
+        if ph in ("s", "t", "f") and "id" in e:
+            e["id"] = self._flow_id(e["id"])
+        if "bind_id" in e:
+            e["bind_id"] = self._flow_id(e["bind_id"])
+        if self.shift_ns and "ts" in e:
+            e["ts"] = self._ts(e["ts"])
+        return e
+
+    def _emit(self, events: list, encode) -> None:
+        kept = [x for x in (self.rewrite(e) for e in events) if x is not None]
+        if kept:
+            self.out.write(b"," + encode(kept))
+            self.count += len(kept)
+
+    def feed_raw(self, raws: list) -> None:
+        body = b"[" + b",".join(raws) + b"]"
+        try:
+            events = msgspec.json.decode(body)
+        except (msgspec.DecodeError, ValueError, OverflowError):
+            import json
+
+            events = json.loads(body)
+        self._emit(events, _encode_batch)
+
+    def feed_dicts(self, events: list, progress=None) -> None:
+        self._emit(events, _encode_json)
+
+    def feed_typed(self, events: list) -> bool:  # not reached: raw slices come to feed_raw
+        return False
+
+    def check_first(self) -> None:
+        pass
+
+    def thread_names(self) -> list[tuple[int, str, int]]:
+        """(new tid, name, sort position) per thread: the original thread's name, behind its process's
+        label (GPU n) or name where that is not the host; host threads first, then by the original
+        sort indices."""
+        rows = []
+        for (pid, tid), new in self.threads.items():
+            tname = self.meta.get(("thread_name", pid, tid))
+            pname = self.meta.get(("process_name", pid, None))
+            label = self.meta.get(("process_labels", pid, None))
+            if tname not in (None, ""):
+                tname = str(tname).strip()
+            else:
+                tname = f"tid {tid}" if isinstance(tid, int) else (str(tid) if tid not in (None, "") else "no tid")
+            if label == "CPU" or (label in (None, "") and pname not in (None, "") and str(pid).isdigit()):
+                name = tname
+            else:
+                lead = next((str(x) for x in (label, pname, pid) if x not in (None, "")), "no pid")
+                name = f"{lead.strip()} · {tname}"
+            psort = self.meta.get(("process_sort_index", pid, None))
+            tsort = self.meta.get(("thread_sort_index", pid, tid))
+            order = (
+                0 if label == "CPU" else 1,
+                psort if isinstance(psort, (int, float)) and not isinstance(psort, bool) else float("inf"),
+                tsort if isinstance(tsort, (int, float)) and not isinstance(tsort, bool) else float("inf"),
+                new,
+            )
+            rows.append((order, new, name))
+        rows.sort(key=lambda r: r[0])
+        return [(new, name, i) for i, (_o, new, name) in enumerate(rows)]
+
+    def mapping(self) -> list[dict]:
+        """Each thread of this rank's process: its new tid and the original pid, tid and names."""
+        out = []
+        for (pid, tid), new in self.threads.items():
+            out.append(
+                {
+                    "tid": new,
+                    "pid_was": pid,
+                    "tid_was": tid,
+                    "process_name": self.meta.get(("process_name", pid, None)),
+                    "process_labels": self.meta.get(("process_labels", pid, None)),
+                }
+            )
+        return out
+
+
+def _encode_batch(events: list) -> bytes:
+    try:
+        return _ENC.encode(events)[1:-1]
+    except (msgspec.EncodeError, UnicodeEncodeError, OverflowError):
+        return _encode_json(events)
+
+
+def _encode_json(events: list) -> bytes:
+    """Python's json (NaN and Infinity as it writes them; lone surrogates escaped)."""
+    import json
+
+    return ",".join(json.dumps(e, separators=(",", ":")) for e in events).encode()
+
+
+def _rank_events(writer: _RankWriter, trace: Trace) -> dict | None:
+    """Feed one rank's events to ``writer``: a Kineto file's own events (streamed, each decoded,
+    rewritten and encoded again), else the model's; returns the file's top-level fields (None: the
+    model was written)."""
+    if _copyable(trace):
+        from trainscope.collectors.errors import TraceError
+        from trainscope.collectors.kineto_stream import Fallback, stream_events
+
+        mark = writer.out.written
+        try:
+            top, _warnings = stream_events(trace.source, writer)
+            if writer.count:
+                return {k: v for k, v in top.items() if k != "traceEvents"}
+        except (Fallback, TraceError, OSError):
+            if writer.out.written != mark:
+                raise OSError(f"{trace.source}: the input changed while it was copied") from None
+    writer.shift_ns = int(trace.origin_ns) - writer.base_ns  # the model's times are µs from the trace's origin
+    batch: list[dict] = []
+    for e in _model_events(trace):
+        batch.append(e)
+        if len(batch) >= _BATCH:
+            writer._emit(batch, _encode_batch)
+            batch = []
+    writer._emit(batch, _encode_batch)
+    return None
+
+
+def _alignment_events(parts: list[RankPart], side, pids: list[int], align_tids: list[int], base_ns: int):
+    """The collectives as the alignment matched them: a slice per rank per matched collective on each
+    rank's "collectives (aligned)" track, on that rank's own clock, and flows from the first rank to
+    arrive to the next, in arrival order (the last one is the rank the others waited for)."""
+    flow = 0
+    for n, c in enumerate(side.shared):
+        have = []
+        for r, (s, e) in enumerate(zip(c.starts, c.ends)):
+            if s is None or e is None or r >= len(parts):
+                continue
+            off = side.offsets_ns[r] or 0.0
+            own_s, own_e = int(round(s + off)) - base_ns, int(round(e + off)) - base_ns
+            first = min(x for x in c.starts if x is not None)
+            behind = s - first
+            have.append((s, r, own_s))
+            yield {
+                "ph": "X",
+                "cat": ALIGNMENT_CATEGORY,
+                "pid": pids[r],
+                "tid": align_tids[r],
+                "name": f"{c.kind} #{n}" + (" (late)" if c.late_rank == r else ""),
+                "ts": _us1(own_s),
+                "dur": _us1(max(0, own_e - own_s)),
+                "args": {
+                    "collective": n,
+                    "kind": c.kind,
+                    "arrival_behind_first_us": round(behind / 1e3, 3),
+                    "late": c.late_rank == r,
+                    "clock_offset_us": round(off / 1e3, 3),
+                },
+            }
+        have.sort()
+        for (_a, ra, ta), (_b, rb, tb) in zip(have, have[1:]):
+            flow += 1
+            common = {"cat": ALIGNMENT_CATEGORY, "name": "waits for", "id": flow}
+            yield {"ph": "s", "pid": pids[ra], "tid": align_tids[ra], "ts": _us1(ta), **common}
+            yield {"ph": "f", "bp": "e", "pid": pids[rb], "tid": align_tids[rb], "ts": _us1(tb), **common}
+
+
+def write_perfetto_ranks(path: str, parts: list[RankPart], side=None, source: str = "") -> None:
+    """A rank set in one file, streamed into ``path`` atomically: a process per rank (``rank N``,
+    sorted by rank) with its verdict and findings tracks, its collectives as the alignment ``side``
+    (:class:`trainscope.analyzers.rank_lanes.SideBySide`) matched them, and every event of its trace.
+    OSError when the path cannot be written."""
+    bases = [_base_ns(p.trace) if _copyable(p.trace) else int(p.trace.origin_ns) for p in parts]
+    base = min(bases) if bases else 0
+    out = _Sink(path)
+    try:
+        out.write(b'{"traceEvents":[')
+        tids = _Tids()
+        pids = [RANK_PID_BASE + i for i in range(len(parts))]
+        ranks_field = []
+        align_tids = []
+        first = True
+        for i, p in enumerate(parts):
+            pid = pids[i]
+            n_f = len(p.doc["findings"])
+            own = [tids.take() for _ in range(n_f + 1)]
+            align_tids.append(tids.take())
+            device = p.analysis.device if p.analysis.device is not None else 0
+            labels = os.path.basename(p.trace.source) if isinstance(p.trace.source, str) else ""
+            head = [
+                {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": p.label}},
+                {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": p.sort}},
+                {
+                    "ph": "M",
+                    "name": "process_labels",
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {"labels": f"{labels}, slowest" if p.main else labels},
+                },
+                {
+                    "ph": "M",
+                    "name": "thread_name",
+                    "pid": pid,
+                    "tid": align_tids[i],
+                    "args": {"name": "collectives (aligned)"},
+                },
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "pid": pid,
+                    "tid": align_tids[i],
+                    "args": {"sort_index": -2000},
+                },
+            ]
+            first = _write_events(out, head, first)
+            offset = int(p.trace.origin_ns) - base
+            evs = findings_events(
+                p.model,
+                p.doc,
+                device,
+                offset,
+                n_events=model_event_count(p.trace),
+                pid=pid,
+                tids=own,
+                process=False,
+                step_scope="p",
+            )
+            first = _write_events(out, evs, first)
+            w = _RankWriter(out, pid, i, len(parts), bases[i], base, tids)
+            top = _rank_events(w, p.trace)
+            names = [
+                e
+                for new, name, k in w.thread_names()
+                for e in (
+                    {"ph": "M", "name": "thread_name", "pid": pid, "tid": new, "args": {"name": name}},
+                    {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": new, "args": {"sort_index": k}},
+                )
+            ]
+            _write_events(out, names, first)
+            ranks_field.append(
+                {
+                    "rank": p.analysis.rank,
+                    "label": p.label,
+                    "pid": pid,
+                    "source": p.trace.source if isinstance(p.trace.source, str) else None,
+                    "events": "copied from the input file" if top is not None else "written from trainscope's model",
+                    "input_events": w.count,
+                    "verdict": p.doc["verdict"],
+                    "findings": [f["id"] for f in p.doc["findings"]],
+                    "finding_tids": own[1:],
+                    "verdict_tid": own[0],
+                    "alignment_tid": align_tids[i],
+                    "threads": w.mapping(),
+                    "fields": top if top is not None else {},
+                    "slowest": p.main,
+                }
+            )
+        if side is not None and side.shared:
+            _write_events(out, _alignment_events(parts, side, pids, align_tids, base), first)
+        main = next((r for r in ranks_field if r["slowest"]), ranks_field[0] if ranks_field else None)
+        top_fields = {
+            "schemaVersion": 1,
+            "displayTimeUnit": "ms",
+            "baseTimeNanoseconds": base,
+            "trainscope": {
+                "source": source,
+                "ranks": ranks_field,
+                "verdict": main["verdict"] if main else None,
+                "findings": main["findings"] if main else [],
+                "flow_ids": "an input flow id n of the set's i-th rank (of N) is n * N + i",
+                "alignment": None
+                if side is None
+                else {
+                    "reference": side.reference,
+                    "offsets_us": [None if o is None else round(o / 1e3, 3) for o in side.offsets_ns],
+                    "collectives": len(side.shared),
+                },
+            },
+        }
+        out.write(b"]," + _ENC.encode(top_fields)[1:])
         out.commit()
     except BaseException:
         out.abort()

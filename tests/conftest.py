@@ -197,6 +197,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_deep.py": ("needs_hta",),
     "test_diff.py": ("needs_hta",),
     "test_perfetto.py": ("needs_hta",),
+    "test_perfetto_ranks.py": ("app",),
     "test_typecheck.py": ("subprocess",),
     "test_valid_bytes.py": ("subprocess",),  # one test reads a file in two halves, one in a child interpreter
     "test_capture_trust.py": ("subprocess",),  # its one torch test carries needs_torch itself

@@ -10,7 +10,6 @@ import subprocess
 import sys
 from collections import Counter
 
-import numpy as np
 import pytest
 
 from tests.conftest import DATA, KINETO
@@ -89,18 +88,24 @@ def comm_not_overlapped_by_hand() -> tuple[int, list[tuple[int, int]]]:
     return int(raw.get("baseTimeNanoseconds", 0)), inside
 
 
+def _finding_slices(doc: dict, finding: str) -> list[dict]:
+    return [
+        e
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") == "trainscope_finding" and e["args"].get("finding") == finding
+    ]
+
+
 def test_the_export_reads_back_in_trainscope_with_the_findings_tracks(export):
     from trainscope.collectors import open_traces
 
     doc = json.load(open(export))
     t = open_traces(export).traces[0]
-    a = t.annotations
-    names = [t.strings[i] for i in a.name]
     # The verdict's own finding has its track, holding the time of its category inside the steps
     # (memory-bound kernels are GPU compute time: the breakdown's compute share of the steps).
     verdict = doc["trainscope"]["verdict"]["bottleneck"]
     assert verdict == "machine/bandwidth"
-    track = np.array([n.startswith(f"finding {verdict}") for n in names])
+    track = _finding_slices(doc, verdict)
     analysis = json.loads(
         subprocess.run(
             [sys.executable, "-m", "trainscope", "analyze", str(A100), "--format", "json"],
@@ -110,27 +115,42 @@ def test_the_export_reads_back_in_trainscope_with_the_findings_tracks(export):
         ).stdout
     )
     compute_ns = sum(s["ms"]["compute"] for s in analysis["steps"]) * 1e6
-    got_ns = int((a.end[track] - a.ts[track]).sum())
-    # No cap: every interval is written (an earlier export stopped at the longest 5,000 without a word),
-    # so the track holds the whole category time.
-    assert track.sum() > 5_000 and 0.99 * compute_ns <= got_ns <= 1.01 * compute_ns
-    # The unoverlapped communication (the runner-up) is checked interval by interval against the raw JSON.
-    mine = np.array([n.startswith("finding comm/unoverlapped") for n in names])
-    got = sorted(zip(a.ts[mine].tolist(), a.end[mine].tolist()))
+    # Merged, not one slice per kernel (16,858 intervals before): each slice says how much of it is the
+    # finding's own time, and those add up to the whole category time (nothing capped, nothing lost).
+    assert 6 <= len(track) <= 1_000
+    got_ns = sum(e["args"]["time_us"] for e in track) * 1e3
+    assert 0.99 * compute_ns <= got_ns <= 1.01 * compute_ns
+    assert sum(e["args"]["intervals"] for e in track) > 5_000
+    assert all(e["args"]["time_us"] <= e["dur"] for e in track)
+    # The unoverlapped communication (the runner-up) against the raw JSON: every interval found by hand
+    # lies inside one slice of its track, and the slices' own time is theirs.
     base, expected = comm_not_overlapped_by_hand()
-    origin = t.origin_ns - base  # the read-back trace's time zero, in the raw file's clock
-    expected = [(s - origin, e - origin) for s, e in expected]
-    total_got, total_exp = sum(e - s for s, e in got), sum(e - s for s, e in expected)
+    comm = sorted(_finding_slices(doc, "comm/unoverlapped"), key=lambda e: e["ts"])
+    spans = [(round(e["ts"] * 1e3) + base, round((e["ts"] + e["dur"]) * 1e3) + base) for e in comm]
+    starts = [s for s, _ in spans]
+    import bisect
+
+    inside = 0
+    for s, e in expected:
+        i = bisect.bisect_right(starts, s) - 1
+        inside += i >= 0 and spans[i][0] - 1 <= s and e <= spans[i][1] + 1
+    assert inside >= 0.99 * len(expected)
+    total_exp = sum(e - s for s, e in expected)
+    total_got = sum(e["args"]["time_us"] for e in comm) * 1e3
     assert total_got > 10_000_000  # > 10 ms of unoverlapped communication
     assert abs(total_got - total_exp) <= 0.01 * total_exp
-    exp_starts = {s for s, _ in expected}
-    assert sum(s in exp_starts for s, _ in got) >= 0.95 * len(got)
-    # The verdict range covers the steps; the step markers are there; the kernels all came back.
-    assert any(n.startswith("verdict machine") for n in names)
+    # The verdict range covers the steps; the step markers are there; the kernels all came back, and
+    # trainscope's reader takes no finding for an annotation of the trace (its own category).
+    names = [t.strings[i] for i in t.annotations.name]
+    assert not any(n.startswith("finding ") or n.startswith("verdict ") for n in names)
+    assert any(e.get("name", "").startswith("verdict machine") for e in doc["traceEvents"])
     assert sum(1 for e in doc["traceEvents"] if e.get("cat") == "trainscope_step") == 6
     with gzip.open(A100, "rt") as f:
         raw_kernels = sum(1 for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel" and e.get("ph") == "X")
     assert len(t.kernels) == raw_kernels
+    # The findings are a small share of the file (the issue: +29 % events from one slice per kernel).
+    ours = sum(1 for e in doc["traceEvents"] if e.get("cat") == "trainscope_finding")
+    assert ours <= 0.02 * len(doc["traceEvents"])
 
 
 def test_the_export_loads_in_holistic_trace_analysis(export):
@@ -142,11 +162,12 @@ def test_the_export_loads_in_holistic_trace_analysis(export):
     pid = doc["trainscope"]["findings_pid"]
     comm_tid = 1 + doc["trainscope"]["findings"].index("comm/unoverlapped")
     rows = df[(df["pid"] == pid) & (df["tid"] == comm_tid)]
+    assert len(rows) == len(_finding_slices(doc, "comm/unoverlapped"))
     assert len(rows) and all(sym[i].startswith("finding comm/unoverlapped") for i in rows["name"])
-    origin, expected = comm_not_overlapped_by_hand()
+    _origin, expected = comm_not_overlapped_by_hand()
     total_exp_us = sum(e - s for s, e in expected) / 1e3
-    # HTA rounds timestamps to whole µs: allow 1 µs per interval.
-    assert abs(float(rows["dur"].sum()) - total_exp_us) <= len(rows) + 0.01 * total_exp_us
+    # The merged slices cover every interval (gaps included): at least the finding's time.
+    assert float(rows["dur"].sum()) >= 0.99 * total_exp_us
     kernels = df[df["stream"] >= 0]
     assert len(kernels) >= 8568
 
@@ -228,13 +249,14 @@ def test_odd_traces_export_and_read_back_whole(name, tmp_path):
     back = open_traces(out).traces[0]
     for table in ("kernels", "copies", "memsets", "runtime", "cpu_ops"):
         assert len(getattr(back, table)) == len(getattr(r.trace, table)), table
-    names = [back.strings[i] for i in back.annotations.name]
+    doc = json.load(open(out))
+    slices = [e for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("name")).startswith(FINDING_PREFIX)]
     cited = sum(len(finding_intervals(r.timeline, f["id"])) for f in r.doc["findings"])
-    assert sum(n.startswith(FINDING_PREFIX) for n in names) == cited
+    assert sum(e["args"]["intervals"] for e in slices) == cited and len(slices) <= cited
     # The export copies the input's own events: against the trace as read, before the invariant pass set
-    # any marker aside (MI250: one 49 µs stub step).
+    # any marker aside (MI250: one 49 µs stub step). The findings are not annotations of the trace.
     as_read = open_traces(str(KINETO / name)).traces[0]
-    assert len(back.annotations) == len(as_read.annotations) + cited + (1 if r.analysis.segmentation.steps else 0)
+    assert len(back.annotations) == len(as_read.annotations)
 
 
 def _phases(events: list[dict]) -> Counter:
@@ -339,8 +361,10 @@ def test_the_export_of_an_nsight_export_names_the_gpus_and_keeps_every_row(tmp_p
     back = open_traces(out).traces[0]
     for table in ("kernels", "copies", "memsets", "runtime", "cpu_ops"):
         assert len(getattr(back, table)) == len(getattr(r.trace, table)), table
-    got = sum(1 for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("name", "")).startswith(FINDING_PREFIX))
-    assert got == sum(len(finding_intervals(r.timeline, f["id"])) for f in r.doc["findings"])
+    got = [e for e in doc["traceEvents"] if e.get("ph") == "X" and str(e.get("name", "")).startswith(FINDING_PREFIX)]
+    assert sum(e["args"]["intervals"] for e in got) == sum(
+        len(finding_intervals(r.timeline, f["id"])) for f in r.doc["findings"]
+    )
 
 
 @pytest.mark.parametrize("cut", [None, 0.7])

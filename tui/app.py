@@ -52,6 +52,28 @@ def help_screen() -> HelpScreen:
 LOADING_HINT = "q quit"
 
 
+def elide_middle(text: str, width: int) -> str:
+    """``text`` in at most ``width`` cells: whole, or its start and end around "…" (the end gets the
+    extra cell: a path's file name matters most)."""
+    from rich.cells import cell_len
+
+    if cell_len(text) <= width:
+        return text
+    keep = max(2, width - 1)
+    head, tail = keep // 2, keep - keep // 2
+    left = ""
+    for ch in text:
+        if cell_len(left + ch) > head:
+            break
+        left += ch
+    right = ""
+    for ch in reversed(text):
+        if cell_len(ch + right) > tail:
+            break
+        right = ch + right
+    return f"{left}…{right}"
+
+
 Loader = Callable[[Callable[[str, "float | None"], None]], Session]
 
 
@@ -285,24 +307,43 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         ask_path(self, f"{self._stem()}.perfetto.json", "Perfetto trace", self._write_perfetto)
 
     def _write_perfetto(self, path: str) -> None:
-        rank = self.rank
-        self.notify(f"writing the Perfetto trace to {path}…", timeout=3, markup=False)
+        """The same file as ``--perfetto`` (trainscope.api.export_perfetto, on the whole report: every
+        rank of a directory, whichever rank is selected)."""
+        report = self.session.report if self.session is not None else None
+        if report is None:
+            return
+        self.notify(f"writing the Perfetto trace to\n{self._fit_path(path)}…", timeout=3, markup=False)
 
         def work() -> None:
-            from trainscope.reports.perfetto import write_perfetto
+            from trainscope import api
 
             try:
-                write_perfetto(path, rank.trace, rank.analysis, rank.doc, rank.timeline)
+                api.export_perfetto(report, path)
             except OSError as e:
-                self._post(self.notify, f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6)
+                why = e.strerror or str(e)
+                self._post(self._failed, f"cannot write\n{self._fit_path(path)}\n{why}")
+                return
+            except api.TrainscopeError as e:
+                self._post(self._failed, f"cannot export: {api.describe(e)[0]}")
                 return
             self._post(self._written, path, "Perfetto trace (open it in ui.perfetto.dev)")
 
         threading.Thread(target=work, daemon=True, name="trainscope-perfetto").start()
 
+    def _fit_path(self, path: str) -> str:
+        """``path`` on one line of a notification: whole where it fits, else its middle elided (a path
+        wrapped mid-word reads as two names)."""
+        width = max(
+            16, min(60, self.size.width // 2) - 4
+        )  # a toast: 60 cells, at most half the screen, less padding and border
+        return elide_middle(path, width)
+
+    def _failed(self, message: str) -> None:
+        self.notify(message, severity="error", timeout=6, markup=False)
+
     def _written(self, path: str, what: str) -> None:
         self.exported.append(path)
-        self.notify(f"{what} written to {path}", timeout=6, markup=False)
+        self.notify(f"{what} written to\n{self._fit_path(path)}", timeout=6, markup=False)
 
     def _write_report(self, path: str) -> None:
         """The report in the format the file name says (reports/formats.py), with the sections the
@@ -313,7 +354,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         try:
             w, _named = formats.write(path, s.report.output(s.document()))
         except OSError as e:
-            self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6, markup=False)
+            self._failed(f"cannot write {path}: {e.strerror or e}")
             return
         self._written(os.path.abspath(path), f"{w.label} report")
 

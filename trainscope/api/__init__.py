@@ -31,6 +31,7 @@ _WHERE = {
     "Report": "report",
     "RankView": "report",
     "with_ledger": "report",
+    "export_perfetto": "export",
     "rules_from": "rules",
     # comparison, planning, memory, live
     "diff": "comparison",
@@ -97,6 +98,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, statically
     from trainscope.api.analysis import analyze, check_deep_available, model_ledger, run_deep, whatif, whatif_levers  # noqa: F401
+    from trainscope.api.export import export_perfetto  # noqa: F401
     from trainscope.api.comparison import DiffResult, diff, gate, save_diff  # noqa: F401
     from trainscope.api.store import RunStore, StoredRun, default_store_path, is_run_ref, list_runs  # noqa: F401
     from trainscope.api.store import open_store, save_run  # noqa: F401

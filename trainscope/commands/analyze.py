@@ -72,7 +72,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--perfetto",
         metavar="OUT.json",
         help="also write the trace with the findings as their own tracks, for ui.perfetto.dev or "
-        "chrome://tracing (JSON trace-event format; the slowest rank of a directory)",
+        "chrome://tracing (JSON trace-event format; a directory: every rank as its own process, with the "
+        "collectives' alignment; the same file as the app's x)",
     )
     a.add_argument(
         "--threshold",
@@ -155,13 +156,12 @@ def _rules(args: argparse.Namespace):
 
 
 def _write_perfetto(path: str, report) -> int:
-    """The main (slowest) rank's trace with the findings as tracks, from the report's own view of
-    that rank (its document and timeline model, built once for every renderer and the app)."""
-    from trainscope.reports.perfetto import write_perfetto
+    """The Perfetto export (trainscope.api.export_perfetto: the app's ``x`` calls the same function,
+    so the two write the same file): one trace with its findings, or every rank of a directory."""
+    from trainscope import api
 
-    view = report.rank_view()
     try:
-        write_perfetto(path, view.trace, view.analysis, view.doc, view.timeline)
+        api.export_perfetto(report, path)
     except OSError as e:
         sys.stderr.write(f"trainscope: cannot write {path}: {e.strerror or e}\n")
         return EXIT_BAD_INPUT
