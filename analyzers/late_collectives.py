@@ -1,20 +1,18 @@
 """Each rank's latest arrival: the collective it reached furthest behind the first rank to reach it.
 
-What Enter on a rank shows on the timeline. The collectives are matched across ranks by
-:func:`trainscope.analyzers.ranks.match_collectives`, the matching the alignment itself uses
-(identity where recorded, else end instant; offsets from the matches), so a rank's lateness here
-averages to the ``mean_late_ms`` of the alignment; this module keeps, per rank, the
-single collective where the lateness is largest, on the rank's own clock.
+What Enter on a rank shows on the timeline. Read from the one rank story
+(:func:`trainscope.analyzers.rank_story.rank_story`): its matching, its cold starts (never a
+target: a collective the story leaves out is not one Enter jumps to) and each rank's ``latest``
+warm collective, placed on the rank's own clock. Its lateness averages to the rank's
+``mean_late_ms`` in the story, the figure every view prints.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from trainscope.analyzers.ranks import RankCollectives, match_collectives
-from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.rank_story import RankStory
+from trainscope.analyzers.ranks import RankCollectives
 
 
 @dataclass(frozen=True)
@@ -26,46 +24,35 @@ class LateCollective:
     end_ns: int
     late_ms: float  # arrival after the first rank to arrive at this collective
     instance: int  # the collective's position among those matched across ranks (by the reference rank's order)
-    mean_late_ms: float  # over every matched collective of this rank (the alignment's figure)
+    mean_late_ms: float  # over the warm matched collectives of this rank (the story's figure)
     matched: int
 
 
-def latest_arrivals(collectives: list[RankCollectives], rules: Rules | None = None) -> list[LateCollective | None]:
-    """Per rank (same order), its latest-arriving matched collective; None for a rank with none matched
-    (fewer than two ranks, or no collectives in common)."""
-    rules = rules or Rules()
+def latest_arrivals(collectives: list[RankCollectives], story: RankStory) -> list[LateCollective | None]:
+    """Per rank (same order), its latest-arriving warm collective of the story; None for a rank with
+    none (fewer than two ranks, nothing aligned, or only cold starts)."""
     n = len(collectives)
     out: list[LateCollective | None] = [None] * n
-    if n < 2 or sum(1 for c in collectives if len(c)) < 2:
+    m = story.matching
+    if m is None or not story.collectives:
         return out
-    m = match_collectives(collectives, rules)
-    offsets, matches, inst = m.offsets, m.matches, m.instances
-    if not inst:
-        return out
-    arrival = np.full((n, len(inst)), np.nan)
     for r, c in enumerate(collectives):
-        if offsets[r] is None:
+        rl = story.ranks[r]
+        if rl.latest is None:
             continue
-        for k, j in enumerate(inst):
-            i = matches[r].get(j)
-            if i is not None:
-                arrival[r, k] = c.start[i] - offsets[r]
-    late = arrival - np.nanmin(arrival, axis=0)
-    for r, c in enumerate(collectives):
-        has = ~np.isnan(late[r])
-        if not has.any():
+        i = m.matches[r].get(m.instances[rl.latest])
+        late = story.collectives[rl.latest].arrival_ms[r]
+        if i is None or late is None:
             continue
-        k = int(np.argmax(np.where(has, late[r], -1.0)))
-        i = matches[r][inst[k]]
         out[r] = LateCollective(
             r,
             c.kind[i],
             c.source == "GPU kernels",
             int(c.start[i]),
             int(c.end[i]),
-            float(late[r, k]) / 1e6,
-            k,
-            float(np.nanmean(late[r])) / 1e6,
-            int(has.sum()),
+            late,
+            rl.latest,
+            rl.mean_late_ms,
+            rl.matched,
         )
     return out

@@ -42,7 +42,7 @@ from trainscope.analyzers.kernel_match import KernelTime
 from trainscope.analyzers.kernels import ALL_CLASSES, kernel_classes, kernel_summary
 from trainscope.analyzers.shapes import ShapeSignature, shape_signature
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.straggler_test import StragglerTest, straggler_test
+from trainscope.analyzers.straggler_test import StragglerTest
 from trainscope.traces.model import Trace
 
 _KERNEL_KIND = re.compile(r"(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", re.I)
@@ -456,118 +456,13 @@ def match_collectives(collectives: list[RankCollectives], rules: Rules | None = 
 
 
 def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Alignment | None:
-    """Ranks aligned on the ends of their shared collectives (None for fewer than two ranks)."""
-    rules = rules or Rules()
+    """Ranks aligned on the ends of their shared collectives (None for fewer than two ranks): the
+    alignment part of the one rank story (:func:`trainscope.analyzers.rank_story.rank_story`)."""
+    from trainscope.analyzers.rank_story import rank_story
+
     if len(summaries) < 2:
         return None
-    tol = int(rules.value("ranks.end_match_us") * 1000)
-    with_coll = [s for s in summaries if len(s.collectives)]
-    n = len(summaries)
-    if len(with_coll) < 2:
-        return Alignment(
-            "none",
-            None,
-            0,
-            [RankAlignment(s.rank, None, 0, 0.0, 0, 0.0, 0.0) for s in summaries],
-            None,
-            "no collectives on two ranks: nothing to align",
-        )
-    m = match_collectives([s.collectives for s in summaries], rules)
-    ref_i, offsets, matches, inst, n_seq, refused = (
-        m.reference,
-        m.offsets,
-        m.matches,
-        m.instances,
-        m.by_identity,
-        m.refused,
-    )
-    arrival = np.full((n, len(inst)), np.nan)
-    end = np.full((n, len(inst)), np.nan)
-    for r, s in enumerate(summaries):
-        off_r = offsets[r]
-        if off_r is None:
-            continue
-        for c, j in enumerate(inst):
-            i = matches[r].get(j)
-            if i is not None:
-                arrival[r, c] = s.collectives.start[i] - off_r
-                end[r, c] = s.collectives.end[i] - off_r
-    ranks: list[RankAlignment] = []
-    # Collectives are matched over the whole trace: per step is over every step it marks, the warm-up
-    # steps left out of the judged window included (analyzers/one_off.py)
-    steps = np.array(
-        [max(1, len(s.analysis.segmentation.steps) + len(s.analysis.segmentation.warmup)) for s in summaries], float
-    )
-    late_ns = np.zeros(n)
-    test = None
-    n_instances = len(inst)  # matched instances, cold starts included (the matching's figure)
-    if inst:
-        cand = np.zeros(len(inst), bool)  # first use of its kernel/range name on some rank
-        for r, s in enumerate(summaries):
-            fu = s.collectives.first_use
-            if fu is None or offsets[r] is None:
-                continue
-            for c, j in enumerate(inst):
-                i = matches[r].get(j)
-                if i is not None and fu[i]:
-                    cand[c] = True
-        matched_all = (~np.isnan(arrival)).sum(axis=1)  # the matching's own counts, cold starts included
-        test = straggler_test(arrival, end, rules.value("straggler.alpha"), rules.value("straggler.cold_factor"), cand)
-        if test.cold_excluded:  # a cold start's wait is code loading / connection setup, not a rank's lateness
-            keep = ~np.asarray(test.cold_mask, bool)
-            arrival, end, inst = arrival[:, keep], end[:, keep], [j for j, k in zip(inst, keep) if k]
-        first = np.nanmin(arrival, axis=0)
-        last = np.nanmax(arrival, axis=0)
-        common_end = np.nanmedian(end, axis=0)
-        lateness = arrival - first
-        has = ~np.isnan(arrival)
-        last_rank = np.where(has, lateness, -1).argmax(axis=0)
-        spread = last - first
-        last_in = np.bincount(last_rank[spread > 0], minlength=n)  # a tie has no last rank
-        wait = np.where(has, last - arrival, 0.0).sum(axis=1)
-        transfer = np.where(has, np.maximum(0.0, common_end - last), 0.0).sum(axis=1)
-        for r, s in enumerate(summaries):
-            present = int(has[r].sum())
-            mm = int(matched_all[r])
-            off_r = offsets[r]
-            late_ns[r] = float(np.nanmean(lateness[r])) if present else 0.0
-            ranks.append(
-                RankAlignment(
-                    s.rank,
-                    None if off_r is None else round(off_r / 1e3, 1),
-                    mm,
-                    float(round(late_ns[r] / 1e6, 3)),
-                    int(last_in[r]) if present else 0,
-                    float(round(float(wait[r]) / 1e6 / steps[r], 3)),
-                    float(round(float(transfer[r]) / 1e6 / steps[r], 3)),
-                    n_seq[r],
-                    mm - n_seq[r] if r != ref_i else 0,
-                    refused[r],
-                )
-            )
-    else:
-        ranks = [RankAlignment(s.rank, None, 0, 0.0, 0, 0.0, 0.0, 0, 0, refused[r]) for r, s in enumerate(summaries)]
-    src = " + ".join(sorted({s.collectives.source for s in with_coll}))
-    off_known = [(a.rank, a.clock_offset_us) for a in ranks if a.clock_offset_us is not None]
-    spread = max(abs(o) for _, o in off_known) if off_known else 0.0
-    note = f"clock offsets against rank {summaries[ref_i].rank}, from matched collective ends: " + (
-        f"all within {spread:.0f} µs (one clock)"
-        if spread * 1000 <= tol
-        else ", ".join(f"rank {r} {o / 1e3:+.3f} ms" for r, o in off_known if abs(o) * 1000 > tol)
-    )
-    imb = _imbalance(summaries, ranks, rules, test) if inst else None
-    return Alignment(
-        src,
-        summaries[ref_i].rank,
-        n_instances,
-        ranks,
-        imb,
-        note,
-        sum(a.by_seq for a in ranks),
-        sum(a.by_end for a in ranks),
-        sum(refused),
-        test,
-    )
+    return rank_story(summaries, rules).alignment
 
 
 def _imbalance(

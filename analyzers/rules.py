@@ -340,6 +340,22 @@ _TABLE: tuple[Threshold, ...] = (
         "trainscope default: NCCL and gloo connect the ranks lazily at a communicator's first collective",
     ),
     Threshold(
+        "straggler.cold_max_step",
+        0.0,
+        "ProfilerStep number",
+        "a collective is a cold-start candidate only in a trace whose first recorded step is numbered at most "
+        "this (or that numbers no step): a later first step means the job ran collectives before the trace began",
+        "PyTorch numbers ProfilerStep#N from the profiler's first step; NCCL connects a communicator's ranks at its "
+        "first collective, so a trace that starts at step N > 0 holds no first use",
+    ),
+    Threshold(
+        "straggler.tie_us",
+        1.0,
+        "µs",
+        "ranks arriving within this of the last arrival are last together: the collective names no single last rank",
+        "the resolution of Kineto's microsecond timestamps",
+    ),
+    Threshold(
         "ranks.end_match_us",
         500.0,
         "µs",

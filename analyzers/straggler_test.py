@@ -68,6 +68,10 @@ class StragglerTest:
     cold_mask: tuple[bool, ...] = ()  # per collective: left out as a cold start
     max_spread_ms: float = 0.0  # the longest wait for the last rank at one warm collective
     p_lateness: float = 1.0  # sign-flip test of its lateness against the others' median arrival
+    cold_why: str = ""  # the evidence a cold start was left out on, as every view states it
+    # per collective: the one rank (index) that arrived last, where a collective decides one (warm, a
+    # spread, two ranks, no tie); -1 elsewhere. What every view counts as "last at".
+    last_of: tuple[int, ...] = ()
 
     @property
     def clear(self) -> bool:
@@ -75,8 +79,7 @@ class StragglerTest:
 
     def figures(self, rank_label: str) -> str:
         cold = (
-            f"; {self.cold_excluded} cold-start collective{'s' * (self.cold_excluded != 1)} "
-            f"({self.cold_ms:.1f} ms) left out"
+            f"; {self.cold_why or f'{self.cold_excluded} cold-start collective' + 's' * (self.cold_excluded != 1)}"
             if self.cold_excluded
             else ""
         )
@@ -96,12 +99,16 @@ def straggler_test(
     cold_factor: float = 10.0,
     first_use: np.ndarray | None = None,
     tie_ns: float = 1000.0,
+    cold: np.ndarray | None = None,
+    cold_why: str = "",
 ) -> StragglerTest:
     """The test over an aligned ``arrival`` matrix (ranks × collectives, ns on a common clock, NaN
     where a rank did not take part) and the collectives' ``end`` instants (same shape).
     ``first_use``: per collective, whether it is the first with its name on some rank (the cold-start
     candidates); None: the earliest collective only. Ranks arriving within ``tie_ns`` of the last
-    arrival are last together: such a collective has no single last rank and is not counted."""
+    arrival are last together: such a collective has no single last rank and is not counted.
+    ``cold``: the cold starts already decided by the caller (per collective, left out), with
+    ``cold_why`` the evidence it states; None: decided here by :func:`cold_outliers`."""
     n, m = arrival.shape if arrival.ndim == 2 else (0, 0)
     empty = StragglerTest(None, 0, 0, n, 1.0, 0.0, 0.0, 0, 0.0, alpha, False, False)
     if n < 2 or m == 0:
@@ -110,26 +117,39 @@ def straggler_test(
     first = np.nanmin(arrival, axis=0)
     last = np.nanmax(arrival, axis=0)
     dur = np.nanmax(end, axis=0) - first  # first arrival to completion
-    keep = np.ones(m, bool)
-    cold, cold_ms = 0, 0.0
-    order = np.argsort(first, kind="stable")
     spread = last - first
-    cand = np.zeros(m, bool)
-    if first_use is not None and len(first_use) == m:
-        cand[:] = first_use
+    if cold is not None and len(cold) == m:
+        keep = ~np.asarray(cold, bool)
     else:
-        cand[int(order[0])] = True
-    if m >= 3 and (~cand).any():
-        for what in (dur, spread):  # its length, or the wait for the last rank inside it
-            ref = float(np.median(what[~cand]))
-            keep &= ~(cand & (what > 0) & (what > cold_factor * ref))
-        cold = int((~keep).sum())
-        cold_ms = float(dur[~keep].max()) / 1e6 if cold else 0.0
+        cand = np.zeros(m, bool)
+        if first_use is not None and len(first_use) == m:
+            cand[:] = first_use
+        else:
+            cand[int(np.argsort(first, kind="stable")[0])] = True
+        keep = ~cold_outliers(dur, spread, cand, cold_factor)
+    n_cold = int((~keep).sum())
+    cold_ms = float(dur[~keep].max()) / 1e6 if n_cold else 0.0
     tied = (np.where(has, arrival, -np.inf) >= (last - tie_ns)[None, :]).sum(axis=0) > 1  # several ranks last together
     decided = keep & (spread > 0) & (has.sum(axis=0) >= 2) & ~tied
     mask = tuple(bool(x) for x in ~keep)
     if not decided.any():
-        return StragglerTest(None, 0, 0, n, 1.0, 0.0, 0.0, cold, cold_ms, alpha, False, False, mask)
+        return StragglerTest(
+            None,
+            0,
+            0,
+            n,
+            1.0,
+            0.0,
+            0.0,
+            n_cold,
+            cold_ms,
+            alpha,
+            False,
+            False,
+            mask,
+            cold_why=cold_why,
+            last_of=(-1,) * m,
+        )
     late = np.where(has, arrival - first, -1.0)
     last_rank = late.argmax(axis=0)
     counts = np.bincount(last_rank[decided], minlength=n)
@@ -151,7 +171,7 @@ def straggler_test(
         p,
         mean,
         jitter,
-        cold,
+        n_cold,
         cold_ms,
         alpha,
         p < alpha or p_late < alpha,
@@ -159,4 +179,21 @@ def straggler_test(
         mask,
         float(spread[decided].max()) / 1e6,
         p_late,
+        cold_why,
+        tuple(int(r) if d else -1 for r, d in zip(last_rank, decided)),
     )
+
+
+def cold_outliers(dur: np.ndarray, spread: np.ndarray, cand: np.ndarray, cold_factor: float) -> np.ndarray:
+    """Per collective: a cold-start candidate (``cand``) whose length from first arrival to completion
+    (``dur``), or whose wait for the last arrival (``spread``), exceeds ``cold_factor`` times the median
+    of the other collectives' — the robust reference (a median) of the warm ones. Needs three
+    collectives and one that is not a candidate; else nothing is an outlier."""
+    m = len(dur)
+    out = np.zeros(m, bool)
+    if m < 3 or not (~cand).any():
+        return out
+    for what in (dur, spread):  # its length, or the wait for the last rank inside it
+        ref = float(np.median(what[~cand]))
+        out |= cand & (what > 0) & (what > cold_factor * ref)
+    return out

@@ -8,7 +8,8 @@ from typing import Any
 
 from trainscope.analyzers.critical_path import CP_CATEGORIES, CP_LABELS
 from trainscope.analyzers.deep import DeepAnalysis
-from trainscope.analyzers.stragglers import StragglerReport
+from trainscope.analyzers.rank_story import RankStory
+from trainscope.analyzers.rules import Rules
 
 
 def _r(x: float | None, nd: int = 2) -> float | None:
@@ -87,34 +88,78 @@ def deep_dict(d: DeepAnalysis) -> dict[str, Any]:
     }
 
 
-def stragglers_dict(s: StragglerReport) -> dict[str, Any]:
-    return {
-        "basis": "arrival in matched collectives, offset from each rank's own step start (no clock sync needed)",
-        "collective_source": s.collective_source,
-        "matched_collectives": s.matched,
-        "median_step_ms": s.median_step_ms,
-        "summary": s.summary,
-        "stragglers": [r.rank for r in s.stragglers],
-        "ranks": [
+def stragglers_dict(story: RankStory, analyses: list | None = None, rules: Rules | None = None) -> dict[str, Any]:
+    """The ``stragglers`` part of the document: the one rank story (analyzers/rank_story.py), with
+    each rank's verdict from ``analyses`` (the ranks' analyses after the reduce, in the story's order)."""
+    rules = rules or Rules()
+    aligned = story.basis == "aligned"
+    al = story.alignment
+    slow_cut = (1 + rules.value("straggler.step_pct") / 100) * story.median_step_ms
+    out: dict[str, Any] = {
+        "basis": "arrival measured from the collectives' common end"
+        if aligned
+        else "arrival in matched collectives, offset from each rank's own step start (no clock sync needed)",
+        "method": story.basis,
+        "collective_source": story.source,
+        "matched_collectives": al.instances if aligned and al is not None else story.considered,
+        "considered": story.considered,
+        "median_step_ms": story.median_step_ms,
+        "summary": story.summary,
+        "stragglers": [] if story.straggler_index is None else [story.straggler],
+        "straggler": story.straggler,
+        "headline_rank": story.headline_rank,
+        "headline_index": story.headline_index,
+        "headline_reason": story.headline_reason,
+        "headline": story.headline_line,
+        "tie_us": story.tie_us,
+        "cold_start": {"excluded": story.cold_excluded, "evidence": story.cold_why, "kept": story.cold_note},
+        "ranks": [],
+        "slow_collectives": [],
+    }
+    for r in story.ranks:
+        a = analyses[r.index] if analyses is not None and r.index < len(analyses) else None
+        latest = story.collectives[r.latest] if r.latest is not None else None
+        out["ranks"].append(
             {
                 "rank": r.rank,
                 "source": r.source,
                 "step_p50_ms": r.step_p50_ms,
                 "collective_pct": r.collective_pct,
                 "mean_late_ms": r.mean_late_ms,
-                "late_in": r.late_in,
-                "late": r.late,
-                "slow": r.slow,
-                "axis": r.axis,
-                "bottleneck": r.bottleneck,
+                "max_late_ms": r.max_late_ms,
+                "late_in": r.last_in,
+                "considered": story.considered,
+                "wait_ms_per_step": r.wait_ms_per_step,
+                "transfer_ms_per_step": r.transfer_ms_per_step,
+                "late": r.index == story.straggler_index,
+                "slow": len(story.ranks) > 1 and r.step_p50_ms > slow_cut,
+                "headline": r.index == story.headline_index,
+                "latest_collective": None
+                if latest is None or r.latest is None
+                else {
+                    "index": r.latest,
+                    "kind": latest.kind,
+                    "step": latest.step,
+                    "late_ms": latest.arrival_ms[r.index],
+                },
+                "axis": a.verdict.axis if a is not None else None,
+                "bottleneck": a.verdict.bottleneck if a is not None else None,
             }
-            for r in s.ranks
-        ],
-        "slow_collectives": [
-            {"step": c.step, "name": c.name, "index": c.index, "spread_ms": c.spread_ms, "last_rank": c.last_rank}
-            for c in s.slow_collectives
-        ],
-    }
+        )
+    warm = [(i, c) for i, c in enumerate(story.collectives) if not c.cold]
+    for i, c in sorted(warm, key=lambda x: -x[1].spread_ms)[:5]:
+        out["slow_collectives"].append(
+            {
+                "step": c.step,
+                "name": c.kind,
+                "index": i,
+                "spread_ms": c.spread_ms,
+                "last_rank": None if c.last_index is None else story.ranks[c.last_index].rank,
+            }
+        )
+    if al is not None:
+        out["alignment"] = alignment_dict(al)
+    return out
 
 
 def _cost(d: dict) -> str:
@@ -178,62 +223,58 @@ def deep_text_lines(d: dict, bold) -> list[str]:
 
 
 def straggler_headline(s: dict) -> tuple[str, str | None]:
-    """(the straggler line, a line naming both answers when the two methods disagree, else None).
+    """(the straggler line, None): the rank story's one line (``stragglers.summary``), the line every
+    view leads with. (The second element once named a disagreement between two methods; the story
+    has one answer.)"""
+    return s["summary"], None
 
-    With ranks aligned on their collectives' common end the line is theirs (arrival lateness);
-    without (no collective matched on two ranks), the step-offset comparison's."""
-    al = s.get("alignment")
-    if not al or not al.get("matched_collectives"):
-        return s["summary"], None
-    imb = al.get("rank_imbalance")
-    basis = f"{al['matched_collectives']} collectives aligned on their common end"
-    test = al.get("test")
-    if imb:
-        longest = f", the longest single wait {test['max_spread_ms']:.1f} ms" if test else ""
-        head = (
-            f"straggler: {test['figures'] if test else 'rank ' + str(imb['rank'])}; the others wait "
-            f"{imb['others_wait_ms_per_step']:.1f} ms per step for it{longest} ({basis})"
+
+def _late_rank_table(s: dict) -> list[str]:
+    """Every rank's lateness as the story counts it: the one table every view shows."""
+    rows = [
+        f"  {'rank':>4}  {'late by (mean)':>14}  {'at most':>9}  {'last at':>9}  {'waiting/step':>12}  "
+        f"{'transfer/step':>13}  verdict"
+    ]
+    for r in sorted(s["ranks"], key=lambda r: (-r["mean_late_ms"], -r["step_p50_ms"]))[:16]:
+        flag = " ◀ straggler" if r["late"] else ""
+        flag += " ▶ headline" if r.get("headline") else ""
+        verdict = (r["axis"] or "") + (" · " + r["bottleneck"] if r.get("bottleneck") else "")
+        rows.append(
+            f"  {r['rank'] if r['rank'] is not None else '?':>4}  {r['mean_late_ms']:11.1f} ms  "
+            f"{r['max_late_ms']:6.1f} ms  {str(r['late_in']) + ' of ' + str(r['considered']):>9}  "
+            f"{r['wait_ms_per_step']:9.1f} ms  {r['transfer_ms_per_step']:10.1f} ms  {verdict}{flag}"
         )
-    elif test:
-        head = f"no clear straggler: {test['figures']} ({basis})"
-    else:
-        head = f"no clear straggler: no collective has a last rank ({basis})"
-    # The aligned method is the answer; the step-offset comparison is shown only where nothing aligns.
-    return head, None
+    if len(s["ranks"]) > 16:
+        rows.append(f"  … {len(s['ranks']) - 16} more ranks in the JSON document")
+    return rows
 
 
 def stragglers_text_lines(s: dict, bold) -> list[str]:
-    head, note = straggler_headline(s)
-    aligned = bool(s.get("alignment") and s["alignment"].get("matched_collectives"))
-    basis = "arrival measured from the collectives' common end" if aligned else s["basis"]
-    out = [bold("Stragglers") + f"  ({basis})"]
+    head, _ = straggler_headline(s)
+    out = [bold("Stragglers") + f"  ({s['basis']})"]
     out += [("  " if i == 0 else "    ") + line for i, line in enumerate(textwrap.wrap(head, 90))]
-    if note:
-        out += [("  ≠ " if i == 0 else "    ") + line for i, line in enumerate(textwrap.wrap(note, 88))]
-    if aligned:
-        out += [""] + alignment_text_lines(s["alignment"], bold)
-    else:  # nothing to align: the step-offset comparison is the only measure
-        out.append(f"  {'rank':>4}  {'step p50':>9}  {'in collectives':>14}  {'late by':>9}  {'last in':>7}  verdict")
-        for r in s["ranks"]:
-            flag = " ◀ straggler" if r["late"] or r["slow"] else ""
-            out.append(
-                f"  {r['rank'] if r['rank'] is not None else '?':>4}  {r['step_p50_ms']:6.1f} ms  "
-                f"{r['collective_pct']:12.1f} %  {r['mean_late_ms']:6.1f} ms  {r['late_in']:>7}  "
-                f"{r['axis']}{' · ' + r['bottleneck'] if r['bottleneck'] else ''}{flag}"
-            )
-    if s["slow_collectives"] and not aligned:
-        out.append(
-            "  widest arrival spreads: "
-            + ", ".join(
-                f"{c['step']} {c['name']}#{c['index']} {c['spread_ms']:.1f} ms (last: rank {c['last_rank']})"
-                for c in s["slow_collectives"][:3]
-            )
-        )
-    if s.get("alignment") and not aligned:
-        out += [""] + alignment_text_lines(s["alignment"], bold)
+    if s.get("headline"):
+        out += [("  " if i == 0 else "    ") + line for i, line in enumerate(textwrap.wrap(s["headline"], 90))]
+    al = s.get("alignment")
+    imb = al.get("rank_imbalance") if al else None
+    if imb:
+        line = f"rank {imb['rank']}'s extra work per step against the others' median: {extra_work_words(imb)}"
+        out += [("  " if i == 0 else "    ") + x for i, x in enumerate(textwrap.wrap(line, 90))]
+    if al and al.get("matched_collectives"):
+        out.append(f"  {al['matching']}")
+        out.append(f"  {al['clock_offsets']}")
+    out += _late_rank_table(s)
     if s.get("ranks_view"):
         out += [""] + ranks_view_text_lines(s["ranks_view"], bold)
     return out
+
+
+def extra_work_words(imb: dict) -> str:
+    """The straggler's extra kernel time per class, largest first (what balancing would even out)."""
+    work = imb.get("extra_work") or []
+    if not work:
+        return "no kernel class takes longer (or no GPU kernels to compare)"
+    return ", ".join(f"{w['kernel_class']} +{w['ms_per_step']:.3g} ms" for w in work[:3])
 
 
 def deep_markdown_lines(d: dict, esc) -> list[str]:
@@ -284,42 +325,33 @@ def deep_markdown_lines(d: dict, esc) -> list[str]:
 
 
 def stragglers_markdown_lines(s: dict, esc) -> list[str]:
-    head, note = straggler_headline(s)
+    head, _ = straggler_headline(s)
     out = ["## Stragglers", "", f"**{esc(head[:1].upper() + head[1:])}**", ""]
-    if note:
-        out += [esc(note), ""]
-    aligned = bool(s.get("alignment") and s["alignment"].get("matched_collectives"))
-    if not aligned:  # the step-offset comparison only where no collective aligns
+    if s.get("headline"):
+        out += [esc(s["headline"][:1].upper() + s["headline"][1:]) + ".", ""]
+    al = s.get("alignment")
+    imb = al.get("rank_imbalance") if al else None
+    if imb:
         out += [
-            "| rank | step p50 ms | in collectives | late by ms | last in | straggler | verdict |",
-            "|---:|---:|---:|---:|---:|---|---|",
+            esc(f"Rank {imb['rank']}'s extra work per step against the others' median: {extra_work_words(imb)}."),
+            "",
         ]
-        for r in s["ranks"]:
-            out.append(
-                f"| {r['rank']} | {r['step_p50_ms']:.1f} | {r['collective_pct']:.1f} % | {r['mean_late_ms']:.1f} | "
-                f"{r['late_in']} | {'yes' if r['late'] or r['slow'] else ''} | {esc(r['axis'])} {esc(r['bottleneck'] or '')} |"
-            )
-        out.append("")
-    if s["slow_collectives"] and not aligned:
-        out += ["| step | collective | arrival spread ms | last rank |", "|---|---|---:|---:|"]
-        out += [
-            f"| {esc(c['step'])} | {esc(c['name'])} \\#{c['index']} | {c['spread_ms']:.1f} | {c['last_rank']} |"
-            for c in s["slow_collectives"]
-        ]
-        out.append("")
+    out += [
+        "| rank | late by ms (mean) | at most ms | last at | waiting ms/step | transfer ms/step | straggler | verdict |",
+        "|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for r in s["ranks"]:
+        mark = "yes" if r["late"] else ""
+        mark += " (headline)" if r.get("headline") else ""
+        out.append(
+            f"| {r['rank']} | {r['mean_late_ms']:.1f} | {r['max_late_ms']:.1f} | {r['late_in']} of {r['considered']} | "
+            f"{r['wait_ms_per_step']:.1f} | {r['transfer_ms_per_step']:.1f} | {mark.strip()} | "
+            f"{esc(r['axis'] or '')} {esc(r['bottleneck'] or '')} |"
+        )
+    out.append("")
     if s.get("ranks_view"):
         out += ranks_view_markdown_lines(s["ranks_view"], s.get("alignment"), esc)
     return out
-
-
-def with_alignment(stragglers: dict, al) -> dict:
-    """``stragglers`` (:func:`stragglers_dict`) with the alignment added; where collectives aligned,
-    its answer is the ``stragglers`` list and the step-offset list is kept as ``step_offset_stragglers``."""
-    stragglers["alignment"] = alignment_dict(al)
-    if al.instances:
-        stragglers["step_offset_stragglers"] = stragglers["stragglers"]
-        stragglers["stragglers"] = [] if al.imbalance is None else [al.imbalance.rank]
-    return stragglers
 
 
 def alignment_dict(al) -> dict[str, Any]:
@@ -387,25 +419,6 @@ def alignment_dict(al) -> dict[str, Any]:
 _SHADES = "▁▂▃▄▅▆▇█"
 
 
-def alignment_text_lines(al: dict, bold) -> list[str]:
-    out = [bold("Ranks aligned on collective ends") + f"  ({al['matched_collectives']} collectives, {al['source']})"]
-    if al["rank_imbalance"]:
-        out += [
-            "  rank imbalance: " + line if i == 0 else "    " + line
-            for i, line in enumerate(textwrap.wrap(al["rank_imbalance"]["summary"], 88))
-        ]
-    if al.get("matching"):
-        out.append(f"  {al['matching']}")
-    out.append(f"  {al['clock_offsets']}")
-    out.append(f"  {'rank':>4}  {'late by':>9}  {'last in':>7}  {'waiting/step':>12}  {'transfer/step':>13}")
-    for r in sorted(al["ranks"], key=lambda r: -r["mean_late_ms"])[:16]:
-        out.append(
-            f"  {r['rank'] if r['rank'] is not None else '?':>4}  {r['mean_late_ms']:6.1f} ms  {r['last_in']:>7}  "
-            f"{r['wait_ms_per_step']:9.1f} ms  {r['transfer_ms_per_step']:10.1f} ms"
-        )
-    return out
-
-
 def ranks_view_text_lines(v: dict, bold) -> list[str]:
     """Ranks by lateness with a heat strip of their step times (darker: longer) and the spread."""
     d = v["step_ms_distribution"]
@@ -434,8 +447,6 @@ def ranks_view_markdown_lines(v: dict, al: dict | None, esc) -> list[str]:
     if not d:
         return []
     out = ["## Ranks", ""]
-    if al and al["rank_imbalance"]:
-        out += [f"**Rank imbalance:** {esc(al['rank_imbalance']['summary'])}", ""]
     if al:
         out += [esc(al["clock_offsets"]) + (f"; {esc(al['matching'])}" if al.get("matching") else ""), ""]
     out += [

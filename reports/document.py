@@ -563,6 +563,23 @@ def _counters(a: Analysis) -> dict[str, Any] | None:
     }
 
 
+def _story_figures(stragglers: dict | None, i: int) -> dict:
+    """Rank ``i``'s figures from the rank story (``stragglers.ranks[i]``): the same lateness, last-at
+    count, straggler and headline marks the ``stragglers`` section and every view print."""
+    rows = (stragglers or {}).get("ranks") or []
+    if i >= len(rows):
+        return {}
+    r = rows[i]
+    return {
+        "mean_late_ms": r["mean_late_ms"],
+        "max_late_ms": r["max_late_ms"],
+        "last_in": r["late_in"],
+        "considered": r["considered"],
+        "straggler": r["late"],
+        "headline": r["headline"],
+    }
+
+
 def build_document(
     path: str,
     analyses: list[Analysis],
@@ -570,11 +587,21 @@ def build_document(
     input_warnings: list[str] | None = None,
     deep: dict | None = None,
     stragglers: dict | None = None,
+    main_index: int | None = None,
 ) -> dict:
-    """The top-level document. For several ranks the body is the slowest rank (it sets the pace
-    of synchronous training) and ``ranks`` compares them all. ``deep`` and ``stragglers`` are the
-    already-built parts of reports/deep.py (``analyze --deep``; a rank directory)."""
-    main = slowest(analyses) if len(analyses) > 1 else analyses[0]
+    """The top-level document. For several ranks the body is the rank story's headline rank
+    (``main_index``, else ``stragglers['headline_index']``: the straggler, else the rank whose own
+    work fills most of the shared step — analyzers/rank_story.py; the longest median step only
+    without a story) and ``ranks`` compares them all with the story's lateness figures. ``deep`` and
+    ``stragglers`` are the already-built parts of reports/deep.py (``analyze --deep``; a rank directory)."""
+    if main_index is None and stragglers is not None:
+        main_index = stragglers.get("headline_index")
+    if len(analyses) == 1:
+        main = analyses[0]
+    elif main_index is not None and 0 <= main_index < len(analyses):
+        main = analyses[main_index]
+    else:
+        main = slowest(analyses)
     formats = [a.source_format for a in analyses]
     doc = {
         "schema": SCHEMA,
@@ -603,8 +630,9 @@ def build_document(
                 "step_p95_ms": _r(a.breakdown.step_ms.p95, 3),
                 "gpu_busy_pct": _r(a.breakdown.gpu_busy_pct),
                 "data_wait_pct": _r(a.breakdown.data_wait_pct),
+                **_story_figures(stragglers, i),
             }
-            for a in analyses
+            for i, a in enumerate(analyses)
         ]
     if stragglers is not None:
         doc["stragglers"] = stragglers

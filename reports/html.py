@@ -455,11 +455,23 @@ def render_html_fragment(
             + "</pre>"
         )
     if doc.get("ranks"):
-        w("<h2>Ranks</h2><table><tr><th>rank</th><th>step p50 ms</th><th>GPU busy</th><th>verdict</th></tr>")
+        story = doc.get("stragglers") or {}
+        w(
+            "<h2>Ranks</h2>"
+            + (f"<p>{_e(story['headline'][:1].upper() + story['headline'][1:])}.</p>" if story.get("headline") else "")
+        )
+        w(
+            "<table><tr><th>rank</th><th>step p50 ms</th><th>GPU busy</th><th>late by ms</th><th>last at</th>"
+            "<th>verdict</th></tr>"
+        )
         for r in doc["ranks"]:
+            late = _f(r["mean_late_ms"]) if "mean_late_ms" in r else "—"
+            last = f"{r['last_in']} of {r['considered']}" if "last_in" in r else "—"
+            mark = (" ◀ straggler" if r.get("straggler") else "") + (" ▶ headline" if r.get("headline") else "")
             w(
                 f"<tr><td class=n>{r['rank']}</td><td class=n>{_f(r['step_p50_ms'])}</td><td class=n>{_f(r['gpu_busy_pct'])} %</td>"
-                f"<td>{_e(AXIS_NAMES[r['axis']])} {_e(r['bottleneck'] or '')}</td></tr>"
+                f"<td class=n>{late}</td><td class=n>{_e(last)}</td>"
+                f"<td>{_e(AXIS_NAMES[r['axis']])} {_e(r['bottleneck'] or '')}{_e(mark)}</td></tr>"
             )
         w("</table>")
     if doc["warnings"]:

@@ -187,11 +187,19 @@ def render_markdown(doc: dict) -> str:
     if doc.get("ranks"):
         w("## Ranks")
         w("")
-        w("| rank | step p50 ms | GPU busy | verdict |")
-        w("|---:|---:|---:|---|")
+        story = doc.get("stragglers") or {}
+        if story.get("headline"):
+            w(md_escape(story["headline"][:1].upper() + story["headline"][1:]) + ".")
+            w("")
+        w("| rank | step p50 ms | GPU busy | late by ms | last at | verdict |")
+        w("|---:|---:|---:|---:|---:|---|")
         for r in doc["ranks"]:
+            late = f"{r['mean_late_ms']:.1f}" if "mean_late_ms" in r else "—"
+            last = f"{r['last_in']} of {r['considered']}" if "last_in" in r else "—"
+            mark = (" ◀ straggler" if r.get("straggler") else "") + (" ▶ headline" if r.get("headline") else "")
             w(
-                f"| {r['rank']} | {r['step_p50_ms']:.1f} | {r['gpu_busy_pct']:.1f} % | {AXIS_NAMES[r['axis']]} {md_escape(r['bottleneck'] or '')} |"
+                f"| {r['rank']} | {r['step_p50_ms']:.1f} | {r['gpu_busy_pct']:.1f} % | {late} | {last} | "
+                f"{AXIS_NAMES[r['axis']]} {md_escape(r['bottleneck'] or '')}{mark} |"
             )
         w("")
     if doc["warnings"]:

@@ -179,11 +179,20 @@ def render_text(doc: dict, color: bool = False) -> str:
         out.extend(stragglers_text_lines(doc["stragglers"], bold))
     if doc.get("ranks"):
         w("")
-        w(bold("Ranks") + "  (the summary above is the slowest rank)")
+        story = doc.get("stragglers") or {}
+        lead = story.get("headline") or "the report leads with the slowest rank"
+        w(bold("Ranks") + f"  ({lead.split(':')[0].replace('the report leads with ', 'the summary above is ')})")
         for r in doc["ranks"]:
+            late = (
+                f"  late {r['mean_late_ms']:5.1f} ms  last at {r['last_in']} of {r['considered']}"
+                if "mean_late_ms" in r
+                else ""
+            )
+            mark = (" ◀ straggler" if r.get("straggler") else "") + (" ▶ headline" if r.get("headline") else "")
             w(
                 f"  rank {r['rank'] if r['rank'] is not None else '?':>3}  step p50 {r['step_p50_ms']:8.1f} ms  "
-                f"busy {r['gpu_busy_pct']:5.1f} %  {AXIS_NAMES[r['axis']]}{' · ' + r['bottleneck'] if r['bottleneck'] else ''}"
+                f"busy {r['gpu_busy_pct']:5.1f} %{late}  "
+                f"{AXIS_NAMES[r['axis']]}{' · ' + r['bottleneck'] if r['bottleneck'] else ''}{mark}"
             )
     hwc = doc.get("hw_counters")
     if hwc:  # counter mode: FLOPs measured per kernel, no timing

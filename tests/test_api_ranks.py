@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 import trainscope.api as ts
-from trainscope.analyzers.ranks import align_ranks, ranks_view, with_aligned_imbalance
+from trainscope.analyzers.rank_story import rank_story
+from trainscope.analyzers.ranks import ranks_view, with_aligned_imbalance
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.stragglers import stragglers_from
 from trainscope.cli import main
 from trainscope.collectors import open_traces
 from trainscope.api.executor import MapOptions, run_rank_set
-from trainscope.reports.deep import stragglers_dict, with_alignment
+from trainscope.reports.deep import stragglers_dict
 from trainscope.reports.document import build_document
 
 from tests.conftest import DATA, KINETO, dlrm_rank_dir
@@ -45,11 +45,11 @@ def _reference(path: str, rules: Rules, **options) -> dict:
         jobs=1,
     )
     analyses = [s.analysis for s in rs.summaries]
-    stragglers = stragglers_dict(stragglers_from([s.host_collectives for s in rs.summaries], analyses, rules))
-    alignment = align_ranks(rs.summaries, rules)
-    if alignment is not None:
-        with_alignment(stragglers, alignment)
+    story = rank_story(rs.summaries, rules)
+    alignment = story.alignment
+    if alignment is not None and alignment.instances:
         analyses = with_aligned_imbalance(rs.summaries, alignment, rules)
+    stragglers = stragglers_dict(story, analyses, rules)
     stragglers["ranks_view"] = ranks_view(rs.summaries, alignment)
     from trainscope.reports.output import to_json
 

@@ -101,9 +101,11 @@ def test_dlrm_cli_names_rank1_and_shows_the_many_rank_view(capsys):
     assert view["heat_ms"][1] == [607.312, 622.928]  # rank 0's ProfilerStep durations in the raw JSON (µs / 1e3)
     assert main(["analyze", str(DLRM), "--no-tui", "-q", "--jobs", "1"]) == 0
     text = capsys.readouterr().out
-    assert "rank imbalance: rank 1 is last at 5 of 5" in text and "Step time across ranks" in text
+    assert "straggler: rank 1 is last at 5 of 5" in text and "Step time across ranks" in text
     assert main(["analyze", str(DLRM), "--format", "markdown", "-q", "--jobs", "1"]) == 0
-    assert "**Rank imbalance:** rank 1" in capsys.readouterr().out
+    md = capsys.readouterr().out
+    assert "**Straggler: rank 1 is last at 5 of 5" in md
+    assert "Rank 1's extra work per step against the others' median: embedding \\+27.5 ms" in md
 
 
 def test_summary_is_small_and_picklable(dlrm):
@@ -211,22 +213,25 @@ def test_app_ranks_tab_shows_the_alignment_and_the_heat_strip():
             await pilot.press("7")
             await pilot.pause(0.2)
             text = str(app.query_one("#stragglers").render())
-            assert "rank imbalance: rank 1 is last at" in text
+            assert "straggler: rank 1 is last at" in text and "the report leads with rank 1" in text
             assert "Step time across ranks" in text
 
     asyncio.run(go())
 
 
-def test_the_step_offset_comparison_never_contradicts_the_aligned_answer(capsys):
+def test_the_aligned_story_is_the_only_answer(capsys):
+    """The step-offset comparison (rank 0 'last in 6 of 10' on this pair) is no longer a second answer
+    beside the aligned one: the document holds one straggler list and one table of lateness."""
     from trainscope.reports.deep import straggler_headline, stragglers_markdown_lines, stragglers_text_lines
 
     assert main(["analyze", str(DLRM), "--format", "json", "-q", "--jobs", "1"]) == 0
     s = json.loads(capsys.readouterr().out)["stragglers"]
-    assert s["stragglers"] == [1] and s["alignment"]["test"]["clear"]
-    s["step_offset_stragglers"] = [0]  # as on a job whose ranks start their steps together
+    assert s["stragglers"] == [1] and s["alignment"]["test"]["clear"] and "step_offset_stragglers" not in s
+    assert [(r["rank"], r["late_in"], r["considered"]) for r in s["ranks"]] == [(0, 0, 5), (1, 5, 5)]
     text = stragglers_text_lines(s, str)
-    assert text[1].startswith("  straggler: rank 1")  # the headline is the alignment's
-    assert not any(line.startswith("  ≠ ") or "Step-offset" in line or "◀" in line for line in text)
+    assert text[1].startswith("  straggler: rank 1")
+    assert [line.split()[0] for line in text if "◀" in line] == ["1"]  # the straggler's row only
+    assert not any("Step-offset" in line for line in text)
     assert straggler_headline(s)[1] is None
     md = stragglers_markdown_lines(s, lambda x, n=0: x)
     assert md[2].startswith("**Straggler: rank 1") and not any("Step-offset" in line for line in md)

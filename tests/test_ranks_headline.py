@@ -38,7 +38,7 @@ def test_headline_names_the_rank_that_arrives_last(which, capsys, gloo_dir):
     lines = text.splitlines()
     i = lines.index(next(line for line in lines if line.startswith("Stragglers")))
     assert "common end" in lines[i] and lines[i + 1].startswith("  straggler: rank 1")
-    assert "Ranks aligned on collective ends" in text
+    assert "late by (mean)" in text and "the report leads with rank 1: the straggler" in text
     assert "Step-offset comparison" not in text  # shown only where no collective aligns
     assert "by end instant:" in text
     md = _run(capsys, path, "markdown")

@@ -85,8 +85,8 @@ def test_dlrm_two_ranks_one_story():
     from trainscope.api.analysis import analyze
 
     text = analyze(str(KINETO / "hta_dlrm_ws128_2ranks")).to_text()
-    assert "Step-offset comparison" not in text and "◀ straggler" not in text
-    assert "disagree" not in text
+    assert "Step-offset comparison" not in text and "disagree" not in text
+    assert all(line.split()[0] in ("1", "rank") for line in text.splitlines() if "◀ straggler" in line)
 
 
 def test_ddp_capture_names_with_its_test():
@@ -102,5 +102,9 @@ def test_ddp_capture_names_with_its_test():
 def test_dlrm_eight_ranks_names_no_tied_rank(tmp_path):
     s = _stragglers(dlrm_rank_dir(tmp_path, 8))
     # four identical late ranks arrive last together at every collective: no single straggler
-    assert s["stragglers"] == []
-    assert len(s["step_offset_stragglers"]) >= 4  # what the step-offset comparison used to print
+    assert s["stragglers"] == [] and s["straggler"] is None
+    assert "no collective has a single last rank" in s["summary"]
+    # every view counts the same: no rank is 'last' anywhere (the step-offset list once named 4 ranks)
+    assert {(r["late_in"], r["considered"]) for r in s["ranks"]} == {(0, 0)}
+    late = {r["rank"]: r["mean_late_ms"] for r in s["ranks"]}
+    assert late[1] == late[3] == late[5] == late[7] > 5 and late[0] == late[2] == late[4] == late[6] == 0

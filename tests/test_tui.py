@@ -501,7 +501,8 @@ def test_ranks_tab_shows_the_straggler(gloo_dir):
     )
     assert straggler_headline(stragglers)[0].split(" (")[0] in overview.replace("\n", " ")
     assert stragglers["stragglers"] == [1]
-    assert "straggler: rank 1 is last at" in text and "◀ straggler" not in text  # no step-offset table beside it
+    assert "straggler: rank 1 is last at" in text  # the rank story's line; one table, the straggler's row marked
+    assert [line.split()[0] for line in text.splitlines() if "◀ straggler" in line] == ["1"]
 
 
 def test_model_ledger_shows_next_to_the_measured_peak():

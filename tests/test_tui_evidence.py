@@ -148,7 +148,7 @@ def test_enter_on_a_rank_lands_on_its_latest_arriving_collective(gloo_dir):
         s, m, mid, span, cursor, late, title, drawn = run_async(go(choose))
         assert m.start_ns <= mid < m.end_ns  # the cursor is inside the collective
         assert span is not None and span[0] <= cursor < span[1] and "━" in drawn
-        assert f"rank {choose}'s latest arrival" in title
+        assert f"rank {choose} arrived {late.late_ms:.1f} ms after the first rank" in title
         # The interval is one of that rank's blocking gloo collectives, as its trace records it.
         mine = rank_collectives(s.ranks[choose].trace)
         origin = s.ranks[choose].trace.origin_ns
@@ -158,6 +158,10 @@ def test_enter_on_a_rank_lands_on_its_latest_arriving_collective(gloo_dir):
         al = next(r for r in s.stragglers["alignment"]["ranks"] if r["rank"] == s.ranks[choose].analysis.rank)
         assert late.matched == al["matched"] and round(late.mean_late_ms, 3) == al["mean_late_ms"]
         assert late.late_ms >= late.mean_late_ms
+        # … and the rank story's own figures: its latest warm collective, never one it leaves out
+        story = s.report.story
+        assert late.instance == story.ranks[choose].latest and not story.collectives[late.instance].cold
+        assert late.late_ms == story.ranks[choose].max_late_ms
         # … and, by hand, against the other rank's collective of the same kind that ends with it
         # (one clock here: the offsets are microseconds), the arrival gap is the lateness.
         other = rank_collectives(s.ranks[1 - choose].trace)

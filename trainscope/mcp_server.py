@@ -103,6 +103,25 @@ class StepTimes(BaseModel):
     mean: float
 
 
+class RankLateness(BaseModel):
+    rank: Optional[int] = None
+    mean_late_ms: float = Field(description="mean arrival after the first rank, warm collectives")
+    max_late_ms: float
+    last_in: int = Field(description="warm collectives at which it alone arrived last")
+    considered: int
+    straggler: bool
+    headline: bool = Field(description="the rank the analysis leads with")
+
+
+class Stragglers(BaseModel):
+    summary: str = Field(description="the rank story's one line, as the text report leads with it")
+    straggler: Optional[int] = None
+    headline_rank: Optional[int] = None
+    headline: str
+    cold_start: dict[str, Any]
+    ranks: list[RankLateness]
+
+
 class Analysis(BaseModel):
     source: str
     format: str
@@ -122,6 +141,7 @@ class Analysis(BaseModel):
     fixes: list[Fix]
     warnings: list[str]
     command_line: str = Field(description="the trainscope command that prints the same report")
+    stragglers: Optional[Stragglers] = Field(None, description="rank sets: the rank story (straggler, lateness)")
 
 
 class Explanation(BaseModel):
@@ -567,6 +587,32 @@ def analysis_result(report: Any, path: str) -> Analysis:
         fixes=[_fix(r) for r in d["recommendations"]],
         warnings=list(d["warnings"]),
         command_line=f"trainscope analyze {path} --format json",
+        stragglers=_stragglers(d.get("stragglers")),
+    )
+
+
+def _stragglers(s: dict | None) -> Stragglers | None:
+    """The rank story as the document holds it (``stragglers``): the same figures every view prints."""
+    if not s:
+        return None
+    return Stragglers(
+        summary=s["summary"],
+        straggler=s.get("straggler"),
+        headline_rank=s.get("headline_rank"),
+        headline=s.get("headline") or "",
+        cold_start=s.get("cold_start") or {},
+        ranks=[
+            RankLateness(
+                rank=r["rank"],
+                mean_late_ms=r["mean_late_ms"],
+                max_late_ms=r["max_late_ms"],
+                last_in=r["late_in"],
+                considered=r["considered"],
+                straggler=r["late"],
+                headline=r["headline"],
+            )
+            for r in s["ranks"]
+        ],
     )
 
 

@@ -412,8 +412,8 @@ class AnalyzeApp(BackgroundLoading, App[int]):
 
     @work(thread=True, exclusive=True, group="side")
     def prepare_side_by_side(self) -> None:
-        """The ranks on one clock (read and modelled off the UI thread, once): the slowest ranks first,
-        at most ``MAX_RANKS`` lane groups."""
+        """The ranks on one clock (read and modelled off the UI thread, once): the rank story's headline
+        rank and the latest ranks first, at most ``MAX_RANKS`` lane groups."""
         from trainscope.tui.ranks_timeline import MAX_RANKS, RankLanes
 
         if getattr(self, "_side", None) is not None:
@@ -424,7 +424,12 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         try:
             n = len(s.ranks)
             sb = report.side_by_side()
-            slow = sorted(range(n), key=lambda i: -report.ranks[i].breakdown.step_ms.p50)[:MAX_RANKS]
+            story = sb.story  # the headline rank and the latest ranks of the rank story first
+            late = {r.index: r.mean_late_ms for r in story.ranks} if story is not None else {}
+            head = story.headline_index if story is not None else -1
+            slow = sorted(
+                range(n), key=lambda i: (i != head, -late.get(i, 0.0), -report.ranks[i].breakdown.step_ms.p50)
+            )[:MAX_RANKS]
             chosen = sorted(slow, key=lambda i: (report.ranks[i].rank is None, report.ranks[i].rank, i))
             origins = {i: report.trace(i).origin_ns for i in chosen}
             origin = min(origins[i] - (sb.offsets_ns[i] or 0.0) for i in chosen)
@@ -481,10 +486,12 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             late.start_ns - origin,
             late.end_ns - origin,
             "gpu" if late.on_gpu else "host",
-            f"{late.kind}, arrived {late.late_ms:.1f} ms after the first rank (mean {late.mean_late_ms:.1f} ms "
-            f"over {late.matched})",
+            f"{late.kind} (mean {late.mean_late_ms:.1f} ms late)",
         )
-        self.call_after_refresh(view.set_matches, [match], f"{self.rank.label}'s latest arrival")
+        # The figure leads the title (the collective's name follows it and is what a narrow window cuts).
+        self.call_after_refresh(
+            view.set_matches, [match], f"{self.rank.label} arrived {late.late_ms:.1f} ms after the first rank"
+        )
 
     def on_key(self, event) -> None:
         # Esc in an input returns to what it searches rather than doing nothing.

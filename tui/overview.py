@@ -167,27 +167,18 @@ class Overview(VerticalScroll):
         if stragglers:
             from trainscope.reports.deep import straggler_headline
 
-            head, disagree = straggler_headline(stragglers)  # the same line the reports lead with
+            head, _ = straggler_headline(stragglers)  # the same line the reports lead with
             ranks.append("\nRanks ", style="bold")
             ranks.append(visible(head) + "\n")
-            al = stragglers.get("alignment") or {}
-            imb = al.get("rank_imbalance") if al.get("matched_collectives") else None
-            if al.get("matched_collectives"):
-                late = [r for r in al["ranks"] if imb and r["rank"] == imb["rank"]]
-                for r in late:
-                    ranks.append(
-                        f"  ◀ rank {r['rank']}: arrives {r['mean_late_ms']:.1f} ms after the first rank on "
-                        f"average (last in {r['last_in']} of {r['matched']}) — details on the Ranks tab\n"
-                    )
-            else:
-                late = [r for r in stragglers["ranks"] if r["late"] or r["slow"]]
-                for r in late:
-                    ranks.append(
-                        f"  ◀ rank {r['rank']}: enters collectives {r['mean_late_ms']:.1f} ms late on average "
-                        f"(last in {r['late_in']}), step p50 {r['step_p50_ms']:.1f} ms — details on the Ranks tab\n"
-                    )
-            if disagree:
-                ranks.append("  " + disagree + "\n", style="dim")
+            if stragglers.get("headline"):
+                ranks.append("  " + visible(stragglers["headline"]) + "\n", style="dim")
+            late = [r for r in stragglers["ranks"] if r["late"]]  # the story's straggler, its figures
+            for r in late:
+                ranks.append(
+                    f"  ◀ rank {r['rank']}: arrives {r['mean_late_ms']:.1f} ms after the first rank on average "
+                    f"(at most {r['max_late_ms']:.1f} ms; last at {r['late_in']} of {r['considered']}) — details on "
+                    "the Ranks tab\n"
+                )
             if v["axis"] == "insufficient_evidence" and late:
                 ranks.append(
                     "  The verdict above is this rank's own; the straggler is the lead across ranks.\n", style="dim"

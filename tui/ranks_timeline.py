@@ -191,12 +191,16 @@ class RanksTimeline(Widget, can_focus=True):
             f"{len(self.ranks)} ranks on one clock · window {window_label(self.start_ns, self.end_ns)} ms · "
             f"{shared} collectives matched across ranks (│ joins their ends)"
         ]
+        story = self.sb.story
+        cold = sum(1 for c in self.sb.shared if c.cold)
+        if cold:
+            parts.append(f"{cold} left out as cold start{'s' * (cold != 1)}")
         for r in self.ranks:
-            n = self.sb.late_count(r.index)
-            if n:
-                worst = max(c.spread_ns for c in self.sb.shared if c.late_rank == r.index) / 1e6
-                parts.append(
-                    f"{visible(r.label)} arrived last at {n} of {shared} by more than "
-                    f"{self.sb.tolerance_ns / 1e6:g} ms (! up to {worst:.1f} ms late)"
-                )
+            rl = story.ranks[r.index] if story is not None and r.index < len(story.ranks) else None
+            if rl is None or not rl.last_in:
+                continue
+            parts.append(  # the story's figures: the same the reports print
+                f"{visible(r.label)} last at {rl.last_in} of {story.considered} "
+                f"(mean {rl.mean_late_ms:.1f} ms, ! up to {rl.max_late_ms:.1f} ms late)"
+            )
         return " · ".join(parts)

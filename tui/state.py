@@ -71,7 +71,7 @@ class Session:
         return self.report.ranks
 
     @property
-    def main_rank(self) -> int:  # index of the rank the report leads with (the slowest)
+    def main_rank(self) -> int:  # index of the rank the report leads with (the rank story's headline rank)
         return self.report.main_index
 
     @property

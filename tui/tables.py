@@ -429,19 +429,31 @@ class RanksPane(Vertical):
             Text(self.query_one(RanksTimeline).title(), style="bold"), layout=False
         )
 
-    def show(self, rows: list[dict], current: int, slowest: int, stragglers: dict | None = None) -> None:
+    def show(self, rows: list[dict], current: int, headline: int, stragglers: dict | None = None) -> None:
         table = self.query_one(DataTable)
         table.clear(columns=True)
         table.add_columns(
-            "", "rank", "step p50 ms", "step p95 ms", "verdict", "bottleneck", "conf.", "GPU busy", "data wait", "trace"
+            "",
+            "rank",
+            "step p50 ms",
+            "late ms",
+            "last at",
+            "verdict",
+            "bottleneck",
+            "conf.",
+            "GPU busy",
+            "data wait",
+            "trace",
         )
         for i, r in enumerate(rows):
             mark = "▶" if i == current else ""
+            flag = " ◀" if r.get("straggler") else ""  # the straggler (the note above names it)
             table.add_row(
                 mark,
-                str(r["rank"]),
+                str(r["rank"]) + flag,
                 f"{r['step_p50_ms']:.1f}",
-                f"{r['step_p95_ms']:.1f}",
+                f"{r['mean_late_ms']:.1f}" if "mean_late_ms" in r else "—",
+                f"{r['last_in']} of {r['considered']}" if "last_in" in r else "—",
                 r["axis"],
                 r["bottleneck"] or "",
                 f"{r['confidence']:.2f}",
@@ -450,9 +462,10 @@ class RanksPane(Vertical):
                 Text(visible(os.path.basename(str(r["source"]).rstrip("/")) or r["source"])),
                 key=str(i),
             )  # the file: the part of the path that differs between ranks
+        lead = (stragglers or {}).get("headline") or f"the report leads with rank {rows[headline]['rank']}"
         self.query_one("#ranks-note", Static).update(
-            f"{len(rows)} ranks · slowest median step: rank {rows[slowest]['rank']} (it sets the pace of synchronous "
-            "training; the report leads with it) · Enter: this rank everywhere, at its latest-arriving collective"
+            f"{len(rows)} ranks · {visible(lead)} · Enter: this rank everywhere, at its latest-arriving collective "
+            "of the story"
         )
         table.move_cursor(row=current)
         if stragglers:

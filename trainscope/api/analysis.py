@@ -131,7 +131,7 @@ def analyze(
             progress("analyzing", None)
         with bad_input(source):
             analyses = analyze_set(traces, rules, peak_tflops, step_range, peak_bandwidth)
-    main = analyses.index(slowest(analyses)) if len(analyses) > 1 else 0
+    main = analyses.index(slowest(analyses)) if len(analyses) > 1 else 0  # until the reduce names the headline rank
     report = Report(source, rules, traces, analyses, main, ledger=planned, summaries=summaries)
     if len(analyses) > 1:
         _reduce_ranks(report)
@@ -177,26 +177,28 @@ def _map_ranks(
 
 
 def _reduce_ranks(report: Report) -> None:
-    """The reduce over several ranks: stragglers by step offset, the ranks aligned on the ends of
-    their shared collectives, and the many-rank view (sets ``report.stragglers``)."""
+    """The reduce over several ranks: the one rank story (analyzers/rank_story.py: arrival order,
+    cold starts, straggler, headline rank, lateness), each rank re-judged with the wait it measured,
+    and the many-rank view. Sets ``report.story``, ``report.main_index`` (the story's headline rank)
+    and ``report.stragglers`` (the story as the document holds it)."""
     from trainscope.analyzers.analysis import with_rank_imbalance
-    from trainscope.analyzers.ranks import align_ranks, ranks_view, with_aligned_imbalance
-    from trainscope.analyzers.stragglers import stragglers_from
-    from trainscope.reports.deep import stragglers_dict, with_alignment
+    from trainscope.analyzers.rank_story import rank_story
+    from trainscope.analyzers.ranks import ranks_view, with_aligned_imbalance
+    from trainscope.reports.deep import stragglers_dict
 
     rules, analyses = report.rules, report.ranks
     summaries = report.rank_summaries()
-    report.straggler_analysis = stragglers_from([s.host_collectives for s in summaries], analyses, rules)
-    report.stragglers = stragglers_dict(report.straggler_analysis)
-    alignment = align_ranks(summaries, rules)
-    if alignment is not None:
-        with_alignment(report.stragglers, alignment)  # the aligned answer; the step-offset list kept apart
+    story = rank_story(summaries, rules)
+    report.story = report.straggler_analysis = story
+    alignment = story.alignment
     # Rank imbalance is decided here, once: each rank re-judged with the wait the alignment measured
     # inside its collectives where they match, else with the estimate from compute-time differences.
     if alignment is not None and alignment.instances:
         report.ranks[:] = with_aligned_imbalance(summaries, alignment, rules)
     else:
         report.ranks[:] = with_rank_imbalance(list(analyses), rules)
+    report.main_index = story.headline_index
+    report.stragglers = stragglers_dict(story, report.ranks, rules)
     report.stragglers["ranks_view"] = ranks_view(summaries, alignment)
 
 

@@ -33,8 +33,9 @@ def shown(doc: dict) -> dict:
 class Report:
     """One analyzed run: a trace file, or a directory of per-rank traces.
 
-    The typed parts are those of the *main* rank (the slowest one, which sets the pace of
-    synchronous training): ``verdict``, ``findings``, ``breakdown``, ``kernels``, ``steps``,
+    The typed parts are those of the *main* rank (for several ranks, the rank story's headline
+    rank — the straggler, else the rank whose own work fills most of the shared step:
+    analyzers/rank_story.py): ``verdict``, ``findings``, ``breakdown``, ``kernels``, ``steps``,
     ``memory``, ``recommendations``. ``ranks`` holds every rank's analysis; ``stragglers`` and
     ``deep`` are the report's sections for rank directories and ``deep=True``.
     ``to_dict()`` is the versioned JSON document (``trainscope analyze --format json``).
@@ -49,7 +50,8 @@ class Report:
     stragglers: dict | None = field(default=None, repr=False)
     deep: dict | None = field(default=None, repr=False)
     ledger: Any = field(default=None, repr=False)  # analyzers.ledger.Ledger, with model=…
-    straggler_analysis: Any = field(default=None, repr=False)  # analyzers.stragglers result, several ranks
+    straggler_analysis: Any = field(default=None, repr=False)  # the rank story (kept under its former name)
+    story: Any = field(default=None, repr=False)  # analyzers.rank_story.RankStory, several ranks
     # A rank directory mapped by the executor: each rank's summary; ``traces`` then holds no trace
     # (only the read warnings) and :meth:`trace` reads a rank's file again when first asked.
     summaries: "list | None" = field(default=None, repr=False)
@@ -120,43 +122,40 @@ class Report:
             self.summaries = [summarize(t, a) for t, a in zip(self.traces.traces, self.ranks)]
         return self.summaries
 
+    def _collectives(self) -> list:
+        from trainscope.analyzers.ranks import rank_collectives
+
+        if self.summaries is not None:  # the map already extracted them: no trace is read again
+            return [s.collectives for s in self.summaries]
+        return [rank_collectives(self.trace(i)) for i in range(len(self.ranks))]
+
     def latest_arrivals(self) -> list:
-        """Per rank (in ``ranks`` order), the collective it reached furthest behind the first rank
-        (:class:`trainscope.analyzers.late_collectives.LateCollective`, absolute ns on the rank's
-        own clock), None for a rank with nothing matched; computed once. The app's jump from a
-        rank to its late collective."""
+        """Per rank (in ``ranks`` order), the collective of the rank story it reached furthest behind
+        the first rank (:class:`trainscope.analyzers.late_collectives.LateCollective`, absolute ns on
+        the rank's own clock), None for a rank with none; computed once. The app's jump from a rank to
+        its late collective: never a collective the story leaves out."""
         with self._views_lock:
             late = self._views.get("latest_arrivals")
         if late is None:
             from trainscope.analyzers.late_collectives import latest_arrivals
-            from trainscope.analyzers.ranks import rank_collectives
 
-            if self.summaries is not None:  # the map already extracted them: no trace is read again
-                colls = [s.collectives for s in self.summaries]
-            else:
-                colls = [rank_collectives(self.trace(i)) for i in range(len(self.ranks))]
-            late = latest_arrivals(colls, self.rules)
+            late = [None] * len(self.ranks) if self.story is None else latest_arrivals(self._collectives(), self.story)
             with self._views_lock:
                 self._views["latest_arrivals"] = late
         return late
 
     def side_by_side(self):
-        """Every rank on one clock (:class:`trainscope.analyzers.rank_lanes.SideBySide`): the clock
-        offsets the collectives' ends give, each collective matched across ranks with every rank's
-        arrival and end on the reference rank's clock, and its late arrival; computed once. The
-        app's ranks-side-by-side view."""
+        """Every rank on one clock (:class:`trainscope.analyzers.rank_lanes.SideBySide`): the rank
+        story's clock offsets and matched collectives, with its late arrivals and cold starts;
+        computed once. The app's ranks-side-by-side view."""
         with self._views_lock:
             sb = self._views.get("side_by_side")
         if sb is None:
             from trainscope.analyzers.rank_lanes import side_by_side
-            from trainscope.analyzers.ranks import rank_collectives
+            from trainscope.analyzers.rank_story import rank_story
 
-            colls = (
-                [x.collectives for x in self.summaries]
-                if self.summaries is not None
-                else [rank_collectives(self.trace(i)) for i in range(len(self.ranks))]
-            )
-            sb = side_by_side(colls, self.rules)
+            story = self.story if self.story is not None else rank_story(self.rank_summaries(), self.rules)
+            sb = side_by_side(self._collectives(), story)
             with self._views_lock:
                 self._views["side_by_side"] = sb
         return sb
@@ -175,7 +174,13 @@ class Report:
         from trainscope.reports.document import build_document
 
         doc = build_document(
-            self.source, self.ranks, self.rules, self.traces.warnings, deep=self.deep, stragglers=self.stragglers
+            self.source,
+            self.ranks,
+            self.rules,
+            self.traces.warnings,
+            deep=self.deep,
+            stragglers=self.stragglers,
+            main_index=self.main_index,
         )
         return with_ledger(doc, self.ledger)
 
