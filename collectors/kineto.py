@@ -67,6 +67,10 @@ _KNOWN_IGNORED = {
     "cuda_profiler_range",
     "mtia_runtime",
     "gpu_user_annotation_flow",
+    # trainscope's own Perfetto export (reports/perfetto.py): its findings and the ranks' alignment,
+    # derived from the events it kept — re-reading the export must not count them as unknown
+    "trainscope_finding",
+    "trainscope_alignment",
 }
 
 _COPY_NAME = re.compile(r"Memcpy\s+(\w+)\s*(?:\((\w+)\s*->\s*(\w+)\))?", re.I)
