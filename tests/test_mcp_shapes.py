@@ -1,5 +1,6 @@
 """The MCP server's answers have one shape (issue 37): lists come in pages that, walked with the
-offset each page names, give every item exactly once and in order."""
+offset each page names, give every item exactly once and in order; a wrong argument's type is one
+line, an MCP tool error like any other."""
 
 from __future__ import annotations
 
@@ -143,3 +144,28 @@ def test_walking_the_run_pages_gives_every_run_once(walked):
         "total": 7,
         "next_offset": None,
     }
+
+
+# -- errors -------------------------------------------------------------------------------------------
+
+
+def test_a_wrong_argument_is_one_line_naming_it():
+    bad = [
+        ("list_kernels", {"path": SLOW, "limit": "abc"}, "limit: input should be a valid integer"),
+        ("list_kernels", {"limit": 3}, "path: required"),
+        ("analyze_trace", {"path": SLOW, "detail": "everything"}, "detail: input should be 'summary' or 'full'"),
+        ("timeline_window", {"path": SLOW, "kinds": "kernel"}, "kinds: input should be a valid list"),
+        ("list_steps", {"path": SLOW, "offset": -1}, "offset: -1 is out of range"),
+        ("list_steps", {"path": SLOW, "outliers_only": "perhaps"}, "outliers_only: input should be a valid boolean"),
+        ("timeline_window", {"path": SLOW, "start_ms": 5}, "give both start_ms and end_ms, or neither"),
+        ("diff_runs", {"before": SLOW, "after": 7}, "after: input should be a valid string"),
+    ]
+
+    async def calls(c):
+        return [await c.call_tool(tool, args) for tool, args, _ in bad]
+
+    for (tool, args, said), r in zip(bad, run_calls(calls)):
+        text = r.content[0].text
+        assert r.is_error and len(r.content) == 1, (tool, args)
+        assert "\n" not in text and said in text, (tool, args, text)
+        assert text.startswith(f"Error executing tool {tool}: ") and "pydantic" not in text, text

@@ -856,18 +856,44 @@ class _Call:
         return type(result).model_validate(self.public(result.model_dump())) if self.shown else result
 
 
+def _one_line(e: Any) -> str:
+    """A pydantic ValidationError of a tool's arguments as one line: each wrong argument, what it
+    should be, and what was given."""
+    said = []
+    for err in e.errors():
+        where = ".".join(str(x) for x in err.get("loc", ())) or "arguments"
+        if err.get("type") == "missing":
+            said.append(f"{where}: required")
+            continue
+        msg = str(err.get("msg", "invalid")).replace("\n", " ")
+        given = repr(err.get("input"))
+        given = given if len(given) <= 60 else given[:59] + "…"
+        said.append(f"{where}: {msg[:1].lower() + msg[1:]} (given: {given})")
+    return "; ".join(said) or "invalid arguments"
+
+
 def build_server(roots: list[str], store: str | None = None, cache_size: int = 4):
     """The MCP server over ``roots`` (and the run history at ``store``, read-only)."""
     import collections
 
     from mcp.server import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
     from mcp_types import ToolAnnotations
+    from pydantic import ValidationError
 
     from trainscope import api
 
+    class Server(MCPServer):
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as e:  # the SDK's arguments check: one line, as the tools' own errors
+                if isinstance(e, UnexpectedToolError) or not isinstance(e.__cause__, ValidationError):
+                    raise
+                raise ToolError(f"Error executing tool {name}: {_one_line(e.__cause__)}") from e.__cause__
+
     guard = Roots(roots)
-    server = MCPServer("trainscope", instructions=INSTRUCTIONS, version=__version__)
+    server = Server("trainscope", instructions=INSTRUCTIONS, version=__version__)
     read_only = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
     # One call at a time, whole: traces are large and this machine may be small, and a report's
     # open files (a rank folder's traces are read again on demand) must stay open while it is used.
