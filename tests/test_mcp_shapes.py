@@ -1,10 +1,15 @@
 """The MCP server's answers have one shape (issue 37): lists come in pages that, walked with the
 offset each page names, give every item exactly once and in order; a wrong argument's type is one
-line, an MCP tool error like any other."""
+line, an MCP tool error like any other; and a server killed with SIGKILL leaves no private folder
+behind for long (issue 35): the next server removes the folders of servers that are gone."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -169,3 +174,107 @@ def test_a_wrong_argument_is_one_line_naming_it():
         assert r.is_error and len(r.content) == 1, (tool, args)
         assert "\n" not in text and said in text, (tool, args, text)
         assert text.startswith(f"Error executing tool {tool}: ") and "pydantic" not in text, text
+
+
+# -- the private folder -------------------------------------------------------------------------------
+
+
+class Stdio:
+    """`trainscope mcp` over stdio spoken by hand (newline-delimited JSON-RPC), to kill it mid-session."""
+
+    def __init__(self, tmpdir: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "trainscope", "mcp", "--root", DATA, "--store", os.path.join(tmpdir, "none.db")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "TMPDIR": tmpdir, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        self.id = 0
+        self.ask(
+            "initialize",
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}},
+        )
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def send(self, message: dict) -> None:
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+
+    def ask(self, method: str, params: dict) -> dict:
+        self.id += 1
+        self.send({"jsonrpc": "2.0", "id": self.id, "method": method, "params": params})
+        while True:
+            line = self.proc.stdout.readline()
+            assert line, "the server closed its output"
+            got = json.loads(line)
+            if got.get("id") == self.id:
+                return got["result"]
+
+
+def _folders(tmpdir) -> list[str]:
+    return sorted(n for n in os.listdir(tmpdir) if n.startswith("trainscope-mcp-"))
+
+
+def test_a_server_killed_with_sigkill_leaves_its_folder_to_the_next_server(tmp_path):
+    from trainscope.mcp_server import FOLDER_OWNER
+
+    tmpdir = str(tmp_path)
+    first = Stdio(tmpdir)
+    try:
+        r = first.ask("tools/call", {"name": "list_steps", "arguments": {"path": SLOW, "limit": 1}})
+        assert not r.get("isError") and r["structuredContent"]["source"] == SLOW
+        left = _folders(tmpdir)
+        assert len(left) == 1  # one folder per server, with an owner file naming it
+        with open(os.path.join(tmpdir, left[0], FOLDER_OWNER)) as f:
+            assert f.read().split()[0] == str(first.proc.pid)
+    finally:
+        first.proc.kill()
+        first.proc.wait(timeout=60)
+    assert _folders(tmpdir) == left  # SIGKILL: nothing could remove it
+    second = Stdio(tmpdir)  # answers only once it has started, and removed what dead servers left
+    try:
+        assert _folders(tmpdir) == []
+        r = second.ask("tools/call", {"name": "list_kernels", "arguments": {"path": SLOW}})
+        assert not r.get("isError")
+        assert len(_folders(tmpdir)) == 1 and _folders(tmpdir) != left
+    finally:
+        second.proc.stdin.close()  # the client closes the session: the server removes its folder
+        second.proc.wait(timeout=60)
+    assert _folders(tmpdir) == []
+
+
+def test_only_the_folders_of_servers_that_are_gone_are_removed(tmp_path):
+    from trainscope.mcp_server import FOLDER_OWNER, _process_start, clean_stale
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+
+    def folder(name: str, owner: str | None = None, age: float = 0.0) -> str:
+        path = tmp_path / f"trainscope-mcp-{name}"
+        (path / "sub").mkdir(parents=True)
+        if owner is not None:
+            (path / FOLDER_OWNER).write_text(owner)
+        then = time.time() - age
+        os.utime(path, (then, then))
+        return str(path)
+
+    dead = folder("dead", f"{gone.pid} 1\n")
+    alive = folder("alive", f"{os.getpid()} {_process_start(os.getpid())}\n", age=3600)
+    reused = folder("reused", f"{os.getpid()} 1\n")  # this pid, but another process's start time
+    garbled = folder("garbled", "not a pid\n")
+    old = folder("old", None, age=2 * 86400)  # an older server's per-call folder, nothing open in it
+    in_use = folder("in-use", None, age=2 * 86400)
+    os.symlink(f"/proc/{os.getpid()}/fd/0", os.path.join(in_use, "sub", "trace.json"))
+    young = folder("young", None, age=3600)  # a server's starting, or an older server's in use
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, tmp_path / "trainscope-mcp-link")  # a link is never followed
+    (tmp_path / "trainscope-mcp-file").write_text("x")
+
+    removed = clean_stale(str(tmp_path))
+    assert sorted(removed) == sorted([dead, reused, garbled, old])
+    for kept in (alive, in_use, young, str(elsewhere), str(tmp_path / "trainscope-mcp-file")):
+        assert os.path.exists(kept), kept
+    assert os.path.islink(tmp_path / "trainscope-mcp-link")

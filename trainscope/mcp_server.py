@@ -4,7 +4,7 @@ Every tool is a call of :mod:`trainscope.api` with a typed result: the numbers a
 report prints (evidence lines carry their citation, fixes their projection and its basis), never a
 free-form guess. The server reads only paths under the ``--root`` directories, opened first and
 checked after (see :class:`Roots`: a writer inside the root cannot swap a link in between), opens
-the run history read-only, and writes nothing. Every
+the run history read-only, and writes nothing but its private folder (:class:`ServerFolder`). Every
 answer names a path as a tool call takes it and stays within :data:`BUDGET` characters by default
 (pages, a summary level). Needs the ``mcp`` extra (``pip install 'trainscope-dam[mcp]'``).
 """
@@ -285,6 +285,156 @@ _COPIED_SUFFIXES = (".nsys-rep", ".qdrep")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+# The server's private folder: one per server in $TMPDIR (mkdtemp, 0700), named trainscope-mcp-…, with
+# an owner file naming the server (pid and start time); each opened path gets a folder inside it. A
+# server killed with SIGKILL cannot remove it, so each server removes, when it starts, the folders of
+# servers that are gone (:func:`clean_stale`), as `trainscope watch` does with its run folders.
+
+FOLDER_PREFIX = "trainscope-mcp-"
+FOLDER_OWNER = "mcp.owner"
+# A folder without an owner file is a server's that is starting, or an older server's (one folder per
+# opened path; one of a cached analysis lives as long as that server): removed only when it is older
+# than this and nothing in it points at a live process.
+STALE_S = 24 * 3600.0
+
+
+def _process_start(pid: int) -> str:
+    """The start time of process ``pid`` (Linux: clock ticks since boot; "" where unknown, "-" when
+    there is no such process): a pid and its start time name one process for good."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except FileNotFoundError:
+        return "-" if os.path.isdir("/proc/self") else ""
+    except Exception:  # noqa: BLE001 (unreadable: unknown)
+        return ""
+
+
+def _alive(pid: int, start: str = "") -> bool:
+    if pid <= 0:
+        return False
+    now = _process_start(pid)
+    if now == "-":
+        return False
+    if now and start:
+        return now == start
+    try:  # no /proc: the pid alone
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def _owner_alive(data: bytes) -> bool:
+    try:
+        fields = data.decode("ascii").split()
+        return _alive(int(fields[0]), fields[1] if len(fields) > 1 else "")
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return False
+
+
+def _read_own(dir_fd: int, name: str) -> bytes | None:
+    """``name`` in the folder ``dir_fd`` when it is a regular file of this user (never through a link)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        return os.read(fd, 4096) if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _links_to_live_process(path: str) -> bool:
+    """A folder of an older server (no owner file) that is still in use: a link in it (or in a folder
+    below) to /proc/PID/fd/N of a live process."""
+    import re
+
+    for top, dirs, files in os.walk(path):  # never into a link
+        for name in files + dirs:
+            try:
+                m = re.match(r"/proc/(\d+)/fd/", os.readlink(os.path.join(top, name)))
+            except OSError:
+                continue
+            if m and _alive(int(m.group(1))):
+                return True
+    return False
+
+
+def clean_stale(folder: str | None = None, now: float | None = None) -> list[str]:
+    """Remove this user's ``trainscope-mcp-*`` folders in ``folder`` (default ``$TMPDIR``) that servers
+    which are gone left behind: the owner file names a process that no longer runs, or (an older
+    server's, without one) the folder is older than a day (:data:`STALE_S`) and nothing in it points
+    at a live process. Never through a link. Returns what was removed."""
+    import shutil
+    import time
+
+    folder = folder or tempfile.gettempdir()
+    now = time.time() if now is None else now
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(FOLDER_PREFIX):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue  # not a folder, a link, or gone
+        try:
+            st = os.fstat(dfd)
+            if st.st_uid != os.geteuid():
+                continue
+            owner = _read_own(dfd, FOLDER_OWNER)
+            if owner is not None:
+                dead = not _owner_alive(owner)
+            else:
+                dead = now - st.st_mtime > STALE_S and not _links_to_live_process(path)
+        finally:
+            os.close(dfd)
+        if dead:
+            shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: never follows a link
+            removed.append(path)
+    return removed
+
+
+class ServerFolder:
+    """The server's private folder (made on first use, with its owner file) and the folders in it."""
+
+    def __init__(self) -> None:
+        self.path = ""
+
+    def new(self) -> str:
+        """A fresh private folder inside the server's (made again if something removed it)."""
+        if not self.path or not os.path.isdir(self.path):
+            self.path = tempfile.mkdtemp(prefix=FOLDER_PREFIX)
+            fd = os.open(
+                os.path.join(self.path, FOLDER_OWNER),
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                0o600,
+            )
+            try:
+                os.write(fd, f"{os.getpid()} {_process_start(os.getpid())}\n".encode())
+            finally:
+                os.close(fd)
+        return tempfile.mkdtemp(dir=self.path)
+
+    def remove(self) -> None:
+        import shutil
+
+        if self.path:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path = ""
+
+
 def _parts(path: str) -> list[str]:
     return [p for p in path.split("/") if p not in ("", ".")]
 
@@ -295,8 +445,8 @@ class Opened:
     to hand to the api; :meth:`public` turns that folder's paths in an answer back into the client's
     path. :meth:`close` closes the descriptors and removes the folder."""
 
-    def __init__(self, given: str, name: str, is_dir: bool) -> None:
-        self.given, self.name, self.is_dir = given, name, is_dir
+    def __init__(self, given: str, name: str, is_dir: bool, folder: "Optional[ServerFolder]" = None) -> None:
+        self.given, self.name, self.is_dir, self.folder = given, name, is_dir, folder
         self.files: list[tuple[str, int]] = []  # (name in the folder, or "" for the file itself; descriptor)
         self.key: tuple = ()
         self.tmp = self.local = ""
@@ -308,7 +458,7 @@ class Opened:
             return self.local
         import shutil
 
-        self.tmp = tempfile.mkdtemp(prefix="trainscope-mcp-")
+        self.tmp = self.folder.new() if self.folder is not None else tempfile.mkdtemp(prefix=FOLDER_PREFIX)
         self.local = os.path.join(self.tmp, self.name)
         if self.is_dir:
             os.mkdir(self.local, 0o700)
@@ -356,9 +506,10 @@ class Opened:
 class Roots:
     """The directories the server may read, and the one way to read under them (:meth:`open`)."""
 
-    def __init__(self, roots: list[str]) -> None:
+    def __init__(self, roots: list[str], folder: "Optional[ServerFolder]" = None) -> None:
         self.roots = [os.path.realpath(r) for r in roots]
         self.given = [os.path.abspath(r) for r in roots]
+        self.folder = folder
 
     def shown(self, root: int, parts: list[str]) -> str:
         """The path ``parts`` under root ``root`` as every answer names it, one form per file: relative
@@ -481,7 +632,7 @@ class Roots:
             # As the server names it back: the path as given, relative to its root; with a ``..`` in
             # it (which a link before it may bend), the path that was walked.
             shown = self.shown(end, walked) if ".." in parts else self.shown(root, parts)
-            opened = Opened(shown, name, stat.S_ISDIR(st.st_mode))
+            opened = Opened(shown, name, stat.S_ISDIR(st.st_mode), self.folder)
             if not opened.is_dir:
                 opened.files.append(("", fd))
                 fd = -1
@@ -892,7 +1043,9 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
                     raise
                 raise ToolError(f"Error executing tool {name}: {_one_line(e.__cause__)}") from e.__cause__
 
-    guard = Roots(roots)
+    clean_stale()  # the folders of servers killed before they could remove theirs
+    folder = ServerFolder()
+    guard = Roots(roots, folder)
     server = Server("trainscope", instructions=INSTRUCTIONS, version=__version__)
     read_only = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
     # One call at a time, whole: traces are large and this machine may be small, and a report's
@@ -955,6 +1108,7 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
     def close_all() -> None:
         while cache:
             cache.popitem()[1][0].close()
+        folder.remove()
 
     server.trainscope_close = close_all  # type: ignore[attr-defined]
 
