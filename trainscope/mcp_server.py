@@ -4,7 +4,9 @@ Every tool is a call of :mod:`trainscope.api` with a typed result: the numbers a
 report prints (evidence lines carry their citation, fixes their projection and its basis), never a
 free-form guess. The server reads only paths under the ``--root`` directories, opened first and
 checked after (see :class:`Roots`: a writer inside the root cannot swap a link in between), opens
-the run history read-only, and writes nothing. Needs the ``mcp`` extra (``pip install 'trainscope-dam[mcp]'``).
+the run history read-only, and writes nothing but its private folder (:class:`ServerFolder`). Every
+answer names a path as a tool call takes it and stays within :data:`BUDGET` characters by default
+(pages, a summary level). Needs the ``mcp`` extra (``pip install 'trainscope-dam[mcp]'``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import stat
 import tempfile
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, Field
 
@@ -30,7 +32,9 @@ INSTRUCTIONS = (
     "for one finding, list_kernels / list_steps / timeline_window to look closer, diff_runs to compare two "
     "runs (traces or stored runs: 12, latest, baseline:TAG), memory_snapshot for a CUDA memory snapshot, and "
     "list_runs for the run history. Quote the numbers and sources the tools return; do not extrapolate beyond "
-    "them. Paths must lie under the server's --root."
+    "them. Paths must lie under the server's --root; answers name them as a call takes them (relative to the first "
+    "root). Every answer stays within 20,000 characters: lists come in pages (call again with page.next_offset), "
+    "`more` says what an answer left out and the call that gives it, and detail='full' gives everything."
 )
 
 
@@ -122,8 +126,23 @@ class Stragglers(BaseModel):
     ranks: list[RankLateness]
 
 
+def _more() -> Any:
+    return Field(
+        default_factory=list,
+        description="what this answer leaves out, one line each, with the call that gives it (empty: nothing)",
+    )
+
+
+class Page(BaseModel):
+    offset: int = Field(description="the index of this page's first item among all that match")
+    limit: int = Field(description="the most items asked for")
+    returned: int = Field(description="items on this page (fewer than limit where the page was cut to fit)")
+    total: int = Field(description="items that match the call's filters")
+    next_offset: Optional[int] = Field(None, description="the offset for the next page; null on the last page")
+
+
 class Analysis(BaseModel):
-    source: str
+    source: str = Field(description="the path, as a tool call takes it (relative to the first --root)")
     format: str
     rank: Optional[int] = None
     ranks: int
@@ -142,6 +161,8 @@ class Analysis(BaseModel):
     warnings: list[str]
     command_line: str = Field(description="the trainscope command that prints the same report")
     stragglers: Optional[Stragglers] = Field(None, description="rank sets: the rank story (straggler, lateness)")
+    detail: str = Field("summary", description="summary (findings without their evidence lines) | full")
+    more: list[str] = _more()
 
 
 class Explanation(BaseModel):
@@ -154,6 +175,7 @@ class Explanation(BaseModel):
     graded_by: list[dict[str, Any]] = Field(description="thresholds that grade it: name, value, unit, source")
     fixes: list[Fix]
     timeline: Optional[dict[str, Any]] = Field(None, description="the step and interval that show it most")
+    more: list[str] = _more()
 
 
 class KernelTable(BaseModel):
@@ -166,6 +188,8 @@ class KernelTable(BaseModel):
     steps: int
     matched: int
     kernels: list[dict[str, Any]]
+    page: Optional[Page] = None
+    more: list[str] = _more()
 
 
 class StepTable(BaseModel):
@@ -176,6 +200,8 @@ class StepTable(BaseModel):
     step_time_ms: dict[str, float]
     matched: int
     steps: list[dict[str, Any]]
+    page: Optional[Page] = None
+    more: list[str] = _more()
 
 
 class TimelineWindow(BaseModel):
@@ -183,11 +209,14 @@ class TimelineWindow(BaseModel):
     rank: Optional[int] = None
     start_ms: float
     end_ms: float
+    window: str = Field("", description="why this window: as asked, or the first analyzed step by default")
     steps: list[str]
     matched: int
     shown: int
     busy_ms: dict[str, float]
     events: list[dict[str, Any]]
+    page: Optional[Page] = None
+    more: list[str] = _more()
 
 
 class FixAchieved(BaseModel):
@@ -210,7 +239,17 @@ class Diff(BaseModel):
     step_time_ms: dict[str, dict[str, Optional[float]]]
     fixes: list[FixAchieved]
     gate: Optional[dict[str, Any]] = None
-    document: dict[str, Any] = Field(description="the whole trainscope.diff/1 document")
+    changes: dict[str, Any] = Field(
+        {}, description="GPU busy, data wait, time per category and per kernel class, work: before, after, change"
+    )
+    kernels: dict[str, Any] = Field(
+        {}, description="the kernels that grew, shrank, appeared and disappeared, largest change first"
+    )
+    detail: str = Field("summary", description="summary (the largest kernel changes) | full (adds the document)")
+    document: Optional[dict[str, Any]] = Field(
+        None, description="with detail='full': the whole trainscope.diff/1 document"
+    )
+    more: list[str] = _more()
 
 
 class MemoryDevice(BaseModel):
@@ -231,13 +270,19 @@ class Memory(BaseModel):
     devices: list[MemoryDevice]
     findings: list[dict[str, Any]]
     warnings: list[str]
-    document: dict[str, Any] = Field(description="the whole trainscope.memory/1 document")
+    detail: str = Field("summary", description="summary | full (adds the document)")
+    document: Optional[dict[str, Any]] = Field(
+        None, description="with detail='full': the whole trainscope.memory/1 document"
+    )
+    more: list[str] = _more()
 
 
 class Runs(BaseModel):
     store: str
     runs: list[dict[str, Any]]
     skipped: list[str] = Field([], description="damaged runs left out of the listing, one line each")
+    page: Optional[Page] = None
+    more: list[str] = _more()
 
 
 # -- paths ---------------------------------------------------------------------------------------------
@@ -260,6 +305,156 @@ _COPIED_SUFFIXES = (".nsys-rep", ".qdrep")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+# The server's private folder: one per server in $TMPDIR (mkdtemp, 0700), named trainscope-mcp-…, with
+# an owner file naming the server (pid and start time); each opened path gets a folder inside it. A
+# server killed with SIGKILL cannot remove it, so each server removes, when it starts, the folders of
+# servers that are gone (:func:`clean_stale`), as `trainscope watch` does with its run folders.
+
+FOLDER_PREFIX = "trainscope-mcp-"
+FOLDER_OWNER = "mcp.owner"
+# A folder without an owner file is a server's that is starting, or an older server's (one folder per
+# opened path; one of a cached analysis lives as long as that server): removed only when it is older
+# than this and nothing in it points at a live process.
+STALE_S = 24 * 3600.0
+
+
+def _process_start(pid: int) -> str:
+    """The start time of process ``pid`` (Linux: clock ticks since boot; "" where unknown, "-" when
+    there is no such process): a pid and its start time name one process for good."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except FileNotFoundError:
+        return "-" if os.path.isdir("/proc/self") else ""
+    except Exception:  # noqa: BLE001 (unreadable: unknown)
+        return ""
+
+
+def _alive(pid: int, start: str = "") -> bool:
+    if pid <= 0:
+        return False
+    now = _process_start(pid)
+    if now == "-":
+        return False
+    if now and start:
+        return now == start
+    try:  # no /proc: the pid alone
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def _owner_alive(data: bytes) -> bool:
+    try:
+        fields = data.decode("ascii").split()
+        return _alive(int(fields[0]), fields[1] if len(fields) > 1 else "")
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return False
+
+
+def _read_own(dir_fd: int, name: str) -> bytes | None:
+    """``name`` in the folder ``dir_fd`` when it is a regular file of this user (never through a link)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        return os.read(fd, 4096) if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _links_to_live_process(path: str) -> bool:
+    """A folder of an older server (no owner file) that is still in use: a link in it (or in a folder
+    below) to /proc/PID/fd/N of a live process."""
+    import re
+
+    for top, dirs, files in os.walk(path):  # never into a link
+        for name in files + dirs:
+            try:
+                m = re.match(r"/proc/(\d+)/fd/", os.readlink(os.path.join(top, name)))
+            except OSError:
+                continue
+            if m and _alive(int(m.group(1))):
+                return True
+    return False
+
+
+def clean_stale(folder: str | None = None, now: float | None = None) -> list[str]:
+    """Remove this user's ``trainscope-mcp-*`` folders in ``folder`` (default ``$TMPDIR``) that servers
+    which are gone left behind: the owner file names a process that no longer runs, or (an older
+    server's, without one) the folder is older than a day (:data:`STALE_S`) and nothing in it points
+    at a live process. Never through a link. Returns what was removed."""
+    import shutil
+    import time
+
+    folder = folder or tempfile.gettempdir()
+    now = time.time() if now is None else now
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        if not name.startswith(FOLDER_PREFIX):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue  # not a folder, a link, or gone
+        try:
+            st = os.fstat(dfd)
+            if st.st_uid != os.geteuid():
+                continue
+            owner = _read_own(dfd, FOLDER_OWNER)
+            if owner is not None:
+                dead = not _owner_alive(owner)
+            else:
+                dead = now - st.st_mtime > STALE_S and not _links_to_live_process(path)
+        finally:
+            os.close(dfd)
+        if dead:
+            shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: never follows a link
+            removed.append(path)
+    return removed
+
+
+class ServerFolder:
+    """The server's private folder (made on first use, with its owner file) and the folders in it."""
+
+    def __init__(self) -> None:
+        self.path = ""
+
+    def new(self) -> str:
+        """A fresh private folder inside the server's (made again if something removed it)."""
+        if not self.path or not os.path.isdir(self.path):
+            self.path = tempfile.mkdtemp(prefix=FOLDER_PREFIX)
+            fd = os.open(
+                os.path.join(self.path, FOLDER_OWNER),
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                0o600,
+            )
+            try:
+                os.write(fd, f"{os.getpid()} {_process_start(os.getpid())}\n".encode())
+            finally:
+                os.close(fd)
+        return tempfile.mkdtemp(dir=self.path)
+
+    def remove(self) -> None:
+        import shutil
+
+        if self.path:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.path = ""
+
+
 def _parts(path: str) -> list[str]:
     return [p for p in path.split("/") if p not in ("", ".")]
 
@@ -270,8 +465,8 @@ class Opened:
     to hand to the api; :meth:`public` turns that folder's paths in an answer back into the client's
     path. :meth:`close` closes the descriptors and removes the folder."""
 
-    def __init__(self, given: str, name: str, is_dir: bool) -> None:
-        self.given, self.name, self.is_dir = given, name, is_dir
+    def __init__(self, given: str, name: str, is_dir: bool, folder: "Optional[ServerFolder]" = None) -> None:
+        self.given, self.name, self.is_dir, self.folder = given, name, is_dir, folder
         self.files: list[tuple[str, int]] = []  # (name in the folder, or "" for the file itself; descriptor)
         self.key: tuple = ()
         self.tmp = self.local = ""
@@ -283,7 +478,7 @@ class Opened:
             return self.local
         import shutil
 
-        self.tmp = tempfile.mkdtemp(prefix="trainscope-mcp-")
+        self.tmp = self.folder.new() if self.folder is not None else tempfile.mkdtemp(prefix=FOLDER_PREFIX)
         self.local = os.path.join(self.tmp, self.name)
         if self.is_dir:
             os.mkdir(self.local, 0o700)
@@ -301,17 +496,18 @@ class Opened:
                 shutil.copyfileobj(src, dst, 1 << 20)
         return self.local
 
-    def public(self, value: Any) -> Any:
+    def public(self, value: Any, shown: str | None = None) -> Any:
         """``value`` (a string, or lists and dicts of them) with the private folder's paths replaced by
-        the client's."""
+        the client's (``shown``, default :attr:`given`: a cached analysis is named as this call names it)."""
         if not self.tmp:
             return value
+        shown = self.given if shown is None else shown
         if isinstance(value, str):
-            return value.replace(self.local, self.given).replace(self.tmp + os.sep, "") if self.tmp in value else value
+            return value.replace(self.local, shown).replace(self.tmp + os.sep, "") if self.tmp in value else value
         if isinstance(value, list):
-            return [self.public(v) for v in value]
+            return [self.public(v, shown) for v in value]
         if isinstance(value, dict):
-            return {self.public(k): self.public(v) for k, v in value.items()}
+            return {self.public(k, shown): self.public(v, shown) for k, v in value.items()}
         return value
 
     def close(self) -> None:
@@ -330,9 +526,28 @@ class Opened:
 class Roots:
     """The directories the server may read, and the one way to read under them (:meth:`open`)."""
 
-    def __init__(self, roots: list[str]) -> None:
+    def __init__(self, roots: list[str], folder: "Optional[ServerFolder]" = None) -> None:
         self.roots = [os.path.realpath(r) for r in roots]
         self.given = [os.path.abspath(r) for r in roots]
+        self.folder = folder
+
+    def shown(self, root: int, parts: list[str]) -> str:
+        """The path ``parts`` under root ``root`` as every answer names it, one form per file: relative
+        to the first root (the form a tool call takes), else absolute under its root as given."""
+        rest = [p for p in parts if p not in ("", ".")]
+        if root == 0:
+            return "/".join(rest) or "."
+        return os.path.join(self.given[root], *rest)
+
+    def show_path(self, path: str) -> str:
+        """A path that was not opened (a stored run's source) in the answers' form where it lies under
+        a root (absolute, without ``..``); else unchanged."""
+        if not isinstance(path, str) or not path.startswith("/") or ".." in _parts(path):
+            return path
+        try:
+            return self.shown(*self._root_of(path, path))
+        except Exception:  # noqa: BLE001 (outside every root: left as it is)
+            return path
 
     def _refused(self, path: str, what: str = ""):
         from trainscope.api import BadInput
@@ -353,10 +568,12 @@ class Roots:
             raise self._refused(path, what)
         return best
 
-    def _walk(self, path: str, root: int, parts: list[str], what: str = "") -> tuple[int, os.stat_result, list[str]]:
+    def _walk(
+        self, path: str, root: int, parts: list[str], what: str = ""
+    ) -> tuple[int, os.stat_result, list[str], int]:
         """Open ``parts`` from root ``root`` without following a link by the kernel: (descriptor,
-        its fstat, the components actually walked). Links are read and walked again from where they
-        are; ``..`` may not climb above the root."""
+        its fstat, the components actually walked, the root they are under). Links are read and
+        walked again from where they are; ``..`` may not climb above the root."""
         from trainscope.api import BadInput
 
         stack = [os.open(self.roots[root], os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))]
@@ -409,9 +626,9 @@ class Roots:
                     raise BadInput(f"{path}: not a directory: {'/'.join(walked + [name])}")
                 if not stat.S_ISREG(st.st_mode):
                     raise BadInput(f"{path}: {_kind(st.st_mode)}, not a regular file")
-                return fd, st, walked + [name]
+                return fd, st, walked + [name], root
             fd = stack.pop()
-            return fd, os.fstat(fd), walked
+            return fd, os.fstat(fd), walked, root
         finally:
             for d in stack:
                 os.close(d)
@@ -430,9 +647,12 @@ class Roots:
         opened: Opened | None = None
         fd = -1
         try:
-            fd, st, walked = self._walk(path, root, parts)
-            name = walked[-1] if walked else (os.path.basename(self.roots[root]) or "root")
-            opened = Opened(path, name, stat.S_ISDIR(st.st_mode))
+            fd, st, walked, end = self._walk(path, root, parts)
+            name = walked[-1] if walked else (os.path.basename(self.roots[end]) or "root")
+            # As the server names it back: the path as given, relative to its root; with a ``..`` in
+            # it (which a link before it may bend), the path that was walked.
+            shown = self.shown(end, walked) if ".." in parts else self.shown(root, parts)
+            opened = Opened(shown, name, stat.S_ISDIR(st.st_mode), self.folder)
             if not opened.is_dir:
                 opened.files.append(("", fd))
                 fd = -1
@@ -440,7 +660,7 @@ class Roots:
                 return opened
             key: list = ["dir", name, st.st_dev, st.st_ino]  # its files below, not its mtime (any rename in it)
             for entry in sorted(os.listdir(fd)):
-                got = self._entry(path, fd, root, walked, entry)
+                got = self._entry(path, fd, end, walked, entry)
                 if got is not None:
                     opened.files.append((entry, got[0]))
                     key.append((entry, *_identity(got[1])))
@@ -473,7 +693,7 @@ class Roots:
             if e.errno != errno.ELOOP:
                 return None  # vanished or unreadable: not a rank file
             try:  # a link: walked from the root as a path is, where it stands
-                fd, _, _ = self._walk(path, root, [*walked, entry], what=os.path.join(path, entry))
+                fd, _, _, _ = self._walk(path, root, [*walked, entry], what=os.path.join(path, entry))
             except BadInput as refused:
                 if "outside the allowed roots" in str(refused):
                     raise
@@ -512,83 +732,6 @@ def _os_problem(e: OSError) -> str:
     if e.errno in (errno.EACCES, errno.EPERM):
         return "permission denied"
     return e.strerror or str(e)
-
-
-# -- the server ---------------------------------------------------------------------------------------
-
-
-def _finding(f: dict) -> Finding:
-    return Finding(
-        **{k: f.get(k) for k in ("id", "axis", "severity", "title", "stake_pct")},
-        detail=f.get("detail") or "",
-        evidence=[Evidence(**e) for e in f.get("evidence", [])],
-    )
-
-
-def _fix(r: dict) -> Fix:
-    return Fix(
-        **{
-            k: r.get(k)
-            for k in ("rank", "id", "finding", "title", "change", "projected_speedup", "projected_step_ms", "bound")
-        },
-        basis=r.get("basis") or "",
-    )
-
-
-def analysis_result(report: Any, path: str) -> Analysis:
-    from trainscope.reports.document import headline
-
-    d = report.to_dict()
-    v = d["verdict"]
-    b = d["breakdown"]
-    sinks = d.get("sinks") or {}
-    return Analysis(
-        source=path,
-        format=d["input"]["format"],
-        rank=d.get("rank"),
-        ranks=d["input"]["traces"],
-        device=(d.get("device") or {}).get("name"),
-        steps=len(d["steps"]),
-        steps_method=d["steps_method"],
-        step_time_ms=StepTimes(**b["step_time_ms"]),
-        gpu_busy_pct=b["gpu_busy_pct"],
-        data_wait_pct=b["data_wait_pct"],
-        verdict=Verdict(
-            axis=v["axis"],
-            bottleneck=v["bottleneck"],
-            confidence=v["confidence"],
-            headline=headline(d),
-            summary=v["summary"],
-            evidence=[Evidence(**e) for e in v["evidence"]],
-            runner_up=v.get("runner_up"),
-        ),
-        findings=[_finding(f) for f in d["findings"]],
-        sinks_basis=sinks.get("basis", ""),
-        sinks=sorted(
-            (
-                Sink(sink=k, **{f: s[f] for f in ("pct", "ms_per_step", "can_be_primary", "source")})
-                for k, s in (sinks.get("by_sink") or {}).items()
-            ),
-            key=lambda s: -s.pct,
-        ),
-        top_kernels=[
-            Kernel(
-                name=k["name"],
-                kernel_class=k["class"],
-                count=k["count"],
-                total_ms=k["total_ms"],
-                mean_us=k["mean_us"],
-                share_pct=k["share_pct"],
-                tensor_core=k.get("tensor_core"),
-                bound=k.get("bound"),
-            )
-            for k in d["kernels"]["top"]
-        ],
-        fixes=[_fix(r) for r in d["recommendations"]],
-        warnings=list(d["warnings"]),
-        command_line=f"trainscope analyze {path} --format json",
-        stragglers=_stragglers(d.get("stragglers")),
-    )
 
 
 def _stragglers(s: dict | None) -> Stragglers | None:
@@ -672,17 +815,258 @@ def server_flags(message: str) -> str:
     )
 
 
+# -- the server ---------------------------------------------------------------------------------------
+
+# Every answer's text (the JSON the client is sent, as the SDK indents it) stays within BUDGET characters
+# by default: lists come in pages (offset, limit; the answer's page says how many more and the offset to
+# ask for them) and cut a page short where its items are long; other answers have a summary level whose
+# longest lists are cut to fit, each cut named in the answer's `more` with the call that gives the rest.
+BUDGET = 20_000
+NAME_CHARS = 240  # a kernel's (or an event's, a frame's) name beyond this is cut, with "…", unless detail='full'
+Detail = Literal["summary", "full"]
+
+
+def answer_chars(result: BaseModel) -> int:
+    """The characters of ``result``'s text as the client receives it (the SDK's JSON, indented by 2)."""
+    import pydantic_core
+
+    return len(pydantic_core.to_json(result, fallback=str, indent=2).decode())
+
+
+def _clip(text: Any, full: bool = False) -> Any:
+    if full or not isinstance(text, str) or len(text) <= NAME_CHARS:
+        return text
+    return text[: NAME_CHARS - 1] + "…"
+
+
+def _fits(result: BaseModel) -> bool:
+    return answer_chars(result) <= BUDGET
+
+
+def fit_page(result: Any, rows: list, offset: int, limit: int, total: int, noun: str, again: str, attr: str) -> Any:
+    """Put ``rows`` (the items from ``offset`` on, at most ``limit``) into ``result.<attr>`` as one page:
+    as many as fit the budget (at least one), the page's numbers and, where more follow, the line that
+    says how to ask for them (``again``: the call, with ``{offset}`` where the next offset goes)."""
+    base = list(result.more)
+
+    def put(k: int) -> int:
+        setattr(result, attr, rows[:k])
+        after = offset + k
+        result.page = Page(
+            offset=offset, limit=limit, returned=k, total=total, next_offset=after if after < total else None
+        )
+        result.more = list(base)
+        if after < total:
+            cut = " (this page was cut short to fit 20,000 characters)" if k < len(rows) else ""
+            result.more.append(f"{total - after} more {noun} after these{cut}: call {again.format(offset=after)}")
+        return answer_chars(result)
+
+    import pydantic_core
+
+    # No page holds more rows than fit the budget written without indentation (the answer indents them).
+    room, most = BUDGET, 0
+    while most < len(rows) and room >= 0:
+        room -= len(pydantic_core.to_json(rows[most], fallback=str).decode())
+        most += 1
+    if put(most) > BUDGET and most > 1:
+        lo, hi = 1, most - 1  # the largest k that fits, at least 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if put(mid) <= BUDGET:
+                lo = mid
+            else:
+                hi = mid - 1
+        put(lo)
+    return result
+
+
+def trim(
+    result: Any, parts: list[tuple[str, Callable[[], list], int, str]], totals: Optional[dict[str, int]] = None
+) -> Any:
+    """Cut ``result``'s lists from the end until it fits the budget: first each down to its floor, in
+    the order given, then to nothing; each cut list gets a line in ``result.more`` (its label, how many
+    of how many, and ``hint``: the call that gives them all). ``parts``: (label, the list, floor, hint);
+    ``totals``: how long a list was before it was shortened already (by label), for its line."""
+    every = [(totals or {}).get(label, len(get())) for label, get, _, _ in parts]
+    if _fits(result) and all(len(get()) == n for (_, get, _, _), n in zip(parts, every)):
+        return result
+    lines = {label: f"{label}: cut to fit 20,000 characters; {hint}" for label, _, _, hint in parts}
+    result.more = list(result.more) + list(lines.values())  # the lines' room is kept while cutting
+    for pass_floor in (True, False):
+        for _, get, floor, _ in parts:
+            items = get()
+            while len(items) > (floor if pass_floor else 0) and not _fits(result):
+                items.pop()
+    kept = [len(get()) for _, get, _, _ in parts]
+    result.more = [m for m in result.more if m not in lines.values()] + [
+        f"{label}: {k} of {n} shown; {hint}" for (label, _, _, hint), k, n in zip(parts, kept, every) if k < n
+    ]
+    return result
+
+
+def _finding(f: dict, evidence: bool = True) -> Finding:
+    return Finding(
+        **{k: f.get(k) for k in ("id", "axis", "severity", "title", "stake_pct")},
+        detail=f.get("detail") or "",
+        evidence=[Evidence(**e) for e in f.get("evidence", [])] if evidence else [],
+    )
+
+
+def _fix(r: dict) -> Fix:
+    return Fix(
+        **{
+            k: r.get(k)
+            for k in ("rank", "id", "finding", "title", "change", "projected_speedup", "projected_step_ms", "bound")
+        },
+        basis=r.get("basis") or "",
+    )
+
+
+def analysis_result(
+    report: Any, path: str, detail: str = "full", public: Callable[[Any], Any] = lambda v: v
+) -> Analysis:
+    """The analysis as the tool answers it (``public`` names the paths in the report's document as the
+    client does); with ``detail="summary"`` the findings come without their evidence lines
+    (explain_finding gives them), long kernel names are cut, and the lists are cut to fit the budget,
+    each cut named in ``more``."""
+    from trainscope.reports.document import headline
+
+    full = detail == "full"
+    d = public(report.to_dict())
+    v = d["verdict"]
+    b = d["breakdown"]
+    sinks = d.get("sinks") or {}
+    result = Analysis(
+        source=path,
+        format=d["input"]["format"],
+        rank=d.get("rank"),
+        ranks=d["input"]["traces"],
+        device=(d.get("device") or {}).get("name"),
+        steps=len(d["steps"]),
+        steps_method=d["steps_method"],
+        step_time_ms=StepTimes(**b["step_time_ms"]),
+        gpu_busy_pct=b["gpu_busy_pct"],
+        data_wait_pct=b["data_wait_pct"],
+        verdict=Verdict(
+            axis=v["axis"],
+            bottleneck=v["bottleneck"],
+            confidence=v["confidence"],
+            headline=headline(d),
+            summary=v["summary"],
+            evidence=[Evidence(**e) for e in v["evidence"]],
+            runner_up=v.get("runner_up"),
+        ),
+        findings=[_finding(f, evidence=full) for f in d["findings"]],
+        sinks_basis=sinks.get("basis", ""),
+        sinks=sorted(
+            (
+                Sink(sink=k, **{f: s[f] for f in ("pct", "ms_per_step", "can_be_primary", "source")})
+                for k, s in (sinks.get("by_sink") or {}).items()
+            ),
+            key=lambda s: -s.pct,
+        ),
+        top_kernels=[
+            Kernel(
+                name=_clip(k["name"], full),
+                kernel_class=k["class"],
+                count=k["count"],
+                total_ms=k["total_ms"],
+                mean_us=k["mean_us"],
+                share_pct=k["share_pct"],
+                tensor_core=k.get("tensor_core"),
+                bound=k.get("bound"),
+            )
+            for k in d["kernels"]["top"]
+        ],
+        fixes=[_fix(r) for r in d["recommendations"]],
+        warnings=list(d["warnings"]),
+        command_line=f"trainscope analyze {path} --format json",
+        stragglers=_stragglers(d.get("stragglers")),
+        detail=detail,
+    )
+    if full:
+        return result
+    if any(f["evidence"] for f in d["findings"]):
+        result.more.append(
+            "findings' evidence lines: explain_finding(path, finding) gives one finding's, each with its "
+            "source; analyze_trace with detail='full' gives them all"
+        )
+    if any(len(k["name"]) > NAME_CHARS for k in d["kernels"]["top"]):
+        result.more.append(f"kernel names over {NAME_CHARS} characters are cut (…); detail='full' gives them whole")
+    return trim(
+        result,
+        [
+            ("top_kernels", lambda: result.top_kernels, 5, "list_kernels gives every kernel, in pages"),
+            ("sinks", lambda: result.sinks, 5, "detail='full' gives them all"),
+            ("warnings", lambda: result.warnings, 3, "detail='full' gives them all"),
+            ("verdict.evidence", lambda: result.verdict.evidence, 5, "detail='full' gives every line"),
+            ("findings", lambda: result.findings, 1, "explain_finding gives any raised finding"),
+            ("fixes", lambda: result.fixes, 1, "detail='full' gives every fix"),
+        ],
+    )
+
+
+def _diff_kernels(kernels: dict, full: bool, top: int = 5) -> dict:
+    """The diff's kernel changes, each list cut to its ``top`` largest, each row without the names that
+    repeat its label (its names only where several were matched as one), names cut."""
+    out: dict[str, Any] = {k: v for k, v in kernels.items() if not isinstance(v, list)}
+    for key, rows in kernels.items():
+        if not isinstance(rows, list):
+            continue
+        shown = []
+        for row in rows[:top]:
+            row = dict(row)
+            if row.get("key") == row.get("label"):
+                row.pop("key", None)
+            for field in ("before_names", "after_names"):
+                names = row.get(field)
+                if isinstance(names, list) and (
+                    len(names) <= 1 and row.get("match") in ("exact", "appeared", "disappeared")
+                ):
+                    row.pop(field)
+                elif isinstance(names, list):
+                    row[field] = [_clip(n, full) for n in names[:3]] + (
+                        [f"… {len(names) - 3} more"] if len(names) > 3 else []
+                    )
+            for field in ("label", "key"):
+                if field in row:
+                    row[field] = _clip(row[field], full)
+            shown.append(row)
+        out[key] = shown
+    return out
+
+
 class _Call:
     """What one tool call opened: to show the client its own paths, and to close at its end."""
 
     def __init__(self) -> None:
-        self.shown: list[Opened] = []
+        self.shown: list[tuple[Opened, str]] = []
         self.owned: list[Opened] = []
 
     def public(self, value: Any) -> Any:
-        for o in self.shown:
-            value = o.public(value)
+        for o, shown in self.shown:
+            value = o.public(value, shown)
         return value
+
+    def model(self, result: Any) -> Any:
+        """``result`` (a typed result) with the private folder's paths replaced by the client's."""
+        return type(result).model_validate(self.public(result.model_dump())) if self.shown else result
+
+
+def _one_line(e: Any) -> str:
+    """A pydantic ValidationError of a tool's arguments as one line: each wrong argument, what it
+    should be, and what was given."""
+    said = []
+    for err in e.errors():
+        where = ".".join(str(x) for x in err.get("loc", ())) or "arguments"
+        if err.get("type") == "missing":
+            said.append(f"{where}: required")
+            continue
+        msg = str(err.get("msg", "invalid")).replace("\n", " ")
+        given = repr(err.get("input"))
+        given = given if len(given) <= 60 else given[:59] + "…"
+        said.append(f"{where}: {msg[:1].lower() + msg[1:]} (given: {given})")
+    return "; ".join(said) or "invalid arguments"
 
 
 def build_server(roots: list[str], store: str | None = None, cache_size: int = 4):
@@ -690,13 +1074,25 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
     import collections
 
     from mcp.server import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
     from mcp_types import ToolAnnotations
+    from pydantic import ValidationError
 
     from trainscope import api
 
-    guard = Roots(roots)
-    server = MCPServer("trainscope", instructions=INSTRUCTIONS, version=__version__)
+    class Server(MCPServer):
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as e:  # the SDK's arguments check: one line, as the tools' own errors
+                if isinstance(e, UnexpectedToolError) or not isinstance(e.__cause__, ValidationError):
+                    raise
+                raise ToolError(f"Error executing tool {name}: {_one_line(e.__cause__)}") from e.__cause__
+
+    clean_stale()  # the folders of servers killed before they could remove theirs
+    folder = ServerFolder()
+    guard = Roots(roots, folder)
+    server = Server("trainscope", instructions=INSTRUCTIONS, version=__version__)
     read_only = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
     # One call at a time, whole: traces are large and this machine may be small, and a report's
     # open files (a rank folder's traces are read again on demand) must stay open while it is used.
@@ -707,22 +1103,24 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
 
     def opened(path: str) -> Opened:
         o = guard.open(path)
-        call.shown.append(o)
+        call.shown.append((o, o.given))
         call.owned.append(o)
         return o
 
     def report(path: str, thresholds: dict[str, float] | None = None, step_range: str | None = None):
+        """The analysis of ``path`` (from the cache when the same files were analyzed with the same
+        options) and the path as the answers name it."""
         for name, value in (thresholds or {}).items():
             number(f"thresholds.{name}", value, -1e15, 1e15)
         o = guard.open(path)
-        call.shown.append(o)
+        call.shown.append((o, o.given))
         key = (o.key, tuple(sorted((thresholds or {}).items())), step_range)
         if key in cache:
             o.close()
             cache.move_to_end(key)
             hit, rep = cache[key]
-            call.shown.append(hit)
-            return rep
+            call.shown.append((hit, o.given))  # named as this call names it
+            return rep, o.given
         try:
             rep = api.analyze(o.show(), thresholds=thresholds, step_range=step_range, jobs=1)
         except BaseException:
@@ -731,7 +1129,7 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         cache[key] = (o, rep)
         while len(cache) > cache_size:
             cache.popitem(last=False)[1][0].close()
-        return rep
+        return rep, o.given
 
     def tool(fn: Callable) -> Callable:
         @functools.wraps(fn)
@@ -740,12 +1138,12 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
                 call.__init__()
                 try:
                     result = fn(*args, **kwargs)
-                    if call.shown and isinstance(result, BaseModel):
-                        result = type(result).model_validate(call.public(result.model_dump()))
+                    if isinstance(result, BaseModel):
+                        result = call.model(result)
                     return result
                 except Exception as e:  # noqa: BLE001 (every failure is one line for the agent)
                     message, _ = api.describe(e)
-                    raise ToolError(server_flags(call.public(message))) from None
+                    raise ToolError(" ".join(server_flags(call.public(message)).split("\n"))) from None
                 finally:
                     for o in call.owned:
                         o.close()
@@ -756,35 +1154,56 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
     def close_all() -> None:
         while cache:
             cache.popitem()[1][0].close()
+        folder.remove()
 
     server.trainscope_close = close_all  # type: ignore[attr-defined]
 
+    def offset_of(offset: int) -> int:
+        return whole("offset", offset, 0, 2**31 - 1)
+
     @tool
     def analyze_trace(
-        path: str, thresholds: Optional[dict[str, float]] = None, step_range: Optional[str] = None
+        path: str,
+        thresholds: Optional[dict[str, float]] = None,
+        step_range: Optional[str] = None,
+        detail: Detail = "summary",
     ) -> Analysis:
         """Diagnose a recorded profiler trace (file or directory of rank traces under the root): the D·A·M
         verdict with its evidence, step time, the sinks of step time, the top kernels and the fixes ranked
         by projected gain (upper bounds). The same analysis as `trainscope analyze PATH --format json`.
-        thresholds overrides diagnostic thresholds by name (see `trainscope thresholds`)."""
-        return analysis_result(report(path, thresholds, step_range), path)
+        thresholds overrides diagnostic thresholds by name (see `trainscope thresholds`). detail="summary"
+        (default, at most 20,000 characters) leaves the findings' evidence lines to explain_finding;
+        detail="full" gives everything, however long."""
+        rep, shown = report(path, thresholds, step_range)
+        return analysis_result(rep, shown, detail, call.public)
 
     @tool
     def explain_finding(path: str, finding: str, rank: Optional[int] = None) -> Explanation:
         """One finding of a trace's analysis (e.g. data/input-wait): its grade and stake, every evidence line
         with its source, its role in the verdict, the thresholds that grade it, the fixes for it with their
         projections, and the step and interval of the timeline that show it most."""
-        e = api.explain_finding(report(path), finding, rank=whole("rank", rank, 0, 2**31 - 1))
-        return Explanation(
-            source=path,
-            rank=e["rank"],
-            finding=_finding(e["finding"]),
-            role=e["role"],
-            verdict=e["verdict"],
-            headline=e["headline"],
-            graded_by=e["graded_by"],
-            fixes=[_fix(r) for r in e["fixes"]],
-            timeline=e["timeline"],
+        rep, shown = report(path)
+        e = api.explain_finding(rep, finding, rank=whole("rank", rank, 0, 2**31 - 1))
+        result = call.model(
+            Explanation(
+                source=shown,
+                rank=e["rank"],
+                finding=_finding(e["finding"]),
+                role=e["role"],
+                verdict=e["verdict"],
+                headline=e["headline"],
+                graded_by=e["graded_by"],
+                fixes=[_fix(r) for r in e["fixes"]],
+                timeline=e["timeline"],
+            )
+        )
+        return trim(
+            result,
+            [
+                ("finding.evidence", lambda: result.finding.evidence, 5, "analyze_trace with detail='full'"),
+                ("fixes", lambda: result.fixes, 1, "analyze_trace gives every fix"),
+                ("graded_by", lambda: result.graded_by, 1, "`trainscope thresholds` lists every threshold"),
+            ],
         )
 
     @tool
@@ -796,24 +1215,35 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         limit: int = 30,
         rank: Optional[int] = None,
         sort: str = "total",
+        offset: int = 0,
+        detail: Detail = "summary",
     ) -> KernelTable:
         """Every kernel that ran in the analyzed steps on the analyzed GPU, filtered by name substring, class
         (gemm, convolution, attention, elementwise, normalization, softmax, reduction, embedding,
         communication, other) and least total time; largest total time first, or with sort="pct_of_roof"
-        the kernels furthest from their own roofline roof first."""
+        the kernels furthest from their own roofline roof first. In pages: `limit` kernels from `offset`
+        (a page is cut short to stay within 20,000 characters; its `page.next_offset` asks for the
+        next). detail="summary" cuts names over 240 characters (…); "full" gives them whole."""
         number("min_total_ms", min_total_ms, 0, _MAX_MS)
         whole("limit", limit, 1, 1000)
         whole("rank", rank, 0, 2**31 - 1)
-        return KernelTable(
-            **api.kernel_table(
-                report(path),
-                name_contains=name_contains,
-                kernel_class=kernel_class,
-                min_total_ms=min_total_ms,
-                limit=limit,
-                rank=rank,
-                sort=sort,
-            )
+        offset_of(offset)
+        rep, shown = report(path)
+        t = api.kernel_table(
+            rep,
+            name_contains=name_contains,
+            kernel_class=kernel_class,
+            min_total_ms=min_total_ms,
+            limit=offset + limit,
+            rank=rank,
+            sort=sort,
+        )
+        rows = [{**k, "name": _clip(k["name"], detail == "full")} for k in call.public(t["kernels"][offset:])]
+        result = call.model(KernelTable(**{**t, "source": shown, "kernels": []}))
+        if detail != "full" and any(k["name"] != r["name"] for k, r in zip(t["kernels"][offset:], rows)):
+            result.more.append(f"names over {NAME_CHARS} characters are cut (…); detail='full' gives them whole")
+        return fit_page(
+            result, rows, offset, limit, t["matched"], "kernels", "list_kernels again with offset={offset}", "kernels"
         )
 
     @tool
@@ -821,54 +1251,75 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         path: str,
         min_duration_ms: Optional[float] = None,
         outliers_only: bool = False,
-        limit: int = 200,
+        limit: int = 50,
         rank: Optional[int] = None,
+        offset: int = 0,
     ) -> StepTable:
         """The analyzed steps: start (ms, the clock timeline_window uses), duration, GPU busy and data-wait
-        shares, time per breakdown category, and whether the step is an outlier; filtered."""
+        shares, time per breakdown category, and whether the step is an outlier; filtered. In pages:
+        `limit` steps from `offset` (a page is cut short to stay within 20,000 characters; its
+        `page.next_offset` asks for the next)."""
         number("min_duration_ms", min_duration_ms, 0, _MAX_MS)
         whole("limit", limit, 1, 10000)
         whole("rank", rank, 0, 2**31 - 1)
-        return StepTable(
-            **api.step_table(
-                report(path),
-                min_duration_ms=min_duration_ms,
-                outliers_only=outliers_only,
-                limit=limit,
-                rank=rank,
-            )
+        offset_of(offset)
+        rep, shown = report(path)
+        t = api.step_table(rep, min_duration_ms=min_duration_ms, outliers_only=outliers_only, rank=rank)
+        rows = call.public(t["steps"][offset : offset + limit])
+        result = call.model(StepTable(**{**t, "source": shown, "steps": []}))
+        return fit_page(
+            result, rows, offset, limit, t["matched"], "steps", "list_steps again with offset={offset}", "steps"
         )
 
     @tool
     def timeline_window(
         path: str,
-        start_ms: float,
-        end_ms: float,
+        start_ms: Optional[float] = None,
+        end_ms: Optional[float] = None,
         kinds: Optional[list[str]] = None,
         name_contains: Optional[str] = None,
-        limit: int = 200,
+        limit: int = 100,
         rank: Optional[int] = None,
+        offset: int = 0,
+        detail: Detail = "summary",
     ) -> TimelineWindow:
         """Every event overlapping [start_ms, end_ms) — kernels, copies, memsets, cpu ops, annotations,
         runtime calls (kinds filters them) — by start time, with its lane and step, and the busy time per
-        kind in the window. Times are on the clock of list_steps' start_ms."""
+        kind in the window. Times are on the clock of list_steps' start_ms; without start_ms and end_ms,
+        the first analyzed step. In pages: `limit` events from `offset` (a page is cut short to stay within
+        20,000 characters; its `page.next_offset` asks for the next). detail="summary" cuts names over
+        240 characters (…); "full" gives them whole."""
         number("start_ms", start_ms, -_MAX_MS, _MAX_MS)
         number("end_ms", end_ms, -_MAX_MS, _MAX_MS)
-        if not end_ms > start_ms:
-            raise api.BadInput(f"end_ms ({end_ms!r}) must be after start_ms ({start_ms!r})")
         whole("limit", limit, 1, 5000)
         whole("rank", rank, 0, 2**31 - 1)
-        return TimelineWindow(
-            **api.timeline_window(
-                report(path),
-                start_ms,
-                end_ms,
-                kinds=kinds,
-                name_contains=name_contains,
-                limit=limit,
-                rank=rank,
-            )
+        offset_of(offset)
+        if (start_ms is None) != (end_ms is None):
+            raise api.BadInput("give both start_ms and end_ms, or neither (the first analyzed step)")
+        rep, shown = report(path)
+        why = "as asked"
+        if start_ms is None or end_ms is None:
+            steps = api.step_table(rep, limit=1, rank=rank)["steps"]
+            if not steps:
+                raise api.BadInput(f"{shown}: no analyzed step; give start_ms and end_ms")
+            start_ms = steps[0]["start_ms"]
+            end_ms = round(steps[0]["start_ms"] + steps[0]["duration_ms"], 6)
+            why = f"the first analyzed step ({steps[0]['label']}); give start_ms and end_ms for another window"
+        if not end_ms > start_ms:
+            raise api.BadInput(f"end_ms ({end_ms!r}) must be after start_ms ({start_ms!r})")
+        w = api.timeline_window(
+            rep, start_ms, end_ms, kinds=kinds, name_contains=name_contains, limit=offset + limit, rank=rank
         )
+        rows = [{**e, "name": _clip(e["name"], detail == "full")} for e in call.public(w["events"][offset:])]
+        result = call.model(TimelineWindow(**{**w, "source": shown, "window": why, "events": []}))
+        if detail != "full" and any(e["name"] != r["name"] for e, r in zip(w["events"][offset:], rows)):
+            result.more.append(f"names over {NAME_CHARS} characters are cut (…); detail='full' gives them whole")
+        again = "timeline_window again with " + ("" if why == "as asked" else f"start_ms={start_ms}, end_ms={end_ms}, ")
+        again += "offset={offset}"
+        result.shown = len(rows)  # as many digits as the page's count can have
+        fit_page(result, rows, offset, limit, w["matched"], "events", again, "events")
+        result.shown = len(result.events)
+        return result
 
     @tool
     def diff_runs(
@@ -877,13 +1328,26 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         metric: str = "step_p50",
         fail_if_slower: Optional[float] = None,
         gate_anyway: bool = False,
+        detail: Detail = "summary",
     ) -> Diff:
         """Compare two runs — traces under the root, or stored runs of the history (12, latest[:TAG],
         baseline[:TAG]) — as `trainscope diff` does: verdict, step time, comparability, each earlier fix's
-        projected against achieved gain, and with fail_if_slower the statistical gate (Mann-Whitney test
-        over the steps, p-value, the change with its interval)."""
+        projected against achieved gain, the changes per category and kernel class, the kernels that
+        changed most, and with fail_if_slower the statistical gate (Mann-Whitney test over the steps,
+        p-value, the change with its interval). detail="summary" (default, at most 20,000 characters)
+        gives the 5 largest kernel changes of each kind; detail="full" adds the whole trainscope.diff/1
+        document, however long."""
         number("fail_if_slower", fail_if_slower, 0, 1e6)
-        sides = [s if api.is_run_ref(s) else opened(s).show() for s in (before, after)]
+        full = detail == "full"
+        names = [before, after]
+        sides = []
+        for i, s in enumerate((before, after)):
+            if api.is_run_ref(s):
+                sides.append(s)
+            else:
+                o = opened(s)
+                names[i] = o.given
+                sides.append(o.show())
         st = api.open_store(store, read_only=True) if any(api.is_run_ref(s) for s in sides) else None
         try:
             r = api.diff(
@@ -892,10 +1356,11 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         finally:
             if st is not None:
                 st.close()
-        d = r.to_dict()
-        return Diff(
-            before=before,
-            after=after,
+        d = call.public(r.to_dict())
+        kernels = _diff_kernels(d.get("kernels") or {}, full) if not full else d.get("kernels") or {}
+        result = Diff(
+            before=names[0],
+            after=names[1],
             basis="summaries" if r.from_summaries else "traces",
             comparable=d["comparable"],
             comparability=d["comparability"],
@@ -903,16 +1368,36 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
             step_time_ms=d["step_time_ms"],
             gate=d["gate"],
             fixes=[FixAchieved(**{k: f[k] for k in FixAchieved.model_fields}) for f in d["fixes_achieved"]],
-            document=d,
+            changes={k: d[k] for k in ("gpu_busy", "data_wait", "categories", "kernel_classes", "work") if k in d},
+            kernels=kernels,
+            detail=detail,
+            document=d if full else None,
+        )
+        if full:
+            return result
+        order = ("appeared", "disappeared", "grew", "shrank")
+        lists = sorted(
+            (k for k, v in kernels.items() if isinstance(v, list)),
+            key=lambda k: (k not in order, order.index(k) if k in order else 0),
+        )
+        return trim(
+            result,
+            [(f"kernels.{k}", (lambda k=k: result.kernels[k]), 3, "detail='full' gives them all") for k in lists]
+            + [("fixes", lambda: result.fixes, 1, "detail='full' gives every fix")],
+            totals={f"kernels.{k}": len(d["kernels"][k]) for k in lists},
         )
 
     @tool
-    def memory_snapshot(path: str, top: int = 10) -> Memory:
+    def memory_snapshot(path: str, top: int = 10, detail: Detail = "summary") -> Memory:
         """A CUDA memory snapshot (torch.cuda.memory._dump_snapshot, .pickle[.gz]; read with a restricted
         unpickler) or a memory timeline: per device the peak allocated and reserved memory, when and in which
-        phase, and the allocations live at the peak with their sites; capacity findings."""
+        phase, and the `top` allocations live at the peak with their sites; capacity findings.
+        detail="summary" (default, at most 20,000 characters); detail="full" adds the whole
+        trainscope.memory/1 document and whole frame names, however long."""
         whole("top", top, 1, 100)
-        m = api.memory(opened(path).show(), top=top)
+        full = detail == "full"
+        o = opened(path)
+        m = api.memory(o.show(), top=top)
         peaks = m.peaks()
         doc = m.to_dict()
         devices = [
@@ -929,38 +1414,69 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
                     {
                         "size_bytes": a.size,
                         "share_of_peak_pct": round(a.share_of(p.peak_bytes), 2),
-                        "site": a.site,
+                        "site": _clip(a.site, full),
                         "origin": a.origin,
-                        "stack": [f"{fr.filename}:{fr.line} ({fr.name})" for fr in a.stack[:12]],
+                        "stack": [_clip(f"{fr.filename}:{fr.line} ({fr.name})", full) for fr in a.stack[:12]],
                     }
                     for a in p.allocations[:top]
                 ],
             )
             for p in peaks
         ]
-        return Memory(
-            source=path,
-            kind=m.kind,
-            devices=devices,
-            findings=doc.get("findings", []),
-            warnings=doc.get("warnings", []),
-            document=doc,
+        result = call.model(
+            Memory(
+                source=o.given,
+                kind=m.kind,
+                devices=devices,
+                findings=doc.get("findings", []),
+                warnings=doc.get("warnings", []),
+                detail=detail,
+                document=doc if full else None,
+            )
+        )
+        if full:
+            return result
+        return trim(
+            result,
+            [
+                (
+                    f"devices[{i}].live_at_peak",
+                    (lambda i=i: result.devices[i].live_at_peak),
+                    3,
+                    "ask with a smaller top",
+                )
+                for i in range(len(result.devices))
+            ]
+            + [("findings", lambda: result.findings, 1, "detail='full' gives them all")],
         )
 
     @tool
     def list_runs(
-        tag: Optional[str] = None, verdict: Optional[str] = None, gpu: Optional[str] = None, limit: int = 20
+        tag: Optional[str] = None,
+        verdict: Optional[str] = None,
+        gpu: Optional[str] = None,
+        limit: int = 20,
+        offset: int = 0,
     ) -> Runs:
         """The runs saved in the run history (analyze --save, watch --save, the on_trace_ready hook), newest
         first: id, when, tag, git commit, GPU, steps, step time, verdict, fixes with their projections, and
-        which are baselines; filtered by tag, verdict (axis or finding id) and GPU name."""
+        which are baselines; filtered by tag, verdict (axis or finding id) and GPU name. In pages: `limit`
+        runs from `offset` (a page is cut short to stay within 20,000 characters; its `page.next_offset`
+        asks for the next)."""
         whole("limit", limit, 1, 500)
+        offset_of(offset)
         path = store or api.default_store_path()
         if not os.path.exists(path):
-            return Runs(store=path, runs=[])
+            return Runs(store=path, runs=[], page=Page(offset=offset, limit=limit, returned=0, total=0))
         with api.open_store(path, read_only=True) as st:
-            runs = [r.to_dict() for r in st.runs(tag=tag, verdict=verdict, gpu=gpu, limit=limit)]
-            return Runs(store=path, runs=runs, skipped=list(st.skipped))
+            every = st.runs(tag=tag, verdict=verdict, gpu=gpu, limit=None)
+            rows = []
+            for r in every[offset : offset + limit]:
+                row = r.to_dict()
+                row["source"] = guard.show_path(row.get("source"))
+                rows.append(row)
+            result = Runs(store=path, runs=[], skipped=list(st.skipped))
+        return fit_page(result, rows, offset, limit, len(every), "runs", "list_runs again with offset={offset}", "runs")
 
     return server
 

@@ -20,7 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "diff_runs, memory_snapshot, list_runs. It reads only paths under --root: each file is opened "
         "one path component at a time without following a link (a link is followed only where it stays "
         "under a root) and checked once open, so a link swapped in later cannot lead outside; anything "
-        "else is refused. It opens the run history read-only and writes nothing. The read limits "
+        "else is refused. Every answer names a path as a tool call takes it (relative to the first --root) and "
+        "stays within 20,000 characters by default: lists come in pages (offset, limit; the answer says how many "
+        "more and the offset to ask for), the rest has a summary level (detail=full gives everything). "
+        "It opens the run history read-only and writes nothing but its private folder in $TMPDIR (removed when it "
+        "ends; a killed server's is removed by the next one). The read limits "
         "(--max-decompressed) are this server's flags: a tool call cannot change them. "
         f"Needs the mcp extra: {MCP_EXTRA}.",
         epilog="a coding agent's configuration (e.g. .mcp.json):\n"
