@@ -12,6 +12,7 @@ from trainscope.analyzers.breakdown import CATEGORIES, CATEGORY_LABELS
 from trainscope.analyzers.kernels import ALL_CLASSES
 from trainscope.analyzers.host_only import NO_GPU_ROWS
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.sinks import SINK_LABELS
 from trainscope.analyzers.verdict import Evidence
 from trainscope.collectors.formats import COUNTER_FORMATS  # the reader table's counters-only rows
 
@@ -133,6 +134,63 @@ def _r(x: float | None, nd: int = 2) -> float | None:
     return None if x is None else round(float(x), nd)
 
 
+# The two parts of the breakdown's "communication (not overlapped)" row on a rank that waits for
+# others, named as their sinks are wherever else they appear (the verdict's evidence, the sinks):
+# one name per number (issue 37).
+RANK_WAIT_LABEL = SINK_LABELS["imbalance"]  # "waiting for a slower rank inside collectives"
+TRANSFER_LABEL = SINK_LABELS["comm"]  # "communication not overlapped with compute"
+
+
+def communication_split(a: Analysis) -> dict[str, Any] | None:
+    """The breakdown's communication row split into the time the rank waits inside its collectives
+    for the other ranks (its ``imbalance`` sink) and the rest (its ``comm`` sink: the transfer with
+    no compute beside it), as labelled figures; None when the rank waits for no one (a single trace,
+    the straggler itself) or the trace has no GPU (a host collective's wait is no breakdown row).
+    The two parts sum to the row: the cross-rank correction moves the wait out of ``comm`` only."""
+    s, b = a.sinks, a.breakdown
+    if s is None or s.cpu_only or b.device is None or not b.total_ns:
+        return None
+    wait, rest = s.by_key.get("imbalance"), s.by_key.get("comm")
+    if wait is None or rest is None or wait.ns <= 0:
+        return None
+    if abs(wait.ns + rest.ns - b.ns["communication"]) > len(b.steps) + 1:  # not a split of this row
+        return None
+    n = max(1, len(b.steps))
+    return {
+        "label": CATEGORY_LABELS["communication"],
+        "pct": _r(b.share_pct("communication")),
+        "ms_per_step": _r(b.ns["communication"] / 1e6 / n, 3),
+        "parts": [
+            {
+                "key": "rank_wait",
+                "sink": "imbalance",
+                "label": RANK_WAIT_LABEL,
+                "pct": _r(wait.pct),
+                "ms_per_step": _r(s.ms_per_step("imbalance"), 3),
+            },
+            {
+                "key": "transfer",
+                "sink": "comm",
+                "label": TRANSFER_LABEL,
+                "pct": _r(rest.pct),
+                "ms_per_step": _r(s.ms_per_step("comm"), 3),
+            },
+        ],
+    }
+
+
+def communication_split_words(doc: dict, with_label: bool = True) -> str | None:
+    """'communication (not overlapped) 27.4 % = waiting for a slower rank inside collectives 2.6 %
+    (15.9 ms per step) + communication not overlapped with compute 24.8 % (152.6 ms per step)': the
+    one sentence every view prints of the split (the row's
+    label left out with ``with_label=False``, for a view that prints it beside)."""
+    c = doc.get("breakdown", {}).get("communication_split")
+    if not c:
+        return None
+    parts = " + ".join(f"{p['label']} {p['pct']:.1f} % ({p['ms_per_step']:.1f} ms per step)" for p in c["parts"])
+    return (f"{c['label']} " if with_label else "") + f"{c['pct']:.1f} % = {parts}"
+
+
 def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
     b = a.breakdown
     outlier = rules.value("step.outlier_ratio")
@@ -190,6 +248,7 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
                 }
                 for c in CATEGORIES
             },
+            "communication_split": communication_split(a),
         },
         "steps": [
             {

@@ -18,7 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, gpu_metrics_parts, headline
-from trainscope.reports.document import gain_words, window_lines
+from trainscope.reports.document import communication_split_words, gain_words, window_lines
 from trainscope.traces.safe_text import safe_strings, visible, visible_lines
 
 if TYPE_CHECKING:
@@ -269,6 +269,7 @@ def render_html_fragment(
 
     doc = safe_strings(doc)  # every name one line, as the text report shows it
     v, b = doc["verdict"], doc["breakdown"]
+    split = communication_split_words(doc)
     name = os.path.basename(doc["input"]["path"].rstrip("/"))
     o: list[str] = []
     w = o.append
@@ -294,6 +295,7 @@ def render_html_fragment(
             "<h2>Evidence</h2><table><tr><th>crossed</th><th>evidence</th><th>value</th><th>threshold</th><th>source</th></tr>"
             + _evidence_rows(v["evidence"])
             + "</table>"
+            + (f"<p>{_e(split)}</p>" if split else "")
         )
     if doc["recommendations"]:
         w(
@@ -332,6 +334,7 @@ def render_html_fragment(
                 for d in b["categories"].values()
             )
             + "</table>"
+            + (f"<p>{_e(split)}</p>" if split else "")
         )
         if trace is not None and analysis is not None:
             tl = timeline_svg(trace, analysis, model=model)

@@ -8,7 +8,8 @@ from trainscope.analyzers.findings import code_language
 from trainscope.analyzers.plural import unit_for
 import re
 
-from trainscope.reports.document import AXIS_NAMES, device_label, gain_words, gpu_metrics_parts, headline, window_lines
+from trainscope.reports.document import AXIS_NAMES, communication_split_words, device_label, gain_words
+from trainscope.reports.document import gpu_metrics_parts, headline, window_lines
 
 _SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
 
@@ -33,6 +34,7 @@ def _fence(code: str) -> str:
 
 def render_markdown(doc: dict) -> str:
     b, v = doc["breakdown"], doc["verdict"]
+    split = communication_split_words(doc)
     out: list[str] = []
     w = out.append
     w(f"# trainscope report: {md_escape(os.path.basename(doc['input']['path'].rstrip('/')))}")
@@ -62,6 +64,9 @@ def render_markdown(doc: dict) -> str:
             thr = f"{e['threshold']} {e['unit']}".strip() if e["threshold"] else ""
             w(f"| {md_escape(e['metric'])} | {md_escape(val)} | {md_escape(thr)} | {md_escape(e['source'])} |")
         w("")
+        if split:
+            w(md_escape(split))
+            w("")
     if doc["recommendations"]:
         w("## Fixes, ranked by projected gain")
         w("")
@@ -115,6 +120,9 @@ def render_markdown(doc: dict) -> str:
         for c, d in b["categories"].items():
             w(f"| {md_escape(d['label'])} | {d['pct']:.1f} % | {d['p50_ms']:.2f} | {d['p95_ms']:.2f} |")
         w("")
+        if split:
+            w(md_escape(split))
+            w("")
         w("| step | duration ms | GPU busy | data wait | outlier |")
         w("|---|---:|---:|---:|---|")
         for s in doc["steps"][:200]:

@@ -7,6 +7,7 @@ import textwrap
 
 from trainscope.reports.document import (
     AXIS_NAMES,
+    communication_split_words,
     counters_only,
     device_label,
     gain_words,
@@ -69,6 +70,7 @@ def render_text(doc: dict, color: bool = False) -> str:
             mark = {True: "✔", False: "✘", None: " "}[e["meets"]]
             thr = f"{e['threshold']} {e['unit']}".strip() if e["threshold"] else ""
             w(f"  {mark} {_short(e['metric'], 52):52s} {_fmt(e['value'], e['unit']):>12s}  {thr:<22s} {e['source']}")
+        out.extend(_split_lines(doc, "  "))
         w("")
 
     if doc["steps"] and dev["id"] is not None:
@@ -77,6 +79,8 @@ def render_text(doc: dict, color: bool = False) -> str:
             if d["pct"] == 0 and c not in ("compute", "idle_data_wait"):
                 continue
             w(f"  {d['label']:34s} {d['pct']:5.1f} % {_bar(d['pct'])}  {d['p50_ms']:8.2f} / {d['p95_ms']:8.2f} ms")
+            if c == "communication":
+                out.extend(_split_lines(doc, "    "))
         outliers = [s for s in doc["steps"] if s["outlier"]]
         if outliers:
             labels = ", ".join(f"{s['label']} ({s['duration_ms']:.0f} ms)" for s in outliers[:6])
@@ -208,6 +212,12 @@ def render_text(doc: dict, color: bool = False) -> str:
         for line in doc["warnings"]:
             w(f"note: {line}")
     return "\n".join(out) + "\n"
+
+
+def _split_lines(doc: dict, indent: str) -> list[str]:
+    """The communication row's split (reports/document.py), wrapped; none where the rank waits for no one."""
+    words = communication_split_words(doc)
+    return [indent + line for line in textwrap.wrap(words, 96 - len(indent))] if words else []
 
 
 def startup_ledger_lines(doc: dict, bold=lambda s: s) -> list[str]:

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from trainscope.reports.document import counters_only, gain_words, headline, window_lines
+from trainscope.reports.document import communication_split_words, counters_only, gain_words, headline, window_lines
 from trainscope.traces.safe_text import visible
 from trainscope.tui.chrome import gib
 from trainscope.tui.palette import AXIS_CLASS
@@ -30,6 +30,9 @@ def key_figures(doc: dict) -> list[tuple[str, str]]:
         rows.append(("step time", f"p50 {st['p50']:.1f} ms · p95 {st['p95']:.1f} ms"))
         rows.append(("GPU busy", f"{b['gpu_busy_pct']:.1f} % of step time"))
         rows.append(("data wait", f"{b['data_wait_pct']:.1f} % of step time"))
+        split = communication_split_words(doc, with_label=False)
+        if split:  # the breakdown's communication row, named in its two parts (reports/document.py)
+            rows.append((b["communication_split"]["label"], split))
     mfu = doc["mfu"]
     rows.append(("MFU", f"{mfu['value_pct']:.1f} %" if mfu["value_pct"] is not None else mfu["reason"] or "unknown"))
     for m in doc["memory"]:
