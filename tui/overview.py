@@ -122,8 +122,10 @@ class Overview(VerticalScroll):
         badge.update(f"{headline(doc)}   ·   confidence {v['confidence']:.2f}")
         self.query_one("#summary", Static).update(Text(visible(v["summary"])))
         fig = Text()
-        for label, value in key_figures(doc):
-            fig.append(f"{label:<18}  ", style="bold")
+        figures = key_figures(doc)
+        width = max((len(label) for label, _ in figures), default=0)  # one column, however long a label
+        for label, value in figures:
+            fig.append(f"{label:<{width}}  ", style="bold")
             fig.append(value + "\n")
         self.query_one("#figures", Static).update(fig)
         ev = Text()
