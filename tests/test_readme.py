@@ -244,3 +244,24 @@ def test_the_readmes_test_count_is_the_suites():
     assert n, p.stdout[-2000:]
     collected = int(n.group(1))
     assert abs(collected - stated) <= 0.05 * collected, f"README says ≈ {stated:,} tests; pytest collects {collected:,}"
+
+
+def test_the_readmes_benchmark_rows_are_the_golden_verdicts():
+    """The labeled-benchmark table's verdicts and confidences (README, "Diagnosis accuracy") are the
+    ones the golden documents hold for the bundled traces — a verdict or confidence that moves with a
+    commit moves in the README too (it said `# data 0.9` where the code printed 0.82)."""
+    import json as _json
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(
+        r"^\| ([\w.\-]+)(?: \(Nsight\))? \| [^|]* \| [^|]* \| ([\w\-/ ]+): ([\w\-/]+) \((\d\.\d\d)\) \|", text, re.M
+    )
+    checked = 0
+    for name, _cls, finding, conf in rows:
+        golden = [p for p in (ROOT / "tests" / "golden").glob(f"analyze-*-{name}.json")]
+        if not golden:
+            continue  # public/ and steady/ rows: held by tests/test_steady_properties.py and the benchmark
+        v = _json.loads(golden[0].read_text(encoding="utf-8"))["verdict"]
+        assert (v["bottleneck"] or v["axis"], f"{v['confidence']:.2f}") == (finding, conf), name
+        checked += 1
+    assert checked >= 10, rows
