@@ -188,6 +188,28 @@ def _is_wal(path: str) -> bool:
     return len(header) == 20 and 2 in header[18:20]
 
 
+class TextRepairs:
+    """An SQLite text factory: UTF-8 text as it is; a byte that is not UTF-8 as the visible text
+    ``\\xNN`` (never U+FFFD, which would hide what was there), counted in ``bytes``."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def __call__(self, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", "backslashreplace")
+            self.bytes += text.count("\\x") - raw.decode("utf-8", "ignore").count("\\x")
+            return text
+
+
+def text_repairs(con: sqlite3.Connection) -> int:
+    """Bytes that were not UTF-8 in the TEXT cells read so far through ``con``."""
+    factory = con.text_factory
+    return factory.bytes if isinstance(factory, TextRepairs) else 0
+
+
 def connect_readonly(path: str) -> sqlite3.Connection:
     """Open ``path`` read-only, writing nothing beside it. ``mode=ro`` can neither create nor modify
     the file; a rollback-journal database (what ``nsys export`` writes) then needs no other file and
@@ -198,8 +220,9 @@ def connect_readonly(path: str) -> sqlite3.Connection:
     uri = pathlib.Path(path).absolute().as_uri() + ("?mode=ro&immutable=1" if wal else "?mode=ro")
     try:
         con = sqlite3.connect(uri, uri=True, timeout=2.0, check_same_thread=False)
-        # A damaged export can hold any bytes in a TEXT column (names, even the schema).
-        con.text_factory = lambda b: b.decode("utf-8", "replace")
+        # A damaged export can hold any bytes in a TEXT column (names, even the schema): each byte
+        # that is not UTF-8 is kept as visible text (\xNN, as the Kineto reader does) and counted.
+        con.text_factory = TextRepairs()
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
         raise TraceError(path, f"cannot read the SQLite database ({_sqlite_problem(e)})") from None
@@ -1272,6 +1295,13 @@ class _Reader:
             t.ts -= origin
         negative = sum(int((t.dur < 0).sum()) for t in (*tables, os_calls))
         warnings = list(self.warnings)
+        con = getattr(self.src, "con", None)
+        bad = text_repairs(con) if con is not None else 0
+        if bad:
+            warnings.append(
+                f"text that is not UTF-8 in the export's TEXT cells kept as visible escapes: {bad:,} "
+                f"byte{'s' if bad != 1 else ''} (\\xNN); every row holding one is read"
+            )
         if negative:
             k, c, m, rt, ops, ann, os_calls = (t.select(t.dur >= 0) for t in (k, c, m, rt, ops, ann, os_calls))
             warnings.append(f"{negative:,} events with negative duration skipped")

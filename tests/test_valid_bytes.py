@@ -382,3 +382,36 @@ def test_a_read_that_stops_early_leaves_no_reading_thread(tmp_path, monkeypatch)
     time.sleep(0.3)  # the thread reads the rest ahead and fills the queue
     blocks.close()  # the reader stops here
     assert not [th for th in threading.enumerate() if th.name == "trainscope-read-ahead"]
+
+
+def test_an_nsight_export_with_bytes_that_are_not_utf8_reads_every_row_and_counts_them(tmp_path):
+    """A TEXT cell of an Nsight export with bytes that are not UTF-8 (a damaged export, or a name a
+    program wrote in another encoding): every kernel is read, the bytes are kept as visible \\xNN (not
+    U+FFFD, which hides what was there) and counted in one warning; the verdict does not move."""
+    import shutil
+    import sqlite3
+
+    import trainscope.api as ts
+    from tests.conftest import DATA
+
+    src = DATA / "nsys" / "cs336_small_fwd_ctx4096_a100.sqlite"
+    bad = tmp_path / "bad.sqlite"
+    shutil.copy(src, bad)
+    con = sqlite3.connect(bad)
+    name_id, name = con.execute(
+        "SELECT s.id, s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName "
+        "GROUP BY s.id ORDER BY count(*) DESC LIMIT 1"
+    ).fetchone()
+    n_kernels = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    # two bytes that are not UTF-8 in the commonest kernel's name, stored as TEXT
+    con.execute("UPDATE StringIds SET value = CAST(? AS TEXT) WHERE id = ?", (name.encode() + b"\xff\xfe", name_id))
+    con.commit()
+    con.close()
+    base, got = ts.analyze(str(src)), ts.analyze(str(bad))
+    t, t0 = got.trace(0), base.trace(0)
+    assert len(t.kernels) == len(t0.kernels) == n_kernels
+    names = {t.strings[i] for i in t.kernels.name}
+    assert name + "\\xff\\xfe" in names and not any("\ufffd" in n for n in names)
+    warned = [w for w in got.warnings if "not UTF-8" in w]
+    assert len(warned) == 1 and " 2 bytes" in warned[0], got.warnings
+    assert (got.verdict.axis, got.verdict.bottleneck) == (base.verdict.axis, base.verdict.bottleneck)
