@@ -341,6 +341,9 @@ def loads_repaired(data: bytes) -> tuple[Any, int, int]:
     return json.loads(fixed), lone, bad
 
 
+TEXT_REPAIRED = "text that is not Unicode in JSON strings kept as visible escapes"
+
+
 def text_repair_warning(lone: int, bad: int) -> list[str]:
     """The one warning line of the text repairs (empty when there were none)."""
     if not (lone or bad):
@@ -351,7 +354,7 @@ def text_repair_warning(lone: int, bad: int) -> list[str]:
     if bad:
         what.append(f"{bad:,} byte{'s' if bad != 1 else ''} that {'are' if bad != 1 else 'is'} not UTF-8 (\\xNN)")
     return [
-        f"text that is not Unicode in JSON strings kept as visible escapes: {', '.join(what)}; "
+        f"{TEXT_REPAIRED}: {', '.join(what)}; "
         "every event holding one is read"
     ]
 

@@ -440,10 +440,16 @@ def _copy_kineto(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, devi
     stream reader, every event validated by msgspec as raw JSON on the way."""
     from trainscope.collectors.errors import TraceError
     from trainscope.collectors.kineto_stream import Fallback, stream_events
+    from trainscope.collectors.readers import TEXT_REPAIRED
 
     try:
         span = _array_span(trace.source)
     except (OSError, ValueError):
+        span = None
+    if any(w.startswith(TEXT_REPAIRED) for w in trace.warnings):
+        # Text that is not Unicode (a lone surrogate, a byte that is not UTF-8): the stream reader's
+        # copy carries the reader's visible repairs; the bytes as they are would make the export
+        # invalid JSON for a strict reader (Perfetto's among them).
         span = None
     if span is not None:
         start, end, top = span

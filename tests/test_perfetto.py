@@ -485,3 +485,31 @@ def test_a_tail_cut_inside_a_character_still_finds_the_end_of_the_events(cut, tm
     start, end, top = perfetto._array_span(str(src))
     assert raw[start:end] == raw[start : raw.rindex(b"]")] and raw[end - 1 : end] == b"}"
     assert json.loads(b"[" + raw[start:end] + b"]") == events and top == {"traceName": "t"}
+
+
+def test_a_plain_file_with_text_that_is_not_unicode_exports_as_valid_json(tmp_path):
+    """A plain .json whose strings hold a byte that is not UTF-8 and a lone surrogate: copying its
+    bytes as they are wrote them into the export (invalid JSON for a strict reader); the export now
+    goes through the stream reader and holds the visible repairs the analysis read."""
+    from trainscope.collectors import open_traces
+    from trainscope.reports.perfetto import write_perfetto
+    from trainscope.tui.state import build_session
+    from trainscope.analyzers.rules import Rules
+
+    raw = gzip.decompress((KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz").read_bytes())
+    name = b'"name": "aten::conv2d"'
+    assert name in raw
+    src = tmp_path / "r.json"
+    src.write_bytes(raw.replace(name, b'"name": "aten::conv2d\xff\\ud800"', 1))
+    s = build_session(str(src), open_traces(str(src)), Rules())
+    r = s.ranks[s.main_rank]
+    assert any("not Unicode" in w for w in r.trace.warnings)
+    out = tmp_path / "x.json"
+    write_perfetto(str(out), r.trace, r.analysis, r.doc, r.timeline)
+    data = out.read_bytes()
+    data.decode("utf-8")  # strict: every byte is UTF-8
+    doc = json.loads(data)
+    names = {e.get("name") for e in doc["traceEvents"]}
+    assert "aten::conv2d\\xff\\ud800" in names
+    back = open_traces(str(out)).traces[0]
+    assert len(back.kernels) == len(r.trace.kernels) and len(back.cpu_ops) == len(r.trace.cpu_ops)
