@@ -274,6 +274,11 @@ class Imbalance:
     others_wait_pct: float  # … as a share of the median step
     extra_work: list[tuple[str, float]]  # (kernel class, ms per step over the other ranks' median), largest first
     summary: str
+    # Its work per step beyond the other ranks' median (:func:`extra_work_ms`): GPU kernel time outside
+    # collectives on GPU ranks, host time outside collectives on CPU ranks (``work_basis`` says which);
+    # None where neither can be measured. What balancing can move: it caps the ``ranks/imbalance`` stake.
+    extra_work_ms_per_step: float | None = None
+    work_basis: str = ""
 
 
 @dataclass(frozen=True)
@@ -465,6 +470,64 @@ def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Ali
     return rank_story(summaries, rules).alignment
 
 
+GPU_WORK = "GPU kernel time outside collectives"
+HOST_WORK = "host time outside collectives"
+
+
+def work_basis(summaries: list[RankSummary]) -> str:
+    """How the ranks' work is measured: their GPU kernel time outside collectives where every rank ran
+    kernels other than communication in its steps; their host time outside collectives where every
+    rank's collectives are host ranges (CPU backends: gloo, MPI); "" where neither holds for all."""
+    if summaries and all(any(ns for c, ns in s.class_ns.items() if c != "communication") for s in summaries):
+        return GPU_WORK
+    if summaries and all(s.collectives.source == "host ranges" for s in summaries):
+        return HOST_WORK
+    return ""
+
+
+def work_ms_per_step(s: RankSummary, basis: str) -> float:
+    """One rank's work per analyzed step, as ``basis`` measures it: kernel time in its steps less the
+    communication kernels (their length is waiting as much as work), or the steps' time less the
+    union of its host collectives inside them (the time it spends anywhere but in a collective)."""
+    steps = s.analysis.segmentation.steps
+    n = max(1, len(steps))
+    if basis == GPU_WORK:
+        return sum(ns for c, ns in s.class_ns.items() if c != "communication") / n / 1e6
+    if basis != HOST_WORK:
+        return 0.0
+    win_s = np.array([st.start_ns for st in steps], np.int64)
+    win_e = np.array([st.end_ns for st in steps], np.int64)
+    coll = iv.union(s.collectives.start - s.origin_ns, s.collectives.end - s.origin_ns)
+    inside = int(iv.overlap_per_window(coll, win_s, win_e).sum())
+    return float((win_e - win_s).sum() - inside) / n / 1e6
+
+
+def extra_work_ms(summaries: list[RankSummary], index: int, others: list[int], basis: str) -> float | None:
+    """Rank ``index``'s work per step beyond the median of ``others``' (negative: it does less);
+    None where the ranks' work cannot be measured alike (``basis`` "")."""
+    if not basis or not others:
+        return None
+    theirs = float(np.median([work_ms_per_step(summaries[i], basis) for i in others]))
+    return round(work_ms_per_step(summaries[index], basis) - theirs, 3)
+
+
+def balance_bound(summaries: list[RankSummary], alignment: Alignment) -> tuple[float, int | None, str, bool] | None:
+    """What balancing the ranks' work can move: (extra work ms per step, the rank that carries it, its
+    basis, whether that rank is the straggler). The straggler's extra work where the story found one;
+    else the largest extra work of any aligned rank against the others' median (an upper bound: no
+    single rank is the one the others wait for). None where the work cannot be measured alike."""
+    aligned = [i for i, a in enumerate(alignment.ranks) if a.matched]
+    imb = alignment.imbalance
+    if imb is not None and imb.extra_work_ms_per_step is not None:
+        return imb.extra_work_ms_per_step, imb.rank, imb.work_basis, True
+    basis = work_basis([summaries[i] for i in aligned])
+    if len(aligned) < 2 or not basis:
+        return None
+    extra = {i: extra_work_ms(summaries, i, [j for j in aligned if j != i], basis) or 0.0 for i in aligned}
+    top = max(aligned, key=lambda i: (extra[i], -i))
+    return extra[top], summaries[top].rank, basis, False
+
+
 def _imbalance(
     summaries: list[RankSummary], ranks: list[RankAlignment], rules: Rules, test: StragglerTest | None
 ) -> Imbalance | None:
@@ -498,10 +561,14 @@ def _imbalance(
         if mine - theirs > 0:
             extra.append((c, round((mine - theirs) / 1e6, 3)))
     extra.sort(key=lambda x: -x[1])
+    basis = work_basis([summaries[i] for i in aligned])
+    total = extra_work_ms(summaries, s_i, others, basis)
     if not any(summaries[s_i].class_ns.values()):
         work = "none to compare (no GPU kernels)"
     else:
         work = ", ".join(f"{c} +{ms:.1f} ms" for c, ms in extra[:3]) or "no kernel class takes longer"
+    if total is not None:
+        work = f"{total:.3g} ms of {basis} ({work})"
     summary = (
         f"{test.figures(f'rank {lead.rank}')}; the other ranks wait "
         f"{lose:.1f} ms per step for it inside collectives ({100 * lose / median_step:.0f} % of the "
@@ -516,6 +583,8 @@ def _imbalance(
         round(100 * lose / median_step, 2),
         extra,
         summary,
+        total,
+        basis,
     )
 
 
@@ -613,6 +682,7 @@ def with_aligned_imbalance(
     if alignment is None or not alignment.instances:
         return analyses
     who = f"rank {alignment.imbalance.rank}" if alignment.imbalance else "the last rank to arrive"
+    bound = balance_bound(summaries, alignment)
     out = []
     for a, al in zip(analyses, alignment.ranks):
         if not al.matched or a.observations is None or a.sinks is None or not a.breakdown.total_ns:
@@ -653,6 +723,14 @@ def with_aligned_imbalance(
                 straggler_wait_ms=alignment.imbalance.others_wait_ms_per_step,
                 straggler_wait_pct=alignment.imbalance.others_wait_pct,
                 straggler_ranks=len(alignment.ranks),
+            )
+        if bound is not None:  # what balancing can move: caps the ranks/imbalance stake (findings/ranks.py)
+            extra.update(
+                balance_work_ms=bound[0],
+                balance_work_rank=bound[1],
+                balance_work_basis=bound[2],
+                balance_work_straggler=bound[3],
+                balance_ranks=len(alignment.ranks),
             )
         out.append(rejudged(a, sinks, lines, rules, extra=extra))
     return out

@@ -372,6 +372,16 @@ _TABLE: tuple[Threshold, ...] = (
         "blocking CPU collective, gloo, is late by OS scheduling: ms on a busy host)",
         "trainscope default, measured on a gloo job on a loaded 2-core host: end gaps up to 16 % of the duration",
     ),
+    Threshold(
+        "ranks.work_explains_pct",
+        50.0,
+        "% of the wait",
+        "the late rank's extra work per step (kernel time outside collectives on GPU ranks, host time outside "
+        "collectives on CPU ranks, against the other ranks' median) explains the others' wait for it when it is at "
+        "least this share of that wait; below, most of the wait comes from elsewhere (a late start, the host, "
+        "the network) and is not called work imbalance. The stake of balancing is capped by the extra work either way",
+        "trainscope default: below half, most of the wait is not work that balancing can move",
+    ),
     # One-off costs and the steady state (analyzers/one_off.py, docs/analysis.md "Phases before verdicts").
     Threshold(
         "startup.context_ms",

@@ -270,11 +270,14 @@ def stragglers_text_lines(s: dict, bold) -> list[str]:
 
 
 def extra_work_words(imb: dict) -> str:
-    """The straggler's extra kernel time per class, largest first (what balancing would even out)."""
+    """The straggler's extra work per step (what balancing can move), then its extra kernel time per
+    class, largest first (what balancing would even out)."""
     work = imb.get("extra_work") or []
-    if not work:
-        return "no kernel class takes longer (or no GPU kernels to compare)"
-    return ", ".join(f"{w['kernel_class']} +{w['ms_per_step']:.3g} ms" for w in work[:3])
+    total = imb.get("extra_work_ms_per_step")
+    classes = ", ".join(f"{w['kernel_class']} +{w['ms_per_step']:.3g} ms" for w in work[:3])
+    if total is not None:
+        return f"{total:.3g} ms of {imb.get('work_basis')}" + (f" ({classes})" if classes else "")
+    return classes or "no kernel class takes longer (or no GPU kernels to compare)"
 
 
 def deep_markdown_lines(d: dict, esc) -> list[str]:
@@ -411,6 +414,8 @@ def alignment_dict(al) -> dict[str, Any]:
             "others_wait_ms_per_step": imb.others_wait_ms_per_step,
             "others_wait_pct": imb.others_wait_pct,
             "extra_work": [{"kernel_class": c, "ms_per_step": ms} for c, ms in imb.extra_work],
+            "extra_work_ms_per_step": imb.extra_work_ms_per_step,
+            "work_basis": imb.work_basis,
             "summary": imb.summary,
         },
     }
