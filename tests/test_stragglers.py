@@ -86,7 +86,11 @@ def test_cli_reports_per_rank_verdicts_and_the_straggler_section(gloo_dir, tmp_p
     assert main(["analyze", str(gloo_dir), "-q", "--report", str(report), "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "Stragglers" in text and "straggler: rank 1 is last at" in text
-    assert "◀ straggler" not in text  # collectives align: no step-offset table beside the answer
+    # Collectives align: no step-offset table beside the answer; the rank story marks rank 1's rows
+    # (its lateness row and its row among the ranks), and no other rank's.
+    assert "step offset" not in text.lower()
+    marked = [line for line in text.splitlines() if "◀ straggler" in line]
+    assert len(marked) == 2 and all(re.match(r"\s*(rank\s+)?1\s", line) for line in marked), marked
     doc = json.loads(out.read_text())
     assert doc["stragglers"]["stragglers"] == [1]
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
