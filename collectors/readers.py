@@ -353,10 +353,7 @@ def text_repair_warning(lone: int, bad: int) -> list[str]:
         what.append(f"{lone:,} lone-surrogate escape{'s' if lone != 1 else ''} (\\udXXX without its pair)")
     if bad:
         what.append(f"{bad:,} byte{'s' if bad != 1 else ''} that {'are' if bad != 1 else 'is'} not UTF-8 (\\xNN)")
-    return [
-        f"{TEXT_REPAIRED}: {', '.join(what)}; "
-        "every event holding one is read"
-    ]
+    return [f"{TEXT_REPAIRED}: {', '.join(what)}; every event holding one is read"]
 
 
 def parse_json_events(path: str, data: bytes) -> tuple[object, list[str]]:
