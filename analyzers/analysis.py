@@ -32,6 +32,7 @@ from trainscope.analyzers.hw_counters import (
 from trainscope.analyzers.kernels import HIGH_INTENSITY, LOW_INTENSITY, KernelSummary, kernel_classes, kernel_summary
 from trainscope.analyzers.memory import DeviceMemory, device_memory
 from trainscope.analyzers.mfu import MFU, model_flops_utilization
+from trainscope.analyzers.module_tree import ModuleTree, module_tree
 from trainscope.analyzers.one_off import SteadyWindow, one_off_costs, steady_window
 from trainscope.analyzers.phases import PhaseBreakdown, phase_breakdown
 from trainscope.analyzers.repairs import RepairLog, ensure_checked, with_repairs
@@ -88,6 +89,7 @@ class Analysis:
     # What the findings and verdict read (kept so a cross-rank pass can re-judge with imbalance).
     observations: DiagnosisInput | None = field(default=None, repr=False, compare=False)
     repairs: RepairLog | None = field(default=None, repr=False, compare=False)  # the invariant pass's log
+    tree: ModuleTree | None = None  # where in the model: the trace's ranges as a tree over the steps
 
 
 def analyze_trace(
@@ -133,6 +135,13 @@ def analyze_trace(
         bound = busy_bound(trace, on, costs, roof)
         ctx = refine(ctx, roof)
         del on
+    tree = module_tree(
+        trace,
+        (seg.starts, seg.ends),
+        device,
+        costs,
+        {r.name: (r.bound, r.pct_of_roof) for r in roof.rows} if roof is not None else None,
+    )
     del costs, in_steps  # read above only: a million kernels' figures not held through the later stages
 
     counters = counter_summary(trace, seg, device)
@@ -199,6 +208,7 @@ def analyze_trace(
             busy_bound=bound,
             repairs=repairs,
             steady=steady,
+            tree=tree,
         ),
         repairs,
     )

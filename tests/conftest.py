@@ -158,6 +158,7 @@ FAST = {
     "test_one_pipeline.py",
     "test_store_damage.py",
     "test_one_off.py",
+    "test_module_tree.py",
 }
 # What else a module needs or does (besides being slow): `app` drives a Textual app, `subprocess`
 # starts processes (trainscope, jobs, tmux), `needs_torch` / `needs_hta` import those packages.
