@@ -318,6 +318,7 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
         "context": _context(a),
         "sinks": _sinks(a),
         "host_idle": _host_idle(a),
+        "tree": _tree(a),
         "warnings": a.warnings,
         # The invariant pass's repairs by reason (analyzers/repairs.py; docs/repairs.md): each also a warning line.
         "repairs": a.repairs.as_list() if a.repairs is not None else [],
@@ -607,6 +608,134 @@ def _phases(a: Analysis) -> dict[str, Any] | None:
             for s in p.phases
         ],
     }
+
+
+TREE_MAX_NODES = 40  # nodes the document carries: the first level, then the heaviest with their ancestors
+
+
+def _tree(a: Analysis, cap: int = TREE_MAX_NODES) -> dict[str, Any] | None:
+    """Where in the model (analyzers/module_tree.py): the first level and the heaviest nodes, each with
+    its parent's index, depth first; None when the trace has neither ranges nor GPU work."""
+    t = a.tree
+    if t is None:
+        return None
+    walk = t.walk()
+    keep: set[int] = {i for i, (d, _) in enumerate(walk) if d == 0}
+    index = {id(n): i for i, (_, n) in enumerate(walk)}
+    parent_of: dict[int, int] = {}
+    for i, (_, n) in enumerate(walk):
+        for c in n.children:
+            parent_of[index[id(c)]] = i
+    for i in sorted(range(len(walk)), key=lambda i: (-walk[i][1].gpu_ns_inclusive, i)):
+        if len(keep) >= cap:
+            break
+        if walk[i][1].gpu_ns_inclusive <= 0:
+            break
+        chain = [i]
+        while chain[-1] in parent_of:
+            chain.append(parent_of[chain[-1]])
+        if len(keep | set(chain)) <= cap:
+            keep |= set(chain)
+    rows = sorted(keep)
+    pos = {i: j for j, i in enumerate(rows)}
+    total = t.gpu_ns
+    nodes = []
+    for i in rows:
+        d, n = walk[i]
+        nodes.append(
+            {
+                "parent": pos.get(parent_of.get(i, -1)),
+                "depth": d,
+                "path": list(n.path),
+                "name": n.name,
+                "kind": n.kind,
+                "count": n.count,
+                "host_ms": _r(n.host_ns / 1e6, 3),
+                "gpu_ms": _r(n.gpu_ns_inclusive / 1e6, 3),
+                "gpu_exclusive_ms": _r(n.gpu_ns_exclusive / 1e6, 3),
+                "gpu_pct": _r(100.0 * n.gpu_ns_inclusive / total if total else 0.0),
+                "flops": n.flops,
+                "bytes": n.bytes,
+                "tflops": _r(n.tflops, 3),
+                "gbps": _r(n.gbps, 1),
+                "bound": n.bound,
+                "pct_of_roof": _r(n.share_of_peak_pct, 1),
+                "top_kernels": [{"name": nm, "count": c, "ms": _r(ns / 1e6, 3)} for nm, c, ns in n.top_kernels],
+                "instances": n.instances,
+                "spread_ms": (
+                    None
+                    if n.spread_ns is None
+                    else {
+                        "min": _r(n.spread_ns[0] / 1e6, 3),
+                        "median": _r(n.spread_ns[1] / 1e6, 3),
+                        "max": _r(n.spread_ns[2] / 1e6, 3),
+                    }
+                ),
+                "slowest": n.slowest,
+            }
+        )
+    return {
+        "basis": "GPU time of the operations in the steps on this GPU, each filed under the innermost range "
+        "around the runtime call that launched it (correlation id); exclusive times partition it, the first "
+        "level's inclusive times sum to it; siblings whose names differ only in digits are folded",
+        "gpu_ms": _r(total / 1e6, 3),
+        "windows": t.windows,
+        "ranges": dict(t.ranges),
+        "unlinked": t.unlinked,
+        "nodes_total": len(walk),
+        "nodes": nodes,
+        "notes": list(t.notes),
+    }
+
+
+def tree_rows(doc: dict, heaviest: int = 5) -> list[dict[str, Any]]:
+    """The top of the tree as every renderer shows it: the first level, then the heaviest nodes below
+    it by exclusive GPU time (the leaves where the time is spent), each with its path, share, bound and,
+    for a folded block, its spread. Empty when the document has no tree or the tree no range."""
+    t = doc.get("tree")
+    if not t or not t["nodes"] or all(n["kind"] == "outside" for n in t["nodes"]):
+        return []
+    nodes = t["nodes"]
+
+    def row(n: dict, label: str, first: bool) -> dict[str, Any]:
+        detail = []
+        if n["bound"] != "unknown":
+            detail.append(
+                f"{n['bound']}-bound" + (f", {n['pct_of_roof']:.0f} % of roof" if n["pct_of_roof"] is not None else "")
+            )
+        if n["instances"] > 1 and n["spread_ms"] is not None:
+            sp = n["spread_ms"]
+            detail.append(
+                f"×{n['instances']}: {sp['min']:.2f}–{sp['max']:.2f} ms each (median {sp['median']:.2f}), slowest {n['slowest']}"
+            )
+        return {
+            "label": label,
+            "first_level": first,
+            "gpu_ms": n["gpu_ms"] if first else n["gpu_exclusive_ms"],
+            "gpu_pct": n["gpu_pct"] if first else (100.0 * n["gpu_exclusive_ms"] / t["gpu_ms"] if t["gpu_ms"] else 0.0),
+            "host_ms": n["host_ms"],
+            "count": n["count"],
+            "detail": "; ".join(detail),
+        }
+
+    out = [row(n, n["name"], True) for n in nodes if n["depth"] == 0]
+    below = sorted((n for n in nodes if n["depth"] > 0 and n["gpu_exclusive_ms"]), key=lambda n: -n["gpu_exclusive_ms"])
+    out += [row(n, path_label(n["path"]), False) for n in below[:heaviest]]
+    return out
+
+
+def path_label(path: list[str]) -> str:
+    """A node's path as one short line: the first level, then its last two names (``…`` between)."""
+    return " › ".join(path if len(path) <= 3 else [path[0], "…", *path[-2:]])
+
+
+def tree_heading(doc: dict) -> str:
+    """The one sentence every renderer puts over the tree's rows."""
+    t = doc["tree"]
+    return (
+        f"GPU time by the trace's own ranges ({t['gpu_ms']:,.1f} ms in {t['windows']} step"
+        f"{'s' if t['windows'] != 1 else ''}): the first level, then the heaviest nodes by their own (exclusive) time"
+    )
 
 
 def _counters(a: Analysis) -> dict[str, Any] | None:

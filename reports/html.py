@@ -18,7 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, gpu_metrics_parts, headline
-from trainscope.reports.document import communication_split_words, gain_words, window_lines
+from trainscope.reports.document import communication_split_words, gain_words, tree_heading, tree_rows, window_lines
 from trainscope.traces.safe_text import safe_strings, visible, visible_lines
 
 if TYPE_CHECKING:
@@ -353,6 +353,19 @@ def render_html_fragment(
             w(
                 f"<tr><td>{_e(p['name'])}</td><td class=n>{p['host_ms']:.2f}</td><td class=n>{p['host_pct']:.1f} %</td>"
                 f"<td class=n>{p['kernel_ms']:.2f}</td><td class=n>{p['kernels']:,}</td></tr>"
+            )
+        w("</table>")
+    rows = tree_rows(doc)
+    if rows:
+        w(
+            f"<h2>Where in the model</h2><p>{_e(tree_heading(doc))}.</p>"
+            "<table><tr><th>node</th><th>GPU ms</th><th>share</th><th>notes</th></tr>"
+        )
+        for r in rows:
+            label = _e(r["label"]) if r["first_level"] else "&#8627; " + _e(r["label"])
+            w(
+                f"<tr><td>{label}</td><td class=n>{r['gpu_ms']:,.2f}</td><td class=n>{r['gpu_pct']:.1f} %</td>"
+                f"<td>{_e(r['detail'])}</td></tr>"
             )
         w("</table>")
     gm = doc.get("gpu_metrics")

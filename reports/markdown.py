@@ -9,7 +9,7 @@ from trainscope.analyzers.plural import unit_for
 import re
 
 from trainscope.reports.document import AXIS_NAMES, communication_split_words, device_label, gain_words
-from trainscope.reports.document import gpu_metrics_parts, headline, window_lines
+from trainscope.reports.document import gpu_metrics_parts, headline, tree_heading, tree_rows, window_lines
 
 _SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
 
@@ -105,6 +105,20 @@ def render_markdown(doc: dict) -> str:
         for p in ph["phases"]:
             w(
                 f"| {md_escape(p['name'])} | {p['host_ms']:.2f} | {p['host_pct']:.1f} % | {p['kernel_ms']:.2f} | {p['kernels']} |"
+            )
+        w("")
+    rows = tree_rows(doc)
+    if rows:
+        w("## Where in the model")
+        w("")
+        w(md_escape(tree_heading(doc)) + ".")
+        w("")
+        w("| node | GPU ms | share | notes |")
+        w("|---|---:|---:|---|")
+        for r in rows:
+            label = md_escape(r["label"], 160)
+            w(
+                f"| {label if r['first_level'] else '↳ ' + label} | {r['gpu_ms']:,.2f} | {r['gpu_pct']:.1f} % | {md_escape(r['detail'], 200)} |"
             )
         w("")
     gm = doc.get("gpu_metrics")

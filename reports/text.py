@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import textwrap
 
+from trainscope.reports.document import tree_heading, tree_rows
 from trainscope.reports.document import (
     AXIS_NAMES,
     communication_split_words,
@@ -94,6 +95,16 @@ def render_text(doc: dict, color: bool = False) -> str:
             w(
                 f"  {p['name']:10s} {p['host_ms']:9.2f} ms  {p['host_pct']:5.1f} % {_bar(p['host_pct'])}  "
                 f"GPU {p['kernel_ms']:8.2f} ms in {p['kernels']:,} kernel{'s' * (p['kernels'] != 1)}"
+            )
+        w("")
+    rows = tree_rows(doc)
+    if rows:
+        w(bold("Where in the model") + "  " + tree_heading(doc))
+        for r in rows:
+            label = r["label"] if r["first_level"] else "  " + r["label"]
+            w(
+                f"  {_short(label, 62):62s} {r['gpu_ms']:9.2f} ms {r['gpu_pct']:5.1f} %"
+                + (f"  {r['detail']}" if r["detail"] else "")
             )
         w("")
     gm = doc.get("gpu_metrics")

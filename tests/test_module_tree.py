@@ -22,6 +22,8 @@ import pytest
 from trainscope.analyzers.analysis import analyze_trace
 from trainscope.analyzers.module_tree import OUTSIDE, folded_name, module_tree
 from trainscope.collectors.inputs import open_traces
+from trainscope.reports.document import build_document, tree_rows
+from trainscope.analyzers.rules import Rules
 from trainscope.traces.builder import TraceBuilder
 from trainscope.traces.model import PythonFrames
 
@@ -143,6 +145,14 @@ def test_folded_name():
     assert folded_name(["w1", "w3", "w2"]) == "w1…3"
 
 
+def test_work_without_ranges_is_outside():
+    b = TraceBuilder()
+    b.step(1, 0, 1_000_000)
+    _kernel(b, "k", 10_000, 20_000, 5_000)
+    tree = module_tree(b.build(), (np.array([0]), np.array([1_000_000])), 0)
+    assert tree is not None and [(r.name, r.gpu_ns_inclusive) for r in tree.roots] == [(OUTSIDE, 5_000)]
+
+
 def test_no_ranges_and_no_work_is_no_tree():
     b = TraceBuilder()
     b.cpu_op("aten::add", 0, 10)
@@ -231,6 +241,28 @@ def test_labeled_top3(analyzed, path, parent, expected):
     assert [n.name for n in top3] == [name for name, _ in expected]
     for n, (_, pct) in zip(top3, expected):
         assert abs(100.0 * n.gpu_ns_inclusive / tree.gpu_ns - pct) <= 2.0
+
+
+def test_document_and_renderers_show_the_top_of_the_tree(analyzed):
+    from trainscope.reports.html import render_html
+    from trainscope.reports.markdown import render_markdown
+    from trainscope.reports.text import render_text
+
+    _, a = analyzed(CS336)
+    doc = build_document(str(CS336), [a], Rules())
+    tree = doc["tree"]
+    assert tree["nodes"] and len(tree["nodes"]) <= 40
+    assert [n["name"] for n in tree["nodes"] if n["depth"] == 0][:3] == ["forward", "backward", "optimizer"]
+    for n in tree["nodes"]:  # every kept node's parent is kept, and listed before it
+        assert (n["parent"] is None) == (n["depth"] == 0)
+        if n["parent"] is not None:
+            assert tree["nodes"][n["parent"]]["path"] == n["path"][:-1]
+    rows = tree_rows(doc)
+    assert rows[0]["label"] == "forward" and any(not r["first_level"] for r in rows)
+    heaviest = next(r for r in rows if not r["first_level"])
+    assert "BmmBackward0" in heaviest["label"]
+    for out in (render_text(doc), render_markdown(doc), render_html(doc)):
+        assert "Where in the model" in out and "BmmBackward0" in out
 
 
 def test_fast_on_the_largest_bundled_trace():
