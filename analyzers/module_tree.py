@@ -462,7 +462,9 @@ def module_tree(
         d2d = (ph < 0) & w_htod[fi]
         w_node[fi[d2d]] = PHASES.index("data-to-device")
     # an operation inside a phase range (not in a child) is the phase's own: its range has no node
-    inst = np.where(has_r & ~r_phase_range[np.clip(w_range, 0, None)], w_range, -1)
+    inst = np.full(nw, -1, np.int64)
+    if nr:
+        inst = np.where(has_r & ~r_phase_range[np.clip(w_range, 0, None)], w_range, -1)
 
     # --- per node sums (exclusive), then inclusive up the tree -------------------------------------
     def per_node(weights: np.ndarray) -> F64:
