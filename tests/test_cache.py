@@ -378,3 +378,32 @@ def test_cache_commands_refuse_a_linked_folder(cache_on, tmp_path):
     for argv in (["cache", "info"], ["cache", "clear"]):
         rc, out, err = run_in_process(argv)
         assert rc == 2 and "symbolic link" in err and err.count("\n") == 1
+
+
+# -- MCP: one analysis serves the tools; a second server reads the first one's entry ---------------------
+
+
+def test_mcp_analyze_trace_reads_the_cache_across_servers(cache_on):
+    """Each server analyzes under a private folder of its own: the entry is keyed without it, and
+    the second server's answers equal the first's (list_kernels analyzes in full after the hit)."""
+    import asyncio
+
+    pytest.importorskip("mcp")
+    from trainscope.mcp_server import build_server
+
+    path = str(DATA / "kineto/hta_mi250_minitoy_train.json.gz")
+    answers = []
+    for _ in range(2):
+        server = build_server([str(DATA)])
+
+        async def ask(server=server):
+            a = await server.call_tool("analyze_trace", {"path": path, "detail": "full"})
+            k = await server.call_tool("list_kernels", {"path": path, "limit": 3})
+            return str(a), str(k)
+
+        try:
+            answers.append(asyncio.run(ask()))
+        finally:
+            server.trainscope_close()
+    assert answers[0] == answers[1] and "hta_mi250_minitoy_train" in answers[0][0]
+    assert (cache.STATS.hits, cache.STATS.misses, cache.STATS.stores) == (1, 1, 1)
