@@ -88,6 +88,13 @@ def pytest_configure(config):
         return  # an xdist worker, or a nested pytest: the controller's folder is already set
     root = tempfile.mkdtemp(prefix="trainscope-tests-")
     os.environ[_TMP_ENV] = os.environ["TMPDIR"] = root
+    # The analysis cache (trainscope/api/cache.py) is off for the whole run, workers and the
+    # processes tests start included: a test that changes what an analysis computes (a patched
+    # analyzer, a rewritten trace with its times kept) must never be served an earlier answer.
+    # tests/test_cache.py turns it on, each test with its own folder; the folder here only makes
+    # sure nothing ever reaches the user's real cache.
+    os.environ["TRAINSCOPE_NO_CACHE"] = "1"
+    os.environ["TRAINSCOPE_CACHE_DIR"] = os.path.join(root, "analysis-cache")
     tempfile.tempdir = root
     config._trainscope_tmp = root
 
@@ -204,6 +211,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_typecheck.py": ("subprocess",),
     "test_valid_bytes.py": ("subprocess",),  # one test reads a file in two halves, one in a child interpreter
     "test_capture_trust.py": ("subprocess",),  # its one torch test carries needs_torch itself
+    "test_cache.py": ("subprocess",),  # writers killed mid-write (SIGKILL), two writers of one entry
 }
 
 

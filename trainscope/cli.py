@@ -15,7 +15,7 @@ import sys
 from typing import Sequence
 
 from trainscope import __version__
-from trainscope.commands import analyze, baseline, diff, mcp, memory, plan, runs, thresholds, watch
+from trainscope.commands import analyze, baseline, cache, diff, mcp, memory, plan, runs, thresholds, watch
 from trainscope.api import EXIT_INTERRUPTED, TrainscopeError
 from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail_on
 
@@ -29,6 +29,7 @@ COMMANDS = [
     plan,
     memory,
     thresholds,
+    cache,
     mcp,
 ]
 

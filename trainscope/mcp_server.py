@@ -1122,7 +1122,7 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
             call.shown.append((hit, o.given))  # named as this call names it
             return rep, o.given
         try:
-            rep = api.analyze(o.show(), thresholds=thresholds, step_range=step_range, jobs=1)
+            rep = api.analyze(o.show(), thresholds=thresholds, step_range=step_range, jobs=1, cache=True)
         except BaseException:
             o.close()
             raise

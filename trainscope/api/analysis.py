@@ -14,6 +14,7 @@ from trainscope.api.rules import resolve_rules
 if TYPE_CHECKING:
     from trainscope.analyzers.analysis import Analysis
     from trainscope.analyzers.rules import Rules
+    from trainscope.api.cache import CachedReport
     from trainscope.traces.model import Trace, TraceSet
 
 
@@ -78,7 +79,8 @@ def analyze(
     source: str | None = None,
     jobs: int | None = None,
     dask: "str | Any | None" = None,
-) -> Report:
+    cache: bool = False,
+) -> "Report | CachedReport":
     """Diagnose a recorded run: a Kineto trace (.json/.json.gz), a directory (or glob) of per-rank
     traces, an Nsight Systems export (.sqlite; .nsys-rep with nsys on PATH), a ``watch`` recording,
     or an already-read :class:`~trainscope.traces.model.TraceSet` / ``Trace``.
@@ -95,6 +97,10 @@ def analyze(
     Dask cluster whose scheduler is at ``dask`` (an address or a ``distributed.Client``). Only
     per-rank summaries come back; a rank's trace is read again when the report needs it
     (:meth:`Report.trace`: HTML, ``deep``, the app's timeline).
+    ``cache=True`` looks in the analysis cache first (:mod:`trainscope.api.cache`: a file or
+    directory path as input; off with ``TRAINSCOPE_NO_CACHE=1``): the document comes back without
+    reading the trace, in a :class:`~trainscope.api.cache.CachedReport` that analyzes in full only
+    when asked for more than the document.
     Raises :class:`BadInput` (and :class:`DeepUnavailable`)."""
     from trainscope.analyzers.analysis import analyze_set, slowest
     from trainscope.traces.model import Trace, TraceSet
@@ -104,9 +110,18 @@ def analyze(
         raise BadInput("--deep-step needs --deep")
     if jobs is not None and jobs < 1:
         raise BadInput(f"jobs must be at least 1, got {jobs}")
-    if deep:
-        check_deep_available()  # before the slow part
+    hta = check_deep_available() if deep else None  # before the slow part
     planned = model_ledger(model) if model is not None else None
+    if cache and isinstance(path_or_traces, (str, os.PathLike)) and isinstance(model, (str, type(None))):
+        from trainscope.api.cache import cached_analysis, enabled
+
+        if enabled():
+            path = os.fspath(path_or_traces)
+            options = dict(step_range=step_range, peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth)
+            options.update(deep=deep, deep_step=deep_step, hta=hta, model=model)
+            again = dict(step_range=step_range, rules=rules, peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth)
+            again.update(deep=deep, deep_step=deep_step, model=model, progress=progress, source=source, jobs=jobs)
+            return cached_analysis(path, source or path, rules, options, lambda: analyze(path, **again, dask=dask))
     summaries = None
     if isinstance(path_or_traces, Trace):
         traces = TraceSet(path_or_traces.source, [path_or_traces])

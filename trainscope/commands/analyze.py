@@ -37,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  trainscope analyze report.sqlite --step-range train_step   # NVTX ranges mark the steps\n"
         "  trainscope analyze run.json.gz --deep                  # + HTA critical path of the median step\n"
         "  trainscope analyze run.json.gz --deep --deep-step 1010 # … of ProfilerStep#1010\n\n"
+        "A second look at the same input with the same options reads the document from the analysis\n"
+        "cache instead of the trace (text, JSON, Markdown; --no-cache analyzes again; `trainscope cache`).\n\n"
         "--deep needs Holistic Trace Analysis: pip install 'trainscope-dam[hta]'. It runs HTA on the\n"
         "trace (the slowest rank of a directory): seconds to minutes, interruptible with Ctrl-C.\n"
         "Where HTA cannot load the trace or its critical path fails, the deep part is skipped with\n"
@@ -103,6 +105,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
+    a.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="analyze the trace again instead of reading the document of an earlier analysis of the same "
+        "input with the same options from the analysis cache (`trainscope cache info`; TRAINSCOPE_NO_CACHE=1 "
+        "turns it off everywhere)",
+    )
     from trainscope.commands.runs import add_save_args  # --save, --store, --tag (the run history)
 
     add_save_args(a)
@@ -138,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
             progress=progress,
             jobs=args.jobs,
             dask=args.dask,
+            cache=not args.no_cache,
         )
     finally:
         progress.done()
