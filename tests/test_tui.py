@@ -3,6 +3,8 @@ could be wrong, re-derived from the trace or the analysis where possible."""
 
 from __future__ import annotations
 
+import re
+
 import asyncio
 import functools
 import os
@@ -62,7 +64,10 @@ def test_overview_shows_the_data_bound_verdict_and_the_dataloader_fix_first():
             assert app.query_one("#badge").has_class("axis-data")
             figures = static_text(app, "#figures")
             b = session(RESNET).analyses[0].breakdown
-            assert f"GPU busy            {b.gpu_busy_pct:.1f} %" in figures.replace("  ", "  ")
+            # one label column, as wide as its longest label ("peak memory GPU 0")
+            assert re.search(rf"^GPU busy +{b.gpu_busy_pct:.1f} %", figures, re.M), figures
+            value_columns = {len(m.group(0)) for m in re.finditer(r"^\S.*?\S  +(?=\S)", figures, re.M)}
+            assert len(value_columns) == 1, figures
             assert f"{b.data_wait_pct:.1f} %" in figures and "p50 " in figures
             assert "2.6 GiB of 31.7 GiB" in figures  # peak memory vs the V100's capacity
             fixes = static_text(app, "#top-fixes")
