@@ -196,6 +196,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_store_concurrency.py": ("subprocess",),
     "test_mcp_root_race.py": ("subprocess",),
     "test_mcp_shapes.py": ("subprocess",),  # one test kills a server it started with SIGKILL
+    "test_tree_diff.py": ("subprocess",),
     "test_plan_cli.py": ("subprocess",),
     "test_recorded.py": ("subprocess", "needs_torch"),
     "test_integrations.py": ("needs_torch",),
