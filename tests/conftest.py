@@ -179,6 +179,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_tui_keys.py": ("app",),
     "test_tui_tmux.py": ("app", "subprocess"),
     "test_tui_tmux_hostile.py": ("app", "subprocess"),
+    "test_tree_app.py": ("app", "subprocess"),
     "test_hostile_strings.py": ("app",),
     "test_diff_app.py": ("app",),
     "test_diff_app_snapshots.py": ("app",),
