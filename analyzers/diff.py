@@ -26,6 +26,7 @@ from trainscope.analyzers.memory import DeviceMemory
 from trainscope.analyzers.recommendations import Recommendation
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.shapes import ShapeSignature, compare_shapes
+from trainscope.analyzers.tree_diff import TreeDiff, diff_trees
 from trainscope.traces.model import TraceSet
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -280,6 +281,7 @@ class RunDiff:
     comparability: list[ComparabilityCheck]
     work: "WorkChange | None" = None  # work per window, every rank summed
     rank_pairs: list["RankPair"] = field(default_factory=list)  # rank r before ↔ rank r after
+    tree: TreeDiff | None = None  # where in the model: the module trees node by node (both runs have one)
 
     @property
     def comparable(self) -> bool:
@@ -647,6 +649,7 @@ def diff_runs(before: Run, after: Run, rules: Rules | None = None) -> RunDiff:
         comparability=comparability(before, after),
         work=work_change(before, after),
         rank_pairs=rank_pairs(before, after),
+        tree=diff_trees(b.tree, a.tree) if b.tree is not None and a.tree is not None else None,
     )
 
 

@@ -8,10 +8,12 @@ from typing import Any
 from trainscope import __version__
 from trainscope.analyzers.diff import GateResult, Run, RunDiff, ShareChange
 from trainscope.analyzers.kernel_match import KernelChange
+from trainscope.analyzers.tree_diff import NodeChange, NodeGateResult, TreeDiff
 from trainscope.reports.document import AXIS_NAMES, HEADLINES
 
 SCHEMA = "trainscope.diff/1"
 KERNEL_ROWS = 20  # per group (grew, shrank, appeared, disappeared); match_counts has the totals
+TREE_ROWS = 10  # nodes that changed most; and per list of renamed, added, removed nodes
 
 
 def _r(x: float | None, nd: int = 2) -> float | None:
@@ -176,6 +178,81 @@ def gate_dict(g: GateResult | None) -> dict[str, Any] | None:
     }
 
 
+def _node(n: NodeChange) -> dict[str, Any]:
+    return {
+        "path": list(n.path),
+        "after_path": None if n.after_path is None else list(n.after_path),
+        "status": n.status,
+        "kind": n.kind,
+        "depth": n.depth,
+        "before_ms": _r(n.before_ms, 3),
+        "after_ms": _r(n.after_ms, 3),
+        "change_ms": _r(n.change_ms, 3),
+        "change_pct": _r(n.change_pct, 1),
+        "before_self_ms": _r(n.before_self_ms, 3),
+        "after_self_ms": _r(n.after_self_ms, 3),
+        "before_gpu_pct": _r(n.before_share_pct),
+        "after_gpu_pct": _r(n.after_share_pct),
+        "before_pct_of_roof": _r(n.before_roof_pct, 1),
+        "after_pct_of_roof": _r(n.after_roof_pct, 1),
+        "instances": [n.before_instances, n.after_instances],
+        "nodes": n.nodes,
+    }
+
+
+def node_gates_list(gates: "list[NodeGateResult] | None") -> list[dict[str, Any]]:
+    """The node budgets of the gate (``diff --gate``), each with the nodes it judged."""
+    out = []
+    for g in gates or []:
+        out.append(
+            {
+                "budget": g.budget.text,
+                "pattern": g.budget.pattern,
+                "limit": g.budget.limit,
+                "unit": g.budget.unit,
+                "measure": "GPU time per step (relative %)" if g.budget.unit == "%" else "% of roof (points)",
+                "regressed": g.regressed,
+                "refused": g.refused,
+                "reason": g.reason,
+                "nodes": [
+                    {
+                        "path": list(v.node.after_path or v.node.path),
+                        "status": v.node.status,
+                        "worse_by": _r(v.worse_by, 2),
+                        "judged": v.judged,
+                        "why_not": v.why_not or None,
+                    }
+                    for v in g.verdicts[:TREE_ROWS]
+                ],
+                "nodes_total": len(g.verdicts),
+            }
+        )
+    return out
+
+
+def tree_diff_dict(t: TreeDiff | None, gates: "list[NodeGateResult] | None" = None) -> dict[str, Any] | None:
+    """Where in the model, before and after (analyzers/tree_diff.py): the first level, the nodes that
+    changed most, the renamed, added and removed ones, and the node budgets of the gate."""
+    if t is None:
+        return None
+    return {
+        "basis": "GPU time per step window (per capture window without steps) of each node of the module trees "
+        "(inclusive: the node and below it); nodes matched by path, a folded block's digit ranges masked; renamed: "
+        "unmatched siblings of one kind with the same children (leaves: the same heaviest kernel); a node whose "
+        "change lies (≥ 90 %) in one child is listed by that child",
+        "before_gpu_ms": _r(t.before_gpu_ms, 3),
+        "after_gpu_ms": _r(t.after_gpu_ms, 3),
+        "windows": [t.before_windows, t.after_windows],
+        "counts": t.counts(),
+        "first_level": [_node(t.nodes[i]) for i in t.roots],
+        "changed_most": [_node(n) for n in t.changed_most(TREE_ROWS)],
+        "renamed": [_node(n) for n in t.by_status("renamed")[:TREE_ROWS]],
+        "added": [_node(n) for n in t.by_status("added")[:TREE_ROWS]],
+        "removed": [_node(n) for n in t.by_status("removed")[:TREE_ROWS]],
+        "gates": node_gates_list(gates),
+    }
+
+
 def fixes_list(fixes) -> list[dict[str, Any]]:
     """Each earlier fix (analyzers.history.FixOutcome): projected against achieved."""
     return [
@@ -198,7 +275,9 @@ def fixes_list(fixes) -> list[dict[str, Any]]:
     ]
 
 
-def build_diff_document(d: RunDiff, gate: GateResult | None = None) -> dict[str, Any]:
+def build_diff_document(
+    d: RunDiff, gate: GateResult | None = None, node_gates: "list[NodeGateResult] | None" = None
+) -> dict[str, Any]:
     v = d.verdict
     mem = d.memory
     return {
@@ -255,4 +334,5 @@ def build_diff_document(d: RunDiff, gate: GateResult | None = None) -> dict[str,
         ],
         "gate": gate_dict(gate),
         "work": _work(d),
+        "tree": tree_diff_dict(d.tree, node_gates),
     }

@@ -93,6 +93,57 @@ def _work_lines(w, bold, work: dict, kernels: dict | None = None) -> None:
     w("")
 
 
+TREE_LINES = 8
+
+
+def tree_shown(t: dict | None) -> bool:
+    """Whether the diff's tree section has anything to show: GPU time in either run, and a range or a
+    renamed, added or removed node."""
+    if not t or not (t["before_gpu_ms"] or t["after_gpu_ms"]):
+        return False
+    return any(n["kind"] != "outside" for n in t["first_level"]) or bool(t["added"] or t["removed"] or t["renamed"])
+
+
+def node_path(path: list[str]) -> str:
+    from trainscope.reports.document import path_label
+
+    return path_label(path)
+
+
+def _tree_lines(w, bold, t: dict, unit: str) -> None:
+    w(
+        bold("Where in the model")
+        + f"  (GPU time per {unit} by the trace's own ranges: {t['before_gpu_ms']:.2f} → {t['after_gpu_ms']:.2f} ms)"
+    )
+    w(f"  {'first level':44s} {'before':>10s} {'after':>10s} {'change':>11s}")
+
+    def ms(x: float | None) -> str:
+        return "—" if x is None else f"{x:.2f} ms"
+
+    def pct(x: float | None) -> str:
+        return "" if x is None else f"{x:+.1f} %"
+
+    for n in t["first_level"]:
+        w(
+            f"  {_short(n['path'][-1], 44):44s} {ms(n['before_ms']):>10s} {ms(n['after_ms']):>10s} {n['change_ms']:+8.2f} ms {pct(n['change_pct'])}"
+        )
+    if t["changed_most"]:
+        w(f"  changed most (ms per {unit}; a node whose change is one child's is shown by that child)")
+        for n in t["changed_most"][:TREE_LINES]:
+            w(
+                f"    {n['change_ms']:+8.2f} ms {pct(n['change_pct']):>8s}  {n['before_ms']:7.2f} → {n['after_ms']:7.2f}  "
+                f"{_short(node_path(n['after_path'] or n['path']), 56)}"
+            )
+    for n in t["renamed"][:TREE_LINES]:
+        w(f"  renamed   {_short(node_path(n['path']), 36)} → {_short(n['after_path'][-1], 30)}")
+    for group in ("added", "removed"):
+        for n in t[group][:TREE_LINES]:
+            size = f" ({n['nodes']} nodes)" if n["nodes"] > 1 else ""
+            val = n["after_ms"] if group == "added" else n["before_ms"]
+            w(f"  {group:9s} {_short(node_path(n['path']), 56)}{size}  {ms(val)}")
+    w("")
+
+
 def render_diff_text(doc: dict, color: bool = False) -> str:
     bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
     out: list[str] = []
@@ -195,6 +246,10 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
                 )
         w("")
 
+    t = doc.get("tree")
+    if t and tree_shown(t):
+        _tree_lines(w, bold, t, unit)
+
     m = doc["memory"]
     if m:
         rel = " (growth since profiling started)" if "relative" in (m["before_basis"], m["after_basis"]) else ""
@@ -232,6 +287,9 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
     if g:
         w("")
         w(bold("Gate") + f"  {g['reason']}")
+    for ng in (t or {}).get("gates") or []:
+        w("")
+        w(bold("Gate") + f"  {ng['reason']}")
     notes = [f"before: {x}" for x in b["warnings"]] + [f"after: {x}" for x in a["warnings"]]
     if notes:
         w("")

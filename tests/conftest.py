@@ -179,6 +179,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_tui_keys.py": ("app",),
     "test_tui_tmux.py": ("app", "subprocess"),
     "test_tui_tmux_hostile.py": ("app", "subprocess"),
+    "test_tree_app.py": ("app", "subprocess"),
     "test_hostile_strings.py": ("app",),
     "test_diff_app.py": ("app",),
     "test_diff_app_snapshots.py": ("app",),
@@ -196,6 +197,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_store_concurrency.py": ("subprocess",),
     "test_mcp_root_race.py": ("subprocess",),
     "test_mcp_shapes.py": ("subprocess",),  # one test kills a server it started with SIGKILL
+    "test_tree_diff.py": ("subprocess",),
     "test_plan_cli.py": ("subprocess",),
     "test_recorded.py": ("subprocess", "needs_torch"),
     "test_integrations.py": ("needs_torch",),

@@ -19,6 +19,7 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 SLOW = "cpu/slow.pt.trace.json.gz"
 RESNET = "kineto/resnet50_v100_num_workers_0.pt.trace.json.gz"
 SNAPSHOT = "memory/mem_cs336_nothanmin_trainstep.pickle.gz"
+QWEN = "kineto/tracelens_h100_qwen_inference.json.gz"
 
 TOOLS = {
     "analyze_trace",
@@ -26,6 +27,7 @@ TOOLS = {
     "list_kernels",
     "list_steps",
     "timeline_window",
+    "module_tree",
     "diff_runs",
     "memory_snapshot",
     "list_runs",
@@ -112,6 +114,13 @@ def served(tmp_path_factory):
             ("outside", "analyze_trace", {"path": "/etc/hostname"}),
             ("dotdot", "analyze_trace", {"path": "../../README.md"}),
             ("glob", "analyze_trace", {"path": "cpu/*.json.gz"}),
+            ("tree", "module_tree", {"path": QWEN}),
+            (
+                "tree_block",
+                "module_tree",
+                {"path": QWEN, "under": "Qwen2DecoderLayer_0…23", "sort": "pct_of_roof", "limit": 3, "detail": "full"},
+            ),
+            ("tree_missing", "module_tree", {"path": QWEN, "under": "NoSuchBlock"}),
         ):
             r[key] = await c.call_tool(name, args)
         steps = r["steps"].structured_content["steps"]
@@ -240,3 +249,18 @@ def test_without_the_extra_the_server_says_so_in_one_line(tmp_path):
         stdin=subprocess.DEVNULL,
     )
     assert bad.returncode == 2 and "not a directory" in bad.stderr
+
+
+def test_module_tree_pages_the_tree_sorted_and_under_a_node(served):
+    t = served["tree"].structured_content
+    assert t["source"] == QWEN and t["gpu_ms"] == pytest.approx(43.295, abs=0.01)
+    assert [n["path"][-1] for n in t["nodes"]][:2] == ["Qwen2Model_0", "Qwen2DecoderLayer_0…23"]
+    assert max(n["depth"] for n in t["nodes"]) == 2  # max_depth 2 by default
+    assert "top_kernels" not in t["nodes"][0] and any("detail='full'" in m for m in t["more"])
+    b = served["tree_block"].structured_content
+    # the block, then depth first by share of peak: the MLP (68.6 %), its SiLU (78.1 %) before its Linear (62.9 %)
+    assert [n["path"][-1] for n in b["nodes"]] == ["Qwen2DecoderLayer_0…23", "Qwen2MLP_0…23", "SiLU_0…23"]
+    assert b["nodes"][0]["instances"] == 24 and b["nodes"][0]["top_kernels"]
+    assert b["page"]["next_offset"] == 3 and any("offset=3" in m for m in b["more"])
+    assert served["tree_missing"].is_error
+    assert "no node whose path ends with 'NoSuchBlock'" in served["tree_missing"].content[0].text

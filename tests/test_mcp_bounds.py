@@ -32,7 +32,13 @@ DIFF_PAIRS = [
 ]
 
 
-ROWS = {"list_kernels": "kernels", "list_steps": "steps", "timeline_window": "events", "list_runs": "runs"}
+ROWS = {
+    "list_kernels": "kernels",
+    "list_steps": "steps",
+    "timeline_window": "events",
+    "list_runs": "runs",
+    "module_tree": "nodes",
+}
 
 
 def bundled_traces() -> list[str]:
@@ -95,7 +101,7 @@ def answers(tmp_path_factory):
             got.append(("analyze_trace", path, path, a))
             if a.is_error:
                 continue
-            for tool in ("list_kernels", "list_steps", "timeline_window"):
+            for tool in ("list_kernels", "list_steps", "timeline_window", "module_tree"):
                 got.append((tool, path, path, await c.call_tool(tool, {"path": path})))
             for f in a.structured_content["findings"]:
                 r = await c.call_tool("explain_finding", {"path": path, "finding": f["id"]})
@@ -129,6 +135,7 @@ def test_every_default_answer_fits_in_20000_characters(answers):
         "list_kernels",
         "list_steps",
         "timeline_window",
+        "module_tree",
         "diff_runs",
         "memory_snapshot",
         "list_runs",

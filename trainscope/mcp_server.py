@@ -204,6 +204,25 @@ class StepTable(BaseModel):
     more: list[str] = _more()
 
 
+class ModuleTreeTable(BaseModel):
+    source: str
+    rank: Optional[int] = None
+    basis: str
+    gpu_ms: float = Field(description="GPU time of the steps' work on the analyzed GPU (the first level sums to it)")
+    windows: int = Field(description="step windows the times are summed over")
+    nodes_total: int
+    notes: list[str]
+    matched: int
+    nodes: list[dict[str, Any]] = Field(
+        description="depth first, each level in the sort's order: path, depth, kind, count, GPU ms inclusive and "
+        "exclusive, share of GPU time, host ms, bound, % of roof, TFLOP/s, GB/s, a folded block's instances, "
+        "spread and slowest instance, children; with detail='full' its three heaviest kernels"
+    )
+    detail: str = Field("summary", description="summary | full (adds each node's heaviest kernels)")
+    page: Optional[Page] = None
+    more: list[str] = _more()
+
+
 class TimelineWindow(BaseModel):
     source: str
     rank: Optional[int] = None
@@ -1269,6 +1288,53 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         result = call.model(StepTable(**{**t, "source": shown, "steps": []}))
         return fit_page(
             result, rows, offset, limit, t["matched"], "steps", "list_steps again with offset={offset}", "steps"
+        )
+
+    @tool
+    def module_tree(
+        path: str,
+        under: Optional[str] = None,
+        name_contains: Optional[str] = None,
+        max_depth: Optional[int] = 2,
+        sort: str = "gpu_ms",
+        limit: int = 50,
+        rank: Optional[int] = None,
+        offset: int = 0,
+        detail: Detail = "summary",
+    ) -> ModuleTreeTable:
+        """Where in the model the GPU time goes: the trace's own hierarchy (phases, nn.Module frames,
+        record_function and NVTX ranges, autograd nodes; repeated blocks folded, `Qwen2DecoderLayer_0…23`)
+        with every node's GPU time (inclusive and its own), share, host time, bound, % of roof (share of
+        peak), achieved TFLOP/s and GB/s, and a folded block's spread. Depth first, each level sorted by
+        `sort` (gpu_ms, gpu_exclusive_ms, pct_of_roof); `under` keeps the subtree of the node whose path
+        ends with it (names joined by '.', '/' or ' › '), `max_depth` the levels below it (null: all),
+        `name_contains` the nodes whose name holds it. In pages: `limit` nodes from `offset` (cut short to
+        stay within 20,000 characters; `page.next_offset` asks for the next). detail="full" adds each
+        node's three heaviest kernels."""
+        whole("limit", limit, 1, 1000)
+        whole("rank", rank, 0, 2**31 - 1)
+        whole("max_depth", max_depth, 0, 1000)
+        offset_of(offset)
+        rep, shown = report(path)
+        t = api.tree_table(rep, under=under, name_contains=name_contains, max_depth=max_depth, sort=sort, rank=rank)
+        full = detail == "full"
+        rows = []
+        for n in call.public(t["nodes"][offset : offset + limit]):
+            row = {**n, "path": [_clip(p) for p in n["path"]], "slowest": _clip(n["slowest"])}
+            if full:
+                row["top_kernels"] = [{**k, "name": _clip(k["name"])} for k in n["top_kernels"]]
+            else:
+                row.pop("top_kernels")
+            rows.append(row)
+        result = call.model(ModuleTreeTable(**{**t, "source": shown, "nodes": [], "detail": detail}))
+        if not full and rows:
+            result.more.append("each node's heaviest kernels: module_tree with detail='full'")
+        if max_depth is not None and t["nodes_total"] > t["matched"] and not name_contains:
+            result.more.append(
+                "deeper nodes: module_tree with a larger max_depth (null: all), or under=<a node's path>"
+            )
+        return fit_page(
+            result, rows, offset, limit, t["matched"], "nodes", "module_tree again with offset={offset}", "nodes"
         )
 
     @tool

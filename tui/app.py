@@ -27,6 +27,7 @@ from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
 from trainscope.tui.tabs import TABS
 from trainscope.tui.tabs import tab as tab_of
 from trainscope.tui.timeline import TimelinePane, TimelineView, legend
+from trainscope.tui.tree import TreePane
 
 # Keys that work on every tab (the tabs' own keys come from their classes in tui/tabs.py).
 ANYWHERE_KEYS = [("tab / shift+tab", "move focus"), ("ctrl+p", "command palette: every action of the app by name")]
@@ -386,6 +387,15 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         elif step is not None:
             self.call_after_refresh(view.show_step, step)
             self.notify("This finding has no interval of its own: showing the worst step.", timeout=4)
+
+    def on_tree_pane_open(self, message: TreePane.Open) -> None:
+        """Enter on a node of the Tree tab: its longest range in the steps on the timeline."""
+        if message.match is None:
+            self.notify(f"{message.what}: no range of its own to show.", severity="warning", timeout=4, markup=False)
+            return
+        view = self._timeline()
+        if view is not None:
+            self.call_after_refresh(view.set_matches, [message.match], message.what)
 
     def on_ranks_pane_choose(self, message: RanksPane.Choose) -> None:
         """Enter on a rank: that rank everywhere, and its latest-arriving collective on the timeline."""

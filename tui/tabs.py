@@ -24,6 +24,7 @@ from trainscope.tui.memory import MemoryPane
 from trainscope.tui.overview import Overview
 from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
 from trainscope.tui.timeline import TimelinePane
+from trainscope.tui.tree import TreePane
 
 if TYPE_CHECKING:
     from trainscope.tui.app import AnalyzeApp
@@ -209,7 +210,46 @@ class DeepTab(Tab):
         return None if app.deep else "run with --deep for Holistic Trace Analysis (critical path, launch statistics)"
 
 
-TABS: list[type[Tab]] = [OverviewTab, TimelineTab, StepsTab, KernelsTab, FixesTab, MemoryTab, RanksTab, DeepTab]
+class TreeTab(Tab):
+    id, title = "tree", "Tree"
+    hint = "↑/↓ move · space/←/→ collapse/expand · s sort · r reverse · Enter on timeline · ? keys · q quit"
+    focus = "#tree-view"
+    keys = [
+        ("↑ / ↓, space, ← / →", "move; collapse / expand a node (← on a collapsed node: its parent)"),
+        ("s", "sort each level by GPU time or by share of peak (% of roof)"),
+        ("r", "reverse the sort"),
+        ("Enter", "show the node's longest range in the steps on the timeline"),
+        ("shift+space", "expand / collapse every node below the cursor"),
+    ]
+    pane = staticmethod(TreePane)
+
+    @classmethod
+    def applies(cls, app):
+        why = _events(app)
+        if why:
+            return why
+        t = app.rank.analysis.tree
+        if t is None or not t.roots or all(r.kind == "outside" for r in t.roots):
+            return "the trace records no ranges (record_function, nn.Module frames, NVTX) around its GPU work"
+        return None
+
+    @classmethod
+    def show(cls, app):
+        seg = app.rank.analysis.segmentation
+        app.query_one(TreePane).show(app.rank.analysis.tree, app.rank.trace, (seg.starts, seg.ends))
+
+
+TABS: list[type[Tab]] = [
+    OverviewTab,
+    TimelineTab,
+    StepsTab,
+    KernelsTab,
+    FixesTab,
+    MemoryTab,
+    RanksTab,
+    DeepTab,
+    TreeTab,
+]
 
 
 def tab(tab_id: str) -> type[Tab]:

@@ -36,6 +36,8 @@ _WHERE = {
     # comparison, planning, memory, live
     "diff": "comparison",
     "gate": "comparison",
+    "node_gate": "comparison",
+    "node_budget": "comparison",
     "DiffResult": "comparison",
     "save_diff": "comparison",
     # the run history
@@ -51,6 +53,7 @@ _WHERE = {
     "kernel_table": "explore",
     "step_table": "explore",
     "timeline_window": "explore",
+    "tree_table": "explore",
     "plan": "planning",
     "plan_config": "planning",
     "plan_ledger": "planning",
@@ -99,10 +102,10 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and editors: the same names, statically
     from trainscope.api.analysis import analyze, check_deep_available, model_ledger, run_deep, whatif, whatif_levers  # noqa: F401
     from trainscope.api.export import export_perfetto  # noqa: F401
-    from trainscope.api.comparison import DiffResult, diff, gate, save_diff  # noqa: F401
+    from trainscope.api.comparison import DiffResult, diff, gate, node_budget, node_gate, save_diff  # noqa: F401
     from trainscope.api.store import RunStore, StoredRun, default_store_path, is_run_ref, list_runs  # noqa: F401
     from trainscope.api.store import open_store, save_run  # noqa: F401
-    from trainscope.api.explore import explain_finding, kernel_table, step_table, timeline_window  # noqa: F401
+    from trainscope.api.explore import explain_finding, kernel_table, step_table, timeline_window, tree_table  # noqa: F401
     from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK  # noqa: F401
     from trainscope.api.errors import EXIT_REGRESSION, BadInput, DeepUnavailable, Regression  # noqa: F401
     from trainscope.api.errors import TrainscopeError, describe  # noqa: F401

@@ -21,6 +21,7 @@ from trainscope.api.rules import resolve_rules
 if TYPE_CHECKING:
     from trainscope.analyzers.diff import GateResult, Run, RunDiff
     from trainscope.analyzers.history import FixOutcome, RunSummary, SummaryDiff
+    from trainscope.analyzers.tree_diff import NodeBudget, NodeGateResult
     from trainscope.analyzers.rules import Rules
     from trainscope.api.store import RunStore, StoredRun
 
@@ -31,7 +32,8 @@ Side = Union[str, "os.PathLike[str]", "StoredRun", "RunSummary"]
 class DiffResult:
     """What a change did: ``diff`` (a :class:`RunDiff` of two traces, or a :class:`SummaryDiff` when a
     side is a stored run), each earlier fix's projected and achieved gain (``fixes``), and, when a
-    gate was asked for, ``gate``. ``before_run`` / ``after_run``: the stored runs compared, if any."""
+    gate was asked for, ``gate``; ``node_gates``: the node budgets checked (``diff --gate``, see
+    :func:`node_gate`). ``before_run`` / ``after_run``: the stored runs compared, if any."""
 
     diff: "RunDiff | SummaryDiff"
     gate: "GateResult | None" = None
@@ -39,6 +41,7 @@ class DiffResult:
     before_run: "StoredRun | None" = None
     after_run: "StoredRun | None" = None
     rules: "Rules | None" = None
+    node_gates: "list[NodeGateResult]" = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.fixes:
@@ -52,12 +55,12 @@ class DiffResult:
 
     @property
     def regressed(self) -> bool:
-        return bool(self.gate is not None and self.gate.regressed)
+        return bool(self.gate is not None and self.gate.regressed) or any(g.regressed for g in self.node_gates)
 
     @property
     def refused(self) -> bool:
         """The gate was asked for but not run: the runs are not comparable (exit 2)."""
-        return bool(self.gate is not None and self.gate.refused)
+        return bool(self.gate is not None and self.gate.refused) or any(g.refused for g in self.node_gates)
 
     @property
     def exit_code(self) -> int:
@@ -77,6 +80,18 @@ class DiffResult:
             )
         return f"{self.gate.reason}{caveat}"
 
+    def gate_lines(self) -> list[str]:
+        """Every gate's line: the step-level gate's (:meth:`gate_line`), then each node budget's."""
+        lines = [self.gate_line()] if self.gate is not None else []
+        caveat = ""
+        if self.node_gates and not self.diff.comparable:
+            caveat = (
+                " [runs not comparable: "
+                + ", ".join(c.check for c in self.diff.comparability if c.status == "differ")
+                + "]"
+            )
+        return lines + [g.reason + ("" if g.refused else caveat) for g in self.node_gates]
+
     def fix_lines(self) -> list[str]:
         """ "fix X: projected up to 1.66×, achieved 1.41×" for every addressed fix with a projection."""
         return [line for f in self.fixes if (line := f.line)]
@@ -85,9 +100,10 @@ class DiffResult:
         """Raise :class:`Regression` when the gate failed, :class:`BadInput` when it was refused (the
         runs are not comparable); return self otherwise."""
         if self.refused:
-            raise BadInput(self.gate_line())
+            raise BadInput("; ".join(line for line in self.gate_lines() if "not run" in line) or self.gate_line())
         if self.regressed:
-            raise Regression(self.gate_line(), self)
+            lines = self.gate_lines()
+            raise Regression("; ".join(line for line in lines if line.startswith("regression")) or lines[0], self)
         return self
 
     def to_dict(self) -> dict:
@@ -99,7 +115,7 @@ class DiffResult:
             return build_summary_diff_document(self.diff, self.gate, self.before_run, self.after_run)
         from trainscope.reports.diff_document import build_diff_document
 
-        doc = build_diff_document(self.diff, self.gate)
+        doc = build_diff_document(self.diff, self.gate, self.node_gates)
         doc["fixes_achieved"] = fixes_list(self.fixes)
         return doc
 
@@ -229,7 +245,69 @@ def gate(
             )
         except GateUnavailable as e:
             raise BadInput(str(e)) from None
-    return DiffResult(d, g, base.fixes, base.before_run, base.after_run, rules)
+    return DiffResult(d, g, base.fixes, base.before_run, base.after_run, rules, list(base.node_gates))
+
+
+def node_budget(text: str) -> "NodeBudget":
+    """A node budget from its text (``'Qwen2DecoderLayer_*.Qwen2MLP_*:+5%'``: each matching node's GPU time
+    per step may grow by at most 5 %; ``'…:-3pts'``: its share of peak, % of roof, may fall by at most 3
+    points). Raises :class:`BadInput`."""
+    from trainscope.analyzers.tree_diff import parse_budget
+
+    try:
+        return parse_budget(text)
+    except ValueError as e:
+        raise BadInput(str(e)) from None
+
+
+def node_gate(
+    result: "DiffResult | RunDiff",
+    budgets: "list[str | NodeBudget]",
+    *,
+    rules: "Rules | None" = None,
+    gate_anyway: bool = False,
+) -> DiffResult:
+    """Check node budgets (``diff --gate``) on a comparison of two traces: a regression (exit 3) when a
+    node matching a budget's pattern grew by more than it allows (analyzers/tree_diff.py: nodes matched
+    by path; the pattern's names match the end of a node's path, ``*`` for any name part). Runs that are
+    not comparable are not gated (exit 2) unless ``gate_anyway``, as for :func:`gate`. Raises
+    :class:`BadInput` when a side is a stored run, when neither run has a module tree, or when no node
+    matches a pattern."""
+    from trainscope.analyzers.diff import gate_blockers
+    from trainscope.analyzers.tree_diff import NoSuchNode, node_gate as judge, refuse_node_gate
+
+    base = result if isinstance(result, DiffResult) else DiffResult(result, rules=rules)
+    if base.from_summaries:
+        raise BadInput("a node budget (--gate PATTERN:…) needs two traces: a stored run keeps no module tree")
+    d = base.diff
+    parsed = [b if not isinstance(b, str) else node_budget(b) for b in budgets]
+    tree = getattr(d, "tree", None)
+    if tree is None:
+        raise BadInput(
+            "cannot check a node budget: "
+            + " and ".join(
+                side for side, run in (("BEFORE", d.before), ("AFTER", d.after)) if run.analysis.tree is None
+            )
+            + " record no ranges or GPU work (no module tree)"
+        )
+    blockers = gate_blockers(d.comparability)
+    out = []
+    for b in parsed:
+        if blockers and not gate_anyway:
+            why = "; ".join(f"{c.check} {c.before} → {c.after}" for c in blockers)
+            out.append(
+                refuse_node_gate(
+                    b,
+                    f"the runs are not comparable ({why}); compare like with like, or pass --gate-anyway",
+                    ", ".join(c.check for c in blockers),
+                )
+            )
+            continue
+        try:
+            out.append(judge(tree, b))
+        except NoSuchNode as e:
+            raise BadInput(str(e)) from None
+    return DiffResult(d, base.gate, base.fixes, base.before_run, base.after_run, base.rules or rules, out)
 
 
 def _analyzed(
@@ -285,12 +363,14 @@ def diff(
     peak_bandwidth: float | None = None,
     jobs: int | None = None,
     dask: "str | Any | None" = None,
+    node_budgets: "list[str] | None" = None,
 ) -> DiffResult:
     """Compare BEFORE and AFTER: traces (each analyzed by :func:`~trainscope.api.analyze` with the
     same options: ``step_range``, ``peak_tflops``, ``peak_bandwidth``, ``jobs``, ``dask``), stored
     runs (``12``, ``latest[:TAG]``, ``baseline[:TAG]`` in ``store``, or :class:`StoredRun` /
     :class:`RunSummary` objects), or one of each. With ``fail_if_slower`` the gate on ``metric`` is
-    checked (see :func:`gate`, :attr:`DiffResult.regressed` and :meth:`DiffResult.check`). Raises
+    checked (see :func:`gate`, :attr:`DiffResult.regressed` and :meth:`DiffResult.check`); with
+    ``node_budgets`` (``['Qwen2MLP_*:+5%']``) the node-level gate (:func:`node_gate`). Raises
     :class:`BadInput`."""
     from trainscope.analyzers.diff import diff_runs
     from trainscope.analyzers.history import RunSummary, diff_summaries, summarize
@@ -298,8 +378,11 @@ def diff(
 
     rules = resolve_rules(rules, thresholds)
     _check_metric(metric)
+    budgets = [node_budget(b) for b in node_budgets or []]  # a malformed budget fails before any analysis
     progress = progress or silent
     sides = [resolve_side(before, store), resolve_side(after, store)]
+    if budgets and not all(isinstance(s, str) for s in sides):
+        raise BadInput("a node budget (--gate PATTERN:…) needs two traces: a stored run keeps no module tree")
     options = {
         "step_range": step_range,
         "peak_tflops": peak_tflops,
@@ -334,7 +417,9 @@ def diff(
             after_run=sides[1] if isinstance(sides[1], StoredRun) else None,
         )
     if fail_if_slower is not None:
-        return gate(result, metric, fail_if_slower, rules=rules, gate_anyway=gate_anyway)
+        result = gate(result, metric, fail_if_slower, rules=rules, gate_anyway=gate_anyway)
+    if budgets:
+        result = node_gate(result, list(budgets), rules=rules, gate_anyway=gate_anyway)
     return result
 
 

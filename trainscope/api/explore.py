@@ -248,3 +248,104 @@ def timeline_window(
             for e in w.events
         ],
     }
+
+
+TREE_SORTS = ("gpu_ms", "gpu_exclusive_ms", "pct_of_roof")
+
+
+def tree_table(
+    report: "Report",
+    *,
+    under: str | None = None,
+    name_contains: str | None = None,
+    max_depth: int | None = None,
+    sort: str = "gpu_ms",
+    rank: int | None = None,
+) -> dict[str, Any]:
+    """Where in the model (analyzers/module_tree.py): every node of the rank's module tree, depth first
+    (each level in ``sort`` order: ``gpu_ms`` inclusive, ``gpu_exclusive_ms``, ``pct_of_roof``, highest
+    first), with its path and figures; filtered to the subtree of the first node whose path ends with
+    ``under`` (names joined by " › ", "/" or "."; case-insensitive), to names containing ``name_contains``,
+    and to ``max_depth`` levels below the first level (or below ``under``)."""
+    if sort not in TREE_SORTS:
+        raise BadInput(f"unknown sort {sort!r} (one of: {', '.join(TREE_SORTS)})")
+    i = _rank(report, rank)
+    a = report.ranks[i]
+    t = a.tree
+    base: dict[str, Any] = {
+        "source": report.source,
+        "rank": a.rank,
+        "basis": "GPU time of the operations in the steps on this GPU, each filed under the innermost range "
+        "around the runtime call that launched it; exclusive times partition it, the first level's inclusive "
+        "times sum to it; siblings whose names differ only in digits are folded",
+        "gpu_ms": 0.0 if t is None else round(t.gpu_ns / 1e6, 3),
+        "windows": 0 if t is None else t.windows,
+        "nodes_total": 0 if t is None else len(t.walk()),
+        "notes": [] if t is None else list(t.notes),
+        "matched": 0,
+        "nodes": [],
+    }
+    if t is None:
+        base["notes"].append("no module tree: the trace records neither ranges nor GPU work in its steps")
+        return base
+
+    def key(n) -> float:
+        if sort == "gpu_ms":
+            return -n.gpu_ns_inclusive
+        if sort == "gpu_exclusive_ms":
+            return -n.gpu_ns_exclusive
+        return -(n.share_of_peak_pct if n.share_of_peak_pct is not None else -1.0)
+
+    tops = list(t.roots)
+    start_depth = 0
+    if under:
+        want = [p.strip().lower() for p in under.replace("›", "/").replace("/", ".").split(".") if p.strip()]
+
+        def tail(n) -> list[str]:
+            names = [p.lower() for p in ".".join(n.path).split(".")]
+            return names[-len(want) :] if want else names
+
+        hit = next(((d, n) for d, n in t.walk() if tail(n) == want), None)
+        if hit is None:
+            raise BadInput(
+                f"no node whose path ends with {under!r} (the first level: {', '.join(r.name for r in t.roots)})"
+            )
+        start_depth, tops = hit[0], [hit[1]]
+    rows: list[dict[str, Any]] = []
+    total = t.gpu_ns
+
+    def walk(n, d: int) -> None:
+        if max_depth is not None and d - start_depth > max_depth:
+            return
+        if name_contains is None or name_contains.lower() in n.name.lower():
+            rows.append(
+                {
+                    "path": list(n.path),
+                    "depth": d,
+                    "kind": n.kind,
+                    "count": n.count,
+                    "gpu_ms": round(n.gpu_ns_inclusive / 1e6, 3),
+                    "gpu_exclusive_ms": round(n.gpu_ns_exclusive / 1e6, 3),
+                    "gpu_pct": round(100.0 * n.gpu_ns_inclusive / total, 2) if total else 0.0,
+                    "host_ms": round(n.host_ns / 1e6, 3),
+                    "bound": n.bound,
+                    "pct_of_roof": None if n.share_of_peak_pct is None else round(n.share_of_peak_pct, 1),
+                    "tflops": None if n.tflops is None else round(n.tflops, 3),
+                    "gbps": None if n.gbps is None else round(n.gbps, 1),
+                    "instances": n.instances,
+                    "spread_ms": None
+                    if n.spread_ns is None
+                    else {k: round(v / 1e6, 3) for k, v in zip(("min", "median", "max"), n.spread_ns)},
+                    "slowest": n.slowest,
+                    "children": len(n.children),
+                    "top_kernels": [{"name": nm, "count": c, "ms": round(ns / 1e6, 3)} for nm, c, ns in n.top_kernels],
+                }
+            )
+        for c in sorted(n.children, key=key):
+            walk(c, d + 1)
+
+    for r in tops if under else sorted(tops, key=key) if sort != "gpu_ms" else tops:
+        walk(r, start_depth)
+    base["matched"] = len(rows)
+    base["nodes"] = rows
+    return base

@@ -46,18 +46,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  trainscope diff main.json.gz pr.json.gz --report diff.md --format json > diff.json\n"
         "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 5   # CI: significantly and > 5 % slower fails\n"
         "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 3 --metric data_wait   # ≤ 3 points\n"
+        "  trainscope diff main.json.gz pr.json.gz --gate 'Qwen2DecoderLayer_*.Qwen2MLP_*:+5%'   # a node budget\n"
         "  trainscope diff 12 14                                       # two stored runs (`trainscope runs`)\n"
         "  trainscope diff --against baseline --tag resnet50 pr.json.gz --fail-if-slower 5 --save\n\n"
         "The gate fails only when the metric got worse by more than PCT *and* AFTER's steps are worse than\n"
         "BEFORE's by a one-sided Mann-Whitney rank test at level gate.alpha (0.05; --threshold gate.alpha=…):\n"
         "the line on stderr gives the test, its p-value and the change with its 95 % bootstrap interval.\n"
-        "Runs that are not comparable are not gated (exit 2, with the reason) unless --gate-anyway.\n\n"
+        "Runs that are not comparable are not gated (exit 2, with the reason) unless --gate-anyway.\n"
+        "--gate PATTERN:+N% (repeatable) is a budget per node of the module tree: every node whose path ends\n"
+        "with PATTERN's names ('.' or '/' between them, * any text within a name, ** across names, a leading /\n"
+        "anchors at the first level) may grow its GPU time per step by at most N %; PATTERN:-Npts: its share\n"
+        "of peak (% of roof) may fall by at most N points. Nodes under 0.1 % of the GPU time are not judged (docs/diff.md).\n\n"
         "In a terminal, diff of two traces opens a side-by-side app (press ? in it for every key); --no-tui,\n"
         "--format, a stored run, or a stdout that is not a terminal prints instead. With --fail-if-slower the\n"
         "exit code after quitting the app is the gate's.\n\n"
         "exit codes:\n"
         "  0  compared (and, with --fail-if-slower, no regression)\n"
-        "  3  regression: the gate's metric got significantly worse by more than allowed (one line on stderr)\n"
+        "  3  regression: the gate's metric got significantly worse by more than allowed, or a node exceeded its\n"
+        "     --gate budget (one line on stderr per gate)\n"
         "  2  bad input or usage (unreadable trace, unknown run, metric not measurable or testable in one run,\n"
         "     runs not comparable for the gate without --gate-anyway)\n"
         "  1  internal error\n"
@@ -103,6 +109,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--metric", choices=_metric_names(), default="step_p50", help=f"what --fail-if-slower watches: {_METRIC_HELP}"
     )
     d.add_argument(
+        "--gate",
+        action="append",
+        default=[],
+        type=_node_budget,
+        metavar="PATTERN:BUDGET",
+        dest="node_budgets",
+        help="a node budget (repeatable): 'PATTERN:+N%%' — each node of the module tree whose path ends with "
+        "PATTERN may grow its GPU time per step by at most N %%; 'PATTERN:-Npts' — its share of peak (%% of roof) "
+        "may fall by at most N points; exit 3 otherwise. E.g. 'Qwen2DecoderLayer_*.Qwen2MLP_*:+5%%'",
+    )
+    d.add_argument(
         "--gate-anyway",
         action="store_true",
         help="gate even when the runs are not comparable (another GPU, other batch shapes, …): the change "
@@ -146,6 +163,16 @@ def _metric_names() -> list[str]:
     from trainscope.analyzers.diff import GATE_METRICS
 
     return list(GATE_METRICS)
+
+
+def _node_budget(text: str) -> str:
+    from trainscope import api
+
+    try:
+        api.node_budget(text)
+    except api.BadInput as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def _non_negative(text: str) -> float:
@@ -226,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
             progress=progress,
             store=args.store,
             gate_anyway=args.gate_anyway,
+            node_budgets=args.node_budgets,
             **analysis_options(args),
         )
     finally:
@@ -239,8 +267,8 @@ def run(args: argparse.Namespace) -> int:
     code = emit_document(result.output(), args)
     if code:
         return code
-    if result.gate is not None:
-        sys.stderr.write(f"trainscope: {result.gate_line()}\n")
+    for line in result.gate_lines():
+        sys.stderr.write(f"trainscope: {line}\n")
     return result.exit_code
 
 
@@ -280,6 +308,12 @@ def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
     if app.diff is None:  # bad input, or quit while loading
         return code
     result = DiffResult(app.diff, app.gate, rules=rules)
+    if args.node_budgets:  # the node budgets: judged on the comparison the app showed
+        try:
+            result = api.node_gate(result, args.node_budgets, rules=rules, gate_anyway=args.gate_anyway)
+        except api.BadInput as e:
+            sys.stderr.write(f"trainscope: {e}\n")
+            return EXIT_BAD_INPUT
     if args.json_out:
         try:
             write_atomic(args.json_out, to_json(result.to_dict()))
@@ -291,7 +325,8 @@ def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
         sys.stderr.write(
             f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} recorded\n"
         )
-    if app.gate is not None:
-        sys.stderr.write(gate_line(app.diff, app.gate))
+    if app.gate is not None or result.node_gates:
+        for line in result.gate_lines():
+            sys.stderr.write(f"trainscope: {line}\n")
         return result.exit_code
     return code
