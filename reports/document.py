@@ -693,8 +693,8 @@ def tree_rows(doc: dict, heaviest: int = 5) -> list[dict[str, Any]]:
     it by exclusive GPU time (the leaves where the time is spent), each with its path, share, bound and,
     for a folded block, its spread. Empty when the document has no tree or the tree no range."""
     t = doc.get("tree")
-    if not t or not t["nodes"] or all(n["kind"] == "outside" for n in t["nodes"]):
-        return []
+    if not t or not t["nodes"] or not t.get("ranges") or all(n["kind"] == "outside" for n in t["nodes"]):
+        return []  # no range of the trace's own holds GPU work: nothing says where in the model
     nodes = t["nodes"]
 
     def row(n: dict, label: str, first: bool) -> dict[str, Any]:
