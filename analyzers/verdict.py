@@ -285,9 +285,11 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     if few:
         conf = min(conf, 0.5)  # few operations: the idle is measured, but one step of a handful of kernels
     runner_f = primary_finding(runner.key, found) if runner else None
-    runner_txt = f"; runner-up: {runner.label} {runner.pct:.1f} %" if runner else "; no other sink"
+    # The shares as the evidence holds them (2 decimals), then printed at 1: rounding the raw share
+    # straight to 1 decimal gave 27.8 % here and 27.9 % in the evidence for one quantity.
+    runner_txt = f"; runner-up: {runner.label} {round(runner.pct, 2):.1f} %" if runner else "; no other sink"
     summary = (
-        f"{primary.title} — {lead.pct:.1f} % of step time ({sinks.ms_per_step(lead.key):.2f} ms per step)"
+        f"{primary.title} — {round(lead.pct, 2):.1f} % of step time ({sinks.ms_per_step(lead.key):.2f} ms per step)"
         f"{runner_txt}" + (f"; {primary.detail}" if primary.detail else "")
     )
     evidence = [Evidence(f"largest sink of step time: {lead.label}", round(lead.pct, 2), "%", "", lead.source, None)]
