@@ -917,6 +917,13 @@ def _install_parts(stream: "_Stream", h2d_attr: str | None = None) -> bool:
     backward.__name__ = getattr(orig_backward, "__name__", "backward")
     backward._trainscope_wrapped = True  # type: ignore[attr-defined]
     autograd.backward = backward
+    try:  # torch warns that global module hooks fire once more for torch.compile's wrapper module (the
+        # depth count absorbs it); the warning is the hook's doing, not the job's: under -W error it would raise
+        import warnings
+
+        warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
+    except Exception:
+        pass
     attr = h2d_attr or ("is_cuda" if getattr(getattr(torch, "version", None), "cuda", None) else None)
     if attr is not None:
         _wrap_copies(torch, s, attr, compiling)

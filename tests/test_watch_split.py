@@ -346,6 +346,20 @@ def test_every_hook_is_a_no_op_while_torch_compile_traces(hooked, monkeypatch):
     assert stream.open == step_hook.NONE and stream.c_fwd == 0
 
 
+def test_a_compiled_model_has_no_graph_break_and_no_warning_from_the_hooks(hooked):
+    import warnings
+
+    torch, stream, sent = hooked
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a job run with -W error must not fail on the hook's account
+        step_hook._install_parts(stream)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8))
+        explained = torch._dynamo.explain(model)(torch.randn(2, 8))
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+        torch.compile(model, backend="eager")(torch.randn(2, 8))
+    assert stream.c_fwd > 0 and stream.open == step_hook.NONE  # the compiled call timed, eagerly, around it
+
+
 # -- the watcher: old and new hooks ------------------------------------------------------------------
 
 
