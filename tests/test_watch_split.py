@@ -488,6 +488,30 @@ def test_every_view_shows_the_same_line():
     assert any(ln.startswith("where in the step  [") and "split 95.0 ms" in ln for ln in tui)
 
 
+def test_the_dashboard_shows_the_split_in_its_steps_panel():
+    import asyncio
+
+    from trainscope.reports.live import split_line
+    from trainscope.tui.watch_app import SampleMessage, WatchApp
+
+    an = LiveAnalyzer(Rules())
+    items = [(an.add(s), s) for s in snaps({"0": part_ms(bwd=55.0), "1": part_ms(fwd=45.0)}, n=30)]
+
+    async def run() -> str:
+        app = WatchApp(title="torchrun train.py", interval=1.0, clock=lambda: 100.0)
+        async with app.run_test(size=(200, 50)) as pilot:
+            for st, s in items:
+                app.post_message(SampleMessage(st, s))
+            await pilot.pause()
+            await pilot.pause()
+            return str(app.query_one("#steps .panel-text").render())
+
+    text = asyncio.run(run())
+    st = items[-1][0]
+    assert split_line(st.split.split, short=True, bar=20) in text
+    assert "held back by its forward" in text and "rank 1 is held back by its forward" in text
+
+
 # -- the training frameworks: the same entry points ---------------------------------------------------
 
 
