@@ -26,6 +26,7 @@ from trainscope.analyzers import findings as registry
 from trainscope.analyzers.context import Context
 from trainscope.analyzers.findings.base import Finding, Verdict
 from trainscope.analyzers.live_ranks import RankWindow, rank_window
+from trainscope.analyzers.live_split import SplitWindow, split_window
 from trainscope.analyzers.live_verdict import live_verdict
 from trainscope.analyzers.live_window import (
     SampleDigest,
@@ -49,6 +50,7 @@ __all__ = [
     "LiveFix",
     "LiveStatus",
     "SampleDigest",
+    "SplitWindow",
     "VerdictChange",
     "WindowStats",
     "counters_diagnosis",
@@ -94,6 +96,7 @@ class LiveStatus:
     stats: WindowStats
     changes: tuple[VerdictChange, ...] = ()
     ranks: "RankWindow | None" = None  # per rank, for a job with several (torchrun)
+    split: "SplitWindow | None" = None  # where in the step (forward, backward, …), whole job and per rank
 
     @property
     def verdict_changes(self) -> int:
@@ -193,6 +196,7 @@ def evaluate(
         s.gpu_util is None and stepping and not s.enough_steps(rules)
     )
     ranks = rank_window(snaps, rules) if any(x.ranks for x in snaps) else None
+    split = split_window(snaps, rules, steps_after_t, ranks.straggler if ranks is not None else None)
     # A leak is said even while the verdict warms up, but only from the steady state on: the climb of
     # imports and first allocations is the job starting, not a leak.
     steady_t = steady_start(snaps, rules) if steady_after_t == "auto" else steady_after_t
@@ -202,13 +206,13 @@ def evaluate(
         v = Verdict(
             "insufficient_evidence", 0.0, None, f"warming up: {s.samples} samples and {s.steps} steps so far", []
         )
-        return LiveStatus(t, WARMING_UP, v, tuple(trends), (), s, ranks=ranks)
+        return LiveStatus(t, WARMING_UP, v, tuple(trends), (), s, ranks=ranks, split=split)
     found = live_findings(s, rules, snaps) + trends
     v = live_verdict(s, found, rules)
     if v.bottleneck:  # the primary finding first, then by severity
         grade = {"high": 0, "moderate": 1, "info": 2}
         found.sort(key=lambda f: (f.id != v.bottleneck, grade[f.severity], -f.stake_pct))
-    return LiveStatus(t, READY, v, tuple(found), tuple(live_fixes(s, found, rules)), s, ranks=ranks)
+    return LiveStatus(t, READY, v, tuple(found), tuple(live_fixes(s, found, rules)), s, ranks=ranks, split=split)
 
 
 def _is_trend(f: Finding) -> bool:
@@ -283,7 +287,15 @@ class LiveAnalyzer:
             shown = st
         assert shown is not None  # nothing shown yet: st was accepted above
         self.status = LiveStatus(
-            st.t, shown.state, shown.verdict, shown.findings, shown.fixes, st.stats, tuple(self.changes), st.ranks
+            st.t,
+            shown.state,
+            shown.verdict,
+            shown.findings,
+            shown.fixes,
+            st.stats,
+            tuple(self.changes),
+            st.ranks,
+            st.split,
         )
         return self.status
 
@@ -316,7 +328,9 @@ class LiveAnalyzer:
             # end did not persist: a climb that levels off for good is growth, not a leak.
             findings = findings + tuple(kept)
             fixes = fixes + tuple(live_fixes(st.stats, kept, self.rules))
-        return LiveStatus(st.t, st.state, st.verdict, findings, fixes, st.stats, tuple(self.changes), st.ranks)
+        return LiveStatus(
+            st.t, st.state, st.verdict, findings, fixes, st.stats, tuple(self.changes), st.ranks, st.split
+        )
 
 
 def counters_diagnosis(trace: Trace, rules: Rules) -> tuple[list[Finding], Verdict, list[Recommendation], str]:

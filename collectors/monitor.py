@@ -11,7 +11,7 @@ from typing import Callable
 
 from trainscope.collectors.host import HostSampler
 from trainscope.collectors.nvml import NvmlSampler
-from trainscope.collectors.samples import RankSample, Snapshot
+from trainscope.collectors.samples import PART_FIELDS, RankSample, Snapshot
 from trainscope.collectors.step_receiver import StepReceiver
 
 MIN_INTERVAL_S = 0.25  # faster sampling costs the job CPU and NVML's own counters update slower
@@ -103,7 +103,8 @@ class Monitor:
     def _ranks(self, gpus) -> tuple[RankSample, ...]:
         """Per rank (or stepping process) of a job with several: its steps this interval, its RSS,
         and its GPU (the device NVML lists it on). Empty for a single-process job."""
-        per = self.steps.drain_per_process()
+        drain = getattr(self.steps, "drain_per_process_parts", None)
+        per = drain() if drain is not None else self.steps.drain_per_process()
         known = self.steps.rank_pids()
         self._rank_seen.update(known)
         self._rank_seen.update((p, self._rank_seen.get(p)) for p in per)
@@ -111,7 +112,8 @@ class Monitor:
             return ()
         out = []
         for pid, rank in self._rank_seen.items():
-            n, w, s, m = per.get(pid, (0, 0, 0, 0))
+            n, w, s, m, *rest = per.get(pid, (0, 0, 0, 0))
+            parts = rest[0] if rest and rest[0] is not None and n else (None,) * len(PART_FIELDS)
             gpu = mem = util = None
             for g in gpus:
                 for p in g.processes or ():
@@ -120,7 +122,9 @@ class Monitor:
             rss = (self.host.rss(pid) or None) if self.host is not None else None  # 0: an exited (zombie) rank
             if rss is None and not n and pid not in known:
                 continue  # gone
-            out.append(RankSample(rank if rank is not None else f"pid {pid}", pid, n, w, s, m, rss, gpu, mem, util))
+            out.append(
+                RankSample(rank if rank is not None else f"pid {pid}", pid, n, w, s, m, rss, gpu, mem, util, *parts)
+            )
         out.sort(key=lambda r: (0, int(r.rank), r.pid) if r.rank.isdigit() else (1, 0, r.pid))
         return tuple(out)
 

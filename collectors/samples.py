@@ -3,6 +3,7 @@ package, which analyzers may import); this module re-exports them for collectors
 
 from trainscope.traces.samples import (
     HOST_DEVICE,
+    PART_FIELDS,
     THROTTLE_REASONS,
     GpuProcess,
     GpuSample,
@@ -18,6 +19,7 @@ from trainscope.traces.samples import (
 
 __all__ = [
     "HOST_DEVICE",
+    "PART_FIELDS",
     "THROTTLE_REASONS",
     "GpuProcess",
     "GpuSample",

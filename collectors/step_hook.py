@@ -52,6 +52,9 @@ import time
 
 ENV_SOCKET = "TRAINSCOPE_STEP_SOCKET"
 TARGET_MODULE = "torch.utils.data.dataloader"
+# The parts of a step the hook times (the ``open`` state of a stream): data (inside DataLoader
+# __next__), forward, backward, optimizer step, host-to-device copy.
+NONE, DATA, FWD, BWD, OPT, H2D = 0, 1, 2, 3, 4, 5
 FLUSH_NS = 100_000_000  # send totals at most every 0.1 s
 RETRY_NS = 2_000_000_000  # when no watcher listens, try again after 2 s
 RECENT = 16  # step durations kept for the capture's "before" figure (a ring)
@@ -327,6 +330,19 @@ class _Stream:
         self.after: list[int] | None = None  # steps timed after the last capture
         self.after_id = 0
         self.after_skip = 0
+        # Where in the step (forward, backward, optimizer, host-to-device): see _install_parts.
+        self.parts = False  # the part hooks are in place (torch was loaded at the first __next__)
+        self.parts_tried = False
+        self.fwd = self.bwd = self.opt = self.h2d = 0  # totals of the counted iterations since the last flush
+        self.c_fwd = self.c_bwd = self.c_opt = self.c_h2d = 0  # the running iteration's
+        self.own = self.c_own = 0  # this hook's own time in the DataLoader call (its bookkeeping, its datagrams)
+        self.open = NONE  # the part open at the top level (DATA while inside DataLoader __next__)
+        self.depth = 0  # nested calls of the open part (a module inside a module)
+        self.t_open = 0
+        self.inner = NONE  # forward or backward inside an optimizer step (a closure: LBFGS, Lightning)
+        self.idepth = 0
+        self.t_inner = 0
+        self.carve = 0  # time of those inner parts, taken out of the optimizer's
 
     def _socket(self):
         """The socket, opened when the watcher's checks pass (:func:`watcher_problem`, on the
@@ -442,6 +458,16 @@ class _Stream:
             self.recent.append(d)
             if self.after is not None:
                 self._time_after(d)
+            if self.parts:
+                self.fwd += self.c_fwd
+                self.bwd += self.c_bwd
+                self.opt += self.c_opt
+                self.h2d += self.c_h2d
+                self.own += self.c_own
+        if self.parts:  # the next iteration starts clean: a part left open (an exception) is dropped
+            self.c_fwd = self.c_bwd = self.c_opt = self.c_h2d = self.c_own = 0
+            self.open = self.inner = NONE
+            self.depth = self.idepth = 0
         self.prev_start, self.prev_wait = start, end - start
         if end - self.last_flush >= FLUSH_NS:
             self.flush(end)
@@ -562,6 +588,9 @@ class _Stream:
             "step_ns": self.step,
             "max_wait_ns": self.max_wait,
         }
+        if self.parts:  # where in the step: host wall time of each part, summed over the n iterations
+            msg.update(fwd_ns=self.fwd, bwd_ns=self.bwd, opt_ns=self.opt, h2d_ns=self.h2d, hook_ns=self.own)
+            self.fwd = self.bwd = self.opt = self.h2d = self.own = 0
         self.n = self.wait = self.step = self.max_wait = 0
         self.send(msg)
 
@@ -757,6 +786,234 @@ class _Capture:
             self._set_env = False
 
 
+def _install_parts(stream: "_Stream", h2d_attr: str | None = None) -> bool:
+    """Time where each iteration goes, from global hooks torch already offers (no change to the
+    job's code; a plain loop, Lightning and the HF Trainer all call these entry points):
+
+    - forward: the outermost ``nn.Module`` call (global forward pre-hook to its matching forward
+      hook, a depth count for the modules inside it);
+    - backward: ``torch.autograd.backward`` (``Tensor.backward`` calls it), entry to return;
+    - optimizer: ``Optimizer.step``, timed around torch's own step wrapper (:func:`_wrap_optimizer_steps`;
+      the global step pre-/post-hooks of torch ≥ 2.0 where there is no such wrapper); a forward or
+      backward run inside the step (a closure: LBFGS, Lightning's automatic optimization) is
+      counted as itself and taken out of the step's time;
+    - host-to-device: ``Tensor.to`` / ``Tensor.cuda`` calls outside those parts whose result is a
+      CUDA tensor made from one that was not — wrapped only in a torch built with CUDA (a CPU build
+      has no such copy: 0).
+
+    The hook's own time in the DataLoader call (its bookkeeping, its datagrams) is sent as
+    ``hook_ns``. Each part is host wall time (on a GPU, forward and backward are the time to launch their
+    kernels, not the GPU's time); nothing is synchronized. Parts never overlap: a module called
+    inside backward (activation checkpointing) is backward, one called while the DataLoader loads
+    (a transform module) is data. Only a job that already imported torch is hooked (torch is never
+    imported here); inside ``torch.compile``'s tracing every hook is a no-op. True when in place."""
+    stream.parts_tried = True
+    if stream.parts:
+        return True
+    torch = sys.modules.get("torch")
+    nnm = sys.modules.get("torch.nn.modules.module")
+    optm = sys.modules.get("torch.optim.optimizer")
+    autograd = getattr(torch, "autograd", None)
+    if torch is None or nnm is None or optm is None or autograd is None:
+        return False
+    s, clock = stream, time.monotonic_ns
+    compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+
+    def fwd_pre(module, args):
+        if compiling():
+            return None
+        o = s.open
+        if o == NONE:
+            s.open, s.depth, s.t_open = FWD, 1, clock()
+        elif o == FWD:
+            s.depth += 1
+        elif o == OPT:
+            i = s.inner
+            if i == NONE:
+                s.inner, s.idepth, s.t_inner = FWD, 1, clock()
+            elif i == FWD:
+                s.idepth += 1
+        return None
+
+    def fwd_post(module, args, out):
+        if compiling():
+            return None
+        o = s.open
+        if o == FWD:
+            s.depth -= 1
+            if s.depth <= 0:
+                s.c_fwd += clock() - s.t_open
+                s.open = NONE
+        elif o == OPT and s.inner == FWD:
+            s.idepth -= 1
+            if s.idepth <= 0:
+                d = clock() - s.t_inner
+                s.c_fwd += d
+                s.carve += d
+                s.inner = NONE
+        return None
+
+    orig_backward = autograd.backward
+
+    def backward(*args, **kwargs):
+        o = s.open
+        if o == NONE:
+            s.open = BWD
+            t = clock()
+            try:
+                return orig_backward(*args, **kwargs)
+            finally:
+                if s.open == BWD:
+                    s.c_bwd += clock() - t
+                    s.open = NONE
+        if o == OPT and s.inner == NONE:
+            s.inner = BWD
+            t = clock()
+            try:
+                return orig_backward(*args, **kwargs)
+            finally:
+                if s.open == OPT and s.inner == BWD:
+                    d = clock() - t
+                    s.c_bwd += d
+                    s.carve += d
+                    s.inner = NONE
+        return orig_backward(*args, **kwargs)
+
+    def opt_pre(optimizer, args, kwargs):
+        o = s.open
+        if o == NONE:
+            s.open, s.depth, s.carve, s.inner, s.t_open = OPT, 1, 0, NONE, clock()
+        elif o == OPT and s.inner == NONE:
+            s.depth += 1  # an optimizer wrapping another (accelerate's AcceleratedOptimizer)
+        return None
+
+    def opt_post(optimizer, args, kwargs):
+        if s.open == OPT and s.inner == NONE:
+            s.depth -= 1
+            if s.depth <= 0:
+                s.c_opt += max(0, clock() - s.t_open - s.carve)
+                s.open = NONE
+        return None
+
+    handles = []
+    try:
+        handles.append(nnm.register_module_forward_pre_hook(fwd_pre))
+        try:  # always_call (torch ≥ 2.1): the depth count closes even when a forward raises
+            handles.append(nnm.register_module_forward_hook(fwd_post, always_call=True))
+        except TypeError:
+            handles.append(nnm.register_module_forward_hook(fwd_post))
+        if not _wrap_optimizer_steps(optm, opt_pre, opt_post, compiling):
+            handles.append(optm.register_optimizer_step_pre_hook(opt_pre))
+            handles.append(optm.register_optimizer_step_post_hook(opt_post))
+    except Exception:
+        for h in handles:
+            try:
+                h.remove()
+            except Exception:
+                pass
+        raise
+    backward.__wrapped__ = orig_backward  # type: ignore[attr-defined]
+    backward.__doc__ = getattr(orig_backward, "__doc__", None)
+    backward.__name__ = getattr(orig_backward, "__name__", "backward")
+    backward._trainscope_wrapped = True  # type: ignore[attr-defined]
+    autograd.backward = backward
+    try:  # torch warns that global module hooks fire once more for torch.compile's wrapper module (the
+        # depth count absorbs it); the warning is the hook's doing, not the job's: under -W error it would raise
+        import warnings
+
+        warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
+    except Exception:
+        pass
+    attr = h2d_attr or ("is_cuda" if getattr(getattr(torch, "version", None), "cuda", None) else None)
+    if attr is not None:
+        _wrap_copies(torch, s, attr, compiling)
+    s.parts = True
+    return True
+
+
+def _wrap_optimizer_steps(optm, pre, post, compiling) -> bool:
+    """Time ``Optimizer.step`` from outside torch's own step wrapper (``profile_hook_step``: the
+    profiler range and the step hooks, 0.1–0.7 ms per call measured here, which the global step
+    hooks would leave in "other"): each optimizer class's wrapped ``step`` — the classes already
+    wrapped, and those torch wraps later (``profile_hook_step`` itself) — calls ``pre`` and ``post``
+    around it. False where this torch has no such wrapper (the caller then uses the global step hooks)."""
+    Optimizer = getattr(optm, "Optimizer", None)
+    phs = getattr(Optimizer, "profile_hook_step", None) if Optimizer is not None else None
+    if phs is None:
+        return False
+
+    def timed(step):
+        if getattr(step, "_trainscope_wrapped", False):
+            return step
+
+        def wrapper(*args, **kwargs):
+            if compiling():
+                return step(*args, **kwargs)
+            opt = args[0] if args else None
+            pre(opt, args, kwargs)
+            try:
+                return step(*args, **kwargs)
+            finally:
+                post(opt, args, kwargs)
+
+        for k in ("__module__", "__name__", "__qualname__", "__doc__"):
+            try:
+                setattr(wrapper, k, getattr(step, k))
+            except Exception:
+                pass
+        wrapper.__dict__.update(getattr(step, "__dict__", {}))  # hooked = True: torch does not wrap it again
+        wrapper.__wrapped__ = step  # type: ignore[attr-defined]
+        wrapper._trainscope_wrapped = True  # type: ignore[attr-defined]
+        return wrapper
+
+    def profile_hook_step(func):
+        return timed(phs(func))
+
+    seen, todo = set(), [Optimizer]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            if sub in seen:
+                continue
+            seen.add(sub)
+            todo.append(sub)
+            step = sub.__dict__.get("step")
+            if step is not None and getattr(step, "hooked", False):
+                setattr(sub, "step", timed(step))
+    Optimizer.profile_hook_step = staticmethod(profile_hook_step)
+    return True
+
+
+def _wrap_copies(torch, s: "_Stream", attr: str, compiling) -> None:
+    """Host-to-device time: ``Tensor.to`` and ``Tensor.cuda`` at the top level of an iteration whose
+    result is on the device (``attr``: ``is_cuda``) and whose source was not. No synchronization:
+    a ``non_blocking`` copy costs what its launch costs."""
+    clock = time.monotonic_ns
+    cls = torch.Tensor
+
+    def wrap(orig):
+        def copy(self, *args, **kwargs):
+            if s.open != NONE or compiling() or getattr(self, attr, True):
+                return orig(self, *args, **kwargs)
+            t = clock()
+            out = orig(self, *args, **kwargs)
+            if s.open == NONE and getattr(out, attr, False):
+                s.c_h2d += clock() - t
+            return out
+
+        copy.__wrapped__ = orig  # type: ignore[attr-defined]
+        copy.__doc__ = getattr(orig, "__doc__", None)
+        copy.__name__ = getattr(orig, "__name__", "to")
+        return copy
+
+    for name in ("to", "cuda"):
+        orig = getattr(cls, name, None)
+        if orig is not None and not getattr(orig, "_trainscope_wrapped", False):
+            w = wrap(orig)
+            w._trainscope_wrapped = True  # type: ignore[attr-defined]
+            setattr(cls, name, w)
+
+
 def _wrap_iterator_class(module) -> None:
     cls = module._BaseDataLoaderIter
     original = cls.__next__
@@ -766,17 +1023,28 @@ def _wrap_iterator_class(module) -> None:
     clock = time.monotonic_ns
 
     def __next__(self):
+        t_in = clock()
         if stream.capture_wanted:  # one attribute read per iteration when no capture is asked for
             try:
                 stream.boundary(clock())
             except Exception:
                 pass
+        if not stream.parts_tried:  # once: torch is fully imported by the first iteration
+            stream.parts_tried = True
+            try:
+                _install_parts(stream)
+            except Exception as e:
+                _report_error(f"cannot time the step's parts: {type(e).__name__}: {e}")
+        stream.open = DATA  # a module called while loading (a transform) is data time, not forward
         start = clock()
+        stream.c_own += start - t_in  # the hook's own time before the call ends the previous iteration
         try:
             return original(self)
         finally:
             try:
-                stream.on_next(start, clock())
+                end = clock()
+                stream.on_next(start, end)
+                stream.c_own += clock() - end  # its bookkeeping and datagrams after: the new iteration's
             except Exception:
                 pass
 

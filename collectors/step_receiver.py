@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from trainscope.collectors import step_hook
-from trainscope.collectors.samples import StepSample
+from trainscope.collectors.samples import PART_FIELDS, StepSample
 
 _SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_site")
 HOOK_MODULE = "trainscope_step_hook"
@@ -49,6 +49,8 @@ class StepReceiver:
         self._owner: str | None = None
         self._lock = threading.Lock()
         self._n = self._wait = self._step = self._max = 0
+        self._parts_n = 0  # steps whose batches carried the step's parts (a hook that times them)
+        self._parts = [0, 0, 0, 0, 0]  # fwd, bwd, opt, h2d, hook ns of those steps
         self._hello: set[int] = set()
         self._patched: set[int] = set()
         self._errors: list[str] = []
@@ -56,7 +58,8 @@ class StepReceiver:
         self._ranks: dict[int, dict[str, str | None]] = {}  # pid -> RANK, LOCAL_RANK, WORLD_SIZE from hello
         self._last_steps: dict[int, float] = {}  # pid -> monotonic time of its last step batch
         self._capture_msgs: list[dict] = []
-        self._per_pid: dict[int, list[int]] = {}  # pid -> [n, wait, step, max] since the last drain
+        # pid -> [n, wait, step, max, parts n, fwd, bwd, opt, h2d, hook] since the last drain
+        self._per_pid: dict[int, list[int]] = {}
         self._stop = threading.Event()
         folder, name = os.path.split(path)
         self._folder = folder = folder or "."
@@ -126,13 +129,20 @@ class StepReceiver:
                     return
                 if n < 0 or w < 0 or s < 0 or w > s:
                     return
+                parts = _parts(msg, w, s)  # None from an older hook (or a batch that does not add up)
                 self._patched.add(pid)
                 self._last_steps[pid] = time.monotonic()
-                acc = self._per_pid.setdefault(pid, [0, 0, 0, 0])
+                acc = self._per_pid.setdefault(pid, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
                 acc[0] += n
                 acc[1] += w
                 acc[2] += s
                 acc[3] = max(acc[3], m)
+                if parts is not None:
+                    acc[4] += n
+                    self._parts_n += n
+                    for i, v in enumerate(parts):
+                        acc[5 + i] += v
+                        self._parts[i] += v
                 self._n += n
                 self._wait += w
                 self._step += s
@@ -143,14 +153,24 @@ class StepReceiver:
         with self._lock:
             if not self._n:
                 return None
-            out = StepSample(self._n, self._wait, self._step, self._max)
-            self._n = self._wait = self._step = self._max = 0
+            # The parts only when every step of the interval carried them: a mix would misstate the shares.
+            parts = self._parts if self._parts_n == self._n else [None] * len(PART_FIELDS)
+            out = StepSample(self._n, self._wait, self._step, self._max, *parts)
+            self._n = self._wait = self._step = self._max = self._parts_n = 0
+            self._parts = [0, 0, 0, 0, 0]
             return out
 
     def drain_per_process(self) -> dict[int, tuple[int, int, int, int]]:
         """Per stepping process: (steps, wait ns, step ns, max wait ns) since the last call."""
+        return {p: v[:4] for p, v in self.drain_per_process_parts().items()}  # type: ignore[misc]
+
+    def drain_per_process_parts(self) -> dict[int, tuple[int, int, int, int, tuple[int, ...] | None]]:
+        """Per stepping process: (steps, wait ns, step ns, max wait ns, (fwd, bwd, opt, h2d, hook) ns or
+        None) since the last call; the parts only when every step of the process carried them."""
         with self._lock:
-            out = {p: tuple(v) for p, v in self._per_pid.items()}
+            out = {
+                p: (v[0], v[1], v[2], v[3], tuple(v[5:]) if v[4] == v[0] else None) for p, v in self._per_pid.items()
+            }
             self._per_pid = {}
             return out
 
@@ -239,6 +259,20 @@ class StepReceiver:
                 self._dfd = None
             if self._own_dir:
                 shutil.rmtree(self._own_dir, ignore_errors=True)
+
+
+def _parts(msg: dict, wait: int, step: int) -> tuple[int, ...] | None:
+    """A steps batch's (fwd, bwd, opt, h2d, hook) ns, when the hook timed them and they add up
+    (disjoint parts of the batch's steps, beside its data wait); None otherwise."""
+    if "fwd_ns" not in msg:
+        return None
+    try:
+        vals = tuple(int(msg.get(k, 0)) for k in PART_FIELDS)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return None
+    if any(v < 0 for v in vals) or wait + sum(vals) > step:
+        return None
+    return vals
 
 
 def ensure_private_dir(path: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from trainscope import __version__
 from trainscope.analyzers.live import READY, LiveStatus, WindowStats
+from trainscope.analyzers.live_split import BASIS, LABELS, PARTS, SHORT, SplitWindow, StepSplit
 from trainscope.traces.samples import Snapshot
 from trainscope.reports.document import AXIS_NAMES, HEADLINES, _evidence
 from trainscope.reports.markdown import md_escape
@@ -111,6 +112,90 @@ def rank_lines(st: LiveStatus | None) -> list[str]:
     return out
 
 
+_BAR = {"data": "d", "h2d": "h", "forward": "f", "backward": "b", "optimizer": "o", "hook": "w", "other": "·"}
+
+
+def split_line(sp: StepSplit, short: bool = False, bar: int = 0) -> str:
+    """The step's split as one line — the only place it is worded (headless line, summary, report,
+    dashboard): each part's share of the step time, in step order; ``short`` for the headless
+    line; ``bar`` > 0 prefixes a bar of that width (a letter per part: d data, h host→device,
+    f forward, b backward, o optimizer, w watch's hook, · other)."""
+    head = f"[{split_bar(sp, bar)}] " if bar > 0 else ""
+    if short:
+        return f"{head}split {sp.step_ms:.1f} ms: " + " ".join(f"{SHORT[p]} {sp.pct(p):.0f}" for p in PARTS) + " %"
+    body = " · ".join(f"{LABELS[p]} {sp.pct(p):.0f} %" for p in PARTS)
+    return f"{head}step {sp.step_ms:.1f} ms: {body}"
+
+
+def split_bar(sp: StepSplit, width: int) -> str:
+    """Each part's share of ``width`` cells (largest remainders, so the cells always add up)."""
+    raw = [sp.pct(p) / 100 * width for p in PARTS]
+    cells = [int(x) for x in raw]
+    for i in sorted(range(len(PARTS)), key=lambda i: raw[i] - cells[i], reverse=True)[: max(0, width - sum(cells))]:
+        cells[i] += 1
+    return "".join(_BAR[p] * c for p, c in zip(PARTS, cells))
+
+
+def holdback_line(sw: SplitWindow | None) -> str:
+    """What holds the slowest rank back, in one line ("" for a single process or no split)."""
+    if sw is None or not sw.ranks:
+        return ""
+    h = sw.holds
+    if h is None:
+        return "no part holds one rank back"
+    return (
+        f"rank {h.rank} is held back by its {LABELS[h.part]}: {h.rank_ms:.1f} ms per iteration vs "
+        f"{h.others_ms:.1f} ms on the other ranks (+{h.excess_ms:.1f} ms)"
+    )
+
+
+def split_lines(st: LiveStatus | None, bar: int = 0, short: bool = False) -> list[str]:
+    """Where in the step, for every view: the job's split, each rank's, and the part that holds
+    the slowest rank back. Empty when the hook timed no parts."""
+    sw = st.split if st is not None else None
+    if sw is None:
+        return []
+    out = [f"where in the step  {split_line(sw.split, short, bar)}"] if sw.split is not None else []
+    for name, sp in sw.ranks:
+        mark = f"  ◀ held back by its {LABELS[sw.holds.part]}" if sw.holds is not None and sw.holds.rank == name else ""
+        out.append(f"rank {name:>4s}  {split_line(sp, short, bar)}{mark}")
+    if sw.ranks:
+        out.append(holdback_line(sw))
+    return out
+
+
+def split_dict(sw: SplitWindow | None) -> dict[str, Any] | None:
+    """The split in JSON: per part ms per iteration and % of step, whole job and per rank."""
+    if sw is None:
+        return None
+
+    def one(sp: StepSplit) -> dict[str, Any]:
+        return {
+            "steps": sp.steps,
+            "step_ms": _r(sp.step_ms, 3),
+            "parts": {p: {"ms": _r(sp.part_ms(p), 3), "pct": _r(sp.pct(p))} for p in PARTS},
+        }
+
+    d: dict[str, Any] = {"basis": BASIS, **(one(sw.split) if sw.split is not None else {})}
+    if sw.ranks:
+        d["ranks"] = [{"rank": name, **one(sp)} for name, sp in sw.ranks]
+        h = sw.holds
+        d["holds_back"] = (
+            None
+            if h is None
+            else {
+                "rank": h.rank,
+                "part": h.part,
+                "rank_ms": _r(h.rank_ms, 3),
+                "others_ms": _r(h.others_ms, 3),
+                "excess_ms": _r(h.excess_ms, 3),
+                "how": h.why,
+            }
+        )
+        d["evidence"] = sw.evidence
+    return d
+
+
 def _ms(x: float | None) -> str:
     return "   n/a" if x is None else f"{x:6.1f} ms"
 
@@ -135,6 +220,8 @@ def status_line_dict(st: LiveStatus, snap: Snapshot) -> dict[str, Any]:
     }
     if st.ranks is not None:
         d["ranks"] = ranks_dict(st)
+    if st.split is not None:
+        d["split"] = split_dict(st.split)
     return d
 
 
@@ -154,6 +241,8 @@ def summary_dict(st: LiveStatus, info: dict[str, Any]) -> dict[str, Any]:
     }
     if st.ranks is not None:
         d["ranks"] = ranks_dict(st)
+    if st.split is not None:
+        d["split"] = split_dict(st.split)
     return d
 
 
@@ -186,6 +275,12 @@ def status_line(st: LiveStatus, snap: Snapshot) -> str:
         )
     if s.data_wait_pct is not None:
         parts.append(f"steps {s.steps} wait {s.data_wait_pct:.1f}%")
+    if st.split is not None and st.split.split is not None:
+        held = st.split.holds
+        parts.append(
+            split_line(st.split.split, short=True)
+            + (f" held back: rank {held.rank} {SHORT[held.part]}" if held is not None else "")
+        )
     elif snap.step_mode != "on":
         parts.append(f"steps {snap.step_mode.split(':')[0]}")
     creep = next((f for f in st.findings if f.id == "machine/memory-creep"), None)
@@ -231,6 +326,11 @@ def summary_text(st: LiveStatus, info: dict[str, Any]) -> str:
     if st.ranks is not None:
         out += ["", "Ranks (over the whole run)"] + [f"  {line}" for line in rank_lines(st)]
         out += [f"  {line}" for line in textwrap.wrap(st.ranks.evidence, 92)]
+    if split_lines(st):
+        out += ["", "Where in the step (host wall time of each part; on a GPU, launch time)"]
+        out += [f"  {line}" for line in split_lines(st)]
+        if st.split is not None and st.split.evidence:
+            out += [f"  {line}" for line in textwrap.wrap(st.split.evidence, 92)]
     if info.get("captures"):
         out += ["", "Captures (torch.profiler, diagnosed as `trainscope analyze` would)"]
         for c in info["captures"]:
@@ -392,6 +492,11 @@ def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
                 f"({_pct(r.wait_pct).strip()} %) | {_ms(r.own_ms).strip()} | {_gib(r.rss)} | {gpu} |"
             )
         out += ["", e(st.ranks.evidence), ""]
+    if split_lines(st):
+        out += ["## Where in the step", "", f"*{e(BASIS)}*", ""] + [f"- {e(line)}" for line in split_lines(st)]
+        if st.split is not None and st.split.evidence:
+            out += ["", e(st.split.evidence)]
+        out.append("")
     for c in info.get("captures") or []:
         out += [f"## Capture {c.get('id')}: {e(str(c.get('trigger')))}", ""]
         if c.get("status") != "done":

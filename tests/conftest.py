@@ -188,6 +188,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_plan_snapshots.py": ("app",),
     "test_watch_app.py": ("app",),
     "test_watch_job.py": ("subprocess", "needs_torch"),
+    "test_watch_split.py": ("subprocess", "needs_torch"),
     "test_watch_cli.py": ("subprocess",),
     "test_step_hook.py": ("subprocess", "needs_torch"),
     "test_hardening.py": ("subprocess",),

@@ -86,18 +86,33 @@ class HostSample:
         return None
 
 
+# Where in the step, besides the data wait; hook_ns: the step hook's own time in the DataLoader call.
+PART_FIELDS = ("fwd_ns", "bwd_ns", "opt_ns", "h2d_ns", "hook_ns")
+
+
 @dataclass(frozen=True)
 class StepSample:
-    """Step-exact timings received from the job during the interval (DataLoader ``__next__``)."""
+    """Step-exact timings received from the job during the interval (DataLoader ``__next__``), and
+    where in the step the rest went (forward, backward, optimizer step, host-to-device copies: host
+    wall time summed over the ``steps`` iterations; None from a hook that does not time them)."""
 
     steps: int  # completed loop iterations
     wait_ns: int  # time spent inside DataLoader __next__
     step_ns: int  # summed iteration time (from one __next__ call to the next)
     max_wait_ns: int = 0
+    fwd_ns: int | None = None
+    bwd_ns: int | None = None
+    opt_ns: int | None = None
+    h2d_ns: int | None = None
+    hook_ns: int | None = None  # the step hook's own time (its bookkeeping and datagrams), part of the step
 
     @property
     def data_wait_pct(self) -> float | None:
         return 100.0 * self.wait_ns / self.step_ns if self.step_ns else None
+
+    @property
+    def has_parts(self) -> bool:
+        return self.fwd_ns is not None and self.bwd_ns is not None and self.opt_ns is not None
 
 
 @dataclass(frozen=True)
@@ -115,10 +130,19 @@ class RankSample:
     gpu: int | None = None  # NVML index of the GPU holding this process's memory
     gpu_mem: int | None = None
     gpu_util: float | None = None  # that GPU's utilization
+    fwd_ns: int | None = None  # where in its steps: as StepSample's
+    bwd_ns: int | None = None
+    opt_ns: int | None = None
+    h2d_ns: int | None = None
+    hook_ns: int | None = None
 
     @property
     def data_wait_pct(self) -> float | None:
         return 100.0 * self.wait_ns / self.step_ns if self.step_ns else None
+
+    @property
+    def has_parts(self) -> bool:
+        return self.fwd_ns is not None and self.bwd_ns is not None and self.opt_ns is not None
 
 
 @dataclass(frozen=True)
@@ -207,7 +231,7 @@ _GPU_COUNTERS = (
 )
 _HOST_COUNTERS = ("cpu_pct", "iowait_pct", "mem_used", "mem_total", "disk_read_bps")
 _GROUP_COUNTERS = ("count", "cpu_pct", "rss")
-_STEP_COUNTERS = ("steps", "wait_ns", "step_ns", "max_wait_ns")
+_STEP_COUNTERS = ("steps", "wait_ns", "step_ns", "max_wait_ns", *PART_FIELDS)
 
 
 def counter_rows(s: Snapshot) -> Iterable[tuple[int, str, float]]:
@@ -232,7 +256,9 @@ def counter_rows(s: Snapshot) -> Iterable[tuple[int, str, float]]:
                     yield HOST_DEVICE, f"proc.{grp.role}.{name}", float(v)
     if s.step is not None:
         for name in _STEP_COUNTERS:
-            yield HOST_DEVICE, f"step.{name}", float(getattr(s.step, name))
+            v = getattr(s.step, name)
+            if v is not None:  # parts: only from a hook that times them
+                yield HOST_DEVICE, f"step.{name}", float(v)
 
 
 def snapshot_from_counters(
@@ -286,6 +312,7 @@ __all__ = [
     "Snapshot",
     "StepSample",
     "HOST_DEVICE",
+    "PART_FIELDS",
     "THROTTLE_REASONS",
     "counter_rows",
     "snapshot_from_counters",

@@ -27,6 +27,7 @@ from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 
 from trainscope.analyzers.live import LiveStatus
 from trainscope.api import LiveSample
+from trainscope.reports.live import split_lines
 from trainscope.traces.samples import Snapshot
 from trainscope.tui.chrome import HelpScreen, SafeChrome, keys_text
 from trainscope.tui.keys import binding_rows, common_bindings, palette_commands
@@ -41,6 +42,7 @@ from trainscope.tui.watch_widgets import (
 )
 
 WINDOWS_S = (60.0, 300.0, 900.0, 3600.0)
+SPLIT_BAR = 20  # cells of the where-in-the-step bar (reports.live.split_bar: a letter per part)
 
 
 def step_lines(shown: list[tuple[LiveStatus, Snapshot]], launched: bool = False) -> list[str]:
@@ -65,7 +67,7 @@ def step_lines(shown: list[tuple[LiveStatus, Snapshot]], launched: bool = False)
     return [
         f"{st.steps} steps in the last interval · mean {st.step_ns / st.steps / 1e6:.1f} ms · "
         f"data wait {st.data_wait_pct or 0:.1f} % · longest wait {st.max_wait_ns / 1e6:.1f} ms"
-    ]
+    ] + split_lines(shown[-1][0], bar=SPLIT_BAR, short=True)
 
 
 MAX_HISTORY = 20_000
