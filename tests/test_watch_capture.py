@@ -406,16 +406,18 @@ def test_every_rank_is_captured_and_the_set_is_analyzed_as_ranks(tmp_path):
     assert done.path == str(folder)
     # The overhead is the reference (lowest) rank's: 600 ms during against 500 ms around.
     assert done.overhead()[:2] == (600.0, 500.0)
-    # The rank set's own reading: one line per rank, then the straggler line of the collective alignment.
+    # The rank set's own reading: one line per rank, then the rank story's straggler line (the same
+    # line the analysis of the rank set leads its Stragglers section with).
     assert done.ranks[0].startswith("rank 0: step p50 615.12 ms") and done.ranks[1].startswith("rank 1: step p50")
-    assert "rank 1: enters collectives" in done.ranks[2] and "after the first rank" in done.ranks[2]
+    assert done.ranks[2].startswith("straggler: rank 1 is last at 5 of 5 collectives"), done.ranks[2]
+    assert "the others wait 15.9 ms per step for it" in done.ranks[2]
     d = done.to_dict()
     assert d["pids"] == [101, 102] and d["ranks"] == list(done.ranks)
     from trainscope.analyzers.live import LiveAnalyzer
     from trainscope.reports.live import summary_markdown
 
     md = summary_markdown(LiveAnalyzer().summary(), {"target": "job", "captures": [d]})
-    assert "2 ranks (pids 101, 102)" in md and "Ranks:" in md and "- rank 1: enters collectives" in md
+    assert "2 ranks (pids 101, 102)" in md and "Ranks:" in md and "- straggler: rank 1 is last at 5 of 5" in md
 
 
 def test_the_end_of_a_watch_lists_a_captures_ranks_in_text_and_html(tmp_path):
@@ -437,10 +439,10 @@ def test_the_end_of_a_watch_lists_a_captures_ranks_in_text_and_html(tmp_path):
     st, info = LiveAnalyzer().summary(), {"target": "job", "captures": [done.to_dict()]}
     text = summary_text(st, info)
     assert "      rank 0: step p50 615.12 ms" in text and "      rank 1: step p50" in text
-    assert "      rank 1: enters collectives" in text
+    assert "      straggler: rank 1 is last at 5 of 5 collectives" in text
     page = tmp_path / "w.html"
     formats.write(str(page), WatchSummary(st, info).output())
-    assert "rank 1: enters collectives" in page.read_text()
+    assert "straggler: rank 1 is last at 5 of 5 collectives" in page.read_text()
 
 
 def test_a_rank_that_refuses_is_named_and_the_others_are_still_analyzed(tmp_path):
