@@ -255,7 +255,7 @@ def test_the_apps_export_message_shows_a_path_with_brackets_as_it_is(tmp_path):
     """The app's export notices interpolate the file path (and elsewhere kernel names, allocation
     sites, the search text) — as plain text, not Textual markup: a folder named "run[/b]" raised
     MarkupError (closing tag without an opening one) when the notice was drawn, and "[b]" vanished."""
-    from tests.test_tui import _ready, session
+    from tests.test_tui import _ready, session, until
     from trainscope.tui.app import AnalyzeApp
 
     target = tmp_path / "run[/b]" / "r.md"  # its folder does not exist: the "cannot write" notice
@@ -264,7 +264,8 @@ def test_the_apps_export_message_shows_a_path_with_brackets_as_it_is(tmp_path):
         app = AnalyzeApp(str(KINETO / MI250), session=session(MI250), report_path=str(target))
         async with app.run_test(size=(100, 30)) as pilot:
             await _ready(app, pilot)
-            await pilot.pause()
+            # the report is written (here: refused) in a background thread: wait for its notice
+            await until(pilot, lambda: any("cannot write" in str(n.message) for n in app._notifications))
             from textual.widgets._toast import Toast
 
             return [str(Toast(n).render().plain) for n in app._notifications]  # as the toast draws it

@@ -44,11 +44,19 @@ def static_text(app, selector: str) -> str:
     return str(app.query_one(selector).render())
 
 
-async def _ready(app, pilot) -> None:
-    for _ in range(300):
+async def until(pilot, ready, limit_s: float = 120.0) -> bool:
+    """Pause until ``ready()`` holds (checked every 50 ms), at most ``limit_s`` of wall time: a test
+    waits for the event itself, never a fixed time that a loaded machine can outlast (a fixed pause
+    read the app's notices before its background thread had posted them, 1 run in 5 under load)."""
+    for _ in range(int(limit_s / 0.05)):
+        if ready():
+            return True
         await pilot.pause(0.05)
-        if app.session is not None and app.query_one("#tabs").display:
-            break
+    return bool(ready())
+
+
+async def _ready(app, pilot) -> None:
+    await until(pilot, lambda: app.session is not None and app.query_one("#tabs").display)
     await pilot.pause()
 
 
