@@ -225,7 +225,7 @@ def test_kernels_at_real_sizes_name_their_kernels_and_show_every_sort_arrow(size
             names = [str(table.get_row_at(i)[-1]) for i in range(min(12, table.row_count))]
             # The elementwise kernels (the four "at::native::vec…" rows) are told apart by their functor;
             # at 120 columns every top row is.
-            elementwise = [n for n in names if n.startswith("vectori")]
+            elementwise = [n for n in names if n.startswith("vector")]
             assert len(elementwise) >= 2 and len(set(elementwise)) == len(elementwise), names
             if size[0] >= 120:
                 assert len(set(names)) == len(names), names

@@ -530,7 +530,7 @@ def _collapse_nested(name: str) -> str:
 def _elide(name: str, limit: int) -> str:
     """Shorter and shorter, keeping what tells kernels apart: namespaces go (at::native::,
     (anonymous namespace)::), then arguments nested in the template's, then the kernel's base name
-    keeps its head — never all of the template arguments — and last the end is cut."""
+    keeps its head and tail — never all of the template arguments — and last the end is cut."""
     if limit < 8:
         return name[: max(0, limit - 1)] + "…" if limit > 0 else ""
     name = _NAMESPACE.sub("", name)
@@ -542,9 +542,10 @@ def _elide(name: str, limit: int) -> str:
     cut = min((i for i in (name.find("<"), name.find("(")) if i > 0), default=-1)
     if cut > 0:
         base, rest = name[:cut], name[cut:]
-        keep = max(6, limit // 3)
-        if len(base) > keep:
-            name = base[: keep - 1] + "…" + rest
+        keep = max(12, limit // 2)
+        if len(base) > keep:  # its head and its tail (…_kernel_cta / …_kernel_warp tell kernels apart)
+            head = (keep - 1) * 3 // 5
+            name = base[:head] + "…" + base[len(base) - (keep - 1 - head) :] + rest
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
