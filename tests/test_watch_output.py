@@ -67,7 +67,8 @@ def test_dashboard_keeps_the_jobs_output_for_the_scrollback(tmp_path):
     try:
         tmux.wait_for("q quit", timeout=60)
         end = time.monotonic() + 90
-        while not exit_file.exists() and time.monotonic() < end:
+        # the shell creates the file (the redirection) before echo writes the code: wait for its content
+        while not (exit_file.exists() and exit_file.read_text().strip()) and time.monotonic() < end:
             time.sleep(0.2)
         assert exit_file.read_text().strip() == "4"
         history = tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "t")
