@@ -134,8 +134,10 @@ def test_clock_offset_is_recovered(dlrm):
 
 @pytest.fixture(scope="module")
 def many_ranks(tmp_path_factory):
-    """64 rank files made from the two real DLRM ranks (even ranks from rank 0, odd from rank 1)."""
-    return dlrm_rank_dir(tmp_path_factory.mktemp("ranks64"), 64)
+    """24 rank files made from the two real DLRM ranks (even ranks from rank 0, odd from rank 1): enough
+    for the pool and Dask to split the map unevenly and for a glob to pick a subset; the speed at 64+
+    ranks is measured in benchmarks/bench_scale.py, not here."""
+    return dlrm_rank_dir(tmp_path_factory.mktemp("ranks24"), 24)
 
 
 def _doc(capsys, *args) -> dict:
@@ -143,10 +145,10 @@ def _doc(capsys, *args) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_64_ranks_serial_processes_and_dask_agree(many_ranks, capsys):
+def test_24_ranks_serial_processes_and_dask_agree(many_ranks, capsys):
     serial = _doc(capsys, str(many_ranks), "--jobs", "1")
-    assert [r["rank"] for r in serial["ranks"]] == list(range(64))
-    # 32 identical copies of rank 1 arrive last together: no single straggler, the tie is not counted
+    assert [r["rank"] for r in serial["ranks"]] == list(range(24))
+    # 12 identical copies of rank 1 arrive last together: no single straggler, the tie is not counted
     assert serial["stragglers"]["alignment"]["rank_imbalance"] is None and serial["stragglers"]["stragglers"] == []
     pool = _doc(capsys, str(many_ranks), "--jobs", "2")
     assert pool == serial

@@ -557,8 +557,8 @@ def test_loader_errors_after_quit_do_not_change_the_exit_code():
 
 
 def test_number_keys_leave_every_tab():
-    """From every tab, every number key shows its tab (on Kernels and Fixes the focused table
-    used to pull its pane back, so 1 or 6 flickered and stayed)."""
+    """From the tabs whose focused table used to pull its pane back (Kernels and Fixes: 1 or 6
+    flickered and stayed), every number key shows its tab."""
 
     async def go():
         app = AnalyzeApp(str(KINETO / RESNET), session=session(RESNET))
@@ -566,7 +566,7 @@ def test_number_keys_leave_every_tab():
             await _ready(app, pilot)
             tabs = app.query_one("#tabs")
             shown = ["overview", "timeline", "steps", "kernels", "fixes", "memory"]
-            for a in ("kernels", "fixes", "steps"):
+            for a in ("kernels", "fixes"):
                 for b in shown:
                     await pilot.press(str(shown.index(a) + 1))
                     await pilot.pause()
