@@ -9,7 +9,7 @@ from trainscope import __version__
 from trainscope.analyzers.diff import GateResult, Run, RunDiff, ShareChange
 from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.analyzers.tree_diff import NodeChange, NodeGateResult, TreeDiff
-from trainscope.reports.document import AXIS_NAMES, HEADLINES
+from trainscope.reports.document import AXIS_NAMES, headline_word
 
 SCHEMA = "trainscope.diff/1"
 KERNEL_ROWS = 20  # per group (grew, shrank, appeared, disappeared); match_counts has the totals
@@ -29,7 +29,9 @@ def verdict_change_dict(v: Any) -> dict[str, Any]:
                 "axis": getattr(v, f"{side}_axis"),
                 "bottleneck": getattr(v, f"{side}_bottleneck"),
                 "confidence": getattr(v, f"{side}_confidence"),
-                "headline": verdict_headline(getattr(v, f"{side}_axis"), getattr(v, f"{side}_bottleneck")),
+                "headline": verdict_headline(
+                    getattr(v, f"{side}_axis"), getattr(v, f"{side}_bottleneck"), getattr(v, f"{side}_summary")
+                ),
                 "summary": getattr(v, f"{side}_summary"),
             }
             for side in ("before", "after")
@@ -50,14 +52,14 @@ def step_time_dict(changes: Any) -> dict[str, dict[str, float | None]]:
     }
 
 
-def verdict_headline(axis: str, bottleneck: str | None) -> str:
+def verdict_headline(axis: str, bottleneck: str | None, summary: str = "") -> str:
     if axis == "insufficient_evidence":
         return "INSUFFICIENT EVIDENCE"
     if axis == "balanced":
         return "BALANCED"
     if axis == "not_representative":  # no steady state in the window: not a D·A·M axis
         return "NOT REPRESENTATIVE"
-    return f"{HEADLINES.get(bottleneck or '', axis.upper())} · D·A·M axis: {AXIS_NAMES[axis]}"
+    return f"{headline_word(bottleneck, summary, axis.upper())} · D·A·M axis: {AXIS_NAMES[axis]}"
 
 
 def _side(r: Run) -> dict[str, Any]:

@@ -19,6 +19,20 @@ from trainscope.collectors.formats import COUNTER_FORMATS  # the reader table's 
 SCHEMA = "trainscope.analysis/2"  # 2: mfu.value_pct may be estimated from shapes (mfu.basis); roofline
 
 HEADLINES = {s.id: s.headline for s in registry.REGISTRY.values()}  # declared with each finding
+# (finding id, title) → headline, for a finding raised under a title variant (FindingSpec.headline_variants)
+HEADLINE_VARIANTS = {(s.id, t): h for s in registry.REGISTRY.values() for t, h in s.headline_variants}
+
+
+def headline_word(bottleneck: str | None, summary: str, default: str) -> str:
+    """The verdict's headline word for its bottleneck finding: the variant its title names, where the
+    summary (which opens with the finding's title) opens with one, else the finding's headline, else
+    ``default``. Every view of a verdict (report, diff, app badge, one-line) reads it here."""
+    for (fid, title), word in HEADLINE_VARIANTS.items():
+        if fid == bottleneck and summary.startswith(title):
+            return word
+    return HEADLINES.get(bottleneck or "", default)
+
+
 AXIS_NAMES = {
     "data": "Data",
     "algorithm": "Algorithm",
@@ -78,7 +92,8 @@ def headline(doc: dict) -> str:
         return "NOT REPRESENTATIVE" + (f" ({' / '.join(phases)})" if phases else "")
     if v["axis"] == "balanced":
         return "BALANCED"
-    return f"{HEADLINES.get(v['bottleneck'], v['axis'].upper())} · D·A·M axis: {AXIS_NAMES[v['axis']]}"
+    word = headline_word(v["bottleneck"], v.get("summary") or "", v["axis"].upper())
+    return f"{word} · D·A·M axis: {AXIS_NAMES[v['axis']]}"
 
 
 def gain_words(r: dict, step: bool = False) -> str:

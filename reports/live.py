@@ -15,11 +15,10 @@ from trainscope import __version__
 from trainscope.analyzers.live import READY, LiveStatus, WindowStats
 from trainscope.analyzers.live_split import BASIS, LABELS, PARTS, SHORT, SplitWindow, StepSplit
 from trainscope.traces.samples import Snapshot
-from trainscope.reports.document import AXIS_NAMES, HEADLINES, _evidence
+from trainscope.reports.document import AXIS_NAMES, _evidence, headline_word
 from trainscope.reports.markdown import md_escape
 
 SCHEMA = "trainscope.watch/1"
-LIVE_HEADLINES = HEADLINES  # the registry declares the live findings' headlines too
 
 
 def live_headline(st: LiveStatus) -> str:
@@ -30,7 +29,7 @@ def live_headline(st: LiveStatus) -> str:
         return "INSUFFICIENT EVIDENCE"
     if v.axis == "balanced":
         return "BALANCED"
-    return f"{LIVE_HEADLINES.get(v.bottleneck, v.axis.upper())} · D·A·M axis: {AXIS_NAMES[v.axis]}"
+    return f"{headline_word(v.bottleneck, v.summary, v.axis.upper())} · D·A·M axis: {AXIS_NAMES[v.axis]}"
 
 
 def _r(x: float | None, nd: int = 2) -> float | None:

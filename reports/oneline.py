@@ -23,15 +23,18 @@ def _cut(s: str) -> str:
     return s if len(s) <= MAX else s[: MAX - 1] + "…"
 
 
-def _headline(axis: str, bottleneck: str | None) -> str:
+def _headline(axis: str, bottleneck: str | None, summary: str = "") -> str:
     from trainscope.reports.diff_document import verdict_headline
 
-    return verdict_headline(axis, bottleneck)
+    return verdict_headline(axis, bottleneck, summary)
 
 
 def report_line(source: str, verdict: Any, steps: int, step_p50_ms: float | None, findings: int, ranks: int) -> str:
     conf = "" if verdict.axis == "insufficient_evidence" else f" ({verdict.confidence:.2f})"
-    parts = [f"{_headline(verdict.axis, verdict.bottleneck)}{conf}", f"{steps} step{'' if steps == 1 else 's'}"]
+    parts = [
+        f"{_headline(verdict.axis, verdict.bottleneck, verdict.summary)}{conf}",
+        f"{steps} step{'' if steps == 1 else 's'}",
+    ]
     if step_p50_ms:
         parts.append(f"step p50 {step_p50_ms:.2f} ms")
     parts.append(f"{findings} finding{'' if findings == 1 else 's'}")
@@ -49,8 +52,8 @@ def diff_line(d: Any, gate: Any, fixes: list) -> str:
         f"{_base(getattr(before, 'path', None) or getattr(before, 'source', ''))} → "
         f"{_base(getattr(after, 'path', None) or getattr(after, 'source', ''))}"
     )
-    verdict = _headline(v.before_axis, v.before_bottleneck)
-    verdict += f" → {_headline(v.after_axis, v.after_bottleneck)}" if v.changed else " (unchanged)"
+    verdict = _headline(v.before_axis, v.before_bottleneck, v.before_summary)
+    verdict += f" → {_headline(v.after_axis, v.after_bottleneck, v.after_summary)}" if v.changed else " (unchanged)"
     work = getattr(d, "work", None)
     if work is not None and work.fixed_windows and work.before_kernel_ms > 0:
         ch = 100 * (work.after_kernel_ms - work.before_kernel_ms) / work.before_kernel_ms

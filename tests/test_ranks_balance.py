@@ -248,3 +248,32 @@ def test_the_rule_is_declared():
     t = Rules()["ranks.work_explains_pct"]
     assert t.value == 50.0 and t.unit == "% of the wait" and t.source
     assert dataclasses.is_dataclass(t)
+
+
+def test_a_wait_that_is_not_work_imbalance_is_not_headlined_as_imbalance(gloo_dir):
+    """A verdict whose bottleneck is ``ranks/imbalance`` raised under the "not work imbalance" title
+    reads LATE-RANK-BOUND in every view (text, Markdown, HTML, the app's badge, a diff side, the
+    one-line form), never RANK-IMBALANCE-BOUND; the work-imbalance title keeps its headline. No
+    bundled rank set has that verdict (its stake is capped by the small extra work, so other findings
+    lead): the gloo document is given the verdict the not-work finding would write."""
+    from trainscope.reports.diff_document import verdict_headline
+    from trainscope.reports.document import headline, headline_word
+    from trainscope.reports.html import render_html
+    from trainscope.reports.markdown import render_markdown
+    from trainscope.reports.oneline import report_line
+    from trainscope.reports.text import render_text
+
+    doc = analyze(str(gloo_dir), jobs=1).to_dict()
+    v = doc["verdict"]
+    assert v["bottleneck"] == "ranks/imbalance" and v["summary"].startswith(WORK_TITLE)
+    assert headline(doc).startswith("RANK-IMBALANCE-BOUND")
+    late = {**doc, "verdict": {**v, "summary": NOT_WORK_TITLE + " — 0.4 % of step time"}}
+    assert headline(late) == "LATE-RANK-BOUND · D·A·M axis: Algorithm"
+    for view in (render_text(late), render_markdown(late).replace("\\", ""), render_html(late)):
+        assert "LATE-RANK-BOUND" in view and "RANK-IMBALANCE-BOUND" not in view
+    assert verdict_headline("algorithm", "ranks/imbalance", late["verdict"]["summary"]).startswith("LATE-RANK-BOUND")
+    verdict = dataclasses.make_dataclass("V", ["axis", "bottleneck", "confidence", "summary"])
+    line = report_line("x", verdict("algorithm", "ranks/imbalance", 0.8, late["verdict"]["summary"]), 3, 5.0, 1, 2)
+    assert "LATE-RANK-BOUND · D·A·M axis: Algorithm (0.80)" in line
+    assert headline_word("ranks/imbalance", WORK_TITLE, "X") == "RANK-IMBALANCE-BOUND"
+    assert headline_word("data/input-wait", NOT_WORK_TITLE, "X") == "DATA-BOUND"  # a variant is its finding's own

@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Static
 
 from trainscope.analyzers.diff import GateResult, RecommendationOutcome, RunDiff, Run, ShareChange
 from trainscope.analyzers.kernel_match import KernelChange
-from trainscope.reports.document import AXIS_NAMES, HEADLINES
+from trainscope.reports.document import AXIS_NAMES, headline_word
 from trainscope.tui.palette import AXIS_CLASS, GPU_STYLE
 from trainscope.tui.sorting import SortedColumns
 from trainscope.traces.safe_text import visible
@@ -71,11 +71,11 @@ def _side_cells(r: Run) -> dict[str, str]:
     }
 
 
-def verdict_lines(axis: str, bottleneck: str | None, confidence: float) -> str:
+def verdict_lines(axis: str, bottleneck: str | None, confidence: float, summary: str = "") -> str:
     """A badge's two lines: what binds, then the axis and confidence."""
     if axis in ("insufficient_evidence", "balanced"):
         return f"{AXIS_NAMES[axis].upper()}\nconfidence {confidence:.2f}"
-    return f"{HEADLINES.get(bottleneck or '', axis.upper())}\n{AXIS_NAMES[axis]} axis · confidence {confidence:.2f}"
+    return f"{headline_word(bottleneck, summary, axis.upper())}\n{AXIS_NAMES[axis]} axis · confidence {confidence:.2f}"
 
 
 class DiffSummary(VerticalScroll):
@@ -151,15 +151,15 @@ class DiffSummary(VerticalScroll):
         self.query_one("#comparability", Static).update(comp)
 
         v = d.verdict
-        for side, axis, bott, conf in (
-            ("before", v.before_axis, v.before_bottleneck, v.before_confidence),
-            ("after", v.after_axis, v.after_bottleneck, v.after_confidence),
+        for side, axis, bott, conf, said in (
+            ("before", v.before_axis, v.before_bottleneck, v.before_confidence, v.before_summary),
+            ("after", v.after_axis, v.after_bottleneck, v.after_confidence, v.after_summary),
         ):
             badge = self.query_one(f"#badge-{side}", Static)
             for cls in AXIS_CLASS.values():
                 badge.remove_class(cls)
             badge.add_class(AXIS_CLASS.get(axis, "axis-none"))
-            badge.update(verdict_lines(axis, bott, conf))
+            badge.update(verdict_lines(axis, bott, conf, said))
         self.query_one("#verdict-arrow", Static).update("→" if v.changed else "=")
         self.query_one("#after-summary", Static).update(
             f"Verdict {'changed' if v.changed else 'unchanged'}. After: {visible(v.after_summary)}"
@@ -659,7 +659,7 @@ class FixOutcomes(VerticalScroll):
             grid.add_row(
                 "",
                 Text(
-                    f"None: the BEFORE verdict was {verdict_headline(v.before_axis, v.before_bottleneck)}, "
+                    f"None: the BEFORE verdict was {verdict_headline(v.before_axis, v.before_bottleneck, v.before_summary)}, "
                     "with no ranked fixes.",
                     style="dim",
                 ),

@@ -310,6 +310,9 @@ class FindingSpec:
     alternatives: tuple[Fix, ...] = ()  # fixes for particular contexts, tried before ``fix`` (their ``applies``)
     refines: str | None = None  # the broader finding of the same sink this one names more precisely
     title_words: Words | None = None  # the headline in the run's words (else ``title`` / the rule's)
+    # (title, headline): a finding its measure raises under that title (a variant of ``title`` that
+    # says the finding is something else than its name suggests) gives the verdict that headline.
+    headline_variants: tuple[tuple[str, str], ...] = ()
     detail_words: Words | None = None  # the one-line detail in the run's words (else the rule's)
 
     def title_for(self, ctx: Context | None, default: str | None = None) -> str:

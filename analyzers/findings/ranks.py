@@ -275,6 +275,9 @@ IMBALANCE = FindingSpec(
     ),
     critical_path="communication",
     headline="RANK-IMBALANCE-BOUND",
+    # The wait the late rank's extra work does not explain is not imbalance: the verdict says a late
+    # rank binds, not unequal work (its fix, balancing, is not offered either).
+    headline_variants=((NOT_WORK_TITLE, "LATE-RANK-BOUND"),),
     label_class="imbalance",
     sink="imbalance",
     breakdown=("communication",),

@@ -33,6 +33,7 @@ def explain_finding(report: "Report", finding: str, *, rank: int | None = None) 
     in the verdict, the thresholds that grade it (value, unit, source), the fixes for it with their
     projections, and the step and interval of the timeline that show it most."""
     from trainscope.analyzers.findings import REGISTRY
+    from trainscope.reports.document import headline_word
 
     i = _rank(report, rank)
     doc = _doc(report, i)
@@ -83,7 +84,7 @@ def explain_finding(report: "Report", finding: str, *, rank: int | None = None) 
         "finding": found,
         "role": role,
         "verdict": {"axis": v["axis"], "bottleneck": v["bottleneck"], "confidence": v["confidence"]},
-        "headline": spec.headline if spec is not None else found["title"],
+        "headline": headline_word(finding, found["title"], found["title"]),
         "graded_by": thresholds,
         "fixes": [r for r in doc["recommendations"] if r["finding"] == finding],
         "timeline": where,
