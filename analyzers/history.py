@@ -35,12 +35,15 @@ from trainscope.analyzers.diff import (
     judge_outcome,
 )
 from trainscope.analyzers.kernel_match import KernelChange, KernelTime, match_kernels
+from trainscope.analyzers.module_tree import STORED_LEVELS, STORED_NODES, ModuleTree, Node, top_levels
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.shapes import ShapeSignature
 from trainscope.analyzers.sinks import SINK_LABELS, SINKS
+from trainscope.analyzers.tree_diff import TreeDiff, diff_trees
 
 SUMMARY_SCHEMA = "trainscope.run/1"
 _V = TypeVar("_V", str, bool, int, float)  # what a stored summary's leaves are read as
+_D = TypeVar("_D", int, None)  # an optional leaf's default
 
 
 class BadSummary(ValueError):
@@ -88,6 +91,10 @@ class RunSummary:
     memory_peak_bytes: int | None
     shapes: ShapeSignature
     warnings: tuple[str, ...] = ()
+    # Where in the model: the module tree's top levels (module_tree.top_levels); None where the trace
+    # records no ranges or GPU work, or where the summary predates the tree (``predates_tree``).
+    tree: ModuleTree | None = None
+    predates_tree: bool = False  # read from a summary written before summaries kept the tree
 
     @property
     def steps(self) -> int:
@@ -140,6 +147,7 @@ class RunSummary:
                 "batch_dims": [[d, n] for d, n in sorted(self.shapes.batch_dims.items())],
             },
             "warnings": list(self.warnings),
+            "tree": None if self.tree is None else tree_to_dict(self.tree),
         }
 
     @classmethod
@@ -206,7 +214,101 @@ class RunSummary:
                 {int(p[0]): int(p[1]) for p in sh.pairs("batch_dims")},
             ),
             warnings=tuple(r.list("warnings", str)),
+            # a summary written before the tree was kept has no "tree" key: it loads, without one
+            tree=tree_from_dict(r.sub("tree")) if r.raw("tree") is not None else None,
+            predates_tree="tree" not in r.d,
         )
+
+
+def _node_dict(n: Node) -> dict[str, Any]:
+    """One stored node; the keys after ``bound`` only where they differ from their default (no % of
+    roof, one instance, no kernel, no children left out, no children): a summary stays small."""
+    d: dict[str, Any] = {
+        "name": n.name,
+        "kind": n.kind,
+        "count": n.count,
+        "host_ns": n.host_ns,
+        "gpu_ns": n.gpu_ns_inclusive,
+        "self_ns": n.gpu_ns_exclusive,
+        "bound": n.bound,
+    }
+    if n.share_of_peak_pct is not None:
+        d["roof_pct"] = n.share_of_peak_pct
+    if n.instances != 1:
+        d["instances"] = n.instances
+    if n.top_kernels:
+        d["kernel"] = list(n.top_kernels[0])
+    if n.omitted:
+        d["omitted"] = n.omitted
+    if n.children:
+        d["children"] = [_node_dict(c) for c in n.children]
+    return d
+
+
+def tree_to_dict(t: ModuleTree) -> dict[str, Any]:
+    """A stored tree (:func:`module_tree.top_levels`) as the summary keeps it; :func:`tree_from_dict`
+    reads it back."""
+    return {
+        "kept": f"the first {STORED_LEVELS} levels, then the heaviest nodes by GPU time; {STORED_NODES} nodes at most",
+        "gpu_ns": t.gpu_ns,
+        "windows": t.windows,
+        "ranges": dict(t.ranges),
+        "unlinked": t.unlinked,
+        "omitted": t.omitted,
+        "nodes": [_node_dict(n) for n in t.roots],
+    }
+
+
+def _node_from(r: _Reader, parent: tuple[str, ...]) -> Node:
+    name = r.get("name", str)
+    k = r.raw("kernel")
+    opt = r.optional
+    kernel: list[tuple[str, int, int]] = []
+    if k is not None:
+        if not isinstance(k, builtins.list) or len(k) != 3:
+            raise BadSummary(f"{r.where}.kernel: expected [name, calls, ns] or null")
+        kernel = [
+            (
+                r._cast(k[0], str, f"{r.where}.kernel[0]", False),
+                r._cast(k[1], int, f"{r.where}.kernel[1]", False),
+                r._cast(k[2], int, f"{r.where}.kernel[2]", False),
+            )
+        ]
+    path = (*parent, name)
+    return Node(
+        path=path,
+        name=name,
+        kind=r.get("kind", str),
+        count=r.get("count", int),
+        host_ns=r.get("host_ns", int),
+        gpu_ns_inclusive=r.get("gpu_ns", int),
+        gpu_ns_exclusive=r.get("self_ns", int),
+        flops=None,
+        bytes=None,
+        tflops=None,
+        gbps=None,
+        bound=r.get("bound", str),
+        share_of_peak_pct=opt("roof_pct", float, None),
+        top_kernels=kernel,
+        instances=opt("instances", int, 1),
+        children=[_node_from(c, path) for c in r.items("children")] if "children" in r.d else [],
+        omitted=opt("omitted", int, 0),
+    )
+
+
+def tree_from_dict(r: _Reader) -> ModuleTree:
+    """The (partial) module tree of a stored summary: the nodes it kept, each with the number of
+    children it left out; raises :class:`BadSummary` naming the first field not as written."""
+    ranges = r.sub("ranges")
+    return ModuleTree(
+        roots=[_node_from(n, ()) for n in r.items("nodes")],
+        gpu_ns=r.get("gpu_ns", int),
+        windows=r.get("windows", int),
+        ranges={k: ranges.get(k, int) for k in ranges.keys()},
+        unlinked=r.get("unlinked", int),
+        notes=[],
+        omitted=r.get("omitted", int),
+    )
 
 
 class _Reader:
@@ -248,6 +350,12 @@ class _Reader:
         if value is None and none:
             return None
         return self._cast(value, typ, f"{self.where}.{key}", none)
+
+    def optional(self, key: str, typ: type[_V], default: _D) -> _V | _D:
+        """``key`` as ``typ`` where present (null is not a value), else ``default``."""
+        if key not in self.d:
+            return default
+        return self._cast(self.d[key], typ, f"{self.where}.{key}", False)
 
     def sub(self, key: str) -> _Reader:
         return _Reader(self.d.get(key), f"{self.where}.{key}")
@@ -327,6 +435,7 @@ def summarize(run: Run) -> RunSummary:
         memory_peak_bytes=int(mem[0]) if mem else None,
         shapes=run.shapes,
         warnings=tuple(run.warnings),
+        tree=None if a.tree is None else top_levels(a.tree),
     )
 
 
@@ -430,6 +539,7 @@ class SummaryDiff:
     fixes: list[FixOutcome]
     comparability: list[ComparabilityCheck]
     labels: tuple[str, str] = ("BEFORE", "AFTER")
+    tree: TreeDiff | None = None  # the stored trees' top levels node by node (both runs keep one)
 
     @property
     def comparable(self) -> bool:
@@ -533,6 +643,7 @@ def diff_summaries(
         # _Facts carries the fields comparability reads of a Run (a structural stand-in)
         comparability(_facts(before), _facts(after)),  # type: ignore[arg-type]
         labels,
+        diff_trees(before.tree, after.tree) if before.tree is not None and after.tree is not None else None,
     )
 
 

@@ -90,6 +90,7 @@ class Node:
     spread_ns: tuple[int, int, int] | None = None  # min, median, max GPU time per instance
     slowest: str | None = None  # the instance with the most GPU time
     children: list[Node] = field(default_factory=list)
+    omitted: int = 0  # children a stored tree left out (:func:`top_levels`); 0 in a tree read from a trace
 
     @property
     def folded(self) -> bool:
@@ -104,6 +105,12 @@ class ModuleTree:
     ranges: dict[str, int]  # ranges used, by kind
     unlinked: int  # GPU operations whose launch the trace did not record (in the outside node)
     notes: list[str] = field(default_factory=list)
+    omitted: int = 0  # first-level nodes a stored tree left out (:func:`top_levels`)
+
+    @property
+    def partial(self) -> bool:
+        """Whether this is a stored tree's top levels (:func:`top_levels`): some nodes were left out."""
+        return bool(self.omitted) or any(n.omitted for _, n in self.walk())
 
     def walk(self) -> list[tuple[int, Node]]:
         """(depth, node) for every node, depth first, children heaviest first."""
@@ -667,3 +674,88 @@ def module_tree(
         "autograd": int(len(oi)),
     }
     return ModuleTree(roots, gpu_total, len(ws), {k_: v for k_, v in ranges.items() if v}, unlinked, notes)
+
+
+# -- the tree's top levels: what a stored run keeps --------------------------------------------------
+
+STORED_LEVELS = 3  # a stored run keeps the tree's first levels (phases, the model, its blocks) …
+STORED_NODES = 64  # … and its heaviest deeper nodes, this many nodes in all (a summary stays a few kB)
+STORED_NAME = 160  # characters of a node's name a stored tree keeps (longer: its head and a digest) …
+STORED_KERNEL = 96  # … and of a leaf's heaviest kernel (only compared for equality: a renamed leaf)
+
+
+def bounded_name(name: str, limit: int) -> str:
+    """``name`` itself up to ``limit`` characters, else its head and a digest of the whole (``…#`` and 10
+    hex digits), so that equal names stay equal and different ones different."""
+    if len(name) <= limit:
+        return name
+    import hashlib
+
+    return name[: limit - 12] + "…#" + hashlib.sha1(name.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+
+
+def top_levels(tree: ModuleTree, levels: int = STORED_LEVELS, max_nodes: int = STORED_NODES) -> ModuleTree:
+    """The tree's first ``levels`` levels (each level's heaviest first, while there is room) and then
+    its heaviest deeper nodes by inclusive GPU time, ``max_nodes`` nodes in all; a node is kept only
+    with its parent, so every kept node keeps its whole path. Each node counts the children left out
+    (:attr:`Node.omitted`; the tree: the first-level nodes left out), so a comparison can tell a node
+    one run lacks from one its stored tree did not keep. Deeper nodes without GPU time are not kept.
+    Every kept node's times are the full tree's (inclusive and exclusive); a node keeps its heaviest
+    kernel only where it is a leaf (what a renamed leaf is recognised by), and no spread, FLOPs or
+    bytes; names longer than ``STORED_NAME`` characters (kernels: ``STORED_KERNEL``) keep their head
+    and a digest (:func:`bounded_name`). What the run history stores (analyzers/history.py)."""
+    walked = tree.walk()
+    parent: dict[int, Node | None] = {}
+    for r in tree.roots:
+        parent[id(r)] = None
+    for _, n in walked:
+        for c in n.children:
+            parent[id(c)] = n
+    order = [i for i, (d, _) in enumerate(walked) if d < levels]
+    order.sort(key=lambda i: (walked[i][0], -walked[i][1].gpu_ns_inclusive, i))
+    deeper = [i for i, (d, n) in enumerate(walked) if d >= levels and n.gpu_ns_inclusive > 0]
+    deeper.sort(key=lambda i: (-walked[i][1].gpu_ns_inclusive, walked[i][0], i))
+    kept: set[int] = set()
+    for i in order + deeper:
+        if len(kept) >= max_nodes:
+            break
+        n = walked[i][1]
+        p = parent[id(n)]
+        if p is None or id(p) in kept:
+            kept.add(id(n))
+
+    def copy(n: Node, parent: tuple[str, ...]) -> Node:
+        name = bounded_name(n.name, STORED_NAME)
+        path = (*parent, name)
+        kids = [copy(c, path) for c in n.children if id(c) in kept]
+        leaf = not n.children and not n.omitted
+        return Node(
+            path=path,
+            name=name,
+            kind=n.kind,
+            count=n.count,
+            host_ns=n.host_ns,
+            gpu_ns_inclusive=n.gpu_ns_inclusive,
+            gpu_ns_exclusive=n.gpu_ns_exclusive,
+            flops=None,
+            bytes=None,
+            tflops=None,
+            gbps=None,
+            bound=n.bound,
+            share_of_peak_pct=None if n.share_of_peak_pct is None else round(n.share_of_peak_pct, 3),
+            top_kernels=[(bounded_name(k, STORED_KERNEL), c, ns) for k, c, ns in n.top_kernels[:1]] if leaf else [],
+            instances=n.instances,
+            children=kids,
+            omitted=n.omitted + len(n.children) - len(kids),
+        )
+
+    roots = [copy(r, ()) for r in tree.roots if id(r) in kept]
+    return ModuleTree(
+        roots,
+        tree.gpu_ns,
+        tree.windows,
+        dict(tree.ranges),
+        tree.unlinked,
+        [],
+        tree.omitted + len(tree.roots) - len(roots),
+    )

@@ -15,6 +15,11 @@ subtree is then matched below it.
 **Added / removed.** What is left: the top of each unmatched subtree is listed once (with the number
 of nodes it holds), never each node inside it.
 
+**Stored trees.** A stored run keeps the tree's top levels (:func:`module_tree.top_levels`): where a
+run's node (or its first level) left children out, a node of the other run left unmatched under it
+may be one of them — it is *not kept*, counted (``TreeDiff.not_kept``) and neither added nor removed;
+a node that left children out has no children signature (it is never taken for a renamed one).
+
 Times are GPU time per step window (per capture window without steps), so runs that profiled
 different numbers of steps compare; shares are of the window's GPU time. Pure functions over two
 :class:`~trainscope.analyzers.module_tree.ModuleTree`.
@@ -25,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from trainscope.analyzers.module_tree import ModuleTree, Node
+from trainscope.analyzers.module_tree import STORED_LEVELS, STORED_NODES, ModuleTree, Node
 
 _RANGE = re.compile(r"(\d+)…(\d+)")
 _DIGITS = re.compile(r"\d+")
@@ -97,6 +102,8 @@ class TreeDiff:
     after_windows: int
     nodes: list[NodeChange]  # depth first: BEFORE's order, each parent's added children after the rest
     roots: tuple[int, ...] = ()  # indices of the first level's rows
+    partial: bool = False  # a side is a stored tree's top levels (module_tree.top_levels)
+    not_kept: int = 0  # unmatched nodes of one run under a node whose counterpart's stored tree left children out
 
     def by_status(self, status: str) -> list[NodeChange]:
         return [n for n in self.nodes if n.status == status]
@@ -138,6 +145,8 @@ def _size(n: Node) -> int:
 
 def _signature(n: Node) -> frozenset[str] | tuple[str, str] | None:
     """What a renamed node keeps: its children's names, or (a leaf) its heaviest kernel."""
+    if n.omitted:  # a stored tree left children out: the names it kept are no signature
+        return None
     if n.children:
         return frozenset(match_key(c.name) for c in n.children)
     return ("kernel", n.top_kernels[0][0]) if n.top_kernels else None
@@ -146,6 +155,7 @@ def _signature(n: Node) -> frozenset[str] | tuple[str, str] | None:
 def diff_trees(before: ModuleTree, after: ModuleTree) -> TreeDiff:
     """The two trees node by node (the module docstring's rules)."""
     rows: list[NodeChange] = []
+    not_kept = 0
 
     def add(b: Node | None, a: Node | None, status: str, depth: int, after_path: tuple[str, ...] | None) -> int:
         n = b if b is not None else a
@@ -171,7 +181,8 @@ def diff_trees(before: ModuleTree, after: ModuleTree) -> TreeDiff:
         rows.append(row)
         return len(rows) - 1
 
-    def level(bs: list[Node], as_: list[Node], depth: int) -> list[int]:
+    def level(bs: list[Node], as_: list[Node], depth: int, b_omits: bool, a_omits: bool) -> list[int]:
+        nonlocal not_kept
         by_key: dict[str, list[int]] = {}
         for j, a in enumerate(as_):
             by_key.setdefault(match_key(a.name), []).append(j)
@@ -200,17 +211,24 @@ def diff_trees(before: ModuleTree, after: ModuleTree) -> TreeDiff:
                 j, status = pair[i]
                 a = as_[j]
                 idx = add(b, a, status, depth, a.path)
-                kids = level(b.children, a.children, depth + 1)
+                kids = level(b.children, a.children, depth + 1, b.omitted > 0, a.omitted > 0)
                 rows[idx] = _with_children(rows[idx], kids)
+            elif a_omits:  # AFTER's stored tree may hold it among the children it left out
+                not_kept += _size(b)
+                continue
             else:
                 idx = add(b, None, "removed", depth, None)
             out.append(idx)
         for j, a in enumerate(as_):
-            if j not in used:
-                out.append(add(None, a, "added", depth, None))
+            if j in used:
+                continue
+            if b_omits:
+                not_kept += _size(a)
+                continue
+            out.append(add(None, a, "added", depth, None))
         return out
 
-    roots = level(before.roots, after.roots, 0)
+    roots = level(before.roots, after.roots, 0, before.omitted > 0, after.omitted > 0)
     return TreeDiff(
         _per_window(before, before.gpu_ns),
         _per_window(after, after.gpu_ns),
@@ -218,6 +236,8 @@ def diff_trees(before: ModuleTree, after: ModuleTree) -> TreeDiff:
         after.windows,
         rows,
         tuple(roots),
+        before.partial or after.partial,
+        not_kept,
     )
 
 
@@ -365,7 +385,14 @@ def node_gate(td: TreeDiff, budget: NodeBudget) -> NodeGateResult:
             f"no node matches {budget.pattern!r} in either run (the first level: "
             + ", ".join(td.nodes[i].name for i in td.roots)
             + "; names are separated by '.' or '/', '*' stands for any text within a name, '**' across names, a "
-            "leading '/' anchors at the first level)"
+            "leading '/' anchors at the first level"
+            + (
+                f"; a stored run keeps the tree's first {STORED_LEVELS} levels and its heaviest nodes, "
+                f"{STORED_NODES} in all"
+                if td.partial
+                else ""
+            )
+            + ")"
         )
     verdicts = []
     for n in hits:

@@ -8,6 +8,7 @@ from typing import Any
 from trainscope import __version__
 from trainscope.analyzers.diff import GateResult, Run, RunDiff, ShareChange
 from trainscope.analyzers.kernel_match import KernelChange
+from trainscope.analyzers.module_tree import STORED_LEVELS, STORED_NODES
 from trainscope.analyzers.tree_diff import NodeChange, NodeGateResult, TreeDiff
 from trainscope.reports.document import AXIS_NAMES, headline_word
 
@@ -252,7 +253,17 @@ def tree_diff_dict(t: TreeDiff | None, gates: "list[NodeGateResult] | None" = No
         "added": [_node(n) for n in t.by_status("added")[:TREE_ROWS]],
         "removed": [_node(n) for n in t.by_status("removed")[:TREE_ROWS]],
         "gates": node_gates_list(gates),
-    }
+    } | (
+        {
+            # a side is a stored run: its tree's top levels (analyzers/module_tree.py top_levels)
+            "partial": True,
+            "kept": f"the first {STORED_LEVELS} levels, then the heaviest nodes by GPU time; {STORED_NODES} "
+            "nodes at most per run",
+            "not_kept": t.not_kept,
+        }
+        if t.partial
+        else {}
+    )
 
 
 def fixes_list(fixes) -> list[dict[str, Any]]:

@@ -156,38 +156,7 @@ def render_diff_markdown(doc: dict) -> str:
             w("")
     t = doc.get("tree")
     if t:
-        from trainscope.reports.diff_text import node_path, tree_shown
-
-        if tree_shown(t):
-            w("## Where in the model")
-            w("")
-            w(
-                f"GPU time per {'window' if fixed else 'step'} by the trace's own ranges: "
-                f"{t['before_gpu_ms']:.2f} → {t['after_gpu_ms']:.2f} ms. Nodes matched by path "
-                f"({t['counts']['matched']} matched, {t['counts']['renamed']} renamed, {t['counts']['added']} added, "
-                f"{t['counts']['removed']} removed)."
-            )
-            w("")
-            w("| node | before ms | after ms | change ms | change |")
-            w("|---|---:|---:|---:|---:|")
-            for n in t["first_level"]:
-                w(
-                    f"| **{md_escape(n['path'][-1])}** | {_cell(n['before_ms'])} | {_cell(n['after_ms'])} | "
-                    f"{n['change_ms']:+.2f} | {_cell(n['change_pct'], '{:+.1f} %')} |"
-                )
-            for n in t["changed_most"]:
-                w(
-                    f"| {md_escape(node_path(n['after_path'] or n['path']), 140)} | {_cell(n['before_ms'])} | "
-                    f"{_cell(n['after_ms'])} | {n['change_ms']:+.2f} | {_cell(n['change_pct'], '{:+.1f} %')} |"
-                )
-            for group in ("renamed", "added", "removed"):
-                for n in t[group]:
-                    to = f" → {md_escape(n['after_path'][-1])}" if group == "renamed" else ""
-                    w(
-                        f"| {group}: {md_escape(node_path(n['path']), 120)}{to} | {_cell(n['before_ms'])} | "
-                        f"{_cell(n['after_ms'])} | {n['change_ms']:+.2f} | |"
-                    )
-            w("")
+        tree_markdown(w, t, "window" if fixed else "step")
     m = doc["memory"]
     if m:
         w("## Memory")
@@ -235,3 +204,43 @@ def render_diff_markdown(doc: dict) -> str:
         w("")
     w(f"<sub>trainscope {doc['tool']['version']} · schema {doc['schema']}</sub>")
     return "\n".join(out) + "\n"
+
+
+def tree_markdown(w, t: dict, unit: str) -> None:
+    """The section "Where in the model" of a diff document's ``tree`` (two traces, or stored runs)."""
+    from trainscope.reports.diff_text import node_path, not_kept_line, tree_shown
+
+    if not tree_shown(t):
+        return
+    w("## Where in the model")
+    w("")
+    w(
+        f"GPU time per {unit} by the trace's own ranges: "
+        f"{t['before_gpu_ms']:.2f} → {t['after_gpu_ms']:.2f} ms. Nodes matched by path "
+        f"({t['counts']['matched']} matched, {t['counts']['renamed']} renamed, {t['counts']['added']} added, "
+        f"{t['counts']['removed']} removed)."
+    )
+    w("")
+    w("| node | before ms | after ms | change ms | change |")
+    w("|---|---:|---:|---:|---:|")
+    for n in t["first_level"]:
+        w(
+            f"| **{md_escape(n['path'][-1])}** | {_cell(n['before_ms'])} | {_cell(n['after_ms'])} | "
+            f"{n['change_ms']:+.2f} | {_cell(n['change_pct'], '{:+.1f} %')} |"
+        )
+    for n in t["changed_most"]:
+        w(
+            f"| {md_escape(node_path(n['after_path'] or n['path']), 140)} | {_cell(n['before_ms'])} | "
+            f"{_cell(n['after_ms'])} | {n['change_ms']:+.2f} | {_cell(n['change_pct'], '{:+.1f} %')} |"
+        )
+    for group in ("renamed", "added", "removed"):
+        for n in t[group]:
+            to = f" → {md_escape(n['after_path'][-1])}" if group == "renamed" else ""
+            w(
+                f"| {group}: {md_escape(node_path(n['path']), 120)}{to} | {_cell(n['before_ms'])} | "
+                f"{_cell(n['after_ms'])} | {n['change_ms']:+.2f} | |"
+            )
+    w("")
+    if t.get("partial"):
+        w(md_escape(not_kept_line(t)) + ".")
+        w("")

@@ -110,7 +110,8 @@ def node_path(path: list[str]) -> str:
     return path_label(path)
 
 
-def _tree_lines(w, bold, t: dict, unit: str) -> None:
+def tree_lines(w, bold, t: dict, unit: str) -> None:
+    """The section "Where in the model" of a diff document's ``tree`` (two traces, or stored runs)."""
     w(
         bold("Where in the model")
         + f"  (GPU time per {unit} by the trace's own ranges: {t['before_gpu_ms']:.2f} → {t['after_gpu_ms']:.2f} ms)"
@@ -141,7 +142,19 @@ def _tree_lines(w, bold, t: dict, unit: str) -> None:
             size = f" ({n['nodes']} nodes)" if n["nodes"] > 1 else ""
             val = n["after_ms"] if group == "added" else n["before_ms"]
             w(f"  {group:9s} {_short(node_path(n['path']), 56)}{size}  {ms(val)}")
+    if t.get("partial"):
+        w(f"  {not_kept_line(t)}")
     w("")
+
+
+def not_kept_line(t: dict) -> str:
+    """What a comparison of stored trees cannot see (a stored run keeps the tree's top levels)."""
+    n = t["not_kept"]
+    return f"stored runs keep the tree's top levels ({t['kept']})" + (
+        f": {n} node{'s' if n != 1 else ''} of one run {'are' if n != 1 else 'is'} not in the other's stored tree"
+        if n
+        else ""
+    )
 
 
 def render_diff_text(doc: dict, color: bool = False) -> str:
@@ -248,7 +261,7 @@ def render_diff_text(doc: dict, color: bool = False) -> str:
 
     t = doc.get("tree")
     if t and tree_shown(t):
-        _tree_lines(w, bold, t, unit)
+        tree_lines(w, bold, t, unit)
 
     m = doc["memory"]
     if m:

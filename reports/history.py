@@ -10,7 +10,17 @@ from trainscope import __version__
 from trainscope.analyzers.diff import GateResult
 from trainscope.analyzers.history import RunSummary, SummaryDiff
 from trainscope.analyzers.kernel_match import KernelChange
-from trainscope.reports.diff_document import SCHEMA, fixes_list, gate_dict, step_time_dict, verdict_change_dict
+from trainscope.analyzers.tree_diff import NodeGateResult
+from trainscope.reports.diff_document import (
+    SCHEMA,
+    fixes_list,
+    gate_dict,
+    step_time_dict,
+    tree_diff_dict,
+    verdict_change_dict,
+)
+from trainscope.reports.diff_markdown import tree_markdown
+from trainscope.reports.diff_text import tree_lines, tree_shown
 from trainscope.reports.markdown import md_escape
 
 KERNEL_ROWS = 8
@@ -32,6 +42,7 @@ def _side(s: RunSummary, label: str, run: Any) -> dict[str, Any]:
         "has_gpu": s.has_gpu,
         "steps": s.steps,
         "steps_method": s.steps_method,
+        "fixed_window": s.fixed_window,
         "batch_leading_dim": s.shapes.batch_dim,
         "shapes_recorded": s.shapes.recorded,
         "memory_peak_bytes": s.memory_peak_bytes,
@@ -51,14 +62,18 @@ def _kernel(k: KernelChange) -> dict[str, Any]:
 
 
 def build_summary_diff_document(
-    d: SummaryDiff, gate: GateResult | None = None, before_run: Any = None, after_run: Any = None
+    d: SummaryDiff,
+    gate: GateResult | None = None,
+    before_run: Any = None,
+    after_run: Any = None,
+    node_gates: "list[NodeGateResult] | None" = None,
 ) -> dict[str, Any]:
     v = d.verdict
     return {
         "schema": SCHEMA,
         "tool": {"name": "trainscope", "version": __version__},
         "basis": "summaries: at least one side is a stored run (the history keeps summaries, not traces): verdict, "
-        "every step's time, shares, sinks, the top kernels of each run and the fixes",
+        "every step's time, shares, sinks, the top kernels of each run, the fixes and the module tree's top levels",
         "before": _side(d.before, d.labels[0], before_run),
         "after": _side(d.after, d.labels[1], after_run),
         "comparable": d.comparable,
@@ -95,7 +110,13 @@ def build_summary_diff_document(
         },
         "fixes_achieved": fixes_list(d.fixes),
         "gate": gate_dict(gate),
+        "tree": tree_diff_dict(d.tree, node_gates),
     }
+
+
+def _unit(doc: dict) -> str:
+    """What the tree's times are per: a step, or a capture window where a run has no steps."""
+    return "window" if doc["before"].get("fixed_window") or doc["after"].get("fixed_window") else "step"
 
 
 def _speed(st: dict) -> str:
@@ -163,6 +184,9 @@ def render_summary_diff_text(doc: dict, color: bool = False) -> str:
                 f"{how}{k['label'][:60]}"
             )
         w("")
+    t = doc.get("tree")
+    if t and tree_shown(t):
+        tree_lines(w, bold, t, _unit(doc))
     w(bold("Earlier fixes"))
     if not doc["fixes_achieved"]:
         w(f"  none: BEFORE's verdict was {v['before']['headline'].lower()}, with no ranked fixes")
@@ -179,6 +203,9 @@ def render_summary_diff_text(doc: dict, color: bool = False) -> str:
     if g:
         w("")
         w(bold("Gate") + f"  {g['reason']}")
+    for ng in (t or {}).get("gates") or []:
+        w("")
+        w(bold("Gate") + f"  {ng['reason']}")
     return "\n".join(out) + "\n"
 
 
@@ -219,9 +246,15 @@ def render_summary_diff_markdown(doc: dict) -> str:
             ach = "—" if f["achieved_speedup"] is None else f"{f['achieved_speedup']:.2f}×"
             w(f"| {md_escape(f['title'])} | **{f['status']}** | {p} | {ach} |")
         w("")
+    t = doc.get("tree")
+    if t:
+        tree_markdown(w, t, _unit(doc))
     g = doc.get("gate")
     if g:
         w(f"**Gate ({md_escape(g['metric'])}):** {md_escape(g['reason'])}")
+        w("")
+    for ng in (t or {}).get("gates") or []:
+        w(f"**Gate ({md_escape(ng['budget'])}):** {md_escape(ng['reason'])}")
         w("")
     w(f"<sub>trainscope {doc['tool']['version']} · schema {doc['schema']} (summaries)</sub>")
     return "\n".join(out) + "\n"

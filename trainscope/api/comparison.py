@@ -112,7 +112,7 @@ class DiffResult:
         if self.from_summaries:
             from trainscope.reports.history import build_summary_diff_document
 
-            return build_summary_diff_document(self.diff, self.gate, self.before_run, self.after_run)
+            return build_summary_diff_document(self.diff, self.gate, self.before_run, self.after_run, self.node_gates)
         from trainscope.reports.diff_document import build_diff_document
 
         doc = build_diff_document(self.diff, self.gate, self.node_gates)
@@ -267,29 +267,22 @@ def node_gate(
     rules: "Rules | None" = None,
     gate_anyway: bool = False,
 ) -> DiffResult:
-    """Check node budgets (``diff --gate``) on a comparison of two traces: a regression (exit 3) when a
-    node matching a budget's pattern grew by more than it allows (analyzers/tree_diff.py: nodes matched
-    by path; the pattern's names match the end of a node's path, ``*`` for any name part). Runs that are
-    not comparable are not gated (exit 2) unless ``gate_anyway``, as for :func:`gate`. Raises
-    :class:`BadInput` when a side is a stored run, when neither run has a module tree, or when no node
-    matches a pattern."""
+    """Check node budgets (``diff --gate``) on a comparison: a regression (exit 3) when a node matching a
+    budget's pattern grew by more than it allows (analyzers/tree_diff.py: nodes matched by path; the
+    pattern's names match the end of a node's path, ``*`` for any name part). A stored run keeps the
+    tree's top levels (analyzers/module_tree.py ``top_levels``), so a side may be a stored run. Runs that
+    are not comparable are not gated (exit 2) unless ``gate_anyway``, as for :func:`gate`. Raises
+    :class:`BadInput` when a run has no module tree (its trace records no ranges or GPU work, or it was
+    stored before runs kept the tree), or when no node matches a pattern."""
     from trainscope.analyzers.diff import gate_blockers
     from trainscope.analyzers.tree_diff import NoSuchNode, node_gate as judge, refuse_node_gate
 
     base = result if isinstance(result, DiffResult) else DiffResult(result, rules=rules)
-    if base.from_summaries:
-        raise BadInput("a node budget (--gate PATTERN:…) needs two traces: a stored run keeps no module tree")
     d = base.diff
     parsed = [b if not isinstance(b, str) else node_budget(b) for b in budgets]
-    tree = getattr(d, "tree", None)
+    tree = d.tree
     if tree is None:
-        raise BadInput(
-            "cannot check a node budget: "
-            + " and ".join(
-                side for side, run in (("BEFORE", d.before), ("AFTER", d.after)) if run.analysis.tree is None
-            )
-            + " record no ranges or GPU work (no module tree)"
-        )
+        raise BadInput(_no_tree(base))
     blockers = gate_blockers(d.comparability)
     out = []
     for b in parsed:
@@ -308,6 +301,36 @@ def node_gate(
         except NoSuchNode as e:
             raise BadInput(str(e)) from None
     return DiffResult(d, base.gate, base.fixes, base.before_run, base.after_run, base.rules or rules, out)
+
+
+def _summary_label(s: "RunSummary") -> str:
+    return os.path.basename(s.source.rstrip("/")) or s.source
+
+
+def _stale_line(labels: list[str]) -> str:
+    return (
+        f"cannot check a node budget: {' and '.join(labels)} {'was' if len(labels) == 1 else 'were'} saved before "
+        "stored runs kept the module tree's top levels (save it again from its trace, or compare two traces)"
+    )
+
+
+def _no_tree(result: DiffResult) -> str:
+    """Why a comparison has no tree to gate nodes on, in one line: a side stored before runs kept the
+    tree, or a side whose trace records no ranges or GPU work."""
+    d = result.diff
+    if result.from_summaries:
+        sides = list(zip(d.labels, (d.before, d.after)))
+        stale = [label for label, s in sides if s.tree is None and s.predates_tree]
+        if stale:
+            return _stale_line(stale)
+        missing = [label for label, s in sides if s.tree is None]
+    else:
+        missing = [side for side, run in (("BEFORE", d.before), ("AFTER", d.after)) if run.analysis.tree is None]
+    return (
+        "cannot check a node budget: "
+        + " and ".join(missing)
+        + f" record{'s' if len(missing) == 1 else ''} no ranges or GPU work (no module tree)"
+    )
 
 
 def _analyzed(
@@ -381,8 +404,11 @@ def diff(
     budgets = [node_budget(b) for b in node_budgets or []]  # a malformed budget fails before any analysis
     progress = progress or silent
     sides = [resolve_side(before, store), resolve_side(after, store)]
-    if budgets and not all(isinstance(s, str) for s in sides):
-        raise BadInput("a node budget (--gate PATTERN:…) needs two traces: a stored run keeps no module tree")
+    if budgets:  # a run stored before runs kept the tree cannot be gated by node: said before any analysis
+        stale = [s.label for s in sides if isinstance(s, StoredRun) and s.summary.predates_tree]
+        stale += [_summary_label(s) for s in sides if isinstance(s, RunSummary) and s.predates_tree]
+        if stale:
+            raise BadInput(_stale_line(stale))
     options = {
         "step_range": step_range,
         "peak_tflops": peak_tflops,
@@ -405,7 +431,7 @@ def diff(
                 labels.append(s.label)
             elif isinstance(s, RunSummary):
                 summaries.append(s)
-                labels.append(os.path.basename(s.source.rstrip("/")) or s.source)
+                labels.append(_summary_label(s))
             else:
                 summaries.append(summarize(_analyzed(label, s, rules, progress, i, options)))
                 labels.append(os.path.basename(s.rstrip("/")) or s)
