@@ -115,11 +115,6 @@ class FusionCandidates:
     min_repeats: int
     max_length: int
 
-    @property
-    def saved_ms_per_step(self) -> float:
-        """Summed over the kept candidates whose bytes are known (their occurrences are disjoint)."""
-        return sum(c.saved_ms_per_step or 0.0 for c in self.candidates)
-
     def evidence(self, top: int = 3) -> list[Evidence]:
         """The heaviest candidates as evidence lines of the fusion fix's finding: the saving bound per
         step as the value (None where the bytes are unknown)."""
