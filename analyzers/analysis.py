@@ -15,6 +15,7 @@ import numpy as np
 from trainscope.analyzers.breakdown import Breakdown, host_layers, primary_device, refiled, step_breakdown
 from trainscope.analyzers.busy_bound import BusyBound, busy_bound
 from trainscope.analyzers.copy_traffic import copy_traffic
+from trainscope.analyzers.fusion import FusionCandidates, fusion_candidates
 from trainscope.analyzers.gpu_gaps import INFERRED, GpuGaps, gpu_gaps
 from trainscope.analyzers.context import Context, detect_context, refine
 from trainscope.analyzers.devices import DeviceSpec, device_for, lookup_device, with_overrides
@@ -83,6 +84,7 @@ class Analysis:
     host_idle: HostIdle | None = None  # GPU idle split by what the host was doing (input/launch/sync/other)
     hw_counters: HwCounterReport | None = None  # measured FLOPs per kernel (CUPTI counter mode), where recorded
     busy_bound: BusyBound | None = None  # what a kernel-level fix can remove, bounded by the roofline
+    fusion: FusionCandidates | None = None  # repeated back-to-back kernel sequences and what fusing them saves
     # The start-up ledger (one-off costs, phase ranges) and the window judged: the steady state, or NOT
     # REPRESENTATIVE when the window holds none (analyzers/one_off.py)
     steady: SteadyWindow | None = None
@@ -128,11 +130,12 @@ def analyze_trace(
         classes = (classes[0], tensor_core_names(trace, costs, roof_spec, classes[1]))
     ks = kernel_summary(trace, in_steps, device, classes=classes)
     mem = device_memory(trace)
-    roof = bound = None
+    roof = bound = fusion = None
     if costs is not None:
         on = in_steps & (trace.kernels.device == device) if device is not None else in_steps
         roof = roofline(trace, on, roof_spec, costs, device_name=dev.name if dev else None)
         bound = busy_bound(trace, on, costs, roof)
+        fusion = fusion_candidates(trace, on, costs, roof, rules, steps=len(seg.steps))
         ctx = refine(ctx, roof)
         del on
     tree = module_tree(
@@ -158,7 +161,9 @@ def analyze_trace(
         heap.release()
         hidle = host_idle(trace, seg, device, rules.value("launch.cold_start_ms")) if trace.has_gpu_activity else None
         heap.release()
-        inp = observations(trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle, steady=steady)
+        inp = observations(
+            trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle, steady=steady, fusion=fusion
+        )
         sinks = inp.sinks
         if sinks is not None and trace.has_gpu_activity:  # one story: the idle rows show the sinks' figures
             bd = refiled(bd, sink_rows(sinks))
@@ -206,6 +211,7 @@ def analyze_trace(
             observations=inp,
             hw_counters=hwc,
             busy_bound=bound,
+            fusion=fusion,
             repairs=repairs,
             steady=steady,
             tree=tree,
@@ -359,6 +365,7 @@ def observations(
     imbalance_ns: int = 0,
     imbalance_evidence: tuple[Evidence, ...] = (),
     steady: SteadyWindow | None = None,
+    fusion: FusionCandidates | None = None,
 ) -> DiagnosisInput:
     """Everything the findings read, measured once: the sinks of step time and the evidence of the
     modules that refine them (host-device traffic, attention, counters, host frames)."""
@@ -405,6 +412,7 @@ def observations(
         extra={**graph_replays(trace, seg, device), "gpus_described": len(trace.devices)},
         copy_traffic=copy_traffic(trace, seg, device) if trace.has_gpu_activity else None,
         steady=steady,
+        fusion=fusion,
     )
 
 

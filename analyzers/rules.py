@@ -667,7 +667,34 @@ _LIVE_TABLE: tuple[Threshold, ...] = (
         "trainscope default; NVML reports the enforced limit (nvmlDeviceGetEnforcedPowerLimit)",
     ),
 )
-_TABLE = _TABLE + _LIVE_TABLE
+# Fusion candidates (analyzers/fusion.py): the kernel sequences behind the fusion fix.
+_FUSION_TABLE: tuple[Threshold, ...] = (
+    Threshold(
+        "fusion.max_gap_us",
+        5.0,
+        "µs",
+        "kernels on one stream starting at most this long after the previous one ended are back to back: a "
+        "fusion candidate's sequence (the GPU waits on nothing else between them)",
+        "trainscope default: a queued launch follows the previous kernel within a few µs (CUDA/HIP launch "
+        "latency); a longer gap is host or dependency time, not a chain",
+    ),
+    Threshold(
+        "fusion.min_repeats",
+        3.0,
+        "occurrences",
+        "a kernel sequence seen at least this many times in the steps is a fusion candidate (a pattern, "
+        "not a coincidence)",
+        "trainscope default; HTA's frequent CUDA kernel sequences rank patterns by the same count",
+    ),
+    Threshold(
+        "fusion.max_length",
+        8.0,
+        "kernels",
+        "longest kernel sequence searched for fusion candidates (a longer chain shows as its windows of this length)",
+        "trainscope default: bounds the search (one counting pass per length)",
+    ),
+)
+_TABLE = _TABLE + _LIVE_TABLE + _FUSION_TABLE
 
 
 class Rules:

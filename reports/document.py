@@ -310,6 +310,7 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
         ],
         "mfu": _mfu(a),
         "roofline": _roofline(a),
+        "fusion_candidates": _fusion(a),
         "recommendations": [
             {
                 "rank": i + 1,
@@ -400,6 +401,65 @@ def _roofline(a: Analysis, top: int = 20) -> dict[str, Any] | None:
             for r in roof.rows[:top]
         ],
     }
+
+
+def _fusion(a: Analysis, top: int = 5) -> dict[str, Any] | None:
+    """The heaviest fusion candidates (analyzers/fusion.py), null where there are none."""
+    f = a.fusion
+    if f is None or not f.candidates:
+        return None
+    return {
+        "basis": f.basis,
+        "found": f.found,
+        "steps": f.steps,
+        "bandwidth_gbps": f.bandwidth_gbps,
+        "candidates": [
+            {
+                "label": c.label,
+                "kernels": list(c.kernels),
+                "classes": list(c.classes),
+                "shapes": list(c.shapes),
+                "device": c.device,
+                "stream": c.stream,
+                "occurrences": c.occurrences,
+                "total_ms": _r(c.total_ms, 6),
+                "ms_per_step": _r(c.ms_per_step, 6),
+                "memory_ms_per_step": _r(c.memory_ms / c.steps, 6),
+                "intermediate_bytes": None if c.intermediate_bytes is None else round(c.intermediate_bytes),
+                "saved_ms_per_step": _r(c.saved_ms_per_step, 6),
+                "summary": c.words(),
+            }
+            for c in f.candidates[:top]
+        ],
+    }
+
+
+def fusion_heading(doc: dict) -> str:
+    """The one sentence every renderer puts over the fusion candidates."""
+    fc = doc["fusion_candidates"]
+    shown = len(fc["candidates"])
+    return (
+        f"repeated back-to-back kernel sequences, most memory-bound time first ({shown} of {fc['found']}); "
+        "saving ≤ intermediate bytes at peak bandwidth"
+    )
+
+
+def fusion_rows(doc: dict) -> list[dict[str, Any]]:
+    """The fusion candidates as every renderer shows them (empty when the document has none)."""
+    fc = doc.get("fusion_candidates")
+    if not fc:
+        return []
+    return [
+        {
+            "sequence": c["label"],
+            "occurrences": c["occurrences"],
+            "stream": c["stream"],
+            "ms_per_step": c["ms_per_step"],
+            "bytes": "unknown" if c["intermediate_bytes"] is None else f"{c['intermediate_bytes']:,}",
+            "saved": "unknown" if c["saved_ms_per_step"] is None else f"≤ {c['saved_ms_per_step']:.3g}",
+        }
+        for c in fc["candidates"]
+    ]
 
 
 def _hw_counters(a: Analysis) -> dict[str, Any] | None:

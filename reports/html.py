@@ -18,7 +18,15 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, gpu_metrics_parts, headline
-from trainscope.reports.document import communication_split_words, gain_words, tree_heading, tree_rows, window_lines
+from trainscope.reports.document import (
+    communication_split_words,
+    fusion_heading,
+    fusion_rows,
+    gain_words,
+    tree_heading,
+    tree_rows,
+    window_lines,
+)
 from trainscope.traces.safe_text import safe_strings, visible, visible_lines
 
 if TYPE_CHECKING:
@@ -403,6 +411,19 @@ def render_html_fragment(
                 f"<td class=n>{kk['count']}</td><td>{_e(kk['class'])}</td><td>{'yes' if kk['tensor_core'] else 'no'}</td>"
                 f"<td>{bounds.get(kk.get('bound') or '', '')}</td><td class=n>{inten}</td><td class=n>{_e(_rate(kk))}</td>"
                 f"<td class=n>{pct}</td><td class=k>{_e(kk['name'])}</td></tr>"
+            )
+        w("</table>")
+    frows = fusion_rows(doc)
+    if frows:
+        w(
+            f"<h2>Fusion candidates</h2><p>{_e(fusion_heading(doc))}.</p>"
+            "<table><tr><th>sequence</th><th>stream</th><th>occurrences</th><th>ms per step</th>"
+            "<th>intermediate bytes per occurrence</th><th>saved ms per step</th></tr>"
+        )
+        for r in frows:
+            w(
+                f"<tr><td class=k>{_e(r['sequence'])}</td><td class=n>{r['stream']}</td><td class=n>{r['occurrences']}</td>"
+                f"<td class=n>{r['ms_per_step']:.3f}</td><td class=n>{_e(r['bytes'])}</td><td class=n>{_e(r['saved'])}</td></tr>"
             )
         w("</table>")
     if doc["findings"]:

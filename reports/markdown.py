@@ -9,7 +9,15 @@ from trainscope.analyzers.plural import unit_for
 import re
 
 from trainscope.reports.document import AXIS_NAMES, communication_split_words, device_label, gain_words
-from trainscope.reports.document import gpu_metrics_parts, headline, tree_heading, tree_rows, window_lines
+from trainscope.reports.document import (
+    fusion_heading,
+    fusion_rows,
+    gpu_metrics_parts,
+    headline,
+    tree_heading,
+    tree_rows,
+    window_lines,
+)
 
 _SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
 
@@ -160,6 +168,20 @@ def render_markdown(doc: dict) -> str:
     rl = doc.get("roofline")
     if rl and rl["kernels"]:
         out.extend(roofline_markdown_lines(rl))
+    frows = fusion_rows(doc)
+    if frows:
+        w("## Fusion candidates")
+        w("")
+        w(md_escape(fusion_heading(doc)) + ".")
+        w("")
+        w("| sequence | stream | occurrences | ms per step | intermediate bytes per occurrence | saved ms per step |")
+        w("|---|---:|---:|---:|---:|---:|")
+        for r in frows:
+            w(
+                f"| {md_escape(r['sequence'], 200)} | {r['stream']} | {r['occurrences']} | {r['ms_per_step']:.3f} | "
+                f"{r['bytes']} | {md_escape(r['saved'])} |"
+            )
+        w("")
     if doc["findings"]:
         w("## Findings")
         w("")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import textwrap
 
-from trainscope.reports.document import tree_heading, tree_rows
+from trainscope.reports.document import fusion_heading, fusion_rows, tree_heading, tree_rows
 from trainscope.reports.document import (
     AXIS_NAMES,
     communication_split_words,
@@ -129,6 +129,17 @@ def render_text(doc: dict, color: bool = False) -> str:
             w(
                 f"  {kk['share_pct']:5.1f} %  {kk['total_ms']:8.2f} ms  ×{kk['count']:<6d} {kk['class']:13s} "
                 f"{'TC ' if kk['tensor_core'] else '   '}{roof_cells(kk)}  {_short(kk['name'], 44)}"
+            )
+        w("")
+
+    frows = fusion_rows(doc)
+    if frows:
+        w(bold("Fusion candidates") + "  " + fusion_heading(doc))
+        w(f"  {'×':>6s} {'ms/step':>9s} {'saved ms/step':>13s} {'bytes/occurrence':>16s}  sequence (stream)")
+        for r in frows:
+            w(
+                f"  {r['occurrences']:6d} {r['ms_per_step']:9.3f} {r['saved']:>13s} {r['bytes']:>16s}  "
+                f"{_short(r['sequence'], 70)} (stream {r['stream']})"
             )
         w("")
 

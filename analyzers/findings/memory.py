@@ -52,6 +52,7 @@ def _bandwidth(obs: DiagnosisInput, rules: Rules) -> Finding | None:
         *obs.busy_evidence,
         sink_line(obs, "memory-bound"),
         ev(rules, "gpu_busy.saturated", "GPU busy", obs.breakdown.gpu_busy_pct),
+        *(obs.fusion.evidence() if obs.fusion is not None else ()),  # the sequences the fusion fix would fuse
     ]
     if obs.sinks.busy_source == "hardware counters":  # measured evidence first
         lines = [*obs.busy_evidence] + [x for x in lines if x not in obs.busy_evidence]

@@ -13,6 +13,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.breakdown import Breakdown
     from trainscope.analyzers.context import Context
     from trainscope.analyzers.copy_traffic import CopyTraffic
+    from trainscope.analyzers.fusion import FusionCandidates
     from trainscope.analyzers.gpu_gaps import GpuGaps
     from trainscope.analyzers.host_device import BlockingSyncs, PageableCopies
     from trainscope.analyzers.host_idle import HostIdle
@@ -51,6 +52,7 @@ class DiagnosisInput:
     gaps: "GpuGaps | None" = None  # idle no host event explains, classified from the GPU timeline and runtime calls
     extra: dict[str, object] = field(default_factory=dict)
     steady: "SteadyWindow | None" = None  # the start-up ledger and the judged window (analyzers/one_off.py)
+    fusion: "FusionCandidates | None" = None  # repeated back-to-back kernel sequences (analyzers/fusion.py)
 
     def is_leader(self, sink: str) -> bool:
         lead = self.sinks.leader if self.sinks is not None else None
