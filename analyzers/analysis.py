@@ -158,7 +158,9 @@ def analyze_trace(
         heap.release()
         hidle = host_idle(trace, seg, device, rules.value("launch.cold_start_ms")) if trace.has_gpu_activity else None
         heap.release()
-        inp = observations(trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle, steady=steady)
+        inp = observations(
+            trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle, steady=steady, tree=tree
+        )
         sinks = inp.sinks
         if sinks is not None and trace.has_gpu_activity:  # one story: the idle rows show the sinks' figures
             bd = refiled(bd, sink_rows(sinks))
@@ -359,6 +361,7 @@ def observations(
     imbalance_ns: int = 0,
     imbalance_evidence: tuple[Evidence, ...] = (),
     steady: SteadyWindow | None = None,
+    tree: ModuleTree | None = None,
 ) -> DiagnosisInput:
     """Everything the findings read, measured once: the sinks of step time and the evidence of the
     modules that refine them (host-device traffic, attention, counters, host frames)."""
@@ -405,6 +408,7 @@ def observations(
         extra={**graph_replays(trace, seg, device), "gpus_described": len(trace.devices)},
         copy_traffic=copy_traffic(trace, seg, device) if trace.has_gpu_activity else None,
         steady=steady,
+        tree=tree,
     )
 
 
