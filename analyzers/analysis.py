@@ -162,7 +162,21 @@ def analyze_trace(
         hidle = host_idle(trace, seg, device, rules.value("launch.cold_start_ms")) if trace.has_gpu_activity else None
         heap.release()
         inp = observations(
-            trace, seg, device, bd, ks, mem, classes, counters, roof, ctx, rules, hidle, steady=steady, fusion=fusion
+            trace,
+            seg,
+            device,
+            bd,
+            ks,
+            mem,
+            classes,
+            counters,
+            roof,
+            ctx,
+            rules,
+            hidle,
+            steady=steady,
+            fusion=fusion,
+            tree=tree,
         )
         sinks = inp.sinks
         if sinks is not None and trace.has_gpu_activity:  # one story: the idle rows show the sinks' figures
@@ -366,6 +380,7 @@ def observations(
     imbalance_evidence: tuple[Evidence, ...] = (),
     steady: SteadyWindow | None = None,
     fusion: FusionCandidates | None = None,
+    tree: ModuleTree | None = None,
 ) -> DiagnosisInput:
     """Everything the findings read, measured once: the sinks of step time and the evidence of the
     modules that refine them (host-device traffic, attention, counters, host frames)."""
@@ -413,6 +428,7 @@ def observations(
         copy_traffic=copy_traffic(trace, seg, device) if trace.has_gpu_activity else None,
         steady=steady,
         fusion=fusion,
+        tree=tree,
     )
 
 

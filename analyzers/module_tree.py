@@ -91,6 +91,9 @@ class Node:
     slowest: str | None = None  # the instance with the most GPU time
     children: list[Node] = field(default_factory=list)
     omitted: int = 0  # children a stored tree left out (:func:`top_levels`); 0 in a tree read from a trace
+    roof_ns: int = 0  # GPU time of its kernels whose % of roof is known (what share_of_peak_pct weighs)
+    bound_ns: dict[str, int] = field(default_factory=dict)  # GPU time per roofline bound (BOUNDS), inclusive
+    autograd: bool = False  # autograd's backward nodes (``XBackward0``): a repeat is another operator, not a block
 
     @property
     def folded(self) -> bool:
@@ -409,6 +412,7 @@ def module_tree(
     n_names: list[list[int]] = [[] for _ in range(len(PHASES) + 2)]
     n_label: list[str] = list(PHASES) + ["", OUTSIDE]
     n_kind: list[str] = ["phase"] * len(PHASES) + ["root", "outside"]
+    n_autograd: list[bool] = [False] * (len(PHASES) + 2)
     ROOT, OUT = len(PHASES), len(PHASES) + 1
     canon: dict[str, int] = {}
     name_canon = np.full(len(S), -1, np.int64)
@@ -450,6 +454,7 @@ def module_tree(
                 n_names.append([])
                 n_label.append("")
                 n_kind.append(KINDS[kd])
+                n_autograd.append(kd == 2)
             ids[row] = got
         r_node[lvl] = ids[inv.reshape(-1)]
     nn_ = len(n_parent)
@@ -640,6 +645,9 @@ def module_tree(
             instances=sp[2] if sp else 1,
             spread_ns=sp[0] if sp else None,
             slowest=sp[1] if sp else None,
+            roof_ns=int(cols["pdur"][nid]),
+            bound_ns={b: int(v) for b, v in zip(BOUNDS, bt.tolist()) if v > 0},
+            autograd=n_autograd[nid],
         )
         if p >= 0 and p != ROOT and p in objs:
             objs[p].children.append(objs[nid])

@@ -456,6 +456,65 @@ _TABLE: tuple[Threshold, ...] = (
     ),
 )
 
+# Findings on the module tree (analyzers/findings/tree.py): regions, repeated blocks, phases.
+_TREE_TABLE: tuple[Threshold, ...] = (
+    Threshold(
+        "tree.region_share",
+        20.0,
+        "% of the window's GPU time",
+        "a region of the module tree (not a phase, not outside every range) holding at least this share of the "
+        "window's GPU time dominates it: its kernels' efficiency is worth a finding of its own",
+        "trainscope default: a fix inside one region removes at most its time; below a fifth, even halving the "
+        "region's kernel time shortens the GPU's work by under 10 %",
+    ),
+    Threshold(
+        "tree.low_pct_of_roof",
+        50.0,
+        "% of roof",
+        "a dominating region whose kernels run below this share of their roofline bound (kernel-time-weighted "
+        "% of roof) runs far below it",
+        "roofline model (Williams, Waterman & Patterson, CACM 2009): attainable = min(peak, intensity × "
+        "bandwidth); trainscope default: below half the roof, the region has at least 2× of headroom",
+    ),
+    Threshold(
+        "tree.attainable_pct_of_roof",
+        80.0,
+        "% of roof",
+        "the share of its roofline bound a tuned kernel attains: a slow region's stake is the time its kernels "
+        "would save at this share (never below the roof itself, so never more than the region's own time)",
+        "trainscope default, in the range tuned libraries reach: streaming kernels ≈ 80–90 % of peak DRAM "
+        "bandwidth (STREAM-like copies), large GEMMs ≈ 70–80 % of peak tensor throughput",
+    ),
+    Threshold(
+        "tree.instance_ratio",
+        1.5,
+        "× the median instance",
+        "the slowest instance of a repeated (folded) block taking at least this many times its siblings' median "
+        "GPU time is slower than its siblings (at least 3 instances, so the median is one of them)",
+        "trainscope default, the outlier ratio of steps (step.outlier_ratio) applied to a block's instances: "
+        "instances of one block launch the same kernels on the same shapes, so their times agree within a few %",
+    ),
+    Threshold(
+        "tree.bwd_fwd_low",
+        1.5,
+        "× forward",
+        "backward's GPU time (communication kernels left out) below this multiple of forward's is far from "
+        "the expected ≈ 2×",
+        "Kaplan et al. 2020, Scaling Laws for Neural Language Models (training compute C ≈ 6N per token: "
+        "forward 2N, backward 4N — a gradient for the inputs and one for the weights per matmul); trainscope "
+        "default band ±25 % around 2×",
+    ),
+    Threshold(
+        "tree.bwd_fwd_high",
+        2.5,
+        "× forward",
+        "backward's GPU time (communication kernels left out) above this multiple of forward's is far from the "
+        "expected ≈ 2× (activation checkpointing recomputes the forward: ≈ 3×)",
+        "Kaplan et al. 2020 (backward ≈ 2× forward); Chen et al. 2016, Training Deep Nets with Sublinear Memory "
+        "Cost (recomputation adds one forward pass); trainscope default band ±25 % around 2×",
+    ),
+)
+
 # Live monitoring (`trainscope watch`): windowed rules over sampled counters (docs/diagnosis.md §3, "live").
 _LIVE_TABLE: tuple[Threshold, ...] = (
     Threshold(
@@ -694,7 +753,7 @@ _FUSION_TABLE: tuple[Threshold, ...] = (
         "trainscope default: bounds the search (one counting pass per length)",
     ),
 )
-_TABLE = _TABLE + _LIVE_TABLE + _FUSION_TABLE
+_TABLE = _TABLE + _TREE_TABLE + _LIVE_TABLE + _FUSION_TABLE
 
 
 class Rules:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers.analysis import Analysis
+from trainscope.analyzers.findings.base import Finding
 from trainscope.analyzers.recommendations import removable
 
 
@@ -74,7 +75,9 @@ def levers(a: Analysis) -> dict[str, Lever]:
     """The lever of every recommendation of ``a`` that has a projection, by recommendation id: what
     time it removes comes from its finding's declaration (the fix's projection kind)."""
     b = a.breakdown
-    by_id = {f.id: f for f in a.findings}
+    by_id: dict[str, Finding] = {}
+    for found in a.findings:  # the first of an id: the one its recommendation was projected from
+        by_id.setdefault(found.id, found)
     out: dict[str, Lever] = {}
     for r in a.recommendations:
         f = by_id.get(r.finding)

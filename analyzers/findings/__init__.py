@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.findings import comm, data, graphs, host, kernels, live, memory, ranks, startup
+from trainscope.analyzers.findings import comm, data, graphs, host, kernels, live, memory, ranks, startup, tree
 from trainscope.analyzers.findings.base import (
     AXES,
     CRITICAL_PATH_FAMILIES,
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.findings.observations import DiagnosisInput
     from trainscope.analyzers.rules import Rules
 
-FAMILIES = (data, host, comm, memory, kernels, ranks, live, graphs, startup)
+FAMILIES = (data, host, comm, memory, kernels, ranks, live, graphs, startup, tree)
 
 
 def _collect() -> dict[str, FindingSpec]:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.host_idle import HostIdle
     from trainscope.analyzers.kernels import KernelSummary
     from trainscope.analyzers.memory import DeviceMemory
+    from trainscope.analyzers.module_tree import ModuleTree
     from trainscope.analyzers.one_off import SteadyWindow
     from trainscope.analyzers.roofline import Roofline
     from trainscope.analyzers.sinks import Sinks
@@ -53,6 +54,7 @@ class DiagnosisInput:
     extra: dict[str, object] = field(default_factory=dict)
     steady: "SteadyWindow | None" = None  # the start-up ledger and the judged window (analyzers/one_off.py)
     fusion: "FusionCandidates | None" = None  # repeated back-to-back kernel sequences (analyzers/fusion.py)
+    tree: "ModuleTree | None" = None  # where in the model: the trace's ranges over the steps (analyzers/module_tree.py)
 
     def is_leader(self, sink: str) -> bool:
         lead = self.sinks.leader if self.sinks is not None else None
