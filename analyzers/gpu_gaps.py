@@ -65,6 +65,7 @@ LABELS = {
     "unordered": "next GPU operation has no recorded launch call",
 }
 INFERRED = "inferred from the GPU timeline and runtime calls"
+LAUNCH_CALL = "host time per launch call"  # the gaps' median launch call: a finding that quotes it says it first
 # Runtime-API calls that compile or load device code.
 _NUMBER = re.compile(r"\d+")
 GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch(_v\d+)?$")
@@ -114,6 +115,12 @@ class GpuGaps:
         if cls == "issued-late" and self.sampled:
             return "host-work"
         return SINK_OF[cls]
+
+    def metric(self, cls: str) -> str:
+        """A class's evidence label, the one name its share goes by in every finding and verdict:
+        what the gap holds, then the sink it feeds (or "unexplained")."""
+        where = f" → {self.sink_of(cls)}" if cls in SINK_OF else " (unexplained)"
+        return f"GPU idle, {LABELS[cls]}{where}"
 
     def inferred_ns(self, sink: str) -> int:
         """Of sink ``sink``, the time inferred from positions (named host ranges are recorded work)."""

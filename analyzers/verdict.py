@@ -24,7 +24,7 @@ from trainscope.analyzers.findings.observations import DiagnosisInput as Diagnos
 from trainscope.analyzers.findings.graphs import GRAPH_REPLAYS, UNKNOWN_BOUND
 from trainscope.analyzers.findings.startup import NOT_REPRESENTATIVE as _NOT_REPRESENTATIVE
 from trainscope.analyzers.findings.startup import NOT_REPRESENTATIVE_AXIS
-from trainscope.analyzers.gpu_gaps import INFERRED, LABELS as GAP_LABELS
+from trainscope.analyzers.gpu_gaps import INFERRED, LABELS as GAP_LABELS, LAUNCH_CALL
 from trainscope.analyzers.rules import Rules
 
 if TYPE_CHECKING:
@@ -299,7 +299,7 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     if not any(e.metric.startswith("GPU busy") for e in evidence):
         evidence.append(busy_ev)
     if gaps is not None and gaps.considered_ns:
-        evidence += _gap_evidence(gaps, sinks)
+        evidence += _gap_evidence(gaps, sinks, frozenset(e.metric for e in evidence))
     if few:
         evidence.append(
             _ev(
@@ -325,21 +325,17 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     )
 
 
-def _gap_evidence(gaps: GpuGaps, sinks: Sinks) -> list[Evidence]:
-    """What the GPU timeline and runtime calls say about the idle no host event explains."""
+def _gap_evidence(gaps: GpuGaps, sinks: Sinks, stated: frozenset[str] = frozenset()) -> list[Evidence]:
+    """What the GPU timeline and runtime calls say about the idle no host event explains, less the
+    figures the verdict's evidence already states (``stated``: their metrics)."""
     out: list[Evidence] = []
-    for cls, label in GAP_LABELS.items():
-        if gaps.pct(cls) >= 0.5:
-            where = (
-                f" → {gaps.sink_of(cls)}"
-                if cls in ("sync", "cold-start", "host-range", "step-boundary", "issued-late")
-                else " (unexplained)"
-            )
-            out.append(Evidence(f"GPU idle, {label}{where}", round(gaps.pct(cls), 2), "%", "", INFERRED, None))
-    if gaps.launch_call_us is not None and gaps.late_gaps:
+    for cls in GAP_LABELS:
+        if gaps.pct(cls) >= 0.5 and gaps.metric(cls) not in stated:  # a figure the finding gave already: once
+            out.append(Evidence(gaps.metric(cls), round(gaps.pct(cls), 2), "%", "", INFERRED, None))
+    if gaps.launch_call_us is not None and gaps.late_gaps and not any(m.startswith(LAUNCH_CALL) for m in stated):
         out.append(
             Evidence(
-                f"host time per launch call (median; {gaps.late_gaps} of {gaps.gaps} gaps issued late)",
+                f"{LAUNCH_CALL} (median; {gaps.late_gaps} of {gaps.gaps} gaps issued late)",
                 round(gaps.launch_call_us, 2),
                 "µs",
                 "",

@@ -84,7 +84,41 @@ ALIASES: dict[frozenset[str], str] = {
         "equal by definition: the cross-rank correction sets the imbalance sink to the wait the alignment measured "
         "(analyzers/ranks.py with_aligned_imbalance)"
     ),
+    frozenset(("gpu waits for the host to issue work", "gpu idle while the host launches/computes")): _TITLE,
+    frozenset(
+        ("gpu waits for the host to issue work", "launch/cpu overhead gpu idle while the host issues work")
+    ): _TITLE,
+    frozenset(
+        (
+            "blocking synchronizations gpu idle while or after the host waits on it",
+            "gpu idle while the host synchronizes",
+        )
+    ): _SINK_VS_FINDING,
 }
+# A part equal to its whole: the GPU-idle gap class that feeds a sink ("GPU idle, … → launch",
+# analyzers/gpu_gaps.py SINK_OF) is one part of that sink; where it is the sink's only part, the two
+# print one value. The whole's labels by sink (normalized), and why.
+WHOLE_OF_SINK: dict[str, re.Pattern[str]] = {
+    "launch": re.compile(
+        r"^(launch/cpu overhead|gpu idle while the host launches/computes|gpu waits for the host to issue)"
+    ),
+    "sync": re.compile(r"^(blocking synchroni|gpu idle while the host synchronizes)"),
+}
+PART_REASON = "a sink is the GPU idle of the gap classes that feed it: one class, all of it"
+
+
+def _part_of(part: str, whole: str) -> bool:
+    """Whether ``part`` names a gap class (its label, or the text report's head of it) feeding the sink
+    ``whole`` names."""
+    from trainscope.analyzers.gpu_gaps import LABELS, SINK_OF
+
+    for cls, sink in SINK_OF.items():
+        full = norm_label(f"GPU idle, {LABELS[cls]} → {sink}")
+        if len(part) >= 20 and full.startswith(part) and sink in WHOLE_OF_SINK and WHOLE_OF_SINK[sink].match(whole):
+            return True
+    return False
+
+
 # The sections compared: the figures that sum up a run (the header, the verdict and its evidence,
 # the step breakdown, the app's key figures; in the document, the verdict and the breakdown).
 # Per-item tables (kernels, roofline, phases, ledger, ranks, stragglers) are left out: their rows
@@ -351,7 +385,9 @@ def _significant(f: Figure) -> bool:
 
 def _aliased(a: str, b: str) -> bool:
     """Whether ``a`` and ``b`` are a declared alias pair (a label the text report shortened with "…"
-    is a prefix of its full name)."""
+    is a prefix of its full name), or a part and the whole it is all of (:func:`_part_of`)."""
+    if _part_of(a, b) or _part_of(b, a):
+        return True
     for pair in ALIASES:
         x, y = tuple(pair)
         if (x.startswith(a) and y.startswith(b)) or (x.startswith(b) and y.startswith(a)):
@@ -444,8 +480,54 @@ def renderings(name: str) -> dict[str, list[Figure]]:
     return out
 
 
+def document_renderings(doc: dict) -> dict[str, list[Figure]]:
+    """Every renderer's figures of one analysis document (no rank views)."""
+    from trainscope.reports.html import render_html
+    from trainscope.reports.markdown import render_markdown
+    from trainscope.reports.text import render_text
+
+    return {
+        "text": text_figures(render_text(doc)),
+        "markdown": text_figures(markdown_text(render_markdown(doc)), lambda s: s.startswith("#")),
+        "html": text_figures(html_text(render_html(doc)), lambda s: s.startswith("#")),
+        "app": text_figures(overview_text(doc)),
+        "json": json_figures(doc),
+    }
+
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+# Every bundled trace, read from its golden document (tests/test_golden.py holds each equal to what
+# the analysis writes today), so the whole set costs no analysis: the renderers run on the document.
+GOLDEN_ANALYSES = sorted(p.name for p in GOLDEN.glob("analyze-*.json"))
+
+
+def golden_document(name: str) -> dict:
+    import json
+
+    doc = json.loads((GOLDEN / name).read_text(encoding="utf-8"))
+    doc.setdefault("tool", {}).setdefault("version", "0")  # a volatile field the golden file leaves out
+    return doc
+
+
 def summary(figs: list[Figure]) -> list[Figure]:
     return [f for f in figs if SECTIONS.match(f.section)]
+
+
+@pytest.mark.parametrize("name", GOLDEN_ANALYSES)
+def test_every_bundled_traces_renderers_give_one_name_per_number(name):
+    """Both checks on every bundled trace's document, in every renderer."""
+    figs = {k: summary(v) for k, v in document_renderings(golden_document(name)).items()}
+    bad = {k: one_label_two_values(f) + one_value_two_labels(f) for k, f in figs.items()}
+    bad = {k: v for k, v in bad.items() if v}
+    assert not bad, bad
+    assert sum(map(len, figs.values())) >= 20  # the renderers were read: every document has a verdict and a breakdown
+
+
+def test_the_golden_set_is_every_bundled_analysis():
+    from tests.test_golden import CASES
+
+    assert GOLDEN_ANALYSES == sorted(f"{n}.json" for n, argv in CASES.items() if argv[0] == "analyze")
+    assert len(GOLDEN_ANALYSES) >= 29
 
 
 @pytest.mark.parametrize("name", TRACES)
@@ -464,6 +546,8 @@ def test_one_value_never_carries_two_labels_in_a_section(name):
 
 if __name__ == "__main__":  # the collisions of every bundled representative, for a person to read
     import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests.conftest, run as a script
 
     for name in sys.argv[1:] or TRACES:
         n = 0

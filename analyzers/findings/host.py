@@ -15,6 +15,7 @@ from trainscope.analyzers.findings.base import (
     ms_per_step,
     stake_ms,
 )
+from trainscope.analyzers.gpu_gaps import INFERRED, LAUNCH_CALL
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.rules import Rules
@@ -49,18 +50,11 @@ def _launch(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     g = obs.gaps
     late = g.ns.get("issued-late", 0) if g is not None and g.sink_of("issued-late") == "launch" else 0
     if g is not None and late and obs.sinks.by_key["launch"].ns and late >= 0.5 * obs.sinks.by_key["launch"].ns:
-        lines.append(
-            ctx(
-                "GPU idle before operations issued after the gap began (queue empty)",
-                g.pct("issued-late"),
-                "% of step time",
-                "inferred from the GPU timeline and runtime calls",
-            )
-        )
+        lines.append(ctx(g.metric("issued-late"), round(g.pct("issued-late"), 2), "% of step time", INFERRED))
         if g.launch_call_us is not None and g.issue_interval_us:
             lines.append(
                 ctx(
-                    "host time per launch call / interval between launches (medians)",
+                    f"{LAUNCH_CALL} / interval between launches (medians)",
                     round(g.launch_call_us, 1),
                     f"µs / {g.issue_interval_us:.1f} µs",
                     "runtime calls",

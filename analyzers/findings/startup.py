@@ -37,6 +37,14 @@ def _cost_lines(w: SteadyWindow, n: int = 4) -> list[Evidence]:
     return lines
 
 
+def _ledger_total(w: SteadyWindow) -> list[Evidence]:
+    """The ledger's total, where it holds more than one cost (one cost's line is the total already:
+    the same figure under a second name)."""
+    if len(w.ledger.costs) < 2:
+        return []
+    return [ctx("one-off costs in the trace, once per process (start-up ledger)", w.ledger.total_ns / 1e6, "ms")]
+
+
 def _nr_stake(w: SteadyWindow) -> float:
     """The share of the recorded time one-off costs take: of the judged window, or — when they lie
     before it (a start-up the window does not hold) — of the costs and the window together."""
@@ -60,7 +68,7 @@ def _not_representative(obs: DiagnosisInput, rules: Rules) -> Finding | None:
         )
     ]
     lines += _cost_lines(w)
-    lines.append(ctx("one-off costs in the trace, once per process (start-up ledger)", w.ledger.total_ns / 1e6, "ms"))
+    lines += _ledger_total(w)
     phases = " / ".join(w.headline_phases) or "start-up"
     return NOT_REPRESENTATIVE.finding(
         stake,
@@ -80,7 +88,7 @@ def _one_off(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     stake = w.one_off_pct
     lines = [
         ev(rules, "startup.moderate", "one-off costs inside the judged window", stake),
-        ctx("one-off costs in the trace, once per process (start-up ledger)", w.ledger.total_ns / 1e6, "ms"),
+        *_ledger_total(w),
     ]
     lines += _cost_lines(w)
     return ONE_OFF.finding(
