@@ -5,6 +5,7 @@ pysimdjson) and HTA's load the ``hta`` extra:
 
     python benchmarks/bench_scale.py [--sizes 0.1,0.3,1] [--no-hta] [--gzip] [--keep DIR]
     python benchmarks/bench_scale.py --all --sizes 1 --keep /tmp/scale   # the issue-26 table, one run
+    python benchmarks/bench_scale.py --peers [--sizes 1 --keep /tmp/scale] [--nsys-ai PATH] [FILE ...]
 
 ``--all`` measures, per size and in the same run: the Kineto JSON with its floors (a bare
 simdjson parse of the same file, HTA's load unless ``--no-hta``) and ``--perfetto`` on it, the
@@ -23,6 +24,19 @@ its user + system time (measured in a wrapper process per run). On a shared mach
 stretches with the load average (printed per row); CPU time is what carries to an idle machine. trainscope is timed end to end (process start to the
 JSON document on stdout); HTA is timed around ``TraceAnalysis(...)`` inside its process (load
 alone, imports excluded). HTA on 1 GB takes minutes: ``--no-hta`` skips it.
+
+``--peers`` measures trainscope beside its peers on the same inputs, paired in one run: a first look
+(an empty analysis cache of its own) and a second look (the same command again: the cache's hit)
+of trainscope; Holistic Trace Analysis on each Kineto input (load, temporal breakdown and idle-time
+breakdown: what trainscope's verdict covers; it has no cache, so its second look is a second run);
+nsys-ai's ``diagnose`` on each Nsight export, first with an empty home (its Parquet/DuckDB cache is
+built) and again (the cache read). Inputs: the FILEs given, else the bundled A100 Kineto trace and
+Nsight export, or with ``--sizes`` the built traces of those sizes. Ratios are peer ÷ trainscope
+(wall, CPU, peak RSS) for each look, and trainscope's second look ÷ its first and ÷ the peer's warm
+run. A peer that is not installed is named and skipped (nsys-ai: ``--nsys-ai PATH`` or on ``PATH``).
+nsys-ai's DuckDB path loads the ``sqlite_scanner`` extension, which it downloads when it is missing:
+on a machine without that network its log says "DuckDB unavailable" and it falls back to sqlite3 —
+the table then says so, since those runs time a failed download, not its cache.
 """
 
 from __future__ import annotations
@@ -336,6 +350,155 @@ def run_all(args, where: pathlib.Path) -> None:
         print(r)
 
 
+HTA_LOOK = """
+import sys, time, logging
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+t0 = time.perf_counter()
+a = TraceAnalysis(trace_files={0: sys.argv[1]}, trace_dir=sys.argv[2])
+a.get_temporal_breakdown(visualize=False)
+a.get_idle_time_breakdown(visualize=False)
+print(time.perf_counter() - t0)
+"""
+
+
+def _trainscope_looks(path: pathlib.Path, cache: str) -> list[tuple[float, float, float]]:
+    """(wall, CPU, RSS) of trainscope's first look (empty cache) and second look (its hit)."""
+    env = {**os.environ, "TRAINSCOPE_CACHE_DIR": cache}
+    env.pop("TRAINSCOPE_NO_CACHE", None)
+    out = []
+    for _ in range(2):
+        wall, rss, _, cpu = _run_env(
+            [sys.executable, "-m", "trainscope", "analyze", str(path), "--format", "json", "-q"], env
+        )
+        out.append((wall, cpu, rss))
+    return out
+
+
+def _run_env(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str, float]:
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        return _run(cmd)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def _nsys_ai_looks(exe: str, path: pathlib.Path) -> tuple[list[tuple[float, float, float]], bool]:
+    """(wall, CPU, RSS) of nsys-ai ``diagnose`` twice on a private copy of ``path`` with an empty
+    home (its cache is built, then read), and whether its DuckDB path was unavailable."""
+    import shutil
+
+    with tempfile.TemporaryDirectory() as home:
+        copy = pathlib.Path(home) / path.name
+        shutil.copyfile(path, copy)
+        env = {**os.environ, "HOME": home, "XDG_CACHE_HOME": f"{home}/.cache"}
+        looks, degraded = [], False
+        for i in range(2):
+            log = f"{home}/log{i}.txt"
+            wrapper = (  # its log (stdout and stderr) to a file, read for the DuckDB fallback
+                "import subprocess, sys; f=open(sys.argv[1], 'w'); "
+                "sys.exit(subprocess.run(sys.argv[2:], stdout=f, stderr=subprocess.STDOUT).returncode)"
+            )
+            wall, rss, _, cpu = _run_env(
+                [
+                    sys.executable,
+                    "-c",
+                    wrapper,
+                    log,
+                    exe,
+                    "diagnose",
+                    str(copy),
+                    "--format",
+                    "json",
+                    "-o",
+                    f"{home}/o{i}.json",
+                ],
+                env,
+            )
+            degraded |= "DuckDB unavailable" in pathlib.Path(log).read_text(errors="replace")
+            looks.append((wall, cpu, rss))
+        return looks, degraded
+
+
+def run_peers(args, where: pathlib.Path) -> None:
+    """trainscope's first and second look beside HTA (Kineto) and nsys-ai (Nsight), paired per input."""
+    import shutil
+
+    inputs = [pathlib.Path(f) for f in args.files]
+    if not inputs and args.sizes_given:
+        for gb in [float(s) for s in args.sizes.split(",") if s.strip()]:
+            k = where / f"scale_{gb:g}GB.json"
+            if not k.exists():
+                build_trace(pathlib.Path(args.source), int(gb * 1e9), k)
+            n = where / f"scale_{gb:g}GB.sqlite"
+            if not n.exists():
+                build_nsys(NSYS_SOURCE, int(gb * 1e9), n)
+            inputs += [k, n]
+    if not inputs:
+        inputs = [SOURCE, NSYS_SOURCE]
+    exe = args.nsys_ai or shutil.which("nsys-ai")
+    try:
+        import hta  # noqa: F401
+
+        have_hta = not args.no_hta
+    except ImportError:
+        have_hta = False
+        print("HTA (traceinsight) is not installed here: the Kineto rows have no peer", flush=True)
+    if exe is None:
+        print("nsys-ai is not on PATH (--nsys-ai PATH): the Nsight rows have no peer", flush=True)
+    rows = []
+
+    def ratio(a: float, b: float) -> str:
+        return f"×{a / b:.2f}" if b > 0 else "—"
+
+    for path in inputs:
+        mb = path.stat().st_size / 1e6
+        with tempfile.TemporaryDirectory() as cache:
+            first, second = _trainscope_looks(path, cache)
+        nsight = path.suffix == ".sqlite"
+        peer, looks, note = None, None, ""
+        if nsight and exe is not None:
+            peer = "nsys-ai diagnose"
+            looks, degraded = _nsys_ai_looks(exe, path)
+            note = (
+                " (its DuckDB cache unavailable: timed a failed extension download, then sqlite3)" if degraded else ""
+            )
+        elif not nsight and have_hta:
+            peer = "HTA load + temporal + idle breakdown"
+            looks = []
+            for _ in range(2):
+                with tempfile.TemporaryDirectory() as hdir:
+                    _, wall, rss, cpu = _child_seconds(HTA_LOOK, str(path), hdir)
+                looks.append((wall, cpu, rss))
+        line = f"| {path.name} ({mb:,.0f} MB) | {first[0]:.2f} s / {second[0]:.2f} s | ×{second[0] / first[0]:.3f} |"
+        if looks is not None:
+            (pw1, pc1, pr1), (pw2, pc2, pr2) = looks
+            line += (
+                f" {peer}{note}: {pw1:.2f} s / {pw2:.2f} s | first look {ratio(pw1, first[0])} wall, "
+                f"{ratio(pc1, first[1])} CPU, {ratio(pr1, first[2])} RSS | second look {ratio(pw2, second[0])} wall, "
+                f"{ratio(pc2, second[1])} CPU, {ratio(pr2, second[2])} RSS | trainscope's second ÷ peer's warm "
+                f"{second[0] / pw2:.3f} |"
+            )
+        else:
+            line += " no peer | — | — | — |"
+        line += f" {_load()} |"
+        rows.append(line)
+        print(line, flush=True)
+    print()
+    print(f"machine: {os.cpu_count()} CPUs; load average 1/5/15 min at the end: {_load()}")
+    print(
+        "| input | trainscope first / second look (wall) | second ÷ first | peer: first / second run (wall) "
+        "| first look, peer ÷ trainscope | second look, peer ÷ trainscope | trainscope second ÷ peer warm "
+        "| load avg 1/5/15 |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(r)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="0.1,0.3,1", help="trace sizes in GB of JSON (10⁹ bytes), comma-separated")
@@ -356,7 +519,22 @@ def main() -> int:
         metavar="N",
         help="with --all: N rank files, analyzed serially and with --jobs 2",
     )
+    ap.add_argument("--peers", action="store_true", help="trainscope's first and second look beside HTA and nsys-ai")
+    ap.add_argument("--nsys-ai", metavar="PATH", help="with --peers: the nsys-ai executable (default: on PATH)")
+    ap.add_argument("files", nargs="*", help="with --peers: the inputs (default: bundled traces, or --sizes built)")
     args = ap.parse_args()
+    args.sizes_given = "--sizes" in sys.argv
+    if args.peers:
+        tmp = tempfile.TemporaryDirectory() if not args.keep else None
+        where = pathlib.Path(args.keep or tmp.name)
+        where.mkdir(parents=True, exist_ok=True)
+        print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average {_load()}", flush=True)
+        try:
+            run_peers(args, where)
+        finally:
+            if tmp is not None:
+                tmp.cleanup()
+        return 0
     if args.all:
         tmp = tempfile.TemporaryDirectory() if not args.keep else None
         where = pathlib.Path(args.keep or tmp.name)
