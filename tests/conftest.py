@@ -43,6 +43,20 @@ def kineto_dir() -> pathlib.Path:
     return KINETO
 
 
+def exit_code_written(path: pathlib.Path, timeout: float = 30.0) -> str:
+    """The exit code a tmux test's shell wrote with ``echo $? > path``: the redirection creates the
+    file before echo writes to it, so a reader that only waits for the file can read '' (it did, once,
+    under load). Waits for the content; '' after ``timeout``."""
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.exists() and path.read_text().strip():
+            break
+        time.sleep(0.1)
+    return path.read_text().strip() if path.exists() else ""
+
+
 def dlrm_rank_dir(out: pathlib.Path, n: int) -> pathlib.Path:
     """``n`` rank files in ``out`` made from the two real DLRM ranks (even ranks copy rank 0, odd
     ranks rank 1), each with its own rank number and world size ``n``."""

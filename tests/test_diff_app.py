@@ -11,13 +11,12 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 from textual.geometry import Region
 
-from tests.conftest import KINETO
+from tests.conftest import KINETO, exit_code_written
 from tests.test_diff import A100, V100, _events, _raw_steps, _run
 
 pytest.importorskip("textual")
@@ -401,10 +400,7 @@ def test_in_a_real_terminal_the_app_opens_and_quitting_gives_the_gates_exit_code
         tmux("send-keys", "-t", "t", "3")
         tmux.wait_for("ncclKernel_AllReduce_RING_LL_Sum_float")
         tmux("send-keys", "-t", "t", "q")
-        end = time.monotonic() + 30
-        while not exit_file.exists() and time.monotonic() < end:
-            time.sleep(0.2)
-        assert exit_file.read_text().strip() == "3"
+        assert exit_code_written(exit_file) == "3"
         screen = tmux.wait_for("trainscope: regression: step time p50 rose 49.3 %")  # the gate's line, after the app
         assert "GATE FAILED" not in screen  # the terminal is given back
     finally:

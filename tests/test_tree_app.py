@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.conftest import DATA
+from tests.conftest import DATA, exit_code_written
 
 pytest.importorskip("textual")
 
@@ -208,9 +208,6 @@ def test_tree_tab_in_tmux(tmp_path, size):
         s = tmux.wait_for("GPU all")  # the timeline, framing the layer's range
         assert "T main" in s
         tmux("send-keys", "-t", "t", "q")
-        end = time.monotonic() + 30
-        while not exit_file.exists() and time.monotonic() < end:
-            time.sleep(0.2)
-        assert exit_file.read_text().strip() == "0"
+        assert exit_code_written(exit_file) == "0"
     finally:
         subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)

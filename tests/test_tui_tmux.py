@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import KINETO
+from tests.conftest import KINETO, exit_code_written
 
 TRACE = KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz"
 pytestmark = pytest.mark.skipif(
@@ -63,10 +63,7 @@ def test_analyze_app_in_tmux_navigates_exports_and_quits(tmp_path):
             time.sleep(0.2)
         assert report.exists() and "Load batches in parallel worker processes" in report.read_text()
         tmux("send-keys", "-t", "t", "q")
-        end = time.monotonic() + 30
-        while not exit_file.exists() and time.monotonic() < end:
-            time.sleep(0.2)
-        assert exit_file.read_text().strip() == "0"
+        assert exit_code_written(exit_file) == "0"
         # The terminal is given back: no alternate screen left behind, the shell's output is visible.
         assert "DATA-BOUND" not in tmux.screen()
     finally:
@@ -87,10 +84,7 @@ def test_quitting_while_the_trace_loads_exits_0(tmp_path):
     try:
         tmux.wait_for("q quit")  # the loading screen's key line: the app is up and reading
         tmux("send-keys", "-t", "t", "q")
-        end = time.monotonic() + 30
-        while not exit_file.exists() and time.monotonic() < end:
-            time.sleep(0.1)
-        assert exit_file.read_text().strip() == "0"
+        assert exit_code_written(exit_file) == "0"
     finally:
         subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
 
@@ -116,16 +110,13 @@ def test_stopping_the_launched_job_from_the_dashboard_interrupts_it(tmp_path):
     try:
         tmux.wait_for("q quit", timeout=60)
         time.sleep(1.0)
-        t0 = time.monotonic()
         tmux("send-keys", "-t", "t", "q")
-        tmux.wait_for("stop job? y/N", timeout=10)
+        tmux.wait_for("stop job? y/N", timeout=60)
         assert not marker.exists()  # asking stops nothing
         tmux("send-keys", "-t", "t", "y")
-        while not exit_file.exists() and time.monotonic() < t0 + 30:
-            time.sleep(0.1)
-        assert marker.exists(), "the job never got SIGINT"
-        assert time.monotonic() - t0 < 8  # not the 10 s wait before a kill
-        assert exit_file.read_text().strip() == "130"
+        code = exit_code_written(exit_file)
+        assert marker.exists(), "the job never got SIGINT"  # its handler wrote it: no SIGKILL after a wait
+        assert code == "130"  # ended by that SIGINT (no wall-clock bound: a loaded machine stretches it)
     finally:
         subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
 
@@ -160,12 +151,9 @@ def test_q_in_watch_leaves_the_job_running(tmp_path):
             time.sleep(0.1)
         pid = int(pid_file.read_text())
         tmux("send-keys", "-t", "t", "q")
-        tmux.wait_for("stop job? y/N", timeout=10)
+        tmux.wait_for("stop job? y/N", timeout=60)
         tmux("send-keys", "-t", "t", "d")
-        end = time.monotonic() + 30
-        while not exit_file.exists() and time.monotonic() < end:
-            time.sleep(0.1)
-        assert exit_file.read_text().strip() == "0"
+        assert exit_code_written(exit_file) == "0"
         time.sleep(1.0)
         os.kill(pid, 0)  # still running (raises ProcessLookupError otherwise)
         assert not marker.exists()

@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from tests.conftest import exit_code_written
+
 from tests.hostile import PAYLOAD, write_kineto
 from tests.test_tui_tmux import Tmux
 
@@ -65,10 +67,7 @@ def test_hostile_trace_leaves_the_pane_title_and_the_screen_alone(tmp_path):
             assert "\x1b" not in screen and "\x07" not in screen
         assert "\\u202e" in screen and "\\u2028" in screen  # bidi and separators spelled out too
         tmux("send-keys", "-t", "t", "q")
-        end = time.monotonic() + 30
-        while not exit_file.exists() and time.monotonic() < end:
-            time.sleep(0.2)
-        assert exit_file.read_text().strip() == "0"
+        assert exit_code_written(exit_file) == "0"
         assert title() == TITLE
     finally:
         subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
