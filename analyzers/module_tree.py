@@ -7,8 +7,15 @@ The tree is built from the ranges the trace itself records, never from a list of
 - ``record_function`` / ``user_annotation`` ranges (Kineto) — kind ``range``; NVTX push/pop ranges
   (Nsight exports) — kind ``nvtx``;
 - autograd's backward nodes (``autograd::engine::evaluate_function: XBackward0`` operators) — kind
-  ``range`` under ``backward``. Mapping them to their forward module needs the operators' sequence
-  numbers, which the trace model does not carry yet: they are shown by their own names.
+  ``range`` under ``backward``. A node at the top of the backward whose forward operator the trace
+  names (Kineto's "Sequence number" and "Fwd thread id": :func:`forward_ops`) and which ran inside a
+  module or range (outside every autograd node) hangs under that range's **mirror**: ``backward ›
+  ResNet_0 › … › Conv2d_1…19 › ConvolutionBackward0``, the forward path's names under the backward
+  phase, folded the same way, so a module's backward sits beside its forward. A mirror node holds no
+  ranges of its own: its count is the forward ranges whose backward it holds, its host time 0, its
+  instances those ranges' names (or occurrences). The other nodes (no sequence number — autograd's
+  ``AccumulateGrad`` —, a forward operator in no range, a trace without the args: Nsight exports,
+  older Kineto) stay under ``backward`` by their own names; the tree's note counts the mapped ones.
 
 Ranges nest per host thread (:func:`nesting.nest_parents`: the innermost range still open, holding
 the child whole). Ranges that hold a whole step window (``ProfilerStep#N``, a ``profile`` range
@@ -213,6 +220,67 @@ def _clipped_total(s: I64, e: I64, ws: I64, we: I64) -> int:
     return tot
 
 
+def _last_before(f_key: I64, f_ts: I64, q_key: I64, q_ts: I64) -> I64:
+    """For each query (key, time): the index of the last item with the same key starting at or
+    before it (−1: none). One sort of items and queries together."""
+    n = len(f_key)
+    key = np.concatenate([f_key, q_key])
+    ts = np.concatenate([f_ts, q_ts])
+    is_q = np.r_[np.zeros(n, bool), np.ones(len(q_key), bool)]
+    o = np.lexsort((is_q, ts, key))  # by key, then time; items before queries at equal times
+    at = np.where(is_q[o], -1, np.arange(len(o)))
+    at = np.maximum.accumulate(at)  # the position of the last item at or before each position
+    last = np.where(at >= 0, o[np.clip(at, 0, None)], -1)
+    pos = np.empty(len(o), np.int64)
+    pos[o] = np.arange(len(o))
+    hit = last[pos[n:]]
+    ok = hit >= 0
+    ok[ok] = f_key[hit[ok]] == q_key[ok]
+    out: I64 = np.where(ok, hit, -1).astype(np.int64)
+    return out
+
+
+def forward_ops(trace: Trace, rows: I64) -> I64:
+    """For each operator row in ``rows`` (autograd's backward nodes), the ``cpu_ops`` row of the
+    forward operator that created it, −1 where the trace does not tell.
+
+    A forward operator (its "Fwd thread id" 0) and the backward node it created share the sequence
+    number, a counter of the forward thread; the node's "Fwd thread id" names that thread by the
+    profiler's own id, which the trace does not tie to its threads: each id is the trace thread whose
+    forward operators hold the most of its nodes' sequence numbers (none on a tie). Several operators
+    carry one number (the composite operator around the one that created the node, operators without
+    a node since the last one); the node's is the last of them to start before the node — the counter
+    moves on when a node is created, so later operators carry a later number."""
+    op, oi = trace.cpu_ops, trace.op_inputs
+    out = np.full(len(rows), -1, np.int64)
+    seq, fwd = oi.cpu_sequence, oi.cpu_fwd_thread
+    if not len(rows) or len(seq) != len(op) or len(fwd) != len(op):
+        return out
+    qs, qf, qt = seq[rows].astype(np.int64), fwd[rows].astype(np.int64), op.ts[rows].astype(np.int64)
+    fsel = np.flatnonzero((seq >= 0) & (fwd == 0))
+    ask = (qs >= 0) & (qf > 0)
+    if not ask.any() or not len(fsel):
+        return out
+    f_thr = op.thread[fsel].astype(np.int64)
+    f_seq = seq[fsel].astype(np.int64)
+    f_ts = op.ts[fsel].astype(np.int64)
+    threads = np.unique(f_thr)
+    for fid in np.unique(qf[ask]).tolist():
+        q = np.flatnonzero(ask & (qf == fid))
+        best, best_hits, tie = None, 0, False
+        for th in threads.tolist():
+            on = np.flatnonzero(f_thr == th)
+            m = _last_before(f_seq[on], f_ts[on], qs[q], qt[q])
+            hits = int((m >= 0).sum())
+            if hits > best_hits:
+                best, best_hits, tie = np.where(m >= 0, fsel[on[np.clip(m, 0, None)]], -1), hits, False
+            elif hits and hits == best_hits:
+                tie = True
+        if best is not None and not tie:
+            out[q] = best
+    return out
+
+
 def module_tree(
     trace: Trace,
     windows: tuple[np.ndarray, np.ndarray],
@@ -406,6 +474,46 @@ def module_tree(
     root_phase = np.where((root_phase < 0) & r_autograd, PHASES.index("backward"), root_phase)
     r_phase[rest] = root_phase[root_of[rest]]
 
+    # --- autograd's backward nodes ↔ the forward operators that created them -----------------------
+    # A node at the top of the backward (no range around it but a phase) whose forward operator lies
+    # in a range outside every autograd node hangs under that range's mirror in its phase.
+    g0 = nr - len(oi)
+    r_map = np.full(nr, -1, np.int64)  # the innermost range around the node's forward operator
+    fop = forward_ops(trace, oi) if len(oi) else np.empty(0, np.int64)
+    has_f = fop >= 0
+    if has_f.any():
+        fu, finv = np.unique(fop[has_f], return_inverse=True)
+        f_ts, f_end = op.ts[fu].astype(np.int64), (op.ts[fu] + op.dur[fu]).astype(np.int64)
+        f_th = op.thread[fu].astype(np.int64)
+        b_ts, b_end, b_th = (
+            np.concatenate([r_ts, f_ts]),
+            np.concatenate([r_end, f_end]),
+            np.concatenate([r_thread, f_th]),
+        )
+        fpar = nest_parents(b_ts, b_end, order=outer_first(b_ts, b_end - b_ts, b_th), groups=b_th)
+        while True:  # an operator inside another: the range around the outer one
+            bad = fpar >= nr
+            if not bad.any():
+                break
+            fpar[bad] = fpar[fpar[bad]]
+        fr = fpar[nr:][finv.reshape(-1)]
+        fr = np.where((fr >= 0) & wrapper[np.clip(fr, 0, None)], -1, fr)
+        under_ag = r_autograd.copy()  # an autograd node or inside one (a recomputed forward)
+        anc = r_parent.copy()
+        while True:
+            on = anc >= 0
+            if not on.any():
+                break
+            under_ag[on] |= r_autograd[anc[on]]
+            anc[on] = r_parent[anc[on]]
+        g_rows = g0 + np.flatnonzero(has_f)
+        gp = r_parent[g_rows]
+        ok = (gp < 0) | r_phase_range[np.clip(gp, 0, None)]
+        ok &= fr >= 0
+        ok[ok] = ~r_phase_range[fr[ok]] & ~under_ag[fr[ok]]
+        r_map[g_rows[ok]] = fr[ok]
+    r_target = np.where(r_phase >= 0, r_phase, len(PHASES))  # the phase (or the root) a node hangs in
+
     # --- nodes, level by level ------------------------------------------------------------------
     # node table: parent node, name key, kind; the first nodes are the phases, the virtual root, outside
     n_parent: list[int] = [-1] * len(PHASES) + [-1, -1]
@@ -413,6 +521,7 @@ def module_tree(
     n_label: list[str] = list(PHASES) + ["", OUTSIDE]
     n_kind: list[str] = ["phase"] * len(PHASES) + ["root", "outside"]
     n_autograd: list[bool] = [False] * (len(PHASES) + 2)
+    n_key: list[tuple[int, int]] = [(-1, -1)] * (len(PHASES) + 2)  # (canonical name, range kind)
     ROOT, OUT = len(PHASES), len(PHASES) + 1
     canon: dict[str, int] = {}
     name_canon = np.full(len(S), -1, np.int64)
@@ -430,33 +539,70 @@ def module_tree(
         depth[on] += 1
         cur[on] = r_parent[cur[on]]
     key_index: dict[tuple[int, int, int], int] = {}
-    for d in range(int(depth.max()) + 1 if nr else 0):
-        lvl = np.flatnonzero((depth == d) & ~r_phase_range & ~wrapper)
-        if not len(lvl):
-            continue
-        par = r_parent[lvl]
-        has_par = par >= 0
-        pnode = np.where(
-            has_par & ~r_phase_range[np.clip(par, 0, None)],
-            r_node[np.clip(par, 0, None)],
-            np.where(r_phase[lvl] >= 0, r_phase[lvl], ROOT),
-        )
-        pnode = np.where(pnode < 0, ROOT, pnode)  # a parent without a node (cannot happen): the root
-        keys = np.stack([pnode, name_canon[r_name[lvl]], r_kind[lvl]], axis=1)
-        uk, inv = np.unique(keys, axis=0, return_inverse=True)
-        ids = np.empty(len(uk), np.int64)
-        for row, (pn, cn, kd) in enumerate(uk.tolist()):
-            key = (pn, cn, kd)
+
+    def new_node(key: tuple[int, int, int], kind: str, autograd: bool) -> int:
+        got = key_index[key] = len(n_parent)
+        n_parent.append(key[0])
+        n_names.append([])
+        n_label.append("")
+        n_kind.append(kind)
+        n_autograd.append(autograd)
+        n_key.append((key[1], key[2]))
+        return got
+
+    # mirrors: (phase, forward node) → the node of the same name path under that phase
+    mirror: dict[tuple[int, int], int] = {}
+
+    def mirror_of(target: int, nid: int) -> int:
+        got = mirror.get((target, nid))
+        if got is None:
+            par = n_parent[nid]
+            pm = target if par < len(PHASES) + 2 else mirror_of(target, par)
+            key = (pm, *n_key[nid])
             got = key_index.get(key)
             if got is None:
-                got = key_index[key] = len(n_parent)
-                n_parent.append(pn)
-                n_names.append([])
-                n_label.append("")
-                n_kind.append(KINDS[kd])
-                n_autograd.append(kd == 2)
-            ids[row] = got
-        r_node[lvl] = ids[inv.reshape(-1)]
+                got = new_node(key, n_kind[nid], False)
+            mirror[(target, nid)] = got
+        return got
+
+    # mapped nodes and what they hold are placed after the rest (their parents are mirrors)
+    deferred = r_map >= 0
+    for d in range(1, int(depth.max()) + 1 if nr else 0):
+        lvl = np.flatnonzero(depth == d)
+        deferred[lvl] |= deferred[r_parent[lvl]]
+    hang = np.full(nr, -1, np.int64)  # the mirror node a mapped backward node hangs under
+    for second in (False, True):
+        if second:
+            if not deferred.any():
+                break
+            for g in np.flatnonzero(r_map >= 0).tolist():
+                fnode = int(r_node[r_map[g]])
+                if fnode >= 0:
+                    hang[g] = mirror_of(int(r_target[g]), fnode)
+        todo = deferred if second else ~deferred
+        for d in range(int(depth.max()) + 1 if nr else 0):
+            lvl = np.flatnonzero((depth == d) & ~r_phase_range & ~wrapper & todo)
+            if not len(lvl):
+                continue
+            par = r_parent[lvl]
+            has_par = par >= 0
+            pnode = np.where(
+                has_par & ~r_phase_range[np.clip(par, 0, None)],
+                r_node[np.clip(par, 0, None)],
+                np.where(r_phase[lvl] >= 0, r_phase[lvl], ROOT),
+            )
+            pnode = np.where(pnode < 0, ROOT, pnode)  # a parent without a node (cannot happen): the root
+            pnode = np.where(hang[lvl] >= 0, hang[lvl], pnode)
+            keys = np.stack([pnode, name_canon[r_name[lvl]], r_kind[lvl]], axis=1)
+            uk, inv = np.unique(keys, axis=0, return_inverse=True)
+            ids = np.empty(len(uk), np.int64)
+            for row, (pn, cn, kd) in enumerate(uk.tolist()):
+                key = (pn, cn, kd)
+                got = key_index.get(key)
+                if got is None:
+                    got = new_node(key, KINDS[kd], kd == 2)
+                ids[row] = got
+            r_node[lvl] = ids[inv.reshape(-1)]
     nn_ = len(n_parent)
 
     # --- each operation's node ----------------------------------------------------------------------
@@ -547,6 +693,32 @@ def module_tree(
         par = r_parent[lvl]
         ok = (par >= 0) & ~r_phase_range[np.clip(par, 0, None)] & ~r_phase_range[lvl]
         np.add.at(inst_gpu, par[ok], inst_gpu[lvl[ok]])
+    # mirror rows: each forward range on the way up from a mapped node's forward operator, per phase,
+    # with the GPU time of the backward nodes it holds (a mirror's count, names and instances)
+    mg = np.flatnonzero(hang >= 0)
+    cur = r_map[mg]
+    pv: list[I64] = []
+    pg: list[I64] = []
+    while len(cur):
+        ok = (cur >= 0) & ~r_phase_range[np.clip(cur, 0, None)]
+        mg, cur = mg[ok], cur[ok]
+        pv.append(cur)
+        pg.append(mg)
+        cur = r_parent[cur]
+    v_rows = np.empty(0, np.int64)
+    v_node = np.empty(0, np.int64)
+    v_gpu = np.empty(0, np.float64)
+    if pv:
+        allv, allg = np.concatenate(pv), np.concatenate(pg)
+        uk_, kinv_ = np.unique(allv * 8 + r_target[allg], return_inverse=True)
+        v_rows, v_tgt = uk_ // 8, uk_ % 8
+        v_gpu = np.bincount(kinv_.reshape(-1), weights=inst_gpu[allg], minlength=len(uk_)).astype(np.float64)
+        v_node = np.array(
+            [mirror.get((t_, int(r_node[v_])), -1) for v_, t_ in zip(v_rows.tolist(), v_tgt.tolist())], np.int64
+        )
+        keep_ = v_node >= 0
+        v_rows, v_node, v_gpu = v_rows[keep_], v_node[keep_], v_gpu[keep_]
+        np.add.at(count, v_node[in_win[v_rows]], 1)
     # phases: count and host time from their ranges (an autograd-only backward: its top-level nodes)
     for p, pname in enumerate(PHASES[:3]):
         sel = r_phase_range & (r_pat == p)
@@ -564,22 +736,26 @@ def module_tree(
     # each node's names (its ranges' distinct names), for its folded label
     named = np.flatnonzero(node_ok)
     if len(named):
-        pairs = np.unique(np.stack([r_node[named], r_name[named]], axis=1), axis=0)
+        pairs = np.stack([np.r_[r_node[named], v_node], np.r_[r_name[named], r_name[v_rows]]], axis=1)
+        pairs = np.unique(pairs, axis=0)
         for nid_, nm_ in pairs.tolist():
             names_of.setdefault(nid_, []).append(_display(S[nm_]))
 
     # folding: per node, instances keyed by distinct raw name, else by occurrence within its window
     spread: dict[int, tuple[tuple[int, int, int], str, int]] = {}
-    sel = np.flatnonzero(node_ok & (in_win | (inst_gpu > 0)))
+    # the ranges and the mirror rows as one list of instances
+    x_node, x_name = np.r_[r_node, v_node], np.r_[r_name, r_name[v_rows]]
+    x_win, x_ts, x_gpu = np.r_[r_win, r_win[v_rows]], np.r_[r_ts, r_ts[v_rows]], np.r_[inst_gpu, v_gpu]
+    sel = np.flatnonzero(np.r_[node_ok & (in_win | (inst_gpu > 0)), np.ones(len(v_rows), bool)])
     if len(sel):
-        o = np.lexsort((r_ts[sel], r_win[sel], r_node[sel]))
+        o = np.lexsort((x_ts[sel], x_win[sel], x_node[sel]))
         sel = sel[o]
-        nodes_s = r_node[sel]
+        nodes_s = x_node[sel]
         bounds = np.flatnonzero(np.r_[True, nodes_s[1:] != nodes_s[:-1], True])
         for b0, b1 in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             rows = sel[b0:b1]
             nid = int(nodes_s[b0])
-            raw = r_name[rows]
+            raw = x_name[rows]
             uniq_raw = np.unique(raw)
             if len(rows) < 2:
                 continue
@@ -587,7 +763,7 @@ def module_tree(
                 keys, kinv = np.unique(raw, return_inverse=True)
                 labels = [_display(S[i]) for i in keys.tolist()]
             else:  # the same name each time: the k-th occurrence within its window
-                win = r_win[rows]
+                win = x_win[rows]
                 first = np.r_[True, win[1:] != win[:-1]]
                 start_idx = np.maximum.accumulate(np.where(first, np.arange(len(rows)), 0))
                 ordinal = np.arange(len(rows)) - start_idx
@@ -596,7 +772,7 @@ def module_tree(
             if len(keys) < 2:
                 continue
             kinv = kinv.reshape(-1)
-            tot = np.bincount(kinv, weights=inst_gpu[rows], minlength=len(keys))
+            tot = np.bincount(kinv, weights=x_gpu[rows], minlength=len(keys))
             occ = np.bincount(kinv, minlength=len(keys))
             mean = tot / np.maximum(occ, 1)
             s = int(np.argmax(mean))
@@ -672,10 +848,26 @@ def module_tree(
             f"{unlinked:,} GPU operation{'s' if unlinked != 1 else ''} without a recorded launch call: in {OUTSIDE}"
         )
     if len(oi):
-        notes.append(
-            "backward nodes are shown by autograd's names: mapping them to their forward module needs the "
-            "operators' sequence numbers, which the trace model does not carry"
-        )
+        top_ag = r_autograd & ((r_parent < 0) | r_phase_range[np.clip(r_parent, 0, None)])
+        n_top, n_map = int((top_ag & in_win).sum()), int((hang >= 0)[in_win].sum())
+        ag_gpu = float(inst_gpu[top_ag].sum())
+        map_gpu = float(inst_gpu[hang >= 0].sum())
+        if n_map:
+            share = f", {100.0 * map_gpu / ag_gpu:.1f}% of their GPU time" if ag_gpu > 0 else ""
+            notes.append(
+                f"{n_map:,} of {n_top:,} backward nodes{share}: under their forward module's path in "
+                "backward (the forward operator with the node's sequence number); the rest by autograd's names"
+            )
+        elif (oi_seq := trace.op_inputs.cpu_fwd_thread).shape == (len(op),) and (oi_seq > 0).any():
+            notes.append(
+                "backward nodes are shown by autograd's names: none of their forward operators (by sequence "
+                "number) ran inside a module or range"
+            )
+        else:
+            notes.append(
+                "backward nodes are shown by autograd's names: the trace records no sequence numbers tying "
+                "them to their forward operators"
+            )
     ranges = {
         ann_kind: int(len(ai) - wrapper[: len(ai)].sum()),
         "module": int(len(pi)),

@@ -287,7 +287,9 @@ def _keep(t: Trace, table: str, keep: np.ndarray) -> None:
         if len(oi.cpu_external) == len(keep):
             oi = t.op_inputs = replace(oi, cpu_external=oi.cpu_external[keep])
         if len(oi.cpu_signature) == len(keep):
-            t.op_inputs = replace(oi, cpu_signature=oi.cpu_signature[keep])
+            oi = t.op_inputs = replace(oi, cpu_signature=oi.cpu_signature[keep])
+        if len(oi.cpu_sequence) == len(keep) and len(oi.cpu_fwd_thread) == len(keep):
+            t.op_inputs = replace(oi, cpu_sequence=oi.cpu_sequence[keep], cpu_fwd_thread=oi.cpu_fwd_thread[keep])
 
 
 def _merge_duplicates(t: Trace, log: RepairLog) -> None:

@@ -305,6 +305,8 @@ def _read_part(path: str, start: int, head: bytes) -> dict | None:
         "kernel_external": parser.kernel_external,
         "cpu_external": parser.cpu_external,
         "cpu_signature": parser.cpu_signature,
+        "cpu_sequence": parser.cpu_sequence,
+        "cpu_fwd_thread": parser.cpu_fwd_thread,
         "signatures": parser.signatures,
         "hw_flops": parser.hw_flops,
         "hw_ranges": parser.hw_ranges,
@@ -400,6 +402,8 @@ class _Parser:
         self.cpu_external: list[int] = []
         self.kernel_external: list[int] = []
         self.cpu_signature: list[int] = []
+        self.cpu_sequence: list[int] = []  # "Sequence number" (-1: absent), for backward ↔ forward
+        self.cpu_fwd_thread: list[int] = []  # "Fwd thread id" (-1: absent)
         self.signature_index: dict[tuple, int] = {}
         self.signatures: list[tuple[list, list, list]] = []
         self.hw_flops: dict[str, float] = {}
@@ -502,6 +506,8 @@ class _Parser:
                     float(flops) if isinstance(flops, (int, float)) else math.nan,
                 )
                 self.cpu_external.append(_int(args.get("External id", args.get("external id")), -1))
+                self.cpu_sequence.append(_int(args.get("Sequence number"), -1))
+                self.cpu_fwd_thread.append(_int(args.get("Fwd thread id"), -1))
                 if "Collective name" in args or "Seq" in args:
                     self._collective(self.cpu_external[-1], args.get)
                 dims = args.get("Input Dims")
@@ -664,6 +670,9 @@ class _Parser:
         n_ops, n_k = len(tables["cpu_ops"]), len(tables["kernels"])
         if len(self.cpu_external) != n_ops or len(self.kernel_external) != n_k:  # a row was half-added
             return OpInputs(hw_flops=self.hw_flops, hw_ranges=sorted(self.hw_ranges, key=lambda r: r[1]))
+        seq, fwd = self.cpu_sequence, self.cpu_fwd_thread
+        if len(seq) != n_ops or len(fwd) != n_ops:
+            seq = fwd = []
         return OpInputs(
             _ids(self.cpu_external),
             _ids(self.kernel_external),
@@ -671,6 +680,8 @@ class _Parser:
             self.signatures,
             self.hw_flops,
             sorted(self.hw_ranges, key=lambda r: r[1]),
+            _ids(seq),
+            _ids(fwd),
         )
 
     def _devices(self) -> list[Device]:
@@ -746,7 +757,14 @@ class _StreamParser(_Parser):
         return self._signature(repr(d), d, {"Input type": decode(types), "Concrete Inputs": decode(concrete)})
 
     def _lists(self) -> tuple[list, ...]:
-        return (self.kernel_external, self.cpu_external, self.cpu_signature, *self.python_frames.columns)
+        return (
+            self.kernel_external,
+            self.cpu_external,
+            self.cpu_signature,
+            self.cpu_sequence,
+            self.cpu_fwd_thread,
+            *self.python_frames.columns,
+        )
 
     def check_first(self) -> None:
         """After the first slice: a document whose events carry no "ph" is not one we stream."""
@@ -804,6 +822,7 @@ class _StreamParser(_Parser):
         a_ts, a_dur, a_thread, a_name, a_dev = (c.append for c in acols)
         gpu_ids = self.gpu_ids
         k_ext, o_ext, o_sig = self.kernel_external.append, self.cpu_external.append, self.cpu_signature.append
+        o_seq, o_fwd = self.cpu_sequence.append, self.cpu_fwd_thread.append
         p_add = self.python_frames.add
         sig_raw = self._sig_raw
         lower_of: dict = {}
@@ -858,10 +877,16 @@ class _StreamParser(_Parser):
                     o_flops(nan)
                     o_ext(-1)
                     o_sig(-1)
+                    o_seq(-1)
+                    o_fwd(-1)
                     continue
                 flops = a.flops
                 o_flops(float(flops) if isinstance(flops, (int, float)) else nan)
                 o_ext(_external(a))
+                x = a.seq_nr
+                o_seq(x if type(x) is int else _int(x, -1))
+                x = a.fwd_tid
+                o_fwd(x if type(x) is int else _int(x, -1))
                 if a.coll_name is not None or a.seq is not None:
                     self._collective(_external(a), _typed_collective(a))
                 dims = a.input_dims
@@ -998,6 +1023,8 @@ class _StreamParser(_Parser):
                 ).get,
             )
         self.cpu_external += part["cpu_external"]
+        self.cpu_sequence += part["cpu_sequence"]
+        self.cpu_fwd_thread += part["cpu_fwd_thread"]
         resig = [self._signature(repr(d), d, {"Input type": t, "Concrete Inputs": c}) for d, t, c in part["signatures"]]
         self.cpu_signature += [resig[i] if i >= 0 else -1 for i in part["cpu_signature"]]
         for k, v in part["hw_flops"].items():

@@ -79,6 +79,9 @@ class Args(msgspec.Struct, gc=False):
     external_id_lc: Any = msgspec.field(default=None, name="external id")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
+    # Autograd: a forward operator and the backward node it created share the sequence number.
+    seq_nr: Any = msgspec.field(default=None, name="Sequence number")
+    fwd_tid: Any = msgspec.field(default=None, name="Fwd thread id")
     # Collective metadata (record_param_comms and its kernels): matches collectives across ranks.
     coll_name: Any = msgspec.field(default=None, name="Collective name")
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")

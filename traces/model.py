@@ -211,6 +211,12 @@ class OpInputs:
     counters (Kineto's CUPTI-profiler mode), where a trace carries them; ``hw_ranges`` the same
     counter ranges one by one in time order: (kernel name, start in absolute ns — subtract
     ``Trace.origin_ns`` —, fp64, fp32, fp16 FLOPs).
+
+    ``cpu_sequence`` and ``cpu_fwd_thread`` (one per ``cpu_ops`` row, -1 where absent; empty when the
+    format has none) are Kineto's "Sequence number" and "Fwd thread id": a forward operator and the
+    autograd node it created share the sequence number (a counter per thread); on a backward operator
+    "Fwd thread id" is the profiler's own id (not the OS tid) of the thread that ran the forward, on a
+    forward operator 0.
     """
 
     cpu_external: Column = field(default_factory=lambda: np.empty(0, np.int64))
@@ -219,6 +225,8 @@ class OpInputs:
     signatures: list[tuple[list[Any], list[Any], list[Any]]] = field(default_factory=list)
     hw_flops: dict[str, float] = field(default_factory=dict)
     hw_ranges: list[tuple[str, int, float, float, float]] = field(default_factory=list)
+    cpu_sequence: Column = field(default_factory=lambda: np.empty(0, np.int64))
+    cpu_fwd_thread: Column = field(default_factory=lambda: np.empty(0, np.int64))
 
 
 @dataclass(frozen=True)
