@@ -123,7 +123,7 @@ def test_enter_on_a_rank_lands_on_its_latest_arriving_collective(gloo_dir):
             app.query_one("#ranks-table").move_cursor(row=choose)
             await pilot.press("enter")
             view = app.query_one(TimelineView)
-            for _ in range(100):
+            for _ in range(2400):  # the event, checked every 50 ms for up to 120 s (a loaded run took over 5 s)
                 await pilot.pause(0.05)
                 if view.matches and app.rank_index == choose:
                     break
