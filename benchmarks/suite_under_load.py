@@ -6,7 +6,9 @@ test; a flaky test is a defect to fix, never to retry).
     python benchmarks/suite_under_load.py --runs 3 --loops 4 -- -m "not slow"
 
 Prints, per run, the wall time, pytest's closing line and the load average, then a summary line
-(``N of N runs green``). Exits 1 when any run failed. The busy loops are plain Python processes
+(``N of N runs green``). A red run's whole pytest output (the failures' tracebacks and captured
+output) is kept in ``--keep`` (default ``suite-under-load-runN.log`` in the current folder) and
+its path printed, so a flake seen once can be read, not only named. Exits 1 when any run failed. The busy loops are plain Python processes
 spinning on arithmetic, like ``stress --cpu N``; they are stopped however the script ends.
 """
 
@@ -31,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=5, help="runs of the suite in a row (default 5)")
     p.add_argument("--loops", type=int, default=2, help="busy loops beside it (default 2)")
+    p.add_argument(
+        "--keep",
+        default="suite-under-load-run{n}.log",
+        help="where a red run's whole output is written ({n}: the run's number)",
+    )
     p.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments (default: -n auto)")
     a = p.parse_args(argv)
     args = a.pytest_args or ["-n", "auto"]
@@ -55,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
             if r.returncode != 0:
                 fails = [ln for ln in r.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
                 print("\n".join("    " + ln for ln in fails[:20]), flush=True)
+                kept = a.keep.format(n=i)
+                with open(kept, "w", encoding="utf-8") as f:
+                    f.write(r.stdout + "\n--- stderr ---\n" + r.stderr)
+                print(f"    whole output: {os.path.abspath(kept)}", flush=True)
     finally:
         for lp in loops:
             lp.terminate()

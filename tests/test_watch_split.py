@@ -609,5 +609,11 @@ def test_hf_trainer_steps_are_split(hooked, tmp_path):
     msgs = [m for m in sent if m.get("type") == "steps"]
     n = sum(m["n"] for m in msgs)
     assert n >= 15
-    fwd, bwd, opt = (sum(m[k] for m in msgs) / n / 1e6 for k in ("fwd_ns", "bwd_ns", "opt_ns"))
-    assert fwd >= 4 and bwd > 0 and opt > 0, (fwd, bwd, opt)
+    fwd, bwd, opt = (sum(m[k] for m in msgs) / 1e6 for k in ("fwd_ns", "bwd_ns", "opt_ns"))
+    # accelerate's DataLoaderShard fetches one batch ahead, so the first measured iteration is two
+    # back-to-back fetches with no forward in it: n - 1 iterations hold a forward that busy-waits
+    # >= 4 ms each. The mean over all n was 19/20 of a forward, under 4 ms on a fast idle machine.
+    assert fwd >= 4 * (n - 1), (n, fwd)
+    step = sum(m["step_ns"] for m in msgs) / 1e6
+    assert fwd + bwd + opt <= step, (fwd, bwd, opt, step)  # the parts never overlap: inside the iterations
+    assert bwd > 0 and opt > 0, (bwd, opt)
