@@ -260,6 +260,10 @@ def test_an_unsafe_folder_is_not_used(cache_on, capfd):
 
 
 def test_the_least_recently_used_entry_goes_first(cache_on, monkeypatch):
+    from trainscope.api import trace_cache
+
+    # documents only here (a trace's columns share the bound: tests/test_trace_cache.py)
+    monkeypatch.setattr(trace_cache, "open_cached", lambda path, read, progress=None: read())
     a, b, c = "cpu/fast.pt.trace.json.gz", "cpu/slow.pt.trace.json.gz", "cpu/fast@16.pt.trace.json.gz"
     cli(a, "--format", "json")
     (ea,) = entries(cache_on)
@@ -364,15 +368,18 @@ def test_cache_info_and_clear(cache_on):
     assert rc == 0 and json.loads(out)["exists"] is False and json.loads(out)["entries"] == 0
     cli("cpu/fast.pt.trace.json.gz", "--format", "json")
     cli("cpu/slow.pt.trace.json.gz", "--format", "json")
-    total = sum((cache_on / e).stat().st_size for e in entries(cache_on))
+    traces = sorted(p for p in cache_on.iterdir() if p.name.endswith(".trace"))  # each trace's columns
+    assert len(traces) == 2
+    total = sum((cache_on / e).stat().st_size for e in entries(cache_on)) + sum(p.stat().st_size for p in traces)
     rc, out, _ = run_in_process(["cache", "info", "--format", "json"])
     info = json.loads(out)
-    assert (info["entries"], info["bytes"], info["path"]) == (2, total, str(cache_on))
+    assert (info["entries"], info["bytes"], info["path"]) == (4, total, str(cache_on))
+    assert (info["documents"], info["traces"], info["trace_bytes"]) == (2, 2, sum(p.stat().st_size for p in traces))
     rc, out, _ = run_in_process(["cache", "info"])
-    assert rc == 0 and str(cache_on) in out and "entries  2," in out
+    assert rc == 0 and str(cache_on) in out and "entries  4," in out and "2 analysis documents, 2 traces'" in out
     rc, out, _ = run_in_process(["cache", "clear"])
-    assert rc == 0 and out.startswith(f"removed 2 entries ({total / 1024:.1f} KiB) from {cache_on}")
-    assert entries(cache_on) == []
+    assert rc == 0 and out.startswith(f"removed 4 entries ({total / 1024:.1f} KiB) from {cache_on}")
+    assert entries(cache_on) == [] and list(cache_on.iterdir()) == []
     rc, _, err = run_in_process(["cache"])
     assert rc == 2 and err.count("\n") == 1
 

@@ -113,9 +113,11 @@ def build_session(
     jobs: int | None = None,
     dask=None,
     peak_bandwidth: float | None = None,
+    cache: bool = False,
 ) -> Session:
     """:func:`trainscope.api.analyze` on ``traces`` (read from ``path`` when None: a rank directory
-    is mapped in ``jobs`` worker processes or on ``dask``, as the command line does), as a session.
+    is mapped in ``jobs`` worker processes or on ``dask``, as the command line does), as a session;
+    ``cache``: read a file through the trace cache (its columns, without parsing it).
     Raises :class:`trainscope.api.BadInput`."""
     report = api.analyze(
         traces if traces is not None else path,
@@ -127,6 +129,7 @@ def build_session(
         source=path,
         jobs=jobs,
         dask=dask,
+        trace_cache=cache,
     )
     report.ledger = ledger
     return session_from(report, progress)

@@ -34,10 +34,19 @@ def whatif(analysis: "Analysis", chosen: "list[str] | tuple[str, ...]"):
     return project(analysis, chosen)
 
 
-def open_input(path: str, progress: Progress | None) -> "TraceSet":
+def open_input(path: str, progress: Progress | None, cache: bool = False) -> "TraceSet":
+    """The traces ``path`` holds; with ``cache`` (and the cache not turned off) through the trace
+    cache (:mod:`trainscope.api.trace_cache`): the columns of an earlier read of the same input."""
     from trainscope.collectors import open_traces
 
     with bad_input(path):
+        if cache:
+            from trainscope.api.cache import enabled
+
+            if enabled():
+                from trainscope.api.trace_cache import open_cached
+
+                return open_cached(path, lambda: open_traces(path, progress or silent), progress)
         return open_traces(path, progress or silent)
 
 
@@ -80,6 +89,7 @@ def analyze(
     jobs: int | None = None,
     dask: "str | Any | None" = None,
     cache: bool = False,
+    trace_cache: bool | None = None,
 ) -> "Report | CachedReport":
     """Diagnose a recorded run: a Kineto trace (.json/.json.gz), a directory (or glob) of per-rank
     traces, an Nsight Systems export (.sqlite; .nsys-rep with nsys on PATH), a ``watch`` recording,
@@ -100,12 +110,15 @@ def analyze(
     ``cache=True`` looks in the analysis cache first (:mod:`trainscope.api.cache`: a file or
     directory path as input; off with ``TRAINSCOPE_NO_CACHE=1``): the document comes back without
     reading the trace, in a :class:`~trainscope.api.cache.CachedReport` that analyzes in full only
-    when asked for more than the document.
+    when asked for more than the document. ``trace_cache`` (default: as ``cache``) reads the trace
+    through the trace cache (:mod:`trainscope.api.trace_cache`: its columns, without parsing it),
+    the full analysis after a document hit included.
     Raises :class:`BadInput` (and :class:`DeepUnavailable`)."""
     from trainscope.analyzers.analysis import analyze_set, slowest
     from trainscope.traces.model import Trace, TraceSet
 
     rules = resolve_rules(rules, thresholds)
+    trace_cache = cache if trace_cache is None else trace_cache
     if deep_step is not None and not deep:
         raise BadInput("--deep-step needs --deep")
     if jobs is not None and jobs < 1:
@@ -121,6 +134,7 @@ def analyze(
             options.update(deep=deep, deep_step=deep_step, hta=hta, model=model)
             again = dict(step_range=step_range, rules=rules, peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth)
             again.update(deep=deep, deep_step=deep_step, model=model, progress=progress, source=source, jobs=jobs)
+            again.update(trace_cache=trace_cache)
             return cached_analysis(path, source or path, rules, options, lambda: analyze(path, **again, dask=dask))
     summaries = None
     if isinstance(path_or_traces, Trace):
@@ -135,10 +149,12 @@ def analyze(
         path = os.fspath(path_or_traces)
         source = source or path
         if is_rank_set(path):
-            summaries, warnings = _map_ranks(path, rules, peak_tflops, peak_bandwidth, step_range, jobs, dask, progress)
+            summaries, warnings = _map_ranks(
+                path, rules, peak_tflops, peak_bandwidth, step_range, jobs, dask, progress, trace_cache and dask is None
+            )
             traces = TraceSet(path, [], warnings)
         else:
-            traces = open_input(path, progress)
+            traces = open_input(path, progress, cache=trace_cache)
     if summaries is not None:
         analyses = [s.analysis for s in summaries]
     else:
@@ -164,6 +180,7 @@ def _map_ranks(
     jobs: int | None,
     dask: Any,
     progress: Progress | None,
+    cache: bool = False,
 ):
     """The map: every rank file of ``path`` summarized by :mod:`trainscope.api.executor` → (summaries
     in rank order, one warning per file that could not be read)."""
@@ -182,6 +199,7 @@ def _map_ranks(
         peak_bandwidth=peak_bandwidth,
         rules=rules,
         max_decompressed=max_decompressed_override(),
+        cache=cache,
     )
     tick = (lambda done, n: progress(f"ranks {done}/{n}", done / n)) if progress else None
     try:

@@ -53,6 +53,7 @@ ANALYSIS_VERSION = 1
 ENTRY_FORMAT = 1
 MAGIC = b"trainscope-cache 1\n"
 SUFFIX = ".entry"
+SUFFIXES = (SUFFIX, ".trace")  # a document; a trace's columns (trainscope/api/trace_cache.py)
 TMP_PREFIX = ".tmp-"
 DEFAULT_MAX_BYTES = 2 << 30
 HEAD_TAIL_BYTES = 1 << 20
@@ -81,7 +82,11 @@ class Stats:
     stores: int = 0
     damaged: int = 0  # entries that failed their checks: removed and rebuilt
     evicted: int = 0
-    uncacheable: int = 0  # documents holding a value the entry format cannot keep exactly (not stored)
+    uncacheable: int = 0  # documents (or traces) holding a value the entry format cannot keep exactly (not stored)
+    trace_hits: int = 0  # traces read from their columns (trainscope/api/trace_cache.py)
+    trace_misses: int = 0
+    trace_stores: int = 0
+    too_large: int = 0  # traces whose columns would take more than their share of the bound (not stored)
     problems: list[str] = field(default_factory=list)
 
     def reset(self) -> None:
@@ -166,7 +171,7 @@ def listing(dfd: int) -> Listing:
             continue
         if name.startswith(TMP_PREFIX):
             temporary.append((name, st.st_size))
-        elif name.endswith(SUFFIX):
+        elif name.endswith(SUFFIXES):
             entries.append((name, st.st_size, st.st_mtime_ns))
     return Listing(entries, temporary)
 
@@ -289,30 +294,35 @@ def input_identity(path: str) -> list | None:
 _code: str | None = None
 
 
+def source_hash(packages: tuple[str, ...], files: tuple[str, ...]) -> str:
+    """A hash of the source of ``packages`` and of ``files`` (relative to the installed package)."""
+    import importlib.util
+
+    import trainscope
+
+    h = hashlib.sha256()
+    top = os.path.dirname(os.path.abspath(trainscope.__file__))
+    paths = [os.path.join(top, f) for f in files]
+    for pkg in packages:
+        spec = importlib.util.find_spec(pkg)
+        for where in (spec.submodule_search_locations or []) if spec else []:
+            for d, dirs, names in os.walk(where):
+                dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+                paths += [os.path.join(d, n) for n in sorted(names) if n.endswith((".py", ".c"))]
+    for f in paths:
+        try:
+            with open(f, "rb") as fh:
+                h.update(os.path.basename(f).encode() + b"\0" + fh.read() + b"\0")
+        except OSError:
+            h.update(f.encode() + b"\0missing\0")
+    return h.hexdigest()
+
+
 def code_version() -> str:
     """A hash of the source files that compute and shape the document (once per process)."""
     global _code
     if _code is None:
-        import importlib.util
-
-        import trainscope
-
-        h = hashlib.sha256()
-        top = os.path.dirname(os.path.abspath(trainscope.__file__))
-        files = [os.path.join(top, f) for f in _CODE_FILES]
-        for pkg in _CODE_PACKAGES:
-            spec = importlib.util.find_spec(pkg)
-            for where in (spec.submodule_search_locations or []) if spec else []:
-                for d, dirs, names in os.walk(where):
-                    dirs[:] = sorted(x for x in dirs if x != "__pycache__")
-                    files += [os.path.join(d, n) for n in sorted(names) if n.endswith((".py", ".c"))]
-        for f in files:
-            try:
-                with open(f, "rb") as fh:
-                    h.update(os.path.basename(f).encode() + b"\0" + fh.read() + b"\0")
-            except OSError:
-                h.update(f.encode() + b"\0missing\0")
-        _code = h.hexdigest()
+        _code = source_hash(_CODE_PACKAGES, _CODE_FILES)
     return _code
 
 
@@ -474,8 +484,11 @@ def _damaged(dfd: int, name: str, why: str) -> None:
     _problem(f"damaged entry {name[:16]}… removed and rebuilt ({why}); {STATS.damaged} this run")
 
 
-def store(dfd: int, key: str, data: bytes, bound: int) -> None:
-    """Write the entry under a private temporary name and rename it into place; then sweep."""
+def store(
+    dfd: int, key: str, data: "bytes | list", bound: int, suffix: str = SUFFIX, pause_env: str = ENV_PAUSE
+) -> None:
+    """Write the entry (its bytes, or its pieces in order) under a private temporary name and rename
+    it into place; then sweep."""
     from trainscope.collectors.step_hook import process_start
 
     pid = os.getpid()
@@ -484,19 +497,22 @@ def store(dfd: int, key: str, data: bytes, bound: int) -> None:
     fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
     try:
         with os.fdopen(fd, "wb") as f:
-            pause = os.environ.get(ENV_PAUSE)
+            pieces = [data] if isinstance(data, bytes) else data
+            pause = os.environ.get(pause_env)
             if pause:
-                _pause_mid_write(f, data, pause)
+                _pause_mid_write(f, b"".join(pieces), pause)
             else:
-                f.write(data)
-        os.rename(tmp, key + SUFFIX, src_dir_fd=dfd, dst_dir_fd=dfd)
+                for piece in pieces:
+                    f.write(piece)
+        os.rename(tmp, key + suffix, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
         try:
             os.unlink(tmp, dir_fd=dfd)
         except OSError:
             pass
         raise
-    STATS.stores += 1
+    if suffix == SUFFIX:  # a trace's columns are counted by trace_cache (trace_stores)
+        STATS.stores += 1
     sweep(dfd, bound)
 
 

@@ -387,13 +387,15 @@ def diff(
     jobs: int | None = None,
     dask: "str | Any | None" = None,
     node_budgets: "list[str] | None" = None,
+    cache: bool = False,
 ) -> DiffResult:
     """Compare BEFORE and AFTER: traces (each analyzed by :func:`~trainscope.api.analyze` with the
     same options: ``step_range``, ``peak_tflops``, ``peak_bandwidth``, ``jobs``, ``dask``), stored
     runs (``12``, ``latest[:TAG]``, ``baseline[:TAG]`` in ``store``, or :class:`StoredRun` /
     :class:`RunSummary` objects), or one of each. With ``fail_if_slower`` the gate on ``metric`` is
     checked (see :func:`gate`, :attr:`DiffResult.regressed` and :meth:`DiffResult.check`); with
-    ``node_budgets`` (``['Qwen2MLP_*:+5%']``) the node-level gate (:func:`node_gate`). Raises
+    ``node_budgets`` (``['Qwen2MLP_*:+5%']``) the node-level gate (:func:`node_gate`). ``cache``: read
+    each trace file through the trace cache (:mod:`trainscope.api.trace_cache`). Raises
     :class:`BadInput`."""
     from trainscope.analyzers.diff import diff_runs
     from trainscope.analyzers.history import RunSummary, diff_summaries, summarize
@@ -415,6 +417,7 @@ def diff(
         "peak_bandwidth": peak_bandwidth,
         "jobs": jobs,
         "dask": dask,
+        "trace_cache": cache,
     }
     if all(isinstance(s, str) for s in sides):
         runs = [

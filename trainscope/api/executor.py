@@ -39,6 +39,8 @@ class MapOptions:
     # --max-decompressed of the caller: a module setting of the parent, so it travels with the options
     # to worker processes (spawned, forkserver or Dask workers do not inherit it).
     max_decompressed: int | None = None
+    # Read each rank file through the trace cache (trainscope/api/trace_cache.py; local workers only).
+    cache: bool = False
 
     def table(self) -> Rules:
         return self.rules if self.rules is not None else Rules(dict(self.thresholds))
@@ -89,15 +91,13 @@ def summarize_rank(path: str, options: MapOptions = MapOptions()) -> list[RankSu
     from trainscope.analyzers.range_steps import StepRangeError
     from trainscope.analyzers.ranks import summarize
     from trainscope.collectors import TraceError
-    from trainscope.collectors.inputs import open_any
-
     from trainscope.collectors.readers import max_decompressed_override, set_max_decompressed
 
     rules = options.table()
     if max_decompressed_override() != options.max_decompressed:  # the options are the caller's setting
         set_max_decompressed(options.max_decompressed)
     try:
-        traces = open_any(path)
+        traces = _read(path, options.cache)
     except TraceError as e:
         return e.problem
     except (OSError, RecursionError) as e:
@@ -113,6 +113,21 @@ def summarize_rank(path: str, options: MapOptions = MapOptions()) -> list[RankSu
             return f"--step-range: {e}"
         out.append(summarize(t, a))
     return out
+
+
+def _read(path: str, cache: bool) -> list:
+    """The traces of one rank file, through the trace cache when asked (and not turned off)."""
+    from trainscope.collectors.inputs import open_any
+
+    if cache:
+        from trainscope.api.cache import enabled
+
+        if enabled():
+            from trainscope.api.trace_cache import open_cached
+            from trainscope.traces.model import TraceSet
+
+            return open_cached(path, lambda: TraceSet(path, open_any(path))).traces
+    return open_any(path)
 
 
 def map_ranks(

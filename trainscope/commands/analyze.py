@@ -38,7 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  trainscope analyze run.json.gz --deep                  # + HTA critical path of the median step\n"
         "  trainscope analyze run.json.gz --deep --deep-step 1010 # … of ProfilerStep#1010\n\n"
         "A second look at the same input with the same options reads the document from the analysis\n"
-        "cache instead of the trace (text, JSON, Markdown; --no-cache analyzes again; `trainscope cache`).\n\n"
+        "cache instead of the trace (text, JSON, Markdown); anything else (HTML, --perfetto, --save, the\n"
+        "app) reads the trace's columns from the cache instead of parsing it (--no-cache reads and\n"
+        "analyzes again; `trainscope cache`).\n\n"
         "--deep needs Holistic Trace Analysis: pip install 'trainscope-dam[hta]'. It runs HTA on the\n"
         "trace (the slowest rank of a directory): seconds to minutes, interruptible with Ctrl-C.\n"
         "Where HTA cannot load the trace or its critical path fails, the deep part is skipped with\n"
@@ -108,9 +110,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument(
         "--no-cache",
         action="store_true",
-        help="analyze the trace again instead of reading the document of an earlier analysis of the same "
-        "input with the same options from the analysis cache (`trainscope cache info`; TRAINSCOPE_NO_CACHE=1 "
-        "turns it off everywhere)",
+        help="read and analyze the trace again instead of reading the document of an earlier analysis of the "
+        "same input with the same options, or the trace's columns, from the analysis cache (`trainscope cache "
+        "info`; TRAINSCOPE_NO_CACHE=1 turns it off everywhere)",
     )
     from trainscope.commands.runs import add_save_args  # --save, --store, --tag (the run history)
 
@@ -218,6 +220,7 @@ def _run_app(args: argparse.Namespace, rules, ledger) -> int:
             jobs=args.jobs,
             dask=args.dask,
             peak_bandwidth=args.peak_bandwidth,
+            cache=not args.no_cache,
         )
 
     app = AnalyzeApp(

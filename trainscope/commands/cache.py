@@ -16,7 +16,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="`analyze` (and the MCP server's tools) keep the document of each analysis in a cache, "
         "keyed by the input (its size, modification time and a hash of its bytes), trainscope's version "
         "and every option that changes the result: the same look again is read from there instead of "
-        "the trace. Entries are checked on every read (a damaged one is removed and the trace analyzed "
+        "the trace. Beside the documents it keeps each trace's columns (keyed by the input and the "
+        "readers' version): `analyze` (HTML, --perfetto, --save, the app), `diff` and the MCP tools read "
+        "a trace read before from there instead of parsing it. Entries are checked on every read (a damaged one is removed and the trace analyzed "
         "again); the least recently used go first when the cache passes its bound.",
         epilog="where: $TRAINSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/trainscope, else ~/.cache/trainscope\n"
         "bound: $TRAINSCOPE_CACHE_MAX (e.g. 500MB, 4GiB; default 2GiB)\n"
@@ -50,11 +52,15 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(f"removed {n} {'entry' if n == 1 else 'entries'} ({_size(size)}) from {where}\n")
             return EXIT_OK
         ls = cache.listing(dfd) if dfd is not None else cache.Listing([], [])
+        traces = [e for e in ls.entries if not e[0].endswith(cache.SUFFIX)]
         info = {
             "path": where,
             "exists": dfd is not None,
             "entries": len(ls.entries),
             "bytes": ls.bytes,
+            "documents": len(ls.entries) - len(traces),
+            "traces": len(traces),
+            "trace_bytes": sum(e[1] for e in traces),
             "max_bytes": bound,
             "temporary_files": len(ls.temporary),
             "enabled": cache.enabled(),
@@ -66,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f"cache    {where}{'' if dfd is not None else ' (not created yet)'}{state}\n"
             f"entries  {info['entries']}, {_size(ls.bytes)} of at most {_size(bound)}\n"
+            f"         {info['documents']} analysis documents, {info['traces']} traces' columns "
+            f"({_size(info['trace_bytes'])})\n"
         )
         if ls.temporary:
             sys.stdout.write(f"writing  {len(ls.temporary)} entries being written (or left by a writer that died)\n")

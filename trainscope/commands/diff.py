@@ -155,6 +155,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_analysis_options(d)  # each side analyzed as `analyze` does: --step-range, --peak-*, --jobs, --dask
     d.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
     d.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
+    d.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="parse each trace again instead of reading its columns from the analysis cache (`trainscope "
+        "cache info`; TRAINSCOPE_NO_CACHE=1 turns it off everywhere)",
+    )
     add_input_limit_args(d)
     d.set_defaults(run=run)
 
@@ -255,6 +261,7 @@ def run(args: argparse.Namespace) -> int:
             gate_anyway=args.gate_anyway,
             node_budgets=args.node_budgets,
             **analysis_options(args),
+            cache=not args.no_cache,
         )
     finally:
         progress.done()
@@ -289,6 +296,7 @@ def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
             progress=progress,
             gate_anyway=args.gate_anyway,
             **analysis_options(args),
+            cache=not args.no_cache,
         )
         return r.diff, r.gate
 
