@@ -150,6 +150,19 @@ def test_odd_values_come_back_as_they_were(cache_on, tmp_path):
     assert cache.STATS.uncacheable == 1 and len(traces_in(cache_on)) == 2  # SMALL's and odd's
 
 
+def test_a_name_holding_the_placeholder_is_not_stored(cache_on, tmp_path):
+    """The placeholder stands for the path in a relocated entry: a trace holding it is read, not kept."""
+    from trainscope.traces.model import TraceSet
+
+    t = read(SMALL).traces[0]
+    t.strings[0] = f"x{cache._PLACEHOLDER}y"
+    copy = tmp_path / "ph.json.gz"
+    shutil.copy2(DATA / SMALL, copy)
+    for name in (str(copy), os.path.relpath(copy)):  # relocated or not
+        assert trace_cache.open_cached(name, lambda: TraceSet(name, [t])).traces[0] is t
+    assert cache.STATS.uncacheable == 2 and len(traces_in(cache_on)) == 1
+
+
 GOLDEN_SET = [
     "analyze-cpu-fast",
     "analyze-cupti-hta_a100_alexnet_cupti_flop_counters",

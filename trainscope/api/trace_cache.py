@@ -250,11 +250,12 @@ def _strings(strings: list[str], arrays: _Arrays, old: str | None) -> dict:
 
     if type(strings) is not list or any(type(s) is not str for s in strings):
         raise Uncacheable("a string table entry that is not a str")
-    if old:
-        strings = [s.replace(old, _PH) if old in s else s for s in strings]
     text = "\0".join(strings)
-    if _PH in text and not old:
+    if _PH in text:
         raise Uncacheable("a string holds the placeholder")
+    if old and old in text:  # the path inside a name: relocated with it
+        strings = [s.replace(old, _PH) if old in s else s for s in strings]
+        text = "\0".join(strings)
     blob = np.frombuffer(text.encode("utf-8", "surrogatepass"), np.uint8)
     out: dict[str, Any] = {"count": len(strings), "blob": arrays.add(blob, np.uint8)}
     if text.count("\0") != max(len(strings) - 1, 0):
