@@ -8,7 +8,6 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 
 from trainscope.analyzers import one_off
 
@@ -63,8 +62,12 @@ def _table(rng, n: int, sort: bool):
     return SimpleNamespace(ts=np.sort(ts) if sort else ts)
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_ops_in_windows_counts_as_the_pass_per_window(seed):
+def test_ops_in_windows_counts_as_the_pass_per_window():
+    for seed in range(40):
+        _ops_case(seed)
+
+
+def _ops_case(seed: int) -> None:
     rng = np.random.default_rng(seed)
     trace = SimpleNamespace(
         kernels=_table(rng, int(rng.integers(0, 300)), seed % 2 == 0),
@@ -79,8 +82,12 @@ def test_ops_in_windows_counts_as_the_pass_per_window(seed):
         assert one_off._ops_in(trace, a, b) == _old_ops_in(trace, a, b)
 
 
-@pytest.mark.parametrize("seed", range(60))
-def test_steady_mix_decides_as_before(seed):
+def test_steady_mix_decides_as_before():
+    for seed in range(60):
+        _mix_case(seed)
+
+
+def _mix_case(seed: int) -> None:
     rng = np.random.default_rng(seed)
     n_k = int(rng.integers(1, 400))
     n_steps = int(rng.integers(1, 9))
@@ -94,8 +101,12 @@ def test_steady_mix_decides_as_before(seed):
         assert one_off._steady_mix(k, kstep, first, n_steps, share) == _old_steady_mix(k, kstep, first, n_steps, share)
 
 
-@pytest.mark.parametrize("seed", range(60))
-def test_first_calls_as_before(seed):
+def test_first_calls_as_before():
+    for seed in range(60):
+        _first_case(seed)
+
+
+def _first_case(seed: int) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(0, 500))
     names = rng.integers(0, int(rng.integers(1, 40)), n).astype(np.int32)
@@ -129,10 +140,14 @@ def _old_launch_rows(r_corr, w_corr):
     return out
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_launch_rows_as_before(seed):
+def test_launch_rows_as_before():
     from trainscope.analyzers.module_tree import _launch_rows
 
+    for seed in range(40):
+        _launch_case(seed, _launch_rows)
+
+
+def _launch_case(seed: int, _launch_rows) -> None:
     rng = np.random.default_rng(seed)
     r_corr = rng.integers(-2, 60, int(rng.integers(0, 80))).astype(np.int64)  # −: no id; repeats
     if seed % 2:
