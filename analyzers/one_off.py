@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from trainscope.analyzers import codes
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.breakdown import SYNC_CALL
 from trainscope.analyzers.plural import plural
@@ -298,6 +299,10 @@ def _cost(
     return OneOffCost(kind, phase, what, where, iv.total(u), count, rule, lo, hi, u)
 
 
+def _ascending(t: np.ndarray) -> bool:
+    return len(t) < 2 or bool((t[1:] >= t[:-1]).all())
+
+
 def _first_calls(
     names: np.ndarray, ts: np.ndarray, dur: np.ndarray, candidates: np.ndarray, min_ns: float, ratio: float
 ) -> list[tuple[int, float | None]]:
@@ -307,11 +312,12 @@ def _first_calls(
     rows = np.flatnonzero(candidates)
     if not len(rows):
         return []
-    t = ts[rows]
-    if len(t) < 2 or bool((t[1:] >= t[:-1]).all()):  # already in time order (a table's rows): one key
-        order = rows[np.argsort(names[rows], kind="stable")]
+    # already in time order (a table's rows; checked on the whole column first, no gathered copy of
+    # 5 M start times held through the sort): one key, the stable order by name (a radix sort of codes)
+    if len(ts) < 2 or bool((ts[1:] >= ts[:-1]).all()) or _ascending(ts[rows]):
+        order = rows[codes.grouped(names[rows])[1]]
     else:
-        order = rows[np.lexsort((t, names[rows]))]
+        order = rows[np.lexsort((ts[rows], names[rows]))]
     nm = names[order]
     starts = np.flatnonzero(np.concatenate([[True], nm[1:] != nm[:-1]]))
     ends = np.concatenate([starts[1:], [len(order)]])
@@ -847,7 +853,26 @@ def _phase_ranges(trace: Trace, busy: iv.IntervalSet) -> list[PhaseRange]:
 
 
 def _ops_in(trace: Trace, lo: int, hi: int) -> int:
-    return int(sum(((t.ts >= lo) & (t.ts < hi)).sum() for t in (trace.kernels, trace.copies, trace.memsets)))
+    return _ops_in_windows(trace, [(lo, hi)])
+
+
+def _ops_in_windows(trace: Trace, windows: list[tuple[int, int]]) -> int:
+    """GPU operations starting in each window ``[lo, hi)``, summed over the windows: two binary
+    searches per window in the start times sorted once (a pass over every operation per step cost
+    a 1 GB export's 293 steps × 1.1 M kernels 0.8 s)."""
+    if not windows:
+        return 0
+    lo = np.array([w[0] for w in windows], np.int64)
+    hi = np.array([w[1] for w in windows], np.int64)
+    n = 0
+    for t in (trace.kernels, trace.copies, trace.memsets):
+        ts = t.ts
+        if not len(ts):
+            continue
+        if len(ts) > 1 and not bool((ts[1:] >= ts[:-1]).all()):
+            ts = np.sort(ts)
+        n += int(np.clip(np.searchsorted(ts, hi, "left") - np.searchsorted(ts, lo, "left"), 0, None).sum())
+    return n
 
 
 def _seg_set(seg: StepSegmentation) -> iv.IntervalSet:
@@ -956,7 +981,7 @@ def steady_window(
             if sel.any():
                 copy_ns += iv.total(iv.intersect(iv.union(cp.ts[sel], cp.end[sel]), steps_set))
     # few GPU operations in the window, and the process spent longer on one-off costs than the window lasts
-    ops = sum(_ops_in(trace, s.start_ns, s.end_ns) for s in seg.steps)
+    ops = _ops_in_windows(trace, [(s.start_ns, s.end_ns) for s in seg.steps])
     if (
         representative
         and not explicit
@@ -1085,10 +1110,13 @@ def _steady_mix(k: Kernels, kstep: np.ndarray, first: int, n: int, share: float)
     names, steps_of, dur = k.name[on], kstep[on], k.dur[on].astype(np.float64)
     if not len(names):
         return False
-    pairs = np.unique(np.stack([names.astype(np.int64), steps_of.astype(np.int64)]), axis=1)
-    ids, counts = np.unique(pairs[0], return_counts=True)
+    # distinct (name, step) pairs as one integer each (np.unique(axis=1) of the two-row stack sorted
+    # a 1 GB export's million kernels as bytes: 1 s), then the names among them seen twice or more
+    span = int(steps_of.max()) + 1
+    pairs = codes.distinct(names.astype(np.int64) * span + steps_of.astype(np.int64))
+    ids, counts = np.unique(pairs // span, return_counts=True)  # (floor division: a name's pairs share it)
     recurring = ids[counts >= 2]  # kernel names run in two later steps or more
-    again = np.isin(names, recurring)
+    again = codes.isin(names, recurring)
     tot = np.bincount(steps_of - first, weights=dur, minlength=n - first)
     rec = np.bincount(steps_of - first, weights=np.where(again, dur, 0.0), minlength=n - first)
     has = tot > 0

@@ -6,6 +6,7 @@ pysimdjson) and HTA's load the ``hta`` extra:
     python benchmarks/bench_scale.py [--sizes 0.1,0.3,1] [--no-hta] [--gzip] [--keep DIR]
     python benchmarks/bench_scale.py --all --sizes 1 --keep /tmp/scale   # the issue-26 table, one run
     python benchmarks/bench_scale.py --peers [--sizes 1 --keep /tmp/scale] [--nsys-ai PATH] [FILE ...]
+    python benchmarks/bench_scale.py --pairs 3 --memory-stream 1 --sizes 1 --keep /tmp/scale  # the Nsight bar
 
 ``--all`` measures, per size and in the same run: the Kineto JSON with its floors (a bare
 simdjson parse of the same file, HTA's load unless ``--no-hta``) and ``--perfetto`` on it, the
@@ -24,6 +25,14 @@ its user + system time (measured in a wrapper process per run). On a shared mach
 stretches with the load average (printed per row); CPU time is what carries to an idle machine. trainscope is timed end to end (process start to the
 JSON document on stdout); HTA is timed around ``TraceAnalysis(...)`` inside its process (load
 alone, imports excluded). HTA on 1 GB takes minutes: ``--no-hta`` skips it.
+
+``--pairs N`` measures issue 39's Nsight bar: the Kineto trace and the Nsight export of the first
+size, interleaved N times (each pair: Kineto, Nsight, then the export's bare column fetch), and
+prints per pair Nsight ÷ Kineto and Nsight ÷ its floor (wall), Nsight ÷ Kineto in CPU, and the load
+average. ``--memory-stream K`` repeats the pairs with K processes beside each run that copy a
+``--stream-mib`` buffer into another in a loop (numpy, far past any cache): a second busy program
+taking memory bandwidth, the slow-memory condition (no root needed, unlike a cgroup limit); their
+bandwidth together is printed. Every trainscope run here is a first look (``TRAINSCOPE_NO_CACHE=1``).
 
 ``--peers`` measures trainscope beside its peers on the same inputs, paired in one run: a first look
 (an empty analysis cache of its own) and a second look (the same command again: the cache's hit)
@@ -252,7 +261,116 @@ def _child_seconds(code: str, *argv: str) -> tuple[float, float, float, float]:
 
 
 def _analyze(path: pathlib.Path, *extra: str) -> tuple[float, float, str, float]:
-    return _run([sys.executable, "-m", "trainscope", "analyze", str(path), "--format", "json", "-q", *extra])
+    """A first look: the analysis cache off (a second run of the same input would read its document)."""
+    return _run_env(
+        [sys.executable, "-m", "trainscope", "analyze", str(path), "--format", "json", "-q", *extra],
+        {**os.environ, "TRAINSCOPE_NO_CACHE": "1"},
+    )
+
+
+# A process streaming memory: copies one buffer into another (each far past any cache) until
+# stopped, then says how many bytes it moved in how long. Beside a measurement it takes the
+# memory bandwidth a second busy program would: the slow-memory condition of issue 39.
+STREAM = """
+import signal, sys, time
+import numpy as np
+n = int(sys.argv[1]) << 20
+a = np.ones(n, np.uint8)
+b = np.empty_like(a)
+b[:] = a
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+print("ready", flush=True)
+t0, moved = time.perf_counter(), 0
+while not stop:
+    np.copyto(b, a)
+    a, b = b, a
+    moved += 2 * n  # read one, written the other
+print(moved, time.perf_counter() - t0, flush=True)
+"""
+
+
+class MemoryStream:
+    """``n`` processes streaming memory (:data:`STREAM`, ``mib`` MiB buffers each) while the block
+    runs; :attr:`gbps` is their bandwidth together (GB/s), read when they stop."""
+
+    def __init__(self, n: int, mib: int = 256) -> None:
+        self.n, self.mib, self.procs, self.gbps = n, mib, [], 0.0
+
+    def __enter__(self) -> "MemoryStream":
+        for _ in range(self.n):
+            p = subprocess.Popen([sys.executable, "-c", STREAM, str(self.mib)], stdout=subprocess.PIPE, text=True)
+            self.procs.append(p)
+        for p in self.procs:
+            assert p.stdout is not None
+            p.stdout.readline()  # "ready": its buffers are touched
+        return self
+
+    def __exit__(self, *exc) -> None:
+        total = 0.0
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            out, _ = p.communicate(timeout=60)
+            try:
+                moved, secs = out.split()
+                total += float(moved) / 1e9 / max(float(secs), 1e-9)
+            except ValueError:
+                pass
+        self.gbps = total
+
+
+def run_nsys_pairs(args, where: pathlib.Path) -> None:
+    """Issue 39's Nsight bar: the 1 GB Nsight export beside the 1 GB Kineto trace, interleaved
+    (Kineto, Nsight, the Nsight floor) ``--pairs`` times, idle and then under ``--memory-stream N``
+    (N processes streaming memory beside each run); the ratios per pair, with the load average."""
+    import statistics
+
+    gb = float(args.sizes.split(",")[0])
+    k_path = where / f"scale_{gb:g}GB.json"
+    if not k_path.exists():
+        copies, n = build_trace(pathlib.Path(args.source), int(gb * 1e9), k_path)
+        print(f"built {k_path.name}: {copies} copies, {n / 1e6:,.0f} MB", flush=True)
+    n_path = where / f"scale_{gb:g}GB.sqlite"
+    if not n_path.exists():
+        build_nsys(NSYS_SOURCE, int(gb * 1e9), n_path)
+        print(f"built {n_path.name}", flush=True)
+    conditions = [0] + ([args.memory_stream] if args.memory_stream else [])
+    rows, summary = [], []
+    for streams in conditions:
+        ratios_k, ratios_f = [], []
+        for i in range(args.pairs):
+            with MemoryStream(streams, args.stream_mib) as ms:
+                load0 = _load()
+                k_wall, k_rss, _, k_cpu = _analyze(k_path)
+                n_wall, n_rss, _, n_cpu = _analyze(n_path)
+                floor, _, _, _ = _child_seconds(COLUMN_FETCH, str(n_path))
+                load1 = _load()
+            cond = f"{streams} streaming ({ms.gbps:.1f} GB/s)" if streams else "none"
+            ratios_k.append(n_wall / k_wall)
+            ratios_f.append(n_wall / floor)
+            rows.append(
+                f"| {cond} | {i + 1} | {k_wall:.1f} s, {k_cpu:.1f} CPU-s, {k_rss:,.0f} MiB "
+                f"| {n_wall:.1f} s, {n_cpu:.1f} CPU-s, {n_rss:,.0f} MiB | {floor:.1f} s "
+                f"| **{n_wall / k_wall:.2f}×** | {n_wall / floor:.2f}× | {n_cpu / k_cpu:.2f}× | {load0} → {load1} |"
+            )
+            print(rows[-1], flush=True)
+        summary.append(
+            f"memory streams {streams}: Nsight ÷ Kineto {min(ratios_k):.2f}–{max(ratios_k):.2f}× "
+            f"(median {statistics.median(ratios_k):.2f}×), Nsight ÷ column fetch "
+            f"{min(ratios_f):.2f}–{max(ratios_f):.2f}×"
+        )
+    print()
+    print(f"machine: {os.cpu_count()} CPUs; load average 1/5/15 min at the end: {_load()}")
+    print(
+        "| memory streams | pair | Kineto (wall, CPU, peak RSS) | Nsight (wall, CPU, peak RSS) | Nsight column fetch "
+        "| Nsight ÷ Kineto (wall) | Nsight ÷ fetch | Nsight ÷ Kineto (CPU) | load avg before → after |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(r)
+    for line in summary:
+        print(line)
 
 
 def _load() -> str:
@@ -519,6 +637,22 @@ def main() -> int:
         metavar="N",
         help="with --all: N rank files, analyzed serially and with --jobs 2",
     )
+    ap.add_argument(
+        "--pairs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the Nsight bar: N interleaved pairs of the Kineto trace and the Nsight export of the first "
+        "size (with the export's column-fetch floor), idle and with --memory-stream",
+    )
+    ap.add_argument(
+        "--memory-stream",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --pairs: also measure with N processes streaming memory beside each run (slow memory)",
+    )
+    ap.add_argument("--stream-mib", type=int, default=256, help="each streaming process's buffer, MiB (two of them)")
     ap.add_argument("--peers", action="store_true", help="trainscope's first and second look beside HTA and nsys-ai")
     ap.add_argument("--nsys-ai", metavar="PATH", help="with --peers: the nsys-ai executable (default: on PATH)")
     ap.add_argument("files", nargs="*", help="with --peers: the inputs (default: bundled traces, or --sizes built)")
@@ -531,6 +665,17 @@ def main() -> int:
         print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average {_load()}", flush=True)
         try:
             run_peers(args, where)
+        finally:
+            if tmp is not None:
+                tmp.cleanup()
+        return 0
+    if args.pairs:
+        tmp = tempfile.TemporaryDirectory() if not args.keep else None
+        where = pathlib.Path(args.keep or tmp.name)
+        where.mkdir(parents=True, exist_ok=True)
+        print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average {_load()}", flush=True)
+        try:
+            run_nsys_pairs(args, where)
         finally:
             if tmp is not None:
                 tmp.cleanup()
