@@ -78,7 +78,8 @@ def test_the_app_opens_on_the_cached_document_and_the_session_fills_in_the_rest(
                 assert await until(pilot, lambda: "DATA-BOUND" in static_text(app, "#badge"))
                 badge = static_text(app, "#badge")
                 assert headline(doc) in badge and f"confidence {doc['verdict']['confidence']:.2f}" in badge
-                assert started.is_set() and app.session is None  # the session cannot have arrived
+                assert await until(pilot, started.is_set)  # the loader starts after the first frame…
+                assert app.session is None  # … and cannot finish
                 assert "1. Load batches in parallel worker processes" in static_text(app, "#top-fixes")
                 assert f"{doc['breakdown']['gpu_busy_pct']:.1f} %" in static_text(app, "#figures")
                 assert app.query_one("#tabs").display and not tabs_bar_shown(app)  # the Overview alone
