@@ -1,7 +1,7 @@
 """Benchmark: how quickly the analyze app shows its first screen and answers keys.
 
 Run on demand (not a test):  python benchmarks/bench_tui.py [TRACE] [--size 120x40]
-                             python benchmarks/bench_tui.py [TRACE] --first-screen N [--cache-dir DIR]
+                             python benchmarks/bench_tui.py [TRACE] --first-screen N [--cache-dir DIR] [--no-cache]
 
 ``--first-screen N`` starts ``trainscope analyze TRACE``'s app (commands/analyze.py ``analyze_app``,
 headless under Pilot) in N fresh processes one after the other, all with one analysis cache (a new
@@ -174,7 +174,7 @@ def _instrument(app) -> dict[str, list[float]]:
     return frames
 
 
-async def first_screen_child(path: str, size: tuple[int, int]) -> None:
+async def first_screen_child(path: str, size: tuple[int, int], no_cache: bool = False) -> None:
     """In a fresh process: the command's app; one JSON line when the Overview is on screen and one
     when the session is loaded (wall-clock times, for the parent to subtract its start from)."""
     import json
@@ -182,7 +182,7 @@ async def first_screen_child(path: str, size: tuple[int, int]) -> None:
     from trainscope.cli import build_parser
     from trainscope.commands.analyze import _rules, analyze_app
 
-    args = build_parser().parse_args(["analyze", path])
+    args = build_parser().parse_args(["analyze", path] + (["--no-cache"] if no_cache else []))
     app = analyze_app(args, _rules(args), None)
     app.animation_level = "none"
     drawn: list[float] = []  # (wall time, CPU time) of the first frame that holds the Overview
@@ -209,7 +209,7 @@ async def first_screen_child(path: str, size: tuple[int, int]) -> None:
         print(json.dumps({"loaded": time.time(), "error": app.return_code}), flush=True)
 
 
-def first_screens(path: str, runs: int, cache_dir: str | None, size: str) -> None:
+def first_screens(path: str, runs: int, cache_dir: str | None, size: str, no_cache: bool = False) -> None:
     import json
     import subprocess
     import tempfile
@@ -221,7 +221,8 @@ def first_screens(path: str, runs: int, cache_dir: str | None, size: str) -> Non
     for i in range(runs):
         t0 = time.time()
         child = subprocess.run(
-            [sys.executable, __file__, path, "--size", size, "--child-first-screen"],
+            [sys.executable, __file__, path, "--size", size, "--child-first-screen"]
+            + (["--no-cache"] if no_cache else []),
             env=env,
             capture_output=True,
             text=True,
@@ -250,13 +251,14 @@ def main() -> int:
         "--first-screen", type=int, metavar="N", help="time the command's first screen in N fresh processes instead"
     )
     ap.add_argument("--cache-dir", help="the analysis cache for --first-screen (default: a new temporary folder)")
+    ap.add_argument("--no-cache", action="store_true", help="--first-screen with the app's --no-cache")
     ap.add_argument("--child-first-screen", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     cols, rows = (int(x) for x in args.size.split("x"))
     if args.child_first_screen:
-        asyncio.run(first_screen_child(args.trace, (cols, rows)))
+        asyncio.run(first_screen_child(args.trace, (cols, rows), args.no_cache))
     elif args.first_screen:
-        first_screens(args.trace, args.first_screen, args.cache_dir, args.size)
+        first_screens(args.trace, args.first_screen, args.cache_dir, args.size, args.no_cache)
     else:
         asyncio.run(tour(args.trace, (cols, rows), args.per_key))
     return 0

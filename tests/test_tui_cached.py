@@ -28,6 +28,7 @@ from trainscope.tui.state import build_session, cached_document  # noqa: E402
 from tests.test_tui import RESNET, static_text, until  # noqa: E402
 
 PATH = str(KINETO / RESNET)
+RANKS = str(KINETO / "hta_dlrm_ws128_2ranks")  # two ranks: the Overview says the rank story too
 OVERVIEW_PARTS = ("#badge", "#summary", "#figures", "#evidence", "#top-fixes", "#ledger", "#ranks-summary", "#warnings")
 
 
@@ -47,7 +48,7 @@ def overview_text(app) -> dict[str, str]:
     return {part: static_text(app, part) for part in OVERVIEW_PARTS}
 
 
-def held_loader(rules: Rules):
+def held_loader(rules: Rules, path: str = PATH):
     """A loader that builds the real session (through the cache, as the CLI's) only once released."""
     started, release = threading.Event(), threading.Event()
 
@@ -55,7 +56,7 @@ def held_loader(rules: Rules):
         started.set()
         if not release.wait(120):
             raise TimeoutError("the test never released the loader")
-        return build_session(PATH, None, rules, progress=progress, cache=True)
+        return build_session(path, None, rules, progress=progress, jobs=1, cache=True)
 
     return loader, started, release
 
@@ -64,24 +65,28 @@ def tabs_bar_shown(app) -> bool:
     return bool(app.query_one("#tabs").query_one("ContentTabs").display)
 
 
-def test_the_app_opens_on_the_cached_document_and_the_session_fills_in_the_rest(cache_on):
+@pytest.mark.parametrize("path", [PATH, RANKS], ids=["file", "rank-directory"])
+def test_the_app_opens_on_the_cached_document_and_the_session_fills_in_the_rest(cache_on, path):
     rules = Rules()
-    doc = api.analyze(PATH, rules=rules, cache=True).to_dict()  # the first look: analyzed and stored
-    cached = cached_document(PATH, rules)
+    doc = api.analyze(path, rules=rules, cache=True, jobs=1).to_dict()  # the first look: analyzed and stored
+    cached = cached_document(path, rules)
     assert cached == doc
-    loader, started, release = held_loader(rules)
+    loader, started, release = held_loader(rules, path)
 
     async def go():
-        app = AnalyzeApp(PATH, loader=loader, rules=rules, document=cached)
+        app = AnalyzeApp(path, loader=loader, rules=rules, document=cached)
         async with app.run_test(size=(100, 40)) as pilot:
             try:
-                assert await until(pilot, lambda: "DATA-BOUND" in static_text(app, "#badge"))
-                badge = static_text(app, "#badge")
-                assert headline(doc) in badge and f"confidence {doc['verdict']['confidence']:.2f}" in badge
+                assert await until(pilot, lambda: headline(doc) in static_text(app, "#badge"))
+                assert f"confidence {doc['verdict']['confidence']:.2f}" in static_text(app, "#badge")
                 assert await until(pilot, started.is_set)  # the loader starts after the first frame…
                 assert app.session is None  # … and cannot finish
-                assert "1. Load batches in parallel worker processes" in static_text(app, "#top-fixes")
                 assert f"{doc['breakdown']['gpu_busy_pct']:.1f} %" in static_text(app, "#figures")
+                if path == PATH:
+                    assert "DATA-BOUND" in static_text(app, "#badge")
+                    assert "1. Load batches in parallel worker processes" in static_text(app, "#top-fixes")
+                else:  # the rank story's line, from the document's stragglers section
+                    assert "rank" in static_text(app, "#ranks-summary").lower() and doc["stragglers"]
                 assert app.query_one("#tabs").display and not tabs_bar_shown(app)  # the Overview alone
                 loading = app.query_one("#loading")
                 assert loading.display and loading.has_class("behind")  # the stage and bar under it
@@ -105,7 +110,8 @@ def test_the_app_opens_on_the_cached_document_and_the_session_fills_in_the_rest(
             app.query_one(Overview).show_document(app.session.document())
             assert overview_text(app) == preview
             # … and the main rank's own document draws it the same (the Overview before this change).
-            app.query_one(Overview).show(safe_strings(app.rank.doc), None)
+            stragglers = app.session.stragglers if path == RANKS else None
+            app.query_one(Overview).show(safe_strings(app.rank.doc), safe_strings(stragglers))
             assert overview_text(app) == preview
             await pilot.press("2")  # the tabs work now
             assert await until(pilot, lambda: app.query_one("#tabs").active == "timeline")
