@@ -1,6 +1,15 @@
 """Benchmark: how quickly the analyze app shows its first screen and answers keys.
 
 Run on demand (not a test):  python benchmarks/bench_tui.py [TRACE] [--size 120x40]
+                             python benchmarks/bench_tui.py [TRACE] --first-screen N [--cache-dir DIR] [--no-cache]
+
+``--first-screen N`` starts ``trainscope analyze TRACE``'s app (commands/analyze.py ``analyze_app``,
+headless under Pilot) in N fresh processes one after the other, all with one analysis cache (a new
+temporary folder unless ``--cache-dir``), and prints for each the time from process start to the
+first screen drawn (the Overview: from the cached document when the cache holds it, else from the
+session) and to the session loaded (every tab): the first run is a miss that stores the document
+and the trace's columns, the next are the second look (issue 39: the first screen of a cached
+1 GB trace within 1.5 s).
 
 Targets (issue 3), on the A100 control trace (35 MB): the first screen within 2 s after the
 analysis finishes, and every keypress handled in under 100 ms. The app runs headless under
@@ -165,14 +174,93 @@ def _instrument(app) -> dict[str, list[float]]:
     return frames
 
 
+async def first_screen_child(path: str, size: tuple[int, int], no_cache: bool = False) -> None:
+    """In a fresh process: the command's app; one JSON line when the Overview is on screen and one
+    when the session is loaded (wall-clock times, for the parent to subtract its start from)."""
+    import json
+
+    from trainscope.cli import build_parser
+    from trainscope.commands.analyze import _rules, analyze_app
+
+    args = build_parser().parse_args(["analyze", path] + (["--no-cache"] if no_cache else []))
+    app = analyze_app(args, _rules(args), None)
+    app.animation_level = "none"
+    drawn: list[float] = []  # (wall time, CPU time) of the first frame that holds the Overview
+    display = app._display
+
+    def _display(screen, update) -> None:
+        display(screen, update)
+        if (
+            update is not None
+            and not drawn
+            and app.query_one("#tabs").display
+            and str(app.query_one("#badge").render())
+        ):
+            drawn.extend((time.time(), time.process_time()))
+
+    app._display = _display
+    async with app.run_test(size=size) as pilot:
+        while not drawn:
+            await asyncio.sleep(0.005)
+        print(json.dumps({"shown": drawn[0], "cpu": drawn[1], "cached": app.document is not None}), flush=True)
+        while app.session is None and app.return_code is None:
+            await asyncio.sleep(0.02)
+        await pilot.pause()
+        print(json.dumps({"loaded": time.time(), "error": app.return_code}), flush=True)
+
+
+def first_screens(path: str, runs: int, cache_dir: str | None, size: str, no_cache: bool = False) -> None:
+    import json
+    import subprocess
+    import tempfile
+
+    where = cache_dir or tempfile.mkdtemp(prefix="trainscope-bench-cache-")
+    env = dict(os.environ, TRAINSCOPE_CACHE_DIR=where)
+    env.pop("TRAINSCOPE_NO_CACHE", None)
+    print(f"{path}: the app's first screen, process start to the Overview drawn (cache {where})")
+    for i in range(runs):
+        t0 = time.time()
+        child = subprocess.run(
+            [sys.executable, __file__, path, "--size", size, "--child-first-screen"]
+            + (["--no-cache"] if no_cache else []),
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        marks: dict = {}
+        for line in child.stdout.splitlines():
+            if line.startswith("{"):
+                marks.update(json.loads(line))
+        if "shown" not in marks or "loaded" not in marks or marks.get("error"):
+            print(f"  run {i + 1}: failed (exit {child.returncode}): {child.stderr.strip()[-500:]}")
+            continue
+        how = "Overview from the cached document" if marks["cached"] else "Overview from the session (a miss)"
+        print(
+            f"  run {i + 1}: first screen {marks['shown'] - t0:6.2f} s (CPU {marks['cpu']:.2f} s; {how}) · every tab "
+            f"{marks['loaded'] - t0:6.2f} s · load average {os.getloadavg()[0]:.1f}"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace", nargs="?", default=str(DEFAULT))
     ap.add_argument("--size", default="120x40", help="terminal size COLSxROWS (default 120x40)")
     ap.add_argument("--per-key", action="store_true", help="print every key's figures")
+    ap.add_argument(
+        "--first-screen", type=int, metavar="N", help="time the command's first screen in N fresh processes instead"
+    )
+    ap.add_argument("--cache-dir", help="the analysis cache for --first-screen (default: a new temporary folder)")
+    ap.add_argument("--no-cache", action="store_true", help="--first-screen with the app's --no-cache")
+    ap.add_argument("--child-first-screen", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     cols, rows = (int(x) for x in args.size.split("x"))
-    asyncio.run(tour(args.trace, (cols, rows), args.per_key))
+    if args.child_first_screen:
+        asyncio.run(first_screen_child(args.trace, (cols, rows), args.no_cache))
+    elif args.first_screen:
+        first_screens(args.trace, args.first_screen, args.cache_dir, args.size, args.no_cache)
+    else:
+        asyncio.run(tour(args.trace, (cols, rows), args.per_key))
     return 0
 
 

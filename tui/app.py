@@ -2,6 +2,9 @@
 
 Parsing and analysis run in a worker thread that never touches widgets; it hands the finished
 :class:`Session` to the UI thread, and every screen is a thin view over it and the chosen rank.
+Given the analysis's document read from the cache (``document``: tui/state.py ``cached_document``),
+the app opens on the Overview drawn from it while the session loads behind; the other tabs come
+when it arrives (the Overview is then drawn again from the session's own document: the same).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from trainscope.tui.deep import DeepPane
 from trainscope.tui.keys import binding_rows, common_bindings, palette_commands, without_duplicates
 from trainscope.tui.state import Session, build_session
 from trainscope.tui.fixes import FixesPane
+from trainscope.tui.overview import Overview
 from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
 from trainscope.tui.tabs import TABS
 from trainscope.tui.tabs import tab as tab_of
@@ -51,6 +55,8 @@ def help_screen() -> HelpScreen:
 
 
 LOADING_HINT = "q quit"
+# The Overview from the cached document, the session loading behind it.
+PREVIEW_HINT = "the other tabs open when the analysis is done · t theme · ? keys · q quit"
 
 
 def elide_middle(text: str, width: int) -> str:
@@ -83,6 +89,8 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     CSS = """
     TabbedContent { height: 1fr; }
     TabPane { padding: 0; }
+    Loading.behind { height: 1; layout: horizontal; align: center middle; }
+    Loading.behind Static { margin: 0 1; }
     """
     BINDINGS = [
         *common_bindings("export"),
@@ -109,10 +117,12 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         deep: bool = False,
         deep_step: str | None = None,
         ledger=None,
+        document: dict | None = None,
     ) -> None:
         super().__init__()
         self.path = path
         self.session = session
+        self.document = document  # the analysis's document from the cache: the Overview while the session loads
         self.loader = loader
         self.report_path = report_path
         self.rules = rules or Rules()
@@ -129,17 +139,21 @@ class AnalyzeApp(BackgroundLoading, App[int]):
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="◆")
-        yield Loading(id="loading")
         with TabbedContent(id="tabs"):
             for i, t in enumerate(TABS):
                 with TabPane(f"{i + 1} {t.title}", id=t.id):
                     yield t.pane()
+        yield Loading(id="loading")  # alone while loading; a line under the Overview drawn from the cache
         yield KeyBar(LOADING_HINT, id="keybar")
 
     def on_mount(self) -> None:
         self.query_one("#tabs").display = False
         if self.session is not None:
             self.show_session(self.session)
+        elif self.document is not None:
+            self.show_document(self.document)
+            # The analysis after the first frame: its thread would hold the interpreter while the frame is drawn.
+            self.call_after_refresh(self._start_daemon, self.load)
         else:
             self._start_daemon(self.load)
 
@@ -194,12 +208,36 @@ class AnalyzeApp(BackgroundLoading, App[int]):
 
     # -- showing ------------------------------------------------------------------------------------
 
+    @property
+    def previewing(self) -> bool:
+        """The Overview is drawn from the cached document and the session is still loading."""
+        return self.session is None and self.document is not None
+
+    def show_document(self, doc: dict) -> None:
+        """The first screen from the cached document: the Overview alone (which other tabs apply is
+        the session's to say), the loading stage and bar on one line under it."""
+        tabs = self.query_one("#tabs", TabbedContent)
+        tabs.query_one("ContentTabs").display = False
+        tabs.display = True
+        self.query_one(Overview).show_document(doc)
+        self.query_one("#loading", Loading).add_class("behind")
+        self.query_one("#keybar", KeyBar).update(PREVIEW_HINT)
+        self.query_one(Overview).focus()
+
+    def _still_loading(self, what: str) -> bool:
+        """While the Overview is drawn from the cache: say that ``what`` comes with the analysis (True)."""
+        if not self.previewing:
+            return False
+        self.notify(f"Still loading: {what} when the analysis is done.", timeout=4, markup=False)
+        return True
+
     def show_session(self, session: Session) -> None:
         if self.decorate is not None:
             session.decorate = self.decorate
         self.session = session
         self.query_one("#loading").display = False
         tabs = self.query_one("#tabs", TabbedContent)
+        tabs.query_one("ContentTabs").display = True
         tabs.display = True
         if self.deep:
             self.query_one(DeepPane).running("starting Holistic Trace Analysis")
@@ -242,7 +280,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
 
     def action_show_tab(self, tab: str) -> None:
         tabs = self.query_one("#tabs", TabbedContent)
-        if not tabs.display:
+        if not tabs.display or (tab != "overview" and self._still_loading(f"the {tab_of(tab).title} tab opens")):
             return
         why_not = tab_of(tab).applies(self) if self.session is not None else None
         if why_not is not None:
@@ -291,7 +329,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         return stem
 
     def action_export(self) -> None:
-        if self.session is None:
+        if self._still_loading("the report can be exported") or self.session is None:
             return
         if self.report_path:
             self._write_report(self.report_path)
@@ -303,7 +341,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
 
     def action_perfetto(self) -> None:
         """The trace with the findings as tracks, for ui.perfetto.dev (written in a background thread)."""
-        if self.session is None:
+        if self._still_loading("the trace can be exported") or self.session is None:
             return
         ask_path(self, f"{self._stem()}.perfetto.json", "Perfetto trace", self._write_perfetto)
 
@@ -407,7 +445,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
 
     def action_side_by_side(self) -> None:
         """The timeline's ranks mode: every rank on one clock (the Ranks tab's side-by-side lanes)."""
-        if self.session is None:
+        if self._still_loading("the ranks can be put side by side") or self.session is None:
             return
         if len(self.session.ranks) < 2:
             self.notify(

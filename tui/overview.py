@@ -7,7 +7,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from trainscope.reports.document import communication_split_words, counters_only, gain_words, headline, window_lines
-from trainscope.traces.safe_text import visible
+from trainscope.traces.safe_text import safe_strings, visible
 from trainscope.tui.chrome import gib
 from trainscope.tui.palette import AXIS_CLASS
 
@@ -87,6 +87,15 @@ def evidence_line(e: dict, indent: str = "") -> Text:
     return line
 
 
+def report_overview(doc: dict) -> tuple[dict, dict | None]:
+    """What :meth:`Overview.show` shows of a report's document (``Report.to_dict()``, or the same
+    document read from the analysis cache): its body — the main rank's — and, for several ranks,
+    the rank story; every string made visible (traces/safe_text.py). The app's first screen from a
+    cached document and the loaded app's main rank both come through here, so they cannot differ."""
+    stragglers = doc.get("stragglers") if doc["input"]["traces"] > 1 else None
+    return safe_strings(doc), None if stragglers is None else safe_strings(stragglers)
+
+
 class Overview(VerticalScroll):
     DEFAULT_CSS = """
     Overview { padding: 0 1; }
@@ -112,6 +121,10 @@ class Overview(VerticalScroll):
         yield Static("", id="ledger", markup=False)
         yield Static("", id="ranks-summary", markup=False)
         yield Static("", id="warnings", markup=False)
+
+    def show_document(self, doc: dict) -> None:
+        """The overview of a report's whole document (see :func:`report_overview`)."""
+        self.show(*report_overview(doc))
 
     def show(self, doc: dict, stragglers: dict | None = None) -> None:
         v = doc["verdict"]

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str, "float | None"], None]
 
-__all__ = ["RankView", "Session", "build_session", "session_from"]
+__all__ = ["RankView", "Session", "build_session", "cached_document", "session_from"]
 
 
 class _Ranks:
@@ -114,22 +114,58 @@ def build_session(
     dask=None,
     peak_bandwidth: float | None = None,
     cache: bool = False,
+    model: str | None = None,
 ) -> Session:
     """:func:`trainscope.api.analyze` on ``traces`` (read from ``path`` when None: a rank directory
     is mapped in ``jobs`` worker processes or on ``dask``, as the command line does), as a session;
-    ``cache``: read a file through the trace cache (its columns, without parsing it).
-    Raises :class:`trainscope.api.BadInput`."""
+    ``cache``: through the analysis cache — a file read as its columns (the trace cache), the
+    document stored for :func:`cached_document` (the next look opens on it) — analyzed in full
+    either way. ``model``: the ``--model`` spec (the planned ledger, and the cache's key); ``ledger``
+    the ledger itself (for a caller that has no spec). Raises :class:`trainscope.api.BadInput`."""
     report = api.analyze(
         traces if traces is not None else path,
         rules=rules,
         peak_tflops=peak_tflops,
         peak_bandwidth=peak_bandwidth,
         step_range=step_range,
+        model=model,
         progress=progress,
         source=path,
         jobs=jobs,
         dask=dask,
+        cache=cache,
         trace_cache=cache,
     )
-    report.ledger = ledger
+    if not isinstance(report, Report):  # a CachedReport: the session needs the whole analysis
+        report = report.full()
+    if ledger is not None or model is None:
+        report.ledger = ledger
     return session_from(report, progress)
+
+
+def cached_document(
+    path: str,
+    rules,
+    peak_tflops: float | None = None,
+    step_range: str | None = None,
+    peak_bandwidth: float | None = None,
+    model: str | None = None,
+    cache: bool = True,
+) -> dict | None:
+    """The document :func:`build_session` with these options will hold, read from the analysis
+    cache without analyzing (what an earlier session or ``trainscope analyze`` stored); None when
+    it is not there, or ``cache`` is off (``--no-cache``, ``TRAINSCOPE_NO_CACHE``). The app shows
+    its first screen, the Overview, from it while the session loads."""
+    if not cache:
+        return None
+    from trainscope.api.analysis import cached_document as lookup
+
+    return lookup(
+        path,
+        rules=rules,
+        peak_tflops=peak_tflops,
+        peak_bandwidth=peak_bandwidth,
+        step_range=step_range,
+        model=model,
+        source=path,
+    )

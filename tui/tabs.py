@@ -70,6 +70,9 @@ class OverviewTab(Tab):
 
     @classmethod
     def show(cls, app):
+        if app.rank_index == app.session.main_rank:  # the report's own document: what it says, warnings included
+            app.query_one(Overview).show_document(app.session.document())
+            return
         stragglers = app.session.stragglers if len(app.session.ranks) > 1 else None
         app.query_one(Overview).show(shown(app.rank.doc), shown(stragglers))
 

@@ -73,6 +73,55 @@ def run_deep(report: Report, step: str | None = None, progress: Progress | None 
     return report.deep
 
 
+def cache_options(
+    step_range: str | None,
+    peak_tflops: float | None,
+    peak_bandwidth: float | None,
+    deep: bool,
+    deep_step: str | None,
+    hta: dict | None,
+    model: str | None,
+) -> dict:
+    """The options besides the rules that key an analysis's document in the cache
+    (:mod:`trainscope.api.cache`): what :func:`analyze` stores under and :func:`cached_document` looks up."""
+    return dict(
+        step_range=step_range,
+        peak_tflops=peak_tflops,
+        peak_bandwidth=peak_bandwidth,
+        deep=deep,
+        deep_step=deep_step,
+        hta=hta,
+        model=model,
+    )
+
+
+def cached_document(
+    path: "str | os.PathLike",
+    *,
+    step_range: str | None = None,
+    rules: "Rules | None" = None,
+    thresholds: Mapping[str, float] | None = None,
+    peak_tflops: float | None = None,
+    peak_bandwidth: float | None = None,
+    deep: bool = False,
+    deep_step: str | None = None,
+    model: str | None = None,
+    source: str | None = None,
+) -> dict | None:
+    """The document ``analyze(path, cache=True, …)`` with these options would read from the
+    analysis cache, without analyzing: None when it is not there (or the cache is off:
+    ``TRAINSCOPE_NO_CACHE``). The terminal app shows its first screen from it."""
+    from trainscope.api.cache import enabled, peek
+
+    if not enabled():
+        return None
+    rules = resolve_rules(rules, thresholds)
+    hta = check_deep_available() if deep else None
+    path = os.fspath(path)
+    options = cache_options(step_range, peak_tflops, peak_bandwidth, deep, deep_step, hta, model)
+    return peek(path, source or path, rules, options)
+
+
 def analyze(
     path_or_traces: "str | os.PathLike | TraceSet | Trace",
     *,
@@ -130,8 +179,7 @@ def analyze(
 
         if enabled():
             path = os.fspath(path_or_traces)
-            options = dict(step_range=step_range, peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth)
-            options.update(deep=deep, deep_step=deep_step, hta=hta, model=model)
+            options = cache_options(step_range, peak_tflops, peak_bandwidth, deep, deep_step, hta, model)
             again = dict(step_range=step_range, rules=rules, peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth)
             again.update(deep=deep, deep_step=deep_step, model=model, progress=progress, source=source, jobs=jobs)
             again.update(trace_cache=trace_cache)

@@ -532,6 +532,12 @@ def _pause_mid_write(f, data: bytes, signal_file: str) -> None:  # tests only (E
     f.write(data[len(data) // 2 :])
 
 
+def _document(text: str, relocated: bool, source: str) -> dict:
+    """An entry's document (its JSON text) named by ``source``, the look that reads it."""
+    doc = json.loads(text)
+    return _plain(doc, _PLACEHOLDER, source) if relocated else doc
+
+
 # -- the report a cached document stands for ---------------------------------------------------------
 
 
@@ -563,8 +569,7 @@ class CachedReport:
         return getattr(self.full(), name)
 
     def to_dict(self) -> dict:
-        doc = json.loads(self._text)
-        return _plain(doc, _PLACEHOLDER, self.source) if self._relocated else doc
+        return _document(self._text, self._relocated, self.source)
 
     def output(self, doc: dict | None = None, color: bool = False):
         from trainscope.reports.formats import Output
@@ -617,6 +622,32 @@ class CachedReport:
 
     def __repr__(self) -> str:
         return repr(self.full())
+
+
+def peek(path: str, source: str, rules: "Rules", options: dict) -> dict | None:
+    """The cached document of analyzing ``path`` named ``source`` with ``rules`` and ``options`` (as
+    :func:`cached_analysis` keys them), without analyzing: None when the cache is off, the input
+    cannot be identified, the folder is missing or unsafe, or there is no (sound) entry. The
+    terminal app opens on it while the full analysis runs behind (tui/app.py). Touches the entry as
+    used; counts nothing (a peek is not an analysis)."""
+    if not enabled():
+        return None
+    keyed = key_for(path, source, {**options, "rules": rules_key(rules)})
+    if keyed is None:
+        return None
+    try:
+        dfd = open_dir(create=False)
+    except OSError:
+        return None
+    if dfd is None:
+        return None
+    try:
+        hit = load(dfd, keyed[0], max_bytes())
+    finally:
+        os.close(dfd)
+    if hit is None:
+        return None
+    return _document(hit[0], hit[1], source)
 
 
 def cached_analysis(
