@@ -43,9 +43,13 @@ built) and again (the cache read). Inputs: the FILEs given, else the bundled A10
 Nsight export, or with ``--sizes`` the built traces of those sizes. Ratios are peer ÷ trainscope
 (wall, CPU, peak RSS) for each look, and trainscope's second look ÷ its first and ÷ the peer's warm
 run. A peer that is not installed is named and skipped (nsys-ai: ``--nsys-ai PATH`` or on ``PATH``).
-nsys-ai's DuckDB path loads the ``sqlite_scanner`` extension, which it downloads when it is missing:
-on a machine without that network its log says "DuckDB unavailable" and it falls back to sqlite3 —
-the table then says so, since those runs time a failed download, not its cache.
+nsys-ai's DuckDB path loads the ``sqlite_scanner`` extension, which it downloads when it is missing.
+Where the extension is installed as a package beside nsys-ai (``pip install
+duckdb-extension-sqlite-scanner`` in its environment: a machine without DuckDB's extension
+server), it is installed into the empty home before the first look — a one-time setup, not part of
+either look. Otherwise, on a machine without that network, its log says "DuckDB unavailable" and it
+falls back to sqlite3 — the table then says so, since those runs time a failed download, not its
+cache.
 """
 
 from __future__ import annotations
@@ -504,6 +508,22 @@ def _run_env(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str, fl
         os.environ.update(old)
 
 
+def _install_duckdb_extension(exe: str, env: dict) -> bool:
+    """Install DuckDB's ``sqlite_scanner`` into the home ``env`` names, from the
+    ``duckdb-extension-sqlite-scanner`` package of nsys-ai's own interpreter (the one its script
+    names), so that nsys-ai's DuckDB path works without DuckDB's extension server. True when done."""
+    try:
+        first = pathlib.Path(exe).read_text(errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return False
+    python = first[2:].strip() if first.startswith("#!") else ""
+    if not python or not os.path.exists(python.split()[0]):
+        return False
+    code = "from duckdb_extensions import import_extension; import_extension('sqlite_scanner')"
+    r = subprocess.run([*python.split(), "-c", code], env=env, capture_output=True, text=True)
+    return r.returncode == 0
+
+
 def _nsys_ai_looks(exe: str, path: pathlib.Path) -> tuple[list[tuple[float, float, float]], bool]:
     """(wall, CPU, RSS) of nsys-ai ``diagnose`` twice on a private copy of ``path`` with an empty
     home (its cache is built, then read), and whether its DuckDB path was unavailable."""
@@ -513,6 +533,7 @@ def _nsys_ai_looks(exe: str, path: pathlib.Path) -> tuple[list[tuple[float, floa
         copy = pathlib.Path(home) / path.name
         shutil.copyfile(path, copy)
         env = {**os.environ, "HOME": home, "XDG_CACHE_HOME": f"{home}/.cache"}
+        _install_duckdb_extension(exe, env)
         looks, degraded = [], False
         for i in range(2):
             log = f"{home}/log{i}.txt"

@@ -64,8 +64,8 @@ def test_ranks_from_the_environment_and_their_workers(tmp_path):
 
     rank_code = (
         "import subprocess, sys, time\n"
-        "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
-        "time.sleep(30)\n"
+        "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "time.sleep(600)\n"
     )
     launcher = subprocess.Popen(
         [
@@ -74,12 +74,13 @@ def test_ranks_from_the_environment_and_their_workers(tmp_path):
             "import os, subprocess, sys, time\n"
             f"ps = [subprocess.Popen([sys.executable, '-c', {rank_code!r}], env={{**os.environ, "
             "'RANK': str(r), 'WORLD_SIZE': '2'}) for r in range(2)]\n"
-            "time.sleep(30)\n",
-        ]
+            "time.sleep(600)\n",
+        ],
+        start_new_session=True,  # its own process group: the whole tree is ended below, however far it got
     )
     try:
         h = HostSampler([launcher.pid])
-        end = time.monotonic() + 60
+        end = time.monotonic() + 120
         while time.monotonic() < end:
             mains, workers, other = h.tree()
             if len(mains) == 2 and len(workers) == 2:
@@ -89,10 +90,7 @@ def test_ranks_from_the_environment_and_their_workers(tmp_path):
         assert len(workers) == 2 and {w.ppid() for w in workers} == {m.pid for m in mains}
         assert [o.pid for o in other] == [launcher.pid]
     finally:
-        for p in HostSampler([launcher.pid]).tree()[0] + HostSampler([launcher.pid]).tree()[1]:
-            try:
-                os.kill(p.pid, 9)  # processes this test started
-            except ProcessLookupError:
-                pass
-        launcher.kill()
+        # The processes live until ended here (they slept 30 s, which a machine at load 8 outlasted:
+        # one rank had exited before the sampler saw both); the launcher's group is the whole tree.
+        os.killpg(launcher.pid, 9)
         launcher.wait()

@@ -274,10 +274,10 @@ async def _visit(app, pilot, ready, keys) -> list[str]:
 
 
 def toasts(app) -> list[str]:
-    """Every notification the app raised, as its toast draws it."""
-    from textual.widgets._toast import Toast
+    """Every notification the app raised since :func:`tests.test_tui.notices`, as its toast draws it."""
+    from tests.test_tui import toasts as kept
 
-    return [str(Toast(n).render().plain) for n in app._notifications]
+    return kept(app)
 
 
 ANALYZE_KEYS = ["1", "2", "right", "right", "n", "3", "4", "down", "5", "6", "7", "8", "question_mark", "escape"]
@@ -285,11 +285,13 @@ ANALYZE_KEYS = ["1", "2", "right", "right", "n", "3", "4", "down", "5", "6", "7"
 
 @pytest.mark.parametrize("kind", ["kineto", "nsys", "ranks"])
 def test_analyze_app_draws_no_raw_character_on_any_tab(traces, results, kind):
+    from tests.test_tui import notices
     from trainscope.tui.app import AnalyzeApp
     from trainscope.tui.state import session_from
 
     async def go():
         app = AnalyzeApp(str(traces[kind]), session=session_from(results[kind]))
+        notices(app)  # kept from the start: Textual drops a notice 6 s after its post
         async with app.run_test(size=(160, 50)) as pilot:
             ready = lambda: app.session is not None and app.query_one("#tabs").display  # noqa: E731
             frames = await _visit(app, pilot, ready, ANALYZE_KEYS + (["7", "enter", "R"] if kind == "ranks" else []))

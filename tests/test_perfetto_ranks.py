@@ -208,7 +208,7 @@ async def _press_x(app, path: Path, pilot) -> list[str]:
 
 
 def _app_export(source: str, out: Path, monkeypatch, select_rank: int | None = None, size=(100, 30)):
-    from tests.test_tui import _ready
+    from tests.test_tui import _ready, notices, toasts
     from trainscope.analyzers.rules import Rules
     from trainscope.tui import chrome
     from trainscope.tui.app import AnalyzeApp
@@ -219,15 +219,14 @@ def _app_export(source: str, out: Path, monkeypatch, select_rank: int | None = N
 
     async def go():
         app = AnalyzeApp(source, session=session)
+        notices(app)  # kept from the start: Textual drops a notice 6 s after its post
         async with app.run_test(size=size) as pilot:
             await _ready(app, pilot)
             if select_rank is not None:
                 app.rank_index = select_rank
                 await pilot.pause()
             done = await _press_x(app, out, pilot)
-            from textual.widgets._toast import Toast
-
-            return done, [str(Toast(n).render().plain) for n in app._notifications], app.rank_index, app.session
+            return done, toasts(app), app.rank_index, app.session
 
     return asyncio.run(go())
 

@@ -55,6 +55,32 @@ async def until(pilot, ready, limit_s: float = 120.0) -> bool:
     return bool(ready())
 
 
+def notices(app) -> list:
+    """Every notification ``app`` posts from now on, kept. Textual's own collection
+    (``app._notifications``) drops a notification on every read once its timeout has passed — 6 s
+    of wall time, which a loaded machine can spend between the post and the test's read (a red
+    loaded run read an empty list after waiting for the notice). Call before the notice is posted."""
+    kept = getattr(app, "_kept_notices", None)
+    if kept is None:
+        kept = []
+        add = app._notifications.add
+
+        def keep(notification):
+            kept.append(notification)
+            return add(notification)
+
+        app._notifications.add = keep
+        app._kept_notices = kept
+    return kept
+
+
+def toasts(app) -> list[str]:
+    """The kept notifications (:func:`notices`) as their toasts draw them."""
+    from textual.widgets._toast import Toast
+
+    return [str(Toast(n).render().plain) for n in notices(app)]
+
+
 async def _ready(app, pilot) -> None:
     await until(pilot, lambda: app.session is not None and app.query_one("#tabs").display)
     await pilot.pause()
