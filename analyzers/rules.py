@@ -382,7 +382,7 @@ _TABLE: tuple[Threshold, ...] = (
         "the network) and is not called work imbalance. The stake of balancing is capped by the extra work either way",
         "trainscope default: below half, most of the wait is not work that balancing can move",
     ),
-    # One-off costs and the steady state (analyzers/one_off.py, docs/analysis.md "Phases before verdicts").
+    # One-off costs and the steady state (analyzers/trace/one_off.py, docs/analysis.md "Phases before verdicts").
     Threshold(
         "startup.context_ms",
         50.0,
@@ -726,7 +726,7 @@ _LIVE_TABLE: tuple[Threshold, ...] = (
         "trainscope default; NVML reports the enforced limit (nvmlDeviceGetEnforcedPowerLimit)",
     ),
 )
-# Fusion candidates (analyzers/fusion.py): the kernel sequences behind the fusion fix.
+# Fusion candidates (analyzers/trace/fusion.py): the kernel sequences behind the fusion fix.
 _FUSION_TABLE: tuple[Threshold, ...] = (
     Threshold(
         "fusion.max_gap_us",

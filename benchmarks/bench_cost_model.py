@@ -1,4 +1,4 @@
-"""The cost model (analyzers/op_formulas.py) against hardware counters, per kernel class.
+"""The cost model (analyzers/trace/op_formulas.py) against hardware counters, per kernel class.
 
 Two kinds of ground truth:
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainscope.analyzers.kernels import classify_kernel
-from trainscope.analyzers.op_formulas import op_cost
+from trainscope.analyzers.trace.kernels import classify_kernel
+from trainscope.analyzers.trace.op_formulas import op_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -123,7 +123,7 @@ def reference_table() -> list[tuple[Reference, float | None]]:
 
 
 def counter_traces() -> list[str]:
-    from trainscope.analyzers.hw_counters import hw_counter_report
+    from trainscope.analyzers.trace.hw_counters import hw_counter_report
     from trainscope.collectors.inputs import open_traces
 
     out = []

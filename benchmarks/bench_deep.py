@@ -10,8 +10,8 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from trainscope.analyzers.analysis import analyze_trace
-from trainscope.analyzers.deep import deep_analysis
+from trainscope.analyzers.trace.analysis import analyze_trace
+from trainscope.analyzers.deep.second_opinion import deep_analysis
 from trainscope.collectors import open_traces
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "kineto"

@@ -99,7 +99,7 @@ def snapshot_class(path: pathlib.Path) -> str | None:
     finding (capacity for a capacity OOM), "none" without one; None while the snapshot analysis is
     not available."""
     try:
-        from trainscope.analyzers.snapshot_memory import snapshot_findings, snapshot_memory
+        from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
         from trainscope.collectors.snapshot import load_snapshot
     except ImportError:
         return None

@@ -55,7 +55,7 @@ def main() -> int:
         print(f"{args.per_range_ids}: {n:,} ranges with their own seq and op_id")
         args.export = args.per_range_ids
 
-    from trainscope.analyzers.analysis import analyze_set
+    from trainscope.analyzers.trace.analysis import analyze_set
     from trainscope.collectors import open_traces
 
     ingest, analysis = [], []

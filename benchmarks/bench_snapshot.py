@@ -45,7 +45,7 @@ t = time.perf_counter(); snap = load(sys.argv[1]); dt = time.perf_counter() - t
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the load's, before any analysis
 ta = 0.0
 if sys.argv[3] == "analysis":
-    from trainscope.analyzers.snapshot_memory import snapshot_memory
+    from trainscope.analyzers.snapshot.summary import snapshot_memory
     t = time.perf_counter(); snapshot_memory(snap); ta = time.perf_counter() - t
 events = sum(len(tr) for tr in snap.traces)
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
-from trainscope.analyzers.critical_path import CP_CATEGORIES, CP_LABELS
-from trainscope.analyzers.deep import DeepAnalysis
-from trainscope.analyzers.rank_story import RankStory
+from trainscope.analyzers.deep.critical_path import CP_CATEGORIES, CP_LABELS
+from trainscope.analyzers.deep.second_opinion import DeepAnalysis
+from trainscope.analyzers.ranks.story import RankStory
 from trainscope.analyzers.rules import Rules
 
 
@@ -89,7 +89,7 @@ def deep_dict(d: DeepAnalysis) -> dict[str, Any]:
 
 
 def stragglers_dict(story: RankStory, analyses: list | None = None, rules: Rules | None = None) -> dict[str, Any]:
-    """The ``stragglers`` part of the document: the one rank story (analyzers/rank_story.py), with
+    """The ``stragglers`` part of the document: the one rank story (analyzers/ranks/story.py), with
     each rank's verdict from ``analyses`` (the ranks' analyses after the reduce, in the story's order)."""
     rules = rules or Rules()
     aligned = story.basis == "aligned"
@@ -358,7 +358,7 @@ def stragglers_markdown_lines(s: dict, esc) -> list[str]:
 
 
 def alignment_dict(al) -> dict[str, Any]:
-    """The ranks aligned on their collectives' ends (analyzers/ranks.py :class:`Alignment`)."""
+    """The ranks aligned on their collectives' ends (analyzers/ranks/alignment.py :class:`Alignment`)."""
     imb = al.imbalance
     return {
         "basis": (

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from trainscope import __version__
-from trainscope.analyzers.diff import GateResult, Run, RunDiff, ShareChange
+from trainscope.analyzers.compare.diff import GateResult, Run, RunDiff, ShareChange
 from trainscope.analyzers.kernel_match import KernelChange
-from trainscope.analyzers.module_tree import STORED_LEVELS, STORED_NODES
-from trainscope.analyzers.tree_diff import NodeChange, NodeGateResult, TreeDiff
+from trainscope.analyzers.trace.module_tree import STORED_LEVELS, STORED_NODES
+from trainscope.analyzers.compare.tree_diff import NodeChange, NodeGateResult, TreeDiff
 from trainscope.reports.document import AXIS_NAMES, headline_word
 
 SCHEMA = "trainscope.diff/1"
@@ -234,7 +234,7 @@ def node_gates_list(gates: "list[NodeGateResult] | None") -> list[dict[str, Any]
 
 
 def tree_diff_dict(t: TreeDiff | None, gates: "list[NodeGateResult] | None" = None) -> dict[str, Any] | None:
-    """Where in the model, before and after (analyzers/tree_diff.py): the first level, the nodes that
+    """Where in the model, before and after (analyzers/compare/tree_diff.py): the first level, the nodes that
     changed most, the renamed, added and removed ones, and the node budgets of the gate."""
     if t is None:
         return None
@@ -255,7 +255,7 @@ def tree_diff_dict(t: TreeDiff | None, gates: "list[NodeGateResult] | None" = No
         "gates": node_gates_list(gates),
     } | (
         {
-            # a side is a stored run: its tree's top levels (analyzers/module_tree.py top_levels)
+            # a side is a stored run: its tree's top levels (analyzers/trace/module_tree.py top_levels)
             "partial": True,
             "kept": f"the first {STORED_LEVELS} levels, then the heaviest nodes by GPU time; {STORED_NODES} "
             "nodes at most per run",
@@ -267,7 +267,7 @@ def tree_diff_dict(t: TreeDiff | None, gates: "list[NodeGateResult] | None" = No
 
 
 def fixes_list(fixes) -> list[dict[str, Any]]:
-    """Each earlier fix (analyzers.history.FixOutcome): projected against achieved."""
+    """Each earlier fix (analyzers.compare.history.FixOutcome): projected against achieved."""
     return [
         {
             "id": f.recommendation,

@@ -7,13 +7,13 @@ from typing import Any
 
 from trainscope import __version__
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.analysis import Analysis, slowest
-from trainscope.analyzers.breakdown import CATEGORIES, CATEGORY_LABELS
-from trainscope.analyzers.kernels import ALL_CLASSES
-from trainscope.analyzers.host_only import NO_GPU_ROWS
+from trainscope.analyzers.trace.analysis import Analysis, slowest
+from trainscope.analyzers.trace.breakdown import CATEGORIES, CATEGORY_LABELS
+from trainscope.analyzers.trace.kernels import ALL_CLASSES
+from trainscope.analyzers.trace.host_only import NO_GPU_ROWS
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.sinks import SINK_LABELS
-from trainscope.analyzers.verdict import Evidence
+from trainscope.analyzers.trace.sinks import SINK_LABELS
+from trainscope.analyzers.trace.verdict import Evidence
 from trainscope.collectors.formats import COUNTER_FORMATS  # the reader table's counters-only rows
 
 SCHEMA = "trainscope.analysis/2"  # 2: mfu.value_pct may be estimated from shapes (mfu.basis); roofline
@@ -85,7 +85,7 @@ def device_label(doc: dict) -> str:
 def headline(doc: dict) -> str:
     v = doc["verdict"]
     if v["axis"] == "insufficient_evidence":
-        # An Nsight export without GPU rows (analyzers/host_only.py): the GPU is what lacks evidence.
+        # An Nsight export without GPU rows (analyzers/trace/host_only.py): the GPU is what lacks evidence.
         return "INSUFFICIENT GPU EVIDENCE" if v.get("bottleneck") == NO_GPU_ROWS else "INSUFFICIENT EVIDENCE"
     if v["axis"] == "not_representative":
         phases = (doc.get("steady_state") or {}).get("phases") or []
@@ -336,7 +336,7 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
         "host_idle": _host_idle(a),
         "tree": _tree(a),
         "warnings": a.warnings,
-        # The invariant pass's repairs by reason (analyzers/repairs.py; docs/repairs.md): each also a warning line.
+        # The invariant pass's repairs by reason (analyzers/trace/repairs.py; docs/repairs.md): each also a warning line.
         "repairs": a.repairs.as_list() if a.repairs is not None else [],
     }
 
@@ -404,7 +404,7 @@ def _roofline(a: Analysis, top: int = 20) -> dict[str, Any] | None:
 
 
 def _fusion(a: Analysis, top: int = 5) -> dict[str, Any] | None:
-    """The heaviest fusion candidates (analyzers/fusion.py), null where there are none."""
+    """The heaviest fusion candidates (analyzers/trace/fusion.py), null where there are none."""
     f = a.fusion
     if f is None or not f.candidates:
         return None
@@ -689,7 +689,7 @@ TREE_MAX_NODES = 40  # nodes the document carries: the first level, then the hea
 
 
 def _tree(a: Analysis, cap: int = TREE_MAX_NODES) -> dict[str, Any] | None:
-    """Where in the model (analyzers/module_tree.py): the first level and the heaviest nodes, each with
+    """Where in the model (analyzers/trace/module_tree.py): the first level and the heaviest nodes, each with
     its parent's index, depth first; None when the trace has neither ranges nor GPU work."""
     t = a.tree
     if t is None:
@@ -854,7 +854,7 @@ def build_document(
 ) -> dict:
     """The top-level document. For several ranks the body is the rank story's headline rank
     (``main_index``, else ``stragglers['headline_index']``: the straggler, else the rank whose own
-    work fills most of the shared step — analyzers/rank_story.py; the longest median step only
+    work fills most of the shared step — analyzers/ranks/story.py; the longest median step only
     without a story) and ``ranks`` compares them all with the story's lateness figures. ``deep`` and
     ``stragglers`` are the already-built parts of reports/deep.py (``analyze --deep``; a rank directory)."""
     if main_index is None and stragglers is not None:

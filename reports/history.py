@@ -7,10 +7,10 @@ import textwrap
 from typing import Any
 
 from trainscope import __version__
-from trainscope.analyzers.diff import GateResult
-from trainscope.analyzers.history import RunSummary, SummaryDiff
+from trainscope.analyzers.compare.diff import GateResult
+from trainscope.analyzers.compare.history import RunSummary, SummaryDiff
 from trainscope.analyzers.kernel_match import KernelChange
-from trainscope.analyzers.tree_diff import NodeGateResult
+from trainscope.analyzers.compare.tree_diff import NodeGateResult
 from trainscope.reports.diff_document import (
     SCHEMA,
     fixes_list,
@@ -291,7 +291,7 @@ def render_runs_text(runs: list[dict], store: str) -> str:
 def render_run_text(run: dict, store: str) -> str:
     """`trainscope runs ID`: the listing row, then what the run's saved summary holds — the verdict
     and its summary, the step times, the sinks, the fixes with their projections, the top kernels."""
-    from trainscope.analyzers.sinks import SINK_LABELS
+    from trainscope.analyzers.trace.sinks import SINK_LABELS
 
     out = [render_runs_text([run], store).rstrip("\n").rsplit("\n", 1)[0], ""]
     w = out.append

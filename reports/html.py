@@ -30,8 +30,8 @@ from trainscope.reports.document import (
 from trainscope.traces.safe_text import safe_strings, visible, visible_lines
 
 if TYPE_CHECKING:
-    from trainscope.analyzers.analysis import Analysis
-    from trainscope.analyzers.timeline import TimelineModel
+    from trainscope.analyzers.trace.analysis import Analysis
+    from trainscope.analyzers.views.timeline import TimelineModel
     from trainscope.traces.model import Trace
 
 # One colour per breakdown category and host state; busy GPU time green/purple/yellow, idle GPU
@@ -115,7 +115,7 @@ def nice_ticks(top: float, most: int = 6) -> list[float]:
 def breakdown_svg(doc: dict, width: int = 1000, height: int = 260) -> str:
     """One stacked bar per step (at most 200): milliseconds per breakdown category, bottom to top in
     the breakdown's order; outlier steps are marked with a triangle."""
-    from trainscope.analyzers.breakdown import CATEGORIES
+    from trainscope.analyzers.trace.breakdown import CATEGORIES
 
     steps = doc["steps"][:200]
     if not steps:
@@ -196,8 +196,8 @@ def timeline_svg(
         return ""
     step = analysis.breakdown.steps[i]
     if model is None:
-        from trainscope.analyzers.kernels import kernel_classes
-        from trainscope.analyzers.timeline import TimelineModel
+        from trainscope.analyzers.trace.kernels import kernel_classes
+        from trainscope.analyzers.views.timeline import TimelineModel
 
         model = TimelineModel(trace, analysis.segmentation, analysis.device, kernel_classes(trace)[0])
     lo, hi = int(step.start_ns), int(step.start_ns + step.duration_ns)
@@ -272,8 +272,8 @@ def render_html_fragment(
 ) -> str:
     """The report body (for Jupyter's ``_repr_html_``): no <html> wrapper, styles scoped inline.
     ``model``: the rank's timeline model, where the caller has built it."""
-    from trainscope.analyzers.breakdown import CATEGORY_LABELS
-    from trainscope.analyzers.timeline import HOST_LABELS
+    from trainscope.analyzers.trace.breakdown import CATEGORY_LABELS
+    from trainscope.analyzers.views.timeline import HOST_LABELS
 
     doc = safe_strings(doc)  # every name one line, as the text report shows it
     v, b = doc["verdict"], doc["breakdown"]

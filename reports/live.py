@@ -12,8 +12,8 @@ from dataclasses import asdict
 from typing import Any
 
 from trainscope import __version__
-from trainscope.analyzers.live import READY, LiveStatus, WindowStats
-from trainscope.analyzers.live_split import BASIS, LABELS, PARTS, SHORT, SplitWindow, StepSplit
+from trainscope.analyzers.live.engine import READY, LiveStatus, WindowStats
+from trainscope.analyzers.live.split import BASIS, LABELS, PARTS, SHORT, SplitWindow, StepSplit
 from trainscope.traces.samples import Snapshot
 from trainscope.reports.document import AXIS_NAMES, _evidence, headline_word
 from trainscope.reports.markdown import md_escape

@@ -6,9 +6,9 @@ import os
 from typing import Any
 
 from trainscope import __version__
-from trainscope.analyzers.snapshot_memory import DeviceSnapshotMemory
-from trainscope.analyzers.timeline_memory import TimelinePeak
-from trainscope.analyzers.verdict import Finding
+from trainscope.analyzers.snapshot.summary import DeviceSnapshotMemory
+from trainscope.analyzers.snapshot.timeline_peak import TimelinePeak
+from trainscope.analyzers.trace.verdict import Finding
 from trainscope.reports.markdown import md_escape
 
 SCHEMA = "trainscope.memory/1"

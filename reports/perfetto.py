@@ -41,8 +41,8 @@ import msgspec
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.analysis import Analysis
-from trainscope.analyzers.timeline import FINDING_CATEGORY, GPU_CATEGORIES, TimelineModel
+from trainscope.analyzers.trace.analysis import Analysis
+from trainscope.analyzers.views.timeline import FINDING_CATEGORY, GPU_CATEGORIES, TimelineModel
 from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace
 
 FINDINGS_PID = 999_999  # a pid no profiler uses, for the findings process
@@ -649,7 +649,7 @@ def _copyable(trace: Trace) -> bool:
 def write_perfetto(path: str, trace: Trace, analysis: Analysis, doc: dict, model: TimelineModel | None = None) -> None:
     """Stream the export into ``path``, atomically (OSError when the path cannot be written)."""
     if model is None:
-        from trainscope.analyzers.kernels import kernel_classes
+        from trainscope.analyzers.trace.kernels import kernel_classes
 
         model = TimelineModel(trace, analysis.segmentation, analysis.device, kernel_classes(trace)[0])
     device = analysis.device if analysis.device is not None else 0
@@ -917,7 +917,7 @@ def _alignment_events(parts: list[RankPart], side, pids: list[int], align_tids: 
 def write_perfetto_ranks(path: str, parts: list[RankPart], side=None, source: str = "") -> None:
     """A rank set in one file, streamed into ``path`` atomically: a process per rank (``rank N``,
     sorted by rank) with its verdict and findings tracks, its collectives as the alignment ``side``
-    (:class:`trainscope.analyzers.rank_lanes.SideBySide`) matched them, and every event of its trace.
+    (:class:`trainscope.analyzers.ranks.lanes.SideBySide`) matched them, and every event of its trace.
     OSError when the path cannot be written."""
     bases = [_base_ns(p.trace) if _copyable(p.trace) else int(p.trace.origin_ns) for p in parts]
     base = min(bases) if bases else 0

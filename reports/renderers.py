@@ -16,7 +16,7 @@ from trainscope.traces.safe_text import safe_strings, visible_lines
 @dataclass(frozen=True)
 class WatchSummary:
     """The subject of a ``watch`` document: the live verdict at the end of a watch
-    (``analyzers.live.LiveStatus``) and what the command adds (target, exit code, notes,
+    (``analyzers.live.engine.LiveStatus``) and what the command adds (target, exit code, notes,
     captures); the document is ``reports.live.summary_dict`` of both."""
 
     status: Any

@@ -28,7 +28,7 @@ def load(name: str):
 
 @functools.lru_cache(maxsize=None)
 def analysis(name: str):
-    from trainscope.analyzers.analysis import analyze_trace
+    from trainscope.analyzers.trace.analysis import analyze_trace
 
     return analyze_trace(load(name))
 

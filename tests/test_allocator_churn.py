@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainscope.analyzers.analysis import analyze_trace
+from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.findings.labels import verdict_class
 from trainscope.traces.builder import TraceBuilder
 from trainscope.traces.model import Trace

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import CPU_ONLY, analysis, load, raw_document
-from trainscope.analyzers.breakdown import CATEGORIES
-from trainscope.analyzers.steps import segment_steps
+from trainscope.analyzers.trace.breakdown import CATEGORIES
+from trainscope.analyzers.trace.steps import segment_steps
 
 
 def _raw_share(name, pattern_cat, step_pattern="ProfilerStep#"):
@@ -164,7 +164,7 @@ def test_mfu_estimated_from_shapes_without_flops_and_computed_with_them():
     a = analysis("resnet50_v100_num_workers_0.pt.trace.json.gz")  # record_shapes, no with_flops
     assert a.mfu.recorded_pct is None and a.mfu.basis == "estimated from shapes"
     assert a.mfu.value_pct is not None and a.mfu.reason.startswith("estimated from shapes")
-    from trainscope.analyzers.mfu import model_flops_utilization
+    from trainscope.analyzers.trace.mfu import model_flops_utilization
 
     t = load("resnet50_v100_num_workers_0.pt.trace.json.gz")
     import copy
@@ -185,7 +185,7 @@ def test_mfu_estimated_from_shapes_without_flops_and_computed_with_them():
 
 
 def test_threshold_override_changes_the_verdict():
-    from trainscope.analyzers.analysis import analyze_trace
+    from trainscope.analyzers.trace.analysis import analyze_trace
     from trainscope.analyzers.rules import Rules
 
     t = load("resnet50_v100_num_workers_0.pt.trace.json.gz")

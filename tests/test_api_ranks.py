@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import trainscope.api as ts
-from trainscope.analyzers.rank_story import rank_story
-from trainscope.analyzers.ranks import ranks_view, with_aligned_imbalance
+from trainscope.analyzers.ranks.story import rank_story
+from trainscope.analyzers.ranks.alignment import ranks_view, with_aligned_imbalance
 from trainscope.analyzers.rules import Rules
 from trainscope.cli import main
 from trainscope.collectors import open_traces

@@ -1,10 +1,10 @@
-"""analyzers/busy_bound.py: the fusion runs, vectorized, equal the kernel-by-kernel loop bit for bit."""
+"""analyzers/trace/busy_bound.py: the fusion runs, vectorized, equal the kernel-by-kernel loop bit for bit."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from trainscope.analyzers.busy_bound import fused_runs, fused_runs_loop
+from trainscope.analyzers.trace.busy_bound import fused_runs, fused_runs_loop
 
 
 def test_fused_runs_equals_the_loop_on_random_lanes_and_bytes():

@@ -9,10 +9,10 @@ import re
 import pytest
 
 from tests.conftest import DATA, analysis, load, raw_document
-from trainscope.analyzers.context import TRAINING, Context, detect_context
+from trainscope.analyzers.trace.context import TRAINING, Context, detect_context
 from trainscope.analyzers.findings import REGISTRY, fix_text, title_for as title
-from trainscope.analyzers.recommendations import code_lines, recommend
-from trainscope.analyzers.verdict import Evidence, Finding
+from trainscope.analyzers.trace.recommendations import code_lines, recommend
+from trainscope.analyzers.trace.verdict import Evidence, Finding
 
 # Every finding whose fix is worded for the run's context.
 _FIXES = [s.id for s in REGISTRY.values() if s.fix is not None and s.fix.text is not None]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import load, raw_document
-from trainscope.analyzers.cost import PRECISIONS, SOURCE_KINDS, kernel_costs, link_kernels, op_cost
+from trainscope.analyzers.trace.cost import PRECISIONS, SOURCE_KINDS, kernel_costs, link_kernels, op_cost
 
 torch = pytest.importorskip("torch")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
@@ -164,7 +164,7 @@ def test_unlinked_unrecognized_kernels_are_unknown_never_compute():
     unknown = c.kind == SOURCE_KINDS.index("unknown")
     assert (c.name_bound[unknown] == 0).all() and np.isnan(c.flops[unknown]).all()
     # names alone: GEMV and skinny GEMMs are bandwidth-bound
-    from trainscope.analyzers.cost import _name_fallback
+    from trainscope.analyzers.trace.cost import _name_fallback
 
     src = lambda s: 0  # noqa: E731
     assert _name_fallback("gemv2T_kernel_val<int, int, double, 128, 16, 4, 4>", src)[0] == 1
@@ -203,7 +203,7 @@ def test_cupti_profiler_counters_are_read_as_hardware_flops():
     import json
 
     from tests.conftest import DATA
-    from trainscope.analyzers.analysis import analyze_trace
+    from trainscope.analyzers.trace.analysis import analyze_trace
     from trainscope.collectors import open_traces
 
     path = DATA / "cupti" / "hta_a100_alexnet_cupti_flop_counters.json.gz"
@@ -269,7 +269,7 @@ def test_a_counter_mode_trace_is_a_gpu_trace_with_measured_flops_per_kernel():
     import json
 
     from tests.conftest import DATA
-    from trainscope.analyzers.analysis import analyze_trace
+    from trainscope.analyzers.trace.analysis import analyze_trace
     from trainscope.collectors import open_traces
 
     path = DATA / "cupti" / "hta_a100_alexnet_cupti_flop_counters.json.gz"
@@ -341,7 +341,7 @@ def test_counter_agreement_per_class_where_operators_carry_shapes():
     import dataclasses
 
     from tests.conftest import DATA
-    from trainscope.analyzers.hw_counters import hw_counter_report
+    from trainscope.analyzers.trace.hw_counters import hw_counter_report
     from trainscope.collectors import open_traces
 
     t = open_traces(str(DATA / "cupti" / "hta_a100_alexnet_cupti_flop_counters.json.gz")).traces[0]
@@ -393,7 +393,7 @@ def _innermost_reference(ops, threads: np.ndarray, at: np.ndarray) -> np.ndarray
 def test_innermost_operator_per_thread_equals_the_stack_definition():
     """Kernel linking nests each thread's operators on their own (rows in export order or not):
     the same operator as the per-launch stack walk, nested, overlapping and tied operators too."""
-    from trainscope.analyzers.cost import _innermost
+    from trainscope.analyzers.trace.cost import _innermost
     from trainscope.traces.model import CpuOps
 
     rng = np.random.default_rng(23)

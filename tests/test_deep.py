@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("hta.trace_analysis", reason="HTA (traceinsight) is installed by the [test] extra")
 
 from tests.conftest import KINETO, analysis, load, raw_document  # noqa: E402
-from trainscope.analyzers.critical_path import CP_CATEGORIES, reconcile  # noqa: E402
-from trainscope.analyzers.deep import DeepAnalysis, choose_step, deep_analysis  # noqa: E402
+from trainscope.analyzers.deep.critical_path import CP_CATEGORIES, reconcile  # noqa: E402
+from trainscope.analyzers.deep.second_opinion import DeepAnalysis, choose_step, deep_analysis  # noqa: E402
 from trainscope.cli import main  # noqa: E402
 from trainscope.reports.deep import deep_dict  # noqa: E402
 
@@ -68,7 +68,7 @@ def test_critical_path_of_the_second_step_is_mostly_cpu_then_gpu_compute():
 
 
 def test_disagreement_with_the_shares_verdict_is_explained():
-    from trainscope.analyzers.breakdown import CATEGORIES
+    from trainscope.analyzers.trace.breakdown import CATEGORIES
 
     a = analysis(CONTROL)
     # The largest sink is memory-bound kernel time; the path is host work: they disagree, explained.
@@ -155,7 +155,7 @@ def test_cpu_only_trace_skips_deep_without_running_hta():
 
 
 def test_pandas_3_is_refused_for_the_critical_path(monkeypatch):
-    import trainscope.analyzers.deep as deep_mod
+    import trainscope.analyzers.deep.second_opinion as deep_mod
 
     monkeypatch.setattr(deep_mod, "hta_versions", lambda: {"traceinsight": "0.6.1", "pandas": "3.0.0"})
     name = "tracelens_h100_qwen_inference.json.gz"

@@ -63,7 +63,7 @@ def test_the_label_classes_are_the_registry_classes():
     claimed = {s.label_class for s in REGISTRY.values() if s.can_be_primary}
     # capacity: memory snapshots and live; gpu-bound: named by the verdict's saturated-GPU branch (kernel
     # time of unknown bound is no primary sink: it cannot be ranked against causes it does not measure);
-    # insufficient-gpu-evidence: an Nsight export without GPU rows (analyzers/host_only.py);
+    # insufficient-gpu-evidence: an Nsight export without GPU rows (analyzers/trace/host_only.py);
     # not-representative: named before any sink is ranked, when the window holds no steady state (issue 36)
     assert set(LABEL_CLASSES) - claimed == {
         "none",
@@ -119,7 +119,7 @@ SNAPSHOTS = sorted(rel for rel, lab in LABELS["traces"].items() if scored(lab) a
 def test_labeled_memory_snapshot_is_right(rel):
     """`trainscope memory`'s diagnosis of a labeled snapshot: the class of its first high finding."""
     from trainscope.analyzers.rules import Rules
-    from trainscope.analyzers.snapshot_memory import snapshot_findings, snapshot_memory
+    from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
     from trainscope.collectors.snapshot import load_snapshot
 
     found = snapshot_findings(snapshot_memory(load_snapshot(str(copy_of(rel)))), None, Rules())

@@ -21,7 +21,14 @@ import numpy as np
 import pytest
 
 from tests.conftest import KINETO, analysis, load, raw_document
-from trainscope.analyzers.diff import GATE_METRICS, GateUnavailable, check_gate, comparability, diff_runs, summarize_run
+from trainscope.analyzers.compare.diff import (
+    GATE_METRICS,
+    GateUnavailable,
+    check_gate,
+    comparability,
+    diff_runs,
+    summarize_run,
+)
 from trainscope.analyzers.kernel_match import KernelTime, arch_key, family_key, match_kernels
 from trainscope.reports.diff_document import SCHEMA, build_diff_document
 from trainscope.reports.diff_markdown import render_diff_markdown
@@ -148,7 +155,7 @@ def test_per_kernel_changes_agree_with_hta_trace_diff(tmp_path, gpu_diff):
     trace_diff = pytest.importorskip("hta.trace_diff", reason="HTA (traceinsight) is installed by the [test] extra")
     from tests.test_hta_crosscheck import _orphan_masks
     from trainscope.analyzers import intervals as iv
-    from trainscope.analyzers.kernels import kernel_summary
+    from trainscope.analyzers.trace.kernels import kernel_summary
 
     labeled = []
     for label, name in (("c", A100), ("t", V100)):
@@ -329,7 +336,7 @@ def test_the_recorded_job_is_what_the_job_script_writes(tmp_path):
 
 
 def _cpu_run(path: str):
-    from trainscope.analyzers.analysis import analyze_set
+    from trainscope.analyzers.trace.analysis import analyze_set
     from trainscope.collectors import open_traces
 
     ts = open_traces(path)
@@ -519,9 +526,9 @@ def test_json_markdown_and_text_renderings(gpu_diff, gpu_cli):
 def test_every_finding_the_analyzers_raise_has_a_diff_metric_and_a_critical_path_family():
     """The tables keyed by finding id must know every id the analyzers emit (on every bundled
     trace), or `diff` says 'unknown' and `--deep` 'names no single cause' for it."""
-    from trainscope.analyzers.analysis import analyze_set
-    from trainscope.analyzers.critical_path import FINDING_FAMILY
-    from trainscope.analyzers.diff import FINDING_METRICS
+    from trainscope.analyzers.trace.analysis import analyze_set
+    from trainscope.analyzers.deep.critical_path import FINDING_FAMILY
+    from trainscope.analyzers.compare.diff import FINDING_METRICS
     from trainscope.collectors import open_traces
     from tests.conftest import DATA
 
@@ -534,7 +541,7 @@ def test_every_finding_the_analyzers_raise_has_a_diff_metric_and_a_critical_path
 
 
 def test_fused_attention_outcome_is_measured_on_the_nsight_pair():
-    from trainscope.analyzers.analysis import analyze_set
+    from trainscope.analyzers.trace.analysis import analyze_set
     from trainscope.collectors import open_traces
     from tests.conftest import DATA
 

@@ -21,7 +21,7 @@ from tests.test_diff import A100, V100, _events, _raw_steps, _run
 
 pytest.importorskip("textual")
 
-from trainscope.analyzers.diff import RunDiff, check_gate, diff_runs  # noqa: E402
+from trainscope.analyzers.compare.diff import RunDiff, check_gate, diff_runs  # noqa: E402
 from trainscope.commands import diff as diff_command  # noqa: E402
 from trainscope.reports.diff_document import build_diff_document  # noqa: E402
 from trainscope.reports.diff_markdown import render_diff_markdown  # noqa: E402

@@ -10,7 +10,7 @@ from tests.test_diff_app import AFTER, BEFORE, pair
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from trainscope.analyzers.diff import check_gate  # noqa: E402
+from trainscope.analyzers.compare.diff import check_gate  # noqa: E402
 from trainscope.tui.diff_app import DiffApp  # noqa: E402
 
 

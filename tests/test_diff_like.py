@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from tests.conftest import DATA
-from trainscope.analyzers.diff import diff_runs, gpu_model, summarize_run
+from trainscope.analyzers.compare.diff import diff_runs, gpu_model, summarize_run
 
 NSYS = DATA / "nsys"
 BEFORE = NSYS / "nsysai_h100x2_wan21_train_before.sqlite"
@@ -26,7 +26,7 @@ def _sql(path, q):
 
 @functools.lru_cache(maxsize=None)
 def _diff():
-    from trainscope.analyzers.analysis import analyze_set
+    from trainscope.analyzers.trace.analysis import analyze_set
     from trainscope.collectors import open_traces
 
     runs = [summarize_run(str(p), ts, analyze_set(ts)) for p in (BEFORE, AFTER) for ts in [open_traces(str(p))]]

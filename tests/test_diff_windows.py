@@ -11,7 +11,7 @@ import re
 import pytest
 
 import trainscope.api as ts
-from trainscope.analyzers.diff import busy_ms_per_window
+from trainscope.analyzers.compare.diff import busy_ms_per_window
 
 DATA = pathlib.Path(__file__).parent / "data" / "nsys"
 BEFORE, AFTER = (str(DATA / f"nsysai_h100x2_wan21_train_{s}.sqlite") for s in ("before", "after"))

@@ -34,7 +34,7 @@ def _path(name: str) -> Path:
 def analysis(name: str):
     if (DATA / "kineto" / name).exists():
         return _analysis(name)
-    from trainscope.analyzers.analysis import analyze_trace
+    from trainscope.analyzers.trace.analysis import analyze_trace
     from trainscope.collectors import open_traces
 
     return analyze_trace(open_traces(str(_path(name))).traces[0])
@@ -47,8 +47,8 @@ def raw_document(name: str):
 
 def consumer_gaps(reg: dict) -> list[str]:
     """Every (finding, consumer) pair where the consumer does not know the finding."""
-    from trainscope.analyzers.critical_path import FAMILY_LABELS, FINDING_FAMILY
-    from trainscope.analyzers.diff import FINDING_METRICS
+    from trainscope.analyzers.deep.critical_path import FAMILY_LABELS, FINDING_FAMILY
+    from trainscope.analyzers.compare.diff import FINDING_METRICS
     from trainscope.reports.document import HEADLINES
 
     gaps = []
@@ -277,7 +277,7 @@ LIVE_WINDOWS = {
 
 @pytest.mark.parametrize("label", list(LIVE_WINDOWS))
 def test_every_finding_the_live_engine_raises_has_a_spec_with_a_live_measure(label):
-    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.analyzers.live.engine import LiveAnalyzer
 
     snaps, expected = LIVE_WINDOWS[label]
     rules = Rules({"live.min_steps": 2, "live.min_step_seconds": 0.1})
@@ -295,7 +295,7 @@ def test_every_finding_the_live_engine_raises_has_a_spec_with_a_live_measure(lab
 
 
 def test_every_live_measure_is_exercised_and_reads_only_the_thresholds_it_declares():
-    from trainscope.analyzers.live_window import window_stats
+    from trainscope.analyzers.live.window_stats import window_stats
 
     assert {e for _, e in LIVE_WINDOWS.values()} == {s.id for s in registry.live_specs()}
     for label, (snaps, _) in LIVE_WINDOWS.items():
@@ -314,7 +314,7 @@ def test_the_live_engine_evaluates_specs_in_flowchart_order():
 
 
 def test_every_finding_the_snapshot_rules_raise_has_a_spec():
-    from trainscope.analyzers.snapshot_memory import snapshot_findings, snapshot_memory
+    from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
     from trainscope.collectors.snapshot import load_snapshot
 
     raised: set[str] = set()
@@ -333,7 +333,7 @@ def test_a_new_live_finding_is_its_spec_alone(monkeypatch):
     """Adding a finding: declare its spec (with its live measure and the thresholds it reads) in its
     family module; the live engine, its fix and the checks pick it up with no other edit."""
     from trainscope.analyzers.findings.base import LiveMeasure
-    from trainscope.analyzers.live import evaluate
+    from trainscope.analyzers.live.engine import evaluate
 
     def rule(s, _snaps, rules):
         if s.iowait_pct is None or s.iowait_pct < rules.value("live.iowait_saturated"):
@@ -356,7 +356,7 @@ def test_a_new_live_finding_is_its_spec_alone(monkeypatch):
 
 
 def test_every_fix_renders_for_training_inference_and_native_runs():
-    from trainscope.analyzers.context import Context
+    from trainscope.analyzers.trace.context import Context
 
     for ctx in (None, Context(mode="inference"), Context(mode="training", framework="native")):
         for s in REGISTRY.values():
@@ -420,7 +420,7 @@ def test_kernel_work_cannot_lead_on_a_starved_gpu():
 
 
 def test_small_stakes_are_findings_not_ranked_fixes():
-    from trainscope.analyzers.recommendations import recommend
+    from trainscope.analyzers.trace.recommendations import recommend
 
     a = analysis("hta_a100_80gb_rank0.json.gz")
     rules = Rules()
@@ -463,7 +463,7 @@ def test_rank_imbalance_is_the_wait_for_the_busiest_rank():
     """DLRM, 2 ranks: rank 1 carries more kernel work (the label's slower rank); rank 0 waits for it
     inside the all-to-all. That wait, the difference of their compute-kernel time per step, moves
     from rank 0's communication sink to its imbalance sink; rank 1 keeps none."""
-    from trainscope.analyzers.analysis import analyze_set, analyze_trace, slowest, with_rank_imbalance
+    from trainscope.analyzers.trace.analysis import analyze_set, analyze_trace, slowest, with_rank_imbalance
     from trainscope.analyzers.rules import Rules
     from trainscope.collectors import open_traces
 
@@ -490,8 +490,8 @@ def test_sinks_split_a_breakdown_exclusively_and_rank_by_eligibility():
     """Hand-built breakdown (one 100 ms step): every ns lands in one sink; host frames move idle
     'other' time to input; a blocking-sync bubble beyond the sync idle comes out of launch; kernel
     work leads only when the GPU is saturated; a sink below its floor is no verdict."""
-    from trainscope.analyzers.breakdown import Breakdown, Percentiles, StepBreakdown
-    from trainscope.analyzers.sinks import split_sinks
+    from trainscope.analyzers.trace.breakdown import Breakdown, Percentiles, StepBreakdown
+    from trainscope.analyzers.trace.sinks import split_sinks
 
     ms = 1_000_000
     ns = {

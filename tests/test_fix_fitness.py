@@ -15,9 +15,9 @@ import pytest
 
 from tests.conftest import DATA, analysis
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.context import Context
+from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings import code_language, fix_text
-from trainscope.analyzers.frame_names import user_name
+from trainscope.analyzers.trace.frame_names import user_name
 
 VLLM = "tl_mi300x_vllm_gptoss_decode_fullgraph_bs32.json.gz"
 QWEN = "tracelens_h100_qwen_inference.json.gz"
@@ -273,7 +273,7 @@ def test_wan_diffusion_training_gets_no_serving_or_embedding_advice():
 
 
 def test_recording_advice_in_the_users_format():
-    from trainscope.analyzers.recording import how_to_record
+    from trainscope.analyzers.trace.record_options import how_to_record
 
     assert "prof.step()" in how_to_record("kineto", "steps") and "NVTX" in how_to_record("nsys-sqlite", "steps")
     assert "--cuda-graph-trace" in how_to_record("nsys-sqlite", "graphs")
@@ -297,7 +297,7 @@ def test_fusion_fix_gives_no_attention_advice_without_attention(name):
 def test_sampled_counters_get_no_with_flops_advice_as_if_a_profiler_trace():
     """An nvidia-smi CSV was told "record with torch.profiler.profile(with_flops=True)", as if the
     CSV were a profiler trace missing an option: its advice is to profile steps and analyze that."""
-    from trainscope.analyzers.recording import how_to_record
+    from trainscope.analyzers.trace.record_options import how_to_record
     from trainscope.api import analyze
 
     for fmt in ("nvidia-smi-csv", "trainscope.recording"):

@@ -1,4 +1,4 @@
-"""analyzers/fusion.py: repeated back-to-back kernel sequences (fusion candidates), their time and the
+"""analyzers/trace/fusion.py: repeated back-to-back kernel sequences (fusion candidates), their time and the
 intermediate traffic fusing them removes, bounded by the roofline — on synthetic traces with known
 counts, times and bytes, and on a bundled trace against a hand count from its raw events."""
 
@@ -12,11 +12,11 @@ import pathlib
 import numpy as np
 import pytest
 
-from trainscope.analyzers.analysis import analyze_trace
-from trainscope.analyzers.cost import kernel_costs
+from trainscope.analyzers.trace.analysis import analyze_trace
+from trainscope.analyzers.trace.cost import kernel_costs
 from trainscope.analyzers.devices import lookup_device
-from trainscope.analyzers.fusion import _without_overlap, fusion_candidates
-from trainscope.analyzers.roofline import roofline
+from trainscope.analyzers.trace.fusion import _without_overlap, fusion_candidates
+from trainscope.analyzers.trace.roofline import roofline
 from trainscope.analyzers.rules import Rules
 from trainscope.collectors import open_traces
 from trainscope.reports.document import build_document

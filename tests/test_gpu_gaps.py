@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from trainscope.analyzers.analysis import analyze_set
-from trainscope.analyzers.breakdown import IDLE, primary_device
-from trainscope.analyzers.gpu_gaps import CLASSES, gpu_gaps
-from trainscope.analyzers.steps import segment_steps
+from trainscope.analyzers.trace.analysis import analyze_set
+from trainscope.analyzers.trace.breakdown import IDLE, primary_device
+from trainscope.analyzers.trace.gpu_gaps import CLASSES, gpu_gaps
+from trainscope.analyzers.trace.steps import segment_steps
 from trainscope.collectors import open_traces
 
 
@@ -67,7 +67,7 @@ def synthetic(tmp_path):
 def test_every_gap_gets_the_class_its_runtime_calls_give(tmp_path):
     t = open_traces(str(synthetic(tmp_path))).traces[0]
     seg = segment_steps(t)
-    from trainscope.analyzers.analysis import explained_gaps as eg
+    from trainscope.analyzers.trace.analysis import explained_gaps as eg
 
     g = eg(t, seg, primary_device(t), None)
     us = {c: g.ns[c] / 1e3 for c in CLASSES}
@@ -295,7 +295,7 @@ def test_covered_total_equals_the_total_of_the_intersection():
     import numpy as np
 
     from trainscope.analyzers import intervals as iv
-    from trainscope.analyzers.gpu_gaps import _and, _covered
+    from trainscope.analyzers.trace.gpu_gaps import _and, _covered
 
     rng = np.random.default_rng(3)
     for n, m in ((0, 5), (5, 0), (1, 1), (30, 200), (400, 50), (2000, 2000)):
@@ -309,7 +309,7 @@ def test_explained_sets_handed_over_give_their_unions_gaps_and_are_dropped(tmp_p
     """explained_gaps hands the host layers over as sets (gpu_gaps unites and drops them): the
     same gaps as their union passed whole, and the caller's list emptied."""
     from trainscope.analyzers import intervals as iv
-    from trainscope.analyzers.breakdown import host_layers
+    from trainscope.analyzers.trace.breakdown import host_layers
 
     t = open_traces(str(synthetic(tmp_path))).traces[0]
     seg, dev = segment_steps(t), primary_device(t)

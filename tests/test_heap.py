@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from trainscope.analyzers import heap
+from trainscope.analyzers.trace import heap
 
 
 def test_no_trim_outside_linux(monkeypatch):

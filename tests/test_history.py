@@ -254,7 +254,7 @@ def test_an_empty_history_is_not_an_error_and_reading_creates_nothing(tmp_path):
 def test_migrations_take_an_old_store_forward_and_a_newer_one_is_refused(tmp_path):
     path = tmp_path / "runs.db"
     summary = ts.diff(FAST, FAST).diff.before  # a Run; its summary is what version 1 already stored
-    from trainscope.analyzers.history import summarize
+    from trainscope.analyzers.compare.history import summarize
 
     s = summarize(summary)
     db = sqlite3.connect(path)

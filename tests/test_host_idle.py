@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import analysis, load, raw_document
-from trainscope.analyzers.breakdown import primary_device
-from trainscope.analyzers.host_idle import CLASSES, host_idle
-from trainscope.analyzers.steps import segment_steps
+from trainscope.analyzers.trace.breakdown import primary_device
+from trainscope.analyzers.trace.host_idle import CLASSES, host_idle
+from trainscope.analyzers.trace.steps import segment_steps
 
 TIMESFORMER = "tl_h100_timesformer_k400_infer.json.gz"
 NORM = "tl_mi300x_norm_layers_fwdbwd.json.gz"
@@ -121,7 +121,7 @@ def test_interval_helpers_match_a_brute_force_computation():
     import numpy as np
 
     from trainscope.analyzers import intervals as iv
-    from trainscope.analyzers.host_idle import _frames_by_window, _intersect, _overlaps, _within
+    from trainscope.analyzers.trace.host_idle import _frames_by_window, _intersect, _overlaps, _within
 
     rng = np.random.default_rng(7)
     for _ in range(50):
@@ -163,7 +163,7 @@ def test_one_pass_classification_equals_the_window_loop(monkeypatch):
     frames, windows touching or empty, launches, copies after quiet stages."""
     import numpy as np
 
-    from trainscope.analyzers import host_idle as H
+    from trainscope.analyzers.trace import host_idle as H
     from trainscope.analyzers import intervals as iv
 
     rng = np.random.default_rng(19)

@@ -28,8 +28,8 @@ hta_analysis = pytest.importorskip("hta.trace_analysis", reason="HTA (traceinsig
 
 from tests.conftest import ALL_KINETO, CPU_ONLY, KINETO, load  # noqa: E402
 from trainscope.analyzers import intervals as iv  # noqa: E402
-from trainscope.analyzers.breakdown import gpu_busy_over_window  # noqa: E402
-from trainscope.analyzers.kernels import kernel_summary  # noqa: E402
+from trainscope.analyzers.trace.breakdown import gpu_busy_over_window  # noqa: E402
+from trainscope.analyzers.trace.kernels import kernel_summary  # noqa: E402
 
 GPU_TRACES = [n for n in ALL_KINETO if n not in CPU_ONLY]
 

@@ -15,8 +15,14 @@ import numpy as np
 import pytest
 
 from tests.conftest import DATA, load
-from trainscope.analyzers.kernel_families import FAMILIES, family_of, tokenize
-from trainscope.analyzers.kernels import ALL_CLASSES, classify_kernel, kernel_classes, operator_class, uses_tensor_cores
+from trainscope.analyzers.trace.kernel_families import FAMILIES, family_of, tokenize
+from trainscope.analyzers.trace.kernels import (
+    ALL_CLASSES,
+    classify_kernel,
+    kernel_classes,
+    operator_class,
+    uses_tensor_cores,
+)
 
 # (family, kernel name, class, on tensor cores)
 CASES = [

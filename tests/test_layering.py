@@ -11,6 +11,7 @@ import ast
 import dataclasses
 import enum
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -27,14 +28,22 @@ ANALYZERS = sorted((ROOT / "analyzers").rglob("*.py"))
 # function that computes. Each name is checked below to really be a dataclass, an enum or a constant
 # — except the two classes in VIEW_CLASSES, whose reasons are given there.
 ALLOWED_FROM_ANALYZERS: dict[str, set[str]] = {
-    "analysis": {"Analysis"},  # one rank's typed result (the Fixes tab lists its recommendations)
-    "breakdown": {"CATEGORIES"},  # the step-time categories' names and order, for table columns and colours
-    "kernels": {"KernelStat", "KernelSummary"},  # the kernel table's rows (RankView.all_kernels)
-    "roofline": {"Roofline", "RooflineRow"},  # the roofline plot's points
-    "memory_usage": {"MemoryCurve"},  # the memory tab's curves (RankView.memory)
-    "timeline": {"TimelineModel", "Item", "Lane", "Match", "Overlap", "GPU_LABELS", "HOST_LABELS"},  # RankView.timeline
-    "live": {"LiveStatus", "READY"},  # a live interval's status (api.LiveSample.status) and its ready state
-    "ledger": {
+    "trace.analysis": {"Analysis"},  # one rank's typed result (the Fixes tab lists its recommendations)
+    "trace.breakdown": {"CATEGORIES"},  # the step-time categories' names and order, for table columns and colours
+    "trace.kernels": {"KernelStat", "KernelSummary"},  # the kernel table's rows (RankView.all_kernels)
+    "trace.roofline": {"Roofline", "RooflineRow"},  # the roofline plot's points
+    "views.memory_curve": {"MemoryCurve"},  # the memory tab's curves (RankView.memory)
+    "views.timeline": {
+        "TimelineModel",
+        "Item",
+        "Lane",
+        "Match",
+        "Overlap",
+        "GPU_LABELS",
+        "HOST_LABELS",
+    },  # RankView.timeline
+    "live.engine": {"LiveStatus", "READY"},  # a live interval's status (api.LiveSample.status) and its ready state
+    "plan.ledger": {
         "GB",
         "OPTIMIZERS",
         "PRECISIONS",
@@ -43,8 +52,8 @@ ALLOWED_FROM_ANALYZERS: dict[str, set[str]] = {
         "Ledger",
         "PlanConfig",
     },  # api.plan's result and the plan app's choices
-    "memory_devices": {"GPU_MEMORY", "GpuMemory"},  # the device table the plan app cycles through
-    "diff": {
+    "plan.gpu_memory": {"GPU_MEMORY", "GpuMemory"},  # the device table the plan app cycles through
+    "compare.diff": {
         "GateResult",
         "RunDiff",
         "RecommendationOutcome",
@@ -53,14 +62,17 @@ ALLOWED_FROM_ANALYZERS: dict[str, set[str]] = {
         "GATE_METRICS",
     },  # api.diff's result; the gate's metric names for --metric
     "kernel_match": {"KernelChange"},  # a row of the diff's kernel table
-    "whatif": {"Projection"},  # api.whatif's result
+    "trace.whatif": {"Projection"},  # api.whatif's result
     "rules": {"Rules"},  # the threshold table the views read labels and cut-offs from
-    "memory_peak": {"MemoryPeak", "PeakAllocation"},  # api.memory_peaks' result: the memory app's timeline and live set
+    "snapshot.peak": {
+        "MemoryPeak",
+        "PeakAllocation",
+    },  # api.memory_peaks' result: the memory app's timeline and live set
 }
 # Classes that are neither dataclasses nor constants, allowed with a reason.
 VIEW_CLASSES = {
     ("rules", "Rules"): "a table of thresholds (value, unit, source); building it reads no input and judges nothing",
-    ("timeline", "TimelineModel"): "the timeline's view model that api.RankView builds from a rank's trace; "
+    ("views.timeline", "TimelineModel"): "the timeline's view model that api.RankView builds from a rank's trace; "
     "the app only queries it (lanes in a window, instances, evidence)",
 }
 FORBIDDEN_PACKAGES = ("trainscope.collectors", "trainscope.api.executor")
@@ -168,11 +180,11 @@ def test_a_forbidden_import_is_caught(tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text(
         "from typing import TYPE_CHECKING\n"
-        "from trainscope.analyzers.kernels import KernelSummary\n"
+        "from trainscope.analyzers.trace.kernels import KernelSummary\n"
         "if TYPE_CHECKING:\n    from trainscope.api.executor import map_ranks\n"
         "def f():\n    from trainscope.collectors import open_traces\n"
-        "    from trainscope.analyzers.kernels import kernel_summary, KernelSummary\n"
-        "    import trainscope.analyzers.whatif\n"
+        "    from trainscope.analyzers.trace.kernels import kernel_summary, KernelSummary\n"
+        "    import trainscope.analyzers.trace.whatif\n"
         "    from trainscope import analyzers\n"
     )
     bad = _violations(probe)
@@ -247,3 +259,129 @@ def test_no_layer_imports_upward(path, pkg):
         if own and own[0] == "trainscope.collectors" and module.startswith("trainscope.analyzers"):
             bad.append(f"{_rel(path)}:{line}: a collector imports an analyzer")
     assert not bad, "\n".join(bad)
+
+
+# --- analyzers by pipeline (issue 40; tools/restructure_analyzers.py made the layout) ----------------
+# analyzers/ holds one sub-package per pipeline — trace/ (one trace), ranks/, live/, snapshot/, plan/,
+# compare/, deep/, views/ — with findings/ (the registry) and the shared modules at the top beside them.
+# trace/ imports none of the other pipelines; the other pipelines import trace/, findings/ and the
+# shared modules, never one another; findings/ imports trace/ and the shared modules; a shared module
+# imports only shared modules. Every import counts, at the top, in a function or under TYPE_CHECKING.
+PIPELINES = ("trace", "ranks", "live", "snapshot", "plan", "compare", "deep", "views")
+MAY_IMPORT = {
+    "shared": {"shared"},
+    "findings": {"shared", "trace"},
+    "trace": {"shared", "findings"},
+    **{p: {"shared", "findings", "trace"} for p in PIPELINES if p != "trace"},
+}
+# The exceptions kept: (importing file, or a folder for all its files; imported module) → the reason.
+# An entry no import uses any more fails (test_pipeline_exceptions_are_all_used).
+PIPELINE_EXCEPTIONS = {
+    ("analyzers/trace/analysis.py", "trainscope.analyzers.live.engine"): "a trace of sampled counters only "
+    "(a `watch --record` recording, an nvidia-smi CSV) has no events for the trace rules: analyze() judges it "
+    "with the live rules, in a function (issue 40 item 5 moves this choice out of the trace pipeline)",
+    ("analyzers/compare/diff.py", "trainscope.analyzers.ranks.alignment"): "a side of a diff is a rank set: "
+    "summarize_run maps each rank to its RankSummary (kernel times, shapes), the map the rank pipeline "
+    "runs; the diff reads nothing else of ranks/",
+    ("analyzers/findings/", "trainscope.analyzers.live.window_stats"): "the registry declares each "
+    "finding's live rule (LiveMeasure) over the live window's statistics: WindowStats, the type only, "
+    "under TYPE_CHECKING",
+    ("analyzers/findings/live.py", "trainscope.analyzers.live.memory_creep"): "machine/memory-creep's live "
+    "measure is the creep fit over the window's memory series (memory_creeps): the registry declares it",
+    ("analyzers/findings/memory.py", "trainscope.analyzers.snapshot.summary"): "the memory findings' "
+    "snapshot rule reads a DeviceSnapshotMemory: the type only, under TYPE_CHECKING",
+}
+MAX_TOP_MODULES = 12  # analyzers/*.py, __init__.py included; sub-packages are not modules
+
+
+def _part(module: str) -> str | None:
+    """The part of analyzers/ a module belongs to: a pipeline, "findings", "shared", None outside."""
+    if module == "trainscope.analyzers":
+        return "shared"
+    if not module.startswith("trainscope.analyzers."):
+        return None
+    head = module.split(".")[2]
+    return head if head in PIPELINES or head == "findings" else "shared"
+
+
+def _own_module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT / "analyzers").with_suffix("").parts)
+    return ".".join(["trainscope", "analyzers", *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+_KNOWN = {_own_module(p) for p in ANALYZERS}
+
+
+def _analyzer_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) per trainscope.analyzers module imported; ``from pkg import mod`` is ``pkg.mod``."""
+    out = []
+    for line, module, names in _imports(path):
+        if not module.startswith("trainscope.analyzers"):
+            continue
+        subs = [f"{module}.{n}" for n in names if f"{module}.{n}" in _KNOWN]
+        out += [(line, s) for s in subs] or [(line, module)]
+    return out
+
+
+def _excepted(where: str, target: str) -> tuple[str, str] | None:
+    """The PIPELINE_EXCEPTIONS entry that allows ``where`` to import ``target``, if any."""
+    for key in PIPELINE_EXCEPTIONS:
+        if key[1] == target and (where == key[0] or (key[0].endswith("/") and where.startswith(key[0]))):
+            return key
+    return None
+
+
+def _pipeline_violations(path: Path, own: str | None = None) -> list[str]:
+    """What ``path`` (module ``own``, by default its place under analyzers/) imports against the rules."""
+    mine = _part(own or _own_module(path))
+    where = _rel(path) if path.is_relative_to(ROOT) else path.name
+    bad = []
+    for line, target in _analyzer_imports(path):
+        to = _part(target)
+        if to is None or to == mine or to in MAY_IMPORT[mine] or _excepted(where, target):
+            continue
+        bad.append(f"{where}:{line}: {mine} imports {target} ({to})")
+    return bad
+
+
+def test_analyzers_are_grouped_by_pipeline():
+    top = sorted(p.name for p in (ROOT / "analyzers").glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, f"{len(top)} modules at the top of analyzers/: {top}"
+    subs = {p.name for p in (ROOT / "analyzers").iterdir() if (p / "__init__.py").is_file()}
+    assert subs == set(PIPELINES) | {"findings"}
+
+
+@pytest.mark.parametrize("path", ANALYZERS, ids=_rel)
+def test_trace_imports_no_pipeline_and_pipelines_not_one_another(path):
+    bad = _pipeline_violations(path)
+    assert not bad, "\n".join(bad)
+
+
+def test_pipeline_exceptions_are_all_used():
+    used = {_excepted(_rel(p), t) for p in ANALYZERS for _, t in _analyzer_imports(p)}
+    assert set(PIPELINE_EXCEPTIONS) <= used, sorted(set(PIPELINE_EXCEPTIONS) - used)
+
+
+def test_a_cross_pipeline_import_is_caught(tmp_path):
+    """The rule fires on a pipeline importing another, wherever the import sits, and not on trace/,
+    findings/ or a shared module."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from trainscope.analyzers.trace.steps import StepSegmentation\n"
+        "from trainscope.analyzers.findings.base import Finding\n"
+        "def f():\n    from trainscope.analyzers.live import engine\n"
+        "    from trainscope.analyzers import rules\n"
+    )
+    bad = _pipeline_violations(probe, "trainscope.analyzers.ranks.probe")
+    assert bad == ["probe.py:4: ranks imports trainscope.analyzers.live.engine (live)"]
+    assert _pipeline_violations(probe, "trainscope.analyzers.trace.probe") == [
+        "probe.py:4: trace imports trainscope.analyzers.live.engine (live)"
+    ]
+
+
+def test_every_analyzers_package_is_installed():
+    """pyproject.toml lists packages one by one: a sub-package not listed is missing from a wheel."""
+    block = re.search(r"\[tool\.setuptools\]\npackages = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.S)
+    listed = set(re.findall(r'"([\w.]+)"', block.group(1)))
+    found = {_own_module(p) for p in ANALYZERS if p.name == "__init__.py"}
+    assert found <= listed, sorted(found - listed)

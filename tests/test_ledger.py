@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from trainscope.analyzers.ledger import (
+from trainscope.analyzers.plan.ledger import (
     PlanConfig,
     activation_memory,
     fit,
@@ -15,7 +15,7 @@ from trainscope.analyzers.ledger import (
     normalize,
     transformer_params,
 )
-from trainscope.analyzers.memory_devices import GIB, custom_gpu, gpu_memory
+from trainscope.analyzers.plan.gpu_memory import GIB, custom_gpu, gpu_memory
 
 GB = 1e9
 GPT2_XL = 1.5e9  # the seeds round GPT-2 XL to 1.5 B parameters

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from trainscope.analyzers.live import READY, WARMING_UP, LiveAnalyzer, evaluate, window_stats
+from trainscope.analyzers.live.engine import READY, WARMING_UP, LiveAnalyzer, evaluate, window_stats
 from trainscope.analyzers.rules import Rules
 from trainscope.collectors.samples import GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
 
@@ -159,7 +159,7 @@ def test_throttling_is_a_finding():
 
 
 def test_json_lines_use_analyze_vocabulary(kineto_dir):
-    from trainscope.analyzers.analysis import analyze_set
+    from trainscope.analyzers.trace.analysis import analyze_set
     from trainscope.collectors import open_traces
     from trainscope.reports.document import build_document
     from trainscope.reports.live import status_line_dict, summary_dict

@@ -9,9 +9,9 @@ import pathlib
 import subprocess
 import sys
 
-from trainscope.analyzers.live import LiveAnalyzer
+from trainscope.analyzers.live.engine import LiveAnalyzer
 from trainscope.analyzers.findings.live import creep_finding
-from trainscope.analyzers.live_memory import memory_creeps
+from trainscope.analyzers.live.memory_creep import memory_creeps
 from trainscope.traces.samples import GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
 
 MIB, GIB = 2**20, 2**30

@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from trainscope.analyzers import live
-from trainscope.analyzers.live import LiveAnalyzer, window_stats
+from trainscope.analyzers.live import engine as live
+from trainscope.analyzers.live.engine import LiveAnalyzer, window_stats
 from trainscope.analyzers.rules import Rules
 from trainscope.traces.samples import GpuSample, Snapshot
 

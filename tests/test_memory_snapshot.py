@@ -17,10 +17,10 @@ import sys
 import pytest
 
 from tests.conftest import DATA
-from trainscope.analyzers.ledger import PlanConfig, ledger
+from trainscope.analyzers.plan.ledger import PlanConfig, ledger
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.snapshot_memory import snapshot_findings, snapshot_memory
-from trainscope.analyzers.timeline_memory import timeline_peak
+from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
+from trainscope.analyzers.snapshot.timeline_peak import timeline_peak
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.memory_timeline import load_memory_timeline
 from trainscope.collectors.safe_pickle import UnsafePickleError, check_plain, loads_plain, read_bounded
@@ -243,7 +243,7 @@ def test_coalesced_memory_timeline(tmp_path):
 def test_sites_of_a_snapshot_recorded_on_windows_read_as_on_linux():
     """Frames written with Windows separators: the torch-internal filter still skips torch's own
     frames and the site is the file's name, as for a Linux path."""
-    from trainscope.analyzers.snapshot_memory import site_of
+    from trainscope.analyzers.snapshot.summary import site_of
 
     def frames(sep):
         return [

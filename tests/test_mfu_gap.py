@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import DATA, analysis
-from trainscope.analyzers.analysis import analyze_trace
+from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.traces.builder import TraceBuilder
 
 MS = 1_000_000
@@ -85,7 +85,7 @@ def test_the_causes_add_up_to_busy_minus_mfu_when_the_peak_is_not_a_tensor_core_
     cores. The MFU is that same math at peak, so it comes out of that cause: the causes add up to
     pipeline efficiency − MFU (63.2 − 35.0), where they read 20.9 + 42.2 + 0.1 = 63.2 % before
     (the whole busy time, the MFU counted twice)."""
-    from trainscope.analyzers.analysis import analyze_trace
+    from trainscope.analyzers.trace.analysis import analyze_trace
     from trainscope.collectors import open_traces
 
     a = analyze_trace(open_traces(str(DATA / "nsys" / "cs336_small_train_step_a100.sqlite")).traces[0])

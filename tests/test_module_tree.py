@@ -1,4 +1,4 @@
-"""The module tree (analyzers/module_tree.py): synthetic traces for the rules, bundled traces for the
+"""The module tree (analyzers/trace/module_tree.py): synthetic traces for the rules, bundled traces for the
 numbers.
 
 The labeled checks' expected shares were counted from the raw events before the tree was run on
@@ -19,8 +19,8 @@ import time
 import numpy as np
 import pytest
 
-from trainscope.analyzers.analysis import analyze_trace
-from trainscope.analyzers.module_tree import OUTSIDE, folded_name, module_tree
+from trainscope.analyzers.trace.analysis import analyze_trace
+from trainscope.analyzers.trace.module_tree import OUTSIDE, folded_name, module_tree
 from trainscope.collectors.inputs import open_traces
 from trainscope.reports.document import build_document, tree_rows
 from trainscope.analyzers.rules import Rules
@@ -272,7 +272,7 @@ def test_fast_on_the_largest_bundled_trace():
     t = open_traces(str(DATA / "labeled" / "steady" / "tl_mi300x_xdit_flux_compile_capture_one_replay.json.gz")).traces[
         0
     ]
-    from trainscope.analyzers.steps import segment_steps
+    from trainscope.analyzers.trace.steps import segment_steps
 
     seg = segment_steps(t)
     t0 = time.perf_counter()

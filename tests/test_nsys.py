@@ -17,8 +17,8 @@ import pytest
 
 from tests.conftest import DATA
 from trainscope.analyzers.findings.base import AXES
-from trainscope.analyzers.analysis import analyze_set, analyze_trace
-from trainscope.analyzers.range_steps import StepRangeError
+from trainscope.analyzers.trace.analysis import analyze_set, analyze_trace
+from trainscope.analyzers.trace.range_steps import StepRangeError
 from trainscope.cli import main
 from trainscope.collectors import open_traces
 from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS

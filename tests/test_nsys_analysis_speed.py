@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from trainscope.analyzers import one_off
+from trainscope.analyzers.trace import one_off
 
 
 def _old_ops_in(trace, lo: int, hi: int) -> int:
@@ -141,7 +141,7 @@ def _old_launch_rows(r_corr, w_corr):
 
 
 def test_launch_rows_as_before():
-    from trainscope.analyzers.module_tree import _launch_rows
+    from trainscope.analyzers.trace.module_tree import _launch_rows
 
     for seed in range(40):
         _launch_case(seed, _launch_rows)

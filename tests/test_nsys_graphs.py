@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 
 
-from trainscope.analyzers.analysis import analyze_trace
+from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.collectors import open_traces
 
 MS = 1_000_000

@@ -143,7 +143,7 @@ def test_gpm_metrics_come_from_consecutive_sample_pairs():
 
 
 def test_gpm_values_drive_the_live_verdict():
-    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.analyzers.live.engine import LiveAnalyzer
 
     s, fake = sampler([full_device(gpm_supported=True, memory=(10 * GIB, 80 * GIB))])
     fake.gpm_values = [GPM_SERIES[0]] * 8

@@ -44,7 +44,7 @@ TRACES = [
 # Two labels for one quantity, equal by definition: (label, label) normalized, and why. Nothing
 # else may print one value under two names in one section.
 _SINK_VS_FINDING = (
-    "equal by definition: the verdict's evidence names the sink (analyzers/sinks.py SINK_LABELS) and then its "
+    "equal by definition: the verdict's evidence names the sink (analyzers/trace/sinks.py SINK_LABELS) and then its "
     "finding restates the same share under the finding's own metric (analyzers/findings/)"
 )
 _TITLE = (
@@ -78,11 +78,11 @@ ALIASES: dict[frozenset[str], str] = {
     frozenset(("all to all exchange not overlapped with compute", "communication not overlapped with compute")): _TITLE,
     frozenset(("the pipeline waits on input", "data wait")): (
         "equal by definition: the breakdown's input row is refiled to the input sink, and the header's data wait "
-        "counts that row where it is larger (analyzers/breakdown.py refiled; one story, issue 23)"
+        "counts that row where it is larger (analyzers/trace/breakdown.py refiled; one story, issue 23)"
     ),
     frozenset(("imbalance sink ms per step", "waiting inside collectives per step from arrival to the last rank s")): (
         "equal by definition: the cross-rank correction sets the imbalance sink to the wait the alignment measured "
-        "(analyzers/ranks.py with_aligned_imbalance)"
+        "(analyzers/ranks/alignment.py with_aligned_imbalance)"
     ),
     frozenset(("gpu waits for the host to issue work", "gpu idle while the host launches/computes")): _TITLE,
     frozenset(
@@ -96,7 +96,7 @@ ALIASES: dict[frozenset[str], str] = {
     ): _SINK_VS_FINDING,
 }
 # A part equal to its whole: the GPU-idle gap class that feeds a sink ("GPU idle, … → launch",
-# analyzers/gpu_gaps.py SINK_OF) is one part of that sink; where it is the sink's only part, the two
+# analyzers/trace/gpu_gaps.py SINK_OF) is one part of that sink; where it is the sink's only part, the two
 # print one value. The whole's labels by sink (normalized), and why.
 WHOLE_OF_SINK: dict[str, re.Pattern[str]] = {
     "launch": re.compile(
@@ -110,7 +110,7 @@ PART_REASON = "a sink is the GPU idle of the gap classes that feed it: one class
 def _part_of(part: str, whole: str) -> bool:
     """Whether ``part`` names a gap class (its label, or the text report's head of it) feeding the sink
     ``whole`` names."""
-    from trainscope.analyzers.gpu_gaps import LABELS, SINK_OF
+    from trainscope.analyzers.trace.gpu_gaps import LABELS, SINK_OF
 
     for cls, sink in SINK_OF.items():
         full = norm_label(f"GPU idle, {LABELS[cls]} → {sink}")

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from trainscope.analyzers.analysis import analyze_trace
-from trainscope.analyzers.one_off import one_off_costs, steady_window
-from trainscope.analyzers.steps import segment_steps
+from trainscope.analyzers.trace.analysis import analyze_trace
+from trainscope.analyzers.trace.one_off import one_off_costs, steady_window
+from trainscope.analyzers.trace.steps import segment_steps
 from trainscope.reports.document import build_document, headline
 from trainscope.analyzers.rules import Rules
 from trainscope.traces.builder import TraceBuilder

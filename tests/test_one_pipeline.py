@@ -57,7 +57,7 @@ def test_without_alignment_the_estimate_is_the_fallback():
     """Ranks whose collectives cannot be matched get the compute-time estimate in the reduce: two
     copies of one rank with the other's rank number have identical collectives in time, so the
     alignment matches; the estimate path is exercised by ``with_rank_imbalance`` directly."""
-    from trainscope.analyzers.analysis import analyze_set, with_rank_imbalance
+    from trainscope.analyzers.trace.analysis import analyze_set, with_rank_imbalance
     from trainscope.analyzers.rules import Rules
     from trainscope.collectors import open_traces
 

@@ -15,8 +15,8 @@ import pickle
 import pytest
 
 from tests.fuzzing import run_in_process
-from trainscope.analyzers.memory_peak import memory_peak
-from trainscope.analyzers.snapshot_memory import snapshot_memory
+from trainscope.analyzers.snapshot.peak import memory_peak
+from trainscope.analyzers.snapshot.summary import snapshot_memory
 from trainscope.collectors.snapshot import load_snapshot
 
 MiB, GiB = 1 << 20, 1 << 30

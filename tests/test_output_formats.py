@@ -168,7 +168,7 @@ def test_the_end_of_a_watch_is_a_document_of_the_table(tmp_path, capsys):
     no format claims."""
     import json
 
-    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.analyzers.live.engine import LiveAnalyzer
     from trainscope.common import write_report
     from trainscope.reports.live import summary_dict, summary_markdown
     from trainscope.reports.renderers import WatchSummary

@@ -402,7 +402,7 @@ def test_a_plain_file_is_copied_between_its_brackets_and_a_damaged_one_event_by_
 def test_the_cli_builds_the_timeline_once_for_the_export_and_the_html_report(tmp_path, monkeypatch, capsys):
     """``--perfetto`` and ``--report x.html`` take the report's timeline model (RankView.timeline):
     one model per command line, not one per renderer; the export is the same bytes as the app's."""
-    from trainscope.analyzers import timeline
+    from trainscope.analyzers.views import timeline
     from trainscope.cli import main
 
     built = []

@@ -13,8 +13,8 @@ import pytest
 
 textual = pytest.importorskip("textual")
 
-from trainscope.analyzers.ledger import GB, PlanConfig, fit, fit_options, ledger  # noqa: E402
-from trainscope.analyzers.memory_devices import GPU_MEMORY, gpu_memory  # noqa: E402
+from trainscope.analyzers.plan.ledger import GB, PlanConfig, fit, fit_options, ledger  # noqa: E402
+from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY, gpu_memory  # noqa: E402
 from trainscope.tui.plan_app import KEYS, HelpScreen, PlanApp  # noqa: E402
 from trainscope.tui.plan_view import ITEM_STYLE  # noqa: E402
 

@@ -10,7 +10,7 @@ from tests.test_plan_app import GPT2_XL_SHAPE, V100, WALKTHROUGH, settle
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from trainscope.analyzers.memory_devices import gpu_memory  # noqa: E402
+from trainscope.analyzers.plan.gpu_memory import gpu_memory  # noqa: E402
 from trainscope.tui.plan_app import PlanApp  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """One rank story (issue 37): on every bundled rank set — the recorded gloo pair, the real DLRM pair
 and eight ranks built from it — the text, the JSON (``stragglers``, ``ranks[]``), the app (Textual
 pilot: ranks table, note, side-by-side title, Enter), HTML, Markdown and the MCP analysis name the
-same straggler, headline rank and lateness figures, all read from analyzers/rank_story.py.
+same straggler, headline rank and lateness figures, all read from analyzers/ranks/story.py.
 
 Figures checked by hand from the raw events (tests/test_ranks.py, test_stragglers.py): DLRM rank 1
 arrives last at each of the 5 matched SendRecv collectives, at most 22.33 ms late (ProfilerStep#552);

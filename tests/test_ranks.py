@@ -1,4 +1,4 @@
-"""Ranks as a map and a reduce (analyzers/ranks.py, trainscope/api/executor.py).
+"""Ranks as a map and a reduce (analyzers/ranks/alignment.py, trainscope/api/executor.py).
 
 The alignment is checked on a real two-rank DLRM job (HTA's sampled trace_filter traces: ranks 0
 and 1 of 128 on one clock; rank 1 has the heavier embedding shards) against a hand re-derivation
@@ -14,8 +14,8 @@ import pickle
 import numpy as np
 import pytest
 
-from trainscope.analyzers.analysis import analyze_trace
-from trainscope.analyzers.ranks import align_ranks, ranks_view, summarize
+from trainscope.analyzers.trace.analysis import analyze_trace
+from trainscope.analyzers.ranks.alignment import align_ranks, ranks_view, summarize
 from trainscope.cli import main
 from trainscope.collectors import open_traces
 from trainscope.api.executor import MapOptions, map_ranks, rank_files, run_rank_set

@@ -19,7 +19,7 @@ import json
 import pytest
 
 from tests.conftest import DATA, KINETO, dlrm_rank_dir
-from trainscope.analyzers.analysis import rejudged
+from trainscope.analyzers.trace.analysis import rejudged
 from trainscope.analyzers.findings.ranks import NOT_WORK_TITLE
 from trainscope.analyzers.rules import Rules
 from trainscope.api import analyze

@@ -16,8 +16,8 @@ import json
 
 import pytest
 
-from trainscope.analyzers.analysis import analyze_trace
-from trainscope.analyzers.ranks import align_ranks, summarize
+from trainscope.analyzers.trace.analysis import analyze_trace
+from trainscope.analyzers.ranks.alignment import align_ranks, summarize
 from trainscope.collectors import open_traces
 
 from tests.conftest import GLOO_DELAY_MS, KINETO
@@ -170,8 +170,8 @@ def test_per_rank_verdicts_rejudged_with_the_measured_wait(dlrm):
     re-derived from the raw JSON), from the rank map's analyses as from an already-read TraceSet's
     (each rank judged alone: imbalance is decided once, in the reduce); rank 1, the straggler, waits
     for no one; nothing else in the step moves."""
-    from trainscope.analyzers.analysis import analyze_set
-    from trainscope.analyzers.ranks import with_aligned_imbalance
+    from trainscope.analyzers.trace.analysis import analyze_set
+    from trainscope.analyzers.ranks.alignment import with_aligned_imbalance
     from trainscope.analyzers.rules import Rules
 
     al = align_ranks(dlrm)

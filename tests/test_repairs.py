@@ -1,4 +1,4 @@
-"""The invariant pass (``analyzers/repairs.py``): every trace, whatever its format, obeys the
+"""The invariant pass (``analyzers/trace/repairs.py``): every trace, whatever its format, obeys the
 physical invariants after it, each repair is counted by reason and named in a warning, and the
 verdict of the uncorrupted trace is kept — or its confidence drops with the reason stated.
 
@@ -21,9 +21,16 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from trainscope.analyzers.analysis import analyze_trace
-from trainscope.analyzers.repairs import REASONS, RepairLog, ensure_checked, inconsistencies, reasons_markdown, repair
-from trainscope.analyzers.steps import PROFILER_STEP, name_mask
+from trainscope.analyzers.trace.analysis import analyze_trace
+from trainscope.analyzers.trace.repairs import (
+    REASONS,
+    RepairLog,
+    ensure_checked,
+    inconsistencies,
+    reasons_markdown,
+    repair,
+)
+from trainscope.analyzers.trace.steps import PROFILER_STEP, name_mask
 from trainscope.traces.builder import training_trace
 from trainscope.traces.model import Trace
 
@@ -123,7 +130,7 @@ CORRUPTIONS = {
 
 
 def broken(t: Trace) -> list[str]:
-    """Which invariants ``t`` breaks (written apart from analyzers/repairs.py, on purpose)."""
+    """Which invariants ``t`` breaks (written apart from analyzers/trace/repairs.py, on purpose)."""
     out = []
     k = t.kernels
     rows = {

@@ -174,7 +174,7 @@ def test_amd_devices_without_a_name_match_by_compute_units():
 
 
 def test_fp32_xmma_kernels_are_not_tensor_core():
-    from trainscope.analyzers.kernels import uses_tensor_cores
+    from trainscope.analyzers.trace.kernels import uses_tensor_cores
 
     assert not uses_tensor_cores("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3", "gemm")
     assert uses_tensor_cores("sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x16", "gemm")
@@ -188,7 +188,7 @@ def test_tensor_core_advice_only_where_the_precision_has_tensor_cores():
     assert any(f.id == "algorithm/no-tensor-cores" for f in a.findings)
     # the same kernels on a device table entry without fp16/bf16/tf32 tensor cores get no advice
     from trainscope.analyzers.devices import DeviceSpec
-    from trainscope.analyzers.roofline import roofline
+    from trainscope.analyzers.trace.roofline import roofline
 
     t = load("resnet50_v100_num_workers_0.pt.trace.json.gz")
     no_tc = DeviceSpec("no-TC", "", 15.7, 15.7, 900.0, "test", {"fp32": 15.7, "fp64": 7.8}, {"fp32": 15.7, "fp64": 7.8})
@@ -197,7 +197,7 @@ def test_tensor_core_advice_only_where_the_precision_has_tensor_cores():
 
 
 def test_peak_bandwidth_override_moves_the_roof():
-    from trainscope.analyzers.analysis import analyze_trace
+    from trainscope.analyzers.trace.analysis import analyze_trace
 
     a = analyze_trace(load(TIMESFORMER), peak_bandwidth=1320.0)
     top = a.roofline.rows[0]
@@ -236,10 +236,10 @@ def test_tensor_core_candidates_are_compute_bound_fp32_matrix_math_only():
     precision are no candidates."""
     import dataclasses
 
-    from trainscope.analyzers.cost import PRECISIONS as CP
-    from trainscope.analyzers.cost import kernel_costs, name_precision
+    from trainscope.analyzers.trace.cost import PRECISIONS as CP
+    from trainscope.analyzers.trace.cost import kernel_costs, name_precision
     from trainscope.analyzers.devices import lookup
-    from trainscope.analyzers.roofline import roofline
+    from trainscope.analyzers.trace.roofline import roofline
 
     t = load("resnet50_v100_num_workers_0.pt.trace.json.gz")
     spec = lookup("Tesla V100-SXM2-16GB")

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import DATA
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.snapshot_memory import snapshot_findings, snapshot_memory
+from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
 from trainscope.collectors.safe_pickle import loads_plain, read_bounded
 from trainscope.collectors.snapshot import load_snapshot
 

@@ -1,4 +1,4 @@
-"""The gate's statistics (analyzers/stats.py) against tabulated and hand-computed values and against
+"""The gate's statistics (analyzers/compare/stats.py) against tabulated and hand-computed values and against
 brute-force enumeration of the permutation distribution — independent of the implementation."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from trainscope.analyzers.diff import GateSide, gate_on
-from trainscope.analyzers.stats import bootstrap_change, mann_whitney, rankdata, u_distribution
+from trainscope.analyzers.compare.diff import GateSide, gate_on
+from trainscope.analyzers.compare.stats import bootstrap_change, mann_whitney, rankdata, u_distribution
 
 
 def _u(x, y) -> float:

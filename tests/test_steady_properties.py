@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import DATA
 from tests.test_fix_fitness import _rules
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.recommendations import code_lines, removable
+from trainscope.analyzers.trace.recommendations import code_lines, removable
 
 STEADY = DATA / "labeled" / "steady"
 STEADY_LABELS = json.loads((STEADY / "labels.json").read_text())["traces"]

@@ -19,7 +19,7 @@ SAVERS, ROUNDS = 8, 3
 
 def _saver(summary_json: str, paths: list[str], barrier, results) -> None:
     """One process: in each round, wait for the others, then open the round's (fresh) store and save."""
-    from trainscope.analyzers.history import RunSummary
+    from trainscope.analyzers.compare.history import RunSummary
 
     summary = RunSummary.from_dict(json.loads(summary_json))
     for path in paths:

@@ -1,5 +1,5 @@
-"""A stored run keeps the module tree's top levels (analyzers/module_tree.py ``top_levels``,
-analyzers/history.py ``RunSummary.tree``): ``diff baseline:TAG new.trace --gate 'PATTERN:+5%'`` and
+"""A stored run keeps the module tree's top levels (analyzers/trace/module_tree.py ``top_levels``,
+analyzers/compare/history.py ``RunSummary.tree``): ``diff baseline:TAG new.trace --gate 'PATTERN:+5%'`` and
 ``diff RUN RUN`` compare the trees node by node and gate nodes as two traces do. On the bundled Qwen
 trace against a copy whose MLP kernels run 20 % longer (tests/test_tree_diff.py ``stretch``), the
 stored baseline fails a 5 % budget on the MLP with exit 3 — 7.370 → 8.833 ms, the two traces'
@@ -17,8 +17,8 @@ import pytest
 
 from tests.conftest import KINETO
 from tests.test_tree_diff import MLP, QWEN, _model, stretch
-from trainscope.analyzers.history import BadSummary, RunSummary
-from trainscope.analyzers.module_tree import (
+from trainscope.analyzers.compare.history import BadSummary, RunSummary
+from trainscope.analyzers.trace.module_tree import (
     STORED_KERNEL,
     STORED_LEVELS,
     STORED_NAME,
@@ -26,7 +26,7 @@ from trainscope.analyzers.module_tree import (
     bounded_name,
     top_levels,
 )
-from trainscope.analyzers.tree_diff import _size, diff_trees, node_gate, parse_budget
+from trainscope.analyzers.compare.tree_diff import _size, diff_trees, node_gate, parse_budget
 
 HTA = KINETO / "hta_a100_80gb_rank0.json.gz"  # 79 nodes, 7 levels: a bundled tree over the bound
 NORM = KINETO / "tl_mi300x_norm_layers_fwdbwd.json.gz"  # a leaf's heaviest kernel is 5,096 characters long

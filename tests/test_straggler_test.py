@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import DATA, KINETO, dlrm_rank_dir
-from trainscope.analyzers.straggler_test import binomial_tail, straggler_test
+from trainscope.analyzers.ranks.straggler_test import binomial_tail, straggler_test
 
 
 def test_sign_flip_exact_and_approximate():
-    from trainscope.analyzers.straggler_test import sign_flip_p
+    from trainscope.analyzers.ranks.straggler_test import sign_flip_p
 
     assert sign_flip_p(np.array([1.0, 1.0, 1.0])) == pytest.approx(1 / 8)
     assert sign_flip_p(np.array([30.0] * 5 + [-1.0])) == pytest.approx(2 / 64)

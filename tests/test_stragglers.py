@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("torch.distributed", reason="torch (the [test] extra) records the job")
 
-from trainscope.analyzers.analysis import analyze_set  # noqa: E402
-from trainscope.analyzers.stragglers import detect_stragglers  # noqa: E402
+from trainscope.analyzers.trace.analysis import analyze_set  # noqa: E402
+from trainscope.analyzers.ranks.stragglers import detect_stragglers  # noqa: E402
 from trainscope.cli import main  # noqa: E402
 from trainscope.collectors import open_traces  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Backward nodes under their forward module (analyzers/module_tree.py, :func:`forward_ops`): a forward
+"""Backward nodes under their forward module (analyzers/trace/module_tree.py, :func:`forward_ops`): a forward
 operator and the autograd node it created share Kineto's "Sequence number"; the node's "Fwd thread id"
 names the forward thread. A mapped node hangs under the mirror of its forward path in ``backward``."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from tests.test_module_tree import _kernel, _with_frames
-from trainscope.analyzers.analysis import analyze_trace
-from trainscope.analyzers.module_tree import _last_before, module_tree
+from trainscope.analyzers.trace.analysis import analyze_trace
+from trainscope.analyzers.trace.module_tree import _last_before, module_tree
 from trainscope.collectors.inputs import open_traces
 from trainscope.collectors.kineto import load_kineto_in_memory
 from trainscope.traces.builder import TraceBuilder

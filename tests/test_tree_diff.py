@@ -1,4 +1,4 @@
-"""The module trees before and after (analyzers/tree_diff.py) and the node-level gate (``diff --gate``):
+"""The module trees before and after (analyzers/compare/tree_diff.py) and the node-level gate (``diff --gate``):
 the matching rules on hand-made trees, the budget's syntax, and the command on bundled traces — a copy of
 the Qwen trace whose MLP kernels were stretched by 20 % fails a 5 % budget on the MLP with exit 3 and
 passes a 30 % one."""
@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from tests.conftest import DATA, KINETO
-from trainscope.analyzers.module_tree import ModuleTree, Node
-from trainscope.analyzers.tree_diff import (
+from trainscope.analyzers.trace.module_tree import ModuleTree, Node
+from trainscope.analyzers.compare.tree_diff import (
     NoSuchNode,
     diff_trees,
     node_gate,

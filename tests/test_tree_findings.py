@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from trainscope.analyzers.analysis import analyze_trace
+from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.findings import REGISTRY
 from trainscope.analyzers.findings.tree import (
     BACKWARD_RATIO,
@@ -27,7 +27,7 @@ from trainscope.analyzers.findings.tree import (
     instance_excess_ns,
     region_saving_ns,
 )
-from trainscope.analyzers.module_tree import OUTSIDE, ModuleTree, Node
+from trainscope.analyzers.trace.module_tree import OUTSIDE, ModuleTree, Node
 from trainscope.analyzers.rules import Rules
 from trainscope.collectors.inputs import open_traces
 from trainscope.traces.builder import TraceBuilder

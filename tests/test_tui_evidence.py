@@ -111,7 +111,7 @@ def test_enter_on_a_rank_lands_on_its_latest_arriving_collective(gloo_dir):
     """tests/data/gloo: rank 1 sleeps 30 ms per step before its collectives. Enter on a rank in the
     Ranks tab shows that rank on the timeline with the cursor inside the collective it reached
     furthest behind the first rank, and the interval underlined."""
-    from trainscope.analyzers.ranks import rank_collectives
+    from trainscope.analyzers.ranks.alignment import rank_collectives
 
     async def go(choose: int):
         app = AnalyzeApp(str(gloo_dir))

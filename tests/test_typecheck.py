@@ -36,14 +36,14 @@ def test_paths_map_back_to_the_repository(tmp_path):
     tc = _typecheck_module()
     tree = tmp_path / "tree"
     out = tc.map_output(
-        f"{tree}/trainscope/analyzers/deep.py:12: error: x  [arg-type]\n"
+        f"{tree}/trainscope/analyzers/deep/second_opinion.py:12: error: x  [arg-type]\n"
         "trainscope/traces/model.py:3:5: note: y\n"
         "trainscope/commands/analyze.py:7: error: z\n"
         "Found 2 errors in 2 files (checked 65 source files)\n",
         tree,
     )
     assert out.splitlines() == [
-        "analyzers/deep.py:12: error: x  [arg-type]",
+        "analyzers/deep/second_opinion.py:12: error: x  [arg-type]",
         "traces/model.py:3:5: note: y",
         "trainscope/commands/analyze.py:7: error: z",
         "Found 2 errors in 2 files (checked 65 source files)",

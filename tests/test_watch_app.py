@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from trainscope.analyzers.live import LiveAnalyzer
+from trainscope.analyzers.live.engine import LiveAnalyzer
 from trainscope.collectors.samples import GpuProcess, GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
 from trainscope.tui.watch_app import SampleMessage, WatchApp
 

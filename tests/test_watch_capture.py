@@ -169,7 +169,7 @@ def test_controller_limits_captures_and_measures_overhead(tmp_path):
     third = c.request("key", 3.0)
     assert third.status == "refused" and "--capture-max 1" in third.why
     # The --report Markdown: a section per capture, the refused one saying why.
-    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.analyzers.live.engine import LiveAnalyzer
     from trainscope.reports.live import summary_markdown, summary_text
 
     st = LiveAnalyzer().summary()
@@ -303,7 +303,7 @@ def cpu_steps(waits_pct, step_ms=25.0, steps_per=10):
 
 
 def drive(controller, snaps):
-    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.analyzers.live.engine import LiveAnalyzer
 
     a = LiveAnalyzer()
     for s in snaps:
@@ -329,7 +329,7 @@ def test_slowdown_trigger_compares_with_the_running_median(tmp_path):
 
 
 def test_a_replay_lists_the_capture_instants_of_the_recording():
-    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.analyzers.live.engine import LiveAnalyzer
     from trainscope.collectors.samples import Snapshot
     from trainscope.tui.watch_app import WatchApp
 
@@ -413,7 +413,7 @@ def test_every_rank_is_captured_and_the_set_is_analyzed_as_ranks(tmp_path):
     assert "the others wait 15.9 ms per step for it" in done.ranks[2]
     d = done.to_dict()
     assert d["pids"] == [101, 102] and d["ranks"] == list(done.ranks)
-    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.analyzers.live.engine import LiveAnalyzer
     from trainscope.reports.live import summary_markdown
 
     md = summary_markdown(LiveAnalyzer().summary(), {"target": "job", "captures": [d]})
@@ -424,7 +424,7 @@ def test_the_end_of_a_watch_lists_a_captures_ranks_in_text_and_html(tmp_path):
     """The end-of-watch summary on stdout and ``--report x.html`` (the same text as a page) list a
     rank set's per-rank lines and its straggler line, as the headless lines and the Markdown
     report do (they listed only the capture's headline and overhead)."""
-    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.analyzers.live.engine import LiveAnalyzer
     from trainscope.reports import formats
     from trainscope.reports.live import summary_text
     from trainscope.reports.renderers import WatchSummary

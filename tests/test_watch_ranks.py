@@ -10,7 +10,7 @@ import pathlib
 import subprocess
 import sys
 
-from trainscope.analyzers.live_ranks import binomial_tail, rank_window
+from trainscope.analyzers.live.rank_window import binomial_tail, rank_window
 from trainscope.analyzers.rules import Rules
 from trainscope.traces.samples import RankSample, Snapshot
 

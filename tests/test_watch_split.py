@@ -27,8 +27,8 @@ import time
 import pytest
 
 from tests.test_watch_job import JOB, watch_job
-from trainscope.analyzers.live import LiveAnalyzer, evaluate
-from trainscope.analyzers.live_split import PARTS, holding_back, split_window
+from trainscope.analyzers.live.engine import LiveAnalyzer, evaluate
+from trainscope.analyzers.live.split import PARTS, holding_back, split_window
 from trainscope.analyzers.rules import Rules
 from trainscope.collectors import step_hook
 from trainscope.traces.samples import RankSample, Snapshot, StepSample

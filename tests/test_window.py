@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import KINETO, analysis, load, raw_document
-from trainscope.analyzers.steps import segment_steps
+from trainscope.analyzers.trace.steps import segment_steps
 
 VLLM = "tl_mi300x_vllm_gptoss_decode_fullgraph_bs32.json.gz"
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}

@@ -55,7 +55,7 @@ def repo_path(path: str) -> str:
     return path
 
 
-# "trainscope/analyzers/deep.py:12: error: …" and "trainscope/analyzers/deep.py:12:5: note: …"
+# "trainscope/analyzers/deep/second_opinion.py:12: error: …" and "trainscope/analyzers/deep/second_opinion.py:12:5: note: …"
 _LOCATION = re.compile(r"^(?P<path>[^\s:][^:]*\.pyi?)(?P<rest>:\d+)")
 
 

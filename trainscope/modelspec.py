@@ -73,14 +73,14 @@ MODEL_FIELDS = (
 
 
 def _gpu_keys() -> list[str]:
-    from trainscope.analyzers.memory_devices import GPU_MEMORY
+    from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY
 
     return [g.key for g in GPU_MEMORY]
 
 
 def config_from(values: dict, no_dropout: bool = False):
     """A PlanConfig from parsed flag values (None = default)."""
-    from trainscope.analyzers.ledger import PlanConfig
+    from trainscope.analyzers.plan.ledger import PlanConfig
 
     kw = {k: v for k, v in values.items() if v is not None}
     if no_dropout:
@@ -109,7 +109,7 @@ def parse_model_spec(text: str):
 
 
 def resolve_gpu(gpu: str | None, gpu_memory: str | None):
-    from trainscope.analyzers.memory_devices import custom_gpu, gpu_memory as lookup
+    from trainscope.analyzers.plan.gpu_memory import custom_gpu, gpu_memory as lookup
 
     if gpu_memory:
         return custom_gpu(gpu_memory)

@@ -20,7 +20,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Header, Input, TabbedContent, TabPane
 
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.timeline import Match
+from trainscope.analyzers.views.timeline import Match
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
 from trainscope.tui.deep import DeepPane
 from trainscope.tui.keys import binding_rows, common_bindings, palette_commands, without_duplicates
@@ -135,7 +135,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         self.sub_title = os.path.basename(path.rstrip("/"))
         self.exported: list[str] = []
         self._late_target: int | None = None  # Enter on a rank: show its latest-arriving collective
-        self._late: list | None = None  # analyzers.late_collectives.LateCollective per rank, once asked
+        self._late: list | None = None  # analyzers.ranks.late_collectives.LateCollective per rank, once asked
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="◆")

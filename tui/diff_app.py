@@ -14,7 +14,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Header, Static, TabbedContent, TabPane
 
-from trainscope.analyzers.diff import GateResult, RunDiff
+from trainscope.analyzers.compare.diff import GateResult, RunDiff
 from trainscope.analyzers.rules import Rules
 
 # As `trainscope diff` without the app; interrupted: quit before a requested gate could be checked

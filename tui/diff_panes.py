@@ -17,7 +17,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
-from trainscope.analyzers.diff import GateResult, RecommendationOutcome, RunDiff, Run, ShareChange
+from trainscope.analyzers.compare.diff import GateResult, RecommendationOutcome, RunDiff, Run, ShareChange
 from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.reports.document import AXIS_NAMES, headline_word
 from trainscope.tui.palette import AXIS_CLASS, GPU_STYLE

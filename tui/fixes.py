@@ -13,8 +13,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
-from trainscope.analyzers.analysis import Analysis
-from trainscope.analyzers.whatif import Projection
+from trainscope.analyzers.trace.analysis import Analysis
+from trainscope.analyzers.trace.whatif import Projection
 from trainscope.api import whatif as project, whatif_levers as levers
 from trainscope.tui.keys import bind
 from trainscope.reports.document import gain_words

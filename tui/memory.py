@@ -7,7 +7,7 @@ from textual.containers import Vertical
 from textual.widget import Widget
 from textual.widgets import Static
 
-from trainscope.analyzers.memory_usage import MemoryCurve
+from trainscope.analyzers.views.memory_curve import MemoryCurve
 from trainscope.tui.chrome import gib
 
 BLOCKS = " ▁▂▃▄▅▆▇█"

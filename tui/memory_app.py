@@ -2,7 +2,7 @@
 a marker on the peak, and every allocation live at the peak (largest first) with its full stack.
 
 The snapshot is read and replayed in a daemon thread that never touches widgets; the app renders
-the :class:`~trainscope.analyzers.memory_peak.MemoryPeak` it hands over and computes nothing.
+the :class:`~trainscope.analyzers.snapshot.peak.MemoryPeak` it hands over and computes nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import DataTable, Header, Input, Static
 
-from trainscope.analyzers.memory_peak import MemoryPeak, PeakAllocation
+from trainscope.analyzers.snapshot.peak import MemoryPeak, PeakAllocation
 from trainscope.traces.safe_text import visible
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
 from trainscope.tui.keys import bind, binding_rows, common_bindings, palette_commands, without_duplicates

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from trainscope.analyzers.ledger import GB, OPTIMIZERS, Fit, Ledger, PlanConfig
+from trainscope.analyzers.plan.ledger import GB, OPTIMIZERS, Fit, Ledger, PlanConfig
 
 # Ledger item → (glyph, colour). Each item has its own glyph too, so the bar reads without colour.
 ITEM_STYLE: dict[str, tuple[str, str]] = {

@@ -1,5 +1,5 @@
 """Ranks side by side: one lane group per rank on a common time axis (each rank's clock shifted by
-the clock offset its collectives' ends give, :mod:`trainscope.analyzers.rank_lanes`), the
+the clock offset its collectives' ends give, :mod:`trainscope.analyzers.ranks.lanes`), the
 collectives a row under each rank's GPU lane, the ends of the collectives matched across ranks
 connected by a rule between the groups, and each collective's late arrival (the rank the others
 waited for) marked ``!`` in red."""
@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widget import Widget
 
-from trainscope.analyzers.timeline import TimelineModel
+from trainscope.analyzers.views.timeline import TimelineModel
 from trainscope.traces.safe_text import visible
 from trainscope.tui.palette import GPU_STYLE
 from trainscope.tui.timeline import GUTTER, axis_labels, window_label
@@ -51,7 +51,7 @@ class RanksTimeline(Widget, can_focus=True):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.ranks: list[RankLanes] = []
-        self.sb: Any = None  # api.Report.side_by_side(): analyzers.rank_lanes.SideBySide
+        self.sb: Any = None  # api.Report.side_by_side(): analyzers.ranks.lanes.SideBySide
         self.origin_ns = 0.0  # the common clock's zero (absolute ns)
         self.start_ns, self.end_ns = 0, 1
         self.late_index = -1

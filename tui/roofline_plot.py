@@ -8,7 +8,7 @@ import math
 from rich.text import Text
 from textual.widget import Widget
 
-from trainscope.analyzers.roofline import Roofline
+from trainscope.analyzers.trace.roofline import Roofline
 
 LABELS = "ABCDEFGHIJ"
 # Where a label goes when its cell is taken by a heavier kernel's: the nearest free cell, beside

@@ -12,8 +12,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable, Input, Static
 
-from trainscope.analyzers.kernels import KernelStat, KernelSummary
-from trainscope.analyzers.roofline import Roofline, RooflineRow
+from trainscope.analyzers.trace.kernels import KernelStat, KernelSummary
+from trainscope.analyzers.trace.roofline import Roofline, RooflineRow
 from trainscope.tui.keys import bind
 from trainscope.tui.roofline_plot import RooflinePlot
 from trainscope.tui.sorting import SortedColumns

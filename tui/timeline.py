@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from trainscope.analyzers.timeline import GPU_LABELS, HOST_LABELS, Item, Lane, Match, Overlap, TimelineModel
+from trainscope.analyzers.views.timeline import GPU_LABELS, HOST_LABELS, Item, Lane, Match, Overlap, TimelineModel
 from trainscope.traces.safe_text import visible
 from trainscope.tui.palette import GPU_STYLE, HOST_STYLE, STREAM_STYLE
 

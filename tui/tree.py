@@ -1,4 +1,4 @@
-"""The Tree tab: where in the model the GPU time goes (analyzers/module_tree.py), as a tree to expand and
+"""The Tree tab: where in the model the GPU time goes (analyzers/trace/module_tree.py), as a tree to expand and
 collapse, sorted by GPU time or by share of peak (% of roof); Enter shows the node on the timeline.
 
 Each line leads with its figures (inclusive GPU time, its share of the window's GPU time, % of roof),
@@ -24,7 +24,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Static, Tree
 
-from trainscope.analyzers.timeline import Match
+from trainscope.analyzers.views.timeline import Match
 from trainscope.traces.safe_text import visible
 from trainscope.tui.timeline import short_name
 
@@ -187,7 +187,7 @@ class TreePane(Vertical):
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.model_tree: Any = None  # analyzers.module_tree.ModuleTree
+        self.model_tree: Any = None  # analyzers.trace.module_tree.ModuleTree
         self.trace: Any = None
         self.windows: tuple[Any, Any] = ((), ())
         self.sort = "time"

@@ -25,7 +25,7 @@ from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 
-from trainscope.analyzers.live import LiveStatus
+from trainscope.analyzers.live.engine import LiveStatus
 from trainscope.api import LiveSample
 from trainscope.reports.live import split_lines
 from trainscope.traces.samples import Snapshot

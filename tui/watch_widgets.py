@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
-from trainscope.analyzers.live import READY, LiveStatus
+from trainscope.analyzers.live.engine import READY, LiveStatus
 from trainscope.traces.samples import GpuSample, HostSample, Snapshot
 from trainscope.reports.document import AXIS_NAMES
 from trainscope.tui.chrome import gib

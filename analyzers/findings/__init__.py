@@ -31,7 +31,7 @@ from trainscope.analyzers.findings.base import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.context import Context
+    from trainscope.analyzers.trace.context import Context
     from trainscope.analyzers.findings.observations import DiagnosisInput
     from trainscope.analyzers.rules import Rules
 
@@ -51,7 +51,7 @@ def _collect() -> dict[str, FindingSpec]:
 REGISTRY: dict[str, FindingSpec] = _collect()
 
 # What-if pools that several fixes draw on, and the breakdown categories that hold each pool's time:
-# together its fixes cannot remove more than that (analyzers/whatif.py).
+# together its fixes cannot remove more than that (analyzers/trace/whatif.py).
 POOL_CATEGORIES: dict[str, tuple[str, ...]] = {
     "input": ("idle_data_wait", "idle_other"),
     "copies": ("copy",),
@@ -137,7 +137,7 @@ def live_specs() -> list[FindingSpec]:
 def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
     """Every declaration that lacks what a consumer needs, as one line each (empty: all complete)."""
     from trainscope.analyzers.rules import Rules
-    from trainscope.analyzers.sinks import SINKS
+    from trainscope.analyzers.trace.sinks import SINKS
 
     reg = REGISTRY if registry is None else registry
     names = set(Rules.names())

@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
 
-    from trainscope.analyzers.analysis import Analysis
-    from trainscope.analyzers.live_window import WindowStats
-    from trainscope.analyzers.one_off import SteadyWindow
+    from trainscope.analyzers.trace.analysis import Analysis
+    from trainscope.analyzers.live.window_stats import WindowStats
+    from trainscope.analyzers.trace.one_off import SteadyWindow
     from trainscope.traces.samples import Snapshot
-    from trainscope.analyzers.context import Context
+    from trainscope.analyzers.trace.context import Context
     from trainscope.analyzers.findings.observations import DiagnosisInput
     from trainscope.analyzers.rules import Rules
 
 # "not_representative": the window holds no steady state (start-up, compilation, capture): one-off
-# costs, judged apart from the D·A·M axes (analyzers/one_off.py).
+# costs, judged apart from the D·A·M axes (analyzers/trace/one_off.py).
 AXES = ("data", "algorithm", "machine", "balanced", "insufficient_evidence", "not_representative")
 GRADES = ("high", "moderate", "info")
 
@@ -105,7 +105,7 @@ def always(_ctx: Context | None) -> bool:
 
 def in_context(ctx: Context | None) -> Context:
     """The run's context, or the one assumed when none was detected (a PyTorch training job)."""
-    from trainscope.analyzers.context import TRAINING
+    from trainscope.analyzers.trace.context import TRAINING
 
     return ctx if ctx is not None else TRAINING
 
@@ -151,7 +151,7 @@ Words = Callable[["Context", str], str]
 Situated = Callable[["Context", "SteadyWindow"], "tuple[FixText, float | None]"]
 
 
-# How a fix's gain is projected from the measured breakdown (analyzers/recommendations.py):
+# How a fix's gain is projected from the measured breakdown (analyzers/trace/recommendations.py):
 #   idle      – removes the finding's stake of GPU-idle time (the GPU's busy time stays a floor)
 #   busy      – removes the finding's stake of GPU-busy time (hidden behind compute, or a score matrix never written)
 #   roofline  – removes what the roofline allows of the stake's memory-bound kernel time: matrix kernels
@@ -262,7 +262,7 @@ class LiveMeasure:
     trend: bool = False
 
 
-# How `--deep` files a finding against HTA's critical path (analyzers/critical_path.py).
+# How `--deep` files a finding against HTA's critical path (analyzers/deep/critical_path.py).
 CRITICAL_PATH_FAMILIES = ("data", "host", "gpu-compute", "communication", "none")  # none: no time on the path
 # The labeled benchmark's classes (benchmarks/bench_diagnosis.py).
 LABEL_CLASSES = (
@@ -298,7 +298,7 @@ class FindingSpec:
     critical_path: str | None  # CRITICAL_PATH_FAMILIES
     headline: str
     label_class: str | None  # LABEL_CLASSES; the class a verdict naming this finding claims
-    sink: str | None = None  # the step-time sink (analyzers/sinks.py) this finding's stake is measured from
+    sink: str | None = None  # the step-time sink (analyzers/trace/sinks.py) this finding's stake is measured from
     breakdown: tuple[str, ...] = ()  # breakdown categories its stake lies in (for --deep's reconciliation)
     describes: str = ""  # what it measures, in words
     live: LiveMeasure | None = None  # raised by the live engine (watch, counter-only inputs)

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 from trainscope.analyzers.findings.base import Evidence, Severity
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.sinks import Sinks
+from trainscope.analyzers.trace.sinks import Sinks
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.live_window import WindowStats
+    from trainscope.analyzers.live.window_stats import WindowStats
 
 
 def ev(rules: Rules, name: str, metric: str, value: float, op: str = "≥") -> Evidence:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from trainscope.analyzers.context import Context
+from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Evidence,
@@ -23,7 +23,7 @@ from trainscope.analyzers.findings.common import ctx, ev, live_ev, raised, sink_
 from trainscope.analyzers.rules import Rules
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.live_window import WindowStats
+    from trainscope.analyzers.live.window_stats import WindowStats
     from trainscope.traces.samples import Snapshot
 
 _INPUT_SEV = by_stake("data_wait.moderate", "data_wait.high")

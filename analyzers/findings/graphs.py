@@ -12,7 +12,7 @@ from trainscope.analyzers.findings.common import ctx, ev
 from trainscope.analyzers.rules import Rules
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.analysis import Analysis
+    from trainscope.analyzers.trace.analysis import Analysis
     from trainscope.analyzers.findings.observations import DiagnosisInput
 
 NODE_HINT = "nsys profile --cuda-graph-trace=node"
@@ -84,7 +84,7 @@ GRAPH_REPLAYS = FindingSpec(
 
 def _unknown_bound(obs: "DiagnosisInput", rules: Rules) -> Finding | None:
     """Kernel work of unknown bound filling a saturated GPU (graph replays have their own finding)."""
-    from trainscope.analyzers.recording import how_to_record
+    from trainscope.analyzers.trace.record_options import how_to_record
 
     b, sinks = obs.breakdown, obs.sinks
     if not obs.has_gpu or sinks is None or not b.total_ns or (obs.extra and _replay_ns(obs.extra)):

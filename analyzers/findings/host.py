@@ -3,7 +3,7 @@ blocks on it."""
 
 from __future__ import annotations
 
-from trainscope.analyzers.context import Context
+from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Evidence,
@@ -15,7 +15,7 @@ from trainscope.analyzers.findings.base import (
     ms_per_step,
     stake_ms,
 )
-from trainscope.analyzers.gpu_gaps import INFERRED, LAUNCH_CALL
+from trainscope.analyzers.trace.gpu_gaps import INFERRED, LAUNCH_CALL
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.rules import Rules
@@ -68,7 +68,7 @@ def _launch(obs: DiagnosisInput, rules: Rules) -> Finding | None:
                 )
     h = obs.host_idle
     if h is not None and h.cold_start is not None and h.cold_start.idle_ns >= 0.5 * stake / 100 * h.step_ns:
-        from trainscope.analyzers.host_idle import COLD_START_DETAIL
+        from trainscope.analyzers.trace.host_idle import COLD_START_DETAIL
 
         detail = COLD_START_DETAIL  # first-call code loading inside launches: profile after warm-up
     if g is not None and g.sink_of("cold-start") == "launch" and g.pct("cold-start") >= 0.5 * stake:

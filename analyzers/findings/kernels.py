@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from trainscope.analyzers.context import Context
+from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, FixText, LiveMeasure, by_stake
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import (
@@ -21,7 +21,7 @@ from trainscope.analyzers.findings.common import (
 from trainscope.analyzers.rules import Rules
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.live_window import WindowStats
+    from trainscope.analyzers.live.window_stats import WindowStats
     from trainscope.traces.samples import Snapshot
 
 _BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")

@@ -12,9 +12,9 @@ from trainscope.analyzers.findings import REGISTRY
 def verdict_class(axis: str, bottleneck: str | None) -> str:
     """The benchmark class a verdict claims: its primary finding's declared class; "none" for
     insufficient evidence ("insufficient-gpu-evidence" for an Nsight export without GPU rows,
-    analyzers/host_only.py); "balanced" (no class) when no cause stands out."""
+    analyzers/trace/host_only.py); "balanced" (no class) when no cause stands out."""
     if axis == "insufficient_evidence":
-        from trainscope.analyzers.host_only import LABEL_CLASS, NO_GPU_ROWS
+        from trainscope.analyzers.trace.host_only import LABEL_CLASS, NO_GPU_ROWS
 
         return LABEL_CLASS if bottleneck == NO_GPU_ROWS else "none"
     spec = REGISTRY.get(bottleneck or "")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from trainscope.analyzers.context import Context
+from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Evidence,
@@ -20,18 +20,18 @@ from trainscope.analyzers.findings.base import (
     stake_pct,
 )
 from trainscope.analyzers.findings.common import live_ev
-from trainscope.analyzers.live_memory import SOURCE as CREEP_SOURCE, memory_creeps
+from trainscope.analyzers.live.memory_creep import SOURCE as CREEP_SOURCE, memory_creeps
 from trainscope.analyzers.rules import Rules
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.live_window import WindowStats
+    from trainscope.analyzers.live.window_stats import WindowStats
     from trainscope.traces.samples import Snapshot
 
 # --- live measures -----------------------------------------------------------------------------------
 
 
 def _live_underutilized(s: WindowStats, _snaps: Sequence[Snapshot], r: Rules) -> Finding | None:
-    """p95 utilization (over the GPU's active span, analyzers/live_window.py) below the low mark."""
+    """p95 utilization (over the GPU's active span, analyzers/live/window_stats.py) below the low mark."""
     if s.gpu_util_p95 is None or s.gpu_util_p95 >= r.value("live.p95_util_low"):
         return None
     return UNDERUTILIZED.finding(
@@ -63,7 +63,7 @@ def _duration(s: float) -> str:
 
 
 def creep_finding(snaps: Sequence[Snapshot], rules: Rules | None = None) -> Finding | None:
-    """``machine/memory-creep`` from the window's memory series (analyzers/live_memory.py): each
+    """``machine/memory-creep`` from the window's memory series (analyzers/live/memory_creep.py): each
     steady climb as evidence, the one that reaches capacity first as the detail."""
     r = rules or Rules()
     creeps = memory_creeps(snaps, r)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trainscope.analyzers.context import Context
+from trainscope.analyzers.trace.context import Context
 from typing import TYPE_CHECKING, Sequence
 
 from trainscope.analyzers.findings.base import (
@@ -35,9 +35,9 @@ from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.analysis import Analysis
-    from trainscope.analyzers.snapshot_memory import DeviceSnapshotMemory
-    from trainscope.analyzers.live_window import WindowStats
+    from trainscope.analyzers.trace.analysis import Analysis
+    from trainscope.analyzers.snapshot.summary import DeviceSnapshotMemory
+    from trainscope.analyzers.live.window_stats import WindowStats
     from trainscope.traces.samples import Snapshot
 
 _BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")

@@ -9,21 +9,21 @@ from typing import TYPE_CHECKING
 from trainscope.analyzers.findings.base import Evidence
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.attention import AttentionEvidence
-    from trainscope.analyzers.breakdown import Breakdown
-    from trainscope.analyzers.context import Context
-    from trainscope.analyzers.copy_traffic import CopyTraffic
-    from trainscope.analyzers.fusion import FusionCandidates
-    from trainscope.analyzers.gpu_gaps import GpuGaps
-    from trainscope.analyzers.host_device import BlockingSyncs, PageableCopies
-    from trainscope.analyzers.host_idle import HostIdle
-    from trainscope.analyzers.kernels import KernelSummary
-    from trainscope.analyzers.memory import DeviceMemory
-    from trainscope.analyzers.module_tree import ModuleTree
-    from trainscope.analyzers.one_off import SteadyWindow
-    from trainscope.analyzers.roofline import Roofline
-    from trainscope.analyzers.sinks import Sinks
-    from trainscope.analyzers.steps import StepSegmentation
+    from trainscope.analyzers.trace.attention import AttentionEvidence
+    from trainscope.analyzers.trace.breakdown import Breakdown
+    from trainscope.analyzers.trace.context import Context
+    from trainscope.analyzers.trace.copy_traffic import CopyTraffic
+    from trainscope.analyzers.trace.fusion import FusionCandidates
+    from trainscope.analyzers.trace.gpu_gaps import GpuGaps
+    from trainscope.analyzers.trace.host_device import BlockingSyncs, PageableCopies
+    from trainscope.analyzers.trace.host_idle import HostIdle
+    from trainscope.analyzers.trace.kernels import KernelSummary
+    from trainscope.analyzers.trace.allocator_peak import DeviceMemory
+    from trainscope.analyzers.trace.module_tree import ModuleTree
+    from trainscope.analyzers.trace.one_off import SteadyWindow
+    from trainscope.analyzers.trace.roofline import Roofline
+    from trainscope.analyzers.trace.sinks import Sinks
+    from trainscope.analyzers.trace.steps import StepSegmentation
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,11 @@ class DiagnosisInput:
     copy_traffic: "CopyTraffic | None" = None  # copies by direction and host memory, GPU ops in the steps
     gaps: "GpuGaps | None" = None  # idle no host event explains, classified from the GPU timeline and runtime calls
     extra: dict[str, object] = field(default_factory=dict)
-    steady: "SteadyWindow | None" = None  # the start-up ledger and the judged window (analyzers/one_off.py)
-    fusion: "FusionCandidates | None" = None  # repeated back-to-back kernel sequences (analyzers/fusion.py)
-    tree: "ModuleTree | None" = None  # where in the model: the trace's ranges over the steps (analyzers/module_tree.py)
+    steady: "SteadyWindow | None" = None  # the start-up ledger and the judged window (analyzers/trace/one_off.py)
+    fusion: "FusionCandidates | None" = None  # repeated back-to-back kernel sequences (analyzers/trace/fusion.py)
+    tree: "ModuleTree | None" = (
+        None  # where in the model: the trace's ranges over the steps (analyzers/trace/module_tree.py)
+    )
 
     def is_leader(self, sink: str) -> bool:
         lead = self.sinks.leader if self.sinks is not None else None

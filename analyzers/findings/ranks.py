@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainscope.analyzers.context import Context
+from trainscope.analyzers.trace.context import Context
 
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
@@ -21,7 +21,7 @@ from trainscope.analyzers.findings.base import (
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.sinks import Sinks
+from trainscope.analyzers.trace.sinks import Sinks
 
 _SEV = by_stake("comm.moderate", "comm.high")
 

@@ -1,12 +1,12 @@
 """One-off costs: a window that holds no steady state (start-up, compilation, capture), and the
 start-up ledger's costs, cured by what removes them — stated in seconds once per process, never as a
-per-step speed-up (analyzers/one_off.py finds them and chooses the judged window)."""
+per-step speed-up (analyzers/trace/one_off.py finds them and chooses the judged window)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.context import Context
+from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Evidence,
@@ -22,8 +22,8 @@ from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.analysis import Analysis
-    from trainscope.analyzers.one_off import SteadyWindow
+    from trainscope.analyzers.trace.analysis import Analysis
+    from trainscope.analyzers.trace.one_off import SteadyWindow
 
 NOT_REPRESENTATIVE_AXIS = "not_representative"
 

@@ -1,4 +1,4 @@
-"""Findings on the module tree (analyzers/module_tree.py): where in the model the time is lost.
+"""Findings on the module tree (analyzers/trace/module_tree.py): where in the model the time is lost.
 
 - **A dominating region far below its roofline** (``machine/slow-region`` when its kernels are
   memory-bound, ``algorithm/slow-region`` when compute-bound): a node — not a phase, not
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.context import Context
+from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Finding,
@@ -36,11 +36,11 @@ from trainscope.analyzers.findings.base import (
     stake_ms,
 )
 from trainscope.analyzers.findings.common import ctx, ev
-from trainscope.analyzers.module_tree import OUTSIDE, ModuleTree, Node
+from trainscope.analyzers.trace.module_tree import OUTSIDE, ModuleTree, Node
 from trainscope.analyzers.rules import Rules
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.analysis import Analysis
+    from trainscope.analyzers.trace.analysis import Analysis
     from trainscope.analyzers.findings.observations import DiagnosisInput
 
 _STAKE_SEV = by_stake("stake.moderate", "stake.high")

@@ -12,7 +12,7 @@ from trainscope.api.report import Report
 from trainscope.api.rules import resolve_rules
 
 if TYPE_CHECKING:
-    from trainscope.analyzers.analysis import Analysis
+    from trainscope.analyzers.trace.analysis import Analysis
     from trainscope.analyzers.rules import Rules
     from trainscope.api.cache import CachedReport
     from trainscope.traces.model import Trace, TraceSet
@@ -20,16 +20,16 @@ if TYPE_CHECKING:
 
 def whatif_levers(analysis: "Analysis") -> dict:
     """Every recommendation of an analysis that has a projection, by id: the time its fix removes
-    (``analyzers.whatif.Lever``)."""
-    from trainscope.analyzers.whatif import levers
+    (``analyzers.trace.whatif.Lever``)."""
+    from trainscope.analyzers.trace.whatif import levers
 
     return levers(analysis)
 
 
 def whatif(analysis: "Analysis", chosen: "list[str] | tuple[str, ...]"):
     """The projected mean step time with the fixes ``chosen`` (recommendation ids) all applied
-    (``analyzers.whatif.Projection``; upper bounds, as the report's)."""
-    from trainscope.analyzers.whatif import project
+    (``analyzers.trace.whatif.Projection``; upper bounds, as the report's)."""
+    from trainscope.analyzers.trace.whatif import project
 
     return project(analysis, chosen)
 
@@ -52,7 +52,7 @@ def open_input(path: str, progress: Progress | None, cache: bool = False) -> "Tr
 
 def check_deep_available() -> dict[str, str]:
     """HTA's and pandas' versions; raises :class:`DeepUnavailable` with the install line when missing."""
-    from trainscope.analyzers.deep import HTAUnavailable, hta_versions
+    from trainscope.analyzers.deep.second_opinion import HTAUnavailable, hta_versions
 
     try:
         return hta_versions()
@@ -63,7 +63,7 @@ def check_deep_available() -> dict[str, str]:
 def run_deep(report: Report, step: str | None = None, progress: Progress | None = None) -> dict:
     """Holistic Trace Analysis on the report's main rank (critical path of one step, launch
     statistics); sets and returns ``report.deep``. Needs the ``hta`` extra."""
-    from trainscope.analyzers.deep import HTAUnavailable, deep_analysis
+    from trainscope.analyzers.deep.second_opinion import HTAUnavailable, deep_analysis
     from trainscope.reports.deep import deep_dict
 
     try:
@@ -163,7 +163,7 @@ def analyze(
     through the trace cache (:mod:`trainscope.api.trace_cache`: its columns, without parsing it),
     the full analysis after a document hit included.
     Raises :class:`BadInput` (and :class:`DeepUnavailable`)."""
-    from trainscope.analyzers.analysis import analyze_set, slowest
+    from trainscope.analyzers.trace.analysis import analyze_set, slowest
     from trainscope.traces.model import Trace, TraceSet
 
     rules = resolve_rules(rules, thresholds)
@@ -234,8 +234,8 @@ def _map_ranks(
     in rank order, one warning per file that could not be read)."""
     # What a worker runs, imported before the pool forks: a child forked while another thread (the
     # app's UI) held the import lock would wait on it forever.
-    import trainscope.analyzers.analysis  # noqa: F401
-    import trainscope.analyzers.ranks  # noqa: F401
+    import trainscope.analyzers.trace.analysis  # noqa: F401
+    import trainscope.analyzers.ranks.alignment  # noqa: F401
     import trainscope.collectors.inputs  # noqa: F401
     from trainscope.api.executor import MapOptions, run_rank_set
 
@@ -258,13 +258,13 @@ def _map_ranks(
 
 
 def _reduce_ranks(report: Report) -> None:
-    """The reduce over several ranks: the one rank story (analyzers/rank_story.py: arrival order,
+    """The reduce over several ranks: the one rank story (analyzers/ranks/story.py: arrival order,
     cold starts, straggler, headline rank, lateness), each rank re-judged with the wait it measured,
     and the many-rank view. Sets ``report.story``, ``report.main_index`` (the story's headline rank)
     and ``report.stragglers`` (the story as the document holds it)."""
-    from trainscope.analyzers.analysis import with_rank_imbalance
-    from trainscope.analyzers.rank_story import rank_story
-    from trainscope.analyzers.ranks import ranks_view, with_aligned_imbalance
+    from trainscope.analyzers.trace.analysis import with_rank_imbalance
+    from trainscope.analyzers.ranks.story import rank_story
+    from trainscope.analyzers.ranks.alignment import ranks_view, with_aligned_imbalance
     from trainscope.reports.deep import stragglers_dict
 
     rules, analyses = report.rules, report.ranks
@@ -285,7 +285,7 @@ def _reduce_ranks(report: Report) -> None:
 
 def model_ledger(model):
     """The planned memory ledger for ``analyze(model=…)``: a spec string or a ``PlanConfig``."""
-    from trainscope.analyzers.ledger import PlanConfig, ledger
+    from trainscope.analyzers.plan.ledger import PlanConfig, ledger
     from trainscope.modelspec import parse_model_spec
 
     try:

@@ -2,11 +2,11 @@
 
 A side is a trace (anything ``analyze`` reads) or a stored run of the history (``12``, ``latest``,
 ``baseline:resnet50``: :mod:`trainscope.api.store`). Two traces give the full comparison
-(:class:`~trainscope.analyzers.diff.RunDiff`: every kernel, every rank pair); as soon as one side is a
-stored run, both are compared by their summaries (:class:`~trainscope.analyzers.history.SummaryDiff`:
+(:class:`~trainscope.analyzers.compare.diff.RunDiff`: every kernel, every rank pair); as soon as one side is a
+stored run, both are compared by their summaries (:class:`~trainscope.analyzers.compare.history.SummaryDiff`:
 verdict, step times, shares, sinks, top kernels, fixes). Either way the gate tests every step
-(:func:`trainscope.analyzers.diff.gate_on`) and each of BEFORE's fixes is set against the gain the
-change achieved (:class:`~trainscope.analyzers.history.FixOutcome`)."""
+(:func:`trainscope.analyzers.compare.diff.gate_on`) and each of BEFORE's fixes is set against the gain the
+change achieved (:class:`~trainscope.analyzers.compare.history.FixOutcome`)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from trainscope.api.report import shown
 from trainscope.api.rules import resolve_rules
 
 if TYPE_CHECKING:
-    from trainscope.analyzers.diff import GateResult, Run, RunDiff
-    from trainscope.analyzers.history import FixOutcome, RunSummary, SummaryDiff
-    from trainscope.analyzers.tree_diff import NodeBudget, NodeGateResult
+    from trainscope.analyzers.compare.diff import GateResult, Run, RunDiff
+    from trainscope.analyzers.compare.history import FixOutcome, RunSummary, SummaryDiff
+    from trainscope.analyzers.compare.tree_diff import NodeBudget, NodeGateResult
     from trainscope.analyzers.rules import Rules
     from trainscope.api.store import RunStore, StoredRun
 
@@ -49,7 +49,7 @@ class DiffResult:
 
     @property
     def from_summaries(self) -> bool:
-        from trainscope.analyzers.history import SummaryDiff
+        from trainscope.analyzers.compare.history import SummaryDiff
 
         return isinstance(self.diff, SummaryDiff)
 
@@ -183,7 +183,7 @@ class DiffResult:
 
 
 def _fixes(d, rules) -> list:
-    from trainscope.analyzers.history import SummaryDiff, fix_outcomes, summarize
+    from trainscope.analyzers.compare.history import SummaryDiff, fix_outcomes, summarize
 
     if isinstance(d, SummaryDiff):
         return list(d.fixes)
@@ -202,7 +202,7 @@ def _fixes(d, rules) -> list:
 
 
 def _check_metric(metric: str) -> None:
-    from trainscope.analyzers.diff import GATE_METRICS
+    from trainscope.analyzers.compare.diff import GATE_METRICS
 
     if metric not in GATE_METRICS:
         raise BadInput(f"unknown metric {metric!r} (one of: {', '.join(GATE_METRICS)})")
@@ -224,8 +224,8 @@ def gate(
     ranks, batch shapes or step method; unequal step counts do not matter to the rank test) are not
     gated — the result's gate is refused, exit 2 — unless ``gate_anyway``. Raises :class:`BadInput` when the
     metric cannot be measured (or tested) in one of the runs."""
-    from trainscope.analyzers.diff import GateUnavailable, check_gate, gate_blockers, refuse_gate
-    from trainscope.analyzers.history import SummaryDiff, summary_gate
+    from trainscope.analyzers.compare.diff import GateUnavailable, check_gate, gate_blockers, refuse_gate
+    from trainscope.analyzers.compare.history import SummaryDiff, summary_gate
 
     _check_metric(metric)
     base = result if isinstance(result, DiffResult) else DiffResult(result, rules=rules)
@@ -252,7 +252,7 @@ def node_budget(text: str) -> "NodeBudget":
     """A node budget from its text (``'Qwen2DecoderLayer_*.Qwen2MLP_*:+5%'``: each matching node's GPU time
     per step may grow by at most 5 %; ``'…:-3pts'``: its share of peak, % of roof, may fall by at most 3
     points). Raises :class:`BadInput`."""
-    from trainscope.analyzers.tree_diff import parse_budget
+    from trainscope.analyzers.compare.tree_diff import parse_budget
 
     try:
         return parse_budget(text)
@@ -268,14 +268,14 @@ def node_gate(
     gate_anyway: bool = False,
 ) -> DiffResult:
     """Check node budgets (``diff --gate``) on a comparison: a regression (exit 3) when a node matching a
-    budget's pattern grew by more than it allows (analyzers/tree_diff.py: nodes matched by path; the
+    budget's pattern grew by more than it allows (analyzers/compare/tree_diff.py: nodes matched by path; the
     pattern's names match the end of a node's path, ``*`` for any name part). A stored run keeps the
-    tree's top levels (analyzers/module_tree.py ``top_levels``), so a side may be a stored run. Runs that
+    tree's top levels (analyzers/trace/module_tree.py ``top_levels``), so a side may be a stored run. Runs that
     are not comparable are not gated (exit 2) unless ``gate_anyway``, as for :func:`gate`. Raises
     :class:`BadInput` when a run has no module tree (its trace records no ranges or GPU work, or it was
     stored before runs kept the tree), or when no node matches a pattern."""
-    from trainscope.analyzers.diff import gate_blockers
-    from trainscope.analyzers.tree_diff import NoSuchNode, node_gate as judge, refuse_node_gate
+    from trainscope.analyzers.compare.diff import gate_blockers
+    from trainscope.analyzers.compare.tree_diff import NoSuchNode, node_gate as judge, refuse_node_gate
 
     base = result if isinstance(result, DiffResult) else DiffResult(result, rules=rules)
     d = base.diff
@@ -338,7 +338,7 @@ def _analyzed(
 ) -> "Run":
     """One side: ``analyze(path)`` with the same options as every analysis (the same reader, rank
     map and reduce, so a side's sinks are ``analyze``'s), kept as a :class:`Run`."""
-    from trainscope.analyzers.diff import run_from_summaries
+    from trainscope.analyzers.compare.diff import run_from_summaries
     from trainscope.api.analysis import analyze
 
     def side(stage: str, fraction: float | None) -> None:
@@ -359,7 +359,7 @@ def _store(store: "RunStore | str | os.PathLike | None", read_only: bool = False
 
 def resolve_side(side: Side, store: "RunStore | str | os.PathLike | None" = None) -> "StoredRun | RunSummary | str":
     """A stored run for a run reference (``12``, ``latest``, ``baseline:TAG``), the summary or path as given."""
-    from trainscope.analyzers.history import RunSummary
+    from trainscope.analyzers.compare.history import RunSummary
     from trainscope.api.store import StoredRun, is_run_ref
 
     if isinstance(side, (StoredRun, RunSummary)):
@@ -397,8 +397,8 @@ def diff(
     ``node_budgets`` (``['Qwen2MLP_*:+5%']``) the node-level gate (:func:`node_gate`). ``cache``: read
     each trace file through the trace cache (:mod:`trainscope.api.trace_cache`). Raises
     :class:`BadInput`."""
-    from trainscope.analyzers.diff import diff_runs
-    from trainscope.analyzers.history import RunSummary, diff_summaries, summarize
+    from trainscope.analyzers.compare.diff import diff_runs
+    from trainscope.analyzers.compare.history import RunSummary, diff_summaries, summarize
     from trainscope.api.store import StoredRun
 
     rules = resolve_rules(rules, thresholds)
@@ -462,7 +462,7 @@ def save_diff(
     """``diff --save``: every side that was a trace is saved as a run (with ``tag``), and the
     projected and achieved gains of BEFORE's addressed fixes are recorded between the two runs.
     Returns (BEFORE's run, AFTER's run, outcomes recorded)."""
-    from trainscope.analyzers.history import summarize
+    from trainscope.analyzers.compare.history import summarize
 
     st = _store(store)
     d = result.diff

@@ -68,7 +68,7 @@ def describe(exc: BaseException) -> tuple[str, int]:
 @contextlib.contextmanager
 def bad_input(path: str | None = None, what: str | None = None) -> Iterator[None]:
     """Turn the readers' and analyzers' input errors into :class:`BadInput` (one line each)."""
-    from trainscope.analyzers.range_steps import StepRangeError
+    from trainscope.analyzers.trace.range_steps import StepRangeError
     from trainscope.collectors.errors import TraceError
 
     prefix = f"{path}: " if path else ""

@@ -1,7 +1,7 @@
 """The per-rank map, run serially, in a process pool (``--jobs N``) or on a Dask cluster (``--dask``).
 
 What crosses a process (or network) boundary: a file path and the analysis options in; a list of
-:class:`~trainscope.analyzers.ranks.RankSummary` (tens of kilobytes per rank) or a one-line error
+:class:`~trainscope.analyzers.ranks.alignment.RankSummary` (tens of kilobytes per rank) or a one-line error
 out. No trace is ever sent: each worker reads its rank's file where it sees it, so on a cluster the
 paths must name a file system every worker mounts.
 
@@ -18,7 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Callable
 
-from trainscope.analyzers.ranks import RankSummary
+from trainscope.analyzers.ranks.alignment import RankSummary
 from trainscope.analyzers.rules import Rules
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
@@ -87,9 +87,9 @@ def rank_files(path: str) -> list[str]:
 def summarize_rank(path: str, options: MapOptions = MapOptions()) -> list[RankSummary] | str:
     """The map step: read one file, analyze each trace it holds, keep the summary. Pure in its
     inputs (a path and options) and picklable both ways; an unreadable file is a one-line string."""
-    from trainscope.analyzers.analysis import analyze_trace
-    from trainscope.analyzers.range_steps import StepRangeError
-    from trainscope.analyzers.ranks import summarize
+    from trainscope.analyzers.trace.analysis import analyze_trace
+    from trainscope.analyzers.trace.range_steps import StepRangeError
+    from trainscope.analyzers.ranks.alignment import summarize
     from trainscope.collectors import TraceError
     from trainscope.collectors.readers import max_decompressed_override, set_max_decompressed
 

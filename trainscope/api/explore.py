@@ -93,7 +93,7 @@ def explain_finding(report: "Report", finding: str, *, rank: int | None = None) 
 
 def _family(name: str) -> str | None:
     """The library/kernel family of the declared table the kernel's name belongs to, if any."""
-    from trainscope.analyzers.kernel_families import family_of
+    from trainscope.analyzers.trace.kernel_families import family_of
 
     f = family_of(name)
     return f.name if f is not None else None
@@ -113,7 +113,7 @@ def kernel_table(
     tab), filtered by a case-insensitive name substring, class and total time; largest total first
     (``sort="total"``) or furthest from its own roof first (``sort="pct_of_roof"``, kernels without a
     roof last). Each row carries its roofline bound and % of roof where the roofline has them."""
-    from trainscope.analyzers.kernels import ALL_CLASSES
+    from trainscope.analyzers.trace.kernels import ALL_CLASSES
 
     if kernel_class is not None and kernel_class not in ALL_CLASSES:
         raise BadInput(f"unknown kernel class {kernel_class!r} (one of: {', '.join(ALL_CLASSES)})")
@@ -212,7 +212,7 @@ def timeline_window(
     """Every event overlapping [start_ms, end_ms) on the clock of the report's step starts (kernels,
     copies, memsets, framework ops, ranges, runtime calls), by start time, at most ``limit``; the busy
     time per kind inside the window."""
-    from trainscope.analyzers.window import KINDS, window
+    from trainscope.analyzers.views.trace_window import KINDS, window
 
     i = _rank(report, rank)
     view = report.rank_view(i)
@@ -263,7 +263,7 @@ def tree_table(
     sort: str = "gpu_ms",
     rank: int | None = None,
 ) -> dict[str, Any]:
-    """Where in the model (analyzers/module_tree.py): every node of the rank's module tree, depth first
+    """Where in the model (analyzers/trace/module_tree.py): every node of the rank's module tree, depth first
     (each level in ``sort`` order: ``gpu_ms`` inclusive, ``gpu_exclusive_ms``, ``pct_of_roof``, highest
     first), with its path and figures; filtered to the subtree of the first node whose path ends with
     ``under`` (names joined by " › ", "/" or "."; case-insensitive), to names containing ``name_contains``,

@@ -13,10 +13,10 @@ from trainscope.api.errors import BadInput, bad_input
 from trainscope.api.rules import resolve_rules
 
 if TYPE_CHECKING:
-    from trainscope.analyzers.live import LiveStatus
+    from trainscope.analyzers.live.engine import LiveStatus
     from trainscope.api.capture import Capture, CaptureController, CaptureOptions
     from trainscope.analyzers.rules import Rules
-    from trainscope.analyzers.verdict import Verdict
+    from trainscope.analyzers.trace.verdict import Verdict
     from trainscope.traces.samples import Snapshot
 
 
@@ -45,7 +45,7 @@ class LiveSample:
 
 def live_analyzer(rules: "Rules | None" = None, window_s: float = 30.0, thresholds: Mapping[str, float] | None = None):
     """The live analyzer ``watch`` feeds: ``add(snapshot) -> LiveStatus``; ``summary()``."""
-    from trainscope.analyzers.live import LiveAnalyzer
+    from trainscope.analyzers.live.engine import LiveAnalyzer
 
     if not window_s > 0:
         raise BadInput("--window must be > 0")

@@ -34,7 +34,7 @@ class MemoryReport:
     def peaks(self) -> list:
         """Per device of a snapshot: the peak view the memory app shows (see :func:`memory_peaks`),
         from the snapshot this report already read; empty for a memory timeline."""
-        from trainscope.analyzers.memory_peak import memory_peak
+        from trainscope.analyzers.snapshot.peak import memory_peak
 
         if self.snapshot is None or not self.devices:
             return []
@@ -108,8 +108,8 @@ def memory(
     """Read a CUDA memory snapshot (restricted unpickler: plain data only) or a memory timeline
     and report peak allocated versus reserved memory, what was live at the peak, and capacity
     findings against ``gpu`` / ``gpu_memory``. Raises :class:`BadInput`."""
-    from trainscope.analyzers.snapshot_memory import snapshot_findings, snapshot_memory
-    from trainscope.analyzers.timeline_memory import timeline_peak
+    from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
+    from trainscope.analyzers.snapshot.timeline_peak import timeline_peak
     from trainscope.collectors.errors import TraceError
     from trainscope.collectors.memory_timeline import load_memory_timeline
     from trainscope.collectors.formats import is_snapshot
@@ -145,10 +145,10 @@ def memory(
 
 def memory_peaks(path: "str | os.PathLike") -> list:
     """Per device of a CUDA memory snapshot: allocated bytes over the recorded events, the peak and
-    every allocation live at it with its full stack (:class:`~trainscope.analyzers.memory_peak.MemoryPeak`,
+    every allocation live at it with its full stack (:class:`~trainscope.analyzers.snapshot.peak.MemoryPeak`,
     what ``trainscope memory``'s app shows). Raises :class:`BadInput`."""
-    from trainscope.analyzers.memory_peak import memory_peak
-    from trainscope.analyzers.snapshot_memory import snapshot_memory
+    from trainscope.analyzers.snapshot.peak import memory_peak
+    from trainscope.analyzers.snapshot.summary import snapshot_memory
     from trainscope.collectors.snapshot import load_snapshot
 
     path = os.fspath(path)

@@ -14,12 +14,12 @@ class PlanResult:
     """The training-memory ledger of a model and setup against a device, with the cheapest changes
     that make it fit (``options``)."""
 
-    ledger: Any  # analyzers.ledger.Ledger
-    device: Any  # analyzers.memory_devices.GpuMemory
-    fit: Any  # analyzers.ledger.Fit
-    options: list = field(default_factory=list)  # analyzers.ledger.FitOption
+    ledger: Any  # analyzers.plan.ledger.Ledger
+    device: Any  # analyzers.plan.gpu_memory.GpuMemory
+    fit: Any  # analyzers.plan.ledger.Fit
+    options: list = field(default_factory=list)  # analyzers.plan.ledger.FitOption
     threshold_pct: float = 90.0
-    config: Any = None  # analyzers.ledger.PlanConfig as given
+    config: Any = None  # analyzers.plan.ledger.PlanConfig as given
 
     @property
     def fits(self) -> bool:
@@ -88,7 +88,7 @@ class PlanResult:
 def plan_config(model: "str | Mapping[str, Any] | Any" = None, **fields: Any):
     """A ``PlanConfig`` from a spec string (``"params=1.5B,optimizer=adam"``), a mapping or keyword
     fields (``params=1.5e9, optimizer="adam"``). Raises :class:`BadInput`."""
-    from trainscope.analyzers.ledger import PlanConfig
+    from trainscope.analyzers.plan.ledger import PlanConfig
     from trainscope.modelspec import config_from, parse_model_spec
 
     with bad_input(what="plan"):
@@ -109,7 +109,7 @@ def plan_config(model: "str | Mapping[str, Any] | Any" = None, **fields: Any):
 def normalize_plan(config):
     """A ``PlanConfig`` with canonical keys; :class:`BadInput` (a ``ValueError``) with the user-facing
     message for anything inconsistent (an unknown optimizer, a checkpoint interval the model cannot take)."""
-    from trainscope.analyzers.ledger import normalize
+    from trainscope.analyzers.plan.ledger import normalize
 
     try:
         return normalize(config)
@@ -120,9 +120,9 @@ def normalize_plan(config):
 
 
 def plan_ledger(config):
-    """The memory ledger (``analyzers.ledger.Ledger``) of one ``PlanConfig``: what ``plan`` computes
+    """The memory ledger (``analyzers.plan.ledger.Ledger``) of one ``PlanConfig``: what ``plan`` computes
     before fitting it to a device. Raises :class:`BadInput` (a ``ValueError``) as :func:`normalize_plan`."""
-    from trainscope.analyzers.ledger import ledger
+    from trainscope.analyzers.plan.ledger import ledger
 
     try:
         return ledger(config)
@@ -154,7 +154,7 @@ def plan(
     gpu="v100-32")`` or ``plan("params=1.5B,optimizer=adam")``. ``device`` (a ``GpuMemory``) instead
     of ``gpu``/``gpu_memory``; ``threshold_pct``: the share of device memory that counts as full
     (default: the ``memory.capacity`` threshold). Raises :class:`BadInput`."""
-    from trainscope.analyzers.ledger import fit, fit_options, ledger
+    from trainscope.analyzers.plan.ledger import fit, fit_options, ledger
     from trainscope.analyzers.rules import Rules
     from trainscope.modelspec import MODEL_FIELDS
 

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 from trainscope.api.errors import bad_input
 
 if TYPE_CHECKING:
-    from trainscope.analyzers.analysis import Analysis
-    from trainscope.analyzers.breakdown import Breakdown, StepBreakdown
-    from trainscope.analyzers.kernels import KernelSummary
-    from trainscope.analyzers.memory import DeviceMemory
+    from trainscope.analyzers.trace.analysis import Analysis
+    from trainscope.analyzers.trace.breakdown import Breakdown, StepBreakdown
+    from trainscope.analyzers.trace.kernels import KernelSummary
+    from trainscope.analyzers.trace.allocator_peak import DeviceMemory
     from trainscope.analyzers.rules import Rules
-    from trainscope.analyzers.verdict import Finding, Verdict
+    from trainscope.analyzers.trace.verdict import Finding, Verdict
     from trainscope.traces.model import Trace, TraceSet
 
 
@@ -35,7 +35,7 @@ class Report:
 
     The typed parts are those of the *main* rank (for several ranks, the rank story's headline
     rank — the straggler, else the rank whose own work fills most of the shared step:
-    analyzers/rank_story.py): ``verdict``, ``findings``, ``breakdown``, ``kernels``, ``steps``,
+    analyzers/ranks/story.py): ``verdict``, ``findings``, ``breakdown``, ``kernels``, ``steps``,
     ``memory``, ``recommendations``. ``ranks`` holds every rank's analysis; ``stragglers`` and
     ``deep`` are the report's sections for rank directories and ``deep=True``.
     ``to_dict()`` is the versioned JSON document (``trainscope analyze --format json``).
@@ -49,9 +49,9 @@ class Report:
     main_index: int = 0
     stragglers: dict | None = field(default=None, repr=False)
     deep: dict | None = field(default=None, repr=False)
-    ledger: Any = field(default=None, repr=False)  # analyzers.ledger.Ledger, with model=…
+    ledger: Any = field(default=None, repr=False)  # analyzers.plan.ledger.Ledger, with model=…
     straggler_analysis: Any = field(default=None, repr=False)  # the rank story (kept under its former name)
-    story: Any = field(default=None, repr=False)  # analyzers.rank_story.RankStory, several ranks
+    story: Any = field(default=None, repr=False)  # analyzers.ranks.story.RankStory, several ranks
     # A rank directory mapped by the executor: each rank's summary; ``traces`` then holds no trace
     # (only the read warnings) and :meth:`trace` reads a rank's file again when first asked.
     summaries: "list | None" = field(default=None, repr=False)
@@ -114,16 +114,16 @@ class Report:
 
     def rank_summaries(self) -> list:
         """Per rank (in ``ranks`` order), what the reduce and ``diff`` need of it
-        (:class:`trainscope.analyzers.ranks.RankSummary`): the map's, or made once from the traces
+        (:class:`trainscope.analyzers.ranks.alignment.RankSummary`): the map's, or made once from the traces
         read here. Their ``analysis`` is each rank's own judgement, before the reduce."""
         if self.summaries is None:
-            from trainscope.analyzers.ranks import summarize
+            from trainscope.analyzers.ranks.alignment import summarize
 
             self.summaries = [summarize(t, a) for t, a in zip(self.traces.traces, self.ranks)]
         return self.summaries
 
     def _collectives(self) -> list:
-        from trainscope.analyzers.ranks import rank_collectives
+        from trainscope.analyzers.ranks.alignment import rank_collectives
 
         if self.summaries is not None:  # the map already extracted them: no trace is read again
             return [s.collectives for s in self.summaries]
@@ -131,13 +131,13 @@ class Report:
 
     def latest_arrivals(self) -> list:
         """Per rank (in ``ranks`` order), the collective of the rank story it reached furthest behind
-        the first rank (:class:`trainscope.analyzers.late_collectives.LateCollective`, absolute ns on
+        the first rank (:class:`trainscope.analyzers.ranks.late_collectives.LateCollective`, absolute ns on
         the rank's own clock), None for a rank with none; computed once. The app's jump from a rank to
         its late collective: never a collective the story leaves out."""
         with self._views_lock:
             late = self._views.get("latest_arrivals")
         if late is None:
-            from trainscope.analyzers.late_collectives import latest_arrivals
+            from trainscope.analyzers.ranks.late_collectives import latest_arrivals
 
             late = [None] * len(self.ranks) if self.story is None else latest_arrivals(self._collectives(), self.story)
             with self._views_lock:
@@ -145,14 +145,14 @@ class Report:
         return late
 
     def side_by_side(self):
-        """Every rank on one clock (:class:`trainscope.analyzers.rank_lanes.SideBySide`): the rank
+        """Every rank on one clock (:class:`trainscope.analyzers.ranks.lanes.SideBySide`): the rank
         story's clock offsets and matched collectives, with its late arrivals and cold starts;
         computed once. The app's ranks-side-by-side view."""
         with self._views_lock:
             sb = self._views.get("side_by_side")
         if sb is None:
-            from trainscope.analyzers.rank_lanes import side_by_side
-            from trainscope.analyzers.rank_story import rank_story
+            from trainscope.analyzers.ranks.lanes import side_by_side
+            from trainscope.analyzers.ranks.story import rank_story
 
             story = self.story if self.story is not None else rank_story(self.rank_summaries(), self.rules)
             sb = side_by_side(self._collectives(), story)
@@ -275,7 +275,7 @@ def _read_rank(a: "Analysis") -> "Trace":
         loaded = open_any(a.source)
     trace = next((t for t in loaded if t.rank == a.rank), loaded[0])
     trace.rank = a.rank
-    from trainscope.analyzers.repairs import ensure_checked
+    from trainscope.analyzers.trace.repairs import ensure_checked
 
     ensure_checked(trace, a.repairs.stub_fraction if a.repairs is not None else 0.02)  # the events the analysis saw
     return trace
@@ -305,14 +305,14 @@ class RankView:
 
     @functools.cached_property
     def classes(self):
-        from trainscope.analyzers.kernels import kernel_classes
+        from trainscope.analyzers.trace.kernels import kernel_classes
 
         return kernel_classes(self.trace)
 
     @functools.cached_property
     def timeline(self):
-        """The :class:`~trainscope.analyzers.timeline.TimelineModel` of this rank (lanes, steps, matches)."""
-        from trainscope.analyzers.timeline import TimelineModel
+        """The :class:`~trainscope.analyzers.views.timeline.TimelineModel` of this rank (lanes, steps, matches)."""
+        from trainscope.analyzers.views.timeline import TimelineModel
 
         a = self.analysis
         return TimelineModel(self.trace, a.segmentation, a.device, self.classes[0])
@@ -321,7 +321,7 @@ class RankView:
     def all_kernels(self) -> "KernelSummary":
         """Every kernel name inside the steps (the analysis keeps only the top ones)."""
         from trainscope.analyzers import intervals as iv
-        from trainscope.analyzers.kernels import kernel_summary
+        from trainscope.analyzers.trace.kernels import kernel_summary
 
         seg = self.analysis.segmentation
         mask = iv.contains((seg.starts, seg.ends), self.trace.kernels.ts)
@@ -330,15 +330,15 @@ class RankView:
     @functools.cached_property
     def memory(self) -> list:
         """Allocated memory over time per device (``MemoryCurve``), from the trace's memory events."""
-        from trainscope.analyzers.memory_usage import memory_curves
+        from trainscope.analyzers.views.memory_curve import memory_curves
 
         return memory_curves(self.trace)
 
     def kernel_launch(self, start_ns: int, name: str):
         """What launched the kernel ``name`` starting at ``start_ns`` (the trace's clock):
-        :class:`trainscope.analyzers.kernel_launch.KernelLaunch` (runtime call, correlation id, the
+        :class:`trainscope.analyzers.views.kernel_launch.KernelLaunch` (runtime call, correlation id, the
         operator around the call and its input shapes, External id), or None."""
-        from trainscope.analyzers.kernel_launch import kernel_launch
+        from trainscope.analyzers.views.kernel_launch import kernel_launch
 
         return kernel_launch(self.trace, start_ns, name, self.analysis.device)
 

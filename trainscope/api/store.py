@@ -7,7 +7,7 @@
     >>> ts.diff("baseline:resnet50", "pr.pt.trace.json.gz", fail_if_slower=5).gate.reason
 
 The file holds one row per saved run (its context — tag, GPU, ranks, git commit — in columns to list
-and filter by, and the :class:`~trainscope.analyzers.history.RunSummary` as JSON), the baseline of
+and filter by, and the :class:`~trainscope.analyzers.compare.history.RunSummary` as JSON), the baseline of
 every tag, and the fixes' projected and achieved gains recorded by ``diff --save``. The schema is
 versioned (``PRAGMA user_version``) and migrated one version at a time (:data:`MIGRATIONS`); a
 store written by a newer trainscope is refused, never rewritten.
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from trainscope.api.errors import BadInput
 
 if TYPE_CHECKING:
-    from trainscope.analyzers.history import FixOutcome, RunSummary
+    from trainscope.analyzers.compare.history import FixOutcome, RunSummary
     from trainscope.api.report import Report
 
 # One entry per schema version: the statements that take a store from the version before to it.
@@ -233,7 +233,7 @@ class _Damage(ValueError):
 
 
 def _damage(e: BaseException) -> str:
-    from trainscope.analyzers.history import BadSummary
+    from trainscope.analyzers.compare.history import BadSummary
 
     if isinstance(e, (BadSummary, _Damage)):
         return str(e)
@@ -512,7 +512,7 @@ class RunStore:
             raise DamagedRun(self.path, rid, _damage(e)) from None
 
     def _build(self, row: sqlite3.Row) -> StoredRun:
-        from trainscope.analyzers.history import RunSummary
+        from trainscope.analyzers.compare.history import RunSummary
 
         text = row["summary"]
         if text is None:
@@ -707,8 +707,8 @@ def open_store(path: "str | os.PathLike | None" = None, *, read_only: bool = Fal
 
 def report_summary(report: "Report") -> "RunSummary":
     """The summary of an analyzed report's main rank (what ``analyze --save`` stores)."""
-    from trainscope.analyzers.diff import Run
-    from trainscope.analyzers.history import summarize
+    from trainscope.analyzers.compare.diff import Run
+    from trainscope.analyzers.compare.history import summarize
     from trainscope.analyzers.shapes import ShapeSignature, shape_signature
 
     # Batch shapes need the trace; a rank directory mapped in worker processes keeps only summaries.

@@ -166,7 +166,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _metric_names() -> list[str]:
-    from trainscope.analyzers.diff import GATE_METRICS
+    from trainscope.analyzers.compare.diff import GATE_METRICS
 
     return list(GATE_METRICS)
 

@@ -1,0 +1,2 @@
+"""``trainscope memory``: CUDA memory snapshots (peak, fragmentation, live set at the peak) and
+profiler memory timelines (peak by category)."""

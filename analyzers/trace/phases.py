@@ -1,0 +1,139 @@
+"""Training phases (forward, backward, optimizer) from the trace's own ranges.
+
+Phases come from host annotation ranges named like them (NVTX ``forward pass``, a
+``record_function("## backward ##")``, ``Optimizer.step#AdamW.step`` …). Host time is the
+exclusive union of a phase's ranges inside the steps (optimizer over backward over forward where
+ranges nest). GPU time is attributed by launch: a kernel belongs to the phase whose range was open
+when the runtime call that launched it ran (matched by correlation id), because the GPU runs
+behind the host and a phase's kernels often finish after its range closes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainscope.analyzers import intervals as iv
+from trainscope.analyzers import membership
+from trainscope.analyzers.trace.kernels import ALL_CLASSES
+from trainscope.analyzers.trace.steps import StepSegmentation, name_mask
+from trainscope.traces.model import Trace
+
+# Priority order: where ranges nest, the first pattern wins.
+PHASE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("optimizer", re.compile(r"optimi[sz]er|(^|[^a-z])optim([^a-z]|$)", re.I)),
+    ("backward", re.compile(r"(^|[^a-z])(backward|bwd)([^a-z]|$)", re.I)),
+    ("forward", re.compile(r"(^|[^a-z])(forward|fwd)([^a-z]|$)", re.I)),
+)
+
+
+@dataclass(frozen=True)
+class PhaseStat:
+    name: str
+    ranges: int  # matching ranges inside the steps
+    host_ns: int  # exclusive host time inside the steps
+    kernels: int  # kernels launched while the phase was open
+    kernel_ns: int  # their summed duration
+    gpu_busy_ns: int  # union of their intervals (streams may overlap)
+    class_ns: dict[str, int]  # kernel time by class
+
+    def share_pct(self, total_ns: int) -> float:
+        return 100.0 * self.host_ns / total_ns if total_ns else 0.0
+
+
+@dataclass(frozen=True)
+class PhaseBreakdown:
+    phases: list[PhaseStat]  # in forward, backward, optimizer order; only phases present
+    step_ns: int  # summed step time, the denominator of host shares
+    unassigned_ns: int  # step time in no phase range
+
+    def get(self, name: str) -> PhaseStat | None:
+        return next((p for p in self.phases if p.name == name), None)
+
+
+def phase_breakdown(
+    trace: Trace, segmentation: StepSegmentation, device: int | None, classes: np.ndarray | None = None
+) -> PhaseBreakdown | None:
+    """Forward/backward/optimizer time, or None when the trace has no phase ranges."""
+    a = trace.annotations
+    host = a.device < 0
+    ws, we = segmentation.starts, segmentation.ends
+    layers, counts = [], []
+    for _, rx in PHASE_PATTERNS:
+        sel = host & name_mask(trace, rx)[a.name]
+        layers.append(iv.union(a.ts[sel], a.end[sel]))
+        # ranges overlapping a step (a phase may open just before the first step starts)
+        counts.append(
+            int(((a.end[sel][:, None] > ws) & (a.ts[sel][:, None] < we)).any(axis=1).sum()) if sel.any() else 0
+        )
+    if not any(counts):
+        return None
+    table = iv.exclusive_layers(layers, ws, we)  # windows × (phases…, rest)
+    step_ns = int((we - ws).sum())
+
+    # Exclusive host intervals per phase, to attribute launches: later layers minus earlier ones.
+    r, k = trace.runtime, trace.kernels
+    on = (k.device == device) if device is not None else np.ones(len(k), bool)
+    cls_of = classes if classes is not None else None
+    taken: iv.IntervalSet = iv.EMPTY
+    out: list[PhaseStat] = []
+    stats: dict[str, PhaseStat] = {}
+    for j, (name, _) in enumerate(PHASE_PATTERNS):
+        own = _minus(layers[j], taken)
+        taken = iv.union(np.concatenate([taken[0], layers[j][0]]), np.concatenate([taken[1], layers[j][1]]))
+        own = _clip_to_windows(own, ws, we)
+        launched = iv.contains(own, r.ts) & (r.correlation >= 0) if len(r) and len(own[0]) else np.zeros(len(r), bool)
+        mine = (
+            on & membership.isin(k.correlation, r.correlation[launched]) if launched.any() else np.zeros(len(k), bool)
+        )
+        by_class: dict[str, int] = {}
+        if cls_of is not None and mine.any():
+            per = np.bincount(cls_of[k.name[mine]], weights=k.dur[mine], minlength=len(ALL_CLASSES))
+            by_class = {c: int(per[i]) for i, c in enumerate(ALL_CLASSES) if per[i] > 0}
+        stats[name] = PhaseStat(
+            name=name,
+            ranges=counts[j],
+            host_ns=int(table[:, j].sum()),
+            kernels=int(mine.sum()),
+            kernel_ns=int(k.dur[mine].sum()),
+            gpu_busy_ns=iv.total(iv.union(k.ts[mine], k.end[mine])),
+            class_ns=by_class,
+        )
+    for name in ("forward", "backward", "optimizer"):
+        if stats[name].ranges:
+            out.append(stats[name])
+    return PhaseBreakdown(out, step_ns, int(table[:, -1].sum()))
+
+
+def _minus(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
+    """Intervals of ``a`` not covered by ``b`` (both sorted and disjoint)."""
+    if not len(a[0]) or not len(b[0]):
+        return a
+    pts_s, pts_e = [], []
+    j = 0
+    bs, be = b[0].tolist(), b[1].tolist()
+    for s, e in zip(a[0].tolist(), a[1].tolist()):
+        cur = s
+        while j < len(bs) and be[j] <= cur:
+            j += 1
+        k = j
+        while k < len(bs) and bs[k] < e:
+            if bs[k] > cur:
+                pts_s.append(cur)
+                pts_e.append(bs[k])
+            cur = max(cur, be[k])
+            k += 1
+        if cur < e:
+            pts_s.append(cur)
+            pts_e.append(e)
+    return np.array(pts_s, np.int64), np.array(pts_e, np.int64)
+
+
+def _clip_to_windows(a: iv.IntervalSet, ws: np.ndarray, we: np.ndarray) -> iv.IntervalSet:
+    if not len(ws):
+        return iv.EMPTY
+    starts = np.concatenate([np.maximum(a[0], s) for s in ws]) if len(a[0]) else np.empty(0, np.int64)
+    ends = np.concatenate([np.minimum(a[1], e) for e in we]) if len(a[0]) else np.empty(0, np.int64)
+    return iv.union(starts, ends)
