@@ -433,8 +433,8 @@ def with_overrides(
             peak_tflops,
             peak_bandwidth,
             "--peak-tflops, --peak-bandwidth",
-            {p: peak_tflops for p in PRECISIONS},
-            {p: peak_tflops for p in PRECISIONS},
+            dict.fromkeys(PRECISIONS, peak_tflops),
+            dict.fromkeys(PRECISIONS, peak_tflops),
             frozenset({"tf32", "fp16", "bf16", "fp8", "int8"}),
             "unknown",
         )

@@ -6,7 +6,6 @@ returns. Everything here is numpy: no Python loop over events.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 IntervalSet = tuple[np.ndarray, np.ndarray]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.deep.second_opinion import deep_analysis
+from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.collectors import open_traces
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "tests" / "data" / "kineto"
@@ -29,7 +29,7 @@ def main(paths: list[str]) -> int:
         d = deep_analysis(t, analyze_trace(t))
         st = d.stage_s
 
-        def f(k: str) -> str:
+        def f(k: str, st: dict = st) -> str:
             return f"{st[k]:7.2f}" if k in st else "      —"
 
         print(

@@ -45,7 +45,6 @@ def trace_verdict(path: pathlib.Path) -> tuple[str, str, float | None, str, str]
     analyze PATH``'s verdict (for a directory of ranks, the slowest rank's, as the report leads with it)."""
     from trainscope.analyzers.findings.labels import verdict_class
     from trainscope.api import analyze
-
     from trainscope.api.errors import BadInput
 
     try:

@@ -301,7 +301,7 @@ class MemoryStream:
     def __init__(self, n: int, mib: int = 256) -> None:
         self.n, self.mib, self.procs, self.gbps = n, mib, [], 0.0
 
-    def __enter__(self) -> "MemoryStream":
+    def __enter__(self) -> MemoryStream:
         for _ in range(self.n):
             p = subprocess.Popen([sys.executable, "-c", STREAM, str(self.mib)], stdout=subprocess.PIPE, text=True)
             self.procs.append(p)

@@ -232,7 +232,6 @@ def semantic_main(args) -> int:
     """``--semantic``: N semantic mutants over the seeds, each analyzed in this process; counts of
     kept / warned / silent-verdict / silent-numbers and of contract breaches (internal errors...)."""
     import json
-
     import signal
 
     counts: collections.Counter[str] = collections.Counter()

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class TextColumn:
     def __len__(self) -> int:
         return len(self.codes)
 
-    def take(self, rows: np.ndarray) -> "TextColumn":
+    def take(self, rows: np.ndarray) -> TextColumn:
         return TextColumn(self.values, self.codes[rows])
 
     def tolist(self) -> list:
@@ -52,7 +52,7 @@ class TextColumn:
         return [v[c] for c in self.codes.tolist()]
 
     @staticmethod
-    def concat(parts: list["TextColumn"]) -> "TextColumn":
+    def concat(parts: list[TextColumn]) -> TextColumn:
         if parts and all(p.values is parts[0].values for p in parts):
             return TextColumn(parts[0].values, np.concatenate([p.codes for p in parts]))
         index: dict = {}
@@ -70,7 +70,7 @@ class TextColumn:
         return TextColumn(values, np.concatenate(out) if out else np.empty(0, np.int64))
 
     @staticmethod
-    def encode(items: Iterable) -> "TextColumn":
+    def encode(items: Iterable) -> TextColumn:
         index: dict = {}
         values: list = []
         codes = []

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.readers import GZIP_MAGIC, SQLITE_MAGIC, Progress
@@ -45,7 +46,7 @@ class Reader:
             return self.sniff(path, head)
         return lower.endswith(self.suffixes)
 
-    def loader(self) -> Callable[[str, Progress | None], "list[Trace]"]:
+    def loader(self) -> Callable[[str, Progress | None], list[Trace]]:
         assert self.load is not None
         module, fn = self.load.split(":")
         return getattr(importlib.import_module(module), fn)
@@ -153,19 +154,19 @@ def _live(path: str) -> str | None:
     return live_format(path)
 
 
-def _load_live(path: str, progress: Progress | None) -> "list[Trace]":
+def _load_live(path: str, progress: Progress | None) -> list[Trace]:
     from trainscope.collectors.live_trace import load_live_trace
 
     return [load_live_trace(path, _live(path))]
 
 
-def _load_kineto(path: str, progress: Progress | None) -> "list[Trace]":
+def _load_kineto(path: str, progress: Progress | None) -> list[Trace]:
     from trainscope.collectors.kineto import load_kineto
 
     return [load_kineto(path, progress)]
 
 
-def _load_nsys_rep(path: str, progress: Progress | None) -> "list[Trace]":
+def _load_nsys_rep(path: str, progress: Progress | None) -> list[Trace]:
     from trainscope.collectors.nsys import load_nsys
     from trainscope.collectors.nsys_report import export_report
 

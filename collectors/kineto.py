@@ -833,12 +833,11 @@ class _StreamParser(_Parser):
                 if ph == "i" or ph == "I":
                     if e.name == "[memory]":
                         self._memory_typed(e)
-                elif ph == "M":
-                    if e.name == "thread_name":
-                        a = e.args
-                        self.thread_names[(str(e.pid), str(e.tid))] = str(
-                            a.name if a is not None and a.name is not None else ""
-                        )
+                elif ph == "M" and e.name == "thread_name":
+                    a = e.args
+                    self.thread_names[(str(e.pid), str(e.tid))] = str(
+                        a.name if a is not None and a.name is not None else ""
+                    )
                 continue
             cat = e.cat
             c = lower_of.get(cat)

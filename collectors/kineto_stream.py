@@ -35,7 +35,8 @@ import queue
 import re
 import threading
 import zlib
-from typing import Any, Iterator, Union
+from collections.abc import Iterator
+from typing import Any
 
 import msgspec
 
@@ -50,7 +51,7 @@ from trainscope.collectors.readers import (
     repair_text,
 )
 
-_Num = Union[int, float, None]
+_Num = int | float | None
 _CHUNK = 8 << 20  # bytes of JSON per decoded slice (measured: 4–16 MB are within 3 % of each other)
 _BLOCK = 4 << 20  # bytes read (compressed) per file read
 _CUT = re.compile(rb"\}\s*,\s*\{")
@@ -92,14 +93,14 @@ class Args(msgspec.Struct, gc=False):
 
 
 class Event(msgspec.Struct, gc=False):
-    ph: Union[str, None] = None
+    ph: str | None = None
     cat: Any = None
     name: Any = None
     pid: Any = None
     tid: Any = None
     ts: _Num = None
     dur: _Num = None
-    args: Union[Args, None] = None
+    args: Args | None = None
 
 
 try:  # zlib-ng inflates the same deflate stream ≈ 1.5–2.7× faster than zlib (docs/scale.md)
@@ -576,7 +577,7 @@ def split_point(path: str, head_limit: int = 64 << 20) -> tuple[int, bytes] | No
             head = first[: len(first) - len(lead) + 1]
         else:
             m = re.compile(rb'"traceEvents"\s*:\s*\[').search(first)
-            if not m or not lead[:1] == b"{":
+            if not m or lead[:1] != b"{":
                 return None
             head = first[: m.end()]
         mid = max(len(head), size // 2)

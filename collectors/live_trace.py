@@ -10,7 +10,6 @@ from trainscope.collectors.errors import TraceError
 from trainscope.collectors.nvidia_smi_csv import looks_like_nvidia_smi_csv, read_nvidia_smi_csv
 from trainscope.collectors.recording import Recording, is_recording, read_recording
 from trainscope.collectors.samples import counter_rows
-from trainscope.traces.samples import trace_snapshots  # noqa: F401 (moved to the model; re-exported)
 from trainscope.traces.builder import StringTable, TableBuilder, skipped_warning
 from trainscope.traces.model import (
     Annotations,
@@ -24,6 +23,7 @@ from trainscope.traces.model import (
     RuntimeCalls,
     Trace,
 )
+from trainscope.traces.samples import trace_snapshots  # noqa: F401 (moved to the model; re-exported)
 
 RECORDING_FORMAT, CSV_FORMAT = "trainscope.recording", "nvidia-smi-csv"
 
@@ -32,9 +32,8 @@ def live_format(path: str) -> str | None:
     """Which live-counter format ``path`` holds, or None."""
     if is_recording(path):
         return RECORDING_FORMAT
-    if path.lower().endswith((".csv", ".csv.txt")) or looks_like_nvidia_smi_csv(path):
-        if looks_like_nvidia_smi_csv(path):
-            return CSV_FORMAT
+    if looks_like_nvidia_smi_csv(path):  # a .csv suffix alone is not enough: the header decides
+        return CSV_FORMAT
     return None
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import os
 import zlib
+
 import numpy as np
 
 from trainscope.collectors.errors import TraceError
-from trainscope.traces.memory_timeline import CATEGORIES, MemoryTimeline  # noqa: F401 (the model; re-exported)
 from trainscope.collectors.readers import gunzip_limited
+from trainscope.traces.memory_timeline import CATEGORIES, MemoryTimeline  # noqa: F401 (the model; re-exported)
 
 DEFAULT_MAX_BYTES = 1 << 30
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from trainscope.collectors.host import HostSampler
 from trainscope.collectors.nvml import NvmlSampler

@@ -38,8 +38,8 @@ import numpy as np
 
 from trainscope.collectors import columnar, nsys_capture, nsys_split, readers
 from trainscope.collectors.columnar import TextColumn
-from trainscope.collectors.nsys_graphs import add_graph_replays
 from trainscope.collectors.errors import TraceError
+from trainscope.collectors.nsys_graphs import add_graph_replays
 from trainscope.collectors.readers import Progress
 from trainscope.traces.builder import StringTable
 from trainscope.traces.model import (
@@ -157,8 +157,8 @@ _META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 class _Split:
     """A table read in row-id chunks by this process and ``tail``'s child."""
 
-    request: "nsys_split.Request"
-    tail: "nsys_split.Tail"
+    request: nsys_split.Request
+    tail: nsys_split.Tail
 
     def close(self) -> None:
         self.tail.close()
@@ -281,7 +281,7 @@ def load_nsys_columnar(path: str, progress: Progress | None = None) -> list[Trac
 class _SqliteSource:
     """An SQLite export: small tables and schema through ``sqlite3``, large ones as columns."""
 
-    def __init__(self, path: str, con: sqlite3.Connection, cols: "columnar.SqliteColumns | None") -> None:
+    def __init__(self, path: str, con: sqlite3.Connection, cols: columnar.SqliteColumns | None) -> None:
         self.path = path
         self.con = con
         self.cols = cols
@@ -369,7 +369,7 @@ class _SqliteSource:
         none_of: tuple[str, tuple[int, ...]] | None = None,
         alike: tuple[str, ...] = (),
         reducer: str = "nvtx",
-    ) -> "_Split | None":
+    ) -> _Split | None:
         """Start a child process reading a large ``table`` in row-id chunks from its end (see
         collectors/nsys_split.py); :meth:`rows` with ``split=`` reads chunks from the start once
         the other tables are read, and merges. None where a child cannot help: no second core, no
@@ -412,7 +412,7 @@ class _SqliteSource:
         )
         return _Split(req, nsys_split.Tail(req))
 
-    def _split_rows(self, split: "_Split", reducer) -> "_Rows | None":
+    def _split_rows(self, split: _Split, reducer) -> _Rows | None:
         """Chunks claimed from the start read here, the child's taken from it (or read here where it
         failed), merged in row order into the first chunk's reducer; None where the driver
         refuses (the caller reads the table as a whole, with its precise errors)."""
@@ -488,7 +488,7 @@ class _SqliteSource:
         none_of: tuple[str, tuple[int, ...]] | None = None,
         reducer=None,
         alike: tuple[str, ...] = (),
-        split: "_Split | None" = None,
+        split: _Split | None = None,
     ) -> _Rows:
         """Select ``wanted`` (column → SQL default when the column is absent, or None when it is
         required) from ``table``; integer columns come back as int64 arrays, ``real`` ones as
@@ -706,7 +706,7 @@ class _NvtxReducer:
         st = part["start"]
         return {"ts": st, "dur": part["end"] - st, "thread": thread, "text": codes}
 
-    def absorb(self, cols: dict, other: "_NvtxReducer") -> dict:
+    def absorb(self, cols: dict, other: _NvtxReducer) -> dict:
         """The reduced columns of later rows, read by ``other`` (another process's reducer over the
         same query, or this process's over another chunk), with their thread and text codes
         mapped into this reducer's spaces; this reducer then stands for both parts (call
@@ -1049,7 +1049,7 @@ class _Reader:
         t = "NVTX_EVENTS"
         return t in self.tables and bool({"text", "textId"} & self.columns(t))
 
-    def _start_nvtx_split(self) -> "_Split | None":
+    def _start_nvtx_split(self) -> _Split | None:
         """A large NVTX table's later rows read in a child while this process reads the other tables
         (collectors/nsys_split.py), the two processes claiming its chunks from either end."""
         if not self._has_nvtx():
@@ -1057,7 +1057,7 @@ class _Reader:
         q = self._NVTX_QUERY
         return self.src.split_table("NVTX_EVENTS", q["wanted"], **{k: v for k, v in q.items() if k != "wanted"})
 
-    def _nvtx(self, split: "_Split | None" = None) -> "_NvtxRanges | None":
+    def _nvtx(self, split: _Split | None = None) -> _NvtxRanges | None:
         if not self._has_nvtx():
             return None
         strings_raw = self.strings_raw

@@ -39,7 +39,7 @@ def capture_info(src: Any) -> dict[str, Any]:
     if _CAPTURE in src.tables and {"name", "value"} <= src.columns(_CAPTURE):
         rows = [(str(n), v) for n, v in src.small(_CAPTURE, ["name", "value"]) if n is not None]
         events = [str(v) for n, v in rows if n == "CAPTURE_EVENT_TYPE"]
-        single = {n: v for n, v in rows}
+        single = dict(rows)
         procs: dict[int, dict[str, Any]] = {}
         for n, v in rows:
             m = _PROCESS_KEY.match(n)

@@ -12,8 +12,9 @@ previous sample and the metrics appear from the second interval on.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from trainscope.collectors.samples import GpuProcess, GpuSample
 

@@ -9,8 +9,9 @@ import os
 import re
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from trainscope.collectors.errors import TraceError
 

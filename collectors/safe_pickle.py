@@ -157,7 +157,7 @@ def scan_opcodes(data: bytes) -> None:
                     "stored so far: damaged or hostile"
                 )
             memo = max(memo, idx + 1)
-        elif kind == _LINE or kind == _TWO_LINES:
+        elif kind in (_LINE, _TWO_LINES):
             for _ in range(2 if kind == _TWO_LINES else 1):
                 end = data.find(b"\n", i, i + MAX_LINE)
                 if end < 0:

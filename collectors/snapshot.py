@@ -27,9 +27,9 @@ from trainscope.collectors.errors import TraceError
 from trainscope.collectors.isolated import ChildError, can_isolate, run_limited
 from trainscope.collectors.safe_pickle import (
     DEFAULT_MAX_BYTES,
-    UnsafePickleError,
     EXPLAIN_MAX,
     ReadRefused,
+    UnsafePickleError,
     check_plain,
     explain,
     load_restricted_file,

@@ -41,7 +41,6 @@ from __future__ import annotations
 import atexit
 import errno
 import json
-from collections import deque
 import os
 import shutil
 import socket
@@ -49,6 +48,7 @@ import stat
 import sys
 import tempfile
 import time
+from collections import deque
 
 ENV_SOCKET = "TRAINSCOPE_STEP_SOCKET"
 TARGET_MODULE = "torch.utils.data.dataloader"
@@ -786,7 +786,7 @@ class _Capture:
             self._set_env = False
 
 
-def _install_parts(stream: "_Stream", h2d_attr: str | None = None) -> bool:
+def _install_parts(stream: _Stream, h2d_attr: str | None = None) -> bool:
     """Time where each iteration goes, from global hooks torch already offers (no change to the
     job's code; a plain loop, Lightning and the HF Trainer all call these entry points):
 
@@ -821,7 +821,7 @@ def _install_parts(stream: "_Stream", h2d_attr: str | None = None) -> bool:
 
     def fwd_pre(module, args):
         if compiling():
-            return None
+            return
         o = s.open
         if o == NONE:
             s.open, s.depth, s.t_open = FWD, 1, clock()
@@ -833,11 +833,11 @@ def _install_parts(stream: "_Stream", h2d_attr: str | None = None) -> bool:
                 s.inner, s.idepth, s.t_inner = FWD, 1, clock()
             elif i == FWD:
                 s.idepth += 1
-        return None
+        return
 
     def fwd_post(module, args, out):
         if compiling():
-            return None
+            return
         o = s.open
         if o == FWD:
             s.depth -= 1
@@ -851,7 +851,7 @@ def _install_parts(stream: "_Stream", h2d_attr: str | None = None) -> bool:
                 s.c_fwd += d
                 s.carve += d
                 s.inner = NONE
-        return None
+        return
 
     orig_backward = autograd.backward
 
@@ -885,7 +885,7 @@ def _install_parts(stream: "_Stream", h2d_attr: str | None = None) -> bool:
             s.open, s.depth, s.carve, s.inner, s.t_open = OPT, 1, 0, NONE, clock()
         elif o == OPT and s.inner == NONE:
             s.depth += 1  # an optimizer wrapping another (accelerate's AcceleratedOptimizer)
-        return None
+        return
 
     def opt_post(optimizer, args, kwargs):
         if s.open == OPT and s.inner == NONE:
@@ -893,7 +893,7 @@ def _install_parts(stream: "_Stream", h2d_attr: str | None = None) -> bool:
             if s.depth <= 0:
                 s.c_opt += max(0, clock() - s.t_open - s.carve)
                 s.open = NONE
-        return None
+        return
 
     handles = []
     try:
@@ -979,12 +979,12 @@ def _wrap_optimizer_steps(optm, pre, post, compiling) -> bool:
             todo.append(sub)
             step = sub.__dict__.get("step")
             if step is not None and getattr(step, "hooked", False):
-                setattr(sub, "step", timed(step))
+                sub.step = timed(step)
     Optimizer.profile_hook_step = staticmethod(profile_hook_step)
     return True
 
 
-def _wrap_copies(torch, s: "_Stream", attr: str, compiling) -> None:
+def _wrap_copies(torch, s: _Stream, attr: str, compiling) -> None:
     """Host-to-device time: ``Tensor.to`` and ``Tensor.cuda`` at the top level of an iteration whose
     result is on the device (``attr``: ``is_cuda``) and whose source was not. No synchronization:
     a ``non_blocking`` copy costs what its launch costs."""

@@ -91,7 +91,7 @@ class StepReceiver:
         while not self._stop.is_set():
             try:
                 data, addr = self._sock.recvfrom(65536)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

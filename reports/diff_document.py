@@ -7,9 +7,9 @@ from typing import Any
 
 from trainscope import __version__
 from trainscope.analyzers.compare.diff import GateResult, Run, RunDiff, ShareChange
+from trainscope.analyzers.compare.tree_diff import NodeChange, NodeGateResult, TreeDiff
 from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.analyzers.trace.module_tree import STORED_LEVELS, STORED_NODES
-from trainscope.analyzers.compare.tree_diff import NodeChange, NodeGateResult, TreeDiff
 from trainscope.reports.document import AXIS_NAMES, headline_word
 
 SCHEMA = "trainscope.diff/1"
@@ -203,7 +203,7 @@ def _node(n: NodeChange) -> dict[str, Any]:
     }
 
 
-def node_gates_list(gates: "list[NodeGateResult] | None") -> list[dict[str, Any]]:
+def node_gates_list(gates: list[NodeGateResult] | None) -> list[dict[str, Any]]:
     """The node budgets of the gate (``diff --gate``), each with the nodes it judged."""
     out = []
     for g in gates or []:
@@ -233,7 +233,7 @@ def node_gates_list(gates: "list[NodeGateResult] | None") -> list[dict[str, Any]
     return out
 
 
-def tree_diff_dict(t: TreeDiff | None, gates: "list[NodeGateResult] | None" = None) -> dict[str, Any] | None:
+def tree_diff_dict(t: TreeDiff | None, gates: list[NodeGateResult] | None = None) -> dict[str, Any] | None:
     """Where in the model, before and after (analyzers/compare/tree_diff.py): the first level, the nodes that
     changed most, the renamed, added and removed ones, and the node budgets of the gate."""
     if t is None:
@@ -289,7 +289,7 @@ def fixes_list(fixes) -> list[dict[str, Any]]:
 
 
 def build_diff_document(
-    d: RunDiff, gate: GateResult | None = None, node_gates: "list[NodeGateResult] | None" = None
+    d: RunDiff, gate: GateResult | None = None, node_gates: list[NodeGateResult] | None = None
 ) -> dict[str, Any]:
     v = d.verdict
     mem = d.memory

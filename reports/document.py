@@ -7,11 +7,11 @@ from typing import Any
 
 from trainscope import __version__
 from trainscope.analyzers import findings as registry
+from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import Analysis, slowest
 from trainscope.analyzers.trace.breakdown import CATEGORIES, CATEGORY_LABELS
-from trainscope.analyzers.trace.kernels import ALL_CLASSES
 from trainscope.analyzers.trace.host_only import NO_GPU_ROWS
-from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.kernels import ALL_CLASSES
 from trainscope.analyzers.trace.sinks import SINK_LABELS
 from trainscope.analyzers.trace.verdict import Evidence
 from trainscope.collectors.formats import COUNTER_FORMATS  # the reader table's counters-only rows
@@ -617,7 +617,7 @@ def _steady_state(a: Analysis) -> dict[str, Any] | None:
     w = a.steady
     if w is None:
         return None
-    inside = dict((id(c), ns) for c, ns in w.in_window())
+    inside = {id(c): ns for c, ns in w.in_window()}
     return {
         "basis": "one-off costs found from the trace's evidence (analyzers/one_off.py), paid once per process (or "
         "once per shape); the verdict judges the window without them, or says NOT REPRESENTATIVE",

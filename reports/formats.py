@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any
 
 DOCUMENTS: tuple[str, ...] = ("analysis", "diff", "plan", "memory", "watch")
 """The documents trainscope renders: ``analyze`` (api.Report), ``diff`` (api.DiffResult), ``plan``
 (api.PlanResult), ``memory`` (api.MemoryReport) and the end of a ``watch``
 (:class:`trainscope.reports.renderers.WatchSummary`)."""
 
-Rendered = Union[str, bytes]
+Rendered = str | bytes
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from typing import Any
 from trainscope import __version__
 from trainscope.analyzers.compare.diff import GateResult
 from trainscope.analyzers.compare.history import RunSummary, SummaryDiff
-from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.analyzers.compare.tree_diff import NodeGateResult
+from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.reports.diff_document import (
     SCHEMA,
     fixes_list,
@@ -66,7 +66,7 @@ def build_summary_diff_document(
     gate: GateResult | None = None,
     before_run: Any = None,
     after_run: Any = None,
-    node_gates: "list[NodeGateResult] | None" = None,
+    node_gates: list[NodeGateResult] | None = None,
 ) -> dict[str, Any]:
     v = d.verdict
     return {

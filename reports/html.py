@@ -12,17 +12,20 @@ for the preformatted blocks. The document is made visible as a whole where a pag
 
 from __future__ import annotations
 
-
 import html
 import os
 from typing import TYPE_CHECKING, Any
 
-from trainscope.reports.document import AXIS_NAMES, counters_only, device_label, gpu_metrics_parts, headline
 from trainscope.reports.document import (
+    AXIS_NAMES,
     communication_split_words,
+    counters_only,
+    device_label,
     fusion_heading,
     fusion_rows,
     gain_words,
+    gpu_metrics_parts,
+    headline,
     tree_heading,
     tree_rows,
     window_lines,
@@ -171,7 +174,7 @@ def breakdown_svg(doc: dict, width: int = 1000, height: int = 260) -> str:
     return "".join(out)
 
 
-def median_step_index(analysis: "Analysis") -> int | None:
+def median_step_index(analysis: Analysis) -> int | None:
     """The step whose duration is nearest the step-time p50 the report's header shows (with an even
     number of steps the p50 lies between two: the nearer one, the shorter on a tie)."""
     steps = analysis.breakdown.steps
@@ -182,11 +185,11 @@ def median_step_index(analysis: "Analysis") -> int | None:
 
 
 def timeline_svg(
-    trace: "Trace",
-    analysis: "Analysis",
+    trace: Trace,
+    analysis: Analysis,
     width: int = 1000,
     columns: int = 500,
-    model: "TimelineModel | None" = None,
+    model: TimelineModel | None = None,
 ) -> str:
     """The median step on two lanes (GPU, host), each column coloured by its dominant category.
     ``model``: the rank's timeline model where the caller has one (``RankView.timeline``), else
@@ -266,9 +269,9 @@ def _evidence_rows(evidence: list[dict]) -> str:
 
 def render_html_fragment(
     doc: dict,
-    trace: "Trace | None" = None,
-    analysis: "Analysis | None" = None,
-    model: "TimelineModel | None" = None,
+    trace: Trace | None = None,
+    analysis: Analysis | None = None,
+    model: TimelineModel | None = None,
 ) -> str:
     """The report body (for Jupyter's ``_repr_html_``): no <html> wrapper, styles scoped inline.
     ``model``: the rank's timeline model, where the caller has built it."""
@@ -518,7 +521,7 @@ def render_html_fragment(
 
 
 def render_html(
-    doc: dict, trace: "Trace | None" = None, analysis: "Analysis | None" = None, model: "TimelineModel | None" = None
+    doc: dict, trace: Trace | None = None, analysis: Analysis | None = None, model: TimelineModel | None = None
 ) -> str:
     """The whole page."""
     name = os.path.basename(doc["input"]["path"].rstrip("/"))
@@ -544,7 +547,7 @@ def scoped_css(scope: str = ".trainscope-report") -> str:
 
 
 def render_html_cell(
-    doc: dict, trace: "Trace | None" = None, analysis: "Analysis | None" = None, model: "TimelineModel | None" = None
+    doc: dict, trace: Trace | None = None, analysis: Analysis | None = None, model: TimelineModel | None = None
 ) -> str:
     """For Jupyter (``Report._repr_html_``): the body with its styles scoped to one element."""
     return (

@@ -4,19 +4,18 @@ the end-of-watch summary and its Markdown report."""
 
 from __future__ import annotations
 
-from trainscope.analyzers.findings import code_language
-
 import textwrap
 import time
 from dataclasses import asdict
 from typing import Any
 
 from trainscope import __version__
+from trainscope.analyzers.findings import code_language
 from trainscope.analyzers.live.engine import READY, LiveStatus, WindowStats
 from trainscope.analyzers.live.split import BASIS, LABELS, PARTS, SHORT, SplitWindow, StepSplit
-from trainscope.traces.samples import Snapshot
 from trainscope.reports.document import AXIS_NAMES, _evidence, headline_word
 from trainscope.reports.markdown import md_escape
+from trainscope.traces.samples import Snapshot
 
 SCHEMA = "trainscope.watch/1"
 

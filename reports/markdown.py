@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 
 from trainscope.analyzers.findings import code_language
 from trainscope.analyzers.plural import unit_for
-import re
-
-from trainscope.reports.document import AXIS_NAMES, communication_split_words, device_label, gain_words
 from trainscope.reports.document import (
+    AXIS_NAMES,
+    communication_split_words,
+    device_label,
     fusion_heading,
     fusion_rows,
+    gain_words,
     gpu_metrics_parts,
     headline,
     tree_heading,
@@ -139,7 +141,7 @@ def render_markdown(doc: dict) -> str:
         w("")
         w("| category | share | p50 ms | p95 ms |")
         w("|---|---:|---:|---:|")
-        for c, d in b["categories"].items():
+        for d in b["categories"].values():
             w(f"| {md_escape(d['label'])} | {d['pct']:.1f} % | {d['p50_ms']:.2f} | {d['p95_ms']:.2f} |")
         w("")
         if split:

@@ -34,8 +34,9 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import IO, Iterable
+from typing import IO
 
 import msgspec
 import numpy as np
@@ -143,7 +144,7 @@ def findings_events(
     *,
     n_events: int = 0,
     pid: object = FINDINGS_PID,
-    tids: "list[int] | None" = None,
+    tids: list[int] | None = None,
     process: bool = True,
     step_scope: str = "g",
 ) -> Iterable[dict]:
@@ -411,7 +412,7 @@ def _array_span(path: str) -> tuple[int, int, dict] | None:
                 break
         else:
             return None
-        if not first[len(head) : len(head) + 4096].lstrip()[:1] == b"{":
+        if first[len(head) : len(head) + 4096].lstrip()[:1] != b"{":
             return None  # an empty array: the validated path says so
         obj = head.lstrip()[:1] == b"{"
         for tail_len in _TAILS:  # a short tail first: the trailer after the events is small

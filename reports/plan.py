@@ -6,8 +6,8 @@ from dataclasses import asdict
 from typing import Any
 
 from trainscope import __version__
-from trainscope.analyzers.plan.ledger import GB, OPTIMIZERS, PRECISIONS, Fit, FitOption, Ledger
 from trainscope.analyzers.plan.gpu_memory import GpuMemory
+from trainscope.analyzers.plan.ledger import GB, OPTIMIZERS, PRECISIONS, Fit, FitOption, Ledger
 from trainscope.reports.markdown import md_escape
 
 SCHEMA = "trainscope.plan/1"

@@ -6,8 +6,9 @@ and HTML escape their own."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from trainscope.reports.formats import Output
 from trainscope.traces.safe_text import safe_strings, visible_lines

@@ -5,18 +5,21 @@ from __future__ import annotations
 import os
 import textwrap
 
-from trainscope.reports.document import fusion_heading, fusion_rows, tree_heading, tree_rows
+from trainscope.analyzers.plural import unit_for
 from trainscope.reports.document import (
     AXIS_NAMES,
     communication_split_words,
     counters_only,
     device_label,
+    fusion_heading,
+    fusion_rows,
     gain_words,
     gpu_metrics_parts,
     headline,
+    tree_heading,
+    tree_rows,
     window_lines,
 )
-from trainscope.analyzers.plural import unit_for
 
 _BAR = 24
 

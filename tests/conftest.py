@@ -19,14 +19,14 @@ ALL_KINETO = sorted(p.name for p in KINETO.glob("*.json.gz"))
 CPU_ONLY = ("hta_cpu_only.pt.trace.json.gz", "hta_rank_non_gpu.json.gz")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load(name: str):
     from trainscope.collectors import open_traces
 
     return open_traces(str(KINETO / name)).traces[0]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def analysis(name: str):
     from trainscope.analyzers.trace.analysis import analyze_trace
 
@@ -165,6 +165,8 @@ FAST = {
     "test_host_idle.py",
     "test_host_sampler.py",
     "test_layering.py",
+    "test_import_graph.py",
+    "test_development_doc.py",
     "test_ledger.py",
     "test_live_analyzer.py",
     "test_live_window.py",

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.findings.labels import verdict_class
+from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.traces.builder import TraceBuilder
 from trainscope.traces.model import Trace
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -185,8 +184,8 @@ def test_mfu_estimated_from_shapes_without_flops_and_computed_with_them():
 
 
 def test_threshold_override_changes_the_verdict():
-    from trainscope.analyzers.trace.analysis import analyze_trace
     from trainscope.analyzers.rules import Rules
+    from trainscope.analyzers.trace.analysis import analyze_trace
 
     t = load("resnet50_v100_num_workers_0.pt.trace.json.gz")
     strict = analyze_trace(t, Rules({"data_wait.moderate": 45, "data_wait.high": 60}))

@@ -15,16 +15,15 @@ import numpy as np
 import pytest
 
 import trainscope.api as ts
-from trainscope.analyzers.ranks.story import rank_story
+from tests.conftest import DATA, KINETO, dlrm_rank_dir
 from trainscope.analyzers.ranks.alignment import ranks_view, with_aligned_imbalance
+from trainscope.analyzers.ranks.story import rank_story
 from trainscope.analyzers.rules import Rules
+from trainscope.api.executor import MapOptions, run_rank_set
 from trainscope.cli import main
 from trainscope.collectors import open_traces
-from trainscope.api.executor import MapOptions, run_rank_set
 from trainscope.reports.deep import stragglers_dict
 from trainscope.reports.document import build_document
-
-from tests.conftest import DATA, KINETO, dlrm_rank_dir
 
 GLOO = DATA / "gloo"
 DLRM = KINETO / "hta_dlrm_ws128_2ranks"

@@ -19,7 +19,6 @@ import pytest
 from tests.conftest import DATA
 from tests.fuzzing import run_in_process
 from tests.test_golden import CASES
-
 from trainscope.api import cache
 
 SMALL = "cpu/fast.pt.trace.json.gz"

@@ -129,7 +129,7 @@ def _squat(job_pid: int, victim: str, seconds: float) -> dict:
     while time.monotonic() < end:
         try:
             _, addr = s.recvfrom(65536)
-        except socket.timeout:
+        except TimeoutError:
             continue
         got += 1
         if addr:

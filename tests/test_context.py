@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import re
+from dataclasses import replace
 
 import pytest
 
 from tests.conftest import DATA, analysis, load, raw_document
+from trainscope.analyzers.findings import REGISTRY, fix_text
+from trainscope.analyzers.findings import title_for as title
 from trainscope.analyzers.trace.context import TRAINING, Context, detect_context
-from trainscope.analyzers.findings import REGISTRY, fix_text, title_for as title
 from trainscope.analyzers.trace.recommendations import code_lines, recommend
 from trainscope.analyzers.trace.verdict import Evidence, Finding
 

@@ -149,7 +149,7 @@ def test_every_kernel_says_where_its_figures_came_from():
     c = kernel_costs(t)
     assert (c.kind == SOURCE_KINDS.index("shapes")).all()
     assert all(c.sources[s].startswith("shapes: aten::") for s in c.source)
-    assert set(PRECISIONS[p] for p in np.unique(c.precision)) <= {"bf16", "fp32", "unknown"}
+    assert {PRECISIONS[p] for p in np.unique(c.precision)} <= {"bf16", "fp32", "unknown"}
     # an fp32 matrix product on a TF32 kernel is TF32; the same op on an FFMA kernel stays fp32
     a100 = load("hta_a100_control.json.gz")
     ca = kernel_costs(a100)
@@ -173,8 +173,8 @@ def test_unlinked_unrecognized_kernels_are_unknown_never_compute():
 
 
 def test_nsight_emit_nvtx_shapes_cost_their_kernels():
-    from trainscope.collectors import open_traces
     from tests.conftest import DATA
+    from trainscope.collectors import open_traces
 
     t = open_traces(str(DATA / "nsys" / "cs336_small_train_step_a100.sqlite")).traces[0]
     oi = t.op_inputs

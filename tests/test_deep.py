@@ -25,7 +25,7 @@ CONTROL = "hta_a100_control.json.gz"
 RESNET_2021 = "resnet50_v100_num_workers_0.pt.trace.json.gz"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def deep(name: str, step: str | None = None) -> DeepAnalysis:
     return deep_analysis(load(name), analysis(name), step=step)
 

@@ -8,7 +8,6 @@ Holistic Trace Analysis's TraceDiff on the same pair.
 from __future__ import annotations
 
 import functools
-from dataclasses import replace
 import gzip
 import json
 import os
@@ -16,6 +15,7 @@ import re
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -48,7 +48,7 @@ def gpu_diff():
     return diff_runs(_run(A100), _run(V100))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _events(name: str) -> list[dict]:
     doc = raw_document(name)
     return doc["traceEvents"] if isinstance(doc, dict) else doc
@@ -526,11 +526,11 @@ def test_json_markdown_and_text_renderings(gpu_diff, gpu_cli):
 def test_every_finding_the_analyzers_raise_has_a_diff_metric_and_a_critical_path_family():
     """The tables keyed by finding id must know every id the analyzers emit (on every bundled
     trace), or `diff` says 'unknown' and `--deep` 'names no single cause' for it."""
-    from trainscope.analyzers.trace.analysis import analyze_set
-    from trainscope.analyzers.deep.critical_path import FINDING_FAMILY
-    from trainscope.analyzers.compare.diff import FINDING_METRICS
-    from trainscope.collectors import open_traces
     from tests.conftest import DATA
+    from trainscope.analyzers.compare.diff import FINDING_METRICS
+    from trainscope.analyzers.deep.critical_path import FINDING_FAMILY
+    from trainscope.analyzers.trace.analysis import analyze_set
+    from trainscope.collectors import open_traces
 
     seen = set()
     for path in sorted(DATA.glob("kineto/*.json.gz")) + sorted(DATA.glob("nsys/*.sqlite")):
@@ -541,9 +541,9 @@ def test_every_finding_the_analyzers_raise_has_a_diff_metric_and_a_critical_path
 
 
 def test_fused_attention_outcome_is_measured_on_the_nsight_pair():
+    from tests.conftest import DATA
     from trainscope.analyzers.trace.analysis import analyze_set
     from trainscope.collectors import open_traces
-    from tests.conftest import DATA
 
     runs = [
         str(DATA / "nsys" / n) for n in ("cs336_small_fwd_ctx4096_a100.sqlite", "cs336_small_train_step_a100.sqlite")

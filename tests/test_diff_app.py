@@ -28,18 +28,18 @@ from trainscope.reports.diff_markdown import render_diff_markdown  # noqa: E402
 from trainscope.tui.chrome import HelpScreen as DiffHelpScreen  # noqa: E402
 from trainscope.tui.diff_app import DiffApp, report_name  # noqa: E402
 from trainscope.tui.diff_panes import (
+    SHORT_LABELS,
     DiffBreakdown,
     DiffSummary,
     FixOutcomes,
     KernelDiffPane,  # noqa: E402
-    SHORT_LABELS,
 )
 
 BEFORE, AFTER = str(KINETO / A100), str(KINETO / V100)
 MATCHED = ("exact", "arch", "family")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pair() -> RunDiff:
     return diff_runs(_run(A100), _run(V100))
 

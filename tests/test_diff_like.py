@@ -24,7 +24,7 @@ def _sql(path, q):
         con.close()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _diff():
     from trainscope.analyzers.trace.analysis import analyze_set
     from trainscope.collectors import open_traces

@@ -4,14 +4,13 @@ verdict is the largest sink of step time, and small stakes are findings, not ran
 from __future__ import annotations
 
 import dataclasses
+import functools
+import gzip
+import json
 import re
 from pathlib import Path
 
 import pytest
-
-import functools
-import gzip
-import json
 
 from tests.conftest import DATA, KINETO
 from tests.conftest import analysis as _analysis
@@ -30,7 +29,7 @@ def _path(name: str) -> Path:
     return DATA / "labeled" / "kineto" / name
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def analysis(name: str):
     if (DATA / "kineto" / name).exists():
         return _analysis(name)
@@ -47,8 +46,8 @@ def raw_document(name: str):
 
 def consumer_gaps(reg: dict) -> list[str]:
     """Every (finding, consumer) pair where the consumer does not know the finding."""
-    from trainscope.analyzers.deep.critical_path import FAMILY_LABELS, FINDING_FAMILY
     from trainscope.analyzers.compare.diff import FINDING_METRICS
+    from trainscope.analyzers.deep.critical_path import FAMILY_LABELS, FINDING_FAMILY
     from trainscope.reports.document import HEADLINES
 
     gaps = []
@@ -463,8 +462,8 @@ def test_rank_imbalance_is_the_wait_for_the_busiest_rank():
     """DLRM, 2 ranks: rank 1 carries more kernel work (the label's slower rank); rank 0 waits for it
     inside the all-to-all. That wait, the difference of their compute-kernel time per step, moves
     from rank 0's communication sink to its imbalance sink; rank 1 keeps none."""
-    from trainscope.analyzers.trace.analysis import analyze_set, analyze_trace, slowest, with_rank_imbalance
     from trainscope.analyzers.rules import Rules
+    from trainscope.analyzers.trace.analysis import analyze_set, analyze_trace, slowest, with_rank_imbalance
     from trainscope.collectors import open_traces
 
     ts = open_traces(str(KINETO / "hta_dlrm_ws128_2ranks"))
@@ -506,7 +505,7 @@ def test_sinks_split_a_breakdown_exclusively_and_rank_by_eligibility():
     }
     step = StepBreakdown("s", 0, 100 * ms, ns, 10 * ms)
     p = Percentiles(100.0, 100.0, 100.0)
-    b = Breakdown(0, [step], 100 * ms, ns, 10 * ms, p, {c: p for c in ns})
+    b = Breakdown(0, [step], 100 * ms, ns, 10 * ms, p, dict.fromkeys(ns, p))
     s = split_sinks(
         b,
         busy_split={"memory": 3, "compute": 1, "unknown": 0},

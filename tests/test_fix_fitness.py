@@ -15,8 +15,8 @@ import pytest
 
 from tests.conftest import DATA, analysis
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings import code_language, fix_text
+from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.trace.frame_names import user_name
 
 VLLM = "tl_mi300x_vllm_gptoss_decode_fullgraph_bs32.json.gz"
@@ -25,20 +25,20 @@ TIMESFORMER = "tl_h100_timesformer_k400_infer.json.gz"
 
 
 def _contexts():
-    axes = dict(
-        mode=("training", "inference", "unknown"),
-        framework=("pytorch", "native"),
-        graphs=(False, True),
-        compiled=(False, True),
-        source_format=("kineto", "nsys-sqlite"),
-        fused_attention=(False, True),
-        causal=(None, True),
-        optimizer=(None, "SGD", "AdamW", "FusedAdam", "Adagrad"),
-        fused_optimizer=(False, True),
-        input_source=(None, "dataloader", "pipeline", "files", "communication"),
-        decode=(False, True),
-        collectives=({}, {"all-reduce": 5.0}, {"all-to-all": 5.0}, {"all-gather": 5.0}),
-    )
+    axes = {
+        "mode": ("training", "inference", "unknown"),
+        "framework": ("pytorch", "native"),
+        "graphs": (False, True),
+        "compiled": (False, True),
+        "source_format": ("kineto", "nsys-sqlite"),
+        "fused_attention": (False, True),
+        "causal": (None, True),
+        "optimizer": (None, "SGD", "AdamW", "FusedAdam", "Adagrad"),
+        "fused_optimizer": (False, True),
+        "input_source": (None, "dataloader", "pipeline", "files", "communication"),
+        "decode": (False, True),
+        "collectives": ({}, {"all-reduce": 5.0}, {"all-to-all": 5.0}, {"all-gather": 5.0}),
+    }
     keys = list(axes)
     for values in itertools.product(*axes.values()):
         kw = dict(zip(keys, values))
@@ -156,7 +156,8 @@ def test_code_language(change, lang):
 
 
 def test_mpi_host_time_is_told_as_communication():
-    from trainscope.analyzers.findings import detail_for as detail, title_for as title
+    from trainscope.analyzers.findings import detail_for as detail
+    from trainscope.analyzers.findings import title_for as title
 
     mpi = Context(mode="unknown", framework="native", input_source="communication")
     assert "MPI" in title("data/input-wait", mpi, "x") and "input" not in title("data/input-wait", mpi, "x")

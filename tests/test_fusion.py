@@ -12,12 +12,12 @@ import pathlib
 import numpy as np
 import pytest
 
+from trainscope.analyzers.devices import lookup_device
+from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.trace.cost import kernel_costs
-from trainscope.analyzers.devices import lookup_device
 from trainscope.analyzers.trace.fusion import _without_overlap, fusion_candidates
 from trainscope.analyzers.trace.roofline import roofline
-from trainscope.analyzers.rules import Rules
 from trainscope.collectors import open_traces
 from trainscope.reports.document import build_document
 from trainscope.reports.html import render_html

@@ -14,14 +14,19 @@ import random
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
-from tests.fuzzing import ALLOWED, SEEDS, classify, commands_for, make_mutant, run_in_process
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.fuzzing import (
+    ALLOWED,
+    SEEDS,
     SEMANTIC_MUTATIONS,
     SEMANTIC_SEEDS,
+    classify,
+    commands_for,
     headline_changes,
+    make_mutant,
+    run_in_process,
     semantic_baseline,
     semantic_mutant,
     semantic_outcome,

@@ -300,8 +300,8 @@ def test_covered_total_equals_the_total_of_the_intersection():
     rng = np.random.default_rng(3)
     for n, m in ((0, 5), (5, 0), (1, 1), (30, 200), (400, 50), (2000, 2000)):
         for _ in range(10):
-            a = iv.union(*(lambda s: (s, s + rng.integers(1, 30, n)))(rng.integers(0, 3000, n)))
-            b = iv.union(*(lambda s: (s, s + rng.integers(1, 30, m)))(rng.integers(0, 3000, m)))
+            a = iv.union(*(lambda s, n=n: (s, s + rng.integers(1, 30, n)))(rng.integers(0, 3000, n)))
+            b = iv.union(*(lambda s, m=m: (s, s + rng.integers(1, 30, m)))(rng.integers(0, 3000, m)))
             assert _covered(a, b) == iv.total(_and(a, b)), (n, m)
 
 

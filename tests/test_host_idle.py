@@ -163,8 +163,8 @@ def test_one_pass_classification_equals_the_window_loop(monkeypatch):
     frames, windows touching or empty, launches, copies after quiet stages."""
     import numpy as np
 
-    from trainscope.analyzers.trace import host_idle as H
     from trainscope.analyzers import intervals as iv
+    from trainscope.analyzers.trace import host_idle as H
 
     rng = np.random.default_rng(19)
     monkeypatch.setattr(H, "_GROUP", 2)
@@ -187,7 +187,7 @@ def test_one_pass_classification_equals_the_window_loop(monkeypatch):
         left = iv.intersect(windows_set, (np.concatenate([[-1], busy[1]]), np.concatenate([busy[0], [2_000]])))
         at = np.sort(rng.integers(0, 1_200, int(rng.integers(0, 30))))
         kind = rng.integers(-1, 3, len(at))
-        monkeypatch.setattr(H, "_first_op_after", lambda trace, device: (at, kind))
+        monkeypatch.setattr(H, "_first_op_after", lambda trace, device, at=at, kind=kind: (at, kind))
         got = H._classify_all(None, fts, fend, parent, launch_ts, left, ws, we, None)
         want = H._classify_by_stage(None, fts, fend, parent, launch_ts, left, ws, we, None)
         for c in ("input", "launch", "other"):

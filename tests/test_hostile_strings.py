@@ -18,7 +18,8 @@ import json
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.fuzzing import run_in_process
 from tests.hostile import (

@@ -26,7 +26,7 @@ TRACES = [
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def report(name: str):
     return ts.analyze(str(DATA / name))
 

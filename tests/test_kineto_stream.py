@@ -7,17 +7,16 @@ salvaged to the same complete events the whole-document salvage keeps."""
 from __future__ import annotations
 
 import gzip
-import os
 import json
+import os
 
 import numpy as np
 import pytest
 
+from tests.conftest import KINETO, raw_document
 from trainscope.collectors import kineto_stream, readers
 from trainscope.collectors.kineto import load_kineto, load_kineto_in_memory
 from trainscope.collectors.readers import _salvage_events
-
-from tests.conftest import KINETO, raw_document
 
 TABLES = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "memory")
 

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from trainscope.analyzers.plan.gpu_memory import GIB, custom_gpu, gpu_memory
 from trainscope.analyzers.plan.ledger import (
     PlanConfig,
     activation_memory,
@@ -15,7 +16,6 @@ from trainscope.analyzers.plan.ledger import (
     normalize,
     transformer_params,
 )
-from trainscope.analyzers.plan.gpu_memory import GIB, custom_gpu, gpu_memory
 
 GB = 1e9
 GPT2_XL = 1.5e9  # the seeds round GPT-2 XL to 1.5 B parameters

@@ -9,8 +9,8 @@ import pathlib
 import subprocess
 import sys
 
-from trainscope.analyzers.live.engine import LiveAnalyzer
 from trainscope.analyzers.findings.live import creep_finding
+from trainscope.analyzers.live.engine import LiveAnalyzer
 from trainscope.analyzers.live.memory_creep import memory_creeps
 from trainscope.traces.samples import GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
 

@@ -216,7 +216,7 @@ def test_the_same_file_is_named_one_way_however_it_was_asked_for(tmp_path):
 
     async def calls(c):
         got = []
-        for i, form in enumerate(forms):
+        for form in forms:
             for tool, extra in (
                 ("analyze_trace", {}),
                 ("list_kernels", {}),

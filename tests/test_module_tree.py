@@ -19,11 +19,11 @@ import time
 import numpy as np
 import pytest
 
+from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.trace.module_tree import OUTSIDE, folded_name, module_tree
 from trainscope.collectors.inputs import open_traces
 from trainscope.reports.document import build_document, tree_rows
-from trainscope.analyzers.rules import Rules
 from trainscope.traces.builder import TraceBuilder
 from trainscope.traces.model import PythonFrames
 

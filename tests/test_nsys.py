@@ -31,12 +31,12 @@ SAXPY_2022 = NSYS / "pipit_saxpy_a100_nsys2022.sqlite"
 ALL = (TRAIN, CTX4096, DDP, SAXPY_2022)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def traces(path):
     return open_traces(str(path)).traces
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def analyses(path):
     return analyze_set(open_traces(str(path)))
 
@@ -71,15 +71,13 @@ def test_every_shared_export_loads_and_analyzes(path):
     ts = traces(path)
     assert ts and all(len(t.kernels) for t in ts)
     # kernels per process and their summed time, straight from SQL
-    rows = dict(
-        (
-            (p, (n, d))
-            for p, n, d in sql(
-                path,
-                "SELECT (globalPid >> 24) & 16777215, count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1",
-            )
+    rows = {
+        p: (n, d)
+        for p, n, d in sql(
+            path,
+            "SELECT (globalPid >> 24) & 16777215, count(*), sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1",
         )
-    )
+    }
     for t in ts:
         n, d = rows[t.metadata["pid"]]
         assert len(t.kernels) == n and int(t.kernels.dur.sum()) == d

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sqlite3
 
-
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.collectors import open_traces
 
@@ -45,7 +44,7 @@ def build(path, replays: int = 10, replay_ms: int = 78, graph_table: bool = True
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", [(v, k) for k, v in strings.items()])
     corr = 1
     t = 1 * MS
-    for i in range(12):  # eager warm-up before capture: 12 kernels of 0.2 ms
+    for _ in range(12):  # eager warm-up before capture: 12 kernels of 0.2 ms
         con.execute(
             "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 1, 0, NULL)", (t, t + 10_000, GTID, corr)
         )

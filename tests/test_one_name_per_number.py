@@ -414,7 +414,7 @@ def one_value_two_labels(figs: list[Figure]) -> list[str]:
 # -- the renderers of a bundled trace --------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dlrm8() -> str:
     import tempfile
 
@@ -433,7 +433,7 @@ def _remove_the_8_rank_set():
         shutil.rmtree(_dlrm8(), ignore_errors=True)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def report(name: str):
     import trainscope.api as ts
 
@@ -453,7 +453,7 @@ def overview_text(doc: dict) -> str:
     return "\n".join(lines)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def renderings(name: str) -> dict[str, list[Figure]]:
     """Every renderer's figures of one bundled trace; for a rank set, also each other rank's own
     report as the app shows it (its document alone)."""
@@ -526,7 +526,7 @@ def test_every_bundled_traces_renderers_give_one_name_per_number(name):
 def test_the_golden_set_is_every_bundled_analysis():
     from tests.test_golden import CASES
 
-    assert GOLDEN_ANALYSES == sorted(f"{n}.json" for n, argv in CASES.items() if argv[0] == "analyze")
+    assert sorted(f"{n}.json" for n, argv in CASES.items() if argv[0] == "analyze") == GOLDEN_ANALYSES
     assert len(GOLDEN_ANALYSES) >= 29
 
 

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
+from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.trace.one_off import one_off_costs, steady_window
 from trainscope.analyzers.trace.steps import segment_steps
 from trainscope.reports.document import build_document, headline
-from trainscope.analyzers.rules import Rules
 from trainscope.traces.builder import TraceBuilder
 
 MS = 1_000_000
@@ -170,7 +170,7 @@ def _steps_trace(durations_ms, compile_every_step=False):
         if compile_every_step:
             b.annotation("compile_fx (dynamo_timed)", t + 10_000, 6 * MS)
         host = t + (6 * MS + 20_000 if compile_every_step else 20_000)
-        for k in range(6):
+        for _ in range(6):
             c = b.launch(host, 5_000)
             b.kernel(GEMM, host + 10_000, 900_000, c)
             host += 1 * MS

@@ -57,8 +57,8 @@ def test_without_alignment_the_estimate_is_the_fallback():
     """Ranks whose collectives cannot be matched get the compute-time estimate in the reduce: two
     copies of one rank with the other's rank number have identical collectives in time, so the
     alignment matches; the estimate path is exercised by ``with_rank_imbalance`` directly."""
-    from trainscope.analyzers.trace.analysis import analyze_set, with_rank_imbalance
     from trainscope.analyzers.rules import Rules
+    from trainscope.analyzers.trace.analysis import analyze_set, with_rank_imbalance
     from trainscope.collectors import open_traces
 
     analyses = analyze_set(open_traces(DLRM))

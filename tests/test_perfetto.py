@@ -19,7 +19,7 @@ NSYS = DATA / "nsys"
 A100 = KINETO / "hta_a100_control.json.gz"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def exported(tmp: str) -> str:
     out = f"{tmp}/a100.perfetto.json"
     r = subprocess.run(
@@ -64,7 +64,7 @@ def _subtract(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def comm_not_overlapped_by_hand() -> tuple[int, list[tuple[int, int]]]:
     """NCCL kernel time outside every other kernel, inside the ProfilerStep ranges, in raw-JSON ns,
     and the raw file's baseTimeNanoseconds (to line the export's times up with the raw ones)."""
@@ -142,7 +142,7 @@ def test_the_export_reads_back_in_trainscope_with_the_findings_tracks(export):
     # The verdict range covers the steps; the step markers are there; the kernels all came back, and
     # trainscope's reader takes no finding for an annotation of the trace (its own category).
     names = [t.strings[i] for i in t.annotations.name]
-    assert not any(n.startswith("finding ") or n.startswith("verdict ") for n in names)
+    assert not any(n.startswith(("finding ", "verdict ")) for n in names)
     assert any(e.get("name", "").startswith("verdict machine") for e in doc["traceEvents"])
     assert sum(1 for e in doc["traceEvents"] if e.get("cat") == "trainscope_step") == 6
     with gzip.open(A100, "rt") as f:
@@ -491,10 +491,10 @@ def test_a_plain_file_with_text_that_is_not_unicode_exports_as_valid_json(tmp_pa
     """A plain .json whose strings hold a byte that is not UTF-8 and a lone surrogate: copying its
     bytes as they are wrote them into the export (invalid JSON for a strict reader); the export now
     goes through the stream reader and holds the visible repairs the analysis read."""
+    from trainscope.analyzers.rules import Rules
     from trainscope.collectors import open_traces
     from trainscope.reports.perfetto import write_perfetto
     from trainscope.tui.state import build_session
-    from trainscope.analyzers.rules import Rules
 
     raw = gzip.decompress((KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz").read_bytes())
     name = b'"name": "aten::conv2d"'

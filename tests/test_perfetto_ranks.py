@@ -37,7 +37,7 @@ def _rank_files(d: Path) -> list[Path]:
     return sorted(p for p in d.iterdir() if p.name.endswith((".json", ".json.gz")))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cli_export(name: str, tmp: str) -> str:
     out = os.path.join(tmp, f"{name}.perfetto.json")
     assert main(["analyze", str(RANK_SETS[name]), "--format", "json", "-q", "--jobs", "1", "--perfetto", out]) == 0
@@ -362,8 +362,8 @@ def test_the_rank_set_file_loads_in_perfettos_trace_processor(name, exports):
 
 
 def test_a_hostile_rank_set_exports_as_valid_json_with_its_names_intact(tmp_path):
-    from tests.hostile import LONE_SURROGATE, PAYLOAD, kineto_doc
     import trainscope.api as ts
+    from tests.hostile import LONE_SURROGATE, PAYLOAD, kineto_doc
 
     ranks = tmp_path / "ranks"
     ranks.mkdir()

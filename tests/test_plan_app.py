@@ -13,8 +13,8 @@ import pytest
 
 textual = pytest.importorskip("textual")
 
-from trainscope.analyzers.plan.ledger import GB, PlanConfig, fit, fit_options, ledger  # noqa: E402
 from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY, gpu_memory  # noqa: E402
+from trainscope.analyzers.plan.ledger import GB, PlanConfig, fit, fit_options, ledger  # noqa: E402
 from trainscope.tui.plan_app import KEYS, HelpScreen, PlanApp  # noqa: E402
 from trainscope.tui.plan_view import ITEM_STYLE  # noqa: E402
 
@@ -147,7 +147,7 @@ def test_batch_accumulation_gpus_zero_and_device_keys_rescale_the_ledger():
     )
     for name in ("batch64", "accum8", "batch4", "zero1", "zero3"):
         cfg, _, items = seen[name]
-        assert {k: v for k, v in items.items()} == {i.key: i.bytes for i in ledger(cfg).items}
+        assert dict(items.items()) == {i.key: i.bytes for i in ledger(cfg).items}
     order = [g.key for g in GPU_MEMORY]
     assert seen["next_device"][1].key == order[order.index("v100-32") + 1]
     assert seen["next_device"][0].gpus == 1

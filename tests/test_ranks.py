@@ -14,13 +14,12 @@ import pickle
 import numpy as np
 import pytest
 
-from trainscope.analyzers.trace.analysis import analyze_trace
+from tests.conftest import GLOO_DELAY_MS, KINETO, dlrm_rank_dir
 from trainscope.analyzers.ranks.alignment import align_ranks, ranks_view, summarize
+from trainscope.analyzers.trace.analysis import analyze_trace
+from trainscope.api.executor import MapOptions, map_ranks, rank_files, run_rank_set
 from trainscope.cli import main
 from trainscope.collectors import open_traces
-from trainscope.api.executor import MapOptions, map_ranks, rank_files, run_rank_set
-
-from tests.conftest import GLOO_DELAY_MS, KINETO, dlrm_rank_dir
 
 DLRM = KINETO / "hta_dlrm_ws128_2ranks"
 

@@ -19,9 +19,9 @@ import json
 import pytest
 
 from tests.conftest import DATA, KINETO, dlrm_rank_dir
-from trainscope.analyzers.trace.analysis import rejudged
 from trainscope.analyzers.findings.ranks import NOT_WORK_TITLE
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.analysis import rejudged
 from trainscope.api import analyze
 
 DLRM = KINETO / "hta_dlrm_ws128_2ranks"
@@ -222,10 +222,10 @@ def test_eight_ranks_without_a_straggler_bound_by_the_most_extra_work(tmp_path):
 
 
 def test_the_diff_no_longer_offers_balancing_for_wan21():
-    from trainscope.cli import main
-
     import contextlib
     import io
+
+    from trainscope.cli import main
 
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):

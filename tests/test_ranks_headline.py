@@ -8,10 +8,9 @@ import json
 
 import pytest
 
+from tests.conftest import KINETO
 from trainscope.cli import main
 from trainscope.reports.deep import straggler_headline
-
-from tests.conftest import KINETO
 
 DLRM = KINETO / "hta_dlrm_ws128_2ranks"
 

@@ -16,11 +16,10 @@ import json
 
 import pytest
 
-from trainscope.analyzers.trace.analysis import analyze_trace
-from trainscope.analyzers.ranks.alignment import align_ranks, summarize
-from trainscope.collectors import open_traces
-
 from tests.conftest import GLOO_DELAY_MS, KINETO
+from trainscope.analyzers.ranks.alignment import align_ranks, summarize
+from trainscope.analyzers.trace.analysis import analyze_trace
+from trainscope.collectors import open_traces
 
 DLRM = KINETO / "hta_dlrm_ws128_2ranks"
 NCCL = KINETO / "hta_a100_nccl.json.gz"
@@ -170,9 +169,9 @@ def test_per_rank_verdicts_rejudged_with_the_measured_wait(dlrm):
     re-derived from the raw JSON), from the rank map's analyses as from an already-read TraceSet's
     (each rank judged alone: imbalance is decided once, in the reduce); rank 1, the straggler, waits
     for no one; nothing else in the step moves."""
-    from trainscope.analyzers.trace.analysis import analyze_set
     from trainscope.analyzers.ranks.alignment import with_aligned_imbalance
     from trainscope.analyzers.rules import Rules
+    from trainscope.analyzers.trace.analysis import analyze_set
 
     al = align_ranks(dlrm)
     docs = [_raw(DLRM / f"rank{r}.json.gz") for r in (0, 1)]

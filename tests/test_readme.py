@@ -258,7 +258,7 @@ def test_the_readmes_benchmark_rows_are_the_golden_verdicts():
     )
     checked = 0
     for name, _cls, finding, conf in rows:
-        golden = [p for p in (ROOT / "tests" / "golden").glob(f"analyze-*-{name}.json")]
+        golden = list((ROOT / "tests" / "golden").glob(f"analyze-*-{name}.json"))
         if not golden:
             continue  # public/ and steady/ rows: held by tests/test_steady_properties.py and the benchmark
         v = _json.loads(golden[0].read_text(encoding="utf-8"))["verdict"]

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.trace.repairs import (

@@ -236,9 +236,9 @@ def test_tensor_core_candidates_are_compute_bound_fp32_matrix_math_only():
     precision are no candidates."""
     import dataclasses
 
+    from trainscope.analyzers.devices import lookup
     from trainscope.analyzers.trace.cost import PRECISIONS as CP
     from trainscope.analyzers.trace.cost import kernel_costs, name_precision
-    from trainscope.analyzers.devices import lookup
     from trainscope.analyzers.trace.roofline import roofline
 
     t = load("resnet50_v100_num_workers_0.pt.trace.json.gz")
@@ -299,9 +299,9 @@ def test_a_kernel_faster_than_its_roof_is_flagged_not_shown():
 
 
 def test_api_kernel_table_sorts_by_pct_of_roof():
+    from tests.conftest import KINETO
     from trainscope import api
     from trainscope.api.errors import BadInput
-    from tests.conftest import KINETO
 
     rep = api.analyze(str(KINETO / "tracelens_h100_qwen_inference.json.gz"))
     t = api.kernel_table(rep, sort="pct_of_roof", limit=1000)

@@ -44,7 +44,7 @@ def _bundled() -> list[str]:
     return [str(p.relative_to(DATA)) for p in paths]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _report(rel: str):
     from trainscope.api import analyze
     from trainscope.api.errors import BadInput

@@ -18,6 +18,7 @@ import pytest
 from tests.conftest import KINETO
 from tests.test_tree_diff import MLP, QWEN, _model, stretch
 from trainscope.analyzers.compare.history import BadSummary, RunSummary
+from trainscope.analyzers.compare.tree_diff import _size, diff_trees, node_gate, parse_budget
 from trainscope.analyzers.trace.module_tree import (
     STORED_KERNEL,
     STORED_LEVELS,
@@ -26,7 +27,6 @@ from trainscope.analyzers.trace.module_tree import (
     bounded_name,
     top_levels,
 )
-from trainscope.analyzers.compare.tree_diff import _size, diff_trees, node_gate, parse_budget
 
 HTA = KINETO / "hta_a100_80gb_rank0.json.gz"  # 79 nodes, 7 levels: a bundled tree over the bound
 NORM = KINETO / "tl_mi300x_norm_layers_fwdbwd.json.gz"  # a leaf's heaviest kernel is 5,096 characters long

@@ -13,12 +13,11 @@ import pytest
 
 pytest.importorskip("torch.distributed", reason="torch (the [test] extra) records the job")
 
-from trainscope.analyzers.trace.analysis import analyze_set  # noqa: E402
+from tests.conftest import GLOO_DELAY_MS as DELAY_MS  # noqa: E402
 from trainscope.analyzers.ranks.stragglers import detect_stragglers  # noqa: E402
+from trainscope.analyzers.trace.analysis import analyze_set  # noqa: E402
 from trainscope.cli import main  # noqa: E402
 from trainscope.collectors import open_traces  # noqa: E402
-
-from tests.conftest import GLOO_DELAY_MS as DELAY_MS  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -7,9 +7,9 @@ import pytest
 
 from tests.conftest import ALL_KINETO, CPU_ONLY, analysis, load
 from trainscope.analyzers.trace.kernels import kernel_classes
+from trainscope.analyzers.trace.whatif import levers, project
 from trainscope.analyzers.views.memory_curve import memory_curves
 from trainscope.analyzers.views.timeline import TimelineModel
-from trainscope.analyzers.trace.whatif import levers, project
 
 GPU_TRACES = [n for n in ALL_KINETO if n not in CPU_ONLY]
 

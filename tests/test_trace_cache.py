@@ -25,7 +25,6 @@ import pytest
 from tests.conftest import DATA
 from tests.fuzzing import run_in_process
 from tests.test_golden import CASES, GOLDEN, differences, normalized
-
 from trainscope.api import cache, trace_cache
 from trainscope.traces.model import Table
 
@@ -109,7 +108,7 @@ def test_every_field_of_every_bundled_trace_comes_back_exactly(cache_on):
     names = [os.path.relpath(p, DATA) for p in ALL] + absolute
     for name in names:
         want = open_traces(name)
-        assert trace_cache.open_cached(name, lambda: want) is want  # read, stored
+        assert trace_cache.open_cached(name, lambda want=want: want) is want  # read, stored
         got = trace_cache.open_cached(name, lambda: pytest.fail("parsed on a hit"))
         same(want, got, name)
         assert got.traces[0].kernels.ts.flags.writeable  # the analysis may repair in place
@@ -159,7 +158,7 @@ def test_a_name_holding_the_placeholder_is_not_stored(cache_on, tmp_path):
     copy = tmp_path / "ph.json.gz"
     shutil.copy2(DATA / SMALL, copy)
     for name in (str(copy), os.path.relpath(copy)):  # relocated or not
-        assert trace_cache.open_cached(name, lambda: TraceSet(name, [t])).traces[0] is t
+        assert trace_cache.open_cached(name, lambda name=name: TraceSet(name, [t])).traces[0] is t
     assert cache.STATS.uncacheable == 2 and len(traces_in(cache_on)) == 1
 
 

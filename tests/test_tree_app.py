@@ -30,7 +30,7 @@ QWEN = DATA / "kineto" / "tracelens_h100_qwen_inference.json.gz"
 CS336 = DATA / "nsys" / "cs336_small_train_step_a100.sqlite"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def session(path):
     return build_session(str(path), open_traces(str(path)), Rules())
 

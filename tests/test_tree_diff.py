@@ -13,7 +13,6 @@ import sys
 import pytest
 
 from tests.conftest import DATA, KINETO
-from trainscope.analyzers.trace.module_tree import ModuleTree, Node
 from trainscope.analyzers.compare.tree_diff import (
     NoSuchNode,
     diff_trees,
@@ -21,6 +20,7 @@ from trainscope.analyzers.compare.tree_diff import (
     parse_budget,
     path_matches,
 )
+from trainscope.analyzers.trace.module_tree import ModuleTree, Node
 
 QWEN = KINETO / "tracelens_h100_qwen_inference.json.gz"
 MLP = "Qwen2Model_0 › Qwen2DecoderLayer_0…23 › Qwen2MLP_0…23"

@@ -16,7 +16,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.findings import REGISTRY
 from trainscope.analyzers.findings.tree import (
     BACKWARD_RATIO,
@@ -27,8 +26,9 @@ from trainscope.analyzers.findings.tree import (
     instance_excess_ns,
     region_saving_ns,
 )
-from trainscope.analyzers.trace.module_tree import OUTSIDE, ModuleTree, Node
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.analysis import analyze_trace
+from trainscope.analyzers.trace.module_tree import OUTSIDE, ModuleTree, Node
 from trainscope.collectors.inputs import open_traces
 from trainscope.traces.builder import TraceBuilder
 
@@ -323,7 +323,7 @@ def test_end_to_end_a_slow_layer_and_a_heavy_backward_are_findings_with_fixes():
 # --- the bundled traces: the numbers ------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _analysis(path: pathlib.Path):
     return analyze_trace(open_traces(str(path)).traces[0])
 

@@ -3,11 +3,10 @@ could be wrong, re-derived from the trace or the analysis where possible."""
 
 from __future__ import annotations
 
-import re
-
 import asyncio
 import functools
 import os
+import re
 import shutil
 
 import numpy as np
@@ -30,7 +29,7 @@ PARAM_RESNET = "param_resnet_2080ti.json.gz"
 A100 = "hta_a100_control.json.gz"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def session(name: str) -> Session:
     path = str(KINETO / name)
     return build_session(path, open_traces(path), Rules())

@@ -17,6 +17,7 @@ from tests.fuzzing import run_in_process
 
 pytest.importorskip("textual")
 
+from tests.test_tui import RESNET, notices, static_text, until  # noqa: E402
 from trainscope import api  # noqa: E402
 from trainscope.analyzers.rules import Rules  # noqa: E402
 from trainscope.api import cache  # noqa: E402
@@ -25,7 +26,6 @@ from trainscope.traces.safe_text import safe_strings  # noqa: E402
 from trainscope.tui.app import AnalyzeApp  # noqa: E402
 from trainscope.tui.overview import Overview  # noqa: E402
 from trainscope.tui.state import build_session, cached_document  # noqa: E402
-from tests.test_tui import RESNET, notices, static_text, until  # noqa: E402
 
 PATH = str(KINETO / RESNET)
 RANKS = str(KINETO / "hta_dlrm_ws128_2ranks")  # two ranks: the Overview says the rank story too

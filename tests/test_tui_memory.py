@@ -6,8 +6,8 @@ the dump, walked backwards through the recorded events."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import gzip
+import importlib.util
 import pickle
 from collections import Counter
 from pathlib import Path

@@ -14,8 +14,8 @@ from tests.conftest import KINETO
 
 pytest.importorskip("textual")
 
-from trainscope.analyzers.ranks.lanes import side_by_side  # noqa: E402
 from trainscope.analyzers.ranks.alignment import rank_collectives  # noqa: E402
+from trainscope.analyzers.ranks.lanes import side_by_side  # noqa: E402
 from trainscope.analyzers.rules import Rules  # noqa: E402
 from trainscope.collectors import open_traces  # noqa: E402
 from trainscope.tui.app import AnalyzeApp  # noqa: E402

@@ -21,7 +21,7 @@ from trainscope.tui.timeline import GUTTER, TimelineView, axis_labels  # noqa: E
 A100 = "hta_a100_control.json.gz"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def raw_gpu_events() -> list[dict]:
     """Kernels and copies of the raw Kineto JSON: name, stream, start and end in ns (absolute)."""
     with gzip.open(KINETO / A100, "rt") as f:

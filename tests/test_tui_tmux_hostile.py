@@ -16,7 +16,6 @@ import time
 import pytest
 
 from tests.conftest import exit_code_written
-
 from tests.hostile import PAYLOAD, write_kineto
 from tests.test_tui_tmux import Tmux
 

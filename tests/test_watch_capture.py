@@ -185,9 +185,9 @@ def test_the_c_key_fills_the_capture_tab(tmp_path):
 
 
 async def _test_the_c_key_fills_the_capture_tab(tmp_path):
+    from tests.test_watch_app import data_bound_samples, statuses
     from trainscope import api
     from trainscope.tui.watch_app import SampleMessage, WatchApp
-    from tests.test_watch_app import data_bound_samples, statuses
 
     rx = ScriptedReceiver(plain_trace(tmp_path))
     ctl = CaptureController(rx, str(tmp_path / "caps"), CaptureOptions(steps=3))

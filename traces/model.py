@@ -12,8 +12,9 @@ ranks of one job can be aligned by origin.
 from __future__ import annotations
 
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any
 
 import numpy as np
 import numpy.typing as npt

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # C0 controls, DEL, C1 controls, bidi marks (ALM, LRM, RLM), line/paragraph separators, bidi
 # embeddings/overrides, bidi isolates, lone surrogates.

@@ -9,8 +9,9 @@ numeric fields the analyzer reads).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainscope.traces.model import Trace
@@ -163,7 +164,7 @@ class Snapshot:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Snapshot":
+    def from_dict(cls, d: dict[str, Any]) -> Snapshot:
         """Rebuild from :meth:`to_dict` output; unknown keys are ignored (newer recordings)."""
         gpus = tuple(
             _build(
@@ -320,7 +321,7 @@ __all__ = [
 ]
 
 
-def trace_snapshots(trace: "Trace") -> list["Snapshot"]:
+def trace_snapshots(trace: Trace) -> list[Snapshot]:
     """Rebuild one snapshot per sample time from a trace's Counters table (the inverse of
     flattening snapshots into counter rows, for every field the live analyzer reads)."""
     import numpy as np

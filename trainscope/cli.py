@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from trainscope import __version__
-from trainscope.commands import analyze, baseline, cache, diff, mcp, memory, plan, runs, thresholds, watch
 from trainscope.api import EXIT_INTERRUPTED, TrainscopeError
+from trainscope.commands import analyze, baseline, cache, diff, mcp, memory, plan, runs, thresholds, watch
 from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, fail_on
 
 # Order is the order in `trainscope --help`.

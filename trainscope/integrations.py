@@ -15,7 +15,8 @@ so in one line when it is missing.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from trainscope import api
 

@@ -18,7 +18,8 @@ import os
 import stat
 import tempfile
 import threading
-from typing import Any, Callable, Literal, Optional
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -43,11 +44,11 @@ INSTRUCTIONS = (
 
 class Evidence(BaseModel):
     metric: str
-    value: Optional[float] = None
+    value: float | None = None
     unit: str = ""
     threshold: str = ""
     source: str = Field("", description="where the number or its threshold comes from")
-    meets: Optional[bool] = None
+    meets: bool | None = None
 
 
 class Finding(BaseModel):
@@ -62,12 +63,12 @@ class Finding(BaseModel):
 
 class Verdict(BaseModel):
     axis: str = Field(description="data | algorithm | machine | balanced | insufficient_evidence")
-    bottleneck: Optional[str] = Field(None, description="the primary finding's id")
+    bottleneck: str | None = Field(None, description="the primary finding's id")
     confidence: float
     headline: str
     summary: str
     evidence: list[Evidence] = []
-    runner_up: Optional[str] = None
+    runner_up: str | None = None
 
 
 class Sink(BaseModel):
@@ -85,8 +86,8 @@ class Kernel(BaseModel):
     total_ms: float
     mean_us: float
     share_pct: float = Field(description="% of kernel time in the analyzed steps")
-    tensor_core: Optional[bool] = None
-    bound: Optional[str] = Field(None, description="roofline: memory | compute | unknown")
+    tensor_core: bool | None = None
+    bound: str | None = Field(None, description="roofline: memory | compute | unknown")
 
 
 class Fix(BaseModel):
@@ -95,9 +96,9 @@ class Fix(BaseModel):
     finding: str
     title: str
     change: str = Field(description="the code or flag to change")
-    projected_speedup: Optional[float] = Field(None, description="upper bound, ×")
-    projected_step_ms: Optional[float] = None
-    bound: Optional[str] = None
+    projected_speedup: float | None = Field(None, description="upper bound, ×")
+    projected_step_ms: float | None = None
+    bound: str | None = None
     basis: str = Field("", description="the formula with the measured numbers")
 
 
@@ -108,7 +109,7 @@ class StepTimes(BaseModel):
 
 
 class RankLateness(BaseModel):
-    rank: Optional[int] = None
+    rank: int | None = None
     mean_late_ms: float = Field(description="mean arrival after the first rank, warm collectives")
     max_late_ms: float
     last_in: int = Field(description="warm collectives at which it alone arrived last")
@@ -119,8 +120,8 @@ class RankLateness(BaseModel):
 
 class Stragglers(BaseModel):
     summary: str = Field(description="the rank story's one line, as the text report leads with it")
-    straggler: Optional[int] = None
-    headline_rank: Optional[int] = None
+    straggler: int | None = None
+    headline_rank: int | None = None
     headline: str
     cold_start: dict[str, Any]
     ranks: list[RankLateness]
@@ -138,15 +139,15 @@ class Page(BaseModel):
     limit: int = Field(description="the most items asked for")
     returned: int = Field(description="items on this page (fewer than limit where the page was cut to fit)")
     total: int = Field(description="items that match the call's filters")
-    next_offset: Optional[int] = Field(None, description="the offset for the next page; null on the last page")
+    next_offset: int | None = Field(None, description="the offset for the next page; null on the last page")
 
 
 class Analysis(BaseModel):
     source: str = Field(description="the path, as a tool call takes it (relative to the first --root)")
     format: str
-    rank: Optional[int] = None
+    rank: int | None = None
     ranks: int
-    device: Optional[str] = None
+    device: str | None = None
     steps: int
     steps_method: str
     step_time_ms: StepTimes
@@ -160,53 +161,53 @@ class Analysis(BaseModel):
     fixes: list[Fix]
     warnings: list[str]
     command_line: str = Field(description="the trainscope command that prints the same report")
-    stragglers: Optional[Stragglers] = Field(None, description="rank sets: the rank story (straggler, lateness)")
+    stragglers: Stragglers | None = Field(None, description="rank sets: the rank story (straggler, lateness)")
     detail: str = Field("summary", description="summary (findings without their evidence lines) | full")
     more: list[str] = _more()
 
 
 class Explanation(BaseModel):
     source: str
-    rank: Optional[int] = None
+    rank: int | None = None
     finding: Finding
     role: str = Field(description="primary (the verdict) | runner-up | secondary")
     verdict: dict[str, Any]
     headline: str
     graded_by: list[dict[str, Any]] = Field(description="thresholds that grade it: name, value, unit, source")
     fixes: list[Fix]
-    timeline: Optional[dict[str, Any]] = Field(None, description="the step and interval that show it most")
+    timeline: dict[str, Any] | None = Field(None, description="the step and interval that show it most")
     more: list[str] = _more()
 
 
 class KernelTable(BaseModel):
     source: str
-    rank: Optional[int] = None
-    device: Optional[str] = None
+    rank: int | None = None
+    device: str | None = None
     basis: str
     total_kernel_ms: float
     kernel_count: int
     steps: int
     matched: int
     kernels: list[dict[str, Any]]
-    page: Optional[Page] = None
+    page: Page | None = None
     more: list[str] = _more()
 
 
 class StepTable(BaseModel):
     source: str
-    rank: Optional[int] = None
+    rank: int | None = None
     steps_method: str
     steps_note: str
     step_time_ms: dict[str, float]
     matched: int
     steps: list[dict[str, Any]]
-    page: Optional[Page] = None
+    page: Page | None = None
     more: list[str] = _more()
 
 
 class ModuleTreeTable(BaseModel):
     source: str
-    rank: Optional[int] = None
+    rank: int | None = None
     basis: str
     gpu_ms: float = Field(description="GPU time of the steps' work on the analyzed GPU (the first level sums to it)")
     windows: int = Field(description="step windows the times are summed over")
@@ -219,13 +220,13 @@ class ModuleTreeTable(BaseModel):
         "spread and slowest instance, children; with detail='full' its three heaviest kernels"
     )
     detail: str = Field("summary", description="summary | full (adds each node's heaviest kernels)")
-    page: Optional[Page] = None
+    page: Page | None = None
     more: list[str] = _more()
 
 
 class TimelineWindow(BaseModel):
     source: str
-    rank: Optional[int] = None
+    rank: int | None = None
     start_ms: float
     end_ms: float
     window: str = Field("", description="why this window: as asked, or the first analyzed step by default")
@@ -234,7 +235,7 @@ class TimelineWindow(BaseModel):
     shown: int
     busy_ms: dict[str, float]
     events: list[dict[str, Any]]
-    page: Optional[Page] = None
+    page: Page | None = None
     more: list[str] = _more()
 
 
@@ -243,9 +244,9 @@ class FixAchieved(BaseModel):
     finding: str
     title: str
     status: str
-    projected_speedup: Optional[float] = None
-    achieved_speedup: Optional[float] = None
-    line: Optional[str] = None
+    projected_speedup: float | None = None
+    achieved_speedup: float | None = None
+    line: str | None = None
 
 
 class Diff(BaseModel):
@@ -255,9 +256,9 @@ class Diff(BaseModel):
     comparable: bool
     comparability: list[dict[str, Any]]
     verdict: dict[str, Any]
-    step_time_ms: dict[str, dict[str, Optional[float]]]
+    step_time_ms: dict[str, dict[str, float | None]]
     fixes: list[FixAchieved]
-    gate: Optional[dict[str, Any]] = None
+    gate: dict[str, Any] | None = None
     changes: dict[str, Any] = Field(
         {}, description="GPU busy, data wait, time per category and per kernel class, work: before, after, change"
     )
@@ -265,7 +266,7 @@ class Diff(BaseModel):
         {}, description="the kernels that grew, shrank, appeared and disappeared, largest change first"
     )
     detail: str = Field("summary", description="summary (the largest kernel changes) | full (adds the document)")
-    document: Optional[dict[str, Any]] = Field(
+    document: dict[str, Any] | None = Field(
         None, description="with detail='full': the whole trainscope.diff/1 document"
     )
     more: list[str] = _more()
@@ -275,8 +276,8 @@ class MemoryDevice(BaseModel):
     device: int
     peak_allocated_bytes: int
     reserved_at_peak_bytes: int
-    peak_time_us: Optional[int] = None
-    phase: Optional[str] = None
+    peak_time_us: int | None = None
+    phase: str | None = None
     events: int
     live_at_peak: list[dict[str, Any]] = Field(description="allocations live at the peak, largest first")
     live_count: int
@@ -290,7 +291,7 @@ class Memory(BaseModel):
     findings: list[dict[str, Any]]
     warnings: list[str]
     detail: str = Field("summary", description="summary | full (adds the document)")
-    document: Optional[dict[str, Any]] = Field(
+    document: dict[str, Any] | None = Field(
         None, description="with detail='full': the whole trainscope.memory/1 document"
     )
     more: list[str] = _more()
@@ -300,7 +301,7 @@ class Runs(BaseModel):
     store: str
     runs: list[dict[str, Any]]
     skipped: list[str] = Field([], description="damaged runs left out of the listing, one line each")
-    page: Optional[Page] = None
+    page: Page | None = None
     more: list[str] = _more()
 
 
@@ -484,7 +485,7 @@ class Opened:
     to hand to the api; :meth:`public` turns that folder's paths in an answer back into the client's
     path. :meth:`close` closes the descriptors and removes the folder."""
 
-    def __init__(self, given: str, name: str, is_dir: bool, folder: "Optional[ServerFolder]" = None) -> None:
+    def __init__(self, given: str, name: str, is_dir: bool, folder: ServerFolder | None = None) -> None:
         self.given, self.name, self.is_dir, self.folder = given, name, is_dir, folder
         self.files: list[tuple[str, int]] = []  # (name in the folder, or "" for the file itself; descriptor)
         self.key: tuple = ()
@@ -545,7 +546,7 @@ class Opened:
 class Roots:
     """The directories the server may read, and the one way to read under them (:meth:`open`)."""
 
-    def __init__(self, roots: list[str], folder: "Optional[ServerFolder]" = None) -> None:
+    def __init__(self, roots: list[str], folder: ServerFolder | None = None) -> None:
         self.roots = [os.path.realpath(r) for r in roots]
         self.given = [os.path.abspath(r) for r in roots]
         self.folder = folder
@@ -900,7 +901,7 @@ def fit_page(result: Any, rows: list, offset: int, limit: int, total: int, noun:
 
 
 def trim(
-    result: Any, parts: list[tuple[str, Callable[[], list], int, str]], totals: Optional[dict[str, int]] = None
+    result: Any, parts: list[tuple[str, Callable[[], list], int, str]], totals: dict[str, int] | None = None
 ) -> Any:
     """Cut ``result``'s lists from the end until it fits the budget: first each down to its floor, in
     the order given, then to nothing; each cut list gets a line in ``result.more`` (its label, how many
@@ -1183,8 +1184,8 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
     @tool
     def analyze_trace(
         path: str,
-        thresholds: Optional[dict[str, float]] = None,
-        step_range: Optional[str] = None,
+        thresholds: dict[str, float] | None = None,
+        step_range: str | None = None,
         detail: Detail = "summary",
     ) -> Analysis:
         """Diagnose a recorded profiler trace (file or directory of rank traces under the root): the D·A·M
@@ -1197,7 +1198,7 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         return analysis_result(rep, shown, detail, call.public)
 
     @tool
-    def explain_finding(path: str, finding: str, rank: Optional[int] = None) -> Explanation:
+    def explain_finding(path: str, finding: str, rank: int | None = None) -> Explanation:
         """One finding of a trace's analysis (e.g. data/input-wait): its grade and stake, every evidence line
         with its source, its role in the verdict, the thresholds that grade it, the fixes for it with their
         projections, and the step and interval of the timeline that show it most."""
@@ -1228,11 +1229,11 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
     @tool
     def list_kernels(
         path: str,
-        name_contains: Optional[str] = None,
-        kernel_class: Optional[str] = None,
-        min_total_ms: Optional[float] = None,
+        name_contains: str | None = None,
+        kernel_class: str | None = None,
+        min_total_ms: float | None = None,
         limit: int = 30,
-        rank: Optional[int] = None,
+        rank: int | None = None,
         sort: str = "total",
         offset: int = 0,
         detail: Detail = "summary",
@@ -1268,10 +1269,10 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
     @tool
     def list_steps(
         path: str,
-        min_duration_ms: Optional[float] = None,
+        min_duration_ms: float | None = None,
         outliers_only: bool = False,
         limit: int = 50,
-        rank: Optional[int] = None,
+        rank: int | None = None,
         offset: int = 0,
     ) -> StepTable:
         """The analyzed steps: start (ms, the clock timeline_window uses), duration, GPU busy and data-wait
@@ -1293,12 +1294,12 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
     @tool
     def module_tree(
         path: str,
-        under: Optional[str] = None,
-        name_contains: Optional[str] = None,
-        max_depth: Optional[int] = 2,
+        under: str | None = None,
+        name_contains: str | None = None,
+        max_depth: int | None = 2,
         sort: str = "gpu_ms",
         limit: int = 50,
-        rank: Optional[int] = None,
+        rank: int | None = None,
         offset: int = 0,
         detail: Detail = "summary",
     ) -> ModuleTreeTable:
@@ -1340,12 +1341,12 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
     @tool
     def timeline_window(
         path: str,
-        start_ms: Optional[float] = None,
-        end_ms: Optional[float] = None,
-        kinds: Optional[list[str]] = None,
-        name_contains: Optional[str] = None,
+        start_ms: float | None = None,
+        end_ms: float | None = None,
+        kinds: list[str] | None = None,
+        name_contains: str | None = None,
         limit: int = 100,
-        rank: Optional[int] = None,
+        rank: int | None = None,
         offset: int = 0,
         detail: Detail = "summary",
     ) -> TimelineWindow:
@@ -1392,7 +1393,7 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         before: str,
         after: str,
         metric: str = "step_p50",
-        fail_if_slower: Optional[float] = None,
+        fail_if_slower: float | None = None,
         gate_anyway: bool = False,
         detail: Detail = "summary",
     ) -> Diff:
@@ -1518,9 +1519,9 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
 
     @tool
     def list_runs(
-        tag: Optional[str] = None,
-        verdict: Optional[str] = None,
-        gpu: Optional[str] = None,
+        tag: str | None = None,
+        verdict: str | None = None,
+        gpu: str | None = None,
         limit: int = 20,
         offset: int = 0,
     ) -> Runs:

@@ -109,7 +109,8 @@ def parse_model_spec(text: str):
 
 
 def resolve_gpu(gpu: str | None, gpu_memory: str | None):
-    from trainscope.analyzers.plan.gpu_memory import custom_gpu, gpu_memory as lookup
+    from trainscope.analyzers.plan.gpu_memory import custom_gpu
+    from trainscope.analyzers.plan.gpu_memory import gpu_memory as lookup
 
     if gpu_memory:
         return custom_gpu(gpu_memory)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from textual import work
 from textual.app import App, ComposeResult
@@ -23,10 +23,10 @@ from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.views.timeline import Match
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
 from trainscope.tui.deep import DeepPane
-from trainscope.tui.keys import binding_rows, common_bindings, palette_commands, without_duplicates
-from trainscope.tui.state import Session, build_session
 from trainscope.tui.fixes import FixesPane
+from trainscope.tui.keys import binding_rows, common_bindings, palette_commands, without_duplicates
 from trainscope.tui.overview import Overview
+from trainscope.tui.state import Session, build_session
 from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
 from trainscope.tui.tabs import TABS
 from trainscope.tui.tabs import tab as tab_of

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from rich.text import Text
 from textual.app import ComposeResult

@@ -8,7 +8,7 @@ is the gate's, so a person can look at a regression and CI semantics stay the sa
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -22,8 +22,8 @@ from trainscope.analyzers.rules import Rules
 from trainscope.api import EXIT_INTERRUPTED, EXIT_REGRESSION
 from trainscope.traces.safe_text import visible
 from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, keys_text
-from trainscope.tui.keys import bind, common_bindings, palette_commands, without_duplicates
 from trainscope.tui.diff_panes import DiffBreakdown, DiffSummary, FixOutcomes, KernelDiffPane, base_name
+from trainscope.tui.keys import bind, common_bindings, palette_commands, without_duplicates
 
 TABS = ("summary", "breakdown", "kernels", "fixes")
 

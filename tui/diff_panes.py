@@ -17,12 +17,12 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
-from trainscope.analyzers.compare.diff import GateResult, RecommendationOutcome, RunDiff, Run, ShareChange
+from trainscope.analyzers.compare.diff import GateResult, RecommendationOutcome, Run, RunDiff, ShareChange
 from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.reports.document import AXIS_NAMES, headline_word
+from trainscope.traces.safe_text import visible
 from trainscope.tui.palette import AXIS_CLASS, GPU_STYLE
 from trainscope.tui.sorting import SortedColumns
-from trainscope.traces.safe_text import visible
 from trainscope.tui.timeline import short_name
 
 AXIS_CSS = """

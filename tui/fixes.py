@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from rich.syntax import Syntax
 from rich.text import Text
-
-from trainscope.traces.safe_text import visible
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
@@ -15,9 +13,11 @@ from textual.widgets import DataTable, Static
 
 from trainscope.analyzers.trace.analysis import Analysis
 from trainscope.analyzers.trace.whatif import Projection
-from trainscope.api import whatif as project, whatif_levers as levers
-from trainscope.tui.keys import bind
+from trainscope.api import whatif as project
+from trainscope.api import whatif_levers as levers
 from trainscope.reports.document import gain_words
+from trainscope.traces.safe_text import visible
+from trainscope.tui.keys import bind
 from trainscope.tui.overview import evidence_line
 
 

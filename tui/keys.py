@@ -8,11 +8,11 @@ its help screen and command palette are built from the bindings it has, so they 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
-from textual.binding import Binding
 from textual.app import SystemCommand
+from textual.binding import Binding
 
 
 @dataclass(frozen=True)

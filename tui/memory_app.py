@@ -8,8 +8,8 @@ the :class:`~trainscope.analyzers.snapshot.peak.MemoryPeak` it hands over and co
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from rich.text import Text
 from textual.app import App, ComposeResult

@@ -21,9 +21,10 @@ from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
 
 from trainscope import api
-from trainscope.analyzers.plan.ledger import PRECISIONS, Fit, FitOption, Ledger, PlanConfig
-from trainscope.api import normalize_plan as normalize, plan_ledger as ledger
 from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY, GpuMemory
+from trainscope.analyzers.plan.ledger import PRECISIONS, Fit, FitOption, Ledger, PlanConfig
+from trainscope.api import normalize_plan as normalize
+from trainscope.api import plan_ledger as ledger
 from trainscope.tui.chrome import HelpScreen, KeyBar, keys_text
 from trainscope.tui.keys import bind, common_bindings, palette_commands, without_duplicates
 from trainscope.tui.plan_view import activation_note, banner_text, gb2, ledger_bar, toggles_text, verdict_class

@@ -3,7 +3,8 @@ click): one implementation for the kernels, kernel-diff and memory tables."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 
 class SortedColumns:

@@ -6,8 +6,9 @@ of its views is first shown."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from trainscope import api
 from trainscope.api import RankView, Report
@@ -61,7 +62,7 @@ class Session:
         return self.report.rules
 
     @property
-    def traces(self) -> "TraceSet":
+    def traces(self) -> TraceSet:
         """The traces read in this process (none for a rank directory mapped in worker processes:
         use ``ranks[i].trace``, which reads one when needed)."""
         return self.report.traces
@@ -104,7 +105,7 @@ def session_from(report: Report, progress: Progress | None = None) -> Session:
 
 def build_session(
     path: str,
-    traces: "TraceSet | None",
+    traces: TraceSet | None,
     rules,
     peak_tflops: float | None = None,
     progress: Progress | None = None,

@@ -14,10 +14,10 @@ from textual.widgets import DataTable, Input, Static
 
 from trainscope.analyzers.trace.kernels import KernelStat, KernelSummary
 from trainscope.analyzers.trace.roofline import Roofline, RooflineRow
+from trainscope.traces.safe_text import visible
 from trainscope.tui.keys import bind
 from trainscope.tui.roofline_plot import RooflinePlot
 from trainscope.tui.sorting import SortedColumns
-from trainscope.traces.safe_text import visible
 from trainscope.tui.timeline import short_name
 
 STEP_COLUMNS = {

@@ -12,7 +12,8 @@ device, step, range or file name can neither drive the terminal nor reorder the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.widget import Widget
 
@@ -44,12 +45,12 @@ class Tab:
             raise TypeError(f"{cls.__name__} declares no pane")
 
     @classmethod
-    def applies(cls, app: "AnalyzeApp") -> str | None:
+    def applies(cls, app: AnalyzeApp) -> str | None:
         """None when the tab has something to show for this trace; else why not (one line)."""
         return None
 
     @classmethod
-    def show(cls, app: "AnalyzeApp") -> None:
+    def show(cls, app: AnalyzeApp) -> None:
         """Fill the pane from ``app.rank`` (called when the rank changes)."""
 
 
@@ -58,7 +59,7 @@ def shown(doc):
     return None if doc is None else safe_strings(doc)
 
 
-def _events(app: "AnalyzeApp") -> str | None:
+def _events(app: AnalyzeApp) -> str | None:
     return "sampled counters have no events to draw" if counters_only(app.rank.doc) else None
 
 

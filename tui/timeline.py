@@ -4,6 +4,10 @@ trace, and a cursor that lists every item under it with its stream and the overl
 
 from __future__ import annotations
 
+import math
+import re
+
+import numpy as np
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
@@ -12,11 +16,6 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Input, Static
-
-import math
-import re
-
-import numpy as np
 
 from trainscope.analyzers.views.timeline import GPU_LABELS, HOST_LABELS, Item, Lane, Match, Overlap, TimelineModel
 from trainscope.traces.safe_text import visible
@@ -103,7 +102,7 @@ class TimelineView(Widget, can_focus=True):
 
         def __init__(
             self,
-            view: "TimelineView",
+            view: TimelineView,
             gpu: Item,
             host: Item,
             items: list[tuple[Lane, Item | None]] | None = None,
@@ -692,7 +691,7 @@ def launch_line(info) -> str:
     return " · ".join(parts)
 
 
-def detail_text(a: int, b: int, message: "TimelineView.Moved", launch_info=None) -> Text:
+def detail_text(a: int, b: int, message: TimelineView.Moved, launch_info=None) -> Text:
     """Every lane's item under the cursor, then the overlap measured over the cursor's column."""
     digits = max(3, 1 - math.floor(math.log10(max(b - a, 1) / 1e6)))
     out = Text.assemble(("at ", "dim"), (f"{a / 1e6:.{digits}f}–{b / 1e6:.{digits}f} ms", "bold"))

@@ -14,7 +14,7 @@ interrupt on), ``d`` detaches and leaves it running, ``n``, Enter or Esc go back
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -175,7 +175,7 @@ class WatchApp(SafeChrome, App):
         self.quit_code: int | None = None
 
     # -- data in -------------------------------------------------------------------------------
-    def preload(self, items: "Iterable[tuple[LiveStatus, Snapshot] | LiveSample]") -> None:
+    def preload(self, items: Iterable[tuple[LiveStatus, Snapshot] | LiveSample]) -> None:
         """Replay: every sample at once, before the app runs (a replaying :class:`trainscope.api.Watch`
         iterates its samples)."""
         self.items = [(i.status, i.snapshot) if isinstance(i, LiveSample) else i for i in items][-MAX_HISTORY:]
@@ -198,20 +198,18 @@ class WatchApp(SafeChrome, App):
     def compose(self) -> ComposeResult:
         yield Static(id="banner")
         with TabbedContent(id="tabs", initial="tab-live"):
-            with TabPane("Live", id="tab-live"):
-                with Horizontal(id="body"):
-                    with VerticalScroll(id="gpus"):
-                        yield Static("no GPU samples yet", id="no-gpu")
-                        yield HistoryPanel("Steps", id="steps", plot="step time ms")
-                        yield HistoryPanel("Host", id="host", plot="host CPU %")
-                    with Vertical(id="right"):
-                        yield HistoryPanel("Job processes · data wait", id="procs", plot="data wait % of step")
-                        yield Static(id="findings")
+            with TabPane("Live", id="tab-live"), Horizontal(id="body"):
+                with VerticalScroll(id="gpus"):
+                    yield Static("no GPU samples yet", id="no-gpu")
+                    yield HistoryPanel("Steps", id="steps", plot="step time ms")
+                    yield HistoryPanel("Host", id="host", plot="host CPU %")
+                with Vertical(id="right"):
+                    yield HistoryPanel("Job processes · data wait", id="procs", plot="data wait % of step")
+                    yield Static(id="findings")
             with TabPane("Output", id="tab-output"):
                 yield Log(id="job-output", max_lines=5000)
-            with TabPane("Capture", id="tab-capture"):
-                with VerticalScroll():
-                    yield Static(id="capture-text")
+            with TabPane("Capture", id="tab-capture"), VerticalScroll():
+                yield Static(id="capture-text")
         yield Static(id="status")
         yield Footer()
 

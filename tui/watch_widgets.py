@@ -4,7 +4,7 @@ the headless output and the panels agree on "n/a"."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,11 +12,11 @@ from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
 from trainscope.analyzers.live.engine import READY, LiveStatus
-from trainscope.traces.samples import GpuSample, HostSample, Snapshot
 from trainscope.reports.document import AXIS_NAMES
-from trainscope.tui.chrome import gib
-from trainscope.traces.safe_text import visible_lines
 from trainscope.reports.live import live_headline, rank_lines
+from trainscope.traces.safe_text import visible_lines
+from trainscope.traces.samples import GpuSample, HostSample, Snapshot
+from trainscope.tui.chrome import gib
 
 _AXIS_STYLE = {
     "data": "bold white on dark_orange3",

@@ -13,20 +13,21 @@ reported as checks, never hidden.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.trace.analysis import Analysis, slowest
-from trainscope.analyzers.trace.breakdown import CATEGORIES, CATEGORY_LABELS, Breakdown, StepBreakdown
+from trainscope.analyzers.compare.tree_diff import TreeDiff, diff_trees
 from trainscope.analyzers.findings.base import DiffMeasure
 from trainscope.analyzers.kernel_match import KernelChange, KernelTime, match_kernels
-from trainscope.analyzers.trace.kernels import ALL_CLASSES
-from trainscope.analyzers.trace.allocator_peak import DeviceMemory
-from trainscope.analyzers.trace.recommendations import Recommendation
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.shapes import ShapeSignature, compare_shapes
-from trainscope.analyzers.compare.tree_diff import TreeDiff, diff_trees
+from trainscope.analyzers.trace.allocator_peak import DeviceMemory
+from trainscope.analyzers.trace.analysis import Analysis, slowest
+from trainscope.analyzers.trace.breakdown import CATEGORIES, CATEGORY_LABELS, Breakdown, StepBreakdown
+from trainscope.analyzers.trace.kernels import ALL_CLASSES
+from trainscope.analyzers.trace.recommendations import Recommendation
 from trainscope.traces.model import TraceSet
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -279,8 +280,8 @@ class RunDiff:
     memory: MemoryChange | None
     recommendations: list[RecommendationOutcome]
     comparability: list[ComparabilityCheck]
-    work: "WorkChange | None" = None  # work per window, every rank summed
-    rank_pairs: list["RankPair"] = field(default_factory=list)  # rank r before ↔ rank r after
+    work: WorkChange | None = None  # work per window, every rank summed
+    rank_pairs: list[RankPair] = field(default_factory=list)  # rank r before ↔ rank r after
     tree: TreeDiff | None = None  # where in the model: the module trees node by node (both runs have one)
 
     @property
@@ -304,7 +305,7 @@ class RunDiff:
 
     def match_counts(self) -> dict[str, int]:
         """How many kernel names of BEFORE were matched by each pass (appeared: names of AFTER)."""
-        counts = {k: 0 for k in ("exact", "arch", "family", "appeared", "disappeared")}
+        counts = dict.fromkeys(("exact", "arch", "family", "appeared", "disappeared"), 0)
         for k in self.kernels:
             counts[k.match] += len(k.after_names) if k.match == "appeared" else len(k.before_names)
         return counts

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import builtins
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, overload
 
-from trainscope.analyzers.trace.analysis import Analysis
 from trainscope.analyzers.compare.diff import (
     FINDING_METRICS,
     GATE_METRICS,
@@ -34,12 +34,13 @@ from trainscope.analyzers.compare.diff import (
     gate_side,
     judge_outcome,
 )
+from trainscope.analyzers.compare.tree_diff import TreeDiff, diff_trees
 from trainscope.analyzers.kernel_match import KernelChange, KernelTime, match_kernels
-from trainscope.analyzers.trace.module_tree import STORED_LEVELS, STORED_NODES, ModuleTree, Node, top_levels
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.shapes import ShapeSignature
+from trainscope.analyzers.trace.analysis import Analysis
+from trainscope.analyzers.trace.module_tree import STORED_LEVELS, STORED_NODES, ModuleTree, Node, top_levels
 from trainscope.analyzers.trace.sinks import SINK_LABELS, SINKS
-from trainscope.analyzers.compare.tree_diff import TreeDiff, diff_trees
 
 SUMMARY_SCHEMA = "trainscope.run/1"
 _V = TypeVar("_V", str, bool, int, float)  # what a stored summary's leaves are read as
@@ -151,7 +152,7 @@ class RunSummary:
         }
 
     @classmethod
-    def from_dict(cls, d: object) -> "RunSummary":
+    def from_dict(cls, d: object) -> RunSummary:
         """Raises :class:`BadSummary` naming the first field that is not as written."""
         r = _Reader(d, "summary")
         if r.get("schema", str) != SUMMARY_SCHEMA:
@@ -178,10 +179,10 @@ class RunSummary:
             step_p50_ms=st.get("p50", float),
             step_p95_ms=st.get("p95", float),
             step_mean_ms=st.get("mean", float),
-            shares={k: r.sub("shares").get(k, float) for k in r.sub("shares").keys()},
+            shares={k: r.sub("shares").get(k, float) for k in r.sub("shares")},
             sinks={
                 k: (r.sub("sinks").sub(k).get("pct", float), r.sub("sinks").sub(k).get("ms_per_step", float))
-                for k in r.sub("sinks").keys()
+                for k in r.sub("sinks")
             },
             top_kernels=tuple(
                 KernelTime(k.get("name", str), k.get("class", str), k.get("count", int), k.get("total_ns", int))
@@ -198,19 +199,19 @@ class RunSummary:
                 )
                 for f in r.items("fixes")
             ),
-            findings={k: r.sub("findings").get(k, float) for k in r.sub("findings").keys()},
-            measures={k: r.sub("measures").get(k, float, none=True) for k in r.sub("measures").keys()},
+            findings={k: r.sub("findings").get(k, float) for k in r.sub("findings")},
+            measures={k: r.sub("measures").get(k, float, none=True) for k in r.sub("measures")},
             gate={
                 k: GateSide(
                     r.sub("gate").sub(k).get("value", float, none=True),
                     r.sub("gate").sub(k).list("steps", float, none=True),
                 )
-                for k in r.sub("gate").keys()
+                for k in r.sub("gate")
             },
             memory_peak_bytes=r.get("memory_peak_bytes", int, none=True),
             shapes=ShapeSignature(
                 sh.get("recorded", bool),
-                {op: frozenset(ops.list(op, str)) for op in ops.keys()},
+                {op: frozenset(ops.list(op, str)) for op in ops},
                 {int(p[0]): int(p[1]) for p in sh.pairs("batch_dims")},
             ),
             warnings=tuple(r.list("warnings", str)),
@@ -304,7 +305,7 @@ def tree_from_dict(r: _Reader) -> ModuleTree:
         roots=[_node_from(n, ()) for n in r.items("nodes")],
         gpu_ns=r.get("gpu_ns", int),
         windows=r.get("windows", int),
-        ranges={k: ranges.get(k, int) for k in ranges.keys()},
+        ranges={k: ranges.get(k, int) for k in ranges},
         unlinked=r.get("unlinked", int),
         notes=[],
         omitted=r.get("omitted", int),
@@ -326,6 +327,9 @@ class _Reader:
         if not all(isinstance(k, str) for k in self.d):
             raise BadSummary(f"{self.where}: a key is not a string")
         return list(self.d)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
 
     def _cast(self, value: object, typ: type[_V], where: str, none: bool) -> _V:
         """``value`` as ``typ``: str, bool and int exactly (a bool is no int), float from any finite

@@ -109,7 +109,7 @@ class TreeDiff:
         return [n for n in self.nodes if n.status == status]
 
     def counts(self) -> dict[str, int]:
-        out = {s: 0 for s in ("matched", "renamed", "added", "removed")}
+        out = dict.fromkeys(("matched", "renamed", "added", "removed"), 0)
         for n in self.nodes:
             out[n.status] += 1
         return out

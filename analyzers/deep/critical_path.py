@@ -111,7 +111,7 @@ def summarize_path(
     rows = edges[edges["bound_by"].isin(list(HTA_BOUND))]
     total_us = float(edges["duration"].sum())
     by = rows.groupby("bound_by")["duration"].sum()
-    shares = {c: 0.0 for c in CP_CATEGORIES}
+    shares = dict.fromkeys(CP_CATEGORIES, 0.0)
     for bound, us in by.items():
         shares[HTA_BOUND[bound]] += 100.0 * float(us) / total_us if total_us else 0.0
     named = rows[rows["duration"] > 0]

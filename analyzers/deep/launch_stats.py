@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.findings.base import Evidence
+from trainscope.analyzers.rules import Rules
 
 
 @dataclass(frozen=True)

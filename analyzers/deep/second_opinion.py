@@ -21,14 +21,15 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
-from trainscope.analyzers.trace.analysis import Analysis
-from trainscope.analyzers.trace.breakdown import CATEGORIES
 from trainscope.analyzers.deep.critical_path import CriticalPath, Reconciliation, reconcile, summarize_path
 from trainscope.analyzers.deep.launch_stats import LaunchStats, summarize_launches
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.analysis import Analysis
+from trainscope.analyzers.trace.breakdown import CATEGORIES
 from trainscope.analyzers.trace.steps import DATA_WAIT, Step, StepSegmentation
 from trainscope.traces.model import Trace
 
@@ -306,7 +307,7 @@ class _Watch:
             if self.progress:
                 self.progress(f"{self.label} ({time.perf_counter() - self.t0:.0f} s)", None)
 
-    def __enter__(self) -> "_Watch":
+    def __enter__(self) -> _Watch:
         self._thread.start()
         return self
 

@@ -31,9 +31,9 @@ from trainscope.analyzers.findings.base import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.trace.context import Context
     from trainscope.analyzers.findings.observations import DiagnosisInput
     from trainscope.analyzers.rules import Rules
+    from trainscope.analyzers.trace.context import Context
 
 FAMILIES = (data, host, comm, memory, kernels, ranks, live, graphs, startup, tree)
 
@@ -144,7 +144,7 @@ def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
     problems: list[str] = []
     for fid, s in reg.items():
 
-        def bad(what: str) -> None:
+        def bad(what: str, fid: str = fid) -> None:
             problems.append(f"{fid}: {what}")
 
         if s.id != fid:

@@ -9,20 +9,21 @@ A finding is declared once, in the module of its family (``data``, ``host``, ``c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import re
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
 
-    from trainscope.analyzers.trace.analysis import Analysis
+    from trainscope.analyzers.findings.observations import DiagnosisInput
     from trainscope.analyzers.live.window_stats import WindowStats
+    from trainscope.analyzers.rules import Rules
+    from trainscope.analyzers.trace.analysis import Analysis
+    from trainscope.analyzers.trace.context import Context
     from trainscope.analyzers.trace.one_off import SteadyWindow
     from trainscope.traces.samples import Snapshot
-    from trainscope.analyzers.trace.context import Context
-    from trainscope.analyzers.findings.observations import DiagnosisInput
-    from trainscope.analyzers.rules import Rules
 
 # "not_representative": the window holds no steady state (start-up, compilation, capture): one-off
 # costs, judged apart from the D·A·M axes (analyzers/trace/one_off.py).
@@ -74,7 +75,7 @@ class Severity:
     high: str | None = None
     fixed: str | None = None
 
-    def grade(self, stake_pct: float, rules: "Rules") -> str:
+    def grade(self, stake_pct: float, rules: Rules) -> str:
         if self.fixed:
             return self.fixed
         if self.high and stake_pct >= rules.value(self.high):
@@ -355,7 +356,7 @@ class FindingSpec:
         stake_pct: float,
         evidence: list[Evidence],
         detail: str,
-        rules: "Rules",
+        rules: Rules,
         title: str | None = None,
         severity: str | None = None,
     ) -> Finding:

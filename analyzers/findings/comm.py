@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, FixText, by_stake, ms_per_step
-from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
+from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.context import Context
 
 _SEV = by_stake("comm.moderate", "comm.high")
 

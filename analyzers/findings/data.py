@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Evidence,
@@ -18,9 +18,10 @@ from trainscope.analyzers.findings.base import (
     stake_ms,
     stake_pct,
 )
-from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, live_ev, raised, sink_line
+from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.context import Context
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.live.window_stats import WindowStats

@@ -12,8 +12,8 @@ from trainscope.analyzers.findings.common import ctx, ev
 from trainscope.analyzers.rules import Rules
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.trace.analysis import Analysis
     from trainscope.analyzers.findings.observations import DiagnosisInput
+    from trainscope.analyzers.trace.analysis import Analysis
 
 NODE_HINT = "nsys profile --cuda-graph-trace=node"
 
@@ -27,13 +27,13 @@ def _count(raw: object) -> float:
     return float(raw) if isinstance(raw, (int, float)) else 0.0
 
 
-def _replay_ms_per_step(a: "Analysis") -> float | None:
+def _replay_ms_per_step(a: Analysis) -> float | None:
     if a.observations is None:
         return None
     return _replay_ns(a.observations.extra) / 1e6 / max(1, len(a.breakdown.steps))
 
 
-def _graphs(obs: "DiagnosisInput", rules: Rules) -> Finding | None:
+def _graphs(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     ns = _replay_ns(obs.extra) if obs.extra else 0.0
     b = obs.breakdown
     if not obs.has_gpu or not ns or not b.total_ns:
@@ -82,7 +82,7 @@ GRAPH_REPLAYS = FindingSpec(
 )
 
 
-def _unknown_bound(obs: "DiagnosisInput", rules: Rules) -> Finding | None:
+def _unknown_bound(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     """Kernel work of unknown bound filling a saturated GPU (graph replays have their own finding)."""
     from trainscope.analyzers.trace.record_options import how_to_record
 
@@ -104,7 +104,7 @@ def _unknown_bound(obs: "DiagnosisInput", rules: Rules) -> Finding | None:
     return UNKNOWN_BOUND.finding(stake, lines, detail, rules)
 
 
-def _unknown_ms_per_step(a: "Analysis") -> float | None:
+def _unknown_ms_per_step(a: Analysis) -> float | None:
     return a.sinks.ms_per_step("busy-unknown") if a.sinks is not None else None
 
 

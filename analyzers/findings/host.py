@@ -3,7 +3,6 @@ blocks on it."""
 
 from __future__ import annotations
 
-from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Evidence,
@@ -15,10 +14,11 @@ from trainscope.analyzers.findings.base import (
     ms_per_step,
     stake_ms,
 )
-from trainscope.analyzers.trace.gpu_gaps import INFERRED, LAUNCH_CALL
-from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
+from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.context import Context
+from trainscope.analyzers.trace.gpu_gaps import INFERRED, LAUNCH_CALL
 
 _LAUNCH_SEV = by_stake("host_overhead.moderate", "host_overhead.high")
 

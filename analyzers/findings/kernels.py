@@ -3,11 +3,10 @@ not use the tensor cores."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, FixText, LiveMeasure, by_stake
-from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import (
     BUSY_MIX_THRESHOLDS,
     ctx,
@@ -18,7 +17,9 @@ from trainscope.analyzers.findings.common import (
     raised,
     sink_line,
 )
+from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.context import Context
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.live.window_stats import WindowStats

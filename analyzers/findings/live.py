@@ -5,9 +5,9 @@ declared, with their live measures, in their families."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Evidence,
@@ -20,8 +20,10 @@ from trainscope.analyzers.findings.base import (
     stake_pct,
 )
 from trainscope.analyzers.findings.common import live_ev
-from trainscope.analyzers.live.memory_creep import SOURCE as CREEP_SOURCE, memory_creeps
+from trainscope.analyzers.live.memory_creep import SOURCE as CREEP_SOURCE
+from trainscope.analyzers.live.memory_creep import memory_creeps
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.context import Context
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.live.window_stats import WindowStats

@@ -3,10 +3,9 @@ case), and memory capacity."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-
-from trainscope.analyzers.trace.context import Context
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
@@ -33,11 +32,12 @@ from trainscope.analyzers.findings.common import (
 )
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.context import Context
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.trace.analysis import Analysis
-    from trainscope.analyzers.snapshot.summary import DeviceSnapshotMemory
     from trainscope.analyzers.live.window_stats import WindowStats
+    from trainscope.analyzers.snapshot.summary import DeviceSnapshotMemory
+    from trainscope.analyzers.trace.analysis import Analysis
     from trainscope.traces.samples import Snapshot
 
 _BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainscope.analyzers.trace.context import Context
-
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Evidence,
@@ -18,9 +16,10 @@ from trainscope.analyzers.findings.base import (
     by_stake,
     stake_ms,
 )
-from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
+from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.trace.sinks import Sinks
 
 _SEV = by_stake("comm.moderate", "comm.high")

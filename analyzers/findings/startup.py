@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Evidence,
@@ -20,6 +19,7 @@ from trainscope.analyzers.findings.base import (
 from trainscope.analyzers.findings.common import ctx, ev
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.context import Context
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.trace.analysis import Analysis

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Finding,
@@ -36,12 +35,13 @@ from trainscope.analyzers.findings.base import (
     stake_ms,
 )
 from trainscope.analyzers.findings.common import ctx, ev
-from trainscope.analyzers.trace.module_tree import OUTSIDE, ModuleTree, Node
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.context import Context
+from trainscope.analyzers.trace.module_tree import OUTSIDE, ModuleTree, Node
 
 if TYPE_CHECKING:  # pragma: no cover
-    from trainscope.analyzers.trace.analysis import Analysis
     from trainscope.analyzers.findings.observations import DiagnosisInput
+    from trainscope.analyzers.trace.analysis import Analysis
 
 _STAKE_SEV = by_stake("stake.moderate", "stake.high")
 MIN_INSTANCES = 3  # a median of two instances is their mean: one of them is always "above" it

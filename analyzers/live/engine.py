@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Sequence
+from typing import TYPE_CHECKING, Literal
 
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.findings.base import Finding, Verdict
 from trainscope.analyzers.live.rank_window import RankWindow, rank_window
 from trainscope.analyzers.live.split import SplitWindow, split_window
@@ -37,6 +37,7 @@ from trainscope.analyzers.live.window_stats import (
     window_stats,
 )
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.context import Context
 from trainscope.traces.samples import Snapshot
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -95,8 +96,8 @@ class LiveStatus:
     fixes: tuple[LiveFix, ...]
     stats: WindowStats
     changes: tuple[VerdictChange, ...] = ()
-    ranks: "RankWindow | None" = None  # per rank, for a job with several (torchrun)
-    split: "SplitWindow | None" = None  # where in the step (forward, backward, …), whole job and per rank
+    ranks: RankWindow | None = None  # per rank, for a job with several (torchrun)
+    split: SplitWindow | None = None  # where in the step (forward, backward, …), whole job and per rank
 
     @property
     def verdict_changes(self) -> int:

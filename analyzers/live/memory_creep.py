@@ -14,8 +14,8 @@ process) divided by the slope: when the job runs out if nothing changes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 

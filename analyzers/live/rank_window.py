@@ -16,9 +16,10 @@ name it; the per-rank traces of a capture or ``trainscope analyze`` can (their c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from math import comb
-from typing import Any, Sequence
+from typing import Any
 
 from trainscope.analyzers.rules import Rules
 from trainscope.traces.samples import Snapshot

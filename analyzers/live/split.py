@@ -28,8 +28,8 @@ apart by the collectives' arrival times.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from trainscope.analyzers.rules import Rules
 from trainscope.traces.samples import RankSample, Snapshot, StepSample

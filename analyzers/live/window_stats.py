@@ -6,8 +6,8 @@ computed once per snapshot. Pure functions; the live measures on the findings' s
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import numpy as np
 

@@ -37,12 +37,12 @@ from typing import TypedDict
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.trace.analysis import Analysis
 from trainscope.analyzers.kernel_match import KernelTime
-from trainscope.analyzers.trace.kernels import ALL_CLASSES, kernel_classes, kernel_summary
-from trainscope.analyzers.shapes import ShapeSignature, shape_signature
-from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.ranks.straggler_test import StragglerTest
+from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.shapes import ShapeSignature, shape_signature
+from trainscope.analyzers.trace.analysis import Analysis
+from trainscope.analyzers.trace.kernels import ALL_CLASSES, kernel_classes, kernel_summary
 from trainscope.traces.model import Trace
 
 _KERNEL_KIND = re.compile(r"(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", re.I)
@@ -673,8 +673,8 @@ def with_aligned_imbalance(
     estimate from compute-time differences (``analysis.with_rank_imbalance``): the straggler itself
     waits for no one; the others' wait leaves their communication sink. Ranks the alignment could
     not match keep their analysis. Without an alignment, the analyses unchanged."""
-    from trainscope.analyzers.trace.analysis import rejudged
     from trainscope.analyzers.findings.base import Evidence
+    from trainscope.analyzers.trace.analysis import rejudged
     from trainscope.analyzers.trace.sinks import moved
 
     rules = rules or Rules()

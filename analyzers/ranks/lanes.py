@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainscope.analyzers.ranks.story import RankStory
 from trainscope.analyzers.ranks.alignment import RankCollectives
+from trainscope.analyzers.ranks.story import RankStory
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainscope.analyzers.ranks.story import RankStory
 from trainscope.analyzers.ranks.alignment import RankCollectives
+from trainscope.analyzers.ranks.story import RankStory
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,8 @@ from trainscope.analyzers.ranks.alignment import (
     _imbalance,
     match_collectives,
 )
-from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.ranks.straggler_test import StragglerTest, cold_outliers, straggler_test
+from trainscope.analyzers.rules import Rules
 
 _STEP_NUMBER = re.compile(r"#(\d+)\s*$")
 

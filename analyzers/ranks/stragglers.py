@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import Analysis
 from trainscope.analyzers.trace.kernels import ALL_CLASSES, kernel_classes
-from trainscope.analyzers.rules import Rules
 from trainscope.traces.model import Trace
 
 BACKEND_RANGE = re.compile(r"^(gloo|nccl|rccl|ucc|mpi|xccl):[a-z_]+")

@@ -34,7 +34,7 @@ class PeakAllocation:
     address: int
     time_us: int | None  # when it was allocated; None: before the trace began
     site: str  # the stack's top in user code: "file.py:123 (function)"
-    stack: tuple["Frame", ...]  # every frame, innermost first
+    stack: tuple[Frame, ...]  # every frame, innermost first
     origin: str  # ORIGIN_*
 
     def share_of(self, peak: int) -> float:

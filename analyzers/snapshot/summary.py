@@ -76,7 +76,7 @@ class DeviceSnapshotMemory:
     series_allocated: Column = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
     series_reserved: Column = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
     notes: list[str] = field(default_factory=list)
-    oom: "OomAssessment | None" = None
+    oom: OomAssessment | None = None
 
     @property
     def fragmentation_pct(self) -> float:
@@ -104,7 +104,7 @@ class OomAssessment:
         return True if self.status == "oom" else None if self.status == "at_limit" else False
 
 
-def assess_oom(m: "DeviceSnapshotMemory", tr: DeviceTrace | None, slack_pct: float = 1.0) -> OomAssessment:
+def assess_oom(m: DeviceSnapshotMemory, tr: DeviceTrace | None, slack_pct: float = 1.0) -> OomAssessment:
     """Whether the snapshot ends in (or at the edge of) an out-of-memory error, and which kind.
 
     With an ``oom`` event the allocator is judged **at that event**, replayed to it: a snapshot dumped

@@ -5,21 +5,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from trainscope.analyzers import findings as registry
-from trainscope.analyzers import codes
-from trainscope.analyzers.trace import heap
-from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.trace.attention import attention_evidence
 import numpy as np
 
-from trainscope.analyzers.trace.breakdown import Breakdown, host_layers, primary_device, refiled, step_breakdown
-from trainscope.analyzers.trace.busy_bound import BusyBound, busy_bound
-from trainscope.analyzers.trace.copy_traffic import copy_traffic
-from trainscope.analyzers.trace.fusion import FusionCandidates, fusion_candidates
-from trainscope.analyzers.trace.gpu_gaps import INFERRED, GpuGaps, gpu_gaps
-from trainscope.analyzers.trace.context import Context, detect_context, refine
+from trainscope.analyzers import codes
+from trainscope.analyzers import findings as registry
+from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.devices import DeviceSpec, device_for, lookup_device, with_overrides
 from trainscope.analyzers.findings.base import Evidence
+from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace import heap
+from trainscope.analyzers.trace.allocator_peak import DeviceMemory, device_memory
+from trainscope.analyzers.trace.attention import attention_evidence
+from trainscope.analyzers.trace.breakdown import Breakdown, host_layers, primary_device, refiled, step_breakdown
+from trainscope.analyzers.trace.busy_bound import BusyBound, busy_bound
+from trainscope.analyzers.trace.context import Context, detect_context, refine
+from trainscope.analyzers.trace.copy_traffic import copy_traffic
+from trainscope.analyzers.trace.cost import kernel_costs
+from trainscope.analyzers.trace.fusion import FusionCandidates, fusion_candidates
+from trainscope.analyzers.trace.gpu_gaps import INFERRED, GpuGaps, gpu_gaps
 from trainscope.analyzers.trace.gpu_metrics import CounterSummary, counter_context, counter_split, counter_summary
 from trainscope.analyzers.trace.host_device import blocking_syncs, pageable_copies
 from trainscope.analyzers.trace.host_idle import EXPLAINED, HostIdle, host_idle, host_idle_evidence
@@ -37,17 +40,14 @@ from trainscope.analyzers.trace.kernels import (
     kernel_classes,
     kernel_summary,
 )
-from trainscope.analyzers.trace.allocator_peak import DeviceMemory, device_memory
 from trainscope.analyzers.trace.mfu import MFU, model_flops_utilization
 from trainscope.analyzers.trace.module_tree import ModuleTree, module_tree
 from trainscope.analyzers.trace.one_off import SteadyWindow, one_off_costs, steady_window
 from trainscope.analyzers.trace.phases import PhaseBreakdown, phase_breakdown
-from trainscope.analyzers.trace.repairs import RepairLog, ensure_checked, with_repairs
 from trainscope.analyzers.trace.recommendations import Recommendation, recommend
 from trainscope.analyzers.trace.record_options import how_to_record
-from trainscope.analyzers.trace.cost import kernel_costs
+from trainscope.analyzers.trace.repairs import RepairLog, ensure_checked, with_repairs
 from trainscope.analyzers.trace.roofline import Roofline, roofline, tensor_core_names
-from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.sinks import Sinks, moved, sink_rows, split_sinks
 from trainscope.analyzers.trace.steps import StepSegmentation, name_mask, segment_steps
 from trainscope.analyzers.trace.verdict import (

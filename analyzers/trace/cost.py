@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainscope.analyzers.trace.kernel_families import tokenize
 from trainscope.analyzers import codes
 from trainscope.analyzers.nesting import is_outer_first, nest_parents, outer_first
+from trainscope.analyzers.trace.kernel_families import tokenize
 from trainscope.analyzers.trace.kernels import classify_kernel
 from trainscope.analyzers.trace.op_formulas import PRECISIONS, OpCost, op_cost  # noqa: F401 (re-exported)
 from trainscope.traces.model import CpuOps, Trace

@@ -37,10 +37,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainscope.analyzers import codes
-from trainscope.analyzers.trace import heap
+from trainscope.analyzers import codes, membership
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers import membership
+from trainscope.analyzers.trace import heap
 from trainscope.analyzers.trace.breakdown import SYNC_CALL
 from trainscope.analyzers.trace.steps import DATA_WAIT, PROFILER_STEP, StepSegmentation, name_mask
 from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Column, Trace
@@ -264,7 +263,7 @@ def gpu_gaps(
         heap.release()  # the union's temporaries (millions of host intervals), before this stage's peak
     ws, we = segmentation.starts, segmentation.ends
     step_ns = int((we - ws).sum())
-    zero = {c: 0 for c in CLASSES}
+    zero = dict.fromkeys(CLASSES, 0)
     ops_s, ops_e, corr = _ops(trace, device)
     if not len(ops_s) or not step_ns:
         return GpuGaps(step_ns, 0, 0, zero)

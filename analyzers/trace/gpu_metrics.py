@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
+from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.rules import Rules, Threshold
 from trainscope.analyzers.trace.steps import StepSegmentation
-from trainscope.analyzers.findings.base import Evidence
 from trainscope.traces.model import Trace
 
 SM_ACTIVE = re.compile(r"^SMs? Active", re.I)

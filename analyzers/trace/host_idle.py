@@ -50,13 +50,13 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from trainscope.analyzers import intervals as iv
 from trainscope.analyzers import codes, membership
+from trainscope.analyzers import intervals as iv
+from trainscope.analyzers.nesting import is_outer_first, nest_parents, outer_first
 from trainscope.analyzers.trace.breakdown import SYNC_CALL
 from trainscope.analyzers.trace.frame_names import user_name
 from trainscope.analyzers.trace.steps import PROFILER_STEP, StepSegmentation, name_mask
 from trainscope.traces.model import COPY_KINDS, Column, Copies, RuntimeCalls, Trace
-from trainscope.analyzers.nesting import is_outer_first, nest_parents, outer_first
 
 if TYPE_CHECKING:
     from trainscope.analyzers.findings.base import Evidence
@@ -335,7 +335,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     """GPU idle time in ``segmentation``'s windows on ``device``, split into classes (module doc)."""
     ws, we = segmentation.starts, segmentation.ends
     step_ns = int((we - ws).sum())
-    ns = {c: 0 for c in CLASSES}
+    ns = dict.fromkeys(CLASSES, 0)
     if not trace.has_gpu_activity or not step_ns:
         return HostIdle(step_ns, 0, ns)
     busy = _gpu_busy(trace, device)

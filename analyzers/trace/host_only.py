@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from trainscope.analyzers.trace.recommendations import Recommendation
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.findings.base import Evidence, Verdict
+from trainscope.analyzers.trace.recommendations import Recommendation
 from trainscope.analyzers.trace.steps import PROFILER_STEP, host_span
 from trainscope.traces.model import RuntimeCalls, Trace
 

@@ -217,7 +217,7 @@ def hw_counter_report(trace: Trace) -> HwCounterReport | None:
     return HwCounterReport(kernels, total, by_prec, by_class, len(ranges), linked, cannot, agreement, note)
 
 
-def counters_only_verdict(report: HwCounterReport) -> "Verdict":
+def counters_only_verdict(report: HwCounterReport) -> Verdict:
     """The verdict of a GPU trace recorded in counter mode: a GPU trace, its FLOPs measured, and no
     kernel timing to say where the time goes."""
     from trainscope.analyzers.findings.base import Verdict

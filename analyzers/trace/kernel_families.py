@@ -186,9 +186,7 @@ class KernelFamily:
                 return False
         if self.head_words and not re.search(self.head_words, t.head_text):
             return False
-        if self.any_words and not re.search(self.any_words, t.text):
-            return False
-        return True
+        return not (self.any_words and not re.search(self.any_words, t.text))
 
     def class_of(self, t: KernelTokens) -> str:
         for rx, cls in self.classes:

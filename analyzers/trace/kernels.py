@@ -262,7 +262,7 @@ def kernel_summary(
     total = int(durs.sum())
     per_name = np.bincount(names, weights=durs, minlength=len(trace.strings)) if len(names) else np.zeros(0)
     counts = np.bincount(names, minlength=len(trace.strings)) if len(names) else np.zeros(0, np.int64)
-    by_class: dict[str, int] = {c: 0 for c in ALL_CLASSES}
+    by_class: dict[str, int] = dict.fromkeys(ALL_CLASSES, 0)
     if len(names):
         cls_time = np.bincount(cls_of[names], weights=durs, minlength=len(ALL_CLASSES))
         by_class = {c: int(cls_time[i]) for i, c in enumerate(ALL_CLASSES)}

@@ -21,14 +21,13 @@ readings of the same trace agree (summed kernel time would count an overlap twic
 
 from __future__ import annotations
 
-from trainscope.analyzers.trace.record_options import how_to_record
-
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from trainscope.analyzers.devices import DeviceSpec, lookup_device
 from trainscope.analyzers.intervals import contains
+from trainscope.analyzers.trace.record_options import how_to_record
 from trainscope.analyzers.trace.roofline import Roofline
 from trainscope.analyzers.trace.sinks import Sinks
 from trainscope.analyzers.trace.steps import StepSegmentation

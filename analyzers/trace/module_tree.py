@@ -55,8 +55,8 @@ import numpy as np
 import numpy.typing as npt
 
 from trainscope.analyzers import codes
-from trainscope.analyzers.trace.cost import KernelCosts
 from trainscope.analyzers.nesting import nest_parents, outer_first
+from trainscope.analyzers.trace.cost import KernelCosts
 from trainscope.analyzers.trace.phases import PHASE_PATTERNS
 from trainscope.traces.model import COPY_KINDS, Trace
 
@@ -739,7 +739,7 @@ def module_tree(
         v_rows, v_node, v_gpu = v_rows[keep_], v_node[keep_], v_gpu[keep_]
         np.add.at(count, v_node[in_win[v_rows]], 1)
     # phases: count and host time from their ranges (an autograd-only backward: its top-level nodes)
-    for p, pname in enumerate(PHASES[:3]):
+    for p in range(len(PHASES[:3])):
         sel = r_phase_range & (r_pat == p)
         if not sel.any():
             sel = (r_phase == p) & (r_parent < 0) & ~r_phase_range & ~wrapper

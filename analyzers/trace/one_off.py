@@ -49,9 +49,9 @@ import numpy as np
 
 from trainscope.analyzers import codes
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.trace.breakdown import SYNC_CALL
 from trainscope.analyzers.plural import plural
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.breakdown import SYNC_CALL
 from trainscope.analyzers.trace.steps import PROFILER_STEP, Step, StepSegmentation, name_mask
 from trainscope.traces.model import Kernels, Trace
 

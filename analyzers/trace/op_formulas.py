@@ -332,7 +332,7 @@ def _attention(op: str, dims: Dims, types: Types, concrete: Concrete) -> OpCost 
         return None
     (sq, prec, es), sk, sv = q, k[0], v[0]
     if len(sq) == 4 and len(sk) == 4:
-        flash_layout = base.startswith("_flash_attention") or base.startswith("_efficient_attention")
+        flash_layout = base.startswith(("_flash_attention", "_efficient_attention"))
         s_len = sk[1] if flash_layout else sk[-2]  # [B, L, H, E] for the flash/efficient kernels, else [B, H, L, E]
     elif len(sq) == 3 and len(sk) == 3:  # varlen [total, H, E]: the longest key sequence bounds the work
         s_len = _int_arg(concrete, 6 if not backward else 8) or sk[0]

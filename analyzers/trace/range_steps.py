@@ -7,14 +7,13 @@ activity (graph replays included) rather than of process startup and host work a
 
 from __future__ import annotations
 
-from trainscope.analyzers.plural import plural
-
 import re
 from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
 
+from trainscope.analyzers.plural import plural
 from trainscope.analyzers.trace.steps import Step, StepSegmentation
 from trainscope.traces.model import Trace
 
@@ -61,7 +60,7 @@ def named_range_steps(trace: Trace, name: str) -> StepSegmentation:
             f"no range named {name!r} in the trace"
             + (f" (most frequent ranges: {top})" if top else " (it has no host annotation ranges)")
         )
-    if len(steps) == 1 or len(set(s.label for s in steps)) == 1:
+    if len(steps) == 1 or len({s.label for s in steps}) == 1:
         steps = (
             [Step(f"{s.label} {i + 1}", s.start_ns, s.end_ns) for i, s in enumerate(steps)] if len(steps) > 1 else steps
         )
@@ -76,7 +75,7 @@ def repeating_range_steps(trace: Trace) -> StepSegmentation | None:
     steps = _top_level(starts, ends, labels)
     if not steps:
         return None
-    if len(set(s.label for s in steps)) < len(steps):  # "train_step" × N: number them
+    if len({s.label for s in steps}) < len(steps):  # "train_step" × N: number them
         steps = [Step(f"{s.label} {i + 1}", s.start_ns, s.end_ns) for i, s in enumerate(steps)]
     kinds = sorted({re.sub(r"\d+", "N", s.label) for s in steps})
     return StepSegmentation(
@@ -193,7 +192,7 @@ def tiling_range_steps(trace: Trace, min_share_pct: float) -> StepSegmentation |
             end = max(
                 st.end_ns, min(st.start_ns + period, trace.span_ns[1]), launched_work_end(trace, st.start_ns, st.end_ns)
             )
-        label = st.label if len(set(s.label for s in steps)) == len(steps) else f"{st.label} {i + 1}"
+        label = st.label if len({s.label for s in steps}) == len(steps) else f"{st.label} {i + 1}"
         out.append(Step(label, st.start_ns, int(end)))
     return StepSegmentation(
         "annotation_range",

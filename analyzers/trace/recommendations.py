@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainscope.analyzers import findings as registry
+from trainscope.analyzers.devices import DeviceSpec
+from trainscope.analyzers.findings import fix_text
+from trainscope.analyzers.findings.base import Finding, Fix, in_context
+from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.breakdown import Breakdown
 from trainscope.analyzers.trace.busy_bound import BusyBound
 from trainscope.analyzers.trace.context import Context
-from trainscope.analyzers.devices import DeviceSpec
-from trainscope.analyzers import findings as registry
-from trainscope.analyzers.findings.base import Finding, Fix, in_context
-from trainscope.analyzers.findings import fix_text
 from trainscope.analyzers.trace.host_idle import COLD_START_DETAIL
 from trainscope.analyzers.trace.one_off import SteadyWindow
-from trainscope.analyzers.rules import Rules
 
 
 @dataclass(frozen=True)

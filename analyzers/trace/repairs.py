@@ -564,7 +564,7 @@ def _set_aside_steps(t: Trace, log: RepairLog, stub_fraction: float) -> None:
 # --- after the analysis ----------------------------------------------------------------------------
 
 
-def inconsistencies(analysis: "Analysis") -> list[str]:
+def inconsistencies(analysis: Analysis) -> list[str]:
     """Breaches of the invariants an analysis must keep whatever its trace: GPU busy ≤ 100 % of the
     steps, and the sinks summing to the step time (within :data:`REASONS` ``inconsistent-analysis``)."""
     out = []
@@ -580,7 +580,7 @@ def inconsistencies(analysis: "Analysis") -> list[str]:
     return out
 
 
-def _lead(analysis: "Analysis", log: RepairLog | None) -> tuple[float | None, float]:
+def _lead(analysis: Analysis, log: RepairLog | None) -> tuple[float | None, float]:
     """The verdict's lead (points of step time between the largest sink that can be primary and the
     next) and the GPU time the repairs touched, as % of step time."""
     s = analysis.sinks
@@ -593,7 +593,7 @@ def _lead(analysis: "Analysis", log: RepairLog | None) -> tuple[float | None, fl
     return lead, 100.0 * log.touched_ns / s.total_ns
 
 
-def with_repairs(analysis: "Analysis", log: RepairLog | None) -> "Analysis":
+def with_repairs(analysis: Analysis, log: RepairLog | None) -> Analysis:
     """``analysis`` with its inconsistencies reported and, where repairs touched more than
     :data:`CONFIDENCE_SHARE` of GPU time — or as much step time as the verdict's lead over its
     runner-up, so that they could have decided it — its confidence lowered by that share (at most

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainscope.analyzers import codes
-from trainscope.analyzers.trace.cost import SOURCE_KINDS, KernelCosts, kernel_costs, name_precision
 from trainscope.analyzers.devices import DeviceSpec
+from trainscope.analyzers.trace.cost import SOURCE_KINDS, KernelCosts, kernel_costs, name_precision
 from trainscope.analyzers.trace.kernels import HIGH_INTENSITY, classify_kernel, uses_tensor_cores
 from trainscope.analyzers.trace.op_formulas import PRECISIONS
 from trainscope.traces.model import Column, Trace

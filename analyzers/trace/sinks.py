@@ -214,8 +214,8 @@ def split_sinks(
     overhead or other idle), counted to ``sync`` up to that total; ``imbalance_ns``: collective time
     spent waiting for a slower rank (taken out of ``comm``)."""
     ns = {k: float(v) for k, v in b.ns.items()}
-    out = {k: 0.0 for k in SINKS}
-    src = {k: "step breakdown" for k in SINKS}
+    out = dict.fromkeys(SINKS, 0.0)
+    src = dict.fromkeys(SINKS, "step breakdown")
     out["input"] = _take(ns, "idle_data_wait", ns["idle_data_wait"])
     for cls in FROM_HOST_OVERHEAD:  # allocator calls: GPU idle the breakdown filed under host overhead
         want_cls = float((host_idle_ns or {}).get(cls, 0))

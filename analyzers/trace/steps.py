@@ -11,14 +11,13 @@ plainly. Range-based rules live in ``range_steps``.
 
 from __future__ import annotations
 
-from trainscope.analyzers.plural import plural
-
 import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from trainscope.analyzers.plural import plural
 from trainscope.traces.model import Trace
 
 if TYPE_CHECKING:

@@ -14,18 +14,22 @@ recorded host activity explains outweighing every cause.
 
 from __future__ import annotations
 
-from trainscope.analyzers import findings as registry
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.findings.base import AXES as AXES, Evidence as Evidence, Finding as Finding  # re-exported
+from trainscope.analyzers import findings as registry
+from trainscope.analyzers.findings.base import AXES as AXES  # re-exported
+from trainscope.analyzers.findings.base import Evidence as Evidence
+from trainscope.analyzers.findings.base import Finding as Finding
 from trainscope.analyzers.findings.base import Verdict as Verdict  # re-exported
-from trainscope.analyzers.findings.common import ctx as _ctx, ev as _ev
-from trainscope.analyzers.findings.observations import DiagnosisInput as DiagnosisInput  # re-exported
+from trainscope.analyzers.findings.common import ctx as _ctx
+from trainscope.analyzers.findings.common import ev as _ev
 from trainscope.analyzers.findings.graphs import GRAPH_REPLAYS, UNKNOWN_BOUND
+from trainscope.analyzers.findings.observations import DiagnosisInput as DiagnosisInput  # re-exported
 from trainscope.analyzers.findings.startup import NOT_REPRESENTATIVE as _NOT_REPRESENTATIVE
 from trainscope.analyzers.findings.startup import NOT_REPRESENTATIVE_AXIS
-from trainscope.analyzers.trace.gpu_gaps import INFERRED, LABELS as GAP_LABELS, LAUNCH_CALL
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.gpu_gaps import INFERRED, LAUNCH_CALL
+from trainscope.analyzers.trace.gpu_gaps import LABELS as GAP_LABELS
 
 if TYPE_CHECKING:
     from trainscope.analyzers.trace.gpu_gaps import GpuGaps
@@ -74,7 +78,7 @@ def findings(inp: DiagnosisInput, rules: Rules) -> list[Finding]:
     return out
 
 
-def primary_first(found: list[Finding], verdict: "Verdict") -> list[Finding]:
+def primary_first(found: list[Finding], verdict: Verdict) -> list[Finding]:
     """The verdict's own finding first, then the others in :func:`finding_order` (a reader looks
     for the evidence of the verdict at the top)."""
     return sorted(found, key=lambda f: (f.id != verdict.bottleneck, *finding_order(f)))

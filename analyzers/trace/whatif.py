@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.trace.analysis import Analysis
 from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.trace.analysis import Analysis
 from trainscope.analyzers.trace.recommendations import removable
 
 

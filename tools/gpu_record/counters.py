@@ -84,10 +84,12 @@ def main() -> int:
         return 0
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True, with_flops=True) as prof:
-        with record_function("ProfilerStep#1"):
-            kernels(t)
-            torch.cuda.synchronize()
+    with (
+        profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True, with_flops=True) as prof,
+        record_function("ProfilerStep#1"),
+    ):
+        kernels(t)
+        torch.cuda.synchronize()
     raw = sys.argv[2].removesuffix(".gz")
     prof.export_chrome_trace(raw)
     with open(raw, "rb") as f, gzip.open(raw + ".gz", "wb", compresslevel=9) as g:

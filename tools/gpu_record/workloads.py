@@ -244,11 +244,10 @@ def w_cold_start_compile(out: str) -> None:
     x = torch.randn(2048, 2048, device=DEV)
     w = torch.randn(2048, 2048, device=DEV)
     t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        with record_function("ProfilerStep#0"):
-            for _ in range(3):
-                y = g(x, w)
-            torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, record_function("ProfilerStep#0"):
+        for _ in range(3):
+            y = g(x, w)
+        torch.cuda.synchronize()
     wall = time.perf_counter() - t0
     del y
     _save(prof, out, "h100_cold_start_torch_compile")

@@ -100,18 +100,54 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and editors: the same names, statically
-    from trainscope.api.analysis import analyze, check_deep_available, model_ledger, run_deep, whatif, whatif_levers  # noqa: F401
-    from trainscope.api.export import export_perfetto  # noqa: F401
+    from trainscope.api.analysis import (  # noqa: F401
+        analyze,
+        check_deep_available,
+        model_ledger,
+        run_deep,
+        whatif,
+        whatif_levers,
+    )
     from trainscope.api.comparison import DiffResult, diff, gate, node_budget, node_gate, save_diff  # noqa: F401
-    from trainscope.api.store import RunStore, StoredRun, default_store_path, is_run_ref, list_runs  # noqa: F401
-    from trainscope.api.store import open_store, save_run  # noqa: F401
-    from trainscope.api.explore import explain_finding, kernel_table, step_table, timeline_window, tree_table  # noqa: F401
-    from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK  # noqa: F401
-    from trainscope.api.errors import EXIT_REGRESSION, BadInput, DeepUnavailable, Regression  # noqa: F401
-    from trainscope.api.errors import TrainscopeError, describe  # noqa: F401
+    from trainscope.api.errors import (  # noqa: F401  # noqa: F401  # noqa: F401
+        EXIT_BAD_INPUT,
+        EXIT_INTERNAL,
+        EXIT_INTERRUPTED,
+        EXIT_OK,
+        EXIT_REGRESSION,
+        BadInput,
+        DeepUnavailable,
+        Regression,
+        TrainscopeError,
+        describe,
+    )
+    from trainscope.api.explore import (  # noqa: F401
+        explain_finding,
+        kernel_table,
+        step_table,
+        timeline_window,
+        tree_table,
+    )
+    from trainscope.api.export import export_perfetto  # noqa: F401
     from trainscope.api.hooks import on_trace_ready  # noqa: F401
+    from trainscope.api.live import LiveSample, Watch, live_analyzer, open_recording, watch  # noqa: F401
     from trainscope.api.memory_report import MemoryReport, memory, memory_peaks  # noqa: F401
-    from trainscope.api.planning import PlanResult, normalize_plan, plan, plan_config, plan_ledger, resolve_device  # noqa: F401
+    from trainscope.api.planning import (  # noqa: F401
+        PlanResult,
+        normalize_plan,
+        plan,
+        plan_config,
+        plan_ledger,
+        resolve_device,
+    )
     from trainscope.api.report import RankView, Report, with_ledger  # noqa: F401
     from trainscope.api.rules import rules_from  # noqa: F401
-    from trainscope.api.live import LiveSample, Watch, live_analyzer, open_recording, watch  # noqa: F401
+    from trainscope.api.store import (  # noqa: F401  # noqa: F401
+        RunStore,
+        StoredRun,
+        default_store_path,
+        is_run_ref,
+        list_runs,
+        open_store,
+        save_run,
+    )

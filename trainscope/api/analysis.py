@@ -5,20 +5,21 @@ rank directories) → the reduce over ranks (stragglers, alignment) → optional
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from trainscope.api.errors import BadInput, DeepUnavailable, Progress, bad_input, silent
 from trainscope.api.report import Report
 from trainscope.api.rules import resolve_rules
 
 if TYPE_CHECKING:
-    from trainscope.analyzers.trace.analysis import Analysis
     from trainscope.analyzers.rules import Rules
+    from trainscope.analyzers.trace.analysis import Analysis
     from trainscope.api.cache import CachedReport
     from trainscope.traces.model import Trace, TraceSet
 
 
-def whatif_levers(analysis: "Analysis") -> dict:
+def whatif_levers(analysis: Analysis) -> dict:
     """Every recommendation of an analysis that has a projection, by id: the time its fix removes
     (``analyzers.trace.whatif.Lever``)."""
     from trainscope.analyzers.trace.whatif import levers
@@ -26,7 +27,7 @@ def whatif_levers(analysis: "Analysis") -> dict:
     return levers(analysis)
 
 
-def whatif(analysis: "Analysis", chosen: "list[str] | tuple[str, ...]"):
+def whatif(analysis: Analysis, chosen: list[str] | tuple[str, ...]):
     """The projected mean step time with the fixes ``chosen`` (recommendation ids) all applied
     (``analyzers.trace.whatif.Projection``; upper bounds, as the report's)."""
     from trainscope.analyzers.trace.whatif import project
@@ -34,7 +35,7 @@ def whatif(analysis: "Analysis", chosen: "list[str] | tuple[str, ...]"):
     return project(analysis, chosen)
 
 
-def open_input(path: str, progress: Progress | None, cache: bool = False) -> "TraceSet":
+def open_input(path: str, progress: Progress | None, cache: bool = False) -> TraceSet:
     """The traces ``path`` holds; with ``cache`` (and the cache not turned off) through the trace
     cache (:mod:`trainscope.api.trace_cache`): the columns of an earlier read of the same input."""
     from trainscope.collectors import open_traces
@@ -84,22 +85,22 @@ def cache_options(
 ) -> dict:
     """The options besides the rules that key an analysis's document in the cache
     (:mod:`trainscope.api.cache`): what :func:`analyze` stores under and :func:`cached_document` looks up."""
-    return dict(
-        step_range=step_range,
-        peak_tflops=peak_tflops,
-        peak_bandwidth=peak_bandwidth,
-        deep=deep,
-        deep_step=deep_step,
-        hta=hta,
-        model=model,
-    )
+    return {
+        "step_range": step_range,
+        "peak_tflops": peak_tflops,
+        "peak_bandwidth": peak_bandwidth,
+        "deep": deep,
+        "deep_step": deep_step,
+        "hta": hta,
+        "model": model,
+    }
 
 
 def cached_document(
-    path: "str | os.PathLike",
+    path: str | os.PathLike,
     *,
     step_range: str | None = None,
-    rules: "Rules | None" = None,
+    rules: Rules | None = None,
     thresholds: Mapping[str, float] | None = None,
     peak_tflops: float | None = None,
     peak_bandwidth: float | None = None,
@@ -123,23 +124,23 @@ def cached_document(
 
 
 def analyze(
-    path_or_traces: "str | os.PathLike | TraceSet | Trace",
+    path_or_traces: str | os.PathLike | TraceSet | Trace,
     *,
     step_range: str | None = None,
-    rules: "Rules | None" = None,
+    rules: Rules | None = None,
     thresholds: Mapping[str, float] | None = None,
     peak_tflops: float | None = None,
     peak_bandwidth: float | None = None,
     deep: bool = False,
     deep_step: str | None = None,
-    model: "str | Any | None" = None,
+    model: str | Any | None = None,
     progress: Progress | None = None,
     source: str | None = None,
     jobs: int | None = None,
-    dask: "str | Any | None" = None,
+    dask: str | Any | None = None,
     cache: bool = False,
     trace_cache: bool | None = None,
-) -> "Report | CachedReport":
+) -> Report | CachedReport:
     """Diagnose a recorded run: a Kineto trace (.json/.json.gz), a directory (or glob) of per-rank
     traces, an Nsight Systems export (.sqlite; .nsys-rep with nsys on PATH), a ``watch`` recording,
     or an already-read :class:`~trainscope.traces.model.TraceSet` / ``Trace``.
@@ -180,7 +181,12 @@ def analyze(
         if enabled():
             path = os.fspath(path_or_traces)
             options = cache_options(step_range, peak_tflops, peak_bandwidth, deep, deep_step, hta, model)
-            again = dict(step_range=step_range, rules=rules, peak_tflops=peak_tflops, peak_bandwidth=peak_bandwidth)
+            again = {
+                "step_range": step_range,
+                "rules": rules,
+                "peak_tflops": peak_tflops,
+                "peak_bandwidth": peak_bandwidth,
+            }
             again.update(deep=deep, deep_step=deep_step, model=model, progress=progress, source=source, jobs=jobs)
             again.update(trace_cache=trace_cache)
             return cached_analysis(path, source or path, rules, options, lambda: analyze(path, **again, dask=dask))
@@ -221,7 +227,7 @@ def analyze(
 
 def _map_ranks(
     path: str,
-    rules: "Rules",
+    rules: Rules,
     peak_tflops: float | None,
     peak_bandwidth: float | None,
     step_range: str | None,
@@ -234,11 +240,10 @@ def _map_ranks(
     in rank order, one warning per file that could not be read)."""
     # What a worker runs, imported before the pool forks: a child forked while another thread (the
     # app's UI) held the import lock would wait on it forever.
-    import trainscope.analyzers.trace.analysis  # noqa: F401
     import trainscope.analyzers.ranks.alignment  # noqa: F401
+    import trainscope.analyzers.trace.analysis  # noqa: F401
     import trainscope.collectors.inputs  # noqa: F401
     from trainscope.api.executor import MapOptions, run_rank_set
-
     from trainscope.collectors.readers import max_decompressed_override
 
     options = MapOptions(
@@ -262,9 +267,9 @@ def _reduce_ranks(report: Report) -> None:
     cold starts, straggler, headline rank, lateness), each rank re-judged with the wait it measured,
     and the many-rank view. Sets ``report.story``, ``report.main_index`` (the story's headline rank)
     and ``report.stragglers`` (the story as the document holds it)."""
-    from trainscope.analyzers.trace.analysis import with_rank_imbalance
-    from trainscope.analyzers.ranks.story import rank_story
     from trainscope.analyzers.ranks.alignment import ranks_view, with_aligned_imbalance
+    from trainscope.analyzers.ranks.story import rank_story
+    from trainscope.analyzers.trace.analysis import with_rank_imbalance
     from trainscope.reports.deep import stragglers_dict
 
     rules, analyses = report.rules, report.ranks

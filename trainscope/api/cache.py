@@ -39,8 +39,9 @@ import os
 import secrets
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from trainscope.api.errors import BadInput
 
@@ -243,7 +244,7 @@ def _file_identity(path: str) -> list | None:
         return None
     try:
         st = os.fstat(fd)
-        if not (st.st_mode & 0o170000 == 0o100000):  # a FIFO, a device: not a stable input
+        if st.st_mode & 61440 != 32768:  # a FIFO, a device: not a stable input
             return None
         h = hashlib.sha256()
         if st.st_size <= FULL_HASH_BYTES:
@@ -326,7 +327,7 @@ def code_version() -> str:
     return _code
 
 
-def rules_key(rules: "Rules") -> list[str]:
+def rules_key(rules: Rules) -> list[str]:
     return [repr(t) for t in rules.all()]
 
 
@@ -484,9 +485,7 @@ def _damaged(dfd: int, name: str, why: str) -> None:
     _problem(f"damaged entry {name[:16]}… removed and rebuilt ({why}); {STATS.damaged} this run")
 
 
-def store(
-    dfd: int, key: str, data: "bytes | list", bound: int, suffix: str = SUFFIX, pause_env: str = ENV_PAUSE
-) -> None:
+def store(dfd: int, key: str, data: bytes | list, bound: int, suffix: str = SUFFIX, pause_env: str = ENV_PAUSE) -> None:
     """Write the entry (its bytes, or its pieces in order) under a private temporary name and rename
     it into place; then sweep."""
     from trainscope.collectors.step_hook import process_start
@@ -549,14 +548,14 @@ class CachedReport:
     miss). ``from_cache`` says whether the document was read from the cache."""
 
     def __init__(
-        self, source: str, text: str, relocated: bool, load: "Callable[[], Report]", report: "Report | None" = None
+        self, source: str, text: str, relocated: bool, load: Callable[[], Report], report: Report | None = None
     ) -> None:
         self.source = source
         self.from_cache = report is None
         self._text, self._relocated, self._load, self._report = text, relocated, load, report
         self._lock = threading.Lock()
 
-    def full(self) -> "Report":
+    def full(self) -> Report:
         """The full report (analyzed now, once, when the document came from the cache)."""
         with self._lock:
             if self._report is None:
@@ -564,7 +563,7 @@ class CachedReport:
             return self._report
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name.startswith("_"):
+        if name.startswith(("__", "_")):
             raise AttributeError(name)
         return getattr(self.full(), name)
 
@@ -576,7 +575,7 @@ class CachedReport:
 
         return Output("analysis", self.to_dict() if doc is None else doc, self, color)
 
-    def render(self, fmt: str) -> "str | bytes":
+    def render(self, fmt: str) -> str | bytes:
         from trainscope.reports.formats import render
 
         return render(fmt, self.output())
@@ -601,7 +600,7 @@ class CachedReport:
         write(path, self.output())
         return path
 
-    def render_for(self, path: str) -> "str | bytes":
+    def render_for(self, path: str) -> str | bytes:
         from trainscope.reports.formats import render_for_path
 
         return render_for_path(path, self.output())
@@ -624,7 +623,7 @@ class CachedReport:
         return repr(self.full())
 
 
-def peek(path: str, source: str, rules: "Rules", options: dict) -> dict | None:
+def peek(path: str, source: str, rules: Rules, options: dict) -> dict | None:
     """The cached document of analyzing ``path`` named ``source`` with ``rules`` and ``options`` (as
     :func:`cached_analysis` keys them), without analyzing: None when the cache is off, the input
     cannot be identified, the folder is missing or unsafe, or there is no (sound) entry. The
@@ -651,8 +650,8 @@ def peek(path: str, source: str, rules: "Rules", options: dict) -> dict | None:
 
 
 def cached_analysis(
-    path: str, source: str, rules: "Rules", options: dict, analyze: "Callable[[], Report]"
-) -> "CachedReport | Report":
+    path: str, source: str, rules: Rules, options: dict, analyze: Callable[[], Report]
+) -> CachedReport | Report:
     """``analyze()`` of ``path`` through the cache (see the module's docstring). ``options``: every
     option besides the rules that changes the document (JSON-able)."""
     global _warned_folder

@@ -30,8 +30,9 @@ import stat
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 TRIGGERS = ("verdict-change", "slowdown")
 RANKS = ("all", "lowest")  # --capture-ranks: every stepping rank of the job, or only the lowest

@@ -11,8 +11,9 @@ change achieved (:class:`~trainscope.analyzers.compare.history.FixOutcome`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, BadInput, Progress, Regression, silent
 from trainscope.api.report import shown
@@ -35,13 +36,13 @@ class DiffResult:
     gate was asked for, ``gate``; ``node_gates``: the node budgets checked (``diff --gate``, see
     :func:`node_gate`). ``before_run`` / ``after_run``: the stored runs compared, if any."""
 
-    diff: "RunDiff | SummaryDiff"
-    gate: "GateResult | None" = None
-    fixes: "list[FixOutcome]" = field(default_factory=list)
-    before_run: "StoredRun | None" = None
-    after_run: "StoredRun | None" = None
-    rules: "Rules | None" = None
-    node_gates: "list[NodeGateResult]" = field(default_factory=list)
+    diff: RunDiff | SummaryDiff
+    gate: GateResult | None = None
+    fixes: list[FixOutcome] = field(default_factory=list)
+    before_run: StoredRun | None = None
+    after_run: StoredRun | None = None
+    rules: Rules | None = None
+    node_gates: list[NodeGateResult] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.fixes:
@@ -96,7 +97,7 @@ class DiffResult:
         """ "fix X: projected up to 1.66×, achieved 1.41×" for every addressed fix with a projection."""
         return [line for f in self.fixes if (line := f.line)]
 
-    def check(self) -> "DiffResult":
+    def check(self) -> DiffResult:
         """Raise :class:`Regression` when the gate failed, :class:`BadInput` when it was refused (the
         runs are not comparable); return self otherwise."""
         if self.refused:
@@ -162,7 +163,7 @@ class DiffResult:
 
         return str(render("html", self.output()))
 
-    def render_for(self, path: str) -> "str | bytes":
+    def render_for(self, path: str) -> str | bytes:
         """The report in the format the file name ``path`` says (reports/formats.py: .html/.htm,
         .json, .md; Markdown for any other)."""
         from trainscope.reports.formats import render_for_path
@@ -209,11 +210,11 @@ def _check_metric(metric: str) -> None:
 
 
 def gate(
-    result: "DiffResult | RunDiff | SummaryDiff",
+    result: DiffResult | RunDiff | SummaryDiff,
     metric: str = "step_p50",
     fail_if_slower: float = 0.0,
     *,
-    rules: "Rules | None" = None,
+    rules: Rules | None = None,
     alpha: float | None = None,
     gate_anyway: bool = False,
 ) -> DiffResult:
@@ -248,7 +249,7 @@ def gate(
     return DiffResult(d, g, base.fixes, base.before_run, base.after_run, rules, list(base.node_gates))
 
 
-def node_budget(text: str) -> "NodeBudget":
+def node_budget(text: str) -> NodeBudget:
     """A node budget from its text (``'Qwen2DecoderLayer_*.Qwen2MLP_*:+5%'``: each matching node's GPU time
     per step may grow by at most 5 %; ``'…:-3pts'``: its share of peak, % of roof, may fall by at most 3
     points). Raises :class:`BadInput`."""
@@ -261,10 +262,10 @@ def node_budget(text: str) -> "NodeBudget":
 
 
 def node_gate(
-    result: "DiffResult | RunDiff",
-    budgets: "list[str | NodeBudget]",
+    result: DiffResult | RunDiff,
+    budgets: list[str | NodeBudget],
     *,
-    rules: "Rules | None" = None,
+    rules: Rules | None = None,
     gate_anyway: bool = False,
 ) -> DiffResult:
     """Check node budgets (``diff --gate``) on a comparison: a regression (exit 3) when a node matching a
@@ -275,7 +276,8 @@ def node_gate(
     :class:`BadInput` when a run has no module tree (its trace records no ranges or GPU work, or it was
     stored before runs kept the tree), or when no node matches a pattern."""
     from trainscope.analyzers.compare.diff import gate_blockers
-    from trainscope.analyzers.compare.tree_diff import NoSuchNode, node_gate as judge, refuse_node_gate
+    from trainscope.analyzers.compare.tree_diff import NoSuchNode, refuse_node_gate
+    from trainscope.analyzers.compare.tree_diff import node_gate as judge
 
     base = result if isinstance(result, DiffResult) else DiffResult(result, rules=rules)
     d = base.diff
@@ -303,7 +305,7 @@ def node_gate(
     return DiffResult(d, base.gate, base.fixes, base.before_run, base.after_run, base.rules or rules, out)
 
 
-def _summary_label(s: "RunSummary") -> str:
+def _summary_label(s: RunSummary) -> str:
     return os.path.basename(s.source.rstrip("/")) or s.source
 
 
@@ -333,9 +335,7 @@ def _no_tree(result: DiffResult) -> str:
     )
 
 
-def _analyzed(
-    label: str, path: str, rules: "Rules", progress: Progress, i: int, options: Mapping | None = None
-) -> "Run":
+def _analyzed(label: str, path: str, rules: Rules, progress: Progress, i: int, options: Mapping | None = None) -> Run:
     """One side: ``analyze(path)`` with the same options as every analysis (the same reader, rank
     map and reduce, so a side's sinks are ``analyze``'s), kept as a :class:`Run`."""
     from trainscope.analyzers.compare.diff import run_from_summaries
@@ -351,13 +351,13 @@ def _analyzed(
     return run_from_summaries(path, report.rank_summaries(), report.ranks, list(report.traces.warnings))
 
 
-def _store(store: "RunStore | str | os.PathLike | None", read_only: bool = False) -> "RunStore":
+def _store(store: RunStore | str | os.PathLike | None, read_only: bool = False) -> RunStore:
     from trainscope.api.store import RunStore
 
     return store if isinstance(store, RunStore) else RunStore(store, read_only=read_only)
 
 
-def resolve_side(side: Side, store: "RunStore | str | os.PathLike | None" = None) -> "StoredRun | RunSummary | str":
+def resolve_side(side: Side, store: RunStore | str | os.PathLike | None = None) -> StoredRun | RunSummary | str:
     """A stored run for a run reference (``12``, ``latest``, ``baseline:TAG``), the summary or path as given."""
     from trainscope.analyzers.compare.history import RunSummary
     from trainscope.api.store import StoredRun, is_run_ref
@@ -374,19 +374,19 @@ def diff(
     before: Side,
     after: Side,
     *,
-    rules: "Rules | None" = None,
+    rules: Rules | None = None,
     thresholds: Mapping[str, float] | None = None,
     metric: str = "step_p50",
     fail_if_slower: float | None = None,
     progress: Progress | None = None,
-    store: "RunStore | str | os.PathLike | None" = None,
+    store: RunStore | str | os.PathLike | None = None,
     gate_anyway: bool = False,
     step_range: str | None = None,
     peak_tflops: float | None = None,
     peak_bandwidth: float | None = None,
     jobs: int | None = None,
-    dask: "str | Any | None" = None,
-    node_budgets: "list[str] | None" = None,
+    dask: str | Any | None = None,
+    node_budgets: list[str] | None = None,
     cache: bool = False,
 ) -> DiffResult:
     """Compare BEFORE and AFTER: traces (each analyzed by :func:`~trainscope.api.analyze` with the
@@ -454,11 +454,11 @@ def diff(
 
 def save_diff(
     result: DiffResult,
-    store: "RunStore | str | os.PathLike | None" = None,
+    store: RunStore | str | os.PathLike | None = None,
     *,
     tag: str | None = None,
     saved_by: str = "diff",
-) -> tuple["StoredRun", "StoredRun", int]:
+) -> tuple[StoredRun, StoredRun, int]:
     """``diff --save``: every side that was a trace is saved as a run (with ``tag``), and the
     projected and achieved gains of BEFORE's addressed fixes are recorded between the two runs.
     Returns (BEFORE's run, AFTER's run, outcomes recorded)."""

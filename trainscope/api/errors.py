@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import zlib
-from typing import TYPE_CHECKING, Callable, Iterator
-
-if TYPE_CHECKING:
-    from trainscope.api.comparison import DiffResult
+from collections.abc import Callable, Iterator
+from typing import Any
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -43,8 +41,10 @@ class Regression(TrainscopeError):
 
     exit_code = EXIT_REGRESSION
 
-    def __init__(self, message: str, result: "DiffResult | None" = None) -> None:
+    def __init__(self, message: str, result: Any = None) -> None:
         super().__init__(message)
+        # The DiffResult that failed the gate. Not imported for its type: every module of the api
+        # layer imports this one, so this one imports none of them (no import circle).
         self.result = result
 
 

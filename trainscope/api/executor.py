@@ -13,10 +13,10 @@ from __future__ import annotations
 import glob
 import os
 import re
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from typing import Callable
 
 from trainscope.analyzers.ranks.alignment import RankSummary
 from trainscope.analyzers.rules import Rules
@@ -44,6 +44,10 @@ class MapOptions:
 
     def table(self) -> Rules:
         return self.rules if self.rules is not None else Rules(dict(self.thresholds))
+
+
+DEFAULTS = MapOptions()
+"""The default options (frozen: one shared value serves every call)."""
 
 
 @dataclass
@@ -84,12 +88,12 @@ def rank_files(path: str) -> list[str]:
     return sorted(f for f in names if f.lower().endswith(RANK_FILE_SUFFIXES) and os.path.isfile(f))
 
 
-def summarize_rank(path: str, options: MapOptions = MapOptions()) -> list[RankSummary] | str:
+def summarize_rank(path: str, options: MapOptions = DEFAULTS) -> list[RankSummary] | str:
     """The map step: read one file, analyze each trace it holds, keep the summary. Pure in its
     inputs (a path and options) and picklable both ways; an unreadable file is a one-line string."""
+    from trainscope.analyzers.ranks.alignment import summarize
     from trainscope.analyzers.trace.analysis import analyze_trace
     from trainscope.analyzers.trace.range_steps import StepRangeError
-    from trainscope.analyzers.ranks.alignment import summarize
     from trainscope.collectors import TraceError
     from trainscope.collectors.readers import max_decompressed_override, set_max_decompressed
 
@@ -132,7 +136,7 @@ def _read(path: str, cache: bool) -> list:
 
 def map_ranks(
     files: list[str],
-    options: MapOptions = MapOptions(),
+    options: MapOptions = DEFAULTS,
     jobs: int | None = None,
     dask: str | None = None,
     progress: RankProgress | None = None,
@@ -174,7 +178,8 @@ def map_ranks(
 
 def _map_dask(files: list[str], options: MapOptions, dask, fn: Callable, tick: Callable[[], None]) -> list:
     try:
-        from distributed import Client, as_completed as dask_completed
+        from distributed import Client
+        from distributed import as_completed as dask_completed
     except ImportError:
         raise RuntimeError("--dask needs Dask distributed: pip install 'trainscope[dask]'") from None
     own = isinstance(dask, str)
@@ -197,7 +202,7 @@ def _map_dask(files: list[str], options: MapOptions, dask, fn: Callable, tick: C
 
 def run_rank_set(
     path: str,
-    options: MapOptions = MapOptions(),
+    options: MapOptions = DEFAULTS,
     jobs: int | None = None,
     dask: str | None = None,
     progress: RankProgress | None = None,

@@ -5,7 +5,8 @@ sources the report prints, nothing inferred beyond them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from trainscope.api.errors import BadInput
 
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
     from trainscope.api.report import Report
 
 
-def _rank(report: "Report", rank: int | None) -> int:
+def _rank(report: Report, rank: int | None) -> int:
     if rank is None:
         return report.main_index
     ranks = [a.rank for a in report.ranks]
@@ -24,11 +25,11 @@ def _rank(report: "Report", rank: int | None) -> int:
     raise BadInput(f"no rank {rank} in {report.source} (ranks: {', '.join(str(r) for r in ranks)})")
 
 
-def _doc(report: "Report", index: int) -> dict:
+def _doc(report: Report, index: int) -> dict:
     return report.to_dict() if index == report.main_index else report.rank_view(index).doc
 
 
-def explain_finding(report: "Report", finding: str, *, rank: int | None = None) -> dict[str, Any]:
+def explain_finding(report: Report, finding: str, *, rank: int | None = None) -> dict[str, Any]:
     """One finding of the run: its grade, stake, evidence (each line with its source), where it stands
     in the verdict, the thresholds that grade it (value, unit, source), the fixes for it with their
     projections, and the step and interval of the timeline that show it most."""
@@ -100,7 +101,7 @@ def _family(name: str) -> str | None:
 
 
 def kernel_table(
-    report: "Report",
+    report: Report,
     *,
     name_contains: str | None = None,
     kernel_class: str | None = None,
@@ -172,7 +173,7 @@ def kernel_table(
 
 
 def step_table(
-    report: "Report",
+    report: Report,
     *,
     min_duration_ms: float | None = None,
     outliers_only: bool = False,
@@ -200,7 +201,7 @@ def step_table(
 
 
 def timeline_window(
-    report: "Report",
+    report: Report,
     start_ms: float,
     end_ms: float,
     *,
@@ -255,7 +256,7 @@ TREE_SORTS = ("gpu_ms", "gpu_exclusive_ms", "pct_of_roof")
 
 
 def tree_table(
-    report: "Report",
+    report: Report,
     *,
     under: str | None = None,
     name_contains: str | None = None,

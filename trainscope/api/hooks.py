@@ -4,7 +4,8 @@ TensorBoard's handler does and prints trainscope's verdict line."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from trainscope.api.analysis import analyze
 from trainscope.api.errors import describe
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def on_trace_ready(
-    dir_name: "str | os.PathLike",
+    dir_name: str | os.PathLike,
     *,
     print_verdict: bool = True,
     worker_name: str | None = None,
@@ -23,7 +24,7 @@ def on_trace_ready(
     printer: Callable[[str], None] | None = None,
     callback: Callable[[Report], None] | None = None,
     save: bool = False,
-    store: "str | os.PathLike | None" = None,
+    store: str | os.PathLike | None = None,
     tag: str | None = None,
 ):
     """A ``torch.profiler.profile(on_trace_ready=…)`` handler: writes each cycle's trace into

@@ -6,17 +6,18 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from trainscope.api.errors import BadInput, bad_input
 from trainscope.api.rules import resolve_rules
 
 if TYPE_CHECKING:
     from trainscope.analyzers.live.engine import LiveStatus
-    from trainscope.api.capture import Capture, CaptureController, CaptureOptions
     from trainscope.analyzers.rules import Rules
     from trainscope.analyzers.trace.verdict import Verdict
+    from trainscope.api.capture import Capture, CaptureController, CaptureOptions
     from trainscope.traces.samples import Snapshot
 
 
@@ -24,12 +25,12 @@ if TYPE_CHECKING:
 class LiveSample:
     """One interval of a live watch: the analyzer's status (verdict over the window) and the sample."""
 
-    status: "LiveStatus"
-    snapshot: "Snapshot"
+    status: LiveStatus
+    snapshot: Snapshot
     captures: tuple = ()  # every on-demand capture so far (:class:`trainscope.api.capture.Capture`), as of this sample
 
     @property
-    def verdict(self) -> "Verdict":
+    def verdict(self) -> Verdict:
         return self.status.verdict
 
     def line(self) -> str:
@@ -43,7 +44,7 @@ class LiveSample:
         return status_line_dict(self.status, self.snapshot)
 
 
-def live_analyzer(rules: "Rules | None" = None, window_s: float = 30.0, thresholds: Mapping[str, float] | None = None):
+def live_analyzer(rules: Rules | None = None, window_s: float = 30.0, thresholds: Mapping[str, float] | None = None):
     """The live analyzer ``watch`` feeds: ``add(snapshot) -> LiveStatus``; ``summary()``."""
     from trainscope.analyzers.live.engine import LiveAnalyzer
 
@@ -52,7 +53,7 @@ def live_analyzer(rules: "Rules | None" = None, window_s: float = 30.0, threshol
     return LiveAnalyzer(resolve_rules(rules, thresholds), window_s=window_s)
 
 
-def open_recording(path: "str | os.PathLike"):
+def open_recording(path: str | os.PathLike):
     """A ``watch --record`` recording or an nvidia-smi CSV log (``.snapshots``, ``.header``, ``.warnings``)."""
     from trainscope.collectors.live_trace import open_recording as _open_recording
 
@@ -82,15 +83,15 @@ class Watch:
         self,
         *,
         pid: int | None = None,
-        replay: "str | os.PathLike | None" = None,
+        replay: str | os.PathLike | None = None,
         interval: float = 1.0,
         window: float = 30.0,
         duration: float | None = None,
-        rules: "Rules | None" = None,
+        rules: Rules | None = None,
         thresholds: Mapping[str, float] | None = None,
-        record: "str | os.PathLike | None" = None,
+        record: str | os.PathLike | None = None,
         step_hook: bool = False,
-        capture: "CaptureOptions | None" = None,
+        capture: CaptureOptions | None = None,
     ) -> None:
         if pid is not None and replay is not None:
             raise BadInput("choose one of: pid, replay")
@@ -127,11 +128,11 @@ class Watch:
         self._deadline: float | None = None
         self._started = False
         self.capture_options = capture
-        self.capture: "CaptureController | None" = None  # made once the step socket is open
+        self.capture: CaptureController | None = None  # made once the step socket is open
 
     # -- feeding -------------------------------------------------------------------------------------
 
-    def add(self, snap: "Snapshot") -> LiveSample:
+    def add(self, snap: Snapshot) -> LiveSample:
         """Feed one snapshot (from any sampler) to the analyzer and the recording."""
         with self.lock:
             status = self.analyzer.add(snap)
@@ -155,12 +156,12 @@ class Watch:
                     self._recorder = None
             return s
 
-    def latest(self) -> "tuple[LiveStatus | None, Snapshot | None]":
+    def latest(self) -> tuple[LiveStatus | None, Snapshot | None]:
         """The last status and sample (what a metrics endpoint serves), read under the lock."""
         with self.lock:
             return (self.last.status, self.last.snapshot) if self.last else (None, None)
 
-    def summary(self) -> "LiveStatus":
+    def summary(self) -> LiveStatus:
         return self.analyzer.summary()
 
     # -- a job the caller launches ---------------------------------------------------------------------
@@ -257,7 +258,7 @@ class Watch:
         folder = self.capture_options.folder or os.path.abspath(DEFAULT_FOLDER)
         self.capture = CaptureController(self._receiver, folder, self.capture_options)
 
-    def request_capture(self, trigger: str = "key") -> "Capture | None":
+    def request_capture(self, trigger: str = "key") -> Capture | None:
         """Ask the job for a capture now (the dashboard's ``c``); None when captures are off."""
         if self.capture is None:
             return None
@@ -266,10 +267,10 @@ class Watch:
         st = self.last.status if self.last is not None else None
         return self.capture.request(trigger, self.last.snapshot.t if self.last else 0.0, _counters(st))
 
-    def captures(self) -> "tuple[Capture, ...]":
+    def captures(self) -> tuple[Capture, ...]:
         return self.capture.snapshot() if self.capture is not None else ()
 
-    def new_captures(self) -> "list[Capture]":
+    def new_captures(self) -> list[Capture]:
         """Captures finished since the last call (refused, failed, or analyzed)."""
         return self.capture.newly_finished() if self.capture is not None else []
 
@@ -366,7 +367,7 @@ class Watch:
         xs = self.sampler_cost_s
         return round(1000 * sum(xs) / len(xs), 3) if xs else None
 
-    def finish(self, exit_code: int | None = None) -> "LiveStatus":
+    def finish(self, exit_code: int | None = None) -> LiveStatus:
         """Stop (if still sampling), close the recording with the job's exit code and the verdict,
         and return the verdict over the whole watch."""
         self.stop()
@@ -390,7 +391,7 @@ class Watch:
         if self.capture is not None:
             self.capture.close()
 
-    def __enter__(self) -> "Watch":
+    def __enter__(self) -> Watch:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -426,15 +427,15 @@ def make_run_folder() -> str:
 def watch(
     *,
     pid: int | None = None,
-    replay: "str | os.PathLike | None" = None,
+    replay: str | os.PathLike | None = None,
     interval: float = 1.0,
     window: float = 30.0,
     duration: float | None = None,
-    rules: "Rules | None" = None,
+    rules: Rules | None = None,
     thresholds: Mapping[str, float] | None = None,
-    record: "str | os.PathLike | None" = None,
+    record: str | os.PathLike | None = None,
     step_hook: bool = False,
-    capture: "CaptureOptions | None" = None,
+    capture: CaptureOptions | None = None,
 ) -> Watch:
     """``with watch(pid=…) as w: for s in w: print(s.line())`` — see :class:`Watch`. ``capture``
     (:class:`trainscope.api.capture.CaptureOptions`) turns on-demand kernel-level captures on."""

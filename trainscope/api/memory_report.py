@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from trainscope.api.errors import BadInput, Progress, bad_input, silent
 from trainscope.api.planning import resolve_device
@@ -75,7 +76,7 @@ class MemoryReport:
 
         return str(render("html", self.output()))
 
-    def render_for(self, path: str) -> "str | bytes":
+    def render_for(self, path: str) -> str | bytes:
         """The report in the format the file name ``path`` says (reports/formats.py: .html/.htm,
         .json, .md; Markdown for any other)."""
         from trainscope.reports.formats import render_for_path
@@ -96,12 +97,12 @@ class MemoryReport:
 
 
 def memory(
-    path: "str | os.PathLike",
+    path: str | os.PathLike,
     *,
     gpu: str | None = None,
     gpu_memory: str | None = None,
     top: int = 10,
-    rules: "Rules | None" = None,
+    rules: Rules | None = None,
     thresholds: Mapping[str, float] | None = None,
     progress: Progress | None = None,
 ) -> MemoryReport:
@@ -111,8 +112,8 @@ def memory(
     from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
     from trainscope.analyzers.snapshot.timeline_peak import timeline_peak
     from trainscope.collectors.errors import TraceError
-    from trainscope.collectors.memory_timeline import load_memory_timeline
     from trainscope.collectors.formats import is_snapshot
+    from trainscope.collectors.memory_timeline import load_memory_timeline
     from trainscope.collectors.snapshot import load_snapshot
     from trainscope.reports.memory import build_memory_document
 
@@ -143,7 +144,7 @@ def memory(
         return MemoryReport(path, kind, build_memory_document(path, kind, None, peak, [], capacity, []), peak=peak)
 
 
-def memory_peaks(path: "str | os.PathLike") -> list:
+def memory_peaks(path: str | os.PathLike) -> list:
     """Per device of a CUDA memory snapshot: allocated bytes over the recorded events, the peak and
     every allocation live at it with its full stack (:class:`~trainscope.analyzers.snapshot.peak.MemoryPeak`,
     what ``trainscope memory``'s app shows). Raises :class:`BadInput`."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from trainscope.api.errors import BadInput, bad_input
 from trainscope.api.report import shown
@@ -65,7 +66,7 @@ class PlanResult:
 
         return str(render("html", self.output()))
 
-    def render_for(self, path: str) -> "str | bytes":
+    def render_for(self, path: str) -> str | bytes:
         """The report in the format the file name ``path`` says (reports/formats.py: .html/.htm,
         .json, .md; Markdown for any other)."""
         from trainscope.reports.formats import render_for_path
@@ -85,7 +86,7 @@ class PlanResult:
         return render_text_cell("trainscope plan", repr(self), self.to_text())
 
 
-def plan_config(model: "str | Mapping[str, Any] | Any" = None, **fields: Any):
+def plan_config(model: str | Mapping[str, Any] | Any = None, **fields: Any):
     """A ``PlanConfig`` from a spec string (``"params=1.5B,optimizer=adam"``), a mapping or keyword
     fields (``params=1.5e9, optimizer="adam"``). Raises :class:`BadInput`."""
     from trainscope.analyzers.plan.ledger import PlanConfig
@@ -141,7 +142,7 @@ def resolve_device(gpu: str | None = None, gpu_memory: str | None = None):
 
 
 def plan(
-    model: "str | Mapping[str, Any] | Any" = None,
+    model: str | Mapping[str, Any] | Any = None,
     *,
     gpu: str | None = "h100-80",
     gpu_memory: str | None = None,

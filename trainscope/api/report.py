@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any
 from trainscope.api.errors import bad_input
 
 if TYPE_CHECKING:
+    from trainscope.analyzers.rules import Rules
+    from trainscope.analyzers.trace.allocator_peak import DeviceMemory
     from trainscope.analyzers.trace.analysis import Analysis
     from trainscope.analyzers.trace.breakdown import Breakdown, StepBreakdown
     from trainscope.analyzers.trace.kernels import KernelSummary
-    from trainscope.analyzers.trace.allocator_peak import DeviceMemory
-    from trainscope.analyzers.rules import Rules
     from trainscope.analyzers.trace.verdict import Finding, Verdict
     from trainscope.traces.model import Trace, TraceSet
 
@@ -43,9 +43,9 @@ class Report:
     on first use (the parent keeps only ``summaries``) — and ``rank_view(i)`` its view models."""
 
     source: str
-    rules: "Rules" = field(repr=False)
-    traces: "TraceSet" = field(repr=False)
-    ranks: "list[Analysis]" = field(repr=False)
+    rules: Rules = field(repr=False)
+    traces: TraceSet = field(repr=False)
+    ranks: list[Analysis] = field(repr=False)
     main_index: int = 0
     stragglers: dict | None = field(default=None, repr=False)
     deep: dict | None = field(default=None, repr=False)
@@ -54,7 +54,7 @@ class Report:
     story: Any = field(default=None, repr=False)  # analyzers.ranks.story.RankStory, several ranks
     # A rank directory mapped by the executor: each rank's summary; ``traces`` then holds no trace
     # (only the read warnings) and :meth:`trace` reads a rank's file again when first asked.
-    summaries: "list | None" = field(default=None, repr=False)
+    summaries: list | None = field(default=None, repr=False)
     _loaded: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _views: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)  # reading traces
@@ -62,31 +62,31 @@ class Report:
 
     # the main rank, typed
     @property
-    def main(self) -> "Analysis":
+    def main(self) -> Analysis:
         return self.ranks[self.main_index]
 
     @property
-    def verdict(self) -> "Verdict":
+    def verdict(self) -> Verdict:
         return self.main.verdict
 
     @property
-    def findings(self) -> "list[Finding]":
+    def findings(self) -> list[Finding]:
         return self.main.findings
 
     @property
-    def breakdown(self) -> "Breakdown":
+    def breakdown(self) -> Breakdown:
         return self.main.breakdown
 
     @property
-    def steps(self) -> "list[StepBreakdown]":
+    def steps(self) -> list[StepBreakdown]:
         return self.main.breakdown.steps
 
     @property
-    def kernels(self) -> "KernelSummary":
+    def kernels(self) -> KernelSummary:
         return self.main.kernels
 
     @property
-    def memory(self) -> "list[DeviceMemory]":
+    def memory(self) -> list[DeviceMemory]:
         return self.main.memory
 
     @property
@@ -98,10 +98,10 @@ class Report:
         return list(self.traces.warnings) + list(self.main.warnings)
 
     @property
-    def main_trace(self) -> "Trace":
+    def main_trace(self) -> Trace:
         return self.trace(self.main_index)
 
-    def trace(self, index: int) -> "Trace":
+    def trace(self, index: int) -> Trace:
         """Rank ``index``'s trace: the one read for the analysis, or — for a rank directory mapped in
         worker processes, which keep only summaries — that rank's file read again in this process,
         once, on first use. Raises :class:`BadInput` when the file cannot be read any more."""
@@ -160,7 +160,7 @@ class Report:
                 self._views["side_by_side"] = sb
         return sb
 
-    def rank_view(self, index: int | None = None) -> "RankView":
+    def rank_view(self, index: int | None = None) -> RankView:
         """The view models of one rank (default: the main rank) for the terminal app: its document,
         timeline, full kernel table and memory curves, each built once when first asked."""
         index = self.main_index if index is None else index
@@ -192,7 +192,7 @@ class Report:
 
         return Output("analysis", self.to_dict() if doc is None else doc, self, color)
 
-    def render(self, fmt: str) -> "str | bytes":
+    def render(self, fmt: str) -> str | bytes:
         """The report in output format ``fmt`` (a name in :data:`trainscope.reports.formats.WRITERS`)."""
         from trainscope.reports.formats import render
 
@@ -222,7 +222,7 @@ class Report:
         write(path, self.output())
         return path
 
-    def render_for(self, path: str) -> "str | bytes":
+    def render_for(self, path: str) -> str | bytes:
         """The report in the format the file name ``path`` says (reports/formats.py)."""
         from trainscope.reports.formats import render_for_path
 
@@ -267,7 +267,7 @@ class Report:
         )
 
 
-def _read_rank(a: "Analysis") -> "Trace":
+def _read_rank(a: Analysis) -> Trace:
     """One rank's trace read again from its file (the rank a file holds, when it holds several)."""
     from trainscope.collectors.inputs import open_any
 
@@ -288,11 +288,11 @@ class RankView:
 
     def __init__(self, report: Report, index: int) -> None:
         self.report, self.index = report, index
-        self.analysis: "Analysis" = report.ranks[index]
-        self.rules: "Rules" = report.rules
+        self.analysis: Analysis = report.ranks[index]
+        self.rules: Rules = report.rules
 
     @property
-    def trace(self) -> "Trace":
+    def trace(self) -> Trace:
         return self.report.trace(self.index)
 
     @functools.cached_property
@@ -318,7 +318,7 @@ class RankView:
         return TimelineModel(self.trace, a.segmentation, a.device, self.classes[0])
 
     @functools.cached_property
-    def all_kernels(self) -> "KernelSummary":
+    def all_kernels(self) -> KernelSummary:
         """Every kernel name inside the steps (the analysis keeps only the top ones)."""
         from trainscope.analyzers import intervals as iv
         from trainscope.analyzers.trace.kernels import kernel_summary

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from trainscope.api.errors import BadInput
 
@@ -10,7 +11,7 @@ if TYPE_CHECKING:
     from trainscope.analyzers.rules import Rules
 
 
-def resolve_rules(rules: "Rules | None", thresholds: Mapping[str, float] | None) -> "Rules":
+def resolve_rules(rules: Rules | None, thresholds: Mapping[str, float] | None) -> Rules:
     """``rules`` as given, or the defaults with ``thresholds`` ({name: value}) overridden."""
     from trainscope.analyzers.rules import Rules
 
@@ -25,7 +26,7 @@ def resolve_rules(rules: "Rules | None", thresholds: Mapping[str, float] | None)
     return Rules({k: float(v) for k, v in thresholds.items()})
 
 
-def rules_from(thresholds: Mapping[str, float] | None = None) -> "Rules":
+def rules_from(thresholds: Mapping[str, float] | None = None) -> Rules:
     """The threshold table (``analyzers.rules.Rules``: every threshold with its value, unit and
     source) with ``thresholds`` ({name: value}) overriding the defaults. Raises :class:`BadInput`
     for a name that is not a threshold."""

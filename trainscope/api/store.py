@@ -26,8 +26,9 @@ import socket
 import sqlite3
 import subprocess
 import urllib.parse
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from trainscope.api.errors import BadInput
 
@@ -125,7 +126,7 @@ class StoredRun:
     git_dirty: bool | None
     host: str | None
     saved_by: str
-    summary: "RunSummary"
+    summary: RunSummary
     baseline_for: tuple[str, ...] = ()  # the tags it is the baseline of ('' = untagged)
 
     @property
@@ -275,7 +276,7 @@ class RunStore:
     is bounded by :data:`BUSY_TIMEOUT_S`. A row that cannot be read is skipped by the listing and
     named in :attr:`skipped`."""
 
-    def __init__(self, path: "str | os.PathLike | None" = None, *, read_only: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike | None = None, *, read_only: bool = False) -> None:
         self.path = os.fspath(path) if path is not None else default_store_path()
         self.read_only = read_only
         self._db: sqlite3.Connection | None = None
@@ -430,7 +431,7 @@ class RunStore:
             self._db.close()
             self._db = None
 
-    def __enter__(self) -> "RunStore":
+    def __enter__(self) -> RunStore:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -459,7 +460,7 @@ class RunStore:
 
     def save(
         self,
-        summary: "RunSummary",
+        summary: RunSummary,
         *,
         tag: str | None = None,
         saved_by: str = "api",
@@ -551,7 +552,7 @@ class RunStore:
             self.skipped.append(e.skipped_line)
             return None
 
-    def get_listed(self, ref: "str | int") -> StoredRun | None:
+    def get_listed(self, ref: str | int) -> StoredRun | None:
         """:meth:`get` for a listing: a damaged run is None and named in :attr:`skipped` (not reset)."""
         try:
             return self.get(ref)
@@ -559,7 +560,7 @@ class RunStore:
             self.skipped.append(e.skipped_line)
             return None
 
-    def get(self, ref: "str | int") -> StoredRun:
+    def get(self, ref: str | int) -> StoredRun:
         """The run ``ref`` names: an id (``12``, ``run:12``), ``latest[:TAG]`` or ``baseline[:TAG]``.
         Raises :class:`BadInput` when there is none."""
         text = str(ref)
@@ -624,7 +625,7 @@ class RunStore:
 
     # -- baselines -------------------------------------------------------------------------------
 
-    def set_baseline(self, ref: "str | int", tag: str | None = None) -> StoredRun:
+    def set_baseline(self, ref: str | int, tag: str | None = None) -> StoredRun:
         """Make run ``ref`` the baseline of ``tag`` (default: the run's own tag; none: the untagged
         baseline)."""
         run = self.get(ref)
@@ -653,7 +654,7 @@ class RunStore:
 
     # -- projected against achieved --------------------------------------------------------------
 
-    def record_outcomes(self, before: StoredRun, after: StoredRun, outcomes: "Iterable[FixOutcome]") -> int:
+    def record_outcomes(self, before: StoredRun, after: StoredRun, outcomes: Iterable[FixOutcome]) -> int:
         """Keep each addressed fix's projected and achieved speedup (``diff --save``). Returns how many."""
         n = 0
         for o in outcomes:
@@ -676,7 +677,7 @@ class RunStore:
             n += 1
         return n
 
-    def outcomes(self, run: "str | int | None" = None) -> list[dict[str, Any]]:
+    def outcomes(self, run: str | int | None = None) -> list[dict[str, Any]]:
         """Recorded fix outcomes (of run ``run`` as BEFORE or AFTER, or all), oldest first."""
         if self._connect() and self.version < 2:  # an old store opened read-only has none yet
             return []
@@ -700,12 +701,12 @@ class RunStore:
         ]
 
 
-def open_store(path: "str | os.PathLike | None" = None, *, read_only: bool = False) -> RunStore:
+def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False) -> RunStore:
     """The run history at ``path`` (default: :func:`default_store_path`)."""
     return RunStore(path, read_only=read_only)
 
 
-def report_summary(report: "Report") -> "RunSummary":
+def report_summary(report: Report) -> RunSummary:
     """The summary of an analyzed report's main rank (what ``analyze --save`` stores)."""
     from trainscope.analyzers.compare.diff import Run
     from trainscope.analyzers.compare.history import summarize
@@ -729,8 +730,8 @@ def report_summary(report: "Report") -> "RunSummary":
 
 
 def save_run(
-    report: "Report",
-    store: "RunStore | str | os.PathLike | None" = None,
+    report: Report,
+    store: RunStore | str | os.PathLike | None = None,
     *,
     tag: str | None = None,
     saved_by: str = "api",
@@ -742,7 +743,7 @@ def save_run(
     return st.save(report_summary(report), tag=tag, saved_by=saved_by, git_commit=git_commit, cwd=cwd)
 
 
-def list_runs(store: "RunStore | str | os.PathLike | None" = None, **filters: Any) -> list[StoredRun]:
+def list_runs(store: RunStore | str | os.PathLike | None = None, **filters: Any) -> list[StoredRun]:
     """``RunStore.runs(**filters)`` of ``store``."""
     st = store if isinstance(store, RunStore) else RunStore(store)
     return st.runs(**filters)

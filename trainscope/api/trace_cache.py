@@ -327,7 +327,7 @@ def _trace_header(t: Any, arrays: _Arrays, old: str | None) -> dict:
     }
 
 
-def encode(key: str, ts: "TraceSet", relocated: bool) -> list:
+def encode(key: str, ts: TraceSet, relocated: bool) -> list:
     """The pieces of an entry, in order (written one after the other, never joined)."""
     from trainscope.traces.model import TraceSet
 
@@ -389,7 +389,7 @@ def _decode_strings(buf: Any, s: dict, new: str | None) -> list[str]:
     return out
 
 
-def decode(head: bytes, buf: Any, key: str, path: str) -> "TraceSet":
+def decode(head: bytes, buf: Any, key: str, path: str) -> TraceSet:
     from trainscope.traces.model import CollectiveArgs, Device, OpInputs, Thread, Trace, TraceSet
 
     try:
@@ -444,7 +444,7 @@ def decode(head: bytes, buf: Any, key: str, path: str) -> "TraceSet":
         raise cache.Damaged(f"not a trace ({type(e).__name__})") from None
 
 
-def load(dfd: int, key: str, bound: int, path: str) -> "TraceSet | None":
+def load(dfd: int, key: str, bound: int, path: str) -> TraceSet | None:
     """The entry ``key`` as a trace set named by ``path``, touched as used; None when there is none.
     A damaged entry is removed, said and counted, and reads as none."""
     import numpy as np
@@ -523,7 +523,7 @@ def _readinto(fd: int, at: int, buf: Any) -> int:
 # -- the one entry point ----------------------------------------------------------------------------
 
 
-def open_cached(path: str, read: "Any", progress: "Progress | None" = None) -> "TraceSet":
+def open_cached(path: str, read: Any, progress: Progress | None = None) -> TraceSet:
     """``read()`` (the reader of ``path``) through the trace cache: the columns of an earlier read of
     the same input when there is an entry, else read, stored, returned."""
     keyed = key_for(path)
@@ -554,7 +554,7 @@ def open_cached(path: str, read: "Any", progress: "Progress | None" = None) -> "
         os.close(dfd)
 
 
-def _keep(dfd: int, key: str, relocated: bool, traces: "TraceSet", bound: int, path: str) -> None:
+def _keep(dfd: int, key: str, relocated: bool, traces: TraceSet, bound: int, path: str) -> None:
     global _warned_large
     import errno
 

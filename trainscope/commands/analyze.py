@@ -7,12 +7,12 @@ import os
 import sys
 
 from trainscope.common import (
-    check_outputs,
     EXIT_BAD_INPUT,
     EXIT_OK,
     Progress,
     add_input_limit_args,
     apply_input_limits,
+    check_outputs,
     emit_document,
     one_line_errors,
     positive_float,
@@ -211,7 +211,7 @@ def analyze_app(args: argparse.Namespace, rules, ledger):
     from trainscope.tui.state import build_session, cached_document
 
     cache = not args.no_cache
-    options = dict(peak_tflops=args.peak_tflops, step_range=args.step_range, peak_bandwidth=args.peak_bandwidth)
+    options = {"peak_tflops": args.peak_tflops, "step_range": args.step_range, "peak_bandwidth": args.peak_bandwidth}
 
     def loader(progress):  # the same api call as the printed report: --jobs, --dask, --peak-bandwidth
         return build_session(

@@ -4,24 +4,23 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable
+from collections.abc import Callable
 
+# A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
+# tell "this change made training slower" from "the diff could not run" (trainscope.api.Regression).
+from trainscope.api import EXIT_OK, EXIT_REGRESSION, BadInput  # noqa: E402,F401
 from trainscope.common import (
-    check_outputs,
     EXIT_BAD_INPUT,
     Progress,
     add_input_limit_args,
     apply_input_limits,
+    check_outputs,
     emit_document,
     one_line_errors,
     threshold_arg,
 )
 from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
-
-# A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
-# tell "this change made training slower" from "the diff could not run" (trainscope.api.Regression).
-from trainscope.api import EXIT_OK, EXIT_REGRESSION, BadInput  # noqa: E402,F401
 
 _METRIC_HELP = (
     "step_p50 (default), step_p95, step_mean, memory_peak: relative %% of BEFORE; "
@@ -195,7 +194,7 @@ def load_diff(
     before: str,
     after: str,
     rules,
-    progress: Callable[[str, "float | None"], None],
+    progress: Callable[[str, float | None], None],
     metric: str = "step_p50",
     fail_if_slower: float | None = None,
 ):

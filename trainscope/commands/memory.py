@@ -12,12 +12,12 @@ import argparse
 import sys
 
 from trainscope.common import (
-    check_outputs,
     EXIT_BAD_INPUT,
     EXIT_OK,
     Progress,
     add_input_limit_args,
     apply_input_limits,
+    check_outputs,
     emit_document,
     one_line_errors,
     threshold_arg,

@@ -6,14 +6,13 @@ import argparse
 import sys
 
 from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, emit_document, one_line_errors
-from trainscope.reports import formats
-from trainscope.reports.output import to_json, write_atomic
-
 from trainscope.modelspec import (
     MODEL_FIELDS,
     _gpu_keys,
     count_arg,  # noqa: F401 (re-exported)
 )
+from trainscope.reports import formats
+from trainscope.reports.output import to_json, write_atomic
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -9,8 +9,10 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from trainscope.commands.watch_output import JobOutput, write_line
 from trainscope.common import (
     EXIT_BAD_INPUT,
     EXIT_OK,
@@ -20,7 +22,6 @@ from trainscope.common import (
     same_file,
     threshold_arg,
 )
-from trainscope.commands.watch_output import JobOutput, write_line
 from trainscope.reports import formats
 from trainscope.reports.output import to_json_line
 

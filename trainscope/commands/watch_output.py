@@ -16,7 +16,8 @@ import os
 import select
 import sys
 import threading
-from typing import IO, Callable
+from collections.abc import Callable
+from typing import IO
 
 WRITE_LOCK = threading.Lock()  # every headless write of the watch and of the relayed job goes under it
 PARTIAL_S = 0.2  # a line without its end yet is passed on after this long
@@ -179,10 +180,9 @@ def open_pty() -> tuple[int, int] | None:
 # write to a closed pipe or terminal because watch went away.
 # argv: FALLBACK_FD IN:OUT ...  Each IN is copied to OUT cut at line ends (a partial line after
 # PARTIAL_S); when OUT fails (the watcher's pipe, once the watcher is gone) FALLBACK_FD takes over.
-_RELAY = (
-    """
+_RELAY = """
 import os, select, sys
-PARTIAL = %r
+PARTIAL = @PARTIAL@
 fallback = int(sys.argv[1])
 route = {}
 for a in sys.argv[2:]:
@@ -228,9 +228,7 @@ while open_fds:
             emit(fd, buf[:cut + 1])
             buf = buf[cut + 1:]
         pending[fd] = buf
-"""
-    % PARTIAL_S
-)
+""".replace("@PARTIAL@", repr(PARTIAL_S))
 
 
 def start_relay(routes: list[tuple[int, int]], fallback: int = 1):
