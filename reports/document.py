@@ -619,7 +619,7 @@ def _steady_state(a: Analysis) -> dict[str, Any] | None:
         return None
     inside = {id(c): ns for c, ns in w.in_window()}
     return {
-        "basis": "one-off costs found from the trace's evidence (analyzers/one_off.py), paid once per process (or "
+        "basis": "one-off costs found from the trace's evidence (analyzers/trace/one_off.py), paid once per process (or "
         "once per shape); the verdict judges the window without them, or says NOT REPRESENTATIVE",
         "judged": w.judged,
         "representative": w.representative,
