@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(
             f"cache    {where}{'' if dfd is not None else ' (not created yet)'}{state}\n"
             f"entries  {info['entries']}, {_size(ls.bytes)} of at most {_size(bound)}\n"
-            f"         {info['documents']} analysis documents, {info['traces']} traces' columns "
+            f"         {info['documents']} analysis document{'' if info['documents'] == 1 else 's'}, "
+            f"{info['traces']} {'trace' + chr(39) + 's' if info['traces'] == 1 else 'traces' + chr(39)} columns "
             f"({_size(info['trace_bytes'])})\n"
         )
         if ls.temporary:
