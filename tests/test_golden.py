@@ -37,6 +37,10 @@ def _cases() -> dict[str, list[str]]:
         cases[f"analyze-dir-{Path(d).name}"] = ["analyze", d]
     for p in sorted((DATA / "nsys").glob("*.sqlite")):
         cases[f"analyze-nsys-{p.stem}"] = ["analyze", str(p.relative_to(DATA))]
+    for kind in ("public", "steady"):  # the labeled traces (tests/data/labeled/*/), every format
+        for p in sorted((DATA / "labeled" / kind).iterdir()):
+            if p.name.endswith((".json.gz", ".sqlite")):
+                cases[f"analyze-labeled-{kind}-{p.name.split('.')[0]}"] = ["analyze", str(p.relative_to(DATA))]
     for p in sorted((DATA / "memory").iterdir()):
         cases[f"memory-{p.name.split('.')[0]}"] = ["memory", str(p.relative_to(DATA))]
     cases["diff-wan21-before-after"] = [

@@ -94,6 +94,37 @@ ALIASES: dict[frozenset[str], str] = {
             "gpu idle while the host synchronizes",
         )
     ): _SINK_VS_FINDING,
+    frozenset(("host device copies not overlapped with compute", "gpu busy only with memory copies")): _SINK_VS_FINDING,
+    frozenset(
+        (
+            "allocator churn gpu idle while the host allocates or frees memory creates events or streams",
+            "gpu idle while the host allocates or frees memory allocator event and stream calls",
+        )
+    ): _SINK_VS_FINDING,
+    frozenset(
+        (
+            "compute bound kernel time",
+            "compute bound kernels roofline intensity ridge point share of compute kernel time",
+        )
+    ): (
+        "two quantities, each naming its whole (the step; the compute kernels' time), equal where the GPU runs "
+        "compute kernels the whole step (tl_mi300x_torch_compile_triton: 93.3 % of both)"
+    ),
+    frozenset(
+        ("memory bound kernel time", "memory bound kernels roofline intensity ridge point share of compute kernel time")
+    ): (
+        "two quantities, each naming its whole (the step; the compute kernels' time), equal where the GPU runs "
+        "compute kernels the whole step (tl_mi300x_torch_compile_triton: 6.66 % of both)"
+    ),
+    frozenset(
+        (
+            "compute bound kernel time share of step time",
+            "compute bound kernels roofline intensity ridge point share of compute kernel time",
+        )
+    ): (
+        "two quantities, each naming its whole (the step; the compute kernels' time), equal where the GPU runs "
+        "compute kernels the whole step (tl_mi300x_torch_compile_triton: 93.3 % of both)"
+    ),
 }
 # A part equal to its whole: the GPU-idle gap class that feeds a sink ("GPU idle, … → launch",
 # analyzers/trace/gpu_gaps.py SINK_OF) is one part of that sink; where it is the sink's only part, the two
@@ -103,8 +134,13 @@ WHOLE_OF_SINK: dict[str, re.Pattern[str]] = {
         r"^(launch/cpu overhead|gpu idle while the host launches/computes|gpu waits for the host to issue)"
     ),
     "sync": re.compile(r"^(blocking synchroni|gpu idle while the host synchronizes)"),
+    "host-ranges": re.compile(r"^gpu idle while the host works in named ranges"),
 }
 PART_REASON = "a sink is the GPU idle of the gap classes that feed it: one class, all of it"
+# Per-range rows ("GPU idle inside host range 'X'"): each range's own figure, inclusive, like a call
+# stack's; a range nested in another holds all of its idle where the outer one does nothing else
+# (nvfuser_h200_cross_entropy_jit: getKernelRuntimeFor and its compileNewKRT, 278.48 ms each).
+PER_RANGE = "gpu idle inside host range "
 
 
 def _part_of(part: str, whole: str) -> bool:
@@ -387,6 +423,8 @@ def _aliased(a: str, b: str) -> bool:
     """Whether ``a`` and ``b`` are a declared alias pair (a label the text report shortened with "…"
     is a prefix of its full name), or a part and the whole it is all of (:func:`_part_of`)."""
     if _part_of(a, b) or _part_of(b, a):
+        return True
+    if a.startswith(PER_RANGE) and b.startswith(PER_RANGE):
         return True
     for pair in ALIASES:
         x, y = tuple(pair)
