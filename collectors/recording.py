@@ -59,6 +59,8 @@ def output_refusal(path: str) -> str | None:
         return e.strerror or str(e)
     me = os.geteuid()
     if stat.S_ISLNK(st.st_mode):
+        folder: os.stat_result | None
+        target: os.stat_result | None
         try:
             folder, target = os.stat(os.path.dirname(path) or "."), os.stat(path)
         except OSError:
@@ -184,7 +186,7 @@ class RecordingWriter:
         self._f: IO[str] | None = open(open_output(path), "w", encoding="utf-8")
         self._write({"schema": SCHEMA, **header})
 
-    def _write(self, obj: dict) -> None:
+    def _write(self, obj: dict[str, Any]) -> None:
         if self._f is None:
             return
         self._f.write(json.dumps(obj, separators=(",", ":"), allow_nan=False, default=_jsonable) + "\n")
@@ -204,7 +206,7 @@ class RecordingWriter:
             self._f = None
 
 
-def _jsonable(o):
+def _jsonable(o: object) -> list[Any]:
     if isinstance(o, (set, frozenset, tuple)):
         return list(o)
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
