@@ -60,19 +60,9 @@ class TextColumn:
     def concat(parts: list[TextColumn]) -> TextColumn:
         if parts and all(p.values is parts[0].values for p in parts):
             return TextColumn(parts[0].values, np.concatenate([p.codes for p in parts]))
-        index: dict[Any, int] = {}
-        values: list[Any] = []
-        out = []
-        for p in parts:
-            lut = np.empty(len(p.values), np.int64)
-            for j, s in enumerate(p.values):
-                k = index.get(s)
-                if k is None:
-                    k = index[s] = len(values)
-                    values.append(s)
-                lut[j] = k
-            out.append(lut[p.codes] if len(p.codes) else np.empty(0, np.int64))
-        return TextColumn(values, np.concatenate(out) if out else np.empty(0, np.int64))
+        space = TextSpace()  # each part's codes mapped into one code space
+        out = [space.add(p).codes for p in parts]
+        return TextColumn(space.values, np.concatenate(out) if out else np.empty(0, np.int64))
 
     @staticmethod
     def encode(items: Iterable[Any]) -> TextColumn:
