@@ -21,10 +21,15 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
+
+# A table's columns by name: int64 or float64 arrays, a TextColumn for a text column.
+Columns = dict[str, Any]
 
 BATCH_ROWS = 65_536  # rows per Arrow batch (1,024 by default: its per-batch cost then dominates)
 
@@ -38,7 +43,7 @@ class TextColumn:
     """A text column as codes into its distinct values: ``values[codes[i]]`` is row i's text
     (None for SQL NULL)."""
 
-    values: list
+    values: list[Any]  # the distinct texts (None: NULL; whatever a damaged export's cell holds)
     codes: np.ndarray
 
     def __len__(self) -> int:
@@ -47,7 +52,7 @@ class TextColumn:
     def take(self, rows: np.ndarray) -> TextColumn:
         return TextColumn(self.values, self.codes[rows])
 
-    def tolist(self) -> list:
+    def tolist(self) -> list[Any]:
         v = self.values
         return [v[c] for c in self.codes.tolist()]
 
@@ -55,24 +60,14 @@ class TextColumn:
     def concat(parts: list[TextColumn]) -> TextColumn:
         if parts and all(p.values is parts[0].values for p in parts):
             return TextColumn(parts[0].values, np.concatenate([p.codes for p in parts]))
-        index: dict = {}
-        values: list = []
-        out = []
-        for p in parts:
-            lut = np.empty(len(p.values), np.int64)
-            for j, s in enumerate(p.values):
-                k = index.get(s)
-                if k is None:
-                    k = index[s] = len(values)
-                    values.append(s)
-                lut[j] = k
-            out.append(lut[p.codes] if len(p.codes) else np.empty(0, np.int64))
-        return TextColumn(values, np.concatenate(out) if out else np.empty(0, np.int64))
+        space = TextSpace()  # each part's codes mapped into one code space
+        out = [space.add(p).codes for p in parts]
+        return TextColumn(space.values, np.concatenate(out) if out else np.empty(0, np.int64))
 
     @staticmethod
-    def encode(items: Iterable) -> TextColumn:
-        index: dict = {}
-        values: list = []
+    def encode(items: Iterable[Any]) -> TextColumn:
+        index: dict[Any, int] = {}
+        values: list[Any] = []
         codes = []
         for s in items:
             k = index.get(s)
@@ -88,19 +83,19 @@ class TextSpace:
     batch arrives, so every batch's codes mean the same texts (``values`` only grows)."""
 
     def __init__(self) -> None:
-        self.index: dict = {}
-        self.values: list = []
-        self._known = None  # the values add_arrow has seen, as an Arrow array (for its lookup)
+        self.index: dict[Any, int] = {}
+        self.values: list[Any] = []
+        self._known: Any = None  # the values add_arrow has seen, as an Arrow array (for its lookup)
         self._known_codes = np.empty(0, np.int64)  # their codes
 
-    def add_arrow(self, dictionary, codes: np.ndarray) -> TextColumn:
+    def add_arrow(self, dictionary: Any, codes: np.ndarray) -> TextColumn:
         """A batch's text column given as Arrow's dictionary encoding (``codes`` index
         ``dictionary``; ``len(dictionary)`` for NULL), in this space's codes: the same as
         :meth:`add` of ``TextColumn(dictionary.to_pylist() + [None], codes)``, but the values this
         space already holds are found by Arrow (``index_in``), and only new ones become Python
         strings — a 1 GB Nsight export's 78 NVTX batches each hold the same 17,279 texts."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
+        import pyarrow.compute as pc  # type: ignore[import-untyped]  # pyarrow ships no type information
 
         n = len(dictionary)
         lut = np.empty(n + 1, np.int64)
@@ -148,12 +143,12 @@ class TextSpace:
         return TextColumn(values, lut[t.codes])
 
 
-def join_arrays(parts: list[dict]) -> dict:
+def join_arrays(parts: list[Columns]) -> Columns:
     """Concatenate batches of plain arrays column by column, each batch's column freed once joined
     (memory grows by one column, not by the whole table); an empty dict for no batches."""
     if len(parts) == 1:
         return parts[0]
-    out: dict = {}
+    out: Columns = {}
     for c in list(parts[0]) if parts else []:
         out[c] = np.concatenate([p[c] for p in parts])
         for p in parts:
@@ -185,7 +180,7 @@ _NUMPY_OF = {
 }
 
 
-def _values(a, dtype) -> np.ndarray:
+def _values(a: Any, dtype: DTypeLike) -> np.ndarray:
     """A fixed-width Arrow array's values as a new numpy array of ``dtype`` (a copy: a view would
     keep the driver's whole batch alive — measured 200 bytes a row held against 48 copied). Read
     from the data buffer directly: ``Array.to_numpy`` and ``pc.fill_null`` with a Python value
@@ -199,20 +194,23 @@ def _values(a, dtype) -> np.ndarray:
     return np.frombuffer(buf, src, len(a), a.offset * np.dtype(src).itemsize).astype(dtype)
 
 
-def _nulls(a) -> np.ndarray:
+def _nulls(a: Any) -> np.ndarray:
     """True where the Arrow array holds NULL."""
     bitmap = a.buffers()[0]
     if bitmap is None or not a.null_count:
         return np.zeros(len(a), bool)
     bits = np.unpackbits(np.frombuffer(bitmap, np.uint8), bitorder="little")
-    return bits[a.offset : a.offset + len(a)] == 0
+    nulls: np.ndarray = bits[a.offset : a.offset + len(a)] == 0
+    return nulls
 
 
-def _batch_columns(batch, names: list[str], text: set[str], real: set[str], spaces: dict | None = None) -> dict:
+def _batch_columns(
+    batch: Any, names: list[str], text: set[str], real: set[str], spaces: dict[str, TextSpace] | None = None
+) -> Columns:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    out: dict = {}
+    out: Columns = {}
     for j, col in enumerate(names):
         a = batch.column(j)
         if col in text:
@@ -246,7 +244,7 @@ def _batch_columns(batch, names: list[str], text: set[str], real: set[str], spac
     return out
 
 
-def _join(parts: list[dict], names: list[str], text: set[str], real: set[str]) -> dict:
+def _join(parts: list[Columns], names: list[str], text: set[str], real: set[str]) -> Columns:
     if not parts:
         return {
             c: TextColumn([], np.empty(0, np.int64))
@@ -288,9 +286,9 @@ class SqliteColumns:
         names: list[str],
         text: Iterable[str] = (),
         real: Iterable[str] = (),
-        reduce=None,
+        reduce: Callable[[Columns], Columns] | None = None,
         spaces: dict[str, TextSpace] | None = None,
-    ) -> dict:
+    ) -> Columns:
         """Run ``sql`` (its result columns named ``names``, in order): int64 arrays, float64 for
         ``real``, :class:`TextColumn` for ``text`` (one code space for the whole result, or the
         caller's ``spaces``, shared by several fetches: the chunks of one table).
@@ -382,16 +380,16 @@ class ArrowDir:
     def schema(self, table: str) -> list[str]:
         f = self.files[table]
         if f.endswith(".parquet"):
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type information
 
             return list(pq.read_schema(f).names)
 
         return list(self._open_ipc(f).schema.names)
 
     @staticmethod
-    def _open_ipc(f: str):
+    def _open_ipc(f: str) -> Any:  # a pyarrow IPC file or stream reader
         import pyarrow as pa
-        import pyarrow.ipc as ipc
+        import pyarrow.ipc as ipc  # type: ignore[import-untyped]  # pyarrow ships no type information
 
         source = pa.memory_map(f)
         try:
@@ -399,7 +397,7 @@ class ArrowDir:
         except pa.ArrowInvalid:
             return ipc.open_stream(pa.memory_map(f))
 
-    def batches(self, table: str, columns: list[str]):
+    def batches(self, table: str, columns: list[str]) -> Iterator[Any]:  # pyarrow RecordBatches
         f = self.files[table]
         if f.endswith(".parquet"):
             import pyarrow.parquet as pq
@@ -415,8 +413,13 @@ class ArrowDir:
                 yield b.select(columns)
 
     def table(
-        self, table: str, wanted: dict[str, object], text: Iterable[str] = (), real: Iterable[str] = (), row_filter=None
-    ) -> dict:
+        self,
+        table: str,
+        wanted: dict[str, object],
+        text: Iterable[str] = (),
+        real: Iterable[str] = (),
+        row_filter: Callable[[Columns], np.ndarray] | None = None,
+    ) -> Columns:
         """``wanted``: column → default value where the table lacks it (None: required). NULLs
         take the default too. ``row_filter(batch_columns) → bool mask`` selects rows."""
         import pyarrow as pa

@@ -38,7 +38,11 @@ class HostSampler:
         roots: Callable[[], Iterable[int]] | Iterable[int] = (),
         rank_pids: Callable[[], Iterable[int]] | None = None,
     ) -> None:
-        self._roots = roots if callable(roots) else (lambda r=tuple(roots): r)
+        if callable(roots):
+            self._roots: Callable[[], Iterable[int]] = roots
+        else:
+            fixed = tuple(roots)
+            self._roots = lambda: fixed
         self._rank_pids = rank_pids  # processes that said they are ranks (RANK set: torchrun and the like)
         self._env_rank: dict[int, bool] = {}  # pid -> its environment names a rank (read once per process)
         self._procs: dict[int, psutil.Process] = {}
@@ -82,7 +86,7 @@ class HostSampler:
         prev, self._disk_prev = self._disk_prev, (int(io.read_bytes), now)
         if prev is None or now <= prev[1] or io.read_bytes < prev[0]:
             return None
-        return (io.read_bytes - prev[0]) / (now - prev[1])
+        return float((io.read_bytes - prev[0]) / (now - prev[1]))
 
     def _process(self, pid: int) -> psutil.Process | None:
         p = self._procs.get(pid)
@@ -146,7 +150,8 @@ class HostSampler:
             first = next((m for m in members if _is_python(m)), members[0] if members else None)
             mains = [first] if first is not None else []
         main_pids = {m.pid for m in mains}
-        workers, other = [], []
+        workers: list[psutil.Process] = []
+        other: list[psutil.Process] = []
         for m in members:
             if m.pid in main_pids:
                 continue

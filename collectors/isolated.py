@@ -57,7 +57,7 @@ _ALLOWED = {
 
 
 class _ResultUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
+    def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _ALLOWED:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"the reader's result names {module}.{name}, which it never holds")
@@ -72,7 +72,7 @@ def can_isolate() -> bool:
     return hasattr(os, "fork")
 
 
-def run_limited(fn: Callable[..., Any], args: tuple, limit_bytes: int) -> Any:
+def run_limited(fn: Callable[..., Any], args: tuple[Any, ...], limit_bytes: int) -> Any:
     """``fn(*args)`` in a forked child whose address space may grow by ``limit_bytes``. A
     :class:`ChildError` carries the child's one-line refusal; the result comes back through a pipe.
     An unexpected exception in the child is raised here as a ``RuntimeError`` naming it (a bug,

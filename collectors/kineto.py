@@ -14,16 +14,34 @@ import math
 import os
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import astuple
-from typing import Any
+from typing import IO, Any, TypeVar
 
 import msgspec
 import numpy as np
 
 from trainscope.collectors import readers
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.kineto_stream import Fallback, stream_events
-from trainscope.collectors.readers import Progress, parse_json_events, read_maybe_gzip, text_repair_warning
+from trainscope.collectors.kineto_stream import (
+    _INFLATE_ERRORS,
+    Args,
+    Event,
+    Fallback,
+    _damaged,
+    _inflate,
+    split_point,
+    stream_events,
+)
+from trainscope.collectors.readers import (
+    GZIP_MAGIC,
+    Progress,
+    check_expansion,
+    decompression_cap,
+    parse_json_events,
+    read_maybe_gzip,
+    text_repair_warning,
+)
 from trainscope.traces.builder import ChunkedTableBuilder, StringTable, TableBuilder, skipped_warning
 from trainscope.traces.model import (
     COPY_KINDS,
@@ -40,9 +58,13 @@ from trainscope.traces.model import (
     OpInputs,
     PythonFrames,
     RuntimeCalls,
+    Table,
     Thread,
     Trace,
 )
+
+_INFLATE_OR_OS_ERRORS: tuple[type[Exception], ...] = (*_INFLATE_ERRORS, OSError)
+_D = TypeVar("_D")  # _int's default when a value is no number
 
 # Category (lower-cased) → table. Older traces capitalize; newer ones use snake case.
 _KERNEL = {"kernel"}
@@ -121,8 +143,6 @@ def _load_halves(path: str, progress: Progress | None, pass_fds: tuple[int, ...]
     import subprocess
     import sys
 
-    from trainscope.collectors.kineto_stream import split_point
-
     found = split_point(path)
     if found is None:
         return None
@@ -140,9 +160,11 @@ def _load_halves(path: str, progress: Progress | None, pass_fds: tuple[int, ...]
         )
     except OSError:
         return None
+    stdin, stdout = child.stdin, child.stdout
+    assert stdin is not None and stdout is not None  # both PIPE
     try:
-        child.stdin.write(pickle.dumps((path, cut, head)))
-        child.stdin.close()
+        stdin.write(pickle.dumps((path, cut, head)))
+        stdin.close()
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
@@ -154,7 +176,7 @@ def _load_halves(path: str, progress: Progress | None, pass_fds: tuple[int, ...]
             return None  # damage in the first half: the serial reader says where reading stopped
         if progress:
             progress("joining the second half", None)
-        out = child.stdout.read()
+        out = stdout.read()
         if child.wait() != 0 or not out:
             return None
         part = pickle.loads(out)  # our own child's reply
@@ -171,8 +193,6 @@ def _load_halves(path: str, progress: Progress | None, pass_fds: tuple[int, ...]
     parser.top = part["top"]
     warnings = part["warnings"]
     if part["damage"]:  # the salvage message counts the events of both parts
-        from trainscope.collectors.kineto_stream import _damaged
-
         why, n, where = part["damage"]
         warnings = [_damaged(why, before + n, where) if w.startswith("JSON is truncated") else w for w in warnings]
     return parser.finish(warnings)
@@ -181,8 +201,6 @@ def _load_halves(path: str, progress: Progress | None, pass_fds: tuple[int, ...]
 def _large_gzip(path: str) -> bool:
     """A gzip file whose JSON is large enough for the two-process read (the trailer's ISIZE says
     the inflated size modulo 2³²; where it is smaller than the file itself, the size is unknown)."""
-    from trainscope.collectors.readers import GZIP_MAGIC
-
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         if f.read(2) != GZIP_MAGIC or size < 32:
@@ -200,13 +218,11 @@ def _load_gzip_halves(path: str, progress: Progress | None) -> Trace | None:
     import tempfile
     import zlib
 
-    from trainscope.collectors.kineto_stream import _INFLATE_ERRORS, _inflate
-    from trainscope.collectors.readers import check_expansion, decompression_cap
-
     cap, check_ratio = decompression_cap()
     dec = _inflate.decompressobj(16 + zlib.MAX_WBITS)
     total = os.path.getsize(path) or 1
     memfd = _memory_file(_inflated_estimate(path))
+    tmp: IO[bytes]
     try:
         if memfd is not None:  # the copy in memory: 1 GB written to ext4's page cache took 1.9 s, to memory 0.35 s
             tmp = os.fdopen(os.dup(memfd), "wb")
@@ -243,7 +259,7 @@ def _load_gzip_halves(path: str, progress: Progress | None) -> Trace | None:
         if trace is not None:
             trace.source = path
         return trace
-    except (*_INFLATE_ERRORS, OSError):
+    except _INFLATE_OR_OS_ERRORS:
         return None
     finally:
         if memfd is not None:
@@ -289,7 +305,7 @@ def _part_main() -> None:
     sys.stdout.buffer.flush()
 
 
-def _read_part(path: str, start: int, head: bytes) -> dict | None:
+def _read_part(path: str, start: int, head: bytes) -> dict[str, Any] | None:
     """In the worker: read ``path`` from ``start`` to the end and return the tables and what the
     merge needs (strings, thread keys, counts), or None when the part cannot be streamed."""
     parser = _StreamParser(path, None)
@@ -299,7 +315,7 @@ def _read_part(path: str, start: int, head: bytes) -> dict | None:
     except (Fallback, TraceError):
         return None
     parser.finalize_dims()
-    tables = {name: b.build() for name, b in parser.named_builders()}
+    tables: dict[str, Table] = {name: b.build() for name, b in parser.named_builders()}
     tables["python_frames"] = parser.python_frames.build()
     return {
         "kernel_external": parser.kernel_external,
@@ -376,7 +392,7 @@ def trace_from_document(
 
 
 class _Parser:
-    def __init__(self, path: str, top: dict, progress: Progress | None) -> None:
+    def __init__(self, path: str, top: dict[str, Any], progress: Progress | None) -> None:
         self.path = path
         self.top = top
         self.progress = progress
@@ -404,8 +420,8 @@ class _Parser:
         self.cpu_signature: list[int] = []
         self.cpu_sequence: list[int] = []  # "Sequence number" (-1: absent), for backward ↔ forward
         self.cpu_fwd_thread: list[int] = []  # "Fwd thread id" (-1: absent)
-        self.signature_index: dict[tuple, int] = {}
-        self.signatures: list[tuple[list, list, list]] = []
+        self.signature_index: dict[tuple[str, Any, Any], int] = {}
+        self.signatures: list[tuple[list[Any], list[Any], list[Any]]] = []
         self.hw_flops: dict[str, float] = {}
         self.hw_ranges: list[tuple[str, int, float, float, float]] = []
         self.collective_args: dict[int, CollectiveArgs] = {}  # by External id (record_param_comms, NCCL kernels)
@@ -429,11 +445,11 @@ class _Parser:
         return int(round(float(v) * 1000.0))
 
     # -- main loop -----------------------------------------------------------------------
-    def parse(self, events: list, warnings: list[str]) -> Trace:
+    def parse(self, events: list[Any], warnings: list[str]) -> Trace:
         self.feed_dicts(events, self.progress)
         return self._finish(warnings)
 
-    def feed_dicts(self, events: list, progress: Progress | None = None) -> None:
+    def feed_dicts(self, events: list[Any], progress: Progress | None = None) -> None:
         """Read events decoded as plain JSON values (dicts), tolerating any damage in them."""
         n = len(events)
         step = max(1, n // 50)
@@ -456,7 +472,7 @@ class _Parser:
             except (KeyError, TypeError, ValueError, OverflowError, AttributeError):
                 self.malformed += 1
 
-    def _complete(self, e: dict, intern) -> None:
+    def _complete(self, e: dict[str, Any], intern: Callable[[str], int]) -> None:
         cat = e.get("cat")
         c = cat.lower() if type(cat) is str else ""
         name = e.get("name")
@@ -553,12 +569,12 @@ class _Parser:
         elif c not in _KNOWN_IGNORED:
             self.unknown_categories[str(cat)] += 1
 
-    def _collective(self, ext: int, get) -> None:
+    def _collective(self, ext: int, get: Callable[[str], Any]) -> None:
         """Keep one collective's metadata under its External id (``get``: the args' lookup by raw key)."""
         if ext < 0:
             return
         pg, name, dtype = get("Process Group Name"), get("Collective name"), get("dtype")
-        new = (
+        new: tuple[Any, ...] = (
             None if pg is None else str(pg),
             _int(get("Seq"), None),
             None if name is None else str(name),
@@ -571,10 +587,11 @@ class _Parser:
             new = tuple(x if x is not None else y for x, y in zip(astuple(old), new))
         self.collective_args[ext] = CollectiveArgs(*new)
 
-    def _signature(self, dims_key: str, dims: list, args: dict) -> int:
+    def _signature(self, dims_key: str, dims: list[Any], args: dict[str, Any]) -> int:
         types, concrete = args.get("Input type"), args.get("Concrete Inputs")
         types = types if type(types) is list else []
         concrete = concrete if type(concrete) is list else []
+        key: tuple[str, Any, Any]
         try:
             key = (dims_key, tuple(types), tuple(concrete))  # strings: hashing beats another repr
             i = self.signature_index.get(key)
@@ -586,7 +603,7 @@ class _Parser:
             self.signatures.append((dims, types, concrete))
         return i
 
-    def _memory(self, e: dict) -> None:
+    def _memory(self, e: dict[str, Any]) -> None:
         args = e.get("args") or {}
         ts = e["ts"]
         if isinstance(ts, float) and not math.isfinite(ts):
@@ -602,13 +619,13 @@ class _Parser:
             _int(args.get("Total Reserved"), -1),
         )
 
-    def _metadata(self, e: dict) -> None:
+    def _metadata(self, e: dict[str, Any]) -> None:
         if e.get("name") == "thread_name":
             self.thread_names[(str(e.get("pid")), str(e.get("tid")))] = str((e.get("args") or {}).get("name", ""))
 
     # -- assembly ------------------------------------------------------------------------
     def _finish(self, warnings: list[str]) -> Trace:
-        tables = {
+        tables: dict[str, Any] = {  # Trace's keyword arguments, each a table of its own class
             "kernels": self.kernels.build(),
             "copies": self.copies.build(),
             "memsets": self.memsets.build(),
@@ -646,8 +663,11 @@ class _Parser:
             warnings.append(f"events of unknown categories ignored: {cats}")
 
         threads = [Thread(pid, tid, self.thread_names.get((pid, tid), "")) for (pid, tid) in self.threads]
-        dist = self.top.get("distributedInfo") if isinstance(self.top.get("distributedInfo"), dict) else {}
-        meta = {k: v for k, v in self.top.items() if k != "traceEvents" and isinstance(v, (str, int, float, bool))}
+        info = self.top.get("distributedInfo")
+        dist: dict[str, Any] = info if isinstance(info, dict) else {}
+        meta: dict[str, object] = {
+            k: v for k, v in self.top.items() if k != "traceEvents" and isinstance(v, (str, int, float, bool))
+        }
         return Trace(
             source=self.path,
             format="kineto",
@@ -666,7 +686,7 @@ class _Parser:
             **tables,
         )
 
-    def _op_inputs(self, tables: dict) -> OpInputs:
+    def _op_inputs(self, tables: dict[str, Table]) -> OpInputs:
         n_ops, n_k = len(tables["cpu_ops"]), len(tables["kernels"])
         if len(self.cpu_external) != n_ops or len(self.kernel_external) != n_k:  # a row was half-added
             return OpInputs(hw_flops=self.hw_flops, hw_ranges=sorted(self.hw_ranges, key=lambda r: r[1]))
@@ -718,24 +738,21 @@ class _StreamParser(_Parser):
 
     def __init__(self, path: str, progress: Progress | None) -> None:
         super().__init__(path, {}, progress)
-        self.kernels = ChunkedTableBuilder(Kernels)
-        self.copies = ChunkedTableBuilder(Copies)
-        self.memsets = ChunkedTableBuilder(Memsets)
-        self.runtime = ChunkedTableBuilder(RuntimeCalls)
-        self.cpu_ops = ChunkedTableBuilder(CpuOps)
-        self.annotations = ChunkedTableBuilder(Annotations)
-        self.memory = ChunkedTableBuilder(MemoryEvents)
-        self._builders = (
-            self.kernels,
-            self.copies,
-            self.memsets,
-            self.runtime,
-            self.cpu_ops,
-            self.annotations,
-            self.memory,
+        self._builders: tuple[ChunkedTableBuilder[Any], ...] = (
+            ChunkedTableBuilder(Kernels),
+            ChunkedTableBuilder(Copies),
+            ChunkedTableBuilder(Memsets),
+            ChunkedTableBuilder(RuntimeCalls),
+            ChunkedTableBuilder(CpuOps),
+            ChunkedTableBuilder(Annotations),
+            ChunkedTableBuilder(MemoryEvents),
+        )
+        # the base class's builders, chunked (frozen per slice, rolled back when a slice is undone)
+        (self.kernels, self.copies, self.memsets, self.runtime, self.cpu_ops, self.annotations, self.memory) = (
+            self._builders
         )
         self.seen_ph = False
-        self._tcache: dict = {}  # (pid, tid) as decoded → thread index
+        self._tcache: dict[tuple[Any, Any], int] = {}  # (pid, tid) as decoded → thread index
         self._raw_dims: dict[tuple[str, bytes], int] = {}  # (operator, raw "Input Dims" JSON) → calls
         self.events_seen = 0  # events fed (for the count in a salvage message of a later part)
         self.damage: tuple[str, int, int] | None = None  # (why, events before, byte) where reading stopped
@@ -745,7 +762,7 @@ class _StreamParser(_Parser):
         """The signature index of one distinct raw (Input Dims, Input type, Concrete Inputs): decoded
         once, then as the dict path does it (-1 when the dims are not a list)."""
 
-        def decode(raw: bytes):
+        def decode(raw: bytes) -> Any:
             try:
                 return msgspec.json.decode(raw) if raw else None
             except (msgspec.DecodeError, UnicodeDecodeError):
@@ -756,7 +773,7 @@ class _StreamParser(_Parser):
             return -1
         return self._signature(repr(d), d, {"Input type": decode(types), "Concrete Inputs": decode(concrete)})
 
-    def _lists(self) -> tuple[list, ...]:
+    def _lists(self) -> tuple[list[Any], ...]:
         return (
             self.kernel_external,
             self.cpu_external,
@@ -771,7 +788,7 @@ class _StreamParser(_Parser):
         if not self.seen_ph:
             raise Fallback
 
-    def feed_dicts(self, events: list, progress: Progress | None = None) -> None:
+    def feed_dicts(self, events: list[Any], progress: Progress | None = None) -> None:
         if not self.seen_ph:
             self.seen_ph = any(type(e) is dict and "ph" in e for e in events[:1000])
         self.events_seen += len(events)
@@ -782,7 +799,7 @@ class _StreamParser(_Parser):
         for b in self._builders:
             b.flush()
 
-    def feed_typed(self, events: list) -> bool:
+    def feed_typed(self, events: list[Event]) -> bool:
         """Read one slice of typed events; False (nothing kept) when a value does not fit the model
         (an integer past int64), so the caller reads the slice through the general path."""
         if any(e.cat == "cuda_profiler_range" for e in events):
@@ -810,7 +827,7 @@ class _StreamParser(_Parser):
         self.events_seen += len(events)
         return True
 
-    def _typed(self, events: list) -> None:
+    def _typed(self, events: list[Event]) -> None:
         intern = self.strings.intern
         tcache = self._tcache
         thread = self.thread
@@ -825,7 +842,7 @@ class _StreamParser(_Parser):
         o_seq, o_fwd = self.cpu_sequence.append, self.cpu_fwd_thread.append
         p_add = self.python_frames.add
         sig_raw = self._sig_raw
-        lower_of: dict = {}
+        lower_of: dict[Any, str] = {}
         nan = math.nan
         for e in events:
             ph = e.ph
@@ -967,7 +984,7 @@ class _StreamParser(_Parser):
             elif c not in _KNOWN_IGNORED:
                 self.unknown_categories[str(cat)] += 1
 
-    def _memory_typed(self, e) -> None:
+    def _memory_typed(self, e: Event) -> None:
         ts = e.ts
         if ts is None:
             self.malformed += 1
@@ -986,11 +1003,11 @@ class _StreamParser(_Parser):
             _int(a.total_reserved, -1),
         )
 
-    def named_builders(self):
+    def named_builders(self) -> list[tuple[str, ChunkedTableBuilder[Any]]]:
         names = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "memory")
         return list(zip(names, self._builders))
 
-    def merge_part(self, part: dict) -> None:
+    def merge_part(self, part: dict[str, Any]) -> None:
         """Append a later part's rows (from :func:`_read_part`), names and threads renumbered."""
         self.finalize_dims()
         names = np.array([self.strings.intern(x) for x in part["strings"]], np.int32)
@@ -1071,8 +1088,10 @@ def _ids(xs: list[int]) -> np.ndarray:
         return np.array([x if -(1 << 63) <= x < (1 << 63) else -1 for x in xs], np.int64)
 
 
-def _external(a) -> int:
-    """The operator ↔ kernel link of a typed record ("External id", or its lower-case spelling)."""
+def _external(a: Any) -> int:
+    """The operator ↔ kernel link of a typed record ("External id", or its lower-case spelling).
+    ``a``: the record's :class:`Args`, or None (no args), which raises AttributeError here: the
+    caller then reads the slice through the general path."""
     x = a.external_id if a.external_id is not None else a.external_id_lc
     return x if type(x) is int else _int(x, -1)
 
@@ -1087,12 +1106,12 @@ _TYPED_KEYS = {
 }
 
 
-def _typed_collective(a):
+def _typed_collective(a: Args) -> Callable[[str], Any]:
     """A typed record's collective args looked up by their raw keys (as :meth:`_Parser._collective` reads them)."""
     return lambda key: getattr(a, _TYPED_KEYS[key])
 
 
-def _stream_typed(a, e) -> int:
+def _stream_typed(a: Args | None, e: Event) -> int:
     s = a.stream if a is not None else None
     if type(s) is int:
         return s
@@ -1100,7 +1119,7 @@ def _stream_typed(a, e) -> int:
     return int(m.group(1)) if m else -1
 
 
-def _int(v: Any, default):
+def _int(v: Any, default: _D) -> int | _D:
     if v is None or isinstance(v, bool):
         return default
     if isinstance(v, int):
@@ -1116,7 +1135,7 @@ _FP_COUNTERS = {"add": 1.0, "mul": 1.0, "fma": 2.0}
 _COUNTER = re.compile(r"smsp__sass_thread_inst_executed_op_([dhf])(add|mul|fma)_pred_on\.sum")
 
 
-def _counter_flops_by_precision(args: dict) -> tuple[float, float, float] | None:
+def _counter_flops_by_precision(args: dict[str, Any]) -> tuple[float, float, float] | None:
     """(fp64, fp32, fp16) FLOPs from CUPTI's per-thread FP instruction counters
     ``smsp__sass_thread_inst_executed_op_{d,f,h}{add,mul,fma}``: add + mul + 2·fma per precision.
     Tensor-core math (HMMA) is not counted by these counters."""
@@ -1129,7 +1148,7 @@ def _counter_flops_by_precision(args: dict) -> tuple[float, float, float] | None
     return (out["d"], out["f"], out["h"]) if seen else None
 
 
-def _stream(args: dict, e: dict) -> int:
+def _stream(args: dict[str, Any], e: dict[str, Any]) -> int:
     s = args.get("stream")
     if isinstance(s, int):
         return s
@@ -1137,7 +1156,7 @@ def _stream(args: dict, e: dict) -> int:
     return int(m.group(1)) if m else -1
 
 
-def _copy_kind(name: str, args: dict) -> tuple[int, int, int]:
+def _copy_kind(name: str, args: dict[str, Any]) -> tuple[int, int, int]:
     m = _COPY_NAME.search(name)
     kind = src = dst = 0
     if m:
@@ -1150,7 +1169,7 @@ def _copy_kind(name: str, args: dict) -> tuple[int, int, int]:
     return kind, src, dst
 
 
-def _vendor(name: str, props: dict, hip: bool) -> str:
+def _vendor(name: str, props: dict[str, Any], hip: bool) -> str:
     n = name.lower()
     if hip or "amd" in n or "radeon" in n or "instinct" in n or props.get("warpSize") == 64:
         return "amd"

@@ -36,6 +36,7 @@ import re
 import threading
 import zlib
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
 import msgspec
@@ -45,6 +46,8 @@ from trainscope.collectors.readers import (
     GZIP_MAGIC,
     Progress,
     byte_offset,
+    check_expansion,
+    decompression_cap,
     json_text,
     loads_repaired,
     repair_bytes,
@@ -104,10 +107,12 @@ class Event(msgspec.Struct, gc=False):
 
 
 try:  # zlib-ng inflates the same deflate stream ≈ 1.5–2.7× faster than zlib (docs/scale.md)
-    from zlib_ng import zlib_ng as _inflate
+    from zlib_ng import zlib_ng
+
+    _inflate: ModuleType = zlib_ng
 except ImportError:  # pragma: no cover - a dependency; zlib stays correct without it
-    _inflate = zlib  # type: ignore[assignment]
-_INFLATE_ERRORS = (zlib.error,) if _inflate is zlib else (zlib.error, _inflate.error)
+    _inflate = zlib
+_INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error,) if _inflate is zlib else (zlib.error, _inflate.error)
 
 _EVENTS = msgspec.json.Decoder(list[Event])
 _RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])  # whole events, validated, kept as their bytes
@@ -134,7 +139,7 @@ class _Source:
     def blocks(self) -> Iterator[bytes]:
         """The blocks, read and gunzipped ahead in a thread (file reads and zlib release the GIL:
         decompression runs on another core while the caller decodes)."""
-        q: queue.Queue = queue.Queue(maxsize=4)
+        q: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=4)
         stop = threading.Event()
 
         def put(item: tuple[Any, ...]) -> bool:
@@ -190,8 +195,6 @@ class _Source:
                         if left <= 0:
                             return
                 return
-            from trainscope.collectors.readers import check_expansion, decompression_cap
-
             cap, check_ratio = decompression_cap()  # the same cap as every other gunzip (a gzip bomb)
             dec = _inflate.decompressobj(16 + zlib.MAX_WBITS)
             damaged = None
@@ -236,14 +239,15 @@ class _Source:
 
 def stream_events(
     path: str,
-    parser,
+    parser: Any,
     progress: Progress | None = None,
     start: int = 0,
     stop: int | None = None,
     head: bytes | None = None,
-) -> tuple[dict, list[str]]:
-    """Feed ``path``'s events to ``parser`` (``feed_typed(list[Event])``, ``feed_dicts(list)``) slice
-    by slice; returns the top-level fields (``traceEvents`` left out) and the warnings.
+) -> tuple[dict[str, Any], list[str]]:
+    """Feed ``path``'s events to ``parser`` (``feed_typed(list[Event])``, ``feed_dicts(list)``; or
+    ``feed_raw`` where it has ``raw`` set, and ``check_first``, ``damage``, ``text_repairs`` where
+    it has them: a duck type, the Kineto reader's or a Perfetto copier) slice by slice; returns the top-level fields (``traceEvents`` left out) and the warnings.
 
     A part of a plain file read in parallel: ``start`` is the first byte of an event (``head``,
     the document up to the event array's "[", given); ``stop`` ends the part just after an
@@ -368,7 +372,7 @@ def stream_events(
     return _top(head, b"]}" if head else b"]", parser), src.warnings + warnings
 
 
-def _damaged(why: str, n: int, where: int, parser=None) -> str:
+def _damaged(why: str, n: int, where: int, parser: Any = None) -> str:
     if parser is not None:
         parser.damage = (why, n, where)  # a part read in parallel: the joiner rewrites the count
     return (
@@ -377,7 +381,7 @@ def _damaged(why: str, n: int, where: int, parser=None) -> str:
     )
 
 
-def _decode_slice(buf: bytes, start: int, end: int, parser) -> int | None:
+def _decode_slice(buf: bytes, start: int, end: int, parser: Any) -> int | None:
     """Decode ``buf[start:end]`` (whole events, comma-separated) and feed them; None if it is not.
 
     The fast path is one msgspec decode. A slice msgspec refuses is repaired (lone-surrogate escapes
@@ -463,7 +467,7 @@ def _count_repairs(parser: Any, lone: int, bad: int) -> None:
         parser.text_repairs = (a + lone, b + bad)
 
 
-def _one_by_one(buf: bytes, pos: int, end: int, parser) -> tuple[int, int, str | None]:
+def _one_by_one(buf: bytes, pos: int, end: int, parser: Any) -> tuple[int, int, str | None]:
     """Decode events one at a time from ``buf[pos:end]``; (events, position reached, damage or None).
     The position is that of the first event not read (or of the array's "]")."""
     orig = json_text(buf[pos:end])
@@ -542,7 +546,7 @@ def _document(head: bytes, trailer: bytes) -> bool:
     return True
 
 
-def _top(head: bytes, trailer: bytes, parser: Any = None) -> dict:
+def _top(head: bytes, trailer: bytes, parser: Any = None) -> dict[str, Any]:
     """The top-level fields of the document ``head`` + ``trailer`` (its text repaired, the repairs
     counted on ``parser``), ``traceEvents`` left out."""
     if not head:

@@ -8,6 +8,7 @@ import os
 
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.nvidia_smi_csv import looks_like_nvidia_smi_csv, read_nvidia_smi_csv
+from trainscope.collectors.readers import check_regular_file
 from trainscope.collectors.recording import Recording, is_recording, read_recording
 from trainscope.collectors.samples import counter_rows
 from trainscope.traces.builder import StringTable, TableBuilder, skipped_warning
@@ -43,8 +44,6 @@ def open_recording(path: str) -> Recording:
         raise TraceError(path, "no such file or directory")
     if os.path.isdir(path):
         raise TraceError(path, "is a directory; expected a recording (.jsonl) or an nvidia-smi CSV")
-    from trainscope.collectors.readers import check_regular_file
-
     check_regular_file(path)
     if not os.access(path, os.R_OK):
         raise TraceError(path, "permission denied")
@@ -78,7 +77,6 @@ def recording_to_trace(rec: Recording, fmt: str) -> Trace:
         for device, name, value in counter_rows(s):
             rows.add(ts, device, strings.intern(name), value)
     counters = rows.build()
-    empty = {cls: cls.empty() for cls in (Kernels, Copies, Memsets, RuntimeCalls, CpuOps, Annotations, MemoryEvents)}
     devices = [
         Device(i, names.get(i, f"GPU {i}"), "nvidia", totals.get(i))
         for i in sorted(set(names) | set(totals) | {g.index for s in rec.snapshots for g in s.gpus})
@@ -90,13 +88,13 @@ def recording_to_trace(rec: Recording, fmt: str) -> Trace:
         strings=strings.strings,
         devices=devices,
         threads=[],
-        kernels=empty[Kernels],
-        copies=empty[Copies],
-        memsets=empty[Memsets],
-        runtime=empty[RuntimeCalls],
-        cpu_ops=empty[CpuOps],
-        annotations=empty[Annotations],
-        memory=empty[MemoryEvents],
+        kernels=Kernels.empty(),
+        copies=Copies.empty(),
+        memsets=Memsets.empty(),
+        runtime=RuntimeCalls.empty(),
+        cpu_ops=CpuOps.empty(),
+        annotations=Annotations.empty(),
+        memory=MemoryEvents.empty(),
         counters=counters,
         metadata={"recording_header": rec.header, "samples": len(rec.snapshots)},
         warnings=list(rec.warnings) + skipped_warning([rows], "counter values"),

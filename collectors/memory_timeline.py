@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from typing import Any
 
 import numpy as np
 
@@ -75,7 +76,7 @@ def load_memory_timeline(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Memor
     )
 
 
-def _raw(path: str, events: list) -> MemoryTimeline:
+def _raw(path: str, events: list[Any]) -> MemoryTimeline:
     if not events:
         raise TraceError(path, "memory timeline holds no events")
     a = np.asarray(events, dtype=np.int64)
@@ -94,7 +95,7 @@ def _raw(path: str, events: list) -> MemoryTimeline:
     return MemoryTimeline(path, "raw", t[last], cum[last])
 
 
-def _coalesced(path: str, doc: list) -> MemoryTimeline:
+def _coalesced(path: str, doc: list[Any]) -> MemoryTimeline:
     times, sizes = doc
     if not times or len(times) != len(sizes):
         raise ValueError("times and sizes differ in length")

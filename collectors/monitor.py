@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from trainscope.collectors.host import HostSampler
 from trainscope.collectors.nvml import NvmlSampler
-from trainscope.collectors.samples import PART_FIELDS, RankSample, Snapshot
+from trainscope.collectors.samples import PART_FIELDS, GpuSample, RankSample, Snapshot
 from trainscope.collectors.step_receiver import StepReceiver
 
 MIN_INTERVAL_S = 0.25  # faster sampling costs the job CPU and NVML's own counters update slower
@@ -70,7 +70,7 @@ class Monitor:
         c0 = time.thread_time()
         now = self._clock()
         notes: list[str] = []
-        gpus = ()
+        gpus: tuple[GpuSample, ...] = ()
         if self.gpu is not None:
             gpus = self.gpu.sample() if self.gpu.available else ()
             notes += self.gpu.drain_notes()
@@ -84,7 +84,7 @@ class Monitor:
             step = self.steps.drain()
             st = self.steps.status()
             mode = st.mode if st.mode != "off" else f"off: {st.detail}"
-            ranks = self._ranks(gpus)
+            ranks = self._ranks(self.steps, gpus)
         snap = Snapshot(
             t=round(now - self.t0, 6),
             dt=round(now - self._last, 6),
@@ -100,12 +100,12 @@ class Monitor:
         self.cost_s.append(time.thread_time() - c0)
         return snap
 
-    def _ranks(self, gpus) -> tuple[RankSample, ...]:
+    def _ranks(self, steps: StepReceiver, gpus: tuple[GpuSample, ...]) -> tuple[RankSample, ...]:
         """Per rank (or stepping process) of a job with several: its steps this interval, its RSS,
         and its GPU (the device NVML lists it on). Empty for a single-process job."""
-        drain = getattr(self.steps, "drain_per_process_parts", None)
-        per = drain() if drain is not None else self.steps.drain_per_process()
-        known = self.steps.rank_pids()
+        drain = getattr(steps, "drain_per_process_parts", None)
+        per = drain() if drain is not None else steps.drain_per_process()
+        known = steps.rank_pids()
         self._rank_seen.update(known)
         self._rank_seen.update((p, self._rank_seen.get(p)) for p in per)
         if len(self._rank_seen) < 2 and not known:

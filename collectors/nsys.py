@@ -28,16 +28,22 @@ without SQLite (:func:`load_nsys_columnar`).
 
 from __future__ import annotations
 
+import gc
 import os
 import pathlib
+import pickle
 import re
 import sqlite3
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 
 from trainscope.collectors import columnar, nsys_capture, nsys_split, readers
-from trainscope.collectors.columnar import TextColumn
+from trainscope.collectors.columnar import Columns, TextColumn
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.nsys_graphs import add_graph_replays
 from trainscope.collectors.readers import Progress
@@ -173,13 +179,17 @@ class _Split:
 class _Rows:
     """One table's columns as numpy arrays (ints) or lists (text), by column name."""
 
-    cols: dict[str, np.ndarray]
+    cols: Columns
 
     def __len__(self) -> int:
         return len(next(iter(self.cols.values()))) if self.cols else 0
 
-    def __getitem__(self, k: str) -> np.ndarray:
+    def __getitem__(self, k: str) -> Any:  # an array, or a TextColumn for a text column
         return self.cols[k]
+
+
+_Metrics = tuple[_Rows, dict[tuple[int, int], str]]  # GPU metric samples, and names by (type, metric id)
+_Selection = np.ndarray | slice  # a process's rows of a table: a mask, or all of them
 
 
 def _is_wal(path: str) -> bool:
@@ -298,9 +308,9 @@ class _SqliteSource:
         n, d = self.con.execute(
             f'SELECT count("{col}"), count(DISTINCT "{col}") FROM (SELECT "{col}" FROM "{table}" LIMIT {_SAMPLE})'
         ).fetchone()
-        return d * 2 <= n
+        return bool(d * 2 <= n)
 
-    def small(self, table: str, cols: list[str], distinct: bool = False) -> list[tuple]:
+    def small(self, table: str, cols: list[str], distinct: bool = False) -> list[tuple[Any, ...]]:
         """All rows of a small table's ``cols`` (None for a column the table lacks)."""
         have = self.columns(table)
         exprs = ", ".join(f'"{c}"' if c in have else "NULL" for c in cols)
@@ -327,8 +337,8 @@ class _SqliteSource:
                 raise TraceError(self.path, f"Nsight export table {table} lacks column {one_of[0]!r} (unknown schema)")
             wanted = {c: d for c, d in wanted.items() if c != one_of[0]}  # a filter, not a column to keep
         if none_of is not None:
-            col, default = none_of[0], wanted.get(none_of[0]) or "0"
-            value = f'COALESCE("{col}", {default})' if col in have else default
+            col, fill = none_of[0], wanted.get(none_of[0]) or "0"
+            value = f'COALESCE("{col}", {fill})' if col in have else fill
             conds.append(f"{value} NOT IN ({', '.join(str(int(x)) for x in none_of[1])})")
             wanted = {c: d for c, d in wanted.items() if c != col}
         exprs = []
@@ -412,11 +422,12 @@ class _SqliteSource:
         )
         return _Split(req, nsys_split.Tail(req))
 
-    def _split_rows(self, split: _Split, reducer) -> _Rows | None:
+    def _split_rows(self, split: _Split, reducer: Callable[[], _NvtxReducer] | None) -> _Rows | None:
         """Chunks claimed from the start read here, the child's taken from it (or read here where it
         failed), merged in row order into the first chunk's reducer; None where the driver
         refuses (the caller reads the table as a whole, with its precise errors)."""
-        assert self.cols is not None and reducer is not None
+        cols = self.cols
+        assert cols is not None and reducer is not None
         req = split.request
         claims = nsys_split.Claims(req.claims)
 
@@ -425,9 +436,9 @@ class _SqliteSource:
         # as rows arrive (np.empty commits none), and no chunk is held twice or joined at the end.
         span = req.bounds[-1][1] - req.bounds[0][0] + 1
         whole = {name: np.empty(span, dtype) for name, dtype in nsys_split.REPLY_COLUMNS}
-        state: dict = {"red": None, "n": 0, "placed": 0}
+        state: dict[str, Any] = {"red": None, "n": 0, "placed": 0}
 
-        def append(cols: dict, red) -> None:
+        def append(cols: Columns, red: _NvtxReducer) -> None:
             """One chunk's reduced rows after those already written, in the first reducer's codes (a
             chunk the child's reply already put in its place is mapped where it lies)."""
             rows = len(cols["ts"]) if cols else 0
@@ -446,9 +457,9 @@ class _SqliteSource:
         def read(i: int) -> None:
             red = reducer()
             sql = nsys_split.chunk_sql(req.select, req.conds, req.bounds[i])
-            append(self.cols.fetch(sql, req.names, text=req.text, real=req.real, reduce=red, spaces=spaces), red)
+            append(cols.fetch(sql, req.names, text=req.text, real=req.real, reduce=red, spaces=spaces), red)
 
-        def place(i: int, rows: int) -> list:
+        def place(i: int, rows: int) -> list[np.ndarray]:
             """Where the child's next chunk goes: after this side's rows and its earlier chunks."""
             n = state["n"] + state["placed"]
             state["placed"] += rows
@@ -474,7 +485,8 @@ class _SqliteSource:
         finally:
             split.close()
         n = state["n"]
-        return state["red"].finish({name: whole[name][:n] for name, _ in nsys_split.REPLY_COLUMNS})
+        first: _NvtxReducer = state["red"]  # the first chunk's, into which every chunk was merged
+        return first.finish({name: whole[name][:n] for name, _ in nsys_split.REPLY_COLUMNS})
 
     def rows(
         self,
@@ -486,7 +498,7 @@ class _SqliteSource:
         not_null: tuple[str, ...] = (),
         one_of: tuple[str, tuple[int, ...]] | None = None,
         none_of: tuple[str, tuple[int, ...]] | None = None,
-        reducer=None,
+        reducer: Callable[[], _NvtxReducer] | None = None,
         alike: tuple[str, ...] = (),
         split: _Split | None = None,
     ) -> _Rows:
@@ -511,14 +523,14 @@ class _SqliteSource:
         if self.cols is not None:
             red = reducer() if reducer is not None else None
             try:
-                got = self.cols.fetch(
+                fetched = self.cols.fetch(
                     f"{select} {where}",
                     list(wanted),
                     text=text,
                     real=real,
                     reduce=red,
                 )
-                return red.finish(got) if red is not None else _Rows(got)
+                return red.finish(fetched) if red is not None else _Rows(fetched)
             except columnar.Unavailable:
                 pass  # a value off the column's type: sqlite3 reads this table, with its own errors
         red = reducer() if reducer is not None else None
@@ -527,11 +539,11 @@ class _SqliteSource:
         spaces = {col: columnar.TextSpace() for col in text}
         # Read in batches, each frozen to arrays at once: memory holds one batch of Python rows,
         # not the whole table (a 10 M-kernel export would otherwise cost gigabytes of tuples).
-        parts: list[dict] = []
+        parts: list[Columns] = []
         while data := cur.fetchmany(_BATCH):
             if len(numeric) == len(wanted):  # one conversion for the whole batch: much faster than per column
                 arr = np.array(data, dtype=np.int64).reshape(len(data), len(wanted))
-                out: dict = {col: arr[:, j] for j, col in enumerate(wanted)}
+                out: Columns = {col: arr[:, j] for j, col in enumerate(wanted)}
             else:
                 out = {}
                 for j, col in enumerate(wanted):
@@ -576,13 +588,13 @@ class _ArrowSource:
     def columns(self, table: str) -> set[str]:
         return set(self.dir.schema(table))
 
-    def split_table(self, table: str, wanted: dict[str, str | None], **kw) -> None:
+    def split_table(self, table: str, wanted: dict[str, str | None], **kw: Any) -> None:
         return None  # one Arrow or Parquet file a table: read whole
 
-    def small(self, table: str, cols: list[str], distinct: bool = False) -> list[tuple]:
+    def small(self, table: str, cols: list[str], distinct: bool = False) -> list[tuple[Any, ...]]:
         have = self.columns(table)
         present = [c for c in cols if c in have]
-        out: list[tuple] = []
+        out: list[tuple[Any, ...]] = []
         for b in self.dir.batches(table, present):
             data = {c: b.column(i).to_pylist() for i, c in enumerate(present)}
             n = b.num_rows
@@ -597,9 +609,9 @@ class _ArrowSource:
         text: tuple[str, ...] = (),
         real: tuple[str, ...] = (),
         not_null: tuple[str, ...] = (),
-        one_of=None,
-        none_of=None,
-        reducer=None,
+        one_of: tuple[str, tuple[int, ...]] | None = None,
+        none_of: tuple[str, tuple[int, ...]] | None = None,
+        reducer: Callable[[], _NvtxReducer] | None = None,
         alike: tuple[str, ...] = (),
         split: None = None,
     ) -> _Rows:
@@ -611,7 +623,7 @@ class _ArrowSource:
         if missing:
             raise TraceError(self.path, f"Nsight export table {table} lacks column {missing[0]!r} (unknown schema)")
 
-        def keep(cols: dict) -> np.ndarray:
+        def keep(cols: Columns) -> np.ndarray:
             m = np.ones(len(next(iter(cols.values()))), bool)
             for c in not_null:  # NULLs were filled with 0 (the SQLite path drops those rows)
                 if c in cols and not isinstance(cols[c], TextColumn):
@@ -646,7 +658,7 @@ class _NvtxRanges(_Rows):
     code into ``gtids``, the global thread ids) and ``text`` (a :class:`TextColumn` with int32 codes);
     ``first`` lists the text codes in the order of their first range."""
 
-    def __init__(self, cols: dict, gtids: np.ndarray, first: np.ndarray) -> None:
+    def __init__(self, cols: Columns, gtids: np.ndarray, first: np.ndarray) -> None:
         super().__init__(cols)
         object.__setattr__(self, "gtids", gtids)
         object.__setattr__(self, "first", first)
@@ -661,18 +673,18 @@ class _NvtxReducer:
     24 bytes a row. A range's thread is its own (``globalTid``) or, for a range ended on another
     thread, the ending one; its text its own (``text``) or a registered string (``textId``)."""
 
-    def __init__(self, strings_raw: dict) -> None:
+    def __init__(self, strings_raw: dict[int, str]) -> None:
         self.strings_raw = strings_raw
         self.gtid_code: dict[int, int] = {}
         self.text_id_code: dict[int, int] = {}  # textId → −1 − its index in id_texts
         self.id_texts: list[str] = []
-        self.values: list = [None]
+        self.values: list[str | None] = [None]
         self.null_code: int | None = None
         self.scanned = 0
         self.first: dict[int, int] = {}  # text code → first row
         self.n = 0
 
-    def __call__(self, part: dict) -> dict:
+    def __call__(self, part: Columns) -> Columns:
         g, eg = part["globalTid"], part["endGlobalTid"]
         tid = np.where(g != 0, g, eg)
         u, inv = np.unique(tid, return_inverse=True)
@@ -706,7 +718,7 @@ class _NvtxReducer:
         st = part["start"]
         return {"ts": st, "dur": part["end"] - st, "thread": thread, "text": codes}
 
-    def absorb(self, cols: dict, other: _NvtxReducer) -> dict:
+    def absorb(self, cols: Columns, other: _NvtxReducer) -> Columns:
         """The reduced columns of later rows, read by ``other`` (another process's reducer over the
         same query, or this process's over another chunk), with their thread and text codes
         mapped into this reducer's spaces; this reducer then stands for both parts (call
@@ -746,7 +758,7 @@ class _NvtxReducer:
         thread = threads[cols.pop("thread")]
         return {"ts": cols.pop("ts"), "dur": cols.pop("dur"), "thread": thread, "text": mapped}
 
-    def _text_lut(self, other: list) -> np.ndarray | None:
+    def _text_lut(self, other: list[str | None]) -> np.ndarray | None:
         """Codes into ``other`` (another reducer's text list) → codes into this one's, which takes
         the texts it lacks; None where the two lists are one (chunks read by the same process
         share it). Made once per list: a process's chunks share theirs."""
@@ -756,7 +768,8 @@ class _NvtxReducer:
         cache = self.__dict__.setdefault("_luts", {})
         hit = cache.get(id(other))
         if hit is not None and hit[0] is other:
-            return hit[1]
+            known: np.ndarray = hit[1]
+            return known
         index = self.__dict__.get("_index")
         if index is None or len(index) != len(values):
             index = self.__dict__["_index"] = {v: j for j, v in enumerate(values)}
@@ -770,11 +783,11 @@ class _NvtxReducer:
         cache[id(other)] = (other, lut)
         return lut
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         # the parent has the export's strings; the lookup caches are the parent's own
         return {**self.__dict__, "strings_raw": {}, "_luts": {}, "_index": None}
 
-    def finish(self, cols: dict) -> _NvtxRanges:
+    def finish(self, cols: Columns) -> _NvtxRanges:
         if not cols:
             cols = {
                 "ts": np.empty(0, np.int64),
@@ -800,7 +813,7 @@ class _NvtxReducer:
 
 
 class _Reader:
-    def __init__(self, path: str, src, progress: Progress | None) -> None:
+    def __init__(self, path: str, src: _SqliteSource | _ArrowSource, progress: Progress | None) -> None:
         self.path = path
         self.src = src
         self.progress = progress
@@ -811,7 +824,7 @@ class _Reader:
     def columns(self, table: str) -> set[str]:
         return self.src.columns(table)
 
-    def rows(self, table: str, wanted: dict[str, str | None], **kw) -> _Rows:
+    def rows(self, table: str, wanted: dict[str, str | None], **kw: Any) -> _Rows:
         return self.src.rows(table, wanted, **kw)
 
     def enum_names(self, table: str, prefix: str) -> dict[int, str] | None:
@@ -920,7 +933,13 @@ class _Reader:
         if self.progress:
             self.progress(stage, frac)
 
-    def _host_process(self, runtime: _Rows | None, nvtx, osrt: _Rows | None, samples) -> int:
+    def _host_process(
+        self,
+        runtime: _Rows | None,
+        nvtx: _NvtxRanges | None,
+        osrt: _Rows | None,
+        samples: dict[str, np.ndarray] | None,
+    ) -> int:
         """The process (``globalPid >> 24``) with the most host rows: CUDA calls, NVTX ranges, OS
         runtime calls, CPU samples (an export without GPU rows is read for that process)."""
         counts: dict[int, int] = {}
@@ -948,7 +967,7 @@ class _Reader:
                 "correlationId": z,
                 "globalPid": z,
                 "proc": z,
-                "name_uniq": [],  # type: ignore[dict-item]
+                "name_uniq": [],
                 "name_inv": z,
             }
         )
@@ -1029,7 +1048,7 @@ class _Reader:
         )
         return self._with_proc(r, "globalTid", {"name": "nameId"}, normalize=_api_name)
 
-    _NVTX_QUERY: dict = {
+    _NVTX_QUERY: dict[str, Any] = {
         "wanted": {
             "start": None,
             "end": None,
@@ -1055,7 +1074,10 @@ class _Reader:
         if not self._has_nvtx():
             return None
         q = self._NVTX_QUERY
-        return self.src.split_table("NVTX_EVENTS", q["wanted"], **{k: v for k, v in q.items() if k != "wanted"})
+        split: _Split | None = self.src.split_table(
+            "NVTX_EVENTS", q["wanted"], **{k: v for k, v in q.items() if k != "wanted"}
+        )
+        return split
 
     def _nvtx(self, split: _Split | None = None) -> _NvtxRanges | None:
         if not self._has_nvtx():
@@ -1078,7 +1100,7 @@ class _Reader:
         r = self.rows(t, {"start": None, "end": None, "globalTid": "0", "nameId": None})
         return self._with_proc(r, "globalTid", {"name": "nameId"})
 
-    def _gpu_metrics(self) -> tuple[_Rows, dict[tuple[int, int], str]] | None:
+    def _gpu_metrics(self) -> _Metrics | None:
         if "GPU_METRICS" not in self.tables or "TARGET_INFO_GPU_METRICS" not in self.tables:
             return None
         info = self.columns("TARGET_INFO_GPU_METRICS")
@@ -1107,9 +1129,9 @@ class _Reader:
             if g is not None
         }
 
-    def _devices(self) -> tuple[dict[int, dict], dict[tuple[int, int], int]]:
+    def _devices(self) -> tuple[dict[int, dict[str, Any]], dict[tuple[int, int], int]]:
         """Physical GPUs by TARGET_INFO_GPU id, and (pid, CUDA device id) → physical id."""
-        gpus: dict[int, dict] = {}
+        gpus: dict[int, dict[str, Any]] = {}
         if "TARGET_INFO_GPU" in self.tables:
             have = self.columns("TARGET_INFO_GPU")
             cols = [
@@ -1139,7 +1161,13 @@ class _Reader:
                 return rows[0][0]
         return 0
 
-    def _with_proc(self, r: _Rows, gid: str, named: dict[str, str] | None = None, normalize=None) -> _Rows:
+    def _with_proc(
+        self,
+        r: _Rows,
+        gid: str,
+        named: dict[str, str] | None = None,
+        normalize: Callable[[str], str] | None = None,
+    ) -> _Rows:
         r.cols["proc"] = r[gid] >> 24
         for out, col in (named or {}).items():
             ids = r[col]
@@ -1147,28 +1175,28 @@ class _Reader:
             texts = [self.strings_raw.get(int(i), f"<string {int(i)}>") for i in uniq]
             if normalize:
                 texts = [normalize(s) for s in texts]
-            r.cols[out + "_uniq"] = texts  # type: ignore[assignment]
+            r.cols[out + "_uniq"] = texts
             r.cols[out + "_inv"] = inv.astype(np.int64)
         return r
 
     # -- one process → one Trace -----------------------------------------------------------
     def _build(
         self,
-        proc,
-        rank,
-        world,
-        kernels,
-        copies,
-        memsets,
-        runtime,
-        nvtx,
-        osrt,
-        metrics,
-        thread_names,
-        gpus,
-        cuda_map,
-        session_ns,
-        meta,
+        proc: int,
+        rank: int | None,
+        world: int | None,
+        kernels: _Rows,
+        copies: _Rows | None,
+        memsets: _Rows | None,
+        runtime: _Rows | None,
+        nvtx: _NvtxRanges | None,
+        osrt: _Rows | None,
+        metrics: _Metrics | None,
+        thread_names: dict[int, str],
+        gpus: dict[int, dict[str, Any]],
+        cuda_map: dict[tuple[int, int], int],
+        session_ns: int,
+        meta: dict[str, str],
         consume: bool = False,
         samples: dict[str, np.ndarray] | None = None,
         capture: dict[str, object] | None = None,
@@ -1176,7 +1204,7 @@ class _Reader:
         strings = StringTable()
         threads: dict[int, int] = {}
 
-        def intern_column(r: _Rows, sel: np.ndarray, field: str) -> np.ndarray:
+        def intern_column(r: _Rows, sel: _Selection, field: str) -> np.ndarray:
             lut = (
                 np.array([strings.intern(s) for s in r[field + "_uniq"]], np.int32)
                 if len(r[field + "_uniq"])
@@ -1185,12 +1213,13 @@ class _Reader:
             inv = take(r, field + "_inv", sel)
             return lut[inv] if len(inv) else np.empty(0, np.int32)
 
-        def take(r: _Rows, col: str, sel) -> np.ndarray:
+        def take(r: _Rows, col: str, sel: _Selection) -> np.ndarray:
             # ``consume`` (the last process to read the tables): each raw column leaves the table
             # as it is turned into the model's, so the two are never both whole.
-            return (r.cols.pop(col) if consume else r.cols[col])[sel]
+            column: np.ndarray = r.cols.pop(col) if consume else r.cols[col]
+            return column[sel]
 
-        def span(r: _Rows, sel) -> tuple[np.ndarray, np.ndarray]:
+        def span(r: _Rows, sel: _Selection) -> tuple[np.ndarray, np.ndarray]:
             ts = take(r, "start", sel)
             return ts, take(r, "end", sel) - ts
 
@@ -1208,10 +1237,8 @@ class _Reader:
                 lut[c] = threads.setdefault(g, len(threads))
             return lut[codes] if len(codes) else np.empty(0, np.int32)
 
-        def select(r: _Rows | None) -> np.ndarray | slice | None:
+        def select(r: _Rows) -> _Selection:
             # Every row this process's (one GPU process, the common case): views, not copies.
-            if r is None:
-                return None
             m = (r.cols.pop("proc") if consume else r["proc"]) == proc
             return slice(None) if m.all() else m
 
@@ -1303,7 +1330,8 @@ class _Reader:
                 f"byte{'s' if bad != 1 else ''} (\\xNN); every row holding one is read"
             )
         if negative:
-            k, c, m, rt, ops, ann, os_calls = (t.select(t.dur >= 0) for t in (k, c, m, rt, ops, ann, os_calls))
+            k, c, m, rt = k.select(k.dur >= 0), c.select(c.dur >= 0), m.select(m.dur >= 0), rt.select(rt.dur >= 0)
+            ops, ann, os_calls = ops.select(ops.dur >= 0), ann.select(ann.dur >= 0), os_calls.select(os_calls.dur >= 0)
             warnings.append(f"{negative:,} events with negative duration skipped")
 
         names = {g: thread_names.get(g, "") for g in threads}
@@ -1321,7 +1349,7 @@ class _Reader:
             metadata["capture"] = capture
             if samples is not None and mine.any():
                 metadata["cpu_samples"] = nsys_capture.summarize_samples(samples, mine, self.strings_raw, origin)
-        t = Trace(
+        trace = Trace(
             source=self.path,
             format="nsys-sqlite",
             origin_ns=session_ns + origin,
@@ -1343,10 +1371,15 @@ class _Reader:
             os_runtime=os_calls,
             op_inputs=_emit_nvtx_inputs(op_texts, len(k), op_order),
         )
-        return t
+        return trace
 
     def _ranges(
-        self, nvtx: _NvtxRanges | None, proc: int, strings: StringTable, thread_codes, consume: bool
+        self,
+        nvtx: _NvtxRanges | None,
+        proc: int,
+        strings: StringTable,
+        thread_codes: Callable[[np.ndarray, np.ndarray], np.ndarray],
+        consume: bool,
     ) -> tuple[Annotations, CpuOps, TextColumn, np.ndarray]:
         """This process's NVTX ranges as annotations and operators, the operators' texts, and the
         order of those texts' first ranges. ``consume``: the last process to read them, so each
@@ -1355,7 +1388,7 @@ class _Reader:
             return Annotations.empty(), CpuOps.empty(), TextColumn([], np.empty(0, np.int64)), np.empty(0, np.int64)
         mine = (nvtx.gtids >> 24) == proc
         sel: np.ndarray | slice = slice(None) if mine.all() else np.flatnonzero(mine[nvtx["thread"]])
-        texts: TextColumn = nvtx["text"]  # type: ignore[assignment]
+        texts: TextColumn = nvtx["text"]
         cache: dict[str, tuple[bool, int]] = {}
 
         def classify(text: str | None) -> tuple[bool, int]:
@@ -1416,7 +1449,9 @@ class _Reader:
         )
         return ann, ops, TextColumn(texts.values, op_codes), op_order
 
-    def _trace_devices(self, pid: int, used: np.ndarray, gpus: dict[int, dict], cuda_map: dict) -> list[Device]:
+    def _trace_devices(
+        self, pid: int, used: np.ndarray, gpus: dict[int, dict[str, Any]], cuda_map: dict[tuple[int, int], int]
+    ) -> list[Device]:
         devices = []
         for dev in used.tolist():
             phys = cuda_map.get((pid, dev))
@@ -1439,7 +1474,15 @@ class _Reader:
             )
         return devices
 
-    def _counters(self, metrics, devices: list[Device], pid: int, gpus, cuda_map, strings: StringTable) -> Counters:
+    def _counters(
+        self,
+        metrics: _Metrics | None,
+        devices: list[Device],
+        pid: int,
+        gpus: dict[int, dict[str, Any]],
+        cuda_map: dict[tuple[int, int], int],
+        strings: StringTable,
+    ) -> Counters:
         if metrics is None:
             return Counters.empty()
         r, names = metrics
@@ -1468,7 +1511,7 @@ class _Reader:
         return Counters(ts=r["timestamp"][keep], device=lut_dev[gpu[keep]], name=name_idx[keep], value=r["value"][keep])
 
 
-def _nothing_to_analyze(capture: dict) -> str:
+def _nothing_to_analyze(capture: dict[str, Any]) -> str:
     """The refusal for an export with no GPU rows and no host rows either, with what its capture
     settings say."""
     what = "Nsight Systems export holds nothing to analyze: no GPU rows (kernels, copies, memsets), CUDA calls"
@@ -1485,7 +1528,7 @@ def _map_codes(codes: np.ndarray, table: dict[int, int]) -> np.ndarray:
         if k >= 0:
             lut[k] = v
     safe = np.clip(codes, 0, len(lut) - 1)
-    out = lut[safe]
+    out: np.ndarray = lut[safe]
     out[(codes < 0) | (codes >= len(lut))] = 0
     return out
 
@@ -1505,7 +1548,7 @@ def _emit_nvtx_inputs(texts: TextColumn, n_kernels: int, order: np.ndarray | Non
     import json
 
     sig_index: dict[str, int] = {}
-    sigs: list[tuple[list, list, list]] = []
+    sigs: list[tuple[list[Any], list[Any], list[Any]]] = []
     # The same range text repeats every step: each distinct text parsed once, in first-range order.
     lut = np.full(len(texts.values), -1, np.int32)
     if len(texts.codes):
@@ -1522,7 +1565,9 @@ def _emit_nvtx_inputs(texts: TextColumn, n_kernels: int, order: np.ndarray | Non
     return OpInputs(np.empty(0, np.int64), np.full(n_kernels, -1, np.int64), rows, sigs)
 
 
-def _signature_of(text: str, sig_index: dict[str, int], sigs: list, json) -> int:
+def _signature_of(
+    text: str, sig_index: dict[str, int], sigs: list[tuple[list[Any], list[Any], list[Any]]], json: ModuleType
+) -> int:
     """Index of the input-shape signature in ``text`` (added to ``sigs`` when new), −1 if none."""
     m = _SIZES.search(text)
     if not m:
@@ -1539,3 +1584,53 @@ def _signature_of(text: str, sig_index: dict[str, int], sigs: list, json) -> int
         j = sig_index[key] = len(sigs)
         sigs.append((dims, ["?"] * len(dims), []))
     return j
+
+
+def split_read_tail(req: nsys_split.Request) -> list[nsys_split.Part] | None:
+    """In the child: claim chunks from the top, read each with a reducer of its own and write its
+    columns to the spill file, ``[(chunk, rows, offset, reducer), …]``; None where the driver refuses."""
+    con = connect_readonly(req.path)
+    try:
+        strings_raw = dict(con.execute('SELECT "id", "value" FROM "StringIds"').fetchall())
+    finally:
+        con.close()
+    try:
+        cols = columnar.SqliteColumns(req.path, wal=req.wal)
+    except columnar.Unavailable:
+        return None
+    claims = nsys_split.Claims(req.claims)
+    head: list[nsys_split.Part] = []
+    spaces = {c: columnar.TextSpace() for c in req.text}  # one text list for every chunk: sent once
+    spill = nsys_split.Spill(req.spill)
+    try:
+        while (i := claims.claim(from_top=True)) is not None:
+            red = _NvtxReducer(strings_raw)
+            sql = nsys_split.chunk_sql(req.select, req.conds, req.bounds[i])
+            rows, offset = spill.write(
+                cols.fetch(sql, req.names, text=req.text, real=req.real, reduce=red, spaces=spaces)
+            )
+            head.append((i, rows, offset, red))
+    except columnar.Unavailable:
+        return None
+    finally:
+        cols.close()
+        spill.close()
+    return head
+
+
+def split_child_main() -> None:
+    """The child of :class:`nsys_split.Tail`: reads its request from stdin, replies on stdout."""
+    gc.disable()  # acyclic arrays and a few dicts: nothing for the collector to find
+    req = pickle.loads(sys.stdin.buffer.read())  # our parent's request
+    if not isinstance(req, nsys_split.Request):
+        sys.exit(2)
+    try:
+        out = split_read_tail(req)
+    except Exception:  # any failure: the parent reads the tail itself, with its precise errors
+        out = None
+    stdout = sys.stdout.buffer
+    if out is None:
+        stdout.write((0).to_bytes(8, "little"))
+        stdout.flush()
+        return
+    nsys_split.write_reply(stdout, out)

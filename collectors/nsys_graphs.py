@@ -102,10 +102,11 @@ def add_graph_replays(src: TableSource, traces: list[Trace], procs: list[int], s
         busy = int(add.dur.sum())
         trace.metadata["graph_replays"] = int(sel.sum())
         trace.metadata["graph_replay_ns"] = busy
-        trace.metadata["graph_ids"] = sorted(int(x) for x in np.unique(ids))
+        graph_ids = sorted(int(x) for x in np.unique(ids))
+        trace.metadata["graph_ids"] = graph_ids
         trace.metadata["graph_names"] = labels  # what the analyzers find the replays by
         trace.warnings.append(
             f"{int(sel.sum()):,} CUDA graph replays traced at graph level ({GRAPH_TABLE}; graphs "
-            f"{', '.join(str(x) for x in trace.metadata['graph_ids'][:5])}): their {busy / 1e6:.1f} ms count as GPU busy "
+            f"{', '.join(str(x) for x in graph_ids[:5])}): their {busy / 1e6:.1f} ms count as GPU busy "
             f"time on their streams, but their kernels were not recorded — for kernel detail profile with `{NODE_HINT}`"
         )

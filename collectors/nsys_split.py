@@ -23,14 +23,21 @@ import os
 import pickle
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, BinaryIO
 
 import numpy as np
 
 SPLIT_MIN_ROWS = 1_000_000  # a child costs ≈ 0.3 s to start: worth it from ≈ 0.6 s of reading
 CHUNK_ROWS = 262_144  # row ids a claim covers (≈ 0.13 s of NVTX reading): the two sides end together
 MAX_CHUNKS = 64
-_CHILD = "from trainscope.collectors.nsys_split import _child_main; _child_main()"
+# A chunk the child read: (chunk, rows, offset of its columns in the spill file, its reducer).
+Part = tuple[int, int, int, Any]
+# (chunk, rows) → the writable arrays, one per REPLY_COLUMNS entry, where that chunk's rows go.
+Place = Callable[[int, int], list[np.ndarray]]
+# The child runs the reader of collectors/nsys.py (its reducer is there), which imports this module.
+_CHILD = "from trainscope.collectors.nsys import split_child_main; split_child_main()"
 
 
 def chunk_bounds(lo: int, hi: int) -> list[tuple[int, int]]:
@@ -98,7 +105,7 @@ class Tail:
 
     def __init__(self, request: Request) -> None:
         self.request = request
-        self.child: subprocess.Popen | None = None
+        self.child: subprocess.Popen[bytes] | None = None
         try:
             self.child = subprocess.Popen(
                 [sys.executable, "-c", _CHILD],
@@ -112,7 +119,7 @@ class Tail:
         except OSError:
             self.close()
 
-    def result(self, place) -> list | None:
+    def result(self, place: Place) -> list[Part] | None:
         """The child's parts in chunk order, ``[(chunk, rows, offset, reducer), …]``, their columns written
         by ``place(chunk, rows)`` → the writable arrays (one per :data:`REPLY_COLUMNS` entry) where
         that chunk's rows go; None where it failed (the caller then reads the chunks it had claimed)."""
@@ -150,12 +157,12 @@ class Spill:
         self.f = open(path, "r+b")
         self.end = 0
 
-    def write(self, cols: dict) -> tuple[int, int]:
+    def write(self, cols: dict[str, np.ndarray]) -> tuple[int, int]:
         """(rows, offset) of one chunk's columns, appended."""
         rows = len(cols["ts"]) if cols else 0
         offset = self.end
         for name, dtype in REPLY_COLUMNS if rows else ():
-            raw = memoryview(np.ascontiguousarray(cols.pop(name), dtype)).cast("B")
+            raw = np.ascontiguousarray(cols.pop(name), dtype).data.cast("B")
             self.f.write(raw)
             self.end += raw.nbytes
         return rows, offset
@@ -164,7 +171,7 @@ class Spill:
         self.f.close()
 
 
-def _write_reply(out, head: list) -> None:
+def write_reply(out: BinaryIO, head: list[Part]) -> None:
     """The pickled header ``[(chunk, rows, offset, reducer), …]`` in chunk order (one text list for
     all reducers), length first."""
     data = pickle.dumps(sorted(head, key=lambda p: p[0]), protocol=5)
@@ -173,7 +180,7 @@ def _write_reply(out, head: list) -> None:
     out.flush()
 
 
-def _read_exact(f, n: int) -> bytearray:
+def _read_exact(f: Any, n: int) -> bytearray:  # f: the child's stdout, a BufferedReader
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
@@ -186,7 +193,7 @@ def _read_exact(f, n: int) -> bytearray:
 
 
 def _pread_into(fd: int, a: np.ndarray, offset: int) -> None:
-    view = memoryview(a).cast("B")
+    view = a.data.cast("B")
     got = 0
     while got < len(view):
         k = os.preadv(fd, [view[got:]], offset + got)
@@ -195,11 +202,11 @@ def _pread_into(fd: int, a: np.ndarray, offset: int) -> None:
         got += k
 
 
-def _read_reply(f, spill: str, place):
+def _read_reply(f: Any, spill: str, place: Place) -> list[Part] | None:
     n = int.from_bytes(_read_exact(f, 8), "little")
     if n == 0:
         return None
-    head = pickle.loads(_read_exact(f, n))  # our own child's reply
+    head: list[Part] = pickle.loads(_read_exact(f, n))  # our own child's reply
     fd = os.open(spill, os.O_RDONLY)
     try:
         for i, rows, offset, _ in head:
@@ -215,57 +222,3 @@ def _read_reply(f, spill: str, place):
     finally:
         os.close(fd)
     return head
-
-
-def read_tail(req: Request) -> list | None:
-    """In the child: claim chunks from the top, read each with a reducer of its own and write its
-    columns to the spill file, ``[(chunk, rows, offset, reducer), …]``; None where the driver refuses."""
-    from trainscope.collectors import columnar
-    from trainscope.collectors.nsys import _NvtxReducer, connect_readonly
-
-    con = connect_readonly(req.path)
-    try:
-        strings_raw = dict(con.execute('SELECT "id", "value" FROM "StringIds"').fetchall())
-    finally:
-        con.close()
-    try:
-        cols = columnar.SqliteColumns(req.path, wal=req.wal)
-    except columnar.Unavailable:
-        return None
-    claims = Claims(req.claims)
-    head = []
-    spaces = {c: columnar.TextSpace() for c in req.text}  # one text list for every chunk: sent once
-    spill = Spill(req.spill)
-    try:
-        while (i := claims.claim(from_top=True)) is not None:
-            red = _NvtxReducer(strings_raw)
-            sql = chunk_sql(req.select, req.conds, req.bounds[i])
-            rows, offset = spill.write(
-                cols.fetch(sql, req.names, text=req.text, real=req.real, reduce=red, spaces=spaces)
-            )
-            head.append((i, rows, offset, red))
-    except columnar.Unavailable:
-        return None
-    finally:
-        cols.close()
-        spill.close()
-    return head
-
-
-def _child_main() -> None:
-    import gc
-
-    gc.disable()  # acyclic arrays and a few dicts: nothing for the collector to find
-    req = pickle.loads(sys.stdin.buffer.read())  # our parent's request
-    if not isinstance(req, Request):
-        sys.exit(2)
-    try:
-        out = read_tail(req)
-    except Exception:  # any failure: the parent reads the tail itself, with its precise errors
-        out = None
-    stdout = sys.stdout.buffer
-    if out is None:
-        stdout.write((0).to_bytes(8, "little"))
-        stdout.flush()
-        return
-    _write_reply(stdout, out)

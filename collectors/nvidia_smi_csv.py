@@ -20,7 +20,9 @@ from __future__ import annotations
 import csv
 import io
 import re
+from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
+from typing import Any
 
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.recording import Recording
@@ -123,7 +125,7 @@ def _number(text: str) -> float | None:
     return v
 
 
-def _until_damaged(rows, damage: list[str]):
+def _until_damaged(rows: Iterable[list[str]], damage: list[str]) -> Iterator[list[str]]:
     """The CSV reader's rows, stopping (with the reason in ``damage``) where the reader itself
     fails, e.g. on a field past the csv module's size limit."""
     try:
@@ -179,7 +181,7 @@ def read_nvidia_smi_csv(path: str, max_bytes: int = 1 << 30) -> Recording:
             col = where["timestamp"]
             ts = _time(rec["timestamp"])
             col = where.get("index", 0)
-            kw: dict = {"index": int(_number(rec.get("index", "0")) or 0)}
+            kw: dict[str, Any] = {"index": int(_number(rec.get("index", "0")) or 0)}
             if not 0 <= kw["index"] < 1 << 15:
                 raise ValueError(f"GPU index {kw['index']} out of range")
             if rec.get("name"):

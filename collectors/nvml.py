@@ -69,7 +69,7 @@ class NvmlSampler:
         """Initialize NVML and enumerate devices; False (with ``problem`` set) when there is none."""
         try:
             if self._nvml is None:
-                import pynvml  # nvidia-ml-py
+                import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
 
                 self._nvml = pynvml
             self._nvml.nvmlInit()
@@ -250,7 +250,7 @@ class NvmlSampler:
         return vals[0], vals[1], vals[2]
 
     # -- error handling -------------------------------------------------------------------------
-    def _call(self, d: _Device, metric: str, fn: Callable, *args):
+    def _call(self, d: _Device, metric: str, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)``, or None when it fails; failures are classified and reported once."""
         if metric in d.unsupported or d.lost:
             return None

@@ -11,7 +11,7 @@ import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 from trainscope.collectors.errors import TraceError
 
@@ -115,7 +115,7 @@ def check_expansion(path: str, total_out: int, consumed_in: int, cap: int, check
 
 
 def gunzip_limited(
-    f, path: str, size: int, progress: Progress | None = None, max_bytes: int | None = None
+    f: IO[bytes], path: str, size: int, progress: Progress | None = None, max_bytes: int | None = None
 ) -> tuple[bytes, str | None, list[str]]:
     """Decompress the gzip stream in ``f`` under the cap: ``(data, damage or None, warnings)``.
     Over the cap (or the ratio check): TraceError, one line naming the cap and how to raise it."""
@@ -400,7 +400,7 @@ def _short(e: Exception) -> str:
     return msg if len(msg) < 90 else msg[:87] + "..."
 
 
-def _salvage_events(text: str) -> tuple[list[dict], int]:
+def _salvage_events(text: str) -> tuple[list[dict[str, Any]], int]:
     """Decode events one by one from the ``traceEvents`` array (or a bare array) until damage."""
     key = text.find('"traceEvents"')
     start = text.find("[", key) if key >= 0 else (0 if text.lstrip().startswith("[") else -1)
@@ -410,7 +410,7 @@ def _salvage_events(text: str) -> tuple[list[dict], int]:
         start = text.find("[")
     decoder = json.JSONDecoder()
     pos = start + 1
-    events: list[dict] = []
+    events: list[dict[str, Any]] = []
     n = len(text)
     while pos < n:
         while pos < n and text[pos] in " \t\r\n,":

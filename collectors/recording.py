@@ -59,6 +59,8 @@ def output_refusal(path: str) -> str | None:
         return e.strerror or str(e)
     me = os.geteuid()
     if stat.S_ISLNK(st.st_mode):
+        folder: os.stat_result | None
+        target: os.stat_result | None
         try:
             folder, target = os.stat(os.path.dirname(path) or "."), os.stat(path)
         except OSError:
@@ -106,28 +108,40 @@ def _open_in_place(path: str, st: os.stat_result) -> int | None:
     return None
 
 
+def _writable_target(path: str) -> os.stat_result | None:
+    """``path``'s own status (not a link's target; None where nothing is there yet), once
+    :func:`output_refusal` lets it be written (PermissionError otherwise)."""
+    problem = output_refusal(path)
+    if problem:
+        raise PermissionError(1, problem, path)
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _temp_beside(path: str) -> tuple[str, int]:
+    """A new private (0600) temporary file beside ``path``, never opened through a link: its name
+    and a descriptor to write it."""
+    folder, base = os.path.split(path)
+    tmp = os.path.join(folder, f".{base}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    cloexec = getattr(os, "O_CLOEXEC", 0)
+    return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | cloexec, 0o600)
+
+
 def open_output(path: str) -> int:
     """A descriptor to write ``path`` through, as the module docstring says: in place for a device
     or FIFO; otherwise a new private temporary file beside ``path``, given the mode ``path`` had
     (a new file: 0666 less the umask) and renamed over it at once. OSError (PermissionError for
     what :func:`output_refusal` refuses) when it cannot be done."""
-    problem = output_refusal(path)
-    if problem:
-        raise PermissionError(1, problem, path)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
-    cloexec = getattr(os, "O_CLOEXEC", 0)
+    st = _writable_target(path)
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(21, "Is a directory", path)
     if st is not None and not stat.S_ISREG(st.st_mode):  # a device or FIFO (a checked link to one): in place
         fd = _open_in_place(path, st)
         if fd is not None:
             return fd
-    folder, base = os.path.split(path)
-    tmp = os.path.join(folder, f".{base}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | cloexec, 0o600)
+    tmp, fd = _temp_beside(path)
     try:
         os.fchmod(fd, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
         os.replace(tmp, path)  # replaces the name itself: a link put there since is not followed
@@ -145,23 +159,14 @@ def write_output(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` whole: to a private temporary file beside it, renamed over it
     only once written (an interrupt leaves the old file, never half of the new one); in place for
     a device or FIFO. As :func:`open_output` for what is refused."""
-    problem = output_refusal(path)
-    if problem:
-        raise PermissionError(1, problem, path)
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        st = None
+    st = _writable_target(path)
     if st is not None and not stat.S_ISREG(st.st_mode):
         fd = _open_in_place(path, st)
         if fd is not None:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             return
-    folder, base = os.path.split(path)
-    tmp = os.path.join(folder, f".{base}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    cloexec = getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | cloexec, 0o600)
+    tmp, fd = _temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as f:
             fd = -1
@@ -184,7 +189,7 @@ class RecordingWriter:
         self._f: IO[str] | None = open(open_output(path), "w", encoding="utf-8")
         self._write({"schema": SCHEMA, **header})
 
-    def _write(self, obj: dict) -> None:
+    def _write(self, obj: dict[str, Any]) -> None:
         if self._f is None:
             return
         self._f.write(json.dumps(obj, separators=(",", ":"), allow_nan=False, default=_jsonable) + "\n")
@@ -204,7 +209,7 @@ class RecordingWriter:
             self._f = None
 
 
-def _jsonable(o):
+def _jsonable(o: object) -> list[Any]:
     if isinstance(o, (set, frozenset, tuple)):
         return list(o)
     raise TypeError(f"not JSON serializable: {type(o).__name__}")

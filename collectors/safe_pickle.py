@@ -17,28 +17,30 @@ from __future__ import annotations
 import io
 import os
 import pickle
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn
+
+from trainscope.collectors.errors import ReadRefused as ReadRefused  # (defined with the other errors:
+from trainscope.collectors.errors import TraceError
+from trainscope.collectors.errors import UnsafePickleError as UnsafePickleError  # snapshot_gzip raises them too)
+from trainscope.collectors.readers import gunzip_limited
+from trainscope.collectors.snapshot_gzip import open_gunzipped
 
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB of pickle → ~5 GiB of Python objects: larger is refused
 MAX_DEPTH = 64  # snapshots nest 5 deep (segments → blocks → frames → dict)
 _PLAIN = (dict, list, tuple, str, int, float, bool, type(None), bytes)
-
-
-class UnsafePickleError(Exception):
-    """The pickle asked for something other than plain data, or is malformed or too large."""
-
-
-class ReadRefused(UnsafePickleError):
-    """Refused before unpickling: too large, or gzip data damaged or inflating past the cap."""
+# vets a file's first 16 bytes, raising to refuse it
+Accept = Callable[[bytes], object]
 
 
 class PlainDataUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):  # noqa: D401 - pickle API
+    def find_class(self, module: str, name: str) -> NoReturn:  # noqa: D401 - pickle API
         raise UnsafePickleError(
             f"refuses to load {module}.{name}: a memory snapshot holds only plain data "
             "(a pickle naming a class or function may run code)"
         )
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: Any) -> NoReturn:
         raise UnsafePickleError("refuses a persistent reference: a memory snapshot holds only plain data")
 
 
@@ -48,9 +50,6 @@ def read_bounded(path: str, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
         head = f.read(2)
         f.seek(0)
         if head == b"\x1f\x8b":
-            from trainscope.collectors.errors import TraceError
-            from trainscope.collectors.readers import gunzip_limited
-
             try:
                 data, damaged, _ = gunzip_limited(f, path, 0, max_bytes=max_bytes + 1)
             except TraceError as e:
@@ -102,7 +101,7 @@ def _opcode_table() -> list[tuple[int, int]]:
 
 
 _BAD, _FIXED, _LINE, _COUNTED, _TWO_LINES, _PUT, _DUP, _FRAME = range(8)
-_TABLE: list | None = None
+_TABLE: list[tuple[int, int]] | None = None
 MAX_DUPS = 1 << 20  # pickle and torch never write DUP; a million of them is a bomb (a stack of references)
 MAX_LINE = 1 << 16  # the text argument of a protocol-0 opcode (a number, a string) in a snapshot
 
@@ -210,7 +209,7 @@ _LOAD_ERRORS = (
 )
 
 
-def loads_restricted(data: bytes):
+def loads_restricted(data: bytes) -> Any:
     """The C unpickler alone, with :class:`PlainDataUnpickler`'s ``find_class`` refusing every
     global: no opcode pre-scan and no plain-data walk. The caller bounds its memory (a child under
     ``RLIMIT_AS``, :mod:`trainscope.collectors.isolated`) and checks types where it reads fields.
@@ -226,7 +225,9 @@ def loads_restricted(data: bytes):
         raise explain(data, e) from None
 
 
-def load_restricted_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES, accept=None, prescan: bool = False):
+def load_restricted_file(
+    path: str, max_bytes: int = DEFAULT_MAX_BYTES, accept: Accept | None = None, prescan: bool = False
+) -> Any:
     """:func:`loads_restricted` of a file, streamed from disk when it is not gzip-compressed (the
     unpickler reads it frame by frame: the bytes are never all in memory beside the objects).
     ``prescan``: read it whole and run the opcode scan first, for a caller with no memory limit.
@@ -264,12 +265,10 @@ def load_restricted_file(path: str, max_bytes: int = DEFAULT_MAX_BYTES, accept=N
     raise err
 
 
-def _load_gzip(path: str, max_bytes: int, accept=None):
+def _load_gzip(path: str, max_bytes: int, accept: Accept | None = None) -> Any:
     """:func:`load_restricted_file` of a gzip file: inflated piece by piece as the unpickler reads
     (:mod:`trainscope.collectors.snapshot_gzip`), so its inflated bytes are never whole in memory
     beside the objects."""
-    from trainscope.collectors.snapshot_gzip import open_gunzipped
-
     err: BaseException
     with open(path, "rb") as f:
         buf, stream = open_gunzipped(f, path, max_bytes)
@@ -310,7 +309,7 @@ def explain(data: bytes, e: BaseException | None = None) -> UnsafePickleError:
     return _unpickle_error(e)
 
 
-def loads_plain(data: bytes):
+def loads_plain(data: bytes) -> Any:
     """Unpickle ``data`` accepting only plain data types; raise UnsafePickleError otherwise."""
     try:
         scan_opcodes(data)
@@ -320,33 +319,19 @@ def loads_plain(data: bytes):
         obj = PlainDataUnpickler(io.BytesIO(data)).load()
     except UnsafePickleError:
         raise
-    except (
-        pickle.UnpicklingError,
-        EOFError,
-        ValueError,
-        TypeError,
-        IndexError,
-        KeyError,
-        AttributeError,
-        OverflowError,
-        MemoryError,
-        UnicodeDecodeError,
-        RecursionError,
-        SystemError,
-    ) as e:
-        msg = " ".join(str(e).split())
-        raise UnsafePickleError(f"not a readable pickle ({type(e).__name__}: {msg[:120]})") from None
+    except (MemoryError, *_LOAD_ERRORS) as e:
+        raise _unpickle_error(e) from None
     check_plain(obj)
     return obj
 
 
-def check_plain(obj, max_depth: int = MAX_DEPTH) -> None:
+def check_plain(obj: object, max_depth: int = MAX_DEPTH) -> None:
     """Iteratively check that ``obj`` is a tree of plain data: no other types (sets, bytearrays),
     no cycles, no deeper nesting than ``max_depth``. Shared references are fine (pickle memoizes
     repeated strings and frames): a container is re-checked only when reached deeper than
     before, at most ``max_depth`` times, which also defeats a "billion laughs" graph of lists
     that reference the level below many times."""
-    stack: list[tuple[object, int, bool]] = [(obj, 0, False)]
+    stack: list[tuple[Any, int, bool]] = [(obj, 0, False)]
     on_path: set[int] = set()
     done: dict[int, int] = {}  # container id → the deepest depth it was checked at
     if type(obj) not in _PLAIN_TYPES:
@@ -367,6 +352,7 @@ def check_plain(obj, max_depth: int = MAX_DEPTH) -> None:
         done[id(o)] = depth
         on_path.add(id(o))
         stack.append((o, depth, True))
+        children: Iterable[object]
         if type(o) is dict:
             if not set(map(type, o)) <= _KEY_TYPES:
                 raise UnsafePickleError("has a dict key that is not a string, number or tuple")

@@ -17,9 +17,11 @@ import gc
 import io
 import os
 from collections import Counter
+from collections.abc import Iterator
 from gc import is_tracked
 from itertools import chain, compress, repeat
 from operator import eq, floordiv, getitem, itemgetter, not_
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +37,7 @@ from trainscope.collectors.safe_pickle import (
     load_restricted_file,
     read_bounded,
 )
+from trainscope.collectors.snapshot_gzip import GunzipStream
 
 # The model lives with the trace model (analyzers read it); re-exported here.
 from trainscope.traces.memory_snapshot import (
@@ -49,7 +52,7 @@ from trainscope.traces.memory_snapshot import (
 try:  # the streaming reader (collectors/_pickle_stream.c), built by `pip install` where a C compiler is
     from trainscope.collectors import _pickle_stream
 except ImportError as e:  # pragma: no cover - no compiler at install time
-    _pickle_stream = None  # type: ignore[assignment]
+    # _pickle_stream is then unbound: every use below is behind STREAMING_MISSING
     STREAMING_MISSING = f"the streaming reader was not built ({e})"
 else:
     STREAMING_MISSING = ""
@@ -127,7 +130,8 @@ def load_snapshot(path: str, max_bytes: int | None = None) -> Snapshot:
     except OSError as e:
         raise TraceError(path, f"cannot read: {e.strerror or e}") from None
     try:
-        return run_limited(_read, (path, max_bytes, not can_isolate()), limit)
+        snap: Snapshot = run_limited(_read, (path, max_bytes, not can_isolate()), limit)
+        return snap
     except ChildError as e:
         raise TraceError(path, str(e)) from None
 
@@ -175,11 +179,11 @@ def _read_checked(path: str, max_bytes: int, prescan: bool = False) -> Snapshot:
 def streaming_available() -> bool:
     """Whether snapshots are read by the streaming reader first (built, and not turned off by
     ``TRAINSCOPE_SNAPSHOT_READER=unpickler``)."""
-    return _pickle_stream is not None and os.environ.get(READER_ENV, "") != "unpickler"
+    return not STREAMING_MISSING and os.environ.get(READER_ENV, "") != "unpickler"
 
 
-def _is_stream(x) -> bool:
-    return _pickle_stream is not None and type(x) is _pickle_stream.Stream
+def _is_stream(x: object) -> bool:
+    return not STREAMING_MISSING and type(x) is _pickle_stream.Stream
 
 
 # What makes the streaming reader give the file to the unpickler's path: its own Decline (an opcode
@@ -194,7 +198,7 @@ _STREAM_DECLINED: tuple[type[BaseException], ...] = (
     OverflowError,
     RecursionError,
     OSError,
-) + ((_pickle_stream.Decline,) if _pickle_stream is not None else ())
+) + ((_pickle_stream.Decline,) if not STREAMING_MISSING else ())
 
 
 def _read_streaming(path: str, max_bytes: int) -> Snapshot:
@@ -204,20 +208,18 @@ def _read_streaming(path: str, max_bytes: int) -> Snapshot:
     ``build`` builds the objects, memoizing only those, and hands the ``segments`` and each
     ``device_traces[i]`` list to the parse in batches of ``CHUNK`` items instead of building them.
     What stays in memory is the memoized frames and strings, one batch and the columns."""
-    from trainscope.collectors.snapshot_gzip import GunzipStream
-
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
+    with open(path, "rb") as head:
+        gz = head.read(2) == b"\x1f\x8b"
     if not gz and os.path.getsize(path) > max_bytes:
         raise ReadRefused(f"larger than the {max_bytes / 2**20:,.0f} MiB limit for a memory snapshot")
 
-    def source(f):
+    def source(f: io.FileIO) -> GunzipStream | io.FileIO:
         return GunzipStream(f, path, max_bytes) if gz else f
 
     with open(path, "rb", buffering=0) as f:
         src = source(f)
         plan = _pickle_stream.scan(src.readinto)
-        if gz:
+        if isinstance(src, GunzipStream):
             src.drain()  # damage past the pickle's STOP is refused too
     parse = _Parse()
     with open(path, "rb", buffering=0) as f:
@@ -306,7 +308,7 @@ class _Checked:
         self.absurd[kind] += 1
         return False
 
-    def frame_lists(self, fl: list) -> list:
+    def frame_lists(self, fl: list[Any]) -> list[Any]:
         """``fl`` (each item one record's ``frames`` value) with non-lists as ``[]``, all checked."""
         if not set(map(type, fl)) <= _LIST:
             fl = [f if type(f) is list else [] for f in fl]
@@ -332,13 +334,13 @@ class SharedStacks:
     not (another stack with the same key) are matched on all their frames' ids."""
 
     def __init__(self) -> None:
-        self.first: dict = {}
-        self.exact: dict = {}
-        self.no_frames: list = []  # one empty list for every event without a stack
+        self.first: dict[tuple[int, int, int, int], list[Any]] = {}
+        self.exact: dict[tuple[int, ...], list[Any]] = {}
+        self.no_frames: list[Any] = []  # one empty list for every event without a stack
 
-    def share(self, fl: list) -> list:
+    def share(self, fl: list[Any]) -> list[Any]:
         """``fl`` (frame lists) with each list replaced by the one standing for its equals."""
-        out: list = []
+        out: list[Any] = []
         step = 1 << 18
         for lo in range(0, len(fl), step):
             chunk = fl[lo : lo + step]
@@ -359,7 +361,7 @@ class SharedStacks:
         return out
 
 
-def shared_stacks(fl: list) -> list:
+def shared_stacks(fl: list[Any]) -> list[Any]:
     """``fl`` with equal frame lists replaced by one list object (:class:`SharedStacks`)."""
     return SharedStacks().share(fl)
 
@@ -370,31 +372,31 @@ _LIST = frozenset((list,))
 _DICT = frozenset((dict,))
 
 
-def _scalar(x, what: str):
+def _scalar(x: Any, what: str) -> Any:
     if type(x) not in _SCALARS:
         raise TypeError(f"{what} is {type(x).__name__}, expected a string or number")
     return x
 
 
-def _int(x, what: str) -> int:
+def _int(x: object, what: str) -> int:
     if isinstance(x, bool) or not isinstance(x, int):
         raise TypeError(f"{what} is {type(x).__name__}, expected an integer")
     return x
 
 
-def _str(x, what: str) -> str:
+def _str(x: object, what: str) -> str:
     if not isinstance(x, str):
         raise TypeError(f"{what} is {type(x).__name__}, expected a string")
     return x
 
 
-def _list(x, what: str) -> list:
+def _list(x: object, what: str) -> list[Any]:
     if not isinstance(x, list):
         raise TypeError(f"{what} is {type(x).__name__}, expected a list")
     return x
 
 
-def _parse(path: str, raw) -> Snapshot:
+def _parse(path: str, raw: Any) -> Snapshot:
     """The model of the unpickled ``raw``, which it consumes (its segments and events are dropped
     as they are converted)."""
     return _Parse().finish(path, raw)
@@ -413,7 +415,7 @@ class _Parse:
         self.segments: list[Segment] = []
         self.devices: dict[int, _DeviceColumns] = {}
 
-    def batch(self, stream, items: list) -> None:
+    def batch(self, stream: _pickle_stream.Stream, items: list[Any]) -> None:
         """The streaming reader's callback: ``items`` of the root's ``segments`` list (or of the
         root list itself, the oldest format: ``stream.index`` -1) or of ``device_traces[index]``."""
         if stream.index < 0:
@@ -427,7 +429,7 @@ class _Parse:
             d = self.devices[index] = _DeviceColumns(index)
         return d
 
-    def add_segments(self, batch: list) -> None:
+    def add_segments(self, batch: list[Any]) -> None:
         for i, s in enumerate(batch):
             batch[i] = None
             if not isinstance(s, dict):
@@ -451,7 +453,7 @@ class _Parse:
                 )
             )
 
-    def finish(self, path: str, raw) -> Snapshot:
+    def finish(self, path: str, raw: Any) -> Snapshot:
         """The model, from what was streamed and the rest of ``raw`` (the root object, in which a
         :class:`Stream` stands for each list already handed over)."""
         if _is_stream(raw) or isinstance(raw, list):  # the oldest format: segments only
@@ -493,7 +495,8 @@ class _Parse:
                         a["time_us"],
                     )
                 )
-        settings = raw.get("allocator_settings") if isinstance(raw.get("allocator_settings"), dict) else {}
+        found = raw.get("allocator_settings")
+        settings: dict[str, Any] = found if isinstance(found, dict) else {}
         check_plain(settings)
         for kind, n in sorted(self.checked.absurd.items()):
             self.warnings.append(
@@ -505,7 +508,7 @@ class _Parse:
         return Snapshot(path, self.segments, traces, annotations, settings, self.warnings)
 
 
-def _consumed(items: list):
+def _consumed(items: list[Any]) -> Iterator[list[Any]]:
     """``items`` in ``CHUNK`` slices, each emptied from ``items`` (set to None) as it is handed out."""
     for lo in range(0, len(items), CHUNK):
         hi = min(lo + CHUNK, len(items))
@@ -515,7 +518,7 @@ def _consumed(items: list):
         del chunk
 
 
-def _blocks(s: dict, checked: _Checked) -> list[Block]:
+def _blocks(s: dict[str, Any], checked: _Checked) -> list[Block]:
     """A segment's blocks in address order. Blocks carry no ``address`` before PyTorch 2.1 (then
     the first ``history`` entry's ``addr`` has it, where history was recorded): a block starts where
     the previous one ends, from the segment's address. Their stacks are under ``frames`` (2.1+) or
@@ -526,8 +529,8 @@ def _blocks(s: dict, checked: _Checked) -> list[Block]:
         if not isinstance(b, dict):
             raise TypeError("a block is not a dict")
         size = _int(b["size"], "block size")
-        hist = b.get("history") if isinstance(b.get("history"), list) else []
-        hist = [h for h in hist if isinstance(h, dict)]
+        history = b.get("history")
+        hist = [h for h in history if isinstance(h, dict)] if isinstance(history, list) else []
         if "address" in b:
             addr = _int(b["address"], "block address")
         elif hist and isinstance(hist[0].get("addr"), int) and not isinstance(hist[0].get("addr"), bool):
@@ -536,7 +539,8 @@ def _blocks(s: dict, checked: _Checked) -> list[Block]:
             addr = offset
         frames = b.get("frames")
         if not isinstance(frames, list):
-            frames = hist[-1].get("frames") if hist and isinstance(hist[-1].get("frames"), list) else []
+            latest = hist[-1].get("frames") if hist else None
+            frames = latest if isinstance(latest, list) else []
         requested = _int(b.get("requested_size", size), "requested_size")
         state = _str(b["state"], "block state")
         if not (checked.sane(size, "blocks") and checked.sane(requested, "blocks")):
@@ -548,7 +552,7 @@ def _blocks(s: dict, checked: _Checked) -> list[Block]:
     return out
 
 
-def _ints(col: list, what: str) -> np.ndarray:
+def _ints(col: list[Any], what: str) -> np.ndarray:
     """``col`` as int64, refusing what is not an int (bools included) in one line."""
     kinds = set(map(type, col))
     if not kinds <= _INT:
@@ -571,11 +575,11 @@ class _DeviceColumns:
     def __init__(self, device: int) -> None:
         self.device = device
         self.cols: dict[str, list[np.ndarray]] = {"action": [], "addr": [], "size": [], "time_us": []}
-        self.frames: list = []
+        self.frames: list[Any] = []
         self.stacks = SharedStacks()
         self.unknown: set[str] = set()
 
-    def add(self, events: list, checked: _Checked) -> None:
+    def add(self, events: list[Any], checked: _Checked) -> None:
         action, addr, size, t, fl, odd = _event_columns(events, checked)
         for k, v in zip(self.cols, (action, addr, size, t)):
             self.cols[k].append(v)
@@ -592,7 +596,9 @@ class _DeviceColumns:
         return DeviceTrace(self.device, action, addr, size, t, self.frames)
 
 
-def _event_columns(events: list, checked: _Checked) -> tuple:
+def _event_columns(
+    events: list[Any], checked: _Checked
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[Any], set[str]]:
     """The columns of a chunk of events (action codes, addr, size, time_us, checked frame lists)
     and the unknown actions among them, named."""
     if not set(map(type, events)) <= _DICT:

@@ -49,6 +49,13 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:  # (standard library only, as all of this file)
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
 
 ENV_SOCKET = "TRAINSCOPE_STEP_SOCKET"
 TARGET_MODULE = "torch.utils.data.dataloader"
@@ -63,7 +70,7 @@ KINETO_QUIET = (
     "6"  # KINETO_LOG_LEVEL above every level Kineto logs at: its start/stop lines stay out of the job's stderr
 )
 
-_state = None
+_state: _Stream | None = None
 
 
 def private_dir() -> str:
@@ -240,7 +247,9 @@ def watcher_listening() -> bool:
     """For the injected ``sitecustomize``: the watcher named by ``$TRAINSCOPE_STEP_SOCKET`` is alive
     and its folder safe. False after a ``kill -9`` of the watcher: the hook then stays out."""
     path = os.environ.get(ENV_SOCKET)
-    return bool(path) and watcher_problem(path) is None
+    if not path:
+        return False
+    return watcher_problem(path) is None
 
 
 def _ancestors(pid: int, limit: int = 8) -> list[int]:
@@ -312,11 +321,11 @@ class _Stream:
 
     def __init__(self, path: str, auto: bool = False) -> None:
         self.path = path
-        self.hello: dict | None = None  # sent before anything else to each watcher that listens
+        self.hello: dict[str, Any] | None = None  # sent before anything else to each watcher that listens
         self.greeted = False
         self.auto = auto  # no explicit socket: look for a watcher of this process or an ancestor on each retry
         self.pid = os.getpid()
-        self.sock = None
+        self.sock: socket.socket | None = None
         self.prev_start = 0  # start of the previous __next__ (0: none yet)
         self.prev_wait = 0
         self.n = self.wait = self.step = self.max_wait = 0
@@ -324,7 +333,7 @@ class _Stream:
         self.retry_at = 0
         self.reply_path: str | None = None  # where this process's end of the socket is bound
         self.capture_wanted = False  # a capture is pending or running: the wrapper calls boundary()
-        self.pending: dict | None = None
+        self.pending: dict[str, Any] | None = None
         self.cap: _Capture | None = None
         self.recent: deque[int] = deque(maxlen=RECENT)  # the last step durations
         self.after: list[int] | None = None  # steps timed after the last capture
@@ -344,7 +353,7 @@ class _Stream:
         self.t_inner = 0
         self.carve = 0  # time of those inner parts, taken out of the optimizer's
 
-    def _socket(self):
+    def _socket(self) -> socket.socket:
         """The socket, opened when the watcher's checks pass (:func:`watcher_problem`, on the
         folder's descriptor), bound beside the watcher's and connected to it; OSError when there
         is no watcher to talk to."""
@@ -379,7 +388,7 @@ class _Stream:
                 os.close(dfd)
         return self.sock
 
-    def _bind(self, sock, dfd: int, folder: str) -> str | None:
+    def _bind(self, sock: socket.socket, dfd: int, folder: str) -> str | None:
         """Bind this end beside the watcher's socket, in its private folder (open and checked as
         ``dfd``), so the watcher can ask for a capture; None (one-way, no capture) when that
         cannot be done."""
@@ -419,7 +428,7 @@ class _Stream:
             except OSError:
                 pass
 
-    def send(self, message: dict) -> bool:
+    def send(self, message: dict[str, Any]) -> bool:
         now = time.monotonic_ns()
         if now < self.retry_at:
             return False
@@ -478,9 +487,12 @@ class _Stream:
 
     def poll(self) -> None:
         """Read the watcher's requests, without blocking (a few per flush at most)."""
+        sock = self.sock
+        if sock is None:  # no watcher reached yet
+            return
         for _ in range(4):
             try:
-                data = self.sock.recv(65536)
+                data = sock.recv(65536)
             except (BlockingIOError, InterruptedError):
                 return
             except Exception:
@@ -492,7 +504,7 @@ class _Stream:
             if isinstance(msg, dict) and msg.get("type") == "capture":
                 self.request(msg)
 
-    def request(self, msg: dict) -> None:
+    def request(self, msg: dict[str, Any]) -> None:
         try:
             cid, steps, max_s, path = int(msg["id"]), int(msg["steps"]), float(msg["max_s"]), str(msg["path"])
             folder_id = msg.get("folder_id")
@@ -554,9 +566,12 @@ class _Stream:
         if self.after_skip:  # the step that held the trace export is the capture's, not "after"
             self.after_skip -= 1
             return
-        self.after.append(d)
-        if len(self.after) >= AFTER:
-            self.send({"type": "capture_cost", "id": self.after_id, "after_ns": self.after})
+        after = self.after
+        if after is None:  # (called only while steps after a capture are timed)
+            return
+        after.append(d)
+        if len(after) >= AFTER:
+            self.send({"type": "capture_cost", "id": self.after_id, "after_ns": after})
             self.after = None
 
     def exit_capture(self) -> None:
@@ -595,7 +610,7 @@ class _Stream:
         self.send(msg)
 
 
-def _user_scopes_only(torch):
+def _user_scopes_only(torch: Any) -> Callable[[], None] | None:
     """Make the profiler's next start observe only user scopes (``record_function`` ranges:
     ``ProfilerStep#N``, the DataLoader's ``__next__``, the optimizer's step) rather than every
     operator; returns the function that undoes it, or None where this torch has no such switch.
@@ -607,10 +622,10 @@ def _user_scopes_only(torch):
     except Exception:
         return None
 
-    def enable(config, activities, scopes=None):
+    def enable(config: Any, activities: Any, scopes: Any = None) -> Any:
         return orig(config, activities, user)
 
-    ap._enable_profiler = enable
+    setattr(ap, "_enable_profiler", enable)  # noqa: B010 - a private name of torch's, not in its types
     return lambda: setattr(ap, "_enable_profiler", orig)
 
 
@@ -623,10 +638,10 @@ class _Capture:
     ``__next__``): a CPU-only trace is diagnosed by its input waits alone, and recording every
     operator costs a few µs each (+60-100 % per step on a job of small operators)."""
 
-    def __init__(self, stream: _Stream, req: dict, before: list[int]) -> None:
+    def __init__(self, stream: _Stream, req: dict[str, Any], before: list[int]) -> None:
         self.stream, self.id, self.steps = stream, req["id"], req["steps"]
         self.req, self.before = req, before
-        self.prof = None
+        self.prof: Any = None  # the torch.profiler.profile while capturing (torch: the job's, never imported here)
         self.marks: list[int] = []
         self.t_start = 0
         self.start_ns = 0
@@ -635,7 +650,7 @@ class _Capture:
         self.ops = True  # every operator recorded (False: user scopes only)
         self._set_env = False  # KINETO_LOG_LEVEL set by the capture, removed when it ends
 
-    def _say(self, status: str, **kw) -> None:
+    def _say(self, status: str, **kw: Any) -> None:
         self.stream.send({"type": "capture", "id": self.id, "status": status, **kw})
 
     def start(self) -> bool:
@@ -819,7 +834,7 @@ def _install_parts(stream: _Stream, h2d_attr: str | None = None) -> bool:
     s, clock = stream, time.monotonic_ns
     compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
 
-    def fwd_pre(module, args):
+    def fwd_pre(module: Any, args: Any) -> None:
         if compiling():
             return
         o = s.open
@@ -835,7 +850,7 @@ def _install_parts(stream: _Stream, h2d_attr: str | None = None) -> bool:
                 s.idepth += 1
         return
 
-    def fwd_post(module, args, out):
+    def fwd_post(module: Any, args: Any, out: Any) -> None:
         if compiling():
             return
         o = s.open
@@ -855,7 +870,7 @@ def _install_parts(stream: _Stream, h2d_attr: str | None = None) -> bool:
 
     orig_backward = autograd.backward
 
-    def backward(*args, **kwargs):
+    def backward(*args: Any, **kwargs: Any) -> Any:
         o = s.open
         if o == NONE:
             s.open = BWD
@@ -879,7 +894,7 @@ def _install_parts(stream: _Stream, h2d_attr: str | None = None) -> bool:
                     s.inner = NONE
         return orig_backward(*args, **kwargs)
 
-    def opt_pre(optimizer, args, kwargs):
+    def opt_pre(optimizer: Any, args: Any, kwargs: Any) -> None:
         o = s.open
         if o == NONE:
             s.open, s.depth, s.carve, s.inner, s.t_open = OPT, 1, 0, NONE, clock()
@@ -887,7 +902,7 @@ def _install_parts(stream: _Stream, h2d_attr: str | None = None) -> bool:
             s.depth += 1  # an optimizer wrapping another (accelerate's AcceleratedOptimizer)
         return
 
-    def opt_post(optimizer, args, kwargs):
+    def opt_post(optimizer: Any, args: Any, kwargs: Any) -> None:
         if s.open == OPT and s.inner == NONE:
             s.depth -= 1
             if s.depth <= 0:
@@ -931,7 +946,12 @@ def _install_parts(stream: _Stream, h2d_attr: str | None = None) -> bool:
     return True
 
 
-def _wrap_optimizer_steps(optm, pre, post, compiling) -> bool:
+def _wrap_optimizer_steps(
+    optm: Any,
+    pre: Callable[[Any, Any, Any], None],
+    post: Callable[[Any, Any, Any], None],
+    compiling: Callable[[], bool],
+) -> bool:
     """Time ``Optimizer.step`` from outside torch's own step wrapper (``profile_hook_step``: the
     profiler range and the step hooks, 0.1–0.7 ms per call measured here, which the global step
     hooks would leave in "other"): each optimizer class's wrapped ``step`` — the classes already
@@ -939,14 +959,14 @@ def _wrap_optimizer_steps(optm, pre, post, compiling) -> bool:
     around it. False where this torch has no such wrapper (the caller then uses the global step hooks)."""
     Optimizer = getattr(optm, "Optimizer", None)
     phs = getattr(Optimizer, "profile_hook_step", None) if Optimizer is not None else None
-    if phs is None:
+    if Optimizer is None or phs is None:
         return False
 
-    def timed(step):
+    def timed(step: Any) -> Any:
         if getattr(step, "_trainscope_wrapped", False):
             return step
 
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             if compiling():
                 return step(*args, **kwargs)
             opt = args[0] if args else None
@@ -966,10 +986,11 @@ def _wrap_optimizer_steps(optm, pre, post, compiling) -> bool:
         wrapper._trainscope_wrapped = True  # type: ignore[attr-defined]
         return wrapper
 
-    def profile_hook_step(func):
+    def profile_hook_step(func: Any) -> Any:
         return timed(phs(func))
 
-    seen, todo = set(), [Optimizer]
+    seen: set[Any] = set()
+    todo = [Optimizer]
     while todo:
         cls = todo.pop()
         for sub in cls.__subclasses__():
@@ -984,15 +1005,15 @@ def _wrap_optimizer_steps(optm, pre, post, compiling) -> bool:
     return True
 
 
-def _wrap_copies(torch, s: _Stream, attr: str, compiling) -> None:
+def _wrap_copies(torch: Any, s: _Stream, attr: str, compiling: Callable[[], bool]) -> None:
     """Host-to-device time: ``Tensor.to`` and ``Tensor.cuda`` at the top level of an iteration whose
     result is on the device (``attr``: ``is_cuda``) and whose source was not. No synchronization:
     a ``non_blocking`` copy costs what its launch costs."""
     clock = time.monotonic_ns
     cls = torch.Tensor
 
-    def wrap(orig):
-        def copy(self, *args, **kwargs):
+    def wrap(orig: Any) -> Any:
+        def copy(self: Any, *args: Any, **kwargs: Any) -> Any:
             if s.open != NONE or compiling() or getattr(self, attr, True):
                 return orig(self, *args, **kwargs)
             t = clock()
@@ -1010,19 +1031,21 @@ def _wrap_copies(torch, s: _Stream, attr: str, compiling) -> None:
         orig = getattr(cls, name, None)
         if orig is not None and not getattr(orig, "_trainscope_wrapped", False):
             w = wrap(orig)
-            w._trainscope_wrapped = True  # type: ignore[attr-defined]
+            w._trainscope_wrapped = True
             setattr(cls, name, w)
 
 
-def _wrap_iterator_class(module) -> None:
+def _wrap_iterator_class(module: Any) -> None:
     cls = module._BaseDataLoaderIter
     original = cls.__next__
     if getattr(original, "_trainscope_wrapped", False):
         return
     stream = _state
+    if stream is None:  # (install() makes it before it wraps anything)
+        return
     clock = time.monotonic_ns
 
-    def __next__(self):
+    def __next__(self: Any) -> Any:
         t_in = clock()
         if stream.capture_wanted:  # one attribute read per iteration when no capture is asked for
             try:
@@ -1059,27 +1082,29 @@ def _wrap_iterator_class(module) -> None:
 class _Loader:
     """Delegates to the real loader, then patches the module once it has executed."""
 
-    def __init__(self, loader) -> None:
+    def __init__(self, loader: Loader) -> None:
         self._loader = loader
 
-    def create_module(self, spec):
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
 
-    def exec_module(self, module) -> None:
+    def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
         try:
             _wrap_iterator_class(module)
         except Exception as e:
             _report_error(f"cannot wrap DataLoader iterators: {type(e).__name__}: {e}")
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
 
 
 class _PostImportFinder:
     """A meta-path finder that only notices ``torch.utils.data.dataloader`` being imported."""
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if name != TARGET_MODULE:
             return None
         try:
@@ -1088,7 +1113,7 @@ class _PostImportFinder:
             spec = PathFinder.find_spec(name, path)
             if spec is None or spec.loader is None:
                 return None
-            spec.loader = _Loader(spec.loader)
+            spec.loader = cast("Loader", _Loader(spec.loader))  # duck-typed: delegates to the real loader
             return spec
         except Exception as e:
             _report_error(f"post-import hook failed: {type(e).__name__}: {e}")
@@ -1099,7 +1124,7 @@ class _PostImportFinder:
             except ValueError:
                 pass
 
-    def invalidate_caches(self):
+    def invalidate_caches(self) -> None:
         pass
 
 

@@ -21,7 +21,9 @@ import stat
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from trainscope.collectors import step_hook
 from trainscope.collectors.samples import PART_FIELDS, StepSample
@@ -57,7 +59,7 @@ class StepReceiver:
         self._addr: dict[int, str] = {}  # pid -> the job's bound end (two-way: capture requests)
         self._ranks: dict[int, dict[str, str | None]] = {}  # pid -> RANK, LOCAL_RANK, WORLD_SIZE from hello
         self._last_steps: dict[int, float] = {}  # pid -> monotonic time of its last step batch
-        self._capture_msgs: list[dict] = []
+        self._capture_msgs: list[dict[str, Any]] = []
         # pid -> [n, wait, step, max, parts n, fwd, bwd, opt, h2d, hook] since the last drain
         self._per_pid: dict[int, list[int]] = {}
         self._stop = threading.Event()
@@ -154,7 +156,11 @@ class StepReceiver:
             if not self._n:
                 return None
             # The parts only when every step of the interval carried them: a mix would misstate the shares.
-            parts = self._parts if self._parts_n == self._n else [None] * len(PART_FIELDS)
+            parts: Sequence[int | None]
+            if self._parts_n == self._n:
+                parts = self._parts
+            else:
+                parts = [None] * len(PART_FIELDS)
             out = StepSample(self._n, self._wait, self._step, self._max, *parts)
             self._n = self._wait = self._step = self._max = self._parts_n = 0
             self._parts = [0, 0, 0, 0, 0]
@@ -162,7 +168,7 @@ class StepReceiver:
 
     def drain_per_process(self) -> dict[int, tuple[int, int, int, int]]:
         """Per stepping process: (steps, wait ns, step ns, max wait ns) since the last call."""
-        return {p: v[:4] for p, v in self.drain_per_process_parts().items()}  # type: ignore[misc]
+        return {p: v[:4] for p, v in self.drain_per_process_parts().items()}
 
     def drain_per_process_parts(self) -> dict[int, tuple[int, int, int, int, tuple[int, ...] | None]]:
         """Per stepping process: (steps, wait ns, step ns, max wait ns, (fwd, bwd, opt, h2d, hook) ns or
@@ -177,9 +183,9 @@ class StepReceiver:
     def rank_pids(self) -> dict[int, str]:
         """pid -> RANK for the processes whose hook said hello with a rank (torchrun sets RANK)."""
         with self._lock:
-            return {p: v["rank"] for p, v in self._ranks.items() if v.get("rank") is not None}
+            return {p: r for p, v in self._ranks.items() if (r := v.get("rank")) is not None}
 
-    def drain_capture_messages(self) -> list[dict]:
+    def drain_capture_messages(self) -> list[dict[str, Any]]:
         """The job's capture replies (started, done, refused, failed, aborted, capture_cost) since the last call."""
         with self._lock:
             out, self._capture_msgs = self._capture_msgs, []
@@ -202,7 +208,7 @@ class StepReceiver:
             reachable = iterating or reachable
             hello = bool(self._hello)
 
-            def order(p: int):
+            def order(p: int) -> tuple[int, int, int]:
                 r = (self._ranks.get(p) or {}).get("rank")
                 # ASCII digits only: str.isdigit() also holds for "²", which int() refuses
                 return (0, int(r), p) if r is not None and r.isascii() and r.isdigit() else (1, 0, p)
@@ -216,7 +222,7 @@ class StepReceiver:
             return [], "the job has not iterated a torch DataLoader: there is no iteration boundary to capture at"
         return [], "no step hook reported in (not a Python job, or the hook could not install)"
 
-    def send(self, pid: int, message: dict) -> bool:
+    def send(self, pid: int, message: dict[str, Any]) -> bool:
         """Send ``message`` to the hook of process ``pid`` (never blocks); False when it cannot."""
         with self._lock:
             name = self._addr.get(pid)
@@ -261,7 +267,7 @@ class StepReceiver:
                 shutil.rmtree(self._own_dir, ignore_errors=True)
 
 
-def _parts(msg: dict, wait: int, step: int) -> tuple[int, ...] | None:
+def _parts(msg: dict[str, Any], wait: int, step: int) -> tuple[int, ...] | None:
     """A steps batch's (fwd, bwd, opt, h2d, hook) ns, when the hook timed them and they add up
     (disjoint parts of the batch's steps, beside its data wait); None otherwise."""
     if "fwd_ns" not in msg:

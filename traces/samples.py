@@ -91,8 +91,26 @@ class HostSample:
 PART_FIELDS = ("fwd_ns", "bwd_ns", "opt_ns", "h2d_ns", "hook_ns")
 
 
+class _StepTimes:
+    """What :class:`StepSample` and :class:`RankSample` derive alike from their step timings."""
+
+    wait_ns: int
+    step_ns: int
+    fwd_ns: int | None
+    bwd_ns: int | None
+    opt_ns: int | None
+
+    @property
+    def data_wait_pct(self) -> float | None:
+        return 100.0 * self.wait_ns / self.step_ns if self.step_ns else None
+
+    @property
+    def has_parts(self) -> bool:
+        return self.fwd_ns is not None and self.bwd_ns is not None and self.opt_ns is not None
+
+
 @dataclass(frozen=True)
-class StepSample:
+class StepSample(_StepTimes):
     """Step-exact timings received from the job during the interval (DataLoader ``__next__``), and
     where in the step the rest went (forward, backward, optimizer step, host-to-device copies: host
     wall time summed over the ``steps`` iterations; None from a hook that does not time them)."""
@@ -107,17 +125,9 @@ class StepSample:
     h2d_ns: int | None = None
     hook_ns: int | None = None  # the step hook's own time (its bookkeeping and datagrams), part of the step
 
-    @property
-    def data_wait_pct(self) -> float | None:
-        return 100.0 * self.wait_ns / self.step_ns if self.step_ns else None
-
-    @property
-    def has_parts(self) -> bool:
-        return self.fwd_ns is not None and self.bwd_ns is not None and self.opt_ns is not None
-
 
 @dataclass(frozen=True)
-class RankSample:
+class RankSample(_StepTimes):
     """One rank (or stepping process) of the job during the interval: its own step timings from the
     hook, and its RSS and GPU as sampled (``watch`` of a multi-process job, e.g. torchrun)."""
 
@@ -136,14 +146,6 @@ class RankSample:
     opt_ns: int | None = None
     h2d_ns: int | None = None
     hook_ns: int | None = None
-
-    @property
-    def data_wait_pct(self) -> float | None:
-        return 100.0 * self.wait_ns / self.step_ns if self.step_ns else None
-
-    @property
-    def has_parts(self) -> bool:
-        return self.fwd_ns is not None and self.bwd_ns is not None and self.opt_ns is not None
 
 
 @dataclass(frozen=True)

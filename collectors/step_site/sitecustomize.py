@@ -18,7 +18,8 @@ def _trainscope_bootstrap() -> None:
 
     here = os.path.dirname(os.path.abspath(__file__))
     try:
-        import trainscope_step_hook  # copied beside this file by the watcher
+        # copied beside this file by the watcher at run time: no module mypy can find
+        import trainscope_step_hook  # type: ignore[import-not-found]
 
         if trainscope_step_hook.watcher_listening():
             trainscope_step_hook.install()
