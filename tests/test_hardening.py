@@ -268,12 +268,12 @@ def test_malformed_sqlite_schema_is_one_line_without_its_sql(tmp_path):
 
 def test_unreadable_file_is_exit_2_in_memory_too(tmp_path, monkeypatch):
     # As root, chmod 000 does not stop reading: make the sniffer fail as it would for a user.
-    import trainscope.collectors.readers as readers
+    import trainscope.collectors.formats as formats
 
     def denied(path, n=16):
         raise PermissionError(13, "Permission denied", path)
 
-    monkeypatch.setattr(readers, "sniff", denied)  # the reader table (collectors/formats.py) sniffs through it
+    monkeypatch.setattr(formats, "sniff", denied)  # the reader table (collectors/formats.py) sniffs through it
     for argv in (["memory", str(SNAPSHOT)], ["analyze", str(KINETO), "--format", "json", "-q"]):
         rc, out, err = run_in_process(argv)
         assert one_line_refusal(rc, err) and "Permission denied" in err, (argv, err)
