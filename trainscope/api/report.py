@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainscope.api.errors import bad_input
+from trainscope.reports.analysis_document import AnalysisDocument
 
 if TYPE_CHECKING:
     from trainscope.analyzers.rules import Rules
@@ -183,6 +184,11 @@ class Report:
             main_index=self.main_index,
         )
         return with_ledger(doc, self.ledger)
+
+    @property
+    def document(self) -> AnalysisDocument:
+        """The analysis document, typed (reports/analysis_document.py); ``to_dict()`` is its JSON."""
+        return AnalysisDocument.from_dict(self.to_dict())
 
     def output(self, doc: dict | None = None, color: bool = False):
         """This report for the output format table (:mod:`trainscope.reports.formats`): the
