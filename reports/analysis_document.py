@@ -15,7 +15,9 @@ Conventions of the mapping, declared once in :class:`Section`:
   ``schema``/``tool``/``input``/``thresholds`` of a rank's own document in the app) is a field with
   ``optional=True``: None there means the key is absent, and to_dict leaves it out;
 - a key the model does not know (a section a caller added) is kept in ``extra`` and written back
-  after the known ones, so nothing is lost on a round trip.
+  after the known ones, so nothing is lost on a round trip;
+- a key a partial document lacks (a hand-made one: a test's, a caller's) reads as None and is left
+  out again by to_dict.
 
 Open sections, kept as plain JSON values (``dict``) inside the typed document, and why:
 
@@ -101,6 +103,8 @@ class Section:
     """A section of the document: to_dict/from_dict by the fields' declared keys and types."""
 
     _plans: ClassVar[dict[type, _Plan]] = {}
+    # keys a partial document (a test's, a caller's hand-made one) did not have: null here, absent in to_dict
+    _missing: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def _plan(cls) -> _Plan:
@@ -119,12 +123,16 @@ class Section:
     def from_dict(cls: type[S], d: dict[str, JSON]) -> S:
         plan = cls._plan()
         kw: dict[str, Any] = {}
+        missing = []
         for attr, k, opt, kind in plan:
             if k in d:
                 kw[attr] = _load(kind, d[k])
-            elif not opt:
-                raise KeyError(f"{cls.__name__}: no {k!r} in the document")
+            elif not opt:  # a hand-made or partial document: read as null, and left out again by to_dict
+                kw[attr] = None
+                missing.append(k)
         out = cls(**kw)
+        if missing:
+            object.__setattr__(out, "_missing", frozenset(missing))
         known = {k for _, k, _, _ in plan}
         extra = {k: copy.deepcopy(v) for k, v in d.items() if k not in known}
         if extra:
@@ -135,9 +143,10 @@ class Section:
 
     def to_dict(self) -> dict[str, JSON]:
         out: dict[str, JSON] = {}
+        missing = self._missing
         for attr, k, opt, _ in self._plan():
             v = getattr(self, attr)
-            if opt and v is None:
+            if (opt and v is None) or k in missing:
                 continue
             out[k] = _dump(v)
         out.update(copy.deepcopy(getattr(self, "extra", None) or {}))
