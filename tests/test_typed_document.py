@@ -105,6 +105,9 @@ READERS = (
     "reports/text.py",
     "reports/markdown.py",
     "reports/html.py",
+    "tui/overview.py",
+    "tui/fixes.py",
+    "tui/tables.py",
 )
 # A key read on a name the modules give the document (``doc``, ``document``, ``self.doc``,
 # ``p.doc``): subscript with a string, or .get with a string.
