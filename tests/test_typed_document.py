@@ -108,6 +108,8 @@ READERS = (
     "tui/overview.py",
     "tui/fixes.py",
     "tui/tables.py",
+    "trainscope/mcp_server.py",
+    "trainscope/api/explore.py",
 )
 # A key read on a name the modules give the document (``doc``, ``document``, ``self.doc``,
 # ``p.doc``): subscript with a string, or .get with a string.
