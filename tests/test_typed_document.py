@@ -105,6 +105,7 @@ READERS = (
     "reports/text.py",
     "reports/markdown.py",
     "reports/html.py",
+    "reports/perfetto.py",
     "tui/overview.py",
     "tui/fixes.py",
     "tui/tables.py",
