@@ -21,11 +21,12 @@ Conventions of the mapping, declared once in :class:`Section`:
 
 Open sections, kept as plain JSON values (``dict``) inside the typed document, and why:
 
-- ``stragglers`` (analyzers/ranks/story.py builds it as a dict, with nested alignment, test and
-  view sections that grow with the rank story), ``deep`` (reports/deep.py: the optional
-  TraceInsight cross-check, its sub-sections null when a stage is skipped) and ``ledger``
-  (reports/plan.py, the ``trainscope.plan/1`` ledger): each is built whole as a dict by its own
-  module and rendered by that module's own functions;
+- ``deep`` (reports/deep.py: the optional TraceInsight cross-check, its sub-sections null when a
+  stage is skipped) and ``ledger`` (reports/plan.py, the ``trainscope.plan/1`` ledger): each is
+  built whole as a dict by its own module and rendered by that module's own functions; in the
+  typed ``stragglers`` likewise its ``alignment`` (the matching, the straggler test and the
+  imbalance, built whole by reports/deep.py's ``alignment_dict``), ``ranks_view`` (the app's heat
+  map) and ``cold_start`` (lines of words);
 - free-form evidence values: ``context.evidence`` and ``host_idle.evidence`` (lists of lines),
   ``hw_counters.by_precision`` / ``by_class`` and the name-keyed maps (``categories``,
   ``class_pct``, ``by_sink`` …) are ``dict[str, …]`` keyed by the trace's own names.
@@ -140,6 +141,11 @@ class Section:
                 raise KeyError(f"{cls.__name__}: unknown keys {sorted(extra)}")
             out.extra = extra
         return out
+
+    @classmethod
+    def of(cls: type[S], x: S | dict[str, JSON]) -> S:
+        """The typed section of ``x`` (itself when typed already; a dict is read with from_dict)."""
+        return x if isinstance(x, cls) else cls.from_dict(x)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, JSON]:
         out: dict[str, JSON] = {}
@@ -663,6 +669,74 @@ class RankRow(Section):
 
 
 @dataclass
+class LatestCollective(Section):
+    index: int
+    kind: str
+    step: Any
+    late_ms: float | None
+
+
+@dataclass
+class StoryRank(Section):
+    """One rank of the rank story (``stragglers.ranks[]``)."""
+
+    rank: int | None
+    source: str
+    step_p50_ms: float | None
+    collective_pct: float | None
+    mean_late_ms: float
+    max_late_ms: float
+    late_in: int
+    considered: int
+    wait_ms_per_step: float | None
+    transfer_ms_per_step: float | None
+    late: bool
+    slow: bool
+    headline: bool
+    latest_collective: LatestCollective | None
+    axis: str | None
+    bottleneck: str | None
+
+
+@dataclass
+class SlowCollective(Section):
+    step: Any
+    name: str
+    index: int
+    spread_ms: float | None
+    last_rank: int | None
+
+
+@dataclass
+class Stragglers(Section):
+    """The rank story (reports/deep.py ``stragglers_dict``; analyzers/ranks/story.py). Kept as JSON
+    inside it: ``cold_start`` (three lines of words), ``alignment`` (analyzers/ranks/alignment.py's
+    matching, test and imbalance, built whole by ``alignment_dict``) and ``ranks_view`` (the app's
+    heat map, added by the api)."""
+
+    basis: str
+    method: str
+    collective_source: str
+    matched_collectives: int
+    considered: int
+    median_step_ms: float | None
+    summary: str
+    stragglers: list[Any]
+    straggler: int | None
+    headline_rank: int | None
+    headline_index: int | None
+    headline_reason: str | None
+    headline: str | None
+    tie_us: float | None
+    cold_start: dict[str, Any]
+    ranks: list[StoryRank]
+    slow_collectives: list[SlowCollective]
+    alignment: dict[str, Any] | None = optional()
+    ranks_view: dict[str, Any] | None = optional()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Threshold(Section):
     name: str
     value: Any
@@ -703,16 +777,11 @@ class AnalysisDocument(Section):
     warnings: list[str] = field(default_factory=list)
     repairs: list[Repair] = field(default_factory=list)
     ranks: list[RankRow] | None = optional()
-    stragglers: dict[str, Any] | None = optional()  # open: analyzers/ranks/story.py's dict
+    stragglers: Stragglers | None = optional()
     deep: dict[str, Any] | None = optional()  # open: reports/deep.py's dict
     thresholds: list[Threshold] | None = optional()
     ledger: dict[str, Any] | None = optional()  # open: reports/plan.py's ledger_vs_measured
     extra: dict[str, Any] = field(default_factory=dict)  # keys a caller added that the model does not know
-
-    @classmethod
-    def of(cls, doc: AnalysisDocument | dict[str, Any]) -> AnalysisDocument:
-        """The typed document of ``doc`` (itself when typed already)."""
-        return doc if isinstance(doc, AnalysisDocument) else cls.from_dict(doc)
 
     @classmethod
     def from_json(cls, text: str) -> AnalysisDocument:

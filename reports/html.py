@@ -496,11 +496,8 @@ def render_html_fragment(
 
         w("<h2>Stragglers</h2><pre>" + _pre("\n".join(stragglers_text_lines(d.stragglers, lambda x: x))) + "</pre>")
     if d.ranks:
-        story = d.stragglers or {}
-        w(
-            "<h2>Ranks</h2>"
-            + (f"<p>{_e(story['headline'][:1].upper() + story['headline'][1:])}.</p>" if story.get("headline") else "")
-        )
+        lead = d.stragglers.headline if d.stragglers else None
+        w("<h2>Ranks</h2>" + (f"<p>{_e(lead[:1].upper() + lead[1:])}.</p>" if lead else ""))
         w(
             "<table><tr><th>rank</th><th>step p50 ms</th><th>GPU busy</th><th>late by ms</th><th>last at</th>"
             "<th>verdict</th></tr>"

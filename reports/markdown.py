@@ -234,9 +234,9 @@ def render_markdown(doc: AnalysisDocument | dict) -> str:
     if d.ranks:
         w("## Ranks")
         w("")
-        story = d.stragglers or {}
-        if story.get("headline"):
-            w(md_escape(story["headline"][:1].upper() + story["headline"][1:]) + ".")
+        lead = d.stragglers.headline if d.stragglers else None
+        if lead:
+            w(md_escape(lead[:1].upper() + lead[1:]) + ".")
             w("")
         w("| rank | step p50 ms | GPU busy | late by ms | last at | verdict |")
         w("|---:|---:|---:|---:|---:|---|")

@@ -210,8 +210,7 @@ def render_text(doc: Doc, color: bool = False) -> str:
         out.extend(stragglers_text_lines(d.stragglers, bold))
     if d.ranks:
         w("")
-        story = d.stragglers or {}
-        lead = story.get("headline") or "the report leads with the slowest rank"
+        lead = (d.stragglers.headline if d.stragglers else None) or "the report leads with the slowest rank"
         w(bold("Ranks") + f"  ({lead.split(':')[0].replace('the report leads with ', 'the summary above is ')})")
         for r in d.ranks:
             late = (

@@ -755,27 +755,28 @@ def _os_problem(e: OSError) -> str:
     return e.strerror or str(e)
 
 
-def _stragglers(s: dict | None) -> Stragglers | None:
+def _stragglers(story: ad.Stragglers | dict | None) -> Stragglers | None:
     """The rank story as the document holds it (``stragglers``): the same figures every view prints."""
-    if not s:
+    if not story:
         return None
+    s = ad.Stragglers.of(story)
     return Stragglers(
-        summary=s["summary"],
-        straggler=s.get("straggler"),
-        headline_rank=s.get("headline_rank"),
-        headline=s.get("headline") or "",
-        cold_start=s.get("cold_start") or {},
+        summary=s.summary,
+        straggler=s.straggler,
+        headline_rank=s.headline_rank,
+        headline=s.headline or "",
+        cold_start=s.cold_start or {},
         ranks=[
             RankLateness(
-                rank=r["rank"],
-                mean_late_ms=r["mean_late_ms"],
-                max_late_ms=r["max_late_ms"],
-                last_in=r["late_in"],
-                considered=r["considered"],
-                straggler=r["late"],
-                headline=r["headline"],
+                rank=r.rank,
+                mean_late_ms=r.mean_late_ms,
+                max_late_ms=r.max_late_ms,
+                last_in=r.late_in,
+                considered=r.considered,
+                straggler=r.late,
+                headline=r.headline,
             )
-            for r in s["ranks"]
+            for r in s.ranks
         ],
     )
 

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from trainscope.reports.analysis_document import AnalysisDocument, Evidence
+from trainscope.reports.analysis_document import AnalysisDocument, Evidence, Stragglers
 from trainscope.reports.document import communication_split_words, counters_only, gain_words, headline, window_lines
 from trainscope.traces.safe_text import safe_strings, visible
 from trainscope.tui.chrome import gib
@@ -87,16 +87,14 @@ def evidence_line(e: Evidence | dict, indent: str = "") -> Text:
     return line
 
 
-def report_overview(doc: AnalysisDocument | dict) -> tuple[AnalysisDocument, dict | None]:
+def report_overview(doc: AnalysisDocument | dict) -> tuple[AnalysisDocument, Stragglers | None]:
     """What :meth:`Overview.show` shows of a report's document (``Report.to_dict()``, or the same
     document read from the analysis cache): its body — the main rank's — and, for several ranks,
     the rank story; every string made visible (traces/safe_text.py). The app's first screen from a
     cached document and the loaded app's main rank both come through here, so they cannot differ."""
     d = AnalysisDocument.of(doc)
-    stragglers = d.stragglers if d.input is not None and d.input.traces > 1 else None
-    return AnalysisDocument.from_dict(safe_strings(d.to_dict())), None if stragglers is None else safe_strings(
-        stragglers
-    )
+    shown = AnalysisDocument.from_dict(safe_strings(d.to_dict()))
+    return shown, shown.stragglers if d.input is not None and d.input.traces > 1 else None
 
 
 class Overview(VerticalScroll):
@@ -129,7 +127,7 @@ class Overview(VerticalScroll):
         """The overview of a report's whole document (see :func:`report_overview`)."""
         self.show(*report_overview(doc))
 
-    def show(self, doc: AnalysisDocument | dict, stragglers: dict | None = None) -> None:
+    def show(self, doc: AnalysisDocument | dict, stragglers: Stragglers | dict | None = None) -> None:
         d = AnalysisDocument.of(doc)
         v = d.verdict
         badge = self.query_one("#badge", Static)
@@ -187,19 +185,20 @@ class Overview(VerticalScroll):
         box.display = bool(rows)  # no empty line where the trace holds no one-off cost
         # A rank directory: what the Ranks tab finds is said here too, so the two never disagree silently.
         ranks = Text()
-        if stragglers:
+        story = Stragglers.of(stragglers) if stragglers else None
+        if story:
             from trainscope.reports.deep import straggler_headline
 
-            head, _ = straggler_headline(stragglers)  # the same line the reports lead with
+            head, _ = straggler_headline(story)  # the same line the reports lead with
             ranks.append("\nRanks ", style="bold")
             ranks.append(visible(head) + "\n")
-            if stragglers.get("headline"):
-                ranks.append("  " + visible(stragglers["headline"]) + "\n", style="dim")
-            late = [r for r in stragglers["ranks"] if r["late"]]  # the story's straggler, its figures
+            if story.headline:
+                ranks.append("  " + visible(story.headline) + "\n", style="dim")
+            late = [r for r in story.ranks if r.late]  # the story's straggler, its figures
             for r in late:
                 ranks.append(
-                    f"  ◀ rank {r['rank']}: arrives {r['mean_late_ms']:.1f} ms after the first rank on average "
-                    f"(at most {r['max_late_ms']:.1f} ms; last at {r['late_in']} of {r['considered']}) — details on "
+                    f"  ◀ rank {r.rank}: arrives {r.mean_late_ms:.1f} ms after the first rank on average "
+                    f"(at most {r.max_late_ms:.1f} ms; last at {r.late_in} of {r.considered}) — details on "
                     "the Ranks tab\n"
                 )
             if v.axis == "insufficient_evidence" and late:

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Input, Static
 
 from trainscope.analyzers.trace.kernels import KernelStat, KernelSummary
 from trainscope.analyzers.trace.roofline import Roofline, RooflineRow
-from trainscope.reports.analysis_document import AnalysisDocument, RankRow, StepTime
+from trainscope.reports.analysis_document import AnalysisDocument, RankRow, StepTime, Stragglers
 from trainscope.traces.safe_text import visible
 from trainscope.tui.keys import bind
 from trainscope.tui.roofline_plot import RooflinePlot
@@ -432,7 +432,11 @@ class RanksPane(Vertical):
         )
 
     def show(
-        self, rows: list[RankRow] | list[dict], current: int, headline: int, stragglers: dict | None = None
+        self,
+        rows: list[RankRow] | list[dict],
+        current: int,
+        headline: int,
+        stragglers: Stragglers | dict | None = None,
     ) -> None:
         ranks = [r if isinstance(r, RankRow) else RankRow.from_dict(r) for r in rows]  # the document's ranks[]
         table = self.query_one(DataTable)
@@ -467,18 +471,17 @@ class RanksPane(Vertical):
                 Text(visible(os.path.basename(str(r.source).rstrip("/")) or r.source)),
                 key=str(i),
             )  # the file: the part of the path that differs between ranks
-        lead = (stragglers or {}).get("headline") or f"the report leads with rank {ranks[headline].rank}"
+        story = Stragglers.of(stragglers) if stragglers else None
+        lead = (story.headline if story else None) or f"the report leads with rank {ranks[headline].rank}"
         self.query_one("#ranks-note", Static).update(
             f"{len(rows)} ranks · {visible(lead)} · Enter: this rank everywhere, at its latest-arriving collective "
             "of the story"
         )
         table.move_cursor(row=current)
-        if stragglers:
+        if story:
             from trainscope.reports.deep import stragglers_text_lines
 
-            self.query_one("#stragglers", Static).update(
-                Text("\n".join(stragglers_text_lines(stragglers, lambda x: x)))
-            )
+            self.query_one("#stragglers", Static).update(Text("\n".join(stragglers_text_lines(story, lambda x: x))))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
