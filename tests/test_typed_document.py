@@ -107,6 +107,7 @@ READERS = (
     "reports/markdown.py",
     "reports/html.py",
     "reports/perfetto.py",
+    "reports/deep.py",
     "tui/overview.py",
     "tui/fixes.py",
     "tui/tables.py",
@@ -134,3 +135,28 @@ def test_the_grep_finds_what_it_is_for():
         assert DOC_KEY_READ.search(line), line
     for line in ("doc.verdict.axis", 'row["name"]', 'stragglers.get("summary")', "docs['x']"):
         assert not DOC_KEY_READ.search(line), line
+
+
+def test_the_model_has_no_string_key_reads():
+    """A renderer cannot fall back to ``doc["…"]`` or ``doc.get("…")`` on the typed document."""
+    d = json.loads((GOLDEN / "analyze-cpu-fast.json").read_text(encoding="utf-8"))
+    d["tool"]["version"] = "0"
+    typed = AnalysisDocument.from_dict(d)
+    for part in (typed, typed.verdict, typed.breakdown, typed.mfu):
+        assert not hasattr(part, "get") and not hasattr(part, "__getitem__"), type(part).__name__
+
+
+def test_a_cached_document_is_typed_without_analyzing_again(tmp_path, monkeypatch):
+    from trainscope.api import cache
+
+    monkeypatch.setenv(cache.ENV_DIR, str(tmp_path / "cache"))
+    monkeypatch.delenv(cache.ENV_OFF, raising=False)
+    monkeypatch.delenv(cache.ENV_MAX, raising=False)
+    path = str(DATA / "cpu" / "fast.pt.trace.json.gz")
+    fresh = api.analyze(path, cache=True)
+    again = api.analyze(path, cache=True)
+    assert isinstance(again, cache.CachedReport) and again.from_cache
+    typed = again.document
+    assert typed.to_dict() == fresh.to_dict() == again.to_dict()
+    assert again.verdict_line() == fresh.verdict_line()
+    assert again._report is None  # neither the typed document nor the verdict line analyzed it again

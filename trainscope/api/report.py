@@ -238,7 +238,7 @@ class Report:
         """One line: the headline, confidence and the step time (what ``on_trace_ready`` prints)."""
         from trainscope.reports.document import headline
 
-        doc = self.document
+        doc = AnalysisDocument.from_dict(self.to_dict())  # only to_dict(): a cached report serves it unanalyzed
         v = doc.verdict
         p50 = doc.breakdown.step_time_ms.p50 if doc.breakdown is not None else None
         conf = f" (confidence {v.confidence:.2f})" if v.axis not in ("insufficient_evidence",) else ""
