@@ -10,6 +10,7 @@ from trainscope.analyzers.deep.critical_path import CP_CATEGORIES, CP_LABELS
 from trainscope.analyzers.deep.second_opinion import DeepAnalysis
 from trainscope.analyzers.ranks.story import RankStory
 from trainscope.analyzers.rules import Rules
+from trainscope.reports.analysis_document import Stragglers
 
 
 def _r(x: float | None, nd: int = 2) -> float | None:
@@ -222,40 +223,41 @@ def deep_text_lines(d: dict, bold) -> list[str]:
     return out
 
 
-def straggler_headline(s: dict) -> tuple[str, str | None]:
+def straggler_headline(s: Stragglers | dict) -> tuple[str, str | None]:
     """(the straggler line, None): the rank story's one line (``stragglers.summary``), the line every
     view leads with. (The second element once named a disagreement between two methods; the story
     has one answer.)"""
-    return s["summary"], None
+    return Stragglers.of(s).summary, None
 
 
-def _late_rank_table(s: dict) -> list[str]:
+def _late_rank_table(s: Stragglers) -> list[str]:
     """Every rank's lateness as the story counts it: the one table every view shows."""
     rows = [
         f"  {'rank':>4}  {'late by (mean)':>14}  {'at most':>9}  {'last at':>9}  {'waiting/step':>12}  "
         f"{'transfer/step':>13}  verdict"
     ]
-    for r in sorted(s["ranks"], key=lambda r: (-r["mean_late_ms"], -r["step_p50_ms"]))[:16]:
-        flag = " ◀ straggler" if r["late"] else ""
-        flag += " ▶ headline" if r.get("headline") else ""
-        verdict = (r["axis"] or "") + (" · " + r["bottleneck"] if r.get("bottleneck") else "")
+    for r in sorted(s.ranks, key=lambda r: (-r.mean_late_ms, -(r.step_p50_ms or 0.0)))[:16]:
+        flag = " ◀ straggler" if r.late else ""
+        flag += " ▶ headline" if r.headline else ""
+        verdict = (r.axis or "") + (" · " + r.bottleneck if r.bottleneck else "")
         rows.append(
-            f"  {r['rank'] if r['rank'] is not None else '?':>4}  {r['mean_late_ms']:11.1f} ms  "
-            f"{r['max_late_ms']:6.1f} ms  {str(r['late_in']) + ' of ' + str(r['considered']):>9}  "
-            f"{r['wait_ms_per_step']:9.1f} ms  {r['transfer_ms_per_step']:10.1f} ms  {verdict}{flag}"
+            f"  {r.rank if r.rank is not None else '?':>4}  {r.mean_late_ms:11.1f} ms  "
+            f"{r.max_late_ms:6.1f} ms  {str(r.late_in) + ' of ' + str(r.considered):>9}  "
+            f"{r.wait_ms_per_step:9.1f} ms  {r.transfer_ms_per_step:10.1f} ms  {verdict}{flag}"
         )
-    if len(s["ranks"]) > 16:
-        rows.append(f"  … {len(s['ranks']) - 16} more ranks in the JSON document")
+    if len(s.ranks) > 16:
+        rows.append(f"  … {len(s.ranks) - 16} more ranks in the JSON document")
     return rows
 
 
-def stragglers_text_lines(s: dict, bold) -> list[str]:
+def stragglers_text_lines(story: Stragglers | dict, bold) -> list[str]:
+    s = Stragglers.of(story)
     head, _ = straggler_headline(s)
-    out = [bold("Stragglers") + f"  ({s['basis']})"]
+    out = [bold("Stragglers") + f"  ({s.basis})"]
     out += [("  " if i == 0 else "    ") + line for i, line in enumerate(textwrap.wrap(head, 90))]
-    if s.get("headline"):
-        out += [("  " if i == 0 else "    ") + line for i, line in enumerate(textwrap.wrap(s["headline"], 90))]
-    al = s.get("alignment")
+    if s.headline:
+        out += [("  " if i == 0 else "    ") + line for i, line in enumerate(textwrap.wrap(s.headline, 90))]
+    al = s.alignment
     imb = al.get("rank_imbalance") if al else None
     if imb:
         line = f"rank {imb['rank']}'s extra work per step against the others' median: {extra_work_words(imb)}"
@@ -264,8 +266,8 @@ def stragglers_text_lines(s: dict, bold) -> list[str]:
         out.append(f"  {al['matching']}")
         out.append(f"  {al['clock_offsets']}")
     out += _late_rank_table(s)
-    if s.get("ranks_view"):
-        out += [""] + ranks_view_text_lines(s["ranks_view"], bold)
+    if s.ranks_view:
+        out += [""] + ranks_view_text_lines(s.ranks_view, bold)
     return out
 
 
@@ -327,12 +329,13 @@ def deep_markdown_lines(d: dict, esc) -> list[str]:
     return out
 
 
-def stragglers_markdown_lines(s: dict, esc) -> list[str]:
+def stragglers_markdown_lines(story: Stragglers | dict, esc) -> list[str]:
+    s = Stragglers.of(story)
     head, _ = straggler_headline(s)
     out = ["## Stragglers", "", f"**{esc(head[:1].upper() + head[1:])}**", ""]
-    if s.get("headline"):
-        out += [esc(s["headline"][:1].upper() + s["headline"][1:]) + ".", ""]
-    al = s.get("alignment")
+    if s.headline:
+        out += [esc(s.headline[:1].upper() + s.headline[1:]) + ".", ""]
+    al = s.alignment
     imb = al.get("rank_imbalance") if al else None
     if imb:
         out += [
@@ -343,17 +346,17 @@ def stragglers_markdown_lines(s: dict, esc) -> list[str]:
         "| rank | late by ms (mean) | at most ms | last at | waiting ms/step | transfer ms/step | straggler | verdict |",
         "|---:|---:|---:|---:|---:|---:|---|---|",
     ]
-    for r in s["ranks"]:
-        mark = "yes" if r["late"] else ""
-        mark += " (headline)" if r.get("headline") else ""
+    for r in s.ranks:
+        mark = "yes" if r.late else ""
+        mark += " (headline)" if r.headline else ""
         out.append(
-            f"| {r['rank']} | {r['mean_late_ms']:.1f} | {r['max_late_ms']:.1f} | {r['late_in']} of {r['considered']} | "
-            f"{r['wait_ms_per_step']:.1f} | {r['transfer_ms_per_step']:.1f} | {mark.strip()} | "
-            f"{esc(r['axis'] or '')} {esc(r['bottleneck'] or '')} |"
+            f"| {r.rank} | {r.mean_late_ms:.1f} | {r.max_late_ms:.1f} | {r.late_in} of {r.considered} | "
+            f"{r.wait_ms_per_step:.1f} | {r.transfer_ms_per_step:.1f} | {mark.strip()} | "
+            f"{esc(r.axis or '')} {esc(r.bottleneck or '')} |"
         )
     out.append("")
-    if s.get("ranks_view"):
-        out += ranks_view_markdown_lines(s["ranks_view"], s.get("alignment"), esc)
+    if s.ranks_view:
+        out += ranks_view_markdown_lines(s.ranks_view, s.alignment, esc)
     return out
 
 

@@ -15,6 +15,9 @@ from trainscope.analyzers.trace.kernels import ALL_CLASSES
 from trainscope.analyzers.trace.sinks import SINK_LABELS
 from trainscope.analyzers.trace.verdict import Evidence
 from trainscope.collectors.formats import COUNTER_FORMATS  # the reader table's counters-only rows
+from trainscope.reports.analysis_document import AnalysisDocument, GpuMetrics, Recommendation, TreeNode
+
+Doc = AnalysisDocument | dict[str, Any]  # what the helpers below take: the typed document, or its dict
 
 SCHEMA = "trainscope.analysis/2"  # 2: mfu.value_pct may be estimated from shapes (mfu.basis); roofline
 
@@ -55,9 +58,10 @@ def _steps_note(a: Analysis) -> str:
     return note
 
 
-def counters_only(doc: dict) -> bool:
+def counters_only(doc: Doc) -> bool:
     """True when the verdict comes from sampled counters: there are no steps or kernels to show."""
-    return doc.get("input", {}).get("format") in COUNTER_FORMATS
+    inp = AnalysisDocument.of(doc).input
+    return inp is not None and inp.format in COUNTER_FORMATS
 
 
 GPU_METRICS_LABELS: tuple[tuple[str, str], ...] = (
@@ -67,65 +71,71 @@ GPU_METRICS_LABELS: tuple[tuple[str, str], ...] = (
 )
 
 
-def gpu_metrics_parts(gm: dict) -> list[str]:
+def gpu_metrics_parts(gm: GpuMetrics | dict[str, Any]) -> list[str]:
     """The GPU_METRICS figures the document holds, as every renderer words them ("SM active 71.2 %")."""
-    return [f"{label} {gm[key]:.1f} %" for key, label in GPU_METRICS_LABELS if gm[key] is not None]
+    g = gm if isinstance(gm, GpuMetrics) else GpuMetrics.from_dict(gm)
+    values = [(label, getattr(g, key)) for key, label in GPU_METRICS_LABELS]
+    return [f"{label} {v:.1f} %" for label, v in values if v is not None]
 
 
-def device_label(doc: dict) -> str:
+def device_label(doc: Doc) -> str:
     """'Tesla V100 (GPU 0), rank 3'; a device the trace does not name is just 'GPU 0'."""
-    dev = doc["device"]
-    if dev["id"] is None:  # the trace names a device but records no GPU work on it (counters only)
-        name = dev["name"] or "no GPU"
+    if isinstance(doc, AnalysisDocument):
+        dev_id, dev_name, rank = doc.device.id, doc.device.name, doc.rank
+    else:  # a dict document, or the part of one a caller has (device and rank)
+        dev_id, dev_name, rank = doc["device"]["id"], doc["device"]["name"], doc.get("rank")
+    if dev_id is None:  # the trace names a device but records no GPU work on it (counters only)
+        name = dev_name or "no GPU"
     else:
-        name = dev["name"] if dev["name"] == f"GPU {dev['id']}" else f"{dev['name']} (GPU {dev['id']})"
-    return name + (f", rank {doc['rank']}" if doc.get("rank") is not None else "")
+        name = dev_name if dev_name == f"GPU {dev_id}" else f"{dev_name} (GPU {dev_id})"
+    return str(name) + (f", rank {rank}" if rank is not None else "")
 
 
-def headline(doc: dict) -> str:
-    v = doc["verdict"]
-    if v["axis"] == "insufficient_evidence":
+def headline(doc: Doc) -> str:
+    d = AnalysisDocument.of(doc)
+    v = d.verdict
+    if v.axis == "insufficient_evidence":
         # An Nsight export without GPU rows (analyzers/trace/host_only.py): the GPU is what lacks evidence.
-        return "INSUFFICIENT GPU EVIDENCE" if v.get("bottleneck") == NO_GPU_ROWS else "INSUFFICIENT EVIDENCE"
-    if v["axis"] == "not_representative":
-        phases = (doc.get("steady_state") or {}).get("phases") or []
+        return "INSUFFICIENT GPU EVIDENCE" if v.bottleneck == NO_GPU_ROWS else "INSUFFICIENT EVIDENCE"
+    if v.axis == "not_representative":
+        phases = d.steady_state.phases if d.steady_state is not None else []
         return "NOT REPRESENTATIVE" + (f" ({' / '.join(phases)})" if phases else "")
-    if v["axis"] == "balanced":
+    if v.axis == "balanced":
         return "BALANCED"
-    word = headline_word(v["bottleneck"], v.get("summary") or "", v["axis"].upper())
-    return f"{word} · D·A·M axis: {AXIS_NAMES[v['axis']]}"
+    word = headline_word(v.bottleneck, v.summary or "", v.axis.upper())
+    return f"{word} · D·A·M axis: {AXIS_NAMES[v.axis]}"
 
 
-def gain_words(r: dict, step: bool = False) -> str:
+def gain_words(r: Recommendation | dict[str, Any], step: bool = False) -> str:
     """A recommendation's gain as every renderer words it: an upper bound per step, or — for a one-off
     cost's fix — seconds once per process, never a per-step speed-up."""
-    once = r.get("once_per_process_s")
+    if isinstance(r, Recommendation):
+        once, speedup, step_ms = r.once_per_process_s, r.projected_speedup, r.projected_step_ms
+    else:  # a recommendation of a dict document (a caller's dict may lack the optional figures)
+        once, speedup, step_ms = r.get("once_per_process_s"), r["projected_speedup"], r.get("projected_step_ms")
     if once is not None:
         amount = f"{once:,.2f} s" if once >= 0.1 else f"{once * 1e3:,.1f} ms"
         return f"saves up to {amount} once per process (not per step)"
-    if r["projected_speedup"] is None:
+    if speedup is None:
         return "no projection"
-    return f"up to {r['projected_speedup']:.2f}× faster" + (
-        f" (step ≥ {r['projected_step_ms']:.1f} ms)" if step and r.get("projected_step_ms") is not None else ""
-    )
+    return f"up to {speedup:.2f}× faster" + (f" (step ≥ {step_ms:.1f} ms)" if step and step_ms is not None else "")
 
 
-def window_lines(doc: dict) -> list[str]:
+def window_lines(doc: Doc) -> list[str]:
     """Which window was judged and what was left out as not steady state, in one or two lines (text,
     Markdown, HTML and the app say it the same way); empty when nothing was set apart."""
-    st = doc.get("steady_state")
+    st = AnalysisDocument.of(doc).steady_state
     if not st:
         return []
     out = []
-    if st["left_out"] or not st["representative"] or st["steady_range"]:
-        out.append(f"judged {st['judged']}" + (f"; left out: {'; '.join(st['left_out'])}" if st["left_out"] else ""))
-    if st["ranges"]:
+    if st.left_out or not st.representative or st.steady_range:
+        out.append(f"judged {st.judged}" + (f"; left out: {'; '.join(st.left_out)}" if st.left_out else ""))
+    if st.ranges:
         parts = [
-            f"{p['name']} {p['ms']:,.1f} ms{' ×' + str(p['count']) if p['count'] > 1 else ''}"
-            f" ({'judged' if p['judged'] else p['kind']})"
-            for p in st["ranges"]
+            f"{p.name} {p.ms:,.1f} ms{' ×' + str(p.count) if p.count > 1 else ''} ({'judged' if p.judged else p.kind})"
+            for p in st.ranges
         ]
-        offer = list(dict.fromkeys(p["name"] for p in st["ranges"] if not p["judged"]))
+        offer = list(dict.fromkeys(p.name for p in st.ranges if not p.judged))
         out.append(
             "phase ranges: "
             + ", ".join(parts)
@@ -194,16 +204,17 @@ def communication_split(a: Analysis) -> dict[str, Any] | None:
     }
 
 
-def communication_split_words(doc: dict, with_label: bool = True) -> str | None:
+def communication_split_words(doc: Doc, with_label: bool = True) -> str | None:
     """'communication (not overlapped) 27.4 % = waiting for a slower rank inside collectives 2.6 %
     (15.9 ms per step) + communication not overlapped with compute 24.8 % (152.6 ms per step)': the
     one sentence every view prints of the split (the row's
     label left out with ``with_label=False``, for a view that prints it beside)."""
-    c = doc.get("breakdown", {}).get("communication_split")
+    b = AnalysisDocument.of(doc).breakdown
+    c = b.communication_split if b is not None else None
     if not c:
         return None
-    parts = " + ".join(f"{p['label']} {p['pct']:.1f} % ({p['ms_per_step']:.1f} ms per step)" for p in c["parts"])
-    return (f"{c['label']} " if with_label else "") + f"{c['pct']:.1f} % = {parts}"
+    parts = " + ".join(f"{p.label} {p.pct:.1f} % ({p.ms_per_step:.1f} ms per step)" for p in c.parts)
+    return (f"{c.label} " if with_label else "") + f"{c.pct:.1f} % = {parts}"
 
 
 def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
@@ -434,31 +445,32 @@ def _fusion(a: Analysis, top: int = 5) -> dict[str, Any] | None:
     }
 
 
-def fusion_heading(doc: dict) -> str:
+def fusion_heading(doc: Doc) -> str:
     """The one sentence every renderer puts over the fusion candidates."""
-    fc = doc["fusion_candidates"]
-    shown = len(fc["candidates"])
+    fc = AnalysisDocument.of(doc).fusion_candidates
+    assert fc is not None, "fusion_heading: the document has no fusion candidates"
+    shown = len(fc.candidates)
     return (
-        f"repeated back-to-back kernel sequences, most memory-bound time first ({shown} of {fc['found']}); "
+        f"repeated back-to-back kernel sequences, most memory-bound time first ({shown} of {fc.found}); "
         "saving ≤ intermediate bytes at peak bandwidth"
     )
 
 
-def fusion_rows(doc: dict) -> list[dict[str, Any]]:
+def fusion_rows(doc: Doc) -> list[dict[str, Any]]:
     """The fusion candidates as every renderer shows them (empty when the document has none)."""
-    fc = doc.get("fusion_candidates")
+    fc = AnalysisDocument.of(doc).fusion_candidates
     if not fc:
         return []
     return [
         {
-            "sequence": c["label"],
-            "occurrences": c["occurrences"],
-            "stream": c["stream"],
-            "ms_per_step": c["ms_per_step"],
-            "bytes": "unknown" if c["intermediate_bytes"] is None else f"{c['intermediate_bytes']:,}",
-            "saved": "unknown" if c["saved_ms_per_step"] is None else f"≤ {c['saved_ms_per_step']:.3g}",
+            "sequence": c.label,
+            "occurrences": c.occurrences,
+            "stream": c.stream,
+            "ms_per_step": c.ms_per_step,
+            "bytes": "unknown" if c.intermediate_bytes is None else f"{c.intermediate_bytes:,}",
+            "saved": "unknown" if c.saved_ms_per_step is None else f"≤ {c.saved_ms_per_step:.3g}",
         }
-        for c in fc["candidates"]
+        for c in fc.candidates
     ]
 
 
@@ -763,39 +775,41 @@ def _tree(a: Analysis, cap: int = TREE_MAX_NODES) -> dict[str, Any] | None:
     }
 
 
-def tree_rows(doc: dict, heaviest: int = 5) -> list[dict[str, Any]]:
+def tree_rows(doc: Doc, heaviest: int = 5) -> list[dict[str, Any]]:
     """The top of the tree as every renderer shows it: the first level, then the heaviest nodes below
     it by exclusive GPU time (the leaves where the time is spent), each with its path, share, bound and,
     for a folded block, its spread. Empty when the document has no tree or the tree no range."""
-    t = doc.get("tree")
-    if not t or not t["nodes"] or not t.get("ranges") or all(n["kind"] == "outside" for n in t["nodes"]):
+    t = AnalysisDocument.of(doc).tree
+    if not t or not t.nodes or not t.ranges or all(n.kind == "outside" for n in t.nodes):
         return []  # no range of the trace's own holds GPU work: nothing says where in the model
-    nodes = t["nodes"]
+    nodes = t.nodes
+    total = t.gpu_ms
 
-    def row(n: dict, label: str, first: bool) -> dict[str, Any]:
+    def row(n: TreeNode, label: str, first: bool) -> dict[str, Any]:
         detail = []
-        if n["bound"] != "unknown":
+        if n.bound != "unknown":
             detail.append(
-                f"{n['bound']}-bound" + (f", {n['pct_of_roof']:.0f} % of roof" if n["pct_of_roof"] is not None else "")
+                f"{n.bound}-bound" + (f", {n.pct_of_roof:.0f} % of roof" if n.pct_of_roof is not None else "")
             )
-        if n["instances"] > 1 and n["spread_ms"] is not None:
-            sp = n["spread_ms"]
+        if n.instances > 1 and n.spread_ms is not None:
+            sp = n.spread_ms
             detail.append(
-                f"×{n['instances']}: {sp['min']:.2f}–{sp['max']:.2f} ms each (median {sp['median']:.2f}), slowest {n['slowest']}"
+                f"×{n.instances}: {sp.min:.2f}–{sp.max:.2f} ms each (median {sp.median:.2f}), slowest {n.slowest}"
             )
+        excl = n.gpu_exclusive_ms or 0.0
         return {
             "label": label,
             "first_level": first,
-            "gpu_ms": n["gpu_ms"] if first else n["gpu_exclusive_ms"],
-            "gpu_pct": n["gpu_pct"] if first else (100.0 * n["gpu_exclusive_ms"] / t["gpu_ms"] if t["gpu_ms"] else 0.0),
-            "host_ms": n["host_ms"],
-            "count": n["count"],
+            "gpu_ms": n.gpu_ms if first else n.gpu_exclusive_ms,
+            "gpu_pct": n.gpu_pct if first else (100.0 * excl / total if total else 0.0),
+            "host_ms": n.host_ms,
+            "count": n.count,
             "detail": "; ".join(detail),
         }
 
-    out = [row(n, n["name"], True) for n in nodes if n["depth"] == 0]
-    below = sorted((n for n in nodes if n["depth"] > 0 and n["gpu_exclusive_ms"]), key=lambda n: -n["gpu_exclusive_ms"])
-    out += [row(n, path_label(n["path"]), False) for n in below[:heaviest]]
+    out = [row(n, n.name, True) for n in nodes if n.depth == 0]
+    below = sorted((n for n in nodes if n.depth > 0 and n.gpu_exclusive_ms), key=lambda n: -(n.gpu_exclusive_ms or 0.0))
+    out += [row(n, path_label(n.path), False) for n in below[:heaviest]]
     return out
 
 
@@ -804,12 +818,13 @@ def path_label(path: list[str]) -> str:
     return " › ".join(path if len(path) <= 3 else [path[0], "…", *path[-2:]])
 
 
-def tree_heading(doc: dict) -> str:
+def tree_heading(doc: Doc) -> str:
     """The one sentence every renderer puts over the tree's rows."""
-    t = doc["tree"]
+    t = AnalysisDocument.of(doc).tree
+    assert t is not None, "tree_heading: the document has no tree"
     return (
-        f"GPU time by the trace's own ranges ({t['gpu_ms']:,.1f} ms in {t['windows']} step"
-        f"{'s' if t['windows'] != 1 else ''}): the first level, then the heaviest nodes by their own (exclusive) time"
+        f"GPU time by the trace's own ranges ({t.gpu_ms:,.1f} ms in {t.windows} step"
+        f"{'s' if t.windows != 1 else ''}): the first level, then the heaviest nodes by their own (exclusive) time"
     )
 
 

@@ -16,6 +16,7 @@ import html
 import os
 from typing import TYPE_CHECKING, Any
 
+from trainscope.reports.analysis_document import AnalysisDocument, Evidence
 from trainscope.reports.document import (
     AXIS_NAMES,
     communication_split_words,
@@ -115,17 +116,18 @@ def nice_ticks(top: float, most: int = 6) -> list[float]:
     return [round(i * step, 10) for i in range(n + 1)]
 
 
-def breakdown_svg(doc: dict, width: int = 1000, height: int = 260) -> str:
+def breakdown_svg(doc: AnalysisDocument, width: int = 1000, height: int = 260) -> str:
     """One stacked bar per step (at most 200): milliseconds per breakdown category, bottom to top in
     the breakdown's order; outlier steps are marked with a triangle."""
     from trainscope.analyzers.trace.breakdown import CATEGORIES
 
-    steps = doc["steps"][:200]
+    steps = doc.steps[:200]
+    labels = {c: cat.label for c, cat in doc.breakdown.categories.items()} if doc.breakdown is not None else {}
     if not steps:
         return ""
     left, bottom, top = 56, 34, 12
     plot_w, plot_h = width - left - 10, height - bottom - top
-    tallest = max(sum(v or 0 for v in s["ms"].values()) for s in steps) or 1.0
+    tallest = max(sum(v or 0 for v in s.ms.values()) for s in steps) or 1.0
     ticks = nice_ticks(tallest)
     ymax = ticks[-1]
     slot = plot_w / len(steps)
@@ -148,21 +150,21 @@ def breakdown_svg(doc: dict, width: int = 1000, height: int = 260) -> str:
         x = left + i * slot + (slot - bar) / 2
         y = top + plot_h
         for c in CATEGORIES:
-            ms = s["ms"].get(c) or 0.0
+            ms = s.ms.get(c) or 0.0
             if ms <= 0:
                 continue
             h = plot_h * ms / ymax
             y -= h
             out.append(
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.2f}" fill="{GPU_COLORS[c]}">'
-                f"<title>{_e(s['label'])}: {_e(doc['breakdown']['categories'][c]['label'])} {ms:.2f} ms</title></rect>"
+                f"<title>{_e(s.label)}: {_e(labels[c])} {ms:.2f} ms</title></rect>"
             )
-        if s["outlier"]:
+        if s.outlier:
             out.append(
                 f'<path d="M{x + bar / 2:.1f} {y - 2:.1f} l-4 -7 h8 z" fill="#d33"><title>outlier</title></path>'
             )
         if len(steps) <= 30 or i % max(1, len(steps) // 15) == 0:
-            label = s["label"].split("#")[-1]
+            label = s.label.split("#")[-1]
             out.append(
                 f'<text x="{x + bar / 2:.1f}" y="{top + plot_h + 14}" font-size="10" text-anchor="middle" '
                 f'fill="#555">{_e(label[:10])}</text>'
@@ -251,24 +253,29 @@ def timeline_svg(
 MEETS = {True: ("✔", "crossed", "#2e9e44"), False: ("✘", "not crossed", "#b3261e"), None: ("", "", "#555")}
 
 
-def _evidence_rows(evidence: list[dict]) -> str:
+def _evidence_rows(evidence: list[Evidence]) -> str:
     from trainscope.reports.text import _fmt
 
     rows = []
     for e in evidence:
-        val = "—" if e["value"] is None else _fmt(e["value"], e["unit"]).strip()
-        thr = f"{e['threshold']} {e['unit']}".strip() if e["threshold"] else ""
-        mark, word, color = MEETS[e["meets"]]
+        val = "—" if e.value is None else _fmt(e.value, e.unit).strip()
+        thr = f"{e.threshold} {e.unit}".strip() if e.threshold else ""
+        mark, word, color = MEETS[e.meets]
         cell = f'<b style="color:{color}" title="threshold {word}">{mark}</b> {_e(word)}' if mark else ""
         rows.append(
-            f"<tr><td>{cell}</td><td>{_e(e['metric'])}</td><td class=n>{_e(val)}</td><td>{_e(thr)}</td>"
-            f"<td>{_e(e['source'])}</td></tr>"
+            f"<tr><td>{cell}</td><td>{_e(e.metric)}</td><td class=n>{_e(val)}</td><td>{_e(thr)}</td>"
+            f"<td>{_e(e.source)}</td></tr>"
         )
     return "".join(rows)
 
 
+def _name(d: AnalysisDocument) -> str:
+    """The input's file or folder name, the page's title."""
+    return os.path.basename(d.input.path.rstrip("/") if d.input else d.source)
+
+
 def render_html_fragment(
-    doc: dict,
+    doc: AnalysisDocument | dict,
     trace: Trace | None = None,
     analysis: Analysis | None = None,
     model: TimelineModel | None = None,
@@ -278,71 +285,72 @@ def render_html_fragment(
     from trainscope.analyzers.trace.breakdown import CATEGORY_LABELS
     from trainscope.analyzers.views.timeline import HOST_LABELS
 
-    doc = safe_strings(doc)  # every name one line, as the text report shows it
-    v, b = doc["verdict"], doc["breakdown"]
-    split = communication_split_words(doc)
-    name = os.path.basename(doc["input"]["path"].rstrip("/"))
+    # every name one line, as the text report shows it
+    d = AnalysisDocument.from_dict(safe_strings(doc.to_dict() if isinstance(doc, AnalysisDocument) else doc))
+    v, b = d.verdict, d.breakdown
+    split = communication_split_words(d)
+    name = _name(d)
     o: list[str] = []
     w = o.append
     w(f"<h1>trainscope report: {_e(name)}</h1>")
     meta = []
-    if doc["device"]["name"]:
-        meta.append(_e(device_label(doc)))
-    meta.append(f"{len(doc['steps'])} steps ({_e(doc['steps_note'] or doc['steps_method'])})")
-    if doc["steps"]:
-        st = b["step_time_ms"]
+    if d.device.name:
+        meta.append(_e(device_label(d)))
+    meta.append(f"{len(d.steps)} steps ({_e(d.steps_note or d.steps_method)})")
+    if d.steps and b is not None:
+        st = b.step_time_ms
         meta.append(
-            f"step p50 {_f(st['p50'])} ms, p95 {_f(st['p95'])} ms; GPU busy {_f(b['gpu_busy_pct'])} %, "
-            f"data wait {_f(b['data_wait_pct'])} %"
+            f"step p50 {_f(st.p50)} ms, p95 {_f(st.p95)} ms; GPU busy {_f(b.gpu_busy_pct)} %, "
+            f"data wait {_f(b.data_wait_pct)} %"
         )
-    meta += [_e(line) for line in window_lines(doc)]
+    meta += [_e(line) for line in window_lines(d)]
     w(f'<p class="meta">{" · ".join(meta)}</p>')
     w(
-        f'<div class="verdict {_e(v["axis"])}"><div class="head">{_e(headline(doc))}</div>'
-        f"<div>confidence {v['confidence']:.2f}</div><p>{_e(v['summary'])}</p></div>"
+        f'<div class="verdict {_e(v.axis)}"><div class="head">{_e(headline(d))}</div>'
+        f"<div>confidence {v.confidence:.2f}</div><p>{_e(v.summary)}</p></div>"
     )
-    if v["evidence"]:
+    if v.evidence:
         w(
             "<h2>Evidence</h2><table><tr><th>crossed</th><th>evidence</th><th>value</th><th>threshold</th><th>source</th></tr>"
-            + _evidence_rows(v["evidence"])
+            + _evidence_rows(v.evidence)
             + "</table>"
             + (f"<p>{_e(split)}</p>" if split else "")
         )
-    if doc["recommendations"]:
+    if d.recommendations:
         w(
             "<h2>Fixes, ranked by projected gain</h2><p>Projections are upper bounds computed from the measured breakdown.</p>"
         )
-        for r in doc["recommendations"]:
+        for rec in d.recommendations:
             w(
-                f'<div class="fix"><b>{r["rank"]}. {_e(r["title"])}</b> — {_e(gain_words(r))}<pre>{_pre(r["change"])}</pre>'
-                f"<small>Basis: {_e(r['basis'])}</small></div>"
+                f'<div class="fix"><b>{rec.rank}. {_e(rec.title)}</b> — {_e(gain_words(rec))}<pre>{_pre(rec.change)}</pre>'
+                f"<small>Basis: {_e(rec.basis)}</small></div>"
             )
-    st = doc.get("steady_state")
-    if st and st["ledger"]:
+    ss = d.steady_state
+    if ss and ss.ledger:
         w(
             "<h2>Start-up ledger</h2>"
-            f"<p>One-off costs, paid once per process: {st['total_ms'] / 1e3:,.2f} s in all, "
-            f"{st['one_off_in_window_ms']:,.1f} ms of it in the judged window.</p>"
+            f"<p>One-off costs, paid once per process: {(ss.total_ms or 0.0) / 1e3:,.2f} s in all, "
+            f"{ss.one_off_in_window_ms:,.1f} ms of it in the judged window.</p>"
             "<table><tr><th>phase</th><th>cost</th><th>ms</th><th>count</th><th>in window ms</th><th>what</th>"
             "<th>where</th></tr>"
             + "".join(
-                f"<tr><td>{_e(c['phase'])}</td><td>{_e(c['kind'])}</td><td class=n>{c['ms']:,.1f}</td>"
-                f"<td class=n>{c['count']}</td><td class=n>{c['in_window_ms']:,.1f}</td><td>{_e(c['what'])}</td>"
-                f"<td>{_e(c['where'])}</td></tr>"
-                for c in sorted(st["ledger"], key=lambda c: -c["ms"])
+                f"<tr><td>{_e(c.phase)}</td><td>{_e(c.kind)}</td><td class=n>{c.ms:,.1f}</td>"
+                f"<td class=n>{c.count}</td><td class=n>{c.in_window_ms:,.1f}</td><td>{_e(c.what)}</td>"
+                f"<td>{_e(c.where)}</td></tr>"
+                for c in sorted(ss.ledger, key=lambda c: -(c.ms or 0.0))
             )
             + "</table>"
         )
-    if doc["steps"] and doc["device"]["id"] is not None and not counters_only(doc):
+    if d.steps and d.device.id is not None and not counters_only(d) and b is not None:
         w("<h2>Where step time goes</h2>")
-        w(breakdown_svg(doc))
+        w(breakdown_svg(d))
         w(_legend(GPU_COLORS, CATEGORY_LABELS))
         w(
             "<table><tr><th>category</th><th>share</th><th>p50 ms</th><th>p95 ms</th></tr>"
             + "".join(
-                f"<tr><td>{_e(d['label'])}</td><td class=n>{_f(d['pct'])} %</td><td class=n>{_f(d['p50_ms'], '{:.2f}')}</td>"
-                f"<td class=n>{_f(d['p95_ms'], '{:.2f}')}</td></tr>"
-                for d in b["categories"].values()
+                f"<tr><td>{_e(c.label)}</td><td class=n>{_f(c.pct)} %</td><td class=n>{_f(c.p50_ms, '{:.2f}')}</td>"
+                f"<td class=n>{_f(c.p95_ms, '{:.2f}')}</td></tr>"
+                for c in b.categories.values()
             )
             + "</table>"
             + (f"<p>{_e(split)}</p>" if split else "")
@@ -354,22 +362,22 @@ def render_html_fragment(
                 w(tl)
                 w(_legend(GPU_COLORS, CATEGORY_LABELS, "GPU:"))
                 w(_legend(HOST_COLORS, HOST_LABELS, "host:"))
-    ph = doc.get("phases")
-    if ph and ph["phases"]:
+    ph = d.phases
+    if ph and ph.phases:
         w(
             "<h2>Phases</h2><p>Host time of the phase ranges; GPU time of the kernels they launched.</p>"
             "<table><tr><th>phase</th><th>host ms</th><th>share</th><th>GPU ms</th><th>kernels</th></tr>"
         )
-        for p in ph["phases"]:
+        for p in ph.phases:
             w(
-                f"<tr><td>{_e(p['name'])}</td><td class=n>{p['host_ms']:.2f}</td><td class=n>{p['host_pct']:.1f} %</td>"
-                f"<td class=n>{p['kernel_ms']:.2f}</td><td class=n>{p['kernels']:,}</td></tr>"
+                f"<tr><td>{_e(p.name)}</td><td class=n>{p.host_ms:.2f}</td><td class=n>{p.host_pct:.1f} %</td>"
+                f"<td class=n>{p.kernel_ms:.2f}</td><td class=n>{p.kernels:,}</td></tr>"
             )
         w("</table>")
-    rows = tree_rows(doc)
+    rows = tree_rows(d)
     if rows:
         w(
-            f"<h2>Where in the model</h2><p>{_e(tree_heading(doc))}.</p>"
+            f"<h2>Where in the model</h2><p>{_e(tree_heading(d))}.</p>"
             "<table><tr><th>node</th><th>GPU ms</th><th>share</th><th>notes</th></tr>"
         )
         for r in rows:
@@ -379,22 +387,24 @@ def render_html_fragment(
                 f"<td>{_e(r['detail'])}</td></tr>"
             )
         w("</table>")
-    gm = doc.get("gpu_metrics")
+    gm = d.gpu_metrics
     if gm:
         parts = gpu_metrics_parts(gm)
-        w(f"<h2>GPU metrics</h2><p>{_e(', '.join(parts))} ({gm['samples']:,} samples in the steps)</p>")
-    k = doc["kernels"]
-    if k["count"]:
+        w(f"<h2>GPU metrics</h2><p>{_e(', '.join(parts))} ({gm.samples:,} samples in the steps)</p>")
+    k = d.kernels
+    if k is not None and k.count:
         from trainscope.reports.text import _rate, roofline_summary
 
-        tc = k["tensor_core_pct_of_matmul"]
-        cls = ", ".join(f"{c} {p:.0f} %" for c, p in sorted(k["class_pct"].items(), key=lambda x: -x[1]) if p >= 1)
+        tc = k.tensor_core_pct_of_matmul
+        cls = ", ".join(
+            f"{c} {p:.0f} %" for c, p in sorted(k.class_pct.items(), key=lambda x: -(x[1] or 0.0)) if (p or 0.0) >= 1
+        )
         w(
-            f"<h2>Top kernels</h2><p>{k['count']:,} kernels in the steps, {k['total_ms']:.1f} ms; median "
-            f"{k['median_us']:.1f} µs; tensor cores {'—' if tc is None else f'{tc:.0f} %'} of GEMM/conv/attention time. "
+            f"<h2>Top kernels</h2><p>{k.count:,} kernels in the steps, {k.total_ms:.1f} ms; median "
+            f"{k.median_us:.1f} µs; tensor cores {'—' if tc is None else f'{tc:.0f} %'} of GEMM/conv/attention time. "
             f"By class: {_e(cls)}.</p>"
         )
-        rl = doc.get("roofline")
+        rl = d.roofline
         if rl:
             w(
                 f"<p>{_e(roofline_summary(rl))}. Bound: what limits the kernel on the roofline (mem: memory bandwidth, "
@@ -406,20 +416,20 @@ def render_html_fragment(
             "<th>bound</th><th>F/B</th><th>rate</th><th>% of roof</th><th>kernel</th></tr>"
         )
         bounds = {"memory": "mem", "compute": "comp", "communication": "comm", "unknown": "?"}
-        for kk in k["top"][:25]:
-            inten = f"{kk['intensity']:.3g}" if kk.get("intensity") is not None else ""
-            pct = f"{kk['pct_of_roof']:.0f} %" if kk.get("pct_of_roof") is not None else ""
+        for kk in k.top[:25]:
+            inten = f"{kk.intensity:.3g}" if kk.intensity is not None else ""
+            pct = f"{kk.pct_of_roof:.0f} %" if kk.pct_of_roof is not None else ""
             w(
-                f"<tr><td class=n>{_f(kk['share_pct'])} %</td><td class=n>{_f(kk['total_ms'], '{:.2f}')}</td>"
-                f"<td class=n>{kk['count']}</td><td>{_e(kk['class'])}</td><td>{'yes' if kk['tensor_core'] else 'no'}</td>"
-                f"<td>{bounds.get(kk.get('bound') or '', '')}</td><td class=n>{inten}</td><td class=n>{_e(_rate(kk))}</td>"
-                f"<td class=n>{pct}</td><td class=k>{_e(kk['name'])}</td></tr>"
+                f"<tr><td class=n>{_f(kk.share_pct)} %</td><td class=n>{_f(kk.total_ms, '{:.2f}')}</td>"
+                f"<td class=n>{kk.count}</td><td>{_e(kk.kernel_class)}</td><td>{'yes' if kk.tensor_core else 'no'}</td>"
+                f"<td>{bounds.get(kk.bound or '', '')}</td><td class=n>{inten}</td><td class=n>{_e(_rate(kk))}</td>"
+                f"<td class=n>{pct}</td><td class=k>{_e(kk.name)}</td></tr>"
             )
         w("</table>")
-    frows = fusion_rows(doc)
+    frows = fusion_rows(d)
     if frows:
         w(
-            f"<h2>Fusion candidates</h2><p>{_e(fusion_heading(doc))}.</p>"
+            f"<h2>Fusion candidates</h2><p>{_e(fusion_heading(d))}.</p>"
             "<table><tr><th>sequence</th><th>stream</th><th>occurrences</th><th>ms per step</th>"
             "<th>intermediate bytes per occurrence</th><th>saved ms per step</th></tr>"
         )
@@ -429,102 +439,93 @@ def render_html_fragment(
                 f"<td class=n>{r['ms_per_step']:.3f}</td><td class=n>{_e(r['bytes'])}</td><td class=n>{_e(r['saved'])}</td></tr>"
             )
         w("</table>")
-    if doc["findings"]:
+    if d.findings:
         w("<h2>Findings</h2><ul>")
-        for f in doc["findings"]:
+        for f in d.findings:
             w(
-                f"<li><b>{_e(f['id'])}</b> ({_e(f['severity'])}, {_f(f['stake_pct'])} % of step time): "
-                f"{_e(f['title'])}; {_e(f['detail'])}</li>"
+                f"<li><b>{_e(f.id)}</b> ({_e(f.severity)}, {_f(f.stake_pct)} % of step time): "
+                f"{_e(f.title)}; {_e(f.detail)}</li>"
             )
         w("</ul>")
-    if doc["memory"] or doc["mfu"]:
+    if d.memory or d.mfu:
         w("<h2>Memory and MFU</h2><ul>")
-        for m in doc["memory"]:
-            cap = (
-                f" of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['peak_pct_of_capacity']:.0f} %)"
-                if m["capacity_bytes"]
-                else ""
-            )
-            res = (
-                f", reserved {m['peak_reserved_bytes'] / 2**30:.2f} GiB" if m["peak_reserved_bytes"] is not None else ""
-            )
+        for m in d.memory:
+            cap = f" of {m.capacity_bytes / 2**30:.1f} GiB ({m.peak_pct_of_capacity:.0f} %)" if m.capacity_bytes else ""
+            res = f", reserved {m.peak_reserved_bytes / 2**30:.2f} GiB" if m.peak_reserved_bytes is not None else ""
             basis = (
                 " (growth since profiling started: the trace records allocator deltas, not totals)"
-                if m["basis"] == "relative"
-                else f" ({_e(m['basis'])})"
+                if m.basis == "relative"
+                else f" ({_e(m.basis)})"
             )
             w(
-                f"<li>GPU {m['device']}: peak allocated {m['peak_allocated_bytes'] / 2**30:.2f} GiB{basis}{res}{cap}</li>"
+                f"<li>GPU {m.device}: peak allocated {(m.peak_allocated_bytes or 0) / 2**30:.2f} GiB{basis}{res}{cap}</li>"
             )
-        mfu = doc["mfu"]
-        w(
-            f"<li>MFU: {mfu['value_pct']:.1f} % ({_e(mfu['reason'])})</li>"
-            if mfu["value_pct"] is not None
-            else f"<li>MFU: {_e(mfu['reason'])}</li>"
-        )
-        if mfu.get("basis") == "recorded flops" and mfu.get("shapes_pct") is not None:
-            w(f"<li>{mfu['shapes_pct']:.1f} % ({_e(mfu['shapes_reason'])})</li>")
-        law = mfu.get("iron_law")
-        if law:
+        mfu = d.mfu
+        if mfu is not None:
             w(
-                f"<li>Iron Law: {_e(law['formula'])}; pipeline efficiency (GPU busy) "
-                f"{law['pipeline_efficiency_pct']:.1f} % vs MFU {law['efficiency_pct']:.1f} %</li>"
+                f"<li>MFU: {mfu.value_pct:.1f} % ({_e(mfu.reason)})</li>"
+                if mfu.value_pct is not None
+                else f"<li>MFU: {_e(mfu.reason)}</li>"
             )
-            gap = ", ".join(f"{k} {v:.1f} %" for k, v in law["gap_pct"].items() if v >= 0.05)
-            if gap:
-                w(f"<li>busy but below peak (% of step time): {_e(gap)}</li>")
+            if mfu.basis == "recorded flops" and mfu.shapes_pct is not None:
+                w(f"<li>{mfu.shapes_pct:.1f} % ({_e(mfu.shapes_reason)})</li>")
+            law = mfu.iron_law
+            if law:
+                w(
+                    f"<li>Iron Law: {_e(law.formula)}; pipeline efficiency (GPU busy) "
+                    f"{law.pipeline_efficiency_pct:.1f} % vs MFU {law.efficiency_pct:.1f} %</li>"
+                )
+                gap = ", ".join(f"{g} {x:.1f} %" for g, x in law.gap_pct.items() if x >= 0.05)
+                if gap:
+                    w(f"<li>busy but below peak (% of step time): {_e(gap)}</li>")
         w("</ul>")
-    if doc.get("ledger"):
+    if d.ledger:
         from trainscope.reports.plan import ledger_text_lines
 
-        w("<h2>Planned memory</h2><pre>" + _pre("\n".join(ledger_text_lines(doc["ledger"])).strip("\n")) + "</pre>")
-    if doc.get("deep"):
+        w("<h2>Planned memory</h2><pre>" + _pre("\n".join(ledger_text_lines(d.ledger)).strip("\n")) + "</pre>")
+    if d.deep:
         from trainscope.reports.deep import deep_text_lines
 
         w(
             "<h2>Deep analysis (Holistic Trace Analysis)</h2><pre>"
-            + _pre("\n".join(deep_text_lines(doc["deep"], lambda x: x)))
+            + _pre("\n".join(deep_text_lines(d.deep, lambda x: x)))
             + "</pre>"
         )
-    if doc.get("stragglers"):
+    if d.stragglers:
         from trainscope.reports.deep import stragglers_text_lines
 
-        w(
-            "<h2>Stragglers</h2><pre>"
-            + _pre("\n".join(stragglers_text_lines(doc["stragglers"], lambda x: x)))
-            + "</pre>"
-        )
-    if doc.get("ranks"):
-        story = doc.get("stragglers") or {}
-        w(
-            "<h2>Ranks</h2>"
-            + (f"<p>{_e(story['headline'][:1].upper() + story['headline'][1:])}.</p>" if story.get("headline") else "")
-        )
+        w("<h2>Stragglers</h2><pre>" + _pre("\n".join(stragglers_text_lines(d.stragglers, lambda x: x))) + "</pre>")
+    if d.ranks:
+        lead = d.stragglers.headline if d.stragglers else None
+        w("<h2>Ranks</h2>" + (f"<p>{_e(lead[:1].upper() + lead[1:])}.</p>" if lead else ""))
         w(
             "<table><tr><th>rank</th><th>step p50 ms</th><th>GPU busy</th><th>late by ms</th><th>last at</th>"
             "<th>verdict</th></tr>"
         )
-        for r in doc["ranks"]:
-            late = _f(r["mean_late_ms"]) if "mean_late_ms" in r else "—"
-            last = f"{r['last_in']} of {r['considered']}" if "last_in" in r else "—"
-            mark = (" ◀ straggler" if r.get("straggler") else "") + (" ▶ headline" if r.get("headline") else "")
+        for r in d.ranks:
+            late = _f(r.mean_late_ms) if r.mean_late_ms is not None else "—"
+            last = f"{r.last_in} of {r.considered}" if r.last_in is not None else "—"
+            mark = (" ◀ straggler" if r.straggler else "") + (" ▶ headline" if r.headline else "")
             w(
-                f"<tr><td class=n>{r['rank']}</td><td class=n>{_f(r['step_p50_ms'])}</td><td class=n>{_f(r['gpu_busy_pct'])} %</td>"
+                f"<tr><td class=n>{r.rank}</td><td class=n>{_f(r.step_p50_ms)}</td><td class=n>{_f(r.gpu_busy_pct)} %</td>"
                 f"<td class=n>{late}</td><td class=n>{_e(last)}</td>"
-                f"<td>{_e(AXIS_NAMES[r['axis']])} {_e(r['bottleneck'] or '')}{_e(mark)}</td></tr>"
+                f"<td>{_e(AXIS_NAMES[r.axis])} {_e(r.bottleneck or '')}{_e(mark)}</td></tr>"
             )
         w("</table>")
-    if doc["warnings"]:
-        w("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(line)}</li>" for line in doc["warnings"]) + "</ul>")
-    w(f"<footer>trainscope {_e(doc['tool']['version'])} · schema {_e(doc['schema'])}</footer>")
+    if d.warnings:
+        w("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(line)}</li>" for line in d.warnings) + "</ul>")
+    w(f"<footer>trainscope {_e(d.tool.version if d.tool else '')} · schema {_e(d.schema or '')}</footer>")
     return "\n".join(o)
 
 
 def render_html(
-    doc: dict, trace: Trace | None = None, analysis: Analysis | None = None, model: TimelineModel | None = None
+    doc: AnalysisDocument | dict,
+    trace: Trace | None = None,
+    analysis: Analysis | None = None,
+    model: TimelineModel | None = None,
 ) -> str:
     """The whole page."""
-    name = os.path.basename(doc["input"]["path"].rstrip("/"))
+    name = _name(AnalysisDocument.of(doc))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -547,7 +548,10 @@ def scoped_css(scope: str = ".trainscope-report") -> str:
 
 
 def render_html_cell(
-    doc: dict, trace: Trace | None = None, analysis: Analysis | None = None, model: TimelineModel | None = None
+    doc: AnalysisDocument | dict,
+    trace: Trace | None = None,
+    analysis: Analysis | None = None,
+    model: TimelineModel | None = None,
 ) -> str:
     """For Jupyter (``Report._repr_html_``): the body with its styles scoped to one element."""
     return (

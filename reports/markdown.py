@@ -7,6 +7,7 @@ import re
 
 from trainscope.analyzers.findings import code_language
 from trainscope.analyzers.plural import unit_for
+from trainscope.reports.analysis_document import AnalysisDocument, Roofline
 from trainscope.reports.document import (
     AXIS_NAMES,
     communication_split_words,
@@ -42,219 +43,219 @@ def _fence(code: str) -> str:
     return f"{fence}{code_language(code)}\n{code}\n{fence}"
 
 
-def render_markdown(doc: dict) -> str:
-    b, v = doc["breakdown"], doc["verdict"]
-    split = communication_split_words(doc)
+def render_markdown(doc: AnalysisDocument | dict) -> str:
+    d = AnalysisDocument.of(doc)
+    b, v = d.breakdown, d.verdict
+    split = communication_split_words(d)
     out: list[str] = []
     w = out.append
-    w(f"# trainscope report: {md_escape(os.path.basename(doc['input']['path'].rstrip('/')))}")
+    w(f"# trainscope report: {md_escape(os.path.basename(d.input.path.rstrip('/') if d.input else d.source))}")
     w("")
-    dev = doc["device"]
-    if dev["name"]:
-        w(f"- **Device:** {md_escape(device_label(doc))}")
-    w(f"- **Steps:** {len(doc['steps'])} ({md_escape(doc['steps_note'])})")
-    for line in window_lines(doc):
+    dev = d.device
+    if dev.name:
+        w(f"- **Device:** {md_escape(device_label(d))}")
+    w(f"- **Steps:** {len(d.steps)} ({md_escape(d.steps_note)})")
+    for line in window_lines(d):
         w(f"- **Window:** {md_escape(line)}")
-    if doc["steps"]:
-        st = b["step_time_ms"]
+    if d.steps and b is not None:
+        st = b.step_time_ms
         w(
-            f"- **Step time:** p50 {st['p50']:.1f} ms, p95 {st['p95']:.1f} ms; GPU busy {b['gpu_busy_pct']:.1f} %, "
-            f"data wait {b['data_wait_pct']:.1f} %"
+            f"- **Step time:** p50 {st.p50:.1f} ms, p95 {st.p95:.1f} ms; GPU busy {b.gpu_busy_pct:.1f} %, "
+            f"data wait {b.data_wait_pct:.1f} %"
         )
     w("")
-    w(f"## Verdict: {md_escape(headline(doc))} (confidence {v['confidence']:.2f})")
+    w(f"## Verdict: {md_escape(headline(d))} (confidence {v.confidence:.2f})")
     w("")
-    w(md_escape(v["summary"]))
+    w(md_escape(v.summary))
     w("")
-    if v["evidence"]:
+    if v.evidence:
         w("| evidence | value | threshold | source |")
         w("|---|---:|---|---|")
-        for e in v["evidence"]:
-            val = "—" if e["value"] is None else f"{e['value']:g} {unit_for(e['value'], e['unit'])}".strip()
-            thr = f"{e['threshold']} {e['unit']}".strip() if e["threshold"] else ""
-            w(f"| {md_escape(e['metric'])} | {md_escape(val)} | {md_escape(thr)} | {md_escape(e['source'])} |")
+        for e in v.evidence:
+            val = "—" if e.value is None else f"{e.value:g} {unit_for(e.value, e.unit)}".strip()
+            thr = f"{e.threshold} {e.unit}".strip() if e.threshold else ""
+            w(f"| {md_escape(e.metric)} | {md_escape(val)} | {md_escape(thr)} | {md_escape(e.source)} |")
         w("")
         if split:
             w(md_escape(split))
             w("")
-    if doc["recommendations"]:
+    if d.recommendations:
         w("## Fixes, ranked by projected gain")
         w("")
         w("Projections are upper bounds computed from the measured breakdown.")
         w("")
-        for r in doc["recommendations"]:
-            w(f"{r['rank']}. **{md_escape(r['title'])}** — {md_escape(gain_words(r))}")
+        for r in d.recommendations:
+            w(f"{r.rank}. **{md_escape(r.title)}** — {md_escape(gain_words(r))}")
             w("")
-            w(_fence(r["change"]))
+            w(_fence(r.change))
             w("")
-            w(f"   Basis: {md_escape(r['basis'])}")
+            w(f"   Basis: {md_escape(r.basis)}")
             w("")
-    st = doc.get("steady_state")
-    if st and st["ledger"]:
+    ss = d.steady_state
+    if ss and ss.ledger:
         w("## Start-up ledger")
         w("")
         w(
-            f"One-off costs, paid once per process: {st['total_ms'] / 1e3:,.2f} s in all, "
-            f"{st['one_off_in_window_ms']:,.1f} ms of it in the judged window."
+            f"One-off costs, paid once per process: {(ss.total_ms or 0.0) / 1e3:,.2f} s in all, "
+            f"{ss.one_off_in_window_ms:,.1f} ms of it in the judged window."
         )
         w("")
         w("| phase | cost | ms | count | in window ms | what | where |")
         w("|---|---|---:|---:|---:|---|---|")
-        for c in sorted(st["ledger"], key=lambda c: -c["ms"]):
+        for c in sorted(ss.ledger, key=lambda c: -(c.ms or 0.0)):
             w(
-                f"| {md_escape(c['phase'])} | {md_escape(c['kind'])} | {c['ms']:,.1f} | {c['count']} | "
-                f"{c['in_window_ms']:,.1f} | {md_escape(c['what'], 160)} | {md_escape(c['where'], 80)} |"
+                f"| {md_escape(c.phase)} | {md_escape(c.kind)} | {c.ms:,.1f} | {c.count} | "
+                f"{c.in_window_ms:,.1f} | {md_escape(c.what, 160)} | {md_escape(c.where, 80)} |"
             )
         w("")
-    ph = doc.get("phases")
-    if ph and ph["phases"]:
+    ph = d.phases
+    if ph and ph.phases:
         w("## Phases")
         w("")
         w("| phase | host ms | share of step time | GPU kernel ms | kernels |")
         w("|---|---:|---:|---:|---:|")
-        for p in ph["phases"]:
-            w(
-                f"| {md_escape(p['name'])} | {p['host_ms']:.2f} | {p['host_pct']:.1f} % | {p['kernel_ms']:.2f} | {p['kernels']} |"
-            )
+        for p in ph.phases:
+            w(f"| {md_escape(p.name)} | {p.host_ms:.2f} | {p.host_pct:.1f} % | {p.kernel_ms:.2f} | {p.kernels} |")
         w("")
-    rows = tree_rows(doc)
+    rows = tree_rows(d)
     if rows:
         w("## Where in the model")
         w("")
-        w(md_escape(tree_heading(doc)) + ".")
+        w(md_escape(tree_heading(d)) + ".")
         w("")
         w("| node | GPU ms | share | notes |")
         w("|---|---:|---:|---|")
-        for r in rows:
-            label = md_escape(r["label"], 160)
+        for row in rows:
+            label = md_escape(row["label"], 160)
             w(
-                f"| {label if r['first_level'] else '↳ ' + label} | {r['gpu_ms']:,.2f} | {r['gpu_pct']:.1f} % | {md_escape(r['detail'], 200)} |"
+                f"| {label if row['first_level'] else '↳ ' + label} | {row['gpu_ms']:,.2f} | {row['gpu_pct']:.1f} % | {md_escape(row['detail'], 200)} |"
             )
         w("")
-    gm = doc.get("gpu_metrics")
+    gm = d.gpu_metrics
     if gm:
         vals = gpu_metrics_parts(gm)
-        w(f"**GPU metrics** (Nsight GPU_METRICS, {gm['samples']} samples in the steps): {', '.join(vals)}")
+        w(f"**GPU metrics** (Nsight GPU_METRICS, {gm.samples} samples in the steps): {', '.join(vals)}")
         w("")
-    if doc["steps"] and dev["id"] is not None:
+    if d.steps and dev.id is not None and b is not None:
         w("## Where step time goes")
         w("")
         w("| category | share | p50 ms | p95 ms |")
         w("|---|---:|---:|---:|")
-        for d in b["categories"].values():
-            w(f"| {md_escape(d['label'])} | {d['pct']:.1f} % | {d['p50_ms']:.2f} | {d['p95_ms']:.2f} |")
+        for cat in b.categories.values():
+            w(f"| {md_escape(cat.label)} | {cat.pct:.1f} % | {cat.p50_ms:.2f} | {cat.p95_ms:.2f} |")
         w("")
         if split:
             w(md_escape(split))
             w("")
         w("| step | duration ms | GPU busy | data wait | outlier |")
         w("|---|---:|---:|---:|---|")
-        for s in doc["steps"][:200]:
+        for s in d.steps[:200]:
             w(
-                f"| {md_escape(s['label'])} | {s['duration_ms']:.1f} | {s['gpu_busy_pct']:.1f} % | {s['data_wait_pct']:.1f} % | "
-                f"{'yes' if s['outlier'] else ''} |"
+                f"| {md_escape(s.label)} | {s.duration_ms:.1f} | {s.gpu_busy_pct:.1f} % | {s.data_wait_pct:.1f} % | "
+                f"{'yes' if s.outlier else ''} |"
             )
         w("")
-    k = doc["kernels"]
-    if k["count"]:
+    k = d.kernels
+    if k is not None and k.count:
         w("## Top kernels")
         w("")
         w("| share | total ms | count | class | tensor cores | kernel |")
         w("|---:|---:|---:|---|---|---|")
-        for kk in k["top"][:15]:
+        for kk in k.top[:15]:
             w(
-                f"| {kk['share_pct']:.1f} % | {kk['total_ms']:.2f} | {kk['count']} | {kk['class']} | "
-                f"{'yes' if kk['tensor_core'] else 'no'} | {md_escape(kk['name'], 120)} |"
+                f"| {kk.share_pct:.1f} % | {kk.total_ms:.2f} | {kk.count} | {kk.kernel_class} | "
+                f"{'yes' if kk.tensor_core else 'no'} | {md_escape(kk.name, 120)} |"
             )
         w("")
-    rl = doc.get("roofline")
-    if rl and rl["kernels"]:
+    rl = d.roofline
+    if rl and rl.kernels:
         out.extend(roofline_markdown_lines(rl))
-    frows = fusion_rows(doc)
+    frows = fusion_rows(d)
     if frows:
         w("## Fusion candidates")
         w("")
-        w(md_escape(fusion_heading(doc)) + ".")
+        w(md_escape(fusion_heading(d)) + ".")
         w("")
         w("| sequence | stream | occurrences | ms per step | intermediate bytes per occurrence | saved ms per step |")
         w("|---|---:|---:|---:|---:|---:|")
-        for r in frows:
+        for row in frows:
             w(
-                f"| {md_escape(r['sequence'], 200)} | {r['stream']} | {r['occurrences']} | {r['ms_per_step']:.3f} | "
-                f"{r['bytes']} | {md_escape(r['saved'])} |"
+                f"| {md_escape(row['sequence'], 200)} | {row['stream']} | {row['occurrences']} | {row['ms_per_step']:.3f} | "
+                f"{row['bytes']} | {md_escape(row['saved'])} |"
             )
         w("")
-    if doc["findings"]:
+    if d.findings:
         w("## Findings")
         w("")
-        for f in doc["findings"]:
+        for f in d.findings:
             w(
-                f"- **{md_escape(f['id'])}** ({f['severity']}, {f['stake_pct']:.1f} % of step time): "
-                f"{md_escape(f['title'])}; {md_escape(f['detail'])}"
+                f"- **{md_escape(f.id)}** ({f.severity}, {f.stake_pct:.1f} % of step time): "
+                f"{md_escape(f.title)}; {md_escape(f.detail)}"
             )
         w("")
     w("## Memory and MFU")
     w("")
-    for m in doc["memory"]:
-        cap = f" of {m['capacity_bytes'] / 2**30:.1f} GiB" if m["capacity_bytes"] else ""
-        w(f"- GPU {m['device']}: peak allocated {m['peak_allocated_bytes'] / 2**30:.2f} GiB{cap} ({m['basis']})")
-    mfu = doc["mfu"]
-    w(
-        f"- MFU: {mfu['value_pct']:.1f} % ({md_escape(mfu['reason'])})"
-        if mfu["value_pct"] is not None
-        else f"- MFU: {md_escape(mfu['reason'])}"
-    )
-    if mfu.get("basis") == "recorded flops" and mfu.get("shapes_pct") is not None:
-        w(f"- MFU {md_escape(mfu['shapes_reason'])}: {mfu['shapes_pct']:.1f} %")
-    law = mfu.get("iron_law")
-    if law:
+    for m in d.memory:
+        cap = f" of {m.capacity_bytes / 2**30:.1f} GiB" if m.capacity_bytes else ""
+        w(f"- GPU {m.device}: peak allocated {(m.peak_allocated_bytes or 0) / 2**30:.2f} GiB{cap} ({m.basis})")
+    mfu = d.mfu
+    if mfu is not None:
         w(
-            f"- Iron Law: {md_escape(law['formula'])}. FLOPs/step: {md_escape(law['flops_source'])}; GPUs: "
-            f"{md_escape(law['gpus_source'])}; peak: {md_escape(law['peak_source'])}; η = MFU."
+            f"- MFU: {mfu.value_pct:.1f} % ({md_escape(mfu.reason)})"
+            if mfu.value_pct is not None
+            else f"- MFU: {md_escape(mfu.reason)}"
         )
-        gap = ", ".join(f"{md_escape(k)} {v:.1f} %" for k, v in law["gap_pct"].items() if v >= 0.05)
-        w(
-            f"- Pipeline efficiency (GPU busy) {law['pipeline_efficiency_pct']:.1f} % against MFU "
-            f"{law['efficiency_pct']:.1f} %" + (f"; busy but below peak, % of step time: {gap}" if gap else "")
-        )
+        if mfu.basis == "recorded flops" and mfu.shapes_pct is not None:
+            w(f"- MFU {md_escape(mfu.shapes_reason)}: {mfu.shapes_pct:.1f} %")
+        law = mfu.iron_law
+        if law:
+            w(
+                f"- Iron Law: {md_escape(law.formula)}. FLOPs/step: {md_escape(law.flops_source)}; GPUs: "
+                f"{md_escape(law.gpus_source)}; peak: {md_escape(law.peak_source)}; η = MFU."
+            )
+            gap = ", ".join(f"{md_escape(g)} {x:.1f} %" for g, x in law.gap_pct.items() if x >= 0.05)
+            w(
+                f"- Pipeline efficiency (GPU busy) {law.pipeline_efficiency_pct:.1f} % against MFU "
+                f"{law.efficiency_pct:.1f} %" + (f"; busy but below peak, % of step time: {gap}" if gap else "")
+            )
     w("")
-    if doc.get("ledger"):
+    if d.ledger:
         from trainscope.reports.plan import ledger_markdown_lines
 
-        out.extend(ledger_markdown_lines(doc["ledger"]))
-    if doc.get("deep"):
+        out.extend(ledger_markdown_lines(d.ledger))
+    if d.deep:
         from trainscope.reports.deep import deep_markdown_lines
 
-        out.extend(deep_markdown_lines(doc["deep"], md_escape))
-    if doc.get("stragglers"):
+        out.extend(deep_markdown_lines(d.deep, md_escape))
+    if d.stragglers:
         from trainscope.reports.deep import stragglers_markdown_lines
 
-        out.extend(stragglers_markdown_lines(doc["stragglers"], md_escape))
-    if doc.get("ranks"):
+        out.extend(stragglers_markdown_lines(d.stragglers, md_escape))
+    if d.ranks:
         w("## Ranks")
         w("")
-        story = doc.get("stragglers") or {}
-        if story.get("headline"):
-            w(md_escape(story["headline"][:1].upper() + story["headline"][1:]) + ".")
+        lead = d.stragglers.headline if d.stragglers else None
+        if lead:
+            w(md_escape(lead[:1].upper() + lead[1:]) + ".")
             w("")
         w("| rank | step p50 ms | GPU busy | late by ms | last at | verdict |")
         w("|---:|---:|---:|---:|---:|---|")
-        for r in doc["ranks"]:
-            late = f"{r['mean_late_ms']:.1f}" if "mean_late_ms" in r else "—"
-            last = f"{r['last_in']} of {r['considered']}" if "last_in" in r else "—"
-            mark = (" ◀ straggler" if r.get("straggler") else "") + (" ▶ headline" if r.get("headline") else "")
+        for rr in d.ranks:
+            late = f"{rr.mean_late_ms:.1f}" if rr.mean_late_ms is not None else "—"
+            last = f"{rr.last_in} of {rr.considered}" if rr.last_in is not None else "—"
+            mark = (" ◀ straggler" if rr.straggler else "") + (" ▶ headline" if rr.headline else "")
             w(
-                f"| {r['rank']} | {r['step_p50_ms']:.1f} | {r['gpu_busy_pct']:.1f} % | {late} | {last} | "
-                f"{AXIS_NAMES[r['axis']]} {md_escape(r['bottleneck'] or '')}{mark} |"
+                f"| {rr.rank} | {rr.step_p50_ms:.1f} | {rr.gpu_busy_pct:.1f} % | {late} | {last} | "
+                f"{AXIS_NAMES[rr.axis]} {md_escape(rr.bottleneck or '')}{mark} |"
             )
         w("")
-    if doc["warnings"]:
+    if d.warnings:
         w("## Notes")
         w("")
-        for line in doc["warnings"]:
+        for line in d.warnings:
             w(f"- {md_escape(line)}")
         w("")
-    w(f"<sub>trainscope {doc['tool']['version']} · schema {doc['schema']}</sub>")
+    w(f"<sub>trainscope {d.tool.version if d.tool else ''} · schema {d.schema}</sub>")
     return "\n".join(out) + "\n"
 
 
@@ -262,31 +263,32 @@ def _num(x, fmt: str) -> str:
     return "—" if x is None else format(x, fmt)
 
 
-def roofline_markdown_lines(rl: dict) -> list[str]:
+def roofline_markdown_lines(rl: Roofline) -> list[str]:
     """The roofline table: per kernel, intensity, achieved rates, % of roof and bound."""
-    bw = rl["bandwidth_gbps"]
-    p = rl["bound_pct"]
-    ridge = ", ".join(f"{k} {v:g}" for k, v in (rl.get("ridge_flop_per_byte") or {}).items())
+    bw = rl.bandwidth_gbps
+    p = rl.bound_pct
+    ridge = ", ".join(f"{k} {v:g}" for k, v in (rl.ridge_flop_per_byte or {}).items())
+    comm_pct = 100 * (rl.communication_ms or 0.0) / rl.total_ms if rl.total_ms else 0
     out = [
         "## Roofline",
         "",
-        f"{md_escape(rl['device'])}"
+        f"{md_escape(rl.device)}"
         + (f", {bw:g} GB/s" if bw else "")
         + (f"; ridge points (FLOP/B): {ridge}" if ridge else "")
         + f". Kernel time memory-bound {p['memory']:.1f} %, compute-bound {p['compute']:.1f} %, "
-        f"unknown {p['unknown']:.1f} %, communication {100 * rl['communication_ms'] / rl['total_ms'] if rl['total_ms'] else 0:.1f} %.",
+        f"unknown {p['unknown']:.1f} %, communication {comm_pct:.1f} %.",
         "",
-        f"- memory: {md_escape(rl['evidence']['memory'])}",
-        f"- compute: {md_escape(rl['evidence']['compute'])}",
+        f"- memory: {md_escape(rl.evidence['memory'])}",
+        f"- compute: {md_escape(rl.evidence['compute'])}",
         "",
         "| share | ms | bound | precision | FLOP/B | TFLOP/s | GB/s | % of roof | source | kernel |",
         "|---:|---:|---|---|---:|---:|---:|---:|---|---|",
     ]
-    for r in rl["kernels"]:
+    for r in rl.kernels:
         out.append(
-            f"| {r['share_pct']:.1f} % | {r['total_ms']:.2f} | {r['bound']} | {r['precision']} | "
-            f"{_num(r['intensity'], '.3g')} | {_num(r['tflops'], '.3g')} | {_num(r['gbps'], '.4g')} | "
-            f"{_num(r['pct_of_roof'], '.0f')} | {md_escape(r['cost_source'], 80)} | {md_escape(r['name'], 80)} |"
+            f"| {r.share_pct:.1f} % | {r.total_ms:.2f} | {r.bound} | {r.precision} | "
+            f"{_num(r.intensity, '.3g')} | {_num(r.tflops, '.3g')} | {_num(r.gbps, '.4g')} | "
+            f"{_num(r.pct_of_roof, '.0f')} | {md_escape(r.cost_source, 80)} | {md_escape(r.name, 80)} |"
         )
     out.append("")
     return out

@@ -44,6 +44,7 @@ import numpy as np
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.trace.analysis import Analysis
 from trainscope.analyzers.views.timeline import FINDING_CATEGORY, GPU_CATEGORIES, TimelineModel
+from trainscope.reports.analysis_document import AnalysisDocument
 from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace
 
 FINDINGS_PID = 999_999  # a pid no profiler uses, for the findings process
@@ -138,7 +139,7 @@ def finding_slices(model: TimelineModel, finding_id: str, gap_ns: float):
 
 def findings_events(
     model: TimelineModel,
-    doc: dict,
+    doc: AnalysisDocument | dict,
     device: int,
     offset_ns: int = 0,
     *,
@@ -152,8 +153,9 @@ def findings_events(
     ``offset_ns`` moves the model's times (ns from the trace origin) onto the output's clock. By
     default the findings process of a one-trace export; a rank set puts them in the rank's process
     (``pid``, ``tids``: the verdict's track then the findings', ``process=False``: no process metadata)."""
-    v = doc["verdict"]
-    findings = doc["findings"]
+    d = AnalysisDocument.of(doc)
+    v = d.verdict
+    findings = d.findings
     tids = tids if tids is not None else list(range(len(findings) + 1))
     if process:
         yield {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "trainscope findings"}}
@@ -168,10 +170,10 @@ def findings_events(
             "cat": FINDING_CATEGORY_NAME,
             "pid": pid,
             "tid": tids[0],
-            "name": f"verdict {v['axis']} ({v['confidence']:.2f})",
+            "name": f"verdict {v.axis} ({v.confidence:.2f})",
             "ts": _us1(lo, offset_ns),
             "dur": _us1(hi - lo),
-            "args": {"device": device, "summary": v["summary"], "bottleneck": v["bottleneck"]},
+            "args": {"device": device, "summary": v.summary, "bottleneck": v.bottleneck},
         }
         for st in steps:
             yield {
@@ -183,7 +185,7 @@ def findings_events(
                 "name": f"step boundary: {st.label}",
                 "ts": _us1(st.start_ns, offset_ns),
             }
-    gap = finding_gap_ns(model, [f["id"] for f in findings], n_events)
+    gap = finding_gap_ns(model, [f.id for f in findings], n_events)
     for n, f in enumerate(findings, 1):
         tid = tids[n]
         yield {
@@ -191,11 +193,11 @@ def findings_events(
             "name": "thread_name",
             "pid": pid,
             "tid": tid,
-            "args": {"name": f"{f['id']} ({f['severity']})"},
+            "args": {"name": f"{f.id} ({f.severity})"},
         }
         yield {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": -1000 + n}}
-        name = f"{FINDING_PREFIX}{f['id']}: {f['title']}"
-        starts, ends, busy, joined = finding_slices(model, f["id"], gap)
+        name = f"{FINDING_PREFIX}{f.id}: {f.title}"
+        starts, ends, busy, joined = finding_slices(model, f.id, gap)
         for s, e, b, k in zip(starts.tolist(), ends.tolist(), busy.tolist(), joined.tolist()):
             yield {
                 "ph": "X",
@@ -207,9 +209,9 @@ def findings_events(
                 "dur": _us1(e - s),
                 "args": {
                     "device": device,
-                    "finding": f["id"],
-                    "severity": f["severity"],
-                    "stake_pct": f["stake_pct"],
+                    "finding": f.id,
+                    "severity": f.severity,
+                    "stake_pct": f.stake_pct,
                     "time_us": _us1(b),
                     "intervals": k,
                 },
@@ -327,10 +329,11 @@ def _flush(out: _Sink, batch: list[dict], first: bool) -> bool:
     return False
 
 
-def _trainscope_field(doc: dict, copied: bool) -> dict:
+def _trainscope_field(doc: AnalysisDocument | dict, copied: bool) -> dict:
+    d = AnalysisDocument.of(doc)
     return {
-        "verdict": doc["verdict"],
-        "findings": [f["id"] for f in doc["findings"]],
+        "verdict": d.verdict.to_dict(),
+        "findings": [f.id for f in d.findings],
         "findings_pid": FINDINGS_PID,
         "events": "copied from the input file" if copied else "written from trainscope's model",
     }
@@ -932,7 +935,7 @@ def write_perfetto_ranks(path: str, parts: list[RankPart], side=None, source: st
         first = True
         for i, p in enumerate(parts):
             pid = pids[i]
-            n_f = len(p.doc["findings"])
+            n_f = len(AnalysisDocument.of(p.doc).findings)
             own = [tids.take() for _ in range(n_f + 1)]
             align_tids.append(tids.take())
             device = p.analysis.device if p.analysis.device is not None else 0
@@ -995,8 +998,8 @@ def write_perfetto_ranks(path: str, parts: list[RankPart], side=None, source: st
                     "source": p.trace.source if isinstance(p.trace.source, str) else None,
                     "events": "copied from the input file" if top is not None else "written from trainscope's model",
                     "input_events": w.count,
-                    "verdict": p.doc["verdict"],
-                    "findings": [f["id"] for f in p.doc["findings"]],
+                    "verdict": AnalysisDocument.of(p.doc).verdict.to_dict(),
+                    "findings": [f.id for f in AnalysisDocument.of(p.doc).findings],
                     "finding_tids": own[1:],
                     "verdict_tid": own[0],
                     "alignment_tid": align_tids[i],

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from trainscope import __version__
+from trainscope.reports import analysis_document as ad
 
 INSTRUCTIONS = (
     "trainscope diagnoses why a deep-learning training or inference run is slow from its profiler trace "
@@ -754,27 +755,28 @@ def _os_problem(e: OSError) -> str:
     return e.strerror or str(e)
 
 
-def _stragglers(s: dict | None) -> Stragglers | None:
+def _stragglers(story: ad.Stragglers | dict | None) -> Stragglers | None:
     """The rank story as the document holds it (``stragglers``): the same figures every view prints."""
-    if not s:
+    if not story:
         return None
+    s = ad.Stragglers.of(story)
     return Stragglers(
-        summary=s["summary"],
-        straggler=s.get("straggler"),
-        headline_rank=s.get("headline_rank"),
-        headline=s.get("headline") or "",
-        cold_start=s.get("cold_start") or {},
+        summary=s.summary,
+        straggler=s.straggler,
+        headline_rank=s.headline_rank,
+        headline=s.headline or "",
+        cold_start=s.cold_start or {},
         ranks=[
             RankLateness(
-                rank=r["rank"],
-                mean_late_ms=r["mean_late_ms"],
-                max_late_ms=r["max_late_ms"],
-                last_in=r["late_in"],
-                considered=r["considered"],
-                straggler=r["late"],
-                headline=r["headline"],
+                rank=r.rank,
+                mean_late_ms=r.mean_late_ms,
+                max_late_ms=r.max_late_ms,
+                last_in=r.late_in,
+                considered=r.considered,
+                straggler=r.late,
+                headline=r.headline,
             )
-            for r in s["ranks"]
+            for r in s.ranks
         ],
     )
 
@@ -924,21 +926,31 @@ def trim(
     return result
 
 
-def _finding(f: dict, evidence: bool = True) -> Finding:
+def _finding(f: ad.Finding | dict, evidence: bool = True) -> Finding:
+    t = f if isinstance(f, ad.Finding) else ad.Finding.from_dict(f)
     return Finding(
-        **{k: f.get(k) for k in ("id", "axis", "severity", "title", "stake_pct")},
-        detail=f.get("detail") or "",
-        evidence=[Evidence(**e) for e in f.get("evidence", [])] if evidence else [],
+        id=t.id,
+        axis=t.axis,
+        severity=t.severity,
+        title=t.title,
+        stake_pct=t.stake_pct,
+        detail=t.detail or "",
+        evidence=[Evidence(**e.to_dict()) for e in t.evidence or []] if evidence else [],
     )
 
 
-def _fix(r: dict) -> Fix:
+def _fix(r: ad.Recommendation | dict) -> Fix:
+    t = r if isinstance(r, ad.Recommendation) else ad.Recommendation.from_dict(r)
     return Fix(
-        **{
-            k: r.get(k)
-            for k in ("rank", "id", "finding", "title", "change", "projected_speedup", "projected_step_ms", "bound")
-        },
-        basis=r.get("basis") or "",
+        rank=t.rank,
+        id=t.id,
+        finding=t.finding,
+        title=t.title,
+        change=t.change,
+        projected_speedup=t.projected_speedup,
+        projected_step_ms=t.projected_step_ms,
+        bound=t.bound,
+        basis=t.basis or "",
     )
 
 
@@ -952,66 +964,68 @@ def analysis_result(
     from trainscope.reports.document import headline
 
     full = detail == "full"
-    d = public(report.to_dict())
-    v = d["verdict"]
-    b = d["breakdown"]
-    sinks = d.get("sinks") or {}
+    d = ad.AnalysisDocument.of(public(report.to_dict()))
+    v = d.verdict
+    b = d.breakdown
+    assert d.input is not None and b is not None, "an analysis document has its input and breakdown"
+    sinks = d.sinks
+    top = d.kernels.top if d.kernels is not None else []
     result = Analysis(
         source=path,
-        format=d["input"]["format"],
-        rank=d.get("rank"),
-        ranks=d["input"]["traces"],
-        device=(d.get("device") or {}).get("name"),
-        steps=len(d["steps"]),
-        steps_method=d["steps_method"],
-        step_time_ms=StepTimes(**b["step_time_ms"]),
-        gpu_busy_pct=b["gpu_busy_pct"],
-        data_wait_pct=b["data_wait_pct"],
+        format=d.input.format,
+        rank=d.rank,
+        ranks=d.input.traces,
+        device=d.device.name,
+        steps=len(d.steps),
+        steps_method=d.steps_method,
+        step_time_ms=StepTimes(**b.step_time_ms.to_dict()),
+        gpu_busy_pct=b.gpu_busy_pct,
+        data_wait_pct=b.data_wait_pct,
         verdict=Verdict(
-            axis=v["axis"],
-            bottleneck=v["bottleneck"],
-            confidence=v["confidence"],
+            axis=v.axis,
+            bottleneck=v.bottleneck,
+            confidence=v.confidence,
             headline=headline(d),
-            summary=v["summary"],
-            evidence=[Evidence(**e) for e in v["evidence"]],
-            runner_up=v.get("runner_up"),
+            summary=v.summary,
+            evidence=[Evidence(**e.to_dict()) for e in v.evidence],
+            runner_up=v.runner_up,
         ),
-        findings=[_finding(f, evidence=full) for f in d["findings"]],
-        sinks_basis=sinks.get("basis", ""),
+        findings=[_finding(f, evidence=full) for f in d.findings],
+        sinks_basis=sinks.basis if sinks else "",
         sinks=sorted(
             (
-                Sink(sink=k, **{f: s[f] for f in ("pct", "ms_per_step", "can_be_primary", "source")})
-                for k, s in (sinks.get("by_sink") or {}).items()
+                Sink(sink=k, pct=s.pct, ms_per_step=s.ms_per_step, can_be_primary=s.can_be_primary, source=s.source)
+                for k, s in (sinks.by_sink if sinks else {}).items()
             ),
             key=lambda s: -s.pct,
         ),
         top_kernels=[
             Kernel(
-                name=_clip(k["name"], full),
-                kernel_class=k["class"],
-                count=k["count"],
-                total_ms=k["total_ms"],
-                mean_us=k["mean_us"],
-                share_pct=k["share_pct"],
-                tensor_core=k.get("tensor_core"),
-                bound=k.get("bound"),
+                name=_clip(k.name, full),
+                kernel_class=k.kernel_class,
+                count=k.count,
+                total_ms=k.total_ms,
+                mean_us=k.mean_us,
+                share_pct=k.share_pct,
+                tensor_core=k.tensor_core,
+                bound=k.bound,
             )
-            for k in d["kernels"]["top"]
+            for k in top
         ],
-        fixes=[_fix(r) for r in d["recommendations"]],
-        warnings=list(d["warnings"]),
+        fixes=[_fix(r) for r in d.recommendations],
+        warnings=list(d.warnings),
         command_line=f"trainscope analyze {path} --format json",
-        stragglers=_stragglers(d.get("stragglers")),
+        stragglers=_stragglers(d.stragglers),
         detail=detail,
     )
     if full:
         return result
-    if any(f["evidence"] for f in d["findings"]):
+    if any(f.evidence for f in d.findings):
         result.more.append(
             "findings' evidence lines: explain_finding(path, finding) gives one finding's, each with its "
             "source; analyze_trace with detail='full' gives them all"
         )
-    if any(len(k["name"]) > NAME_CHARS for k in d["kernels"]["top"]):
+    if any(len(k.name) > NAME_CHARS for k in top):
         result.more.append(f"kernel names over {NAME_CHARS} characters are cut (…); detail='full' gives them whole")
     return trim(
         result,
@@ -1466,7 +1480,7 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         o = opened(path)
         m = api.memory(o.show(), top=top)
         peaks = m.peaks()
-        doc = m.to_dict()
+        memory_doc = m.to_dict()  # the trainscope.memory/1 document (not the analysis document)
         devices = [
             MemoryDevice(
                 device=p.device,
@@ -1495,10 +1509,10 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
                 source=o.given,
                 kind=m.kind,
                 devices=devices,
-                findings=doc.get("findings", []),
-                warnings=doc.get("warnings", []),
+                findings=memory_doc.get("findings", []),
+                warnings=memory_doc.get("warnings", []),
                 detail=detail,
-                document=doc if full else None,
+                document=memory_doc if full else None,
             )
         )
         if full:

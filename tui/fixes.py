@@ -15,6 +15,7 @@ from trainscope.analyzers.trace.analysis import Analysis
 from trainscope.analyzers.trace.whatif import Projection
 from trainscope.api import whatif as project
 from trainscope.api import whatif_levers as levers
+from trainscope.reports.analysis_document import AnalysisDocument, Recommendation
 from trainscope.reports.document import gain_words
 from trainscope.traces.safe_text import visible
 from trainscope.tui.keys import bind
@@ -38,7 +39,7 @@ class FixesPane(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.analysis: Analysis | None = None
-        self.doc: dict | None = None
+        self.doc: AnalysisDocument | None = None
         self.projection: Projection | None = None
         self.detail_plain = ""  # the details shown, as plain text
         self._detail_for: tuple[int, int] | None = None  # (document, row) the details show
@@ -50,8 +51,8 @@ class FixesPane(Vertical):
         with VerticalScroll(id="fix-detail"):
             yield Static("", id="fix-text", markup=False)
 
-    def show(self, analysis: Analysis, doc: dict) -> None:
-        self.analysis, self.doc = analysis, doc
+    def show(self, analysis: Analysis, doc: AnalysisDocument | dict) -> None:
+        self.analysis, self.doc = analysis, AnalysisDocument.of(doc)
         self.set_reactive(FixesPane.assumed, frozenset())
         self._fill_table()
         self._update_projection()
@@ -70,23 +71,27 @@ class FixesPane(Vertical):
         table.add_column("projected", width=13)
         table.add_column("fix", width=fix_w)
         self._filled_for = id(self.doc)
-        for r in self.doc["recommendations"] if self.doc else []:
+        for r in self._recs():
             box = self._box(r)
-            once = r.get("once_per_process_s")
+            once = r.once_per_process_s
             gain = (
-                f"≤ {r['projected_speedup']:.2f}×"
-                if r["projected_speedup"]
+                f"≤ {r.projected_speedup:.2f}×"
+                if r.projected_speedup
                 else (f"{once:,.2f} s once" if once is not None else "no projection")
             )
-            title = visible(r["title"])
-            title = Text(title if len(title) <= fix_w else title[: fix_w - 1] + "…")
-            table.add_row(box, str(r["rank"]), gain, title, key=r["id"])
+            title = visible(r.title)
+            table.add_row(
+                box, str(r.rank), gain, Text(title if len(title) <= fix_w else title[: fix_w - 1] + "…"), key=r.id
+            )
         if table.row_count:
             table.move_cursor(row=min(row, table.row_count - 1))
 
-    def _box(self, r: dict) -> Text:
+    def _recs(self) -> list[Recommendation]:
+        return self.doc.recommendations if self.doc else []
+
+    def _box(self, r: Recommendation) -> Text:
         lv = levers(self.analysis) if self.analysis else {}
-        return Text(("[x]" if r["id"] in self.assumed else "[ ]") if r["id"] in lv else " — ")
+        return Text(("[x]" if r.id in self.assumed else "[ ]") if r.id in lv else " — ")
 
     def _fix_width(self) -> int:
         """The title takes what the other columns leave (its full text is in the details below)."""
@@ -100,10 +105,10 @@ class FixesPane(Vertical):
         if (id(self.doc), index) == self._detail_for:  # already shown (a refill re-highlights the same row)
             return
         self._detail_for = (id(self.doc), index)
-        recs = self.doc["recommendations"] if self.doc else []
+        recs = self._recs()
         holder = self.query_one("#fix-text", Static)
         if not recs:
-            axis = self.doc["verdict"]["axis"] if self.doc else ""
+            axis = self.doc.verdict.axis if self.doc else ""
             holder.update(
                 "No fixes: "
                 + (
@@ -114,30 +119,28 @@ class FixesPane(Vertical):
             )
             return
         r = recs[max(0, min(index, len(recs) - 1))]
-        finding = next((f for f in self.doc["findings"] if f["id"] == r["finding"]), None)
+        finding = self.doc.finding(r.finding) if self.doc else None
         head = Text()
-        head.append(f"{r['rank']}. {r['title']}\n", style="bold")
+        head.append(f"{r.rank}. {r.title}\n", style="bold")
         if finding:
-            head.append(
-                f"because {finding['title']} ({finding['severity']}, {finding['stake_pct']:.1f} % of step time)\n"
-            )
-            for e in finding["evidence"]:
+            head.append(f"because {finding.title} ({finding.severity}, {finding.stake_pct:.1f} % of step time)\n")
+            for e in finding.evidence:
                 head.append_text(evidence_line(e, "  "))
                 head.append("\n")
         head.append("change:", style="bold")
         proj = (
-            f"up to {r['projected_speedup']:.2f}× faster: step ≥ {r['projected_step_ms']:.1f} ms"
-            if r["projected_speedup"]
+            f"up to {r.projected_speedup:.2f}× faster: step ≥ {r.projected_step_ms:.1f} ms"
+            if r.projected_speedup
             else gain_words(r)  # a one-off cost's fix: seconds once per process
         )
         tail = Text()
         tail.append(f"projected: {proj}\n", style="bold")
-        tail.append(f"basis: {r['basis']}", style="dim")
+        tail.append(f"basis: {r.basis}", style="dim")
         from rich.console import Group
 
-        self.detail_plain = f"{head.plain}\n{r['change']}\n{tail.plain}"
+        self.detail_plain = f"{head.plain}\n{r.change}\n{tail.plain}"
         # Highlight once into Text: a Syntax object would re-run the lexer on every repaint.
-        code = Syntax(r["change"], "python", theme="ansi_dark", background_color="default").highlight(r["change"])
+        code = Syntax(r.change, "python", theme="ansi_dark", background_color="default").highlight(r.change)
         code.rstrip()
         holder.update(Group(head, code, tail))
 
@@ -149,7 +152,7 @@ class FixesPane(Vertical):
 
     def _update_projection(self) -> None:
         box = self.query_one("#whatif", Static)
-        if self.analysis is None or not self.doc or not self.doc["recommendations"]:
+        if self.analysis is None or not self._recs():
             box.update("What-if: no fixes to assume.")
             return
         if not levers(self.analysis):
@@ -181,11 +184,11 @@ class FixesPane(Vertical):
         if self.doc is None:
             return
         table = self.query_one(DataTable)
-        if self._filled_for == id(self.doc) and table.row_count == len(self.doc["recommendations"]):
+        if self._filled_for == id(self.doc) and table.row_count == len(self._recs()):
             # Only the check boxes change: update those cells (a refill re-rendered the table and,
             # through the re-highlighted row, the details: two frames a key).
-            for r in self.doc["recommendations"]:
-                table.update_cell(r["id"], "whatif", self._box(r))
+            for r in self._recs():
+                table.update_cell(r.id, "whatif", self._box(r))
         else:
             self._fill_table()
         self._update_projection()
@@ -194,7 +197,7 @@ class FixesPane(Vertical):
         table = self.query_one(DataTable)
         if not table.row_count or self.analysis is None:
             return
-        rid = self.doc["recommendations"][table.cursor_row]["id"]
+        rid = self._recs()[table.cursor_row].id
         if rid not in levers(self.analysis):
             self.notify("This fix has no projection to assume.", severity="warning")
             return
@@ -202,9 +205,9 @@ class FixesPane(Vertical):
 
     def action_copy_change(self) -> None:
         table = self.query_one(DataTable)
-        recs = self.doc["recommendations"] if self.doc else []
+        recs = self._recs()
         if recs and 0 <= table.cursor_row < len(recs):
-            self.app.copy_to_clipboard(recs[table.cursor_row]["change"])
+            self.app.copy_to_clipboard(recs[table.cursor_row].change)
             self.notify("copied the change", timeout=3)
 
     def action_clear(self) -> None:
@@ -220,7 +223,7 @@ class FixesPane(Vertical):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        recs = self.doc["recommendations"] if self.doc else []
+        recs = self._recs()
         if recs and 0 <= event.cursor_row < len(recs):
             r = recs[event.cursor_row]
-            self.post_message(self.Open(r["finding"], r["title"]))
+            self.post_message(self.Open(r.finding, r.title))

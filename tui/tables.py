@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Input, Static
 
 from trainscope.analyzers.trace.kernels import KernelStat, KernelSummary
 from trainscope.analyzers.trace.roofline import Roofline, RooflineRow
+from trainscope.reports.analysis_document import AnalysisDocument, RankRow, StepTime, Stragglers
 from trainscope.traces.safe_text import visible
 from trainscope.tui.keys import bind
 from trainscope.tui.roofline_plot import RooflinePlot
@@ -68,11 +69,12 @@ class StepsPane(Vertical):
         yield Static("", id="steps-note", markup=False)
         yield DataTable(id="steps-table", cursor_type="row", zebra_stripes=True)
 
-    def show(self, doc: dict, outlier_ratio: float) -> None:
+    def show(self, doc: AnalysisDocument | dict, outlier_ratio: float) -> None:
+        d = AnalysisDocument.of(doc)
         table = self.query_one(DataTable)
         table.clear(columns=True)
         # Numbers first, and only the categories some step has (an all-zero column explains nothing).
-        cats = [c for c in STEP_ORDER if any(s["ms"][c] >= 0.05 for s in doc["steps"])]
+        cats = [c for c in STEP_ORDER if any((s.ms[c] or 0.0) >= 0.05 for s in d.steps)]
         table.add_column("step", key="step")
         table.add_column("ms", key="ms")
         table.add_column("busy%", key="busy")
@@ -81,29 +83,29 @@ class StepsPane(Vertical):
             table.add_column(STEP_COLUMNS[c], key=c)
         table.add_column("", key="flag")
         n_out = 0
-        for i, s in enumerate(doc["steps"]):
-            style = "bold red" if s["outlier"] else ""
-            n_out += s["outlier"]
+        for i, s in enumerate(d.steps):
+            style = "bold red" if s.outlier else ""
+            n_out += s.outlier
             table.add_row(
-                Text(short_step(s["label"]), style=style),
-                Text(f"{s['duration_ms']:.1f}", style=style, justify="right"),
-                Text(f"{s['gpu_busy_pct']:.1f}", justify="right"),
-                Text(f"{s['data_wait_pct']:.1f}", justify="right"),
-                *[Text(f"{s['ms'][c]:.1f}", justify="right") for c in cats],
-                Text("⚠", style="bold red") if s["outlier"] else "",
+                Text(short_step(s.label), style=style),
+                Text(f"{s.duration_ms:.1f}", style=style, justify="right"),
+                Text(f"{s.gpu_busy_pct:.1f}", justify="right"),
+                Text(f"{s.data_wait_pct:.1f}", justify="right"),
+                *[Text(f"{s.ms[c]:.1f}", justify="right") for c in cats],
+                Text("⚠", style="bold red") if s.outlier else "",
                 key=str(i),
             )
-        st = doc["breakdown"]["step_time_ms"]
+        st = d.breakdown.step_time_ms if d.breakdown is not None else StepTime(None, None, None)
         hidden = [STEP_COLUMNS[c] for c in STEP_ORDER if c not in cats]
         outliers = (
             f"no outliers (none > {outlier_ratio:g}× median)"
             if not n_out
             else f"⚠ {n_out} outlier{'' if n_out == 1 else 's'} > {outlier_ratio:g}× median"
         )
-        n = len(doc["steps"])
-        count = "" if str(doc["steps_note"] or "").startswith(f"{n} step") else f"{n} steps · "
+        n = len(d.steps)
+        count = "" if str(d.steps_note or "").startswith(f"{n} step") else f"{n} steps · "
         self.query_one("#steps-note", Static).update(
-            f"{count}{doc['steps_note']} · p50 {st['p50']:.1f} ms, p95 {st['p95']:.1f} ms · "
+            f"{count}{d.steps_note} · p50 {st.p50:.1f} ms, p95 {st.p95:.1f} ms · "
             f"{outliers} · times in ms; i: = GPU idle by reason; busy% = GPU "
             f"busy, wait% = data wait, of the step"
             + (f" · all zero, not shown: {', '.join(hidden)}" if hidden else "")
@@ -429,7 +431,14 @@ class RanksPane(Vertical):
             Text(self.query_one(RanksTimeline).title(), style="bold"), layout=False
         )
 
-    def show(self, rows: list[dict], current: int, headline: int, stragglers: dict | None = None) -> None:
+    def show(
+        self,
+        rows: list[RankRow] | list[dict],
+        current: int,
+        headline: int,
+        stragglers: Stragglers | dict | None = None,
+    ) -> None:
+        ranks = [r if isinstance(r, RankRow) else RankRow.from_dict(r) for r in rows]  # the document's ranks[]
         table = self.query_one(DataTable)
         table.clear(columns=True)
         table.add_columns(
@@ -445,35 +454,34 @@ class RanksPane(Vertical):
             "data wait",
             "trace",
         )
-        for i, r in enumerate(rows):
+        for i, r in enumerate(ranks):
             mark = "▶" if i == current else ""
-            flag = " ◀" if r.get("straggler") else ""  # the straggler (the note above names it)
+            flag = " ◀" if r.straggler else ""  # the straggler (the note above names it)
             table.add_row(
                 mark,
-                str(r["rank"]) + flag,
-                f"{r['step_p50_ms']:.1f}",
-                f"{r['mean_late_ms']:.1f}" if "mean_late_ms" in r else "—",
-                f"{r['last_in']} of {r['considered']}" if "last_in" in r else "—",
-                r["axis"],
-                r["bottleneck"] or "",
-                f"{r['confidence']:.2f}",
-                f"{r['gpu_busy_pct']:.1f} %",
-                f"{r['data_wait_pct']:.1f} %",
-                Text(visible(os.path.basename(str(r["source"]).rstrip("/")) or r["source"])),
+                str(r.rank) + flag,
+                f"{r.step_p50_ms:.1f}",
+                f"{r.mean_late_ms:.1f}" if r.mean_late_ms is not None else "—",
+                f"{r.last_in} of {r.considered}" if r.last_in is not None else "—",
+                r.axis,
+                r.bottleneck or "",
+                f"{r.confidence:.2f}",
+                f"{r.gpu_busy_pct:.1f} %",
+                f"{r.data_wait_pct:.1f} %",
+                Text(visible(os.path.basename(str(r.source).rstrip("/")) or r.source)),
                 key=str(i),
             )  # the file: the part of the path that differs between ranks
-        lead = (stragglers or {}).get("headline") or f"the report leads with rank {rows[headline]['rank']}"
+        story = Stragglers.of(stragglers) if stragglers else None
+        lead = (story.headline if story else None) or f"the report leads with rank {ranks[headline].rank}"
         self.query_one("#ranks-note", Static).update(
             f"{len(rows)} ranks · {visible(lead)} · Enter: this rank everywhere, at its latest-arriving collective "
             "of the story"
         )
         table.move_cursor(row=current)
-        if stragglers:
+        if story:
             from trainscope.reports.deep import stragglers_text_lines
 
-            self.query_one("#stragglers", Static).update(
-                Text("\n".join(stragglers_text_lines(stragglers, lambda x: x)))
-            )
+            self.query_one("#stragglers", Static).update(Text("\n".join(stragglers_text_lines(story, lambda x: x))))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainscope.api.errors import BadInput
+from trainscope.reports.analysis_document import AnalysisDocument
 
 if TYPE_CHECKING:
     from trainscope.analyzers.rules import Rules
@@ -569,6 +570,11 @@ class CachedReport:
 
     def to_dict(self) -> dict:
         return _document(self._text, self._relocated, self.source)
+
+    @property
+    def document(self) -> AnalysisDocument:
+        """The document, typed (reports/analysis_document.py): read from the entry, not analyzed again."""
+        return AnalysisDocument.from_dict(self.to_dict())
 
     def output(self, doc: dict | None = None, color: bool = False):
         from trainscope.reports.formats import Output

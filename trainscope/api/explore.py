@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainscope.api.errors import BadInput
+from trainscope.reports.analysis_document import AnalysisDocument
 
 if TYPE_CHECKING:
     from trainscope.api.report import Report
@@ -25,8 +26,9 @@ def _rank(report: Report, rank: int | None) -> int:
     raise BadInput(f"no rank {rank} in {report.source} (ranks: {', '.join(str(r) for r in ranks)})")
 
 
-def _doc(report: Report, index: int) -> dict:
-    return report.to_dict() if index == report.main_index else report.rank_view(index).doc
+def _doc(report: Report, index: int) -> AnalysisDocument:
+    """Rank ``index``'s analysis document, typed: the report's own for its main rank."""
+    return AnalysisDocument.of(report.to_dict() if index == report.main_index else report.rank_view(index).doc)
 
 
 def explain_finding(report: Report, finding: str, *, rank: int | None = None) -> dict[str, Any]:
@@ -38,12 +40,12 @@ def explain_finding(report: Report, finding: str, *, rank: int | None = None) ->
 
     i = _rank(report, rank)
     doc = _doc(report, i)
-    found = next((f for f in doc["findings"] if f["id"] == finding), None)
+    found = doc.finding(finding)
     if found is None:
-        raised = ", ".join(f["id"] for f in doc["findings"]) or "none"
+        raised = ", ".join(f.id for f in doc.findings) or "none"
         known = "" if finding in REGISTRY else " (not a finding trainscope knows)"
         raise BadInput(f"finding {finding!r}{known} is not raised on {report.source} (raised: {raised})")
-    v = doc["verdict"]
+    v = doc.verdict
     spec = REGISTRY.get(finding)
     rules = report.rules
     thresholds = []
@@ -54,11 +56,7 @@ def explain_finding(report: Report, finding: str, *, rank: int | None = None) ->
                 {"name": name, "value": t.value, "unit": t.unit, "meaning": t.meaning, "source": t.source}
             )
     role = (
-        "primary (the verdict)"
-        if v["bottleneck"] == finding
-        else "runner-up"
-        if v.get("runner_up") == finding
-        else "secondary"
+        "primary (the verdict)" if v.bottleneck == finding else "runner-up" if v.runner_up == finding else "secondary"
     )
     where = None
     view = report.rank_view(i)
@@ -81,13 +79,13 @@ def explain_finding(report: Report, finding: str, *, rank: int | None = None) ->
         }
     return {
         "source": report.source,
-        "rank": doc.get("rank"),
-        "finding": found,
+        "rank": doc.rank,
+        "finding": found.to_dict(),
         "role": role,
-        "verdict": {"axis": v["axis"], "bottleneck": v["bottleneck"], "confidence": v["confidence"]},
-        "headline": headline_word(finding, found["title"], found["title"]),
+        "verdict": {"axis": v.axis, "bottleneck": v.bottleneck, "confidence": v.confidence},
+        "headline": headline_word(finding, found.title, found.title),
         "graded_by": thresholds,
-        "fixes": [r for r in doc["recommendations"] if r["finding"] == finding],
+        "fixes": [r.to_dict() for r in doc.recommendations if r.finding == finding],
         "timeline": where,
     }
 
@@ -185,16 +183,16 @@ def step_table(
     i = _rank(report, rank)
     doc = _doc(report, i)
     rows = [
-        s
-        for s in doc["steps"]
-        if (min_duration_ms is None or s["duration_ms"] >= min_duration_ms) and (not outliers_only or s["outlier"])
+        s.to_dict()
+        for s in doc.steps
+        if (min_duration_ms is None or (s.duration_ms or 0.0) >= min_duration_ms) and (not outliers_only or s.outlier)
     ]
     return {
         "source": report.source,
-        "rank": doc.get("rank"),
-        "steps_method": doc["steps_method"],
-        "steps_note": doc["steps_note"],
-        "step_time_ms": doc["breakdown"]["step_time_ms"],
+        "rank": doc.rank,
+        "steps_method": doc.steps_method,
+        "steps_note": doc.steps_note,
+        "step_time_ms": doc.breakdown.step_time_ms.to_dict() if doc.breakdown is not None else None,
         "matched": len(rows),
         "steps": rows[:limit] if limit is not None else rows,
     }

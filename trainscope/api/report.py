@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainscope.api.errors import bad_input
+from trainscope.reports.analysis_document import AnalysisDocument
 
 if TYPE_CHECKING:
     from trainscope.analyzers.rules import Rules
@@ -184,6 +185,11 @@ class Report:
         )
         return with_ledger(doc, self.ledger)
 
+    @property
+    def document(self) -> AnalysisDocument:
+        """The analysis document, typed (reports/analysis_document.py); ``to_dict()`` is its JSON."""
+        return AnalysisDocument.from_dict(self.to_dict())
+
     def output(self, doc: dict | None = None, color: bool = False):
         """This report for the output format table (:mod:`trainscope.reports.formats`): the
         document (``doc`` when the caller built it already, or added sections to it) and the report
@@ -232,10 +238,10 @@ class Report:
         """One line: the headline, confidence and the step time (what ``on_trace_ready`` prints)."""
         from trainscope.reports.document import headline
 
-        doc = self.to_dict()
-        v = doc["verdict"]
-        p50 = doc["breakdown"]["step_time_ms"]["p50"]
-        conf = f" (confidence {v['confidence']:.2f})" if v["axis"] not in ("insufficient_evidence",) else ""
+        doc = AnalysisDocument.from_dict(self.to_dict())  # only to_dict(): a cached report serves it unanalyzed
+        v = doc.verdict
+        p50 = doc.breakdown.step_time_ms.p50 if doc.breakdown is not None else None
+        conf = f" (confidence {v.confidence:.2f})" if v.axis not in ("insufficient_evidence",) else ""
         steps = f" · step p50 {p50:g} ms" if p50 else ""
         return f"trainscope: {headline(doc)}{conf}{steps} — {os.path.basename(self.source.rstrip('/'))}"
 
@@ -304,6 +310,11 @@ class RankView:
         return doc
 
     @functools.cached_property
+    def document(self) -> AnalysisDocument:
+        """This rank's document, typed (reports/analysis_document.py)."""
+        return AnalysisDocument.from_dict(self.doc)
+
+    @functools.cached_property
     def classes(self):
         from trainscope.analyzers.trace.kernels import kernel_classes
 
@@ -356,13 +367,12 @@ def with_ledger(doc: dict, ledger) -> dict:
         return doc
     from trainscope.reports.plan import ledger_vs_measured
 
-    mem = next(
-        (m for m in doc["memory"] if m["device"] == doc["device"]["id"]), doc["memory"][0] if doc["memory"] else None
-    )
+    typed = AnalysisDocument.of(doc)
+    mem = next((m for m in typed.memory if m.device == typed.device.id), typed.memory[0] if typed.memory else None)
     doc["ledger"] = ledger_vs_measured(
         ledger,
-        mem["peak_allocated_bytes"] if mem else None,
-        mem["capacity_bytes"] if mem else None,
-        mem["basis"] if mem else None,
+        mem.peak_allocated_bytes if mem else None,
+        mem.capacity_bytes if mem else None,
+        mem.basis if mem else None,
     )
     return doc
