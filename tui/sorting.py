@@ -4,14 +4,33 @@ click): one implementation for the kernels, kernel-diff and memory tables."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from textual.reactive import reactive
+
+if TYPE_CHECKING:  # the mixin is only ever mixed into a widget: type-check it as one
+    from textual.widget import Widget as _WidgetBase
+else:
+    _WidgetBase = object
 
 
-class SortedColumns:
+class SortColumn(Protocol):
+    """A declared column as the sort keys see it: its key and its own first direction."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def descending(self) -> bool: ...
+
+
+class SortedColumns(_WidgetBase):
     """Mixin for a widget with reactives ``sort_column`` and ``descending`` whose columns
     (``sort_columns``: objects with ``key`` and a default ``descending``) are declared once."""
 
-    sort_columns: ClassVar[Sequence]
+    sort_columns: ClassVar[Sequence[SortColumn]]
+    sort_column: reactive[str]  # each widget declares both with its own default
+    descending: reactive[bool]
 
     def action_sort_next(self) -> None:
         keys = [c.key for c in self.sort_columns]
