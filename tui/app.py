@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from rich.cells import cell_len
 from textual import work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.events import Key
 from textual.reactive import reactive
-from textual.screen import Screen
 from textual.widgets import DataTable, Header, Input, TabbedContent, TabPane
 
 from trainscope.analyzers.plan.ledger import Ledger
@@ -33,10 +32,10 @@ from trainscope.api.report import RankView
 from trainscope.reports import formats
 from trainscope.reports.formats import FILE_DEFAULT, writer
 from trainscope.traces.safe_text import visible
-from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
+from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, Palette, ask_path, keys_text
 from trainscope.tui.deep import DeepPane
 from trainscope.tui.fixes import FixesPane
-from trainscope.tui.keys import actions, binding_rows, bindings, common_bindings, palette_commands, without_duplicates
+from trainscope.tui.keys import binding_rows, bindings, common_bindings
 from trainscope.tui.overview import Overview
 from trainscope.tui.ranks_timeline import MAX_RANKS, RankLanes
 from trainscope.tui.state import Session, build_session
@@ -95,7 +94,7 @@ def elide_middle(text: str, width: int) -> str:
 Loader = Callable[[Callable[[str, "float | None"], None]], Session]
 
 
-class AnalyzeApp(BackgroundLoading, App[int]):
+class AnalyzeApp(Palette, BackgroundLoading, App[int]):
     TITLE = "trainscope"
     CSS = """
     TabbedContent { height: 1fr; }
@@ -325,14 +324,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(help_screen())
 
-    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield from without_duplicates(
-            palette_commands(self, self.BINDINGS, skip=self._tab_off),
-            super().get_system_commands(screen),
-            actions(self.BINDINGS),
-        )
-
-    def _tab_off(self, action: str) -> bool:
+    def palette_skip(self, action: str) -> bool:
         """A ``show_tab`` action for a tab that is off for this input (the palette does not offer it)."""
         if not action.startswith("show_tab(") or self.session is None:
             return False

@@ -12,17 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import RenderableType
 from rich.text import Text
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.geometry import Size
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.visual import VisualType
 from textual.widget import Widget
 from textual.widgets import Input, ProgressBar, Static
 
 from trainscope.traces.safe_text import visible, visible_lines
+from trainscope.tui.keys import actions, palette_commands, without_duplicates
 
 if TYPE_CHECKING:  # the mixins below are only ever mixed into an App: type-check them as one
     _AppBase = App[Any]
@@ -165,6 +166,26 @@ class HelpScreen(ModalScreen[None]):
                 yield Static(part, id=f"help-more-{i}")
 
 
+class Palette(_AppBase):
+    """Mixin for an App: ``t`` toggles the theme, and the command palette (ctrl+p) offers the app's
+    own bindings first, then Textual's commands less those one of ours already is."""
+
+    def palette_skip(self, action: str) -> bool:
+        """Whether the palette leaves ``action`` out now (the analyze app: a tab that is off)."""
+        return False
+
+    def palette_more(self) -> list[SystemCommand]:
+        """Commands beyond the app's own bindings (the memory app: its table's keys)."""
+        return []
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        ours = [*palette_commands(self, self.BINDINGS, skip=self.palette_skip), *self.palette_more()]
+        yield from without_duplicates(ours, super().get_system_commands(screen), actions(self.BINDINGS))
+
+    def action_toggle_dark(self) -> None:
+        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+
+
 class SafeChrome(_AppBase):
     """Mixin for an App: what the app draws around its panes (the header's title and sub-title, the
     notifications) shows a trace's text made visible (traces/safe_text.py). The sub-title is the
@@ -219,9 +240,6 @@ class BackgroundLoading(SafeChrome):
             bar.update(total=None)
         else:
             bar.update(total=100, progress=100 * fraction)
-
-    def action_toggle_dark(self) -> None:
-        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
 
 
 class PathPrompt(ModalScreen["str | None"]):

@@ -8,12 +8,11 @@ is the gate's, so a person can look at a regression and CI semantics stay the sa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from trainscope.analyzers.compare.diff import GateResult, RunDiff
@@ -27,9 +26,9 @@ from trainscope.api.errors import EXIT_INTERRUPTED, EXIT_REGRESSION, BadInput, T
 from trainscope.reports import formats
 from trainscope.reports.formats import FILE_DEFAULT, writer
 from trainscope.traces.safe_text import visible
-from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, keys_text
+from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, Palette, keys_text
 from trainscope.tui.diff_panes import DiffBreakdown, DiffSummary, FixOutcomes, KernelDiffPane, base_name
-from trainscope.tui.keys import actions, bind, common_bindings, palette_commands, without_duplicates
+from trainscope.tui.keys import bind, common_bindings
 
 TABS = ("summary", "breakdown", "kernels", "fixes")
 
@@ -104,7 +103,7 @@ def report_name(before: str, after: str) -> str:
     return f"{stem(before)}-vs-{stem(after)}.trainscope-diff{writer(FILE_DEFAULT).suffixes[0]}"
 
 
-class DiffApp(BackgroundLoading, App[int]):
+class DiffApp(Palette, BackgroundLoading, App[int]):
     TITLE = "trainscope diff"
     CSS = """
     TabbedContent { height: 1fr; }
@@ -259,13 +258,6 @@ class DiffApp(BackgroundLoading, App[int]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(help_screen())
-
-    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield from without_duplicates(
-            palette_commands(self, self.BINDINGS),
-            super().get_system_commands(screen),
-            actions(self.BINDINGS),
-        )
 
     def action_export(self) -> None:
         if self.diff is None:

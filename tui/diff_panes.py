@@ -598,12 +598,6 @@ class KernelDiffPane(SortedColumns, Vertical):
     def watch_group(self) -> None:
         self._refill()
 
-    def watch_sort_column(self) -> None:
-        self._refill()
-
-    def watch_descending(self) -> None:
-        self._refill()
-
     def action_group(self, group: str) -> None:
         self.group = group
 

@@ -8,7 +8,7 @@ the :class:`~trainscope.analyzers.snapshot.peak.MemoryPeak` it hands over and co
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,6 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Vertical, VerticalScroll
 from textual.events import Key
 from textual.reactive import reactive
-from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Header, Input, Static
 from textual.widgets.data_table import ColumnKey
@@ -28,8 +27,8 @@ from trainscope.api.memory_report import MemoryReport, memory
 from trainscope.reports import formats
 from trainscope.reports.formats import FILE_DEFAULT, writer
 from trainscope.traces.safe_text import visible
-from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
-from trainscope.tui.keys import actions, bind, binding_rows, common_bindings, palette_commands, without_duplicates
+from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, Palette, ask_path, keys_text
+from trainscope.tui.keys import bind, binding_rows, common_bindings, palette_commands
 from trainscope.tui.sorting import SortedColumns
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -285,12 +284,6 @@ class PeakTable(SortedColumns, Vertical):
         event.stop()
         self._show_stack()
 
-    def watch_sort_column(self) -> None:
-        self._refill()
-
-    def watch_descending(self) -> None:
-        self._refill()
-
     def watch_filter_text(self) -> None:
         self._refill()
 
@@ -321,7 +314,7 @@ class PeakTable(SortedColumns, Vertical):
 MemoryLoader = Callable[[Callable[[str, "float | None"], None]], "tuple[MemoryReport, list[MemoryPeak]]"]
 
 
-class MemoryApp(BackgroundLoading, App[int]):
+class MemoryApp(Palette, BackgroundLoading, App[int]):
     TITLE = "trainscope memory"
     CSS = """
     #mm-main { height: 1fr; }
@@ -427,12 +420,8 @@ class MemoryApp(BackgroundLoading, App[int]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(help_screen())
 
-    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        ours = [
-            *palette_commands(self, self.BINDINGS),
-            *palette_commands(self.query_one(PeakTable), PeakTable.BINDINGS),
-        ]
-        yield from without_duplicates(ours, super().get_system_commands(screen), actions(self.BINDINGS))
+    def palette_more(self) -> list[SystemCommand]:
+        return list(palette_commands(self.query_one(PeakTable), PeakTable.BINDINGS))
 
     def action_export(self) -> None:
         if self.report is None:

@@ -8,17 +8,16 @@ for a moment, so holding a key down never queues up searches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from rich.text import Text
 from textual import work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.reactive import reactive
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
@@ -29,8 +28,8 @@ from trainscope.api import planning
 from trainscope.api.planning import PlanResult, plan
 from trainscope.reports import formats
 from trainscope.reports.formats import FILE_DEFAULT, writer
-from trainscope.tui.chrome import HelpScreen, KeyBar, keys_text
-from trainscope.tui.keys import actions, bind, common_bindings, palette_commands, without_duplicates
+from trainscope.tui.chrome import HelpScreen, KeyBar, Palette, keys_text
+from trainscope.tui.keys import bind, common_bindings
 from trainscope.tui.plan_view import activation_note, banner_text, gb2, ledger_bar, toggles_text, verdict_class
 
 # api/planning.py leaves these two unannotated: their types, declared where the app calls them.
@@ -120,7 +119,7 @@ class LedgerBar(Static):
         return ledger_bar(*self.state, self.content_size.width or 60)
 
 
-class PlanApp(App[int]):
+class PlanApp(Palette, App[int]):
     TITLE = "trainscope plan"
     CSS = """
     #banner { height: 1; padding: 0 1; text-style: bold; }
@@ -399,16 +398,6 @@ class PlanApp(App[int]):
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(help_screen())
-
-    def action_toggle_dark(self) -> None:
-        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
-
-    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield from without_duplicates(
-            palette_commands(self, self.BINDINGS),
-            super().get_system_commands(screen),
-            actions(self.BINDINGS),
-        )
 
     def action_export(self) -> None:
         """The current plan in the format the export path's name says (reports/formats.py)."""

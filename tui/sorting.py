@@ -1,5 +1,6 @@
 """The sort keys every table of declared columns shares (``s`` next column, ``r`` reverse, a header
-click): one implementation for the kernels, kernel-diff and memory tables."""
+click, the table filled again when either changes): one implementation for the kernels, kernel-diff
+and memory tables."""
 
 from __future__ import annotations
 
@@ -47,3 +48,13 @@ class SortedColumns(_WidgetBase):
 
     def action_reverse(self) -> None:
         self.descending = not self.descending
+
+    def _refill(self) -> None:
+        """Fill the table again in the current order (each widget's own)."""
+        raise NotImplementedError
+
+    def watch_sort_column(self) -> None:
+        self._refill()
+
+    def watch_descending(self) -> None:
+        self._refill()
