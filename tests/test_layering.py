@@ -37,6 +37,7 @@ ALLOWED_FROM_ANALYZERS: dict[str, set[str]] = {
         "TimelineModel",
         "Item",
         "Lane",
+        "LaneView",
         "Match",
         "Overlap",
         "GPU_LABELS",

@@ -118,11 +118,11 @@ async def _test_plots_show_only_the_chosen_window():
     app = make_app()
     async with app.run_test(size=(140, 44)) as pilot:
         await inject(app, pilot, statuses(snaps))
-        assert len(app.visible()) == 61  # t from 139 to 199
+        assert len(app.in_window()) == 61  # t from 139 to 199
         spark = app.query_one("#gpu-0 #gpu-history")
         assert len(spark.data) == 61
         await pilot.press("w")
-        assert len(app.visible()) == 200
+        assert len(app.in_window()) == 200
 
 
 def test_no_gpu_shows_the_reason_not_a_crash():

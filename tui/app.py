@@ -12,20 +12,32 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from typing import Any
 
+from rich.cells import cell_len
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.events import Key
 from textual.reactive import reactive
 from textual.widgets import DataTable, Header, Input, TabbedContent, TabPane
 
+from trainscope.analyzers.plan.ledger import Ledger
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.views.timeline import Match
-from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
+from trainscope.api.analysis import run_deep as deep_analysis
+from trainscope.api.errors import BadInput, DeepUnavailable, TrainscopeError, describe
+from trainscope.api.export import export_perfetto
+from trainscope.api.report import RankView
+from trainscope.reports import formats
+from trainscope.reports.formats import FILE_DEFAULT, writer
+from trainscope.traces.safe_text import visible
+from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, Palette, ask_path, keys_text
 from trainscope.tui.deep import DeepPane
 from trainscope.tui.fixes import FixesPane
-from trainscope.tui.keys import binding_rows, common_bindings, palette_commands, without_duplicates
+from trainscope.tui.keys import binding_rows, bindings, common_bindings
 from trainscope.tui.overview import Overview
+from trainscope.tui.ranks_timeline import MAX_RANKS, RankLanes
 from trainscope.tui.state import Session, build_session
 from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
 from trainscope.tui.tabs import TABS
@@ -43,7 +55,7 @@ def key_sections() -> list[tuple[str, list[tuple[str, str]]]]:
     anywhere = (
         [(f"1 … {len(TABS)}", tabs)]
         + ANYWHERE_KEYS
-        + binding_rows(b for b in AnalyzeApp.BINDINGS if not b.action.startswith("show_tab"))
+        + binding_rows(b for b in bindings(AnalyzeApp.BINDINGS) if not b.action.startswith("show_tab"))
     )
     return [("anywhere", anywhere)] + [(t.title.lower(), t.keys) for t in TABS if t.keys]
 
@@ -62,8 +74,6 @@ PREVIEW_HINT = "the other tabs open when the analysis is done · t theme · ? ke
 def elide_middle(text: str, width: int) -> str:
     """``text`` in at most ``width`` cells: whole, or its start and end around "…" (the end gets the
     extra cell: a path's file name matters most)."""
-    from rich.cells import cell_len
-
     if cell_len(text) <= width:
         return text
     keep = max(2, width - 1)
@@ -84,7 +94,7 @@ def elide_middle(text: str, width: int) -> str:
 Loader = Callable[[Callable[[str, "float | None"], None]], Session]
 
 
-class AnalyzeApp(BackgroundLoading, App[int]):
+class AnalyzeApp(Palette, BackgroundLoading, App[int]):
     TITLE = "trainscope"
     CSS = """
     TabbedContent { height: 1fr; }
@@ -112,12 +122,12 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         report_path: str | None = None,
         rules: Rules | None = None,
         peak_tflops: float | None = None,
-        decorate: Callable[[dict], dict] | None = None,
+        decorate: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         step_range: str | None = None,
         deep: bool = False,
         deep_step: str | None = None,
-        ledger=None,
-        document: dict | None = None,
+        ledger: Ledger | None = None,
+        document: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.path = path
@@ -135,7 +145,8 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         self.sub_title = os.path.basename(path.rstrip("/"))
         self.exported: list[str] = []
         self._late_target: int | None = None  # Enter on a rank: show its latest-arriving collective
-        self._late: list | None = None  # analyzers.ranks.late_collectives.LateCollective per rank, once asked
+        self._late: list[Any] | None = None  # analyzers.ranks.late_collectives.LateCollective per rank, once asked
+        self._side: tuple[list[RankLanes], Any, float] | None = None  # the ranks on one clock, once built
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=False, icon="◆")
@@ -160,8 +171,6 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     # -- loading (worker thread: never touches widgets) ---------------------------------------------
 
     def load(self) -> None:
-        from trainscope import api
-
         progress = self._throttled_progress
         try:
             if self.loader is not None:
@@ -171,37 +180,34 @@ class AnalyzeApp(BackgroundLoading, App[int]):
                     self.path, None, self.rules, self.peak_tflops, progress, self.step_range, ledger=self.ledger
                 )
         except Exception as e:  # bad input (2) or a bug (1): the one line the plain CLI prints
-            if isinstance(e, api.BadInput) or not self._leaving:  # widgets vanish when the user quit: not ours
-                message, code = api.describe(e)
+            if isinstance(e, BadInput) or not self._leaving:  # widgets vanish when the user quit: not ours
+                message, code = describe(e)
                 if isinstance(e, MemoryError):
                     message = "out of memory while reading the trace"
-                elif not isinstance(e, api.TrainscopeError) and code == 1:
+                elif not isinstance(e, TrainscopeError) and code == 1:
                     message = f"internal error: {type(e).__name__}: {e} (please report it)"
-                from trainscope.traces.safe_text import visible
-
                 self._post(self.exit, code, code, f"trainscope: {visible(message)}")
             return
         self._post(self.show_session, session)
 
     def run_deep(self) -> None:
         """HTA on the report's main rank, in a daemon thread; the result goes to the Deep tab and the report."""
-        from trainscope import api
-
-        s = self.session
+        s = self.loaded
 
         def progress(stage: str, fraction: float | None) -> None:  # the DOM is read on the UI thread
             self._post(lambda: self.query_one(DeepPane).running(stage))
 
+        result: dict[str, Any]
         try:
-            result = api.run_deep(s.report, self.deep_step, progress)
-        except api.DeepUnavailable as e:
+            result = deep_analysis(s.report, self.deep_step, progress)
+        except DeepUnavailable as e:
             result = {"status": "skipped", "reason": str(e), "unavailable": True}
         except Exception as e:  # HTA is a second opinion: its failure never takes the app down
             result = {"status": "skipped", "reason": f"{type(e).__name__}: {e}", "unavailable": True}
         self._post(self._show_deep, result)
 
-    def _show_deep(self, result: dict) -> None:
-        self.session.deep = None if result.get("unavailable") else result
+    def _show_deep(self, result: dict[str, Any]) -> None:
+        self.loaded.deep = None if result.get("unavailable") else result
         self.query_one(DeepPane).show(result)
         if self.report_path:
             self._write_report(self.report_path)
@@ -213,7 +219,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         """The Overview is drawn from the cached document and the session is still loading."""
         return self.session is None and self.document is not None
 
-    def show_document(self, doc: dict) -> None:
+    def show_document(self, doc: dict[str, Any]) -> None:
         """The first screen from the cached document: the Overview alone (which other tabs apply is
         the session's to say), the loading stage and bar on one line under it."""
         tabs = self.query_one("#tabs", TabbedContent)
@@ -249,8 +255,16 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         self.query_one("#keybar", KeyBar).update(TABS[0].hint)
 
     @property
-    def rank(self):
-        return self.session.ranks[self.rank_index] if self.session else None
+    def loaded(self) -> Session:
+        """The session, once it has arrived (the tabs, and what they show, come only then)."""
+        if self.session is None:
+            raise RuntimeError("the analysis has not arrived yet")
+        return self.session
+
+    @property
+    def rank(self) -> RankView:
+        """The chosen rank's view models (asked only once the session has arrived)."""
+        return self.loaded.ranks[self.rank_index]
 
     def watch_rank_index(self) -> None:
         if self.session is not None:
@@ -264,7 +278,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
 
     def _show_rank(self) -> None:
         rank = self.rank
-        s = self.session
+        s = self.loaded
         tabs = self.query_one("#tabs", TabbedContent)
         for t in TABS:
             why_not = t.applies(self)
@@ -302,6 +316,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if self.session is None:  # TabbedContent activates its first tab at mount, while loading
             return
+        assert event.pane.id is not None  # compose gives every pane its tab's id
         self._focus_tab(event.pane.id)
         self.query_one("#keybar", KeyBar).update(tab_of(event.pane.id).hint, layout=False)  # one row, always
 
@@ -309,14 +324,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(help_screen())
 
-    def get_system_commands(self, screen):
-        yield from without_duplicates(
-            palette_commands(self, self.BINDINGS, skip=self._tab_off),
-            super().get_system_commands(screen),
-            (b.action for b in self.BINDINGS),
-        )
-
-    def _tab_off(self, action: str) -> bool:
+    def palette_skip(self, action: str) -> bool:
         """A ``show_tab`` action for a tab that is off for this input (the palette does not offer it)."""
         if not action.startswith("show_tab(") or self.session is None:
             return False
@@ -334,8 +342,6 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         if self.report_path:
             self._write_report(self.report_path)
         else:
-            from trainscope.reports.formats import FILE_DEFAULT, writer
-
             d = writer(FILE_DEFAULT)  # a name in the current directory, in the default report format
             ask_path(self, f"{self._stem()}.trainscope{d.suffixes[0]}", f"{d.label} report", self._write_report)
 
@@ -354,16 +360,14 @@ class AnalyzeApp(BackgroundLoading, App[int]):
         self.notify(f"writing the Perfetto trace to\n{self._fit_path(path)}…", timeout=3, markup=False)
 
         def work() -> None:
-            from trainscope import api
-
             try:
-                api.export_perfetto(report, path)
+                export_perfetto(report, path)
             except OSError as e:
                 why = e.strerror or str(e)
                 self._post(self._failed, f"cannot write\n{self._fit_path(path)}\n{why}")
                 return
-            except api.TrainscopeError as e:
-                self._post(self._failed, f"cannot export: {api.describe(e)[0]}")
+            except TrainscopeError as e:
+                self._post(self._failed, f"cannot export: {describe(e)[0]}")
                 return
             self._post(self._written, path, "Perfetto trace (open it in ui.perfetto.dev)")
 
@@ -387,9 +391,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     def _write_report(self, path: str) -> None:
         """The report in the format the file name says (reports/formats.py), with the sections the
         app's caller added (``decorate``)."""
-        from trainscope.reports import formats
-
-        s = self.session
+        s = self.loaded
         try:
             w, _named = formats.write(path, s.report.output(s.document()))
         except OSError as e:
@@ -412,12 +414,12 @@ class AnalyzeApp(BackgroundLoading, App[int]):
 
     def on_kernels_pane_open(self, message: KernelsPane.Open) -> None:
         view = self._timeline()
-        if view is not None:  # after the tab is laid out: the view's width sets the window
+        if view is not None and view.model is not None:  # after the tab is laid out: the view's width sets the window
             self.call_after_refresh(view.set_matches, view.model.instances(message.name), "instance")
 
     def on_fixes_pane_open(self, message: FixesPane.Open) -> None:
         view = self._timeline()
-        if view is None:
+        if view is None or view.model is None:
             return
         step, match = view.model.evidence(message.finding)
         if match is not None:
@@ -462,16 +464,15 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     def prepare_side_by_side(self) -> None:
         """The ranks on one clock (read and modelled off the UI thread, once): the rank story's headline
         rank and the latest ranks first, at most ``MAX_RANKS`` lane groups."""
-        from trainscope.tui.ranks_timeline import MAX_RANKS, RankLanes
-
-        if getattr(self, "_side", None) is not None:
+        if self._side is not None:
             self.call_from_thread(self.query_one(RanksPane).show_side, *self._side)
             return
-        s = self.session
+        s = self.loaded
         report = s.report
         try:
             n = len(s.ranks)
-            sb = report.side_by_side()
+            side_by_side: Callable[[], Any] = report.side_by_side  # unannotated there: a ranks.lanes.SideBySide
+            sb = side_by_side()
             story = sb.story  # the headline rank and the latest ranks of the rank story first
             late = {r.index: r.mean_late_ms for r in story.ranks} if story is not None else {}
             head = story.headline_index if story is not None else -1
@@ -501,9 +502,9 @@ class AnalyzeApp(BackgroundLoading, App[int]):
     def _find_late(self) -> None:
         if self._late is None:  # every rank's, once (collectives matched across ranks)
             try:
-                self._late = self.session.report.latest_arrivals()
+                self._late = self.loaded.report.latest_arrivals()
             except Exception as e:  # a jump that cannot be computed never takes the app down
-                self._late = [None] * len(self.session.ranks)
+                self._late = [None] * len(self.loaded.ranks)
                 self.call_from_thread(
                     self.notify,
                     f"cannot match the ranks' collectives: {type(e).__name__}: {e}",
@@ -515,7 +516,7 @@ class AnalyzeApp(BackgroundLoading, App[int]):
 
     def _show_late(self) -> None:
         index, self._late_target = self._late_target, None
-        if index is None or index != self.rank_index:
+        if index is None or index != self.rank_index or self._late is None:
             return
         late = self._late[index] if index < len(self._late) else None
         if late is None:
@@ -541,18 +542,10 @@ class AnalyzeApp(BackgroundLoading, App[int]):
             view.set_matches, [match], f"{self.rank.label} arrived {late.late_ms:.1f} ms after the first rank"
         )
 
-    def on_key(self, event) -> None:
+    def on_key(self, event: Key) -> None:
         # Esc in an input returns to what it searches rather than doing nothing.
         if event.key == "escape" and isinstance(self.focused, Input):
             if self.focused.id == "tl-search":
                 self.query_one(TimelinePane).close_search()
             else:
                 self.query_one("#kernels-table", DataTable).focus()
-
-
-def _median_step(rank) -> int:
-    steps = rank.analysis.breakdown.steps
-    if not steps:
-        return 0
-    order = sorted(range(len(steps)), key=lambda i: steps[i].duration_ns)
-    return order[len(order) // 2]

@@ -4,19 +4,31 @@ background-loading machinery (a daemon thread that never touches widgets)."""
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
+from rich.console import RenderableType
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from textual.content import Content
+from textual.geometry import Size
+from textual.screen import ModalScreen, Screen
+from textual.visual import VisualType
 from textual.widget import Widget
 from textual.widgets import Input, ProgressBar, Static
 
 from trainscope.traces.safe_text import visible, visible_lines
+from trainscope.tui.keys import actions, palette_commands, without_duplicates
+
+if TYPE_CHECKING:  # the mixins below are only ever mixed into an App: type-check them as one
+    _AppBase = App[Any]
+else:
+    _AppBase = object
 
 
 def gib(b: float | None, digits: int = 1, missing: str = "n/a") -> str:
@@ -49,14 +61,14 @@ class KeyBar(Static):
 
     DEFAULT_CSS = "KeyBar { height: 1; background: $panel; color: $text-muted; padding: 0 1; }"
 
-    def __init__(self, hint: str = "", **kwargs) -> None:
+    def __init__(self, hint: str = "", **kwargs: Any) -> None:
         self.hint = str(hint)
         super().__init__(hint, **kwargs)
 
     def _width(self) -> int:
         return self.content_size.width or max(1, self.app.size.width - 2)
 
-    def update(self, content="", *, layout: bool = True) -> None:
+    def update(self, content: VisualType = "", *, layout: bool = True) -> None:
         self.hint = str(content)
         super().update(fit_hint(self.hint, self._width()) if self.is_mounted else self.hint, layout=layout)
 
@@ -88,7 +100,7 @@ class HangingText(Widget):
 
     DEFAULT_CSS = "HangingText { height: auto; }"
 
-    def __init__(self, text: Text, hang: int, **kwargs) -> None:
+    def __init__(self, text: Text, hang: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.text, self.hang = text, hang
 
@@ -111,7 +123,7 @@ class HangingText(Widget):
     def render(self) -> Text:
         return self.wrapped(self.content_size.width or self.app.size.width)
 
-    def get_content_height(self, container, viewport, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return len(self.wrapped(width).plain.split("\n"))
 
 
@@ -142,7 +154,7 @@ class HelpScreen(ModalScreen[None]):
     """
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
 
-    def __init__(self, keys: Text, *more) -> None:
+    def __init__(self, keys: Text, *more: RenderableType) -> None:
         super().__init__()
         self.keys, self.more = keys, more
 
@@ -154,17 +166,37 @@ class HelpScreen(ModalScreen[None]):
                 yield Static(part, id=f"help-more-{i}")
 
 
-class SafeChrome:
+class Palette(_AppBase):
+    """Mixin for an App: ``t`` toggles the theme, and the command palette (ctrl+p) offers the app's
+    own bindings first, then Textual's commands less those one of ours already is."""
+
+    def palette_skip(self, action: str) -> bool:
+        """Whether the palette leaves ``action`` out now (the analyze app: a tab that is off)."""
+        return False
+
+    def palette_more(self) -> list[SystemCommand]:
+        """Commands beyond the app's own bindings (the memory app: its table's keys)."""
+        return []
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        ours = [*palette_commands(self, self.BINDINGS, skip=self.palette_skip), *self.palette_more()]
+        yield from without_duplicates(ours, super().get_system_commands(screen), actions(self.BINDINGS))
+
+    def action_toggle_dark(self) -> None:
+        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
+
+
+class SafeChrome(_AppBase):
     """Mixin for an App: what the app draws around its panes (the header's title and sub-title, the
     notifications) shows a trace's text made visible (traces/safe_text.py). The sub-title is the
     trace's file name and a notification may quote an export path built from it: a name holding
     ``ESC ] 0 ;`` would otherwise retitle the terminal, ``ESC [ 2 J`` clear it."""
 
-    def format_title(self, title: str, sub_title: str):
-        return super().format_title(visible(title), visible(sub_title))  # type: ignore[misc]
+    def format_title(self, title: str, sub_title: str) -> Content:
+        return super().format_title(visible(title), visible(sub_title))
 
-    def notify(self, message: str, *, title: str = "", **kwargs) -> None:
-        super().notify(visible_lines(str(message)), title=visible(title), **kwargs)  # type: ignore[misc]
+    def notify(self, message: str, *, title: str = "", **kwargs: Any) -> None:
+        super().notify(visible_lines(str(message)), title=visible(title), **kwargs)
 
 
 class BackgroundLoading(SafeChrome):
@@ -183,7 +215,7 @@ class BackgroundLoading(SafeChrome):
         """The app has been asked to exit (Textual sets ``_exit`` in ``App.exit``)."""
         return bool(getattr(self, "_exit", False))
 
-    def _post(self, fn: Callable, *args) -> None:
+    def _post(self, fn: Callable[..., object], *args: object) -> None:
         """call_from_thread that tolerates an app that has exited, or is tearing its widgets down
         because the user quit while this thread worked."""
         try:
@@ -208,9 +240,6 @@ class BackgroundLoading(SafeChrome):
             bar.update(total=None)
         else:
             bar.update(total=100, progress=100 * fraction)
-
-    def action_toggle_dark(self) -> None:
-        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
 
 
 class PathPrompt(ModalScreen["str | None"]):
@@ -243,8 +272,6 @@ class PathPrompt(ModalScreen["str | None"]):
 def writable_dir(path: str) -> bool:
     """Whether a file can be created beside ``path`` (tried, not guessed: root passes os.access checks
     on read-only mounts)."""
-    import tempfile
-
     try:
         with tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path)) or "."):
             return True
@@ -252,7 +279,7 @@ def writable_dir(path: str) -> bool:
         return False
 
 
-def ask_path(app, name: str, what: str, write: Callable[[str], None]) -> None:
+def ask_path(app: App[Any], name: str, what: str, write: Callable[[str], None]) -> None:
     """Write ``name`` in the current directory, as an absolute path; when that directory cannot be
     written, ask where (the home directory is offered)."""
     path = os.path.abspath(name)

@@ -3,9 +3,15 @@ statistics and queue lengths — the same lines as the report's deep section, sh
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
+
+from trainscope.reports.deep import deep_text_lines
+from trainscope.traces.safe_text import safe_strings
 
 
 class DeepPane(VerticalScroll):
@@ -14,11 +20,11 @@ class DeepPane(VerticalScroll):
     DeepPane #deep-status { height: auto; color: $warning; }
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.result: dict | None = None
+        self.result: dict[str, Any] | None = None
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static("", id="deep-status", markup=False)
         yield Static("", id="deep-body", markup=False)
 
@@ -28,15 +34,11 @@ class DeepPane(VerticalScroll):
             "background and can take a minute on large traces)"
         )
 
-    def show(self, result: dict) -> None:
-        from trainscope.traces.safe_text import safe_strings
-
+    def show(self, result: dict[str, Any]) -> None:
         self.result = result
         result = safe_strings(result)  # HTA's kernel names and messages, as every view shows them
         self.query_one("#deep-status", Static).update("")
         if result.get("unavailable"):
             self.query_one("#deep-body", Static).update(Text(f"Deep analysis unavailable: {result['reason']}"))
             return
-        from trainscope.reports.deep import deep_text_lines
-
         self.query_one("#deep-body", Static).update(Text("\n".join(deep_text_lines(result, lambda x: x))))

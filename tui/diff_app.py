@@ -9,6 +9,7 @@ is the gate's, so a person can look at a regression and CI semantics stay the sa
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -16,14 +17,18 @@ from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from trainscope.analyzers.compare.diff import GateResult, RunDiff
 from trainscope.analyzers.rules import Rules
+from trainscope.api import comparison
+from trainscope.api.comparison import DiffResult
 
 # As `trainscope diff` without the app; interrupted: quit before a requested gate could be checked
 # (never a silent pass).
-from trainscope.api import EXIT_INTERRUPTED, EXIT_REGRESSION
+from trainscope.api.errors import EXIT_INTERRUPTED, EXIT_REGRESSION, BadInput, TrainscopeError, describe
+from trainscope.reports import formats
+from trainscope.reports.formats import FILE_DEFAULT, writer
 from trainscope.traces.safe_text import visible
-from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, keys_text
+from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, Palette, keys_text
 from trainscope.tui.diff_panes import DiffBreakdown, DiffSummary, FixOutcomes, KernelDiffPane, base_name
-from trainscope.tui.keys import bind, common_bindings, palette_commands, without_duplicates
+from trainscope.tui.keys import bind, common_bindings
 
 TABS = ("summary", "breakdown", "kernels", "fixes")
 
@@ -95,12 +100,10 @@ def report_name(before: str, after: str) -> str:
             s = s[: -len(ext)] if s.endswith(ext) else s
         return s
 
-    from trainscope.reports.formats import FILE_DEFAULT, writer
-
     return f"{stem(before)}-vs-{stem(after)}.trainscope-diff{writer(FILE_DEFAULT).suffixes[0]}"
 
 
-class DiffApp(BackgroundLoading, App[int]):
+class DiffApp(Palette, BackgroundLoading, App[int]):
     TITLE = "trainscope diff"
     CSS = """
     TabbedContent { height: 1fr; }
@@ -160,9 +163,7 @@ class DiffApp(BackgroundLoading, App[int]):
         self.query_one("#tabs").display = False
         if self.diff is not None:
             if self.gate is None and self.fail_if_slower is not None:
-                from trainscope import api
-
-                self.gate = api.gate(self.diff, self.metric, self.fail_if_slower).gate
+                self.gate = comparison.gate(self.diff, self.metric, self.fail_if_slower).gate
             self.show_diff(self.diff, self.gate)
         else:
             self.query_one("#loading-stage", Static).update("reading BEFORE…")
@@ -171,14 +172,12 @@ class DiffApp(BackgroundLoading, App[int]):
     # -- loading (daemon thread: never touches widgets) ---------------------------------------------
 
     def load(self) -> None:
-        from trainscope import api
-
         progress = self._throttled_progress
         try:
             if self.loader is not None:
                 diff, gate = self.loader(progress)
             else:
-                r = api.diff(
+                r = comparison.diff(
                     self.before_path,
                     self.after_path,
                     rules=self.rules,
@@ -186,14 +185,16 @@ class DiffApp(BackgroundLoading, App[int]):
                     fail_if_slower=self.fail_if_slower,
                     progress=progress,
                 )
+                if not isinstance(r.diff, RunDiff):  # a stored run: compared by its summary, never in the app
+                    raise BadInput("the diff app compares two traces; compare a stored run with --no-tui")
                 diff, gate = r.diff, r.gate
         except Exception as e:
             # The caller prints it after the app closes: Textual's exit message would be wrapped at 80 columns.
-            if isinstance(e, api.BadInput) or not self._leaving:  # a bug while the user quits is not ours
-                message, code = api.describe(e)
+            if isinstance(e, BadInput) or not self._leaving:  # a bug while the user quits is not ours
+                message, code = describe(e)
                 if isinstance(e, MemoryError):
                     message = "out of memory while reading the runs"
-                elif not isinstance(e, api.TrainscopeError) and code == 1:
+                elif not isinstance(e, TrainscopeError) and code == 1:
                     message = f"internal error: {type(e).__name__}: {e} (please report it)"
                 self.error = f"trainscope: {visible(message)}"  # a path or a name from a trace: shown, inert
                 self._post(self.exit, code, code)
@@ -214,9 +215,9 @@ class DiffApp(BackgroundLoading, App[int]):
             self._write_report(self.report_path)
         self.query_one("#keybar", KeyBar).update(HINTS["summary"])
 
-    def document(self) -> dict:
-        from trainscope.api import DiffResult
-
+    def document(self) -> dict[str, Any]:
+        if self.diff is None:
+            raise RuntimeError("the runs have not been compared yet")
         return DiffResult(self.diff, self.gate).to_dict()
 
     # -- actions ------------------------------------------------------------------------------------
@@ -239,25 +240,24 @@ class DiffApp(BackgroundLoading, App[int]):
         self._focus_tab(tab)
 
     def _focus_tab(self, tab: str) -> None:
-        target = {"summary": DiffSummary, "breakdown": DiffBreakdown, "kernels": "#kd-table", "fixes": FixOutcomes}[tab]
+        target = {
+            "summary": "DiffSummary",
+            "breakdown": "DiffBreakdown",
+            "kernels": "#kd-table",
+            "fixes": "FixOutcomes",
+        }[tab]
         self.query_one(target).focus()
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         if self.diff is None:  # TabbedContent activates its first tab at mount, while loading
             return
+        assert event.pane.id is not None  # compose gives every pane its tab's id
         self._focus_tab(event.pane.id)
         self.query_one("#keybar", KeyBar).update(HINTS.get(event.pane.id, ""))
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(help_screen())
-
-    def get_system_commands(self, screen):
-        yield from without_duplicates(
-            palette_commands(self, self.BINDINGS),
-            super().get_system_commands(screen),
-            (b.action for b in self.BINDINGS),
-        )
 
     def action_export(self) -> None:
         if self.diff is None:
@@ -266,9 +266,8 @@ class DiffApp(BackgroundLoading, App[int]):
 
     def _write_report(self, path: str) -> None:
         """The report in the format the file name says (reports/formats.py)."""
-        from trainscope.api import DiffResult
-        from trainscope.reports import formats
-
+        if self.diff is None:  # written only once the diff is shown
+            return
         try:
             formats.write(path, DiffResult(self.diff, self.gate, rules=self.rules).output())
         except OSError as e:

@@ -7,10 +7,14 @@ compare it with a RunDiff computed on their own, and renders with rich Text at a
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from rich.console import JustifyMethod
 from rich.table import Table
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
@@ -19,6 +23,7 @@ from textual.widgets import DataTable, Static
 
 from trainscope.analyzers.compare.diff import GateResult, RecommendationOutcome, Run, RunDiff, ShareChange
 from trainscope.analyzers.kernel_match import KernelChange
+from trainscope.reports.diff_document import verdict_headline
 from trainscope.reports.document import AXIS_NAMES, headline_word
 from trainscope.traces.safe_text import visible
 from trainscope.tui.palette import AXIS_CLASS, GPU_STYLE
@@ -44,6 +49,12 @@ def speed_words(speedup: float | None) -> str:
     if speedup is None:
         return "—"
     return f"{speedup:.2f}× faster" if speedup >= 1 else f"{1 / speedup:.2f}× slower"
+
+
+def _add_columns(table: Table, *columns: tuple[str, JustifyMethod]) -> None:
+    """The step-time table's columns: (name, justification), bold headers, never wrapped."""
+    for name, justify in columns:
+        table.add_column(name, justify=justify, header_style="bold", no_wrap=True)
 
 
 # -- 1 summary -----------------------------------------------------------------------------------
@@ -97,11 +108,11 @@ class DiffSummary(VerticalScroll):
     DiffSummary #side-notes { height: auto; margin: 1 0 0 0; }
     """ + "".join(f"DiffSummary {line.strip()}\n" for line in AXIS_CSS.strip().splitlines())
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.flagged: set[str] = set()  # header rows marked as differing
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static("", id="sides", markup=False)
         yield Static("", id="comparable", markup=False)
         with Horizontal(id="verdicts"):
@@ -169,14 +180,11 @@ class DiffSummary(VerticalScroll):
         work = d.work
         if work is not None and work.fixed_windows:
             # A capture window's length is the capture's: the work it holds is the measure, no speedup.
-            for name, justify in (
-                ("work per window", "left"),
-                ("before", "right"),
-                ("after", "right"),
-                ("change", "right"),
-            ):
-                st.add_column(name, justify=justify, header_style="bold", no_wrap=True)
-            pct = lambda b, a: "—" if not b else f"{100 * (a - b) / b:+.1f} %"  # noqa: E731
+            _add_columns(st, ("work per window", "left"), ("before", "right"), ("after", "right"), ("change", "right"))
+
+            def pct(b: float, a: float) -> str:
+                return "—" if not b else f"{100 * (a - b) / b:+.1f} %"
+
             st.add_row(
                 "GPU kernel time",
                 f"{work.before_kernel_ms:.2f} ms",
@@ -206,14 +214,14 @@ class DiffSummary(VerticalScroll):
             )
             self.query_one("#step-time", Static).update(st)
         else:
-            for name, justify in (
+            _add_columns(
+                st,
                 ("step time", "left"),
                 ("before", "right"),
                 ("after", "right"),
                 ("change", "right"),
                 ("speedup", "left"),
-            ):
-                st.add_column(name, justify=justify, header_style="bold", no_wrap=True)
+            )
             for s in d.step_time:
                 faster = s.speedup is not None and s.speedup >= 1
                 st.add_row(
@@ -237,9 +245,9 @@ class DiffSummary(VerticalScroll):
         notes = Text()
         m = d.memory
         if m is not None:
-            pct = "" if m.change_pct is None else f" ({m.change_pct:+.1f} %)"
+            change = "" if m.change_pct is None else f" ({m.change_pct:+.1f} %)"
             notes.append("peak memory  ", style="bold")
-            notes.append(f"{m.before_bytes / 2**30:.2f} GiB → {m.after_bytes / 2**30:.2f} GiB{pct}\n")
+            notes.append(f"{m.before_bytes / 2**30:.2f} GiB → {m.after_bytes / 2**30:.2f} GiB{change}\n")
         for label, r in (("before", d.before), ("after", d.after)):
             for w in r.warnings:
                 notes.append(f"⚠ {label}: {visible(w)}\n", style="yellow")
@@ -300,7 +308,7 @@ class BarPairs(Widget):
 
     DEFAULT_CSS = "BarPairs { height: auto; }"
 
-    def __init__(self, unit: str, **kwargs) -> None:
+    def __init__(self, unit: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.unit = unit  # "%" (shares, change in points) or "ms" (per step)
         self.rows: list[BarRow] = []
@@ -377,13 +385,13 @@ class DiffBreakdown(VerticalScroll):
     DiffBreakdown .heading { text-style: bold; margin: 1 0 0 0; height: auto; }
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.share_rows: list[BarRow] = []
         self.category_rows: list[BarRow] = []
         self.class_rows: list[BarRow] = []
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static("", id="bd-note", classes="note", markup=False)
         yield BarPairs("%", id="bd-headline")
         yield Static("Exclusive breakdown (each instant of a step counted once)", classes="heading")
@@ -433,7 +441,7 @@ MATCH_MEANS = {
 class DiffColumn:
     key: str
     label: str
-    sort_key: object  # callable KernelChange -> comparable
+    sort_key: Callable[[KernelChange], Any]  # a comparable value of the row
     descending: bool
 
 
@@ -481,13 +489,13 @@ class KernelDiffPane(SortedColumns, Vertical):
     sort_column: reactive[str] = reactive("change", init=False)
     descending: reactive[bool] = reactive(True, init=False)
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.diff: RunDiff | None = None
         self.shown: list[KernelChange] = []
         self.selected: KernelChange | None = None
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static("", id="kd-groups", markup=False)
         yield Static("", id="kd-note", markup=False)
         yield DataTable(id="kd-table", cursor_type="row", zebra_stripes=True)
@@ -590,12 +598,6 @@ class KernelDiffPane(SortedColumns, Vertical):
     def watch_group(self) -> None:
         self._refill()
 
-    def watch_sort_column(self) -> None:
-        self._refill()
-
-    def watch_descending(self) -> None:
-        self._refill()
-
     def action_group(self, group: str) -> None:
         self.group = group
 
@@ -631,11 +633,11 @@ class FixOutcomes(VerticalScroll):
     FixOutcomes #fo-list { height: auto; margin: 1 0 0 0; }
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.outcomes: list[RecommendationOutcome] = []
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static("", id="fo-note", markup=False)
         yield Static("", id="fo-list", markup=False)
 
@@ -653,8 +655,6 @@ class FixOutcomes(VerticalScroll):
         grid.add_column(width=11, no_wrap=True)
         grid.add_column(ratio=1)
         if not self.outcomes:
-            from trainscope.reports.diff_document import verdict_headline
-
             v = d.verdict
             grid.add_row(
                 "",

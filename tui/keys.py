@@ -8,11 +8,13 @@ its help screen and command palette are built from the bindings it has, so they 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from textual.app import SystemCommand
-from textual.binding import Binding
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.widget import Widget
 
 
 @dataclass(frozen=True)
@@ -79,12 +81,21 @@ def key_label(keys: str) -> str:
     return " / ".join(_KEY_NAMES.get(k.strip(), k.strip()) for k in keys.split(","))
 
 
-def binding_rows(bindings: Iterable[Binding]) -> list[tuple[str, str]]:
+def bindings(declared: Iterable[BindingType]) -> Iterator[Binding]:
+    """A ``BINDINGS`` list as Binding objects (Textual also accepts (key, action[, description]) tuples)."""
+    for b in declared:
+        yield b if isinstance(b, Binding) else Binding(*b)
+
+
+def actions(declared: Iterable[BindingType]) -> Iterator[str]:
+    """The actions a ``BINDINGS`` list runs."""
+    return (b.action for b in bindings(declared))
+
+
+def binding_rows(declared: Iterable[BindingType]) -> list[tuple[str, str]]:
     """(keys, what it does) for the help screen, from the bindings themselves."""
     rows: list[tuple[str, str]] = []
-    for b in bindings:
-        if isinstance(b, tuple):
-            b = Binding(*b)
+    for b in bindings(declared):
         if b.key == "ctrl+c":
             continue
         rows.append((key_label(b.key), b.description or b.action))
@@ -107,13 +118,13 @@ def without_duplicates(
             yield c
 
 
-def palette_commands(app, bindings: Iterable[Binding], skip=None) -> Iterable[SystemCommand]:
+def palette_commands(
+    app: App[Any] | Widget, declared: Iterable[BindingType], skip: Callable[[str], bool] | None = None
+) -> Iterable[SystemCommand]:
     """The app's own actions for the command palette (ctrl+p), one per binding; ``skip(action)``
     leaves out what does not apply now (a tab that is off)."""
     seen: set[str] = set()
-    for b in bindings:
-        if isinstance(b, tuple):
-            b = Binding(*b)
+    for b in bindings(declared):
         if b.key == "ctrl+c" or b.action in seen or not b.description or (skip is not None and skip(b.action)):
             continue
         seen.add(b.action)

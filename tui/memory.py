@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widget import Widget
 from textual.widgets import Static
 
 from trainscope.analyzers.views.memory_curve import MemoryCurve
+from trainscope.reports.plan import ledger_text_lines
 from trainscope.tui.chrome import gib
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -19,7 +23,7 @@ class MemoryChart(Widget):
 
     DEFAULT_CSS = "MemoryChart { height: 1fr; min-height: 6; }"
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.curve: MemoryCurve | None = None
         self.span: tuple[int, int] = (0, 1)
@@ -59,17 +63,15 @@ class MemoryPane(Vertical):
     MemoryPane #mem-ledger { height: auto; padding: 0 1; }
     """
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static("", id="mem-note", markup=False)
         yield MemoryChart(id="mem-chart")
         yield Static("", id="mem-ledger", markup=False)
 
-    def show(self, curves: list[MemoryCurve], span: tuple[int, int], ledger: dict | None = None) -> None:
+    def show(self, curves: list[MemoryCurve], span: tuple[int, int], ledger: dict[str, Any] | None = None) -> None:
         note = self.query_one("#mem-note", Static)
         chart = self.query_one(MemoryChart)
         if ledger:  # analyze --model: the planned ledger next to the measured peak
-            from trainscope.reports.plan import ledger_text_lines
-
             self.query_one("#mem-ledger", Static).update(Text("\n".join(ledger_text_lines(ledger)).strip("\n")))
         if not curves:
             note.update(

@@ -10,18 +10,25 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rich.text import Text
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Vertical, VerticalScroll
+from textual.events import Key
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import DataTable, Header, Input, Static
+from textual.widgets.data_table import ColumnKey
 
 from trainscope.analyzers.snapshot.peak import MemoryPeak, PeakAllocation
+from trainscope.api.errors import BadInput, describe
+from trainscope.api.memory_report import MemoryReport, memory
+from trainscope.reports import formats
+from trainscope.reports.formats import FILE_DEFAULT, writer
 from trainscope.traces.safe_text import visible
-from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, ask_path, keys_text
-from trainscope.tui.keys import bind, binding_rows, common_bindings, palette_commands, without_duplicates
+from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, Palette, ask_path, keys_text
+from trainscope.tui.keys import bind, binding_rows, common_bindings, palette_commands
 from trainscope.tui.sorting import SortedColumns
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -49,7 +56,7 @@ class PeakChart(Widget):
     DEFAULT_CSS = "PeakChart { height: 1fr; min-height: 7; }"
     GUTTER = 11
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.peak: MemoryPeak | None = None
 
@@ -125,7 +132,7 @@ class Column:
     width: int | None  # None: what the others leave
     descending: bool
 
-    def sort_key(self, a: PeakAllocation):
+    def sort_key(self, a: PeakAllocation) -> int | float | str:
         if self.key in ("size", "share"):
             return a.size
         if self.key == "time":
@@ -178,7 +185,7 @@ class PeakTable(SortedColumns, Vertical):
     descending: reactive[bool] = reactive(True)
     filter_text: reactive[str] = reactive("", init=False)
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.peak: MemoryPeak | None = None
         self.shown: list[PeakAllocation] = []
@@ -225,7 +232,7 @@ class PeakTable(SortedColumns, Vertical):
                 table.add_column(c.label + " ▼", key=c.key, width=c.width or self._site_w)
         for c in COLUMNS:
             mark = (" ▼" if self.descending else " ▲") if c.key == self.sort_column else ""
-            table.columns[c.key].label = Text(c.label + mark)
+            table.columns[ColumnKey(c.key)].label = Text(c.label + mark)
         table.clear()
         t0 = int(p.time_us[0]) if len(p.time_us) else 0
         for i, a in enumerate(self.shown):
@@ -249,10 +256,10 @@ class PeakTable(SortedColumns, Vertical):
     def _show_stack(self) -> None:
         a = self.selected
         text = self.query_one("#mm-stack-text", Static)
-        if a is None:
+        p = self.peak
+        if a is None or p is None:  # a row is selected only among the peak's allocations
             text.update("")
             return
-        p = self.peak
         out = Text()
         out.append(f"{size_text(a.size)}", style="bold")
         out.append(
@@ -276,12 +283,6 @@ class PeakTable(SortedColumns, Vertical):
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
         self._show_stack()
-
-    def watch_sort_column(self) -> None:
-        self._refill()
-
-    def watch_descending(self) -> None:
-        self._refill()
 
     def watch_filter_text(self) -> None:
         self._refill()
@@ -310,10 +311,10 @@ class PeakTable(SortedColumns, Vertical):
         self.sort_by(str(event.column_key.value))
 
 
-MemoryLoader = Callable[[Callable[[str, "float | None"], None]], "tuple[object, list[MemoryPeak]]"]
+MemoryLoader = Callable[[Callable[[str, "float | None"], None]], "tuple[MemoryReport, list[MemoryPeak]]"]
 
 
-class MemoryApp(BackgroundLoading, App[int]):
+class MemoryApp(Palette, BackgroundLoading, App[int]):
     TITLE = "trainscope memory"
     CSS = """
     #mm-main { height: 1fr; }
@@ -324,7 +325,12 @@ class MemoryApp(BackgroundLoading, App[int]):
     BINDINGS = [*common_bindings(), bind("export", "export the Markdown memory report")]
 
     def __init__(
-        self, path: str, *, report=None, peaks: list[MemoryPeak] | None = None, loader: MemoryLoader | None = None
+        self,
+        path: str,
+        *,
+        report: MemoryReport | None = None,
+        peaks: list[MemoryPeak] | None = None,
+        loader: MemoryLoader | None = None,
     ) -> None:
         super().__init__()
         self.path = path
@@ -352,22 +358,20 @@ class MemoryApp(BackgroundLoading, App[int]):
             self._start_daemon(self.load)
 
     def load(self) -> None:
-        from trainscope import api
-
         try:
             if self.loader is not None:
                 report, peaks = self.loader(self._throttled_progress)
             else:
-                report = api.memory(self.path)
+                report = memory(self.path)
                 peaks = report.peaks()
         except Exception as e:
-            if isinstance(e, api.BadInput) or not self._leaving:
-                message, code = api.describe(e)
+            if isinstance(e, BadInput) or not self._leaving:
+                message, code = describe(e)
                 self._post(self.exit, code, code, f"trainscope: {message}")
             return
         self._post(self.show_peaks, report, peaks)
 
-    def show_peaks(self, report, peaks: list[MemoryPeak]) -> None:
+    def show_peaks(self, report: MemoryReport | None, peaks: list[MemoryPeak]) -> None:
         self.report, self.peaks = report, peaks
         self.query_one("#loading").display = False
         self.query_one("#mm-main").display = True
@@ -416,12 +420,8 @@ class MemoryApp(BackgroundLoading, App[int]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(help_screen())
 
-    def get_system_commands(self, screen):
-        ours = [
-            *palette_commands(self, self.BINDINGS),
-            *palette_commands(self.query_one(PeakTable), PeakTable.BINDINGS),
-        ]
-        yield from without_duplicates(ours, super().get_system_commands(screen), (b.action for b in self.BINDINGS))
+    def palette_more(self) -> list[SystemCommand]:
+        return list(palette_commands(self.query_one(PeakTable), PeakTable.BINDINGS))
 
     def action_export(self) -> None:
         if self.report is None:
@@ -429,15 +429,13 @@ class MemoryApp(BackgroundLoading, App[int]):
         stem = os.path.basename(self.path)
         for ext in (".gz", ".pickle", ".pkl"):
             stem = stem[: -len(ext)] if stem.endswith(ext) else stem
-        from trainscope.reports.formats import FILE_DEFAULT, writer
-
         d = writer(FILE_DEFAULT)  # a name in the current directory, in the default report format
         ask_path(self, f"{stem}.trainscope-memory{d.suffixes[0]}", f"{d.label} memory report", self._write)
 
     def _write(self, path: str) -> None:
         """The report in the format the file name says (reports/formats.py)."""
-        from trainscope.reports import formats
-
+        if self.report is None:  # asked only once the report is shown (action_export)
+            return
         try:
             formats.write(path, self.report.output())
         except OSError as e:
@@ -446,7 +444,7 @@ class MemoryApp(BackgroundLoading, App[int]):
         self.exported.append(path)
         self.notify(f"Memory report written to {path}", timeout=6, markup=False)
 
-    def on_key(self, event) -> None:
+    def on_key(self, event: Key) -> None:
         if event.key == "escape" and isinstance(self.focused, Input):
             self.focused.display = bool(self.focused.value)
             self.query_one("#mm-table", DataTable).focus()

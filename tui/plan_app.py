@@ -8,7 +8,9 @@ for a moment, so holding a key down never queues up searches.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any, TypeVar
 
 from rich.text import Text
 from textual import work
@@ -20,14 +22,19 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Header, Static
 from textual.worker import get_current_worker
 
-from trainscope import api
 from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY, GpuMemory
 from trainscope.analyzers.plan.ledger import PRECISIONS, Fit, FitOption, Ledger, PlanConfig
-from trainscope.api import normalize_plan as normalize
-from trainscope.api import plan_ledger as ledger
-from trainscope.tui.chrome import HelpScreen, KeyBar, keys_text
-from trainscope.tui.keys import bind, common_bindings, palette_commands, without_duplicates
+from trainscope.api import planning
+from trainscope.api.planning import PlanResult, plan
+from trainscope.reports import formats
+from trainscope.reports.formats import FILE_DEFAULT, writer
+from trainscope.tui.chrome import HelpScreen, KeyBar, Palette, keys_text
+from trainscope.tui.keys import bind, common_bindings
 from trainscope.tui.plan_view import activation_note, banner_text, gb2, ledger_bar, toggles_text, verdict_class
+
+# api/planning.py leaves these two unannotated: their types, declared where the app calls them.
+normalize: Callable[[PlanConfig], PlanConfig] = planning.normalize_plan
+ledger: Callable[[PlanConfig], Ledger] = planning.plan_ledger
 
 OPTIMIZER_CYCLE = ("adam", "adam8bit", "momentum", "sgd")
 PRECISION_CYCLE = ("fp32", "mixed", "mixed-fp32-grads")
@@ -52,6 +59,7 @@ KEYS: list[tuple[str, str]] = [
     ("?", "this help (Esc closes)"),
     ("q / ctrl+c", "quit"),
 ]
+T = TypeVar("T")
 HINT = "o p c b/B a/A g/G z d toggle · ⏎ apply · r reset · e export · t theme · ? help · q quit"
 
 
@@ -71,12 +79,12 @@ def pin_measured(cfg: PlanConfig) -> PlanConfig:
     )
 
 
-def plan_document(cfg: PlanConfig, device: GpuMemory, threshold_pct: float, limit: int) -> dict:
+def plan_document(cfg: PlanConfig, device: GpuMemory, threshold_pct: float, limit: int) -> dict[str, Any]:
     """The ``trainscope.plan/1`` document for a config, exactly as the plan command builds it."""
-    return api.plan(cfg, device=device, options=limit, threshold_pct=threshold_pct).to_dict()
+    return plan(cfg, device=device, options=limit, threshold_pct=threshold_pct).to_dict()
 
 
-def _next(seq: tuple[str, ...] | list, current, step: int = 1):
+def _next(seq: Sequence[T], current: T, step: int = 1) -> T:
     return seq[(seq.index(current) + step) % len(seq)] if current in seq else seq[0]
 
 
@@ -97,7 +105,7 @@ class LedgerBar(Static):
 
     DEFAULT_CSS = "LedgerBar { height: 3; padding: 0 1; }"
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.state: tuple[Ledger, Fit] | None = None
 
@@ -111,7 +119,7 @@ class LedgerBar(Static):
         return ledger_bar(*self.state, self.content_size.width or 60)
 
 
-class PlanApp(App[int]):
+class PlanApp(Palette, App[int]):
     TITLE = "trainscope plan"
     CSS = """
     #banner { height: 1; padding: 0 1; text-style: bold; }
@@ -162,8 +170,6 @@ class PlanApp(App[int]):
         self.initial_device = self.devices.index(device)
         self.threshold_pct = threshold_pct
         self.limit = limit
-        from trainscope.reports.formats import FILE_DEFAULT, writer
-
         # where `e` writes: the given path, else a name in the current directory in the default format
         self.export_path = export_path or f"trainscope-plan{writer(FILE_DEFAULT).suffixes[0]}"
         first = self._plan(self.initial_config, device)
@@ -181,8 +187,8 @@ class PlanApp(App[int]):
     def device(self) -> GpuMemory:
         return self.devices[self.device_index]
 
-    def _plan(self, cfg: PlanConfig, device: GpuMemory, options: int = 0) -> api.PlanResult:
-        return api.plan(cfg, device=device, options=options, threshold_pct=self.threshold_pct)
+    def _plan(self, cfg: PlanConfig, device: GpuMemory, options: int = 0) -> PlanResult:
+        return plan(cfg, device=device, options=options, threshold_pct=self.threshold_pct)
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -393,23 +399,11 @@ class PlanApp(App[int]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(help_screen())
 
-    def action_toggle_dark(self) -> None:
-        self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
-
-    def get_system_commands(self, screen):
-        yield from without_duplicates(
-            palette_commands(self, self.BINDINGS),
-            super().get_system_commands(screen),
-            (b.action for b in self.BINDINGS),
-        )
-
     def action_export(self) -> None:
         """The current plan in the format the export path's name says (reports/formats.py)."""
-        from trainscope.reports import formats
-
         path = self.export_path
         try:
-            result = api.plan(self.config, device=self.device, options=self.limit, threshold_pct=self.threshold_pct)
+            result = plan(self.config, device=self.device, options=self.limit, threshold_pct=self.threshold_pct)
             formats.write(path, result.output())
         except OSError as e:
             self.notify(f"cannot write {path}: {e.strerror or e}", severity="error", timeout=6, markup=False)

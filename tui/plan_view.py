@@ -57,7 +57,10 @@ def ledger_bar(lg: Ledger, f: Fit, width: int) -> Text:
     """
     width = max(20, width)
     scale = max(lg.total_bytes, f.capacity_bytes) * 1.02
-    cells = lambda b: round(width * b / scale)  # noqa: E731
+
+    def cells(b: float) -> int:
+        return round(width * b / scale)
+
     out = Text(no_wrap=True, overflow="crop")
     cum, drawn = 0.0, 0
     for it in lg.items:

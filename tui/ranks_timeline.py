@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
+from textual.geometry import Size
 from textual.widget import Widget
 
 from trainscope.analyzers.views.timeline import TimelineModel
@@ -48,7 +49,7 @@ class RanksTimeline(Widget, can_focus=True):
         Binding("N", "next_late(-1)", "previous late arrival", show=False),
     ]
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.ranks: list[RankLanes] = []
         self.sb: Any = None  # api.Report.side_by_side(): analyzers.ranks.lanes.SideBySide
@@ -100,7 +101,7 @@ class RanksTimeline(Widget, can_focus=True):
         shift = (self.end_ns - self.start_ns) * fraction
         self.show_window(self.start_ns + shift, self.end_ns + shift)
 
-    def late_arrivals(self) -> list:
+    def late_arrivals(self) -> list[Any]:
         return [c for c in self.sb.shared if c.late_rank is not None] if self.sb else []
 
     def action_next_late(self, delta: int) -> None:
@@ -116,7 +117,7 @@ class RanksTimeline(Widget, can_focus=True):
 
     # -- drawing -------------------------------------------------------------------------------
 
-    def get_content_height(self, container, viewport, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return 3 * len(self.ranks)  # the axis, then GPU, collectives and joins per rank (no joins under the last)
 
     def _connectors(self, cols: int) -> list[int]:

@@ -4,6 +4,7 @@ roofs, with the heaviest kernels as labeled points (A, B, C, … in order of tim
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from rich.text import Text
 from textual.widget import Widget
@@ -28,10 +29,10 @@ def roofline_chart(roof: Roofline | None, width: int, height: int) -> list[str]:
     bw = roof.bandwidth_gbps * 1e9
     peak = roof.spec.tensor_tflops
     roofs = sorted({peak, roof.spec.vector.get("fp32", 0.0)} - {0.0})
-    xs = [math.log10(r.intensity) for r in pts]
+    xs = [math.log10(r.intensity) for r in pts if r.intensity]  # every point has one (the filter above)
     x0 = math.floor(min(xs + [math.log10(roofs[0] * 1e12 / bw)]) - 0.5)
     x1 = math.ceil(max(xs + [math.log10(peak * 1e12 / bw)]) + 0.5)
-    ys = [math.log10(r.tflops) for r in pts]
+    ys = [math.log10(r.tflops) for r in pts if r.tflops]
     y1 = math.ceil(math.log10(peak) + 0.2)
     y0 = max(math.floor(min(ys + [y1 - 4])), y1 - 6)  # kernels far below every roof sit on the bottom row
     plot_w, plot_h = max(20, width - 10), max(5, height - 3 - min(len(pts), len(LABELS)) // 2)
@@ -99,7 +100,7 @@ class RooflinePlot(Widget):
 
     DEFAULT_CSS = "RooflinePlot { height: 18; }"
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.roof: Roofline | None = None
 

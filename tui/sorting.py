@@ -1,17 +1,37 @@
 """The sort keys every table of declared columns shares (``s`` next column, ``r`` reverse, a header
-click): one implementation for the kernels, kernel-diff and memory tables."""
+click, the table filled again when either changes): one implementation for the kernels, kernel-diff
+and memory tables."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from textual.reactive import reactive
+
+if TYPE_CHECKING:  # the mixin is only ever mixed into a widget: type-check it as one
+    from textual.widget import Widget as _WidgetBase
+else:
+    _WidgetBase = object
 
 
-class SortedColumns:
+class SortColumn(Protocol):
+    """A declared column as the sort keys see it: its key and its own first direction."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def descending(self) -> bool: ...
+
+
+class SortedColumns(_WidgetBase):
     """Mixin for a widget with reactives ``sort_column`` and ``descending`` whose columns
     (``sort_columns``: objects with ``key`` and a default ``descending``) are declared once."""
 
-    sort_columns: ClassVar[Sequence]
+    sort_columns: ClassVar[Sequence[SortColumn]]
+    sort_column: reactive[str]  # each widget declares both with its own default
+    descending: reactive[bool]
 
     def action_sort_next(self) -> None:
         keys = [c.key for c in self.sort_columns]
@@ -28,3 +48,13 @@ class SortedColumns:
 
     def action_reverse(self) -> None:
         self.descending = not self.descending
+
+    def _refill(self) -> None:
+        """Fill the table again in the current order (each widget's own)."""
+        raise NotImplementedError
+
+    def watch_sort_column(self) -> None:
+        self._refill()
+
+    def watch_descending(self) -> None:
+        self._refill()

@@ -6,14 +6,18 @@ of its views is first shown."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, overload
 
-from trainscope import api
-from trainscope.api import RankView, Report
+from trainscope.api.analysis import analyze
+from trainscope.api.analysis import cached_document as lookup
+from trainscope.api.report import RankView, Report
 
 if TYPE_CHECKING:
+    from trainscope.analyzers.plan.ledger import Ledger
+    from trainscope.analyzers.rules import Rules
+    from trainscope.analyzers.trace.analysis import Analysis
     from trainscope.traces.model import TraceSet
 
 Progress = Callable[[str, "float | None"], None]
@@ -30,14 +34,20 @@ class _Ranks:
     def __len__(self) -> int:
         return len(self.report.ranks)
 
-    def __getitem__(self, index: int) -> RankView:
+    @overload
+    def __getitem__(self, index: int) -> RankView: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[RankView]: ...
+
+    def __getitem__(self, index: int | slice) -> RankView | list[RankView]:
         if isinstance(index, slice):
             return [self[i] for i in range(len(self))[index]]
         if not -len(self) <= index < len(self):
             raise IndexError(index)
         return self.report.rank_view(index % len(self))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[RankView]:
         return (self[i] for i in range(len(self)))
 
 
@@ -47,7 +57,9 @@ class Session:
     a :class:`trainscope.api.RankView` per rank for the screens."""
 
     report: Report
-    decorate: Callable[[dict], dict] | None = None  # optional sections a caller adds to the document
+    decorate: Callable[[dict[str, Any]], dict[str, Any]] | None = (
+        None  # optional sections a caller adds to the document
+    )
     ranks: _Ranks = field(init=False)
 
     def __post_init__(self) -> None:
@@ -58,7 +70,7 @@ class Session:
         return self.report.source
 
     @property
-    def rules(self):
+    def rules(self) -> Rules:
         return self.report.rules
 
     @property
@@ -68,7 +80,7 @@ class Session:
         return self.report.traces
 
     @property
-    def analyses(self) -> list:
+    def analyses(self) -> list[Analysis]:
         return self.report.ranks
 
     @property
@@ -76,18 +88,18 @@ class Session:
         return self.report.main_index
 
     @property
-    def stragglers(self) -> dict | None:
+    def stragglers(self) -> dict[str, Any] | None:
         return self.report.stragglers
 
     @property
-    def deep(self) -> dict | None:
+    def deep(self) -> dict[str, Any] | None:
         return self.report.deep
 
     @deep.setter
-    def deep(self, value: dict | None) -> None:
+    def deep(self, value: dict[str, Any] | None) -> None:
         self.report.deep = value
 
-    def document(self) -> dict:
+    def document(self) -> dict[str, Any]:
         """The same document ``--report``/``--format json`` produce."""
         doc = self.report.to_dict()
         return self.decorate(doc) if self.decorate else doc
@@ -106,13 +118,13 @@ def session_from(report: Report, progress: Progress | None = None) -> Session:
 def build_session(
     path: str,
     traces: TraceSet | None,
-    rules,
+    rules: Rules,
     peak_tflops: float | None = None,
     progress: Progress | None = None,
     step_range: str | None = None,
-    ledger=None,
+    ledger: Ledger | None = None,
     jobs: int | None = None,
-    dask=None,
+    dask: Any = None,
     peak_bandwidth: float | None = None,
     cache: bool = False,
     model: str | None = None,
@@ -123,7 +135,7 @@ def build_session(
     document stored for :func:`cached_document` (the next look opens on it) — analyzed in full
     either way. ``model``: the ``--model`` spec (the planned ledger, and the cache's key); ``ledger``
     the ledger itself (for a caller that has no spec). Raises :class:`trainscope.api.BadInput`."""
-    report = api.analyze(
+    report = analyze(
         traces if traces is not None else path,
         rules=rules,
         peak_tflops=peak_tflops,
@@ -146,21 +158,19 @@ def build_session(
 
 def cached_document(
     path: str,
-    rules,
+    rules: Rules,
     peak_tflops: float | None = None,
     step_range: str | None = None,
     peak_bandwidth: float | None = None,
     model: str | None = None,
     cache: bool = True,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """The document :func:`build_session` with these options will hold, read from the analysis
     cache without analyzing (what an earlier session or ``trainscope analyze`` stored); None when
     it is not there, or ``cache`` is off (``--no-cache``, ``TRAINSCOPE_NO_CACHE``). The app shows
     its first screen, the Overview, from it while the session loads."""
     if not cache:
         return None
-    from trainscope.api.analysis import cached_document as lookup
-
     return lookup(
         path,
         rules=rules,

@@ -13,7 +13,7 @@ device, step, range or file name can neither drive the terminal nor reorder the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.widget import Widget
 
@@ -28,6 +28,7 @@ from trainscope.tui.timeline import TimelinePane
 from trainscope.tui.tree import TreePane
 
 if TYPE_CHECKING:
+    from trainscope.api.report import RankView
     from trainscope.tui.app import AnalyzeApp
 
 
@@ -39,7 +40,7 @@ class Tab:
     focus: ClassVar[str | None] = None  # selector of the widget that takes the focus
     pane: ClassVar[Callable[[], Widget]]  # the tab's widget; every tab class declares its own
 
-    def __init_subclass__(cls, **kwargs) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "pane" not in cls.__dict__:  # a tab without its widget is a mistake at import, not on screen
             raise TypeError(f"{cls.__name__} declares no pane")
@@ -54,9 +55,17 @@ class Tab:
         """Fill the pane from ``app.rank`` (called when the rank changes)."""
 
 
-def shown(doc):
+def shown(doc: Any) -> Any:
     """A document (or a part of one) as the app shows it: every string made visible."""
     return None if doc is None else safe_strings(doc)
+
+
+def _median_step(rank: RankView) -> int:
+    steps = rank.analysis.breakdown.steps
+    if not steps:
+        return 0
+    order = sorted(range(len(steps)), key=lambda i: steps[i].duration_ns)
+    return order[len(order) // 2]
 
 
 def _events(app: AnalyzeApp) -> str | None:
@@ -70,11 +79,11 @@ class OverviewTab(Tab):
     pane = staticmethod(Overview)
 
     @classmethod
-    def show(cls, app):
-        if app.rank_index == app.session.main_rank:  # the report's own document: what it says, warnings included
-            app.query_one(Overview).show_document(app.session.document())
+    def show(cls, app: AnalyzeApp) -> None:
+        if app.rank_index == app.loaded.main_rank:  # the report's own document: what it says, warnings included
+            app.query_one(Overview).show_document(app.loaded.document())
             return
-        stragglers = app.session.stragglers if len(app.session.ranks) > 1 else None
+        stragglers = app.loaded.stragglers if len(app.loaded.ranks) > 1 else None
         app.query_one(Overview).show(shown(app.rank.doc), shown(stragglers))
 
 
@@ -97,9 +106,7 @@ class TimelineTab(Tab):
     applies = staticmethod(_events)
 
     @classmethod
-    def show(cls, app):
-        from trainscope.tui.app import _median_step
-
+    def show(cls, app: AnalyzeApp) -> None:
         pane = app.query_one(TimelinePane)
         pane.launch_info = app.rank.kernel_launch  # the detail pane says what launched a kernel
         pane.set_model(app.rank.timeline, _median_step(app.rank))
@@ -114,7 +121,7 @@ class StepsTab(Tab):
     applies = staticmethod(_events)
 
     @classmethod
-    def show(cls, app):
+    def show(cls, app: AnalyzeApp) -> None:
         app.query_one(StepsPane).show(shown(app.rank.doc), app.rules.value("step.outlier_ratio"))
 
 
@@ -134,7 +141,7 @@ class KernelsTab(Tab):
     applies = staticmethod(_events)
 
     @classmethod
-    def show(cls, app):
+    def show(cls, app: AnalyzeApp) -> None:
         app.query_one(KernelsPane).show(app.rank.all_kernels, app.rank.analysis.roofline)
 
 
@@ -152,7 +159,7 @@ class FixesTab(Tab):
     pane = staticmethod(FixesPane)
 
     @classmethod
-    def show(cls, app):
+    def show(cls, app: AnalyzeApp) -> None:
         app.query_one(FixesPane).show(app.rank.analysis, shown(app.rank.doc))
 
 
@@ -162,18 +169,21 @@ class MemoryTab(Tab):
     pane = staticmethod(MemoryPane)
 
     @classmethod
-    def _ledger(cls, app):
-        s = app.session
-        return s.document().get("ledger") if (s.decorate or s.report.ledger is not None) else None
+    def _ledger(cls, app: AnalyzeApp) -> dict[str, Any] | None:
+        s = app.loaded
+        ledger: dict[str, Any] | None = (
+            s.document().get("ledger") if (s.decorate or s.report.ledger is not None) else None
+        )
+        return ledger
 
     @classmethod
-    def applies(cls, app):
+    def applies(cls, app: AnalyzeApp) -> str | None:
         if app.rank.memory or cls._ledger(app):
             return None
         return "no memory events: record with profile_memory=True, or pass --model for the planned ledger"
 
     @classmethod
-    def show(cls, app):
+    def show(cls, app: AnalyzeApp) -> None:
         app.query_one(MemoryPane).show(app.rank.memory, app.rank.timeline.span, shown(cls._ledger(app)))
 
 
@@ -193,12 +203,12 @@ class RanksTab(Tab):
     pane = staticmethod(RanksPane)
 
     @classmethod
-    def applies(cls, app):
-        return None if len(app.session.ranks) > 1 else "one rank only: open a directory of per-rank traces"
+    def applies(cls, app: AnalyzeApp) -> str | None:
+        return None if len(app.loaded.ranks) > 1 else "one rank only: open a directory of per-rank traces"
 
     @classmethod
-    def show(cls, app):
-        s = app.session
+    def show(cls, app: AnalyzeApp) -> None:
+        s = app.loaded
         app.query_one(RanksPane).show(shown(s.document()["ranks"]), app.rank_index, s.main_rank, shown(s.stragglers))
         app.prepare_side_by_side()
 
@@ -210,7 +220,7 @@ class DeepTab(Tab):
     pane = staticmethod(DeepPane)
 
     @classmethod
-    def applies(cls, app):
+    def applies(cls, app: AnalyzeApp) -> str | None:
         return None if app.deep else "run with --deep for Holistic Trace Analysis (critical path, launch statistics)"
 
 
@@ -228,7 +238,7 @@ class TreeTab(Tab):
     pane = staticmethod(TreePane)
 
     @classmethod
-    def applies(cls, app):
+    def applies(cls, app: AnalyzeApp) -> str | None:
         why = _events(app)
         if why:
             return why
@@ -238,7 +248,7 @@ class TreeTab(Tab):
         return None
 
     @classmethod
-    def show(cls, app):
+    def show(cls, app: AnalyzeApp) -> None:
         seg = app.rank.analysis.segmentation
         app.query_one(TreePane).show(app.rank.analysis.tree, app.rank.trace, (seg.starts, seg.ends))
 

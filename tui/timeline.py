@@ -6,18 +6,32 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from rich.text import Text
 from textual import events
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
-from trainscope.analyzers.views.timeline import GPU_LABELS, HOST_LABELS, Item, Lane, Match, Overlap, TimelineModel
+from trainscope.analyzers.views.timeline import (
+    GPU_LABELS,
+    HOST_LABELS,
+    Item,
+    Lane,
+    LaneView,
+    Match,
+    Overlap,
+    TimelineModel,
+)
+from trainscope.traces.model import Column
 from trainscope.traces.safe_text import visible
 from trainscope.tui.palette import GPU_STYLE, HOST_STYLE, STREAM_STYLE
 
@@ -25,6 +39,9 @@ GUTTER = 9  # "s21 NCCL " / "s7 comp  " / "T main   "
 MIN_WINDOW_NS = 10_000  # 10 µs: finer than any kernel launch gap worth seeing
 TICK_EVERY = 16  # columns between axis labels
 MAX_ROWS_PER_LANE = 6
+# (start_ns, kernel name) -> the kernel's launch (analyzers/views/kernel_launch.py's KernelLaunch, typed
+# Any: not among the analyzers' result types a front end may import, tests/test_layering.py), or None.
+LaunchInfo = Callable[[int, str], Any]
 
 
 def fmt_ms(ns: float) -> str:
@@ -115,7 +132,7 @@ class TimelineView(Widget, can_focus=True):
             self.items = items or []  # every stream and thread lane with what is under the cursor
             self.overlap = overlap
 
-    def __init__(self, model: TimelineModel | None = None, **kwargs) -> None:
+    def __init__(self, model: TimelineModel | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.model = model
         self.collapsed = False  # one GPU and one host lane instead of a lane per stream and thread
@@ -267,7 +284,7 @@ class TimelineView(Widget, can_focus=True):
 
     # -- drawing ---------------------------------------------------------------------------------
 
-    def get_content_height(self, container, viewport, width: int) -> int:
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         """Axis, ticks, cursor and minimap, and every lane with as many rows as the screen leaves
         after the rest: the app's chrome and the tab's title (5), these 4 rows, the cursor's box
         (border, time and overlap lines, then a line per lane, two where they wrap) and, on a tall
@@ -299,14 +316,16 @@ class TimelineView(Widget, can_focus=True):
         out = Text(no_wrap=True, overflow="crop")
         out.append(self._axis(cols))
         out.append("\n")
-        out.append(self._ticks(cols))
-        rows: list[tuple[str, object, dict]] = [("GPU all", m.lane("gpu", self.start_ns, self.end_ns, cols), GPU_STYLE)]
+        out.append(self._ticks(m, cols))
+        rows: list[tuple[str, LaneView, dict[str, tuple[str, str]]]] = [
+            ("GPU all", m.lane("gpu", self.start_ns, self.end_ns, cols), GPU_STYLE)
+        ]
         for lane in [] if self.collapsed else m.lanes:
             rows.append((visible(lane.label), m.lane_view(lane, self.start_ns, self.end_ns, cols), lane_style(lane)))
         if self.collapsed or not m.thread_lanes:
             rows.append(("host", m.lane("host", self.start_ns, self.end_ns, cols), HOST_STYLE))
         labels = {
-            visible(lane.label): (self.slice_labels if lane.kind == "stream" else self.op_labels)(lane.ident, cols)
+            visible(lane.label): (self.slice_labels if lane.kind == "stream" else self.op_labels)(m, lane.ident, cols)
             for lane in ([] if self.collapsed else m.lanes)
         }
         for label, view, style in rows:
@@ -318,12 +337,12 @@ class TimelineView(Widget, can_focus=True):
         if self.has_nvtx:
             out.append("\n")
             out.append(f"{'NVTX':<{GUTTER}}", style="bold")
-            out.append_text(self._nvtx_row(cols))
+            out.append_text(self._nvtx_row(m, cols))
         out.append("\n")
         out.append(self._cursor_row(cols))
         if self.size.height >= 4 + per * len(rows):
             out.append("\n")
-            out.append(self._minimap(cols))
+            out.append(self._minimap(m, cols))
         return out
 
     def match_columns(self) -> tuple[int, int] | None:
@@ -352,10 +371,10 @@ class TimelineView(Widget, can_focus=True):
         out.append("".join(line[c + 1 :]).rstrip(), style="bold yellow")
         return out
 
-    def _minimap(self, cols: int) -> Text:
+    def _minimap(self, m: TimelineModel, cols: int) -> Text:
         """The whole trace (GPU, all streams) with the window shown in reverse."""
-        lo, hi = self.model.span
-        view = self.model.lane("gpu", lo, hi, cols)
+        lo, hi = m.span
+        view = m.lane("gpu", lo, hi, cols)
         out = Text(f"{'trace':<{GUTTER}}", style="dim")
         a = int((self.start_ns - lo) / max(1, hi - lo) * cols)
         b = max(a + 1, int((self.end_ns - lo) / max(1, hi - lo) * cols))
@@ -365,7 +384,7 @@ class TimelineView(Widget, can_focus=True):
         return out
 
     def _append_runs(
-        self, out: Text, view, style: dict[str, tuple[str, str]], labels: dict[int, str] | None = None
+        self, out: Text, view: LaneView, style: dict[str, tuple[str, str]], labels: dict[int, str] | None = None
     ) -> None:
         """One styled span per run of equal cells (not per cell): rendering stays cheap at any width.
         ``labels``: characters of slice names written over the run where they fit (column → char)."""
@@ -389,7 +408,9 @@ class TimelineView(Widget, can_focus=True):
 
     # -- slice labels and the NVTX lane ------------------------------------------------------------
 
-    def _placed(self, ts, end, names, cols: int, limit: int = 400) -> dict[int, str]:
+    def _placed(
+        self, m: TimelineModel, ts: Column, end: Column, names: Column, cols: int, limit: int = 400
+    ) -> dict[int, str]:
         """Names written inside their slices where a slice spans enough columns (longest first; one
         column of margin either side, never over another label)."""
         width = (self.end_ns - self.start_ns) / cols
@@ -400,7 +421,7 @@ class TimelineView(Widget, can_focus=True):
             b = min(cols, int((end[i] - self.start_ns) / width)) - 1
             if b - a < 4:
                 continue
-            text = short_name(self.model.trace.strings[int(names[i])], b - a)
+            text = short_name(m.trace.strings[int(names[i])], b - a)
             # the first place inside the slice where the name (or at least 4 of its characters) is clear of others
             for p in range(a, b - 3):
                 free = 0
@@ -413,10 +434,10 @@ class TimelineView(Widget, can_focus=True):
                     break
         return out
 
-    def slice_labels(self, stream: int, cols: int) -> dict[int, str]:
+    def slice_labels(self, m: TimelineModel, stream: int, cols: int) -> dict[int, str]:
         """Kernel names on one stream's lane in the window, where they fit."""
-        k = self.model.trace.kernels
-        dev = self.model.device
+        k = m.trace.kernels
+        dev = m.device
         sel = np.flatnonzero(
             (k.stream == stream)
             & (k.ts < self.end_ns)
@@ -425,11 +446,11 @@ class TimelineView(Widget, can_focus=True):
         )
         if not len(sel) or len(sel) > 20 * cols:  # thousands of kernels in view: no name fits anyway
             return {}
-        return self._placed(k.ts[sel], k.ts[sel] + k.dur[sel], k.name[sel], cols)
+        return self._placed(m, k.ts[sel], k.ts[sel] + k.dur[sel], k.name[sel], cols)
 
-    def op_labels(self, thread: int, cols: int) -> dict[int, str]:
+    def op_labels(self, m: TimelineModel, thread: int, cols: int) -> dict[int, str]:
         """Operator and range names on one host thread's lane in the window, where they fit."""
-        t = self.model.trace
+        t = m.trace
         o, a = t.cpu_ops, t.annotations
         so = np.flatnonzero((o.thread == thread) & (o.ts < self.end_ns) & (o.ts + o.dur > self.start_ns))
         sa = np.flatnonzero(
@@ -439,7 +460,7 @@ class TimelineView(Widget, can_focus=True):
             return {}
         ts = np.concatenate([o.ts[so], a.ts[sa]])
         return self._placed(
-            ts, ts + np.concatenate([o.dur[so], a.dur[sa]]), np.concatenate([o.name[so], a.name[sa]]), cols
+            m, ts, ts + np.concatenate([o.dur[so], a.dur[sa]]), np.concatenate([o.name[so], a.name[sa]]), cols
         )
 
     @property
@@ -448,9 +469,9 @@ class TimelineView(Widget, can_focus=True):
         t = self.model.trace if self.model is not None else None
         return bool(t is not None and str(t.format).startswith("nsys") and len(t.annotations))
 
-    def _nvtx_row(self, cols: int) -> Text:
+    def _nvtx_row(self, m: TimelineModel, cols: int) -> Text:
         """The NVTX ranges in the window: the outermost as a bar, names where they fit."""
-        a = self.model.trace.annotations
+        a = m.trace.annotations
         sel = np.flatnonzero((a.ts < self.end_ns) & (a.ts + a.dur > self.start_ns))
         width = (self.end_ns - self.start_ns) / cols
         cells = [" "] * cols
@@ -459,18 +480,18 @@ class TimelineView(Widget, can_focus=True):
             hi = min(cols, max(lo + 1, int((a.ts[i] + a.dur[i] - self.start_ns) / width)))
             for c in range(lo, hi):
                 cells[c] = "▬"
-        for c, ch in self._placed(a.ts[sel], a.ts[sel] + a.dur[sel], a.name[sel], cols).items():
+        for c, ch in self._placed(m, a.ts[sel], a.ts[sel] + a.dur[sel], a.name[sel], cols).items():
             cells[c] = ch
         return Text("".join(cells), style="cyan")
 
-    def _ticks(self, cols: int) -> Text:
+    def _ticks(self, m: TimelineModel, cols: int) -> Text:
         """Step boundaries (┃, with the step's number when there is room) and a tick under each label."""
         line = [" "] * cols
         for c in range(0, cols, TICK_EVERY):
             line[c] = "╵"
         width = (self.end_ns - self.start_ns) / cols
-        steps = self.model.segmentation.steps
-        for i, s in enumerate(self.model.step_starts):
+        steps = m.segmentation.steps
+        for i, s in enumerate(m.step_starts):
             c = int((s - self.start_ns) / width)
             if 0 <= c < cols:
                 line[c] = "┃"
@@ -591,7 +612,7 @@ class TimelinePane(Vertical):
     TimelinePane #tl-search { height: 3; }
     """
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static("", id="tl-title", markup=False)
         search = Input(
             placeholder="search kernels, ops and ranges on the timeline (Enter: go · Esc: leave)", id="tl-search"
@@ -602,7 +623,7 @@ class TimelinePane(Vertical):
         yield Static("", id="tl-detail", markup=False)
         yield Static(legend(), id="tl-legend")
 
-    launch_info = None  # (start_ns, kernel name) -> api.RankView.kernel_launch's answer; set by the tab
+    launch_info: LaunchInfo | None = None  # api.RankView.kernel_launch; set by the tab
 
     @property
     def view(self) -> TimelineView:
@@ -626,7 +647,7 @@ class TimelinePane(Vertical):
         zoom = total / max(1, v.end_ns - v.start_ns)
         head = (
             f"{step.label} ({at + 1}/{len(steps)}, {fmt_ms(step.duration_ns)} ms)"
-            if step
+            if step and at is not None
             else "between steps"
             if steps
             else "trace"
@@ -673,7 +694,7 @@ class TimelinePane(Vertical):
         v.set_matches(matches, f"/{event.value}", first)
 
 
-def launch_line(info) -> str:
+def launch_line(info: Any) -> str:
     """``launched by aten::conv2d [[32, 3, 224, 224], …] via cudaLaunchKernel · correlation 1234``."""
     parts = []
     if info.operator:
@@ -691,7 +712,7 @@ def launch_line(info) -> str:
     return " · ".join(parts)
 
 
-def detail_text(a: int, b: int, message: TimelineView.Moved, launch_info=None) -> Text:
+def detail_text(a: int, b: int, message: TimelineView.Moved, launch_info: LaunchInfo | None = None) -> Text:
     """Every lane's item under the cursor, then the overlap measured over the cursor's column."""
     digits = max(3, 1 - math.floor(math.log10(max(b - a, 1) / 1e6)))
     out = Text.assemble(("at ", "dim"), (f"{a / 1e6:.{digits}f}–{b / 1e6:.{digits}f} ms", "bold"))

@@ -19,14 +19,21 @@ from typing import Any
 
 import numpy as np
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Static, Tree
+from textual.widgets.tree import TreeNode
 
 from trainscope.analyzers.views.timeline import Match
+from trainscope.traces.model import Trace
 from trainscope.traces.safe_text import visible
 from trainscope.tui.timeline import short_name
+
+# A node of analyzers/trace/module_tree.py's ModuleTree is typed Any here: front ends import only the
+# analyzers' result types tests/test_layering.py allows, and the tree's node is not among them.
+Node = Any
 
 SORTS = ("time", "peak")  # s cycles: GPU time (inclusive), share of peak (% of roof)
 SORT_LABELS = {"time": "GPU time", "peak": "share of peak (% of roof)"}
@@ -46,7 +53,7 @@ def _display(name: str) -> str:
     return name[len(_MODULE) :] if name.startswith(_MODULE) else name.removeprefix(_AUTOGRAD)
 
 
-def node_interval(trace, windows: tuple[Any, Any], node) -> Match | None:
+def node_interval(trace: Trace, windows: tuple[Any, Any], node: Node) -> Match | None:
     """The range on the host to show for ``node`` (see the module docstring); None when it has none."""
     if node.kind == "outside" or node.name == "data-to-device":
         return None
@@ -91,11 +98,11 @@ def node_interval(trace, windows: tuple[Any, Any], node) -> Match | None:
     return Match(best[0], max(best[1], best[0] + 1), "host", visible(_display(S[best[2]])))
 
 
-def _roof(n) -> str:
+def _roof(n: Node) -> str:
     return "   —  " if n.share_of_peak_pct is None else f"{n.share_of_peak_pct:4.0f} %"
 
 
-def label(n, total_ns: int) -> Text:
+def label(n: Node, total_ns: int) -> Text:
     """One line: GPU time, share of the window's GPU time, % of roof, then the name (× instances)."""
     share = 100.0 * n.gpu_ns_inclusive / total_ns if total_ns else 0.0
     t = Text()
@@ -108,7 +115,7 @@ def label(n, total_ns: int) -> Text:
     return t
 
 
-def detail(n, total_ns: int) -> str:
+def detail(n: Node, total_ns: int) -> str:
     """The node under the cursor, in at most five lines."""
     share = 100.0 * n.gpu_ns_inclusive / total_ns if total_ns else 0.0
     lines = [" › ".join(visible(p) for p in n.path) + f"  ({n.kind})"]
@@ -139,7 +146,7 @@ def detail(n, total_ns: int) -> str:
     return "\n".join(lines)
 
 
-class ModuleTreeView(Tree):
+class ModuleTreeView(Tree[Node]):
     """The tree itself: Enter posts TreePane.Open (no toggle), space / ← / → collapse and expand."""
 
     BINDINGS = [
@@ -185,15 +192,15 @@ class TreePane(Vertical):
             self.match = match
             self.what = what
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.model_tree: Any = None  # analyzers.trace.module_tree.ModuleTree
-        self.trace: Any = None
+        self.trace: Trace | None = None
         self.windows: tuple[Any, Any] = ((), ())
         self.sort = "time"
         self.descending = True
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static("", id="tree-note", markup=False)
         view: ModuleTreeView = ModuleTreeView("model", id="tree-view")
         view.show_root = False
@@ -205,11 +212,11 @@ class TreePane(Vertical):
     def view(self) -> ModuleTreeView:
         return self.query_one(ModuleTreeView)
 
-    def show(self, tree, trace, windows) -> None:
+    def show(self, tree: Any, trace: Trace, windows: tuple[Any, Any]) -> None:
         self.model_tree, self.trace, self.windows = tree, trace, windows
         self._fill(expanded=None)
 
-    def _order(self, nodes: list) -> list:
+    def _order(self, nodes: list[Node]) -> list[Node]:
         if self.sort == "time":
             key = lambda n: n.gpu_ns_inclusive  # noqa: E731
             return sorted(nodes, key=key, reverse=self.descending)
@@ -238,9 +245,9 @@ class TreePane(Vertical):
             return
         note.update(self._note())
         total = self.model_tree.gpu_ns
-        target = None
+        target: TreeNode[Node] | None = None
 
-        def add(parent, n, depth: int) -> None:
+        def add(parent: TreeNode[Node], n: Node, depth: int) -> None:
             nonlocal target
             kids = self._order(n.children)
             if kids:
@@ -264,7 +271,7 @@ class TreePane(Vertical):
     def _expanded(self) -> set[tuple[str, ...]]:
         out: set[tuple[str, ...]] = set()
 
-        def walk(tn) -> None:
+        def walk(tn: TreeNode[Node]) -> None:
             for c in tn.children:
                 if c.is_expanded and c.data is not None:
                     out.add(c.data.path)
@@ -286,15 +293,15 @@ class TreePane(Vertical):
         self.descending = not self.descending
         self._fill(self._expanded(), self._cursor_path())
 
-    def _describe(self, n) -> None:
+    def _describe(self, n: Node) -> None:
         if n is not None and self.model_tree is not None:
             self.query_one("#tree-detail", Static).update(detail(n, self.model_tree.gpu_ns))
 
-    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted) -> None:
+    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[Node]) -> None:
         event.stop()
         self._describe(event.node.data)
 
-    def on_tree_node_selected(self, event: Tree.NodeSelected) -> None:
+    def on_tree_node_selected(self, event: Tree.NodeSelected[Node]) -> None:
         event.stop()
         n = event.node.data
         if n is None or self.trace is None:

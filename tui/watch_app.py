@@ -15,18 +15,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from rich.text import Text
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.reactive import reactive
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
 
 from trainscope.analyzers.live.engine import LiveStatus
-from trainscope.api import LiveSample
+from trainscope.api.capture import Capture
+from trainscope.api.live import LiveSample
 from trainscope.reports.live import split_lines
 from trainscope.traces.samples import Snapshot
 from trainscope.tui.chrome import HelpScreen, SafeChrome, keys_text
@@ -76,7 +78,7 @@ MAX_HISTORY = 20_000
 class SampleMessage(Message):
     """One interval's immutable result, posted from the sampler thread."""
 
-    def __init__(self, status: LiveStatus, snapshot: Snapshot, captures: tuple = ()) -> None:
+    def __init__(self, status: LiveStatus, snapshot: Snapshot, captures: tuple[Capture, ...] = ()) -> None:
         super().__init__()
         self.status = status
         self.snapshot = snapshot
@@ -120,7 +122,7 @@ class ConfirmStop(ModalScreen[bool | None]):
         self.dismiss(answer)
 
 
-class WatchApp(SafeChrome, App):
+class WatchApp(SafeChrome, App[None]):
     TITLE = "trainscope watch"
     CSS = """
     #banner { height: auto; min-height: 3; padding: 0 1; border: heavy $accent; }
@@ -155,14 +157,14 @@ class WatchApp(SafeChrome, App):
         replay: bool = False,
         clock: Callable[[], float] = time.monotonic,
         launched: bool = False,
-        on_capture: Callable[[], object] | None = None,
+        on_capture: Callable[[], Capture | None] | None = None,
         output: Callable[[int], tuple[list[str], int]] | None = None,
     ) -> None:
         super().__init__()
         self.output = output  # the launched job's output: lines numbered n on, and the next number
         self._output_next = 0
         self.on_capture = on_capture  # asks the job for a capture (trainscope.api.Watch.request_capture)
-        self.captures: tuple = ()  # the latest state of every capture, from the samples
+        self.captures: tuple[Capture, ...] = ()  # the latest state of every capture, from the samples
         self.capture_message = ""
         self.target = title
         self.interval = interval
@@ -265,7 +267,7 @@ class WatchApp(SafeChrome, App):
         self.query_one("#tabs", TabbedContent).active = "tab-capture"
         self.render_state()
 
-    def action_quit(self) -> None:
+    async def action_quit(self) -> None:
         if self.launched and not self.replay:
             self.push_screen(ConfirmStop(self.target), self._answered)
             return
@@ -302,7 +304,7 @@ class WatchApp(SafeChrome, App):
         )
         self.push_screen(HelpScreen(text))
 
-    def get_system_commands(self, screen):
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from palette_commands(self, self.BINDINGS)
         yield from super().get_system_commands(screen)
 
@@ -320,21 +322,20 @@ class WatchApp(SafeChrome, App):
     def window_s(self) -> float:
         return WINDOWS_S[self.window_index]
 
-    def visible(self) -> list[tuple[LiveStatus, Snapshot]]:
+    def in_window(self) -> list[tuple[LiveStatus, Snapshot]]:
+        """The samples of the plots' window (the last ``window_s`` seconds)."""
         if not self.items:
             return []
         last_t = self.items[-1][1].t
         return [it for it in self.items if it[1].t >= last_t - self.window_s]
 
     def render_state(self) -> None:
-        if not self.is_mounted:
-            return
         st, snap = self.items[-1] if self.items else (None, None)
         instants = [(s.t, n) for _, s in self.items for n in s.notes if n.startswith("capture ")] if self.replay else []
         self.query_one("#capture-text", Static).update(capture_text(self.captures, self.capture_message, instants))
         self.query_one("#banner", Static).update(banner_text(st))
         self.query_one("#findings", Static).update(findings_text(st))
-        shown = self.visible()
+        shown = self.in_window()
         if snap is not None:
             self._render_gpus(snap, shown)
             self.query_one("#host", HistoryPanel).show(

@@ -12,8 +12,9 @@ from textual.containers import Vertical
 from textual.widgets import Sparkline, Static
 
 from trainscope.analyzers.live.engine import READY, LiveStatus
+from trainscope.api.capture import Capture
 from trainscope.reports.document import AXIS_NAMES
-from trainscope.reports.live import live_headline, rank_lines
+from trainscope.reports.live import capture_cost, capture_judgement, live_headline, rank_lines
 from trainscope.traces.safe_text import visible_lines
 from trainscope.traces.samples import GpuSample, HostSample, Snapshot
 from trainscope.tui.chrome import gib
@@ -126,7 +127,7 @@ def _findings_lines(st: LiveStatus | None) -> str:
     return "\n".join(lines)
 
 
-def capture_text(captures: Sequence, message: str = "", instants: Sequence[tuple[float, str]] = ()) -> Text:
+def capture_text(captures: Sequence[Capture], message: str = "", instants: Sequence[tuple[float, str]] = ()) -> Text:
     """The Capture tab: each capture (newest first), its diagnosis beside what the counters said;
     in a replay, the capture instants the recording noted (``instants``: (t, note))."""
     lines: list[str] = [message, ""] if message else []
@@ -154,8 +155,6 @@ def capture_text(captures: Sequence, message: str = "", instants: Sequence[tuple
         elif c.status != "done":
             lines.append(f"  no capture: {c.why}")
         else:
-            from trainscope.reports.live import capture_cost, capture_judgement
-
             d = c.to_dict()
             lines.append(
                 f"  trace says:     {(c.verdict_line or '').removeprefix('trainscope: ')}  ({capture_cost(d)})"
