@@ -3,8 +3,11 @@ what-if toggles recompute the projected step time with the chosen fixes assumed.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.syntax import Syntax
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
@@ -13,8 +16,8 @@ from textual.widgets import DataTable, Static
 
 from trainscope.analyzers.trace.analysis import Analysis
 from trainscope.analyzers.trace.whatif import Projection
-from trainscope.api import whatif as project
-from trainscope.api import whatif_levers as levers
+from trainscope.api.analysis import whatif as project
+from trainscope.api.analysis import whatif_levers as levers
 from trainscope.reports.analysis_document import AnalysisDocument, Recommendation
 from trainscope.reports.document import gain_words
 from trainscope.traces.safe_text import visible
@@ -29,14 +32,14 @@ class FixesPane(Vertical):
     FixesPane #fix-detail { height: 1fr; padding: 0 1; }
     """
     BINDINGS = [
-        Binding("space", "toggle", "toggle what-if"),
+        Binding("space", "toggle_fix", "toggle what-if"),
         Binding("c", "clear", "clear what-ifs", show=False),
         bind("copy", "copy the fix's change", action="copy_change"),
     ]
 
     assumed: reactive[frozenset[str]] = reactive(frozenset())
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.analysis: Analysis | None = None
         self.doc: AnalysisDocument | None = None
@@ -45,13 +48,13 @@ class FixesPane(Vertical):
         self._detail_for: tuple[int, int] | None = None  # (document, row) the details show
         self._filled_for: int | None = None  # the document the table's rows were added for
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static("", id="whatif", markup=False)
         yield DataTable(id="fixes-table", cursor_type="row")
         with VerticalScroll(id="fix-detail"):
             yield Static("", id="fix-text", markup=False)
 
-    def show(self, analysis: Analysis, doc: AnalysisDocument | dict) -> None:
+    def show(self, analysis: Analysis, doc: AnalysisDocument | dict[str, Any]) -> None:
         self.analysis, self.doc = analysis, AnalysisDocument.of(doc)
         self.set_reactive(FixesPane.assumed, frozenset())
         self._fill_table()
@@ -193,7 +196,7 @@ class FixesPane(Vertical):
             self._fill_table()
         self._update_projection()
 
-    def action_toggle(self) -> None:
+    def action_toggle_fix(self) -> None:
         table = self.query_one(DataTable)
         if not table.row_count or self.analysis is None:
             return

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from trainscope.reports.analysis_document import AnalysisDocument, Evidence, Stragglers
+from trainscope.reports.deep import straggler_headline
 from trainscope.reports.document import communication_split_words, counters_only, gain_words, headline, window_lines
 from trainscope.traces.safe_text import safe_strings, visible
 from trainscope.tui.chrome import gib
 from trainscope.tui.palette import AXIS_CLASS
 
 
-def key_figures(doc: AnalysisDocument | dict) -> list[tuple[str, str]]:
+def key_figures(doc: AnalysisDocument | dict[str, Any]) -> list[tuple[str, str]]:
     """(label, value) rows of the figures a user looks at first."""
     d = AnalysisDocument.of(doc)
     b = d.breakdown
@@ -49,7 +53,7 @@ def key_figures(doc: AnalysisDocument | dict) -> list[tuple[str, str]]:
     return rows
 
 
-def ledger_rows(doc: AnalysisDocument | dict, top: int = 6) -> list[tuple[str, str]]:
+def ledger_rows(doc: AnalysisDocument | dict[str, Any], top: int = 6) -> list[tuple[str, str]]:
     """The start-up ledger's largest one-off costs: (how long, what and where), once per process."""
     st = AnalysisDocument.of(doc).steady_state
     if not st or not st.ledger:
@@ -61,7 +65,7 @@ def ledger_rows(doc: AnalysisDocument | dict, top: int = 6) -> list[tuple[str, s
     return rows
 
 
-def fmt_value(v, unit: str) -> str:
+def fmt_value(v: float | int | None, unit: str) -> str:
     if v is None:
         return "—"
     return f"{v:.1f} %" if unit.startswith("%") else f"{v:g} {unit}".strip()
@@ -70,7 +74,7 @@ def fmt_value(v, unit: str) -> str:
 EVIDENCE_MARKS = {True: ("✔", "bold"), False: ("✘", ""), None: ("·", "dim")}
 
 
-def evidence_line(e: Evidence | dict, indent: str = "") -> Text:
+def evidence_line(e: Evidence | dict[str, Any], indent: str = "") -> Text:
     """One evidence item as the app shows it (the overview and the fixes tab): its crossed mark, the
     metric, the value where it has one (a fact without a number gets no "—" beside the "— source"),
     the threshold and the source."""
@@ -87,7 +91,7 @@ def evidence_line(e: Evidence | dict, indent: str = "") -> Text:
     return line
 
 
-def report_overview(doc: AnalysisDocument | dict) -> tuple[AnalysisDocument, Stragglers | None]:
+def report_overview(doc: AnalysisDocument | dict[str, Any]) -> tuple[AnalysisDocument, Stragglers | None]:
     """What :meth:`Overview.show` shows of a report's document (``Report.to_dict()``, or the same
     document read from the analysis cache): its body — the main rank's — and, for several ranks,
     the rank story; every string made visible (traces/safe_text.py). The app's first screen from a
@@ -110,7 +114,7 @@ class Overview(VerticalScroll):
     Overview .heading { text-style: bold; margin: 1 0 0 0; }
     """
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static("", id="badge", markup=False)
         yield Static("", id="summary", markup=False)
         yield Static("Key figures", classes="heading")
@@ -123,11 +127,13 @@ class Overview(VerticalScroll):
         yield Static("", id="ranks-summary", markup=False)
         yield Static("", id="warnings", markup=False)
 
-    def show_document(self, doc: AnalysisDocument | dict) -> None:
+    def show_document(self, doc: AnalysisDocument | dict[str, Any]) -> None:
         """The overview of a report's whole document (see :func:`report_overview`)."""
         self.show(*report_overview(doc))
 
-    def show(self, doc: AnalysisDocument | dict, stragglers: Stragglers | dict | None = None) -> None:
+    def show(
+        self, doc: AnalysisDocument | dict[str, Any], stragglers: Stragglers | dict[str, Any] | None = None
+    ) -> None:
         d = AnalysisDocument.of(doc)
         v = d.verdict
         badge = self.query_one("#badge", Static)
@@ -187,18 +193,16 @@ class Overview(VerticalScroll):
         ranks = Text()
         story = Stragglers.of(stragglers) if stragglers else None
         if story:
-            from trainscope.reports.deep import straggler_headline
-
             head, _ = straggler_headline(story)  # the same line the reports lead with
             ranks.append("\nRanks ", style="bold")
             ranks.append(visible(head) + "\n")
             if story.headline:
                 ranks.append("  " + visible(story.headline) + "\n", style="dim")
             late = [r for r in story.ranks if r.late]  # the story's straggler, its figures
-            for r in late:
+            for rk in late:
                 ranks.append(
-                    f"  ◀ rank {r.rank}: arrives {r.mean_late_ms:.1f} ms after the first rank on average "
-                    f"(at most {r.max_late_ms:.1f} ms; last at {r.late_in} of {r.considered}) — details on "
+                    f"  ◀ rank {rk.rank}: arrives {rk.mean_late_ms:.1f} ms after the first rank on average "
+                    f"(at most {rk.max_late_ms:.1f} ms; last at {rk.late_in} of {rk.considered}) — details on "
                     "the Ranks tab\n"
                 )
             if v.axis == "insufficient_evidence" and late:

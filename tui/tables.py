@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable, Input, Static
+from textual.widgets.data_table import ColumnKey
 
 from trainscope.analyzers.trace.kernels import KernelStat, KernelSummary
 from trainscope.analyzers.trace.roofline import Roofline, RooflineRow
 from trainscope.reports.analysis_document import AnalysisDocument, RankRow, StepTime, Stragglers
+from trainscope.reports.deep import stragglers_text_lines
 from trainscope.traces.safe_text import visible
 from trainscope.tui.keys import bind
+from trainscope.tui.ranks_timeline import RankLanes, RanksTimeline
 from trainscope.tui.roofline_plot import RooflinePlot
 from trainscope.tui.sorting import SortedColumns
 from trainscope.tui.timeline import short_name
@@ -65,11 +71,11 @@ class StepsPane(Vertical):
             super().__init__()
             self.index = index
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Static("", id="steps-note", markup=False)
         yield DataTable(id="steps-table", cursor_type="row", zebra_stripes=True)
 
-    def show(self, doc: AnalysisDocument | dict, outlier_ratio: float) -> None:
+    def show(self, doc: AnalysisDocument | dict[str, Any], outlier_ratio: float) -> None:
         d = AnalysisDocument.of(doc)
         table = self.query_one(DataTable)
         table.clear(columns=True)
@@ -114,14 +120,14 @@ class StepsPane(Vertical):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        self.post_message(self.Open(int(event.row_key.value)))
+        self.post_message(self.Open(int(str(event.row_key.value))))
 
 
 @dataclass(frozen=True)
 class KernelColumn:
     key: str
     label: str
-    sort_key: object  # callable KernelStat -> comparable
+    sort_key: Callable[[KernelStat, RooflineRow | None], Any]  # (kernel, its roofline row) -> comparable
     descending: bool
 
 
@@ -179,16 +185,18 @@ class KernelsPane(SortedColumns, Vertical):
     descending: reactive[bool] = reactive(True)
     filter_text: reactive[str] = reactive("")
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.summary: KernelSummary | None = None
         self.shown: list[KernelStat] = []
         self.roof_rows: dict[str, RooflineRow] = {}
         self._detail_of: KernelStat | None = None  # the kernel #kernel-detail describes
-        self._filled: tuple | None = None  # (summary, filter, name width) the table's rows were added for
+        self._filled: tuple[int, str, int] | None = (
+            None  # (summary, filter, name width) the table's rows were added for
+        )
         self._row_kernel: dict[int, KernelStat] = {}
 
-    def compose(self):
+    def compose(self) -> ComposeResult:
         yield Input(placeholder="filter kernels by name or class (press / here, Esc to leave)", id="kernels-filter")
         yield Static("", id="kernels-note", markup=False)
         yield DataTable(id="kernels-table", cursor_type="row", zebra_stripes=True)
@@ -237,6 +245,10 @@ class KernelsPane(SortedColumns, Vertical):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
+        self._show_detail()
+
+    def _show_detail(self) -> None:
+        """The detail under the table: the highlighted kernel's (its row is :attr:`selected`)."""
         k = self.selected
         detail = self.query_one("#kernel-detail", Static)
         if k is self._detail_of:  # a refill re-highlights the same row: its detail is already shown
@@ -329,7 +341,7 @@ class KernelsPane(SortedColumns, Vertical):
                 table.add_column(c.label + "▼", key=c.key, width=width)
         for c in self._shown_columns:
             mark = ("▼" if self.descending else "▲") if c.key == self.sort_column else ""
-            table.columns[c.key].label = Text(c.label + mark)
+            table.columns[ColumnKey(c.key)].label = Text(c.label + mark)
         filled = (id(self.summary), self.filter_text, self._shown_name_w)
         if filled == self._filled and len(rows) <= self.MAX_ROWS and table.row_count == len(self.shown):
             # Only the order changed (s, r, a header click): reorder the rows in place. Clearing and
@@ -366,7 +378,7 @@ class KernelsPane(SortedColumns, Vertical):
             "s sort · r reverse · / filter · y copy name · p roofline · TC tensor cores",
             layout=False,
         )  # two rows (height: 2), each under 80 columns
-        self.on_data_table_row_highlighted(DataTable.RowHighlighted(table, table.cursor_row, None))
+        self._show_detail()
 
     def watch_sort_column(self) -> None:
         self._refill()
@@ -407,36 +419,30 @@ class RanksPane(Vertical):
             super().__init__()
             self.index = index
 
-    def compose(self):
-        from trainscope.tui.ranks_timeline import RanksTimeline
-
+    def compose(self) -> ComposeResult:
         yield Static("", id="ranks-note", markup=False)
         yield DataTable(id="ranks-table", cursor_type="row", zebra_stripes=True)
         yield Static("ranks side by side: preparing…", id="ranks-side-title", markup=False)
         yield RanksTimeline(id="ranks-timeline")
         yield Static("", id="stragglers", markup=False)
 
-    def show_side(self, ranks, sb, origin_ns: float) -> None:
+    def show_side(self, ranks: list[RankLanes], sb: Any, origin_ns: float) -> None:
         """The side-by-side timeline of ``ranks`` (tui.ranks_timeline.RankLanes) on one clock."""
-        from trainscope.tui.ranks_timeline import RanksTimeline
-
         view = self.query_one(RanksTimeline)
         view.show(ranks, sb, origin_ns)
         self.query_one("#ranks-side-title", Static).update(Text(view.title(), style="bold"))
 
     def on_ranks_timeline_moved(self) -> None:  # the title follows zoom and pan
-        from trainscope.tui.ranks_timeline import RanksTimeline
-
         self.query_one("#ranks-side-title", Static).update(
             Text(self.query_one(RanksTimeline).title(), style="bold"), layout=False
         )
 
     def show(
         self,
-        rows: list[RankRow] | list[dict],
+        rows: list[RankRow] | list[dict[str, Any]],
         current: int,
         headline: int,
-        stragglers: Stragglers | dict | None = None,
+        stragglers: Stragglers | dict[str, Any] | None = None,
     ) -> None:
         ranks = [r if isinstance(r, RankRow) else RankRow.from_dict(r) for r in rows]  # the document's ranks[]
         table = self.query_one(DataTable)
@@ -479,10 +485,8 @@ class RanksPane(Vertical):
         )
         table.move_cursor(row=current)
         if story:
-            from trainscope.reports.deep import stragglers_text_lines
-
             self.query_one("#stragglers", Static).update(Text("\n".join(stragglers_text_lines(story, lambda x: x))))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        self.post_message(self.Choose(int(event.row_key.value)))
+        self.post_message(self.Choose(int(str(event.row_key.value))))
