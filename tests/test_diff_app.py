@@ -7,10 +7,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import shlex
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,6 +14,7 @@ from textual.geometry import Region
 
 from tests.conftest import KINETO, exit_code_written
 from tests.test_diff import A100, V100, _events, _raw_steps, _run
+from tests.tmux import needs_tmux, terminal, trainscope_line
 
 pytest.importorskip("textual")
 
@@ -379,29 +376,17 @@ def test_every_tab_renders_at_small_and_large_sizes(size):
     run(go())
 
 
-@pytest.mark.skipif(
-    shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it; apt-get install tmux)"
-)
+@needs_tmux
 def test_in_a_real_terminal_the_app_opens_and_quitting_gives_the_gates_exit_code(tmp_path):
-    from tests.test_tui_tmux import Tmux
-
-    tmux = Tmux(f"trainscope-diff-{tmp_path.name}")
     exit_file = tmp_path / "exit.txt"
     # stderr stays on the terminal: Textual draws there.
-    cmd = (
-        f"cd {shlex.quote(str(tmp_path))} && {shlex.quote(sys.executable)} -m trainscope diff "
-        f"{shlex.quote(BEFORE)} {shlex.quote(AFTER)} --fail-if-slower 20 --gate-anyway; "
-        f"echo $? > {shlex.quote(str(exit_file))}; sleep 30"
-    )
-    tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", cmd)
-    try:
+    line = trainscope_line(["diff", BEFORE, AFTER, "--fail-if-slower", "20", "--gate-anyway"], exit_file)
+    with terminal(f"trainscope-diff-{tmp_path.name}", line, (100, 30), cwd=tmp_path) as tmux:
         screen = tmux.wait_for("GATE FAILED")
         assert "1.49× slower" in screen and "NOT COMPARABLE" in screen
-        tmux("send-keys", "-t", "t", "3")
+        tmux.keys("3")
         tmux.wait_for("ncclKernel_AllReduce_RING_LL_Sum_float")
-        tmux("send-keys", "-t", "t", "q")
+        tmux.keys("q")
         assert exit_code_written(exit_file) == "3"
         screen = tmux.wait_for("trainscope: regression: step time p50 rose 49.3 %")  # the gate's line, after the app
         assert "GATE FAILED" not in screen  # the terminal is given back
-    finally:
-        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
