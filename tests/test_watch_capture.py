@@ -20,6 +20,7 @@ import sys
 
 import pytest
 
+from tests.watching import watch_argv
 from trainscope.api.capture import Capture, CaptureController, CaptureOptions
 
 HERE = pathlib.Path(__file__).parent
@@ -28,20 +29,7 @@ CPU_TRACE = HERE / "data" / "kineto" / "hta_cpu_only.pt.trace.json.gz"
 
 
 def watch(tmp_path, *args: str, job_args: tuple[str, ...] = (), timeout: int = 240) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable,
-        "-m",
-        "trainscope",
-        "watch",
-        "--headless",
-        "--interval",
-        "0.25",
-        *args,
-        "--",
-        sys.executable,
-        str(JOB),
-        *job_args,
-    ]
+    cmd = watch_argv(*args, job=[sys.executable, str(JOB), *job_args])
     # TMPDIR: the watch's run folder (and anything a killed watch leaves) stays under tmp_path.
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
@@ -259,16 +247,9 @@ def test_pid_attach_with_the_opt_in_hook_captures_too(tmp_path):
     try:
         cap_dir = tmp_path / "caps"
         p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "trainscope",
-                "watch",
+            watch_argv(
                 "--pid",
                 str(child.pid),
-                "--headless",
-                "--interval",
-                "0.25",
                 "--capture-steps",
                 "3",
                 "--capture-at",
@@ -277,7 +258,7 @@ def test_pid_attach_with_the_opt_in_hook_captures_too(tmp_path):
                 str(cap_dir),
                 "--duration",
                 "60",
-            ],
+            ),
             capture_output=True,
             text=True,
             timeout=240,

@@ -20,26 +20,13 @@ import tempfile
 
 import pytest
 
+from tests.watching import watch_argv
+
 JOB = pathlib.Path(__file__).parent / "jobs" / "train_job.py"
 
 
 def watch_job(tmp_path, *job_args: str, extra: tuple[str, ...] = ()) -> tuple[list[dict], dict, str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "trainscope",
-        "watch",
-        "--headless",
-        "--format",
-        "json",
-        "--interval",
-        "0.25",
-        *extra,
-        "--",
-        sys.executable,
-        str(JOB),
-        *job_args,
-    ]
+    cmd = watch_argv("--format", "json", *extra, job=[sys.executable, str(JOB), *job_args])
     # The job's TMPDIR is short: under pytest's long tmp_path the Unix sockets that DataLoader workers
     # pass batches through (Python's multiprocessing, $TMPDIR/pymp-…/listener-…) overflow the 107 bytes
     # of a socket address, a batch is dropped and the job hangs (watch names that; see
