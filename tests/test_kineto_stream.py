@@ -27,8 +27,8 @@ def small_slices(monkeypatch):
     monkeypatch.setattr(kineto_stream, "_BLOCK", 8 << 10)
 
 
-def _same(a, b) -> None:
-    for tab in TABLES:
+def _same(a, b, tables: tuple[str, ...] = TABLES) -> None:
+    for tab in tables:
         ta, tb = getattr(a, tab), getattr(b, tab)
         for f in ta.FIELDS:
             x, y = getattr(ta, f), getattr(tb, f)
@@ -105,27 +105,34 @@ def test_odd_slices_go_through_the_general_path(small_slices, tmp_path):
     assert "NaN" in text and "malformed" in text
 
 
-@pytest.mark.parametrize("cut", [None, 0.8])
-def test_two_halves_read_at_once_give_the_serial_tables(tmp_path, monkeypatch, cut):
-    """Large plain files are read in two parts, the second in a child interpreter; the tables,
-    names, threads and warnings must be the serial reader's (whole file, and truncated in the
-    second half)."""
+def in_halves_and_serially(monkeypatch, path) -> tuple:
+    """``path`` read in two halves at once (the split forced: any size, two cores; the second half
+    in a child interpreter), then serially: (halves, serial). Asserts the file was split."""
     from trainscope.collectors import kineto
 
-    data = gzip.decompress((KINETO / "hta_a100_control.json.gz").read_bytes())
-    p = tmp_path / "big.json"
-    p.write_bytes(data if cut is None else data[: int(len(data) * cut)])
-    monkeypatch.setattr(kineto_stream, "_CHUNK", 1 << 20)
     calls = []
     real = kineto._load_halves
     monkeypatch.setattr(kineto, "_load_halves", lambda *a: calls.append(1) or real(*a))
     monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(readers, "usable_cores", lambda: 2)
-    halves = load_kineto(str(p))
+    halves = load_kineto(str(path))
     monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1 << 62)
-    serial = load_kineto(str(p))
+    serial = load_kineto(str(path))
     assert calls == [1]
-    assert kineto_stream.split_point(str(p)) is not None  # the file was split, not read serially
+    assert kineto_stream.split_point(str(path)) is not None  # the file was split, not read serially
+    return halves, serial
+
+
+@pytest.mark.parametrize("cut", [None, 0.8])
+def test_two_halves_read_at_once_give_the_serial_tables(tmp_path, monkeypatch, cut):
+    """Large plain files are read in two parts, the second in a child interpreter; the tables,
+    names, threads and warnings must be the serial reader's (whole file, and truncated in the
+    second half)."""
+    data = gzip.decompress((KINETO / "hta_a100_control.json.gz").read_bytes())
+    p = tmp_path / "big.json"
+    p.write_bytes(data if cut is None else data[: int(len(data) * cut)])
+    monkeypatch.setattr(kineto_stream, "_CHUNK", 1 << 20)
+    halves, serial = in_halves_and_serially(monkeypatch, p)
     _same(halves, serial)
     assert halves.warnings == serial.warnings and halves.metadata == serial.metadata
 

@@ -14,6 +14,7 @@ from tests.conftest import KINETO
 
 pytest.importorskip("textual")
 
+from tests.test_tui import until  # noqa: E402
 from trainscope.analyzers.ranks.alignment import rank_collectives  # noqa: E402
 from trainscope.analyzers.ranks.lanes import side_by_side  # noqa: E402
 from trainscope.analyzers.rules import Rules  # noqa: E402
@@ -59,15 +60,9 @@ def test_ranks_tab_draws_two_ranks_on_one_clock_with_collectives_joined():
     async def go():
         app = AnalyzeApp(DLRM, session=s)
         async with app.run_test(size=(120, 40)) as pilot:
-            for _ in range(300):
-                await pilot.pause(0.05)
-                if app.session is not None and app.query_one("#tabs").display:
-                    break
+            await until(pilot, lambda: app.session is not None and app.query_one("#tabs").display, 15)
             await pilot.press("7")
-            for _ in range(200):
-                await pilot.pause(0.05)
-                if getattr(app, "_side", None):
-                    break
+            await until(pilot, lambda: getattr(app, "_side", None), 10)
             await pilot.pause()
             view = app.query_one(RanksTimeline)
             rows = lines(view)
@@ -102,15 +97,9 @@ def test_R_on_the_timeline_opens_the_ranks_side_by_side():
     async def go():
         app = AnalyzeApp(DLRM, session=s)
         async with app.run_test(size=(120, 40)) as pilot:
-            for _ in range(300):
-                await pilot.pause(0.05)
-                if app.session is not None and app.query_one("#tabs").display:
-                    break
+            await until(pilot, lambda: app.session is not None and app.query_one("#tabs").display, 15)
             await pilot.press("2", "R")
-            for _ in range(200):
-                await pilot.pause(0.05)
-                if getattr(app, "_side", None):
-                    break
+            await until(pilot, lambda: getattr(app, "_side", None), 10)
             await pilot.pause()
             assert app.query_one("#tabs").active == "ranks"
             assert isinstance(app.focused, RanksTimeline) and app.focused.ranks
