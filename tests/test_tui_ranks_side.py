@@ -5,6 +5,7 @@ late arrivals marked, and each rank's file named in the table."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import numpy as np
 import pytest
@@ -24,6 +25,18 @@ from trainscope.tui.ranks_timeline import RanksTimeline  # noqa: E402
 from trainscope.tui.state import build_session  # noqa: E402
 
 DLRM = str(KINETO / "hta_dlrm_ws128_2ranks")
+
+
+@contextlib.asynccontextmanager
+async def opened_side_by_side(*keys: str):
+    """The app on the DLRM rank folder, ready, ``keys`` pressed and the ranks side by side drawn.
+    Yields (app, pilot)."""
+    app = AnalyzeApp(DLRM, session=build_session(DLRM, open_traces(DLRM), Rules()))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.session is not None and app.query_one("#tabs").display, 15)
+        await pilot.press(*keys)
+        await until(pilot, lambda: getattr(app, "_side", None), 10)
+        yield app, pilot
 
 
 def lines(widget) -> list[str]:
@@ -55,14 +68,8 @@ def test_side_by_side_matches_the_dlrm_collectives_and_finds_the_late_rank():
 
 
 def test_ranks_tab_draws_two_ranks_on_one_clock_with_collectives_joined():
-    s = build_session(DLRM, open_traces(DLRM), Rules())
-
     async def go():
-        app = AnalyzeApp(DLRM, session=s)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: app.session is not None and app.query_one("#tabs").display, 15)
-            await pilot.press("7")
-            await until(pilot, lambda: getattr(app, "_side", None), 10)
+        async with opened_side_by_side("7") as (app, pilot):
             await pilot.pause()
             view = app.query_one(RanksTimeline)
             rows = lines(view)
@@ -92,14 +99,8 @@ def test_ranks_tab_draws_two_ranks_on_one_clock_with_collectives_joined():
 
 
 def test_R_on_the_timeline_opens_the_ranks_side_by_side():
-    s = build_session(DLRM, open_traces(DLRM), Rules())
-
     async def go():
-        app = AnalyzeApp(DLRM, session=s)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await until(pilot, lambda: app.session is not None and app.query_one("#tabs").display, 15)
-            await pilot.press("2", "R")
-            await until(pilot, lambda: getattr(app, "_side", None), 10)
+        async with opened_side_by_side("2", "R") as (app, pilot):
             await pilot.pause()
             assert app.query_one("#tabs").active == "ranks"
             assert isinstance(app.focused, RanksTimeline) and app.focused.ranks
