@@ -203,25 +203,13 @@ def test_export_equals_plan_format_markdown_for_the_current_config(tmp_path):
         64,
         "v100-16",
     )
-    flags = [
-        "--params",
-        "1.5B",
-        "--seq",
-        "1024",
-        "--activations-gb",
-        "65",
-        "--activations-batch",
-        "32",
-        "--activations-precision",
-        "fp32",
-    ]
     p = subprocess.run(
         [
             sys.executable,
             "-m",
             "trainscope",
             "plan",
-            *flags,
+            *WALKTHROUGH_FLAGS,  # then what the keys changed (a flag given twice: the last one holds)
             "--precision",
             "mixed",
             "--checkpoint",
