@@ -15,6 +15,7 @@ as a device, as its 104/110 compute units and 64 GiB show.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -95,6 +96,22 @@ def _spec(
     return DeviceSpec(key, pattern, tensor, fp32, bw, source, peaks, vector, frozenset(matrix), vendor, power)
 
 
+# The boards built on one chip share its compute peaks (their datasheets print the same figures);
+# they differ in memory bandwidth and power. H200 is GH100 with HBM3e.
+_gh100_sxm = functools.partial(
+    _spec,
+    fp64=34.0,
+    fp64_matrix=67.0,
+    fp32=67.0,
+    tf32=494.5,
+    fp16=989.5,
+    bf16=989.5,
+    fp8=1979.0,
+    int8=1979.0,
+    power=700.0,
+)
+_ga100 = functools.partial(_spec, fp64=9.7, fp64_matrix=19.5, fp32=19.5, tf32=156.0, fp16=312.0, bf16=312.0, int8=624.0)
+
 # Ordered: the first pattern that matches wins (PCIe before the SXM catch-all, A100 80 GB before 40 GB).
 DEVICE_TABLE: tuple[DeviceSpec, ...] = (
     _spec(
@@ -112,21 +129,7 @@ DEVICE_TABLE: tuple[DeviceSpec, ...] = (
         int8=4500.0,
         power=1000.0,
     ),
-    _spec(
-        "H200",
-        r"\bH200\b",
-        4800.0,
-        "NVIDIA H200 Tensor Core GPU datasheet (SXM; sparse figures halved)",
-        fp64=34.0,
-        fp64_matrix=67.0,
-        fp32=67.0,
-        tf32=494.5,
-        fp16=989.5,
-        bf16=989.5,
-        fp8=1979.0,
-        int8=1979.0,
-        power=700.0,
-    ),
+    _gh100_sxm("H200", r"\bH200\b", 4800.0, "NVIDIA H200 Tensor Core GPU datasheet (SXM; sparse figures halved)"),
     _spec(
         "H100 PCIe",
         r"H100.*PCIe",
@@ -142,63 +145,16 @@ DEVICE_TABLE: tuple[DeviceSpec, ...] = (
         int8=1513.0,
         power=350.0,
     ),
-    _spec(
-        "H100 SXM",
-        r"\bH100\b",
-        3350.0,
-        "NVIDIA H100 Tensor Core GPU datasheet (SXM; sparse figures halved)",
-        fp64=34.0,
-        fp64_matrix=67.0,
-        fp32=67.0,
-        tf32=494.5,
-        fp16=989.5,
-        bf16=989.5,
-        fp8=1979.0,
-        int8=1979.0,
-        power=700.0,
-    ),
-    _spec(
+    _gh100_sxm("H100 SXM", r"\bH100\b", 3350.0, "NVIDIA H100 Tensor Core GPU datasheet (SXM; sparse figures halved)"),
+    _ga100(
         "A100 80GB PCIe",
         r"A100.*80\s?GB.*PCIe|A100.*PCIe.*80\s?GB",
         1935.0,
         "NVIDIA A100 Tensor Core GPU datasheet (80GB PCIe)",
-        fp64=9.7,
-        fp64_matrix=19.5,
-        fp32=19.5,
-        tf32=156.0,
-        fp16=312.0,
-        bf16=312.0,
-        int8=624.0,
         power=300.0,
     ),
-    _spec(
-        "A100 80GB",
-        r"A100.*80\s?GB",
-        2039.0,
-        "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)",
-        fp64=9.7,
-        fp64_matrix=19.5,
-        fp32=19.5,
-        tf32=156.0,
-        fp16=312.0,
-        bf16=312.0,
-        int8=624.0,
-        power=400.0,
-    ),
-    _spec(
-        "A100 40GB",
-        r"A100",
-        1555.0,
-        "NVIDIA A100 Tensor Core GPU datasheet (40GB)",
-        fp64=9.7,
-        fp64_matrix=19.5,
-        fp32=19.5,
-        tf32=156.0,
-        fp16=312.0,
-        bf16=312.0,
-        int8=624.0,
-        power=400.0,
-    ),
+    _ga100("A100 80GB", r"A100.*80\s?GB", 2039.0, "NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)", power=400.0),
+    _ga100("A100 40GB", r"A100", 1555.0, "NVIDIA A100 Tensor Core GPU datasheet (40GB)", power=400.0),
     _spec(
         "A10",
         r"\bA10G?\b",

@@ -104,28 +104,17 @@ def compare_shapes(before: ShapeSignature, after: ShapeSignature) -> ShapeCompar
         sb, sa = before.shapes[op], after.shapes[op]
         example = f"{op}: {len(sb)} distinct input shapes before, {len(sa)} after, {len(sb & sa)} shared"
     b0, b1 = before.batch_dim, after.batch_dim
+    why = ""
     if b0 is not None and b1 is not None and b0 != b1:
-        return ShapeComparison(
-            "differ",
-            b0,
-            b1,
-            len(common),
-            differ,
-            example,
-            f"batch (leading) dimension {b0} before, {b1} after: per-step times are not comparable",
-        )
-    if differ:
+        why = f"batch (leading) dimension {b0} before, {b1} after: per-step times are not comparable"
+    elif differ:
         lead = f"leading dimension {b0} in both, but " if b0 is not None and b0 == b1 else ""
-        return ShapeComparison(
-            "differ",
-            b0,
-            b1,
-            len(common),
-            differ,
-            example,
+        why = (
             f"{lead}{len(differ)} of {len(common)} linear/conv/norm/matmul operators ran on other "
-            "input shapes (a different model size or sequence length?)",
+            "input shapes (a different model size or sequence length?)"
         )
+    if why:
+        return ShapeComparison("differ", b0, b1, len(common), differ, example, why)
     return ShapeComparison(
         "same",
         b0,

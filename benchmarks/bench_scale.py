@@ -64,17 +64,11 @@ import sys
 import tempfile
 import time
 
+from bench_analyze import HTA_LOAD  # HTA's load alone, timed in a child (benchmarks/ is on the path)
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "tests" / "data" / "kineto" / "hta_a100_control.json.gz"
 
-HTA_LOAD = """
-import sys, time, logging
-logging.disable(logging.WARNING)
-from hta.trace_analysis import TraceAnalysis
-t0 = time.perf_counter()
-TraceAnalysis(trace_files={0: sys.argv[1]}, trace_dir=sys.argv[2])
-print(time.perf_counter() - t0)
-"""
 _ID_ARGS = ("correlation", "External id", "Profiler Event Index", "Ev Idx")
 
 
@@ -679,39 +673,20 @@ def main() -> int:
     ap.add_argument("files", nargs="*", help="with --peers: the inputs (default: bundled traces, or --sizes built)")
     args = ap.parse_args()
     args.sizes_given = "--sizes" in sys.argv
-    if args.peers:
-        tmp = tempfile.TemporaryDirectory() if not args.keep else None
-        where = pathlib.Path(args.keep or tmp.name)
-        where.mkdir(parents=True, exist_ok=True)
-        print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average {_load()}", flush=True)
-        try:
-            run_peers(args, where)
-        finally:
-            if tmp is not None:
-                tmp.cleanup()
-        return 0
-    if args.pairs:
-        tmp = tempfile.TemporaryDirectory() if not args.keep else None
-        where = pathlib.Path(args.keep or tmp.name)
-        where.mkdir(parents=True, exist_ok=True)
-        print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average {_load()}", flush=True)
-        try:
-            run_nsys_pairs(args, where)
-        finally:
-            if tmp is not None:
-                tmp.cleanup()
-        return 0
-    if args.all:
-        tmp = tempfile.TemporaryDirectory() if not args.keep else None
-        where = pathlib.Path(args.keep or tmp.name)
-        where.mkdir(parents=True, exist_ok=True)
-        print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average {_load()}", flush=True)
-        try:
-            run_all(args, where)
-        finally:
-            if tmp is not None:
-                tmp.cleanup()
-        return 0
+    for flag, run in (("peers", run_peers), ("pairs", run_nsys_pairs), ("all", run_all)):
+        if getattr(args, flag):
+            tmp = tempfile.TemporaryDirectory() if not args.keep else None
+            where = pathlib.Path(args.keep or tmp.name)
+            where.mkdir(parents=True, exist_ok=True)
+            print(
+                f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; load average {_load()}", flush=True
+            )
+            try:
+                run(args, where)
+            finally:
+                if tmp is not None:
+                    tmp.cleanup()
+            return 0
     sizes = [float(s) for s in args.sizes.split(",") if s.strip()]
     tmp = tempfile.TemporaryDirectory() if not args.keep else None
     where = pathlib.Path(args.keep or tmp.name)

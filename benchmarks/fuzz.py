@@ -228,6 +228,22 @@ def main() -> int:
     return 1 if bad else 0
 
 
+# The outcomes a semantic mutant's run is counted under, in the order the summary lists them (any
+# other outcome is listed after them).
+SEMANTIC_OUTCOMES = (
+    "kept",
+    "warned",
+    "silent-verdict",
+    "silent-numbers",
+    "refused",
+    "internal",
+    "traceback",
+    "oom",
+    "bad-json",
+    "mutator-skip",
+)
+
+
 def semantic_main(args) -> int:
     """``--semantic``: N semantic mutants over the seeds, each analyzed in this process; counts of
     kept / warned / silent-verdict / silent-numbers and of contract breaches (internal errors...)."""
@@ -304,34 +320,9 @@ def semantic_main(args) -> int:
         f"\n{done} semantic mutants in {took:.0f} s ({done / max(took, 1e-9):.2f} per s)"
         + (f"; stopped early (asked for {args.mutants})" if done < args.mutants else "")
     )
-    for k in (
-        "kept",
-        "warned",
-        "silent-verdict",
-        "silent-numbers",
-        "refused",
-        "internal",
-        "traceback",
-        "oom",
-        "bad-json",
-        "mutator-skip",
-    ):
+    for k in SEMANTIC_OUTCOMES:
         print(f"  {k:15s} {counts.get(k, 0)}")
-    for k in sorted(
-        set(counts)
-        - {
-            "kept",
-            "warned",
-            "silent-verdict",
-            "silent-numbers",
-            "refused",
-            "internal",
-            "traceback",
-            "oom",
-            "bad-json",
-            "mutator-skip",
-        }
-    ):
+    for k in sorted(set(counts) - set(SEMANTIC_OUTCOMES)):
         print(f"  {k:15s} {counts[k]}")
     for m, c in sorted(per_mut.items()):
         print(f"  {m:22s} {dict(c)}")

@@ -9,13 +9,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.cache_on import paused, temporary, turn_cache_on, two_writers_of_one_entry, writer
 from tests.conftest import DATA
 from tests.fuzzing import run_in_process
 from tests.test_golden import CASES
@@ -28,12 +26,7 @@ ANALYZE_CASES = sorted(name for name, argv in CASES.items() if argv[0] == "analy
 @pytest.fixture
 def cache_on(tmp_path, monkeypatch):
     """The cache on, in a folder of this test's own; the counters from zero."""
-    where = tmp_path / "cache"
-    monkeypatch.setenv(cache.ENV_DIR, str(where))
-    monkeypatch.delenv(cache.ENV_OFF, raising=False)
-    monkeypatch.delenv(cache.ENV_MAX, raising=False)
-    monkeypatch.setattr(cache, "_warned_folder", False)
-    cache.STATS.reset()
+    where = turn_cache_on(tmp_path, monkeypatch)
     monkeypatch.chdir(DATA)  # relative paths in the documents, as in tests/test_golden.py
     return where
 
@@ -44,10 +37,6 @@ def cli(*argv: str) -> tuple[int, str, str]:
 
 def entries(where: Path) -> list[str]:
     return sorted(p.name for p in where.iterdir() if p.name.endswith(cache.SUFFIX)) if where.is_dir() else []
-
-
-def temporary(where: Path) -> list[str]:
-    return sorted(p.name for p in where.iterdir() if p.name.startswith(cache.TMP_PREFIX)) if where.is_dir() else []
 
 
 def test_the_suite_never_uses_the_users_cache():
@@ -298,30 +287,12 @@ def test_a_bad_bound_is_one_line_and_exit_2(cache_on, monkeypatch):
 # -- a writer killed mid-write, two writers at once ----------------------------------------------------
 
 
-def _writer(env: dict, signal_file: Path, path: str = SMALL) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "trainscope", "analyze", path, "--format", "json", "-q"],
-        env={**env, cache.ENV_PAUSE: str(signal_file)},
-        cwd=DATA,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
-def _paused(p: subprocess.Popen, signal_file: Path) -> int:
-    """Wait until the writer says it is half-way through its entry (a condition, not a sleep)."""
-    deadline = time.monotonic() + 300
-    while not signal_file.exists():
-        assert p.poll() is None, p.communicate()
-        assert time.monotonic() < deadline, "the writer never reached the middle of its entry"
-        time.sleep(0.05)
-    return int(signal_file.read_text())
+WRITER = ["analyze", SMALL, "--format", "json", "-q"]
 
 
 def test_a_writer_killed_mid_write_leaves_nothing_anyone_trusts(cache_on, tmp_path):
-    env = dict(os.environ)
-    p = _writer(env, tmp_path / "paused")
-    pid = _paused(p, tmp_path / "paused")
+    p = writer(WRITER, cache.ENV_PAUSE, tmp_path / "paused")
+    pid = paused(p, tmp_path / "paused")
     assert pid == p.pid
     assert len(temporary(cache_on)) == 1 and entries(cache_on) == []  # half an entry, under its private name
     os.kill(p.pid, signal.SIGKILL)
@@ -338,19 +309,7 @@ def test_a_writer_killed_mid_write_leaves_nothing_anyone_trusts(cache_on, tmp_pa
 
 
 def test_two_writers_of_one_entry_both_leave_a_valid_one(cache_on, tmp_path):
-    env = dict(os.environ)
-    writers = [(_writer(env, tmp_path / f"w{i}"), tmp_path / f"w{i}") for i in range(2)]
-    for p, f in writers:
-        _paused(p, f)
-    assert len(temporary(cache_on)) == 2  # both half-way, neither seeing the other
-    for p, _ in writers:
-        os.kill(p.pid, signal.SIGUSR1)
-    outs = []
-    for p, _ in writers:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err
-        assert b"cache" not in err
-        outs.append(out.decode())
+    outs = [out.decode() for out in two_writers_of_one_entry(WRITER, cache.ENV_PAUSE, cache_on, tmp_path)]
     assert outs[0] == outs[1]
     assert len(entries(cache_on)) == 1 and temporary(cache_on) == []
     rc, got, _ = cli(SMALL, "--format", "json")

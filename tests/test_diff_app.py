@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
-import shlex
-import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,6 +15,7 @@ from textual.geometry import Region
 
 from tests.conftest import KINETO, exit_code_written
 from tests.test_diff import A100, V100, _events, _raw_steps, _run
+from tests.tmux import needs_tmux, terminal, trainscope_line
 
 pytest.importorskip("textual")
 
@@ -44,6 +42,18 @@ def pair() -> RunDiff:
     return diff_runs(_run(A100), _run(V100))
 
 
+@contextlib.asynccontextmanager
+async def opened(size: tuple[int, int] = (80, 24), key: str | None = None, **kw):
+    """The diff app on the bundled pair (:func:`pair`) at ``size``, ready; ``key`` pressed (a tab's
+    number). ``kw``: more of DiffApp's arguments (a gate). Yields (app, pilot)."""
+    app = DiffApp(BEFORE, AFTER, diff=pair(), **kw)
+    async with app.run_test(size=size) as pilot:
+        await _ready(app, pilot)
+        if key is not None:
+            await pilot.press(key)
+        yield app, pilot
+
+
 def run(coro):
     return asyncio.run(coro)
 
@@ -66,9 +76,7 @@ def test_summary_flags_the_other_gpu_and_shows_the_step_p50_slowdown():
     d = pair()
 
     async def go():
-        app = DiffApp(BEFORE, AFTER, diff=d)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _ready(app, pilot)
+        async with opened() as (app, pilot):
             summary = app.query_one(DiffSummary)
             gpu = next(c for c in d.comparability if c.check == "gpu")
             assert gpu.status == "differ" and "A100" in gpu.before and "V100" in gpu.after
@@ -105,10 +113,7 @@ def test_breakdown_rows_are_the_diffs_categories_side_by_side():
     d = pair()
 
     async def go():
-        app = DiffApp(BEFORE, AFTER, diff=d)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("2")
+        async with opened((80, 24), "2") as (app, pilot):
             pane = app.query_one(DiffBreakdown)
             assert [(r.name, r.before, r.after) for r in pane.category_rows] == [
                 (c.name, c.before_pct, c.after_pct) for c in d.categories
@@ -151,10 +156,7 @@ def test_kernel_filters_show_exactly_each_group_and_the_names_behind_a_row():
     assert sorted(n for k in d.kernels for n in k.after_names) == sorted(k.name for k in d.after.kernels)
 
     async def go():
-        app = DiffApp(BEFORE, AFTER, diff=d)
-        async with app.run_test(size=(120, 36)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("3")
+        async with opened((120, 36), "3") as (app, pilot):
             pane = app.query_one(KernelDiffPane)
             table = app.query_one("#kd-table")
             assert app.focused is table
@@ -200,10 +202,7 @@ def test_earlier_fixes_show_each_outcome_with_its_values():
     assert [o.status for o in d.recommendations] == ["worse", "improved", "improved"]
 
     async def go():
-        app = DiffApp(BEFORE, AFTER, diff=d)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("4")
+        async with opened((80, 24), "4") as (app, pilot):
             pane = app.query_one(FixOutcomes)
             assert pane.outcomes == d.recommendations
             listing = " ".join(text_of(app, "#fo-list").split())
@@ -222,10 +221,7 @@ def test_export_writes_the_same_markdown_as_diff_report(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
     async def go():
-        app = DiffApp(BEFORE, AFTER, diff=d, gate=gate)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("e")
+        async with opened((80, 24), "e", gate=gate) as (app, pilot):
             await pilot.pause()
         return app
 
@@ -337,10 +333,7 @@ def test_quitting_before_a_requested_gate_ran_is_not_a_pass():
 
 def test_help_lists_every_key_and_t_switches_the_theme():
     async def go():
-        app = DiffApp(BEFORE, AFTER, diff=pair())
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("question_mark")
+        async with opened((80, 24), "question_mark") as (app, pilot):
             assert isinstance(app.screen, DiffHelpScreen)
             text = text_of(app.screen, "#help-keys")
             keys = [k for b in [*app.BINDINGS, *KernelDiffPane.BINDINGS] for k in b.key.split(",")]
@@ -361,9 +354,7 @@ def test_help_lists_every_key_and_t_switches_the_theme():
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)])
 def test_every_tab_renders_at_small_and_large_sizes(size):
     async def go():
-        app = DiffApp(BEFORE, AFTER, diff=pair(), gate=check_gate(pair(), "step_p50", 60))
-        async with app.run_test(size=size) as pilot:
-            await _ready(app, pilot)
+        async with opened(size, gate=check_gate(pair(), "step_p50", 60)) as (app, pilot):
             tabs = app.query_one("#tabs")
             for key, tab in zip("4321", ("fixes", "kernels", "breakdown", "summary")):
                 await pilot.press(key)
@@ -379,29 +370,17 @@ def test_every_tab_renders_at_small_and_large_sizes(size):
     run(go())
 
 
-@pytest.mark.skipif(
-    shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it; apt-get install tmux)"
-)
+@needs_tmux
 def test_in_a_real_terminal_the_app_opens_and_quitting_gives_the_gates_exit_code(tmp_path):
-    from tests.test_tui_tmux import Tmux
-
-    tmux = Tmux(f"trainscope-diff-{tmp_path.name}")
     exit_file = tmp_path / "exit.txt"
     # stderr stays on the terminal: Textual draws there.
-    cmd = (
-        f"cd {shlex.quote(str(tmp_path))} && {shlex.quote(sys.executable)} -m trainscope diff "
-        f"{shlex.quote(BEFORE)} {shlex.quote(AFTER)} --fail-if-slower 20 --gate-anyway; "
-        f"echo $? > {shlex.quote(str(exit_file))}; sleep 30"
-    )
-    tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", cmd)
-    try:
+    line = trainscope_line(["diff", BEFORE, AFTER, "--fail-if-slower", "20", "--gate-anyway"], exit_file)
+    with terminal(f"trainscope-diff-{tmp_path.name}", line, (100, 30), cwd=tmp_path) as tmux:
         screen = tmux.wait_for("GATE FAILED")
         assert "1.49× slower" in screen and "NOT COMPARABLE" in screen
-        tmux("send-keys", "-t", "t", "3")
+        tmux.keys("3")
         tmux.wait_for("ncclKernel_AllReduce_RING_LL_Sum_float")
-        tmux("send-keys", "-t", "t", "q")
+        tmux.keys("q")
         assert exit_code_written(exit_file) == "3"
         screen = tmux.wait_for("trainscope: regression: step time p50 rose 49.3 %")  # the gate's line, after the app
         assert "GATE FAILED" not in screen  # the terminal is given back
-    finally:
-        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)

@@ -171,15 +171,18 @@ def _findings_check(found, where: str) -> set[str]:
     return {f.id for f in found}
 
 
+# Bundled GPU traces the two tests below run on.
+GPU_TRACES = [
+    "resnet50_v100_num_workers_0.pt.trace.json.gz",
+    "hta_a100_80gb_rank0.json.gz",
+    "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz",
+    "tracelens_h100_qwen_inference.json.gz",
+]
+
+
 @pytest.mark.parametrize(
     "name",
-    [
-        "resnet50_v100_num_workers_0.pt.trace.json.gz",
-        "hta_a100_80gb_rank0.json.gz",
-        "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz",
-        "tracelens_h100_qwen_inference.json.gz",
-        "slow.pt.trace.json.gz",  # training on the CPU: the step-exact input wait alone
-    ],
+    [*GPU_TRACES, "slow.pt.trace.json.gz"],  # training on the CPU: the step-exact input wait alone
 )
 def test_every_finding_analyze_raises_on_a_bundled_trace_has_a_spec(name):
     a = analysis(name)
@@ -439,12 +442,7 @@ def test_small_stakes_are_findings_not_ranked_fixes():
 
 @pytest.mark.parametrize(
     "name",
-    [
-        "resnet50_v100_num_workers_0.pt.trace.json.gz",
-        "hta_a100_80gb_rank0.json.gz",
-        "tl_mi300x_sglang_qwen3-8b_prefilldecode.json.gz",
-        "tracelens_h100_qwen_inference.json.gz",
-    ],
+    GPU_TRACES,
 )
 def test_no_ranked_fix_reads_up_to_1_00x_and_severity_follows_the_stake(name):
     a = analysis(name)

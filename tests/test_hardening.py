@@ -381,9 +381,14 @@ def test_a_markup_kernel_name_renders_as_text_in_the_app():
 # --- watch ----------------------------------------------------------------------------------------
 
 
-def watch(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def watch(*args: str, env: dict | None = None, timeout: float = 120, **run) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "trainscope", "watch", *args], capture_output=True, text=True, timeout=timeout, env=env
+        [sys.executable, "-m", "trainscope", "watch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        **run,
     )
 
 
@@ -491,20 +496,15 @@ def test_stop_job_escalates_and_says_so(monkeypatch, capsys):
     assert "after SIGINT: sending SIGTERM" in err and "after SIGTERM: sending SIGKILL" in err
 
 
+_EXITS_7_ON_SIGINT = "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)"
+
+
 def test_duration_ends_a_launched_job_with_sigint_first():
     t0 = time.monotonic()
     # 6 s, not 2: the SIGINT must reach the job inside its try block. A job that is still starting
     # (the injected step hook imports while site runs) when SIGINT comes cannot handle it; on a loaded
     # machine that start took over 2 s and the test saw SIGTERM's 143.
-    p = watch(
-        "--headless",
-        "--duration",
-        "6",
-        "--",
-        sys.executable,
-        "-c",
-        "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)",
-    )
+    p = watch("--headless", "--duration", "6", "--", sys.executable, "-c", "import time\n" + _EXITS_7_ON_SIGINT)
     assert "--duration 6 s reached: sending SIGINT to the job" in p.stderr
     assert p.returncode == 7  # the job's own handler ran: it got SIGINT, not SIGKILL
     assert time.monotonic() - t0 < 60
@@ -517,24 +517,9 @@ def test_duration_stops_the_job_with_sigint_when_watch_itself_ignores_sigint():
     the background and the test above failed with 143."""
     import signal
 
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainscope",
-            "watch",
-            "--headless",
-            "--duration",
-            "6",
-            "--",
-            sys.executable,
-            "-c",
-            "import signal, time\nassert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
-            "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    raise SystemExit(7)",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    job = "import signal, time\nassert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+    p = watch(
+        *("--headless", "--duration", "6", "--", sys.executable, "-c", job + _EXITS_7_ON_SIGINT),
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     assert p.returncode == 7, p.stderr

@@ -114,6 +114,18 @@ def test_union_rows_equals_union_of_the_masked_rows(monkeypatch):
             assert np.array_equal(end, end0)
 
 
+def _exclusive_layers_by_unit(layers, ws, we) -> None:
+    """``exclusive_layers`` against its definition counted one time unit at a time: each unit of each
+    window goes to the first layer that covers it, or past the last layer when none does."""
+    got = iv.exclusive_layers(layers, ws, we)
+    for w, (a, b) in enumerate(zip(ws.tolist(), we.tolist())):
+        want = [0] * (len(layers) + 1)
+        for t in range(a, b):
+            k = next((k for k, (s, e) in enumerate(layers) if ((s <= t) & (t < e)).any()), len(layers))
+            want[k] += 1
+        assert got[w].tolist() == want
+
+
 def test_exclusive_layers_matches_an_instant_by_instant_count_across_pieces(monkeypatch):
     """Random layers (some empty) and windows (some overlapping), the per-layer tests cut into
     pieces of a few segments: every window's row is the count of its instants by first covering
@@ -128,13 +140,7 @@ def test_exclusive_layers_matches_an_instant_by_instant_count_across_pieces(monk
             layers.append(iv.union(s, s + rng.integers(1, 30, n)))
         ws = np.sort(rng.integers(0, 200, int(rng.integers(1, 5))))
         we = ws + rng.integers(1, 80, len(ws))
-        got = iv.exclusive_layers(layers, ws, we)
-        for w, (a, b) in enumerate(zip(ws.tolist(), we.tolist())):
-            want = [0] * (len(layers) + 1)
-            for t in range(a, b):
-                k = next((k for k, (s, e) in enumerate(layers) if ((s <= t) & (t < e)).any()), len(layers))
-                want[k] += 1
-            assert got[w].tolist() == want
+        _exclusive_layers_by_unit(layers, ws, we)
 
 
 def test_union_sets_spent_empties_the_callers_list_and_gives_the_same_union():
@@ -243,13 +249,7 @@ def test_exclusive_layers_of_touching_and_unsorted_layers_count_every_instant_on
             )
         ws = np.sort(rng.integers(0, 200, int(rng.integers(1, 4))))
         we = ws + rng.integers(1, 80, len(ws))
-        got = iv.exclusive_layers(layers, ws, we)
-        for w, (a, b) in enumerate(zip(ws.tolist(), we.tolist())):
-            want = [0] * (len(layers) + 1)
-            for t in range(a, b):
-                k = next((k for k, (s, e) in enumerate(layers) if ((s <= t) & (t < e)).any()), len(layers))
-                want[k] += 1
-            assert got[w].tolist() == want
+        _exclusive_layers_by_unit(layers, ws, we)
 
 
 def test_intersect_in_pieces_equals_intersect_whole(monkeypatch):

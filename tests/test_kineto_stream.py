@@ -27,8 +27,8 @@ def small_slices(monkeypatch):
     monkeypatch.setattr(kineto_stream, "_BLOCK", 8 << 10)
 
 
-def _same(a, b) -> None:
-    for tab in TABLES:
+def _same(a, b, tables: tuple[str, ...] = TABLES) -> None:
+    for tab in tables:
         ta, tb = getattr(a, tab), getattr(b, tab)
         for f in ta.FIELDS:
             x, y = getattr(ta, f), getattr(tb, f)
@@ -105,64 +105,59 @@ def test_odd_slices_go_through_the_general_path(small_slices, tmp_path):
     assert "NaN" in text and "malformed" in text
 
 
-@pytest.mark.parametrize("cut", [None, 0.8])
-def test_two_halves_read_at_once_give_the_serial_tables(tmp_path, monkeypatch, cut):
-    """Large plain files are read in two parts, the second in a child interpreter; the tables,
-    names, threads and warnings must be the serial reader's (whole file, and truncated in the
-    second half)."""
+def in_halves_and_serially(monkeypatch, path) -> tuple:
+    """``path`` read in two halves at once (the split forced: any size, two cores; the second half
+    in a child interpreter), then serially: (halves, serial). Asserts the file was split."""
     from trainscope.collectors import kineto
 
-    data = gzip.decompress((KINETO / "hta_a100_control.json.gz").read_bytes())
-    p = tmp_path / "big.json"
-    p.write_bytes(data if cut is None else data[: int(len(data) * cut)])
-    monkeypatch.setattr(kineto_stream, "_CHUNK", 1 << 20)
     calls = []
     real = kineto._load_halves
     monkeypatch.setattr(kineto, "_load_halves", lambda *a: calls.append(1) or real(*a))
     monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(readers, "usable_cores", lambda: 2)
-    halves = load_kineto(str(p))
+    halves = load_kineto(str(path))
     monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1 << 62)
-    serial = load_kineto(str(p))
+    serial = load_kineto(str(path))
     assert calls == [1]
-    assert kineto_stream.split_point(str(p)) is not None  # the file was split, not read serially
+    assert kineto_stream.split_point(str(path)) is not None  # the file was split, not read serially
+    return halves, serial
+
+
+@pytest.mark.parametrize("cut", [None, 0.8])
+def test_two_halves_read_at_once_give_the_serial_tables(tmp_path, monkeypatch, cut):
+    """Large plain files are read in two parts, the second in a child interpreter; the tables,
+    names, threads and warnings must be the serial reader's (whole file, and truncated in the
+    second half)."""
+    data = gzip.decompress((KINETO / "hta_a100_control.json.gz").read_bytes())
+    p = tmp_path / "big.json"
+    p.write_bytes(data if cut is None else data[: int(len(data) * cut)])
+    monkeypatch.setattr(kineto_stream, "_CHUNK", 1 << 20)
+    halves, serial = in_halves_and_serially(monkeypatch, p)
     _same(halves, serial)
     assert halves.warnings == serial.warnings and halves.metadata == serial.metadata
+
+
+def _mm_and_its_gemm(mm_args: dict, gemm_external: int) -> list[dict]:
+    """An aten::mm operator (``mm_args``) and the gemm kernel it launches, whose External id is
+    ``gemm_external``."""
+    gemm_args = {"device": 0, "stream": 7, "correlation": 1, "External id": gemm_external}
+    return [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "args": mm_args},
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 3, "args": gemm_args},
+    ]
 
 
 def test_a_slice_off_the_typed_schema_is_read_through_the_general_path(tmp_path):
     """Found by benchmarks/fuzz.py on the merged reader: a list where a pid belongs made the typed
     path raise TypeError (an internal error). The slice is undone and read event by event instead,
     with the same tables as the in-memory reader."""
-    import json as _json
-
     from trainscope.collectors.kineto import load_kineto, load_kineto_in_memory
 
-    events = [
-        {
-            "ph": "X",
-            "cat": "cpu_op",
-            "name": "aten::mm",
-            "pid": 1,
-            "tid": 1,
-            "ts": 10,
-            "dur": 5,
-            "args": {"External id": 7, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]},
-        },
-        {
-            "ph": "X",
-            "cat": "kernel",
-            "name": "gemm",
-            "pid": 0,
-            "tid": 7,
-            "ts": 12,
-            "dur": 3,
-            "args": {"device": 0, "stream": 7, "correlation": 1, "External id": 7},
-        },
-        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": [1], "tid": 1, "ts": 20, "dur": 2},
-    ]
+    mm = {"External id": 7, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}
+    events = _mm_and_its_gemm(mm, 7)
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": [1], "tid": 1, "ts": 20, "dur": 2})
     path = tmp_path / "odd.pt.trace.json"
-    path.write_text(_json.dumps({"traceEvents": events}))
+    path.write_text(json.dumps({"traceEvents": events}))
     streamed, whole = load_kineto(str(path)), load_kineto_in_memory(str(path))
     assert len(streamed.kernels) == len(whole.kernels) == 1
     assert len(streamed.cpu_ops) == len(whole.cpu_ops)
@@ -191,34 +186,10 @@ def test_the_stream_keeps_what_the_cost_model_and_host_attribution_read():
 def test_an_external_id_beyond_int64_links_nothing_instead_of_failing(tmp_path):
     """Found by benchmarks/fuzz.py on the merged reader: an "External id" of 2**64 aborted the
     analysis (OverflowError building the operator links). It now links nothing (-1)."""
-    import json as _json
-
     from trainscope.collectors.kineto import load_kineto
 
-    events = [
-        {
-            "ph": "X",
-            "cat": "cpu_op",
-            "name": "aten::mm",
-            "pid": 1,
-            "tid": 1,
-            "ts": 10,
-            "dur": 5,
-            "args": {"External id": 2**64},
-        },
-        {
-            "ph": "X",
-            "cat": "kernel",
-            "name": "gemm",
-            "pid": 0,
-            "tid": 7,
-            "ts": 12,
-            "dur": 3,
-            "args": {"device": 0, "stream": 7, "correlation": 1, "External id": 3},
-        },
-    ]
     path = tmp_path / "big_id.pt.trace.json"
-    path.write_text(_json.dumps({"traceEvents": events}))
+    path.write_text(json.dumps({"traceEvents": _mm_and_its_gemm({"External id": 2**64}, 3)}))
     t = load_kineto(str(path))
     assert t.op_inputs.cpu_external.tolist() == [-1] and t.op_inputs.kernel_external.tolist() == [3]
 

@@ -262,7 +262,7 @@ def test_no_layer_imports_upward(path, pkg):
     assert not bad, "\n".join(bad)
 
 
-# --- analyzers by pipeline (issue 40; tools/restructure_analyzers.py made the layout) ----------------
+# --- analyzers by pipeline (issue 40; a one-shot script, since removed, made the layout) ------------
 # analyzers/ holds one sub-package per pipeline — trace/ (one trace), ranks/, live/, snapshot/, plan/,
 # compare/, deep/, views/ — with findings/ (the registry) and the shared modules at the top beside them.
 # trace/ imports none of the other pipelines; the other pipelines import trace/, findings/ and the

@@ -19,6 +19,18 @@ from trainscope.analyzers.plan.ledger import (
 
 GB = 1e9
 GPT2_XL = 1.5e9  # the seeds round GPT-2 XL to 1.5 B parameters
+# Seed 000 lines 3193–3303: GPT-2 1.5 B, Adam, FP32, batch 32, activations measured at 65 GB in FP32
+# (batch 32, seq 1024). Also the plan app's starting point (tests/test_plan_app.py).
+WALKTHROUGH = PlanConfig(
+    params=GPT2_XL,
+    batch=32,
+    seq=1024,
+    optimizer="adam",
+    precision="fp32",
+    activations_gb=65,
+    activations_batch=32,
+    activations_precision="fp32",
+)
 V100 = gpu_memory("v100-32")
 LAPTOP = gpu_memory("laptop-8gb")
 
@@ -75,17 +87,7 @@ def test_sgd_fp16_with_master_floor_is_12gb_and_never_fits_8gb():
 
 
 def test_gpt2_walkthrough_89_to_56_5_to_32_1_gb_on_a_32gb_v100():
-    # seed 000 lines 3193–3303: activations measured at 65 GB in FP32 (batch 32, seq 1024).
-    base = PlanConfig(
-        params=GPT2_XL,
-        batch=32,
-        seq=1024,
-        optimizer="adam",
-        precision="fp32",
-        activations_gb=65,
-        activations_batch=32,
-        activations_precision="fp32",
-    )
+    base = WALKTHROUGH
     fp32 = ledger(base)
     amp = ledger(replace(base, precision="mixed"))
     ckpt = ledger(replace(base, precision="mixed", checkpoint="every:4"))

@@ -15,6 +15,7 @@ from datetime import datetime
 
 import pytest
 
+from tests.watching import watch_argv
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.live_trace import open_recording, trace_snapshots
 from trainscope.collectors.nvidia_smi_csv import read_nvidia_smi_csv
@@ -206,19 +207,7 @@ def test_recording_survives_kill_9_and_replays(tmp_path):
     rec_path = tmp_path / "run.jsonl"
     job = [sys.executable, "-c", "import time\nfor _ in range(600): time.sleep(0.1)"]
     watch = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "trainscope",
-            "watch",
-            "--headless",
-            "--interval",
-            "0.25",
-            "--record",
-            str(rec_path),
-            "--",
-            *job,
-        ],
+        watch_argv("--record", str(rec_path), job=job),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "TMPDIR": str(tmp_path)},  # the run folder the killed watch leaves: in tmp_path

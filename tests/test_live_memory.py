@@ -9,6 +9,7 @@ import pathlib
 import subprocess
 import sys
 
+from tests.watching import watch_argv
 from trainscope.analyzers.findings.live import creep_finding
 from trainscope.analyzers.live.engine import LiveAnalyzer
 from trainscope.analyzers.live.memory_creep import memory_creeps
@@ -136,10 +137,8 @@ def test_a_leak_after_the_warm_up_is_still_creep():
 
 
 def _watch(job_args: list[str], cwd) -> list[dict]:
-    cmd = [sys.executable, "-m", "trainscope", "watch", "--headless", "--format", "json", "--interval", "0.25"]
-    p = subprocess.run(
-        cmd + ["--", sys.executable, str(JOB), *job_args], capture_output=True, text=True, timeout=300, cwd=cwd
-    )
+    cmd = watch_argv("--format", "json", job=[sys.executable, str(JOB), *job_args])
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd)
     assert p.returncode == 0, p.stderr[-2000:]
     return [json.loads(ln) for ln in p.stdout.splitlines()]
 
@@ -156,29 +155,7 @@ def test_a_job_that_imports_torch_then_runs_flat_has_no_creep(tmp_path):
 
 
 def test_a_leaking_job_gets_the_memory_creep_finding(tmp_path):
-    cmd = [
-        sys.executable,
-        "-m",
-        "trainscope",
-        "watch",
-        "--headless",
-        "--format",
-        "json",
-        "--interval",
-        "0.25",
-        "--",
-        sys.executable,
-        str(JOB),
-        "--steps",
-        "300",
-        "--compute-ms",
-        "30",
-        "--leak-mb",
-        "2",
-    ]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert p.returncode == 0, p.stderr[-2000:]
-    lines = [json.loads(ln) for ln in p.stdout.splitlines()]
+    lines = _watch(["--steps", "300", "--compute-ms", "30", "--leak-mb", "2"], tmp_path)
     live = [f for s in lines if s["type"] == "sample" for f in s["findings"] if f["id"] == "machine/memory-creep"]
     assert live, "no memory-creep finding while the job leaked"
     summary = next(f for f in lines[-1]["findings"] if f["id"] == "machine/memory-creep")

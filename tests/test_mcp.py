@@ -11,27 +11,12 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra (pinned in the [test] extra) provides the client")
 
-import anyio  # noqa: E402
-from mcp import Client  # noqa: E402
-from mcp.client.stdio import StdioServerParameters  # noqa: E402
+from tests.mcp_client import DATA, TOOLS, stdio_session  # noqa: E402
 
-DATA = os.path.join(os.path.dirname(__file__), "data")
 SLOW = "cpu/slow.pt.trace.json.gz"
 RESNET = "kineto/resnet50_v100_num_workers_0.pt.trace.json.gz"
 SNAPSHOT = "memory/mem_cs336_nothanmin_trainstep.pickle.gz"
 QWEN = "kineto/tracelens_h100_qwen_inference.json.gz"
-
-TOOLS = {
-    "analyze_trace",
-    "explain_finding",
-    "list_kernels",
-    "list_steps",
-    "timeline_window",
-    "module_tree",
-    "diff_runs",
-    "memory_snapshot",
-    "list_runs",
-}
 
 
 def cli_json(*args: str) -> dict:
@@ -44,23 +29,6 @@ def cli_json(*args: str) -> dict:
     )
     assert p.returncode in (0, 3), p.stderr
     return json.loads(p.stdout)
-
-
-def session(root: str, store: str, calls):
-    """Start `trainscope mcp --root ROOT --store STORE`, run ``calls(client)``, return its result."""
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "trainscope", "mcp", "--root", root, "--store", store],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    out = {}
-
-    async def main():
-        async with Client(params) as client:
-            out["result"] = await calls(client)
-
-    anyio.run(main)
-    return out["result"]
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +104,7 @@ def served(tmp_path_factory):
         )
         return r
 
-    result = session(DATA, store, calls)
+    result = stdio_session(DATA, store, calls)
 
     async def link_calls(c):
         return {
@@ -144,7 +112,7 @@ def served(tmp_path_factory):
             "ranks": await c.call_tool("analyze_trace", {"path": "ranks"}),
         }
 
-    result.update(session(str(link_dir), store, link_calls))
+    result.update(stdio_session(str(link_dir), store, link_calls))
     result["store_unchanged"] = open(store, "rb").read() == store_bytes
     return result
 

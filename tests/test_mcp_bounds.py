@@ -15,10 +15,8 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra (pinned in the [test] extra) provides the client")
 
-import anyio  # noqa: E402
-from mcp import Client  # noqa: E402
+from tests.mcp_client import DATA, TOOLS, run_calls  # noqa: E402
 
-DATA = os.path.join(os.path.dirname(__file__), "data")
 LIMIT = 20_000
 # Folders of inputs that are not profiler traces (memory has its own tool, below).
 NOT_TRACES = ("memory", "nvml", "watch")
@@ -70,23 +68,6 @@ def measured(r) -> tuple[int, int]:
     return text, len(json.dumps(r.structured_content or {}, ensure_ascii=False))
 
 
-def run_calls(calls, store: str | None = None, roots: list[str] | None = None):
-    from trainscope.mcp_server import build_server
-
-    server = build_server(roots or [DATA], store)
-    out = {}
-
-    async def main():
-        async with Client(server) as client:
-            out["r"] = await calls(client)
-
-    try:
-        anyio.run(main)
-    finally:
-        server.trainscope_close()
-    return out["r"]
-
-
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory):
     """Every tool with its default arguments: on every bundled trace and rank folder (explain_finding
@@ -129,17 +110,7 @@ def test_the_bundled_inputs_are_all_there():
 
 def test_every_default_answer_fits_in_20000_characters(answers):
     tools = {tool for tool, *_ in answers}
-    assert tools == {
-        "analyze_trace",
-        "explain_finding",
-        "list_kernels",
-        "list_steps",
-        "timeline_window",
-        "module_tree",
-        "diff_runs",
-        "memory_snapshot",
-        "list_runs",
-    }
+    assert tools == TOOLS
     over, failed, largest = [], [], {}
     for tool, what, _, r in answers:
         if r.is_error:

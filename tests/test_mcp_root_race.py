@@ -18,9 +18,7 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra (pinned in the [test] extra) provides the client")
 
-import anyio  # noqa: E402
-from mcp import Client  # noqa: E402
-from mcp.client.stdio import StdioServerParameters  # noqa: E402
+from tests.mcp_client import stdio_session  # noqa: E402
 
 CALLS = 500
 SECRET = "OUTSIDE_SECRET_KERNEL"
@@ -69,19 +67,7 @@ def tiny_trace(kernel: str, rank: int | None = None, steps: int = 4) -> dict:
 
 
 def session(root: str, calls, *flags: str):
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "trainscope", "mcp", "--root", root, "--store", os.path.join(root, "none.db"), *flags],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    out = {}
-
-    async def main():
-        async with Client(params) as client:
-            out["result"] = await calls(client)
-
-    anyio.run(main)
-    return out["result"]
+    return stdio_session(root, os.path.join(root, "none.db"), calls, *flags)
 
 
 # The writer: a process of its own (a thread of the test would share the client's interpreter lock).

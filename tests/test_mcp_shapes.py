@@ -15,30 +15,11 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra (pinned in the [test] extra) provides the client")
 
-import anyio  # noqa: E402
-from mcp import Client  # noqa: E402
+from tests.mcp_client import DATA, run_calls  # noqa: E402
 
-DATA = os.path.join(os.path.dirname(__file__), "data")
 SLOW = "cpu/slow.pt.trace.json.gz"
 LONG_NAMES = "kineto/tl_mi300x_norm_layers_fwdbwd.json.gz"  # 36 kernels, names up to 5,096 characters
 MANY_STEPS = "kineto/param_linear_2080ti.json.gz"  # 40 steps
-
-
-def run_calls(calls, store: str | None = None):
-    from trainscope.mcp_server import build_server
-
-    server = build_server([DATA], store)
-    out = {}
-
-    async def main():
-        async with Client(server) as client:
-            out["r"] = await calls(client)
-
-    try:
-        anyio.run(main)
-    finally:
-        server.trainscope_close()
-    return out["r"]
 
 
 async def walk(c, tool: str, args: dict, rows: str) -> tuple[list, list[dict]]:

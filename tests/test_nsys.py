@@ -280,13 +280,20 @@ def test_pageable_copy_finding_counts_match_sql():
     assert any(r.id == "pin-memory" for r in a.recommendations) or a.verdict.axis == "insufficient_evidence"
 
 
-def test_step_like_ranges_and_step_range_option(tmp_path):
-    f = tmp_path / "renamed.sqlite"
-    shutil.copy(TRAIN, f)
-    con = sqlite3.connect(f)
-    con.execute("UPDATE NVTX_EVENTS SET text = 'train_step' WHERE text = 'profile'")
+def _edited(export, path, *statements: str):
+    """``path``: a copy of ``export`` (a new database where None) with ``statements`` run on it."""
+    if export is not None:
+        shutil.copy(export, path)
+    con = sqlite3.connect(path)
+    for statement in statements:
+        con.execute(statement)
     con.commit()
     con.close()
+    return path
+
+
+def test_step_like_ranges_and_step_range_option(tmp_path):
+    f = _edited(TRAIN, tmp_path / "renamed.sqlite", "UPDATE NVTX_EVENTS SET text = 'train_step' WHERE text = 'profile'")
     (t,) = open_traces(str(f)).traces
     a = analyze_trace(t)
     assert a.segmentation.method == "annotation_range" and a.segmentation.steps[0].label == "train_step"
@@ -375,36 +382,21 @@ def test_bad_exports_fail_with_one_line(tmp_path, capsys):
     code, _, err = _cli(capsys, text)
     assert code == 2 and "not an SQLite database" in _one_line(err)
 
-    other = tmp_path / "other.sqlite"
-    con = sqlite3.connect(other)
-    con.execute("CREATE TABLE users (id INTEGER, name TEXT)")
-    con.commit()
-    con.close()
+    other = _edited(None, tmp_path / "other.sqlite", "CREATE TABLE users (id INTEGER, name TEXT)")
     code, _, err = _cli(capsys, other)
     assert code == 2 and "not an Nsight Systems export" in _one_line(err)
 
     # no GPU rows and no host rows either (an export without GPU rows is analyzed on its host rows:
     # tests/test_steady_cases.py)
-    empty = tmp_path / "empty.sqlite"
-    shutil.copy(SAXPY_2022, empty)
-    con = sqlite3.connect(empty)
-    for table in ("KERNEL", "MEMCPY", "RUNTIME"):
-        con.execute(f"DROP TABLE CUPTI_ACTIVITY_KIND_{table}")
-    for table in ("NVTX_EVENTS", "COMPOSITE_EVENTS"):
-        con.execute(f"DROP TABLE {table}")
-    con.commit()
-    con.close()
+    gone = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_RUNTIME")
+    gone += ("NVTX_EVENTS", "COMPOSITE_EVENTS")
+    empty = _edited(SAXPY_2022, tmp_path / "empty.sqlite", *(f"DROP TABLE {table}" for table in gone))
     code, _, err = _cli(capsys, empty)
     line = _one_line(err)
     assert code == 2 and "holds nothing to analyze" in line and "--trace=cuda,nvtx,osrt" in line
     # copies without kernels (a recording that ended before the first kernel, or a copy-only job)
     # are GPU work: the export is analyzed on them (issue 36)
-    copies_only = tmp_path / "copies_only.sqlite"
-    shutil.copy(SAXPY_2022, copies_only)
-    con = sqlite3.connect(copies_only)
-    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
-    con.commit()
-    con.close()
+    copies_only = _edited(SAXPY_2022, tmp_path / "copies_only.sqlite", "DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
     code, out, err = _cli(capsys, copies_only)
     assert code == 0 and "VERDICT" in out
 

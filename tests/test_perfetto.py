@@ -174,23 +174,15 @@ def test_the_export_loads_in_holistic_trace_analysis(export):
     assert len(kernels) >= 8568
 
 
+def _analyze_resnet(*args: str, **run) -> subprocess.CompletedProcess:
+    """`trainscope analyze` of the bundled ResNet-50 trace, JSON, in a process of its own."""
+    trace = str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz")
+    argv = [sys.executable, "-m", "trainscope", "analyze", trace, "--format", "json", *args]
+    return subprocess.run(argv, capture_output=True, timeout=300, **run)
+
+
 def test_perfetto_to_a_path_that_cannot_be_written_is_one_line_and_exit_2(tmp_path):
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainscope",
-            "analyze",
-            str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz"),
-            "--format",
-            "json",
-            "--perfetto",
-            str(tmp_path / "no" / "such" / "dir.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = _analyze_resnet("--perfetto", str(tmp_path / "no" / "such" / "dir.json"), text=True)
     # Refused before the trace is read (the output is checked first): one line naming the option and why.
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert "--perfetto" in r.stderr and "its folder does not exist" in r.stderr, r.stderr
@@ -318,23 +310,7 @@ def test_the_resnet_export_counts_by_phase():
 
     with tempfile.TemporaryDirectory() as d:
         out = f"{d}/r.json"
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "trainscope",
-                "analyze",
-                str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz"),
-                "--format",
-                "json",
-                "-q",
-                "--perfetto",
-                out,
-            ],
-            check=True,
-            capture_output=True,
-            timeout=300,
-        )
+        _analyze_resnet("-q", "--perfetto", out, check=True)
         doc = json.load(open(out))
     pid = doc["trainscope"]["findings_pid"]
     got = _phases([e for e in doc["traceEvents"] if e.get("pid") != pid])

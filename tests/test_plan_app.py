@@ -13,23 +13,14 @@ import pytest
 
 textual = pytest.importorskip("textual")
 
+from tests.test_ledger import WALKTHROUGH  # noqa: E402
 from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY, gpu_memory  # noqa: E402
 from trainscope.analyzers.plan.ledger import GB, PlanConfig, fit, fit_options, ledger  # noqa: E402
 from trainscope.tui.plan_app import KEYS, HelpScreen, PlanApp  # noqa: E402
 from trainscope.tui.plan_view import ITEM_STYLE  # noqa: E402
 
 V100 = gpu_memory("v100-32")
-# Seed 000 lines 3193–3303: GPT-2 1.5 B, Adam, FP32, batch 32, activations measured at 65 GB in FP32.
-WALKTHROUGH = PlanConfig(
-    params=1.5e9,
-    batch=32,
-    seq=1024,
-    optimizer="adam",
-    precision="fp32",
-    activations_gb=65,
-    activations_batch=32,
-    activations_precision="fp32",
-)
+# The walkthrough (tests/test_ledger.py) on the command line.
 WALKTHROUGH_FLAGS = [
     "--params",
     "1.5B",
@@ -212,25 +203,13 @@ def test_export_equals_plan_format_markdown_for_the_current_config(tmp_path):
         64,
         "v100-16",
     )
-    flags = [
-        "--params",
-        "1.5B",
-        "--seq",
-        "1024",
-        "--activations-gb",
-        "65",
-        "--activations-batch",
-        "32",
-        "--activations-precision",
-        "fp32",
-    ]
     p = subprocess.run(
         [
             sys.executable,
             "-m",
             "trainscope",
             "plan",
-            *flags,
+            *WALKTHROUGH_FLAGS,  # then what the keys changed (a flag given twice: the last one holds)
             "--precision",
             "mixed",
             "--checkpoint",

@@ -179,6 +179,7 @@ def test_the_app_shows_the_story():
     """Textual pilot at 120 columns: the ranks table's late and last-at columns, the note's headline
     sentence, the side-by-side title and the Enter title carry the story's figures."""
     pytest.importorskip("textual")
+    from tests.test_tui import until
     from trainscope.tui.app import AnalyzeApp
     from trainscope.tui.timeline import TimelineView
 
@@ -188,15 +189,9 @@ def test_the_app_shows_the_story():
     async def go():
         app = AnalyzeApp(path)
         async with app.run_test(size=(120, 50)) as pilot:
-            for _ in range(300):
-                await pilot.pause(0.05)
-                if app.session is not None and app.query_one("#tabs").display:
-                    break
+            await until(pilot, lambda: app.session is not None and app.query_one("#tabs").display, 15)
             await pilot.press("7")
-            for _ in range(200):
-                await pilot.pause(0.05)
-                if "ranks on one clock" in str(app.query_one("#ranks-side-title").render()):
-                    break
+            await until(pilot, lambda: "ranks on one clock" in str(app.query_one("#ranks-side-title").render()), 10)
             note = str(app.query_one("#ranks-note").render())
             side = str(app.query_one("#ranks-side-title").render())
             table = app.query_one("#ranks-table")
@@ -205,10 +200,7 @@ def test_the_app_shows_the_story():
             table.move_cursor(row=0)
             await pilot.press("enter")
             view = app.query_one(TimelineView)
-            for _ in range(100):
-                await pilot.pause(0.05)
-                if view.matches and app.rank_index == 0:
-                    break
+            await until(pilot, lambda: view.matches and app.rank_index == 0, 5)
             await pilot.pause()
             title = str(app.query_one("#tl-title").render())
             return note, side, rows, stragglers, title

@@ -204,15 +204,13 @@ def test_app_ranks_tab_shows_the_alignment_and_the_heat_strip():
     import asyncio
 
     pytest.importorskip("textual")
+    from tests.test_tui import until
     from trainscope.tui.app import AnalyzeApp
 
     async def go():
         app = AnalyzeApp(str(DLRM))
         async with app.run_test(size=(120, 60)) as pilot:
-            for _ in range(300):
-                await pilot.pause(0.05)
-                if app.session is not None and app.query_one("#tabs").display:
-                    break
+            await until(pilot, lambda: app.session is not None and app.query_one("#tabs").display, 15)
             await pilot.pause()
             await pilot.press("7")
             await pilot.pause(0.2)

@@ -13,15 +13,13 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.cache_on import paused, temporary, turn_cache_on, two_writers_of_one_entry, writer
 from tests.conftest import DATA
 from tests.fuzzing import run_in_process
 from tests.test_golden import CASES, GOLDEN, differences, normalized
@@ -35,23 +33,14 @@ ALL = sorted(glob.glob(str(DATA / "kineto" / "*.json.gz"))) + sorted(glob.glob(s
 
 @pytest.fixture
 def cache_on(tmp_path, monkeypatch):
-    where = tmp_path / "cache"
-    monkeypatch.setenv(cache.ENV_DIR, str(where))
-    monkeypatch.delenv(cache.ENV_OFF, raising=False)
-    monkeypatch.delenv(cache.ENV_MAX, raising=False)
-    monkeypatch.setattr(cache, "_warned_folder", False)
+    where = turn_cache_on(tmp_path, monkeypatch)
     monkeypatch.setattr(trace_cache, "_warned_large", False)
-    cache.STATS.reset()
     monkeypatch.chdir(DATA)
     return where
 
 
 def traces_in(where: Path) -> list[str]:
     return sorted(p.name for p in where.iterdir() if p.name.endswith(trace_cache.SUFFIX)) if where.is_dir() else []
-
-
-def temporary(where: Path) -> list[str]:
-    return sorted(p.name for p in where.iterdir() if p.name.startswith(cache.TMP_PREFIX)) if where.is_dir() else []
 
 
 def refuse_reading(monkeypatch) -> None:
@@ -318,28 +307,12 @@ def test_one_trace_never_takes_the_whole_bound(cache_on, monkeypatch, capfd):
     assert cache.STATS.too_large == 2 and traces_in(cache_on) == [name]  # nothing evicted for it
 
 
-def _writer(signal_file: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "trainscope", "analyze", SMALL, "--format", "html", "-q", "--no-tui"],
-        env={**os.environ, trace_cache.ENV_PAUSE: str(signal_file)},
-        cwd=DATA,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-
-
-def _paused(p: subprocess.Popen, signal_file: Path) -> int:
-    deadline = time.monotonic() + 300
-    while not signal_file.exists():
-        assert p.poll() is None, p.communicate()
-        assert time.monotonic() < deadline, "the writer never reached the middle of its entry"
-        time.sleep(0.05)
-    return int(signal_file.read_text())
+WRITER = ["analyze", SMALL, "--format", "html", "-q", "--no-tui"]
 
 
 def test_a_writer_killed_mid_write_leaves_nothing_anyone_trusts(cache_on, tmp_path):
-    p = _writer(tmp_path / "paused")
-    assert _paused(p, tmp_path / "paused") == p.pid
+    p = writer(WRITER, trace_cache.ENV_PAUSE, tmp_path / "paused")
+    assert paused(p, tmp_path / "paused") == p.pid
     assert len(temporary(cache_on)) == 1 and traces_in(cache_on) == []
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
@@ -349,18 +322,7 @@ def test_a_writer_killed_mid_write_leaves_nothing_anyone_trusts(cache_on, tmp_pa
 
 
 def test_two_writers_of_one_entry_both_leave_a_valid_one(cache_on, tmp_path):
-    writers = [(_writer(tmp_path / f"w{i}"), tmp_path / f"w{i}") for i in range(2)]
-    for p, f in writers:
-        _paused(p, f)
-    assert len(temporary(cache_on)) == 2
-    for p, _ in writers:
-        os.kill(p.pid, signal.SIGUSR1)
-    outs = []
-    for p, _ in writers:
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err
-        assert b"cache" not in err
-        outs.append(out)
+    outs = two_writers_of_one_entry(WRITER, trace_cache.ENV_PAUSE, cache_on, tmp_path)
     assert outs[0] == outs[1]
     assert len(traces_in(cache_on)) == 1 and temporary(cache_on) == []
     from trainscope.collectors import open_traces

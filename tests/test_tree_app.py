@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import shlex
-import shutil
-import subprocess
-import sys
 import time
 
 import pytest
 
 from tests.conftest import DATA, exit_code_written
+from tests.tmux import needs_tmux, terminal, trainscope_line
 
 pytest.importorskip("textual")
 
@@ -157,39 +154,14 @@ def test_without_a_tree_the_tab_is_off_and_says_why():
     run(go())
 
 
-class Tmux:
-    def __init__(self, socket: str) -> None:
-        self.socket = socket
-
-    def __call__(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True).stdout
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", "t")
-
-    def wait_for(self, text: str, timeout: float = 90.0) -> str:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            s = self.screen()
-            if text in s:
-                return s
-            time.sleep(0.2)
-        raise AssertionError(f"{text!r} never appeared; screen:\n{self.screen()}")
-
-
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
+@needs_tmux
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
 def test_tree_tab_in_tmux(tmp_path, size):
-    tmux = Tmux(f"trainscope-tree-{tmp_path.name}")
     exit_file = tmp_path / "exit.txt"
-    cmd = (
-        f"{shlex.quote(sys.executable)} -m trainscope analyze {shlex.quote(str(QWEN))}; "
-        f"echo $? > {shlex.quote(str(exit_file))}; sleep 30"
-    )
-    tmux("new-session", "-d", "-s", "t", "-x", str(size[0]), "-y", str(size[1]), "-c", str(tmp_path), cmd)
-    try:
+    line = trainscope_line(["analyze", QWEN], exit_file)
+    with terminal(f"trainscope-tree-{tmp_path.name}", line, size, cwd=tmp_path) as tmux:
         tmux.wait_for("1 Overview")
-        tmux("send-keys", "-t", "t", "9")
+        tmux.keys("9")
         tmux.wait_for("Qwen2DecoderLayer_0…23 ×24")
         time.sleep(0.5)  # the rest of the tab's first frame
         s = tmux.screen()
@@ -198,16 +170,14 @@ def test_tree_tab_in_tmux(tmp_path, size):
         assert "ms GPU in 1 step · sort: GPU time ↓ · ms, share, % of roof, node" in lines[3], s  # one line
         assert "9 Tree" in lines[1] and any("q quit" in line for line in lines[-6:]), s
         assert "Qwen2Model_0" in s and "(outside any range)" in s
-        tmux("send-keys", "-t", "t", "Down", "Down", "Right")
+        tmux.keys("Down", "Down", "Right")
         s = tmux.wait_for("Qwen2Attention_0…23 ×24")
         assert "Qwen2MLP_0…23 ×24" in s and "Qwen2RMSNorm_0…47 ×48" in s
-        tmux("send-keys", "-t", "t", "s")
+        tmux.keys("s")
         s = tmux.wait_for("sort: share of peak ↓")
         assert s.index("Qwen2MLP_0…23") < s.index("Qwen2Attention_0…23")
-        tmux("send-keys", "-t", "t", "Enter")
+        tmux.keys("Enter")
         s = tmux.wait_for("GPU all")  # the timeline, framing the layer's range
         assert "T main" in s
-        tmux("send-keys", "-t", "t", "q")
+        tmux.keys("q")
         assert exit_code_written(exit_file) == "0"
-    finally:
-        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)

@@ -8,14 +8,13 @@ to either the tree or the rule shows."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import pathlib
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 
+from tests.test_module_tree import _with_frames
 from trainscope.analyzers.findings import REGISTRY
 from trainscope.analyzers.findings.tree import (
     BACKWARD_RATIO,
@@ -263,24 +262,6 @@ def test_backward_ratio_leaves_out_communication_and_holds_with_the_outside_work
 # --- synthetic traces end to end -------------------------------------------------------------------------
 
 
-def _with_frames(t, frames):
-    from trainscope.traces.model import PythonFrames
-
-    strings = list(t.strings)
-    idx = []
-    for name, *_ in frames:
-        if name not in strings:
-            strings.append(name)
-        idx.append(strings.index(name))
-    pf = PythonFrames(
-        ts=np.array([f[1] for f in frames]),
-        dur=np.array([f[2] for f in frames]),
-        thread=np.array([f[3] for f in frames]),
-        name=np.array(idx),
-    )
-    return dataclasses.replace(t, strings=strings, python_frames=pf)
-
-
 def _training(bwd_factor: float, slow_layer: int | None = None):
     """4 steps of 20 ms: a forward range holding Layer_0…3 (one 400 µs kernel each; ``slow_layer``
     takes 1.2 ms), then a backward range with one kernel ``bwd_factor`` × forward's GPU time."""
@@ -302,7 +283,7 @@ def _training(bwd_factor: float, slow_layer: int | None = None):
         b.annotation("## backward ##", t0 + 4_200_000, 15 * MS)
         c = b.launch(t0 + 4_300_000, 5_000)
         b.kernel("ampere_sgemm_128x64_tn", max(gpu, t0 + 4_400_000), int(bwd_factor * fwd), c)
-    return _with_frames(b.build(), frames)
+    return _with_frames(b, frames)
 
 
 def test_end_to_end_a_slow_layer_and_a_heavy_backward_are_findings_with_fixes():

@@ -4,6 +4,7 @@ could be wrong, re-derived from the trace or the analysis where possible."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import re
@@ -85,11 +86,21 @@ async def _ready(app, pilot) -> None:
     await pilot.pause()
 
 
+@contextlib.asynccontextmanager
+async def opened(name: str, size: tuple[int, int] = (120, 40), key: str | None = None):
+    """The app on bundled trace ``name`` (its :func:`session`) at ``size``, ready; ``key`` pressed
+    (a tab's number, a command). Yields (app, pilot)."""
+    app = AnalyzeApp(str(KINETO / name), session=session(name))
+    async with app.run_test(size=size) as pilot:
+        await _ready(app, pilot)
+        if key is not None:
+            await pilot.press(key)
+        yield app, pilot
+
+
 def test_overview_shows_the_data_bound_verdict_and_the_dataloader_fix_first():
     async def go():
-        app = AnalyzeApp(str(KINETO / RESNET), session=session(RESNET))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _ready(app, pilot)
+        async with opened(RESNET, (80, 24)) as (app, pilot):
             badge = static_text(app, "#badge")
             assert (
                 "DATA-BOUND" in badge and "confidence 0.82" in badge
@@ -123,10 +134,7 @@ def _lanes_in_view(view: TimelineView):
 def test_timeline_lines_up_gpu_idle_with_host_data_wait_and_navigates():
     async def go():
         s = session(RESNET)
-        app = AnalyzeApp(str(KINETO / RESNET), session=s)
-        async with app.run_test(size=(100, 30)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("2")
+        async with opened(RESNET, (100, 30), "2") as (app, pilot):
             await pilot.pause()
             view = app.query_one(TimelineView)
             assert app.focused is view
@@ -177,10 +185,7 @@ def test_timeline_cursor_says_which_kernel_and_host_op_are_under_it():
     async def go():
         s = session(RESNET)
         trace = s.ranks[0].trace
-        app = AnalyzeApp(str(KINETO / RESNET), session=s)
-        async with app.run_test(size=(100, 30)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("2")
+        async with opened(RESNET, (100, 30), "2") as (app, pilot):
             view = app.query_one(TimelineView)
             gpu, _ = _lanes_in_view(view)
             # Move the cursor onto the first column where the GPU computes.
@@ -204,10 +209,7 @@ def test_timeline_cursor_says_which_kernel_and_host_op_are_under_it():
 def test_steps_table_marks_the_periodic_dataloader_stalls_and_opens_a_step():
     async def go():
         s = session(PARAM_RESNET)
-        app = AnalyzeApp(str(KINETO / PARAM_RESNET), session=s)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("3")
+        async with opened(PARAM_RESNET, (120, 40), "3") as (app, pilot):
             table = app.query_one("#steps-table")
             durs = np.array([st.duration_ns for st in s.analyses[0].segmentation.steps], float)
             expected = np.flatnonzero(durs > 1.5 * np.median(durs))
@@ -226,10 +228,7 @@ def test_steps_table_marks_the_periodic_dataloader_stalls_and_opens_a_step():
 def test_kernels_sort_and_filter():
     async def go():
         s = session(RESNET)
-        app = AnalyzeApp(str(KINETO / RESNET), session=s)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("4")
+        async with opened(RESNET, (120, 40), "4") as (app, pilot):
             pane = app.query_one(KernelsPane)
             totals = [k.total_ns for k in pane.shown]
             assert totals == sorted(totals, reverse=True) and pane.sort_column == "total"
@@ -270,10 +269,7 @@ def test_fixes_what_if_toggles_recompute_the_projection():
     async def go():
         s = session(RESNET)
         a = s.analyses[0]
-        app = AnalyzeApp(str(KINETO / RESNET), session=s)
-        async with app.run_test(size=(100, 30)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("5")
+        async with opened(RESNET, (100, 30), "5") as (app, pilot):
             pane = app.query_one(FixesPane)
             assert a.recommendations[0].id == "dataloader-workers"
             await pilot.press("space")
@@ -308,11 +304,7 @@ def test_export_writes_the_same_report_as_the_report_flag(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
 
     async def go():
-        s = session(RESNET)
-        app = AnalyzeApp(str(KINETO / RESNET), session=s)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("e")
+        async with opened(RESNET, (80, 24), "e") as (app, pilot):
             await pilot.pause()
             return app.exported
 
@@ -325,11 +317,7 @@ def test_export_writes_the_same_report_as_the_report_flag(tmp_path, monkeypatch)
 
 def test_memory_tab_plots_usage_against_capacity_and_is_hidden_without_memory_events():
     async def go(name):
-        s = session(name)
-        app = AnalyzeApp(str(KINETO / name), session=s)
-        async with app.run_test(size=(100, 30)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("6")
+        async with opened(name, (100, 30), "6") as (app, pilot):
             await pilot.pause()
             tabs = app.query_one("#tabs")
             chart = app.query_one("#mem-chart").render().plain if tabs.active == "memory" else ""
@@ -383,10 +371,7 @@ def test_rank_selector_switches_every_screen(tmp_path):
 
 def test_help_lists_keys_and_closes():
     async def go():
-        app = AnalyzeApp(str(KINETO / RESNET), session=session(RESNET))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("question_mark")
+        async with opened(RESNET, (80, 24), "question_mark") as (app, pilot):
             assert isinstance(app.screen, HelpScreen)
             text = static_text(app.screen, "#help-keys")
             for key in ("zoom in", "next / previous step", "export the Markdown report", "what-if", "quit"):
@@ -423,10 +408,7 @@ def test_loading_runs_in_a_worker_and_bad_input_exits_2(tmp_path):
 @pytest.mark.parametrize("size", [(80, 24), (200, 60)])
 def test_every_tab_renders_at_small_and_large_sizes(size):
     async def go():
-        s = session(A100)
-        app = AnalyzeApp(str(KINETO / A100), session=s)
-        async with app.run_test(size=size) as pilot:
-            await _ready(app, pilot)
+        async with opened(A100, size) as (app, pilot):
             for key in "1234567":
                 await pilot.press(key)
                 await pilot.pause()
@@ -586,9 +568,7 @@ def test_number_keys_leave_every_tab():
     flickered and stayed), every number key shows its tab."""
 
     async def go():
-        app = AnalyzeApp(str(KINETO / RESNET), session=session(RESNET))
-        async with app.run_test(size=(100, 30)) as pilot:
-            await _ready(app, pilot)
+        async with opened(RESNET, (100, 30)) as (app, pilot):
             tabs = app.query_one("#tabs")
             shown = ["overview", "timeline", "steps", "kernels", "fixes", "memory"]
             for a in ("kernels", "fixes"):
@@ -610,10 +590,7 @@ def test_export_in_a_directory_that_cannot_be_written_asks_where(tmp_path, monke
     target = tmp_path / "report.md"
 
     async def go():
-        app = AnalyzeApp(str(KINETO / RESNET), session=session(RESNET))
-        async with app.run_test(size=(100, 30)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("e")
+        async with opened(RESNET, (100, 30), "e") as (app, pilot):
             await pilot.pause()
             assert isinstance(app.screen, PathPrompt)
             assert "/proc is not writable" in str(app.screen.query_one("#prompt-why").render())

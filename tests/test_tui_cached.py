@@ -12,6 +12,7 @@ import threading
 
 import pytest
 
+from tests.cache_on import turn_cache_on
 from tests.conftest import KINETO
 from tests.fuzzing import run_in_process
 
@@ -35,13 +36,7 @@ OVERVIEW_PARTS = ("#badge", "#summary", "#figures", "#evidence", "#top-fixes", "
 @pytest.fixture
 def cache_on(tmp_path, monkeypatch):
     """The cache on (the suite runs with it off: tests/conftest.py), in a folder of this test's own."""
-    where = tmp_path / "cache"
-    monkeypatch.setenv(cache.ENV_DIR, str(where))
-    monkeypatch.delenv(cache.ENV_OFF, raising=False)
-    monkeypatch.delenv(cache.ENV_MAX, raising=False)
-    monkeypatch.setattr(cache, "_warned_folder", False)
-    cache.STATS.reset()
-    return where
+    return turn_cache_on(tmp_path, monkeypatch)
 
 
 def overview_text(app) -> dict[str, str]:

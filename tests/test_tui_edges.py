@@ -11,7 +11,7 @@ import pytest
 from textual.geometry import Region
 
 from tests.conftest import analysis
-from tests.test_tui import A100, KINETO, RESNET, _ready, session
+from tests.test_tui import A100, KINETO, RESNET, _ready, opened, session
 
 pytest.importorskip("textual")
 
@@ -57,10 +57,7 @@ def test_kernels_table_gives_class_and_name_the_free_columns():
 
 def test_timeline_title_leaves_the_matches_on_a_step_jump_and_clamps_to_the_trace():
     async def go():
-        s = session(RESNET)
-        app = AnalyzeApp(str(KINETO / RESNET), session=s)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await _ready(app, pilot)
+        async with opened(RESNET) as (app, pilot):
             await pilot.press("4", "enter")
             await pilot.pause()
             assert "instance 1/" in title(app)
@@ -82,10 +79,7 @@ def test_timeline_title_leaves_the_matches_on_a_step_jump_and_clamps_to_the_trac
 
 def test_search_title_names_the_match_and_a_window_that_is_not_zero_wide():
     async def go():
-        s = session(RESNET)
-        app = AnalyzeApp(str(KINETO / RESNET), session=s)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await _ready(app, pilot)
+        async with opened(RESNET) as (app, pilot):
             await pilot.press("2", "slash", *"wgrad", "enter")
             await pilot.pause()
             t = title(app)
@@ -102,11 +96,7 @@ def test_search_title_names_the_match_and_a_window_that_is_not_zero_wide():
 
 def test_help_lines_wrap_under_their_description():
     async def go():
-        s = session(RESNET)
-        app = AnalyzeApp(str(KINETO / RESNET), session=s)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("question_mark")
+        async with opened(RESNET, (80, 24), "question_mark") as (app, pilot):
             await pilot.pause()
             lines = [x for x in shown(app.screen.query_one("#help-keys")) if x.strip()]
             headings = {"anywhere", "timeglyphs"} | {t.title.lower() for t in TABS}
@@ -127,10 +117,7 @@ def test_help_lines_wrap_under_their_description():
 
 def test_palette_lists_each_action_once_and_no_tab_that_is_off():
     async def go():
-        s = session(RESNET)
-        app = AnalyzeApp(str(KINETO / RESNET), session=s)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await _ready(app, pilot)
+        async with opened(RESNET) as (app, pilot):
             titles = [c.title for c in app.get_system_commands(app.screen)]
             assert titles.count("Quit") == 1, titles
             assert len(titles) == len(set(titles))
@@ -142,10 +129,7 @@ def test_palette_lists_each_action_once_and_no_tab_that_is_off():
 
 def test_steps_note_and_evidence_read_cleanly():
     async def go():
-        s = session(RESNET)
-        app = AnalyzeApp(str(KINETO / RESNET), session=s)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await _ready(app, pilot)
+        async with opened(RESNET) as (app, pilot):
             evidence = str(app.query_one("#evidence").render())
             assert "—  —" not in evidence and ": —" not in evidence
             assert "DataLoader runs in the main process (num_workers=0)  — trace" in evidence
@@ -160,10 +144,7 @@ def test_steps_note_and_evidence_read_cleanly():
 
 def test_every_key_line_keeps_help_and_quit_at_80_columns():
     async def go():
-        s = session(RESNET)
-        app = AnalyzeApp(str(KINETO / RESNET), session=s)
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _ready(app, pilot)
+        async with opened(RESNET, (80, 24)) as (app, pilot):
             for i in range(5):
                 await pilot.press(str(i + 1))
                 await pilot.pause()
@@ -211,11 +192,7 @@ def test_kernels_at_real_sizes_name_their_kernels_and_show_every_sort_arrow(size
     middle; each sorted header shows its arrow; the note's lines fit."""
 
     async def go():
-        s = session(RESNET)
-        app = AnalyzeApp(str(KINETO / RESNET), session=s)
-        async with app.run_test(size=size) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("4")
+        async with opened(RESNET, size, "4") as (app, pilot):
             await pilot.pause()
             pane, table = app.query_one(KernelsPane), app.query_one("#kernels-table")
             cols = {str(c.key.value): c.width for c in table.columns.values()}

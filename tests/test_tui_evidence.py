@@ -8,7 +8,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from tests.test_tui import A100, KINETO, RESNET, _ready, session
+from tests.test_tui import A100, RESNET, _ready, opened, session
 
 pytest.importorskip("textual")
 
@@ -21,10 +21,7 @@ def test_enter_on_a_fix_lands_on_the_interval_that_carries_it():
     async def go():
         s = session(RESNET)
         doc = s.ranks[0].doc
-        app = AnalyzeApp(str(KINETO / RESNET), session=s)
-        async with app.run_test(size=(120, 40)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("5")
+        async with opened(RESNET, (120, 40), "5") as (app, pilot):
             assert doc["recommendations"][0]["finding"] == "data/input-wait"
             await pilot.press("enter")
             await pilot.pause()
@@ -55,10 +52,7 @@ def test_enter_on_a_kernel_shows_its_longest_instance_and_n_cycles():
     async def go():
         s = session(A100)
         rank = s.ranks[s.main_rank]
-        app = AnalyzeApp(str(KINETO / A100), session=s)
-        async with app.run_test(size=(140, 40)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("4")
+        async with opened(A100, (140, 40), "4") as (app, pilot):
             pane = app.query_one(KernelsPane)
             name = pane.shown[0].name
             await pilot.press("enter")
@@ -85,9 +79,7 @@ def test_slash_searches_kernels_ops_and_ranges_on_the_timeline():
     async def go():
         s = session(A100)
         t = s.ranks[s.main_rank].trace
-        app = AnalyzeApp(str(KINETO / A100), session=s)
-        async with app.run_test(size=(140, 40)) as pilot:
-            await _ready(app, pilot)
+        async with opened(A100, (140, 40)) as (app, pilot):
             await pilot.press("2", "slash", *"allreduce", "enter")
             await pilot.pause()
             view = app.query_one(TimelineView)

@@ -5,6 +5,7 @@ late arrivals marked, and each rank's file named in the table."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from tests.conftest import KINETO
 
 pytest.importorskip("textual")
 
+from tests.test_tui import until  # noqa: E402
 from trainscope.analyzers.ranks.alignment import rank_collectives  # noqa: E402
 from trainscope.analyzers.ranks.lanes import side_by_side  # noqa: E402
 from trainscope.analyzers.rules import Rules  # noqa: E402
@@ -23,6 +25,18 @@ from trainscope.tui.ranks_timeline import RanksTimeline  # noqa: E402
 from trainscope.tui.state import build_session  # noqa: E402
 
 DLRM = str(KINETO / "hta_dlrm_ws128_2ranks")
+
+
+@contextlib.asynccontextmanager
+async def opened_side_by_side(*keys: str):
+    """The app on the DLRM rank folder, ready, ``keys`` pressed and the ranks side by side drawn.
+    Yields (app, pilot)."""
+    app = AnalyzeApp(DLRM, session=build_session(DLRM, open_traces(DLRM), Rules()))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: app.session is not None and app.query_one("#tabs").display, 15)
+        await pilot.press(*keys)
+        await until(pilot, lambda: getattr(app, "_side", None), 10)
+        yield app, pilot
 
 
 def lines(widget) -> list[str]:
@@ -54,20 +68,8 @@ def test_side_by_side_matches_the_dlrm_collectives_and_finds_the_late_rank():
 
 
 def test_ranks_tab_draws_two_ranks_on_one_clock_with_collectives_joined():
-    s = build_session(DLRM, open_traces(DLRM), Rules())
-
     async def go():
-        app = AnalyzeApp(DLRM, session=s)
-        async with app.run_test(size=(120, 40)) as pilot:
-            for _ in range(300):
-                await pilot.pause(0.05)
-                if app.session is not None and app.query_one("#tabs").display:
-                    break
-            await pilot.press("7")
-            for _ in range(200):
-                await pilot.pause(0.05)
-                if getattr(app, "_side", None):
-                    break
+        async with opened_side_by_side("7") as (app, pilot):
             await pilot.pause()
             view = app.query_one(RanksTimeline)
             rows = lines(view)
@@ -97,20 +99,8 @@ def test_ranks_tab_draws_two_ranks_on_one_clock_with_collectives_joined():
 
 
 def test_R_on_the_timeline_opens_the_ranks_side_by_side():
-    s = build_session(DLRM, open_traces(DLRM), Rules())
-
     async def go():
-        app = AnalyzeApp(DLRM, session=s)
-        async with app.run_test(size=(120, 40)) as pilot:
-            for _ in range(300):
-                await pilot.pause(0.05)
-                if app.session is not None and app.query_one("#tabs").display:
-                    break
-            await pilot.press("2", "R")
-            for _ in range(200):
-                await pilot.pause(0.05)
-                if getattr(app, "_side", None):
-                    break
+        async with opened_side_by_side("2", "R") as (app, pilot):
             await pilot.pause()
             assert app.query_one("#tabs").active == "ranks"
             assert isinstance(app.focused, RanksTimeline) and app.focused.ranks

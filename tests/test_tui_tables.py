@@ -7,11 +7,10 @@ import asyncio
 
 import pytest
 
-from tests.test_tui import A100, KINETO, PARAM_RESNET, RESNET, _ready, session
+from tests.test_tui import A100, PARAM_RESNET, RESNET, opened
 
 pytest.importorskip("textual")
 
-from trainscope.tui.app import AnalyzeApp  # noqa: E402
 from trainscope.tui.tables import KernelsPane  # noqa: E402
 from trainscope.tui.timeline import short_name  # noqa: E402
 
@@ -38,9 +37,7 @@ def visible_labels(table) -> list[str]:
 )
 def test_every_column_that_matters_is_visible_at_80x24(name, key, table_id, must):
     async def go():
-        app = AnalyzeApp(str(KINETO / name), session=session(name))
-        async with app.run_test(size=(80, 24)) as pilot:
-            await _ready(app, pilot)
+        async with opened(name, (80, 24)) as (app, pilot):
             await pilot.press(key)
             await pilot.pause()
             table = app.query_one(table_id)
@@ -53,10 +50,7 @@ def test_every_column_that_matters_is_visible_at_80x24(name, key, table_id, must
 
 def test_the_kernel_name_is_whole_in_the_detail_and_y_copies_it():
     async def go():
-        app = AnalyzeApp(str(KINETO / A100), session=session(A100))
-        async with app.run_test(size=(140, 40)) as pilot:
-            await _ready(app, pilot)
-            await pilot.press("4")
+        async with opened(A100, (140, 40), "4") as (app, pilot):
             pane = app.query_one(KernelsPane)
             # A long templated name: the table cuts it to the column, the detail holds it whole.
             i = next(i for i, k in enumerate(pane.shown) if len(short_name(k.name, 10_000)) > 120)

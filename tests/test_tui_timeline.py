@@ -10,11 +10,10 @@ import json
 
 import pytest
 
-from tests.test_tui import KINETO, _ready, session
+from tests.test_tui import KINETO, opened, session
 
 pytest.importorskip("textual")
 
-from trainscope.tui.app import AnalyzeApp  # noqa: E402
 from trainscope.tui.palette import GPU_STYLE, HOST_STYLE  # noqa: E402
 from trainscope.tui.timeline import GUTTER, TimelineView, axis_labels  # noqa: E402
 
@@ -69,9 +68,7 @@ def test_stream_lanes_name_the_stream_7_kernel_under_the_cursor_and_measure_over
     async def go():
         s = session(A100)
         origin = s.ranks[s.main_rank].trace.origin_ns
-        app = AnalyzeApp(str(KINETO / A100), session=s)
-        async with app.run_test(size=(140, 40)) as pilot:
-            await _ready(app, pilot)
+        async with opened(A100, (140, 40)) as (app, pilot):
             await pilot.press("2", "plus", "plus", "plus", *["right"] * 45)
             await pilot.pause()
             view = app.query_one(TimelineView)
@@ -127,10 +124,7 @@ def test_every_category_has_its_own_glyph_and_the_lanes_read_without_colour():
     assert len(set(glyphs)) == len(glyphs)
 
     async def go():
-        s = session(A100)
-        app = AnalyzeApp(str(KINETO / A100), session=s)
-        async with app.run_test(size=(140, 40)) as pilot:
-            await _ready(app, pilot)
+        async with opened(A100, (140, 40)) as (app, pilot):
             await pilot.press("2", "plus", "plus", "plus")
             view = app.query_one(TimelineView)
             t = 84_300_000
@@ -168,10 +162,7 @@ def test_axis_labels_stay_distinct_at_any_zoom():
 
 def test_header_follows_the_cursor_after_showing_the_whole_trace():
     async def go():
-        s = session(A100)
-        app = AnalyzeApp(str(KINETO / A100), session=s)
-        async with app.run_test(size=(140, 40)) as pilot:
-            await _ready(app, pilot)
+        async with opened(A100, (140, 40)) as (app, pilot):
             await pilot.press("2", "a")
             view = app.query_one(TimelineView)
             steps = view.model.segmentation.steps

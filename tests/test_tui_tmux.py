@@ -3,90 +3,53 @@ reads the screen, presses keys, exports the report and quits."""
 
 from __future__ import annotations
 
-import shlex
-import shutil
-import subprocess
 import sys
 import time
 
-import pytest
-
 from tests.conftest import KINETO, exit_code_written
+from tests.tmux import needs_tmux, terminal, trainscope_line
 
 TRACE = KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz"
-pytestmark = pytest.mark.skipif(
-    shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it; apt-get install tmux)"
-)
-
-
-class Tmux:
-    def __init__(self, socket: str) -> None:
-        self.socket = socket
-
-    def __call__(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True).stdout
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", "t")
-
-    def wait_for(self, text: str, timeout: float = 90.0) -> str:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            screen = self.screen()
-            if text in screen:
-                return screen
-            time.sleep(0.2)
-        raise AssertionError(f"{text!r} never appeared; screen:\n{self.screen()}")
+pytestmark = needs_tmux
 
 
 def test_analyze_app_in_tmux_navigates_exports_and_quits(tmp_path):
-    tmux = Tmux(f"trainscope-test-{tmp_path.name}")
     exit_file = tmp_path / "exit.txt"
-    cmd = (
-        f"cd {shlex.quote(str(tmp_path))} && {shlex.quote(sys.executable)} -m trainscope analyze "
-        f"{shlex.quote(str(TRACE))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30"
-    )
-    tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", cmd)
-    try:
+    line = trainscope_line(["analyze", TRACE], exit_file)
+    with terminal(f"trainscope-test-{tmp_path.name}", line, (100, 30), cwd=tmp_path) as tmux:
         screen = tmux.wait_for("DATA-BOUND")
         assert "confidence 0.82" in screen and "1 Overview" in screen
-        tmux("send-keys", "-t", "t", "2")
+        tmux.keys("2")
         tmux.wait_for("ProfilerStep#9 (5/6")
         screen = tmux.wait_for("waiting for data")  # the box under the lanes: the whole tab is drawn
         assert "GPU all" in screen and "T main" in screen and "waiting for data" in screen
-        tmux("send-keys", "-t", "t", "n")
+        tmux.keys("n")
         tmux.wait_for("ProfilerStep#10 (6/6")
-        tmux("send-keys", "-t", "t", "e")
+        tmux.keys("e")
         report = tmp_path / "resnet50_v100_num_workers_0.trainscope.md"
         end = time.monotonic() + 30
         while not report.exists() and time.monotonic() < end:
             time.sleep(0.2)
         assert report.exists() and "Load batches in parallel worker processes" in report.read_text()
-        tmux("send-keys", "-t", "t", "q")
+        tmux.keys("q")
         assert exit_code_written(exit_file) == "0"
         # The terminal is given back: no alternate screen left behind, the shell's output is visible.
         assert "DATA-BOUND" not in tmux.screen()
-    finally:
-        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
 
 
 def test_quitting_while_the_trace_loads_exits_0(tmp_path):
     """q during parsing: the app leaves at once with exit 0; the loader thread, still running,
     must not turn the widgets it can no longer reach into an 'internal error' exit code."""
     big = KINETO / "hta_a100_control.json.gz"  # ~1–2 s to load here: long enough to quit mid-way
-    tmux = Tmux(f"trainscope-quit-{tmp_path.name}")
     exit_file = tmp_path / "exit.txt"
-    cmd = (
-        f"{shlex.quote(sys.executable)} -m trainscope analyze {shlex.quote(str(big))}; "
-        f"echo $? > {shlex.quote(str(exit_file))}; sleep 30"
-    )
-    tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", cmd)
-    try:
+    with terminal(f"trainscope-quit-{tmp_path.name}", trainscope_line(["analyze", big], exit_file), (100, 30)) as tmux:
         tmux.wait_for("q quit")  # the loading screen's key line: the app is up and reading
-        tmux("send-keys", "-t", "t", "q")
+        tmux.keys("q")
         assert exit_code_written(exit_file) == "0"
-    finally:
-        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
+
+
+def _watch_line(job, exit_file) -> str:
+    return trainscope_line(["watch", "--interval", "0.5", "--", sys.executable, job], exit_file)
 
 
 def test_stopping_the_launched_job_from_the_dashboard_interrupts_it(tmp_path):
@@ -100,25 +63,17 @@ def test_stopping_the_launched_job_from_the_dashboard_interrupts_it(tmp_path):
         "signal.signal(signal.SIGINT, stop)\n"
         "time.sleep(120)\n"
     )
-    tmux = Tmux(f"trainscope-watch-{tmp_path.name}")
     exit_file = tmp_path / "exit.txt"
-    cmd = (
-        f"{shlex.quote(sys.executable)} -m trainscope watch --interval 0.5 -- "
-        f"{shlex.quote(sys.executable)} {shlex.quote(str(job))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30"
-    )
-    tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "40", cmd)
-    try:
+    with terminal(f"trainscope-watch-{tmp_path.name}", _watch_line(job, exit_file), (120, 40)) as tmux:
         tmux.wait_for("q quit", timeout=60)
         time.sleep(1.0)
-        tmux("send-keys", "-t", "t", "q")
+        tmux.keys("q")
         tmux.wait_for("stop job? y/N", timeout=60)
         assert not marker.exists()  # asking stops nothing
-        tmux("send-keys", "-t", "t", "y")
+        tmux.keys("y")
         code = exit_code_written(exit_file)
         assert marker.exists(), "the job never got SIGINT"  # its handler wrote it: no SIGKILL after a wait
         assert code == "130"  # ended by that SIGINT (no wall-clock bound: a loaded machine stretches it)
-    finally:
-        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
 
 
 def test_q_in_watch_leaves_the_job_running(tmp_path):
@@ -136,30 +91,24 @@ def test_q_in_watch_leaves_the_job_running(tmp_path):
         "signal.signal(signal.SIGINT, stop)\n"
         "time.sleep(120)\n"
     )
-    tmux = Tmux(f"trainscope-detach-{tmp_path.name}")
     exit_file = tmp_path / "exit.txt"
-    cmd = (
-        f"{shlex.quote(sys.executable)} -m trainscope watch --interval 0.5 -- "
-        f"{shlex.quote(sys.executable)} {shlex.quote(str(job))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30"
-    )
-    tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "40", cmd)
     pid = None
     try:
-        tmux.wait_for("q quit", timeout=60)
-        end = time.monotonic() + 30
-        while not pid_file.exists() and time.monotonic() < end:
-            time.sleep(0.1)
-        pid = int(pid_file.read_text())
-        tmux("send-keys", "-t", "t", "q")
-        tmux.wait_for("stop job? y/N", timeout=60)
-        tmux("send-keys", "-t", "t", "d")
-        assert exit_code_written(exit_file) == "0"
-        time.sleep(1.0)
-        os.kill(pid, 0)  # still running (raises ProcessLookupError otherwise)
-        assert not marker.exists()
-        assert "runs on" in tmux.screen()
+        with terminal(f"trainscope-detach-{tmp_path.name}", _watch_line(job, exit_file), (120, 40)) as tmux:
+            tmux.wait_for("q quit", timeout=60)
+            end = time.monotonic() + 30
+            while not pid_file.exists() and time.monotonic() < end:
+                time.sleep(0.1)
+            pid = int(pid_file.read_text())
+            tmux.keys("q")
+            tmux.wait_for("stop job? y/N", timeout=60)
+            tmux.keys("d")
+            assert exit_code_written(exit_file) == "0"
+            time.sleep(1.0)
+            os.kill(pid, 0)  # still running (raises ProcessLookupError otherwise)
+            assert not marker.exists()
+            assert "runs on" in tmux.screen()
     finally:
-        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
         if pid is not None:
             try:
                 os.kill(pid, signal.SIGKILL)  # the job this test started

@@ -7,40 +7,27 @@ names must show spelled out (``\\x1b]0;PWNED``)."""
 
 from __future__ import annotations
 
-import shlex
-import shutil
-import subprocess
-import sys
 import time
-
-import pytest
 
 from tests.conftest import exit_code_written
 from tests.hostile import PAYLOAD, write_kineto
-from tests.test_tui_tmux import Tmux
+from tests.tmux import needs_tmux, terminal, trainscope_line
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it; apt-get install tmux)"
-)
+pytestmark = needs_tmux
 
 TITLE = "trainscope-hostile-pane"
 
 
 def test_hostile_trace_leaves_the_pane_title_and_the_screen_alone(tmp_path):
     trace = write_kineto(tmp_path / f"k{PAYLOAD[:12]}.json")  # the file name holds the title escape too
-    tmux = Tmux(f"trainscope-hostile-{tmp_path.name}")
     exit_file = tmp_path / "exit.txt"
     # printf sets the title the app must leave alone; the sleep lets the test read it first
-    cmd = (
-        f"printf '\\033]2;{TITLE}\\033\\\\'; sleep 1; {shlex.quote(sys.executable)} -m trainscope analyze "
-        f"{shlex.quote(str(trace))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30"
-    )
-    tmux("new-session", "-d", "-s", "t", "-x", "160", "-y", "45", "-c", str(tmp_path), cmd)
+    line = trainscope_line(["analyze", trace], exit_file, before=f"printf '\\033]2;{TITLE}\\033\\\\'; sleep 1; ")
+    with terminal(f"trainscope-hostile-{tmp_path.name}", line, (160, 45), cwd=tmp_path) as tmux:
 
-    def title() -> str:
-        return tmux("display", "-p", "-t", "t", "#{pane_title}").strip()
+        def title() -> str:
+            return tmux("display", "-p", "-t", "t", "#{pane_title}").strip()
 
-    try:
         end = time.monotonic() + 10
         while title() != TITLE and time.monotonic() < end:
             time.sleep(0.1)
@@ -53,7 +40,7 @@ def test_hostile_trace_leaves_the_pane_title_and_the_screen_alone(tmp_path):
             ("5", "change:"),  # fixes
             ("1", "DEV:x\\x1b]0;PWNED"),
         ):
-            tmux("send-keys", "-t", "t", key)
+            tmux.keys(key)
             screen = tmux.wait_for(shows)
             time.sleep(0.5)  # what the tab draws after its first line
             screen = tmux.screen()
@@ -65,8 +52,6 @@ def test_hostile_trace_leaves_the_pane_title_and_the_screen_alone(tmp_path):
             assert "1 Overview" in lines[1] and "q quit" in lines[-1], (key, screen)
             assert "\x1b" not in screen and "\x07" not in screen
         assert "\\u202e" in screen and "\\u2028" in screen  # bidi and separators spelled out too
-        tmux("send-keys", "-t", "t", "q")
+        tmux.keys("q")
         assert exit_code_written(exit_file) == "0"
         assert title() == TITLE
-    finally:
-        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import ALL_KINETO, KINETO
-from trainscope.collectors import kineto, kineto_stream, readers
+from tests.test_kineto_stream import _same, in_halves_and_serially
+from trainscope.collectors import kineto_stream, readers
 from trainscope.collectors.kineto import load_kineto, load_kineto_in_memory
 
 TABLES = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "memory", "python_frames")
@@ -79,14 +80,8 @@ def _shape(t) -> dict:
 
 
 def _same_tables(a, b) -> None:
-    for tab in TABLES:
-        ta, tb = getattr(a, tab), getattr(b, tab)
-        for f in ta.FIELDS:
-            x, y = getattr(ta, f), getattr(tb, f)
-            assert len(x) == len(y) and np.array_equal(x, y, equal_nan=True), (tab, f)
-    for attr in ("strings", "devices", "threads", "rank", "world_size", "input_dims", "origin_ns", "metadata"):
-        assert getattr(a, attr) == getattr(b, attr), attr
-    assert a.warnings == b.warnings
+    _same(a, b, TABLES)
+    assert a.metadata == b.metadata and a.warnings == b.warnings
 
 
 def _clean(name: str) -> bytes:
@@ -244,15 +239,7 @@ def test_text_in_the_head_and_trailer_is_counted_once_in_two_halves(tmp_path, mo
     dirty, lone, bad = insert_faults(data, n=30, seed=7)
     p = tmp_path / "halves.json"
     p.write_bytes(dirty)
-    calls = []
-    real = kineto._load_halves
-    monkeypatch.setattr(kineto, "_load_halves", lambda *a: calls.append(1) or real(*a))
-    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1)
-    monkeypatch.setattr(readers, "usable_cores", lambda: 2)
-    halves = load_kineto(str(p))
-    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1 << 62)
-    serial = load_kineto(str(p))
-    assert calls == [1] and kineto_stream.split_point(str(p)) is not None
+    halves, serial = in_halves_and_serially(monkeypatch, p)
     _same_tables(halves, serial)
     assert serial.warnings == [repair_line(lone + 2, bad)]
     # the escapes put into the top-level fields (insert_faults adds one of its own to each) are text

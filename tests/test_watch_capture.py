@@ -20,6 +20,7 @@ import sys
 
 import pytest
 
+from tests.watching import watch_argv
 from trainscope.api.capture import Capture, CaptureController, CaptureOptions
 
 HERE = pathlib.Path(__file__).parent
@@ -28,20 +29,7 @@ CPU_TRACE = HERE / "data" / "kineto" / "hta_cpu_only.pt.trace.json.gz"
 
 
 def watch(tmp_path, *args: str, job_args: tuple[str, ...] = (), timeout: int = 240) -> subprocess.CompletedProcess:
-    cmd = [
-        sys.executable,
-        "-m",
-        "trainscope",
-        "watch",
-        "--headless",
-        "--interval",
-        "0.25",
-        *args,
-        "--",
-        sys.executable,
-        str(JOB),
-        *job_args,
-    ]
+    cmd = watch_argv(*args, job=[sys.executable, str(JOB), *job_args])
     # TMPDIR: the watch's run folder (and anything a killed watch leaves) stays under tmp_path.
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
@@ -112,6 +100,13 @@ def test_no_capture_ends_cleanly_with_one_line_saying_why(tmp_path, job_args, wh
     assert summary["type"] == "summary" and summary["captures"][0]["why"] == caps[0]["why"]
 
 
+def captured(msg: dict, pid: int, steps_ns: list[int], before_ns: list[int], **more) -> list[dict]:
+    """What a step hook answers to capture request ``msg`` it carried out: started, then done with the
+    captured steps' and the steps before's durations (``more``: the done message's other fields)."""
+    started = {"type": "capture", "id": msg["id"], "status": "started", "pid": pid}
+    return [started, {**started, "status": "done", "steps_ns": steps_ns, "before_ns": before_ns, **more}]
+
+
 class ScriptedReceiver:
     """Stands for the step socket: one stepping process that answers a request as a hook would."""
 
@@ -125,20 +120,15 @@ class ScriptedReceiver:
         self.sent.append((pid, msg))
         if self.trace is not None:
             shutil.copy(self.trace, msg["path"])
-            self.replies += [
-                {"type": "capture", "id": msg["id"], "status": "started", "pid": pid},
-                {
-                    "type": "capture",
-                    "id": msg["id"],
-                    "status": "done",
-                    "pid": pid,
-                    "steps_ns": [30_000_000, 32_000_000, 31_000_000],
-                    "before_ns": [20_000_000] * 16,
-                    "start_ns": 5_000_000,
-                    "export_ns": 40_000_000,
-                    "time_limit": False,
-                },
-            ]
+            self.replies += captured(
+                msg,
+                pid,
+                [30_000_000, 32_000_000, 31_000_000],
+                [20_000_000] * 16,
+                start_ns=5_000_000,
+                export_ns=40_000_000,
+                time_limit=False,
+            )
         return True
 
     def drain_capture_messages(self):
@@ -259,16 +249,9 @@ def test_pid_attach_with_the_opt_in_hook_captures_too(tmp_path):
     try:
         cap_dir = tmp_path / "caps"
         p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "trainscope",
-                "watch",
+            watch_argv(
                 "--pid",
                 str(child.pid),
-                "--headless",
-                "--interval",
-                "0.25",
                 "--capture-steps",
                 "3",
                 "--capture-at",
@@ -277,7 +260,7 @@ def test_pid_attach_with_the_opt_in_hook_captures_too(tmp_path):
                 str(cap_dir),
                 "--duration",
                 "60",
-            ],
+            ),
             capture_output=True,
             text=True,
             timeout=240,
@@ -371,17 +354,7 @@ class TwoRanks:
             self.replies.append({"type": "capture", "id": msg["id"], "pid": pid, "status": "refused", "why": "busy"})
             return True
         pathlib.Path(msg["path"]).write_bytes(gzip.decompress((DLRM / f"rank{rank}.json.gz").read_bytes()))
-        self.replies += [
-            {"type": "capture", "id": msg["id"], "status": "started", "pid": pid},
-            {
-                "type": "capture",
-                "id": msg["id"],
-                "status": "done",
-                "pid": pid,
-                "steps_ns": [600_000_000 + 10_000_000 * int(rank)] * 3,
-                "before_ns": [500_000_000] * 8,
-            },
-        ]
+        self.replies += captured(msg, pid, [600_000_000 + 10_000_000 * int(rank)] * 3, [500_000_000] * 8)
         return True
 
     def drain_capture_messages(self):

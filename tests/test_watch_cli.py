@@ -48,33 +48,15 @@ def test_help_has_examples():
 def test_duration_stops_a_launched_job_and_says_so(tmp_path):
     p = cli("watch", "--help")
     assert "a job watch launched is then stopped as Ctrl-C would" in " ".join(p.stdout.split())
-    p = cli(
-        "watch",
-        "--headless",
-        "--interval",
-        "0.25",
-        "--duration",
-        "1.5",
-        "--",
-        sys.executable,
-        "-c",
-        "import time; time.sleep(60)",
-    )
+
+    def for_a_job(code: str) -> subprocess.CompletedProcess:
+        return cli("watch", "--headless", "--interval", "0.25", "--duration", "1.5", "--", sys.executable, "-c", code)
+
+    p = for_a_job("import time; time.sleep(60)")
     assert p.returncode == 0, p.stderr  # ended on --duration's SIGINT as asked: not 130
     assert "--duration 1.5 s reached: sending SIGINT" in p.stderr
     # A job that handles the interrupt and exits its own way keeps its code.
-    p = cli(
-        "watch",
-        "--headless",
-        "--interval",
-        "0.25",
-        "--duration",
-        "1.5",
-        "--",
-        sys.executable,
-        "-c",
-        "import sys, time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    sys.exit(5)",
-    )
+    p = for_a_job("import sys, time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    sys.exit(5)")
     assert p.returncode == 5, p.stderr
 
 

@@ -10,47 +10,21 @@ measurement to check trainscope's against.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import pytest
+
+from tests.watching import run_with_short_tmpdir, watch_argv
 
 JOB = pathlib.Path(__file__).parent / "jobs" / "train_job.py"
 
 
 def watch_job(tmp_path, *job_args: str, extra: tuple[str, ...] = ()) -> tuple[list[dict], dict, str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "trainscope",
-        "watch",
-        "--headless",
-        "--format",
-        "json",
-        "--interval",
-        "0.25",
-        *extra,
-        "--",
-        sys.executable,
-        str(JOB),
-        *job_args,
-    ]
-    # The job's TMPDIR is short: under pytest's long tmp_path the Unix sockets that DataLoader workers
-    # pass batches through (Python's multiprocessing, $TMPDIR/pymp-…/listener-…) overflow the 107 bytes
-    # of a socket address, a batch is dropped and the job hangs (watch names that; see
-    # test_a_long_tmpdir_is_named). A short one under the run's own folder is removed with it.
-    job_tmp = tempfile.mkdtemp(prefix="w", dir=os.environ.get("TRAINSCOPE_TEST_TMP"))
-    try:
-        p = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=120, cwd=tmp_path, env={**os.environ, "TMPDIR": job_tmp}
-        )
-    finally:
-        shutil.rmtree(job_tmp, ignore_errors=True)
+    cmd = watch_argv("--format", "json", *extra, job=[sys.executable, str(JOB), *job_args])
+    p = run_with_short_tmpdir(cmd, tmp_path, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     lines = [json.loads(line) for line in p.stdout.splitlines()]  # stdout holds only JSON lines
     samples = [d for d in lines if d["type"] == "sample"]

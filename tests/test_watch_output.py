@@ -5,13 +5,15 @@ closes; the exit code is the job's."""
 from __future__ import annotations
 
 import json
-import shlex
-import shutil
 import subprocess
 import sys
 import time
 
 import pytest
+
+from tests.conftest import exit_code_written
+from tests.tmux import needs_tmux, terminal, trainscope_line
+from tests.watching import watch_argv
 
 JOB = "import sys, time\nfor i in range(1, 201):\n    print(f'line {i}/200', flush=True)\n    time.sleep({pause})\nsys.exit(4)\n"
 
@@ -25,20 +27,7 @@ def test_headless_relays_every_line_of_the_job_in_order(tmp_path, fmt):
     job = tmp_path / "job.py"
     job.write_text(JOB.replace("{pause}", "0.005"))
     p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainscope",
-            "watch",
-            "--headless",
-            "--format",
-            fmt,
-            "--interval",
-            "0.25",
-            "--",
-            sys.executable,
-            str(job),
-        ],
+        watch_argv("--format", fmt, job=[sys.executable, str(job)]),
         capture_output=True,
         text=True,
         timeout=120,
@@ -51,31 +40,18 @@ def test_headless_relays_every_line_of_the_job_in_order(tmp_path, fmt):
         assert all(json.loads(ln)["schema"] == "trainscope.watch/1" for ln in p.stdout.splitlines())
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (apt-get install tmux)")
+@needs_tmux
 def test_dashboard_keeps_the_jobs_output_for_the_scrollback(tmp_path):
-    from tests.test_tui_tmux import Tmux
-
     job = tmp_path / "job.py"
     job.write_text("import time\ntime.sleep(2)\n" + JOB.replace("{pause}", "0.01"))
     exit_file = tmp_path / "exit.txt"
-    cmd = (
-        f"{shlex.quote(sys.executable)} -m trainscope watch --interval 0.5 -- {shlex.quote(sys.executable)} "
-        f"{shlex.quote(str(job))}; echo $? > {shlex.quote(str(exit_file))}; sleep 30"
-    )
-    tmux = Tmux(f"trainscope-output-{tmp_path.name}")
-    tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "40", cmd)
-    try:
+    line = trainscope_line(["watch", "--interval", "0.5", "--", sys.executable, job], exit_file)
+    with terminal(f"trainscope-output-{tmp_path.name}", line, (120, 40)) as tmux:
         tmux.wait_for("q quit", timeout=60)
-        end = time.monotonic() + 90
-        # the shell creates the file (the redirection) before echo writes the code: wait for its content
-        while not (exit_file.exists() and exit_file.read_text().strip()) and time.monotonic() < end:
-            time.sleep(0.2)
-        assert exit_file.read_text().strip() == "4"
+        assert exit_code_written(exit_file, timeout=90) == "4"
         history = tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "t")
         assert numbered(history) == [f"line {i}/200" for i in range(1, 201)]
         assert "trainscope watch —" in history and "job exit code 4" in history
-    finally:
-        subprocess.run(["tmux", "-L", tmux.socket, "kill-server"], capture_output=True)
 
 
 def test_output_tab_shows_the_jobs_lines_and_digits_switch_tabs():
@@ -125,18 +101,7 @@ def test_the_job_outlives_a_killed_watcher_and_keeps_its_output(tmp_path):
     out = tmp_path / "out.txt"
     with open(out, "wb") as f:
         watcher = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "trainscope",
-                "watch",
-                "--headless",
-                "--interval",
-                "0.25",
-                "--",
-                sys.executable,
-                str(job),
-            ],
+            watch_argv(job=[sys.executable, str(job)]),
             stdout=f,
             stderr=subprocess.DEVNULL,
             env={**os.environ, "TMPDIR": str(tmp_path)},  # the run folder a killed watch leaves: in tmp_path

@@ -10,6 +10,7 @@ import pathlib
 import subprocess
 import sys
 
+from tests.watching import TORCHRUN_2, watch_argv
 from trainscope.analyzers.live.rank_window import binomial_tail, rank_window
 from trainscope.analyzers.rules import Rules
 from trainscope.traces.samples import RankSample, Snapshot
@@ -18,31 +19,9 @@ JOB = pathlib.Path(__file__).parent / "jobs" / "ddp_job.py"
 
 
 def test_torchrun_job_reports_every_rank_and_names_the_slow_one(tmp_path):
-    cmd = [
-        sys.executable,
-        "-m",
-        "trainscope",
-        "watch",
-        "--headless",
-        "--format",
-        "json",
-        "--interval",
-        "0.25",
-        "--",
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        str(JOB),
-        "--seconds",
-        "6",
-        "--slow-rank",
-        "1",
-        "--load-ms",
-        "5",
-    ]
+    cmd = watch_argv(
+        "--format", "json", job=[*TORCHRUN_2, str(JOB), "--seconds", "6", "--slow-rank", "1", "--load-ms", "5"]
+    )
     p = subprocess.run(
         cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)}
     )
@@ -166,21 +145,7 @@ def test_pid_of_a_launcher_sees_its_ranks_through_the_opt_in_hook(tmp_path):
     try:
         time.sleep(0.5)
         p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "trainscope",
-                "watch",
-                "--pid",
-                str(job.pid),
-                "--headless",
-                "--format",
-                "json",
-                "--interval",
-                "0.25",
-                "--duration",
-                "90",
-            ],
+            watch_argv("--pid", str(job.pid), "--format", "json", "--duration", "90"),
             capture_output=True,
             text=True,
             timeout=240,
@@ -200,35 +165,15 @@ def test_a_capture_of_a_torchrun_job_traces_every_rank_and_names_the_late_one(tm
     """`--capture-at` in a two-rank job: each rank's hook writes its own trace of the same 3
     iterations into one folder, which is analyzed as a rank set (per-rank lines, the straggler)."""
     cap_dir = tmp_path / "caps"
-    cmd = [
-        sys.executable,
-        "-m",
-        "trainscope",
-        "watch",
-        "--headless",
-        "--interval",
-        "0.25",
+    cmd = watch_argv(
         "--capture-at",
         "2",
         "--capture-steps",
         "3",
         "--capture-dir",
         str(cap_dir),
-        "--",
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        str(JOB),
-        "--seconds",
-        "8",
-        "--slow-rank",
-        "1",
-        "--load-ms",
-        "5",
-    ]
+        job=[*TORCHRUN_2, str(JOB), "--seconds", "8", "--slow-rank", "1", "--load-ms", "5"],
+    )
     p = subprocess.run(
         cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)}
     )

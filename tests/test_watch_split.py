@@ -16,17 +16,14 @@ loaded 2-core machine), so the job's data share is compared with watch's data wa
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
 from tests.test_watch_job import JOB, watch_job
+from tests.watching import TORCHRUN_2, run_with_short_tmpdir, watch_argv
 from trainscope.analyzers.live.engine import LiveAnalyzer, evaluate
 from trainscope.analyzers.live.split import PARTS, holding_back, split_window
 from trainscope.analyzers.rules import Rules
@@ -101,19 +98,9 @@ def test_watch_split_matches_the_jobs_own_timers(tmp_path):
 def test_torchrun_split_per_rank_names_the_part_holding_the_slow_rank(tmp_path):
     # Two gloo ranks in lockstep (DDP); rank 1's forward is 40 ms longer, so rank 0 waits for it in
     # its backward (the gradient all-reduce). Fixed step count: both ranks run as many iterations.
-    cmd = [
-        *(sys.executable, "-m", "trainscope", "watch", "--headless", "--format", "json", "--interval", "0.25"),
-        *("--", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(JOB)),
-        *("--ddp", "--steps", "80", "--compute-ms", "0", "--fwd-ms", "10", "--bwd-ms", "10", "--opt-ms", "10"),
-        *("--slow-rank", "1", "--slow-fwd-ms", "40", "--load-ms", "1"),
-    ]
-    job_tmp = tempfile.mkdtemp(prefix="w", dir=os.environ.get("TRAINSCOPE_TEST_TMP"))
-    try:
-        p = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "TMPDIR": job_tmp}
-        )
-    finally:
-        shutil.rmtree(job_tmp, ignore_errors=True)
+    job = [*TORCHRUN_2, str(JOB), "--ddp", "--steps", "80", "--compute-ms", "0", "--fwd-ms", "10", "--bwd-ms", "10"]
+    job += ["--opt-ms", "10", "--slow-rank", "1", "--slow-fwd-ms", "40", "--load-ms", "1"]
+    p = run_with_short_tmpdir(watch_argv("--format", "json", job=job), tmp_path, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     summary = json.loads(p.stdout.splitlines()[-1])
     split = summary["split"]

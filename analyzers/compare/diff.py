@@ -266,8 +266,24 @@ class ComparabilityCheck:
     note: str
 
 
+class Comparison:
+    """What every two-run comparison answers: a run diff (:class:`RunDiff`) and a diff against a
+    stored run (history's ``SummaryDiff``)."""
+
+    step_time: list[StepTimeChange]
+    comparability: list[ComparabilityCheck]
+
+    @property
+    def comparable(self) -> bool:
+        return not any(c.status == "differ" for c in self.comparability)
+
+    @property
+    def p50(self) -> StepTimeChange:
+        return self.step_time[0]
+
+
 @dataclass(frozen=True)
-class RunDiff:
+class RunDiff(Comparison):
     before: Run
     after: Run
     verdict: VerdictChange
@@ -283,14 +299,6 @@ class RunDiff:
     work: WorkChange | None = None  # work per window, every rank summed
     rank_pairs: list[RankPair] = field(default_factory=list)  # rank r before ↔ rank r after
     tree: TreeDiff | None = None  # where in the model: the module trees node by node (both runs have one)
-
-    @property
-    def comparable(self) -> bool:
-        return not any(c.status == "differ" for c in self.comparability)
-
-    @property
-    def p50(self) -> StepTimeChange:
-        return self.step_time[0]
 
     def kernels_by(self, kind: str, n: int | None = None) -> list[KernelChange]:
         """``grew``/``shrank`` (matched kernels, largest change per step first), ``appeared``,

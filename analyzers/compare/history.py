@@ -23,6 +23,7 @@ from trainscope.analyzers.compare.diff import (
     FINDING_METRICS,
     GATE_METRICS,
     ComparabilityCheck,
+    Comparison,
     GateResult,
     GateSide,
     Run,
@@ -530,7 +531,7 @@ def fix_outcomes(before: RunSummary, after: RunSummary, rules: Rules | None = No
 
 
 @dataclass(frozen=True)
-class SummaryDiff:
+class SummaryDiff(Comparison):
     """Two summaries compared: what ``diff`` shows when a side is a stored run."""
 
     before: RunSummary
@@ -544,14 +545,6 @@ class SummaryDiff:
     comparability: list[ComparabilityCheck]
     labels: tuple[str, str] = ("BEFORE", "AFTER")
     tree: TreeDiff | None = None  # the stored trees' top levels node by node (both runs keep one)
-
-    @property
-    def comparable(self) -> bool:
-        return not any(c.status == "differ" for c in self.comparability)
-
-    @property
-    def p50(self) -> StepTimeChange:
-        return self.step_time[0]
 
 
 @dataclass(frozen=True)

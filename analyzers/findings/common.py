@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.findings.base import Evidence, Severity
+from trainscope.analyzers.findings.base import Evidence, Finding, FindingSpec, Severity, by_stake
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.sinks import Sinks
@@ -52,6 +53,38 @@ def raised(obs: DiagnosisInput, rules: Rules, sink: str, severity: Severity) -> 
     return stake > 0 and (severity.grade(stake, rules) != "info" or obs.is_leader(sink))
 
 
+BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")
+
+
+def busy_sink_finding(
+    spec: FindingSpec,
+    obs: DiagnosisInput,
+    rules: Rules,
+    sink: str,
+    why: tuple[str, str],
+    counters_title: str,
+    extra: Sequence[Evidence] = (),
+) -> Finding | None:
+    """The finding of a busy sink (``compute-bound``, ``memory-bound``: kernel time of that kind),
+    raised as :func:`raised` says; its stake the sink's share of step time. Where hardware counters
+    split the busy time their evidence comes first, and ``why`` and the title say so: ``why`` is
+    (as the counters say it, as the kernels' roofline says it)."""
+    if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, sink, BUSY_SEV):
+        return None
+    stake = obs.sinks.pct(sink)
+    lines = [
+        ev(rules, "busy_sink.moderate", f"{sink} kernel time, share of step time", stake),
+        *obs.busy_evidence,
+        sink_line(obs, sink),
+        ev(rules, "gpu_busy.saturated", "GPU busy", obs.breakdown.gpu_busy_pct),
+        *extra,
+    ]
+    counters = obs.sinks.busy_source == "hardware counters"
+    if counters:  # measured evidence first
+        lines = [*obs.busy_evidence] + [x for x in lines if x not in obs.busy_evidence]
+    return spec.finding(stake, lines, why[0] if counters else why[1], rules, title=counters_title if counters else None)
+
+
 def live_busy_mix(s: WindowStats, r: Rules) -> tuple[str, str] | None:
     """What a busy GPU's time goes to in a live window: (``compute`` | ``memory``, ``gpm`` | ``nvml``).
     GPM activity decides first (SM/tensor against DRAM); without a GPM decision, NVML's
@@ -71,6 +104,36 @@ def live_busy_mix(s: WindowStats, r: Rules) -> tuple[str, str] | None:
 def gpm_sm(s: WindowStats) -> float:
     """The larger of GPM's SM and tensor activity (where :func:`live_busy_mix` decided by GPM)."""
     return max(x for x in (s.sm_util, s.tensor_util) if x is not None)
+
+
+def live_busy_finding(
+    spec: FindingSpec, s: WindowStats, r: Rules, side: str, gpm: tuple[str, str], nvml: tuple[str, str]
+) -> Finding | None:
+    """The live finding of a busy GPU whose time goes to ``side`` (``compute`` | ``memory``, as
+    :func:`live_busy_mix` decides): GPM's activity on that side against the other's quiet (high), or
+    without GPM, NVML's utilization and memory-controller time shares (moderate, weaker evidence).
+    ``gpm`` and ``nvml`` are (why, title) as each says it."""
+    mix = live_busy_mix(s, r)
+    if mix is None or mix[0] != side:
+        return None
+    if mix[1] == "gpm":
+        assert s.dram_util is not None  # GPM decided: both sides were measured
+        sides = {
+            "compute": ("SM / tensor activity (GPM)", gpm_sm(s)),
+            "memory": ("DRAM bandwidth utilization (GPM)", s.dram_util),
+        }
+        other = "memory" if side == "compute" else "compute"
+        (busy, busy_pct), (quiet, quiet_pct) = sides[side], sides[other]
+        lines = [live_ev(r, "live.gpm_active", busy, busy_pct), live_ev(r, "live.gpm_quiet", quiet, quiet_pct, "<")]
+        return spec.finding(busy_pct, lines, gpm[0], r, title=gpm[1], severity="high")
+    assert s.gpu_mem_ctrl is not None and s.gpu_util is not None  # NVML decided: both were sampled
+    util = live_ev(r, "gpu_busy.saturated", "GPU utilization", s.gpu_util)
+    ctrl = "memory controller busy (NVML, no GPM on this GPU)"
+    if side == "compute":
+        stake, lines = s.gpu_util, [util, live_ev(r, "live.mem_ctrl_busy", ctrl, s.gpu_mem_ctrl, "<")]
+    else:
+        stake, lines = s.gpu_mem_ctrl, [live_ev(r, "live.mem_ctrl_busy", ctrl, s.gpu_mem_ctrl), util]
+    return spec.finding(stake, lines, nvml[0], r, title=nvml[1], severity="moderate")
 
 
 # The thresholds live_busy_mix reads.

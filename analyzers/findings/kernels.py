@@ -9,13 +9,12 @@ from typing import TYPE_CHECKING
 from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, FixText, LiveMeasure, by_stake
 from trainscope.analyzers.findings.common import (
     BUSY_MIX_THRESHOLDS,
+    BUSY_SEV,
+    busy_sink_finding,
     ctx,
     ev,
-    gpm_sm,
-    live_busy_mix,
+    live_busy_finding,
     live_ev,
-    raised,
-    sink_line,
 )
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -25,31 +24,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.live.window_stats import WindowStats
     from trainscope.traces.samples import Snapshot
 
-_BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")
-
 
 def _compute_bound(obs: DiagnosisInput, rules: Rules) -> Finding | None:
-    if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "compute-bound", _BUSY_SEV):
-        return None
-    stake = obs.sinks.pct("compute-bound")
-    lines = [
-        ev(rules, "busy_sink.moderate", "compute-bound kernel time, share of step time", stake),
-        *obs.busy_evidence,
-        sink_line(obs, "compute-bound"),
-        ev(rules, "gpu_busy.saturated", "GPU busy", obs.breakdown.gpu_busy_pct),
-    ]
-    if obs.sinks.busy_source == "hardware counters":  # measured evidence first
-        lines = [*obs.busy_evidence] + [x for x in lines if x not in obs.busy_evidence]
-    counters = obs.sinks.busy_source == "hardware counters"
-    return COMPUTE_BOUND.finding(
-        stake,
-        lines,
-        "SMs/tensor cores are busy while DRAM bandwidth is to spare"
-        if counters
-        else "arithmetic units are the limit while kernels run",
-        rules,
-        title="Hardware counters: compute-bound" if counters else None,
+    why = (
+        "SMs/tensor cores are busy while DRAM bandwidth is to spare",
+        "arithmetic units are the limit while kernels run",
     )
+    return busy_sink_finding(COMPUTE_BOUND, obs, rules, "compute-bound", why, "Hardware counters: compute-bound")
 
 
 _TC_SEV = by_stake("stake.moderate", "stake.high")
@@ -85,35 +66,12 @@ def _no_tensor_cores(obs: DiagnosisInput, rules: Rules) -> Finding | None:
 
 
 def _live_compute_bound(s: WindowStats, _snaps: Sequence[Snapshot], r: Rules) -> Finding | None:
-    mix = live_busy_mix(s, r)
-    if mix is None or mix[0] != "compute":
-        return None
-    if mix[1] == "gpm":
-        assert s.dram_util is not None  # GPM decided: both sides were measured
-        sm = gpm_sm(s)
-        return COMPUTE_BOUND.finding(
-            sm,
-            [
-                live_ev(r, "live.gpm_active", "SM / tensor activity (GPM)", sm),
-                live_ev(r, "live.gpm_quiet", "DRAM bandwidth utilization (GPM)", s.dram_util, "<"),
-            ],
-            "arithmetic units are the limit while kernels run",
-            r,
-            title="SMs and tensor cores are the limit",
-            severity="high",
-        )
-    assert s.gpu_mem_ctrl is not None and s.gpu_util is not None  # NVML decided: both were sampled
-    return COMPUTE_BOUND.finding(
-        s.gpu_util,
-        [
-            live_ev(r, "gpu_busy.saturated", "GPU utilization", s.gpu_util),
-            live_ev(r, "live.mem_ctrl_busy", "memory controller busy (NVML, no GPM on this GPU)", s.gpu_mem_ctrl, "<"),
-        ],
+    gpm = ("arithmetic units are the limit while kernels run", "SMs and tensor cores are the limit")
+    nvml = (
         "kernels run nearly all the time with modest memory traffic (NVML time shares; GPM would be precise)",
-        r,
-        title="The GPU is busy computing",
-        severity="moderate",
+        "The GPU is busy computing",
     )
+    return live_busy_finding(COMPUTE_BOUND, s, r, "compute", gpm, nvml)
 
 
 def live_cpu_step(s: WindowStats, r: Rules) -> Finding:
@@ -195,7 +153,7 @@ COMPUTE_BOUND = FindingSpec(
     title="Busy time is dominated by compute-bound kernels",
     measure=_compute_bound,
     can_be_primary=True,
-    severity=_BUSY_SEV,
+    severity=BUSY_SEV,
     fix=Fix(
         "compute-efficiency",
         "Raise arithmetic efficiency (tensor cores, compiled kernels, larger batches)",

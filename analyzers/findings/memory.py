@@ -22,13 +22,12 @@ from trainscope.analyzers.findings.base import (
 )
 from trainscope.analyzers.findings.common import (
     BUSY_MIX_THRESHOLDS,
+    BUSY_SEV,
+    busy_sink_finding,
     ctx,
     ev,
-    gpm_sm,
-    live_busy_mix,
+    live_busy_finding,
     live_ev,
-    raised,
-    sink_line,
 )
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -40,32 +39,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.trace.analysis import Analysis
     from trainscope.traces.samples import Snapshot
 
-_BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")
-
 
 def _bandwidth(obs: DiagnosisInput, rules: Rules) -> Finding | None:
-    if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "memory-bound", _BUSY_SEV):
-        return None
-    stake = obs.sinks.pct("memory-bound")
-    lines = [
-        ev(rules, "busy_sink.moderate", "memory-bound kernel time, share of step time", stake),
-        *obs.busy_evidence,
-        sink_line(obs, "memory-bound"),
-        ev(rules, "gpu_busy.saturated", "GPU busy", obs.breakdown.gpu_busy_pct),
-        *(obs.fusion.evidence() if obs.fusion is not None else ()),  # the sequences the fusion fix would fuse
-    ]
-    if obs.sinks.busy_source == "hardware counters":  # measured evidence first
-        lines = [*obs.busy_evidence] + [x for x in lines if x not in obs.busy_evidence]
-    counters = obs.sinks.busy_source == "hardware counters"
-    return BANDWIDTH.finding(
-        stake,
-        lines,
-        "DRAM bandwidth is near its peak while SMs wait on memory"
-        if counters
-        else "kernels that move more bytes than they compute: fusion cuts the traffic",
-        rules,
-        title="Hardware counters: memory-bandwidth-bound" if counters else None,
+    why = (
+        "DRAM bandwidth is near its peak while SMs wait on memory",
+        "kernels that move more bytes than they compute: fusion cuts the traffic",
     )
+    title = "Hardware counters: memory-bandwidth-bound"
+    fused = obs.fusion.evidence() if obs.fusion is not None else ()  # the sequences the fusion fix would fuse
+    return busy_sink_finding(BANDWIDTH, obs, rules, "memory-bound", why, title, fused)
 
 
 _ATTN_SEV = by_stake("stake.moderate", "stake.high")
@@ -138,34 +120,12 @@ def _peak_pct(a: Analysis) -> float | None:
 
 
 def _live_bandwidth(s: WindowStats, _snaps: Sequence[Snapshot], r: Rules) -> Finding | None:
-    mix = live_busy_mix(s, r)
-    if mix is None or mix[0] != "memory":
-        return None
-    if mix[1] == "gpm":
-        assert s.dram_util is not None  # GPM decided: both sides were measured
-        return BANDWIDTH.finding(
-            s.dram_util,
-            [
-                live_ev(r, "live.gpm_active", "DRAM bandwidth utilization (GPM)", s.dram_util),
-                live_ev(r, "live.gpm_quiet", "SM / tensor activity (GPM)", gpm_sm(s), "<"),
-            ],
-            "kernels move more bytes than they compute: fusion cuts the traffic",
-            r,
-            title="DRAM bandwidth is the limit",
-            severity="high",
-        )
-    assert s.gpu_mem_ctrl is not None and s.gpu_util is not None  # NVML decided: both were sampled
-    return BANDWIDTH.finding(
-        s.gpu_mem_ctrl,
-        [
-            live_ev(r, "live.mem_ctrl_busy", "memory controller busy (NVML, no GPM on this GPU)", s.gpu_mem_ctrl),
-            live_ev(r, "gpu_busy.saturated", "GPU utilization", s.gpu_util),
-        ],
+    gpm = ("kernels move more bytes than they compute: fusion cuts the traffic", "DRAM bandwidth is the limit")
+    nvml = (
         "kernels wait on memory (NVML time shares; GPM would measure bandwidth directly)",
-        r,
-        title="Memory traffic dominates the busy GPU",
-        severity="moderate",
+        "Memory traffic dominates the busy GPU",
     )
+    return live_busy_finding(BANDWIDTH, s, r, "memory", gpm, nvml)
 
 
 def _live_capacity(s: WindowStats, _snaps: Sequence[Snapshot], r: Rules) -> Finding | None:
@@ -475,7 +435,7 @@ BANDWIDTH = FindingSpec(
     title="Busy time is dominated by memory-bound kernels",
     measure=_bandwidth,
     can_be_primary=True,
-    severity=_BUSY_SEV,
+    severity=BUSY_SEV,
     fix=Fix(
         "fuse-memory-bound",
         "Fuse memory-bound kernels (torch.compile; fused optimizers and attention)",

@@ -30,6 +30,7 @@ from trainscope.analyzers.findings.base import (
     FindingSpec,
     Fix,
     FixText,
+    Measure,
     by_stake,
     fixed,
     stake_ms,
@@ -445,50 +446,40 @@ SLOW_COMPUTE_REGION_FIX = Fix(
     text=_compute_region_words,
 )
 
-SLOW_MEMORY_REGION = FindingSpec(
-    id="machine/slow-region",
-    axis="machine",
-    title="A dominating region's memory-bound kernels run far below the bandwidth roof",
-    measure=_slow_memory_region,
-    can_be_primary=False,
-    severity=_STAKE_SEV,
-    fix=SLOW_MEMORY_REGION_FIX,
-    whatif_pool="memory-bound",
-    diff_measure=DiffMeasure(
-        "time the slow regions would save at the attainable share of roof",
-        "ms per step",
-        stake_ms("machine/slow-region"),
-    ),
-    critical_path="gpu-compute",
-    headline="SLOW REGION (memory-bound, below roof)",
-    label_class=None,
-    breakdown=("compute",),
-    describes="a region of the module tree with a large share of GPU time whose memory-bound kernels run at a "
-    "low share of their roofline bound; stake: the time saved at an attainable share",
-    thresholds=("tree.region_share", "tree.low_pct_of_roof", "tree.attainable_pct_of_roof"),
-)
 
-SLOW_COMPUTE_REGION = FindingSpec(
-    id="algorithm/slow-region",
-    axis="algorithm",
-    title="A dominating region's compute-bound kernels run far below the compute roof",
-    measure=_slow_compute_region,
-    can_be_primary=False,
-    severity=_STAKE_SEV,
-    fix=SLOW_COMPUTE_REGION_FIX,
-    whatif_pool="tensor-cores",
-    diff_measure=DiffMeasure(
-        "time the slow regions would save at the attainable share of roof",
-        "ms per step",
-        stake_ms("algorithm/slow-region"),
-    ),
-    critical_path="gpu-compute",
-    headline="SLOW REGION (compute-bound, below roof)",
-    label_class=None,
-    breakdown=("compute",),
-    describes="a region of the module tree with a large share of GPU time whose compute-bound kernels run at a "
-    "low share of their roofline bound; stake: the time saved at an attainable share",
-    thresholds=("tree.region_share", "tree.low_pct_of_roof", "tree.attainable_pct_of_roof"),
+def _slow_region(axis: str, bound: str, roof: str, measure: Measure, fix: Fix, whatif_pool: str) -> FindingSpec:
+    """The slow-region finding for one roof: a region whose ``bound`` kernels run far below the
+    ``roof`` roof (one declaration for both; they differ only in the bound, its roof and its fix)."""
+    spec_id = f"{axis}/slow-region"
+    return FindingSpec(
+        id=spec_id,
+        axis=axis,
+        title=f"A dominating region's {bound} kernels run far below the {roof} roof",
+        measure=measure,
+        can_be_primary=False,
+        severity=_STAKE_SEV,
+        fix=fix,
+        whatif_pool=whatif_pool,
+        diff_measure=DiffMeasure(
+            "time the slow regions would save at the attainable share of roof",
+            "ms per step",
+            stake_ms(spec_id),
+        ),
+        critical_path="gpu-compute",
+        headline=f"SLOW REGION ({bound}, below roof)",
+        label_class=None,
+        breakdown=("compute",),
+        describes=f"a region of the module tree with a large share of GPU time whose {bound} kernels run at a "
+        "low share of their roofline bound; stake: the time saved at an attainable share",
+        thresholds=("tree.region_share", "tree.low_pct_of_roof", "tree.attainable_pct_of_roof"),
+    )
+
+
+SLOW_MEMORY_REGION = _slow_region(
+    "machine", "memory-bound", "bandwidth", _slow_memory_region, SLOW_MEMORY_REGION_FIX, "memory-bound"
+)
+SLOW_COMPUTE_REGION = _slow_region(
+    "algorithm", "compute-bound", "compute", _slow_compute_region, SLOW_COMPUTE_REGION_FIX, "tensor-cores"
 )
 
 SLOW_INSTANCE = FindingSpec(

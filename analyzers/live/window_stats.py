@@ -323,13 +323,17 @@ def window_stats(
 def startup_end(snaps: Sequence[Snapshot], rules: Rules) -> float | None:
     """The time of the snapshot that completes the run's first ``live.startup_steps`` steps: step
     samples up to it are start-up (iterator and worker creation, lazy initialization)."""
-    need, seen = rules.value("live.startup_steps"), 0
-    if need <= 0:
-        return None
+    need = rules.value("live.startup_steps")
+    return _completing(snaps, need) if need > 0 else None
+
+
+def _completing(snaps: Sequence[Snapshot], steps: float) -> float | None:
+    """The time of the snapshot that completes the run's first ``steps`` timed steps (None before)."""
+    seen = 0
     for x in snaps:
         if x.step is not None and x.step.steps:
             seen += x.step.steps
-            if seen >= need:
+            if seen >= steps:
                 return x.t
     return None
 
@@ -342,12 +346,6 @@ def steady_start(snaps: Sequence[Snapshot], rules: Rules) -> float | None:
     if not snaps:
         return None
     if any(x.step is not None or x.step_mode in ("on", "waiting") for x in snaps):
-        need, seen = rules.value("live.trend_after_steps"), 0
-        for x in snaps:
-            if x.step is not None and x.step.steps:
-                seen += x.step.steps
-                if seen >= need:
-                    return x.t
-        return None
+        return _completing(snaps, rules.value("live.trend_after_steps"))
     start = snaps[0].t + rules.value("live.trend_after_s")
     return start if snaps[-1].t >= start else None

@@ -435,28 +435,9 @@ class TimelineModel:
         else:
             lo = int(np.searchsorted(self._h_ts, mid - self._h_maxdur, side="left"))
             hi = int(np.searchsorted(self._h_ts, mid, side="right"))
-            ts, en = self._h_ts[lo:hi], self._h_end[lo:hi]
-            cover = np.flatnonzero(en > mid)
+            cover = np.flatnonzero(self._h_end[lo:hi] > mid)
             if len(cover):
-                length = (en - ts)[cover]
-                j = int(cover[np.argmin(length)]) + lo
-                outer = int(cover[np.argmax(length)]) + lo
-                dur = int(self._h_end[j] - self._h_ts[j])
-                step, share = self._step_share(int(self._h_ts[j]), dur)
-                kind = ("cpu op", "annotation", "runtime")[int(self._h_kind[j])]
-                context = self.trace.strings[int(self._h_name[outer])] if outer != j else None
-                return Item(
-                    "host",
-                    kind,
-                    self.trace.strings[int(self._h_name[j])],
-                    int(self._h_ts[j]),
-                    dur,
-                    cat,
-                    labels[cat],
-                    step,
-                    share,
-                    context,
-                )
+                return self._host_item(cover + lo, "host", cat)
         step, _ = self._step_share(start_ns, 0)
         return Item(lane, "idle", labels[cat], start_ns, end_ns - start_ns, cat, labels[cat], step, None)
 
@@ -478,6 +459,19 @@ class TimelineModel:
         own = ("compute", "communication", "copy", "memset")[kind_code]
         return Item(lane, kind, name, int(self._g_ts[j]), dur, own, labels[own], step, share)
 
+    def _host_item(self, cover: np.ndarray, lane: str, cat: str) -> Item:
+        """The innermost (shortest) of host ops ``cover`` as an item of ``lane`` in category ``cat``;
+        the outermost, where it is another op, is its context."""
+        length = self._h_end[cover] - self._h_ts[cover]
+        j = int(cover[np.argmin(length)])
+        outer = int(cover[np.argmax(length)])
+        dur = int(self._h_end[j] - self._h_ts[j])
+        step, share = self._step_share(int(self._h_ts[j]), dur)
+        kind = ("cpu op", "annotation", "runtime")[int(self._h_kind[j])]
+        context = self.trace.strings[int(self._h_name[outer])] if outer != j else None
+        name = self.trace.strings[int(self._h_name[j])]
+        return Item(lane, kind, name, int(self._h_ts[j]), dur, cat, HOST_LABELS[cat], step, share, context)
+
     def items_at(self, start_ns: int, end_ns: int) -> list[tuple[Lane, Item | None]]:
         """For every stream and thread lane, the item under [start_ns, end_ns): on a stream the one
         covering most of the window, on a thread the innermost op covering its middle; None when idle."""
@@ -496,32 +490,13 @@ class TimelineModel:
             out.append((lane, item))
         lo = int(np.searchsorted(self._h_ts, mid - self._h_maxdur, side="left"))
         hi = int(np.searchsorted(self._h_ts, mid, side="right"))
-        ts, en, th = self._h_ts[lo:hi], self._h_end[lo:hi], self._h_thread[lo:hi]
+        en, th = self._h_end[lo:hi], self._h_thread[lo:hi]
         for lane in self.thread_lanes:
             cover = np.flatnonzero((en > mid) & (th == lane.ident))
             item = None
             if len(cover):
-                length = (en - ts)[cover]
-                j = int(cover[np.argmin(length)]) + lo
-                outer = int(cover[np.argmax(length)]) + lo
-                dur = int(self._h_end[j] - self._h_ts[j])
-                step, share = self._step_share(int(self._h_ts[j]), dur)
                 view = self.lane_view(lane, mid, mid + 1, 1)
-                cat = view.categories[int(view.dominant[0])]
-                kind = ("cpu op", "annotation", "runtime")[int(self._h_kind[j])]
-                context = self.trace.strings[int(self._h_name[outer])] if outer != j else None
-                item = Item(
-                    lane.label,
-                    kind,
-                    self.trace.strings[int(self._h_name[j])],
-                    int(self._h_ts[j]),
-                    dur,
-                    cat,
-                    HOST_LABELS[cat],
-                    step,
-                    share,
-                    context,
-                )
+                item = self._host_item(cover + lo, lane.label, view.categories[int(view.dominant[0])])
             out.append((lane, item))
         return out
 

@@ -41,6 +41,20 @@ def _save(prof, out: str, name: str) -> str:
     return path
 
 
+def _cuda_ms(fn, n: int, warm: int = 3) -> float:
+    """``fn``'s mean GPU time per call over ``n`` calls after ``warm`` warm-up calls (CUDA events)."""
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(n):
+        fn()
+    e1.record()
+    torch.cuda.synchronize()
+    return e0.elapsed_time(e1) / n
+
+
 def _facts(out: str, name: str, **facts) -> None:
     facts["name"] = name
     facts["torch"] = torch.__version__
@@ -104,16 +118,7 @@ def w_transformer_bf16_train(out: str) -> None:
         loss.backward()
         opt.step()
 
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(5):
-        step()
-    e1.record()
-    torch.cuda.synchronize()
-    step_ms = e0.elapsed_time(e1) / 5
+    step_ms = _cuda_ms(step, 5)
     with _profiler(3, out, "h100_transformer_bf16_train", record_shapes=True, with_flops=True) as prof:
         for _ in range(4):
             step()
@@ -168,16 +173,7 @@ def w_gemv_sync_io(out: str) -> None:
     a = torch.randn(n, n, device=DEV, dtype=torch.float64)  # 2 GiB: GEMV streams it once per call
     x = torch.randn(n, device=DEV, dtype=torch.float64)
     path = os.path.join(out, "gemv_out.bin")
-    for _ in range(3):
-        y = a @ x
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(10):
-        y = a @ x
-    e1.record()
-    torch.cuda.synchronize()
-    gemv_ms = e0.elapsed_time(e1) / 10
+    gemv_ms = _cuda_ms(lambda: a @ x, 10)
     with _profiler(4, out, "h100_fp64_gemv_sync_copy_io") as prof, open(path, "wb") as f:
         for i in range(5):
             for _ in range(40):
@@ -269,16 +265,7 @@ def w_cuda_graph_replay(out: str) -> None:
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph), torch.no_grad():
         y = model(static)
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(20):
-        graph.replay()
-    e1.record()
-    torch.cuda.synchronize()
-    replay_ms = e0.elapsed_time(e1) / 20
+    replay_ms = _cuda_ms(graph.replay, 20)
     with _profiler(4, out, "h100_cuda_graph_replay_mlp_bf16") as prof:
         for _ in range(5):
             static.copy_(torch.randn_like(static))
@@ -311,21 +298,13 @@ def w_embedding_bag(out: str) -> None:
         torch.nn.functional.mse_loss(mlp(feats), target).backward()
         opt.step()
 
-    for _ in range(3):
-        step()
-    torch.cuda.synchronize()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(5):
-        step()
-    e1.record()
-    torch.cuda.synchronize()
+    step_ms = _cuda_ms(step, 5)
     with _profiler(3, out, "h100_embedding_bag_recsys_train", record_shapes=True) as prof:
         for _ in range(4):
             step()
             prof.step()
     _save(prof, out, "h100_embedding_bag_recsys_train")
-    _facts(out, "h100_embedding_bag_recsys_train", step_ms_cuda_events=round(e0.elapsed_time(e1) / 5, 3))
+    _facts(out, "h100_embedding_bag_recsys_train", step_ms_cuda_events=round(step_ms, 3))
 
 
 class SlowImages(torch.utils.data.Dataset):
