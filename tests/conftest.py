@@ -219,7 +219,7 @@ MODULE_MARKS: dict[str, tuple[str, ...]] = {
     "test_recorded.py": ("subprocess", "needs_torch"),
     "test_integrations.py": ("needs_torch",),
     "test_stragglers.py": ("needs_torch", "needs_hta"),
-    "test_rank_story.py": ("app",),
+    "test_rank_story.py": ("app", "subprocess"),
     "test_api.py": ("needs_torch",),
     "test_cost.py": ("needs_torch",),
     "test_hta_crosscheck.py": ("needs_hta",),

@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import html as html_mod
 import pathlib
+import re
+import time
 
 import pytest
 
-from tests.conftest import KINETO, dlrm_rank_dir
+from tests.conftest import KINETO, dlrm_rank_dir, exit_code_written
+from tests.tmux import needs_tmux, terminal, trainscope_line
 from trainscope.api import analyze
 
 DLRM = KINETO / "hta_dlrm_ws128_2ranks"
@@ -218,3 +221,41 @@ def test_the_app_shows_the_story():
     zero = story.ranks[0]
     late = story.collectives[zero.latest].arrival_ms[0] if zero.latest is not None else None
     assert late is not None and f"rank 0 arrived {late:.1f} ms after the first rank" in title  # whole at 120 columns
+
+
+_TABLE_ROW = re.compile(r"^\s*(?:▶\s+)?(\d+)( ◀)?\s+[\d.]+\s+([\d.]+)\s+(\d+) of (\d+)\s")
+
+
+@needs_tmux
+@pytest.mark.parametrize("which", ["gloo", "dlrm", "eight"])
+def test_the_app_in_a_terminal_names_the_storys_straggler_headline_and_lateness(which, gloo_dir, eight, tmp_path):
+    """The real app in tmux at 120×50, Ranks tab (7), read off the screen: each rank's late-by and
+    last-at figures in the table, the straggler's mark, the headline rank in the note and the
+    side-by-side title's count — the figures every other view reads from the same story."""
+    path = _sets(gloo_dir, eight)[which]
+    story = analyze(str(path), jobs=1).story
+    exit_file = tmp_path / "exit.txt"
+    line = trainscope_line(["analyze", path], exit_file)
+    with terminal(f"trainscope-story-{tmp_path.name}", line, (120, 50), cwd=tmp_path) as tmux:
+        tmux.wait_for("1 Overview", timeout=180)
+        tmux.keys("7")
+        s = tmux.wait_for("on one clock", timeout=120)
+        time.sleep(0.5)  # the rest of the tab's frame
+        s = tmux.screen()
+        rows = {int(m[1]): m for m in map(_TABLE_ROW.match, s.splitlines()) if m}
+        assert sorted(rows) == sorted(r.rank for r in story.ranks), s
+        for i, r in enumerate(story.ranks):
+            m = rows[r.rank]
+            assert m[3] == f"{r.mean_late_ms:.1f}", (r.rank, s)
+            assert (int(m[4]), int(m[5])) == (r.last_in, story.considered), (r.rank, s)
+            assert bool(m[2]) == (i == story.straggler_index), (r.rank, s)
+        flat = " ".join(s.split())
+        assert f"the report leads with rank {story.headline_rank}" in flat, s
+        if story.straggler is not None:
+            late = story.ranks[story.straggler_index]
+            assert (
+                f"rank {late.rank} last at {late.last_in} of {story.considered} (mean {late.mean_late_ms:.1f} ms"
+                in flat
+            )
+        tmux.keys("q")
+        assert exit_code_written(exit_file) == "0"
