@@ -9,8 +9,19 @@ import os
 import sys
 import time
 
-from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK  # noqa: F401 (the codes live with the errors)
+from trainscope.analyzers.rules import Rules
+from trainscope.api.errors import (  # noqa: F401 (the codes live with the errors)
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    BadInput,
+    TrainscopeError,
+    describe,
+)
+from trainscope.collectors.readers import parse_size, set_max_decompressed
+from trainscope.reports import formats
 from trainscope.reports.output import write_atomic
+from trainscope.traces.safe_text import visible
 
 
 class Progress:
@@ -29,7 +40,6 @@ class Progress:
         if now - self.t0 < 0.3 or now - self.last < 0.1:  # stay silent on small files
             return
         self.last = now
-        from trainscope.traces.safe_text import visible
 
         pct = f" {fraction * 100:3.0f} %" if fraction is not None else ""
         sys.stderr.write(f"\r\033[K{visible(stage)}…{pct}")  # a stage may name a rank's file
@@ -44,7 +54,6 @@ class Progress:
 
 def threshold_arg(text: str) -> tuple[str, float]:
     """argparse type for ``--threshold NAME=VALUE``."""
-    from trainscope.analyzers.rules import Rules
 
     name, sep, value = text.partition("=")
     if not sep:
@@ -80,8 +89,6 @@ def add_input_limit_args(p: argparse.ArgumentParser) -> None:
 
 
 def _size_arg(text: str) -> int:
-    from trainscope.collectors.readers import parse_size
-
     try:
         return parse_size(text)
     except ValueError as e:
@@ -89,14 +96,11 @@ def _size_arg(text: str) -> int:
 
 
 def apply_input_limits(args) -> None:
-    from trainscope.collectors.readers import set_max_decompressed
-
     set_max_decompressed(getattr(args, "max_decompressed", None))
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
     """Print one line on stderr and return the exit code."""
-    from trainscope.traces.safe_text import visible
 
     sys.stderr.write(f"trainscope: {visible(message)}\n")
     return code
@@ -130,7 +134,6 @@ def check_outputs(args, inputs: tuple[str, ...] = ()) -> None:
     analysis of a large trace first (``watch`` checks its own before the job starts), or when it
     is one of the ``inputs`` (``--report run.json.gz`` on ``analyze run.json.gz`` replaced the
     trace by the report)."""
-    from trainscope.api.errors import BadInput
 
     for flag, dest in OUTPUT_FLAGS:
         path = getattr(args, dest, None)
@@ -153,8 +156,6 @@ def write_report(path: str, out) -> None:
     """``--report FILE``: ``out`` written atomically in the format the name says (the table in
     reports/formats.py); a suffix no format claims gets Markdown, said once on stderr. OSError
     when the file cannot be written."""
-    from trainscope.reports import formats
-    from trainscope.traces.safe_text import visible
 
     w, named = formats.for_path(path, out.document)
     if not named:  # the default under another name: say so
@@ -171,8 +172,6 @@ def emit_document(out, args) -> int:
     claims gets Markdown, said on stderr) and ``--json`` atomically, then print ``--format`` (text
     by default) on stdout."""
     from dataclasses import replace
-
-    from trainscope.reports import formats
 
     report = getattr(args, "report", None)
     if report:
@@ -201,7 +200,6 @@ def emit_document(out, args) -> int:
 
 def fail_on(exc: BaseException) -> int:
     """Print the one line :func:`trainscope.api.describe` gives for ``exc``; return its exit code."""
-    from trainscope.api.errors import describe
 
     message, code = describe(exc)
     return fail(message, code)
@@ -214,8 +212,6 @@ def one_line_errors(run):
 
     @functools.wraps(run)
     def wrapper(args) -> int:
-        from trainscope.api.errors import TrainscopeError
-
         try:
             return run(args)
         except TrainscopeError as e:

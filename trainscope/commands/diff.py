@@ -6,9 +6,14 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from trainscope import api
+from trainscope.analyzers.compare.diff import GATE_METRICS
+
 # A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
 # tell "this change made training slower" from "the diff could not run" (trainscope.api.Regression).
-from trainscope.api import EXIT_OK, EXIT_REGRESSION, BadInput  # noqa: E402,F401
+from trainscope.api import EXIT_OK, EXIT_REGRESSION, BadInput, DiffResult  # noqa: E402,F401
+from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
+from trainscope.commands.analyze import add_analysis_options, analysis_options
 from trainscope.common import (
     EXIT_BAD_INPUT,
     Progress,
@@ -21,6 +26,7 @@ from trainscope.common import (
 )
 from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
+from trainscope.tui.diff_app import DiffApp
 
 _METRIC_HELP = (
     "step_p50 (default), step_p95, step_mean, memory_peak: relative %% of BEFORE; "
@@ -29,18 +35,19 @@ _METRIC_HELP = (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    d = sub.add_parser(
-        "diff",
-        help="compare two runs (traces or stored runs): what a change did, and a statistical CI gate",
-        description="Analyze BEFORE and AFTER (anything `trainscope analyze` reads, or a run saved in the history: "
+def register(d: argparse.ArgumentParser) -> None:
+    """The arguments of ``trainscope diff`` on its parser (named, with its help line, by trainscope/cli.py's table)."""
+    d.description = (
+        "Analyze BEFORE and AFTER (anything `trainscope analyze` reads, or a run saved in the history: "
         "12, latest[:TAG], baseline[:TAG]) and show what changed: the "
         "verdict, step time p50/p95 and the speedup, every breakdown share side by side, the kernels "
         "that appeared, disappeared, grew or shrank (matched across GPU architectures), peak memory, "
         "which of BEFORE's recommended fixes the change addressed, and the gain each achieved against "
         "the gain it projected. Warns when the runs are not comparable (another GPU, other step counts or "
-        "batch shapes). A stored run is compared by its summary (the history keeps no traces).",
-        epilog="examples:\n"
+        "batch shapes). A stored run is compared by its summary (the history keeps no traces)."
+    )
+    d.epilog = (
+        "examples:\n"
         "  trainscope diff before.pt.trace.json.gz after.pt.trace.json.gz\n"
         "  trainscope diff main.json.gz pr.json.gz --report diff.md --format json > diff.json\n"
         "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 5   # CI: significantly and > 5 % slower fails\n"
@@ -66,9 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  2  bad input or usage (unreadable trace, unknown run, metric not measurable or testable in one run,\n"
         "     runs not comparable for the gate without --gate-anyway)\n"
         "  1  internal error\n"
-        "  130 interrupted",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "  130 interrupted"
     )
+    d.formatter_class = argparse.RawDescriptionHelpFormatter
     d.add_argument(
         "runs",
         nargs="+",
@@ -149,7 +156,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="save each side given as a trace in the run history, and record the projected and achieved "
         "gain of every fix the change addressed",
     )
-    from trainscope.commands.analyze import add_analysis_options
 
     add_analysis_options(d)  # each side analyzed as `analyze` does: --step-range, --peak-*, --jobs, --dask
     d.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
@@ -165,14 +171,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _metric_names() -> list[str]:
-    from trainscope.analyzers.compare.diff import GATE_METRICS
-
     return list(GATE_METRICS)
 
 
 def _node_budget(text: str) -> str:
-    from trainscope import api
-
     try:
         api.node_budget(text)
     except api.BadInput as e:
@@ -199,7 +201,6 @@ def load_diff(
     fail_if_slower: float | None = None,
 ):
     """``(RunDiff, GateResult | None)`` from :func:`trainscope.api.diff` (kept for callers of the app)."""
-    from trainscope import api
 
     r = api.diff(before, after, rules=rules, metric=metric, fail_if_slower=fail_if_slower, progress=progress)
     return r.diff, r.gate
@@ -211,14 +212,12 @@ DiffInputError = BadInput
 
 def gate_line(diff, gate) -> str:
     """The gate's one line for stderr, with the comparability caveat (CI logs show both together)."""
-    from trainscope.api import DiffResult
 
     return f"trainscope: {DiffResult(diff, gate).gate_line()}\n"
 
 
 def _sides(args: argparse.Namespace) -> tuple[str, str]:
     """BEFORE and AFTER from the positionals and --against."""
-    from trainscope import api
 
     if args.against is not None:
         if len(args.runs) != 1:
@@ -237,15 +236,12 @@ def _sides(args: argparse.Namespace) -> tuple[str, str]:
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from trainscope import api
-    from trainscope.commands.analyze import analysis_options, use_tui
-
     check_outputs(args, tuple(args.runs) + ((args.against,) if args.against else ()))
     rules = api.rules_from(dict(args.threshold))
     apply_input_limits(args)
     before, after = _sides(args)
     stored = any(api.is_run_ref(x) for x in (before, after))
-    if use_tui(args) and not stored:
+    if analyze_command.use_tui(args) and not stored:
         return _run_app(args, rules, before, after)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
@@ -280,10 +276,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
     """The side-by-side app; after it closes, the same gate line and exit code as without it."""
-    from trainscope import api
-    from trainscope.api import DiffResult
-    from trainscope.commands.analyze import analysis_options
-    from trainscope.tui.diff_app import DiffApp
 
     def loader(progress):  # the same api call as the printed diff, --gate-anyway included
         r = api.diff(
