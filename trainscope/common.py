@@ -76,6 +76,23 @@ def positive_float(text: str) -> float:
     return v
 
 
+def add_document_args(p: argparse.ArgumentParser, kind: str, app: str = "the app", printed: str = "summary") -> None:
+    """``--format`` and ``--no-tui`` of a command that prints a document of ``kind`` (a kind of
+    reports/formats.py) or opens its terminal app: ``app``, when that opens in a terminal; ``printed``,
+    what ``--no-tui`` prints instead."""
+    p.add_argument(
+        "--format",
+        choices=formats.names(kind),
+        type=formats.canonical,
+        default=None,
+        help=f"print this on stdout instead of opening the terminal app (default in a terminal: {app}; "
+        "otherwise: text)",
+    )
+    p.add_argument(
+        "--no-tui", action="store_true", help=f"print the text {printed} instead of opening the terminal app"
+    )
+
+
 def add_input_limit_args(p: argparse.ArgumentParser) -> None:
     """``--max-decompressed``: the one flag for the decompression cap (collectors/readers.py)."""
     p.add_argument(

@@ -46,10 +46,10 @@ from typing import TYPE_CHECKING, Any
 import trainscope
 from trainscope.api.errors import BadInput
 from trainscope.api.inputs import is_rank_set, rank_files
+from trainscope.api.rendered import RenderedAnalysis
 from trainscope.api.report import Report
 from trainscope.collectors.readers import decompression_cap, parse_size
 from trainscope.collectors.step_hook import PRIVATE, open_folder, process_start
-from trainscope.reports.formats import Output, render, render_for_path, write
 
 if TYPE_CHECKING:
     from trainscope.analyzers.rules import Rules
@@ -537,7 +537,7 @@ def _document(text: str, relocated: bool, source: str) -> dict:
 # -- the report a cached document stands for ---------------------------------------------------------
 
 
-class CachedReport:
+class CachedReport(RenderedAnalysis):
     """An analysis whose document came from (or went into) the cache: what the document renders
     (``to_dict``, ``output``, JSON, text, Markdown, ``verdict_line``) is served from it; anything
     else (the typed results, a rank's trace, the HTML page's timeline, ``--perfetto``, ``--save``)
@@ -567,42 +567,11 @@ class CachedReport:
     def to_dict(self) -> dict:
         return _document(self._text, self._relocated, self.source)
 
-    def output(self, doc: dict | None = None, color: bool = False):
-        return Output("analysis", self.to_dict() if doc is None else doc, self, color)
-
-    def render(self, fmt: str) -> str | bytes:
-        return render(fmt, self.output())
-
-    def to_json(self) -> str:
-        return str(self.render("json"))
-
-    def to_text(self, color: bool = False) -> str:
-        return str(render("text", self.output(color=color)))
-
-    def to_markdown(self) -> str:
-        return str(self.render("markdown"))
-
-    def to_html(self) -> str:
-        return str(self.render("html"))
-
-    def save(self, path: str) -> str:
-        write(path, self.output())
-        return path
-
-    def render_for(self, path: str) -> str | bytes:
-        return render_for_path(path, self.output())
-
     def verdict_line(self) -> str:
         return Report.verdict_line(self)  # type: ignore[arg-type]  # reads only to_dict() and source
 
-    def _repr_markdown_(self) -> str:
-        return self.to_markdown()
-
     def _repr_html_(self) -> str:
         return self.full()._repr_html_()
-
-    def __str__(self) -> str:
-        return self.to_text()
 
     def __repr__(self) -> str:
         return repr(self.full())

@@ -36,19 +36,18 @@ from trainscope.analyzers.compare.tree_diff import NoSuchNode, parse_budget, ref
 from trainscope.analyzers.compare.tree_diff import node_gate as judge
 from trainscope.api.analysis import analyze
 from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, BadInput, Progress, Regression, silent
+from trainscope.api.rendered import Rendered
 from trainscope.api.report import shown
 from trainscope.api.rules import resolve_rules
 from trainscope.api.store import RunStore, StoredRun, is_run_ref
 from trainscope.reports.diff_document import build_diff_document, fixes_list
 from trainscope.reports.diff_markdown import render_diff_markdown
 from trainscope.reports.diff_text import render_diff_text
-from trainscope.reports.formats import Output, render, render_for_path, write
 from trainscope.reports.history import (
     build_summary_diff_document,
     render_summary_diff_markdown,
     render_summary_diff_text,
 )
-from trainscope.reports.html import render_text_cell
 from trainscope.reports.oneline import diff_line
 
 if TYPE_CHECKING:
@@ -62,11 +61,13 @@ Side = Union[str, "os.PathLike[str]", "StoredRun", "RunSummary"]
 
 
 @dataclass(repr=False)
-class DiffResult:
+class DiffResult(Rendered):
     """What a change did: ``diff`` (a :class:`RunDiff` of two traces, or a :class:`SummaryDiff` when a
     side is a stored run), each earlier fix's projected and achieved gain (``fixes``), and, when a
     gate was asked for, ``gate``; ``node_gates``: the node budgets checked (``diff --gate``, see
     :func:`node_gate`). ``before_run`` / ``after_run``: the stored runs compared, if any."""
+
+    KIND = "diff"  # its kind in the output format table (reports/formats.py)
 
     diff: RunDiff | SummaryDiff
     gate: GateResult | None = None
@@ -157,42 +158,10 @@ class DiffResult:
 
         return render_diff_markdown(shown(self.to_dict()))
 
-    def _repr_markdown_(self) -> str:
-        return self.to_markdown()
-
     def __repr__(self) -> str:
         """One line: before → after, the headline number, the verdict change and the gate."""
 
         return diff_line(self.diff, self.gate, self.fixes)
-
-    def __str__(self) -> str:
-        return self.to_text()
-
-    def output(self, doc: dict | None = None, color: bool = False):
-        """This report for the output format table (:mod:`trainscope.reports.formats`): the
-        document (``doc`` when the caller built it already) and this object."""
-
-        return Output("diff", self.to_dict() if doc is None else doc, self, color)
-
-    def to_html(self) -> str:
-        """A self-contained HTML page of the report."""
-
-        return str(render("html", self.output()))
-
-    def render_for(self, path: str) -> str | bytes:
-        """The report in the format the file name ``path`` says (reports/formats.py: .html/.htm,
-        .json, .md; Markdown for any other)."""
-
-        return render_for_path(str(path), self.output())
-
-    def save(self, path: str) -> str:
-        """Write the report; the format follows the suffix (see :meth:`render_for`)."""
-
-        write(str(path), self.output())
-        return path
-
-    def _repr_html_(self) -> str:
-        return render_text_cell("trainscope diff", repr(self), self.to_text())
 
 
 def _fixes(d, rules) -> list:

@@ -12,14 +12,13 @@ from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_me
 from trainscope.analyzers.snapshot.timeline_peak import timeline_peak
 from trainscope.api.errors import BadInput, Progress, bad_input, silent
 from trainscope.api.planning import resolve_device
+from trainscope.api.rendered import Rendered
 from trainscope.api.report import shown
 from trainscope.api.rules import resolve_rules
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.formats import is_snapshot
 from trainscope.collectors.memory_timeline import load_memory_timeline
 from trainscope.collectors.snapshot import load_snapshot
-from trainscope.reports.formats import Output, render, render_for_path, write
-from trainscope.reports.html import render_text_cell
 from trainscope.reports.memory import build_memory_document, render_memory_markdown, render_memory_text
 from trainscope.reports.oneline import memory_line
 
@@ -28,9 +27,11 @@ if TYPE_CHECKING:
 
 
 @dataclass(repr=False)
-class MemoryReport:
+class MemoryReport(Rendered):
     """Peak, fragmentation and what was live, from a CUDA memory snapshot or a memory timeline.
     ``devices`` (snapshots): per-device ``DeviceSnapshotMemory``; ``peak`` (timelines)."""
+
+    KIND = "memory"  # its kind in the output format table (reports/formats.py)
 
     path: str
     kind: str  # "cuda_snapshot" | "memory_timeline_raw" | "memory_timeline_coalesced"
@@ -57,42 +58,10 @@ class MemoryReport:
     def to_markdown(self) -> str:
         return render_memory_markdown(shown(self.document))
 
-    def _repr_markdown_(self) -> str:
-        return self.to_markdown()
-
     def __repr__(self) -> str:
         """One line: the peaks per device and the findings."""
 
         return memory_line(self.path, self.kind, self.document, self.findings)
-
-    def __str__(self) -> str:
-        return self.to_text()
-
-    def output(self, doc: dict | None = None, color: bool = False):
-        """This report for the output format table (:mod:`trainscope.reports.formats`): the
-        document (``doc`` when the caller built it already) and this object."""
-
-        return Output("memory", self.document if doc is None else doc, self, color)
-
-    def to_html(self) -> str:
-        """A self-contained HTML page of the report."""
-
-        return str(render("html", self.output()))
-
-    def render_for(self, path: str) -> str | bytes:
-        """The report in the format the file name ``path`` says (reports/formats.py: .html/.htm,
-        .json, .md; Markdown for any other)."""
-
-        return render_for_path(str(path), self.output())
-
-    def save(self, path: str) -> str:
-        """Write the report; the format follows the suffix (see :meth:`render_for`)."""
-
-        write(str(path), self.output())
-        return path
-
-    def _repr_html_(self) -> str:
-        return render_text_cell("trainscope memory", repr(self), self.to_text())
 
 
 def memory(

@@ -9,18 +9,19 @@ from typing import Any
 from trainscope.analyzers.plan.ledger import PlanConfig, fit, fit_options, ledger, normalize
 from trainscope.analyzers.rules import Rules
 from trainscope.api.errors import BadInput, bad_input
+from trainscope.api.rendered import Rendered
 from trainscope.api.report import shown
 from trainscope.modelspec import MODEL_FIELDS, config_from, parse_model_spec, resolve_gpu
-from trainscope.reports.formats import Output, render, render_for_path, write
-from trainscope.reports.html import render_text_cell
 from trainscope.reports.oneline import plan_line
 from trainscope.reports.plan import build_plan_document, render_plan_markdown, render_plan_text
 
 
 @dataclass(repr=False)
-class PlanResult:
+class PlanResult(Rendered):
     """The training-memory ledger of a model and setup against a device, with the cheapest changes
     that make it fit (``options``)."""
+
+    KIND = "plan"  # its kind in the output format table (reports/formats.py)
 
     ledger: Any  # analyzers.plan.ledger.Ledger
     device: Any  # analyzers.plan.gpu_memory.GpuMemory
@@ -42,42 +43,10 @@ class PlanResult:
     def to_markdown(self) -> str:
         return render_plan_markdown(shown(self.to_dict()))
 
-    def _repr_markdown_(self) -> str:
-        return self.to_markdown()
-
     def __repr__(self) -> str:
         """One line: fits or not, memory used of the device's, how many options."""
 
         return plan_line(self.fit, self.options)
-
-    def __str__(self) -> str:
-        return self.to_text()
-
-    def output(self, doc: dict | None = None, color: bool = False):
-        """This report for the output format table (:mod:`trainscope.reports.formats`): the
-        document (``doc`` when the caller built it already) and this object."""
-
-        return Output("plan", self.to_dict() if doc is None else doc, self, color)
-
-    def to_html(self) -> str:
-        """A self-contained HTML page of the report."""
-
-        return str(render("html", self.output()))
-
-    def render_for(self, path: str) -> str | bytes:
-        """The report in the format the file name ``path`` says (reports/formats.py: .html/.htm,
-        .json, .md; Markdown for any other)."""
-
-        return render_for_path(str(path), self.output())
-
-    def save(self, path: str) -> str:
-        """Write the report; the format follows the suffix (see :meth:`render_for`)."""
-
-        write(str(path), self.output())
-        return path
-
-    def _repr_html_(self) -> str:
-        return render_text_cell("trainscope plan", repr(self), self.to_text())
 
 
 def plan_config(model: str | Mapping[str, Any] | Any = None, **fields: Any):

@@ -20,9 +20,9 @@ from trainscope.analyzers.views.kernel_launch import kernel_launch
 from trainscope.analyzers.views.memory_curve import memory_curves
 from trainscope.analyzers.views.timeline import TimelineModel
 from trainscope.api.errors import bad_input
+from trainscope.api.rendered import RenderedAnalysis
 from trainscope.collectors.inputs import open_any
 from trainscope.reports.document import analysis_dict, build_document, headline
-from trainscope.reports.formats import Output, render, render_for_path, write
 from trainscope.reports.html import render_html_cell
 from trainscope.reports.oneline import report_line
 from trainscope.reports.plan import ledger_vs_measured
@@ -46,7 +46,7 @@ def shown(doc: dict) -> dict:
 
 
 @dataclass
-class Report:
+class Report(RenderedAnalysis):
     """One analyzed run: a trace file, or a directory of per-rank traces.
 
     The typed parts are those of the *main* rank (for several ranks, the rank story's headline
@@ -189,44 +189,6 @@ class Report:
         )
         return with_ledger(doc, self.ledger)
 
-    def output(self, doc: dict | None = None, color: bool = False):
-        """This report for the output format table (:mod:`trainscope.reports.formats`): the
-        document (``doc`` when the caller built it already, or added sections to it) and the report
-        itself, for what the document does not hold (the trace behind the HTML timeline)."""
-
-        return Output("analysis", self.to_dict() if doc is None else doc, self, color)
-
-    def render(self, fmt: str) -> str | bytes:
-        """The report in output format ``fmt`` (a name in :data:`trainscope.reports.formats.WRITERS`)."""
-
-        return render(fmt, self.output())
-
-    def to_json(self) -> str:
-        return str(self.render("json"))
-
-    def to_text(self, color: bool = False) -> str:
-        return str(render("text", self.output(color=color)))
-
-    def to_markdown(self) -> str:
-        return str(self.render("markdown"))
-
-    def to_html(self) -> str:
-        """A self-contained HTML page: verdict, evidence, fixes, step breakdown chart, the median
-        step's timeline and the kernel table (inline SVG, no scripts, no external files)."""
-        return str(self.render("html"))
-
-    def save(self, path: str) -> str:
-        """Write the report; the format follows the suffix (reports/formats.py: .html/.htm, .json,
-        .md; Markdown for any other)."""
-
-        write(path, self.output())
-        return path
-
-    def render_for(self, path: str) -> str | bytes:
-        """The report in the format the file name ``path`` says (reports/formats.py)."""
-
-        return render_for_path(path, self.output())
-
     def verdict_line(self) -> str:
         """One line: the headline, confidence and the step time (what ``on_trace_ready`` prints)."""
 
@@ -237,16 +199,9 @@ class Report:
         steps = f" · step p50 {p50:g} ms" if p50 else ""
         return f"trainscope: {headline(doc)}{conf}{steps} — {os.path.basename(self.source.rstrip('/'))}"
 
-    # Jupyter
-    def _repr_markdown_(self) -> str:
-        return self.to_markdown()
-
     def _repr_html_(self) -> str:
         view = self.rank_view()
         return render_html_cell(self.to_dict(), view.trace, view.analysis, view.timeline)
-
-    def __str__(self) -> str:
-        return self.to_text()
 
     def __repr__(self) -> str:
         """One line with the verdict (the main rank's); ``str()`` or ``to_text()`` for the report."""

@@ -13,6 +13,7 @@ from trainscope.common import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     Progress,
+    add_document_args,
     add_input_limit_args,
     apply_input_limits,
     check_outputs,
@@ -62,15 +63,7 @@ def register(a: argparse.ArgumentParser) -> None:
         help="trace file (.json, .json.gz, Nsight .sqlite/.nsys-rep) or directory of rank traces",
     )
     add_analysis_options(a)
-    a.add_argument(
-        "--format",
-        choices=formats.names("analysis"),
-        type=formats.canonical,
-        default=None,
-        help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
-        "otherwise: text)",
-    )
-    a.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
+    add_document_args(a, "analysis")
     a.add_argument(
         "--report",
         metavar="FILE",

@@ -17,6 +17,7 @@ from trainscope.commands.analyze import add_analysis_options, analysis_options
 from trainscope.common import (
     EXIT_BAD_INPUT,
     Progress,
+    add_document_args,
     add_input_limit_args,
     apply_input_limits,
     check_outputs,
@@ -89,15 +90,7 @@ def register(d: argparse.ArgumentParser) -> None:
         help="compare the one RUN given against this stored run: baseline (the baseline of --tag, or the "
         "untagged one), baseline:TAG, latest[:TAG] or an id",
     )
-    d.add_argument(
-        "--format",
-        choices=formats.names("diff"),
-        type=formats.canonical,
-        default=None,
-        help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
-        "otherwise: text)",
-    )
-    d.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
+    add_document_args(d, "diff")
     d.add_argument(
         "--report",
         metavar="FILE",
@@ -248,23 +241,15 @@ def run(args: argparse.Namespace) -> int:
         result = api.diff(
             before,
             after,
-            rules=rules,
-            metric=args.metric,
-            fail_if_slower=args.fail_if_slower,
             progress=progress,
             store=args.store,
-            gate_anyway=args.gate_anyway,
             node_budgets=args.node_budgets,
-            **analysis_options(args),
-            cache=not args.no_cache,
+            **_diff_options(args, rules),
         )
     finally:
         progress.done()
     if args.save:
-        b, a, n = api.save_diff(result, args.store, tag=args.tag)
-        sys.stderr.write(
-            f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} recorded\n"
-        )
+        _save(result, args)
 
     code = emit_document(result.output(), args)
     if code:
@@ -274,21 +259,30 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _diff_options(args: argparse.Namespace, rules) -> dict:
+    """The keyword arguments of ``api.diff`` the command line gives: the printed diff and the app's
+    loader make the same call (--gate-anyway included)."""
+    return {
+        "rules": rules,
+        "metric": args.metric,
+        "fail_if_slower": args.fail_if_slower,
+        "gate_anyway": args.gate_anyway,
+        **analysis_options(args),
+        "cache": not args.no_cache,
+    }
+
+
+def _save(result, args: argparse.Namespace) -> None:
+    """``--save``: both sides and the fix outcomes in the run history, said in one line."""
+    b, a, n = api.save_diff(result, args.store, tag=args.tag)
+    sys.stderr.write(f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} recorded\n")
+
+
 def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
     """The side-by-side app; after it closes, the same gate line and exit code as without it."""
 
     def loader(progress):  # the same api call as the printed diff, --gate-anyway included
-        r = api.diff(
-            before,
-            after,
-            rules=rules,
-            metric=args.metric,
-            fail_if_slower=args.fail_if_slower,
-            progress=progress,
-            gate_anyway=args.gate_anyway,
-            **analysis_options(args),
-            cache=not args.no_cache,
-        )
+        r = api.diff(before, after, progress=progress, **_diff_options(args, rules))
         return r.diff, r.gate
 
     app = DiffApp(
@@ -320,10 +314,7 @@ def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
     if args.save:
-        b, a, n = api.save_diff(result, args.store, tag=args.tag)
-        sys.stderr.write(
-            f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} recorded\n"
-        )
+        _save(result, args)
     if app.gate is not None or result.node_gates:
         for line in result.gate_lines():
             sys.stderr.write(f"trainscope: {line}\n")

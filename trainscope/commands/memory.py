@@ -17,6 +17,7 @@ from trainscope.common import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     Progress,
+    add_document_args,
     add_input_limit_args,
     apply_input_limits,
     check_outputs,
@@ -24,7 +25,6 @@ from trainscope.common import (
     one_line_errors,
     threshold_arg,
 )
-from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
 from trainscope.tui.memory_app import MemoryApp
 
@@ -54,15 +54,7 @@ def register(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--gpu-memory", metavar="SIZE", help="device memory instead of --gpu: 80GiB, 24GB")
     p.add_argument("--top", type=int, default=10, metavar="N", help="largest live allocations to list (default 10)")
-    p.add_argument(
-        "--format",
-        choices=formats.names("memory"),
-        type=formats.canonical,
-        default=None,
-        help="print this on stdout instead of opening the terminal app (default in a terminal, for a "
-        "snapshot: the app; otherwise: text)",
-    )
-    p.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
+    add_document_args(p, "memory", app="for a snapshot, the app")
     p.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     p.add_argument(
         "--threshold",

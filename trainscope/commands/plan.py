@@ -7,13 +7,12 @@ import sys
 
 from trainscope import api
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, emit_document, one_line_errors
+from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, add_document_args, emit_document, one_line_errors
 from trainscope.modelspec import (
     MODEL_FIELDS,
     _gpu_keys,
     count_arg,  # noqa: F401 (re-exported)
 )
-from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
 from trainscope.tui.plan_app import PlanApp
 
@@ -45,14 +44,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", default="h100-80", help="device to fit (default h100-80; see the list below)")
     p.add_argument("--gpu-memory", metavar="SIZE", help="a device by size instead: 24GiB, 24GB (a bare number is GiB)")
     p.add_argument("--options", type=int, default=6, metavar="N", help="how many what-if options to list (default 6)")
-    p.add_argument(
-        "--format",
-        choices=formats.names("plan"),
-        type=formats.canonical,
-        default=None,
-        help="print this instead of opening the terminal app (default in a terminal: the app; otherwise: text)",
-    )
-    p.add_argument("--no-tui", action="store_true", help="print the text plan instead of opening the terminal app")
+    add_document_args(p, "plan", printed="plan")
     p.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     p.set_defaults(run=run)
 
