@@ -89,3 +89,15 @@ def test_the_table_names_every_command_and_the_full_parser_has_them_all():
     assert list(sub.choices) == list(COMMANDS)
     for name, parser in sub.choices.items():
         assert parser.get_default("run") is not None, name  # each module registered its arguments
+
+
+def test_a_printed_analysis_loads_no_terminal_app():
+    """The apps (Textual) are imported only when one opens (trainscope.common.APPS): a printed
+    analysis loads neither them nor Textual."""
+    code = (
+        "import sys\nfrom trainscope.cli import main\n"
+        f"main(['analyze', {SMALL!r}, '--format', 'json', '--no-cache'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('textual') or m.endswith('app')), file=sys.stderr)"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert p.stdout.startswith("{") and eval(p.stderr.splitlines()[-1]) == []

@@ -20,11 +20,11 @@ from trainscope.common import (
     emit_document,
     one_line_errors,
     positive_float,
+    terminal_app,
     threshold_arg,
 )
 from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
-from trainscope.tui.app import AnalyzeApp
 from trainscope.tui.state import build_session, cached_document
 
 
@@ -215,7 +215,7 @@ def analyze_app(args: argparse.Namespace, rules, ledger):
 
     # The document of the session the loader makes, when an earlier look stored it: the first screen.
     document = cached_document(args.trace, rules, model=args.model, cache=cache, **options)
-    return AnalyzeApp(
+    return terminal_app("analyze")(
         args.trace,
         loader=loader,
         report_path=args.report,

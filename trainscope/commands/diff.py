@@ -23,11 +23,11 @@ from trainscope.common import (
     check_outputs,
     emit_document,
     one_line_errors,
+    terminal_app,
     threshold_arg,
 )
 from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
-from trainscope.tui.diff_app import DiffApp
 
 _METRIC_HELP = (
     "step_p50 (default), step_p95, step_mean, memory_peak: relative %% of BEFORE; "
@@ -285,7 +285,7 @@ def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
         r = api.diff(before, after, progress=progress, **_diff_options(args, rules))
         return r.diff, r.gate
 
-    app = DiffApp(
+    app = terminal_app("diff")(
         before,
         after,
         rules=rules,

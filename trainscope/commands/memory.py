@@ -23,10 +23,10 @@ from trainscope.common import (
     check_outputs,
     emit_document,
     one_line_errors,
+    terminal_app,
     threshold_arg,
 )
 from trainscope.reports.output import to_json, write_atomic
-from trainscope.tui.memory_app import MemoryApp
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -103,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
 def _run_app(path: str, report) -> int:
     """The memory app (tui/memory_app.py): the timeline, the peak and what was live at it."""
 
-    app = MemoryApp(path, report=report, loader=lambda progress: (report, report.peaks()))  # the snapshot read once
+    app = terminal_app("memory")(
+        path, report=report, loader=lambda progress: (report, report.peaks())
+    )  # the snapshot read once
     code = app.run()
     return app.return_code if app.return_code is not None else (code or EXIT_OK)

@@ -7,14 +7,13 @@ import sys
 
 from trainscope import api
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, add_document_args, emit_document, one_line_errors
+from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, add_document_args, emit_document, one_line_errors, terminal_app
 from trainscope.modelspec import (
     MODEL_FIELDS,
     _gpu_keys,
     count_arg,  # noqa: F401 (re-exported)
 )
 from trainscope.reports.output import to_json, write_atomic
-from trainscope.tui.plan_app import PlanApp
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -64,5 +63,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
 
-    PlanApp(result.config, result.device, threshold_pct=result.threshold_pct, limit=max(0, args.options)).run()
+    terminal_app("plan")(
+        result.config, result.device, threshold_pct=result.threshold_pct, limit=max(0, args.options)
+    ).run()
     return EXIT_OK

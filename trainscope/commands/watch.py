@@ -24,6 +24,7 @@ from trainscope.common import (
     one_line_errors,
     output_problem,
     same_file,
+    terminal_app,
     threshold_arg,
 )
 from trainscope.reports import formats
@@ -32,7 +33,6 @@ from trainscope.reports.output import to_json_line
 from trainscope.reports.prometheus import render_prometheus
 from trainscope.reports.renderers import WatchSummary
 from trainscope.traces.safe_text import visible, visible_lines
-from trainscope.tui.watch_app import WatchApp
 
 MIN_INTERVAL = 0.25
 
@@ -496,7 +496,9 @@ def _replay(args, w) -> int:
             emit(sample)
         return _finish(args, w, info)
 
-    app = WatchApp(title=info["target"], replay=True, interval=float(w.recording.header.get("interval_s") or 1.0))
+    app = terminal_app("watch")(
+        title=info["target"], replay=True, interval=float(w.recording.header.get("interval_s") or 1.0)
+    )
     app.preload(w)
     app.run()
     return _finish(args, w, info)
@@ -573,7 +575,7 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
     emit = _printer(args) if headless else None
     app = None
     if not headless:
-        app = WatchApp(
+        app = terminal_app("watch")(
             title=target,
             interval=args.interval,
             launched=bool(cmd),
