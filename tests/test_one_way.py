@@ -101,3 +101,13 @@ def test_a_printed_analysis_loads_no_terminal_app():
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert p.stdout.startswith("{") and eval(p.stderr.splitlines()[-1]) == []
+
+
+def test_save_diff_leaves_the_result_as_it_was(tmp_path):
+    """``diff --save`` saves both traces as runs; the DiffResult it was given is not changed after
+    it was built (the command makes the comparison of the saved runs with dataclasses.replace)."""
+    result = api.diff(SMALL, str(DATA / "cpu" / "slow.pt.trace.json.gz"))
+    before = result.to_dict()
+    b, a, _ = api.save_diff(result, tmp_path / "runs.db")
+    assert (result.before_run, result.after_run) == (None, None) and result.to_dict() == before
+    assert b.id != a.id

@@ -423,7 +423,8 @@ def save_diff(
 ) -> tuple[StoredRun, StoredRun, int]:
     """``diff --save``: every side that was a trace is saved as a run (with ``tag``), and the
     projected and achieved gains of BEFORE's addressed fixes are recorded between the two runs.
-    Returns (BEFORE's run, AFTER's run, outcomes recorded)."""
+    Returns (BEFORE's run, AFTER's run, outcomes recorded); ``result`` is left as it was
+    (``dataclasses.replace(result, before_run=…, after_run=…)`` is the comparison of the saved runs)."""
 
     st = _store(store)
     d = result.diff
@@ -434,5 +435,4 @@ def save_diff(
             continue
         summary = getattr(d, side) if result.from_summaries else summarize(getattr(d, side))
         runs.append(st.save(summary, tag=tag, saved_by=saved_by))
-    result.before_run, result.after_run = runs
     return runs[0], runs[1], st.record_outcomes(runs[0], runs[1], result.fixes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable
 
@@ -249,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         progress.done()
     if args.save:
-        _save(result, args)
+        result = _save(result, args)
 
     code = emit_document(result.output(), args)
     if code:
@@ -272,10 +273,12 @@ def _diff_options(args: argparse.Namespace, rules) -> dict:
     }
 
 
-def _save(result, args: argparse.Namespace) -> None:
-    """``--save``: both sides and the fix outcomes in the run history, said in one line."""
+def _save(result, args: argparse.Namespace):
+    """``--save``: both sides and the fix outcomes in the run history, said in one line → the
+    comparison of the saved runs (what the document then names)."""
     b, a, n = api.save_diff(result, args.store, tag=args.tag)
     sys.stderr.write(f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} recorded\n")
+    return dataclasses.replace(result, before_run=b, after_run=a)
 
 
 def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
@@ -314,7 +317,7 @@ def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
     if args.save:
-        _save(result, args)
+        result = _save(result, args)
     if app.gate is not None or result.node_gates:
         for line in result.gate_lines():
             sys.stderr.write(f"trainscope: {line}\n")
