@@ -238,7 +238,7 @@ def test_export_writes_the_same_markdown_as_diff_report(tmp_path, monkeypatch):
 
 def _args(*extra: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    diff_command.register(parser.add_subparsers())
+    diff_command.register(parser.add_subparsers().add_parser("diff"))
     return parser.parse_args(["diff", *extra])
 
 

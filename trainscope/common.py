@@ -5,12 +5,41 @@ exit codes in :mod:`trainscope.api.errors`)."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
 
-from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK  # noqa: F401 (the codes live with the errors)
+from trainscope.analyzers.rules import Rules
+from trainscope.api.errors import (  # noqa: F401 (the codes live with the errors)
+    EXIT_BAD_INPUT,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    BadInput,
+    TrainscopeError,
+    describe,
+)
+from trainscope.collectors.readers import parse_size, set_max_decompressed
+from trainscope.reports import formats
 from trainscope.reports.output import write_atomic
+from trainscope.traces.safe_text import visible
+
+# The terminal apps, by command: the one deferral of the commands, imported only when an app opens.
+# Each loads Textual: +0.38 s of CPU on top of the 0.70 s a printed analysis loads (measured), which
+# `analyze … --format json`, a CI `diff` and a piped `memory` would pay for an app they never show.
+APPS = {
+    "analyze": ("trainscope.tui.app", "AnalyzeApp"),
+    "diff": ("trainscope.tui.diff_app", "DiffApp"),
+    "memory": ("trainscope.tui.memory_app", "MemoryApp"),
+    "plan": ("trainscope.tui.plan_app", "PlanApp"),
+    "watch": ("trainscope.tui.watch_app", "WatchApp"),
+}
+
+
+def terminal_app(command: str):
+    """The app class of ``command`` (:data:`APPS`), imported now."""
+    module, name = APPS[command]
+    return getattr(importlib.import_module(module), name)
 
 
 class Progress:
@@ -29,7 +58,6 @@ class Progress:
         if now - self.t0 < 0.3 or now - self.last < 0.1:  # stay silent on small files
             return
         self.last = now
-        from trainscope.traces.safe_text import visible
 
         pct = f" {fraction * 100:3.0f} %" if fraction is not None else ""
         sys.stderr.write(f"\r\033[K{visible(stage)}…{pct}")  # a stage may name a rank's file
@@ -44,7 +72,6 @@ class Progress:
 
 def threshold_arg(text: str) -> tuple[str, float]:
     """argparse type for ``--threshold NAME=VALUE``."""
-    from trainscope.analyzers.rules import Rules
 
     name, sep, value = text.partition("=")
     if not sep:
@@ -67,6 +94,23 @@ def positive_float(text: str) -> float:
     return v
 
 
+def add_document_args(p: argparse.ArgumentParser, kind: str, app: str = "the app", printed: str = "summary") -> None:
+    """``--format`` and ``--no-tui`` of a command that prints a document of ``kind`` (a kind of
+    reports/formats.py) or opens its terminal app: ``app``, when that opens in a terminal; ``printed``,
+    what ``--no-tui`` prints instead."""
+    p.add_argument(
+        "--format",
+        choices=formats.names(kind),
+        type=formats.canonical,
+        default=None,
+        help=f"print this on stdout instead of opening the terminal app (default in a terminal: {app}; "
+        "otherwise: text)",
+    )
+    p.add_argument(
+        "--no-tui", action="store_true", help=f"print the text {printed} instead of opening the terminal app"
+    )
+
+
 def add_input_limit_args(p: argparse.ArgumentParser) -> None:
     """``--max-decompressed``: the one flag for the decompression cap (collectors/readers.py)."""
     p.add_argument(
@@ -80,8 +124,6 @@ def add_input_limit_args(p: argparse.ArgumentParser) -> None:
 
 
 def _size_arg(text: str) -> int:
-    from trainscope.collectors.readers import parse_size
-
     try:
         return parse_size(text)
     except ValueError as e:
@@ -89,14 +131,11 @@ def _size_arg(text: str) -> int:
 
 
 def apply_input_limits(args) -> None:
-    from trainscope.collectors.readers import set_max_decompressed
-
     set_max_decompressed(getattr(args, "max_decompressed", None))
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
     """Print one line on stderr and return the exit code."""
-    from trainscope.traces.safe_text import visible
 
     sys.stderr.write(f"trainscope: {visible(message)}\n")
     return code
@@ -130,7 +169,6 @@ def check_outputs(args, inputs: tuple[str, ...] = ()) -> None:
     analysis of a large trace first (``watch`` checks its own before the job starts), or when it
     is one of the ``inputs`` (``--report run.json.gz`` on ``analyze run.json.gz`` replaced the
     trace by the report)."""
-    from trainscope.api.errors import BadInput
 
     for flag, dest in OUTPUT_FLAGS:
         path = getattr(args, dest, None)
@@ -153,8 +191,6 @@ def write_report(path: str, out) -> None:
     """``--report FILE``: ``out`` written atomically in the format the name says (the table in
     reports/formats.py); a suffix no format claims gets Markdown, said once on stderr. OSError
     when the file cannot be written."""
-    from trainscope.reports import formats
-    from trainscope.traces.safe_text import visible
 
     w, named = formats.for_path(path, out.document)
     if not named:  # the default under another name: say so
@@ -171,8 +207,6 @@ def emit_document(out, args) -> int:
     claims gets Markdown, said on stderr) and ``--json`` atomically, then print ``--format`` (text
     by default) on stdout."""
     from dataclasses import replace
-
-    from trainscope.reports import formats
 
     report = getattr(args, "report", None)
     if report:
@@ -201,7 +235,6 @@ def emit_document(out, args) -> int:
 
 def fail_on(exc: BaseException) -> int:
     """Print the one line :func:`trainscope.api.describe` gives for ``exc``; return its exit code."""
-    from trainscope.api.errors import describe
 
     message, code = describe(exc)
     return fail(message, code)
@@ -214,8 +247,6 @@ def one_line_errors(run):
 
     @functools.wraps(run)
     def wrapper(args) -> int:
-        from trainscope.api.errors import TrainscopeError
-
         try:
             return run(args)
         except TrainscopeError as e:

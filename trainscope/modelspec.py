@@ -6,6 +6,10 @@ from __future__ import annotations
 import argparse
 import re
 
+from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY, custom_gpu
+from trainscope.analyzers.plan.gpu_memory import gpu_memory as lookup
+from trainscope.analyzers.plan.ledger import PlanConfig
+
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 
 
@@ -73,14 +77,11 @@ MODEL_FIELDS = (
 
 
 def _gpu_keys() -> list[str]:
-    from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY
-
     return [g.key for g in GPU_MEMORY]
 
 
 def config_from(values: dict, no_dropout: bool = False):
     """A PlanConfig from parsed flag values (None = default)."""
-    from trainscope.analyzers.plan.ledger import PlanConfig
 
     kw = {k: v for k, v in values.items() if v is not None}
     if no_dropout:
@@ -109,9 +110,6 @@ def parse_model_spec(text: str):
 
 
 def resolve_gpu(gpu: str | None, gpu_memory: str | None):
-    from trainscope.analyzers.plan.gpu_memory import custom_gpu
-    from trainscope.analyzers.plan.gpu_memory import gpu_memory as lookup
-
     if gpu_memory:
         return custom_gpu(gpu_memory)
     dev = lookup(gpu or "h100-80")

@@ -25,6 +25,7 @@ _WHERE = {
     "analyze": "analysis",
     "run_deep": "analysis",
     "check_deep_available": "analysis",
+    "check_options": "analysis",
     "model_ledger": "analysis",
     "whatif": "analysis",
     "whatif_levers": "analysis",
@@ -103,6 +104,7 @@ if TYPE_CHECKING:  # for type checkers and editors: the same names, statically
     from trainscope.api.analysis import (  # noqa: F401
         analyze,
         check_deep_available,
+        check_options,
         model_ledger,
         run_deep,
         whatif,

@@ -8,21 +8,34 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from trainscope.analyzers.deep.second_opinion import HTAUnavailable, deep_analysis, hta_versions
+from trainscope.analyzers.plan.ledger import PlanConfig, ledger
+from trainscope.analyzers.ranks.alignment import ranks_view, summarize, with_aligned_imbalance
+from trainscope.analyzers.ranks.story import rank_story
+from trainscope.analyzers.trace.analysis import analyze_set, with_rank_imbalance
+from trainscope.analyzers.trace.whatif import levers, project
+from trainscope.api import trace_cache as columns  # one module object: tests replace its open_cached
+from trainscope.api.cache import cached_analysis, enabled, peek
 from trainscope.api.errors import BadInput, DeepUnavailable, Progress, bad_input, silent
+from trainscope.api.executor import MapOptions, run_rank_set
+from trainscope.api.inputs import is_rank_set
 from trainscope.api.report import Report
 from trainscope.api.rules import resolve_rules
+from trainscope.collectors import open_traces
+from trainscope.collectors.readers import max_decompressed_override
+from trainscope.modelspec import parse_model_spec
+from trainscope.reports.deep import deep_dict, stragglers_dict
+from trainscope.traces.model import Trace, TraceSet
 
 if TYPE_CHECKING:
     from trainscope.analyzers.rules import Rules
     from trainscope.analyzers.trace.analysis import Analysis
     from trainscope.api.cache import CachedReport
-    from trainscope.traces.model import Trace, TraceSet
 
 
 def whatif_levers(analysis: Analysis) -> dict:
     """Every recommendation of an analysis that has a projection, by id: the time its fix removes
     (``analyzers.trace.whatif.Lever``)."""
-    from trainscope.analyzers.trace.whatif import levers
 
     return levers(analysis)
 
@@ -30,7 +43,6 @@ def whatif_levers(analysis: Analysis) -> dict:
 def whatif(analysis: Analysis, chosen: list[str] | tuple[str, ...]):
     """The projected mean step time with the fixes ``chosen`` (recommendation ids) all applied
     (``analyzers.trace.whatif.Projection``; upper bounds, as the report's)."""
-    from trainscope.analyzers.trace.whatif import project
 
     return project(analysis, chosen)
 
@@ -38,22 +50,15 @@ def whatif(analysis: Analysis, chosen: list[str] | tuple[str, ...]):
 def open_input(path: str, progress: Progress | None, cache: bool = False) -> TraceSet:
     """The traces ``path`` holds; with ``cache`` (and the cache not turned off) through the trace
     cache (:mod:`trainscope.api.trace_cache`): the columns of an earlier read of the same input."""
-    from trainscope.collectors import open_traces
 
     with bad_input(path):
-        if cache:
-            from trainscope.api.cache import enabled
-
-            if enabled():
-                from trainscope.api.trace_cache import open_cached
-
-                return open_cached(path, lambda: open_traces(path, progress or silent), progress)
+        if cache and enabled():
+            return columns.open_cached(path, lambda: open_traces(path, progress or silent), progress)
         return open_traces(path, progress or silent)
 
 
 def check_deep_available() -> dict[str, str]:
     """HTA's and pandas' versions; raises :class:`DeepUnavailable` with the install line when missing."""
-    from trainscope.analyzers.deep.second_opinion import HTAUnavailable, hta_versions
 
     try:
         return hta_versions()
@@ -61,11 +66,22 @@ def check_deep_available() -> dict[str, str]:
         raise DeepUnavailable(str(e)) from None
 
 
+def check_options(deep: bool = False, deep_step: str | None = None, jobs: int | None = None) -> dict | None:
+    """The one check of the analysis options' dependencies, before anything slow: ``deep_step``
+    needs ``deep``, ``jobs`` is at least 1, and ``deep`` needs HTA installed. :func:`analyze` calls
+    it, and ``trainscope analyze`` before it opens its app. Returns HTA's versions with ``deep``.
+    Raises :class:`BadInput` (:class:`DeepUnavailable`)."""
+
+    if deep_step is not None and not deep:
+        raise BadInput("--deep-step needs --deep")
+    if jobs is not None and jobs < 1:
+        raise BadInput(f"jobs must be at least 1, got {jobs}")
+    return check_deep_available() if deep else None
+
+
 def run_deep(report: Report, step: str | None = None, progress: Progress | None = None) -> dict:
     """Holistic Trace Analysis on the report's main rank (critical path of one step, launch
     statistics); sets and returns ``report.deep``. Needs the ``hta`` extra."""
-    from trainscope.analyzers.deep.second_opinion import HTAUnavailable, deep_analysis
-    from trainscope.reports.deep import deep_dict
 
     try:
         report.deep = deep_dict(deep_analysis(report.main_trace, report.main, report.rules, step, progress))
@@ -112,7 +128,6 @@ def cached_document(
     """The document ``analyze(path, cache=True, …)`` with these options would read from the
     analysis cache, without analyzing: None when it is not there (or the cache is off:
     ``TRAINSCOPE_NO_CACHE``). The terminal app shows its first screen from it."""
-    from trainscope.api.cache import enabled, peek
 
     if not enabled():
         return None
@@ -164,32 +179,23 @@ def analyze(
     through the trace cache (:mod:`trainscope.api.trace_cache`: its columns, without parsing it),
     the full analysis after a document hit included.
     Raises :class:`BadInput` (and :class:`DeepUnavailable`)."""
-    from trainscope.analyzers.trace.analysis import analyze_set, slowest
-    from trainscope.traces.model import Trace, TraceSet
 
     rules = resolve_rules(rules, thresholds)
     trace_cache = cache if trace_cache is None else trace_cache
-    if deep_step is not None and not deep:
-        raise BadInput("--deep-step needs --deep")
-    if jobs is not None and jobs < 1:
-        raise BadInput(f"jobs must be at least 1, got {jobs}")
-    hta = check_deep_available() if deep else None  # before the slow part
+    hta = check_options(deep=deep, deep_step=deep_step, jobs=jobs)  # before the slow part
     planned = model_ledger(model) if model is not None else None
-    if cache and isinstance(path_or_traces, (str, os.PathLike)) and isinstance(model, (str, type(None))):
-        from trainscope.api.cache import cached_analysis, enabled
-
-        if enabled():
-            path = os.fspath(path_or_traces)
-            options = cache_options(step_range, peak_tflops, peak_bandwidth, deep, deep_step, hta, model)
-            again = {
-                "step_range": step_range,
-                "rules": rules,
-                "peak_tflops": peak_tflops,
-                "peak_bandwidth": peak_bandwidth,
-            }
-            again.update(deep=deep, deep_step=deep_step, model=model, progress=progress, source=source, jobs=jobs)
-            again.update(trace_cache=trace_cache)
-            return cached_analysis(path, source or path, rules, options, lambda: analyze(path, **again, dask=dask))
+    if cache and isinstance(path_or_traces, (str, os.PathLike)) and isinstance(model, (str, type(None))) and enabled():
+        path = os.fspath(path_or_traces)
+        options = cache_options(step_range, peak_tflops, peak_bandwidth, deep, deep_step, hta, model)
+        again = {
+            "step_range": step_range,
+            "rules": rules,
+            "peak_tflops": peak_tflops,
+            "peak_bandwidth": peak_bandwidth,
+        }
+        again.update(deep=deep, deep_step=deep_step, model=model, progress=progress, source=source, jobs=jobs)
+        again.update(trace_cache=trace_cache)
+        return cached_analysis(path, source or path, rules, options, lambda: analyze(path, **again, dask=dask))
     summaries = None
     if isinstance(path_or_traces, Trace):
         traces = TraceSet(path_or_traces.source, [path_or_traces])
@@ -198,8 +204,6 @@ def analyze(
         traces = path_or_traces
         source = source or (traces.traces[0].source if traces.traces else "traces")
     else:
-        from trainscope.api.executor import is_rank_set
-
         path = os.fspath(path_or_traces)
         source = source or path
         if is_rank_set(path):
@@ -216,10 +220,23 @@ def analyze(
             progress("analyzing", None)
         with bad_input(source):
             analyses = analyze_set(traces, rules, peak_tflops, step_range, peak_bandwidth)
-    main = analyses.index(slowest(analyses)) if len(analyses) > 1 else 0  # until the reduce names the headline rank
-    report = Report(source, rules, traces, analyses, main, ledger=planned, summaries=summaries)
+    main, story, stragglers = 0, None, None
     if len(analyses) > 1:
-        _reduce_ranks(report)
+        if summaries is None:  # the ranks were read here, not mapped: their summaries, as the map makes them
+            summaries = [summarize(t, a) for t, a in zip(traces.traces, analyses)]
+        analyses, main, story, stragglers = _reduce_ranks(summaries, analyses, rules)
+    report = Report(
+        source,
+        rules,
+        traces,
+        analyses,
+        main,
+        stragglers=stragglers,
+        ledger=planned,
+        straggler_analysis=story,
+        story=story,
+        summaries=summaries,
+    )
     if deep:
         run_deep(report, deep_step, progress)
     return report
@@ -238,14 +255,8 @@ def _map_ranks(
 ):
     """The map: every rank file of ``path`` summarized by :mod:`trainscope.api.executor` → (summaries
     in rank order, one warning per file that could not be read)."""
-    # What a worker runs, imported before the pool forks: a child forked while another thread (the
-    # app's UI) held the import lock would wait on it forever.
-    import trainscope.analyzers.ranks.alignment  # noqa: F401
-    import trainscope.analyzers.trace.analysis  # noqa: F401
-    import trainscope.collectors.inputs  # noqa: F401
-    from trainscope.api.executor import MapOptions, run_rank_set
-    from trainscope.collectors.readers import max_decompressed_override
-
+    # What a worker runs is imported with this module, before any pool forks: a child forked while
+    # another thread (the app's UI) held the import lock would wait on it forever.
     options = MapOptions(
         peak_tflops=peak_tflops,
         step_range=step_range,
@@ -262,36 +273,26 @@ def _map_ranks(
     return rs.summaries, rs.warnings
 
 
-def _reduce_ranks(report: Report) -> None:
+def _reduce_ranks(summaries: list, analyses: list[Analysis], rules: Rules) -> tuple[list[Analysis], int, Any, dict]:
     """The reduce over several ranks: the one rank story (analyzers/ranks/story.py: arrival order,
     cold starts, straggler, headline rank, lateness), each rank re-judged with the wait it measured,
-    and the many-rank view. Sets ``report.story``, ``report.main_index`` (the story's headline rank)
-    and ``report.stragglers`` (the story as the document holds it)."""
-    from trainscope.analyzers.ranks.alignment import ranks_view, with_aligned_imbalance
-    from trainscope.analyzers.ranks.story import rank_story
-    from trainscope.analyzers.trace.analysis import with_rank_imbalance
-    from trainscope.reports.deep import stragglers_dict
+    and the many-rank view → (the re-judged ranks, the story's headline rank, the story, the
+    stragglers as the document holds them), all before the :class:`Report` is built."""
 
-    rules, analyses = report.rules, report.ranks
-    summaries = report.rank_summaries()
     story = rank_story(summaries, rules)
-    report.story = report.straggler_analysis = story
     alignment = story.alignment
     # Rank imbalance is decided here, once: each rank re-judged with the wait the alignment measured
     # inside its collectives where they match, else with the estimate from compute-time differences.
     if alignment is not None and alignment.instances:
-        report.ranks[:] = with_aligned_imbalance(summaries, alignment, rules)
+        ranks = with_aligned_imbalance(summaries, alignment, rules)
     else:
-        report.ranks[:] = with_rank_imbalance(list(analyses), rules)
-    report.main_index = story.headline_index
-    report.stragglers = stragglers_dict(story, report.ranks, rules)
-    report.stragglers["ranks_view"] = ranks_view(summaries, alignment)
+        ranks = with_rank_imbalance(list(analyses), rules)
+    stragglers = {**stragglers_dict(story, ranks, rules), "ranks_view": ranks_view(summaries, alignment)}
+    return ranks, story.headline_index, story, stragglers
 
 
 def model_ledger(model):
     """The planned memory ledger for ``analyze(model=…)``: a spec string or a ``PlanConfig``."""
-    from trainscope.analyzers.plan.ledger import PlanConfig, ledger
-    from trainscope.modelspec import parse_model_spec
 
     try:
         return ledger(model if isinstance(model, PlanConfig) else parse_model_spec(str(model)))

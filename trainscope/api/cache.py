@@ -43,7 +43,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import trainscope
 from trainscope.api.errors import BadInput
+from trainscope.api.inputs import is_rank_set, rank_files
+from trainscope.api.rendered import RenderedAnalysis
+from trainscope.api.report import Report
+from trainscope.collectors.readers import decompression_cap, parse_size
+from trainscope.collectors.step_hook import PRIVATE, open_folder, process_start
 from trainscope.reports.analysis_document import AnalysisDocument
 
 if TYPE_CHECKING:
@@ -117,7 +123,6 @@ def max_bytes() -> int:
     text = os.environ.get(ENV_MAX, "").strip()
     if not text:
         return DEFAULT_MAX_BYTES
-    from trainscope.collectors.readers import parse_size
 
     try:
         return parse_size(text)
@@ -131,7 +136,6 @@ def max_bytes() -> int:
 def open_dir(create: bool = True) -> int | None:
     """A descriptor of the cache folder, checked (a real folder, this user's, closed to others);
     None when it does not exist and ``create`` is False. PermissionError (or OSError) when unsafe."""
-    from trainscope.collectors.step_hook import PRIVATE, open_folder
 
     path = cache_dir()
     if create:
@@ -180,7 +184,6 @@ def listing(dfd: int) -> Listing:
 
 def _writer_alive(name: str) -> bool:
     """The process that is writing the temporary file ``name`` (``.tmp-PID-START-…``) still runs."""
-    from trainscope.collectors.step_hook import process_start
 
     try:
         pid_s, start = name[len(TMP_PREFIX) :].split("-")[:2]
@@ -264,7 +267,6 @@ def _file_identity(path: str) -> list | None:
 def input_identity(path: str) -> list | None:
     """What the input is, for the key (see the module's docstring); None when it cannot be named
     (missing, unreadable, not a regular file): such an input is analyzed without the cache."""
-    from trainscope.api.executor import is_rank_set, rank_files
 
     if is_rank_set(path):
         members = []
@@ -300,8 +302,6 @@ def source_hash(packages: tuple[str, ...], files: tuple[str, ...]) -> str:
     """A hash of the source of ``packages`` and of ``files`` (relative to the installed package)."""
     import importlib.util
 
-    import trainscope
-
     h = hashlib.sha256()
     top = os.path.dirname(os.path.abspath(trainscope.__file__))
     paths = [os.path.join(top, f) for f in files]
@@ -335,8 +335,6 @@ def rules_key(rules: Rules) -> list[str]:
 def key_for(path: str, source: str, options: dict) -> tuple[str, bool] | None:
     """(key, whether the document is stored relocated) for analyzing ``path`` named ``source`` with
     ``options`` (JSON-able); None when the input cannot be identified."""
-    from trainscope import __version__
-    from trainscope.collectors.readers import decompression_cap
 
     ident = input_identity(path)
     if ident is None:
@@ -345,7 +343,7 @@ def key_for(path: str, source: str, options: dict) -> tuple[str, bool] | None:
     material = {
         "entry": ENTRY_FORMAT,
         "analysis": ANALYSIS_VERSION,
-        "trainscope": __version__,
+        "trainscope": trainscope.__version__,
         "code": code_version(),
         "input": ident,
         "name": os.path.basename(path.rstrip("/")),
@@ -489,7 +487,6 @@ def _damaged(dfd: int, name: str, why: str) -> None:
 def store(dfd: int, key: str, data: bytes | list, bound: int, suffix: str = SUFFIX, pause_env: str = ENV_PAUSE) -> None:
     """Write the entry (its bytes, or its pieces in order) under a private temporary name and rename
     it into place; then sweep."""
-    from trainscope.collectors.step_hook import process_start
 
     pid = os.getpid()
     tmp = f"{TMP_PREFIX}{pid}-{process_start(pid)}-{secrets.token_hex(6)}"
@@ -541,7 +538,7 @@ def _document(text: str, relocated: bool, source: str) -> dict:
 # -- the report a cached document stands for ---------------------------------------------------------
 
 
-class CachedReport:
+class CachedReport(RenderedAnalysis):
     """An analysis whose document came from (or went into) the cache: what the document renders
     (``to_dict``, ``output``, JSON, text, Markdown, ``verdict_line``) is served from it; anything
     else (the typed results, a rank's trace, the HTML page's timeline, ``--perfetto``, ``--save``)
@@ -576,54 +573,11 @@ class CachedReport:
         """The document, typed (reports/analysis_document.py): read from the entry, not analyzed again."""
         return AnalysisDocument.from_dict(self.to_dict())
 
-    def output(self, doc: dict | None = None, color: bool = False):
-        from trainscope.reports.formats import Output
-
-        return Output("analysis", self.to_dict() if doc is None else doc, self, color)
-
-    def render(self, fmt: str) -> str | bytes:
-        from trainscope.reports.formats import render
-
-        return render(fmt, self.output())
-
-    def to_json(self) -> str:
-        return str(self.render("json"))
-
-    def to_text(self, color: bool = False) -> str:
-        from trainscope.reports.formats import render
-
-        return str(render("text", self.output(color=color)))
-
-    def to_markdown(self) -> str:
-        return str(self.render("markdown"))
-
-    def to_html(self) -> str:
-        return str(self.render("html"))
-
-    def save(self, path: str) -> str:
-        from trainscope.reports.formats import write
-
-        write(path, self.output())
-        return path
-
-    def render_for(self, path: str) -> str | bytes:
-        from trainscope.reports.formats import render_for_path
-
-        return render_for_path(path, self.output())
-
     def verdict_line(self) -> str:
-        from trainscope.api.report import Report
-
         return Report.verdict_line(self)  # type: ignore[arg-type]  # reads only to_dict() and source
-
-    def _repr_markdown_(self) -> str:
-        return self.to_markdown()
 
     def _repr_html_(self) -> str:
         return self.full()._repr_html_()
-
-    def __str__(self) -> str:
-        return self.to_text()
 
     def __repr__(self) -> str:
         return repr(self.full())

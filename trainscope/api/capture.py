@@ -34,6 +34,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from trainscope.api import analysis
+from trainscope.api.errors import describe
+from trainscope.collectors.step_hook import NO_OTHER_WRITE, fd_path, folder_problem, open_folder, same_folder
+from trainscope.reports.live import capture_headline, capture_overhead, live_headline
+
 TRIGGERS = ("verdict-change", "slowdown")
 RANKS = ("all", "lowest")  # --capture-ranks: every stepping rank of the job, or only the lowest
 SLOWDOWN_FACTOR = 1.5  # --capture-on slowdown: the interval's mean step above 1.5 × the running median
@@ -95,8 +100,6 @@ class Capture:
         return d, a, (100.0 * (d / a - 1.0) if a > 0 else 0.0)
 
     def overhead_text(self) -> str:
-        from trainscope.reports.live import capture_overhead
-
         return capture_overhead(self.to_dict())
 
     def set_apart(self) -> dict[str, Any] | None:
@@ -132,7 +135,6 @@ class Capture:
 
     def line(self) -> str:
         """The headless line for a finished capture."""
-        from trainscope.reports.live import capture_headline
 
         return capture_headline(self.to_dict())
 
@@ -324,7 +326,6 @@ class CaptureController:
         """Where to read the trace the job says it wrote at ``path`` (a file, or a rank folder):
         reached through the capture folder's descriptor, and only when it is this user's regular
         file (a folder of this user's for a rank set), not a link; (None, why) otherwise."""
-        from trainscope.collectors.step_hook import fd_path
 
         if self._fd is None:
             return None, "the capture folder is not open"
@@ -354,7 +355,6 @@ class CaptureController:
         via = fd_path(self._fd, rel)
         if via is not None:
             return via, ""
-        from trainscope.collectors.step_hook import same_folder
 
         if not same_folder(self._fd, self.folder):  # no /proc: the path, once it is known to lead here
             return None, "the capture folder was replaced during the watch: not read"
@@ -520,7 +520,6 @@ class CaptureController:
                 self._end(cap, "failed", why)
                 return
             target = via
-        from trainscope.collectors.step_hook import same_folder
 
         if self._fd is not None and not same_folder(self._fd, self.folder):
             self._notes.append(
@@ -539,14 +538,10 @@ class CaptureController:
         """The worker: the same engine as ``trainscope analyze`` (on the rank folder when several
         ranks were captured), never raising."""
         try:
-            analyze = self._analyze
-            if analyze is None:
-                from trainscope.api.analysis import analyze
+            analyze = self._analyze or analysis.analyze
             report = analyze(target)
             fields = _report_fields(report)
         except Exception as e:  # noqa: BLE001 (a bad trace must not stop the watch)
-            from trainscope.api.errors import describe
-
             with self._lock:
                 cap.status, cap.why, cap.done_t = (
                     "failed",
@@ -647,7 +642,6 @@ def _new_subfolder(dir_fd: int, name: str) -> str:
 def capture_folder_problem(path: str) -> str | None:
     """Why the existing folder ``path`` cannot hold captures (a link, another user's, writable by
     group or others, not a folder), or None (also when it does not exist yet: it is created 0700)."""
-    from trainscope.collectors.step_hook import NO_OTHER_WRITE, folder_problem
 
     try:
         st = os.lstat(path)
@@ -662,7 +656,6 @@ def open_capture_folder(path: str) -> int:
     """A descriptor of the capture folder ``path``: created 0700 when missing (its parents as
     ``mkdir -p`` would), opened without following a link and checked on the descriptor — this
     user's, not writable by group or others. PermissionError (or the OSError) otherwise."""
-    from trainscope.collectors.step_hook import NO_OTHER_WRITE, open_folder
 
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
@@ -720,7 +713,6 @@ def _counters(status) -> str:
     """What the live counters said at the moment (the Capture tab shows both side by side)."""
     if status is None:
         return ""
-    from trainscope.reports.live import live_headline
 
     s = status.stats
     parts = [live_headline(status)]

@@ -15,9 +15,40 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
+from trainscope.analyzers.compare.diff import (
+    GATE_METRICS,
+    GateUnavailable,
+    check_gate,
+    diff_runs,
+    gate_blockers,
+    refuse_gate,
+    run_from_summaries,
+)
+from trainscope.analyzers.compare.history import (
+    RunSummary,
+    SummaryDiff,
+    diff_summaries,
+    fix_outcomes,
+    summarize,
+    summary_gate,
+)
+from trainscope.analyzers.compare.tree_diff import NoSuchNode, parse_budget, refuse_node_gate
+from trainscope.analyzers.compare.tree_diff import node_gate as judge
+from trainscope.api.analysis import analyze
 from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, BadInput, Progress, Regression, silent
+from trainscope.api.rendered import Rendered
 from trainscope.api.report import shown
 from trainscope.api.rules import resolve_rules
+from trainscope.api.store import RunStore, StoredRun, is_run_ref
+from trainscope.reports.diff_document import build_diff_document, fixes_list
+from trainscope.reports.diff_markdown import render_diff_markdown
+from trainscope.reports.diff_text import render_diff_text
+from trainscope.reports.history import (
+    build_summary_diff_document,
+    render_summary_diff_markdown,
+    render_summary_diff_text,
+)
+from trainscope.reports.oneline import diff_line
 
 if TYPE_CHECKING:
     from trainscope.analyzers.compare.diff import GateResult, Run, RunDiff
@@ -30,11 +61,13 @@ Side = Union[str, "os.PathLike[str]", "StoredRun", "RunSummary"]
 
 
 @dataclass(repr=False)
-class DiffResult:
+class DiffResult(Rendered):
     """What a change did: ``diff`` (a :class:`RunDiff` of two traces, or a :class:`SummaryDiff` when a
     side is a stored run), each earlier fix's projected and achieved gain (``fixes``), and, when a
     gate was asked for, ``gate``; ``node_gates``: the node budgets checked (``diff --gate``, see
     :func:`node_gate`). ``before_run`` / ``after_run``: the stored runs compared, if any."""
+
+    KIND = "diff"  # its kind in the output format table (reports/formats.py)
 
     diff: RunDiff | SummaryDiff
     gate: GateResult | None = None
@@ -50,8 +83,6 @@ class DiffResult:
 
     @property
     def from_summaries(self) -> bool:
-        from trainscope.analyzers.compare.history import SummaryDiff
-
         return isinstance(self.diff, SummaryDiff)
 
     @property
@@ -108,13 +139,8 @@ class DiffResult:
         return self
 
     def to_dict(self) -> dict:
-        from trainscope.reports.diff_document import fixes_list
-
         if self.from_summaries:
-            from trainscope.reports.history import build_summary_diff_document
-
             return build_summary_diff_document(self.diff, self.gate, self.before_run, self.after_run, self.node_gates)
-        from trainscope.reports.diff_document import build_diff_document
 
         doc = build_diff_document(self.diff, self.gate, self.node_gates)
         doc["fixes_achieved"] = fixes_list(self.fixes)
@@ -122,70 +148,23 @@ class DiffResult:
 
     def to_text(self, color: bool = False) -> str:
         if self.from_summaries:
-            from trainscope.reports.history import render_summary_diff_text
-
             return render_summary_diff_text(shown(self.to_dict()), color=color)
-        from trainscope.reports.diff_text import render_diff_text
 
         return render_diff_text(shown(self.to_dict()), color=color)
 
     def to_markdown(self) -> str:
         if self.from_summaries:
-            from trainscope.reports.history import render_summary_diff_markdown
-
             return render_summary_diff_markdown(shown(self.to_dict()))
-        from trainscope.reports.diff_markdown import render_diff_markdown
 
         return render_diff_markdown(shown(self.to_dict()))
 
-    def _repr_markdown_(self) -> str:
-        return self.to_markdown()
-
     def __repr__(self) -> str:
         """One line: before → after, the headline number, the verdict change and the gate."""
-        from trainscope.reports.oneline import diff_line
 
         return diff_line(self.diff, self.gate, self.fixes)
 
-    def __str__(self) -> str:
-        return self.to_text()
-
-    def output(self, doc: dict | None = None, color: bool = False):
-        """This report for the output format table (:mod:`trainscope.reports.formats`): the
-        document (``doc`` when the caller built it already) and this object."""
-        from trainscope.reports.formats import Output
-
-        return Output("diff", self.to_dict() if doc is None else doc, self, color)
-
-    def to_html(self) -> str:
-        """A self-contained HTML page of the report."""
-        from trainscope.reports.formats import render
-
-        return str(render("html", self.output()))
-
-    def render_for(self, path: str) -> str | bytes:
-        """The report in the format the file name ``path`` says (reports/formats.py: .html/.htm,
-        .json, .md; Markdown for any other)."""
-        from trainscope.reports.formats import render_for_path
-
-        return render_for_path(str(path), self.output())
-
-    def save(self, path: str) -> str:
-        """Write the report; the format follows the suffix (see :meth:`render_for`)."""
-        from trainscope.reports.formats import write
-
-        write(str(path), self.output())
-        return path
-
-    def _repr_html_(self) -> str:
-        from trainscope.reports.html import render_text_cell
-
-        return render_text_cell("trainscope diff", repr(self), self.to_text())
-
 
 def _fixes(d, rules) -> list:
-    from trainscope.analyzers.compare.history import SummaryDiff, fix_outcomes, summarize
-
     if isinstance(d, SummaryDiff):
         return list(d.fixes)
     from dataclasses import replace
@@ -203,8 +182,6 @@ def _fixes(d, rules) -> list:
 
 
 def _check_metric(metric: str) -> None:
-    from trainscope.analyzers.compare.diff import GATE_METRICS
-
     if metric not in GATE_METRICS:
         raise BadInput(f"unknown metric {metric!r} (one of: {', '.join(GATE_METRICS)})")
 
@@ -225,8 +202,6 @@ def gate(
     ranks, batch shapes or step method; unequal step counts do not matter to the rank test) are not
     gated — the result's gate is refused, exit 2 — unless ``gate_anyway``. Raises :class:`BadInput` when the
     metric cannot be measured (or tested) in one of the runs."""
-    from trainscope.analyzers.compare.diff import GateUnavailable, check_gate, gate_blockers, refuse_gate
-    from trainscope.analyzers.compare.history import SummaryDiff, summary_gate
 
     _check_metric(metric)
     base = result if isinstance(result, DiffResult) else DiffResult(result, rules=rules)
@@ -253,7 +228,6 @@ def node_budget(text: str) -> NodeBudget:
     """A node budget from its text (``'Qwen2DecoderLayer_*.Qwen2MLP_*:+5%'``: each matching node's GPU time
     per step may grow by at most 5 %; ``'…:-3pts'``: its share of peak, % of roof, may fall by at most 3
     points). Raises :class:`BadInput`."""
-    from trainscope.analyzers.compare.tree_diff import parse_budget
 
     try:
         return parse_budget(text)
@@ -275,9 +249,6 @@ def node_gate(
     are not comparable are not gated (exit 2) unless ``gate_anyway``, as for :func:`gate`. Raises
     :class:`BadInput` when a run has no module tree (its trace records no ranges or GPU work, or it was
     stored before runs kept the tree), or when no node matches a pattern."""
-    from trainscope.analyzers.compare.diff import gate_blockers
-    from trainscope.analyzers.compare.tree_diff import NoSuchNode, refuse_node_gate
-    from trainscope.analyzers.compare.tree_diff import node_gate as judge
 
     base = result if isinstance(result, DiffResult) else DiffResult(result, rules=rules)
     d = base.diff
@@ -338,8 +309,6 @@ def _no_tree(result: DiffResult) -> str:
 def _analyzed(label: str, path: str, rules: Rules, progress: Progress, i: int, options: Mapping | None = None) -> Run:
     """One side: ``analyze(path)`` with the same options as every analysis (the same reader, rank
     map and reduce, so a side's sinks are ``analyze``'s), kept as a :class:`Run`."""
-    from trainscope.analyzers.compare.diff import run_from_summaries
-    from trainscope.api.analysis import analyze
 
     def side(stage: str, fraction: float | None) -> None:
         progress(f"{label.lower()}: {stage}", None if fraction is None else (i + fraction) / 2)
@@ -352,15 +321,11 @@ def _analyzed(label: str, path: str, rules: Rules, progress: Progress, i: int, o
 
 
 def _store(store: RunStore | str | os.PathLike | None, read_only: bool = False) -> RunStore:
-    from trainscope.api.store import RunStore
-
     return store if isinstance(store, RunStore) else RunStore(store, read_only=read_only)
 
 
 def resolve_side(side: Side, store: RunStore | str | os.PathLike | None = None) -> StoredRun | RunSummary | str:
     """A stored run for a run reference (``12``, ``latest``, ``baseline:TAG``), the summary or path as given."""
-    from trainscope.analyzers.compare.history import RunSummary
-    from trainscope.api.store import StoredRun, is_run_ref
 
     if isinstance(side, (StoredRun, RunSummary)):
         return side
@@ -397,9 +362,6 @@ def diff(
     ``node_budgets`` (``['Qwen2MLP_*:+5%']``) the node-level gate (:func:`node_gate`). ``cache``: read
     each trace file through the trace cache (:mod:`trainscope.api.trace_cache`). Raises
     :class:`BadInput`."""
-    from trainscope.analyzers.compare.diff import diff_runs
-    from trainscope.analyzers.compare.history import RunSummary, diff_summaries, summarize
-    from trainscope.api.store import StoredRun
 
     rules = resolve_rules(rules, thresholds)
     _check_metric(metric)
@@ -461,8 +423,8 @@ def save_diff(
 ) -> tuple[StoredRun, StoredRun, int]:
     """``diff --save``: every side that was a trace is saved as a run (with ``tag``), and the
     projected and achieved gains of BEFORE's addressed fixes are recorded between the two runs.
-    Returns (BEFORE's run, AFTER's run, outcomes recorded)."""
-    from trainscope.analyzers.compare.history import summarize
+    Returns (BEFORE's run, AFTER's run, outcomes recorded); ``result`` is left as it was
+    (``dataclasses.replace(result, before_run=…, after_run=…)`` is the comparison of the saved runs)."""
 
     st = _store(store)
     d = result.diff
@@ -473,5 +435,4 @@ def save_diff(
             continue
         summary = getattr(d, side) if result.from_summaries else summarize(getattr(d, side))
         runs.append(st.save(summary, tag=tag, saved_by=saved_by))
-    result.before_run, result.after_run = runs
     return runs[0], runs[1], st.record_outcomes(runs[0], runs[1], result.fixes)

@@ -10,7 +10,6 @@ The reduce (alignment, stragglers, the many-rank view) runs in the caller on the
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 from collections.abc import Callable
@@ -18,8 +17,17 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
-from trainscope.analyzers.ranks.alignment import RankSummary
+from trainscope.analyzers.ranks.alignment import RankSummary, summarize
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.analysis import analyze_trace
+from trainscope.analyzers.trace.range_steps import StepRangeError
+from trainscope.api import trace_cache as columns  # one module object: tests replace its open_cached
+from trainscope.api.cache import enabled
+from trainscope.api.inputs import rank_files
+from trainscope.collectors import TraceError
+from trainscope.collectors.inputs import open_any
+from trainscope.collectors.readers import max_decompressed_override, set_max_decompressed
+from trainscope.traces.model import TraceSet
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
 
@@ -67,35 +75,9 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def is_rank_set(path: str) -> bool:
-    """A directory (not one that is a single export, such as an Nsight arrowdir), or a glob pattern
-    that is not itself an existing file."""
-    if os.path.isdir(path):
-        from trainscope.collectors.formats import directory_reader_for
-
-        return directory_reader_for(path) is None
-    return not os.path.exists(path) and glob.has_magic(path)
-
-
-def rank_files(path: str) -> list[str]:
-    """The trace files of a rank directory or glob, sorted by name."""
-    if os.path.isdir(path):
-        names = [os.path.join(path, f) for f in os.listdir(path)]
-    else:
-        names = glob.glob(path)
-    from trainscope.collectors.formats import RANK_FILE_SUFFIXES
-
-    return sorted(f for f in names if f.lower().endswith(RANK_FILE_SUFFIXES) and os.path.isfile(f))
-
-
 def summarize_rank(path: str, options: MapOptions = DEFAULTS) -> list[RankSummary] | str:
     """The map step: read one file, analyze each trace it holds, keep the summary. Pure in its
     inputs (a path and options) and picklable both ways; an unreadable file is a one-line string."""
-    from trainscope.analyzers.ranks.alignment import summarize
-    from trainscope.analyzers.trace.analysis import analyze_trace
-    from trainscope.analyzers.trace.range_steps import StepRangeError
-    from trainscope.collectors import TraceError
-    from trainscope.collectors.readers import max_decompressed_override, set_max_decompressed
 
     rules = options.table()
     if max_decompressed_override() != options.max_decompressed:  # the options are the caller's setting
@@ -121,16 +103,9 @@ def summarize_rank(path: str, options: MapOptions = DEFAULTS) -> list[RankSummar
 
 def _read(path: str, cache: bool) -> list:
     """The traces of one rank file, through the trace cache when asked (and not turned off)."""
-    from trainscope.collectors.inputs import open_any
 
-    if cache:
-        from trainscope.api.cache import enabled
-
-        if enabled():
-            from trainscope.api.trace_cache import open_cached
-            from trainscope.traces.model import TraceSet
-
-            return open_cached(path, lambda: TraceSet(path, open_any(path))).traces
+    if cache and enabled():
+        return columns.open_cached(path, lambda: TraceSet(path, open_any(path))).traces
     return open_any(path)
 
 

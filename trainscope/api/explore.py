@@ -8,8 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from trainscope.analyzers.findings import REGISTRY
+from trainscope.analyzers.trace.kernel_families import family_of
+from trainscope.analyzers.trace.kernels import ALL_CLASSES
+from trainscope.analyzers.views.trace_window import KINDS, window
 from trainscope.api.errors import BadInput
 from trainscope.reports.analysis_document import AnalysisDocument
+from trainscope.reports.document import headline_word
 
 if TYPE_CHECKING:
     from trainscope.api.report import Report
@@ -35,8 +40,6 @@ def explain_finding(report: Report, finding: str, *, rank: int | None = None) ->
     """One finding of the run: its grade, stake, evidence (each line with its source), where it stands
     in the verdict, the thresholds that grade it (value, unit, source), the fixes for it with their
     projections, and the step and interval of the timeline that show it most."""
-    from trainscope.analyzers.findings import REGISTRY
-    from trainscope.reports.document import headline_word
 
     i = _rank(report, rank)
     doc = _doc(report, i)
@@ -92,7 +95,6 @@ def explain_finding(report: Report, finding: str, *, rank: int | None = None) ->
 
 def _family(name: str) -> str | None:
     """The library/kernel family of the declared table the kernel's name belongs to, if any."""
-    from trainscope.analyzers.trace.kernel_families import family_of
 
     f = family_of(name)
     return f.name if f is not None else None
@@ -112,7 +114,6 @@ def kernel_table(
     tab), filtered by a case-insensitive name substring, class and total time; largest total first
     (``sort="total"``) or furthest from its own roof first (``sort="pct_of_roof"``, kernels without a
     roof last). Each row carries its roofline bound and % of roof where the roofline has them."""
-    from trainscope.analyzers.trace.kernels import ALL_CLASSES
 
     if kernel_class is not None and kernel_class not in ALL_CLASSES:
         raise BadInput(f"unknown kernel class {kernel_class!r} (one of: {', '.join(ALL_CLASSES)})")
@@ -211,7 +212,6 @@ def timeline_window(
     """Every event overlapping [start_ms, end_ms) on the clock of the report's step starts (kernels,
     copies, memsets, framework ops, ranges, runtime calls), by start time, at most ``limit``; the busy
     time per kind inside the window."""
-    from trainscope.analyzers.views.trace_window import KINDS, window
 
     i = _rank(report, rank)
     view = report.rank_view(i)

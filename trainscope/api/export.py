@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from trainscope.reports.perfetto import RankPart, write_perfetto, write_perfetto_ranks
+
 if TYPE_CHECKING:
     from trainscope.api.report import Report
 
@@ -20,7 +22,6 @@ def export_perfetto(report: Report, path: str | os.PathLike) -> str:
     them (a track and flows), and every event of its trace (:func:`trainscope.reports.perfetto.write_perfetto_ranks`).
     Whatever rank a viewer has selected, the file is the same. Raises OSError when ``path`` cannot be
     written and :class:`~trainscope.api.BadInput` when a rank's trace cannot be read again."""
-    from trainscope.reports.perfetto import RankPart, write_perfetto, write_perfetto_ranks
 
     path = os.fspath(path)
     if len(report.ranks) == 1:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainscope.api.analysis import analyze
 from trainscope.api.errors import describe
+from trainscope.api.store import check_tag, save_run
 
 if TYPE_CHECKING:
     from trainscope.api.report import Report
@@ -63,8 +64,6 @@ def on_trace_ready(
         if print_verdict:
             out(report.verdict_line())
         if save:
-            from trainscope.api.store import save_run
-
             try:
                 handler.runs.append(save_run(report, store, tag=tag, saved_by="hook"))
             except Exception as e:  # noqa: BLE001 (a full disk or a locked store must not stop training)
@@ -77,7 +76,5 @@ def on_trace_ready(
     handler.paths = []  # type: ignore[attr-defined]
     handler.runs = []  # type: ignore[attr-defined]
     if save:
-        from trainscope.api.store import check_tag
-
         check_tag(tag)  # a bad tag is said at once, not at the first cycle
     return handler

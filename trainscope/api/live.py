@@ -10,8 +10,21 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trainscope.analyzers.live.engine import LiveAnalyzer
+from trainscope.api.capture import DEFAULT_FOLDER, CaptureController, _counters
 from trainscope.api.errors import BadInput, bad_input
 from trainscope.api.rules import resolve_rules
+from trainscope.collectors.host import HostSampler
+from trainscope.collectors.live_trace import open_recording as _open_recording
+from trainscope.collectors.monitor import Monitor
+from trainscope.collectors.nvml import NvmlSampler
+from trainscope.collectors.recording import RecordingWriter
+from trainscope.collectors.recording import output_refusal as _refusal
+from trainscope.collectors.recording import write_output as _write
+from trainscope.collectors.step_hook import default_socket_path, private_dir
+from trainscope.collectors.step_receiver import StepReceiver, child_environment, clean_stale, ensure_private_dir
+from trainscope.collectors.step_receiver import make_run_folder as _make
+from trainscope.reports.live import status_line, status_line_dict
 
 if TYPE_CHECKING:
     from trainscope.analyzers.live.engine import LiveStatus
@@ -34,19 +47,14 @@ class LiveSample:
         return self.status.verdict
 
     def line(self) -> str:
-        from trainscope.reports.live import status_line
-
         return status_line(self.status, self.snapshot)
 
     def to_dict(self) -> dict:
-        from trainscope.reports.live import status_line_dict
-
         return status_line_dict(self.status, self.snapshot)
 
 
 def live_analyzer(rules: Rules | None = None, window_s: float = 30.0, thresholds: Mapping[str, float] | None = None):
     """The live analyzer ``watch`` feeds: ``add(snapshot) -> LiveStatus``; ``summary()``."""
-    from trainscope.analyzers.live.engine import LiveAnalyzer
 
     if not window_s > 0:
         raise BadInput("--window must be > 0")
@@ -55,7 +63,6 @@ def live_analyzer(rules: Rules | None = None, window_s: float = 30.0, thresholds
 
 def open_recording(path: str | os.PathLike):
     """A ``watch --record`` recording or an nvidia-smi CSV log (``.snapshots``, ``.header``, ``.warnings``)."""
-    from trainscope.collectors.live_trace import open_recording as _open_recording
 
     path = os.fspath(path)
     with bad_input(path):
@@ -170,7 +177,6 @@ class Watch:
         """The environment for a job the caller is about to launch: with the DataLoader step hook
         injected (its socket and site folder inside ``folder``, a private directory the caller
         removes), or ``base`` unchanged with a note when the socket cannot be opened."""
-        from trainscope.collectors.step_receiver import StepReceiver, child_environment
 
         self._launched = True
         env = dict(os.environ if base is None else base)
@@ -196,16 +202,11 @@ class Watch:
         :class:`BadInput` when the recording cannot be written."""
         if self.recording is not None or self._started:
             return
-        from trainscope.collectors.host import HostSampler
-        from trainscope.collectors.monitor import Monitor
-        from trainscope.collectors.nvml import NvmlSampler
 
         self._started = True
         if self.pid is not None and not self._launched and self.step_hook:
             self._listen_for_hook()
         if self.record is not None:
-            from trainscope.collectors.recording import RecordingWriter
-
             head = {
                 "started": time.time(),
                 "interval_s": self.interval,
@@ -251,7 +252,6 @@ class Watch:
     def _start_capture(self) -> None:
         if self.capture_options is None or self._receiver is None:
             return
-        from trainscope.api.capture import DEFAULT_FOLDER, CaptureController
 
         # Never a folder that is removed when the watch ends: the printed trace path must still
         # lead somewhere afterwards. Created (0700) at the first capture, and checked then.
@@ -262,7 +262,6 @@ class Watch:
         """Ask the job for a capture now (the dashboard's ``c``); None when captures are off."""
         if self.capture is None:
             return None
-        from trainscope.api.capture import _counters
 
         st = self.last.status if self.last is not None else None
         return self.capture.request(trigger, self.last.snapshot.t if self.last else 0.0, _counters(st))
@@ -275,9 +274,6 @@ class Watch:
         return self.capture.newly_finished() if self.capture is not None else []
 
     def _listen_for_hook(self) -> None:
-        from trainscope.collectors.step_hook import default_socket_path, private_dir
-        from trainscope.collectors.step_receiver import StepReceiver, clean_stale, ensure_private_dir
-
         try:
             clean_stale()  # what killed watchers left: their sockets and owner files
             ensure_private_dir(private_dir())
@@ -403,7 +399,6 @@ class Watch:
 def output_refusal(path: str) -> str | None:
     """Why ``watch`` refuses to write ``path`` (``--record``, ``--report``): a symbolic link it did not
     create, or another user's file (:func:`trainscope.collectors.recording.output_refusal`); None when it may."""
-    from trainscope.collectors.recording import output_refusal as _refusal
 
     return _refusal(path)
 
@@ -411,7 +406,6 @@ def output_refusal(path: str) -> str | None:
 def write_output(path: str, data: bytes) -> None:
     """Write ``data`` to ``path`` whole, never through a link nor over another user's file
     (:func:`trainscope.collectors.recording.write_output`); OSError when it cannot be done."""
-    from trainscope.collectors.recording import write_output as _write
 
     _write(path, data)
 
@@ -419,7 +413,6 @@ def write_output(path: str, data: bytes) -> None:
 def make_run_folder() -> str:
     """A live watch's private folder in ``$TMPDIR`` (0700, with ``watch.owner``), after removing
     what killed watchers left (:func:`trainscope.collectors.step_receiver.make_run_folder`)."""
-    from trainscope.collectors.step_receiver import make_run_folder as _make
 
     return _make()
 

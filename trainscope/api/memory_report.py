@@ -7,19 +7,31 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from trainscope.analyzers.snapshot.peak import memory_peak
+from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
+from trainscope.analyzers.snapshot.timeline_peak import timeline_peak
 from trainscope.api.errors import BadInput, Progress, bad_input, silent
 from trainscope.api.planning import resolve_device
+from trainscope.api.rendered import Rendered
 from trainscope.api.report import shown
 from trainscope.api.rules import resolve_rules
+from trainscope.collectors.errors import TraceError
+from trainscope.collectors.formats import is_snapshot
+from trainscope.collectors.memory_timeline import load_memory_timeline
+from trainscope.collectors.snapshot import load_snapshot
+from trainscope.reports.memory import build_memory_document, render_memory_markdown, render_memory_text
+from trainscope.reports.oneline import memory_line
 
 if TYPE_CHECKING:
     from trainscope.analyzers.rules import Rules
 
 
 @dataclass(repr=False)
-class MemoryReport:
+class MemoryReport(Rendered):
     """Peak, fragmentation and what was live, from a CUDA memory snapshot or a memory timeline.
     ``devices`` (snapshots): per-device ``DeviceSnapshotMemory``; ``peak`` (timelines)."""
+
+    KIND = "memory"  # its kind in the output format table (reports/formats.py)
 
     path: str
     kind: str  # "cuda_snapshot" | "memory_timeline_raw" | "memory_timeline_coalesced"
@@ -35,65 +47,21 @@ class MemoryReport:
     def peaks(self) -> list:
         """Per device of a snapshot: the peak view the memory app shows (see :func:`memory_peaks`),
         from the snapshot this report already read; empty for a memory timeline."""
-        from trainscope.analyzers.snapshot.peak import memory_peak
 
         if self.snapshot is None or not self.devices:
             return []
         return [memory_peak(self.snapshot, m) for m in self.devices]
 
     def to_text(self) -> str:
-        from trainscope.reports.memory import render_memory_text
-
         return render_memory_text(shown(self.document))
 
     def to_markdown(self) -> str:
-        from trainscope.reports.memory import render_memory_markdown
-
         return render_memory_markdown(shown(self.document))
-
-    def _repr_markdown_(self) -> str:
-        return self.to_markdown()
 
     def __repr__(self) -> str:
         """One line: the peaks per device and the findings."""
-        from trainscope.reports.oneline import memory_line
 
         return memory_line(self.path, self.kind, self.document, self.findings)
-
-    def __str__(self) -> str:
-        return self.to_text()
-
-    def output(self, doc: dict | None = None, color: bool = False):
-        """This report for the output format table (:mod:`trainscope.reports.formats`): the
-        document (``doc`` when the caller built it already) and this object."""
-        from trainscope.reports.formats import Output
-
-        return Output("memory", self.document if doc is None else doc, self, color)
-
-    def to_html(self) -> str:
-        """A self-contained HTML page of the report."""
-        from trainscope.reports.formats import render
-
-        return str(render("html", self.output()))
-
-    def render_for(self, path: str) -> str | bytes:
-        """The report in the format the file name ``path`` says (reports/formats.py: .html/.htm,
-        .json, .md; Markdown for any other)."""
-        from trainscope.reports.formats import render_for_path
-
-        return render_for_path(str(path), self.output())
-
-    def save(self, path: str) -> str:
-        """Write the report; the format follows the suffix (see :meth:`render_for`)."""
-        from trainscope.reports.formats import write
-
-        write(str(path), self.output())
-        return path
-
-    def _repr_html_(self) -> str:
-        from trainscope.reports.html import render_text_cell
-
-        return render_text_cell("trainscope memory", repr(self), self.to_text())
 
 
 def memory(
@@ -109,13 +77,6 @@ def memory(
     """Read a CUDA memory snapshot (restricted unpickler: plain data only) or a memory timeline
     and report peak allocated versus reserved memory, what was live at the peak, and capacity
     findings against ``gpu`` / ``gpu_memory``. Raises :class:`BadInput`."""
-    from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
-    from trainscope.analyzers.snapshot.timeline_peak import timeline_peak
-    from trainscope.collectors.errors import TraceError
-    from trainscope.collectors.formats import is_snapshot
-    from trainscope.collectors.memory_timeline import load_memory_timeline
-    from trainscope.collectors.snapshot import load_snapshot
-    from trainscope.reports.memory import build_memory_document
 
     rules = resolve_rules(rules, thresholds)
     progress = progress or silent
@@ -148,9 +109,6 @@ def memory_peaks(path: str | os.PathLike) -> list:
     """Per device of a CUDA memory snapshot: allocated bytes over the recorded events, the peak and
     every allocation live at it with its full stack (:class:`~trainscope.analyzers.snapshot.peak.MemoryPeak`,
     what ``trainscope memory``'s app shows). Raises :class:`BadInput`."""
-    from trainscope.analyzers.snapshot.peak import memory_peak
-    from trainscope.analyzers.snapshot.summary import snapshot_memory
-    from trainscope.collectors.snapshot import load_snapshot
 
     path = os.fspath(path)
     with bad_input(path):

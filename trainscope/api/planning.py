@@ -6,14 +6,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainscope.analyzers.plan.ledger import PlanConfig, fit, fit_options, ledger, normalize
+from trainscope.analyzers.rules import Rules
 from trainscope.api.errors import BadInput, bad_input
+from trainscope.api.rendered import Rendered
 from trainscope.api.report import shown
+from trainscope.modelspec import MODEL_FIELDS, config_from, parse_model_spec, resolve_gpu
+from trainscope.reports.oneline import plan_line
+from trainscope.reports.plan import build_plan_document, render_plan_markdown, render_plan_text
 
 
 @dataclass(repr=False)
-class PlanResult:
+class PlanResult(Rendered):
     """The training-memory ledger of a model and setup against a device, with the cheapest changes
     that make it fit (``options``)."""
+
+    KIND = "plan"  # its kind in the output format table (reports/formats.py)
 
     ledger: Any  # analyzers.plan.ledger.Ledger
     device: Any  # analyzers.plan.gpu_memory.GpuMemory
@@ -27,70 +35,23 @@ class PlanResult:
         return bool(self.fit.fits)
 
     def to_dict(self) -> dict:
-        from trainscope.reports.plan import build_plan_document
-
         return build_plan_document(self.ledger, self.device, self.fit, self.options)
 
     def to_text(self) -> str:
-        from trainscope.reports.plan import render_plan_text
-
         return render_plan_text(shown(self.to_dict()))
 
     def to_markdown(self) -> str:
-        from trainscope.reports.plan import render_plan_markdown
-
         return render_plan_markdown(shown(self.to_dict()))
-
-    def _repr_markdown_(self) -> str:
-        return self.to_markdown()
 
     def __repr__(self) -> str:
         """One line: fits or not, memory used of the device's, how many options."""
-        from trainscope.reports.oneline import plan_line
 
         return plan_line(self.fit, self.options)
-
-    def __str__(self) -> str:
-        return self.to_text()
-
-    def output(self, doc: dict | None = None, color: bool = False):
-        """This report for the output format table (:mod:`trainscope.reports.formats`): the
-        document (``doc`` when the caller built it already) and this object."""
-        from trainscope.reports.formats import Output
-
-        return Output("plan", self.to_dict() if doc is None else doc, self, color)
-
-    def to_html(self) -> str:
-        """A self-contained HTML page of the report."""
-        from trainscope.reports.formats import render
-
-        return str(render("html", self.output()))
-
-    def render_for(self, path: str) -> str | bytes:
-        """The report in the format the file name ``path`` says (reports/formats.py: .html/.htm,
-        .json, .md; Markdown for any other)."""
-        from trainscope.reports.formats import render_for_path
-
-        return render_for_path(str(path), self.output())
-
-    def save(self, path: str) -> str:
-        """Write the report; the format follows the suffix (see :meth:`render_for`)."""
-        from trainscope.reports.formats import write
-
-        write(str(path), self.output())
-        return path
-
-    def _repr_html_(self) -> str:
-        from trainscope.reports.html import render_text_cell
-
-        return render_text_cell("trainscope plan", repr(self), self.to_text())
 
 
 def plan_config(model: str | Mapping[str, Any] | Any = None, **fields: Any):
     """A ``PlanConfig`` from a spec string (``"params=1.5B,optimizer=adam"``), a mapping or keyword
     fields (``params=1.5e9, optimizer="adam"``). Raises :class:`BadInput`."""
-    from trainscope.analyzers.plan.ledger import PlanConfig
-    from trainscope.modelspec import config_from, parse_model_spec
 
     with bad_input(what="plan"):
         if isinstance(model, PlanConfig) and not fields:
@@ -110,7 +71,6 @@ def plan_config(model: str | Mapping[str, Any] | Any = None, **fields: Any):
 def normalize_plan(config):
     """A ``PlanConfig`` with canonical keys; :class:`BadInput` (a ``ValueError``) with the user-facing
     message for anything inconsistent (an unknown optimizer, a checkpoint interval the model cannot take)."""
-    from trainscope.analyzers.plan.ledger import normalize
 
     try:
         return normalize(config)
@@ -123,7 +83,6 @@ def normalize_plan(config):
 def plan_ledger(config):
     """The memory ledger (``analyzers.plan.ledger.Ledger``) of one ``PlanConfig``: what ``plan`` computes
     before fitting it to a device. Raises :class:`BadInput` (a ``ValueError``) as :func:`normalize_plan`."""
-    from trainscope.analyzers.plan.ledger import ledger
 
     try:
         return ledger(config)
@@ -135,7 +94,6 @@ def plan_ledger(config):
 
 def resolve_device(gpu: str | None = None, gpu_memory: str | None = None):
     """A device by key (``h100-80``; see ``trainscope plan --help``) or by size (``24GiB``)."""
-    from trainscope.modelspec import resolve_gpu
 
     with bad_input(what="plan"):
         return resolve_gpu(gpu, gpu_memory)
@@ -155,9 +113,6 @@ def plan(
     gpu="v100-32")`` or ``plan("params=1.5B,optimizer=adam")``. ``device`` (a ``GpuMemory``) instead
     of ``gpu``/``gpu_memory``; ``threshold_pct``: the share of device memory that counts as full
     (default: the ``memory.capacity`` threshold). Raises :class:`BadInput`."""
-    from trainscope.analyzers.plan.ledger import fit, fit_options, ledger
-    from trainscope.analyzers.rules import Rules
-    from trainscope.modelspec import MODEL_FIELDS
 
     types = {dest: typ for _, dest, typ, _ in MODEL_FIELDS}
     with bad_input(what="plan"):

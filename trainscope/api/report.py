@@ -9,8 +9,25 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from trainscope.analyzers import intervals as iv
+from trainscope.analyzers.ranks.alignment import rank_collectives, summarize
+from trainscope.analyzers.ranks.lanes import side_by_side
+from trainscope.analyzers.ranks.late_collectives import latest_arrivals
+from trainscope.analyzers.ranks.story import rank_story
+from trainscope.analyzers.trace.kernels import kernel_classes, kernel_summary
+from trainscope.analyzers.trace.repairs import ensure_checked
+from trainscope.analyzers.views.kernel_launch import kernel_launch
+from trainscope.analyzers.views.memory_curve import memory_curves
+from trainscope.analyzers.views.timeline import TimelineModel
 from trainscope.api.errors import bad_input
+from trainscope.api.rendered import RenderedAnalysis
+from trainscope.collectors.inputs import open_any
 from trainscope.reports.analysis_document import AnalysisDocument
+from trainscope.reports.document import analysis_dict, build_document, headline
+from trainscope.reports.html import render_html_cell
+from trainscope.reports.oneline import report_line
+from trainscope.reports.plan import ledger_vs_measured
+from trainscope.traces.safe_text import safe_strings
 
 if TYPE_CHECKING:
     from trainscope.analyzers.rules import Rules
@@ -25,13 +42,12 @@ if TYPE_CHECKING:
 def shown(doc: dict) -> dict:
     """The document with every trace-derived name made visible (control and escape bytes, lone
     surrogates spelled out): what text and Markdown renderings print."""
-    from trainscope.traces.safe_text import safe_strings
 
     return safe_strings(doc)
 
 
 @dataclass
-class Report:
+class Report(RenderedAnalysis):
     """One analyzed run: a trace file, or a directory of per-rank traces.
 
     The typed parts are those of the *main* rank (for several ranks, the rank story's headline
@@ -118,14 +134,10 @@ class Report:
         (:class:`trainscope.analyzers.ranks.alignment.RankSummary`): the map's, or made once from the traces
         read here. Their ``analysis`` is each rank's own judgement, before the reduce."""
         if self.summaries is None:
-            from trainscope.analyzers.ranks.alignment import summarize
-
             self.summaries = [summarize(t, a) for t, a in zip(self.traces.traces, self.ranks)]
         return self.summaries
 
     def _collectives(self) -> list:
-        from trainscope.analyzers.ranks.alignment import rank_collectives
-
         if self.summaries is not None:  # the map already extracted them: no trace is read again
             return [s.collectives for s in self.summaries]
         return [rank_collectives(self.trace(i)) for i in range(len(self.ranks))]
@@ -138,8 +150,6 @@ class Report:
         with self._views_lock:
             late = self._views.get("latest_arrivals")
         if late is None:
-            from trainscope.analyzers.ranks.late_collectives import latest_arrivals
-
             late = [None] * len(self.ranks) if self.story is None else latest_arrivals(self._collectives(), self.story)
             with self._views_lock:
                 self._views["latest_arrivals"] = late
@@ -152,9 +162,6 @@ class Report:
         with self._views_lock:
             sb = self._views.get("side_by_side")
         if sb is None:
-            from trainscope.analyzers.ranks.lanes import side_by_side
-            from trainscope.analyzers.ranks.story import rank_story
-
             story = self.story if self.story is not None else rank_story(self.rank_summaries(), self.rules)
             sb = side_by_side(self._collectives(), story)
             with self._views_lock:
@@ -172,8 +179,6 @@ class Report:
 
     # renderings: all read the one document, so they cannot disagree
     def to_dict(self) -> dict:
-        from trainscope.reports.document import build_document
-
         doc = build_document(
             self.source,
             self.ranks,
@@ -190,53 +195,8 @@ class Report:
         """The analysis document, typed (reports/analysis_document.py); ``to_dict()`` is its JSON."""
         return AnalysisDocument.from_dict(self.to_dict())
 
-    def output(self, doc: dict | None = None, color: bool = False):
-        """This report for the output format table (:mod:`trainscope.reports.formats`): the
-        document (``doc`` when the caller built it already, or added sections to it) and the report
-        itself, for what the document does not hold (the trace behind the HTML timeline)."""
-        from trainscope.reports.formats import Output
-
-        return Output("analysis", self.to_dict() if doc is None else doc, self, color)
-
-    def render(self, fmt: str) -> str | bytes:
-        """The report in output format ``fmt`` (a name in :data:`trainscope.reports.formats.WRITERS`)."""
-        from trainscope.reports.formats import render
-
-        return render(fmt, self.output())
-
-    def to_json(self) -> str:
-        return str(self.render("json"))
-
-    def to_text(self, color: bool = False) -> str:
-        from trainscope.reports.formats import render
-
-        return str(render("text", self.output(color=color)))
-
-    def to_markdown(self) -> str:
-        return str(self.render("markdown"))
-
-    def to_html(self) -> str:
-        """A self-contained HTML page: verdict, evidence, fixes, step breakdown chart, the median
-        step's timeline and the kernel table (inline SVG, no scripts, no external files)."""
-        return str(self.render("html"))
-
-    def save(self, path: str) -> str:
-        """Write the report; the format follows the suffix (reports/formats.py: .html/.htm, .json,
-        .md; Markdown for any other)."""
-        from trainscope.reports.formats import write
-
-        write(path, self.output())
-        return path
-
-    def render_for(self, path: str) -> str | bytes:
-        """The report in the format the file name ``path`` says (reports/formats.py)."""
-        from trainscope.reports.formats import render_for_path
-
-        return render_for_path(path, self.output())
-
     def verdict_line(self) -> str:
         """One line: the headline, confidence and the step time (what ``on_trace_ready`` prints)."""
-        from trainscope.reports.document import headline
 
         doc = AnalysisDocument.from_dict(self.to_dict())  # only to_dict(): a cached report serves it unanalyzed
         v = doc.verdict
@@ -245,22 +205,12 @@ class Report:
         steps = f" · step p50 {p50:g} ms" if p50 else ""
         return f"trainscope: {headline(doc)}{conf}{steps} — {os.path.basename(self.source.rstrip('/'))}"
 
-    # Jupyter
-    def _repr_markdown_(self) -> str:
-        return self.to_markdown()
-
     def _repr_html_(self) -> str:
-        from trainscope.reports.html import render_html_cell
-
         view = self.rank_view()
         return render_html_cell(self.to_dict(), view.trace, view.analysis, view.timeline)
 
-    def __str__(self) -> str:
-        return self.to_text()
-
     def __repr__(self) -> str:
         """One line with the verdict (the main rank's); ``str()`` or ``to_text()`` for the report."""
-        from trainscope.reports.oneline import report_line
 
         a = self.main
         return report_line(
@@ -275,13 +225,11 @@ class Report:
 
 def _read_rank(a: Analysis) -> Trace:
     """One rank's trace read again from its file (the rank a file holds, when it holds several)."""
-    from trainscope.collectors.inputs import open_any
 
     with bad_input(a.source):
         loaded = open_any(a.source)
     trace = next((t for t in loaded if t.rank == a.rank), loaded[0])
     trace.rank = a.rank
-    from trainscope.analyzers.trace.repairs import ensure_checked
 
     ensure_checked(trace, a.repairs.stub_fraction if a.repairs is not None else 0.02)  # the events the analysis saw
     return trace
@@ -303,8 +251,6 @@ class RankView:
 
     @functools.cached_property
     def doc(self) -> dict:
-        from trainscope.reports.document import analysis_dict
-
         doc = analysis_dict(self.analysis, self.rules)
         doc["input"] = {"path": self.analysis.source, "format": self.analysis.source_format, "traces": 1}
         return doc
@@ -316,14 +262,11 @@ class RankView:
 
     @functools.cached_property
     def classes(self):
-        from trainscope.analyzers.trace.kernels import kernel_classes
-
         return kernel_classes(self.trace)
 
     @functools.cached_property
     def timeline(self):
         """The :class:`~trainscope.analyzers.views.timeline.TimelineModel` of this rank (lanes, steps, matches)."""
-        from trainscope.analyzers.views.timeline import TimelineModel
 
         a = self.analysis
         return TimelineModel(self.trace, a.segmentation, a.device, self.classes[0])
@@ -331,8 +274,6 @@ class RankView:
     @functools.cached_property
     def all_kernels(self) -> KernelSummary:
         """Every kernel name inside the steps (the analysis keeps only the top ones)."""
-        from trainscope.analyzers import intervals as iv
-        from trainscope.analyzers.trace.kernels import kernel_summary
 
         seg = self.analysis.segmentation
         mask = iv.contains((seg.starts, seg.ends), self.trace.kernels.ts)
@@ -341,7 +282,6 @@ class RankView:
     @functools.cached_property
     def memory(self) -> list:
         """Allocated memory over time per device (``MemoryCurve``), from the trace's memory events."""
-        from trainscope.analyzers.views.memory_curve import memory_curves
 
         return memory_curves(self.trace)
 
@@ -349,7 +289,6 @@ class RankView:
         """What launched the kernel ``name`` starting at ``start_ns`` (the trace's clock):
         :class:`trainscope.analyzers.views.kernel_launch.KernelLaunch` (runtime call, correlation id, the
         operator around the call and its input shapes, External id), or None."""
-        from trainscope.analyzers.views.kernel_launch import kernel_launch
 
         return kernel_launch(self.trace, start_ns, name, self.analysis.device)
 
@@ -365,7 +304,6 @@ def with_ledger(doc: dict, ledger) -> dict:
     peak of the main device; the document unchanged without a ledger."""
     if ledger is None:
         return doc
-    from trainscope.reports.plan import ledger_vs_measured
 
     typed = AnalysisDocument.of(doc)
     mem = next((m for m in typed.memory if m.device == typed.device.id), typed.memory[0] if typed.memory else None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from trainscope.analyzers.rules import Rules
 from trainscope.api.errors import BadInput
 
 if TYPE_CHECKING:
@@ -13,7 +14,6 @@ if TYPE_CHECKING:
 
 def resolve_rules(rules: Rules | None, thresholds: Mapping[str, float] | None) -> Rules:
     """``rules`` as given, or the defaults with ``thresholds`` ({name: value}) overridden."""
-    from trainscope.analyzers.rules import Rules
 
     if rules is not None:
         if thresholds:

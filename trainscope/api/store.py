@@ -30,6 +30,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trainscope.analyzers.compare.diff import Run
+from trainscope.analyzers.compare.history import BadSummary, RunSummary, summarize
+from trainscope.analyzers.shapes import ShapeSignature, shape_signature
 from trainscope.api.errors import BadInput
 
 if TYPE_CHECKING:
@@ -234,8 +237,6 @@ class _Damage(ValueError):
 
 
 def _damage(e: BaseException) -> str:
-    from trainscope.analyzers.compare.history import BadSummary
-
     if isinstance(e, (BadSummary, _Damage)):
         return str(e)
     if isinstance(e, (json.JSONDecodeError, UnicodeDecodeError)):
@@ -513,8 +514,6 @@ class RunStore:
             raise DamagedRun(self.path, rid, _damage(e)) from None
 
     def _build(self, row: sqlite3.Row) -> StoredRun:
-        from trainscope.analyzers.compare.history import RunSummary
-
         text = row["summary"]
         if text is None:
             raise _Damage("its summary is empty (NULL)")
@@ -708,9 +707,6 @@ def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False
 
 def report_summary(report: Report) -> RunSummary:
     """The summary of an analyzed report's main rank (what ``analyze --save`` stores)."""
-    from trainscope.analyzers.compare.diff import Run
-    from trainscope.analyzers.compare.history import summarize
-    from trainscope.analyzers.shapes import ShapeSignature, shape_signature
 
     # Batch shapes need the trace; a rank directory mapped in worker processes keeps only summaries.
     loaded = len(report.traces.traces) == len(report.ranks)

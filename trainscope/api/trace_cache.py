@@ -37,7 +37,12 @@ import struct
 import sys
 from typing import TYPE_CHECKING, Any
 
+import trainscope
 from trainscope.api import cache
+from trainscope.collectors.readers import decompression_cap
+from trainscope.collectors.snapshot import READER_ENV
+from trainscope.traces import model as m
+from trainscope.traces.model import CollectiveArgs, Device, OpInputs, Thread, Trace, TraceSet
 
 if TYPE_CHECKING:
     from trainscope.api.errors import Progress
@@ -74,8 +79,6 @@ _warned_large = False
 
 
 def _classes() -> dict[str, type]:
-    from trainscope.traces import model as m
-
     return {
         "kernels": m.Kernels,
         "copies": m.Copies,
@@ -120,9 +123,6 @@ def _nsys_identity(path: str) -> list | None:
 def key_for(path: str) -> tuple[str, bool] | None:
     """(key, whether the entry is stored relocated) for reading ``path``; None when the input cannot
     be identified (it is read without the cache)."""
-    from trainscope import __version__
-    from trainscope.collectors.readers import decompression_cap
-    from trainscope.collectors.snapshot import READER_ENV
 
     ident = cache.input_identity(path)
     if ident is None:
@@ -130,7 +130,7 @@ def key_for(path: str) -> tuple[str, bool] | None:
     relocated = os.path.isabs(path)
     material = {
         "entry": TRACE_FORMAT,
-        "trainscope": __version__,
+        "trainscope": trainscope.__version__,
         "code": reader_version(),
         "input": ident,
         "name": os.path.basename(path.rstrip("/")),
@@ -274,8 +274,6 @@ def _op_array(a: Any, arrays: _Arrays) -> list:
 def _trace_header(t: Any, arrays: _Arrays, old: str | None) -> dict:
     from dataclasses import fields
 
-    from trainscope.traces.model import CollectiveArgs, Device, OpInputs, Thread, Trace
-
     if type(t) is not Trace:
         raise Uncacheable(f"a trace of type {type(t).__name__}")
     _check_plain(t, {f.name for f in fields(Trace)}, "the trace")
@@ -329,7 +327,6 @@ def _trace_header(t: Any, arrays: _Arrays, old: str | None) -> dict:
 
 def encode(key: str, ts: TraceSet, relocated: bool) -> list:
     """The pieces of an entry, in order (written one after the other, never joined)."""
-    from trainscope.traces.model import TraceSet
 
     if type(ts) is not TraceSet:
         raise Uncacheable("a trace set of another type")
@@ -390,8 +387,6 @@ def _decode_strings(buf: Any, s: dict, new: str | None) -> list[str]:
 
 
 def decode(head: bytes, buf: Any, key: str, path: str) -> TraceSet:
-    from trainscope.traces.model import CollectiveArgs, Device, OpInputs, Thread, Trace, TraceSet
-
     try:
         header = json.loads(head)
     except (ValueError, RecursionError):

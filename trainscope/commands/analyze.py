@@ -6,31 +6,38 @@ import argparse
 import os
 import sys
 
+from trainscope import api
+from trainscope.commands.analyze_ranks import add_arguments
+from trainscope.commands.runs import add_save_args, save_report
 from trainscope.common import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     Progress,
+    add_document_args,
     add_input_limit_args,
     apply_input_limits,
     check_outputs,
     emit_document,
     one_line_errors,
     positive_float,
+    terminal_app,
     threshold_arg,
 )
 from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
+from trainscope.tui.state import build_session, cached_document
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    a = sub.add_parser(
-        "analyze",
-        help="diagnose a recorded profiler trace",
-        description="Read a PyTorch profiler (Kineto) trace — a .json or .json.gz file, or a directory of "
+def register(a: argparse.ArgumentParser) -> None:
+    """The arguments of ``trainscope analyze`` on its parser (named, with its help line, by trainscope/cli.py's table)."""
+    a.description = (
+        "Read a PyTorch profiler (Kineto) trace — a .json or .json.gz file, or a directory of "
         "per-rank traces — or an Nsight Systems export (.sqlite from `nsys export --type sqlite`; "
         ".nsys-rep when nsys is on PATH) and report the D·A·M verdict with its evidence, where each step's time "
-        "goes, the top kernels, and fixes ranked by projected gain (upper bounds).",
-        epilog="examples:\n  trainscope analyze run.pt.trace.json.gz\n"
+        "goes, the top kernels, and fixes ranked by projected gain (upper bounds)."
+    )
+    a.epilog = (
+        "examples:\n  trainscope analyze run.pt.trace.json.gz\n"
         "  trainscope analyze traces/ --format json > verdict.json\n"
         "  trainscope analyze run.json.gz --report report.md --threshold data_wait.high=25\n"
         "  trainscope analyze run.json.gz --report run.html       # self-contained HTML with charts\n"
@@ -47,24 +54,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "a one-line reason and the rest of the report stands.\n\n"
         "In a terminal, analyze opens an interactive app (press ? in it for every key); --no-tui, --format,\n"
         "or a stdout that is not a terminal prints instead.\n\n"
-        "exit codes: 0 analyzed, 2 bad input or usage, 1 internal error",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "exit codes: 0 analyzed, 2 bad input or usage, 1 internal error"
     )
+    a.formatter_class = argparse.RawDescriptionHelpFormatter
     a.add_argument(
         "trace",
         metavar="TRACE",
         help="trace file (.json, .json.gz, Nsight .sqlite/.nsys-rep) or directory of rank traces",
     )
     add_analysis_options(a)
-    a.add_argument(
-        "--format",
-        choices=formats.names("analysis"),
-        type=formats.canonical,
-        default=None,
-        help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
-        "otherwise: text)",
-    )
-    a.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
+    add_document_args(a, "analysis")
     a.add_argument(
         "--report",
         metavar="FILE",
@@ -114,7 +113,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "same input with the same options, or the trace's columns, from the analysis cache (`trainscope cache "
         "info`; TRAINSCOPE_NO_CACHE=1 turns it off everywhere)",
     )
-    from trainscope.commands.runs import add_save_args  # --save, --store, --tag (the run history)
 
     add_save_args(a)
     add_input_limit_args(a)
@@ -123,15 +121,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from trainscope import api
-
     check_outputs(args, (args.trace,))
     rules = _rules(args)
     apply_input_limits(args)
-    if args.deep_step is not None and not args.deep:
-        raise api.BadInput("--deep-step needs --deep")
-    if args.deep:
-        api.check_deep_available()  # before the slow part: say at once that --deep cannot run
+    api.check_options(deep=args.deep, deep_step=args.deep_step, jobs=args.jobs)  # before the slow part and the app
     ledger = api.model_ledger(args.model) if args.model else None
     if use_tui(args):
         return _run_app(args, rules, ledger)
@@ -156,21 +149,17 @@ def run(args: argparse.Namespace) -> int:
     if args.perfetto and _write_perfetto(args.perfetto, report) != EXIT_OK:
         return EXIT_BAD_INPUT
     code = emit_document(report.output(), args)
-    from trainscope.commands.runs import save_report
 
     return save_report(report, args) if code == EXIT_OK else code
 
 
 def _rules(args: argparse.Namespace):
-    from trainscope import api
-
     return api.rules_from(dict(args.threshold))
 
 
 def _write_perfetto(path: str, report) -> int:
     """The Perfetto export (trainscope.api.export_perfetto: the app's ``x`` calls the same function,
     so the two write the same file): one trace with its findings, or every rank of a directory."""
-    from trainscope import api
 
     try:
         api.export_perfetto(report, path)
@@ -198,7 +187,6 @@ def _ledger_hook(spec: str | None):
     (kept for callers of the app; the CLI passes the ledger to trainscope.api)."""
     if not spec:
         return lambda doc: doc
-    from trainscope import api
 
     model_ledger = api.model_ledger(spec)  # BadInput: a bad spec, said in one line
     return lambda doc: api.with_ledger(doc, model_ledger)
@@ -207,8 +195,6 @@ def _ledger_hook(spec: str | None):
 def analyze_app(args: argparse.Namespace, rules, ledger):
     """The app ``trainscope analyze`` opens in a terminal (not yet run): the session loads behind
     the Overview of the cached document when the cache holds it (benchmarks/bench_tui.py times it)."""
-    from trainscope.tui.app import AnalyzeApp
-    from trainscope.tui.state import build_session, cached_document
 
     cache = not args.no_cache
     options = {"peak_tflops": args.peak_tflops, "step_range": args.step_range, "peak_bandwidth": args.peak_bandwidth}
@@ -229,7 +215,7 @@ def analyze_app(args: argparse.Namespace, rules, ledger):
 
     # The document of the session the loader makes, when an earlier look stored it: the first screen.
     document = cached_document(args.trace, rules, model=args.model, cache=cache, **options)
-    return AnalyzeApp(
+    return terminal_app("analyze")(
         args.trace,
         loader=loader,
         report_path=args.report,
@@ -256,8 +242,6 @@ def _run_app(args: argparse.Namespace, rules, ledger) -> int:
             return EXIT_BAD_INPUT
     code = app.return_code if app.return_code is not None else (code or EXIT_OK)
     if code == EXIT_OK and app.session is not None:
-        from trainscope.commands.runs import save_report
-
         return save_report(app.session.report, args)
     return code
 
@@ -265,7 +249,6 @@ def _run_app(args: argparse.Namespace, rules, ledger) -> int:
 def add_analysis_options(a: argparse.ArgumentParser) -> None:
     """The options of the analysis itself, shared by ``analyze`` and each side of ``diff``: how steps
     are marked, the device's peaks, and how a rank directory is mapped (--jobs, --dask)."""
-    from trainscope.commands.analyze_ranks import add_arguments
 
     a.add_argument(
         "--step-range",

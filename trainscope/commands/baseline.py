@@ -5,24 +5,27 @@ from __future__ import annotations
 import argparse
 import sys
 
+from trainscope import api
 from trainscope.commands.runs import add_store_arg, warn_skipped
 from trainscope.common import EXIT_OK, one_line_errors
 from trainscope.reports.output import to_json
+from trainscope.traces.safe_text import safe_strings, visible
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser(
-        "baseline",
-        help="set or show the baseline run of a tag (what `diff --against baseline` compares with)",
-        description="`baseline set RUN` makes a saved run the baseline of its tag (or of --tag TAG; a run without "
-        "a tag and no --tag sets the untagged baseline). `baseline show` prints the baselines.",
-        epilog="examples:\n"
+def register(b: argparse.ArgumentParser) -> None:
+    """The arguments of ``trainscope baseline`` on its parser (named, with its help line, by trainscope/cli.py's table)."""
+    b.description = (
+        "`baseline set RUN` makes a saved run the baseline of its tag (or of --tag TAG; a run without "
+        "a tag and no --tag sets the untagged baseline). `baseline show` prints the baselines."
+    )
+    b.epilog = (
+        "examples:\n"
         "  trainscope baseline set 12\n"
         "  trainscope baseline set latest:resnet50 --tag resnet50\n"
         "  trainscope baseline show\n\n"
-        "exit codes: 0 done, 2 bad input (unknown run, bad tag, unreadable store)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "exit codes: 0 done, 2 bad input (unknown run, bad tag, unreadable store)"
     )
+    b.formatter_class = argparse.RawDescriptionHelpFormatter
     actions = b.add_subparsers(dest="action", metavar="ACTION")
     s = actions.add_parser("set", help="make RUN the baseline of its tag (or of --tag)")
     s.add_argument("ref", metavar="RUN", help="a saved run: an id, latest[:TAG] or baseline[:TAG]")
@@ -37,8 +40,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from trainscope import api
-
     if args.action is None:
         raise api.BadInput("baseline needs an action: set RUN [--tag TAG] or show")
     if args.action == "set":
@@ -48,8 +49,6 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "json":
             sys.stdout.write(to_json({"tag": tag, "run": r.to_dict()}))
         else:
-            from trainscope.traces.safe_text import visible
-
             sys.stdout.write(
                 f"baseline{f' of {tag}' if tag else ' (untagged)'}: {r.label} — {visible(r.source)} "
                 f"(step p50 {r.summary.step_p50_ms:.2f} ms, "
@@ -74,8 +73,6 @@ def run(args: argparse.Namespace) -> int:
     elif not bases:
         sys.stdout.write(f"no baselines in {path} (set one with `trainscope baseline set RUN`)\n")
     else:
-        from trainscope.traces.safe_text import safe_strings
-
         for tag, r in safe_strings(bases).items():
             sys.stdout.write(f"{tag or '(untagged)':20s} run {r['id']}  {r['created']}  {r['source']}\n")
     return EXIT_OK

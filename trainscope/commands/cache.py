@@ -6,27 +6,29 @@ import argparse
 import json
 import sys
 
+from trainscope.api import cache
 from trainscope.common import EXIT_OK, fail, one_line_errors
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    c = sub.add_parser(
-        "cache",
-        help="where the analysis cache is, how much it holds; clear it",
-        description="`analyze` (and the MCP server's tools) keep the document of each analysis in a cache, "
+def register(c: argparse.ArgumentParser) -> None:
+    """The arguments of ``trainscope cache`` on its parser (named, with its help line, by trainscope/cli.py's table)."""
+    c.description = (
+        "`analyze` (and the MCP server's tools) keep the document of each analysis in a cache, "
         "keyed by the input (its size, modification time and a hash of its bytes), trainscope's version "
         "and every option that changes the result: the same look again is read from there instead of "
         "the trace. Beside the documents it keeps each trace's columns (keyed by the input and the "
         "readers' version): `analyze` (HTML, --perfetto, --save, the app), `diff` and the MCP tools read "
         "a trace read before from there instead of parsing it. Entries are checked on every read (a damaged one is removed and the trace analyzed "
-        "again); the least recently used go first when the cache passes its bound.",
-        epilog="where: $TRAINSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/trainscope, else ~/.cache/trainscope\n"
+        "again); the least recently used go first when the cache passes its bound."
+    )
+    c.epilog = (
+        "where: $TRAINSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/trainscope, else ~/.cache/trainscope\n"
         "bound: $TRAINSCOPE_CACHE_MAX (e.g. 500MB, 4GiB; default 2GiB)\n"
         "off:   analyze --no-cache, or TRAINSCOPE_NO_CACHE=1 for every command\n\n"
         "examples:\n  trainscope cache info\n  trainscope cache info --format json\n  trainscope cache clear\n\n"
-        "exit codes: 0 done, 2 bad usage or an unsafe cache folder, 1 internal error",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "exit codes: 0 done, 2 bad usage or an unsafe cache folder, 1 internal error"
     )
+    c.formatter_class = argparse.RawDescriptionHelpFormatter
     what = c.add_subparsers(dest="action", metavar="ACTION")
     info = what.add_parser("info", help="the cache's folder, entries and bytes, and its bound")
     info.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or a JSON object")
@@ -36,8 +38,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from trainscope.api import cache
-
     if args.action is None:
         return fail("cache: say info or clear (see `trainscope cache --help`)")
     where = cache.cache_dir()

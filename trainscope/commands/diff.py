@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable
 
+from trainscope import api
+from trainscope.analyzers.compare.diff import GATE_METRICS
+
 # A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
 # tell "this change made training slower" from "the diff could not run" (trainscope.api.Regression).
-from trainscope.api import EXIT_OK, EXIT_REGRESSION, BadInput  # noqa: E402,F401
+from trainscope.api import EXIT_OK, EXIT_REGRESSION, BadInput, DiffResult  # noqa: E402,F401
+from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
+from trainscope.commands.analyze import add_analysis_options, analysis_options
 from trainscope.common import (
     EXIT_BAD_INPUT,
     Progress,
+    add_document_args,
     add_input_limit_args,
     apply_input_limits,
     check_outputs,
     emit_document,
     one_line_errors,
+    terminal_app,
     threshold_arg,
 )
 from trainscope.reports import formats
@@ -29,18 +37,19 @@ _METRIC_HELP = (
 )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    d = sub.add_parser(
-        "diff",
-        help="compare two runs (traces or stored runs): what a change did, and a statistical CI gate",
-        description="Analyze BEFORE and AFTER (anything `trainscope analyze` reads, or a run saved in the history: "
+def register(d: argparse.ArgumentParser) -> None:
+    """The arguments of ``trainscope diff`` on its parser (named, with its help line, by trainscope/cli.py's table)."""
+    d.description = (
+        "Analyze BEFORE and AFTER (anything `trainscope analyze` reads, or a run saved in the history: "
         "12, latest[:TAG], baseline[:TAG]) and show what changed: the "
         "verdict, step time p50/p95 and the speedup, every breakdown share side by side, the kernels "
         "that appeared, disappeared, grew or shrank (matched across GPU architectures), peak memory, "
         "which of BEFORE's recommended fixes the change addressed, and the gain each achieved against "
         "the gain it projected. Warns when the runs are not comparable (another GPU, other step counts or "
-        "batch shapes). A stored run is compared by its summary (the history keeps no traces).",
-        epilog="examples:\n"
+        "batch shapes). A stored run is compared by its summary (the history keeps no traces)."
+    )
+    d.epilog = (
+        "examples:\n"
         "  trainscope diff before.pt.trace.json.gz after.pt.trace.json.gz\n"
         "  trainscope diff main.json.gz pr.json.gz --report diff.md --format json > diff.json\n"
         "  trainscope diff main.json.gz pr.json.gz --fail-if-slower 5   # CI: significantly and > 5 % slower fails\n"
@@ -66,9 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  2  bad input or usage (unreadable trace, unknown run, metric not measurable or testable in one run,\n"
         "     runs not comparable for the gate without --gate-anyway)\n"
         "  1  internal error\n"
-        "  130 interrupted",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "  130 interrupted"
     )
+    d.formatter_class = argparse.RawDescriptionHelpFormatter
     d.add_argument(
         "runs",
         nargs="+",
@@ -82,15 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="compare the one RUN given against this stored run: baseline (the baseline of --tag, or the "
         "untagged one), baseline:TAG, latest[:TAG] or an id",
     )
-    d.add_argument(
-        "--format",
-        choices=formats.names("diff"),
-        type=formats.canonical,
-        default=None,
-        help="print this on stdout instead of opening the terminal app (default in a terminal: the app; "
-        "otherwise: text)",
-    )
-    d.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
+    add_document_args(d, "diff")
     d.add_argument(
         "--report",
         metavar="FILE",
@@ -149,7 +150,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="save each side given as a trace in the run history, and record the projected and achieved "
         "gain of every fix the change addressed",
     )
-    from trainscope.commands.analyze import add_analysis_options
 
     add_analysis_options(d)  # each side analyzed as `analyze` does: --step-range, --peak-*, --jobs, --dask
     d.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
@@ -165,14 +165,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _metric_names() -> list[str]:
-    from trainscope.analyzers.compare.diff import GATE_METRICS
-
     return list(GATE_METRICS)
 
 
 def _node_budget(text: str) -> str:
-    from trainscope import api
-
     try:
         api.node_budget(text)
     except api.BadInput as e:
@@ -199,7 +195,6 @@ def load_diff(
     fail_if_slower: float | None = None,
 ):
     """``(RunDiff, GateResult | None)`` from :func:`trainscope.api.diff` (kept for callers of the app)."""
-    from trainscope import api
 
     r = api.diff(before, after, rules=rules, metric=metric, fail_if_slower=fail_if_slower, progress=progress)
     return r.diff, r.gate
@@ -211,14 +206,12 @@ DiffInputError = BadInput
 
 def gate_line(diff, gate) -> str:
     """The gate's one line for stderr, with the comparability caveat (CI logs show both together)."""
-    from trainscope.api import DiffResult
 
     return f"trainscope: {DiffResult(diff, gate).gate_line()}\n"
 
 
 def _sides(args: argparse.Namespace) -> tuple[str, str]:
     """BEFORE and AFTER from the positionals and --against."""
-    from trainscope import api
 
     if args.against is not None:
         if len(args.runs) != 1:
@@ -237,38 +230,27 @@ def _sides(args: argparse.Namespace) -> tuple[str, str]:
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from trainscope import api
-    from trainscope.commands.analyze import analysis_options, use_tui
-
     check_outputs(args, tuple(args.runs) + ((args.against,) if args.against else ()))
     rules = api.rules_from(dict(args.threshold))
     apply_input_limits(args)
     before, after = _sides(args)
     stored = any(api.is_run_ref(x) for x in (before, after))
-    if use_tui(args) and not stored:
+    if analyze_command.use_tui(args) and not stored:
         return _run_app(args, rules, before, after)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
     try:
         result = api.diff(
             before,
             after,
-            rules=rules,
-            metric=args.metric,
-            fail_if_slower=args.fail_if_slower,
             progress=progress,
             store=args.store,
-            gate_anyway=args.gate_anyway,
             node_budgets=args.node_budgets,
-            **analysis_options(args),
-            cache=not args.no_cache,
+            **_diff_options(args, rules),
         )
     finally:
         progress.done()
     if args.save:
-        b, a, n = api.save_diff(result, args.store, tag=args.tag)
-        sys.stderr.write(
-            f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} recorded\n"
-        )
+        result = _save(result, args)
 
     code = emit_document(result.output(), args)
     if code:
@@ -278,28 +260,35 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _diff_options(args: argparse.Namespace, rules) -> dict:
+    """The keyword arguments of ``api.diff`` the command line gives: the printed diff and the app's
+    loader make the same call (--gate-anyway included)."""
+    return {
+        "rules": rules,
+        "metric": args.metric,
+        "fail_if_slower": args.fail_if_slower,
+        "gate_anyway": args.gate_anyway,
+        **analysis_options(args),
+        "cache": not args.no_cache,
+    }
+
+
+def _save(result, args: argparse.Namespace):
+    """``--save``: both sides and the fix outcomes in the run history, said in one line → the
+    comparison of the saved runs (what the document then names)."""
+    b, a, n = api.save_diff(result, args.store, tag=args.tag)
+    sys.stderr.write(f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} recorded\n")
+    return dataclasses.replace(result, before_run=b, after_run=a)
+
+
 def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
     """The side-by-side app; after it closes, the same gate line and exit code as without it."""
-    from trainscope import api
-    from trainscope.api import DiffResult
-    from trainscope.commands.analyze import analysis_options
-    from trainscope.tui.diff_app import DiffApp
 
     def loader(progress):  # the same api call as the printed diff, --gate-anyway included
-        r = api.diff(
-            before,
-            after,
-            rules=rules,
-            metric=args.metric,
-            fail_if_slower=args.fail_if_slower,
-            progress=progress,
-            gate_anyway=args.gate_anyway,
-            **analysis_options(args),
-            cache=not args.no_cache,
-        )
+        r = api.diff(before, after, progress=progress, **_diff_options(args, rules))
         return r.diff, r.gate
 
-    app = DiffApp(
+    app = terminal_app("diff")(
         before,
         after,
         rules=rules,
@@ -328,10 +317,7 @@ def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
     if args.save:
-        b, a, n = api.save_diff(result, args.store, tag=args.tag)
-        sys.stderr.write(
-            f"trainscope: saved as {b.label} → {a.label}; {n} fix outcome{'s' if n != 1 else ''} recorded\n"
-        )
+        result = _save(result, args)
     if app.gate is not None or result.node_gates:
         for line in result.gate_lines():
             sys.stderr.write(f"trainscope: {line}\n")

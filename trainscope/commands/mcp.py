@@ -5,17 +5,17 @@ from __future__ import annotations
 import argparse
 import os
 
+from trainscope import api
 from trainscope.common import EXIT_OK, add_input_limit_args, apply_input_limits, one_line_errors
 
 # The extra's pinned version, for the install line.
 MCP_EXTRA = "pip install 'trainscope-dam[mcp]'"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    m = sub.add_parser(
-        "mcp",
-        help="serve the analyses to a coding agent (Model Context Protocol, stdio)",
-        description="Run a Model Context Protocol server on stdin/stdout. Its tools are trainscope's own calls "
+def register(m: argparse.ArgumentParser) -> None:
+    """The arguments of ``trainscope mcp`` on its parser (named, with its help line, by trainscope/cli.py's table)."""
+    m.description = (
+        "Run a Model Context Protocol server on stdin/stdout. Its tools are trainscope's own calls "
         "with typed results: analyze_trace, explain_finding, list_kernels, list_steps, timeline_window, "
         "diff_runs, memory_snapshot, list_runs. It reads only paths under --root: each file is opened "
         "one path component at a time without following a link (a link is followed only where it stays "
@@ -26,13 +26,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "It opens the run history read-only and writes nothing but its private folder in $TMPDIR (removed when it "
         "ends; a killed server's is removed by the next one). The read limits "
         "(--max-decompressed) are this server's flags: a tool call cannot change them. "
-        f"Needs the mcp extra: {MCP_EXTRA}.",
-        epilog="a coding agent's configuration (e.g. .mcp.json):\n"
+        f"Needs the mcp extra: {MCP_EXTRA}."
+    )
+    m.epilog = (
+        "a coding agent's configuration (e.g. .mcp.json):\n"
         '  {"mcpServers": {"trainscope": {"command": "trainscope",\n'
         '                                 "args": ["mcp", "--root", "/path/to/traces"]}}}\n\n'
-        "exit codes: 0 the client closed the session, 2 bad usage or the mcp extra is missing",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "exit codes: 0 the client closed the session, 2 bad usage or the mcp extra is missing"
     )
+    m.formatter_class = argparse.RawDescriptionHelpFormatter
     m.add_argument(
         "--root",
         action="append",
@@ -53,8 +55,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from trainscope import api
-
     try:
         import mcp.server  # noqa: F401
     except ImportError:
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isdir(r):
             raise api.BadInput(f"--root {r}: not a directory")
     apply_input_limits(args)
-    from trainscope.mcp_server import serve
+    from trainscope.mcp_server import serve  # after the check: it imports the optional mcp extra (pydantic)
 
     serve(roots, args.store)
     return EXIT_OK

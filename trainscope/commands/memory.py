@@ -11,54 +11,50 @@ from __future__ import annotations
 import argparse
 import sys
 
+from trainscope import api
+from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
 from trainscope.common import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     Progress,
+    add_document_args,
     add_input_limit_args,
     apply_input_limits,
     check_outputs,
     emit_document,
     one_line_errors,
+    terminal_app,
     threshold_arg,
 )
-from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "memory",
-        help="peak memory, fragmentation and live allocations from a CUDA memory snapshot or timeline",
-        description="Read a CUDA memory snapshot (torch.cuda.memory._dump_snapshot, a pickle, loaded with a "
+def register(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``trainscope memory`` on its parser (named, with its help line, by trainscope/cli.py's table)."""
+    p.description = (
+        "Read a CUDA memory snapshot (torch.cuda.memory._dump_snapshot, a pickle, loaded with a "
         "restricted unpickler that accepts plain data only) or a memory timeline "
         "(profile.export_memory_timeline, .json/.json.gz/.raw.json.gz) and report peak allocated versus "
         "reserved memory (fragmentation), what was live at the peak and where it was allocated, "
-        "and memory-capacity findings.",
-        epilog="examples:\n"
+        "and memory-capacity findings."
+    )
+    p.epilog = (
+        "examples:\n"
         "  trainscope memory snapshot.pickle --gpu h100-80\n"
         "  trainscope memory timeline.raw.json.gz --format json\n\n"
         "record a snapshot:\n"
         "  torch.cuda.memory._record_memory_history(max_entries=100_000)\n"
         '  train_step(); torch.cuda.memory._dump_snapshot("snapshot.pickle")\n\n'
-        "exit codes: 0 analyzed, 2 bad or unsafe input, 1 internal error",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "exit codes: 0 analyzed, 2 bad or unsafe input, 1 internal error"
     )
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("file", metavar="FILE", help="snapshot .pickle (or .pickle.gz) or memory timeline .json[.gz]")
     p.add_argument(
         "--gpu", help="device the run used, for capacity findings (e.g. h100-80; see `trainscope plan --help`)"
     )
     p.add_argument("--gpu-memory", metavar="SIZE", help="device memory instead of --gpu: 80GiB, 24GB")
     p.add_argument("--top", type=int, default=10, metavar="N", help="largest live allocations to list (default 10)")
-    p.add_argument(
-        "--format",
-        choices=formats.names("memory"),
-        type=formats.canonical,
-        default=None,
-        help="print this on stdout instead of opening the terminal app (default in a terminal, for a "
-        "snapshot: the app; otherwise: text)",
-    )
-    p.add_argument("--no-tui", action="store_true", help="print the text summary instead of opening the terminal app")
+    add_document_args(p, "memory", app="for a snapshot, the app")
     p.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     p.add_argument(
         "--threshold",
@@ -75,8 +71,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from trainscope import api
-
     check_outputs(args, (args.file,))
     apply_input_limits(args)
     progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
@@ -91,9 +85,8 @@ def run(args: argparse.Namespace) -> int:
         )
     finally:
         progress.done()
-    from trainscope.commands.analyze import use_tui
 
-    if not (report.kind == "cuda_snapshot" and use_tui(args)):  # a timeline has no stacks to show: text
+    if not (report.kind == "cuda_snapshot" and analyze_command.use_tui(args)):  # a timeline has no stacks to show: text
         return emit_document(report.output(), args)  # --json, then --format on stdout
     code = _run_app(args.file, report)
     if code != EXIT_OK:
@@ -109,8 +102,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_app(path: str, report) -> int:
     """The memory app (tui/memory_app.py): the timeline, the peak and what was live at it."""
-    from trainscope.tui.memory_app import MemoryApp
 
-    app = MemoryApp(path, report=report, loader=lambda progress: (report, report.peaks()))  # the snapshot read once
+    app = terminal_app("memory")(
+        path, report=report, loader=lambda progress: (report, report.peaks())
+    )  # the snapshot read once
     code = app.run()
     return app.return_code if app.return_code is not None else (code or EXIT_OK)

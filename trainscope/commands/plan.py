@@ -5,25 +5,27 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, emit_document, one_line_errors
+from trainscope import api
+from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
+from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, add_document_args, emit_document, one_line_errors, terminal_app
 from trainscope.modelspec import (
     MODEL_FIELDS,
     _gpu_keys,
     count_arg,  # noqa: F401 (re-exported)
 )
-from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "plan",
-        help="will this training setup fit a GPU? the memory ledger and the cheapest changes that fit",
-        description="Add up what one GPU holds while training — weights, gradients, FP32 master copy, optimizer "
+def register(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``trainscope plan`` on its parser (named, with its help line, by trainscope/cli.py's table)."""
+    p.description = (
+        "Add up what one GPU holds while training — weights, gradients, FP32 master copy, optimizer "
         "state, activations — for a model and setup, say whether it fits the GPU, and list the cheapest "
         "changes that make it fit (mixed precision, 8-bit Adam, checkpointing, gradient accumulation, "
-        "ZeRO sharding) with what each costs. GB are 10⁹ bytes, as in the sources.",
-        epilog="examples:\n"
+        "ZeRO sharding) with what each costs. GB are 10⁹ bytes, as in the sources."
+    )
+    p.epilog = (
+        "examples:\n"
         "  trainscope plan --params 1.5B --optimizer adam --precision fp32          # 24 GB static\n"
         "  trainscope plan --params 1.5B --precision fp32 --batch 32 --activations-gb 65 \\\n"
         "                  --activations-precision fp32 --gpu v100-32                  # the GPT-2 walkthrough\n"
@@ -32,37 +34,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         f"GPUs (--gpu): {', '.join(_gpu_keys())}\n\n"
         "In a terminal, plan opens an app with live toggles (o optimizer, p precision, c checkpointing,\n"
         "b/B batch, a/A accumulation, g/G GPUs, z ZeRO, d device, Enter applies an option; ? every key).\n\n"
-        "exit codes: 0 planned (fits or not), 2 bad input or usage",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "exit codes: 0 planned (fits or not), 2 bad input or usage"
     )
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     for flag, dest, typ, hlp in MODEL_FIELDS:
         p.add_argument(flag, dest=dest, type=typ, help=hlp, default=None)
     p.add_argument("--no-dropout", action="store_true", help="the model has no dropout (no 1-byte masks stored)")
     p.add_argument("--gpu", default="h100-80", help="device to fit (default h100-80; see the list below)")
     p.add_argument("--gpu-memory", metavar="SIZE", help="a device by size instead: 24GiB, 24GB (a bare number is GiB)")
     p.add_argument("--options", type=int, default=6, metavar="N", help="how many what-if options to list (default 6)")
-    p.add_argument(
-        "--format",
-        choices=formats.names("plan"),
-        type=formats.canonical,
-        default=None,
-        help="print this instead of opening the terminal app (default in a terminal: the app; otherwise: text)",
-    )
-    p.add_argument("--no-tui", action="store_true", help="print the text plan instead of opening the terminal app")
+    add_document_args(p, "plan", printed="plan")
     p.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     p.set_defaults(run=run)
 
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from trainscope import api
-    from trainscope.commands.analyze import use_tui  # the same rule: a person at a terminal who asked for nothing else
-
     values = {dest: getattr(args, dest) for _, dest, _, _ in MODEL_FIELDS if getattr(args, dest) is not None}
     result = api.plan(
         dict(values, no_dropout=args.no_dropout), gpu=args.gpu, gpu_memory=args.gpu_memory, options=max(0, args.options)
     )
-    if not use_tui(args):
+    if not analyze_command.use_tui(args):
         return emit_document(result.output(), args)  # --json, then --format on stdout
     if args.json_out:
         try:
@@ -70,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         except OSError as e:
             sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
             return EXIT_BAD_INPUT
-    from trainscope.tui.plan_app import PlanApp
 
-    PlanApp(result.config, result.device, threshold_pct=result.threshold_pct, limit=max(0, args.options)).run()
+    terminal_app("plan")(
+        result.config, result.device, threshold_pct=result.threshold_pct, limit=max(0, args.options)
+    ).run()
     return EXIT_OK

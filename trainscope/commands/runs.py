@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainscope.common import EXIT_OK, one_line_errors
+from trainscope import api
+from trainscope.common import EXIT_OK, fail_on, one_line_errors
+from trainscope.reports.history import render_fixes_text, render_run_text, render_runs_text
 from trainscope.reports.output import to_json
+from trainscope.traces.safe_text import safe_strings, visible
 
 
 def positive_int(text: str) -> int:
@@ -45,7 +48,6 @@ def save_report(report, args: argparse.Namespace, saved_by: str = "analyze") -> 
     """Save ``report`` when ``args.save``; one line on stderr names the run."""
     if not getattr(args, "save", False):
         return EXIT_OK
-    from trainscope import api
 
     run = api.save_run(report, args.store, tag=args.tag, saved_by=saved_by)
     sys.stderr.write(f"trainscope: saved as {run.label} in {args.store or api.default_store_path()}\n")
@@ -63,8 +65,6 @@ def save_recording(args: argparse.Namespace) -> int:
     """At the end of ``watch --save``: analyze the recording (or the replayed file) and save it."""
     if not getattr(args, "save", False):
         return EXIT_OK
-    from trainscope import api
-    from trainscope.common import fail_on
 
     try:
         report = api.analyze(args.record or args.replay)
@@ -73,24 +73,25 @@ def save_recording(args: argparse.Namespace) -> int:
     return save_report(report, args, "watch")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    r = sub.add_parser(
-        "runs",
-        help="list the runs saved in the history (analyze --save, watch --save, the on_trace_ready hook)",
-        description="List the saved runs, newest first: id, when, tag, git commit, GPU, steps, step time p50 and the "
+def register(r: argparse.ArgumentParser) -> None:
+    """The arguments of ``trainscope runs`` on its parser (named, with its help line, by trainscope/cli.py's table)."""
+    r.description = (
+        "List the saved runs, newest first: id, when, tag, git commit, GPU, steps, step time p50 and the "
         "verdict, and which are baselines. A run is the analysis summary of a trace (verdict, every step's "
         "time, sinks, top kernels, the fixes with their projections), never the trace itself. Pass an id "
         "(or latest, baseline[:TAG]) to show one run; --fixes lists the projected and achieved gains "
-        "`diff --save` recorded.",
-        epilog="examples:\n"
+        "`diff --save` recorded."
+    )
+    r.epilog = (
+        "examples:\n"
         "  trainscope runs\n"
         "  trainscope runs --tag resnet50 --verdict data --limit 10\n"
         "  trainscope runs --commit 3f2a --format json\n"
         "  trainscope runs 12 --format json          # one run with its whole summary\n"
         "  trainscope runs --fixes                   # projected against achieved, every recorded fix\n\n"
-        "exit codes: 0 listed, 2 bad input (unknown run, unreadable store)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "exit codes: 0 listed, 2 bad input (unknown run, unreadable store)"
     )
+    r.formatter_class = argparse.RawDescriptionHelpFormatter
     r.add_argument("ref", nargs="?", metavar="RUN", help="show one run: an id, latest[:TAG] or baseline[:TAG]")
     add_store_arg(r)
     r.add_argument("--tag", metavar="TAG", help="only runs with this tag")
@@ -112,10 +113,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from trainscope import api
-    from trainscope.reports.history import render_fixes_text, render_run_text, render_runs_text
-    from trainscope.traces.safe_text import safe_strings
-
     store = api.open_store(args.store, read_only=True) if _exists(args.store) else None
     path = args.store or api.default_store_path()
     if store is None:  # nothing saved yet: an empty history, not an error
@@ -158,7 +155,6 @@ def run(args: argparse.Namespace) -> int:
 
 def warn_skipped(lines: list[str], path: str) -> None:
     """One stderr line per damaged run a listing left out (the others are listed)."""
-    from trainscope.traces.safe_text import visible
 
     for line in lines:
         sys.stderr.write(f"trainscope: warning: {visible(path)}: {visible(line)}\n")
@@ -166,7 +162,5 @@ def warn_skipped(lines: list[str], path: str) -> None:
 
 def _exists(store: str | None) -> bool:
     import os
-
-    from trainscope import api
 
     return os.path.exists(store or api.default_store_path())

@@ -12,6 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from trainscope import api
+from trainscope.api.capture import CaptureOptions, capture_folder_problem, open_capture_folder
+from trainscope.api.live import make_run_folder, output_refusal, write_output
+from trainscope.commands.runs import add_save_args, save_recording, watch_save_problem
 from trainscope.commands.watch_output import JobOutput, write_line
 from trainscope.common import (
     EXIT_BAD_INPUT,
@@ -20,10 +24,15 @@ from trainscope.common import (
     one_line_errors,
     output_problem,
     same_file,
+    terminal_app,
     threshold_arg,
 )
 from trainscope.reports import formats
+from trainscope.reports.live import SCHEMA, status_line, status_line_dict, summary_dict, summary_text
 from trainscope.reports.output import to_json_line
+from trainscope.reports.prometheus import render_prometheus
+from trainscope.reports.renderers import WatchSummary
+from trainscope.traces.safe_text import visible, visible_lines
 
 MIN_INTERVAL = 0.25
 
@@ -61,16 +70,17 @@ def _count(lo: int, hi: int):
     return parse
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    a = sub.add_parser(
-        "watch",
-        help="live diagnosis beside a running training job",
-        description="Watch a training job live and tell whether the GPU is starved by the input pipeline, held "
+def register(a: argparse.ArgumentParser) -> None:
+    """The arguments of ``trainscope watch`` on its parser (named, with its help line, by trainscope/cli.py's table)."""
+    a.description = (
+        "Watch a training job live and tell whether the GPU is starved by the input pipeline, held "
         "up by memory, or busy computing — and what to change — without restarting it under a "
         "profiler. `watch -- COMMAND` launches the job and also measures, step by step, how long the "
         "training loop waits on its DataLoader (no code change). `--pid` attaches to a running job; "
-        "with neither, every GPU and the processes using it are watched.",
-        epilog="examples:\n"
+        "with neither, every GPU and the processes using it are watched."
+    )
+    a.epilog = (
+        "examples:\n"
         "  trainscope watch -- python train.py --epochs 3        # dashboard, step-exact timing\n"
         "  trainscope watch --headless -- python train.py        # one line per interval (ssh, logs)\n"
         "  trainscope watch --headless --format json -- torchrun --nproc-per-node 8 train.py > live.jsonl\n"
@@ -80,9 +90,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "  trainscope watch --prometheus-port 9400 -- python train.py\n\n"
         "with --format json the job's own stdout goes to stderr, so stdout holds only JSON lines.\n"
         "exit codes: the job's exit code when watch launched it (0 when --duration ended it); otherwise 0;\n"
-        "2 bad usage or input; 130 interrupted (Ctrl-C, or y at the dashboard's stop prompt)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "2 bad usage or input; 130 interrupted (Ctrl-C, or y at the dashboard's stop prompt)"
     )
+    a.formatter_class = argparse.RawDescriptionHelpFormatter
     a.add_argument(
         "command",
         nargs=argparse.REMAINDER,
@@ -186,7 +196,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="NAME=VALUE",
         help="override a diagnostic threshold (see `trainscope thresholds`)",
     )
-    from trainscope.commands.runs import add_save_args  # --save (needs --record), --store, --tag: the run history
 
     add_save_args(a)
     a.set_defaults(run=run)
@@ -315,15 +324,12 @@ def _stop_job(child: subprocess.Popen | None, sig: int, why: str | None = None) 
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    from trainscope import api
-
     cmd = list(args.command)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     modes = sum(bool(x) for x in (cmd, args.pid is not None, args.replay))
     if modes > 1:
         return fail("choose one of: -- COMMAND, --pid PID, --replay FILE")
-    from trainscope.commands.runs import watch_save_problem
 
     if watch_save_problem(args):
         return fail(watch_save_problem(args))
@@ -355,8 +361,6 @@ def run(args: argparse.Namespace) -> int:
             os.path.join(os.path.dirname(os.path.abspath(args.record)), "captures") if args.record else None
         )
     if capture_folder:  # before any job starts: a folder another user controls is refused
-        from trainscope.api.capture import capture_folder_problem, open_capture_folder
-
         flag = "--capture-dir" if args.capture_dir else "--record's captures folder"
         problem = capture_folder_problem(capture_folder)
         if problem:
@@ -369,7 +373,6 @@ def run(args: argparse.Namespace) -> int:
                 os.close(open_capture_folder(capture_folder))
             except OSError as e:
                 return fail(f"--capture-dir {capture_folder}: {e.strerror or e}")
-    from trainscope.api.live import output_refusal
 
     for flag, path in (("--record", args.record), ("--report", args.report)):
         problem = (output_refusal(path) or output_problem(path)) if path else None
@@ -384,8 +387,6 @@ def run(args: argparse.Namespace) -> int:
     # BadInput (one line, exit 2): an unknown threshold, a pid that does not exist, an unreadable replay
     capture = None
     if not args.replay and not args.no_step_hook:
-        from trainscope.api.capture import CaptureOptions
-
         capture = CaptureOptions(
             steps=args.capture_steps,
             at_s=args.capture_at,
@@ -415,8 +416,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _printer(args) -> Callable[[Any], None]:
     """Headless output: one line per :class:`trainscope.api.LiveSample`."""
-    from trainscope.reports.live import status_line, status_line_dict
-    from trainscope.traces.safe_text import visible
 
     seen: set[str] = set()
 
@@ -437,8 +436,6 @@ def _printer(args) -> Callable[[Any], None]:
 
 def _print_captures(args, captures) -> None:
     """Headless: each finished capture's verdict line, trace path and measured overhead."""
-    from trainscope.reports.live import SCHEMA
-    from trainscope.traces.safe_text import visible
 
     for c in captures:
         if args.format == "json":
@@ -453,8 +450,6 @@ def _print_captures(args, captures) -> None:
 
 def _finish(args, w, info: dict[str, Any]) -> int:
     """The end of a watch: the recording closed, ``--report`` written, the summary printed."""
-    from trainscope.reports.live import summary_dict, summary_text
-    from trainscope.traces.safe_text import visible_lines
 
     st = w.finish(info.get("exit_code"))
     info = {**info, "notes": list(dict.fromkeys(info.get("notes", []) + w.notes))}
@@ -462,8 +457,6 @@ def _finish(args, w, info: dict[str, Any]) -> int:
         info["captures"] = [c.to_dict() for c in w.captures()]
     code = EXIT_OK
     if args.report:  # in the format its name says (reports/formats.py), Markdown by default
-        from trainscope.reports.renderers import WatchSummary
-
         try:
             _write_report(args.report, WatchSummary(st, info).output())
         except OSError as e:
@@ -477,7 +470,6 @@ def _finish(args, w, info: dict[str, Any]) -> int:
         sys.stdout.flush()
     except BrokenPipeError:
         pass
-    from trainscope.commands.runs import save_recording  # watch --save: the recording's analysis, in the history
 
     return save_recording(args) or code
 
@@ -486,8 +478,6 @@ def _write_report(path: str, out) -> None:
     """``--report FILE`` in the format its name says (reports/formats.py; Markdown under a suffix no
     format claims, said on stderr), written whole and never through a link the watch did not
     create nor over another user's file (collectors/recording.write_output)."""
-    from trainscope.api.live import write_output
-    from trainscope.traces.safe_text import visible
 
     w, named = formats.for_path(path, out.document)
     if not named:
@@ -505,9 +495,10 @@ def _replay(args, w) -> int:
         for sample in w:
             emit(sample)
         return _finish(args, w, info)
-    from trainscope.tui.watch_app import WatchApp
 
-    app = WatchApp(title=info["target"], replay=True, interval=float(w.recording.header.get("interval_s") or 1.0))
+    app = terminal_app("watch")(
+        title=info["target"], replay=True, interval=float(w.recording.header.get("interval_s") or 1.0)
+    )
     app.preload(w)
     app.run()
     return _finish(args, w, info)
@@ -529,7 +520,6 @@ def _live(args, cmd: list[str], w) -> int:
             return fail(
                 f"cannot serve Prometheus metrics on {args.prometheus_host}:{args.prometheus_port}: {e.strerror or e}"
             )
-    from trainscope.api.live import make_run_folder
 
     try:  # in $TMPDIR, 0700, with a watch.owner file; what dead watchers left is removed first
         run_dir = make_run_folder()
@@ -553,7 +543,6 @@ def _live(args, cmd: list[str], w) -> int:
 
 def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
     """Launch (or attach to) the job, consume the api's live samples, guard the job on the way out."""
-    from trainscope import api
 
     notes: list[str] = []
     child: subprocess.Popen | None = None
@@ -586,9 +575,7 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
     emit = _printer(args) if headless else None
     app = None
     if not headless:
-        from trainscope.tui.watch_app import WatchApp
-
-        app = WatchApp(
+        app = terminal_app("watch")(
             title=target,
             interval=args.interval,
             launched=bool(cmd),
@@ -683,8 +670,6 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
 def _serve_prometheus(host: str, port: int, w):
     """Serve ``w.latest()`` (a :class:`trainscope.api.Watch`) in Prometheus' text format."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from trainscope.reports.prometheus import render_prometheus
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
