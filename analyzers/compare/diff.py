@@ -18,9 +18,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from trainscope.analyzers import findings as registry
+from trainscope.analyzers.compare.stats import bootstrap_change, mann_whitney
 from trainscope.analyzers.compare.tree_diff import TreeDiff, diff_trees
 from trainscope.analyzers.findings.base import DiffMeasure
 from trainscope.analyzers.kernel_match import KernelChange, KernelTime, match_kernels
+from trainscope.analyzers.ranks.alignment import summarize
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.shapes import ShapeSignature, compare_shapes
 from trainscope.analyzers.trace.allocator_peak import DeviceMemory
@@ -115,7 +117,6 @@ class Run:
 def summarize_run(path: str, traces: TraceSet, analyses: list[Analysis]) -> Run:
     """``analyses`` is one analysis per trace of ``traces``, in the same order (each rank's own
     judgement, as ``analyze_set`` gives it)."""
-    from trainscope.analyzers.ranks.alignment import summarize
 
     return run_from_summaries(
         path, [summarize(t, a) for t, a in zip(traces.traces, analyses)], analyses, list(traces.warnings)
@@ -805,8 +806,6 @@ def gate_side(run: Run, metric: str) -> GateSide:
 
 
 def _step_test(m: GateMetric, b: GateSide, a: GateSide, alpha: float) -> StepTest | None:
-    from trainscope.analyzers.compare.stats import bootstrap_change, mann_whitney
-
     if m.per_step is None:
         return None
     if not b.steps or not a.steps:

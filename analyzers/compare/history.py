@@ -40,6 +40,7 @@ from trainscope.analyzers.kernel_match import KernelChange, KernelTime, match_ke
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.shapes import ShapeSignature
 from trainscope.analyzers.trace.analysis import Analysis
+from trainscope.analyzers.trace.breakdown import CATEGORY_LABELS
 from trainscope.analyzers.trace.module_tree import STORED_LEVELS, STORED_NODES, ModuleTree, Node, top_levels
 from trainscope.analyzers.trace.sinks import SINK_LABELS, SINKS
 
@@ -589,8 +590,6 @@ SHARE_LABELS = {"gpu_busy": "GPU busy (kernels, copies, memsets)", "data_wait": 
 def diff_summaries(
     before: RunSummary, after: RunSummary, rules: Rules | None = None, labels: tuple[str, str] = ("BEFORE", "AFTER")
 ) -> SummaryDiff:
-    from trainscope.analyzers.trace.breakdown import CATEGORY_LABELS
-
     step_time = [
         StepTimeChange(s, getattr(before, f"step_{s}_ms"), getattr(after, f"step_{s}_ms"))
         for s in ("p50", "p95", "mean")

@@ -29,6 +29,8 @@ from trainscope.analyzers.findings.base import (
     code_language,
     fixed,
 )
+from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.sinks import SINKS
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.findings.observations import DiagnosisInput
@@ -136,8 +138,6 @@ def live_specs() -> list[FindingSpec]:
 
 def validate(registry: dict[str, FindingSpec] | None = None) -> list[str]:
     """Every declaration that lacks what a consumer needs, as one line each (empty: all complete)."""
-    from trainscope.analyzers.rules import Rules
-    from trainscope.analyzers.trace.sinks import SINKS
 
     reg = REGISTRY if registry is None else registry
     names = set(Rules.names())

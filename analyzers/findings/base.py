@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from trainscope.analyzers.trace.context import TRAINING
+
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Sequence
 
@@ -106,7 +108,6 @@ def always(_ctx: Context | None) -> bool:
 
 def in_context(ctx: Context | None) -> Context:
     """The run's context, or the one assumed when none was detected (a PyTorch training job)."""
-    from trainscope.analyzers.trace.context import TRAINING
 
     return ctx if ctx is not None else TRAINING
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake
 from trainscope.analyzers.findings.common import ctx, ev
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace.record_options import how_to_record
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.findings.observations import DiagnosisInput
@@ -84,7 +85,6 @@ GRAPH_REPLAYS = FindingSpec(
 
 def _unknown_bound(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     """Kernel work of unknown bound filling a saturated GPU (graph replays have their own finding)."""
-    from trainscope.analyzers.trace.record_options import how_to_record
 
     b, sinks = obs.breakdown, obs.sinks
     if not obs.has_gpu or sinks is None or not b.total_ns or (obs.extra and _replay_ns(obs.extra)):

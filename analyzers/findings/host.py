@@ -19,6 +19,7 @@ from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.trace.gpu_gaps import INFERRED, LAUNCH_CALL
+from trainscope.analyzers.trace.host_idle import COLD_START_DETAIL
 
 _LAUNCH_SEV = by_stake("host_overhead.moderate", "host_overhead.high")
 
@@ -68,8 +69,6 @@ def _launch(obs: DiagnosisInput, rules: Rules) -> Finding | None:
                 )
     h = obs.host_idle
     if h is not None and h.cold_start is not None and h.cold_start.idle_ns >= 0.5 * stake / 100 * h.step_ns:
-        from trainscope.analyzers.trace.host_idle import COLD_START_DETAIL
-
         detail = COLD_START_DETAIL  # first-call code loading inside launches: profile after warm-up
     if g is not None and g.sink_of("cold-start") == "launch" and g.pct("cold-start") >= 0.5 * stake:
         detail = (

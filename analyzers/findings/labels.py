@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from trainscope.analyzers.findings import REGISTRY
+from trainscope.analyzers.trace.host_only import LABEL_CLASS, NO_GPU_ROWS
 
 
 def verdict_class(axis: str, bottleneck: str | None) -> str:
@@ -14,8 +15,6 @@ def verdict_class(axis: str, bottleneck: str | None) -> str:
     insufficient evidence ("insufficient-gpu-evidence" for an Nsight export without GPU rows,
     analyzers/trace/host_only.py); "balanced" (no class) when no cause stands out."""
     if axis == "insufficient_evidence":
-        from trainscope.analyzers.trace.host_only import LABEL_CLASS, NO_GPU_ROWS
-
         return LABEL_CLASS if bottleneck == NO_GPU_ROWS else "none"
     spec = REGISTRY.get(bottleneck or "")
     if spec is None or spec.label_class is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Evidence,
@@ -181,7 +182,6 @@ _WARM_UP = ("lazy loading", "first call", "warm-up step")
 def _cure_words(c: Context, w: SteadyWindow) -> tuple[FixText, float | None]:
     """What removes the ledger's largest kind of one-off cost, and the seconds it removes once per
     process (the union of the costs it covers)."""
-    from trainscope.analyzers import intervals as iv
 
     by_kind: dict[str, int] = {}
     for cost in w.ledger.costs:

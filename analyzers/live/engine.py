@@ -38,7 +38,8 @@ from trainscope.analyzers.live.window_stats import (
 )
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.context import Context
-from trainscope.traces.samples import Snapshot
+from trainscope.analyzers.trace.recommendations import Recommendation
+from trainscope.traces.samples import Snapshot, trace_snapshots
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.trace.recommendations import Recommendation
@@ -337,8 +338,6 @@ class LiveAnalyzer:
 def counters_diagnosis(trace: Trace, rules: Rules) -> tuple[list[Finding], Verdict, list[Recommendation], str]:
     """``trainscope analyze`` on a counters-only trace (recording or nvidia-smi CSV): the live rules
     over the whole run, as analyze's findings, verdict and recommendations, plus a note."""
-    from trainscope.analyzers.trace.recommendations import Recommendation
-    from trainscope.traces.samples import trace_snapshots
 
     snaps = trace_snapshots(trace)
     st = evaluate(snaps, rules)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
+from trainscope.analyzers.findings import REGISTRY
 from trainscope.analyzers.trace.breakdown import BUSY, CATEGORIES, CATEGORY_LABELS, SYNC_CALL, gpu_layers, host_layers
 from trainscope.analyzers.trace.kernels import ALL_CLASSES
 from trainscope.analyzers.trace.steps import DATA_WAIT, PROFILER_STEP, StepSegmentation, name_mask
@@ -120,7 +121,6 @@ class Match:
 def _finding_categories() -> dict[str, str]:
     """Finding id → the GPU timeline category whose intervals it cites: the first breakdown category
     its registry declaration names (findings without one — capacity, live-only patterns — cite none)."""
-    from trainscope.analyzers.findings import REGISTRY
 
     return {fid: spec.breakdown[0] for fid, spec in REGISTRY.items() if spec.breakdown}
 
