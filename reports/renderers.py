@@ -21,6 +21,8 @@ from trainscope.traces.safe_text import safe_strings, visible_lines
 # 0.29 s with the plan's renderer alone (memory 1.46 s against 0.97 s, analyze 1.54 s against
 # 1.12 s; the fastest of 5 runs each). "diff*" is a diff with a stored run on one side, compared by
 # summaries (a document of its own shape); "watch" renders from the live status, not the document.
+# Besides the renderers: the page the other documents' text goes into, whether a median step is
+# drawn (the HTML analysis), and a watch's document and headline (WatchSummary).
 RENDERERS: dict[tuple[str, str], str] = {
     ("text", "analysis"): "text:render_text",
     ("text", "diff"): "diff_text:render_diff_text",
