@@ -4,13 +4,23 @@ Markdown sections. Kept apart from document.py/text.py/markdown.py, which only c
 from __future__ import annotations
 
 import textwrap
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trainscope.analyzers.deep.critical_path import CP_CATEGORIES, CP_LABELS
 from trainscope.analyzers.deep.second_opinion import DeepAnalysis
 from trainscope.analyzers.ranks.story import RankStory
 from trainscope.analyzers.rules import Rules
 from trainscope.reports.analysis_document import Stragglers
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.ranks.alignment import Alignment
+
+
+class Escape(Protocol):
+    """How the Markdown lines escape a name (reports/mdsafe.py ``md_escape``): cut to ``limit`` characters."""
+
+    def __call__(self, text: object, limit: int | None = None) -> str: ...
 
 
 def _r(x: float | None, nd: int = 2) -> float | None:
@@ -89,7 +99,7 @@ def deep_dict(d: DeepAnalysis) -> dict[str, Any]:
     }
 
 
-def stragglers_dict(story: RankStory, analyses: list | None = None, rules: Rules | None = None) -> dict[str, Any]:
+def stragglers_dict(story: RankStory, analyses: list[Any] | None = None, rules: Rules | None = None) -> dict[str, Any]:
     """The ``stragglers`` part of the document: the one rank story (analyzers/ranks/story.py), with
     each rank's verdict from ``analyses`` (the ranks' analyses after the reduce, in the story's order)."""
     rules = rules or Rules()
@@ -163,7 +173,7 @@ def stragglers_dict(story: RankStory, analyses: list | None = None, rules: Rules
     return out
 
 
-def _cost(d: dict) -> str:
+def _cost(d: dict[str, Any]) -> str:
     mem = (
         f", peak memory {d['peak_rss_mb']:.0f} MiB (+{d['rss_growth_mb']:.0f} MiB)"
         if d["peak_rss_mb"] is not None
@@ -173,7 +183,7 @@ def _cost(d: dict) -> str:
     return f"HTA {v.get('traceinsight', '?')} took {d['elapsed_s']:.1f} s{mem}"
 
 
-def deep_text_lines(d: dict, bold) -> list[str]:
+def deep_text_lines(d: dict[str, Any], bold: Callable[[str], str]) -> list[str]:
     out = [bold("Deep analysis (Holistic Trace Analysis)") + f"  {_cost(d)}"]
     if d["status"] == "skipped":
         out.append(f"  skipped: {d['reason']}")
@@ -223,7 +233,7 @@ def deep_text_lines(d: dict, bold) -> list[str]:
     return out
 
 
-def straggler_headline(s: Stragglers | dict) -> tuple[str, str | None]:
+def straggler_headline(s: Stragglers | dict[str, Any]) -> tuple[str, str | None]:
     """(the straggler line, None): the rank story's one line (``stragglers.summary``), the line every
     view leads with. (The second element once named a disagreement between two methods; the story
     has one answer.)"""
@@ -250,7 +260,7 @@ def _late_rank_table(s: Stragglers) -> list[str]:
     return rows
 
 
-def stragglers_text_lines(story: Stragglers | dict, bold) -> list[str]:
+def stragglers_text_lines(story: Stragglers | dict[str, Any], bold: Callable[[str], str]) -> list[str]:
     s = Stragglers.of(story)
     head, _ = straggler_headline(s)
     out = [bold("Stragglers") + f"  ({s.basis})"]
@@ -271,7 +281,7 @@ def stragglers_text_lines(story: Stragglers | dict, bold) -> list[str]:
     return out
 
 
-def extra_work_words(imb: dict) -> str:
+def extra_work_words(imb: dict[str, Any]) -> str:
     """The straggler's extra work per step (what balancing can move), then its extra kernel time per
     class, largest first (what balancing would even out)."""
     work = imb.get("extra_work") or []
@@ -282,7 +292,7 @@ def extra_work_words(imb: dict) -> str:
     return classes or "no kernel class takes longer (or no GPU kernels to compare)"
 
 
-def deep_markdown_lines(d: dict, esc) -> list[str]:
+def deep_markdown_lines(d: dict[str, Any], esc: Escape) -> list[str]:
     out = ["## Deep analysis (Holistic Trace Analysis)", "", esc(_cost(d)), ""]
     if d["status"] == "skipped":
         return out + [f"Skipped: {esc(d['reason'])}", ""]
@@ -329,7 +339,7 @@ def deep_markdown_lines(d: dict, esc) -> list[str]:
     return out
 
 
-def stragglers_markdown_lines(story: Stragglers | dict, esc) -> list[str]:
+def stragglers_markdown_lines(story: Stragglers | dict[str, Any], esc: Escape) -> list[str]:
     s = Stragglers.of(story)
     head, _ = straggler_headline(s)
     out = ["## Stragglers", "", f"**{esc(head[:1].upper() + head[1:])}**", ""]
@@ -360,7 +370,7 @@ def stragglers_markdown_lines(story: Stragglers | dict, esc) -> list[str]:
     return out
 
 
-def alignment_dict(al) -> dict[str, Any]:
+def alignment_dict(al: Alignment) -> dict[str, Any]:
     """The ranks aligned on their collectives' ends (analyzers/ranks/alignment.py :class:`Alignment`)."""
     imb = al.imbalance
     return {
@@ -427,7 +437,7 @@ def alignment_dict(al) -> dict[str, Any]:
 _SHADES = "▁▂▃▄▅▆▇█"
 
 
-def ranks_view_text_lines(v: dict, bold) -> list[str]:
+def ranks_view_text_lines(v: dict[str, Any], bold: Callable[[str], str]) -> list[str]:
     """Ranks by lateness with a heat strip of their step times (darker: longer) and the spread."""
     d = v["step_ms_distribution"]
     if not d:
@@ -450,7 +460,7 @@ def ranks_view_text_lines(v: dict, bold) -> list[str]:
     return out
 
 
-def ranks_view_markdown_lines(v: dict, al: dict | None, esc) -> list[str]:
+def ranks_view_markdown_lines(v: dict[str, Any], al: dict[str, Any] | None, esc: Escape) -> list[str]:
     d = v["step_ms_distribution"]
     if not d:
         return []

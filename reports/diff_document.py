@@ -7,6 +7,7 @@ from typing import Any
 
 from trainscope import __version__
 from trainscope.analyzers.compare.diff import GateResult, Run, RunDiff, ShareChange
+from trainscope.analyzers.compare.history import FixOutcome
 from trainscope.analyzers.compare.tree_diff import NodeChange, NodeGateResult, TreeDiff
 from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.analyzers.trace.module_tree import STORED_LEVELS, STORED_NODES
@@ -266,7 +267,7 @@ def tree_diff_dict(t: TreeDiff | None, gates: list[NodeGateResult] | None = None
     )
 
 
-def fixes_list(fixes) -> list[dict[str, Any]]:
+def fixes_list(fixes: list[FixOutcome]) -> list[dict[str, Any]]:
     """Each earlier fix (analyzers.compare.history.FixOutcome): projected against achieved."""
     return [
         {

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
-from trainscope.reports.markdown import md_escape
+from trainscope.reports.diff_text import movers, node_path, not_kept_line, tree_shown
+from trainscope.reports.mdsafe import md_escape
 
 KERNEL_ROWS = 10
 
@@ -13,12 +16,13 @@ def _cell(x: float | None, fmt: str = "{:.2f}") -> str:
     return "—" if x is None else fmt.format(x)
 
 
-def _work(w, work: dict, kernels: dict | None) -> None:
+def _work(w: Callable[[str], object], work: dict[str, Any], kernels: dict[str, Any] | None) -> None:
     """Work per window, every rank summed: the measure of fixed capture windows (their length is the capture's)."""
-    from trainscope.reports.diff_text import movers
-
     km, kn, fl, wm = work["kernel_ms"], work["kernels"], work["flops"], work["window_ms"]
-    pct = lambda b, a: _cell(100 * (a - b) / b if b else None, "{:+.1f} %")  # noqa: E731
+
+    def pct(b: float, a: float) -> str:
+        return _cell(100 * (a - b) / b if b else None, "{:+.1f} %")
+
     w("## Work per window")
     w("")
     if work["fixed_windows"]:
@@ -59,11 +63,14 @@ def _work(w, work: dict, kernels: dict | None) -> None:
         w("")
 
 
-def render_diff_markdown(doc: dict) -> str:
+def render_diff_markdown(doc: dict[str, Any]) -> str:
     b, a, v = doc["before"], doc["after"], doc["verdict"]
     out: list[str] = []
     w = out.append
-    name = lambda s: md_escape(os.path.basename(s["path"].rstrip("/")) or s["path"])  # noqa: E731
+
+    def name(s: dict[str, Any]) -> str:
+        return md_escape(os.path.basename(s["path"].rstrip("/")) or s["path"])
+
     w(f"# trainscope diff: {name(b)} → {name(a)}")
     w("")
     w("| | before | after |")
@@ -92,7 +99,7 @@ def render_diff_markdown(doc: dict) -> str:
     w("")
     work = doc.get("work")
     fixed = bool(work and work["fixed_windows"])
-    if fixed:
+    if fixed and work is not None:
         _work(w, work, doc["kernels"])
     else:
         w("## Step time")
@@ -206,10 +213,8 @@ def render_diff_markdown(doc: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def tree_markdown(w, t: dict, unit: str) -> None:
+def tree_markdown(w: Callable[[str], object], t: dict[str, Any], unit: str) -> None:
     """The section "Where in the model" of a diff document's ``tree`` (two traces, or stored runs)."""
-    from trainscope.reports.diff_text import node_path, not_kept_line, tree_shown
-
     if not tree_shown(t):
         return
     w("## Where in the model")

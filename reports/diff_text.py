@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import os
 import textwrap
+from collections.abc import Callable
+from typing import Any
+
+from trainscope.reports.document import path_label
 
 KERNEL_LINES = 6
 _STATUS_MARK = {"resolved": "✔", "improved": "✔", "unchanged": "·", "worse": "✘", "unknown": "?"}
@@ -18,7 +22,7 @@ def _base(path: str) -> str:
     return os.path.basename(path.rstrip("/")) or path
 
 
-def _side_line(s: dict) -> str:
+def _side_line(s: dict[str, Any]) -> str:
     dev = s["device"] or "no GPU activity"
     rank = f", rank {s['rank']}" if s["rank"] is not None else ""
     ranks = ""
@@ -35,7 +39,7 @@ def _pts(x: float) -> str:
     return f"{x:+.1f} pts" if abs(x) >= 0.05 else "  0.0 pts"
 
 
-def _speed(st: dict) -> str:
+def _speed(st: dict[str, Any]) -> str:
     sp = st["speedup"]
     if sp is None:
         return ""
@@ -50,14 +54,16 @@ def _pct(before: float, after: float) -> str:
     return f"{100 * (after - before) / before:+.1f} %" if before else ""
 
 
-def movers(kernels: dict, n: int) -> list[dict]:
+def movers(kernels: dict[str, Any], n: int) -> list[dict[str, Any]]:
     """The matched kernels whose time moved the most either way, largest move first."""
     rows = list(kernels["grew"]) + list(kernels["shrank"])
     rows.sort(key=lambda r: -abs(r["change_ms_per_step"] or 0.0))
     return rows[:n]
 
 
-def _work_lines(w, bold, work: dict, kernels: dict | None = None) -> None:
+def _work_lines(
+    w: Callable[[str], object], bold: Callable[[str], str], work: dict[str, Any], kernels: dict[str, Any] | None = None
+) -> None:
     fixed = work["fixed_windows"]
     km, kn, fl = work["kernel_ms"], work["kernels"], work["flops"]
     title = "Work per window" + ("  (fixed capture windows: the work they hold is the measure)" if fixed else "")
@@ -96,7 +102,7 @@ def _work_lines(w, bold, work: dict, kernels: dict | None = None) -> None:
 TREE_LINES = 8
 
 
-def tree_shown(t: dict | None) -> bool:
+def tree_shown(t: dict[str, Any] | None) -> bool:
     """Whether the diff's tree section has anything to show: GPU time in either run, and a range or a
     renamed, added or removed node."""
     if not t or not (t["before_gpu_ms"] or t["after_gpu_ms"]):
@@ -105,12 +111,10 @@ def tree_shown(t: dict | None) -> bool:
 
 
 def node_path(path: list[str]) -> str:
-    from trainscope.reports.document import path_label
-
     return path_label(path)
 
 
-def tree_lines(w, bold, t: dict, unit: str) -> None:
+def tree_lines(w: Callable[[str], object], bold: Callable[[str], str], t: dict[str, Any], unit: str) -> None:
     """The section "Where in the model" of a diff document's ``tree`` (two traces, or stored runs)."""
     w(
         bold("Where in the model")
@@ -147,7 +151,7 @@ def tree_lines(w, bold, t: dict, unit: str) -> None:
     w("")
 
 
-def not_kept_line(t: dict) -> str:
+def not_kept_line(t: dict[str, Any]) -> str:
     """What a comparison of stored trees cannot see (a stored run keeps the tree's top levels)."""
     n = t["not_kept"]
     return f"stored runs keep the tree's top levels ({t['kept']})" + (
@@ -157,7 +161,7 @@ def not_kept_line(t: dict) -> str:
     )
 
 
-def render_diff_text(doc: dict, color: bool = False) -> str:
+def render_diff_text(doc: dict[str, Any], color: bool = False) -> str:
     bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
     out: list[str] = []
     w = out.append

@@ -3,7 +3,7 @@ other rendering (terminal, Markdown) reads, so they cannot disagree."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainscope import __version__
 from trainscope.analyzers import findings as registry
@@ -16,6 +16,9 @@ from trainscope.analyzers.trace.sinks import SINK_LABELS
 from trainscope.analyzers.trace.verdict import Evidence
 from trainscope.collectors.formats import COUNTER_FORMATS  # the reader table's counters-only rows
 from trainscope.reports.analysis_document import AnalysisDocument, GpuMetrics, Recommendation, TreeNode
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.trace.roofline import RooflineRow
 
 Doc = AnalysisDocument | dict[str, Any]  # what the helpers below take: the typed document, or its dict
 
@@ -144,7 +147,7 @@ def window_lines(doc: Doc) -> list[str]:
     return out
 
 
-def _evidence(e: Evidence) -> dict:
+def _evidence(e: Evidence) -> dict[str, Any]:
     return {
         "metric": e.metric,
         "value": e.value,
@@ -352,7 +355,7 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
     }
 
 
-def _roof_cols(r) -> dict[str, Any]:
+def _roof_cols(r: RooflineRow | None) -> dict[str, Any]:
     """Roofline columns of one kernel name (all null when the kernel has no roofline row)."""
     if r is None:
         return {
@@ -841,7 +844,7 @@ def _counters(a: Analysis) -> dict[str, Any] | None:
     }
 
 
-def _story_figures(stragglers: dict | None, i: int) -> dict:
+def _story_figures(stragglers: dict[str, Any] | None, i: int) -> dict[str, Any]:
     """Rank ``i``'s figures from the rank story (``stragglers.ranks[i]``): the same lateness, last-at
     count, straggler and headline marks the ``stragglers`` section and every view print."""
     rows = (stragglers or {}).get("ranks") or []
@@ -863,10 +866,10 @@ def build_document(
     analyses: list[Analysis],
     rules: Rules,
     input_warnings: list[str] | None = None,
-    deep: dict | None = None,
-    stragglers: dict | None = None,
+    deep: dict[str, Any] | None = None,
+    stragglers: dict[str, Any] | None = None,
     main_index: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The top-level document. For several ranks the body is the rank story's headline rank
     (``main_index``, else ``stragglers['headline_index']``: the straggler, else the rank whose own
     work fills most of the shared step — analyzers/ranks/story.py; the longest median step only
@@ -881,7 +884,7 @@ def build_document(
     else:
         main = slowest(analyses)
     formats = [a.source_format for a in analyses]
-    doc = {
+    doc: dict[str, Any] = {
         "schema": SCHEMA,
         "tool": {"name": "trainscope", "version": __version__},
         "input": {"path": path, "format": formats[0] if len(set(formats)) == 1 else "mixed", "traces": len(analyses)},

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from trainscope.reports.output import write_atomic
+
 DOCUMENTS: tuple[str, ...] = ("analysis", "diff", "plan", "memory", "watch")
 """The documents trainscope renders: ``analyze`` (api.Report), ``diff`` (api.DiffResult), ``plan``
 (api.PlanResult), ``memory`` (api.MemoryReport) and the end of a ``watch``
@@ -33,7 +35,7 @@ class Output:
     """What a renderer is given."""
 
     document: str  # one of DOCUMENTS
-    doc: dict  # the JSON document, built once by the caller
+    doc: dict[str, Any]  # the JSON document, built once by the caller
     subject: Any = None  # the api object the document came from (what the document does not hold: the trace)
     color: bool = False  # bold headings (text for a terminal that shows them)
 
@@ -51,7 +53,8 @@ class Writer:
 
     def renderer(self) -> Callable[[Output], Rendered]:
         module, fn = self.render.split(":")
-        return getattr(importlib.import_module(module), fn)
+        render: Callable[[Output], Rendered] = getattr(importlib.import_module(module), fn)
+        return render
 
 
 _R = "trainscope.reports.renderers"
@@ -125,8 +128,6 @@ def write(path: str, out: Output) -> tuple[Writer, bool]:
     """Write ``out`` to the file ``path`` atomically, in the format its name says; the row written and
     whether the name said it (False: the default, under a suffix no row claims). OSError as
     :func:`trainscope.reports.output.write_atomic`."""
-    from trainscope.reports.output import write_atomic
-
     w, named = for_path(path, out.document)
     write_atomic(path, render(w, out))
     return w, named

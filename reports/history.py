@@ -11,6 +11,7 @@ from trainscope.analyzers.compare.diff import GateResult
 from trainscope.analyzers.compare.history import RunSummary, SummaryDiff
 from trainscope.analyzers.compare.tree_diff import NodeGateResult
 from trainscope.analyzers.kernel_match import KernelChange
+from trainscope.analyzers.trace.sinks import SINK_LABELS
 from trainscope.reports.diff_document import (
     SCHEMA,
     fixes_list,
@@ -21,7 +22,7 @@ from trainscope.reports.diff_document import (
 )
 from trainscope.reports.diff_markdown import tree_markdown
 from trainscope.reports.diff_text import tree_lines, tree_shown
-from trainscope.reports.markdown import md_escape
+from trainscope.reports.mdsafe import md_escape
 
 KERNEL_ROWS = 8
 
@@ -114,19 +115,19 @@ def build_summary_diff_document(
     }
 
 
-def _unit(doc: dict) -> str:
+def _unit(doc: dict[str, Any]) -> str:
     """What the tree's times are per: a step, or a capture window where a run has no steps."""
     return "window" if doc["before"].get("fixed_window") or doc["after"].get("fixed_window") else "step"
 
 
-def _speed(st: dict) -> str:
+def _speed(st: dict[str, Any]) -> str:
     sp = st["speedup"]
     if sp is None:
         return ""
     return f"{sp:.2f}× faster" if sp >= 1 else f"{1 / sp:.2f}× slower"
 
 
-def _who(s: dict) -> str:
+def _who(s: dict[str, Any]) -> str:
     run = s["run"]
     where = f"{s['label']}"
     if run:
@@ -136,7 +137,7 @@ def _who(s: dict) -> str:
     return f"{where}: {dev}, {s['traces']} rank{'s' if s['traces'] != 1 else ''}, {s['steps']} step{'s' if s['steps'] != 1 else ''}"
 
 
-def render_summary_diff_text(doc: dict, color: bool = False) -> str:
+def render_summary_diff_text(doc: dict[str, Any], color: bool = False) -> str:
     bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
     out: list[str] = []
     w = out.append
@@ -209,7 +210,7 @@ def render_summary_diff_text(doc: dict, color: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_summary_diff_markdown(doc: dict) -> str:
+def render_summary_diff_markdown(doc: dict[str, Any]) -> str:
     b, a, v = doc["before"], doc["after"], doc["verdict"]
     out: list[str] = []
     w = out.append
@@ -260,7 +261,7 @@ def render_summary_diff_markdown(doc: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_runs_text(runs: list[dict], store: str) -> str:
+def render_runs_text(runs: list[dict[str, Any]], store: str) -> str:
     """The `trainscope runs` table: newest first."""
     if not runs:
         return f"no saved runs in {store} (save one with `trainscope analyze TRACE --save`)\n"
@@ -288,11 +289,9 @@ def render_runs_text(runs: list[dict], store: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_run_text(run: dict, store: str) -> str:
+def render_run_text(run: dict[str, Any], store: str) -> str:
     """`trainscope runs ID`: the listing row, then what the run's saved summary holds — the verdict
     and its summary, the step times, the sinks, the fixes with their projections, the top kernels."""
-    from trainscope.analyzers.trace.sinks import SINK_LABELS
-
     out = [render_runs_text([run], store).rstrip("\n").rsplit("\n", 1)[0], ""]
     w = out.append
     s = run.get("summary") or {}
@@ -332,7 +331,7 @@ def render_run_text(run: dict, store: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_fixes_text(rows: list[dict]) -> str:
+def render_fixes_text(rows: list[dict[str, Any]]) -> str:
     """`trainscope runs --fixes`: every recorded fix outcome, projected against achieved."""
     if not rows:
         return "no fix outcomes recorded (`trainscope diff BEFORE AFTER --save` records them)\n"

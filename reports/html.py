@@ -13,10 +13,15 @@ for the preformatted blocks. The document is made visible as a whole where a pag
 from __future__ import annotations
 
 import html
+import math
 import os
 from typing import TYPE_CHECKING, Any
 
+from trainscope.analyzers.trace.breakdown import CATEGORIES, CATEGORY_LABELS
+from trainscope.analyzers.trace.kernels import kernel_classes
+from trainscope.analyzers.views.timeline import HOST_LABELS, TimelineModel
 from trainscope.reports.analysis_document import AnalysisDocument, Evidence
+from trainscope.reports.deep import deep_text_lines, stragglers_text_lines
 from trainscope.reports.document import (
     AXIS_NAMES,
     communication_split_words,
@@ -31,11 +36,12 @@ from trainscope.reports.document import (
     tree_rows,
     window_lines,
 )
+from trainscope.reports.plan import ledger_text_lines
+from trainscope.reports.text import _fmt, _rate, roofline_summary
 from trainscope.traces.safe_text import safe_strings, visible, visible_lines
 
 if TYPE_CHECKING:
     from trainscope.analyzers.trace.analysis import Analysis
-    from trainscope.analyzers.views.timeline import TimelineModel
     from trainscope.traces.model import Trace
 
 # One colour per breakdown category and host state; busy GPU time green/purple/yellow, idle GPU
@@ -106,8 +112,6 @@ def _legend(colors: dict[str, str], labels: dict[str, str], title: str = "") -> 
 
 def nice_ticks(top: float, most: int = 6) -> list[float]:
     """Round tick values from 0 to at least ``top``: steps of 1, 2 or 5 × 10^k, at most ``most`` + 1 ticks."""
-    import math
-
     top = max(float(top), 1e-9)
     raw = top / most
     mag = 10 ** math.floor(math.log10(raw))
@@ -119,8 +123,6 @@ def nice_ticks(top: float, most: int = 6) -> list[float]:
 def breakdown_svg(doc: AnalysisDocument, width: int = 1000, height: int = 260) -> str:
     """One stacked bar per step (at most 200): milliseconds per breakdown category, bottom to top in
     the breakdown's order; outlier steps are marked with a triangle."""
-    from trainscope.analyzers.trace.breakdown import CATEGORIES
-
     steps = doc.steps[:200]
     labels = {c: cat.label for c, cat in doc.breakdown.categories.items()} if doc.breakdown is not None else {}
     if not steps:
@@ -201,9 +203,6 @@ def timeline_svg(
         return ""
     step = analysis.breakdown.steps[i]
     if model is None:
-        from trainscope.analyzers.trace.kernels import kernel_classes
-        from trainscope.analyzers.views.timeline import TimelineModel
-
         model = TimelineModel(trace, analysis.segmentation, analysis.device, kernel_classes(trace)[0])
     lo, hi = int(step.start_ns), int(step.start_ns + step.duration_ns)
     left, lane_h, gap, top = 56, 34, 10, 10
@@ -254,8 +253,6 @@ MEETS = {True: ("✔", "crossed", "#2e9e44"), False: ("✘", "not crossed", "#b3
 
 
 def _evidence_rows(evidence: list[Evidence]) -> str:
-    from trainscope.reports.text import _fmt
-
     rows = []
     for e in evidence:
         val = "—" if e.value is None else _fmt(e.value, e.unit).strip()
@@ -275,16 +272,13 @@ def _name(d: AnalysisDocument) -> str:
 
 
 def render_html_fragment(
-    doc: AnalysisDocument | dict,
+    doc: AnalysisDocument | dict[str, Any],
     trace: Trace | None = None,
     analysis: Analysis | None = None,
     model: TimelineModel | None = None,
 ) -> str:
     """The report body (for Jupyter's ``_repr_html_``): no <html> wrapper, styles scoped inline.
     ``model``: the rank's timeline model, where the caller has built it."""
-    from trainscope.analyzers.trace.breakdown import CATEGORY_LABELS
-    from trainscope.analyzers.views.timeline import HOST_LABELS
-
     # every name one line, as the text report shows it
     d = AnalysisDocument.from_dict(safe_strings(doc.to_dict() if isinstance(doc, AnalysisDocument) else doc))
     v, b = d.verdict, d.breakdown
@@ -393,8 +387,6 @@ def render_html_fragment(
         w(f"<h2>GPU metrics</h2><p>{_e(', '.join(parts))} ({gm.samples:,} samples in the steps)</p>")
     k = d.kernels
     if k is not None and k.count:
-        from trainscope.reports.text import _rate, roofline_summary
-
         tc = k.tensor_core_pct_of_matmul
         cls = ", ".join(
             f"{c} {p:.0f} %" for c, p in sorted(k.class_pct.items(), key=lambda x: -(x[1] or 0.0)) if (p or 0.0) >= 1
@@ -468,7 +460,7 @@ def render_html_fragment(
                 else f"<li>MFU: {_e(mfu.reason)}</li>"
             )
             if mfu.basis == "recorded flops" and mfu.shapes_pct is not None:
-                w(f"<li>{mfu.shapes_pct:.1f} % ({_e(mfu.shapes_reason)})</li>")
+                w(f"<li>{mfu.shapes_pct:.1f} % ({_e(mfu.shapes_reason or '')})</li>")
             law = mfu.iron_law
             if law:
                 w(
@@ -480,20 +472,14 @@ def render_html_fragment(
                     w(f"<li>busy but below peak (% of step time): {_e(gap)}</li>")
         w("</ul>")
     if d.ledger:
-        from trainscope.reports.plan import ledger_text_lines
-
         w("<h2>Planned memory</h2><pre>" + _pre("\n".join(ledger_text_lines(d.ledger)).strip("\n")) + "</pre>")
     if d.deep:
-        from trainscope.reports.deep import deep_text_lines
-
         w(
             "<h2>Deep analysis (Holistic Trace Analysis)</h2><pre>"
             + _pre("\n".join(deep_text_lines(d.deep, lambda x: x)))
             + "</pre>"
         )
     if d.stragglers:
-        from trainscope.reports.deep import stragglers_text_lines
-
         w("<h2>Stragglers</h2><pre>" + _pre("\n".join(stragglers_text_lines(d.stragglers, lambda x: x))) + "</pre>")
     if d.ranks:
         lead = d.stragglers.headline if d.stragglers else None
@@ -502,14 +488,14 @@ def render_html_fragment(
             "<table><tr><th>rank</th><th>step p50 ms</th><th>GPU busy</th><th>late by ms</th><th>last at</th>"
             "<th>verdict</th></tr>"
         )
-        for r in d.ranks:
-            late = _f(r.mean_late_ms) if r.mean_late_ms is not None else "—"
-            last = f"{r.last_in} of {r.considered}" if r.last_in is not None else "—"
-            mark = (" ◀ straggler" if r.straggler else "") + (" ▶ headline" if r.headline else "")
+        for rk in d.ranks:
+            late = _f(rk.mean_late_ms) if rk.mean_late_ms is not None else "—"
+            last = f"{rk.last_in} of {rk.considered}" if rk.last_in is not None else "—"
+            mark = (" ◀ straggler" if rk.straggler else "") + (" ▶ headline" if rk.headline else "")
             w(
-                f"<tr><td class=n>{r.rank}</td><td class=n>{_f(r.step_p50_ms)}</td><td class=n>{_f(r.gpu_busy_pct)} %</td>"
+                f"<tr><td class=n>{rk.rank}</td><td class=n>{_f(rk.step_p50_ms)}</td><td class=n>{_f(rk.gpu_busy_pct)} %</td>"
                 f"<td class=n>{late}</td><td class=n>{_e(last)}</td>"
-                f"<td>{_e(AXIS_NAMES[r.axis])} {_e(r.bottleneck or '')}{_e(mark)}</td></tr>"
+                f"<td>{_e(AXIS_NAMES[rk.axis])} {_e(rk.bottleneck or '')}{_e(mark)}</td></tr>"
             )
         w("</table>")
     if d.warnings:
@@ -519,7 +505,7 @@ def render_html_fragment(
 
 
 def render_html(
-    doc: AnalysisDocument | dict,
+    doc: AnalysisDocument | dict[str, Any],
     trace: Trace | None = None,
     analysis: Analysis | None = None,
     model: TimelineModel | None = None,
@@ -548,7 +534,7 @@ def scoped_css(scope: str = ".trainscope-report") -> str:
 
 
 def render_html_cell(
-    doc: AnalysisDocument | dict,
+    doc: AnalysisDocument | dict[str, Any],
     trace: Trace | None = None,
     analysis: Analysis | None = None,
     model: TimelineModel | None = None,

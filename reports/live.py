@@ -14,7 +14,7 @@ from trainscope.analyzers.findings import code_language
 from trainscope.analyzers.live.engine import READY, LiveStatus, WindowStats
 from trainscope.analyzers.live.split import BASIS, LABELS, PARTS, SHORT, SplitWindow, StepSplit
 from trainscope.reports.document import AXIS_NAMES, _evidence, headline_word
-from trainscope.reports.markdown import md_escape
+from trainscope.reports.mdsafe import md_escape
 from trainscope.traces.samples import Snapshot
 
 SCHEMA = "trainscope.watch/1"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
+from typing import Any
 
 from trainscope.analyzers.findings import code_language
 from trainscope.analyzers.plural import unit_for
 from trainscope.reports.analysis_document import AnalysisDocument, Roofline
+from trainscope.reports.deep import deep_markdown_lines, stragglers_markdown_lines
 from trainscope.reports.document import (
     AXIS_NAMES,
     communication_split_words,
@@ -21,19 +22,8 @@ from trainscope.reports.document import (
     tree_rows,
     window_lines,
 )
-
-_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
-
-
-def md_escape(text: object, limit: int | None = None) -> str:
-    """Text safe inside Markdown prose and table cells: kernel and file names contain ``<``,
-    ``*``, ``_`` and ``|``, which would otherwise turn into HTML, emphasis or new columns."""
-    s = str(text)
-    if limit and len(s) > limit:
-        s = s[: limit - 1] + "…"
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = _SPECIAL.sub(r"\\\1", s)
-    return s.replace("\r", " ").replace("\n", " ")
+from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.plan import ledger_markdown_lines
 
 
 def _fence(code: str) -> str:
@@ -43,7 +33,7 @@ def _fence(code: str) -> str:
     return f"{fence}{code_language(code)}\n{code}\n{fence}"
 
 
-def render_markdown(doc: AnalysisDocument | dict) -> str:
+def render_markdown(doc: AnalysisDocument | dict[str, Any]) -> str:
     d = AnalysisDocument.of(doc)
     b, v = d.breakdown, d.verdict
     split = communication_split_words(d)
@@ -220,16 +210,10 @@ def render_markdown(doc: AnalysisDocument | dict) -> str:
             )
     w("")
     if d.ledger:
-        from trainscope.reports.plan import ledger_markdown_lines
-
         out.extend(ledger_markdown_lines(d.ledger))
     if d.deep:
-        from trainscope.reports.deep import deep_markdown_lines
-
         out.extend(deep_markdown_lines(d.deep, md_escape))
     if d.stragglers:
-        from trainscope.reports.deep import stragglers_markdown_lines
-
         out.extend(stragglers_markdown_lines(d.stragglers, md_escape))
     if d.ranks:
         w("## Ranks")
@@ -259,7 +243,7 @@ def render_markdown(doc: AnalysisDocument | dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def _num(x, fmt: str) -> str:
+def _num(x: float | None, fmt: str) -> str:
     return "—" if x is None else format(x, fmt)
 
 

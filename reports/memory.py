@@ -9,7 +9,7 @@ from trainscope import __version__
 from trainscope.analyzers.snapshot.summary import DeviceSnapshotMemory
 from trainscope.analyzers.snapshot.timeline_peak import TimelinePeak
 from trainscope.analyzers.trace.verdict import Finding
-from trainscope.reports.markdown import md_escape
+from trainscope.reports.mdsafe import md_escape
 
 SCHEMA = "trainscope.memory/1"
 
@@ -41,7 +41,7 @@ def build_memory_document(
     devices: list[DeviceSnapshotMemory] | None,
     timeline: TimelinePeak | None,
     findings: list[Finding],
-    capacity: dict | None,
+    capacity: dict[str, Any] | None,
     warnings: list[str],
 ) -> dict[str, Any]:
     doc: dict[str, Any] = {
@@ -102,7 +102,7 @@ def _g(b: int | float) -> str:
     return f"{b / 2**30:.2f} GiB"
 
 
-def render_memory_text(doc: dict) -> str:
+def render_memory_text(doc: dict[str, Any]) -> str:
     out: list[str] = []
     w = out.append
     w(f"trainscope memory — {os.path.basename(doc['input']['path'])} ({doc['input']['format']})")
@@ -161,7 +161,7 @@ def render_memory_text(doc: dict) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def render_memory_markdown(doc: dict) -> str:
+def render_memory_markdown(doc: dict[str, Any]) -> str:
     out = [f"# trainscope memory report: {md_escape(os.path.basename(doc['input']['path']))}", ""]
     w = out.append
     for m in doc.get("devices", []):

@@ -6,16 +6,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from trainscope.reports.diff_document import verdict_headline
+from trainscope.traces.safe_text import visible
+
 MAX = 400  # characters: a repr is a line, not a report
 
 
-def _base(path: str) -> str:
+def _base(path: object) -> str:
     return os.path.basename(str(path).rstrip("/")) or str(path)
 
 
 def _cut(s: str) -> str:
-    from trainscope.traces.safe_text import visible
-
     # names from traces: controls, bidi and separators spelled out (traces/safe_text.py), then any
     # other invisible character (zero-width, private use) as "?"
     s = " ".join(visible(s).split())
@@ -24,8 +25,6 @@ def _cut(s: str) -> str:
 
 
 def _headline(axis: str, bottleneck: str | None, summary: str = "") -> str:
-    from trainscope.reports.diff_document import verdict_headline
-
     return verdict_headline(axis, bottleneck, summary)
 
 
@@ -43,7 +42,7 @@ def report_line(source: str, verdict: Any, steps: int, step_p50_ms: float | None
     return _cut(f"<Report {_base(source)}: " + " · ".join(parts) + ">")
 
 
-def diff_line(d: Any, gate: Any, fixes: list) -> str:
+def diff_line(d: Any, gate: Any, fixes: list[Any]) -> str:
     """Before → after, the verdict change, the headline number (work per window for fixed capture
     windows, else step p50) and the gate."""
     v = d.verdict
@@ -77,7 +76,7 @@ def diff_line(d: Any, gate: Any, fixes: list) -> str:
     return _cut(f"<DiffResult {names}: " + " · ".join(parts) + ">")
 
 
-def plan_line(fit: Any, options: list) -> str:
+def plan_line(fit: Any, options: list[Any]) -> str:
     state = "does not fit" if not fit.fits else "fits, tight" if fit.tight else "fits"
     floor = " (static floor only: activations unknown)" if fit.static_only else ""
     opts = (
@@ -91,7 +90,7 @@ def plan_line(fit: Any, options: list) -> str:
     )
 
 
-def memory_line(path: str, kind: str, doc: dict, findings: list) -> str:
+def memory_line(path: str, kind: str, doc: dict[str, Any], findings: list[Any]) -> str:
     parts = []
     for d in doc.get("devices") or []:
         parts.append(

@@ -31,21 +31,30 @@ stream a thread of that process (the original pid and tid are in the ``trainscop
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.trace.analysis import Analysis
+from trainscope.analyzers.trace.kernels import kernel_classes
 from trainscope.analyzers.views.timeline import FINDING_CATEGORY, GPU_CATEGORIES, TimelineModel
+from trainscope.collectors.errors import TraceError
+from trainscope.collectors.kineto_stream import Fallback, _array_ends, _top, stream_events
+from trainscope.collectors.readers import GZIP_MAGIC, TEXT_REPAIRED
 from trainscope.reports.analysis_document import AnalysisDocument
 from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.ranks.lanes import SideBySide
 
 FINDINGS_PID = 999_999  # a pid no profiler uses, for the findings process
 FINDING_PREFIX = "finding "  # the findings tracks' range names start with it (readers can pick them out)
@@ -55,7 +64,8 @@ _COPY_BLOCK = 4 << 20  # bytes per read where the kernel cannot copy the input's
 
 
 def _us(ns: np.ndarray | int, offset_ns: int = 0) -> list[float]:
-    return ((np.asarray(ns, np.float64) + offset_ns) / 1e3).round(3).tolist()
+    us: list[float] = ((np.asarray(ns, np.float64) + offset_ns) / 1e3).round(3).tolist()
+    return us
 
 
 def _us1(ns: int, offset_ns: int = 0) -> float | int:
@@ -131,7 +141,9 @@ def finding_gap_ns(model: TimelineModel, finding_ids: list[str], n_events: int) 
         gap *= 2
 
 
-def finding_slices(model: TimelineModel, finding_id: str, gap_ns: float):
+def finding_slices(
+    model: TimelineModel, finding_id: str, gap_ns: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A finding's track: its intervals (:func:`finding_arrays`) merged by :func:`merge_intervals`."""
     s, e = finding_arrays(model, finding_id)
     return merge_intervals(s, e, np.asarray(model.step_starts), gap_ns)
@@ -139,7 +151,7 @@ def finding_slices(model: TimelineModel, finding_id: str, gap_ns: float):
 
 def findings_events(
     model: TimelineModel,
-    doc: AnalysisDocument | dict,
+    doc: AnalysisDocument | dict[str, Any],
     device: int,
     offset_ns: int = 0,
     *,
@@ -148,7 +160,7 @@ def findings_events(
     tids: list[int] | None = None,
     process: bool = True,
     step_scope: str = "g",
-) -> Iterable[dict]:
+) -> Iterable[dict[str, Any]]:
     """The findings: metadata, the verdict track, a track per finding (merged slices), step markers.
     ``offset_ns`` moves the model's times (ns from the trace origin) onto the output's clock. By
     default the findings process of a one-trace export; a rank set puts them in the rank's process
@@ -311,10 +323,10 @@ class _Sink:
                     pass
 
 
-def _write_events(out: _Sink, events: Iterable[dict], first: bool) -> bool:
+def _write_events(out: _Sink, events: Iterable[dict[str, Any]], first: bool) -> bool:
     """Append ``events`` to an open ``traceEvents`` array in batches; returns whether the array is
     still empty."""
-    batch: list[dict] = []
+    batch: list[dict[str, Any]] = []
     for e in events:
         batch.append(e)
         if len(batch) >= _BATCH:
@@ -323,13 +335,13 @@ def _write_events(out: _Sink, events: Iterable[dict], first: bool) -> bool:
     return _flush(out, batch, first) if batch else first
 
 
-def _flush(out: _Sink, batch: list[dict], first: bool) -> bool:
+def _flush(out: _Sink, batch: list[dict[str, Any]], first: bool) -> bool:
     body = _ENC.encode(batch)[1:-1]  # "[a,b]" → "a,b"
     out.write(body if first else b"," + body)
     return False
 
 
-def _trainscope_field(doc: AnalysisDocument | dict, copied: bool) -> dict:
+def _trainscope_field(doc: AnalysisDocument | dict[str, Any], copied: bool) -> dict[str, Any]:
     d = AnalysisDocument.of(doc)
     return {
         "verdict": d.verdict.to_dict(),
@@ -354,7 +366,7 @@ class _Copier:
         if self.out.written == 0:
             self.out.write(b'{"traceEvents":[')
 
-    def feed_raw(self, raws: list) -> None:
+    def feed_raw(self, raws: list[bytes]) -> None:
         if not raws:
             return
         self._start()
@@ -363,10 +375,8 @@ class _Copier:
         self.first = False
         self.count += len(raws)
 
-    def feed_dicts(self, events: list, progress=None) -> None:
+    def feed_dicts(self, events: list[Any], progress: object = None) -> None:
         """Events off msgspec's JSON (NaN, Infinity): re-encoded as Python's json writes them."""
-        import json
-
         if not events:
             return
         self._start()
@@ -375,7 +385,7 @@ class _Copier:
         self.first = False
         self.count += len(events)
 
-    def feed_typed(self, events: list) -> bool:  # not reached: raw slices come to feed_raw
+    def feed_typed(self, events: list[Any]) -> bool:  # not reached: raw slices come to feed_raw
         return False
 
     def check_first(self) -> None:
@@ -385,17 +395,12 @@ class _Copier:
 _TAILS = (1 << 20, 8 << 20)  # bytes from the end of a plain file searched for the end of the event array
 
 
-def _array_span(path: str) -> tuple[int, int, dict] | None:
+def _array_span(path: str) -> tuple[int, int, dict[str, Any]] | None:
     """Where a plain (not gzip) trace's event array holds its events — (first byte after "[", end of
     the last event, the top-level fields) — found from the head and the last 1 MB alone (8 MB when
     the fields after the events are longer); None when
     the file does not end in a whole event array (damage, truncation, gzip: then every event is
     validated on the way)."""
-    import re
-
-    from trainscope.collectors.kineto_stream import _array_ends, _top
-    from trainscope.collectors.readers import GZIP_MAGIC
-
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         for limit in (1 << 20, 64 << 20):  # the head is small unless top-level fields precede the events
@@ -435,17 +440,13 @@ def _array_span(path: str) -> tuple[int, int, dict] | None:
     return None
 
 
-def _copy_kineto(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, device: int) -> bool:
+def _copy_kineto(out: _Sink, trace: Trace, model: TimelineModel, doc: dict[str, Any], device: int) -> bool:
     """The source file's events and top-level fields, then the findings; False (nothing written)
     when the stream cannot place the file.
 
     A plain file that ends in a whole event array (the analysis has just read it) is copied as
     bytes between the array's brackets, unparsed (by the kernel where it can: :meth:`_Sink.copy_from`); anything else (gzip, damage) goes through the
     stream reader, every event validated by msgspec as raw JSON on the way."""
-    from trainscope.collectors.errors import TraceError
-    from trainscope.collectors.kineto_stream import Fallback, stream_events
-    from trainscope.collectors.readers import TEXT_REPAIRED
-
     try:
         span = _array_span(trace.source)
     except (OSError, ValueError):
@@ -471,7 +472,9 @@ def _copy_kineto(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, devi
     return _finish_copy(out, trace, model, doc, device, top)
 
 
-def _finish_copy(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, device: int, top: dict) -> bool:
+def _finish_copy(
+    out: _Sink, trace: Trace, model: TimelineModel, doc: dict[str, Any], device: int, top: dict[str, Any]
+) -> bool:
     base = top.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, (int, float)) and np.isfinite(base) else 0
     # The model's times are ns from trace.origin_ns (= the file's clock origin + its base): move them back.
@@ -485,7 +488,7 @@ def _finish_copy(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, devi
 
 
 # -- other input: the model, written in Kineto's vocabulary -------------------------------------
-def _model_events(trace: Trace) -> Iterable[dict]:
+def _model_events(trace: Trace) -> Iterable[dict[str, Any]]:
     strings = trace.strings
     host = [
         (
@@ -495,7 +498,7 @@ def _model_events(trace: Trace) -> Iterable[dict]:
         for t in trace.threads
     ]
 
-    def host_ids(thread: int) -> tuple[object, object]:
+    def host_ids(thread: int) -> tuple[int | str, int | str]:
         return host[thread] if 0 <= thread < len(host) else (0, thread)
 
     for d in trace.devices:  # the GPU processes named as Kineto names them
@@ -630,7 +633,7 @@ def _model_events(trace: Trace) -> Iterable[dict]:
             yield {"ph": "C", "name": strings[name], "pid": d, "tid": 0, "ts": ts, "args": {"value": value}}
 
 
-def _write_model(out: _Sink, trace: Trace, model: TimelineModel, doc: dict, device: int) -> None:
+def _write_model(out: _Sink, trace: Trace, model: TimelineModel, doc: dict[str, Any], device: int) -> None:
     out.write(b'{"traceEvents":[')
     first = _write_events(out, _model_events(trace), first=True)
     _write_events(out, findings_events(model, doc, device, n_events=model_event_count(trace)), first=first)
@@ -650,11 +653,11 @@ def _copyable(trace: Trace) -> bool:
     return trace.format == "kineto" and isinstance(trace.source, str) and os.path.isfile(trace.source)
 
 
-def write_perfetto(path: str, trace: Trace, analysis: Analysis, doc: dict, model: TimelineModel | None = None) -> None:
+def write_perfetto(
+    path: str, trace: Trace, analysis: Analysis, doc: dict[str, Any], model: TimelineModel | None = None
+) -> None:
     """Stream the export into ``path``, atomically (OSError when the path cannot be written)."""
     if model is None:
-        from trainscope.analyzers.trace.kernels import kernel_classes
-
         model = TimelineModel(trace, analysis.segmentation, analysis.device, kernel_classes(trace)[0])
     device = analysis.device if analysis.device is not None else 0
     out = _Sink(path)
@@ -680,7 +683,7 @@ class RankPart:
 
     trace: Trace
     analysis: Analysis
-    doc: dict
+    doc: dict[str, Any]
     model: TimelineModel
     label: str  # "rank 3"
     main: bool = False  # the slowest rank (the report's summary)
@@ -767,26 +770,24 @@ class _RankWriter:
             e["ts"] = self._ts(e["ts"])
         return e
 
-    def _emit(self, events: list, encode) -> None:
+    def _emit(self, events: list[Any], encode: Callable[[list[Any]], bytes]) -> None:
         kept = [x for x in (self.rewrite(e) for e in events) if x is not None]
         if kept:
             self.out.write(b"," + encode(kept))
             self.count += len(kept)
 
-    def feed_raw(self, raws: list) -> None:
+    def feed_raw(self, raws: list[bytes]) -> None:
         body = b"[" + b",".join(raws) + b"]"
         try:
             events = msgspec.json.decode(body)
         except (msgspec.DecodeError, ValueError, OverflowError):
-            import json
-
             events = json.loads(body)
         self._emit(events, _encode_batch)
 
-    def feed_dicts(self, events: list, progress=None) -> None:
+    def feed_dicts(self, events: list[Any], progress: object = None) -> None:
         self._emit(events, _encode_json)
 
-    def feed_typed(self, events: list) -> bool:  # not reached: raw slices come to feed_raw
+    def feed_typed(self, events: list[Any]) -> bool:  # not reached: raw slices come to feed_raw
         return False
 
     def check_first(self) -> None:
@@ -822,7 +823,7 @@ class _RankWriter:
         rows.sort(key=lambda r: r[0])
         return [(new, name, i) for i, (_o, new, name) in enumerate(rows)]
 
-    def mapping(self) -> list[dict]:
+    def mapping(self) -> list[dict[str, Any]]:
         """Each thread of this rank's process: its new tid and the original pid, tid and names."""
         out = []
         for (pid, tid), new in self.threads.items():
@@ -838,28 +839,23 @@ class _RankWriter:
         return out
 
 
-def _encode_batch(events: list) -> bytes:
+def _encode_batch(events: list[Any]) -> bytes:
     try:
         return _ENC.encode(events)[1:-1]
     except (msgspec.EncodeError, UnicodeEncodeError, OverflowError):
         return _encode_json(events)
 
 
-def _encode_json(events: list) -> bytes:
+def _encode_json(events: list[Any]) -> bytes:
     """Python's json (NaN and Infinity as it writes them; lone surrogates escaped)."""
-    import json
-
     return ",".join(json.dumps(e, separators=(",", ":")) for e in events).encode()
 
 
-def _rank_events(writer: _RankWriter, trace: Trace) -> dict | None:
+def _rank_events(writer: _RankWriter, trace: Trace) -> dict[str, Any] | None:
     """Feed one rank's events to ``writer``: a Kineto file's own events (streamed, each decoded,
     rewritten and encoded again), else the model's; returns the file's top-level fields (None: the
     model was written)."""
     if _copyable(trace):
-        from trainscope.collectors.errors import TraceError
-        from trainscope.collectors.kineto_stream import Fallback, stream_events
-
         mark = writer.out.written
         try:
             top, _warnings = stream_events(trace.source, writer)
@@ -869,7 +865,7 @@ def _rank_events(writer: _RankWriter, trace: Trace) -> dict | None:
             if writer.out.written != mark:
                 raise OSError(f"{trace.source}: the input changed while it was copied") from None
     writer.shift_ns = int(trace.origin_ns) - writer.base_ns  # the model's times are µs from the trace's origin
-    batch: list[dict] = []
+    batch: list[dict[str, Any]] = []
     for e in _model_events(trace):
         batch.append(e)
         if len(batch) >= _BATCH:
@@ -879,7 +875,9 @@ def _rank_events(writer: _RankWriter, trace: Trace) -> dict | None:
     return None
 
 
-def _alignment_events(parts: list[RankPart], side, pids: list[int], align_tids: list[int], base_ns: int):
+def _alignment_events(
+    parts: list[RankPart], side: SideBySide, pids: list[int], align_tids: list[int], base_ns: int
+) -> Iterator[dict[str, Any]]:
     """The collectives as the alignment matched them: a slice per rank per matched collective on each
     rank's "collectives (aligned)" track, on that rank's own clock, and flows from the first rank to
     arrive to the next, in arrival order (the last one is the rank the others waited for)."""
@@ -918,7 +916,7 @@ def _alignment_events(parts: list[RankPart], side, pids: list[int], align_tids: 
             yield {"ph": "f", "bp": "e", "pid": pids[rb], "tid": align_tids[rb], "ts": _us1(tb), **common}
 
 
-def write_perfetto_ranks(path: str, parts: list[RankPart], side=None, source: str = "") -> None:
+def write_perfetto_ranks(path: str, parts: list[RankPart], side: SideBySide | None = None, source: str = "") -> None:
     """A rank set in one file, streamed into ``path`` atomically: a process per rank (``rank N``,
     sorted by rank) with its verdict and findings tracks, its collectives as the alignment ``side``
     (:class:`trainscope.analyzers.ranks.lanes.SideBySide`) matched them, and every event of its trace.

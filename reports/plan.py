@@ -8,7 +8,7 @@ from typing import Any
 from trainscope import __version__
 from trainscope.analyzers.plan.gpu_memory import GpuMemory
 from trainscope.analyzers.plan.ledger import GB, OPTIMIZERS, PRECISIONS, Fit, FitOption, Ledger
-from trainscope.reports.markdown import md_escape
+from trainscope.reports.mdsafe import md_escape
 
 SCHEMA = "trainscope.plan/1"
 
@@ -93,7 +93,7 @@ def build_plan_document(lg: Ledger, device: GpuMemory, f: Fit, options: list[Fit
     }
 
 
-def _setup_line(cfg: dict) -> str:
+def _setup_line(cfg: dict[str, Any]) -> str:
     parts = [f"{PRECISIONS[cfg['precision']].label}", OPTIMIZERS[cfg["optimizer"]].label, f"batch {cfg['batch']}"]
     if cfg["grad_accum"] > 1:
         parts.append(f"{cfg['grad_accum']} micro-batches of {cfg['batch'] // cfg['grad_accum']}")
@@ -106,7 +106,7 @@ def _setup_line(cfg: dict) -> str:
     return " · ".join(parts)
 
 
-def _verdict(fit: dict, dev: dict) -> str:
+def _verdict(fit: dict[str, Any], dev: dict[str, Any]) -> str:
     if fit["fits"]:
         word = "FITS, tight" if fit["tight"] else "FITS"
     else:
@@ -115,7 +115,7 @@ def _verdict(fit: dict, dev: dict) -> str:
     return f"{word}: {fit['used_pct']:.0f} % of {dev['name']}{scope}"
 
 
-def render_plan_text(doc: dict) -> str:
+def render_plan_text(doc: dict[str, Any]) -> str:
     lg, dev, fit = doc["ledger"], doc["device"], doc["fit"]
     out: list[str] = []
     w = out.append
@@ -153,7 +153,7 @@ def render_plan_text(doc: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_plan_markdown(doc: dict) -> str:
+def render_plan_markdown(doc: dict[str, Any]) -> str:
     lg, dev, fit = doc["ledger"], doc["device"], doc["fit"]
     out: list[str] = []
     w = out.append
@@ -203,7 +203,7 @@ def ledger_vs_measured(
     return d
 
 
-def ledger_text_lines(d: dict) -> list[str]:
+def ledger_text_lines(d: dict[str, Any]) -> list[str]:
     out = ["", "Ledger vs measured  (GB = 10⁹ bytes; the plan from --model next to the trace's peak)"]
     for i in d["items"]:
         out.append(f"  {i['label'][:56]:56s} {'—' if i['gb'] is None else format(i['gb'], '8.2f') + ' GB':>11s}")
@@ -221,7 +221,7 @@ def ledger_text_lines(d: dict) -> list[str]:
     return out
 
 
-def ledger_markdown_lines(d: dict) -> list[str]:
+def ledger_markdown_lines(d: dict[str, Any]) -> list[str]:
     out = ["## Ledger vs measured", "", "| component | GB |", "|---|---:|"]
     for i in d["items"]:
         out.append(f"| {md_escape(i['label'])} | {'—' if i['gb'] is None else format(i['gb'], '.2f')} |")

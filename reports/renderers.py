@@ -6,12 +6,50 @@ and HTML escape their own."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from trainscope.reports.formats import Output
+from trainscope.reports.output import to_json
 from trainscope.traces.safe_text import safe_strings, visible_lines
+
+# Each document's renderer per format, as "module:function" of trainscope.reports, imported when a
+# document of that kind is rendered (as formats.py names the renderers of its rows): one import of
+# them all made `import trainscope.api.planning, trainscope.reports.renderers` take 1.73 s against
+# 0.29 s with the plan's renderer alone (memory 1.46 s against 0.97 s, analyze 1.54 s against
+# 1.12 s; the fastest of 5 runs each). "diff*" is a diff with a stored run on one side, compared by
+# summaries (a document of its own shape); "watch" renders from the live status, not the document.
+# Besides the renderers: the page the other documents' text goes into, whether a median step is
+# drawn (the HTML analysis), and a watch's document and headline (WatchSummary).
+RENDERERS: dict[tuple[str, str], str] = {
+    ("text", "analysis"): "text:render_text",
+    ("text", "diff"): "diff_text:render_diff_text",
+    ("text", "diff*"): "history:render_summary_diff_text",
+    ("text", "plan"): "plan:render_plan_text",
+    ("text", "memory"): "memory:render_memory_text",
+    ("text", "watch"): "live:summary_text",
+    ("markdown", "analysis"): "markdown:render_markdown",
+    ("markdown", "diff"): "diff_markdown:render_diff_markdown",
+    ("markdown", "diff*"): "history:render_summary_diff_markdown",
+    ("markdown", "plan"): "plan:render_plan_markdown",
+    ("markdown", "memory"): "memory:render_memory_markdown",
+    ("markdown", "watch"): "live:summary_markdown",
+    ("html", "analysis"): "html:render_html",
+    ("html", "page"): "html:render_text_page",
+    ("html", "median step"): "html:median_step_index",
+    ("watch", "document"): "live:summary_dict",
+    ("watch", "headline"): "live:live_headline",
+}
+_TAKE_COLOR = ("analysis", "diff", "diff*")  # the text renderers that take color=
+
+
+def _renderer(fmt: str, kind: str) -> Callable[..., Any]:
+    """The function :data:`RENDERERS` names for ``kind`` in ``fmt``, imported now."""
+    module, name = RENDERERS[fmt, kind].split(":")
+    fn: Callable[..., Any] = getattr(importlib.import_module(f"trainscope.reports.{module}"), name)
+    return fn
 
 
 @dataclass(frozen=True)
@@ -21,84 +59,44 @@ class WatchSummary:
     captures); the document is ``reports.live.summary_dict`` of both."""
 
     status: Any
-    info: dict
+    info: dict[str, Any]
 
     def output(self, color: bool = False) -> Output:
-        from trainscope.reports.live import summary_dict
-
-        return Output("watch", summary_dict(self.status, self.info), self, color)
+        return Output("watch", _renderer("watch", "document")(self.status, self.info), self, color)
 
     def __repr__(self) -> str:
-        from trainscope.reports.live import live_headline
-
-        return f"trainscope watch: {live_headline(self.status)}"
+        return f"trainscope watch: {_renderer('watch', 'headline')(self.status)}"
 
 
-def _from_summaries(out: Output) -> bool:
-    """A diff with a stored run on one side: compared by summaries, a document of its own shape."""
-    return bool(getattr(out.subject, "from_summaries", False))
-
-
-def _text_renderer(out: Output) -> Callable[..., str]:
-    if out.document == "analysis":
-        from trainscope.reports.text import render_text
-
-        return render_text
-    if out.document == "diff":
-        if _from_summaries(out):
-            from trainscope.reports.history import render_summary_diff_text
-
-            return render_summary_diff_text
-        from trainscope.reports.diff_text import render_diff_text
-
-        return render_diff_text
-    if out.document == "plan":
-        from trainscope.reports.plan import render_plan_text
-
-        return lambda doc, color=False: render_plan_text(doc)
-    if out.document == "watch":  # rendered from the live status (the document is its summary)
-        from trainscope.reports.live import summary_text
-
-        return lambda doc, color=False: visible_lines(summary_text(out.subject.status, out.subject.info))
-    from trainscope.reports.memory import render_memory_text
-
-    return lambda doc, color=False: render_memory_text(doc)
+def _kind(out: Output) -> str:
+    """The document's row in :data:`RENDERERS`: a diff with a stored run on one side (compared by
+    summaries) is "diff*"."""
+    if out.document == "diff" and getattr(out.subject, "from_summaries", False):
+        return "diff*"
+    return out.document
 
 
 def text(out: Output) -> str:
-    return _text_renderer(out)(safe_strings(out.doc), color=out.color)
+    shown = safe_strings(out.doc)
+    kind = _kind(out)
+    render = _renderer("text", kind)
+    if kind == "watch":  # rendered from the live status (the document is its summary)
+        return visible_lines(render(out.subject.status, out.subject.info))
+    result: str = render(shown, color=out.color) if kind in _TAKE_COLOR else render(shown)
+    return result
 
 
 def markdown(out: Output) -> str:
     shown = safe_strings(out.doc)
-    if out.document == "analysis":
-        from trainscope.reports.markdown import render_markdown
-
-        return render_markdown(shown)
-    if out.document == "diff":
-        if _from_summaries(out):
-            from trainscope.reports.history import render_summary_diff_markdown
-
-            return render_summary_diff_markdown(shown)
-        from trainscope.reports.diff_markdown import render_diff_markdown
-
-        return render_diff_markdown(shown)
-    if out.document == "plan":
-        from trainscope.reports.plan import render_plan_markdown
-
-        return render_plan_markdown(shown)
-    if out.document == "watch":
-        from trainscope.reports.live import summary_markdown
-
-        return visible_lines(summary_markdown(out.subject.status, out.subject.info))
-    from trainscope.reports.memory import render_memory_markdown
-
-    return render_memory_markdown(shown)
+    kind = _kind(out)
+    render = _renderer("markdown", kind)
+    if kind == "watch":
+        return visible_lines(render(out.subject.status, out.subject.info))
+    result: str = render(shown)
+    return result
 
 
 def json_document(out: Output) -> str:
-    from trainscope.reports.output import to_json
-
     return to_json(out.doc)
 
 
@@ -106,14 +104,18 @@ def html(out: Output) -> str:
     """A self-contained page: the analysis with its charts and the median step's timeline (from the
     report's view of its main rank, when the subject is a report); the other documents as their
     text under a one-line summary (the subject's ``repr``)."""
-    from trainscope.reports.html import median_step_index, render_html, render_text_page
-
+    page: str
     if out.document == "analysis":
+        render_html = _renderer("html", "analysis")
         view = out.subject.rank_view() if hasattr(out.subject, "rank_view") else None
         if view is None:
-            return render_html(out.doc)
+            page = render_html(out.doc)
+            return page
         # the timeline model only where a median step is drawn (the view builds it once for everyone)
-        model = view.timeline if median_step_index(view.analysis) is not None else None
-        return render_html(out.doc, view.trace, view.analysis, model)
+        model = view.timeline if _renderer("html", "median step")(view.analysis) is not None else None
+        page = render_html(out.doc, view.trace, view.analysis, model)
+        return page
     summary = repr(out.subject) if out.subject is not None else ""
-    return render_text_page(f"trainscope {out.document}", summary, text(Output(out.document, out.doc, out.subject)))
+    body = text(Output(out.document, out.doc, out.subject))
+    page = _renderer("html", "page")(f"trainscope {out.document}", summary, body)
+    return page

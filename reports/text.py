@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import textwrap
+from collections.abc import Callable
 from types import SimpleNamespace
+from typing import Any
 
 from trainscope.analyzers.plural import unit_for
 from trainscope.reports.analysis_document import AnalysisDocument, RoofKernel, Roofline, TopKernel
+from trainscope.reports.deep import deep_text_lines, stragglers_text_lines
 from trainscope.reports.document import (
     AXIS_NAMES,
     communication_split_words,
@@ -22,8 +25,9 @@ from trainscope.reports.document import (
     tree_rows,
     window_lines,
 )
+from trainscope.reports.plan import ledger_text_lines
 
-Doc = AnalysisDocument | dict
+Doc = AnalysisDocument | dict[str, Any]
 RoofCols = TopKernel | RoofKernel  # a kernel row with the roofline's columns
 
 _BAR = 24
@@ -34,7 +38,7 @@ def _bar(pct: float) -> str:
     return "█" * n + "·" * (_BAR - n)
 
 
-def _fmt(v, unit: str) -> str:
+def _fmt(v: float | None, unit: str) -> str:
     if v is None:
         return "—"
     if unit.startswith("%"):
@@ -195,34 +199,28 @@ def render_text(doc: Doc, color: bool = False) -> str:
                 w(f"         busy but below peak (% of step time): {gap}")
 
     if d.ledger:
-        from trainscope.reports.plan import ledger_text_lines
-
         out.extend(ledger_text_lines(d.ledger))
     if d.deep:
-        from trainscope.reports.deep import deep_text_lines
-
         w("")
         out.extend(deep_text_lines(d.deep, bold))
     if d.stragglers:
-        from trainscope.reports.deep import stragglers_text_lines
-
         w("")
         out.extend(stragglers_text_lines(d.stragglers, bold))
     if d.ranks:
         w("")
         lead = (d.stragglers.headline if d.stragglers else None) or "the report leads with the slowest rank"
         w(bold("Ranks") + f"  ({lead.split(':')[0].replace('the report leads with ', 'the summary above is ')})")
-        for r in d.ranks:
+        for rk in d.ranks:
             late = (
-                f"  late {r.mean_late_ms:5.1f} ms  last at {r.last_in} of {r.considered}"
-                if r.mean_late_ms is not None
+                f"  late {rk.mean_late_ms:5.1f} ms  last at {rk.last_in} of {rk.considered}"
+                if rk.mean_late_ms is not None
                 else ""
             )
-            mark = (" ◀ straggler" if r.straggler else "") + (" ▶ headline" if r.headline else "")
+            mark = (" ◀ straggler" if rk.straggler else "") + (" ▶ headline" if rk.headline else "")
             w(
-                f"  rank {r.rank if r.rank is not None else '?':>3}  step p50 {r.step_p50_ms:8.1f} ms  "
-                f"busy {r.gpu_busy_pct:5.1f} %{late}  "
-                f"{AXIS_NAMES[r.axis]}{' · ' + r.bottleneck if r.bottleneck else ''}{mark}"
+                f"  rank {rk.rank if rk.rank is not None else '?':>3}  step p50 {rk.step_p50_ms:8.1f} ms  "
+                f"busy {rk.gpu_busy_pct:5.1f} %{late}  "
+                f"{AXIS_NAMES[rk.axis]}{' · ' + rk.bottleneck if rk.bottleneck else ''}{mark}"
             )
     hwc = d.hw_counters
     if hwc:  # counter mode: FLOPs measured per kernel, no timing
@@ -246,7 +244,7 @@ def _split_lines(doc: Doc, indent: str) -> list[str]:
     return [indent + line for line in textwrap.wrap(words, 96 - len(indent))] if words else []
 
 
-def startup_ledger_lines(doc: Doc, bold=lambda s: s) -> list[str]:
+def startup_ledger_lines(doc: Doc, bold: Callable[[str], str] = lambda s: s) -> list[str]:
     """The start-up ledger: each one-off cost with what, where and how long (once per process)."""
     st = AnalysisDocument.of(doc).steady_state
     if not st or not st.ledger:
@@ -266,14 +264,14 @@ def startup_ledger_lines(doc: Doc, bold=lambda s: s) -> list[str]:
     return out
 
 
-def _roof(kk: RoofCols | dict) -> RoofCols | SimpleNamespace:
+def _roof(kk: RoofCols | dict[str, Any] | SimpleNamespace) -> RoofCols | SimpleNamespace:
     """A kernel row's roofline columns by attribute: the typed row, or a view's own dict row."""
     if isinstance(kk, dict):
         return SimpleNamespace(**{c: kk.get(c) for c in ("bound", "tflops", "gbps", "intensity", "pct_of_roof")})
     return kk
 
 
-def _rate(kk: RoofCols | dict) -> str:
+def _rate(kk: RoofCols | dict[str, Any] | SimpleNamespace) -> str:
     r = _roof(kk)
     if r.bound == "compute" and r.tflops is not None:
         return f"{r.tflops:.3g} TFLOP/s"
@@ -282,7 +280,7 @@ def _rate(kk: RoofCols | dict) -> str:
     return ""
 
 
-def roof_cells(kk: RoofCols | dict) -> str:
+def roof_cells(kk: RoofCols | dict[str, Any]) -> str:
     """Bound, arithmetic intensity, achieved rate and % of roof of one kernel row, fixed width."""
     r = _roof(kk)
     bound = {"memory": "mem", "compute": "comp", "communication": "comm", "unknown": "?"}.get(r.bound or "", "")

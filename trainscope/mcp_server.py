@@ -19,12 +19,22 @@ import stat
 import tempfile
 import threading
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, Field
 
 from trainscope import __version__
+from trainscope.api import explore
+from trainscope.api.analysis import analyze
+from trainscope.api.comparison import diff
+from trainscope.api.errors import BadInput, describe
+from trainscope.api.memory_report import memory
+from trainscope.api.store import default_store_path, is_run_ref, open_store
 from trainscope.reports import analysis_document as ad
+from trainscope.reports.document import headline
+
+if TYPE_CHECKING:
+    from trainscope.api.report import Report
 
 INSTRUCTIONS = (
     "trainscope diagnoses why a deep-learning training or inference run is slow from its profiler trace "
@@ -48,7 +58,7 @@ class Evidence(BaseModel):
     value: float | None = None
     unit: str = ""
     threshold: str = ""
-    source: str = Field("", description="where the number or its threshold comes from")
+    source: str = Field(default="", description="where the number or its threshold comes from")
     meets: bool | None = None
 
 
@@ -64,7 +74,7 @@ class Finding(BaseModel):
 
 class Verdict(BaseModel):
     axis: str = Field(description="data | algorithm | machine | balanced | insufficient_evidence")
-    bottleneck: str | None = Field(None, description="the primary finding's id")
+    bottleneck: str | None = Field(default=None, description="the primary finding's id")
     confidence: float
     headline: str
     summary: str
@@ -88,7 +98,7 @@ class Kernel(BaseModel):
     mean_us: float
     share_pct: float = Field(description="% of kernel time in the analyzed steps")
     tensor_core: bool | None = None
-    bound: str | None = Field(None, description="roofline: memory | compute | unknown")
+    bound: str | None = Field(default=None, description="roofline: memory | compute | unknown")
 
 
 class Fix(BaseModel):
@@ -97,10 +107,10 @@ class Fix(BaseModel):
     finding: str
     title: str
     change: str = Field(description="the code or flag to change")
-    projected_speedup: float | None = Field(None, description="upper bound, ×")
+    projected_speedup: float | None = Field(default=None, description="upper bound, ×")
     projected_step_ms: float | None = None
     bound: str | None = None
-    basis: str = Field("", description="the formula with the measured numbers")
+    basis: str = Field(default="", description="the formula with the measured numbers")
 
 
 class StepTimes(BaseModel):
@@ -140,7 +150,7 @@ class Page(BaseModel):
     limit: int = Field(description="the most items asked for")
     returned: int = Field(description="items on this page (fewer than limit where the page was cut to fit)")
     total: int = Field(description="items that match the call's filters")
-    next_offset: int | None = Field(None, description="the offset for the next page; null on the last page")
+    next_offset: int | None = Field(default=None, description="the offset for the next page; null on the last page")
 
 
 class Analysis(BaseModel):
@@ -162,8 +172,8 @@ class Analysis(BaseModel):
     fixes: list[Fix]
     warnings: list[str]
     command_line: str = Field(description="the trainscope command that prints the same report")
-    stragglers: Stragglers | None = Field(None, description="rank sets: the rank story (straggler, lateness)")
-    detail: str = Field("summary", description="summary (findings without their evidence lines) | full")
+    stragglers: Stragglers | None = Field(default=None, description="rank sets: the rank story (straggler, lateness)")
+    detail: str = Field(default="summary", description="summary (findings without their evidence lines) | full")
     more: list[str] = _more()
 
 
@@ -176,7 +186,7 @@ class Explanation(BaseModel):
     headline: str
     graded_by: list[dict[str, Any]] = Field(description="thresholds that grade it: name, value, unit, source")
     fixes: list[Fix]
-    timeline: dict[str, Any] | None = Field(None, description="the step and interval that show it most")
+    timeline: dict[str, Any] | None = Field(default=None, description="the step and interval that show it most")
     more: list[str] = _more()
 
 
@@ -220,7 +230,7 @@ class ModuleTreeTable(BaseModel):
         "exclusive, share of GPU time, host ms, bound, % of roof, TFLOP/s, GB/s, a folded block's instances, "
         "spread and slowest instance, children; with detail='full' its three heaviest kernels"
     )
-    detail: str = Field("summary", description="summary | full (adds each node's heaviest kernels)")
+    detail: str = Field(default="summary", description="summary | full (adds each node's heaviest kernels)")
     page: Page | None = None
     more: list[str] = _more()
 
@@ -230,7 +240,7 @@ class TimelineWindow(BaseModel):
     rank: int | None = None
     start_ms: float
     end_ms: float
-    window: str = Field("", description="why this window: as asked, or the first analyzed step by default")
+    window: str = Field(default="", description="why this window: as asked, or the first analyzed step by default")
     steps: list[str]
     matched: int
     shown: int
@@ -261,14 +271,17 @@ class Diff(BaseModel):
     fixes: list[FixAchieved]
     gate: dict[str, Any] | None = None
     changes: dict[str, Any] = Field(
-        {}, description="GPU busy, data wait, time per category and per kernel class, work: before, after, change"
+        default={},
+        description="GPU busy, data wait, time per category and per kernel class, work: before, after, change",
     )
     kernels: dict[str, Any] = Field(
-        {}, description="the kernels that grew, shrank, appeared and disappeared, largest change first"
+        default={}, description="the kernels that grew, shrank, appeared and disappeared, largest change first"
     )
-    detail: str = Field("summary", description="summary (the largest kernel changes) | full (adds the document)")
+    detail: str = Field(
+        default="summary", description="summary (the largest kernel changes) | full (adds the document)"
+    )
     document: dict[str, Any] | None = Field(
-        None, description="with detail='full': the whole trainscope.diff/1 document"
+        default=None, description="with detail='full': the whole trainscope.diff/1 document"
     )
     more: list[str] = _more()
 
@@ -291,9 +304,9 @@ class Memory(BaseModel):
     devices: list[MemoryDevice]
     findings: list[dict[str, Any]]
     warnings: list[str]
-    detail: str = Field("summary", description="summary | full (adds the document)")
+    detail: str = Field(default="summary", description="summary | full (adds the document)")
     document: dict[str, Any] | None = Field(
-        None, description="with detail='full': the whole trainscope.memory/1 document"
+        default=None, description="with detail='full': the whole trainscope.memory/1 document"
     )
     more: list[str] = _more()
 
@@ -301,9 +314,28 @@ class Memory(BaseModel):
 class Runs(BaseModel):
     store: str
     runs: list[dict[str, Any]]
-    skipped: list[str] = Field([], description="damaged runs left out of the listing, one line each")
+    skipped: list[str] = Field(default=[], description="damaged runs left out of the listing, one line each")
     page: Page | None = None
     more: list[str] = _more()
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+class _Cut(Protocol):
+    """An answer that names what it leaves out (:func:`trim`)."""
+
+    more: list[str]
+
+
+class _Paged(_Cut, Protocol):
+    """An answer in pages (:func:`fit_page`)."""
+
+    page: Page | None
+
+
+_C = TypeVar("_C", bound=_Cut)
+_P = TypeVar("_P", bound=_Paged)
 
 
 # -- paths ---------------------------------------------------------------------------------------------
@@ -489,7 +521,7 @@ class Opened:
     def __init__(self, given: str, name: str, is_dir: bool, folder: ServerFolder | None = None) -> None:
         self.given, self.name, self.is_dir, self.folder = given, name, is_dir, folder
         self.files: list[tuple[str, int]] = []  # (name in the folder, or "" for the file itself; descriptor)
-        self.key: tuple = ()
+        self.key: tuple[Any, ...] = ()
         self.tmp = self.local = ""
 
     def show(self) -> str:
@@ -560,7 +592,7 @@ class Roots:
             return "/".join(rest) or "."
         return os.path.join(self.given[root], *rest)
 
-    def show_path(self, path: str) -> str:
+    def show_path(self, path: str | None) -> str | None:
         """A path that was not opened (a stored run's source) in the answers' form where it lies under
         a root (absolute, without ``..``); else unchanged."""
         if not isinstance(path, str) or not path.startswith("/") or ".." in _parts(path):
@@ -570,9 +602,7 @@ class Roots:
         except Exception:  # noqa: BLE001 (outside every root: left as it is)
             return path
 
-    def _refused(self, path: str, what: str = ""):
-        from trainscope.api import BadInput
-
+    def _refused(self, path: str, what: str = "") -> BadInput:
         lead = f"{path}: refused — {what + ' leads ' if what else ''}"
         return BadInput(f"{lead}outside the allowed roots ({', '.join(self.roots)})")
 
@@ -595,8 +625,6 @@ class Roots:
         """Open ``parts`` from root ``root`` without following a link by the kernel: (descriptor,
         its fstat, the components actually walked, the root they are under). Links are read and
         walked again from where they are; ``..`` may not climb above the root."""
-        from trainscope.api import BadInput
-
         stack = [os.open(self.roots[root], os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))]
         walked: list[str] = []
         todo = list(parts)
@@ -658,8 +686,6 @@ class Roots:
         """Open ``path`` (absolute, or relative to the first root) under the roots: a regular file, or
         a folder and each regular file in it (what a rank folder's readers list; they read no
         subfolder). Raises BadInput when it, or a file in the folder, leads outside the roots."""
-        from trainscope.api import BadInput
-
         if not isinstance(path, str) or not path or "\0" in path:
             raise BadInput("give a path")
         if any(c in path for c in "*?["):
@@ -679,7 +705,7 @@ class Roots:
                 fd = -1
                 opened.key = ("file", name, *_identity(st))
                 return opened
-            key: list = ["dir", name, st.st_dev, st.st_ino]  # its files below, not its mtime (any rename in it)
+            key: list[Any] = ["dir", name, st.st_dev, st.st_ino]  # its files below, not its mtime (any rename in it)
             for entry in sorted(os.listdir(fd)):
                 got = self._entry(path, fd, end, walked, entry)
                 if got is not None:
@@ -701,11 +727,11 @@ class Roots:
             if fd >= 0:
                 os.close(fd)
 
-    def _entry(self, path: str, dir_fd: int, root: int, walked: list[str], entry: str):
+    def _entry(
+        self, path: str, dir_fd: int, root: int, walked: list[str], entry: str
+    ) -> tuple[int, os.stat_result] | None:
         """A folder's entry opened as :meth:`_walk` opens a path: (descriptor, fstat) of a regular file,
         None for anything else (a subfolder, a FIFO, a link to nothing); a link outside: refused."""
-        from trainscope.api import BadInput
-
         try:
             fd = os.open(entry, _OPEN_FLAGS, dir_fd=dir_fd)
         except OSError as e:
@@ -730,7 +756,7 @@ class Roots:
         return fd, st
 
 
-def _identity(st: os.stat_result) -> tuple:
+def _identity(st: os.stat_result) -> tuple[Any, ...]:
     """Which file, as the analysis cache knows it: the same inode, size and modification time."""
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
@@ -755,7 +781,7 @@ def _os_problem(e: OSError) -> str:
     return e.strerror or str(e)
 
 
-def _stragglers(story: ad.Stragglers | dict | None) -> Stragglers | None:
+def _stragglers(story: ad.Stragglers | dict[str, Any] | None) -> Stragglers | None:
     """The rank story as the document holds it (``stragglers``): the same figures every view prints."""
     if not story:
         return None
@@ -795,8 +821,6 @@ def _shown(v: Any) -> str:
 
 def whole(name: str, v: Any, lo: int, hi: int) -> Any:
     """``v`` if it is a whole number in [lo, hi] (or None); else BadInput naming the range."""
-    from trainscope.api import BadInput
-
     if v is None:
         return v
     if isinstance(v, bool) or not isinstance(v, int):
@@ -808,8 +832,6 @@ def whole(name: str, v: Any, lo: int, hi: int) -> Any:
 
 def number(name: str, v: Any, lo: float, hi: float) -> Any:
     """``v`` if it is a finite number in [lo, hi] (or None); else BadInput naming the range."""
-    from trainscope.api import BadInput
-
     if v is None:
         return v
     if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -848,7 +870,7 @@ NAME_CHARS = 240  # a kernel's (or an event's, a frame's) name beyond this is cu
 Detail = Literal["summary", "full"]
 
 
-def answer_chars(result: BaseModel) -> int:
+def answer_chars(result: object) -> int:
     """The characters of ``result``'s text as the client receives it (the SDK's JSON, indented by 2)."""
     import pydantic_core
 
@@ -861,11 +883,11 @@ def _clip(text: Any, full: bool = False) -> Any:
     return text[: NAME_CHARS - 1] + "…"
 
 
-def _fits(result: BaseModel) -> bool:
+def _fits(result: object) -> bool:
     return answer_chars(result) <= BUDGET
 
 
-def fit_page(result: Any, rows: list, offset: int, limit: int, total: int, noun: str, again: str, attr: str) -> Any:
+def fit_page(result: _P, rows: list[Any], offset: int, limit: int, total: int, noun: str, again: str, attr: str) -> _P:
     """Put ``rows`` (the items from ``offset`` on, at most ``limit``) into ``result.<attr>`` as one page:
     as many as fit the budget (at least one), the page's numbers and, where more follow, the line that
     says how to ask for them (``again``: the call, with ``{offset}`` where the next offset goes)."""
@@ -903,8 +925,8 @@ def fit_page(result: Any, rows: list, offset: int, limit: int, total: int, noun:
 
 
 def trim(
-    result: Any, parts: list[tuple[str, Callable[[], list], int, str]], totals: dict[str, int] | None = None
-) -> Any:
+    result: _C, parts: list[tuple[str, Callable[[], list[Any]], int, str]], totals: dict[str, int] | None = None
+) -> _C:
     """Cut ``result``'s lists from the end until it fits the budget: first each down to its floor, in
     the order given, then to nothing; each cut list gets a line in ``result.more`` (its label, how many
     of how many, and ``hint``: the call that gives them all). ``parts``: (label, the list, floor, hint);
@@ -926,20 +948,26 @@ def trim(
     return result
 
 
-def _finding(f: ad.Finding | dict, evidence: bool = True) -> Finding:
+def _given(x: float | None) -> float:
+    """A figure an answer's model requires, passed on as the typed document holds it (which declares
+    every figure optional, a JSON null): pydantic refuses a null there."""
+    return cast(float, x)
+
+
+def _finding(f: ad.Finding | dict[str, Any], evidence: bool = True) -> Finding:
     t = f if isinstance(f, ad.Finding) else ad.Finding.from_dict(f)
     return Finding(
         id=t.id,
         axis=t.axis,
         severity=t.severity,
         title=t.title,
-        stake_pct=t.stake_pct,
+        stake_pct=_given(t.stake_pct),
         detail=t.detail or "",
         evidence=[Evidence(**e.to_dict()) for e in t.evidence or []] if evidence else [],
     )
 
 
-def _fix(r: ad.Recommendation | dict) -> Fix:
+def _fix(r: ad.Recommendation | dict[str, Any]) -> Fix:
     t = r if isinstance(r, ad.Recommendation) else ad.Recommendation.from_dict(r)
     return Fix(
         rank=t.rank,
@@ -961,8 +989,6 @@ def analysis_result(
     client does); with ``detail="summary"`` the findings come without their evidence lines
     (explain_finding gives them), long kernel names are cut, and the lists are cut to fit the budget,
     each cut named in ``more``."""
-    from trainscope.reports.document import headline
-
     full = detail == "full"
     d = ad.AnalysisDocument.of(public(report.to_dict()))
     v = d.verdict
@@ -979,8 +1005,8 @@ def analysis_result(
         steps=len(d.steps),
         steps_method=d.steps_method,
         step_time_ms=StepTimes(**b.step_time_ms.to_dict()),
-        gpu_busy_pct=b.gpu_busy_pct,
-        data_wait_pct=b.data_wait_pct,
+        gpu_busy_pct=_given(b.gpu_busy_pct),
+        data_wait_pct=_given(b.data_wait_pct),
         verdict=Verdict(
             axis=v.axis,
             bottleneck=v.bottleneck,
@@ -994,7 +1020,13 @@ def analysis_result(
         sinks_basis=sinks.basis if sinks else "",
         sinks=sorted(
             (
-                Sink(sink=k, pct=s.pct, ms_per_step=s.ms_per_step, can_be_primary=s.can_be_primary, source=s.source)
+                Sink(
+                    sink=k,
+                    pct=_given(s.pct),
+                    ms_per_step=_given(s.ms_per_step),
+                    can_be_primary=s.can_be_primary,
+                    source=s.source,
+                )
                 for k, s in (sinks.by_sink if sinks else {}).items()
             ),
             key=lambda s: -s.pct,
@@ -1004,9 +1036,9 @@ def analysis_result(
                 name=_clip(k.name, full),
                 kernel_class=k.kernel_class,
                 count=k.count,
-                total_ms=k.total_ms,
-                mean_us=k.mean_us,
-                share_pct=k.share_pct,
+                total_ms=_given(k.total_ms),
+                mean_us=_given(k.mean_us),
+                share_pct=_given(k.share_pct),
                 tensor_core=k.tensor_core,
                 bound=k.bound,
             )
@@ -1040,7 +1072,7 @@ def analysis_result(
     )
 
 
-def _diff_kernels(kernels: dict, full: bool, top: int = 5) -> dict:
+def _diff_kernels(kernels: dict[str, Any], full: bool, top: int = 5) -> dict[str, Any]:
     """The diff's kernel changes, each list cut to its ``top`` largest, each row without the names that
     repeat its label (its names only where several were matched as one), names cut."""
     out: dict[str, Any] = {k: v for k, v in kernels.items() if not isinstance(v, list)}
@@ -1077,12 +1109,17 @@ class _Call:
         self.shown: list[tuple[Opened, str]] = []
         self.owned: list[Opened] = []
 
+    def reset(self) -> None:
+        """Forget the last call's paths and files: a new call begins."""
+        self.shown = []
+        self.owned = []
+
     def public(self, value: Any) -> Any:
         for o, shown in self.shown:
             value = o.public(value, shown)
         return value
 
-    def model(self, result: Any) -> Any:
+    def model(self, result: _M) -> _M:
         """``result`` (a typed result) with the private folder's paths replaced by the client's."""
         return type(result).model_validate(self.public(result.model_dump())) if self.shown else result
 
@@ -1103,7 +1140,19 @@ def _one_line(e: Any) -> str:
     return "; ".join(said) or "invalid arguments"
 
 
-def build_server(roots: list[str], store: str | None = None, cache_size: int = 4):
+class McpServer(Protocol):
+    """What :func:`build_server` gives: the SDK's ``MCPServer`` with the tools and ``trainscope_close``
+    (which closes what the cache holds open and removes the private folder). The class itself is made
+    where ``mcp``, an optional dependency, is imported."""
+
+    trainscope_close: Callable[[], None]
+
+    def run(self, transport: Literal["stdio"] = "stdio") -> None: ...
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any: ...
+
+
+def build_server(roots: list[str], store: str | None = None, cache_size: int = 4) -> McpServer:
     """The MCP server over ``roots`` (and the run history at ``store``, read-only)."""
     import collections
 
@@ -1112,9 +1161,9 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
     from mcp_types import ToolAnnotations
     from pydantic import ValidationError
 
-    from trainscope import api
-
     class Server(MCPServer):
+        trainscope_close: Callable[[], None]
+
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
             try:
                 return await super().call_tool(name, arguments, context)
@@ -1127,12 +1176,15 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
     folder = ServerFolder()
     guard = Roots(roots, folder)
     server = Server("trainscope", instructions=INSTRUCTIONS, version=__version__)
-    read_only = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+    # the model's own field names (it takes its camelCase aliases too: populate_by_name)
+    read_only = ToolAnnotations(
+        read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+    )
     # One call at a time, whole: traces are large and this machine may be small, and a report's
     # open files (a rank folder's traces are read again on demand) must stay open while it is used.
     lock = threading.Lock()
     # The last analyses, by what was opened (device, inode, size, times of every file) and options.
-    cache: collections.OrderedDict[tuple, tuple[Opened, Any]] = collections.OrderedDict()
+    cache: collections.OrderedDict[tuple[Any, ...], tuple[Opened, Report]] = collections.OrderedDict()
     call = _Call()
 
     def opened(path: str) -> Opened:
@@ -1141,7 +1193,9 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         call.owned.append(o)
         return o
 
-    def report(path: str, thresholds: dict[str, float] | None = None, step_range: str | None = None):
+    def report(
+        path: str, thresholds: dict[str, float] | None = None, step_range: str | None = None
+    ) -> tuple[Report, str]:
         """The analysis of ``path`` (from the cache when the same files were analyzed with the same
         options) and the path as the answers name it."""
         for name, value in (thresholds or {}).items():
@@ -1156,7 +1210,9 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
             call.shown.append((hit, o.given))  # named as this call names it
             return rep, o.given
         try:
-            rep = api.analyze(o.show(), thresholds=thresholds, step_range=step_range, jobs=1, cache=True)
+            # cache=True gives a CachedReport: the document's renderings from the disk cache, every other
+            # attribute from the full Report it analyzes on first use; the explore functions take it as one.
+            rep = cast("Report", analyze(o.show(), thresholds=thresholds, step_range=step_range, jobs=1, cache=True))
         except BaseException:
             o.close()
             raise
@@ -1165,23 +1221,23 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
             cache.popitem(last=False)[1][0].close()
         return rep, o.given
 
-    def tool(fn: Callable) -> Callable:
+    def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             with lock:
-                call.__init__()
+                call.reset()
                 try:
                     result = fn(*args, **kwargs)
                     if isinstance(result, BaseModel):
                         result = call.model(result)
                     return result
                 except Exception as e:  # noqa: BLE001 (every failure is one line for the agent)
-                    message, _ = api.describe(e)
+                    message, _ = describe(e)
                     raise ToolError(" ".join(server_flags(call.public(message)).split("\n"))) from None
                 finally:
                     for o in call.owned:
                         o.close()
-                    call.__init__()
+                    call.reset()
 
         return server.tool(annotations=read_only)(wrapper)
 
@@ -1190,10 +1246,11 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
             cache.popitem()[1][0].close()
         folder.remove()
 
-    server.trainscope_close = close_all  # type: ignore[attr-defined]
+    server.trainscope_close = close_all
 
     def offset_of(offset: int) -> int:
-        return whole("offset", offset, 0, 2**31 - 1)
+        checked: int = whole("offset", offset, 0, 2**31 - 1)
+        return checked
 
     @tool
     def analyze_trace(
@@ -1217,7 +1274,7 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         with its source, its role in the verdict, the thresholds that grade it, the fixes for it with their
         projections, and the step and interval of the timeline that show it most."""
         rep, shown = report(path)
-        e = api.explain_finding(rep, finding, rank=whole("rank", rank, 0, 2**31 - 1))
+        e = explore.explain_finding(rep, finding, rank=whole("rank", rank, 0, 2**31 - 1))
         result = call.model(
             Explanation(
                 source=shown,
@@ -1263,7 +1320,7 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         whole("rank", rank, 0, 2**31 - 1)
         offset_of(offset)
         rep, shown = report(path)
-        t = api.kernel_table(
+        t = explore.kernel_table(
             rep,
             name_contains=name_contains,
             kernel_class=kernel_class,
@@ -1298,7 +1355,7 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         whole("rank", rank, 0, 2**31 - 1)
         offset_of(offset)
         rep, shown = report(path)
-        t = api.step_table(rep, min_duration_ms=min_duration_ms, outliers_only=outliers_only, rank=rank)
+        t = explore.step_table(rep, min_duration_ms=min_duration_ms, outliers_only=outliers_only, rank=rank)
         rows = call.public(t["steps"][offset : offset + limit])
         result = call.model(StepTable(**{**t, "source": shown, "steps": []}))
         return fit_page(
@@ -1331,7 +1388,7 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         whole("max_depth", max_depth, 0, 1000)
         offset_of(offset)
         rep, shown = report(path)
-        t = api.tree_table(rep, under=under, name_contains=name_contains, max_depth=max_depth, sort=sort, rank=rank)
+        t = explore.tree_table(rep, under=under, name_contains=name_contains, max_depth=max_depth, sort=sort, rank=rank)
         full = detail == "full"
         rows = []
         for n in call.public(t["nodes"][offset : offset + limit]):
@@ -1376,19 +1433,19 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         whole("rank", rank, 0, 2**31 - 1)
         offset_of(offset)
         if (start_ms is None) != (end_ms is None):
-            raise api.BadInput("give both start_ms and end_ms, or neither (the first analyzed step)")
+            raise BadInput("give both start_ms and end_ms, or neither (the first analyzed step)")
         rep, shown = report(path)
         why = "as asked"
         if start_ms is None or end_ms is None:
-            steps = api.step_table(rep, limit=1, rank=rank)["steps"]
+            steps = explore.step_table(rep, limit=1, rank=rank)["steps"]
             if not steps:
-                raise api.BadInput(f"{shown}: no analyzed step; give start_ms and end_ms")
+                raise BadInput(f"{shown}: no analyzed step; give start_ms and end_ms")
             start_ms = steps[0]["start_ms"]
             end_ms = round(steps[0]["start_ms"] + steps[0]["duration_ms"], 6)
             why = f"the first analyzed step ({steps[0]['label']}); give start_ms and end_ms for another window"
         if not end_ms > start_ms:
-            raise api.BadInput(f"end_ms ({end_ms!r}) must be after start_ms ({start_ms!r})")
-        w = api.timeline_window(
+            raise BadInput(f"end_ms ({end_ms!r}) must be after start_ms ({start_ms!r})")
+        w = explore.timeline_window(
             rep, start_ms, end_ms, kinds=kinds, name_contains=name_contains, limit=offset + limit, rank=rank
         )
         rows = [{**e, "name": _clip(e["name"], detail == "full")} for e in call.public(w["events"][offset:])]
@@ -1423,15 +1480,15 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         names = [before, after]
         sides = []
         for i, s in enumerate((before, after)):
-            if api.is_run_ref(s):
+            if is_run_ref(s):
                 sides.append(s)
             else:
                 o = opened(s)
                 names[i] = o.given
                 sides.append(o.show())
-        st = api.open_store(store, read_only=True) if any(api.is_run_ref(s) for s in sides) else None
+        st = open_store(store, read_only=True) if any(is_run_ref(s) for s in sides) else None
         try:
-            r = api.diff(
+            r = diff(
                 sides[0], sides[1], metric=metric, fail_if_slower=fail_if_slower, store=st, gate_anyway=gate_anyway
             )
         finally:
@@ -1478,7 +1535,7 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         whole("top", top, 1, 100)
         full = detail == "full"
         o = opened(path)
-        m = api.memory(o.show(), top=top)
+        m = memory(o.show(), top=top)
         peaks = m.peaks()
         memory_doc = m.to_dict()  # the trainscope.memory/1 document (not the analysis document)
         devices = [
@@ -1546,10 +1603,10 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         asks for the next)."""
         whole("limit", limit, 1, 500)
         offset_of(offset)
-        path = store or api.default_store_path()
+        path = store or default_store_path()
         if not os.path.exists(path):
             return Runs(store=path, runs=[], page=Page(offset=offset, limit=limit, returned=0, total=0))
-        with api.open_store(path, read_only=True) as st:
+        with open_store(path, read_only=True) as st:
             every = st.runs(tag=tag, verdict=verdict, gpu=gpu, limit=None)
             rows = []
             for r in every[offset : offset + limit]:
@@ -1572,7 +1629,7 @@ def serve(roots: list[str], store: str | None = None) -> None:
     _raise_open_file_limit()  # a rank folder's files are all held open while it is analyzed
     server = build_server(roots, store)
 
-    def terminated(signum, frame) -> None:  # the client's SIGTERM: leave no private folder behind
+    def terminated(signum: int, frame: object) -> None:  # the client's SIGTERM: leave no private folder behind
         server.trainscope_close()
         os._exit(128 + signum)
 

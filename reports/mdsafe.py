@@ -1,0 +1,20 @@
+"""Text made safe for Markdown, for every Markdown renderer (reports/markdown.py, plan.py, memory.py,
+live.py, history.py, diff_markdown.py): a module of its own, below them all, so that markdown.py can
+import the plan's and the rank story's Markdown lines at its top while plan.py imports the escape."""
+
+from __future__ import annotations
+
+import re
+
+_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
+
+
+def md_escape(text: object, limit: int | None = None) -> str:
+    """Text safe inside Markdown prose and table cells: kernel and file names contain ``<``,
+    ``*``, ``_`` and ``|``, which would otherwise turn into HTML, emphasis or new columns."""
+    s = str(text)
+    if limit and len(s) > limit:
+        s = s[: limit - 1] + "…"
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = _SPECIAL.sub(r"\\\1", s)
+    return s.replace("\r", " ").replace("\n", " ")
