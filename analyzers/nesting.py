@@ -94,6 +94,19 @@ def nest_parents(
     return parent
 
 
+def nest_gathered(s: np.ndarray, e: np.ndarray, g: np.ndarray | None, order: np.ndarray) -> np.ndarray:
+    """``nest_parents(starts, ends, order, groups)`` from the columns already gathered along ``order``
+    (``s = starts[order]``, ``e = ends[order]``, ``g = groups[order]``): a caller that gathers each
+    column and drops the unordered one holds each column once through the nesting, where
+    ``nest_parents`` gathers its own copies beside the caller's (the module tree's 1.75 M ranges and
+    launch calls of a 1 GB export: 28 MiB at the analysis' peak)."""
+    c = nest_parents(s, e, groups=g)  # positions along ``order``
+    parent = np.full(len(c), -1, np.int64)
+    has = c >= 0
+    parent[order[has]] = order[c[has]]
+    return parent
+
+
 def outer_first(ts: np.ndarray, dur: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
     """The processing order of :func:`nest_parents`: ``np.lexsort((-dur, ts))`` (by start, outer
     first, ties in row order), by ``groups`` first where given. Rows already in (start, −duration)

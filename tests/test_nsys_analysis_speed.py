@@ -154,3 +154,57 @@ def _launch_case(seed: int, _launch_rows) -> None:
         r_corr = np.sort(r_corr)  # a runtime table's ids, in order
     w_corr = rng.integers(-2, 70, int(rng.integers(0, 80))).astype(np.int64)
     assert np.array_equal(_launch_rows(r_corr, w_corr), _old_launch_rows(r_corr, w_corr))
+
+
+def _old_overlap_per_window(iv_, win_s, win_e):
+    s, e = iv_
+    if len(s) == 0 or len(win_s) == 0:
+        return np.zeros(len(win_s), np.int64)
+    cum = np.concatenate([[0], np.cumsum(e - s)])
+
+    def covered_before(t):
+        i = np.searchsorted(s, t, side="right")
+        full = cum[np.maximum(i - 1, 0)]
+        last_s = s[np.maximum(i - 1, 0)]
+        last_e = e[np.maximum(i - 1, 0)]
+        partial = np.clip(np.minimum(last_e, t) - last_s, 0, None)
+        return np.where(i > 0, full + partial, 0)
+
+    return covered_before(np.asarray(win_e, np.int64)) - covered_before(np.asarray(win_s, np.int64))
+
+
+def test_overlap_per_window_as_before(monkeypatch):
+    from trainscope.analyzers import intervals as iv
+
+    for seed in range(60):
+        if seed % 4 == 0:
+            monkeypatch.setattr(iv, "_ROWS", 7)  # windows a piece at a time
+        else:
+            monkeypatch.setattr(iv, "_ROWS", 1 << 20)
+        rng = np.random.default_rng(seed)
+        a = rng.integers(-50, 5_000, int(rng.integers(0, 60)))
+        b = a + rng.integers(0, 300, len(a))
+        u = iv.union(a.astype(np.int64), b.astype(np.int64))
+        ws = rng.integers(-200, 5_500, int(rng.integers(0, 80))).astype(np.int64)
+        we = ws + rng.integers(-20, 800, len(ws))  # empty and inverted windows too
+        got = iv.overlap_per_window(u, ws, we)
+        want = _old_overlap_per_window(u, ws, we)
+        assert got.dtype == want.dtype
+        assert np.array_equal(got, want)
+
+
+def test_nest_gathered_as_nest_parents():
+    from trainscope.analyzers.nesting import nest_gathered, nest_parents, outer_first
+
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(0, 120))
+        ts = rng.integers(0, 300, n).astype(np.int64)
+        end = ts + rng.integers(0, 120, n)  # zero-length, tied and partly overlapping intervals
+        th = rng.integers(0, int(rng.integers(1, 4)), n).astype(np.int32)
+        if seed % 3 == 0:  # already outer first per thread: the order is the identity or a radix pass
+            o = np.lexsort((-(end - ts), ts))
+            ts, end = ts[o], end[o]
+        order = outer_first(ts, end - ts, th)
+        got = nest_gathered(ts[order], end[order], th[order], order)
+        assert np.array_equal(got, nest_parents(ts, end, order=order, groups=th))
