@@ -208,3 +208,28 @@ def test_nest_gathered_as_nest_parents():
         order = outer_first(ts, end - ts, th)
         got = nest_gathered(ts[order], end[order], th[order], order)
         assert np.array_equal(got, nest_parents(ts, end, order=order, groups=th))
+
+
+def test_outer_first_is_the_lexsort():
+    from trainscope.analyzers.nesting import outer_first
+
+    for seed in range(120):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(0, 150))
+        ts = rng.integers(0, int(rng.integers(1, 400)), n).astype(np.int64)  # few values: many ties
+        dur = rng.integers(0, int(rng.integers(1, 50)), n).astype(np.int64)
+        th = rng.integers(-1, int(rng.integers(1, 5)), n).astype(np.int32)
+        if seed % 4 == 0:  # runs each in (start, -duration) order, joined end to end
+            cut = int(rng.integers(0, n + 1))
+            for part in (slice(0, cut), slice(cut, n)):
+                o = np.lexsort((-dur[part], ts[part]))
+                ts[part], dur[part] = ts[part][o], dur[part][o]
+        elif seed % 4 == 1:  # distinct starts, in two runs
+            ts = rng.permutation(10 * n)[:n].astype(np.int64)
+            cut = int(rng.integers(0, n + 1))
+            ts[:cut].sort()
+            ts[cut:].sort()
+        if seed % 8 == 5:
+            th = (th.astype(np.int64) * 100_000).astype(np.int32)  # groups too wide for 16 bits
+        assert np.array_equal(outer_first(ts, dur, th), np.lexsort((-dur, ts, th)))
+        assert np.array_equal(outer_first(ts, dur), np.lexsort((-dur, ts)))

@@ -326,22 +326,14 @@ def module_tree(
         return ok
 
     kin, cin, min_ = in_windows(k.ts, k.device), in_windows(cp.ts, cp.device), in_windows(ms.ts, ms.device)
-    ki = np.flatnonzero(kin)
+    ki = np.flatnonzero(kin).astype(np.int32) if len(kin) < 1 << 31 else np.flatnonzero(kin)  # held to the sums
     ci = np.flatnonzero(cin)
     mi = np.flatnonzero(min_)
     del kin, cin, min_
     nk, nc = len(ki), len(ci)
-    w_dur = np.concatenate([k.dur[ki], cp.dur[ci], ms.dur[mi]]).astype(np.int64)
+    nw = nk + nc + len(mi)
     w_corr = np.concatenate([k.correlation[ki], cp.correlation[ci], ms.correlation[mi]]).astype(np.int64)
-    # a name per operation: kernels by their string; copies and memsets by their kind, past the strings
     extra_names = [f"Memcpy {c}" for c in COPY_KINDS] + ["Memset"]
-    w_name = np.concatenate(
-        [k.name[ki].astype(np.int64), len(S) + cp.kind[ci].astype(np.int64), np.full(len(mi), len(S) + len(COPY_KINDS))]
-    ).astype(np.int64)
-    w_htod = np.zeros(len(w_dur), bool)
-    w_htod[nk : nk + nc] = cp.kind[ci] == COPY_KINDS.index("HtoD")
-    nw = len(w_dur)
-    del ci, mi
     # per name: bound code and % of roof, from the roofline rows
     nnames = len(S) + len(extra_names)
     name_bound = np.full(nnames, BOUNDS.index("unknown"), np.int64)
@@ -358,9 +350,11 @@ def module_tree(
     # --- the launches: runtime row of each operation, by correlation id ---------------------------
     w_launch = _launch_rows(rt.correlation, w_corr)
     del w_corr
+    if len(rt) < 1 << 31:  # row numbers, held through the nesting: four bytes each
+        w_launch = w_launch.astype(np.int32)
     linked = w_launch >= 0
     launches, w_li = codes.unique_inverse(w_launch[linked])
-    w_lidx = np.full(nw, -1, np.int64)
+    w_lidx = np.full(nw, -1, np.int32 if nw < 1 << 31 else np.int64)
     w_lidx[linked] = w_li.reshape(-1)
     del w_li
 
@@ -387,7 +381,7 @@ def module_tree(
     KINDS = (ann_kind, "module", "range")
     r_ts = np.concatenate([a.ts[ai], pf.ts[pi], op.ts[oi]]).astype(np.int64)
     r_end = np.concatenate([a_end[ai], pf.ts[pi] + pf.dur[pi], op.ts[oi] + op.dur[oi]]).astype(np.int64)
-    r_thread = np.concatenate([a.thread[ai], pf.thread[pi], op.thread[oi]]).astype(np.int64)
+    r_thread = np.concatenate([a.thread[ai], pf.thread[pi], op.thread[oi]]).astype(np.int32)  # codes
     r_name = np.concatenate([a.name[ai], pf.name[pi], op.name[oi]]).astype(np.int64)
     r_kind = np.concatenate([np.zeros(len(ai), np.int8), np.ones(len(pi), np.int8), np.full(len(oi), 2, np.int8)])
     r_autograd = np.concatenate([np.zeros(len(ai) + len(pi), bool), np.ones(len(oi), bool)])
@@ -412,13 +406,15 @@ def module_tree(
     # --- one nesting pass over the ranges and the launch calls, per thread -----------------------
     l_ts = rt.ts[launches].astype(np.int64)
     l_end = (rt.ts[launches] + rt.dur[launches]).astype(np.int64)
-    l_thread = rt.thread[launches].astype(np.int64)
+    l_thread = rt.thread[launches]
     del launches
     all_ts = np.concatenate([r_ts, l_ts])
     all_end = np.concatenate([r_end, l_end])
-    all_thread = np.concatenate([r_thread, l_thread]).astype(np.int32)  # codes: compared, never summed
+    all_thread = np.concatenate([r_thread, l_thread.astype(np.int32)])  # codes: compared, never summed
     del l_ts, l_end, l_thread  # joined: not held through the nesting
     order = outer_first(all_ts, all_end - all_ts, all_thread)
+    if len(order) < 1 << 31:
+        order = order.astype(np.int32)  # held through the nesting: four bytes a row
     # each column gathered along the order in turn, the unordered one dropped: held once through the nesting
     all_ts = all_ts[order]
     all_end = all_end[order]
@@ -628,6 +624,15 @@ def module_tree(
     nn_ = len(n_parent)
 
     # --- each operation's node ----------------------------------------------------------------------
+    # the operations' durations and names, built now (not held through the nesting)
+    w_dur = np.concatenate([k.dur[ki], cp.dur[ci], ms.dur[mi]]).astype(np.int64)
+    # a name per operation: kernels by their string; copies and memsets by their kind, past the strings
+    w_name: npt.NDArray[np.signedinteger] = np.concatenate(
+        [k.name[ki].astype(np.int64), len(S) + cp.kind[ci].astype(np.int64), np.full(len(mi), len(S) + len(COPY_KINDS))]
+    ).astype(np.int32 if len(S) + len(extra_names) < 1 << 31 else np.int64)  # codes: indices, never summed
+    w_htod = np.zeros(nw, bool)
+    w_htod[nk : nk + nc] = cp.kind[ci] == COPY_KINDS.index("HtoD")
+    del ci, mi
     w_range = np.full(nw, -1, np.int64)
     w_range[linked] = l_range[w_lidx[linked]]
     w_node = np.full(nw, OUT, np.int64)
@@ -708,7 +713,8 @@ def module_tree(
                 arr[p] += arr[nid]
 
     # top kernels, inclusive: (node, name) pairs carried to every ancestor
-    pair = w_node * nnames + w_name
+    pair = w_node * nnames
+    pair += w_name  # in place: the names are 32-bit codes
     up_, pinv = codes.unique_inverse(pair)
     del pair
     p_ns = np.bincount(pinv.reshape(-1), weights=wd, minlength=len(up_))
@@ -791,8 +797,11 @@ def module_tree(
     # folding: per node, instances keyed by distinct raw name, else by occurrence within its window
     spread: dict[int, tuple[tuple[int, int, int], str, int]] = {}
     # the ranges and the mirror rows as one list of instances
-    x_node, x_name = np.r_[r_node, v_node], np.r_[r_name, r_name[v_rows]]
-    x_win, x_ts, x_gpu = np.r_[r_win, r_win[v_rows]], np.r_[r_ts, r_ts[v_rows]], np.r_[inst_gpu, v_gpu]
+    if len(v_rows):
+        x_node, x_name = np.r_[r_node, v_node], np.r_[r_name, r_name[v_rows]]
+        x_win, x_ts, x_gpu = np.r_[r_win, r_win[v_rows]], np.r_[r_ts, r_ts[v_rows]], np.r_[inst_gpu, v_gpu]
+    else:  # no mirror rows: the ranges' own columns (read only below), not copies of them
+        x_node, x_name, x_win, x_ts, x_gpu = r_node, r_name, r_win, r_ts, inst_gpu
     sel = np.flatnonzero(np.r_[node_ok & (in_win | (inst_gpu > 0)), np.ones(len(v_rows), bool)])
     if len(sel):
         o = np.lexsort((x_ts[sel], x_win[sel], x_node[sel]))
