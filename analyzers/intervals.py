@@ -81,6 +81,9 @@ def union_sets(sets: list[IntervalSet], spent: bool = False) -> IntervalSet:
         return x if _is_set(x) else union(*x)
     starts = [x[0] for x in sets]
     ends = [x[1] for x in sets]
+    # a few sets each in order (disjoint sets are): their concatenation is a few sorted runs,
+    # which a stable sort merges in one pass (numpy's quicksort re-sorts them whole: 2-10x slower)
+    s_kind, e_kind = (_runs_kind(starts), _runs_kind(ends)) if len(starts) <= _MERGE_RUNS else ("quicksort",) * 2
     del sets
     s = np.concatenate(starts)
     del starts  # a spent list's start columns freed before the ends are copied
@@ -92,9 +95,19 @@ def union_sets(sets: list[IntervalSet], spent: bool = False) -> IntervalSet:
     del keep
     if not len(s):
         return EMPTY
-    s.sort()  # the concatenation's own columns, sorted in place
-    e.sort()
+    s.sort(kind=s_kind)  # the concatenation's own columns, sorted in place
+    e.sort(kind=e_kind)
     return _from_bounds(s, e)
+
+
+_MERGE_RUNS = 64  # sorted runs a stable sort merges faster than quicksort sorts their concatenation
+
+
+def _runs_kind(cols: list[np.ndarray]) -> str:
+    """The sort for the concatenation of ``cols``: stable (a merge of the runs) where each is in
+    order, else quicksort (a stable sort of unordered int64 is ~10x slower). Same values either way."""
+    ordered = all(len(c) < 2 or bool((c[1:] >= c[:-1]).all()) for c in cols)
+    return "stable" if ordered else "quicksort"
 
 
 def _is_set(x: IntervalSet) -> bool:
@@ -205,9 +218,9 @@ def minus_part(a: IntervalSet, part: IntervalSet) -> IntervalSet:
     if not len(part[0]) or not len(a[0]):
         return a
     s = np.concatenate([a[0], part[1]])
-    s.sort()
+    s.sort(kind="stable")  # two sorted runs: a stable sort merges them in one pass
     e = np.concatenate([part[0], a[1]])
-    e.sort()
+    e.sort(kind="stable")
     keep = e > s
     if keep.all():
         return s, e

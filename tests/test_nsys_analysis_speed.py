@@ -233,3 +233,24 @@ def test_outer_first_is_the_lexsort():
             th = (th.astype(np.int64) * 100_000).astype(np.int32)  # groups too wide for 16 bits
         assert np.array_equal(outer_first(ts, dur, th), np.lexsort((-dur, ts, th)))
         assert np.array_equal(outer_first(ts, dur), np.lexsort((-dur, ts)))
+
+
+def test_union_sets_merging_sorted_runs_is_the_union():
+    from trainscope.analyzers import intervals as iv
+
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        sets = []
+        for _ in range(int(rng.integers(1, 90))):  # past _MERGE_RUNS sets too
+            a = rng.integers(0, 3_000, int(rng.integers(0, 20))).astype(np.int64)
+            b = a + rng.integers(-5, 60, len(a))
+            sets.append(iv.union(a, b) if seed % 3 else (a, b))  # disjoint sets, or any pairs
+        s_all = np.concatenate([x[0] for x in sets])
+        e_all = np.concatenate([x[1] for x in sets])
+        got = iv.union_sets(list(sets))
+        want = iv.union(s_all, e_all)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        if seed % 3 and len(sets) > 1 and len(want[0]):  # minus_part: the set less a part of it
+            part = iv.intersect(want, iv.union(*sets[0])) if len(sets[0][0]) else iv.EMPTY
+            rest = iv.minus_part(want, part)
+            assert iv.total(rest) == iv.total(want) - iv.total(part)
