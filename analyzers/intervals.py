@@ -6,6 +6,8 @@ returns. Everything here is numpy: no Python loop over events.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 IntervalSet = tuple[np.ndarray, np.ndarray]
@@ -83,7 +85,10 @@ def union_sets(sets: list[IntervalSet], spent: bool = False) -> IntervalSet:
     ends = [x[1] for x in sets]
     # a few sets each in order (disjoint sets are): their concatenation is a few sorted runs,
     # which a stable sort merges in one pass (numpy's quicksort re-sorts them whole: 2-10x slower)
-    s_kind, e_kind = (_runs_kind(starts), _runs_kind(ends)) if len(starts) <= _MERGE_RUNS else ("quicksort",) * 2
+    s_kind: Literal["stable", "quicksort"] = "quicksort"
+    e_kind: Literal["stable", "quicksort"] = "quicksort"
+    if len(starts) <= _MERGE_RUNS:
+        s_kind, e_kind = _runs_kind(starts), _runs_kind(ends)
     del sets
     s = np.concatenate(starts)
     del starts  # a spent list's start columns freed before the ends are copied
@@ -103,7 +108,7 @@ def union_sets(sets: list[IntervalSet], spent: bool = False) -> IntervalSet:
 _MERGE_RUNS = 64  # sorted runs a stable sort merges faster than quicksort sorts their concatenation
 
 
-def _runs_kind(cols: list[np.ndarray]) -> str:
+def _runs_kind(cols: list[np.ndarray]) -> Literal["stable", "quicksort"]:
     """The sort for the concatenation of ``cols``: stable (a merge of the runs) where each is in
     order, else quicksort (a stable sort of unordered int64 is ~10x slower). Same values either way."""
     ordered = all(len(c) < 2 or bool((c[1:] >= c[:-1]).all()) for c in cols)

@@ -53,6 +53,7 @@ import numpy as np
 from trainscope.analyzers import codes, membership
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.nesting import is_outer_first, nest_parents, outer_first
+from trainscope.analyzers.trace import heap
 from trainscope.analyzers.trace.breakdown import SYNC_CALL
 from trainscope.analyzers.trace.frame_names import user_name
 from trainscope.analyzers.trace.steps import PROFILER_STEP, StepSegmentation, name_mask
@@ -398,6 +399,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
 
     # 5: the stage structure of the host frames on the main launching thread.
     launch_ts = np.sort(r.ts[issues & mine])  # launches from every launching thread
+    heap.release()  # the runtime-call pass's freed columns handed back before the frames' pass
     del issues, mine
     fts, fend, fname, source = _frames(trace, thread)
     # the frames that may be reported, their idle time and names, taken before the frames are
@@ -414,6 +416,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
         got, names = _renumbered(got, order), _renumbered(names, order)
         del order
     parent = _parents(fts, fend) if len(fts) else None  # once: the stages and the heaviest frames read it
+    heap.release()  # the nesting's freed columns, before the stage classification
     if parent is not None and len(fts) < 1 << 31:
         parent = parent.astype(np.int32)  # held through the stages: four bytes a frame
     shown = _shown(trace, names, parent, got) if parent is not None else []

@@ -56,6 +56,7 @@ import numpy.typing as npt
 
 from trainscope.analyzers import codes
 from trainscope.analyzers.nesting import nest_gathered, nest_parents, outer_first
+from trainscope.analyzers.trace import heap
 from trainscope.analyzers.trace.cost import KernelCosts
 from trainscope.analyzers.trace.phases import PHASE_PATTERNS
 from trainscope.traces.model import COPY_KINDS, Trace
@@ -412,6 +413,7 @@ def module_tree(
     all_end = np.concatenate([r_end, l_end])
     all_thread = np.concatenate([r_thread, l_thread.astype(np.int32)])  # codes: compared, never summed
     del l_ts, l_end, l_thread  # joined: not held through the nesting
+    heap.release()  # the launch join's freed columns handed back before the nesting
     order = outer_first(all_ts, all_end - all_ts, all_thread)
     if len(order) < 1 << 31:
         order = order.astype(np.int32)  # held through the nesting: four bytes a row
