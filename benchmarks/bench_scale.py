@@ -7,6 +7,8 @@ pysimdjson) and HTA's load the ``hta`` extra:
     python benchmarks/bench_scale.py --all --sizes 1 --keep /tmp/scale   # the issue-26 table, one run
     python benchmarks/bench_scale.py --peers [--sizes 1 --keep /tmp/scale] [--nsys-ai PATH] [FILE ...]
     python benchmarks/bench_scale.py --pairs 3 --memory-stream 1 --sizes 1 --keep /tmp/scale  # the Nsight bar
+    python benchmarks/bench_scale.py --pairs 3 --memory-stream 1 --sizes 1 --keep /tmp/scale \
+        --baseline ../main/.venv/bin/python   # ... with the code before a change in each pair
 
 ``--all`` measures, per size and in the same run: the Kineto JSON with its floors (a bare
 simdjson parse of the same file, HTA's load unless ``--no-hta``) and ``--perfetto`` on it, the
@@ -33,6 +35,8 @@ average. ``--memory-stream K`` repeats the pairs with K processes beside each ru
 ``--stream-mib`` buffer into another in a loop (numpy, far past any cache): a second busy program
 taking memory bandwidth, the slow-memory condition (no root needed, unlike a cgroup limit); their
 bandwidth together is printed. Every trainscope run here is a first look (``TRAINSCOPE_NO_CACHE=1``).
+``--baseline PYTHON`` adds to each pair the Nsight export analyzed by another interpreter (another
+checkout's environment: the code before a change), so before and after share the load.
 
 ``--peers`` measures trainscope beside its peers on the same inputs, paired in one run: a first look
 (an empty analysis cache of its own) and a second look (the same command again: the cache's hit)
@@ -194,7 +198,7 @@ def build_nsys(source: pathlib.Path, target_bytes: int, out: pathlib.Path) -> in
     return copies
 
 
-def _run(cmd: list[str]) -> tuple[float, float, str, float]:
+def _run(cmd: list[str], cwd: str | None = None) -> tuple[float, float, str, float]:
     """(wall seconds, peak RSS MiB, stdout, CPU seconds) of one child run, measured by a wrapper process."""
     wrapper = (
         "import resource, subprocess, sys, time; t=time.perf_counter(); "
@@ -203,7 +207,7 @@ def _run(cmd: list[str]) -> tuple[float, float, str, float]:
         "r=resource.getrusage(resource.RUSAGE_CHILDREN); "
         "print(p.returncode, w, r.ru_maxrss, r.ru_utime + r.ru_stime); print(p.stdout[-400:])"
     )
-    p = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, check=True)
+    p = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True, check=True, cwd=cwd)
     first, _, rest = p.stdout.partition("\n")
     rc, wall, rss, cpu = first.split()
     if int(rc) != 0:
@@ -258,11 +262,14 @@ def _child_seconds(code: str, *argv: str) -> tuple[float, float, float, float]:
     return float(out.strip().splitlines()[-1]), wall, rss, cpu
 
 
-def _analyze(path: pathlib.Path, *extra: str) -> tuple[float, float, str, float]:
-    """A first look: the analysis cache off (a second run of the same input would read its document)."""
+def _analyze(path: pathlib.Path, *extra: str, python: str | None = None) -> tuple[float, float, str, float]:
+    """A first look: the analysis cache off (a second run of the same input would read its document).
+    ``python``: another interpreter (another checkout's environment: the code before a change), run
+    from ``/`` so that no ``trainscope`` directory in the working directory shadows its own."""
     return _run_env(
-        [sys.executable, "-m", "trainscope", "analyze", str(path), "--format", "json", "-q", *extra],
+        [python or sys.executable, "-m", "trainscope", "analyze", str(path), "--format", "json", "-q", *extra],
         {**os.environ, "TRAINSCOPE_NO_CACHE": "1"},
+        cwd="/" if python else None,
     )
 
 
@@ -343,6 +350,7 @@ def run_nsys_pairs(args, where: pathlib.Path) -> None:
                 k_wall, k_rss, _, k_cpu = _analyze(k_path)
                 n_wall, n_rss, _, n_cpu = _analyze(n_path)
                 floor, _, _, _ = _child_seconds(COLUMN_FETCH, str(n_path))
+                base = _analyze(n_path, python=args.baseline) if args.baseline else None
                 load1 = _load()
             cond = f"{streams} streaming ({ms.gbps:.1f} GB/s)" if streams else "none"
             ratios_k.append(n_wall / k_wall)
@@ -351,6 +359,12 @@ def run_nsys_pairs(args, where: pathlib.Path) -> None:
                 f"| {cond} | {i + 1} | {k_wall:.1f} s, {k_cpu:.1f} CPU-s, {k_rss:,.0f} MiB "
                 f"| {n_wall:.1f} s, {n_cpu:.1f} CPU-s, {n_rss:,.0f} MiB | {floor:.1f} s "
                 f"| **{n_wall / k_wall:.2f}×** | {n_wall / floor:.2f}× | {n_cpu / k_cpu:.2f}× | {load0} → {load1} |"
+                + (
+                    f" {base[0]:.1f} s, {base[3]:.1f} CPU-s, {base[1]:,.0f} MiB | {base[0] / k_wall:.2f}× "
+                    f"| {base[3] / k_cpu:.2f}× |"
+                    if base
+                    else ""
+                )
             )
             print(rows[-1], flush=True)
         summary.append(
@@ -363,8 +377,13 @@ def run_nsys_pairs(args, where: pathlib.Path) -> None:
     print(
         "| memory streams | pair | Kineto (wall, CPU, peak RSS) | Nsight (wall, CPU, peak RSS) | Nsight column fetch "
         "| Nsight ÷ Kineto (wall) | Nsight ÷ fetch | Nsight ÷ Kineto (CPU) | load avg before → after |"
+        + (
+            " Nsight, baseline code (wall, CPU, peak RSS) | baseline ÷ Kineto (wall) | baseline ÷ Kineto (CPU) |"
+            if args.baseline
+            else ""
+        )
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.baseline else ""))
     for r in rows:
         print(r)
     for line in summary:
@@ -491,12 +510,12 @@ def _trainscope_looks(path: pathlib.Path, cache: str) -> list[tuple[float, float
     return out
 
 
-def _run_env(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str, float]:
+def _run_env(cmd: list[str], env: dict[str, str], cwd: str | None = None) -> tuple[float, float, str, float]:
     old = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)
     try:
-        return _run(cmd)
+        return _run(cmd, cwd)
     finally:
         os.environ.clear()
         os.environ.update(old)
@@ -668,6 +687,12 @@ def main() -> int:
         help="with --pairs: also measure with N processes streaming memory beside each run (slow memory)",
     )
     ap.add_argument("--stream-mib", type=int, default=256, help="each streaming process's buffer, MiB (two of them)")
+    ap.add_argument(
+        "--baseline",
+        metavar="PYTHON",
+        help="with --pairs: also run the Nsight export with this interpreter in each pair (another checkout's "
+        "environment, e.g. main's: the code before a change, measured under the same load)",
+    )
     ap.add_argument("--peers", action="store_true", help="trainscope's first and second look beside HTA and nsys-ai")
     ap.add_argument("--nsys-ai", metavar="PATH", help="with --peers: the nsys-ai executable (default: on PATH)")
     ap.add_argument("files", nargs="*", help="with --peers: the inputs (default: bundled traces, or --sizes built)")

@@ -154,3 +154,103 @@ def _launch_case(seed: int, _launch_rows) -> None:
         r_corr = np.sort(r_corr)  # a runtime table's ids, in order
     w_corr = rng.integers(-2, 70, int(rng.integers(0, 80))).astype(np.int64)
     assert np.array_equal(_launch_rows(r_corr, w_corr), _old_launch_rows(r_corr, w_corr))
+
+
+def _old_overlap_per_window(iv_, win_s, win_e):
+    s, e = iv_
+    if len(s) == 0 or len(win_s) == 0:
+        return np.zeros(len(win_s), np.int64)
+    cum = np.concatenate([[0], np.cumsum(e - s)])
+
+    def covered_before(t):
+        i = np.searchsorted(s, t, side="right")
+        full = cum[np.maximum(i - 1, 0)]
+        last_s = s[np.maximum(i - 1, 0)]
+        last_e = e[np.maximum(i - 1, 0)]
+        partial = np.clip(np.minimum(last_e, t) - last_s, 0, None)
+        return np.where(i > 0, full + partial, 0)
+
+    return covered_before(np.asarray(win_e, np.int64)) - covered_before(np.asarray(win_s, np.int64))
+
+
+def test_overlap_per_window_as_before(monkeypatch):
+    from trainscope.analyzers import intervals as iv
+
+    for seed in range(60):
+        if seed % 4 == 0:
+            monkeypatch.setattr(iv, "_ROWS", 7)  # windows a piece at a time
+        else:
+            monkeypatch.setattr(iv, "_ROWS", 1 << 20)
+        rng = np.random.default_rng(seed)
+        a = rng.integers(-50, 5_000, int(rng.integers(0, 60)))
+        b = a + rng.integers(0, 300, len(a))
+        u = iv.union(a.astype(np.int64), b.astype(np.int64))
+        ws = rng.integers(-200, 5_500, int(rng.integers(0, 80))).astype(np.int64)
+        we = ws + rng.integers(-20, 800, len(ws))  # empty and inverted windows too
+        got = iv.overlap_per_window(u, ws, we)
+        want = _old_overlap_per_window(u, ws, we)
+        assert got.dtype == want.dtype
+        assert np.array_equal(got, want)
+
+
+def test_nest_gathered_as_nest_parents():
+    from trainscope.analyzers.nesting import nest_gathered, nest_parents, outer_first
+
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(0, 120))
+        ts = rng.integers(0, 300, n).astype(np.int64)
+        end = ts + rng.integers(0, 120, n)  # zero-length, tied and partly overlapping intervals
+        th = rng.integers(0, int(rng.integers(1, 4)), n).astype(np.int32)
+        if seed % 3 == 0:  # already outer first per thread: the order is the identity or a radix pass
+            o = np.lexsort((-(end - ts), ts))
+            ts, end = ts[o], end[o]
+        order = outer_first(ts, end - ts, th)
+        got = nest_gathered(ts[order], end[order], th[order], order)
+        assert np.array_equal(got, nest_parents(ts, end, order=order, groups=th))
+
+
+def test_outer_first_is_the_lexsort():
+    from trainscope.analyzers.nesting import outer_first
+
+    for seed in range(120):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(0, 150))
+        ts = rng.integers(0, int(rng.integers(1, 400)), n).astype(np.int64)  # few values: many ties
+        dur = rng.integers(0, int(rng.integers(1, 50)), n).astype(np.int64)
+        th = rng.integers(-1, int(rng.integers(1, 5)), n).astype(np.int32)
+        if seed % 4 == 0:  # runs each in (start, -duration) order, joined end to end
+            cut = int(rng.integers(0, n + 1))
+            for part in (slice(0, cut), slice(cut, n)):
+                o = np.lexsort((-dur[part], ts[part]))
+                ts[part], dur[part] = ts[part][o], dur[part][o]
+        elif seed % 4 == 1:  # distinct starts, in two runs
+            ts = rng.permutation(10 * n)[:n].astype(np.int64)
+            cut = int(rng.integers(0, n + 1))
+            ts[:cut].sort()
+            ts[cut:].sort()
+        if seed % 8 == 5:
+            th = (th.astype(np.int64) * 100_000).astype(np.int32)  # groups too wide for 16 bits
+        assert np.array_equal(outer_first(ts, dur, th), np.lexsort((-dur, ts, th)))
+        assert np.array_equal(outer_first(ts, dur), np.lexsort((-dur, ts)))
+
+
+def test_union_sets_merging_sorted_runs_is_the_union():
+    from trainscope.analyzers import intervals as iv
+
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        sets = []
+        for _ in range(int(rng.integers(1, 90))):  # past _MERGE_RUNS sets too
+            a = rng.integers(0, 3_000, int(rng.integers(0, 20))).astype(np.int64)
+            b = a + rng.integers(-5, 60, len(a))
+            sets.append(iv.union(a, b) if seed % 3 else (a, b))  # disjoint sets, or any pairs
+        s_all = np.concatenate([x[0] for x in sets])
+        e_all = np.concatenate([x[1] for x in sets])
+        got = iv.union_sets(list(sets))
+        want = iv.union(s_all, e_all)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        if seed % 3 and len(sets) > 1 and len(want[0]):  # minus_part: the set less a part of it
+            part = iv.intersect(want, iv.union(*sets[0])) if len(sets[0][0]) else iv.EMPTY
+            rest = iv.minus_part(want, part)
+            assert iv.total(rest) == iv.total(want) - iv.total(part)

@@ -144,6 +144,7 @@ def analyze_trace(
         fusion = fusion_candidates(trace, on, costs, roof, rules, steps=len(seg.steps))
         ctx = refine(ctx, roof)
         del on
+    heap.release()
     tree = module_tree(
         trace,
         (seg.starts, seg.ends),

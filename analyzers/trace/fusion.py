@@ -160,6 +160,7 @@ def fusion_candidates(
     if len(idx) < 2:
         return empty
     order = idx[np.lexsort((k.ts[idx], k.stream[idx], k.device[idx]))]
+    del idx
     n = len(order)
     names = k.name[order]
     memory_names = {r.name for r in roof.rows if r.bound == "memory"}
@@ -176,17 +177,18 @@ def fusion_candidates(
     dur_ns = k.dur[order].astype(np.int64)
     dur = dur_ns.astype(np.float64) / 1e6  # ms
     byts = costs.bytes[order]
-    dev = k.device[order].astype(np.int64)
-    stream = k.stream[order].astype(np.int64)
+    dev = k.device[order]  # their own types: widened only for the lane code
+    stream = k.stream[order]
     ops, oi = trace.cpu_ops, trace.op_inputs
     op = costs.op[order]
     if len(oi.cpu_signature) == len(ops) and len(ops):
         sig = np.where(op >= 0, oi.cpu_signature[np.clip(op, 0, None)], -1).astype(np.int64)
     else:
         sig = np.full(n, -1, np.int64)
+    del op
 
     # one code per kernel identity: (device, stream, name, input dims)
-    _, lane = codes.unique_inverse(dev * (1 << 32) + stream)
+    _, lane = codes.unique_inverse(dev.astype(np.int64) * (1 << 32) + stream.astype(np.int64))
     key = lane.astype(np.int64)
     for col in (names.astype(np.int64), sig + 1):
         _, key = codes.unique_inverse(key * (int(col.max()) + 1) + col)
@@ -196,6 +198,7 @@ def fusion_candidates(
     # link i → i+1: same lane, back to back, the next kernel memory-bound, no communication kernel
     link = (lane[1:] == lane[:-1]) & ~comm[:-1] & mem[1:] & (ts[1:] - (ts[:-1] + dur_ns[:-1]) <= gap_ns)
     broken = np.concatenate([[0], np.cumsum(~link)])  # broken links among link[:j]
+    del link, lane, ts, dur_ns  # read no more: a million kernels' columns not held through the patterns
 
     # Patterns by length, each position's code (-1: no counted pattern starts there). A pattern seen
     # fewer than k_min times (overlaps counted: an upper bound) cannot extend to one seen more.

@@ -53,6 +53,7 @@ import numpy as np
 from trainscope.analyzers import codes, membership
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.nesting import is_outer_first, nest_parents, outer_first
+from trainscope.analyzers.trace import heap
 from trainscope.analyzers.trace.breakdown import SYNC_CALL
 from trainscope.analyzers.trace.frame_names import user_name
 from trainscope.analyzers.trace.steps import PROFILER_STEP, StepSegmentation, name_mask
@@ -399,6 +400,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     # 5: the stage structure of the host frames on the main launching thread.
     launch_ts = np.sort(r.ts[issues & mine])  # launches from every launching thread
     del issues, mine
+    heap.release()  # the runtime-call pass's freed columns handed back before the frames' pass
     fts, fend, fname, source = _frames(trace, thread)
     # the frames that may be reported, their idle time and names, taken before the frames are
     # sorted: the idle set and the name column are not held through the sort and the stages
@@ -416,6 +418,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     parent = _parents(fts, fend) if len(fts) else None  # once: the stages and the heaviest frames read it
     if parent is not None and len(fts) < 1 << 31:
         parent = parent.astype(np.int32)  # held through the stages: four bytes a frame
+    heap.release()  # the nesting's freed columns, before the stage classification
     shown = _shown(trace, names, parent, got) if parent is not None else []
     if parent is not None and len(left[0]):
         classify = _classify_all if _disjoint(ws, we) else _classify_by_stage

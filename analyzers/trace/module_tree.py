@@ -55,7 +55,8 @@ import numpy as np
 import numpy.typing as npt
 
 from trainscope.analyzers import codes
-from trainscope.analyzers.nesting import nest_parents, outer_first
+from trainscope.analyzers.nesting import nest_gathered, nest_parents, outer_first
+from trainscope.analyzers.trace import heap
 from trainscope.analyzers.trace.cost import KernelCosts
 from trainscope.analyzers.trace.phases import PHASE_PATTERNS
 from trainscope.traces.model import COPY_KINDS, Trace
@@ -326,26 +327,14 @@ def module_tree(
         return ok
 
     kin, cin, min_ = in_windows(k.ts, k.device), in_windows(cp.ts, cp.device), in_windows(ms.ts, ms.device)
-    ki = np.flatnonzero(kin)
+    ki = np.flatnonzero(kin).astype(np.int32) if len(kin) < 1 << 31 else np.flatnonzero(kin)  # held to the sums
     ci = np.flatnonzero(cin)
     mi = np.flatnonzero(min_)
     del kin, cin, min_
     nk, nc = len(ki), len(ci)
-    w_dur = np.concatenate([k.dur[ki], cp.dur[ci], ms.dur[mi]]).astype(np.int64)
+    nw = nk + nc + len(mi)
     w_corr = np.concatenate([k.correlation[ki], cp.correlation[ci], ms.correlation[mi]]).astype(np.int64)
-    # a name per operation: kernels by their string; copies and memsets by their kind, past the strings
     extra_names = [f"Memcpy {c}" for c in COPY_KINDS] + ["Memset"]
-    w_name = np.concatenate(
-        [k.name[ki].astype(np.int64), len(S) + cp.kind[ci].astype(np.int64), np.full(len(mi), len(S) + len(COPY_KINDS))]
-    ).astype(np.int64)
-    w_htod = np.zeros(len(w_dur), bool)
-    w_htod[nk : nk + nc] = cp.kind[ci] == COPY_KINDS.index("HtoD")
-    nw = len(w_dur)
-    w_flops = np.full(nw, np.nan)
-    w_bytes = np.full(nw, np.nan)
-    if costs is not None and len(costs.flops) == len(k):
-        w_flops[:nk] = costs.flops[ki]
-        w_bytes[:nk] = costs.bytes[ki]
     # per name: bound code and % of roof, from the roofline rows
     nnames = len(S) + len(extra_names)
     name_bound = np.full(nnames, BOUNDS.index("unknown"), np.int64)
@@ -362,10 +351,13 @@ def module_tree(
     # --- the launches: runtime row of each operation, by correlation id ---------------------------
     w_launch = _launch_rows(rt.correlation, w_corr)
     del w_corr
+    if len(rt) < 1 << 31:  # row numbers, held through the nesting: four bytes each
+        w_launch = w_launch.astype(np.int32)
     linked = w_launch >= 0
     launches, w_li = codes.unique_inverse(w_launch[linked])
-    w_lidx = np.full(nw, -1, np.int64)
+    w_lidx = np.full(nw, -1, np.int32 if nw < 1 << 31 else np.int64)
     w_lidx[linked] = w_li.reshape(-1)
+    del w_li
 
     # --- the ranges ---------------------------------------------------------------------------------
     a = trace.annotations
@@ -390,7 +382,7 @@ def module_tree(
     KINDS = (ann_kind, "module", "range")
     r_ts = np.concatenate([a.ts[ai], pf.ts[pi], op.ts[oi]]).astype(np.int64)
     r_end = np.concatenate([a_end[ai], pf.ts[pi] + pf.dur[pi], op.ts[oi] + op.dur[oi]]).astype(np.int64)
-    r_thread = np.concatenate([a.thread[ai], pf.thread[pi], op.thread[oi]]).astype(np.int64)
+    r_thread = np.concatenate([a.thread[ai], pf.thread[pi], op.thread[oi]]).astype(np.int32)  # codes
     r_name = np.concatenate([a.name[ai], pf.name[pi], op.name[oi]]).astype(np.int64)
     r_kind = np.concatenate([np.zeros(len(ai), np.int8), np.ones(len(pi), np.int8), np.full(len(oi), 2, np.int8)])
     r_autograd = np.concatenate([np.zeros(len(ai) + len(pi), bool), np.ones(len(oi), bool)])
@@ -415,12 +407,21 @@ def module_tree(
     # --- one nesting pass over the ranges and the launch calls, per thread -----------------------
     l_ts = rt.ts[launches].astype(np.int64)
     l_end = (rt.ts[launches] + rt.dur[launches]).astype(np.int64)
-    l_thread = rt.thread[launches].astype(np.int64)
+    l_thread = rt.thread[launches]
+    del launches
     all_ts = np.concatenate([r_ts, l_ts])
     all_end = np.concatenate([r_end, l_end])
-    all_thread = np.concatenate([r_thread, l_thread])
+    all_thread = np.concatenate([r_thread, l_thread.astype(np.int32)])  # codes: compared, never summed
+    del l_ts, l_end, l_thread  # joined: not held through the nesting
+    heap.release()  # the launch join's freed columns handed back before the nesting
     order = outer_first(all_ts, all_end - all_ts, all_thread)
-    parent = nest_parents(all_ts, all_end, order=order, groups=all_thread)
+    if len(order) < 1 << 31:
+        order = order.astype(np.int32)  # held through the nesting: four bytes a row
+    # each column gathered along the order in turn, the unordered one dropped: held once through the nesting
+    all_ts = all_ts[order]
+    all_end = all_end[order]
+    all_thread = all_thread[order]
+    parent = nest_gathered(all_ts, all_end, all_thread, order)
     # a range is never held by a launch call: jump past launch calls to the innermost range
     while True:
         bad = parent >= nr
@@ -430,7 +431,7 @@ def module_tree(
     r_parent = parent[:nr]
     l_range = parent[nr:]  # innermost range around each launch call, −1: none
     # the nesting's inputs are read no more: not held through the rest (a 1 GB export: ≈ 200 MiB)
-    del all_ts, all_end, all_thread, order, l_ts, l_end, l_thread, a_end, on_host
+    del all_ts, all_end, all_thread, order, a_end, on_host
 
     # depth of each range, and the nearest phase-pattern ancestor
     def nearest(mask: np.ndarray) -> I64:
@@ -625,6 +626,15 @@ def module_tree(
     nn_ = len(n_parent)
 
     # --- each operation's node ----------------------------------------------------------------------
+    # the operations' durations and names, built now (not held through the nesting)
+    w_dur = np.concatenate([k.dur[ki], cp.dur[ci], ms.dur[mi]]).astype(np.int64)
+    # a name per operation: kernels by their string; copies and memsets by their kind, past the strings
+    w_name: npt.NDArray[np.signedinteger] = np.concatenate(
+        [k.name[ki].astype(np.int64), len(S) + cp.kind[ci].astype(np.int64), np.full(len(mi), len(S) + len(COPY_KINDS))]
+    ).astype(np.int32 if len(S) + len(extra_names) < 1 << 31 else np.int64)  # codes: indices, never summed
+    w_htod = np.zeros(nw, bool)
+    w_htod[nk : nk + nc] = cp.kind[ci] == COPY_KINDS.index("HtoD")
+    del ci, mi
     w_range = np.full(nw, -1, np.int64)
     w_range[linked] = l_range[w_lidx[linked]]
     w_node = np.full(nw, OUT, np.int64)
@@ -642,16 +652,36 @@ def module_tree(
     inst = np.full(nw, -1, np.int64)
     if nr:
         inst = np.where(has_r & ~r_phase_range[np.clip(w_range, 0, None)], w_range, -1)
+    del w_range, w_lidx, has_r, free, w_htod  # read no more (a million operations: ≈ 30 MiB)
+    # the operations' figures the rest reads, taken now: their million-row columns are not held
+    # through the per-node sums and the instances (the tree's deepest points)
+    wd = w_dur.astype(np.float64)
+    inst_on = inst >= 0
+    inst_gpu = np.bincount(inst[inst_on], weights=wd[inst_on], minlength=nr).astype(np.float64)
+    del inst, inst_on
+    d2d_ops = w_node == PHASES.index("data-to-device")
+    d2d_count = int(d2d_ops.sum())
+    d2d_calls = np.unique(w_launch[d2d_ops & linked])
+    d2d_host = float(rt.dur[d2d_calls].sum()) if len(d2d_calls) else 0.0
+    out_count = int((w_node == OUT).sum())
+    gpu_total = int(w_dur.sum())
+    unlinked = int((~linked).sum())
+    del d2d_ops, d2d_calls, w_launch, linked, w_dur
 
     # --- per node sums (exclusive), then inclusive up the tree -------------------------------------
-    def per_node(weights: np.ndarray) -> F64:
-        out: F64 = np.bincount(w_node, weights=weights, minlength=nn_).astype(np.float64)
+    def per_node(weights: np.ndarray, nodes: np.ndarray = w_node) -> F64:
+        out: F64 = np.bincount(nodes, weights=weights, minlength=nn_).astype(np.float64)
         return out
 
+    w_flops = np.full(nw, np.nan)
+    w_bytes = np.full(nw, np.nan)
+    if costs is not None and len(costs.flops) == len(k):
+        w_flops[:nk] = costs.flops[ki]
+        w_bytes[:nk] = costs.bytes[ki]
+    del ki
     fk = ~np.isnan(w_flops)
     bk = ~np.isnan(w_bytes)
     pk = ~np.isnan(name_pct[w_name])
-    wd = w_dur.astype(np.float64)
     cols = {
         "gpu": per_node(wd),
         "flops": per_node(np.where(fk, w_flops, 0.0)),
@@ -663,8 +693,10 @@ def module_tree(
         "pct": per_node(np.where(pk, name_pct[w_name] * wd, 0.0)),
         "pdur": per_node(np.where(pk, wd, 0.0)),
     }
+    del fk, bk, pk, w_flops, w_bytes
     wb = name_bound[w_name]
     bound_t = np.stack([per_node(np.where(wb == i, wd, 0.0)) for i in range(len(BOUNDS))], axis=1)
+    del wb
     exclusive = cols["gpu"].copy()
     n_par = np.array(n_parent, np.int64)
     n_depth = np.zeros(nn_, np.int64)
@@ -683,10 +715,13 @@ def module_tree(
                 arr[p] += arr[nid]
 
     # top kernels, inclusive: (node, name) pairs carried to every ancestor
-    pair = w_node * nnames + w_name
+    pair = w_node * nnames
+    pair += w_name  # in place: the names are 32-bit codes
     up_, pinv = codes.unique_inverse(pair)
+    del pair
     p_ns = np.bincount(pinv.reshape(-1), weights=wd, minlength=len(up_))
     p_cnt = np.bincount(pinv.reshape(-1), minlength=len(up_))
+    del pinv
     tops: dict[int, dict[int, list[float]]] = {}
     for u, t_ns, c in zip(up_.tolist(), p_ns.tolist(), p_cnt.tolist()):
         nid, nm = divmod(u, nnames)
@@ -695,6 +730,8 @@ def module_tree(
             slot[0] += t_ns
             slot[1] += c
             nid = n_parent[nid]
+
+    del w_node, w_name, wd, per_node
 
     # --- instances: counts, host time, per-instance inclusive GPU time -------------------------------
     r_win = _window_of(r_ts, r_end, ws, we)
@@ -706,7 +743,6 @@ def module_tree(
     node_ok = r_node >= len(PHASES) + 2
     count: I64 = np.bincount(r_node[in_win & node_ok], minlength=nn_).astype(np.int64)
     host = np.bincount(r_node[node_ok], weights=np.clip(clip_ns[node_ok], 0, None), minlength=nn_)
-    inst_gpu = np.bincount(inst[inst >= 0], weights=wd[inst >= 0], minlength=nr).astype(np.float64)
     for d in range(int(depth.max()) if nr else 0, 0, -1):  # deepest first, up to non-phase parents
         lvl = np.flatnonzero(depth == d)
         par = r_parent[lvl]
@@ -745,11 +781,9 @@ def module_tree(
             sel = (r_phase == p) & (r_parent < 0) & ~r_phase_range & ~wrapper
         count[p] = int((sel & in_win).sum())
         host[p] = _clipped_total(r_ts[sel], r_end[sel], ws, we)
-    d2d_ops = w_node == PHASES.index("data-to-device")
-    count[PHASES.index("data-to-device")] = int(d2d_ops.sum())
-    d2d_calls = np.unique(w_launch[d2d_ops & linked])
-    host[PHASES.index("data-to-device")] = float(rt.dur[d2d_calls].sum()) if len(d2d_calls) else 0.0
-    count[OUT] = int((w_node == OUT).sum())
+    count[PHASES.index("data-to-device")] = d2d_count
+    host[PHASES.index("data-to-device")] = d2d_host
+    count[OUT] = out_count
 
     names_of: dict[int, list[str]] = {}
     # each node's names (its ranges' distinct names), for its folded label
@@ -765,8 +799,11 @@ def module_tree(
     # folding: per node, instances keyed by distinct raw name, else by occurrence within its window
     spread: dict[int, tuple[tuple[int, int, int], str, int]] = {}
     # the ranges and the mirror rows as one list of instances
-    x_node, x_name = np.r_[r_node, v_node], np.r_[r_name, r_name[v_rows]]
-    x_win, x_ts, x_gpu = np.r_[r_win, r_win[v_rows]], np.r_[r_ts, r_ts[v_rows]], np.r_[inst_gpu, v_gpu]
+    if len(v_rows):
+        x_node, x_name = np.r_[r_node, v_node], np.r_[r_name, r_name[v_rows]]
+        x_win, x_ts, x_gpu = np.r_[r_win, r_win[v_rows]], np.r_[r_ts, r_ts[v_rows]], np.r_[inst_gpu, v_gpu]
+    else:  # no mirror rows: the ranges' own columns (read only below), not copies of them
+        x_node, x_name, x_win, x_ts, x_gpu = r_node, r_name, r_win, r_ts, inst_gpu
     sel = np.flatnonzero(np.r_[node_ok & (in_win | (inst_gpu > 0)), np.ones(len(v_rows), bool)])
     if len(sel):
         o = np.lexsort((x_ts[sel], x_win[sel], x_node[sel]))
@@ -861,8 +898,6 @@ def module_tree(
     )
     if objs[OUT].gpu_ns_inclusive:
         roots.append(objs[OUT])
-    gpu_total = int(w_dur.sum())
-    unlinked = int((~linked).sum())
     notes = []
     if unlinked:
         notes.append(
