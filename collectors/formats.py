@@ -63,13 +63,13 @@ def _suffix(*suffixes: str) -> Sniff:
 
 
 def _is_pickle(path: str, head: bytes) -> bool:
-    from trainscope.collectors.snapshot import is_pickle
+    from trainscope.collectors.snapshot import is_pickle  # start-up cost: see above
 
     return is_pickle(head)
 
 
 def _arrow_dir(path: str, head: bytes) -> bool:
-    from trainscope.collectors.columnar import ArrowDir
+    from trainscope.collectors.columnar import ArrowDir  # start-up cost: see above
 
     return ArrowDir.looks_like(path)
 
@@ -155,13 +155,13 @@ RANK_FILE_SUFFIXES: tuple[str, ...] = tuple(s for r in READERS if r.rank_files f
 
 
 def _live(path: str) -> str | None:
-    from trainscope.collectors.live_trace import live_format
+    from trainscope.collectors.live_trace import live_format  # start-up cost: see above
 
     return live_format(path)
 
 
 def _load_live(path: str, progress: Progress | None) -> list[Trace]:
-    from trainscope.collectors.live_trace import load_live_trace
+    from trainscope.collectors.live_trace import load_live_trace  # start-up cost: see above
 
     fmt = _live(path)
     if fmt is None:  # (not reached: the row claims only what _live names)
@@ -170,14 +170,14 @@ def _load_live(path: str, progress: Progress | None) -> list[Trace]:
 
 
 def _load_kineto(path: str, progress: Progress | None) -> list[Trace]:
-    from trainscope.collectors.kineto import load_kineto
+    from trainscope.collectors.kineto import load_kineto  # start-up cost: see above
 
     return [load_kineto(path, progress)]
 
 
 def _load_nsys_rep(path: str, progress: Progress | None) -> list[Trace]:
-    from trainscope.collectors.nsys import load_nsys
-    from trainscope.collectors.nsys_report import export_report
+    from trainscope.collectors.nsys import load_nsys  # start-up cost: see above
+    from trainscope.collectors.nsys_report import export_report  # start-up cost: see above
 
     return load_nsys(export_report(path, progress), progress)
 

@@ -218,7 +218,7 @@ def _first_use(names: np.ndarray) -> np.ndarray:
 
 def summarize(trace: Trace, analysis: Analysis, top_kernels: int = 30) -> RankSummary:
     """The map step: pure, from one rank's trace and its analysis."""
-    from trainscope.analyzers.ranks.stragglers import host_collectives
+    from trainscope.analyzers.ranks.stragglers import host_collectives  # circle: stragglers imports this module
 
     ks = analysis.kernels
     return RankSummary(
@@ -463,7 +463,7 @@ def match_collectives(collectives: list[RankCollectives], rules: Rules | None = 
 def align_ranks(summaries: list[RankSummary], rules: Rules | None = None) -> Alignment | None:
     """Ranks aligned on the ends of their shared collectives (None for fewer than two ranks): the
     alignment part of the one rank story (:func:`trainscope.analyzers.ranks.story.rank_story`)."""
-    from trainscope.analyzers.ranks.story import rank_story
+    from trainscope.analyzers.ranks.story import rank_story  # circle: story imports this module
 
     if len(summaries) < 2:
         return None
@@ -673,6 +673,7 @@ def with_aligned_imbalance(
     estimate from compute-time differences (``analysis.with_rank_imbalance``): the straggler itself
     waits for no one; the others' wait leaves their communication sink. Ranks the alignment could
     not match keep their analysis. Without an alignment, the analyses unchanged."""
+    # circle: trace.analysis → findings → findings.ranks → this module
     from trainscope.analyzers.findings.base import Evidence
     from trainscope.analyzers.trace.analysis import rejudged
     from trainscope.analyzers.trace.sinks import moved

@@ -420,7 +420,7 @@ def _by_step_offsets(
     """No collective aligned on two ranks: the step-offset comparison (each rank's arrival measured
     from its own step start) is the only measure; the headline rank is the straggler it flags, else
     the longest median step (said as such)."""
-    from trainscope.analyzers.ranks.stragglers import stragglers_from
+    from trainscope.analyzers.ranks.stragglers import stragglers_from  # circle: stragglers imports this module
 
     rep = stragglers_from([s.host_collectives for s in summaries], [s.analysis for s in summaries], rules)
     ranks = tuple(

@@ -12,6 +12,7 @@ from trainscope.analyzers import findings as registry
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.devices import DeviceSpec, device_for, lookup_device, with_overrides
 from trainscope.analyzers.findings.base import Evidence
+from trainscope.analyzers.live.engine import counters_diagnosis
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace import heap
 from trainscope.analyzers.trace.allocator_peak import DeviceMemory, device_memory
@@ -159,7 +160,6 @@ def analyze_trace(
     if not trace.has_gpu_activity and len(trace.counters):
         # Sampled counters only (a `watch --record` recording, an nvidia-smi CSV): the live rules
         # decide, once — the trace rules have no events to read.
-        from trainscope.analyzers.live.engine import counters_diagnosis
 
         found, verdict, recs, note = counters_diagnosis(trace, rules)
         warnings.append(note)

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from trainscope.analyzers import codes
+from trainscope.analyzers.trace.kernels import HIGH_INTENSITY, classify_kernel
 from trainscope.traces.model import Column, Trace
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -281,8 +282,6 @@ def refine(ctx: Context, roof: Roofline | None) -> Context:
     if roof is None:
         return ctx
     from dataclasses import replace
-
-    from trainscope.analyzers.trace.kernels import HIGH_INTENSITY, classify_kernel
 
     mem = comp = mat_mem = mat_comp = 0.0
     for r in roof.rows:

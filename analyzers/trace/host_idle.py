@@ -960,7 +960,7 @@ COLD_START_DETAIL = (
 
 def host_idle_evidence(h: HostIdle, cls: str) -> list[Evidence]:
     """Evidence lines for class ``cls``: its share, the cold start, the calls and frames behind it."""
-    from trainscope.analyzers.trace.verdict import Evidence
+    from trainscope.analyzers.trace.verdict import Evidence  # circle: verdict imports this module
 
     out = [
         Evidence(

@@ -25,8 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trainscope.analyzers.findings.base import Verdict
+from trainscope.analyzers.findings.common import ctx
 from trainscope.analyzers.trace.kernels import classify_kernel, operator_class
 from trainscope.analyzers.trace.op_formulas import op_cost
+from trainscope.analyzers.trace.roofline import short_kernel_name
 from trainscope.traces.model import Trace
 
 if TYPE_CHECKING:
@@ -102,8 +105,6 @@ class HwCounterReport:
 
 
 def _short(name: str) -> str:
-    from trainscope.analyzers.trace.roofline import short_kernel_name
-
     return short_kernel_name(name)[:60]
 
 
@@ -220,8 +221,6 @@ def hw_counter_report(trace: Trace) -> HwCounterReport | None:
 def counters_only_verdict(report: HwCounterReport) -> Verdict:
     """The verdict of a GPU trace recorded in counter mode: a GPU trace, its FLOPs measured, and no
     kernel timing to say where the time goes."""
-    from trainscope.analyzers.findings.base import Verdict
-    from trainscope.analyzers.findings.common import ctx
 
     top = report.kernels[0] if report.kernels else None
     return Verdict(

@@ -213,7 +213,7 @@ def kernel_classes(trace: Trace, op_row: np.ndarray | None = None) -> tuple[np.n
     op_major: dict[int, str | None] = {}
     if len(k) and len(trace.cpu_ops):
         if op_row is None:
-            from trainscope.analyzers.trace.cost import linked_operators
+            from trainscope.analyzers.trace.cost import linked_operators  # circle: cost imports this module
 
             op_row = linked_operators(trace)
         linked = op_row >= 0

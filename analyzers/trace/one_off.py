@@ -51,6 +51,7 @@ from trainscope.analyzers import codes
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.plural import plural
 from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.trace import range_steps
 from trainscope.analyzers.trace.breakdown import SYNC_CALL
 from trainscope.analyzers.trace.steps import PROFILER_STEP, Step, StepSegmentation, name_mask
 from trainscope.traces.model import Kernels, Trace
@@ -907,7 +908,6 @@ def steady_window(
     init/warm-up ranges; the steps without warm-up steps; a whole-trace window without the one-off costs
     at its edges (or its warm tail). ``explicit``: the user chose the steps (``--step-range``), which
     are kept as they are."""
-    from trainscope.analyzers.trace import range_steps
 
     rules = rules or Rules()
     share = rules.value("steady.one_off_share")

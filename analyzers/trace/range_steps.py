@@ -14,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from trainscope.analyzers.plural import plural
+from trainscope.analyzers.trace.phases import PHASE_PATTERNS
 from trainscope.analyzers.trace.steps import Step, StepSegmentation
 from trainscope.traces.model import Trace
 
@@ -89,7 +90,6 @@ def phase_steps(trace: Trace) -> StepSegmentation | None:
     """Iterations from phase ranges when nothing marks steps: each top-level forward range opens
     one, which lasts until the next forward range, or (the last) until its backward/optimizer
     ranges end. None without forward ranges."""
-    from trainscope.analyzers.trace.phases import PHASE_PATTERNS  # phases imports this package's steps
 
     pats = dict(PHASE_PATTERNS)
     starts, ends, labels = _ranges(trace, pats["forward"].search)

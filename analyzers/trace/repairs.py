@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TypedDict
 import numpy as np
 
 from trainscope.analyzers import codes
+from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.trace.steps import PROFILER_STEP, name_mask
 from trainscope.traces.model import Column, Copies, Kernels, Memsets, Trace
 
@@ -608,8 +609,6 @@ def with_repairs(analysis: Analysis, log: RepairLog | None) -> Analysis:
     lead, step_pct = _lead(analysis, log)
     close = lead is not None and step_pct > 0 and step_pct >= lead
     if log is not None and (log.touched_pct > CONFIDENCE_SHARE or close) and verdict.axis != "insufficient_evidence":
-        from trainscope.analyzers.findings.base import Evidence
-
         share = log.touched_pct
         lowered = round(verdict.confidence * max(0.5, 1.0 - max(share, step_pct) / 100.0), 2)
         lowered = min(lowered, round(verdict.confidence - 0.01, 2))

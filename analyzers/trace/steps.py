@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from trainscope.analyzers.plural import plural
+from trainscope.analyzers.rules import Rules
 from trainscope.traces.model import Trace
-
-if TYPE_CHECKING:
-    from trainscope.analyzers.rules import Rules
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 DATA_WAIT = re.compile(r"DataLoader.*__next__|enumerate\(DataLoader\)")
@@ -100,7 +97,6 @@ def name_mask(trace: Trace, pattern: re.Pattern[str]) -> np.ndarray:
 def segment_steps(trace: Trace, step_range: str | None = None, rules: Rules | None = None) -> StepSegmentation:
     """Steps of ``trace``; ``step_range`` names the annotation range that marks one step. Stub
     steps at either end (``step.stub_fraction``) are set apart (:attr:`StepSegmentation.stubs`)."""
-    from trainscope.analyzers.rules import Rules
 
     rules = rules or Rules()
     seg = _segment(trace, step_range, rules)
@@ -128,7 +124,7 @@ def drop_stubs(seg: StepSegmentation, fraction: float) -> StepSegmentation:
 
 
 def _segment(trace: Trace, step_range: str | None, rules: Rules) -> StepSegmentation:
-    from trainscope.analyzers.trace import range_steps  # it builds on this module's types
+    from trainscope.analyzers.trace import range_steps  # circle: range_steps builds on this module's types
 
     if step_range:
         return range_steps.named_range_steps(trace, step_range)
