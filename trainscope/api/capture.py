@@ -30,7 +30,7 @@ import stat
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -218,7 +218,7 @@ class CaptureController:
 
     def __init__(
         self,
-        receiver,
+        receiver: Any,  # collectors.step_receiver.StepReceiver, or a fake with its capture calls
         folder: str,
         options: CaptureOptions | None = None,
         analyze: Callable[[str], Any] | None = None,
@@ -238,7 +238,7 @@ class CaptureController:
         self._reported: set[int] = set()
         self._notes: list[str] = []
         self._at_done = False
-        self._last_key: tuple | None = None
+        self._last_key: tuple[Any, ...] | None = None
         self._step_history: list[float] = []
         self._steps_seen = 0
         self._t = 0.0
@@ -374,7 +374,8 @@ class CaptureController:
         if self.receiver is None:
             return [], "step hook off"
         if hasattr(self.receiver, "capture_targets"):
-            return self.receiver.capture_targets()
+            targets: tuple[list[tuple[int, str | None]], str] = self.receiver.capture_targets()
+            return targets
         pid, why = self.receiver.capture_target()
         return ([(pid, None)] if pid is not None else []), why
 
@@ -388,7 +389,7 @@ class CaptureController:
 
     # -- driven by samples ----------------------------------------------------------------------------
 
-    def tick(self, t: float, status=None, snapshot=None) -> None:
+    def tick(self, t: float, status: Any = None, snapshot: Any = None) -> None:
         """One sample: read the job's replies, time out silent requests, fire the triggers."""
         self._t = t
         for msg in self.receiver.drain_capture_messages() if self.receiver is not None else []:
@@ -407,7 +408,7 @@ class CaptureController:
                     self._settle(c, t)
         self._triggers(t, status, snapshot)
 
-    def _triggers(self, t: float, status, snapshot) -> None:
+    def _triggers(self, t: float, status: Any, snapshot: Any) -> None:
         o = self.options
         if o.at_s is not None and not self._at_done and t >= o.at_s:
             # Due: asked once the job steps (a job still importing torch at that moment is waited for).
@@ -439,7 +440,7 @@ class CaptureController:
             hist.extend([ms] * min(step.steps, 50))
             del hist[:-2000]
 
-    def _reply(self, msg: dict, t: float) -> None:
+    def _reply(self, msg: dict[str, Any], t: float) -> None:
         try:
             cid = int(msg["id"])
         except (KeyError, TypeError, ValueError):
@@ -514,7 +515,7 @@ class CaptureController:
                     f"capture {cap.id}: {len(done)} of {len(parts)} ranks captured; " + "; ".join(missing)
                 )
         target = done[0].via or done[0].path
-        if many:  # the rank folder, through the capture folder's descriptor as each file was
+        if many and cap.path is not None:  # the rank folder, through the capture folder's descriptor as each file was
             via, why = self._checked(cap.path)
             if via is None:
                 self._end(cap, "failed", why)
@@ -683,7 +684,7 @@ class _Part:
         return f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"
 
 
-def _reasons(parts, most: int = 4) -> str:
+def _reasons(parts: Iterable[_Part], most: int = 4) -> str:
     """Why no process wrote a trace, each reason once with the processes that gave it, in rank
     order: "rank 0: the job exited after 88 of 500 captured iterations; rank 1: its own
     torch.profiler is running" (the first ``most`` reasons, then how many more)."""
@@ -695,21 +696,21 @@ def _reasons(parts, most: int = 4) -> str:
     return "; ".join(said[:most]) + more
 
 
-def _ms(xs) -> tuple[float, ...]:
+def _ms(xs: Any) -> tuple[float, ...]:
     try:
         return tuple(float(x) / 1e6 for x in (xs or ())[:100_000] if float(x) >= 0)
     except (TypeError, ValueError):
         return ()
 
 
-def _s(x) -> float | None:
+def _s(x: Any) -> float | None:
     try:
         return None if x is None else float(x) / 1e9
     except (TypeError, ValueError):
         return None
 
 
-def _counters(status) -> str:
+def _counters(status: Any) -> str:
     """What the live counters said at the moment (the Capture tab shows both side by side)."""
     if status is None:
         return ""
@@ -725,7 +726,7 @@ def _counters(status) -> str:
     return " · ".join(parts)
 
 
-def _report_fields(report) -> dict[str, Any]:
+def _report_fields(report: Any) -> dict[str, Any]:
     """What the Capture tab, the headless line and the report show of an analysis."""
     d = report.to_dict() if hasattr(report, "to_dict") else {}
     v = d.get("verdict") or {}
