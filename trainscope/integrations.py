@@ -29,7 +29,7 @@ class StepProfiler:
 
     def __init__(
         self,
-        dir_name: str | os.PathLike = "traces",
+        dir_name: str | os.PathLike[str] = "traces",
         *,
         wait: int = 1,
         warmup: int = 1,
@@ -82,7 +82,7 @@ class StepProfiler:
             prof.__exit__(None, None, None)
 
 
-def lightning_callback(dir_name: str | os.PathLike = "traces", **kwargs: Any):
+def lightning_callback(dir_name: str | os.PathLike[str] = "traces", **kwargs: Any):
     """A ``lightning.pytorch.Callback`` (or ``pytorch_lightning``'s) that profiles a few training
     steps and prints the verdict; ``kwargs`` as :class:`StepProfiler`. ``.profiler.reports`` keeps
     the reports."""
@@ -112,7 +112,7 @@ def lightning_callback(dir_name: str | os.PathLike = "traces", **kwargs: Any):
     return TrainscopeLightningCallback()
 
 
-def hf_trainer_callback(dir_name: str | os.PathLike = "traces", **kwargs: Any):
+def hf_trainer_callback(dir_name: str | os.PathLike[str] = "traces", **kwargs: Any):
     """A ``transformers.TrainerCallback`` that profiles a few optimizer steps and prints the verdict;
     ``kwargs`` as :class:`StepProfiler`. ``.profiler.reports`` keeps the reports."""
     try:

@@ -320,11 +320,11 @@ def _analyzed(label: str, path: str, rules: Rules, progress: Progress, i: int, o
     return run_from_summaries(path, report.rank_summaries(), report.ranks, list(report.traces.warnings))
 
 
-def _store(store: RunStore | str | os.PathLike | None, read_only: bool = False) -> RunStore:
+def _store(store: RunStore | str | os.PathLike[str] | None, read_only: bool = False) -> RunStore:
     return store if isinstance(store, RunStore) else RunStore(store, read_only=read_only)
 
 
-def resolve_side(side: Side, store: RunStore | str | os.PathLike | None = None) -> StoredRun | RunSummary | str:
+def resolve_side(side: Side, store: RunStore | str | os.PathLike[str] | None = None) -> StoredRun | RunSummary | str:
     """A stored run for a run reference (``12``, ``latest``, ``baseline:TAG``), the summary or path as given."""
 
     if isinstance(side, (StoredRun, RunSummary)):
@@ -344,7 +344,7 @@ def diff(
     metric: str = "step_p50",
     fail_if_slower: float | None = None,
     progress: Progress | None = None,
-    store: RunStore | str | os.PathLike | None = None,
+    store: RunStore | str | os.PathLike[str] | None = None,
     gate_anyway: bool = False,
     step_range: str | None = None,
     peak_tflops: float | None = None,
@@ -416,7 +416,7 @@ def diff(
 
 def save_diff(
     result: DiffResult,
-    store: RunStore | str | os.PathLike | None = None,
+    store: RunStore | str | os.PathLike[str] | None = None,
     *,
     tag: str | None = None,
     saved_by: str = "diff",

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from trainscope.api.report import Report
 
 
-def export_perfetto(report: Report, path: str | os.PathLike) -> str:
+def export_perfetto(report: Report, path: str | os.PathLike[str]) -> str:
     """Write ``report``'s trace with its findings as tracks, for ui.perfetto.dev (JSON trace-event
     format), into ``path`` atomically; returns the path.
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def on_trace_ready(
-    dir_name: str | os.PathLike,
+    dir_name: str | os.PathLike[str],
     *,
     print_verdict: bool = True,
     worker_name: str | None = None,
@@ -25,7 +25,7 @@ def on_trace_ready(
     printer: Callable[[str], None] | None = None,
     callback: Callable[[Report], None] | None = None,
     save: bool = False,
-    store: str | os.PathLike | None = None,
+    store: str | os.PathLike[str] | None = None,
     tag: str | None = None,
 ):
     """A ``torch.profiler.profile(on_trace_ready=…)`` handler: writes each cycle's trace into

@@ -65,7 +65,7 @@ class MemoryReport(Rendered):
 
 
 def memory(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     gpu: str | None = None,
     gpu_memory: str | None = None,
@@ -105,7 +105,7 @@ def memory(
         return MemoryReport(path, kind, build_memory_document(path, kind, None, peak, [], capacity, []), peak=peak)
 
 
-def memory_peaks(path: str | os.PathLike) -> list:
+def memory_peaks(path: str | os.PathLike[str]) -> list:
     """Per device of a CUDA memory snapshot: allocated bytes over the recorded events, the peak and
     every allocation live at it with its full stack (:class:`~trainscope.analyzers.snapshot.peak.MemoryPeak`,
     what ``trainscope memory``'s app shows). Raises :class:`BadInput`."""

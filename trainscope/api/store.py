@@ -277,7 +277,7 @@ class RunStore:
     is bounded by :data:`BUSY_TIMEOUT_S`. A row that cannot be read is skipped by the listing and
     named in :attr:`skipped`."""
 
-    def __init__(self, path: str | os.PathLike | None = None, *, read_only: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> None:
         self.path = os.fspath(path) if path is not None else default_store_path()
         self.read_only = read_only
         self._db: sqlite3.Connection | None = None
@@ -700,7 +700,7 @@ class RunStore:
         ]
 
 
-def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False) -> RunStore:
+def open_store(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> RunStore:
     """The run history at ``path`` (default: :func:`default_store_path`)."""
     return RunStore(path, read_only=read_only)
 
@@ -727,7 +727,7 @@ def report_summary(report: Report) -> RunSummary:
 
 def save_run(
     report: Report,
-    store: RunStore | str | os.PathLike | None = None,
+    store: RunStore | str | os.PathLike[str] | None = None,
     *,
     tag: str | None = None,
     saved_by: str = "api",
@@ -739,7 +739,7 @@ def save_run(
     return st.save(report_summary(report), tag=tag, saved_by=saved_by, git_commit=git_commit, cwd=cwd)
 
 
-def list_runs(store: RunStore | str | os.PathLike | None = None, **filters: Any) -> list[StoredRun]:
+def list_runs(store: RunStore | str | os.PathLike[str] | None = None, **filters: Any) -> list[StoredRun]:
     """``RunStore.runs(**filters)`` of ``store``."""
     st = store if isinstance(store, RunStore) else RunStore(store)
     return st.runs(**filters)

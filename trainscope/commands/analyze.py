@@ -7,11 +7,10 @@ import os
 import sys
 
 from trainscope import api
+from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
 from trainscope.commands.analyze_ranks import add_arguments
 from trainscope.commands.runs import add_save_args, save_report
 from trainscope.common import (
-    EXIT_BAD_INPUT,
-    EXIT_OK,
     Progress,
     add_document_args,
     add_input_limit_args,

@@ -7,7 +7,8 @@ import json
 import sys
 
 from trainscope.api import cache
-from trainscope.common import EXIT_OK, fail, one_line_errors
+from trainscope.api.errors import EXIT_OK
+from trainscope.common import fail, one_line_errors
 
 
 def register(c: argparse.ArgumentParser) -> None:

@@ -13,10 +13,10 @@ from trainscope.analyzers.compare.diff import GATE_METRICS
 # A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
 # tell "this change made training slower" from "the diff could not run" (trainscope.api.Regression).
 from trainscope.api import EXIT_OK, EXIT_REGRESSION, BadInput, DiffResult  # noqa: E402,F401
+from trainscope.api.errors import EXIT_BAD_INPUT
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
 from trainscope.commands.analyze import add_analysis_options, analysis_options
 from trainscope.common import (
-    EXIT_BAD_INPUT,
     Progress,
     add_document_args,
     add_input_limit_args,

@@ -12,10 +12,9 @@ import argparse
 import sys
 
 from trainscope import api
+from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
 from trainscope.common import (
-    EXIT_BAD_INPUT,
-    EXIT_OK,
     Progress,
     add_document_args,
     add_input_limit_args,

@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from trainscope import api
-from trainscope.common import EXIT_OK, fail_on, one_line_errors
+from trainscope.api.errors import EXIT_OK
+from trainscope.common import fail_on, one_line_errors
 from trainscope.reports.history import render_fixes_text, render_run_text, render_runs_text
 from trainscope.reports.output import to_json
 from trainscope.traces.safe_text import safe_strings, visible

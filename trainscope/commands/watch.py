@@ -14,19 +14,11 @@ from typing import Any
 
 from trainscope import api
 from trainscope.api.capture import CaptureOptions, capture_folder_problem, open_capture_folder
+from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
 from trainscope.api.live import make_run_folder, output_refusal, write_output
 from trainscope.commands.runs import add_save_args, save_recording, watch_save_problem
 from trainscope.commands.watch_output import JobOutput, write_line
-from trainscope.common import (
-    EXIT_BAD_INPUT,
-    EXIT_OK,
-    fail,
-    one_line_errors,
-    output_problem,
-    same_file,
-    terminal_app,
-    threshold_arg,
-)
+from trainscope.common import fail, one_line_errors, output_problem, same_file, terminal_app, threshold_arg
 from trainscope.reports import formats
 from trainscope.reports.live import SCHEMA, status_line, status_line_dict, summary_dict, summary_text
 from trainscope.reports.output import to_json_line
