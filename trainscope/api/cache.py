@@ -485,7 +485,12 @@ def _damaged(dfd: int, name: str, why: str) -> None:
 
 
 def store(
-    dfd: int, key: str, data: bytes | list[bytes], bound: int, suffix: str = SUFFIX, pause_env: str = ENV_PAUSE
+    dfd: int,
+    key: str,
+    data: bytes | list[bytes | memoryview],
+    bound: int,
+    suffix: str = SUFFIX,
+    pause_env: str = ENV_PAUSE,
 ) -> None:
     """Write the entry (its bytes, or its pieces in order) under a private temporary name and rename
     it into place; then sweep."""

@@ -138,11 +138,12 @@ class DiffResult(Rendered):
             raise Regression("; ".join(line for line in lines if line.startswith("regression")) or lines[0], self)
         return self
 
-    def to_dict(self) -> dict:
-        if self.from_summaries:
-            return build_summary_diff_document(self.diff, self.gate, self.before_run, self.after_run, self.node_gates)
+    def to_dict(self) -> dict[str, Any]:
+        d = self.diff
+        if isinstance(d, SummaryDiff):  # from_summaries
+            return build_summary_diff_document(d, self.gate, self.before_run, self.after_run, self.node_gates)
 
-        doc = build_diff_document(self.diff, self.gate, self.node_gates)
+        doc = build_diff_document(d, self.gate, self.node_gates)
         doc["fixes_achieved"] = fixes_list(self.fixes)
         return doc
 
@@ -164,7 +165,7 @@ class DiffResult(Rendered):
         return diff_line(self.diff, self.gate, self.fixes)
 
 
-def _fixes(d, rules) -> list:
+def _fixes(d: RunDiff | SummaryDiff, rules: Rules | None) -> list[FixOutcome]:
     if isinstance(d, SummaryDiff):
         return list(d.fixes)
     from dataclasses import replace
@@ -291,7 +292,7 @@ def _no_tree(result: DiffResult) -> str:
     """Why a comparison has no tree to gate nodes on, in one line: a side stored before runs kept the
     tree, or a side whose trace records no ranges or GPU work."""
     d = result.diff
-    if result.from_summaries:
+    if isinstance(d, SummaryDiff):  # from_summaries
         sides = list(zip(d.labels, (d.before, d.after)))
         stale = [label for label, s in sides if s.tree is None and s.predates_tree]
         if stale:
@@ -306,7 +307,9 @@ def _no_tree(result: DiffResult) -> str:
     )
 
 
-def _analyzed(label: str, path: str, rules: Rules, progress: Progress, i: int, options: Mapping | None = None) -> Run:
+def _analyzed(
+    label: str, path: str, rules: Rules, progress: Progress, i: int, options: Mapping[str, Any] | None = None
+) -> Run:
     """One side: ``analyze(path)`` with the same options as every analysis (the same reader, rank
     map and reduce, so a side's sinks are ``analyze``'s), kept as a :class:`Run`."""
 
@@ -373,7 +376,7 @@ def diff(
         stale += [_summary_label(s) for s in sides if isinstance(s, RunSummary) and s.predates_tree]
         if stale:
             raise BadInput(_stale_line(stale))
-    options = {
+    options: dict[str, Any] = {
         "step_range": step_range,
         "peak_tflops": peak_tflops,
         "peak_bandwidth": peak_bandwidth,
@@ -381,15 +384,16 @@ def diff(
         "dask": dask,
         "trace_cache": cache,
     }
-    if all(isinstance(s, str) for s in sides):
+    paths = [s for s in sides if isinstance(s, str)]
+    if len(paths) == len(sides):
         runs = [
             _analyzed(label, s, rules, progress, i, options)
-            for i, (label, s) in enumerate((("BEFORE", sides[0]), ("AFTER", sides[1])))
+            for i, (label, s) in enumerate((("BEFORE", paths[0]), ("AFTER", paths[1])))
         ]
         result = DiffResult(diff_runs(runs[0], runs[1], rules), rules=rules)
     else:
         summaries: list[RunSummary] = []
-        labels = []
+        labels: list[str] = []
         for i, (label, s) in enumerate((("BEFORE", sides[0]), ("AFTER", sides[1]))):
             if isinstance(s, StoredRun):
                 summaries.append(s.summary)
@@ -428,7 +432,7 @@ def save_diff(
 
     st = _store(store)
     d = result.diff
-    runs = []
+    runs: list[StoredRun] = []
     for side, stored in (("before", result.before_run), ("after", result.after_run)):
         if stored is not None:
             runs.append(stored)
