@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from trainscope.api.store import RunStore, StoredRun
 
 Side = Union[str, "os.PathLike[str]", "StoredRun", "RunSummary"]
+Comparison = Union["RunDiff", "SummaryDiff"]
+"""What :attr:`DiffResult.diff` holds: two traces compared in full, or two runs by their summaries."""
 
 
 @dataclass(repr=False)
@@ -69,7 +71,7 @@ class DiffResult(Rendered):
 
     KIND = "diff"  # its kind in the output format table (reports/formats.py)
 
-    diff: RunDiff | SummaryDiff
+    diff: Comparison
     gate: GateResult | None = None
     fixes: list[FixOutcome] = field(default_factory=list)
     before_run: StoredRun | None = None
@@ -165,7 +167,7 @@ class DiffResult(Rendered):
         return diff_line(self.diff, self.gate, self.fixes)
 
 
-def _fixes(d: RunDiff | SummaryDiff, rules: Rules | None) -> list[FixOutcome]:
+def _fixes(d: Comparison, rules: Rules | None) -> list[FixOutcome]:
     if isinstance(d, SummaryDiff):
         return list(d.fixes)
     from dataclasses import replace

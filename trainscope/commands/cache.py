@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from trainscope.api import cache
 from trainscope.api.errors import EXIT_OK
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OK
         ls = cache.listing(dfd) if dfd is not None else cache.Listing([], [])
         traces = [e for e in ls.entries if not e[0].endswith(cache.SUFFIX)]
-        info = {
+        info: dict[str, Any] = {
             "path": where,
             "exists": dfd is not None,
             "entries": len(ls.entries),
