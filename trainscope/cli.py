@@ -13,7 +13,8 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
+from typing import NoReturn
 
 from trainscope import __version__
 from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, TrainscopeError
@@ -57,7 +58,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # usage errors: exit 2 with one line
+    def error(self, message: str) -> NoReturn:  # usage errors: exit 2 with one line
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
@@ -94,7 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        return args.run(args)
+        run: Callable[[argparse.Namespace], int] = args.run  # set by the command's register()
+        return run(args)
     except KeyboardInterrupt:
         sys.stderr.write("\ntrainscope: interrupted\n")
         return EXIT_INTERRUPTED

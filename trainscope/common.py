@@ -9,18 +9,14 @@ import importlib
 import os
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from trainscope.analyzers.rules import Rules
-from trainscope.api.errors import (  # noqa: F401 (the codes live with the errors)
-    EXIT_BAD_INPUT,
-    EXIT_INTERNAL,
-    EXIT_OK,
-    BadInput,
-    TrainscopeError,
-    describe,
-)
+from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, TrainscopeError, describe
 from trainscope.collectors.readers import parse_size, set_max_decompressed
 from trainscope.reports import formats
+from trainscope.reports.formats import Output
 from trainscope.reports.output import write_atomic
 from trainscope.traces.safe_text import visible
 
@@ -36,7 +32,7 @@ APPS = {
 }
 
 
-def terminal_app(command: str):
+def terminal_app(command: str) -> Any:
     """The app class of ``command`` (:data:`APPS`), imported now."""
     module, name = APPS[command]
     return getattr(importlib.import_module(module), name)
@@ -130,7 +126,7 @@ def _size_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def apply_input_limits(args) -> None:
+def apply_input_limits(args: argparse.Namespace) -> None:
     set_max_decompressed(getattr(args, "max_decompressed", None))
 
 
@@ -163,7 +159,7 @@ def output_problem(path: str) -> str | None:
 OUTPUT_FLAGS = (("--report", "report"), ("--json", "json_out"), ("--perfetto", "perfetto"))
 
 
-def check_outputs(args, inputs: tuple[str, ...] = ()) -> None:
+def check_outputs(args: argparse.Namespace, inputs: tuple[str, ...] = ()) -> None:
     """Before any trace is read: BadInput (one line, exit 2) when a file the command was asked to
     write (``--report``, ``--json``, ``--perfetto``) cannot be, so a typo does not cost the
     analysis of a large trace first (``watch`` checks its own before the job starts), or when it
@@ -187,7 +183,7 @@ def same_file(a: str, b: str) -> bool:
         return False
 
 
-def write_report(path: str, out) -> None:
+def write_report(path: str, out: Output) -> None:
     """``--report FILE``: ``out`` written atomically in the format the name says (the table in
     reports/formats.py); a suffix no format claims gets Markdown, said once on stderr. OSError
     when the file cannot be written."""
@@ -200,7 +196,7 @@ def write_report(path: str, out) -> None:
     write_atomic(path, formats.render(w, out))
 
 
-def emit_document(out, args) -> int:
+def emit_document(out: Output, args: argparse.Namespace) -> int:
     """What every report command does with its document (``out``: a
     :class:`trainscope.reports.formats.Output`, from the api object's ``output()``): write
     ``--report`` in the format its suffix names (the table in reports/formats.py; a suffix no format
@@ -240,13 +236,13 @@ def fail_on(exc: BaseException) -> int:
     return fail(message, code)
 
 
-def one_line_errors(run):
+def one_line_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Decorate a command's ``run(args)``: a :class:`trainscope.api.TrainscopeError` becomes its one
     line on stderr and its exit code (the same as through ``trainscope.cli.main``)."""
     import functools
 
     @functools.wraps(run)
-    def wrapper(args) -> int:
+    def wrapper(args: argparse.Namespace) -> int:
         try:
             return run(args)
         except TrainscopeError as e:

@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainscope import api
+
+if TYPE_CHECKING:
+    from trainscope.api.cache import CachedReport
+    from trainscope.api.report import Report
 
 __all__ = ["StepProfiler", "lightning_callback", "hf_trainer_callback"]
 
@@ -29,7 +33,7 @@ class StepProfiler:
 
     def __init__(
         self,
-        dir_name: str | os.PathLike = "traces",
+        dir_name: str | os.PathLike[str] = "traces",
         *,
         wait: int = 1,
         warmup: int = 1,
@@ -47,7 +51,7 @@ class StepProfiler:
         self._steps = 0
 
     @property
-    def reports(self) -> list:
+    def reports(self) -> list[Report | CachedReport]:
         """The :class:`trainscope.api.Report` of each recorded cycle (one, unless restarted)."""
         return self.handler.reports
 
@@ -82,7 +86,7 @@ class StepProfiler:
             prof.__exit__(None, None, None)
 
 
-def lightning_callback(dir_name: str | os.PathLike = "traces", **kwargs: Any):
+def lightning_callback(dir_name: str | os.PathLike[str] = "traces", **kwargs: Any) -> Any:
     """A ``lightning.pytorch.Callback`` (or ``pytorch_lightning``'s) that profiles a few training
     steps and prints the verdict; ``kwargs`` as :class:`StepProfiler`. ``.profiler.reports`` keeps
     the reports."""
@@ -90,7 +94,8 @@ def lightning_callback(dir_name: str | os.PathLike = "traces", **kwargs: Any):
         from lightning.pytorch import Callback
     except ImportError:
         try:
-            from pytorch_lightning import Callback
+            # the package's former name: its own Callback class, which mypy cannot unify with lightning's
+            from pytorch_lightning import Callback  # type: ignore[assignment]
         except ImportError:
             raise api.BadInput("lightning_callback needs PyTorch Lightning: pip install lightning") from None
 
@@ -99,20 +104,20 @@ def lightning_callback(dir_name: str | os.PathLike = "traces", **kwargs: Any):
             super().__init__()
             self.profiler = StepProfiler(dir_name, **kwargs)
 
-        def on_train_start(self, trainer, pl_module) -> None:
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
             if getattr(trainer, "is_global_zero", True):
                 self.profiler.start()
 
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             self.profiler.step()
 
-        def on_train_end(self, trainer, pl_module) -> None:
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
             self.profiler.stop()
 
     return TrainscopeLightningCallback()
 
 
-def hf_trainer_callback(dir_name: str | os.PathLike = "traces", **kwargs: Any):
+def hf_trainer_callback(dir_name: str | os.PathLike[str] = "traces", **kwargs: Any) -> Any:
     """A ``transformers.TrainerCallback`` that profiles a few optimizer steps and prints the verdict;
     ``kwargs`` as :class:`StepProfiler`. ``.profiler.reports`` keeps the reports."""
     try:
@@ -124,14 +129,14 @@ def hf_trainer_callback(dir_name: str | os.PathLike = "traces", **kwargs: Any):
         def __init__(self) -> None:
             self.profiler = StepProfiler(dir_name, **kwargs)
 
-        def on_train_begin(self, args, state, control, **kw):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             if getattr(state, "is_world_process_zero", True):
                 self.profiler.start()
 
-        def on_step_end(self, args, state, control, **kw):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.profiler.step()
 
-        def on_train_end(self, args, state, control, **kw):
+        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.profiler.stop()
 
     return TrainscopeTrainerCallback()

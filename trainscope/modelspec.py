@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import re
+from typing import Any
 
-from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY, custom_gpu
+from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY, GpuMemory, custom_gpu
 from trainscope.analyzers.plan.gpu_memory import gpu_memory as lookup
 from trainscope.analyzers.plan.ledger import PlanConfig
 
@@ -80,7 +81,7 @@ def _gpu_keys() -> list[str]:
     return [g.key for g in GPU_MEMORY]
 
 
-def config_from(values: dict, no_dropout: bool = False):
+def config_from(values: dict[str, Any], no_dropout: bool = False) -> PlanConfig:
     """A PlanConfig from parsed flag values (None = default)."""
 
     kw = {k: v for k, v in values.items() if v is not None}
@@ -89,10 +90,10 @@ def config_from(values: dict, no_dropout: bool = False):
     return PlanConfig(**kw)
 
 
-def parse_model_spec(text: str):
+def parse_model_spec(text: str) -> PlanConfig:
     """``params=1.5B,optimizer=adam,batch=32`` (the plan flags without dashes) → PlanConfig."""
     by_key = {dest: typ for _, dest, typ, _ in MODEL_FIELDS}
-    values: dict = {}
+    values: dict[str, Any] = {}
     no_dropout = False
     for part in filter(None, re.split(r"[,\s]+", text.strip())):
         key, sep, val = part.partition("=")
@@ -109,7 +110,7 @@ def parse_model_spec(text: str):
     return config_from(values, no_dropout)
 
 
-def resolve_gpu(gpu: str | None, gpu_memory: str | None):
+def resolve_gpu(gpu: str | None, gpu_memory: str | None) -> GpuMemory:
     if gpu_memory:
         return custom_gpu(gpu_memory)
     dev = lookup(gpu or "h100-80")

@@ -100,56 +100,88 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_WHERE))
 
 
-if TYPE_CHECKING:  # for type checkers and editors: the same names, statically
-    from trainscope.api.analysis import (  # noqa: F401
-        analyze,
-        check_deep_available,
-        check_options,
-        model_ledger,
-        run_deep,
-        whatif,
-        whatif_levers,
+# For type checkers and editors: the same names, statically; `name as name` re-exports each (mypy's
+# strict mode exports no imported name otherwise). isort is off here: it would split each `as` into a
+# statement of its own.
+# isort: off
+if TYPE_CHECKING:
+    from trainscope.api.analysis import (
+        analyze as analyze,
+        check_deep_available as check_deep_available,
+        check_options as check_options,
+        model_ledger as model_ledger,
+        run_deep as run_deep,
+        whatif as whatif,
+        whatif_levers as whatif_levers,
     )
-    from trainscope.api.comparison import DiffResult, diff, gate, node_budget, node_gate, save_diff  # noqa: F401
-    from trainscope.api.errors import (  # noqa: F401  # noqa: F401  # noqa: F401
-        EXIT_BAD_INPUT,
-        EXIT_INTERNAL,
-        EXIT_INTERRUPTED,
-        EXIT_OK,
-        EXIT_REGRESSION,
-        BadInput,
-        DeepUnavailable,
-        Regression,
-        TrainscopeError,
-        describe,
+    from trainscope.api.comparison import (
+        DiffResult as DiffResult,
+        diff as diff,
+        gate as gate,
+        node_budget as node_budget,
+        node_gate as node_gate,
+        save_diff as save_diff,
     )
-    from trainscope.api.explore import (  # noqa: F401
-        explain_finding,
-        kernel_table,
-        step_table,
-        timeline_window,
-        tree_table,
+    from trainscope.api.errors import (
+        EXIT_BAD_INPUT as EXIT_BAD_INPUT,
+        EXIT_INTERNAL as EXIT_INTERNAL,
+        EXIT_INTERRUPTED as EXIT_INTERRUPTED,
+        EXIT_OK as EXIT_OK,
+        EXIT_REGRESSION as EXIT_REGRESSION,
+        BadInput as BadInput,
+        DeepUnavailable as DeepUnavailable,
+        Regression as Regression,
+        TrainscopeError as TrainscopeError,
+        describe as describe,
     )
-    from trainscope.api.export import export_perfetto  # noqa: F401
-    from trainscope.api.hooks import on_trace_ready  # noqa: F401
-    from trainscope.api.live import LiveSample, Watch, live_analyzer, open_recording, watch  # noqa: F401
-    from trainscope.api.memory_report import MemoryReport, memory, memory_peaks  # noqa: F401
-    from trainscope.api.planning import (  # noqa: F401
-        PlanResult,
-        normalize_plan,
-        plan,
-        plan_config,
-        plan_ledger,
-        resolve_device,
+    from trainscope.api.explore import (
+        explain_finding as explain_finding,
+        kernel_table as kernel_table,
+        step_table as step_table,
+        timeline_window as timeline_window,
+        tree_table as tree_table,
     )
-    from trainscope.api.report import RankView, Report, with_ledger  # noqa: F401
-    from trainscope.api.rules import rules_from  # noqa: F401
-    from trainscope.api.store import (  # noqa: F401  # noqa: F401
-        RunStore,
-        StoredRun,
-        default_store_path,
-        is_run_ref,
-        list_runs,
-        open_store,
-        save_run,
+    from trainscope.api.export import (
+        export_perfetto as export_perfetto,
     )
+    from trainscope.api.hooks import (
+        on_trace_ready as on_trace_ready,
+    )
+    from trainscope.api.live import (
+        LiveSample as LiveSample,
+        Watch as Watch,
+        live_analyzer as live_analyzer,
+        open_recording as open_recording,
+        watch as watch,
+    )
+    from trainscope.api.memory_report import (
+        MemoryReport as MemoryReport,
+        memory as memory,
+        memory_peaks as memory_peaks,
+    )
+    from trainscope.api.planning import (
+        PlanResult as PlanResult,
+        normalize_plan as normalize_plan,
+        plan as plan,
+        plan_config as plan_config,
+        plan_ledger as plan_ledger,
+        resolve_device as resolve_device,
+    )
+    from trainscope.api.report import (
+        RankView as RankView,
+        Report as Report,
+        with_ledger as with_ledger,
+    )
+    from trainscope.api.rules import (
+        rules_from as rules_from,
+    )
+    from trainscope.api.store import (
+        RunStore as RunStore,
+        StoredRun as StoredRun,
+        default_store_path as default_store_path,
+        is_run_ref as is_run_ref,
+        list_runs as list_runs,
+        open_store as open_store,
+        save_run as save_run,
+    )
+# isort: on

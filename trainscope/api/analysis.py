@@ -9,11 +9,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainscope.analyzers.deep.second_opinion import HTAUnavailable, deep_analysis, hta_versions
-from trainscope.analyzers.plan.ledger import PlanConfig, ledger
-from trainscope.analyzers.ranks.alignment import ranks_view, summarize, with_aligned_imbalance
-from trainscope.analyzers.ranks.story import rank_story
+from trainscope.analyzers.plan.ledger import Ledger, PlanConfig, ledger
+from trainscope.analyzers.ranks.alignment import RankSummary, ranks_view, summarize, with_aligned_imbalance
+from trainscope.analyzers.ranks.story import RankStory, rank_story
 from trainscope.analyzers.trace.analysis import analyze_set, with_rank_imbalance
-from trainscope.analyzers.trace.whatif import levers, project
+from trainscope.analyzers.trace.whatif import Lever, Projection, levers, project
 from trainscope.api import trace_cache as columns  # one module object: tests replace its open_cached
 from trainscope.api.cache import cached_analysis, enabled, peek
 from trainscope.api.errors import BadInput, DeepUnavailable, Progress, bad_input, silent
@@ -33,14 +33,14 @@ if TYPE_CHECKING:
     from trainscope.api.cache import CachedReport
 
 
-def whatif_levers(analysis: Analysis) -> dict:
+def whatif_levers(analysis: Analysis) -> dict[str, Lever]:
     """Every recommendation of an analysis that has a projection, by id: the time its fix removes
     (``analyzers.trace.whatif.Lever``)."""
 
     return levers(analysis)
 
 
-def whatif(analysis: Analysis, chosen: list[str] | tuple[str, ...]):
+def whatif(analysis: Analysis, chosen: list[str] | tuple[str, ...]) -> Projection:
     """The projected mean step time with the fixes ``chosen`` (recommendation ids) all applied
     (``analyzers.trace.whatif.Projection``; upper bounds, as the report's)."""
 
@@ -66,7 +66,7 @@ def check_deep_available() -> dict[str, str]:
         raise DeepUnavailable(str(e)) from None
 
 
-def check_options(deep: bool = False, deep_step: str | None = None, jobs: int | None = None) -> dict | None:
+def check_options(deep: bool = False, deep_step: str | None = None, jobs: int | None = None) -> dict[str, str] | None:
     """The one check of the analysis options' dependencies, before anything slow: ``deep_step``
     needs ``deep``, ``jobs`` is at least 1, and ``deep`` needs HTA installed. :func:`analyze` calls
     it, and ``trainscope analyze`` before it opens its app. Returns HTA's versions with ``deep``.
@@ -79,15 +79,16 @@ def check_options(deep: bool = False, deep_step: str | None = None, jobs: int | 
     return check_deep_available() if deep else None
 
 
-def run_deep(report: Report, step: str | None = None, progress: Progress | None = None) -> dict:
+def run_deep(report: Report, step: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Holistic Trace Analysis on the report's main rank (critical path of one step, launch
     statistics); sets and returns ``report.deep``. Needs the ``hta`` extra."""
 
     try:
-        report.deep = deep_dict(deep_analysis(report.main_trace, report.main, report.rules, step, progress))
+        deep = deep_dict(deep_analysis(report.main_trace, report.main, report.rules, step, progress))
     except HTAUnavailable as e:
         raise DeepUnavailable(str(e)) from None
-    return report.deep
+    report.deep = deep
+    return deep
 
 
 def cache_options(
@@ -96,9 +97,9 @@ def cache_options(
     peak_bandwidth: float | None,
     deep: bool,
     deep_step: str | None,
-    hta: dict | None,
+    hta: dict[str, str] | None,
     model: str | None,
-) -> dict:
+) -> dict[str, Any]:
     """The options besides the rules that key an analysis's document in the cache
     (:mod:`trainscope.api.cache`): what :func:`analyze` stores under and :func:`cached_document` looks up."""
     return {
@@ -113,7 +114,7 @@ def cache_options(
 
 
 def cached_document(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     step_range: str | None = None,
     rules: Rules | None = None,
@@ -124,7 +125,7 @@ def cached_document(
     deep_step: str | None = None,
     model: str | None = None,
     source: str | None = None,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """The document ``analyze(path, cache=True, …)`` with these options would read from the
     analysis cache, without analyzing: None when it is not there (or the cache is off:
     ``TRAINSCOPE_NO_CACHE``). The terminal app shows its first screen from it."""
@@ -139,7 +140,7 @@ def cached_document(
 
 
 def analyze(
-    path_or_traces: str | os.PathLike | TraceSet | Trace,
+    path_or_traces: str | os.PathLike[str] | TraceSet | Trace,
     *,
     step_range: str | None = None,
     rules: Rules | None = None,
@@ -187,16 +188,61 @@ def analyze(
     if cache and isinstance(path_or_traces, (str, os.PathLike)) and isinstance(model, (str, type(None))) and enabled():
         path = os.fspath(path_or_traces)
         options = cache_options(step_range, peak_tflops, peak_bandwidth, deep, deep_step, hta, model)
-        again = {
-            "step_range": step_range,
-            "rules": rules,
-            "peak_tflops": peak_tflops,
-            "peak_bandwidth": peak_bandwidth,
-        }
-        again.update(deep=deep, deep_step=deep_step, model=model, progress=progress, source=source, jobs=jobs)
-        again.update(trace_cache=trace_cache)
-        return cached_analysis(path, source or path, rules, options, lambda: analyze(path, **again, dask=dask))
-    summaries = None
+        return cached_analysis(
+            path,
+            source or path,
+            rules,
+            options,
+            lambda: _analyzed(
+                path,
+                rules,
+                step_range,
+                peak_tflops,
+                peak_bandwidth,
+                deep,
+                deep_step,
+                planned,
+                progress,
+                source,
+                jobs,
+                dask,
+                trace_cache,
+            ),
+        )
+    return _analyzed(
+        path_or_traces,
+        rules,
+        step_range,
+        peak_tflops,
+        peak_bandwidth,
+        deep,
+        deep_step,
+        planned,
+        progress,
+        source,
+        jobs,
+        dask,
+        trace_cache,
+    )
+
+
+def _analyzed(
+    path_or_traces: str | os.PathLike[str] | TraceSet | Trace,
+    rules: Rules,
+    step_range: str | None,
+    peak_tflops: float | None,
+    peak_bandwidth: float | None,
+    deep: bool,
+    deep_step: str | None,
+    planned: Ledger | None,
+    progress: Progress | None,
+    source: str | None,
+    jobs: int | None,
+    dask: Any,
+    trace_cache: bool,
+) -> Report:
+    """:func:`analyze` once its options are checked, without the analysis cache: the pipeline."""
+    summaries: list[RankSummary] | None = None
     if isinstance(path_or_traces, Trace):
         traces = TraceSet(path_or_traces.source, [path_or_traces])
         source = source or path_or_traces.source
@@ -252,7 +298,7 @@ def _map_ranks(
     dask: Any,
     progress: Progress | None,
     cache: bool = False,
-):
+) -> tuple[list[RankSummary], list[str]]:
     """The map: every rank file of ``path`` summarized by :mod:`trainscope.api.executor` → (summaries
     in rank order, one warning per file that could not be read)."""
     # What a worker runs is imported with this module, before any pool forks: a child forked while
@@ -273,7 +319,9 @@ def _map_ranks(
     return rs.summaries, rs.warnings
 
 
-def _reduce_ranks(summaries: list, analyses: list[Analysis], rules: Rules) -> tuple[list[Analysis], int, Any, dict]:
+def _reduce_ranks(
+    summaries: list[RankSummary], analyses: list[Analysis], rules: Rules
+) -> tuple[list[Analysis], int, RankStory, dict[str, Any]]:
     """The reduce over several ranks: the one rank story (analyzers/ranks/story.py: arrival order,
     cold starts, straggler, headline rank, lateness), each rank re-judged with the wait it measured,
     and the many-rank view → (the re-judged ranks, the story's headline rank, the story, the
@@ -291,7 +339,7 @@ def _reduce_ranks(summaries: list, analyses: list[Analysis], rules: Rules) -> tu
     return ranks, story.headline_index, story, stragglers
 
 
-def model_ledger(model):
+def model_ledger(model: str | PlanConfig) -> Ledger:
     """The planned memory ledger for ``analyze(model=…)``: a spec string or a ``PlanConfig``."""
 
     try:

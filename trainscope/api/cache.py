@@ -41,7 +41,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import trainscope
 from trainscope.api.errors import BadInput
@@ -240,7 +240,7 @@ def clear(dfd: int) -> tuple[int, int]:
 # -- the key ----------------------------------------------------------------------------------------
 
 
-def _file_identity(path: str) -> list | None:
+def _file_identity(path: str) -> list[object] | None:
     """[size, mtime_ns, sha256] of a regular file (read through one descriptor), None otherwise."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -264,12 +264,12 @@ def _file_identity(path: str) -> list | None:
         os.close(fd)
 
 
-def input_identity(path: str) -> list | None:
+def input_identity(path: str) -> list[object] | None:
     """What the input is, for the key (see the module's docstring); None when it cannot be named
     (missing, unreadable, not a regular file): such an input is analyzed without the cache."""
 
     if is_rank_set(path):
-        members = []
+        members: list[object] = []
         for f in rank_files(path):
             ident = _file_identity(f)
             if ident is None:
@@ -332,7 +332,7 @@ def rules_key(rules: Rules) -> list[str]:
     return [repr(t) for t in rules.all()]
 
 
-def key_for(path: str, source: str, options: dict) -> tuple[str, bool] | None:
+def key_for(path: str, source: str, options: dict[str, Any]) -> tuple[str, bool] | None:
     """(key, whether the document is stored relocated) for analyzing ``path`` named ``source`` with
     ``options`` (JSON-able); None when the input cannot be identified."""
 
@@ -397,7 +397,7 @@ def _plain(v: Any, old: str | None, new: str) -> Any:
     raise Uncacheable(f"a value of type {type(v).__name__}")
 
 
-def encode(key: str, doc: dict, source: str, relocated: bool) -> bytes:
+def encode(key: str, doc: dict[str, Any], source: str, relocated: bool) -> bytes:
     """The bytes of an entry: the magic line, the payload's SHA-256, the payload (JSON, ASCII)."""
     stored = _plain(doc, source if relocated else None, _PLACEHOLDER)
     payload = json.dumps(
@@ -484,7 +484,14 @@ def _damaged(dfd: int, name: str, why: str) -> None:
     _problem(f"damaged entry {name[:16]}… removed and rebuilt ({why}); {STATS.damaged} this run")
 
 
-def store(dfd: int, key: str, data: bytes | list, bound: int, suffix: str = SUFFIX, pause_env: str = ENV_PAUSE) -> None:
+def store(
+    dfd: int,
+    key: str,
+    data: bytes | list[bytes | memoryview],
+    bound: int,
+    suffix: str = SUFFIX,
+    pause_env: str = ENV_PAUSE,
+) -> None:
     """Write the entry (its bytes, or its pieces in order) under a private temporary name and rename
     it into place; then sweep."""
 
@@ -513,7 +520,7 @@ def store(dfd: int, key: str, data: bytes | list, bound: int, suffix: str = SUFF
     sweep(dfd, bound)
 
 
-def _pause_mid_write(f, data: bytes, signal_file: str) -> None:  # tests only (ENV_PAUSE)
+def _pause_mid_write(f: IO[bytes], data: bytes, signal_file: str) -> None:  # tests only (ENV_PAUSE)
     """Write half the entry, say so by creating ``signal_file`` (holding this pid), and wait for
     SIGUSR1 (then write the rest; the rename follows) or to be killed. SIGUSR1 is blocked before the file appears, so a
     signal sent as soon as it does is never lost."""
@@ -529,10 +536,13 @@ def _pause_mid_write(f, data: bytes, signal_file: str) -> None:  # tests only (E
     f.write(data[len(data) // 2 :])
 
 
-def _document(text: str, relocated: bool, source: str) -> dict:
+def _document(text: str, relocated: bool, source: str) -> dict[str, Any]:
     """An entry's document (its JSON text) named by ``source``, the look that reads it."""
-    doc = json.loads(text)
-    return _plain(doc, _PLACEHOLDER, source) if relocated else doc
+    doc: dict[str, Any] = json.loads(text)
+    if relocated:
+        named: dict[str, Any] = _plain(doc, _PLACEHOLDER, source)
+        return named
+    return doc
 
 
 # -- the report a cached document stands for ---------------------------------------------------------
@@ -565,7 +575,7 @@ class CachedReport(RenderedAnalysis):
             raise AttributeError(name)
         return getattr(self.full(), name)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return _document(self._text, self._relocated, self.source)
 
     @property
@@ -583,7 +593,7 @@ class CachedReport(RenderedAnalysis):
         return repr(self.full())
 
 
-def peek(path: str, source: str, rules: Rules, options: dict) -> dict | None:
+def peek(path: str, source: str, rules: Rules, options: dict[str, Any]) -> dict[str, Any] | None:
     """The cached document of analyzing ``path`` named ``source`` with ``rules`` and ``options`` (as
     :func:`cached_analysis` keys them), without analyzing: None when the cache is off, the input
     cannot be identified, the folder is missing or unsafe, or there is no (sound) entry. The
@@ -610,7 +620,7 @@ def peek(path: str, source: str, rules: Rules, options: dict) -> dict | None:
 
 
 def cached_analysis(
-    path: str, source: str, rules: Rules, options: dict, analyze: Callable[[], Report]
+    path: str, source: str, rules: Rules, options: dict[str, Any], analyze: Callable[[], Report]
 ) -> CachedReport | Report:
     """``analyze()`` of ``path`` through the cache (see the module's docstring). ``options``: every
     option besides the rules that changes the document (JSON-able)."""

@@ -58,6 +58,8 @@ if TYPE_CHECKING:
     from trainscope.api.store import RunStore, StoredRun
 
 Side = Union[str, "os.PathLike[str]", "StoredRun", "RunSummary"]
+Comparison = Union["RunDiff", "SummaryDiff"]
+"""What :attr:`DiffResult.diff` holds: two traces compared in full, or two runs by their summaries."""
 
 
 @dataclass(repr=False)
@@ -69,7 +71,7 @@ class DiffResult(Rendered):
 
     KIND = "diff"  # its kind in the output format table (reports/formats.py)
 
-    diff: RunDiff | SummaryDiff
+    diff: Comparison
     gate: GateResult | None = None
     fixes: list[FixOutcome] = field(default_factory=list)
     before_run: StoredRun | None = None
@@ -138,11 +140,12 @@ class DiffResult(Rendered):
             raise Regression("; ".join(line for line in lines if line.startswith("regression")) or lines[0], self)
         return self
 
-    def to_dict(self) -> dict:
-        if self.from_summaries:
-            return build_summary_diff_document(self.diff, self.gate, self.before_run, self.after_run, self.node_gates)
+    def to_dict(self) -> dict[str, Any]:
+        d = self.diff
+        if isinstance(d, SummaryDiff):  # from_summaries
+            return build_summary_diff_document(d, self.gate, self.before_run, self.after_run, self.node_gates)
 
-        doc = build_diff_document(self.diff, self.gate, self.node_gates)
+        doc = build_diff_document(d, self.gate, self.node_gates)
         doc["fixes_achieved"] = fixes_list(self.fixes)
         return doc
 
@@ -164,7 +167,7 @@ class DiffResult(Rendered):
         return diff_line(self.diff, self.gate, self.fixes)
 
 
-def _fixes(d, rules) -> list:
+def _fixes(d: Comparison, rules: Rules | None) -> list[FixOutcome]:
     if isinstance(d, SummaryDiff):
         return list(d.fixes)
     from dataclasses import replace
@@ -291,7 +294,7 @@ def _no_tree(result: DiffResult) -> str:
     """Why a comparison has no tree to gate nodes on, in one line: a side stored before runs kept the
     tree, or a side whose trace records no ranges or GPU work."""
     d = result.diff
-    if result.from_summaries:
+    if isinstance(d, SummaryDiff):  # from_summaries
         sides = list(zip(d.labels, (d.before, d.after)))
         stale = [label for label, s in sides if s.tree is None and s.predates_tree]
         if stale:
@@ -306,7 +309,9 @@ def _no_tree(result: DiffResult) -> str:
     )
 
 
-def _analyzed(label: str, path: str, rules: Rules, progress: Progress, i: int, options: Mapping | None = None) -> Run:
+def _analyzed(
+    label: str, path: str, rules: Rules, progress: Progress, i: int, options: Mapping[str, Any] | None = None
+) -> Run:
     """One side: ``analyze(path)`` with the same options as every analysis (the same reader, rank
     map and reduce, so a side's sinks are ``analyze``'s), kept as a :class:`Run`."""
 
@@ -320,11 +325,11 @@ def _analyzed(label: str, path: str, rules: Rules, progress: Progress, i: int, o
     return run_from_summaries(path, report.rank_summaries(), report.ranks, list(report.traces.warnings))
 
 
-def _store(store: RunStore | str | os.PathLike | None, read_only: bool = False) -> RunStore:
+def _store(store: RunStore | str | os.PathLike[str] | None, read_only: bool = False) -> RunStore:
     return store if isinstance(store, RunStore) else RunStore(store, read_only=read_only)
 
 
-def resolve_side(side: Side, store: RunStore | str | os.PathLike | None = None) -> StoredRun | RunSummary | str:
+def resolve_side(side: Side, store: RunStore | str | os.PathLike[str] | None = None) -> StoredRun | RunSummary | str:
     """A stored run for a run reference (``12``, ``latest``, ``baseline:TAG``), the summary or path as given."""
 
     if isinstance(side, (StoredRun, RunSummary)):
@@ -344,7 +349,7 @@ def diff(
     metric: str = "step_p50",
     fail_if_slower: float | None = None,
     progress: Progress | None = None,
-    store: RunStore | str | os.PathLike | None = None,
+    store: RunStore | str | os.PathLike[str] | None = None,
     gate_anyway: bool = False,
     step_range: str | None = None,
     peak_tflops: float | None = None,
@@ -373,7 +378,7 @@ def diff(
         stale += [_summary_label(s) for s in sides if isinstance(s, RunSummary) and s.predates_tree]
         if stale:
             raise BadInput(_stale_line(stale))
-    options = {
+    options: dict[str, Any] = {
         "step_range": step_range,
         "peak_tflops": peak_tflops,
         "peak_bandwidth": peak_bandwidth,
@@ -381,15 +386,16 @@ def diff(
         "dask": dask,
         "trace_cache": cache,
     }
-    if all(isinstance(s, str) for s in sides):
+    paths = [s for s in sides if isinstance(s, str)]
+    if len(paths) == len(sides):
         runs = [
             _analyzed(label, s, rules, progress, i, options)
-            for i, (label, s) in enumerate((("BEFORE", sides[0]), ("AFTER", sides[1])))
+            for i, (label, s) in enumerate((("BEFORE", paths[0]), ("AFTER", paths[1])))
         ]
         result = DiffResult(diff_runs(runs[0], runs[1], rules), rules=rules)
     else:
         summaries: list[RunSummary] = []
-        labels = []
+        labels: list[str] = []
         for i, (label, s) in enumerate((("BEFORE", sides[0]), ("AFTER", sides[1]))):
             if isinstance(s, StoredRun):
                 summaries.append(s.summary)
@@ -416,7 +422,7 @@ def diff(
 
 def save_diff(
     result: DiffResult,
-    store: RunStore | str | os.PathLike | None = None,
+    store: RunStore | str | os.PathLike[str] | None = None,
     *,
     tag: str | None = None,
     saved_by: str = "diff",
@@ -428,7 +434,7 @@ def save_diff(
 
     st = _store(store)
     d = result.diff
-    runs = []
+    runs: list[StoredRun] = []
     for side, stored in (("before", result.before_run), ("after", result.after_run)):
         if stored is not None:
             runs.append(stored)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from trainscope.analyzers.ranks.alignment import RankSummary, summarize
 from trainscope.analyzers.rules import Rules
@@ -27,12 +28,15 @@ from trainscope.api.inputs import rank_files
 from trainscope.collectors import TraceError
 from trainscope.collectors.inputs import open_any
 from trainscope.collectors.readers import max_decompressed_override, set_max_decompressed
-from trainscope.traces.model import TraceSet
+from trainscope.traces.model import Trace, TraceSet
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
 
 RankProgress = Callable[[int, int], None]
 """``progress(ranks_done, ranks_total)``."""
+
+RankResult = list[RankSummary] | str
+"""What the map gives for one file: its summaries, or the one line saying why it could not be read."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,7 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def summarize_rank(path: str, options: MapOptions = DEFAULTS) -> list[RankSummary] | str:
+def summarize_rank(path: str, options: MapOptions = DEFAULTS) -> RankResult:
     """The map step: read one file, analyze each trace it holds, keep the summary. Pure in its
     inputs (a path and options) and picklable both ways; an unreadable file is a one-line string."""
 
@@ -101,7 +105,7 @@ def summarize_rank(path: str, options: MapOptions = DEFAULTS) -> list[RankSummar
     return out
 
 
-def _read(path: str, cache: bool) -> list:
+def _read(path: str, cache: bool) -> list[Trace]:
     """The traces of one rank file, through the trace cache when asked (and not turned off)."""
 
     if cache and enabled():
@@ -113,16 +117,16 @@ def map_ranks(
     files: list[str],
     options: MapOptions = DEFAULTS,
     jobs: int | None = None,
-    dask: str | None = None,
+    dask: Any = None,
     progress: RankProgress | None = None,
-    fn: Callable = summarize_rank,
-) -> list[list[RankSummary] | str]:
+    fn: Callable[[str, MapOptions], RankResult] = summarize_rank,
+) -> list[RankResult]:
     """``fn(file, options)`` for every file, in file order: serially (``jobs == 1`` or one file),
     in ``jobs`` worker processes (default: the machine's cores), or on the Dask scheduler at
     ``dask`` (an address such as ``tcp://host:8786``, or a ``distributed.Client``)."""
     n = len(files)
     done = 0
-    results: list = [None] * n
+    results: list[RankResult | None] = [None] * n
 
     def tick() -> None:
         nonlocal done
@@ -137,7 +141,7 @@ def map_ranks(
         for i, f in enumerate(files):
             results[i] = fn(f, options)
             tick()
-        return results
+        return cast(list[RankResult], results)  # every slot filled
     try:
         with ProcessPoolExecutor(max_workers=min(jobs, n)) as pool:
             futures = {pool.submit(fn, f, options): i for i, f in enumerate(files)}
@@ -148,10 +152,17 @@ def map_ranks(
         raise RuntimeError(
             f"a worker process died while analyzing ranks (out of memory?); retry with fewer --jobs than {jobs}"
         ) from None
-    return results
+    return cast(list[RankResult], results)  # every slot filled
 
 
-def _map_dask(files: list[str], options: MapOptions, dask, fn: Callable, tick: Callable[[], None]) -> list:
+def _map_dask(
+    files: list[str],
+    options: MapOptions,
+    dask: Any,
+    fn: Callable[[str, MapOptions], RankResult],
+    tick: Callable[[], None],
+) -> list[RankResult]:
+    """``fn`` over ``files`` on the Dask scheduler ``dask``: an address, or a ``distributed.Client``."""
     try:
         from distributed import Client
         from distributed import as_completed as dask_completed
@@ -159,17 +170,17 @@ def _map_dask(files: list[str], options: MapOptions, dask, fn: Callable, tick: C
         raise RuntimeError("--dask needs Dask distributed: pip install 'trainscope[dask]'") from None
     own = isinstance(dask, str)
     try:
-        client = Client(dask, timeout="5s") if own else dask
+        client = Client(dask, timeout="5s") if own else dask  # type: ignore[no-untyped-call]  # distributed is untyped
     except (OSError, TimeoutError) as e:
         raise RuntimeError(f"cannot reach the Dask scheduler at {dask}: {e}") from None
     try:
         futures = client.map(fn, files, options=options, pure=False)
         index = {f.key: i for i, f in enumerate(futures)}
-        results: list = [None] * len(files)
-        for fut in dask_completed(futures):
+        results: list[RankResult | None] = [None] * len(files)
+        for fut in dask_completed(futures):  # type: ignore[no-untyped-call]  # distributed is untyped
             results[index[fut.key]] = fut.result()
             tick()
-        return results
+        return cast(list[RankResult], results)  # every slot filled
     finally:
         if own:
             client.close()
@@ -179,7 +190,7 @@ def run_rank_set(
     path: str,
     options: MapOptions = DEFAULTS,
     jobs: int | None = None,
-    dask: str | None = None,
+    dask: Any = None,
     progress: RankProgress | None = None,
 ) -> RankSet:
     """A rank directory or glob → summaries in rank order (files without a rank after them, in

@@ -17,6 +17,8 @@ from trainscope.reports.analysis_document import AnalysisDocument
 from trainscope.reports.document import headline_word
 
 if TYPE_CHECKING:
+    from trainscope.analyzers.trace.kernels import KernelStat
+    from trainscope.analyzers.trace.module_tree import Node
     from trainscope.api.report import Report
 
 
@@ -93,6 +95,10 @@ def explain_finding(report: Report, finding: str, *, rank: int | None = None) ->
     }
 
 
+def _round_or_none(x: float | None, digits: int) -> float | None:
+    return round(x, digits) if x is not None else None
+
+
 def _family(name: str) -> str | None:
     """The library/kernel family of the declared table the kernel's name belongs to, if any."""
 
@@ -134,7 +140,7 @@ def kernel_table(
     ]
     if sort == "pct_of_roof":
 
-        def _pct(k):
+        def _pct(k: KernelStat) -> float | None:
             r = roof_rows.get(k.name)
             return r.pct_of_roof if r is not None else None
 
@@ -160,11 +166,7 @@ def kernel_table(
                 "share_pct": round(k.share_pct, 2),
                 "family": _family(k.name),
                 "bound": roof_rows[k.name].bound if k.name in roof_rows else None,
-                "pct_of_roof": (
-                    round(roof_rows[k.name].pct_of_roof, 1)
-                    if k.name in roof_rows and roof_rows[k.name].pct_of_roof is not None
-                    else None
-                ),
+                "pct_of_roof": _round_or_none(roof_rows[k.name].pct_of_roof if k.name in roof_rows else None, 1),
             }
             for k in rows[:limit]
         ],
@@ -289,7 +291,7 @@ def tree_table(
         base["notes"].append("no module tree: the trace records neither ranges nor GPU work in its steps")
         return base
 
-    def key(n) -> float:
+    def key(n: Node) -> float:
         if sort == "gpu_ms":
             return -n.gpu_ns_inclusive
         if sort == "gpu_exclusive_ms":
@@ -301,7 +303,7 @@ def tree_table(
     if under:
         want = [p.strip().lower() for p in under.replace("›", "/").replace("/", ".").split(".") if p.strip()]
 
-        def tail(n) -> list[str]:
+        def tail(n: Node) -> list[str]:
             names = [p.lower() for p in ".".join(n.path).split(".")]
             return names[-len(want) :] if want else names
 
@@ -314,7 +316,7 @@ def tree_table(
     rows: list[dict[str, Any]] = []
     total = t.gpu_ns
 
-    def walk(n, d: int) -> None:
+    def walk(n: Node, d: int) -> None:
         if max_depth is not None and d - start_depth > max_depth:
             return
         if name_contains is None or name_contains.lower() in n.name.lower():

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING
 from trainscope.reports.perfetto import RankPart, write_perfetto, write_perfetto_ranks
 
 if TYPE_CHECKING:
+    from trainscope.api.cache import CachedReport
     from trainscope.api.report import Report
 
 
-def export_perfetto(report: Report, path: str | os.PathLike) -> str:
+def export_perfetto(report: Report | CachedReport, path: str | os.PathLike[str]) -> str:
     """Write ``report``'s trace with its findings as tracks, for ui.perfetto.dev (JSON trace-event
     format), into ``path`` atomically; returns the path.
 
@@ -28,7 +29,7 @@ def export_perfetto(report: Report, path: str | os.PathLike) -> str:
         view = report.rank_view()
         write_perfetto(path, view.trace, view.analysis, view.doc, view.timeline)
         return path
-    parts = []
+    parts: list[RankPart] = []
     for i in range(len(report.ranks)):
         view = report.rank_view(i)
         rank = view.analysis.rank

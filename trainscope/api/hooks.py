@@ -5,29 +5,42 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from trainscope.api.analysis import analyze
 from trainscope.api.errors import describe
 from trainscope.api.store import check_tag, save_run
 
 if TYPE_CHECKING:
+    from trainscope.api.cache import CachedReport
     from trainscope.api.report import Report
+    from trainscope.api.store import StoredRun
+
+
+class TraceReadyHandler(Protocol):
+    """What :func:`on_trace_ready` returns: the handler ``torch.profiler`` calls with itself after
+    each cycle, keeping what it wrote, analyzed and saved."""
+
+    paths: list[str]  # each cycle's trace file
+    reports: list[Report | CachedReport]  # each analyzed cycle's report
+    runs: list[StoredRun]  # each saved cycle's run (with ``save``)
+
+    def __call__(self, prof: Any) -> None: ...
 
 
 def on_trace_ready(
-    dir_name: str | os.PathLike,
+    dir_name: str | os.PathLike[str],
     *,
     print_verdict: bool = True,
     worker_name: str | None = None,
     use_gzip: bool = False,
     analyze_kwargs: Mapping[str, Any] | None = None,
     printer: Callable[[str], None] | None = None,
-    callback: Callable[[Report], None] | None = None,
+    callback: Callable[[Report | CachedReport], None] | None = None,
     save: bool = False,
-    store: str | os.PathLike | None = None,
+    store: str | os.PathLike[str] | None = None,
     tag: str | None = None,
-):
+) -> TraceReadyHandler:
     """A ``torch.profiler.profile(on_trace_ready=…)`` handler: writes each cycle's trace into
     ``dir_name`` exactly as ``torch.profiler.tensorboard_trace_handler`` does (TensorBoard and
     ``trainscope analyze DIR`` both read it), then analyzes it and prints the verdict line.
@@ -43,7 +56,11 @@ def on_trace_ready(
     write = tensorboard_trace_handler(dir_name, worker_name=worker_name, use_gzip=use_gzip)
     out = printer or (lambda line: print(line, file=sys.stderr, flush=True))
 
-    def handler(prof) -> None:
+    paths: list[str] = []
+    reports: list[Report | CachedReport] = []
+    runs: list[StoredRun] = []
+
+    def handler(prof: Any) -> None:  # a torch.profiler.profile
         before = set(os.listdir(dir_name)) if os.path.isdir(dir_name) else set()
         write(prof)
         new = sorted(
@@ -53,28 +70,27 @@ def on_trace_ready(
         if not new:
             return
         path = os.path.join(dir_name, new[-1])
-        handler.paths.append(path)
+        paths.append(path)
         try:
             report = analyze(path, **dict(analyze_kwargs or {}))
         except Exception as e:  # noqa: BLE001 (the training loop must go on)
             message, _ = describe(e)
             out(f"trainscope: {message}")
             return
-        handler.reports.append(report)
+        reports.append(report)
         if print_verdict:
             out(report.verdict_line())
         if save:
             try:
-                handler.runs.append(save_run(report, store, tag=tag, saved_by="hook"))
+                runs.append(save_run(report, store, tag=tag, saved_by="hook"))
             except Exception as e:  # noqa: BLE001 (a full disk or a locked store must not stop training)
                 message, _ = describe(e)
                 out(f"trainscope: not saved: {message}")
         if callback is not None:
             callback(report)
 
-    handler.reports = []  # type: ignore[attr-defined]
-    handler.paths = []  # type: ignore[attr-defined]
-    handler.runs = []  # type: ignore[attr-defined]
+    handled = cast(TraceReadyHandler, handler)  # a function that carries its lists
+    handled.reports, handled.paths, handled.runs = reports, paths, runs
     if save:
         check_tag(tag)  # a bad tag is said at once, not at the first cycle
-    return handler
+    return handled

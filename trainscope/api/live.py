@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from trainscope.analyzers.rules import Rules
     from trainscope.analyzers.trace.verdict import Verdict
     from trainscope.api.capture import Capture, CaptureController, CaptureOptions
+    from trainscope.collectors.recording import Recording
     from trainscope.traces.samples import Snapshot
 
 
@@ -40,7 +41,9 @@ class LiveSample:
 
     status: LiveStatus
     snapshot: Snapshot
-    captures: tuple = ()  # every on-demand capture so far (:class:`trainscope.api.capture.Capture`), as of this sample
+    captures: tuple[
+        Capture, ...
+    ] = ()  # every on-demand capture so far (:class:`trainscope.api.capture.Capture`), as of this sample
 
     @property
     def verdict(self) -> Verdict:
@@ -49,11 +52,13 @@ class LiveSample:
     def line(self) -> str:
         return status_line(self.status, self.snapshot)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return status_line_dict(self.status, self.snapshot)
 
 
-def live_analyzer(rules: Rules | None = None, window_s: float = 30.0, thresholds: Mapping[str, float] | None = None):
+def live_analyzer(
+    rules: Rules | None = None, window_s: float = 30.0, thresholds: Mapping[str, float] | None = None
+) -> LiveAnalyzer:
     """The live analyzer ``watch`` feeds: ``add(snapshot) -> LiveStatus``; ``summary()``."""
 
     if not window_s > 0:
@@ -61,7 +66,7 @@ def live_analyzer(rules: Rules | None = None, window_s: float = 30.0, thresholds
     return LiveAnalyzer(resolve_rules(rules, thresholds), window_s=window_s)
 
 
-def open_recording(path: str | os.PathLike):
+def open_recording(path: str | os.PathLike[str]) -> Recording:
     """A ``watch --record`` recording or an nvidia-smi CSV log (``.snapshots``, ``.header``, ``.warnings``)."""
 
     path = os.fspath(path)
@@ -90,13 +95,13 @@ class Watch:
         self,
         *,
         pid: int | None = None,
-        replay: str | os.PathLike | None = None,
+        replay: str | os.PathLike[str] | None = None,
         interval: float = 1.0,
         window: float = 30.0,
         duration: float | None = None,
         rules: Rules | None = None,
         thresholds: Mapping[str, float] | None = None,
-        record: str | os.PathLike | None = None,
+        record: str | os.PathLike[str] | None = None,
         step_hook: bool = False,
         capture: CaptureOptions | None = None,
     ) -> None:
@@ -125,11 +130,11 @@ class Watch:
         self.sampler_cost_s: list[float] = []
         self._job_done: Callable[[], bool] | None = None
         self._launched = False
-        self._receiver = None
-        self._recorder = None
-        self._monitor = None
-        self._gpu = None
-        self._queue: Any = None
+        self._receiver: StepReceiver | None = None
+        self._recorder: RecordingWriter | None = None
+        self._monitor: Monitor | None = None
+        self._gpu: NvmlSampler | None = None
+        self._queue: Any = None  # a queue.Queue of Snapshot, once sampling starts
         self._on_sample: Callable[[LiveSample], None] | None = None
         self._gpu_pids: set[int] = set()
         self._deadline: float | None = None
@@ -143,7 +148,7 @@ class Watch:
         """Feed one snapshot (from any sampler) to the analyzer and the recording."""
         with self.lock:
             status = self.analyzer.add(snap)
-            captures: tuple = ()
+            captures: tuple[Capture, ...] = ()
             if self.capture is not None:
                 self.capture.tick(snap.t, status, snap)
                 notes = self.capture.drain_notes()
@@ -181,8 +186,8 @@ class Watch:
         self._launched = True
         env = dict(os.environ if base is None else base)
         try:
-            self._receiver = StepReceiver(os.path.join(folder, "steps.sock"))
-            env, _ = child_environment(self._receiver.path, base=env, folder=folder)
+            receiver = self._receiver = StepReceiver(os.path.join(folder, "steps.sock"))
+            env, _ = child_environment(receiver.path, base=env, folder=folder)
         except OSError as e:
             self.job_notes.append(f"step mode off: cannot open the step socket ({e.strerror or e})")
         return env
@@ -205,7 +210,7 @@ class Watch:
 
         self._started = True
         if self.pid is not None and not self._launched and self.step_hook:
-            self._listen_for_hook()
+            self._listen_for_hook(self.pid)
         if self.record is not None:
             head = {
                 "started": time.time(),
@@ -229,7 +234,7 @@ class Watch:
         self._start_capture()
         roots: Any = (self.pid,) if self.pid is not None else (lambda: tuple(sorted(self._gpu_pids)))
 
-        def on_snapshot(snap) -> None:
+        def on_snapshot(snap: Snapshot) -> None:
             if self.pid is None:  # every GPU: follow whatever uses them
                 self._gpu_pids.clear()
                 self._gpu_pids.update(p.pid for g in snap.gpus for p in (g.processes or ()))
@@ -239,14 +244,14 @@ class Watch:
                 self._queue.put(snap)
 
         self._gpu = NvmlSampler()
-        self._monitor = Monitor(
+        monitor = self._monitor = Monitor(
             self.interval,
             on_snapshot,
             gpu=self._gpu,
             host=HostSampler(roots, rank_pids=self._receiver.rank_pids if self._receiver is not None else None),
             steps=self._receiver,
         )
-        self._monitor.start()
+        monitor.start()
         self._deadline = time.monotonic() + self.duration if self.duration else None
 
     def _start_capture(self) -> None:
@@ -273,11 +278,11 @@ class Watch:
         """Captures finished since the last call (refused, failed, or analyzed)."""
         return self.capture.newly_finished() if self.capture is not None else []
 
-    def _listen_for_hook(self) -> None:
+    def _listen_for_hook(self, pid: int) -> None:
         try:
             clean_stale()  # what killed watchers left: their sockets and owner files
             ensure_private_dir(private_dir())
-            self._receiver = StepReceiver(default_socket_path(self.pid))
+            self._receiver = StepReceiver(default_socket_path(pid))
         except OSError as e:
             self.job_notes.append(
                 f"step mode off: cannot listen for the opt-in hook ({e.strerror or e}: "
@@ -304,7 +309,7 @@ class Watch:
         import psutil
 
         try:
-            return psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
+            return bool(psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE)  # psutil is untyped
         except psutil.NoSuchProcess:
             return True
 
@@ -390,7 +395,7 @@ class Watch:
     def __enter__(self) -> Watch:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
         if self._recorder is not None:
             self.finish()
@@ -420,13 +425,13 @@ def make_run_folder() -> str:
 def watch(
     *,
     pid: int | None = None,
-    replay: str | os.PathLike | None = None,
+    replay: str | os.PathLike[str] | None = None,
     interval: float = 1.0,
     window: float = 30.0,
     duration: float | None = None,
     rules: Rules | None = None,
     thresholds: Mapping[str, float] | None = None,
-    record: str | os.PathLike | None = None,
+    record: str | os.PathLike[str] | None = None,
     step_hook: bool = False,
     capture: CaptureOptions | None = None,
 ) -> Watch:

@@ -24,6 +24,11 @@ from trainscope.reports.oneline import memory_line
 
 if TYPE_CHECKING:
     from trainscope.analyzers.rules import Rules
+    from trainscope.analyzers.snapshot.peak import MemoryPeak
+    from trainscope.analyzers.snapshot.summary import DeviceSnapshotMemory
+    from trainscope.analyzers.snapshot.timeline_peak import TimelinePeak
+    from trainscope.analyzers.trace.verdict import Finding
+    from trainscope.traces.memory_snapshot import Snapshot
 
 
 @dataclass(repr=False)
@@ -35,16 +40,16 @@ class MemoryReport(Rendered):
 
     path: str
     kind: str  # "cuda_snapshot" | "memory_timeline_raw" | "memory_timeline_coalesced"
-    document: dict = field(repr=False)
-    devices: list | None = field(default=None, repr=False)
-    peak: Any = field(default=None, repr=False)
-    findings: list = field(default_factory=list)
-    snapshot: Any = field(default=None, repr=False)  # traces.memory_snapshot.Snapshot, snapshots only
+    document: dict[str, Any] = field(repr=False)
+    devices: list[DeviceSnapshotMemory] | None = field(default=None, repr=False)
+    peak: TimelinePeak | None = field(default=None, repr=False)  # memory timelines only
+    findings: list[Finding] = field(default_factory=list)
+    snapshot: Snapshot | None = field(default=None, repr=False)  # snapshots only
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return self.document
 
-    def peaks(self) -> list:
+    def peaks(self) -> list[MemoryPeak]:
         """Per device of a snapshot: the peak view the memory app shows (see :func:`memory_peaks`),
         from the snapshot this report already read; empty for a memory timeline."""
 
@@ -65,7 +70,7 @@ class MemoryReport(Rendered):
 
 
 def memory(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     gpu: str | None = None,
     gpu_memory: str | None = None,
@@ -105,7 +110,7 @@ def memory(
         return MemoryReport(path, kind, build_memory_document(path, kind, None, peak, [], capacity, []), peak=peak)
 
 
-def memory_peaks(path: str | os.PathLike) -> list:
+def memory_peaks(path: str | os.PathLike[str]) -> list[MemoryPeak]:
     """Per device of a CUDA memory snapshot: allocated bytes over the recorded events, the peak and
     every allocation live at it with its full stack (:class:`~trainscope.analyzers.snapshot.peak.MemoryPeak`,
     what ``trainscope memory``'s app shows). Raises :class:`BadInput`."""

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainscope.analyzers.plan.ledger import PlanConfig, fit, fit_options, ledger, normalize
+from trainscope.analyzers.plan.gpu_memory import GpuMemory
+from trainscope.analyzers.plan.ledger import Fit, FitOption, Ledger, PlanConfig, fit, fit_options, ledger, normalize
 from trainscope.analyzers.rules import Rules
 from trainscope.api.errors import BadInput, bad_input
 from trainscope.api.rendered import Rendered
@@ -23,18 +24,18 @@ class PlanResult(Rendered):
 
     KIND = "plan"  # its kind in the output format table (reports/formats.py)
 
-    ledger: Any  # analyzers.plan.ledger.Ledger
-    device: Any  # analyzers.plan.gpu_memory.GpuMemory
-    fit: Any  # analyzers.plan.ledger.Fit
-    options: list = field(default_factory=list)  # analyzers.plan.ledger.FitOption
+    ledger: Ledger
+    device: GpuMemory
+    fit: Fit
+    options: list[FitOption] = field(default_factory=list)
     threshold_pct: float = 90.0
-    config: Any = None  # analyzers.plan.ledger.PlanConfig as given
+    config: PlanConfig | None = None  # as given
 
     @property
     def fits(self) -> bool:
         return bool(self.fit.fits)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return build_plan_document(self.ledger, self.device, self.fit, self.options)
 
     def to_text(self) -> str:
@@ -49,7 +50,7 @@ class PlanResult(Rendered):
         return plan_line(self.fit, self.options)
 
 
-def plan_config(model: str | Mapping[str, Any] | Any = None, **fields: Any):
+def plan_config(model: str | Mapping[str, Any] | Any = None, **fields: Any) -> PlanConfig:
     """A ``PlanConfig`` from a spec string (``"params=1.5B,optimizer=adam"``), a mapping or keyword
     fields (``params=1.5e9, optimizer="adam"``). Raises :class:`BadInput`."""
 
@@ -68,7 +69,7 @@ def plan_config(model: str | Mapping[str, Any] | Any = None, **fields: Any):
             raise ValueError(str(e)) from None
 
 
-def normalize_plan(config):
+def normalize_plan(config: PlanConfig) -> PlanConfig:
     """A ``PlanConfig`` with canonical keys; :class:`BadInput` (a ``ValueError``) with the user-facing
     message for anything inconsistent (an unknown optimizer, a checkpoint interval the model cannot take)."""
 
@@ -80,7 +81,7 @@ def normalize_plan(config):
         raise BadInput(str(e)) from None
 
 
-def plan_ledger(config):
+def plan_ledger(config: PlanConfig) -> Ledger:
     """The memory ledger (``analyzers.plan.ledger.Ledger``) of one ``PlanConfig``: what ``plan`` computes
     before fitting it to a device. Raises :class:`BadInput` (a ``ValueError``) as :func:`normalize_plan`."""
 
@@ -92,7 +93,7 @@ def plan_ledger(config):
         raise BadInput(str(e)) from None
 
 
-def resolve_device(gpu: str | None = None, gpu_memory: str | None = None):
+def resolve_device(gpu: str | None = None, gpu_memory: str | None = None) -> GpuMemory:
     """A device by key (``h100-80``; see ``trainscope plan --help``) or by size (``24GiB``)."""
 
     with bad_input(what="plan"):
@@ -116,11 +117,11 @@ def plan(
 
     types = {dest: typ for _, dest, typ, _ in MODEL_FIELDS}
     with bad_input(what="plan"):
-        conv = {}
+        conv: dict[str, Any] = {}
         for k, v in fields.items():  # "1.5B" and friends, as the flags take them
             conv[k] = types[k](v) if isinstance(v, str) and k in types and types[k] is not str else v
     cfg = plan_config(model, **conv)
-    dev = device if device is not None else resolve_device(gpu, gpu_memory)
+    dev: GpuMemory = device if device is not None else resolve_device(gpu, gpu_memory)
     with bad_input(what="plan"):
         lg = ledger(cfg)
     threshold = Rules().value("memory.capacity") if threshold_pct is None else threshold_pct

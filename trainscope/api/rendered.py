@@ -14,7 +14,7 @@ from trainscope.reports.html import render_text_cell
 class Rendered:
     KIND: ClassVar[str]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         raise NotImplementedError
 
     def to_text(self) -> str:
@@ -23,7 +23,7 @@ class Rendered:
     def to_markdown(self) -> str:
         raise NotImplementedError
 
-    def output(self, doc: dict | None = None, color: bool = False) -> Any:
+    def output(self, doc: dict[str, Any] | None = None, color: bool = False) -> Output:
         """This object for the output format table: the document (``doc`` when the caller built it
         already, or added sections to it) and the object itself, for what the document does not
         hold (the trace behind an analysis's HTML timeline)."""

@@ -30,20 +30,31 @@ from trainscope.reports.plan import ledger_vs_measured
 from trainscope.traces.safe_text import safe_strings
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from trainscope.analyzers.plan.ledger import Ledger
+    from trainscope.analyzers.ranks.alignment import RankCollectives, RankSummary
+    from trainscope.analyzers.ranks.lanes import SideBySide
+    from trainscope.analyzers.ranks.late_collectives import LateCollective
+    from trainscope.analyzers.ranks.story import RankStory
     from trainscope.analyzers.rules import Rules
     from trainscope.analyzers.trace.allocator_peak import DeviceMemory
     from trainscope.analyzers.trace.analysis import Analysis
     from trainscope.analyzers.trace.breakdown import Breakdown, StepBreakdown
     from trainscope.analyzers.trace.kernels import KernelSummary
+    from trainscope.analyzers.trace.recommendations import Recommendation
     from trainscope.analyzers.trace.verdict import Finding, Verdict
+    from trainscope.analyzers.views.kernel_launch import KernelLaunch
+    from trainscope.analyzers.views.memory_curve import MemoryCurve
     from trainscope.traces.model import Trace, TraceSet
 
 
-def shown(doc: dict) -> dict:
+def shown(doc: dict[str, Any]) -> dict[str, Any]:
     """The document with every trace-derived name made visible (control and escape bytes, lone
     surrogates spelled out): what text and Markdown renderings print."""
 
-    return safe_strings(doc)
+    visible: dict[str, Any] = safe_strings(doc)
+    return visible
 
 
 @dataclass
@@ -64,16 +75,18 @@ class Report(RenderedAnalysis):
     traces: TraceSet = field(repr=False)
     ranks: list[Analysis] = field(repr=False)
     main_index: int = 0
-    stragglers: dict | None = field(default=None, repr=False)
-    deep: dict | None = field(default=None, repr=False)
-    ledger: Any = field(default=None, repr=False)  # analyzers.plan.ledger.Ledger, with model=…
-    straggler_analysis: Any = field(default=None, repr=False)  # the rank story (kept under its former name)
-    story: Any = field(default=None, repr=False)  # analyzers.ranks.story.RankStory, several ranks
+    stragglers: dict[str, Any] | None = field(default=None, repr=False)
+    deep: dict[str, Any] | None = field(default=None, repr=False)
+    ledger: Ledger | None = field(default=None, repr=False)  # with model=…
+    straggler_analysis: RankStory | None = field(default=None, repr=False)  # the rank story (its former name)
+    story: RankStory | None = field(default=None, repr=False)  # several ranks
     # A rank directory mapped by the executor: each rank's summary; ``traces`` then holds no trace
     # (only the read warnings) and :meth:`trace` reads a rank's file again when first asked.
-    summaries: list | None = field(default=None, repr=False)
-    _loaded: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    _views: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    summaries: list[RankSummary] | None = field(default=None, repr=False)
+    _loaded: dict[int, Trace] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _views: dict[int, RankView] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _late: list[LateCollective | None] | None = field(default=None, init=False, repr=False, compare=False)
+    _side_by_side: SideBySide | None = field(default=None, init=False, repr=False, compare=False)
     _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)  # reading traces
     _views_lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
@@ -107,7 +120,7 @@ class Report(RenderedAnalysis):
         return self.main.memory
 
     @property
-    def recommendations(self) -> list:
+    def recommendations(self) -> list[Recommendation]:
         return self.main.recommendations
 
     @property
@@ -129,7 +142,7 @@ class Report(RenderedAnalysis):
                 self._loaded[index] = _read_rank(self.ranks[index])
             return self._loaded[index]
 
-    def rank_summaries(self) -> list:
+    def rank_summaries(self) -> list[RankSummary]:
         """Per rank (in ``ranks`` order), what the reduce and ``diff`` need of it
         (:class:`trainscope.analyzers.ranks.alignment.RankSummary`): the map's, or made once from the traces
         read here. Their ``analysis`` is each rank's own judgement, before the reduce."""
@@ -137,35 +150,35 @@ class Report(RenderedAnalysis):
             self.summaries = [summarize(t, a) for t, a in zip(self.traces.traces, self.ranks)]
         return self.summaries
 
-    def _collectives(self) -> list:
+    def _collectives(self) -> list[RankCollectives]:
         if self.summaries is not None:  # the map already extracted them: no trace is read again
             return [s.collectives for s in self.summaries]
         return [rank_collectives(self.trace(i)) for i in range(len(self.ranks))]
 
-    def latest_arrivals(self) -> list:
+    def latest_arrivals(self) -> list[LateCollective | None]:
         """Per rank (in ``ranks`` order), the collective of the rank story it reached furthest behind
         the first rank (:class:`trainscope.analyzers.ranks.late_collectives.LateCollective`, absolute ns on
         the rank's own clock), None for a rank with none; computed once. The app's jump from a rank to
         its late collective: never a collective the story leaves out."""
         with self._views_lock:
-            late = self._views.get("latest_arrivals")
+            late = self._late
         if late is None:
             late = [None] * len(self.ranks) if self.story is None else latest_arrivals(self._collectives(), self.story)
             with self._views_lock:
-                self._views["latest_arrivals"] = late
+                self._late = late
         return late
 
-    def side_by_side(self):
+    def side_by_side(self) -> SideBySide:
         """Every rank on one clock (:class:`trainscope.analyzers.ranks.lanes.SideBySide`): the rank
         story's clock offsets and matched collectives, with its late arrivals and cold starts;
         computed once. The app's ranks-side-by-side view."""
         with self._views_lock:
-            sb = self._views.get("side_by_side")
+            sb = self._side_by_side
         if sb is None:
             story = self.story if self.story is not None else rank_story(self.rank_summaries(), self.rules)
             sb = side_by_side(self._collectives(), story)
             with self._views_lock:
-                self._views["side_by_side"] = sb
+                self._side_by_side = sb
         return sb
 
     def rank_view(self, index: int | None = None) -> RankView:
@@ -178,7 +191,7 @@ class Report(RenderedAnalysis):
             return self._views[index]
 
     # renderings: all read the one document, so they cannot disagree
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         doc = build_document(
             self.source,
             self.ranks,
@@ -250,7 +263,7 @@ class RankView:
         return self.report.trace(self.index)
 
     @functools.cached_property
-    def doc(self) -> dict:
+    def doc(self) -> dict[str, Any]:
         doc = analysis_dict(self.analysis, self.rules)
         doc["input"] = {"path": self.analysis.source, "format": self.analysis.source_format, "traces": 1}
         return doc
@@ -261,11 +274,11 @@ class RankView:
         return AnalysisDocument.from_dict(self.doc)
 
     @functools.cached_property
-    def classes(self):
+    def classes(self) -> tuple[np.ndarray, np.ndarray]:
         return kernel_classes(self.trace)
 
     @functools.cached_property
-    def timeline(self):
+    def timeline(self) -> TimelineModel:
         """The :class:`~trainscope.analyzers.views.timeline.TimelineModel` of this rank (lanes, steps, matches)."""
 
         a = self.analysis
@@ -280,12 +293,12 @@ class RankView:
         return kernel_summary(self.trace, mask, self.analysis.device, top_n=1 << 30, classes=self.classes)
 
     @functools.cached_property
-    def memory(self) -> list:
+    def memory(self) -> list[MemoryCurve]:
         """Allocated memory over time per device (``MemoryCurve``), from the trace's memory events."""
 
         return memory_curves(self.trace)
 
-    def kernel_launch(self, start_ns: int, name: str):
+    def kernel_launch(self, start_ns: int, name: str) -> KernelLaunch | None:
         """What launched the kernel ``name`` starting at ``start_ns`` (the trace's clock):
         :class:`trainscope.analyzers.views.kernel_launch.KernelLaunch` (runtime call, correlation id, the
         operator around the call and its input shapes, External id), or None."""
@@ -299,7 +312,7 @@ class RankView:
         return f"rank {a.rank}" if a.rank is not None else name
 
 
-def with_ledger(doc: dict, ledger) -> dict:
+def with_ledger(doc: dict[str, Any], ledger: Ledger | None) -> dict[str, Any]:
     """The analysis document with the planned memory ledger (``model_ledger``) beside the measured
     peak of the main device; the document unchanged without a ledger."""
     if ledger is None:

@@ -37,6 +37,7 @@ from trainscope.api.errors import BadInput
 
 if TYPE_CHECKING:
     from trainscope.analyzers.compare.history import FixOutcome, RunSummary
+    from trainscope.api.cache import CachedReport
     from trainscope.api.report import Report
 
 # One entry per schema version: the statements that take a store from the version before to it.
@@ -277,7 +278,7 @@ class RunStore:
     is bounded by :data:`BUSY_TIMEOUT_S`. A row that cannot be read is skipped by the listing and
     named in :attr:`skipped`."""
 
-    def __init__(self, path: str | os.PathLike | None = None, *, read_only: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> None:
         self.path = os.fspath(path) if path is not None else default_store_path()
         self.read_only = read_only
         self._db: sqlite3.Connection | None = None
@@ -407,7 +408,7 @@ class RunStore:
         store finds it created and does nothing. Returns the version now."""
         db.execute("BEGIN IMMEDIATE")
         try:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
+            version: int = db.execute("PRAGMA user_version").fetchone()[0]
             self._check_version(version)
             if version == 0:
                 names = [r[0] for r in db.execute("SELECT name FROM sqlite_master ORDER BY name LIMIT 4")]
@@ -435,14 +436,15 @@ class RunStore:
     def __enter__(self) -> RunStore:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _query(self, sql: str, args: Iterable[Any] = ()) -> list[sqlite3.Row]:
         db = self._connect()
         try:
             cur = db.execute(sql, tuple(args))
-            cur.row_factory = sqlite3.Row
+            # typeshed declares the factory's second argument a Row; sqlite3.Row takes the row's tuple
+            cur.row_factory = sqlite3.Row  # type: ignore[assignment]
             return cur.fetchall()
         except sqlite3.DatabaseError as e:
             raise self._fail(f"cannot read the run store: {_sqlite_problem(e)}") from None
@@ -597,7 +599,8 @@ class RunStore:
     ) -> list[StoredRun]:
         """Saved runs, newest first, filtered: ``tag`` (exact), ``verdict`` (axis or finding id),
         ``gpu`` / ``source`` (substring), ``commit`` (prefix), ``since`` (ISO date or time)."""
-        where, args = [], []
+        where: list[str] = []
+        args: list[object] = []
         if tag is not None:
             where.append("tag = ?")
             args.append(tag)
@@ -680,7 +683,8 @@ class RunStore:
         """Recorded fix outcomes (of run ``run`` as BEFORE or AFTER, or all), oldest first."""
         if self._connect() and self.version < 2:  # an old store opened read-only has none yet
             return []
-        sql, args = "SELECT * FROM fix_outcomes", ()
+        sql = "SELECT * FROM fix_outcomes"
+        args: tuple[int, ...] = ()
         if run is not None:
             rid = self.get(run).id
             sql, args = sql + " WHERE before_run = ? OR after_run = ?", (rid, rid)
@@ -700,12 +704,12 @@ class RunStore:
         ]
 
 
-def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False) -> RunStore:
+def open_store(path: str | os.PathLike[str] | None = None, *, read_only: bool = False) -> RunStore:
     """The run history at ``path`` (default: :func:`default_store_path`)."""
     return RunStore(path, read_only=read_only)
 
 
-def report_summary(report: Report) -> RunSummary:
+def report_summary(report: Report | CachedReport) -> RunSummary:
     """The summary of an analyzed report's main rank (what ``analyze --save`` stores)."""
 
     # Batch shapes need the trace; a rank directory mapped in worker processes keeps only summaries.
@@ -726,8 +730,8 @@ def report_summary(report: Report) -> RunSummary:
 
 
 def save_run(
-    report: Report,
-    store: RunStore | str | os.PathLike | None = None,
+    report: Report | CachedReport,
+    store: RunStore | str | os.PathLike[str] | None = None,
     *,
     tag: str | None = None,
     saved_by: str = "api",
@@ -739,7 +743,7 @@ def save_run(
     return st.save(report_summary(report), tag=tag, saved_by=saved_by, git_commit=git_commit, cwd=cwd)
 
 
-def list_runs(store: RunStore | str | os.PathLike | None = None, **filters: Any) -> list[StoredRun]:
+def list_runs(store: RunStore | str | os.PathLike[str] | None = None, **filters: Any) -> list[StoredRun]:
     """``RunStore.runs(**filters)`` of ``store``."""
     st = store if isinstance(store, RunStore) else RunStore(store)
     return st.runs(**filters)

@@ -35,6 +35,7 @@ import json
 import os
 import struct
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trainscope
@@ -78,7 +79,7 @@ _OP_VALUES = ("signatures", "hw_flops", "hw_ranges")
 _warned_large = False
 
 
-def _classes() -> dict[str, type]:
+def _classes() -> dict[str, type[m.Table]]:
     return {
         "kernels": m.Kernels,
         "copies": m.Copies,
@@ -104,7 +105,7 @@ def reader_version() -> str:
     return _reader
 
 
-def _nsys_identity(path: str) -> list | None:
+def _nsys_identity(path: str) -> list[object] | None:
     """For an ``.nsys-rep`` (exported by ``nsys`` on each read): which ``nsys`` exports it."""
     if not path.lower().endswith((".nsys-rep", ".qdrep")):
         return None
@@ -218,7 +219,7 @@ class _Arrays:
         self.buffers: list[Any] = []
         self.size = 0
 
-    def add(self, a: Any, dtype: Any) -> list:
+    def add(self, a: Any, dtype: Any) -> list[object]:
         import numpy as np
 
         if type(a) is not np.ndarray:
@@ -232,7 +233,7 @@ class _Arrays:
             self.size += pad
         ref = [self.size, a.dtype.str, len(a)]
         if a.nbytes:
-            self.buffers.append(memoryview(a).cast("B"))
+            self.buffers.append(a.data.cast("B"))
             self.size += a.nbytes
         return ref
 
@@ -243,7 +244,7 @@ def _check_plain(obj: Any, fields: set[str], what: str) -> None:
         raise Uncacheable(f"{what} has attributes the model does not declare: {sorted(extra)}")
 
 
-def _strings(strings: list[str], arrays: _Arrays, old: str | None) -> dict:
+def _strings(strings: list[str], arrays: _Arrays, old: str | None) -> dict[str, Any]:
     """The string table as one UTF-8 blob (lone surrogates kept), names split by NUL; where a name
     holds a NUL itself, the names' lengths say where each ends."""
     import numpy as np
@@ -263,7 +264,7 @@ def _strings(strings: list[str], arrays: _Arrays, old: str | None) -> dict:
     return out
 
 
-def _op_array(a: Any, arrays: _Arrays) -> list:
+def _op_array(a: Any, arrays: _Arrays) -> list[object]:
     import numpy as np
 
     if type(a) is not np.ndarray:
@@ -271,14 +272,14 @@ def _op_array(a: Any, arrays: _Arrays) -> list:
     return arrays.add(a, a.dtype)
 
 
-def _trace_header(t: Any, arrays: _Arrays, old: str | None) -> dict:
+def _trace_header(t: Any, arrays: _Arrays, old: str | None) -> dict[str, Any]:
     from dataclasses import fields
 
     if type(t) is not Trace:
         raise Uncacheable(f"a trace of type {type(t).__name__}")
     _check_plain(t, {f.name for f in fields(Trace)}, "the trace")
     classes = _classes()
-    tables = {}
+    tables: dict[str, Any] = {}
     for name in _TABLES:
         table = getattr(t, name)
         cls = classes[name]
@@ -325,7 +326,7 @@ def _trace_header(t: Any, arrays: _Arrays, old: str | None) -> dict:
     }
 
 
-def encode(key: str, ts: TraceSet, relocated: bool) -> list:
+def encode(key: str, ts: TraceSet, relocated: bool) -> list[bytes | memoryview]:
     """The pieces of an entry, in order (written one after the other, never joined)."""
 
     if type(ts) is not TraceSet:
@@ -349,7 +350,7 @@ def encode(key: str, ts: TraceSet, relocated: bool) -> list:
     return [MAGIC + h.hexdigest().encode("ascii") + b"\n", *pieces]
 
 
-def entry_size(pieces: list) -> int:
+def entry_size(pieces: list[bytes | memoryview]) -> int:
     return sum(memoryview(p).nbytes for p in pieces)
 
 
@@ -367,7 +368,7 @@ def _view(buf: Any, ref: Any, dtype: Any = None) -> Any:
     return buf[off : off + n * d.itemsize].view(d)
 
 
-def _decode_strings(buf: Any, s: dict, new: str | None) -> list[str]:
+def _decode_strings(buf: Any, s: dict[str, Any], new: str | None) -> list[str]:
     text = _view(buf, s["blob"]).tobytes().decode("utf-8", "surrogatepass")
     count = s["count"]
     if type(count) is not int:
@@ -401,7 +402,7 @@ def decode(head: bytes, buf: Any, key: str, path: str) -> TraceSet:
         traces = []
         for th in header["traces"]:
             small = _dec(th["small"], new)
-            tables = {}
+            tables: dict[str, Any] = {}  # each table of its own class, by name
             for name in _TABLES:
                 spec = th["tables"][name]
                 cls = classes[name]
@@ -473,7 +474,7 @@ def load(dfd: int, key: str, bound: int, path: str) -> TraceSet | None:
             raise cache.Damaged("truncated")
         h = hashlib.sha256(first[start : start + 8])
         h.update(head)
-        h.update(memoryview(buf))
+        h.update(buf.data)
         if h.hexdigest().encode("ascii") != digest:
             raise cache.Damaged("checksum mismatch (truncated or corrupt)")
         result = decode(head, buf, key, path)
@@ -518,7 +519,7 @@ def _readinto(fd: int, at: int, buf: Any) -> int:
 # -- the one entry point ----------------------------------------------------------------------------
 
 
-def open_cached(path: str, read: Any, progress: Progress | None = None) -> TraceSet:
+def open_cached(path: str, read: Callable[[], TraceSet], progress: Progress | None = None) -> TraceSet:
     """``read()`` (the reader of ``path``) through the trace cache: the columns of an earlier read of
     the same input when there is an entry, else read, stored, returned."""
     keyed = key_for(path)

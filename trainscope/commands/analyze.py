@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from trainscope import api
+from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
 from trainscope.commands.analyze_ranks import add_arguments
 from trainscope.commands.runs import add_save_args, save_report
 from trainscope.common import (
-    EXIT_BAD_INPUT,
-    EXIT_OK,
     Progress,
     add_document_args,
     add_input_limit_args,
@@ -25,7 +26,14 @@ from trainscope.common import (
 )
 from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
-from trainscope.tui.state import build_session, cached_document
+from trainscope.tui.state import Session, build_session, cached_document
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.plan.ledger import Ledger
+    from trainscope.analyzers.rules import Rules
+    from trainscope.api.cache import CachedReport
+    from trainscope.api.errors import Progress as ProgressFn
+    from trainscope.api.report import Report
 
 
 def register(a: argparse.ArgumentParser) -> None:
@@ -153,11 +161,11 @@ def run(args: argparse.Namespace) -> int:
     return save_report(report, args) if code == EXIT_OK else code
 
 
-def _rules(args: argparse.Namespace):
+def _rules(args: argparse.Namespace) -> Rules:
     return api.rules_from(dict(args.threshold))
 
 
-def _write_perfetto(path: str, report) -> int:
+def _write_perfetto(path: str, report: Report | CachedReport) -> int:
     """The Perfetto export (trainscope.api.export_perfetto: the app's ``x`` calls the same function,
     so the two write the same file): one trace with its findings, or every rank of a directory."""
 
@@ -182,7 +190,7 @@ def use_tui(args: argparse.Namespace) -> bool:
     )
 
 
-def _ledger_hook(spec: str | None):
+def _ledger_hook(spec: str | None) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """``--model``: a function that adds the planned ledger next to the measured peak to a document
     (kept for callers of the app; the CLI passes the ledger to trainscope.api)."""
     if not spec:
@@ -192,14 +200,16 @@ def _ledger_hook(spec: str | None):
     return lambda doc: api.with_ledger(doc, model_ledger)
 
 
-def analyze_app(args: argparse.Namespace, rules, ledger):
+def analyze_app(args: argparse.Namespace, rules: Rules, ledger: Ledger | None) -> Any:
     """The app ``trainscope analyze`` opens in a terminal (not yet run): the session loads behind
     the Overview of the cached document when the cache holds it (benchmarks/bench_tui.py times it)."""
 
     cache = not args.no_cache
     options = {"peak_tflops": args.peak_tflops, "step_range": args.step_range, "peak_bandwidth": args.peak_bandwidth}
 
-    def loader(progress):  # the same api call as the printed report: --jobs, --dask, --peak-bandwidth
+    def loader(
+        progress: ProgressFn | None,
+    ) -> Session:  # the same api call as the printed report: --jobs, --dask, --peak-bandwidth
         return build_session(
             args.trace,
             None,
@@ -229,7 +239,7 @@ def analyze_app(args: argparse.Namespace, rules, ledger):
     )
 
 
-def _run_app(args: argparse.Namespace, rules, ledger) -> int:
+def _run_app(args: argparse.Namespace, rules: Rules, ledger: Ledger | None) -> int:
     app = analyze_app(args, rules, ledger)
     code = app.run()
     if args.perfetto and app.session is not None and _write_perfetto(args.perfetto, app.session.report) != EXIT_OK:
@@ -272,7 +282,7 @@ def add_analysis_options(a: argparse.ArgumentParser) -> None:
     add_arguments(a)  # --jobs, --dask (rank directories)
 
 
-def analysis_options(args: argparse.Namespace) -> dict:
+def analysis_options(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of ``trainscope.api.analyze`` (and ``api.diff``) the options above give."""
     return {
         "step_range": args.step_range,

@@ -6,8 +6,9 @@ import argparse
 import sys
 
 from trainscope import api
+from trainscope.api.errors import EXIT_OK
 from trainscope.commands.runs import add_store_arg, warn_skipped
-from trainscope.common import EXIT_OK, one_line_errors
+from trainscope.common import one_line_errors
 from trainscope.reports.output import to_json
 from trainscope.traces.safe_text import safe_strings, visible
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from trainscope.api import cache
-from trainscope.common import EXIT_OK, fail, one_line_errors
+from trainscope.api.errors import EXIT_OK
+from trainscope.common import fail, one_line_errors
 
 
 def register(c: argparse.ArgumentParser) -> None:
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OK
         ls = cache.listing(dfd) if dfd is not None else cache.Listing([], [])
         traces = [e for e in ls.entries if not e[0].endswith(cache.SUFFIX)]
-        info = {
+        info: dict[str, Any] = {
             "path": where,
             "exists": dfd is not None,
             "entries": len(ls.entries),

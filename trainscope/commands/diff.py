@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from trainscope import api
 from trainscope.analyzers.compare.diff import GATE_METRICS
@@ -13,10 +14,10 @@ from trainscope.analyzers.compare.diff import GATE_METRICS
 # A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
 # tell "this change made training slower" from "the diff could not run" (trainscope.api.Regression).
 from trainscope.api import EXIT_OK, EXIT_REGRESSION, BadInput, DiffResult  # noqa: E402,F401
+from trainscope.api.errors import EXIT_BAD_INPUT
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
 from trainscope.commands.analyze import add_analysis_options, analysis_options
 from trainscope.common import (
-    EXIT_BAD_INPUT,
     Progress,
     add_document_args,
     add_input_limit_args,
@@ -29,6 +30,11 @@ from trainscope.common import (
 )
 from trainscope.reports import formats
 from trainscope.reports.output import to_json, write_atomic
+
+if TYPE_CHECKING:
+    from trainscope.analyzers.compare.diff import GateResult
+    from trainscope.analyzers.rules import Rules
+    from trainscope.api.comparison import Comparison
 
 _METRIC_HELP = (
     "step_p50 (default), step_p95, step_mean, memory_peak: relative %% of BEFORE; "
@@ -189,11 +195,11 @@ def _non_negative(text: str) -> float:
 def load_diff(
     before: str,
     after: str,
-    rules,
+    rules: Rules,
     progress: Callable[[str, float | None], None],
     metric: str = "step_p50",
     fail_if_slower: float | None = None,
-):
+) -> tuple[Comparison, GateResult | None]:
     """``(RunDiff, GateResult | None)`` from :func:`trainscope.api.diff` (kept for callers of the app)."""
 
     r = api.diff(before, after, rules=rules, metric=metric, fail_if_slower=fail_if_slower, progress=progress)
@@ -204,7 +210,7 @@ def load_diff(
 DiffInputError = BadInput
 
 
-def gate_line(diff, gate) -> str:
+def gate_line(diff: Comparison, gate: GateResult | None) -> str:
     """The gate's one line for stderr, with the comparability caveat (CI logs show both together)."""
 
     return f"trainscope: {DiffResult(diff, gate).gate_line()}\n"
@@ -260,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _diff_options(args: argparse.Namespace, rules) -> dict:
+def _diff_options(args: argparse.Namespace, rules: Rules) -> dict[str, Any]:
     """The keyword arguments of ``api.diff`` the command line gives: the printed diff and the app's
     loader make the same call (--gate-anyway included)."""
     return {
@@ -273,7 +279,7 @@ def _diff_options(args: argparse.Namespace, rules) -> dict:
     }
 
 
-def _save(result, args: argparse.Namespace):
+def _save(result: DiffResult, args: argparse.Namespace) -> DiffResult:
     """``--save``: both sides and the fix outcomes in the run history, said in one line → the
     comparison of the saved runs (what the document then names)."""
     b, a, n = api.save_diff(result, args.store, tag=args.tag)
@@ -281,10 +287,12 @@ def _save(result, args: argparse.Namespace):
     return dataclasses.replace(result, before_run=b, after_run=a)
 
 
-def _run_app(args: argparse.Namespace, rules, before: str, after: str) -> int:
+def _run_app(args: argparse.Namespace, rules: Rules, before: str, after: str) -> int:
     """The side-by-side app; after it closes, the same gate line and exit code as without it."""
 
-    def loader(progress):  # the same api call as the printed diff, --gate-anyway included
+    def loader(
+        progress: Callable[[str, float | None], None],
+    ) -> tuple[Comparison, GateResult | None]:  # the same api call as the printed diff, --gate-anyway included
         r = api.diff(before, after, progress=progress, **_diff_options(args, rules))
         return r.diff, r.gate
 

@@ -6,7 +6,8 @@ import argparse
 import os
 
 from trainscope import api
-from trainscope.common import EXIT_OK, add_input_limit_args, apply_input_limits, one_line_errors
+from trainscope.api.errors import EXIT_OK
+from trainscope.common import add_input_limit_args, apply_input_limits, one_line_errors
 
 # The extra's pinned version, for the install line.
 MCP_EXTRA = "pip install 'trainscope-dam[mcp]'"

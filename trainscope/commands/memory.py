@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from trainscope import api
+from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
 from trainscope.common import (
-    EXIT_BAD_INPUT,
-    EXIT_OK,
     Progress,
     add_document_args,
     add_input_limit_args,
@@ -27,6 +27,9 @@ from trainscope.common import (
     threshold_arg,
 )
 from trainscope.reports.output import to_json, write_atomic
+
+if TYPE_CHECKING:
+    from trainscope.api.memory_report import MemoryReport
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -100,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run_app(path: str, report) -> int:
+def _run_app(path: str, report: MemoryReport) -> int:
     """The memory app (tui/memory_app.py): the timeline, the peak and what was live at it."""
 
     app = terminal_app("memory")(

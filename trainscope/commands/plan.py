@@ -6,8 +6,9 @@ import argparse
 import sys
 
 from trainscope import api
+from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
-from trainscope.common import EXIT_BAD_INPUT, EXIT_OK, add_document_args, emit_document, one_line_errors, terminal_app
+from trainscope.common import add_document_args, emit_document, one_line_errors, terminal_app
 from trainscope.modelspec import (
     MODEL_FIELDS,
     _gpu_keys,

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from trainscope import api
-from trainscope.common import EXIT_OK, fail_on, one_line_errors
+from trainscope.api.errors import EXIT_OK
+from trainscope.common import fail_on, one_line_errors
 from trainscope.reports.history import render_fixes_text, render_run_text, render_runs_text
 from trainscope.reports.output import to_json
 from trainscope.traces.safe_text import safe_strings, visible
+
+if TYPE_CHECKING:
+    from trainscope.api.cache import CachedReport
+    from trainscope.api.report import Report
 
 
 def positive_int(text: str) -> int:
@@ -44,7 +50,7 @@ def add_save_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tag", metavar="TAG", help="with --save: the model or job this run belongs to (resnet50-bs256)")
 
 
-def save_report(report, args: argparse.Namespace, saved_by: str = "analyze") -> int:
+def save_report(report: Report | CachedReport, args: argparse.Namespace, saved_by: str = "analyze") -> int:
     """Save ``report`` when ``args.save``; one line on stderr names the run."""
     if not getattr(args, "save", False):
         return EXIT_OK

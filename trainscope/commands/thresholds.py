@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from trainscope import api
-from trainscope.common import EXIT_OK
+from trainscope.api.errors import EXIT_OK
 
 
 def register(p: argparse.ArgumentParser) -> None:

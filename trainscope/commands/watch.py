@@ -9,30 +9,42 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+import types
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trainscope import api
 from trainscope.api.capture import CaptureOptions, capture_folder_problem, open_capture_folder
+from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
 from trainscope.api.live import make_run_folder, output_refusal, write_output
 from trainscope.commands.runs import add_save_args, save_recording, watch_save_problem
 from trainscope.commands.watch_output import JobOutput, write_line
-from trainscope.common import (
-    EXIT_BAD_INPUT,
-    EXIT_OK,
-    fail,
-    one_line_errors,
-    output_problem,
-    same_file,
-    terminal_app,
-    threshold_arg,
-)
+from trainscope.common import fail, one_line_errors, output_problem, same_file, terminal_app, threshold_arg
 from trainscope.reports import formats
 from trainscope.reports.live import SCHEMA, status_line, status_line_dict, summary_dict, summary_text
 from trainscope.reports.output import to_json_line
 from trainscope.reports.prometheus import render_prometheus
 from trainscope.reports.renderers import WatchSummary
 from trainscope.traces.safe_text import visible, visible_lines
+
+if TYPE_CHECKING:
+    from http.server import ThreadingHTTPServer
+
+    from trainscope.api.capture import Capture
+    from trainscope.api.live import LiveSample, Watch
+
+
+class _Dashboard(Protocol):
+    """What a live watch drives of its terminal app (tui/watch_app.py)."""
+
+    quit_code: int | None  # 130: the job was stopped from the dashboard
+    detached: bool  # q left the job running
+
+    def feed(self, sample: LiveSample) -> None: ...
+    def run(self) -> object: ...
+    def exit(self) -> None: ...
+    def call_from_thread(self, callback: Callable[[], object]) -> object: ...
+
 
 MIN_INTERVAL = 0.25
 
@@ -57,7 +69,7 @@ def _port(text: str) -> int:
     return v
 
 
-def _count(lo: int, hi: int):
+def _count(lo: int, hi: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -223,7 +235,7 @@ SOCKET_PATH_MAX = 107
 MULTIPROCESSING_SUFFIX = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
 
 
-def socket_folder_problem(env: dict) -> str | None:
+def socket_folder_problem(env: dict[str, str]) -> str | None:
     """Why the job's temporary folder is too long for the Unix sockets of Python's multiprocessing,
     or None. There a worker's batch is dropped ("OSError: AF_UNIX path too long" in the job's
     output) and the training loop waits for it for ever: the job hangs, with or without watch."""
@@ -238,7 +250,13 @@ def socket_folder_problem(env: dict) -> str | None:
     )
 
 
-def _launch(cmd: list[str], env: dict, stdout, stderr=None) -> subprocess.Popen:
+class _Job(subprocess.Popen[bytes]):
+    """A job :func:`_launch` started in a session of its own: it leads its own process group."""
+
+    pgid: int
+
+
+def _launch(cmd: list[str], env: dict[str, str], stdout: int, stderr: int | None = None) -> subprocess.Popen[bytes]:
     """Start the job in a session (and process group) of its own, so that stopping it stops every
     process it started (:func:`_stop_job` signals the group), with a working SIGINT, as a shell
     starts a foreground command. A watcher that was itself started with SIGINT ignored (a
@@ -251,20 +269,19 @@ def _launch(cmd: list[str], env: dict, stdout, stderr=None) -> subprocess.Popen:
     if ignored:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        child = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=stderr, start_new_session=True)
+        child = _Job(cmd, env=env, stdout=stdout, stderr=stderr, start_new_session=True)
     finally:
         if ignored:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-    child._trainscope_pgid = child.pid  # type: ignore[attr-defined]  (a new session: its own group)
+    child.pgid = child.pid  # a new session: its own group
     return child
 
 
-def _group(child: subprocess.Popen) -> int | None:
+def _group(child: subprocess.Popen[bytes]) -> int | None:
     """The job's own process group (its pid, as :func:`_launch` made it), or None when the child
     does not lead one (then only the child itself is ever signalled: never the watch's own group)."""
-    pgid = getattr(child, "_trainscope_pgid", None)
-    if pgid is not None:
-        return pgid
+    if isinstance(child, _Job):
+        return child.pgid
     try:
         return child.pid if os.getpgid(child.pid) == child.pid else None
     except OSError:
@@ -281,7 +298,7 @@ def _group_alive(pgid: int) -> bool:
         return True  # EPERM: a member this user may not signal (it changed its uid); still there
 
 
-def _stop_job(child: subprocess.Popen | None, sig: int, why: str | None = None) -> None:
+def _stop_job(child: subprocess.Popen[bytes] | None, sig: int, why: str | None = None) -> None:
     """Ask a launched job to stop as Ctrl-C or kill would (``sig``), then escalate: SIGTERM, then
     SIGKILL, each after GRACE_S. Every signal goes to the job's whole process group (children it
     forked included) and the next one follows while any of them still runs. With ``why``, each
@@ -331,8 +348,9 @@ def run(args: argparse.Namespace) -> int:
     if modes > 1:
         return fail("choose one of: -- COMMAND, --pid PID, --replay FILE")
 
-    if watch_save_problem(args):
-        return fail(watch_save_problem(args))
+    save_problem = watch_save_problem(args)
+    if save_problem:
+        return fail(save_problem)
     if args.replay:
         clash = [
             flag
@@ -414,12 +432,12 @@ def run(args: argparse.Namespace) -> int:
     return _live(args, cmd, w)
 
 
-def _printer(args) -> Callable[[Any], None]:
+def _printer(args: argparse.Namespace) -> Callable[[LiveSample], None]:
     """Headless output: one line per :class:`trainscope.api.LiveSample`."""
 
     seen: set[str] = set()
 
-    def emit(sample) -> None:
+    def emit(sample: LiveSample) -> None:
         st, snap = sample.status, sample.snapshot
         if args.format == "json":
             line = to_json_line(status_line_dict(st, snap))
@@ -434,7 +452,7 @@ def _printer(args) -> Callable[[Any], None]:
     return emit
 
 
-def _print_captures(args, captures) -> None:
+def _print_captures(args: argparse.Namespace, captures: Iterable[Capture]) -> None:
     """Headless: each finished capture's verdict line, trace path and measured overhead."""
 
     for c in captures:
@@ -448,7 +466,7 @@ def _print_captures(args, captures) -> None:
             write_line(sys.stdout, text)
 
 
-def _finish(args, w, info: dict[str, Any]) -> int:
+def _finish(args: argparse.Namespace, w: Watch, info: dict[str, Any]) -> int:
     """The end of a watch: the recording closed, ``--report`` written, the summary printed."""
 
     st = w.finish(info.get("exit_code"))
@@ -474,7 +492,7 @@ def _finish(args, w, info: dict[str, Any]) -> int:
     return save_recording(args) or code
 
 
-def _write_report(path: str, out) -> None:
+def _write_report(path: str, out: formats.Output) -> None:
     """``--report FILE`` in the format its name says (reports/formats.py; Markdown under a suffix no
     format claims, said on stderr), written whole and never through a link the watch did not
     create nor over another user's file (collectors/recording.write_output)."""
@@ -488,23 +506,25 @@ def _write_report(path: str, out) -> None:
     write_output(path, data if isinstance(data, bytes) else data.encode("utf-8", errors="backslashreplace"))
 
 
-def _replay(args, w) -> int:
-    info = {"target": f"replay of {os.path.basename(args.replay)}", "notes": []}
+def _replay(args: argparse.Namespace, w: Watch) -> int:
+    info: dict[str, Any] = {"target": f"replay of {os.path.basename(args.replay)}", "notes": []}
     if args.headless:
         emit = _printer(args)
         for sample in w:
             emit(sample)
         return _finish(args, w, info)
 
+    recording = w.recording
+    assert recording is not None  # a replay's watch reads its recording
     app = terminal_app("watch")(
-        title=info["target"], replay=True, interval=float(w.recording.header.get("interval_s") or 1.0)
+        title=info["target"], replay=True, interval=float(recording.header.get("interval_s") or 1.0)
     )
     app.preload(w)
     app.run()
     return _finish(args, w, info)
 
 
-def _live(args, cmd: list[str], w) -> int:
+def _live(args: argparse.Namespace, cmd: list[str], w: Watch) -> int:
     """A live watch, in a private temporary folder (the hook's socket, the injected site folder)
     that is removed however the watch ends — the job crashing, Ctrl-C, SIGTERM or SIGHUP, an
     error. A watch killed with -9 leaves it behind: its ``watch.owner`` names a dead process, so
@@ -541,11 +561,13 @@ def _live(args, cmd: list[str], w) -> int:
             server.server_close()
 
 
-def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
+def _run_watch(
+    args: argparse.Namespace, cmd: list[str], run_dir: str, w: Watch, server: ThreadingHTTPServer | None
+) -> int:
     """Launch (or attach to) the job, consume the api's live samples, guard the job on the way out."""
 
     notes: list[str] = []
-    child: subprocess.Popen | None = None
+    child: subprocess.Popen[bytes] | None = None
     output: JobOutput | None = None
     by_duration = False  # --duration ended the launched job
     if server is not None:
@@ -567,13 +589,14 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
             return fail(f"cannot start {cmd[0]}: {e.strerror or e}")
         output.launched()
         args._job_output = output  # closed by _live however the watch ends
-        w.follow(child.pid, done=lambda: child.poll() is not None)
+        job = child
+        w.follow(job.pid, done=lambda: job.poll() is not None)
     else:
         target = f"pid {args.pid}" if args.pid is not None else "all GPUs"
 
     headless = args.headless
     emit = _printer(args) if headless else None
-    app = None
+    app: _Dashboard | None = None
     if not headless:
         app = terminal_app("watch")(
             title=target,
@@ -585,7 +608,7 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
 
     # SIGTERM (and SIGHUP: the terminal closed, tmux kill-server) ends the watch like Ctrl-C:
     # report, recording end marker, the run folder removed; a launched job gets the same signal.
-    def on_term(signum, frame):
+    def on_term(signum: int, frame: types.FrameType | None) -> None:
         raise _Stop(signum)
 
     old_term = signal.signal(signal.SIGTERM, on_term)
@@ -595,20 +618,21 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
     exit_code = None
     try:
         try:
-            w.start(on_sample=None if headless else app.feed, header={"target": target, "command": cmd or None})
+            w.start(on_sample=None if app is None else app.feed, header={"target": target, "command": cmd or None})
         except api.BadInput as e:  # the recording: checked before the job started; a race or a full disk
             _stop_job(child, signal.SIGINT, "cannot record")
             return fail(str(e))
-        if headless:
+        if emit is not None:  # headless
             for sample in w:
                 emit(sample)
                 _print_captures(args, w.new_captures())
-        else:
+        elif app is not None:
+            dashboard = app
 
             def waiter() -> None:
                 while not w.finished():
                     time.sleep(0.2)
-                app.call_from_thread(app.exit)
+                dashboard.call_from_thread(dashboard.exit)
 
             threading.Thread(target=waiter, daemon=True).start()
             app.run()
@@ -667,7 +691,7 @@ def _run_watch(args, cmd: list[str], run_dir: str, w, server) -> int:
     return exit_code if exit_code >= 0 else 128 - exit_code  # killed by signal N: 128 + N, as shells report
 
 
-def _serve_prometheus(host: str, port: int, w):
+def _serve_prometheus(host: str, port: int, w: Watch) -> ThreadingHTTPServer:
     """Serve ``w.latest()`` (a :class:`trainscope.api.Watch`) in Prometheus' text format."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -684,7 +708,7 @@ def _serve_prometheus(host: str, port: int, w):
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *a) -> None:  # keep the terminal for the job
+        def log_message(self, format: str, *args: Any) -> None:  # keep the terminal for the job
             pass
 
     server = ThreadingHTTPServer((host, port), Handler)

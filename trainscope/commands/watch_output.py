@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 import select
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import IO
+from typing import IO, TextIO
 
 WRITE_LOCK = threading.Lock()  # every headless write of the watch and of the relayed job goes under it
 PARTIAL_S = 0.2  # a line without its end yet is passed on after this long
@@ -136,7 +137,7 @@ class KeptOutput:
             start = max(n, self.first_line)
             return self.lines[start - self.first_line :], self.first_line + len(self.lines)
 
-    def dump(self, stream: IO[str]) -> None:
+    def dump(self, stream: TextIO) -> None:
         """Write what is kept and not yet written to ``stream`` (the terminal's scrollback once the
         dashboard is gone); called again for what the job wrote after."""
         with self._lock:
@@ -231,11 +232,9 @@ while open_fds:
 """.replace("@PARTIAL@", repr(PARTIAL_S))
 
 
-def start_relay(routes: list[tuple[int, int]], fallback: int = 1):
+def start_relay(routes: list[tuple[int, int]], fallback: int = 1) -> subprocess.Popen[bytes] | None:
     """Start the relay process copying each (in fd, out fd) of ``routes``; None when it cannot start
     (the caller then relays in-process)."""
-    import subprocess
-
     fds = tuple(sorted({fd for pair in routes for fd in pair} | {fallback}))
     try:
         return subprocess.Popen(
@@ -261,9 +260,9 @@ class JobOutput:
     def __init__(self, headless: bool, stdout_to_stderr: bool) -> None:
         self.headless, self.to_stderr = headless, stdout_to_stderr
         self.kept: KeptOutput | None = None
-        self.proc = None
+        self.proc: subprocess.Popen[bytes] | None = None  # the relay process
         self.relay: OutputRelay | None = None
-        self._saved: tuple | None = None
+        self._saved: tuple[TextIO, TextIO] | None = None
         self._parent: list[int] = []
         tty = None if headless else open_pty()
         if tty is not None:
