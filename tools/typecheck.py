@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Type-check trainscope with mypy (strict on ``traces/`` and ``analyzers/``; config in pyproject.toml).
+"""Type-check trainscope with mypy (strict on every package of it; config in pyproject.toml).
 
 The installed package maps its subpackages onto top-level folders (``trainscope.analyzers`` is
 ``analyzers/``, see ``[tool.setuptools.package-dir]``), which the editable install resolves with an
 import hook that mypy cannot follow. So this script builds the package as it is installed, as a tree
 of symbolic links in a temporary folder (``<tmp>/trainscope/`` holding every entry of ``trainscope/``
 plus ``analyzers``, ``collectors``, ``traces``, ``reports`` and ``tui`` pointing at the repository's
-folders), runs ``python -m mypy -p trainscope.traces -p trainscope.analyzers`` there with the
+folders), runs ``python -m mypy -p trainscope`` there with the
 repository's configuration, prints mypy's report with the paths mapped back to repository paths and
 exits with mypy's exit status (0: no error; 1: errors; 2: mypy could not run).
 
@@ -30,7 +30,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = "trainscope"
 # The subpackages that live outside trainscope/ (pyproject.toml, [tool.setuptools.package-dir]).
 MAPPED = ("analyzers", "collectors", "traces", "reports", "tui")
-CHECKED = ("trainscope.traces", "trainscope.analyzers")
+CHECKED = ("trainscope",)  # every package: collectors, traces, analyzers, reports, tui, the api and the CLI
 CACHE = REPO / ".mypy_cache"
 
 
