@@ -50,8 +50,9 @@ class SortedColumns(_WidgetBase):
         self.descending = not self.descending
 
     def _refill(self) -> None:
-        """Fill the table again in the current order (each widget's own)."""
-        raise NotImplementedError
+        """Fill the table again in the current order: every widget that mixes this in defines its own
+        (Textual's widget metaclass does not combine with ``abc.ABCMeta``, so this cannot be abstract)."""
+        raise NotImplementedError(f"{type(self).__name__} mixes in SortedColumns without a _refill()")
 
     def watch_sort_column(self) -> None:
         self._refill()

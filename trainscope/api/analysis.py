@@ -185,45 +185,29 @@ def analyze(
     trace_cache = cache if trace_cache is None else trace_cache
     hta = check_options(deep=deep, deep_step=deep_step, jobs=jobs)  # before the slow part
     planned = model_ledger(model) if model is not None else None
+
+    def pipeline(what: str | os.PathLike[str] | TraceSet | Trace) -> Report:
+        return _analyzed(
+            what,
+            rules,
+            step_range,
+            peak_tflops,
+            peak_bandwidth,
+            deep,
+            deep_step,
+            planned,
+            progress,
+            source,
+            jobs,
+            dask,
+            trace_cache,
+        )
+
     if cache and isinstance(path_or_traces, (str, os.PathLike)) and isinstance(model, (str, type(None))) and enabled():
         path = os.fspath(path_or_traces)
         options = cache_options(step_range, peak_tflops, peak_bandwidth, deep, deep_step, hta, model)
-        return cached_analysis(
-            path,
-            source or path,
-            rules,
-            options,
-            lambda: _analyzed(
-                path,
-                rules,
-                step_range,
-                peak_tflops,
-                peak_bandwidth,
-                deep,
-                deep_step,
-                planned,
-                progress,
-                source,
-                jobs,
-                dask,
-                trace_cache,
-            ),
-        )
-    return _analyzed(
-        path_or_traces,
-        rules,
-        step_range,
-        peak_tflops,
-        peak_bandwidth,
-        deep,
-        deep_step,
-        planned,
-        progress,
-        source,
-        jobs,
-        dask,
-        trace_cache,
-    )
+        return cached_analysis(path, source or path, rules, options, lambda: pipeline(path))
+    return pipeline(path_or_traces)
 
 
 def _analyzed(

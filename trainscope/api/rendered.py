@@ -5,23 +5,27 @@ names its document's ``KIND`` (a kind of that table) and gives ``to_dict()`` and
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from trainscope.reports.formats import Output, render, render_for_path, write
 from trainscope.reports.html import render_text_cell
 
 
-class Rendered:
+class Rendered(ABC):
     KIND: ClassVar[str]
 
+    @abstractmethod
     def to_dict(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The object's one document (the JSON output)."""
 
+    @abstractmethod
     def to_text(self) -> str:
-        raise NotImplementedError
+        """The document for a terminal."""
 
+    @abstractmethod
     def to_markdown(self) -> str:
-        raise NotImplementedError
+        """The document as Markdown."""
 
     def output(self, doc: dict[str, Any] | None = None, color: bool = False) -> Output:
         """This object for the output format table: the document (``doc`` when the caller built it
