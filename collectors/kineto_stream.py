@@ -114,8 +114,10 @@ except ImportError:  # pragma: no cover - a dependency; zlib stays correct witho
     _inflate = zlib
 _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error,) if _inflate is zlib else (zlib.error, _inflate.error)
 
-_EVENTS = msgspec.json.Decoder(list[Event])
-_RAW_EVENTS = msgspec.json.Decoder(list[msgspec.Raw])  # whole events, validated, kept as their bytes
+# Annotated: msgspec ≥ 0.23 types the constructor with TypeForm, which mypy does not infer from.
+_EVENTS: msgspec.json.Decoder[list[Event]] = msgspec.json.Decoder(list[Event])
+# Whole events, validated, kept as their bytes.
+_RAW_EVENTS: msgspec.json.Decoder[list[msgspec.Raw]] = msgspec.json.Decoder(list[msgspec.Raw])
 _ANY = msgspec.json.Decoder()
 
 
