@@ -1369,7 +1369,7 @@ class _Reader:
             metadata=metadata,
             warnings=warnings,
             os_runtime=os_calls,
-            op_inputs=_emit_nvtx_inputs(op_texts, len(k), op_order),
+            op_inputs=_emit_nvtx_inputs(op_texts, op_order),
         )
         return trace
 
@@ -1541,7 +1541,7 @@ def _api_name(name: str) -> str:
 _SIZES = re.compile(r", sizes = (\[.*?\]\])(?:, |$)")
 
 
-def _emit_nvtx_inputs(texts: TextColumn, n_kernels: int, order: np.ndarray | None = None) -> OpInputs:
+def _emit_nvtx_inputs(texts: TextColumn, order: np.ndarray | None = None) -> OpInputs:
     """Input shapes of ``emit_nvtx(record_shapes=True)`` operator ranges ("aten::mm, seq = 3, op_id = 9,
     sizes = [[64, 128], [128, 256]], …"), for the cost model. NVTX records no dtypes: they are marked
     unknown ("?") and the cost model takes them from the kernel names."""
@@ -1560,9 +1560,10 @@ def _emit_nvtx_inputs(texts: TextColumn, n_kernels: int, order: np.ndarray | Non
     rows = lut[texts.codes] if len(texts.codes) else np.full(0, -1, np.int32)
     if not sigs:
         return OpInputs()
-    # NVTX has no External ids: cpu_external stays empty (absent, as OpInputs allows), not one -1
-    # per operator (40 MiB for the 5 M operators of a 1 GB export, that the linking then sorts).
-    return OpInputs(np.empty(0, np.int64), np.full(n_kernels, -1, np.int64), rows, sigs)
+    # NVTX has no External ids: cpu_external and kernel_external stay empty (absent, as OpInputs
+    # allows), not one -1 per operator and per kernel (40 and 8 MiB for the 5 M operators and 1 M
+    # kernels of a 1 GB export, held through the analysis; the linking sorted the first).
+    return OpInputs(np.empty(0, np.int64), np.empty(0, np.int64), rows, sigs)
 
 
 def _signature_of(
