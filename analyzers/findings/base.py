@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from trainscope.analyzers.trace.context import TRAINING
 
@@ -286,6 +286,48 @@ LABEL_CLASSES = (
 )
 
 
+class VerdictClass(TypedDict):
+    """What a verdict naming a finding says and claims: its headline, the benchmark class
+    (:data:`LABEL_CLASSES`), the step-time sink the finding's stake is measured from
+    (analyzers/trace/sinks.py) and where ``--deep`` files it (:data:`CRITICAL_PATH_FAMILIES`).
+    Declared once a class in :data:`VERDICT_CLASSES`; a spec takes its fields with
+    ``**verdict_class(...)``."""
+
+    headline: str
+    label_class: str | None
+    sink: str | None
+    critical_path: str | None
+
+
+def _verdict(headline: str, label: str, sink: str | None, critical_path: str) -> VerdictClass:
+    return {"headline": headline, "label_class": label, "sink": sink, "critical_path": critical_path}
+
+
+# The verdict classes, by benchmark class.
+VERDICT_CLASSES: dict[str, VerdictClass] = {
+    "input": _verdict("DATA-BOUND", "input", "input", "data"),
+    "copies": _verdict("COPY-BOUND", "copies", "copies", "data"),
+    "launch": _verdict("HOST-BOUND (launch/CPU overhead)", "launch", "launch", "host"),
+    "sync": _verdict("SYNC-BOUND", "sync", "sync", "host"),
+    "allocator": _verdict("ALLOCATOR CHURN", "allocator", "allocator", "host"),
+    "host-work": _verdict("HOST-BOUND (named host work)", "host-work", "host-ranges", "host"),
+    "comm": _verdict("COMMUNICATION-BOUND", "comm", "comm", "communication"),
+    "imbalance": _verdict("RANK-IMBALANCE-BOUND", "imbalance", "imbalance", "communication"),
+    "memory-bound": _verdict("MEMORY-BANDWIDTH-BOUND", "memory-bound", "memory-bound", "gpu-compute"),
+    "compute-bound": _verdict("COMPUTE-BOUND", "compute-bound", "compute-bound", "gpu-compute"),
+    "gpu-bound": _verdict("GPU-BOUND (bound unknown)", "gpu-bound", "busy-unknown", "gpu-compute"),
+    "capacity": _verdict("MEMORY-CAPACITY-BOUND", "capacity", None, "none"),
+    "not-representative": _verdict("NOT REPRESENTATIVE", "not-representative", None, "host"),
+}
+
+
+def verdict_class(label: str, note: str = "") -> VerdictClass:
+    """The verdict class of benchmark class ``label``; ``note`` names the finding more precisely in
+    its headline ("DATA-BOUND (I/O wait)")."""
+    c = VERDICT_CLASSES[label]
+    return {**c, "headline": f"{c['headline']} ({note})"} if note else c
+
+
 @dataclass(frozen=True)
 class FindingSpec:
     id: str
@@ -295,12 +337,13 @@ class FindingSpec:
     can_be_primary: bool
     severity: Severity
     fix: Fix | None
-    whatif_pool: str | None  # the time a fix draws on; fixes sharing a pool cannot remove more than it holds
     diff_measure: DiffMeasure | None
+    # A finding that claims a benchmark class takes these four from its VerdictClass.
     critical_path: str | None  # CRITICAL_PATH_FAMILIES
     headline: str
-    label_class: str | None  # LABEL_CLASSES; the class a verdict naming this finding claims
+    label_class: str | None = None  # LABEL_CLASSES; the class a verdict naming this finding claims
     sink: str | None = None  # the step-time sink (analyzers/trace/sinks.py) this finding's stake is measured from
+    whatif_pool: str | None = None  # the time a fix draws on; fixes sharing a pool cannot remove more than it holds
     breakdown: tuple[str, ...] = ()  # breakdown categories its stake lies in (for --deep's reconciliation)
     describes: str = ""  # what it measures, in words
     live: LiveMeasure | None = None  # raised by the live engine (watch, counter-only inputs)

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, FixText, by_stake, ms_per_step
+from trainscope.analyzers.findings.base import (
+    DiffMeasure,
+    Finding,
+    FindingSpec,
+    Fix,
+    FixText,
+    by_stake,
+    ms_per_step,
+    verdict_class,
+)
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -117,10 +126,7 @@ UNOVERLAPPED = FindingSpec(
     ),
     whatif_pool="comm",
     diff_measure=DiffMeasure("communication with no compute running", "ms per step", ms_per_step("communication")),
-    critical_path="communication",
-    headline="COMMUNICATION-BOUND",
-    label_class="comm",
-    sink="comm",
+    **verdict_class("comm"),
     breakdown=("communication",),
     describes="communication kernels running with no compute kernel beside them",
     title_words=_title_words,

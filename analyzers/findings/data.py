@@ -17,6 +17,7 @@ from trainscope.analyzers.findings.base import (
     ms_per_step,
     stake_ms,
     stake_pct,
+    verdict_class,
 )
 from trainscope.analyzers.findings.common import ctx, ev, live_ev, raised, sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
@@ -155,23 +156,12 @@ def _pageable(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     p = obs.pageable
     if not obs.has_gpu or p is None or not p.count:
         return None
-    t = rules["pageable_copy.moderate"]
-
     return PAGEABLE_COPIES.finding(
         p.share_pct,
         [
-            Evidence(
-                "GPU time in pageable host-to-device copies",
-                round(p.share_pct, 2),
-                t.unit,
-                f"≥ {t.value:g}",
-                t.source,
-                p.share_pct >= t.value,
-            ),
-            Evidence(
-                "pageable host-to-device copies in the steps", p.count, "copies", "", "trace: memcpy srcKind pageable"
-            ),
-            Evidence("bytes copied from pageable memory", round(p.bytes / 2**20, 2), "MiB", "", "measured"),
+            ev(rules, "pageable_copy.moderate", "GPU time in pageable host-to-device copies", p.share_pct),
+            ctx("pageable host-to-device copies in the steps", p.count, "copies", "trace: memcpy srcKind pageable"),
+            ctx("bytes copied from pageable memory", p.bytes / 2**20, "MiB"),
             *_flow_lines(obs),
         ],
         "each copy is staged through a driver bounce buffer: the host blocks and the copy cannot overlap compute",
@@ -418,10 +408,7 @@ INPUT_WAIT = FindingSpec(
         "ms per step",
         lambda a: a.breakdown.host_data_wait_ns / 1e6 / max(1, len(a.breakdown.steps)),
     ),
-    critical_path="data",
-    headline="DATA-BOUND",
-    label_class="input",
-    sink="input",
+    **verdict_class("input"),
     breakdown=("idle_data_wait",),
     describes="GPU idle while the host waits on the DataLoader or preprocesses input",
     title_words=_input_wait_title,
@@ -457,10 +444,7 @@ COPIES = FindingSpec(
     ),
     whatif_pool="copies",
     diff_measure=DiffMeasure("GPU busy only with memory copies", "ms per step", ms_per_step("copy")),
-    critical_path="data",
-    headline="COPY-BOUND",
-    label_class="copies",
-    sink="copies",
+    **verdict_class("copies"),
     breakdown=("copy",),
     describes="GPU busy with copies only, no kernel beside them",
 )
@@ -489,10 +473,7 @@ PAGEABLE_COPIES = FindingSpec(
     diff_measure=DiffMeasure(
         "GPU time in pageable host-to-device copies", "ms per step", stake_ms("data/pageable-copies")
     ),
-    critical_path="data",
-    headline="COPY-BOUND (pageable memory)",
-    label_class="copies",
-    sink="copies",
+    **verdict_class("copies", "pageable memory"),
     breakdown=("copy",),
     describes="GPU time in host-to-device copies from pageable memory",
     refines="data/copies",
@@ -515,12 +496,8 @@ LOADER_CPU = FindingSpec(
         basis="no projection from sampled counters",
         text=_loader_cpu_words,
     ),
-    whatif_pool=None,
     diff_measure=DiffMeasure("samples starved while the CPU saturates", "%", stake_pct("data/loader-cpu")),
-    critical_path="data",
-    headline="DATA-BOUND (loader CPU)",
-    label_class="input",
-    sink="input",
+    **verdict_class("input", "loader CPU"),
     describes="share of samples with the GPU near idle while the loader CPU saturates (live)",
     live=LiveMeasure(
         "data",
@@ -546,12 +523,8 @@ IO_WAIT = FindingSpec(
         projection="none",
         basis="no projection from sampled counters",
     ),
-    whatif_pool=None,
     diff_measure=DiffMeasure("samples starved while I/O wait saturates", "%", stake_pct("data/io-wait")),
-    critical_path="data",
-    headline="DATA-BOUND (I/O wait)",
-    label_class="input",
-    sink="input",
+    **verdict_class("input", "I/O wait"),
     describes="share of samples with the GPU near idle while I/O wait saturates (live)",
     live=LiveMeasure(
         "data",

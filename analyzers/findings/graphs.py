@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake
+from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake, verdict_class
 from trainscope.analyzers.findings.common import ctx, ev
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.record_options import how_to_record
@@ -72,11 +72,9 @@ GRAPH_REPLAYS = FindingSpec(
         projection="none",
         basis="no projection: the kernels' bound is unknown",
     ),
-    whatif_pool=None,
     diff_measure=DiffMeasure("GPU time in untraced CUDA graph replays", "ms per step", _replay_ms_per_step),
     critical_path="gpu-compute",
     headline="GPU-BOUND (CUDA graphs, bound unknown)",
-    label_class=None,
     sink="busy-unknown",
     breakdown=("compute",),
     describes="GPU time in CUDA graph replays traced without their kernels (Nsight graph-level trace)",
@@ -125,12 +123,8 @@ UNKNOWN_BOUND = FindingSpec(
         projection="none",
         basis="no projection: the kernels' bound is unknown",
     ),
-    whatif_pool=None,
     diff_measure=DiffMeasure("kernel time of unknown bound", "ms per step", _unknown_ms_per_step),
-    critical_path="gpu-compute",
-    headline="GPU-BOUND (bound unknown)",
-    label_class="gpu-bound",
-    sink="busy-unknown",
+    **verdict_class("gpu-bound"),
     breakdown=("compute",),
     describes="a saturated GPU whose kernel work carries no shapes, FLOPs or counters to bound it by",
 )

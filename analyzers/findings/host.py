@@ -13,6 +13,7 @@ from trainscope.analyzers.findings.base import (
     by_stake,
     ms_per_step,
     stake_ms,
+    verdict_class,
 )
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
@@ -111,20 +112,12 @@ def _blocking(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     s = obs.syncs
     if not obs.has_gpu or s is None or not s.count or s.bubble_pct < rules.value("sync.reported"):
         return None
-    t = rules["sync.bubble_moderate"]
     calls = ", ".join(f"{n} ×{c}" for n, c in sorted(s.by_name.items(), key=lambda x: -x[1])[:3])
     return BLOCKING_SYNC.finding(
         s.bubble_pct,
         [
-            Evidence(
-                "GPU idle after syncs (capped at the host's blocked time)",
-                round(s.bubble_pct, 2),
-                t.unit,
-                f"≥ {t.value:g}",
-                t.source,
-                s.bubble_pct >= t.value,
-            ),
-            Evidence("synchronizing calls per step", round(s.per_step, 2), "calls", "", f"trace: {calls}"),
+            ev(rules, "sync.bubble_moderate", "GPU idle after syncs (capped at the host's blocked time)", s.bubble_pct),
+            ctx("synchronizing calls per step", s.per_step, "calls", f"trace: {calls}"),
             Evidence("host time blocked in them", round(s.host_ns / 1e6, 3), "ms", "", "measured"),
         ],
         BLOCKING_SYNC.detail_for(
@@ -293,10 +286,7 @@ LAUNCH_OVERHEAD = FindingSpec(
     diff_measure=DiffMeasure(
         "GPU idle while the host launches/computes", "ms per step", ms_per_step("idle_host_overhead")
     ),
-    critical_path="host",
-    headline="HOST-BOUND (launch/CPU overhead)",
-    label_class="launch",
-    sink="launch",
+    **verdict_class("launch"),
     breakdown=("idle_host_overhead",),
     describes="GPU idle while the host runs framework ops or runtime calls",
     thresholds=("launch.tiny_kernel_us",),
@@ -324,10 +314,7 @@ SYNC = FindingSpec(
     ),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure("GPU idle while the host synchronizes", "ms per step", ms_per_step("idle_sync")),
-    critical_path="host",
-    headline="SYNC-BOUND",
-    label_class="sync",
-    sink="sync",
+    **verdict_class("sync"),
     breakdown=("idle_sync",),
     describes="GPU idle while the host is blocked in a synchronizing call",
     detail_words=_sync_detail,
@@ -355,10 +342,7 @@ BLOCKING_SYNC = FindingSpec(
     ),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure("GPU idle after blocking synchronizations", "ms per step", stake_ms("host/blocking-sync")),
-    critical_path="host",
-    headline="SYNC-BOUND",
-    label_class="sync",
-    sink="sync",
+    **verdict_class("sync"),
     breakdown=("idle_sync", "idle_host_overhead", "idle_other"),
     describes="GPU idle after each in-step sync, capped at the host's blocked time",
     detail_words=_blocking_detail,
@@ -453,10 +437,7 @@ ALLOCATOR_CHURN = FindingSpec(
     ),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure("GPU idle in allocator calls", "ms per step", stake_ms("host/allocator-churn")),
-    critical_path="host",
-    headline="ALLOCATOR CHURN",
-    label_class="allocator",
-    sink="allocator",
+    **verdict_class("allocator"),
     breakdown=("idle_other", "idle_host_overhead"),
     describes="GPU idle while the host is in cudaMalloc/cudaFree, hipFree, cudaHostAlloc or event/stream creation",
 )
@@ -511,10 +492,7 @@ NAMED_HOST_WORK = FindingSpec(
     ),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure("GPU idle during named host work", "ms per step", stake_ms("host/named-work")),
-    critical_path="host",
-    headline="HOST-BOUND (named host work)",
-    label_class="host-work",
-    sink="host-ranges",
+    **verdict_class("host-work"),
     breakdown=("idle_other",),
     describes="GPU idle while the host runs named ranges that issue no GPU work",
 )

@@ -6,7 +6,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, FixText, LiveMeasure, by_stake
+from trainscope.analyzers.findings.base import (
+    DiffMeasure,
+    Finding,
+    FindingSpec,
+    Fix,
+    FixText,
+    LiveMeasure,
+    by_stake,
+    verdict_class,
+)
 from trainscope.analyzers.findings.common import (
     BUSY_MIX_THRESHOLDS,
     BUSY_SEV,
@@ -166,16 +175,12 @@ COMPUTE_BOUND = FindingSpec(
         superseded_by=("algorithm/no-tensor-cores",),
         text=_compute_words,
     ),
-    whatif_pool=None,
     diff_measure=DiffMeasure(
         "GEMM/conv/attention kernel time",
         "ms per step",
         lambda a: a.kernels.matmul_ns / 1e6 / max(1, len(a.breakdown.steps)),
     ),
-    critical_path="gpu-compute",
-    headline="COMPUTE-BOUND",
-    label_class="compute-bound",
-    sink="compute-bound",
+    **verdict_class("compute-bound"),
     breakdown=("compute",),
     describes="kernel time limited by arithmetic throughput (counters, roofline, or kernel classes)",
     live=LiveMeasure(

@@ -159,11 +159,9 @@ UNDERUTILIZED = FindingSpec(
     can_be_primary=False,
     severity=fixed("info"),
     fix=_RECORD,
-    whatif_pool=None,
     diff_measure=DiffMeasure("GPU idle, share of samples", "%", stake_pct("gpu/underutilized")),
     critical_path="none",
     headline="UNDERUTILIZED",
-    label_class=None,
     describes="p95 GPU utilization below the live threshold",
     live=LiveMeasure(
         "utilization",
@@ -182,11 +180,9 @@ FLUCTUATING = FindingSpec(
     can_be_primary=False,
     severity=fixed("info"),
     fix=_RECORD,
-    whatif_pool=None,
     diff_measure=DiffMeasure("GPU idle, share of samples", "%", stake_pct("gpu/fluctuating")),
     critical_path="none",
     headline="FLUCTUATING",
-    label_class=None,
     describes="busy bursts alternating with idle gaps (p95 high, p5 low)",
     live=LiveMeasure(
         "utilization",
@@ -216,11 +212,9 @@ MEMORY_CREEP = FindingSpec(
         projection="none",
         basis="no speed projection: the job runs out of memory at the projected time",
     ),
-    whatif_pool=None,
     diff_measure=DiffMeasure("memory growth, share of capacity per window", "%", stake_pct("machine/memory-creep")),
     critical_path="none",
     headline="MEMORY CREEP",
-    label_class=None,
     describes="host RSS of a process or a GPU's memory rising steadily (a slope over the window, with the time "
     "left until capacity)",
     live=LiveMeasure(

@@ -19,6 +19,7 @@ from trainscope.analyzers.findings.base import (
     fixed,
     stake_ms,
     stake_pct,
+    verdict_class,
 )
 from trainscope.analyzers.findings.common import (
     BUSY_MIX_THRESHOLDS,
@@ -62,15 +63,13 @@ def _unfused(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     if share < t.value or a.fused_ns > a.unfused_ns:
         return None
     lines = [
-        Evidence(
+        ev(
+            rules,
+            "attention.unfused_share",
             "memory-bound kernels (elementwise/softmax/reduction) "
             + ("launched inside attention ranges" if a.ranges else "softmax kernels")
             + ", share of kernel time",
-            round(share, 2),
-            t.unit,
-            f"≥ {t.value:g}",
-            t.source,
-            True,
+            share,
         ),
         Evidence(
             "fused attention kernels (flash / memory-efficient / fmha)",
@@ -207,18 +206,13 @@ def snapshot_findings(mem: list[DeviceSnapshotMemory], capacity_bytes: float | N
     out: list[Finding] = []
     cap_t, frag_t = rules["memory.capacity"], rules["memory.fragmentation"]
     for m in mem:
-        frag_ev = Evidence(
-            "reserved but unallocated at the reserved peak",
-            round(m.fragmentation_pct, 2),
-            frag_t.unit,
-            f"≥ {frag_t.value:g}",
-            frag_t.source,
-            m.fragmentation_pct >= frag_t.value,
+        frag_ev = ev(
+            rules, "memory.fragmentation", "reserved but unallocated at the reserved peak", m.fragmentation_pct
         )
         o = m.oom
         if o is not None and o.status == "oom":
             assert o.requested is not None and o.device_free is not None  # assess_oom sets both for an oom event
-            ev = [
+            lines = [
                 Evidence(
                     "out-of-memory events in the trace",
                     m.oom_events,
@@ -242,7 +236,7 @@ def snapshot_findings(mem: list[DeviceSnapshotMemory], capacity_bytes: float | N
                 out.append(
                     FRAGMENTATION.finding(
                         0.0,
-                        ev,
+                        lines,
                         "enough memory was free in total, in blocks too small for the request; "
                         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets segments grow instead",
                         rules,
@@ -254,7 +248,7 @@ def snapshot_findings(mem: list[DeviceSnapshotMemory], capacity_bytes: float | N
             out.append(
                 CAPACITY.finding(
                     0.0,
-                    ev,
+                    lines,
                     "the request exceeded all free memory, device and cache together: a capacity OOM",
                     rules,
                     title=f"GPU {m.device} ran out of memory (capacity)",
@@ -304,14 +298,7 @@ def snapshot_findings(mem: list[DeviceSnapshotMemory], capacity_bytes: float | N
                     CAPACITY.finding(
                         0.0,
                         [
-                            Evidence(
-                                "peak reserved / device memory",
-                                round(pct, 2),
-                                cap_t.unit,
-                                f"≥ {cap_t.value:g}",
-                                cap_t.source,
-                                True,
-                            ),
+                            ev(rules, "memory.capacity", "peak reserved / device memory", pct),
                             frag_ev,
                         ],
                         "little headroom: larger batches or models will not fit",
@@ -450,10 +437,7 @@ BANDWIDTH = FindingSpec(
     ),
     whatif_pool="memory-bound",
     diff_measure=DiffMeasure("memory-bound kernel time", "ms per step", stake_ms("machine/bandwidth")),
-    critical_path="gpu-compute",
-    headline="MEMORY-BANDWIDTH-BOUND",
-    label_class="memory-bound",
-    sink="memory-bound",
+    **verdict_class("memory-bound"),
     breakdown=("compute",),
     describes="kernel time limited by memory bandwidth (counters, roofline, or kernel classes)",
     live=LiveMeasure(
@@ -489,10 +473,7 @@ UNFUSED_ATTENTION = FindingSpec(
     diff_measure=DiffMeasure(
         "memory-bound attention kernel time", "ms per step", stake_ms("machine/unfused-attention")
     ),
-    critical_path="gpu-compute",
-    headline="MEMORY-BANDWIDTH-BOUND (unfused attention)",
-    label_class="memory-bound",
-    sink="memory-bound",
+    **verdict_class("memory-bound", "unfused attention"),
     breakdown=("compute",),
     refines="machine/bandwidth",
     describes="memory-bound kernels of attention with no fused attention kernel",
@@ -526,11 +507,8 @@ CAPACITY = FindingSpec(
             basis="no speed projection: frees memory for larger batches",
         ),
     ),
-    whatif_pool=None,
     diff_measure=DiffMeasure("peak memory / device memory", "%", _peak_pct),
-    critical_path="none",
-    headline="MEMORY-CAPACITY-BOUND",
-    label_class="capacity",
+    **verdict_class("capacity"),
     describes="peak memory against device memory (no share of step time)",
     snapshot=True,
     live=LiveMeasure("capacity", "GPU memory used / total", _live_capacity, ("memory.capacity",)),
@@ -552,11 +530,9 @@ THROTTLING = FindingSpec(
         projection="none",
         basis="no projection: clocks, not work, are the limit",
     ),
-    whatif_pool=None,
     diff_measure=DiffMeasure("throttled samples", "%", stake_pct("machine/throttling")),
     critical_path="none",
     headline="THROTTLED",
-    label_class=None,
     describes="share of samples with a power/thermal clock slowdown (live)",
     live=LiveMeasure("clocks", "clock-event reasons", _live_throttling, ("live.throttle_share",)),
     offline=False,
@@ -578,11 +554,9 @@ POWER_CAP = FindingSpec(
         projection="none",
         basis="no projection: the power budget, not the work, sets the clocks",
     ),
-    whatif_pool=None,
     diff_measure=DiffMeasure("GPUs at their power limit", "GPUs", stake_pct("machine/power-cap")),
     critical_path="none",
     headline="POWER-CAPPED",
-    label_class=None,
     describes="busy power pinned at the enforced limit, or under a hard ceiling in the samples (live)",
     live=LiveMeasure(
         "clocks",
@@ -610,11 +584,9 @@ FRAGMENTATION = FindingSpec(
         projection="none",
         basis="no speed projection: frees reserved memory for tensors",
     ),
-    whatif_pool=None,
     diff_measure=DiffMeasure("peak memory / device memory", "%", _peak_pct),
     critical_path="none",
     headline="MEMORY-FRAGMENTATION",
-    label_class=None,
     describes="reserved memory holding no tensor, or an OOM with enough free memory in too-small blocks "
     "(memory snapshots: `trainscope memory`)",
     offline=False,

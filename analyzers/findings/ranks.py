@@ -15,6 +15,7 @@ from trainscope.analyzers.findings.base import (
     FixText,
     by_stake,
     stake_ms,
+    verdict_class,
 )
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
@@ -272,13 +273,10 @@ IMBALANCE = FindingSpec(
         "ms per step",
         stake_ms("ranks/imbalance"),
     ),
-    critical_path="communication",
-    headline="RANK-IMBALANCE-BOUND",
+    **verdict_class("imbalance"),
     # The wait the late rank's extra work does not explain is not imbalance: the verdict says a late
     # rank binds, not unequal work (its fix, balancing, is not offered either).
     headline_variants=((NOT_WORK_TITLE, "LATE-RANK-BOUND"),),
-    label_class="imbalance",
-    sink="imbalance",
     breakdown=("communication",),
     describes="collective time a rank spends waiting for the slowest rank",
 )

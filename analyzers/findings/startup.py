@@ -16,6 +16,7 @@ from trainscope.analyzers.findings.base import (
     FixText,
     by_stake,
     fixed,
+    verdict_class,
 )
 from trainscope.analyzers.findings.common import ctx, ev
 from trainscope.analyzers.findings.observations import DiagnosisInput
@@ -296,11 +297,8 @@ NOT_REPRESENTATIVE = FindingSpec(
         text=_record_text,
         situated=_record_words,
     ),
-    whatif_pool=None,
     diff_measure=DiffMeasure("one-off share of the judged window (not representative)", "%", _nr_share),
-    critical_path="host",
-    headline="NOT REPRESENTATIVE",
-    label_class="not-representative",
+    **verdict_class("not-representative"),
     describes="a window whose one-off costs (start-up, compilation, capture) leave no steady state to judge",
     thresholds=("steady.one_off_share",),
 )
@@ -323,11 +321,9 @@ ONE_OFF = FindingSpec(
         text=_cure_text,
         situated=_cure_words,
     ),
-    whatif_pool=None,
     diff_measure=DiffMeasure("one-off costs inside the judged window", "ms", _one_off_ms),
     critical_path="host",
     headline="ONE-OFF COSTS",
-    label_class=None,
     describes="start-up, compilation, capture, weight upload and teardown: costs paid once per process",
     thresholds=("startup.first_call_ms",),
 )

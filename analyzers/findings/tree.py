@@ -467,7 +467,6 @@ def _slow_region(axis: str, bound: str, roof: str, measure: Measure, fix: Fix, w
         ),
         critical_path="gpu-compute",
         headline=f"SLOW REGION ({bound}, below roof)",
-        label_class=None,
         breakdown=("compute",),
         describes=f"a region of the module tree with a large share of GPU time whose {bound} kernels run at a "
         "low share of their roofline bound; stake: the time saved at an attainable share",
@@ -507,7 +506,6 @@ SLOW_INSTANCE = FindingSpec(
     ),
     critical_path="gpu-compute",
     headline="SLOW INSTANCE (repeated block)",
-    label_class=None,
     breakdown=("compute",),
     describes="one instance of a folded (repeated) block of the module tree well above its siblings' median "
     "GPU time; stake: (max − median) per window",
@@ -534,11 +532,9 @@ BACKWARD_RATIO = FindingSpec(
         basis="no projection: the ratio says where to look, not what a fix removes",
         text=_backward_words,
     ),
-    whatif_pool=None,
     diff_measure=DiffMeasure("backward ÷ forward GPU time, distance from 2×", "×", _ratio_distance),
     critical_path="gpu-compute",  # the phases' GPU compute time (never the verdict: nothing to reconcile)
     headline="BACKWARD/FORWARD RATIO",
-    label_class=None,
     describes="backward's GPU time against forward's (communication left out), outside the band around the "
     "expected ≈ 2× (an observation: no stake)",
     thresholds=("tree.bwd_fwd_low", "tree.bwd_fwd_high"),
