@@ -84,6 +84,20 @@ def _is_kineto(path: str, head: bytes) -> bool:
 
 KINETO_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 
+
+def _counters_reader(name: str, description: str, suffix: str) -> Reader:
+    """A reader of sampled counters (a recording, an nvidia-smi log): the file's first line names
+    its format (:func:`_live`)."""
+    return Reader(
+        name,
+        description,
+        (suffix,),
+        lambda path, head: _live(path) == name,
+        "trainscope.collectors.formats:_load_live",
+        counters_only=True,
+    )
+
+
 READERS: tuple[Reader, ...] = (
     Reader(
         "nsys-rep",
@@ -116,22 +130,10 @@ READERS: tuple[Reader, ...] = (
         _fake_sqlite,
         refusal="not an SQLite database (an Nsight Systems export is written by `nsys export --type sqlite`)",
     ),
-    Reader(
-        "trainscope.recording",
-        "`trainscope watch --record` recording (JSON lines of sampled counters)",
-        (".jsonl",),
-        lambda path, head: _live(path) == "trainscope.recording",
-        "trainscope.collectors.formats:_load_live",
-        counters_only=True,
+    _counters_reader(
+        "trainscope.recording", "`trainscope watch --record` recording (JSON lines of sampled counters)", ".jsonl"
     ),
-    Reader(
-        "nvidia-smi-csv",
-        "nvidia-smi --format=csv log (sampled counters)",
-        (".csv",),
-        lambda path, head: _live(path) == "nvidia-smi-csv",
-        "trainscope.collectors.formats:_load_live",
-        counters_only=True,
-    ),
+    _counters_reader("nvidia-smi-csv", "nvidia-smi --format=csv log (sampled counters)", ".csv"),
     Reader(
         "kineto",
         "PyTorch profiler (Kineto) chrome trace, plain or gzipped",

@@ -1242,6 +1242,12 @@ class _Reader:
             m = (r.cols.pop("proc") if consume else r["proc"]) == proc
             return slice(None) if m.all() else m
 
+        def columns(r: _Rows, named: dict[str, str]) -> dict[str, np.ndarray]:
+            # this process's rows: ts and dur from start and end, the model's other columns by name
+            sel = select(r)
+            ts, dur = span(r, sel)
+            return {"ts": ts, "dur": dur, **{field: take(r, col, sel) for field, col in named.items()}}
+
         pid = int(proc) & 0xFFFFFF
         ks = select(kernels)
         k_ts, k_dur = span(kernels, ks)
@@ -1254,33 +1260,8 @@ class _Reader:
             correlation=take(kernels, "correlationId", ks),
         )
         del k_ts, k_dur
-        if copies is not None:
-            cs = select(copies)
-            c = Copies(
-                ts=copies["start"][cs],
-                dur=copies["end"][cs] - copies["start"][cs],
-                device=copies["deviceId"][cs],
-                stream=copies["streamId"][cs],
-                kind=copies["kind"][cs],
-                src=copies["src"][cs],
-                dst=copies["dst"][cs],
-                bytes=copies["bytes"][cs],
-                correlation=copies["correlationId"][cs],
-            )
-        else:
-            c = Copies.empty()
-        if memsets is not None:
-            ms = select(memsets)
-            m = Memsets(
-                ts=memsets["start"][ms],
-                dur=memsets["end"][ms] - memsets["start"][ms],
-                device=memsets["deviceId"][ms],
-                stream=memsets["streamId"][ms],
-                bytes=memsets["bytes"][ms],
-                correlation=memsets["correlationId"][ms],
-            )
-        else:
-            m = Memsets.empty()
+        c = Copies(**columns(copies, _COPY_COLUMNS)) if copies is not None else Copies.empty()
+        m = Memsets(**columns(memsets, _MEMSET_COLUMNS)) if memsets is not None else Memsets.empty()
         if runtime is not None:
             rs = select(runtime)
             r_ts, r_dur = span(runtime, rs)
@@ -1537,6 +1518,19 @@ def _api_name(name: str) -> str:
     m = _API_VERSION.match(name)
     return m.group(1) if m else name
 
+
+# The model's column ← the export's column, for the activity tables read as they are (start and
+# end give ts and dur).
+_COPY_COLUMNS = {
+    "device": "deviceId",
+    "stream": "streamId",
+    "kind": "kind",
+    "src": "src",
+    "dst": "dst",
+    "bytes": "bytes",
+    "correlation": "correlationId",
+}
+_MEMSET_COLUMNS = {"device": "deviceId", "stream": "streamId", "bytes": "bytes", "correlation": "correlationId"}
 
 _SIZES = re.compile(r", sizes = (\[.*?\]\])(?:, |$)")
 

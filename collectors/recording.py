@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.samples import Snapshot, counter_rows
+from trainscope.collectors.step_hook import discard_temp
 
 SCHEMA = "trainscope.recording/1"
 _MAX_LINE = 16 << 20  # a sample line is a few KB; anything this long is not ours
@@ -146,11 +147,7 @@ def open_output(path: str) -> int:
         os.fchmod(fd, stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
         os.replace(tmp, path)  # replaces the name itself: a link put there since is not followed
     except BaseException:
-        os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        discard_temp(fd, tmp)
         raise
     return fd
 
@@ -174,12 +171,7 @@ def write_output(path: str, data: bytes) -> None:
             os.fchmod(f.fileno(), stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        discard_temp(fd, tmp)
         raise
 
 

@@ -278,6 +278,17 @@ def find_watcher_socket(pid: int) -> str:
     return default_socket_path(pid)
 
 
+def discard_temp(fd: int, tmp: str, dir_fd: int | None = None) -> None:
+    """What a write cut short leaves, cleared: its descriptor closed (when ``fd`` >= 0: not yet
+    handed to a file object) and its temporary file ``tmp`` removed (relative to ``dir_fd``)."""
+    if fd >= 0:
+        os.close(fd)
+    try:
+        os.unlink(tmp, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
 def place_file(src: str, folder: str, name: str, folder_id: tuple[int, int] | None = None) -> None:
     """Copy the file ``src`` into ``folder`` as ``name``: the folder opened without following a
     link and checked (this user's, nobody else can write into it, and the very folder the watcher
@@ -299,12 +310,7 @@ def place_file(src: str, folder: str, name: str, folder_id: tuple[int, int] | No
                 shutil.copyfileobj(f, o, 1 << 20)
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException:
-            if out >= 0:
-                os.close(out)
-            try:
-                os.unlink(tmp, dir_fd=dfd)
-            except OSError:
-                pass
+            discard_temp(out, tmp, dfd)
             raise
     finally:
         os.close(dfd)

@@ -322,12 +322,7 @@ def write_new_file(dir_fd: int, name: str, data: bytes, replace: bool = False, m
             os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
             os.unlink(tmp, dir_fd=dir_fd)
     except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        try:
-            os.unlink(tmp, dir_fd=dir_fd)
-        except OSError:
-            pass
+        step_hook.discard_temp(fd, tmp, dir_fd)
         raise
 
 
