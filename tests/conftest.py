@@ -71,6 +71,67 @@ def dlrm_rank_dir(out: pathlib.Path, n: int) -> pathlib.Path:
     return out
 
 
+def dlrm_step_kernels(rank: int) -> tuple[list[dict], int]:
+    """Rank ``rank`` of the real DLRM pair read by hand from its raw events: the kernel events that
+    start inside its ProfilerStep# spans, and how many steps there are."""
+    with gzip.open(KINETO / "hta_dlrm_ws128_2ranks" / f"rank{rank}.json.gz") as f:
+        ev = json.load(f)["traceEvents"]
+    st = [e for e in ev if e.get("name", "").startswith("ProfilerStep#")]
+    lo, hi = min(e["ts"] for e in st), max(e["ts"] + e["dur"] for e in st)
+    return [e for e in ev if e.get("cat") == "kernel" and lo <= e["ts"] < hi], len(st)
+
+
+def edited_sqlite(export: pathlib.Path | None, path: pathlib.Path, *statements: str) -> pathlib.Path:
+    """``path``: a copy of the SQLite file ``export`` (``path`` as it is where None) with
+    ``statements`` run on it and committed."""
+    import sqlite3
+
+    if export is not None:
+        shutil.copy(export, path)
+    con = sqlite3.connect(path)
+    for statement in statements:
+        con.execute(statement)
+    con.commit()
+    con.close()
+    return path
+
+
+def quiet_cpu_trainer(L, **options):
+    """A PyTorch Lightning ``Trainer`` on the CPU that writes and prints nothing of its own (no
+    logger, checkpoint, progress bar or model summary); ``L`` is ``lightning.pytorch``."""
+    return L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **options,
+    )
+
+
+def profile_linear_on_cpu(handler, *, width: int, batch: int, active: int, sgd: bool) -> None:
+    """A ``Linear(width, width)`` trained on the CPU under torch.profiler for two cycles (no wait, one
+    warm-up step, ``active`` recorded steps each), ``handler`` its on_trace_ready; ``sgd``: an SGD
+    step in every iteration, else forward and backward only."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    model = torch.nn.Linear(width, width)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1) if sgd else None
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=0, warmup=1, active=active, repeat=2),
+        on_trace_ready=handler,
+    ) as prof:
+        for _ in range(2 * (1 + active)):
+            if opt is not None:
+                opt.zero_grad()
+            model(torch.randn(batch, width)).sum().backward()
+            if opt is not None:
+                opt.step()
+            prof.step()
+
+
 GLOO_DELAY_MS = 30.0  # rank 1 of the recorded gloo job sleeps this long at the start of every step
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import trainscope.api as ts
+from tests.conftest import profile_linear_on_cpu
 from trainscope.cli import main
 
 DATA = Path(__file__).parent / "data"
@@ -185,23 +186,10 @@ def test_watch_replays_a_recording_as_an_iterator(tmp_path):
 
 
 def test_on_trace_ready_writes_like_tensorboard_and_prints_each_cycle(tmp_path):
-    torch = pytest.importorskip("torch")
-    from torch.profiler import ProfilerActivity, profile, schedule
-
+    pytest.importorskip("torch")
     lines: list[str] = []
     handler = ts.on_trace_ready(tmp_path / "traces", printer=lines.append)
-    model = torch.nn.Linear(64, 64)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        schedule=schedule(wait=0, warmup=1, active=2, repeat=2),
-        on_trace_ready=handler,
-    ) as prof:
-        for _ in range(6):
-            opt.zero_grad()
-            model(torch.randn(32, 64)).sum().backward()
-            opt.step()
-            prof.step()
+    profile_linear_on_cpu(handler, width=64, batch=32, active=2, sgd=True)  # 6 steps
     files = sorted(os.listdir(tmp_path / "traces"))
     assert len(files) == 2 and all(f.endswith(".pt.trace.json") for f in files)  # tensorboard_trace_handler's names
     assert len(handler.reports) == 2 and len(lines) == 2

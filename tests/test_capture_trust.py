@@ -352,16 +352,21 @@ def test_the_job_never_writes_through_a_link_nor_into_a_folder_open_to_others(tm
             step_hook.place_file(str(src), str(caps), bad)
 
 
+def _watch_pass(tmp_path: pathlib.Path, *args: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess:
+    """``trainscope watch --headless ARGS -- python -c pass`` run to its end, TMPDIR in ``tmp_path``."""
+    return subprocess.run(
+        [sys.executable, "-m", "trainscope", "watch", "--headless", *args, "--", sys.executable, "-c", "pass"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+
+
 def test_a_capture_folder_that_others_can_write_is_refused_at_the_start(tmp_path):
     def watch(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "trainscope", "watch", "--headless", *args, "--", sys.executable, "-c", "pass"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=tmp_path,
-            env={**os.environ, "TMPDIR": str(tmp_path)},
-        )
+        return _watch_pass(tmp_path, *args, cwd=tmp_path)
 
     shared_folder(tmp_path / "open", 0o777)
     p = watch("--capture-dir", str(tmp_path / "open"))
@@ -385,14 +390,7 @@ def test_a_capture_folder_of_another_user_is_refused(tmp_path):
     theirs = tmp_path / "theirs"
     theirs.mkdir(mode=0o755)
     os.chown(theirs, NOBODY, NOBODY)
-    p = subprocess.run(
-        [sys.executable, "-m", "trainscope", "watch", "--headless", "--capture-dir", str(theirs)]
-        + ["--", sys.executable, "-c", "pass"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-    )
+    p = _watch_pass(tmp_path, "--capture-dir", str(theirs))
     assert p.returncode == 2 and "belongs to uid 65534" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
 
@@ -407,14 +405,7 @@ def test_record_and_report_refuse_a_link_planted_in_a_sticky_folder(tmp_path):
     (sticky / "run.jsonl").symlink_to(victim)
     (sticky / "r.md").symlink_to(victim)
     for flag, name in (("--record", "run.jsonl"), ("--report", "r.md")):
-        p = subprocess.run(
-            [sys.executable, "-m", "trainscope", "watch", "--headless", flag, str(sticky / name)]
-            + ["--", sys.executable, "-c", "pass"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "TMPDIR": str(tmp_path)},
-        )
+        p = _watch_pass(tmp_path, flag, str(sticky / name))
         assert p.returncode == 2 and "is a symbolic link: refused" in p.stderr, p.stderr
     assert victim.read_text() == "precious\n"
 
@@ -581,14 +572,7 @@ def test_a_killed_watch_leaves_nothing_that_changes_the_jobs_next_start(tmp_path
             timeout=120,
         )
         assert probe.stdout.split() == ["False", "False"], probe.stdout + probe.stderr
-        p = subprocess.run(
-            [sys.executable, "-m", "trainscope", "watch", "--headless", "--duration", "1"]
-            + ["--", sys.executable, "-c", "pass"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
+        p = _watch_pass(tmp_path, "--duration", "1")  # TMPDIR in tmp_path, as ``env``
         assert p.returncode == 0, p.stderr[-2000:]
         assert not list(tmp_path.glob("trainscope-watch-*"))  # the dead watch's folder, and this watch's own
     finally:

@@ -23,24 +23,31 @@ def test_distinct_and_grouped_equal_np_unique():
             assert np.add.reduceat(v[order], first).tolist() == [int(v[x == k].sum()) for k in want_u.tolist()]
 
 
-def test_isin_equals_np_isin():
-    rng = np.random.default_rng(6)
+def _random_codes(seed: int, most: int, highs: tuple[int, ...], low: int, low_every: int):
+    """200 trials of (rng, hi, x): x up to ``most`` - 1 int64 values below hi (highs in turn), from
+    ``low`` one trial in ``low_every``, else from 0; the rng goes on for the trial's other draws."""
+    rng = np.random.default_rng(seed)
     for trial in range(200):
-        n = int(rng.integers(0, 200))
-        hi = [4, 50, 2**40][trial % 3]
-        x = rng.integers(-1 if trial % 4 == 0 else 0, hi, n)
+        n = int(rng.integers(0, most))
+        hi = highs[trial % len(highs)]
+        yield rng, hi, rng.integers(low if trial % low_every == 0 else 0, hi, n)
+
+
+def _narrow(x: np.ndarray, hi: int) -> np.ndarray:
+    """``x`` as int32 where its values (below ``hi``) fit."""
+    return x.astype(np.int32) if hi < 2**31 else x
+
+
+def test_isin_equals_np_isin():
+    for rng, hi, x in _random_codes(6, 200, (4, 50, 2**40), -1, 4):
         w = rng.integers(-3, hi + 3, int(rng.integers(0, 6)))
-        assert np.array_equal(codes.isin(x.astype(np.int32) if hi < 2**31 else x, w), np.isin(x, w))
+        assert np.array_equal(codes.isin(_narrow(x, hi), w), np.isin(x, w))
         assert np.array_equal(codes.isin(x, list(w.tolist())), np.isin(x, w))
 
 
 def test_unique_inverse_equals_np_unique():
-    rng = np.random.default_rng(8)
-    for trial in range(200):
-        n = int(rng.integers(0, 300))
-        hi = [3, 1_000, 2**40][trial % 3]
-        x = rng.integers(-2 if trial % 5 == 0 else 0, hi, n)
-        x = x.astype(np.int32) if hi < 2**31 else x
+    for _, hi, x in _random_codes(8, 300, (3, 1_000, 2**40), -2, 5):
+        x = _narrow(x, hi)
         u, inv = codes.unique_inverse(x)
         wu, winv = np.unique(x, return_inverse=True)
         assert np.array_equal(u, wu) and u.dtype == wu.dtype

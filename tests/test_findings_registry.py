@@ -197,51 +197,13 @@ def test_every_finding_analyze_raises_on_a_bundled_trace_has_a_spec(name):
         assert rules.read <= set(s.threshold_names), (s.id, rules.read - set(s.threshold_names))
 
 
-GIB = 2**30
+def _snap(t, workers=None, rss=None, **kw):
+    """A live sample on a 16 GiB host (8 used) whose ``workers`` DataLoader workers use 40 % CPU each."""
+    from tests.live_snapshots import GIB, snap
 
-
-def _snap(
-    t,
-    util=None,
-    mem_ctrl=5.0,
-    mem=(10, 80),
-    cpu=20.0,
-    iowait=0.0,
-    workers=None,
-    sm=None,
-    dram=None,
-    step=None,
-    events=None,
-    power=None,
-    limit=None,
-    rss=None,
-):
-    from trainscope.traces.samples import GpuSample, HostSample, ProcessGroup, Snapshot
-
-    gpus = (
-        ()
-        if util is None
-        else (
-            GpuSample(
-                0,
-                "H100",
-                util,
-                mem_ctrl,
-                int(mem[0] * GIB),
-                int(mem[1] * GIB),
-                power_w=power,
-                power_limit_w=limit,
-                sm_util=sm,
-                dram_bw_util=dram,
-                clock_events=events,
-            ),
-        )
+    return snap(
+        float(t), workers=(workers, 40.0) if workers else None, main_rss=rss, host_mem=(8 * GIB, 16 * GIB), **kw
     )
-    groups = [ProcessGroup("main", 1, 50.0, rss)]
-    if workers:
-        groups.append(ProcessGroup("workers", workers, 40.0 * workers, 1))
-    host = HostSample(cpu, (), iowait, 8 * GIB, 16 * GIB, None, tuple(groups))
-    return Snapshot(t=float(t), dt=1.0, gpus=gpus, host=host, step=step, step_mode="on" if step else "off")
 
 
 def _step(wait):

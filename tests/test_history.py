@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import trainscope.api as ts
-from tests.conftest import KINETO
+from tests.conftest import KINETO, profile_linear_on_cpu
 from trainscope.api.store import MIGRATIONS, SCHEMA_VERSION
 
 CPU = os.path.join(os.path.dirname(__file__), "data", "cpu")
@@ -349,21 +349,11 @@ def test_the_dataloader_pair_prints_the_projected_and_achieved_gain_of_the_input
 
 
 def test_on_trace_ready_saves_each_cycle(tmp_path):
-    torch = pytest.importorskip("torch", reason="the profiler handler needs torch (installed by the [test] extra)")
-    from torch.profiler import ProfilerActivity, profile, schedule
-
+    pytest.importorskip("torch", reason="the profiler handler needs torch (installed by the [test] extra)")
     lines: list[str] = []
     store = tmp_path / "runs.db"
     handler = ts.on_trace_ready(tmp_path / "traces", printer=lines.append, save=True, store=store, tag="tiny")
-    model = torch.nn.Linear(32, 32)
-    with profile(
-        activities=[ProfilerActivity.CPU],
-        schedule=schedule(wait=0, warmup=1, active=3, repeat=2),
-        on_trace_ready=handler,
-    ) as prof:
-        for _ in range(8):
-            model(torch.randn(16, 32)).sum().backward()
-            prof.step()
+    profile_linear_on_cpu(handler, width=32, batch=16, active=3, sgd=False)  # 8 steps
     assert len(handler.runs) == 2 and [r.saved_by for r in handler.runs] == ["hook", "hook"]
     with ts.open_store(store, read_only=True) as st:
         runs = st.runs(tag="tiny")

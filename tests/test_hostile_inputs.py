@@ -4,14 +4,12 @@ error (exit 2) or is salvaged up to the damage, never an internal error or an ex
 from __future__ import annotations
 
 import json
-import shutil
-import sqlite3
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import DATA
+from tests.conftest import DATA, edited_sqlite
 
 HEADER = '{"schema":"trainscope.recording/1"}\n'
 GOOD = '{"type":"sample","t":0,"dt":1,"gpus":[{"index":0,"util_gpu":50}]}\n'
@@ -59,13 +57,7 @@ def test_csv_field_past_the_csv_limit_and_impossible_dates(tmp_path):
 
 
 def _nsys_copy(tmp_path, sql):
-    f = tmp_path / "x.sqlite"
-    shutil.copy(DATA / "nsys" / "cs336_ddp_2x3090.sqlite", f)
-    con = sqlite3.connect(f)
-    con.execute(sql)
-    con.commit()
-    con.close()
-    return f
+    return edited_sqlite(DATA / "nsys" / "cs336_ddp_2x3090.sqlite", tmp_path / "x.sqlite", sql)
 
 
 def test_nsys_copy_kind_of_2_to_the_62_does_not_allocate_exabytes(tmp_path):

@@ -8,6 +8,8 @@ import os
 
 import pytest
 
+from tests.conftest import quiet_cpu_trainer
+
 torch = pytest.importorskip("torch")
 
 
@@ -54,16 +56,9 @@ def test_lightning_callback_profiles_a_few_steps(tmp_path):
     lines: list[str] = []
     cb = lightning_callback(tmp_path / "traces", printer=lines.append)
     data = torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randn(64, 1))
-    L.Trainer(
-        max_steps=8,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[cb],
-        default_root_dir=tmp_path,
-    ).fit(Model(), torch.utils.data.DataLoader(data, batch_size=4))
+    quiet_cpu_trainer(L, max_steps=8, callbacks=[cb], default_root_dir=tmp_path).fit(
+        Model(), torch.utils.data.DataLoader(data, batch_size=4)
+    )
     _check(cb.profiler, lines, tmp_path / "traces")
 
 

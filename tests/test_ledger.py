@@ -31,6 +31,22 @@ WALKTHROUGH = PlanConfig(
     activations_batch=32,
     activations_precision="fp32",
 )
+# The walkthrough as a user types it (tests/test_plan_cli.py): the sequence length and the batch the
+# activations were measured at left out (the plan app's tests add them, as WALKTHROUGH holds them).
+WALKTHROUGH_FLAGS = [
+    "--params",
+    "1.5B",
+    "--precision",
+    "fp32",
+    "--batch",
+    "32",
+    "--activations-gb",
+    "65",
+    "--activations-precision",
+    "fp32",
+    "--gpu",
+    "v100-32",
+]
 V100 = gpu_memory("v100-32")
 LAPTOP = gpu_memory("laptop-8gb")
 

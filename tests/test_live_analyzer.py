@@ -7,58 +7,10 @@ import json
 
 import pytest
 
+from tests.live_snapshots import GIB, snap
 from trainscope.analyzers.live.engine import READY, WARMING_UP, LiveAnalyzer, evaluate, window_stats
 from trainscope.analyzers.rules import Rules
-from trainscope.collectors.samples import GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
-
-GIB = 2**30
-
-
-def snap(
-    t,
-    util=None,
-    mem_ctrl=5.0,
-    mem=(10, 80),
-    cpu=20.0,
-    iowait=0.0,
-    workers=None,
-    main_cpu=50.0,
-    sm=None,
-    tensor=None,
-    dram=None,
-    step=None,
-    dt=1.0,
-    events=None,
-) -> Snapshot:
-    gpus = (
-        ()
-        if util is None
-        else (
-            GpuSample(
-                0,
-                "H100",
-                util,
-                mem_ctrl,
-                mem[0] * GIB,
-                mem[1] * GIB,
-                sm_util=sm,
-                tensor_util=tensor,
-                dram_bw_util=dram,
-                clock_events=events,
-            ),
-        )
-    )
-    groups = [ProcessGroup("main", 1, main_cpu, 1)]
-    if workers:
-        groups.append(ProcessGroup("workers", workers[0], workers[1] * workers[0], 1))
-    return Snapshot(
-        t=t,
-        dt=dt,
-        gpus=gpus,
-        host=HostSample(cpu, (), iowait, 1, 2, None, tuple(groups)),
-        step=step,
-        step_mode="on" if step else "off",
-    )
+from trainscope.collectors.samples import GpuSample, HostSample, Snapshot, StepSample
 
 
 def run(snaps, rules=None):

@@ -8,18 +8,28 @@ import pytest
 from trainscope.analyzers.nesting import nest_parents, nest_parents_loop
 
 
+def _assert_as_the_loop(starts, ends, order=None, groups=None, closed_at_end=False) -> None:
+    """The vectorized parents are the stack loop's, bit for bit."""
+    want = nest_parents_loop(starts, ends, order, groups, closed_at_end)
+    assert np.array_equal(nest_parents(starts, ends, order, groups, closed_at_end), want)
+
+
+def _random_intervals(rng, most: int, latest_start: int, longest: int):
+    """Between 1 and ``most`` - 1 intervals as (starts, durations), one in ten of them zero-length."""
+    n = int(rng.integers(1, most))
+    s = rng.integers(0, latest_start, n)
+    d = rng.integers(0, longest, n)
+    d[rng.random(n) < 0.1] = 0  # zero-length intervals
+    return s, d
+
+
 @pytest.mark.parametrize("closed_at_end", [False, True])
 def test_random_intervals_with_overlaps_ties_and_zero_lengths(closed_at_end):
     rng = np.random.default_rng(7)
     for _ in range(400):
-        n = int(rng.integers(1, 250))
-        s = rng.integers(0, 60, n)
-        d = rng.integers(0, 25, n)
-        d[rng.random(n) < 0.1] = 0  # zero-length intervals
-        g = rng.integers(0, 3, n)
-        order = np.lexsort((-d, s, g))
-        want = nest_parents_loop(s, s + d, order, g, closed_at_end)
-        assert np.array_equal(nest_parents(s, s + d, order, g, closed_at_end), want)
+        s, d = _random_intervals(rng, 250, 60, 25)
+        g = rng.integers(0, 3, len(s))
+        _assert_as_the_loop(s, s + d, np.lexsort((-d, s, g)), g, closed_at_end)
 
 
 def test_deep_proper_nesting_and_long_sibling_runs():
@@ -66,9 +76,7 @@ def test_long_top_level_runs_and_extreme_times_match_the_loop(closed_at_end):
             s = base + np.sort(rng.integers(0, 20 * n, n))  # sparse: mostly top level, some nesting
             d = rng.integers(0, 40, n)
             g = rng.integers(0, 2, n)
-            order = np.lexsort((-d, s, g))
-            want = nest_parents_loop(s, s + d, order, g, closed_at_end)
-            assert np.array_equal(nest_parents(s, s + d, order, g, closed_at_end), want)
+            _assert_as_the_loop(s, s + d, np.lexsort((-d, s, g)), g, closed_at_end)
 
 
 @pytest.mark.parametrize("closed_at_end", [False, True])
@@ -120,15 +128,9 @@ def test_one_group_in_order_equals_the_loop(closed_at_end):
     """No groups, rows already in order (read in place; the top level from the ends' running max)."""
     rng = np.random.default_rng(29)
     for _ in range(300):
-        n = int(rng.integers(1, 200))
-        s = rng.integers(0, 80, n)
-        d = rng.integers(0, 30, n)
-        d[rng.random(n) < 0.1] = 0
+        s, d = _random_intervals(rng, 200, 80, 30)
         o = np.lexsort((-d, s))
-        s, e = s[o], (s + d)[o]
-        assert np.array_equal(
-            nest_parents(s, e, closed_at_end=closed_at_end), nest_parents_loop(s, e, closed_at_end=closed_at_end)
-        )
+        _assert_as_the_loop(s[o], (s + d)[o], closed_at_end=closed_at_end)
 
 
 @pytest.mark.parametrize("closed_at_end", [False, True])
@@ -144,11 +146,6 @@ def test_jumps_in_small_pieces_equal_the_loop(monkeypatch, closed_at_end):
         s = rng.integers(0, 60, n)
         d = rng.integers(0, 40 if trial % 2 else 8, n)
         g = rng.integers(0, 3, n)
-        order = np.lexsort((-d, s, g))
-        want = nest_parents_loop(s, s + d, order, g, closed_at_end)
-        assert np.array_equal(nest_parents(s, s + d, order, g, closed_at_end), want)
+        _assert_as_the_loop(s, s + d, np.lexsort((-d, s, g)), g, closed_at_end)
         o = np.lexsort((-d, s))
-        s1, e1 = s[o], (s + d)[o]
-        assert np.array_equal(
-            nest_parents(s1, e1, closed_at_end=closed_at_end), nest_parents_loop(s1, e1, closed_at_end=closed_at_end)
-        )
+        _assert_as_the_loop(s[o], (s + d)[o], closed_at_end=closed_at_end)

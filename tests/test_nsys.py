@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import DATA
+from tests.conftest import DATA, edited_sqlite
 from trainscope.analyzers.findings.base import AXES
 from trainscope.analyzers.trace.analysis import analyze_set, analyze_trace
 from trainscope.analyzers.trace.range_steps import StepRangeError
@@ -280,20 +280,10 @@ def test_pageable_copy_finding_counts_match_sql():
     assert any(r.id == "pin-memory" for r in a.recommendations) or a.verdict.axis == "insufficient_evidence"
 
 
-def _edited(export, path, *statements: str):
-    """``path``: a copy of ``export`` (a new database where None) with ``statements`` run on it."""
-    if export is not None:
-        shutil.copy(export, path)
-    con = sqlite3.connect(path)
-    for statement in statements:
-        con.execute(statement)
-    con.commit()
-    con.close()
-    return path
-
-
 def test_step_like_ranges_and_step_range_option(tmp_path):
-    f = _edited(TRAIN, tmp_path / "renamed.sqlite", "UPDATE NVTX_EVENTS SET text = 'train_step' WHERE text = 'profile'")
+    f = edited_sqlite(
+        TRAIN, tmp_path / "renamed.sqlite", "UPDATE NVTX_EVENTS SET text = 'train_step' WHERE text = 'profile'"
+    )
     (t,) = open_traces(str(f)).traces
     a = analyze_trace(t)
     assert a.segmentation.method == "annotation_range" and a.segmentation.steps[0].label == "train_step"
@@ -382,7 +372,7 @@ def test_bad_exports_fail_with_one_line(tmp_path, capsys):
     code, _, err = _cli(capsys, text)
     assert code == 2 and "not an SQLite database" in _one_line(err)
 
-    other = _edited(None, tmp_path / "other.sqlite", "CREATE TABLE users (id INTEGER, name TEXT)")
+    other = edited_sqlite(None, tmp_path / "other.sqlite", "CREATE TABLE users (id INTEGER, name TEXT)")
     code, _, err = _cli(capsys, other)
     assert code == 2 and "not an Nsight Systems export" in _one_line(err)
 
@@ -390,13 +380,13 @@ def test_bad_exports_fail_with_one_line(tmp_path, capsys):
     # tests/test_steady_cases.py)
     gone = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_RUNTIME")
     gone += ("NVTX_EVENTS", "COMPOSITE_EVENTS")
-    empty = _edited(SAXPY_2022, tmp_path / "empty.sqlite", *(f"DROP TABLE {table}" for table in gone))
+    empty = edited_sqlite(SAXPY_2022, tmp_path / "empty.sqlite", *(f"DROP TABLE {table}" for table in gone))
     code, _, err = _cli(capsys, empty)
     line = _one_line(err)
     assert code == 2 and "holds nothing to analyze" in line and "--trace=cuda,nvtx,osrt" in line
     # copies without kernels (a recording that ended before the first kernel, or a copy-only job)
     # are GPU work: the export is analyzed on them (issue 36)
-    copies_only = _edited(SAXPY_2022, tmp_path / "copies_only.sqlite", "DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    copies_only = edited_sqlite(SAXPY_2022, tmp_path / "copies_only.sqlite", "DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
     code, out, err = _cli(capsys, copies_only)
     assert code == 0 and "VERDICT" in out
 

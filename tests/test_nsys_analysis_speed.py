@@ -64,66 +64,56 @@ def _table(rng, n: int, sort: bool):
 
 def test_ops_in_windows_counts_as_the_pass_per_window():
     for seed in range(40):
-        _ops_case(seed)
-
-
-def _ops_case(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    trace = SimpleNamespace(
-        kernels=_table(rng, int(rng.integers(0, 300)), seed % 2 == 0),
-        copies=_table(rng, int(rng.integers(0, 30)), False),
-        memsets=_table(rng, int(rng.integers(0, 5)), True),
-    )
-    lo = rng.integers(-100, 10_100, int(rng.integers(0, 12)))
-    hi = lo + rng.integers(-50, 3_000, len(lo))  # empty, inverted and overlapping windows too
-    windows = [(int(a), int(b)) for a, b in zip(lo, hi)]
-    assert one_off._ops_in_windows(trace, windows) == sum(_old_ops_in(trace, a, b) for a, b in windows)
-    for a, b in windows:
-        assert one_off._ops_in(trace, a, b) == _old_ops_in(trace, a, b)
+        rng = np.random.default_rng(seed)
+        trace = SimpleNamespace(
+            kernels=_table(rng, int(rng.integers(0, 300)), seed % 2 == 0),
+            copies=_table(rng, int(rng.integers(0, 30)), False),
+            memsets=_table(rng, int(rng.integers(0, 5)), True),
+        )
+        lo = rng.integers(-100, 10_100, int(rng.integers(0, 12)))
+        hi = lo + rng.integers(-50, 3_000, len(lo))  # empty, inverted and overlapping windows too
+        windows = [(int(a), int(b)) for a, b in zip(lo, hi)]
+        assert one_off._ops_in_windows(trace, windows) == sum(_old_ops_in(trace, a, b) for a, b in windows)
+        for a, b in windows:
+            assert one_off._ops_in(trace, a, b) == _old_ops_in(trace, a, b)
 
 
 def test_steady_mix_decides_as_before():
     for seed in range(60):
-        _mix_case(seed)
-
-
-def _mix_case(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    n_k = int(rng.integers(1, 400))
-    n_steps = int(rng.integers(1, 9))
-    k = SimpleNamespace(
-        name=rng.integers(0, int(rng.integers(1, 12)), n_k).astype(np.int32),
-        dur=rng.integers(1, 1000, n_k).astype(np.int64),
-    )
-    kstep = rng.integers(-1, n_steps, n_k).astype(np.int64)  # −1: in no step
-    first = int(rng.integers(0, n_steps))
-    for share in (0.0, 0.5, 0.9, 1.0):
-        assert one_off._steady_mix(k, kstep, first, n_steps, share) == _old_steady_mix(k, kstep, first, n_steps, share)
+        rng = np.random.default_rng(seed)
+        n_k = int(rng.integers(1, 400))
+        n_steps = int(rng.integers(1, 9))
+        k = SimpleNamespace(
+            name=rng.integers(0, int(rng.integers(1, 12)), n_k).astype(np.int32),
+            dur=rng.integers(1, 1000, n_k).astype(np.int64),
+        )
+        kstep = rng.integers(-1, n_steps, n_k).astype(np.int64)  # −1: in no step
+        first = int(rng.integers(0, n_steps))
+        for share in (0.0, 0.5, 0.9, 1.0):
+            assert one_off._steady_mix(k, kstep, first, n_steps, share) == _old_steady_mix(
+                k, kstep, first, n_steps, share
+            )
 
 
 def test_first_calls_as_before():
     for seed in range(60):
-        _first_case(seed)
-
-
-def _first_case(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(0, 500))
-    names = rng.integers(0, int(rng.integers(1, 40)), n).astype(np.int32)
-    ts = rng.integers(0, 5000, n).astype(np.int64)
-    if seed % 3 == 0:
-        ts = np.sort(ts)  # a table's rows in time order
-    elif seed % 3 == 1 and n > 4:  # unsorted, but the candidates in time order
-        ts = np.sort(ts)
-        ts[0], ts[-1] = ts[-1], ts[0]
-    dur = rng.integers(0, 2000, n).astype(np.int64)
-    cand = rng.random(n) < 0.8
-    if seed % 3 == 1 and n > 4:
-        cand[0] = cand[-1] = False
-    for min_ns, ratio in ((0.0, 1.0), (500.0, 2.0), (1500.0, 1.5)):
-        assert one_off._first_calls(names, ts, dur, cand, min_ns, ratio) == _old_first_calls(
-            names, ts, dur, cand, min_ns, ratio
-        )
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(0, 500))
+        names = rng.integers(0, int(rng.integers(1, 40)), n).astype(np.int32)
+        ts = rng.integers(0, 5000, n).astype(np.int64)
+        if seed % 3 == 0:
+            ts = np.sort(ts)  # a table's rows in time order
+        elif seed % 3 == 1 and n > 4:  # unsorted, but the candidates in time order
+            ts = np.sort(ts)
+            ts[0], ts[-1] = ts[-1], ts[0]
+        dur = rng.integers(0, 2000, n).astype(np.int64)
+        cand = rng.random(n) < 0.8
+        if seed % 3 == 1 and n > 4:
+            cand[0] = cand[-1] = False
+        for min_ns, ratio in ((0.0, 1.0), (500.0, 2.0), (1500.0, 1.5)):
+            assert one_off._first_calls(names, ts, dur, cand, min_ns, ratio) == _old_first_calls(
+                names, ts, dur, cand, min_ns, ratio
+            )
 
 
 def _old_launch_rows(r_corr, w_corr):
@@ -144,16 +134,12 @@ def test_launch_rows_as_before():
     from trainscope.analyzers.trace.module_tree import _launch_rows
 
     for seed in range(40):
-        _launch_case(seed, _launch_rows)
-
-
-def _launch_case(seed: int, _launch_rows) -> None:
-    rng = np.random.default_rng(seed)
-    r_corr = rng.integers(-2, 60, int(rng.integers(0, 80))).astype(np.int64)  # −: no id; repeats
-    if seed % 2:
-        r_corr = np.sort(r_corr)  # a runtime table's ids, in order
-    w_corr = rng.integers(-2, 70, int(rng.integers(0, 80))).astype(np.int64)
-    assert np.array_equal(_launch_rows(r_corr, w_corr), _old_launch_rows(r_corr, w_corr))
+        rng = np.random.default_rng(seed)
+        r_corr = rng.integers(-2, 60, int(rng.integers(0, 80))).astype(np.int64)  # −: no id; repeats
+        if seed % 2:
+            r_corr = np.sort(r_corr)  # a runtime table's ids, in order
+        w_corr = rng.integers(-2, 70, int(rng.integers(0, 80))).astype(np.int64)
+        assert np.array_equal(_launch_rows(r_corr, w_corr), _old_launch_rows(r_corr, w_corr))
 
 
 def _old_overlap_per_window(iv_, win_s, win_e):

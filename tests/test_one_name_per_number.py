@@ -50,6 +50,10 @@ _SINK_VS_FINDING = (
 _TITLE = (
     "equal by definition: the verdict's summary opens with its finding's title and stake, which the evidence restates"
 )
+_TITLE_VS_FINDING = (
+    "equal by definition: the verdict's summary opens with its finding's title and stake, which the finding's "
+    "evidence restates"
+)
 ALIASES: dict[frozenset[str], str] = {
     frozenset(("communication not overlapped with compute", "communication with no compute running")): _SINK_VS_FINDING,
     frozenset(
@@ -64,14 +68,10 @@ ALIASES: dict[frozenset[str], str] = {
     frozenset(
         ("launch/cpu overhead gpu idle while the host issues work", "gpu idle while the host launches/computes")
     ): _SINK_VS_FINDING,
-    frozenset(("training waits on the input pipeline", "gpu idle while waiting for data")): (
-        "equal by definition: the verdict's summary opens with its finding's title and stake, which the finding's "
-        "evidence restates"
-    ),
-    frozenset(("all to all exchange not overlapped with compute", "communication with no compute running")): (
-        "equal by definition: the verdict's summary opens with its finding's title and stake, which the finding's "
-        "evidence restates"
-    ),
+    frozenset(("training waits on the input pipeline", "gpu idle while waiting for data")): _TITLE_VS_FINDING,
+    frozenset(
+        ("all to all exchange not overlapped with compute", "communication with no compute running")
+    ): _TITLE_VS_FINDING,
     frozenset(
         ("training waits on the input pipeline", "input pipeline gpu idle while the host loads or preprocesses data")
     ): _TITLE,

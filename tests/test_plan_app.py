@@ -13,32 +13,15 @@ import pytest
 
 textual = pytest.importorskip("textual")
 
-from tests.test_ledger import WALKTHROUGH  # noqa: E402
+from tests.test_ledger import WALKTHROUGH, WALKTHROUGH_FLAGS  # noqa: E402
 from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY, gpu_memory  # noqa: E402
 from trainscope.analyzers.plan.ledger import GB, PlanConfig, fit, fit_options, ledger  # noqa: E402
 from trainscope.tui.plan_app import KEYS, HelpScreen, PlanApp  # noqa: E402
 from trainscope.tui.plan_view import ITEM_STYLE  # noqa: E402
 
 V100 = gpu_memory("v100-32")
-# The walkthrough (tests/test_ledger.py) on the command line.
-WALKTHROUGH_FLAGS = [
-    "--params",
-    "1.5B",
-    "--seq",
-    "1024",
-    "--precision",
-    "fp32",
-    "--batch",
-    "32",
-    "--activations-gb",
-    "65",
-    "--activations-batch",
-    "32",
-    "--activations-precision",
-    "fp32",
-    "--gpu",
-    "v100-32",
-]
+# The walkthrough (tests/test_ledger.py) on the command line, whole.
+WALKTHROUGH_ARGS = [*WALKTHROUGH_FLAGS, "--seq", "1024", "--activations-batch", "32"]
 GPT2_XL_SHAPE = PlanConfig(layers=48, hidden=1600, heads=25, vocab=50257, seq=1024, batch=8)
 
 
@@ -209,7 +192,7 @@ def test_export_equals_plan_format_markdown_for_the_current_config(tmp_path):
             "-m",
             "trainscope",
             "plan",
-            *WALKTHROUGH_FLAGS,  # then what the keys changed (a flag given twice: the last one holds)
+            *WALKTHROUGH_ARGS,  # then what the keys changed (a flag given twice: the last one holds)
             "--precision",
             "mixed",
             "--checkpoint",
@@ -325,7 +308,7 @@ def test_plan_opens_the_app_only_for_a_terminal_without_format(monkeypatch):
     monkeypatch.setenv("TERM", "xterm-256color")
     parser = build_parser()
     for extra, opens in (([], True), (["--no-tui"], False), (["--format", "json"], False)):
-        args = parser.parse_args(["plan", *WALKTHROUGH_FLAGS, *extra])
+        args = parser.parse_args(["plan", *WALKTHROUGH_ARGS, *extra])
         before = len(opened)
         assert args.run(args) == 0
         assert (len(opened) > before) == opens, extra

@@ -7,22 +7,9 @@ import subprocess
 import sys
 
 from tests.conftest import DATA, KINETO
+from tests.test_ledger import WALKTHROUGH_FLAGS as WALKTHROUGH
 
 SNAPSHOT = str(DATA / "memory" / "mem_cs336_nothanmin_trainstep.pickle.gz")
-WALKTHROUGH = [
-    "--params",
-    "1.5B",
-    "--precision",
-    "fp32",
-    "--batch",
-    "32",
-    "--activations-gb",
-    "65",
-    "--activations-precision",
-    "fp32",
-    "--gpu",
-    "v100-32",
-]
 
 
 def run(*args):

@@ -14,7 +14,7 @@ import pickle
 import numpy as np
 import pytest
 
-from tests.conftest import GLOO_DELAY_MS, KINETO, dlrm_rank_dir
+from tests.conftest import GLOO_DELAY_MS, KINETO, dlrm_rank_dir, dlrm_step_kernels
 from trainscope.analyzers.ranks.alignment import align_ranks, ranks_view, summarize
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.api.executor import MapOptions, map_ranks, rank_files, run_rank_set
@@ -61,17 +61,12 @@ def test_dlrm_rank1_arrives_last_and_rank0_waits(dlrm):
     # 156 ms" counted fbgemm kernels as GEMMs); by hand from the raw events inside the two steps
     emb = []
     for rank in (0, 1):
-        with gzip.open(DLRM / f"rank{rank}.json.gz") as f:
-            ev = json.load(f)["traceEvents"]
-        st = [e for e in ev if e.get("name", "").startswith("ProfilerStep#")]
-        lo, hi = min(e["ts"] for e in st), max(e["ts"] + e["dur"] for e in st)
+        kernels, _ = dlrm_step_kernels(rank)
         emb.append(
             sum(
                 e["dur"]
-                for e in ev
-                if e.get("cat") == "kernel"
-                and lo <= e["ts"] < hi
-                and (
+                for e in kernels
+                if (
                     "embedding" in e["name"]
                     or "fbgemm_gpu::" in e["name"]
                     or "bounds_check_indices" in e["name"]

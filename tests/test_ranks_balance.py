@@ -18,7 +18,7 @@ import json
 
 import pytest
 
-from tests.conftest import DATA, KINETO, dlrm_rank_dir
+from tests.conftest import DATA, KINETO, dlrm_rank_dir, dlrm_step_kernels
 from trainscope.analyzers.findings.ranks import NOT_WORK_TITLE
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import rejudged
@@ -54,12 +54,8 @@ def test_dlrm_extra_work_is_the_kernel_time_outside_collectives():
     """The straggler's extra work, from the raw events: kernel time in the steps less NCCL kernels."""
     work = []
     for r in (0, 1):
-        with gzip.open(DLRM / f"rank{r}.json.gz") as f:
-            ev = json.load(f)["traceEvents"]
-        st = [e for e in ev if e.get("name", "").startswith("ProfilerStep#")]
-        lo, hi = min(e["ts"] for e in st), max(e["ts"] + e["dur"] for e in st)
-        kernels = [e for e in ev if e.get("cat") == "kernel" and lo <= e["ts"] < hi]
-        work.append(sum(e["dur"] for e in kernels if "nccl" not in e["name"].lower()) / 1e3 / len(st))
+        kernels, steps = dlrm_step_kernels(r)
+        work.append(sum(e["dur"] for e in kernels if "nccl" not in e["name"].lower()) / 1e3 / steps)
     assert work == pytest.approx([105.16, 135.987], abs=0.01)
     report = analyze(str(DLRM), jobs=1)
     imb = report.story.imbalance

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import shutil
 import sqlite3
 
 import pytest
 
-from tests.conftest import DATA
+from tests.conftest import DATA, edited_sqlite
 from trainscope.analyzers.findings.labels import score, verdict_class
 
 STEADY = DATA / "labeled" / "steady"
@@ -56,14 +55,7 @@ TRAIN = DATA / "nsys" / "cs336_small_train_step_a100.sqlite"
 
 def _derived(tmp_path, name: str, *sql: str):
     """A copy of the bundled cs336 train-step export changed by ``sql``."""
-    path = tmp_path / name
-    shutil.copy(TRAIN, path)
-    con = sqlite3.connect(path)
-    for q in sql:
-        con.execute(q)
-    con.commit()
-    con.close()
-    return path
+    return edited_sqlite(TRAIN, tmp_path / name, *sql)
 
 
 def test_no_cuda_rows_although_cuda_tracing_was_on_says_why():
@@ -144,12 +136,8 @@ def test_cuda_on_with_nothing_captured_breaks_down_the_os_runtime_calls(tmp_path
 
 def test_an_export_of_copies_without_a_kernel_table_is_analyzed_on_its_copies(tmp_path):
     """Before: exit 2 ('holds no CUDA kernels (no CUPTI_ACTIVITY_KIND_KERNEL table)')."""
-    path = tmp_path / "copies.sqlite"
-    shutil.copy(DATA / "nsys" / "pipit_saxpy_a100_nsys2022.sqlite", path)
-    con = sqlite3.connect(path)
-    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
-    con.commit()
-    con.close()
+    saxpy = DATA / "nsys" / "pipit_saxpy_a100_nsys2022.sqlite"
+    path = edited_sqlite(saxpy, tmp_path / "copies.sqlite", "DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
     from trainscope.collectors import open_traces
 
     (t,) = open_traces(str(path)).traces

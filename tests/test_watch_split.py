@@ -15,6 +15,7 @@ loaded 2-core machine), so the job's data share is compared with watch's data wa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -22,6 +23,7 @@ import time
 
 import pytest
 
+from tests.conftest import quiet_cpu_trainer
 from tests.test_watch_job import JOB, watch_job
 from tests.watching import TORCHRUN_2, run_with_short_tmpdir, watch_argv
 from trainscope.analyzers.live.engine import LiveAnalyzer, evaluate
@@ -166,6 +168,47 @@ def _wait(ms: float) -> None:
         pass
 
 
+@pytest.fixture
+def parts(hooked):
+    """``hooked`` with the part hooks (forward, backward, optimizer, copies) installed."""
+    torch, stream, sent = hooked
+    assert step_hook._install_parts(stream)
+    return hooked
+
+
+def _slow_sgd(torch, params, ms: float):
+    """An SGD whose step takes ``ms`` more after its own update."""
+
+    class Opt(torch.optim.SGD):
+        def step(self, closure=None):
+            out = super().step(closure)
+            _wait(ms)
+            return out
+
+    return Opt(params, lr=0.1)
+
+
+@contextlib.contextmanager
+def _loader_hooked(stream):
+    """DataLoader iterators wrapped as the injected hook wraps them, reporting to ``stream``; put back after."""
+    module = sys.modules["torch.utils.data.dataloader"]
+    saved = module._BaseDataLoaderIter.__next__
+    old_state, step_hook._state = step_hook._state, stream
+    step_hook._wrap_iterator_class(module)
+    try:
+        yield
+    finally:
+        module._BaseDataLoaderIter.__next__ = saved
+        step_hook._state = old_state
+
+
+def _step_totals(stream, sent: list[dict]) -> dict[str, int]:
+    """The ``steps`` datagrams, flushed, summed field by field: n and the ns of each part."""
+    stream.flush()
+    msgs = [m for m in sent if m.get("type") == "steps"]
+    return {k: sum(m[k] for m in msgs) for k in ("n", "wait_ns", "step_ns", "fwd_ns", "bwd_ns", "opt_ns", "h2d_ns")}
+
+
 def _iterate(stream, sent: list[dict], body, n: int = 5, data_ms: float = 0.0) -> dict:
     """``n`` iterations with ``body`` between DataLoader-like boundaries; the flushed totals per iteration (ms)."""
     clock = time.monotonic_ns
@@ -175,17 +218,14 @@ def _iterate(stream, sent: list[dict], body, n: int = 5, data_ms: float = 0.0) -
         _wait(data_ms)
         stream.on_next(start, clock())
         body()
-    stream.flush()
-    msgs = [m for m in sent if m.get("type") == "steps"]
-    tot = {k: sum(m[k] for m in msgs) for k in ("n", "wait_ns", "step_ns", "fwd_ns", "bwd_ns", "opt_ns", "h2d_ns")}
+    tot = _step_totals(stream, sent)
     k = tot.pop("n")
     assert k == n
     return {key[:-3]: v / k / 1e6 for key, v in tot.items()}
 
 
-def test_forward_backward_and_optimizer_are_timed_apart(hooked):
-    torch, stream, sent = hooked
-    assert step_hook._install_parts(stream)
+def test_forward_backward_and_optimizer_are_timed_apart(parts):
+    torch, stream, sent = parts
 
     class Slow(torch.autograd.Function):
         @staticmethod
@@ -206,14 +246,8 @@ def test_forward_backward_and_optimizer_are_timed_apart(hooked):
             _wait(8)
             return Slow.apply(self.inner(x))
 
-    class Opt(torch.optim.SGD):
-        def step(self, closure=None):
-            out = super().step(closure)
-            _wait(6)
-            return out
-
     model = Model()
-    opt = Opt(model.parameters(), lr=0.1)
+    opt = _slow_sgd(torch, model.parameters(), 6)
 
     def body():
         opt.zero_grad()
@@ -228,10 +262,9 @@ def test_forward_backward_and_optimizer_are_timed_apart(hooked):
     assert ms["step"] >= ms["wait"] + ms["fwd"] + ms["bwd"] + ms["opt"] + 3, ms
 
 
-def test_a_closure_inside_the_optimizer_step_is_forward_and_backward(hooked):
+def test_a_closure_inside_the_optimizer_step_is_forward_and_backward(parts):
     # Lightning's automatic optimization and LBFGS run forward and backward inside Optimizer.step.
-    torch, stream, sent = hooked
-    step_hook._install_parts(stream)
+    torch, stream, sent = parts
 
     class Model(torch.nn.Linear):
         def forward(self, x):
@@ -239,14 +272,7 @@ def test_a_closure_inside_the_optimizer_step_is_forward_and_backward(hooked):
             return super().forward(x)
 
     model = Model(4, 1)
-
-    class Opt(torch.optim.SGD):
-        def step(self, closure=None):
-            out = super().step(closure)
-            _wait(4)
-            return out
-
-    opt = Opt(model.parameters(), lr=0.1)
+    opt = _slow_sgd(torch, model.parameters(), 4)
 
     def closure():
         opt.zero_grad()
@@ -262,9 +288,8 @@ def test_a_closure_inside_the_optimizer_step_is_forward_and_backward(hooked):
     assert ms["step"] >= ms["fwd"] + ms["bwd"] + ms["opt"], ms
 
 
-def test_modules_inside_backward_or_the_data_loader_are_not_forward(hooked):
-    torch, stream, sent = hooked
-    step_hook._install_parts(stream)
+def test_modules_inside_backward_or_the_data_loader_are_not_forward(parts):
+    torch, stream, sent = parts
     from torch.utils.checkpoint import checkpoint
 
     class Block(torch.nn.Module):
@@ -283,9 +308,7 @@ def test_modules_inside_backward_or_the_data_loader_are_not_forward(hooked):
         stream.on_next(start, clock())
         x = torch.randn(3, requires_grad=True)
         checkpoint(block, x, use_reentrant=False).sum().backward()  # the block runs again inside backward
-    stream.flush()
-    msgs = [m for m in sent if m.get("type") == "steps"]
-    m = {k: sum(x[k] for x in msgs) for k in ("n", "wait_ns", "step_ns", "fwd_ns", "bwd_ns")}
+    m = _step_totals(stream, sent)
     n = m["n"]
     # The block runs twice per step, 5 ms each: once in forward, once recomputed inside backward
     # (backward's); the transform is data time. Disjoint: the three fit in the step.
@@ -502,15 +525,10 @@ def test_the_dashboard_shows_the_split_in_its_steps_panel():
 # -- the training frameworks: the same entry points ---------------------------------------------------
 
 
-def test_lightning_steps_are_split(hooked):
+def test_lightning_steps_are_split(parts):
     L = pytest.importorskip("lightning.pytorch", reason="PyTorch Lightning is not installed (pip install lightning)")
-    torch, stream, sent = hooked
-    step_hook._install_parts(stream)
-    module = sys.modules["torch.utils.data.dataloader"]
-    saved = module._BaseDataLoaderIter.__next__
-    old_state, step_hook._state = step_hook._state, stream
-    step_hook._wrap_iterator_class(module)
-    try:
+    torch, stream, sent = parts
+    with _loader_hooked(stream):
 
         class Model(L.LightningModule):
             def __init__(self):
@@ -529,35 +547,19 @@ def test_lightning_steps_are_split(hooked):
                 return torch.optim.SGD(self.parameters(), lr=0.1)
 
         data = torch.utils.data.TensorDataset(torch.randn(256, 16), torch.randn(256, 1))
-        L.Trainer(
-            max_steps=20,
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-        ).fit(Model(), torch.utils.data.DataLoader(data, batch_size=8))
-    finally:
-        module._BaseDataLoaderIter.__next__ = saved
-        step_hook._state = old_state
-    stream.flush()
-    msgs = [m for m in sent if m.get("type") == "steps"]
-    n = sum(m["n"] for m in msgs)
+        quiet_cpu_trainer(L, max_steps=20).fit(Model(), torch.utils.data.DataLoader(data, batch_size=8))
+    m = _step_totals(stream, sent)
+    n = m["n"]
     assert n >= 15
-    fwd, bwd, opt = (sum(m[k] for m in msgs) / n / 1e6 for k in ("fwd_ns", "bwd_ns", "opt_ns"))
+    fwd, bwd, opt = (m[k] / n / 1e6 for k in ("fwd_ns", "bwd_ns", "opt_ns"))
     # The forward runs inside the optimizer step's closure (automatic optimization): still forward.
     assert fwd >= 4 and bwd > 0 and opt > 0, (fwd, bwd, opt)
 
 
-def test_hf_trainer_steps_are_split(hooked, tmp_path):
+def test_hf_trainer_steps_are_split(parts, tmp_path):
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     pytest.importorskip("accelerate", reason="accelerate is not installed")
-    torch, stream, sent = hooked
-    step_hook._install_parts(stream)
-    module = sys.modules["torch.utils.data.dataloader"]
-    saved = module._BaseDataLoaderIter.__next__
-    old_state, step_hook._state = step_hook._state, stream
-    step_hook._wrap_iterator_class(module)
+    torch, stream, sent = parts
 
     class Model(torch.nn.Module):
         def __init__(self):
@@ -576,7 +578,7 @@ def test_hf_trainer_steps_are_split(hooked, tmp_path):
         def __getitem__(self, i):
             return {"x": torch.randn(16), "labels": torch.randn(1)}
 
-    try:
+    with _loader_hooked(stream):
         args = transformers.TrainingArguments(
             output_dir=str(tmp_path / "out"),
             max_steps=20,
@@ -589,18 +591,14 @@ def test_hf_trainer_steps_are_split(hooked, tmp_path):
             disable_tqdm=True,
         )
         transformers.Trainer(model=Model(), args=args, train_dataset=Data()).train()
-    finally:
-        module._BaseDataLoaderIter.__next__ = saved
-        step_hook._state = old_state
-    stream.flush()
-    msgs = [m for m in sent if m.get("type") == "steps"]
-    n = sum(m["n"] for m in msgs)
+    m = _step_totals(stream, sent)
+    n = m["n"]
     assert n >= 15
-    fwd, bwd, opt = (sum(m[k] for m in msgs) / 1e6 for k in ("fwd_ns", "bwd_ns", "opt_ns"))
+    fwd, bwd, opt = (m[k] / 1e6 for k in ("fwd_ns", "bwd_ns", "opt_ns"))
     # accelerate's DataLoaderShard fetches one batch ahead, so the first measured iteration is two
     # back-to-back fetches with no forward in it: n - 1 iterations hold a forward that busy-waits
     # >= 4 ms each. The mean over all n was 19/20 of a forward, under 4 ms on a fast idle machine.
     assert fwd >= 4 * (n - 1), (n, fwd)
-    step = sum(m["step_ns"] for m in msgs) / 1e6
+    step = m["step_ns"] / 1e6
     assert fwd + bwd + opt <= step, (fwd, bwd, opt, step)  # the parts never overlap: inside the iterations
     assert bwd > 0 and opt > 0, (bwd, opt)
