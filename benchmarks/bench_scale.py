@@ -198,6 +198,24 @@ def build_nsys(source: pathlib.Path, target_bytes: int, out: pathlib.Path) -> in
     return copies
 
 
+def scale_trace(args, where: pathlib.Path, gb: float) -> pathlib.Path:
+    """The ``gb`` GB Kineto trace repeated from ``args.source`` in ``where``, built once and kept there."""
+    path = where / f"scale_{gb:g}GB.json"
+    if not path.exists():
+        copies, n = build_trace(pathlib.Path(args.source), int(gb * 1e9), path)
+        print(f"built {path.name}: {copies} copies, {n / 1e6:,.0f} MB", flush=True)
+    return path
+
+
+def scale_export(where: pathlib.Path, gb: float) -> pathlib.Path:
+    """The ``gb`` GB Nsight export repeated from the bundled one in ``where``, built once and kept there."""
+    path = where / f"scale_{gb:g}GB.sqlite"
+    if not path.exists():
+        build_nsys(NSYS_SOURCE, int(gb * 1e9), path)
+        print(f"built {path.name}", flush=True)
+    return path
+
+
 def _run(cmd: list[str], cwd: str | None = None) -> tuple[float, float, str, float]:
     """(wall seconds, peak RSS MiB, stdout, CPU seconds) of one child run, measured by a wrapper process."""
     wrapper = (
@@ -332,14 +350,7 @@ def run_nsys_pairs(args, where: pathlib.Path) -> None:
     import statistics
 
     gb = float(args.sizes.split(",")[0])
-    k_path = where / f"scale_{gb:g}GB.json"
-    if not k_path.exists():
-        copies, n = build_trace(pathlib.Path(args.source), int(gb * 1e9), k_path)
-        print(f"built {k_path.name}: {copies} copies, {n / 1e6:,.0f} MB", flush=True)
-    n_path = where / f"scale_{gb:g}GB.sqlite"
-    if not n_path.exists():
-        build_nsys(NSYS_SOURCE, int(gb * 1e9), n_path)
-        print(f"built {n_path.name}", flush=True)
+    k_path, n_path = scale_trace(args, where, gb), scale_export(where, gb)
     conditions = [0] + ([args.memory_stream] if args.memory_stream else [])
     rows, summary = [], []
     for streams in conditions:
@@ -418,20 +429,14 @@ def run_all(args, where: pathlib.Path) -> None:
         print(rows[-1], flush=True)
 
     for gb in [float(s) for s in args.sizes.split(",") if s.strip()]:
-        path = where / f"scale_{gb:g}GB.json"
-        if not path.exists():
-            copies, n = build_trace(pathlib.Path(args.source), int(gb * 1e9), path)
-            print(f"built {path.name}: {copies} copies, {n / 1e6:,.0f} MB", flush=True)
+        path = scale_trace(args, where, gb)
         gz = where / f"scale_{gb:g}GB.json.gz"
         if not gz.exists():
             import shutil
 
             with open(path, "rb") as f, gzip_ng.open(gz, "wb", compresslevel=1) as g:
                 shutil.copyfileobj(f, g, 1 << 24)
-        db = where / f"scale_{gb:g}GB.sqlite"
-        if not db.exists():
-            build_nsys(NSYS_SOURCE, int(gb * 1e9), db)
-            print(f"built {db.name}", flush=True)
+        db = scale_export(where, gb)
         mb = path.stat().st_size / 1e6
         floor, fw, frss, fcpu = _child_seconds(SIMDJSON_PARSE, str(path))
         row(f"simdjson parse, {mb:,.0f} MB JSON (floor)", floor, fcpu, frss, "—")
@@ -582,13 +587,7 @@ def run_peers(args, where: pathlib.Path) -> None:
     inputs = [pathlib.Path(f) for f in args.files]
     if not inputs and args.sizes_given:
         for gb in [float(s) for s in args.sizes.split(",") if s.strip()]:
-            k = where / f"scale_{gb:g}GB.json"
-            if not k.exists():
-                build_trace(pathlib.Path(args.source), int(gb * 1e9), k)
-            n = where / f"scale_{gb:g}GB.sqlite"
-            if not n.exists():
-                build_nsys(NSYS_SOURCE, int(gb * 1e9), n)
-            inputs += [k, n]
+            inputs += [scale_trace(args, where, gb), scale_export(where, gb)]
     if not inputs:
         inputs = [SOURCE, NSYS_SOURCE]
     exe = args.nsys_ai or shutil.which("nsys-ai")

@@ -141,6 +141,13 @@ def gzip_bomb(path: str, compressed_mb: int = 20) -> None:
             f.write(block)
 
 
+def mutant_done(n: int, mdir: str, every: int, total: int, counts: collections.Counter[str], t_start: float) -> None:
+    """Mutant ``n`` is judged: its directory goes, and every ``every`` mutants a line of the counts so far."""
+    shutil.rmtree(mdir, ignore_errors=True)
+    if (n + 1) % every == 0:
+        print(f"[{n + 1}/{total}] {dict(counts)} ({time.monotonic() - t_start:.0f} s)", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mutants", type=int, default=200)
@@ -207,9 +214,7 @@ def main() -> int:
                     )
                     (dest / "stderr.txt").write_text(err[-20000:])
                     print(f"#{n} {seed.fmt} {verdict}: {' '.join(argv)}: {err.strip()[-300:]!r}", flush=True)
-            shutil.rmtree(mdir, ignore_errors=True)
-            if (n + 1) % 100 == 0:
-                print(f"[{n + 1}/{args.mutants}] {dict(counts)} ({time.monotonic() - t_start:.0f} s)", flush=True)
+            mutant_done(n, mdir, 100, args.mutants, counts, t_start)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(
@@ -310,9 +315,7 @@ def semantic_main(args) -> int:
                 dest.mkdir(parents=True, exist_ok=True)
                 (dest / "what.txt").write_text(f"{seed.path.name}: {what}\n" + "\n".join(moved) + "\n")
                 print(f"#{n} {outcome}: {seed.path.name}: {what}: {'; '.join(moved)[:300]} ({dt:.1f} s)", flush=True)
-            shutil.rmtree(mdir, ignore_errors=True)
-            if (n + 1) % 25 == 0:
-                print(f"[{n + 1}/{args.mutants}] {dict(counts)} ({time.monotonic() - t_start:.0f} s)", flush=True)
+            mutant_done(n, mdir, 25, args.mutants, counts, t_start)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     took = time.monotonic() - t_start

@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Static
 
 from trainscope.analyzers.compare.diff import GateResult, RecommendationOutcome, Run, RunDiff, ShareChange
 from trainscope.analyzers.kernel_match import KernelChange
+from trainscope.analyzers.trace.breakdown import CATEGORIES
 from trainscope.reports.diff_document import verdict_headline
 from trainscope.reports.document import AXIS_NAMES, headline_word
 from trainscope.traces.safe_text import visible
@@ -270,17 +271,9 @@ SHORT_LABELS = {
     "idle_host_overhead": "idle: launch/CPU",
     "idle_other": "idle: other",
 }
-# A rise is bad for these (the GPU waits, or does work that is not compute).
-RISE_IS_BAD = {
-    "data_wait",
-    "communication",
-    "copy",
-    "memset",
-    "idle_data_wait",
-    "idle_sync",
-    "idle_host_overhead",
-    "idle_other",
-}
+# A rise is bad for every step-time category but compute (the GPU waits, or does work that is not
+# compute) and for the host's data wait.
+RISE_IS_BAD = {"data_wait", *(c for c in CATEGORIES if c != "compute")}
 BAR_COLORS = {"gpu_busy": "#2e9e44", "data_wait": "#e0443e", **{k: v[1] for k, v in GPU_STYLE.items()}}
 
 
@@ -463,7 +456,7 @@ def kernel_group(d: RunDiff, group: str) -> list[KernelChange]:
     return list(d.kernels) if group == "all" else d.kernels_by(group)
 
 
-class KernelDiffPane(SortedColumns, Vertical):
+class KernelDiffPane(SortedColumns[DiffColumn], Vertical):
     """Every matched group and appeared/disappeared kernel; g/-/n/d/a filter (x is an export in analyze, never a filter), s/r sort, details below."""
 
     sort_columns = DIFF_COLUMNS  # s / r / header click (tui/sorting.py)
@@ -509,17 +502,16 @@ class KernelDiffPane(SortedColumns, Vertical):
         d = self.diff
         if d is None:
             return
-        col = next(c for c in DIFF_COLUMNS if c.key == self.sort_column)
-        rows = kernel_group(d, self.group)
-        rows.sort(key=col.sort_key, reverse=self.descending)
+        rows = self.in_order(kernel_group(d, self.group), self.current_column().sort_key)
         self.shown = rows
         table = self.query_one(DataTable)
         table.clear(columns=True)
         name_w = self._name_width()
         self._shown_name_w = name_w
         for c in DIFF_COLUMNS:
-            mark = (" ▼" if self.descending else " ▲") if c.key == self.sort_column else ""
-            table.add_column(c.label + mark, key=c.key, width=name_w if c.key == "kernel" else None)
+            table.add_column(
+                c.label + self.sort_mark(c.key, " "), key=c.key, width=name_w if c.key == "kernel" else None
+            )
         for i, k in enumerate(rows):
             tag, tag_style = MATCH_TAG[k.match]
             delta = k.delta_ms_per_step
@@ -542,7 +534,7 @@ class KernelDiffPane(SortedColumns, Vertical):
         self.query_one("#kd-groups", Static).update(groups)
         mc = d.match_counts()
         self.query_one("#kd-note", Static).update(
-            f"per step · sorted by {col.label}{' ▼' if self.descending else ' ▲'} · BEFORE names matched: "
+            f"per step · sorted by {self.current_column().label} {self.arrow} · BEFORE names matched: "
             f"{mc['exact']} exact, {mc['arch']} arch, {mc['family']} family · s: sort · r: reverse"
         )
         self._select(0 if rows else None)

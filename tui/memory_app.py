@@ -161,7 +161,7 @@ def filter_allocations(allocs: list[PeakAllocation], text: str) -> list[PeakAllo
     return out
 
 
-class PeakTable(SortedColumns, Vertical):
+class PeakTable(SortedColumns[Column], Vertical):
     """The allocations live at the peak: numbers first, the stack top as wide as what is left; the
     selected row's full stack in the pane below."""
 
@@ -221,9 +221,8 @@ class PeakTable(SortedColumns, Vertical):
         p = self.peak
         if p is None:
             return
-        col = next(c for c in COLUMNS if c.key == self.sort_column)
-        rows = filter_allocations(p.allocations, self.filter_text)
-        rows.sort(key=col.sort_key, reverse=self.descending)
+        col = self.current_column()
+        rows = self.in_order(filter_allocations(p.allocations, self.filter_text), col.sort_key)
         self.shown = rows[: self.MAX_ROWS]
         table = self.query_one(DataTable)
         if not table.columns:
@@ -231,8 +230,7 @@ class PeakTable(SortedColumns, Vertical):
             for c in COLUMNS:
                 table.add_column(c.label + " ▼", key=c.key, width=c.width or self._site_w)
         for c in COLUMNS:
-            mark = (" ▼" if self.descending else " ▲") if c.key == self.sort_column else ""
-            table.columns[ColumnKey(c.key)].label = Text(c.label + mark)
+            table.columns[ColumnKey(c.key)].label = Text(c.label + self.sort_mark(c.key, " "))
         table.clear()
         t0 = int(p.time_us[0]) if len(p.time_us) else 0
         for i, a in enumerate(self.shown):

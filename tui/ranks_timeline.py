@@ -17,7 +17,7 @@ from textual.widget import Widget
 from trainscope.analyzers.views.timeline import TimelineModel
 from trainscope.traces.safe_text import visible
 from trainscope.tui.palette import GPU_STYLE
-from trainscope.tui.timeline import GUTTER, axis_labels, window_label
+from trainscope.tui.timeline import GUTTER, axis_labels, window_bindings, window_label
 
 MAX_RANKS = 8  # lane groups drawn at once (the slowest first); the table lists every rank
 LATE = "bold red"
@@ -40,10 +40,7 @@ class RanksTimeline(Widget, can_focus=True):
     RanksTimeline:focus { background: $boost; }
     """
     BINDINGS = [
-        Binding("plus,equals_sign,i", "zoom(0.5)", "zoom in", show=False),
-        Binding("minus,o", "zoom(2)", "zoom out", show=False),
-        Binding("h", "pan(-0.25)", "pan ←", show=False),
-        Binding("l", "pan(0.25)", "pan →", show=False),
+        *window_bindings(),
         Binding("a", "fit_all", "every rank's whole trace", show=False),
         Binding("n", "next_late(1)", "next late arrival", show=False),
         Binding("N", "next_late(-1)", "previous late arrival", show=False),

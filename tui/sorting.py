@@ -4,15 +4,17 @@ and memory tables."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from textual.reactive import reactive
 
 if TYPE_CHECKING:  # the mixin is only ever mixed into a widget: type-check it as one
     from textual.widget import Widget as _WidgetBase
 else:
-    _WidgetBase = object
+
+    class _WidgetBase:  # a class of its own: ``object`` cannot stand before ``Generic`` among the bases
+        pass
 
 
 class SortColumn(Protocol):
@@ -25,13 +27,35 @@ class SortColumn(Protocol):
     def descending(self) -> bool: ...
 
 
-class SortedColumns(_WidgetBase):
-    """Mixin for a widget with reactives ``sort_column`` and ``descending`` whose columns
-    (``sort_columns``: objects with ``key`` and a default ``descending``) are declared once."""
+C = TypeVar("C", bound=SortColumn)
+R = TypeVar("R")
 
-    sort_columns: ClassVar[Sequence[SortColumn]]
+
+class SortedColumns(_WidgetBase, Generic[C]):
+    """Mixin for a widget with reactives ``sort_column`` and ``descending`` whose columns
+    (``sort_columns``: objects of type ``C`` with ``key`` and a default ``descending``) are declared once."""
+
+    sort_columns: Sequence[C]  # declared on the widget's class
     sort_column: reactive[str]  # each widget declares both with its own default
     descending: reactive[bool]
+
+    def current_column(self) -> C:
+        """The declared column the table is sorted by."""
+        return next(c for c in self.sort_columns if c.key == self.sort_column)
+
+    def in_order(self, rows: list[R], key: Callable[[R], Any]) -> list[R]:
+        """``rows`` sorted in place by ``key`` (the current column's) in the current direction."""
+        rows.sort(key=key, reverse=self.descending)
+        return rows
+
+    @property
+    def arrow(self) -> str:
+        """The current direction as the headers show it."""
+        return "▼" if self.descending else "▲"
+
+    def sort_mark(self, key: str, gap: str = "") -> str:
+        """The arrow (after ``gap``) on the header of the column sorted by; nothing on the others."""
+        return gap + self.arrow if key == self.sort_column else ""
 
     def action_sort_next(self) -> None:
         keys = [c.key for c in self.sort_columns]

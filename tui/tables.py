@@ -56,6 +56,14 @@ def short_step(label: str) -> str:
     return f"#{n}" if head and n.isdigit() else label
 
 
+class RowChosen(Message):
+    """A row of a table was chosen: its index among the rows the table lists."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+
 class StepsPane(Vertical):
     """Every step's exclusive breakdown; outliers (longer than outlier_ratio × median) marked."""
 
@@ -64,12 +72,8 @@ class StepsPane(Vertical):
     StepsPane DataTable { height: 1fr; }
     """
 
-    class Open(Message):
+    class Open(RowChosen):
         """Show this step on the timeline."""
-
-        def __init__(self, index: int) -> None:
-            super().__init__()
-            self.index = index
 
     def compose(self) -> ComposeResult:
         yield Static("", id="steps-note", markup=False)
@@ -161,7 +165,7 @@ def filter_kernels(kernels: list[KernelStat], text: str) -> list[KernelStat]:
     return [k for k in kernels if all(w in k.name.lower() or w in k.kernel_class for w in words)]
 
 
-class KernelsPane(SortedColumns, Vertical):
+class KernelsPane(SortedColumns[KernelColumn], Vertical):
     """All kernels inside the steps. Click a header or press s to sort; / to filter."""
 
     sort_columns = KERNEL_COLUMNS  # s / r / header click (tui/sorting.py)
@@ -319,10 +323,10 @@ class KernelsPane(SortedColumns, Vertical):
     def _refill(self) -> None:
         if self.summary is None:
             return
-        col = next(c for c in KERNEL_COLUMNS if c.key == self.sort_column)
-        rows = filter_kernels(self.summary.top, self.filter_text)
-        roof = self.roof_rows
-        rows.sort(key=lambda k: col.sort_key(k, roof.get(k.name)), reverse=self.descending)
+        col, roof = self.current_column(), self.roof_rows
+        rows = self.in_order(
+            filter_kernels(self.summary.top, self.filter_text), lambda k: col.sort_key(k, roof.get(k.name))
+        )
         self.shown = rows[: self.MAX_ROWS]
         table = self.query_one(DataTable)
         # Keep the columns (re-creating them re-measures every cell); only their labels change.
@@ -340,8 +344,7 @@ class KernelsPane(SortedColumns, Vertical):
                 )
                 table.add_column(c.label + "▼", key=c.key, width=width)
         for c in self._shown_columns:
-            mark = ("▼" if self.descending else "▲") if c.key == self.sort_column else ""
-            table.columns[ColumnKey(c.key)].label = Text(c.label + mark)
+            table.columns[ColumnKey(c.key)].label = Text(c.label + self.sort_mark(c.key))
         filled = (id(self.summary), self.filter_text, self._shown_name_w)
         if filled == self._filled and len(rows) <= self.MAX_ROWS and table.row_count == len(self.shown):
             # Only the order changed (s, r, a header click): reorder the rows in place. Clearing and
@@ -373,18 +376,11 @@ class KernelsPane(SortedColumns, Vertical):
             self._filled = filled
         more = f" (first {self.MAX_ROWS} shown)" if len(rows) > self.MAX_ROWS else ""
         self.query_one("#kernels-note", Static).update(
-            f"{len(rows)} of {len(self.summary.top)} kernels{more} · sorted by {col.label} "
-            f"{'▼' if self.descending else '▲'}\n"
+            f"{len(rows)} of {len(self.summary.top)} kernels{more} · sorted by {col.label} {self.arrow}\n"
             "s sort · r reverse · / filter · y copy name · p roofline · TC tensor cores",
             layout=False,
         )  # two rows (height: 2), each under 80 columns
         self._show_detail()
-
-    def watch_sort_column(self) -> None:
-        self._refill()
-
-    def watch_descending(self) -> None:
-        self._refill()
 
     def watch_filter_text(self) -> None:
         self._refill()
@@ -414,10 +410,8 @@ class RanksPane(Vertical):
     RanksPane #ranks-side-title { height: auto; margin: 1 0 0 0; }
     """
 
-    class Choose(Message):
-        def __init__(self, index: int) -> None:
-            super().__init__()
-            self.index = index
+    class Choose(RowChosen):
+        """Show this rank on every tab."""
 
     def compose(self) -> ComposeResult:
         yield Static("", id="ranks-note", markup=False)

@@ -79,6 +79,17 @@ def lane_style(lane: Lane) -> dict[str, tuple[str, str]]:
     return STREAM_STYLE if lane.kind == "stream" else HOST_STYLE
 
 
+def window_bindings(*, show_zoom: bool = False) -> list[Binding]:
+    """The keys that move a time window, the same on the timeline and on the ranks side by side:
+    h / l pan by a quarter window, + / − zoom by two (``show_zoom``: "zoom in" in the footer)."""
+    return [
+        Binding("h", "pan(-0.25)", "pan ←", show=False),
+        Binding("l", "pan(0.25)", "pan →", show=False),
+        Binding("plus,equals_sign,i", "zoom(0.5)", "zoom in", show=show_zoom),
+        Binding("minus,o", "zoom(2)", "zoom out", show=False),
+    ]
+
+
 class TimelineView(Widget, can_focus=True):
     """Thin view: draws ``model`` over [start, end) with a cursor column; keys change the window."""
 
@@ -91,10 +102,7 @@ class TimelineView(Widget, can_focus=True):
         Binding("right", "cursor(1)", "cursor →", show=False),
         Binding("shift+left", "cursor(-8)", "cursor ← ×8", show=False),
         Binding("shift+right", "cursor(8)", "cursor → ×8", show=False),
-        Binding("h", "pan(-0.25)", "pan ←", show=False),
-        Binding("l", "pan(0.25)", "pan →", show=False),
-        Binding("plus,equals_sign,i", "zoom(0.5)", "zoom in"),
-        Binding("minus,o", "zoom(2)", "zoom out", show=False),
+        *window_bindings(show_zoom=True),
         Binding("n", "next(1)", "next step (or match)"),
         Binding("N", "next(-1)", "previous match", show=False),
         Binding("right_square_bracket", "step(1)", "next step", show=False),
