@@ -45,7 +45,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import trainscope
 from trainscope.api.errors import BadInput
-from trainscope.api.inputs import is_rank_set, rank_files
+from trainscope.api.inputs import describe_input
 from trainscope.api.rendered import RenderedAnalysis
 from trainscope.api.report import Report
 from trainscope.collectors.readers import decompression_cap, parse_size
@@ -268,9 +268,10 @@ def input_identity(path: str) -> list[object] | None:
     """What the input is, for the key (see the module's docstring); None when it cannot be named
     (missing, unreadable, not a regular file): such an input is analyzed without the cache."""
 
-    if is_rank_set(path):
+    described = describe_input(path)  # described again each time: the check after an analysis too
+    if described.is_rank_set:
         members: list[object] = []
-        for f in rank_files(path):
+        for f in described.rank_files:
             ident = _file_identity(f)
             if ident is None:
                 return None
