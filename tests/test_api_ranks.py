@@ -90,9 +90,9 @@ def test_thresholds_and_processes_reach_the_workers(eight_ranks):
 
 def test_a_rank_trace_is_read_only_when_asked():
     report = ts.analyze(str(DLRM), jobs=1)
-    assert report._loaded == {}
+    assert report._memo.loaded == {}
     t1 = report.trace(1)
-    assert set(report._loaded) == {1} and report.trace(1) is t1  # read once
+    assert set(report._memo.loaded) == {1} and report.trace(1) is t1  # read once
     whole = open_traces(str(DLRM)).traces[1]
     assert t1.rank == 1 and np.array_equal(t1.kernels.ts, whole.kernels.ts) and len(t1.kernels.ts) > 100
     # the view models of a lazily read rank equal those of the rank read in one piece
@@ -160,10 +160,10 @@ def test_app_session_on_a_rank_directory_maps_and_reads_lazily():
 
     s = build_session(str(GLOO), None, Rules(), jobs=1)
     assert s.report.summaries is not None and len(s.ranks) == 2
-    assert set(s.report._loaded) == {s.main_rank}  # the first screen's timeline: the main rank only
+    assert set(s.report._memo.loaded) == {s.main_rank}  # the first screen's timeline: the main rank only
     other = 1 - s.main_rank
     assert s.ranks[other].timeline is s.ranks[other].timeline  # built once
-    assert set(s.report._loaded) == {0, 1}
+    assert set(s.report._memo.loaded) == {0, 1}
     assert s.document() == json.loads(ts.analyze(str(GLOO), jobs=1).to_json())
 
 

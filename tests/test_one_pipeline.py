@@ -74,7 +74,8 @@ def test_max_decompressed_reaches_rank_workers_started_by_spawn(tmp_path):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from trainscope.api.executor import MapOptions, rank_files, summarize_rank
+    from trainscope.api.executor import MapOptions, summarize_rank
+    from trainscope.api.inputs import rank_files
 
     files = rank_files(DLRM)
     opts = MapOptions(max_decompressed=1 << 20)  # 1 MiB: each rank decompresses to more

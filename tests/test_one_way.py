@@ -6,6 +6,7 @@ module of the command it names (``trainscope.cli.COMMANDS``)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -111,3 +112,79 @@ def test_save_diff_leaves_the_result_as_it_was(tmp_path):
     b, a, _ = api.save_diff(result, tmp_path / "runs.db")
     assert (result.before_run, result.after_run) == (None, None) and result.to_dict() == before
     assert b.id != a.id
+
+
+# -- one description of an input (trainscope.api.inputs.describe_input) ----------------------------
+
+
+def test_each_kind_of_input_is_described_once(tmp_path):
+    from trainscope.api.inputs import InputDescription, describe_input
+
+    one = describe_input(SMALL)
+    assert (one.kind, one.given, one.rank_files) == ("file", SMALL, ())
+    assert os.fspath(one) == SMALL and describe_input(one) is one  # a path-like the api takes as it is
+    ranks = describe_input(RANKS)
+    assert ranks.kind == "ranks" and ranks.is_rank_set
+    assert [os.path.basename(f) for f in ranks.rank_files] == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+    pattern = describe_input(os.path.join(RANKS, "rank*.json.gz"))
+    assert pattern.kind == "ranks" and pattern.rank_files == ranks.rank_files
+    export = tmp_path / "report.arrowdir"  # a folder that is one Nsight export, not a set of ranks
+    export.mkdir()
+    (export / "StringIds.arrow").write_bytes(b"")
+    assert describe_input(str(export)) == InputDescription(str(export), "export")
+    # a run of the history only where runs are meant (diff's sides), and only without a file of that name
+    assert describe_input("latest:resnet").kind == "file"
+    assert describe_input("latest:resnet", runs=True) == InputDescription("latest:resnet", "run")
+    (tmp_path / "12").write_bytes(b"{}")
+    assert describe_input(str(tmp_path / "12"), runs=True).kind == "file"
+
+
+def test_every_command_resolves_its_inputs_through_one_function(monkeypatch):
+    """analyze, memory and diff hand the api the description resolve_inputs made, not the raw path."""
+    from trainscope.api.inputs import InputDescription
+
+    seen: dict[str, tuple[object, ...]] = {}
+
+    def stop(name):
+        def call(*a, **k):
+            seen[name] = a
+            raise api.BadInput("stopped")
+
+        return call
+
+    for name in ("analyze", "memory", "diff"):
+        monkeypatch.setattr(api, name, stop(name))
+    assert main(["analyze", RANKS, "--format", "json"]) == 2
+    assert main(["memory", str(DATA / "memory" / "mem_oom_flexgen_opt.pickle"), "--format", "json"]) == 2
+    assert main(["diff", SMALL, "latest", "--format", "json"]) == 2
+    assert [type(a) for args in seen.values() for a in args] == [InputDescription] * 4
+    assert seen["analyze"][0].kind == "ranks" and seen["memory"][0].kind == "file"
+    assert [d.kind for d in seen["diff"]] == ["file", "run"]
+    commands = [p.read_text(encoding="utf-8") for p in (ROOT / "trainscope" / "commands").glob("*.py")]
+    assert not [text for text in commands if "check_outputs(" in text or "is_run_ref(" in text]
+
+
+def test_a_report_is_frozen_and_deep_makes_a_new_one(monkeypatch):
+    """Nothing sets a field of a built Report: ``report.deep = …`` raises; analyze(deep=True) builds
+    the report with HTA's section (a new report sharing the first one's memo), run_deep returns it."""
+    import trainscope.api.analysis as analysis
+
+    calls = []
+
+    def fake_deep(trace, main, rules, step, progress):
+        calls.append((trace, step))
+        return "hta"
+
+    monkeypatch.setattr(analysis, "check_deep_available", lambda: {"traceinsight": "test"})
+    monkeypatch.setattr(analysis, "deep_analysis", fake_deep)
+    monkeypatch.setattr(analysis, "deep_dict", lambda d: {"status": "ok", "from": d})
+    plain = api.analyze(RANKS, jobs=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plain.deep = {"status": "ok"}  # type: ignore[misc]
+    assert plain.deep is None and analysis.run_deep(plain, "@1") == {"status": "ok", "from": "hta"}
+    assert plain.deep is None  # run_deep returned the section; the report it read is unchanged
+    deep = api.analyze(RANKS, jobs=1, deep=True, deep_step="@1")
+    assert deep.deep == {"status": "ok", "from": "hta"} and calls[-1][1] == "@1"
+    assert deep.to_dict()["deep"] == {"status": "ok", "from": "hta"}
+    assert deep._memo.loaded == {deep.main_index: calls[-1][0]}  # the trace HTA read is the report's: read once
+    assert deep.main_trace is calls[-1][0]

@@ -17,7 +17,8 @@ import pytest
 from tests.conftest import GLOO_DELAY_MS, KINETO, dlrm_rank_dir, dlrm_step_kernels
 from trainscope.analyzers.ranks.alignment import align_ranks, ranks_view, summarize
 from trainscope.analyzers.trace.analysis import analyze_trace
-from trainscope.api.executor import MapOptions, map_ranks, rank_files, run_rank_set
+from trainscope.api.executor import MapOptions, map_ranks, run_rank_set
+from trainscope.api.inputs import rank_files
 from trainscope.cli import main
 from trainscope.collectors import open_traces
 

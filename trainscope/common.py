@@ -9,15 +9,17 @@ import importlib
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from trainscope.analyzers.rules import Rules
 from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, TrainscopeError, describe
+from trainscope.api.inputs import InputDescription, describe_input
 from trainscope.collectors.readers import parse_size, set_max_decompressed
 from trainscope.reports import formats
 from trainscope.reports.formats import Output
-from trainscope.reports.output import write_atomic
+from trainscope.reports.output import to_json, write_atomic
 from trainscope.traces.safe_text import visible
 
 # The terminal apps, by command: the one deferral of the commands, imported only when an app opens.
@@ -66,6 +68,17 @@ class Progress:
             sys.stderr.flush()
 
 
+@contextmanager
+def progress_line(args: argparse.Namespace) -> Iterator[Progress]:
+    """The progress line of a command's slow part (none with ``-q`` or when stderr is no terminal),
+    cleared when the part ends, however it ends."""
+    progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
+    try:
+        yield progress
+    finally:
+        progress.done()
+
+
 def threshold_arg(text: str) -> tuple[str, float]:
     """argparse type for ``--threshold NAME=VALUE``."""
 
@@ -80,14 +93,10 @@ def threshold_arg(text: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(f"threshold {name} needs a number, got {value!r}") from None
 
 
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return v
+def add_threshold_arg(p: argparse.ArgumentParser, help: str) -> None:
+    """``--threshold NAME=VALUE`` (repeatable): a diagnostic threshold overridden by name
+    (analyzers/rules.py; ``trainscope thresholds`` lists them). ``help``: what it does in this command."""
+    p.add_argument("--threshold", type=threshold_arg, action="append", default=[], metavar="NAME=VALUE", help=help)
 
 
 def add_document_args(p: argparse.ArgumentParser, kind: str, app: str = "the app", printed: str = "summary") -> None:
@@ -175,6 +184,17 @@ def check_outputs(args: argparse.Namespace, inputs: tuple[str, ...] = ()) -> Non
             raise BadInput(f"{flag} {path}: is the input: writing the report there would overwrite it")
 
 
+def resolve_inputs(args: argparse.Namespace, *given: str, runs: bool = False) -> tuple[InputDescription, ...]:
+    """The one step of every command from its arguments to its inputs, before any is read: the files
+    it was asked to write checked against them (:func:`check_outputs`), the decompression cap of
+    ``--max-decompressed`` set, and each input described once
+    (:func:`trainscope.api.inputs.describe_input`: a file, an export, a set of ranks with its rank
+    files, or with ``runs`` a stored run of the history). The api takes the descriptions as paths."""
+    check_outputs(args, given)
+    apply_input_limits(args)
+    return tuple(describe_input(g, runs=runs) for g in given)
+
+
 def same_file(a: str, b: str) -> bool:
     """Whether ``a`` and ``b`` are one existing regular file (any spelling, links followed)."""
     try:
@@ -194,6 +214,17 @@ def write_report(path: str, out: Output) -> None:
             f"trainscope: {visible(path)}: written as {w.label} (--report writes {formats.suffix_help(out.document)})\n"
         )
     write_atomic(path, formats.render(w, out))
+
+
+def write_json_after_app(path: str, doc: dict[str, Any]) -> int:
+    """``--json FILE`` once a terminal app has closed: ``doc`` written atomically; exit 2 with one
+    line on stderr when it cannot be."""
+    try:
+        write_atomic(path, to_json(doc))
+    except OSError as e:
+        sys.stderr.write(f"trainscope: cannot write {path}: {e.strerror or e}\n")
+        return EXIT_BAD_INPUT
+    return EXIT_OK
 
 
 def emit_document(out: Output, args: argparse.Namespace) -> int:

@@ -28,8 +28,9 @@ from trainscope.api import explore
 from trainscope.api.analysis import analyze
 from trainscope.api.comparison import diff
 from trainscope.api.errors import BadInput, describe
+from trainscope.api.inputs import describe_input
 from trainscope.api.memory_report import memory
-from trainscope.api.store import default_store_path, is_run_ref, open_store
+from trainscope.api.store import default_store_path, open_store
 from trainscope.reports import analysis_document as ad
 from trainscope.reports.document import headline
 
@@ -1480,13 +1481,14 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         names = [before, after]
         sides = []
         for i, s in enumerate((before, after)):
-            if is_run_ref(s):
+            if describe_input(s, runs=True).kind == "run":
                 sides.append(s)
             else:
                 o = opened(s)
                 names[i] = o.given
                 sides.append(o.show())
-        st = open_store(store, read_only=True) if any(is_run_ref(s) for s in sides) else None
+        stored = any(describe_input(s, runs=True).kind == "run" for s in sides)
+        st = open_store(store, read_only=True) if stored else None
         try:
             r = diff(
                 sides[0], sides[1], metric=metric, fail_if_slower=fail_if_slower, store=st, gate_anyway=gate_anyway

@@ -10,6 +10,7 @@ from typing import Any
 from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY, GpuMemory, custom_gpu
 from trainscope.analyzers.plan.gpu_memory import gpu_memory as lookup
 from trainscope.analyzers.plan.ledger import PlanConfig
+from trainscope.argtypes import non_negative_float, number
 
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 
@@ -25,24 +26,7 @@ def count_arg(text: str) -> float:
     return v
 
 
-def _pos_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError("must be > 0")
-    return v
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError("must be ≥ 0")
-    return v
+_pos_int = number(int, lambda v: v > 0, "must be > 0", "an integer")
 
 
 # The model description: (flag, PlanConfig field, type, help). Shared with `analyze --model`.
@@ -61,7 +45,12 @@ MODEL_FIELDS = (
     ("--gpus", "gpus", _pos_int, "data-parallel GPUs (default 1)"),
     ("--zero", "zero", int, "sharding: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters (FSDP)"),
     ("--attention", "attention", str, "flash (SDPA/FlashAttention, default) | eager (keeps the s² scores)"),
-    ("--activations-gb", "activations_gb", _nonneg_float, "measured activation memory in GB, instead of the estimate"),
+    (
+        "--activations-gb",
+        "activations_gb",
+        non_negative_float,
+        "measured activation memory in GB, instead of the estimate",
+    ),
     (
         "--activations-batch",
         "activations_batch",

@@ -7,7 +7,7 @@ of its views is first shown."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, overload
 
 from trainscope.api.analysis import analyze
@@ -97,7 +97,7 @@ class Session:
 
     @deep.setter
     def deep(self, value: dict[str, Any] | None) -> None:
-        self.report.deep = value
+        self.report = self.report.with_deep(value)  # a report is never changed: this session's is a new one
 
     def document(self) -> dict[str, Any]:
         """The same document ``--report``/``--format json`` produce."""
@@ -152,7 +152,7 @@ def build_session(
     if not isinstance(report, Report):  # a CachedReport: the session needs the whole analysis
         report = report.full()
     if ledger is not None or model is None:
-        report.ledger = ledger
+        report = replace(report, ledger=ledger)
     return session_from(report, progress)
 
 

@@ -48,7 +48,10 @@ _WHERE = {
     "save_run": "store",
     "list_runs": "store",
     "default_store_path": "store",
-    "is_run_ref": "store",
+    # what an input names (a file, an export, a set of ranks, a stored run)
+    "InputDescription": "inputs",
+    "describe_input": "inputs",
+    "is_run_ref": "inputs",
     # reading into a run (the MCP server's tools)
     "explain_finding": "explore",
     "kernel_table": "explore",
@@ -167,6 +170,11 @@ if TYPE_CHECKING:
         plan_ledger as plan_ledger,
         resolve_device as resolve_device,
     )
+    from trainscope.api.inputs import (
+        InputDescription as InputDescription,
+        describe_input as describe_input,
+        is_run_ref as is_run_ref,
+    )
     from trainscope.api.report import (
         RankView as RankView,
         Report as Report,
@@ -179,7 +187,6 @@ if TYPE_CHECKING:
         RunStore as RunStore,
         StoredRun as StoredRun,
         default_store_path as default_store_path,
-        is_run_ref as is_run_ref,
         list_runs as list_runs,
         open_store as open_store,
         save_run as save_run,

@@ -18,7 +18,7 @@ from trainscope.api import trace_cache as columns  # one module object: tests re
 from trainscope.api.cache import cached_analysis, enabled, peek
 from trainscope.api.errors import BadInput, DeepUnavailable, Progress, bad_input, silent
 from trainscope.api.executor import MapOptions, run_rank_set
-from trainscope.api.inputs import is_rank_set
+from trainscope.api.inputs import InputDescription, describe_input
 from trainscope.api.report import Report
 from trainscope.api.rules import resolve_rules
 from trainscope.collectors import open_traces
@@ -81,14 +81,13 @@ def check_options(deep: bool = False, deep_step: str | None = None, jobs: int | 
 
 def run_deep(report: Report, step: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Holistic Trace Analysis on the report's main rank (critical path of one step, launch
-    statistics); sets and returns ``report.deep``. Needs the ``hta`` extra."""
+    statistics): the report's ``deep`` section, returned (``report.with_deep(…)`` is the report with
+    it; ``analyze(deep=True)`` builds that). Needs the ``hta`` extra."""
 
     try:
-        deep = deep_dict(deep_analysis(report.main_trace, report.main, report.rules, step, progress))
+        return deep_dict(deep_analysis(report.main_trace, report.main, report.rules, step, progress))
     except HTAUnavailable as e:
         raise DeepUnavailable(str(e)) from None
-    report.deep = deep
-    return deep
 
 
 def cache_options(
@@ -185,6 +184,8 @@ def analyze(
     trace_cache = cache if trace_cache is None else trace_cache
     hta = check_options(deep=deep, deep_step=deep_step, jobs=jobs)  # before the slow part
     planned = model_ledger(model) if model is not None else None
+    if isinstance(path_or_traces, (str, os.PathLike)):
+        path_or_traces = describe_input(path_or_traces)  # what the path names, decided once
 
     def pipeline(what: str | os.PathLike[str] | TraceSet | Trace) -> Report:
         return _analyzed(
@@ -234,11 +235,20 @@ def _analyzed(
         traces = path_or_traces
         source = source or (traces.traces[0].source if traces.traces else "traces")
     else:
-        path = os.fspath(path_or_traces)
+        described = describe_input(path_or_traces)
+        path = described.given
         source = source or path
-        if is_rank_set(path):
+        if described.is_rank_set:
             summaries, warnings = _map_ranks(
-                path, rules, peak_tflops, peak_bandwidth, step_range, jobs, dask, progress, trace_cache and dask is None
+                described,
+                rules,
+                peak_tflops,
+                peak_bandwidth,
+                step_range,
+                jobs,
+                dask,
+                progress,
+                trace_cache and dask is None,
             )
             traces = TraceSet(path, [], warnings)
         else:
@@ -267,13 +277,11 @@ def _analyzed(
         story=story,
         summaries=summaries,
     )
-    if deep:
-        run_deep(report, deep_step, progress)
-    return report
+    return report.with_deep(run_deep(report, deep_step, progress)) if deep else report
 
 
 def _map_ranks(
-    path: str,
+    ranks: InputDescription,
     rules: Rules,
     peak_tflops: float | None,
     peak_bandwidth: float | None,
@@ -283,7 +291,7 @@ def _map_ranks(
     progress: Progress | None,
     cache: bool = False,
 ) -> tuple[list[RankSummary], list[str]]:
-    """The map: every rank file of ``path`` summarized by :mod:`trainscope.api.executor` → (summaries
+    """The map: every rank file of ``ranks`` summarized by :mod:`trainscope.api.executor` → (summaries
     in rank order, one warning per file that could not be read)."""
     # What a worker runs is imported with this module, before any pool forks: a child forked while
     # another thread (the app's UI) held the import lock would wait on it forever.
@@ -297,9 +305,9 @@ def _map_ranks(
     )
     tick = (lambda done, n: progress(f"ranks {done}/{n}", done / n)) if progress else None
     try:
-        rs = run_rank_set(path, options, jobs=jobs, dask=dask, progress=tick)
+        rs = run_rank_set(ranks, options, jobs=jobs, dask=dask, progress=tick)
     except (ValueError, RuntimeError) as e:  # no trace files, a bad --step-range, no Dask, a dead worker
-        raise BadInput(f"{path}: {e}") from None
+        raise BadInput(f"{ranks.given}: {e}") from None
     return rs.summaries, rs.warnings
 
 

@@ -45,7 +45,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import trainscope
 from trainscope.api.errors import BadInput
-from trainscope.api.inputs import is_rank_set, rank_files
+from trainscope.api.inputs import describe_input
 from trainscope.api.rendered import RenderedAnalysis
 from trainscope.api.report import Report
 from trainscope.collectors.readers import decompression_cap, parse_size
@@ -268,9 +268,10 @@ def input_identity(path: str) -> list[object] | None:
     """What the input is, for the key (see the module's docstring); None when it cannot be named
     (missing, unreadable, not a regular file): such an input is analyzed without the cache."""
 
-    if is_rank_set(path):
+    described = describe_input(path)  # described again each time: the check after an analysis too
+    if described.is_rank_set:
         members: list[object] = []
-        for f in rank_files(path):
+        for f in described.rank_files:
             ident = _file_identity(f)
             if ident is None:
                 return None
@@ -336,21 +337,34 @@ def key_for(path: str, source: str, options: dict[str, Any]) -> tuple[str, bool]
     """(key, whether the document is stored relocated) for analyzing ``path`` named ``source`` with
     ``options`` (JSON-able); None when the input cannot be identified."""
 
+    relocated = source == path and os.path.isabs(path)
+    own = {
+        "entry": ENTRY_FORMAT,
+        "analysis": ANALYSIS_VERSION,
+        "code": code_version(),
+        "source": None if relocated else source,
+        "options": options,
+    }
+    return entry_key(path, relocated, own)
+
+
+def entry_key(path: str, relocated: bool, own: dict[str, Any]) -> tuple[str, bool] | None:
+    """(the hash that names an entry, ``relocated``) for an input ``path``: its identity
+    (:func:`input_identity`), name, path (unless the entry is stored relocated), the decompression
+    cap and trainscope's version, with ``own``, what the kind of entry adds (its format, code
+    version, options); None when the input cannot be identified. Documents and trace columns
+    (:mod:`trainscope.api.trace_cache`) are keyed here."""
+
     ident = input_identity(path)
     if ident is None:
         return None
-    relocated = source == path and os.path.isabs(path)
     material = {
-        "entry": ENTRY_FORMAT,
-        "analysis": ANALYSIS_VERSION,
         "trainscope": trainscope.__version__,
-        "code": code_version(),
         "input": ident,
         "name": os.path.basename(path.rstrip("/")),
         "path": None if relocated else path,
-        "source": None if relocated else source,
         "cap": list(decompression_cap()),
-        "options": options,
+        **own,
     }
     text = json.dumps(material, sort_keys=True, ensure_ascii=True, allow_nan=True, default=repr)
     return hashlib.sha256(text.encode("ascii")).hexdigest(), relocated

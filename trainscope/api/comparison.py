@@ -36,10 +36,11 @@ from trainscope.analyzers.compare.tree_diff import NoSuchNode, parse_budget, ref
 from trainscope.analyzers.compare.tree_diff import node_gate as judge
 from trainscope.api.analysis import analyze
 from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, BadInput, Progress, Regression, silent
+from trainscope.api.inputs import InputDescription, describe_input
 from trainscope.api.rendered import Rendered
 from trainscope.api.report import shown
 from trainscope.api.rules import resolve_rules
-from trainscope.api.store import RunStore, StoredRun, is_run_ref
+from trainscope.api.store import RunStore, StoredRun
 from trainscope.reports.diff_document import build_diff_document, fixes_list
 from trainscope.reports.diff_markdown import render_diff_markdown
 from trainscope.reports.diff_text import render_diff_text
@@ -310,7 +311,12 @@ def _no_tree(result: DiffResult) -> str:
 
 
 def _analyzed(
-    label: str, path: str, rules: Rules, progress: Progress, i: int, options: Mapping[str, Any] | None = None
+    label: str,
+    path: InputDescription,
+    rules: Rules,
+    progress: Progress,
+    i: int,
+    options: Mapping[str, Any] | None = None,
 ) -> Run:
     """One side: ``analyze(path)`` with the same options as every analysis (the same reader, rank
     map and reduce, so a side's sinks are ``analyze``'s), kept as a :class:`Run`."""
@@ -322,22 +328,25 @@ def _analyzed(
         report = analyze(path, rules=rules, progress=side, **dict(options or {}))
     except BadInput as e:
         raise BadInput(f"{label}: {e}") from None
-    return run_from_summaries(path, report.rank_summaries(), report.ranks, list(report.traces.warnings))
+    return run_from_summaries(path.given, report.rank_summaries(), report.ranks, list(report.traces.warnings))
 
 
 def _store(store: RunStore | str | os.PathLike[str] | None, read_only: bool = False) -> RunStore:
     return store if isinstance(store, RunStore) else RunStore(store, read_only=read_only)
 
 
-def resolve_side(side: Side, store: RunStore | str | os.PathLike[str] | None = None) -> StoredRun | RunSummary | str:
-    """A stored run for a run reference (``12``, ``latest``, ``baseline:TAG``), the summary or path as given."""
+def resolve_side(
+    side: Side, store: RunStore | str | os.PathLike[str] | None = None
+) -> StoredRun | RunSummary | InputDescription:
+    """A stored run for a run reference (``12``, ``latest``, ``baseline:TAG``), the summary as given,
+    or the input a path names (:func:`trainscope.api.inputs.describe_input`)."""
 
     if isinstance(side, (StoredRun, RunSummary)):
         return side
-    text = os.fspath(side)
-    if is_run_ref(text):  # read-only: naming a run never creates or migrates a store
-        return _store(store, read_only=True).get(text)
-    return text
+    described = describe_input(side, runs=True)
+    if described.kind == "run":  # read-only: naming a run never creates or migrates a store
+        return _store(store, read_only=True).get(described.given)
+    return described
 
 
 def diff(
@@ -386,7 +395,7 @@ def diff(
         "dask": dask,
         "trace_cache": cache,
     }
-    paths = [s for s in sides if isinstance(s, str)]
+    paths = [s for s in sides if isinstance(s, InputDescription)]
     if len(paths) == len(sides):
         runs = [
             _analyzed(label, s, rules, progress, i, options)
@@ -405,7 +414,7 @@ def diff(
                 labels.append(_summary_label(s))
             else:
                 summaries.append(summarize(_analyzed(label, s, rules, progress, i, options)))
-                labels.append(os.path.basename(s.rstrip("/")) or s)
+                labels.append(os.path.basename(s.given.rstrip("/")) or s.given)
         d = diff_summaries(summaries[0], summaries[1], rules, (labels[0], labels[1]))
         result = DiffResult(
             d,

@@ -24,7 +24,7 @@ from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.trace.range_steps import StepRangeError
 from trainscope.api import trace_cache as columns  # one module object: tests replace its open_cached
 from trainscope.api.cache import enabled
-from trainscope.api.inputs import rank_files
+from trainscope.api.inputs import InputDescription, describe_input
 from trainscope.collectors import TraceError
 from trainscope.collectors.inputs import open_any
 from trainscope.collectors.readers import max_decompressed_override, set_max_decompressed
@@ -187,7 +187,7 @@ def _map_dask(
 
 
 def run_rank_set(
-    path: str,
+    path: str | InputDescription,
     options: MapOptions = DEFAULTS,
     jobs: int | None = None,
     dask: Any = None,
@@ -196,7 +196,8 @@ def run_rank_set(
     """A rank directory or glob → summaries in rank order (files without a rank after them, in
     file order) and a warning per file that could not be read. Raises ValueError when no file
     holds a trace."""
-    files = rank_files(path)
+    ranks = describe_input(path)
+    files = list(ranks.rank_files)
     if not files:
         raise ValueError("directory holds no trace files (*.json, *.json.gz, *.sqlite)")
     summaries: list[RankSummary] = []
@@ -211,4 +212,4 @@ def run_rank_set(
     if not summaries:
         raise ValueError("no trace in the directory could be loaded (" + "; ".join(warnings[:3]) + ")")
     summaries.sort(key=lambda s: (s.rank is None, s.rank if s.rank is not None else 0))
-    return RankSet(path, summaries, warnings)
+    return RankSet(ranks.given, summaries, warnings)

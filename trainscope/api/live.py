@@ -422,30 +422,7 @@ def make_run_folder() -> str:
     return _make()
 
 
-def watch(
-    *,
-    pid: int | None = None,
-    replay: str | os.PathLike[str] | None = None,
-    interval: float = 1.0,
-    window: float = 30.0,
-    duration: float | None = None,
-    rules: Rules | None = None,
-    thresholds: Mapping[str, float] | None = None,
-    record: str | os.PathLike[str] | None = None,
-    step_hook: bool = False,
-    capture: CaptureOptions | None = None,
-) -> Watch:
-    """``with watch(pid=…) as w: for s in w: print(s.line())`` — see :class:`Watch`. ``capture``
-    (:class:`trainscope.api.capture.CaptureOptions`) turns on-demand kernel-level captures on."""
-    return Watch(
-        pid=pid,
-        replay=replay,
-        interval=interval,
-        window=window,
-        duration=duration,
-        rules=rules,
-        thresholds=thresholds,
-        record=record,
-        step_hook=step_hook,
-        capture=capture,
-    )
+# ``with watch(pid=…) as w: for s in w: print(s.line())``: the api's name for :class:`Watch`, whose
+# keywords it takes (``capture``, a :class:`trainscope.api.capture.CaptureOptions`, turns
+# on-demand kernel-level captures on).
+watch = Watch

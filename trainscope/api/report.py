@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from trainscope.analyzers import intervals as iv
@@ -57,7 +57,7 @@ def shown(doc: dict[str, Any]) -> dict[str, Any]:
     return visible
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report(RenderedAnalysis):
     """One analyzed run: a trace file, or a directory of per-rank traces.
 
@@ -68,7 +68,10 @@ class Report(RenderedAnalysis):
     ``deep`` are the report's sections for rank directories and ``deep=True``.
     ``to_dict()`` is the versioned JSON document (``trainscope analyze --format json``).
     ``trace(i)`` is rank ``i``'s trace — for a rank directory mapped in worker processes, read again
-    on first use (the parent keeps only ``summaries``) — and ``rank_view(i)`` its view models."""
+    on first use (the parent keeps only ``summaries``) — and ``rank_view(i)`` its view models.
+
+    Frozen: nothing changes a report once it is built (:meth:`with_deep` is a new report); what it
+    reads or derives on first use (traces, view models, rank summaries) is kept in its memo."""
 
     source: str
     rules: Rules = field(repr=False)
@@ -83,12 +86,14 @@ class Report(RenderedAnalysis):
     # A rank directory mapped by the executor: each rank's summary; ``traces`` then holds no trace
     # (only the read warnings) and :meth:`trace` reads a rank's file again when first asked.
     summaries: list[RankSummary] | None = field(default=None, repr=False)
-    _loaded: dict[int, Trace] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _views: dict[int, RankView] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _late: list[LateCollective | None] | None = field(default=None, init=False, repr=False, compare=False)
-    _side_by_side: SideBySide | None = field(default=None, init=False, repr=False, compare=False)
-    _lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)  # reading traces
-    _views_lock: Any = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
+    _memo: _Memo = field(default_factory=lambda: _Memo(), init=False, repr=False, compare=False)
+
+    def with_deep(self, deep: dict[str, Any] | None) -> Report:
+        """This report with HTA's section ``deep`` (:func:`trainscope.api.run_deep`): a new report that
+        shares this one's memo (the traces read again, the view models: none depends on ``deep``)."""
+        new = replace(self, deep=deep)
+        object.__setattr__(new, "_memo", self._memo)  # the one place a memo is handed on
+        return new
 
     # the main rank, typed
     @property
@@ -137,22 +142,27 @@ class Report(RenderedAnalysis):
         once, on first use. Raises :class:`BadInput` when the file cannot be read any more."""
         if len(self.traces.traces) == len(self.ranks):
             return self.traces.traces[index]
-        with self._lock:
-            if index not in self._loaded:
-                self._loaded[index] = _read_rank(self.ranks[index])
-            return self._loaded[index]
+        memo = self._memo
+        with memo.lock:
+            if index not in memo.loaded:
+                memo.loaded[index] = _read_rank(self.ranks[index])
+            return memo.loaded[index]
 
     def rank_summaries(self) -> list[RankSummary]:
         """Per rank (in ``ranks`` order), what the reduce and ``diff`` need of it
         (:class:`trainscope.analyzers.ranks.alignment.RankSummary`): the map's, or made once from the traces
         read here. Their ``analysis`` is each rank's own judgement, before the reduce."""
-        if self.summaries is None:
-            self.summaries = [summarize(t, a) for t, a in zip(self.traces.traces, self.ranks)]
-        return self.summaries
+        if self.summaries is not None:
+            return self.summaries
+        memo = self._memo
+        if memo.summaries is None:
+            memo.summaries = [summarize(t, a) for t, a in zip(self.traces.traces, self.ranks)]
+        return memo.summaries
 
     def _collectives(self) -> list[RankCollectives]:
-        if self.summaries is not None:  # the map already extracted them: no trace is read again
-            return [s.collectives for s in self.summaries]
+        summaries = self.summaries if self.summaries is not None else self._memo.summaries
+        if summaries is not None:  # the map (or rank_summaries) already extracted them: no trace is read again
+            return [s.collectives for s in summaries]
         return [rank_collectives(self.trace(i)) for i in range(len(self.ranks))]
 
     def latest_arrivals(self) -> list[LateCollective | None]:
@@ -160,35 +170,38 @@ class Report(RenderedAnalysis):
         the first rank (:class:`trainscope.analyzers.ranks.late_collectives.LateCollective`, absolute ns on
         the rank's own clock), None for a rank with none; computed once. The app's jump from a rank to
         its late collective: never a collective the story leaves out."""
-        with self._views_lock:
-            late = self._late
+        memo = self._memo
+        with memo.views_lock:
+            late = memo.late
         if late is None:
             late = [None] * len(self.ranks) if self.story is None else latest_arrivals(self._collectives(), self.story)
-            with self._views_lock:
-                self._late = late
+            with memo.views_lock:
+                memo.late = late
         return late
 
     def side_by_side(self) -> SideBySide:
         """Every rank on one clock (:class:`trainscope.analyzers.ranks.lanes.SideBySide`): the rank
         story's clock offsets and matched collectives, with its late arrivals and cold starts;
         computed once. The app's ranks-side-by-side view."""
-        with self._views_lock:
-            sb = self._side_by_side
+        memo = self._memo
+        with memo.views_lock:
+            sb = memo.side_by_side
         if sb is None:
             story = self.story if self.story is not None else rank_story(self.rank_summaries(), self.rules)
             sb = side_by_side(self._collectives(), story)
-            with self._views_lock:
-                self._side_by_side = sb
+            with memo.views_lock:
+                memo.side_by_side = sb
         return sb
 
     def rank_view(self, index: int | None = None) -> RankView:
         """The view models of one rank (default: the main rank) for the terminal app: its document,
         timeline, full kernel table and memory curves, each built once when first asked."""
         index = self.main_index if index is None else index
-        with self._views_lock:  # not the reading lock: the UI thread asks while a worker reads a trace
-            if index not in self._views:
-                self._views[index] = RankView(self, index)
-            return self._views[index]
+        memo = self._memo
+        with memo.views_lock:  # not the reading lock: the UI thread asks while a worker reads a trace
+            if index not in memo.views:
+                memo.views[index] = RankView(self, index)
+            return memo.views[index]
 
     # renderings: all read the one document, so they cannot disagree
     def to_dict(self) -> dict[str, Any]:
@@ -234,6 +247,22 @@ class Report(RenderedAnalysis):
             len(a.findings),
             len(self.ranks),
         )
+
+
+@dataclass
+class _Memo:
+    """What a :class:`Report` reads or derives on first use, each once: rank traces read again
+    (``loaded``, under ``lock``), the view models, late arrivals and side-by-side (under
+    ``views_lock``: the UI thread asks while a worker reads a trace), and the ranks' summaries made
+    here when the map made none."""
+
+    loaded: dict[int, Trace] = field(default_factory=dict)
+    views: dict[int, RankView] = field(default_factory=dict)
+    late: list[LateCollective | None] | None = None
+    side_by_side: SideBySide | None = None
+    summaries: list[RankSummary] | None = None
+    lock: Any = field(default_factory=threading.Lock)
+    views_lock: Any = field(default_factory=threading.Lock)
 
 
 def _read_rank(a: Analysis) -> Trace:

@@ -34,6 +34,7 @@ from trainscope.analyzers.compare.diff import Run
 from trainscope.analyzers.compare.history import BadSummary, RunSummary, summarize
 from trainscope.analyzers.shapes import ShapeSignature, shape_signature
 from trainscope.api.errors import BadInput
+from trainscope.api.inputs import RUN_REF
 
 if TYPE_CHECKING:
     from trainscope.analyzers.compare.history import FixOutcome, RunSummary
@@ -92,8 +93,6 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
-# A reference to a stored run: "12", "run:12", "latest", "latest:TAG", "baseline", "baseline:TAG".
-_REF = re.compile(r"^(?:(?:run:)?(?P<id>\d{1,18})|(?P<kind>latest|baseline)(?::(?P<tag>.+))?)$")
 _TAG = re.compile(r"^[\w.+@/-]{1,100}$")
 
 
@@ -104,12 +103,6 @@ def default_store_path() -> str:
         return os.environ["TRAINSCOPE_STORE"]
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return os.path.join(base, "trainscope", "runs.db")
-
-
-def is_run_ref(text: str) -> bool:
-    """Whether ``text`` names a stored run rather than a trace: it matches the reference grammar and
-    no file or directory of that name exists (a trace named ``latest`` stays a trace)."""
-    return bool(_REF.match(str(text))) and not os.path.exists(text)
 
 
 def check_tag(tag: str | None) -> str | None:
@@ -565,7 +558,7 @@ class RunStore:
         """The run ``ref`` names: an id (``12``, ``run:12``), ``latest[:TAG]`` or ``baseline[:TAG]``.
         Raises :class:`BadInput` when there is none."""
         text = str(ref)
-        m = _REF.match(text)
+        m = RUN_REF.match(text)
         if not m:
             raise BadInput(f"{text!r} is not a run reference (an id such as 12, latest[:TAG], baseline[:TAG])")
         if m["id"]:

@@ -38,9 +38,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import trainscope
 from trainscope.api import cache
-from trainscope.collectors.readers import decompression_cap
 from trainscope.collectors.snapshot import READER_ENV
 from trainscope.traces import model as m
 from trainscope.traces.model import CollectiveArgs, Device, OpInputs, Thread, Trace, TraceSet
@@ -125,24 +123,14 @@ def key_for(path: str) -> tuple[str, bool] | None:
     """(key, whether the entry is stored relocated) for reading ``path``; None when the input cannot
     be identified (it is read without the cache)."""
 
-    ident = cache.input_identity(path)
-    if ident is None:
-        return None
-    relocated = os.path.isabs(path)
-    material = {
+    own = {
         "entry": TRACE_FORMAT,
-        "trainscope": trainscope.__version__,
         "code": reader_version(),
-        "input": ident,
-        "name": os.path.basename(path.rstrip("/")),
-        "path": None if relocated else path,
-        "cap": list(decompression_cap()),
         "snapshot_reader": os.environ.get(READER_ENV, ""),
         "nsys": _nsys_identity(path),
         "byteorder": sys.byteorder,
     }
-    text = json.dumps(material, sort_keys=True, ensure_ascii=True, default=repr)
-    return hashlib.sha256(text.encode("ascii")).hexdigest(), relocated
+    return cache.entry_key(path, os.path.isabs(path), own)
 
 
 # -- values: exact round trips through JSON ------------------------------------------------------------

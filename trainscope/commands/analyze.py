@@ -10,22 +10,21 @@ from typing import TYPE_CHECKING, Any
 
 from trainscope import api
 from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
+from trainscope.argtypes import positive_float
 from trainscope.commands.analyze_ranks import add_arguments
 from trainscope.commands.runs import add_save_args, save_report
 from trainscope.common import (
-    Progress,
     add_document_args,
     add_input_limit_args,
-    apply_input_limits,
-    check_outputs,
+    add_threshold_arg,
     emit_document,
     one_line_errors,
-    positive_float,
+    progress_line,
+    resolve_inputs,
     terminal_app,
-    threshold_arg,
+    write_json_after_app,
 )
 from trainscope.reports import formats
-from trainscope.reports.output import to_json, write_atomic
 from trainscope.tui.state import Session, build_session, cached_document
 
 if TYPE_CHECKING:
@@ -86,14 +85,7 @@ def register(a: argparse.ArgumentParser) -> None:
         "chrome://tracing (JSON trace-event format; a directory: every rank as its own process, with the "
         "collectives' alignment; the same file as the app's x)",
     )
-    a.add_argument(
-        "--threshold",
-        type=threshold_arg,
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="override a diagnostic threshold (repeatable; list them with `trainscope thresholds`)",
-    )
+    add_threshold_arg(a, "override a diagnostic threshold (repeatable; list them with `trainscope thresholds`)")
     a.add_argument(
         "--model",
         metavar="SPEC",
@@ -129,31 +121,25 @@ def register(a: argparse.ArgumentParser) -> None:
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    check_outputs(args, (args.trace,))
+    (trace,) = resolve_inputs(args, args.trace)
     rules = _rules(args)
-    apply_input_limits(args)
     api.check_options(deep=args.deep, deep_step=args.deep_step, jobs=args.jobs)  # before the slow part and the app
     ledger = api.model_ledger(args.model) if args.model else None
     if use_tui(args):
         return _run_app(args, rules, ledger)
-    progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
-    try:  # a directory or glob of ranks: mapped in worker processes (--jobs) or on Dask (--dask)
+    with progress_line(
+        args
+    ) as progress:  # a directory or glob of ranks: mapped in worker processes (--jobs) or on Dask (--dask)
         report = api.analyze(
-            args.trace,
+            trace,
             rules=rules,
-            peak_tflops=args.peak_tflops,
-            peak_bandwidth=args.peak_bandwidth,
-            step_range=args.step_range,
             deep=args.deep,
             deep_step=args.deep_step,
             model=args.model,
             progress=progress,
-            jobs=args.jobs,
-            dask=args.dask,
             cache=not args.no_cache,
+            **analysis_options(args),
         )
-    finally:
-        progress.done()
     if args.perfetto and _write_perfetto(args.perfetto, report) != EXIT_OK:
         return EXIT_BAD_INPUT
     code = emit_document(report.output(), args)
@@ -244,12 +230,12 @@ def _run_app(args: argparse.Namespace, rules: Rules, ledger: Ledger | None) -> i
     code = app.run()
     if args.perfetto and app.session is not None and _write_perfetto(args.perfetto, app.session.report) != EXIT_OK:
         return EXIT_BAD_INPUT
-    if args.json_out and app.session is not None:
-        try:
-            write_atomic(args.json_out, to_json(app.session.document()))
-        except OSError as e:
-            sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
-            return EXIT_BAD_INPUT
+    if (
+        args.json_out
+        and app.session is not None
+        and write_json_after_app(args.json_out, app.session.document()) != EXIT_OK
+    ):
+        return EXIT_BAD_INPUT
     code = app.return_code if app.return_code is not None else (code or EXIT_OK)
     if code == EXIT_OK and app.session is not None:
         return save_report(app.session.report, args)

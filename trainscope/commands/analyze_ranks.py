@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from trainscope.argtypes import number
+
 
 def add_arguments(a: argparse.ArgumentParser) -> None:
     a.add_argument(
@@ -22,11 +24,4 @@ def add_arguments(a: argparse.ArgumentParser) -> None:
     )
 
 
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return n
+_positive_int = number(int, lambda n: n >= 1, "must be at least 1: {text!r}", "a whole number")

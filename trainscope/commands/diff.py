@@ -15,26 +15,27 @@ from trainscope.analyzers.compare.diff import GATE_METRICS
 # tell "this change made training slower" from "the diff could not run" (trainscope.api.Regression).
 from trainscope.api import EXIT_OK, EXIT_REGRESSION, BadInput, DiffResult  # noqa: E402,F401
 from trainscope.api.errors import EXIT_BAD_INPUT
+from trainscope.argtypes import finite_non_negative
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
 from trainscope.commands.analyze import add_analysis_options, analysis_options
 from trainscope.common import (
-    Progress,
     add_document_args,
     add_input_limit_args,
-    apply_input_limits,
-    check_outputs,
+    add_threshold_arg,
     emit_document,
     one_line_errors,
+    progress_line,
+    resolve_inputs,
     terminal_app,
-    threshold_arg,
+    write_json_after_app,
 )
 from trainscope.reports import formats
-from trainscope.reports.output import to_json, write_atomic
 
 if TYPE_CHECKING:
     from trainscope.analyzers.compare.diff import GateResult
     from trainscope.analyzers.rules import Rules
     from trainscope.api.comparison import Comparison
+    from trainscope.api.inputs import InputDescription
 
 _METRIC_HELP = (
     "step_p50 (default), step_p95, step_mean, memory_peak: relative %% of BEFORE; "
@@ -106,7 +107,7 @@ def register(d: argparse.ArgumentParser) -> None:
     d.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
     d.add_argument(
         "--fail-if-slower",
-        type=_non_negative,
+        type=finite_non_negative,
         metavar="PCT",
         help="exit 3 when --metric got worse by more than PCT (relative %% for times and memory, "
         "percentage points for shares) and the steps' rank test says it is not noise",
@@ -131,13 +132,8 @@ def register(d: argparse.ArgumentParser) -> None:
         help="gate even when the runs are not comparable (another GPU, other batch shapes, …): the change "
         "measured then includes those differences",
     )
-    d.add_argument(
-        "--threshold",
-        type=threshold_arg,
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="override a diagnostic threshold for both analyses (see `trainscope thresholds`), e.g. gate.alpha=0.01",
+    add_threshold_arg(
+        d, "override a diagnostic threshold for both analyses (see `trainscope thresholds`), e.g. gate.alpha=0.01"
     )
     d.add_argument(
         "--store",
@@ -180,16 +176,6 @@ def _node_budget(text: str) -> str:
     except api.BadInput as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
-
-
-def _non_negative(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError("must be a finite number ≥ 0")
-    return v
 
 
 def load_diff(
@@ -236,15 +222,11 @@ def _sides(args: argparse.Namespace) -> tuple[str, str]:
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    check_outputs(args, tuple(args.runs) + ((args.against,) if args.against else ()))
+    before, after = resolve_inputs(args, *_sides(args), runs=True)
     rules = api.rules_from(dict(args.threshold))
-    apply_input_limits(args)
-    before, after = _sides(args)
-    stored = any(api.is_run_ref(x) for x in (before, after))
-    if analyze_command.use_tui(args) and not stored:
+    if analyze_command.use_tui(args) and "run" not in (before.kind, after.kind):
         return _run_app(args, rules, before, after)
-    progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
-    try:
+    with progress_line(args) as progress:
         result = api.diff(
             before,
             after,
@@ -253,8 +235,6 @@ def run(args: argparse.Namespace) -> int:
             node_budgets=args.node_budgets,
             **_diff_options(args, rules),
         )
-    finally:
-        progress.done()
     if args.save:
         result = _save(result, args)
 
@@ -287,7 +267,7 @@ def _save(result: DiffResult, args: argparse.Namespace) -> DiffResult:
     return dataclasses.replace(result, before_run=b, after_run=a)
 
 
-def _run_app(args: argparse.Namespace, rules: Rules, before: str, after: str) -> int:
+def _run_app(args: argparse.Namespace, rules: Rules, before: InputDescription, after: InputDescription) -> int:
     """The side-by-side app; after it closes, the same gate line and exit code as without it."""
 
     def loader(
@@ -297,8 +277,8 @@ def _run_app(args: argparse.Namespace, rules: Rules, before: str, after: str) ->
         return r.diff, r.gate
 
     app = terminal_app("diff")(
-        before,
-        after,
+        before.given,
+        after.given,
         rules=rules,
         metric=args.metric,
         fail_if_slower=args.fail_if_slower,
@@ -318,12 +298,8 @@ def _run_app(args: argparse.Namespace, rules: Rules, before: str, after: str) ->
         except api.BadInput as e:
             sys.stderr.write(f"trainscope: {e}\n")
             return EXIT_BAD_INPUT
-    if args.json_out:
-        try:
-            write_atomic(args.json_out, to_json(result.to_dict()))
-        except OSError as e:
-            sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
-            return EXIT_BAD_INPUT
+    if args.json_out and write_json_after_app(args.json_out, result.to_dict()) != EXIT_OK:
+        return EXIT_BAD_INPUT
     if args.save:
         result = _save(result, args)
     if app.gate is not None or result.node_gates:

@@ -9,24 +9,22 @@ points here.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING
 
 from trainscope import api
-from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
+from trainscope.api.errors import EXIT_OK
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
 from trainscope.common import (
-    Progress,
     add_document_args,
     add_input_limit_args,
-    apply_input_limits,
-    check_outputs,
+    add_threshold_arg,
     emit_document,
     one_line_errors,
+    progress_line,
+    resolve_inputs,
     terminal_app,
-    threshold_arg,
+    write_json_after_app,
 )
-from trainscope.reports.output import to_json, write_atomic
 
 if TYPE_CHECKING:
     from trainscope.api.memory_report import MemoryReport
@@ -59,14 +57,7 @@ def register(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=10, metavar="N", help="largest live allocations to list (default 10)")
     add_document_args(p, "memory", app="for a snapshot, the app")
     p.add_argument("--json", metavar="FILE", dest="json_out", help="also write the JSON document to FILE")
-    p.add_argument(
-        "--threshold",
-        type=threshold_arg,
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="override memory.capacity or memory.fragmentation",
-    )
+    add_threshold_arg(p, "override memory.capacity or memory.fragmentation")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
     add_input_limit_args(p)
     p.set_defaults(run=run)
@@ -74,33 +65,23 @@ def register(p: argparse.ArgumentParser) -> None:
 
 @one_line_errors
 def run(args: argparse.Namespace) -> int:
-    check_outputs(args, (args.file,))
-    apply_input_limits(args)
-    progress = Progress(enabled=not args.quiet and sys.stderr.isatty())
-    try:
+    (snapshot,) = resolve_inputs(args, args.file)
+    with progress_line(args) as progress:
         report = api.memory(
-            args.file,
+            snapshot,
             gpu=args.gpu,
             gpu_memory=args.gpu_memory,
             top=args.top,
             thresholds=dict(args.threshold),
             progress=progress,
         )
-    finally:
-        progress.done()
 
     if not (report.kind == "cuda_snapshot" and analyze_command.use_tui(args)):  # a timeline has no stacks to show: text
         return emit_document(report.output(), args)  # --json, then --format on stdout
     code = _run_app(args.file, report)
     if code != EXIT_OK:
         return code
-    if args.json_out:
-        try:
-            write_atomic(args.json_out, to_json(report.to_dict()))
-        except OSError as e:
-            sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
-            return EXIT_BAD_INPUT
-    return EXIT_OK
+    return write_json_after_app(args.json_out, report.to_dict()) if args.json_out else EXIT_OK
 
 
 def _run_app(path: str, report: MemoryReport) -> int:

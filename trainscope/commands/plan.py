@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from trainscope import api
 from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
-from trainscope.common import add_document_args, emit_document, one_line_errors, terminal_app
+from trainscope.common import add_document_args, emit_document, one_line_errors, terminal_app, write_json_after_app
 from trainscope.modelspec import (
     MODEL_FIELDS,
     _gpu_keys,
     count_arg,  # noqa: F401 (re-exported)
 )
-from trainscope.reports.output import to_json, write_atomic
 
 
 def register(p: argparse.ArgumentParser) -> None:
@@ -57,12 +55,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if not analyze_command.use_tui(args):
         return emit_document(result.output(), args)  # --json, then --format on stdout
-    if args.json_out:
-        try:
-            write_atomic(args.json_out, to_json(result.to_dict()))
-        except OSError as e:
-            sys.stderr.write(f"trainscope: cannot write {args.json_out}: {e.strerror or e}\n")
-            return EXIT_BAD_INPUT
+    if args.json_out and write_json_after_app(args.json_out, result.to_dict()) != EXIT_OK:
+        return EXIT_BAD_INPUT
 
     terminal_app("plan")(
         result.config, result.device, threshold_pct=result.threshold_pct, limit=max(0, args.options)

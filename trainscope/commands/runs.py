@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from trainscope import api
 from trainscope.api.errors import EXIT_OK
+from trainscope.argtypes import positive_int
 from trainscope.common import fail_on, one_line_errors
 from trainscope.reports.history import render_fixes_text, render_run_text, render_runs_text
 from trainscope.reports.output import to_json
@@ -16,16 +17,6 @@ from trainscope.traces.safe_text import safe_strings, visible
 if TYPE_CHECKING:
     from trainscope.api.cache import CachedReport
     from trainscope.api.report import Report
-
-
-def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError("must be ≥ 1")
-    return v
 
 
 def add_store_arg(p: argparse.ArgumentParser) -> None:

@@ -17,9 +17,10 @@ from trainscope import api
 from trainscope.api.capture import CaptureOptions, capture_folder_problem, open_capture_folder
 from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
 from trainscope.api.live import make_run_folder, output_refusal, write_output
+from trainscope.argtypes import number, whole
 from trainscope.commands.runs import add_save_args, save_recording, watch_save_problem
 from trainscope.commands.watch_output import JobOutput, write_line
-from trainscope.common import fail, one_line_errors, output_problem, same_file, terminal_app, threshold_arg
+from trainscope.common import add_threshold_arg, fail, one_line_errors, output_problem, same_file, terminal_app
 from trainscope.reports import formats
 from trainscope.reports.live import SCHEMA, status_line, status_line_dict, summary_dict, summary_text
 from trainscope.reports.output import to_json_line
@@ -49,37 +50,10 @@ class _Dashboard(Protocol):
 MIN_INTERVAL = 0.25
 
 
-def _interval(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if v < MIN_INTERVAL:
-        raise argparse.ArgumentTypeError(f"must be ≥ {MIN_INTERVAL} s (faster sampling costs the job CPU)")
-    return v
-
-
-def _port(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
-    if not 0 <= v <= 65535:
-        raise argparse.ArgumentTypeError("must be 0–65535")
-    return v
-
-
-def _count(lo: int, hi: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be {lo}–{hi}")
-        return v
-
-    return parse
+_interval = number(
+    float, lambda v: not v < MIN_INTERVAL, f"must be ≥ {MIN_INTERVAL} s (faster sampling costs the job CPU)"
+)
+_port = number(int, lambda v: 0 <= v <= 65535, "must be 0–65535", "a port number")
 
 
 def register(a: argparse.ArgumentParser) -> None:
@@ -165,7 +139,7 @@ def register(a: argparse.ArgumentParser) -> None:
         "dashboard's c key. At most one at a time; the overhead on step time is measured and printed with each.",
     )
     c.add_argument(
-        "--capture-steps", type=_count(1, 10_000), default=5, metavar="N", help="iterations per capture (default 5)"
+        "--capture-steps", type=whole(1, 10_000), default=5, metavar="N", help="iterations per capture (default 5)"
     )
     c.add_argument("--capture-at", type=float, metavar="S", help="one capture S seconds into the watch")
     c.add_argument(
@@ -177,7 +151,7 @@ def register(a: argparse.ArgumentParser) -> None:
         "running median (repeatable)",
     )
     c.add_argument(
-        "--capture-max", type=_count(1, 1000), default=3, metavar="N", help="at most N captures per watch (default 3)"
+        "--capture-max", type=whole(1, 1000), default=3, metavar="N", help="at most N captures per watch (default 3)"
     )
     c.add_argument(
         "--capture-dir",
@@ -200,14 +174,7 @@ def register(a: argparse.ArgumentParser) -> None:
         action="store_true",
         help="record operators' input shapes in captures: the top kernels' FLOP/s and %% of roof (slower)",
     )
-    a.add_argument(
-        "--threshold",
-        type=threshold_arg,
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="override a diagnostic threshold (see `trainscope thresholds`)",
-    )
+    add_threshold_arg(a, "override a diagnostic threshold (see `trainscope thresholds`)")
 
     add_save_args(a)
     a.set_defaults(run=run)
