@@ -195,13 +195,7 @@ def render_diff_markdown(doc: dict[str, Any]) -> str:
         for line in achieved:
             w(f"- {md_escape(line)}")
         w("")
-    g = doc.get("gate")
-    if g:
-        w(f"**Gate ({md_escape(g['metric'])}):** {md_escape(g['reason'])}")
-        w("")
-    for ng in (t or {}).get("gates") or []:
-        w(f"**Gate ({md_escape(ng['budget'])}):** {md_escape(ng['reason'])}")
-        w("")
+    gate_markdown(w, doc)
     notes = [f"before: {x}" for x in b["warnings"]] + [f"after: {x}" for x in a["warnings"]]
     if notes:
         w("## Notes")
@@ -211,6 +205,17 @@ def render_diff_markdown(doc: dict[str, Any]) -> str:
         w("")
     w(f"<sub>trainscope {doc['tool']['version']} · schema {doc['schema']}</sub>")
     return "\n".join(out) + "\n"
+
+
+def gate_markdown(w: Callable[[str], object], doc: dict[str, Any]) -> None:
+    """The gate's outcome (``diff --gate``): the metric's, then each node budget's."""
+    g = doc.get("gate")
+    if g:
+        w(f"**Gate ({md_escape(g['metric'])}):** {md_escape(g['reason'])}")
+        w("")
+    for ng in (doc.get("tree") or {}).get("gates") or []:
+        w(f"**Gate ({md_escape(ng['budget'])}):** {md_escape(ng['reason'])}")
+        w("")
 
 
 def tree_markdown(w: Callable[[str], object], t: dict[str, Any], unit: str) -> None:

@@ -13,9 +13,10 @@ from trainscope.analyzers.trace.breakdown import CATEGORIES, CATEGORY_LABELS
 from trainscope.analyzers.trace.host_only import NO_GPU_ROWS
 from trainscope.analyzers.trace.kernels import ALL_CLASSES
 from trainscope.analyzers.trace.sinks import SINK_LABELS
-from trainscope.analyzers.trace.verdict import Evidence
 from trainscope.collectors.formats import COUNTER_FORMATS  # the reader table's counters-only rows
 from trainscope.reports.analysis_document import AnalysisDocument, GpuMetrics, Recommendation, TreeNode
+from trainscope.reports.parts import evidence_dict, finding_dict
+from trainscope.reports.parts import rounded as _r
 
 if TYPE_CHECKING:
     from trainscope.analyzers.trace.roofline import RooflineRow
@@ -147,21 +148,6 @@ def window_lines(doc: Doc) -> list[str]:
     return out
 
 
-def _evidence(e: Evidence) -> dict[str, Any]:
-    return {
-        "metric": e.metric,
-        "value": e.value,
-        "unit": e.unit,
-        "threshold": e.threshold,
-        "source": e.source,
-        "meets": e.meets,
-    }
-
-
-def _r(x: float | None, nd: int = 2) -> float | None:
-    return None if x is None else round(float(x), nd)
-
-
 # The two parts of the breakdown's "communication (not overlapped)" row on a rank that waits for
 # others, named as their sinks are wherever else they appear (the verdict's evidence, the sinks):
 # one name per number (issue 37).
@@ -246,21 +232,10 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
             "confidence": a.verdict.confidence,
             "bottleneck": a.verdict.bottleneck,
             "summary": a.verdict.summary,
-            "evidence": [_evidence(e) for e in a.verdict.evidence],
+            "evidence": [evidence_dict(e) for e in a.verdict.evidence],
             "runner_up": a.verdict.runner_up,
         },
-        "findings": [
-            {
-                "id": f.id,
-                "axis": f.axis,
-                "severity": f.severity,
-                "title": f.title,
-                "stake_pct": _r(f.stake_pct),
-                "detail": f.detail,
-                "evidence": [_evidence(e) for e in f.evidence],
-            }
-            for f in a.findings
-        ],
+        "findings": [finding_dict(f) for f in a.findings],
         "breakdown": {
             "basis": "exclusive shares of summed step time; GPU busy = compute + communication + copy + memset",
             "total_ms": _r(b.total_ns / 1e6, 3),

@@ -13,8 +13,10 @@ from trainscope import __version__
 from trainscope.analyzers.findings import code_language
 from trainscope.analyzers.live.engine import READY, LiveStatus, WindowStats
 from trainscope.analyzers.live.split import BASIS, LABELS, PARTS, SHORT, SplitWindow, StepSplit
-from trainscope.reports.document import AXIS_NAMES, _evidence, headline_word
+from trainscope.reports.document import AXIS_NAMES, headline_word
 from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.parts import evidence_dict, finding_dict
+from trainscope.reports.parts import rounded as _r
 from trainscope.traces.samples import Snapshot
 
 SCHEMA = "trainscope.watch/1"
@@ -31,10 +33,6 @@ def live_headline(st: LiveStatus) -> str:
     return f"{headline_word(v.bottleneck, v.summary, v.axis.upper())} · D·A·M axis: {AXIS_NAMES[v.axis]}"
 
 
-def _r(x: float | None, nd: int = 2) -> float | None:
-    return None if x is None else round(float(x), nd)
-
-
 def _pct(x: float | None, width: int = 3) -> str:
     return "n/a".rjust(width) if x is None else f"{x:{width}.0f}"
 
@@ -48,23 +46,12 @@ def verdict_dict(st: LiveStatus) -> dict[str, Any]:
         "runner_up": v.runner_up,
         "summary": v.summary,
         "headline": live_headline(st),
-        "evidence": [_evidence(e) for e in v.evidence],
+        "evidence": [evidence_dict(e) for e in v.evidence],
     }
 
 
 def findings_list(st: LiveStatus) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": f.id,
-            "axis": f.axis,
-            "severity": f.severity,
-            "title": f.title,
-            "stake_pct": _r(f.stake_pct),
-            "detail": f.detail,
-            "evidence": [_evidence(e) for e in f.evidence],
-        }
-        for f in st.findings
-    ]
+    return [finding_dict(f) for f in st.findings]
 
 
 def stats_dict(s: WindowStats) -> dict[str, Any]:

@@ -10,29 +10,9 @@ from trainscope.analyzers.snapshot.summary import DeviceSnapshotMemory
 from trainscope.analyzers.snapshot.timeline_peak import TimelinePeak
 from trainscope.analyzers.trace.verdict import Finding
 from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.parts import finding_dict
 
 SCHEMA = "trainscope.memory/1"
-
-
-def _finding(f: Finding) -> dict[str, Any]:
-    return {
-        "id": f.id,
-        "axis": f.axis,
-        "severity": f.severity,
-        "title": f.title,
-        "detail": f.detail,
-        "evidence": [
-            {
-                "metric": e.metric,
-                "value": e.value,
-                "unit": e.unit,
-                "threshold": e.threshold,
-                "source": e.source,
-                "meets": e.meets,
-            }
-            for e in f.evidence
-        ],
-    }
 
 
 def build_memory_document(
@@ -49,7 +29,7 @@ def build_memory_document(
         "tool": {"name": "trainscope", "version": __version__},
         "input": {"path": path, "format": kind},
         "capacity": capacity,
-        "findings": [_finding(f) for f in findings],
+        "findings": [finding_dict(f, stake=False) for f in findings],
         "warnings": warnings,
     }
     if devices is not None:
