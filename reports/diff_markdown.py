@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainscope.reports.diff_text import movers, node_path, not_kept_line, tree_shown
-from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.mdsafe import md_bullets, md_escape
 
 KERNEL_ROWS = 10
 
@@ -189,20 +189,9 @@ def render_diff_markdown(doc: dict[str, Any]) -> str:
             )
         w("")
     achieved = [f["line"] for f in doc.get("fixes_achieved") or [] if f["line"]]
-    if achieved:
-        w("**Projected against achieved** (mean step before ÷ after):")
-        w("")
-        for line in achieved:
-            w(f"- {md_escape(line)}")
-        w("")
+    out += md_bullets("**Projected against achieved** (mean step before ÷ after):", achieved)
     gate_markdown(w, doc)
-    notes = [f"before: {x}" for x in b["warnings"]] + [f"after: {x}" for x in a["warnings"]]
-    if notes:
-        w("## Notes")
-        w("")
-        for line in notes:
-            w(f"- {md_escape(line)}")
-        w("")
+    out += md_bullets("## Notes", [f"before: {x}" for x in b["warnings"]] + [f"after: {x}" for x in a["warnings"]])
     w(f"<sub>trainscope {doc['tool']['version']} · schema {doc['schema']}</sub>")
     return "\n".join(out) + "\n"
 

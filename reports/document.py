@@ -3,6 +3,7 @@ other rendering (terminal, Markdown) reads, so they cannot disagree."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trainscope import __version__
@@ -14,7 +15,14 @@ from trainscope.analyzers.trace.host_only import NO_GPU_ROWS
 from trainscope.analyzers.trace.kernels import ALL_CLASSES
 from trainscope.analyzers.trace.sinks import SINK_LABELS
 from trainscope.collectors.formats import COUNTER_FORMATS  # the reader table's counters-only rows
-from trainscope.reports.analysis_document import AnalysisDocument, GpuMetrics, Recommendation, TreeNode
+from trainscope.reports.analysis_document import (
+    AnalysisDocument,
+    GpuMetrics,
+    IronLaw,
+    Mfu,
+    Recommendation,
+    TreeNode,
+)
 from trainscope.reports.parts import evidence_dict, finding_dict
 from trainscope.reports.parts import rounded as _r
 
@@ -123,6 +131,27 @@ def gain_words(r: Recommendation | dict[str, Any], step: bool = False) -> str:
     if speedup is None:
         return "no projection"
     return f"up to {speedup:.2f}× faster" + (f" (step ≥ {step_ms:.1f} ms)" if step and step_ms is not None else "")
+
+
+def shapes_mfu(mfu: Mfu) -> float | None:
+    """The MFU estimated from the recorded shapes, which every report shows beside an MFU from the
+    recorded FLOPs (the two bases side by side); None where the MFU has no second basis."""
+    return mfu.shapes_pct if mfu.basis == "recorded flops" else None
+
+
+def iron_law_gap_words(law: IronLaw, esc: Callable[[str], str] = str) -> str:
+    """Where the GPU is busy but below peak, as % of step time (the Iron Law's gap terms of 0.05 % or more)."""
+    return ", ".join(f"{esc(g)} {x:.1f} %" for g, x in law.gap_pct.items() if x >= 0.05)
+
+
+def iron_law_lines(law: IronLaw, esc: Callable[[str], str] = str) -> list[str]:
+    """The Iron Law in the text and HTML reports: pipeline efficiency (GPU busy) against MFU, and
+    where busy time falls below peak; ``esc`` makes a trace's text safe for the view."""
+    gap = iron_law_gap_words(law)
+    return [
+        f"Iron Law: {esc(law.formula)}; pipeline efficiency (GPU busy) {law.pipeline_efficiency_pct:.1f} % "
+        f"vs MFU {law.efficiency_pct:.1f} %"
+    ] + ([f"busy but below peak (% of step time): {esc(gap)}"] if gap else [])
 
 
 def window_lines(doc: Doc) -> list[str]:

@@ -32,6 +32,8 @@ from trainscope.reports.document import (
     gain_words,
     gpu_metrics_parts,
     headline,
+    iron_law_lines,
+    shapes_mfu,
     tree_heading,
     tree_rows,
     window_lines,
@@ -459,17 +461,11 @@ def render_html_fragment(
                 if mfu.value_pct is not None
                 else f"<li>MFU: {_e(mfu.reason)}</li>"
             )
-            if mfu.basis == "recorded flops" and mfu.shapes_pct is not None:
-                w(f"<li>{mfu.shapes_pct:.1f} % ({_e(mfu.shapes_reason or '')})</li>")
-            law = mfu.iron_law
-            if law:
-                w(
-                    f"<li>Iron Law: {_e(law.formula)}; pipeline efficiency (GPU busy) "
-                    f"{law.pipeline_efficiency_pct:.1f} % vs MFU {law.efficiency_pct:.1f} %</li>"
-                )
-                gap = ", ".join(f"{g} {x:.1f} %" for g, x in law.gap_pct.items() if x >= 0.05)
-                if gap:
-                    w(f"<li>busy but below peak (% of step time): {_e(gap)}</li>")
+            shapes = shapes_mfu(mfu)
+            if shapes is not None:
+                w(f"<li>{shapes:.1f} % ({_e(mfu.shapes_reason or '')})</li>")
+            if mfu.iron_law:
+                o.extend(f"<li>{line}</li>" for line in iron_law_lines(mfu.iron_law, _e))
         w("</ul>")
     if d.ledger:
         w("<h2>Planned memory</h2><pre>" + _pre("\n".join(ledger_text_lines(d.ledger)).strip("\n")) + "</pre>")

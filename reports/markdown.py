@@ -18,11 +18,13 @@ from trainscope.reports.document import (
     gain_words,
     gpu_metrics_parts,
     headline,
+    iron_law_gap_words,
+    shapes_mfu,
     tree_heading,
     tree_rows,
     window_lines,
 )
-from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.mdsafe import md_bullets, md_escape
 from trainscope.reports.plan import ledger_markdown_lines
 
 
@@ -195,15 +197,16 @@ def render_markdown(doc: AnalysisDocument | dict[str, Any]) -> str:
             if mfu.value_pct is not None
             else f"- MFU: {md_escape(mfu.reason)}"
         )
-        if mfu.basis == "recorded flops" and mfu.shapes_pct is not None:
-            w(f"- MFU {md_escape(mfu.shapes_reason)}: {mfu.shapes_pct:.1f} %")
+        shapes = shapes_mfu(mfu)
+        if shapes is not None:
+            w(f"- MFU {md_escape(mfu.shapes_reason)}: {shapes:.1f} %")
         law = mfu.iron_law
         if law:
             w(
                 f"- Iron Law: {md_escape(law.formula)}. FLOPs/step: {md_escape(law.flops_source)}; GPUs: "
                 f"{md_escape(law.gpus_source)}; peak: {md_escape(law.peak_source)}; η = MFU."
             )
-            gap = ", ".join(f"{md_escape(g)} {x:.1f} %" for g, x in law.gap_pct.items() if x >= 0.05)
+            gap = iron_law_gap_words(law, md_escape)
             w(
                 f"- Pipeline efficiency (GPU busy) {law.pipeline_efficiency_pct:.1f} % against MFU "
                 f"{law.efficiency_pct:.1f} %" + (f"; busy but below peak, % of step time: {gap}" if gap else "")
@@ -233,12 +236,7 @@ def render_markdown(doc: AnalysisDocument | dict[str, Any]) -> str:
                 f"{AXIS_NAMES[rr.axis]} {md_escape(rr.bottleneck or '')}{mark} |"
             )
         w("")
-    if d.warnings:
-        w("## Notes")
-        w("")
-        for line in d.warnings:
-            w(f"- {md_escape(line)}")
-        w("")
+    out += md_bullets("## Notes", d.warnings)
     w(f"<sub>trainscope {d.tool.version if d.tool else ''} · schema {d.schema}</sub>")
     return "\n".join(out) + "\n"
 

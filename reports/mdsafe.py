@@ -18,3 +18,11 @@ def md_escape(text: object, limit: int | None = None) -> str:
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = _SPECIAL.sub(r"\\\1", s)
     return s.replace("\r", " ").replace("\n", " ")
+
+
+def md_bullets(heading: str, items: list[str]) -> list[str]:
+    """A list under its heading (a title, or a bold lead sentence): one escaped bullet per item, a
+    blank line after the heading and after the list; nothing where there are no items."""
+    if not items:
+        return []
+    return [heading, "", *(f"- {md_escape(x)}" for x in items), ""]

@@ -1,5 +1,5 @@
 """The parts every document writes alike (the analysis, a watch's, a memory report's, the deep
-analysis): a rounded number, an evidence object, a finding. A module of its own, below them all and
+analysis): a rounded number, an evidence object and its mark, a finding. A module of its own, below them all and
 light to import (memory.py and live.py do not load the analysis document's dependencies for it)."""
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ def evidence_dict(e: Evidence) -> dict[str, Any]:
         "source": e.source,
         "meets": e.meets,
     }
+
+
+def evidence_mark(meets: bool | None, blank: str = " ") -> str:
+    """Whether an evidence line crosses its threshold, as the reports mark it: ✔ crossed, ✘ not,
+    ``blank`` for a line of context (no threshold)."""
+    return {True: "✔", False: "✘", None: blank}[meets]
 
 
 def finding_dict(f: Finding, stake: bool = True) -> dict[str, Any]:

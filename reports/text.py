@@ -21,10 +21,13 @@ from trainscope.reports.document import (
     gain_words,
     gpu_metrics_parts,
     headline,
+    iron_law_lines,
+    shapes_mfu,
     tree_heading,
     tree_rows,
     window_lines,
 )
+from trainscope.reports.parts import evidence_mark
 from trainscope.reports.plan import ledger_text_lines
 
 Doc = AnalysisDocument | dict[str, Any]
@@ -82,7 +85,7 @@ def render_text(doc: Doc, color: bool = False) -> str:
     if v.evidence:
         w(bold("Evidence"))
         for e in v.evidence:
-            mark = {True: "✔", False: "✘", None: " "}[e.meets]
+            mark = evidence_mark(e.meets)
             thr = f"{e.threshold} {e.unit}".strip() if e.threshold else ""
             w(f"  {mark} {_short(e.metric, 52):52s} {_fmt(e.value, e.unit):>12s}  {thr:<22s} {e.source}")
         out.extend(_split_lines(d, "  "))
@@ -186,17 +189,11 @@ def render_text(doc: Doc, color: bool = False) -> str:
     mfu = d.mfu
     if mfu is not None:
         w(f"MFU      {mfu.value_pct:.1f} % — {mfu.reason}" if mfu.value_pct is not None else f"MFU      {mfu.reason}")
-        if mfu.basis == "recorded flops" and mfu.shapes_pct is not None:
-            w(f"         {mfu.shapes_pct:.1f} % — {mfu.shapes_reason}")
-        law = mfu.iron_law
-        if law:
-            w(
-                f"         Iron Law: {law.formula}; pipeline efficiency (GPU busy) {law.pipeline_efficiency_pct:.1f} % "
-                f"vs MFU {law.efficiency_pct:.1f} %"
-            )
-            gap = ", ".join(f"{g} {x:.1f} %" for g, x in law.gap_pct.items() if x >= 0.05)
-            if gap:
-                w(f"         busy but below peak (% of step time): {gap}")
+        shapes = shapes_mfu(mfu)
+        if shapes is not None:
+            w(f"         {shapes:.1f} % — {mfu.shapes_reason}")
+        if mfu.iron_law:
+            out.extend(f"         {line}" for line in iron_law_lines(mfu.iron_law))
 
     if d.ledger:
         out.extend(ledger_text_lines(d.ledger))
