@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainscope.reports.diff_text import movers, node_path, not_kept_line, tree_shown
-from trainscope.reports.mdsafe import md_bullets, md_escape
+from trainscope.reports.mdsafe import md_bullets, md_escape, md_table
 
 KERNEL_ROWS = 10
 
@@ -124,13 +124,19 @@ def render_diff_markdown(doc: dict[str, Any]) -> str:
         )
     w("")
     if doc["kernel_classes"]:
-        w("| kernel class | before ms/step | after ms/step | change |")
-        w("|---|---:|---:|---:|")
-        for cname, c in doc["kernel_classes"].items():
-            w(
-                f"| {md_escape(cname)} | {c['before_ms_per_step']:.2f} | {c['after_ms_per_step']:.2f} | "
-                f"{c['after_ms_per_step'] - c['before_ms_per_step']:+.2f} |"
-            )
+        out += md_table(
+            "| kernel class | before ms/step | after ms/step | change |",
+            "|---|---:|---:|---:|",
+            (
+                [
+                    md_escape(cname),
+                    f"{c['before_ms_per_step']:.2f}",
+                    f"{c['after_ms_per_step']:.2f}",
+                    f"{c['after_ms_per_step'] - c['before_ms_per_step']:+.2f}",
+                ]
+                for cname, c in doc["kernel_classes"].items()
+            ),
+        )
         w("")
     k = doc["kernels"]
     mc = k["match_counts"]

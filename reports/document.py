@@ -20,6 +20,7 @@ from trainscope.reports.analysis_document import (
     GpuMetrics,
     IronLaw,
     Mfu,
+    RankRow,
     Recommendation,
     TreeNode,
 )
@@ -131,6 +132,22 @@ def gain_words(r: Recommendation | dict[str, Any], step: bool = False) -> str:
     if speedup is None:
         return "no projection"
     return f"up to {speedup:.2f}× faster" + (f" (step ≥ {step_ms:.1f} ms)" if step and step_ms is not None else "")
+
+
+def rank_mark(rk: RankRow) -> str:
+    """A rank's marks in the rank tables: the straggler, and the rank the report leads with."""
+    return (" ◀ straggler" if rk.straggler else "") + (" ▶ headline" if rk.headline else "")
+
+
+def rank_late_last(rk: RankRow) -> tuple[str, str]:
+    """A rank's mean lateness at the collectives (ms) and how often it came last, "—" where unmeasured."""
+    late = f"{rk.mean_late_ms:.1f}" if rk.mean_late_ms is not None else "—"
+    return late, f"{rk.last_in} of {rk.considered}" if rk.last_in is not None else "—"
+
+
+def mfu_words(mfu: Mfu, esc: Callable[[str], str] = str) -> str:
+    """The MFU with the reason for its basis in parentheses, or the reason alone where there is no MFU."""
+    return esc(mfu.reason) if mfu.value_pct is None else f"{mfu.value_pct:.1f} % ({esc(mfu.reason)})"
 
 
 def shapes_mfu(mfu: Mfu) -> float | None:

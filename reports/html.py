@@ -33,6 +33,9 @@ from trainscope.reports.document import (
     gpu_metrics_parts,
     headline,
     iron_law_lines,
+    mfu_words,
+    rank_late_last,
+    rank_mark,
     shapes_mfu,
     tree_heading,
     tree_rows,
@@ -456,11 +459,7 @@ def render_html_fragment(
             )
         mfu = d.mfu
         if mfu is not None:
-            w(
-                f"<li>MFU: {mfu.value_pct:.1f} % ({_e(mfu.reason)})</li>"
-                if mfu.value_pct is not None
-                else f"<li>MFU: {_e(mfu.reason)}</li>"
-            )
+            w(f"<li>MFU: {mfu_words(mfu, _e)}</li>")
             shapes = shapes_mfu(mfu)
             if shapes is not None:
                 w(f"<li>{shapes:.1f} % ({_e(mfu.shapes_reason or '')})</li>")
@@ -485,13 +484,11 @@ def render_html_fragment(
             "<th>verdict</th></tr>"
         )
         for rk in d.ranks:
-            late = _f(rk.mean_late_ms) if rk.mean_late_ms is not None else "—"
-            last = f"{rk.last_in} of {rk.considered}" if rk.last_in is not None else "—"
-            mark = (" ◀ straggler" if rk.straggler else "") + (" ▶ headline" if rk.headline else "")
+            late, last = rank_late_last(rk)
             w(
                 f"<tr><td class=n>{rk.rank}</td><td class=n>{_f(rk.step_p50_ms)}</td><td class=n>{_f(rk.gpu_busy_pct)} %</td>"
                 f"<td class=n>{late}</td><td class=n>{_e(last)}</td>"
-                f"<td>{_e(AXIS_NAMES[rk.axis])} {_e(rk.bottleneck or '')}{_e(mark)}</td></tr>"
+                f"<td>{_e(AXIS_NAMES[rk.axis])} {_e(rk.bottleneck or '')}{_e(rank_mark(rk))}</td></tr>"
             )
         w("</table>")
     if d.warnings:

@@ -5,6 +5,7 @@ import the plan's and the rank story's Markdown lines at its top while plan.py i
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 _SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~-])")
 
@@ -18,6 +19,12 @@ def md_escape(text: object, limit: int | None = None) -> str:
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = _SPECIAL.sub(r"\\\1", s)
     return s.replace("\r", " ").replace("\n", " ")
+
+
+def md_table(head: str, align: str, rows: Iterable[Iterable[object]]) -> list[str]:
+    """A Markdown table: the column names, their alignment, then one line per row of cells (escape
+    the cells that come from a trace before)."""
+    return [head, align, *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
 
 
 def md_bullets(heading: str, items: list[str]) -> list[str]:

@@ -488,6 +488,11 @@ def _finish_copy(
 
 
 # -- other input: the model, written in Kineto's vocabulary -------------------------------------
+def _lists(table: Any, *columns: str) -> list[list[Any]]:
+    """The named columns of a trace table as Python lists, for the long zips below."""
+    return [getattr(table, c).tolist() for c in columns]
+
+
 def _slice(
     cat: str, name: str, pid: int | str, tid: int | str, ts: float, dur: float, args: dict[str, Any]
 ) -> dict[str, Any]:
@@ -522,15 +527,7 @@ def _model_events(trace: Trace) -> Iterable[dict[str, Any]]:
         yield _slice("kernel", strings[name], d, stream, ts, dur, {"device": d, "stream": stream, "correlation": corr})
     c = trace.copies
     for ts, dur, d, stream, kind, src, dst, nbytes, corr in zip(
-        _us(c.ts),
-        _us(c.dur),
-        c.device.tolist(),
-        c.stream.tolist(),
-        c.kind.tolist(),
-        c.src.tolist(),
-        c.dst.tolist(),
-        c.bytes.tolist(),
-        c.correlation.tolist(),
+        _us(c.ts), _us(c.dur), *_lists(c, "device", "stream", "kind", "src", "dst", "bytes", "correlation")
     ):
         name = f"Memcpy {COPY_KINDS[kind]} ({MEMORY_KINDS[src].capitalize()} -> {MEMORY_KINDS[dst].capitalize()})"
         args = {"device": d, "stream": stream, "bytes": nbytes, "correlation": corr}
@@ -559,12 +556,7 @@ def _model_events(trace: Trace) -> Iterable[dict[str, Any]]:
     mem = trace.memory
     if len(mem):
         for ts, dt, d, nbytes, alloc, res in zip(
-            _us(mem.ts),
-            mem.device_type.tolist(),
-            mem.device.tolist(),
-            mem.bytes.tolist(),
-            mem.allocated.tolist(),
-            mem.reserved.tolist(),
+            _us(mem.ts), *_lists(mem, "device_type", "device", "bytes", "allocated", "reserved")
         ):
             yield {
                 "ph": "i",

@@ -22,6 +22,7 @@ from trainscope.reports.document import (
     gpu_metrics_parts,
     headline,
     iron_law_lines,
+    rank_mark,
     shapes_mfu,
     tree_heading,
     tree_rows,
@@ -114,16 +115,7 @@ def render_text(doc: Doc, color: bool = False) -> str:
                 f"GPU {p.kernel_ms:8.2f} ms in {p.kernels:,} kernel{'s' * (p.kernels != 1)}"
             )
         w("")
-    rows = tree_rows(d)
-    if rows:
-        w(bold("Where in the model") + "  " + tree_heading(d))
-        for r in rows:
-            label = r["label"] if r["first_level"] else "  " + r["label"]
-            w(
-                f"  {_short(label, 62):62s} {r['gpu_ms']:9.2f} ms {r['gpu_pct']:5.1f} %"
-                + (f"  {r['detail']}" if r["detail"] else "")
-            )
-        w("")
+    out.extend(_tree_lines(d, bold))
     gm = d.gpu_metrics
     if gm:
         parts = gpu_metrics_parts(gm)
@@ -213,7 +205,7 @@ def render_text(doc: Doc, color: bool = False) -> str:
                 if rk.mean_late_ms is not None
                 else ""
             )
-            mark = (" ◀ straggler" if rk.straggler else "") + (" ▶ headline" if rk.headline else "")
+            mark = rank_mark(rk)
             w(
                 f"  rank {rk.rank if rk.rank is not None else '?':>3}  step p50 {rk.step_p50_ms:8.1f} ms  "
                 f"busy {rk.gpu_busy_pct:5.1f} %{late}  "
@@ -233,6 +225,21 @@ def render_text(doc: Doc, color: bool = False) -> str:
         for line in d.warnings:
             w(f"note: {line}")
     return "\n".join(out) + "\n"
+
+
+def _tree_lines(doc: Doc, bold: Callable[[str], str]) -> list[str]:
+    """Where in the model: the module tree's first level, then its heaviest nodes (document.tree_rows)."""
+    rows = tree_rows(doc)
+    if not rows:
+        return []
+    out = [bold("Where in the model") + "  " + tree_heading(doc)]
+    for r in rows:
+        label = r["label"] if r["first_level"] else "  " + r["label"]
+        out.append(
+            f"  {_short(label, 62):62s} {r['gpu_ms']:9.2f} ms {r['gpu_pct']:5.1f} %"
+            + (f"  {r['detail']}" if r["detail"] else "")
+        )
+    return [*out, ""]
 
 
 def _split_lines(doc: Doc, indent: str) -> list[str]:
