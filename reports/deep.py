@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trainscope.analyzers.deep.critical_path import CP_CATEGORIES, CP_LABELS
@@ -12,6 +13,8 @@ from trainscope.analyzers.deep.second_opinion import DeepAnalysis
 from trainscope.analyzers.ranks.story import RankStory
 from trainscope.analyzers.rules import Rules
 from trainscope.reports.analysis_document import Stragglers
+from trainscope.reports.parts import evidence_dict
+from trainscope.reports.parts import rounded as _r
 
 if TYPE_CHECKING:
     from trainscope.analyzers.ranks.alignment import Alignment
@@ -21,10 +24,6 @@ class Escape(Protocol):
     """How the Markdown lines escape a name (reports/mdsafe.py ``md_escape``): cut to ``limit`` characters."""
 
     def __call__(self, text: object, limit: int | None = None) -> str: ...
-
-
-def _r(x: float | None, nd: int = 2) -> float | None:
-    return None if x is None else round(float(x), nd)
 
 
 def deep_dict(d: DeepAnalysis) -> dict[str, Any]:
@@ -56,15 +55,7 @@ def deep_dict(d: DeepAnalysis) -> dict[str, Any]:
             ],
         },
         "critical_path_error": d.critical_path_error,
-        "reconciliation": None
-        if rec is None
-        else {
-            "agree": rec.agree,
-            "verdict_family": rec.verdict_family,
-            "path_family": rec.path_family,
-            "summary": rec.summary,
-            "reasons": rec.reasons,
-        },
+        "reconciliation": None if rec is None else asdict(rec),  # its fields, as the reconciliation names them
         "launch": None
         if ls is None
         else {
@@ -83,17 +74,7 @@ def deep_dict(d: DeepAnalysis) -> dict[str, Any]:
             ],
             "supports_launch_overhead": ls.supports_launch_overhead,
             "conclusion": ls.conclusion,
-            "evidence": [
-                {
-                    "metric": e.metric,
-                    "value": e.value,
-                    "unit": e.unit,
-                    "threshold": e.threshold,
-                    "source": e.source,
-                    "meets": e.meets,
-                }
-                for e in ls.evidence
-            ],
+            "evidence": [evidence_dict(e) for e in ls.evidence],
         },
         "launch_error": d.launch_error,
     }

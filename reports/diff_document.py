@@ -12,14 +12,11 @@ from trainscope.analyzers.compare.tree_diff import NodeChange, NodeGateResult, T
 from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.analyzers.trace.module_tree import STORED_LEVELS, STORED_NODES
 from trainscope.reports.document import AXIS_NAMES, headline_word
+from trainscope.reports.parts import rounded as _r
 
 SCHEMA = "trainscope.diff/1"
 KERNEL_ROWS = 20  # per group (grew, shrank, appeared, disappeared); match_counts has the totals
 TREE_ROWS = 10  # nodes that changed most; and per list of renamed, added, removed nodes
-
-
-def _r(x: float | None, nd: int = 2) -> float | None:
-    return None if x is None else round(float(x), nd)
 
 
 def verdict_change_dict(v: Any) -> dict[str, Any]:
@@ -39,6 +36,13 @@ def verdict_change_dict(v: Any) -> dict[str, Any]:
             for side in ("before", "after")
         },
     }
+
+
+def comparability_list(checks: Any) -> list[dict[str, Any]]:
+    """Whether the two runs can be compared: each check (``diff.Comparability`` rows), before and after."""
+    return [
+        {"check": c.check, "status": c.status, "before": c.before, "after": c.after, "note": c.note} for c in checks
+    ]
 
 
 def step_time_dict(changes: Any) -> dict[str, dict[str, float | None]]:
@@ -300,10 +304,7 @@ def build_diff_document(
         "before": _side(d.before),
         "after": _side(d.after),
         "comparable": d.comparable,
-        "comparability": [
-            {"check": c.check, "status": c.status, "before": c.before, "after": c.after, "note": c.note}
-            for c in d.comparability
-        ],
+        "comparability": comparability_list(d.comparability),
         "verdict": verdict_change_dict(v),
         "step_time_ms": step_time_dict(d.step_time),
         "gpu_busy": _share(d.gpu_busy),

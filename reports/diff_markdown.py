@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainscope.reports.diff_text import movers, node_path, not_kept_line, tree_shown
-from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.mdsafe import md_bullets, md_escape, md_table
 
 KERNEL_ROWS = 10
 
@@ -124,13 +124,19 @@ def render_diff_markdown(doc: dict[str, Any]) -> str:
         )
     w("")
     if doc["kernel_classes"]:
-        w("| kernel class | before ms/step | after ms/step | change |")
-        w("|---|---:|---:|---:|")
-        for cname, c in doc["kernel_classes"].items():
-            w(
-                f"| {md_escape(cname)} | {c['before_ms_per_step']:.2f} | {c['after_ms_per_step']:.2f} | "
-                f"{c['after_ms_per_step'] - c['before_ms_per_step']:+.2f} |"
-            )
+        out += md_table(
+            "| kernel class | before ms/step | after ms/step | change |",
+            "|---|---:|---:|---:|",
+            (
+                [
+                    md_escape(cname),
+                    f"{c['before_ms_per_step']:.2f}",
+                    f"{c['after_ms_per_step']:.2f}",
+                    f"{c['after_ms_per_step'] - c['before_ms_per_step']:+.2f}",
+                ]
+                for cname, c in doc["kernel_classes"].items()
+            ),
+        )
         w("")
     k = doc["kernels"]
     mc = k["match_counts"]
@@ -189,28 +195,22 @@ def render_diff_markdown(doc: dict[str, Any]) -> str:
             )
         w("")
     achieved = [f["line"] for f in doc.get("fixes_achieved") or [] if f["line"]]
-    if achieved:
-        w("**Projected against achieved** (mean step before ÷ after):")
-        w("")
-        for line in achieved:
-            w(f"- {md_escape(line)}")
-        w("")
+    out += md_bullets("**Projected against achieved** (mean step before ÷ after):", achieved)
+    gate_markdown(w, doc)
+    out += md_bullets("## Notes", [f"before: {x}" for x in b["warnings"]] + [f"after: {x}" for x in a["warnings"]])
+    w(f"<sub>trainscope {doc['tool']['version']} · schema {doc['schema']}</sub>")
+    return "\n".join(out) + "\n"
+
+
+def gate_markdown(w: Callable[[str], object], doc: dict[str, Any]) -> None:
+    """The gate's outcome (``diff --gate``): the metric's, then each node budget's."""
     g = doc.get("gate")
     if g:
         w(f"**Gate ({md_escape(g['metric'])}):** {md_escape(g['reason'])}")
         w("")
-    for ng in (t or {}).get("gates") or []:
+    for ng in (doc.get("tree") or {}).get("gates") or []:
         w(f"**Gate ({md_escape(ng['budget'])}):** {md_escape(ng['reason'])}")
         w("")
-    notes = [f"before: {x}" for x in b["warnings"]] + [f"after: {x}" for x in a["warnings"]]
-    if notes:
-        w("## Notes")
-        w("")
-        for line in notes:
-            w(f"- {md_escape(line)}")
-        w("")
-    w(f"<sub>trainscope {doc['tool']['version']} · schema {doc['schema']}</sub>")
-    return "\n".join(out) + "\n"
 
 
 def tree_markdown(w: Callable[[str], object], t: dict[str, Any], unit: str) -> None:

@@ -161,6 +161,43 @@ def not_kept_line(t: dict[str, Any]) -> str:
     )
 
 
+def comparability_lines(w: Callable[[str], object], checks: list[dict[str, Any]]) -> None:
+    """Each comparability check that did not find the runs alike (! differ, ? unknown) with its note."""
+    for c in checks:
+        w(f"  {'!' if c['status'] == 'differ' else '?'} {c['check']}: {c['before']} → {c['after']}")
+        for line in textwrap.wrap(c["note"], 88):
+            w(f"      {line}")
+
+
+def verdict_change_line(v: dict[str, Any], bold: Callable[[str], str]) -> str:
+    """The verdict before → after (a diff document's ``verdict``), with each side's confidence."""
+    arrow = "→" if v["changed"] else "→ (unchanged)"
+    return (
+        bold("VERDICT") + f"  {v['before']['headline']} ({v['before']['confidence']:.2f})  {arrow}  "
+        f"{v['after']['headline']} ({v['after']['confidence']:.2f})"
+    )
+
+
+def step_time_lines(w: Callable[[str], object], bold: Callable[[str], str], doc: dict[str, Any]) -> None:
+    """Step time before and after, by statistic, with the change and the speedup."""
+    w(bold("Step time") + "           before       after     change")
+    for stat, st in doc["step_time_ms"].items():
+        ch = "" if st["change_pct"] is None else f"{st['change_pct']:+.1f} %"
+        w(f"  {stat:<14s} {st['before']:9.2f} ms {st['after']:9.2f} ms {ch:>9s}   {_speed(st)}")
+    w("")
+
+
+def gate_lines(w: Callable[[str], object], bold: Callable[[str], str], doc: dict[str, Any]) -> None:
+    """The gate's outcome (``diff --gate``): the metric's, then each node budget's."""
+    g = doc.get("gate")
+    if g:
+        w("")
+        w(bold("Gate") + f"  {g['reason']}")
+    for ng in (doc.get("tree") or {}).get("gates") or []:
+        w("")
+        w(bold("Gate") + f"  {ng['reason']}")
+
+
 def render_diff_text(doc: dict[str, Any], color: bool = False) -> str:
     bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
     out: list[str] = []
@@ -178,18 +215,11 @@ def render_diff_text(doc: dict[str, Any], color: bool = False) -> str:
     if same and not differ:
         lines = textwrap.wrap("comparable: " + "; ".join(c["note"] for c in same), 92)
         w("  " + "\n    ".join(lines))
-    for c in differ + unknown:
-        w(f"  {'!' if c['status'] == 'differ' else '?'} {c['check']}: {c['before']} → {c['after']}")
-        for line in textwrap.wrap(c["note"], 88):
-            w(f"      {line}")
+    comparability_lines(w, differ + unknown)
     w("")
 
     v = doc["verdict"]
-    arrow = "→" if v["changed"] else "→ (unchanged)"
-    w(
-        bold("VERDICT") + f"  {v['before']['headline']} ({v['before']['confidence']:.2f})  {arrow}  "
-        f"{v['after']['headline']} ({v['after']['confidence']:.2f})"
-    )
+    w(verdict_change_line(v, bold))
     if v["changed"]:
         for line in textwrap.wrap(f"after: {v['after']['summary']}", 92):
             w(f"  {line}")
@@ -200,11 +230,7 @@ def render_diff_text(doc: dict[str, Any], color: bool = False) -> str:
         # A capture window's length is the capture's: lead with the work it holds, no step-time speedup.
         _work_lines(w, bold, work, doc["kernels"])
     else:
-        w(bold("Step time") + "           before       after     change")
-        for stat, st in doc["step_time_ms"].items():
-            ch = "" if st["change_pct"] is None else f"{st['change_pct']:+.1f} %"
-            w(f"  {stat:<14s} {st['before']:9.2f} ms {st['after']:9.2f} ms {ch:>9s}   {_speed(st)}")
-        w("")
+        step_time_lines(w, bold, doc)
         if work and work["rank_pairs"]:
             _work_lines(w, bold, work)
     unit = "window" if work and work["fixed_windows"] else "step"
@@ -300,13 +326,7 @@ def render_diff_text(doc: dict[str, Any], color: bool = False) -> str:
         w(bold("Projected against achieved") + "  (mean step before ÷ after)")
         for line in achieved:
             w(f"  {line}")
-    g = doc.get("gate")
-    if g:
-        w("")
-        w(bold("Gate") + f"  {g['reason']}")
-    for ng in (t or {}).get("gates") or []:
-        w("")
-        w(bold("Gate") + f"  {ng['reason']}")
+    gate_lines(w, bold, doc)
     notes = [f"before: {x}" for x in b["warnings"]] + [f"after: {x}" for x in a["warnings"]]
     if notes:
         w("")

@@ -3,6 +3,7 @@ other rendering (terminal, Markdown) reads, so they cannot disagree."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trainscope import __version__
@@ -13,9 +14,18 @@ from trainscope.analyzers.trace.breakdown import CATEGORIES, CATEGORY_LABELS
 from trainscope.analyzers.trace.host_only import NO_GPU_ROWS
 from trainscope.analyzers.trace.kernels import ALL_CLASSES
 from trainscope.analyzers.trace.sinks import SINK_LABELS
-from trainscope.analyzers.trace.verdict import Evidence
 from trainscope.collectors.formats import COUNTER_FORMATS  # the reader table's counters-only rows
-from trainscope.reports.analysis_document import AnalysisDocument, GpuMetrics, Recommendation, TreeNode
+from trainscope.reports.analysis_document import (
+    AnalysisDocument,
+    GpuMetrics,
+    IronLaw,
+    Mfu,
+    RankRow,
+    Recommendation,
+    TreeNode,
+)
+from trainscope.reports.parts import evidence_dict, finding_dict
+from trainscope.reports.parts import rounded as _r
 
 if TYPE_CHECKING:
     from trainscope.analyzers.trace.roofline import RooflineRow
@@ -124,6 +134,43 @@ def gain_words(r: Recommendation | dict[str, Any], step: bool = False) -> str:
     return f"up to {speedup:.2f}× faster" + (f" (step ≥ {step_ms:.1f} ms)" if step and step_ms is not None else "")
 
 
+def rank_mark(rk: RankRow) -> str:
+    """A rank's marks in the rank tables: the straggler, and the rank the report leads with."""
+    return (" ◀ straggler" if rk.straggler else "") + (" ▶ headline" if rk.headline else "")
+
+
+def rank_late_last(rk: RankRow) -> tuple[str, str]:
+    """A rank's mean lateness at the collectives (ms) and how often it came last, "—" where unmeasured."""
+    late = f"{rk.mean_late_ms:.1f}" if rk.mean_late_ms is not None else "—"
+    return late, f"{rk.last_in} of {rk.considered}" if rk.last_in is not None else "—"
+
+
+def mfu_words(mfu: Mfu, esc: Callable[[str], str] = str) -> str:
+    """The MFU with the reason for its basis in parentheses, or the reason alone where there is no MFU."""
+    return esc(mfu.reason) if mfu.value_pct is None else f"{mfu.value_pct:.1f} % ({esc(mfu.reason)})"
+
+
+def shapes_mfu(mfu: Mfu) -> float | None:
+    """The MFU estimated from the recorded shapes, which every report shows beside an MFU from the
+    recorded FLOPs (the two bases side by side); None where the MFU has no second basis."""
+    return mfu.shapes_pct if mfu.basis == "recorded flops" else None
+
+
+def iron_law_gap_words(law: IronLaw, esc: Callable[[str], str] = str) -> str:
+    """Where the GPU is busy but below peak, as % of step time (the Iron Law's gap terms of 0.05 % or more)."""
+    return ", ".join(f"{esc(g)} {x:.1f} %" for g, x in law.gap_pct.items() if x >= 0.05)
+
+
+def iron_law_lines(law: IronLaw, esc: Callable[[str], str] = str) -> list[str]:
+    """The Iron Law in the text and HTML reports: pipeline efficiency (GPU busy) against MFU, and
+    where busy time falls below peak; ``esc`` makes a trace's text safe for the view."""
+    gap = iron_law_gap_words(law)
+    return [
+        f"Iron Law: {esc(law.formula)}; pipeline efficiency (GPU busy) {law.pipeline_efficiency_pct:.1f} % "
+        f"vs MFU {law.efficiency_pct:.1f} %"
+    ] + ([f"busy but below peak (% of step time): {esc(gap)}"] if gap else [])
+
+
 def window_lines(doc: Doc) -> list[str]:
     """Which window was judged and what was left out as not steady state, in one or two lines (text,
     Markdown, HTML and the app say it the same way); empty when nothing was set apart."""
@@ -145,21 +192,6 @@ def window_lines(doc: Doc) -> list[str]:
             + (f" — judge one with --step-range NAME ({', '.join(offer)})" if offer else "")
         )
     return out
-
-
-def _evidence(e: Evidence) -> dict[str, Any]:
-    return {
-        "metric": e.metric,
-        "value": e.value,
-        "unit": e.unit,
-        "threshold": e.threshold,
-        "source": e.source,
-        "meets": e.meets,
-    }
-
-
-def _r(x: float | None, nd: int = 2) -> float | None:
-    return None if x is None else round(float(x), nd)
 
 
 # The two parts of the breakdown's "communication (not overlapped)" row on a rank that waits for
@@ -246,21 +278,10 @@ def analysis_dict(a: Analysis, rules: Rules) -> dict[str, Any]:
             "confidence": a.verdict.confidence,
             "bottleneck": a.verdict.bottleneck,
             "summary": a.verdict.summary,
-            "evidence": [_evidence(e) for e in a.verdict.evidence],
+            "evidence": [evidence_dict(e) for e in a.verdict.evidence],
             "runner_up": a.verdict.runner_up,
         },
-        "findings": [
-            {
-                "id": f.id,
-                "axis": f.axis,
-                "severity": f.severity,
-                "title": f.title,
-                "stake_pct": _r(f.stake_pct),
-                "detail": f.detail,
-                "evidence": [_evidence(e) for e in f.evidence],
-            }
-            for f in a.findings
-        ],
+        "findings": [finding_dict(f) for f in a.findings],
         "breakdown": {
             "basis": "exclusive shares of summed step time; GPU busy = compute + communication + copy + memset",
             "total_ms": _r(b.total_ns / 1e6, 3),

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
 from trainscope import __version__
@@ -14,21 +13,26 @@ from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.analyzers.trace.sinks import SINK_LABELS
 from trainscope.reports.diff_document import (
     SCHEMA,
+    comparability_list,
     fixes_list,
     gate_dict,
     step_time_dict,
     tree_diff_dict,
     verdict_change_dict,
 )
-from trainscope.reports.diff_markdown import tree_markdown
-from trainscope.reports.diff_text import tree_lines, tree_shown
+from trainscope.reports.diff_markdown import gate_markdown, tree_markdown
+from trainscope.reports.diff_text import (
+    comparability_lines,
+    gate_lines,
+    step_time_lines,
+    tree_lines,
+    tree_shown,
+    verdict_change_line,
+)
 from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.parts import rounded as _r
 
 KERNEL_ROWS = 8
-
-
-def _r(x: float | None, nd: int = 2) -> float | None:
-    return None if x is None else round(float(x), nd)
 
 
 def _side(s: RunSummary, label: str, run: Any) -> dict[str, Any]:
@@ -78,10 +82,7 @@ def build_summary_diff_document(
         "before": _side(d.before, d.labels[0], before_run),
         "after": _side(d.after, d.labels[1], after_run),
         "comparable": d.comparable,
-        "comparability": [
-            {"check": c.check, "status": c.status, "before": c.before, "after": c.after, "note": c.note}
-            for c in d.comparability
-        ],
+        "comparability": comparability_list(d.comparability),
         "verdict": verdict_change_dict(v),
         "step_time_ms": step_time_dict(d.step_time),
         "shares": {
@@ -120,13 +121,6 @@ def _unit(doc: dict[str, Any]) -> str:
     return "window" if doc["before"].get("fixed_window") or doc["after"].get("fixed_window") else "step"
 
 
-def _speed(st: dict[str, Any]) -> str:
-    sp = st["speedup"]
-    if sp is None:
-        return ""
-    return f"{sp:.2f}× faster" if sp >= 1 else f"{1 / sp:.2f}× slower"
-
-
 def _who(s: dict[str, Any]) -> str:
     run = s["run"]
     where = f"{s['label']}"
@@ -149,23 +143,12 @@ def render_summary_diff_text(doc: dict[str, Any], color: bool = False) -> str:
     if differ:
         w("")
         w(bold("NOT COMPARABLE") + " — the runs differ in more than the change under test:")
-        for c in differ:
-            w(f"  ! {c['check']}: {c['before']} → {c['after']}")
-            for line in textwrap.wrap(c["note"], 88):
-                w(f"      {line}")
+        comparability_lines(w, differ)
     w("")
     v = doc["verdict"]
-    arrow = "→" if v["changed"] else "→ (unchanged)"
-    w(
-        bold("VERDICT") + f"  {v['before']['headline']} ({v['before']['confidence']:.2f})  {arrow}  "
-        f"{v['after']['headline']} ({v['after']['confidence']:.2f})"
-    )
+    w(verdict_change_line(v, bold))
     w("")
-    w(bold("Step time") + "           before       after     change")
-    for stat, st in doc["step_time_ms"].items():
-        ch = "" if st["change_pct"] is None else f"{st['change_pct']:+.1f} %"
-        w(f"  {stat:<14s} {st['before']:9.2f} ms {st['after']:9.2f} ms {ch:>9s}   {_speed(st)}")
-    w("")
+    step_time_lines(w, bold, doc)
     rows = [(k, s) for k, s in doc["sinks"].items() if s["before_pct"] or s["after_pct"]]
     if rows:
         w(bold("Sinks") + "  (% of step time, ms per step)   before               after")
@@ -200,13 +183,7 @@ def render_summary_diff_text(doc: dict[str, Any], color: bool = False) -> str:
         w(f"  {f['status']:<9s} {f['title']}{vals}")
         if f["line"]:
             w(f"            {f['line']}")
-    g = doc.get("gate")
-    if g:
-        w("")
-        w(bold("Gate") + f"  {g['reason']}")
-    for ng in (t or {}).get("gates") or []:
-        w("")
-        w(bold("Gate") + f"  {ng['reason']}")
+    gate_lines(w, bold, doc)
     return "\n".join(out) + "\n"
 
 
@@ -250,13 +227,7 @@ def render_summary_diff_markdown(doc: dict[str, Any]) -> str:
     t = doc.get("tree")
     if t:
         tree_markdown(w, t, _unit(doc))
-    g = doc.get("gate")
-    if g:
-        w(f"**Gate ({md_escape(g['metric'])}):** {md_escape(g['reason'])}")
-        w("")
-    for ng in (t or {}).get("gates") or []:
-        w(f"**Gate ({md_escape(ng['budget'])}):** {md_escape(ng['reason'])}")
-        w("")
+    gate_markdown(w, doc)
     w(f"<sub>trainscope {doc['tool']['version']} · schema {doc['schema']} (summaries)</sub>")
     return "\n".join(out) + "\n"
 

@@ -32,6 +32,11 @@ from trainscope.reports.document import (
     gain_words,
     gpu_metrics_parts,
     headline,
+    iron_law_lines,
+    mfu_words,
+    rank_late_last,
+    rank_mark,
+    shapes_mfu,
     tree_heading,
     tree_rows,
     window_lines,
@@ -454,22 +459,12 @@ def render_html_fragment(
             )
         mfu = d.mfu
         if mfu is not None:
-            w(
-                f"<li>MFU: {mfu.value_pct:.1f} % ({_e(mfu.reason)})</li>"
-                if mfu.value_pct is not None
-                else f"<li>MFU: {_e(mfu.reason)}</li>"
-            )
-            if mfu.basis == "recorded flops" and mfu.shapes_pct is not None:
-                w(f"<li>{mfu.shapes_pct:.1f} % ({_e(mfu.shapes_reason or '')})</li>")
-            law = mfu.iron_law
-            if law:
-                w(
-                    f"<li>Iron Law: {_e(law.formula)}; pipeline efficiency (GPU busy) "
-                    f"{law.pipeline_efficiency_pct:.1f} % vs MFU {law.efficiency_pct:.1f} %</li>"
-                )
-                gap = ", ".join(f"{g} {x:.1f} %" for g, x in law.gap_pct.items() if x >= 0.05)
-                if gap:
-                    w(f"<li>busy but below peak (% of step time): {_e(gap)}</li>")
+            w(f"<li>MFU: {mfu_words(mfu, _e)}</li>")
+            shapes = shapes_mfu(mfu)
+            if shapes is not None:
+                w(f"<li>{shapes:.1f} % ({_e(mfu.shapes_reason or '')})</li>")
+            if mfu.iron_law:
+                o.extend(f"<li>{line}</li>" for line in iron_law_lines(mfu.iron_law, _e))
         w("</ul>")
     if d.ledger:
         w("<h2>Planned memory</h2><pre>" + _pre("\n".join(ledger_text_lines(d.ledger)).strip("\n")) + "</pre>")
@@ -489,13 +484,11 @@ def render_html_fragment(
             "<th>verdict</th></tr>"
         )
         for rk in d.ranks:
-            late = _f(rk.mean_late_ms) if rk.mean_late_ms is not None else "—"
-            last = f"{rk.last_in} of {rk.considered}" if rk.last_in is not None else "—"
-            mark = (" ◀ straggler" if rk.straggler else "") + (" ▶ headline" if rk.headline else "")
+            late, last = rank_late_last(rk)
             w(
                 f"<tr><td class=n>{rk.rank}</td><td class=n>{_f(rk.step_p50_ms)}</td><td class=n>{_f(rk.gpu_busy_pct)} %</td>"
                 f"<td class=n>{late}</td><td class=n>{_e(last)}</td>"
-                f"<td>{_e(AXIS_NAMES[rk.axis])} {_e(rk.bottleneck or '')}{_e(mark)}</td></tr>"
+                f"<td>{_e(AXIS_NAMES[rk.axis])} {_e(rk.bottleneck or '')}{_e(rank_mark(rk))}</td></tr>"
             )
         w("</table>")
     if d.warnings:

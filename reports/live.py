@@ -11,10 +11,13 @@ from typing import Any
 
 from trainscope import __version__
 from trainscope.analyzers.findings import code_language
+from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.live.engine import READY, LiveStatus, WindowStats
 from trainscope.analyzers.live.split import BASIS, LABELS, PARTS, SHORT, SplitWindow, StepSplit
-from trainscope.reports.document import AXIS_NAMES, _evidence, headline_word
+from trainscope.reports.document import AXIS_NAMES, headline_word
 from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.parts import evidence_dict, evidence_mark, finding_dict
+from trainscope.reports.parts import rounded as _r
 from trainscope.traces.samples import Snapshot
 
 SCHEMA = "trainscope.watch/1"
@@ -31,10 +34,6 @@ def live_headline(st: LiveStatus) -> str:
     return f"{headline_word(v.bottleneck, v.summary, v.axis.upper())} · D·A·M axis: {AXIS_NAMES[v.axis]}"
 
 
-def _r(x: float | None, nd: int = 2) -> float | None:
-    return None if x is None else round(float(x), nd)
-
-
 def _pct(x: float | None, width: int = 3) -> str:
     return "n/a".rjust(width) if x is None else f"{x:{width}.0f}"
 
@@ -48,23 +47,12 @@ def verdict_dict(st: LiveStatus) -> dict[str, Any]:
         "runner_up": v.runner_up,
         "summary": v.summary,
         "headline": live_headline(st),
-        "evidence": [_evidence(e) for e in v.evidence],
+        "evidence": [evidence_dict(e) for e in v.evidence],
     }
 
 
 def findings_list(st: LiveStatus) -> list[dict[str, Any]]:
-    return [
-        {
-            "id": f.id,
-            "axis": f.axis,
-            "severity": f.severity,
-            "title": f.title,
-            "stake_pct": _r(f.stake_pct),
-            "detail": f.detail,
-            "evidence": [_evidence(e) for e in f.evidence],
-        }
-        for f in st.findings
-    ]
+    return [finding_dict(f) for f in st.findings]
 
 
 def stats_dict(s: WindowStats) -> dict[str, Any]:
@@ -291,6 +279,13 @@ def status_line(st: LiveStatus, snap: Snapshot) -> str:
     return " │ ".join(parts)
 
 
+def _value(ev: Evidence, unit: bool = False) -> str:
+    """An evidence line's value as the summaries show it ("n/a" where the window had none)."""
+    if ev.value is None:
+        return "n/a"
+    return f"{ev.value:g} {ev.unit}" if unit else f"{ev.value:g}"
+
+
 def summary_text(st: LiveStatus, info: dict[str, Any]) -> str:
     out = [
         f"trainscope watch — {info.get('target', '')}".rstrip(" —"),
@@ -304,9 +299,8 @@ def summary_text(st: LiveStatus, info: dict[str, Any]) -> str:
     if st.verdict.evidence:
         out += ["", "Evidence"]
         for e in st.verdict.evidence:
-            mark = {True: "✔", False: "✘", None: " "}[e.meets]
-            val = "n/a" if e.value is None else f"{e.value:g}"
-            out.append(f"  {mark} {e.metric[:60]:60s} {val:>9s} {e.unit[:16]:16s} {e.threshold}")
+            mark = evidence_mark(e.meets)
+            out.append(f"  {mark} {e.metric[:60]:60s} {_value(e):>9s} {e.unit[:16]:16s} {e.threshold}")
     others = [f for f in st.findings if f.id != st.verdict.bottleneck]
     if others:
         out += ["", "Other findings"] + [f"  [{f.severity}] {f.id}: {f.title}" for f in others]
@@ -424,9 +418,8 @@ def summary_markdown(st: LiveStatus, info: dict[str, Any]) -> str:
     if st.verdict.evidence:
         out += ["| | metric | value | threshold | source |", "|---|---|---|---|---|"]
         for ev in st.verdict.evidence:
-            mark = {True: "✔", False: "✘", None: ""}[ev.meets]
-            val = "n/a" if ev.value is None else f"{ev.value:g} {ev.unit}"
-            out.append(f"| {mark} | {e(ev.metric)} | {e(val)} | {e(ev.threshold)} | {e(ev.source)} |")
+            mark = evidence_mark(ev.meets, "")
+            out.append(f"| {mark} | {e(ev.metric)} | {e(_value(ev, True))} | {e(ev.threshold)} | {e(ev.source)} |")
         out.append("")
     out += ["## Run", "", "| metric | value |", "|---|---|"]
     rows = [

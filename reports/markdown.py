@@ -18,11 +18,16 @@ from trainscope.reports.document import (
     gain_words,
     gpu_metrics_parts,
     headline,
+    iron_law_gap_words,
+    mfu_words,
+    rank_late_last,
+    rank_mark,
+    shapes_mfu,
     tree_heading,
     tree_rows,
     window_lines,
 )
-from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.mdsafe import md_bullets, md_escape, md_table
 from trainscope.reports.plan import ledger_markdown_lines
 
 
@@ -31,6 +36,11 @@ def _fence(code: str) -> str:
     while fence in code:
         fence += "`"
     return f"{fence}{code_language(code)}\n{code}\n{fence}"
+
+
+def _section(title: str, lead: str) -> list[str]:
+    """A section's heading and its lead sentence."""
+    return [f"## {title}", "", md_escape(lead) + ".", ""]
 
 
 def render_markdown(doc: AnalysisDocument | dict[str, Any]) -> str:
@@ -109,17 +119,20 @@ def render_markdown(doc: AnalysisDocument | dict[str, Any]) -> str:
         w("")
     rows = tree_rows(d)
     if rows:
-        w("## Where in the model")
-        w("")
-        w(md_escape(tree_heading(d)) + ".")
-        w("")
-        w("| node | GPU ms | share | notes |")
-        w("|---|---:|---:|---|")
-        for row in rows:
-            label = md_escape(row["label"], 160)
-            w(
-                f"| {label if row['first_level'] else '↳ ' + label} | {row['gpu_ms']:,.2f} | {row['gpu_pct']:.1f} % | {md_escape(row['detail'], 200)} |"
-            )
+        out += _section("Where in the model", tree_heading(d))
+        out += md_table(
+            "| node | GPU ms | share | notes |",
+            "|---|---:|---:|---|",
+            (
+                [
+                    ("" if r["first_level"] else "↳ ") + md_escape(r["label"], 160),
+                    f"{r['gpu_ms']:,.2f}",
+                    f"{r['gpu_pct']:.1f} %",
+                    md_escape(r["detail"], 200),
+                ]
+                for r in rows
+            ),
+        )
         w("")
     gm = d.gpu_metrics
     if gm:
@@ -137,42 +150,62 @@ def render_markdown(doc: AnalysisDocument | dict[str, Any]) -> str:
         if split:
             w(md_escape(split))
             w("")
-        w("| step | duration ms | GPU busy | data wait | outlier |")
-        w("|---|---:|---:|---:|---|")
-        for s in d.steps[:200]:
-            w(
-                f"| {md_escape(s.label)} | {s.duration_ms:.1f} | {s.gpu_busy_pct:.1f} % | {s.data_wait_pct:.1f} % | "
-                f"{'yes' if s.outlier else ''} |"
-            )
+        out += md_table(
+            "| step | duration ms | GPU busy | data wait | outlier |",
+            "|---|---:|---:|---:|---|",
+            (
+                [
+                    md_escape(s.label),
+                    f"{s.duration_ms:.1f}",
+                    f"{s.gpu_busy_pct:.1f} %",
+                    f"{s.data_wait_pct:.1f} %",
+                    "yes" if s.outlier else "",
+                ]
+                for s in d.steps[:200]
+            ),
+        )
         w("")
     k = d.kernels
     if k is not None and k.count:
         w("## Top kernels")
         w("")
-        w("| share | total ms | count | class | tensor cores | kernel |")
-        w("|---:|---:|---:|---|---|---|")
-        for kk in k.top[:15]:
-            w(
-                f"| {kk.share_pct:.1f} % | {kk.total_ms:.2f} | {kk.count} | {kk.kernel_class} | "
-                f"{'yes' if kk.tensor_core else 'no'} | {md_escape(kk.name, 120)} |"
-            )
+        out += md_table(
+            "| share | total ms | count | class | tensor cores | kernel |",
+            "|---:|---:|---:|---|---|---|",
+            (
+                [
+                    f"{kk.share_pct:.1f} %",
+                    f"{kk.total_ms:.2f}",
+                    kk.count,
+                    kk.kernel_class,
+                    "yes" if kk.tensor_core else "no",
+                    md_escape(kk.name, 120),
+                ]
+                for kk in k.top[:15]
+            ),
+        )
         w("")
     rl = d.roofline
     if rl and rl.kernels:
         out.extend(roofline_markdown_lines(rl))
     frows = fusion_rows(d)
     if frows:
-        w("## Fusion candidates")
-        w("")
-        w(md_escape(fusion_heading(d)) + ".")
-        w("")
-        w("| sequence | stream | occurrences | ms per step | intermediate bytes per occurrence | saved ms per step |")
-        w("|---|---:|---:|---:|---:|---:|")
-        for row in frows:
-            w(
-                f"| {md_escape(row['sequence'], 200)} | {row['stream']} | {row['occurrences']} | {row['ms_per_step']:.3f} | "
-                f"{row['bytes']} | {md_escape(row['saved'])} |"
-            )
+        out += _section("Fusion candidates", fusion_heading(d))
+        out += md_table(
+            "| sequence | stream | occurrences | ms per step | intermediate bytes per occurrence | saved ms per step |",
+            "|---|---:|---:|---:|---:|---:|",
+            (
+                [
+                    md_escape(r["sequence"], 200),
+                    r["stream"],
+                    r["occurrences"],
+                    f"{r['ms_per_step']:.3f}",
+                    r["bytes"],
+                    md_escape(r["saved"]),
+                ]
+                for r in frows
+            ),
+        )
         w("")
     if d.findings:
         w("## Findings")
@@ -190,20 +223,17 @@ def render_markdown(doc: AnalysisDocument | dict[str, Any]) -> str:
         w(f"- GPU {m.device}: peak allocated {(m.peak_allocated_bytes or 0) / 2**30:.2f} GiB{cap} ({m.basis})")
     mfu = d.mfu
     if mfu is not None:
-        w(
-            f"- MFU: {mfu.value_pct:.1f} % ({md_escape(mfu.reason)})"
-            if mfu.value_pct is not None
-            else f"- MFU: {md_escape(mfu.reason)}"
-        )
-        if mfu.basis == "recorded flops" and mfu.shapes_pct is not None:
-            w(f"- MFU {md_escape(mfu.shapes_reason)}: {mfu.shapes_pct:.1f} %")
+        w(f"- MFU: {mfu_words(mfu, md_escape)}")
+        shapes = shapes_mfu(mfu)
+        if shapes is not None:
+            w(f"- MFU {md_escape(mfu.shapes_reason)}: {shapes:.1f} %")
         law = mfu.iron_law
         if law:
             w(
                 f"- Iron Law: {md_escape(law.formula)}. FLOPs/step: {md_escape(law.flops_source)}; GPUs: "
                 f"{md_escape(law.gpus_source)}; peak: {md_escape(law.peak_source)}; η = MFU."
             )
-            gap = ", ".join(f"{md_escape(g)} {x:.1f} %" for g, x in law.gap_pct.items() if x >= 0.05)
+            gap = iron_law_gap_words(law, md_escape)
             w(
                 f"- Pipeline efficiency (GPU busy) {law.pipeline_efficiency_pct:.1f} % against MFU "
                 f"{law.efficiency_pct:.1f} %" + (f"; busy but below peak, % of step time: {gap}" if gap else "")
@@ -222,23 +252,22 @@ def render_markdown(doc: AnalysisDocument | dict[str, Any]) -> str:
         if lead:
             w(md_escape(lead[:1].upper() + lead[1:]) + ".")
             w("")
-        w("| rank | step p50 ms | GPU busy | late by ms | last at | verdict |")
-        w("|---:|---:|---:|---:|---:|---|")
-        for rr in d.ranks:
-            late = f"{rr.mean_late_ms:.1f}" if rr.mean_late_ms is not None else "—"
-            last = f"{rr.last_in} of {rr.considered}" if rr.last_in is not None else "—"
-            mark = (" ◀ straggler" if rr.straggler else "") + (" ▶ headline" if rr.headline else "")
-            w(
-                f"| {rr.rank} | {rr.step_p50_ms:.1f} | {rr.gpu_busy_pct:.1f} % | {late} | {last} | "
-                f"{AXIS_NAMES[rr.axis]} {md_escape(rr.bottleneck or '')}{mark} |"
-            )
+        out += md_table(
+            "| rank | step p50 ms | GPU busy | late by ms | last at | verdict |",
+            "|---:|---:|---:|---:|---:|---|",
+            (
+                [
+                    rr.rank,
+                    f"{rr.step_p50_ms:.1f}",
+                    f"{rr.gpu_busy_pct:.1f} %",
+                    *rank_late_last(rr),
+                    f"{AXIS_NAMES[rr.axis]} {md_escape(rr.bottleneck or '')}{rank_mark(rr)}",
+                ]
+                for rr in d.ranks
+            ),
+        )
         w("")
-    if d.warnings:
-        w("## Notes")
-        w("")
-        for line in d.warnings:
-            w(f"- {md_escape(line)}")
-        w("")
+    out += md_bullets("## Notes", d.warnings)
     w(f"<sub>trainscope {d.tool.version if d.tool else ''} · schema {d.schema}</sub>")
     return "\n".join(out) + "\n"
 

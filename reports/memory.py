@@ -9,30 +9,10 @@ from trainscope import __version__
 from trainscope.analyzers.snapshot.summary import DeviceSnapshotMemory
 from trainscope.analyzers.snapshot.timeline_peak import TimelinePeak
 from trainscope.analyzers.trace.verdict import Finding
-from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.mdsafe import md_escape, md_table
+from trainscope.reports.parts import finding_dict
 
 SCHEMA = "trainscope.memory/1"
-
-
-def _finding(f: Finding) -> dict[str, Any]:
-    return {
-        "id": f.id,
-        "axis": f.axis,
-        "severity": f.severity,
-        "title": f.title,
-        "detail": f.detail,
-        "evidence": [
-            {
-                "metric": e.metric,
-                "value": e.value,
-                "unit": e.unit,
-                "threshold": e.threshold,
-                "source": e.source,
-                "meets": e.meets,
-            }
-            for e in f.evidence
-        ],
-    }
 
 
 def build_memory_document(
@@ -49,7 +29,7 @@ def build_memory_document(
         "tool": {"name": "trainscope", "version": __version__},
         "input": {"path": path, "format": kind},
         "capacity": capacity,
-        "findings": [_finding(f) for f in findings],
+        "findings": [finding_dict(f, stake=False) for f in findings],
         "warnings": warnings,
     }
     if devices is not None:
@@ -173,25 +153,28 @@ def render_memory_markdown(doc: dict[str, Any]) -> str:
         )
         w(f"- **Peak reserved:** {_g(m['peak_reserved_bytes'])}; fragmentation {m['fragmentation_pct']:.1f} %")
         w("")
-        w("| bytes live at the peak | allocations | site |")
-        w("|---:|---:|---|")
-        for s in m["sites"][:10]:
-            w(f"| {_g(s['bytes'])} | {s['count']} | {md_escape(s['site'], 120)} |")
+        out += md_table(
+            "| bytes live at the peak | allocations | site |",
+            "|---:|---:|---|",
+            ([_g(s["bytes"]), s["count"], md_escape(s["site"], 120)] for s in m["sites"][:10]),
+        )
         w("")
         if m["top_allocations"]:
-            w("| largest live allocations at the peak | site |")
-            w("|---:|---|")
-            for a in m["top_allocations"]:
-                w(f"| {a['bytes'] / 2**20:.1f} MiB | {md_escape(a['site'], 120)} |")
+            out += md_table(
+                "| largest live allocations at the peak | site |",
+                "|---:|---|",
+                ([f"{a['bytes'] / 2**20:.1f} MiB", md_escape(a["site"], 120)] for a in m["top_allocations"]),
+            )
             w("")
     t = doc.get("timeline")
     if t:
         w(f"## Peak {_g(t['peak_bytes'])} by category")
         w("")
-        w("| category | at the peak | own peak |")
-        w("|---|---:|---:|")
-        for c, b in t["at_peak_bytes"].items():
-            w(f"| {c} | {_g(b)} | {_g(t['category_peak_bytes'][c])} |")
+        out += md_table(
+            "| category | at the peak | own peak |",
+            "|---|---:|---:|",
+            ([c, _g(b), _g(t["category_peak_bytes"][c])] for c, b in t["at_peak_bytes"].items()),
+        )
         w("")
     if doc["findings"]:
         w("## Findings")

@@ -488,6 +488,18 @@ def _finish_copy(
 
 
 # -- other input: the model, written in Kineto's vocabulary -------------------------------------
+def _lists(table: Any, *columns: str) -> list[list[Any]]:
+    """The named columns of a trace table as Python lists, for the long zips below."""
+    return [getattr(table, c).tolist() for c in columns]
+
+
+def _slice(
+    cat: str, name: str, pid: int | str, tid: int | str, ts: float, dur: float, args: dict[str, Any]
+) -> dict[str, Any]:
+    """A complete event ("ph": "X") of the trace's own, its keys in Kineto's order."""
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
 def _model_events(trace: Trace) -> Iterable[dict[str, Any]]:
     strings = trace.strings
     host = [
@@ -512,104 +524,39 @@ def _model_events(trace: Trace) -> Iterable[dict[str, Any]]:
     for ts, dur, name, d, stream, corr in zip(
         _us(k.ts), _us(k.dur), k.name.tolist(), k.device.tolist(), k.stream.tolist(), k.correlation.tolist()
     ):
-        yield {
-            "ph": "X",
-            "cat": "kernel",
-            "name": strings[name],
-            "pid": d,
-            "tid": stream,
-            "ts": ts,
-            "dur": dur,
-            "args": {"device": d, "stream": stream, "correlation": corr},
-        }
+        yield _slice("kernel", strings[name], d, stream, ts, dur, {"device": d, "stream": stream, "correlation": corr})
     c = trace.copies
     for ts, dur, d, stream, kind, src, dst, nbytes, corr in zip(
-        _us(c.ts),
-        _us(c.dur),
-        c.device.tolist(),
-        c.stream.tolist(),
-        c.kind.tolist(),
-        c.src.tolist(),
-        c.dst.tolist(),
-        c.bytes.tolist(),
-        c.correlation.tolist(),
+        _us(c.ts), _us(c.dur), *_lists(c, "device", "stream", "kind", "src", "dst", "bytes", "correlation")
     ):
         name = f"Memcpy {COPY_KINDS[kind]} ({MEMORY_KINDS[src].capitalize()} -> {MEMORY_KINDS[dst].capitalize()})"
-        yield {
-            "ph": "X",
-            "cat": "gpu_memcpy",
-            "name": name,
-            "pid": d,
-            "tid": stream,
-            "ts": ts,
-            "dur": dur,
-            "args": {"device": d, "stream": stream, "bytes": nbytes, "correlation": corr},
-        }
+        args = {"device": d, "stream": stream, "bytes": nbytes, "correlation": corr}
+        yield _slice("gpu_memcpy", name, d, stream, ts, dur, args)
     m = trace.memsets
     for ts, dur, d, stream, nbytes, corr in zip(
         _us(m.ts), _us(m.dur), m.device.tolist(), m.stream.tolist(), m.bytes.tolist(), m.correlation.tolist()
     ):
-        yield {
-            "ph": "X",
-            "cat": "gpu_memset",
-            "name": "Memset (Device)",
-            "pid": d,
-            "tid": stream,
-            "ts": ts,
-            "dur": dur,
-            "args": {"device": d, "stream": stream, "bytes": nbytes, "correlation": corr},
-        }
+        args = {"device": d, "stream": stream, "bytes": nbytes, "correlation": corr}
+        yield _slice("gpu_memset", "Memset (Device)", d, stream, ts, dur, args)
     r = trace.runtime
     for ts, dur, th, name, corr in zip(
         _us(r.ts), _us(r.dur), r.thread.tolist(), r.name.tolist(), r.correlation.tolist()
     ):
         pid, tid = host_ids(th)
-        yield {
-            "ph": "X",
-            "cat": "cuda_runtime",
-            "name": strings[name],
-            "pid": pid,
-            "tid": tid,
-            "ts": ts,
-            "dur": dur,
-            "args": {"correlation": corr},
-        }
+        yield _slice("cuda_runtime", strings[name], pid, tid, ts, dur, {"correlation": corr})
     o = trace.cpu_ops
     for ts, dur, th, name in zip(_us(o.ts), _us(o.dur), o.thread.tolist(), o.name.tolist()):
         pid, tid = host_ids(th)
-        yield {
-            "ph": "X",
-            "cat": "cpu_op",
-            "name": strings[name],
-            "pid": pid,
-            "tid": tid,
-            "ts": ts,
-            "dur": dur,
-            "args": {},
-        }
+        yield _slice("cpu_op", strings[name], pid, tid, ts, dur, {})
     a = trace.annotations
     for ts, dur, th, name, d in zip(_us(a.ts), _us(a.dur), a.thread.tolist(), a.name.tolist(), a.device.tolist()):
         pid, tid = host_ids(th)
         cat = "gpu_user_annotation" if d >= 0 else "user_annotation"
-        yield {
-            "ph": "X",
-            "cat": cat,
-            "name": strings[name],
-            "pid": pid,
-            "tid": tid,
-            "ts": ts,
-            "dur": dur,
-            "args": {"device": d} if d >= 0 else {},
-        }
+        yield _slice(cat, strings[name], pid, tid, ts, dur, {"device": d} if d >= 0 else {})
     mem = trace.memory
     if len(mem):
         for ts, dt, d, nbytes, alloc, res in zip(
-            _us(mem.ts),
-            mem.device_type.tolist(),
-            mem.device.tolist(),
-            mem.bytes.tolist(),
-            mem.allocated.tolist(),
-            mem.reserved.tolist(),
+            _us(mem.ts), *_lists(mem, "device_type", "device", "bytes", "allocated", "reserved")
         ):
             yield {
                 "ph": "i",

@@ -8,7 +8,7 @@ from typing import Any
 from trainscope import __version__
 from trainscope.analyzers.plan.gpu_memory import GpuMemory
 from trainscope.analyzers.plan.ledger import GB, OPTIMIZERS, PRECISIONS, Fit, FitOption, Ledger
-from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.mdsafe import md_escape, md_table
 
 SCHEMA = "trainscope.plan/1"
 
@@ -163,11 +163,19 @@ def render_plan_markdown(doc: dict[str, Any]) -> str:
     w(f"- **Device:** {md_escape(dev['name'])} ({dev['capacity_gb']:.1f} GB)")
     w(f"- **Verdict:** {md_escape(_verdict(fit, dev))}")
     w("")
-    w("| component | GB | formula | source |")
-    w("|---|---:|---|---|")
-    for i in lg["items"]:
-        gb = "—" if i["gb"] is None else f"{i['gb']:.2f}"
-        w(f"| {md_escape(i['label'])} | {gb} | {md_escape(i['formula'])} | {md_escape(i['source'])} |")
+    out += md_table(
+        "| component | GB | formula | source |",
+        "|---|---:|---|---|",
+        (
+            [
+                md_escape(i["label"]),
+                "—" if i["gb"] is None else f"{i['gb']:.2f}",
+                md_escape(i["formula"]),
+                md_escape(i["source"]),
+            ]
+            for i in lg["items"]
+        ),
+    )
     w(f"| **total** | **{lg['total_gb']:.2f}** | | |")
     w("")
     if doc["options"]:

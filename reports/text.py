@@ -21,10 +21,14 @@ from trainscope.reports.document import (
     gain_words,
     gpu_metrics_parts,
     headline,
+    iron_law_lines,
+    rank_mark,
+    shapes_mfu,
     tree_heading,
     tree_rows,
     window_lines,
 )
+from trainscope.reports.parts import evidence_mark
 from trainscope.reports.plan import ledger_text_lines
 
 Doc = AnalysisDocument | dict[str, Any]
@@ -82,7 +86,7 @@ def render_text(doc: Doc, color: bool = False) -> str:
     if v.evidence:
         w(bold("Evidence"))
         for e in v.evidence:
-            mark = {True: "✔", False: "✘", None: " "}[e.meets]
+            mark = evidence_mark(e.meets)
             thr = f"{e.threshold} {e.unit}".strip() if e.threshold else ""
             w(f"  {mark} {_short(e.metric, 52):52s} {_fmt(e.value, e.unit):>12s}  {thr:<22s} {e.source}")
         out.extend(_split_lines(d, "  "))
@@ -111,16 +115,7 @@ def render_text(doc: Doc, color: bool = False) -> str:
                 f"GPU {p.kernel_ms:8.2f} ms in {p.kernels:,} kernel{'s' * (p.kernels != 1)}"
             )
         w("")
-    rows = tree_rows(d)
-    if rows:
-        w(bold("Where in the model") + "  " + tree_heading(d))
-        for r in rows:
-            label = r["label"] if r["first_level"] else "  " + r["label"]
-            w(
-                f"  {_short(label, 62):62s} {r['gpu_ms']:9.2f} ms {r['gpu_pct']:5.1f} %"
-                + (f"  {r['detail']}" if r["detail"] else "")
-            )
-        w("")
+    out.extend(_tree_lines(d, bold))
     gm = d.gpu_metrics
     if gm:
         parts = gpu_metrics_parts(gm)
@@ -186,17 +181,11 @@ def render_text(doc: Doc, color: bool = False) -> str:
     mfu = d.mfu
     if mfu is not None:
         w(f"MFU      {mfu.value_pct:.1f} % — {mfu.reason}" if mfu.value_pct is not None else f"MFU      {mfu.reason}")
-        if mfu.basis == "recorded flops" and mfu.shapes_pct is not None:
-            w(f"         {mfu.shapes_pct:.1f} % — {mfu.shapes_reason}")
-        law = mfu.iron_law
-        if law:
-            w(
-                f"         Iron Law: {law.formula}; pipeline efficiency (GPU busy) {law.pipeline_efficiency_pct:.1f} % "
-                f"vs MFU {law.efficiency_pct:.1f} %"
-            )
-            gap = ", ".join(f"{g} {x:.1f} %" for g, x in law.gap_pct.items() if x >= 0.05)
-            if gap:
-                w(f"         busy but below peak (% of step time): {gap}")
+        shapes = shapes_mfu(mfu)
+        if shapes is not None:
+            w(f"         {shapes:.1f} % — {mfu.shapes_reason}")
+        if mfu.iron_law:
+            out.extend(f"         {line}" for line in iron_law_lines(mfu.iron_law))
 
     if d.ledger:
         out.extend(ledger_text_lines(d.ledger))
@@ -216,7 +205,7 @@ def render_text(doc: Doc, color: bool = False) -> str:
                 if rk.mean_late_ms is not None
                 else ""
             )
-            mark = (" ◀ straggler" if rk.straggler else "") + (" ▶ headline" if rk.headline else "")
+            mark = rank_mark(rk)
             w(
                 f"  rank {rk.rank if rk.rank is not None else '?':>3}  step p50 {rk.step_p50_ms:8.1f} ms  "
                 f"busy {rk.gpu_busy_pct:5.1f} %{late}  "
@@ -236,6 +225,21 @@ def render_text(doc: Doc, color: bool = False) -> str:
         for line in d.warnings:
             w(f"note: {line}")
     return "\n".join(out) + "\n"
+
+
+def _tree_lines(doc: Doc, bold: Callable[[str], str]) -> list[str]:
+    """Where in the model: the module tree's first level, then its heaviest nodes (document.tree_rows)."""
+    rows = tree_rows(doc)
+    if not rows:
+        return []
+    out = [bold("Where in the model") + "  " + tree_heading(doc)]
+    for r in rows:
+        label = r["label"] if r["first_level"] else "  " + r["label"]
+        out.append(
+            f"  {_short(label, 62):62s} {r['gpu_ms']:9.2f} ms {r['gpu_pct']:5.1f} %"
+            + (f"  {r['detail']}" if r["detail"] else "")
+        )
+    return [*out, ""]
 
 
 def _split_lines(doc: Doc, indent: str) -> list[str]:
