@@ -165,12 +165,19 @@ def owner_record() -> bytes:
 
 
 def owner_alive(data: bytes) -> bool:
-    """Whether the watcher an ``.owner`` record names is still running (the same process: pid and start)."""
+    """Whether the process an ``.owner`` record (:func:`owner_record`) names is still running (the
+    same process: pid and start)."""
     try:
         fields = data.decode("ascii").split()
         pid, start = int(fields[0]), fields[1] if len(fields) > 1 else ""
     except (ValueError, IndexError, UnicodeDecodeError):
         return False
+    return process_alive(pid, start)
+
+
+def process_alive(pid: int, start: str = "") -> bool:
+    """Whether process ``pid`` runs — the very process that started at ``start`` (:func:`process_start`)
+    where both are known; the pid alone without /proc."""
     if pid <= 0:
         return False
     now = process_start(pid)

@@ -227,7 +227,8 @@ def test_a_server_killed_with_sigkill_leaves_its_folder_to_the_next_server(tmp_p
 
 
 def test_only_the_folders_of_servers_that_are_gone_are_removed(tmp_path):
-    from trainscope.mcp_server import FOLDER_OWNER, _process_start, clean_stale
+    from trainscope.collectors.step_hook import process_start
+    from trainscope.mcp_server import FOLDER_OWNER, clean_stale
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -242,7 +243,7 @@ def test_only_the_folders_of_servers_that_are_gone_are_removed(tmp_path):
         return str(path)
 
     dead = folder("dead", f"{gone.pid} 1\n")
-    alive = folder("alive", f"{os.getpid()} {_process_start(os.getpid())}\n", age=3600)
+    alive = folder("alive", f"{os.getpid()} {process_start(os.getpid())}\n", age=3600)
     reused = folder("reused", f"{os.getpid()} 1\n")  # this pid, but another process's start time
     garbled = folder("garbled", "not a pid\n")
     old = folder("old", None, age=2 * 86400)  # an older server's per-call folder, nothing open in it

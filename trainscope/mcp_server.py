@@ -30,6 +30,7 @@ from trainscope.api.comparison import diff
 from trainscope.api.errors import BadInput, describe
 from trainscope.api.inputs import describe_input
 from trainscope.api.memory_report import memory
+from trainscope.api.owners import owner_alive, owner_record, process_alive, read_own_file
 from trainscope.api.store import default_store_path, open_store
 from trainscope.reports import analysis_document as ad
 from trainscope.reports.document import headline
@@ -372,58 +373,6 @@ FOLDER_OWNER = "mcp.owner"
 STALE_S = 24 * 3600.0
 
 
-def _process_start(pid: int) -> str:
-    """The start time of process ``pid`` (Linux: clock ticks since boot; "" where unknown, "-" when
-    there is no such process): a pid and its start time name one process for good."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[19].decode()
-    except FileNotFoundError:
-        return "-" if os.path.isdir("/proc/self") else ""
-    except Exception:  # noqa: BLE001 (unreadable: unknown)
-        return ""
-
-
-def _alive(pid: int, start: str = "") -> bool:
-    if pid <= 0:
-        return False
-    now = _process_start(pid)
-    if now == "-":
-        return False
-    if now and start:
-        return now == start
-    try:  # no /proc: the pid alone
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        pass
-    return True
-
-
-def _owner_alive(data: bytes) -> bool:
-    try:
-        fields = data.decode("ascii").split()
-        return _alive(int(fields[0]), fields[1] if len(fields) > 1 else "")
-    except (ValueError, IndexError, UnicodeDecodeError):
-        return False
-
-
-def _read_own(dir_fd: int, name: str) -> bytes | None:
-    """``name`` in the folder ``dir_fd`` when it is a regular file of this user (never through a link)."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        return os.read(fd, 4096) if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _links_to_live_process(path: str) -> bool:
     """A folder of an older server (no owner file) that is still in use: a link in it (or in a folder
     below) to /proc/PID/fd/N of a live process."""
@@ -435,7 +384,7 @@ def _links_to_live_process(path: str) -> bool:
                 m = re.match(r"/proc/(\d+)/fd/", os.readlink(os.path.join(top, name)))
             except OSError:
                 continue
-            if m and _alive(int(m.group(1))):
+            if m and process_alive(int(m.group(1))):
                 return True
     return False
 
@@ -467,9 +416,9 @@ def clean_stale(folder: str | None = None, now: float | None = None) -> list[str
             st = os.fstat(dfd)
             if st.st_uid != os.geteuid():
                 continue
-            owner = _read_own(dfd, FOLDER_OWNER)
+            owner = read_own_file(dfd, FOLDER_OWNER)
             if owner is not None:
-                dead = not _owner_alive(owner)
+                dead = not owner_alive(owner)
             else:
                 dead = now - st.st_mtime > STALE_S and not _links_to_live_process(path)
         finally:
@@ -496,7 +445,7 @@ class ServerFolder:
                 0o600,
             )
             try:
-                os.write(fd, f"{os.getpid()} {_process_start(os.getpid())}\n".encode())
+                os.write(fd, owner_record())
             finally:
                 os.close(fd)
         return tempfile.mkdtemp(dir=self.path)
