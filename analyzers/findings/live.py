@@ -13,12 +13,12 @@ from trainscope.analyzers.findings.base import (
     Evidence,
     Finding,
     FindingSpec,
-    Fix,
     FixText,
     LiveMeasure,
     fixed,
     stake_pct,
 )
+from trainscope.analyzers.findings.catalog import catalog_fix
 from trainscope.analyzers.findings.common import live_ev
 from trainscope.analyzers.live.memory_creep import SOURCE as CREEP_SOURCE
 from trainscope.analyzers.live.memory_creep import memory_creeps
@@ -137,19 +137,7 @@ def _record_words(c: Context, single: bool, bf16: bool) -> FixText:
     )
 
 
-_RECORD = Fix(
-    "record-trace",
-    "Record a trace to see what idles the GPU",
-    "with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=2, active=5),\n"
-    "        on_trace_ready=torch.profiler.tensorboard_trace_handler('./trace')) as p:\n"
-    "    for batch in loader: step(batch); p.step()\n"
-    "# then: trainscope analyze ./trace",
-    "nsys profile -t cuda,nvtx,osrt -o run ./app && nsys export --type sqlite run.nsys-rep\n"
-    "# then: trainscope analyze run.sqlite",
-    projection="none",
-    basis="no projection: counters cannot tell launch overhead, syncs and communication apart",
-    text=_record_words,
-)
+_RECORD = catalog_fix("record-trace", projection="none", text=_record_words)
 
 UNDERUTILIZED = FindingSpec(
     id="gpu/underutilized",
@@ -200,18 +188,7 @@ MEMORY_CREEP = FindingSpec(
     measure=None,
     can_be_primary=False,
     severity=fixed("moderate"),
-    fix=Fix(
-        "find-the-leak",
-        "Find what keeps memory alive from one iteration to the next",
-        "running_total += value.item()   # keep numbers, not tensors: a kept tensor holds its iteration's graph\n"
-        "# GPU: torch.cuda.memory._record_memory_history(max_entries=100_000) ... then\n"
-        "#      torch.cuda.memory._dump_snapshot('mem.pickle') and `trainscope memory mem.pickle`\n"
-        "# host: tracemalloc.start(); compare tracemalloc.take_snapshot() between two iterations",
-        "// a growing pool or cache: cap it, or free per iteration; check with the allocator's statistics\n"
-        "// (cudaMemGetInfo over time) and a heap profiler on the host (heaptrack, valgrind massif)",
-        projection="none",
-        basis="no speed projection: the job runs out of memory at the projected time",
-    ),
+    fix=catalog_fix("find-the-leak", projection="none"),
     diff_measure=DiffMeasure("memory growth, share of capacity per window", "%", stake_pct("machine/memory-creep")),
     critical_path="none",
     headline="MEMORY CREEP",
