@@ -91,6 +91,13 @@ def entry(rec_id: str, variant: str | None = None, fill: Mapping[str, str] | Non
     return e
 
 
+def catalog_words(rec_id: str, native: bool) -> FixText:
+    """The catalog's own wording of fix ``rec_id``: its title and its native or PyTorch change (for a
+    ``text`` function whose wording for some runs is the catalog's)."""
+    e = entry(rec_id)
+    return FixText(rec_id, e.title, e.native if native else e.pytorch)
+
+
 class FixLogic(TypedDict, total=False):
     """What a finding declares of its fix beyond the catalog's texts (see :class:`Fix`)."""
 

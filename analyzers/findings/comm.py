@@ -11,7 +11,7 @@ from trainscope.analyzers.findings.base import (
     ms_per_step,
     verdict_class,
 )
-from trainscope.analyzers.findings.catalog import catalog_fix
+from trainscope.analyzers.findings.catalog import catalog_fix, catalog_words
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -72,12 +72,7 @@ def _comm_words(c: Context, single: bool, bf16: bool) -> FixText:
             "cudaEventRecord(comm_done, comm_stream); cudaStreamWaitEvent(compute_stream, comm_done);",
         )
     if c.training and kind in (None, "all-reduce"):
-        return FixText(
-            "overlap-communication",
-            "Overlap gradient communication with the backward pass",
-            "model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)\n"
-            "# with gradient accumulation: `with model.no_sync():` on all but the last micro-step",
-        )
+        return catalog_words("overlap-communication", native=False)
     if c.training and kind in ("all-gather", "reduce-scatter"):
         return FixText(
             "overlap-communication",

@@ -18,7 +18,7 @@ from trainscope.analyzers.findings.base import (
     stake_pct,
     verdict_class,
 )
-from trainscope.analyzers.findings.catalog import catalog_fix
+from trainscope.analyzers.findings.catalog import catalog_fix, catalog_words
 from trainscope.analyzers.findings.common import ctx, ev, live_ev, raised, sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -336,21 +336,13 @@ def _pageable_words(c: Context, single: bool, bf16: bool) -> FixText:
 
 
 def _loader_cpu_words(c: Context, single: bool, bf16: bool) -> FixText:
-    if c.native:
-        return FixText(
-            "loader-cpu",
-            "Give the input pipeline more CPU, or do less work per sample",
-            "// more producer threads for decoding; move decode/augmentation onto the GPU (nvJPEG, NPP, DALI)",
-        )
-    first = (
-        "DataLoader(..., num_workers=<more>, persistent_workers=True)"
-        if c.input_source in (None, "dataloader")
-        else "# preprocessing runs in the pipeline itself: spread it over more threads or processes"
-    )
+    if c.native or c.input_source in (None, "dataloader"):
+        return catalog_words("loader-cpu", c.native)
     return FixText(
         "loader-cpu",
         "Give the input pipeline more CPU, or do less work per sample",
-        first + "\n# move decoding/augmentation to the GPU (e.g. NVIDIA DALI, torchvision.transforms.v2 on tensors)",
+        "# preprocessing runs in the pipeline itself: spread it over more threads or processes\n"
+        "# move decoding/augmentation to the GPU (e.g. NVIDIA DALI, torchvision.transforms.v2 on tensors)",
     )
 
 
@@ -457,7 +449,6 @@ LOADER_CPU = FindingSpec(
         _live_loader_cpu,
         ("live.starved_share", "live.gpu_idle", "live.cpu_saturated"),
     ),
-    offline=False,
 )
 
 IO_WAIT = FindingSpec(
@@ -477,7 +468,6 @@ IO_WAIT = FindingSpec(
         _live_io_wait,
         ("live.starved_share", "live.gpu_idle", "live.iowait_saturated"),
     ),
-    offline=False,
 )
 
 SPECS = (INPUT_WAIT, COPIES, PAGEABLE_COPIES, LOADER_CPU, IO_WAIT)

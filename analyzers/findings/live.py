@@ -18,7 +18,7 @@ from trainscope.analyzers.findings.base import (
     fixed,
     stake_pct,
 )
-from trainscope.analyzers.findings.catalog import catalog_fix
+from trainscope.analyzers.findings.catalog import catalog_fix, catalog_words
 from trainscope.analyzers.findings.common import live_ev
 from trainscope.analyzers.live.memory_creep import SOURCE as CREEP_SOURCE
 from trainscope.analyzers.live.memory_creep import memory_creeps
@@ -121,12 +121,7 @@ def _live_creep(_s: WindowStats, snaps: Sequence[Snapshot], r: Rules) -> Finding
 
 def _record_words(c: Context, single: bool, bf16: bool) -> FixText:
     if c.native or c.source_format.startswith("nsys"):
-        return FixText(
-            "record-trace",
-            "Record a trace to see what idles the GPU",
-            "nsys profile -t cuda,nvtx,osrt -o run ./app && nsys export --type sqlite run.nsys-rep\n"
-            "# then: trainscope analyze run.sqlite",
-        )
+        return catalog_words("record-trace", native=True)
     return FixText(
         "record-trace",
         "Record a trace to see what idles the GPU",
@@ -157,7 +152,6 @@ UNDERUTILIZED = FindingSpec(
         _live_underutilized,
         ("live.p95_util_low", "live.gpu_idle"),
     ),
-    offline=False,
 )
 
 FLUCTUATING = FindingSpec(
@@ -178,7 +172,6 @@ FLUCTUATING = FindingSpec(
         _live_fluctuating,
         ("live.p95_util_low", "live.p5_util_fluctuating", "live.gpu_idle"),
     ),
-    offline=False,
 )
 
 MEMORY_CREEP = FindingSpec(
@@ -210,7 +203,6 @@ MEMORY_CREEP = FindingSpec(
         gpu=False,
         trend=True,
     ),
-    offline=False,
 )
 
 SPECS = (UNDERUTILIZED, FLUCTUATING, MEMORY_CREEP)

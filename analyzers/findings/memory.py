@@ -19,7 +19,7 @@ from trainscope.analyzers.findings.base import (
     stake_pct,
     verdict_class,
 )
-from trainscope.analyzers.findings.catalog import catalog_fix
+from trainscope.analyzers.findings.catalog import catalog_fix, catalog_words
 from trainscope.analyzers.findings.common import (
     BUSY_MIX_THRESHOLDS,
     BUSY_SEV,
@@ -402,11 +402,7 @@ def _capacity_words(c: Context, single: bool, bf16: bool) -> FixText:
             "// allocate once and reuse; process the problem in tiles that fit; free scratch buffers early",
         )
     if c.training:
-        return FixText(
-            "reduce-memory",
-            "Cut activation memory (checkpointing, mixed precision)",
-            "from torch.utils.checkpoint import checkpoint\nout = checkpoint(block, x, use_reentrant=False)",
-        )
+        return catalog_words("reduce-memory", native=False)
     return FixText(
         "reduce-memory",
         "Cut inference memory (lower-precision weights, smaller KV cache or batch)",
@@ -495,7 +491,6 @@ THROTTLING = FindingSpec(
     headline="THROTTLED",
     describes="share of samples with a power/thermal clock slowdown (live)",
     live=LiveMeasure("clocks", "clock-event reasons", _live_throttling, ("live.throttle_share",)),
-    offline=False,
 )
 
 POWER_CAP = FindingSpec(
@@ -516,7 +511,6 @@ POWER_CAP = FindingSpec(
         _live_power_cap,
         ("live.power_at_limit_pct", "live.power_ceiling_pct", "live.min_samples", "gpu_busy.saturated"),
     ),
-    offline=False,
 )
 
 FRAGMENTATION = FindingSpec(
@@ -532,7 +526,6 @@ FRAGMENTATION = FindingSpec(
     headline="MEMORY-FRAGMENTATION",
     describes="reserved memory holding no tensor, or an OOM with enough free memory in too-small blocks "
     "(memory snapshots: `trainscope memory`)",
-    offline=False,
     snapshot=True,
     thresholds=("memory.fragmentation",),
 )

@@ -17,7 +17,7 @@ from trainscope.analyzers.findings.base import (
     fixed,
     verdict_class,
 )
-from trainscope.analyzers.findings.catalog import catalog_fix
+from trainscope.analyzers.findings.catalog import catalog_fix, catalog_words, entry
 from trainscope.analyzers.findings.common import ctx, ev
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -259,14 +259,9 @@ def _cure_text(c: Context, single: bool, bf16: bool) -> FixText:
         return FixText(
             "cure-one-off",
             "Remove the one-off costs from every run (cached code, warm-up, a persistent process)",
-            "// cache compiled code objects, warm up before the timed iterations, reuse the process",
+            entry("cure-one-off").native,
         )
-    return FixText(
-        "cure-one-off",
-        "Remove the one-off costs from every run (caches, warm-up, a persistent process)",
-        "export TORCHINDUCTOR_CACHE_DIR=/persistent/inductor-cache   # compiled kernels reused across runs\n"
-        "# warm up before the timed loop; keep one process alive for many runs",
-    )
+    return catalog_words("cure-one-off", native=False)
 
 
 def _nr_share(a: Analysis) -> float | None:
