@@ -15,6 +15,7 @@ from trainscope.analyzers.findings.base import (
     FindingSpec,
     FixText,
     LiveMeasure,
+    LiveRule,
     fixed,
     stake_pct,
 )
@@ -134,44 +135,45 @@ def _record_words(c: Context, single: bool, bf16: bool) -> FixText:
 
 _RECORD = catalog_fix("record-trace", projection="none", text=_record_words)
 
-UNDERUTILIZED = FindingSpec(
-    id="gpu/underutilized",
-    axis="insufficient_evidence",
-    title="GPU underutilized",
-    measure=None,
-    can_be_primary=False,
-    severity=fixed("info"),
-    fix=_RECORD,
-    diff_measure=DiffMeasure("GPU idle, share of samples", "%", stake_pct("gpu/underutilized")),
-    critical_path="none",
-    headline="UNDERUTILIZED",
-    describes="p95 GPU utilization below the live threshold",
-    live=LiveMeasure(
-        "utilization",
-        "p95 GPU utilization over the active span",
-        _live_underutilized,
-        ("live.p95_util_low", "live.gpu_idle"),
-    ),
-)
 
-FLUCTUATING = FindingSpec(
-    id="gpu/fluctuating",
-    axis="insufficient_evidence",
-    title="GPU utilization fluctuates",
-    measure=None,
-    can_be_primary=False,
-    severity=fixed("info"),
-    fix=_RECORD,
-    diff_measure=DiffMeasure("GPU idle, share of samples", "%", stake_pct("gpu/fluctuating")),
-    critical_path="none",
-    headline="FLUCTUATING",
-    describes="busy bursts alternating with idle gaps (p95 high, p5 low)",
-    live=LiveMeasure(
-        "utilization",
-        "p95/p5 GPU utilization over the active span",
-        _live_fluctuating,
-        ("live.p95_util_low", "live.p5_util_fluctuating", "live.gpu_idle"),
-    ),
+def _utilization(
+    spec_id: str, title: str, headline: str, describes: str, reads: str, rule: LiveRule, thresholds: tuple[str, ...]
+) -> FindingSpec:
+    """A live utilization pattern over the active span (one declaration for both): counters cannot
+    tell what idles the GPU, so its fix is to record a trace (an observation graded info)."""
+    return FindingSpec(
+        id=spec_id,
+        axis="insufficient_evidence",
+        title=title,
+        measure=None,
+        can_be_primary=False,
+        severity=fixed("info"),
+        fix=_RECORD,
+        diff_measure=DiffMeasure("GPU idle, share of samples", "%", stake_pct(spec_id)),
+        critical_path="none",
+        headline=headline,
+        describes=describes,
+        live=LiveMeasure("utilization", reads, rule, thresholds),
+    )
+
+
+UNDERUTILIZED = _utilization(
+    "gpu/underutilized",
+    "GPU underutilized",
+    "UNDERUTILIZED",
+    "p95 GPU utilization below the live threshold",
+    "p95 GPU utilization over the active span",
+    _live_underutilized,
+    ("live.p95_util_low", "live.gpu_idle"),
+)
+FLUCTUATING = _utilization(
+    "gpu/fluctuating",
+    "GPU utilization fluctuates",
+    "FLUCTUATING",
+    "busy bursts alternating with idle gaps (p95 high, p5 low)",
+    "p95/p5 GPU utilization over the active span",
+    _live_fluctuating,
+    ("live.p95_util_low", "live.p5_util_fluctuating", "live.gpu_idle"),
 )
 
 MEMORY_CREEP = FindingSpec(
