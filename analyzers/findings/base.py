@@ -347,7 +347,6 @@ class FindingSpec:
     breakdown: tuple[str, ...] = ()  # breakdown categories its stake lies in (for --deep's reconciliation)
     describes: str = ""  # what it measures, in words
     live: LiveMeasure | None = None  # raised by the live engine (watch, counter-only inputs)
-    offline: bool = True  # raised by the trace rules (analyze); False: live or snapshot rules raise it
     snapshot: bool = False  # raised by the memory-snapshot rules (`trainscope memory`, findings/memory.py)
     # The rule-table entries (analyzers/rules.py: default, unit, source) its trace and snapshot rules
     # read beyond its severity grades; the live measure declares its own.
@@ -359,6 +358,11 @@ class FindingSpec:
     # says the finding is something else than its name suggests) gives the verdict that headline.
     headline_variants: tuple[tuple[str, str], ...] = ()
     detail_words: Words | None = None  # the one-line detail in the run's words (else the rule's)
+
+    @property
+    def offline(self) -> bool:
+        """Raised by the trace rules (analyze): it has a ``measure``; else live or snapshot rules raise it."""
+        return self.measure is not None
 
     def title_for(self, ctx: Context | None, default: str | None = None) -> str:
         """The finding's headline in the run's words (``default``, else ``title``, where it fits any run)."""

@@ -6,12 +6,12 @@ from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Finding,
     FindingSpec,
-    Fix,
     FixText,
     by_stake,
     ms_per_step,
     verdict_class,
 )
+from trainscope.analyzers.findings.catalog import catalog_fix, catalog_words
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -72,12 +72,7 @@ def _comm_words(c: Context, single: bool, bf16: bool) -> FixText:
             "cudaEventRecord(comm_done, comm_stream); cudaStreamWaitEvent(compute_stream, comm_done);",
         )
     if c.training and kind in (None, "all-reduce"):
-        return FixText(
-            "overlap-communication",
-            "Overlap gradient communication with the backward pass",
-            "model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)\n"
-            "# with gradient accumulation: `with model.no_sync():` on all but the last micro-step",
-        )
+        return catalog_words("overlap-communication", native=False)
     if c.training and kind in ("all-gather", "reduce-scatter"):
         return FixText(
             "overlap-communication",
@@ -112,18 +107,7 @@ UNOVERLAPPED = FindingSpec(
     measure=_unoverlapped,
     can_be_primary=True,
     severity=_SEV,
-    fix=Fix(
-        "overlap-communication",
-        "Overlap gradient communication with the backward pass",
-        "model = DDP(model, bucket_cap_mb=25, gradient_as_bucket_view=True)\n"
-        "# with gradient accumulation: `with model.no_sync():` on all but the last micro-step",
-        "// launch ncclAllReduce per gradient bucket on a communication stream as soon as the bucket's\n"
-        "// backward kernels finish (event wait), not one all-reduce after the whole backward pass",
-        projection="busy",
-        basis="hiding the {stake:.1f} % unoverlapped communication",
-        whatif_label="communication fully overlapped",
-        text=_comm_words,
-    ),
+    fix=catalog_fix("overlap-communication", projection="busy", text=_comm_words),
     whatif_pool="comm",
     diff_measure=DiffMeasure("communication with no compute running", "ms per step", ms_per_step("communication")),
     **verdict_class("comm"),

@@ -10,7 +10,6 @@ from trainscope.analyzers.findings.base import (
     Evidence,
     Finding,
     FindingSpec,
-    Fix,
     FixText,
     LiveMeasure,
     by_stake,
@@ -19,6 +18,7 @@ from trainscope.analyzers.findings.base import (
     stake_pct,
     verdict_class,
 )
+from trainscope.analyzers.findings.catalog import catalog_fix, catalog_words
 from trainscope.analyzers.findings.common import ctx, ev, live_ev, raised, sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -336,21 +336,13 @@ def _pageable_words(c: Context, single: bool, bf16: bool) -> FixText:
 
 
 def _loader_cpu_words(c: Context, single: bool, bf16: bool) -> FixText:
-    if c.native:
-        return FixText(
-            "loader-cpu",
-            "Give the input pipeline more CPU, or do less work per sample",
-            "// more producer threads for decoding; move decode/augmentation onto the GPU (nvJPEG, NPP, DALI)",
-        )
-    first = (
-        "DataLoader(..., num_workers=<more>, persistent_workers=True)"
-        if c.input_source in (None, "dataloader")
-        else "# preprocessing runs in the pipeline itself: spread it over more threads or processes"
-    )
+    if c.native or c.input_source in (None, "dataloader"):
+        return catalog_words("loader-cpu", c.native)
     return FixText(
         "loader-cpu",
         "Give the input pipeline more CPU, or do less work per sample",
-        first + "\n# move decoding/augmentation to the GPU (e.g. NVIDIA DALI, torchvision.transforms.v2 on tensors)",
+        "# preprocessing runs in the pipeline itself: spread it over more threads or processes\n"
+        "# move decoding/augmentation to the GPU (e.g. NVIDIA DALI, torchvision.transforms.v2 on tensors)",
     )
 
 
@@ -376,23 +368,7 @@ def cpu_input_wait_detail(ctx: Context | None, default: str) -> str:
     return default
 
 
-_LOADER_FIX = Fix(
-    "dataloader-workers",
-    "Load batches in parallel worker processes and prefetch them",
-    "# as many workers as this machine has CPU cores per GPU:\n"
-    "workers = max(1, len(os.sched_getaffinity(0)) // max(1, torch.cuda.device_count()))\n"
-    "DataLoader(dataset, batch_size=..., num_workers=workers,\n"
-    "           pin_memory=True, prefetch_factor=2, persistent_workers=True)\n"
-    "# preprocessing outside a DataLoader (a pipeline's decode/resize): move it into the dataset's\n"
-    "# __getitem__ so the workers run it, or onto the GPU",
-    "// a producer thread pool fills a ring of pinned host buffers while the GPU computes:\n"
-    "// decode/preprocess batch i+1 on the CPU, cudaMemcpyAsync it on a copy stream, record an event,\n"
-    "// cudaStreamWaitEvent(compute_stream, ready[i+1]) before the kernels that read it",
-    projection="data-wait",
-    basis="removing the {wait:.1f} % data wait",
-    whatif_label="data loading fully overlapped with compute",
-    text=_input_wait_words,
-)
+_LOADER_FIX = catalog_fix("dataloader-workers", projection="data-wait", text=_input_wait_words)
 
 INPUT_WAIT = FindingSpec(
     id="data/input-wait",
@@ -430,18 +406,7 @@ COPIES = FindingSpec(
     measure=_copies,
     can_be_primary=True,
     severity=_COPY_SEV,
-    fix=Fix(
-        "overlap-copies",
-        "Overlap host-to-device copies with compute (pinned memory, non_blocking)",
-        "DataLoader(..., pin_memory=True)\nx = x.to(device, non_blocking=True)",
-        "cudaHostAlloc(&h_buf, bytes, cudaHostAllocDefault);          // pinned staging buffer\n"
-        "cudaMemcpyAsync(d_buf, h_buf, bytes, cudaMemcpyHostToDevice, copy_stream);\n"
-        "// kernels on another stream wait on an event recorded after the copy",
-        projection="busy",
-        basis="hiding the {stake:.1f} % copy-only time",
-        whatif_label="host-to-device copies hidden behind compute",
-        text=_copies_words,
-    ),
+    fix=catalog_fix("overlap-copies", projection="busy", text=_copies_words),
     whatif_pool="copies",
     diff_measure=DiffMeasure("GPU busy only with memory copies", "ms per step", ms_per_step("copy")),
     **verdict_class("copies"),
@@ -456,19 +421,7 @@ PAGEABLE_COPIES = FindingSpec(
     measure=_pageable,
     can_be_primary=True,
     severity=_PAGEABLE_SEV,
-    fix=Fix(
-        "pin-memory",
-        "Copy from pinned memory, asynchronously",
-        "DataLoader(..., pin_memory=True)             # batches land in page-locked memory\n"
-        "x = x.to(device, non_blocking=True)          # copy overlaps compute\n"
-        "# tensors built on the host each step: t.pin_memory() once, reuse the buffer",
-        "cudaHostAlloc(&h_buf, bytes, cudaHostAllocDefault);  // or cudaHostRegister an existing buffer\n"
-        "cudaMemcpyAsync(d_buf, h_buf, bytes, cudaMemcpyHostToDevice, stream);  // not cudaMemcpy from malloc'd memory",
-        projection="busy",
-        basis="if the {stake:.1f} % pageable-copy time were hidden behind compute",
-        whatif_label="pageable copies hidden behind compute",
-        text=_pageable_words,
-    ),
+    fix=catalog_fix("pin-memory", projection="busy", text=_pageable_words),
     whatif_pool="copies",
     diff_measure=DiffMeasure(
         "GPU time in pageable host-to-device copies", "ms per step", stake_ms("data/pageable-copies")
@@ -486,16 +439,7 @@ LOADER_CPU = FindingSpec(
     measure=None,
     can_be_primary=True,
     severity=by_stake("live.starved_share"),
-    fix=Fix(
-        "loader-cpu",
-        "Give the input pipeline more CPU, or do less work per sample",
-        "DataLoader(..., num_workers=<more>, persistent_workers=True)\n"
-        "# move decoding/augmentation to the GPU (e.g. NVIDIA DALI, torchvision.transforms.v2 on tensors)",
-        "// more producer threads for decoding; move decode/augmentation onto the GPU (nvJPEG, NPP, DALI)",
-        projection="none",
-        basis="no projection from sampled counters",
-        text=_loader_cpu_words,
-    ),
+    fix=catalog_fix("loader-cpu", projection="none", text=_loader_cpu_words),
     diff_measure=DiffMeasure("samples starved while the CPU saturates", "%", stake_pct("data/loader-cpu")),
     **verdict_class("input", "loader CPU"),
     describes="share of samples with the GPU near idle while the loader CPU saturates (live)",
@@ -505,7 +449,6 @@ LOADER_CPU = FindingSpec(
         _live_loader_cpu,
         ("live.starved_share", "live.gpu_idle", "live.cpu_saturated"),
     ),
-    offline=False,
 )
 
 IO_WAIT = FindingSpec(
@@ -515,14 +458,7 @@ IO_WAIT = FindingSpec(
     measure=None,
     can_be_primary=True,
     severity=by_stake("live.starved_share"),
-    fix=Fix(
-        "io-wait",
-        "Read the data faster: local SSD, larger sequential reads, a cache",
-        "# copy the data set to local NVMe, use a sharded/streaming format (WebDataset, MosaicML streaming)",
-        "// read large sequential shards (O_DIRECT / io_uring, GPUDirect Storage: cuFileRead) from local NVMe",
-        projection="none",
-        basis="no projection from sampled counters",
-    ),
+    fix=catalog_fix("io-wait", projection="none"),
     diff_measure=DiffMeasure("samples starved while I/O wait saturates", "%", stake_pct("data/io-wait")),
     **verdict_class("input", "I/O wait"),
     describes="share of samples with the GPU near idle while I/O wait saturates (live)",
@@ -532,7 +468,6 @@ IO_WAIT = FindingSpec(
         _live_io_wait,
         ("live.starved_share", "live.gpu_idle", "live.iowait_saturated"),
     ),
-    offline=False,
 )
 
 SPECS = (INPUT_WAIT, COPIES, PAGEABLE_COPIES, LOADER_CPU, IO_WAIT)

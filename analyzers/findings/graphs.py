@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, Fix, by_stake, verdict_class
+from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, by_stake, verdict_class
+from trainscope.analyzers.findings.catalog import catalog_fix
 from trainscope.analyzers.findings.common import ctx, ev
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.record_options import how_to_record
@@ -64,14 +65,7 @@ GRAPH_REPLAYS = FindingSpec(
     measure=_graphs,
     can_be_primary=False,
     severity=by_stake("gpu_busy.saturated"),
-    fix=Fix(
-        "record-graph-nodes",
-        "Record the graphs' kernels to find what bounds them",
-        f"# the replays were traced at graph level; trace their nodes:\n# {NODE_HINT} python your_script.py",
-        f"# the replays were traced at graph level; trace their nodes:\n# {NODE_HINT} ./app",
-        projection="none",
-        basis="no projection: the kernels' bound is unknown",
-    ),
+    fix=catalog_fix("record-graph-nodes", projection="none", fill={"NODE_HINT": NODE_HINT}),
     diff_measure=DiffMeasure("GPU time in untraced CUDA graph replays", "ms per step", _replay_ms_per_step),
     critical_path="gpu-compute",
     headline="GPU-BOUND (CUDA graphs, bound unknown)",
@@ -113,16 +107,7 @@ UNKNOWN_BOUND = FindingSpec(
     measure=_unknown_bound,
     can_be_primary=False,
     severity=by_stake("gpu_busy.saturated"),
-    fix=Fix(
-        "measure-the-bound",
-        "Record what bounds the busiest kernels",
-        "# the kernels carry no shapes, FLOPs or counters: record operator shapes in the profiler you use,\n"
-        "# or measure the top kernels with Nsight Compute: ncu --section SpeedOfLight --launch-count 20 <cmd>",
-        "// measure the top kernels' achieved FLOP/s and DRAM bandwidth with Nsight Compute:\n"
-        "// ncu --section SpeedOfLight --launch-count 20 ./app",
-        projection="none",
-        basis="no projection: the kernels' bound is unknown",
-    ),
+    fix=catalog_fix("measure-the-bound", projection="none"),
     diff_measure=DiffMeasure("kernel time of unknown bound", "ms per step", _unknown_ms_per_step),
     **verdict_class("gpu-bound"),
     breakdown=("compute",),

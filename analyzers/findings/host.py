@@ -8,13 +8,13 @@ from trainscope.analyzers.findings.base import (
     Evidence,
     Finding,
     FindingSpec,
-    Fix,
     FixText,
     by_stake,
     ms_per_step,
     stake_ms,
     verdict_class,
 )
+from trainscope.analyzers.findings.catalog import catalog_fix
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -266,22 +266,7 @@ LAUNCH_OVERHEAD = FindingSpec(
     measure=_launch,
     can_be_primary=True,
     severity=_LAUNCH_SEV,
-    fix=Fix(
-        "reduce-launch-overhead",
-        "Launch fewer, larger kernels (CUDA graphs / torch.compile, bigger batches)",
-        'model = torch.compile(model, mode="reduce-overhead")  # captures CUDA graphs\n'
-        "optimizer = torch.optim.AdamW(params, fused=True)     # one kernel per step, not per tensor\n"
-        "# a cold start (first calls load kernels): profile after a few warm-up steps",
-        "cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);  // capture the step's launches once\n"
-        "/* ... launches ... */ cudaStreamEndCapture(stream, &graph);\n"
-        "cudaGraphInstantiate(&exec, graph, 0); cudaGraphLaunch(exec, stream);  // replay: one launch per step\n"
-        "// fuse small kernels; profile after warm-up (first launches load code objects)",
-        projection="idle",
-        basis="removing the {stake:.1f} % GPU idle during host work",
-        whatif_label="no GPU idle during launches/CPU work",
-        text=_launch_words,
-        cold_start=_cold_start_words,
-    ),
+    fix=catalog_fix("reduce-launch-overhead", projection="idle", text=_launch_words, cold_start=_cold_start_words),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure(
         "GPU idle while the host launches/computes", "ms per step", ms_per_step("idle_host_overhead")
@@ -299,19 +284,7 @@ SYNC = FindingSpec(
     measure=_sync,
     can_be_primary=True,
     severity=_SYNC_SEV,
-    fix=Fix(
-        "remove-syncs",
-        "Remove host-device synchronizations from the step",
-        "# keep metrics on the GPU; read them every N steps, not every step\n"
-        "running_loss += loss.detach()        # not loss.item()\n"
-        "x = x.to(device, non_blocking=True)  # not a blocking copy; build tensors on the host in pinned memory",
-        "// replace cudaDeviceSynchronize()/cudaMemcpy with events and cudaMemcpyAsync on a stream;\n"
-        "// wait with cudaStreamWaitEvent (GPU-side) or poll cudaEventQuery only where the host needs the data",
-        projection="idle",
-        basis="removing the {stake:.1f} % GPU idle during syncs",
-        whatif_label="no host-device synchronizations",
-        text=_sync_words,
-    ),
+    fix=catalog_fix("remove-syncs", projection="idle", text=_sync_words),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure("GPU idle while the host synchronizes", "ms per step", ms_per_step("idle_sync")),
     **verdict_class("sync"),
@@ -327,19 +300,7 @@ BLOCKING_SYNC = FindingSpec(
     measure=_blocking,
     can_be_primary=True,
     severity=_BLOCKING_SEV,
-    fix=Fix(
-        "remove-blocking-syncs",
-        "Take synchronizations out of the step",
-        "running_loss += loss.detach()              # not loss.item() every step\n"
-        "if step % 100 == 0: print(running_loss.item() / 100)  # sync rarely\n"
-        "# drop torch.cuda.synchronize() and .cpu() from the loop",
-        "// drop cudaDeviceSynchronize()/cudaStreamSynchronize() from the loop; read results back with\n"
-        "// cudaMemcpyAsync into pinned memory and one cudaEventSynchronize where the host needs them",
-        projection="idle",
-        basis="removing the {stake:.1f} % GPU idle after syncs",
-        whatif_label="no blocking synchronizations in the step",
-        text=_blocking_sync_words,
-    ),
+    fix=catalog_fix("remove-blocking-syncs", projection="idle", text=_blocking_sync_words),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure("GPU idle after blocking synchronizations", "ms per step", stake_ms("host/blocking-sync")),
     **verdict_class("sync"),
@@ -422,19 +383,7 @@ ALLOCATOR_CHURN = FindingSpec(
     measure=_alloc,
     can_be_primary=True,
     severity=_ALLOC_SEV,
-    fix=Fix(
-        "allocator-reuse",
-        "Turn the caching allocator back on (or stop allocating and freeing every step)",
-        "unset PYTORCH_NO_CUDA_MEMORY_CACHING    # =1 turns the caching allocator off: every free reaches cudaFree/hipFree\n"
-        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # ROCm: PYTORCH_HIP_ALLOC_CONF\n"
-        "# in the loop: no torch.cuda.empty_cache(); reuse preallocated buffers",
-        "// allocate device and pinned buffers, events and streams once, before the loop, and reuse them;\n"
-        "// where sizes vary: cudaMallocAsync/cudaFreeAsync from a memory pool that keeps its memory",
-        projection="idle",
-        basis="removing the {stake:.1f} % GPU idle in allocator calls",
-        whatif_label="no allocator calls inside the step",
-        text=_alloc_words,
-    ),
+    fix=catalog_fix("allocator-reuse", projection="idle", text=_alloc_words),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure("GPU idle in allocator calls", "ms per step", stake_ms("host/allocator-churn")),
     **verdict_class("allocator"),
@@ -478,18 +427,7 @@ NAMED_HOST_WORK = FindingSpec(
     measure=_named_work,
     can_be_primary=True,
     severity=_RANGES_SEV,
-    fix=Fix(
-        "host-work-off-path",
-        "Take the named host work off the step's critical path",
-        "# run it beside the GPU work, not between steps: a background thread or process with a queue\n"
-        "# (logging, metrics, file writes), torch.distributed.checkpoint.async_save for checkpoints,\n"
-        "# or do it every N steps; issue the next step's GPU work before the host work starts",
-        "// move file I/O and logging to a worker thread fed by a queue (or asynchronous I/O: io_uring, aio);\n"
-        "// launch the next iteration's kernels before the host work so the GPU has work queued",
-        projection="idle",
-        basis="removing the {stake:.1f} % GPU idle during named host work",
-        whatif_label="no GPU idle during named host work",
-    ),
+    fix=catalog_fix("host-work-off-path", projection="idle"),
     whatif_pool="host-idle",
     diff_measure=DiffMeasure("GPU idle during named host work", "ms per step", stake_ms("host/named-work")),
     **verdict_class("host-work"),

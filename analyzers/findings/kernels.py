@@ -10,12 +10,12 @@ from trainscope.analyzers.findings.base import (
     DiffMeasure,
     Finding,
     FindingSpec,
-    Fix,
     FixText,
     LiveMeasure,
     by_stake,
     verdict_class,
 )
+from trainscope.analyzers.findings.catalog import catalog_fix
 from trainscope.analyzers.findings.common import (
     BUSY_MIX_THRESHOLDS,
     BUSY_SEV,
@@ -163,17 +163,8 @@ COMPUTE_BOUND = FindingSpec(
     measure=_compute_bound,
     can_be_primary=True,
     severity=BUSY_SEV,
-    fix=Fix(
-        "compute-efficiency",
-        "Raise arithmetic efficiency (tensor cores, compiled kernels, larger batches)",
-        'model = torch.compile(model, mode="max-autotune")\n'
-        "# larger batch per GPU if memory allows; FlashAttention via SDPA",
-        "// tensor-core GEMMs (cuBLASLt / hipBLASLt with bf16/fp8 inputs), autotuned tile sizes;\n"
-        "// larger problem sizes per launch so tiles fill every SM",
-        projection="none",
-        basis="no projection: compute-bound; gains depend on kernel efficiency (see MFU)",
-        superseded_by=("algorithm/no-tensor-cores",),
-        text=_compute_words,
+    fix=catalog_fix(
+        "compute-efficiency", projection="none", superseded_by=("algorithm/no-tensor-cores",), text=_compute_words
     ),
     diff_measure=DiffMeasure(
         "GEMM/conv/attention kernel time",
@@ -199,14 +190,9 @@ NO_TENSOR_CORES = FindingSpec(
     measure=_no_tensor_cores,
     can_be_primary=False,
     severity=_TC_SEV,
-    fix=Fix(
+    fix=catalog_fix(
         "mixed-precision",
-        "Use mixed precision so GEMMs and convolutions run on tensor cores",
-        'with torch.autocast(device_type="cuda", dtype={dtype}):\n    loss = loss_fn(model(x), y)',
-        "// cublasGemmEx / cublasLtMatmul with CUDA_R_16BF inputs and CUBLAS_COMPUTE_32F accumulation\n"
-        "// (or CUBLAS_COMPUTE_32F_FAST_TF32 to keep fp32 storage); hipblasLt on ROCm",
         projection="amdahl",
-        whatif_label="mixed precision on the GEMM share",
         applies=lambda c: getattr(c, "matmul_compute_bound", None) is not False,  # tensor cores speed arithmetic
         text=_mixed_precision_words,
     ),

@@ -13,12 +13,13 @@ from trainscope.analyzers.findings.base import (
     Evidence,
     Finding,
     FindingSpec,
-    Fix,
     FixText,
     LiveMeasure,
+    LiveRule,
     fixed,
     stake_pct,
 )
+from trainscope.analyzers.findings.catalog import catalog_fix, catalog_words
 from trainscope.analyzers.findings.common import live_ev
 from trainscope.analyzers.live.memory_creep import SOURCE as CREEP_SOURCE
 from trainscope.analyzers.live.memory_creep import memory_creeps
@@ -121,12 +122,7 @@ def _live_creep(_s: WindowStats, snaps: Sequence[Snapshot], r: Rules) -> Finding
 
 def _record_words(c: Context, single: bool, bf16: bool) -> FixText:
     if c.native or c.source_format.startswith("nsys"):
-        return FixText(
-            "record-trace",
-            "Record a trace to see what idles the GPU",
-            "nsys profile -t cuda,nvtx,osrt -o run ./app && nsys export --type sqlite run.nsys-rep\n"
-            "# then: trainscope analyze run.sqlite",
-        )
+        return catalog_words("record-trace", native=True)
     return FixText(
         "record-trace",
         "Record a trace to see what idles the GPU",
@@ -137,60 +133,47 @@ def _record_words(c: Context, single: bool, bf16: bool) -> FixText:
     )
 
 
-_RECORD = Fix(
-    "record-trace",
-    "Record a trace to see what idles the GPU",
-    "with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=2, active=5),\n"
-    "        on_trace_ready=torch.profiler.tensorboard_trace_handler('./trace')) as p:\n"
-    "    for batch in loader: step(batch); p.step()\n"
-    "# then: trainscope analyze ./trace",
-    "nsys profile -t cuda,nvtx,osrt -o run ./app && nsys export --type sqlite run.nsys-rep\n"
-    "# then: trainscope analyze run.sqlite",
-    projection="none",
-    basis="no projection: counters cannot tell launch overhead, syncs and communication apart",
-    text=_record_words,
-)
+_RECORD = catalog_fix("record-trace", projection="none", text=_record_words)
 
-UNDERUTILIZED = FindingSpec(
-    id="gpu/underutilized",
-    axis="insufficient_evidence",
-    title="GPU underutilized",
-    measure=None,
-    can_be_primary=False,
-    severity=fixed("info"),
-    fix=_RECORD,
-    diff_measure=DiffMeasure("GPU idle, share of samples", "%", stake_pct("gpu/underutilized")),
-    critical_path="none",
-    headline="UNDERUTILIZED",
-    describes="p95 GPU utilization below the live threshold",
-    live=LiveMeasure(
-        "utilization",
-        "p95 GPU utilization over the active span",
-        _live_underutilized,
-        ("live.p95_util_low", "live.gpu_idle"),
-    ),
-    offline=False,
-)
 
-FLUCTUATING = FindingSpec(
-    id="gpu/fluctuating",
-    axis="insufficient_evidence",
-    title="GPU utilization fluctuates",
-    measure=None,
-    can_be_primary=False,
-    severity=fixed("info"),
-    fix=_RECORD,
-    diff_measure=DiffMeasure("GPU idle, share of samples", "%", stake_pct("gpu/fluctuating")),
-    critical_path="none",
-    headline="FLUCTUATING",
-    describes="busy bursts alternating with idle gaps (p95 high, p5 low)",
-    live=LiveMeasure(
-        "utilization",
-        "p95/p5 GPU utilization over the active span",
-        _live_fluctuating,
-        ("live.p95_util_low", "live.p5_util_fluctuating", "live.gpu_idle"),
-    ),
-    offline=False,
+def _utilization(
+    spec_id: str, title: str, headline: str, describes: str, reads: str, rule: LiveRule, thresholds: tuple[str, ...]
+) -> FindingSpec:
+    """A live utilization pattern over the active span (one declaration for both): counters cannot
+    tell what idles the GPU, so its fix is to record a trace (an observation graded info)."""
+    return FindingSpec(
+        id=spec_id,
+        axis="insufficient_evidence",
+        title=title,
+        measure=None,
+        can_be_primary=False,
+        severity=fixed("info"),
+        fix=_RECORD,
+        diff_measure=DiffMeasure("GPU idle, share of samples", "%", stake_pct(spec_id)),
+        critical_path="none",
+        headline=headline,
+        describes=describes,
+        live=LiveMeasure("utilization", reads, rule, thresholds),
+    )
+
+
+UNDERUTILIZED = _utilization(
+    "gpu/underutilized",
+    "GPU underutilized",
+    "UNDERUTILIZED",
+    "p95 GPU utilization below the live threshold",
+    "p95 GPU utilization over the active span",
+    _live_underutilized,
+    ("live.p95_util_low", "live.gpu_idle"),
+)
+FLUCTUATING = _utilization(
+    "gpu/fluctuating",
+    "GPU utilization fluctuates",
+    "FLUCTUATING",
+    "busy bursts alternating with idle gaps (p95 high, p5 low)",
+    "p95/p5 GPU utilization over the active span",
+    _live_fluctuating,
+    ("live.p95_util_low", "live.p5_util_fluctuating", "live.gpu_idle"),
 )
 
 MEMORY_CREEP = FindingSpec(
@@ -200,18 +183,7 @@ MEMORY_CREEP = FindingSpec(
     measure=None,
     can_be_primary=False,
     severity=fixed("moderate"),
-    fix=Fix(
-        "find-the-leak",
-        "Find what keeps memory alive from one iteration to the next",
-        "running_total += value.item()   # keep numbers, not tensors: a kept tensor holds its iteration's graph\n"
-        "# GPU: torch.cuda.memory._record_memory_history(max_entries=100_000) ... then\n"
-        "#      torch.cuda.memory._dump_snapshot('mem.pickle') and `trainscope memory mem.pickle`\n"
-        "# host: tracemalloc.start(); compare tracemalloc.take_snapshot() between two iterations",
-        "// a growing pool or cache: cap it, or free per iteration; check with the allocator's statistics\n"
-        "// (cudaMemGetInfo over time) and a heap profiler on the host (heaptrack, valgrind massif)",
-        projection="none",
-        basis="no speed projection: the job runs out of memory at the projected time",
-    ),
+    fix=catalog_fix("find-the-leak", projection="none"),
     diff_measure=DiffMeasure("memory growth, share of capacity per window", "%", stake_pct("machine/memory-creep")),
     critical_path="none",
     headline="MEMORY CREEP",
@@ -233,7 +205,6 @@ MEMORY_CREEP = FindingSpec(
         gpu=False,
         trend=True,
     ),
-    offline=False,
 )
 
 SPECS = (UNDERUTILIZED, FLUCTUATING, MEMORY_CREEP)

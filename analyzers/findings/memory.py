@@ -4,7 +4,6 @@ case), and memory capacity."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from trainscope.analyzers.findings.base import (
@@ -12,7 +11,6 @@ from trainscope.analyzers.findings.base import (
     Evidence,
     Finding,
     FindingSpec,
-    Fix,
     FixText,
     LiveMeasure,
     by_stake,
@@ -21,6 +19,7 @@ from trainscope.analyzers.findings.base import (
     stake_pct,
     verdict_class,
 )
+from trainscope.analyzers.findings.catalog import catalog_fix, catalog_words
 from trainscope.analyzers.findings.common import (
     BUSY_MIX_THRESHOLDS,
     BUSY_SEV,
@@ -403,11 +402,7 @@ def _capacity_words(c: Context, single: bool, bf16: bool) -> FixText:
             "// allocate once and reuse; process the problem in tiles that fit; free scratch buffers early",
         )
     if c.training:
-        return FixText(
-            "reduce-memory",
-            "Cut activation memory (checkpointing, mixed precision)",
-            "from torch.utils.checkpoint import checkpoint\nout = checkpoint(block, x, use_reentrant=False)",
-        )
+        return catalog_words("reduce-memory", native=False)
     return FixText(
         "reduce-memory",
         "Cut inference memory (lower-precision weights, smaller KV cache or batch)",
@@ -423,18 +418,7 @@ BANDWIDTH = FindingSpec(
     measure=_bandwidth,
     can_be_primary=True,
     severity=BUSY_SEV,
-    fix=Fix(
-        "fuse-memory-bound",
-        "Fuse memory-bound kernels (torch.compile; fused optimizers and attention)",
-        "model = torch.compile(model)\n"
-        "F.scaled_dot_product_attention(q, k, v)  # fused attention instead of softmax(QK^T)V",
-        "// fuse chains of elementwise/normalization kernels into one kernel (one read, one write);\n"
-        "// keep intermediates in registers/shared memory; use lower-precision storage (bf16/fp8) to halve bytes",
-        projection="roofline",
-        basis="roofline bound on the {stake:.1f} % memory-bound kernel time",
-        whatif_label="memory-bound kernels at their roofline bound (fused runs, operands read once)",
-        text=_bandwidth_words,
-    ),
+    fix=catalog_fix("fuse-memory-bound", projection="roofline", text=_bandwidth_words),
     whatif_pool="memory-bound",
     diff_measure=DiffMeasure("memory-bound kernel time", "ms per step", stake_ms("machine/bandwidth")),
     **verdict_class("memory-bound"),
@@ -456,19 +440,7 @@ UNFUSED_ATTENTION = FindingSpec(
     measure=_unfused,
     can_be_primary=True,
     severity=_ATTN_SEV,
-    fix=Fix(
-        "fused-attention",
-        "Use fused attention (SDPA / FlashAttention)",
-        "out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # the model's own mask\n"
-        "# replaces scores = q @ k.transpose(-2, -1) / sqrt(d); mask; softmax; @ v",
-        "// call a fused attention kernel (cuDNN frontend SDPA, FlashAttention's C++ API, CK/aiter fmha on ROCm)\n"
-        "// instead of GEMM → softmax → GEMM over materialized L×L score matrices",
-        projection="busy",
-        basis="fused attention never writes the score matrices: the {stake:.1f} % memory-bound "
-        "attention time (mask, softmax, scaling over them) goes, the matmuls stay",
-        whatif_label="unfused attention's memory-bound kernels gone",
-        text=_attention_words,
-    ),
+    fix=catalog_fix("fused-attention", projection="busy", text=_attention_words),
     whatif_pool="memory-bound",
     diff_measure=DiffMeasure(
         "memory-bound attention kernel time", "ms per step", stake_ms("machine/unfused-attention")
@@ -480,17 +452,6 @@ UNFUSED_ATTENTION = FindingSpec(
     thresholds=("attention.unfused_share",),
 )
 
-_CAPACITY_FIX = Fix(
-    "reduce-memory",
-    "Cut activation memory (checkpointing, mixed precision)",
-    "from torch.utils.checkpoint import checkpoint\nout = checkpoint(block, x, use_reentrant=False)",
-    "// recompute activations in the backward pass instead of storing them; store them in bf16;\n"
-    "// free workspaces between phases (cudaFreeAsync with a memory pool)",
-    projection="none",
-    basis="no speed projection: frees memory for larger batches (recomputation costs ~⅓ more forward time)",
-    text=_capacity_words,
-)
-
 CAPACITY = FindingSpec(
     id="machine/capacity",
     axis="machine",
@@ -498,13 +459,15 @@ CAPACITY = FindingSpec(
     measure=_capacity,
     can_be_primary=False,
     severity=fixed("high"),
-    fix=_CAPACITY_FIX,
+    fix=catalog_fix("reduce-memory", projection="none", text=_capacity_words),
     # A run known not to train recomputes nothing in a backward pass: the basis says so.
     alternatives=(
-        replace(
-            _CAPACITY_FIX,
+        catalog_fix(
+            "reduce-memory",
+            variant="not-training",
+            projection="none",
             applies=lambda ctx: ctx is not None and not ctx.training,
-            basis="no speed projection: frees memory for larger batches",
+            text=_capacity_words,
         ),
     ),
     diff_measure=DiffMeasure("peak memory / device memory", "%", _peak_pct),
@@ -522,20 +485,12 @@ THROTTLING = FindingSpec(
     measure=None,
     can_be_primary=False,
     severity=fixed("moderate"),
-    fix=Fix(
-        "check-throttling",
-        "Check cooling and power limits",
-        "nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE",
-        "nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE   # or rocm-smi --showpower --showtemp",
-        projection="none",
-        basis="no projection: clocks, not work, are the limit",
-    ),
+    fix=catalog_fix("check-throttling", projection="none"),
     diff_measure=DiffMeasure("throttled samples", "%", stake_pct("machine/throttling")),
     critical_path="none",
     headline="THROTTLED",
     describes="share of samples with a power/thermal clock slowdown (live)",
     live=LiveMeasure("clocks", "clock-event reasons", _live_throttling, ("live.throttle_share",)),
-    offline=False,
 )
 
 POWER_CAP = FindingSpec(
@@ -545,15 +500,7 @@ POWER_CAP = FindingSpec(
     measure=None,
     can_be_primary=False,
     severity=fixed("moderate"),
-    fix=Fix(
-        "check-power-limit",
-        "Check the power limit and what the GPUs spend it on",
-        "nvidia-smi -q -d POWER        # enforced vs default limit\n"
-        "nvidia-smi -pl <watts>        # restore the default limit (needs admin rights)",
-        "nvidia-smi -q -d POWER        # or: rocm-smi --showpower --showmaxpower",
-        projection="none",
-        basis="no projection: the power budget, not the work, sets the clocks",
-    ),
+    fix=catalog_fix("check-power-limit", projection="none"),
     diff_measure=DiffMeasure("GPUs at their power limit", "GPUs", stake_pct("machine/power-cap")),
     critical_path="none",
     headline="POWER-CAPPED",
@@ -564,7 +511,6 @@ POWER_CAP = FindingSpec(
         _live_power_cap,
         ("live.power_at_limit_pct", "live.power_ceiling_pct", "live.min_samples", "gpu_busy.saturated"),
     ),
-    offline=False,
 )
 
 FRAGMENTATION = FindingSpec(
@@ -574,22 +520,12 @@ FRAGMENTATION = FindingSpec(
     measure=None,
     can_be_primary=False,
     severity=fixed("moderate"),
-    fix=Fix(
-        "expandable-segments",
-        "Let the caching allocator grow segments instead of splitting them",
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python your_job.py\n"
-        "# or allocate the largest, longest-lived tensors first; avoid many differently sized temporaries",
-        "// allocate long-lived buffers once, up front, from one arena; use cudaMallocAsync with a memory pool\n"
-        "// (cudaMemPoolSetAttribute release threshold) rather than many cudaMalloc/cudaFree of varying sizes",
-        projection="none",
-        basis="no speed projection: frees reserved memory for tensors",
-    ),
+    fix=catalog_fix("expandable-segments", projection="none"),
     diff_measure=DiffMeasure("peak memory / device memory", "%", _peak_pct),
     critical_path="none",
     headline="MEMORY-FRAGMENTATION",
     describes="reserved memory holding no tensor, or an OOM with enough free memory in too-small blocks "
     "(memory snapshots: `trainscope memory`)",
-    offline=False,
     snapshot=True,
     thresholds=("memory.fragmentation",),
 )

@@ -11,12 +11,12 @@ from trainscope.analyzers.findings.base import (
     Evidence,
     Finding,
     FindingSpec,
-    Fix,
     FixText,
     by_stake,
     stake_ms,
     verdict_class,
 )
+from trainscope.analyzers.findings.catalog import catalog_fix
 from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -254,19 +254,7 @@ IMBALANCE = FindingSpec(
     measure=_imbalance,
     can_be_primary=True,
     severity=_SEV,
-    fix=Fix(
-        "balance-ranks",
-        "Give every rank the same work",
-        "# balance the sharding: TorchRec EmbeddingShardingPlanner with per-table cost estimates,\n"
-        "# equal sequence lengths per rank (bucket/pack samples), equal pipeline stages",
-        "// partition work by measured cost, not by count (tables, rows, sequence tokens); re-partition\n"
-        "// when per-rank kernel time drifts apart",
-        projection="busy",
-        basis="if every rank did the same work ({stake:.1f} % of step time: the wait for the slowest rank, at most "
-        "(N − 1)/N of its extra work)",
-        whatif_label="ranks balanced: no wait for the slowest",
-        text=_balance_words,
-    ),
+    fix=catalog_fix("balance-ranks", projection="busy", text=_balance_words),
     whatif_pool="comm",
     diff_measure=DiffMeasure(
         "step time balanced work takes off (the wait for the slowest rank, capped by its extra work)",

@@ -12,12 +12,12 @@ from trainscope.analyzers.findings.base import (
     Evidence,
     Finding,
     FindingSpec,
-    Fix,
     FixText,
     by_stake,
     fixed,
     verdict_class,
 )
+from trainscope.analyzers.findings.catalog import catalog_fix, catalog_words, entry
 from trainscope.analyzers.findings.common import ctx, ev
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -259,14 +259,9 @@ def _cure_text(c: Context, single: bool, bf16: bool) -> FixText:
         return FixText(
             "cure-one-off",
             "Remove the one-off costs from every run (cached code, warm-up, a persistent process)",
-            "// cache compiled code objects, warm up before the timed iterations, reuse the process",
+            entry("cure-one-off").native,
         )
-    return FixText(
-        "cure-one-off",
-        "Remove the one-off costs from every run (caches, warm-up, a persistent process)",
-        "export TORCHINDUCTOR_CACHE_DIR=/persistent/inductor-cache   # compiled kernels reused across runs\n"
-        "# warm up before the timed loop; keep one process alive for many runs",
-    )
+    return catalog_words("cure-one-off", native=False)
 
 
 def _nr_share(a: Analysis) -> float | None:
@@ -286,17 +281,7 @@ NOT_REPRESENTATIVE = FindingSpec(
     measure=_not_representative,
     can_be_primary=False,  # decided before the sinks are ranked (verdict.classify), never a sink
     severity=fixed("high"),
-    fix=Fix(
-        "profile-steady-state",
-        "Profile the steady state, after start-up, compilation and capture",
-        "prof = torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=3, active=5), ...)\n"
-        "# the warm-up iterations compile, capture and load before the active ones are recorded",
-        "cudaProfilerStart();   // after the warm-up iterations\n// ... the timed iterations ...\ncudaProfilerStop();",
-        projection="none",
-        basis="recording advice: the window holds no steady state to project a per-step gain from",
-        text=_record_text,
-        situated=_record_words,
-    ),
+    fix=catalog_fix("profile-steady-state", projection="none", text=_record_text, situated=_record_words),
     diff_measure=DiffMeasure("one-off share of the judged window (not representative)", "%", _nr_share),
     **verdict_class("not-representative"),
     describes="a window whose one-off costs (start-up, compilation, capture) leave no steady state to judge",
@@ -310,17 +295,7 @@ ONE_OFF = FindingSpec(
     measure=_one_off,
     can_be_primary=False,
     severity=by_stake("startup.moderate", "steady.one_off_share"),
-    fix=Fix(
-        "cure-one-off",
-        "Remove the one-off costs from every run (caches, warm-up, a persistent process)",
-        "export TORCHINDUCTOR_CACHE_DIR=/persistent/inductor-cache   # compiled kernels reused across runs\n"
-        "# warm up before the timed loop; keep one process alive for many runs",
-        "// cache compiled code objects, warm up before the timed iterations, reuse the process",
-        projection="none",
-        basis="a one-off cost: its gain is seconds once per process, not a per-step speed-up",
-        text=_cure_text,
-        situated=_cure_words,
-    ),
+    fix=catalog_fix("cure-one-off", projection="none", text=_cure_text, situated=_cure_words),
     diff_measure=DiffMeasure("one-off costs inside the judged window", "ms", _one_off_ms),
     critical_path="host",
     headline="ONE-OFF COSTS",

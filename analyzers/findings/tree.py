@@ -35,6 +35,7 @@ from trainscope.analyzers.findings.base import (
     fixed,
     stake_ms,
 )
+from trainscope.analyzers.findings.catalog import catalog_fix
 from trainscope.analyzers.findings.common import ctx, ev
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.context import Context
@@ -418,33 +419,9 @@ def _backward_words(c: Context, single: bool, bf16: bool) -> FixText:
     return FixText(f.rec_id, f.title, f.native if c.native else f.pytorch)
 
 
-SLOW_MEMORY_REGION_FIX = Fix(
-    "region-memory-traffic",
-    "Cut the bytes the slow region moves (fuse its memory-bound kernels)",
-    "region = torch.compile(region)  # fuses its elementwise/normalization chains: one read, one write\n"
-    "# bf16/fp8 activations halve the bytes; contiguous layouts (channels_last for convolutions)",
-    "// fuse the region's memory-bound kernels so each value is read and written once;\n"
-    "// vectorized, coalesced loads (128-bit); bf16/fp8 storage to cut the bytes",
-    projection="busy",
-    basis="the named region's memory-bound kernels at tree.attainable_pct_of_roof of the bandwidth roof: "
-    "{stake:.1f} % of step time",
-    whatif_label="the slow region's kernels at the attainable share of the bandwidth roof",
-    text=_memory_region_words,
-)
+SLOW_MEMORY_REGION_FIX = catalog_fix("region-memory-traffic", projection="busy", text=_memory_region_words)
 
-SLOW_COMPUTE_REGION_FIX = Fix(
-    "region-compute-efficiency",
-    "Fill the compute roof in the slow region (tensor cores, fuller tiles)",
-    "torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls on TF32 tensor cores\n"
-    "# or autocast the region to bf16; larger batch / sequence per launch so tiles fill every SM",
-    "// TF32/bf16 tensor-core GEMMs (CUBLAS_COMPUTE_32F_FAST_TF32, cublasLt heuristics, CUTLASS autotuning);\n"
-    "// a larger problem per launch, dimensions in multiples of the MMA tile so tiles fill every SM",
-    projection="busy",
-    basis="the named region's compute-bound kernels at tree.attainable_pct_of_roof of the compute roof: "
-    "{stake:.1f} % of step time",
-    whatif_label="the slow region's kernels at the attainable share of the compute roof",
-    text=_compute_region_words,
-)
+SLOW_COMPUTE_REGION_FIX = catalog_fix("region-compute-efficiency", projection="busy", text=_compute_region_words)
 
 
 def _slow_region(axis: str, bound: str, roof: str, measure: Measure, fix: Fix, whatif_pool: str) -> FindingSpec:
@@ -488,18 +465,7 @@ SLOW_INSTANCE = FindingSpec(
     measure=_slow_instance,
     can_be_primary=False,
     severity=_STAKE_SEV,
-    fix=Fix(
-        "even-out-instance",
-        "Find why one instance of a repeated block is slower than its siblings",
-        "# compare the slowest instance's kernels with a median instance's (`trainscope tree`, the app's tree):\n"
-        "# a different shape (padding, a longer sequence, an extra projection), a recompilation or first-call\n"
-        "# autotuning inside it, or work the other instances skip (a cache miss, a host sync inside it)",
-        "// compare the slow instance's kernels and launch parameters with a median instance's:\n"
-        "// a different problem size, a first-call autotune or JIT, or a synchronization inside it",
-        projection="busy",
-        basis="the slowest instance at its siblings' median time: {stake:.1f} % of step time",
-        whatif_label="the slowest instance at its siblings' median",
-    ),
+    fix=catalog_fix("even-out-instance", projection="busy"),
     whatif_pool="memory-bound",
     diff_measure=DiffMeasure(
         "time the slowest instance takes beyond the median", "ms per step", stake_ms("algorithm/slow-instance")
@@ -519,19 +485,7 @@ BACKWARD_RATIO = FindingSpec(
     measure=_backward_ratio,
     can_be_primary=False,
     severity=fixed("info"),
-    fix=Fix(
-        "check-backward",
-        "Check what makes backward's cost differ from 2× forward",
-        "# ≈ 3×: activation checkpointing recomputes the forward in backward (torch.utils.checkpoint):\n"
-        "#   keep it only on the blocks whose activations do not fit\n"
-        "# < 2×: frozen parameters (requires_grad=False) compute no weight gradients — expected when frozen\n"
-        "# otherwise: the heaviest backward node in `trainscope tree` (an index/scatter or unfused op's backward)",
-        "// backward ≈ 3× forward: the forward is recomputed during backward; < 2×: weight gradients skipped;\n"
-        "// otherwise compare the backward kernels of the heaviest layer with its forward kernels",
-        projection="none",
-        basis="no projection: the ratio says where to look, not what a fix removes",
-        text=_backward_words,
-    ),
+    fix=catalog_fix("check-backward", projection="none", text=_backward_words),
     diff_measure=DiffMeasure("backward ÷ forward GPU time, distance from 2×", "×", _ratio_distance),
     critical_path="gpu-compute",  # the phases' GPU compute time (never the verdict: nothing to reconcile)
     headline="BACKWARD/FORWARD RATIO",

@@ -1182,7 +1182,7 @@ def _single_window(
         tail = host & (a.ts >= t1) & (a.end <= hi) if len(a) else host
         cold = host & (a.ts >= lo) & (a.ts < t0) if len(a) else host
         rep = np.intersect1d(np.unique(a.name[tail]), np.unique(a.name[cold])) if len(a) else np.empty(0)
-        rep = np.array([x for x in rep.tolist() if not PROFILER_STEP.match(trace.strings[x])])
+        rep = np.array([x for x in rep.tolist() if not PROFILER_STEP.match(trace.strings[int(x)])])
         if len(rep):
             names = ", ".join(repr(trace.strings[int(x)]) for x in rep[:3])
             seg = replace(
