@@ -21,7 +21,7 @@ import csv
 import io
 import re
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from trainscope.collectors.errors import TraceError
@@ -106,7 +106,7 @@ def _time(text: str) -> float:
         else:
             raise ValueError(f"unrecognized timestamp {text!r}")
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)  # nvidia-smi writes local time without a zone: treat as UTC
+        dt = dt.replace(tzinfo=UTC)  # nvidia-smi writes local time without a zone: treat as UTC
     t = dt.timestamp()
     if not 0 <= t < 7.3e9:  # 1970–2200: anything else is damage, and would overflow int64 nanoseconds
         raise ValueError(f"timestamp out of range {text!r}")

@@ -8,11 +8,11 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from importlib import resources
 from pathlib import Path
 
 import pytest
-import tomllib
 
 from trainscope.analyzers.findings import REGISTRY
 from trainscope.analyzers.findings.base import Fix

@@ -5,7 +5,7 @@ a header repeated by appending, and malformed rows named by line and column."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -14,11 +14,11 @@ from trainscope.collectors.errors import TraceError
 from trainscope.collectors.nvidia_smi_csv import read_nvidia_smi_csv
 
 QUERY = "timestamp, index, name, utilization.gpu [%], utilization.memory [%], memory.used [MiB], memory.total [MiB], power.draw [W], temperature.gpu"
-T0 = datetime(2024, 1, 15, 10, 23, 45, 100_000, tzinfo=timezone.utc)
+T0 = datetime(2024, 1, 15, 10, 23, 45, 100_000, tzinfo=UTC)
 
 
 def _stamp(style: str, t: float) -> str:
-    when = datetime.fromtimestamp(T0.timestamp() + t, timezone.utc)
+    when = datetime.fromtimestamp(T0.timestamp() + t, UTC)
     return {
         "smi": when.strftime("%Y/%m/%d %H:%M:%S.%f")[:-3],
         "iso": when.isoformat().replace("+00:00", "Z"),

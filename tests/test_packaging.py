@@ -5,10 +5,10 @@ while an editable install — what the tests run — still finds it."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -14,12 +14,11 @@ unknown field fails the import with the fix's id.
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from importlib import resources
 from typing import TypedDict, Unpack
-
-import tomllib
 
 from trainscope.analyzers.findings.base import Fix, FixText, FixWords, Situated
 from trainscope.analyzers.trace.context import Context

@@ -157,7 +157,7 @@ class StoredRun:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat()
 
 
 def git_context(cwd: str | None = None) -> tuple[str | None, bool | None]:
