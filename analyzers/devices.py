@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 
-from trainscope.traces.model import Device, Trace
+from trainscope.traces.model import Device
+from trainscope.traces.model import Trace
 
 PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 

@@ -9,7 +9,8 @@ them with ``--threshold NAME=VALUE``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from dataclasses import replace
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,8 @@ def snapshot_class(path: pathlib.Path) -> str | None:
     finding (capacity for a capacity OOM), "none" without one; None while the snapshot analysis is
     not available."""
     try:
-        from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
+        from trainscope.analyzers.snapshot.summary import snapshot_findings
+        from trainscope.analyzers.snapshot.summary import snapshot_memory
         from trainscope.collectors.snapshot import load_snapshot
     except ImportError:
         return None
@@ -114,7 +115,8 @@ def snapshot_class(path: pathlib.Path) -> str | None:
 
 
 def run(traces: pathlib.Path, labels: dict) -> tuple[list[dict], int, int]:
-    from trainscope.analyzers.findings.labels import score, scored
+    from trainscope.analyzers.findings.labels import score
+    from trainscope.analyzers.findings.labels import scored
 
     rows, right, judged = [], 0, 0
     for rel, label in labels["traces"].items():

@@ -180,7 +180,8 @@ async def first_screen_child(path: str, size: tuple[int, int], no_cache: bool = 
     import json
 
     from trainscope.cli import build_parser
-    from trainscope.commands.analyze import _rules, analyze_app
+    from trainscope.commands.analyze import _rules
+    from trainscope.commands.analyze import analyze_app
 
     args = build_parser().parse_args(["analyze", path] + (["--no-cache"] if no_cache else []))
     app = analyze_app(args, _rules(args), None)

@@ -104,7 +104,10 @@ def replay_cost(shapes=((40, 1000), (40, 4000), (160, 1000))) -> None:
     import tempfile
 
     from trainscope.collectors.recording import RecordingWriter
-    from trainscope.traces.samples import GpuSample, HostSample, Snapshot, StepSample
+    from trainscope.traces.samples import GpuSample
+    from trainscope.traces.samples import HostSample
+    from trainscope.traces.samples import Snapshot
+    from trainscope.traces.samples import StepSample
 
     rnd = random.Random(1)
     with tempfile.TemporaryDirectory() as d:

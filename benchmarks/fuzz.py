@@ -35,18 +35,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.fuzzing import (  # noqa: E402 (after the repository root is put on sys.path)
-    ALLOWED,
-    SEEDS,
-    SEMANTIC_SEEDS,
-    classify,
-    commands_for,
-    make_mutant,  # noqa: E402
-    run_in_process,
-    semantic_baseline,
-    semantic_mutant,
-    semantic_outcome,
-)
+from tests.fuzzing import ALLOWED  # noqa: E402 (after the repository root is put on sys.path)
+from tests.fuzzing import SEEDS  # noqa: E402 (after the repository root is put on sys.path)
+from tests.fuzzing import SEMANTIC_SEEDS  # noqa: E402 (after the repository root is put on sys.path)
+from tests.fuzzing import classify  # noqa: E402 (after the repository root is put on sys.path)
+from tests.fuzzing import commands_for  # noqa: E402 (after the repository root is put on sys.path)
+from tests.fuzzing import make_mutant  # noqa: E402 (after the repository root is put on sys.path)  # noqa: E402
+from tests.fuzzing import run_in_process  # noqa: E402 (after the repository root is put on sys.path)
+from tests.fuzzing import semantic_baseline  # noqa: E402 (after the repository root is put on sys.path)
+from tests.fuzzing import semantic_mutant  # noqa: E402 (after the repository root is put on sys.path)
+from tests.fuzzing import semantic_outcome  # noqa: E402 (after the repository root is put on sys.path)
 
 GB = 1 << 30
 

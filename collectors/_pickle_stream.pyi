@@ -2,7 +2,8 @@
 pickles (:mod:`trainscope.collectors.snapshot` reads memory snapshots with it)."""
 
 from collections.abc import Callable
-from typing import Any, final
+from typing import Any
+from typing import final
 
 class Decline(Exception):
     """The reader does not stream this pickle (an opcode outside plain data, a layout, damage)."""

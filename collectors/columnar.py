@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 

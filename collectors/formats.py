@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.readers import GZIP_MAGIC, SQLITE_MAGIC, Progress, sniff
+from trainscope.collectors.readers import GZIP_MAGIC
+from trainscope.collectors.readers import SQLITE_MAGIC
+from trainscope.collectors.readers import Progress
+from trainscope.collectors.readers import sniff
 
 if TYPE_CHECKING:
     from trainscope.traces.model import Trace

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from collections.abc import Iterable
 
 import psutil
 
-from trainscope.collectors.samples import HostSample, ProcessGroup
+from trainscope.collectors.samples import HostSample
+from trainscope.collectors.samples import ProcessGroup
 
 
 def _is_python(p: psutil.Process) -> bool:

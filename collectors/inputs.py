@@ -6,9 +6,13 @@ import os
 import re
 
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.formats import RANK_FILE_SUFFIXES, directory_reader_for, reader_for
-from trainscope.collectors.readers import Progress, check_regular_file
-from trainscope.traces.model import Trace, TraceSet
+from trainscope.collectors.formats import RANK_FILE_SUFFIXES
+from trainscope.collectors.formats import directory_reader_for
+from trainscope.collectors.formats import reader_for
+from trainscope.collectors.readers import Progress
+from trainscope.collectors.readers import check_regular_file
+from trainscope.traces.model import Trace
+from trainscope.traces.model import TraceSet
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
 

@@ -16,52 +16,51 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import astuple
-from typing import IO, Any, TypeVar
+from typing import IO
+from typing import Any
+from typing import TypeVar
 
 import msgspec
 import numpy as np
 
 from trainscope.collectors import readers
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.kineto_stream import (
-    _INFLATE_ERRORS,
-    Args,
-    Event,
-    Fallback,
-    _damaged,
-    _inflate,
-    split_point,
-    stream_events,
-)
-from trainscope.collectors.readers import (
-    GZIP_MAGIC,
-    Progress,
-    check_expansion,
-    decompression_cap,
-    parse_json_events,
-    read_maybe_gzip,
-    text_repair_warning,
-)
-from trainscope.traces.builder import ChunkedTableBuilder, StringTable, TableBuilder, skipped_warning
-from trainscope.traces.model import (
-    COPY_KINDS,
-    MEMORY_KINDS,
-    Annotations,
-    CollectiveArgs,
-    Copies,
-    Counters,
-    CpuOps,
-    Device,
-    Kernels,
-    MemoryEvents,
-    Memsets,
-    OpInputs,
-    PythonFrames,
-    RuntimeCalls,
-    Table,
-    Thread,
-    Trace,
-)
+from trainscope.collectors.kineto_stream import _INFLATE_ERRORS
+from trainscope.collectors.kineto_stream import Args
+from trainscope.collectors.kineto_stream import Event
+from trainscope.collectors.kineto_stream import Fallback
+from trainscope.collectors.kineto_stream import _damaged
+from trainscope.collectors.kineto_stream import _inflate
+from trainscope.collectors.kineto_stream import split_point
+from trainscope.collectors.kineto_stream import stream_events
+from trainscope.collectors.readers import GZIP_MAGIC
+from trainscope.collectors.readers import Progress
+from trainscope.collectors.readers import check_expansion
+from trainscope.collectors.readers import decompression_cap
+from trainscope.collectors.readers import parse_json_events
+from trainscope.collectors.readers import read_maybe_gzip
+from trainscope.collectors.readers import text_repair_warning
+from trainscope.traces.builder import ChunkedTableBuilder
+from trainscope.traces.builder import StringTable
+from trainscope.traces.builder import TableBuilder
+from trainscope.traces.builder import skipped_warning
+from trainscope.traces.model import COPY_KINDS
+from trainscope.traces.model import MEMORY_KINDS
+from trainscope.traces.model import Annotations
+from trainscope.traces.model import CollectiveArgs
+from trainscope.traces.model import Copies
+from trainscope.traces.model import Counters
+from trainscope.traces.model import CpuOps
+from trainscope.traces.model import Device
+from trainscope.traces.model import Kernels
+from trainscope.traces.model import MemoryEvents
+from trainscope.traces.model import Memsets
+from trainscope.traces.model import OpInputs
+from trainscope.traces.model import PythonFrames
+from trainscope.traces.model import RuntimeCalls
+from trainscope.traces.model import Table
+from trainscope.traces.model import Thread
+from trainscope.traces.model import Trace
 
 _INFLATE_OR_OS_ERRORS: tuple[type[Exception], ...] = (*_INFLATE_ERRORS, OSError)
 _D = TypeVar("_D")  # _int's default when a value is no number

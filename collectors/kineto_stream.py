@@ -42,17 +42,15 @@ from typing import Any
 import msgspec
 
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.readers import (
-    GZIP_MAGIC,
-    Progress,
-    byte_offset,
-    check_expansion,
-    decompression_cap,
-    json_text,
-    loads_repaired,
-    repair_bytes,
-    repair_text,
-)
+from trainscope.collectors.readers import GZIP_MAGIC
+from trainscope.collectors.readers import Progress
+from trainscope.collectors.readers import byte_offset
+from trainscope.collectors.readers import check_expansion
+from trainscope.collectors.readers import decompression_cap
+from trainscope.collectors.readers import json_text
+from trainscope.collectors.readers import loads_repaired
+from trainscope.collectors.readers import repair_bytes
+from trainscope.collectors.readers import repair_text
 
 _Num = int | float | None
 _CHUNK = 8 << 20  # bytes of JSON per decoded slice (measured: 4–16 MB are within 3 % of each other)

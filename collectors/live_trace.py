@@ -7,23 +7,26 @@ from __future__ import annotations
 import os
 
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.nvidia_smi_csv import looks_like_nvidia_smi_csv, read_nvidia_smi_csv
+from trainscope.collectors.nvidia_smi_csv import looks_like_nvidia_smi_csv
+from trainscope.collectors.nvidia_smi_csv import read_nvidia_smi_csv
 from trainscope.collectors.readers import check_regular_file
-from trainscope.collectors.recording import Recording, is_recording, read_recording
+from trainscope.collectors.recording import Recording
+from trainscope.collectors.recording import is_recording
+from trainscope.collectors.recording import read_recording
 from trainscope.collectors.samples import counter_rows
-from trainscope.traces.builder import StringTable, TableBuilder, skipped_warning
-from trainscope.traces.model import (
-    Annotations,
-    Copies,
-    Counters,
-    CpuOps,
-    Device,
-    Kernels,
-    MemoryEvents,
-    Memsets,
-    RuntimeCalls,
-    Trace,
-)
+from trainscope.traces.builder import StringTable
+from trainscope.traces.builder import TableBuilder
+from trainscope.traces.builder import skipped_warning
+from trainscope.traces.model import Annotations
+from trainscope.traces.model import Copies
+from trainscope.traces.model import Counters
+from trainscope.traces.model import CpuOps
+from trainscope.traces.model import Device
+from trainscope.traces.model import Kernels
+from trainscope.traces.model import MemoryEvents
+from trainscope.traces.model import Memsets
+from trainscope.traces.model import RuntimeCalls
+from trainscope.traces.model import Trace
 from trainscope.traces.samples import trace_snapshots  # noqa: F401 (moved to the model; re-exported)
 
 RECORDING_FORMAT, CSV_FORMAT = "trainscope.recording", "nvidia-smi-csv"

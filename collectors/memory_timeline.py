@@ -22,7 +22,8 @@ import numpy as np
 
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.readers import gunzip_limited
-from trainscope.traces.memory_timeline import CATEGORIES, MemoryTimeline  # noqa: F401 (the model; re-exported)
+from trainscope.traces.memory_timeline import CATEGORIES  # noqa: F401 (the model; re-exported)
+from trainscope.traces.memory_timeline import MemoryTimeline  # noqa: F401 (the model; re-exported)
 
 DEFAULT_MAX_BYTES = 1 << 30
 

@@ -11,7 +11,10 @@ from collections.abc import Callable
 
 from trainscope.collectors.host import HostSampler
 from trainscope.collectors.nvml import NvmlSampler
-from trainscope.collectors.samples import PART_FIELDS, GpuSample, RankSample, Snapshot
+from trainscope.collectors.samples import PART_FIELDS
+from trainscope.collectors.samples import GpuSample
+from trainscope.collectors.samples import RankSample
+from trainscope.collectors.samples import Snapshot
 from trainscope.collectors.step_receiver import StepReceiver
 
 MIN_INTERVAL_S = 0.25  # faster sampling costs the job CPU and NVML's own counters update slower

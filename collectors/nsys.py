@@ -42,28 +42,30 @@ from typing import Any
 
 import numpy as np
 
-from trainscope.collectors import columnar, nsys_capture, nsys_split, readers
-from trainscope.collectors.columnar import Columns, TextColumn
+from trainscope.collectors import columnar
+from trainscope.collectors import nsys_capture
+from trainscope.collectors import nsys_split
+from trainscope.collectors import readers
+from trainscope.collectors.columnar import Columns
+from trainscope.collectors.columnar import TextColumn
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.nsys_graphs import add_graph_replays
 from trainscope.collectors.readers import Progress
 from trainscope.traces.builder import StringTable
-from trainscope.traces.model import (
-    COPY_KINDS,
-    MEMORY_KINDS,
-    Annotations,
-    Copies,
-    Counters,
-    CpuOps,
-    Device,
-    Kernels,
-    MemoryEvents,
-    Memsets,
-    OpInputs,
-    RuntimeCalls,
-    Thread,
-    Trace,
-)
+from trainscope.traces.model import COPY_KINDS
+from trainscope.traces.model import MEMORY_KINDS
+from trainscope.traces.model import Annotations
+from trainscope.traces.model import Copies
+from trainscope.traces.model import Counters
+from trainscope.traces.model import CpuOps
+from trainscope.traces.model import Device
+from trainscope.traces.model import Kernels
+from trainscope.traces.model import MemoryEvents
+from trainscope.traces.model import Memsets
+from trainscope.traces.model import OpInputs
+from trainscope.traces.model import RuntimeCalls
+from trainscope.traces.model import Thread
+from trainscope.traces.model import Trace
 
 # CUPTI copy kinds (ENUM_CUDA_MEMCPY_OPER names, or raw codes where old exports lack the enum).
 _COPY_BY_NAME = {

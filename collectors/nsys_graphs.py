@@ -13,11 +13,13 @@ the trace, on its stream, named by its graph id: its time is GPU busy time whose
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
+from typing import Protocol
 
 import numpy as np
 
-from trainscope.traces.model import Kernels, Trace
+from trainscope.traces.model import Kernels
+from trainscope.traces.model import Trace
 
 GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 NODE_HINT = "nsys profile --cuda-graph-trace=node"

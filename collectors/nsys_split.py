@@ -25,7 +25,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
+from typing import BinaryIO
 
 import numpy as np
 

@@ -20,13 +20,16 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Iterable
+from collections.abc import Iterator
+from datetime import UTC
+from datetime import datetime
 from typing import Any
 
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.recording import Recording
-from trainscope.collectors.samples import GpuSample, Snapshot
+from trainscope.collectors.samples import GpuSample
+from trainscope.collectors.samples import Snapshot
 
 _MIB = 1 << 20
 # Canonical field ← header spellings (lower case, units in brackets removed).

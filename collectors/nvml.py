@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
-from trainscope.collectors.samples import GpuProcess, GpuSample
+from trainscope.collectors.samples import GpuProcess
+from trainscope.collectors.samples import GpuSample
 
 # Clock-event (throttle) reason bits, from nvml.h (nvmlClocksEventReason*).
 CLOCK_EVENT_BITS: tuple[tuple[int, str], ...] = (

@@ -10,8 +10,10 @@ import re
 import threading
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import IO, Any
+from dataclasses import dataclass
+from dataclasses import field
+from typing import IO
+from typing import Any
 
 from trainscope.collectors.errors import TraceError
 

@@ -23,11 +23,14 @@ import math
 import os
 import stat
 import time
-from dataclasses import dataclass, field
-from typing import IO, Any
+from dataclasses import dataclass
+from dataclasses import field
+from typing import IO
+from typing import Any
 
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.samples import Snapshot, counter_rows
+from trainscope.collectors.samples import Snapshot
+from trainscope.collectors.samples import counter_rows
 from trainscope.collectors.step_hook import discard_temp
 
 SCHEMA = "trainscope.recording/1"

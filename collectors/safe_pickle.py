@@ -17,8 +17,10 @@ from __future__ import annotations
 import io
 import os
 import pickle
-from collections.abc import Callable, Iterable
-from typing import Any, NoReturn
+from collections.abc import Callable
+from collections.abc import Iterable
+from typing import Any
+from typing import NoReturn
 
 from trainscope.collectors.errors import ReadRefused as ReadRefused  # (defined with the other errors:
 from trainscope.collectors.errors import TraceError

@@ -19,35 +19,39 @@ import os
 from collections import Counter
 from collections.abc import Iterator
 from gc import is_tracked
-from itertools import chain, compress, repeat
-from operator import eq, floordiv, getitem, itemgetter, not_
+from itertools import chain
+from itertools import compress
+from itertools import repeat
+from operator import eq
+from operator import floordiv
+from operator import getitem
+from operator import itemgetter
+from operator import not_
 from typing import Any
 
 import numpy as np
 
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.isolated import ChildError, can_isolate, run_limited
-from trainscope.collectors.safe_pickle import (
-    DEFAULT_MAX_BYTES,
-    EXPLAIN_MAX,
-    ReadRefused,
-    UnsafePickleError,
-    check_plain,
-    explain,
-    load_restricted_file,
-    read_bounded,
-)
+from trainscope.collectors.isolated import ChildError
+from trainscope.collectors.isolated import can_isolate
+from trainscope.collectors.isolated import run_limited
+from trainscope.collectors.safe_pickle import DEFAULT_MAX_BYTES
+from trainscope.collectors.safe_pickle import EXPLAIN_MAX
+from trainscope.collectors.safe_pickle import ReadRefused
+from trainscope.collectors.safe_pickle import UnsafePickleError
+from trainscope.collectors.safe_pickle import check_plain
+from trainscope.collectors.safe_pickle import explain
+from trainscope.collectors.safe_pickle import load_restricted_file
+from trainscope.collectors.safe_pickle import read_bounded
 from trainscope.collectors.snapshot_gzip import GunzipStream
 
 # The model lives with the trace model (analyzers read it); re-exported here.
-from trainscope.traces.memory_snapshot import (
-    ACTIONS,
-    Annotation,
-    Block,
-    DeviceTrace,
-    Segment,  # noqa: F401
-    Snapshot,
-)
+from trainscope.traces.memory_snapshot import ACTIONS
+from trainscope.traces.memory_snapshot import Annotation
+from trainscope.traces.memory_snapshot import Block
+from trainscope.traces.memory_snapshot import DeviceTrace
+from trainscope.traces.memory_snapshot import Segment  # noqa: F401
+from trainscope.traces.memory_snapshot import Snapshot
 
 try:  # the streaming reader (collectors/_pickle_stream.c), built by `pip install` where a C compiler is
     from trainscope.collectors import _pickle_stream

@@ -15,10 +15,13 @@ from __future__ import annotations
 import io
 import zlib
 from types import ModuleType
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
+from typing import BinaryIO
 
-from trainscope.collectors.errors import ReadRefused, TraceError
-from trainscope.collectors.readers import check_expansion, decompression_cap
+from trainscope.collectors.errors import ReadRefused
+from trainscope.collectors.errors import TraceError
+from trainscope.collectors.readers import check_expansion
+from trainscope.collectors.readers import decompression_cap
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12

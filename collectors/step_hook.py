@@ -49,8 +49,11 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import cast
 
 if TYPE_CHECKING:  # (standard library only, as all of this file)
     from importlib.abc import Loader

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainscope.collectors import step_hook
-from trainscope.collectors.samples import PART_FIELDS, StepSample
+from trainscope.collectors.samples import PART_FIELDS
+from trainscope.collectors.samples import StepSample
 
 _SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_site")
 HOOK_MODULE = "trainscope_step_hook"

@@ -39,8 +39,11 @@ import dataclasses
 import json
 import types
 import typing
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import ClassVar
+from typing import TypeVar
 
 S = TypeVar("S", bound="Section")
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Protocol
 
-from trainscope.analyzers.deep.critical_path import CP_CATEGORIES, CP_LABELS
+from trainscope.analyzers.deep.critical_path import CP_CATEGORIES
+from trainscope.analyzers.deep.critical_path import CP_LABELS
 from trainscope.analyzers.deep.second_opinion import DeepAnalysis
 from trainscope.analyzers.ranks.story import RankStory
 from trainscope.analyzers.rules import Rules

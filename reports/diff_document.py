@@ -6,12 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from trainscope import __version__
-from trainscope.analyzers.compare.diff import GateResult, Run, RunDiff, ShareChange
+from trainscope.analyzers.compare.diff import GateResult
+from trainscope.analyzers.compare.diff import Run
+from trainscope.analyzers.compare.diff import RunDiff
+from trainscope.analyzers.compare.diff import ShareChange
 from trainscope.analyzers.compare.history import FixOutcome
-from trainscope.analyzers.compare.tree_diff import NodeChange, NodeGateResult, TreeDiff
+from trainscope.analyzers.compare.tree_diff import NodeChange
+from trainscope.analyzers.compare.tree_diff import NodeGateResult
+from trainscope.analyzers.compare.tree_diff import TreeDiff
 from trainscope.analyzers.kernel_match import KernelChange
-from trainscope.analyzers.trace.module_tree import STORED_LEVELS, STORED_NODES
-from trainscope.reports.document import AXIS_NAMES, headline_word
+from trainscope.analyzers.trace.module_tree import STORED_LEVELS
+from trainscope.analyzers.trace.module_tree import STORED_NODES
+from trainscope.reports.document import AXIS_NAMES
+from trainscope.reports.document import headline_word
 from trainscope.reports.parts import rounded as _r
 
 SCHEMA = "trainscope.diff/1"

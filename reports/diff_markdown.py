@@ -6,8 +6,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from trainscope.reports.diff_text import movers, node_path, not_kept_line, tree_shown
-from trainscope.reports.mdsafe import md_bullets, md_escape, md_table
+from trainscope.reports.diff_text import movers
+from trainscope.reports.diff_text import node_path
+from trainscope.reports.diff_text import not_kept_line
+from trainscope.reports.diff_text import tree_shown
+from trainscope.reports.mdsafe import md_bullets
+from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.mdsafe import md_table
 
 KERNEL_ROWS = 10
 

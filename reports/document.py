@@ -4,27 +4,29 @@ other rendering (terminal, Markdown) reads, so they cannot disagree."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from trainscope import __version__
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.trace.analysis import Analysis, slowest
-from trainscope.analyzers.trace.breakdown import CATEGORIES, CATEGORY_LABELS
+from trainscope.analyzers.trace.analysis import Analysis
+from trainscope.analyzers.trace.analysis import slowest
+from trainscope.analyzers.trace.breakdown import CATEGORIES
+from trainscope.analyzers.trace.breakdown import CATEGORY_LABELS
 from trainscope.analyzers.trace.host_only import NO_GPU_ROWS
 from trainscope.analyzers.trace.kernels import ALL_CLASSES
 from trainscope.analyzers.trace.sinks import SINK_LABELS
 from trainscope.collectors.formats import COUNTER_FORMATS  # the reader table's counters-only rows
-from trainscope.reports.analysis_document import (
-    AnalysisDocument,
-    GpuMetrics,
-    IronLaw,
-    Mfu,
-    RankRow,
-    Recommendation,
-    TreeNode,
-)
-from trainscope.reports.parts import evidence_dict, finding_dict
+from trainscope.reports.analysis_document import AnalysisDocument
+from trainscope.reports.analysis_document import GpuMetrics
+from trainscope.reports.analysis_document import IronLaw
+from trainscope.reports.analysis_document import Mfu
+from trainscope.reports.analysis_document import RankRow
+from trainscope.reports.analysis_document import Recommendation
+from trainscope.reports.analysis_document import TreeNode
+from trainscope.reports.parts import evidence_dict
+from trainscope.reports.parts import finding_dict
 from trainscope.reports.parts import rounded as _r
 
 if TYPE_CHECKING:

@@ -7,28 +7,26 @@ from typing import Any
 
 from trainscope import __version__
 from trainscope.analyzers.compare.diff import GateResult
-from trainscope.analyzers.compare.history import RunSummary, SummaryDiff
+from trainscope.analyzers.compare.history import RunSummary
+from trainscope.analyzers.compare.history import SummaryDiff
 from trainscope.analyzers.compare.tree_diff import NodeGateResult
 from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.analyzers.trace.sinks import SINK_LABELS
-from trainscope.reports.diff_document import (
-    SCHEMA,
-    comparability_list,
-    fixes_list,
-    gate_dict,
-    step_time_dict,
-    tree_diff_dict,
-    verdict_change_dict,
-)
-from trainscope.reports.diff_markdown import gate_markdown, tree_markdown
-from trainscope.reports.diff_text import (
-    comparability_lines,
-    gate_lines,
-    step_time_lines,
-    tree_lines,
-    tree_shown,
-    verdict_change_line,
-)
+from trainscope.reports.diff_document import SCHEMA
+from trainscope.reports.diff_document import comparability_list
+from trainscope.reports.diff_document import fixes_list
+from trainscope.reports.diff_document import gate_dict
+from trainscope.reports.diff_document import step_time_dict
+from trainscope.reports.diff_document import tree_diff_dict
+from trainscope.reports.diff_document import verdict_change_dict
+from trainscope.reports.diff_markdown import gate_markdown
+from trainscope.reports.diff_markdown import tree_markdown
+from trainscope.reports.diff_text import comparability_lines
+from trainscope.reports.diff_text import gate_lines
+from trainscope.reports.diff_text import step_time_lines
+from trainscope.reports.diff_text import tree_lines
+from trainscope.reports.diff_text import tree_shown
+from trainscope.reports.diff_text import verdict_change_line
 from trainscope.reports.mdsafe import md_escape
 from trainscope.reports.parts import rounded as _r
 

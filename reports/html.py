@@ -15,35 +15,42 @@ from __future__ import annotations
 import html
 import math
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
-from trainscope.analyzers.trace.breakdown import CATEGORIES, CATEGORY_LABELS
+from trainscope.analyzers.trace.breakdown import CATEGORIES
+from trainscope.analyzers.trace.breakdown import CATEGORY_LABELS
 from trainscope.analyzers.trace.kernels import kernel_classes
-from trainscope.analyzers.views.timeline import HOST_LABELS, TimelineModel
-from trainscope.reports.analysis_document import AnalysisDocument, Evidence
-from trainscope.reports.deep import deep_text_lines, stragglers_text_lines
-from trainscope.reports.document import (
-    AXIS_NAMES,
-    communication_split_words,
-    counters_only,
-    device_label,
-    fusion_heading,
-    fusion_rows,
-    gain_words,
-    gpu_metrics_parts,
-    headline,
-    iron_law_lines,
-    mfu_words,
-    rank_late_last,
-    rank_mark,
-    shapes_mfu,
-    tree_heading,
-    tree_rows,
-    window_lines,
-)
+from trainscope.analyzers.views.timeline import HOST_LABELS
+from trainscope.analyzers.views.timeline import TimelineModel
+from trainscope.reports.analysis_document import AnalysisDocument
+from trainscope.reports.analysis_document import Evidence
+from trainscope.reports.deep import deep_text_lines
+from trainscope.reports.deep import stragglers_text_lines
+from trainscope.reports.document import AXIS_NAMES
+from trainscope.reports.document import communication_split_words
+from trainscope.reports.document import counters_only
+from trainscope.reports.document import device_label
+from trainscope.reports.document import fusion_heading
+from trainscope.reports.document import fusion_rows
+from trainscope.reports.document import gain_words
+from trainscope.reports.document import gpu_metrics_parts
+from trainscope.reports.document import headline
+from trainscope.reports.document import iron_law_lines
+from trainscope.reports.document import mfu_words
+from trainscope.reports.document import rank_late_last
+from trainscope.reports.document import rank_mark
+from trainscope.reports.document import shapes_mfu
+from trainscope.reports.document import tree_heading
+from trainscope.reports.document import tree_rows
+from trainscope.reports.document import window_lines
 from trainscope.reports.plan import ledger_text_lines
-from trainscope.reports.text import _fmt, _rate, roofline_summary
-from trainscope.traces.safe_text import safe_strings, visible, visible_lines
+from trainscope.reports.text import _fmt
+from trainscope.reports.text import _rate
+from trainscope.reports.text import roofline_summary
+from trainscope.traces.safe_text import safe_strings
+from trainscope.traces.safe_text import visible
+from trainscope.traces.safe_text import visible_lines
 
 if TYPE_CHECKING:
     from trainscope.analyzers.trace.analysis import Analysis

@@ -12,11 +12,21 @@ from typing import Any
 from trainscope import __version__
 from trainscope.analyzers.findings import code_language
 from trainscope.analyzers.findings.base import Evidence
-from trainscope.analyzers.live.engine import READY, LiveStatus, WindowStats
-from trainscope.analyzers.live.split import BASIS, LABELS, PARTS, SHORT, SplitWindow, StepSplit
-from trainscope.reports.document import AXIS_NAMES, headline_word
+from trainscope.analyzers.live.engine import READY
+from trainscope.analyzers.live.engine import LiveStatus
+from trainscope.analyzers.live.engine import WindowStats
+from trainscope.analyzers.live.split import BASIS
+from trainscope.analyzers.live.split import LABELS
+from trainscope.analyzers.live.split import PARTS
+from trainscope.analyzers.live.split import SHORT
+from trainscope.analyzers.live.split import SplitWindow
+from trainscope.analyzers.live.split import StepSplit
+from trainscope.reports.document import AXIS_NAMES
+from trainscope.reports.document import headline_word
 from trainscope.reports.mdsafe import md_escape
-from trainscope.reports.parts import evidence_dict, evidence_mark, finding_dict
+from trainscope.reports.parts import evidence_dict
+from trainscope.reports.parts import evidence_mark
+from trainscope.reports.parts import finding_dict
 from trainscope.reports.parts import rounded as _r
 from trainscope.traces.samples import Snapshot
 

@@ -7,27 +7,29 @@ from typing import Any
 
 from trainscope.analyzers.findings import code_language
 from trainscope.analyzers.plural import unit_for
-from trainscope.reports.analysis_document import AnalysisDocument, Roofline
-from trainscope.reports.deep import deep_markdown_lines, stragglers_markdown_lines
-from trainscope.reports.document import (
-    AXIS_NAMES,
-    communication_split_words,
-    device_label,
-    fusion_heading,
-    fusion_rows,
-    gain_words,
-    gpu_metrics_parts,
-    headline,
-    iron_law_gap_words,
-    mfu_words,
-    rank_late_last,
-    rank_mark,
-    shapes_mfu,
-    tree_heading,
-    tree_rows,
-    window_lines,
-)
-from trainscope.reports.mdsafe import md_bullets, md_escape, md_table
+from trainscope.reports.analysis_document import AnalysisDocument
+from trainscope.reports.analysis_document import Roofline
+from trainscope.reports.deep import deep_markdown_lines
+from trainscope.reports.deep import stragglers_markdown_lines
+from trainscope.reports.document import AXIS_NAMES
+from trainscope.reports.document import communication_split_words
+from trainscope.reports.document import device_label
+from trainscope.reports.document import fusion_heading
+from trainscope.reports.document import fusion_rows
+from trainscope.reports.document import gain_words
+from trainscope.reports.document import gpu_metrics_parts
+from trainscope.reports.document import headline
+from trainscope.reports.document import iron_law_gap_words
+from trainscope.reports.document import mfu_words
+from trainscope.reports.document import rank_late_last
+from trainscope.reports.document import rank_mark
+from trainscope.reports.document import shapes_mfu
+from trainscope.reports.document import tree_heading
+from trainscope.reports.document import tree_rows
+from trainscope.reports.document import window_lines
+from trainscope.reports.mdsafe import md_bullets
+from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.mdsafe import md_table
 from trainscope.reports.plan import ledger_markdown_lines
 
 

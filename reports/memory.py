@@ -9,7 +9,8 @@ from trainscope import __version__
 from trainscope.analyzers.snapshot.summary import DeviceSnapshotMemory
 from trainscope.analyzers.snapshot.timeline_peak import TimelinePeak
 from trainscope.analyzers.trace.verdict import Finding
-from trainscope.reports.mdsafe import md_escape, md_table
+from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.mdsafe import md_table
 from trainscope.reports.parts import finding_dict
 
 SCHEMA = "trainscope.memory/1"

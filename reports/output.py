@@ -19,7 +19,8 @@ def to_json(doc: dict[str, Any]) -> str:
 def _dumps(obj: object, **kw: Any) -> str:
     # Imported here, not at the top: trainscope.traces loads numpy (`import trainscope.reports.output`
     # took 11 ms, with safe_text 640 ms, -X importtime), and the CLI imports this module to start.
-    from trainscope.traces.safe_text import json_escape_text, json_safe
+    from trainscope.traces.safe_text import json_escape_text
+    from trainscope.traces.safe_text import json_safe
 
     try:  # the common case, at the encoder's speed; the walk only when a value needs it
         text = json.dumps(obj, ensure_ascii=False, allow_nan=False, **kw)

@@ -4,10 +4,12 @@ light to import (memory.py and live.py do not load the analysis document's depen
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 if TYPE_CHECKING:
-    from trainscope.analyzers.findings.base import Evidence, Finding
+    from trainscope.analyzers.findings.base import Evidence
+    from trainscope.analyzers.findings.base import Finding
 
 
 def rounded(x: float | None, nd: int = 2) -> float | None:

@@ -36,9 +36,13 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO
+from typing import TYPE_CHECKING
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -46,12 +50,20 @@ import numpy as np
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.trace.analysis import Analysis
 from trainscope.analyzers.trace.kernels import kernel_classes
-from trainscope.analyzers.views.timeline import FINDING_CATEGORY, GPU_CATEGORIES, TimelineModel
+from trainscope.analyzers.views.timeline import FINDING_CATEGORY
+from trainscope.analyzers.views.timeline import GPU_CATEGORIES
+from trainscope.analyzers.views.timeline import TimelineModel
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.kineto_stream import Fallback, _array_ends, _top, stream_events
-from trainscope.collectors.readers import GZIP_MAGIC, TEXT_REPAIRED
+from trainscope.collectors.kineto_stream import Fallback
+from trainscope.collectors.kineto_stream import _array_ends
+from trainscope.collectors.kineto_stream import _top
+from trainscope.collectors.kineto_stream import stream_events
+from trainscope.collectors.readers import GZIP_MAGIC
+from trainscope.collectors.readers import TEXT_REPAIRED
 from trainscope.reports.analysis_document import AnalysisDocument
-from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace
+from trainscope.traces.model import COPY_KINDS
+from trainscope.traces.model import MEMORY_KINDS
+from trainscope.traces.model import Trace
 
 if TYPE_CHECKING:
     from trainscope.analyzers.ranks.lanes import SideBySide

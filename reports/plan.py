@@ -7,8 +7,14 @@ from typing import Any
 
 from trainscope import __version__
 from trainscope.analyzers.plan.gpu_memory import GpuMemory
-from trainscope.analyzers.plan.ledger import GB, OPTIMIZERS, PRECISIONS, Fit, FitOption, Ledger
-from trainscope.reports.mdsafe import md_escape, md_table
+from trainscope.analyzers.plan.ledger import GB
+from trainscope.analyzers.plan.ledger import OPTIMIZERS
+from trainscope.analyzers.plan.ledger import PRECISIONS
+from trainscope.analyzers.plan.ledger import Fit
+from trainscope.analyzers.plan.ledger import FitOption
+from trainscope.analyzers.plan.ledger import Ledger
+from trainscope.reports.mdsafe import md_escape
+from trainscope.reports.mdsafe import md_table
 
 SCHEMA = "trainscope.plan/1"
 

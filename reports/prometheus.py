@@ -4,7 +4,8 @@ Prometheus/Grafana stack scrapes and aggregates them."""
 
 from __future__ import annotations
 
-from trainscope.analyzers.live.engine import READY, LiveStatus
+from trainscope.analyzers.live.engine import READY
+from trainscope.analyzers.live.engine import LiveStatus
 from trainscope.traces.samples import Snapshot
 
 _AXES = ("data", "algorithm", "machine", "balanced", "insufficient_evidence")

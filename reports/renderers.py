@@ -13,7 +13,8 @@ from typing import Any
 
 from trainscope.reports.formats import Output
 from trainscope.reports.output import to_json
-from trainscope.traces.safe_text import safe_strings, visible_lines
+from trainscope.traces.safe_text import safe_strings
+from trainscope.traces.safe_text import visible_lines
 
 # Each document's renderer per format, as "module:function" of trainscope.reports, imported when a
 # document of that kind is rendered (as formats.py names the renderers of its rows): one import of

@@ -9,25 +9,27 @@ from types import SimpleNamespace
 from typing import Any
 
 from trainscope.analyzers.plural import unit_for
-from trainscope.reports.analysis_document import AnalysisDocument, RoofKernel, Roofline, TopKernel
-from trainscope.reports.deep import deep_text_lines, stragglers_text_lines
-from trainscope.reports.document import (
-    AXIS_NAMES,
-    communication_split_words,
-    counters_only,
-    device_label,
-    fusion_heading,
-    fusion_rows,
-    gain_words,
-    gpu_metrics_parts,
-    headline,
-    iron_law_lines,
-    rank_mark,
-    shapes_mfu,
-    tree_heading,
-    tree_rows,
-    window_lines,
-)
+from trainscope.reports.analysis_document import AnalysisDocument
+from trainscope.reports.analysis_document import RoofKernel
+from trainscope.reports.analysis_document import Roofline
+from trainscope.reports.analysis_document import TopKernel
+from trainscope.reports.deep import deep_text_lines
+from trainscope.reports.deep import stragglers_text_lines
+from trainscope.reports.document import AXIS_NAMES
+from trainscope.reports.document import communication_split_words
+from trainscope.reports.document import counters_only
+from trainscope.reports.document import device_label
+from trainscope.reports.document import fusion_heading
+from trainscope.reports.document import fusion_rows
+from trainscope.reports.document import gain_words
+from trainscope.reports.document import gpu_metrics_parts
+from trainscope.reports.document import headline
+from trainscope.reports.document import iron_law_lines
+from trainscope.reports.document import rank_mark
+from trainscope.reports.document import shapes_mfu
+from trainscope.reports.document import tree_heading
+from trainscope.reports.document import tree_rows
+from trainscope.reports.document import window_lines
 from trainscope.reports.parts import evidence_mark
 from trainscope.reports.plan import ledger_text_lines
 

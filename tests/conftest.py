@@ -114,7 +114,9 @@ def profile_linear_on_cpu(handler, *, width: int, batch: int, active: int, sgd: 
     warm-up step, ``active`` recorded steps each), ``handler`` its on_trace_ready; ``sgd``: an SGD
     step in every iteration, else forward and backward only."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, schedule
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile
+    from torch.profiler import schedule
 
     model = torch.nn.Linear(width, width)
     opt = torch.optim.SGD(model.parameters(), lr=0.1) if sgd else None

@@ -14,7 +14,8 @@ import sys
 import time
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
+from torch.utils.data import Dataset
 
 SLEEP_S = 0.004
 

@@ -4,7 +4,11 @@ DataLoader workers, where there are any, another."""
 
 from __future__ import annotations
 
-from trainscope.traces.samples import GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
+from trainscope.traces.samples import GpuSample
+from trainscope.traces.samples import HostSample
+from trainscope.traces.samples import ProcessGroup
+from trainscope.traces.samples import Snapshot
+from trainscope.traces.samples import StepSample
 
 GIB = 2**30
 

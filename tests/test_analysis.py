@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import CPU_ONLY, analysis, load, raw_document
+from tests.conftest import CPU_ONLY
+from tests.conftest import analysis
+from tests.conftest import load
+from tests.conftest import raw_document
 from trainscope.analyzers.trace.breakdown import CATEGORIES
 from trainscope.analyzers.trace.steps import segment_steps
 

@@ -161,7 +161,10 @@ def test_memory_reads_the_snapshot():
 
 def test_watch_replays_a_recording_as_an_iterator(tmp_path):
     from trainscope.collectors.recording import RecordingWriter
-    from trainscope.traces.samples import HostSample, ProcessGroup, Snapshot, StepSample
+    from trainscope.traces.samples import HostSample
+    from trainscope.traces.samples import ProcessGroup
+    from trainscope.traces.samples import Snapshot
+    from trainscope.traces.samples import StepSample
 
     path = tmp_path / "run.jsonl"
     w = RecordingWriter(str(path), {"interval_s": 1.0, "target": "test"})

@@ -15,11 +15,15 @@ import numpy as np
 import pytest
 
 import trainscope.api as ts
-from tests.conftest import DATA, KINETO, dlrm_rank_dir
-from trainscope.analyzers.ranks.alignment import ranks_view, with_aligned_imbalance
+from tests.conftest import DATA
+from tests.conftest import KINETO
+from tests.conftest import dlrm_rank_dir
+from trainscope.analyzers.ranks.alignment import ranks_view
+from trainscope.analyzers.ranks.alignment import with_aligned_imbalance
 from trainscope.analyzers.ranks.story import rank_story
 from trainscope.analyzers.rules import Rules
-from trainscope.api.executor import MapOptions, run_rank_set
+from trainscope.api.executor import MapOptions
+from trainscope.api.executor import run_rank_set
 from trainscope.cli import main
 from trainscope.collectors import open_traces
 from trainscope.reports.deep import stragglers_dict

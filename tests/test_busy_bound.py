@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trainscope.analyzers.trace.busy_bound import fused_runs, fused_runs_loop
+from trainscope.analyzers.trace.busy_bound import fused_runs
+from trainscope.analyzers.trace.busy_bound import fused_runs_loop
 
 
 def test_fused_runs_equals_the_loop_on_random_lanes_and_bytes():

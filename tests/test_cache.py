@@ -13,7 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.cache_on import paused, temporary, turn_cache_on, two_writers_of_one_entry, writer
+from tests.cache_on import paused
+from tests.cache_on import temporary
+from tests.cache_on import turn_cache_on
+from tests.cache_on import two_writers_of_one_entry
+from tests.cache_on import writer
 from tests.conftest import DATA
 from tests.fuzzing import run_in_process
 from tests.test_golden import CASES
@@ -56,8 +60,11 @@ def test_golden_inputs_through_the_cache_are_byte_identical(name, cache_on):
     renders to. One analysis per input, not two: the golden file is the uncached reference."""
     import json
 
-    from tests.test_golden import GOLDEN, differences, normalized
-    from trainscope.reports.formats import Output, render
+    from tests.test_golden import GOLDEN
+    from tests.test_golden import differences
+    from tests.test_golden import normalized
+    from trainscope.reports.formats import Output
+    from trainscope.reports.formats import render
 
     path = CASES[name][1]
     rc, cold, err = cli(path, "--format", "json")

@@ -27,10 +27,15 @@ import time
 
 import pytest
 
-from trainscope.api.capture import Capture, CaptureController, CaptureOptions
+from trainscope.api.capture import Capture
+from trainscope.api.capture import CaptureController
+from trainscope.api.capture import CaptureOptions
 from trainscope.collectors import step_hook
-from trainscope.collectors.recording import output_refusal, write_output
-from trainscope.collectors.step_receiver import StepReceiver, clean_stale, make_run_folder
+from trainscope.collectors.recording import output_refusal
+from trainscope.collectors.recording import write_output
+from trainscope.collectors.step_receiver import StepReceiver
+from trainscope.collectors.step_receiver import clean_stale
+from trainscope.collectors.step_receiver import make_run_folder
 
 HERE = pathlib.Path(__file__).parent
 KINETO = HERE / "data" / "kineto"

@@ -10,7 +10,10 @@ import sys
 
 import pytest
 
-from tests.conftest import ALL_KINETO, CPU_ONLY, DATA, KINETO
+from tests.conftest import ALL_KINETO
+from tests.conftest import CPU_ONLY
+from tests.conftest import DATA
+from tests.conftest import KINETO
 from trainscope.analyzers.findings.base import AXES
 
 RESNET = str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz")

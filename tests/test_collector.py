@@ -8,9 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from tests.conftest import ALL_KINETO, KINETO, load, raw_document
+from tests.conftest import ALL_KINETO
+from tests.conftest import KINETO
+from tests.conftest import load
+from tests.conftest import raw_document
 from trainscope.collectors import open_traces
-from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS
+from trainscope.traces.model import COPY_KINDS
+from trainscope.traces.model import MEMORY_KINDS
 
 
 @pytest.mark.parametrize("name", ALL_KINETO)

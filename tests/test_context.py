@@ -7,12 +7,20 @@ from dataclasses import replace
 
 import pytest
 
-from tests.conftest import DATA, analysis, load, raw_document
-from trainscope.analyzers.findings import REGISTRY, fix_text
+from tests.conftest import DATA
+from tests.conftest import analysis
+from tests.conftest import load
+from tests.conftest import raw_document
+from trainscope.analyzers.findings import REGISTRY
+from trainscope.analyzers.findings import fix_text
 from trainscope.analyzers.findings import title_for as title
-from trainscope.analyzers.trace.context import TRAINING, Context, detect_context
-from trainscope.analyzers.trace.recommendations import code_lines, recommend
-from trainscope.analyzers.trace.verdict import Evidence, Finding
+from trainscope.analyzers.trace.context import TRAINING
+from trainscope.analyzers.trace.context import Context
+from trainscope.analyzers.trace.context import detect_context
+from trainscope.analyzers.trace.recommendations import code_lines
+from trainscope.analyzers.trace.recommendations import recommend
+from trainscope.analyzers.trace.verdict import Evidence
+from trainscope.analyzers.trace.verdict import Finding
 
 # Every finding whose fix is worded for the run's context.
 _FIXES = [s.id for s in REGISTRY.values() if s.fix is not None and s.fix.text is not None]

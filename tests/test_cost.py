@@ -7,8 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import load, raw_document
-from trainscope.analyzers.trace.cost import PRECISIONS, SOURCE_KINDS, kernel_costs, link_kernels, op_cost
+from tests.conftest import load
+from tests.conftest import raw_document
+from trainscope.analyzers.trace.cost import PRECISIONS
+from trainscope.analyzers.trace.cost import SOURCE_KINDS
+from trainscope.analyzers.trace.cost import kernel_costs
+from trainscope.analyzers.trace.cost import link_kernels
+from trainscope.analyzers.trace.cost import op_cost
 
 torch = pytest.importorskip("torch")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402

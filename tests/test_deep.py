@@ -15,9 +15,15 @@ import pytest
 
 pytest.importorskip("hta.trace_analysis", reason="HTA (traceinsight) is installed by the [test] extra")
 
-from tests.conftest import KINETO, analysis, load, raw_document  # noqa: E402
-from trainscope.analyzers.deep.critical_path import CP_CATEGORIES, reconcile  # noqa: E402
-from trainscope.analyzers.deep.second_opinion import DeepAnalysis, choose_step, deep_analysis  # noqa: E402
+from tests.conftest import KINETO  # noqa: E402
+from tests.conftest import analysis  # noqa: E402
+from tests.conftest import load  # noqa: E402
+from tests.conftest import raw_document  # noqa: E402
+from trainscope.analyzers.deep.critical_path import CP_CATEGORIES  # noqa: E402
+from trainscope.analyzers.deep.critical_path import reconcile  # noqa: E402
+from trainscope.analyzers.deep.second_opinion import DeepAnalysis  # noqa: E402
+from trainscope.analyzers.deep.second_opinion import choose_step  # noqa: E402
+from trainscope.analyzers.deep.second_opinion import deep_analysis  # noqa: E402
 from trainscope.cli import main  # noqa: E402
 from trainscope.reports.deep import deep_dict  # noqa: E402
 

@@ -12,7 +12,9 @@ import pytest
 from tests.conftest import DATA
 from trainscope.analyzers.findings import REGISTRY
 from trainscope.analyzers.findings.base import LABEL_CLASSES
-from trainscope.analyzers.findings.labels import score, scored, verdict_class
+from trainscope.analyzers.findings.labels import score
+from trainscope.analyzers.findings.labels import scored
+from trainscope.analyzers.findings.labels import verdict_class
 
 LABELS = json.loads((DATA / "labeled" / "expected.json").read_text())
 
@@ -119,7 +121,8 @@ SNAPSHOTS = sorted(rel for rel, lab in LABELS["traces"].items() if scored(lab) a
 def test_labeled_memory_snapshot_is_right(rel):
     """`trainscope memory`'s diagnosis of a labeled snapshot: the class of its first high finding."""
     from trainscope.analyzers.rules import Rules
-    from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
+    from trainscope.analyzers.snapshot.summary import snapshot_findings
+    from trainscope.analyzers.snapshot.summary import snapshot_memory
     from trainscope.collectors.snapshot import load_snapshot
 
     found = snapshot_findings(snapshot_memory(load_snapshot(str(copy_of(rel)))), None, Rules())

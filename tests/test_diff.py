@@ -20,17 +20,22 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from tests.conftest import KINETO, analysis, load, raw_document
-from trainscope.analyzers.compare.diff import (
-    GATE_METRICS,
-    GateUnavailable,
-    check_gate,
-    comparability,
-    diff_runs,
-    summarize_run,
-)
-from trainscope.analyzers.kernel_match import KernelTime, arch_key, family_key, match_kernels
-from trainscope.reports.diff_document import SCHEMA, build_diff_document
+from tests.conftest import KINETO
+from tests.conftest import analysis
+from tests.conftest import load
+from tests.conftest import raw_document
+from trainscope.analyzers.compare.diff import GATE_METRICS
+from trainscope.analyzers.compare.diff import GateUnavailable
+from trainscope.analyzers.compare.diff import check_gate
+from trainscope.analyzers.compare.diff import comparability
+from trainscope.analyzers.compare.diff import diff_runs
+from trainscope.analyzers.compare.diff import summarize_run
+from trainscope.analyzers.kernel_match import KernelTime
+from trainscope.analyzers.kernel_match import arch_key
+from trainscope.analyzers.kernel_match import family_key
+from trainscope.analyzers.kernel_match import match_kernels
+from trainscope.reports.diff_document import SCHEMA
+from trainscope.reports.diff_document import build_diff_document
 from trainscope.reports.diff_markdown import render_diff_markdown
 from trainscope.reports.diff_text import render_diff_text
 from trainscope.traces.model import TraceSet

@@ -13,25 +13,33 @@ import numpy as np
 import pytest
 from textual.geometry import Region
 
-from tests.conftest import KINETO, exit_code_written
-from tests.test_diff import A100, V100, _events, _raw_steps, _run
-from tests.tmux import needs_tmux, terminal, trainscope_line
+from tests.conftest import KINETO
+from tests.conftest import exit_code_written
+from tests.test_diff import A100
+from tests.test_diff import V100
+from tests.test_diff import _events
+from tests.test_diff import _raw_steps
+from tests.test_diff import _run
+from tests.tmux import needs_tmux
+from tests.tmux import terminal
+from tests.tmux import trainscope_line
 
 pytest.importorskip("textual")
 
-from trainscope.analyzers.compare.diff import RunDiff, check_gate, diff_runs  # noqa: E402
+from trainscope.analyzers.compare.diff import RunDiff  # noqa: E402
+from trainscope.analyzers.compare.diff import check_gate  # noqa: E402
+from trainscope.analyzers.compare.diff import diff_runs  # noqa: E402
 from trainscope.commands import diff as diff_command  # noqa: E402
 from trainscope.reports.diff_document import build_diff_document  # noqa: E402
 from trainscope.reports.diff_markdown import render_diff_markdown  # noqa: E402
 from trainscope.tui.chrome import HelpScreen as DiffHelpScreen  # noqa: E402
-from trainscope.tui.diff_app import DiffApp, report_name  # noqa: E402
-from trainscope.tui.diff_panes import (
-    SHORT_LABELS,
-    DiffBreakdown,
-    DiffSummary,
-    FixOutcomes,
-    KernelDiffPane,  # noqa: E402
-)
+from trainscope.tui.diff_app import DiffApp  # noqa: E402
+from trainscope.tui.diff_app import report_name  # noqa: E402
+from trainscope.tui.diff_panes import SHORT_LABELS
+from trainscope.tui.diff_panes import DiffBreakdown
+from trainscope.tui.diff_panes import DiffSummary
+from trainscope.tui.diff_panes import FixOutcomes
+from trainscope.tui.diff_panes import KernelDiffPane  # noqa: E402
 
 BEFORE, AFTER = str(KINETO / A100), str(KINETO / V100)
 MATCHED = ("exact", "arch", "family")

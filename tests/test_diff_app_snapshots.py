@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_diff_app import AFTER, BEFORE, pair
+from tests.test_diff_app import AFTER
+from tests.test_diff_app import BEFORE
+from tests.test_diff_app import pair
 
 pytest.importorskip("pytest_textual_snapshot")
 

@@ -9,7 +9,9 @@ import sqlite3
 import pytest
 
 from tests.conftest import DATA
-from trainscope.analyzers.compare.diff import diff_runs, gpu_model, summarize_run
+from trainscope.analyzers.compare.diff import diff_runs
+from trainscope.analyzers.compare.diff import gpu_model
+from trainscope.analyzers.compare.diff import summarize_run
 
 NSYS = DATA / "nsys"
 BEFORE = NSYS / "nsysai_h100x2_wan21_train_before.sqlite"

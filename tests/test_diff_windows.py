@@ -79,7 +79,8 @@ def test_stepped_runs_keep_the_step_time_headline():
 
 def test_diff_app_summary_shows_work_not_speedup(wan):
     pytest.importorskip("textual")
-    from tests.test_diff_app import _ready, text_of
+    from tests.test_diff_app import _ready
+    from tests.test_diff_app import text_of
     from trainscope.tui.diff_app import DiffApp
 
     async def go():

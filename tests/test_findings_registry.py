@@ -12,11 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA, KINETO
+from tests.conftest import DATA
+from tests.conftest import KINETO
 from tests.conftest import analysis as _analysis
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.findings import LIVE_STEPS, REGISTRY, validate
-from trainscope.analyzers.findings.base import AXES, GRADES
+from trainscope.analyzers.findings import LIVE_STEPS
+from trainscope.analyzers.findings import REGISTRY
+from trainscope.analyzers.findings import validate
+from trainscope.analyzers.findings.base import AXES
+from trainscope.analyzers.findings.base import GRADES
 from trainscope.analyzers.rules import Rules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +51,8 @@ def raw_document(name: str):
 def consumer_gaps(reg: dict) -> list[str]:
     """Every (finding, consumer) pair where the consumer does not know the finding."""
     from trainscope.analyzers.compare.diff import FINDING_METRICS
-    from trainscope.analyzers.deep.critical_path import FAMILY_LABELS, FINDING_FAMILY
+    from trainscope.analyzers.deep.critical_path import FAMILY_LABELS
+    from trainscope.analyzers.deep.critical_path import FINDING_FAMILY
     from trainscope.reports.document import HEADLINES
 
     gaps = []
@@ -199,7 +204,8 @@ def test_every_finding_analyze_raises_on_a_bundled_trace_has_a_spec(name):
 
 def _snap(t, workers=None, rss=None, **kw):
     """A live sample on a 16 GiB host (8 used) whose ``workers`` DataLoader workers use 40 % CPU each."""
-    from tests.live_snapshots import GIB, snap
+    from tests.live_snapshots import GIB
+    from tests.live_snapshots import snap
 
     return snap(
         float(t), workers=(workers, 40.0) if workers else None, main_rss=rss, host_mem=(8 * GIB, 16 * GIB), **kw
@@ -278,7 +284,8 @@ def test_the_live_engine_evaluates_specs_in_flowchart_order():
 
 
 def test_every_finding_the_snapshot_rules_raise_has_a_spec():
-    from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
+    from trainscope.analyzers.snapshot.summary import snapshot_findings
+    from trainscope.analyzers.snapshot.summary import snapshot_memory
     from trainscope.collectors.snapshot import load_snapshot
 
     raised: set[str] = set()
@@ -423,7 +430,10 @@ def test_rank_imbalance_is_the_wait_for_the_busiest_rank():
     inside the all-to-all. That wait, the difference of their compute-kernel time per step, moves
     from rank 0's communication sink to its imbalance sink; rank 1 keeps none."""
     from trainscope.analyzers.rules import Rules
-    from trainscope.analyzers.trace.analysis import analyze_set, analyze_trace, slowest, with_rank_imbalance
+    from trainscope.analyzers.trace.analysis import analyze_set
+    from trainscope.analyzers.trace.analysis import analyze_trace
+    from trainscope.analyzers.trace.analysis import slowest
+    from trainscope.analyzers.trace.analysis import with_rank_imbalance
     from trainscope.collectors import open_traces
 
     ts = open_traces(str(KINETO / "hta_dlrm_ws128_2ranks"))
@@ -449,7 +459,9 @@ def test_sinks_split_a_breakdown_exclusively_and_rank_by_eligibility():
     """Hand-built breakdown (one 100 ms step): every ns lands in one sink; host frames move idle
     'other' time to input; a blocking-sync bubble beyond the sync idle comes out of launch; kernel
     work leads only when the GPU is saturated; a sink below its floor is no verdict."""
-    from trainscope.analyzers.trace.breakdown import Breakdown, Percentiles, StepBreakdown
+    from trainscope.analyzers.trace.breakdown import Breakdown
+    from trainscope.analyzers.trace.breakdown import Percentiles
+    from trainscope.analyzers.trace.breakdown import StepBreakdown
     from trainscope.analyzers.trace.sinks import split_sinks
 
     ms = 1_000_000

@@ -16,7 +16,12 @@ import pytest
 
 from trainscope.analyzers.findings import REGISTRY
 from trainscope.analyzers.findings.base import Fix
-from trainscope.analyzers.findings.catalog import CATALOG, CATALOG_FILE, FixEntry, catalog_fix, entry, parse
+from trainscope.analyzers.findings.catalog import CATALOG
+from trainscope.analyzers.findings.catalog import CATALOG_FILE
+from trainscope.analyzers.findings.catalog import FixEntry
+from trainscope.analyzers.findings.catalog import catalog_fix
+from trainscope.analyzers.findings.catalog import entry
+from trainscope.analyzers.findings.catalog import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ("title", "pytorch", "native", "basis", "whatif_label")

@@ -13,9 +13,11 @@ import re
 
 import pytest
 
-from tests.conftest import DATA, analysis
+from tests.conftest import DATA
+from tests.conftest import analysis
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.findings import code_language, fix_text
+from trainscope.analyzers.findings import code_language
+from trainscope.analyzers.findings import fix_text
 from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.trace.frame_names import user_name
 
@@ -225,7 +227,8 @@ def test_no_pytorch_recording_advice_on_nsight_exports(name):
 
 
 def test_counts_in_words():
-    from trainscope.analyzers.plural import plural, unit_for
+    from trainscope.analyzers.plural import plural
+    from trainscope.analyzers.plural import unit_for
 
     assert plural(1, "step") == "1 step" and plural(2, "step") == "2 steps" and plural(0, "call") == "0 calls"
     assert unit_for(1, "calls") == "call" and unit_for(2, "calls") == "calls"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import DATA, KINETO
+from tests.conftest import DATA
+from tests.conftest import KINETO
 
 
 def test_every_bundled_input_is_claimed_by_the_row_of_its_kind():
@@ -16,7 +17,8 @@ def test_every_bundled_input_is_claimed_by_the_row_of_its_kind():
 
 
 def test_rank_directories_list_the_rank_kinds_and_counters_kinds_are_declared_once():
-    from trainscope.collectors.formats import COUNTER_FORMATS, RANK_FILE_SUFFIXES
+    from trainscope.collectors.formats import COUNTER_FORMATS
+    from trainscope.collectors.formats import RANK_FILE_SUFFIXES
     from trainscope.reports import document
 
     assert set(RANK_FILE_SUFFIXES) >= {".json", ".json.gz", ".sqlite"}
@@ -34,7 +36,8 @@ def test_rank_directories_list_the_rank_kinds_and_counters_kinds_are_declared_on
     ],
 )
 def test_refusals_come_from_the_table(tmp_path, content, suffix, message):
-    from trainscope.collectors import TraceError, open_traces
+    from trainscope.collectors import TraceError
+    from trainscope.collectors import open_traces
 
     p = tmp_path / f"input{suffix}"
     p.write_bytes(content)

@@ -16,7 +16,8 @@ from trainscope.analyzers.devices import lookup_device
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.trace.cost import kernel_costs
-from trainscope.analyzers.trace.fusion import _without_overlap, fusion_candidates
+from trainscope.analyzers.trace.fusion import _without_overlap
+from trainscope.analyzers.trace.fusion import fusion_candidates
 from trainscope.analyzers.trace.roofline import roofline
 from trainscope.collectors import open_traces
 from trainscope.reports.document import build_document

@@ -14,23 +14,23 @@ import random
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from tests.fuzzing import (
-    ALLOWED,
-    SEEDS,
-    SEMANTIC_MUTATIONS,
-    SEMANTIC_SEEDS,
-    classify,
-    commands_for,
-    headline_changes,
-    make_mutant,
-    run_in_process,
-    semantic_baseline,
-    semantic_mutant,
-    semantic_outcome,
-)
+from tests.fuzzing import ALLOWED
+from tests.fuzzing import SEEDS
+from tests.fuzzing import SEMANTIC_MUTATIONS
+from tests.fuzzing import SEMANTIC_SEEDS
+from tests.fuzzing import classify
+from tests.fuzzing import commands_for
+from tests.fuzzing import headline_changes
+from tests.fuzzing import make_mutant
+from tests.fuzzing import run_in_process
+from tests.fuzzing import semantic_baseline
+from tests.fuzzing import semantic_mutant
+from tests.fuzzing import semantic_outcome
 
 FUZZ = settings(
     max_examples=20, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)

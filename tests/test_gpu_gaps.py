@@ -9,8 +9,10 @@ import json
 import pytest
 
 from trainscope.analyzers.trace.analysis import analyze_set
-from trainscope.analyzers.trace.breakdown import IDLE, primary_device
-from trainscope.analyzers.trace.gpu_gaps import CLASSES, gpu_gaps
+from trainscope.analyzers.trace.breakdown import IDLE
+from trainscope.analyzers.trace.breakdown import primary_device
+from trainscope.analyzers.trace.gpu_gaps import CLASSES
+from trainscope.analyzers.trace.gpu_gaps import gpu_gaps
 from trainscope.analyzers.trace.steps import segment_steps
 from trainscope.collectors import open_traces
 
@@ -295,7 +297,8 @@ def test_covered_total_equals_the_total_of_the_intersection():
     import numpy as np
 
     from trainscope.analyzers import intervals as iv
-    from trainscope.analyzers.trace.gpu_gaps import _and, _covered
+    from trainscope.analyzers.trace.gpu_gaps import _and
+    from trainscope.analyzers.trace.gpu_gaps import _covered
 
     rng = np.random.default_rng(3)
     for n, m in ((0, 5), (5, 0), (1, 1), (30, 200), (400, 50), (2000, 2000)):

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fuzzing import DATA, run_in_process
+from tests.fuzzing import DATA
+from tests.fuzzing import run_in_process
 from trainscope.collectors import open_traces
 
 KINETO = DATA / "kineto" / "hta_cpu_only.pt.trace.json.gz"
@@ -355,7 +356,9 @@ def test_escape_sequences_in_a_name_never_reach_the_terminal(tmp_path, fmt):
 
 
 def test_sanitizer_shows_every_control_character():
-    from trainscope.traces.safe_text import json_safe, markup_safe, visible
+    from trainscope.traces.safe_text import json_safe
+    from trainscope.traces.safe_text import markup_safe
+    from trainscope.traces.safe_text import visible
 
     assert visible(EVIL) == (
         "evil\\x1b[2J\\x1b]0;pwned\\x07\\rforged\\nline\\x9b31m[link=http://evil]x[/link][reverse]r"

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 import trainscope.api as ts
-from tests.conftest import KINETO, profile_linear_on_cpu
-from trainscope.api.store import MIGRATIONS, SCHEMA_VERSION
+from tests.conftest import KINETO
+from tests.conftest import profile_linear_on_cpu
+from trainscope.api.store import MIGRATIONS
+from trainscope.api.store import SCHEMA_VERSION
 
 CPU = os.path.join(os.path.dirname(__file__), "data", "cpu")
 SLOW, FAST = os.path.join(CPU, "slow.pt.trace.json.gz"), os.path.join(CPU, "fast.pt.trace.json.gz")

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import analysis, load, raw_document
+from tests.conftest import analysis
+from tests.conftest import load
+from tests.conftest import raw_document
 from trainscope.analyzers.trace.breakdown import primary_device
-from trainscope.analyzers.trace.host_idle import CLASSES, host_idle
+from trainscope.analyzers.trace.host_idle import CLASSES
+from trainscope.analyzers.trace.host_idle import host_idle
 from trainscope.analyzers.trace.steps import segment_steps
 
 TIMESFORMER = "tl_h100_timesformer_k400_infer.json.gz"
@@ -121,7 +124,10 @@ def test_interval_helpers_match_a_brute_force_computation():
     import numpy as np
 
     from trainscope.analyzers import intervals as iv
-    from trainscope.analyzers.trace.host_idle import _frames_by_window, _intersect, _overlaps, _within
+    from trainscope.analyzers.trace.host_idle import _frames_by_window
+    from trainscope.analyzers.trace.host_idle import _intersect
+    from trainscope.analyzers.trace.host_idle import _overlaps
+    from trainscope.analyzers.trace.host_idle import _within
 
     rng = np.random.default_rng(7)
     for _ in range(50):

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from tests.conftest import DATA, edited_sqlite
+from tests.conftest import DATA
+from tests.conftest import edited_sqlite
 
 HEADER = '{"schema":"trainscope.recording/1"}\n'
 GOOD = '{"type":"sample","t":0,"dt":1,"gpus":[{"index":0,"util_gpu":50}]}\n'

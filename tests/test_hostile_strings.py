@@ -18,24 +18,28 @@ import json
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from tests.fuzzing import run_in_process
-from tests.hostile import (
-    KINETO_FIELDS,
-    LONE_SURROGATE,
-    NSYS_FIELDS,
-    PAYLOAD,
-    RAW,
-    SHOWN,
-    kineto_doc,
-    raw_chars,
-    write_kineto,
-    write_nsys,
-    write_snapshot,
-)
-from trainscope.traces.safe_text import json_safe, markup_safe, safe_strings, visible, visible_lines
+from tests.hostile import KINETO_FIELDS
+from tests.hostile import LONE_SURROGATE
+from tests.hostile import NSYS_FIELDS
+from tests.hostile import PAYLOAD
+from tests.hostile import RAW
+from tests.hostile import SHOWN
+from tests.hostile import kineto_doc
+from tests.hostile import raw_chars
+from tests.hostile import write_kineto
+from tests.hostile import write_nsys
+from tests.hostile import write_snapshot
+from trainscope.traces.safe_text import json_safe
+from trainscope.traces.safe_text import markup_safe
+from trainscope.traces.safe_text import safe_strings
+from trainscope.traces.safe_text import visible
+from trainscope.traces.safe_text import visible_lines
 
 FILE_PART = PAYLOAD[:12]  # "x\x1b]0;PWNED\x07": file names hold the title escape too
 # The kept fields each document shows (the others are kept for JSON, Perfetto and matching).
@@ -77,7 +81,8 @@ hostile_text = st.text(
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(hostile_text)
 def test_every_renderer_escape_leaves_no_raw_character(s):
-    from trainscope.reports.html import _e, _pre
+    from trainscope.reports.html import _e
+    from trainscope.reports.html import _pre
     from trainscope.reports.output import to_json
 
     for shown in (visible(s), visible_lines(s), markup_safe(s), _e(s), _pre(s), to_json({"k": s, s: 1})):

@@ -26,7 +26,10 @@ import pytest
 os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"  # before hta reads its environment options
 hta_analysis = pytest.importorskip("hta.trace_analysis", reason="HTA (traceinsight) is installed by the [test] extra")
 
-from tests.conftest import ALL_KINETO, CPU_ONLY, KINETO, load  # noqa: E402
+from tests.conftest import ALL_KINETO  # noqa: E402
+from tests.conftest import CPU_ONLY  # noqa: E402
+from tests.conftest import KINETO  # noqa: E402
+from tests.conftest import load  # noqa: E402
 from trainscope.analyzers import intervals as iv  # noqa: E402
 from trainscope.analyzers.trace.breakdown import gpu_busy_over_window  # noqa: E402
 from trainscope.analyzers.trace.kernels import kernel_summary  # noqa: E402

@@ -80,33 +80,34 @@ def _targets(node: ast.Import | ast.ImportFrom, here: str, known: dict[str, Path
 
 def import_graph(type_checking: bool) -> tuple[dict[str, set[str]], dict[str, int]]:
     """Load-time imports per module (module level, and ``if TYPE_CHECKING:`` blocks when asked) and
-    the count of in-function imports of trainscope's own modules per module."""
+    the count of in-function imports of trainscope's own modules per module: one per function and
+    module imported, however many names or import lines (one import per line is the house style)."""
     known = modules()
     graph: dict[str, set[str]] = {m: set() for m in known}
-    hidden: dict[str, int] = {}
+    hidden_sites: dict[str, set[tuple[int, str]]] = {}
 
-    def visit(body: list[ast.stmt], here: str, top: bool) -> None:
+    def visit(body: list[ast.stmt], here: str, scope: int | None) -> None:
         for node in body:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 targets = _targets(node, here, known)
-                if top:
+                if scope is None:
                     graph[here].update(targets)
                 elif targets:
-                    hidden[here] = hidden.get(here, 0) + 1
+                    hidden_sites.setdefault(here, set()).update((scope, t) for t in targets)
             elif isinstance(node, ast.If) and _type_checking(node):
-                if type_checking and top:
-                    visit(node.body, here, top)
+                if type_checking and scope is None:
+                    visit(node.body, here, scope)
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                visit(node.body, here, False)
+                visit(node.body, here, node.lineno)
             else:
                 for field in ("body", "orelse", "finalbody", "handlers"):
                     inner = getattr(node, field, None)
                     if isinstance(inner, list):
-                        visit([n for n in inner if isinstance(n, ast.AST)], here, top)  # type: ignore[misc]
+                        visit([n for n in inner if isinstance(n, ast.AST)], here, scope)  # type: ignore[misc]
 
     for name, path in known.items():
-        visit(ast.parse(path.read_text(encoding="utf-8")).body, name, True)
-    return graph, hidden
+        visit(ast.parse(path.read_text(encoding="utf-8")).body, name, None)
+    return graph, {m: len(sites) for m, sites in hidden_sites.items()}
 
 
 def circles(graph: dict[str, set[str]], within: str = "") -> list[list[str]]:

@@ -14,15 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import DATA, load
-from trainscope.analyzers.trace.kernel_families import FAMILIES, family_of, tokenize
-from trainscope.analyzers.trace.kernels import (
-    ALL_CLASSES,
-    classify_kernel,
-    kernel_classes,
-    operator_class,
-    uses_tensor_cores,
-)
+from tests.conftest import DATA
+from tests.conftest import load
+from trainscope.analyzers.trace.kernel_families import FAMILIES
+from trainscope.analyzers.trace.kernel_families import family_of
+from trainscope.analyzers.trace.kernel_families import tokenize
+from trainscope.analyzers.trace.kernels import ALL_CLASSES
+from trainscope.analyzers.trace.kernels import classify_kernel
+from trainscope.analyzers.trace.kernels import kernel_classes
+from trainscope.analyzers.trace.kernels import operator_class
+from trainscope.analyzers.trace.kernels import uses_tensor_cores
 
 # (family, kernel name, class, on tensor cores)
 CASES = [

@@ -13,9 +13,12 @@ import os
 import numpy as np
 import pytest
 
-from tests.conftest import KINETO, raw_document
-from trainscope.collectors import kineto_stream, readers
-from trainscope.collectors.kineto import load_kineto, load_kineto_in_memory
+from tests.conftest import KINETO
+from tests.conftest import raw_document
+from trainscope.collectors import kineto_stream
+from trainscope.collectors import readers
+from trainscope.collectors.kineto import load_kineto
+from trainscope.collectors.kineto import load_kineto_in_memory
 from trainscope.collectors.readers import _salvage_events
 
 TABLES = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "memory")
@@ -151,7 +154,8 @@ def test_a_slice_off_the_typed_schema_is_read_through_the_general_path(tmp_path)
     """Found by benchmarks/fuzz.py on the merged reader: a list where a pid belongs made the typed
     path raise TypeError (an internal error). The slice is undone and read event by event instead,
     with the same tables as the in-memory reader."""
-    from trainscope.collectors.kineto import load_kineto, load_kineto_in_memory
+    from trainscope.collectors.kineto import load_kineto
+    from trainscope.collectors.kineto import load_kineto_in_memory
 
     mm = {"External id": 7, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}
     events = _mm_and_its_gemm(mm, 7)
@@ -170,7 +174,8 @@ def test_the_stream_keeps_what_the_cost_model_and_host_attribution_read():
     from the in-memory reader (the roofline links kernels to operators through them; host-idle
     attribution reads the frames)."""
     from tests.conftest import KINETO
-    from trainscope.collectors.kineto import load_kineto, load_kineto_in_memory
+    from trainscope.collectors.kineto import load_kineto
+    from trainscope.collectors.kineto import load_kineto_in_memory
 
     path = str(KINETO / "tl_h100_timesformer_k400_infer.json.gz")
     streamed, whole = load_kineto(path), load_kineto_in_memory(path)

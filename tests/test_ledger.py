@@ -6,16 +6,16 @@ from dataclasses import replace
 
 import pytest
 
-from trainscope.analyzers.plan.gpu_memory import GIB, custom_gpu, gpu_memory
-from trainscope.analyzers.plan.ledger import (
-    PlanConfig,
-    activation_memory,
-    fit,
-    fit_options,
-    ledger,
-    normalize,
-    transformer_params,
-)
+from trainscope.analyzers.plan.gpu_memory import GIB
+from trainscope.analyzers.plan.gpu_memory import custom_gpu
+from trainscope.analyzers.plan.gpu_memory import gpu_memory
+from trainscope.analyzers.plan.ledger import PlanConfig
+from trainscope.analyzers.plan.ledger import activation_memory
+from trainscope.analyzers.plan.ledger import fit
+from trainscope.analyzers.plan.ledger import fit_options
+from trainscope.analyzers.plan.ledger import ledger
+from trainscope.analyzers.plan.ledger import normalize
+from trainscope.analyzers.plan.ledger import transformer_params
 
 GB = 1e9
 GPT2_XL = 1.5e9  # the seeds round GPT-2 XL to 1.5 B parameters

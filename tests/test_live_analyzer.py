@@ -7,10 +7,18 @@ import json
 
 import pytest
 
-from tests.live_snapshots import GIB, snap
-from trainscope.analyzers.live.engine import READY, WARMING_UP, LiveAnalyzer, evaluate, window_stats
+from tests.live_snapshots import GIB
+from tests.live_snapshots import snap
+from trainscope.analyzers.live.engine import READY
+from trainscope.analyzers.live.engine import WARMING_UP
+from trainscope.analyzers.live.engine import LiveAnalyzer
+from trainscope.analyzers.live.engine import evaluate
+from trainscope.analyzers.live.engine import window_stats
 from trainscope.analyzers.rules import Rules
-from trainscope.collectors.samples import GpuSample, HostSample, Snapshot, StepSample
+from trainscope.collectors.samples import GpuSample
+from trainscope.collectors.samples import HostSample
+from trainscope.collectors.samples import Snapshot
+from trainscope.collectors.samples import StepSample
 
 
 def run(snaps, rules=None):
@@ -114,7 +122,8 @@ def test_json_lines_use_analyze_vocabulary(kineto_dir):
     from trainscope.analyzers.trace.analysis import analyze_set
     from trainscope.collectors import open_traces
     from trainscope.reports.document import build_document
-    from trainscope.reports.live import status_line_dict, summary_dict
+    from trainscope.reports.live import status_line_dict
+    from trainscope.reports.live import summary_dict
 
     rules = Rules()
     path = str(kineto_dir / "resnet50_v100_num_workers_0.pt.trace.json.gz")

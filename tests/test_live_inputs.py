@@ -17,10 +17,17 @@ import pytest
 
 from tests.watching import watch_argv
 from trainscope.collectors.errors import TraceError
-from trainscope.collectors.live_trace import open_recording, trace_snapshots
+from trainscope.collectors.live_trace import open_recording
+from trainscope.collectors.live_trace import trace_snapshots
 from trainscope.collectors.nvidia_smi_csv import read_nvidia_smi_csv
-from trainscope.collectors.recording import SCHEMA, RecordingWriter, read_recording
-from trainscope.collectors.samples import GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
+from trainscope.collectors.recording import SCHEMA
+from trainscope.collectors.recording import RecordingWriter
+from trainscope.collectors.recording import read_recording
+from trainscope.collectors.samples import GpuSample
+from trainscope.collectors.samples import HostSample
+from trainscope.collectors.samples import ProcessGroup
+from trainscope.collectors.samples import Snapshot
+from trainscope.collectors.samples import StepSample
 
 NANOGPT = pathlib.Path(__file__).parent / "data" / "nvml" / "nanogpt_8gpu_gpu_metrics.csv"
 

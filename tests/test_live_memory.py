@@ -13,7 +13,11 @@ from tests.watching import watch_argv
 from trainscope.analyzers.findings.live import creep_finding
 from trainscope.analyzers.live.engine import LiveAnalyzer
 from trainscope.analyzers.live.memory_creep import memory_creeps
-from trainscope.traces.samples import GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
+from trainscope.traces.samples import GpuSample
+from trainscope.traces.samples import HostSample
+from trainscope.traces.samples import ProcessGroup
+from trainscope.traces.samples import Snapshot
+from trainscope.traces.samples import StepSample
 
 MIB, GIB = 2**20, 2**30
 JOB = pathlib.Path(__file__).parent / "jobs" / "capture_job.py"

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from trainscope.analyzers.live import engine as live
-from trainscope.analyzers.live.engine import LiveAnalyzer, window_stats
+from trainscope.analyzers.live.engine import LiveAnalyzer
+from trainscope.analyzers.live.engine import window_stats
 from trainscope.analyzers.rules import Rules
-from trainscope.traces.samples import GpuSample, Snapshot
+from trainscope.traces.samples import GpuSample
+from trainscope.traces.samples import Snapshot
 
 
 def _reference_power(snaps, rules):

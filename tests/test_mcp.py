@@ -11,7 +11,9 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra (pinned in the [test] extra) provides the client")
 
-from tests.mcp_client import DATA, TOOLS, stdio_session  # noqa: E402
+from tests.mcp_client import DATA  # noqa: E402
+from tests.mcp_client import TOOLS  # noqa: E402
+from tests.mcp_client import stdio_session  # noqa: E402
 
 SLOW = "cpu/slow.pt.trace.json.gz"
 RESNET = "kineto/resnet50_v100_num_workers_0.pt.trace.json.gz"

@@ -15,7 +15,9 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra (pinned in the [test] extra) provides the client")
 
-from tests.mcp_client import DATA, TOOLS, run_calls  # noqa: E402
+from tests.mcp_client import DATA  # noqa: E402
+from tests.mcp_client import TOOLS  # noqa: E402
+from tests.mcp_client import run_calls  # noqa: E402
 
 LIMIT = 20_000
 # Folders of inputs that are not profiler traces (memory has its own tool, below).
@@ -54,7 +56,8 @@ def bundled_traces() -> list[str]:
 def history(store: str, runs: int) -> None:
     """A run history of ``runs`` saves of cpu/slow (its source: the absolute path under the root)."""
     from trainscope import api
-    from trainscope.api.store import RunStore, report_summary
+    from trainscope.api.store import RunStore
+    from trainscope.api.store import report_summary
 
     summary = report_summary(api.analyze(os.path.join(os.path.abspath(DATA), "cpu/slow.pt.trace.json.gz")))
     with RunStore(store) as st:

@@ -15,7 +15,8 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra (pinned in the [test] extra) provides the client")
 
-from tests.mcp_client import DATA, run_calls  # noqa: E402
+from tests.mcp_client import DATA  # noqa: E402
+from tests.mcp_client import run_calls  # noqa: E402
 
 SLOW = "cpu/slow.pt.trace.json.gz"
 LONG_NAMES = "kineto/tl_mi300x_norm_layers_fwdbwd.json.gz"  # 36 kernels, names up to 5,096 characters
@@ -44,7 +45,8 @@ async def walk(c, tool: str, args: dict, rows: str) -> tuple[list, list[dict]]:
 @pytest.fixture(scope="module")
 def walked(tmp_path_factory):
     from trainscope import api
-    from trainscope.api.store import RunStore, report_summary
+    from trainscope.api.store import RunStore
+    from trainscope.api.store import report_summary
 
     store = str(tmp_path_factory.mktemp("store") / "runs.db")
     summary = report_summary(api.analyze(os.path.join(DATA, SLOW)))
@@ -228,7 +230,8 @@ def test_a_server_killed_with_sigkill_leaves_its_folder_to_the_next_server(tmp_p
 
 def test_only_the_folders_of_servers_that_are_gone_are_removed(tmp_path):
     from trainscope.collectors.step_hook import process_start
-    from trainscope.mcp_server import FOLDER_OWNER, clean_stale
+    from trainscope.mcp_server import FOLDER_OWNER
+    from trainscope.mcp_server import clean_stale
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()

@@ -17,13 +17,18 @@ import sys
 import pytest
 
 from tests.conftest import DATA
-from trainscope.analyzers.plan.ledger import PlanConfig, ledger
+from trainscope.analyzers.plan.ledger import PlanConfig
+from trainscope.analyzers.plan.ledger import ledger
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
+from trainscope.analyzers.snapshot.summary import snapshot_findings
+from trainscope.analyzers.snapshot.summary import snapshot_memory
 from trainscope.analyzers.snapshot.timeline_peak import timeline_peak
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.memory_timeline import load_memory_timeline
-from trainscope.collectors.safe_pickle import UnsafePickleError, check_plain, loads_plain, read_bounded
+from trainscope.collectors.safe_pickle import UnsafePickleError
+from trainscope.collectors.safe_pickle import check_plain
+from trainscope.collectors.safe_pickle import loads_plain
+from trainscope.collectors.safe_pickle import read_bounded
 from trainscope.collectors.snapshot import load_snapshot
 
 SNAPSHOT = DATA / "memory" / "mem_cs336_nothanmin_trainstep.pickle.gz"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import DATA, analysis
+from tests.conftest import DATA
+from tests.conftest import analysis
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.traces.builder import TraceBuilder
 

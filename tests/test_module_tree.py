@@ -21,9 +21,12 @@ import pytest
 
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import analyze_trace
-from trainscope.analyzers.trace.module_tree import OUTSIDE, folded_name, module_tree
+from trainscope.analyzers.trace.module_tree import OUTSIDE
+from trainscope.analyzers.trace.module_tree import folded_name
+from trainscope.analyzers.trace.module_tree import module_tree
 from trainscope.collectors.inputs import open_traces
-from trainscope.reports.document import build_document, tree_rows
+from trainscope.reports.document import build_document
+from trainscope.reports.document import tree_rows
 from trainscope.traces.builder import TraceBuilder
 from trainscope.traces.model import PythonFrames
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainscope.analyzers.nesting import nest_parents, nest_parents_loop
+from trainscope.analyzers.nesting import nest_parents
+from trainscope.analyzers.nesting import nest_parents_loop
 
 
 def _assert_as_the_loop(starts, ends, order=None, groups=None, closed_at_end=False) -> None:

@@ -15,13 +15,16 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import DATA, edited_sqlite
+from tests.conftest import DATA
+from tests.conftest import edited_sqlite
 from trainscope.analyzers.findings.base import AXES
-from trainscope.analyzers.trace.analysis import analyze_set, analyze_trace
+from trainscope.analyzers.trace.analysis import analyze_set
+from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.trace.range_steps import StepRangeError
 from trainscope.cli import main
 from trainscope.collectors import open_traces
-from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS
+from trainscope.traces.model import COPY_KINDS
+from trainscope.traces.model import MEMORY_KINDS
 
 NSYS = DATA / "nsys"
 TRAIN = NSYS / "cs336_small_train_step_a100.sqlite"
@@ -560,7 +563,8 @@ def test_nvtx_ranges_reduced_batch_by_batch_give_the_same_model(monkeypatch):
     """NVTX rows are reduced as each batch arrives (threads and texts coded across batches, the
     textId strings in the same code space, the first range of each text remembered): tiny batches,
     on both readers, give the same model as one batch, operator inputs included."""
-    from trainscope.collectors import columnar, nsys
+    from trainscope.collectors import columnar
+    from trainscope.collectors import nsys
     from trainscope.collectors.nsys import load_nsys
 
     def model(t):

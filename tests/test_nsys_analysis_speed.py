@@ -180,7 +180,9 @@ def test_overlap_per_window_as_before(monkeypatch):
 
 
 def test_nest_gathered_as_nest_parents():
-    from trainscope.analyzers.nesting import nest_gathered, nest_parents, outer_first
+    from trainscope.analyzers.nesting import nest_gathered
+    from trainscope.analyzers.nesting import nest_parents
+    from trainscope.analyzers.nesting import outer_first
 
     for seed in range(60):
         rng = np.random.default_rng(seed)

@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import DATA
-from trainscope.collectors import nsys, nsys_split, readers
+from trainscope.collectors import nsys
+from trainscope.collectors import nsys_split
+from trainscope.collectors import readers
 from trainscope.traces.model import Table
 
 EXPORTS = [p.name for p in sorted((DATA / "nsys").glob("*.sqlite")) if p.name != "pipit_saxpy_a100_nsys2022.sqlite"]
@@ -193,7 +195,8 @@ def test_arrow_text_batches_land_in_the_code_space_add_gives():
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from trainscope.collectors.columnar import TextColumn, TextSpace
+    from trainscope.collectors.columnar import TextColumn
+    from trainscope.collectors.columnar import TextSpace
 
     rng = np.random.default_rng(7)
     words = [f"aten::op{i}, seq = {i % 5}" for i in range(300)] + ["", "é∑"]

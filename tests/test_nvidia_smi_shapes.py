@@ -5,7 +5,8 @@ a header repeated by appending, and malformed rows named by line and column."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
+from datetime import datetime
 
 import pytest
 

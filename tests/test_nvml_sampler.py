@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, NVML_ERROR_NO_PERMISSION, Err, FakeNVML
+from tests.fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND
+from tests.fake_pynvml import NVML_ERROR_NO_PERMISSION
+from tests.fake_pynvml import Err
+from tests.fake_pynvml import FakeNVML
 from trainscope.collectors.monitor import Monitor
-from trainscope.collectors.nvml import GPM_ANY_TENSOR_UTIL, GPM_DRAM_BW_UTIL, GPM_SM_UTIL, NvmlSampler
+from trainscope.collectors.nvml import GPM_ANY_TENSOR_UTIL
+from trainscope.collectors.nvml import GPM_DRAM_BW_UTIL
+from trainscope.collectors.nvml import GPM_SM_UTIL
+from trainscope.collectors.nvml import NvmlSampler
 
 GIB = 2**30
 

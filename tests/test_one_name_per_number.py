@@ -146,7 +146,8 @@ PER_RANGE = "gpu idle inside host range "
 def _part_of(part: str, whole: str) -> bool:
     """Whether ``part`` names a gap class (its label, or the text report's head of it) feeding the sink
     ``whole`` names."""
-    from trainscope.analyzers.trace.gpu_gaps import LABELS, SINK_OF
+    from trainscope.analyzers.trace.gpu_gaps import LABELS
+    from trainscope.analyzers.trace.gpu_gaps import SINK_OF
 
     for cls, sink in SINK_OF.items():
         full = norm_label(f"GPU idle, {LABELS[cls]} → {sink}")
@@ -480,7 +481,8 @@ def report(name: str):
 
 
 def overview_text(doc: dict) -> str:
-    from trainscope.tui.overview import evidence_line, key_figures
+    from trainscope.tui.overview import evidence_line
+    from trainscope.tui.overview import key_figures
 
     lines = ["Key figures"] + [f"  {label}  {value}" for label, value in key_figures(doc)]
     lines += ["Evidence"]

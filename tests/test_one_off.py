@@ -10,9 +10,11 @@ import pytest
 
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import analyze_trace
-from trainscope.analyzers.trace.one_off import one_off_costs, steady_window
+from trainscope.analyzers.trace.one_off import one_off_costs
+from trainscope.analyzers.trace.one_off import steady_window
 from trainscope.analyzers.trace.steps import segment_steps
-from trainscope.reports.document import build_document, headline
+from trainscope.reports.document import build_document
+from trainscope.reports.document import headline
 from trainscope.traces.builder import TraceBuilder
 
 MS = 1_000_000
@@ -245,7 +247,8 @@ def test_reports_say_which_window_was_judged_and_show_the_ledger():
     from trainscope.reports.html import render_html
     from trainscope.reports.markdown import render_markdown
     from trainscope.reports.text import render_text
-    from trainscope.tui.overview import key_figures, ledger_rows
+    from trainscope.tui.overview import key_figures
+    from trainscope.tui.overview import ledger_rows
 
     doc = build_document("cold", [analyze_trace(_cold_start_trace())], Rules())
     text = render_text(doc)

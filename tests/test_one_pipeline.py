@@ -58,7 +58,8 @@ def test_without_alignment_the_estimate_is_the_fallback():
     copies of one rank with the other's rank number have identical collectives in time, so the
     alignment matches; the estimate path is exercised by ``with_rank_imbalance`` directly."""
     from trainscope.analyzers.rules import Rules
-    from trainscope.analyzers.trace.analysis import analyze_set, with_rank_imbalance
+    from trainscope.analyzers.trace.analysis import analyze_set
+    from trainscope.analyzers.trace.analysis import with_rank_imbalance
     from trainscope.collectors import open_traces
 
     analyses = analyze_set(open_traces(DLRM))
@@ -74,7 +75,8 @@ def test_max_decompressed_reaches_rank_workers_started_by_spawn(tmp_path):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from trainscope.api.executor import MapOptions, summarize_rank
+    from trainscope.api.executor import MapOptions
+    from trainscope.api.executor import summarize_rank
     from trainscope.api.inputs import rank_files
 
     files = rank_files(DLRM)

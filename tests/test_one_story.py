@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import DATA, analysis
+from tests.conftest import DATA
+from tests.conftest import analysis
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.trace.analysis import analyze_set, slowest
+from trainscope.analyzers.trace.analysis import analyze_set
+from trainscope.analyzers.trace.analysis import slowest
 from trainscope.analyzers.trace.sinks import SINK_ROW
 from trainscope.collectors import open_traces
 from trainscope.reports.document import analysis_dict

@@ -15,7 +15,10 @@ import pytest
 
 from tests.conftest import DATA
 from trainscope import api
-from trainscope.cli import COMMANDS, build_parser, command_named, main
+from trainscope.cli import COMMANDS
+from trainscope.cli import build_parser
+from trainscope.cli import command_named
+from trainscope.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = str(DATA / "cpu" / "fast.pt.trace.json.gz")
@@ -118,7 +121,8 @@ def test_save_diff_leaves_the_result_as_it_was(tmp_path):
 
 
 def test_each_kind_of_input_is_described_once(tmp_path):
-    from trainscope.api.inputs import InputDescription, describe_input
+    from trainscope.api.inputs import InputDescription
+    from trainscope.api.inputs import describe_input
 
     one = describe_input(SMALL)
     assert (one.kind, one.given, one.rank_files) == ("file", SMALL, ())

@@ -67,7 +67,8 @@ def test_adding_a_format_is_its_renderer_and_one_row(tmp_path, monkeypatch, caps
     assert (w.name, named) == ("markdown", False)
 
     # the app: its --report path (written once loaded) and `e` (written again), in the format the name says
-    from tests.test_tui import _ready, session
+    from tests.test_tui import _ready
+    from tests.test_tui import session
     from trainscope.tui.app import AnalyzeApp
 
     app_out = tmp_path / "app.toy"
@@ -102,7 +103,8 @@ def test_adding_a_format_is_its_renderer_and_one_row(tmp_path, monkeypatch, caps
     ],
 )
 def test_a_report_file_is_written_in_the_format_its_name_says(name, document, claimed):
-    from trainscope.reports.formats import DOCUMENTS, for_path
+    from trainscope.reports.formats import DOCUMENTS
+    from trainscope.reports.formats import for_path
 
     for doc in DOCUMENTS:
         w, named = for_path(name, doc)
@@ -125,7 +127,9 @@ def test_the_note_and_the_help_say_the_rule_from_the_table():
 
 
 def test_a_format_renders_only_the_documents_its_row_names():
-    from trainscope.reports.formats import Output, Writer, render
+    from trainscope.reports.formats import Output
+    from trainscope.reports.formats import Writer
+    from trainscope.reports.formats import render
 
     row = Writer("x", "X", (".x",), "trainscope.reports.renderers:json_document", "x", documents=("plan",))
     with pytest.raises(ValueError, match="does not render a analysis report"):
@@ -170,7 +174,8 @@ def test_the_end_of_a_watch_is_a_document_of_the_table(tmp_path, capsys):
 
     from trainscope.analyzers.live.engine import LiveAnalyzer
     from trainscope.common import write_report
-    from trainscope.reports.live import summary_dict, summary_markdown
+    from trainscope.reports.live import summary_dict
+    from trainscope.reports.live import summary_markdown
     from trainscope.reports.renderers import WatchSummary
     from trainscope.traces.safe_text import visible_lines
 
@@ -255,7 +260,11 @@ def test_the_apps_export_message_shows_a_path_with_brackets_as_it_is(tmp_path):
     """The app's export notices interpolate the file path (and elsewhere kernel names, allocation
     sites, the search text) — as plain text, not Textual markup: a folder named "run[/b]" raised
     MarkupError (closing tag without an opening one) when the notice was drawn, and "[b]" vanished."""
-    from tests.test_tui import _ready, notices, session, toasts, until
+    from tests.test_tui import _ready
+    from tests.test_tui import notices
+    from tests.test_tui import session
+    from tests.test_tui import toasts
+    from tests.test_tui import until
     from trainscope.tui.app import AnalyzeApp
 
     target = tmp_path / "run[/b]" / "r.md"  # its folder does not exist: the "cannot write" notice

@@ -12,7 +12,8 @@ from collections import Counter
 
 import pytest
 
-from tests.conftest import DATA, KINETO
+from tests.conftest import DATA
+from tests.conftest import KINETO
 
 NSYS = DATA / "nsys"
 
@@ -191,7 +192,9 @@ def test_perfetto_to_a_path_that_cannot_be_written_is_one_line_and_exit_2(tmp_pa
 def test_x_in_the_app_writes_the_same_export(tmp_path, monkeypatch):
     import asyncio
 
-    from tests.test_tui import RESNET, _ready, session
+    from tests.test_tui import RESNET
+    from tests.test_tui import _ready
+    from tests.test_tui import session
     from trainscope.tui.app import AnalyzeApp
 
     monkeypatch.chdir(tmp_path)
@@ -233,7 +236,9 @@ def test_odd_traces_export_and_read_back_whole(name, tmp_path):
     """CPU-only, AMD, non-GPU and NCCL-on-ROCm traces: every event and every finding interval comes back."""
     from trainscope.analyzers.rules import Rules
     from trainscope.collectors import open_traces
-    from trainscope.reports.perfetto import FINDING_PREFIX, finding_intervals, write_perfetto
+    from trainscope.reports.perfetto import FINDING_PREFIX
+    from trainscope.reports.perfetto import finding_intervals
+    from trainscope.reports.perfetto import write_perfetto
     from trainscope.tui.state import build_session
 
     s = build_session(str(KINETO / name), open_traces(str(KINETO / name)), Rules())
@@ -324,7 +329,9 @@ def test_the_export_of_an_nsight_export_names_the_gpus_and_keeps_every_row(tmp_p
     is named, and every finding interval is there (no cap)."""
     from trainscope.analyzers.rules import Rules
     from trainscope.collectors import open_traces
-    from trainscope.reports.perfetto import FINDING_PREFIX, finding_intervals, write_perfetto
+    from trainscope.reports.perfetto import FINDING_PREFIX
+    from trainscope.reports.perfetto import finding_intervals
+    from trainscope.reports.perfetto import write_perfetto
     from trainscope.tui.state import build_session
 
     path = str(NSYS / "cs336_small_train_step_a100.sqlite")
@@ -351,7 +358,8 @@ def test_a_plain_file_is_copied_between_its_brackets_and_a_damaged_one_event_by_
     one goes through the validated stream: the export then holds the whole events the analysis read."""
     from trainscope.analyzers.rules import Rules
     from trainscope.collectors import open_traces
-    from trainscope.reports.perfetto import _array_span, write_perfetto
+    from trainscope.reports.perfetto import _array_span
+    from trainscope.reports.perfetto import write_perfetto
     from trainscope.tui.state import build_session
 
     raw = gzip.decompress((KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz").read_bytes())

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DATA, KINETO
+from tests.conftest import DATA
+from tests.conftest import KINETO
 from trainscope.cli import main
 
 GLOO = DATA / "gloo"
@@ -159,7 +160,8 @@ def test_the_resnet_findings_are_merged_slices_with_their_whole_time(tmp_path):
 
     from trainscope.analyzers.rules import Rules
     from trainscope.collectors import open_traces
-    from trainscope.reports.perfetto import finding_arrays, write_perfetto
+    from trainscope.reports.perfetto import finding_arrays
+    from trainscope.reports.perfetto import write_perfetto
     from trainscope.tui.state import build_session
 
     path = str(KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz")
@@ -208,7 +210,9 @@ async def _press_x(app, path: Path, pilot) -> list[str]:
 
 
 def _app_export(source: str, out: Path, monkeypatch, select_rank: int | None = None, size=(100, 30)):
-    from tests.test_tui import _ready, notices, toasts
+    from tests.test_tui import _ready
+    from tests.test_tui import notices
+    from tests.test_tui import toasts
     from trainscope.analyzers.rules import Rules
     from trainscope.tui import chrome
     from trainscope.tui.app import AnalyzeApp
@@ -363,7 +367,9 @@ def test_the_rank_set_file_loads_in_perfettos_trace_processor(name, exports):
 
 def test_a_hostile_rank_set_exports_as_valid_json_with_its_names_intact(tmp_path):
     import trainscope.api as ts
-    from tests.hostile import LONE_SURROGATE, PAYLOAD, kineto_doc
+    from tests.hostile import LONE_SURROGATE
+    from tests.hostile import PAYLOAD
+    from tests.hostile import kineto_doc
 
     ranks = tmp_path / "ranks"
     ranks.mkdir()

@@ -13,10 +13,18 @@ import pytest
 
 textual = pytest.importorskip("textual")
 
-from tests.test_ledger import WALKTHROUGH, WALKTHROUGH_FLAGS  # noqa: E402
-from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY, gpu_memory  # noqa: E402
-from trainscope.analyzers.plan.ledger import GB, PlanConfig, fit, fit_options, ledger  # noqa: E402
-from trainscope.tui.plan_app import KEYS, HelpScreen, PlanApp  # noqa: E402
+from tests.test_ledger import WALKTHROUGH  # noqa: E402
+from tests.test_ledger import WALKTHROUGH_FLAGS  # noqa: E402
+from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY  # noqa: E402
+from trainscope.analyzers.plan.gpu_memory import gpu_memory  # noqa: E402
+from trainscope.analyzers.plan.ledger import GB  # noqa: E402
+from trainscope.analyzers.plan.ledger import PlanConfig  # noqa: E402
+from trainscope.analyzers.plan.ledger import fit  # noqa: E402
+from trainscope.analyzers.plan.ledger import fit_options  # noqa: E402
+from trainscope.analyzers.plan.ledger import ledger  # noqa: E402
+from trainscope.tui.plan_app import KEYS  # noqa: E402
+from trainscope.tui.plan_app import HelpScreen  # noqa: E402
+from trainscope.tui.plan_app import PlanApp  # noqa: E402
 from trainscope.tui.plan_view import ITEM_STYLE  # noqa: E402
 
 V100 = gpu_memory("v100-32")

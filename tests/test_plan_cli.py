@@ -6,7 +6,8 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import DATA, KINETO
+from tests.conftest import DATA
+from tests.conftest import KINETO
 from tests.test_ledger import WALKTHROUGH_FLAGS as WALKTHROUGH
 
 SNAPSHOT = str(DATA / "memory" / "mem_cs336_nothanmin_trainstep.pickle.gz")

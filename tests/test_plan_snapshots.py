@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_plan_app import GPT2_XL_SHAPE, V100, WALKTHROUGH, settle
+from tests.test_plan_app import GPT2_XL_SHAPE
+from tests.test_plan_app import V100
+from tests.test_plan_app import WALKTHROUGH
+from tests.test_plan_app import settle
 
 pytest.importorskip("pytest_textual_snapshot")
 

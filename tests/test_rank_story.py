@@ -17,8 +17,12 @@ import time
 
 import pytest
 
-from tests.conftest import KINETO, dlrm_rank_dir, exit_code_written
-from tests.tmux import needs_tmux, terminal, trainscope_line
+from tests.conftest import KINETO
+from tests.conftest import dlrm_rank_dir
+from tests.conftest import exit_code_written
+from tests.tmux import needs_tmux
+from tests.tmux import terminal
+from tests.tmux import trainscope_line
 from trainscope.api import analyze
 
 DLRM = KINETO / "hta_dlrm_ws128_2ranks"

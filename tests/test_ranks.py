@@ -14,10 +14,17 @@ import pickle
 import numpy as np
 import pytest
 
-from tests.conftest import GLOO_DELAY_MS, KINETO, dlrm_rank_dir, dlrm_step_kernels
-from trainscope.analyzers.ranks.alignment import align_ranks, ranks_view, summarize
+from tests.conftest import GLOO_DELAY_MS
+from tests.conftest import KINETO
+from tests.conftest import dlrm_rank_dir
+from tests.conftest import dlrm_step_kernels
+from trainscope.analyzers.ranks.alignment import align_ranks
+from trainscope.analyzers.ranks.alignment import ranks_view
+from trainscope.analyzers.ranks.alignment import summarize
 from trainscope.analyzers.trace.analysis import analyze_trace
-from trainscope.api.executor import MapOptions, map_ranks, run_rank_set
+from trainscope.api.executor import MapOptions
+from trainscope.api.executor import map_ranks
+from trainscope.api.executor import run_rank_set
 from trainscope.api.inputs import rank_files
 from trainscope.cli import main
 from trainscope.collectors import open_traces
@@ -220,7 +227,9 @@ def test_app_ranks_tab_shows_the_alignment_and_the_heat_strip():
 def test_the_aligned_story_is_the_only_answer(capsys):
     """The step-offset comparison (rank 0 'last in 6 of 10' on this pair) is no longer a second answer
     beside the aligned one: the document holds one straggler list and one table of lateness."""
-    from trainscope.reports.deep import straggler_headline, stragglers_markdown_lines, stragglers_text_lines
+    from trainscope.reports.deep import straggler_headline
+    from trainscope.reports.deep import stragglers_markdown_lines
+    from trainscope.reports.deep import stragglers_text_lines
 
     assert main(["analyze", str(DLRM), "--format", "json", "-q", "--jobs", "1"]) == 0
     s = json.loads(capsys.readouterr().out)["stragglers"]

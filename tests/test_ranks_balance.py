@@ -18,7 +18,10 @@ import json
 
 import pytest
 
-from tests.conftest import DATA, KINETO, dlrm_rank_dir, dlrm_step_kernels
+from tests.conftest import DATA
+from tests.conftest import KINETO
+from tests.conftest import dlrm_rank_dir
+from tests.conftest import dlrm_step_kernels
 from trainscope.analyzers.findings.ranks import NOT_WORK_TITLE
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import rejudged
@@ -253,7 +256,8 @@ def test_a_wait_that_is_not_work_imbalance_is_not_headlined_as_imbalance(gloo_di
     bundled rank set has that verdict (its stake is capped by the small extra work, so other findings
     lead): the gloo document is given the verdict the not-work finding would write."""
     from trainscope.reports.diff_document import verdict_headline
-    from trainscope.reports.document import headline, headline_word
+    from trainscope.reports.document import headline
+    from trainscope.reports.document import headline_word
     from trainscope.reports.html import render_html
     from trainscope.reports.markdown import render_markdown
     from trainscope.reports.oneline import report_line

@@ -16,8 +16,10 @@ import json
 
 import pytest
 
-from tests.conftest import GLOO_DELAY_MS, KINETO
-from trainscope.analyzers.ranks.alignment import align_ranks, summarize
+from tests.conftest import GLOO_DELAY_MS
+from tests.conftest import KINETO
+from trainscope.analyzers.ranks.alignment import align_ranks
+from trainscope.analyzers.ranks.alignment import summarize
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.collectors import open_traces
 
@@ -199,7 +201,9 @@ def test_per_rank_verdicts_rejudged_with_the_measured_wait(dlrm):
 def test_every_reader_path_keeps_the_collective_identity(tmp_path):
     """Streamed, in memory, and in two halves (the second in a child process), the collective args
     under each External id are those of the raw JSON, operator and kernel merged."""
-    from trainscope.collectors.kineto import _load_halves, load_kineto, load_kineto_in_memory
+    from trainscope.collectors.kineto import _load_halves
+    from trainscope.collectors.kineto import load_kineto
+    from trainscope.collectors.kineto import load_kineto_in_memory
 
     doc = _with_seq(_raw(NCCL))
     path = tmp_path / "rank0.json"

@@ -19,19 +19,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from trainscope.analyzers.trace.analysis import analyze_trace
-from trainscope.analyzers.trace.repairs import (
-    REASONS,
-    RepairLog,
-    ensure_checked,
-    inconsistencies,
-    reasons_markdown,
-    repair,
-)
-from trainscope.analyzers.trace.steps import PROFILER_STEP, name_mask
+from trainscope.analyzers.trace.repairs import REASONS
+from trainscope.analyzers.trace.repairs import RepairLog
+from trainscope.analyzers.trace.repairs import ensure_checked
+from trainscope.analyzers.trace.repairs import inconsistencies
+from trainscope.analyzers.trace.repairs import reasons_markdown
+from trainscope.analyzers.trace.repairs import repair
+from trainscope.analyzers.trace.steps import PROFILER_STEP
+from trainscope.analyzers.trace.steps import name_mask
 from trainscope.traces.builder import training_trace
 from trainscope.traces.model import Trace
 
@@ -412,7 +413,8 @@ def test_a_repaired_rank_of_a_directory_is_said_and_read_again_repaired(tmp_path
     """A rank directory is mapped in worker processes: the repaired rank's lines reach the document
     (prefixed by its rank when it is not the rank shown), and its trace read again for the views is
     repaired the same way."""
-    from tests.fuzzing import SEMANTIC_SEEDS, semantic_mutant
+    from tests.fuzzing import SEMANTIC_SEEDS
+    from tests.fuzzing import semantic_mutant
     from trainscope.api import analyze
 
     seed = SEMANTIC_SEEDS[-1]

@@ -6,8 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import CPU_ONLY, KINETO, analysis, load, raw_document
-from trainscope.analyzers.devices import DEVICE_TABLE, PRECISIONS, lookup, lookup_device
+from tests.conftest import CPU_ONLY
+from tests.conftest import KINETO
+from tests.conftest import analysis
+from tests.conftest import load
+from tests.conftest import raw_document
+from trainscope.analyzers.devices import DEVICE_TABLE
+from trainscope.analyzers.devices import PRECISIONS
+from trainscope.analyzers.devices import lookup
+from trainscope.analyzers.devices import lookup_device
 from trainscope.traces.model import Device
 
 TIMESFORMER = "tl_h100_timesformer_k400_infer.json.gz"
@@ -238,7 +245,8 @@ def test_tensor_core_candidates_are_compute_bound_fp32_matrix_math_only():
 
     from trainscope.analyzers.devices import lookup
     from trainscope.analyzers.trace.cost import PRECISIONS as CP
-    from trainscope.analyzers.trace.cost import kernel_costs, name_precision
+    from trainscope.analyzers.trace.cost import kernel_costs
+    from trainscope.analyzers.trace.cost import name_precision
     from trainscope.analyzers.trace.roofline import roofline
 
     t = load("resnet50_v100_num_workers_0.pt.trace.json.gz")

@@ -11,8 +11,10 @@ import pytest
 
 from tests.conftest import DATA
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
-from trainscope.collectors.safe_pickle import loads_plain, read_bounded
+from trainscope.analyzers.snapshot.summary import snapshot_findings
+from trainscope.analyzers.snapshot.summary import snapshot_memory
+from trainscope.collectors.safe_pickle import loads_plain
+from trainscope.collectors.safe_pickle import read_bounded
 from trainscope.collectors.snapshot import load_snapshot
 
 OOM = DATA / "memory" / "mem_oom_flexgen_opt.pickle"

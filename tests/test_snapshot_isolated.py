@@ -14,7 +14,9 @@ import pytest
 from tests.conftest import DATA
 from trainscope.collectors.errors import TraceError
 from trainscope.collectors.safe_pickle import loads_plain
-from trainscope.collectors.snapshot import load_snapshot, load_snapshot_in_process, shared_stacks
+from trainscope.collectors.snapshot import load_snapshot
+from trainscope.collectors.snapshot import load_snapshot_in_process
+from trainscope.collectors.snapshot import shared_stacks
 
 SNAPSHOT = DATA / "memory" / "mem_cs336_nothanmin_trainstep.pickle.gz"
 
@@ -125,7 +127,8 @@ def test_the_child_reports_a_bug_a_death_and_a_foreign_result_apart():
     import os
     from collections import OrderedDict
 
-    from trainscope.collectors.isolated import ChildError, run_limited
+    from trainscope.collectors.isolated import ChildError
+    from trainscope.collectors.isolated import run_limited
 
     assert run_limited(lambda x: np.arange(x), (3,), 256 << 20).tolist() == [0, 1, 2]
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):

@@ -9,8 +9,12 @@ import math
 import numpy as np
 import pytest
 
-from trainscope.analyzers.compare.diff import GateSide, gate_on
-from trainscope.analyzers.compare.stats import bootstrap_change, mann_whitney, rankdata, u_distribution
+from trainscope.analyzers.compare.diff import GateSide
+from trainscope.analyzers.compare.diff import gate_on
+from trainscope.analyzers.compare.stats import bootstrap_change
+from trainscope.analyzers.compare.stats import mann_whitney
+from trainscope.analyzers.compare.stats import rankdata
+from trainscope.analyzers.compare.stats import u_distribution
 
 
 def _u(x, y) -> float:

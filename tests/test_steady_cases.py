@@ -9,8 +9,10 @@ import sqlite3
 
 import pytest
 
-from tests.conftest import DATA, edited_sqlite
-from trainscope.analyzers.findings.labels import score, verdict_class
+from tests.conftest import DATA
+from tests.conftest import edited_sqlite
+from trainscope.analyzers.findings.labels import score
+from trainscope.analyzers.findings.labels import verdict_class
 
 STEADY = DATA / "labeled" / "steady"
 LABELS = json.loads((STEADY / "labels.json").read_text())["traces"]

@@ -22,7 +22,8 @@ import pytest
 from tests.conftest import DATA
 from tests.test_fix_fitness import _rules
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.trace.recommendations import code_lines, removable
+from trainscope.analyzers.trace.recommendations import code_lines
+from trainscope.analyzers.trace.recommendations import removable
 
 STEADY = DATA / "labeled" / "steady"
 STEADY_LABELS = json.loads((STEADY / "labels.json").read_text())["traces"]
@@ -132,7 +133,8 @@ def test_fix_text_fits_the_workload_the_trace_shows(rel):
 
 @pytest.mark.parametrize("name", sorted(STEADY_LABELS))
 def test_a_labeled_one_off_trace_gets_its_verdict_and_fix_one(name):
-    from trainscope.analyzers.findings.labels import score, verdict_class
+    from trainscope.analyzers.findings.labels import score
+    from trainscope.analyzers.findings.labels import verdict_class
     from trainscope.api import analyze
 
     label = STEADY_LABELS[name]

@@ -9,7 +9,8 @@ import pytest
 
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.traces.builder import TraceBuilder
-from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS
+from trainscope.traces.model import COPY_KINDS
+from trainscope.traces.model import MEMORY_KINDS
 
 MS = 1_000_000
 HTOD, PAGEABLE, DEVICE = COPY_KINDS.index("HtoD"), MEMORY_KINDS.index("pageable"), MEMORY_KINDS.index("device")

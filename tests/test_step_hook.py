@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-from trainscope.collectors.step_receiver import HOOK_MODULE, StepReceiver, child_environment
+from trainscope.collectors.step_receiver import HOOK_MODULE
+from trainscope.collectors.step_receiver import StepReceiver
+from trainscope.collectors.step_receiver import child_environment
 
 
 @pytest.fixture

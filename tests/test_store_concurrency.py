@@ -11,7 +11,8 @@ import sqlite3
 
 import pytest
 
-from trainscope.api.store import RunStore, report_summary
+from trainscope.api.store import RunStore
+from trainscope.api.store import report_summary
 
 FAST = os.path.join(os.path.dirname(__file__), "data", "cpu", "fast.pt.trace.json.gz")
 SAVERS, ROUNDS = 8, 3

@@ -11,7 +11,10 @@ import sqlite3
 import pytest
 
 import trainscope.api as ts
-from trainscope.api.store import MIGRATIONS, DamagedRun, RunStore, report_summary
+from trainscope.api.store import MIGRATIONS
+from trainscope.api.store import DamagedRun
+from trainscope.api.store import RunStore
+from trainscope.api.store import report_summary
 from trainscope.cli import main
 
 FAST = os.path.join(os.path.dirname(__file__), "data", "cpu", "fast.pt.trace.json.gz")

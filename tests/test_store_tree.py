@@ -16,17 +16,22 @@ import sys
 import pytest
 
 from tests.conftest import KINETO
-from tests.test_tree_diff import MLP, QWEN, _model, stretch
-from trainscope.analyzers.compare.history import BadSummary, RunSummary
-from trainscope.analyzers.compare.tree_diff import _size, diff_trees, node_gate, parse_budget
-from trainscope.analyzers.trace.module_tree import (
-    STORED_KERNEL,
-    STORED_LEVELS,
-    STORED_NAME,
-    STORED_NODES,
-    bounded_name,
-    top_levels,
-)
+from tests.test_tree_diff import MLP
+from tests.test_tree_diff import QWEN
+from tests.test_tree_diff import _model
+from tests.test_tree_diff import stretch
+from trainscope.analyzers.compare.history import BadSummary
+from trainscope.analyzers.compare.history import RunSummary
+from trainscope.analyzers.compare.tree_diff import _size
+from trainscope.analyzers.compare.tree_diff import diff_trees
+from trainscope.analyzers.compare.tree_diff import node_gate
+from trainscope.analyzers.compare.tree_diff import parse_budget
+from trainscope.analyzers.trace.module_tree import STORED_KERNEL
+from trainscope.analyzers.trace.module_tree import STORED_LEVELS
+from trainscope.analyzers.trace.module_tree import STORED_NAME
+from trainscope.analyzers.trace.module_tree import STORED_NODES
+from trainscope.analyzers.trace.module_tree import bounded_name
+from trainscope.analyzers.trace.module_tree import top_levels
 
 HTA = KINETO / "hta_a100_80gb_rank0.json.gz"  # 79 nodes, 7 levels: a bundled tree over the bound
 NORM = KINETO / "tl_mi300x_norm_layers_fwdbwd.json.gz"  # a leaf's heaviest kernel is 5,096 characters long

@@ -6,8 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import DATA, KINETO, dlrm_rank_dir
-from trainscope.analyzers.ranks.straggler_test import binomial_tail, straggler_test
+from tests.conftest import DATA
+from tests.conftest import KINETO
+from tests.conftest import dlrm_rank_dir
+from trainscope.analyzers.ranks.straggler_test import binomial_tail
+from trainscope.analyzers.ranks.straggler_test import straggler_test
 
 
 def test_sign_flip_exact_and_approximate():

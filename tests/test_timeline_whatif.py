@@ -5,9 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import ALL_KINETO, CPU_ONLY, analysis, load
+from tests.conftest import ALL_KINETO
+from tests.conftest import CPU_ONLY
+from tests.conftest import analysis
+from tests.conftest import load
 from trainscope.analyzers.trace.kernels import kernel_classes
-from trainscope.analyzers.trace.whatif import levers, project
+from trainscope.analyzers.trace.whatif import levers
+from trainscope.analyzers.trace.whatif import project
 from trainscope.analyzers.views.memory_curve import memory_curves
 from trainscope.analyzers.views.timeline import TimelineModel
 
@@ -81,7 +85,9 @@ def test_memory_curve_peaks_match_the_reported_peak(name):
 def test_levers_drawing_on_the_same_time_remove_no_more_than_it_holds():
     """GPU idle after a blocking sync is filed under sync / launch / other idle, where the launch
     and sync levers also draw: together they are capped by that pool (qwen H100: 8.22 % of step)."""
-    from trainscope.analyzers.trace.whatif import POOL_CATEGORIES, Lever, _pooled
+    from trainscope.analyzers.trace.whatif import POOL_CATEGORIES
+    from trainscope.analyzers.trace.whatif import Lever
+    from trainscope.analyzers.trace.whatif import _pooled
 
     a = analysis("tracelens_h100_qwen_inference.json.gz")
     pool = sum(a.breakdown.share_pct(c) for c in POOL_CATEGORIES["host-idle"])

@@ -19,11 +19,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cache_on import paused, temporary, turn_cache_on, two_writers_of_one_entry, writer
+from tests.cache_on import paused
+from tests.cache_on import temporary
+from tests.cache_on import turn_cache_on
+from tests.cache_on import two_writers_of_one_entry
+from tests.cache_on import writer
 from tests.conftest import DATA
 from tests.fuzzing import run_in_process
-from tests.test_golden import CASES, GOLDEN, differences, normalized
-from trainscope.api import cache, trace_cache
+from tests.test_golden import CASES
+from tests.test_golden import GOLDEN
+from tests.test_golden import differences
+from tests.test_golden import normalized
+from trainscope.api import cache
+from trainscope.api import trace_cache
 from trainscope.traces.model import Table
 
 SMALL = "cpu/fast.pt.trace.json.gz"

@@ -11,8 +11,11 @@ import time
 
 import pytest
 
-from tests.conftest import DATA, exit_code_written
-from tests.tmux import needs_tmux, terminal, trainscope_line
+from tests.conftest import DATA
+from tests.conftest import exit_code_written
+from tests.tmux import needs_tmux
+from tests.tmux import terminal
+from tests.tmux import trainscope_line
 
 pytest.importorskip("textual")
 
@@ -21,7 +24,8 @@ from trainscope.collectors import open_traces  # noqa: E402
 from trainscope.tui.app import AnalyzeApp  # noqa: E402
 from trainscope.tui.state import build_session  # noqa: E402
 from trainscope.tui.timeline import TimelineView  # noqa: E402
-from trainscope.tui.tree import TreePane, node_interval  # noqa: E402
+from trainscope.tui.tree import TreePane  # noqa: E402
+from trainscope.tui.tree import node_interval  # noqa: E402
 
 QWEN = DATA / "kineto" / "tracelens_h100_qwen_inference.json.gz"
 CS336 = DATA / "nsys" / "cs336_small_train_step_a100.sqlite"

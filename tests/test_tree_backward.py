@@ -10,9 +10,11 @@ import pathlib
 import numpy as np
 import pytest
 
-from tests.test_module_tree import _kernel, _with_frames
+from tests.test_module_tree import _kernel
+from tests.test_module_tree import _with_frames
 from trainscope.analyzers.trace.analysis import analyze_trace
-from trainscope.analyzers.trace.module_tree import _last_before, module_tree
+from trainscope.analyzers.trace.module_tree import _last_before
+from trainscope.analyzers.trace.module_tree import module_tree
 from trainscope.collectors.inputs import open_traces
 from trainscope.collectors.kineto import load_kineto_in_memory
 from trainscope.traces.builder import TraceBuilder

@@ -12,15 +12,15 @@ import sys
 
 import pytest
 
-from tests.conftest import DATA, KINETO
-from trainscope.analyzers.compare.tree_diff import (
-    NoSuchNode,
-    diff_trees,
-    node_gate,
-    parse_budget,
-    path_matches,
-)
-from trainscope.analyzers.trace.module_tree import ModuleTree, Node
+from tests.conftest import DATA
+from tests.conftest import KINETO
+from trainscope.analyzers.compare.tree_diff import NoSuchNode
+from trainscope.analyzers.compare.tree_diff import diff_trees
+from trainscope.analyzers.compare.tree_diff import node_gate
+from trainscope.analyzers.compare.tree_diff import parse_budget
+from trainscope.analyzers.compare.tree_diff import path_matches
+from trainscope.analyzers.trace.module_tree import ModuleTree
+from trainscope.analyzers.trace.module_tree import Node
 
 QWEN = KINETO / "tracelens_h100_qwen_inference.json.gz"
 MLP = "Qwen2Model_0 › Qwen2DecoderLayer_0…23 › Qwen2MLP_0…23"

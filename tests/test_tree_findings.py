@@ -16,18 +16,18 @@ import pytest
 
 from tests.test_module_tree import _with_frames
 from trainscope.analyzers.findings import REGISTRY
-from trainscope.analyzers.findings.tree import (
-    BACKWARD_RATIO,
-    SLOW_COMPUTE_REGION,
-    SLOW_INSTANCE,
-    SLOW_MEMORY_REGION,
-    backward_ratio,
-    instance_excess_ns,
-    region_saving_ns,
-)
+from trainscope.analyzers.findings.tree import BACKWARD_RATIO
+from trainscope.analyzers.findings.tree import SLOW_COMPUTE_REGION
+from trainscope.analyzers.findings.tree import SLOW_INSTANCE
+from trainscope.analyzers.findings.tree import SLOW_MEMORY_REGION
+from trainscope.analyzers.findings.tree import backward_ratio
+from trainscope.analyzers.findings.tree import instance_excess_ns
+from trainscope.analyzers.findings.tree import region_saving_ns
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import analyze_trace
-from trainscope.analyzers.trace.module_tree import OUTSIDE, ModuleTree, Node
+from trainscope.analyzers.trace.module_tree import OUTSIDE
+from trainscope.analyzers.trace.module_tree import ModuleTree
+from trainscope.analyzers.trace.module_tree import Node
 from trainscope.collectors.inputs import open_traces
 from trainscope.traces.builder import TraceBuilder
 
@@ -399,7 +399,8 @@ def test_no_slow_instance_from_collectives_or_autograd_operators():
 
 
 def test_tree_findings_are_registered_and_explainable():
-    from trainscope.api import analyze, explain_finding
+    from trainscope.api import analyze
+    from trainscope.api import explain_finding
 
     for s in (SLOW_MEMORY_REGION, SLOW_COMPUTE_REGION, SLOW_INSTANCE, BACKWARD_RATIO):
         assert REGISTRY[s.id] is s and not s.can_be_primary

@@ -19,11 +19,15 @@ textual = pytest.importorskip("textual")
 
 from trainscope.analyzers.rules import Rules  # noqa: E402
 from trainscope.collectors import open_traces  # noqa: E402
-from trainscope.tui.app import AnalyzeApp, HelpScreen  # noqa: E402
+from trainscope.tui.app import AnalyzeApp  # noqa: E402
+from trainscope.tui.app import HelpScreen  # noqa: E402
 from trainscope.tui.fixes import FixesPane  # noqa: E402
-from trainscope.tui.state import Session, build_session  # noqa: E402
+from trainscope.tui.state import Session  # noqa: E402
+from trainscope.tui.state import build_session  # noqa: E402
 from trainscope.tui.tables import KernelsPane  # noqa: E402
-from trainscope.tui.timeline import GUTTER, TimelinePane, TimelineView  # noqa: E402
+from trainscope.tui.timeline import GUTTER  # noqa: E402
+from trainscope.tui.timeline import TimelinePane  # noqa: E402
+from trainscope.tui.timeline import TimelineView  # noqa: E402
 
 RESNET = "resnet50_v100_num_workers_0.pt.trace.json.gz"
 PARAM_RESNET = "param_resnet_2080ti.json.gz"

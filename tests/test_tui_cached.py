@@ -18,7 +18,10 @@ from tests.fuzzing import run_in_process
 
 pytest.importorskip("textual")
 
-from tests.test_tui import RESNET, notices, static_text, until  # noqa: E402
+from tests.test_tui import RESNET  # noqa: E402
+from tests.test_tui import notices  # noqa: E402
+from tests.test_tui import static_text  # noqa: E402
+from tests.test_tui import until  # noqa: E402
 from trainscope import api  # noqa: E402
 from trainscope.analyzers.rules import Rules  # noqa: E402
 from trainscope.api import cache  # noqa: E402
@@ -26,7 +29,8 @@ from trainscope.reports.document import headline  # noqa: E402
 from trainscope.traces.safe_text import safe_strings  # noqa: E402
 from trainscope.tui.app import AnalyzeApp  # noqa: E402
 from trainscope.tui.overview import Overview  # noqa: E402
-from trainscope.tui.state import build_session, cached_document  # noqa: E402
+from trainscope.tui.state import build_session  # noqa: E402
+from trainscope.tui.state import cached_document  # noqa: E402
 
 PATH = str(KINETO / RESNET)
 RANKS = str(KINETO / "hta_dlrm_ws128_2ranks")  # two ranks: the Overview says the rank story too
@@ -146,7 +150,8 @@ def test_a_miss_opens_on_the_loading_screen_as_before(cache_on):
 def _app_for(argv: list[str]):
     """The app ``trainscope analyze ARGV`` would run in a terminal (not run)."""
     from trainscope.cli import build_parser
-    from trainscope.commands.analyze import _rules, analyze_app
+    from trainscope.commands.analyze import _rules
+    from trainscope.commands.analyze import analyze_app
 
     args = build_parser().parse_args(["analyze", *argv])
     return analyze_app(args, _rules(args), None)

@@ -11,7 +11,12 @@ import pytest
 from textual.geometry import Region
 
 from tests.conftest import analysis
-from tests.test_tui import A100, KINETO, RESNET, _ready, opened, session
+from tests.test_tui import A100
+from tests.test_tui import KINETO
+from tests.test_tui import RESNET
+from tests.test_tui import _ready
+from tests.test_tui import opened
+from tests.test_tui import session
 
 pytest.importorskip("textual")
 
@@ -173,7 +178,8 @@ def test_x_is_an_export_in_every_app_never_a_filter():
 
 
 def test_roofline_chart_shows_every_label():
-    from trainscope.tui.roofline_plot import LABELS, roofline_chart
+    from trainscope.tui.roofline_plot import LABELS
+    from trainscope.tui.roofline_plot import roofline_chart
 
     roof = analysis(A100).roofline
     pts = [r for r in roof.rows if r.intensity and r.tflops]
@@ -222,7 +228,8 @@ def test_kernels_at_real_sizes_name_their_kernels_and_show_every_sort_arrow(size
 def test_an_evidence_fact_without_a_number_has_no_dash_for_its_value():
     """The fixes tab showed "metric: — — source" for evidence without a value (the overview did not):
     both panes draw evidence with one function."""
-    from trainscope.tui import fixes, overview
+    from trainscope.tui import fixes
+    from trainscope.tui import overview
 
     fact = {"metric": "num_workers=0 in the trace", "value": None, "unit": "", "threshold": None, "meets": None}
     line = overview.evidence_line({**fact, "source": "DataLoader arguments"}, "  ").plain

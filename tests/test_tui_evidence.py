@@ -8,7 +8,11 @@ import asyncio
 import numpy as np
 import pytest
 
-from tests.test_tui import A100, RESNET, _ready, opened, session
+from tests.test_tui import A100
+from tests.test_tui import RESNET
+from tests.test_tui import _ready
+from tests.test_tui import opened
+from tests.test_tui import session
 
 pytest.importorskip("textual")
 

@@ -6,14 +6,20 @@ import asyncio
 
 import pytest
 
-from tests.test_tui import KINETO, RESNET, _ready, notices, session
+from tests.test_tui import KINETO
+from tests.test_tui import RESNET
+from tests.test_tui import _ready
+from tests.test_tui import notices
+from tests.test_tui import session
 
 pytest.importorskip("textual")
 
-from trainscope.tui.app import AnalyzeApp, key_sections  # noqa: E402
+from trainscope.tui.app import AnalyzeApp  # noqa: E402
+from trainscope.tui.app import key_sections  # noqa: E402
 from trainscope.tui.diff_app import DiffApp  # noqa: E402
 from trainscope.tui.keys import KEYMAP  # noqa: E402
-from trainscope.tui.memory_app import MemoryApp, PeakTable  # noqa: E402
+from trainscope.tui.memory_app import MemoryApp  # noqa: E402
+from trainscope.tui.memory_app import PeakTable  # noqa: E402
 from trainscope.tui.plan_app import PlanApp  # noqa: E402
 from trainscope.tui.tabs import TABS  # noqa: E402
 from trainscope.tui.watch_app import WatchApp  # noqa: E402
@@ -84,7 +90,8 @@ def test_a_tab_without_its_pane_is_refused_when_declared():
     """A tab is one class: forgetting its widget fails at import, not when the tab is opened."""
     import pytest
 
-    from trainscope.tui.tabs import TABS, Tab
+    from trainscope.tui.tabs import TABS
+    from trainscope.tui.tabs import Tab
 
     assert all(callable(t.__dict__["pane"]) or isinstance(t.__dict__["pane"], staticmethod) for t in TABS)
     with pytest.raises(TypeError, match="NoPane declares no pane"):

@@ -16,7 +16,10 @@ import pytest
 
 from trainscope import api
 from trainscope.tui.chrome import HelpScreen
-from trainscope.tui.memory_app import MemoryApp, PeakChart, PeakTable, size_text
+from trainscope.tui.memory_app import MemoryApp
+from trainscope.tui.memory_app import PeakChart
+from trainscope.tui.memory_app import PeakTable
+from trainscope.tui.memory_app import size_text
 
 DATA = Path(__file__).parent / "data" / "memory"
 TRAINSTEP = DATA / "mem_cs336_nothanmin_trainstep.pickle.gz"  # 19,464 allocator events, one device

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_tui import KINETO, PARAM_RESNET, RESNET, session
+from tests.test_tui import KINETO
+from tests.test_tui import PARAM_RESNET
+from tests.test_tui import RESNET
+from tests.test_tui import session
 
 pytest.importorskip("pytest_textual_snapshot")
 

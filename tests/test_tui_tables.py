@@ -7,7 +7,10 @@ import asyncio
 
 import pytest
 
-from tests.test_tui import A100, PARAM_RESNET, RESNET, opened
+from tests.test_tui import A100
+from tests.test_tui import PARAM_RESNET
+from tests.test_tui import RESNET
+from tests.test_tui import opened
 
 pytest.importorskip("textual")
 

@@ -10,12 +10,17 @@ import json
 
 import pytest
 
-from tests.test_tui import KINETO, opened, session
+from tests.test_tui import KINETO
+from tests.test_tui import opened
+from tests.test_tui import session
 
 pytest.importorskip("textual")
 
-from trainscope.tui.palette import GPU_STYLE, HOST_STYLE  # noqa: E402
-from trainscope.tui.timeline import GUTTER, TimelineView, axis_labels  # noqa: E402
+from trainscope.tui.palette import GPU_STYLE  # noqa: E402
+from trainscope.tui.palette import HOST_STYLE  # noqa: E402
+from trainscope.tui.timeline import GUTTER  # noqa: E402
+from trainscope.tui.timeline import TimelineView  # noqa: E402
+from trainscope.tui.timeline import axis_labels  # noqa: E402
 
 A100 = "hta_a100_control.json.gz"
 

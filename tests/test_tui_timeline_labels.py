@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 from textual.geometry import Region
 
-from tests.test_tui import KINETO, RESNET, _ready, session
+from tests.test_tui import KINETO
+from tests.test_tui import RESNET
+from tests.test_tui import _ready
+from tests.test_tui import session
 
 pytest.importorskip("textual")
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 import sys
 import time
 
-from tests.conftest import KINETO, exit_code_written
-from tests.tmux import needs_tmux, terminal, trainscope_line
+from tests.conftest import KINETO
+from tests.conftest import exit_code_written
+from tests.tmux import needs_tmux
+from tests.tmux import terminal
+from tests.tmux import trainscope_line
 
 TRACE = KINETO / "resnet50_v100_num_workers_0.pt.trace.json.gz"
 pytestmark = needs_tmux

@@ -10,8 +10,11 @@ from __future__ import annotations
 import time
 
 from tests.conftest import exit_code_written
-from tests.hostile import PAYLOAD, write_kineto
-from tests.tmux import needs_tmux, terminal, trainscope_line
+from tests.hostile import PAYLOAD
+from tests.hostile import write_kineto
+from tests.tmux import needs_tmux
+from tests.tmux import terminal
+from tests.tmux import trainscope_line
 
 pytestmark = needs_tmux
 

@@ -19,7 +19,9 @@ import pytest
 
 from tests.conftest import DATA
 from trainscope import api
-from trainscope.reports.analysis_document import AnalysisDocument, Finding, TopKernel
+from trainscope.reports.analysis_document import AnalysisDocument
+from trainscope.reports.analysis_document import Finding
+from trainscope.reports.analysis_document import TopKernel
 from trainscope.reports.output import to_json
 
 ROOT = Path(__file__).resolve().parent.parent

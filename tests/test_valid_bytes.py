@@ -18,10 +18,14 @@ import re
 import numpy as np
 import pytest
 
-from tests.conftest import ALL_KINETO, KINETO
-from tests.test_kineto_stream import _same, in_halves_and_serially
-from trainscope.collectors import kineto_stream, readers
-from trainscope.collectors.kineto import load_kineto, load_kineto_in_memory
+from tests.conftest import ALL_KINETO
+from tests.conftest import KINETO
+from tests.test_kineto_stream import _same
+from tests.test_kineto_stream import in_halves_and_serially
+from trainscope.collectors import kineto_stream
+from trainscope.collectors import readers
+from trainscope.collectors.kineto import load_kineto
+from trainscope.collectors.kineto import load_kineto_in_memory
 
 TABLES = ("kernels", "copies", "memsets", "runtime", "cpu_ops", "annotations", "memory", "python_frames")
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 import asyncio
 
 from trainscope.analyzers.live.engine import LiveAnalyzer
-from trainscope.collectors.samples import GpuProcess, GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
-from trainscope.tui.watch_app import SampleMessage, WatchApp
+from trainscope.collectors.samples import GpuProcess
+from trainscope.collectors.samples import GpuSample
+from trainscope.collectors.samples import HostSample
+from trainscope.collectors.samples import ProcessGroup
+from trainscope.collectors.samples import Snapshot
+from trainscope.collectors.samples import StepSample
+from trainscope.tui.watch_app import SampleMessage
+from trainscope.tui.watch_app import WatchApp
 
 GIB = 2**30
 

@@ -21,7 +21,9 @@ import sys
 import pytest
 
 from tests.watching import watch_argv
-from trainscope.api.capture import Capture, CaptureController, CaptureOptions
+from trainscope.api.capture import Capture
+from trainscope.api.capture import CaptureController
+from trainscope.api.capture import CaptureOptions
 
 HERE = pathlib.Path(__file__).parent
 JOB = HERE / "jobs" / "capture_job.py"
@@ -160,7 +162,8 @@ def test_controller_limits_captures_and_measures_overhead(tmp_path):
     assert third.status == "refused" and "--capture-max 1" in third.why
     # The --report Markdown: a section per capture, the refused one saying why.
     from trainscope.analyzers.live.engine import LiveAnalyzer
-    from trainscope.reports.live import summary_markdown, summary_text
+    from trainscope.reports.live import summary_markdown
+    from trainscope.reports.live import summary_text
 
     st = LiveAnalyzer().summary()
     info = {"target": "job", "captures": [x.to_dict() for x in c.snapshot()]}
@@ -175,9 +178,11 @@ def test_the_c_key_fills_the_capture_tab(tmp_path):
 
 
 async def _test_the_c_key_fills_the_capture_tab(tmp_path):
-    from tests.test_watch_app import data_bound_samples, statuses
+    from tests.test_watch_app import data_bound_samples
+    from tests.test_watch_app import statuses
     from trainscope import api
-    from trainscope.tui.watch_app import SampleMessage, WatchApp
+    from trainscope.tui.watch_app import SampleMessage
+    from trainscope.tui.watch_app import WatchApp
 
     rx = ScriptedReceiver(plain_trace(tmp_path))
     ctl = CaptureController(rx, str(tmp_path / "caps"), CaptureOptions(steps=3))
@@ -276,7 +281,8 @@ def test_pid_attach_with_the_opt_in_hook_captures_too(tmp_path):
 
 
 def cpu_steps(waits_pct, step_ms=25.0, steps_per=10):
-    from trainscope.collectors.samples import Snapshot, StepSample
+    from trainscope.collectors.samples import Snapshot
+    from trainscope.collectors.samples import StepSample
 
     out = []
     for i, (w, ms) in enumerate(zip(waits_pct, step_ms if isinstance(step_ms, list) else [step_ms] * len(waits_pct))):

@@ -12,7 +12,11 @@ import urllib.request
 
 import pytest
 
-from trainscope.collectors.samples import GpuSample, HostSample, ProcessGroup, Snapshot, StepSample
+from trainscope.collectors.samples import GpuSample
+from trainscope.collectors.samples import HostSample
+from trainscope.collectors.samples import ProcessGroup
+from trainscope.collectors.samples import Snapshot
+from trainscope.collectors.samples import StepSample
 from trainscope.reports.prometheus import render_prometheus
 
 
@@ -174,7 +178,9 @@ def test_a_long_tmpdir_is_named_where_multiprocessing_sockets_stop_fitting(tmp_p
     """watch names the job's TMPDIR when DataLoader workers could not pass batches under it. The limit
     is checked against Python's own multiprocessing: a listener binds at the longest folder watch
     accepts and fails one byte past it (the drop that made a watched 2-worker job hang)."""
-    from trainscope.commands.watch import MULTIPROCESSING_SUFFIX, SOCKET_PATH_MAX, socket_folder_problem
+    from trainscope.commands.watch import MULTIPROCESSING_SUFFIX
+    from trainscope.commands.watch import SOCKET_PATH_MAX
+    from trainscope.commands.watch import socket_folder_problem
 
     root = tempfile.mkdtemp(prefix="m")  # short (the run's own folder): the lengths below are built on it
     try:

@@ -17,7 +17,8 @@ import sys
 
 import pytest
 
-from tests.watching import run_with_short_tmpdir, watch_argv
+from tests.watching import run_with_short_tmpdir
+from tests.watching import watch_argv
 
 JOB = pathlib.Path(__file__).parent / "jobs" / "train_job.py"
 

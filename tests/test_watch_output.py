@@ -12,7 +12,9 @@ import time
 import pytest
 
 from tests.conftest import exit_code_written
-from tests.tmux import needs_tmux, terminal, trainscope_line
+from tests.tmux import needs_tmux
+from tests.tmux import terminal
+from tests.tmux import trainscope_line
 from tests.watching import watch_argv
 
 JOB = "import sys, time\nfor i in range(1, 201):\n    print(f'line {i}/200', flush=True)\n    time.sleep({pause})\nsys.exit(4)\n"

@@ -10,10 +10,13 @@ import pathlib
 import subprocess
 import sys
 
-from tests.watching import TORCHRUN_2, watch_argv
-from trainscope.analyzers.live.rank_window import binomial_tail, rank_window
+from tests.watching import TORCHRUN_2
+from tests.watching import watch_argv
+from trainscope.analyzers.live.rank_window import binomial_tail
+from trainscope.analyzers.live.rank_window import rank_window
 from trainscope.analyzers.rules import Rules
-from trainscope.traces.samples import RankSample, Snapshot
+from trainscope.traces.samples import RankSample
+from trainscope.traces.samples import Snapshot
 
 JOB = pathlib.Path(__file__).parent / "jobs" / "ddp_job.py"
 
@@ -76,7 +79,8 @@ def test_the_rule_names_a_rank_only_with_clear_evidence():
 
 def test_each_rank_gets_the_gpu_nvml_lists_it_on():
     from trainscope.collectors.monitor import Monitor
-    from trainscope.collectors.samples import GpuProcess, GpuSample
+    from trainscope.collectors.samples import GpuProcess
+    from trainscope.collectors.samples import GpuSample
     from trainscope.collectors.step_receiver import HookStatus
 
     class Steps:

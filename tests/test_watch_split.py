@@ -24,13 +24,21 @@ import time
 import pytest
 
 from tests.conftest import quiet_cpu_trainer
-from tests.test_watch_job import JOB, watch_job
-from tests.watching import TORCHRUN_2, run_with_short_tmpdir, watch_argv
-from trainscope.analyzers.live.engine import LiveAnalyzer, evaluate
-from trainscope.analyzers.live.split import PARTS, holding_back, split_window
+from tests.test_watch_job import JOB
+from tests.test_watch_job import watch_job
+from tests.watching import TORCHRUN_2
+from tests.watching import run_with_short_tmpdir
+from tests.watching import watch_argv
+from trainscope.analyzers.live.engine import LiveAnalyzer
+from trainscope.analyzers.live.engine import evaluate
+from trainscope.analyzers.live.split import PARTS
+from trainscope.analyzers.live.split import holding_back
+from trainscope.analyzers.live.split import split_window
 from trainscope.analyzers.rules import Rules
 from trainscope.collectors import step_hook
-from trainscope.traces.samples import RankSample, Snapshot, StepSample
+from trainscope.traces.samples import RankSample
+from trainscope.traces.samples import Snapshot
+from trainscope.traces.samples import StepSample
 
 JOB_PARTS = {"data": "data_ms", "forward": "fwd_ms", "backward": "bwd_ms", "optimizer": "opt_ms"}
 
@@ -463,14 +471,12 @@ def test_the_part_that_holds_the_slow_rank_back():
 
 
 def test_every_view_shows_the_same_line():
-    from trainscope.reports.live import (
-        split_line,
-        split_lines,
-        status_line,
-        status_line_dict,
-        summary_markdown,
-        summary_text,
-    )
+    from trainscope.reports.live import split_line
+    from trainscope.reports.live import split_lines
+    from trainscope.reports.live import status_line
+    from trainscope.reports.live import status_line_dict
+    from trainscope.reports.live import summary_markdown
+    from trainscope.reports.live import summary_text
     from trainscope.tui.watch_app import step_lines
 
     an = LiveAnalyzer(Rules())
@@ -502,7 +508,8 @@ def test_the_dashboard_shows_the_split_in_its_steps_panel():
     import asyncio
 
     from trainscope.reports.live import split_line
-    from trainscope.tui.watch_app import SampleMessage, WatchApp
+    from trainscope.tui.watch_app import SampleMessage
+    from trainscope.tui.watch_app import WatchApp
 
     an = LiveAnalyzer(Rules())
     items = [(an.add(s), s) for s in snaps({"0": part_ms(bwd=55.0), "1": part_ms(fwd=45.0)}, n=30)]

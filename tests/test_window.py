@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import KINETO, analysis, load, raw_document
+from tests.conftest import KINETO
+from tests.conftest import analysis
+from tests.conftest import load
+from tests.conftest import raw_document
 from trainscope.analyzers.trace.steps import segment_steps
 
 VLLM = "tl_mi300x_vllm_gptoss_decode_fullgraph_bs32.json.gz"

@@ -3,25 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any
+from typing import Generic
+from typing import Protocol
+from typing import TypeVar
 
 import numpy as np
 
-from trainscope.traces.model import (
-    Annotations,
-    Column,
-    Copies,
-    Counters,
-    CpuOps,
-    Device,
-    Kernels,
-    MemoryEvents,
-    Memsets,
-    RuntimeCalls,
-    Table,
-    Thread,
-    Trace,
-)
+from trainscope.traces.model import Annotations
+from trainscope.traces.model import Column
+from trainscope.traces.model import Copies
+from trainscope.traces.model import Counters
+from trainscope.traces.model import CpuOps
+from trainscope.traces.model import Device
+from trainscope.traces.model import Kernels
+from trainscope.traces.model import MemoryEvents
+from trainscope.traces.model import Memsets
+from trainscope.traces.model import RuntimeCalls
+from trainscope.traces.model import Table
+from trainscope.traces.model import Thread
+from trainscope.traces.model import Trace
 
 _T = TypeVar("_T", bound=Table)
 

@@ -4,7 +4,8 @@ recorded allocator events, columnar."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 import numpy.typing as npt

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Annotated, Any
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Annotated
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt

@@ -9,9 +9,13 @@ numeric fields the analyzer reads).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from collections.abc import Iterable
+from dataclasses import asdict
+from dataclasses import dataclass
+from dataclasses import fields
+from typing import TYPE_CHECKING
+from typing import Any
 
 if TYPE_CHECKING:
     from trainscope.traces.model import Trace

@@ -13,11 +13,16 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable
+from collections.abc import Collection
+from collections.abc import Sequence
 from typing import NoReturn
 
 from trainscope import __version__
-from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OK, TrainscopeError
+from trainscope.api.errors import EXIT_BAD_INPUT
+from trainscope.api.errors import EXIT_INTERRUPTED
+from trainscope.api.errors import EXIT_OK
+from trainscope.api.errors import TrainscopeError
 from trainscope.common import fail_on
 
 # Every command: the module that registers its arguments and runs it, and its line in `trainscope

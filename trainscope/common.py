@@ -9,17 +9,25 @@ import importlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from trainscope.analyzers.rules import Rules
-from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, TrainscopeError, describe
-from trainscope.api.inputs import InputDescription, describe_input
-from trainscope.collectors.readers import parse_size, set_max_decompressed
+from trainscope.api.errors import EXIT_BAD_INPUT
+from trainscope.api.errors import EXIT_OK
+from trainscope.api.errors import BadInput
+from trainscope.api.errors import TrainscopeError
+from trainscope.api.errors import describe
+from trainscope.api.inputs import InputDescription
+from trainscope.api.inputs import describe_input
+from trainscope.collectors.readers import parse_size
+from trainscope.collectors.readers import set_max_decompressed
 from trainscope.reports import formats
 from trainscope.reports.formats import Output
-from trainscope.reports.output import to_json, write_atomic
+from trainscope.reports.output import to_json
+from trainscope.reports.output import write_atomic
 from trainscope.traces.safe_text import visible
 
 # The terminal apps, by command: the one deferral of the commands, imported only when an app opens.

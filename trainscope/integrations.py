@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from trainscope import api
 
@@ -57,7 +58,9 @@ class StepProfiler:
 
     def start(self) -> None:
         import torch
-        from torch.profiler import ProfilerActivity, profile, schedule
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile
+        from torch.profiler import schedule
 
         if self._prof is not None:
             return

@@ -19,19 +19,30 @@ import stat
 import tempfile
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
+from typing import Protocol
+from typing import TypeVar
+from typing import cast
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
+from pydantic import Field
 
 from trainscope import __version__
 from trainscope.api import explore
 from trainscope.api.analysis import analyze
 from trainscope.api.comparison import diff
-from trainscope.api.errors import BadInput, describe
+from trainscope.api.errors import BadInput
+from trainscope.api.errors import describe
 from trainscope.api.inputs import describe_input
 from trainscope.api.memory_report import memory
-from trainscope.api.owners import owner_alive, owner_record, process_alive, read_own_file
-from trainscope.api.store import default_store_path, open_store
+from trainscope.api.owners import owner_alive
+from trainscope.api.owners import owner_record
+from trainscope.api.owners import process_alive
+from trainscope.api.owners import read_own_file
+from trainscope.api.store import default_store_path
+from trainscope.api.store import open_store
 from trainscope.reports import analysis_document as ad
 from trainscope.reports.document import headline
 
@@ -1107,7 +1118,8 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
     import collections
 
     from mcp.server import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.exceptions import UnexpectedToolError
     from mcp_types import ToolAnnotations
     from pydantic import ValidationError
 

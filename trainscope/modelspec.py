@@ -7,10 +7,13 @@ import argparse
 import re
 from typing import Any
 
-from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY, GpuMemory, custom_gpu
+from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY
+from trainscope.analyzers.plan.gpu_memory import GpuMemory
+from trainscope.analyzers.plan.gpu_memory import custom_gpu
 from trainscope.analyzers.plan.gpu_memory import gpu_memory as lookup
 from trainscope.analyzers.plan.ledger import PlanConfig
-from trainscope.argtypes import non_negative_float, number
+from trainscope.argtypes import non_negative_float
+from trainscope.argtypes import number
 
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 

@@ -16,33 +16,56 @@ from typing import Any
 
 from rich.cells import cell_len
 from textual import work
-from textual.app import App, ComposeResult
+from textual.app import App
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.events import Key
 from textual.reactive import reactive
-from textual.widgets import DataTable, Header, Input, TabbedContent, TabPane
+from textual.widgets import DataTable
+from textual.widgets import Header
+from textual.widgets import Input
+from textual.widgets import TabbedContent
+from textual.widgets import TabPane
 
 from trainscope.analyzers.plan.ledger import Ledger
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.views.timeline import Match
 from trainscope.api.analysis import run_deep as deep_analysis
-from trainscope.api.errors import BadInput, DeepUnavailable, TrainscopeError, describe
+from trainscope.api.errors import BadInput
+from trainscope.api.errors import DeepUnavailable
+from trainscope.api.errors import TrainscopeError
+from trainscope.api.errors import describe
 from trainscope.api.export import export_perfetto
 from trainscope.api.report import RankView
 from trainscope.reports import formats
-from trainscope.reports.formats import FILE_DEFAULT, writer
+from trainscope.reports.formats import FILE_DEFAULT
+from trainscope.reports.formats import writer
 from trainscope.traces.safe_text import visible
-from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, Palette, ask_path, keys_text
+from trainscope.tui.chrome import BackgroundLoading
+from trainscope.tui.chrome import HelpScreen
+from trainscope.tui.chrome import KeyBar
+from trainscope.tui.chrome import Loading
+from trainscope.tui.chrome import Palette
+from trainscope.tui.chrome import ask_path
+from trainscope.tui.chrome import keys_text
 from trainscope.tui.deep import DeepPane
 from trainscope.tui.fixes import FixesPane
-from trainscope.tui.keys import binding_rows, bindings, common_bindings
+from trainscope.tui.keys import binding_rows
+from trainscope.tui.keys import bindings
+from trainscope.tui.keys import common_bindings
 from trainscope.tui.overview import Overview
-from trainscope.tui.ranks_timeline import MAX_RANKS, RankLanes
-from trainscope.tui.state import Session, build_session
-from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
+from trainscope.tui.ranks_timeline import MAX_RANKS
+from trainscope.tui.ranks_timeline import RankLanes
+from trainscope.tui.state import Session
+from trainscope.tui.state import build_session
+from trainscope.tui.tables import KernelsPane
+from trainscope.tui.tables import RanksPane
+from trainscope.tui.tables import StepsPane
 from trainscope.tui.tabs import TABS
 from trainscope.tui.tabs import tab as tab_of
-from trainscope.tui.timeline import TimelinePane, TimelineView, legend
+from trainscope.tui.timeline import TimelinePane
+from trainscope.tui.timeline import TimelineView
+from trainscope.tui.timeline import legend
 from trainscope.tui.tree import TreePane
 
 # Keys that work on every tab (the tabs' own keys come from their classes in tui/tabs.py).

@@ -7,23 +7,34 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+from typing import Any
 
 from rich.console import RenderableType
 from rich.text import Text
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App
+from textual.app import ComposeResult
+from textual.app import SystemCommand
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.geometry import Size
-from textual.screen import ModalScreen, Screen
+from textual.screen import ModalScreen
+from textual.screen import Screen
 from textual.visual import VisualType
 from textual.widget import Widget
-from textual.widgets import Input, ProgressBar, Static
+from textual.widgets import Input
+from textual.widgets import ProgressBar
+from textual.widgets import Static
 
-from trainscope.traces.safe_text import visible, visible_lines
-from trainscope.tui.keys import actions, palette_commands, without_duplicates
+from trainscope.traces.safe_text import visible
+from trainscope.traces.safe_text import visible_lines
+from trainscope.tui.keys import actions
+from trainscope.tui.keys import palette_commands
+from trainscope.tui.keys import without_duplicates
 
 if TYPE_CHECKING:  # the mixins below are only ever mixed into an App: type-check them as one
     _AppBase = App[Any]

@@ -11,24 +11,44 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from textual.app import App, ComposeResult
+from textual.app import App
+from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Header, Static, TabbedContent, TabPane
+from textual.widgets import Header
+from textual.widgets import Static
+from textual.widgets import TabbedContent
+from textual.widgets import TabPane
 
-from trainscope.analyzers.compare.diff import GateResult, RunDiff
+from trainscope.analyzers.compare.diff import GateResult
+from trainscope.analyzers.compare.diff import RunDiff
 from trainscope.analyzers.rules import Rules
 from trainscope.api import comparison
 from trainscope.api.comparison import DiffResult
 
 # As `trainscope diff` without the app; interrupted: quit before a requested gate could be checked
 # (never a silent pass).
-from trainscope.api.errors import EXIT_INTERRUPTED, EXIT_REGRESSION, BadInput, TrainscopeError, describe
+from trainscope.api.errors import EXIT_INTERRUPTED
+from trainscope.api.errors import EXIT_REGRESSION
+from trainscope.api.errors import BadInput
+from trainscope.api.errors import TrainscopeError
+from trainscope.api.errors import describe
 from trainscope.reports import formats
-from trainscope.reports.formats import FILE_DEFAULT, writer
+from trainscope.reports.formats import FILE_DEFAULT
+from trainscope.reports.formats import writer
 from trainscope.traces.safe_text import visible
-from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, Palette, keys_text
-from trainscope.tui.diff_panes import DiffBreakdown, DiffSummary, FixOutcomes, KernelDiffPane, base_name
-from trainscope.tui.keys import bind, common_bindings
+from trainscope.tui.chrome import BackgroundLoading
+from trainscope.tui.chrome import HelpScreen
+from trainscope.tui.chrome import KeyBar
+from trainscope.tui.chrome import Loading
+from trainscope.tui.chrome import Palette
+from trainscope.tui.chrome import keys_text
+from trainscope.tui.diff_panes import DiffBreakdown
+from trainscope.tui.diff_panes import DiffSummary
+from trainscope.tui.diff_panes import FixOutcomes
+from trainscope.tui.diff_panes import KernelDiffPane
+from trainscope.tui.diff_panes import base_name
+from trainscope.tui.keys import bind
+from trainscope.tui.keys import common_bindings
 
 TABS = ("summary", "breakdown", "kernels", "fixes")
 

@@ -16,18 +16,27 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal
+from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.widget import Widget
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
+from textual.widgets import Static
 
-from trainscope.analyzers.compare.diff import GateResult, RecommendationOutcome, Run, RunDiff, ShareChange
+from trainscope.analyzers.compare.diff import GateResult
+from trainscope.analyzers.compare.diff import RecommendationOutcome
+from trainscope.analyzers.compare.diff import Run
+from trainscope.analyzers.compare.diff import RunDiff
+from trainscope.analyzers.compare.diff import ShareChange
 from trainscope.analyzers.kernel_match import KernelChange
 from trainscope.analyzers.trace.breakdown import CATEGORIES
 from trainscope.reports.diff_document import verdict_headline
-from trainscope.reports.document import AXIS_NAMES, headline_word
+from trainscope.reports.document import AXIS_NAMES
+from trainscope.reports.document import headline_word
 from trainscope.traces.safe_text import visible
-from trainscope.tui.palette import AXIS_CLASS, GPU_STYLE
+from trainscope.tui.palette import AXIS_CLASS
+from trainscope.tui.palette import GPU_STYLE
 from trainscope.tui.sorting import SortedColumns
 from trainscope.tui.timeline import short_name
 

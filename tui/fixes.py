@@ -9,16 +9,19 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.reactive import reactive
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable
+from textual.widgets import Static
 
 from trainscope.analyzers.trace.analysis import Analysis
 from trainscope.analyzers.trace.whatif import Projection
 from trainscope.api.analysis import whatif as project
 from trainscope.api.analysis import whatif_levers as levers
-from trainscope.reports.analysis_document import AnalysisDocument, Recommendation
+from trainscope.reports.analysis_document import AnalysisDocument
+from trainscope.reports.analysis_document import Recommendation
 from trainscope.reports.document import gain_words
 from trainscope.traces.safe_text import visible
 from trainscope.tui.keys import bind

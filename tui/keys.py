@@ -8,12 +8,16 @@ its help screen and command palette are built from the bindings it has, so they 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from textual.app import App, SystemCommand
-from textual.binding import Binding, BindingType
+from textual.app import App
+from textual.app import SystemCommand
+from textual.binding import Binding
+from textual.binding import BindingType
 from textual.widget import Widget
 
 

@@ -13,22 +13,41 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
-from textual.app import App, ComposeResult, SystemCommand
-from textual.containers import Vertical, VerticalScroll
+from textual.app import App
+from textual.app import ComposeResult
+from textual.app import SystemCommand
+from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.events import Key
 from textual.reactive import reactive
 from textual.widget import Widget
-from textual.widgets import DataTable, Header, Input, Static
+from textual.widgets import DataTable
+from textual.widgets import Header
+from textual.widgets import Input
+from textual.widgets import Static
 from textual.widgets.data_table import ColumnKey
 
-from trainscope.analyzers.snapshot.peak import MemoryPeak, PeakAllocation
-from trainscope.api.errors import BadInput, describe
-from trainscope.api.memory_report import MemoryReport, memory
+from trainscope.analyzers.snapshot.peak import MemoryPeak
+from trainscope.analyzers.snapshot.peak import PeakAllocation
+from trainscope.api.errors import BadInput
+from trainscope.api.errors import describe
+from trainscope.api.memory_report import MemoryReport
+from trainscope.api.memory_report import memory
 from trainscope.reports import formats
-from trainscope.reports.formats import FILE_DEFAULT, writer
+from trainscope.reports.formats import FILE_DEFAULT
+from trainscope.reports.formats import writer
 from trainscope.traces.safe_text import visible
-from trainscope.tui.chrome import BackgroundLoading, HelpScreen, KeyBar, Loading, Palette, ask_path, keys_text
-from trainscope.tui.keys import bind, binding_rows, common_bindings, palette_commands
+from trainscope.tui.chrome import BackgroundLoading
+from trainscope.tui.chrome import HelpScreen
+from trainscope.tui.chrome import KeyBar
+from trainscope.tui.chrome import Loading
+from trainscope.tui.chrome import Palette
+from trainscope.tui.chrome import ask_path
+from trainscope.tui.chrome import keys_text
+from trainscope.tui.keys import bind
+from trainscope.tui.keys import binding_rows
+from trainscope.tui.keys import common_bindings
+from trainscope.tui.keys import palette_commands
 from trainscope.tui.sorting import SortedColumns
 
 BLOCKS = " ▁▂▃▄▅▆▇█"

@@ -9,10 +9,17 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from trainscope.reports.analysis_document import AnalysisDocument, Evidence, Stragglers
+from trainscope.reports.analysis_document import AnalysisDocument
+from trainscope.reports.analysis_document import Evidence
+from trainscope.reports.analysis_document import Stragglers
 from trainscope.reports.deep import straggler_headline
-from trainscope.reports.document import communication_split_words, counters_only, gain_words, headline, window_lines
-from trainscope.traces.safe_text import safe_strings, visible
+from trainscope.reports.document import communication_split_words
+from trainscope.reports.document import counters_only
+from trainscope.reports.document import gain_words
+from trainscope.reports.document import headline
+from trainscope.reports.document import window_lines
+from trainscope.traces.safe_text import safe_strings
+from trainscope.traces.safe_text import visible
 from trainscope.tui.chrome import gib
 from trainscope.tui.palette import AXIS_CLASS
 

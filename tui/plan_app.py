@@ -8,29 +8,50 @@ for a moment, so holding a key down never queues up searches.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
+from typing import TypeVar
 
 from rich.text import Text
 from textual import work
-from textual.app import App, ComposeResult
+from textual.app import App
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.timer import Timer
-from textual.widgets import DataTable, Header, Static
+from textual.widgets import DataTable
+from textual.widgets import Header
+from textual.widgets import Static
 from textual.worker import get_current_worker
 
-from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY, GpuMemory
-from trainscope.analyzers.plan.ledger import PRECISIONS, Fit, FitOption, Ledger, PlanConfig
+from trainscope.analyzers.plan.gpu_memory import GPU_MEMORY
+from trainscope.analyzers.plan.gpu_memory import GpuMemory
+from trainscope.analyzers.plan.ledger import PRECISIONS
+from trainscope.analyzers.plan.ledger import Fit
+from trainscope.analyzers.plan.ledger import FitOption
+from trainscope.analyzers.plan.ledger import Ledger
+from trainscope.analyzers.plan.ledger import PlanConfig
 from trainscope.api import planning
-from trainscope.api.planning import PlanResult, plan
+from trainscope.api.planning import PlanResult
+from trainscope.api.planning import plan
 from trainscope.reports import formats
-from trainscope.reports.formats import FILE_DEFAULT, writer
-from trainscope.tui.chrome import HelpScreen, KeyBar, Palette, keys_text
-from trainscope.tui.keys import bind, common_bindings
-from trainscope.tui.plan_view import activation_note, banner_text, gb2, ledger_bar, toggles_text, verdict_class
+from trainscope.reports.formats import FILE_DEFAULT
+from trainscope.reports.formats import writer
+from trainscope.tui.chrome import HelpScreen
+from trainscope.tui.chrome import KeyBar
+from trainscope.tui.chrome import Palette
+from trainscope.tui.chrome import keys_text
+from trainscope.tui.keys import bind
+from trainscope.tui.keys import common_bindings
+from trainscope.tui.plan_view import activation_note
+from trainscope.tui.plan_view import banner_text
+from trainscope.tui.plan_view import gb2
+from trainscope.tui.plan_view import ledger_bar
+from trainscope.tui.plan_view import toggles_text
+from trainscope.tui.plan_view import verdict_class
 
 # api/planning.py leaves these two unannotated: their types, declared where the app calls them.
 normalize: Callable[[PlanConfig], PlanConfig] = planning.normalize_plan

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from trainscope.analyzers.plan.ledger import GB, OPTIMIZERS, Fit, Ledger, PlanConfig
+from trainscope.analyzers.plan.ledger import GB
+from trainscope.analyzers.plan.ledger import OPTIMIZERS
+from trainscope.analyzers.plan.ledger import Fit
+from trainscope.analyzers.plan.ledger import Ledger
+from trainscope.analyzers.plan.ledger import PlanConfig
 
 # Ledger item → (glyph, colour). Each item has its own glyph too, so the bar reads without colour.
 ITEM_STYLE: dict[str, tuple[str, str]] = {

@@ -17,7 +17,10 @@ from textual.widget import Widget
 from trainscope.analyzers.views.timeline import TimelineModel
 from trainscope.traces.safe_text import visible
 from trainscope.tui.palette import GPU_STYLE
-from trainscope.tui.timeline import GUTTER, axis_labels, window_bindings, window_label
+from trainscope.tui.timeline import GUTTER
+from trainscope.tui.timeline import axis_labels
+from trainscope.tui.timeline import window_bindings
+from trainscope.tui.timeline import window_label
 
 MAX_RANKS = 8  # lane groups drawn at once (the slowest first); the table lists every rank
 LATE = "bold red"

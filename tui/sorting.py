@@ -4,8 +4,13 @@ and memory tables."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Generic
+from typing import Protocol
+from typing import TypeVar
 
 from textual.reactive import reactive
 

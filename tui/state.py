@@ -6,13 +6,19 @@ of its views is first shown."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, overload
+from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import overload
 
 from trainscope.api.analysis import analyze
 from trainscope.api.analysis import cached_document as lookup
-from trainscope.api.report import RankView, Report
+from trainscope.api.report import RankView
+from trainscope.api.report import Report
 
 if TYPE_CHECKING:
     from trainscope.analyzers.plan.ledger import Ledger

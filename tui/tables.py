@@ -13,16 +13,24 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.reactive import reactive
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import DataTable
+from textual.widgets import Input
+from textual.widgets import Static
 from textual.widgets.data_table import ColumnKey
 
-from trainscope.analyzers.trace.kernels import KernelStat, KernelSummary
-from trainscope.analyzers.trace.roofline import Roofline, RooflineRow
-from trainscope.reports.analysis_document import AnalysisDocument, RankRow, StepTime, Stragglers
+from trainscope.analyzers.trace.kernels import KernelStat
+from trainscope.analyzers.trace.kernels import KernelSummary
+from trainscope.analyzers.trace.roofline import Roofline
+from trainscope.analyzers.trace.roofline import RooflineRow
+from trainscope.reports.analysis_document import AnalysisDocument
+from trainscope.reports.analysis_document import RankRow
+from trainscope.reports.analysis_document import StepTime
+from trainscope.reports.analysis_document import Stragglers
 from trainscope.reports.deep import stragglers_text_lines
 from trainscope.traces.safe_text import visible
 from trainscope.tui.keys import bind
-from trainscope.tui.ranks_timeline import RankLanes, RanksTimeline
+from trainscope.tui.ranks_timeline import RankLanes
+from trainscope.tui.ranks_timeline import RanksTimeline
 from trainscope.tui.roofline_plot import RooflinePlot
 from trainscope.tui.sorting import SortedColumns
 from trainscope.tui.timeline import short_name

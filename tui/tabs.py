@@ -13,7 +13,9 @@ device, step, range or file name can neither drive the terminal nor reorder the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import ClassVar
 
 from textual.widget import Widget
 
@@ -23,7 +25,9 @@ from trainscope.tui.deep import DeepPane
 from trainscope.tui.fixes import FixesPane
 from trainscope.tui.memory import MemoryPane
 from trainscope.tui.overview import Overview
-from trainscope.tui.tables import KernelsPane, RanksPane, StepsPane
+from trainscope.tui.tables import KernelsPane
+from trainscope.tui.tables import RanksPane
+from trainscope.tui.tables import StepsPane
 from trainscope.tui.timeline import TimelinePane
 from trainscope.tui.tree import TreePane
 

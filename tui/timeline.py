@@ -19,21 +19,22 @@ from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
-from textual.widgets import Input, Static
+from textual.widgets import Input
+from textual.widgets import Static
 
-from trainscope.analyzers.views.timeline import (
-    GPU_LABELS,
-    HOST_LABELS,
-    Item,
-    Lane,
-    LaneView,
-    Match,
-    Overlap,
-    TimelineModel,
-)
+from trainscope.analyzers.views.timeline import GPU_LABELS
+from trainscope.analyzers.views.timeline import HOST_LABELS
+from trainscope.analyzers.views.timeline import Item
+from trainscope.analyzers.views.timeline import Lane
+from trainscope.analyzers.views.timeline import LaneView
+from trainscope.analyzers.views.timeline import Match
+from trainscope.analyzers.views.timeline import Overlap
+from trainscope.analyzers.views.timeline import TimelineModel
 from trainscope.traces.model import Column
 from trainscope.traces.safe_text import visible
-from trainscope.tui.palette import GPU_STYLE, HOST_STYLE, STREAM_STYLE
+from trainscope.tui.palette import GPU_STYLE
+from trainscope.tui.palette import HOST_STYLE
+from trainscope.tui.palette import STREAM_STYLE
 
 GUTTER = 9  # "s21 NCCL " / "s7 comp  " / "T main   "
 MIN_WINDOW_NS = 10_000  # 10 µs: finer than any kernel launch gap worth seeing

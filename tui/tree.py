@@ -23,7 +23,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
-from textual.widgets import Static, Tree
+from textual.widgets import Static
+from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from trainscope.analyzers.views.timeline import Match

@@ -14,34 +14,46 @@ interrupt on), ``d`` detaches and leaves it running, ``n``, Enter or Esc go back
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from collections.abc import Iterable
 from typing import Any
 
 from rich.text import Text
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App
+from textual.app import ComposeResult
+from textual.app import SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal
+from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.reactive import reactive
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Log, Static, TabbedContent, TabPane
+from textual.screen import ModalScreen
+from textual.screen import Screen
+from textual.widgets import Footer
+from textual.widgets import Log
+from textual.widgets import Static
+from textual.widgets import TabbedContent
+from textual.widgets import TabPane
 
 from trainscope.analyzers.live.engine import LiveStatus
 from trainscope.api.capture import Capture
 from trainscope.api.live import LiveSample
 from trainscope.reports.live import split_lines
 from trainscope.traces.samples import Snapshot
-from trainscope.tui.chrome import HelpScreen, SafeChrome, keys_text
-from trainscope.tui.keys import binding_rows, common_bindings, palette_commands
-from trainscope.tui.watch_widgets import (
-    GpuPanel,
-    HistoryPanel,
-    banner_text,
-    capture_text,
-    findings_text,
-    host_lines,
-    process_lines,
-)
+from trainscope.tui.chrome import HelpScreen
+from trainscope.tui.chrome import SafeChrome
+from trainscope.tui.chrome import keys_text
+from trainscope.tui.keys import binding_rows
+from trainscope.tui.keys import common_bindings
+from trainscope.tui.keys import palette_commands
+from trainscope.tui.watch_widgets import GpuPanel
+from trainscope.tui.watch_widgets import HistoryPanel
+from trainscope.tui.watch_widgets import banner_text
+from trainscope.tui.watch_widgets import capture_text
+from trainscope.tui.watch_widgets import findings_text
+from trainscope.tui.watch_widgets import host_lines
+from trainscope.tui.watch_widgets import process_lines
 
 WINDOWS_S = (60.0, 300.0, 900.0, 3600.0)
 SPLIT_BAR = 20  # cells of the where-in-the-step bar (reports.live.split_bar: a letter per part)

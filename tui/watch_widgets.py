@@ -9,14 +9,21 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Sparkline, Static
+from textual.widgets import Sparkline
+from textual.widgets import Static
 
-from trainscope.analyzers.live.engine import READY, LiveStatus
+from trainscope.analyzers.live.engine import READY
+from trainscope.analyzers.live.engine import LiveStatus
 from trainscope.api.capture import Capture
 from trainscope.reports.document import AXIS_NAMES
-from trainscope.reports.live import capture_cost, capture_judgement, live_headline, rank_lines
+from trainscope.reports.live import capture_cost
+from trainscope.reports.live import capture_judgement
+from trainscope.reports.live import live_headline
+from trainscope.reports.live import rank_lines
 from trainscope.traces.safe_text import visible_lines
-from trainscope.traces.samples import GpuSample, HostSample, Snapshot
+from trainscope.traces.samples import GpuSample
+from trainscope.traces.samples import HostSample
+from trainscope.traces.samples import Snapshot
 from trainscope.tui.chrome import gib
 
 _AXIS_STYLE = {

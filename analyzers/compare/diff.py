@@ -14,20 +14,31 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.compare.stats import bootstrap_change, mann_whitney
-from trainscope.analyzers.compare.tree_diff import TreeDiff, diff_trees
+from trainscope.analyzers.compare.stats import bootstrap_change
+from trainscope.analyzers.compare.stats import mann_whitney
+from trainscope.analyzers.compare.tree_diff import TreeDiff
+from trainscope.analyzers.compare.tree_diff import diff_trees
 from trainscope.analyzers.findings.base import DiffMeasure
-from trainscope.analyzers.kernel_match import KernelChange, KernelTime, match_kernels
+from trainscope.analyzers.kernel_match import KernelChange
+from trainscope.analyzers.kernel_match import KernelTime
+from trainscope.analyzers.kernel_match import match_kernels
 from trainscope.analyzers.ranks.alignment import summarize
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.shapes import ShapeSignature, compare_shapes
+from trainscope.analyzers.shapes import ShapeSignature
+from trainscope.analyzers.shapes import compare_shapes
 from trainscope.analyzers.trace.allocator_peak import DeviceMemory
-from trainscope.analyzers.trace.analysis import Analysis, slowest
-from trainscope.analyzers.trace.breakdown import CATEGORIES, CATEGORY_LABELS, Breakdown, StepBreakdown
+from trainscope.analyzers.trace.analysis import Analysis
+from trainscope.analyzers.trace.analysis import slowest
+from trainscope.analyzers.trace.breakdown import CATEGORIES
+from trainscope.analyzers.trace.breakdown import CATEGORY_LABELS
+from trainscope.analyzers.trace.breakdown import Breakdown
+from trainscope.analyzers.trace.breakdown import StepBreakdown
 from trainscope.analyzers.trace.kernels import ALL_CLASSES
 from trainscope.analyzers.trace.recommendations import Recommendation
 from trainscope.traces.model import TraceSet

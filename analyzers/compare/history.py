@@ -17,32 +17,41 @@ import builtins
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, overload
+from typing import Any
+from typing import Literal
+from typing import TypeVar
+from typing import overload
 
-from trainscope.analyzers.compare.diff import (
-    FINDING_METRICS,
-    GATE_METRICS,
-    ComparabilityCheck,
-    Comparison,
-    GateResult,
-    GateSide,
-    Run,
-    ShareChange,
-    StepTimeChange,
-    VerdictChange,
-    comparability,
-    gate_on,
-    gate_side,
-    judge_outcome,
-)
-from trainscope.analyzers.compare.tree_diff import TreeDiff, diff_trees
-from trainscope.analyzers.kernel_match import KernelChange, KernelTime, match_kernels
+from trainscope.analyzers.compare.diff import FINDING_METRICS
+from trainscope.analyzers.compare.diff import GATE_METRICS
+from trainscope.analyzers.compare.diff import ComparabilityCheck
+from trainscope.analyzers.compare.diff import Comparison
+from trainscope.analyzers.compare.diff import GateResult
+from trainscope.analyzers.compare.diff import GateSide
+from trainscope.analyzers.compare.diff import Run
+from trainscope.analyzers.compare.diff import ShareChange
+from trainscope.analyzers.compare.diff import StepTimeChange
+from trainscope.analyzers.compare.diff import VerdictChange
+from trainscope.analyzers.compare.diff import comparability
+from trainscope.analyzers.compare.diff import gate_on
+from trainscope.analyzers.compare.diff import gate_side
+from trainscope.analyzers.compare.diff import judge_outcome
+from trainscope.analyzers.compare.tree_diff import TreeDiff
+from trainscope.analyzers.compare.tree_diff import diff_trees
+from trainscope.analyzers.kernel_match import KernelChange
+from trainscope.analyzers.kernel_match import KernelTime
+from trainscope.analyzers.kernel_match import match_kernels
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.shapes import ShapeSignature
 from trainscope.analyzers.trace.analysis import Analysis
 from trainscope.analyzers.trace.breakdown import CATEGORY_LABELS
-from trainscope.analyzers.trace.module_tree import STORED_LEVELS, STORED_NODES, ModuleTree, Node, top_levels
-from trainscope.analyzers.trace.sinks import SINK_LABELS, SINKS
+from trainscope.analyzers.trace.module_tree import STORED_LEVELS
+from trainscope.analyzers.trace.module_tree import STORED_NODES
+from trainscope.analyzers.trace.module_tree import ModuleTree
+from trainscope.analyzers.trace.module_tree import Node
+from trainscope.analyzers.trace.module_tree import top_levels
+from trainscope.analyzers.trace.sinks import SINK_LABELS
+from trainscope.analyzers.trace.sinks import SINKS
 
 SUMMARY_SCHEMA = "trainscope.run/1"
 _V = TypeVar("_V", str, bool, int, float)  # what a stored summary's leaves are read as

@@ -28,9 +28,13 @@ different numbers of steps compare; shares are of the window's GPU time. Pure fu
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 
-from trainscope.analyzers.trace.module_tree import STORED_LEVELS, STORED_NODES, ModuleTree, Node
+from trainscope.analyzers.trace.module_tree import STORED_LEVELS
+from trainscope.analyzers.trace.module_tree import STORED_NODES
+from trainscope.analyzers.trace.module_tree import ModuleTree
+from trainscope.analyzers.trace.module_tree import Node
 
 _RANGE = re.compile(r"(\d+)…(\d+)")
 _DIGITS = re.compile(r"\d+")

@@ -10,7 +10,8 @@ by :mod:`trainscope.analyzers.deep.second_opinion`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 from trainscope.analyzers import findings as registry

@@ -21,16 +21,24 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
-from trainscope.analyzers.deep.critical_path import CriticalPath, Reconciliation, reconcile, summarize_path
-from trainscope.analyzers.deep.launch_stats import LaunchStats, summarize_launches
+from trainscope.analyzers.deep.critical_path import CriticalPath
+from trainscope.analyzers.deep.critical_path import Reconciliation
+from trainscope.analyzers.deep.critical_path import reconcile
+from trainscope.analyzers.deep.critical_path import summarize_path
+from trainscope.analyzers.deep.launch_stats import LaunchStats
+from trainscope.analyzers.deep.launch_stats import summarize_launches
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import Analysis
 from trainscope.analyzers.trace.breakdown import CATEGORIES
-from trainscope.analyzers.trace.steps import DATA_WAIT, Step, StepSegmentation
+from trainscope.analyzers.trace.steps import DATA_WAIT
+from trainscope.analyzers.trace.steps import Step
+from trainscope.analyzers.trace.steps import StepSegmentation
 from trainscope.traces.model import Trace
 
 INSTALL_HINT = "pip install 'trainscope-dam[hta]'"

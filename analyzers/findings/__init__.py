@@ -9,26 +9,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.findings import comm, data, graphs, host, kernels, live, memory, ranks, startup, tree
-from trainscope.analyzers.findings.base import (
-    AXES,
-    CRITICAL_PATH_FAMILIES,
-    LABEL_CLASSES,
-    LIVE_STEPS,
-    PROJECTIONS,
-    DiffMeasure,
-    Evidence,
-    Finding,
-    FindingSpec,
-    Fix,
-    FixText,
-    LiveMeasure,
-    Severity,
-    Verdict,
-    by_stake,
-    code_language,
-    fixed,
-)
+from trainscope.analyzers.findings import comm
+from trainscope.analyzers.findings import data
+from trainscope.analyzers.findings import graphs
+from trainscope.analyzers.findings import host
+from trainscope.analyzers.findings import kernels
+from trainscope.analyzers.findings import live
+from trainscope.analyzers.findings import memory
+from trainscope.analyzers.findings import ranks
+from trainscope.analyzers.findings import startup
+from trainscope.analyzers.findings import tree
+from trainscope.analyzers.findings.base import AXES
+from trainscope.analyzers.findings.base import CRITICAL_PATH_FAMILIES
+from trainscope.analyzers.findings.base import LABEL_CLASSES
+from trainscope.analyzers.findings.base import LIVE_STEPS
+from trainscope.analyzers.findings.base import PROJECTIONS
+from trainscope.analyzers.findings.base import DiffMeasure
+from trainscope.analyzers.findings.base import Evidence
+from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.findings.base import FindingSpec
+from trainscope.analyzers.findings.base import Fix
+from trainscope.analyzers.findings.base import FixText
+from trainscope.analyzers.findings.base import LiveMeasure
+from trainscope.analyzers.findings.base import Severity
+from trainscope.analyzers.findings.base import Verdict
+from trainscope.analyzers.findings.base import by_stake
+from trainscope.analyzers.findings.base import code_language
+from trainscope.analyzers.findings.base import fixed
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.sinks import SINKS
 

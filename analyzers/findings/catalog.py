@@ -15,12 +15,19 @@ unknown field fails the import with the fix's id.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import fields
+from dataclasses import replace
 from importlib import resources
-from typing import TypedDict, Unpack
+from typing import TypedDict
+from typing import Unpack
 
-from trainscope.analyzers.findings.base import Fix, FixText, FixWords, Situated
+from trainscope.analyzers.findings.base import Fix
+from trainscope.analyzers.findings.base import FixText
+from trainscope.analyzers.findings.base import FixWords
+from trainscope.analyzers.findings.base import Situated
 from trainscope.analyzers.trace.context import Context
 
 _PACKAGE = __name__.rpartition(".")[0]  # trainscope.analyzers.findings

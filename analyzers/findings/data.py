@@ -5,21 +5,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.findings.base import (
-    DiffMeasure,
-    Evidence,
-    Finding,
-    FindingSpec,
-    FixText,
-    LiveMeasure,
-    by_stake,
-    ms_per_step,
-    stake_ms,
-    stake_pct,
-    verdict_class,
-)
-from trainscope.analyzers.findings.catalog import catalog_fix, catalog_words
-from trainscope.analyzers.findings.common import ctx, ev, live_ev, raised, sink_line
+from trainscope.analyzers.findings.base import DiffMeasure
+from trainscope.analyzers.findings.base import Evidence
+from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.findings.base import FindingSpec
+from trainscope.analyzers.findings.base import FixText
+from trainscope.analyzers.findings.base import LiveMeasure
+from trainscope.analyzers.findings.base import by_stake
+from trainscope.analyzers.findings.base import ms_per_step
+from trainscope.analyzers.findings.base import stake_ms
+from trainscope.analyzers.findings.base import stake_pct
+from trainscope.analyzers.findings.base import verdict_class
+from trainscope.analyzers.findings.catalog import catalog_fix
+from trainscope.analyzers.findings.catalog import catalog_words
+from trainscope.analyzers.findings.common import ctx
+from trainscope.analyzers.findings.common import ev
+from trainscope.analyzers.findings.common import live_ev
+from trainscope.analyzers.findings.common import raised
+from trainscope.analyzers.findings.common import sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.context import Context

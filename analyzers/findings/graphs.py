@@ -7,9 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.findings.base import DiffMeasure, Finding, FindingSpec, by_stake, verdict_class
+from trainscope.analyzers.findings.base import DiffMeasure
+from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.findings.base import FindingSpec
+from trainscope.analyzers.findings.base import by_stake
+from trainscope.analyzers.findings.base import verdict_class
 from trainscope.analyzers.findings.catalog import catalog_fix
-from trainscope.analyzers.findings.common import ctx, ev
+from trainscope.analyzers.findings.common import ctx
+from trainscope.analyzers.findings.common import ev
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.record_options import how_to_record
 

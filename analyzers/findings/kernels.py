@@ -6,25 +6,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.findings.base import (
-    DiffMeasure,
-    Finding,
-    FindingSpec,
-    FixText,
-    LiveMeasure,
-    by_stake,
-    verdict_class,
-)
+from trainscope.analyzers.findings.base import DiffMeasure
+from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.findings.base import FindingSpec
+from trainscope.analyzers.findings.base import FixText
+from trainscope.analyzers.findings.base import LiveMeasure
+from trainscope.analyzers.findings.base import by_stake
+from trainscope.analyzers.findings.base import verdict_class
 from trainscope.analyzers.findings.catalog import catalog_fix
-from trainscope.analyzers.findings.common import (
-    BUSY_MIX_THRESHOLDS,
-    BUSY_SEV,
-    busy_sink_finding,
-    ctx,
-    ev,
-    live_busy_finding,
-    live_ev,
-)
+from trainscope.analyzers.findings.common import BUSY_MIX_THRESHOLDS
+from trainscope.analyzers.findings.common import BUSY_SEV
+from trainscope.analyzers.findings.common import busy_sink_finding
+from trainscope.analyzers.findings.common import ctx
+from trainscope.analyzers.findings.common import ev
+from trainscope.analyzers.findings.common import live_busy_finding
+from trainscope.analyzers.findings.common import live_ev
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.context import Context

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from trainscope.analyzers.findings import REGISTRY
-from trainscope.analyzers.trace.host_only import LABEL_CLASS, NO_GPU_ROWS
+from trainscope.analyzers.trace.host_only import LABEL_CLASS
+from trainscope.analyzers.trace.host_only import NO_GPU_ROWS
 
 
 def verdict_class(axis: str, bottleneck: str | None) -> str:

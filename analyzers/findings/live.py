@@ -8,18 +8,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.findings.base import (
-    DiffMeasure,
-    Evidence,
-    Finding,
-    FindingSpec,
-    FixText,
-    LiveMeasure,
-    LiveRule,
-    fixed,
-    stake_pct,
-)
-from trainscope.analyzers.findings.catalog import catalog_fix, catalog_words
+from trainscope.analyzers.findings.base import DiffMeasure
+from trainscope.analyzers.findings.base import Evidence
+from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.findings.base import FindingSpec
+from trainscope.analyzers.findings.base import FixText
+from trainscope.analyzers.findings.base import LiveMeasure
+from trainscope.analyzers.findings.base import LiveRule
+from trainscope.analyzers.findings.base import fixed
+from trainscope.analyzers.findings.base import stake_pct
+from trainscope.analyzers.findings.catalog import catalog_fix
+from trainscope.analyzers.findings.catalog import catalog_words
 from trainscope.analyzers.findings.common import live_ev
 from trainscope.analyzers.live.memory_creep import SOURCE as CREEP_SOURCE
 from trainscope.analyzers.live.memory_creep import memory_creeps

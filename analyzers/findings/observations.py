@@ -3,7 +3,8 @@ finding's ``measure``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from trainscope.analyzers.findings.base import Evidence
@@ -16,7 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.trace.copy_traffic import CopyTraffic
     from trainscope.analyzers.trace.fusion import FusionCandidates
     from trainscope.analyzers.trace.gpu_gaps import GpuGaps
-    from trainscope.analyzers.trace.host_device import BlockingSyncs, PageableCopies
+    from trainscope.analyzers.trace.host_device import BlockingSyncs
+    from trainscope.analyzers.trace.host_device import PageableCopies
     from trainscope.analyzers.trace.host_idle import HostIdle
     from trainscope.analyzers.trace.kernels import KernelSummary
     from trainscope.analyzers.trace.module_tree import ModuleTree

@@ -6,18 +6,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainscope.analyzers.findings.base import (
-    DiffMeasure,
-    Evidence,
-    Finding,
-    FindingSpec,
-    FixText,
-    by_stake,
-    stake_ms,
-    verdict_class,
-)
+from trainscope.analyzers.findings.base import DiffMeasure
+from trainscope.analyzers.findings.base import Evidence
+from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.findings.base import FindingSpec
+from trainscope.analyzers.findings.base import FixText
+from trainscope.analyzers.findings.base import by_stake
+from trainscope.analyzers.findings.base import stake_ms
+from trainscope.analyzers.findings.base import verdict_class
 from trainscope.analyzers.findings.catalog import catalog_fix
-from trainscope.analyzers.findings.common import ctx, ev, raised, sink_line
+from trainscope.analyzers.findings.common import ctx
+from trainscope.analyzers.findings.common import ev
+from trainscope.analyzers.findings.common import raised
+from trainscope.analyzers.findings.common import sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.context import Context

@@ -7,18 +7,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.findings.base import (
-    DiffMeasure,
-    Evidence,
-    Finding,
-    FindingSpec,
-    FixText,
-    by_stake,
-    fixed,
-    verdict_class,
-)
-from trainscope.analyzers.findings.catalog import catalog_fix, catalog_words, entry
-from trainscope.analyzers.findings.common import ctx, ev
+from trainscope.analyzers.findings.base import DiffMeasure
+from trainscope.analyzers.findings.base import Evidence
+from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.findings.base import FindingSpec
+from trainscope.analyzers.findings.base import FixText
+from trainscope.analyzers.findings.base import by_stake
+from trainscope.analyzers.findings.base import fixed
+from trainscope.analyzers.findings.base import verdict_class
+from trainscope.analyzers.findings.catalog import catalog_fix
+from trainscope.analyzers.findings.catalog import catalog_words
+from trainscope.analyzers.findings.catalog import entry
+from trainscope.analyzers.findings.common import ctx
+from trainscope.analyzers.findings.common import ev
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.context import Context

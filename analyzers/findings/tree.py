@@ -24,22 +24,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainscope.analyzers.findings.base import (
-    DiffMeasure,
-    Finding,
-    FindingSpec,
-    Fix,
-    FixText,
-    Measure,
-    by_stake,
-    fixed,
-    stake_ms,
-)
+from trainscope.analyzers.findings.base import DiffMeasure
+from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.findings.base import FindingSpec
+from trainscope.analyzers.findings.base import Fix
+from trainscope.analyzers.findings.base import FixText
+from trainscope.analyzers.findings.base import Measure
+from trainscope.analyzers.findings.base import by_stake
+from trainscope.analyzers.findings.base import fixed
+from trainscope.analyzers.findings.base import stake_ms
 from trainscope.analyzers.findings.catalog import catalog_fix
-from trainscope.analyzers.findings.common import ctx, ev
+from trainscope.analyzers.findings.common import ctx
+from trainscope.analyzers.findings.common import ev
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.context import Context
-from trainscope.analyzers.trace.module_tree import OUTSIDE, ModuleTree, Node
+from trainscope.analyzers.trace.module_tree import OUTSIDE
+from trainscope.analyzers.trace.module_tree import ModuleTree
+from trainscope.analyzers.trace.module_tree import Node
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.findings.observations import DiagnosisInput

@@ -21,25 +21,28 @@ import re
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
+from typing import Literal
 
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.findings.base import Finding, Verdict
-from trainscope.analyzers.live.rank_window import RankWindow, rank_window
-from trainscope.analyzers.live.split import SplitWindow, split_window
+from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.findings.base import Verdict
+from trainscope.analyzers.live.rank_window import RankWindow
+from trainscope.analyzers.live.rank_window import rank_window
+from trainscope.analyzers.live.split import SplitWindow
+from trainscope.analyzers.live.split import split_window
 from trainscope.analyzers.live.verdict import live_verdict
-from trainscope.analyzers.live.window_stats import (
-    SampleDigest,
-    WindowStats,
-    digest,
-    startup_end,
-    steady_start,
-    window_stats,
-)
+from trainscope.analyzers.live.window_stats import SampleDigest
+from trainscope.analyzers.live.window_stats import WindowStats
+from trainscope.analyzers.live.window_stats import digest
+from trainscope.analyzers.live.window_stats import startup_end
+from trainscope.analyzers.live.window_stats import steady_start
+from trainscope.analyzers.live.window_stats import window_stats
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.context import Context
 from trainscope.analyzers.trace.recommendations import Recommendation
-from trainscope.traces.samples import Snapshot, trace_snapshots
+from trainscope.traces.samples import Snapshot
+from trainscope.traces.samples import trace_snapshots
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.trace.recommendations import Recommendation

@@ -28,11 +28,14 @@ apart by the collectives' arrival times.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainscope.analyzers.rules import Rules
-from trainscope.traces.samples import RankSample, Snapshot, StepSample
+from trainscope.traces.samples import RankSample
+from trainscope.traces.samples import Snapshot
+from trainscope.traces.samples import StepSample
 
 PARTS = ("data", "h2d", "forward", "backward", "optimizer", "hook", "other")
 LABELS = {

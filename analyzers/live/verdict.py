@@ -18,7 +18,9 @@ The verdict reads each finding's step from its spec, never a list of finding ids
 from __future__ import annotations
 
 from trainscope.analyzers import findings as registry
-from trainscope.analyzers.findings.base import Evidence, Finding, Verdict
+from trainscope.analyzers.findings.base import Evidence
+from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.findings.base import Verdict
 from trainscope.analyzers.findings.common import live_ev
 from trainscope.analyzers.findings.kernels import live_cpu_step
 from trainscope.analyzers.live.window_stats import WindowStats

@@ -6,14 +6,16 @@ computed once per snapshot. Pure functions; the live measures on the findings' s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from trainscope.analyzers.devices import default_power_limit_w
 from trainscope.analyzers.rules import Rules
-from trainscope.traces.samples import THROTTLE_REASONS, Snapshot
+from trainscope.traces.samples import THROTTLE_REASONS
+from trainscope.traces.samples import Snapshot
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ its wait as waiting, not as communication cost.)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import TypedDict
 
 import numpy as np
@@ -40,9 +41,12 @@ from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.kernel_match import KernelTime
 from trainscope.analyzers.ranks.straggler_test import StragglerTest
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.shapes import ShapeSignature, shape_signature
+from trainscope.analyzers.shapes import ShapeSignature
+from trainscope.analyzers.shapes import shape_signature
 from trainscope.analyzers.trace.analysis import Analysis
-from trainscope.analyzers.trace.kernels import ALL_CLASSES, kernel_classes, kernel_summary
+from trainscope.analyzers.trace.kernels import ALL_CLASSES
+from trainscope.analyzers.trace.kernels import kernel_classes
+from trainscope.analyzers.trace.kernels import kernel_summary
 from trainscope.traces.model import Trace
 
 _KERNEL_KIND = re.compile(r"(?:nccl|rccl)\w*?Kernel_([A-Za-z]+)", re.I)

@@ -31,16 +31,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainscope.analyzers.ranks.alignment import (
-    Alignment,
-    Imbalance,
-    Matching,
-    RankAlignment,
-    RankSummary,
-    _imbalance,
-    match_collectives,
-)
-from trainscope.analyzers.ranks.straggler_test import StragglerTest, cold_outliers, straggler_test
+from trainscope.analyzers.ranks.alignment import Alignment
+from trainscope.analyzers.ranks.alignment import Imbalance
+from trainscope.analyzers.ranks.alignment import Matching
+from trainscope.analyzers.ranks.alignment import RankAlignment
+from trainscope.analyzers.ranks.alignment import RankSummary
+from trainscope.analyzers.ranks.alignment import _imbalance
+from trainscope.analyzers.ranks.alignment import match_collectives
+from trainscope.analyzers.ranks.straggler_test import StragglerTest
+from trainscope.analyzers.ranks.straggler_test import cold_outliers
+from trainscope.analyzers.ranks.straggler_test import straggler_test
 from trainscope.analyzers.rules import Rules
 
 _STEP_NUMBER = re.compile(r"#(\d+)\s*$")

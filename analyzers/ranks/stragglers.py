@@ -26,7 +26,8 @@ import numpy as np
 
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import Analysis
-from trainscope.analyzers.trace.kernels import ALL_CLASSES, kernel_classes
+from trainscope.analyzers.trace.kernels import ALL_CLASSES
+from trainscope.analyzers.trace.kernels import kernel_classes
 from trainscope.traces.model import Trace
 
 BACKEND_RANGE = re.compile(r"^(gloo|nccl|rccl|ucc|mpi|xccl):[a-z_]+")

@@ -13,13 +13,21 @@ complete (:attr:`MemoryPeak.accounted`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 
 import numpy as np
 
-from trainscope.analyzers.snapshot.summary import DeviceSnapshotMemory, free_code_of, live_set, posix_path, site_of
-from trainscope.traces.memory_snapshot import ACTIONS, Block, DeviceTrace, Snapshot
+from trainscope.analyzers.snapshot.summary import DeviceSnapshotMemory
+from trainscope.analyzers.snapshot.summary import free_code_of
+from trainscope.analyzers.snapshot.summary import live_set
+from trainscope.analyzers.snapshot.summary import posix_path
+from trainscope.analyzers.snapshot.summary import site_of
+from trainscope.traces.memory_snapshot import ACTIONS
+from trainscope.traces.memory_snapshot import Block
+from trainscope.traces.memory_snapshot import DeviceTrace
 from trainscope.traces.memory_snapshot import Frame as SnapshotFrame
+from trainscope.traces.memory_snapshot import Snapshot
 from trainscope.traces.model import Column
 
 # Where a live allocation's stack comes from.

@@ -27,13 +27,18 @@ limit: any OOM there is a capacity OOM, since there is nothing to defragment.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 
 import numpy as np
 
 # The findings a snapshot supports are declared, with their snapshot rule, beside their specs.
 from trainscope.analyzers.findings.memory import snapshot_findings as snapshot_findings  # re-exported
-from trainscope.traces.memory_snapshot import ACTIONS, Block, DeviceTrace, Frame, Snapshot
+from trainscope.traces.memory_snapshot import ACTIONS
+from trainscope.traces.memory_snapshot import Block
+from trainscope.traces.memory_snapshot import DeviceTrace
+from trainscope.traces.memory_snapshot import Frame
+from trainscope.traces.memory_snapshot import Snapshot
 from trainscope.traces.model import Column
 
 A = {a: i for i, a in enumerate(ACTIONS)}

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainscope.traces.memory_timeline import CATEGORIES, MemoryTimeline
+from trainscope.traces.memory_timeline import CATEGORIES
+from trainscope.traces.memory_timeline import MemoryTimeline
 
 
 @dataclass(frozen=True)

@@ -3,65 +3,101 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
 
 import numpy as np
 
 from trainscope.analyzers import codes
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.devices import DeviceSpec, device_for, lookup_device, with_overrides
+from trainscope.analyzers.devices import DeviceSpec
+from trainscope.analyzers.devices import device_for
+from trainscope.analyzers.devices import lookup_device
+from trainscope.analyzers.devices import with_overrides
 from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.live.engine import counters_diagnosis
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace import heap
-from trainscope.analyzers.trace.allocator_peak import DeviceMemory, device_memory
+from trainscope.analyzers.trace.allocator_peak import DeviceMemory
+from trainscope.analyzers.trace.allocator_peak import device_memory
 from trainscope.analyzers.trace.attention import attention_evidence
-from trainscope.analyzers.trace.breakdown import Breakdown, host_layers, primary_device, refiled, step_breakdown
-from trainscope.analyzers.trace.busy_bound import BusyBound, busy_bound
-from trainscope.analyzers.trace.context import Context, detect_context, refine
+from trainscope.analyzers.trace.breakdown import Breakdown
+from trainscope.analyzers.trace.breakdown import host_layers
+from trainscope.analyzers.trace.breakdown import primary_device
+from trainscope.analyzers.trace.breakdown import refiled
+from trainscope.analyzers.trace.breakdown import step_breakdown
+from trainscope.analyzers.trace.busy_bound import BusyBound
+from trainscope.analyzers.trace.busy_bound import busy_bound
+from trainscope.analyzers.trace.context import Context
+from trainscope.analyzers.trace.context import detect_context
+from trainscope.analyzers.trace.context import refine
 from trainscope.analyzers.trace.copy_traffic import copy_traffic
 from trainscope.analyzers.trace.cost import kernel_costs
-from trainscope.analyzers.trace.fusion import FusionCandidates, fusion_candidates
-from trainscope.analyzers.trace.gpu_gaps import INFERRED, GpuGaps, gpu_gaps
-from trainscope.analyzers.trace.gpu_metrics import CounterSummary, counter_context, counter_split, counter_summary
-from trainscope.analyzers.trace.host_device import blocking_syncs, pageable_copies
-from trainscope.analyzers.trace.host_idle import EXPLAINED, HostIdle, host_idle, host_idle_evidence
-from trainscope.analyzers.trace.host_only import host_only_verdict, host_time, record_gpu_work
-from trainscope.analyzers.trace.hw_counters import (
-    HwCounterReport,
-    counters_mfu_reason,
-    counters_only_verdict,
-    hw_counter_report,
-)
-from trainscope.analyzers.trace.kernels import (
-    HIGH_INTENSITY,
-    LOW_INTENSITY,
-    KernelSummary,
-    kernel_classes,
-    kernel_summary,
-)
-from trainscope.analyzers.trace.mfu import MFU, model_flops_utilization
-from trainscope.analyzers.trace.module_tree import ModuleTree, module_tree
-from trainscope.analyzers.trace.one_off import SteadyWindow, one_off_costs, steady_window
-from trainscope.analyzers.trace.phases import PhaseBreakdown, phase_breakdown
-from trainscope.analyzers.trace.recommendations import Recommendation, recommend
+from trainscope.analyzers.trace.fusion import FusionCandidates
+from trainscope.analyzers.trace.fusion import fusion_candidates
+from trainscope.analyzers.trace.gpu_gaps import INFERRED
+from trainscope.analyzers.trace.gpu_gaps import GpuGaps
+from trainscope.analyzers.trace.gpu_gaps import gpu_gaps
+from trainscope.analyzers.trace.gpu_metrics import CounterSummary
+from trainscope.analyzers.trace.gpu_metrics import counter_context
+from trainscope.analyzers.trace.gpu_metrics import counter_split
+from trainscope.analyzers.trace.gpu_metrics import counter_summary
+from trainscope.analyzers.trace.host_device import blocking_syncs
+from trainscope.analyzers.trace.host_device import pageable_copies
+from trainscope.analyzers.trace.host_idle import EXPLAINED
+from trainscope.analyzers.trace.host_idle import HostIdle
+from trainscope.analyzers.trace.host_idle import host_idle
+from trainscope.analyzers.trace.host_idle import host_idle_evidence
+from trainscope.analyzers.trace.host_only import host_only_verdict
+from trainscope.analyzers.trace.host_only import host_time
+from trainscope.analyzers.trace.host_only import record_gpu_work
+from trainscope.analyzers.trace.hw_counters import HwCounterReport
+from trainscope.analyzers.trace.hw_counters import counters_mfu_reason
+from trainscope.analyzers.trace.hw_counters import counters_only_verdict
+from trainscope.analyzers.trace.hw_counters import hw_counter_report
+from trainscope.analyzers.trace.kernels import HIGH_INTENSITY
+from trainscope.analyzers.trace.kernels import LOW_INTENSITY
+from trainscope.analyzers.trace.kernels import KernelSummary
+from trainscope.analyzers.trace.kernels import kernel_classes
+from trainscope.analyzers.trace.kernels import kernel_summary
+from trainscope.analyzers.trace.mfu import MFU
+from trainscope.analyzers.trace.mfu import model_flops_utilization
+from trainscope.analyzers.trace.module_tree import ModuleTree
+from trainscope.analyzers.trace.module_tree import module_tree
+from trainscope.analyzers.trace.one_off import SteadyWindow
+from trainscope.analyzers.trace.one_off import one_off_costs
+from trainscope.analyzers.trace.one_off import steady_window
+from trainscope.analyzers.trace.phases import PhaseBreakdown
+from trainscope.analyzers.trace.phases import phase_breakdown
+from trainscope.analyzers.trace.recommendations import Recommendation
+from trainscope.analyzers.trace.recommendations import recommend
 from trainscope.analyzers.trace.record_options import how_to_record
-from trainscope.analyzers.trace.repairs import RepairLog, ensure_checked, with_repairs
-from trainscope.analyzers.trace.roofline import Roofline, roofline, tensor_core_names
-from trainscope.analyzers.trace.sinks import Sinks, moved, sink_rows, split_sinks
-from trainscope.analyzers.trace.steps import StepSegmentation, name_mask, segment_steps
-from trainscope.analyzers.trace.verdict import (
-    NOT_REPRESENTATIVE,
-    DiagnosisInput,
-    Finding,
-    Verdict,
-    classify,
-    findings,
-    not_steady,
-    primary_first,
-)
-from trainscope.traces.model import Column, Trace, TraceSet
+from trainscope.analyzers.trace.repairs import RepairLog
+from trainscope.analyzers.trace.repairs import ensure_checked
+from trainscope.analyzers.trace.repairs import with_repairs
+from trainscope.analyzers.trace.roofline import Roofline
+from trainscope.analyzers.trace.roofline import roofline
+from trainscope.analyzers.trace.roofline import tensor_core_names
+from trainscope.analyzers.trace.sinks import Sinks
+from trainscope.analyzers.trace.sinks import moved
+from trainscope.analyzers.trace.sinks import sink_rows
+from trainscope.analyzers.trace.sinks import split_sinks
+from trainscope.analyzers.trace.steps import StepSegmentation
+from trainscope.analyzers.trace.steps import name_mask
+from trainscope.analyzers.trace.steps import segment_steps
+from trainscope.analyzers.trace.verdict import NOT_REPRESENTATIVE
+from trainscope.analyzers.trace.verdict import DiagnosisInput
+from trainscope.analyzers.trace.verdict import Finding
+from trainscope.analyzers.trace.verdict import Verdict
+from trainscope.analyzers.trace.verdict import classify
+from trainscope.analyzers.trace.verdict import findings
+from trainscope.analyzers.trace.verdict import not_steady
+from trainscope.analyzers.trace.verdict import primary_first
+from trainscope.traces.model import Column
+from trainscope.traces.model import Trace
+from trainscope.traces.model import TraceSet
 
 _SINGLE_PROCESS_LOADER = re.compile(r"_SingleProcessDataLoaderIter")
 

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.trace.kernels import ALL_CLASSES, LOW_INTENSITY
-from trainscope.analyzers.trace.steps import StepSegmentation, name_mask
+from trainscope.analyzers.trace.kernels import ALL_CLASSES
+from trainscope.analyzers.trace.kernels import LOW_INTENSITY
+from trainscope.analyzers.trace.steps import StepSegmentation
+from trainscope.analyzers.trace.steps import name_mask
 from trainscope.traces.model import Trace
 
 ATTENTION_RANGE = re.compile(r"attention|attn|sdpa|self_?attn|\bmha\b", re.I)

@@ -16,8 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.trace.kernels import ALL_CLASSES, kernel_classes
-from trainscope.analyzers.trace.steps import DATA_WAIT, PROFILER_STEP, StepSegmentation, name_mask
+from trainscope.analyzers.trace.kernels import ALL_CLASSES
+from trainscope.analyzers.trace.kernels import kernel_classes
+from trainscope.analyzers.trace.steps import DATA_WAIT
+from trainscope.analyzers.trace.steps import PROFILER_STEP
+from trainscope.analyzers.trace.steps import StepSegmentation
+from trainscope.analyzers.trace.steps import name_mask
 from trainscope.traces.model import Trace
 
 CATEGORIES: tuple[str, ...] = (

@@ -28,7 +28,9 @@ import numpy as np
 
 from trainscope.analyzers import codes
 from trainscope.analyzers.trace.cost import KernelCosts
-from trainscope.analyzers.trace.kernels import HIGH_INTENSITY, LOW_INTENSITY, classify_kernel
+from trainscope.analyzers.trace.kernels import HIGH_INTENSITY
+from trainscope.analyzers.trace.kernels import LOW_INTENSITY
+from trainscope.analyzers.trace.kernels import classify_kernel
 from trainscope.analyzers.trace.roofline import Roofline
 from trainscope.traces.model import Trace
 

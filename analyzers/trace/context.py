@@ -36,14 +36,18 @@ gets no DDP gradient-bucket advice. The evidence is read from the trace itself:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from dataclasses import field
+from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from trainscope.analyzers import codes
-from trainscope.analyzers.trace.kernels import HIGH_INTENSITY, classify_kernel
-from trainscope.traces.model import Column, Trace
+from trainscope.analyzers.trace.kernels import HIGH_INTENSITY
+from trainscope.analyzers.trace.kernels import classify_kernel
+from trainscope.traces.model import Column
+from trainscope.traces.model import Trace
 
 if TYPE_CHECKING:  # pragma: no cover
     from trainscope.analyzers.trace.roofline import Roofline

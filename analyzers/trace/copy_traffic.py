@@ -10,7 +10,9 @@ import numpy as np
 
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.trace.steps import StepSegmentation
-from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace
+from trainscope.traces.model import COPY_KINDS
+from trainscope.traces.model import MEMORY_KINDS
+from trainscope.traces.model import Trace
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers import codes
-from trainscope.analyzers.nesting import is_outer_first, nest_parents, outer_first
+from trainscope.analyzers.nesting import is_outer_first
+from trainscope.analyzers.nesting import nest_parents
+from trainscope.analyzers.nesting import outer_first
 from trainscope.analyzers.trace.kernel_families import tokenize
 from trainscope.analyzers.trace.kernels import classify_kernel
-from trainscope.analyzers.trace.op_formulas import PRECISIONS, OpCost, op_cost  # noqa: F401 (re-exported)
-from trainscope.traces.model import CpuOps, Trace
+from trainscope.analyzers.trace.op_formulas import PRECISIONS  # noqa: F401 (re-exported)
+from trainscope.analyzers.trace.op_formulas import OpCost  # noqa: F401 (re-exported)
+from trainscope.analyzers.trace.op_formulas import op_cost  # noqa: F401 (re-exported)
+from trainscope.traces.model import CpuOps
+from trainscope.traces.model import Trace
 
 # Precision from a kernel name, for operators recorded without dtypes.
 _NAME_PRECISION: tuple[tuple[str, re.Pattern[str]], ...] = (

@@ -46,7 +46,8 @@ from trainscope.analyzers.findings.base import Evidence
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.cost import KernelCosts
 from trainscope.analyzers.trace.kernels import classify_kernel
-from trainscope.analyzers.trace.roofline import Roofline, short_kernel_name
+from trainscope.analyzers.trace.roofline import Roofline
+from trainscope.analyzers.trace.roofline import short_kernel_name
 from trainscope.traces.model import Trace
 
 # Candidates kept in the result (the document shows the first few); the tiling stops there.

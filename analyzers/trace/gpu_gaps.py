@@ -33,16 +33,24 @@ from the GPU timeline and runtime calls, and whether the trace's host events are
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 
 import numpy as np
 
-from trainscope.analyzers import codes, membership
+from trainscope.analyzers import codes
 from trainscope.analyzers import intervals as iv
+from trainscope.analyzers import membership
 from trainscope.analyzers.trace import heap
 from trainscope.analyzers.trace.breakdown import SYNC_CALL
-from trainscope.analyzers.trace.steps import DATA_WAIT, PROFILER_STEP, StepSegmentation, name_mask
-from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Column, Trace
+from trainscope.analyzers.trace.steps import DATA_WAIT
+from trainscope.analyzers.trace.steps import PROFILER_STEP
+from trainscope.analyzers.trace.steps import StepSegmentation
+from trainscope.analyzers.trace.steps import name_mask
+from trainscope.traces.model import COPY_KINDS
+from trainscope.traces.model import MEMORY_KINDS
+from trainscope.traces.model import Column
+from trainscope.traces.model import Trace
 
 CLASSES = ("sync", "cold-start", "host-range", "step-boundary", "issued-late", "queued", "unordered")
 EXPLAINED = CLASSES[:5]

@@ -17,7 +17,8 @@ import numpy as np
 
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.findings.base import Evidence
-from trainscope.analyzers.rules import Rules, Threshold
+from trainscope.analyzers.rules import Rules
+from trainscope.analyzers.rules import Threshold
 from trainscope.analyzers.trace.steps import StepSegmentation
 from trainscope.traces.model import Trace
 

@@ -18,8 +18,11 @@ import numpy as np
 
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.trace.breakdown import SYNC_CALL
-from trainscope.analyzers.trace.steps import StepSegmentation, name_mask
-from trainscope.traces.model import COPY_KINDS, MEMORY_KINDS, Trace
+from trainscope.analyzers.trace.steps import StepSegmentation
+from trainscope.analyzers.trace.steps import name_mask
+from trainscope.traces.model import COPY_KINDS
+from trainscope.traces.model import MEMORY_KINDS
+from trainscope.traces.model import Trace
 
 
 @dataclass(frozen=True)

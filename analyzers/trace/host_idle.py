@@ -45,19 +45,30 @@ evidence.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from dataclasses import dataclass
+from dataclasses import field
+from typing import TYPE_CHECKING
+from typing import TypeVar
 
 import numpy as np
 
-from trainscope.analyzers import codes, membership
+from trainscope.analyzers import codes
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.nesting import is_outer_first, nest_parents, outer_first
+from trainscope.analyzers import membership
+from trainscope.analyzers.nesting import is_outer_first
+from trainscope.analyzers.nesting import nest_parents
+from trainscope.analyzers.nesting import outer_first
 from trainscope.analyzers.trace import heap
 from trainscope.analyzers.trace.breakdown import SYNC_CALL
 from trainscope.analyzers.trace.frame_names import user_name
-from trainscope.analyzers.trace.steps import PROFILER_STEP, StepSegmentation, name_mask
-from trainscope.traces.model import COPY_KINDS, Column, Copies, RuntimeCalls, Trace
+from trainscope.analyzers.trace.steps import PROFILER_STEP
+from trainscope.analyzers.trace.steps import StepSegmentation
+from trainscope.analyzers.trace.steps import name_mask
+from trainscope.traces.model import COPY_KINDS
+from trainscope.traces.model import Column
+from trainscope.traces.model import Copies
+from trainscope.traces.model import RuntimeCalls
+from trainscope.traces.model import Trace
 
 if TYPE_CHECKING:
     from trainscope.analyzers.findings.base import Evidence

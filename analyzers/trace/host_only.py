@@ -21,16 +21,20 @@ the CPU samples by module, and how to record the GPU work.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.findings.base import Evidence, Verdict
+from trainscope.analyzers.findings.base import Evidence
+from trainscope.analyzers.findings.base import Verdict
 from trainscope.analyzers.trace.recommendations import Recommendation
-from trainscope.analyzers.trace.steps import PROFILER_STEP, host_span
-from trainscope.traces.model import RuntimeCalls, Trace
+from trainscope.analyzers.trace.steps import PROFILER_STEP
+from trainscope.analyzers.trace.steps import host_span
+from trainscope.traces.model import RuntimeCalls
+from trainscope.traces.model import Trace
 
 NO_GPU_ROWS = "nsys/no-gpu-rows"  # the verdict's "bottleneck": the benchmark class insufficient-gpu-evidence
 LABEL_CLASS = "insufficient-gpu-evidence"

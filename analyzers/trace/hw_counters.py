@@ -20,14 +20,17 @@ be compared with the counters kernel by kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from dataclasses import field
+from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from trainscope.analyzers.findings.base import Verdict
 from trainscope.analyzers.findings.common import ctx
-from trainscope.analyzers.trace.kernels import classify_kernel, operator_class
+from trainscope.analyzers.trace.kernels import classify_kernel
+from trainscope.analyzers.trace.kernels import operator_class
 from trainscope.analyzers.trace.op_formulas import op_cost
 from trainscope.analyzers.trace.roofline import short_kernel_name
 from trainscope.traces.model import Trace

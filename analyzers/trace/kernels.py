@@ -24,7 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers import codes
-from trainscope.analyzers.trace.kernel_families import BY_NAME, TENSOR, family_of, split_words, tokenize
+from trainscope.analyzers.trace.kernel_families import BY_NAME
+from trainscope.analyzers.trace.kernel_families import TENSOR
+from trainscope.analyzers.trace.kernel_families import family_of
+from trainscope.analyzers.trace.kernel_families import split_words
+from trainscope.analyzers.trace.kernel_families import tokenize
 from trainscope.traces.model import Trace
 
 # (class, regex over whole words). High-intensity classes do many FLOPs per byte moved; low-intensity

@@ -21,11 +21,13 @@ readings of the same trace agree (summed kernel time would count an overlap twic
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 
 import numpy as np
 
-from trainscope.analyzers.devices import DeviceSpec, lookup_device
+from trainscope.analyzers.devices import DeviceSpec
+from trainscope.analyzers.devices import lookup_device
 from trainscope.analyzers.intervals import contains
 from trainscope.analyzers.trace.record_options import how_to_record
 from trainscope.analyzers.trace.roofline import Roofline

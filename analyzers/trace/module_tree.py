@@ -49,17 +49,21 @@ loops over tree levels and nodes only (never over events).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 
 import numpy as np
 import numpy.typing as npt
 
 from trainscope.analyzers import codes
-from trainscope.analyzers.nesting import nest_gathered, nest_parents, outer_first
+from trainscope.analyzers.nesting import nest_gathered
+from trainscope.analyzers.nesting import nest_parents
+from trainscope.analyzers.nesting import outer_first
 from trainscope.analyzers.trace import heap
 from trainscope.analyzers.trace.cost import KernelCosts
 from trainscope.analyzers.trace.phases import PHASE_PATTERNS
-from trainscope.traces.model import COPY_KINDS, Trace
+from trainscope.traces.model import COPY_KINDS
+from trainscope.traces.model import Trace
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]

@@ -43,7 +43,9 @@ nothing warm remains is **not representative**.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
 
 import numpy as np
 
@@ -53,8 +55,12 @@ from trainscope.analyzers.plural import plural
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace import range_steps
 from trainscope.analyzers.trace.breakdown import SYNC_CALL
-from trainscope.analyzers.trace.steps import PROFILER_STEP, Step, StepSegmentation, name_mask
-from trainscope.traces.model import Kernels, Trace
+from trainscope.analyzers.trace.steps import PROFILER_STEP
+from trainscope.analyzers.trace.steps import Step
+from trainscope.analyzers.trace.steps import StepSegmentation
+from trainscope.analyzers.trace.steps import name_mask
+from trainscope.traces.model import Kernels
+from trainscope.traces.model import Trace
 
 # The phases a one-off cost belongs to, in the order a process goes through them.
 PHASES = ("start-up", "compilation", "capture", "weight upload", "warm-up", "teardown")

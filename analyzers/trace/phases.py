@@ -18,7 +18,8 @@ import numpy as np
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers import membership
 from trainscope.analyzers.trace.kernels import ALL_CLASSES
-from trainscope.analyzers.trace.steps import StepSegmentation, name_mask
+from trainscope.analyzers.trace.steps import StepSegmentation
+from trainscope.analyzers.trace.steps import name_mask
 from trainscope.traces.model import Trace
 
 # Priority order: where ranges nest, the first pattern wins.

@@ -15,7 +15,8 @@ import numpy as np
 
 from trainscope.analyzers.plural import plural
 from trainscope.analyzers.trace.phases import PHASE_PATTERNS
-from trainscope.analyzers.trace.steps import Step, StepSegmentation
+from trainscope.analyzers.trace.steps import Step
+from trainscope.analyzers.trace.steps import StepSegmentation
 from trainscope.traces.model import Trace
 
 STEP_LIKE = re.compile(

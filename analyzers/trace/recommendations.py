@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from trainscope.analyzers import findings as registry
 from trainscope.analyzers.devices import DeviceSpec
 from trainscope.analyzers.findings import fix_text
-from trainscope.analyzers.findings.base import Finding, Fix, in_context
+from trainscope.analyzers.findings.base import Finding
+from trainscope.analyzers.findings.base import Fix
+from trainscope.analyzers.findings.base import in_context
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.breakdown import Breakdown
 from trainscope.analyzers.trace.busy_bound import BusyBound

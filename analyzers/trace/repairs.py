@@ -19,15 +19,23 @@ verdict's confidence (:func:`with_repairs`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, TypedDict
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from typing import TYPE_CHECKING
+from typing import TypedDict
 
 import numpy as np
 
 from trainscope.analyzers import codes
 from trainscope.analyzers.findings.base import Evidence
-from trainscope.analyzers.trace.steps import PROFILER_STEP, name_mask
-from trainscope.traces.model import Column, Copies, Kernels, Memsets, Trace
+from trainscope.analyzers.trace.steps import PROFILER_STEP
+from trainscope.analyzers.trace.steps import name_mask
+from trainscope.traces.model import Column
+from trainscope.traces.model import Copies
+from trainscope.traces.model import Kernels
+from trainscope.traces.model import Memsets
+from trainscope.traces.model import Trace
 
 if TYPE_CHECKING:
     from trainscope.analyzers.trace.analysis import Analysis

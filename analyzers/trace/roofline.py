@@ -17,16 +17,23 @@ splits it into memory / compute / unknown, ``shares`` gives the same as fraction
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 
 import numpy as np
 
 from trainscope.analyzers import codes
 from trainscope.analyzers.devices import DeviceSpec
-from trainscope.analyzers.trace.cost import SOURCE_KINDS, KernelCosts, kernel_costs, name_precision
-from trainscope.analyzers.trace.kernels import HIGH_INTENSITY, classify_kernel, uses_tensor_cores
+from trainscope.analyzers.trace.cost import SOURCE_KINDS
+from trainscope.analyzers.trace.cost import KernelCosts
+from trainscope.analyzers.trace.cost import kernel_costs
+from trainscope.analyzers.trace.cost import name_precision
+from trainscope.analyzers.trace.kernels import HIGH_INTENSITY
+from trainscope.analyzers.trace.kernels import classify_kernel
+from trainscope.analyzers.trace.kernels import uses_tensor_cores
 from trainscope.analyzers.trace.op_formulas import PRECISIONS
-from trainscope.traces.model import Column, Trace
+from trainscope.traces.model import Column
+from trainscope.traces.model import Trace
 
 BOUNDS = ("memory", "compute", "unknown")
 # Above this % of roof a kernel's model is flagged rather than shown (5 % for clock boost and the

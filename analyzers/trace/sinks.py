@@ -26,7 +26,8 @@ confidence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from dataclasses import replace
 
 from trainscope.analyzers.trace.breakdown import Breakdown
 

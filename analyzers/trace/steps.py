@@ -12,7 +12,8 @@ plainly. Range-based rules live in ``range_steps``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 

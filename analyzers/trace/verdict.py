@@ -23,13 +23,15 @@ from trainscope.analyzers.findings.base import Finding as Finding
 from trainscope.analyzers.findings.base import Verdict as Verdict  # re-exported
 from trainscope.analyzers.findings.common import ctx as _ctx
 from trainscope.analyzers.findings.common import ev as _ev
-from trainscope.analyzers.findings.graphs import GRAPH_REPLAYS, UNKNOWN_BOUND
+from trainscope.analyzers.findings.graphs import GRAPH_REPLAYS
+from trainscope.analyzers.findings.graphs import UNKNOWN_BOUND
 from trainscope.analyzers.findings.observations import DiagnosisInput as DiagnosisInput  # re-exported
 from trainscope.analyzers.findings.startup import NOT_REPRESENTATIVE as _NOT_REPRESENTATIVE
 from trainscope.analyzers.findings.startup import NOT_REPRESENTATIVE_AXIS
 from trainscope.analyzers.rules import Rules
-from trainscope.analyzers.trace.gpu_gaps import INFERRED, LAUNCH_CALL
+from trainscope.analyzers.trace.gpu_gaps import INFERRED
 from trainscope.analyzers.trace.gpu_gaps import LABELS as GAP_LABELS
+from trainscope.analyzers.trace.gpu_gaps import LAUNCH_CALL
 
 if TYPE_CHECKING:
     from trainscope.analyzers.trace.gpu_gaps import GpuGaps

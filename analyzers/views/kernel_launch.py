@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainscope.traces.model import Column, Trace
+from trainscope.traces.model import Column
+from trainscope.traces.model import Trace
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,22 @@ import numpy as np
 
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.findings import REGISTRY
-from trainscope.analyzers.trace.breakdown import BUSY, CATEGORIES, CATEGORY_LABELS, SYNC_CALL, gpu_layers, host_layers
+from trainscope.analyzers.trace.breakdown import BUSY
+from trainscope.analyzers.trace.breakdown import CATEGORIES
+from trainscope.analyzers.trace.breakdown import CATEGORY_LABELS
+from trainscope.analyzers.trace.breakdown import SYNC_CALL
+from trainscope.analyzers.trace.breakdown import gpu_layers
+from trainscope.analyzers.trace.breakdown import host_layers
 from trainscope.analyzers.trace.kernels import ALL_CLASSES
-from trainscope.analyzers.trace.steps import DATA_WAIT, PROFILER_STEP, StepSegmentation, name_mask
-from trainscope.traces.model import COPY_KINDS, Copies, Kernels, Memsets, Trace
+from trainscope.analyzers.trace.steps import DATA_WAIT
+from trainscope.analyzers.trace.steps import PROFILER_STEP
+from trainscope.analyzers.trace.steps import StepSegmentation
+from trainscope.analyzers.trace.steps import name_mask
+from trainscope.traces.model import COPY_KINDS
+from trainscope.traces.model import Copies
+from trainscope.traces.model import Kernels
+from trainscope.traces.model import Memsets
+from trainscope.traces.model import Trace
 
 GPU_CATEGORIES: tuple[str, ...] = CATEGORIES
 HOST_CATEGORIES: tuple[str, ...] = ("data_wait", "sync", "launch", "optimizer", "backward", "cpu_op", "idle")

@@ -11,7 +11,13 @@ import numpy as np
 
 from trainscope.analyzers import intervals as iv
 from trainscope.analyzers.trace.steps import StepSegmentation
-from trainscope.traces.model import Annotations, Copies, CpuOps, Kernels, Memsets, RuntimeCalls, Trace
+from trainscope.traces.model import Annotations
+from trainscope.traces.model import Copies
+from trainscope.traces.model import CpuOps
+from trainscope.traces.model import Kernels
+from trainscope.traces.model import Memsets
+from trainscope.traces.model import RuntimeCalls
+from trainscope.traces.model import Trace
 
 KINDS = ("kernel", "copy", "memset", "cpu op", "annotation", "runtime")
 

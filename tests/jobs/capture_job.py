@@ -45,7 +45,8 @@ def main() -> int:
     import contextlib
 
     import torch
-    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data import DataLoader
+    from torch.utils.data import TensorDataset
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

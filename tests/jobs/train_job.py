@@ -21,7 +21,8 @@ import argparse
 import time
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
+from torch.utils.data import Dataset
 
 W = torch.randn(256, 256)
 

@@ -82,7 +82,9 @@ def main() -> int:
         torch.cuda.synchronize()
         torch.cuda.nvtx.range_pop()
         return 0
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile
+    from torch.profiler import record_function
 
     with (
         profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True, with_flops=True) as prof,

@@ -23,7 +23,10 @@ import sys
 import time
 
 import torch
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
+from torch.profiler import ProfilerActivity
+from torch.profiler import profile
+from torch.profiler import record_function
+from torch.profiler import schedule
 
 DEV = "cuda"
 

@@ -16,7 +16,8 @@ the one-line message and exit code the command line prints (the only place that 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 # Every public name and the module of the package that defines it: the one place the package's
 # surface is declared. Modules load on first use, so `import trainscope.api` stays cheap.

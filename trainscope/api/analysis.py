@@ -6,26 +6,49 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
-from trainscope.analyzers.deep.second_opinion import HTAUnavailable, deep_analysis, hta_versions
-from trainscope.analyzers.plan.ledger import Ledger, PlanConfig, ledger
-from trainscope.analyzers.ranks.alignment import RankSummary, ranks_view, summarize, with_aligned_imbalance
-from trainscope.analyzers.ranks.story import RankStory, rank_story
-from trainscope.analyzers.trace.analysis import analyze_set, with_rank_imbalance
-from trainscope.analyzers.trace.whatif import Lever, Projection, levers, project
+from trainscope.analyzers.deep.second_opinion import HTAUnavailable
+from trainscope.analyzers.deep.second_opinion import deep_analysis
+from trainscope.analyzers.deep.second_opinion import hta_versions
+from trainscope.analyzers.plan.ledger import Ledger
+from trainscope.analyzers.plan.ledger import PlanConfig
+from trainscope.analyzers.plan.ledger import ledger
+from trainscope.analyzers.ranks.alignment import RankSummary
+from trainscope.analyzers.ranks.alignment import ranks_view
+from trainscope.analyzers.ranks.alignment import summarize
+from trainscope.analyzers.ranks.alignment import with_aligned_imbalance
+from trainscope.analyzers.ranks.story import RankStory
+from trainscope.analyzers.ranks.story import rank_story
+from trainscope.analyzers.trace.analysis import analyze_set
+from trainscope.analyzers.trace.analysis import with_rank_imbalance
+from trainscope.analyzers.trace.whatif import Lever
+from trainscope.analyzers.trace.whatif import Projection
+from trainscope.analyzers.trace.whatif import levers
+from trainscope.analyzers.trace.whatif import project
 from trainscope.api import trace_cache as columns  # one module object: tests replace its open_cached
-from trainscope.api.cache import cached_analysis, enabled, peek
-from trainscope.api.errors import BadInput, DeepUnavailable, Progress, bad_input, silent
-from trainscope.api.executor import MapOptions, run_rank_set
-from trainscope.api.inputs import InputDescription, describe_input
+from trainscope.api.cache import cached_analysis
+from trainscope.api.cache import enabled
+from trainscope.api.cache import peek
+from trainscope.api.errors import BadInput
+from trainscope.api.errors import DeepUnavailable
+from trainscope.api.errors import Progress
+from trainscope.api.errors import bad_input
+from trainscope.api.errors import silent
+from trainscope.api.executor import MapOptions
+from trainscope.api.executor import run_rank_set
+from trainscope.api.inputs import InputDescription
+from trainscope.api.inputs import describe_input
 from trainscope.api.report import Report
 from trainscope.api.rules import resolve_rules
 from trainscope.collectors import open_traces
 from trainscope.collectors.readers import max_decompressed_override
 from trainscope.modelspec import parse_model_spec
-from trainscope.reports.deep import deep_dict, stragglers_dict
-from trainscope.traces.model import Trace, TraceSet
+from trainscope.reports.deep import deep_dict
+from trainscope.reports.deep import stragglers_dict
+from trainscope.traces.model import Trace
+from trainscope.traces.model import TraceSet
 
 if TYPE_CHECKING:
     from trainscope.analyzers.rules import Rules

@@ -40,16 +40,22 @@ import secrets
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from dataclasses import dataclass
+from dataclasses import field
+from typing import IO
+from typing import TYPE_CHECKING
+from typing import Any
 
 import trainscope
 from trainscope.api.errors import BadInput
 from trainscope.api.inputs import describe_input
 from trainscope.api.rendered import RenderedAnalysis
 from trainscope.api.report import Report
-from trainscope.collectors.readers import decompression_cap, parse_size
-from trainscope.collectors.step_hook import PRIVATE, open_folder, process_start
+from trainscope.collectors.readers import decompression_cap
+from trainscope.collectors.readers import parse_size
+from trainscope.collectors.step_hook import PRIVATE
+from trainscope.collectors.step_hook import open_folder
+from trainscope.collectors.step_hook import process_start
 from trainscope.reports.analysis_document import AnalysisDocument
 
 if TYPE_CHECKING:

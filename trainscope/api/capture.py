@@ -30,14 +30,23 @@ import stat
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from collections.abc import Iterable
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
 from typing import Any
 
 from trainscope.api import analysis
 from trainscope.api.errors import describe
-from trainscope.collectors.step_hook import NO_OTHER_WRITE, fd_path, folder_problem, open_folder, same_folder
-from trainscope.reports.live import capture_headline, capture_overhead, live_headline
+from trainscope.collectors.step_hook import NO_OTHER_WRITE
+from trainscope.collectors.step_hook import fd_path
+from trainscope.collectors.step_hook import folder_problem
+from trainscope.collectors.step_hook import open_folder
+from trainscope.collectors.step_hook import same_folder
+from trainscope.reports.live import capture_headline
+from trainscope.reports.live import capture_overhead
+from trainscope.reports.live import live_headline
 
 TRIGGERS = ("verdict-change", "slowdown")
 RANKS = ("all", "lowest")  # --capture-ranks: every stepping rank of the job, or only the lowest

@@ -12,51 +12,65 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
+from dataclasses import dataclass
+from dataclasses import field
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Union
 
-from trainscope.analyzers.compare.diff import (
-    GATE_METRICS,
-    GateUnavailable,
-    check_gate,
-    diff_runs,
-    gate_blockers,
-    refuse_gate,
-    run_from_summaries,
-)
-from trainscope.analyzers.compare.history import (
-    RunSummary,
-    SummaryDiff,
-    diff_summaries,
-    fix_outcomes,
-    summarize,
-    summary_gate,
-)
-from trainscope.analyzers.compare.tree_diff import NoSuchNode, parse_budget, refuse_node_gate
+from trainscope.analyzers.compare.diff import GATE_METRICS
+from trainscope.analyzers.compare.diff import GateUnavailable
+from trainscope.analyzers.compare.diff import check_gate
+from trainscope.analyzers.compare.diff import diff_runs
+from trainscope.analyzers.compare.diff import gate_blockers
+from trainscope.analyzers.compare.diff import refuse_gate
+from trainscope.analyzers.compare.diff import run_from_summaries
+from trainscope.analyzers.compare.history import RunSummary
+from trainscope.analyzers.compare.history import SummaryDiff
+from trainscope.analyzers.compare.history import diff_summaries
+from trainscope.analyzers.compare.history import fix_outcomes
+from trainscope.analyzers.compare.history import summarize
+from trainscope.analyzers.compare.history import summary_gate
+from trainscope.analyzers.compare.tree_diff import NoSuchNode
 from trainscope.analyzers.compare.tree_diff import node_gate as judge
+from trainscope.analyzers.compare.tree_diff import parse_budget
+from trainscope.analyzers.compare.tree_diff import refuse_node_gate
 from trainscope.api.analysis import analyze
-from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_REGRESSION, BadInput, Progress, Regression, silent
-from trainscope.api.inputs import InputDescription, describe_input
+from trainscope.api.errors import EXIT_BAD_INPUT
+from trainscope.api.errors import EXIT_OK
+from trainscope.api.errors import EXIT_REGRESSION
+from trainscope.api.errors import BadInput
+from trainscope.api.errors import Progress
+from trainscope.api.errors import Regression
+from trainscope.api.errors import silent
+from trainscope.api.inputs import InputDescription
+from trainscope.api.inputs import describe_input
 from trainscope.api.rendered import Rendered
 from trainscope.api.report import shown
 from trainscope.api.rules import resolve_rules
-from trainscope.api.store import RunStore, StoredRun
-from trainscope.reports.diff_document import build_diff_document, fixes_list
+from trainscope.api.store import RunStore
+from trainscope.api.store import StoredRun
+from trainscope.reports.diff_document import build_diff_document
+from trainscope.reports.diff_document import fixes_list
 from trainscope.reports.diff_markdown import render_diff_markdown
 from trainscope.reports.diff_text import render_diff_text
-from trainscope.reports.history import (
-    build_summary_diff_document,
-    render_summary_diff_markdown,
-    render_summary_diff_text,
-)
+from trainscope.reports.history import build_summary_diff_document
+from trainscope.reports.history import render_summary_diff_markdown
+from trainscope.reports.history import render_summary_diff_text
 from trainscope.reports.oneline import diff_line
 
 if TYPE_CHECKING:
-    from trainscope.analyzers.compare.diff import GateResult, Run, RunDiff
-    from trainscope.analyzers.compare.history import FixOutcome, RunSummary, SummaryDiff
-    from trainscope.analyzers.compare.tree_diff import NodeBudget, NodeGateResult
+    from trainscope.analyzers.compare.diff import GateResult
+    from trainscope.analyzers.compare.diff import Run
+    from trainscope.analyzers.compare.diff import RunDiff
+    from trainscope.analyzers.compare.history import FixOutcome
+    from trainscope.analyzers.compare.history import RunSummary
+    from trainscope.analyzers.compare.history import SummaryDiff
+    from trainscope.analyzers.compare.tree_diff import NodeBudget
+    from trainscope.analyzers.compare.tree_diff import NodeGateResult
     from trainscope.analyzers.rules import Rules
-    from trainscope.api.store import RunStore, StoredRun
+    from trainscope.api.store import RunStore
+    from trainscope.api.store import StoredRun
 
 Side = Union[str, "os.PathLike[str]", "StoredRun", "RunSummary"]
 Comparison = Union["RunDiff", "SummaryDiff"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import sys
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 EXIT_OK, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130

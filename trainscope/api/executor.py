@@ -13,22 +13,29 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import as_completed
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
-from typing import Any, cast
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import cast
 
-from trainscope.analyzers.ranks.alignment import RankSummary, summarize
+from trainscope.analyzers.ranks.alignment import RankSummary
+from trainscope.analyzers.ranks.alignment import summarize
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.trace.range_steps import StepRangeError
 from trainscope.api import trace_cache as columns  # one module object: tests replace its open_cached
 from trainscope.api.cache import enabled
-from trainscope.api.inputs import InputDescription, describe_input
+from trainscope.api.inputs import InputDescription
+from trainscope.api.inputs import describe_input
 from trainscope.collectors import TraceError
 from trainscope.collectors.inputs import open_any
-from trainscope.collectors.readers import max_decompressed_override, set_max_decompressed
-from trainscope.traces.model import Trace, TraceSet
+from trainscope.collectors.readers import max_decompressed_override
+from trainscope.collectors.readers import set_max_decompressed
+from trainscope.traces.model import Trace
+from trainscope.traces.model import TraceSet
 
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.I)
 

@@ -6,12 +6,14 @@ sources the report prints, nothing inferred beyond them."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from trainscope.analyzers.findings import REGISTRY
 from trainscope.analyzers.trace.kernel_families import family_of
 from trainscope.analyzers.trace.kernels import ALL_CLASSES
-from trainscope.analyzers.views.trace_window import KINDS, window
+from trainscope.analyzers.views.trace_window import KINDS
+from trainscope.analyzers.views.trace_window import window
 from trainscope.api.errors import BadInput
 from trainscope.reports.analysis_document import AnalysisDocument
 from trainscope.reports.document import headline_word

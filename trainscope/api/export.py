@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from trainscope.reports.perfetto import RankPart, write_perfetto, write_perfetto_ranks
+from trainscope.reports.perfetto import RankPart
+from trainscope.reports.perfetto import write_perfetto
+from trainscope.reports.perfetto import write_perfetto_ranks
 
 if TYPE_CHECKING:
     from trainscope.api.cache import CachedReport

@@ -4,12 +4,17 @@ TensorBoard's handler does and prints trainscope's verdict line."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Protocol
+from typing import cast
 
 from trainscope.api.analysis import analyze
 from trainscope.api.errors import describe
-from trainscope.api.store import check_tag, save_run
+from trainscope.api.store import check_tag
+from trainscope.api.store import save_run
 
 if TYPE_CHECKING:
     from trainscope.api.cache import CachedReport

@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from trainscope.collectors.formats import RANK_FILE_SUFFIXES, directory_reader_for
+from trainscope.collectors.formats import RANK_FILE_SUFFIXES
+from trainscope.collectors.formats import directory_reader_for
 
 InputKind = Literal["file", "export", "ranks", "run"]
 

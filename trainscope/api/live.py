@@ -6,13 +6,19 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from trainscope.analyzers.live.engine import LiveAnalyzer
-from trainscope.api.capture import DEFAULT_FOLDER, CaptureController, _counters
-from trainscope.api.errors import BadInput, bad_input
+from trainscope.api.capture import DEFAULT_FOLDER
+from trainscope.api.capture import CaptureController
+from trainscope.api.capture import _counters
+from trainscope.api.errors import BadInput
+from trainscope.api.errors import bad_input
 from trainscope.api.rules import resolve_rules
 from trainscope.collectors.host import HostSampler
 from trainscope.collectors.live_trace import open_recording as _open_recording
@@ -21,16 +27,23 @@ from trainscope.collectors.nvml import NvmlSampler
 from trainscope.collectors.recording import RecordingWriter
 from trainscope.collectors.recording import output_refusal as _refusal
 from trainscope.collectors.recording import write_output as _write
-from trainscope.collectors.step_hook import default_socket_path, private_dir
-from trainscope.collectors.step_receiver import StepReceiver, child_environment, clean_stale, ensure_private_dir
+from trainscope.collectors.step_hook import default_socket_path
+from trainscope.collectors.step_hook import private_dir
+from trainscope.collectors.step_receiver import StepReceiver
+from trainscope.collectors.step_receiver import child_environment
+from trainscope.collectors.step_receiver import clean_stale
+from trainscope.collectors.step_receiver import ensure_private_dir
 from trainscope.collectors.step_receiver import make_run_folder as _make
-from trainscope.reports.live import status_line, status_line_dict
+from trainscope.reports.live import status_line
+from trainscope.reports.live import status_line_dict
 
 if TYPE_CHECKING:
     from trainscope.analyzers.live.engine import LiveStatus
     from trainscope.analyzers.rules import Rules
     from trainscope.analyzers.trace.verdict import Verdict
-    from trainscope.api.capture import Capture, CaptureController, CaptureOptions
+    from trainscope.api.capture import Capture
+    from trainscope.api.capture import CaptureController
+    from trainscope.api.capture import CaptureOptions
     from trainscope.collectors.recording import Recording
     from trainscope.traces.samples import Snapshot
 

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from dataclasses import field
+from typing import TYPE_CHECKING
+from typing import Any
 
 from trainscope.analyzers.snapshot.peak import memory_peak
-from trainscope.analyzers.snapshot.summary import snapshot_findings, snapshot_memory
+from trainscope.analyzers.snapshot.summary import snapshot_findings
+from trainscope.analyzers.snapshot.summary import snapshot_memory
 from trainscope.analyzers.snapshot.timeline_peak import timeline_peak
-from trainscope.api.errors import BadInput, Progress, bad_input, silent
+from trainscope.api.errors import BadInput
+from trainscope.api.errors import Progress
+from trainscope.api.errors import bad_input
+from trainscope.api.errors import silent
 from trainscope.api.planning import resolve_device
 from trainscope.api.rendered import Rendered
 from trainscope.api.report import shown
@@ -19,7 +25,9 @@ from trainscope.collectors.errors import TraceError
 from trainscope.collectors.formats import is_snapshot
 from trainscope.collectors.memory_timeline import load_memory_timeline
 from trainscope.collectors.snapshot import load_snapshot
-from trainscope.reports.memory import build_memory_document, render_memory_markdown, render_memory_text
+from trainscope.reports.memory import build_memory_document
+from trainscope.reports.memory import render_memory_markdown
+from trainscope.reports.memory import render_memory_text
 from trainscope.reports.oneline import memory_line
 
 if TYPE_CHECKING:

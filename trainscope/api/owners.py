@@ -5,6 +5,9 @@ here, through the application layer."""
 
 from __future__ import annotations
 
-from trainscope.collectors.step_hook import owner_alive, owner_record, process_alive, read_own_file
+from trainscope.collectors.step_hook import owner_alive
+from trainscope.collectors.step_hook import owner_record
+from trainscope.collectors.step_hook import process_alive
+from trainscope.collectors.step_hook import read_own_file
 
 __all__ = ["owner_alive", "owner_record", "process_alive", "read_own_file"]

@@ -3,18 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 from trainscope.analyzers.plan.gpu_memory import GpuMemory
-from trainscope.analyzers.plan.ledger import Fit, FitOption, Ledger, PlanConfig, fit, fit_options, ledger, normalize
+from trainscope.analyzers.plan.ledger import Fit
+from trainscope.analyzers.plan.ledger import FitOption
+from trainscope.analyzers.plan.ledger import Ledger
+from trainscope.analyzers.plan.ledger import PlanConfig
+from trainscope.analyzers.plan.ledger import fit
+from trainscope.analyzers.plan.ledger import fit_options
+from trainscope.analyzers.plan.ledger import ledger
+from trainscope.analyzers.plan.ledger import normalize
 from trainscope.analyzers.rules import Rules
-from trainscope.api.errors import BadInput, bad_input
+from trainscope.api.errors import BadInput
+from trainscope.api.errors import bad_input
 from trainscope.api.rendered import Rendered
 from trainscope.api.report import shown
-from trainscope.modelspec import MODEL_FIELDS, config_from, parse_model_spec, resolve_gpu
+from trainscope.modelspec import MODEL_FIELDS
+from trainscope.modelspec import config_from
+from trainscope.modelspec import parse_model_spec
+from trainscope.modelspec import resolve_gpu
 from trainscope.reports.oneline import plan_line
-from trainscope.reports.plan import build_plan_document, render_plan_markdown, render_plan_text
+from trainscope.reports.plan import build_plan_document
+from trainscope.reports.plan import render_plan_markdown
+from trainscope.reports.plan import render_plan_text
 
 
 @dataclass(repr=False)

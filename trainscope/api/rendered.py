@@ -5,10 +5,15 @@ names its document's ``KIND`` (a kind of that table) and gives ``to_dict()`` and
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from abc import ABC
+from abc import abstractmethod
+from typing import Any
+from typing import ClassVar
 
-from trainscope.reports.formats import Output, render, render_for_path, write
+from trainscope.reports.formats import Output
+from trainscope.reports.formats import render
+from trainscope.reports.formats import render_for_path
+from trainscope.reports.formats import write
 from trainscope.reports.html import render_text_cell
 
 

@@ -6,15 +6,20 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from typing import TYPE_CHECKING
+from typing import Any
 
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers.ranks.alignment import rank_collectives, summarize
+from trainscope.analyzers.ranks.alignment import rank_collectives
+from trainscope.analyzers.ranks.alignment import summarize
 from trainscope.analyzers.ranks.lanes import side_by_side
 from trainscope.analyzers.ranks.late_collectives import latest_arrivals
 from trainscope.analyzers.ranks.story import rank_story
-from trainscope.analyzers.trace.kernels import kernel_classes, kernel_summary
+from trainscope.analyzers.trace.kernels import kernel_classes
+from trainscope.analyzers.trace.kernels import kernel_summary
 from trainscope.analyzers.trace.repairs import ensure_checked
 from trainscope.analyzers.views.kernel_launch import kernel_launch
 from trainscope.analyzers.views.memory_curve import memory_curves
@@ -23,7 +28,9 @@ from trainscope.api.errors import bad_input
 from trainscope.api.rendered import RenderedAnalysis
 from trainscope.collectors.inputs import open_any
 from trainscope.reports.analysis_document import AnalysisDocument
-from trainscope.reports.document import analysis_dict, build_document, headline
+from trainscope.reports.document import analysis_dict
+from trainscope.reports.document import build_document
+from trainscope.reports.document import headline
 from trainscope.reports.html import render_html_cell
 from trainscope.reports.oneline import report_line
 from trainscope.reports.plan import ledger_vs_measured
@@ -33,20 +40,24 @@ if TYPE_CHECKING:
     import numpy as np
 
     from trainscope.analyzers.plan.ledger import Ledger
-    from trainscope.analyzers.ranks.alignment import RankCollectives, RankSummary
+    from trainscope.analyzers.ranks.alignment import RankCollectives
+    from trainscope.analyzers.ranks.alignment import RankSummary
     from trainscope.analyzers.ranks.lanes import SideBySide
     from trainscope.analyzers.ranks.late_collectives import LateCollective
     from trainscope.analyzers.ranks.story import RankStory
     from trainscope.analyzers.rules import Rules
     from trainscope.analyzers.trace.allocator_peak import DeviceMemory
     from trainscope.analyzers.trace.analysis import Analysis
-    from trainscope.analyzers.trace.breakdown import Breakdown, StepBreakdown
+    from trainscope.analyzers.trace.breakdown import Breakdown
+    from trainscope.analyzers.trace.breakdown import StepBreakdown
     from trainscope.analyzers.trace.kernels import KernelSummary
     from trainscope.analyzers.trace.recommendations import Recommendation
-    from trainscope.analyzers.trace.verdict import Finding, Verdict
+    from trainscope.analyzers.trace.verdict import Finding
+    from trainscope.analyzers.trace.verdict import Verdict
     from trainscope.analyzers.views.kernel_launch import KernelLaunch
     from trainscope.analyzers.views.memory_curve import MemoryCurve
-    from trainscope.traces.model import Trace, TraceSet
+    from trainscope.traces.model import Trace
+    from trainscope.traces.model import TraceSet
 
 
 def shown(doc: dict[str, Any]) -> dict[str, Any]:

@@ -28,16 +28,21 @@ import subprocess
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from trainscope.analyzers.compare.diff import Run
-from trainscope.analyzers.compare.history import BadSummary, RunSummary, summarize
-from trainscope.analyzers.shapes import ShapeSignature, shape_signature
+from trainscope.analyzers.compare.history import BadSummary
+from trainscope.analyzers.compare.history import RunSummary
+from trainscope.analyzers.compare.history import summarize
+from trainscope.analyzers.shapes import ShapeSignature
+from trainscope.analyzers.shapes import shape_signature
 from trainscope.api.errors import BadInput
 from trainscope.api.inputs import RUN_REF
 
 if TYPE_CHECKING:
-    from trainscope.analyzers.compare.history import FixOutcome, RunSummary
+    from trainscope.analyzers.compare.history import FixOutcome
+    from trainscope.analyzers.compare.history import RunSummary
     from trainscope.api.cache import CachedReport
     from trainscope.api.report import Report
 

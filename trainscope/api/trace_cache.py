@@ -36,12 +36,18 @@ import os
 import struct
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from trainscope.api import cache
 from trainscope.collectors.snapshot import READER_ENV
 from trainscope.traces import model as m
-from trainscope.traces.model import CollectiveArgs, Device, OpInputs, Thread, Trace, TraceSet
+from trainscope.traces.model import CollectiveArgs
+from trainscope.traces.model import Device
+from trainscope.traces.model import OpInputs
+from trainscope.traces.model import Thread
+from trainscope.traces.model import Trace
+from trainscope.traces.model import TraceSet
 
 if TYPE_CHECKING:
     from trainscope.api.errors import Progress

@@ -6,26 +6,29 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from trainscope import api
-from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
+from trainscope.api.errors import EXIT_BAD_INPUT
+from trainscope.api.errors import EXIT_OK
 from trainscope.argtypes import positive_float
 from trainscope.commands.analyze_ranks import add_arguments
-from trainscope.commands.runs import add_save_args, save_report
-from trainscope.common import (
-    add_document_args,
-    add_input_limit_args,
-    add_threshold_arg,
-    emit_document,
-    one_line_errors,
-    progress_line,
-    resolve_inputs,
-    terminal_app,
-    write_json_after_app,
-)
+from trainscope.commands.runs import add_save_args
+from trainscope.commands.runs import save_report
+from trainscope.common import add_document_args
+from trainscope.common import add_input_limit_args
+from trainscope.common import add_threshold_arg
+from trainscope.common import emit_document
+from trainscope.common import one_line_errors
+from trainscope.common import progress_line
+from trainscope.common import resolve_inputs
+from trainscope.common import terminal_app
+from trainscope.common import write_json_after_app
 from trainscope.reports import formats
-from trainscope.tui.state import Session, build_session, cached_document
+from trainscope.tui.state import Session
+from trainscope.tui.state import build_session
+from trainscope.tui.state import cached_document
 
 if TYPE_CHECKING:
     from trainscope.analyzers.plan.ledger import Ledger

@@ -7,10 +7,12 @@ import sys
 
 from trainscope import api
 from trainscope.api.errors import EXIT_OK
-from trainscope.commands.runs import add_store_arg, warn_skipped
+from trainscope.commands.runs import add_store_arg
+from trainscope.commands.runs import warn_skipped
 from trainscope.common import one_line_errors
 from trainscope.reports.output import to_json
-from trainscope.traces.safe_text import safe_strings, visible
+from trainscope.traces.safe_text import safe_strings
+from trainscope.traces.safe_text import visible
 
 
 def register(b: argparse.ArgumentParser) -> None:

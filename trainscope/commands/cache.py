@@ -9,7 +9,8 @@ from typing import Any
 
 from trainscope.api import cache
 from trainscope.api.errors import EXIT_OK
-from trainscope.common import fail, one_line_errors
+from trainscope.common import fail
+from trainscope.common import one_line_errors
 
 
 def register(c: argparse.ArgumentParser) -> None:

@@ -6,29 +6,32 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from trainscope import api
 from trainscope.analyzers.compare.diff import GATE_METRICS
 
 # A regression found by the gate: distinct from bad input (2) and internal errors (1), so CI can
 # tell "this change made training slower" from "the diff could not run" (trainscope.api.Regression).
-from trainscope.api import EXIT_OK, EXIT_REGRESSION, BadInput, DiffResult  # noqa: E402,F401
+from trainscope.api import EXIT_OK  # noqa: E402,F401
+from trainscope.api import EXIT_REGRESSION  # noqa: E402,F401
+from trainscope.api import BadInput  # noqa: E402,F401
+from trainscope.api import DiffResult  # noqa: E402,F401
 from trainscope.api.errors import EXIT_BAD_INPUT
 from trainscope.argtypes import finite_non_negative
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
-from trainscope.commands.analyze import add_analysis_options, analysis_options
-from trainscope.common import (
-    add_document_args,
-    add_input_limit_args,
-    add_threshold_arg,
-    emit_document,
-    one_line_errors,
-    progress_line,
-    resolve_inputs,
-    terminal_app,
-    write_json_after_app,
-)
+from trainscope.commands.analyze import add_analysis_options
+from trainscope.commands.analyze import analysis_options
+from trainscope.common import add_document_args
+from trainscope.common import add_input_limit_args
+from trainscope.common import add_threshold_arg
+from trainscope.common import emit_document
+from trainscope.common import one_line_errors
+from trainscope.common import progress_line
+from trainscope.common import resolve_inputs
+from trainscope.common import terminal_app
+from trainscope.common import write_json_after_app
 from trainscope.reports import formats
 
 if TYPE_CHECKING:

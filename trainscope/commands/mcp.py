@@ -7,7 +7,9 @@ import os
 
 from trainscope import api
 from trainscope.api.errors import EXIT_OK
-from trainscope.common import add_input_limit_args, apply_input_limits, one_line_errors
+from trainscope.common import add_input_limit_args
+from trainscope.common import apply_input_limits
+from trainscope.common import one_line_errors
 
 # The extra's pinned version, for the install line.
 MCP_EXTRA = "pip install 'trainscope-dam[mcp]'"

@@ -14,17 +14,15 @@ from typing import TYPE_CHECKING
 from trainscope import api
 from trainscope.api.errors import EXIT_OK
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
-from trainscope.common import (
-    add_document_args,
-    add_input_limit_args,
-    add_threshold_arg,
-    emit_document,
-    one_line_errors,
-    progress_line,
-    resolve_inputs,
-    terminal_app,
-    write_json_after_app,
-)
+from trainscope.common import add_document_args
+from trainscope.common import add_input_limit_args
+from trainscope.common import add_threshold_arg
+from trainscope.common import emit_document
+from trainscope.common import one_line_errors
+from trainscope.common import progress_line
+from trainscope.common import resolve_inputs
+from trainscope.common import terminal_app
+from trainscope.common import write_json_after_app
 
 if TYPE_CHECKING:
     from trainscope.api.memory_report import MemoryReport

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 
 from trainscope import api
-from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
+from trainscope.api.errors import EXIT_BAD_INPUT
+from trainscope.api.errors import EXIT_OK
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
-from trainscope.common import add_document_args, emit_document, one_line_errors, terminal_app, write_json_after_app
-from trainscope.modelspec import (
-    MODEL_FIELDS,
-    _gpu_keys,
-    count_arg,  # noqa: F401 (re-exported)
-)
+from trainscope.common import add_document_args
+from trainscope.common import emit_document
+from trainscope.common import one_line_errors
+from trainscope.common import terminal_app
+from trainscope.common import write_json_after_app
+from trainscope.modelspec import MODEL_FIELDS
+from trainscope.modelspec import _gpu_keys
+from trainscope.modelspec import count_arg  # noqa: F401 (re-exported)
 
 
 def register(p: argparse.ArgumentParser) -> None:

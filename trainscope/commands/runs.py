@@ -9,10 +9,14 @@ from typing import TYPE_CHECKING
 from trainscope import api
 from trainscope.api.errors import EXIT_OK
 from trainscope.argtypes import positive_int
-from trainscope.common import fail_on, one_line_errors
-from trainscope.reports.history import render_fixes_text, render_run_text, render_runs_text
+from trainscope.common import fail_on
+from trainscope.common import one_line_errors
+from trainscope.reports.history import render_fixes_text
+from trainscope.reports.history import render_run_text
+from trainscope.reports.history import render_runs_text
 from trainscope.reports.output import to_json
-from trainscope.traces.safe_text import safe_strings, visible
+from trainscope.traces.safe_text import safe_strings
+from trainscope.traces.safe_text import visible
 
 if TYPE_CHECKING:
     from trainscope.api.cache import CachedReport

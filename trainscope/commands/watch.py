@@ -10,29 +10,52 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Protocol
 
 from trainscope import api
-from trainscope.api.capture import CaptureOptions, capture_folder_problem, open_capture_folder
-from trainscope.api.errors import EXIT_BAD_INPUT, EXIT_OK
-from trainscope.api.live import make_run_folder, output_refusal, write_output
-from trainscope.argtypes import number, whole
-from trainscope.commands.runs import add_save_args, save_recording, watch_save_problem
-from trainscope.commands.watch_output import JobOutput, write_line
-from trainscope.common import add_threshold_arg, fail, one_line_errors, output_problem, same_file, terminal_app
+from trainscope.api.capture import CaptureOptions
+from trainscope.api.capture import capture_folder_problem
+from trainscope.api.capture import open_capture_folder
+from trainscope.api.errors import EXIT_BAD_INPUT
+from trainscope.api.errors import EXIT_OK
+from trainscope.api.live import make_run_folder
+from trainscope.api.live import output_refusal
+from trainscope.api.live import write_output
+from trainscope.argtypes import number
+from trainscope.argtypes import whole
+from trainscope.commands.runs import add_save_args
+from trainscope.commands.runs import save_recording
+from trainscope.commands.runs import watch_save_problem
+from trainscope.commands.watch_output import JobOutput
+from trainscope.commands.watch_output import write_line
+from trainscope.common import add_threshold_arg
+from trainscope.common import fail
+from trainscope.common import one_line_errors
+from trainscope.common import output_problem
+from trainscope.common import same_file
+from trainscope.common import terminal_app
 from trainscope.reports import formats
-from trainscope.reports.live import SCHEMA, status_line, status_line_dict, summary_dict, summary_text
+from trainscope.reports.live import SCHEMA
+from trainscope.reports.live import status_line
+from trainscope.reports.live import status_line_dict
+from trainscope.reports.live import summary_dict
+from trainscope.reports.live import summary_text
 from trainscope.reports.output import to_json_line
 from trainscope.reports.prometheus import render_prometheus
 from trainscope.reports.renderers import WatchSummary
-from trainscope.traces.safe_text import visible, visible_lines
+from trainscope.traces.safe_text import visible
+from trainscope.traces.safe_text import visible_lines
 
 if TYPE_CHECKING:
     from http.server import ThreadingHTTPServer
 
     from trainscope.api.capture import Capture
-    from trainscope.api.live import LiveSample, Watch
+    from trainscope.api.live import LiveSample
+    from trainscope.api.live import Watch
 
 
 class _Dashboard(Protocol):
@@ -660,7 +683,8 @@ def _run_watch(
 
 def _serve_prometheus(host: str, port: int, w: Watch) -> ThreadingHTTPServer:
     """Serve ``w.latest()`` (a :class:`trainscope.api.Watch`) in Prometheus' text format."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
+    from http.server import ThreadingHTTPServer
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)

@@ -18,7 +18,8 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import IO, TextIO
+from typing import IO
+from typing import TextIO
 
 WRITE_LOCK = threading.Lock()  # every headless write of the watch and of the relayed job goes under it
 PARTIAL_S = 0.2  # a line without its end yet is passed on after this long
