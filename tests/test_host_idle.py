@@ -43,7 +43,7 @@ def test_timesformer_preprocessing_is_input_with_its_frames():
     assert 200e3 < idle_before_us < 230e3
     h = _h(TIMESFORMER)
     assert h.source == "python" and h.primary == "input"
-    assert h.input_ms == pytest.approx(idle_before_us / 1e3, rel=0.01)
+    assert h.ms("input") == pytest.approx(idle_before_us / 1e3, rel=0.01)
     py = {e["name"]: e["dur"] / 1e3 for e in evs if e.get("cat") == "python_function"}
     frames = {f.function: f for f in h.frames}
     for func in ("read_video_pyav", "preprocess"):
@@ -64,7 +64,7 @@ def test_timesformer_verdict_is_the_input_pipeline():
     f = next(f for f in a.findings if f.id == "data/input-wait")
     assert f.title == "The pipeline waits on input" and 50 < f.stake_pct < 60
     assert any("read_video_pyav" in e.metric for e in f.evidence)
-    assert a.host_idle is not None and a.host_idle.input_ms > 200
+    assert a.host_idle is not None and a.host_idle.ms("input") > 200
 
 
 def test_norm_layers_idle_is_launch_cold_start():
@@ -108,7 +108,7 @@ def test_sglang_blocking_copy_is_sync():
     assert longest["dur"] > 400e3
     h = _h(SGLANG)
     assert h.primary == "sync"
-    assert h.sync_ms == pytest.approx(longest["dur"] / 1e3, rel=0.01)
+    assert h.ms("sync") == pytest.approx(longest["dur"] / 1e3, rel=0.01)
     assert h.calls[0].name == "hipMemcpyWithStream" and h.calls[0].cls == "sync"
     assert analysis(SGLANG).verdict.bottleneck == "host/sync"
 

@@ -12,8 +12,8 @@ from trainscope.analyzers.findings.base import verdict_class
 from trainscope.analyzers.findings.catalog import catalog_fix
 from trainscope.analyzers.findings.catalog import catalog_words
 from trainscope.analyzers.findings.common import ctx
-from trainscope.analyzers.findings.common import ev
-from trainscope.analyzers.findings.common import raised
+from trainscope.analyzers.findings.common import graded_ev
+from trainscope.analyzers.findings.common import raised_stake
 from trainscope.analyzers.findings.common import sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -23,12 +23,11 @@ _SEV = by_stake("comm.moderate", "comm.high")
 
 
 def _unoverlapped(obs: DiagnosisInput, rules: Rules) -> Finding | None:
-    if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "comm", _SEV):
+    stake = raised_stake(obs, rules, "comm", _SEV)
+    if stake is None:
         return None
-    stake = obs.sinks.pct("comm")
-    sev = _SEV.grade(stake, rules)
     lines = [
-        ev(rules, f"comm.{'high' if sev == 'high' else 'moderate'}", "communication with no compute running", stake),
+        graded_ev(rules, _SEV, "communication with no compute running", stake),
         ctx("communication kernels, share of kernel time", obs.kernels.class_share_pct("communication"), "%"),
         sink_line(obs, "comm"),
     ]

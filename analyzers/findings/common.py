@@ -57,6 +57,22 @@ def raised(obs: DiagnosisInput, rules: Rules, sink: str, severity: Severity) -> 
     return stake > 0 and (severity.grade(stake, rules) != "info" or obs.is_leader(sink))
 
 
+def raised_stake(obs: DiagnosisInput, rules: Rules, sink: str, severity: Severity) -> float | None:
+    """A sink-measured finding's stake (% of step time) when it is raised (:func:`raised`, on a trace
+    with GPU activity and sinks); None when it is not."""
+    if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, sink, severity):
+        return None
+    return obs.sinks.pct(sink)
+
+
+def graded_ev(rules: Rules, severity: Severity, metric: str, stake: float) -> Evidence:
+    """``stake``'s threshold line, read against the grade it reaches: the high rule, else the moderate one."""
+    high = severity.high is not None and severity.grade(stake, rules) == "high"
+    rule = severity.high if high else severity.moderate
+    assert rule is not None  # a stake-graded severity names its moderate rule
+    return ev(rules, rule, metric, stake)
+
+
 BUSY_SEV = by_stake("busy_sink.moderate", "busy_sink.high")
 
 
@@ -73,9 +89,9 @@ def busy_sink_finding(
     raised as :func:`raised` says; its stake the sink's share of step time. Where hardware counters
     split the busy time their evidence comes first, and ``why`` and the title say so: ``why`` is
     (as the counters say it, as the kernels' roofline says it)."""
-    if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, sink, BUSY_SEV):
+    stake = raised_stake(obs, rules, sink, BUSY_SEV)
+    if stake is None or obs.sinks is None:
         return None
-    stake = obs.sinks.pct(sink)
     lines = [
         ev(rules, "busy_sink.moderate", f"{sink} kernel time, share of step time", stake),
         *obs.busy_evidence,

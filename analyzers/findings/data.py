@@ -22,6 +22,7 @@ from trainscope.analyzers.findings.common import ctx
 from trainscope.analyzers.findings.common import ev
 from trainscope.analyzers.findings.common import live_ev
 from trainscope.analyzers.findings.common import raised
+from trainscope.analyzers.findings.common import raised_stake
 from trainscope.analyzers.findings.common import sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -117,9 +118,9 @@ _COPY_SEV = by_stake("copy.moderate", "copy.high")
 
 
 def _copies(obs: DiagnosisInput, rules: Rules) -> Finding | None:
-    if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "copies", _COPY_SEV):
+    stake = raised_stake(obs, rules, "copies", _COPY_SEV)
+    if stake is None:
         return None
-    stake = obs.sinks.pct("copies")
     lines = [ev(rules, "copy.moderate", "GPU busy only with memory copies", stake), sink_line(obs, "copies")]
     if obs.pageable_htod_copies:
         lines.append(

@@ -15,7 +15,8 @@ from trainscope.analyzers.findings.base import verdict_class
 from trainscope.analyzers.findings.catalog import catalog_fix
 from trainscope.analyzers.findings.common import ctx
 from trainscope.analyzers.findings.common import ev
-from trainscope.analyzers.findings.common import raised
+from trainscope.analyzers.findings.common import graded_ev
+from trainscope.analyzers.findings.common import raised_stake
 from trainscope.analyzers.findings.common import sink_line
 from trainscope.analyzers.findings.observations import DiagnosisInput
 from trainscope.analyzers.rules import Rules
@@ -28,18 +29,12 @@ _LAUNCH_SEV = by_stake("host_overhead.moderate", "host_overhead.high")
 
 
 def _launch(obs: DiagnosisInput, rules: Rules) -> Finding | None:
-    if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "launch", _LAUNCH_SEV):
+    stake = raised_stake(obs, rules, "launch", _LAUNCH_SEV)
+    if stake is None or obs.sinks is None:
         return None
     k = obs.kernels
-    stake = obs.sinks.pct("launch")
-    sev = _LAUNCH_SEV.grade(stake, rules)
     lines = [
-        ev(
-            rules,
-            f"host_overhead.{'high' if sev == 'high' else 'moderate'}",
-            "GPU idle while the host launches/computes",
-            stake,
-        ),
+        graded_ev(rules, _LAUNCH_SEV, "GPU idle while the host launches/computes", stake),
         ctx("median kernel duration", k.median_kernel_ns / 1e3, "µs"),
         ctx("kernels per step", obs.kernels_per_step, "kernels"),
         sink_line(obs, "launch"),
@@ -86,12 +81,11 @@ _SYNC_SEV = by_stake("sync.moderate", "sync.high")
 
 
 def _sync(obs: DiagnosisInput, rules: Rules) -> Finding | None:
-    if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "sync", _SYNC_SEV):
+    stake = raised_stake(obs, rules, "sync", _SYNC_SEV)
+    if stake is None:
         return None
-    stake = obs.sinks.pct("sync")
-    sev = _SYNC_SEV.grade(stake, rules)
     lines = [
-        ev(rules, f"sync.{'high' if sev == 'high' else 'moderate'}", "GPU idle while the host synchronizes", stake),
+        graded_ev(rules, _SYNC_SEV, "GPU idle while the host synchronizes", stake),
         sink_line(obs, "sync"),
         *obs.host_evidence.get("sync", ())[1:],
     ]
@@ -318,15 +312,14 @@ _ALLOC_SEV = by_stake("alloc.moderate", "alloc.high")
 
 def _alloc(obs: DiagnosisInput, rules: Rules) -> Finding | None:
     h = obs.host_idle
-    if not obs.has_gpu or obs.sinks is None or h is None or not raised(obs, rules, "allocator", _ALLOC_SEV):
+    stake = raised_stake(obs, rules, "allocator", _ALLOC_SEV)
+    if stake is None or h is None:
         return None
-    stake = obs.sinks.pct("allocator")
-    sev = _ALLOC_SEV.grade(stake, rules)
     steps = max(1, len(obs.segmentation.steps))
     lines = [
-        ev(
+        graded_ev(
             rules,
-            f"alloc.{'high' if sev == 'high' else 'moderate'}",
+            _ALLOC_SEV,
             "GPU idle while the host allocates or frees memory (allocator, event and stream calls)",
             stake,
         ),
@@ -397,18 +390,12 @@ _RANGES_SEV = by_stake("host_overhead.moderate", "host_overhead.high")
 
 
 def _named_work(obs: DiagnosisInput, rules: Rules) -> Finding | None:
-    if not obs.has_gpu or obs.sinks is None or not raised(obs, rules, "host-ranges", _RANGES_SEV):
+    stake = raised_stake(obs, rules, "host-ranges", _RANGES_SEV)
+    if stake is None:
         return None
-    stake = obs.sinks.pct("host-ranges")
-    sev = _RANGES_SEV.grade(stake, rules)
     g = obs.gaps
     lines = [
-        ev(
-            rules,
-            f"host_overhead.{'high' if sev == 'high' else 'moderate'}",
-            "GPU idle while the host works in named ranges that issue no GPU work",
-            stake,
-        ),
+        graded_ev(rules, _RANGES_SEV, "GPU idle while the host works in named ranges that issue no GPU work", stake),
         sink_line(obs, "host-ranges"),
     ]
     top = sorted(g.ranges.items(), key=lambda x: -x[1])[:4] if g is not None else []

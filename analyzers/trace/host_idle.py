@@ -144,30 +144,11 @@ class HostIdle:
     alloc_one_off: HostCall | None = None  # allocator calls filed as other: a few long first-use calls, not churn
 
     def ms(self, cls: str) -> float:
+        """GPU idle filed under class ``cls`` (:data:`CLASSES`), in ms."""
         return self.ns.get(cls, 0) / 1e6
 
     def share_pct(self, cls: str) -> float:
         return 100.0 * self.ns.get(cls, 0) / self.step_ns if self.step_ns else 0.0
-
-    @property
-    def input_ms(self) -> float:
-        return self.ms("input")
-
-    @property
-    def launch_ms(self) -> float:
-        return self.ms("launch")
-
-    @property
-    def sync_ms(self) -> float:
-        return self.ms("sync")
-
-    @property
-    def alloc_ms(self) -> float:
-        return self.ms("alloc")
-
-    @property
-    def other_ms(self) -> float:
-        return self.ms("other")
 
     @property
     def primary(self) -> str | None:

@@ -90,9 +90,8 @@ def _demangled_parts(s: str) -> list[str]:
     return parts
 
 
-def _head(name: str) -> str:
-    """``void ns::k<T>(args)`` → ``ns::k``; ``std::enable_if<…>::type ns::k<…>(…)`` → ``ns::k``."""
-    s = name.replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")
+def strip_templates(s: str) -> str:
+    """``s`` without its template arguments: ``ns::k<T, U<V>>(args)`` → ``ns::k(args)``."""
     out, depth = [], 0
     for ch in s:
         if ch == "<":
@@ -101,7 +100,13 @@ def _head(name: str) -> str:
             depth = max(0, depth - 1)
         elif depth == 0:
             out.append(ch)
-    s = "".join(out).split("(")[0].strip()
+    return "".join(out)
+
+
+def _head(name: str) -> str:
+    """``void ns::k<T>(args)`` → ``ns::k``; ``std::enable_if<…>::type ns::k<…>(…)`` → ``ns::k``."""
+    s = name.replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")
+    s = strip_templates(s).split("(")[0].strip()
     return s.split()[-1] if s.split() else ""
 
 

@@ -28,6 +28,7 @@ from trainscope.analyzers.trace.cost import SOURCE_KINDS
 from trainscope.analyzers.trace.cost import KernelCosts
 from trainscope.analyzers.trace.cost import kernel_costs
 from trainscope.analyzers.trace.cost import name_precision
+from trainscope.analyzers.trace.kernel_families import strip_templates
 from trainscope.analyzers.trace.kernels import HIGH_INTENSITY
 from trainscope.analyzers.trace.kernels import classify_kernel
 from trainscope.analyzers.trace.kernels import uses_tensor_cores
@@ -163,18 +164,6 @@ _MANGLED_PART = re.compile(r"(\d+)")
 _GENERIC = {"kernel", "kernel2", "kentry", "device_kernel", "kernel_entry"}
 
 
-def _strip_templates(s: str) -> str:
-    out, depth = [], 0
-    for ch in s:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth = max(0, depth - 1)
-        elif depth == 0:
-            out.append(ch)
-    return "".join(out)
-
-
 def _demangle_parts(s: str) -> list[str]:
     """Identifiers of an Itanium-mangled nested name (``_ZN5aiter24add_rmsnorm_kernelI…`` →
     ``["aiter", "add_rmsnorm_kernel"]``), enough to label a kernel."""
@@ -200,7 +189,7 @@ def short_kernel_name(name: str) -> str:
     if s.startswith("void "):
         s = s[5:]
     s = s.replace("(anonymous namespace)", "anon")
-    bare = _strip_templates(s).split("(")[0].strip()
+    bare = strip_templates(s).split("(")[0].strip()
     last = bare.split("::")[-1].strip() if bare else ""
     if last.lower() in _GENERIC and "<" in s:
         m = re.match(r"\s*([\w:]+)", s[s.index("<") + 1 :])

@@ -35,6 +35,7 @@ from trainscope.analyzers.trace.gpu_gaps import LAUNCH_CALL
 
 if TYPE_CHECKING:
     from trainscope.analyzers.trace.gpu_gaps import GpuGaps
+    from trainscope.analyzers.trace.sinks import Sink
     from trainscope.analyzers.trace.sinks import Sinks
 
 _GRADE = {"high": 0, "moderate": 1, "info": 2}
@@ -181,15 +182,7 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
             None,
             f"only {ops} GPU operation{'s' * (ops != 1)} (kernels, copies, memsets) ran inside the analyzed "
             "steps: too little to tell where the time goes (profile more steps)",
-            [
-                _ev(
-                    rules,
-                    "evidence.min_kernels",
-                    "GPU operations (kernels, copies, memsets) in the analyzed steps",
-                    ops,
-                    "<",
-                )
-            ],
+            [_few_operations(rules, ops)],
         )
     b = inp.breakdown
     busy = b.gpu_busy_pct
@@ -228,40 +221,28 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
             [busy_ev, *graphs.evidence[:2]],
             runner_up=(primary_finding(lead.key, found) or graphs).id if lead else None,
         )
-    if (
-        lead is None
-        and gaps is not None
-        and unexplained.ns
-        and gaps.ns.get("queued", 0) >= 0.5 * unexplained.ns
-        and unexplained.ns >= max(s.ns for s in sinks.ranked(primary_only=False))
-    ):
-        return Verdict(
-            "balanced",
-            0.3,
-            None,
-            f"the GPU idles {unexplained.pct:.1f} % of step time with its next work already issued: it "
-            "waits on a dependency the trace does not show (another stream, device or rank), not on the "
-            "host; no cause the trace records reaches the grade of a bottleneck",
-            [busy_ev, *_gap_evidence(gaps, sinks)],
-        )
+    # Idle that no recorded cause claims, larger than every sink: balanced, saying how the GPU waits.
     host_work = sinks.by_key.get("host-work")
-    if (
-        lead is None
-        and gaps is not None
-        and host_work is not None
-        and host_work.ns
-        and host_work.ns >= max(s.ns for s in sinks.ranked(primary_only=False))
-    ):
-        return Verdict(
-            "balanced",
-            0.3,
-            None,
-            f"the GPU idles {host_work.pct:.1f} % of step time while the host works with no GPU work "
-            "issued — between steps (input or other host work) or unrecorded in a sampled trace; the "
-            "trace does not say what that work is, and no cause it records reaches the grade of a "
-            "bottleneck",
-            [busy_ev, *_gap_evidence(gaps, sinks)],
-        )
+    if lead is None and gaps is not None:
+        if unexplained.ns and gaps.ns.get("queued", 0) >= 0.5 * unexplained.ns and _largest(unexplained, sinks):
+            return _unclaimed_idle(
+                f"the GPU idles {unexplained.pct:.1f} % of step time with its next work already issued: it "
+                "waits on a dependency the trace does not show (another stream, device or rank), not on the "
+                "host; no cause the trace records reaches the grade of a bottleneck",
+                busy_ev,
+                gaps,
+                sinks,
+            )
+        if host_work is not None and host_work.ns and _largest(host_work, sinks):
+            return _unclaimed_idle(
+                f"the GPU idles {host_work.pct:.1f} % of step time while the host works with no GPU work "
+                "issued — between steps (input or other host work) or unrecorded in a sampled trace; the "
+                "trace does not say what that work is, and no cause it records reaches the grade of a "
+                "bottleneck",
+                busy_ev,
+                gaps,
+                sinks,
+            )
     if lead is None:
         return Verdict(
             "balanced",
@@ -307,15 +288,7 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
     if gaps is not None and gaps.considered_ns:
         evidence += _gap_evidence(gaps, sinks, frozenset(e.metric for e in evidence))
     if few:
-        evidence.append(
-            _ev(
-                rules,
-                "evidence.min_kernels",
-                "GPU operations (kernels, copies, memsets) in the analyzed steps",
-                ops,
-                "<",
-            )
-        )
+        evidence.append(_few_operations(rules, ops))
         measured = "the copies' own durations" if lead.key in MEASURED_BUSY else "the measured idle between them"
         summary += (
             f" (only {ops} GPU operation{'s' * (ops != 1)} in the steps: the verdict rests on {measured}; "
@@ -329,6 +302,23 @@ def classify(inp: DiagnosisInput, found: list[Finding], rules: Rules) -> Verdict
         evidence,
         runner_up=runner_f.id if runner_f else (runner.key if runner else None),
     )
+
+
+def _few_operations(rules: Rules, ops: int) -> Evidence:
+    """The evidence line of a window with fewer GPU operations than a verdict needs."""
+    return _ev(
+        rules, "evidence.min_kernels", "GPU operations (kernels, copies, memsets) in the analyzed steps", ops, "<"
+    )
+
+
+def _largest(sink: Sink, sinks: Sinks) -> bool:
+    """Whether ``sink`` holds at least as much step time as every sink, primary or not."""
+    return sink.ns >= max(s.ns for s in sinks.ranked(primary_only=False))
+
+
+def _unclaimed_idle(words: str, busy_ev: Evidence, gaps: GpuGaps, sinks: Sinks) -> Verdict:
+    """The balanced verdict for idle no recorded cause claims: ``words`` say how the GPU waits."""
+    return Verdict("balanced", 0.3, None, words, [busy_ev, *_gap_evidence(gaps, sinks)])
 
 
 def _gap_evidence(gaps: GpuGaps, sinks: Sinks, stated: frozenset[str] = frozenset()) -> list[Evidence]:

@@ -460,16 +460,25 @@ def decode(data: bytes, key: str) -> tuple[str, bool]:
     return json.dumps(doc, ensure_ascii=True, allow_nan=True), obj["relocated"]
 
 
+def open_entry(dfd: int, name: str) -> int | None:
+    """The entry file ``name`` in the cache folder ``dfd``, opened to read (never through a link;
+    the caller closes it); None when there is none, or when it cannot be opened — a link planted in
+    our folder (ELOOP), or worse: not ours to read —, then removed, said and counted as damaged."""
+    try:
+        return os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), dir_fd=dfd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        _damaged(dfd, name, f"cannot open: {e.strerror or e}")
+        return None
+
+
 def load(dfd: int, key: str, bound: int) -> tuple[str, bool] | None:
     """The entry ``key`` (its document text, relocated), touched as used; None when there is none.
     A damaged entry is removed, said and counted, and reads as none."""
     name = key + SUFFIX
-    try:
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), dir_fd=dfd)
-    except FileNotFoundError:
-        return None
-    except OSError as e:  # a link planted in our folder (ELOOP), or worse: not ours to read
-        _damaged(dfd, name, f"cannot open: {e.strerror or e}")
+    fd = open_entry(dfd, name)
+    if fd is None:
         return None
     try:
         st = os.fstat(fd)

@@ -440,12 +440,8 @@ def load(dfd: int, key: str, bound: int, path: str) -> TraceSet | None:
     import numpy as np
 
     name = key + SUFFIX
-    try:
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), dir_fd=dfd)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        cache._damaged(dfd, name, f"cannot open: {e.strerror or e}")
+    fd = cache.open_entry(dfd, name)
+    if fd is None:
         return None
     try:
         st = os.fstat(fd)
