@@ -54,6 +54,7 @@ from trainscope.api.report import Report
 from trainscope.collectors.readers import decompression_cap
 from trainscope.collectors.readers import parse_size
 from trainscope.collectors.step_hook import PRIVATE
+from trainscope.collectors.step_hook import discard_temp
 from trainscope.collectors.step_hook import open_folder
 from trainscope.collectors.step_hook import process_start
 from trainscope.reports.analysis_document import AnalysisDocument
@@ -539,10 +540,7 @@ def store(
                     f.write(piece)
         os.rename(tmp, key + suffix, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
-        try:
-            os.unlink(tmp, dir_fd=dfd)
-        except OSError:
-            pass
+        discard_temp(-1, tmp, dfd)  # the descriptor is the file object's, closed by its with-block
         raise
     if suffix == SUFFIX:  # a trace's columns are counted by trace_cache (trace_stores)
         STATS.stores += 1
