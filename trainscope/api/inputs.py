@@ -66,12 +66,6 @@ def is_run_ref(text: str) -> bool:
     return bool(RUN_REF.match(str(text))) and not os.path.exists(text)
 
 
-def is_rank_set(path: str | os.PathLike[str]) -> bool:
-    """A directory (not one that is a single export, such as an Nsight arrowdir), or a glob pattern
-    that is not itself an existing file."""
-    return describe_input(path).is_rank_set
-
-
 def rank_files(path: str | os.PathLike[str]) -> list[str]:
     """The trace files of a rank directory or glob, sorted by name."""
     return list(describe_input(path).rank_files)
