@@ -18,9 +18,12 @@ def test_every_package_folder_is_in_the_wheel_and_tests_are_not():
     packages, dirs = set(cfg["packages"]), cfg["package-dir"]
     found = set()
     for pkg, folder in dirs.items():
-        for init in (ROOT / folder).rglob("__init__.py"):
-            rel = init.parent.relative_to(ROOT / folder)
-            found.add(".".join([pkg, *rel.parts]) if rel.parts else pkg)
+        # every folder holding a module: Python imports one without an __init__.py too (a namespace
+        # package, such as the injected sitecustomize's folder), and setuptools warns of each it omits
+        for module in (ROOT / folder).rglob("*.py"):
+            rel = module.parent.relative_to(ROOT / folder)
+            if "__pycache__" not in rel.parts:
+                found.add(".".join([pkg, *rel.parts]) if rel.parts else pkg)
     # a subfolder of a mapped folder that is itself mapped (trainscope/commands) is found twice
     assert found == packages, (
         f"missing from [tool.setuptools] packages: {sorted(found - packages)}; "
@@ -47,7 +50,9 @@ def test_the_built_wheel_alone_analyzes_a_trace(tmp_path):
         cwd=tmp_path,
     )
     assert build.returncode == 0, build.stderr[-2000:]
+    assert "absent from the `packages` configuration" not in build.stderr, build.stderr[-2000:]
     (wheel,) = out.glob("*.whl")
+    assert "trainscope/collectors/step_site/sitecustomize.py" in zipfile.ZipFile(wheel).namelist()
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     assert not (site / "trainscope" / "tests").exists()
