@@ -220,6 +220,25 @@ def read_own_file(dir_fd: int, name: str, limit: int = 4096) -> bytes | None:
         os.close(fd)
 
 
+def folder_entries(folder: str | None = None) -> list[tuple[str, str]]:
+    """The name and path of each entry of ``folder`` (default ``$TMPDIR``); none where it cannot be
+    listed. The stale-folder sweeps (the watch's run folders, the MCP server's) start from it."""
+    folder = folder or tempfile.gettempdir()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return [(name, os.path.join(folder, name)) for name in names]
+
+
+def owner_gone(dfd: int, owner_file: str) -> bool | None:
+    """Whether the process that the ``owner_file`` (:func:`owner_record`) in the folder open at
+    ``dfd`` names is gone; None where the folder has no such file (an older writer's: the caller
+    judges it by its age)."""
+    owner = read_own_file(dfd, owner_file)
+    return None if owner is None else not owner_alive(owner)
+
+
 def watcher_problem(path: str) -> str | None:
     """Why the watcher socket ``path`` is not to be used by this process, or None: its folder must
     be private to this user, the socket this user's, and the watcher that owns it alive."""
