@@ -112,6 +112,18 @@ def folder_problem(st: os.stat_result, closed: int = PRIVATE) -> str | None:
     return None
 
 
+def existing_problem(path: str, judge: Callable[[os.stat_result], str | None]) -> str | None:
+    """Why ``path`` (its ``lstat``: a link itself, not its target) may not be used, as ``judge``
+    says of it; None where nothing is there yet, the error's words where it cannot be looked at."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return e.strerror or str(e)
+    return judge(st)
+
+
 def open_folder(path: str, closed: int = PRIVATE) -> int:
     """A descriptor of the folder ``path``, opened without following a link and checked on the
     descriptor (see :func:`folder_problem`); PermissionError (or the open's OSError) otherwise."""

@@ -40,6 +40,7 @@ from typing import Any
 from trainscope.api import analysis
 from trainscope.api.errors import describe
 from trainscope.collectors.step_hook import NO_OTHER_WRITE
+from trainscope.collectors.step_hook import existing_problem
 from trainscope.collectors.step_hook import fd_path
 from trainscope.collectors.step_hook import folder_problem
 from trainscope.collectors.step_hook import open_folder
@@ -653,13 +654,7 @@ def capture_folder_problem(path: str) -> str | None:
     """Why the existing folder ``path`` cannot hold captures (a link, another user's, writable by
     group or others, not a folder), or None (also when it does not exist yet: it is created 0700)."""
 
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        return e.strerror or str(e)
-    return folder_problem(st, NO_OTHER_WRITE)
+    return existing_problem(path, lambda st: folder_problem(st, NO_OTHER_WRITE))
 
 
 def open_capture_folder(path: str) -> int:
