@@ -93,6 +93,12 @@ def gpu_metrics_parts(gm: GpuMetrics | dict[str, Any]) -> list[str]:
     return [f"{label} {v:.1f} %" for label, v in values if v is not None]
 
 
+def known_parts(*figures: tuple[str, float | None]) -> list[str]:
+    """Each ``(format, value)`` worded by its format (``("step {:.1f} ms", 12.34)`` → ``step 12.3 ms``),
+    leaving out the values that are not known (None)."""
+    return [form.format(v) for form, v in figures if v is not None]
+
+
 def device_label(doc: Doc) -> str:
     """'Tesla V100 (GPU 0), rank 3'; a device the trace does not name is just 'GPU 0'."""
     if isinstance(doc, AnalysisDocument):

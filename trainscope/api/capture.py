@@ -45,6 +45,7 @@ from trainscope.collectors.step_hook import fd_path
 from trainscope.collectors.step_hook import folder_problem
 from trainscope.collectors.step_hook import open_folder
 from trainscope.collectors.step_hook import same_folder
+from trainscope.reports.document import known_parts
 from trainscope.reports.live import capture_headline
 from trainscope.reports.live import capture_overhead
 from trainscope.reports.live import live_headline
@@ -720,14 +721,16 @@ def _counters(status: Any) -> str:
         return ""
 
     s = status.stats
-    parts = [live_headline(status)]
-    if s.step_ms is not None:
-        parts.append(f"step {s.step_ms:.1f} ms")
-    if s.data_wait_pct is not None:
-        parts.append(f"data wait {s.data_wait_pct:.1f} %")
-    if s.gpu_util is not None:
-        parts.append(f"GPU busy {s.gpu_util:.0f} %")
-    return " · ".join(parts)
+    return " · ".join(
+        [
+            live_headline(status),
+            *known_parts(
+                ("step {:.1f} ms", s.step_ms),
+                ("data wait {:.1f} %", s.data_wait_pct),
+                ("GPU busy {:.0f} %", s.gpu_util),
+            ),
+        ]
+    )
 
 
 def _report_fields(report: Any) -> dict[str, Any]:
