@@ -179,6 +179,23 @@ def iron_law_lines(law: IronLaw, esc: Callable[[str], str] = str) -> list[str]:
     ] + ([f"busy but below peak (% of step time): {esc(gap)}"] if gap else [])
 
 
+def mfu_lines(
+    mfu: Mfu,
+    esc: Callable[[str], str],
+    shapes_line: Callable[[float, str | None], str],
+    law_lines: Callable[[IronLaw], list[str]],
+) -> list[str]:
+    """The MFU items of the Markdown and HTML reports, in one order, each view wording two of them:
+    the MFU with its basis, the estimate from the recorded shapes beside it (:func:`shapes_mfu`;
+    ``shapes_line(percent, its reason)``), then the Iron Law (``law_lines``)."""
+    shapes = shapes_mfu(mfu)
+    return (
+        [f"MFU: {mfu_words(mfu, esc)}"]
+        + ([shapes_line(shapes, mfu.shapes_reason)] if shapes is not None else [])
+        + (law_lines(mfu.iron_law) if mfu.iron_law else [])
+    )
+
+
 def window_lines(doc: Doc) -> list[str]:
     """Which window was judged and what was left out as not steady state, in one or two lines (text,
     Markdown, HTML and the app say it the same way); empty when nothing was set apart."""
