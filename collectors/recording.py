@@ -32,6 +32,7 @@ from trainscope.collectors.errors import TraceError
 from trainscope.collectors.samples import Snapshot
 from trainscope.collectors.samples import counter_rows
 from trainscope.collectors.step_hook import discard_temp
+from trainscope.collectors.step_hook import existing_problem
 
 SCHEMA = "trainscope.recording/1"
 _MAX_LINE = 16 << 20  # a sample line is a few KB; anything this long is not ours
@@ -55,12 +56,11 @@ def output_refusal(path: str) -> str | None:
       shared folder is how another user makes a watch overwrite a file of their choosing;
     - a regular file, FIFO or socket of another user (replacing or feeding it is not ours to do).
     """
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        return e.strerror or str(e)
+    return existing_problem(path, lambda st: _refusal(path, st))
+
+
+def _refusal(path: str, st: os.stat_result) -> str | None:
+    """:func:`output_refusal` of the existing ``path`` (``st``: its ``lstat``)."""
     me = os.geteuid()
     if stat.S_ISLNK(st.st_mode):
         folder: os.stat_result | None

@@ -112,6 +112,18 @@ def folder_problem(st: os.stat_result, closed: int = PRIVATE) -> str | None:
     return None
 
 
+def existing_problem(path: str, judge: Callable[[os.stat_result], str | None]) -> str | None:
+    """Why ``path`` (its ``lstat``: a link itself, not its target) may not be used, as ``judge``
+    says of it; None where nothing is there yet, the error's words where it cannot be looked at."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return e.strerror or str(e)
+    return judge(st)
+
+
 def open_folder(path: str, closed: int = PRIVATE) -> int:
     """A descriptor of the folder ``path``, opened without following a link and checked on the
     descriptor (see :func:`folder_problem`); PermissionError (or the open's OSError) otherwise."""
@@ -218,6 +230,25 @@ def read_own_file(dir_fd: int, name: str, limit: int = 4096) -> bytes | None:
         return None
     finally:
         os.close(fd)
+
+
+def folder_entries(folder: str | None = None) -> list[tuple[str, str]]:
+    """The name and path of each entry of ``folder`` (default ``$TMPDIR``); none where it cannot be
+    listed. The stale-folder sweeps (the watch's run folders, the MCP server's) start from it."""
+    folder = folder or tempfile.gettempdir()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return [(name, os.path.join(folder, name)) for name in names]
+
+
+def owner_gone(dfd: int, owner_file: str) -> bool | None:
+    """Whether the process that the ``owner_file`` (:func:`owner_record`) in the folder open at
+    ``dfd`` names is gone; None where the folder has no such file (an older writer's: the caller
+    judges it by its age)."""
+    owner = read_own_file(dfd, owner_file)
+    return None if owner is None else not owner_alive(owner)
 
 
 def watcher_problem(path: str) -> str | None:

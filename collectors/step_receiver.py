@@ -363,30 +363,21 @@ def clean_stale(folder: str | None = None, now: float | None = None) -> list[str
     without one, older than a minute and with no one bound to its socket), and in the per-user
     socket folder the sockets and owner files of dead watchers and the job sockets of dead
     processes. Only this user's folders, never through a link. Returns what was removed."""
-    folder = folder or tempfile.gettempdir()
     now = time.time() if now is None else now
     removed: list[str] = []
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return removed
-    for name in names:
-        path = os.path.join(folder, name)
+    for name, path in step_hook.folder_entries(folder):
         if name.startswith(RUN_PREFIX):
             try:
                 dfd = step_hook.open_folder(path, step_hook.PRIVATE)
             except OSError:
                 continue
             try:
-                owner = step_hook.read_own_file(dfd, RUN_OWNER)
-                if owner is not None:
-                    dead = not step_hook.owner_alive(owner)
-                else:
-                    st = os.fstat(dfd)
-                    dead = now - st.st_mtime > STALE_S and not _listens(os.path.join(path, "steps.sock"))
+                gone = step_hook.owner_gone(dfd, RUN_OWNER)
+                if gone is None:
+                    gone = now - os.fstat(dfd).st_mtime > STALE_S and not _listens(os.path.join(path, "steps.sock"))
             finally:
                 os.close(dfd)
-            if dead:
+            if gone:
                 shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: never follows a link
                 removed.append(path)
         elif name == f"trainscope-{os.geteuid()}":

@@ -93,6 +93,12 @@ def gpu_metrics_parts(gm: GpuMetrics | dict[str, Any]) -> list[str]:
     return [f"{label} {v:.1f} %" for label, v in values if v is not None]
 
 
+def known_parts(*figures: tuple[str, float | None]) -> list[str]:
+    """Each ``(format, value)`` worded by its format (``("step {:.1f} ms", 12.34)`` → ``step 12.3 ms``),
+    leaving out the values that are not known (None)."""
+    return [form.format(v) for form, v in figures if v is not None]
+
+
 def device_label(doc: Doc) -> str:
     """'Tesla V100 (GPU 0), rank 3'; a device the trace does not name is just 'GPU 0'."""
     if isinstance(doc, AnalysisDocument):
@@ -171,6 +177,23 @@ def iron_law_lines(law: IronLaw, esc: Callable[[str], str] = str) -> list[str]:
         f"Iron Law: {esc(law.formula)}; pipeline efficiency (GPU busy) {law.pipeline_efficiency_pct:.1f} % "
         f"vs MFU {law.efficiency_pct:.1f} %"
     ] + ([f"busy but below peak (% of step time): {esc(gap)}"] if gap else [])
+
+
+def mfu_lines(
+    mfu: Mfu,
+    esc: Callable[[str], str],
+    shapes_line: Callable[[float, str | None], str],
+    law_lines: Callable[[IronLaw], list[str]],
+) -> list[str]:
+    """The MFU items of the Markdown and HTML reports, in one order, each view wording two of them:
+    the MFU with its basis, the estimate from the recorded shapes beside it (:func:`shapes_mfu`;
+    ``shapes_line(percent, its reason)``), then the Iron Law (``law_lines``)."""
+    shapes = shapes_mfu(mfu)
+    return (
+        [f"MFU: {mfu_words(mfu, esc)}"]
+        + ([shapes_line(shapes, mfu.shapes_reason)] if shapes is not None else [])
+        + (law_lines(mfu.iron_law) if mfu.iron_law else [])
+    )
 
 
 def window_lines(doc: Doc) -> list[str]:

@@ -37,10 +37,9 @@ from trainscope.reports.document import gain_words
 from trainscope.reports.document import gpu_metrics_parts
 from trainscope.reports.document import headline
 from trainscope.reports.document import iron_law_lines
-from trainscope.reports.document import mfu_words
+from trainscope.reports.document import mfu_lines
 from trainscope.reports.document import rank_late_last
 from trainscope.reports.document import rank_mark
-from trainscope.reports.document import shapes_mfu
 from trainscope.reports.document import tree_heading
 from trainscope.reports.document import tree_rows
 from trainscope.reports.document import window_lines
@@ -466,12 +465,10 @@ def render_html_fragment(
             )
         mfu = d.mfu
         if mfu is not None:
-            w(f"<li>MFU: {mfu_words(mfu, _e)}</li>")
-            shapes = shapes_mfu(mfu)
-            if shapes is not None:
-                w(f"<li>{shapes:.1f} % ({_e(mfu.shapes_reason or '')})</li>")
-            if mfu.iron_law:
-                o.extend(f"<li>{line}</li>" for line in iron_law_lines(mfu.iron_law, _e))
+            items = mfu_lines(
+                mfu, _e, lambda pct, why: f"{pct:.1f} % ({_e(why or '')})", lambda law: iron_law_lines(law, _e)
+            )
+            o.extend(f"<li>{line}</li>" for line in items)
         w("</ul>")
     if d.ledger:
         w("<h2>Planned memory</h2><pre>" + _pre("\n".join(ledger_text_lines(d.ledger)).strip("\n")) + "</pre>")

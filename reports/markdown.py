@@ -8,6 +8,7 @@ from typing import Any
 from trainscope.analyzers.findings import code_language
 from trainscope.analyzers.plural import unit_for
 from trainscope.reports.analysis_document import AnalysisDocument
+from trainscope.reports.analysis_document import IronLaw
 from trainscope.reports.analysis_document import Roofline
 from trainscope.reports.deep import deep_markdown_lines
 from trainscope.reports.deep import stragglers_markdown_lines
@@ -20,10 +21,9 @@ from trainscope.reports.document import gain_words
 from trainscope.reports.document import gpu_metrics_parts
 from trainscope.reports.document import headline
 from trainscope.reports.document import iron_law_gap_words
-from trainscope.reports.document import mfu_words
+from trainscope.reports.document import mfu_lines
 from trainscope.reports.document import rank_late_last
 from trainscope.reports.document import rank_mark
-from trainscope.reports.document import shapes_mfu
 from trainscope.reports.document import tree_heading
 from trainscope.reports.document import tree_rows
 from trainscope.reports.document import window_lines
@@ -43,6 +43,18 @@ def _fence(code: str) -> str:
 def _section(title: str, lead: str) -> list[str]:
     """A section's heading and its lead sentence."""
     return [f"## {title}", "", md_escape(lead) + ".", ""]
+
+
+def _iron_law_markdown(law: IronLaw) -> list[str]:
+    """The Iron Law in the Markdown report: its formula and sources, then pipeline efficiency (GPU
+    busy) against MFU and where busy time falls below peak."""
+    gap = iron_law_gap_words(law, md_escape)
+    return [
+        f"Iron Law: {md_escape(law.formula)}. FLOPs/step: {md_escape(law.flops_source)}; GPUs: "
+        f"{md_escape(law.gpus_source)}; peak: {md_escape(law.peak_source)}; η = MFU.",
+        f"Pipeline efficiency (GPU busy) {law.pipeline_efficiency_pct:.1f} % against MFU "
+        f"{law.efficiency_pct:.1f} %" + (f"; busy but below peak, % of step time: {gap}" if gap else ""),
+    ]
 
 
 def render_markdown(doc: AnalysisDocument | dict[str, Any]) -> str:
@@ -225,21 +237,8 @@ def render_markdown(doc: AnalysisDocument | dict[str, Any]) -> str:
         w(f"- GPU {m.device}: peak allocated {(m.peak_allocated_bytes or 0) / 2**30:.2f} GiB{cap} ({m.basis})")
     mfu = d.mfu
     if mfu is not None:
-        w(f"- MFU: {mfu_words(mfu, md_escape)}")
-        shapes = shapes_mfu(mfu)
-        if shapes is not None:
-            w(f"- MFU {md_escape(mfu.shapes_reason)}: {shapes:.1f} %")
-        law = mfu.iron_law
-        if law:
-            w(
-                f"- Iron Law: {md_escape(law.formula)}. FLOPs/step: {md_escape(law.flops_source)}; GPUs: "
-                f"{md_escape(law.gpus_source)}; peak: {md_escape(law.peak_source)}; η = MFU."
-            )
-            gap = iron_law_gap_words(law, md_escape)
-            w(
-                f"- Pipeline efficiency (GPU busy) {law.pipeline_efficiency_pct:.1f} % against MFU "
-                f"{law.efficiency_pct:.1f} %" + (f"; busy but below peak, % of step time: {gap}" if gap else "")
-            )
+        items = mfu_lines(mfu, md_escape, lambda pct, why: f"MFU {md_escape(why)}: {pct:.1f} %", _iron_law_markdown)
+        out.extend(f"- {line}" for line in items)
     w("")
     if d.ledger:
         out.extend(ledger_markdown_lines(d.ledger))

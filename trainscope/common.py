@@ -124,6 +124,13 @@ def add_document_args(p: argparse.ArgumentParser, kind: str, app: str = "the app
     )
 
 
+def add_color_quiet_args(p: argparse.ArgumentParser) -> None:
+    """``--color`` (bold headings in the text output) and ``-q``/``--quiet`` (no progress line), as
+    the commands that read traces and print a report take them."""
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
+
+
 def add_input_limit_args(p: argparse.ArgumentParser) -> None:
     """``--max-decompressed``: the one flag for the decompression cap (collectors/readers.py)."""
     p.add_argument(

@@ -37,10 +37,10 @@ from trainscope.api.errors import BadInput
 from trainscope.api.errors import describe
 from trainscope.api.inputs import describe_input
 from trainscope.api.memory_report import memory
-from trainscope.api.owners import owner_alive
+from trainscope.api.owners import folder_entries
+from trainscope.api.owners import owner_gone
 from trainscope.api.owners import owner_record
 from trainscope.api.owners import process_alive
-from trainscope.api.owners import read_own_file
 from trainscope.api.store import default_store_path
 from trainscope.api.store import open_store
 from trainscope.reports import analysis_document as ad
@@ -408,17 +408,11 @@ def clean_stale(folder: str | None = None, now: float | None = None) -> list[str
     import shutil
     import time
 
-    folder = folder or tempfile.gettempdir()
     now = time.time() if now is None else now
     removed: list[str] = []
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return removed
-    for name in names:
+    for name, path in folder_entries(folder):
         if not name.startswith(FOLDER_PREFIX):
             continue
-        path = os.path.join(folder, name)
         try:
             dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
         except OSError:
@@ -427,14 +421,12 @@ def clean_stale(folder: str | None = None, now: float | None = None) -> list[str
             st = os.fstat(dfd)
             if st.st_uid != os.geteuid():
                 continue
-            owner = read_own_file(dfd, FOLDER_OWNER)
-            if owner is not None:
-                dead = not owner_alive(owner)
-            else:
-                dead = now - st.st_mtime > STALE_S and not _links_to_live_process(path)
+            gone = owner_gone(dfd, FOLDER_OWNER)
+            if gone is None:
+                gone = now - st.st_mtime > STALE_S and not _links_to_live_process(path)
         finally:
             os.close(dfd)
-        if dead:
+        if gone:
             shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: never follows a link
             removed.append(path)
     return removed

@@ -75,13 +75,10 @@ class PeakChart(Widget):
     DEFAULT_CSS = "PeakChart { height: 1fr; min-height: 7; }"
     GUTTER = 11
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.peak: MemoryPeak | None = None
+    peak: reactive[MemoryPeak | None] = reactive(None, always_update=True)  # redrawn whenever set
 
     def set_peak(self, peak: MemoryPeak | None) -> None:
         self.peak = peak
-        self.refresh()
 
     @property
     def columns(self) -> int:

@@ -4,9 +4,9 @@ roofs, with the heaviest kernels as labeled points (A, B, C, … in order of tim
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from rich.text import Text
+from textual.reactive import reactive
 from textual.widget import Widget
 
 from trainscope.analyzers.trace.roofline import Roofline
@@ -100,13 +100,10 @@ class RooflinePlot(Widget):
 
     DEFAULT_CSS = "RooflinePlot { height: 18; }"
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.roof: Roofline | None = None
+    roof: reactive[Roofline | None] = reactive(None, always_update=True)  # redrawn whenever set
 
     def show(self, roof: Roofline | None) -> None:
         self.roof = roof
-        self.refresh()
 
     def render(self) -> Text:
         w, h = self.size.width or 80, self.size.height or 18

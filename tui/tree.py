@@ -28,6 +28,7 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from trainscope.analyzers.views.timeline import Match
+from trainscope.reports.document import known_parts
 from trainscope.traces.model import Trace
 from trainscope.traces.safe_text import visible
 from trainscope.tui.timeline import short_name
@@ -124,15 +125,9 @@ def detail(n: Node, total_ns: int) -> str:
         f"GPU {n.gpu_ns_inclusive / 1e6:.3f} ms ({share:.1f} %), own {n.gpu_ns_exclusive / 1e6:.3f} ms · "
         f"host {n.host_ns / 1e6:.3f} ms · {n.count} range{'s' if n.count != 1 else ''}"
     )
-    rates = []
-    if n.bound != "unknown":
-        rates.append(f"{n.bound}-bound")
-    if n.share_of_peak_pct is not None:
-        rates.append(f"{n.share_of_peak_pct:.0f} % of roof")
-    if n.tflops is not None:
-        rates.append(f"{n.tflops:.1f} TFLOP/s")
-    if n.gbps is not None:
-        rates.append(f"{n.gbps:.0f} GB/s")
+    rates = ([f"{n.bound}-bound"] if n.bound != "unknown" else []) + known_parts(
+        ("{:.0f} % of roof", n.share_of_peak_pct), ("{:.1f} TFLOP/s", n.tflops), ("{:.0f} GB/s", n.gbps)
+    )
     lines.append(" · ".join(rates) if rates else "roofline: unknown")
     if n.folded and n.spread_ns is not None:  # a folded block: how its instances differ
         lo, med, hi = n.spread_ns

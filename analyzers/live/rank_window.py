@@ -16,12 +16,13 @@ name it; the per-rank traces of a capture or ``trainscope analyze`` can (their c
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from math import comb
-from typing import Any
 
 from trainscope.analyzers.rules import Rules
+from trainscope.traces.samples import RankSample
 from trainscope.traces.samples import Snapshot
 
 
@@ -52,42 +53,49 @@ def binomial_tail(k: int, n: int, p: float) -> float:
     return sum(comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1))
 
 
-def rank_window(snaps: Sequence[Snapshot], rules: Rules) -> RankWindow | None:
-    """None for a single-process job (no per-rank samples in the window)."""
-    order: list[str] = []
-    acc: dict[str, list[Any]] = {}
+def samples_by_rank(snaps: Iterable[Snapshot]) -> dict[str, list[RankSample]]:
+    """Each rank's samples over ``snaps``, in time order, the ranks in the order they first appear."""
+    per: dict[str, list[RankSample]] = {}
     for s in snaps:
         for r in s.ranks:
-            if r.rank not in acc:
-                order.append(r.rank)
-                acc[r.rank] = [r.pid, 0, 0, 0, None, None, None, None]
-            a = acc[r.rank]
-            a[1] += r.steps
-            a[2] += r.wait_ns
-            a[3] += r.step_ns
-            a[4] = r.rss if r.rss is not None else a[4]
-            a[5], a[6], a[7] = (r.gpu, r.gpu_mem, r.gpu_util) if r.gpu is not None else (a[5], a[6], a[7])
-    if not acc:
+            per.setdefault(r.rank, []).append(r)
+    return per
+
+
+def rank_window(snaps: Sequence[Snapshot], rules: Rules) -> RankWindow | None:
+    """None for a single-process job (no per-rank samples in the window)."""
+    per = samples_by_rank(snaps)
+    if not per:
         return None
-    stats = []
-    for name in order:
-        pid, n, w, st, rss, gpu, mem, util = acc[name]
-        stats.append(
-            RankStats(
-                name,
-                pid,
-                n,
-                st / n / 1e6 if n else None,
-                w / n / 1e6 if n else None,
-                100.0 * w / st if st else None,
-                (st - w) / n / 1e6 if n else None,
-                rss,
-                gpu,
-                mem,
-                util,
-            )
-        )
+    stats = [_rank_stats(name, samples) for name, samples in per.items()]
     return RankWindow(tuple(stats), *_straggler(snaps, stats, rules))
+
+
+def _rank_stats(name: str, samples: list[RankSample]) -> RankStats:
+    """One rank over the window: its iterations summed; its memory and GPU as last reported."""
+    n = sum(r.steps for r in samples)
+    w = sum(r.wait_ns for r in samples)
+    st = sum(r.step_ns for r in samples)
+    rss: int | None = None
+    gpu: int | None = None
+    mem: int | None = None
+    util: float | None = None
+    for r in samples:
+        rss = r.rss if r.rss is not None else rss
+        gpu, mem, util = (r.gpu, r.gpu_mem, r.gpu_util) if r.gpu is not None else (gpu, mem, util)
+    return RankStats(
+        name,
+        samples[0].pid,
+        n,
+        st / n / 1e6 if n else None,
+        w / n / 1e6 if n else None,
+        100.0 * w / st if st else None,
+        (st - w) / n / 1e6 if n else None,
+        rss,
+        gpu,
+        mem,
+        util,
+    )
 
 
 def _straggler(snaps: Sequence[Snapshot], stats: list[RankStats], rules: Rules) -> tuple[str | None, str]:

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from trainscope.analyzers.live.rank_window import samples_by_rank
 from trainscope.analyzers.rules import Rules
 from trainscope.traces.samples import RankSample
 from trainscope.traces.samples import Snapshot
@@ -149,15 +150,7 @@ def split_window(
     do; ``straggler``: the rank the input-wait rule names, if any."""
     kept = [s for s in snaps if steps_after_t is None or s.t > steps_after_t]
     whole = _acc(s.step for s in kept if s.step is not None)
-    order: list[str] = []
-    per: dict[str, list[RankSample]] = {}
-    for s in kept:
-        for r in s.ranks:
-            if r.rank not in per:
-                order.append(r.rank)
-                per[r.rank] = []
-            per[r.rank].append(r)
-    ranks = tuple((name, sp) for name in order if (sp := _acc(per[name])) is not None)
+    ranks = tuple((name, sp) for name, rs in samples_by_rank(kept).items() if (sp := _acc(rs)) is not None)
     if whole is None and not ranks:
         return None
     if not ranks:

@@ -13,20 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
-from torch.utils.data import Dataset
-
-
-class Shard(Dataset):
-    def __init__(self, load_s: float) -> None:
-        self.load_s = load_s
-
-    def __len__(self) -> int:
-        return 10**6
-
-    def __getitem__(self, i: int):
-        if self.load_s:
-            time.sleep(self.load_s)
-        return torch.full((64,), float(i % 7)), i % 10
+from train_job import SlowDataset  # the sibling job's slow input (this folder is on sys.path)
 
 
 def main() -> None:
@@ -42,13 +29,13 @@ def main() -> None:
     torch.manual_seed(0)
     model = DDP(torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    load = a.load_ms / 1000 if rank == a.slow_rank else 0.0
+    load_ms = a.load_ms if rank == a.slow_rank else 0.0
     kept = []
     steps = 0
     # Every rank runs the same number of iterations: rank 0 decides when to stop, all ranks learn it.
     stop = torch.zeros(1)
     end = time.monotonic() + a.seconds
-    for x, y in DataLoader(Shard(load), batch_size=8):
+    for x, y in DataLoader(SlowDataset(10**6, load_ms), batch_size=8):
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()

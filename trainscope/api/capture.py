@@ -40,10 +40,12 @@ from typing import Any
 from trainscope.api import analysis
 from trainscope.api.errors import describe
 from trainscope.collectors.step_hook import NO_OTHER_WRITE
+from trainscope.collectors.step_hook import existing_problem
 from trainscope.collectors.step_hook import fd_path
 from trainscope.collectors.step_hook import folder_problem
 from trainscope.collectors.step_hook import open_folder
 from trainscope.collectors.step_hook import same_folder
+from trainscope.reports.document import known_parts
 from trainscope.reports.live import capture_headline
 from trainscope.reports.live import capture_overhead
 from trainscope.reports.live import live_headline
@@ -653,13 +655,7 @@ def capture_folder_problem(path: str) -> str | None:
     """Why the existing folder ``path`` cannot hold captures (a link, another user's, writable by
     group or others, not a folder), or None (also when it does not exist yet: it is created 0700)."""
 
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        return e.strerror or str(e)
-    return folder_problem(st, NO_OTHER_WRITE)
+    return existing_problem(path, lambda st: folder_problem(st, NO_OTHER_WRITE))
 
 
 def open_capture_folder(path: str) -> int:
@@ -725,14 +721,16 @@ def _counters(status: Any) -> str:
         return ""
 
     s = status.stats
-    parts = [live_headline(status)]
-    if s.step_ms is not None:
-        parts.append(f"step {s.step_ms:.1f} ms")
-    if s.data_wait_pct is not None:
-        parts.append(f"data wait {s.data_wait_pct:.1f} %")
-    if s.gpu_util is not None:
-        parts.append(f"GPU busy {s.gpu_util:.0f} %")
-    return " · ".join(parts)
+    return " · ".join(
+        [
+            live_headline(status),
+            *known_parts(
+                ("step {:.1f} ms", s.step_ms),
+                ("data wait {:.1f} %", s.data_wait_pct),
+                ("GPU busy {:.0f} %", s.gpu_util),
+            ),
+        ]
+    )
 
 
 def _report_fields(report: Any) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
@@ -83,28 +85,33 @@ def plan_config(model: str | Mapping[str, Any] | Any = None, **fields: Any) -> P
             raise ValueError(str(e)) from None
 
 
-def normalize_plan(config: PlanConfig) -> PlanConfig:
-    """A ``PlanConfig`` with canonical keys; :class:`BadInput` (a ``ValueError``) with the user-facing
-    message for anything inconsistent (an unknown optimizer, a checkpoint interval the model cannot take)."""
+@contextmanager
+def _checked() -> Iterator[None]:
+    """The plan's own checks (a ``ValueError`` with the user-facing message) as :class:`BadInput`, the
+    message unchanged."""
 
     try:
-        return normalize(config)
+        yield
     except BadInput:
         raise
     except ValueError as e:
         raise BadInput(str(e)) from None
+
+
+def normalize_plan(config: PlanConfig) -> PlanConfig:
+    """A ``PlanConfig`` with canonical keys; :class:`BadInput` (a ``ValueError``) with the user-facing
+    message for anything inconsistent (an unknown optimizer, a checkpoint interval the model cannot take)."""
+
+    with _checked():
+        return normalize(config)
 
 
 def plan_ledger(config: PlanConfig) -> Ledger:
     """The memory ledger (``analyzers.plan.ledger.Ledger``) of one ``PlanConfig``: what ``plan`` computes
     before fitting it to a device. Raises :class:`BadInput` (a ``ValueError``) as :func:`normalize_plan`."""
 
-    try:
+    with _checked():
         return ledger(config)
-    except BadInput:
-        raise
-    except ValueError as e:
-        raise BadInput(str(e)) from None
 
 
 def resolve_device(gpu: str | None = None, gpu_memory: str | None = None) -> GpuMemory:

@@ -16,6 +16,7 @@ from trainscope.argtypes import positive_float
 from trainscope.commands.analyze_ranks import add_arguments
 from trainscope.commands.runs import add_save_args
 from trainscope.commands.runs import save_report
+from trainscope.common import add_color_quiet_args
 from trainscope.common import add_document_args
 from trainscope.common import add_input_limit_args
 from trainscope.common import add_threshold_arg
@@ -107,8 +108,7 @@ def register(a: argparse.ArgumentParser) -> None:
         help="step for --deep: ProfilerStep number (1010), label (ProfilerStep#1010) or position (@1); "
         "default: the median step",
     )
-    a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
-    a.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
+    add_color_quiet_args(a)
     a.add_argument(
         "--no-cache",
         action="store_true",

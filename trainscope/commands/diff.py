@@ -23,6 +23,7 @@ from trainscope.argtypes import finite_non_negative
 from trainscope.commands import analyze as analyze_command  # its use_tui through the module: tests replace it
 from trainscope.commands.analyze import add_analysis_options
 from trainscope.commands.analyze import analysis_options
+from trainscope.common import add_color_quiet_args
 from trainscope.common import add_document_args
 from trainscope.common import add_input_limit_args
 from trainscope.common import add_threshold_arg
@@ -157,8 +158,7 @@ def register(d: argparse.ArgumentParser) -> None:
     )
 
     add_analysis_options(d)  # each side analyzed as `analyze` does: --step-range, --peak-*, --jobs, --dask
-    d.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="bold headings in text output")
-    d.add_argument("-q", "--quiet", action="store_true", help="no progress indicator")
+    add_color_quiet_args(d)
     d.add_argument(
         "--no-cache",
         action="store_true",
