@@ -110,9 +110,10 @@ def _head(name: str) -> str:
     return s.split()[-1] if s.split() else ""
 
 
-def _nested(s: str) -> list[str]:
+def nested_name(s: str) -> list[str]:
     """The nested name of an Itanium-mangled symbol after ``_ZN``/``_Z``: length-prefixed
-    identifiers read in sequence up to the first template (``I``) or end (``E``)."""
+    identifiers read in sequence up to the first template (``I``) or end (``E``), a substitution
+    (``S_``) skipped (``_ZN5aiter18add_rmsnorm_kernelI…`` → ``["aiter", "add_rmsnorm_kernel"]``)."""
     i, parts = (3 if s.startswith("_ZN") else 2), []
     while i < len(s):
         if s.startswith("S_", i):  # a substitution of an earlier prefix: skip it
@@ -133,7 +134,7 @@ def _nested(s: str) -> list[str]:
 def tokenize(name: str) -> KernelTokens:
     s = name.strip()
     if s.startswith("_Z"):
-        comps = _nested(s) or [s]
+        comps = nested_name(s) or [s]
         all_ids = _demangled_parts(s[2:])
     else:
         head = _head(s)

@@ -28,6 +28,7 @@ from trainscope.analyzers.trace.cost import SOURCE_KINDS
 from trainscope.analyzers.trace.cost import KernelCosts
 from trainscope.analyzers.trace.cost import kernel_costs
 from trainscope.analyzers.trace.cost import name_precision
+from trainscope.analyzers.trace.kernel_families import nested_name
 from trainscope.analyzers.trace.kernel_families import strip_templates
 from trainscope.analyzers.trace.kernels import HIGH_INTENSITY
 from trainscope.analyzers.trace.kernels import classify_kernel
@@ -160,22 +161,7 @@ def _gb(gbps: float) -> str:
     return f"{gbps / 1000:.3g} TB/s" if gbps >= 1000 else f"{gbps:.3g} GB/s"
 
 
-_MANGLED_PART = re.compile(r"(\d+)")
 _GENERIC = {"kernel", "kernel2", "kentry", "device_kernel", "kernel_entry"}
-
-
-def _demangle_parts(s: str) -> list[str]:
-    """Identifiers of an Itanium-mangled nested name (``_ZN5aiter24add_rmsnorm_kernelI…`` →
-    ``["aiter", "add_rmsnorm_kernel"]``), enough to label a kernel."""
-    i, parts = 3 if s.startswith("_ZN") else 2, []
-    while i < len(s) and s[i].isdigit():
-        j = i
-        while j < len(s) and s[j].isdigit():
-            j += 1
-        n = int(s[i:j])
-        parts.append(s[j : j + n])
-        i = j + n
-    return parts
 
 
 def short_kernel_name(name: str) -> str:
@@ -183,7 +169,7 @@ def short_kernel_name(name: str) -> str:
     a generic wrapper (``cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_…>``) → its first template argument."""
     s = name.strip()
     if s.startswith("_Z"):
-        parts = [p for p in _demangle_parts(s) if p]
+        parts = nested_name(s)  # empty identifiers left out
         named = [p for p in parts if p.lower() not in _GENERIC]
         return (named or parts or [name[:40]])[-1]
     if s.startswith("void "):
