@@ -399,13 +399,43 @@ def covered_by_rows(x: IntervalSet, tables: list[tuple[np.ndarray, np.ndarray, n
             )
         else:
             carry = EMPTY
-        got += _measure_in(x, u)
+        got += intersection_measure(x, u)
     return got
 
 
-def _measure_in(x: IntervalSet, u: IntervalSet) -> int:
-    """The measure of x ∩ u (both sorted, disjoint), from u's running measure, over the part of
-    ``x`` that reaches u's span only."""
+class RunningMeasure:
+    """The measure of an interval set (sorted, disjoint) below a time: its overlap with [s, e) is
+    ``at(e) − at(s)`` — a prefix sum and a binary search per time, no array per overlapping pair."""
+
+    PIECE = 1 << 18  # times per piece in :meth:`overlap`: the searches' temporaries are not whole columns
+
+    def __init__(self, ivs: IntervalSet) -> None:
+        self.s, self.e = ivs
+        self.before = np.zeros(len(self.s) + 1, np.int64)  # built in place: no temporaries of millions
+        np.subtract(self.e, self.s, out=self.before[1:])
+        np.cumsum(self.before[1:], out=self.before[1:])
+
+    def at(self, t: np.ndarray) -> np.ndarray:
+        t = np.asarray(t, np.int64)
+        if not len(self.s):
+            return np.zeros(t.shape, np.int64)
+        k = np.searchsorted(self.s, t, side="right")  # intervals starting at or before t
+        j = np.maximum(k - 1, 0)
+        part = np.minimum(t, self.e[j]) - self.s[j]
+        cum: np.ndarray = np.where(k > 0, self.before[j] + part, 0)
+        return cum
+
+    def overlap(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+        """Each [s, e)'s overlap with the set, a piece of :attr:`PIECE` rows at a time."""
+        inside: np.ndarray = np.empty(len(s), np.int64)
+        for i in range(0, len(s), self.PIECE):
+            inside[i : i + self.PIECE] = self.at(e[i : i + self.PIECE]) - self.at(s[i : i + self.PIECE])
+        return inside
+
+
+def intersection_measure(x: IntervalSet, u: IntervalSet) -> int:
+    """The measure of x ∩ u (both sorted, disjoint), ``total(intersect(x, u))`` without an array per
+    overlapping pair: from u's running measure, over the part of ``x`` that reaches u's span only."""
     us, ue = u
     if not len(us):
         return 0
@@ -414,12 +444,4 @@ def _measure_in(x: IntervalSet, u: IntervalSet) -> int:
     b = int(np.searchsorted(xs, ue[-1], side="left"))
     if b <= a:
         return 0
-    before = np.concatenate([[0], np.cumsum(ue - us)])
-
-    def below(t: np.ndarray) -> np.ndarray:  # measure of u before t
-        k = np.searchsorted(us, t, side="right")
-        j = np.maximum(k - 1, 0)
-        out: np.ndarray = np.where(k > 0, before[j] + np.minimum(t, ue[j]) - us[j], 0)
-        return out
-
-    return int((below(xe[a:b]) - below(xs[a:b])).sum())
+    return int(RunningMeasure(u).overlap(xs[a:b], xe[a:b]).sum())

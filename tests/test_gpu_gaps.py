@@ -292,20 +292,19 @@ def test_long_step_boundary_gaps_are_said_as_host_work(tmp_path):
     assert a.verdict.axis == "balanced" and "between steps" in a.verdict.summary
 
 
-def test_covered_total_equals_the_total_of_the_intersection():
+def test_intersection_measure_equals_the_total_of_the_intersection():
     """The host coverage's measure of a ∩ b (no pair arrays) is the intersection's total."""
     import numpy as np
 
     from trainscope.analyzers import intervals as iv
     from trainscope.analyzers.trace.gpu_gaps import _and
-    from trainscope.analyzers.trace.gpu_gaps import _covered
 
     rng = np.random.default_rng(3)
     for n, m in ((0, 5), (5, 0), (1, 1), (30, 200), (400, 50), (2000, 2000)):
         for _ in range(10):
             a = iv.union(*(lambda s, n=n: (s, s + rng.integers(1, 30, n)))(rng.integers(0, 3000, n)))
             b = iv.union(*(lambda s, m=m: (s, s + rng.integers(1, 30, m)))(rng.integers(0, 3000, m)))
-            assert _covered(a, b) == iv.total(_and(a, b)), (n, m)
+            assert iv.intersection_measure(a, b) == iv.total(_and(a, b)), (n, m)
 
 
 def test_explained_sets_handed_over_give_their_unions_gaps_and_are_dropped(tmp_path):

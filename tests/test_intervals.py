@@ -267,3 +267,22 @@ def test_intersect_in_pieces_equals_intersect_whole(monkeypatch):
     for (a, b), w in zip(cases, whole):
         got = iv.intersect(a, b)
         assert np.array_equal(got[0], w[0]) and np.array_equal(got[1], w[1])
+
+
+def test_running_measure_overlap_is_each_windows_share_of_the_set_in_any_piece_size(monkeypatch):
+    """RunningMeasure.overlap(s, e)[k] is the measure of the set inside [s[k], e[k]) — by definition
+    (total of the intersection with the one window) — and the same when read in pieces of 7 rows;
+    intersection_measure is the total of the intersection."""
+    rng = np.random.default_rng(59)
+    for _ in range(60):
+        bs = rng.integers(0, 600, int(rng.integers(0, 40)))
+        u = iv.union(bs, bs + rng.integers(1, 40, len(bs)))
+        s = rng.integers(-20, 650, int(rng.integers(0, 50)))
+        e = s + rng.integers(0, 90, len(s))
+        want = [iv.total(iv.intersect((s[k : k + 1], e[k : k + 1]), u)) for k in range(len(s))]
+        assert iv.RunningMeasure(u).overlap(s, e).tolist() == want
+        monkeypatch.setattr(iv.RunningMeasure, "PIECE", 7)
+        assert iv.RunningMeasure(u).overlap(s, e).tolist() == want
+        monkeypatch.undo()
+        x = iv.union(s, e) if len(s) else iv.EMPTY
+        assert iv.intersection_measure(x, u) == iv.total(iv.intersect(x, u))

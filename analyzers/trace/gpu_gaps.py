@@ -345,7 +345,7 @@ def gpu_gaps(
             if len(got[0]):
                 pieces["host-range"].append(got)
                 left = _sub(left, got)
-                cum = _Cum(got)
+                cum = iv.RunningMeasure(got)
                 per = cum.overlap(ann.ts[quiet], ann.end[quiet])
                 for nm, v in zip(ann.name[quiet].tolist(), per.tolist()):
                     if v > 0:  # numbered instances of one range ("IO 3", "IO 4") add up under "IO N"
@@ -460,38 +460,3 @@ def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, laun
     # the rows' union measured against the span slab by slab, never built whole (5 M operators and
     # 2 M runtime calls at 1 GB: the union of both was this stage's peak)
     return iv.covered_by_rows(span, [(o.ts, o.dur, om), (r.ts, r.dur, rm)]) / total
-
-
-def _covered(a: iv.IntervalSet, b: iv.IntervalSet) -> int:
-    """The total of a ∩ b (both sorted, disjoint) from b's running measure: ``iv.total(_and(a, b))``
-    without an array per overlapping pair (millions of host intervals)."""
-    bs, be = b
-    if not len(a[0]) or not len(bs):
-        return 0
-    before = np.concatenate([[0], np.cumsum(be - bs)])
-
-    def below(t: np.ndarray) -> np.ndarray:  # measure of b before t
-        k = np.searchsorted(bs, t, side="right")
-        j = np.maximum(k - 1, 0)
-        out: np.ndarray = np.where(k > 0, before[j] + np.minimum(t, be[j]) - bs[j], 0)
-        return out
-
-    return int((below(a[1]) - below(a[0])).sum())
-
-
-class _Cum:
-    def __init__(self, ivs: iv.IntervalSet) -> None:
-        self.s, self.e = ivs
-        self.before = np.concatenate([[0], np.cumsum(self.e - self.s)])
-
-    def at(self, t: np.ndarray) -> np.ndarray:
-        t = np.asarray(t, np.int64)
-        k = np.searchsorted(self.s, t, side="right")
-        j = np.maximum(k - 1, 0)
-        part = np.minimum(t, self.e[j]) - self.s[j]
-        cum: Column = np.where(k > 0, self.before[j] + part, 0)
-        return cum
-
-    def overlap(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-        inside: Column = self.at(e) - self.at(s)
-        return inside

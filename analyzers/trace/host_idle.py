@@ -228,33 +228,6 @@ def _intersect(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
     return iv.intersect(a, b)
 
 
-class _Cum:
-    """Measure of an interval set below a time: overlap with [s, e) is ``at(e) − at(s)``."""
-
-    def __init__(self, ivs: iv.IntervalSet) -> None:
-        self.s, self.e = ivs
-        self.before = np.zeros(len(self.s) + 1, np.int64)  # built in place: no temporaries of millions
-        np.subtract(self.e, self.s, out=self.before[1:])
-        np.cumsum(self.before[1:], out=self.before[1:])
-
-    def at(self, t: np.ndarray) -> np.ndarray:
-        t = np.asarray(t, np.int64)
-        if not len(self.s):
-            return np.zeros(t.shape, np.int64)
-        k = np.searchsorted(self.s, t, side="right")  # intervals starting at or before t
-        j = np.maximum(k - 1, 0)
-        part = np.minimum(t, self.e[j]) - self.s[j]
-        cum: Column = np.where(k > 0, self.before[j] + part, 0)
-        return cum
-
-    def overlap(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-        """A piece at a time: the binary searches' temporaries are not columns of millions of calls."""
-        inside: Column = np.empty(len(s), np.int64)
-        for i in range(0, len(s), _PIECE):
-            inside[i : i + _PIECE] = self.at(e[i : i + _PIECE]) - self.at(s[i : i + _PIECE])
-        return inside
-
-
 def _launch_threads(trace: Trace, device: int | None, ws: np.ndarray, we: np.ndarray) -> tuple[list[int], np.ndarray]:
     """The host threads that issue the device's GPU operations (most first; those issuing inside
     the windows, else anywhere), and the mask of runtime calls that issue one."""
@@ -358,7 +331,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     first = int(np.argmin(r.ts))
     if alloc_m[first] and r.dur[first] >= cold_start_ms * 1e6:  # context creation (cudaFree(0)): start-up
         alloc_m[first] = False
-    cum_idle = _Cum(idle)
+    cum_idle = iv.RunningMeasure(idle)
     one_off = _one_off_alloc(trace, r, alloc_m, cum_idle)
     if one_off is not None:  # a few long first-use calls, not churn: other (start-up) work
         alloc_m[:] = False
@@ -431,7 +404,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
                 if len(x[0]) and len(cover[0]):
                     cover = iv.minus_part(cover, _intersect(cover, x))
             pieces["other"].append(cover)
-            calls += _calls_by_name(trace, osr, om, _Cum(cover), "other", " (OS)")
+            calls += _calls_by_name(trace, osr, om, iv.RunningMeasure(cover), "other", " (OS)")
             calls.sort(key=lambda c: -c.idle_ns)
     left = iv.EMPTY  # what is left unexplained is not read again
     merged = {c: iv.union_sets(v, spent=True) for c, v in pieces.items()}  # each class's pieces freed once merged
@@ -460,7 +433,7 @@ def host_idle(trace: Trace, segmentation: StepSegmentation, device: int | None, 
     )
 
 
-def _one_off_alloc(trace: Trace, r: RuntimeCalls, m: Column, idle: _Cum) -> HostCall | None:
+def _one_off_alloc(trace: Trace, r: RuntimeCalls, m: Column, idle: iv.RunningMeasure) -> HostCall | None:
     """The ``m`` allocator calls as one summary call when a few of them hold most of their GPU-idle
     time (the :data:`_ONE_OFF_CALLS` longest at least :data:`_ONE_OFF_SHARE` of it): first-use costs
     — library handles, workspaces, lazy loading inside a ``cudaFree`` —, paid once, not churn. None
@@ -481,7 +454,7 @@ def _one_off_alloc(trace: Trace, r: RuntimeCalls, m: Column, idle: _Cum) -> Host
 
 
 def _calls_by_name(
-    trace: Trace, calls: RuntimeCalls, m: Column, idle: _Cum, cls: str, suffix: str = ""
+    trace: Trace, calls: RuntimeCalls, m: Column, idle: iv.RunningMeasure, cls: str, suffix: str = ""
 ) -> list[HostCall]:
     """The GPU idle time under the ``m`` calls, per call name (the per-call columns die on return)."""
     s, e = calls.ts[m], calls.dur[m]
@@ -833,7 +806,7 @@ def _idle_by_frame(
     time, below the frames that drive all the work), ascending, each with its idle time."""
     if not len(fts):
         return {}
-    cum = _Cum(idle)
+    cum = iv.RunningMeasure(idle)
     # frames that contain every launch of the windows drive the loop: not evidence of a cause
     li = np.concatenate(  # a piece at a time: no index columns of every launch
         [x[iv.contains((ws, we), x)] for x in (launch_ts[i : i + _PIECE] for i in range(0, len(launch_ts), _PIECE))]
