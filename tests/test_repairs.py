@@ -25,6 +25,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from tests.conftest import write_json_gz
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.trace.repairs import REASONS
 from trainscope.analyzers.trace.repairs import RepairLog
@@ -300,17 +301,11 @@ def resnet_events():
         return json.load(f)
 
 
-def _write_events(path: Path, doc, events) -> None:
-    """``doc`` with ``events`` as a .json.gz: the text json.dump writes, compressed fast (the level
-    changes no byte the reader sees; streaming json.dump into gzip took seconds per trace)."""
-    path.write_bytes(gzip.compress(json.dumps({**doc, "traceEvents": events}).encode(), compresslevel=1))
-
-
 def _analyze_events(doc, events, folder: Path, name: str):
     from trainscope.api import analyze
 
     path = folder / f"{name}.pt.trace.json.gz"
-    _write_events(path, doc, events)
+    write_json_gz(path, {**doc, "traceEvents": events})
     return analyze(str(path)).main
 
 
@@ -393,7 +388,7 @@ def test_repair_warnings_reach_every_report_format(resnet_events, tmp_path):
     from trainscope.api import analyze
 
     path = tmp_path / "dup.pt.trace.json.gz"
-    _write_events(path, resnet_events, _steps_twice(resnet_events["traceEvents"]))
+    write_json_gz(path, {**resnet_events, "traceEvents": _steps_twice(resnet_events["traceEvents"])})
     report = analyze(str(path))
     doc = report.to_dict()
     assert doc["repairs"] == [
