@@ -265,8 +265,10 @@ async def _settled(app, pilot) -> None:
     rank, the ranks side by side, the late arrivals) done and what they posted processed — the
     event itself, not a fixed pause (a quarter second per key before, which a loaded machine can outlast)."""
     await pilot.pause()
-    await app.workers.wait_for_complete()
-    await pilot.pause()
+    running = [w for w in app.workers if not w.is_finished]
+    if running:
+        await app.workers.wait_for_complete(running)
+        await pilot.pause()
 
 
 async def _visit(app, pilot, ready, keys) -> list[str]:
