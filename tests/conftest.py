@@ -38,6 +38,12 @@ def raw_document(name: str):
         return json.load(f)
 
 
+def write_json_gz(path, doc) -> None:
+    """``doc`` as a .json.gz: the text ``json.dump`` writes, compressed at level 1 (the level changes
+    no byte a reader sees; streaming json.dump into level-9 gzip took seconds for a bundled trace)."""
+    pathlib.Path(path).write_bytes(gzip.compress(json.dumps(doc).encode(), compresslevel=1))
+
+
 @pytest.fixture
 def kineto_dir() -> pathlib.Path:
     return KINETO
@@ -315,3 +321,35 @@ def pytest_sessionfinish(session, exitstatus):
     installed, so what it finds is reported), then the survivors are frozen: the five passes skip them."""
     gc.collect()
     gc.freeze()
+
+
+# -- the suite's size, counted by the collection this run already made ---------------------------
+# tests/test_readme.py checks the README's "≈ N tests" against what `pytest --collect-only` counts.
+# A run that collected the whole suite (every worker of `pytest -n auto` does) has that count
+# already: each collected item, as the terminal's "N tests collected" counts them (before -k/-m
+# deselect). A run of fewer files, with --ignore, --lf or ini overrides, has not; the test then
+# collects the suite itself.
+_COLLECTED = pytest.StashKey[int]()
+
+
+def pytest_itemcollected(item):
+    item.config.stash[_COLLECTED] = item.config.stash.get(_COLLECTED, 0) + 1
+
+
+def suite_collected(config) -> int | None:
+    """How many tests this run collected, when it collected exactly the suite; else None."""
+    here = pathlib.Path(__file__).resolve().parent
+    paths = [pathlib.Path(config.invocation_params.dir, a).resolve() for a in config.args]
+    o = config.option
+    if (
+        paths != [here]
+        or config.inipath != here.parent / "pyproject.toml"
+        or getattr(o, "override_ini", None)
+        or getattr(o, "ignore", None)
+        or getattr(o, "ignore_glob", None)
+        or getattr(o, "lf", False)
+        or getattr(o, "pyargs", False)
+        or getattr(o, "confcutdir", None) not in (None, str(here.parent))
+    ):
+        return None
+    return config.stash.get(_COLLECTED, None)

@@ -16,6 +16,7 @@ import pytest
 
 import trainscope.api as ts
 from tests.conftest import profile_linear_on_cpu
+from tests.conftest import write_json_gz
 from trainscope.cli import main
 
 DATA = Path(__file__).parent / "data"
@@ -229,8 +230,7 @@ def _hostile_trace(tmp_path: Path) -> Path:
         if e.get("name") == name:
             e["name"] = "<script>alert(1)</script><img src=x onerror=alert(2)>"
     path = tmp_path / "hostile.pt.trace.json.gz"
-    with gzip.open(path, "wt") as f:
-        json.dump(doc, f)
+    write_json_gz(path, doc)
     return path
 
 

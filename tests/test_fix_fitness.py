@@ -8,6 +8,7 @@ the user has, code fences in the language of their content, frames named as user
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 
@@ -51,43 +52,62 @@ def _contexts():
         yield Context(**kw)
 
 
-def _rules(ctx: Context, fid: str, title: str, change: str) -> list[str]:
-    """The fitness rules a fix must satisfy in ``ctx``; returns the ones it breaks."""
+@functools.cache
+def _text_facts(title: str, change: str) -> dict[str, object]:
+    """What the fitness rules read from a fix's words alone, found once per distinct text: the
+    grid renders the same few hundred texts in a million contexts."""
     text = title + "\n" + change
     code = "\n".join(x for x in change.splitlines() if not x.lstrip().startswith(("#", "//")))
+    return {
+        "compiles": bool(re.search(r"^\s*model = torch\.compile\(model\)", change, re.M)),
+        "captures": bool(re.search(r"captures? CUDA graphs|mode=\"reduce-overhead\"", change)),
+        "causal": "is_causal=True" in change,
+        "sdpa": bool(re.search(r"scaled_dot_product_attention|FlashAttention via", change)),
+        "fused": "fused=True" in change,
+        "loss": ".loss" in change,
+        "training_words": bool(re.search(r"(?i)\btrain(ing|s)?\b|optimizer|\bloss\b|backward", text)),
+        "pytorch_code": bool(re.search(r"torch\.|model = |DataLoader", code)),
+        "not_batch_or_quant": "torch.compile" in change or not re.search(r"batch", change) or "quantiz" not in change,
+        "recording": bool(re.search(r"torch\.profiler|record_shapes|with_flops", change)),
+        "dataloader": "DataLoader(" in change,
+        "mpi": "MPI" in change,
+        "lang": code_language(change),
+        "code": bool(code.strip()),
+    }
+
+
+def _rules(ctx: Context, fid: str, title: str, change: str) -> list[str]:
+    """The fitness rules a fix must satisfy in ``ctx``; returns the ones it breaks."""
+    f = _text_facts(title, change)
     broken = []
-    if ctx.compiled and re.search(r"^\s*model = torch\.compile\(model\)", change, re.M):
+    if ctx.compiled and f["compiles"]:
         broken.append("compiles what already is compiled")
-    if ctx.graphs and re.search(r"captures? CUDA graphs|mode=\"reduce-overhead\"", change):
+    if ctx.graphs and f["captures"]:
         broken.append("captures what is already captured")
-    if not ctx.causal and "is_causal=True" in change:
+    if not ctx.causal and f["causal"]:
         broken.append("causal mask the trace does not record")
-    if ctx.fused_attention and re.search(r"scaled_dot_product_attention|FlashAttention via", change):
+    if ctx.fused_attention and f["sdpa"]:
         broken.append("fused-attention advice where fused attention runs")
-    if "fused=True" in change and not (
+    if f["fused"] and not (
         ctx.training and (ctx.optimizer or "").lower().startswith("adam") and not ctx.fused_optimizer
     ):
         broken.append("fused AdamW for an optimizer the trace does not record")
-    if ".loss" in change:
+    if f["loss"]:
         broken.append("`.loss` on a model output of unknown type")
-    if ctx.inference and re.search(r"(?i)\btrain(ing|s)?\b|optimizer|\bloss\b|backward", text):
+    if ctx.inference and f["training_words"]:
         broken.append("training advice for inference")
-    if ctx.native and re.search(r"torch\.|model = |DataLoader", code):
+    if ctx.native and f["pytorch_code"]:
         broken.append("PyTorch code for a native application")
-    if (
-        ctx.decode
-        and fid == "machine/bandwidth"
-        and ("torch.compile" in change or not re.search(r"batch", change) or "quantiz" not in change)
-    ):
+    if ctx.decode and fid == "machine/bandwidth" and f["not_batch_or_quant"]:
         broken.append("decode advice is not batching/quantization")
-    if ctx.source_format.startswith("nsys") and re.search(r"torch\.profiler|record_shapes|with_flops", change):
+    if ctx.source_format.startswith("nsys") and f["recording"]:
         broken.append("torch.profiler recording advice on an Nsight export")
-    if ctx.input_source in ("pipeline", "communication") and "DataLoader(" in change:
+    if ctx.input_source in ("pipeline", "communication") and f["dataloader"]:
         broken.append("DataLoader snippet where the trace shows no DataLoader")
-    if ctx.input_source == "communication" and fid in ("data/input-wait", "cpu/input-wait") and "MPI" not in change:
+    if ctx.input_source == "communication" and fid in ("data/input-wait", "cpu/input-wait") and not f["mpi"]:
         broken.append("communication host time told as input")
-    lang = code_language(change)
-    if ctx.native and lang == "python" and code.strip():
+    lang = f["lang"]
+    if ctx.native and lang == "python" and f["code"]:
         broken.append(f"native code in a {lang} fence")
     if not ctx.native and lang == "cpp":
         broken.append("PyTorch advice in a cpp fence")

@@ -16,6 +16,7 @@ import pytest
 import trainscope.api as ts
 from tests.conftest import KINETO
 from tests.conftest import profile_linear_on_cpu
+from tests.conftest import write_json_gz
 from trainscope.api.store import MIGRATIONS
 from trainscope.api.store import SCHEMA_VERSION
 
@@ -110,8 +111,7 @@ def recordings(tmp_path_factory):
         ("b10", list(range(1, 40, 2)), 1.10),
     ):
         paths[name] = str(out / f"{name}.pt.trace.json.gz")
-        with gzip.open(paths[name], "wt") as fh:
-            json.dump(recut(doc, bounds, keep, scale, (main["pid"], main["tid"])), fh)
+        write_json_gz(paths[name], recut(doc, bounds, keep, scale, (main["pid"], main["tid"])))
         expected[name] = original[keep] * scale
     return paths, expected
 

@@ -260,6 +260,17 @@ def frame(app) -> tuple[str, set]:
     return text, links
 
 
+async def _settled(app, pilot) -> None:
+    """Until what the last key started is drawn: the app idle, its workers (threads that prepare a
+    rank, the ranks side by side, the late arrivals) done and what they posted processed — the
+    event itself, not a fixed pause (a quarter second per key before, which a loaded machine can outlast)."""
+    await pilot.pause()
+    running = [w for w in app.workers if not w.is_finished]
+    if running:
+        await app.workers.wait_for_complete(running)
+        await pilot.pause()
+
+
 async def _visit(app, pilot, ready, keys) -> list[str]:
     for _ in range(1200):
         await pilot.pause(0.05)
@@ -267,11 +278,11 @@ async def _visit(app, pilot, ready, keys) -> list[str]:
             break
     else:
         raise AssertionError("the app never showed its result")
-    await pilot.pause(0.2)
+    await _settled(app, pilot)
     frames = []
     for key in keys:
         await pilot.press(key)
-        await pilot.pause(0.25)
+        await _settled(app, pilot)
         text, links = frame(app)
         assert not raw_chars(text), (key, raw_chars(text)[:4])
         assert not links, (key, links)

@@ -21,10 +21,23 @@ A100 = KINETO / "hta_a100_control.json.gz"
 
 
 @functools.cache
-def exported(tmp: str) -> str:
-    out = f"{tmp}/a100.perfetto.json"
+def exported(tmp: str, name: str) -> str:
+    """`trainscope analyze KINETO/name --format json -q --perfetto OUT` in a process of its own, run
+    once per folder and trace: the tests that only read an export share it."""
+    out = f"{tmp}/{name}.perfetto.json"
     r = subprocess.run(
-        [sys.executable, "-m", "trainscope", "analyze", str(A100), "--format", "json", "--perfetto", out],
+        [
+            sys.executable,
+            "-m",
+            "trainscope",
+            "analyze",
+            str(KINETO / name),
+            "--format",
+            "json",
+            "-q",
+            "--perfetto",
+            out,
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -34,8 +47,14 @@ def exported(tmp: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def export(tmp_path_factory) -> str:
-    return exported(str(tmp_path_factory.mktemp("perfetto")))
+def exports(tmp_path_factory) -> str:
+    """The module's folder of shared exports (``exported(exports, name)``)."""
+    return str(tmp_path_factory.mktemp("perfetto"))
+
+
+@pytest.fixture(scope="module")
+def export(exports) -> str:
+    return exported(exports, A100.name)
 
 
 def _union(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -270,31 +289,13 @@ def _phases(events: list[dict]) -> Counter:
         "tl_mi300x_norm_layers_fwdbwd.json.gz",
     ],
 )
-def test_the_export_of_a_kineto_trace_keeps_every_input_event(name, tmp_path):
+def test_the_export_of_a_kineto_trace_keeps_every_input_event(name, exports):
     """Lossless: every event of the input (X, i, s, f, M, C …, with all its args) is in the export,
     unchanged and in order, with the input's top-level fields; the findings come on top."""
-    out = tmp_path / "x.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trainscope",
-            "analyze",
-            str(KINETO / name),
-            "--format",
-            "json",
-            "-q",
-            "--perfetto",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr
     with gzip.open(KINETO / name, "rt") as f:
         src = json.load(f)
-    doc = json.loads(out.read_text())
+    with open(exported(exports, name)) as f:
+        doc = json.load(f)
     pid = doc["trainscope"]["findings_pid"]
     assert all(e.get("pid") != pid for e in src["traceEvents"])
     mine = [e for e in doc["traceEvents"] if e.get("pid") != pid]
@@ -309,14 +310,10 @@ def test_the_export_of_a_kineto_trace_keeps_every_input_event(name, tmp_path):
     )
 
 
-def test_the_resnet_export_counts_by_phase():
+def test_the_resnet_export_counts_by_phase(exports):
     """The figures of the issue: the bundled ResNet-50 trace's 75,718 events, by phase, all exported."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        out = f"{d}/r.json"
-        _analyze_resnet("-q", "--perfetto", out, check=True)
-        doc = json.load(open(out))
+    with open(exported(exports, "resnet50_v100_num_workers_0.pt.trace.json.gz")) as f:
+        doc = json.load(f)
     pid = doc["trainscope"]["findings_pid"]
     got = _phases([e for e in doc["traceEvents"] if e.get("pid") != pid])
     assert got == Counter({"X": 44_666, "i": 12_840, "s": 9_096, "f": 9_096, "M": 20})
@@ -383,7 +380,7 @@ def test_a_plain_file_is_copied_between_its_brackets_and_a_damaged_one_event_by_
         assert 0 < len(mine) < len(json.loads(raw)["traceEvents"])
 
 
-def test_the_cli_builds_the_timeline_once_for_the_export_and_the_html_report(tmp_path, monkeypatch, capsys):
+def test_the_cli_builds_the_timeline_once_for_the_export_and_the_html_report(tmp_path, monkeypatch, capsys, export):
     """``--perfetto`` and ``--report x.html`` take the report's timeline model (RankView.timeline):
     one model per command line, not one per renderer; the export is the same bytes as the app's."""
     from trainscope.analyzers.views import timeline
@@ -403,7 +400,7 @@ def test_the_cli_builds_the_timeline_once_for_the_export_and_the_html_report(tmp
     capsys.readouterr()
     assert len(built) == 1
     assert "Timeline of the median step" in page.read_text()
-    with open(exported(str(tmp_path)), "rb") as f:
+    with open(export, "rb") as f:
         assert f.read() == out.read_bytes()
 
 

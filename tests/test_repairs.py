@@ -10,6 +10,7 @@ the four corruptions of issue 24 on the bundled ResNet-50 trace, through the rea
 from __future__ import annotations
 
 import copy
+import functools
 import gzip
 import json
 import random
@@ -24,6 +25,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from tests.conftest import write_json_gz
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.trace.repairs import REASONS
 from trainscope.analyzers.trace.repairs import RepairLog
@@ -303,9 +305,16 @@ def _analyze_events(doc, events, folder: Path, name: str):
     from trainscope.api import analyze
 
     path = folder / f"{name}.pt.trace.json.gz"
-    with gzip.open(path, "wt") as f:
-        json.dump({**doc, "traceEvents": events}, f)
+    write_json_gz(path, {**doc, "traceEvents": events})
     return analyze(str(path)).main
+
+
+@functools.cache
+def _resnet_report():
+    """The unmutated ResNet-50 trace's report, analyzed once per worker (tests only read it)."""
+    from trainscope.api import analyze
+
+    return analyze(str(RESNET))
 
 
 def _kernels(events):
@@ -317,9 +326,9 @@ def _steps(events):
 
 
 def _ten_day_kernel(events):
-    out = copy.deepcopy(events)
+    out = list(events)  # a new list; only the changed event is a new dict (the others are not touched)
     ks = _kernels(out)
-    out[ks[len(ks) // 2]]["dur"] = 10 * 86_400 * 1e6
+    out[ks[len(ks) // 2]] = {**out[ks[len(ks) // 2]], "dur": 10 * 86_400 * 1e6}
     return out
 
 
@@ -364,18 +373,14 @@ def test_issue24_cases_keep_the_verdict_or_say_why(resnet_events, tmp_path, muta
     line = next(w for w in a.warnings if w.startswith(f"repair {reason}: "))
     assert f" {count:,} " in line
     assert a.repairs.repairs[reason].count == count
-    from trainscope.api import analyze
-
-    base = analyze(str(RESNET)).main.verdict.confidence  # the unmutated trace's
+    base = _resnet_report().main.verdict.confidence  # the unmutated trace's
     if a.verdict.confidence != base:  # lowered only with its reason
         assert a.verdict.confidence < base
         assert any(w.startswith(f"confidence lowered from {base:.2f}") and reason in w for w in a.warnings)
 
 
 def test_the_bundled_trace_needs_no_repair():
-    from trainscope.api import analyze
-
-    a = analyze(str(RESNET)).main
+    a = _resnet_report().main
     assert a.repairs is not None and a.repairs.repairs == {} and not any("confidence lowered" in w for w in a.warnings)
 
 
@@ -383,8 +388,7 @@ def test_repair_warnings_reach_every_report_format(resnet_events, tmp_path):
     from trainscope.api import analyze
 
     path = tmp_path / "dup.pt.trace.json.gz"
-    with gzip.open(path, "wt") as f:
-        json.dump({**resnet_events, "traceEvents": _steps_twice(resnet_events["traceEvents"])}, f)
+    write_json_gz(path, {**resnet_events, "traceEvents": _steps_twice(resnet_events["traceEvents"])})
     report = analyze(str(path))
     doc = report.to_dict()
     assert doc["repairs"] == [

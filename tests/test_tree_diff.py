@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import DATA
 from tests.conftest import KINETO
+from tests.conftest import write_json_gz
 from trainscope.analyzers.compare.tree_diff import NoSuchNode
 from trainscope.analyzers.compare.tree_diff import diff_trees
 from trainscope.analyzers.compare.tree_diff import node_gate
@@ -145,8 +146,7 @@ def stretch(src, dst, prefix: str, factor: float) -> int:
     for e in ev:  # the step (and the capture) end when their work does
         if e.get("cat") in ("user_annotation", "gpu_user_annotation", "Trace"):
             e["dur"] += shift
-    with gzip.open(dst, "wt") as f:
-        json.dump(doc, f)
+    write_json_gz(dst, doc)
     return n
 
 
