@@ -362,6 +362,7 @@ def run_nsys_pairs(args, where: pathlib.Path) -> None:
                 n_wall, n_rss, _, n_cpu = _analyze(n_path)
                 floor, _, _, _ = _child_seconds(COLUMN_FETCH, str(n_path))
                 base = _analyze(n_path, python=args.baseline) if args.baseline else None
+                serial = _analyze(n_path, "--jobs", "1") if args.serial else None
                 load1 = _load()
             cond = f"{streams} streaming ({ms.gbps:.1f} GB/s)" if streams else "none"
             ratios_k.append(n_wall / k_wall)
@@ -374,6 +375,11 @@ def run_nsys_pairs(args, where: pathlib.Path) -> None:
                     f" {base[0]:.1f} s, {base[3]:.1f} CPU-s, {base[1]:,.0f} MiB | {base[0] / k_wall:.2f}× "
                     f"| {base[3] / k_cpu:.2f}× |"
                     if base
+                    else ""
+                )
+                + (
+                    f" {serial[0]:.1f} s, {serial[3]:.1f} CPU-s, {serial[1]:,.0f} MiB | {serial[0] / k_wall:.2f}× |"
+                    if serial
                     else ""
                 )
             )
@@ -393,8 +399,13 @@ def run_nsys_pairs(args, where: pathlib.Path) -> None:
             if args.baseline
             else ""
         )
+        + (" Nsight `--jobs 1` (wall, CPU, peak RSS) | `--jobs 1` ÷ Kineto (wall) |" if args.serial else "")
     )
-    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if args.baseline else ""))
+    print(
+        "|---|---|---|---|---|---|---|---|---|"
+        + ("---|---|---|" if args.baseline else "")
+        + ("---|---|" if args.serial else "")
+    )
     for r in rows:
         print(r)
     for line in summary:
@@ -691,6 +702,12 @@ def main() -> int:
         metavar="PYTHON",
         help="with --pairs: also run the Nsight export with this interpreter in each pair (another checkout's "
         "environment, e.g. main's: the code before a change, measured under the same load)",
+    )
+    ap.add_argument(
+        "--serial",
+        action="store_true",
+        help="with --pairs: also run the Nsight export with --jobs 1 in each pair (the analysis on one core: "
+        "the least memory)",
     )
     ap.add_argument("--peers", action="store_true", help="trainscope's first and second look beside HTA and nsys-ai")
     ap.add_argument("--nsys-ai", metavar="PATH", help="with --peers: the nsys-ai executable (default: on PATH)")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
@@ -137,15 +139,25 @@ class Analysis:
     tree: ModuleTree | None = None  # where in the model: the trace's ranges as a tree over the steps
 
 
+# From this many host rows and kernels, ``jobs >= 2`` runs the host side (host-idle attribution, then
+# the GPU gaps it leaves) in a thread beside the kernel stages: at 1 GB (9 M rows) that chain is ≈ 4 of
+# the analysis' 12 CPU-s, and numpy releases the GIL for most of it (analysis wall 11.4–13.0 → 7.5–7.8 s,
+# docs/scale.md); the two chains' temporaries then coexist (+150–170 MiB there). Below ≈ 1 M rows the
+# chain takes well under a second, and the serial order keeps the peak lower.
+BESIDE_MIN_ROWS = 1_000_000
+
+
 def analyze_trace(
     trace: Trace,
     rules: Rules | None = None,
     peak_tflops: float | None = None,
     step_range: str | None = None,
     peak_bandwidth: float | None = None,
+    jobs: int = 1,
 ) -> Analysis:
     """``step_range`` names the annotation range that marks a step (raises StepRangeError when
-    the trace has none)."""
+    the trace has none). ``jobs`` ≥ 2 lets a large trace's host side run on a second core
+    (:data:`BESIDE_MIN_ROWS`); the result is the same either way."""
     rules = rules or Rules()
     # Each stage of a large trace frees what it built; the allocator keeps it unless handed back
     # (heap.release) before the next stage's peak: the reader's, the nesting's, the layers'.
@@ -159,6 +171,50 @@ def analyze_trace(
     ledger = one_off_costs(trace, rules, steps=seg)
     seg, steady = steady_window(trace, seg, ledger, rules, explicit=step_range is not None)
     device = primary_device(trace)
+    counters_only = not trace.has_gpu_activity and len(trace.counters) > 0
+    cold_start_ms = rules.value("launch.cold_start_ms")
+    beside: Future[tuple[HostIdle | None, GpuGaps | None]] | None = None
+    pool = None
+    if jobs >= 2 and not counters_only and _host_rows(trace) >= BESIDE_MIN_ROWS:
+        pool = ThreadPoolExecutor(1, thread_name_prefix="trainscope-host-side")
+        beside = pool.submit(host_side, trace, seg, device, cold_start_ms)
+    try:
+        return _analyzed_trace(trace, rules, peak_tflops, peak_bandwidth, repairs, ctx, seg, steady, device, beside)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)  # on an error too: no thread outlives the call
+
+
+def _host_rows(trace: Trace) -> int:
+    return len(trace.cpu_ops) + len(trace.runtime) + len(trace.annotations) + len(trace.kernels)
+
+
+def host_side(
+    trace: Trace, seg: StepSegmentation, device: int | None, cold_start_ms: float
+) -> tuple[HostIdle | None, GpuGaps | None]:
+    """Host-idle attribution, then the GPU gaps it leaves unexplained: one chain (the gaps read the
+    attribution's explained sets) that needs the steps only — none of the kernel stages' results."""
+    if not trace.has_gpu_activity:
+        return None, None
+    heap.release()
+    hidle = host_idle(trace, seg, device, cold_start_ms)
+    heap.release()
+    return hidle, explained_gaps(trace, seg, device, hidle)
+
+
+def _analyzed_trace(
+    trace: Trace,
+    rules: Rules,
+    peak_tflops: float | None,
+    peak_bandwidth: float | None,
+    repairs: RepairLog,
+    ctx: Context,
+    seg: StepSegmentation,
+    steady: SteadyWindow,
+    device: int | None,
+    beside: Future[tuple[HostIdle | None, GpuGaps | None]] | None,
+) -> Analysis:
+    """:func:`analyze_trace` from the steady window on; ``beside``: the host side, running."""
     classes = kernel_classes(trace)  # regexes over long kernel names: classify once, use twice
     heap.release()
     bd = step_breakdown(trace, seg, device, classes[0])
@@ -201,8 +257,10 @@ def analyze_trace(
         warnings.append(note)
         sinks = hidle = inp = None
     else:
-        heap.release()
-        hidle = host_idle(trace, seg, device, rules.value("launch.cold_start_ms")) if trace.has_gpu_activity else None
+        if beside is not None:
+            hidle, gaps = beside.result()
+        else:
+            hidle, gaps = host_side(trace, seg, device, rules.value("launch.cold_start_ms"))
         heap.release()
         inp = observations(
             trace,
@@ -217,6 +275,7 @@ def analyze_trace(
             ctx,
             rules,
             hidle,
+            gaps=gaps,
             steady=steady,
             fusion=fusion,
             tree=tree,
@@ -419,6 +478,7 @@ def observations(
     ctx: Context,
     rules: Rules,
     hidle: HostIdle | None = None,
+    gaps: GpuGaps | None = None,
     imbalance_ns: int = 0,
     imbalance_evidence: tuple[Evidence, ...] = (),
     steady: SteadyWindow | None = None,
@@ -434,7 +494,8 @@ def observations(
     single = bool(names_single[trace.cpu_ops.name].any() or names_single[trace.annotations.name].any())
     split, source, busy_lines = busy_split(ks, counters, roof, rules)
     host_ns, host_ev = host_idle_attribution(hidle, bd)
-    gaps = explained_gaps(trace, seg, device, hidle) if trace.has_gpu_activity else None
+    if gaps is None and trace.has_gpu_activity:  # not measured by the caller (analyze_trace's host side)
+        gaps = explained_gaps(trace, seg, device, hidle)
     sinks = split_sinks(
         bd,
         busy_split=split,
@@ -481,12 +542,13 @@ def analyze_set(
     peak_tflops: float | None = None,
     step_range: str | None = None,
     peak_bandwidth: float | None = None,
+    jobs: int = 1,
 ) -> list[Analysis]:
-    """One analysis per rank, in rank order, each rank judged on its own. Rank imbalance is decided
-    once, in the reduce over ranks (``trainscope.api``'s ``analyze``): the collectives' alignment
-    where they match (``ranks.with_aligned_imbalance``), else the compute-time estimate
-    (:func:`with_rank_imbalance`)."""
-    return [analyze_trace(t, rules, peak_tflops, step_range, peak_bandwidth) for t in traces.traces]
+    """One analysis per rank, in rank order, each rank judged on its own (``jobs``: as
+    :func:`analyze_trace`'s). Rank imbalance is decided once, in the reduce over ranks
+    (``trainscope.api``'s ``analyze``): the collectives' alignment where they match
+    (``ranks.with_aligned_imbalance``), else the compute-time estimate (:func:`with_rank_imbalance`)."""
+    return [analyze_trace(t, rules, peak_tflops, step_range, peak_bandwidth, jobs) for t in traces.traces]
 
 
 def with_rank_imbalance(analyses: list[Analysis], rules: Rules) -> list[Analysis]:

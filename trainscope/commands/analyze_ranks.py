@@ -14,7 +14,9 @@ def add_arguments(a: argparse.ArgumentParser) -> None:
         type=_positive_int,
         default=None,
         metavar="N",
-        help="rank directories: analyze N ranks at once in worker processes (default: the cores this process may use)",
+        help="cores the analysis may use (default: the cores this process may use): a rank directory's ranks "
+        "N at once in worker processes; a large trace's host-side attribution on a second core "
+        "(1: serially, the least memory)",
     )
     a.add_argument(
         "--dask",
