@@ -80,3 +80,32 @@ def test_jobs_help_says_what_it_does_for_one_trace():
     rc, out, _ = run_in_process(["analyze", "--help"])
     assert rc == 0
     assert "host-side attribution on a second core" in " ".join(out.split())
+
+
+def test_an_interrupt_does_not_wait_for_the_host_side(monkeypatch):
+    """Ctrl-C while the host side runs: the call ends at once (the thread is a daemon, not joined),
+    where an ordinary error waits for it. Events, not sleeps: the host side is held until released."""
+    from trainscope.collectors import open_traces
+
+    trace = open_traces(str(DATA / TRACES[0])).traces[0]
+    started, release = threading.Event(), threading.Event()
+    real = analysis.host_idle
+
+    def held(*a, **k):
+        started.set()
+        release.wait()
+        return real(*a, **k)
+
+    def interrupted(*a, **k):
+        started.wait()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(analysis, "BESIDE_MIN_ROWS", 0)
+    monkeypatch.setattr(analysis, "host_idle", held)
+    monkeypatch.setattr(analysis, "kernel_classes", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        analysis.analyze_trace(trace, jobs=2)
+    side = [t for t in threading.enumerate() if t.name == "trainscope-host-side"]
+    assert side and side[0].daemon and side[0].is_alive()  # not waited for
+    release.set()
+    side[0].join()

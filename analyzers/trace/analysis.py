@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from concurrent.futures import Future
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
@@ -173,25 +173,53 @@ def analyze_trace(
     device = primary_device(trace)
     counters_only = not trace.has_gpu_activity and len(trace.counters) > 0
     cold_start_ms = rules.value("launch.cold_start_ms")
-    beside: Future[tuple[HostIdle | None, GpuGaps | None]] | None = None
-    pool = None
+    beside = None
     if jobs >= 2 and not counters_only and _host_rows(trace) >= BESIDE_MIN_ROWS:
-        pool = ThreadPoolExecutor(1, thread_name_prefix="trainscope-host-side")
-        beside = pool.submit(host_side, trace, seg, device, cold_start_ms)
+        beside = _Beside(lambda: host_side(trace, seg, device, cold_start_ms))
     try:
         return _analyzed_trace(trace, rules, peak_tflops, peak_bandwidth, repairs, ctx, seg, steady, device, beside)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)  # on an error too: no thread outlives the call
+    except Exception:
+        if beside is not None:
+            beside.join()  # an error here: the host side ends before the caller goes on (an interrupt does not wait)
+        raise
+
+
+_HostSide = tuple[HostIdle | None, GpuGaps | None]
+
+
+class _Beside:
+    """:func:`host_side` running in a thread of its own; :meth:`result` waits for it and returns what it
+    returned or raises what it raised. A daemon thread: an interrupt (Ctrl-C) ends the process without
+    waiting for it."""
+
+    def __init__(self, call: Callable[[], _HostSide]) -> None:
+        self._out: _HostSide | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(call,), name="trainscope-host-side", daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Callable[[], _HostSide]) -> None:
+        try:
+            self._out = call()
+        except BaseException as e:  # handed to the caller by result()
+            self._error = e
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> _HostSide:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        assert self._out is not None
+        return self._out
 
 
 def _host_rows(trace: Trace) -> int:
     return len(trace.cpu_ops) + len(trace.runtime) + len(trace.annotations) + len(trace.kernels)
 
 
-def host_side(
-    trace: Trace, seg: StepSegmentation, device: int | None, cold_start_ms: float
-) -> tuple[HostIdle | None, GpuGaps | None]:
+def host_side(trace: Trace, seg: StepSegmentation, device: int | None, cold_start_ms: float) -> _HostSide:
     """Host-idle attribution, then the GPU gaps it leaves unexplained: one chain (the gaps read the
     attribution's explained sets) that needs the steps only — none of the kernel stages' results."""
     if not trace.has_gpu_activity:
@@ -212,7 +240,7 @@ def _analyzed_trace(
     seg: StepSegmentation,
     steady: SteadyWindow,
     device: int | None,
-    beside: Future[tuple[HostIdle | None, GpuGaps | None]] | None,
+    beside: _Beside | None,
 ) -> Analysis:
     """:func:`analyze_trace` from the steady window on; ``beside``: the host side, running."""
     classes = kernel_classes(trace)  # regexes over long kernel names: classify once, use twice
