@@ -18,13 +18,51 @@ from typing import Any
 from trainscope.collectors.errors import TraceError
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity, else the machine's): whether a second
-    reading process (Kineto halves, Nsight NVTX chunks) has a core of its own."""
+def usable_cores(cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """The cores this process may use: its affinity (else the machine's), capped by its control
+    group's CPU quota where one is set (a container's `--cpus`: cgroup v2 ``cpu.max``, v1
+    ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``), rounded down — half a core is no core of its
+    own. It says whether a second reading process (Kineto halves, Nsight NVTX chunks) or the
+    analysis' second thread has a core to run on."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    quota = cpu_quota(cgroup_root)
+    return n if quota is None else max(1, min(n, int(quota)))
+
+
+def cpu_quota(cgroup_root: str = "/sys/fs/cgroup") -> float | None:
+    """CPUs' worth of time per period this process's control group may use; None where unlimited
+    or unreadable. v2: ``cpu.max`` ("QUOTA PERIOD" or "max PERIOD") in the group named by
+    /proc/self/cgroup's ``0::`` line, else at the root; v1: the ``cpu`` controller's files."""
+    group = ""
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    group = line[3:].strip().lstrip("/")
+    except OSError:
+        pass
+    for folder in dict.fromkeys([os.path.join(cgroup_root, group), cgroup_root]):
+        try:
+            with open(os.path.join(folder, "cpu.max")) as f:
+                quota, period = f.read().split()[:2]
+            return None if quota == "max" else _ratio(int(quota), int(period))
+        except (OSError, ValueError):
+            continue
+    try:
+        with open(os.path.join(cgroup_root, "cpu", "cpu.cfs_quota_us")) as f:
+            quota_us = int(f.read())
+        with open(os.path.join(cgroup_root, "cpu", "cpu.cfs_period_us")) as f:
+            period_us = int(f.read())
+    except (OSError, ValueError):
+        return None
+    return _ratio(quota_us, period_us)
+
+
+def _ratio(quota: int, period: int) -> float | None:
+    return quota / period if quota > 0 and period > 0 else None
 
 
 Progress = Callable[[str, float | None], None]

@@ -93,19 +93,21 @@ def test_an_interrupt_does_not_wait_for_the_host_side(monkeypatch):
 
     def held(*a, **k):
         started.set()
-        release.wait()
+        release.wait(120)  # bounded: a test that goes wrong fails, it does not hang the run
         return real(*a, **k)
 
     def interrupted(*a, **k):
-        started.wait()
+        assert started.wait(120), "the host side never started"
         raise KeyboardInterrupt
 
     monkeypatch.setattr(analysis, "BESIDE_MIN_ROWS", 0)
     monkeypatch.setattr(analysis, "host_idle", held)
     monkeypatch.setattr(analysis, "kernel_classes", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        analysis.analyze_trace(trace, jobs=2)
-    side = [t for t in threading.enumerate() if t.name == "trainscope-host-side"]
-    assert side and side[0].daemon and side[0].is_alive()  # not waited for
-    release.set()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            analysis.analyze_trace(trace, jobs=2)
+        side = [t for t in threading.enumerate() if t.name == "trainscope-host-side"]
+        assert side and side[0].daemon and side[0].is_alive()  # not waited for
+    finally:
+        release.set()
     side[0].join()

@@ -264,11 +264,19 @@ async def _settled(app, pilot) -> None:
     """Until what the last key started is drawn: the app idle, its workers (threads that prepare a
     rank, the ranks side by side, the late arrivals) done and what they posted processed — the
     event itself, not a fixed pause (a quarter second per key before, which a loaded machine can outlast)."""
+    from textual.worker import WorkerCancelled
+
     await pilot.pause()
-    running = [w for w in app.workers if not w.is_finished]
-    if running:
-        await app.workers.wait_for_complete(running)
+    for _ in range(20):  # a worker's callback may start another (a rank prepared, then its late arrivals)
+        running = [w for w in app.workers if not w.is_finished]
+        if not running:
+            return
+        try:
+            await app.workers.wait_for_complete(running)
+        except WorkerCancelled:  # an exclusive group replaced it: the next pass waits for its successor
+            pass
         await pilot.pause()
+    raise AssertionError(f"the app's workers never settled: {[w.name for w in running]}")
 
 
 async def _visit(app, pilot, ready, keys) -> list[str]:

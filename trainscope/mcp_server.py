@@ -1443,8 +1443,14 @@ def build_server(roots: list[str], store: str | None = None, cache_size: int = 4
         stored = any(describe_input(s, runs=True).kind == "run" for s in sides)
         st = open_store(store, read_only=True) if stored else None
         try:
-            r = diff(
-                sides[0], sides[1], metric=metric, fail_if_slower=fail_if_slower, store=st, gate_anyway=gate_anyway
+            r = diff(  # jobs=1: no process pool or analysis thread inside the server (as its reports)
+                sides[0],
+                sides[1],
+                metric=metric,
+                fail_if_slower=fail_if_slower,
+                store=st,
+                gate_anyway=gate_anyway,
+                jobs=1,
             )
         finally:
             if st is not None:

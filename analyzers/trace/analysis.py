@@ -181,6 +181,7 @@ def analyze_trace(
     except Exception:
         if beside is not None:
             beside.join()  # an error here: the host side ends before the caller goes on (an interrupt does not wait)
+            beside = None  # its result (interval sets of millions at 1 GB) not held by the traceback's frame
         raise
 
 

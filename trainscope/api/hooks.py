@@ -50,6 +50,8 @@ def on_trace_ready(
     ``dir_name`` exactly as ``torch.profiler.tensorboard_trace_handler`` does (TensorBoard and
     ``trainscope analyze DIR`` both read it), then analyzes it and prints the verdict line.
     ``callback(report)`` gets each cycle's :class:`Report`; the handler's ``.reports`` keeps them.
+    The analysis runs on one core (``jobs=1``; ``analyze_kwargs`` may say otherwise): no core is
+    taken from the training job.
     With ``save`` each cycle's summary goes to the run history (``store``, default the user's; ``tag``
     names the model or job; the git commit is the job's working directory's): ``.runs`` keeps them.
     Analysis and store errors never stop training: they print one line instead."""
@@ -77,7 +79,8 @@ def on_trace_ready(
         path = os.path.join(dir_name, new[-1])
         paths.append(path)
         try:
-            report = analyze(path, **dict(analyze_kwargs or {}))
+            # jobs=1 unless asked: inside the training process, the analysis takes no core from the job
+            report = analyze(path, **{"jobs": 1, **dict(analyze_kwargs or {})})
         except Exception as e:  # noqa: BLE001 (the training loop must go on)
             message, _ = describe(e)
             out(f"trainscope: {message}")
