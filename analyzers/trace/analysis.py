@@ -171,10 +171,9 @@ def analyze_trace(
     ledger = one_off_costs(trace, rules, steps=seg)
     seg, steady = steady_window(trace, seg, ledger, rules, explicit=step_range is not None)
     device = primary_device(trace)
-    counters_only = not trace.has_gpu_activity and len(trace.counters) > 0
-    cold_start_ms = rules.value("launch.cold_start_ms")
     beside = None
-    if jobs >= 2 and not counters_only and _host_rows(trace) >= BESIDE_MIN_ROWS:
+    if jobs >= 2 and trace.has_gpu_activity and _host_rows(trace) >= BESIDE_MIN_ROWS:
+        cold_start_ms = rules.value("launch.cold_start_ms")
         beside = _Beside(lambda: host_side(trace, seg, device, cold_start_ms))
     try:
         return _analyzed_trace(trace, rules, peak_tflops, peak_bandwidth, repairs, ctx, seg, steady, device, beside)
@@ -507,7 +506,7 @@ def observations(
     ctx: Context,
     rules: Rules,
     hidle: HostIdle | None = None,
-    gaps: GpuGaps | None = None,
+    gaps: GpuGaps | None = None,  # host_side's: the GPU gaps the host-idle attribution leaves
     imbalance_ns: int = 0,
     imbalance_evidence: tuple[Evidence, ...] = (),
     steady: SteadyWindow | None = None,
@@ -523,8 +522,6 @@ def observations(
     single = bool(names_single[trace.cpu_ops.name].any() or names_single[trace.annotations.name].any())
     split, source, busy_lines = busy_split(ks, counters, roof, rules)
     host_ns, host_ev = host_idle_attribution(hidle, bd)
-    if gaps is None and trace.has_gpu_activity:  # not measured by the caller (analyze_trace's host side)
-        gaps = explained_gaps(trace, seg, device, hidle)
     sinks = split_sinks(
         bd,
         busy_split=split,
