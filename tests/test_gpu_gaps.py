@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from trainscope.analyzers.trace.analysis import analyze_set
@@ -321,3 +322,39 @@ def test_explained_sets_handed_over_give_their_unions_gaps_and_are_dropped(tmp_p
     handed = gpu_gaps(t, seg, dev, explained_sets=sets)
     assert sets == []
     assert handed == whole and whole.considered_ns < whole.idle_ns  # the layers explain some idle
+
+
+_COVERAGE_TRACES = [
+    "kineto/resnet50_v100_num_workers_0.pt.trace.json.gz",
+    "kineto/hta_a100_control.json.gz",
+    "kineto/hta_v100_test.json.gz",
+    "nsys/cs336_small_train_step_a100.sqlite",
+    "nsys/nsysai_h100x2_wan21_train_before.sqlite",
+]
+
+
+@pytest.mark.parametrize("path", _COVERAGE_TRACES)
+def test_the_host_coverage_read_off_the_host_layer_is_the_row_pass(path, monkeypatch):
+    """Where every operator and runtime call is on a launching thread, the host coverage is the
+    breakdown's host-busy layer measured against the idle span — the same figure as the pass over
+    the rows; elsewhere the rows are read. Each real trace is analyzed both ways."""
+    from tests.conftest import DATA
+    from trainscope.analyzers import intervals as iv
+    from trainscope.analyzers.trace import gpu_gaps as gg
+    from trainscope.analyzers.trace.breakdown import host_layers
+
+    t = open_traces(str(DATA / path)).traces[0]
+    seg, dev = segment_steps(t), primary_device(t)
+    rows = gpu_gaps(t, seg, dev, iv.union_sets(list(host_layers(t).values())))
+    passes: list[int] = []
+    real = iv.covered_by_rows
+    monkeypatch.setattr(iv, "covered_by_rows", lambda *a, **k: passes.append(1) or real(*a, **k))
+    layers = host_layers(t)
+    read = gpu_gaps(t, seg, dev, explained_sets=list(layers.values()), host_busy=layers["idle_host_overhead"])
+    assert read == rows
+    if rows.host_coverage is not None:
+        r = t.runtime
+        issue_row = gg._issue_times(t, gg._ops(t, dev)[2])[1]
+        launching = np.unique(r.thread[issue_row[issue_row >= 0]])
+        every = np.isin(t.cpu_ops.thread, launching).all() and np.isin(r.thread, launching).all()
+        assert passes == ([] if every else [1])

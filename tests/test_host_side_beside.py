@@ -31,15 +31,16 @@ def _document(path: str, jobs: int) -> str:
 
 
 def _recording_host_side(monkeypatch) -> list[str]:
-    """Where the host side ran: the names of the threads that called it."""
+    """Where the host side ran: the names of the threads that began it (its host-idle attribution,
+    the first stage on either path)."""
     ran: list[str] = []
-    real = analysis.host_side
+    real = analysis.host_idle
 
-    def host_side(*a, **k):
+    def host_idle(*a, **k):
         ran.append(threading.current_thread().name)
         return real(*a, **k)
 
-    monkeypatch.setattr(analysis, "host_side", host_side)
+    monkeypatch.setattr(analysis, "host_idle", host_idle)
     return ran
 
 

@@ -245,7 +245,18 @@ def _analyzed_trace(
     """:func:`analyze_trace` from the steady window on; ``beside``: the host side, running."""
     classes = kernel_classes(trace)  # regexes over long kernel names: classify once, use twice
     heap.release()
-    bd = step_breakdown(trace, seg, device, classes[0])
+    serial: _HostSide | None = None
+    if beside is None and trace.has_gpu_activity:
+        # one core: the host side here, around the breakdown, so the host layers are built once for
+        # both and held from one to the other only (not through the kernel stages)
+        attributed = host_idle(trace, seg, device, rules.value("launch.cold_start_ms"))
+        heap.release()
+        layers = host_layers(trace)
+        bd = step_breakdown(trace, seg, device, classes[0], host=layers)
+        serial = (attributed, explained_gaps(trace, seg, device, attributed, layers))
+        del attributed, layers
+    else:
+        bd = step_breakdown(trace, seg, device, classes[0])
     heap.release()
     # Steps are sorted and disjoint: one binary search per kernel says whether it starts in one.
     in_steps = iv.contains((seg.starts, seg.ends), trace.kernels.ts)
@@ -287,6 +298,8 @@ def _analyzed_trace(
     else:
         if beside is not None:
             hidle, gaps = beside.result()
+        elif serial is not None:
+            hidle, gaps = serial
         else:
             hidle, gaps = host_side(trace, seg, device, rules.value("launch.cold_start_ms"))
         heap.release()
@@ -473,15 +486,26 @@ def graph_replays(trace: Trace, seg: StepSegmentation, device: int | None) -> di
 GAPS_SOURCE = "GPU-idle gaps " + INFERRED
 
 
-def explained_gaps(trace: Trace, seg: StepSegmentation, device: int | None, hidle: HostIdle | None) -> GpuGaps:
+def explained_gaps(
+    trace: Trace,
+    seg: StepSegmentation,
+    device: int | None,
+    hidle: HostIdle | None,
+    layers: dict[str, iv.IntervalSet] | None = None,
+) -> GpuGaps:
     """The GPU-idle gaps no recorded host activity explains (the breakdown's host layers, the host
-    frames' input and sync time), classified from the GPU timeline and the runtime calls."""
-    sets = list(host_layers(trace).values())
+    frames' input and sync time), classified from the GPU timeline and the runtime calls.
+    ``layers``: :func:`host_layers` of ``trace``, where the caller already has them."""
+    if layers is None:
+        layers = host_layers(trace)
+    busy = layers["idle_host_overhead"]  # the host coverage's union, when every thread launches
+    sets = list(layers.values())
+    del layers
     if hidle is not None:
         sets += [v for k, v in hidle.intervals.items() if k in EXPLAINED and len(v[0])]
     # handed over as sets: gpu_gaps unites them and drops them, so this frame holds neither the
-    # layers nor their union through the host coverage (the gaps' peak)
-    return gpu_gaps(trace, seg, device, explained_sets=sets)
+    # layers' other sets nor their union through the host coverage (the gaps' peak)
+    return gpu_gaps(trace, seg, device, explained_sets=sets, host_busy=busy)
 
 
 def sink_floors(rules: Rules) -> dict[str, float]:

@@ -153,13 +153,19 @@ def _pct(values: np.ndarray) -> Percentiles:
 
 
 def step_breakdown(
-    trace: Trace, segmentation: StepSegmentation, device: int | None = None, classes: np.ndarray | None = None
+    trace: Trace,
+    segmentation: StepSegmentation,
+    device: int | None = None,
+    classes: np.ndarray | None = None,
+    host: dict[str, iv.IntervalSet] | None = None,
 ) -> Breakdown:
-    """The exclusive breakdown of every step of ``segmentation`` on ``device`` (default: primary)."""
+    """The exclusive breakdown of every step of ``segmentation`` on ``device`` (default: primary).
+    ``host``: :func:`host_layers` of ``trace``, when the caller already has them."""
     if device is None:
         device = primary_device(trace)
     gpu = gpu_layers(trace, device, classes)
-    host = host_layers(trace)
+    if host is None:
+        host = host_layers(trace)
     layers = [gpu[c] for c in BUSY] + [host[c] for c in IDLE[:-1]]
     ws, we = segmentation.starts, segmentation.ends
     table = iv.exclusive_layers(layers, ws, we)

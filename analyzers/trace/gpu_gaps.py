@@ -260,11 +260,15 @@ def gpu_gaps(
     explained: iv.IntervalSet = iv.EMPTY,
     *,
     explained_sets: list[iv.IntervalSet] | None = None,
+    host_busy: iv.IntervalSet | None = None,
 ) -> GpuGaps:
     """The GPU-idle time of ``segmentation``'s windows on ``device`` that ``explained`` (idle time
     recorded host activity already accounts for) leaves, split into :data:`CLASSES`.
     ``explained_sets``: the explained time as sets to unite instead; the list is emptied (the
-    caller gives them up, so neither they nor their union outlive their use here)."""
+    caller gives them up, so neither they nor their union outlive their use here). ``host_busy``:
+    the union of every operator (less step ranges) and runtime call on any thread (the breakdown's
+    ``idle_host_overhead`` layer), where the caller has it: the host coverage reads it when the
+    launching threads are every thread those rows are on."""
     if explained_sets is not None:
         explained = iv.union_sets(explained_sets)
         explained_sets.clear()
@@ -372,7 +376,7 @@ def gpu_gaps(
         lc_us = float(np.median(r.dur[rows])) / 1e3
         t = np.sort(r.ts[rows])
         ii_us = float(np.median(np.diff(t))) / 1e3 if len(t) > 1 else None
-        cov = _host_coverage(trace, threads, idle, launch_ts)
+        cov = _host_coverage(trace, threads, idle, launch_ts, host_busy)
     graph_m = (
         name_mask(trace, GRAPH_LAUNCH)[r.name] & (r.ts < int(we.max())) & (r.end > int(ws.min()))
         if len(r)
@@ -446,17 +450,30 @@ def _by_next_operation(
     return classed, int((~boundary).sum()), int(late_m.sum())
 
 
-def _host_coverage(trace: Trace, threads: np.ndarray, idle: iv.IntervalSet, launch_ts: np.ndarray) -> float | None:
+def _host_coverage(
+    trace: Trace,
+    threads: np.ndarray,
+    idle: iv.IntervalSet,
+    launch_ts: np.ndarray,
+    host_busy: iv.IntervalSet | None = None,
+) -> float | None:
     """Share of the GPU's idle time within the launching threads' issue span (first to last launch)
     that some recorded host operator or runtime call on those threads covers (ranges are structure,
-    not activity: a range around the forward pass says nothing about what the host did inside it)."""
+    not activity: a range around the forward pass says nothing about what the host did inside it).
+    ``host_busy``: the union of every thread's operators (less step ranges) and runtime calls —
+    the same union when every such row is on a launching thread (a training loop's main and
+    autograd threads both launch), measured against the span without a pass over the rows."""
     span = iv.within(idle, int(launch_ts[0]), int(launch_ts[-1])) if len(launch_ts) > 1 else iv.EMPTY
     total = iv.total(span)
     if not total:
         return None
     o, r = trace.cpu_ops, trace.runtime
-    om = codes.isin(o.thread, threads) & ~name_mask(trace, PROFILER_STEP)[o.name]
+    on_thread = codes.isin(o.thread, threads)
     rm = codes.isin(r.thread, threads)
+    if host_busy is not None and on_thread.all() and rm.all():
+        return iv.intersection_measure(span, host_busy) / total
+    om = on_thread & ~name_mask(trace, PROFILER_STEP)[o.name]
+    del on_thread
     # the rows' union measured against the span slab by slab, never built whole (5 M operators and
     # 2 M runtime calls at 1 GB: the union of both was this stage's peak)
     return iv.covered_by_rows(span, [(o.ts, o.dur, om), (r.ts, r.dur, rm)]) / total
