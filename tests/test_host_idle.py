@@ -199,3 +199,25 @@ def test_one_pass_classification_equals_the_window_loop(monkeypatch):
         for c in ("input", "launch", "other"):
             g, w = iv.union_sets(list(got[c])), iv.union_sets(list(want[c]))
             assert np.array_equal(g[0], w[0]) and np.array_equal(g[1], w[1]), (trial, c)
+
+
+def test_sets_in_time_order_join_into_their_union():
+    """The one-pass classification joins its groups' sets by concatenation: the same set as their
+    union — pieces touching at a seam joined, and sets that do not follow one another united whole."""
+    import numpy as np
+
+    from trainscope.analyzers import intervals as iv
+    from trainscope.analyzers.trace import host_idle as H
+
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        sets, at = [], 0
+        for _ in range(int(rng.integers(1, 6))):
+            b = at + rng.integers(0, 20, int(rng.integers(1, 8))).cumsum()  # at, or past it
+            x = iv.union(b, b + rng.integers(1, 15, len(b)))
+            sets.append(x)
+            at = int(x[1][-1]) + int(rng.integers(0, 3))  # the next set may touch this one's end
+        if trial % 4 == 0:  # not in time order: united whole
+            sets.reverse()
+        got, want = H._in_order(sets), iv.union_sets(list(sets))
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), trial

@@ -130,13 +130,17 @@ def host_layers(trace: Trace) -> dict[str, iv.IntervalSet]:
     """Host intervals that explain GPU idle time: data wait, synchronization, any host work."""
     a, o, r = trace.annotations, trace.cpu_ops, trace.runtime
     data_names = name_mask(trace, DATA_WAIT)
-    a_host = a.device < 0
+    a_data = (a.device < 0) & data_names[a.name]
+    o_data = data_names[o.name]
+    # the selected rows' ends (a.ts[m] + a.dur[m]), not an end column of millions of operators
     data = iv.union(
-        np.concatenate([a.ts[a_host & data_names[a.name]], o.ts[data_names[o.name]]]),
-        np.concatenate([a.end[a_host & data_names[a.name]], o.end[data_names[o.name]]]),
+        np.concatenate([a.ts[a_data], o.ts[o_data]]),
+        np.concatenate([a.ts[a_data] + a.dur[a_data], o.ts[o_data] + o.dur[o_data]]),
     )
-    sync_names = name_mask(trace, SYNC_CALL)
-    sync = iv.union(r.ts[sync_names[r.name]], r.end[sync_names[r.name]])
+    del a_data, o_data
+    r_sync = name_mask(trace, SYNC_CALL)[r.name]
+    sync = iv.union(r.ts[r_sync], r.ts[r_sync] + r.dur[r_sync])
+    del r_sync
     # Umbrella ranges (ProfilerStep#N) cover the whole step and say nothing about host activity.
     step_names = name_mask(trace, PROFILER_STEP)
     ops = ~step_names[o.name]

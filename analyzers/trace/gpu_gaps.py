@@ -312,7 +312,8 @@ def gpu_gaps(
         blocking |= mine & np.isin(r.correlation, c.correlation[dtoh_pageable]) & (r.correlation >= 0)
     bubble = iv.EMPTY
     if blocking.any():
-        bs, be = r.ts[blocking], r.end[blocking]
+        bs = r.ts[blocking]
+        be = bs + r.dur[blocking]
         nxt = np.searchsorted(ops_s, be, side="left")
         resume = np.where(nxt < len(ops_s), ops_s[np.minimum(nxt, len(ops_s) - 1)], be)
         after_e = np.minimum(resume, be + (be - bs))
@@ -334,7 +335,10 @@ def gpu_gaps(
             a_comp |= (ann.device < 0) & ~umbrella & (issued == 0) & (loaded > 0) & (ann.dur > 0)
         take(
             "cold-start",
-            iv.union(np.concatenate([r.ts[comp], ann.ts[a_comp]]), np.concatenate([r.end[comp], ann.end[a_comp]])),
+            iv.union(
+                np.concatenate([r.ts[comp], ann.ts[a_comp]]),
+                np.concatenate([r.ts[comp] + r.dur[comp], ann.end[a_comp]]),
+            ),
         )
     # 3. named host ranges that issue no GPU work.
     ranges: dict[str, int] = {}

@@ -579,6 +579,7 @@ def _classify_all(
         pf = np.repeat(f, n)
         pw = _ranges(w_lo.astype(np.int64), n.astype(np.int64))
         del f, w_lo, n
+        group: dict[str, list[iv.IntervalSet]] = {c: [] for c in out}
         for c, got in _classify_group(
             fts,
             fend,
@@ -592,8 +593,30 @@ def _classify_all(
             launch_at,
             launch_kind,
         ):
-            out[c].append(got)
-    return out
+            group[c].append(got)
+        for c, sets in group.items():  # the group's few sets united while small (thousands of pieces)
+            u = iv.union_sets(sets, spent=True)
+            if len(u[0]):
+                out[c].append(u)
+    # each group's pieces lie in its windows, the groups in time order: a class's group sets follow
+    # one another, one set once joined (not hundreds of sets for the caller's union to sort whole)
+    return {c: [_in_order(sets)] if sets else [] for c, sets in out.items()}
+
+
+def _in_order(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
+    """The union of sets that follow one another in time (each sorted and disjoint, each after the
+    one before), by concatenation, pieces touching at a seam joined; united whole where they do not
+    follow one another."""
+    s = np.concatenate([x[0] for x in sets])
+    e = np.concatenate([x[1] for x in sets])
+    if len(s) < 2:
+        return s, e
+    gap = s[1:] > e[:-1]
+    if gap.all():
+        return s, e
+    if not bool((s[1:] >= e[:-1]).all()):
+        return iv.union(s, e, spent=True)
+    return np.concatenate([s[:1], s[1:][gap]]), np.concatenate([e[:-1][gap], e[-1:]])
 
 
 def _classify_group(
