@@ -600,15 +600,19 @@ def _classify_all(
                 out[c].append(u)
     # each group's pieces lie in its windows, the groups in time order: a class's group sets follow
     # one another, one set once joined (not hundreds of sets for the caller's union to sort whole)
-    return {c: [_in_order(sets)] if sets else [] for c, sets in out.items()}
+    return {c: [_in_order(sets)] if sets else [] for c, sets in out.items()}  # each class's list emptied
 
 
 def _in_order(sets: list[iv.IntervalSet]) -> iv.IntervalSet:
     """The union of sets that follow one another in time (each sorted and disjoint, each after the
     one before), by concatenation, pieces touching at a seam joined; united whole where they do not
-    follow one another."""
-    s = np.concatenate([x[0] for x in sets])
-    e = np.concatenate([x[1] for x in sets])
+    follow one another. The list is emptied."""
+    starts, ends = [x[0] for x in sets], [x[1] for x in sets]
+    sets.clear()  # the caller's list: each column freed once copied, not held through both copies
+    s = np.concatenate(starts)
+    del starts
+    e = np.concatenate(ends)
+    del ends
     if len(s) < 2:
         return s, e
     gap = s[1:] > e[:-1]
