@@ -308,8 +308,13 @@ def exclusive_layers(layers: list[IntervalSet], win_s: np.ndarray, win_e: np.nda
     n_layers = len(layers)
     # the bounds: every window's and layer's ends, sorted in place and deduplicated (millions of
     # host intervals at 1 GB: no sorted copy beside the concatenation)
-    bounds = np.concatenate([win_s, win_e] + [x for iv in layers for x in iv])
-    bounds.sort()
+    runs = [win_s, win_e] + [x for iv in layers for x in iv]
+    # each a sorted run where the layers are sets (starts and ends both in order): a stable sort
+    # merges the runs in one pass where quicksort sorted millions of bounds whole
+    kind: Literal["stable", "quicksort"] = _runs_kind(runs) if len(runs) <= _MERGE_RUNS else "quicksort"
+    bounds = np.concatenate(runs)
+    del runs
+    bounds.sort(kind=kind)
     if len(bounds) > 1:
         keep = np.empty(len(bounds), bool)
         keep[0] = True
