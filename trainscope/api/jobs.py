@@ -64,8 +64,8 @@ def default_jobs(traces: TraceSet) -> int:
     if jobs < cores:
         mib = 1 << 20
         sys.stderr.write(
-            f"trainscope: memory: the analysis runs on one core — its second would need ≈ "
-            f"{beside_need(rows) // mib:,} MiB, {(room.available or 0) // mib:,} MiB free (--jobs 2 to insist)\n"
+            f"trainscope: memory: the analysis runs on one core: with the host side beside it would need "
+            f"≈ {beside_need(rows) // mib:,} MiB, {(room.available or 0) // mib:,} MiB free (--jobs 2 to insist)\n"
         )
         sys.stderr.flush()
     return jobs
