@@ -36,14 +36,7 @@ def cpu_quota(cgroup_root: str = "/sys/fs/cgroup") -> float | None:
     """CPUs' worth of time per period this process's control group may use; None where unlimited
     or unreadable. v2: ``cpu.max`` ("QUOTA PERIOD" or "max PERIOD") in the group named by
     /proc/self/cgroup's ``0::`` line, else at the root; v1: the ``cpu`` controller's files."""
-    group = ""
-    try:
-        with open("/proc/self/cgroup") as f:
-            for line in f:
-                if line.startswith("0::"):
-                    group = line[3:].strip().lstrip("/")
-    except OSError:
-        pass
+    group = own_group("")
     for folder in dict.fromkeys([os.path.join(cgroup_root, group), cgroup_root]):
         try:
             with open(os.path.join(folder, "cpu.max")) as f:
@@ -63,6 +56,110 @@ def cpu_quota(cgroup_root: str = "/sys/fs/cgroup") -> float | None:
 
 def _ratio(quota: int, period: int) -> float | None:
     return quota / period if quota > 0 and period > 0 else None
+
+
+def own_group(controller: str, proc_cgroup: str = "/proc/self/cgroup") -> str:
+    """This process's control group for ``controller`` as a path under the hierarchy's mount, from
+    /proc/self/cgroup ("" names cgroup v2's ``0::`` line; "memory" the v1 line whose controllers
+    include it); "" where unnamed or unreadable (the mount's root: a container's own group)."""
+    try:
+        with open(proc_cgroup) as f:
+            for line in f:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                named = controller in controllers.split(",") if controller else controllers == ""
+                if named:
+                    return path.strip().lstrip("/")
+    except (OSError, ValueError):
+        pass
+    return ""
+
+
+@dataclass(frozen=True)
+class MemoryRoom:
+    """What this process may still take, in bytes: ``available`` is the least of its control groups'
+    room (the limit less what the group holds, page cache the kernel can drop not counted) and the
+    machine's MemAvailable; ``limit`` the least control-group limit. None: none set or readable."""
+
+    limit: int | None
+    available: int | None
+
+
+# cgroup v1 writes "no limit" as 2^63 − 1 rounded down to a page; no machine has 2^60 bytes.
+_NO_LIMIT = 1 << 60
+
+
+def memory_room(
+    cgroup_root: str = "/sys/fs/cgroup", meminfo: str = "/proc/meminfo", proc_cgroup: str = "/proc/self/cgroup"
+) -> MemoryRoom:
+    """The memory this process may still use (:class:`MemoryRoom`), the smallest of: cgroup v2's
+    ``memory.max`` less ``memory.current`` in its own group and each group above it (a limit
+    anywhere on the path holds it: a systemd slice, a pod above a container); cgroup v1's
+    ``memory.limit_in_bytes`` (or the ``hierarchical_memory_limit`` of ``memory.stat``, where lower)
+    less ``memory.usage_in_bytes``; and /proc/meminfo's MemAvailable. A group's usage counts the page
+    cache of the files it read (a 1 GB trace: ≈ 1 GB), which the kernel drops before it kills
+    anything: its ``inactive_file`` is not counted as held. "max", a v1 limit of 2^63, or no file:
+    no limit there."""
+    limits: list[int] = []
+    rooms: list[int] = []
+    parts = [p for p in own_group("", proc_cgroup).split("/") if p]
+    if ".." in parts:
+        parts = []  # a group outside this namespace's view: only the mount's root can be read
+    for depth in range(len(parts), -1, -1):  # v2: the own group, then each above it up to the root
+        folder = os.path.join(cgroup_root, *parts[:depth])
+        limit = _read_int(os.path.join(folder, "memory.max"))
+        held = _read_int(os.path.join(folder, "memory.current"))
+        if limit is not None and limit < _NO_LIMIT:
+            limits.append(limit)
+            if held is not None:
+                rooms.append(limit - held + _stat(folder, "inactive_file"))
+    v1 = os.path.join(cgroup_root, "memory")
+    for folder in dict.fromkeys([os.path.join(v1, own_group("memory", proc_cgroup)), v1]):
+        limit = _read_int(os.path.join(folder, "memory.limit_in_bytes"))
+        if limit is None:
+            continue
+        limit = min(limit, _stat(folder, "hierarchical_memory_limit") or limit)
+        held = _read_int(os.path.join(folder, "memory.usage_in_bytes"))
+        if limit < _NO_LIMIT:
+            limits.append(limit)
+            if held is not None:
+                rooms.append(limit - held + _stat(folder, "total_inactive_file"))
+        break  # the nearest group that has the files: the one this process is charged to
+    free = _meminfo_available(meminfo)
+    if free is not None:
+        rooms.append(free)
+    return MemoryRoom(min(limits, default=None), max(0, min(rooms)) if rooms else None)
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None  # absent, unreadable, or "max"
+
+
+def _stat(folder: str, key: str) -> int:
+    """One counter of a group's ``memory.stat`` (bytes); 0 where absent."""
+    try:
+        with open(os.path.join(folder, "memory.stat")) as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _meminfo_available(meminfo: str) -> int | None:
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 Progress = Callable[[str, float | None], None]

@@ -40,11 +40,11 @@ from trainscope.api.executor import MapOptions
 from trainscope.api.executor import run_rank_set
 from trainscope.api.inputs import InputDescription
 from trainscope.api.inputs import describe_input
+from trainscope.api.jobs import default_jobs
 from trainscope.api.report import Report
 from trainscope.api.rules import resolve_rules
 from trainscope.collectors import open_traces
 from trainscope.collectors.readers import max_decompressed_override
-from trainscope.collectors.readers import usable_cores
 from trainscope.modelspec import parse_model_spec
 from trainscope.reports.deep import deep_dict
 from trainscope.reports.deep import stragglers_dict
@@ -197,7 +197,8 @@ def analyze(
     per-rank summaries come back; a rank's trace is read again when the report needs it
     (:meth:`Report.trace`: HTML, ``deep``, the app's timeline). A large single trace (≥ 1 M host
     rows and kernels) with ``jobs`` ≥ 2 runs its host-side attribution on a second core beside the
-    kernel stages: the same result, sooner, with both stages' temporaries held at once.
+    kernel stages: the same result, sooner, with both stages' temporaries held at once; by default
+    only where that memory fits in what the process may still take (:mod:`trainscope.api.jobs`).
     ``cache=True`` looks in the analysis cache first (:mod:`trainscope.api.cache`: a file or
     directory path as input; off with ``TRAINSCOPE_NO_CACHE=1``): the document comes back without
     reading the trace, in a :class:`~trainscope.api.cache.CachedReport` that analyzes in full only
@@ -285,7 +286,7 @@ def _analyzed(
         if progress:
             progress("analyzing", None)
         with bad_input(source):
-            analyses = analyze_set(traces, rules, peak_tflops, step_range, peak_bandwidth, jobs or usable_cores())
+            analyses = analyze_set(traces, rules, peak_tflops, step_range, peak_bandwidth, jobs or default_jobs(traces))
     main, story, stragglers = 0, None, None
     if len(analyses) > 1:
         if summaries is None:  # the ranks were read here, not mapped: their summaries, as the map makes them
