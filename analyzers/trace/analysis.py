@@ -172,7 +172,7 @@ def analyze_trace(
     seg, steady = steady_window(trace, seg, ledger, rules, explicit=step_range is not None)
     device = primary_device(trace)
     beside = None
-    if jobs >= 2 and trace.has_gpu_activity and _host_rows(trace) >= BESIDE_MIN_ROWS:
+    if jobs >= 2 and trace.has_gpu_activity and host_rows(trace) >= BESIDE_MIN_ROWS:
         cold_start_ms = rules.value("launch.cold_start_ms")
         beside = _Beside(lambda: host_side(trace, seg, device, cold_start_ms))
     try:
@@ -215,7 +215,8 @@ class _Beside:
         return self._out
 
 
-def _host_rows(trace: Trace) -> int:
+def host_rows(trace: Trace) -> int:
+    """The rows :data:`BESIDE_MIN_ROWS` counts: operators, runtime calls, annotations and kernels."""
     return len(trace.cpu_ops) + len(trace.runtime) + len(trace.annotations) + len(trace.kernels)
 
 

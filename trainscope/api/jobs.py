@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 
 from trainscope.analyzers.trace.analysis import BESIDE_MIN_ROWS
+from trainscope.analyzers.trace.analysis import host_rows
 from trainscope.collectors import readers
-from trainscope.traces.model import Trace
 from trainscope.traces.model import TraceSet
 
 # What the analysis with the host side beside takes above the trace already read, in bytes per host
@@ -45,11 +45,6 @@ def beside_need(rows: int) -> int:
     """Bytes the analysis with the host side beside is projected to take above the trace read, margin
     included."""
     return int(rows * BESIDE_BYTES_PER_ROW * BESIDE_MARGIN)
-
-
-def host_rows(trace: Trace) -> int:
-    """The rows :data:`BESIDE_MIN_ROWS` counts."""
-    return len(trace.cpu_ops) + len(trace.runtime) + len(trace.annotations) + len(trace.kernels)
 
 
 def default_jobs(traces: TraceSet) -> int:
