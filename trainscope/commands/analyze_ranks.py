@@ -15,7 +15,8 @@ def add_arguments(a: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="cores the analysis may use (default: the cores this process may use): a rank directory's ranks "
-        "N at once in worker processes; a large trace's host-side attribution on a second core "
+        "N at once in worker processes; a large trace's host-side attribution on a second core, by "
+        "default only where its memory fits in the container's limit and the machine's free memory "
         "(1: serially, the least memory)",
     )
     a.add_argument(
