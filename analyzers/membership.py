@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from trainscope.analyzers.intervals import searchsorted
+
 
 def isin(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
     """``np.isin(values, pool)`` for integer arrays."""
@@ -17,7 +19,7 @@ def isin(values: np.ndarray, pool: np.ndarray) -> np.ndarray:
     if not len(values) or not len(pool):
         return np.zeros(len(values), bool)
     s = np.sort(pool)
-    pos = np.searchsorted(s, values)
+    pos = searchsorted(s, values)
     np.minimum(pos, len(s) - 1, out=pos)
     found: np.ndarray = s[pos] == values
     return found

@@ -1,6 +1,7 @@
 """Interval arithmetic behind every share, checked against hand-computed cases."""
 
 import numpy as np
+import pytest
 
 from trainscope.analyzers import intervals as iv
 
@@ -286,3 +287,48 @@ def test_running_measure_overlap_is_each_windows_share_of_the_set_in_any_piece_s
         monkeypatch.undo()
         x = iv.union(s, e) if len(s) else iv.EMPTY
         assert iv.intersection_measure(x, u) == iv.total(iv.intersect(x, u))
+
+
+def _search_cases():
+    rng = np.random.default_rng(23)
+    for trial in range(2000):
+        n = int(rng.integers(0, 300))
+        m = int(rng.integers(0, 400))
+        a = np.sort(rng.integers(-50, 400 if trial % 2 else 40, n)).astype(np.int64)  # ties where the range is small
+        v = rng.integers(-80, 450, m).astype(np.int64)
+        if trial % 4 == 0:
+            v.sort()  # keys in order: the gallop from the previous key
+        elif trial % 4 == 1:
+            v = np.sort(v)[::-1].copy()  # in reverse: the gallop downwards
+        elif trial % 4 == 2 and m:
+            v = np.sort(v) + rng.integers(-20, 20, m)  # near order
+        yield a, v
+
+
+def test_searchsorted_is_numpys_for_keys_in_any_order():
+    """The interval arithmetic's search answers what numpy.searchsorted answers, for both sides: keys
+    in order, in reverse, near order and in none, ties, keys past either end, an empty column, and
+    sizes either side of where the C extension takes over; a scalar key gives numpy's scalar."""
+    for a, v in _search_cases():
+        for side in ("left", "right"):
+            got = iv.searchsorted(a, v, side)
+            assert np.array_equal(got, np.searchsorted(a, v, side=side)), (a, v, side)
+    a = np.arange(0, 100, 2, dtype=np.int64)
+    assert iv.searchsorted(a, np.int64(7), "right") == 4 and iv.searchsorted(a, 8, "left") == 4
+
+
+def test_the_sorted_search_extension_gallops_to_numpys_answer():
+    """The C extension itself (analyzers/_sorted_search.c), called directly on every case above: a key
+    far from the previous one (past the gallop's doublings) and one below it included."""
+    if not iv.SEARCH_BUILT:
+        pytest.skip("the optional C extension was not built here (no C compiler at install): numpy answers")
+    from trainscope.analyzers import _sorted_search
+
+    rng = np.random.default_rng(5)
+    far = np.sort(rng.integers(0, 10**9, 100_000)).astype(np.int64)
+    keys = np.concatenate([np.sort(rng.integers(0, 10**9, 500)), rng.integers(0, 10**9, 500)]).astype(np.int64)
+    for a, v in [*_search_cases(), (far, keys)]:
+        for right in (False, True):
+            out = np.empty(len(v), np.int64)
+            _sorted_search.search(a, v, out, right)
+            assert np.array_equal(out, np.searchsorted(a, v, side="right" if right else "left"))

@@ -203,7 +203,7 @@ def _issue_times(trace: Trace, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray
     if not len(r) or not len(corr):
         return out_t, out_i
     rc, order = codes.ascending(r.correlation)
-    pos = np.minimum(np.searchsorted(rc, corr), len(rc) - 1)
+    pos = np.minimum(iv.searchsorted(rc, corr), len(rc) - 1)
     ok = (corr >= 0) & (rc[pos] == corr)
     out_i[ok] = pos[ok] if order is None else order[pos[ok]]
     out_t[ok] = r.ts[out_i[ok]]
@@ -230,8 +230,8 @@ def _window_launches(ws: np.ndarray, we: np.ndarray, launch_ts: np.ndarray) -> n
     """Each window's first and last launch call instants."""
     if not len(launch_ts):
         return np.zeros(0, np.int64)
-    a = np.searchsorted(launch_ts, ws, side="left")
-    b = np.searchsorted(launch_ts, we, side="left")
+    a = iv.searchsorted(launch_ts, ws, side="left")
+    b = iv.searchsorted(launch_ts, we, side="left")
     ok = b > a
     return np.concatenate([launch_ts[a[ok]], launch_ts[b[ok] - 1]])
 
@@ -241,7 +241,7 @@ def _cut(a: iv.IntervalSet, points: np.ndarray) -> iv.IntervalSet:
     if not len(a[0]) or not len(points):
         return a
     pts = np.unique(points)
-    k = np.searchsorted(a[0], pts, side="right") - 1
+    k = iv.searchsorted(a[0], pts, side="right") - 1
     ok = k >= 0
     inside = np.zeros(len(pts), bool)
     inside[ok] = (pts[ok] > a[0][k[ok]]) & (pts[ok] < a[1][k[ok]])
@@ -314,7 +314,7 @@ def gpu_gaps(
     if blocking.any():
         bs = r.ts[blocking]
         be = bs + r.dur[blocking]
-        nxt = np.searchsorted(ops_s, be, side="left")
+        nxt = iv.searchsorted(ops_s, be, side="left")
         resume = np.where(nxt < len(ops_s), ops_s[np.minimum(nxt, len(ops_s) - 1)], be)
         after_e = np.minimum(resume, be + (be - bs))
         take("sync", iv.union(bs, be))
@@ -330,8 +330,8 @@ def gpu_gaps(
         if len(ann) and comp.any():
             loads = np.sort(r.ts[comp])
             umbrella = name_mask(trace, PROFILER_STEP)[ann.name] | name_mask(trace, DATA_WAIT)[ann.name]
-            issued = np.searchsorted(launch_ts, ann.end, side="left") - np.searchsorted(launch_ts, ann.ts, side="left")
-            loaded = np.searchsorted(loads, ann.end, side="left") - np.searchsorted(loads, ann.ts, side="left")
+            issued = iv.searchsorted(launch_ts, ann.end, side="left") - iv.searchsorted(launch_ts, ann.ts, side="left")
+            loaded = iv.searchsorted(loads, ann.end, side="left") - iv.searchsorted(loads, ann.ts, side="left")
             a_comp |= (ann.device < 0) & ~umbrella & (issued == 0) & (loaded > 0) & (ann.dur > 0)
         take(
             "cold-start",
@@ -345,7 +345,7 @@ def gpu_gaps(
     if len(ann) and len(left[0]):
         umbrella = name_mask(trace, PROFILER_STEP)[ann.name] | name_mask(trace, DATA_WAIT)[ann.name]
         host = (ann.device < 0) & ~umbrella
-        inside = np.searchsorted(launch_ts, ann.end, side="left") - np.searchsorted(launch_ts, ann.ts, side="left")
+        inside = iv.searchsorted(launch_ts, ann.end, side="left") - iv.searchsorted(launch_ts, ann.ts, side="left")
         quiet = host & (inside == 0) & (ann.dur > 0)
         if quiet.any():
             cover = iv.union(ann.ts[quiet], ann.end[quiet])
@@ -422,18 +422,18 @@ def _by_next_operation(
     n = len(ws)
     left = _cut(left, np.concatenate([_window_launches(ws, we, launch_ts)]))
     p0, p1 = left
-    j = np.searchsorted(ops_s, p1, side="left")  # the first operation starting at or after the piece
+    j = iv.searchsorted(ops_s, p1, side="left")  # the first operation starting at or after the piece
     has = j < len(ops_s)
     jj = np.minimum(j, len(ops_s) - 1)
     nxt_issue = np.where(has, issue_t[jj], -1)
-    w = np.searchsorted(ws, p0, side="right") - 1  # the window of each piece
+    w = iv.searchsorted(ws, p0, side="right") - 1  # the window of each piece
     w = np.clip(w, 0, n - 1)
     # a window's first and last launch call
     first_l = np.full(n, np.iinfo(np.int64).max)
     last_l = np.full(n, -1, np.int64)
     if len(launch_ts):
-        a = np.searchsorted(launch_ts, ws, side="left")
-        b = np.searchsorted(launch_ts, we, side="left")
+        a = iv.searchsorted(launch_ts, ws, side="left")
+        b = iv.searchsorted(launch_ts, we, side="left")
         okw = b > a
         first_l[okw] = launch_ts[a[okw]]
         last_l[okw] = launch_ts[b[okw] - 1]

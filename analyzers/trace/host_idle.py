@@ -170,8 +170,8 @@ def _within(ivs: iv.IntervalSet, lo: int, hi: int) -> iv.IntervalSet:
     """``ivs`` (sorted, disjoint) clipped to [lo, hi): two binary searches and a slice, not a pass
     over the whole set."""
     s, e = ivs
-    a = int(np.searchsorted(e, lo, side="right"))
-    b = int(np.searchsorted(s, hi, side="left"))
+    a = int(iv.searchsorted(e, lo, side="right"))
+    b = int(iv.searchsorted(s, hi, side="left"))
     if b <= a:
         return iv.EMPTY
     s2, e2 = np.maximum(s[a:b], lo), np.minimum(e[a:b], hi)
@@ -212,8 +212,8 @@ def _overlaps(a: iv.IntervalSet, b: iv.IntervalSet) -> tuple[np.ndarray, np.ndar
     if not len(a[0]) or not len(b[0]):
         z = np.zeros(0, np.int64)
         return z, z, z, z
-    i = np.searchsorted(b[1], a[0], side="right")  # first b ending after a starts
-    j = np.searchsorted(b[0], a[1], side="left")  # b starting before a ends
+    i = iv.searchsorted(b[1], a[0], side="right")  # first b ending after a starts
+    j = iv.searchsorted(b[0], a[1], side="left")  # b starting before a ends
     counts = np.maximum(j - i, 0)
     ai = np.repeat(np.arange(len(a[0])), counts)
     bi = _ranges(i, counts)
@@ -495,8 +495,8 @@ def _pairs_by_window(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Windows sorted and disjoint: the frames overlapping each window, window after window
     (ascending within one), and where each window's begin in that column."""
-    lo = np.searchsorted(we, fts, side="right")  # the first window ending after the frame starts
-    hi = np.searchsorted(ws, fend, side="left")  # windows starting before the frame ends
+    lo = iv.searchsorted(we, fts, side="right")  # the first window ending after the frame starts
+    hi = iv.searchsorted(ws, fend, side="left")  # windows starting before the frame ends
     n = np.maximum(hi - lo, 0)
     del hi
     frame = np.repeat(np.arange(len(fts)), n)
@@ -506,7 +506,7 @@ def _pairs_by_window(
     frame = frame[order]
     window = window[order]
     del order
-    bounds = np.searchsorted(window, np.arange(len(ws) + 1))
+    bounds = iv.searchsorted(window, np.arange(len(ws) + 1))
     return frame, bounds
 
 
@@ -538,8 +538,8 @@ def _classify_all(
     out: dict[str, list[iv.IntervalSet]] = {"input": [], "launch": [], "other": []}
     launch_at, launch_kind = _first_op_after(trace, device)
     covered = iv.union_rows(fts, fend, ends=True)
-    a_w = np.searchsorted(launch_ts, ws, side="left")  # each window's launches: [a_w, b_w)
-    b_w = np.searchsorted(launch_ts, we, side="left")
+    a_w = iv.searchsorted(launch_ts, ws, side="left")  # each window's launches: [a_w, b_w)
+    b_w = iv.searchsorted(launch_ts, we, side="left")
     n_w = b_w - a_w
     on = n_w > 0
     last = max(len(launch_ts) - 1, 0)
@@ -551,8 +551,8 @@ def _classify_all(
     # window's end are kept aside, found a million frames at a time (no column of every frame)
     wide_l, first_l, past_l = [], [], []
     for i in range(0, len(fts), _PIECE):
-        f_first = np.searchsorted(we, fts[i : i + _PIECE], side="right")
-        f_past = np.searchsorted(ws, fend[i : i + _PIECE], side="left")
+        f_first = iv.searchsorted(we, fts[i : i + _PIECE], side="right")
+        f_past = iv.searchsorted(ws, fend[i : i + _PIECE], side="left")
         k = np.flatnonzero(f_past - f_first > 1)
         wide_l.append(k + i)
         first_l.append(f_first[k])
@@ -566,10 +566,10 @@ def _classify_all(
         if not len(g_left[0]):
             continue
         # frames whose first window is in [g, h): we[g-1] <= start < we[h-1]
-        a = int(np.searchsorted(fts, we[g - 1], side="left")) if g else 0
-        b = int(np.searchsorted(fts, we[h - 1], side="left"))
-        first = np.searchsorted(we, fts[a:b], side="right")
-        past = np.searchsorted(ws, fend[a:b], side="left")
+        a = int(iv.searchsorted(fts, we[g - 1], side="left")) if g else 0
+        b = int(iv.searchsorted(fts, we[h - 1], side="left"))
+        first = iv.searchsorted(we, fts[a:b], side="right")
+        past = iv.searchsorted(ws, fend[a:b], side="left")
         keep = past > first
         sw = (w_first < g) & (w_past > g)  # frames from before reaching into the group
         f = np.concatenate([np.flatnonzero(keep) + a, wide[sw]])
@@ -643,7 +643,7 @@ def _classify_group(
     htod = COPY_KINDS.index("HtoD")
     out: list[tuple[str, iv.IntervalSet]] = []
     # the idle pieces left, by window (idle was cut per window: each piece lies in one)
-    lw = np.maximum(np.searchsorted(ws, left[0], side="right") - 1, 0)
+    lw = np.maximum(iv.searchsorted(ws, left[0], side="right") - 1, 0)
     has = n_w[lw] > 0
     if not has.all():  # windows that launch nothing: recorded host work is other
         out.append(("other", _intersect((left[0][~has], left[1][~has]), covered)))
@@ -653,8 +653,8 @@ def _classify_group(
     pf, pw = pf[keep], pw[keep]
 
     def launches(f: np.ndarray, w: np.ndarray) -> np.ndarray:  # the window's launches inside each frame
-        hi: np.ndarray = np.searchsorted(launch_ts, np.minimum(fend[f], we[w]), side="left")
-        hi -= np.searchsorted(launch_ts, np.maximum(fts[f], ws[w]), side="left")
+        hi: np.ndarray = iv.searchsorted(launch_ts, np.minimum(fend[f], we[w]), side="left")
+        hi -= iv.searchsorted(launch_ts, np.maximum(fts[f], ws[w]), side="left")
         return hi
 
     counts = launches(pf, pw)
@@ -702,7 +702,7 @@ def _quiet_stages(
     """(input, other): idle pieces ``qs``–``qe`` under stages that issue no GPU work, split by what
     the first launch at or after their stage's end (``ends``) is: a host-to-device copy (the stage
     prepared the GPU's next input) or anything else."""
-    nxt = np.searchsorted(launch_at, ends, side="left")
+    nxt = iv.searchsorted(launch_at, ends, side="left")
     kinds = (
         np.where(nxt < len(launch_kind), launch_kind[np.minimum(nxt, max(len(launch_kind) - 1, 0))], -2)
         if len(launch_kind)
@@ -749,16 +749,16 @@ def _classify_by_stage(
         ext = (
             iv.unique_sorted(np.concatenate([idx, par[par >= 0]])) if len(idx) else idx
         )  # the frames and their parents
-        counts = np.searchsorted(li, fend[ext], side="left") - np.searchsorted(li, fts[ext], side="left")
+        counts = iv.searchsorted(li, fend[ext], side="left") - iv.searchsorted(li, fts[ext], side="left")
         full = counts == len(li)
         ppar = parent[ext]
-        ppos = np.searchsorted(ext, np.maximum(ppar, 0))
+        ppos = iv.searchsorted(ext, np.maximum(ppar, 0))
         ppos = np.minimum(ppos, max(len(ext) - 1, 0))
         par_known = (ppar >= 0) & (ext[ppos] == ppar) if len(ext) else np.zeros(0, bool)
         par_full = np.where(ppar < 0, True, np.where(par_known, full[ppos], False))
         if (ppar >= 0).any() and not par_known[ppar >= 0].all():  # a parent outside ext: judge it directly
             miss = (ppar >= 0) & ~par_known
-            pc = np.searchsorted(li, fend[ppar[miss]], side="left") - np.searchsorted(li, fts[ppar[miss]], side="left")
+            pc = iv.searchsorted(li, fend[ppar[miss]], side="left") - iv.searchsorted(li, fts[ppar[miss]], side="left")
             par_full[miss] = pc == len(li)
         # stages: frames in the window lacking some launch whose parent has them all (or is none)
         sel = (fend[ext] > s) & (fts[ext] < e) & ~full & par_full
@@ -811,7 +811,7 @@ def _first_op_after(trace: Trace, device: int | None) -> tuple[np.ndarray, np.nd
     if not len(r):
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     rc, order = codes.ascending(r.correlation)
-    pos = np.searchsorted(rc, corr)
+    pos = iv.searchsorted(rc, corr)
     np.minimum(pos, len(rc) - 1, out=pos)
     ok = rc[pos] == corr
     del corr
@@ -848,7 +848,7 @@ def _idle_by_frame(
     s, e = fts[long], fend[long]
     g = cum.overlap(s, e)
     driver = (
-        (np.searchsorted(li, e, side="left") - np.searchsorted(li, s, side="left")) == len(li)
+        (iv.searchsorted(li, e, side="left") - iv.searchsorted(li, s, side="left")) == len(li)
         if len(li)
         else np.zeros(len(s), bool)
     )
