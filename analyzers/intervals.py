@@ -276,11 +276,12 @@ def contains(iv: IntervalSet, points: np.ndarray) -> np.ndarray:
     s, e = iv
     if len(s) == 0:
         return np.zeros(len(points), bool)
-    i = searchsorted(s, points, side="right") - 1
-    ok = i >= 0
-    out = np.zeros(len(points), bool)
-    out[ok] = points[ok] < e[i[ok]]
-    return out
+    i = searchsorted(s, points, side="right")  # intervals starting at or before each point
+    i -= 1
+    inside: np.ndarray = i >= 0
+    np.maximum(i, 0, out=i)  # one gather of every point's interval, no masked copies
+    inside &= points < e[i]
+    return inside
 
 
 def clip(iv: IntervalSet, lo: int, hi: int) -> IntervalSet:

@@ -332,3 +332,17 @@ def test_the_sorted_search_extension_gallops_to_numpys_answer():
             out = np.empty(len(v), np.int64)
             _sorted_search.search(a, v, out, right)
             assert np.array_equal(out, np.searchsorted(a, v, side="right" if right else "left"))
+
+
+def test_contains_says_which_points_lie_in_the_set():
+    """Each point against the set's intervals one by one (half-open: a start is in, an end is out),
+    points in order and in none, before the first interval and past the last."""
+    rng = np.random.default_rng(11)
+    for trial in range(500):
+        s = rng.integers(0, 500, int(rng.integers(0, 50)))
+        x = iv.union(s, s + rng.integers(1, 20, len(s)))
+        p = rng.integers(-10, 600, int(rng.integers(0, 300)))
+        if trial % 2:
+            p = np.sort(p)
+        want = np.array([any(a <= q < b for a, b in zip(*x)) for q in p], bool)
+        assert np.array_equal(iv.contains(x, p), want), trial
