@@ -205,7 +205,8 @@ def fusion_candidates(
     # fewer than k_min times (overlaps counted: an upper bound) cannot extend to one seen more.
     count1 = np.bincount(key, minlength=n_keys)
     prev = np.where(~comm & (count1[key] >= k_min), key, -1)
-    found: list[tuple[int, np.ndarray, np.ndarray]] = []  # (length, occurrence starts, their pattern ids)
+    # (length, occurrence starts, their pattern ids, the order that groups them by pattern)
+    found: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
     for length in range(2, n_max + 1):
         m = n - length + 1
         if m <= 0:
@@ -222,8 +223,7 @@ def fusion_candidates(
         cur[pos[ok]] = inv[ok]
         prev = cur
         if ok.any():
-            starts, pid = _without_overlap(pos[ok], inv[ok], length)
-            found.append((length, starts, pid))
+            found.append((length, *_without_overlap(pos[ok], inv[ok], length)))
     if not found:
         return empty
 
@@ -232,14 +232,13 @@ def fusion_candidates(
     mem_ms: list[float] = []
     tot_ms: list[float] = []
     dur_mem = np.where(mem, dur, 0.0)
-    for length, starts, pid in found:
+    for length, starts, pid, o in found:
         cnt = np.bincount(pid)
         win = starts[:, None] + np.arange(length)
         occ_mem = dur_mem[win].sum(axis=1)
         occ_tot = dur[win].sum(axis=1)
         p_mem = np.bincount(pid, weights=occ_mem)
         p_tot = np.bincount(pid, weights=occ_tot)
-        o = np.argsort(pid, kind="stable")
         bounds = np.concatenate([[0], np.cumsum(cnt)])
         for p in np.flatnonzero((cnt >= k_min) & (p_mem > 0)).tolist():
             rows.append((length, starts[o[bounds[p] : bounds[p + 1]]]))
@@ -287,16 +286,17 @@ def fusion_candidates(
     return FusionCandidates(tuple(out), total, steps, bw, gap_ns / 1e3, k_min, n_max)
 
 
-def _without_overlap(pos: np.ndarray, pid: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+def _without_overlap(pos: np.ndarray, pid: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The occurrences (start positions ``pos``, ascending, of patterns ``pid``) counted without
-    overlap: the first of each pattern, then each one that starts after the last counted one ended.
+    overlap: the first of each pattern, then each one that starts after the last counted one ended;
+    with the stable order that groups them by pattern (their positions ascending within each).
     Only a pattern that overlaps itself (``A A`` in ``A A A``) needs the walk; the rest pass whole."""
-    o = np.argsort(pid, kind="stable")  # by pattern, then position (pos is ascending)
+    o = codes.grouped(pid)[1]  # by pattern, then position (pos is ascending): a radix pass over few ids
     p, s = pid[o], pos[o]
     same = np.concatenate([[False], p[1:] == p[:-1]])
     close = same & (np.diff(s, prepend=s[:1]) < length)
     if not close.any():
-        return pos, pid
+        return pos, pid, o
     keep = np.ones(len(s), bool)
     for q in np.unique(p[close]).tolist():
         at = np.flatnonzero(p == q)
@@ -306,8 +306,9 @@ def _without_overlap(pos: np.ndarray, pid: np.ndarray, length: int) -> tuple[np.
                 keep[i] = False
             else:
                 last = int(s[i])
-    back = np.sort(o[keep])  # the kept ones, in position order again
-    return pos[back], pid[back]
+    kept = o[keep]  # the kept ones by pattern, then position
+    back = np.sort(kept)  # … in position order again
+    return pos[back], pid[back], np.searchsorted(back, kept)
 
 
 def _dims(trace: Trace, sig: int) -> str | None:
