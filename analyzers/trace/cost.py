@@ -163,8 +163,8 @@ def _innermost(ops: CpuOps, threads: np.ndarray, at: np.ndarray) -> np.ndarray:
         e += s
         mine = np.flatnonzero(threads == th)
         q = at[mine]
-        parent = nest_parents(s, e)  # enclosing operator (a position among the thread's rows)
         pos = np.searchsorted(s, q, side="right") - 1  # -1: none
+        parent = _climb_parents(s, e, pos, q)  # enclosing operator (a position among the thread's rows)
         del s
         for _ in range(64):  # climb to the innermost enclosing operator
             c = np.clip(pos, 0, None)
@@ -178,6 +178,31 @@ def _innermost(ops: CpuOps, threads: np.ndarray, at: np.ndarray) -> np.ndarray:
             del sel
         out[mine] = np.where(pos >= 0, rows[np.clip(pos, 0, None)], -1)
     return out
+
+
+def _climb_parents(s: np.ndarray, e: np.ndarray, pos: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """:func:`nest_parents` of the intervals (outer first) where the climb from ``pos`` toward the
+    instants ``q`` reads it (−1 elsewhere). An interval closed before the next one starts is nobody's
+    enclosing candidate (every later start is past its end): its parent is asked only where a climb
+    starts at it. The rest — the intervals open at the next start, and those climbs' first ones —
+    nest alone, with the same parents (the candidates they lose were never open at their starts):
+    0.75 M and 1.9 M of the 2.1 M and 2.9 M operators of a 1 GB Nsight export's two threads."""
+    n = len(s)
+    need = np.ones(n, bool)
+    np.greater_equal(e[:-1], s[1:], out=need[:-1])
+    c = np.clip(pos, 0, None)
+    climbs = (pos >= 0) & (e[c] < q)
+    need[pos[climbs]] = True
+    del c, climbs
+    sub = np.flatnonzero(need)
+    del need
+    if len(sub) == n:
+        return nest_parents(s, e)
+    ps = nest_parents(s[sub], e[sub])
+    parent = np.full(n, -1, np.int64)
+    has = ps >= 0
+    parent[sub[has]] = sub[ps[has]]
+    return parent
 
 
 _LINKED: dict[int, tuple[weakref.ref[Trace], int, int, np.ndarray]] = {}
