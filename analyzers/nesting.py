@@ -144,13 +144,17 @@ def _by_group(g: np.ndarray) -> np.ndarray:
 
 def is_outer_first(ts: np.ndarray, dur: np.ndarray, order: np.ndarray | None = None) -> bool:
     """Whether rows (taken in ``order`` where given) are sorted by start, longer first at equal
-    starts (a piece at a time: no whole gathered columns)."""
+    starts (a piece at a time: no whole gathered columns; the durations read at equal starts only)."""
     for i in range(0, len(ts) - 1, _PIECE):
-        rows = slice(i, i + 1 + _PIECE) if order is None else order[i : i + 1 + _PIECE]
-        t, d = ts[rows], dur[rows]
-        a, b, da, db = t[:-1], t[1:], d[:-1], d[1:]
-        if not ((b > a) | ((b == a) & (db <= da))).all():
+        rows = None if order is None else order[i : i + 1 + _PIECE]
+        t = ts[i : i + 1 + _PIECE] if rows is None else ts[rows]
+        if not (t[1:] >= t[:-1]).all():
             return False
+        tie = np.flatnonzero(t[1:] == t[:-1])
+        if len(tie):
+            at, nxt = (tie + i, tie + i + 1) if rows is None else (rows[tie], rows[tie + 1])
+            if not (dur[nxt] <= dur[at]).all():
+                return False
     return True
 
 

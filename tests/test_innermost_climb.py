@@ -44,3 +44,17 @@ def test_climbs_end_where_the_whole_nesting_takes_them():
         full = nest_parents_loop(s, e)
         asked = got_parent >= 0
         assert got_parent[asked].tolist() == full[asked].tolist()
+
+
+def test_distinct_inverse_is_np_unique():
+    """link_kernels' distinct launch rows: np.unique's values and inverse, rows ascending or not."""
+    from trainscope.analyzers.trace.cost import _distinct_inverse
+
+    rng = np.random.default_rng(5)
+    for trial in range(300):
+        rows = rng.integers(0, 50, int(rng.integers(0, 40))).astype(np.int64)
+        if trial % 2:
+            rows = np.sort(rows)  # kernels in launch order: ascending, a graph's launch repeated
+        u, inv = _distinct_inverse(rows)
+        want_u, want_inv = np.unique(rows, return_inverse=True)
+        assert u.tolist() == want_u.tolist() and inv.tolist() == want_inv.reshape(-1).tolist()

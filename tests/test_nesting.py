@@ -150,6 +150,28 @@ def test_outer_first_is_the_three_key_lexsort():
         assert np.array_equal(outer_first(ts, dur, groups), np.lexsort((-dur, ts, groups)))
 
 
+def test_is_outer_first_is_the_plain_pairwise_check():
+    """Against every adjacent pair compared whole (start ascending, longer first at equal starts)."""
+    from trainscope.analyzers.nesting import is_outer_first
+
+    rng = np.random.default_rng(31)
+    for trial in range(400):
+        n = int(rng.integers(0, 40))
+        ts = rng.integers(0, 12, n)
+        dur = rng.integers(0, 4, n)
+        if trial % 2:
+            o = np.lexsort((-dur, ts))
+            if n > 1 and trial % 4 == 1:  # one swapped pair, often between equal starts
+                j = int(rng.integers(0, n - 1))
+                o[[j, j + 1]] = o[[j + 1, j]]
+        else:
+            o = rng.permutation(n)
+        t, d = ts[o], dur[o]
+        want = bool(((t[1:] > t[:-1]) | ((t[1:] == t[:-1]) & (d[1:] <= d[:-1]))).all())
+        assert is_outer_first(ts, dur, o) == want
+        assert is_outer_first(t, d) == want
+
+
 @pytest.mark.parametrize("closed_at_end", [False, True])
 def test_one_group_in_order_equals_the_loop(closed_at_end):
     """No groups, rows already in order (read in place; the top level from the ends' running max)."""
