@@ -1,4 +1,4 @@
-"""cost._climb_parents (the nesting of the intervals a climb can read only) against the whole nesting
+"""cost._climb_rows (the nesting of the intervals a climb can read only) against the whole nesting
 (the stack loop): the innermost interval each instant climbs to is the same, on random intervals with
 ties, zero lengths, partial overlaps and runs of back-to-back ones."""
 
@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from trainscope.analyzers.nesting import nest_parents
 from trainscope.analyzers.nesting import nest_parents_loop
-from trainscope.analyzers.trace.cost import _climb_parents
+from trainscope.analyzers.trace.cost import _climb_rows
+from trainscope.analyzers.trace.cost import _spread
 
 
 def _climb(parent: np.ndarray, e: np.ndarray, pos: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -38,7 +40,8 @@ def test_climbs_end_where_the_whole_nesting_takes_them():
         q = rng.integers(-2, 85, int(rng.integers(1, 60))).astype(np.int64)
         pos = np.searchsorted(s, q, side="right") - 1
         want = _climb(nest_parents_loop(s, e), e, pos, q)
-        got_parent = _climb_parents(s, e, pos, q)
+        sub = _climb_rows(s, e, pos, q)
+        got_parent = nest_parents(s, e) if sub is None else _spread(nest_parents(s[sub], e[sub]), sub, len(s))
         assert _climb(got_parent, e, pos, q).tolist() == want.tolist()
         # where it answers, it answers as the whole nesting does
         full = nest_parents_loop(s, e)

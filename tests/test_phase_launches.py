@@ -5,8 +5,10 @@ them carries (np.isin)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from trainscope.analyzers import intervals as iv
+from trainscope.analyzers.trace import phases
 from trainscope.analyzers.trace.phases import _launch_phases
 
 
@@ -30,7 +32,10 @@ def _disjoint_sets(rng: np.random.Generator, n_sets: int) -> list[iv.IntervalSet
     return sets
 
 
-def test_launch_phases_matches_the_definition_on_random_inputs():
+@pytest.mark.parametrize("piece", [None, 5])
+def test_launch_phases_matches_the_definition_on_random_inputs(piece, monkeypatch):
+    if piece is not None:  # the calls placed a few at a time, as a large trace's are
+        monkeypatch.setattr(phases, "_PIECE", piece)
     rng = np.random.default_rng(39)
     for _ in range(400):
         owns = _disjoint_sets(rng, 3)

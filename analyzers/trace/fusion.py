@@ -205,8 +205,7 @@ def fusion_candidates(
     # fewer than k_min times (overlaps counted: an upper bound) cannot extend to one seen more.
     count1 = np.bincount(key, minlength=n_keys)
     prev = np.where(~comm & (count1[key] >= k_min), key, -1)
-    # (length, occurrence starts, their pattern ids, the order that groups them by pattern)
-    found: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+    found: list[tuple[int, np.ndarray, np.ndarray]] = []  # (length, occurrence starts, their pattern ids)
     for length in range(2, n_max + 1):
         m = n - length + 1
         if m <= 0:
@@ -232,7 +231,8 @@ def fusion_candidates(
     mem_ms: list[float] = []
     tot_ms: list[float] = []
     dur_mem = np.where(mem, dur, 0.0)
-    for length, starts, pid, o in found:
+    for length, starts, pid in found:
+        o = _by_pattern(pid)
         cnt = np.bincount(pid)
         win = starts[:, None] + np.arange(length)
         occ_mem = dur_mem[win].sum(axis=1)
@@ -286,17 +286,24 @@ def fusion_candidates(
     return FusionCandidates(tuple(out), total, steps, bw, gap_ns / 1e3, k_min, n_max)
 
 
-def _without_overlap(pos: np.ndarray, pid: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _by_pattern(pid: np.ndarray) -> np.ndarray:
+    """The stable order of occurrences by pattern id (ids below 2**15: a radix pass over 16-bit keys,
+    where a 64-bit stable argsort merged runs — the same order)."""
+    if len(pid) and int(pid.min()) >= 0 and int(pid.max()) < 1 << 15:
+        return np.argsort(pid.astype(np.int16), kind="stable")
+    return np.argsort(pid, kind="stable")
+
+
+def _without_overlap(pos: np.ndarray, pid: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
     """The occurrences (start positions ``pos``, ascending, of patterns ``pid``) counted without
-    overlap: the first of each pattern, then each one that starts after the last counted one ended;
-    with the stable order that groups them by pattern (their positions ascending within each).
+    overlap: the first of each pattern, then each one that starts after the last counted one ended.
     Only a pattern that overlaps itself (``A A`` in ``A A A``) needs the walk; the rest pass whole."""
-    o = codes.grouped(pid)[1]  # by pattern, then position (pos is ascending): a radix pass over few ids
+    o = _by_pattern(pid)  # by pattern, then position (pos is ascending)
     p, s = pid[o], pos[o]
     same = np.concatenate([[False], p[1:] == p[:-1]])
     close = same & (np.diff(s, prepend=s[:1]) < length)
     if not close.any():
-        return pos, pid, o
+        return pos, pid
     keep = np.ones(len(s), bool)
     for q in np.unique(p[close]).tolist():
         at = np.flatnonzero(p == q)
@@ -306,9 +313,8 @@ def _without_overlap(pos: np.ndarray, pid: np.ndarray, length: int) -> tuple[np.
                 keep[i] = False
             else:
                 last = int(s[i])
-    kept = o[keep]  # the kept ones by pattern, then position
-    back = np.sort(kept)  # … in position order again
-    return pos[back], pid[back], np.searchsorted(back, kept)
+    back = np.sort(o[keep])  # the kept ones, in position order again
+    return pos[back], pid[back]
 
 
 def _dims(trace: Trace, sig: int) -> str | None:

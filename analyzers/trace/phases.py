@@ -148,16 +148,20 @@ def _launch_phases(owns: list[iv.IntervalSet], r_ts: np.ndarray, r_corr: np.ndar
     s, e, lab = s[ne], e[ne], lab[ne]
     o = np.argsort(s, kind="stable")
     s, e, lab = s[o], e[o], lab[o]
-    i = np.searchsorted(s, r_ts, side="right") - 1
-    placed = np.flatnonzero((i >= 0) & (r_corr >= 0))
-    i = i[placed]
-    hit = r_ts[placed] < e[i]
-    placed, i = placed[hit], i[hit]
-    if not len(placed):
+    ids_p, bits_p = [], []
+    for a in range(0, len(r_ts), _PIECE):  # a piece of the calls at a time: no columns of every call
+        t, rc = r_ts[a : a + _PIECE], r_corr[a : a + _PIECE]
+        i = np.searchsorted(s, t, side="right") - 1
+        hit = (i >= 0) & (rc >= 0)
+        hit[hit] = t[hit] < e[i[hit]]
+        ids_p.append(rc[hit])
+        bits_p.append(np.left_shift(1, lab[i[hit]]).astype(np.uint8))
+        del t, rc, i, hit
+    rc = ids_p[0] if len(ids_p) == 1 else np.concatenate(ids_p)
+    bits = bits_p[0] if len(bits_p) == 1 else np.concatenate(bits_p)
+    del ids_p, bits_p
+    if not len(rc):
         return out
-    rc = r_corr[placed]
-    bits = np.left_shift(1, lab[i]).astype(np.uint8)
-    del i
     rc, by_id = codes.ascending(rc)  # a table's ids ascend already: no sort
     if by_id is not None:
         bits = bits[by_id]
@@ -168,6 +172,9 @@ def _launch_phases(owns: list[iv.IntervalSet], r_ts: np.ndarray, r_corr: np.ndar
     found = ids[pos] == k_corr
     out[found] = bits[pos[found]]
     return out
+
+
+_PIECE = 1 << 20  # runtime calls per piece
 
 
 def _clip_to_windows(a: iv.IntervalSet, ws: np.ndarray, we: np.ndarray) -> iv.IntervalSet:
