@@ -62,7 +62,7 @@ def nest_parents(
         del reach
         c[1:][none_open] = -1
         del none_open
-    active = np.flatnonzero(c >= 0)
+    active = _first_round(s, e, c, closed_at_end)
     while active.size:
         active = active[_closed(s, e, c, active, closed_at_end)]
         if not active.size:
@@ -144,13 +144,17 @@ def _by_group(g: np.ndarray) -> np.ndarray:
 
 def is_outer_first(ts: np.ndarray, dur: np.ndarray, order: np.ndarray | None = None) -> bool:
     """Whether rows (taken in ``order`` where given) are sorted by start, longer first at equal
-    starts (a piece at a time: no whole gathered columns)."""
+    starts (a piece at a time: no whole gathered columns; the durations read at equal starts only)."""
     for i in range(0, len(ts) - 1, _PIECE):
-        rows = slice(i, i + 1 + _PIECE) if order is None else order[i : i + 1 + _PIECE]
-        t, d = ts[rows], dur[rows]
-        a, b, da, db = t[:-1], t[1:], d[:-1], d[1:]
-        if not ((b > a) | ((b == a) & (db <= da))).all():
+        rows = None if order is None else order[i : i + 1 + _PIECE]
+        t = ts[i : i + 1 + _PIECE] if rows is None else ts[rows]
+        if not (t[1:] >= t[:-1]).all():
             return False
+        tie = np.flatnonzero(t[1:] == t[:-1])
+        if len(tie):
+            at, nxt = (tie + i, tie + i + 1) if rows is None else (rows[tie], rows[tie + 1])
+            if not (dur[nxt] <= dur[at]).all():
+                return False
     return True
 
 
@@ -165,6 +169,31 @@ def _closed(s: np.ndarray, e: np.ndarray, c: np.ndarray, active: np.ndarray, clo
     for i in range(0, active.size, _PIECE):
         a = active[i : i + _PIECE]
         cmp(e[c[a]], s[a], out=out[i : i + _PIECE])
+    return out
+
+
+def _first_round(s: np.ndarray, e: np.ndarray, c: np.ndarray, closed_at_end: bool) -> np.ndarray:
+    """The first round, by runs: an interval whose predecessor is closed at its start jumps past every
+    interval of its run — the intervals before it each closed at the next one's start, so (starts
+    ascending within a group) all closed at its own — to the interval before the run (−1 where the
+    run begins a group or at top level: nothing before it is open). One running maximum for what
+    would take a round per doubling: the launch calls a range holds, one after another, resolve at
+    once (the module tree's nesting 0.15 → 0.08 CPU-s at 1 GB). Returns the intervals still active."""
+    n = len(s)
+    link = np.zeros(n, bool)  # the predecessor closed at the start (never across a group's start)
+    (np.less_equal if closed_at_end else np.less)(e[:-1], s[1:], out=link[1:])
+    link &= c >= 0
+    # the run's first interval: the last one not linked (positions in four bytes where they fit: no
+    # column beyond the rounds' own at the nesting's peak)
+    r0 = np.arange(n, dtype=np.int32 if n < 1 << 31 else np.int64)
+    r0[link] = 0
+    np.maximum.accumulate(r0, out=r0)
+    active = np.flatnonzero(link)
+    del link
+    seed = c[r0[active]]
+    del r0
+    c[active] = seed
+    out: np.ndarray = active[seed >= 0]
     return out
 
 

@@ -16,6 +16,7 @@ from trainscope.analyzers.devices import lookup_device
 from trainscope.analyzers.rules import Rules
 from trainscope.analyzers.trace.analysis import analyze_trace
 from trainscope.analyzers.trace.cost import kernel_costs
+from trainscope.analyzers.trace.fusion import _by_pattern
 from trainscope.analyzers.trace.fusion import _without_overlap
 from trainscope.analyzers.trace.fusion import fusion_candidates
 from trainscope.analyzers.trace.roofline import roofline
@@ -126,6 +127,29 @@ def test_occurrences_of_a_self_overlapping_pattern_are_counted_without_overlap()
     assert pos.tolist() == [0, 2, 7] and pid.tolist() == [0, 0, 1]
     pos, pid = _without_overlap(np.array([0, 5, 9]), np.array([0, 1, 0]), 3)  # no overlap: unchanged
     assert pos.tolist() == [0, 5, 9] and pid.tolist() == [0, 1, 0]
+    # a pattern's overlapping occurrences dropped among others
+    pos, pid = _without_overlap(np.array([0, 1, 2, 4, 5, 6, 9]), np.array([1, 0, 1, 0, 0, 1, 0]), 2)
+    assert pos.tolist() == [0, 1, 2, 4, 6, 9] and pid.tolist() == [1, 0, 1, 0, 1, 0]
+
+
+def test_without_overlap_matches_the_walk_on_random_occurrences():
+    """Against a plain walk per pattern; the order by pattern against a 64-bit stable argsort."""
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(1, 60))
+        pos = np.sort(rng.choice(200, n, replace=False))
+        pid = rng.integers(0, int(rng.integers(1, 6)), n)
+        length = int(rng.integers(2, 5))
+        keep, last = [], {}
+        for i, (s, q) in enumerate(zip(pos.tolist(), pid.tolist())):
+            if s - last.get(q, -length) >= length:
+                keep.append(i)
+                last[q] = s
+        got_pos, got_pid = _without_overlap(pos, pid, length)
+        assert got_pos.tolist() == pos[keep].tolist() and got_pid.tolist() == pid[keep].tolist()
+        big = pid * 5000  # ids past 2**15: the 64-bit sort
+        for ids in (pid, big):
+            assert _by_pattern(ids).tolist() == np.argsort(ids.astype(np.int64), kind="stable").tolist()
 
 
 def test_the_document_shows_the_section_only_when_present():

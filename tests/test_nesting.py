@@ -46,6 +46,32 @@ def test_deep_proper_nesting_and_long_sibling_runs():
     assert got[0] == -1 and got[1] == 0 and got[n - 1] == n - 2
 
 
+@pytest.mark.parametrize("closed_at_end", [False, True])
+def test_runs_of_back_to_back_intervals_match_the_loop(closed_at_end):
+    """Runs of intervals each closed at the next one's start (launch calls under a range, the first
+    round's runs) broken by nested, touching, partially overlapping and zero-length ones, across
+    group changes: the parents are the loop's."""
+    rng = np.random.default_rng(39)
+    for _ in range(300):
+        parts_s, parts_e, t = [], [], 0
+        for _ in range(int(rng.integers(1, 12))):
+            outer = int(rng.integers(5, 80))
+            parts_s.append(t)
+            parts_e.append(t + outer + int(rng.integers(-10, 10)))  # sometimes ends inside the run
+            u = t
+            for _ in range(int(rng.integers(0, 25))):  # back to back, touching or one apart
+                d = int(rng.integers(0, 4))
+                parts_s.append(u)
+                parts_e.append(u + d)
+                u += d + int(rng.integers(0, 2))
+            t += int(rng.integers(0, outer + 5))
+        s, e = np.array(parts_s, np.int64), np.array(parts_e, np.int64)
+        e = np.maximum(e, s)
+        g = (rng.random(len(s)) < 0.05).cumsum() % 3 if rng.random() < 0.5 else None
+        order = np.lexsort((-(e - s), s)) if g is None else np.lexsort((-(e - s), s, g))
+        _assert_as_the_loop(s, e, order, g, closed_at_end)
+
+
 def test_partial_overlaps_have_no_parent_and_shadow_the_buried():
     # [0,10) then [5,20) (partial: no parent) then [12,15): inside [5,20), not [0,10)
     s, e = np.array([0, 5, 12]), np.array([10, 20, 15])
@@ -122,6 +148,28 @@ def test_outer_first_is_the_three_key_lexsort():
         groups = rng.integers(0, 3, n).astype(np.int32) + (40_000 if trial % 7 == 0 else 0)
         assert np.array_equal(outer_first(ts, dur), np.lexsort((-dur, ts)))
         assert np.array_equal(outer_first(ts, dur, groups), np.lexsort((-dur, ts, groups)))
+
+
+def test_is_outer_first_is_the_plain_pairwise_check():
+    """Against every adjacent pair compared whole (start ascending, longer first at equal starts)."""
+    from trainscope.analyzers.nesting import is_outer_first
+
+    rng = np.random.default_rng(31)
+    for trial in range(400):
+        n = int(rng.integers(0, 40))
+        ts = rng.integers(0, 12, n)
+        dur = rng.integers(0, 4, n)
+        if trial % 2:
+            o = np.lexsort((-dur, ts))
+            if n > 1 and trial % 4 == 1:  # one swapped pair, often between equal starts
+                j = int(rng.integers(0, n - 1))
+                o[[j, j + 1]] = o[[j + 1, j]]
+        else:
+            o = rng.permutation(n)
+        t, d = ts[o], dur[o]
+        want = bool(((t[1:] > t[:-1]) | ((t[1:] == t[:-1]) & (d[1:] <= d[:-1]))).all())
+        assert is_outer_first(ts, dur, o) == want
+        assert is_outer_first(t, d) == want
 
 
 @pytest.mark.parametrize("closed_at_end", [False, True])

@@ -109,17 +109,17 @@ def link_kernels(trace: Trace) -> np.ndarray:
         return out
     # 1. launch call (by correlation) inside the innermost operator on its thread
     if len(r):
-        rsel = r.correlation >= 0
-        rc, rrow = r.correlation[rsel], np.flatnonzero(rsel)
-        o = np.argsort(rc, kind="stable")
-        rc, rrow = rc[o], rrow[o]
+        rrow = np.flatnonzero(r.correlation >= 0)
+        rc, o = codes.ascending(r.correlation[rrow])  # a table's ids ascend already: no sort, no gathers
+        if o is not None:
+            rrow = rrow[o]
         pos = np.clip(np.searchsorted(rc, k.correlation), 0, max(0, len(rc) - 1))
         has = (len(rc) > 0) & (k.correlation >= 0)
         has &= rc[pos] == k.correlation if len(rc) else False
         if has.any():
             launches = rrow[pos[has]]
-            uniq, inv = codes.unique_inverse(launches)
-            del rsel, rc, rrow, o, pos, launches  # the correlation join's columns: not held through the nesting
+            uniq, inv = _distinct_inverse(launches)
+            del rc, rrow, o, pos, launches  # the correlation join's columns: not held through the nesting
             cand = _innermost(ops, r.thread[uniq], r.ts[uniq])
             out[np.flatnonzero(has)] = cand[inv]
     # 2. Kineto's External id, for kernels without a recorded launch
@@ -133,6 +133,19 @@ def link_kernels(trace: Trace) -> np.ndarray:
             rows = np.flatnonzero(miss)
             out[rows[hit]] = o[pos[hit]]
     return out
+
+
+def _distinct_inverse(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``codes.unique_inverse(rows)``; without a count over every possible row where the rows do not
+    descend (kernels in launch order, as an export lists them: one launch each, or a graph's several)."""
+    if len(rows) > 1 and bool((rows[1:] >= rows[:-1]).all()):
+        new = np.empty(len(rows), bool)
+        new[0] = True
+        np.not_equal(rows[1:], rows[:-1], out=new[1:])
+        inv = np.cumsum(new, dtype=np.intp)
+        inv -= 1
+        return rows[new], inv
+    return codes.unique_inverse(rows)
 
 
 def _innermost(ops: CpuOps, threads: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -163,21 +176,62 @@ def _innermost(ops: CpuOps, threads: np.ndarray, at: np.ndarray) -> np.ndarray:
         e += s
         mine = np.flatnonzero(threads == th)
         q = at[mine]
-        parent = nest_parents(s, e)  # enclosing operator (a position among the thread's rows)
         pos = np.searchsorted(s, q, side="right") - 1  # -1: none
-        del s
+        # the enclosing operator (a position among the thread's rows) where the climb reads it; the
+        # thread's starts dropped before the nesting (only its rows' own are nested)
+        sub = _climb_rows(s, e, pos, q)
+        if sub is None:
+            parent = nest_parents(s, e)
+            del s
+        else:
+            s = s[sub]
+            parent = _spread(nest_parents(s, e[sub]), sub, len(e))
+            del s, sub
+        up = np.arange(len(q))  # the queries still climbing
         for _ in range(64):  # climb to the innermost enclosing operator
-            c = np.clip(pos, 0, None)
-            bad = (pos >= 0) & (e[c] < q)
+            p = pos[up]
+            c = np.clip(p, 0, None)
+            bad = (p >= 0) & (e[c] < q[up])
             if not bad.any():
                 break
-            pos = np.where(bad, parent[c], pos)
-        del e, parent
+            up = up[bad]
+            pos[up] = parent[c[bad]]
+        del e, parent, up
         if rows is None:
             rows = np.flatnonzero(sel)
             del sel
         out[mine] = np.where(pos >= 0, rows[np.clip(pos, 0, None)], -1)
     return out
+
+
+def _climb_rows(s: np.ndarray, e: np.ndarray, pos: np.ndarray, q: np.ndarray) -> np.ndarray | None:
+    """The intervals (outer first) whose :func:`nest_parents` the climb from ``pos`` toward the
+    instants ``q`` can read, None where that is all of them. An interval closed before the next one
+    starts is nobody's enclosing candidate (every later start is past its end): its parent is asked
+    only where a climb starts at it. The rest — the intervals open at the next start, and those
+    climbs' first ones — nest alone with the same parents (the candidates they lose were never open
+    at their starts): 0.75 M and 1.9 M of the 2.1 M and 2.9 M operators of a 1 GB Nsight export's
+    two threads."""
+    n = len(s)
+    need = np.ones(n, bool)
+    np.greater_equal(e[:-1], s[1:], out=need[:-1])
+    c = np.clip(pos, 0, None)
+    climbs = (pos >= 0) & (e[c] < q)
+    need[pos[climbs]] = True
+    del c, climbs
+    if need.all():
+        return None
+    sub = np.flatnonzero(need)
+    out: np.ndarray = sub.astype(np.int32) if n < 1 << 31 else sub  # four bytes a row, held through the nesting
+    return out
+
+
+def _spread(ps: np.ndarray, sub: np.ndarray, n: int) -> np.ndarray:
+    """Parents among ``sub``'s rows (positions into it) as positions among all ``n`` rows (−1 elsewhere)."""
+    parent = np.full(n, -1, np.int64)
+    has = ps >= 0
+    parent[sub[has]] = sub[ps[has]]
+    return parent
 
 
 _LINKED: dict[int, tuple[weakref.ref[Trace], int, int, np.ndarray]] = {}
@@ -255,7 +309,9 @@ def kernel_costs(trace: Trace) -> KernelCosts:
         dur = k.dur[linked].astype(np.float64)
         tot = np.bincount(oinv, weights=dur)
         cnt = np.bincount(oinv)
-        share = np.where(tot[oinv] > 0, dur / np.where(tot[oinv] > 0, tot[oinv], 1), 1.0 / cnt[oinv])
+        tot_k = tot[oinv]  # the operator's kernel time, per kernel (gathered once)
+        share = np.where(tot_k > 0, dur / np.where(tot_k > 0, tot_k, 1), 1.0 / cnt[oinv])
+        del tot_k
         lk = np.flatnonzero(linked)
         got = ~np.isnan(u_f[pinv])
         # A matrix operator's FLOPs happen in its math kernels, not in the layout transforms or
@@ -265,8 +321,10 @@ def kernel_costs(trace: Trace) -> KernelCosts:
             math_name[i] = classify_kernel(trace.strings[i]) in ("gemm", "convolution", "attention")
         is_math = math_name[k.name[lk]]
         mdur = np.bincount(oinv, weights=np.where(is_math, dur, 0.0))
-        use_math = u_m[pinv] & (mdur[oinv] > 0)
-        fshare = np.where(use_math, np.where(is_math, dur / np.where(mdur[oinv] > 0, mdur[oinv], 1), 0.0), share)
+        mdur_k = mdur[oinv]
+        use_math = u_m[pinv] & (mdur_k > 0)
+        fshare = np.where(use_math, np.where(is_math, dur / np.where(mdur_k > 0, mdur_k, 1), 0.0), share)
+        del mdur_k
         flops[lk] = u_f[pinv] * fshare
         nbytes[lk] = u_b[pinv] * share
         prec[lk] = u_p[pinv]

@@ -222,8 +222,7 @@ def fusion_candidates(
         cur[pos[ok]] = inv[ok]
         prev = cur
         if ok.any():
-            starts, pid = _without_overlap(pos[ok], inv[ok], length)
-            found.append((length, starts, pid))
+            found.append((length, *_without_overlap(pos[ok], inv[ok], length)))
     if not found:
         return empty
 
@@ -233,13 +232,13 @@ def fusion_candidates(
     tot_ms: list[float] = []
     dur_mem = np.where(mem, dur, 0.0)
     for length, starts, pid in found:
+        o = _by_pattern(pid)
         cnt = np.bincount(pid)
         win = starts[:, None] + np.arange(length)
         occ_mem = dur_mem[win].sum(axis=1)
         occ_tot = dur[win].sum(axis=1)
         p_mem = np.bincount(pid, weights=occ_mem)
         p_tot = np.bincount(pid, weights=occ_tot)
-        o = np.argsort(pid, kind="stable")
         bounds = np.concatenate([[0], np.cumsum(cnt)])
         for p in np.flatnonzero((cnt >= k_min) & (p_mem > 0)).tolist():
             rows.append((length, starts[o[bounds[p] : bounds[p + 1]]]))
@@ -287,11 +286,19 @@ def fusion_candidates(
     return FusionCandidates(tuple(out), total, steps, bw, gap_ns / 1e3, k_min, n_max)
 
 
+def _by_pattern(pid: np.ndarray) -> np.ndarray:
+    """The stable order of occurrences by pattern id (ids below 2**15: a radix pass over 16-bit keys,
+    where a 64-bit stable argsort merged runs — the same order)."""
+    if len(pid) and int(pid.min()) >= 0 and int(pid.max()) < 1 << 15:
+        return np.argsort(pid.astype(np.int16), kind="stable")
+    return np.argsort(pid, kind="stable")
+
+
 def _without_overlap(pos: np.ndarray, pid: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
     """The occurrences (start positions ``pos``, ascending, of patterns ``pid``) counted without
     overlap: the first of each pattern, then each one that starts after the last counted one ended.
     Only a pattern that overlaps itself (``A A`` in ``A A A``) needs the walk; the rest pass whole."""
-    o = np.argsort(pid, kind="stable")  # by pattern, then position (pos is ascending)
+    o = _by_pattern(pid)  # by pattern, then position (pos is ascending)
     p, s = pid[o], pos[o]
     same = np.concatenate([[False], p[1:] == p[:-1]])
     close = same & (np.diff(s, prepend=s[:1]) < length)

@@ -660,9 +660,11 @@ def module_tree(
     # the operations' figures the rest reads, taken now: their million-row columns are not held
     # through the per-node sums and the instances (the tree's deepest points)
     wd = w_dur.astype(np.float64)
-    inst_on = inst >= 0
-    inst_gpu = np.bincount(inst[inst_on], weights=wd[inst_on], minlength=nr).astype(np.float64)
-    del inst, inst_on
+    # no range: one bin past the ranges, dropped (each range's sum adds the same values in the same
+    # order as over the selected rows, without gathering them)
+    inst[inst < 0] = nr
+    inst_gpu = np.bincount(inst, weights=wd, minlength=nr + 1)[:nr].astype(np.float64)
+    del inst
     d2d_ops = w_node == PHASES.index("data-to-device")
     d2d_count = int(d2d_ops.sum())
     d2d_calls = np.unique(w_launch[d2d_ops & linked])
@@ -698,9 +700,12 @@ def module_tree(
         "pdur": per_node(np.where(pk, wd, 0.0)),
     }
     del fk, bk, pk, w_flops, w_bytes
-    wb = name_bound[w_name]
-    bound_t = np.stack([per_node(np.where(wb == i, wd, 0.0)) for i in range(len(BOUNDS))], axis=1)
-    del wb
+    # GPU time per (node, bound) in one count: each bin sums the values the four masked counts summed
+    # (they added zeros besides), in the same order
+    nb = w_node * len(BOUNDS)
+    nb += name_bound[w_name]
+    bound_t = np.bincount(nb, weights=wd, minlength=nn_ * len(BOUNDS)).reshape(nn_, len(BOUNDS))
+    del nb
     exclusive = cols["gpu"].copy()
     n_par = np.array(n_parent, np.int64)
     n_depth = np.zeros(nn_, np.int64)

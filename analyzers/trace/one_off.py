@@ -43,6 +43,7 @@ nothing warm remains is **not representative**.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
@@ -261,9 +262,9 @@ class _Where:
     """Where a moment of the trace sits: its offset from the trace's start and the innermost host
     range or operator open then (the first lookups only: a ledger lists few costs)."""
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: Trace, lo: int) -> None:
         self.trace = trace
-        self.lo = trace.span_ns[0]
+        self.lo = lo  # the trace's first start (``trace.span_ns[0]``)
 
     def __call__(self, ts: int, thread: int | None = None) -> str:
         t = self.trace
@@ -311,20 +312,32 @@ def _ascending(t: np.ndarray) -> bool:
 
 
 def _first_calls(
-    names: np.ndarray, ts: np.ndarray, dur: np.ndarray, candidates: np.ndarray, min_ns: float, ratio: float
+    names: np.ndarray,
+    ts: np.ndarray,
+    dur: np.ndarray,
+    candidates: np.ndarray | None,
+    min_ns: float,
+    ratio: float,
+    name_ok: np.ndarray | None = None,
 ) -> list[tuple[int, float | None]]:
     """Rows (indices into the arrays) that are the first call of their name, last ≥ ``min_ns`` and
     ≥ ``ratio`` × the median of the later calls of that name (or have none); with that median.
-    ``candidates`` masks the rows considered."""
+    ``candidates`` masks the rows considered (None: all); ``name_ok`` (per string) the names."""
     # Only a name with a call ≥ min_ns can have a first call that long: the other names' rows are
     # left out before the sort (each kept name keeps all its rows, so its first call and median are
     # the same). The 5 M operators of a 1 GB Nsight export were sorted whole for the few names with
-    # a long call (0.6 s and ≈ 250 MiB of index columns).
-    long_rows = candidates & (dur >= min_ns)
-    if not long_rows.any():
-        return []
-    candidates = candidates & codes.isin(names, codes.distinct(names[long_rows]))
+    # a long call (0.6 s and ≈ 250 MiB of index columns). A mask by name is read at the long rows
+    # only: every row of a name it keeps is a candidate.
+    long_rows = dur >= min_ns if candidates is None else candidates & (dur >= min_ns)
+    long_idx = np.flatnonzero(long_rows)
     del long_rows
+    if name_ok is not None:
+        long_idx = long_idx[name_ok[names[long_idx]]]
+    if not len(long_idx):
+        return []
+    in_long = codes.isin(names, codes.distinct(names[long_idx]))
+    candidates = in_long if candidates is None else candidates & in_long
+    del long_idx, in_long
     rows = np.flatnonzero(candidates)
     # already in time order (a table's rows; checked on the whole column first, no gathered copy of
     # 5 M start times held through the sort): one key, the stable order by name (a radix sort of codes)
@@ -354,7 +367,7 @@ def one_off_costs(trace: Trace, rules: Rules | None = None, steps: StepSegmentat
     rules = rules or Rules()
     lo, hi = trace.span_ns
     busy = _gpu_busy(trace)
-    where = _Where(trace)
+    where = _Where(trace, lo)
     costs: list[OneOffCost] = []
     r = trace.runtime
     S = trace.strings
@@ -376,7 +389,11 @@ def one_off_costs(trace: Trace, rules: Rules | None = None, steps: StepSegmentat
         glaunch = name_mask(trace, _GRAPH_LAUNCH)[r.name]
         teardown = name_mask(trace, _TEARDOWN)[r.name]
         graph_replays = int(glaunch.sum())
-        idle = _idle_share(busy, r.ts, r.end)
+
+        # the GPU's idle share of a call, asked of the few calls a rule has kept (never of all 2.2 M
+        # calls of a 1 GB export: 0.22 CPU-s for a handful of reads)
+        def idle(rows: np.ndarray) -> np.ndarray:
+            return _idle_share(busy, r.ts[rows], r.ts[rows] + r.dur[rows])
 
         # --- graph capture: Begin…End pairs per thread, in time order -------------------------
         captures, capture_cost = _captures(trace, begin, endc, inst, glaunch, launch, busy, idle_min, where)
@@ -389,7 +406,7 @@ def one_off_costs(trace: Trace, rules: Rules | None = None, steps: StepSegmentat
         ctx_rows: list[int] = []
         if len(cand):
             i = int(cand[np.argmin(r.ts[cand])])
-            if r.dur[i] >= rules.value("startup.context_ms") * 1e6 and idle[i] >= idle_min:
+            if r.dur[i] >= rules.value("startup.context_ms") * 1e6 and idle(np.array([i]))[0] >= idle_min:
                 ctx_rows.append(i)
         drv = np.flatnonzero(ctx_call & (r.dur >= first_ns))
         ctx_rows += [int(j) for j in drv if int(j) not in ctx_rows]
@@ -408,7 +425,7 @@ def one_off_costs(trace: Trace, rules: Rules | None = None, steps: StepSegmentat
                     r.end[rows],
                     len(rows),
                     f"the trace's first runtime call lasts {_ms(float(r.dur[j0]))} ≥ startup.context_ms "
-                    f"({rules.value('startup.context_ms'):g} ms) with the GPU idle {idle[j0]:.0f} % of it",
+                    f"({rules.value('startup.context_ms'):g} ms) with the GPU idle {idle(rows[:1])[0]:.0f} % of it",
                 )
             )
 
@@ -471,7 +488,10 @@ def one_off_costs(trace: Trace, rules: Rules | None = None, steps: StepSegmentat
         # of a name is its first call, whatever the GPU did then); flagged only with the GPU idle
         kinds = ~(sync | launch | modload | rtc | begin | endc | inst | glaunch)
         firsts = _first_calls(r.name, r.ts, r.dur, kinds, first_ns, ratio)
-        firsts = [(j, m) for j, m in firsts if not used[j] and not in_capture[j] and idle[j] >= idle_min]
+        firsts = [(j, m) for j, m in firsts if not used[j] and not in_capture[j]]
+        if firsts:
+            idle_f = idle(np.array([j for j, _ in firsts], np.int64))
+            firsts = [f for f, x in zip(firsts, idle_f.tolist()) if x >= idle_min]
         if firsts:
             rows = np.array(sorted((j for j, _ in firsts), key=lambda j: -int(r.dur[j])))
             used[rows] = True
@@ -494,14 +514,16 @@ def one_off_costs(trace: Trace, rules: Rules | None = None, steps: StepSegmentat
         # --- teardown: frees, unloads and destroys after the last GPU operation ----------------
         if len(busy[0]):
             last = int(busy[1][-1])
-            rows = np.flatnonzero(teardown & (r.ts >= last))
+            td = np.flatnonzero(teardown)
+            rows = td[r.ts[td] >= last]
             # Frees a loop makes in every step are steady work, not teardown: the calls after the
             # last GPU operation count only beyond twice what one earlier step makes of them.
-            per_step = 0.0
-            if steps is not None and len(steps.starts) > 1:
-                inside = teardown & iv.contains((steps.starts, steps.ends), r.ts) & (r.ts < last)
-                per_step = float(r.dur[inside].sum()) / max(1, len(steps.starts) - 1)
             tail_ns = float(r.dur[rows].sum()) if len(rows) else 0.0
+            per_step = 0.0
+            if len(rows) and tail_ns >= first_ns and steps is not None and len(steps.starts) > 1:
+                td = td[r.ts[td] < last]  # the teardown calls only, searched in the steps
+                inside = td[iv.contains((steps.starts, steps.ends), r.ts[td])]
+                per_step = float(r.dur[inside].sum()) / max(1, len(steps.starts) - 1)
             if len(rows) and tail_ns >= first_ns and tail_ns > 2 * per_step:
                 costs.append(
                     _cost(
@@ -538,11 +560,18 @@ def _top_names(trace: Trace, names: np.ndarray, dur: np.ndarray, n: int = 3) -> 
     return ", ".join(f"{trace.strings[int(ids[i])]} ×{int(cnt[i])} {_ms(float(tot[i]))}" for i in order)
 
 
-def _lazy_launches(trace: Trace, cand: np.ndarray, idle: np.ndarray, idle_min: float, rules: Rules) -> np.ndarray:
+def _lazy_launches(
+    trace: Trace,
+    cand: np.ndarray,
+    idle: Callable[[np.ndarray], np.ndarray],
+    idle_min: float,
+    rules: Rules,
+) -> np.ndarray:
     """Launch-call rows that load their kernel's code: the kernel's first launch, ≥ cold_start_ms,
-    ≥ the ratio × its later launches, the GPU idle."""
+    ≥ the ratio × its later launches, the GPU idle (``idle``: the share of given rows)."""
     r, k = trace.runtime, trace.kernels
-    long = np.flatnonzero(cand & (r.dur >= rules.value("launch.cold_start_ms") * 1e6) & (idle >= idle_min))
+    long = np.flatnonzero(cand & (r.dur >= rules.value("launch.cold_start_ms") * 1e6))
+    long = long[idle(long) >= idle_min] if len(long) else long
     if not len(long) or not len(k):
         return np.empty(0, np.int64)
     ratio = rules.value("startup.first_call_ratio")
@@ -666,26 +695,28 @@ def _captures(
     return captured, out
 
 
-def _host_ranges(trace: Trace) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """(ts, end, name, thread) of the host ranges and operators."""
+def _host_ranges(trace: Trace) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(ts, dur, name) of the host ranges and operators: the operators' own columns, never copied
+    (the 5 M NVTX ranges of a 1 GB Nsight export; their ends are asked of the few rows kept)."""
     out = []
     a = trace.annotations
     if len(a):
         h = a.device < 0
-        out.append((a.ts[h], a.end[h], a.name[h], a.thread[h]))
+        out.append((a.ts[h], a.dur[h], a.name[h]) if not h.all() else (a.ts, a.dur, a.name))
     c = trace.cpu_ops
     if len(c):
-        out.append((c.ts, c.end, c.name, c.thread))
+        out.append((c.ts, c.dur, c.name))
     return out
 
 
 def _compile_ranges(trace: Trace, steps: StepSegmentation | None, where: _Where, first_ns: float) -> list[OneOffCost]:
     """Host ranges whose name says they compile: their union, unless they recur in most steps."""
     parts = []
-    for ts, end, name, _th in _host_ranges(trace):
-        m = name_mask(trace, COMPILE_RANGE)[name]
-        if m.any():
-            parts.append((ts[m], end[m], name[m]))
+    compile_name = name_mask(trace, COMPILE_RANGE)
+    for ts, dur, name in _host_ranges(trace) if compile_name.any() else ():
+        m = np.flatnonzero(compile_name[name])
+        if len(m):
+            parts.append((ts[m], ts[m] + dur[m], name[m]))
     if not parts:
         return []
     ts = np.concatenate([p[0] for p in parts])
@@ -734,27 +765,25 @@ def _first_call_ranges(
     skip = name_mask(trace, PROFILER_STEP) | name_mask(trace, _STEP_NAME)
     r = trace.runtime
     # time blocked in synchronizing calls is a wait on the device, not first-use work
-    sync = (
-        iv.union(r.ts[name_mask(trace, SYNC_CALL)[r.name]], r.end[name_mask(trace, SYNC_CALL)[r.name]])
-        if len(r)
-        else iv.EMPTY
-    )
-    for ts, end, name, _th in _host_ranges(trace):
+    sc = np.flatnonzero(name_mask(trace, SYNC_CALL)[r.name]) if len(r) else np.empty(0, np.int64)
+    sync = iv.union(r.ts[sc], r.ts[sc] + r.dur[sc]) if len(r) else iv.EMPTY
+    del sc
+    for ts, dur, name in _host_ranges(trace):
         if not len(ts):
             continue
-        ok = ~skip[name]
-        firsts = _first_calls(name, ts, end - ts, ok, first_ns, ratio)
+        firsts = _first_calls(name, ts, dur, None, first_ns, ratio, name_ok=~skip)
         firsts = [(j, m) for j, m in firsts if m is not None]  # a name called once shows nothing
         if not firsts:
             continue
         rows = np.array([j for j, _ in firsts], np.int64)
         med = np.array([m for _, m in firsts], np.float64)
-        own = (end[rows] - ts[rows]) - (iv.overlap_per_window(sync, ts[rows], end[rows]) if len(sync[0]) else 0)
-        idle = _idle_share(busy, ts[rows], end[rows])
-        rows = rows[(idle >= idle_min) & (own >= first_ns) & (own >= ratio * np.maximum(med, 1.0))]
-        rows_s.append(ts[rows])
-        rows_e.append(end[rows])
-        rows_n.append(name[rows])
+        t0, t1 = ts[rows], ts[rows] + dur[rows]
+        own = (t1 - t0) - (iv.overlap_per_window(sync, t0, t1) if len(sync[0]) else 0)
+        idle = _idle_share(busy, t0, t1)
+        keep = (idle >= idle_min) & (own >= first_ns) & (own >= ratio * np.maximum(med, 1.0))
+        rows_s.append(t0[keep])
+        rows_e.append(t1[keep])
+        rows_n.append(name[rows[keep]])
     if not rows_s:
         return []
     s, e, n = np.concatenate(rows_s), np.concatenate(rows_e), np.concatenate(rows_n)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainscope.analyzers import codes
 from trainscope.analyzers import intervals as iv
-from trainscope.analyzers import membership
 from trainscope.analyzers.trace.kernels import ALL_CLASSES
 from trainscope.analyzers.trace.steps import StepSegmentation
 from trainscope.analyzers.trace.steps import name_mask
@@ -81,14 +81,14 @@ def phase_breakdown(
     taken: iv.IntervalSet = iv.EMPTY
     out: list[PhaseStat] = []
     stats: dict[str, PhaseStat] = {}
-    for j, (name, _) in enumerate(PHASE_PATTERNS):
+    owns = []
+    for j in range(len(PHASE_PATTERNS)):
         own = _minus(layers[j], taken)
         taken = iv.union(np.concatenate([taken[0], layers[j][0]]), np.concatenate([taken[1], layers[j][1]]))
-        own = _clip_to_windows(own, ws, we)
-        launched = iv.contains(own, r.ts) & (r.correlation >= 0) if len(r) and len(own[0]) else np.zeros(len(r), bool)
-        mine = (
-            on & membership.isin(k.correlation, r.correlation[launched]) if launched.any() else np.zeros(len(k), bool)
-        )
+        owns.append(_clip_to_windows(own, ws, we))
+    k_phases = _launch_phases(owns, r.ts, r.correlation, k.correlation)
+    for j, (name, _) in enumerate(PHASE_PATTERNS):
+        mine = on & ((k_phases >> j) & 1).astype(bool)
         by_class: dict[str, int] = {}
         if cls_of is not None and mine.any():
             per = np.bincount(cls_of[k.name[mine]], weights=k.dur[mine], minlength=len(ALL_CLASSES))
@@ -130,6 +130,51 @@ def _minus(a: iv.IntervalSet, b: iv.IntervalSet) -> iv.IntervalSet:
             pts_s.append(cur)
             pts_e.append(e)
     return np.array(pts_s, np.int64), np.array(pts_e, np.int64)
+
+
+def _launch_phases(owns: list[iv.IntervalSet], r_ts: np.ndarray, r_corr: np.ndarray, k_corr: np.ndarray) -> np.ndarray:
+    """Per kernel, a bit per phase (bit j: ``owns[j]``) whose set holds the start of a runtime call
+    with the kernel's correlation id (ids ≥ 0 only). The sets are disjoint (each phase's own time):
+    one binary search places every call in its phase, and one sort of the placed calls' ids answers
+    every kernel — where a search and a sort per phase took 0.19 CPU-s at 1 GB."""
+    out = np.zeros(len(k_corr), np.uint8)
+    parts = [(o[0], o[1], j) for j, o in enumerate(owns) if len(o[0])]
+    if not parts or not len(r_ts) or not len(k_corr):
+        return out
+    s = np.concatenate([p[0] for p in parts])
+    e = np.concatenate([p[1] for p in parts])
+    lab = np.concatenate([np.full(len(p[0]), p[2], np.uint8) for p in parts])
+    ne = e > s  # an empty interval holds no start (and would hide the one it lies in)
+    s, e, lab = s[ne], e[ne], lab[ne]
+    o = np.argsort(s, kind="stable")
+    s, e, lab = s[o], e[o], lab[o]
+    ids_p, bits_p = [], []
+    for a in range(0, len(r_ts), _PIECE):  # a piece of the calls at a time: no columns of every call
+        t, rc = r_ts[a : a + _PIECE], r_corr[a : a + _PIECE]
+        i = np.searchsorted(s, t, side="right") - 1
+        hit = (i >= 0) & (rc >= 0)
+        hit[hit] = t[hit] < e[i[hit]]
+        ids_p.append(rc[hit])
+        bits_p.append(np.left_shift(1, lab[i[hit]]).astype(np.uint8))
+        del t, rc, i, hit
+    rc = ids_p[0] if len(ids_p) == 1 else np.concatenate(ids_p)
+    bits = bits_p[0] if len(bits_p) == 1 else np.concatenate(bits_p)
+    del ids_p, bits_p
+    if not len(rc):
+        return out
+    rc, by_id = codes.ascending(rc)  # a table's ids ascend already: no sort
+    if by_id is not None:
+        bits = bits[by_id]
+    first = np.flatnonzero(np.concatenate([[True], rc[1:] != rc[:-1]]))
+    ids, bits = rc[first], np.bitwise_or.reduceat(bits, first)  # a call id seen in several phases: each
+    pos = np.searchsorted(ids, k_corr)
+    np.minimum(pos, len(ids) - 1, out=pos)
+    found = ids[pos] == k_corr
+    out[found] = bits[pos[found]]
+    return out
+
+
+_PIECE = 1 << 20  # runtime calls per piece
 
 
 def _clip_to_windows(a: iv.IntervalSet, ws: np.ndarray, we: np.ndarray) -> iv.IntervalSet:
