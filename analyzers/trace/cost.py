@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainscope.analyzers import codes
+from trainscope.analyzers.intervals import searchsorted
 from trainscope.analyzers.nesting import is_outer_first
 from trainscope.analyzers.nesting import nest_parents
 from trainscope.analyzers.nesting import outer_first
@@ -113,7 +114,7 @@ def link_kernels(trace: Trace) -> np.ndarray:
         rc, o = codes.ascending(r.correlation[rrow])  # a table's ids ascend already: no sort, no gathers
         if o is not None:
             rrow = rrow[o]
-        pos = np.clip(np.searchsorted(rc, k.correlation), 0, max(0, len(rc) - 1))
+        pos = np.clip(searchsorted(rc, k.correlation), 0, max(0, len(rc) - 1))
         has = (len(rc) > 0) & (k.correlation >= 0)
         has &= rc[pos] == k.correlation if len(rc) else False
         if has.any():
@@ -176,7 +177,7 @@ def _innermost(ops: CpuOps, threads: np.ndarray, at: np.ndarray) -> np.ndarray:
         e += s
         mine = np.flatnonzero(threads == th)
         q = at[mine]
-        pos = np.searchsorted(s, q, side="right") - 1  # -1: none
+        pos = searchsorted(s, q, side="right") - 1  # -1: none
         # the enclosing operator (a position among the thread's rows) where the climb reads it; the
         # thread's starts dropped before the nesting (only its rows' own are nested)
         sub = _climb_rows(s, e, pos, q)

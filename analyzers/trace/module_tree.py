@@ -56,6 +56,7 @@ import numpy as np
 import numpy.typing as npt
 
 from trainscope.analyzers import codes
+from trainscope.analyzers.intervals import searchsorted
 from trainscope.analyzers.nesting import nest_gathered
 from trainscope.analyzers.nesting import nest_parents
 from trainscope.analyzers.nesting import outer_first
@@ -195,7 +196,7 @@ def _phase_at(t: I64, sets: dict[str, tuple[I64, I64]]) -> I64:
         s, e = sets.get(name, (np.empty(0, np.int64), np.empty(0, np.int64)))
         if not len(s) or not len(t):
             continue
-        i = np.searchsorted(s, t, side="right") - 1
+        i = searchsorted(s, t, side="right") - 1
         ok = i >= 0
         ok[ok] = t[ok] < e[i[ok]]
         out[ok] = PHASES.index(name)
@@ -297,7 +298,7 @@ def _launch_rows(r_corr: np.ndarray, w_corr: I64) -> I64:
     rc, o = codes.ascending(r_corr[rsel])
     rrow = rsel if o is None else rsel[o]
     if len(rc):
-        pos = np.clip(np.searchsorted(rc, w_corr), 0, len(rc) - 1)
+        pos = np.clip(searchsorted(rc, w_corr), 0, len(rc) - 1)
         hit = (w_corr >= 0) & (rc[pos] == w_corr)
         out[hit] = rrow[pos[hit]]
     return out
@@ -323,8 +324,8 @@ def module_tree(
     def in_windows(ts: np.ndarray, dev: np.ndarray) -> np.ndarray:
         if not len(ws):
             return np.zeros(len(ts), bool)
-        j = np.searchsorted(ws, ts, side="right") - 1
-        ok = j >= 0
+        j: np.ndarray = searchsorted(ws, ts, side="right") - 1
+        ok: np.ndarray = j >= 0
         ok[ok] = ts[ok] < we[j[ok]]
         if device is not None:
             ok &= dev == device

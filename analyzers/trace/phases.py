@@ -17,6 +17,7 @@ import numpy as np
 
 from trainscope.analyzers import codes
 from trainscope.analyzers import intervals as iv
+from trainscope.analyzers.intervals import searchsorted
 from trainscope.analyzers.trace.kernels import ALL_CLASSES
 from trainscope.analyzers.trace.steps import StepSegmentation
 from trainscope.analyzers.trace.steps import name_mask
@@ -151,7 +152,7 @@ def _launch_phases(owns: list[iv.IntervalSet], r_ts: np.ndarray, r_corr: np.ndar
     ids_p, bits_p = [], []
     for a in range(0, len(r_ts), _PIECE):  # a piece of the calls at a time: no columns of every call
         t, rc = r_ts[a : a + _PIECE], r_corr[a : a + _PIECE]
-        i = np.searchsorted(s, t, side="right") - 1
+        i = searchsorted(s, t, side="right") - 1
         hit = (i >= 0) & (rc >= 0)
         hit[hit] = t[hit] < e[i[hit]]
         ids_p.append(rc[hit])
@@ -167,7 +168,7 @@ def _launch_phases(owns: list[iv.IntervalSet], r_ts: np.ndarray, r_corr: np.ndar
         bits = bits[by_id]
     first = np.flatnonzero(np.concatenate([[True], rc[1:] != rc[:-1]]))
     ids, bits = rc[first], np.bitwise_or.reduceat(bits, first)  # a call id seen in several phases: each
-    pos = np.searchsorted(ids, k_corr)
+    pos = searchsorted(ids, k_corr)
     np.minimum(pos, len(ids) - 1, out=pos)
     found = ids[pos] == k_corr
     out[found] = bits[pos[found]]

@@ -29,6 +29,7 @@ import numpy as np
 
 from trainscope.analyzers import codes
 from trainscope.analyzers.findings.base import Evidence
+from trainscope.analyzers.intervals import searchsorted
 from trainscope.analyzers.trace.steps import PROFILER_STEP
 from trainscope.analyzers.trace.steps import name_mask
 from trainscope.traces.model import Column
@@ -346,7 +347,7 @@ def _launch_gaps(t: Trace, tab: GpuTable) -> Column:
         return out
     order = np.argsort(rt.correlation, kind="stable")
     corr = rt.correlation[order]
-    pos = np.searchsorted(corr, tab.correlation)
+    pos = searchsorted(corr, tab.correlation)
     pos = np.minimum(pos, len(corr) - 1)
     hit = (corr[pos] == tab.correlation) & (tab.correlation > 0)
     out[hit] = (tab.ts[hit] - rt.ts[order][pos[hit]]).astype(np.float64)
