@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from collections.abc import Callable
@@ -140,9 +139,6 @@ class Analysis:
     tree: ModuleTree | None = None  # where in the model: the trace's ranges as a tree over the steps
 
 
-_HostSide = tuple[HostIdle | None, GpuGaps | None]
-Layers = dict[str, iv.IntervalSet]  # host_layers' result: the breakdown's host layers by name
-
 # From this many host rows and kernels, ``jobs >= 2`` runs the host side (host-idle attribution, then
 # the GPU gaps it leaves) in a thread beside the kernel stages: at 1 GB (9 M rows) that chain is ≈ 4 of
 # the analysis' 12 CPU-s, and numpy releases the GIL for most of it (analysis wall 11.4–13.0 → 7.5–7.8 s,
@@ -176,24 +172,19 @@ def analyze_trace(
     seg, steady = steady_window(trace, seg, ledger, rules, explicit=step_range is not None)
     device = primary_device(trace)
     beside = None
-    handoff: list[Layers] = []  # the host layers, for the breakdown (emptied there: not held by this frame)
     if jobs >= 2 and trace.has_gpu_activity and host_rows(trace) >= BESIDE_MIN_ROWS:
-        # built once, before the chains part: the breakdown here and the GPU gaps beside both read them
-        layers = host_layers(trace)
-        heap.release()
         cold_start_ms = rules.value("launch.cold_start_ms")
-        beside = _Beside(functools.partial(host_side, trace, seg, device, cold_start_ms, layers))
-        handoff.append(layers)
-        del layers
+        beside = _Beside(lambda: host_side(trace, seg, device, cold_start_ms))
     try:
-        return _analyzed_trace(
-            trace, rules, peak_tflops, peak_bandwidth, repairs, ctx, seg, steady, device, beside, handoff
-        )
+        return _analyzed_trace(trace, rules, peak_tflops, peak_bandwidth, repairs, ctx, seg, steady, device, beside)
     except Exception:
         if beside is not None:
             beside.join()  # an error here: the host side ends before the caller goes on (an interrupt does not wait)
             beside = None  # its result (interval sets of millions at 1 GB) not held by the traceback's frame
         raise
+
+
+_HostSide = tuple[HostIdle | None, GpuGaps | None]
 
 
 class _Beside:
@@ -229,18 +220,15 @@ def host_rows(trace: Trace) -> int:
     return len(trace.cpu_ops) + len(trace.runtime) + len(trace.annotations) + len(trace.kernels)
 
 
-def host_side(
-    trace: Trace, seg: StepSegmentation, device: int | None, cold_start_ms: float, layers: Layers | None = None
-) -> _HostSide:
+def host_side(trace: Trace, seg: StepSegmentation, device: int | None, cold_start_ms: float) -> _HostSide:
     """Host-idle attribution, then the GPU gaps it leaves unexplained: one chain (the gaps read the
-    attribution's explained sets) that needs the steps only — none of the kernel stages' results.
-    ``layers``: :func:`host_layers` of ``trace``, where the caller built them."""
+    attribution's explained sets) that needs the steps only — none of the kernel stages' results."""
     if not trace.has_gpu_activity:
         return None, None
     heap.release()
     hidle = host_idle(trace, seg, device, cold_start_ms)
     heap.release()
-    return hidle, explained_gaps(trace, seg, device, hidle, layers)
+    return hidle, explained_gaps(trace, seg, device, hidle)
 
 
 def _analyzed_trace(
@@ -254,10 +242,8 @@ def _analyzed_trace(
     steady: SteadyWindow,
     device: int | None,
     beside: _Beside | None,
-    handoff: list[Layers],
 ) -> Analysis:
-    """:func:`analyze_trace` from the steady window on; ``beside``: the host side, running;
-    ``handoff``: the host layers it was given, for the breakdown (the list is emptied)."""
+    """:func:`analyze_trace` from the steady window on; ``beside``: the host side, running."""
     classes = kernel_classes(trace)  # regexes over long kernel names: classify once, use twice
     heap.release()
     serial: _HostSide | None = None
@@ -271,9 +257,7 @@ def _analyzed_trace(
         serial = (attributed, explained_gaps(trace, seg, device, attributed, layers))
         del attributed, layers
     else:
-        given = handoff.pop() if handoff else None
-        bd = step_breakdown(trace, seg, device, classes[0], host=given)
-        del given
+        bd = step_breakdown(trace, seg, device, classes[0])
     heap.release()
     # Steps are sorted and disjoint: one binary search per kernel says whether it starts in one.
     in_steps = iv.contains((seg.starts, seg.ends), trace.kernels.ts)
@@ -508,7 +492,7 @@ def explained_gaps(
     seg: StepSegmentation,
     device: int | None,
     hidle: HostIdle | None,
-    layers: Layers | None = None,
+    layers: dict[str, iv.IntervalSet] | None = None,
 ) -> GpuGaps:
     """The GPU-idle gaps no recorded host activity explains (the breakdown's host layers, the host
     frames' input and sync time), classified from the GPU timeline and the runtime calls.
