@@ -94,11 +94,13 @@ def test_the_job_outlives_a_killed_watcher_and_keeps_its_output(tmp_path):
     job = tmp_path / "job.py"
     done = tmp_path / "done.txt"
     job.write_text(
-        "import time\n"
+        "import os, time\n"
         "for i in range(1, 61):\n"
         "    print(f'line {i}/60', flush=True)\n"
         "    time.sleep(0.05)\n"
-        f"open({str(done)!r}, 'w').write('finished')\n"
+        # written whole, then renamed: the test never reads the file between its creation and its text
+        f"open({str(done) + '.part'!r}, 'w').write('finished')\n"
+        f"os.replace({str(done) + '.part'!r}, {str(done)!r})\n"
     )
     out = tmp_path / "out.txt"
     with open(out, "wb") as f:
@@ -117,6 +119,8 @@ def test_the_job_outlives_a_killed_watcher_and_keeps_its_output(tmp_path):
     while not done.exists() and time.monotonic() < end:
         time.sleep(0.1)
     assert done.read_text() == "finished"  # no BrokenPipeError in the job
-    time.sleep(0.5)
-    assert numbered(out.read_text())[-1] == "line 60/60"
+    # the relay copies the job's last lines after the job ends: waited for, bounded (not a fixed sleep)
+    end = time.monotonic() + 60
+    while numbered(out.read_text())[-1:] != ["line 60/60"] and time.monotonic() < end:
+        time.sleep(0.1)
     assert numbered(out.read_text()) == [f"line {i}/60" for i in range(1, 61)]
