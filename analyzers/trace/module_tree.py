@@ -433,8 +433,9 @@ def module_tree(
         if not bad.any():
             break
         parent[bad] = parent[parent[bad]]
-    r_parent = parent[:nr]
+    r_parent = parent[:nr].copy()  # its own: the launch calls' part dies with l_range, not with r_parent
     l_range = parent[nr:]  # innermost range around each launch call, −1: none
+    del parent
     # the nesting's inputs are read no more: not held through the rest (a 1 GB export: ≈ 200 MiB)
     del all_ts, all_end, all_thread, order, a_end, on_host
 
@@ -584,6 +585,8 @@ def module_tree(
             mirror[(target, nid)] = got
         return got
 
+    # read no more: not held through the node building and the per-node sums (the tree's peak)
+    del phase_anc, fop, r_thread, bad
     # mapped nodes and what they hold are placed after the rest (their parents are mirrors)
     deferred = r_map >= 0
     for d in range(1, int(depth.max()) + 1 if nr else 0):
@@ -642,6 +645,7 @@ def module_tree(
     del ci, mi
     w_range = np.full(nw, -1, np.int64)
     w_range[linked] = l_range[w_lidx[linked]]
+    del l_range  # with r_parent its own copy, the nesting's whole column goes here
     w_node = np.full(nw, OUT, np.int64)
     has_r = w_range >= 0
     w_node[has_r] = r_node[w_range[has_r]]
