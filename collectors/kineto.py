@@ -105,6 +105,18 @@ _GPU_DEVICE_TYPES = {1, 6}
 
 
 PARALLEL_MIN_BYTES = 192 << 20  # plain files this large are read in two halves, one in another process
+# What reading a plain file in two halves holds, in bytes per byte of the file, for the parent and
+# its child together: 510 MiB summed PSS for the 1,007 MB benchmark JSON (docs/scale.md, "The second
+# core and the memory it needs"; 382 MiB on one core). Read in halves only where that, with half
+# again for a trace shaped unlike the benchmark's, fits in the room this process may still take.
+HALVES_BYTES_PER_BYTE = 0.53
+HALVES_MARGIN = 1.5
+
+
+def halves_fit(size: int, available: int | None) -> bool:
+    """Whether a ``size``-byte plain file's two-process read fits in ``available`` bytes (None: no
+    limit known): one process reads it otherwise, the same trace in more time and less memory."""
+    return available is None or size * HALVES_BYTES_PER_BYTE * HALVES_MARGIN <= available
 
 
 def load_kineto(path: str, progress: Progress | None = None) -> Trace:
@@ -114,7 +126,11 @@ def load_kineto(path: str, progress: Progress | None = None) -> Trace:
         trace = _load_gzip_halves(path, progress)
         if trace is not None:
             return trace
-    elif os.path.getsize(path) >= PARALLEL_MIN_BYTES and readers.usable_cores() >= 2:
+    elif (
+        os.path.getsize(path) >= PARALLEL_MIN_BYTES
+        and readers.usable_cores() >= 2
+        and halves_fit(os.path.getsize(path), readers.memory_room().available)
+    ):
         trace = _load_halves(path, progress)
         if trace is not None:
             return trace

@@ -140,6 +140,31 @@ def test_two_halves_read_at_once_give_the_serial_tables(tmp_path, monkeypatch, c
     assert halves.warnings == serial.warnings and halves.metadata == serial.metadata
 
 
+def test_a_file_is_read_in_halves_only_where_their_memory_fits(tmp_path, monkeypatch):
+    """The two-process read holds ≈ 0.53 byte per byte of the file (parent and child together): where
+    that, with its margin, does not fit in the room this process may still take, one process reads
+    the file — the same trace. No room known (no limit): halves, as before."""
+    from trainscope.collectors import kineto
+
+    p = tmp_path / "big.json"
+    p.write_bytes(gzip.decompress((KINETO / "hta_a100_control.json.gz").read_bytes()))
+    size = p.stat().st_size
+    need = size * kineto.HALVES_BYTES_PER_BYTE * kineto.HALVES_MARGIN
+    assert kineto.halves_fit(size, None) and kineto.halves_fit(size, int(need) + 1)
+    assert not kineto.halves_fit(size, int(need) - 1)
+    calls: list[int] = []
+    real = kineto._load_halves
+    monkeypatch.setattr(kineto, "_load_halves", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(readers, "usable_cores", lambda: 2)
+    got = {}
+    for room in (int(need) - 1, int(need) + 1, None):
+        monkeypatch.setattr(readers, "memory_room", lambda room=room: readers.MemoryRoom(None, room))
+        got[room] = load_kineto(str(p))
+    assert calls == [1, 1]  # the two rooms it fits in: no halves where it does not
+    _same(got[int(need) - 1], got[None])
+
+
 def _mm_and_its_gemm(mm_args: dict, gemm_external: int) -> list[dict]:
     """An aten::mm operator (``mm_args``) and the gemm kernel it launches, whose External id is
     ``gemm_external``."""
