@@ -34,16 +34,19 @@ def usable_cores(cgroup_root: str = "/sys/fs/cgroup") -> int:
 
 def cpu_quota(cgroup_root: str = "/sys/fs/cgroup") -> float | None:
     """CPUs' worth of time per period this process's control group may use; None where unlimited
-    or unreadable. v2: ``cpu.max`` ("QUOTA PERIOD" or "max PERIOD") in the group named by
-    /proc/self/cgroup's ``0::`` line, else at the root; v1: the ``cpu`` controller's files."""
-    group = own_group("")
-    for folder in dict.fromkeys([os.path.join(cgroup_root, group), cgroup_root]):
+    or unreadable. v2: the least ``cpu.max`` ("QUOTA PERIOD" or "max PERIOD") in the group named by
+    /proc/self/cgroup's ``0::`` line and each group above it (a quota anywhere on the path holds
+    it); v1, where v2 has none: the ``cpu`` controller's files."""
+    quotas: list[float | None] = []
+    for folder in v2_groups(cgroup_root):
         try:
             with open(os.path.join(folder, "cpu.max")) as f:
                 quota, period = f.read().split()[:2]
-            return None if quota == "max" else _ratio(int(quota), int(period))
+            quotas.append(None if quota == "max" else _ratio(int(quota), int(period)))
         except (OSError, ValueError):
             continue
+    if quotas:
+        return min((q for q in quotas if q is not None), default=None)
     try:
         with open(os.path.join(cgroup_root, "cpu", "cpu.cfs_quota_us")) as f:
             quota_us = int(f.read())
@@ -56,6 +59,15 @@ def cpu_quota(cgroup_root: str = "/sys/fs/cgroup") -> float | None:
 
 def _ratio(quota: int, period: int) -> float | None:
     return quota / period if quota > 0 and period > 0 else None
+
+
+def v2_groups(cgroup_root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/self/cgroup") -> list[str]:
+    """The folders of this process's cgroup v2 group and of each group above it up to the mount's
+    root, its own first (a group outside this namespace's view: the mount's root alone)."""
+    parts = [p for p in own_group("", proc_cgroup).split("/") if p]
+    if ".." in parts:
+        parts = []
+    return [os.path.join(cgroup_root, *parts[:depth]) for depth in range(len(parts), -1, -1)]
 
 
 def own_group(controller: str, proc_cgroup: str = "/proc/self/cgroup") -> str:
@@ -101,11 +113,7 @@ def memory_room(
     no limit there."""
     limits: list[int] = []
     rooms: list[int] = []
-    parts = [p for p in own_group("", proc_cgroup).split("/") if p]
-    if ".." in parts:
-        parts = []  # a group outside this namespace's view: only the mount's root can be read
-    for depth in range(len(parts), -1, -1):  # v2: the own group, then each above it up to the root
-        folder = os.path.join(cgroup_root, *parts[:depth])
+    for folder in v2_groups(cgroup_root, proc_cgroup):  # v2: the own group, then each above it
         limit = _read_int(os.path.join(folder, "memory.max"))
         held = _read_int(os.path.join(folder, "memory.current"))
         if limit is not None and limit < _NO_LIMIT:

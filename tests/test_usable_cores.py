@@ -44,3 +44,22 @@ def test_cgroup_v1_cfs_quota(tmp_path, quota_us, quota):
 def test_no_cgroup_files_is_no_quota(tmp_path):
     assert readers.cpu_quota(str(tmp_path)) is None
     assert readers.usable_cores(str(tmp_path)) == _affinity()
+
+
+def test_a_quota_on_a_group_above_holds_the_process(tmp_path, monkeypatch):
+    """cgroup v2: the least quota on the path from the process's own group up to the root (a slice's
+    CPUQuota above a container without its own), not only the own group's."""
+    proc = tmp_path / "cgroup"
+    proc.write_text("0::/slice/job\n")
+    (tmp_path / "slice" / "job").mkdir(parents=True)
+    (tmp_path / "slice" / "job" / "cpu.max").write_text("max 100000\n")
+    (tmp_path / "slice" / "cpu.max").write_text("150000 100000\n")
+    assert readers.v2_groups(str(tmp_path), str(proc)) == [
+        str(tmp_path / "slice" / "job"),
+        str(tmp_path / "slice"),
+        str(tmp_path),
+    ]
+    real = readers.v2_groups
+    monkeypatch.setattr(readers, "v2_groups", lambda root: real(root, str(proc)))
+    assert readers.cpu_quota(str(tmp_path)) == 1.5
+    assert readers.usable_cores(str(tmp_path)) == 1
