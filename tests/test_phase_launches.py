@@ -13,10 +13,10 @@ from trainscope.analyzers.trace.phases import _launch_phases
 
 
 def _reference(owns: list[iv.IntervalSet], r_ts: np.ndarray, r_corr: np.ndarray, k_corr: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(k_corr), np.uint8)
+    out = np.zeros(len(k_corr), np.uint64)
     for j, own in enumerate(owns):
         launched = iv.contains(own, r_ts) & (r_corr >= 0)
-        out |= (np.isin(k_corr, r_corr[launched]).astype(np.uint8) << j).astype(np.uint8)
+        out |= np.isin(k_corr, r_corr[launched]).astype(np.uint64) << np.uint64(j)
     return out
 
 
@@ -32,13 +32,14 @@ def _disjoint_sets(rng: np.random.Generator, n_sets: int) -> list[iv.IntervalSet
     return sets
 
 
-@pytest.mark.parametrize("piece", [None, 5])
-def test_launch_phases_matches_the_definition_on_random_inputs(piece, monkeypatch):
+@pytest.mark.parametrize(("piece", "n_sets"), [(None, 3), (5, 3), (None, 11)])
+def test_launch_phases_matches_the_definition_on_random_inputs(piece, n_sets, monkeypatch):
+    """Three phases as today, and eleven: more than a byte of bits holds."""
     if piece is not None:  # the calls placed a few at a time, as a large trace's are
         monkeypatch.setattr(phases, "_PIECE", piece)
     rng = np.random.default_rng(39)
     for _ in range(400):
-        owns = _disjoint_sets(rng, 3)
+        owns = _disjoint_sets(rng, n_sets)
         n_r, n_k = int(rng.integers(0, 40)), int(rng.integers(0, 40))
         r_ts = rng.integers(-2, 62, n_r).astype(np.int64)
         # repeated ids (two calls of one id, in different phases or none), negative ids, unsorted ids

@@ -138,13 +138,14 @@ def _launch_phases(owns: list[iv.IntervalSet], r_ts: np.ndarray, r_corr: np.ndar
     with the kernel's correlation id (ids ≥ 0 only). The sets are disjoint (each phase's own time):
     one binary search places every call in its phase, and one sort of the placed calls' ids answers
     every kernel — where a search and a sort per phase took 0.19 CPU-s at 1 GB."""
-    out = np.zeros(len(k_corr), np.uint8)
+    width = np.uint8 if len(owns) <= 8 else np.uint64  # a bit per phase (three today)
+    out = np.zeros(len(k_corr), width)
     parts = [(o[0], o[1], j) for j, o in enumerate(owns) if len(o[0])]
     if not parts or not len(r_ts) or not len(k_corr):
         return out
     s = np.concatenate([p[0] for p in parts])
     e = np.concatenate([p[1] for p in parts])
-    lab = np.concatenate([np.full(len(p[0]), p[2], np.uint8) for p in parts])
+    lab = np.concatenate([np.full(len(p[0]), p[2], width) for p in parts])
     ne = e > s  # an empty interval holds no start (and would hide the one it lies in)
     s, e, lab = s[ne], e[ne], lab[ne]
     o = np.argsort(s, kind="stable")
@@ -156,7 +157,7 @@ def _launch_phases(owns: list[iv.IntervalSet], r_ts: np.ndarray, r_corr: np.ndar
         hit = (i >= 0) & (rc >= 0)
         hit[hit] = t[hit] < e[i[hit]]
         ids_p.append(rc[hit])
-        bits_p.append(np.left_shift(1, lab[i[hit]]).astype(np.uint8))
+        bits_p.append(np.left_shift(width(1), lab[i[hit]]).astype(width))
         del t, rc, i, hit
     rc = ids_p[0] if len(ids_p) == 1 else np.concatenate(ids_p)
     bits = bits_p[0] if len(bits_p) == 1 else np.concatenate(bits_p)
